@@ -1,0 +1,26 @@
+package org.symmem4j.parallel;
+
+/**
+ * All-reduce algorithms. On symmetric memory they differ in how many bytes each rank moves and how
+ * many synchronizations they need:
+ * <ul>
+ *   <li>{@link #ONE_SHOT}: each rank reads every peer's whole buffer and reduces it itself.
+ *       One data barrier; reads (N-1)·S per rank. Best for small messages.</li>
+ *   <li>{@link #TWO_SHOT}: reduce-scatter (rank r reduces chunk r from every peer), then all-gather
+ *       (rank r copies every peer's reduced chunk). Two data barriers; reads about 2·S per rank,
+ *       independent of N. Best for large messages.</li>
+ *   <li>{@link #RING}: reduce-scatter and all-gather as 2(N-1) steps where each rank only reads its
+ *       left neighbour, synchronized neighbour to neighbour. Partial sums travel in the
+ *       accumulation type (FLOAT32 for BFLOAT16).</li>
+ *   <li>{@link #NCCL}: the NCCL library (GPU transports only).</li>
+ * </ul>
+ * ONE_SHOT and TWO_SHOT add peers in rank order 0..N-1 and give bitwise-identical results to each
+ * other. RING adds chunk k's contributions in ring order k, k+1, …, k-1: deterministic and identical
+ * on every rank, but not bitwise equal to the other two for SUM/AVG with N &gt; 2.
+ */
+public enum Algorithm {
+    ONE_SHOT,
+    TWO_SHOT,
+    RING,
+    NCCL
+}

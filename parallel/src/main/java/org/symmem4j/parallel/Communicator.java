@@ -1,0 +1,60 @@
+package org.symmem4j.parallel;
+
+import java.lang.foreign.MemorySegment;
+
+/**
+ * Collective operations of one rank of a group (as an NCCL communicator). Every method is
+ * collective: all ranks call it in the same order with agreeing arguments. Arguments are checked
+ * across ranks before any rank writes shared data; a disagreement, or a buffer shorter than the
+ * count on any rank, throws {@link CollectiveMismatchException} on every rank.
+ *
+ * <p>Buffers are either plain segments, which are staged through the communicator's own symmetric
+ * scratch memory, or regions of a {@link SymmetricMemory} of the same group, which are reduced in
+ * place with no staging copy. A count of 0 is a no-op (the arguments are still checked).
+ *
+ * <p>Not thread-safe: one thread per rank.
+ */
+public interface Communicator extends AutoCloseable {
+
+    /** Collective: creates a communicator on the group's transport with default options. */
+    static Communicator create(Group group) {
+        return group.transport().communicator(group, CommunicatorOptions.defaults());
+    }
+
+    static Communicator create(Group group, CommunicatorOptions options) {
+        return group.transport().communicator(group, options);
+    }
+
+    Group group();
+
+    /** The transport name ({@code host-in-jvm}, {@code host-shm}, ...). */
+    String transportName();
+
+    /** Whether {@code algorithm} can run on this communicator (NCCL needs a GPU transport). */
+    boolean supports(Algorithm algorithm);
+
+    /** In-place all-reduce of {@code count} elements at the start of {@code buffer}. */
+    void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm);
+
+    /** In-place all-reduce of {@code count} elements at {@code offsetBytes} of symmetric memory {@code memory}, with no staging copy. */
+    void allReduce(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op, Algorithm algorithm);
+
+    /**
+     * Reduce-scatter: {@code send} holds worldSize blocks of {@code recvCount} elements; rank r
+     * receives block r reduced over all ranks into {@code recv}.
+     */
+    void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op);
+
+    /** All-gather: every rank's {@code sendCount} elements land in {@code recv} at block {@code rank}. */
+    void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype);
+
+    /** Broadcast: {@code count} elements of rank {@code root}'s buffer are copied into every rank's buffer. */
+    void broadcast(MemorySegment buffer, long count, DType dtype, int root);
+
+    /** Collective barrier. */
+    void barrier();
+
+    /** Collective: frees the scratch memory. */
+    @Override
+    void close();
+}

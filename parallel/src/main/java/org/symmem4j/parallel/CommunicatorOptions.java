@@ -1,0 +1,30 @@
+package org.symmem4j.parallel;
+
+/**
+ * Sizing of a communicator's internal symmetric scratch memory.
+ *
+ * @param stagingBytes bytes per staging half: buffers that are not symmetric memory are copied in
+ *                     and reduced in pieces of at most this size (two halves alternate, so
+ *                     consecutive pieces need no extra barrier)
+ * @param ringSegmentBytes bytes (in the accumulation type) of one ring step's partial sums
+ */
+public record CommunicatorOptions(long stagingBytes, long ringSegmentBytes) {
+
+    public static final long DEFAULT_STAGING_BYTES = 4L << 20;
+    public static final long DEFAULT_RING_SEGMENT_BYTES = 1L << 20;
+
+    public CommunicatorOptions {
+        if (stagingBytes < 4096 || stagingBytes % 64 != 0) {
+            throw new IllegalArgumentException("stagingBytes=" + stagingBytes
+                    + " must be a multiple of 64 and >= 4096 (default " + DEFAULT_STAGING_BYTES + ")");
+        }
+        if (ringSegmentBytes < 512 || ringSegmentBytes % 64 != 0) {
+            throw new IllegalArgumentException("ringSegmentBytes=" + ringSegmentBytes
+                    + " must be a multiple of 64 and >= 512 (default " + DEFAULT_RING_SEGMENT_BYTES + ")");
+        }
+    }
+
+    public static CommunicatorOptions defaults() {
+        return new CommunicatorOptions(DEFAULT_STAGING_BYTES, DEFAULT_RING_SEGMENT_BYTES);
+    }
+}

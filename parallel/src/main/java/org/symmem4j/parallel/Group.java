@@ -1,0 +1,53 @@
+package org.symmem4j.parallel;
+
+import java.util.List;
+import org.symmem4j.parallel.rendezvous.RendezvousStore;
+
+/**
+ * N ranks that allocate symmetric memory and run collectives together. Each rank holds its own
+ * {@code Group} object; every collective method must be called by all ranks in the same order.
+ *
+ * <p>Two kinds on the host:
+ * <ul>
+ *   <li>{@link InJvmWorld}: ranks are threads of one JVM (DL4J ParallelWrapper workers);</li>
+ *   <li>{@link ProcessGroup}: ranks are JVM processes on one machine, configured with torchrun's
+ *       variables {@code RANK}, {@code WORLD_SIZE}, {@code LOCAL_RANK}, {@code MASTER_ADDR},
+ *       {@code MASTER_PORT}.</li>
+ * </ul>
+ * A group is used by one thread per rank; it is not safe to call one rank's group from two threads
+ * at once.
+ */
+public interface Group extends AutoCloseable {
+
+    int rank();
+
+    int worldSize();
+
+    /** Rank among the ranks on this machine (equal to {@link #rank()} on one machine). */
+    int localRank();
+
+    GroupOptions options();
+
+    /** The set-up key-value store (handle exchange); collectives never use it. */
+    RendezvousStore store();
+
+    /** The transport that {@link SymmetricMemory#allocate(Group, long)} uses for this group. */
+    Transport transport();
+
+    /**
+     * Collective: every rank contributes {@code mine}; returns every rank's value in rank order.
+     * Set-up only (it goes through the store). Fails with a {@link PeerTimeoutException} naming
+     * the ranks that did not contribute.
+     */
+    List<byte[]> allGatherBytes(String tag, byte[] mine);
+
+    /** Whether rank {@code rank}'s thread or process is still alive, as far as this rank can tell. */
+    boolean isAlive(int rank);
+
+    /** A short description of a rank for error messages, for example {@code "rank 1 (pid 4242)"}. */
+    String describe(int rank);
+
+    /** Leaves the group. Close symmetric memory and communicators first. */
+    @Override
+    void close();
+}

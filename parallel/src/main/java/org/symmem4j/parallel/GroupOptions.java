@@ -1,0 +1,58 @@
+package org.symmem4j.parallel;
+
+import java.time.Duration;
+import java.util.Objects;
+import java.util.function.Supplier;
+import org.symmem4j.parallel.sync.BackoffIdleStrategy;
+import org.symmem4j.parallel.sync.IdleStrategy;
+
+/**
+ * Settings shared by every rank of a group.
+ *
+ * @param timeout          how long any wait for a peer may last before it fails on every waiting
+ *                         rank with a {@link PeerTimeoutException} naming the missing ranks
+ *                         (default 60 s; system property {@code symmem4j.timeout.ms} overrides)
+ * @param idleStrategy     makes the idle strategy each waiting thread uses
+ * @param livenessInterval how often a long wait checks whether the missing ranks' threads or
+ *                         processes are still alive, to fail fast when one has exited
+ */
+public record GroupOptions(Duration timeout, Supplier<IdleStrategy> idleStrategy, Duration livenessInterval) {
+
+    public static final Duration DEFAULT_TIMEOUT = Duration.ofSeconds(60);
+    public static final Duration DEFAULT_LIVENESS_INTERVAL = Duration.ofMillis(100);
+
+    public GroupOptions {
+        Objects.requireNonNull(timeout, "timeout");
+        Objects.requireNonNull(idleStrategy, "idleStrategy");
+        Objects.requireNonNull(livenessInterval, "livenessInterval");
+        if (timeout.isNegative() || timeout.isZero()) {
+            throw new IllegalArgumentException("timeout=" + timeout + " must be positive (default " + DEFAULT_TIMEOUT + ")");
+        }
+        if (livenessInterval.isNegative() || livenessInterval.isZero()) {
+            throw new IllegalArgumentException("livenessInterval=" + livenessInterval + " must be positive");
+        }
+    }
+
+    /** Defaults, with the timeout taken from {@code -Dsymmem4j.timeout.ms=...} when set. */
+    public static GroupOptions defaults() {
+        Duration timeout = DEFAULT_TIMEOUT;
+        String ms = System.getProperty("symmem4j.timeout.ms");
+        if (ms != null) {
+            try {
+                timeout = Duration.ofMillis(Long.parseLong(ms.trim()));
+            } catch (NumberFormatException e) {
+                throw new IllegalArgumentException("system property symmem4j.timeout.ms=" + ms
+                        + " is not a whole number of milliseconds (example: -Dsymmem4j.timeout.ms=60000)", e);
+            }
+        }
+        return new GroupOptions(timeout, BackoffIdleStrategy::new, DEFAULT_LIVENESS_INTERVAL);
+    }
+
+    public GroupOptions withTimeout(Duration newTimeout) {
+        return new GroupOptions(newTimeout, idleStrategy, livenessInterval);
+    }
+
+    public GroupOptions withIdleStrategy(Supplier<IdleStrategy> newIdleStrategy) {
+        return new GroupOptions(timeout, newIdleStrategy, livenessInterval);
+    }
+}

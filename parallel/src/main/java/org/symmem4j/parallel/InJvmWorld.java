@@ -1,0 +1,273 @@
+package org.symmem4j.parallel;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReferenceArray;
+import java.util.concurrent.locks.Condition;
+import java.util.concurrent.locks.ReentrantLock;
+import org.symmem4j.parallel.host.InJvmTransport;
+import org.symmem4j.parallel.rendezvous.InMemoryStore;
+
+/**
+ * A group whose ranks are threads of this JVM. Create the world once, then each rank's thread
+ * calls {@link #join(int)} with its rank; the thread that joins is the rank's owner, and peers
+ * treat its death as the rank leaving ({@link PeerTimeoutException.Reason#PEER_EXITED}).
+ *
+ * <pre>{@code
+ * try (InJvmWorld world = InJvmWorld.create(4)) {
+ *     List<float[]> results = InJvmWorld.runOnEveryRank(world, group -> {
+ *         try (Communicator comm = Communicator.create(group)) { ... }
+ *     });
+ * }
+ * }</pre>
+ */
+public final class InJvmWorld implements AutoCloseable {
+
+    /** Work one rank does; may throw. */
+    @FunctionalInterface
+    public interface RankTask<T> {
+        T run(Group group) throws Exception;
+    }
+
+    private final int worldSize;
+    private final GroupOptions options;
+    private final InMemoryStore store = new InMemoryStore();
+    private final InJvmTransport transport = new InJvmTransport();
+    private final AtomicReferenceArray<Thread> owners;
+    private final ReentrantLock exchangeLock = new ReentrantLock();
+    private final Condition exchangeChanged = exchangeLock.newCondition();
+    private final Map<String, Exchange> exchanges = new HashMap<>();
+    private final List<AutoCloseable> resources = new ArrayList<>();
+
+    private InJvmWorld(int worldSize, GroupOptions options) {
+        if (worldSize < 1) {
+            throw new IllegalArgumentException("worldSize=" + worldSize + " must be >= 1");
+        }
+        this.worldSize = worldSize;
+        this.options = Objects.requireNonNull(options, "options");
+        this.owners = new AtomicReferenceArray<>(worldSize);
+    }
+
+    public static InJvmWorld create(int worldSize) {
+        return new InJvmWorld(worldSize, GroupOptions.defaults());
+    }
+
+    public static InJvmWorld create(int worldSize, GroupOptions options) {
+        return new InJvmWorld(worldSize, options);
+    }
+
+    public int worldSize() {
+        return worldSize;
+    }
+
+    public GroupOptions options() {
+        return options;
+    }
+
+    /** Called by rank {@code rank}'s own thread; each rank joins once. */
+    public Group join(int rank) {
+        if (rank < 0 || rank >= worldSize) {
+            throw new IllegalArgumentException("rank=" + rank + " outside [0, " + worldSize + ") for worldSize=" + worldSize);
+        }
+        Thread me = Thread.currentThread();
+        if (!owners.compareAndSet(rank, null, me)) {
+            throw new IllegalStateException("rank=" + rank + " already joined by thread '" + owners.get(rank).getName()
+                    + "' (each rank joins once, from its own thread)");
+        }
+        return new InJvmGroup(this, rank);
+    }
+
+    /**
+     * Runs {@code task} on {@code worldSize} new platform threads, one per rank, each with its
+     * joined group, and returns the results in rank order. If any rank fails, waits for the others
+     * (their waits fail within the timeout, so this returns) and throws the first failure with the
+     * rest suppressed.
+     */
+    public static <T> List<T> runOnEveryRank(InJvmWorld world, RankTask<T> task) {
+        int n = world.worldSize;
+        List<T> results = new ArrayList<>(java.util.Collections.nCopies(n, null));
+        Throwable[] failures = new Throwable[n];
+        Thread[] threads = new Thread[n];
+        for (int r = 0; r < n; r++) {
+            final int rank = r;
+            threads[r] = Thread.ofPlatform().name("symmem4j-rank-" + r).unstarted(() -> {
+                try (Group g = world.join(rank)) {
+                    results.set(rank, task.run(g));
+                } catch (Throwable t) {
+                    failures[rank] = t;
+                }
+            });
+        }
+        for (Thread t : threads) {
+            t.start();
+        }
+        // Every wait inside a rank is bounded by the timeout, so ranks end within a few timeouts;
+        // the join bound only turns a bug (an unbounded wait) into an error instead of a hang.
+        long joinBoundNanos = world.options.timeout().multipliedBy(4).plus(Duration.ofSeconds(30)).toNanos();
+        long deadline = System.nanoTime() + joinBoundNanos;
+        for (int r = 0; r < n; r++) {
+            try {
+                long left = deadline - System.nanoTime();
+                threads[r].join(Duration.ofNanos(Math.max(1, left)));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new SymmemException("interrupted while waiting for rank threads", e);
+            }
+            if (threads[r].isAlive()) {
+                SymmemException hang = new SymmemException("rank " + r + " still running after "
+                        + Duration.ofNanos(joinBoundNanos) + " (a wait that ignores the timeout: this is a bug)");
+                hang.setStackTrace(threads[r].getStackTrace());
+                throw hang;
+            }
+        }
+        SymmemException first = null;
+        for (int r = 0; r < n; r++) {
+            if (failures[r] != null) {
+                if (first == null) {
+                    first = new SymmemException("rank " + r + " failed: " + failures[r], failures[r]);
+                } else {
+                    first.addSuppressed(new SymmemException("rank " + r + " failed: " + failures[r], failures[r]));
+                }
+            }
+        }
+        if (first != null) {
+            throw first;
+        }
+        return results;
+    }
+
+    /** Convenience: creates a world, runs {@code task} on every rank, closes the world. */
+    public static <T> List<T> runOnEveryRank(int worldSize, GroupOptions options, RankTask<T> task) {
+        try (InJvmWorld world = create(worldSize, options)) {
+            return runOnEveryRank(world, task);
+        }
+    }
+
+    InMemoryStore store() {
+        return store;
+    }
+
+    InJvmTransport transport() {
+        return transport;
+    }
+
+    Thread owner(int rank) {
+        return owners.get(rank);
+    }
+
+    /** Keeps {@code resource} to close with the world, in case its rank dies without closing it. */
+    public void track(AutoCloseable resource) {
+        synchronized (resources) {
+            resources.add(resource);
+        }
+    }
+
+    /** Drops a resource its rank closed itself. */
+    public void untrack(AutoCloseable resource) {
+        synchronized (resources) {
+            resources.remove(resource);
+        }
+    }
+
+    /**
+     * Collective among the world's threads: rank {@code rank} contributes {@code mine}; returns all
+     * contributions in rank order once every rank has contributed.
+     */
+    Object[] exchange(String key, int rank, Object mine, Group group) {
+        long deadline = System.nanoTime() + options.timeout().toNanos();
+        long nextLivenessCheck = System.nanoTime() + options.livenessInterval().toNanos();
+        exchangeLock.lock();
+        try {
+            Exchange ex = exchanges.computeIfAbsent(key, k -> new Exchange(worldSize));
+            if (ex.values[rank] != null) {
+                throw new IllegalStateException("rank=" + rank + " contributed twice to exchange '" + key + "'");
+            }
+            ex.values[rank] = mine;
+            ex.arrived++;
+            exchangeChanged.signalAll();
+            while (ex.arrived < worldSize) {
+                long now = System.nanoTime();
+                List<Integer> missing = ex.missing();
+                if (now >= nextLivenessCheck) {
+                    nextLivenessCheck = now + options.livenessInterval().toNanos();
+                    List<Integer> dead = missing.stream().filter(p -> !group.isAlive(p)).toList();
+                    if (!dead.isEmpty()) {
+                        throw new PeerTimeoutException("rank=" + rank + " set-up exchange '" + key + "': "
+                                + describeAll(group, dead) + " exited before arriving", rank, dead,
+                                "exchange " + key, PeerTimeoutException.Reason.PEER_EXITED, options.timeout());
+                    }
+                }
+                if (now >= deadline) {
+                    throw new PeerTimeoutException("rank=" + rank + " set-up exchange '" + key + "': timed out after "
+                            + options.timeout() + " waiting for ranks " + missing
+                            + " (they never arrived; check that every rank calls the same collectives in the same order)",
+                            rank, missing, "exchange " + key, PeerTimeoutException.Reason.DEADLINE_PASSED, options.timeout());
+                }
+                exchangeChanged.await(Math.min(deadline, nextLivenessCheck) - now, TimeUnit.NANOSECONDS);
+            }
+            Object[] out = ex.values.clone();
+            if (++ex.collected == worldSize) {
+                exchanges.remove(key);
+            }
+            return out;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new SymmemException("rank=" + rank + " interrupted in set-up exchange '" + key + "'", e);
+        } finally {
+            exchangeLock.unlock();
+        }
+    }
+
+    static String describeAll(Group group, List<Integer> ranks) {
+        return String.join(", ", ranks.stream().map(group::describe).toList());
+    }
+
+    /** Closes resources whose ranks did not close them (for example after a rank's thread died). */
+    @Override
+    public void close() {
+        List<AutoCloseable> left;
+        synchronized (resources) {
+            left = new ArrayList<>(resources);
+            resources.clear();
+        }
+        for (AutoCloseable c : left) {
+            try {
+                c.close();
+            } catch (Exception ignored) {
+                // best effort: the world is going away
+            }
+        }
+        store.close();
+    }
+
+    private static final class Exchange {
+        final Object[] values;
+        int arrived;
+        int collected;
+
+        Exchange(int n) {
+            values = new Object[n];
+        }
+
+        List<Integer> missing() {
+            List<Integer> m = new ArrayList<>();
+            for (int i = 0; i < values.length; i++) {
+                if (values[i] == null) {
+                    m.add(i);
+                }
+            }
+            return m;
+        }
+
+        @Override
+        public String toString() {
+            return Arrays.toString(values);
+        }
+    }
+}

@@ -1,0 +1,74 @@
+package org.symmem4j.parallel;
+
+import java.lang.foreign.MemorySegment;
+
+/**
+ * Symmetric memory: every rank of a group holds a buffer of the same byte size, and every rank can
+ * read and write every peer's buffer directly, plus a small signal pad per rank for flags.
+ * Collectives are then plain loads and stores plus flag protocols (see {@link Communicator}).
+ *
+ * <p>Created collectively with {@link #allocate(Group, long)} or {@link #register(Group, MemorySegment)};
+ * {@link #close()} is collective too (nobody frees memory a peer may still touch).
+ *
+ * <p>Signals: each pad has {@link #signalSlots()} 64-bit slots. {@link #putWithSignal} copies data
+ * into a peer's buffer and then updates a slot of the peer's pad with release semantics;
+ * {@link #waitSignal} waits with acquire semantics, so data put before a signal is visible once
+ * the signal is seen. Slots start at zero.
+ */
+public interface SymmetricMemory extends AutoCloseable {
+
+    /** Collective: allocates {@code bytes} on every rank through the group's transport. */
+    static SymmetricMemory allocate(Group group, long bytes) {
+        return group.transport().allocate(group, bytes);
+    }
+
+    /** Collective: registers an existing buffer of each rank (same size everywhere); see {@link Transport#register}. */
+    static SymmetricMemory register(Group group, MemorySegment buffer) {
+        return group.transport().register(group, buffer);
+    }
+
+    Group group();
+
+    /** Bytes per rank. */
+    long byteSize();
+
+    /** Allocation index within the group: equal on every rank for the same collective allocation. */
+    long id();
+
+    /** This rank's buffer. */
+    MemorySegment local();
+
+    /** Rank {@code rank}'s buffer as mapped in this rank ({@code peer(rank()) == local()}). */
+    MemorySegment peer(int rank);
+
+    /** Number of signal slots per pad. */
+    int signalSlots();
+
+    /** Collective: returns once every rank has called it; writes before it are visible after it. */
+    void barrier();
+
+    /**
+     * Copies {@code src} into rank {@code peer}'s buffer at {@code dstOffset}, then applies
+     * {@code op value} to signal slot {@code slot} of that peer's pad (release), so a peer that
+     * sees the signal also sees the data.
+     */
+    void putWithSignal(int peer, MemorySegment src, long dstOffset, int slot, long value, SignalOp op);
+
+    /** Applies {@code op value} to signal slot {@code slot} of rank {@code peer}'s pad (release). */
+    void signal(int peer, int slot, long value, SignalOp op);
+
+    /**
+     * Waits until this rank's signal slot {@code slot} holds at least {@code atLeast} (acquire) and
+     * returns the value seen.
+     *
+     * @param fromRank the rank expected to signal, named in the timeout error ({@code -1} if any)
+     */
+    long waitSignal(int slot, long atLeast, int fromRank);
+
+    /** This rank's signal slot {@code slot} now (acquire). */
+    long readSignal(int slot);
+
+    /** Collective: frees this rank's buffer once every rank has stopped using it. */
+    @Override
+    void close();
+}

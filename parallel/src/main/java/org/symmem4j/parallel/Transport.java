@@ -1,0 +1,35 @@
+package org.symmem4j.parallel;
+
+import java.lang.foreign.MemorySegment;
+
+/**
+ * How a group's ranks reach each other's memory: one class per transport behind this interface,
+ * so the rest of the code never branches on where the memory lives.
+ *
+ * <table>
+ *   <caption>Transports</caption>
+ *   <tr><th>transport</th><th>ranks</th><th>peer buffers</th></tr>
+ *   <tr><td>{@code host-in-jvm}</td><td>threads</td><td>off-heap segments</td></tr>
+ *   <tr><td>{@code host-shm}</td><td>processes</td><td>{@code /dev/shm} files mapped by every rank</td></tr>
+ * </table>
+ */
+public interface Transport {
+
+    /** Short lowercase name, used as the {@code transport} metric tag. */
+    String name();
+
+    /** Collective: allocates {@code bytes} on every rank and maps every peer's allocation. */
+    SymmetricMemory allocate(Group group, long bytes);
+
+    /**
+     * Collective: makes a buffer each rank already has (same size everywhere) visible to all peers,
+     * so collectives run on it in place with no staging copy.
+     *
+     * @throws UnsupportedOperationException where the transport cannot map private memory
+     *                                       (cross-process host memory); allocate instead
+     */
+    SymmetricMemory register(Group group, MemorySegment buffer);
+
+    /** Collective: creates a communicator (collective operations) for the group on this transport. */
+    Communicator communicator(Group group, CommunicatorOptions options);
+}

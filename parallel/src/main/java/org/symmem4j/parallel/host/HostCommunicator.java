@@ -1,0 +1,605 @@
+package org.symmem4j.parallel.host;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.function.Function;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.CollectiveMismatchException;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.host.OpDescriptorLayout.Descriptor;
+import org.symmem4j.parallel.host.OpDescriptorLayout.Kind;
+import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
+
+/**
+ * Collectives on host symmetric memory: plain loads and stores into peers' buffers plus the flag
+ * protocols of {@link PadSynchronizer}. The same class serves threads ({@code host-in-jvm}) and
+ * processes ({@code host-shm}); only the memory's mapping differs.
+ *
+ * <p>Every collective starts with an <em>entry barrier</em>: each rank writes its op descriptor into
+ * its own pad, the barrier publishes it, and every rank compares all descriptors before any shared
+ * data is written, so a disagreement throws the same {@link CollectiveMismatchException} on every
+ * rank and leaves the group usable.
+ *
+ * <p>Scratch memory (one collective allocation at creation):
+ * <pre>
+ *   [ staging half 0 | staging half 1 | ring partials slot 0 | ring partials slot 1 ]
+ * </pre>
+ * Plain (non-symmetric) buffers are copied into a staging half piece by piece; consecutive pieces and
+ * consecutive collectives alternate halves, so a rank can fill one half while a slow peer still reads
+ * the other, and staged collectives need no exit barrier. Collectives on a caller's
+ * {@link SymmetricMemory} run in place and end with a barrier where peers read the caller's buffer
+ * after this rank last wrote it.
+ *
+ * <p>Scratch layout and the per-algorithm synchronization are documented on each method.
+ */
+final class HostCommunicator implements Communicator {
+
+    /** Chunk boundaries of TWO_SHOT and RING are multiples of this many elements (≥ one cache line). */
+    private static final long CHUNK_ALIGN_ELEMENTS = 16;
+
+    private final Group group;
+    private final int rank;
+    private final int worldSize;
+    private final HostSymmetricMemory scratch;
+    private final PadSynchronizer sync;
+    private final long halfBytes;
+    private final long ringSlotBytes;
+    private final long ringSlotsOffset;
+    private final Reducer reducer = Reducer.forThisJvm();
+
+    private long seq;
+    private int nextHalf;
+    /** Ring steps this rank has completed on this communicator (equal on all ranks between collectives). */
+    private long ringSteps;
+    private MemorySegment oneShotTemp = MemorySegment.NULL;
+
+    // Operand arrays reused by every reduction (one thread per rank, so no sharing).
+    private final MemorySegment[] srcs;
+    private final long[] srcOffsets;
+    private final DType[] srcTypes;
+
+    HostCommunicator(Group group, CommunicatorOptions options) {
+        this.group = group;
+        this.rank = group.rank();
+        this.worldSize = group.worldSize();
+        this.halfBytes = options.stagingBytes();
+        this.ringSlotBytes = options.ringSegmentBytes();
+        this.ringSlotsOffset = 2 * halfBytes;
+        this.scratch = (HostSymmetricMemory) group.transport().allocate(group, 2 * halfBytes + 2 * ringSlotBytes);
+        this.sync = scratch.sync();
+        this.srcs = new MemorySegment[worldSize];
+        this.srcOffsets = new long[worldSize];
+        this.srcTypes = new DType[worldSize];
+    }
+
+    @Override
+    public Group group() {
+        return group;
+    }
+
+    @Override
+    public String transportName() {
+        return scratch.transportName();
+    }
+
+    @Override
+    public boolean supports(Algorithm algorithm) {
+        return algorithm != null && algorithm != Algorithm.NCCL;
+    }
+
+    /** The reducer this communicator uses (vectorized or scalar). */
+    String reducerName() {
+        return reducer.name();
+    }
+
+    // ------------------------------------------------------------------ all-reduce
+
+    @Override
+    public void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
+        long s = seq++;
+        String what = "all-reduce#" + s;
+        Problem problem = buffer == null ? Problem.NULL_BUFFER : commonProblem(count, dtype, op, algorithm);
+        enter(new Descriptor(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
+                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem), what);
+        if (count == 0 || worldSize == 1) {
+            return; // one rank: the buffer already holds the result (x/1 == x for AVG)
+        }
+        long dsize = dtype.byteSize();
+        long pieceElements = halfBytes / dsize;
+        for (long start = 0; start < count; start += pieceElements) {
+            long len = Math.min(pieceElements, count - start);
+            long half = takeHalf();
+            MemorySegment.copy(buffer, start * dsize, scratch.local(), half, len * dsize);
+            sync.barrier(what + " staged piece"); // publishes the piece to every peer
+            runAllReduce(algorithm, scratch, half, buffer, start * dsize, false, len, dtype, op, what);
+        }
+    }
+
+    @Override
+    public void allReduce(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op,
+                          Algorithm algorithm) {
+        long s = seq++;
+        String what = "all-reduce#" + s;
+        Problem problem = commonProblem(count, dtype, op, algorithm);
+        HostSymmetricMemory mem = null;
+        if (memory == null) {
+            problem = Problem.NULL_BUFFER;
+        } else if (!(memory instanceof HostSymmetricMemory h) || h.group() != group) {
+            problem = Problem.FOREIGN_MEMORY;
+        } else if (offsetBytes < 0 || offsetBytes > memory.byteSize()) {
+            problem = Problem.OFFSET_OUT_OF_RANGE;
+        } else {
+            mem = h;
+        }
+        long available = mem == null ? -1 : mem.byteSize() - offsetBytes;
+        enter(new Descriptor(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count, available,
+                memory == null ? -1 : memory.id(), offsetBytes, 0, problem), what);
+        if (count == 0 || worldSize == 1) {
+            return;
+        }
+        // The entry barrier published every rank's data in its buffer.
+        runAllReduce(algorithm, mem, offsetBytes, mem.local(), offsetBytes, true, count, dtype, op, what);
+    }
+
+    /**
+     * Runs one all-reduce over the region at {@code regionOffset} of every rank's {@code mem}, whose
+     * data every rank has published (a barrier since the last write). The result goes to
+     * {@code dst}; {@code inPlace} says {@code dst} is this rank's region itself.
+     */
+    private void runAllReduce(Algorithm algorithm, HostSymmetricMemory mem, long regionOffset, MemorySegment dst,
+                              long dstOffset, boolean inPlace, long count, DType dtype, ReduceOp op, String what) {
+        switch (algorithm) {
+            case ONE_SHOT -> oneShot(mem, regionOffset, dst, dstOffset, inPlace, count, dtype, op, what);
+            case TWO_SHOT -> twoShot(mem, regionOffset, dst, dstOffset, inPlace, count, dtype, op, what);
+            case RING -> ring(mem, regionOffset, dst, dstOffset, inPlace, count, dtype, op, what);
+            case NCCL -> throw new IllegalStateException("unreachable: NCCL rejected at entry");
+        }
+    }
+
+    /**
+     * Every rank reduces every peer's whole region, in rank order. Staged: straight into the
+     * caller's private buffer, no further barrier. In place: into a private temporary, then a
+     * barrier (every peer has finished reading this rank's region), then copied back.
+     */
+    private void oneShot(HostSymmetricMemory mem, long regionOffset, MemorySegment dst, long dstOffset,
+                         boolean inPlace, long count, DType dtype, ReduceOp op, String what) {
+        for (int r = 0; r < worldSize; r++) {
+            setSource(r, mem.peer(r), regionOffset, dtype);
+        }
+        int divisor = op == ReduceOp.AVG ? worldSize : 0;
+        if (!inPlace) {
+            reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, dst, dstOffset, dtype, count, op, divisor);
+            return;
+        }
+        long bytes = dtype.bytes(count);
+        MemorySegment temp = oneShotTemp(bytes);
+        reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, temp, 0, dtype, count, op, divisor);
+        sync.barrier(what + " one-shot reads done");
+        MemorySegment.copy(temp, 0, dst, dstOffset, bytes);
+    }
+
+    /**
+     * Reduce-scatter then all-gather. Rank r reduces chunk r of every peer's region (rank order) and
+     * writes it into chunk r of its own region, which no peer reads during this phase; a barrier;
+     * then rank r copies every peer's chunk q from that peer's region. In place, a final barrier
+     * keeps the caller from overwriting chunk r while peers still copy it.
+     */
+    private void twoShot(HostSymmetricMemory mem, long regionOffset, MemorySegment dst, long dstOffset,
+                         boolean inPlace, long count, DType dtype, ReduceOp op, String what) {
+        long dsize = dtype.byteSize();
+        long chunk = chunkElements(count);
+        long lo = Math.min(rank * chunk, count);
+        long hi = Math.min(lo + chunk, count);
+        if (hi > lo) {
+            for (int r = 0; r < worldSize; r++) {
+                setSource(r, mem.peer(r), regionOffset + lo * dsize, dtype);
+            }
+            reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, mem.local(), regionOffset + lo * dsize, dtype,
+                    hi - lo, op, op == ReduceOp.AVG ? worldSize : 0);
+            if (!inPlace) {
+                MemorySegment.copy(mem.local(), regionOffset + lo * dsize, dst, dstOffset + lo * dsize, (hi - lo) * dsize);
+            }
+        }
+        sync.barrier(what + " two-shot reduce-scatter done"); // publishes each rank's reduced chunk
+        for (int q = 0; q < worldSize; q++) {
+            long qlo = Math.min(q * chunk, count);
+            long qhi = Math.min(qlo + chunk, count);
+            if (q != rank && qhi > qlo) {
+                MemorySegment.copy(mem.peer(q), regionOffset + qlo * dsize, dst, dstOffset + qlo * dsize, (qhi - qlo) * dsize);
+            }
+        }
+        if (inPlace) {
+            sync.barrier(what + " two-shot all-gather done");
+        }
+    }
+
+    /**
+     * Ring reduce-scatter and all-gather, 2(N-1) steps per segment round, each rank reading only its
+     * left neighbour. Chunks are cut into segments of {@code ringSegmentBytes} (in the accumulation
+     * type) so partial sums fit the two ring slots.
+     *
+     * <p>Reduce-scatter step t (chunk k = rank-1-t): t = 0 reads the left rank's own data; later
+     * steps read the partial sum the left rank wrote to its ring slot at its previous step; the
+     * last step (t = N-2, chunk rank+1) writes the finished chunk into this rank's region.
+     * All-gather step t copies chunk rank-t from the left rank's region into this rank's.
+     *
+     * <p>Synchronization: before its step g (counted over the communicator's life), a rank waits
+     * until both neighbours have completed g steps, and after it tells both. Left ≥ g: the data this
+     * step reads is there. Right ≥ g: the right rank has read what this step overwrites (the ring
+     * slot written two steps ago, and chunks it read during reduce-scatter). Equal step counts on
+     * every rank make slot parity ({@code g & 1}) agree.
+     */
+    private void ring(HostSymmetricMemory mem, long regionOffset, MemorySegment dst, long dstOffset,
+                      boolean inPlace, long count, DType dtype, ReduceOp op, String what) {
+        int n = worldSize;
+        int left = (rank - 1 + n) % n;
+        int right = (rank + 1) % n;
+        long dsize = dtype.byteSize();
+        DType accType = dtype == DType.FLOAT64 ? DType.FLOAT64 : DType.FLOAT32;
+        long chunk = chunkElements(count);
+        long segment = ringSlotBytes / accType.byteSize();
+        long rounds = (chunk + segment - 1) / segment;
+        MemorySegment myRegion = mem.local();
+        MemorySegment leftRegion = mem.peer(left);
+        MemorySegment myScratch = scratch.local();
+        MemorySegment leftScratch = scratch.peer(left);
+        for (long round = 0; round < rounds; round++) {
+            long segStart = round * segment;
+            for (int t = 0; t < n - 1; t++) {
+                int k = Math.floorMod(rank - 1 - t, n);
+                long g = ringSteps;
+                awaitNeighbours(left, right, g, what);
+                long lo = Math.min(k * chunk + segStart, chunkEnd(k, chunk, count));
+                long hi = Math.min(lo + segment, chunkEnd(k, chunk, count));
+                if (hi > lo) {
+                    long len = hi - lo;
+                    if (t == 0) {
+                        setSource(0, leftRegion, regionOffset + lo * dsize, dtype);
+                    } else {
+                        setSource(0, leftScratch, ringSlotOffset(g - 1), accType);
+                    }
+                    setSource(1, myRegion, regionOffset + lo * dsize, dtype);
+                    if (t == n - 2) {
+                        reducer.reduce(srcs, srcOffsets, srcTypes, 2, myRegion, regionOffset + lo * dsize, dtype, len,
+                                op, op == ReduceOp.AVG ? n : 0);
+                        if (!inPlace) {
+                            MemorySegment.copy(myRegion, regionOffset + lo * dsize, dst, dstOffset + lo * dsize, len * dsize);
+                        }
+                    } else {
+                        reducer.reduce(srcs, srcOffsets, srcTypes, 2, myScratch, ringSlotOffset(g), accType, len, op, 0);
+                    }
+                }
+                completeStep(left, right, g);
+            }
+            for (int t = 0; t < n - 1; t++) {
+                int k = Math.floorMod(rank - t, n);
+                long g = ringSteps;
+                awaitNeighbours(left, right, g, what);
+                long lo = Math.min(k * chunk + segStart, chunkEnd(k, chunk, count));
+                long hi = Math.min(lo + segment, chunkEnd(k, chunk, count));
+                if (hi > lo) {
+                    long bytes = (hi - lo) * dsize;
+                    MemorySegment.copy(leftRegion, regionOffset + lo * dsize, myRegion, regionOffset + lo * dsize, bytes);
+                    if (!inPlace) {
+                        MemorySegment.copy(myRegion, regionOffset + lo * dsize, dst, dstOffset + lo * dsize, bytes);
+                    }
+                }
+                completeStep(left, right, g);
+            }
+        }
+        if (inPlace) {
+            sync.barrier(what + " ring done");
+        }
+    }
+
+    private void awaitNeighbours(int left, int right, long steps, String what) {
+        sync.awaitStep(left, steps, what);
+        if (right != left) {
+            sync.awaitStep(right, steps, what);
+        }
+    }
+
+    private void completeStep(int left, int right, long g) {
+        ringSteps = g + 1;
+        // release (inside publishStep): publishes this step's writes to both neighbours
+        sync.publishStep(left, ringSteps);
+        if (right != left) {
+            sync.publishStep(right, ringSteps);
+        }
+    }
+
+    private long ringSlotOffset(long step) {
+        return ringSlotsOffset + (step & 1) * ringSlotBytes;
+    }
+
+    private static long chunkEnd(int k, long chunk, long count) {
+        return Math.min((k + 1) * chunk, count);
+    }
+
+    /** Elements per rank chunk: ceil(count / N) rounded up to {@link #CHUNK_ALIGN_ELEMENTS}. */
+    private long chunkElements(long count) {
+        long c = (count + worldSize - 1) / worldSize;
+        return (c + CHUNK_ALIGN_ELEMENTS - 1) / CHUNK_ALIGN_ELEMENTS * CHUNK_ALIGN_ELEMENTS;
+    }
+
+    // ------------------------------------------------------------------ reduce-scatter, all-gather, broadcast
+
+    /** Staged: each rank packs piece j of its N send blocks into its staging half; rank r reduces block r. */
+    @Override
+    public void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
+        long s = seq++;
+        String what = "reduce-scatter#" + s;
+        Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
+                : commonProblem(recvCount, dtype, op, Algorithm.ONE_SHOT);
+        enter(new Descriptor(s, Kind.REDUCE_SCATTER, ordinal(dtype), ordinal(op), -1, -1, recvCount,
+                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem), what);
+        if (recvCount == 0) {
+            return;
+        }
+        long dsize = dtype.byteSize();
+        if (worldSize == 1) {
+            MemorySegment.copy(send, 0, recv, 0, recvCount * dsize);
+            return;
+        }
+        long pieceElements = halfBytes / ((long) worldSize * dsize);
+        for (long start = 0; start < recvCount; start += pieceElements) {
+            long len = Math.min(pieceElements, recvCount - start);
+            long half = takeHalf();
+            for (int b = 0; b < worldSize; b++) {
+                MemorySegment.copy(send, (b * recvCount + start) * dsize, scratch.local(),
+                        half + b * pieceElements * dsize, len * dsize);
+            }
+            sync.barrier(what + " staged piece");
+            for (int r = 0; r < worldSize; r++) {
+                setSource(r, scratch.peer(r), half + rank * pieceElements * dsize, dtype);
+            }
+            reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, recv, start * dsize, dtype, len, op,
+                    op == ReduceOp.AVG ? worldSize : 0);
+        }
+    }
+
+    /** Staged: each rank puts piece j of its send buffer in its staging half; every rank copies all N. */
+    @Override
+    public void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
+        long s = seq++;
+        String what = "all-gather#" + s;
+        Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
+                : commonProblem(sendCount, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
+        enter(new Descriptor(s, Kind.ALL_GATHER, ordinal(dtype), -1, -1, -1, sendCount,
+                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem), what);
+        if (sendCount == 0) {
+            return;
+        }
+        long dsize = dtype.byteSize();
+        if (worldSize == 1) {
+            MemorySegment.copy(send, 0, recv, 0, sendCount * dsize);
+            return;
+        }
+        long pieceElements = halfBytes / dsize;
+        for (long start = 0; start < sendCount; start += pieceElements) {
+            long len = Math.min(pieceElements, sendCount - start);
+            long half = takeHalf();
+            MemorySegment.copy(send, start * dsize, scratch.local(), half, len * dsize);
+            sync.barrier(what + " staged piece");
+            for (int q = 0; q < worldSize; q++) {
+                MemorySegment.copy(scratch.peer(q), half, recv, (q * sendCount + start) * dsize, len * dsize);
+            }
+        }
+    }
+
+    /** Staged: the root puts piece j in its staging half; every other rank copies it out. */
+    @Override
+    public void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
+        long s = seq++;
+        String what = "broadcast#" + s;
+        Problem problem = buffer == null ? Problem.NULL_BUFFER
+                : root < 0 || root >= worldSize ? Problem.ROOT_OUT_OF_RANGE
+                : commonProblem(count, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
+        enter(new Descriptor(s, Kind.BROADCAST, ordinal(dtype), -1, -1, root, count,
+                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem), what);
+        if (count == 0 || worldSize == 1) {
+            return;
+        }
+        long dsize = dtype.byteSize();
+        long pieceElements = halfBytes / dsize;
+        for (long start = 0; start < count; start += pieceElements) {
+            long len = Math.min(pieceElements, count - start);
+            long half = takeHalf();
+            if (rank == root) {
+                MemorySegment.copy(buffer, start * dsize, scratch.local(), half, len * dsize);
+            }
+            sync.barrier(what + " staged piece");
+            if (rank != root) {
+                MemorySegment.copy(scratch.peer(root), half, buffer, start * dsize, len * dsize);
+            }
+        }
+    }
+
+    @Override
+    public void barrier() {
+        long s = seq++;
+        enter(new Descriptor(s, Kind.BARRIER, -1, -1, -1, -1, 0, 0, -1, 0, 0, Problem.NONE), "barrier#" + s);
+    }
+
+    // ------------------------------------------------------------------ entry check
+
+    /**
+     * Writes this rank's descriptor into its pad, passes the entry barrier (which publishes it),
+     * and checks every rank's descriptor. All ranks read the same descriptors, so all reach the same
+     * verdict: either all proceed or all throw the same message.
+     */
+    private void enter(Descriptor mine, String what) {
+        sync.checkNotAborted(what);
+        mine.write(sync.ownPad(), SignalPadLayout.descriptorOffset(mine.seq()));
+        sync.barrier(what + " entry");
+        List<Descriptor> all = new ArrayList<>(worldSize);
+        for (int r = 0; r < worldSize; r++) {
+            all.add(r == rank ? mine : Descriptor.read(sync.pad(r), SignalPadLayout.descriptorOffset(mine.seq())));
+        }
+        String error = DescriptorCheck.check(all, what);
+        if (error != null) {
+            throw new CollectiveMismatchException(error);
+        }
+    }
+
+    private Problem commonProblem(long count, DType dtype, ReduceOp op, Algorithm algorithm) {
+        if (dtype == null || op == null || algorithm == null) {
+            return Problem.NULL_ARGUMENT;
+        }
+        if (count < 0) {
+            return Problem.NEGATIVE_COUNT;
+        }
+        if (!supports(algorithm)) {
+            return Problem.UNSUPPORTED_ALGORITHM;
+        }
+        return Problem.NONE;
+    }
+
+    private static int ordinal(Enum<?> e) {
+        return e == null ? -1 : e.ordinal();
+    }
+
+    private long takeHalf() {
+        long offset = nextHalf * halfBytes;
+        nextHalf ^= 1;
+        return offset;
+    }
+
+    private void setSource(int i, MemorySegment segment, long offset, DType type) {
+        srcs[i] = segment;
+        srcOffsets[i] = offset;
+        srcTypes[i] = type;
+    }
+
+    private MemorySegment oneShotTemp(long bytes) {
+        if (oneShotTemp.byteSize() < bytes) {
+            oneShotTemp = Arena.ofAuto().allocate(bytes, 64);
+        }
+        return oneShotTemp;
+    }
+
+    @Override
+    public void close() {
+        scratch.close();
+    }
+
+    @Override
+    public String toString() {
+        return "HostCommunicator[" + transportName() + ", rank=" + rank + "/" + worldSize + ", reducer=" + reducer.name() + "]";
+    }
+
+    /** Static helper kept separate so the message formats live in one place. */
+    static final class DescriptorCheck {
+
+        private DescriptorCheck() {
+        }
+
+        /** Null when all descriptors agree and every buffer is large enough; else the error message. */
+        static String check(List<Descriptor> all, String what) {
+            Descriptor first = all.getFirst();
+            boolean sameCall = all.stream().allMatch(d -> d.seq() == first.seq() && d.kind() == first.kind());
+            if (!sameCall) {
+                return "ranks called different collectives: " + list(all, d -> label(d.kind()) + "#" + d.seq())
+                        + " (every rank must call the same collectives in the same order)";
+            }
+            List<String> problems = new ArrayList<>();
+            for (int r = 0; r < all.size(); r++) {
+                if (all.get(r).problem() != Problem.NONE) {
+                    problems.add("rank=" + r + " " + all.get(r).problem().text());
+                }
+            }
+            if (!problems.isEmpty()) {
+                return what + " rejected: " + String.join("; ", problems);
+            }
+            boolean agree = all.stream().allMatch(d -> d.dtype() == first.dtype() && d.op() == first.op()
+                    && d.algorithm() == first.algorithm() && d.root() == first.root() && d.count() == first.count()
+                    && d.memoryId() == first.memoryId() && d.memoryOffset() == first.memoryOffset());
+            if (!agree) {
+                return what + " arguments differ across ranks: " + list(all, DescriptorCheck::arguments)
+                        + " (all ranks must pass the same count, dtype, op, algorithm, root and symmetric region)";
+            }
+            if (first.kind() == Kind.BARRIER) {
+                return null;
+            }
+            DType dtype = DType.values()[first.dtype()];
+            int n = all.size();
+            List<String> short_ = new ArrayList<>();
+            for (int r = 0; r < n; r++) {
+                Descriptor d = all.get(r);
+                long[] need = neededBytes(d, dtype, n);
+                if (need == null) {
+                    short_.add("rank=" + r + " count=" + d.count() + " overflows a 64-bit byte size");
+                    continue;
+                }
+                if (d.bufferBytes() < need[0]) {
+                    short_.add("rank=" + r + " " + (need.length > 1 ? "sendBytes=" : "bufferBytes=") + d.bufferBytes()
+                            + " needed=" + need[0]);
+                }
+                if (need.length > 1 && d.recvBytes() < need[1]) {
+                    short_.add("rank=" + r + " recvBytes=" + d.recvBytes() + " needed=" + need[1]);
+                }
+            }
+            if (!short_.isEmpty()) {
+                return what + " buffer too short for count=" + first.count() + " x " + dtype + " (" + dtype.byteSize()
+                        + " bytes): " + String.join("; ", short_) + " (every rank's buffers must hold the count)";
+            }
+            return null;
+        }
+
+        /** Bytes needed: {buffer} or {send, recv}; null on overflow. */
+        private static long[] neededBytes(Descriptor d, DType dtype, int n) {
+            try {
+                long one = dtype.bytes(d.count());
+                return switch (d.kind()) {
+                    case ALL_REDUCE, BROADCAST -> new long[] {one};
+                    case REDUCE_SCATTER -> new long[] {Math.multiplyExact(one, (long) n), one};
+                    case ALL_GATHER -> new long[] {one, Math.multiplyExact(one, (long) n)};
+                    case BARRIER -> new long[] {0};
+                };
+            } catch (ArithmeticException e) {
+                return null;
+            }
+        }
+
+        private static String arguments(Descriptor d) {
+            StringBuilder b = new StringBuilder("count=").append(d.count());
+            b.append(" dtype=").append(name(DType.values(), d.dtype()));
+            if (d.kind() == Kind.ALL_REDUCE || d.kind() == Kind.REDUCE_SCATTER) {
+                b.append(" op=").append(name(ReduceOp.values(), d.op()));
+            }
+            if (d.kind() == Kind.ALL_REDUCE) {
+                b.append(" algorithm=").append(name(Algorithm.values(), d.algorithm()));
+            }
+            if (d.kind() == Kind.BROADCAST) {
+                b.append(" root=").append(d.root());
+            }
+            if (d.memoryId() >= 0) {
+                b.append(" memory=").append(d.memoryId()).append(" offsetBytes=").append(d.memoryOffset());
+            }
+            return b.toString();
+        }
+
+        private static String name(Enum<?>[] values, int ordinal) {
+            return ordinal >= 0 && ordinal < values.length ? values[ordinal].name() : "null";
+        }
+
+        private static String label(Kind kind) {
+            return kind == null ? "unknown" : kind.name().toLowerCase(java.util.Locale.ROOT).replace('_', '-');
+        }
+
+        private static String list(List<Descriptor> all, Function<Descriptor, String> f) {
+            List<String> parts = new ArrayList<>();
+            for (int r = 0; r < all.size(); r++) {
+                parts.add("rank=" + r + " " + f.apply(all.get(r)));
+            }
+            return String.join("; ", parts);
+        }
+    }
+}

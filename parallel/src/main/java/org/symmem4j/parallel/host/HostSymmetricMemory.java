@@ -1,0 +1,159 @@
+package org.symmem4j.parallel.host;
+
+import java.lang.foreign.MemorySegment;
+import java.util.Objects;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.SignalOp;
+import org.symmem4j.parallel.SymmetricMemory;
+
+/**
+ * Symmetric memory in host RAM: every rank's buffer and signal pad as {@link MemorySegment}s,
+ * whether the peers are threads (off-heap segments) or processes ({@code /dev/shm} mappings).
+ * Built by {@link InJvmTransport} and {@link SharedMemoryTransport}.
+ */
+public final class HostSymmetricMemory implements SymmetricMemory {
+
+    private final Group group;
+    private final String transportName;
+    private final long id;
+    private final long byteSize;
+    private final int signalSlots;
+    private final MemorySegment[] data;
+    private final PadSynchronizer sync;
+    private final Runnable releaseLocal;
+    private boolean closed;
+
+    /**
+     * @param data         every rank's buffer as mapped here, in rank order
+     * @param pads         every rank's signal pad as mapped here, in rank order
+     * @param releaseLocal frees or unmaps this rank's own mappings; run once by {@link #close()}
+     */
+    HostSymmetricMemory(Group group, String transportName, long id, long byteSize, int signalSlots,
+                        MemorySegment[] data, MemorySegment[] pads, Runnable releaseLocal) {
+        this.group = group;
+        this.transportName = transportName;
+        this.id = id;
+        this.byteSize = byteSize;
+        this.signalSlots = signalSlots;
+        this.data = data.clone();
+        this.sync = new PadSynchronizer(group, pads.clone());
+        this.releaseLocal = releaseLocal;
+    }
+
+    @Override
+    public Group group() {
+        return group;
+    }
+
+    public String transportName() {
+        return transportName;
+    }
+
+    @Override
+    public long byteSize() {
+        return byteSize;
+    }
+
+    @Override
+    public long id() {
+        return id;
+    }
+
+    @Override
+    public MemorySegment local() {
+        return data[group.rank()];
+    }
+
+    @Override
+    public MemorySegment peer(int rank) {
+        Objects.checkIndex(rank, data.length);
+        return data[rank];
+    }
+
+    @Override
+    public int signalSlots() {
+        return signalSlots;
+    }
+
+    PadSynchronizer sync() {
+        return sync;
+    }
+
+    @Override
+    public void barrier() {
+        sync.barrier("symmetric-memory#" + id + " barrier");
+    }
+
+    @Override
+    public void putWithSignal(int peer, MemorySegment src, long dstOffset, int slot, long value, SignalOp op) {
+        checkPeer(peer);
+        checkSlot(slot);
+        Objects.requireNonNull(src, "src");
+        if (dstOffset < 0 || dstOffset > byteSize - src.byteSize()) {
+            throw new IndexOutOfBoundsException("put of " + src.byteSize() + " bytes at dstOffset=" + dstOffset
+                    + " outside symmetric memory of " + byteSize + " bytes");
+        }
+        MemorySegment.copy(src, 0, data[peer], dstOffset, src.byteSize());
+        sync.signal(peer, slot, value, op); // release: orders the copy above before the signal
+    }
+
+    @Override
+    public void signal(int peer, int slot, long value, SignalOp op) {
+        checkPeer(peer);
+        checkSlot(slot);
+        sync.signal(peer, slot, value, op);
+    }
+
+    @Override
+    public long waitSignal(int slot, long atLeast, int fromRank) {
+        checkSlot(slot);
+        return sync.waitSignal(slot, atLeast, fromRank, "symmetric-memory#" + id + " wait-signal slot=" + slot
+                + " value>=" + atLeast);
+    }
+
+    @Override
+    public long readSignal(int slot) {
+        checkSlot(slot);
+        return sync.readSignal(slot);
+    }
+
+    private void checkPeer(int peer) {
+        if (peer < 0 || peer >= data.length) {
+            throw new IndexOutOfBoundsException("peer=" + peer + " outside [0, " + data.length + ")");
+        }
+    }
+
+    private void checkSlot(int slot) {
+        if (slot < 0 || slot >= signalSlots) {
+            throw new IndexOutOfBoundsException("signal slot=" + slot + " outside [0, " + signalSlots + ")");
+        }
+    }
+
+    /**
+     * Waits (bounded) until every rank has stopped using the memory, then frees this rank's part.
+     * If a peer is gone or the group was aborted, frees without waiting.
+     */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        try {
+            if (!sync.isAborted()) {
+                sync.barrier("symmetric-memory#" + id + " close");
+            }
+        } catch (PeerTimeoutException e) {
+            // a peer is gone: free anyway; the memory of a live peer stays mapped on its side
+        } finally {
+            releaseLocal.run();
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "HostSymmetricMemory[" + transportName + ", id=" + id + ", rank=" + group.rank() + "/"
+                + group.worldSize() + ", bytes=" + byteSize + "]";
+    }
+}

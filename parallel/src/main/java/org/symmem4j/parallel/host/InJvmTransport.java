@@ -1,0 +1,131 @@
+package org.symmem4j.parallel.host;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.Objects;
+import java.util.concurrent.atomic.AtomicLong;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.InJvmGroup;
+import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.Transport;
+
+/**
+ * Ranks are threads of one JVM: each rank allocates its buffer and pad off-heap in a shared arena,
+ * and the ranks swap segments through the world's in-memory exchange. Any existing off-heap
+ * segment can be registered, so DL4J's gradient view is reduced in place.
+ */
+public final class InJvmTransport implements Transport {
+
+    public static final String NAME = "host-in-jvm";
+
+    private final AtomicLong nextId = new AtomicLong();
+
+    @Override
+    public String name() {
+        return NAME;
+    }
+
+    private record Contribution(MemorySegment data, MemorySegment pad, long idProposal) {
+    }
+
+    @Override
+    public SymmetricMemory allocate(Group group, long bytes) {
+        InJvmGroup g = inJvm(group);
+        if (bytes < 0) {
+            throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0");
+        }
+        Arena arena = Arena.ofShared();
+        MemorySegment data = arena.allocate(Math.max(bytes, 0), 4096);
+        return share(g, arena, data, "allocate");
+    }
+
+    @Override
+    public SymmetricMemory register(Group group, MemorySegment buffer) {
+        InJvmGroup g = inJvm(group);
+        Objects.requireNonNull(buffer, "buffer");
+        if (!buffer.isNative()) {
+            throw new IllegalArgumentException("register needs an off-heap (native) segment; found a heap segment of "
+                    + buffer.byteSize() + " bytes (copy it off-heap, or allocate with SymmetricMemory.allocate)");
+        }
+        return share(g, Arena.ofShared(), buffer, "register");
+    }
+
+    private SymmetricMemory share(InJvmGroup g, Arena arena, MemorySegment data, String what) {
+        int n = g.worldSize();
+        int slots = SignalPadLayout.DEFAULT_SIGNAL_SLOTS;
+        MemorySegment pad;
+        try {
+            pad = arena.allocate(SignalPadLayout.padBytes(n, slots), 4096);
+            SignalPadLayout.initialize(pad, n, g.rank(), slots, data.byteSize());
+        } catch (RuntimeException e) {
+            arena.close();
+            throw e;
+        }
+        Object[] all;
+        try {
+            // The exchange's lock orders the initialization above before peers read the pad.
+            all = g.allGatherObjects("symmetric-memory-" + what,
+                    new Contribution(data, pad, g.rank() == 0 ? nextId.getAndIncrement() : -1));
+        } catch (RuntimeException e) {
+            arena.close();
+            throw e;
+        }
+        MemorySegment[] datas = new MemorySegment[n];
+        MemorySegment[] pads = new MemorySegment[n];
+        StringBuilder sizes = new StringBuilder();
+        boolean sameSize = true;
+        for (int r = 0; r < n; r++) {
+            Contribution c = (Contribution) all[r];
+            datas[r] = c.data();
+            pads[r] = c.pad();
+            sameSize &= c.data().byteSize() == data.byteSize();
+            sizes.append(r == 0 ? "" : ", ").append("rank=").append(r).append(" bytes=").append(c.data().byteSize());
+        }
+        if (!sameSize) {
+            arena.close();
+            throw new SymmemException("symmetric memory " + what + ": sizes differ across ranks: " + sizes
+                    + " (every rank must " + what + " the same number of bytes)");
+        }
+        long id = ((Contribution) all[0]).idProposal();
+        AutoCloseableArena tracked = new AutoCloseableArena(arena);
+        g.world().track(tracked);
+        return new HostSymmetricMemory(g, NAME, id, data.byteSize(), slots, datas, pads, () -> {
+            g.world().untrack(tracked);
+            tracked.close();
+        });
+    }
+
+    /** Closes an arena once, whoever gets there first (its rank, or the world after the rank died). */
+    private static final class AutoCloseableArena implements AutoCloseable {
+        private final Arena arena;
+        private boolean closed;
+
+        AutoCloseableArena(Arena arena) {
+            this.arena = arena;
+        }
+
+        @Override
+        public synchronized void close() {
+            if (!closed) {
+                closed = true;
+                arena.close();
+            }
+        }
+    }
+
+    @Override
+    public Communicator communicator(Group group, CommunicatorOptions options) {
+        return new HostCommunicator(inJvm(group), options);
+    }
+
+    private static InJvmGroup inJvm(Group group) {
+        if (group instanceof InJvmGroup g) {
+            return g;
+        }
+        throw new IllegalArgumentException("transport " + NAME + " needs an InJvmGroup; found "
+                + (group == null ? "null" : group.getClass().getSimpleName()));
+    }
+}

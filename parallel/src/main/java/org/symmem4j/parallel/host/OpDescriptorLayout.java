@@ -1,0 +1,106 @@
+package org.symmem4j.parallel.host;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+
+/**
+ * The op descriptor a rank writes into its own pad (at {@link SignalPadLayout#DESCRIPTOR_OFFSET})
+ * before arriving at a collective's entry barrier. Peers read it after acquiring that barrier and
+ * compare every rank's arguments before anyone touches shared data. Plain accesses: the barrier's
+ * release/acquire pair publishes it.
+ *
+ * <pre>
+ *  0  seq (long)          collective sequence number on this communicator
+ *  8  kind (int)          {@link Kind#ordinal()}
+ *  12 dtype (int)         DType ordinal
+ *  16 op (int)            ReduceOp ordinal, or -1
+ *  20 algorithm (int)     Algorithm ordinal, or -1
+ *  24 root (int)          broadcast root, or -1
+ *  32 count (long)        element count
+ *  40 bufferBytes (long)  bytes this rank's (send) buffer holds
+ *  48 memoryId (long)     SymmetricMemory id for in-place ops, -1 for staged
+ *  56 memoryOffset (long) byte offset in that memory
+ *  64 recvBytes (long)    bytes this rank's receive buffer holds (reduce-scatter, all-gather)
+ *  72 problem (int)       a {@link Problem} found locally, reported by every rank
+ *  80 end (fits one 128-byte pad line)
+ * </pre>
+ */
+public final class OpDescriptorLayout {
+
+    /** Collective kinds, in descriptor order. */
+    public enum Kind { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, BARRIER }
+
+    public static final long SEQ = 0;
+    public static final long KIND = 8;
+    public static final long DTYPE = 12;
+    public static final long OP = 16;
+    public static final long ALGORITHM = 20;
+    public static final long ROOT = 24;
+    public static final long COUNT = 32;
+    public static final long BUFFER_BYTES = 40;
+    public static final long MEMORY_ID = 48;
+    public static final long MEMORY_OFFSET = 56;
+    public static final long RECV_BYTES = 64;
+    public static final long PROBLEM = 72;
+    public static final long BYTES = 80;
+
+    /** Problems a rank finds with its own arguments; carried in the descriptor so every rank reports them. */
+    public enum Problem {
+        NONE("none"),
+        NULL_BUFFER("buffer is null"),
+        NEGATIVE_COUNT("count is negative"),
+        FOREIGN_MEMORY("symmetric memory belongs to another group or transport (allocate it on this communicator's group)"),
+        OFFSET_OUT_OF_RANGE("offsetBytes is outside the symmetric memory"),
+        ROOT_OUT_OF_RANGE("root is outside [0, worldSize)"),
+        NULL_ARGUMENT("dtype, op or algorithm is null"),
+        UNSUPPORTED_ALGORITHM("algorithm cannot run on this transport");
+
+        private final String text;
+
+        Problem(String text) {
+            this.text = text;
+        }
+
+        public String text() {
+            return text;
+        }
+    }
+
+    private OpDescriptorLayout() {
+    }
+
+    /** A decoded descriptor. */
+    public record Descriptor(long seq, Kind kind, int dtype, int op, int algorithm, int root, long count,
+                             long bufferBytes, long memoryId, long memoryOffset, long recvBytes, Problem problem) {
+
+        /** Writes this descriptor at {@code base} (plain stores, published by the next release). */
+        public void write(MemorySegment pad, long base) {
+            pad.set(ValueLayout.JAVA_LONG, base + SEQ, seq);
+            pad.set(ValueLayout.JAVA_INT, base + KIND, kind.ordinal());
+            pad.set(ValueLayout.JAVA_INT, base + DTYPE, dtype);
+            pad.set(ValueLayout.JAVA_INT, base + OP, op);
+            pad.set(ValueLayout.JAVA_INT, base + ALGORITHM, algorithm);
+            pad.set(ValueLayout.JAVA_INT, base + ROOT, root);
+            pad.set(ValueLayout.JAVA_LONG, base + COUNT, count);
+            pad.set(ValueLayout.JAVA_LONG, base + BUFFER_BYTES, bufferBytes);
+            pad.set(ValueLayout.JAVA_LONG, base + MEMORY_ID, memoryId);
+            pad.set(ValueLayout.JAVA_LONG, base + MEMORY_OFFSET, memoryOffset);
+            pad.set(ValueLayout.JAVA_LONG, base + RECV_BYTES, recvBytes);
+            pad.set(ValueLayout.JAVA_INT, base + PROBLEM, problem.ordinal());
+        }
+
+        /** Reads a descriptor at {@code base} (plain loads, after the acquire that published it). */
+        public static Descriptor read(MemorySegment pad, long base) {
+            int kind = pad.get(ValueLayout.JAVA_INT, base + KIND);
+            int problem = pad.get(ValueLayout.JAVA_INT, base + PROBLEM);
+            return new Descriptor(pad.get(ValueLayout.JAVA_LONG, base + SEQ),
+                    kind >= 0 && kind < Kind.values().length ? Kind.values()[kind] : null,
+                    pad.get(ValueLayout.JAVA_INT, base + DTYPE), pad.get(ValueLayout.JAVA_INT, base + OP),
+                    pad.get(ValueLayout.JAVA_INT, base + ALGORITHM), pad.get(ValueLayout.JAVA_INT, base + ROOT),
+                    pad.get(ValueLayout.JAVA_LONG, base + COUNT), pad.get(ValueLayout.JAVA_LONG, base + BUFFER_BYTES),
+                    pad.get(ValueLayout.JAVA_LONG, base + MEMORY_ID), pad.get(ValueLayout.JAVA_LONG, base + MEMORY_OFFSET),
+                    pad.get(ValueLayout.JAVA_LONG, base + RECV_BYTES),
+                    problem >= 0 && problem < Problem.values().length ? Problem.values()[problem] : Problem.NONE);
+        }
+    }
+}

@@ -1,0 +1,263 @@
+package org.symmem4j.parallel.host;
+
+import static org.symmem4j.parallel.host.SignalPadLayout.ABORT_CLAIMED;
+import static org.symmem4j.parallel.host.SignalPadLayout.ABORT_REASON_MAX_BYTES;
+import static org.symmem4j.parallel.host.SignalPadLayout.ABORT_REASON_OFFSET;
+import static org.symmem4j.parallel.host.SignalPadLayout.ABORT_WORD_OFFSET;
+import static org.symmem4j.parallel.host.SignalPadLayout.LONG;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.PeerTimeoutException.Reason;
+import org.symmem4j.parallel.SignalOp;
+import org.symmem4j.parallel.sync.WaitSubject;
+import org.symmem4j.parallel.sync.Waiter;
+
+/**
+ * One rank's flag protocols over the signal pads of a host symmetric memory: barrier, neighbour
+ * step counters, user signals and group abort. Every wait is bounded: it fails with a
+ * {@link PeerTimeoutException} naming the ranks that did not arrive once the deadline passes, a
+ * missing rank's thread or process is found dead, or a peer aborted. A rank that fails a wait
+ * aborts the group, so every other waiting rank fails promptly instead of waiting out its own
+ * timeout.
+ *
+ * <p>Used by one thread (the rank's); not thread-safe.
+ */
+final class PadSynchronizer implements WaitSubject {
+
+    private enum WaitKind { BARRIER, STEP, SIGNAL }
+
+    private final Group group;
+    private final int rank;
+    private final int worldSize;
+    private final MemorySegment[] pads;
+    private final MemorySegment ownPad;
+    private final Waiter waiter;
+    private final long livenessIntervalNanos;
+
+    private long barrierEpoch;
+
+    // The wait in progress, for error reports (set only on the slow path).
+    private WaitKind waitKind;
+    private String waitWhat;
+    private long waitTarget;
+    private int waitPeer;
+    private long waitOffset;
+    private long lastLivenessCheckNanos;
+
+    PadSynchronizer(Group group, MemorySegment[] pads) {
+        this.group = group;
+        this.rank = group.rank();
+        this.worldSize = group.worldSize();
+        this.pads = pads;
+        this.ownPad = pads[rank];
+        this.waiter = new Waiter(group.options().idleStrategy().get(), group.options().timeout());
+        this.livenessIntervalNanos = group.options().livenessInterval().toNanos();
+    }
+
+    MemorySegment ownPad() {
+        return ownPad;
+    }
+
+    MemorySegment pad(int peer) {
+        return pads[peer];
+    }
+
+    /**
+     * Every rank signals every peer, then waits for every peer's signal. The release store
+     * publishes all of this rank's earlier writes (data, descriptor); the matching acquire load in
+     * the peer's wait loop makes them visible there.
+     */
+    void barrier(String what) {
+        checkNotAborted(what);
+        long epoch = ++barrierEpoch;
+        long mySlot = SignalPadLayout.barrierSlotOffset(rank);
+        for (int p = 0; p < worldSize; p++) {
+            if (p != rank) {
+                // release: publishes this rank's writes before the barrier; acquired by p's loop below
+                LONG.setRelease(pads[p], mySlot, epoch);
+            }
+        }
+        for (int p = 0; p < worldSize; p++) {
+            if (p != rank) {
+                long offset = SignalPadLayout.barrierSlotOffset(p);
+                // acquire: pairs with p's release above; p's pre-barrier writes are visible after it
+                if ((long) LONG.getAcquire(ownPad, offset) < epoch) {
+                    slowWait(WaitKind.BARRIER, what, offset, epoch, p);
+                }
+            }
+        }
+    }
+
+    /** Number of barriers this rank has passed (equal on every rank between collectives). */
+    long barrierEpoch() {
+        return barrierEpoch;
+    }
+
+    /**
+     * Tells {@code peer} that this rank has completed {@code steps} ring steps. Release: publishes
+     * the partial sums and chunks written in those steps; acquired by {@link #awaitStep}.
+     */
+    void publishStep(int peer, long steps) {
+        LONG.setRelease(pads[peer], SignalPadLayout.stepSlotOffset(worldSize, rank), steps);
+    }
+
+    /** Waits until {@code peer} has told this rank it completed at least {@code steps} steps (acquire). */
+    void awaitStep(int peer, long steps, String what) {
+        long offset = SignalPadLayout.stepSlotOffset(worldSize, peer);
+        // acquire: pairs with the peer's release in publishStep
+        if ((long) LONG.getAcquire(ownPad, offset) < steps) {
+            slowWait(WaitKind.STEP, what, offset, steps, peer);
+        }
+    }
+
+    /** Applies a user signal to {@code peer}'s slot with release semantics (publishes the put before it). */
+    void signal(int peer, int slot, long value, SignalOp op) {
+        long offset = SignalPadLayout.signalSlotOffset(worldSize, slot);
+        if (op == SignalOp.SET) {
+            // release: publishes data put before this signal; acquired by the peer's waitSignal
+            LONG.setRelease(pads[peer], offset, value);
+        } else {
+            // release: as above; the add is atomic against other signallers of the same slot
+            LONG.getAndAddRelease(pads[peer], offset, value);
+        }
+    }
+
+    /** Waits until this rank's signal slot holds at least {@code atLeast}; returns the value seen (acquire). */
+    long waitSignal(int slot, long atLeast, int fromRank, String what) {
+        long offset = SignalPadLayout.signalSlotOffset(worldSize, slot);
+        // acquire: pairs with the signaller's release in signal()
+        long v = (long) LONG.getAcquire(ownPad, offset);
+        if (v < atLeast) {
+            slowWait(WaitKind.SIGNAL, what, offset, atLeast, fromRank);
+            v = (long) LONG.getAcquire(ownPad, offset);
+        }
+        return v;
+    }
+
+    long readSignal(int slot) {
+        // acquire: pairs with the signaller's release in signal()
+        return (long) LONG.getAcquire(ownPad, SignalPadLayout.signalSlotOffset(worldSize, slot));
+    }
+
+    private void slowWait(WaitKind kind, String what, long offset, long target, int peer) {
+        waitKind = kind;
+        waitWhat = what;
+        waitOffset = offset;
+        waitTarget = target;
+        waitPeer = peer;
+        lastLivenessCheckNanos = 0;
+        waiter.begin();
+        // acquire: same pairing as the fast-path load that sent us here
+        while ((long) LONG.getAcquire(ownPad, offset) < target) {
+            waiter.idle(this);
+        }
+    }
+
+    /** The ranks this rank is still waiting for in the current slow wait. */
+    private List<Integer> missingRanks() {
+        List<Integer> missing = new ArrayList<>();
+        if (waitKind == WaitKind.BARRIER) {
+            for (int p = 0; p < worldSize; p++) {
+                if (p != rank && (long) LONG.getAcquire(ownPad, SignalPadLayout.barrierSlotOffset(p)) < waitTarget) {
+                    missing.add(p);
+                }
+            }
+        } else if (waitPeer >= 0) {
+            missing.add(waitPeer);
+        }
+        return missing;
+    }
+
+    @Override
+    public void checkProgressPossible(long waitedNanos) {
+        checkNotAborted(waitWhat);
+        if (waitedNanos - lastLivenessCheckNanos < livenessIntervalNanos) {
+            return;
+        }
+        lastLivenessCheckNanos = waitedNanos;
+        List<Integer> dead = new ArrayList<>();
+        for (int p : missingRanks()) {
+            if (!group.isAlive(p)) {
+                dead.add(p);
+            }
+        }
+        if (!dead.isEmpty()) {
+            String msg = "rank=" + rank + " " + waitWhat + ": " + describe(dead)
+                    + " exited before arriving (its thread or process is gone)";
+            abort(msg);
+            throw new PeerTimeoutException(msg, rank, dead, waitWhat, Reason.PEER_EXITED, waiter.timeout());
+        }
+    }
+
+    @Override
+    public RuntimeException deadlinePassed(Duration timeout) {
+        List<Integer> missing = missingRanks();
+        String msg = "rank=" + rank + " " + waitWhat + ": timed out after " + timeout + " waiting for "
+                + (missing.isEmpty() ? "a signal (slot offset " + waitOffset + " >= " + waitTarget + ")" : describe(missing))
+                + " (a rank stopped calling collectives, or the ranks called different ones;"
+                + " raise GroupOptions.timeout if ranks legitimately lag this long)";
+        abort(msg);
+        return new PeerTimeoutException(msg, rank, missing, waitWhat, Reason.DEADLINE_PASSED, timeout);
+    }
+
+    private String describe(List<Integer> ranks) {
+        return String.join(", ", ranks.stream().map(group::describe).toList());
+    }
+
+    /**
+     * Marks every pad (this rank's too) aborted by this rank with {@code reason}, unless another rank
+     * got there first. Peers see it on their next progress check and fail.
+     */
+    void abort(String reason) {
+        byte[] text = reason.getBytes(StandardCharsets.UTF_8);
+        int len = Math.min(text.length, ABORT_REASON_MAX_BYTES);
+        for (MemorySegment pad : pads) {
+            try {
+                // claim the pad's reason area; only the first aborter writes it
+                if (LONG.compareAndSet(pad, ABORT_WORD_OFFSET, 0L, ABORT_CLAIMED)) {
+                    pad.set(ValueLayout.JAVA_INT, ABORT_REASON_OFFSET, len);
+                    MemorySegment.copy(text, 0, pad, ValueLayout.JAVA_BYTE, ABORT_REASON_OFFSET + Integer.BYTES, len);
+                    // release: publishes the reason; acquired by checkNotAborted on the pad's owner
+                    LONG.setRelease(pad, ABORT_WORD_OFFSET, (long) rank + 1);
+                }
+            } catch (IllegalStateException closed) {
+                // a peer's memory is already unmapped (it left): nothing to tell it
+            }
+        }
+    }
+
+    /** Throws if this rank's pad says the group was aborted. One acquire load on the fast path. */
+    void checkNotAborted(String what) {
+        // acquire: pairs with the aborter's release in abort(), so the reason text is complete
+        long word = (long) LONG.getAcquire(ownPad, ABORT_WORD_OFFSET);
+        if (word == 0) {
+            return;
+        }
+        if (word == ABORT_CLAIMED) {
+            throw new PeerTimeoutException("rank=" + rank + " " + what + ": group aborted by a peer (reason being written)",
+                    rank, List.of(), what, Reason.PEER_ABORTED, waiter.timeout());
+        }
+        int aborter = (int) word - 1;
+        int len = ownPad.get(ValueLayout.JAVA_INT, ABORT_REASON_OFFSET);
+        byte[] text = new byte[Math.max(0, Math.min(len, ABORT_REASON_MAX_BYTES))];
+        MemorySegment.copy(ownPad, ValueLayout.JAVA_BYTE, ABORT_REASON_OFFSET + Integer.BYTES, text, 0, text.length);
+        String reason = new String(text, StandardCharsets.UTF_8);
+        String msg = aborter == rank
+                ? "rank=" + rank + " " + what + ": this group was aborted earlier on this rank: " + reason
+                        + " (create a new group)"
+                : "rank=" + rank + " " + what + ": group aborted by rank " + aborter + ": " + reason;
+        throw new PeerTimeoutException(msg, rank, aborter == rank ? List.of() : List.of(aborter), what,
+                Reason.PEER_ABORTED, waiter.timeout());
+    }
+
+    boolean isAborted() {
+        return (long) LONG.getAcquire(ownPad, ABORT_WORD_OFFSET) != 0;
+    }
+}

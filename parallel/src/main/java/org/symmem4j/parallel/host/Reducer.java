@@ -1,0 +1,67 @@
+package org.symmem4j.parallel.host;
+
+import java.lang.foreign.MemorySegment;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ReduceOp;
+
+/**
+ * The element loop of every host collective: {@code dst[i] = src[0][i] ⊕ src[1][i] ⊕ … ⊕ src[n-1][i]},
+ * combining sources left to right in the order given (callers pass peers in rank order), then
+ * dividing by {@code divisor} when it is positive (the AVG finish).
+ *
+ * <p>Operands carry their own storage type, so one call can read BFLOAT16 buffers and FLOAT32 partial
+ * sums (the ring's) and write either. Arithmetic is in FLOAT64 when the operands are FLOAT64 and in
+ * FLOAT32 otherwise; BFLOAT16 is widened exactly and rounded once, to nearest even, when stored.
+ * {@code dst} may be one of the sources at the same offset (in place): each element is read from every
+ * source before it is written.
+ *
+ * <p>Two implementations give bitwise-identical results: {@link VectorReducer} (the JDK's Vector API,
+ * used when the {@code jdk.incubator.vector} module is present) and {@link ScalarReducer}.
+ */
+public interface Reducer {
+
+    /**
+     * @param srcs        source segments, combined in this order
+     * @param srcOffsets  byte offset of element 0 in each source
+     * @param srcTypes    storage type of each source
+     * @param nsrc        how many of the arrays' entries are used
+     * @param divisor     divide the result by this when positive (AVG); 0 for none
+     */
+    void reduce(MemorySegment[] srcs, long[] srcOffsets, DType[] srcTypes, int nsrc,
+                MemorySegment dst, long dstOffset, DType dstType, long count, ReduceOp op, int divisor);
+
+    /** Short name for logs and benchmarks. */
+    String name();
+
+    /**
+     * The reducer for this JVM: vectorized when {@code jdk.incubator.vector} is enabled (add
+     * {@code --add-modules=jdk.incubator.vector}), unless {@code -Dsymmem4j.reducer=scalar}.
+     */
+    static Reducer forThisJvm() {
+        return Holder.INSTANCE;
+    }
+
+    /** Lazy holder: decides once per JVM and logs the choice. */
+    final class Holder {
+        static final Reducer INSTANCE = choose();
+
+        private Holder() {
+        }
+
+        private static Reducer choose() {
+            System.Logger log = System.getLogger(Reducer.class.getName());
+            if ("scalar".equals(System.getProperty("symmem4j.reducer"))) {
+                log.log(System.Logger.Level.INFO, "host reductions: scalar (forced by -Dsymmem4j.reducer=scalar)");
+                return new ScalarReducer();
+            }
+            Reducer vector = VectorReducer.createIfAvailable();
+            if (vector == null) {
+                log.log(System.Logger.Level.INFO, "host reductions: scalar, because module jdk.incubator.vector is not"
+                        + " enabled; add --add-modules=jdk.incubator.vector to the JVM flags for vectorized loops"
+                        + " (about 2x faster on cache-resident data)");
+                return new ScalarReducer();
+            }
+            return vector;
+        }
+    }
+}

@@ -1,0 +1,87 @@
+package org.symmem4j.parallel.host;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ReduceOp;
+
+/**
+ * The reference element loop (see {@link Reducer}); also the tail loop of {@link VectorReducer}, so
+ * both share one definition of every element's arithmetic.
+ */
+public final class ScalarReducer implements Reducer {
+
+    static final ValueLayout.OfFloat F32 = ValueLayout.JAVA_FLOAT_UNALIGNED;
+    static final ValueLayout.OfDouble F64 = ValueLayout.JAVA_DOUBLE_UNALIGNED;
+    static final ValueLayout.OfShort BF16 = ValueLayout.JAVA_SHORT_UNALIGNED;
+
+    @Override
+    public String name() {
+        return "scalar";
+    }
+
+    @Override
+    public void reduce(MemorySegment[] srcs, long[] srcOffsets, DType[] srcTypes, int nsrc,
+                       MemorySegment dst, long dstOffset, DType dstType, long count, ReduceOp op, int divisor) {
+        reduceRange(srcs, srcOffsets, srcTypes, nsrc, dst, dstOffset, dstType, 0, count, op, divisor);
+    }
+
+    /** Elements {@code [from, to)}. */
+    static void reduceRange(MemorySegment[] srcs, long[] srcOffsets, DType[] srcTypes, int nsrc,
+                            MemorySegment dst, long dstOffset, DType dstType, long from, long to, ReduceOp op,
+                            int divisor) {
+        if (dstType == DType.FLOAT64) {
+            for (long i = from; i < to; i++) {
+                double acc = srcs[0].get(F64, srcOffsets[0] + i * 8);
+                for (int k = 1; k < nsrc; k++) {
+                    acc = combine(acc, srcs[k].get(F64, srcOffsets[k] + i * 8), op);
+                }
+                if (divisor > 0) {
+                    acc = acc / divisor;
+                }
+                if (acc != acc) {
+                    acc = Double.NaN; // canonical: NaN sign and payload depend on operand order in hardware
+                }
+                dst.set(F64, dstOffset + i * 8, acc);
+            }
+            return;
+        }
+        for (long i = from; i < to; i++) {
+            float acc = loadFloat(srcs[0], srcOffsets[0], srcTypes[0], i);
+            for (int k = 1; k < nsrc; k++) {
+                acc = combine(acc, loadFloat(srcs[k], srcOffsets[k], srcTypes[k], i), op);
+            }
+            if (divisor > 0) {
+                acc = acc / divisor;
+            }
+            if (acc != acc) {
+                acc = Float.NaN; // canonical: NaN sign and payload depend on operand order in hardware
+            }
+            if (dstType == DType.FLOAT32) {
+                dst.set(F32, dstOffset + i * 4, acc);
+            } else {
+                dst.set(BF16, dstOffset + i * 2, BFloat16.fromFloat(acc));
+            }
+        }
+    }
+
+    static float loadFloat(MemorySegment s, long base, DType type, long i) {
+        return type == DType.FLOAT32 ? s.get(F32, base + i * 4) : BFloat16.toFloat(s.get(BF16, base + i * 2));
+    }
+
+    static float combine(float a, float b, ReduceOp op) {
+        return switch (op) {
+            case SUM, AVG -> a + b;
+            case MAX -> Math.max(a, b);
+            case MIN -> Math.min(a, b);
+        };
+    }
+
+    static double combine(double a, double b, ReduceOp op) {
+        return switch (op) {
+            case SUM, AVG -> a + b;
+            case MAX -> Math.max(a, b);
+            case MIN -> Math.min(a, b);
+        };
+    }
+}

@@ -1,0 +1,117 @@
+package org.symmem4j.parallel.host;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicLong;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.ProcessGroup;
+import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.Transport;
+
+/**
+ * Ranks are processes on one machine: each rank creates a {@code /dev/shm} file holding its signal
+ * pad and buffer, the ranks exchange file names through the rendezvous store, every rank maps
+ * every file, and each owner then unlinks its file (see {@link SharedMemoryFiles}).
+ *
+ * <pre>
+ *   file of rank r:  [ signal pad (SignalPadLayout.padBytes) | buffer (bytes, rounded up to 4096) ]
+ * </pre>
+ */
+public final class SharedMemoryTransport implements Transport {
+
+    public static final String NAME = "host-shm";
+
+    private final AtomicLong nextId = new AtomicLong();
+
+    @Override
+    public String name() {
+        return NAME;
+    }
+
+    @Override
+    public SymmetricMemory allocate(Group group, long bytes) {
+        ProcessGroup g = processGroup(group);
+        if (bytes < 0) {
+            throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0");
+        }
+        SharedMemoryFiles.sweepStale();
+        int n = g.worldSize();
+        int rank = g.rank();
+        int slots = SignalPadLayout.DEFAULT_SIGNAL_SLOTS;
+        long padBytes = SignalPadLayout.padBytes(n, slots);
+        long fileBytes = padBytes + ((bytes + 4095) & ~4095L);
+        Arena arena = Arena.ofShared();
+        String myName = SharedMemoryFiles.newName(rank);
+        boolean unlinked = false;
+        try {
+            MemorySegment mine = SharedMemoryFiles.createAndMap(myName, fileBytes, arena);
+            SignalPadLayout.initialize(mine.asSlice(0, padBytes), n, rank, slots, bytes);
+            long idProposal = rank == 0 ? nextId.getAndIncrement() : -1;
+            List<byte[]> all = g.allGatherBytes("shm-allocate",
+                    (myName + " " + bytes + " " + idProposal).getBytes(StandardCharsets.UTF_8));
+            MemorySegment[] datas = new MemorySegment[n];
+            MemorySegment[] pads = new MemorySegment[n];
+            StringBuilder sizes = new StringBuilder();
+            boolean sameSize = true;
+            long id = -1;
+            String[][] parsed = new String[n][];
+            for (int r = 0; r < n; r++) {
+                parsed[r] = new String(all.get(r), StandardCharsets.UTF_8).split(" ");
+                long peerBytes = Long.parseLong(parsed[r][1]);
+                sameSize &= peerBytes == bytes;
+                sizes.append(r == 0 ? "" : ", ").append("rank=").append(r).append(" bytes=").append(peerBytes);
+                if (r == 0) {
+                    id = Long.parseLong(parsed[r][2]);
+                }
+            }
+            if (!sameSize) {
+                throw new SymmemException("symmetric memory allocate: sizes differ across ranks: " + sizes
+                        + " (every rank must allocate the same number of bytes)");
+            }
+            for (int r = 0; r < n; r++) {
+                MemorySegment file = r == rank ? mine : SharedMemoryFiles.map(parsed[r][0], fileBytes, arena);
+                pads[r] = file.asSlice(0, padBytes);
+                datas[r] = file.asSlice(padBytes, bytes);
+                SignalPadLayout.verify(pads[r], n, r, slots, bytes);
+            }
+            // Every rank has mapped every file once all pass this exchange; then each owner
+            // unlinks its own file and the mappings live on with no name in /dev/shm.
+            g.allGatherBytes("shm-mapped", new byte[0]);
+            SharedMemoryFiles.deleteQuietly(myName);
+            unlinked = true;
+            return new HostSymmetricMemory(g, NAME, id, bytes, slots, datas, pads, arena::close);
+        } catch (RuntimeException e) {
+            if (!unlinked) {
+                SharedMemoryFiles.deleteQuietly(myName);
+            }
+            arena.close();
+            SharedMemoryFiles.sweepStale(); // a peer that died during set-up may have left its file
+            throw e;
+        }
+    }
+
+    @Override
+    public SymmetricMemory register(Group group, MemorySegment buffer) {
+        throw new UnsupportedOperationException("transport " + NAME + " cannot register an existing buffer:"
+                + " other processes cannot map private memory. Allocate with SymmetricMemory.allocate(group, bytes)"
+                + " and place the data in local()");
+    }
+
+    @Override
+    public Communicator communicator(Group group, CommunicatorOptions options) {
+        return new HostCommunicator(processGroup(group), options);
+    }
+
+    private static ProcessGroup processGroup(Group group) {
+        if (group instanceof ProcessGroup g) {
+            return g;
+        }
+        throw new IllegalArgumentException("transport " + NAME + " needs a ProcessGroup; found "
+                + (group == null ? "null" : group.getClass().getSimpleName()));
+    }
+}

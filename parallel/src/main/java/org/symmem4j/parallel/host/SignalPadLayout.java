@@ -1,0 +1,121 @@
+package org.symmem4j.parallel.host;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.VarHandle;
+
+/**
+ * Layout of one rank's signal pad: the flags peers write to synchronize with it. Every field that a
+ * different rank writes sits on its own 128-byte line (x86 prefetches 64-byte lines in adjacent
+ * pairs, so 128 keeps two writers off one prefetch pair).
+ *
+ * <pre>
+ *  offset                      field                                     written by       read by
+ *  0                           HEADER: magic, version, worldSize,        owner, once      peers, verify
+ *                                      ownerRank, signalSlots, dataBytes
+ *  128                         ABORT word (long): 0 = none, -1 = being   any rank (CAS)   owner
+ *                                      written, r+1 = aborted by rank r
+ *  256..511                    ABORT reason: int length + UTF-8 bytes    the CAS winner   owner
+ *  512 + 128*(seq % 2)        DESCRIPTOR of the owner's op number seq   owner            peers
+ *                                      (see {@link OpDescriptorLayout}); two
+ *                                      alternate, so a fast owner writing op
+ *                                      seq+1 never overwrites op seq while a
+ *                                      slow peer still compares it
+ *  768 + 128*p                 BARRIER slot of rank p (long epoch)       rank p           owner
+ *  768 + 128*(N+p)             STEP slot of rank p (long ring step)      rank p           owner
+ *  768 + 128*(2N+k)            SIGNAL slot k, k < signalSlots (long)     any rank         owner
+ *  rounded up to 4096          end
+ * </pre>
+ *
+ * Slots only grow (epochs and step counters are monotonic), so a slot never has to be reset and a
+ * late reader can never mistake an old value for a new one.
+ */
+public final class SignalPadLayout {
+
+    public static final int LINE_BYTES = 128;
+    public static final int MAGIC = 0x53594D50; // "SYMP"
+    public static final int VERSION = 1;
+    public static final int DEFAULT_SIGNAL_SLOTS = 64;
+
+    public static final long MAGIC_OFFSET = 0;
+    public static final long VERSION_OFFSET = 4;
+    public static final long WORLD_SIZE_OFFSET = 8;
+    public static final long OWNER_RANK_OFFSET = 12;
+    public static final long SIGNAL_SLOTS_OFFSET = 16;
+    public static final long DATA_BYTES_OFFSET = 24;
+
+    public static final long ABORT_WORD_OFFSET = LINE_BYTES;
+    public static final long ABORT_REASON_OFFSET = 2L * LINE_BYTES;
+    public static final int ABORT_REASON_MAX_BYTES = 2 * LINE_BYTES - Integer.BYTES;
+    public static final long DESCRIPTOR_OFFSET = 4L * LINE_BYTES;
+    public static final long SLOTS_BASE = 6L * LINE_BYTES;
+
+    /** {@code abortWord} while the winner of the abort CAS is still writing its reason. */
+    public static final long ABORT_CLAIMED = -1;
+
+    /** Plain/acquire/release/CAS access to a long at (segment, offset). */
+    public static final VarHandle LONG = ValueLayout.JAVA_LONG.varHandle();
+
+    private SignalPadLayout() {
+    }
+
+    /** Where the owner writes the descriptor of its op number {@code seq}. */
+    public static long descriptorOffset(long seq) {
+        return DESCRIPTOR_OFFSET + (seq & 1) * LINE_BYTES;
+    }
+
+    public static long barrierSlotOffset(int fromRank) {
+        return SLOTS_BASE + (long) LINE_BYTES * fromRank;
+    }
+
+    public static long stepSlotOffset(int worldSize, int fromRank) {
+        return SLOTS_BASE + (long) LINE_BYTES * (worldSize + fromRank);
+    }
+
+    public static long signalSlotOffset(int worldSize, int slot) {
+        return SLOTS_BASE + (long) LINE_BYTES * (2L * worldSize + slot);
+    }
+
+    /** Bytes of one pad for a group of {@code worldSize} ranks with {@code signalSlots} user slots. */
+    public static long padBytes(int worldSize, int signalSlots) {
+        long end = signalSlotOffset(worldSize, signalSlots);
+        return (end + 4095) & ~4095L;
+    }
+
+    /** Writes the header of a freshly zeroed pad; done by the owner before the pad is shared. */
+    public static void initialize(MemorySegment pad, int worldSize, int ownerRank, int signalSlots, long dataBytes) {
+        pad.set(ValueLayout.JAVA_INT, MAGIC_OFFSET, MAGIC);
+        pad.set(ValueLayout.JAVA_INT, VERSION_OFFSET, VERSION);
+        pad.set(ValueLayout.JAVA_INT, WORLD_SIZE_OFFSET, worldSize);
+        pad.set(ValueLayout.JAVA_INT, OWNER_RANK_OFFSET, ownerRank);
+        pad.set(ValueLayout.JAVA_INT, SIGNAL_SLOTS_OFFSET, signalSlots);
+        pad.set(ValueLayout.JAVA_LONG, DATA_BYTES_OFFSET, dataBytes);
+    }
+
+    /**
+     * Checks a mapped peer pad: right magic, version, size and owner. Catches a rank that mapped
+     * the wrong file or a peer built from another version of symmem4j.
+     */
+    public static void verify(MemorySegment pad, int worldSize, int ownerRank, int signalSlots, long dataBytes) {
+        long need = padBytes(worldSize, signalSlots);
+        if (pad.byteSize() < need) {
+            throw new IllegalStateException("signal pad of rank " + ownerRank + ": size=" + pad.byteSize()
+                    + " expected>=" + need);
+        }
+        int magic = pad.get(ValueLayout.JAVA_INT, MAGIC_OFFSET);
+        int version = pad.get(ValueLayout.JAVA_INT, VERSION_OFFSET);
+        int ws = pad.get(ValueLayout.JAVA_INT, WORLD_SIZE_OFFSET);
+        int owner = pad.get(ValueLayout.JAVA_INT, OWNER_RANK_OFFSET);
+        int slots = pad.get(ValueLayout.JAVA_INT, SIGNAL_SLOTS_OFFSET);
+        long bytes = pad.get(ValueLayout.JAVA_LONG, DATA_BYTES_OFFSET);
+        if (magic != MAGIC || version != VERSION || ws != worldSize || owner != ownerRank || slots != signalSlots
+                || bytes != dataBytes) {
+            throw new IllegalStateException(String.format(
+                    "signal pad of rank %d does not match: magic=0x%x version=%d worldSize=%d owner=%d slots=%d"
+                            + " dataBytes=%d expected magic=0x%x version=%d worldSize=%d owner=%d slots=%d dataBytes=%d"
+                            + " (all ranks must run the same symmem4j version and allocate the same size)",
+                    ownerRank, magic, version, ws, owner, slots, bytes, MAGIC, VERSION, worldSize, ownerRank,
+                    signalSlots, dataBytes));
+        }
+    }
+}

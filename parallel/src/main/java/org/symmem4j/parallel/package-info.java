@@ -1,0 +1,20 @@
+/**
+ * The symmem4j runtime: groups of ranks, symmetric memory and collectives.
+ *
+ * <ul>
+ *   <li>{@link org.symmem4j.parallel.Group}: N ranks. {@link org.symmem4j.parallel.InJvmWorld} makes
+ *       ranks of threads, {@link org.symmem4j.parallel.ProcessGroup} ranks of processes (torchrun's
+ *       {@code RANK}, {@code WORLD_SIZE}, {@code LOCAL_RANK}, {@code MASTER_ADDR}, {@code MASTER_PORT};
+ *       rank 0 hosts the rendezvous store of {@link org.symmem4j.parallel.rendezvous}).</li>
+ *   <li>{@link org.symmem4j.parallel.SymmetricMemory}: a same-size buffer on every rank that every
+ *       peer maps, plus a signal pad per rank (barrier, put-with-signal, wait-signal).</li>
+ *   <li>{@link org.symmem4j.parallel.Communicator}: all-reduce (ONE_SHOT, TWO_SHOT, RING),
+ *       reduce-scatter, all-gather, broadcast; SUM/AVG/MAX/MIN over FLOAT32/FLOAT64/BFLOAT16.</li>
+ *   <li>{@link org.symmem4j.parallel.Transport}: where memory lives. Host transports are in
+ *       {@link org.symmem4j.parallel.host}.</li>
+ * </ul>
+ *
+ * Every wait is bounded by {@link org.symmem4j.parallel.GroupOptions#timeout()} and fails with a
+ * {@link org.symmem4j.parallel.PeerTimeoutException} naming the ranks that did not arrive.
+ */
+package org.symmem4j.parallel;

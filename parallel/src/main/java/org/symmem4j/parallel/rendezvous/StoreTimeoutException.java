@@ -1,0 +1,21 @@
+package org.symmem4j.parallel.rendezvous;
+
+import java.time.Duration;
+import java.util.List;
+import org.symmem4j.parallel.SymmemException;
+
+/** Keys that no rank set before the deadline. */
+public class StoreTimeoutException extends SymmemException {
+
+    private final List<String> missingKeys;
+
+    public StoreTimeoutException(List<String> missingKeys, Duration timeout) {
+        super("rendezvous store: keys still absent after timeout=" + timeout + ": " + missingKeys
+                + " (the ranks that should set them have not arrived; check that every rank started)");
+        this.missingKeys = List.copyOf(missingKeys);
+    }
+
+    public List<String> missingKeys() {
+        return missingKeys;
+    }
+}
