@@ -104,10 +104,10 @@ final class HostCommunicator implements Communicator {
     @Override
     public void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
         long s = seq++;
-        String what = "all-reduce#" + s;
+        sync.beginOp("all-reduce", s);
         Problem problem = buffer == null ? Problem.NULL_BUFFER : commonProblem(count, dtype, op, algorithm);
         enter(new Descriptor(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
-                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem), what);
+                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem));
         if (count == 0 || worldSize == 1) {
             return; // one rank: the buffer already holds the result (x/1 == x for AVG)
         }
@@ -117,8 +117,8 @@ final class HostCommunicator implements Communicator {
             long len = Math.min(pieceElements, count - start);
             long half = takeHalf();
             MemorySegment.copy(buffer, start * dsize, scratch.local(), half, len * dsize);
-            sync.barrier(what + " staged piece"); // publishes the piece to every peer
-            runAllReduce(algorithm, scratch, half, buffer, start * dsize, false, len, dtype, op, what);
+            sync.barrier("staged piece"); // publishes the piece to every peer
+            runAllReduce(algorithm, scratch, half, buffer, start * dsize, false, len, dtype, op);
         }
     }
 
@@ -126,7 +126,7 @@ final class HostCommunicator implements Communicator {
     public void allReduce(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op,
                           Algorithm algorithm) {
         long s = seq++;
-        String what = "all-reduce#" + s;
+        sync.beginOp("all-reduce", s);
         Problem problem = commonProblem(count, dtype, op, algorithm);
         HostSymmetricMemory mem = null;
         if (memory == null) {
@@ -140,12 +140,12 @@ final class HostCommunicator implements Communicator {
         }
         long available = mem == null ? -1 : mem.byteSize() - offsetBytes;
         enter(new Descriptor(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count, available,
-                memory == null ? -1 : memory.id(), offsetBytes, 0, problem), what);
+                memory == null ? -1 : memory.id(), offsetBytes, 0, problem));
         if (count == 0 || worldSize == 1) {
             return;
         }
         // The entry barrier published every rank's data in its buffer.
-        runAllReduce(algorithm, mem, offsetBytes, mem.local(), offsetBytes, true, count, dtype, op, what);
+        runAllReduce(algorithm, mem, offsetBytes, mem.local(), offsetBytes, true, count, dtype, op);
     }
 
     /**
@@ -154,11 +154,11 @@ final class HostCommunicator implements Communicator {
      * {@code dst}; {@code inPlace} says {@code dst} is this rank's region itself.
      */
     private void runAllReduce(Algorithm algorithm, HostSymmetricMemory mem, long regionOffset, MemorySegment dst,
-                              long dstOffset, boolean inPlace, long count, DType dtype, ReduceOp op, String what) {
+                              long dstOffset, boolean inPlace, long count, DType dtype, ReduceOp op) {
         switch (algorithm) {
-            case ONE_SHOT -> oneShot(mem, regionOffset, dst, dstOffset, inPlace, count, dtype, op, what);
-            case TWO_SHOT -> twoShot(mem, regionOffset, dst, dstOffset, inPlace, count, dtype, op, what);
-            case RING -> ring(mem, regionOffset, dst, dstOffset, inPlace, count, dtype, op, what);
+            case ONE_SHOT -> oneShot(mem, regionOffset, dst, dstOffset, inPlace, count, dtype, op);
+            case TWO_SHOT -> twoShot(mem, regionOffset, dst, dstOffset, inPlace, count, dtype, op);
+            case RING -> ring(mem, regionOffset, dst, dstOffset, inPlace, count, dtype, op);
             case NCCL -> throw new IllegalStateException("unreachable: NCCL rejected at entry");
         }
     }
@@ -169,7 +169,7 @@ final class HostCommunicator implements Communicator {
      * barrier (every peer has finished reading this rank's region), then copied back.
      */
     private void oneShot(HostSymmetricMemory mem, long regionOffset, MemorySegment dst, long dstOffset,
-                         boolean inPlace, long count, DType dtype, ReduceOp op, String what) {
+                         boolean inPlace, long count, DType dtype, ReduceOp op) {
         for (int r = 0; r < worldSize; r++) {
             setSource(r, mem.peer(r), regionOffset, dtype);
         }
@@ -181,7 +181,7 @@ final class HostCommunicator implements Communicator {
         long bytes = dtype.bytes(count);
         MemorySegment temp = oneShotTemp(bytes);
         reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, temp, 0, dtype, count, op, divisor);
-        sync.barrier(what + " one-shot reads done");
+        sync.barrier("one-shot reads done");
         MemorySegment.copy(temp, 0, dst, dstOffset, bytes);
     }
 
@@ -192,7 +192,7 @@ final class HostCommunicator implements Communicator {
      * keeps the caller from overwriting chunk r while peers still copy it.
      */
     private void twoShot(HostSymmetricMemory mem, long regionOffset, MemorySegment dst, long dstOffset,
-                         boolean inPlace, long count, DType dtype, ReduceOp op, String what) {
+                         boolean inPlace, long count, DType dtype, ReduceOp op) {
         long dsize = dtype.byteSize();
         long chunk = chunkElements(count);
         long lo = Math.min(rank * chunk, count);
@@ -207,7 +207,7 @@ final class HostCommunicator implements Communicator {
                 MemorySegment.copy(mem.local(), regionOffset + lo * dsize, dst, dstOffset + lo * dsize, (hi - lo) * dsize);
             }
         }
-        sync.barrier(what + " two-shot reduce-scatter done"); // publishes each rank's reduced chunk
+        sync.barrier("two-shot reduce-scatter done"); // publishes each rank's reduced chunk
         for (int q = 0; q < worldSize; q++) {
             long qlo = Math.min(q * chunk, count);
             long qhi = Math.min(qlo + chunk, count);
@@ -216,7 +216,7 @@ final class HostCommunicator implements Communicator {
             }
         }
         if (inPlace) {
-            sync.barrier(what + " two-shot all-gather done");
+            sync.barrier("two-shot all-gather done");
         }
     }
 
@@ -237,7 +237,7 @@ final class HostCommunicator implements Communicator {
      * every rank make slot parity ({@code g & 1}) agree.
      */
     private void ring(HostSymmetricMemory mem, long regionOffset, MemorySegment dst, long dstOffset,
-                      boolean inPlace, long count, DType dtype, ReduceOp op, String what) {
+                      boolean inPlace, long count, DType dtype, ReduceOp op) {
         int n = worldSize;
         int left = (rank - 1 + n) % n;
         int right = (rank + 1) % n;
@@ -255,7 +255,7 @@ final class HostCommunicator implements Communicator {
             for (int t = 0; t < n - 1; t++) {
                 int k = Math.floorMod(rank - 1 - t, n);
                 long g = ringSteps;
-                awaitNeighbours(left, right, g, what);
+                awaitNeighbours(left, right, g, "ring reduce-scatter");
                 long lo = Math.min(k * chunk + segStart, chunkEnd(k, chunk, count));
                 long hi = Math.min(lo + segment, chunkEnd(k, chunk, count));
                 if (hi > lo) {
@@ -281,7 +281,7 @@ final class HostCommunicator implements Communicator {
             for (int t = 0; t < n - 1; t++) {
                 int k = Math.floorMod(rank - t, n);
                 long g = ringSteps;
-                awaitNeighbours(left, right, g, what);
+                awaitNeighbours(left, right, g, "ring all-gather");
                 long lo = Math.min(k * chunk + segStart, chunkEnd(k, chunk, count));
                 long hi = Math.min(lo + segment, chunkEnd(k, chunk, count));
                 if (hi > lo) {
@@ -295,14 +295,14 @@ final class HostCommunicator implements Communicator {
             }
         }
         if (inPlace) {
-            sync.barrier(what + " ring done");
+            sync.barrier("ring done");
         }
     }
 
-    private void awaitNeighbours(int left, int right, long steps, String what) {
-        sync.awaitStep(left, steps, what);
+    private void awaitNeighbours(int left, int right, long steps, String phase) {
+        sync.awaitStep(left, steps, phase);
         if (right != left) {
-            sync.awaitStep(right, steps, what);
+            sync.awaitStep(right, steps, phase);
         }
     }
 
@@ -335,11 +335,11 @@ final class HostCommunicator implements Communicator {
     @Override
     public void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
         long s = seq++;
-        String what = "reduce-scatter#" + s;
+        sync.beginOp("reduce-scatter", s);
         Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
                 : commonProblem(recvCount, dtype, op, Algorithm.ONE_SHOT);
         enter(new Descriptor(s, Kind.REDUCE_SCATTER, ordinal(dtype), ordinal(op), -1, -1, recvCount,
-                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem), what);
+                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem));
         if (recvCount == 0) {
             return;
         }
@@ -356,7 +356,7 @@ final class HostCommunicator implements Communicator {
                 MemorySegment.copy(send, (b * recvCount + start) * dsize, scratch.local(),
                         half + b * pieceElements * dsize, len * dsize);
             }
-            sync.barrier(what + " staged piece");
+            sync.barrier("staged piece");
             for (int r = 0; r < worldSize; r++) {
                 setSource(r, scratch.peer(r), half + rank * pieceElements * dsize, dtype);
             }
@@ -369,11 +369,11 @@ final class HostCommunicator implements Communicator {
     @Override
     public void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
         long s = seq++;
-        String what = "all-gather#" + s;
+        sync.beginOp("all-gather", s);
         Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
                 : commonProblem(sendCount, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
         enter(new Descriptor(s, Kind.ALL_GATHER, ordinal(dtype), -1, -1, -1, sendCount,
-                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem), what);
+                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem));
         if (sendCount == 0) {
             return;
         }
@@ -387,7 +387,7 @@ final class HostCommunicator implements Communicator {
             long len = Math.min(pieceElements, sendCount - start);
             long half = takeHalf();
             MemorySegment.copy(send, start * dsize, scratch.local(), half, len * dsize);
-            sync.barrier(what + " staged piece");
+            sync.barrier("staged piece");
             for (int q = 0; q < worldSize; q++) {
                 MemorySegment.copy(scratch.peer(q), half, recv, (q * sendCount + start) * dsize, len * dsize);
             }
@@ -398,12 +398,12 @@ final class HostCommunicator implements Communicator {
     @Override
     public void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
         long s = seq++;
-        String what = "broadcast#" + s;
+        sync.beginOp("broadcast", s);
         Problem problem = buffer == null ? Problem.NULL_BUFFER
                 : root < 0 || root >= worldSize ? Problem.ROOT_OUT_OF_RANGE
                 : commonProblem(count, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
         enter(new Descriptor(s, Kind.BROADCAST, ordinal(dtype), -1, -1, root, count,
-                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem), what);
+                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem));
         if (count == 0 || worldSize == 1) {
             return;
         }
@@ -415,7 +415,7 @@ final class HostCommunicator implements Communicator {
             if (rank == root) {
                 MemorySegment.copy(buffer, start * dsize, scratch.local(), half, len * dsize);
             }
-            sync.barrier(what + " staged piece");
+            sync.barrier("staged piece");
             if (rank != root) {
                 MemorySegment.copy(scratch.peer(root), half, buffer, start * dsize, len * dsize);
             }
@@ -425,7 +425,8 @@ final class HostCommunicator implements Communicator {
     @Override
     public void barrier() {
         long s = seq++;
-        enter(new Descriptor(s, Kind.BARRIER, -1, -1, -1, -1, 0, 0, -1, 0, 0, Problem.NONE), "barrier#" + s);
+        sync.beginOp("barrier", s);
+        enter(new Descriptor(s, Kind.BARRIER, -1, -1, -1, -1, 0, 0, -1, 0, 0, Problem.NONE));
     }
 
     // ------------------------------------------------------------------ entry check
@@ -435,18 +436,40 @@ final class HostCommunicator implements Communicator {
      * and checks every rank's descriptor. All ranks read the same descriptors, so all reach the same
      * verdict: either all proceed or all throw the same message.
      */
-    private void enter(Descriptor mine, String what) {
-        sync.checkNotAborted(what);
-        mine.write(sync.ownPad(), SignalPadLayout.descriptorOffset(mine.seq()));
-        sync.barrier(what + " entry");
+    private void enter(Descriptor mine) {
+        sync.checkNotAborted("entry");
+        long base = SignalPadLayout.descriptorOffset(mine.seq());
+        mine.write(sync.ownPad(), base);
+        sync.barrier("entry");
+        if (mine.problem() == Problem.NONE && buffersLargeEnough(mine, mine.bufferBytes(), mine.recvBytes())) {
+            boolean agree = true;
+            for (int r = 0; r < worldSize && agree; r++) {
+                if (r != rank) {
+                    MemorySegment pad = sync.pad(r);
+                    agree = mine.sameCallAs(pad, base) && buffersLargeEnough(mine,
+                            pad.get(java.lang.foreign.ValueLayout.JAVA_LONG, base + OpDescriptorLayout.BUFFER_BYTES),
+                            pad.get(java.lang.foreign.ValueLayout.JAVA_LONG, base + OpDescriptorLayout.RECV_BYTES));
+                }
+            }
+            if (agree) {
+                return; // the common case, decided without allocating
+            }
+        }
         List<Descriptor> all = new ArrayList<>(worldSize);
         for (int r = 0; r < worldSize; r++) {
-            all.add(r == rank ? mine : Descriptor.read(sync.pad(r), SignalPadLayout.descriptorOffset(mine.seq())));
+            all.add(r == rank ? mine : Descriptor.read(sync.pad(r), base));
         }
-        String error = DescriptorCheck.check(all, what);
-        if (error != null) {
-            throw new CollectiveMismatchException(error);
+        String error = DescriptorCheck.check(all);
+        if (error == null) {
+            throw new IllegalStateException("descriptor fast check and full check disagree: " + all);
         }
+        throw new CollectiveMismatchException(error);
+    }
+
+    /** Whether buffers of these sizes hold the call's count (overflow counts as too small). */
+    private boolean buffersLargeEnough(Descriptor call, long bufferBytes, long recvBytes) {
+        long[] need = DescriptorCheck.neededBytes(call, DType.values()[Math.max(0, call.dtype())], worldSize);
+        return need != null && bufferBytes >= need[0] && (need.length < 2 || recvBytes >= need[1]);
     }
 
     private Problem commonProblem(long count, DType dtype, ReduceOp op, Algorithm algorithm) {
@@ -502,8 +525,9 @@ final class HostCommunicator implements Communicator {
         }
 
         /** Null when all descriptors agree and every buffer is large enough; else the error message. */
-        static String check(List<Descriptor> all, String what) {
+        static String check(List<Descriptor> all) {
             Descriptor first = all.getFirst();
+            String what = label(first.kind()) + "#" + first.seq();
             boolean sameCall = all.stream().allMatch(d -> d.seq() == first.seq() && d.kind() == first.kind());
             if (!sameCall) {
                 return "ranks called different collectives: " + list(all, d -> label(d.kind()) + "#" + d.seq())
@@ -554,7 +578,7 @@ final class HostCommunicator implements Communicator {
         }
 
         /** Bytes needed: {buffer} or {send, recv}; null on overflow. */
-        private static long[] neededBytes(Descriptor d, DType dtype, int n) {
+        static long[] neededBytes(Descriptor d, DType dtype, int n) {
             try {
                 long one = dtype.bytes(d.count());
                 return switch (d.kind()) {

@@ -82,7 +82,8 @@ public final class HostSymmetricMemory implements SymmetricMemory {
 
     @Override
     public void barrier() {
-        sync.barrier("symmetric-memory#" + id + " barrier");
+        sync.beginOp("symmetric-memory", id);
+        sync.barrier("barrier");
     }
 
     @Override
@@ -108,8 +109,8 @@ public final class HostSymmetricMemory implements SymmetricMemory {
     @Override
     public long waitSignal(int slot, long atLeast, int fromRank) {
         checkSlot(slot);
-        return sync.waitSignal(slot, atLeast, fromRank, "symmetric-memory#" + id + " wait-signal slot=" + slot
-                + " value>=" + atLeast);
+        sync.beginOp("symmetric-memory", id);
+        return sync.waitSignal(slot, atLeast, fromRank, "wait-signal");
     }
 
     @Override
@@ -142,7 +143,8 @@ public final class HostSymmetricMemory implements SymmetricMemory {
         closed = true;
         try {
             if (!sync.isAborted()) {
-                sync.barrier("symmetric-memory#" + id + " close");
+                sync.beginOp("symmetric-memory", id);
+                sync.barrier("close");
             }
         } catch (PeerTimeoutException e) {
             // a peer is gone: free anyway; the memory of a live peer stays mapped on its side

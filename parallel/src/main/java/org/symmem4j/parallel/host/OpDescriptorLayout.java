@@ -89,6 +89,24 @@ public final class OpDescriptorLayout {
             pad.set(ValueLayout.JAVA_INT, base + PROBLEM, problem.ordinal());
         }
 
+        /**
+         * Whether the descriptor at {@code base} of a peer's pad names the same call with the same
+         * arguments and no problem: the allocation-free check every collective runs. Buffer sizes are
+         * not compared (each rank's own); see {@code HostCommunicator} for the size check.
+         */
+        public boolean sameCallAs(MemorySegment pad, long base) {
+            return pad.get(ValueLayout.JAVA_LONG, base + SEQ) == seq
+                    && pad.get(ValueLayout.JAVA_INT, base + KIND) == kind.ordinal()
+                    && pad.get(ValueLayout.JAVA_INT, base + DTYPE) == dtype
+                    && pad.get(ValueLayout.JAVA_INT, base + OP) == op
+                    && pad.get(ValueLayout.JAVA_INT, base + ALGORITHM) == algorithm
+                    && pad.get(ValueLayout.JAVA_INT, base + ROOT) == root
+                    && pad.get(ValueLayout.JAVA_LONG, base + COUNT) == count
+                    && pad.get(ValueLayout.JAVA_LONG, base + MEMORY_ID) == memoryId
+                    && pad.get(ValueLayout.JAVA_LONG, base + MEMORY_OFFSET) == memoryOffset
+                    && pad.get(ValueLayout.JAVA_INT, base + PROBLEM) == Problem.NONE.ordinal();
+        }
+
         /** Reads a descriptor at {@code base} (plain loads, after the acquire that published it). */
         public static Descriptor read(MemorySegment pad, long base) {
             int kind = pad.get(ValueLayout.JAVA_INT, base + KIND);

@@ -43,6 +43,10 @@ final class PadSynchronizer implements WaitSubject {
 
     private long barrierEpoch;
 
+    // The operation in progress, named in errors; set per operation without building strings.
+    private String opKind = "operation";
+    private long opNumber = -1;
+
     // The wait in progress, for error reports (set only on the slow path).
     private WaitKind waitKind;
     private String waitWhat;
@@ -61,6 +65,17 @@ final class PadSynchronizer implements WaitSubject {
         this.livenessIntervalNanos = group.options().livenessInterval().toNanos();
     }
 
+    /** Names the operation the next waits belong to (for example kind "all-reduce", number 12). */
+    void beginOp(String kind, long number) {
+        opKind = kind;
+        opNumber = number;
+    }
+
+    /** "all-reduce#12 entry": built only when an error is reported. */
+    private String label(String phase) {
+        return (opNumber >= 0 ? opKind + "#" + opNumber : opKind) + " " + phase;
+    }
+
     MemorySegment ownPad() {
         return ownPad;
     }
@@ -74,8 +89,8 @@ final class PadSynchronizer implements WaitSubject {
      * publishes all of this rank's earlier writes (data, descriptor); the matching acquire load in
      * the peer's wait loop makes them visible there.
      */
-    void barrier(String what) {
-        checkNotAborted(what);
+    void barrier(String phase) {
+        checkNotAborted(phase);
         long epoch = ++barrierEpoch;
         long mySlot = SignalPadLayout.barrierSlotOffset(rank);
         for (int p = 0; p < worldSize; p++) {
@@ -89,7 +104,7 @@ final class PadSynchronizer implements WaitSubject {
                 long offset = SignalPadLayout.barrierSlotOffset(p);
                 // acquire: pairs with p's release above; p's pre-barrier writes are visible after it
                 if ((long) LONG.getAcquire(ownPad, offset) < epoch) {
-                    slowWait(WaitKind.BARRIER, what, offset, epoch, p);
+                    slowWait(WaitKind.BARRIER, phase, offset, epoch, p);
                 }
             }
         }
@@ -109,11 +124,11 @@ final class PadSynchronizer implements WaitSubject {
     }
 
     /** Waits until {@code peer} has told this rank it completed at least {@code steps} steps (acquire). */
-    void awaitStep(int peer, long steps, String what) {
+    void awaitStep(int peer, long steps, String phase) {
         long offset = SignalPadLayout.stepSlotOffset(worldSize, peer);
         // acquire: pairs with the peer's release in publishStep
         if ((long) LONG.getAcquire(ownPad, offset) < steps) {
-            slowWait(WaitKind.STEP, what, offset, steps, peer);
+            slowWait(WaitKind.STEP, phase + " step " + steps, offset, steps, peer);
         }
     }
 
@@ -130,12 +145,12 @@ final class PadSynchronizer implements WaitSubject {
     }
 
     /** Waits until this rank's signal slot holds at least {@code atLeast}; returns the value seen (acquire). */
-    long waitSignal(int slot, long atLeast, int fromRank, String what) {
+    long waitSignal(int slot, long atLeast, int fromRank, String phase) {
         long offset = SignalPadLayout.signalSlotOffset(worldSize, slot);
         // acquire: pairs with the signaller's release in signal()
         long v = (long) LONG.getAcquire(ownPad, offset);
         if (v < atLeast) {
-            slowWait(WaitKind.SIGNAL, what, offset, atLeast, fromRank);
+            slowWait(WaitKind.SIGNAL, phase, offset, atLeast, fromRank);
             v = (long) LONG.getAcquire(ownPad, offset);
         }
         return v;
@@ -146,9 +161,9 @@ final class PadSynchronizer implements WaitSubject {
         return (long) LONG.getAcquire(ownPad, SignalPadLayout.signalSlotOffset(worldSize, slot));
     }
 
-    private void slowWait(WaitKind kind, String what, long offset, long target, int peer) {
+    private void slowWait(WaitKind kind, String phase, long offset, long target, int peer) {
         waitKind = kind;
-        waitWhat = what;
+        waitWhat = label(phase);
         waitOffset = offset;
         waitTarget = target;
         waitPeer = peer;
@@ -177,7 +192,7 @@ final class PadSynchronizer implements WaitSubject {
 
     @Override
     public void checkProgressPossible(long waitedNanos) {
-        checkNotAborted(waitWhat);
+        checkAbortWord(waitWhat);
         if (waitedNanos - lastLivenessCheckNanos < livenessIntervalNanos) {
             return;
         }
@@ -234,12 +249,25 @@ final class PadSynchronizer implements WaitSubject {
     }
 
     /** Throws if this rank's pad says the group was aborted. One acquire load on the fast path. */
-    void checkNotAborted(String what) {
+    void checkNotAborted(String phase) {
         // acquire: pairs with the aborter's release in abort(), so the reason text is complete
         long word = (long) LONG.getAcquire(ownPad, ABORT_WORD_OFFSET);
         if (word == 0) {
             return;
         }
+        throwAborted(word, label(phase));
+    }
+
+    /** As {@link #checkNotAborted} for a wait already labelled. */
+    private void checkAbortWord(String what) {
+        // acquire: pairs with the aborter's release in abort()
+        long word = (long) LONG.getAcquire(ownPad, ABORT_WORD_OFFSET);
+        if (word != 0) {
+            throwAborted(word, what);
+        }
+    }
+
+    private void throwAborted(long word, String what) {
         if (word == ABORT_CLAIMED) {
             throw new PeerTimeoutException("rank=" + rank + " " + what + ": group aborted by a peer (reason being written)",
                     rank, List.of(), what, Reason.PEER_ABORTED, waiter.timeout());

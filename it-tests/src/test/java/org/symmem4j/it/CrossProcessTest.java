@@ -1,0 +1,45 @@
+package org.symmem4j.it;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.List;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+import org.symmem4j.parallel.host.SharedMemoryFiles;
+
+/** 2 and 4 JVM processes through the rendezvous store and /dev/shm: every collective checked, ranks bitwise equal. */
+class CrossProcessTest {
+
+    @ParameterizedTest(name = "{0} processes")
+    @ValueSource(ints = {2, 4})
+    void collectivesAcrossProcesses(int worldSize) throws Exception {
+        try (Workers w = Workers.start(worldSize, "collectives", 60_000)) {
+            int[] codes = w.awaitExit(240_000);
+            for (int r = 0; r < worldSize; r++) {
+                assertEquals(0, codes[r], "rank " + r + " exit code; log:\n" + w.log(r));
+                assertTrue(w.log(r).contains("OK"), w.log(r));
+            }
+            String[] rank0 = checksums(w.log(0));
+            assertTrue(rank0.length > 100, "expected a checksum per case, found " + rank0.length);
+            for (int r = 1; r < worldSize; r++) {
+                assertArrayEquals(rank0, checksums(w.log(r)), "rank " + r + " results differ bitwise from rank 0");
+            }
+            assertNoFilesOf(w.pids());
+        }
+    }
+
+    private static String[] checksums(String log) {
+        return log.lines().filter(l -> l.startsWith("CHECKSUM ")).toArray(String[]::new);
+    }
+
+    static void assertNoFilesOf(List<Long> pids) {
+        for (String name : SharedMemoryFiles.list()) {
+            for (long pid : pids) {
+                assertTrue(!name.startsWith(SharedMemoryFiles.PREFIX + pid + "-"),
+                        "shared-memory file left behind by pid " + pid + ": " + name);
+            }
+        }
+    }
+}

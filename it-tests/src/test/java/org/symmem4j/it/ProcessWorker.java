@@ -1,0 +1,229 @@
+package org.symmem4j.it;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Instant;
+import java.util.Arrays;
+import java.util.SplittableRandom;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ProcessGroup;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.SignalOp;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.host.BFloat16;
+import org.symmem4j.parallel.host.SharedMemoryFiles;
+
+/**
+ * One rank of a cross-process test, configured by torchrun's variables. Scenarios:
+ * <ul>
+ *   <li>{@code collectives}: every algorithm × dtype × op × size (staged and in place on symmetric
+ *       memory), reduce-scatter, all-gather, broadcast and a put-with-signal ring, each checked against
+ *       the result computed here from every rank's (seeded) input; prints a checksum per case so the
+ *       test can compare ranks bitwise; ends with {@code OK}.</li>
+ *   <li>{@code loop}: all-reduces until something fails; prints {@code READY} after a few, and on
+ *       failure {@code FAILED <exception>: <message>} and exits 3.</li>
+ *   <li>{@code leak-file}: creates a file named like a symmem4j shared-memory file of this process,
+ *       prints its name and {@code READY}, then sleeps (the test kills it and checks the sweep).</li>
+ * </ul>
+ */
+public final class ProcessWorker {
+
+    private ProcessWorker() {
+    }
+
+    public static void main(String[] args) throws Exception {
+        String scenario = args[0];
+        try {
+            switch (scenario) {
+                case "collectives" -> collectives();
+                case "loop" -> loop();
+                case "leak-file" -> leakFile();
+                default -> throw new IllegalArgumentException("unknown scenario " + scenario);
+            }
+            System.out.println("OK");
+            System.out.flush();
+            System.exit(0);
+        } catch (Throwable t) {
+            System.out.println("FAILED " + t.getClass().getName() + ": " + t.getMessage());
+            t.printStackTrace(System.out);
+            System.out.flush();
+            System.exit(3);
+        }
+    }
+
+    private static void collectives() {
+        try (ProcessGroup group = ProcessGroup.fromEnvironment();
+             Communicator comm = Communicator.create(group);
+             Arena arena = Arena.ofShared()) {
+            int n = group.worldSize();
+            int rank = group.rank();
+            long maxBytes = 1 << 20;
+            try (SymmetricMemory mem = SymmetricMemory.allocate(group, maxBytes)) {
+                MemorySegment plain = arena.allocate(maxBytes, 64);
+                int caseId = 0;
+                for (Algorithm algorithm : new Algorithm[] {Algorithm.ONE_SHOT, Algorithm.TWO_SHOT, Algorithm.RING}) {
+                    for (DType dtype : DType.values()) {
+                        for (ReduceOp op : ReduceOp.values()) {
+                            for (int count : new int[] {0, 1, 1001, (int) (maxBytes / dtype.byteSize())}) {
+                                for (boolean inPlace : new boolean[] {false, true}) {
+                                    caseId++;
+                                    MemorySegment buf = inPlace ? mem.local() : plain;
+                                    write(buf, dtype, input(caseId, rank, count, dtype));
+                                    if (inPlace) {
+                                        comm.allReduce(mem, 0, count, dtype, op, algorithm);
+                                    } else {
+                                        comm.allReduce(plain, count, dtype, op, algorithm);
+                                    }
+                                    check(buf, dtype, op, algorithm, caseId, n, count);
+                                    System.out.println("CHECKSUM " + caseId + " " + Arrays.hashCode(
+                                            buf.asSlice(0, dtype.bytes(count)).toArray(ValueLayout.JAVA_BYTE)));
+                                }
+                            }
+                        }
+                    }
+                }
+                // reduce-scatter / all-gather / broadcast on float32 integers: exact
+                int block = 3001;
+                MemorySegment send = arena.allocate(4L * block * n);
+                MemorySegment recv = arena.allocate(4L * block * n);
+                for (int i = 0; i < block * n; i++) {
+                    send.setAtIndex(ValueLayout.JAVA_FLOAT, i, i + rank);
+                }
+                comm.reduceScatter(send, recv, block, DType.FLOAT32, ReduceOp.SUM);
+                for (int i = 0; i < block; i++) {
+                    expect(n * (rank * block + i) + n * (n - 1) / 2f, recv.getAtIndex(ValueLayout.JAVA_FLOAT, i), "reduce-scatter", i);
+                }
+                comm.allGather(send.asSlice(0, 4L * block), recv, block, DType.FLOAT32);
+                for (int q = 0; q < n; q++) {
+                    for (int i = 0; i < block; i++) {
+                        expect(i + q, recv.getAtIndex(ValueLayout.JAVA_FLOAT, (long) q * block + i), "all-gather", i);
+                    }
+                }
+                for (int root = 0; root < n; root++) {
+                    for (int i = 0; i < block; i++) {
+                        recv.setAtIndex(ValueLayout.JAVA_FLOAT, i, rank == root ? 1000 + i : -1);
+                    }
+                    comm.broadcast(recv, block, DType.FLOAT32, root);
+                    for (int i = 0; i < block; i++) {
+                        expect(1000 + i, recv.getAtIndex(ValueLayout.JAVA_FLOAT, i), "broadcast", i);
+                    }
+                }
+                // put-with-signal around the ring: each rank puts its rank into its right neighbour
+                MemorySegment token = arena.allocate(4096);
+                for (int round = 1; round <= 200; round++) {
+                    token.fill((byte) (rank + round));
+                    mem.putWithSignal((rank + 1) % n, token, 0, 0, round, SignalOp.SET);
+                    mem.waitSignal(0, round, (rank - 1 + n) % n);
+                    byte expected = (byte) ((rank - 1 + n) % n + round);
+                    if (mem.local().get(ValueLayout.JAVA_BYTE, 4095) != expected) {
+                        throw new AssertionError("put-with-signal round " + round + ": data not visible after signal");
+                    }
+                    mem.barrier(); // nobody overwrites before the neighbour checked
+                }
+            }
+        }
+    }
+
+    private static double[] input(int caseId, int rank, int count, DType dtype) {
+        SplittableRandom rnd = new SplittableRandom(caseId * 1000L + rank);
+        double[] v = new double[count];
+        for (int i = 0; i < count; i++) {
+            double x = rnd.nextDouble(-1, 1);
+            v[i] = switch (dtype) {
+                case FLOAT64 -> x;
+                case FLOAT32 -> (float) x;
+                case BFLOAT16 -> BFloat16.toFloat(BFloat16.fromFloat((float) x));
+            };
+        }
+        return v;
+    }
+
+    private static void write(MemorySegment seg, DType dtype, double[] v) {
+        for (int i = 0; i < v.length; i++) {
+            switch (dtype) {
+                case FLOAT64 -> seg.setAtIndex(ValueLayout.JAVA_DOUBLE, i, v[i]);
+                case FLOAT32 -> seg.setAtIndex(ValueLayout.JAVA_FLOAT, i, (float) v[i]);
+                case BFLOAT16 -> seg.setAtIndex(ValueLayout.JAVA_SHORT, i, BFloat16.fromFloat((float) v[i]));
+            }
+        }
+    }
+
+    private static double read(MemorySegment seg, DType dtype, int i) {
+        return switch (dtype) {
+            case FLOAT64 -> seg.getAtIndex(ValueLayout.JAVA_DOUBLE, i);
+            case FLOAT32 -> seg.getAtIndex(ValueLayout.JAVA_FLOAT, i);
+            case BFLOAT16 -> BFloat16.toFloat(seg.getAtIndex(ValueLayout.JAVA_SHORT, i));
+        };
+    }
+
+    /** Against the float64 reference with the N·u·Σ|x| bound; exact (0 tolerance) for MAX and MIN. */
+    private static void check(MemorySegment buf, DType dtype, ReduceOp op, Algorithm algorithm, int caseId, int n, int count) {
+        double[][] in = new double[n][];
+        for (int r = 0; r < n; r++) {
+            in[r] = input(caseId, r, count, dtype);
+        }
+        double uAcc = dtype == DType.FLOAT64 ? 0x1p-53 : 0x1p-24;
+        double uOut = dtype == DType.BFLOAT16 ? 0x1p-8 : uAcc;
+        for (int i = 0; i < count; i++) {
+            double ref = in[0][i];
+            double abs = Math.abs(in[0][i]);
+            for (int r = 1; r < n; r++) {
+                ref = switch (op) {
+                    case SUM, AVG -> ref + in[r][i];
+                    case MAX -> Math.max(ref, in[r][i]);
+                    case MIN -> Math.min(ref, in[r][i]);
+                };
+                abs += Math.abs(in[r][i]);
+            }
+            double scale = 1;
+            if (op == ReduceOp.AVG) {
+                ref /= n;
+                scale = 1.0 / n;
+            }
+            double tol = op == ReduceOp.MAX || op == ReduceOp.MIN ? 0
+                    : 2 * ((n + 1) * uAcc * abs * scale + uOut * Math.abs(ref)) + Double.MIN_NORMAL;
+            double got = read(buf, dtype, i);
+            if (!(Math.abs(got - ref) <= tol)) {
+                throw new AssertionError(algorithm + " " + dtype + " " + op + " count=" + count + " element " + i
+                        + " got=" + got + " reference=" + ref + " tolerance=" + tol);
+            }
+        }
+    }
+
+    private static void expect(float expected, float got, String what, int i) {
+        if (expected != got) {
+            throw new AssertionError(what + " element " + i + " got=" + got + " expected=" + expected);
+        }
+    }
+
+    private static void loop() {
+        try (ProcessGroup group = ProcessGroup.fromEnvironment();
+             Communicator comm = Communicator.create(group);
+             SymmetricMemory mem = SymmetricMemory.allocate(group, 1 << 16)) {
+            Algorithm[] algorithms = {Algorithm.ONE_SHOT, Algorithm.TWO_SHOT, Algorithm.RING};
+            for (long it = 0; ; it++) {
+                comm.allReduce(mem, 0, 4096, DType.FLOAT32, ReduceOp.SUM, algorithms[(int) (it % 3)]);
+                if (it == 200) {
+                    System.out.println("READY");
+                    System.out.flush();
+                }
+            }
+        }
+    }
+
+    private static void leakFile() throws Exception {
+        ProcessHandle self = ProcessHandle.current();
+        long start = self.info().startInstant().map(Instant::toEpochMilli).orElse(0L);
+        Path file = SharedMemoryFiles.directory().resolve(SharedMemoryFiles.PREFIX + self.pid() + "-" + start + "-0badc0ffee00-r0");
+        Files.write(file, new byte[4096]);
+        System.out.println("FILE " + file.getFileName());
+        System.out.println("READY");
+        System.out.flush();
+        Thread.sleep(600_000);
+    }
+}
