@@ -1,7 +1,7 @@
 package org.symmem4j.parallel.host;
 
-import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.function.Function;
@@ -23,9 +23,12 @@ import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
  * processes ({@code host-shm}); only the memory's mapping differs.
  *
  * <p>Every collective starts with an <em>entry barrier</em>: each rank writes its op descriptor into
- * its own pad, the barrier publishes it, and every rank compares all descriptors before any shared
- * data is written, so a disagreement throws the same {@link CollectiveMismatchException} on every
- * rank and leaves the group usable.
+ * every peer's pad ({@link PadSynchronizer#arrive}), and every rank compares all descriptors before
+ * it reads any peer's data or writes anything a peer reads, so a disagreement throws the same
+ * {@link CollectiveMismatchException} on every rank and leaves the group usable. Staged collectives
+ * copy their first piece into this rank's own staging half before arriving, so the entry barrier
+ * also publishes that piece: a small staged collective costs one barrier. Peers read a staging
+ * half only after the check passed, so a rejected call leaves nothing that anyone reads.
  *
  * <p>Scratch memory (one collective allocation at creation):
  * <pre>
@@ -58,7 +61,6 @@ final class HostCommunicator implements Communicator {
     private int nextHalf;
     /** Ring steps this rank has completed on this communicator (equal on all ranks between collectives). */
     private long ringSteps;
-    private MemorySegment oneShotTemp = MemorySegment.NULL;
 
     // Operand arrays reused by every reduction (one thread per rank, so no sharing).
     private final MemorySegment[] srcs;
@@ -106,20 +108,9 @@ final class HostCommunicator implements Communicator {
         long s = seq++;
         sync.beginOp("all-reduce", s);
         Problem problem = buffer == null ? Problem.NULL_BUFFER : commonProblem(count, dtype, op, algorithm);
-        enter(new Descriptor(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
-                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem));
-        if (count == 0 || worldSize == 1) {
-            return; // one rank: the buffer already holds the result (x/1 == x for AVG)
-        }
-        long dsize = dtype.byteSize();
-        long pieceElements = halfBytes / dsize;
-        for (long start = 0; start < count; start += pieceElements) {
-            long len = Math.min(pieceElements, count - start);
-            long half = takeHalf();
-            MemorySegment.copy(buffer, start * dsize, scratch.local(), half, len * dsize);
-            sync.barrier("staged piece"); // publishes the piece to every peer
-            runAllReduce(algorithm, scratch, half, buffer, start * dsize, false, len, dtype, op);
-        }
+        Descriptor call = new Descriptor(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
+                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
+        stagedAllReduce(call, buffer, 0, count, dtype, op, algorithm);
     }
 
     @Override
@@ -139,50 +130,79 @@ final class HostCommunicator implements Communicator {
             mem = h;
         }
         long available = mem == null ? -1 : mem.byteSize() - offsetBytes;
-        enter(new Descriptor(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count, available,
-                memory == null ? -1 : memory.id(), offsetBytes, 0, problem));
+        Descriptor call = new Descriptor(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
+                available, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+        if (algorithm == Algorithm.ONE_SHOT || mem == null) {
+            // ONE_SHOT cannot write its result into a region peers are still reading, so it stages
+            // the region like a plain buffer: one barrier, and no temporary of the full size.
+            stagedAllReduce(call, mem == null ? null : mem.local(), offsetBytes, count, dtype, op, algorithm);
+            return;
+        }
+        enter(call); // publishes every rank's data in its region
         if (count == 0 || worldSize == 1) {
             return;
         }
-        // The entry barrier published every rank's data in its buffer.
-        runAllReduce(algorithm, mem, offsetBytes, mem.local(), offsetBytes, true, count, dtype, op);
-    }
-
-    /**
-     * Runs one all-reduce over the region at {@code regionOffset} of every rank's {@code mem}, whose
-     * data every rank has published (a barrier since the last write). The result goes to
-     * {@code dst}; {@code inPlace} says {@code dst} is this rank's region itself.
-     */
-    private void runAllReduce(Algorithm algorithm, HostSymmetricMemory mem, long regionOffset, MemorySegment dst,
-                              long dstOffset, boolean inPlace, long count, DType dtype, ReduceOp op) {
-        switch (algorithm) {
-            case ONE_SHOT -> oneShot(mem, regionOffset, dst, dstOffset, inPlace, count, dtype, op);
-            case TWO_SHOT -> twoShot(mem, regionOffset, dst, dstOffset, inPlace, count, dtype, op);
-            case RING -> ring(mem, regionOffset, dst, dstOffset, inPlace, count, dtype, op);
-            case NCCL -> throw new IllegalStateException("unreachable: NCCL rejected at entry");
+        if (algorithm == Algorithm.TWO_SHOT) {
+            twoShot(mem, offsetBytes, mem.local(), offsetBytes, true, count, dtype, op);
+        } else {
+            ring(mem, offsetBytes, mem.local(), offsetBytes, true, count, dtype, op);
         }
     }
 
     /**
-     * Every rank reduces every peer's whole region, in rank order. Staged: straight into the
-     * caller's private buffer, no further barrier. In place: into a private temporary, then a
-     * barrier (every peer has finished reading this rank's region), then copied back.
+     * All-reduce of {@code count} elements at {@code bufferOffset} of a buffer peers cannot read
+     * (or must not read while this rank overwrites it), through the staging halves, piece by piece.
+     * The first piece is staged before the entry barrier, which then publishes it.
      */
-    private void oneShot(HostSymmetricMemory mem, long regionOffset, MemorySegment dst, long dstOffset,
-                         boolean inPlace, long count, DType dtype, ReduceOp op) {
+    private void stagedAllReduce(Descriptor call, MemorySegment buffer, long bufferOffset, long count, DType dtype,
+                                 ReduceOp op, Algorithm algorithm) {
+        boolean stageFirst = worldSize > 1 && count > 0 && buffersLargeEnough(call, call.bufferBytes(), 0)
+                && call.problem() == Problem.NONE;
+        long dsize = stageFirst ? dtype.byteSize() : 1;
+        long pieceElements = halfBytes / dsize;
+        int halfBefore = nextHalf;
+        long firstHalf = stageFirst ? stage(buffer, bufferOffset, Math.min(pieceElements, count) * dsize) : -1;
+        enter(call, halfBefore);
+        if (!stageFirst) {
+            return; // count 0 or one rank: the buffer already holds the result (x/1 == x for AVG)
+        }
+        for (long start = 0; start < count; start += pieceElements) {
+            long len = Math.min(pieceElements, count - start);
+            long half = firstHalf;
+            if (start > 0) {
+                half = stage(buffer, bufferOffset + start * dsize, len * dsize);
+                sync.barrier("staged piece"); // publishes the piece to every peer
+            }
+            MemorySegment dst = buffer;
+            long dstOffset = bufferOffset + start * dsize;
+            switch (algorithm) {
+                case ONE_SHOT -> oneShot(scratch, half, dst, dstOffset, len, dtype, op);
+                case TWO_SHOT -> twoShot(scratch, half, dst, dstOffset, false, len, dtype, op);
+                case RING -> ring(scratch, half, dst, dstOffset, false, len, dtype, op);
+                case NCCL -> throw new IllegalStateException("unreachable: NCCL rejected at entry");
+            }
+        }
+    }
+
+    /** Copies {@code bytes} from {@code src} into the next staging half; returns the half's offset. */
+    private long stage(MemorySegment src, long srcOffset, long bytes) {
+        long half = takeHalf();
+        MemorySegment.copy(src, srcOffset, scratch.local(), half, bytes);
+        return half;
+    }
+
+    /**
+     * Every rank reduces every peer's staged piece, in rank order, straight into its own buffer. The
+     * staged pieces live in alternating halves, so no barrier is needed before a rank overwrites its
+     * buffer or stages the next piece.
+     */
+    private void oneShot(HostSymmetricMemory mem, long regionOffset, MemorySegment dst, long dstOffset, long count,
+                         DType dtype, ReduceOp op) {
         for (int r = 0; r < worldSize; r++) {
             setSource(r, mem.peer(r), regionOffset, dtype);
         }
-        int divisor = op == ReduceOp.AVG ? worldSize : 0;
-        if (!inPlace) {
-            reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, dst, dstOffset, dtype, count, op, divisor);
-            return;
-        }
-        long bytes = dtype.bytes(count);
-        MemorySegment temp = oneShotTemp(bytes);
-        reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, temp, 0, dtype, count, op, divisor);
-        sync.barrier("one-shot reads done");
-        MemorySegment.copy(temp, 0, dst, dstOffset, bytes);
+        reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, dst, dstOffset, dtype, count, op,
+                op == ReduceOp.AVG ? worldSize : 0);
     }
 
     /**
@@ -338,31 +358,45 @@ final class HostCommunicator implements Communicator {
         sync.beginOp("reduce-scatter", s);
         Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
                 : commonProblem(recvCount, dtype, op, Algorithm.ONE_SHOT);
-        enter(new Descriptor(s, Kind.REDUCE_SCATTER, ordinal(dtype), ordinal(op), -1, -1, recvCount,
-                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem));
+        Descriptor call = new Descriptor(s, Kind.REDUCE_SCATTER, ordinal(dtype), ordinal(op), -1, -1, recvCount,
+                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
+        boolean stageFirst = worldSize > 1 && recvCount > 0 && problem == Problem.NONE
+                && buffersLargeEnough(call, call.bufferBytes(), call.recvBytes());
+        long dsize = stageFirst ? dtype.byteSize() : 1;
+        long pieceElements = halfBytes / ((long) worldSize * dsize);
+        int halfBefore = nextHalf;
+        long firstHalf = stageFirst ? stageBlocks(send, recvCount, 0, Math.min(pieceElements, recvCount), pieceElements, dsize) : -1;
+        enter(call, halfBefore);
         if (recvCount == 0) {
             return;
         }
-        long dsize = dtype.byteSize();
         if (worldSize == 1) {
-            MemorySegment.copy(send, 0, recv, 0, recvCount * dsize);
+            MemorySegment.copy(send, 0, recv, 0, recvCount * dtype.byteSize());
             return;
         }
-        long pieceElements = halfBytes / ((long) worldSize * dsize);
         for (long start = 0; start < recvCount; start += pieceElements) {
             long len = Math.min(pieceElements, recvCount - start);
-            long half = takeHalf();
-            for (int b = 0; b < worldSize; b++) {
-                MemorySegment.copy(send, (b * recvCount + start) * dsize, scratch.local(),
-                        half + b * pieceElements * dsize, len * dsize);
+            long half = firstHalf;
+            if (start > 0) {
+                half = stageBlocks(send, recvCount, start, len, pieceElements, dsize);
+                sync.barrier("staged piece");
             }
-            sync.barrier("staged piece");
             for (int r = 0; r < worldSize; r++) {
                 setSource(r, scratch.peer(r), half + rank * pieceElements * dsize, dtype);
             }
             reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, recv, start * dsize, dtype, len, op,
                     op == ReduceOp.AVG ? worldSize : 0);
         }
+    }
+
+    /** Packs elements [start, start+len) of each of the N send blocks into the next staging half. */
+    private long stageBlocks(MemorySegment send, long blockElements, long start, long len, long pieceElements, long dsize) {
+        long half = takeHalf();
+        for (int b = 0; b < worldSize; b++) {
+            MemorySegment.copy(send, (b * blockElements + start) * dsize, scratch.local(), half + b * pieceElements * dsize,
+                    len * dsize);
+        }
+        return half;
     }
 
     /** Staged: each rank puts piece j of its send buffer in its staging half; every rank copies all N. */
@@ -372,22 +406,29 @@ final class HostCommunicator implements Communicator {
         sync.beginOp("all-gather", s);
         Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
                 : commonProblem(sendCount, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
-        enter(new Descriptor(s, Kind.ALL_GATHER, ordinal(dtype), -1, -1, -1, sendCount,
-                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem));
+        Descriptor call = new Descriptor(s, Kind.ALL_GATHER, ordinal(dtype), -1, -1, -1, sendCount,
+                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
+        boolean stageFirst = worldSize > 1 && sendCount > 0 && problem == Problem.NONE
+                && buffersLargeEnough(call, call.bufferBytes(), call.recvBytes());
+        long dsize = stageFirst ? dtype.byteSize() : 1;
+        long pieceElements = halfBytes / dsize;
+        int halfBefore = nextHalf;
+        long firstHalf = stageFirst ? stage(send, 0, Math.min(pieceElements, sendCount) * dsize) : -1;
+        enter(call, halfBefore);
         if (sendCount == 0) {
             return;
         }
-        long dsize = dtype.byteSize();
         if (worldSize == 1) {
-            MemorySegment.copy(send, 0, recv, 0, sendCount * dsize);
+            MemorySegment.copy(send, 0, recv, 0, sendCount * dtype.byteSize());
             return;
         }
-        long pieceElements = halfBytes / dsize;
         for (long start = 0; start < sendCount; start += pieceElements) {
             long len = Math.min(pieceElements, sendCount - start);
-            long half = takeHalf();
-            MemorySegment.copy(send, start * dsize, scratch.local(), half, len * dsize);
-            sync.barrier("staged piece");
+            long half = firstHalf;
+            if (start > 0) {
+                half = stage(send, start * dsize, len * dsize);
+                sync.barrier("staged piece");
+            }
             for (int q = 0; q < worldSize; q++) {
                 MemorySegment.copy(scratch.peer(q), half, recv, (q * sendCount + start) * dsize, len * dsize);
             }
@@ -402,20 +443,26 @@ final class HostCommunicator implements Communicator {
         Problem problem = buffer == null ? Problem.NULL_BUFFER
                 : root < 0 || root >= worldSize ? Problem.ROOT_OUT_OF_RANGE
                 : commonProblem(count, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
-        enter(new Descriptor(s, Kind.BROADCAST, ordinal(dtype), -1, -1, root, count,
-                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem));
-        if (count == 0 || worldSize == 1) {
+        Descriptor call = new Descriptor(s, Kind.BROADCAST, ordinal(dtype), -1, -1, root, count,
+                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
+        boolean staging = worldSize > 1 && count > 0 && problem == Problem.NONE
+                && buffersLargeEnough(call, call.bufferBytes(), 0);
+        long dsize = staging ? dtype.byteSize() : 1;
+        long pieceElements = halfBytes / dsize;
+        int halfBefore = nextHalf;
+        // every rank takes the half (the root fills it), so half parity stays equal on all ranks
+        long firstHalf = !staging ? -1 : rank == root ? stage(buffer, 0, Math.min(pieceElements, count) * dsize) : takeHalf();
+        enter(call, halfBefore);
+        if (!staging) {
             return;
         }
-        long dsize = dtype.byteSize();
-        long pieceElements = halfBytes / dsize;
         for (long start = 0; start < count; start += pieceElements) {
             long len = Math.min(pieceElements, count - start);
-            long half = takeHalf();
-            if (rank == root) {
-                MemorySegment.copy(buffer, start * dsize, scratch.local(), half, len * dsize);
+            long half = firstHalf;
+            if (start > 0) {
+                half = rank == root ? stage(buffer, start * dsize, len * dsize) : takeHalf();
+                sync.barrier("staged piece");
             }
-            sync.barrier("staged piece");
             if (rank != root) {
                 MemorySegment.copy(scratch.peer(root), half, buffer, start * dsize, len * dsize);
             }
@@ -426,7 +473,7 @@ final class HostCommunicator implements Communicator {
     public void barrier() {
         long s = seq++;
         sync.beginOp("barrier", s);
-        enter(new Descriptor(s, Kind.BARRIER, -1, -1, -1, -1, 0, 0, -1, 0, 0, Problem.NONE));
+        enter(new Descriptor(s, Kind.BARRIER, -1, -1, -1, -1, 0, 0, -1, 0, 0, Problem.NONE), nextHalf);
     }
 
     // ------------------------------------------------------------------ entry check
@@ -436,19 +483,22 @@ final class HostCommunicator implements Communicator {
      * and checks every rank's descriptor. All ranks read the same descriptors, so all reach the same
      * verdict: either all proceed or all throw the same message.
      */
-    private void enter(Descriptor mine) {
-        sync.checkNotAborted("entry");
-        long base = SignalPadLayout.descriptorOffset(mine.seq());
-        mine.write(sync.ownPad(), base);
-        sync.barrier("entry");
+    /**
+     * Arrives at the entry barrier with this rank's descriptor and checks every rank's. All ranks
+     * read the same descriptors, so all reach the same verdict: all proceed, or all throw the same
+     * message and restore the staging parity they had before the call.
+     */
+    private void enter(Descriptor mine, int halfBefore) {
+        sync.arrive(mine);
         if (mine.problem() == Problem.NONE && buffersLargeEnough(mine, mine.bufferBytes(), mine.recvBytes())) {
             boolean agree = true;
+            MemorySegment pad = sync.ownPad();
             for (int r = 0; r < worldSize && agree; r++) {
                 if (r != rank) {
-                    MemorySegment pad = sync.pad(r);
-                    agree = mine.sameCallAs(pad, base) && buffersLargeEnough(mine,
-                            pad.get(java.lang.foreign.ValueLayout.JAVA_LONG, base + OpDescriptorLayout.BUFFER_BYTES),
-                            pad.get(java.lang.foreign.ValueLayout.JAVA_LONG, base + OpDescriptorLayout.RECV_BYTES));
+                    long line = sync.entryLine(r, mine.seq());
+                    agree = mine.sameCallAs(pad, line) && buffersLargeEnough(mine,
+                            pad.get(ValueLayout.JAVA_LONG, line + OpDescriptorLayout.BUFFER_BYTES),
+                            pad.get(ValueLayout.JAVA_LONG, line + OpDescriptorLayout.RECV_BYTES));
                 }
             }
             if (agree) {
@@ -457,13 +507,18 @@ final class HostCommunicator implements Communicator {
         }
         List<Descriptor> all = new ArrayList<>(worldSize);
         for (int r = 0; r < worldSize; r++) {
-            all.add(r == rank ? mine : Descriptor.read(sync.pad(r), base));
+            all.add(r == rank ? mine : Descriptor.read(sync.ownPad(), sync.entryLine(r, mine.seq())));
         }
         String error = DescriptorCheck.check(all);
         if (error == null) {
             throw new IllegalStateException("descriptor fast check and full check disagree: " + all);
         }
+        nextHalf = halfBefore;
         throw new CollectiveMismatchException(error);
+    }
+
+    private void enter(Descriptor mine) {
+        enter(mine, nextHalf);
     }
 
     /** Whether buffers of these sizes hold the call's count (overflow counts as too small). */
@@ -499,13 +554,6 @@ final class HostCommunicator implements Communicator {
         srcs[i] = segment;
         srcOffsets[i] = offset;
         srcTypes[i] = type;
-    }
-
-    private MemorySegment oneShotTemp(long bytes) {
-        if (oneShotTemp.byteSize() < bytes) {
-            oneShotTemp = Arena.ofAuto().allocate(bytes, 64);
-        }
-        return oneShotTemp;
     }
 
     @Override

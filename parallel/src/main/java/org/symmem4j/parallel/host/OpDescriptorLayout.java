@@ -4,24 +4,25 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 
 /**
- * The op descriptor a rank writes into its own pad (at {@link SignalPadLayout#DESCRIPTOR_OFFSET})
- * before arriving at a collective's entry barrier. Peers read it after acquiring that barrier and
- * compare every rank's arguments before anyone touches shared data. Plain accesses: the barrier's
- * release/acquire pair publishes it.
+ * The entry line a rank writes into every peer's pad (at {@link SignalPadLayout#entryLineOffset})
+ * to arrive at a collective: its arguments, then the epoch. The owner waits for the epoch
+ * (acquire) and compares every rank's arguments from its own pad before anyone touches shared
+ * data. Descriptor fields are plain stores published by the release store of the epoch.
  *
  * <pre>
- *  0  seq (long)          collective sequence number on this communicator
- *  8  kind (int)          {@link Kind#ordinal()}
- *  12 dtype (int)         DType ordinal
- *  16 op (int)            ReduceOp ordinal, or -1
- *  20 algorithm (int)     Algorithm ordinal, or -1
- *  24 root (int)          broadcast root, or -1
- *  32 count (long)        element count
- *  40 bufferBytes (long)  bytes this rank's (send) buffer holds
- *  48 memoryId (long)     SymmetricMemory id for in-place ops, -1 for staged
- *  56 memoryOffset (long) byte offset in that memory
- *  64 recvBytes (long)    bytes this rank's receive buffer holds (reduce-scatter, all-gather)
- *  72 problem (int)       a {@link Problem} found locally, reported by every rank
+ *  0  epoch (long)        seq + 1, stored last with release
+ *  8  seq (long)          collective sequence number on this communicator
+ *  16 kind (int)          {@link Kind#ordinal()}
+ *  20 dtype (int)         DType ordinal
+ *  24 op (int)            ReduceOp ordinal, or -1
+ *  28 algorithm (int)     Algorithm ordinal, or -1
+ *  32 root (int)          broadcast root, or -1
+ *  36 problem (int)       a {@link Problem} found locally, reported by every rank
+ *  40 count (long)        element count
+ *  48 bufferBytes (long)  bytes this rank's (send) buffer holds
+ *  56 memoryId (long)     SymmetricMemory id for in-place ops, -1 for staged
+ *  64 memoryOffset (long) byte offset in that memory
+ *  72 recvBytes (long)    bytes this rank's receive buffer holds (reduce-scatter, all-gather)
  *  80 end (fits one 128-byte pad line)
  * </pre>
  */
@@ -30,18 +31,19 @@ public final class OpDescriptorLayout {
     /** Collective kinds, in descriptor order. */
     public enum Kind { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, BARRIER }
 
-    public static final long SEQ = 0;
-    public static final long KIND = 8;
-    public static final long DTYPE = 12;
-    public static final long OP = 16;
-    public static final long ALGORITHM = 20;
-    public static final long ROOT = 24;
-    public static final long COUNT = 32;
-    public static final long BUFFER_BYTES = 40;
-    public static final long MEMORY_ID = 48;
-    public static final long MEMORY_OFFSET = 56;
-    public static final long RECV_BYTES = 64;
-    public static final long PROBLEM = 72;
+    public static final long EPOCH = 0;
+    public static final long SEQ = 8;
+    public static final long KIND = 16;
+    public static final long DTYPE = 20;
+    public static final long OP = 24;
+    public static final long ALGORITHM = 28;
+    public static final long ROOT = 32;
+    public static final long PROBLEM = 36;
+    public static final long COUNT = 40;
+    public static final long BUFFER_BYTES = 48;
+    public static final long MEMORY_ID = 56;
+    public static final long MEMORY_OFFSET = 64;
+    public static final long RECV_BYTES = 72;
     public static final long BYTES = 80;
 
     /** Problems a rank finds with its own arguments; carried in the descriptor so every rank reports them. */
@@ -73,7 +75,7 @@ public final class OpDescriptorLayout {
     public record Descriptor(long seq, Kind kind, int dtype, int op, int algorithm, int root, long count,
                              long bufferBytes, long memoryId, long memoryOffset, long recvBytes, Problem problem) {
 
-        /** Writes this descriptor at {@code base} (plain stores, published by the next release). */
+        /** Writes the descriptor fields of the line at {@code base} (plain stores, published by the epoch's release). */
         public void write(MemorySegment pad, long base) {
             pad.set(ValueLayout.JAVA_LONG, base + SEQ, seq);
             pad.set(ValueLayout.JAVA_INT, base + KIND, kind.ordinal());
@@ -90,7 +92,7 @@ public final class OpDescriptorLayout {
         }
 
         /**
-         * Whether the descriptor at {@code base} of a peer's pad names the same call with the same
+         * Whether the descriptor in the entry line at {@code base} names the same call with the same
          * arguments and no problem: the allocation-free check every collective runs. Buffer sizes are
          * not compared (each rank's own); see {@code HostCommunicator} for the size check.
          */

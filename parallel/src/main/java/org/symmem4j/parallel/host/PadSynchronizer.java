@@ -31,7 +31,7 @@ import org.symmem4j.parallel.sync.Waiter;
  */
 final class PadSynchronizer implements WaitSubject {
 
-    private enum WaitKind { BARRIER, STEP, SIGNAL }
+    private enum WaitKind { ENTRY, BARRIER, STEP, SIGNAL }
 
     private final Group group;
     private final int rank;
@@ -85,6 +85,40 @@ final class PadSynchronizer implements WaitSubject {
     }
 
     /**
+     * Arrives at collective number {@code descriptor.seq()}: writes the descriptor and then the epoch
+     * into this rank's entry line in every peer's pad, and waits until every peer's entry line in
+     * this rank's pad carries the epoch. Afterwards {@link #entryLine(int, long)} holds each peer's
+     * descriptor, readable with plain loads. This is a barrier: the release store of the epoch
+     * publishes everything this rank wrote before arriving (its data too).
+     */
+    void arrive(OpDescriptorLayout.Descriptor descriptor) {
+        checkNotAborted("entry");
+        long seq = descriptor.seq();
+        long epoch = seq + 1;
+        long myLine = SignalPadLayout.entryLineOffset(rank, seq);
+        for (int p = 0; p < worldSize; p++) {
+            MemorySegment pad = p == rank ? ownPad : pads[p];
+            descriptor.write(pad, myLine);
+            // release: publishes the descriptor above and this rank's earlier writes; acquired below by p
+            LONG.setRelease(pad, myLine + OpDescriptorLayout.EPOCH, epoch);
+        }
+        for (int p = 0; p < worldSize; p++) {
+            if (p != rank) {
+                long offset = SignalPadLayout.entryLineOffset(p, seq) + OpDescriptorLayout.EPOCH;
+                // acquire: pairs with p's release above; p's descriptor and data are visible after it
+                if ((long) LONG.getAcquire(ownPad, offset) < epoch) {
+                    slowWait(WaitKind.ENTRY, "entry", offset, epoch, p);
+                }
+            }
+        }
+    }
+
+    /** Rank {@code peer}'s entry line for op {@code seq} in this rank's pad (valid after {@link #arrive}). */
+    long entryLine(int peer, long seq) {
+        return SignalPadLayout.entryLineOffset(peer, seq);
+    }
+
+    /**
      * Every rank signals every peer, then waits for every peer's signal. The release store
      * publishes all of this rank's earlier writes (data, descriptor); the matching acquire load in
      * the peer's wait loop makes them visible there.
@@ -92,7 +126,7 @@ final class PadSynchronizer implements WaitSubject {
     void barrier(String phase) {
         checkNotAborted(phase);
         long epoch = ++barrierEpoch;
-        long mySlot = SignalPadLayout.barrierSlotOffset(rank);
+        long mySlot = SignalPadLayout.barrierSlotOffset(worldSize, rank);
         for (int p = 0; p < worldSize; p++) {
             if (p != rank) {
                 // release: publishes this rank's writes before the barrier; acquired by p's loop below
@@ -101,7 +135,7 @@ final class PadSynchronizer implements WaitSubject {
         }
         for (int p = 0; p < worldSize; p++) {
             if (p != rank) {
-                long offset = SignalPadLayout.barrierSlotOffset(p);
+                long offset = SignalPadLayout.barrierSlotOffset(worldSize, p);
                 // acquire: pairs with p's release above; p's pre-barrier writes are visible after it
                 if ((long) LONG.getAcquire(ownPad, offset) < epoch) {
                     slowWait(WaitKind.BARRIER, phase, offset, epoch, p);
@@ -178,9 +212,11 @@ final class PadSynchronizer implements WaitSubject {
     /** The ranks this rank is still waiting for in the current slow wait. */
     private List<Integer> missingRanks() {
         List<Integer> missing = new ArrayList<>();
-        if (waitKind == WaitKind.BARRIER) {
+        if (waitKind == WaitKind.BARRIER || waitKind == WaitKind.ENTRY) {
             for (int p = 0; p < worldSize; p++) {
-                if (p != rank && (long) LONG.getAcquire(ownPad, SignalPadLayout.barrierSlotOffset(p)) < waitTarget) {
+                long offset = waitKind == WaitKind.BARRIER ? SignalPadLayout.barrierSlotOffset(worldSize, p)
+                        : SignalPadLayout.entryLineOffset(p, waitTarget - 1) + OpDescriptorLayout.EPOCH;
+                if (p != rank && (long) LONG.getAcquire(ownPad, offset) < waitTarget) {
                     missing.add(p);
                 }
             }

@@ -16,14 +16,17 @@ import java.lang.invoke.VarHandle;
  *  128                         ABORT word (long): 0 = none, -1 = being   any rank (CAS)   owner
  *                                      written, r+1 = aborted by rank r
  *  256..511                    ABORT reason: int length + UTF-8 bytes    the CAS winner   owner
- *  512 + 128*(seq % 2)        DESCRIPTOR of the owner's op number seq   owner            peers
- *                                      (see {@link OpDescriptorLayout}); two
- *                                      alternate, so a fast owner writing op
- *                                      seq+1 never overwrites op seq while a
- *                                      slow peer still compares it
- *  768 + 128*p                 BARRIER slot of rank p (long epoch)       rank p           owner
- *  768 + 128*(N+p)             STEP slot of rank p (long ring step)      rank p           owner
- *  768 + 128*(2N+k)            SIGNAL slot k, k < signalSlots (long)     any rank         owner
+ *  768 + 128*(2p + seq%2)     ENTRY line of rank p for its op number    rank p           owner
+ *                                      seq: epoch (long, seq+1) and the op's
+ *                                      descriptor ({@link OpDescriptorLayout});
+ *                                      one line, so the owner's wait and its
+ *                                      argument check read what one cache-line
+ *                                      transfer brought; two alternate, so rank
+ *                                      p writing op seq+1 never overwrites op
+ *                                      seq while the owner still checks it
+ *  768 + 128*(2N+p)            BARRIER slot of rank p (long epoch)       rank p           owner
+ *  768 + 128*(3N+p)            STEP slot of rank p (long ring step)      rank p           owner
+ *  768 + 128*(4N+k)            SIGNAL slot k, k < signalSlots (long)     any rank         owner
  *  rounded up to 4096          end
  * </pre>
  *
@@ -47,7 +50,6 @@ public final class SignalPadLayout {
     public static final long ABORT_WORD_OFFSET = LINE_BYTES;
     public static final long ABORT_REASON_OFFSET = 2L * LINE_BYTES;
     public static final int ABORT_REASON_MAX_BYTES = 2 * LINE_BYTES - Integer.BYTES;
-    public static final long DESCRIPTOR_OFFSET = 4L * LINE_BYTES;
     public static final long SLOTS_BASE = 6L * LINE_BYTES;
 
     /** {@code abortWord} while the winner of the abort CAS is still writing its reason. */
@@ -59,21 +61,21 @@ public final class SignalPadLayout {
     private SignalPadLayout() {
     }
 
-    /** Where the owner writes the descriptor of its op number {@code seq}. */
-    public static long descriptorOffset(long seq) {
-        return DESCRIPTOR_OFFSET + (seq & 1) * LINE_BYTES;
+    /** The entry line rank {@code fromRank} writes for its op number {@code seq}. */
+    public static long entryLineOffset(int fromRank, long seq) {
+        return SLOTS_BASE + (long) LINE_BYTES * (2L * fromRank + (seq & 1));
     }
 
-    public static long barrierSlotOffset(int fromRank) {
-        return SLOTS_BASE + (long) LINE_BYTES * fromRank;
+    public static long barrierSlotOffset(int worldSize, int fromRank) {
+        return SLOTS_BASE + (long) LINE_BYTES * (2L * worldSize + fromRank);
     }
 
     public static long stepSlotOffset(int worldSize, int fromRank) {
-        return SLOTS_BASE + (long) LINE_BYTES * (worldSize + fromRank);
+        return SLOTS_BASE + (long) LINE_BYTES * (3L * worldSize + fromRank);
     }
 
     public static long signalSlotOffset(int worldSize, int slot) {
-        return SLOTS_BASE + (long) LINE_BYTES * (2L * worldSize + slot);
+        return SLOTS_BASE + (long) LINE_BYTES * (4L * worldSize + slot);
     }
 
     /** Bytes of one pad for a group of {@code worldSize} ranks with {@code signalSlots} user slots. */
