@@ -29,7 +29,7 @@ import org.symmem4j.parallel.SymmetricMemory;
  * All-reduce latency, 2 ranks as threads of one JVM: float32 SUM in place on symmetric memory.
  * The JMH thread is rank 0; rank 1 is a thread driven by {@link PeerDriver}.
  */
-@BenchmarkMode(Mode.AverageTime)
+@BenchmarkMode(Mode.SampleTime)
 @OutputTimeUnit(TimeUnit.MICROSECONDS)
 @Warmup(iterations = 3, time = 1)
 @Measurement(iterations = 5, time = 1)

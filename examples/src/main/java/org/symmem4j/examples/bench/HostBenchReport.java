@@ -27,7 +27,7 @@ public final class HostBenchReport {
     private HostBenchReport() {
     }
 
-    /** One JMH result: score and its 99.9% error, in microseconds. */
+    /** One JMH result in microseconds: the median, and an error (NaN for percentiles, which have none). */
     record Score(double micros, double error) {
     }
 
@@ -41,16 +41,18 @@ public final class HostBenchReport {
         for (String line : Files.readAllLines(Path.of(args[1]))) {
             if (line.startsWith("bytes=")) {
                 Map<String, String> kv = keyValues(line);
-                mpi.put(Long.parseLong(kv.get("bytes")), Double.parseDouble(kv.get("mean_us")));
+                mpi.put(Long.parseLong(kv.get("bytes")), Double.parseDouble(kv.get("median_us")));
             } else if (mpiVersion.isEmpty() && line.toLowerCase(Locale.ROOT).contains("open mpi")) {
                 mpiVersion = line.trim();
             }
         }
         StringBuilder md = new StringBuilder(Files.readString(Path.of(args[2])));
         md.append("\nOpen MPI baseline: ").append(mpiVersion.isEmpty() ? "(version line missing)" : mpiVersion).append("\n\n");
-        md.append("## All-reduce latency, 2 ranks, float32 SUM, in place (µs per operation, lower is better)\n\n");
-        md.append("JMH score ± 99.9% error. \"best\" is the fastest of the three algorithms at that size;"
-                + " \"× MPI\" is Open MPI's time divided by it (above 1 = faster than Open MPI).\n\n");
+        md.append("## All-reduce latency, 2 ranks, float32 SUM, in place (median µs per operation, lower is better)\n\n");
+        md.append("Medians: JMH sample mode (each sample = 16 back-to-back operations, divided by 16), and Open MPI's"
+                + " per-operation times. This 2-vCPU VM has stretches several times slower than its usual speed; medians"
+                + " are robust to them, means are not. \"best\" is the fastest of the three algorithms at that size;"
+                + " \"× MPI\" is Open MPI's median divided by it (above 1 = faster than Open MPI).\n\n");
         md.append("| size | memcpy | Open MPI | threads ONE_SHOT | threads TWO_SHOT | threads RING | threads best × MPI"
                 + " | processes ONE_SHOT | processes TWO_SHOT | processes RING | processes best × MPI |\n");
         md.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -94,7 +96,7 @@ public final class HostBenchReport {
         md.append("\n## Reduction loop against memory bandwidth (one thread)\n\n");
         md.append("`dst += src` over float32 (two streams read, one written) next to memcpy of the same bytes (one read, one"
                 + " written); GB/s count every byte read and written.\n\n");
-        md.append("| size | reduce µs | reduce GB/s | memcpy µs | memcpy GB/s | reduce / memcpy bandwidth |\n");
+        md.append("| size | reduce µs (median) | reduce GB/s | memcpy µs (median) | memcpy GB/s | reduce / memcpy bandwidth |\n");
         md.append("|---:|---:|---:|---:|---:|---:|\n");
         for (long bytes : new long[] {65536, 1048576, 67108864}) {
             Score r = jmh.get("ReducerBandwidthBenchmark.reduceSumInPlace|" + bytes);
@@ -110,7 +112,7 @@ public final class HostBenchReport {
         System.out.print(md);
     }
 
-    /** Key: "Class.method|param..." with params in the CSV's column order (algorithm before bytes). */
+    /** Medians, keyed "Class.method|param..." with params in the CSV's column order (algorithm before bytes). */
     static Map<String, Score> readJmh(Path csv) throws IOException {
         List<String> lines = Files.readAllLines(csv);
         List<String> header = splitCsv(lines.getFirst());
@@ -125,7 +127,11 @@ public final class HostBenchReport {
         Map<String, Score> out = new HashMap<>();
         for (String line : lines.subList(1, lines.size())) {
             List<String> cells = splitCsv(line);
-            String name = cells.get(0);
+            String name = cells.get(0).replace("\u00b7", "");
+            if (!name.endsWith(":p0.50")) {
+                continue; // the median row of each sample-mode benchmark; means and other percentiles are skipped
+            }
+            name = name.substring(0, name.length() - ":p0.50".length());
             StringBuilder key = new StringBuilder(name.substring(name.lastIndexOf('.', name.lastIndexOf('.') - 1) + 1));
             for (int p : params) {
                 if (p < cells.size() && !cells.get(p).isEmpty()) {

@@ -35,7 +35,7 @@ import org.symmem4j.parallel.SymmetricMemory;
  * symmetric memory. The JMH fork is rank 0 and hosts the rendezvous store; rank 1 is a
  * {@link BenchPeer} process it starts, driven through signal slots of a small control allocation.
  */
-@BenchmarkMode(Mode.AverageTime)
+@BenchmarkMode(Mode.SampleTime)
 @OutputTimeUnit(TimeUnit.MICROSECONDS)
 @Warmup(iterations = 3, time = 1)
 @Measurement(iterations = 5, time = 1)

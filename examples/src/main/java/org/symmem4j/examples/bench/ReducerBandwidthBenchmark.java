@@ -25,7 +25,7 @@ import org.symmem4j.parallel.host.Reducer;
  * float32 (two streams read, one written) in one thread, next to a memcpy of the same bytes (one
  * read, one written). Bandwidths in the report count every byte read and written.
  */
-@BenchmarkMode(Mode.AverageTime)
+@BenchmarkMode(Mode.SampleTime)
 @OutputTimeUnit(TimeUnit.MICROSECONDS)
 @Warmup(iterations = 3, time = 1)
 @Measurement(iterations = 5, time = 1)

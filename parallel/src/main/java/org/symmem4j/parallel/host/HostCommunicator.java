@@ -62,6 +62,10 @@ final class HostCommunicator implements Communicator {
     /** Ring steps this rank has completed on this communicator (equal on all ranks between collectives). */
     private long ringSteps;
 
+    /** The current call's descriptor, reused: the hot path allocates nothing. */
+    private final Descriptor call = new Descriptor();
+    private static final DType[] DTYPES = DType.values();
+
     // Operand arrays reused by every reduction (one thread per rank, so no sharing).
     private final MemorySegment[] srcs;
     private final long[] srcOffsets;
@@ -108,9 +112,9 @@ final class HostCommunicator implements Communicator {
         long s = seq++;
         sync.beginOp("all-reduce", s);
         Problem problem = buffer == null ? Problem.NULL_BUFFER : commonProblem(count, dtype, op, algorithm);
-        Descriptor call = new Descriptor(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
+        call.set(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
                 buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
-        stagedAllReduce(call, buffer, 0, count, dtype, op, algorithm);
+        stagedAllReduce(buffer, 0, count, dtype, op, algorithm);
     }
 
     @Override
@@ -130,15 +134,15 @@ final class HostCommunicator implements Communicator {
             mem = h;
         }
         long available = mem == null ? -1 : mem.byteSize() - offsetBytes;
-        Descriptor call = new Descriptor(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
+        call.set(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
                 available, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
         if (algorithm == Algorithm.ONE_SHOT || mem == null) {
             // ONE_SHOT cannot write its result into a region peers are still reading, so it stages
             // the region like a plain buffer: one barrier, and no temporary of the full size.
-            stagedAllReduce(call, mem == null ? null : mem.local(), offsetBytes, count, dtype, op, algorithm);
+            stagedAllReduce(mem == null ? null : mem.local(), offsetBytes, count, dtype, op, algorithm);
             return;
         }
-        enter(call); // publishes every rank's data in its region
+        enter(call, nextHalf); // publishes every rank's data in its region
         if (count == 0 || worldSize == 1) {
             return;
         }
@@ -154,8 +158,8 @@ final class HostCommunicator implements Communicator {
      * (or must not read while this rank overwrites it), through the staging halves, piece by piece.
      * The first piece is staged before the entry barrier, which then publishes it.
      */
-    private void stagedAllReduce(Descriptor call, MemorySegment buffer, long bufferOffset, long count, DType dtype,
-                                 ReduceOp op, Algorithm algorithm) {
+    private void stagedAllReduce(MemorySegment buffer, long bufferOffset, long count, DType dtype, ReduceOp op,
+                                 Algorithm algorithm) {
         boolean stageFirst = worldSize > 1 && count > 0 && buffersLargeEnough(call, call.bufferBytes(), 0)
                 && call.problem() == Problem.NONE;
         long dsize = stageFirst ? dtype.byteSize() : 1;
@@ -358,7 +362,7 @@ final class HostCommunicator implements Communicator {
         sync.beginOp("reduce-scatter", s);
         Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
                 : commonProblem(recvCount, dtype, op, Algorithm.ONE_SHOT);
-        Descriptor call = new Descriptor(s, Kind.REDUCE_SCATTER, ordinal(dtype), ordinal(op), -1, -1, recvCount,
+        call.set(s, Kind.REDUCE_SCATTER, ordinal(dtype), ordinal(op), -1, -1, recvCount,
                 send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
         boolean stageFirst = worldSize > 1 && recvCount > 0 && problem == Problem.NONE
                 && buffersLargeEnough(call, call.bufferBytes(), call.recvBytes());
@@ -406,7 +410,7 @@ final class HostCommunicator implements Communicator {
         sync.beginOp("all-gather", s);
         Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
                 : commonProblem(sendCount, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
-        Descriptor call = new Descriptor(s, Kind.ALL_GATHER, ordinal(dtype), -1, -1, -1, sendCount,
+        call.set(s, Kind.ALL_GATHER, ordinal(dtype), -1, -1, -1, sendCount,
                 send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
         boolean stageFirst = worldSize > 1 && sendCount > 0 && problem == Problem.NONE
                 && buffersLargeEnough(call, call.bufferBytes(), call.recvBytes());
@@ -443,7 +447,7 @@ final class HostCommunicator implements Communicator {
         Problem problem = buffer == null ? Problem.NULL_BUFFER
                 : root < 0 || root >= worldSize ? Problem.ROOT_OUT_OF_RANGE
                 : commonProblem(count, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
-        Descriptor call = new Descriptor(s, Kind.BROADCAST, ordinal(dtype), -1, -1, root, count,
+        call.set(s, Kind.BROADCAST, ordinal(dtype), -1, -1, root, count,
                 buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
         boolean staging = worldSize > 1 && count > 0 && problem == Problem.NONE
                 && buffersLargeEnough(call, call.bufferBytes(), 0);
@@ -473,7 +477,7 @@ final class HostCommunicator implements Communicator {
     public void barrier() {
         long s = seq++;
         sync.beginOp("barrier", s);
-        enter(new Descriptor(s, Kind.BARRIER, -1, -1, -1, -1, 0, 0, -1, 0, 0, Problem.NONE), nextHalf);
+        enter(call.set(s, Kind.BARRIER, -1, -1, -1, -1, 0, 0, -1, 0, 0, Problem.NONE), nextHalf);
     }
 
     // ------------------------------------------------------------------ entry check
@@ -517,14 +521,23 @@ final class HostCommunicator implements Communicator {
         throw new CollectiveMismatchException(error);
     }
 
-    private void enter(Descriptor mine) {
-        enter(mine, nextHalf);
-    }
-
-    /** Whether buffers of these sizes hold the call's count (overflow counts as too small). */
-    private boolean buffersLargeEnough(Descriptor call, long bufferBytes, long recvBytes) {
-        long[] need = DescriptorCheck.neededBytes(call, DType.values()[Math.max(0, call.dtype())], worldSize);
-        return need != null && bufferBytes >= need[0] && (need.length < 2 || recvBytes >= need[1]);
+    /** Whether buffers of these sizes hold the call's count (overflow counts as too small). No allocation. */
+    private boolean buffersLargeEnough(Descriptor d, long bufferBytes, long recvBytes) {
+        if (d.kind() == Kind.BARRIER) {
+            return true;
+        }
+        long count = d.count();
+        int dsize = DTYPES[Math.max(0, d.dtype())].byteSize();
+        if (count < 0 || count > Long.MAX_VALUE / dsize / worldSize) {
+            return false;
+        }
+        long one = count * dsize;
+        return switch (d.kind()) {
+            case ALL_REDUCE, BROADCAST -> bufferBytes >= one;
+            case REDUCE_SCATTER -> bufferBytes >= one * worldSize && recvBytes >= one;
+            case ALL_GATHER -> bufferBytes >= one && recvBytes >= one * worldSize;
+            case BARRIER -> true;
+        };
     }
 
     private Problem commonProblem(long count, DType dtype, ReduceOp op, Algorithm algorithm) {

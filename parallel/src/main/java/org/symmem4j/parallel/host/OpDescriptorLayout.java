@@ -71,9 +71,100 @@ public final class OpDescriptorLayout {
     private OpDescriptorLayout() {
     }
 
-    /** A decoded descriptor. */
-    public record Descriptor(long seq, Kind kind, int dtype, int op, int algorithm, int root, long count,
-                             long bufferBytes, long memoryId, long memoryOffset, long recvBytes, Problem problem) {
+    private static final Kind[] KINDS = Kind.values();
+    private static final Problem[] PROBLEMS = Problem.values();
+
+    /**
+     * One collective call's arguments. Mutable so a communicator reuses one instance per call: the
+     * hot path allocates nothing. {@link #read} decodes a peer's line into a fresh instance for
+     * error reports.
+     */
+    public static final class Descriptor {
+        private long seq;
+        private Kind kind;
+        private int dtype;
+        private int op;
+        private int algorithm;
+        private int root;
+        private long count;
+        private long bufferBytes;
+        private long memoryId;
+        private long memoryOffset;
+        private long recvBytes;
+        private Problem problem;
+
+        /** Sets every field; returns this. Ordinals are -1 where the call has no such argument. */
+        public Descriptor set(long seq, Kind kind, int dtype, int op, int algorithm, int root, long count,
+                              long bufferBytes, long memoryId, long memoryOffset, long recvBytes, Problem problem) {
+            this.seq = seq;
+            this.kind = kind;
+            this.dtype = dtype;
+            this.op = op;
+            this.algorithm = algorithm;
+            this.root = root;
+            this.count = count;
+            this.bufferBytes = bufferBytes;
+            this.memoryId = memoryId;
+            this.memoryOffset = memoryOffset;
+            this.recvBytes = recvBytes;
+            this.problem = problem;
+            return this;
+        }
+
+        public long seq() {
+            return seq;
+        }
+
+        public Kind kind() {
+            return kind;
+        }
+
+        public int dtype() {
+            return dtype;
+        }
+
+        public int op() {
+            return op;
+        }
+
+        public int algorithm() {
+            return algorithm;
+        }
+
+        public int root() {
+            return root;
+        }
+
+        public long count() {
+            return count;
+        }
+
+        public long bufferBytes() {
+            return bufferBytes;
+        }
+
+        public long memoryId() {
+            return memoryId;
+        }
+
+        public long memoryOffset() {
+            return memoryOffset;
+        }
+
+        public long recvBytes() {
+            return recvBytes;
+        }
+
+        public Problem problem() {
+            return problem;
+        }
+
+        @Override
+        public String toString() {
+            return "Descriptor[seq=" + seq + ", kind=" + kind + ", dtype=" + dtype + ", op=" + op + ", algorithm="
+                    + algorithm + ", root=" + root + ", count=" + count + ", bufferBytes=" + bufferBytes + ", memoryId="
+                    + memoryId + ", memoryOffset=" + memoryOffset + ", recvBytes=" + recvBytes + ", problem=" + problem + "]";
+        }
 
         /** Writes the descriptor fields of the line at {@code base} (plain stores, published by the epoch's release). */
         public void write(MemorySegment pad, long base) {
@@ -113,14 +204,14 @@ public final class OpDescriptorLayout {
         public static Descriptor read(MemorySegment pad, long base) {
             int kind = pad.get(ValueLayout.JAVA_INT, base + KIND);
             int problem = pad.get(ValueLayout.JAVA_INT, base + PROBLEM);
-            return new Descriptor(pad.get(ValueLayout.JAVA_LONG, base + SEQ),
-                    kind >= 0 && kind < Kind.values().length ? Kind.values()[kind] : null,
+            return new Descriptor().set(pad.get(ValueLayout.JAVA_LONG, base + SEQ),
+                    kind >= 0 && kind < KINDS.length ? KINDS[kind] : null,
                     pad.get(ValueLayout.JAVA_INT, base + DTYPE), pad.get(ValueLayout.JAVA_INT, base + OP),
                     pad.get(ValueLayout.JAVA_INT, base + ALGORITHM), pad.get(ValueLayout.JAVA_INT, base + ROOT),
                     pad.get(ValueLayout.JAVA_LONG, base + COUNT), pad.get(ValueLayout.JAVA_LONG, base + BUFFER_BYTES),
                     pad.get(ValueLayout.JAVA_LONG, base + MEMORY_ID), pad.get(ValueLayout.JAVA_LONG, base + MEMORY_OFFSET),
                     pad.get(ValueLayout.JAVA_LONG, base + RECV_BYTES),
-                    problem >= 0 && problem < Problem.values().length ? Problem.values()[problem] : Problem.NONE);
+                    problem >= 0 && problem < PROBLEMS.length ? PROBLEMS[problem] : Problem.NONE);
         }
     }
 }

@@ -49,7 +49,7 @@ final class PadSynchronizer implements WaitSubject {
 
     // The wait in progress, for error reports (set only on the slow path).
     private WaitKind waitKind;
-    private String waitWhat;
+    private String waitPhase; // a constant; the full label is built only for an error
     private long waitTarget;
     private int waitPeer;
     private long waitOffset;
@@ -162,7 +162,7 @@ final class PadSynchronizer implements WaitSubject {
         long offset = SignalPadLayout.stepSlotOffset(worldSize, peer);
         // acquire: pairs with the peer's release in publishStep
         if ((long) LONG.getAcquire(ownPad, offset) < steps) {
-            slowWait(WaitKind.STEP, phase + " step " + steps, offset, steps, peer);
+            slowWait(WaitKind.STEP, phase, offset, steps, peer);
         }
     }
 
@@ -197,7 +197,7 @@ final class PadSynchronizer implements WaitSubject {
 
     private void slowWait(WaitKind kind, String phase, long offset, long target, int peer) {
         waitKind = kind;
-        waitWhat = label(phase);
+        waitPhase = phase;
         waitOffset = offset;
         waitTarget = target;
         waitPeer = peer;
@@ -207,6 +207,11 @@ final class PadSynchronizer implements WaitSubject {
         while ((long) LONG.getAcquire(ownPad, offset) < target) {
             waiter.idle(this);
         }
+    }
+
+    /** The current wait, for error messages: for example "all-reduce#12 ring all-gather step 40". */
+    private String waitLabel() {
+        return label(waitKind == WaitKind.STEP ? waitPhase + " step " + waitTarget : waitPhase);
     }
 
     /** The ranks this rank is still waiting for in the current slow wait. */
@@ -228,7 +233,7 @@ final class PadSynchronizer implements WaitSubject {
 
     @Override
     public void checkProgressPossible(long waitedNanos) {
-        checkAbortWord(waitWhat);
+        checkAbortWord();
         if (waitedNanos - lastLivenessCheckNanos < livenessIntervalNanos) {
             return;
         }
@@ -240,22 +245,24 @@ final class PadSynchronizer implements WaitSubject {
             }
         }
         if (!dead.isEmpty()) {
-            String msg = "rank=" + rank + " " + waitWhat + ": " + describe(dead)
+            String what = waitLabel();
+            String msg = "rank=" + rank + " " + what + ": " + describe(dead)
                     + " exited before arriving (its thread or process is gone)";
             abort(msg);
-            throw new PeerTimeoutException(msg, rank, dead, waitWhat, Reason.PEER_EXITED, waiter.timeout());
+            throw new PeerTimeoutException(msg, rank, dead, what, Reason.PEER_EXITED, waiter.timeout());
         }
     }
 
     @Override
     public RuntimeException deadlinePassed(Duration timeout) {
         List<Integer> missing = missingRanks();
-        String msg = "rank=" + rank + " " + waitWhat + ": timed out after " + timeout + " waiting for "
+        String what = waitLabel();
+        String msg = "rank=" + rank + " " + what + ": timed out after " + timeout + " waiting for "
                 + (missing.isEmpty() ? "a signal (slot offset " + waitOffset + " >= " + waitTarget + ")" : describe(missing))
                 + " (a rank stopped calling collectives, or the ranks called different ones;"
                 + " raise GroupOptions.timeout if ranks legitimately lag this long)";
         abort(msg);
-        return new PeerTimeoutException(msg, rank, missing, waitWhat, Reason.DEADLINE_PASSED, timeout);
+        return new PeerTimeoutException(msg, rank, missing, what, Reason.DEADLINE_PASSED, timeout);
     }
 
     private String describe(List<Integer> ranks) {
@@ -294,12 +301,12 @@ final class PadSynchronizer implements WaitSubject {
         throwAborted(word, label(phase));
     }
 
-    /** As {@link #checkNotAborted} for a wait already labelled. */
-    private void checkAbortWord(String what) {
+    /** As {@link #checkNotAborted}, during a slow wait. */
+    private void checkAbortWord() {
         // acquire: pairs with the aborter's release in abort()
         long word = (long) LONG.getAcquire(ownPad, ABORT_WORD_OFFSET);
         if (word != 0) {
-            throwAborted(word, what);
+            throwAborted(word, waitLabel());
         }
     }
 
