@@ -1,0 +1,51 @@
+package org.symmem4j.pipeline.schedule;
+
+/**
+ * How long actions take in a {@link ScheduleSimulator} dry run, in abstract integer time units
+ * (integers keep every simulated time, and so the bubble fraction's numerator and denominator, exact).
+ *
+ * @param forward              time of one forward on one (virtual) stage, {@code >= 1}
+ * @param backward             time of one backward on one (virtual) stage, {@code >= 1}
+ * @param communicationLatency time from an action's end until an action on another rank that needs
+ *                             its output may start, {@code >= 0}; an action on the same rank (an
+ *                             interleaved rank's next virtual stage) may start at once
+ */
+public record ActionDurations(long forward, long backward, long communicationLatency) {
+
+    public ActionDurations {
+        if (forward < 1) {
+            throw new IllegalArgumentException("invalid action durations: forward=" + forward + " expected=forward >= 1");
+        }
+        if (backward < 1) {
+            throw new IllegalArgumentException(
+                    "invalid action durations: backward=" + backward + " expected=backward >= 1");
+        }
+        if (communicationLatency < 0) {
+            throw new IllegalArgumentException("invalid action durations: communicationLatency="
+                    + communicationLatency + " expected=communicationLatency >= 0");
+        }
+    }
+
+    /** Forward and backward take 1, communication is free. */
+    public static ActionDurations unit() {
+        return new ActionDurations(1, 1, 0);
+    }
+
+    /** The given compute times, communication free (e.g. {@code of(1, 2)}: backward twice forward). */
+    public static ActionDurations of(long forward, long backward) {
+        return new ActionDurations(forward, backward, 0);
+    }
+
+    /** These compute times with {@code communicationLatency} between ranks. */
+    public ActionDurations withCommunicationLatency(long communicationLatency) {
+        return new ActionDurations(forward, backward, communicationLatency);
+    }
+
+    /** Duration of an action of {@code type}. */
+    public long of(ActionType type) {
+        return switch (type) {
+            case FORWARD -> forward;
+            case BACKWARD -> backward;
+        };
+    }
+}
