@@ -28,7 +28,7 @@ git diff --quiet HEAD -- . ':!bench/results' || commit="$commit (plus uncommitte
   echo "- JDK: $("$jdk/bin/java" -version 2>&1 | sed -n 2p)"
   echo "- commit: $commit"
   echo "- command: \`bench/host-allreduce.sh $*\`"
-  echo "- method: JMH average time, 1 fork, 3 × 1 s warm-up, 5 × 1 s measurement, 16 all-reduces per invocation;"
+  echo "- method: JMH sample time (medians), 1 fork, 3 × 1 s warm-up, 5 × 1 s measurement, 16 all-reduces per sample;"
   echo "  rank 0 is the JMH thread, rank 1 a thread (\"threads\") or a second JVM over /dev/shm (\"processes\");"
   echo "  buffers are symmetric memory (in place, no staging copy). Open MPI: see bench/mpi/allreduce_bench.c."
 } > "$out/header.md"

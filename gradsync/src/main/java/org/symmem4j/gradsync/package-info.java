@@ -1,8 +1,15 @@
 /**
- * Gradient synchronization for data parallelism (planned; see the issue "DL4J data parallelism on
- * symmetric memory"): gradient buckets over a flat gradient buffer, the {@code AlgorithmPolicy}
- * that picks ONE_SHOT / TWO_SHOT / RING (and NCCL on GPUs) per bucket from a calibrated threshold
- * table, averaging, ZeRO partitioning of gradients and optimizer state, and the Micrometer
- * {@code MeterBinder} for sync latency. Depends on {@code parallel} only; never imports DL4J.
+ * Gradient synchronization for data parallelism, independent of DL4J.
+ *
+ * <ul>
+ *   <li>{@link org.symmem4j.gradsync.GradientSynchronizer}: all-reduces a flat gradient in symmetric
+ *       memory bucket by bucket ({@link org.symmem4j.gradsync.GradientBuckets}).</li>
+ *   <li>{@link org.symmem4j.gradsync.AlgorithmPolicy}: per bucket, an eligibility filter, then the
+ *       calibrated {@link org.symmem4j.gradsync.ThresholdTable}; or an algorithm the user forces.</li>
+ *   <li>{@link org.symmem4j.gradsync.CalibrateThresholds}: measures this machine and writes the
+ *       table.</li>
+ *   <li>{@link org.symmem4j.gradsync.SyncMetrics}: the Micrometer {@code MeterBinder} for sync
+ *       latency, bytes, step time and the sync share of step time.</li>
+ * </ul>
  */
 package org.symmem4j.gradsync;

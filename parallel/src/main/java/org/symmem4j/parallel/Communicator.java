@@ -54,6 +54,14 @@ public interface Communicator extends AutoCloseable {
     /** Collective barrier. */
     void barrier();
 
+    /**
+     * Not collective: marks the group aborted with {@code reason}, so every rank that waits in, or
+     * later enters, a collective on this communicator fails with a {@link PeerTimeoutException}
+     * naming this rank. For a rank that hit an error outside a collective (a failed training step)
+     * and will not arrive: its peers then fail promptly instead of waiting out the timeout.
+     */
+    void abort(String reason);
+
     /** Collective: frees the scratch memory. */
     @Override
     void close();

@@ -96,18 +96,21 @@ public final class HostBenchReport {
         md.append("\n## Reduction loop against memory bandwidth (one thread)\n\n");
         md.append("`dst += src` over float32 (two streams read, one written) next to memcpy of the same bytes (one read, one"
                 + " written); GB/s count every byte read and written.\n\n");
-        md.append("| size | reduce µs (median) | reduce GB/s | memcpy µs (median) | memcpy GB/s | reduce / memcpy bandwidth |\n");
-        md.append("|---:|---:|---:|---:|---:|---:|\n");
+        md.append("| size | loop | reduce µs (median) | reduce GB/s | memcpy µs (median) | memcpy GB/s | reduce / memcpy bandwidth |\n");
+        md.append("|---:|---|---:|---:|---:|---:|---:|\n");
         for (long bytes : new long[] {65536, 1048576, 67108864}) {
-            Score r = jmh.get("ReducerBandwidthBenchmark.reduceSumInPlace|" + bytes);
             Score c = jmh.get("ReducerBandwidthBenchmark.memcpy|" + bytes);
-            if (r == null || c == null) {
-                continue;
+            for (String[] loop : new String[][] {{"reduceSumInPlace", "TWO_SHOT/RING"},
+                {"reduceSumInPlaceCanonicalNaN", "ONE_SHOT (canonical NaN)"}}) {
+                Score r = jmh.get("ReducerBandwidthBenchmark." + loop[0] + "|" + bytes);
+                if (r == null || c == null) {
+                    continue;
+                }
+                double rg = 3.0 * bytes / r.micros() / 1e3;
+                double cg = 2.0 * bytes / c.micros() / 1e3;
+                md.append(String.format(Locale.ROOT, "| %s | %s | %s | %.1f | %s | %.1f | %.0f%% |%n", size(bytes), loop[1],
+                        fmt(r), rg, fmt(c), cg, 100 * rg / cg));
             }
-            double rg = 3.0 * bytes / r.micros() / 1e3;
-            double cg = 2.0 * bytes / c.micros() / 1e3;
-            md.append(String.format(Locale.ROOT, "| %s | %s | %.1f | %s | %.1f | %.0f%% |%n", size(bytes), fmt(r), rg, fmt(c),
-                    cg, 100 * rg / cg));
         }
         System.out.print(md);
     }

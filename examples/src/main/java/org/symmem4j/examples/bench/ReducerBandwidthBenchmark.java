@@ -52,9 +52,16 @@ public class ReducerBandwidthBenchmark {
         srcs[1].fill((byte) 0);
     }
 
+    /** The loop TWO_SHOT and RING run (NaN bits as computed). */
     @Benchmark
     public void reduceSumInPlace() {
-        reducer.reduce(srcs, offsets, types, 2, srcs[0], 0, DType.FLOAT32, bytes / 4, ReduceOp.SUM, 0);
+        reducer.reduce(srcs, offsets, types, 2, srcs[0], 0, DType.FLOAT32, bytes / 4, ReduceOp.SUM, 0, false);
+    }
+
+    /** The loop ONE_SHOT runs (canonical NaNs: a test and a blend per vector more). */
+    @Benchmark
+    public void reduceSumInPlaceCanonicalNaN() {
+        reducer.reduce(srcs, offsets, types, 2, srcs[0], 0, DType.FLOAT32, bytes / 4, ReduceOp.SUM, 0, true);
     }
 
     @Benchmark

@@ -206,7 +206,7 @@ final class HostCommunicator implements Communicator {
             setSource(r, mem.peer(r), regionOffset, dtype);
         }
         reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, dst, dstOffset, dtype, count, op,
-                op == ReduceOp.AVG ? worldSize : 0);
+                op == ReduceOp.AVG ? worldSize : 0, true); // every rank computes every element: canonical NaNs
     }
 
     /**
@@ -225,8 +225,9 @@ final class HostCommunicator implements Communicator {
             for (int r = 0; r < worldSize; r++) {
                 setSource(r, mem.peer(r), regionOffset + lo * dsize, dtype);
             }
+            // one rank computes each element and the others copy it: bits agree without canonical NaNs
             reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, mem.local(), regionOffset + lo * dsize, dtype,
-                    hi - lo, op, op == ReduceOp.AVG ? worldSize : 0);
+                    hi - lo, op, op == ReduceOp.AVG ? worldSize : 0, false);
             if (!inPlace) {
                 MemorySegment.copy(mem.local(), regionOffset + lo * dsize, dst, dstOffset + lo * dsize, (hi - lo) * dsize);
             }
@@ -292,12 +293,12 @@ final class HostCommunicator implements Communicator {
                     setSource(1, myRegion, regionOffset + lo * dsize, dtype);
                     if (t == n - 2) {
                         reducer.reduce(srcs, srcOffsets, srcTypes, 2, myRegion, regionOffset + lo * dsize, dtype, len,
-                                op, op == ReduceOp.AVG ? n : 0);
+                                op, op == ReduceOp.AVG ? n : 0, false);
                         if (!inPlace) {
                             MemorySegment.copy(myRegion, regionOffset + lo * dsize, dst, dstOffset + lo * dsize, len * dsize);
                         }
                     } else {
-                        reducer.reduce(srcs, srcOffsets, srcTypes, 2, myScratch, ringSlotOffset(g), accType, len, op, 0);
+                        reducer.reduce(srcs, srcOffsets, srcTypes, 2, myScratch, ringSlotOffset(g), accType, len, op, 0, false);
                     }
                 }
                 completeStep(left, right, g);
@@ -389,7 +390,7 @@ final class HostCommunicator implements Communicator {
                 setSource(r, scratch.peer(r), half + rank * pieceElements * dsize, dtype);
             }
             reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, recv, start * dsize, dtype, len, op,
-                    op == ReduceOp.AVG ? worldSize : 0);
+                    op == ReduceOp.AVG ? worldSize : 0, false); // each block is computed by one rank only
         }
     }
 
@@ -567,6 +568,11 @@ final class HostCommunicator implements Communicator {
         srcs[i] = segment;
         srcOffsets[i] = offset;
         srcTypes[i] = type;
+    }
+
+    @Override
+    public void abort(String reason) {
+        sync.abort("rank=" + rank + " aborted: " + reason);
     }
 
     @Override

@@ -26,9 +26,23 @@ public interface Reducer {
      * @param srcTypes    storage type of each source
      * @param nsrc        how many of the arrays' entries are used
      * @param divisor     divide the result by this when positive (AVG); 0 for none
+     * @param canonicalNaN write every NaN result as the canonical quiet NaN. Needed where each rank
+     *                    computes the same elements itself (ONE_SHOT): hardware takes a NaN's sign
+     *                    and payload from an operand that depends on the compiled code, which may
+     *                    differ between ranks. Not needed where one rank computes an element and the
+     *                    others copy it (TWO_SHOT, RING), and it costs: the blend halves the speed of
+     *                    a cache-resident float sum.
      */
     void reduce(MemorySegment[] srcs, long[] srcOffsets, DType[] srcTypes, int nsrc,
-                MemorySegment dst, long dstOffset, DType dstType, long count, ReduceOp op, int divisor);
+                MemorySegment dst, long dstOffset, DType dstType, long count, ReduceOp op, int divisor,
+                boolean canonicalNaN);
+
+    /**
+     * Index of the first NaN or infinite element among {@code count} elements of {@code type} at
+     * {@code offset}, or -1 when all are finite. Used to catch diverging gradients before (and
+     * after) they are averaged.
+     */
+    long firstNonFinite(MemorySegment segment, long offset, DType type, long count);
 
     /** Short name for logs and benchmarks. */
     String name();

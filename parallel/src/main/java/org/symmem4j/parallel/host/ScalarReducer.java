@@ -22,14 +22,15 @@ public final class ScalarReducer implements Reducer {
 
     @Override
     public void reduce(MemorySegment[] srcs, long[] srcOffsets, DType[] srcTypes, int nsrc,
-                       MemorySegment dst, long dstOffset, DType dstType, long count, ReduceOp op, int divisor) {
-        reduceRange(srcs, srcOffsets, srcTypes, nsrc, dst, dstOffset, dstType, 0, count, op, divisor);
+                       MemorySegment dst, long dstOffset, DType dstType, long count, ReduceOp op, int divisor,
+                       boolean canonicalNaN) {
+        reduceRange(srcs, srcOffsets, srcTypes, nsrc, dst, dstOffset, dstType, 0, count, op, divisor, canonicalNaN);
     }
 
     /** Elements {@code [from, to)}. */
     static void reduceRange(MemorySegment[] srcs, long[] srcOffsets, DType[] srcTypes, int nsrc,
                             MemorySegment dst, long dstOffset, DType dstType, long from, long to, ReduceOp op,
-                            int divisor) {
+                            int divisor, boolean canonicalNaN) {
         if (dstType == DType.FLOAT64) {
             for (long i = from; i < to; i++) {
                 double acc = srcs[0].get(F64, srcOffsets[0] + i * 8);
@@ -39,7 +40,7 @@ public final class ScalarReducer implements Reducer {
                 if (divisor > 0) {
                     acc = acc / divisor;
                 }
-                if (acc != acc) {
+                if (canonicalNaN && acc != acc) {
                     acc = Double.NaN; // canonical: NaN sign and payload depend on operand order in hardware
                 }
                 dst.set(F64, dstOffset + i * 8, acc);
@@ -54,7 +55,7 @@ public final class ScalarReducer implements Reducer {
             if (divisor > 0) {
                 acc = acc / divisor;
             }
-            if (acc != acc) {
+            if (canonicalNaN && acc != acc) {
                 acc = Float.NaN; // canonical: NaN sign and payload depend on operand order in hardware
             }
             if (dstType == DType.FLOAT32) {
@@ -63,6 +64,23 @@ public final class ScalarReducer implements Reducer {
                 dst.set(BF16, dstOffset + i * 2, BFloat16.fromFloat(acc));
             }
         }
+    }
+
+    @Override
+    public long firstNonFinite(MemorySegment segment, long offset, DType type, long count) {
+        return firstNonFiniteFrom(segment, offset, type, 0, count);
+    }
+
+    /** Elements {@code [from, to)}; shared with the vector reducer's tail. */
+    static long firstNonFiniteFrom(MemorySegment segment, long offset, DType type, long from, long to) {
+        for (long i = from; i < to; i++) {
+            boolean finite = type == DType.FLOAT64 ? Double.isFinite(segment.get(F64, offset + i * 8))
+                    : Float.isFinite(loadFloat(segment, offset, type, i));
+            if (!finite) {
+                return i;
+            }
+        }
+        return -1;
     }
 
     static float loadFloat(MemorySegment s, long base, DType type, long i) {

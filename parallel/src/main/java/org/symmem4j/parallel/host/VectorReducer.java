@@ -54,20 +54,47 @@ final class VectorReducer implements Reducer {
 
     @Override
     public void reduce(MemorySegment[] srcs, long[] srcOffsets, DType[] srcTypes, int nsrc,
-                       MemorySegment dst, long dstOffset, DType dstType, long count, ReduceOp op, int divisor) {
+                       MemorySegment dst, long dstOffset, DType dstType, long count, ReduceOp op, int divisor,
+                       boolean canonicalNaN) {
         long done;
         if (dstType == DType.FLOAT64) {
             done = op == ReduceOp.SUM || op == ReduceOp.AVG
-                    ? sumDouble(srcs, srcOffsets, nsrc, dst, dstOffset, count, divisor)
+                    ? sumDouble(srcs, srcOffsets, nsrc, dst, dstOffset, count, divisor, canonicalNaN)
                     : maxMinDouble(op == ReduceOp.MAX, srcs, srcOffsets, nsrc, dst, dstOffset, count);
         } else if (allFloat32(srcTypes, nsrc, dstType)) {
             done = op == ReduceOp.SUM || op == ReduceOp.AVG
-                    ? sumFloat(srcs, srcOffsets, nsrc, dst, dstOffset, count, divisor)
+                    ? sumFloat(srcs, srcOffsets, nsrc, dst, dstOffset, count, divisor, canonicalNaN)
                     : maxMinFloat(op == ReduceOp.MAX, srcs, srcOffsets, nsrc, dst, dstOffset, count);
         } else {
             done = reduceWithBfloat16(srcs, srcOffsets, srcTypes, nsrc, dst, dstOffset, dstType, count, op, divisor);
         }
-        ScalarReducer.reduceRange(srcs, srcOffsets, srcTypes, nsrc, dst, dstOffset, dstType, done, count, op, divisor);
+        ScalarReducer.reduceRange(srcs, srcOffsets, srcTypes, nsrc, dst, dstOffset, dstType, done, count, op, divisor,
+                canonicalNaN);
+    }
+
+    @Override
+    public long firstNonFinite(MemorySegment segment, long offset, DType type, long count) {
+        long upper = 0;
+        if (type == DType.FLOAT32) {
+            int lanes = FS.length();
+            upper = count - count % lanes;
+            for (long i = 0; i < upper; i += lanes) {
+                FloatVector v = FloatVector.fromMemorySegment(FS, segment, offset + i * 4, LE);
+                if (!v.test(VectorOperators.IS_FINITE).allTrue()) {
+                    return ScalarReducer.firstNonFiniteFrom(segment, offset, type, i, i + lanes);
+                }
+            }
+        } else if (type == DType.FLOAT64) {
+            int lanes = DS.length();
+            upper = count - count % lanes;
+            for (long i = 0; i < upper; i += lanes) {
+                DoubleVector v = DoubleVector.fromMemorySegment(DS, segment, offset + i * 8, LE);
+                if (!v.test(VectorOperators.IS_FINITE).allTrue()) {
+                    return ScalarReducer.firstNonFiniteFrom(segment, offset, type, i, i + lanes);
+                }
+            }
+        }
+        return ScalarReducer.firstNonFiniteFrom(segment, offset, type, upper, count);
     }
 
     private static boolean allFloat32(DType[] srcTypes, int nsrc, DType dstType) {
@@ -87,10 +114,12 @@ final class VectorReducer implements Reducer {
      * vector per iteration the loop overhead and the segment checks of each access dominate on
      * cache-resident data (measured: 2-source float sum of 512 KiB, 22 us with one vector per
      * iteration, 15 us with four, memcpy of the same bytes 16 us). MAX/MIN keep the simple loop.
+     * Canonicalizing NaNs costs a test and a blend per vector, as much as the sum itself on
+     * cache-resident data (64 KiB: 2.6 us with, 1.2 us without), so it is done only when asked.
      */
 
     private static long sumFloat(MemorySegment[] srcs, long[] offs, int nsrc, MemorySegment dst, long dstOffset,
-                                 long count, int divisor) {
+                                 long count, int divisor, boolean canonicalNaN) {
         int lanes = FS.length();
         long step = 4L * lanes;
         long vbytes = 4L * lanes;
@@ -116,11 +145,17 @@ final class VectorReducer implements Reducer {
                 a2 = a2.div(scale);
                 a3 = a3.div(scale);
             }
+            if (canonicalNaN) {
+                a0 = canonical(a0);
+                a1 = canonical(a1);
+                a2 = canonical(a2);
+                a3 = canonical(a3);
+            }
             long d = dstOffset + b;
-            canonical(a0).intoMemorySegment(dst, d, LE);
-            canonical(a1).intoMemorySegment(dst, d + vbytes, LE);
-            canonical(a2).intoMemorySegment(dst, d + 2 * vbytes, LE);
-            canonical(a3).intoMemorySegment(dst, d + 3 * vbytes, LE);
+            a0.intoMemorySegment(dst, d, LE);
+            a1.intoMemorySegment(dst, d + vbytes, LE);
+            a2.intoMemorySegment(dst, d + 2 * vbytes, LE);
+            a3.intoMemorySegment(dst, d + 3 * vbytes, LE);
         }
         return upper;
     }
@@ -141,7 +176,7 @@ final class VectorReducer implements Reducer {
     }
 
     private static long sumDouble(MemorySegment[] srcs, long[] offs, int nsrc, MemorySegment dst, long dstOffset,
-                                  long count, int divisor) {
+                                  long count, int divisor, boolean canonicalNaN) {
         int lanes = DS.length();
         long step = 4L * lanes;
         long vbytes = 8L * lanes;
@@ -167,11 +202,17 @@ final class VectorReducer implements Reducer {
                 a2 = a2.div(scale);
                 a3 = a3.div(scale);
             }
+            if (canonicalNaN) {
+                a0 = canonical(a0);
+                a1 = canonical(a1);
+                a2 = canonical(a2);
+                a3 = canonical(a3);
+            }
             long d = dstOffset + b;
-            canonical(a0).intoMemorySegment(dst, d, LE);
-            canonical(a1).intoMemorySegment(dst, d + vbytes, LE);
-            canonical(a2).intoMemorySegment(dst, d + 2 * vbytes, LE);
-            canonical(a3).intoMemorySegment(dst, d + 3 * vbytes, LE);
+            a0.intoMemorySegment(dst, d, LE);
+            a1.intoMemorySegment(dst, d + vbytes, LE);
+            a2.intoMemorySegment(dst, d + 2 * vbytes, LE);
+            a3.intoMemorySegment(dst, d + 3 * vbytes, LE);
         }
         return upper;
     }

@@ -57,10 +57,20 @@ class ReducerEquivalenceTest {
                             MemorySegment a = arena.allocate(bytes + 8, 64);
                             MemorySegment b = arena.allocate(bytes + 8, 64);
                             int divisor = op == ReduceOp.AVG ? nsrc : 0;
-                            vector.reduce(srcs, offs, types, nsrc, a, 0, out, len, op, divisor);
-                            scalar.reduce(srcs, offs, types, nsrc, b, 0, out, len, op, divisor);
-                            assertArrayEquals(b.toArray(ValueLayout.JAVA_BYTE), a.toArray(ValueLayout.JAVA_BYTE),
-                                    "out=" + out + " op=" + op + " nsrc=" + nsrc + " len=" + len);
+                            String label = "out=" + out + " op=" + op + " nsrc=" + nsrc + " len=" + len;
+                            vector.reduce(srcs, offs, types, nsrc, a, 0, out, len, op, divisor, true);
+                            scalar.reduce(srcs, offs, types, nsrc, b, 0, out, len, op, divisor, true);
+                            assertArrayEquals(b.toArray(ValueLayout.JAVA_BYTE), a.toArray(ValueLayout.JAVA_BYTE), label);
+                            // without canonical NaNs: the same values, NaN bits aside
+                            vector.reduce(srcs, offs, types, nsrc, a, 0, out, len, op, divisor, false);
+                            for (int i = 0; i < len; i++) {
+                                double x = get(a, out, i);
+                                double y = get(b, out, i);
+                                if (!(Double.isNaN(x) && Double.isNaN(y))) {
+                                    assertEquals(Double.doubleToRawLongBits(y), Double.doubleToRawLongBits(x),
+                                            label + " non-canonical element " + i);
+                                }
+                            }
                         }
                     }
                 }
@@ -80,7 +90,7 @@ class ReducerEquivalenceTest {
                 y.setAtIndex(ValueLayout.JAVA_FLOAT, i, 2 * i);
             }
             vector.reduce(new MemorySegment[] {x, y}, new long[] {0, 0}, new DType[] {DType.FLOAT32, DType.FLOAT32}, 2,
-                    x, 0, DType.FLOAT32, len, ReduceOp.SUM, 0);
+                    x, 0, DType.FLOAT32, len, ReduceOp.SUM, 0, false);
             for (int i = 0; i < len; i++) {
                 assertEquals(3f * i, x.getAtIndex(ValueLayout.JAVA_FLOAT, i), "element " + i);
             }
@@ -105,6 +115,14 @@ class ReducerEquivalenceTest {
                 assertEquals((short) bits, BFloat16.fromFloat(f), "bf16 values round-trip exactly: 0x" + Integer.toHexString(bits));
             }
         }
+    }
+
+    private static double get(MemorySegment s, DType type, int i) {
+        return switch (type) {
+            case FLOAT32 -> s.get(ValueLayout.JAVA_FLOAT_UNALIGNED, i * 4L);
+            case FLOAT64 -> s.get(ValueLayout.JAVA_DOUBLE_UNALIGNED, i * 8L);
+            case BFLOAT16 -> BFloat16.toFloat(s.get(ValueLayout.JAVA_SHORT_UNALIGNED, i * 2L));
+        };
     }
 
     private static void fill(MemorySegment s, long off, DType type, int len, SplittableRandom rnd) {

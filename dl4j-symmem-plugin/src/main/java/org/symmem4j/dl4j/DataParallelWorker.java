@@ -1,0 +1,250 @@
+package org.symmem4j.dl4j;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.LinkedBlockingQueue;
+import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.optimize.api.BaseTrainingListener;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.dataset.api.DataSet;
+import org.nd4j.linalg.dataset.api.MultiDataSet;
+import org.symmem4j.gradsync.AlgorithmPolicy;
+import org.symmem4j.gradsync.GradientSynchronizer;
+import org.symmem4j.gradsync.SyncMetrics;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.host.Reducer;
+
+/**
+ * One data-parallel worker: a thread that owns a model replica and one rank of the in-JVM group.
+ * The replica's {@code onGradientCalculation} hook — after backprop filled the flat gradient view,
+ * before the updater — all-reduces that view in place over symmetric memory, so every replica's
+ * own updater applies the same averaged gradient and the replicas stay bitwise identical.
+ *
+ * <p>Averaging: DL4J's gradient view holds the <em>sum</em> over the batch's examples, and its
+ * updater divides by the replica's own batch size. With batches of different sizes that division
+ * would differ per replica, so replicas have it switched off
+ * ({@link ModelReplica#disableMinibatchDivision()}) and the hook divides the all-reduced sum by the
+ * examples of the whole step — the same number on every rank, so the same bits, and the same
+ * mean one model computes over all those examples.
+ */
+final class DataParallelWorker {
+
+    /**
+     * A step for this worker; {@code batch == null} means shut down. {@code stepExamples} is the
+     * number of examples of the whole step, over all workers.
+     */
+    record Task(Object batch, boolean idle, long stepExamples, long step, CompletableFuture<Result> result) {
+    }
+
+    /** What a step produced. */
+    record Result(double loss, long stepNanos, long syncNanos, boolean skipped) {
+    }
+
+    /** Thrown from the hook to abandon a step on every worker before the updater runs. */
+    private static final class SkipStep extends RuntimeException {
+        SkipStep() {
+            super("step skipped: non-finite gradient", null, false, false);
+        }
+    }
+
+    private final int rank;
+    private final InJvmWorld world;
+    private final ModelReplica replica;
+    private final SymmemParallelWrapper.Settings settings;
+    private final SyncMetrics metrics;
+    private final BlockingQueue<Task> tasks = new LinkedBlockingQueue<>();
+    private final CompletableFuture<Void> ready = new CompletableFuture<>();
+    private final Thread thread;
+    private final Reducer reducer = Reducer.forThisJvm();
+
+    // Owned by the worker thread.
+    private Communicator comm;
+    private SymmetricMemory gradients;
+    private GradientSynchronizer synchronizer;
+    private MemorySegment gradientSegment;
+    private DType dtype;
+    private long count;
+    private Task current;
+    private long syncNanos;
+
+    DataParallelWorker(int rank, InJvmWorld world, ModelReplica replica, SymmemParallelWrapper.Settings settings,
+                       SyncMetrics metrics) {
+        this.rank = rank;
+        this.world = world;
+        this.replica = replica;
+        this.settings = settings;
+        this.metrics = metrics;
+        this.thread = Thread.ofPlatform().daemon().name("symmem4j-worker-" + rank).unstarted(this::run);
+    }
+
+    void start() {
+        thread.start();
+    }
+
+    /** Completes when the worker joined the group and registered its gradient view. */
+    CompletableFuture<Void> ready() {
+        return ready;
+    }
+
+    ModelReplica replica() {
+        return replica;
+    }
+
+    void submit(Task task) {
+        tasks.add(task);
+    }
+
+    void join() throws InterruptedException {
+        thread.join();
+    }
+
+    private void run() {
+        Group group = null;
+        try {
+            group = world.join(rank);
+            comm = Communicator.create(group);
+            INDArray view = replica.gradientView();
+            dtype = ModelReplica.dtypeOf(view.dataType());
+            count = view.length();
+            gradientSegment = ModelReplica.segmentOf(view);
+            gradients = SymmetricMemory.register(group, gradientSegment);
+            AlgorithmPolicy policy = settings.policy();
+            synchronizer = new GradientSynchronizer(comm, gradients, 0, count, dtype, settings.bucketBytes(), policy, metrics);
+            replica.addListener(new BaseTrainingListener() {
+                @Override
+                public void onGradientCalculation(Model model) {
+                    syncGradients();
+                }
+            });
+            ready.complete(null);
+        } catch (Throwable t) {
+            ready.completeExceptionally(t);
+            if (comm != null) {
+                comm.abort("worker " + rank + " failed to start: " + t);
+            }
+            closeQuietly(group);
+            return;
+        }
+        try {
+            while (true) {
+                Task task = tasks.take();
+                if (task.batch() == null || !step(task)) {
+                    break; // shut down, or this worker failed: the wrapper rebuilds its workers
+                }
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        } finally {
+            // collective closes: every worker gets its shutdown task in the same round
+            closeQuietly(gradients);
+            closeQuietly(comm);
+            closeQuietly(group);
+        }
+    }
+
+    /** Runs one step and completes its future; false if the step failed (the future then holds the cause). */
+    private boolean step(Task task) {
+        current = task;
+        syncNanos = 0;
+        long start = System.nanoTime();
+        boolean skipped = false;
+        try {
+            if (task.batch() instanceof DataSet ds) {
+                replica.fit(ds);
+            } else {
+                replica.fit((MultiDataSet) task.batch());
+            }
+        } catch (SkipStep skip) {
+            skipped = true;
+        } catch (RuntimeException | Error e) {
+            if (!(e instanceof PeerTimeoutException) && !(e instanceof NonFiniteGradientException)) {
+                // Peers may be waiting for this worker inside the all-reduce: make them fail now.
+                comm.abort("worker " + rank + " failed at step " + task.step() + ": " + e);
+            }
+            task.result().completeExceptionally(e);
+            return false;
+        } finally {
+            current = null;
+        }
+        long stepNanos = System.nanoTime() - start;
+        metrics.recordStep(stepNanos, syncNanos);
+        // with minibatch division off, DL4J's score is the summed loss of this worker's batch
+        task.result().complete(new Result(task.idle() ? 0 : replica.score(), stepNanos, syncNanos, skipped));
+        return true;
+    }
+
+    /** The hook: runs on this worker's thread, inside the replica's fit, before its updater. */
+    private void syncGradients() {
+        Task task = current;
+        long start = System.nanoTime();
+        long localBad = -1;
+        if (task.idle()) {
+            gradientSegment.fill((byte) 0); // contributes nothing; zero bits are 0.0 in every dtype
+        } else {
+            localBad = reducer.firstNonFinite(gradientSegment, 0, dtype, count);
+        }
+        synchronizer.allReduce(ReduceOp.SUM);
+        // what DL4J's updater would have done for one model seeing every example of the step
+        replica.gradientView().divi(task.stepExamples());
+        // NaN and infinities survive the sum, so every rank sees the same verdict here.
+        long bad = reducer.firstNonFinite(gradientSegment, 0, dtype, count);
+        syncNanos = System.nanoTime() - start;
+        if (bad >= 0) {
+            nonFinite(task, localBad, bad);
+        }
+    }
+
+    private void nonFinite(Task task, long localBad, long reducedBad) {
+        List<Integer> culprits = new ArrayList<>();
+        List<String> details = new ArrayList<>();
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment mine = arena.allocate(8);
+            MemorySegment all = arena.allocate(8L * world.worldSize());
+            mine.set(ValueLayout.JAVA_DOUBLE, 0, localBad);
+            comm.allGather(mine, all, 1, DType.FLOAT64);
+            for (int r = 0; r < world.worldSize(); r++) {
+                long idx = (long) all.getAtIndex(ValueLayout.JAVA_DOUBLE, r);
+                if (idx >= 0) {
+                    culprits.add(r);
+                    details.add("worker " + r + " element " + idx);
+                }
+            }
+        }
+        String who = culprits.isEmpty()
+                ? "no single worker's gradient was non-finite; the sum overflowed (first element " + reducedBad + ")"
+                : "non-finite before averaging on " + String.join(", ", details);
+        String message = "non-finite gradient at step=" + task.step() + " (iteration " + replica.iterationCount()
+                + ", epoch " + replica.epochCount() + "): " + who;
+        if (settings.nonFiniteGradients() == NonFiniteGradients.SKIP_STEP) {
+            if (rank == 0) {
+                System.getLogger(DataParallelWorker.class.getName()).log(System.Logger.Level.WARNING,
+                        message + "; step skipped on every worker (nonFiniteGradients=SKIP_STEP)");
+            }
+            throw new SkipStep();
+        }
+        throw new NonFiniteGradientException(message + " (set nonFiniteGradients(SKIP_STEP) to skip such steps"
+                + " instead, or lower the learning rate / clip gradients)", culprits, task.step());
+    }
+
+    private static void closeQuietly(AutoCloseable c) {
+        if (c == null) {
+            return;
+        }
+        try {
+            c.close();
+        } catch (Exception ignored) {
+            // shutting down after a failure: peers may be gone
+        }
+    }
+}

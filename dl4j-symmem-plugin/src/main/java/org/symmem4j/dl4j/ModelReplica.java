@@ -1,0 +1,304 @@
+package org.symmem4j.dl4j;
+
+import java.lang.foreign.MemorySegment;
+import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.api.Updater;
+import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.optimize.api.TrainingListener;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.dataset.api.DataSet;
+import org.nd4j.linalg.dataset.api.MultiDataSet;
+import org.symmem4j.parallel.DType;
+
+/**
+ * The operations the wrapper needs from a DL4J network, for {@link MultiLayerNetwork} and
+ * {@link ComputationGraph} alike: flat parameter, gradient and updater-state views, counters,
+ * cloning and one training step.
+ */
+sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
+
+    static ModelReplica of(Model model) {
+        if (model instanceof MultiLayerNetwork m) {
+            return new Mln(m);
+        }
+        if (model instanceof ComputationGraph g) {
+            return new Graph(g);
+        }
+        throw new IllegalArgumentException("expected a MultiLayerNetwork or ComputationGraph; found "
+                + (model == null ? "null" : model.getClass().getName()));
+    }
+
+    Model model();
+
+    /** Initializes parameters and the flat gradient view if the network has not been initialized yet. */
+    static void ensureInitialized(ModelReplica replica) {
+        switch (replica) {
+            case Mln m -> {
+                m.net().init();
+                m.net().initGradientsView();
+            }
+            case Graph g -> {
+                g.net().init();
+                g.net().initGradientsView();
+            }
+        }
+    }
+
+    /**
+     * A training replica: a network built afresh from a copy of the configuration (not
+     * {@code clone()}: DL4J's ComputationGraph clones share their listener list), with the same
+     * parameters, updater state and counters, and with DL4J's division of the gradient by the
+     * minibatch size switched off, because the wrapper divides the all-reduced sum by the examples
+     * of the whole step instead (see {@link DataParallelWorker}).
+     */
+    ModelReplica newReplica();
+
+    /** Turns off the updater's division of the gradient (a sum over examples) by the minibatch size. */
+    void disableMinibatchDivision();
+
+    INDArray params();
+
+    /** The flat gradient view that backprop fills (one contiguous buffer outside workspaces). */
+    INDArray gradientView();
+
+    /** The updater's flat state view (Adam moments, momentum, ...), created if absent; null for stateless updaters. */
+    INDArray updaterState();
+
+    int iterationCount();
+
+    void setIterationCount(int count);
+
+    int epochCount();
+
+    void setEpochCount(int count);
+
+    void fit(DataSet batch);
+
+    void fit(MultiDataSet batch);
+
+    void addListener(TrainingListener listener);
+
+    double score();
+
+    /** Parameters, updater state and counters of {@code source} copied into this replica. */
+    default void copyStateFrom(ModelReplica source) {
+        params().assign(source.params());
+        INDArray mine = updaterState();
+        INDArray theirs = source.updaterState();
+        if (mine != null && theirs != null) {
+            mine.assign(theirs);
+        }
+        setIterationCount(source.iterationCount());
+        setEpochCount(source.epochCount());
+    }
+
+    /** Bitwise equality of parameters and updater state, and equal counters. */
+    default boolean sameStateAs(ModelReplica other) {
+        return iterationCount() == other.iterationCount() && epochCount() == other.epochCount()
+                && bitwiseEqual(params(), other.params()) && bitwiseEqual(updaterState(), other.updaterState());
+    }
+
+    static boolean bitwiseEqual(INDArray a, INDArray b) {
+        if (a == null || b == null) {
+            return a == b;
+        }
+        return a.length() == b.length() && a.dataType() == b.dataType()
+                && segmentOf(a).mismatch(segmentOf(b)) == -1;
+    }
+
+    /**
+     * The off-heap memory behind a contiguous array, as a segment. The array must stay reachable
+     * while the segment is used (the segment does not keep it alive).
+     */
+    static MemorySegment segmentOf(INDArray array) {
+        if (!array.isView() && array.ordering() != 'c' && array.ordering() != 'f') {
+            throw new IllegalArgumentException("array is not contiguous");
+        }
+        long elementBytes = array.dataType().width();
+        long address = array.data().address() + array.offset() * elementBytes;
+        return MemorySegment.ofAddress(address).reinterpret(array.length() * elementBytes);
+    }
+
+    static DType dtypeOf(DataType type) {
+        return switch (type) {
+            case FLOAT -> DType.FLOAT32;
+            case DOUBLE -> DType.FLOAT64;
+            case BFLOAT16 -> DType.BFLOAT16;
+            default -> throw new IllegalArgumentException("network data type=" + type
+                    + " is not supported for gradient sync (expected FLOAT, DOUBLE or BFLOAT16)");
+        };
+    }
+
+    /** A {@link MultiLayerNetwork}. */
+    record Mln(MultiLayerNetwork net) implements ModelReplica {
+        @Override
+        public Model model() {
+            return net;
+        }
+
+        @Override
+        public ModelReplica newReplica() {
+            MultiLayerNetwork fresh = new MultiLayerNetwork(net.getLayerWiseConfigurations().clone());
+            fresh.init();
+            fresh.initGradientsView();
+            Mln copy = new Mln(fresh);
+            copy.copyStateFrom(this);
+            copy.disableMinibatchDivision();
+            return copy;
+        }
+
+        @Override
+        public void disableMinibatchDivision() {
+            net.conf().setMiniBatch(false);
+            for (org.deeplearning4j.nn.conf.NeuralNetConfiguration c : net.getLayerWiseConfigurations().getConfs()) {
+                c.setMiniBatch(false);
+            }
+            for (org.deeplearning4j.nn.api.Layer l : net.getLayers()) {
+                l.conf().setMiniBatch(false);
+            }
+        }
+
+        @Override
+        public INDArray params() {
+            return net.params();
+        }
+
+        @Override
+        public INDArray gradientView() {
+            return net.getGradientsViewArray();
+        }
+
+        @Override
+        public INDArray updaterState() {
+            Updater u = net.getUpdater(true);
+            return u == null ? null : u.getStateViewArray();
+        }
+
+        @Override
+        public int iterationCount() {
+            return net.getIterationCount();
+        }
+
+        @Override
+        public void setIterationCount(int count) {
+            net.setIterationCount(count);
+        }
+
+        @Override
+        public int epochCount() {
+            return net.getEpochCount();
+        }
+
+        @Override
+        public void setEpochCount(int count) {
+            net.setEpochCount(count);
+        }
+
+        @Override
+        public void fit(DataSet batch) {
+            net.fit(batch);
+        }
+
+        @Override
+        public void fit(MultiDataSet batch) {
+            throw new IllegalArgumentException("a MultiLayerNetwork trains on DataSets; found a MultiDataSet"
+                    + " (use fit(DataSetIterator), or a ComputationGraph for multiple inputs/outputs)");
+        }
+
+        @Override
+        public void addListener(TrainingListener listener) {
+            net.addListeners(listener);
+        }
+
+        @Override
+        public double score() {
+            return net.score();
+        }
+    }
+
+    /** A {@link ComputationGraph}. */
+    record Graph(ComputationGraph net) implements ModelReplica {
+        @Override
+        public Model model() {
+            return net;
+        }
+
+        @Override
+        public ModelReplica newReplica() {
+            ComputationGraph fresh = new ComputationGraph(net.getConfiguration().clone());
+            fresh.init();
+            fresh.initGradientsView();
+            Graph copy = new Graph(fresh);
+            copy.copyStateFrom(this);
+            copy.disableMinibatchDivision();
+            return copy;
+        }
+
+        @Override
+        public void disableMinibatchDivision() {
+            net.conf().setMiniBatch(false);
+            net.getConfiguration().getDefaultConfiguration().setMiniBatch(false);
+            for (org.deeplearning4j.nn.api.Layer l : net.getLayers()) {
+                l.conf().setMiniBatch(false);
+            }
+        }
+
+        @Override
+        public INDArray params() {
+            return net.params();
+        }
+
+        @Override
+        public INDArray gradientView() {
+            return net.getGradientsViewArray();
+        }
+
+        @Override
+        public INDArray updaterState() {
+            var u = net.getUpdater(true);
+            return u == null ? null : u.getStateViewArray();
+        }
+
+        @Override
+        public int iterationCount() {
+            return net.getIterationCount();
+        }
+
+        @Override
+        public void setIterationCount(int count) {
+            net.getConfiguration().setIterationCount(count);
+        }
+
+        @Override
+        public int epochCount() {
+            return net.getEpochCount();
+        }
+
+        @Override
+        public void setEpochCount(int count) {
+            net.getConfiguration().setEpochCount(count);
+        }
+
+        @Override
+        public void fit(DataSet batch) {
+            net.fit(batch);
+        }
+
+        @Override
+        public void fit(MultiDataSet batch) {
+            net.fit(batch);
+        }
+
+        @Override
+        public void addListener(TrainingListener listener) {
+            net.addListeners(listener);
+        }
+
+        @Override
+        public double score() {
+            return net.score();
+        }
+    }
+}

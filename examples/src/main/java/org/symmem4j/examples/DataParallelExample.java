@@ -1,0 +1,165 @@
+package org.symmem4j.examples;
+
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.Tags;
+import io.micrometer.core.instrument.Timer;
+import io.micrometer.prometheusmetrics.PrometheusConfig;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Locale;
+import java.util.concurrent.TimeUnit;
+import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
+import org.deeplearning4j.nn.conf.layers.DenseLayer;
+import org.deeplearning4j.nn.conf.layers.OutputLayer;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.nn.weights.WeightInit;
+import org.nd4j.linalg.activations.Activation;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.dataset.DataSet;
+import org.nd4j.linalg.learning.config.Adam;
+import org.nd4j.linalg.lossfunctions.LossFunctions;
+import org.symmem4j.dl4j.PrometheusEndpoint;
+import org.symmem4j.dl4j.StepReport;
+import org.symmem4j.dl4j.SymmemParallelWrapper;
+
+/**
+ * The README's main example: trains a DL4J network data-parallel on the CPU with N workers over
+ * symmetric memory, on generated data. Prints progress (loss, examples/s, sync time per step),
+ * test accuracy per epoch and a sync-latency summary, and serves Prometheus metrics at
+ * {@code http://127.0.0.1:<port>/metrics} while it runs.
+ *
+ * <pre>
+ *   DataParallelExample [--workers N] [--epochs E] [--batch B] [--hidden H] [--port P] [--linger-seconds S]
+ * </pre>
+ * {@code --port 0} picks a free port, {@code --port -1} serves nothing; {@code --linger-seconds}
+ * keeps serving metrics after training (for a Prometheus server to scrape).
+ */
+public final class DataParallelExample {
+
+    private DataParallelExample() {
+    }
+
+    public static void main(String[] args) throws InterruptedException {
+        int workers = Runtime.getRuntime().availableProcessors();
+        int epochs = 4;
+        int batch = 64;
+        int hidden = 256;
+        int port = 9404;
+        double lingerSeconds = 0;
+        for (int i = 0; i < args.length; i++) {
+            switch (args[i]) {
+                case "--workers" -> workers = Integer.parseInt(args[++i]);
+                case "--epochs" -> epochs = Integer.parseInt(args[++i]);
+                case "--batch" -> batch = Integer.parseInt(args[++i]);
+                case "--hidden" -> hidden = Integer.parseInt(args[++i]);
+                case "--port" -> port = Integer.parseInt(args[++i]);
+                case "--linger-seconds" -> lingerSeconds = Double.parseDouble(args[++i]);
+                default -> throw new IllegalArgumentException("unknown argument " + args[i] + " (expected --workers N,"
+                        + " --epochs E, --batch B, --hidden H, --port P, --linger-seconds S)");
+            }
+        }
+        SyntheticData data = new SyntheticData(64, 10, 1);
+        List<DataSet> train = data.batches(2, 96, batch, DataType.FLOAT);
+        List<DataSet> test = data.batches(3, 8, 256, DataType.FLOAT);
+        MultiLayerNetwork net = mlp(data.features(), hidden, data.classes());
+
+        PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
+        PrometheusEndpoint endpoint = port >= 0 ? PrometheusEndpoint.start(registry, port) : null;
+        System.out.printf(Locale.ROOT, "symmem4j data parallelism: %d workers, %d parameters, batch %d per worker,"
+                + " %d batches per epoch%n", workers, net.numParams(), batch, train.size());
+        if (endpoint != null) {
+            System.out.println("metrics: " + endpoint.url());
+        }
+
+        Progress progress = new Progress();
+        try (SymmemParallelWrapper wrapper = SymmemParallelWrapper.builder(net).workers(workers)
+                .meterRegistry(registry, Tags.of("job", "data-parallel-example"))
+                .stepListener(progress).build()) {
+            for (int epoch = 1; epoch <= epochs; epoch++) {
+                wrapper.fit(new ListIterator(train));
+                double accuracy = net.evaluate(new ListIterator(test)).accuracy();
+                System.out.printf(Locale.ROOT, "epoch %d: test accuracy %.3f%n", epoch, accuracy);
+            }
+        }
+        printSummary(registry, progress);
+        if (endpoint != null) {
+            if (lingerSeconds > 0) {
+                System.out.printf(Locale.ROOT, "serving %s for %.0f more seconds%n", endpoint.url(), lingerSeconds);
+                Thread.sleep((long) (lingerSeconds * 1000));
+            }
+            endpoint.close();
+        }
+    }
+
+    static MultiLayerNetwork mlp(int in, int hidden, int out) {
+        MultiLayerConfiguration conf = new NeuralNetConfiguration.Builder()
+                .seed(12345).dataType(DataType.FLOAT).updater(new Adam(1e-3)).weightInit(WeightInit.XAVIER)
+                .list()
+                .layer(new DenseLayer.Builder().nIn(in).nOut(hidden).activation(Activation.RELU).build())
+                .layer(new DenseLayer.Builder().nIn(hidden).nOut(hidden).activation(Activation.RELU).build())
+                .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(hidden).nOut(out)
+                        .activation(Activation.SOFTMAX).build())
+                .build();
+        MultiLayerNetwork net = new MultiLayerNetwork(conf);
+        net.init();
+        return net;
+    }
+
+    /** Prints a progress line every 20 steps: loss, examples/s and sync time per step over that window. */
+    static final class Progress implements SymmemParallelWrapper.StepListener {
+        private static final int EVERY = 20;
+        private long windowStart = System.nanoTime();
+        private long windowExamples;
+        private long windowSyncNanos;
+        private long windowStepNanos;
+        private int windowSteps;
+        long totalSteps;
+        long totalExamples;
+        final long start = System.nanoTime();
+
+        @Override
+        public void onStep(StepReport r) {
+            windowExamples += r.examples();
+            windowSyncNanos += r.syncNanos();
+            windowStepNanos += r.stepNanos();
+            windowSteps++;
+            totalSteps++;
+            totalExamples += r.examples();
+            if (windowSteps == EVERY) {
+                double seconds = (System.nanoTime() - windowStart) / 1e9;
+                System.out.printf(Locale.ROOT, "step %5d  loss %.4f  %8.0f examples/s  sync %.3f ms/step (%.1f%% of step)%n",
+                        r.step() + 1, r.loss(), windowExamples / seconds, windowSyncNanos / 1e6 / windowSteps,
+                        100.0 * windowSyncNanos / Math.max(1, windowStepNanos));
+                windowStart = System.nanoTime();
+                windowExamples = 0;
+                windowSyncNanos = 0;
+                windowStepNanos = 0;
+                windowSteps = 0;
+            }
+        }
+    }
+
+    static void printSummary(PrometheusMeterRegistry registry, Progress progress) {
+        double seconds = (System.nanoTime() - progress.start) / 1e9;
+        System.out.printf(Locale.ROOT, "%ntrained %d steps, %d examples in %.1f s (%.0f examples/s including evaluation)%n",
+                progress.totalSteps, progress.totalExamples, seconds, progress.totalExamples / seconds);
+        System.out.println("sync latency (all-reduce of one gradient bucket, per worker):");
+        System.out.printf(Locale.ROOT, "  %-10s %-8s %8s %12s %12s%n", "algorithm", "size", "count", "mean us", "max us");
+        List<Timer> timers = new ArrayList<>(registry.find("symmem.allreduce.latency").timers());
+        timers.sort(Comparator.comparing((Timer t) -> t.getId().getTag("algorithm"))
+                .thenComparing(t -> t.getId().getTag("size.class")));
+        for (Timer t : timers) {
+            if (t.count() > 0) {
+                System.out.printf(Locale.ROOT, "  %-10s %-8s %8d %12.1f %12.1f%n", t.getId().getTag("algorithm"),
+                        t.getId().getTag("size.class"), t.count(), t.mean(TimeUnit.MICROSECONDS), t.max(TimeUnit.MICROSECONDS));
+            }
+        }
+        Gauge share = registry.find("symmem.gradsync.sync.share").gauge();
+        if (share != null) {
+            System.out.printf(Locale.ROOT, "sync share of step time: %.1f%%%n", 100 * share.value());
+        }
+    }
+}

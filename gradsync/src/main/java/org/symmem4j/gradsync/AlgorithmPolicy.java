@@ -1,0 +1,41 @@
+package org.symmem4j.gradsync;
+
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
+
+/**
+ * Chooses the all-reduce algorithm for one message, in two steps (as NCCL does): an eligibility
+ * filter — what can run here — then a calibrated {@link ThresholdTable} — what is fastest here.
+ */
+public interface AlgorithmPolicy {
+
+    /** The algorithm for an all-reduce of {@code count} elements of {@code dtype} on {@code comm}. */
+    Algorithm choose(Communicator comm, long count, DType dtype);
+
+    /** Calibrated thresholds: {@link ThresholdTable#load()} (a calibration file if present, else the shipped defaults). */
+    static AlgorithmPolicy calibrated() {
+        return new ThresholdPolicy(ThresholdTable.load());
+    }
+
+    /** Always {@code algorithm}; logged once as forced by the user. Rejected at first use if it cannot run there. */
+    static AlgorithmPolicy forced(Algorithm algorithm) {
+        return new ForcedPolicy(algorithm);
+    }
+
+    /**
+     * Whether {@code algorithm} can run this message: supported by the transport, and for
+     * TWO_SHOT and RING, at least one cache line (16 elements) per rank, below which their
+     * chunks are empty and they only add synchronization.
+     */
+    static boolean eligible(Algorithm algorithm, Communicator comm, long count) {
+        if (!comm.supports(algorithm)) {
+            return false;
+        }
+        int n = comm.group().worldSize();
+        return switch (algorithm) {
+            case ONE_SHOT, NCCL -> true;
+            case TWO_SHOT, RING -> n > 1 && count >= 16L * n;
+        };
+    }
+}

@@ -1,0 +1,40 @@
+package org.symmem4j.gradsync;
+
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
+
+/** The user's override: one algorithm for every message, logged once as forced. */
+final class ForcedPolicy implements AlgorithmPolicy {
+
+    private static final System.Logger LOG = System.getLogger(ForcedPolicy.class.getName());
+
+    private final Algorithm algorithm;
+    private final AtomicBoolean logged = new AtomicBoolean();
+
+    ForcedPolicy(Algorithm algorithm) {
+        if (algorithm == null) {
+            throw new IllegalArgumentException("forced algorithm is null (pass ONE_SHOT, TWO_SHOT, RING or NCCL)");
+        }
+        this.algorithm = algorithm;
+    }
+
+    @Override
+    public Algorithm choose(Communicator comm, long count, DType dtype) {
+        if (!comm.supports(algorithm)) {
+            throw new IllegalArgumentException("forced algorithm=" + algorithm + " cannot run on transport="
+                    + comm.transportName() + " (NCCL needs a GPU transport; use ONE_SHOT, TWO_SHOT or RING on the host)");
+        }
+        if (logged.compareAndSet(false, true)) {
+            LOG.log(System.Logger.Level.INFO, "all-reduce algorithm forced by the user: " + algorithm
+                    + " for every message (the calibrated policy is bypassed)");
+        }
+        return algorithm;
+    }
+
+    @Override
+    public String toString() {
+        return "forced(" + algorithm + ")";
+    }
+}

@@ -1,0 +1,39 @@
+package org.symmem4j.gradsync;
+
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
+
+/** Eligibility first, then the calibrated table's choice; falls back to ONE_SHOT when the table's pick cannot run. */
+final class ThresholdPolicy implements AlgorithmPolicy {
+
+    private final ThresholdTable table;
+
+    ThresholdPolicy(ThresholdTable table) {
+        this.table = table;
+    }
+
+    @Override
+    public Algorithm choose(Communicator comm, long count, DType dtype) {
+        long bytes = dtype.bytes(count);
+        Algorithm pick = table.lookup(comm.transportName(), comm.group().worldSize(), bytes);
+        if (AlgorithmPolicy.eligible(pick, comm, count)) {
+            return pick;
+        }
+        for (Algorithm a : new Algorithm[] {Algorithm.TWO_SHOT, Algorithm.ONE_SHOT}) {
+            if (AlgorithmPolicy.eligible(a, comm, count)) {
+                return a;
+            }
+        }
+        return Algorithm.ONE_SHOT;
+    }
+
+    ThresholdTable table() {
+        return table;
+    }
+
+    @Override
+    public String toString() {
+        return "calibrated(" + table.source() + ")";
+    }
+}

@@ -1,0 +1,206 @@
+package org.symmem4j.gradsync;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.Reader;
+import java.io.StringReader;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Properties;
+import java.util.TreeMap;
+import org.symmem4j.parallel.Algorithm;
+
+/**
+ * Which all-reduce algorithm is fastest for which message size, per transport and world size, as
+ * measured by {@link CalibrateThresholds} on a machine. Properties format, one row per
+ * {@code <transport>.<worldSize>}, thresholds ascending, the last one {@code max}:
+ * <pre>
+ *   host-in-jvm.2=ONE_SHOT:2048,TWO_SHOT:max
+ * </pre>
+ * meaning ONE_SHOT up to 2048 bytes, TWO_SHOT above.
+ *
+ * <p>{@link #load()} reads, in order: the file named by {@code -Dsymmem4j.thresholds}, else
+ * {@code ~/.symmem4j/thresholds.properties} if it exists; its rows override the shipped defaults
+ * ({@code default-thresholds.properties} in this package, measured on the dev machines).
+ */
+public final class ThresholdTable {
+
+    /** Up to {@code maxBytes} inclusive, use {@code algorithm}. */
+    public record Threshold(long maxBytes, Algorithm algorithm) {
+    }
+
+    public static final String DEFAULTS_RESOURCE = "default-thresholds.properties";
+    public static final String PROPERTY = "symmem4j.thresholds";
+
+    private static final System.Logger LOG = System.getLogger(ThresholdTable.class.getName());
+
+    private final Map<String, List<Threshold>> rows;
+    private final String source;
+
+    private ThresholdTable(Map<String, List<Threshold>> rows, String source) {
+        this.rows = rows;
+        this.source = source;
+    }
+
+    /** Where the rows came from (for logs). */
+    public String source() {
+        return source;
+    }
+
+    public static ThresholdTable defaults() {
+        try (InputStream in = ThresholdTable.class.getResourceAsStream(DEFAULTS_RESOURCE)) {
+            if (in == null) {
+                throw new IllegalStateException("missing resource " + DEFAULTS_RESOURCE + " next to " + ThresholdTable.class);
+            }
+            return parse(new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8), "shipped defaults");
+        } catch (IOException e) {
+            throw new IllegalStateException("cannot read " + DEFAULTS_RESOURCE, e);
+        }
+    }
+
+    /** Defaults overlaid with the user's calibration file, if any (see the class comment). */
+    public static ThresholdTable load() {
+        ThresholdTable table = defaults();
+        String configured = System.getProperty(PROPERTY);
+        Path file = configured != null && !configured.isBlank() ? Path.of(configured)
+                : Path.of(System.getProperty("user.home"), ".symmem4j", "thresholds.properties");
+        if (configured != null && !Files.isReadable(file)) {
+            throw new IllegalArgumentException("-D" + PROPERTY + "=" + configured + " is not a readable file"
+                    + " (write one with CalibrateThresholds, or drop the property to use the shipped defaults)");
+        }
+        if (Files.isReadable(file)) {
+            try {
+                ThresholdTable user = parse(Files.readString(file), file.toString());
+                table = table.overlay(user);
+                LOG.log(System.Logger.Level.INFO, "all-reduce thresholds from " + file + " over the shipped defaults");
+            } catch (IOException e) {
+                throw new IllegalArgumentException("cannot read threshold file " + file + ": " + e, e);
+            }
+        }
+        return table;
+    }
+
+    /** Parses the properties format; errors name the row and say what was expected. */
+    public static ThresholdTable parse(String text, String source) {
+        Properties p = new Properties();
+        try (Reader r = new StringReader(text)) {
+            p.load(r);
+        } catch (IOException e) {
+            throw new IllegalArgumentException(source + ": " + e, e);
+        }
+        Map<String, List<Threshold>> rows = new TreeMap<>();
+        for (String key : p.stringPropertyNames()) {
+            int dot = key.lastIndexOf('.');
+            if (dot <= 0) {
+                throw new IllegalArgumentException(source + ": key=" + key + " expected <transport>.<worldSize>");
+            }
+            try {
+                Integer.parseInt(key.substring(dot + 1));
+            } catch (NumberFormatException e) {
+                throw new IllegalArgumentException(source + ": key=" + key + " world size is not a number", e);
+            }
+            rows.put(key, parseRow(source, key, p.getProperty(key)));
+        }
+        return new ThresholdTable(rows, source);
+    }
+
+    private static List<Threshold> parseRow(String source, String key, String value) {
+        List<Threshold> row = new ArrayList<>();
+        long previous = -1;
+        for (String part : value.split(",")) {
+            String[] ab = part.trim().split(":");
+            if (ab.length != 2) {
+                throw new IllegalArgumentException(source + ": " + key + "=" + value + " part=" + part
+                        + " expected <ALGORITHM>:<maxBytes|max>");
+            }
+            Algorithm a;
+            try {
+                a = Algorithm.valueOf(ab[0].trim().toUpperCase(Locale.ROOT));
+            } catch (IllegalArgumentException e) {
+                throw new IllegalArgumentException(source + ": " + key + " algorithm=" + ab[0] + " expected one of "
+                        + java.util.Arrays.toString(Algorithm.values()), e);
+            }
+            long max = ab[1].trim().equals("max") ? Long.MAX_VALUE : Long.parseLong(ab[1].trim());
+            if (max <= previous) {
+                throw new IllegalArgumentException(source + ": " + key + "=" + value + " thresholds must ascend");
+            }
+            previous = max;
+            row.add(new Threshold(max, a));
+        }
+        if (row.isEmpty() || row.getLast().maxBytes() != Long.MAX_VALUE) {
+            throw new IllegalArgumentException(source + ": " + key + "=" + value + " must end with <ALGORITHM>:max");
+        }
+        return List.copyOf(row);
+    }
+
+    /** Rows of {@code other} replace this table's rows with the same key. */
+    public ThresholdTable overlay(ThresholdTable other) {
+        Map<String, List<Threshold>> merged = new TreeMap<>(rows);
+        merged.putAll(other.rows);
+        return new ThresholdTable(merged, other.source + " over " + source);
+    }
+
+    /** A copy with one row set. */
+    public ThresholdTable with(String transport, int worldSize, List<Threshold> row) {
+        Map<String, List<Threshold>> merged = new TreeMap<>(rows);
+        merged.put(transport + "." + worldSize, List.copyOf(row));
+        return new ThresholdTable(merged, source);
+    }
+
+    /**
+     * The algorithm for {@code bytes} on {@code transport} with {@code worldSize} ranks: that row,
+     * else the transport's row with the nearest smaller world size, else the nearest larger, else
+     * ONE_SHOT up to 64 KiB and TWO_SHOT above.
+     */
+    public Algorithm lookup(String transport, int worldSize, long bytes) {
+        List<Threshold> row = rows.get(transport + "." + worldSize);
+        if (row == null) {
+            int best = -1;
+            for (String key : rows.keySet()) {
+                if (key.startsWith(transport + ".")) {
+                    int ws = Integer.parseInt(key.substring(transport.length() + 1));
+                    boolean better = best < 0 || (ws <= worldSize ? (best > worldSize || ws > best) : (best > worldSize && ws < best));
+                    if (better) {
+                        best = ws;
+                    }
+                }
+            }
+            row = best < 0 ? null : rows.get(transport + "." + best);
+        }
+        if (row == null) {
+            return bytes <= (64 << 10) ? Algorithm.ONE_SHOT : Algorithm.TWO_SHOT;
+        }
+        for (Threshold t : row) {
+            if (bytes <= t.maxBytes()) {
+                return t.algorithm();
+            }
+        }
+        return row.getLast().algorithm();
+    }
+
+    /** The row for a key, or null. */
+    public List<Threshold> row(String transport, int worldSize) {
+        return rows.get(transport + "." + worldSize);
+    }
+
+    /** The properties text of this table, with {@code comment} lines on top. */
+    public String format(String comment) {
+        StringBuilder b = new StringBuilder();
+        for (String line : comment.split("\n")) {
+            b.append("# ").append(line).append('\n');
+        }
+        for (Map.Entry<String, List<Threshold>> e : rows.entrySet()) {
+            b.append(e.getKey()).append('=');
+            List<String> parts = new ArrayList<>();
+            for (Threshold t : e.getValue()) {
+                parts.add(t.algorithm() + ":" + (t.maxBytes() == Long.MAX_VALUE ? "max" : Long.toString(t.maxBytes())));
+            }
+            b.append(String.join(",", parts)).append('\n');
+        }
+        return b.toString();
+    }
+}

@@ -1,0 +1,91 @@
+package org.symmem4j.gradsync;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.Tags;
+import io.micrometer.core.instrument.Timer;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import java.lang.foreign.ValueLayout;
+import java.time.Duration;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.SymmetricMemory;
+
+class GradientSyncTest {
+
+    @Test
+    void bucketsCoverTheGradientOnAlignedBoundaries() {
+        List<GradientBuckets.Bucket> b = GradientBuckets.split(1000, DType.FLOAT32, 1000);
+        assertEquals(5, b.size());
+        long next = 0;
+        for (GradientBuckets.Bucket x : b) {
+            assertEquals(next, x.firstElement());
+            assertEquals(0, x.offsetBytes() % 64, "bucket starts on a 64-byte boundary");
+            next += x.count();
+        }
+        assertEquals(1000, next);
+        assertEquals(0, GradientBuckets.split(0, DType.FLOAT64, 64).size());
+        assertThrows(IllegalArgumentException.class, () -> GradientBuckets.split(10, DType.FLOAT32, 8));
+    }
+
+    @Test
+    void synchronizerAveragesEveryBucketAndRecordsMetrics() {
+        SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        SyncMetrics metrics = new SyncMetrics("host-in-jvm", Tags.of("job", "test"));
+        metrics.bindTo(registry);
+        int count = 10_000;
+        List<List<Algorithm>> chosen = InJvmWorld.runOnEveryRank(3, GroupOptions.defaults().withTimeout(Duration.ofSeconds(30)), group -> {
+            try (Communicator comm = Communicator.create(group); SymmetricMemory mem = SymmetricMemory.allocate(group, 4L * count + 64)) {
+                for (int i = 0; i < count; i++) {
+                    mem.local().setAtIndex(ValueLayout.JAVA_FLOAT, 16 + i, group.rank() * 3 + i % 7);
+                }
+                GradientSynchronizer sync = new GradientSynchronizer(comm, mem, 64, count, DType.FLOAT32, 4096,
+                        AlgorithmPolicy.calibrated(), metrics);
+                sync.allReduce(ReduceOp.AVG);
+                for (int i = 0; i < count; i++) {
+                    assertEquals(3f + i % 7, mem.local().getAtIndex(ValueLayout.JAVA_FLOAT, 16 + i), "element " + i);
+                }
+                metrics.recordStep(4_000_000, 1_000_000);
+                return sync.algorithms();
+            }
+        });
+        assertEquals(chosen.get(0), chosen.get(1), "every rank must choose the same algorithms");
+        assertEquals(10, chosen.getFirst().size(), "40000 bytes in 4096-byte buckets");
+        long recorded = registry.find("symmem.allreduce.latency").timers().stream().mapToLong(Timer::count).sum();
+        assertEquals(3 * 10, recorded, "one latency sample per bucket per rank");
+        Timer t = registry.find("symmem.allreduce.latency").tag("size.class", "small").tag("job", "test").timers()
+                .stream().filter(x -> x.count() > 0).findFirst().orElseThrow();
+        assertEquals("host-in-jvm", t.getId().getTag("transport"));
+        assertEquals(3L * 4L * count, (long) registry.find("symmem.allreduce.bytes")
+                .summaries().stream().mapToDouble(s -> s.totalAmount()).sum(), "bytes synced");
+        Gauge share = registry.find("symmem.gradsync.sync.share").gauge();
+        assertEquals(0.25, share.value(), 1e-12);
+        assertEquals(3, registry.find("symmem.gradsync.step.latency").timer().count());
+    }
+
+    @Test
+    void forcedPolicyIsUsedAndRejectsWhatCannotRun() {
+        InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> {
+            try (Communicator comm = Communicator.create(group)) {
+                assertEquals(Algorithm.RING, AlgorithmPolicy.forced(Algorithm.RING).choose(comm, 1 << 20, DType.FLOAT32));
+                IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                        () -> AlgorithmPolicy.forced(Algorithm.NCCL).choose(comm, 10, DType.FLOAT32));
+                assertTrue(e.getMessage().contains("cannot run on transport=host-in-jvm"), e.getMessage());
+                // eligibility: tiny messages never go to TWO_SHOT or RING, whatever the table says
+                AlgorithmPolicy table = new ThresholdPolicy(ThresholdTable.parse("host-in-jvm.2=RING:max\n", "t"));
+                assertEquals(Algorithm.ONE_SHOT, table.choose(comm, 10, DType.FLOAT32));
+                assertEquals(Algorithm.RING, table.choose(comm, 1000, DType.FLOAT32));
+            }
+            return null;
+        });
+    }
+}

@@ -1,0 +1,100 @@
+package org.symmem4j.gradsync;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.symmem4j.parallel.Algorithm;
+
+class ThresholdTableTest {
+
+    @Test
+    void lookupFollowsThresholdsAndFallsBackToNearestWorldSize() {
+        ThresholdTable t = ThresholdTable.parse("""
+                host-in-jvm.2=ONE_SHOT:4096,TWO_SHOT:1048576,RING:max
+                host-in-jvm.8=ONE_SHOT:1024,RING:max
+                """, "test");
+        assertEquals(Algorithm.ONE_SHOT, t.lookup("host-in-jvm", 2, 1));
+        assertEquals(Algorithm.ONE_SHOT, t.lookup("host-in-jvm", 2, 4096));
+        assertEquals(Algorithm.TWO_SHOT, t.lookup("host-in-jvm", 2, 4097));
+        assertEquals(Algorithm.RING, t.lookup("host-in-jvm", 2, 1L << 30));
+        assertEquals(Algorithm.TWO_SHOT, t.lookup("host-in-jvm", 4, 8192), "world size 4 uses the nearest smaller row (2)");
+        assertEquals(Algorithm.RING, t.lookup("host-in-jvm", 16, 8192), "world size 16 uses the nearest smaller row (8)");
+        assertEquals(Algorithm.ONE_SHOT, t.lookup("host-in-jvm", 1, 100), "below every row: the nearest larger (2)");
+        assertEquals(Algorithm.ONE_SHOT, t.lookup("cuda", 2, 1024), "unknown transport: built-in ONE_SHOT up to 64 KiB");
+        assertEquals(Algorithm.TWO_SHOT, t.lookup("cuda", 2, 1 << 20));
+    }
+
+    @Test
+    void formatParsesBack() {
+        ThresholdTable t = ThresholdTable.parse("host-shm.4=ONE_SHOT:2048,TWO_SHOT:max\n", "a")
+                .with("host-in-jvm", 2, List.of(new ThresholdTable.Threshold(100, Algorithm.RING),
+                        new ThresholdTable.Threshold(Long.MAX_VALUE, Algorithm.TWO_SHOT)));
+        ThresholdTable back = ThresholdTable.parse(t.format("comment\nsecond line"), "b");
+        assertEquals(t.row("host-shm", 4), back.row("host-shm", 4));
+        assertEquals(t.row("host-in-jvm", 2), back.row("host-in-jvm", 2));
+        assertTrue(t.format("c").startsWith("# c\n"));
+    }
+
+    @Test
+    void malformedRowsAreRejectedWithWhatWasExpected() {
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ThresholdTable.parse("x.2=ONE_SHOT:10\n", "f"))
+                .getMessage().contains("must end with <ALGORITHM>:max"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ThresholdTable.parse("x.2=TURBO:max\n", "f"))
+                .getMessage().contains("algorithm=TURBO expected one of"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ThresholdTable.parse("x.2=ONE_SHOT:10,RING:5,TWO_SHOT:max\n", "f"))
+                .getMessage().contains("thresholds must ascend"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ThresholdTable.parse("x=ONE_SHOT:max\n", "f"))
+                .getMessage().contains("expected <transport>.<worldSize>"));
+    }
+
+    @Test
+    void shippedDefaultsCoverTheHostTransports() {
+        ThresholdTable d = ThresholdTable.defaults();
+        assertNotNull(d.row("host-in-jvm", 2));
+        assertNotNull(d.row("host-shm", 2));
+    }
+
+    @Test
+    void aCalibrationFileOverridesTheDefaults(@TempDir Path dir) throws Exception {
+        Path file = dir.resolve("t.properties");
+        Files.writeString(file, "host-in-jvm.2=RING:max\n");
+        String old = System.getProperty(ThresholdTable.PROPERTY);
+        System.setProperty(ThresholdTable.PROPERTY, file.toString());
+        try {
+            ThresholdTable t = ThresholdTable.load();
+            assertEquals(Algorithm.RING, t.lookup("host-in-jvm", 2, 1));
+            assertNotNull(t.row("host-shm", 2), "rows the file lacks come from the defaults");
+            System.setProperty(ThresholdTable.PROPERTY, dir.resolve("missing").toString());
+            assertTrue(assertThrows(IllegalArgumentException.class, ThresholdTable::load).getMessage()
+                    .contains("is not a readable file"));
+        } finally {
+            if (old == null) {
+                System.clearProperty(ThresholdTable.PROPERTY);
+            } else {
+                System.setProperty(ThresholdTable.PROPERTY, old);
+            }
+        }
+    }
+
+    @Test
+    void calibrationMergesWinnersAndBreaksTiesTowardsThePreviousWinner() {
+        List<Long> sizes = List.of(1024L, 2048L, 4096L, 8192L);
+        double[][] medians = {
+            {1.0, 2.0, 3.0},      // ONE_SHOT
+            {2.0, 1.02, 1.0},     // TWO_SHOT within 5% of RING: tie, no previous TWO_SHOT, first in order wins
+            {3.0, 1.0, 1.04},     // TWO_SHOT again (RING within the margin but TWO_SHOT is the previous winner)
+            {9.0, 5.0, 1.0},      // RING clearly
+        };
+        List<ThresholdTable.Threshold> row = CalibrateThresholds.thresholds(sizes, medians);
+        assertEquals(List.of(new ThresholdTable.Threshold(1024, Algorithm.ONE_SHOT),
+                new ThresholdTable.Threshold(4096, Algorithm.TWO_SHOT),
+                new ThresholdTable.Threshold(Long.MAX_VALUE, Algorithm.RING)), row);
+    }
+}
