@@ -42,7 +42,7 @@ import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
  *
  * <p>Scratch layout and the per-algorithm synchronization are documented on each method.
  */
-final class HostCommunicator implements Communicator {
+public final class HostCommunicator implements Communicator {
 
     /** Chunk boundaries of TWO_SHOT and RING are multiples of this many elements (≥ one cache line). */
     private static final long CHUNK_ALIGN_ELEMENTS = 16;
@@ -568,6 +568,23 @@ final class HostCommunicator implements Communicator {
         srcs[i] = segment;
         srcOffsets[i] = offset;
         srcTypes[i] = type;
+    }
+
+    /**
+     * Checks that every rank passes the same arguments, through this communicator's entry barrier,
+     * without moving data: for transports whose data path cannot check (GPU kernels would hang on
+     * a mismatch). Throws {@link CollectiveMismatchException} on every rank, as the host
+     * collectives do.
+     *
+     * @param what         the collective's name for messages, for example "all-reduce"
+     * @param localProblem a problem this rank found with its own arguments, or null
+     */
+    public void checkAgreement(String what, Kind kind, DType dtype, ReduceOp op, Algorithm algorithm, int root, long count,
+                               long bufferBytes, long memoryId, long memoryOffset, long recvBytes, Problem localProblem) {
+        long s = seq++;
+        sync.beginOp(what, s);
+        enter(call.set(s, kind, ordinal(dtype), ordinal(op), ordinal(algorithm), root, count, bufferBytes, memoryId,
+                memoryOffset, recvBytes, localProblem == null ? Problem.NONE : localProblem), nextHalf);
     }
 
     @Override

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Packs everything a GPU run needs into .device/ (git-ignored; the GPU machines have no Java and no
+# network): a jlinked JDK 25 runtime, the project's jars (the kernels jar carries the CUDA fatbin,
+# built here by nvcc), the GPU test classes and the JUnit console launcher. Then run it with the
+# device tool:  run(command="bash bench/gpu/run-on-device.sh", carry=[".device"])
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+. bench/jdk25.sh
+jdk=$(find_jdk25)
+
+mvn -q -B -DskipTests install -pl kernels,parallel,gradsync,examples -am
+unzip -l kernels/target/symmem4j-kernels-*.jar | grep -q symmem4j.fatbin \
+  || { echo "pack: the kernels jar has no fatbin (nvcc missing here?)" >&2; exit 1; }
+
+rm -rf .device
+mkdir -p .device/lib
+"$jdk/bin/jlink" --add-modules java.base,jdk.unsupported,java.management,java.logging,jdk.incubator.vector \
+  --strip-debug --no-man-pages --no-header-files --compress=zip-6 --output .device/jre
+cp kernels/target/symmem4j-kernels-0.1.0-SNAPSHOT.jar parallel/target/symmem4j-parallel-0.1.0-SNAPSHOT.jar \
+   gradsync/target/symmem4j-gradsync-0.1.0-SNAPSHOT.jar examples/target/symmem4j-examples-0.1.0-SNAPSHOT.jar .device/lib/
+micrometer=$(grep -o '[^:]*micrometer-core[^:]*\.jar' examples/target/classpath.txt | head -1)
+cp "$micrometer" .device/lib/
+cp -r parallel/target/test-classes .device/test-classes
+mvn -q -B dependency:copy -Dartifact=org.junit.platform:junit-platform-console-standalone:1.11.4 \
+  -DoutputDirectory="$root/.device/lib"
+du -sh .device
+echo "packed .device/ — run it with the device tool: command='bash bench/gpu/run-on-device.sh', carry=['.device']"

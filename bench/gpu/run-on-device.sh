@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
+# the GPU tests, then the GPU all-reduce benchmark. Logs and the report land in $OUT.
+#   run-on-device.sh [tests|bench|all] [extra benchmark args]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+what=${1:-all}
+shift || true
+out=${OUT:-/tmp/symmem4j-out}
+mkdir -p "$out"
+# NVLink multicast stays off (it can take a shared host's GPUs down): NCCL and NVSHMEM honour these.
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+java=.device/jre/bin/java
+flags="--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -Xmx24g"
+cp=$(ls .device/lib/symmem4j-*.jar .device/lib/micrometer-*.jar | tr '\n' ':')
+nvidia-smi -L || true
+nvidia-smi topo -m 2>/dev/null | head -12 || true
+rc=0
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  $java $flags -jar .device/lib/junit-platform-console-standalone-*.jar execute \
+    --class-path ".device/test-classes:$cp" --select-class org.symmem4j.parallel.cuda.CudaCollectivesTest \
+    --details=tree --disable-banner 2>&1 | tee "$out/gpu-tests.log"
+  rc=${PIPESTATUS[0]}
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  $java $flags -cp "$cp" org.symmem4j.examples.bench.GpuAllReduceBench --out "$out/gpu-allreduce.md" \
+    --thresholds "$out/gpu-thresholds.properties" "$@" 2>&1 | tee "$out/gpu-bench.log"
+  rc=$(( rc | PIPESTATUS[0] ))
+fi
+exit $rc

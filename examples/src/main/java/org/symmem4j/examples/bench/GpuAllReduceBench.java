@@ -1,0 +1,285 @@
+package org.symmem4j.examples.bench;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.SplittableRandom;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.cuda.CudaCommunicator;
+import org.symmem4j.parallel.cuda.CudaDriver;
+import org.symmem4j.parallel.cuda.CudaGraph;
+import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
+import org.symmem4j.parallel.cuda.CudaTransport;
+import org.symmem4j.parallel.cuda.Nccl;
+import org.symmem4j.parallel.cuda.NcclWindow;
+
+/**
+ * GPU all-reduce benchmark, nccl-tests style: for 1 KiB … 256 MiB, bf16 and fp32, in place, the
+ * time per operation, algbw and busbw of symmem4j's ONE_SHOT and TWO_SHOT kernels, the policy's
+ * choice (the fastest symmem4j/NCCL option calibrated in this run), and the baselines NCCL on
+ * plain cuMemAlloc buffers and NCCL on ncclMemAlloc buffers registered as symmetric windows, each
+ * eager and graph-captured. One rank per GPU (threads of this JVM). Medians of repeated timings
+ * with CUDA events on rank 0's stream.
+ *
+ * <pre>
+ *   GpuAllReduceBench [--out report.md] [--thresholds thresholds.properties] [--max-bytes B] [--reps R]
+ * </pre>
+ */
+public final class GpuAllReduceBench {
+
+    private static final long[] SIZES = {1L << 10, 4L << 10, 16L << 10, 64L << 10, 256L << 10, 1L << 20, 4L << 20,
+        16L << 20, 64L << 20, 256L << 20};
+    private static final String[] VARIANTS = {"ONE_SHOT", "TWO_SHOT", "NCCL plain", "NCCL window"};
+
+    private GpuAllReduceBench() {
+    }
+
+    /** Per (dtype, size, variant, mode): median microseconds per op, NaN where it cannot run. */
+    record Cell(DType dtype, long bytes, String variant, boolean graph, double micros) {
+    }
+
+    public static void main(String[] args) throws IOException {
+        Path out = null;
+        Path thresholds = null;
+        long maxBytes = 256L << 20;
+        int reps = 7;
+        for (int i = 0; i < args.length; i++) {
+            switch (args[i]) {
+                case "--out" -> out = Path.of(args[++i]);
+                case "--thresholds" -> thresholds = Path.of(args[++i]);
+                case "--max-bytes" -> maxBytes = Long.parseLong(args[++i]);
+                case "--reps" -> reps = Integer.parseInt(args[++i]);
+                default -> throw new IllegalArgumentException("unknown argument " + args[i]);
+            }
+        }
+        CudaTransport cuda = CudaTransport.create();
+        int devices = CudaDriver.get().deviceCount();
+        int worldSize = Math.max(2, Math.min(8, devices));
+        long maxB = maxBytes;
+        int repeats = reps;
+        String[] deviceName = new String[1];
+        List<List<Cell>> perRank = InJvmWorld.runOnEveryRank(worldSize,
+                GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), group -> {
+            List<Cell> cells = new ArrayList<>();
+            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, maxB)) {
+                deviceName[0] = comm.deviceName();
+                boolean nccl = comm.supports(Algorithm.NCCL);
+                long plain = nccl ? comm.deviceMalloc(maxB) : 0;
+                NcclWindow window = nccl && Nccl.get().hasSymmetricWindows() ? comm.ncclSymmetricWindow(maxB) : null;
+                fillRandom(comm, mem.local().address(), maxB, group.rank());
+                if (plain != 0) {
+                    fillRandom(comm, plain, maxB, group.rank());
+                }
+                if (window != null) {
+                    fillRandom(comm, window.pointer(), maxB, group.rank());
+                }
+                for (DType dtype : new DType[] {DType.BFLOAT16, DType.FLOAT32}) {
+                    for (long bytes : SIZES) {
+                        if (bytes > maxB) {
+                            continue;
+                        }
+                        long count = bytes / dtype.byteSize();
+                        for (String variant : VARIANTS) {
+                            Runnable op = switch (variant) {
+                                case "ONE_SHOT" -> bytes <= comm.oneShotCapacityBytes()
+                                        ? () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT) : null;
+                                case "TWO_SHOT" -> () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, Algorithm.TWO_SHOT);
+                                case "NCCL plain" -> nccl ? () -> comm.ncclAllReduce(plain, plain, count, dtype, ReduceOp.SUM) : null;
+                                case "NCCL window" -> window != null
+                                        ? () -> comm.ncclAllReduce(window.pointer(), window.pointer(), count, dtype, ReduceOp.SUM) : null;
+                                default -> throw new IllegalStateException(variant);
+                            };
+                            for (boolean graph : new boolean[] {false, true}) {
+                                double us = op == null ? Double.NaN : time(comm, group.rank(), op, bytes, graph, repeats);
+                                cells.add(new Cell(dtype, bytes, variant, graph, us));
+                            }
+                        }
+                    }
+                }
+                comm.synchronize();
+                if (window != null) {
+                    window.close();
+                }
+                if (plain != 0) {
+                    comm.free(plain);
+                }
+            }
+            return cells;
+        });
+        String report = report(perRank.getFirst(), worldSize, devices, deviceName[0], repeats, thresholds);
+        System.out.print(report);
+        if (out != null) {
+            Files.writeString(out, report);
+        }
+    }
+
+    private static void fillRandom(CudaCommunicator comm, long ptr, long bytes, int rank) {
+        try (Arena a = Arena.ofConfined()) {
+            long chunk = Math.min(bytes, 16L << 20);
+            MemorySegment host = a.allocate(chunk, 16);
+            SplittableRandom rnd = new SplittableRandom(rank + 1);
+            for (long i = 0; i < chunk / 4; i++) {
+                host.setAtIndex(ValueLayout.JAVA_FLOAT, i, (float) rnd.nextDouble(-1, 1));
+            }
+            for (long off = 0; off < bytes; off += chunk) {
+                comm.copyToDevice(ptr + off, host.asSlice(0, Math.min(chunk, bytes - off)));
+            }
+        }
+    }
+
+    /**
+     * Median microseconds per op over {@code reps} timings of a batch, timed with CUDA events on this
+     * rank's stream. Eager: the batch is {@code batch} calls. Graph: the batch is captured once into a
+     * graph of {@code batch} ops and each timing replays it.
+     */
+    private static double time(CudaCommunicator comm, int rank, Runnable op, long bytes, boolean graph, int reps) {
+        int batch = bytes >= (64L << 20) ? 5 : bytes >= (4L << 20) ? 20 : 100;
+        for (int w = 0; w < Math.max(3, batch / 5); w++) {
+            op.run();
+        }
+        comm.synchronize();
+        CudaGraph g = graph ? comm.capture(() -> {
+            for (int i = 0; i < batch; i++) {
+                op.run();
+            }
+        }) : null;
+        if (g != null) {
+            g.replay(); // warm the graph
+        }
+        double[] samples = new double[reps];
+        CudaDriver d = CudaDriver.get();
+        for (int r = 0; r < reps; r++) {
+            comm.barrier();
+            MemorySegment start = comm.recordEvent();
+            if (g != null) {
+                g.replay();
+            } else {
+                for (int i = 0; i < batch; i++) {
+                    op.run();
+                }
+            }
+            MemorySegment end = comm.recordEvent();
+            d.synchronizeEvent(end);
+            samples[r] = d.elapsedMillis(start, end) * 1000.0 / batch;
+            d.destroyEvent(start);
+            d.destroyEvent(end);
+        }
+        if (g != null) {
+            comm.synchronize();
+            g.close();
+        }
+        Arrays.sort(samples);
+        return samples[reps / 2];
+    }
+
+    static String size(long bytes) {
+        return bytes >= (1 << 20) ? (bytes >> 20) + " MiB" : (bytes >> 10) + " KiB";
+    }
+
+    private static String report(List<Cell> cells, int worldSize, int devices, String device, int reps, Path thresholdsOut)
+            throws IOException {
+        Map<String, Double> t = new LinkedHashMap<>();
+        for (Cell c : cells) {
+            t.put(c.dtype() + "|" + c.bytes() + "|" + c.variant() + "|" + c.graph(), c.micros());
+        }
+        StringBuilder md = new StringBuilder();
+        md.append("# GPU all-reduce benchmark\n\n");
+        md.append("- date: ").append(Instant.now()).append('\n');
+        md.append("- device: ").append(worldSize).append(" ranks on ").append(devices).append(" × ").append(device)
+                .append(devices < worldSize ? " (ranks share a GPU: correctness only, timings meaningless)" : "").append('\n');
+        md.append("- CUDA driver ").append(CudaDriver.get().driverVersion());
+        if (Nccl.available()) {
+            md.append(", NCCL ").append(Nccl.get().version());
+        }
+        md.append('\n');
+        md.append("- method: in-place SUM on random data; median of ").append(reps).append(" CUDA-event timings of a batch")
+                .append(" (100 ops up to 1 MiB, 20 up to 16 MiB, 5 above), on rank 0's stream; eager = one call per op")
+                .append(" (symmem4j's calls include the host-side argument check across ranks); graph = the batch captured")
+                .append(" once and replayed. busbw = algbw × 2(n-1)/n. \"policy\" = the fastest option at that size and mode")
+                .append(" among ONE_SHOT, TWO_SHOT and NCCL plain, as calibrated by this run.\n\n");
+        List<String> calibration = new ArrayList<>();
+        for (DType dtype : new DType[] {DType.BFLOAT16, DType.FLOAT32}) {
+            for (boolean graph : new boolean[] {true, false}) {
+                md.append("## ").append(dtype).append(graph ? ", graph-captured" : ", eager").append("\n\n");
+                md.append("| size | ONE_SHOT µs | TWO_SHOT µs | policy | policy µs | policy busbw GB/s | NCCL plain µs | NCCL window µs"
+                        + " | best NCCL µs | speedup vs best NCCL |\n");
+                md.append("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
+                String previous = null;
+                long previousUpTo = 0;
+                StringBuilder row = new StringBuilder();
+                for (long bytes : SIZES) {
+                    Double one = t.get(dtype + "|" + bytes + "|ONE_SHOT|" + graph);
+                    if (one == null) {
+                        continue;
+                    }
+                    double two = t.get(dtype + "|" + bytes + "|TWO_SHOT|" + graph);
+                    double plain = t.get(dtype + "|" + bytes + "|NCCL plain|" + graph);
+                    double win = t.get(dtype + "|" + bytes + "|NCCL window|" + graph);
+                    String pick = "ONE_SHOT";
+                    double best = nanMax(one);
+                    if (nanMax(two) < best) {
+                        pick = "TWO_SHOT";
+                        best = two;
+                    }
+                    if (nanMax(plain) < best) {
+                        pick = "NCCL";
+                        best = plain;
+                    }
+                    double bestNccl = Math.min(nanMax(plain), nanMax(win));
+                    double busbw = bytes / (best * 1e-6) / 1e9 * 2.0 * (worldSize - 1) / worldSize;
+                    md.append(String.format(Locale.ROOT, "| %s | %s | %s | %s | %.2f | %.1f | %s | %s | %s | %s |%n", size(bytes),
+                            f(one), f(two), pick, best, busbw, f(plain), f(win), f(bestNccl),
+                            Double.isInfinite(bestNccl) ? "—" : String.format(Locale.ROOT, "%.2f×", bestNccl / best)));
+                    if (graph && dtype == DType.BFLOAT16) {
+                        if (previous != null && !pick.equals(previous)) {
+                            row.append(previous).append(':').append(previousUpTo).append(',');
+                        }
+                        previous = pick;
+                        previousUpTo = bytes;
+                    }
+                }
+                if (graph && dtype == DType.BFLOAT16 && previous != null) {
+                    row.append(previous).append(":max");
+                    calibration.add(row.toString());
+                }
+                md.append('\n');
+            }
+        }
+        if (!calibration.isEmpty()) {
+            String key = "cuda-" + device.toLowerCase(Locale.ROOT).replaceAll("[^a-z0-9]+", "-").replaceAll("(^-|-$)", "")
+                    + "." + worldSize;
+            String line = key + "=" + calibration.getFirst();
+            md.append("Calibrated threshold row (bf16, graph-captured; each algorithm up to the largest size it won):\n\n```\n")
+                    .append(line).append("\n```\n");
+            if (thresholdsOut != null) {
+                Files.writeString(thresholdsOut, "# measured by GpuAllReduceBench on " + Instant.now() + "\n" + line + "\n");
+            }
+        }
+        return md.toString();
+    }
+
+    private static double nanMax(double v) {
+        return Double.isNaN(v) ? Double.POSITIVE_INFINITY : v;
+    }
+
+    private static String f(double v) {
+        return Double.isNaN(v) ? "—" : String.format(Locale.ROOT, "%.2f", v);
+    }
+}

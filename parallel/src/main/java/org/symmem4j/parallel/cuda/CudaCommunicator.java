@@ -1,0 +1,415 @@
+package org.symmem4j.parallel.cuda;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.List;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.InJvmGroup;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.host.HostCommunicator;
+import org.symmem4j.parallel.host.OpDescriptorLayout.Kind;
+import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
+
+/**
+ * Collectives on GPU symmetric memory: symmem4j's kernels (ONE_SHOT, TWO_SHOT; float32 and bfloat16
+ * with float32 accumulation; SUM and AVG) and NCCL (every algorithm slot's fallback, and any dtype
+ * or op NCCL has). Operations are enqueued on this rank's stream and return before the GPU has
+ * run them; {@link #synchronize()} waits. A sequence of collectives can be captured into a CUDA
+ * graph and replayed ({@link #capture}).
+ *
+ * <p>Before enqueueing, the ranks check that they agree on the arguments, through a host
+ * communicator's entry barrier (a mismatch would otherwise leave GPU blocks waiting for partners
+ * that never come). Graph replays skip the check: it ran at capture.
+ */
+public final class CudaCommunicator implements Communicator {
+
+    private final CudaTransport transport;
+    private final InJvmGroup group;
+    private final CudaRank rank;
+    private final CudaDriver driver;
+    private final HostCommunicator control;
+    private final int worldSize;
+    private final boolean sharedDevice;
+    private final int maxBlocks;
+    private final MemorySegment ncclComm;
+    private final String ncclUnavailable;
+
+    // Launch parameters, reused by every launch of this rank's thread (no allocation per call).
+    private final Arena arena = Arena.ofShared();
+    private final MemorySegment peersSlot;
+    private final MemorySegment padsSlot;
+    private final MemorySegment countSlot;
+    private final MemorySegment rankSlot;
+    private final MemorySegment worldSlot;
+    private final MemorySegment divisorSlot;
+    private final MemorySegment allReduceParams;
+
+    CudaCommunicator(CudaTransport transport, InJvmGroup group, CommunicatorOptions options) {
+        this.transport = transport;
+        this.group = group;
+        this.rank = transport.rank(group);
+        this.driver = transport.driver();
+        this.worldSize = group.worldSize();
+        if (worldSize > CudaKernels.MAX_RANKS) {
+            throw new IllegalArgumentException("worldSize=" + worldSize + " exceeds the kernels' MAX_RANKS="
+                    + CudaKernels.MAX_RANKS + " (one machine's GPUs)");
+        }
+        this.control = (HostCommunicator) group.transport().communicator(group, options);
+        int devices = driver.deviceCount();
+        this.sharedDevice = devices < worldSize;
+        // Every block of every rank must be resident at once (a block waits for its partner block
+        // on each peer): one block per SM, and on a shared GPU the SMs split between its ranks.
+        int ranksOnDevice = sharedDevice ? (worldSize + devices - 1) / devices : 1;
+        this.maxBlocks = Math.max(1, Math.min(CudaKernels.MAX_BLOCKS, rank.multiprocessors / ranksOnDevice));
+        MemorySegment comm = null;
+        String why = null;
+        if (sharedDevice) {
+            why = "NCCL needs one GPU per rank; " + worldSize + " ranks share " + devices + " GPU(s)";
+        } else if (!Nccl.available()) {
+            why = Nccl.unavailableReason();
+        } else {
+            byte[] id = group.rank() == 0 ? Nccl.get().uniqueId() : new byte[Nccl.UNIQUE_ID_BYTES];
+            List<byte[]> ids = group.allGatherBytes("nccl-unique-id", id);
+            driver.setCurrent(rank.context);
+            comm = Nccl.get().initRank(worldSize, ids.getFirst(), group.rank());
+        }
+        this.ncclComm = comm;
+        this.ncclUnavailable = why;
+        peersSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
+        padsSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
+        countSlot = arena.allocate(8, 8);
+        rankSlot = arena.allocate(4, 4);
+        worldSlot = arena.allocate(4, 4);
+        divisorSlot = arena.allocate(4, 4);
+        allReduceParams = arena.allocate(java.lang.foreign.ValueLayout.ADDRESS, 6);
+        MemorySegment[] order = {peersSlot, padsSlot, countSlot, rankSlot, worldSlot, divisorSlot};
+        for (int i = 0; i < order.length; i++) {
+            allReduceParams.setAtIndex(java.lang.foreign.ValueLayout.ADDRESS, i, order[i]);
+        }
+        rankSlot.set(java.lang.foreign.ValueLayout.JAVA_INT, 0, group.rank());
+        worldSlot.set(java.lang.foreign.ValueLayout.JAVA_INT, 0, worldSize);
+    }
+
+    @Override
+    public Group group() {
+        return group;
+    }
+
+    /**
+     * {@code cuda-<gpu model>}, for example {@code cuda-nvidia-h200}: thresholds are calibrated per
+     * GPU model (and world size), so the policy's table is keyed by this name.
+     */
+    @Override
+    public String transportName() {
+        return CudaTransport.NAME + "-" + rank.deviceName.toLowerCase(java.util.Locale.ROOT).replaceAll("[^a-z0-9]+", "-")
+                .replaceAll("(^-|-$)", "");
+    }
+
+    /** Whether NCCL is usable here, and if not, why. */
+    public String ncclUnavailableReason() {
+        return ncclUnavailable;
+    }
+
+    @Override
+    public boolean supports(Algorithm algorithm) {
+        if (algorithm == Algorithm.NCCL) {
+            return ncclComm != null;
+        }
+        return (algorithm == Algorithm.ONE_SHOT || algorithm == Algorithm.TWO_SHOT) && rank.kernels != null;
+    }
+
+    /** Largest message, in bytes, ONE_SHOT takes here: every thread keeps its vectors in registers. */
+    public long oneShotCapacityBytes() {
+        return (long) maxBlocks * CudaKernels.BLOCK_THREADS * CudaKernels.ONE_SHOT_VECS * 16;
+    }
+
+    @Override
+    public void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
+        throw new UnsupportedOperationException("on the cuda transport, all-reduce runs on symmetric memory: register the"
+                + " device buffer first (transport.register(group, MemorySegment.ofAddress(ptr).reinterpret(bytes)))"
+                + " and call allReduce(SymmetricMemory, offset, ...)");
+    }
+
+    @Override
+    public void allReduce(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
+        CudaSymmetricMemory mem = memory instanceof CudaSymmetricMemory c && c.group() == group ? c : null;
+        Problem problem = problem(memory, mem, offsetBytes, count, dtype, op, algorithm);
+        long available = mem == null || offsetBytes < 0 || offsetBytes > mem.byteSize() ? -1 : mem.byteSize() - offsetBytes;
+        control.checkAgreement("cuda all-reduce", Kind.ALL_REDUCE, dtype, op, algorithm, -1, count, available,
+                memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+        if (count == 0) {
+            return;
+        }
+        driver.setCurrent(rank.context);
+        long ptr = mem.dataPointer(group.rank()) + offsetBytes;
+        if (algorithm == Algorithm.NCCL) {
+            Nccl.get().allReduce(ptr, ptr, count, dtype, op, ncclComm, rank.stream);
+            return;
+        }
+        if (worldSize == 1) {
+            return;
+        }
+        launchAllReduce(mem, offsetBytes, count, dtype, op, algorithm);
+    }
+
+    /** A local problem with the call, found before the ranks compare arguments (so all of them report it). */
+    private Problem problem(SymmetricMemory memory, CudaSymmetricMemory mem, long offsetBytes, long count, DType dtype,
+                            ReduceOp op, Algorithm algorithm) {
+        if (memory == null) {
+            return Problem.NULL_BUFFER;
+        }
+        if (mem == null) {
+            return Problem.FOREIGN_MEMORY;
+        }
+        if (dtype == null || op == null || algorithm == null) {
+            return Problem.NULL_ARGUMENT;
+        }
+        if (count < 0) {
+            return Problem.NEGATIVE_COUNT;
+        }
+        if (offsetBytes < 0 || offsetBytes > mem.byteSize()) {
+            return Problem.OFFSET_OUT_OF_RANGE;
+        }
+        if (!supports(algorithm)) {
+            return Problem.UNSUPPORTED_ALGORITHM;
+        }
+        if (algorithm != Algorithm.NCCL) {
+            boolean kernelCase = (dtype == DType.FLOAT32 || dtype == DType.BFLOAT16)
+                    && (op == ReduceOp.SUM || op == ReduceOp.AVG) && offsetBytes % 16 == 0;
+            boolean fits = algorithm != Algorithm.ONE_SHOT || dtype.bytes(count) <= oneShotCapacityBytes();
+            if (!kernelCase || !fits) {
+                return Problem.UNSUPPORTED_ALGORITHM;
+            }
+        }
+        return Problem.NONE;
+    }
+
+    private void launchAllReduce(CudaSymmetricMemory mem, long offsetBytes, long count, DType dtype, ReduceOp op,
+                                 Algorithm algorithm) {
+        long[] bufs = mem.dataPointers();
+        long[] pads = mem.padPointers();
+        for (int p = 0; p < CudaKernels.MAX_RANKS; p++) {
+            peersSlot.setAtIndex(java.lang.foreign.ValueLayout.JAVA_LONG, p, p < worldSize ? bufs[p] + offsetBytes : 0);
+            padsSlot.setAtIndex(java.lang.foreign.ValueLayout.JAVA_LONG, p, p < worldSize ? pads[p] : 0);
+        }
+        countSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, count);
+        divisorSlot.set(java.lang.foreign.ValueLayout.JAVA_INT, 0, op == ReduceOp.AVG ? worldSize : 0);
+        int perVector = 16 / dtype.byteSize();
+        long vectors = Math.max(1, count / perVector);
+        String suffix = dtype == DType.FLOAT32 ? "_f32" : "_bf16";
+        int blocks;
+        String kernel;
+        if (algorithm == Algorithm.ONE_SHOT) {
+            kernel = "symmem_one_shot" + suffix;
+            blocks = (int) Math.min(maxBlocks, (vectors + CudaKernels.BLOCK_THREADS * CudaKernels.ONE_SHOT_VECS - 1)
+                    / (CudaKernels.BLOCK_THREADS * CudaKernels.ONE_SHOT_VECS));
+        } else {
+            kernel = "symmem_two_shot" + suffix;
+            long chunk = (vectors + worldSize - 1) / worldSize;
+            blocks = (int) Math.min(maxBlocks, (chunk + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
+        }
+        driver.launch(rank.kernels().function(kernel), Math.max(1, blocks), CudaKernels.BLOCK_THREADS, rank.stream,
+                allReduceParams);
+    }
+
+    /**
+     * Reduce-scatter (SUM) on the GPU: {@code in} holds worldSize blocks of {@code recvCount}
+     * elements at {@code inOffset}; block {@code rank} reduced over ranks is written to device
+     * address {@code out}.
+     */
+    public void reduceScatter(CudaSymmetricMemory in, long inOffset, long out, long recvCount, DType dtype) {
+        checkKernelDtype(dtype, "reduce-scatter");
+        long need = dtype.bytes(recvCount) * worldSize;
+        Problem problem = in == null || in.group() != group ? Problem.FOREIGN_MEMORY
+                : inOffset < 0 || inOffset > in.byteSize() - need ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
+        control.checkAgreement("cuda reduce-scatter", Kind.REDUCE_SCATTER, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT, -1,
+                recvCount, Long.MAX_VALUE, in == null ? -1 : in.id(), inOffset, Long.MAX_VALUE, problem);
+        if (recvCount == 0) {
+            return;
+        }
+        driver.setCurrent(rank.context);
+        try (Arena a = Arena.ofConfined()) {
+            long[] bufs = in.dataPointers().clone();
+            for (int p = 0; p < worldSize; p++) {
+                bufs[p] += inOffset;
+            }
+            CudaLaunch params = new CudaLaunch(a).pointers(bufs).pointers(in.padPointers()).pointer(out).size(recvCount)
+                    .integer(group.rank()).integer(worldSize);
+            long vectors = Math.max(1, dtype.bytes(recvCount) / 16);
+            int blocks = (int) Math.min(maxBlocks, (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
+            driver.launch(rank.kernels().function(dtype == DType.FLOAT32 ? "symmem_reduce_scatter_f32"
+                    : "symmem_reduce_scatter_bf16"), Math.max(1, blocks), CudaKernels.BLOCK_THREADS, rank.stream, params.array());
+        }
+    }
+
+    /** All-gather on the GPU: {@code bytes} at device address {@code in} land in block {@code rank} of every rank's {@code out}. */
+    public void allGather(long in, CudaSymmetricMemory out, long outOffset, long bytes) {
+        Problem problem = out == null || out.group() != group ? Problem.FOREIGN_MEMORY
+                : outOffset < 0 || outOffset > out.byteSize() - bytes * worldSize ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
+        control.checkAgreement("cuda all-gather", Kind.ALL_GATHER, DType.FLOAT32, null, null, -1, bytes / 4,
+                Long.MAX_VALUE, out == null ? -1 : out.id(), outOffset, Long.MAX_VALUE, problem);
+        if (bytes == 0) {
+            return;
+        }
+        driver.setCurrent(rank.context);
+        try (Arena a = Arena.ofConfined()) {
+            long[] outs = out.dataPointers().clone();
+            for (int p = 0; p < worldSize; p++) {
+                outs[p] += outOffset;
+            }
+            CudaLaunch params = new CudaLaunch(a).pointers(outs).pointers(out.padPointers()).pointer(in).size(bytes)
+                    .integer(group.rank()).integer(worldSize);
+            long vectors = Math.max(1, bytes / 16);
+            int blocks = (int) Math.min(maxBlocks, (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
+            driver.launch(rank.kernels().function("symmem_all_gather"), Math.max(1, blocks), CudaKernels.BLOCK_THREADS,
+                    rank.stream, params.array());
+        }
+    }
+
+    private static void checkKernelDtype(DType dtype, String what) {
+        if (dtype != DType.FLOAT32 && dtype != DType.BFLOAT16) {
+            throw new IllegalArgumentException(what + " kernels take FLOAT32 or BFLOAT16; found dtype=" + dtype);
+        }
+    }
+
+    @Override
+    public void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
+        throw new UnsupportedOperationException("on the cuda transport use reduceScatter(CudaSymmetricMemory, inOffset,"
+                + " outDevicePointer, recvCount, dtype)");
+    }
+
+    @Override
+    public void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
+        throw new UnsupportedOperationException("on the cuda transport use allGather(inDevicePointer, CudaSymmetricMemory,"
+                + " outOffset, bytes)");
+    }
+
+    @Override
+    public void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
+        throw new UnsupportedOperationException("broadcast is not implemented on the cuda transport yet");
+    }
+
+    /** Waits for this rank's stream, then checks NCCL for asynchronous errors. */
+    public void synchronize() {
+        driver.setCurrent(rank.context);
+        driver.synchronize(rank.stream);
+        if (ncclComm != null) {
+            Nccl.get().checkAsyncError(ncclComm);
+        }
+    }
+
+    @Override
+    public void barrier() {
+        synchronize();
+        control.barrier();
+    }
+
+    /**
+     * Collective: captures what {@code body} enqueues on this rank's stream into a CUDA graph.
+     * Every rank must capture the same sequence.
+     */
+    public CudaGraph capture(Runnable body) {
+        driver.setCurrent(rank.context);
+        driver.synchronize(rank.stream);
+        driver.beginCapture(rank.stream);
+        try {
+            body.run();
+        } catch (RuntimeException e) {
+            try {
+                driver.destroyGraph(driver.endCaptureAndInstantiate(rank.stream));
+            } catch (RuntimeException ignored) {
+                // capture was already invalid
+            }
+            throw e;
+        }
+        return new CudaGraph(driver, rank, driver.endCaptureAndInstantiate(rank.stream));
+    }
+
+    /** Events on this rank's stream, for timing. */
+    public MemorySegment recordEvent() {
+        driver.setCurrent(rank.context);
+        MemorySegment e = driver.createEvent();
+        driver.record(e, rank.stream);
+        return e;
+    }
+
+    CudaRank cudaRank() {
+        return rank;
+    }
+
+    /** NCCL all-reduce on raw device pointers (out of place allowed), on this rank's stream: the baseline. */
+    public void ncclAllReduce(long send, long recv, long count, DType dtype, ReduceOp op) {
+        if (ncclComm == null) {
+            throw new CudaUnavailableException("NCCL unavailable: " + ncclUnavailable);
+        }
+        driver.setCurrent(rank.context);
+        Nccl.get().allReduce(send, recv, count, dtype, op, ncclComm, rank.stream);
+    }
+
+    /**
+     * Collective: a buffer from {@code ncclMemAlloc} registered as an NCCL symmetric window
+     * ({@code NCCL_WIN_COLL_SYMMETRIC}); close it collectively.
+     */
+    public NcclWindow ncclSymmetricWindow(long bytes) {
+        if (ncclComm == null) {
+            throw new CudaUnavailableException("NCCL unavailable: " + ncclUnavailable);
+        }
+        driver.setCurrent(rank.context);
+        Nccl nccl = Nccl.get();
+        long ptr = nccl.memAlloc(bytes);
+        MemorySegment window = nccl.registerWindow(ncclComm, ptr, bytes, Nccl.WIN_COLL_SYMMETRIC);
+        return new NcclWindow(nccl, ncclComm, ptr, bytes, window);
+    }
+
+    /** A device buffer of this rank from cuMemAlloc (the "plain" NCCL baseline); free with {@link #free}. */
+    public long deviceMalloc(long bytes) {
+        driver.setCurrent(rank.context);
+        return driver.malloc(bytes);
+    }
+
+    public void free(long devicePtr) {
+        driver.setCurrent(rank.context);
+        driver.free(devicePtr);
+    }
+
+    /** Copies host bytes to a device address of this rank; synchronous. */
+    public void copyToDevice(long dst, MemorySegment src) {
+        driver.setCurrent(rank.context);
+        driver.copyHostToDevice(dst, src, src.byteSize());
+    }
+
+    public void copyToHost(MemorySegment dst, long src) {
+        synchronize();
+        driver.copyDeviceToHost(dst, src, dst.byteSize());
+    }
+
+    public String deviceName() {
+        return rank.deviceName;
+    }
+
+    @Override
+    public void abort(String reason) {
+        control.abort(reason);
+        if (ncclComm != null) {
+            Nccl.get().abort(ncclComm);
+        }
+    }
+
+    @Override
+    public void close() {
+        try {
+            synchronize();
+            if (ncclComm != null) {
+                Nccl.get().destroy(ncclComm);
+            }
+        } finally {
+            control.close();
+            arena.close();
+        }
+    }
+}

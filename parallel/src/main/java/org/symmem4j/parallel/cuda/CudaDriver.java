@@ -1,0 +1,507 @@
+package org.symmem4j.parallel.cuda;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_BYTE;
+import static java.lang.foreign.ValueLayout.JAVA_FLOAT;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.MemorySegment;
+import java.lang.invoke.MethodHandle;
+import java.util.Optional;
+
+/**
+ * The CUDA driver API ({@code libcuda.so.1}) through FFM: devices, primary contexts, memory,
+ * streams, events, peer access, modules, kernel launches, stream capture and graphs. Every call is
+ * checked; a failure throws {@link CudaException} with the function, the code and the driver's own
+ * name and text for it.
+ *
+ * <p>{@link #get()} loads and initializes the driver once; on a machine without it,
+ * {@link #available()} is false and {@link #unavailableReason()} says why.
+ */
+public final class CudaDriver {
+
+    /** {@code CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED}: not an error for us. */
+    static final int PEER_ACCESS_ALREADY_ENABLED = 704;
+    public static final int STREAM_NON_BLOCKING = 1;
+    public static final int CAPTURE_MODE_THREAD_LOCAL = 1;
+    static final int ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
+    static final int ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
+    static final int ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+
+    private static final Holder HOLDER = new Holder();
+
+    private static final class Holder {
+        final CudaDriver driver;
+        final String reason;
+
+        Holder() {
+            String[] why = {null};
+            CudaDriver d = null;
+            Optional<NativeLibrary> lib = NativeLibrary.tryLoad("libcuda.so.1", why);
+            if (lib.isPresent()) {
+                try {
+                    d = new CudaDriver(lib.get());
+                    d.check("cuInit", (int) d.cuInit.invokeExact(0));
+                } catch (CudaException e) {
+                    why[0] = "libcuda.so.1 loaded but cuInit failed (no usable GPU?): " + e.getMessage();
+                    d = null;
+                } catch (Throwable t) {
+                    why[0] = "libcuda.so.1 loaded but binding failed: " + t;
+                    d = null;
+                }
+            }
+            driver = d;
+            reason = d != null ? null : why[0];
+        }
+    }
+
+    /** Whether the CUDA driver is loaded and initialized. */
+    public static boolean available() {
+        return HOLDER.driver != null;
+    }
+
+    /** Why the driver is unavailable, or null. */
+    public static String unavailableReason() {
+        return HOLDER.reason;
+    }
+
+    /** The driver; throws with the reason when there is none. */
+    public static CudaDriver get() {
+        if (HOLDER.driver == null) {
+            throw new CudaUnavailableException("CUDA is not available: " + HOLDER.reason
+                    + " (GPU transports need an NVIDIA driver; host transports work without one)");
+        }
+        return HOLDER.driver;
+    }
+
+    private final MethodHandle cuInit;
+    private final MethodHandle cuDriverGetVersion;
+    private final MethodHandle cuGetErrorName;
+    private final MethodHandle cuGetErrorString;
+    private final MethodHandle cuDeviceGetCount;
+    private final MethodHandle cuDeviceGet;
+    private final MethodHandle cuDeviceGetName;
+    private final MethodHandle cuDeviceGetAttribute;
+    private final MethodHandle cuDeviceCanAccessPeer;
+    private final MethodHandle cuDevicePrimaryCtxRetain;
+    private final MethodHandle cuDevicePrimaryCtxRelease;
+    private final MethodHandle cuCtxSetCurrent;
+    private final MethodHandle cuCtxSynchronize;
+    private final MethodHandle cuCtxEnablePeerAccess;
+    private final MethodHandle cuMemAlloc;
+    private final MethodHandle cuMemFree;
+    private final MethodHandle cuMemcpyHtoD;
+    private final MethodHandle cuMemcpyDtoH;
+    private final MethodHandle cuMemcpyDtoDAsync;
+    private final MethodHandle cuMemsetD8;
+    private final MethodHandle cuStreamCreate;
+    private final MethodHandle cuStreamDestroy;
+    private final MethodHandle cuStreamSynchronize;
+    private final MethodHandle cuEventCreate;
+    private final MethodHandle cuEventRecord;
+    private final MethodHandle cuEventSynchronize;
+    private final MethodHandle cuEventElapsedTime;
+    private final MethodHandle cuEventDestroy;
+    private final MethodHandle cuModuleLoadData;
+    private final MethodHandle cuModuleGetFunction;
+    private final MethodHandle cuLaunchKernel;
+    private final MethodHandle cuStreamBeginCapture;
+    private final MethodHandle cuStreamEndCapture;
+    private final MethodHandle cuGraphInstantiate;
+    private final MethodHandle cuGraphLaunch;
+    private final MethodHandle cuGraphExecDestroy;
+    private final MethodHandle cuGraphDestroy;
+
+    private CudaDriver(NativeLibrary lib) {
+        FunctionDescriptor iA = FunctionDescriptor.of(JAVA_INT, ADDRESS);
+        cuInit = lib.function("cuInit", FunctionDescriptor.of(JAVA_INT, JAVA_INT));
+        cuDriverGetVersion = lib.function("cuDriverGetVersion", iA);
+        cuGetErrorName = lib.function("cuGetErrorName", FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS));
+        cuGetErrorString = lib.function("cuGetErrorString", FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS));
+        cuDeviceGetCount = lib.function("cuDeviceGetCount", iA);
+        cuDeviceGet = lib.function("cuDeviceGet", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
+        cuDeviceGetName = lib.function("cuDeviceGetName", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT));
+        cuDeviceGetAttribute = lib.function("cuDeviceGetAttribute", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT));
+        cuDeviceCanAccessPeer = lib.function("cuDeviceCanAccessPeer", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT));
+        cuDevicePrimaryCtxRetain = lib.function("cuDevicePrimaryCtxRetain", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
+        cuDevicePrimaryCtxRelease = lib.function("cuDevicePrimaryCtxRelease_v2", FunctionDescriptor.of(JAVA_INT, JAVA_INT));
+        cuCtxSetCurrent = lib.function("cuCtxSetCurrent", iA);
+        cuCtxSynchronize = lib.function("cuCtxSynchronize", FunctionDescriptor.of(JAVA_INT));
+        cuCtxEnablePeerAccess = lib.function("cuCtxEnablePeerAccess", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
+        cuMemAlloc = lib.function("cuMemAlloc_v2", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
+        cuMemFree = lib.function("cuMemFree_v2", FunctionDescriptor.of(JAVA_INT, JAVA_LONG));
+        cuMemcpyHtoD = lib.function("cuMemcpyHtoD_v2", FunctionDescriptor.of(JAVA_INT, JAVA_LONG, ADDRESS, JAVA_LONG));
+        cuMemcpyDtoH = lib.function("cuMemcpyDtoH_v2", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, JAVA_LONG));
+        cuMemcpyDtoDAsync = lib.function("cuMemcpyDtoDAsync_v2", FunctionDescriptor.of(JAVA_INT, JAVA_LONG, JAVA_LONG, JAVA_LONG, ADDRESS));
+        cuMemsetD8 = lib.function("cuMemsetD8_v2", FunctionDescriptor.of(JAVA_INT, JAVA_LONG, JAVA_BYTE, JAVA_LONG));
+        cuStreamCreate = lib.function("cuStreamCreate", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
+        cuStreamDestroy = lib.function("cuStreamDestroy_v2", iA);
+        cuStreamSynchronize = lib.function("cuStreamSynchronize", iA);
+        cuEventCreate = lib.function("cuEventCreate", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
+        cuEventRecord = lib.function("cuEventRecord", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        cuEventSynchronize = lib.function("cuEventSynchronize", iA);
+        FunctionDescriptor elapsed = FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS);
+        cuEventElapsedTime = lib.optionalFunction("cuEventElapsedTime_v2", elapsed)
+                .orElseGet(() -> lib.function("cuEventElapsedTime", elapsed));
+        cuEventDestroy = lib.function("cuEventDestroy_v2", iA);
+        cuModuleLoadData = lib.function("cuModuleLoadData", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        cuModuleGetFunction = lib.function("cuModuleGetFunction", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS));
+        cuLaunchKernel = lib.function("cuLaunchKernel", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, JAVA_INT,
+                JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS, ADDRESS));
+        cuStreamBeginCapture = lib.function("cuStreamBeginCapture_v2", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
+        cuStreamEndCapture = lib.function("cuStreamEndCapture", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        cuGraphInstantiate = lib.function("cuGraphInstantiateWithFlags", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG));
+        cuGraphLaunch = lib.function("cuGraphLaunch", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        cuGraphExecDestroy = lib.function("cuGraphExecDestroy", iA);
+        cuGraphDestroy = lib.function("cuGraphDestroy", iA);
+    }
+
+    /** Throws {@link CudaException} unless {@code code} is CUDA_SUCCESS. */
+    void check(String function, int code) {
+        if (code != 0) {
+            throw new CudaException("CUDA", function, code, errorText(cuGetErrorName, code), errorText(cuGetErrorString, code));
+        }
+    }
+
+    private static String errorText(MethodHandle fn, int code) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment out = a.allocate(ADDRESS);
+            int rc = (int) fn.invokeExact(code, out);
+            MemorySegment s = out.get(ADDRESS, 0);
+            return rc != 0 || s.equals(MemorySegment.NULL) ? "(unknown)" : s.reinterpret(4096).getString(0);
+        } catch (Throwable t) {
+            return "(no text: " + t + ")";
+        }
+    }
+
+    private static RuntimeException rethrow(Throwable t) {
+        if (t instanceof RuntimeException r) {
+            return r;
+        }
+        if (t instanceof Error e) {
+            throw e;
+        }
+        return new IllegalStateException(t);
+    }
+
+    // ---- devices and contexts
+
+    public int driverVersion() {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment v = a.allocate(JAVA_INT);
+            check("cuDriverGetVersion", (int) cuDriverGetVersion.invokeExact(v));
+            return v.get(JAVA_INT, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public int deviceCount() {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment n = a.allocate(JAVA_INT);
+            check("cuDeviceGetCount", (int) cuDeviceGetCount.invokeExact(n));
+            return n.get(JAVA_INT, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** The CUdevice handle of ordinal {@code ordinal}. */
+    public int device(int ordinal) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment d = a.allocate(JAVA_INT);
+            check("cuDeviceGet", (int) cuDeviceGet.invokeExact(d, ordinal));
+            return d.get(JAVA_INT, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public String deviceName(int device) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment name = a.allocate(256);
+            check("cuDeviceGetName", (int) cuDeviceGetName.invokeExact(name, 256, device));
+            return name.getString(0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public int attribute(int device, int attribute) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment v = a.allocate(JAVA_INT);
+            check("cuDeviceGetAttribute", (int) cuDeviceGetAttribute.invokeExact(v, attribute, device));
+            return v.get(JAVA_INT, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public int multiprocessorCount(int device) {
+        return attribute(device, ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    }
+
+    public boolean canAccessPeer(int device, int peerDevice) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment v = a.allocate(JAVA_INT);
+            check("cuDeviceCanAccessPeer", (int) cuDeviceCanAccessPeer.invokeExact(v, device, peerDevice));
+            return v.get(JAVA_INT, 0) != 0;
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Retains the device's primary context (release with {@link #releasePrimaryContext}). */
+    public MemorySegment retainPrimaryContext(int device) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment ctx = a.allocate(ADDRESS);
+            check("cuDevicePrimaryCtxRetain", (int) cuDevicePrimaryCtxRetain.invokeExact(ctx, device));
+            return ctx.get(ADDRESS, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void releasePrimaryContext(int device) {
+        try {
+            check("cuDevicePrimaryCtxRelease_v2", (int) cuDevicePrimaryCtxRelease.invokeExact(device));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Makes {@code context} current on the calling thread. */
+    public void setCurrent(MemorySegment context) {
+        try {
+            check("cuCtxSetCurrent", (int) cuCtxSetCurrent.invokeExact(context));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void synchronizeContext() {
+        try {
+            check("cuCtxSynchronize", (int) cuCtxSynchronize.invokeExact());
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Lets the current context access {@code peerContext}'s memory; already enabled is fine. */
+    public void enablePeerAccess(MemorySegment peerContext) {
+        try {
+            int rc = (int) cuCtxEnablePeerAccess.invokeExact(peerContext, 0);
+            if (rc != PEER_ACCESS_ALREADY_ENABLED) {
+                check("cuCtxEnablePeerAccess", rc);
+            }
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    // ---- memory
+
+    /** Device memory in the current context. */
+    public long malloc(long bytes) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment p = a.allocate(JAVA_LONG);
+            check("cuMemAlloc_v2(" + bytes + " bytes)", (int) cuMemAlloc.invokeExact(p, Math.max(bytes, 1L)));
+            return p.get(JAVA_LONG, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void free(long devicePtr) {
+        try {
+            check("cuMemFree_v2", (int) cuMemFree.invokeExact(devicePtr));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void copyHostToDevice(long dst, MemorySegment src, long bytes) {
+        try {
+            check("cuMemcpyHtoD_v2", (int) cuMemcpyHtoD.invokeExact(dst, src, bytes));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void copyDeviceToHost(MemorySegment dst, long src, long bytes) {
+        try {
+            check("cuMemcpyDtoH_v2", (int) cuMemcpyDtoH.invokeExact(dst, src, bytes));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Stream-ordered copy between device pointers (peers included, with peer access). */
+    public void copyDeviceToDeviceAsync(long dst, long src, long bytes, MemorySegment stream) {
+        try {
+            check("cuMemcpyDtoDAsync_v2", (int) cuMemcpyDtoDAsync.invokeExact(dst, src, bytes, stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void memset(long dst, byte value, long bytes) {
+        try {
+            check("cuMemsetD8_v2", (int) cuMemsetD8.invokeExact(dst, value, bytes));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    // ---- streams, events, graphs
+
+    public MemorySegment createStream(int flags) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment s = a.allocate(ADDRESS);
+            check("cuStreamCreate", (int) cuStreamCreate.invokeExact(s, flags));
+            return s.get(ADDRESS, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void destroyStream(MemorySegment stream) {
+        try {
+            check("cuStreamDestroy_v2", (int) cuStreamDestroy.invokeExact(stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void synchronize(MemorySegment stream) {
+        try {
+            check("cuStreamSynchronize", (int) cuStreamSynchronize.invokeExact(stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public MemorySegment createEvent() {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment e = a.allocate(ADDRESS);
+            check("cuEventCreate", (int) cuEventCreate.invokeExact(e, 0));
+            return e.get(ADDRESS, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void record(MemorySegment event, MemorySegment stream) {
+        try {
+            check("cuEventRecord", (int) cuEventRecord.invokeExact(event, stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void synchronizeEvent(MemorySegment event) {
+        try {
+            check("cuEventSynchronize", (int) cuEventSynchronize.invokeExact(event));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Milliseconds between two recorded events. */
+    public float elapsedMillis(MemorySegment start, MemorySegment end) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment ms = a.allocate(JAVA_FLOAT);
+            check("cuEventElapsedTime", (int) cuEventElapsedTime.invokeExact(ms, start, end));
+            return ms.get(JAVA_FLOAT, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void destroyEvent(MemorySegment event) {
+        try {
+            check("cuEventDestroy_v2", (int) cuEventDestroy.invokeExact(event));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Starts capturing the work the calling thread enqueues on {@code stream} into a graph. */
+    public void beginCapture(MemorySegment stream) {
+        try {
+            check("cuStreamBeginCapture_v2", (int) cuStreamBeginCapture.invokeExact(stream, CAPTURE_MODE_THREAD_LOCAL));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Ends capture and instantiates the graph; returns the executable graph (the graph itself is destroyed). */
+    public MemorySegment endCaptureAndInstantiate(MemorySegment stream) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment graph = a.allocate(ADDRESS);
+            check("cuStreamEndCapture", (int) cuStreamEndCapture.invokeExact(stream, graph));
+            MemorySegment exec = a.allocate(ADDRESS);
+            MemorySegment g = graph.get(ADDRESS, 0);
+            check("cuGraphInstantiateWithFlags", (int) cuGraphInstantiate.invokeExact(exec, g, 0L));
+            check("cuGraphDestroy", (int) cuGraphDestroy.invokeExact(g));
+            return exec.get(ADDRESS, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void launchGraph(MemorySegment exec, MemorySegment stream) {
+        try {
+            check("cuGraphLaunch", (int) cuGraphLaunch.invokeExact(exec, stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void destroyGraph(MemorySegment exec) {
+        try {
+            check("cuGraphExecDestroy", (int) cuGraphExecDestroy.invokeExact(exec));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    // ---- modules and launches
+
+    /** Loads a fatbin/cubin/PTX image into the current context. */
+    public MemorySegment loadModule(MemorySegment image) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment m = a.allocate(ADDRESS);
+            check("cuModuleLoadData", (int) cuModuleLoadData.invokeExact(m, image));
+            return m.get(ADDRESS, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public MemorySegment function(MemorySegment module, String name) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment f = a.allocate(ADDRESS);
+            check("cuModuleGetFunction(" + name + ")", (int) cuModuleGetFunction.invokeExact(f, module, a.allocateFrom(name)));
+            return f.get(ADDRESS, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /**
+     * Launches {@code function} on {@code stream}. {@code params} is the {@code void**} array of
+     * pointers to each argument's value.
+     */
+    public void launch(MemorySegment function, int gridX, int blockX, MemorySegment stream, MemorySegment params) {
+        try {
+            check("cuLaunchKernel", (int) cuLaunchKernel.invokeExact(function, gridX, 1, 1, blockX, 1, 1, 0, stream, params,
+                    MemorySegment.NULL));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+}

@@ -1,0 +1,224 @@
+package org.symmem4j.parallel.cuda;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.Objects;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.SignalOp;
+import org.symmem4j.parallel.SymmetricMemory;
+
+/**
+ * Symmetric memory on GPUs: each rank's buffer and signal pad in its device's memory, every peer's
+ * reachable through peer access. {@link #local()} and {@link #peer(int)} are device addresses as
+ * zero-length segments: pass them to collectives, never dereference them on the host (use
+ * {@link #copyFromHost} and {@link #copyToHost}).
+ *
+ * <p>Signals are stream-ordered on this rank's stream: {@link #putWithSignal} is one kernel that
+ * copies and then signals with release at system scope; {@link #waitSignal} enqueues a kernel that
+ * waits with acquire, and returns once it has run.
+ */
+public final class CudaSymmetricMemory implements SymmetricMemory {
+
+    private final Group group;
+    private final CudaTransport transport;
+    private final CudaRank rank;
+    private final long id;
+    private final long byteSize;
+    private final long[] data;
+    private final long[] pads;
+    private final boolean ownsData;
+    private boolean closed;
+
+    CudaSymmetricMemory(Group group, CudaTransport transport, CudaRank rank, long id, long byteSize, long[] data,
+                        long[] pads, boolean ownsData) {
+        this.group = group;
+        this.transport = transport;
+        this.rank = rank;
+        this.id = id;
+        this.byteSize = byteSize;
+        this.data = data;
+        this.pads = pads;
+        this.ownsData = ownsData;
+    }
+
+    @Override
+    public Group group() {
+        return group;
+    }
+
+    @Override
+    public long byteSize() {
+        return byteSize;
+    }
+
+    @Override
+    public long id() {
+        return id;
+    }
+
+    @Override
+    public MemorySegment local() {
+        return MemorySegment.ofAddress(data[group.rank()]);
+    }
+
+    @Override
+    public MemorySegment peer(int peer) {
+        Objects.checkIndex(peer, data.length);
+        return MemorySegment.ofAddress(data[peer]);
+    }
+
+    long dataPointer(int peer) {
+        return data[peer];
+    }
+
+    long padPointer(int peer) {
+        return pads[peer];
+    }
+
+    long[] dataPointers() {
+        return data;
+    }
+
+    long[] padPointers() {
+        return pads;
+    }
+
+    CudaRank cudaRank() {
+        return rank;
+    }
+
+    CudaTransport transport() {
+        return transport;
+    }
+
+    /** Copies {@code src} (host memory) into this rank's buffer at {@code offset}; synchronous. */
+    public void copyFromHost(MemorySegment src, long offset) {
+        checkRange(offset, src.byteSize());
+        transport.driver().setCurrent(rank.context);
+        transport.driver().copyHostToDevice(data[group.rank()] + offset, src, src.byteSize());
+    }
+
+    /** Copies {@code dst.byteSize()} bytes of this rank's buffer at {@code offset} into host memory; waits for this rank's stream first. */
+    public void copyToHost(long offset, MemorySegment dst) {
+        checkRange(offset, dst.byteSize());
+        transport.driver().setCurrent(rank.context);
+        transport.driver().synchronize(rank.stream);
+        transport.driver().copyDeviceToHost(dst, data[group.rank()] + offset, dst.byteSize());
+    }
+
+    /** Fills this rank's buffer with a byte (for poisoning outputs in tests); synchronous. */
+    public void fill(byte value) {
+        transport.driver().setCurrent(rank.context);
+        transport.driver().synchronize(rank.stream);
+        transport.driver().memset(data[group.rank()], value, byteSize);
+    }
+
+    private void checkRange(long offset, long bytes) {
+        if (offset < 0 || bytes < 0 || offset > byteSize - bytes) {
+            throw new IndexOutOfBoundsException("range offset=" + offset + " bytes=" + bytes + " outside symmetric memory of "
+                    + byteSize + " bytes");
+        }
+    }
+
+    @Override
+    public int signalSlots() {
+        return CudaKernels.SIGNAL_SLOTS;
+    }
+
+    @Override
+    public void barrier() {
+        transport.driver().setCurrent(rank.context);
+        transport.driver().synchronize(rank.stream);
+        group.allGatherBytes("cuda-symmetric-memory-barrier", new byte[0]);
+    }
+
+    /**
+     * Enqueues on this rank's stream: copy {@code src} — a device address of this rank, as a segment
+     * whose byte size is the length — into {@code peer}'s buffer at {@code dstOffset}, then signal.
+     */
+    @Override
+    public void putWithSignal(int peer, MemorySegment src, long dstOffset, int slot, long value, SignalOp op) {
+        Objects.checkIndex(peer, data.length);
+        checkSlot(slot);
+        if (dstOffset < 0 || dstOffset > byteSize - src.byteSize()) {
+            throw new IndexOutOfBoundsException("put of " + src.byteSize() + " bytes at dstOffset=" + dstOffset
+                    + " outside symmetric memory of " + byteSize + " bytes");
+        }
+        launchPut(data[peer] + dstOffset, src.address(), src.byteSize(), pads[peer] + signalOffset(slot), value, op);
+    }
+
+    @Override
+    public void signal(int peer, int slot, long value, SignalOp op) {
+        Objects.checkIndex(peer, data.length);
+        checkSlot(slot);
+        launchPut(0, 0, 0, pads[peer] + signalOffset(slot), value, op);
+    }
+
+    private void launchPut(long dst, long src, long bytes, long signal, long value, SignalOp op) {
+        CudaDriver d = transport.driver();
+        d.setCurrent(rank.context);
+        int blocks = (int) Math.max(1, Math.min(rank.multiprocessors, (bytes + 65535) / 65536));
+        try (Arena a = Arena.ofConfined()) {
+            CudaLaunch params = new CudaLaunch(a)
+                    .pointer(dst).pointer(src).size(bytes).pointer(pads[group.rank()] + CudaKernels.DONE_COUNTER_OFFSET)
+                    .pointer(signal).size(value).integer(op == SignalOp.ADD ? 1 : 0);
+            d.launch(rank.kernels().function("symmem_put_signal"), blocks, CudaKernels.BLOCK_THREADS, rank.stream, params.array());
+        }
+    }
+
+    /** Enqueues a wait on this rank's stream and returns once the slot holds at least {@code atLeast}. */
+    @Override
+    public long waitSignal(int slot, long atLeast, int fromRank) {
+        checkSlot(slot);
+        CudaDriver d = transport.driver();
+        d.setCurrent(rank.context);
+        try (Arena a = Arena.ofConfined()) {
+            CudaLaunch params = new CudaLaunch(a).pointer(pads[group.rank()] + signalOffset(slot)).size(atLeast);
+            d.launch(rank.kernels().function("symmem_wait_signal"), 1, 32, rank.stream, params.array());
+        }
+        d.synchronize(rank.stream);
+        return readSignal(slot);
+    }
+
+    @Override
+    public long readSignal(int slot) {
+        checkSlot(slot);
+        CudaDriver d = transport.driver();
+        d.setCurrent(rank.context);
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment v = a.allocate(8);
+            d.copyDeviceToHost(v, pads[group.rank()] + signalOffset(slot), 8);
+            return v.get(ValueLayout.JAVA_LONG, 0);
+        }
+    }
+
+    private static long signalOffset(int slot) {
+        return CudaKernels.SIGNALS_OFFSET + (long) slot * Long.BYTES;
+    }
+
+    private void checkSlot(int slot) {
+        if (slot < 0 || slot >= CudaKernels.SIGNAL_SLOTS) {
+            throw new IndexOutOfBoundsException("signal slot=" + slot + " outside [0, " + CudaKernels.SIGNAL_SLOTS + ")");
+        }
+    }
+
+    /** Collective: waits for every rank, then frees this rank's buffer and pad. */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        try {
+            barrier();
+        } finally {
+            CudaDriver d = transport.driver();
+            d.setCurrent(rank.context);
+            d.free(pads[group.rank()]);
+            if (ownsData) {
+                d.free(data[group.rank()]);
+            }
+        }
+    }
+}

@@ -1,0 +1,11 @@
+package org.symmem4j.parallel.cuda;
+
+import org.symmem4j.parallel.SymmemException;
+
+/** CUDA (or NCCL) is not usable on this machine; the message says why. GPU tests skip on it. */
+public class CudaUnavailableException extends SymmemException {
+
+    public CudaUnavailableException(String message) {
+        super(message);
+    }
+}

@@ -1,0 +1,326 @@
+package org.symmem4j.parallel.cuda;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_BYTE;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+import static java.lang.foreign.ValueLayout.JAVA_LONG;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.FunctionDescriptor;
+import java.lang.foreign.MemoryLayout;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.StructLayout;
+import java.lang.invoke.MethodHandle;
+import java.util.Optional;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ReduceOp;
+
+/**
+ * NCCL ({@code libnccl.so.2}) through FFM: communicators for in-JVM ranks (one thread per GPU,
+ * unique id exchanged through the group), all-reduce, reduce-scatter, all-gather, send/recv,
+ * {@code ncclMemAlloc} and symmetric windows ({@code ncclCommWindowRegister} with
+ * {@code NCCL_WIN_COLL_SYMMETRIC}, NCCL 2.27+), asynchronous error checks and abort. Every call is
+ * checked; errors carry the function, the code and {@code ncclGetErrorString}.
+ */
+public final class Nccl {
+
+    public static final int UNIQUE_ID_BYTES = 128;
+    static final StructLayout UNIQUE_ID = MemoryLayout.structLayout(MemoryLayout.sequenceLayout(UNIQUE_ID_BYTES, JAVA_BYTE));
+    public static final int WIN_COLL_SYMMETRIC = 0x01;
+    /** ncclInProgress: a non-blocking call still running, not an error. */
+    static final int IN_PROGRESS = 7;
+
+    private static final Holder HOLDER = new Holder();
+
+    private static final class Holder {
+        final Nccl nccl;
+        final String reason;
+
+        Holder() {
+            String[] why = {null};
+            Nccl n = null;
+            Optional<NativeLibrary> lib = NativeLibrary.tryLoad("libnccl.so.2", why);
+            if (lib.isPresent()) {
+                try {
+                    n = new Nccl(lib.get());
+                } catch (Throwable t) {
+                    why[0] = "libnccl.so.2 loaded but binding failed: " + t;
+                }
+            }
+            nccl = n;
+            reason = n != null ? null : why[0];
+        }
+    }
+
+    public static boolean available() {
+        return HOLDER.nccl != null;
+    }
+
+    public static String unavailableReason() {
+        return HOLDER.reason;
+    }
+
+    public static Nccl get() {
+        if (HOLDER.nccl == null) {
+            throw new CudaUnavailableException("NCCL is not available: " + HOLDER.reason
+                    + " (install NCCL 2.27+ so libnccl.so.2 is on the library path)");
+        }
+        return HOLDER.nccl;
+    }
+
+    private final MethodHandle ncclGetVersion;
+    private final MethodHandle ncclGetErrorString;
+    private final MethodHandle ncclGetUniqueId;
+    private final MethodHandle ncclCommInitRank;
+    private final MethodHandle ncclCommDestroy;
+    private final MethodHandle ncclCommAbort;
+    private final MethodHandle ncclCommGetAsyncError;
+    private final MethodHandle ncclAllReduce;
+    private final MethodHandle ncclReduceScatter;
+    private final MethodHandle ncclAllGather;
+    private final MethodHandle ncclSend;
+    private final MethodHandle ncclRecv;
+    private final MethodHandle ncclGroupStart;
+    private final MethodHandle ncclGroupEnd;
+    private final Optional<MethodHandle> ncclMemAlloc;
+    private final Optional<MethodHandle> ncclMemFree;
+    private final Optional<MethodHandle> ncclCommWindowRegister;
+    private final Optional<MethodHandle> ncclCommWindowDeregister;
+
+    private Nccl(NativeLibrary lib) {
+        ncclGetVersion = lib.function("ncclGetVersion", FunctionDescriptor.of(JAVA_INT, ADDRESS));
+        ncclGetErrorString = lib.function("ncclGetErrorString", FunctionDescriptor.of(ADDRESS, JAVA_INT));
+        ncclGetUniqueId = lib.function("ncclGetUniqueId", FunctionDescriptor.of(JAVA_INT, ADDRESS));
+        ncclCommInitRank = lib.function("ncclCommInitRank", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, UNIQUE_ID, JAVA_INT));
+        ncclCommDestroy = lib.function("ncclCommDestroy", FunctionDescriptor.of(JAVA_INT, ADDRESS));
+        ncclCommAbort = lib.function("ncclCommAbort", FunctionDescriptor.of(JAVA_INT, ADDRESS));
+        ncclCommGetAsyncError = lib.function("ncclCommGetAsyncError", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        FunctionDescriptor collective = FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS);
+        ncclAllReduce = lib.function("ncclAllReduce", collective);
+        ncclReduceScatter = lib.function("ncclReduceScatter", collective);
+        ncclAllGather = lib.function("ncclAllGather", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, ADDRESS, ADDRESS));
+        FunctionDescriptor p2p = FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS);
+        ncclSend = lib.function("ncclSend", p2p);
+        ncclRecv = lib.function("ncclRecv", p2p);
+        ncclGroupStart = lib.function("ncclGroupStart", FunctionDescriptor.of(JAVA_INT));
+        ncclGroupEnd = lib.function("ncclGroupEnd", FunctionDescriptor.of(JAVA_INT));
+        ncclMemAlloc = lib.optionalFunction("ncclMemAlloc", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
+        ncclMemFree = lib.optionalFunction("ncclMemFree", FunctionDescriptor.of(JAVA_INT, ADDRESS));
+        ncclCommWindowRegister = lib.optionalFunction("ncclCommWindowRegister",
+                FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, ADDRESS, JAVA_INT));
+        ncclCommWindowDeregister = lib.optionalFunction("ncclCommWindowDeregister", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+    }
+
+    void check(String function, int code) {
+        if (code != 0 && code != IN_PROGRESS) {
+            String text;
+            try {
+                MemorySegment s = (MemorySegment) ncclGetErrorString.invokeExact(code);
+                text = s.reinterpret(4096).getString(0);
+            } catch (Throwable t) {
+                text = "(no text: " + t + ")";
+            }
+            throw new CudaException("NCCL", function, code, "ncclResult " + code, text);
+        }
+    }
+
+    private static RuntimeException rethrow(Throwable t) {
+        if (t instanceof RuntimeException r) {
+            return r;
+        }
+        if (t instanceof Error e) {
+            throw e;
+        }
+        return new IllegalStateException(t);
+    }
+
+    /** For example 22809 for 2.28.9. */
+    public int version() {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment v = a.allocate(JAVA_INT);
+            check("ncclGetVersion", (int) ncclGetVersion.invokeExact(v));
+            return v.get(JAVA_INT, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public byte[] uniqueId() {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment id = a.allocate(UNIQUE_ID);
+            check("ncclGetUniqueId", (int) ncclGetUniqueId.invokeExact(id));
+            return id.toArray(JAVA_BYTE);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Collective across the ranks sharing {@code uniqueId}; the calling thread's current context picks the GPU. */
+    public MemorySegment initRank(int worldSize, byte[] uniqueId, int rank) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment comm = a.allocate(ADDRESS);
+            MemorySegment id = a.allocate(UNIQUE_ID);
+            MemorySegment.copy(uniqueId, 0, id, JAVA_BYTE, 0, UNIQUE_ID_BYTES);
+            check("ncclCommInitRank(rank=" + rank + ", nranks=" + worldSize + ")",
+                    (int) ncclCommInitRank.invokeExact(comm, worldSize, id, rank));
+            return comm.get(ADDRESS, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void destroy(MemorySegment comm) {
+        try {
+            check("ncclCommDestroy", (int) ncclCommDestroy.invokeExact(comm));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Aborts a communicator whose peers will not arrive: pending operations return and the comm is freed. */
+    public void abort(MemorySegment comm) {
+        try {
+            check("ncclCommAbort", (int) ncclCommAbort.invokeExact(comm));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Throws if the communicator has recorded an asynchronous error (for example a failed peer). */
+    public void checkAsyncError(MemorySegment comm) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment err = a.allocate(JAVA_INT);
+            check("ncclCommGetAsyncError", (int) ncclCommGetAsyncError.invokeExact(comm, err));
+            check("ncclCommGetAsyncError (asynchronous error)", err.get(JAVA_INT, 0));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    static int dataType(DType dtype) {
+        return switch (dtype) {
+            case FLOAT32 -> 7;   // ncclFloat32
+            case FLOAT64 -> 8;   // ncclFloat64
+            case BFLOAT16 -> 9;  // ncclBfloat16
+        };
+    }
+
+    static int redOp(ReduceOp op) {
+        return switch (op) {
+            case SUM -> 0;  // ncclSum
+            case MAX -> 2;  // ncclMax
+            case MIN -> 3;  // ncclMin
+            case AVG -> 4;  // ncclAvg
+        };
+    }
+
+    public void allReduce(long send, long recv, long count, DType dtype, ReduceOp op, MemorySegment comm, MemorySegment stream) {
+        try {
+            check("ncclAllReduce", (int) ncclAllReduce.invokeExact(MemorySegment.ofAddress(send), MemorySegment.ofAddress(recv),
+                    count, dataType(dtype), redOp(op), comm, stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void reduceScatter(long send, long recv, long recvCount, DType dtype, ReduceOp op, MemorySegment comm,
+                              MemorySegment stream) {
+        try {
+            check("ncclReduceScatter", (int) ncclReduceScatter.invokeExact(MemorySegment.ofAddress(send),
+                    MemorySegment.ofAddress(recv), recvCount, dataType(dtype), redOp(op), comm, stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void allGather(long send, long recv, long sendCount, DType dtype, MemorySegment comm, MemorySegment stream) {
+        try {
+            check("ncclAllGather", (int) ncclAllGather.invokeExact(MemorySegment.ofAddress(send), MemorySegment.ofAddress(recv),
+                    sendCount, dataType(dtype), comm, stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void send(long buf, long count, DType dtype, int peer, MemorySegment comm, MemorySegment stream) {
+        try {
+            check("ncclSend", (int) ncclSend.invokeExact(MemorySegment.ofAddress(buf), count, dataType(dtype), peer, comm, stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void recv(long buf, long count, DType dtype, int peer, MemorySegment comm, MemorySegment stream) {
+        try {
+            check("ncclRecv", (int) ncclRecv.invokeExact(MemorySegment.ofAddress(buf), count, dataType(dtype), peer, comm, stream));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void groupStart() {
+        try {
+            check("ncclGroupStart", (int) ncclGroupStart.invokeExact());
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void groupEnd() {
+        try {
+            check("ncclGroupEnd", (int) ncclGroupEnd.invokeExact());
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Whether this NCCL has ncclMemAlloc and symmetric windows (2.27+). */
+    public boolean hasSymmetricWindows() {
+        return ncclMemAlloc.isPresent() && ncclCommWindowRegister.isPresent();
+    }
+
+    private MethodHandle required(Optional<MethodHandle> h, String name) {
+        return h.orElseThrow(() -> new CudaUnavailableException("this NCCL (version " + version() + ") has no " + name
+                + "; symmetric windows need NCCL 2.27 or newer"));
+    }
+
+    /** Device memory from NCCL's allocator (CUDA VMM), required for symmetric windows. */
+    public long memAlloc(long bytes) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment p = a.allocate(ADDRESS);
+            check("ncclMemAlloc(" + bytes + " bytes)", (int) required(ncclMemAlloc, "ncclMemAlloc").invokeExact(p, bytes));
+            return p.get(ADDRESS, 0).address();
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void memFree(long ptr) {
+        try {
+            check("ncclMemFree", (int) required(ncclMemFree, "ncclMemFree").invokeExact(MemorySegment.ofAddress(ptr)));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    /** Collective: registers {@code bytes} at {@code ptr} as a window with {@code flags}; returns the window handle. */
+    public MemorySegment registerWindow(MemorySegment comm, long ptr, long bytes, int flags) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment win = a.allocate(ADDRESS);
+            check("ncclCommWindowRegister", (int) required(ncclCommWindowRegister, "ncclCommWindowRegister")
+                    .invokeExact(comm, MemorySegment.ofAddress(ptr), bytes, win, flags));
+            return win.get(ADDRESS, 0);
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+
+    public void deregisterWindow(MemorySegment comm, MemorySegment window) {
+        try {
+            check("ncclCommWindowDeregister", (int) required(ncclCommWindowDeregister, "ncclCommWindowDeregister")
+                    .invokeExact(comm, window));
+        } catch (Throwable t) {
+            throw rethrow(t);
+        }
+    }
+}

@@ -1,0 +1,317 @@
+package org.symmem4j.parallel.cuda;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+import java.util.zip.CRC32;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.CollectiveMismatchException;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.SignalOp;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.host.BFloat16;
+
+/**
+ * GPU collectives against a float64 reference on fresh random data, ranks bitwise equal; graph
+ * capture and replay; reduce-scatter, all-gather, put/wait-signal; NCCL. Skipped (not passed)
+ * without a CUDA driver or without the kernels. On one GPU the ranks share it (NCCL cases skip).
+ */
+class CudaCollectivesTest {
+
+    static int worldSize;
+    static CudaTransport cuda;
+
+    /** Per test (not @BeforeAll), so every test reports itself skipped on a machine without a GPU. */
+    @BeforeEach
+    void needsAGpu() {
+        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
+        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
+        if (cuda == null) {
+            cuda = CudaTransport.create();
+            worldSize = Math.max(2, Math.min(CudaKernels.MAX_RANKS, CudaDriver.get().deviceCount()));
+        }
+    }
+
+    private static <T> List<T> onEveryRank(InJvmWorld.RankTask<T> task) {
+        return InJvmWorld.runOnEveryRank(worldSize, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)), task);
+    }
+
+    /** Input of rank r for case c: exactly representable in dtype. */
+    static float input(SplittableRandom rnd, DType dtype) {
+        float x = (float) rnd.nextDouble(-1, 1);
+        return dtype == DType.BFLOAT16 ? BFloat16.toFloat(BFloat16.fromFloat(x)) : x;
+    }
+
+    static void write(MemorySegment host, DType dtype, long i, float x) {
+        if (dtype == DType.FLOAT32) {
+            host.setAtIndex(ValueLayout.JAVA_FLOAT, i, x);
+        } else {
+            host.setAtIndex(ValueLayout.JAVA_SHORT, i, BFloat16.fromFloat(x));
+        }
+    }
+
+    static float read(MemorySegment host, DType dtype, long i) {
+        return dtype == DType.FLOAT32 ? host.getAtIndex(ValueLayout.JAVA_FLOAT, i)
+                : BFloat16.toFloat(host.getAtIndex(ValueLayout.JAVA_SHORT, i));
+    }
+
+    /**
+     * Runs one all-reduce case on every rank and checks it: every element against the float64
+     * sum (N·u·Σ|x| + output rounding), and the ranks' outputs bitwise equal (CRC of the bytes).
+     */
+    static void checkAllReduce(Communicator comm, CudaSymmetricMemory mem, Group group, Algorithm alg, DType dtype,
+                               ReduceOp op, long count, long seed) {
+        long bytes = dtype.bytes(count);
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment host = arena.allocate(Math.max(bytes, 16), 16);
+            SplittableRandom mine = new SplittableRandom(seed * 31 + group.rank());
+            for (long i = 0; i < count; i++) {
+                write(host, dtype, i, input(mine, dtype));
+            }
+            mem.copyFromHost(host.asSlice(0, bytes), 0);
+            comm.allReduce(mem, 0, count, dtype, op, alg);
+            mem.copyToHost(0, host.asSlice(0, bytes));
+            SplittableRandom[] all = new SplittableRandom[worldSize];
+            for (int r = 0; r < worldSize; r++) {
+                all[r] = new SplittableRandom(seed * 31 + r);
+            }
+            double uOut = dtype == DType.BFLOAT16 ? 0x1p-8 : 0x1p-24;
+            for (long i = 0; i < count; i++) {
+                double ref = 0;
+                double abs = 0;
+                for (int r = 0; r < worldSize; r++) {
+                    float x = input(all[r], dtype);
+                    ref += x;
+                    abs += Math.abs(x);
+                }
+                double scale = op == ReduceOp.AVG ? 1.0 / worldSize : 1.0;
+                ref *= scale;
+                double tol = 2 * ((worldSize + 1) * 0x1p-24 * abs * scale + uOut * Math.abs(ref)) + Double.MIN_NORMAL;
+                double got = read(host, dtype, i);
+                if (!(Math.abs(got - ref) <= tol)) {
+                    fail(alg + " " + dtype + " " + op + " count=" + count + " rank=" + group.rank() + " element " + i
+                            + " got=" + got + " reference=" + ref + " tolerance=" + tol);
+                }
+            }
+            CRC32 crc = new CRC32();
+            crc.update(host.asSlice(0, bytes).asByteBuffer());
+            List<byte[]> crcs = group.allGatherBytes("crc", ByteBuffer.allocate(8).putLong(crc.getValue()).array());
+            for (int r = 1; r < worldSize; r++) {
+                assertEquals(ByteBuffer.wrap(crcs.getFirst()).getLong(), ByteBuffer.wrap(crcs.get(r)).getLong(),
+                        alg + " " + dtype + " count=" + count + ": rank " + r + " differs bitwise from rank 0");
+            }
+        }
+    }
+
+    @Test
+    void kernelsAndNcclMatchTheFloat64Reference() {
+        long[] small = {0, 1, 1001, 4099, (1 << 20) / 4};
+        long big = (256L << 20) / 4; // 256 MB of float32
+        onEveryRank(group -> {
+            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 256L << 20)) {
+                long seed = 1;
+                List<Algorithm> algorithms = new ArrayList<>(List.of(Algorithm.ONE_SHOT, Algorithm.TWO_SHOT));
+                if (comm.supports(Algorithm.NCCL)) {
+                    algorithms.add(Algorithm.NCCL);
+                }
+                for (Algorithm alg : algorithms) {
+                    for (DType dtype : new DType[] {DType.FLOAT32, DType.BFLOAT16}) {
+                        for (ReduceOp op : new ReduceOp[] {ReduceOp.SUM, ReduceOp.AVG}) {
+                            for (long count : small) {
+                                if (alg == Algorithm.ONE_SHOT && dtype.bytes(count) > comm.oneShotCapacityBytes()) {
+                                    continue;
+                                }
+                                checkAllReduce(comm, mem, group, alg, dtype, op, count, seed++);
+                            }
+                        }
+                        if (alg != Algorithm.ONE_SHOT) {
+                            long count = dtype == DType.FLOAT32 ? big : 2 * big;
+                            checkAllReduce(comm, mem, group, alg, dtype, ReduceOp.SUM, count, seed++);
+                        }
+                    }
+                }
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void oneShotAndTwoShotAgreeBitwise() {
+        onEveryRank(group -> {
+            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory a = (CudaSymmetricMemory) cuda.allocate(group, 1 << 20);
+                 CudaSymmetricMemory b = (CudaSymmetricMemory) cuda.allocate(group, 1 << 20);
+                 Arena arena = Arena.ofConfined()) {
+                long count = 100_003;
+                MemorySegment in = arena.allocate(count * 4);
+                SplittableRandom rnd = new SplittableRandom(77 + group.rank());
+                for (long i = 0; i < count; i++) {
+                    in.setAtIndex(ValueLayout.JAVA_FLOAT, i, (float) rnd.nextDouble(-1e3, 1e3));
+                }
+                a.copyFromHost(in, 0);
+                b.copyFromHost(in, 0);
+                comm.allReduce(a, 0, count, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT);
+                comm.allReduce(b, 0, count, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT);
+                MemorySegment x = arena.allocate(count * 4);
+                MemorySegment y = arena.allocate(count * 4);
+                a.copyToHost(0, x);
+                b.copyToHost(0, y);
+                assertEquals(-1, x.mismatch(y), "rank-order sums must agree bit for bit");
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void capturedGraphReplaysOnFreshData() {
+        onEveryRank(group -> {
+            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 4 << 20)) {
+                long count = (4 << 20) / 2;
+                for (Algorithm alg : new Algorithm[] {Algorithm.TWO_SHOT, Algorithm.ONE_SHOT}) {
+                    long c = alg == Algorithm.ONE_SHOT ? Math.min(count, comm.oneShotCapacityBytes() / 2) : count;
+                    try (CudaGraph graph = comm.capture(() -> comm.allReduce(mem, 0, c, DType.BFLOAT16, ReduceOp.SUM, alg))) {
+                        for (int replay = 0; replay < 3; replay++) {
+                            checkReplay(comm, mem, group, graph, c, 1000 + replay);
+                        }
+                    }
+                }
+            }
+            return null;
+        });
+    }
+
+    /** Fresh inputs, one replay, check (the signal pads must have returned to zero for this to pass). */
+    private static void checkReplay(CudaCommunicator comm, CudaSymmetricMemory mem, Group group, CudaGraph graph, long count,
+                                    long seed) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment host = arena.allocate(count * 2);
+            SplittableRandom rnd = new SplittableRandom(seed * 31 + group.rank());
+            for (long i = 0; i < count; i++) {
+                write(host, DType.BFLOAT16, i, input(rnd, DType.BFLOAT16));
+            }
+            comm.synchronize();
+            group.allGatherBytes("before-copy", new byte[0]); // nobody still reads the previous round
+            mem.copyFromHost(host, 0);
+            group.allGatherBytes("inputs-ready", new byte[0]);
+            graph.replay();
+            mem.copyToHost(0, host);
+            SplittableRandom[] all = new SplittableRandom[worldSize];
+            for (int r = 0; r < worldSize; r++) {
+                all[r] = new SplittableRandom(seed * 31 + r);
+            }
+            for (long i = 0; i < count; i++) {
+                double ref = 0;
+                for (int r = 0; r < worldSize; r++) {
+                    ref += input(all[r], DType.BFLOAT16);
+                }
+                double got = read(host, DType.BFLOAT16, i);
+                assertTrue(Math.abs(got - ref) <= 0x1p-7 * Math.abs(ref) + worldSize * 1e-6,
+                        "replay seed=" + seed + " element " + i + " got=" + got + " ref=" + ref);
+            }
+        }
+    }
+
+    @Test
+    void reduceScatterAndAllGather() {
+        onEveryRank(group -> {
+            int n = worldSize;
+            long block = 100_000;
+            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory in = (CudaSymmetricMemory) cuda.allocate(group, 4 * block * n);
+                 CudaSymmetricMemory gathered = (CudaSymmetricMemory) cuda.allocate(group, 4 * block * n);
+                 Arena arena = Arena.ofConfined()) {
+                MemorySegment host = arena.allocate(4 * block * n);
+                for (long i = 0; i < block * n; i++) {
+                    host.setAtIndex(ValueLayout.JAVA_FLOAT, i, i % 1000 + group.rank());
+                }
+                in.copyFromHost(host, 0);
+                long out = comm.deviceMalloc(4 * block);
+                MemorySegment poison = arena.allocate(4 * block).fill((byte) 0x7f);
+                comm.copyToDevice(out, poison); // poisoned: every element must be written
+                comm.reduceScatter(in, 0, out, block, DType.FLOAT32);
+                MemorySegment rs = arena.allocate(4 * block);
+                comm.copyToHost(rs, out);
+                for (long i = 0; i < block; i++) {
+                    float expected = n * ((group.rank() * block + i) % 1000) + n * (n - 1) / 2f;
+                    assertEquals(expected, rs.getAtIndex(ValueLayout.JAVA_FLOAT, i), "reduce-scatter element " + i);
+                }
+                gathered.fill((byte) 0x7f);
+                comm.allGather(out, gathered, 0, 4 * block);
+                MemorySegment ag = arena.allocate(4 * block * n);
+                comm.synchronize();
+                group.allGatherBytes("gathered", new byte[0]);
+                gathered.copyToHost(0, ag);
+                for (int q = 0; q < n; q++) {
+                    for (long i = 0; i < block; i++) {
+                        float expected = n * ((q * block + i) % 1000) + n * (n - 1) / 2f;
+                        assertEquals(expected, ag.getAtIndex(ValueLayout.JAVA_FLOAT, q * block + i), "all-gather block " + q);
+                    }
+                }
+                comm.free(out);
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void putWithSignalHandsOffData() {
+        onEveryRank(group -> {
+            int peer = (group.rank() + 1) % worldSize;
+            int from = (group.rank() - 1 + worldSize) % worldSize;
+            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory box = (CudaSymmetricMemory) cuda.allocate(group, 1 << 20);
+                 Arena arena = Arena.ofConfined()) {
+                long src = comm.deviceMalloc(1 << 20);
+                MemorySegment host = arena.allocate(1 << 20);
+                for (int round = 1; round <= 5; round++) {
+                    host.fill((byte) (group.rank() * 10 + round));
+                    comm.copyToDevice(src, host);
+                    box.putWithSignal(peer, MemorySegment.ofAddress(src).reinterpret(1 << 20), 0, 3, round, SignalOp.SET);
+                    assertEquals(round, box.waitSignal(3, round, from));
+                    box.copyToHost(0, host);
+                    assertEquals((byte) (from * 10 + round), host.get(ValueLayout.JAVA_BYTE, (1 << 20) - 1), "round " + round);
+                    box.barrier(); // nobody puts the next round before its peer has read this one
+                }
+                comm.free(src);
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void mismatchedArgumentsAreRejectedBeforeAnyKernelRuns() {
+        List<String> messages = onEveryRank(group -> {
+            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 1 << 16)) {
+                CollectiveMismatchException e = assertThrows(CollectiveMismatchException.class, () -> comm.allReduce(mem, 0,
+                        group.rank() == 0 ? 100 : 200, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT));
+                assertThrows(CollectiveMismatchException.class,
+                        () -> comm.allReduce(mem, 0, 10, DType.FLOAT64, ReduceOp.MAX, Algorithm.TWO_SHOT),
+                        "float64 MAX has no kernel: rejected on every rank");
+                return e.getMessage();
+            }
+        });
+        assertTrue(messages.getFirst().contains("rank=1 count=200"), messages.getFirst());
+    }
+}
