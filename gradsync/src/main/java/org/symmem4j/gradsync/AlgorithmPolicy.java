@@ -3,6 +3,7 @@ package org.symmem4j.gradsync;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ReduceOp;
 
 /**
  * Chooses the all-reduce algorithm for one message, in two steps (as NCCL does): an eligibility
@@ -10,12 +11,17 @@ import org.symmem4j.parallel.DType;
  */
 public interface AlgorithmPolicy {
 
-    /** The algorithm for an all-reduce of {@code count} elements of {@code dtype} on {@code comm}. */
-    Algorithm choose(Communicator comm, long count, DType dtype);
+    /** The algorithm for an all-reduce ({@code op}) of {@code count} elements of {@code dtype} on {@code comm}. */
+    Algorithm choose(Communicator comm, long count, DType dtype, ReduceOp op);
 
     /** Calibrated thresholds: {@link ThresholdTable#load()} (a calibration file if present, else the shipped defaults). */
     static AlgorithmPolicy calibrated() {
         return new ThresholdPolicy(ThresholdTable.load());
+    }
+
+    /** Eligibility, then {@code table}'s choice (for a table measured elsewhere, such as the GPU bench's). */
+    static AlgorithmPolicy fromTable(ThresholdTable table) {
+        return new ThresholdPolicy(table);
     }
 
     /** Always {@code algorithm}; logged once as forced by the user. Rejected at first use if it cannot run there. */
@@ -24,12 +30,12 @@ public interface AlgorithmPolicy {
     }
 
     /**
-     * Whether {@code algorithm} can run this message: supported by the transport, and for
-     * TWO_SHOT and RING, at least one cache line (16 elements) per rank, below which their
-     * chunks are empty and they only add synchronization.
+     * Whether {@code algorithm} can run this message: supported by the transport for this dtype, op
+     * and size, and for TWO_SHOT and RING, at least one cache line (16 elements) per rank, below
+     * which their chunks are empty and they only add synchronization.
      */
-    static boolean eligible(Algorithm algorithm, Communicator comm, long count) {
-        if (!comm.supports(algorithm)) {
+    static boolean eligible(Algorithm algorithm, Communicator comm, long count, DType dtype, ReduceOp op) {
+        if (!comm.supports(algorithm, dtype, op, count)) {
             return false;
         }
         int n = comm.group().worldSize();

@@ -108,7 +108,7 @@ public final class CalibrateThresholds {
                     for (int pass = 0; pass < PASSES; pass++) {
                         for (int a = 0; a < CANDIDATES.length; a++) {
                             Algorithm alg = CANDIDATES[a];
-                            if (!AlgorithmPolicy.eligible(alg, comm, count)) {
+                            if (!AlgorithmPolicy.eligible(alg, comm, count, DType.FLOAT32, ReduceOp.SUM)) {
                                 continue;
                             }
                             double median = medianMicros(comm, mem, count, alg, reps);

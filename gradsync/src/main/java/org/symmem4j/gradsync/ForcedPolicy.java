@@ -4,6 +4,7 @@ import java.util.concurrent.atomic.AtomicBoolean;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ReduceOp;
 
 /** The user's override: one algorithm for every message, logged once as forced. */
 final class ForcedPolicy implements AlgorithmPolicy {
@@ -21,7 +22,7 @@ final class ForcedPolicy implements AlgorithmPolicy {
     }
 
     @Override
-    public Algorithm choose(Communicator comm, long count, DType dtype) {
+    public Algorithm choose(Communicator comm, long count, DType dtype, ReduceOp op) {
         if (!comm.supports(algorithm)) {
             throw new IllegalArgumentException("forced algorithm=" + algorithm + " cannot run on transport="
                     + comm.transportName() + " (NCCL needs a GPU transport; use ONE_SHOT, TWO_SHOT or RING on the host)");

@@ -46,7 +46,7 @@ public final class GradientSynchronizer {
         // Chosen once: every rank computes the same choices from the same sizes and table.
         this.algorithms = new Algorithm[buckets.size()];
         for (int i = 0; i < algorithms.length; i++) {
-            algorithms[i] = policy.choose(comm, buckets.get(i).count(), dtype);
+            algorithms[i] = policy.choose(comm, buckets.get(i).count(), dtype, ReduceOp.SUM);
         }
     }
 

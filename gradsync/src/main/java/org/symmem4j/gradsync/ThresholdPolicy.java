@@ -3,6 +3,7 @@ package org.symmem4j.gradsync;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ReduceOp;
 
 /** Eligibility first, then the calibrated table's choice; falls back to ONE_SHOT when the table's pick cannot run. */
 final class ThresholdPolicy implements AlgorithmPolicy {
@@ -14,14 +15,14 @@ final class ThresholdPolicy implements AlgorithmPolicy {
     }
 
     @Override
-    public Algorithm choose(Communicator comm, long count, DType dtype) {
+    public Algorithm choose(Communicator comm, long count, DType dtype, ReduceOp op) {
         long bytes = dtype.bytes(count);
         Algorithm pick = table.lookup(comm.transportName(), comm.group().worldSize(), bytes);
-        if (AlgorithmPolicy.eligible(pick, comm, count)) {
+        if (AlgorithmPolicy.eligible(pick, comm, count, dtype, op)) {
             return pick;
         }
-        for (Algorithm a : new Algorithm[] {Algorithm.TWO_SHOT, Algorithm.ONE_SHOT}) {
-            if (AlgorithmPolicy.eligible(a, comm, count)) {
+        for (Algorithm a : new Algorithm[] {Algorithm.TWO_SHOT, Algorithm.NCCL, Algorithm.ONE_SHOT}) {
+            if (AlgorithmPolicy.eligible(a, comm, count, dtype, op)) {
                 return a;
             }
         }

@@ -76,14 +76,14 @@ class GradientSyncTest {
     void forcedPolicyIsUsedAndRejectsWhatCannotRun() {
         InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> {
             try (Communicator comm = Communicator.create(group)) {
-                assertEquals(Algorithm.RING, AlgorithmPolicy.forced(Algorithm.RING).choose(comm, 1 << 20, DType.FLOAT32));
+                assertEquals(Algorithm.RING, AlgorithmPolicy.forced(Algorithm.RING).choose(comm, 1 << 20, DType.FLOAT32, ReduceOp.SUM));
                 IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
-                        () -> AlgorithmPolicy.forced(Algorithm.NCCL).choose(comm, 10, DType.FLOAT32));
+                        () -> AlgorithmPolicy.forced(Algorithm.NCCL).choose(comm, 10, DType.FLOAT32, ReduceOp.SUM));
                 assertTrue(e.getMessage().contains("cannot run on transport=host-in-jvm"), e.getMessage());
                 // eligibility: tiny messages never go to TWO_SHOT or RING, whatever the table says
                 AlgorithmPolicy table = new ThresholdPolicy(ThresholdTable.parse("host-in-jvm.2=RING:max\n", "t"));
-                assertEquals(Algorithm.ONE_SHOT, table.choose(comm, 10, DType.FLOAT32));
-                assertEquals(Algorithm.RING, table.choose(comm, 1000, DType.FLOAT32));
+                assertEquals(Algorithm.ONE_SHOT, table.choose(comm, 10, DType.FLOAT32, ReduceOp.SUM));
+                assertEquals(Algorithm.RING, table.choose(comm, 1000, DType.FLOAT32, ReduceOp.SUM));
             }
             return null;
         });

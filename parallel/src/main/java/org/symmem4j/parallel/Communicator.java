@@ -33,6 +33,15 @@ public interface Communicator extends AutoCloseable {
     /** Whether {@code algorithm} can run on this communicator (NCCL needs a GPU transport). */
     boolean supports(Algorithm algorithm);
 
+    /**
+     * Whether {@code algorithm} can run this particular all-reduce here: on the host every
+     * supported algorithm runs every message; GPU kernels take only some dtypes and ops, and
+     * ONE_SHOT only messages that fit its landing slots.
+     */
+    default boolean supports(Algorithm algorithm, DType dtype, ReduceOp op, long count) {
+        return supports(algorithm);
+    }
+
     /** In-place all-reduce of {@code count} elements at the start of {@code buffer}. */
     void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm);
 

@@ -38,6 +38,11 @@ public final class CudaCommunicator implements Communicator {
     private final int maxBlocks;
     private final MemorySegment ncclComm;
     private final String ncclUnavailable;
+    /** ONE_SHOT's landing slots: two parities of worldSize slots of {@link #oneShotSlotBytes} per rank. */
+    private final CudaSymmetricMemory oneShotScratch;
+    private final long oneShotSlotBytes;
+    /** Small ONE_SHOTs use the LL protocol: 8-byte words (payload + epoch), two parities of worldSize slots. */
+    private final CudaSymmetricMemory llScratch;
 
     // Launch parameters, reused by every launch of this rank's thread (no allocation per call).
     private final Arena arena = Arena.ofShared();
@@ -47,7 +52,16 @@ public final class CudaCommunicator implements Communicator {
     private final MemorySegment rankSlot;
     private final MemorySegment worldSlot;
     private final MemorySegment divisorSlot;
-    private final MemorySegment allReduceParams;
+    private final MemorySegment bufSlot;
+    private final MemorySegment slotBytesSlot;
+    private final MemorySegment twoShotParams;
+    private final MemorySegment oneShotParams;
+
+    /** Largest ONE_SHOT message: the size of one landing slot in the scratch. */
+    static final long ONE_SHOT_SLOT_BYTES = 4L << 20;
+    /** ONE_SHOTs up to this size use the LL kernel (no barrier; payload words carry the epoch). */
+    static final long LL_MAX_BYTES = 64L << 10;
+    static final long LL_SLOT_WORDS = LL_MAX_BYTES / 4;
 
     CudaCommunicator(CudaTransport transport, InJvmGroup group, CommunicatorOptions options) {
         this.transport = transport;
@@ -80,19 +94,33 @@ public final class CudaCommunicator implements Communicator {
         }
         this.ncclComm = comm;
         this.ncclUnavailable = why;
+        this.oneShotSlotBytes = ONE_SHOT_SLOT_BYTES;
+        this.oneShotScratch = rank.kernels == null ? null
+                : (CudaSymmetricMemory) transport.allocate(group, 2L * worldSize * oneShotSlotBytes);
+        this.llScratch = rank.kernels == null ? null
+                : (CudaSymmetricMemory) transport.allocate(group, 2L * worldSize * LL_SLOT_WORDS * Long.BYTES);
         peersSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
         padsSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
         countSlot = arena.allocate(8, 8);
         rankSlot = arena.allocate(4, 4);
         worldSlot = arena.allocate(4, 4);
         divisorSlot = arena.allocate(4, 4);
-        allReduceParams = arena.allocate(java.lang.foreign.ValueLayout.ADDRESS, 6);
-        MemorySegment[] order = {peersSlot, padsSlot, countSlot, rankSlot, worldSlot, divisorSlot};
-        for (int i = 0; i < order.length; i++) {
-            allReduceParams.setAtIndex(java.lang.foreign.ValueLayout.ADDRESS, i, order[i]);
-        }
+        bufSlot = arena.allocate(8, 8);
+        slotBytesSlot = arena.allocate(8, 8);
+        // parameter order of symmem_two_shot_*: (Peers bufs, Pads pads, count, rank, world, divisor)
+        twoShotParams = paramArray(peersSlot, padsSlot, countSlot, rankSlot, worldSlot, divisorSlot);
+        // symmem_one_shot_*: (buf, Peers scratch, Pads pads, count, rank, world, divisor, slotBytes)
+        oneShotParams = paramArray(bufSlot, peersSlot, padsSlot, countSlot, rankSlot, worldSlot, divisorSlot, slotBytesSlot);
         rankSlot.set(java.lang.foreign.ValueLayout.JAVA_INT, 0, group.rank());
         worldSlot.set(java.lang.foreign.ValueLayout.JAVA_INT, 0, worldSize);
+    }
+
+    private MemorySegment paramArray(MemorySegment... slots) {
+        MemorySegment a = arena.allocate(java.lang.foreign.ValueLayout.ADDRESS, slots.length);
+        for (int i = 0; i < slots.length; i++) {
+            a.setAtIndex(java.lang.foreign.ValueLayout.ADDRESS, i, slots[i]);
+        }
+        return a;
     }
 
     @Override
@@ -123,9 +151,21 @@ public final class CudaCommunicator implements Communicator {
         return (algorithm == Algorithm.ONE_SHOT || algorithm == Algorithm.TWO_SHOT) && rank.kernels != null;
     }
 
-    /** Largest message, in bytes, ONE_SHOT takes here: every thread keeps its vectors in registers. */
+    @Override
+    public boolean supports(Algorithm algorithm, DType dtype, ReduceOp op, long count) {
+        if (!supports(algorithm)) {
+            return false;
+        }
+        if (algorithm == Algorithm.NCCL) {
+            return true;
+        }
+        boolean kernelCase = (dtype == DType.FLOAT32 || dtype == DType.BFLOAT16) && (op == ReduceOp.SUM || op == ReduceOp.AVG);
+        return kernelCase && (algorithm != Algorithm.ONE_SHOT || dtype.bytes(count) <= oneShotCapacityBytes());
+    }
+
+    /** Largest message, in bytes, ONE_SHOT takes here: the size of a landing slot in its scratch. */
     public long oneShotCapacityBytes() {
-        return (long) maxBlocks * CudaKernels.BLOCK_THREADS * CudaKernels.ONE_SHOT_VECS * 16;
+        return oneShotSlotBytes;
     }
 
     @Override
@@ -175,46 +215,58 @@ public final class CudaCommunicator implements Communicator {
         if (offsetBytes < 0 || offsetBytes > mem.byteSize()) {
             return Problem.OFFSET_OUT_OF_RANGE;
         }
-        if (!supports(algorithm)) {
+        if (!supports(algorithm, dtype, op, count) || (algorithm != Algorithm.NCCL && offsetBytes % 16 != 0)) {
             return Problem.UNSUPPORTED_ALGORITHM;
-        }
-        if (algorithm != Algorithm.NCCL) {
-            boolean kernelCase = (dtype == DType.FLOAT32 || dtype == DType.BFLOAT16)
-                    && (op == ReduceOp.SUM || op == ReduceOp.AVG) && offsetBytes % 16 == 0;
-            boolean fits = algorithm != Algorithm.ONE_SHOT || dtype.bytes(count) <= oneShotCapacityBytes();
-            if (!kernelCase || !fits) {
-                return Problem.UNSUPPORTED_ALGORITHM;
-            }
         }
         return Problem.NONE;
     }
 
     private void launchAllReduce(CudaSymmetricMemory mem, long offsetBytes, long count, DType dtype, ReduceOp op,
                                  Algorithm algorithm) {
-        long[] bufs = mem.dataPointers();
-        long[] pads = mem.padPointers();
-        for (int p = 0; p < CudaKernels.MAX_RANKS; p++) {
-            peersSlot.setAtIndex(java.lang.foreign.ValueLayout.JAVA_LONG, p, p < worldSize ? bufs[p] + offsetBytes : 0);
-            padsSlot.setAtIndex(java.lang.foreign.ValueLayout.JAVA_LONG, p, p < worldSize ? pads[p] : 0);
-        }
         countSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, count);
         divisorSlot.set(java.lang.foreign.ValueLayout.JAVA_INT, 0, op == ReduceOp.AVG ? worldSize : 0);
         int perVector = 16 / dtype.byteSize();
         long vectors = Math.max(1, count / perVector);
         String suffix = dtype == DType.FLOAT32 ? "_f32" : "_bf16";
         int blocks;
+        MemorySegment params;
         String kernel;
-        if (algorithm == Algorithm.ONE_SHOT) {
+        if (algorithm == Algorithm.ONE_SHOT && dtype.bytes(count) <= LL_MAX_BYTES) {
+            setPointers(peersSlot, llScratch.dataPointers(), 0);
+            setPointers(padsSlot, llScratch.padPointers(), 0);
+            bufSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, mem.dataPointer(group.rank()) + offsetBytes);
+            slotBytesSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, LL_SLOT_WORDS);
+            kernel = "symmem_one_shot_ll" + suffix;
+            long words = (dtype.bytes(count) + 3) / 4;
+            blocks = (int) Math.min(maxBlocks, (words + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
+            params = oneShotParams; // same parameter list: (buf, Peers, Pads, count, rank, world, divisor, slot size)
+        } else if (algorithm == Algorithm.ONE_SHOT) {
+            setPointers(peersSlot, oneShotScratch.dataPointers(), 0);
+            setPointers(padsSlot, oneShotScratch.padPointers(), 0);
+            bufSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, mem.dataPointer(group.rank()) + offsetBytes);
+            slotBytesSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, oneShotSlotBytes);
             kernel = "symmem_one_shot" + suffix;
-            blocks = (int) Math.min(maxBlocks, (vectors + CudaKernels.BLOCK_THREADS * CudaKernels.ONE_SHOT_VECS - 1)
-                    / (CudaKernels.BLOCK_THREADS * CudaKernels.ONE_SHOT_VECS));
+            blocks = (int) Math.min(maxBlocks, (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
+            params = oneShotParams;
         } else {
+            setPointers(peersSlot, mem.dataPointers(), offsetBytes);
+            setPointers(padsSlot, mem.padPointers(), 0);
             kernel = "symmem_two_shot" + suffix;
             long chunk = (vectors + worldSize - 1) / worldSize;
-            blocks = (int) Math.min(maxBlocks, (chunk + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
+            // two vectors per thread per iteration; up to two blocks per SM (the kernels use <= 64
+            // registers per thread, so two 512-thread blocks fit an SM and every block is resident)
+            int cap = sharedDevice ? maxBlocks : Math.min(CudaKernels.MAX_BLOCKS, 2 * maxBlocks);
+            blocks = (int) Math.min(cap, (chunk + 2L * CudaKernels.BLOCK_THREADS - 1) / (2L * CudaKernels.BLOCK_THREADS));
+            params = twoShotParams;
         }
-        driver.launch(rank.kernels().function(kernel), Math.max(1, blocks), CudaKernels.BLOCK_THREADS, rank.stream,
-                allReduceParams);
+        driver.launch(rank.kernels().function(kernel), Math.max(1, blocks), CudaKernels.BLOCK_THREADS, rank.stream, params);
+    }
+
+    /** Writes the ranks' pointers (plus {@code offset}) into a kernel's 8-pointer struct slot; unused entries 0. */
+    private void setPointers(MemorySegment slot, long[] pointers, long offset) {
+        for (int p = 0; p < CudaKernels.MAX_RANKS; p++) {
+            slot.setAtIndex(java.lang.foreign.ValueLayout.JAVA_LONG, p, p < worldSize ? pointers[p] + offset : 0);
+        }
     }
 
     /**
@@ -404,6 +456,10 @@ public final class CudaCommunicator implements Communicator {
     public void close() {
         try {
             synchronize();
+            if (oneShotScratch != null) {
+                oneShotScratch.close();
+                llScratch.close();
+            }
             if (ncclComm != null) {
                 Nccl.get().destroy(ncclComm);
             }

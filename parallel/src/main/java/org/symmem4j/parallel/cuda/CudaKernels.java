@@ -21,12 +21,12 @@ public final class CudaKernels {
     static final int MAX_RANKS = 8;
     static final int MAX_BLOCKS = 1024;
     static final long BARRIER_BYTES = (long) MAX_BLOCKS * MAX_RANKS * Integer.BYTES;
+    /** Per-block epoch counters follow the barrier slots (EPOCHS in the .cu). */
+    static final long EPOCHS_BYTES = (long) MAX_BLOCKS * Integer.BYTES;
     static final int SIGNAL_SLOTS = 64;
-    static final long SIGNALS_OFFSET = BARRIER_BYTES;
+    static final long SIGNALS_OFFSET = BARRIER_BYTES + EPOCHS_BYTES;
     static final long DONE_COUNTER_OFFSET = SIGNALS_OFFSET + SIGNAL_SLOTS * Long.BYTES;
     static final long PAD_BYTES = 64 << 10;
-    /** Vectors each thread of the ONE_SHOT kernel keeps in registers (ONE_SHOT_VECS in the .cu). */
-    static final int ONE_SHOT_VECS = 4;
     static final int BLOCK_THREADS = 512;
 
     private static volatile byte[] image;
@@ -65,7 +65,8 @@ public final class CudaKernels {
             MemorySegment.copy(bytes, 0, img, java.lang.foreign.ValueLayout.JAVA_BYTE, 0, bytes.length);
             module = driver.loadModule(img);
         }
-        for (String name : new String[] {"symmem_one_shot_f32", "symmem_one_shot_bf16", "symmem_two_shot_f32",
+        for (String name : new String[] {"symmem_one_shot_f32", "symmem_one_shot_bf16", "symmem_one_shot_ll_f32",
+            "symmem_one_shot_ll_bf16", "symmem_two_shot_f32",
             "symmem_two_shot_bf16", "symmem_reduce_scatter_f32", "symmem_reduce_scatter_bf16", "symmem_all_gather",
             "symmem_put_signal", "symmem_wait_signal"}) {
             functions.put(name, driver.function(module, name));
