@@ -95,6 +95,9 @@ class CudaCollectivesTest {
                 all[r] = new SplittableRandom(seed * 31 + r);
             }
             double uOut = dtype == DType.BFLOAT16 ? 0x1p-8 : 0x1p-24;
+            // symmem4j's kernels accumulate in float32; NCCL's rings round to the element type at every
+            // hop, so its bf16 error grows with N at bf16's unit roundoff (seen on 4 GPUs: 3e-3 at |x|~0.2)
+            double uAcc = alg == Algorithm.NCCL && dtype == DType.BFLOAT16 ? 0x1p-8 : 0x1p-24;
             for (long i = 0; i < count; i++) {
                 double ref = 0;
                 double abs = 0;
@@ -105,7 +108,7 @@ class CudaCollectivesTest {
                 }
                 double scale = op == ReduceOp.AVG ? 1.0 / worldSize : 1.0;
                 ref *= scale;
-                double tol = 2 * ((worldSize + 1) * 0x1p-24 * abs * scale + uOut * Math.abs(ref)) + Double.MIN_NORMAL;
+                double tol = 2 * ((worldSize + 1) * uAcc * abs * scale + uOut * Math.abs(ref)) + Double.MIN_NORMAL;
                 double got = read(host, dtype, i);
                 if (!(Math.abs(got - ref) <= tol)) {
                     fail(alg + " " + dtype + " " + op + " count=" + count + " rank=" + group.rank() + " element " + i
