@@ -265,7 +265,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private void ensureWorkers() {
         ModelReplica.ensureInitialized(model);
         if (workers == null) {
+            // Every worker runs ND4J ops at once: give each its share of the cores, for OpenMP and BLAS both.
             Nd4j.getEnvironment().setMaxThreads(settings.ompThreadsPerWorker());
+            Nd4j.factory().blas().setMaxThreads(settings.ompThreadsPerWorker());
             world = InJvmWorld.create(settings.workers(), GroupOptions.defaults().withTimeout(settings.timeout()));
             List<DataParallelWorker> started = new ArrayList<>();
             for (int r = 0; r < settings.workers(); r++) {

@@ -39,6 +39,9 @@ import org.symmem4j.dl4j.SymmemParallelWrapper;
  */
 public final class DataParallelExample {
 
+    /** Adam's learning rate in {@link #mlp}. */
+    public static final double LEARNING_RATE = 1e-3;
+
     private DataParallelExample() {
     }
 
@@ -94,9 +97,10 @@ public final class DataParallelExample {
         }
     }
 
-    static MultiLayerNetwork mlp(int in, int hidden, int out) {
+    /** The example's MLP (Adam 1e-3, two ReLU layers, softmax), from a fixed seed; the benchmark trains the same one. */
+    public static MultiLayerNetwork mlp(int in, int hidden, int out) {
         MultiLayerConfiguration conf = new NeuralNetConfiguration.Builder()
-                .seed(12345).dataType(DataType.FLOAT).updater(new Adam(1e-3)).weightInit(WeightInit.XAVIER)
+                .seed(12345).dataType(DataType.FLOAT).updater(new Adam(LEARNING_RATE)).weightInit(WeightInit.XAVIER)
                 .list()
                 .layer(new DenseLayer.Builder().nIn(in).nOut(hidden).activation(Activation.RELU).build())
                 .layer(new DenseLayer.Builder().nIn(hidden).nOut(hidden).activation(Activation.RELU).build())

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Data-parallel training benchmark, one run: the same MLP, data and number of optimizer steps trained
+# by a single model's fit() on merged batches, DL4J ParallelWrapper AVERAGING(1) and SHARED_GRADIENTS,
+# and symmem4j's SymmemParallelWrapper; median of 3 repetitions each, round-robin; written as markdown
+# to bench/results/<date>-data-parallel.md (see DataParallelBench for the method and flags).
+#
+#   bench/data-parallel.sh [extra DataParallelBench flags, e.g. --steps 300 --reps 1 for a quick look]
+#
+# About 3 minutes on 2 cores. Run it on an otherwise idle machine: every mode uses all cores.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+. bench/jdk25.sh
+jdk=$(find_jdk25)
+
+mvn -q -B -DskipTests install
+cp="$(cat examples/target/classpath.txt):$(ls "$root"/examples/target/symmem4j-examples-*.jar)"
+
+commit=$(git rev-parse --short HEAD)
+if [ -n "$(git status --porcelain -- . ':!bench/results' ':!bench/tmp')" ]; then
+  commit="$commit (plus uncommitted changes)"
+fi
+mkdir -p bench/results
+report="bench/results/$(date -u +%Y-%m-%d)-data-parallel.md"
+
+"$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector \
+  --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.examples.bench.dl4j.DataParallelBench \
+  --out "$report" --commit "$commit" --command "bench/data-parallel.sh $*" "$@"
+echo "wrote $report" >&2
