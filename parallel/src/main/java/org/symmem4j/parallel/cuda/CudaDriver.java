@@ -177,15 +177,6 @@ public final class CudaDriver {
         }
     }
 
-    private static RuntimeException rethrow(Throwable t) {
-        if (t instanceof RuntimeException r) {
-            return r;
-        }
-        if (t instanceof Error e) {
-            throw e;
-        }
-        return new IllegalStateException(t);
-    }
 
     // ---- devices and contexts
 
@@ -195,7 +186,7 @@ public final class CudaDriver {
             check("cuDriverGetVersion", (int) cuDriverGetVersion.invokeExact(v));
             return v.get(JAVA_INT, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -205,7 +196,7 @@ public final class CudaDriver {
             check("cuDeviceGetCount", (int) cuDeviceGetCount.invokeExact(n));
             return n.get(JAVA_INT, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -216,7 +207,7 @@ public final class CudaDriver {
             check("cuDeviceGet", (int) cuDeviceGet.invokeExact(d, ordinal));
             return d.get(JAVA_INT, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -226,7 +217,7 @@ public final class CudaDriver {
             check("cuDeviceGetName", (int) cuDeviceGetName.invokeExact(name, 256, device));
             return name.getString(0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -236,7 +227,7 @@ public final class CudaDriver {
             check("cuDeviceGetAttribute", (int) cuDeviceGetAttribute.invokeExact(v, attribute, device));
             return v.get(JAVA_INT, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -250,7 +241,7 @@ public final class CudaDriver {
             check("cuDeviceCanAccessPeer", (int) cuDeviceCanAccessPeer.invokeExact(v, device, peerDevice));
             return v.get(JAVA_INT, 0) != 0;
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -261,7 +252,7 @@ public final class CudaDriver {
             check("cuDevicePrimaryCtxRetain", (int) cuDevicePrimaryCtxRetain.invokeExact(ctx, device));
             return ctx.get(ADDRESS, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -269,7 +260,7 @@ public final class CudaDriver {
         try {
             check("cuDevicePrimaryCtxRelease_v2", (int) cuDevicePrimaryCtxRelease.invokeExact(device));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -278,7 +269,7 @@ public final class CudaDriver {
         try {
             check("cuCtxSetCurrent", (int) cuCtxSetCurrent.invokeExact(context));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -286,7 +277,7 @@ public final class CudaDriver {
         try {
             check("cuCtxSynchronize", (int) cuCtxSynchronize.invokeExact());
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -298,7 +289,7 @@ public final class CudaDriver {
                 check("cuCtxEnablePeerAccess", rc);
             }
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -311,7 +302,7 @@ public final class CudaDriver {
             check("cuMemAlloc_v2(" + bytes + " bytes)", (int) cuMemAlloc.invokeExact(p, Math.max(bytes, 1L)));
             return p.get(JAVA_LONG, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -319,7 +310,7 @@ public final class CudaDriver {
         try {
             check("cuMemFree_v2", (int) cuMemFree.invokeExact(devicePtr));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -327,7 +318,7 @@ public final class CudaDriver {
         try {
             check("cuMemcpyHtoD_v2", (int) cuMemcpyHtoD.invokeExact(dst, src, bytes));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -335,7 +326,7 @@ public final class CudaDriver {
         try {
             check("cuMemcpyDtoH_v2", (int) cuMemcpyDtoH.invokeExact(dst, src, bytes));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -344,7 +335,7 @@ public final class CudaDriver {
         try {
             check("cuMemcpyDtoDAsync_v2", (int) cuMemcpyDtoDAsync.invokeExact(dst, src, bytes, stream));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -352,7 +343,7 @@ public final class CudaDriver {
         try {
             check("cuMemsetD8_v2", (int) cuMemsetD8.invokeExact(dst, value, bytes));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -364,7 +355,7 @@ public final class CudaDriver {
             check("cuStreamCreate", (int) cuStreamCreate.invokeExact(s, flags));
             return s.get(ADDRESS, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -372,7 +363,7 @@ public final class CudaDriver {
         try {
             check("cuStreamDestroy_v2", (int) cuStreamDestroy.invokeExact(stream));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -380,7 +371,7 @@ public final class CudaDriver {
         try {
             check("cuStreamSynchronize", (int) cuStreamSynchronize.invokeExact(stream));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -390,7 +381,7 @@ public final class CudaDriver {
             check("cuEventCreate", (int) cuEventCreate.invokeExact(e, 0));
             return e.get(ADDRESS, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -398,7 +389,7 @@ public final class CudaDriver {
         try {
             check("cuEventRecord", (int) cuEventRecord.invokeExact(event, stream));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -406,7 +397,7 @@ public final class CudaDriver {
         try {
             check("cuEventSynchronize", (int) cuEventSynchronize.invokeExact(event));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -417,7 +408,7 @@ public final class CudaDriver {
             check("cuEventElapsedTime", (int) cuEventElapsedTime.invokeExact(ms, start, end));
             return ms.get(JAVA_FLOAT, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -425,7 +416,7 @@ public final class CudaDriver {
         try {
             check("cuEventDestroy_v2", (int) cuEventDestroy.invokeExact(event));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -434,7 +425,7 @@ public final class CudaDriver {
         try {
             check("cuStreamBeginCapture_v2", (int) cuStreamBeginCapture.invokeExact(stream, CAPTURE_MODE_THREAD_LOCAL));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -449,7 +440,7 @@ public final class CudaDriver {
             check("cuGraphDestroy", (int) cuGraphDestroy.invokeExact(g));
             return exec.get(ADDRESS, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -457,7 +448,7 @@ public final class CudaDriver {
         try {
             check("cuGraphLaunch", (int) cuGraphLaunch.invokeExact(exec, stream));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -465,7 +456,7 @@ public final class CudaDriver {
         try {
             check("cuGraphExecDestroy", (int) cuGraphExecDestroy.invokeExact(exec));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -478,7 +469,7 @@ public final class CudaDriver {
             check("cuModuleLoadData", (int) cuModuleLoadData.invokeExact(m, image));
             return m.get(ADDRESS, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -488,7 +479,7 @@ public final class CudaDriver {
             check("cuModuleGetFunction(" + name + ")", (int) cuModuleGetFunction.invokeExact(f, module, a.allocateFrom(name)));
             return f.get(ADDRESS, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -501,7 +492,7 @@ public final class CudaDriver {
             check("cuLaunchKernel", (int) cuLaunchKernel.invokeExact(function, gridX, 1, 1, blockX, 1, 1, 0, stream, params,
                     MemorySegment.NULL));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 }

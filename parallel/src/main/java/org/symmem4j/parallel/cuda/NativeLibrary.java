@@ -47,4 +47,19 @@ final class NativeLibrary {
     String soname() {
         return soname;
     }
+
+    /**
+     * What a downcall's {@code invokeExact} threw, as an unchecked exception to throw: the
+     * signature says {@code Throwable}, but native calls only raise runtime exceptions and errors
+     * (which are rethrown as they are); anything else is wrapped rather than lost.
+     */
+    static RuntimeException unchecked(Throwable t) {
+        if (t instanceof RuntimeException r) {
+            return r;
+        }
+        if (t instanceof Error e) {
+            throw e;
+        }
+        return new IllegalStateException(t);
+    }
 }

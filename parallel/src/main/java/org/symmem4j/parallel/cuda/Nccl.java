@@ -124,15 +124,6 @@ public final class Nccl {
         }
     }
 
-    private static RuntimeException rethrow(Throwable t) {
-        if (t instanceof RuntimeException r) {
-            return r;
-        }
-        if (t instanceof Error e) {
-            throw e;
-        }
-        return new IllegalStateException(t);
-    }
 
     /** For example 22809 for 2.28.9. */
     public int version() {
@@ -141,7 +132,7 @@ public final class Nccl {
             check("ncclGetVersion", (int) ncclGetVersion.invokeExact(v));
             return v.get(JAVA_INT, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -151,7 +142,7 @@ public final class Nccl {
             check("ncclGetUniqueId", (int) ncclGetUniqueId.invokeExact(id));
             return id.toArray(JAVA_BYTE);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -165,7 +156,7 @@ public final class Nccl {
                     (int) ncclCommInitRank.invokeExact(comm, worldSize, id, rank));
             return comm.get(ADDRESS, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -173,7 +164,7 @@ public final class Nccl {
         try {
             check("ncclCommDestroy", (int) ncclCommDestroy.invokeExact(comm));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -182,7 +173,7 @@ public final class Nccl {
         try {
             check("ncclCommAbort", (int) ncclCommAbort.invokeExact(comm));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -193,7 +184,7 @@ public final class Nccl {
             check("ncclCommGetAsyncError", (int) ncclCommGetAsyncError.invokeExact(comm, err));
             check("ncclCommGetAsyncError (asynchronous error)", err.get(JAVA_INT, 0));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -219,7 +210,7 @@ public final class Nccl {
             check("ncclAllReduce", (int) ncclAllReduce.invokeExact(MemorySegment.ofAddress(send), MemorySegment.ofAddress(recv),
                     count, dataType(dtype), redOp(op), comm, stream));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -229,7 +220,7 @@ public final class Nccl {
             check("ncclReduceScatter", (int) ncclReduceScatter.invokeExact(MemorySegment.ofAddress(send),
                     MemorySegment.ofAddress(recv), recvCount, dataType(dtype), redOp(op), comm, stream));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -238,7 +229,7 @@ public final class Nccl {
             check("ncclAllGather", (int) ncclAllGather.invokeExact(MemorySegment.ofAddress(send), MemorySegment.ofAddress(recv),
                     sendCount, dataType(dtype), comm, stream));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -246,7 +237,7 @@ public final class Nccl {
         try {
             check("ncclSend", (int) ncclSend.invokeExact(MemorySegment.ofAddress(buf), count, dataType(dtype), peer, comm, stream));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -254,7 +245,7 @@ public final class Nccl {
         try {
             check("ncclRecv", (int) ncclRecv.invokeExact(MemorySegment.ofAddress(buf), count, dataType(dtype), peer, comm, stream));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -262,7 +253,7 @@ public final class Nccl {
         try {
             check("ncclGroupStart", (int) ncclGroupStart.invokeExact());
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -270,7 +261,7 @@ public final class Nccl {
         try {
             check("ncclGroupEnd", (int) ncclGroupEnd.invokeExact());
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -291,7 +282,7 @@ public final class Nccl {
             check("ncclMemAlloc(" + bytes + " bytes)", (int) required(ncclMemAlloc, "ncclMemAlloc").invokeExact(p, bytes));
             return p.get(ADDRESS, 0).address();
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -299,7 +290,7 @@ public final class Nccl {
         try {
             check("ncclMemFree", (int) required(ncclMemFree, "ncclMemFree").invokeExact(MemorySegment.ofAddress(ptr)));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -311,7 +302,7 @@ public final class Nccl {
                     .invokeExact(comm, MemorySegment.ofAddress(ptr), bytes, win, flags));
             return win.get(ADDRESS, 0);
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 
@@ -320,7 +311,7 @@ public final class Nccl {
             check("ncclCommWindowDeregister", (int) required(ncclCommWindowDeregister, "ncclCommWindowDeregister")
                     .invokeExact(comm, window));
         } catch (Throwable t) {
-            throw rethrow(t);
+            throw NativeLibrary.unchecked(t);
         }
     }
 }
