@@ -7,11 +7,10 @@ import io.micrometer.core.instrument.Tag;
 import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.Timer;
 import io.micrometer.core.instrument.binder.MeterBinder;
-import java.util.EnumMap;
-import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReferenceArray;
 import org.symmem4j.parallel.Algorithm;
 
 /**
@@ -33,7 +32,8 @@ import org.symmem4j.parallel.Algorithm;
  *       <td>sync time / step time, cumulative since binding</td></tr>
  * </table>
  *
- * Timers publish percentile histograms, so Prometheus can compute quantiles across workers.
+ * Timers publish percentile histograms, so Prometheus can compute quantiles across workers. The
+ * all-reduce meters of an (algorithm, size class) appear with its first sample.
  * Thread-safe: every worker of a group records into the same instance.
  */
 public final class SyncMetrics implements MeterBinder {
@@ -53,42 +53,39 @@ public final class SyncMetrics implements MeterBinder {
     }
 
 
-    /** Meters created at bind time, so the hot path only looks them up. */
+    /** The registry and the step meters, fixed at bind time; all-reduce meters appear on first use. */
     private static final class Bound {
-        final Map<Algorithm, Map<SizeClass, Timer>> latency = new EnumMap<>(Algorithm.class);
-        final Map<Algorithm, Map<SizeClass, DistributionSummary>> bytes = new EnumMap<>(Algorithm.class);
-        Timer step;
-        Timer sync;
+        final MeterRegistry registry;
+        final Tags base;
+        /** Index {@code algorithm.ordinal() * SizeClass count + sizeClass.ordinal()}; null until first use. */
+        final AtomicReferenceArray<AllReduceMeters> allReduce =
+                new AtomicReferenceArray<>(Algorithm.values().length * SIZE_CLASSES.length);
+        final Timer step;
+        final Timer sync;
         final AtomicLong stepNanos = new AtomicLong();
         final AtomicLong syncNanos = new AtomicLong();
+
+        Bound(MeterRegistry registry, Tags base) {
+            this.registry = registry;
+            this.base = base;
+            step = Timer.builder("symmem.gradsync.step.latency").description("One worker's training step, sync included")
+                    .tags(base).publishPercentileHistogram().register(registry);
+            sync = Timer.builder("symmem.gradsync.sync.latency").description("Gradient sync part of a step")
+                    .tags(base).publishPercentileHistogram().register(registry);
+        }
     }
+
+    private record AllReduceMeters(Timer latency, DistributionSummary bytes) {}
+
+    private static final SizeClass[] SIZE_CLASSES = SizeClass.values();
 
     @Override
     public void bindTo(MeterRegistry registry) {
-        Bound b = new Bound();
-        Tags base = extraTags.and("transport", transport);
-        for (Algorithm a : Algorithm.values()) {
-            Map<SizeClass, Timer> timers = new EnumMap<>(SizeClass.class);
-            Map<SizeClass, DistributionSummary> sizes = new EnumMap<>(SizeClass.class);
-            for (SizeClass c : SizeClass.values()) {
-                Tags t = base.and("algorithm", a.name(), "size.class", c.tag());
-                timers.put(c, Timer.builder("symmem.allreduce.latency")
-                        .description("Latency of one gradient bucket's all-reduce")
-                        .tags(t).publishPercentileHistogram().register(registry));
-                sizes.put(c, DistributionSummary.builder("symmem.allreduce.bytes")
-                        .description("Bytes per all-reduce").baseUnit("bytes").tags(t).register(registry));
-            }
-            b.latency.put(a, timers);
-            b.bytes.put(a, sizes);
-        }
-        b.step = Timer.builder("symmem.gradsync.step.latency").description("One worker's training step, sync included")
-                .tags(base).publishPercentileHistogram().register(registry);
-        b.sync = Timer.builder("symmem.gradsync.sync.latency").description("Gradient sync part of a step")
-                .tags(base).publishPercentileHistogram().register(registry);
+        Bound b = new Bound(registry, extraTags.and("transport", transport));
         Gauge.builder("symmem.gradsync.sync.share", b, x -> {
             long step = x.stepNanos.get();
             return step == 0 ? 0.0 : (double) x.syncNanos.get() / step;
-        }).description("Share of step time spent in gradient sync").baseUnit("ratio").tags(base).register(registry);
+        }).description("Share of step time spent in gradient sync").baseUnit("ratio").tags(b.base).register(registry);
         bound = b;
     }
 
@@ -99,8 +96,32 @@ public final class SyncMetrics implements MeterBinder {
             return;
         }
         SizeClass c = SizeClass.of(bytes);
-        b.latency.get(algorithm).get(c).record(nanos, TimeUnit.NANOSECONDS);
-        b.bytes.get(algorithm).get(c).record(bytes);
+        AllReduceMeters m = meters(b, algorithm, c);
+        m.latency().record(nanos, TimeUnit.NANOSECONDS);
+        m.bytes().record(bytes);
+    }
+
+    /**
+     * The meters of one (algorithm, size class), registered the first time that pair runs, so a
+     * scrape shows only series that carry data (a host job has no NCCL series; each timer is a
+     * full percentile histogram, about 70 series). After the first use this is one array read: no
+     * allocation on the sync path. Two workers racing on first use both register, which Micrometer
+     * answers with the same meter, so whichever store wins holds the right pair.
+     */
+    private static AllReduceMeters meters(Bound b, Algorithm algorithm, SizeClass c) {
+        int index = algorithm.ordinal() * SIZE_CLASSES.length + c.ordinal();
+        AllReduceMeters m = b.allReduce.get(index);
+        if (m != null) {
+            return m;
+        }
+        Tags t = b.base.and("algorithm", algorithm.name(), "size.class", c.tag());
+        m = new AllReduceMeters(
+                Timer.builder("symmem.allreduce.latency").description("Latency of one gradient bucket's all-reduce")
+                        .tags(t).publishPercentileHistogram().register(b.registry),
+                DistributionSummary.builder("symmem.allreduce.bytes").description("Bytes per all-reduce")
+                        .baseUnit("bytes").tags(t).register(b.registry));
+        b.allReduce.set(index, m);
+        return m;
     }
 
     /** One training step that took {@code stepNanos}, of which {@code syncNanos} were gradient sync. */

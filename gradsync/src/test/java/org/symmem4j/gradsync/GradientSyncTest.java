@@ -73,6 +73,26 @@ class GradientSyncTest {
     }
 
     @Test
+    void allReduceSeriesAppearOnlyForWhatRan() {
+        SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        SyncMetrics metrics = new SyncMetrics("host-in-jvm");
+        metrics.recordAllReduce(Algorithm.RING, 1 << 20, 5_000); // before binding: dropped
+        metrics.bindTo(registry);
+        assertEquals(0, registry.find("symmem.allreduce.latency").timers().size(), "no series before the first all-reduce");
+        metrics.recordAllReduce(Algorithm.ONE_SHOT, 4096, 7_000);
+        metrics.recordAllReduce(Algorithm.ONE_SHOT, 4096, 9_000);
+        metrics.recordAllReduce(Algorithm.TWO_SHOT, 64L << 20, 1_000_000);
+        var timers = registry.find("symmem.allreduce.latency").timers();
+        assertEquals(2, timers.size(), "one series per (algorithm, size class) that ran: " + timers);
+        Timer small = registry.find("symmem.allreduce.latency").tag("algorithm", "ONE_SHOT").timer();
+        assertEquals(2, small.count());
+        assertEquals(16_000, small.totalTime(java.util.concurrent.TimeUnit.NANOSECONDS), 1e-6);
+        assertEquals(SizeClass.of(4096).tag(), small.getId().getTag("size.class"));
+        assertEquals(0, registry.find("symmem.allreduce.latency").tag("algorithm", "NCCL").timers().size());
+        assertEquals(1, registry.find("symmem.allreduce.bytes").tag("algorithm", "TWO_SHOT").summary().count());
+    }
+
+    @Test
     void forcedPolicyIsUsedAndRejectsWhatCannotRun() {
         InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> {
             try (Communicator comm = Communicator.create(group)) {
