@@ -7,6 +7,8 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Instant;
 import java.util.Arrays;
+import java.util.Map;
+import java.util.TreeMap;
 import java.util.SplittableRandom;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
@@ -17,6 +19,14 @@ import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.host.BFloat16;
 import org.symmem4j.parallel.host.SharedMemoryFiles;
+import org.symmem4j.pipeline.channel.LinkPlan;
+import org.symmem4j.pipeline.exec.AffineStage;
+import org.symmem4j.pipeline.exec.PipelineExecutor;
+import org.symmem4j.pipeline.exec.StageCompute;
+import org.symmem4j.pipeline.schedule.ActionDurations;
+import org.symmem4j.pipeline.schedule.PipelineShape;
+import org.symmem4j.pipeline.schedule.Schedule;
+import org.symmem4j.pipeline.schedule.ScheduleGenerators;
 
 /**
  * One rank of a cross-process test, configured by torchrun's variables. Scenarios:
@@ -27,6 +37,10 @@ import org.symmem4j.parallel.host.SharedMemoryFiles;
  *       test can compare ranks bitwise; ends with {@code OK}.</li>
  *   <li>{@code loop}: all-reduces until something fails; prints {@code READY} after a few, and on
  *       failure {@code FAILED <exception>: <message>} and exits 3.</li>
+ *   <li>{@code pipeline <gpipe|1f1b|interleaved>}: trains the pipeline test stages
+ *       ({@code AffineStage}) for 3 steps with 8 microbatches over stage links in /dev/shm, one
+ *       stage (two when interleaved) per process; prints {@code PARAM <stage> <a bits> <b bits>}
+ *       for its stages, which the test compares with the sequential reference.</li>
  *   <li>{@code leak-file}: creates a file named like a symmem4j shared-memory file of this process,
  *       prints its name and {@code READY}, then sleeps (the test kills it and checks the sweep).</li>
  * </ul>
@@ -42,6 +56,7 @@ public final class ProcessWorker {
             switch (scenario) {
                 case "collectives" -> collectives();
                 case "loop" -> loop();
+                case "pipeline" -> pipeline(args[1]);
                 case "leak-file" -> leakFile();
                 default -> throw new IllegalArgumentException("unknown scenario " + scenario);
             }
@@ -53,6 +68,39 @@ public final class ProcessWorker {
             t.printStackTrace(System.out);
             System.out.flush();
             System.exit(3);
+        }
+    }
+
+    static final int PIPELINE_MICROBATCHES = 8;
+    static final int PIPELINE_STEPS = 3;
+    static final int PIPELINE_WIDTH = 256;
+
+    private static void pipeline(String kind) {
+        try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
+            int p = group.worldSize();
+            PipelineShape shape = new PipelineShape(p, PIPELINE_MICROBATCHES, kind.equals("interleaved") ? 2 : 1);
+            Schedule schedule = switch (kind) {
+                case "gpipe" -> ScheduleGenerators.gpipe(p, PIPELINE_MICROBATCHES);
+                case "1f1b" -> ScheduleGenerators.oneFOneB(p, PIPELINE_MICROBATCHES);
+                case "interleaved" -> ScheduleGenerators.interleavedOneFOneB(p, PIPELINE_MICROBATCHES, 2);
+                default -> throw new IllegalArgumentException("unknown schedule " + kind);
+            };
+            Map<Integer, StageCompute> stages = new TreeMap<>();
+            for (int stage = group.rank(); stage < shape.stageCount(); stage += p) {
+                stages.put(stage, new AffineStage(stage, shape.stageCount(), PIPELINE_WIDTH, 0, 0));
+            }
+            int slots = LinkPlan.of(schedule, shape).stallFreeSlots(ActionDurations.of(1, 2));
+            try (PipelineExecutor executor = PipelineExecutor.create(group, schedule, shape, stages, slots,
+                    4L * PIPELINE_WIDTH)) {
+                for (int step = 0; step < PIPELINE_STEPS; step++) {
+                    executor.runStep();
+                }
+            }
+            stages.forEach((stage, compute) -> {
+                AffineStage affine = (AffineStage) compute;
+                System.out.println("PARAM " + stage + " " + Float.floatToRawIntBits(affine.a) + " "
+                        + Float.floatToRawIntBits(affine.b));
+            });
         }
     }
 

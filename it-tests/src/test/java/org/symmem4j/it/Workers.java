@@ -33,9 +33,11 @@ final class Workers implements AutoCloseable {
         String java = ProcessHandle.current().info().command().orElse("java");
         Path logDir = Files.createDirectories(Path.of("target", "worker-logs"));
         for (int rank = 0; rank < worldSize; rank++) {
-            List<String> cmd = List.of(java, "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-                    "-Xmx256m", "-XX:+UseSerialGC", "-Dsymmem4j.timeout.ms=" + timeoutMillis,
-                    "-cp", System.getProperty("java.class.path"), ProcessWorker.class.getName(), scenario);
+            List<String> cmd = new ArrayList<>(List.of(java, "--enable-native-access=ALL-UNNAMED",
+                    "--add-modules=jdk.incubator.vector", "-Xmx256m", "-XX:+UseSerialGC",
+                    "-Dsymmem4j.timeout.ms=" + timeoutMillis, "-cp", System.getProperty("java.class.path"),
+                    ProcessWorker.class.getName()));
+            cmd.addAll(List.of(scenario.split(" "))); // the scenario and its arguments
             ProcessBuilder pb = new ProcessBuilder(cmd);
             Map<String, String> env = pb.environment();
             env.put("RANK", Integer.toString(rank));
@@ -43,7 +45,7 @@ final class Workers implements AutoCloseable {
             env.put("LOCAL_RANK", Integer.toString(rank));
             env.put("MASTER_ADDR", "127.0.0.1");
             env.put("MASTER_PORT", Integer.toString(port));
-            Path log = logDir.resolve(scenario + "-ws" + worldSize + "-rank" + rank + "-" + port + ".log");
+            Path log = logDir.resolve(scenario.replace(' ', '-') + "-ws" + worldSize + "-rank" + rank + "-" + port + ".log");
             pb.redirectErrorStream(true).redirectOutput(log.toFile());
             w.processes.add(pb.start());
             w.logs.add(log);

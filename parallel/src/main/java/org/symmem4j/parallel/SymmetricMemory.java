@@ -38,6 +38,13 @@ public interface SymmetricMemory extends AutoCloseable {
     /** This rank's buffer. */
     MemorySegment local();
 
+    /**
+     * Whether {@link #local()} and {@link #peer(int)} can be read and written by Java code on this
+     * host: true for host transports; false for device memory, whose segments carry device addresses
+     * that only kernels and copies may touch.
+     */
+    boolean hostAddressable();
+
     /** Rank {@code rank}'s buffer as mapped in this rank ({@code peer(rank()) == local()}). */
     MemorySegment peer(int rank);
 

@@ -122,6 +122,11 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
     }
 
     @Override
+    public boolean hostAddressable() {
+        return false;
+    }
+
+    @Override
     public int signalSlots() {
         return CudaKernels.SIGNAL_SLOTS;
     }

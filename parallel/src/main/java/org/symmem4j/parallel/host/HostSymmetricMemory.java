@@ -72,6 +72,11 @@ public final class HostSymmetricMemory implements SymmetricMemory {
     }
 
     @Override
+    public boolean hostAddressable() {
+        return true;
+    }
+
+    @Override
     public int signalSlots() {
         return signalSlots;
     }

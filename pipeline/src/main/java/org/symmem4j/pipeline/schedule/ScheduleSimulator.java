@@ -56,6 +56,10 @@ public final class ScheduleSimulator {
             }
         }
         int[] nextIndex = new int[ranks];
+        long[][] starts = new long[ranks][];
+        for (int rank = 0; rank < ranks; rank++) {
+            starts[rank] = new long[schedule.actions(rank).size()];
+        }
         long[] rankFreeAt = new long[ranks];
         long[] busyTime = new long[ranks];
         int completedActions = 0;
@@ -76,6 +80,7 @@ public final class ScheduleSimulator {
                         long latency = shape.rankOf(input.stage()) == rank ? 0 : durations.communicationLatency();
                         start = Math.max(start, Math.addExact(inputEnd, latency));
                     }
+                    starts[rank][nextIndex[rank]] = start;
                     long duration = durations.of(action.type());
                     long end = Math.addExact(start, duration);
                     endTimes[action.type().ordinal()][action.stage()][action.microbatch()] = end;
@@ -99,7 +104,7 @@ public final class ScheduleSimulator {
             stats.add(new SimulationResult.RankStats(rank, busyTime[rank], makespan - busyTime[rank],
                     peakInFlightActivations(schedule.actions(rank))));
         }
-        return new SimulationResult.Completed(makespan, stats);
+        return new SimulationResult.Completed(makespan, stats, List.of(starts));
     }
 
     /** The action whose output {@code action} consumes, or {@code null} for F of stage 0. */

@@ -41,13 +41,21 @@ public sealed interface SimulationResult permits SimulationResult.Completed, Sim
      * {@code (p - 1) / (m + p - 1)}; for interleaved 1F1B with v virtual stages per rank, each taking
      * the same times, {@code (p - 1) / (v * m + p - 1)}.
      *
-     * @param makespan time at which the last action on any rank ends
-     * @param ranks    per-rank figures, element {@code r} for rank {@code r}
+     * @param makespan     time at which the last action on any rank ends
+     * @param ranks        per-rank figures, element {@code r} for rank {@code r}
+     * @param actionStarts per rank, the start time of each action of its list, in list order (each
+     *                     ends its {@link ActionDurations#of duration} later)
      */
-    record Completed(long makespan, List<RankStats> ranks) implements SimulationResult {
+    record Completed(long makespan, List<RankStats> ranks, List<long[]> actionStarts) implements SimulationResult {
 
         public Completed {
             ranks = List.copyOf(ranks);
+            actionStarts = actionStarts.stream().map(long[]::clone).toList();
+        }
+
+        /** When action {@code index} of rank {@code rank}'s list starts. */
+        public long startOf(int rank, int index) {
+            return actionStarts.get(rank)[index];
         }
 
         /** Sum of every rank's idle time in {@code [0, makespan]}. */

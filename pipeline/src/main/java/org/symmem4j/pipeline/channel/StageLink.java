@@ -1,0 +1,234 @@
+package org.symmem4j.pipeline.channel;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.Objects;
+import org.symmem4j.parallel.SignalOp;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.pipeline.channel.ChannelLayout.Direction;
+
+/**
+ * One directed link between adjacent pipeline stages on different ranks: a bounded FIFO of
+ * {@link ChannelLayout#slots()} messages in the receiver's symmetric memory. The sender puts a
+ * message and bumps the receiver's data counter; the receiver reads it in place and, once done with
+ * it, bumps the sender's credit counter. A sender that is {@code slots} messages ahead waits for
+ * credit: that is the back-pressure.
+ *
+ * <p>Message {@code n} (0-based, counted over the link's whole life) lives in slot {@code n % slots}.
+ * Counters only grow, so a waiter needs no reset between steps.
+ *
+ * <p>Both ends are single-threaded: one thread per rank drives its links, in schedule order.
+ */
+public final class StageLink {
+
+    /**
+     * Added to every counter of every pad to abort the pipeline. Sequence numbers never reach it (2^56
+     * messages), and up to 127 ranks may add it before a counter could overflow.
+     */
+    public static final long POISON = 1L << 56;
+
+    private StageLink() {
+    }
+
+    /** The sending end, on the rank of {@code fromStage}. */
+    public static final class Sender {
+        private final SymmetricMemory memory;
+        private final ChannelLayout layout;
+        private final int fromStage;
+        private final int toStage;
+        private final int receiverRank;
+        private final int region;
+        private final int dataSignal;
+        private final int creditSignal;
+        private final MemorySegment header;
+        private long sent;
+        /** Credits seen so far: messages the receiver has released; refreshed only when they run short. */
+        private long releasedSeen;
+
+        public Sender(SymmetricMemory memory, ChannelLayout layout, int fromStage, int toStage, Arena arena) {
+            this.memory = Objects.requireNonNull(memory, "memory");
+            this.layout = Objects.requireNonNull(layout, "layout");
+            Direction direction = directionInto(fromStage, toStage);
+            this.fromStage = fromStage;
+            this.toStage = toStage;
+            this.receiverRank = layout.shape().rankOf(toStage);
+            this.region = layout.region(toStage, direction);
+            this.dataSignal = layout.dataSignal(region);
+            this.creditSignal = layout.creditSignal(fromStage, direction);
+            this.header = arena.allocate(ChannelLayout.HEADER_BYTES, 64);
+        }
+
+        /**
+         * Posts {@code payload} as the next message for {@code microbatch}: waits for a free slot if
+         * the receiver is {@code slots} messages behind, copies the payload and a header into that
+         * slot of the receiver's region, then bumps the receiver's data counter.
+         *
+         * @throws IllegalArgumentException when the payload is larger than the layout's slotBytes
+         * @throws PipelineAbortedException when another rank poisoned the pipeline
+         */
+        public void send(int microbatch, MemorySegment payload) {
+            long bytes = payload.byteSize();
+            if (bytes > layout.slotBytes()) {
+                throw new IllegalArgumentException("message too large for the stage link " + this + ": payloadBytes="
+                        + bytes + " expected=payloadBytes <= slotBytes=" + layout.slotBytes()
+                        + " (raise slotBytes to the largest activation or gradient of one microbatch)");
+            }
+            long needReleased = sent - layout.slots() + 1;
+            if (releasedSeen < needReleased) {
+                // acquire: pairs with the receiver's release in Receiver.release(), so its reads of the
+                // slot we are about to overwrite are complete
+                releasedSeen = checkPoison(memory.waitSignal(creditSignal, needReleased, receiverRank),
+                        "waiting for a free slot to send microbatch " + microbatch);
+            }
+            long offset = layout.slotOffset(region, (int) (sent % layout.slots()));
+            header.set(ValueLayout.JAVA_LONG, ChannelLayout.PAYLOAD_BYTES_OFFSET, bytes);
+            header.set(ValueLayout.JAVA_LONG, ChannelLayout.SEQUENCE_OFFSET, sent);
+            header.set(ValueLayout.JAVA_INT, ChannelLayout.MICROBATCH_OFFSET, microbatch);
+            header.set(ValueLayout.JAVA_INT, ChannelLayout.FROM_STAGE_OFFSET, fromStage);
+            // The payload's signal adds 0: a put needs a slot, and adding 0 changes no count. The
+            // header's put then adds 1 with release semantics, which orders both copies before the
+            // count the receiver acquires in Receiver.receive().
+            memory.putWithSignal(receiverRank, payload, offset + ChannelLayout.HEADER_BYTES, dataSignal, 0, SignalOp.ADD);
+            memory.putWithSignal(receiverRank, header, offset, dataSignal, 1, SignalOp.ADD);
+            sent++;
+        }
+
+        /** Messages posted over the link's life. */
+        public long sent() {
+            return sent;
+        }
+
+        private long checkPoison(long value, String doing) {
+            if (value >= POISON) {
+                throw new PipelineAbortedException("pipeline aborted by another rank while stage " + fromStage
+                        + " was " + doing + " on the link to stage " + toStage + " (the failing rank reports the cause)");
+            }
+            return value;
+        }
+
+        @Override
+        public String toString() {
+            return "stage " + fromStage + " -> stage " + toStage + " (rank " + receiverRank + ", region " + region + ")";
+        }
+    }
+
+    /** The receiving end, on the rank of {@code toStage}. */
+    public static final class Receiver {
+        private final SymmetricMemory memory;
+        private final ChannelLayout layout;
+        private final int fromStage;
+        private final int toStage;
+        private final int senderRank;
+        private final int region;
+        private final int dataSignal;
+        private final int creditSignal;
+        private long received;
+        private boolean holding;
+        /** Messages seen posted so far; refreshed only when this rank has consumed them all. */
+        private long postedSeen;
+
+        public Receiver(SymmetricMemory memory, ChannelLayout layout, int fromStage, int toStage) {
+            if (!memory.hostAddressable()) {
+                throw new IllegalArgumentException("stage links read messages on the host, but " + memory
+                        + " is device memory (use a host transport for the pipeline executor)");
+            }
+            this.memory = memory;
+            this.layout = Objects.requireNonNull(layout, "layout");
+            Direction direction = directionInto(fromStage, toStage);
+            this.fromStage = fromStage;
+            this.toStage = toStage;
+            this.senderRank = layout.shape().rankOf(fromStage);
+            this.region = layout.region(toStage, direction);
+            this.dataSignal = layout.dataSignal(region);
+            this.creditSignal = layout.creditSignal(fromStage, direction);
+        }
+
+        /**
+         * Waits for the next message, checks that it is {@code microbatch}'s, and returns its payload
+         * in place. The view is valid until {@link #release()}, which must come before the next receive.
+         *
+         * @throws IllegalStateException when the message is not the one expected (sender and receiver
+         *                               schedules disagree on the link's order)
+         * @throws PipelineAbortedException when another rank poisoned the pipeline
+         */
+        public MemorySegment receive(int microbatch) {
+            if (holding) {
+                throw new IllegalStateException("receive on " + this + " before release() of the previous message");
+            }
+            if (postedSeen <= received) {
+                // acquire: pairs with the sender's release in Sender.send(), so the header and payload
+                // it put are visible below
+                postedSeen = memory.waitSignal(dataSignal, received + 1, senderRank);
+                if (postedSeen >= POISON) {
+                    throw new PipelineAbortedException("pipeline aborted by another rank while stage " + toStage
+                            + " waited for microbatch " + microbatch + " from stage " + fromStage
+                            + " (the failing rank reports the cause)");
+                }
+            }
+            MemorySegment slot = memory.local().asSlice(layout.slotOffset(region, (int) (received % layout.slots())),
+                    layout.slotStride());
+            long bytes = slot.get(ValueLayout.JAVA_LONG, ChannelLayout.PAYLOAD_BYTES_OFFSET);
+            long sequence = slot.get(ValueLayout.JAVA_LONG, ChannelLayout.SEQUENCE_OFFSET);
+            int foundMicrobatch = slot.get(ValueLayout.JAVA_INT, ChannelLayout.MICROBATCH_OFFSET);
+            int foundStage = slot.get(ValueLayout.JAVA_INT, ChannelLayout.FROM_STAGE_OFFSET);
+            if (sequence != received || foundMicrobatch != microbatch || foundStage != fromStage
+                    || bytes < 0 || bytes > layout.slotBytes()) {
+                throw new IllegalStateException("unexpected message on " + this + ": expected sequence=" + received
+                        + " microbatch=" + microbatch + " fromStage=" + fromStage + " found sequence=" + sequence
+                        + " microbatch=" + foundMicrobatch + " fromStage=" + foundStage + " payloadBytes=" + bytes
+                        + " (the two ranks' schedules must list this link's microbatches in the same order)");
+            }
+            holding = true;
+            return slot.asSlice(ChannelLayout.HEADER_BYTES, bytes);
+        }
+
+        /** Gives the slot of the last received message back to the sender. */
+        public void release() {
+            if (!holding) {
+                throw new IllegalStateException("release on " + this + " without a received message");
+            }
+            holding = false;
+            received++;
+            // release: every read of the slot above happens before the sender, acquiring this credit
+            // in Sender.send(), overwrites it
+            memory.signal(senderRank, creditSignal, 1, SignalOp.ADD);
+        }
+
+        /** Messages received and released over the link's life. */
+        public long received() {
+            return received;
+        }
+
+        @Override
+        public String toString() {
+            return "stage " + fromStage + " -> stage " + toStage + " (from rank " + senderRank + ", region " + region + ")";
+        }
+    }
+
+    /**
+     * Aborts the pipeline: adds {@link #POISON} to every counter the layout uses on every rank's pad,
+     * so every rank waiting on a link (or about to) stops with a {@link PipelineAbortedException}
+     * instead of waiting out the timeout. Not collective; called by a rank that failed.
+     */
+    public static void poisonAll(SymmetricMemory memory, ChannelLayout layout) {
+        int ranks = memory.group().worldSize();
+        for (int rank = 0; rank < ranks; rank++) {
+            for (int slot = 0; slot < layout.signalSlotsNeeded(); slot++) {
+                // release (as every signal): nothing to order here, the poison carries no data
+                memory.signal(rank, slot, POISON, SignalOp.ADD);
+            }
+        }
+    }
+
+    private static Direction directionInto(int fromStage, int toStage) {
+        if (toStage == fromStage + 1) {
+            return Direction.ACTIVATION;
+        }
+        if (toStage == fromStage - 1) {
+            return Direction.GRADIENT;
+        }
+        throw new IllegalArgumentException("a stage link joins adjacent stages: fromStage=" + fromStage + " toStage="
+                + toStage + " expected toStage=" + (fromStage + 1) + " or " + (fromStage - 1));
+    }
+}

@@ -1,0 +1,287 @@
+package org.symmem4j.pipeline.exec;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.TreeMap;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.pipeline.channel.ChannelLayout;
+import org.symmem4j.pipeline.channel.LinkPlan;
+import org.symmem4j.pipeline.channel.PipelineAbortedException;
+import org.symmem4j.pipeline.channel.StageLink;
+import org.symmem4j.pipeline.exec.TimelineEvent.Kind;
+import org.symmem4j.pipeline.schedule.Action;
+import org.symmem4j.pipeline.schedule.ActionType;
+import org.symmem4j.pipeline.schedule.PipelineShape;
+import org.symmem4j.pipeline.schedule.Schedule;
+
+/**
+ * Runs one rank's part of a pipeline schedule. It only interprets the schedule: for each action of
+ * this rank's list, in order, it takes the input message from the link into the stage (waiting for
+ * it if needed), calls the stage's {@link StageCompute#forward forward} or
+ * {@link StageCompute#backward backward}, gives the input's slot back, and posts the output to the
+ * next (forward) or previous (backward) stage's link (waiting for a free slot if the link is full).
+ * After the list, every local stage takes one optimizer {@link StageCompute#step() step}, so gradients
+ * accumulate over the step's microbatches.
+ *
+ * <p>Links between ranks are {@link StageLink}s in one {@link SymmetricMemory} allocation laid out by
+ * {@link ChannelLayout}; hand-offs between two stages of the same rank (one rank, several virtual
+ * stages) are copied through a local queue.
+ *
+ * <p>Everything that can be checked is checked at {@link #create} (collective), before training: the
+ * group size against the shape, the schedule ({@code ScheduleValidator}), FIFO order and enough slots
+ * per link ({@link LinkPlan}), and that the stages given are exactly this rank's. A stage that
+ * throws during a step poisons every link ({@link StageLink#poisonAll}), so the other ranks stop
+ * with a {@link PipelineAbortedException} instead of waiting out the timeout; the executor is then
+ * unusable.
+ */
+public final class PipelineExecutor implements AutoCloseable {
+
+    private static final MemorySegment EMPTY = MemorySegment.ofArray(new byte[0]);
+
+    private final Group group;
+    private final PipelineShape shape;
+    private final List<Action> actions;
+    private final ChannelLayout layout;
+    private final SymmetricMemory memory;
+    private final Arena arena = Arena.ofShared();
+    /** By stage; null for stages of other ranks. */
+    private final StageCompute[] stages;
+    /** By [type][stage]: where the action's input comes from and its output goes; null where there is none. */
+    private final StageLink.Receiver[][] receivers;
+    private final StageLink.Sender[][] senders;
+    /** By [type][receiving stage]: same-rank hand-offs (only with one rank). */
+    private final ArrayDeque<MemorySegment>[][] localQueues;
+    private final int localStageCount;
+    private final long[] eventStart;
+    private final long[] eventEnd;
+    private final int[] eventCode;
+    private boolean failed;
+
+    private PipelineExecutor(Group group, Schedule schedule, PipelineShape shape, Map<Integer, StageCompute> mine,
+                             int slots, long slotBytes) {
+        this.group = group;
+        this.shape = shape;
+        this.actions = schedule.actions(group.rank());
+        this.layout = new ChannelLayout(shape, slots, slotBytes);
+        this.stages = new StageCompute[shape.stageCount()];
+        mine.forEach((stage, compute) -> stages[stage] = compute);
+        this.localStageCount = mine.size();
+        int types = ActionType.values().length;
+        this.receivers = new StageLink.Receiver[types][shape.stageCount()];
+        this.senders = new StageLink.Sender[types][shape.stageCount()];
+        @SuppressWarnings("unchecked")
+        ArrayDeque<MemorySegment>[][] queues = new ArrayDeque[types][shape.stageCount()];
+        this.localQueues = queues;
+        this.memory = SymmetricMemory.allocate(group, layout.bytesPerRank());
+        try {
+            if (memory.signalSlots() < layout.signalSlotsNeeded()) {
+                throw new IllegalArgumentException("the pipeline needs " + layout.signalSlotsNeeded()
+                        + " signal slots per pad (4 per virtual stage) but the transport has " + memory.signalSlots()
+                        + " (use fewer virtual stages per rank: at most " + memory.signalSlots() / 4 + ")");
+            }
+            for (int stage : mine.keySet()) {
+                wire(stage, ActionType.FORWARD, stage - 1, stage + 1);
+                wire(stage, ActionType.BACKWARD, stage + 1, stage - 1);
+            }
+            // all links are fresh (counters zero) on every rank before anyone posts
+            memory.barrier();
+        } catch (RuntimeException e) {
+            memory.close();
+            arena.close();
+            throw e;
+        }
+        // at most: a receive, the compute and a send per action, plus one optimizer step per stage
+        int capacity = 3 * actions.size() + localStageCount;
+        this.eventStart = new long[capacity];
+        this.eventEnd = new long[capacity];
+        this.eventCode = new int[capacity];
+    }
+
+    /**
+     * Collective over the pipeline group (one rank per pipeline rank): checks everything and
+     * allocates the links.
+     *
+     * @param group     the pipeline group; rank r runs {@code schedule.actions(r)}
+     * @param stages    this rank's stages, by stage index: exactly {@code r, r + p, r + 2p, ...}
+     * @param slots     messages per link before its sender waits ({@link LinkPlan#minimumSlots()} at least)
+     * @param slotBytes the largest message: one microbatch's activation or gradient, in bytes
+     * @throws IllegalArgumentException when anything does not fit, naming what and how to fix it
+     */
+    public static PipelineExecutor create(Group group, Schedule schedule, PipelineShape shape,
+                                          Map<Integer, StageCompute> stages, int slots, long slotBytes) {
+        Objects.requireNonNull(group, "group");
+        Objects.requireNonNull(stages, "stages");
+        if (group.worldSize() != shape.ranks()) {
+            throw new IllegalArgumentException("the pipeline group has worldSize=" + group.worldSize() + " expected="
+                    + shape.ranks() + " ranks (" + shape + "; one rank per pipeline rank)");
+        }
+        LinkPlan.of(schedule, shape).requireSlots(slots);
+        List<Integer> expected = new ArrayList<>();
+        for (int stage = group.rank(); stage < shape.stageCount(); stage += shape.ranks()) {
+            expected.add(stage);
+        }
+        List<Integer> given = new ArrayList<>(new TreeMap<>(stages).keySet());
+        if (!given.equals(expected) || stages.values().stream().anyMatch(Objects::isNull)) {
+            throw new IllegalArgumentException("rank " + group.rank() + " was given stages " + given + " expected="
+                    + expected + " (stage s runs on rank s % " + shape.ranks() + "; every stage needs a StageCompute)");
+        }
+        return new PipelineExecutor(group, schedule, shape, Map.copyOf(stages), slots, slotBytes);
+    }
+
+    /** Sets up where {@code type} actions of {@code stage} read from ({@code from}) and write to ({@code to}). */
+    private void wire(int stage, ActionType type, int from, int to) {
+        int t = type.ordinal();
+        if (from >= 0 && from < shape.stageCount()) {
+            if (shape.rankOf(from) == group.rank()) {
+                localQueues[t][stage] = new ArrayDeque<>();
+            } else {
+                receivers[t][stage] = new StageLink.Receiver(memory, layout, from, stage);
+            }
+        }
+        if (to >= 0 && to < shape.stageCount() && shape.rankOf(to) != group.rank()) {
+            senders[t][stage] = new StageLink.Sender(memory, layout, stage, to, arena);
+        }
+    }
+
+    /**
+     * Runs this rank's list once (one training step of every microbatch), then one optimizer step
+     * per local stage. Every rank of the group calls it the same number of times.
+     *
+     * @return this rank's timeline of the step
+     * @throws PipelineAbortedException when another rank failed
+     */
+    public StepTimeline runStep() {
+        if (failed) {
+            throw new IllegalStateException("the pipeline executor of rank " + group.rank()
+                    + " failed in an earlier step; create a new one (and a new group)");
+        }
+        int events = 0;
+        try {
+            for (int index = 0; index < actions.size(); index++) {
+                events = run(index, events);
+            }
+            for (int stage = group.rank(); stage < shape.stageCount(); stage += shape.ranks()) {
+                long start = System.nanoTime();
+                stages[stage].step();
+                events = record(events, -1 - stage, start);
+            }
+        } catch (RuntimeException | Error e) {
+            failed = true;
+            if (!(e instanceof PipelineAbortedException)) {
+                StageLink.poisonAll(memory, layout);
+            }
+            throw e;
+        }
+        return timeline(events);
+    }
+
+    private int run(int index, int events) {
+        Action action = actions.get(index);
+        int stage = action.stage();
+        int mb = action.microbatch();
+        int t = action.type().ordinal();
+        StageCompute compute = stages[stage];
+        StageLink.Receiver receiver = receivers[t][stage];
+        MemorySegment input = EMPTY;
+        long start = System.nanoTime();
+        if (receiver != null) {
+            input = receiver.receive(mb);
+            events = record(events, encode(Kind.RECEIVE, index), start);
+        } else if (localQueues[t][stage] != null) {
+            input = localQueues[t][stage].removeFirst();
+        }
+        start = System.nanoTime();
+        MemorySegment output = action.type() == ActionType.FORWARD ? compute.forward(mb, input)
+                : compute.backward(mb, input);
+        events = record(events, encode(action.type() == ActionType.FORWARD ? Kind.FORWARD : Kind.BACKWARD,
+                index), start);
+        if (receiver != null) {
+            receiver.release(); // the stage has read its input
+        }
+        int to = action.type() == ActionType.FORWARD ? stage + 1 : stage - 1;
+        if (to < 0 || to >= shape.stageCount()) {
+            return events;
+        }
+        Objects.requireNonNull(output, () -> "stage " + stage + " returned no output for " + action);
+        StageLink.Sender sender = senders[t][stage];
+        if (sender != null) {
+            start = System.nanoTime();
+            sender.send(mb, output);
+            events = record(events, encode(Kind.SEND, index), start);
+        } else {
+            // same rank (one-rank pipeline): copy, because the stage may reuse its output buffer; a
+            // long[] keeps the copy 8-byte aligned, so the stage can read floats or doubles from it
+            long bytes = output.byteSize();
+            MemorySegment copy = MemorySegment.ofArray(new long[Math.toIntExact((bytes + 7) / 8)]).asSlice(0, bytes);
+            copy.copyFrom(output);
+            localQueues[t][to].addLast(copy);
+        }
+        return events;
+    }
+
+    /**
+     * Event codes in {@link #eventCode}: {@code kind.ordinal() + 8 * (index of the action in the list)}
+     * for action events, {@code -1 - stage} for optimizer steps. Keeps the hot path allocation-free;
+     * {@link #timeline} turns them into {@link TimelineEvent}s once per step.
+     */
+    private static int encode(Kind kind, int actionIndex) {
+        return kind.ordinal() + 8 * actionIndex;
+    }
+
+    private int record(int events, int code, long start) {
+        eventStart[events] = start;
+        eventEnd[events] = System.nanoTime();
+        eventCode[events] = code;
+        return events + 1;
+    }
+
+    private StepTimeline timeline(int events) {
+        List<TimelineEvent> list = new ArrayList<>(events);
+        for (int i = 0; i < events; i++) {
+            int code = eventCode[i];
+            if (code < 0) {
+                list.add(new TimelineEvent(group.rank(), Kind.OPTIMIZER_STEP, -1 - code, -1, -1, eventStart[i], eventEnd[i]));
+                continue;
+            }
+            Kind kind = Kind.values()[code % 8];
+            Action action = actions.get(code / 8);
+            int peer = switch (kind) {
+                case RECEIVE -> action.type() == ActionType.FORWARD ? action.stage() - 1 : action.stage() + 1;
+                case SEND -> action.type() == ActionType.FORWARD ? action.stage() + 1 : action.stage() - 1;
+                default -> -1;
+            };
+            list.add(new TimelineEvent(group.rank(), kind, action.stage(), peer, action.microbatch(), eventStart[i],
+                    eventEnd[i]));
+        }
+        return new StepTimeline(group.rank(), list);
+    }
+
+    /**
+     * Collective: returns once every rank of the pipeline has called it. Not needed for training
+     * (links order everything); for measurements that want all ranks to start a step together, as
+     * the simulator's time 0 assumes.
+     */
+    public void barrier() {
+        memory.barrier();
+    }
+
+    public ChannelLayout layout() {
+        return layout;
+    }
+
+    /** Collective: frees the links. */
+    @Override
+    public void close() {
+        try {
+            memory.close();
+        } finally {
+            arena.close();
+        }
+    }
+}

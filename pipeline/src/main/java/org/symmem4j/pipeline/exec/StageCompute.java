@@ -1,0 +1,41 @@
+package org.symmem4j.pipeline.exec;
+
+import java.lang.foreign.MemorySegment;
+
+/**
+ * The model slice of one (virtual) pipeline stage, as the {@link PipelineExecutor} drives it. The
+ * executor knows nothing of layers or tensors: it passes bytes between stages in schedule order and
+ * calls these methods on the rank's own thread, one at a time.
+ *
+ * <p>Data and labels are the stage's own business: the first stage reads microbatch {@code mb}'s
+ * features and the last stage its labels from wherever the caller put them before
+ * {@link PipelineExecutor#runStep()}.
+ */
+public interface StageCompute {
+
+    /**
+     * Forward pass of {@code microbatch}. Keeps what its backward will need (the stage's input and
+     * activations); with 1F1B at most a few microbatches are in flight at once.
+     *
+     * @param input the previous stage's output for this microbatch, valid only during this call (it
+     *              sits in a link slot that is given back afterwards); empty for stage 0
+     * @return this stage's output for this microbatch, read by the executor before the stage's next
+     *         call (so it may reuse one buffer); ignored for the last stage, which computes the loss
+     */
+    MemorySegment forward(int microbatch, MemorySegment input);
+
+    /**
+     * Backward pass of {@code microbatch}: adds this microbatch's parameter gradients to the stage's
+     * accumulated gradient (summed over microbatches, applied by {@link #step()}) and frees what its
+     * forward kept.
+     *
+     * @param outputGradient the gradient of the loss with respect to this stage's output, from the
+     *                       next stage, valid only during this call; empty for the last stage
+     * @return the gradient with respect to this stage's input, read before the stage's next call;
+     *         ignored for stage 0
+     */
+    MemorySegment backward(int microbatch, MemorySegment outputGradient);
+
+    /** After every microbatch of the step: one optimizer update from the accumulated gradient, which it then clears. */
+    void step();
+}

@@ -1,0 +1,19 @@
+package org.symmem4j.pipeline.exec;
+
+import java.util.List;
+
+/**
+ * One rank's intervals in one {@link PipelineExecutor#runStep()}, in the order they happened.
+ * Combine all ranks' timelines of a step with {@link TimelineReport#of}.
+ */
+public record StepTimeline(int rank, List<TimelineEvent> events) {
+
+    public StepTimeline {
+        events = List.copyOf(events);
+    }
+
+    /** Nanoseconds spent in forward and backward passes. */
+    public long computeNanos() {
+        return events.stream().filter(e -> e.kind().isCompute()).mapToLong(TimelineEvent::durationNanos).sum();
+    }
+}

@@ -1,0 +1,223 @@
+package org.symmem4j.pipeline.exec;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.stream.Stream;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.pipeline.channel.LinkPlan;
+import org.symmem4j.pipeline.channel.PipelineAbortedException;
+import org.symmem4j.pipeline.schedule.ActionDurations;
+import org.symmem4j.pipeline.schedule.PipelineShape;
+import org.symmem4j.pipeline.schedule.Schedule;
+import org.symmem4j.pipeline.schedule.ScheduleGenerators;
+
+class PipelineExecutorTest {
+
+    private static final int WIDTH = 96;
+    private static final GroupOptions OPTIONS = GroupOptions.defaults().withTimeout(Duration.ofSeconds(30));
+
+    static Stream<Arguments> schedules() {
+        return Stream.of(
+                Arguments.of("gpipe", PipelineShape.of(2, 4), ScheduleGenerators.gpipe(2, 4)),
+                Arguments.of("1f1b", PipelineShape.of(2, 6), ScheduleGenerators.oneFOneB(2, 6)),
+                Arguments.of("1f1b", PipelineShape.of(4, 8), ScheduleGenerators.oneFOneB(4, 8)),
+                Arguments.of("interleaved", new PipelineShape(2, 4, 2), ScheduleGenerators.interleavedOneFOneB(2, 4, 2)),
+                Arguments.of("interleaved", new PipelineShape(4, 8, 2), ScheduleGenerators.interleavedOneFOneB(4, 8, 2)),
+                Arguments.of("one rank, interleaved", new PipelineShape(1, 3, 3), ScheduleGenerators.interleavedOneFOneB(1, 3, 3)));
+    }
+
+    /** Every rank trains its stages; the parameters equal the sequential reference bit for bit. */
+    @ParameterizedTest(name = "{0} {1}")
+    @MethodSource("schedules")
+    void trainsLikeTheSequentialReference(String name, PipelineShape shape, Schedule schedule) {
+        int steps = 3;
+        int slots = LinkPlan.of(schedule, shape).minimumSlots();
+        List<Map<Integer, AffineStage>> byRank = InJvmWorld.runOnEveryRank(shape.ranks(), OPTIONS, group -> {
+            Map<Integer, AffineStage> mine = stagesOf(group, shape, 0, 0);
+            try (PipelineExecutor executor = PipelineExecutor.create(group, schedule, shape, new HashMap<>(mine), slots,
+                    4L * WIDTH)) {
+                for (int step = 0; step < steps; step++) {
+                    StepTimeline timeline = executor.runStep();
+                    assertEquals(2 * shape.stagesPerRank() * shape.microbatches(),
+                            timeline.events().stream().filter(e -> e.kind().isCompute()).count());
+                }
+            }
+            return mine;
+        });
+        float[] reference = AffineStage.reference(shape.stageCount(), shape.microbatches(), WIDTH, steps);
+        float[] found = new float[reference.length];
+        for (Map<Integer, AffineStage> stages : byRank) {
+            stages.forEach((stage, compute) -> {
+                found[2 * stage] = compute.a;
+                found[2 * stage + 1] = compute.b;
+            });
+        }
+        assertArrayEquals(reference, found, "parameters after " + steps + " steps: (a_s, b_s) per stage");
+    }
+
+    /**
+     * Measured idle fraction per rank within 5 percentage points of the simulator's, for the
+     * measured forward, backward and hand-off times. Passes take 3 and 6 ms (parked), so four ranks
+     * on two cores still run them in parallel.
+     */
+    @ParameterizedTest(name = "{0} {1}")
+    @MethodSource("timedSchedules")
+    void idleFractionMatchesTheSimulator(String name, PipelineShape shape, Schedule schedule) {
+        long forward = 3_000_000;
+        long backward = 6_000_000;
+        int steps = 3;
+        List<List<StepTimeline>> byRank = InJvmWorld.runOnEveryRank(shape.ranks(), OPTIONS, group -> {
+            Map<Integer, AffineStage> mine = stagesOf(group, shape, forward, backward);
+            List<StepTimeline> timelines = new ArrayList<>();
+            int slots = LinkPlan.of(schedule, shape).stallFreeSlots(ActionDurations.of(forward, backward));
+            try (PipelineExecutor executor = PipelineExecutor.create(group, schedule, shape, new HashMap<>(mine), slots,
+                    4L * WIDTH)) {
+                for (int step = 0; step < steps; step++) {
+                    executor.barrier(); // every step starts together, as the simulator's time 0
+                    timelines.add(executor.runStep());
+                }
+            }
+            return timelines;
+        });
+        StringBuilder seen = new StringBuilder();
+        double worst = 0;
+        for (int step = 1; step < steps; step++) { // step 0 warms up
+            List<StepTimeline> ranks = new ArrayList<>();
+            for (List<StepTimeline> rankTimelines : byRank) {
+                ranks.add(rankTimelines.get(step));
+            }
+            TimelineReport report = TimelineReport.of(ranks);
+            var simulated = report.simulate(schedule, shape);
+            for (int r = 0; r < shape.ranks(); r++) {
+                double measured = report.idleFraction(r);
+                double expected = (double) simulated.rank(r).idleTime() / simulated.makespan();
+                worst = Math.max(worst, Math.abs(measured - expected));
+                seen.append(String.format(" step %d rank %d measured=%.3f simulated=%.3f;", step, r, measured, expected));
+            }
+        }
+        System.out.println(name + " " + shape + ":" + seen);
+        assertTrue(worst <= 0.05, "idle fraction per rank more than 5 points off the simulator:" + seen);
+    }
+
+    static Stream<Arguments> timedSchedules() {
+        return Stream.of(
+                Arguments.of("1f1b", PipelineShape.of(4, 8), ScheduleGenerators.oneFOneB(4, 8)),
+                Arguments.of("interleaved", new PipelineShape(4, 8, 2), ScheduleGenerators.interleavedOneFOneB(4, 8, 2)),
+                Arguments.of("gpipe", PipelineShape.of(2, 4), ScheduleGenerators.gpipe(2, 4)));
+    }
+
+    /** A stage that throws: its rank reports the cause, every other rank stops at once, not at the timeout. */
+    @Test
+    void aFailingStageStopsEveryRankPromptly() {
+        PipelineShape shape = PipelineShape.of(4, 8);
+        Schedule schedule = ScheduleGenerators.oneFOneB(4, 8);
+        GroupOptions longTimeout = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
+        long start = System.nanoTime();
+        SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(4, longTimeout, group -> {
+            Map<Integer, StageCompute> mine = new HashMap<>(stagesOf(group, shape, 0, 0));
+            if (group.rank() == 2) {
+                StageCompute healthy = mine.get(2);
+                mine.put(2, new StageCompute() {
+                    @Override
+                    public java.lang.foreign.MemorySegment forward(int microbatch, java.lang.foreign.MemorySegment input) {
+                        if (microbatch == 3) {
+                            throw new ArithmeticException("stage 2 broke on microbatch 3");
+                        }
+                        return healthy.forward(microbatch, input);
+                    }
+
+                    @Override
+                    public java.lang.foreign.MemorySegment backward(int microbatch, java.lang.foreign.MemorySegment g) {
+                        return healthy.backward(microbatch, g);
+                    }
+
+                    @Override
+                    public void step() {
+                        healthy.step();
+                    }
+                });
+            }
+            try (PipelineExecutor executor = PipelineExecutor.create(group, schedule, shape, mine, 2, 4L * WIDTH)) {
+                executor.runStep();
+                IllegalStateException again = assertThrows(IllegalStateException.class, executor::runStep);
+                throw new AssertionError("runStep did not fail: " + again);
+            }
+        }));
+        double seconds = (System.nanoTime() - start) / 1e9;
+        assertTrue(seconds < 20, "every rank must stop long before the 60 s timeout; took " + seconds + " s");
+        List<Throwable> all = new ArrayList<>(List.of(e.getCause()));
+        for (Throwable suppressed : e.getSuppressed()) {
+            all.add(suppressed.getCause());
+        }
+        assertEquals(4, all.size(), "every rank fails: " + all);
+        long causes = all.stream().filter(t -> t instanceof ArithmeticException).count();
+        long aborted = all.stream().filter(t -> t instanceof PipelineAbortedException).count();
+        assertEquals(1, causes, "rank 2 reports its own error: " + all);
+        assertEquals(3, aborted, "the others report the abort: " + all);
+        assertInstanceOf(ArithmeticException.class, all.stream().filter(t -> t.getMessage().contains("microbatch 3"))
+                .findFirst().orElseThrow());
+    }
+
+    @Test
+    void rejectsWhatCannotRunBeforeTraining() {
+        PipelineShape shape = PipelineShape.of(2, 4);
+        Schedule gpipe = ScheduleGenerators.gpipe(2, 4);
+        List<String> messages = InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+            List<String> errors = new ArrayList<>();
+            Map<Integer, StageCompute> mine = new HashMap<>(stagesOf(group, shape, 0, 0));
+            errors.add(assertThrows(IllegalArgumentException.class, () -> PipelineExecutor.create(group, gpipe,
+                    PipelineShape.of(4, 4), mine, 4, 64)).getMessage());
+            PipelineShape interleaved = new PipelineShape(2, 3, 2);
+            Schedule needsTwoSlots = Schedule.parse("""
+                    rank 0: 0F0 0F1 0F2 2F0 2F1 2F2 2B0 2B1 2B2 0B0 0B1 0B2
+                    rank 1: 1F0 3F0 1F1 3F1 1F2 3F2 3B0 1B0 3B1 1B1 3B2 1B2
+                    """);
+            errors.add(assertThrows(IllegalArgumentException.class, () -> PipelineExecutor.create(group, needsTwoSlots,
+                    interleaved, new HashMap<>(stagesOf(group, interleaved, 0, 0)), 1, 64)).getMessage());
+            errors.add(assertThrows(IllegalArgumentException.class, () -> PipelineExecutor.create(group, gpipe, shape,
+                    Map.of(1 - group.rank(), mine.values().iterator().next()), 4, 64)).getMessage());
+            return group.rank() == 0 ? errors : List.<String>of();
+        }).get(0);
+        assertTrue(messages.get(0).contains("worldSize=2 expected=4"), messages.get(0));
+        assertTrue(messages.get(1).contains("slots=1 deadlock") && messages.get(1).contains("slots >= 2"), messages.get(1));
+        assertTrue(messages.get(2).contains("given stages [1] expected=[0]"), messages.get(2));
+    }
+
+    @Test
+    void aMessageLargerThanTheSlotFailsNamingTheSizes() {
+        PipelineShape shape = PipelineShape.of(2, 2);
+        Schedule schedule = ScheduleGenerators.oneFOneB(2, 2);
+        SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+            try (PipelineExecutor executor = PipelineExecutor.create(group, schedule, shape,
+                    new HashMap<>(stagesOf(group, shape, 0, 0)), 2, 4L * WIDTH - 4)) {
+                return executor.runStep();
+            }
+        }));
+        String all = e.getMessage() + " " + e.getCause().getMessage();
+        assertTrue(all.contains("payloadBytes=" + 4 * WIDTH) && all.contains("slotBytes=" + (4 * WIDTH - 4)), all);
+    }
+
+    private static Map<Integer, AffineStage> stagesOf(Group group, PipelineShape shape, long forwardNanos, long backwardNanos) {
+        Map<Integer, AffineStage> mine = new HashMap<>();
+        for (int stage = group.rank(); stage < shape.stageCount(); stage += shape.ranks()) {
+            mine.put(stage, new AffineStage(stage, shape.stageCount(), WIDTH, forwardNanos, backwardNanos));
+        }
+        return mine;
+    }
+}
