@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
-# the GPU tests, then the GPU all-reduce benchmark. Logs and the report land in $OUT.
-#   run-on-device.sh [tests|bench|all] [extra benchmark args]
+# the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs and reports land in $OUT.
+#   run-on-device.sh [tests|bench|handoff|all] [extra all-reduce benchmark args]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
@@ -25,6 +25,12 @@ fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   $java $flags -cp "$cp" org.symmem4j.examples.bench.GpuAllReduceBench --out "$out/gpu-allreduce.md" \
     --thresholds "$out/gpu-thresholds.properties" "$@" 2>&1 | tee "$out/gpu-bench.log"
+  rc=$(( rc | PIPESTATUS[0] ))
+fi
+if [ "$what" = handoff ] || [ "$what" = all ]; then
+  # the hand-off's device-side waits are unbounded: a broken protocol must not hold the machine
+  timeout 300 $java $flags -cp "$cp" org.symmem4j.examples.bench.GpuHandoffBench --out "$out/gpu-handoff.md" \
+    2>&1 | tee "$out/gpu-handoff.log"
   rc=$(( rc | PIPESTATUS[0] ))
 fi
 exit $rc

@@ -507,3 +507,19 @@ extern "C" __global__ void symmem_wait_signal(unsigned long long* signal, unsign
         }
     }
 }
+
+// Waits until the slot holds at least `value`, then takes `value` off it: the slot is a counting
+// semaphore (puts add, waits consume), so the same pair of launches works again and again, as a
+// CUDA graph replays them, without the thresholds growing. The put that refills the slot is only
+// issued after this wait in the protocols that use it (a ping-pong, a stage hand-off whose slot the
+// consumer frees), so nothing is lost between the load and the subtraction.
+extern "C" __global__ void symmem_wait_signal_consume(unsigned long long* signal, unsigned long long value) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        SysU64 s(*signal);
+        // acquire: pairs with the putter's release; its data is visible to this stream's later work
+        while (s.load(cuda::memory_order_acquire) < value) {
+        }
+        // relaxed: the acquire above already ordered the data; the subtraction only resets the count
+        s.fetch_sub(value, cuda::memory_order_relaxed);
+    }
+}

@@ -184,7 +184,7 @@ public final class GpuAllReduceBench {
      * rank's stream. Eager: the batch is {@code batch} calls. Graph: the batch is captured once into a
      * graph of {@code batch} ops and each timing replays it.
      */
-    private static double time(CudaCommunicator comm, int rank, Runnable op, long bytes, boolean graph, int reps) {
+    static double time(CudaCommunicator comm, int rank, Runnable op, long bytes, boolean graph, int reps) {
         int batch = bytes >= (64L << 20) ? 5 : bytes >= (4L << 20) ? 20 : 100;
         for (int w = 0; w < Math.max(3, batch / 5); w++) {
             op.run();

@@ -396,11 +396,36 @@ public final class CudaCommunicator implements Communicator {
 
     /** NCCL all-reduce on raw device pointers (out of place allowed), on this rank's stream: the baseline. */
     public void ncclAllReduce(long send, long recv, long count, DType dtype, ReduceOp op) {
+        Nccl.get().allReduce(send, recv, count, dtype, op, requireNccl(), rank.stream);
+    }
+
+    /**
+     * NCCL point-to-point on this rank's stream: sends {@code bytes} at device address {@code ptr} to
+     * {@code peer}, which must post the matching {@link #ncclRecv}. The baseline for stage hand-offs.
+     */
+    public void ncclSend(long ptr, long bytes, int peer) {
+        Nccl.get().send(ptr, p2pCount(bytes), DType.FLOAT32, peer, requireNccl(), rank.stream);
+    }
+
+    /** Receives {@code bytes} from {@code peer} into device address {@code ptr}; see {@link #ncclSend}. */
+    public void ncclRecv(long ptr, long bytes, int peer) {
+        Nccl.get().recv(ptr, p2pCount(bytes), DType.FLOAT32, peer, requireNccl(), rank.stream);
+    }
+
+    private MemorySegment requireNccl() {
         if (ncclComm == null) {
             throw new CudaUnavailableException("NCCL unavailable: " + ncclUnavailable);
         }
         driver.setCurrent(rank.context);
-        Nccl.get().allReduce(send, recv, count, dtype, op, ncclComm, rank.stream);
+        return ncclComm;
+    }
+
+    private static long p2pCount(long bytes) {
+        if (bytes % 4 != 0) {
+            throw new IllegalArgumentException("NCCL send/recv here moves whole 4-byte words: bytes=" + bytes
+                    + " expected a multiple of 4 (pad the message)");
+        }
+        return bytes / 4;
     }
 
     /**
@@ -408,13 +433,10 @@ public final class CudaCommunicator implements Communicator {
      * ({@code NCCL_WIN_COLL_SYMMETRIC}); close it collectively.
      */
     public NcclWindow ncclSymmetricWindow(long bytes) {
-        if (ncclComm == null) {
-            throw new CudaUnavailableException("NCCL unavailable: " + ncclUnavailable);
-        }
-        driver.setCurrent(rank.context);
+        MemorySegment comm = requireNccl();
         Nccl nccl = Nccl.get();
         long ptr = nccl.memAlloc(bytes);
-        MemorySegment window = nccl.registerWindow(ncclComm, ptr, bytes, Nccl.WIN_COLL_SYMMETRIC);
+        MemorySegment window = nccl.registerWindow(comm, ptr, bytes, Nccl.WIN_COLL_SYMMETRIC);
         return new NcclWindow(nccl, ncclComm, ptr, bytes, window);
     }
 

@@ -175,15 +175,27 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
     /** Enqueues a wait on this rank's stream and returns once the slot holds at least {@code atLeast}. */
     @Override
     public long waitSignal(int slot, long atLeast, int fromRank) {
+        enqueueWaitSignal(slot, atLeast, false);
+        transport.driver().synchronize(rank.stream);
+        return readSignal(slot);
+    }
+
+    /**
+     * Enqueues on this rank's stream a wait until signal slot {@code slot} holds at least
+     * {@code atLeast} (acquire: the stream's later work sees the data put before the signal), and
+     * returns at once. With {@code consume} the wait then subtracts {@code atLeast}, so the slot
+     * counts like a semaphore and a captured graph of puts and waits replays with the same
+     * thresholds. Unbounded on the device: pair every wait with a put that will come.
+     */
+    public void enqueueWaitSignal(int slot, long atLeast, boolean consume) {
         checkSlot(slot);
         CudaDriver d = transport.driver();
         d.setCurrent(rank.context);
         try (Arena a = Arena.ofConfined()) {
             CudaLaunch params = new CudaLaunch(a).pointer(pads[group.rank()] + signalOffset(slot)).size(atLeast);
-            d.launch(rank.kernels().function("symmem_wait_signal"), 1, 32, rank.stream, params.array());
+            d.launch(rank.kernels().function(consume ? "symmem_wait_signal_consume" : "symmem_wait_signal"), 1, 32,
+                    rank.stream, params.array());
         }
-        d.synchronize(rank.stream);
-        return readSignal(slot);
     }
 
     @Override

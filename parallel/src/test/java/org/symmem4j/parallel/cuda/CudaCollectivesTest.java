@@ -302,6 +302,45 @@ class CudaCollectivesTest {
         });
     }
 
+    /**
+     * A put+signal / consuming-wait hand-off around the ring, captured once as a graph and replayed
+     * on fresh data: the data arrives every time and the consuming wait leaves the slot at zero, so
+     * the same thresholds hold on every replay.
+     */
+    @Test
+    void consumingWaitsReplayAsAGraph() {
+        onEveryRank(group -> {
+            int peer = (group.rank() + 1) % worldSize;
+            int from = (group.rank() - 1 + worldSize) % worldSize;
+            int bytes = 64 << 10;
+            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory box = (CudaSymmetricMemory) cuda.allocate(group, bytes);
+                 Arena arena = Arena.ofConfined()) {
+                long src = comm.deviceMalloc(bytes);
+                MemorySegment host = arena.allocate(bytes);
+                CudaGraph graph = comm.capture(() -> {
+                    box.putWithSignal(peer, MemorySegment.ofAddress(src).reinterpret(bytes), 0, 4, 1, SignalOp.ADD);
+                    box.enqueueWaitSignal(4, 1, true);
+                });
+                for (int replay = 1; replay <= 4; replay++) {
+                    host.fill((byte) (group.rank() * 10 + replay));
+                    comm.copyToDevice(src, host);
+                    comm.barrier(); // every rank's source holds this replay's data before anyone puts
+                    graph.replay();
+                    comm.synchronize();
+                    box.copyToHost(0, host);
+                    assertEquals((byte) (from * 10 + replay), host.get(ValueLayout.JAVA_BYTE, bytes - 1), "replay " + replay);
+                    assertEquals((byte) (from * 10 + replay), host.get(ValueLayout.JAVA_BYTE, 0), "replay " + replay);
+                    assertEquals(0, box.readSignal(4), "the consuming wait gives the count back");
+                    comm.barrier(); // nobody puts the next replay before its peer has read this one
+                }
+                graph.close();
+                comm.free(src);
+            }
+            return null;
+        });
+    }
+
     @Test
     void mismatchedArgumentsAreRejectedBeforeAnyKernelRuns() {
         List<String> messages = onEveryRank(group -> {
