@@ -97,6 +97,20 @@ public final class TimelineReport {
      * this is the mean time to post one.
      */
     public double meanHandoffNanos() {
+        long[] waited = handoffNanos(true);
+        if (waited.length > 0) {
+            return java.util.Arrays.stream(waited).average().orElseThrow();
+        }
+        return meanNanos(Kind.SEND);
+    }
+
+    /**
+     * Per message of the step: from the start of its post to the end of its receipt when the
+     * receiver was already waiting (the hand-off as the receiver feels it), else the time to post.
+     *
+     * @param waitedOnly only the messages whose receiver was already waiting
+     */
+    public long[] handoffNanos(boolean waitedOnly) {
         Map<String, TimelineEvent> sends = new HashMap<>();
         for (StepTimeline rank : ranks) {
             for (TimelineEvent e : rank.events()) {
@@ -105,21 +119,25 @@ public final class TimelineReport {
                 }
             }
         }
-        long sum = 0;
-        int count = 0;
+        List<Long> handoffs = new ArrayList<>();
         for (StepTimeline rank : ranks) {
             for (TimelineEvent e : rank.events()) {
                 if (e.kind() != Kind.RECEIVE) {
                     continue;
                 }
                 TimelineEvent send = sends.get(e.peerStage() + ">" + e.stage() + "#" + e.microbatch());
-                if (send != null && e.startNanos() < send.endNanos()) {
-                    sum += e.endNanos() - send.startNanos();
-                    count++;
+                if (send == null) {
+                    continue;
+                }
+                boolean receiverWaited = e.startNanos() < send.endNanos();
+                if (receiverWaited) {
+                    handoffs.add(e.endNanos() - send.startNanos());
+                } else if (!waitedOnly) {
+                    handoffs.add(send.durationNanos());
                 }
             }
         }
-        return count > 0 ? (double) sum / count : meanNanos(Kind.SEND);
+        return handoffs.stream().mapToLong(Long::longValue).toArray();
     }
 
     /**

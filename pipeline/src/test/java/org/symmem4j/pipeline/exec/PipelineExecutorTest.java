@@ -115,6 +115,40 @@ class PipelineExecutorTest {
         assertTrue(worst <= 0.05, "idle fraction per rank more than 5 points off the simulator:" + seen);
     }
 
+    /** The report's outputs: metrics from a real step, a Chrome trace naming every action, an SVG with one box per pass. */
+    @Test
+    void reportFeedsMetricsTraceAndPicture() {
+        PipelineShape shape = PipelineShape.of(2, 4);
+        Schedule schedule = ScheduleGenerators.oneFOneB(2, 4);
+        List<StepTimeline> ranks = InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+            try (PipelineExecutor executor = PipelineExecutor.create(group, schedule, shape,
+                    new HashMap<>(stagesOf(group, shape, 1_000_000, 2_000_000)), 2, 4L * WIDTH)) {
+                return executor.runStep();
+            }
+        });
+        TimelineReport report = TimelineReport.of(ranks);
+        io.micrometer.core.instrument.simple.SimpleMeterRegistry registry =
+                new io.micrometer.core.instrument.simple.SimpleMeterRegistry();
+        PipelineMetrics metrics = new PipelineMetrics("1f1b", "host-in-jvm", List.of());
+        metrics.bindTo(registry);
+        metrics.record(report);
+        // 4 microbatches cross the one boundary each way
+        assertEquals(8, registry.get("symmem.pipeline.handoff.latency").timer().count());
+        assertEquals(report.bubbleFraction(), registry.get("symmem.pipeline.bubble.ratio").gauge().value(), 0.0);
+        assertTrue(report.bubbleFraction() > 0.15 && report.bubbleFraction() < 0.6, "bubble " + report.bubbleFraction());
+        assertEquals(report.windowNanos(), registry.get("symmem.pipeline.step.latency").timer()
+                .totalTime(java.util.concurrent.TimeUnit.NANOSECONDS), 1.0);
+        String trace = report.chromeTraceJson();
+        for (var action : schedule.actionsByRank().stream().flatMap(List::stream).toList()) {
+            assertTrue(trace.contains("\"name\":\"" + action + "\""), "trace lacks " + action);
+        }
+        assertEquals(8, trace.split("\"ph\":\"s\"", -1).length - 1, "one flow start per message");
+        assertEquals(8, trace.split("\"ph\":\"f\"", -1).length - 1, "one flow end per message");
+        String svg = report.svg("1F1B p=2 m=4");
+        assertEquals(16, svg.split("<rect x=", -1).length - 1 - 16, "16 passes plus 16 hand-off bars");
+        assertTrue(svg.startsWith("<svg") && svg.contains("1F1B p=2 m=4"), svg.substring(0, 80));
+    }
+
     static Stream<Arguments> timedSchedules() {
         return Stream.of(
                 Arguments.of("1f1b", PipelineShape.of(4, 8), ScheduleGenerators.oneFOneB(4, 8)),
