@@ -63,7 +63,7 @@ public final class PipelineExecutor implements AutoCloseable {
     private final int[] eventCode;
     private boolean failed;
 
-    private PipelineExecutor(Group group, Schedule schedule, PipelineShape shape, Map<Integer, StageCompute> mine,
+    private PipelineExecutor(Group group, Schedule schedule, PipelineShape shape, Map<Integer, ? extends StageCompute> mine,
                              int slots, long slotBytes) {
         this.group = group;
         this.shape = shape;
@@ -114,7 +114,7 @@ public final class PipelineExecutor implements AutoCloseable {
      * @throws IllegalArgumentException when anything does not fit, naming what and how to fix it
      */
     public static PipelineExecutor create(Group group, Schedule schedule, PipelineShape shape,
-                                          Map<Integer, StageCompute> stages, int slots, long slotBytes) {
+                                          Map<Integer, ? extends StageCompute> stages, int slots, long slotBytes) {
         Objects.requireNonNull(group, "group");
         Objects.requireNonNull(stages, "stages");
         if (group.worldSize() != shape.ranks()) {

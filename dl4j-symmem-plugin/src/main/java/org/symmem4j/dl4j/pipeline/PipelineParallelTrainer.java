@@ -1,0 +1,505 @@
+package org.symmem4j.dl4j.pipeline;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.dataset.api.DataSet;
+import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
+import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.pipeline.channel.LinkPlan;
+import org.symmem4j.pipeline.channel.PipelineAbortedException;
+import org.symmem4j.pipeline.exec.StepTimeline;
+import org.symmem4j.pipeline.schedule.PipelineShape;
+import org.symmem4j.pipeline.schedule.Schedule;
+
+/**
+ * Pipeline-parallel training of a DL4J {@link MultiLayerNetwork} on threads of this JVM:
+ *
+ * <pre>{@code
+ * PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(model)
+ *         .ranks(2).microbatches(8)                  // 2 threads, each batch cut into 8 microbatches
+ *         .schedule(PipelineSchedule.ONE_F_ONE_B)    // or GPIPE, or schedule(INTERLEAVED, 2)
+ *         .build();
+ * trainer.fit(trainIterator);                        // again and again: state is kept
+ * trainer.copyParametersTo(model);                   // parameters, updater state, counters
+ * }</pre>
+ *
+ * <p>The network is cut into {@code ranks x stagesPerRank} stages of consecutive layers
+ * ({@link PipelineStageSplit}: balanced by parameter count, or at {@link Builder#stageBoundaries});
+ * stage {@code s} runs on rank {@code s % ranks}. Each rank is a thread of one in-JVM group, created at
+ * the first {@code fit} and kept until {@link #close()}; activations travel forward and gradients
+ * backward through symmetric-memory links ({@link org.symmem4j.pipeline.exec.PipelineExecutor}), in the
+ * order of the chosen schedule.
+ *
+ * <p>Every batch is one step: it is cut into {@code microbatches} equal parts, every stage accumulates
+ * its gradient over them and then applies one update with the whole batch's example count. One step
+ * therefore equals one {@code fit} of the unsplit network on the whole batch, to fp32 rounding (the
+ * order in which gradient sums are added differs); see {@link Dl4jPipelineStage}. The loss of each step
+ * is what {@code MultiLayerNetwork.score()} reports after such a fit ({@link PipelineStepReport#loss()}).
+ *
+ * <p>The trainer trains its own copies of the network's layers, taken at {@link Builder#build()}
+ * (parameters, updater state, counters); the network given to the builder is left as it was until
+ * {@link #copyParametersTo} writes the result into it, or into any network of the same configuration.
+ * Everything that can be checked is checked at {@code build()} (supported layers, stage count,
+ * boundaries, widths, schedule, link slots) and at the start of each {@code fit} (batch size divisible
+ * by the microbatch count, feature and label widths), before any rank computes.
+ *
+ * <p>If a rank fails during a step, every rank stops (the links are poisoned), {@code fit} throws a
+ * {@link PipelineTrainingException} with that rank's exception, and the trainer is closed: stages may
+ * or may not have applied that step's update.
+ */
+public final class PipelineParallelTrainer implements AutoCloseable {
+
+    private static final System.Logger LOG = System.getLogger(PipelineParallelTrainer.class.getName());
+
+    /** Told about every step, on the thread that called {@code fit()}. */
+    @FunctionalInterface
+    public interface StepListener {
+        void onStep(PipelineStepReport report);
+    }
+
+    private final PipelineStageSplit split;
+    private final List<Dl4jPipelineStage> stages;
+    private final PipelineSchedule scheduleKind;
+    private final Schedule schedule;
+    private final PipelineShape shape;
+    private final int linkSlots;
+    private final Duration timeout;
+    private final int ompThreadsPerRank;
+    private final List<StepListener> listeners;
+    private InJvmWorld world;
+    private List<PipelineRankWorker> workers;
+    private long step;
+    private PipelineStepReport lastStep;
+    private String failed;
+    private boolean closed;
+
+    private PipelineParallelTrainer(Builder b, PipelineStageSplit split, Schedule schedule, PipelineShape shape,
+                                    int linkSlots) {
+        this.split = split;
+        this.scheduleKind = b.schedule;
+        this.schedule = schedule;
+        this.shape = shape;
+        this.linkSlots = linkSlots;
+        this.timeout = b.timeout;
+        this.ompThreadsPerRank = b.ompThreadsPerRank > 0 ? b.ompThreadsPerRank
+                : Math.max(1, Runtime.getRuntime().availableProcessors() / shape.ranks());
+        this.listeners = List.copyOf(b.listeners);
+        List<MultiLayerNetwork> networks = split.buildStageNetworks();
+        List<Dl4jPipelineStage> built = new ArrayList<>(networks.size());
+        for (int s = 0; s < networks.size(); s++) {
+            built.add(new Dl4jPipelineStage(s, networks.size(), networks.get(s)));
+        }
+        this.stages = List.copyOf(built);
+    }
+
+    /** Starts a builder for {@code network} (initialized at {@code build()} if it is not yet). */
+    public static Builder builder(MultiLayerNetwork network) {
+        return new Builder(network);
+    }
+
+    /**
+     * One training step on {@code batch}: cut into the configured number of microbatches, run through
+     * the pipeline, one update per stage. {@link #lastStep()} then holds the loss and timelines.
+     *
+     * @throws IllegalArgumentException before anything runs, when the batch size is not a multiple of
+     *                                  the microbatch count or the widths do not fit the network (the
+     *                                  trainer stays usable)
+     * @throws PipelineTrainingException when a rank failed during the step (the trainer is closed)
+     */
+    public synchronized void fit(DataSet batch) {
+        requireUsable();
+        runStep(prepare(batch));
+    }
+
+    /**
+     * One step per batch of {@code iterator} (reset first if it is exhausted and resettable), then the
+     * epoch counter advances, as DL4J's {@code fit(DataSetIterator)} does. A batch that fails the checks
+     * of {@link #fit(DataSet)} stops the loop with that exception; the batches before it were trained.
+     */
+    public synchronized void fit(DataSetIterator iterator) {
+        Objects.requireNonNull(iterator, "iterator");
+        requireUsable();
+        if (!iterator.hasNext() && iterator.resetSupported()) {
+            iterator.reset();
+        }
+        while (iterator.hasNext()) {
+            runStep(prepare(iterator.next()));
+        }
+        for (Dl4jPipelineStage stage : stages) {
+            stage.network().incrementEpochCount();
+        }
+    }
+
+    /** The latest step's report, or null before the first step. */
+    public synchronized PipelineStepReport lastStep() {
+        return lastStep;
+    }
+
+    /**
+     * Writes the trained parameters, updater state (so training can go on with plain {@code fit}) and
+     * iteration and epoch counters into {@code target}: the network given to the builder, or one with
+     * the same configuration.
+     *
+     * @throws IllegalArgumentException when {@code target}'s layers differ
+     * @throws IllegalStateException    after a failed step (the stages may disagree on the step count)
+     */
+    public synchronized void copyParametersTo(MultiLayerNetwork target) {
+        if (failed != null) {
+            throw new IllegalStateException("the pipeline failed (" + failed + "): its stages may or may not have"
+                    + " applied the failed step, so their parameters are not copied; train again from a network you trust");
+        }
+        split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), target);
+    }
+
+    /** How the network was cut into stages. */
+    public PipelineStageSplit split() {
+        return split;
+    }
+
+    /** The schedule every step runs (one action list per rank). */
+    public Schedule schedule() {
+        return schedule;
+    }
+
+    public PipelineSchedule scheduleKind() {
+        return scheduleKind;
+    }
+
+    /** Ranks, microbatches per step and stages per rank. */
+    public PipelineShape shape() {
+        return shape;
+    }
+
+    /** Messages each stage-to-stage link holds before its sender waits. */
+    public int linkSlots() {
+        return linkSlots;
+    }
+
+    /** Stops the rank threads and frees the links. Idempotent. */
+    @Override
+    public synchronized void close() {
+        if (!closed) {
+            closed = true;
+            stopWorkers();
+        }
+    }
+
+    private void requireUsable() {
+        if (failed != null) {
+            throw new IllegalStateException("the pipeline failed (" + failed + ") and was closed; build a new trainer");
+        }
+        if (closed) {
+            throw new IllegalStateException("the trainer is closed; build a new one");
+        }
+    }
+
+    /** The checks of a batch against the network, then the cut into microbatches. */
+    private Microbatches prepare(DataSet batch) {
+        Objects.requireNonNull(batch, "batch");
+        INDArray features = batch.getFeatures();
+        INDArray labels = batch.getLabels();
+        if (features != null && !split.firstLayerHasPreProcessor()
+                && (features.rank() != 2 || features.size(1) != split.inputWidth(0))) {
+            throw new IllegalArgumentException("the batch's features have shape " + Arrays.toString(features.shape())
+                    + " expected [examples, " + split.inputWidth(0) + "] (layer 0's nIn=" + split.inputWidth(0) + ")");
+        }
+        long outputs = split.outputWidth(split.stageCount() - 1);
+        if (labels != null && (labels.rank() != 2 || labels.size(1) != outputs)) {
+            throw new IllegalArgumentException("the batch's labels have shape " + Arrays.toString(labels.shape())
+                    + " expected [examples, " + outputs + "] (the output layer's nOut=" + outputs + ")");
+        }
+        return Microbatches.split(batch, shape.microbatches(), split.dataType());
+    }
+
+    /** The largest message of a step: one microbatch's activation or gradient at the widest stage boundary. */
+    private long slotBytes(Microbatches batch) {
+        long rows = batch.size(0);
+        long widest = 0;
+        for (int s = 0; s + 1 < split.stageCount(); s++) {
+            widest = Math.max(widest, split.outputWidth(s));
+        }
+        return Math.max(1, rows * widest * split.dataType().width());
+    }
+
+    private void runStep(Microbatches batch) {
+        ensureWorkers();
+        long slotBytes = slotBytes(batch);
+        List<CompletableFuture<StepTimeline>> results = new ArrayList<>(workers.size());
+        for (PipelineRankWorker worker : workers) {
+            CompletableFuture<StepTimeline> result = new CompletableFuture<>();
+            results.add(result);
+            worker.submit(new PipelineRankWorker.Task(batch, slotBytes, result));
+        }
+        List<StepTimeline> timelines = new ArrayList<>(workers.size());
+        List<Throwable> failures = new ArrayList<>();
+        List<Integer> failedRanks = new ArrayList<>();
+        // every wait inside a step is bounded by the group timeout; this bound only turns a bug into an error
+        long waitMillis = timeout.multipliedBy(3).plusSeconds(30).toMillis();
+        for (int rank = 0; rank < results.size(); rank++) {
+            try {
+                timelines.add(results.get(rank).get(waitMillis, TimeUnit.MILLISECONDS));
+            } catch (ExecutionException e) {
+                failures.add(e.getCause());
+                failedRanks.add(rank);
+            } catch (TimeoutException e) {
+                failures.add(new SymmemException("rank " + rank + " did not finish step " + step + " within "
+                        + Duration.ofMillis(waitMillis) + " (a wait that ignores the timeout: this is a bug)"));
+                failedRanks.add(rank);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                failures.add(new SymmemException("interrupted while waiting for rank " + rank + " at step " + step, e));
+                failedRanks.add(rank);
+                break;
+            }
+        }
+        if (!failures.isEmpty()) {
+            throw fail(failures, failedRanks);
+        }
+        // DL4J's score: the data loss plus every layer's regularization term, at the pre-update parameters
+        double loss = stages.getLast().dataLoss();
+        for (Dl4jPipelineStage stage : stages) {
+            loss += stage.regularizationScore();
+        }
+        PipelineStepReport report = new PipelineStepReport(step, batch.examples(), loss, timelines);
+        step++;
+        lastStep = report;
+        for (StepListener listener : listeners) {
+            listener.onStep(report);
+        }
+    }
+
+    /** Closes the trainer after a failed step; the exception carries the rank that caused the others to stop. */
+    private PipelineTrainingException fail(List<Throwable> failures, List<Integer> failedRanks) {
+        int origin = 0;
+        for (int i = 0; i < failures.size(); i++) {
+            if (!(failures.get(i) instanceof PipelineAbortedException)) {
+                origin = i;
+                break;
+            }
+        }
+        Throwable cause = failures.get(origin);
+        failed = "rank " + failedRanks.get(origin) + " at step " + step + ": " + cause;
+        PipelineTrainingException out = new PipelineTrainingException("pipeline step " + step + " failed on rank "
+                + failedRanks.get(origin) + ": " + cause, failedRanks.get(origin), step, cause);
+        for (int i = 0; i < failures.size(); i++) {
+            if (i != origin) {
+                out.addSuppressed(failures.get(i));
+            }
+        }
+        closed = true;
+        stopWorkers();
+        return out;
+    }
+
+    private void ensureWorkers() {
+        if (workers != null) {
+            return;
+        }
+        // every rank runs ND4J ops at once: give each its share of the cores, for OpenMP and BLAS both
+        Nd4j.getEnvironment().setMaxThreads(ompThreadsPerRank);
+        Nd4j.factory().blas().setMaxThreads(ompThreadsPerRank);
+        world = InJvmWorld.create(shape.ranks(), GroupOptions.defaults().withTimeout(timeout));
+        List<PipelineRankWorker> started = new ArrayList<>(shape.ranks());
+        for (int rank = 0; rank < shape.ranks(); rank++) {
+            Map<Integer, Dl4jPipelineStage> mine = new HashMap<>();
+            for (int s = rank; s < stages.size(); s += shape.ranks()) {
+                mine.put(s, stages.get(s));
+            }
+            started.add(new PipelineRankWorker(rank, world, schedule, shape, linkSlots, mine));
+        }
+        workers = started;
+        for (PipelineRankWorker worker : workers) {
+            worker.start();
+        }
+        try {
+            CompletableFuture.allOf(workers.stream().map(PipelineRankWorker::ready).toArray(CompletableFuture[]::new))
+                    .get(timeout.toMillis() + 10_000, TimeUnit.MILLISECONDS);
+        } catch (ExecutionException | TimeoutException e) {
+            stopWorkers();
+            throw new SymmemException("pipeline ranks failed to start: " + e.getMessage(),
+                    e instanceof ExecutionException ? e.getCause() : e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            stopWorkers();
+            throw new SymmemException("interrupted while starting pipeline ranks", e);
+        }
+        LOG.log(System.Logger.Level.INFO, "symmem4j pipeline: " + shape + ", schedule " + scheduleKind + ", link slots "
+                + linkSlots + ", ND4J threads per rank " + ompThreadsPerRank + ", " + split);
+    }
+
+    private void stopWorkers() {
+        if (workers == null) {
+            return;
+        }
+        for (PipelineRankWorker worker : workers) {
+            worker.submit(new PipelineRankWorker.Task(null, 0, null));
+        }
+        for (PipelineRankWorker worker : workers) {
+            try {
+                worker.join();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+        world.close();
+        workers = null;
+        world = null;
+    }
+
+    /** Builder: {@code PipelineParallelTrainer.builder(model).ranks(2).microbatches(8).build()}. */
+    public static final class Builder {
+        private final MultiLayerNetwork network;
+        private int ranks;
+        private int microbatches;
+        private PipelineSchedule schedule = PipelineSchedule.ONE_F_ONE_B;
+        private int stagesPerRank = 1;
+        private int[] stageBoundaries;
+        private int linkSlots;
+        private int ompThreadsPerRank;
+        private Duration timeout = GroupOptions.DEFAULT_TIMEOUT;
+        private final List<StepListener> listeners = new ArrayList<>();
+
+        private Builder(MultiLayerNetwork network) {
+            this.network = Objects.requireNonNull(network, "network");
+        }
+
+        /** Pipeline ranks p: threads, each running {@code stagesPerRank} stages (required). */
+        public Builder ranks(int ranks) {
+            if (ranks < 1) {
+                throw new IllegalArgumentException("ranks=" + ranks + " expected ranks >= 1");
+            }
+            this.ranks = ranks;
+            return this;
+        }
+
+        /** Microbatches m per batch (required); every batch size must be a multiple of m. */
+        public Builder microbatches(int microbatches) {
+            if (microbatches < 1) {
+                throw new IllegalArgumentException("microbatches=" + microbatches + " expected microbatches >= 1");
+            }
+            this.microbatches = microbatches;
+            return this;
+        }
+
+        /** GPIPE or ONE_F_ONE_B (default), one stage per rank; INTERLEAVED needs {@link #schedule(PipelineSchedule, int)}. */
+        public Builder schedule(PipelineSchedule schedule) {
+            return schedule(schedule, 1);
+        }
+
+        /** A schedule with {@code stagesPerRank} stages per rank: at least 2 for INTERLEAVED, 1 for the others. */
+        public Builder schedule(PipelineSchedule schedule, int stagesPerRank) {
+            this.schedule = Objects.requireNonNull(schedule, "schedule");
+            this.stagesPerRank = stagesPerRank;
+            return this;
+        }
+
+        /**
+         * Cuts the network at these layers instead of balancing by parameter count: the first layer of
+         * stages 1, 2, ..., strictly increasing, one fewer than {@code ranks x stagesPerRank}.
+         */
+        public Builder stageBoundaries(int... firstLayerOfStages) {
+            this.stageBoundaries = Objects.requireNonNull(firstLayerOfStages, "firstLayerOfStages").clone();
+            return this;
+        }
+
+        /** Messages per stage-to-stage link before the sender waits (default: the fewest the schedule runs with). */
+        public Builder linkSlots(int slots) {
+            if (slots < 1) {
+                throw new IllegalArgumentException("linkSlots=" + slots + " expected linkSlots >= 1");
+            }
+            this.linkSlots = slots;
+            return this;
+        }
+
+        /** ND4J (OpenMP and BLAS) threads per rank (default: cores ÷ ranks, at least 1). */
+        public Builder ompThreadsPerRank(int threads) {
+            if (threads < 1) {
+                throw new IllegalArgumentException("ompThreadsPerRank=" + threads + " expected >= 1");
+            }
+            this.ompThreadsPerRank = threads;
+            return this;
+        }
+
+        /** How long a rank waits for another before failing (default 60 s). */
+        public Builder timeout(Duration timeout) {
+            if (timeout == null || timeout.isNegative() || timeout.isZero()) {
+                throw new IllegalArgumentException("timeout=" + timeout + " expected a positive duration (default 60 s)");
+            }
+            this.timeout = timeout;
+            return this;
+        }
+
+        /** Called after every step with its loss and timelines. */
+        public Builder stepListener(StepListener listener) {
+            listeners.add(Objects.requireNonNull(listener, "listener"));
+            return this;
+        }
+
+        /**
+         * Checks everything, splits the network and builds the stages (copies of the network's layers,
+         * parameters, updater state and counters). Threads start at the first {@code fit}.
+         *
+         * @throws IllegalArgumentException naming what does not fit, expected and found, and the fix
+         */
+        public PipelineParallelTrainer build() {
+            if (ranks == 0) {
+                throw new IllegalArgumentException("ranks not set: call ranks(p) with the number of pipeline ranks"
+                        + " (threads), e.g. ranks(2)");
+            }
+            if (microbatches == 0) {
+                throw new IllegalArgumentException("microbatches not set: call microbatches(m); every batch is cut into m"
+                        + " equal microbatches, and ranks idle for about (ranks - 1) / (m + ranks - 1) of a step, so"
+                        + " take m several times ranks");
+            }
+            if (schedule == PipelineSchedule.INTERLEAVED && stagesPerRank < 2) {
+                throw new IllegalArgumentException("schedule=INTERLEAVED with stagesPerRank=" + stagesPerRank
+                        + " expected stagesPerRank >= 2 (use schedule(INTERLEAVED, 2), or ONE_F_ONE_B for one stage per rank)");
+            }
+            if (schedule != PipelineSchedule.INTERLEAVED && stagesPerRank != 1) {
+                throw new IllegalArgumentException("schedule=" + schedule + " with stagesPerRank=" + stagesPerRank
+                        + " expected stagesPerRank=1 (" + schedule + " runs one stage per rank; use INTERLEAVED for more)");
+            }
+            int stageCount = Math.multiplyExact(ranks, stagesPerRank);
+            int layers = network.getLayerWiseConfigurations().getConfs().size();
+            if (stageCount > layers) {
+                throw new IllegalArgumentException("stages=" + stageCount + " (ranks=" + ranks + " x stagesPerRank="
+                        + stagesPerRank + ") but the network has " + layers + " layers: use at most " + layers
+                        + " stages (every stage needs at least one layer)");
+            }
+            if (stageBoundaries != null && stageBoundaries.length != stageCount - 1) {
+                throw new IllegalArgumentException("stageBoundaries has " + stageBoundaries.length + " boundaries "
+                        + Arrays.toString(stageBoundaries) + " expected " + (stageCount - 1) + " for stages=" + stageCount
+                        + " (ranks=" + ranks + " x stagesPerRank=" + stagesPerRank + "): give the first layer of stages 1.."
+                        + (stageCount - 1));
+            }
+            Schedule generated = schedule.generate(ranks, microbatches, stagesPerRank);
+            PipelineShape shape = new PipelineShape(ranks, microbatches, stagesPerRank);
+            LinkPlan plan = LinkPlan.of(generated, shape);
+            int slots;
+            if (linkSlots > 0) {
+                plan.requireSlots(linkSlots);
+                slots = linkSlots;
+            } else {
+                slots = plan.minimumSlots();
+            }
+            PipelineStageSplit split = stageBoundaries != null
+                    ? PipelineStageSplit.atBoundaries(network, stageBoundaries)
+                    : PipelineStageSplit.balanced(network, stageCount);
+            return new PipelineParallelTrainer(this, split, generated, shape, slots);
+        }
+    }
+}

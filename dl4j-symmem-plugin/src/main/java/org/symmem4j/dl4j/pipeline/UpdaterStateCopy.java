@@ -1,0 +1,114 @@
+package org.symmem4j.dl4j.pipeline;
+
+import org.deeplearning4j.nn.api.Updater;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
+import org.deeplearning4j.nn.updater.UpdaterBlock;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.indexing.NDArrayIndex;
+
+/**
+ * Copies updater state (Adam's moments, momentum, AdaGrad's history...) parameter by parameter between
+ * two networks that hold the same layers, such as a full network and one of its pipeline stages.
+ *
+ * <p>DL4J keeps one flat state vector per network, cut into <i>updater blocks</i>: runs of consecutive
+ * parameters with equal updater configuration. A block of {@code n} parameters whose updater keeps
+ * {@code k} values per parameter holds {@code k} sections of {@code n} values each (Adam: all first
+ * moments, then all second moments). Splitting a network changes the blocks (a stage's block ends at
+ * the stage's last layer), so the state cannot be copied as one slice: each parameter's {@code k}
+ * runs are copied from their section in the source block to the same section in the target block.
+ */
+final class UpdaterStateCopy {
+
+    private UpdaterStateCopy() {
+    }
+
+    /**
+     * Copies the state of {@code from}'s parameters {@code [fromOffset, fromOffset + count)} into
+     * {@code to}'s parameters starting at {@code toOffset}. A source that never trained (no updater
+     * yet) leaves {@code to} as it is: both would start from the updater's initial state.
+     */
+    static void copy(MultiLayerNetwork from, long fromOffset, MultiLayerNetwork to, long toOffset, long count) {
+        BaseMultiLayerUpdater<?> source = blocks(from.getUpdater(false));
+        if (source == null || source.getStateViewArray() == null) {
+            return;
+        }
+        BaseMultiLayerUpdater<?> target = blocks(to.getUpdater(true));
+        if (target.getStateViewArray() == null) {
+            throw new IllegalStateException("the source network has updater state but the target has none: their"
+                    + " updater configurations differ (copy between networks with the same configuration)");
+        }
+        INDArray sourceState = flat(source.getStateViewArray());
+        INDArray targetState = flat(target.getStateViewArray());
+        for (UpdaterBlock sourceBlock : source.getUpdaterBlocks()) {
+            int sections = sections(sourceBlock);
+            if (sections == 0) {
+                continue;
+            }
+            for (UpdaterBlock.ParamState param : sourceBlock.getLayersAndVariablesInBlock()) {
+                long start = param.getParamOffsetStart();
+                long length = param.getParamOffsetEnd() - start;
+                if (length == 0 || start < fromOffset || start + length > fromOffset + count) {
+                    continue; // outside the range; ranges are whole layers, so no parameter straddles one
+                }
+                long targetStart = start - fromOffset + toOffset;
+                UpdaterBlock targetBlock = blockHolding(target, targetStart, length);
+                if (sections(targetBlock) != sections) {
+                    throw new IllegalStateException("parameter " + param.getParamName() + " at offset " + start
+                            + " keeps " + sections + " updater values per parameter in the source but "
+                            + sections(targetBlock) + " in the target: their updater configurations differ");
+                }
+                long sourceIn = start - sourceBlock.getParamOffsetStart();
+                long targetIn = targetStart - targetBlock.getParamOffsetStart();
+                long sourceN = sourceBlock.getParamOffsetEnd() - sourceBlock.getParamOffsetStart();
+                long targetN = targetBlock.getParamOffsetEnd() - targetBlock.getParamOffsetStart();
+                for (int k = 0; k < sections; k++) {
+                    long s = sourceBlock.getUpdaterViewOffsetStart() + k * sourceN + sourceIn;
+                    long t = targetBlock.getUpdaterViewOffsetStart() + k * targetN + targetIn;
+                    targetState.get(NDArrayIndex.interval(t, t + length))
+                            .assign(sourceState.get(NDArrayIndex.interval(s, s + length)));
+                }
+            }
+        }
+    }
+
+    private static BaseMultiLayerUpdater<?> blocks(Updater updater) {
+        if (updater == null) {
+            return null;
+        }
+        if (!(updater instanceof BaseMultiLayerUpdater<?> base)) {
+            throw new IllegalStateException("expected DL4J's MultiLayerUpdater found " + updater.getClass().getName()
+                    + " (a custom updater's state layout is unknown, so it cannot be split between stages)");
+        }
+        return base;
+    }
+
+    /** Values per parameter the block's updater keeps: its state size over its parameter count. */
+    private static int sections(UpdaterBlock block) {
+        long params = block.getParamOffsetEnd() - block.getParamOffsetStart();
+        long state = block.getUpdaterViewOffsetEnd() - block.getUpdaterViewOffsetStart();
+        if (state == 0 || params == 0) {
+            return 0;
+        }
+        if (state % params != 0) {
+            throw new IllegalStateException("updater block " + block + " has state=" + state + " values for params="
+                    + params + ": expected a whole number of values per parameter (an updater whose state is not"
+                    + " per-parameter cannot be split between stages)");
+        }
+        return Math.toIntExact(state / params);
+    }
+
+    private static UpdaterBlock blockHolding(BaseMultiLayerUpdater<?> updater, long start, long length) {
+        for (UpdaterBlock block : updater.getUpdaterBlocks()) {
+            if (block.getParamOffsetStart() <= start && start + length <= block.getParamOffsetEnd()) {
+                return block;
+            }
+        }
+        throw new IllegalStateException("no updater block of the target holds parameters [" + start + ", "
+                + (start + length) + "): the networks' parameter layouts differ");
+    }
+
+    private static INDArray flat(INDArray array) {
+        return array.reshape(array.length());
+    }
+}

@@ -1,0 +1,77 @@
+package org.symmem4j.dl4j.pipeline;
+
+import java.util.List;
+import org.nd4j.linalg.dataset.DataSet;
+import org.nd4j.linalg.dataset.api.DataSetPreProcessor;
+import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
+
+/** Returns a fixed list of batches, one per {@code next()}, resettable. */
+final class BatchIterator implements DataSetIterator {
+
+    private final List<DataSet> batches;
+    private int cursor;
+
+    BatchIterator(List<DataSet> batches) {
+        this.batches = List.copyOf(batches);
+    }
+
+    @Override
+    public DataSet next(int num) {
+        throw new UnsupportedOperationException("next(num) is not used by the trainer");
+    }
+
+    @Override
+    public int inputColumns() {
+        return (int) batches.getFirst().getFeatures().size(1);
+    }
+
+    @Override
+    public int totalOutcomes() {
+        return (int) batches.getFirst().getLabels().size(1);
+    }
+
+    @Override
+    public boolean resetSupported() {
+        return true;
+    }
+
+    @Override
+    public boolean asyncSupported() {
+        return false;
+    }
+
+    @Override
+    public void reset() {
+        cursor = 0;
+    }
+
+    @Override
+    public int batch() {
+        return batches.getFirst().numExamples();
+    }
+
+    @Override
+    public void setPreProcessor(DataSetPreProcessor preProcessor) {
+        throw new UnsupportedOperationException();
+    }
+
+    @Override
+    public DataSetPreProcessor getPreProcessor() {
+        return null;
+    }
+
+    @Override
+    public List<String> getLabels() {
+        return null;
+    }
+
+    @Override
+    public boolean hasNext() {
+        return cursor < batches.size();
+    }
+
+    @Override
+    public DataSet next() {
+        return batches.get(cursor++);
+    }
+}
