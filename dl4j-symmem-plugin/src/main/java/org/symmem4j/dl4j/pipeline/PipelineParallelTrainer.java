@@ -22,6 +22,7 @@ import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
 import org.symmem4j.pipeline.exec.StepTimeline;
+import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
 
@@ -416,7 +417,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             return this;
         }
 
-        /** Messages per stage-to-stage link before the sender waits (default: the fewest the schedule runs with). */
+        /**
+         * Messages per stage-to-stage link before the sender waits. Default: enough that no sender
+         * waits for room when a backward takes twice a forward
+         * ({@code LinkPlan.stallFreeSlots(ActionDurations.of(1, 2))}: 2 for GPipe and 1F1B, 2 to 4
+         * interleaved); fewer than {@code LinkPlan.minimumSlots()} deadlock and are refused.
+         */
         public Builder linkSlots(int slots) {
             if (slots < 1) {
                 throw new IllegalArgumentException("linkSlots=" + slots + " expected linkSlots >= 1");
@@ -494,7 +500,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 plan.requireSlots(linkSlots);
                 slots = linkSlots;
             } else {
-                slots = plan.minimumSlots();
+                slots = plan.stallFreeSlots(ActionDurations.of(1, 2));
             }
             PipelineStageSplit split = stageBoundaries != null
                     ? PipelineStageSplit.atBoundaries(network, stageBoundaries)
