@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Builds and runs the Open MPI all-reduce baseline (allreduce_bench.c) with
-# 2 ranks on this host. Arguments are forwarded to the program:
-#   bench/mpi/run.sh [--max-seconds-per-size X] [BYTES ...]
+# Builds and runs an Open MPI baseline with 2 ranks on this host: the
+# all-reduce (allreduce_bench.c, the default) or the point-to-point ping-pong
+# (pingpong_bench.c). The other arguments are forwarded to the program:
+#   bench/mpi/run.sh [allreduce|pingpong] [--max-seconds-per-size X] [BYTES ...]
 # Results go to stdout; diagnostics to stderr.
 set -euo pipefail
+
+program=allreduce
+case "${1:-}" in
+    allreduce|pingpong) program="$1"; shift ;;
+esac
 
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # bench/tmp/ is git-ignored.
 build_dir="$(cd "${script_dir}/.." && pwd)/tmp/mpi"
-binary="${build_dir}/allreduce_bench"
+binary="${build_dir}/${program}_bench"
 
 if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null; then
     echo "run.sh: installing openmpi-bin libopenmpi-dev" >&2
@@ -20,7 +26,7 @@ fi
 mkdir -p "${build_dir}"
 # Always rebuild: it takes well under a second and never leaves a stale binary.
 mpicc -std=c11 -O3 -march=native -Wall -Wextra -o "${binary}" \
-    "${script_dir}/allreduce_bench.c"
+    "${script_dir}/${program}_bench.c"
 
 # --allow-run-as-root: Open MPI 4.1 refuses to start as root without it.
 # --oversubscribe: no effect with 2 ranks on 2 cores, but keeps a 1-core VM

@@ -36,18 +36,10 @@ public final class HostBenchReport {
             throw new IllegalArgumentException("usage: HostBenchReport <jmh.csv> <mpi.txt> <header.md>");
         }
         Map<String, Score> jmh = readJmh(Path.of(args[0]));
-        Map<Long, Double> mpi = new HashMap<>();
-        String mpiVersion = "";
-        for (String line : Files.readAllLines(Path.of(args[1]))) {
-            if (line.startsWith("bytes=")) {
-                Map<String, String> kv = keyValues(line);
-                mpi.put(Long.parseLong(kv.get("bytes")), Double.parseDouble(kv.get("median_us")));
-            } else if (mpiVersion.isEmpty() && line.toLowerCase(Locale.ROOT).contains("open mpi")) {
-                mpiVersion = line.trim();
-            }
-        }
+        MpiResults mpiResults = readMpi(Path.of(args[1]));
+        Map<Long, Double> mpi = mpiResults.medianMicros();
         StringBuilder md = new StringBuilder(Files.readString(Path.of(args[2])));
-        md.append("\nOpen MPI baseline: ").append(mpiVersion.isEmpty() ? "(version line missing)" : mpiVersion).append("\n\n");
+        md.append("\nOpen MPI baseline: ").append(mpiResults.versionLine()).append("\n\n");
         md.append("## All-reduce latency, 2 ranks, float32 SUM, in place (median µs per operation, lower is better)\n\n");
         md.append("Medians: JMH sample mode (each sample = 16 back-to-back operations, divided by 16), and Open MPI's"
                 + " per-operation times. This 2-vCPU VM has stretches several times slower than its usual speed; medians"
@@ -115,7 +107,35 @@ public final class HostBenchReport {
         System.out.print(md);
     }
 
-    /** Medians, keyed "Class.method|param..." with params in the CSV's column order (algorithm before bytes). */
+    /**
+     * One run of a bench/mpi program: its medians in microseconds by message size, and the library's
+     * version line (or a note that it is missing).
+     */
+    record MpiResults(Map<Long, Double> medianMicros, String versionLine) {
+    }
+
+    /**
+     * Reads a bench/mpi program's output: {@code bytes=N ... median_us=X ...} lines, and the first line
+     * naming Open MPI.
+     */
+    static MpiResults readMpi(Path output) throws IOException {
+        Map<Long, Double> medians = new HashMap<>();
+        String version = "";
+        for (String line : Files.readAllLines(output)) {
+            if (line.startsWith("bytes=")) {
+                Map<String, String> kv = keyValues(line);
+                medians.put(Long.parseLong(kv.get("bytes")), Double.parseDouble(kv.get("median_us")));
+            } else if (version.isEmpty() && line.toLowerCase(Locale.ROOT).contains("open mpi")) {
+                version = line.trim();
+            }
+        }
+        return new MpiResults(medians, version.isEmpty() ? "(version line missing)" : version);
+    }
+
+    /**
+     * Medians, keyed "Class.method|param..." with params in the CSV's column order, which is JMH's
+     * alphabetical order of the parameter names (algorithm before bytes, bytes before ranks).
+     */
     static Map<String, Score> readJmh(Path csv) throws IOException {
         List<String> lines = Files.readAllLines(csv);
         List<String> header = splitCsv(lines.getFirst());
@@ -167,7 +187,7 @@ public final class HostBenchReport {
         return kv;
     }
 
-    private static String fmt(Score s) {
+    static String fmt(Score s) {
         if (s == null) {
             return "—";
         }
