@@ -2,6 +2,8 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs and reports land in $OUT.
 #   run-on-device.sh [tests|bench|handoff|all] [extra all-reduce benchmark args]
+# SYMMEM4J_JAVA_OPTS adds JVM flags, e.g. -Dsymmem4j.cuda.pdl=false to launch kernels without
+# programmatic dependent launch.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 what=${1:-all}
@@ -11,7 +13,7 @@ mkdir -p "$out"
 # NVLink multicast stays off (it can take a shared host's GPUs down): NCCL and NVSHMEM honour these.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 java=.device/jre/bin/java
-flags="--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -Xmx24g"
+flags="--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -Xmx24g ${SYMMEM4J_JAVA_OPTS:-}"
 cp=$(ls .device/lib/symmem4j-*.jar .device/lib/micrometer-*.jar | tr '\n' ':')
 nvidia-smi -L || true
 nvidia-smi topo -m 2>/dev/null | head -12 || true

@@ -44,6 +44,22 @@ struct Pads {
 using SysU32 = cuda::atomic_ref<uint32_t, cuda::thread_scope_system>;
 using SysU64 = cuda::atomic_ref<unsigned long long, cuda::thread_scope_system>;
 
+// Programmatic dependent launch (PDL; sm_90 and newer). The Java side launches every kernel with
+// programmatic stream serialization, so the next kernel on the stream may be scheduled before this
+// one ends. Each kernel first waits (griddepcontrol.wait) until the previous kernel on its stream
+// has completed and its writes are visible, before it touches any memory: ordering is exactly that
+// of plain launches. Then it lets the next kernel be scheduled (griddepcontrol.launch_dependents),
+// which waits the same way; what overlaps is only that kernel's launch latency with this kernel's
+// run (about 1 us per back-to-back kernel). Both instructions are no-ops for a plain launch, and
+// the block is compiled out for older GPUs. Every block of this grid is resident before the next
+// grid can start (the trigger counts all blocks), so cross-rank barriers cannot be starved of SMs.
+__device__ __forceinline__ void follow_stream_order_release_next() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // This block's next barrier epoch: its counter plus one, stored back (only this block of this rank
 // touches its counter, and kernels on a stream run in order, so plain accesses suffice).
 __device__ __forceinline__ uint32_t next_epoch(const Pads& pads, int rank) {
@@ -223,10 +239,12 @@ __device__ void one_shot_push(void* buf, Peers scratch, Pads pads, size_t count,
 
 extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_f32(void* buf, Peers scratch, Pads pads, size_t count,
         int rank, int world, int divisor, size_t slotBytes) {
+    follow_stream_order_release_next();
     one_shot_push<float>(buf, scratch, pads, count, rank, world, divisor, slotBytes);
 }
 extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_bf16(void* buf, Peers scratch, Pads pads, size_t count,
         int rank, int world, int divisor, size_t slotBytes) {
+    follow_stream_order_release_next();
     one_shot_push<__nv_bfloat16>(buf, scratch, pads, count, rank, world, divisor, slotBytes);
 }
 
@@ -339,10 +357,12 @@ __device__ void one_shot_ll(void* buf, Peers ll, Pads pads, size_t count, int ra
 
 extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_ll_f32(void* buf, Peers ll, Pads pads, size_t count,
         int rank, int world, int divisor, size_t slotWords) {
+    follow_stream_order_release_next();
     one_shot_ll<float>(buf, ll, pads, count, rank, world, divisor, slotWords);
 }
 extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_ll_bf16(void* buf, Peers ll, Pads pads, size_t count,
         int rank, int world, int divisor, size_t slotWords) {
+    follow_stream_order_release_next();
     one_shot_ll<__nv_bfloat16>(buf, ll, pads, count, rank, world, divisor, slotWords);
 }
 
@@ -399,9 +419,11 @@ __device__ void two_shot(Peers bufs, Pads pads, size_t count, int rank, int worl
 }
 
 extern "C" __global__ void __launch_bounds__(512) symmem_two_shot_f32(Peers bufs, Pads pads, size_t count, int rank, int world, int divisor) {
+    follow_stream_order_release_next();
     two_shot<float>(bufs, pads, count, rank, world, divisor);
 }
 extern "C" __global__ void __launch_bounds__(512) symmem_two_shot_bf16(Peers bufs, Pads pads, size_t count, int rank, int world, int divisor) {
+    follow_stream_order_release_next();
     two_shot<__nv_bfloat16>(bufs, pads, count, rank, world, divisor);
 }
 
@@ -436,9 +458,11 @@ __device__ void reduce_scatter(Peers bufs, Pads pads, void* out, size_t count, i
 }
 
 extern "C" __global__ void __launch_bounds__(512) symmem_reduce_scatter_f32(Peers bufs, Pads pads, void* out, size_t count, int rank, int world) {
+    follow_stream_order_release_next();
     reduce_scatter<float>(bufs, pads, out, count, rank, world);
 }
 extern "C" __global__ void __launch_bounds__(512) symmem_reduce_scatter_bf16(Peers bufs, Pads pads, void* out, size_t count, int rank, int world) {
+    follow_stream_order_release_next();
     reduce_scatter<__nv_bfloat16>(bufs, pads, out, count, rank, world);
 }
 
@@ -447,6 +471,7 @@ extern "C" __global__ void __launch_bounds__(512) symmem_reduce_scatter_bf16(Pee
 // blocks have landed everywhere.
 
 extern "C" __global__ void __launch_bounds__(512) symmem_all_gather(Peers outs, Pads pads, const void* in, size_t bytes, int rank, int world) {
+    follow_stream_order_release_next();
     size_t threads = (size_t)gridDim.x * blockDim.x;
     size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     barrier_blocks(pads, rank, world);
@@ -471,6 +496,7 @@ extern "C" __global__ void __launch_bounds__(512) symmem_all_gather(Peers outs, 
 
 extern "C" __global__ void __launch_bounds__(512) symmem_put_signal(void* dst, const void* src, size_t bytes,
         unsigned int* done, unsigned long long* signal, unsigned long long value, int add) {
+    follow_stream_order_release_next();
     size_t threads = (size_t)gridDim.x * blockDim.x;
     size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     bool vector = (bytes % 16) == 0 && ((uintptr_t)src % 16) == 0 && ((uintptr_t)dst % 16) == 0;
@@ -500,6 +526,7 @@ extern "C" __global__ void __launch_bounds__(512) symmem_put_signal(void* dst, c
 }
 
 extern "C" __global__ void symmem_wait_signal(unsigned long long* signal, unsigned long long value) {
+    follow_stream_order_release_next();
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         SysU64 s(*signal);
         // acquire: pairs with the putter's release; its data is visible to this stream's later work
@@ -514,6 +541,7 @@ extern "C" __global__ void symmem_wait_signal(unsigned long long* signal, unsign
 // issued after this wait in the protocols that use it (a ping-pong, a stage hand-off whose slot the
 // consumer frees), so nothing is lost between the load and the subtraction.
 extern "C" __global__ void symmem_wait_signal_consume(unsigned long long* signal, unsigned long long value) {
+    follow_stream_order_release_next();
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         SysU64 s(*signal);
         // acquire: pairs with the putter's release; its data is visible to this stream's later work

@@ -46,6 +46,9 @@ import org.symmem4j.parallel.cuda.NcclWindow;
  */
 public final class GpuAllReduceBench {
 
+    /** How rank 0 launched the symmem4j kernels, for the report. */
+    private static volatile String launchMode = "unknown";
+
     private static final long[] SIZES = {1L << 10, 4L << 10, 16L << 10, 64L << 10, 256L << 10, 1L << 20, 4L << 20,
         16L << 20, 64L << 20, 256L << 20};
     private static final String[] VARIANTS = {"ONE_SHOT", "TWO_SHOT", "NCCL plain", "NCCL window"};
@@ -84,6 +87,8 @@ public final class GpuAllReduceBench {
             try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
                  CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, maxB)) {
                 deviceName[0] = comm.deviceName();
+                launchMode = comm.programmaticLaunch() ? "programmatic dependent launch (PDL)"
+                        : "plain (no PDL: before sm_90, or -Dsymmem4j.cuda.pdl=false)";
                 boolean nccl = comm.supports(Algorithm.NCCL);
                 long plain = nccl ? comm.deviceMalloc(maxB) : 0;
                 NcclWindow window = nccl && Nccl.get().hasSymmetricWindows() ? comm.ncclSymmetricWindow(maxB) : null;
@@ -279,6 +284,7 @@ public final class GpuAllReduceBench {
             md.append(", NCCL ").append(Nccl.get().version());
         }
         md.append('\n');
+        md.append("- symmem4j kernel launches: ").append(launchMode).append('\n');
         md.append("- method: in-place SUM on random data; median of ").append(reps).append(" CUDA-event timings of a batch")
                 .append(" (100 ops up to 1 MiB, 20 up to 16 MiB, 5 above) on rank 0's stream, after a JIT warm-up;")
                 .append(" eager = one call per op (symmem4j's calls include the host-side argument check across ranks);")

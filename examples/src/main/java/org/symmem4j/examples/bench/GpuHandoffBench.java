@@ -40,6 +40,9 @@ import org.symmem4j.parallel.cuda.Nccl;
  */
 public final class GpuHandoffBench {
 
+    /** How rank 0 launched the symmem4j kernels, for the report. */
+    private static volatile String launchMode = "unknown";
+
     private static final long[] SIZES = {1L << 10, 4L << 10, 16L << 10, 64L << 10, 256L << 10, 1L << 20, 4L << 20,
         16L << 20};
     private static final String[] VARIANTS = {"symmem put+signal", "NCCL send/recv"};
@@ -88,6 +91,8 @@ public final class GpuHandoffBench {
             try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
                  CudaSymmetricMemory inbox = (CudaSymmetricMemory) cuda.allocate(group, maxBytes)) {
                 deviceName[0] = comm.deviceName();
+                launchMode = comm.programmaticLaunch() ? "programmatic dependent launch (PDL)"
+                        : "plain (no PDL: before sm_90, or -Dsymmem4j.cuda.pdl=false)";
                 long outbox = comm.deviceMalloc(maxBytes);
                 long ncclInbox = comm.deviceMalloc(maxBytes);
                 // every boundary of a pipeline with one stage per GPU, one at a time: the two GPUs of the
@@ -168,6 +173,7 @@ public final class GpuHandoffBench {
             md.append(", NCCL ").append(Nccl.get().version());
         }
         md.append('\n');
+        md.append("- symmem4j kernel launches: ").append(launchMode).append('\n');
         md.append("- method: one pipeline stage per GPU; for each stage boundary GPU i -> GPU i+1 in turn (the other GPUs")
                 .append(" idle), a ping-pong between the two, one-way = round trip / 2; median of ").append(reps)
                 .append(" CUDA-event timings of a batch of round trips (100 up to 1 MiB, 20 above) on GPU i's stream;")

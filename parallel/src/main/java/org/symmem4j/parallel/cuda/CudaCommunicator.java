@@ -259,7 +259,7 @@ public final class CudaCommunicator implements Communicator {
             blocks = (int) Math.min(cap, (chunk + 2L * CudaKernels.BLOCK_THREADS - 1) / (2L * CudaKernels.BLOCK_THREADS));
             params = twoShotParams;
         }
-        driver.launch(rank.kernels().function(kernel), Math.max(1, blocks), CudaKernels.BLOCK_THREADS, rank.stream, params);
+        rank.launch(driver, kernel, Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params);
     }
 
     /** Writes the ranks' pointers (plus {@code offset}) into a kernel's 8-pointer struct slot; unused entries 0. */
@@ -294,8 +294,8 @@ public final class CudaCommunicator implements Communicator {
                     .integer(group.rank()).integer(worldSize);
             long vectors = Math.max(1, dtype.bytes(recvCount) / 16);
             int blocks = (int) Math.min(maxBlocks, (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
-            driver.launch(rank.kernels().function(dtype == DType.FLOAT32 ? "symmem_reduce_scatter_f32"
-                    : "symmem_reduce_scatter_bf16"), Math.max(1, blocks), CudaKernels.BLOCK_THREADS, rank.stream, params.array());
+            rank.launch(driver, dtype == DType.FLOAT32 ? "symmem_reduce_scatter_f32" : "symmem_reduce_scatter_bf16",
+                    Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params.array());
         }
     }
 
@@ -318,8 +318,7 @@ public final class CudaCommunicator implements Communicator {
                     .integer(group.rank()).integer(worldSize);
             long vectors = Math.max(1, bytes / 16);
             int blocks = (int) Math.min(maxBlocks, (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
-            driver.launch(rank.kernels().function("symmem_all_gather"), Math.max(1, blocks), CudaKernels.BLOCK_THREADS,
-                    rank.stream, params.array());
+            rank.launch(driver, "symmem_all_gather", Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params.array());
         }
     }
 
@@ -464,6 +463,14 @@ public final class CudaCommunicator implements Communicator {
 
     public String deviceName() {
         return rank.deviceName;
+    }
+
+    /**
+     * Whether this rank launches the symmem4j kernels with programmatic dependent launch (sm_90+,
+     * unless {@code -Dsymmem4j.cuda.pdl=false}): each kernel's launch overlaps the previous kernel's run.
+     */
+    public boolean programmaticLaunch() {
+        return rank.programmaticLaunch;
     }
 
     @Override

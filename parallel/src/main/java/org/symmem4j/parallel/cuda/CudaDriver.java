@@ -108,6 +108,8 @@ public final class CudaDriver {
     private final MethodHandle cuModuleLoadData;
     private final MethodHandle cuModuleGetFunction;
     private final MethodHandle cuLaunchKernel;
+    /** cuLaunchKernelEx (CUDA 12.0+); empty on older drivers, which then launch plainly. */
+    private final Optional<MethodHandle> cuLaunchKernelEx;
     private final MethodHandle cuStreamBeginCapture;
     private final MethodHandle cuStreamEndCapture;
     private final MethodHandle cuGraphInstantiate;
@@ -151,6 +153,8 @@ public final class CudaDriver {
         cuModuleGetFunction = lib.function("cuModuleGetFunction", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS));
         cuLaunchKernel = lib.function("cuLaunchKernel", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, JAVA_INT,
                 JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS, ADDRESS));
+        cuLaunchKernelEx = lib.optionalFunction("cuLaunchKernelEx",
+                FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS, ADDRESS));
         cuStreamBeginCapture = lib.function("cuStreamBeginCapture_v2", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
         cuStreamEndCapture = lib.function("cuStreamEndCapture", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
         cuGraphInstantiate = lib.function("cuGraphInstantiateWithFlags", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG));
@@ -490,6 +494,50 @@ public final class CudaDriver {
     public void launch(MemorySegment function, int gridX, int blockX, MemorySegment stream, MemorySegment params) {
         try {
             check("cuLaunchKernel", (int) cuLaunchKernel.invokeExact(function, gridX, 1, 1, blockX, 1, 1, 0, stream, params,
+                    MemorySegment.NULL));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /** Whether {@link #launchProgrammatic} can be used: the driver has {@code cuLaunchKernelEx}. */
+    public boolean supportsProgrammaticLaunch() {
+        return cuLaunchKernelEx.isPresent();
+    }
+
+    // CUlaunchConfig: gridDim x/y/z, blockDim x/y/z, sharedMemBytes (7 x u32), hStream at 32,
+    // attrs at 40, numAttrs at 48; 56 bytes. CUlaunchAttribute: id (u32) at 0, a 64-byte value
+    // union at 8; 72 bytes.
+    static final long LAUNCH_CONFIG_BYTES = 56;
+    static final long LAUNCH_ATTRIBUTE_BYTES = 72;
+    static final int LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
+
+    /**
+     * Launches {@code function} on {@code stream} with programmatic stream serialization (programmatic
+     * dependent launch, sm_90+): the kernel may be scheduled while the previous kernel on the stream
+     * still runs, and must itself wait for it ({@code griddepcontrol.wait}) before touching memory,
+     * as every symmem4j kernel does. {@code scratch} ({@link #LAUNCH_CONFIG_BYTES} +
+     * {@link #LAUNCH_ATTRIBUTE_BYTES} bytes) holds the launch configuration; it is rewritten on every
+     * call, so callers that share it must not launch concurrently.
+     */
+    public void launchProgrammatic(MemorySegment function, int gridX, int blockX, MemorySegment stream,
+                                   MemorySegment params, MemorySegment scratch) {
+        MemorySegment attribute = scratch.asSlice(LAUNCH_CONFIG_BYTES, LAUNCH_ATTRIBUTE_BYTES);
+        attribute.fill((byte) 0);
+        attribute.set(JAVA_INT, 0, LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+        attribute.set(JAVA_INT, 8, 1); // value.programmaticStreamSerializationAllowed
+        scratch.set(JAVA_INT, 0, gridX);
+        scratch.set(JAVA_INT, 4, 1);
+        scratch.set(JAVA_INT, 8, 1);
+        scratch.set(JAVA_INT, 12, blockX);
+        scratch.set(JAVA_INT, 16, 1);
+        scratch.set(JAVA_INT, 20, 1);
+        scratch.set(JAVA_INT, 24, 0); // no dynamic shared memory
+        scratch.set(ADDRESS, 32, stream);
+        scratch.set(ADDRESS, 40, attribute);
+        scratch.set(JAVA_INT, 48, 1);
+        try {
+            check("cuLaunchKernelEx", (int) cuLaunchKernelEx.orElseThrow().invokeExact(scratch, function, params,
                     MemorySegment.NULL));
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);

@@ -1,5 +1,6 @@
 package org.symmem4j.parallel.cuda;
 
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 
 /**
@@ -17,6 +18,13 @@ final class CudaRank {
     final CudaKernels kernels;
     final int multiprocessors;
     final String deviceName;
+    /**
+     * Whether this rank's kernels are launched with programmatic dependent launch: on sm_90 and newer
+     * with a driver that has {@code cuLaunchKernelEx}, unless {@code -Dsymmem4j.cuda.pdl=false}.
+     */
+    final boolean programmaticLaunch;
+    /** Launch configuration written by every programmatic launch of this rank (launches are serialized). */
+    private final MemorySegment launchScratch;
 
     CudaRank(CudaDriver driver, int rank) {
         this.rank = rank;
@@ -32,6 +40,24 @@ final class CudaRank {
         this.kernels = CudaKernels.present() ? new CudaKernels(driver) : null;
         this.multiprocessors = driver.multiprocessorCount(device);
         this.deviceName = driver.deviceName(device);
+        int major = driver.attribute(device, CudaDriver.ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+        this.programmaticLaunch = major >= 9 && driver.supportsProgrammaticLaunch()
+                && Boolean.parseBoolean(System.getProperty("symmem4j.cuda.pdl", "true"));
+        this.launchScratch = Arena.global().allocate(CudaDriver.LAUNCH_CONFIG_BYTES + CudaDriver.LAUNCH_ATTRIBUTE_BYTES, 8);
+    }
+
+    /**
+     * Launches one of the symmem4j kernels on this rank's stream: with programmatic dependent launch
+     * where {@link #programmaticLaunch} (the next launch's latency overlaps this kernel's run; the
+     * kernels wait for their predecessor before touching memory), plainly otherwise.
+     */
+    synchronized void launch(CudaDriver driver, String kernel, int gridX, int blockX, MemorySegment params) {
+        MemorySegment function = kernels().function(kernel);
+        if (programmaticLaunch) {
+            driver.launchProgrammatic(function, gridX, blockX, stream, params, launchScratch);
+        } else {
+            driver.launch(function, gridX, blockX, stream, params);
+        }
     }
 
     /** The kernels, or an exception saying they were not built. */

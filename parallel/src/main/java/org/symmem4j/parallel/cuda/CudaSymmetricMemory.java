@@ -168,7 +168,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
             CudaLaunch params = new CudaLaunch(a)
                     .pointer(dst).pointer(src).size(bytes).pointer(pads[group.rank()] + CudaKernels.DONE_COUNTER_OFFSET)
                     .pointer(signal).size(value).integer(op == SignalOp.ADD ? 1 : 0);
-            d.launch(rank.kernels().function("symmem_put_signal"), blocks, CudaKernels.BLOCK_THREADS, rank.stream, params.array());
+            rank.launch(d, "symmem_put_signal", blocks, CudaKernels.BLOCK_THREADS, params.array());
         }
     }
 
@@ -193,8 +193,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
         d.setCurrent(rank.context);
         try (Arena a = Arena.ofConfined()) {
             CudaLaunch params = new CudaLaunch(a).pointer(pads[group.rank()] + signalOffset(slot)).size(atLeast);
-            d.launch(rank.kernels().function(consume ? "symmem_wait_signal_consume" : "symmem_wait_signal"), 1, 32,
-                    rank.stream, params.array());
+            rank.launch(d, consume ? "symmem_wait_signal_consume" : "symmem_wait_signal", 1, 32, params.array());
         }
     }
 
