@@ -18,10 +18,24 @@ if [ -f "$out" ] && [ "$out" -nt "$src" ] && [ "$out" -nt "$0" ]; then
   echo "[kernels] $out is up to date"
   exit 0
 fi
-"$nvcc_bin" -std=c++17 -O3 -fatbin \
+usage=$(mktemp)
+trap 'rm -f "$usage"' EXIT
+"$nvcc_bin" -std=c++17 -O3 -fatbin --resource-usage \
   -gencode arch=compute_80,code=sm_80 \
   -gencode arch=compute_90,code=sm_90 \
   -gencode arch=compute_100,code=sm_100 \
   -gencode arch=compute_100,code=compute_100 \
-  -o "$out" "$src"
+  -o "$out" "$src" 2> "$usage" || { cat "$usage" >&2; exit 1; }
+# No kernel may keep a struct in local memory: the 128-byte by-value copies of the peer and pad
+# pointer tables (indexed by a run-time rank) gave every collective a stack frame, and eager
+# launches of those kernels were measured at 30-50 us of driver time each. Kernel parameters indexed
+# by rank are therefore __grid_constant__. A register spill of a few bytes (sm_100's TWO_SHOT bf16
+# spills 4) is tolerated; anything above 16 bytes fails the build.
+big_frames=$(awk '/Compiling entry function/ {fn=$0} /bytes stack frame/ {if ($1 + 0 > 16) print fn " -> " $0}' "$usage")
+if [ -n "$big_frames" ]; then
+  echo "$big_frames" >&2
+  rm -f "$out"
+  echo "[kernels] a kernel keeps more than 16 bytes in local memory (above): fix it (see build-fatbin.sh)" >&2
+  exit 1
+fi
 echo "[kernels] built $out with $("$nvcc_bin" --version | tail -1)"

@@ -15,7 +15,7 @@ unzip -l kernels/target/symmem4j-kernels-*.jar | grep -q symmem4j.fatbin \
 
 rm -rf .device
 mkdir -p .device/lib
-"$jdk/bin/jlink" --add-modules java.base,jdk.unsupported,java.management,java.logging,jdk.incubator.vector \
+"$jdk/bin/jlink" --add-modules java.base,jdk.unsupported,java.management,java.logging,jdk.incubator.vector,jdk.jfr \
   --strip-debug --no-man-pages --no-header-files --compress=zip-6 --output .device/jre
 cp kernels/target/symmem4j-kernels-0.1.0-SNAPSHOT.jar parallel/target/symmem4j-parallel-0.1.0-SNAPSHOT.jar \
    gradsync/target/symmem4j-gradsync-0.1.0-SNAPSHOT.jar examples/target/symmem4j-examples-0.1.0-SNAPSHOT.jar .device/lib/

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs and reports land in $OUT.
-#   run-on-device.sh [tests|bench|handoff|all] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|bench|handoff|all|probe] [extra all-reduce benchmark args]
+# (probe: GpuEagerProbe, host time per eager call, not part of all)
 # SYMMEM4J_JAVA_OPTS adds JVM flags, e.g. -Dsymmem4j.cuda.pdl=false to launch kernels without
 # programmatic dependent launch.
 set -uo pipefail
@@ -33,6 +34,10 @@ if [ "$what" = handoff ] || [ "$what" = all ]; then
   # the hand-off's device-side waits are unbounded: a broken protocol must not hold the machine
   timeout 300 $java $flags -cp "$cp" org.symmem4j.examples.bench.GpuHandoffBench --out "$out/gpu-handoff.md" \
     2>&1 | tee "$out/gpu-handoff.log"
+  rc=$(( rc | PIPESTATUS[0] ))
+fi
+if [ "$what" = probe ]; then
+  timeout 300 $java $flags -cp "$cp" org.symmem4j.examples.bench.GpuEagerProbe 2>&1 | tee "$out/gpu-eager-probe.log"
   rc=$(( rc | PIPESTATUS[0] ))
 fi
 exit $rc

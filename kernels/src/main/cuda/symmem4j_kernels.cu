@@ -33,6 +33,10 @@
 #define EPOCHS BARRIER_SLOTS
 #define SIGNALS_U32 (EPOCHS + MAX_BLOCKS)
 
+// Pointer tables passed by value as kernel parameters. Kernels declare them __grid_constant__ and
+// helpers take them by const reference, so an index known only at run time (this rank, a peer
+// thread's rank) reads the parameter bank directly; a by-value copy indexed at run time would be
+// placed in local memory (a 128-byte stack frame per kernel, measured at 30-50 us per eager launch).
 struct Peers {
     void* ptr[MAX_RANKS];
 };
@@ -189,7 +193,7 @@ __device__ __forceinline__ float reduce_scalar(const Peers& in, int world, size_
 // block-level meeting suffices. Elements past the last whole vector go through thread 0 of block 0.
 
 template <typename T>
-__device__ void one_shot_push(void* buf, Peers scratch, Pads pads, size_t count, int rank, int world, int divisor,
+__device__ void one_shot_push(void* buf, const Peers& scratch, const Pads& pads, size_t count, int rank, int world, int divisor,
                               size_t slotBytes) {
     constexpr int N = Vec<T>::N;
     size_t nvec = count / N;
@@ -237,12 +241,12 @@ __device__ void one_shot_push(void* buf, Peers scratch, Pads pads, size_t count,
     }
 }
 
-extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_f32(void* buf, Peers scratch, Pads pads, size_t count,
+extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_f32(void* buf, const __grid_constant__ Peers scratch, const __grid_constant__ Pads pads, size_t count,
         int rank, int world, int divisor, size_t slotBytes) {
     follow_stream_order_release_next();
     one_shot_push<float>(buf, scratch, pads, count, rank, world, divisor, slotBytes);
 }
-extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_bf16(void* buf, Peers scratch, Pads pads, size_t count,
+extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_bf16(void* buf, const __grid_constant__ Peers scratch, const __grid_constant__ Pads pads, size_t count,
         int rank, int world, int divisor, size_t slotBytes) {
     follow_stream_order_release_next();
     one_shot_push<__nv_bfloat16>(buf, scratch, pads, count, rank, world, divisor, slotBytes);
@@ -301,7 +305,7 @@ template <> __device__ __forceinline__ uint32_t pack<__nv_bfloat16>(const float 
 }
 
 template <typename T>
-__device__ void one_shot_ll(void* buf, Peers ll, Pads pads, size_t count, int rank, int world, int divisor,
+__device__ void one_shot_ll(void* buf, const Peers& ll, const Pads& pads, size_t count, int rank, int world, int divisor,
                             size_t slotWords) {
     constexpr int PER_WORD = 4 / sizeof(T);
     size_t bytes = count * sizeof(T);
@@ -355,12 +359,12 @@ __device__ void one_shot_ll(void* buf, Peers ll, Pads pads, size_t count, int ra
     (void)PER_WORD;
 }
 
-extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_ll_f32(void* buf, Peers ll, Pads pads, size_t count,
+extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_ll_f32(void* buf, const __grid_constant__ Peers ll, const __grid_constant__ Pads pads, size_t count,
         int rank, int world, int divisor, size_t slotWords) {
     follow_stream_order_release_next();
     one_shot_ll<float>(buf, ll, pads, count, rank, world, divisor, slotWords);
 }
-extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_ll_bf16(void* buf, Peers ll, Pads pads, size_t count,
+extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_ll_bf16(void* buf, const __grid_constant__ Peers ll, const __grid_constant__ Pads pads, size_t count,
         int rank, int world, int divisor, size_t slotWords) {
     follow_stream_order_release_next();
     one_shot_ll<__nv_bfloat16>(buf, ll, pads, count, rank, world, divisor, slotWords);
@@ -373,7 +377,7 @@ extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_ll_bf16(void* 
 // pushed into its buffer have landed. The last rank also handles elements past the last vector.
 
 template <typename T>
-__device__ void two_shot(Peers bufs, Pads pads, size_t count, int rank, int world, int divisor) {
+__device__ void two_shot(const Peers& bufs, const Pads& pads, size_t count, int rank, int world, int divisor) {
     constexpr int N = Vec<T>::N;
     size_t nvec = count / N;
     size_t chunk = (nvec + world - 1) / world;
@@ -418,11 +422,11 @@ __device__ void two_shot(Peers bufs, Pads pads, size_t count, int rank, int worl
     barrier_blocks(pads, rank, world);
 }
 
-extern "C" __global__ void __launch_bounds__(512) symmem_two_shot_f32(Peers bufs, Pads pads, size_t count, int rank, int world, int divisor) {
+extern "C" __global__ void __launch_bounds__(512) symmem_two_shot_f32(const __grid_constant__ Peers bufs, const __grid_constant__ Pads pads, size_t count, int rank, int world, int divisor) {
     follow_stream_order_release_next();
     two_shot<float>(bufs, pads, count, rank, world, divisor);
 }
-extern "C" __global__ void __launch_bounds__(512) symmem_two_shot_bf16(Peers bufs, Pads pads, size_t count, int rank, int world, int divisor) {
+extern "C" __global__ void __launch_bounds__(512) symmem_two_shot_bf16(const __grid_constant__ Peers bufs, const __grid_constant__ Pads pads, size_t count, int rank, int world, int divisor) {
     follow_stream_order_release_next();
     two_shot<__nv_bfloat16>(bufs, pads, count, rank, world, divisor);
 }
@@ -432,12 +436,13 @@ extern "C" __global__ void __launch_bounds__(512) symmem_two_shot_bf16(Peers buf
 // overwrite their input only after every rank has read it.
 
 template <typename T>
-__device__ void reduce_scatter(Peers bufs, Pads pads, void* out, size_t count, int rank, int world) {
+__device__ void reduce_scatter(const Peers& bufs, const Pads& pads, void* out, size_t count, int rank, int world) {
     constexpr int N = Vec<T>::N;
     size_t blockBytes = count * sizeof(T);
-    Peers mine;
-    for (int p = 0; p < world; p++) {
-        mine.ptr[p] = (char*)bufs.ptr[p] + (size_t)rank * blockBytes;
+    Peers mine; // built with constant indices only, so it stays in registers
+#pragma unroll
+    for (int p = 0; p < MAX_RANKS; p++) {
+        mine.ptr[p] = p < world ? (char*)bufs.ptr[p] + (size_t)rank * blockBytes : nullptr;
     }
     size_t nvec = count / N;
     size_t threads = (size_t)gridDim.x * blockDim.x;
@@ -457,11 +462,11 @@ __device__ void reduce_scatter(Peers bufs, Pads pads, void* out, size_t count, i
     barrier_blocks(pads, rank, world);
 }
 
-extern "C" __global__ void __launch_bounds__(512) symmem_reduce_scatter_f32(Peers bufs, Pads pads, void* out, size_t count, int rank, int world) {
+extern "C" __global__ void __launch_bounds__(512) symmem_reduce_scatter_f32(const __grid_constant__ Peers bufs, const __grid_constant__ Pads pads, void* out, size_t count, int rank, int world) {
     follow_stream_order_release_next();
     reduce_scatter<float>(bufs, pads, out, count, rank, world);
 }
-extern "C" __global__ void __launch_bounds__(512) symmem_reduce_scatter_bf16(Peers bufs, Pads pads, void* out, size_t count, int rank, int world) {
+extern "C" __global__ void __launch_bounds__(512) symmem_reduce_scatter_bf16(const __grid_constant__ Peers bufs, const __grid_constant__ Pads pads, void* out, size_t count, int rank, int world) {
     follow_stream_order_release_next();
     reduce_scatter<__nv_bfloat16>(bufs, pads, out, count, rank, world);
 }
@@ -470,7 +475,7 @@ extern "C" __global__ void __launch_bounds__(512) symmem_reduce_scatter_bf16(Pee
 // output. First barrier: every rank's output is free (its last readers are done); second: all
 // blocks have landed everywhere.
 
-extern "C" __global__ void __launch_bounds__(512) symmem_all_gather(Peers outs, Pads pads, const void* in, size_t bytes, int rank, int world) {
+extern "C" __global__ void __launch_bounds__(512) symmem_all_gather(const __grid_constant__ Peers outs, const __grid_constant__ Pads pads, const void* in, size_t bytes, int rank, int world) {
     follow_stream_order_release_next();
     size_t threads = (size_t)gridDim.x * blockDim.x;
     size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

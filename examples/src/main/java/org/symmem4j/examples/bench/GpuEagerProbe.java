@@ -1,0 +1,123 @@
+package org.symmem4j.examples.bench;
+
+import java.lang.management.ManagementFactory;
+import java.lang.management.ThreadMXBean;
+import java.time.Duration;
+import java.util.List;
+import java.util.Locale;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.cuda.CudaCommunicator;
+import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
+import org.symmem4j.parallel.cuda.CudaTransport;
+
+/**
+ * Where an eager (not graph-captured) GPU all-reduce spends its host time: per call, wall time and
+ * the calling thread's CPU time (a thread that sleeps or parks shows CPU time well below wall
+ * time), for the argument check alone (count 0: the ranks agree, nothing is launched) and for
+ * whole calls, on every rank, in phases: fresh, after NCCL calls on the same stream, and again.
+ *
+ * <pre>
+ *   GpuEagerProbe [--calls N]
+ * </pre>
+ */
+public final class GpuEagerProbe {
+
+    private GpuEagerProbe() {
+    }
+
+    public static void main(String[] args) {
+        int calls = args.length == 2 && args[0].equals("--calls") ? Integer.parseInt(args[1]) : 2_000;
+        CudaTransport cuda = CudaTransport.create();
+        int world = 2; // on one GPU the two ranks share it
+        List<String> lines = InJvmWorld.runOnEveryRank(world, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)),
+                group -> {
+            StringBuilder out = new StringBuilder();
+            ThreadMXBean mx = ManagementFactory.getThreadMXBean();
+            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 1 << 20)) {
+                long plain = comm.deviceMalloc(1 << 20);
+                record Case(String name, long count, Algorithm alg) {
+                }
+                Case[] cases = {new Case("check only (count 0)", 0, Algorithm.ONE_SHOT),
+                    new Case("ONE_SHOT 1 KiB (LL)", 512, Algorithm.ONE_SHOT),
+                    new Case("ONE_SHOT 256 KiB (push)", 128 << 10, Algorithm.ONE_SHOT),
+                    new Case("TWO_SHOT 1 KiB", 512, Algorithm.TWO_SHOT)};
+                for (String phase : new String[] {"fresh", "after 200 NCCL calls", "again"}) {
+                    if (phase.startsWith("after")) {
+                        for (int i = 0; i < 200; i++) {
+                            comm.ncclAllReduce(plain, plain, 512, DType.BFLOAT16, ReduceOp.SUM);
+                        }
+                        comm.synchronize();
+                    }
+                    for (String local : new String[] {"wait-signal kernel (no peer, no check)", "NCCL all-reduce 1 KiB"}) {
+                        Runnable call = local.startsWith("wait")
+                                ? () -> mem.enqueueWaitSignal(0, 0, false)
+                                : () -> comm.ncclAllReduce(plain, plain, 512, DType.BFLOAT16, ReduceOp.SUM);
+                        for (int i = 0; i < 200; i++) {
+                            call.run();
+                        }
+                        comm.synchronize();
+                        group.allGatherBytes("probe-local", new byte[0]);
+                        long cpu0 = mx.getCurrentThreadCpuTime();
+                        long t0 = System.nanoTime();
+                        for (int i = 0; i < calls; i++) {
+                            call.run();
+                        }
+                        long t1 = System.nanoTime();
+                        long cpu1 = mx.getCurrentThreadCpuTime();
+                        comm.synchronize();
+                        long t2 = System.nanoTime();
+                        out.append(String.format(Locale.ROOT,
+                                "rank %d %-22s %-26s host %7.2f us/call, thread CPU %7.2f us/call, drain %8.1f us%n",
+                                group.rank(), phase, local, (t1 - t0) / 1e3 / calls, (cpu1 - cpu0) / 1e3 / calls,
+                                (t2 - t1) / 1e3));
+                    }
+                    for (Case c : cases) {
+                        for (int i = 0; i < 200; i++) { // warm-up
+                            comm.allReduce(mem, 0, c.count(), DType.BFLOAT16, ReduceOp.SUM, c.alg());
+                        }
+                        comm.synchronize();
+                        group.allGatherBytes("probe-start", new byte[0]);
+                        long cpu0 = mx.getCurrentThreadCpuTime();
+                        long t0 = System.nanoTime();
+                        for (int i = 0; i < calls; i++) {
+                            comm.allReduce(mem, 0, c.count(), DType.BFLOAT16, ReduceOp.SUM, c.alg());
+                        }
+                        long t1 = System.nanoTime();
+                        long cpu1 = mx.getCurrentThreadCpuTime();
+                        comm.synchronize();
+                        long t2 = System.nanoTime();
+                        out.append(String.format(Locale.ROOT,
+                                "rank %d %-22s %-26s host %7.2f us/call, thread CPU %7.2f us/call, drain %8.1f us%n",
+                                group.rank(), phase, c.name(), (t1 - t0) / 1e3 / calls, (cpu1 - cpu0) / 1e3 / calls,
+                                (t2 - t1) / 1e3));
+                    }
+                }
+                // one isolated LL all-reduce: its GPU time between events, and the host time of the call
+                org.symmem4j.parallel.cuda.CudaDriver d = org.symmem4j.parallel.cuda.CudaDriver.get();
+                for (int k = 0; k < 5; k++) {
+                    comm.synchronize();
+                    group.allGatherBytes("probe-one", new byte[0]);
+                    java.lang.foreign.MemorySegment e0 = comm.recordEvent();
+                    long t0 = System.nanoTime();
+                    comm.allReduce(mem, 0, 512, DType.BFLOAT16, ReduceOp.SUM, Algorithm.ONE_SHOT);
+                    long t1 = System.nanoTime();
+                    java.lang.foreign.MemorySegment e1 = comm.recordEvent();
+                    d.synchronizeEvent(e1);
+                    out.append(String.format(Locale.ROOT, "rank %d isolated ONE_SHOT 1 KiB: host call %7.2f us, GPU %7.2f us%n",
+                            group.rank(), (t1 - t0) / 1e3, d.elapsedMillis(e0, e1) * 1e3));
+                    d.destroyEvent(e0);
+                    d.destroyEvent(e1);
+                }
+                comm.free(plain);
+            }
+            return out.toString();
+        });
+        lines.forEach(System.out::print);
+    }
+}
