@@ -54,10 +54,21 @@ public final class GpuEagerProbe {
                         }
                         comm.synchronize();
                     }
-                    for (String local : new String[] {"wait-signal kernel (no peer, no check)", "NCCL all-reduce 1 KiB"}) {
-                        Runnable call = local.startsWith("wait")
-                                ? () -> mem.enqueueWaitSignal(0, 0, false)
-                                : () -> comm.ncclAllReduce(plain, plain, 512, DType.BFLOAT16, ReduceOp.SUM);
+                    for (String local : new String[] {"wait-signal kernel (no peer, no check)", "NCCL all-reduce 1 KiB",
+                        "check + wait kernel, both ranks", "check + wait kernel, rank 0 only"}) {
+                        boolean launch = !local.endsWith("rank 0 only") || group.rank() == 0;
+                        Runnable call = switch (local) {
+                            case "wait-signal kernel (no peer, no check)" -> () -> mem.enqueueWaitSignal(0, 0, false);
+                            case "NCCL all-reduce 1 KiB" -> () -> comm.ncclAllReduce(plain, plain, 512, DType.BFLOAT16, ReduceOp.SUM);
+                            default -> () -> {
+                                // the ranks meet in the argument check (nothing launched), then launch a kernel
+                                // that waits for nothing: lock-step launches on both GPUs, or on one
+                                comm.allReduce(mem, 0, 0, DType.BFLOAT16, ReduceOp.SUM, Algorithm.ONE_SHOT);
+                                if (launch) {
+                                    mem.enqueueWaitSignal(0, 0, false);
+                                }
+                            };
+                        };
                         for (int i = 0; i < 200; i++) {
                             call.run();
                         }
@@ -73,7 +84,7 @@ public final class GpuEagerProbe {
                         comm.synchronize();
                         long t2 = System.nanoTime();
                         out.append(String.format(Locale.ROOT,
-                                "rank %d %-22s %-26s host %7.2f us/call, thread CPU %7.2f us/call, drain %8.1f us%n",
+                                "rank %d %-22s %-34s host %7.2f us/call, thread CPU %7.2f us/call, drain %8.1f us%n",
                                 group.rank(), phase, local, (t1 - t0) / 1e3 / calls, (cpu1 - cpu0) / 1e3 / calls,
                                 (t2 - t1) / 1e3));
                     }
@@ -93,7 +104,7 @@ public final class GpuEagerProbe {
                         comm.synchronize();
                         long t2 = System.nanoTime();
                         out.append(String.format(Locale.ROOT,
-                                "rank %d %-22s %-26s host %7.2f us/call, thread CPU %7.2f us/call, drain %8.1f us%n",
+                                "rank %d %-22s %-34s host %7.2f us/call, thread CPU %7.2f us/call, drain %8.1f us%n",
                                 group.rank(), phase, c.name(), (t1 - t0) / 1e3 / calls, (cpu1 - cpu0) / 1e3 / calls,
                                 (t2 - t1) / 1e3));
                     }
