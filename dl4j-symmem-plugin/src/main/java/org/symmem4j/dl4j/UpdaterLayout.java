@@ -3,6 +3,7 @@ package org.symmem4j.dl4j;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.zip.CRC32;
@@ -70,6 +71,9 @@ final class UpdaterLayout {
     /** The layout of the network {@code updater} belongs to. */
     static UpdaterLayout of(BaseMultiLayerUpdater<?> updater, long paramCount) {
         List<Block> blocks = new ArrayList<>();
+        // a layer's variables, by the layer object: DL4J's updater keys its layers by index for a
+        // MultiLayerNetwork and by name for a graph, so identity is what ties them to the blocks
+        Map<Trainable, List<Variable>> variablesOf = new IdentityHashMap<>();
         long state = 0;
         long expectedStart = 0;
         for (UpdaterBlock ub : updater.getUpdaterBlocks()) {
@@ -91,8 +95,10 @@ final class UpdaterLayout {
             }
             List<Variable> vars = new ArrayList<>();
             for (UpdaterBlock.ParamState ps : ub.getLayersAndVariablesInBlock()) {
-                vars.add(new Variable(ps.getLayer().getConfig().getLayerName(), ps.getParamName(), ps.getParamOffsetStart(),
-                        ps.getParamOffsetEnd()));
+                Variable v = new Variable(ps.getLayer().getConfig().getLayerName(), ps.getParamName(), ps.getParamOffsetStart(),
+                        ps.getParamOffsetEnd());
+                vars.add(v);
+                variablesOf.computeIfAbsent(ps.getLayer(), k -> new ArrayList<>()).add(v);
             }
             blocks.add(new Block(blocks.size(), start, end, stateStart, n == 0 ? 0 : (int) (stateLength / n),
                     ub.isPretrainUpdaterBlock(), vars));
@@ -104,8 +110,7 @@ final class UpdaterLayout {
                     + paramCount);
         }
         List<LayerNormalization> norms = new ArrayList<>();
-        for (Map.Entry<String, Trainable> e : updater.getLayersByName().entrySet()) {
-            Trainable layer = e.getValue();
+        for (Trainable layer : updater.getLayersByName().values()) {
             TrainingConfig config = layer.getConfig();
             if (config == null || layer.numParams() == 0) {
                 continue; // DL4J's preApply skips these too
@@ -114,16 +119,9 @@ final class UpdaterLayout {
             if (kind == null || kind == GradientNormalization.None) {
                 continue;
             }
-            List<Variable> vars = new ArrayList<>();
-            for (Block block : blocks) {
-                for (Variable v : block.variables()) {
-                    if (v.layer().equals(e.getKey())) {
-                        vars.add(v);
-                    }
-                }
-            }
+            List<Variable> vars = new ArrayList<>(variablesOf.getOrDefault(layer, List.of()));
             vars.sort(Comparator.comparingLong(Variable::start));
-            norms.add(new LayerNormalization(e.getKey(), kind, config.getGradientNormalizationThreshold(), vars));
+            norms.add(new LayerNormalization(config.getLayerName(), kind, config.getGradientNormalizationThreshold(), vars));
         }
         norms.sort(Comparator.comparingLong(n -> n.variables().isEmpty() ? -1 : n.variables().getFirst().start()));
         return new UpdaterLayout(paramCount, state, blocks, norms);
