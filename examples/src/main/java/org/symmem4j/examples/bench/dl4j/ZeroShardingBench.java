@@ -146,7 +146,7 @@ public final class ZeroShardingBench {
     /** One child run's measurements. */
     record Result(Mode mode, int workers, int rep, long params, long unshardedStateBytes, long maxStateBytes,
                   long sumStateBytes, long paramBytes, long gradientBytes, long baselineRss, long peakRss,
-                  double medianStepMs, double fitSeconds, double finalLoss) {
+                  double medianStepMs, double medianSyncMs, double fitSeconds, double finalLoss) {
 
         /** (peak − baseline) ÷ N. */
         double offHeapPerWorker() {
@@ -176,8 +176,8 @@ public final class ZeroShardingBench {
                 for (Mode m : Mode.values()) {
                     Result r = spawn(o, m, n, rep);
                     results.add(r);
-                    log("rep %d N=%d %-26s step %8.2f ms  state/worker %,12d B (%.4f of 1/N)  off-heap/worker %,14.0f B"
-                                    + "  loss %.4f", rep, n, m.label, r.medianStepMs(), r.maxStateBytes(), r.stateRatio(),
+                    log("rep %d N=%d %-26s step %8.2f ms (sync %6.2f)  state/worker %,12d B (%.4f of 1/N)  off-heap/worker %,14.0f B"
+                                    + "  loss %.4f", rep, n, m.label, r.medianStepMs(), r.medianSyncMs(), r.maxStateBytes(), r.stateRatio(),
                             r.offHeapPerWorker(), r.finalLoss());
                 }
             }
@@ -232,7 +232,8 @@ public final class ZeroShardingBench {
                 Long.parseLong(kv.get("maxStateBytes")), Long.parseLong(kv.get("sumStateBytes")),
                 Long.parseLong(kv.get("paramBytes")), Long.parseLong(kv.get("gradientBytes")),
                 Long.parseLong(kv.get("baselineRss")), Long.parseLong(kv.get("peakRss")),
-                Double.parseDouble(kv.get("medianStepMs")), Double.parseDouble(kv.get("fitSeconds")),
+                Double.parseDouble(kv.get("medianStepMs")), Double.parseDouble(kv.get("medianSyncMs")),
+                Double.parseDouble(kv.get("fitSeconds")),
                 Double.parseDouble(kv.get("finalLoss")));
     }
 
@@ -283,8 +284,12 @@ public final class ZeroShardingBench {
             }
         });
         List<Long> stepNanos = new ArrayList<>();
+        List<Long> syncNanos = new ArrayList<>();
         SymmemParallelWrapper.Builder b = SymmemParallelWrapper.builder(net).workers(n).ompThreadsPerWorker(threads)
-                .stepListener(r -> stepNanos.add(r.stepNanos()));
+                .stepListener(r -> {
+                    stepNanos.add(r.stepNanos());
+                    syncNanos.add(r.syncNanos());
+                });
         if (mode.stage != null) {
             b.sharding(mode.stage);
         }
@@ -302,19 +307,25 @@ public final class ZeroShardingBench {
             throw new IllegalStateException("mode=" + mode.flag + " N=" + n + ": iterations=" + net.getIterationCount()
                     + " steps reported=" + stepNanos.size() + " expected " + (warmup + steps) + " / " + steps);
         }
-        List<Long> timed = new ArrayList<>(stepNanos.subList(SKIPPED_STEPS, steps));
-        timed.sort(null);
-        double medianMs = timed.get(timed.size() / 2) / 1e6;
+        double medianMs = medianAfterStart(stepNanos) / 1e6;
+        double medianSyncMs = medianAfterStart(syncNanos) / 1e6;
         long maxState = memory.stream().mapToLong(WorkerMemory::updaterStateBytes).max().orElseThrow();
         long sumState = memory.stream().mapToLong(WorkerMemory::updaterStateBytes).sum();
         long unsharded = net.getUpdater().getStateViewArray().length() * 4L;
         System.out.println(String.format(Locale.ROOT, "RESULT params=%d unshardedStateBytes=%d maxStateBytes=%d"
                         + " sumStateBytes=%d paramBytes=%d gradientBytes=%d baselineRss=%d peakRss=%d medianStepMs=%.4f"
-                        + " fitSeconds=%.4f finalLoss=%.6f", net.numParams(), unsharded, maxState, sumState,
-                memory.getFirst().paramBytes(), memory.getFirst().gradientBytes(), baseline, peak.get(), medianMs, fitSeconds,
-                net.score(heldOut)));
+                        + " medianSyncMs=%.4f fitSeconds=%.4f finalLoss=%.6f", net.numParams(), unsharded, maxState, sumState,
+                memory.getFirst().paramBytes(), memory.getFirst().gradientBytes(), baseline, peak.get(), medianMs,
+                medianSyncMs, fitSeconds, net.score(heldOut)));
         System.out.flush();
         System.exit(0); // ND4J leaves non-daemon threads behind
+    }
+
+    /** The median of a run's per-step values, leaving out the first {@link #SKIPPED_STEPS}. */
+    private static long medianAfterStart(List<Long> perStep) {
+        List<Long> v = new ArrayList<>(perStep.subList(SKIPPED_STEPS, perStep.size()));
+        v.sort(null);
+        return v.get(v.size() / 2);
     }
 
     static void log(String format, Object... args) {

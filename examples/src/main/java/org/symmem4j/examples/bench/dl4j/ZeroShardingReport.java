@@ -67,8 +67,10 @@ final class ZeroShardingReport {
                 + " and ND4J's `MemoryManager.allocatedMemory()` were tried and report near zero on the CPU backend (ND4J's"
                 + " buffers bypass them), so the resident set is used.\n");
         s.append(fmt("- step time: per run, the median over steps %d..%d of the slowest worker's step (forward, backward,"
-                + " gradient sync, update, all-gather), from the wrapper's step reports.\n", ZeroShardingBench.SKIPPED_STEPS + 1,
-                o.steps()));
+                + " gradient sync, update, all-gather), from the wrapper's step reports; sync: the same for the slowest"
+                + " worker's time in collectives (plain: the all-reduce; ZeRO-1: all-reduce, norm/NaN all-reduce and the"
+                + " update's all-gather; ZeRO-2: reduce-scatter instead of the all-reduce).\n",
+                ZeroShardingBench.SKIPPED_STEPS + 1, o.steps()));
         if (o.workers().stream().anyMatch(n -> n > cores)) {
             s.append(fmt("- **N > %d is oversubscribed on this %d-core machine**: workers share cores and a worker waiting in a"
                     + " collective yields its core; its step times measure contention, not sharding.\n", cores, cores));
@@ -77,8 +79,8 @@ final class ZeroShardingReport {
 
         s.append("## Results (medians)\n\n");
         s.append("| N | mode | updater state / worker (B) | ÷ (unsharded ÷ N) | params + gradient / worker (B) | peak off-heap / worker (B) |"
-                + " vs plain | step (ms) | vs plain | held-out loss |\n");
-        s.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                + " vs plain | step (ms) | vs plain | sync (ms) | held-out loss |\n");
+        s.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         List<String> targets = new ArrayList<>();
         for (int n : o.workers()) {
             List<Result> plainRuns = of(Mode.PLAIN, n);
@@ -92,10 +94,12 @@ final class ZeroShardingReport {
                 Result first = runs.getFirst();
                 double offHeap = median(runs, Result::offHeapPerWorker);
                 double step = median(runs, Result::medianStepMs);
-                s.append(fmt("| %d%s | %s | %,d | %.4f | %,d | %,.0f | %s | %.2f | %s | %.4f |\n", n, n > cores ? " (oversubscribed)" : "",
-                        m.label, first.maxStateBytes(), first.stateRatio(), first.paramBytes() + first.gradientBytes(), offHeap,
+                s.append(fmt("| %d%s | %s | %,d | %.4f | %,d | %,.0f | %s | %.2f | %s | %.2f | %.4f |\n", n,
+                        n > cores ? " (oversubscribed)" : "", m.label, first.maxStateBytes(), first.stateRatio(),
+                        first.paramBytes() + first.gradientBytes(), offHeap,
                         m == Mode.PLAIN ? "1.00×" : fmt("%.2f×", offHeap / plainOffHeap), step,
-                        m == Mode.PLAIN ? "1.00×" : fmt("%.2f×", step / plainStep), median(runs, Result::finalLoss)));
+                        m == Mode.PLAIN ? "1.00×" : fmt("%.2f×", step / plainStep), median(runs, Result::medianSyncMs),
+                        median(runs, Result::finalLoss)));
                 if (m != Mode.PLAIN) {
                     boolean met = first.stateRatio() <= STATE_TARGET;
                     targets.add(fmt("N=%d %s: largest worker's state %,d B = %.4f × (unsharded ÷ N), target ≤ %.2f: %s;"
@@ -114,12 +118,12 @@ final class ZeroShardingReport {
                 + " loss column agrees within each N.\n\n");
 
         s.append("All runs, in the order they ran:\n\n");
-        s.append("| rep | N | mode | state / worker (B) | baseline RSS (B) | peak RSS (B) | off-heap / worker (B) | step (ms) | fit (s) | loss |\n");
-        s.append("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
+        s.append("| rep | N | mode | state / worker (B) | baseline RSS (B) | peak RSS (B) | off-heap / worker (B) | step (ms) | sync (ms) | fit (s) | loss |\n");
+        s.append("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (Result r : results) {
-            s.append(fmt("| %d | %d | %s | %,d | %,d | %,d | %,.0f | %.2f | %.2f | %.4f |\n", r.rep(), r.workers(), r.mode().label,
-                    r.maxStateBytes(), r.baselineRss(), r.peakRss(), r.offHeapPerWorker(), r.medianStepMs(), r.fitSeconds(),
-                    r.finalLoss()));
+            s.append(fmt("| %d | %d | %s | %,d | %,d | %,d | %,.0f | %.2f | %.2f | %.2f | %.4f |\n", r.rep(), r.workers(),
+                    r.mode().label, r.maxStateBytes(), r.baselineRss(), r.peakRss(), r.offHeapPerWorker(), r.medianStepMs(),
+                    r.medianSyncMs(), r.fitSeconds(), r.finalLoss()));
         }
         return s.toString();
     }
