@@ -58,11 +58,16 @@ final class DataParallelWorker {
         }
     }
 
+    /** What a sharded worker starts from: DL4J's updater layout and full state of the user's model. */
+    record ShardSource(UpdaterLayout layout, INDArray fullState) {
+    }
+
     private final int rank;
     private final InJvmWorld world;
     private final ModelReplica replica;
     private final SymmemParallelWrapper.Settings settings;
     private final SyncMetrics metrics;
+    private final ShardSource shardSource;
     private final BlockingQueue<Task> tasks = new LinkedBlockingQueue<>();
     private final CompletableFuture<Void> ready = new CompletableFuture<>();
     private final Thread thread;
@@ -77,14 +82,24 @@ final class DataParallelWorker {
     private long count;
     private Task current;
     private long syncNanos;
+    /** Set once the worker started, when sharding is on; read by the wrapper's thread while the worker is idle. */
+    private volatile ShardedUpdater sharded;
 
+    /**
+     * @param shardSource null for plain data parallelism; with sharding (settings.sharding() set),
+     *                    where this worker's shard of the updater state comes from
+     */
     DataParallelWorker(int rank, InJvmWorld world, ModelReplica replica, SymmemParallelWrapper.Settings settings,
-                       SyncMetrics metrics) {
+                       SyncMetrics metrics, ShardSource shardSource) {
+        if ((settings.sharding() == null) != (shardSource == null)) {
+            throw new IllegalArgumentException("sharding=" + settings.sharding() + " needs a shard source exactly when set");
+        }
         this.rank = rank;
         this.world = world;
         this.replica = replica;
         this.settings = settings;
         this.metrics = metrics;
+        this.shardSource = shardSource;
         this.thread = Thread.ofPlatform().daemon().name("symmem4j-worker-" + rank).unstarted(this::run);
     }
 
@@ -99,6 +114,11 @@ final class DataParallelWorker {
 
     ModelReplica replica() {
         return replica;
+    }
+
+    /** This worker's sharded updater (null without sharding); valid once {@link #ready()} completed. */
+    ShardedUpdater sharded() {
+        return sharded;
     }
 
     void submit(Task task) {
@@ -121,6 +141,12 @@ final class DataParallelWorker {
             gradients = SymmetricMemory.register(group, gradientSegment);
             AlgorithmPolicy policy = settings.policy();
             synchronizer = new GradientSynchronizer(comm, gradients, 0, count, dtype, settings.bucketBytes(), policy, metrics);
+            if (shardSource != null) {
+                ShardedUpdater s = new ShardedUpdater(settings.sharding(), shardSource.layout(), replica, comm, gradients,
+                        synchronizer, shardSource.fullState());
+                replica.installUpdater(s);
+                sharded = s;
+            }
             replica.addListener(new BaseTrainingListener() {
                 @Override
                 public void onGradientCalculation(Model model) {
@@ -178,6 +204,9 @@ final class DataParallelWorker {
             current = null;
         }
         long stepNanos = System.nanoTime() - start;
+        if (sharded != null) {
+            syncNanos += sharded.takeGatherNanos(); // the update's all-gather ran inside DL4J's updater call
+        }
         metrics.recordStep(stepNanos, syncNanos);
         // with minibatch division off, DL4J's score is the summed loss of this worker's batch
         task.result().complete(new Result(task.idle() ? 0 : replica.score(), stepNanos, syncNanos, skipped));
@@ -193,6 +222,16 @@ final class DataParallelWorker {
             gradientSegment.fill((byte) 0); // contributes nothing; zero bits are 0.0 in every dtype
         } else {
             localBad = reducer.firstNonFinite(gradientSegment, 0, dtype, count);
+        }
+        if (sharded != null) {
+            // this rank's shard reduced and divided; the verdict on non-finite values is global
+            sharded.reduceGradients();
+            long nonFiniteShards = sharded.finishReduction(task.stepExamples());
+            syncNanos = System.nanoTime() - start;
+            if (nonFiniteShards > 0) {
+                nonFinite(task, localBad, sharded.firstNonFiniteIndex());
+            }
+            return;
         }
         synchronizer.allReduce(ReduceOp.SUM);
         // what DL4J's updater would have done for one model seeing every example of the step

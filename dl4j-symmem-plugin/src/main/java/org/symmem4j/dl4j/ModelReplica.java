@@ -1,10 +1,15 @@
 package org.symmem4j.dl4j;
 
 import java.lang.foreign.MemorySegment;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
 import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.api.Trainable;
 import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.deeplearning4j.optimize.api.TrainingListener;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
@@ -55,6 +60,47 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
      */
     ModelReplica newReplica();
 
+    /**
+     * A replica for sharded training: like {@link #newReplica()} (parameters, counters, minibatch
+     * division off) but DL4J's own updater is never created, so no full-size updater state is
+     * allocated; {@link #installUpdater} gives it a {@link ShardedUpdater}.
+     */
+    ModelReplica newShardedReplica();
+
+    /** Makes DL4J's optimizer call {@code sharded} where it would run its own updater. */
+    void installUpdater(ShardedUpdater sharded);
+
+    /** DL4J's multi-layer updater of this network, created (with its full state) if the network has none yet. */
+    default BaseMultiLayerUpdater<?> dl4jUpdater() {
+        Object u = switch (this) {
+            case Mln m -> m.net().getUpdater(true);
+            case Graph g -> g.net().getUpdater(true);
+        };
+        if (u instanceof BaseMultiLayerUpdater<?> b) {
+            return b;
+        }
+        throw new IllegalStateException("expected DL4J's own updater (MultiLayerUpdater or ComputationGraphUpdater) on the"
+                + " model; found " + (u == null ? "null" : u.getClass().getName()));
+    }
+
+    /**
+     * The layers (graph: vertices) that have parameters, by the name DL4J's updater knows them by
+     * ({@code getConfig().getLayerName()}).
+     */
+    default Map<String, Trainable> trainables() {
+        Map<String, Trainable> out = new LinkedHashMap<>();
+        List<Trainable> all = switch (this) {
+            case Mln m -> List.of((Trainable[]) m.net().getLayers());
+            case Graph g -> List.of((Trainable[]) g.net().getVertices());
+        };
+        for (Trainable t : all) {
+            if (t.numParams() > 0 && out.put(t.getConfig().getLayerName(), t) != null) {
+                throw new IllegalStateException("two layers are named " + t.getConfig().getLayerName());
+            }
+        }
+        return out;
+    }
+
     /** Turns off the updater's division of the gradient (a sum over examples) by the minibatch size. */
     void disableMinibatchDivision();
 
@@ -81,6 +127,19 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
     void addListener(TrainingListener listener);
 
     double score();
+
+    /** Parameters and counters of {@code source} copied into this replica (not the updater state). */
+    default void copyParamsAndCountersFrom(ModelReplica source) {
+        params().assign(source.params());
+        setIterationCount(source.iterationCount());
+        setEpochCount(source.epochCount());
+    }
+
+    /** Bitwise equality of parameters, and equal counters. */
+    default boolean sameParamsAndCountersAs(ModelReplica other) {
+        return iterationCount() == other.iterationCount() && epochCount() == other.epochCount()
+                && bitwiseEqual(params(), other.params());
+    }
 
     /** Parameters, updater state and counters of {@code source} copied into this replica. */
     default void copyStateFrom(ModelReplica source) {
@@ -147,6 +206,22 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
             copy.copyStateFrom(this);
             copy.disableMinibatchDivision();
             return copy;
+        }
+
+        @Override
+        public ModelReplica newShardedReplica() {
+            MultiLayerNetwork fresh = new MultiLayerNetwork(net.getLayerWiseConfigurations().clone());
+            fresh.init();
+            fresh.initGradientsView();
+            Mln copy = new Mln(fresh);
+            copy.copyParamsAndCountersFrom(this);
+            copy.disableMinibatchDivision();
+            return copy;
+        }
+
+        @Override
+        public void installUpdater(ShardedUpdater sharded) {
+            net.setUpdater(new ShardedUpdater.ForMultiLayer(sharded));
         }
 
         @Override
@@ -234,6 +309,22 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
             copy.copyStateFrom(this);
             copy.disableMinibatchDivision();
             return copy;
+        }
+
+        @Override
+        public ModelReplica newShardedReplica() {
+            ComputationGraph fresh = new ComputationGraph(net.getConfiguration().clone());
+            fresh.init();
+            fresh.initGradientsView();
+            Graph copy = new Graph(fresh);
+            copy.copyParamsAndCountersFrom(this);
+            copy.disableMinibatchDivision();
+            return copy;
+        }
+
+        @Override
+        public void installUpdater(ShardedUpdater sharded) {
+            net.setUpdater(new ShardedUpdater.ForGraph(net, sharded));
         }
 
         @Override

@@ -3,6 +3,12 @@ package org.symmem4j.dl4j;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tag;
 import io.micrometer.core.instrument.Tags;
+import java.io.File;
+import java.io.IOException;
+import java.nio.file.AtomicMoveNotSupportedException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -14,6 +20,8 @@ import java.util.concurrent.TimeoutException;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.util.ModelSerializer;
+import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
@@ -66,7 +74,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /** Validated settings, shared with the workers. */
     record Settings(int workers, long bucketBytes, AlgorithmPolicy policy, NonFiniteGradients nonFiniteGradients,
-                    Duration timeout, int ompThreadsPerWorker) {
+                    Duration timeout, int ompThreadsPerWorker, ZeroStage sharding) {
     }
 
     private final ModelReplica model;
@@ -83,7 +91,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         this.settings = new Settings(b.workers, b.bucketBytes,
                 b.algorithm != null ? AlgorithmPolicy.forced(b.algorithm) : b.policy != null ? b.policy : AlgorithmPolicy.calibrated(),
                 b.nonFiniteGradients, b.timeout, b.ompThreadsPerWorker > 0 ? b.ompThreadsPerWorker
-                : Math.max(1, Runtime.getRuntime().availableProcessors() / b.workers));
+                : Math.max(1, Runtime.getRuntime().availableProcessors() / b.workers), b.sharding);
         this.metrics = new SyncMetrics(InJvmTransport.NAME, b.metricTags);
         if (b.registry != null) {
             metrics.bindTo(b.registry);
@@ -104,6 +112,34 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     /** The number of workers. */
     public int workers() {
         return settings.workers();
+    }
+
+    /** The ZeRO stage this wrapper shards with, or null for plain data parallelism. */
+    public ZeroStage sharding() {
+        return settings.sharding();
+    }
+
+    /**
+     * What each worker's replica holds, from its actual arrays (empty before the first
+     * {@code fit()}): with sharding, the updater state is the worker's shard only.
+     */
+    public synchronized List<WorkerMemory> workerMemory() {
+        if (workers == null) {
+            return List.of();
+        }
+        List<WorkerMemory> out = new ArrayList<>();
+        for (int i = 0; i < workers.size(); i++) {
+            DataParallelWorker w = workers.get(i);
+            ModelReplica r = w.replica();
+            long width = r.params().dataType().width();
+            long count = r.params().length();
+            ShardedUpdater s = w.sharded();
+            INDArray state = s == null ? r.updaterState() : null;
+            out.add(new WorkerMemory(i, s == null ? 0 : s.start(), s == null ? count : s.end(), count * width,
+                    r.gradientView().length() * width,
+                    s != null ? s.stateBytes() : state == null ? 0 : state.length() * state.dataType().width()));
+        }
+        return out;
     }
 
     /** The replicas, worker order (tests compare them after each step, while workers are idle). */
@@ -172,7 +208,60 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         for (DataParallelWorker w : workers) {
             w.replica().setEpochCount(w.replica().epochCount() + 1);
         }
-        model.copyStateFrom(workers.getFirst().replica());
+        pullModelFromReplicas();
+    }
+
+    /**
+     * The model takes the replicas' state: parameters and counters from replica 0 (all are
+     * bitwise equal), the updater state from replica 0, or with sharding gathered from every
+     * worker's shard into the model's full DL4J state view. Workers must be idle.
+     */
+    private void pullModelFromReplicas() {
+        ModelReplica first = workers.getFirst().replica();
+        if (settings.sharding() == null) {
+            model.copyStateFrom(first);
+            return;
+        }
+        model.copyParamsAndCountersFrom(first);
+        INDArray full = model.updaterState();
+        if (full != null) {
+            for (DataParallelWorker w : workers) {
+                w.sharded().exportState(full);
+            }
+        }
+    }
+
+    /** Whether the replicas hold the model's state (it may have been changed between fits). Workers must be idle. */
+    private boolean replicasMatchModel() {
+        ModelReplica first = workers.getFirst().replica();
+        if (settings.sharding() == null) {
+            return first.sameStateAs(model);
+        }
+        if (!first.sameParamsAndCountersAs(model)) {
+            return false;
+        }
+        INDArray full = model.updaterState();
+        for (DataParallelWorker w : workers) {
+            if (full != null && !w.sharded().stateMatches(full)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /** Every replica (and shard) takes the model's state. Workers must be idle. */
+    private void pushModelToReplicas() {
+        INDArray full = settings.sharding() == null ? null : model.updaterState();
+        for (DataParallelWorker w : workers) {
+            if (settings.sharding() == null) {
+                w.replica().copyStateFrom(model);
+            } else {
+                w.replica().copyParamsAndCountersFrom(model);
+                if (full != null) {
+                    w.sharded().importState(full);
+                }
+            }
+        }
     }
 
     private void runStep(List<Object> batches) {
@@ -268,11 +357,18 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             // Every worker runs ND4J ops at once: give each its share of the cores, for OpenMP and BLAS both.
             Nd4j.getEnvironment().setMaxThreads(settings.ompThreadsPerWorker());
             Nd4j.factory().blas().setMaxThreads(settings.ompThreadsPerWorker());
+            DataParallelWorker.ShardSource shardSource = null;
+            if (settings.sharding() != null) {
+                // DL4J's own updater of the user's model: its blocks are the layout, its full state
+                // view is where shards start from (and are gathered into after each fit)
+                UpdaterLayout layout = UpdaterLayout.of(model.dl4jUpdater(), model.params().length());
+                shardSource = new DataParallelWorker.ShardSource(layout, model.updaterState());
+            }
             world = InJvmWorld.create(settings.workers(), GroupOptions.defaults().withTimeout(settings.timeout()));
             List<DataParallelWorker> started = new ArrayList<>();
             for (int r = 0; r < settings.workers(); r++) {
-                ModelReplica replica = model.newReplica();
-                started.add(new DataParallelWorker(r, world, replica, settings, metrics));
+                ModelReplica replica = settings.sharding() == null ? model.newReplica() : model.newShardedReplica();
+                started.add(new DataParallelWorker(r, world, replica, settings, metrics, shardSource));
             }
             workers = started;
             for (DataParallelWorker w : workers) {
@@ -291,11 +387,150 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 throw new SymmemException("interrupted while starting workers", e);
             }
             LOG.log(System.Logger.Level.INFO, "symmem4j data parallelism: " + settings.workers() + " workers, policy "
-                    + settings.policy() + ", ND4J threads per worker " + settings.ompThreadsPerWorker());
-        } else if (!workers.getFirst().replica().sameStateAs(model)) {
-            for (DataParallelWorker w : workers) {
-                w.replica().copyStateFrom(model);
+                    + settings.policy() + ", ND4J threads per worker " + settings.ompThreadsPerWorker()
+                    + (settings.sharding() == null ? "" : ", ZeRO sharding " + settings.sharding()));
+        } else if (!replicasMatchModel()) {
+            pushModelToReplicas();
+        }
+    }
+
+    // ------------------------------------------------------------------ sharded checkpoints
+
+    /**
+     * Saves a sharded run into {@code dir}: one file per worker with its updater-state shard and
+     * metadata ({@code shard-RRRRR-of-NNNNN.bin}: worker count, shard bounds, iteration and epoch
+     * counters, DL4J's updater layout, format version, checksum), plus {@code model.zip}, written by
+     * DL4J's {@code ModelSerializer} with the full updater state gathered from the shards, which a
+     * plain DL4J user loads with {@code ModelSerializer.restoreMultiLayerNetwork(file, true)}.
+     * Shard files of another worker count in {@code dir} are deleted. Saves what the next
+     * {@code fit()} would train from.
+     */
+    public synchronized void saveCheckpoint(Path dir) throws IOException {
+        requireSharding("saveCheckpoint");
+        if (closed) {
+            throw new IllegalStateException("wrapper is closed; build a new one");
+        }
+        ensureWorkers();
+        pullModelFromReplicas();
+        Files.createDirectories(dir);
+        int n = workers.size();
+        try (var listing = Files.list(dir)) {
+            for (Path stale : listing.filter(f -> {
+                int ws = ShardCheckpoint.worldSizeOf(f);
+                return ws >= 0 && ws != n;
+            }).toList()) {
+                Files.delete(stale);
             }
+        }
+        for (int r = 0; r < n; r++) {
+            ShardedUpdater s = workers.get(r).sharded();
+            ModelReplica replica = workers.get(r).replica();
+            INDArray state = s.state();
+            ShardCheckpoint.write(dir.resolve(ShardCheckpoint.shardFileName(r, n)), new ShardCheckpoint.Header(
+                    ShardCheckpoint.FORMAT_VERSION, n, r, s.stage().name(), replica.params().dataType().name(),
+                    java.nio.ByteOrder.nativeOrder().toString(), s.layout().paramCount(), s.start(), s.end(),
+                    state == null ? 0 : state.length(), replica.iterationCount(), replica.epochCount(),
+                    s.layout().fingerprint()), state);
+        }
+        Path tmp = dir.resolve(ShardCheckpoint.MODEL_FILE + ".tmp");
+        ModelSerializer.writeModel(model.model(), tmp.toFile(), true);
+        try {
+            Files.move(tmp, dir.resolve(ShardCheckpoint.MODEL_FILE), StandardCopyOption.REPLACE_EXISTING,
+                    StandardCopyOption.ATOMIC_MOVE);
+        } catch (AtomicMoveNotSupportedException e) {
+            Files.move(tmp, dir.resolve(ShardCheckpoint.MODEL_FILE), StandardCopyOption.REPLACE_EXISTING);
+        }
+    }
+
+    /**
+     * Restores a checkpoint written by {@link #saveCheckpoint} with the same worker count: each
+     * worker reads its own shard file; parameters and counters come from {@code model.zip} (its
+     * updater state is not read: the shards hold it); then the model holds the restored state as
+     * after a {@code fit()}. Everything is checked before anything changes (worker count, shard
+     * bounds, data type, DL4J's updater layout, equal counters in every file); a shard that fails
+     * its checksum leaves the model as it was, and the next {@code fit()} re-syncs the workers
+     * from the model. For a different worker count, load {@code model.zip} with
+     * {@code ModelSerializer} (updater state included) and build a wrapper on that model: it
+     * shards the model's full state for any worker count.
+     */
+    public synchronized void restoreCheckpoint(Path dir) throws IOException {
+        requireSharding("restoreCheckpoint");
+        if (closed) {
+            throw new IllegalStateException("wrapper is closed; build a new one");
+        }
+        ensureWorkers();
+        int n = workers.size();
+        List<ShardCheckpoint.Header> headers = new ArrayList<>();
+        for (int r = 0; r < n; r++) {
+            Path file = dir.resolve(ShardCheckpoint.shardFileName(r, n));
+            if (!Files.isRegularFile(file)) {
+                throw new IllegalArgumentException("checkpoint " + dir + " has no " + file.getFileName() + " for workers=" + n
+                        + "; shard files found: " + shardFiles(dir) + " (build the wrapper with the worker count the"
+                        + " checkpoint was saved with, or load " + ShardCheckpoint.MODEL_FILE
+                        + " with ModelSerializer and build a wrapper with any worker count on it)");
+            }
+            ShardCheckpoint.Header h = ShardCheckpoint.readHeader(file);
+            ShardedUpdater s = workers.get(r).sharded();
+            INDArray state = s.state();
+            String expected = "worldSize=" + n + " rank=" + r + " dataType=" + model.params().dataType() + " paramCount="
+                    + s.layout().paramCount() + " shard=[" + s.start() + "," + s.end() + ") stateElements="
+                    + (state == null ? 0 : state.length()) + " layoutHash=" + s.layout().fingerprint();
+            String found = "worldSize=" + h.worldSize() + " rank=" + h.rank() + " dataType=" + h.dataType() + " paramCount="
+                    + h.paramCount() + " shard=[" + h.shardStart() + "," + h.shardEnd() + ") stateElements="
+                    + h.stateElements() + " layoutHash=" + h.layoutHash();
+            if (!expected.equals(found)) {
+                throw new IllegalArgumentException(file + " does not fit this wrapper's worker " + r + ": expected " + expected
+                        + ", found " + found + " (restore into a wrapper built on the same network configuration with the"
+                        + " same worker count)");
+            }
+            if (!headers.isEmpty() && (h.iterationCount() != headers.getFirst().iterationCount()
+                    || h.epochCount() != headers.getFirst().epochCount())) {
+                throw new IllegalArgumentException("checkpoint " + dir + " mixes steps: shard 0 at iteration="
+                        + headers.getFirst().iterationCount() + " epoch=" + headers.getFirst().epochCount() + ", shard " + r
+                        + " at iteration=" + h.iterationCount() + " epoch=" + h.epochCount() + " (save the checkpoint again)");
+            }
+            headers.add(h);
+        }
+        File modelFile = dir.resolve(ShardCheckpoint.MODEL_FILE).toFile();
+        ModelReplica saved = ModelReplica.of(model instanceof ModelReplica.Mln
+                ? ModelSerializer.restoreMultiLayerNetwork(modelFile, false)
+                : ModelSerializer.restoreComputationGraph(modelFile, false));
+        if (saved.params().length() != model.params().length() || saved.params().dataType() != model.params().dataType()) {
+            throw new IllegalArgumentException(modelFile + " holds " + saved.params().length() + " x "
+                    + saved.params().dataType() + " parameters; this wrapper's model " + model.params().length() + " x "
+                    + model.params().dataType());
+        }
+        ShardCheckpoint.Header h0 = headers.getFirst();
+        if (saved.iterationCount() != h0.iterationCount() || saved.epochCount() != h0.epochCount()) {
+            throw new IllegalArgumentException(modelFile + " is at iteration=" + saved.iterationCount() + " epoch="
+                    + saved.epochCount() + ", the shards at iteration=" + h0.iterationCount() + " epoch=" + h0.epochCount()
+                    + " (files from different saves; save the checkpoint again)");
+        }
+        for (int r = 0; r < n; r++) {
+            ShardCheckpoint.readState(dir.resolve(ShardCheckpoint.shardFileName(r, n)), workers.get(r).sharded().state());
+        }
+        model.copyParamsAndCountersFrom(saved);
+        for (DataParallelWorker w : workers) {
+            w.replica().copyParamsAndCountersFrom(model);
+        }
+        pullModelFromReplicas();
+    }
+
+    private static List<String> shardFiles(Path dir) throws IOException {
+        if (!Files.isDirectory(dir)) {
+            return List.of();
+        }
+        try (var listing = Files.list(dir)) {
+            return listing.filter(f -> ShardCheckpoint.worldSizeOf(f) >= 0).map(f -> f.getFileName().toString()).sorted()
+                    .toList();
+        }
+    }
+
+    private void requireSharding(String what) {
+        if (settings.sharding() == null) {
+            throw new IllegalStateException(what + " writes per-worker updater-state shards and needs sharding(...) on the"
+                    + " builder; without sharding the model holds the whole state after fit(): save it with"
+                    + " ModelSerializer.writeModel(model, file, true)");
         }
     }
 
@@ -338,6 +573,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         private Duration timeout = GroupOptions.DEFAULT_TIMEOUT;
         private int ompThreadsPerWorker;
         private MeterRegistry registry;
+        private ZeroStage sharding;
         private Iterable<Tag> metricTags = Tags.empty();
         private final List<StepListener> stepListeners = new ArrayList<>();
 
@@ -409,6 +645,16 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
         public Builder meterRegistry(MeterRegistry registry) {
             return meterRegistry(registry, Tags.empty());
+        }
+
+        /**
+         * ZeRO-style sharding: each worker keeps updater state only for its 1/N shard of the flat
+         * parameter vector (see {@link ZeroStage}); training gives the same parameters as plain
+         * data parallelism. Default: off.
+         */
+        public Builder sharding(ZeroStage stage) {
+            this.sharding = Objects.requireNonNull(stage, "stage");
+            return this;
         }
 
         /** Called after every step with its loss and timings. */

@@ -4,6 +4,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
 import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
+import org.deeplearning4j.nn.conf.GradientNormalization;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.layers.DenseLayer;
@@ -18,6 +19,7 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.learning.config.IUpdater;
+import org.nd4j.linalg.learning.config.Nesterovs;
 import org.nd4j.linalg.learning.config.Sgd;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
 
@@ -47,6 +49,54 @@ final class Nets {
                 .layer(new DenseLayer.Builder().nIn(HIDDEN).nOut(HIDDEN).activation(Activation.RELU).build())
                 .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(HIDDEN).nOut(OUT)
                         .activation(Activation.SOFTMAX).build())
+                .build();
+        MultiLayerNetwork net = new MultiLayerNetwork(conf);
+        net.init();
+        return net;
+    }
+
+    /**
+     * An MLP for sharding tests, by recipe: {@code sgd}, {@code nesterov}, {@code adam},
+     * {@code adamw} (Adam with decoupled weight decay scaled by the learning rate, DL4J's
+     * {@code WeightDecay} after the updater), {@code nesterov+l2} (L2 before the updater),
+     * {@code mixed} (three updater blocks with 2, 1 and 0 state arrays per parameter), or
+     * {@code adam+<GradientNormalization>} with threshold {@code normThreshold}.
+     */
+    static MultiLayerNetwork mlp(String recipe, DataType dtype, int hidden, double normThreshold) {
+        NeuralNetConfiguration.Builder b = new NeuralNetConfiguration.Builder()
+                .seed(42).dataType(dtype).weightInit(WeightInit.XAVIER);
+        IUpdater hiddenUpdater = null;
+        IUpdater outputUpdater = null;
+        switch (recipe) {
+            case "sgd" -> b.updater(new Sgd(0.1));
+            case "nesterov" -> b.updater(new Nesterovs(0.05, 0.9));
+            case "adam" -> b.updater(new Adam(0.01));
+            case "adamw" -> b.updater(new Adam(0.01)).weightDecay(0.05, true);
+            case "nesterov+l2" -> b.updater(new Nesterovs(0.05, 0.9)).l2(1e-2);
+            case "mixed" -> {
+                b.updater(new Adam(0.01));
+                hiddenUpdater = new Nesterovs(0.05, 0.9);
+                outputUpdater = new Sgd(0.1);
+            }
+            default -> {
+                if (!recipe.startsWith("adam+")) {
+                    throw new IllegalArgumentException(recipe);
+                }
+                b.updater(new Adam(0.01)).gradientNormalization(GradientNormalization.valueOf(recipe.substring(5)))
+                        .gradientNormalizationThreshold(normThreshold);
+            }
+        }
+        DenseLayer.Builder second = new DenseLayer.Builder().nIn(hidden).nOut(hidden).activation(Activation.RELU);
+        OutputLayer.Builder out = new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(hidden).nOut(OUT)
+                .activation(Activation.SOFTMAX);
+        if (hiddenUpdater != null) {
+            second.updater(hiddenUpdater);
+            out.updater(outputUpdater);
+        }
+        MultiLayerConfiguration conf = b.list()
+                .layer(new DenseLayer.Builder().nIn(IN).nOut(hidden).activation(Activation.TANH).build())
+                .layer(second.build())
+                .layer(out.build())
                 .build();
         MultiLayerNetwork net = new MultiLayerNetwork(conf);
         net.init();

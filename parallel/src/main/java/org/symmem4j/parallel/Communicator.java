@@ -57,6 +57,26 @@ public interface Communicator extends AutoCloseable {
     /** All-gather: every rank's {@code sendCount} elements land in {@code recv} at block {@code rank}. */
     void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype);
 
+    /**
+     * In-place reduce-scatter on symmetric memory, with no staging copy: the {@code count} elements
+     * at {@code offsetBytes} of every rank's region are cut into the blocks of
+     * {@link ShardPartition#of ShardPartition.of(count, worldSize, dtype)}, and block r of rank r's
+     * region receives block r reduced over all ranks (peers added in rank order, bitwise equal to
+     * the same elements of a ONE_SHOT or TWO_SHOT all-reduce). The other blocks of every region are
+     * left as they were. Returns once every rank has read its block from this rank's region, so the
+     * caller may overwrite it.
+     */
+    void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op);
+
+    /**
+     * In-place all-gather on symmetric memory: with the blocks of
+     * {@link ShardPartition#of ShardPartition.of(count, worldSize, dtype)} over the {@code count}
+     * elements at {@code offsetBytes}, every rank copies block q from rank q's region into its own,
+     * for every q. Afterwards every rank's region holds every rank's own block, bitwise. Returns once
+     * every rank has copied this rank's block.
+     */
+    void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype);
+
     /** Broadcast: {@code count} elements of rank {@code root}'s buffer are copied into every rank's buffer. */
     void broadcast(MemorySegment buffer, long count, DType dtype, int root);
 

@@ -341,6 +341,20 @@ public final class CudaCommunicator implements Communicator {
     }
 
     @Override
+    public void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
+        throw new UnsupportedOperationException("in-place reduce-scatter over ShardPartition blocks is not implemented on"
+                + " the cuda transport; use reduceScatter(CudaSymmetricMemory, inOffset, outDevicePointer, recvCount, dtype)"
+                + " with equal blocks");
+    }
+
+    @Override
+    public void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
+        throw new UnsupportedOperationException("in-place all-gather over ShardPartition blocks is not implemented on"
+                + " the cuda transport; use allGather(inDevicePointer, CudaSymmetricMemory, outOffset, bytes) with equal"
+                + " blocks");
+    }
+
+    @Override
     public void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
         throw new UnsupportedOperationException("broadcast is not implemented on the cuda transport yet");
     }

@@ -12,6 +12,7 @@ import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Descriptor;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Kind;
@@ -440,6 +441,82 @@ public final class HostCommunicator implements Communicator {
         }
     }
 
+    /**
+     * In place: rank r reduces block r of every peer's region (rank order) into block r of its own
+     * region, which no peer reads during this call; the same loop as TWO_SHOT's first phase, so the
+     * same bits. A final barrier keeps each rank from overwriting its region while peers still read
+     * their blocks from it.
+     */
+    @Override
+    public void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
+        long s = seq++;
+        sync.beginOp("reduce-scatter", s);
+        Problem problem = commonProblem(count, dtype, op, Algorithm.TWO_SHOT);
+        problem = problem != Problem.NONE ? problem : inPlaceProblem(memory, offsetBytes);
+        HostSymmetricMemory mem = problem == Problem.NONE ? (HostSymmetricMemory) memory : null;
+        call.set(s, Kind.REDUCE_SCATTER, ordinal(dtype), ordinal(op), -1, -1, count,
+                mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+        enter(call, nextHalf); // publishes every rank's data in its region
+        if (count == 0 || worldSize == 1) {
+            return; // one rank: its block already holds the result (x/1 == x for AVG)
+        }
+        ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
+        long dsize = dtype.byteSize();
+        long lo = blocks.start(rank);
+        long len = blocks.size(rank);
+        if (len > 0) {
+            for (int r = 0; r < worldSize; r++) {
+                setSource(r, mem.peer(r), offsetBytes + lo * dsize, dtype);
+            }
+            // one rank computes each element, as TWO_SHOT does: no canonical NaNs, the same bits
+            reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, mem.local(), offsetBytes + lo * dsize, dtype, len, op,
+                    op == ReduceOp.AVG ? worldSize : 0, false);
+        }
+        sync.barrier("reduce-scatter done"); // every rank has read its block from every region
+    }
+
+    /**
+     * In place: after the entry barrier (which publishes every rank's own block), rank r copies
+     * block q from rank q's region into its own for every q != r. No rank writes a block a peer
+     * reads: peers read only block q of rank q. A final barrier keeps rank q from overwriting block q
+     * while peers still copy it.
+     */
+    @Override
+    public void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
+        long s = seq++;
+        sync.beginOp("all-gather", s);
+        Problem problem = commonProblem(count, dtype, ReduceOp.SUM, Algorithm.TWO_SHOT);
+        problem = problem != Problem.NONE ? problem : inPlaceProblem(memory, offsetBytes);
+        HostSymmetricMemory mem = problem == Problem.NONE ? (HostSymmetricMemory) memory : null;
+        call.set(s, Kind.ALL_GATHER, ordinal(dtype), -1, -1, -1, count,
+                mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+        enter(call, nextHalf); // publishes every rank's own block
+        if (count == 0 || worldSize == 1) {
+            return;
+        }
+        ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
+        long dsize = dtype.byteSize();
+        for (int q = 0; q < worldSize; q++) {
+            long len = blocks.size(q);
+            if (q != rank && len > 0) {
+                long at = offsetBytes + blocks.start(q) * dsize;
+                MemorySegment.copy(mem.peer(q), at, mem.local(), at, len * dsize);
+            }
+        }
+        sync.barrier("all-gather done"); // every rank has copied every block
+    }
+
+    /** What makes {@code memory} unusable for an in-place call on this communicator, or NONE. */
+    private Problem inPlaceProblem(SymmetricMemory memory, long offsetBytes) {
+        if (memory == null) {
+            return Problem.NULL_BUFFER;
+        }
+        if (!(memory instanceof HostSymmetricMemory h) || h.group() != group) {
+            return Problem.FOREIGN_MEMORY;
+        }
+        return offsetBytes < 0 || offsetBytes > memory.byteSize() ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
+    }
+
     /** Staged: the root puts piece j in its staging half; every other rank copies it out. */
     @Override
     public void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
@@ -535,8 +612,9 @@ public final class HostCommunicator implements Communicator {
         long one = count * dsize;
         return switch (d.kind()) {
             case ALL_REDUCE, BROADCAST -> bufferBytes >= one;
-            case REDUCE_SCATTER -> bufferBytes >= one * worldSize && recvBytes >= one;
-            case ALL_GATHER -> bufferBytes >= one && recvBytes >= one * worldSize;
+            // in place (a symmetric region): count is the whole vector, which the region must hold
+            case REDUCE_SCATTER -> d.memoryId() >= 0 ? bufferBytes >= one : bufferBytes >= one * worldSize && recvBytes >= one;
+            case ALL_GATHER -> d.memoryId() >= 0 ? bufferBytes >= one : bufferBytes >= one && recvBytes >= one * worldSize;
             case BARRIER -> true;
         };
     }
@@ -667,8 +745,8 @@ public final class HostCommunicator implements Communicator {
                 long one = dtype.bytes(d.count());
                 return switch (d.kind()) {
                     case ALL_REDUCE, BROADCAST -> new long[] {one};
-                    case REDUCE_SCATTER -> new long[] {Math.multiplyExact(one, (long) n), one};
-                    case ALL_GATHER -> new long[] {one, Math.multiplyExact(one, (long) n)};
+                    case REDUCE_SCATTER -> d.memoryId() >= 0 ? new long[] {one} : new long[] {Math.multiplyExact(one, (long) n), one};
+                    case ALL_GATHER -> d.memoryId() >= 0 ? new long[] {one} : new long[] {one, Math.multiplyExact(one, (long) n)};
                     case BARRIER -> new long[] {0};
                 };
             } catch (ArithmeticException e) {

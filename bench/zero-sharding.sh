@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# ZeRO-style sharding benchmark: updater-state bytes and peak off-heap bytes per worker, and step
+# time, of plain data parallelism (the baseline) and ZeRO stages 1 and 2, for N = 1, 2, 4 workers,
+# every run in a fresh JVM; written as markdown to bench/results/<date>-zero-sharding.md (see
+# ZeroShardingBench for the method and flags).
+#
+#   bench/zero-sharding.sh [extra ZeroShardingBench flags, e.g. --reps 1 --steps 20 for a quick look]
+#
+# About 5 minutes on 2 cores. Builds with `package` inside this checkout (never `install`: that
+# would replace the artifacts in ~/.m2 that other checkouts use). Run it on an otherwise idle machine.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+. bench/jdk25.sh
+jdk=$(find_jdk25)
+
+mvn -q -B -o -pl examples -am -DskipTests package
+cp="$(cat examples/target/classpath.txt):$(ls "$root"/examples/target/symmem4j-examples-*.jar)"
+
+commit=$(git rev-parse --short HEAD)
+if [ -n "$(git status --porcelain -- . ':!bench/results' ':!bench/tmp')" ]; then
+  commit="$commit (plus uncommitted changes)"
+fi
+mkdir -p bench/results
+report="bench/results/$(date -u +%Y-%m-%d)-zero-sharding.md"
+
+"$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector \
+  --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.examples.bench.dl4j.ZeroShardingBench \
+  --out "$report" --commit "$commit" --command "bench/zero-sharding.sh $*" "$@"
+echo "wrote $report" >&2
