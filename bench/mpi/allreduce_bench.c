@@ -25,88 +25,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum {
-    ALIGNMENT = 64,        /* cache-line alignment, like the Java side */
-    MIN_ITERS = 5,         /* floor for the slowest (largest) sizes */
-    MAX_ITERS = 1000000,   /* bounds the per-iteration timing array (8 MB) */
-    PATTERN_PERIOD = 251,  /* small prime: data varies along the buffer */
-};
+#include "bench_harness.h"
 
-/* Calibration stops once one batch takes at least this share of the budget,
- * long enough for its mean to be a stable per-iteration estimate. */
-static const double CALIBRATION_SHARE = 0.05;
-static const double DEFAULT_MAX_SECONDS = 1.0;
+enum {
+    ALIGNMENT = 64, /* cache-line alignment, like the Java side */
+};
 
 static const size_t DEFAULT_SIZES[] = {
     1u << 10, 1u << 12, 1u << 14, 1u << 16, 1u << 18,
     1u << 20, 1u << 22, 1u << 24, 1u << 26, 1u << 28,
 };
 
-/* MPI_COMM_WORLD is switched to MPI_ERRORS_RETURN so failures land here with
- * a readable message instead of the default silent abort. */
-#define CHECK_MPI(call)                                                      \
-    do {                                                                     \
-        int rc_ = (call);                                                    \
-        if (rc_ != MPI_SUCCESS) {                                            \
-            char msg_[MPI_MAX_ERROR_STRING];                                 \
-            int len_ = 0;                                                    \
-            MPI_Error_string(rc_, msg_, &len_);                              \
-            fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__,    \
-                    #call, msg_);                                            \
-            MPI_Abort(MPI_COMM_WORLD, 1);                                    \
-        }                                                                    \
-    } while (0)
-
-typedef struct {
-    size_t *sizes;
-    int size_count;
-    double max_seconds;
-} Options;
-
-static void *xaligned_alloc(size_t bytes)
+/* A size must be a whole number of floats, and MPI counts are ints. */
+static int size_ok(unsigned long long bytes)
 {
-    /* C11 aligned_alloc wants the size to be a multiple of the alignment. */
-    size_t rounded = (bytes + ALIGNMENT - 1) / ALIGNMENT * ALIGNMENT;
-    void *p = aligned_alloc(ALIGNMENT, rounded);
-    if (p == NULL) {
-        fprintf(stderr, "aligned_alloc(%zu) failed\n", rounded);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-    return p;
-}
-
-/* Every rank parses the same argv, so every rank reaches the same verdict and
- * a bad argument ends all of them without any communication. */
-static int parse_options(int argc, char **argv, Options *opt)
-{
-    opt->max_seconds = DEFAULT_MAX_SECONDS;
-    opt->size_count = 0;
-    opt->sizes = malloc(sizeof(DEFAULT_SIZES) + (size_t)argc * sizeof(size_t));
-    if (opt->sizes == NULL)
-        return 0;
-
-    for (int i = 1; i < argc; i++) {
-        char *end;
-        if (strcmp(argv[i], "--max-seconds-per-size") == 0) {
-            if (++i == argc)
-                return 0;
-            opt->max_seconds = strtod(argv[i], &end);
-            if (*end != '\0' || !(opt->max_seconds > 0.0))
-                return 0;
-        } else {
-            unsigned long long bytes = strtoull(argv[i], &end, 10);
-            if (argv[i][0] == '-' || *end != '\0' || bytes == 0 ||
-                bytes % sizeof(float) != 0 ||
-                bytes / sizeof(float) > INT_MAX) /* MPI count is an int */
-                return 0;
-            opt->sizes[opt->size_count++] = (size_t)bytes;
-        }
-    }
-    if (opt->size_count == 0) {
-        memcpy(opt->sizes, DEFAULT_SIZES, sizeof(DEFAULT_SIZES));
-        opt->size_count = (int)(sizeof(DEFAULT_SIZES) / sizeof(DEFAULT_SIZES[0]));
-    }
-    return 1;
+    return bytes % sizeof(float) == 0 && bytes / sizeof(float) <= INT_MAX;
 }
 
 /* Small integers, so every partial sum is exact in float32 and the check can
@@ -128,48 +61,18 @@ static void allreduce(float *buf, int count)
                             MPI_COMM_WORLD));
 }
 
+typedef struct {
+    float *buf;
+    int count;
+} Buffer;
+
 /* One barrier-aligned iteration, the same shape as the timed loop, so the
  * calibration estimate includes the barrier cost. */
-static void synced_allreduce(float *buf, int count)
+static void synced_allreduce(void *state)
 {
+    Buffer *b = state;
     CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
-    allreduce(buf, count);
-}
-
-/* Runs a batch and returns the slowest rank's wall time; being agreed across
- * ranks, it lets all ranks make identical loop decisions. */
-static double timed_batch(float *buf, int count, long iters)
-{
-    double start = MPI_Wtime();
-    for (long i = 0; i < iters; i++)
-        synced_allreduce(buf, count);
-    double local = MPI_Wtime() - start, slowest;
-    CHECK_MPI(MPI_Allreduce(&local, &slowest, 1, MPI_DOUBLE, MPI_MAX,
-                            MPI_COMM_WORLD));
-    return slowest;
-}
-
-/* Warms up (the first call page-faults the buffer into MPI's shared-memory
- * path and sets up protocol state) and picks the timed iteration count so the
- * whole size, warm-up included, fits the budget. */
-static long choose_iters(float *buf, int count, double budget)
-{
-    double spent = timed_batch(buf, count, 1); /* cold call: never an estimate */
-    double per_iter, batch_time;
-    long batch = 1;
-    do {
-        batch_time = timed_batch(buf, count, batch);
-        spent += batch_time;
-        per_iter = batch_time / (double)batch;
-        batch *= 2;
-    } while (batch_time < CALIBRATION_SHARE * budget);
-
-    double iters = (budget - spent) / per_iter;
-    if (iters < MIN_ITERS)
-        return MIN_ITERS;
-    if (iters > MAX_ITERS)
-        return MAX_ITERS;
-    return (long)iters;
+    allreduce(b->buf, b->count);
 }
 
 /*
@@ -214,39 +117,22 @@ static long long verify(float *buf, int count, int rank, int nranks)
 
 static void print_header(const Options *opt, int nranks)
 {
-    char version[MPI_MAX_LIBRARY_VERSION_STRING];
-    int len = 0;
-    CHECK_MPI(MPI_Get_library_version(version, &len));
-    version[strcspn(version, "\n")] = '\0';
-    printf("# library=%s\n", version);
+    print_library_line();
     printf("# ranks=%d dtype=float32 op=sum in_place=1 max_seconds_per_size=%g\n",
            nranks, opt->max_seconds);
     fflush(stdout);
-}
-
-static int compare_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median of n values; sorts them in place. The median is what the report compares: on a shared
- * 2-vCPU VM some stretches run several times slower, and the median is robust to them. */
-static double median(double *values, long n)
-{
-    qsort(values, (size_t)n, sizeof(double), compare_double);
-    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
 /* Returns 0 on success, 1 if the verified result was wrong. */
 static int bench_size(size_t bytes, double budget, int rank, int nranks)
 {
     int count = (int)(bytes / sizeof(float));
-    float *buf = xaligned_alloc(bytes);
+    float *buf = xaligned_alloc(bytes, ALIGNMENT);
     fill(buf, count, rank);
 
-    long iters = choose_iters(buf, count, budget);
-    double *elapsed = xaligned_alloc((size_t)iters * sizeof(double));
+    Buffer state = {buf, count};
+    long iters = choose_iters(synced_allreduce, &state, budget);
+    double *elapsed = xaligned_alloc((size_t)iters * sizeof(double), ALIGNMENT);
     time_iterations(buf, count, iters, elapsed);
     CHECK_MPI(MPI_Reduce(rank == 0 ? MPI_IN_PLACE : elapsed, elapsed,
                          (int)iters, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD));
@@ -257,15 +143,7 @@ static int bench_size(size_t bytes, double budget, int rank, int nranks)
             fprintf(stderr, "bytes=%zu: verification FAILED, %lld wrong elements\n",
                     bytes, wrong);
         } else {
-            double sum = 0.0, min = elapsed[0];
-            for (long i = 0; i < iters; i++) {
-                sum += elapsed[i];
-                if (elapsed[i] < min)
-                    min = elapsed[i];
-            }
-            printf("bytes=%zu mean_us=%.2f median_us=%.2f min_us=%.2f iters=%ld\n", bytes,
-                   sum / (double)iters * 1e6, median(elapsed, iters) * 1e6, min * 1e6, iters);
-            fflush(stdout);
+            print_stats(bytes, elapsed, iters);
         }
     }
     free(elapsed);
@@ -283,7 +161,8 @@ int main(int argc, char **argv)
     CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &nranks));
 
     Options opt;
-    if (!parse_options(argc, argv, &opt)) {
+    if (!parse_options(argc, argv, &opt, DEFAULT_SIZES,
+                       (int)(sizeof(DEFAULT_SIZES) / sizeof(DEFAULT_SIZES[0])), size_ok)) {
         if (rank == 0)
             fprintf(stderr, "usage: %s [--max-seconds-per-size X] [BYTES ...]\n"
                             "  BYTES: positive multiples of 4, at most %lld\n",
