@@ -416,6 +416,33 @@ final class ShardedUpdater {
 
     /** Whether DL4J's full state holds exactly this shard's state, bitwise. */
     boolean stateMatches(INDArray fullState) {
+        return forEachStateRun(fullState, (full, fullAt, mine, mineAt, bytes) ->
+                MemorySegment.mismatch(full, fullAt, fullAt + bytes, mine, mineAt, mineAt + bytes) == -1);
+    }
+
+    private void copyState(INDArray fullState, boolean intoShard) {
+        forEachStateRun(fullState, (full, fullAt, mine, mineAt, bytes) -> {
+            if (intoShard) {
+                MemorySegment.copy(full, fullAt, mine, mineAt, bytes);
+            } else {
+                MemorySegment.copy(mine, mineAt, full, fullAt, bytes);
+            }
+            return true;
+        });
+    }
+
+    /** One contiguous run of state that this shard keeps: where it lies in DL4J's full state and in the shard. */
+    private interface StateRun {
+        /** Returns false to stop the walk. */
+        boolean visit(MemorySegment full, long fullAt, MemorySegment mine, long mineAt, long bytes);
+    }
+
+    /**
+     * Walks the runs of DL4J's full updater state that this shard holds (per piece, one run per state
+     * element kind: Adam's m, then v), byte offsets in both arrays. Returns false if the visitor
+     * stopped the walk; true when the walk finished or there is no state.
+     */
+    private boolean forEachStateRun(INDArray fullState, StateRun visitor) {
         if (state == null) {
             return true;
         }
@@ -428,35 +455,12 @@ final class ShardedUpdater {
             for (int j = 0; j < p.block().statesPerParam(); j++) {
                 long fullAt = (p.block().stateStart() + j * n + (p.start() - p.block().start())) * w;
                 long mineAt = (p.stateOffset() + j * p.length()) * w;
-                long bytes = p.length() * w;
-                if (MemorySegment.mismatch(full, fullAt, fullAt + bytes, mine, mineAt, mineAt + bytes) != -1) {
+                if (!visitor.visit(full, fullAt, mine, mineAt, p.length() * w)) {
                     return false;
                 }
             }
         }
         return true;
-    }
-
-    private void copyState(INDArray fullState, boolean intoShard) {
-        if (state == null) {
-            return;
-        }
-        checkFullState(fullState);
-        MemorySegment full = ModelReplica.segmentOf(fullState);
-        MemorySegment mine = ModelReplica.segmentOf(state);
-        long w = state.dataType().width();
-        for (Piece p : pieces) {
-            long n = p.block().length();
-            for (int j = 0; j < p.block().statesPerParam(); j++) {
-                long fullAt = (p.block().stateStart() + j * n + (p.start() - p.block().start())) * w;
-                long mineAt = (p.stateOffset() + j * p.length()) * w;
-                if (intoShard) {
-                    MemorySegment.copy(full, fullAt, mine, mineAt, p.length() * w);
-                } else {
-                    MemorySegment.copy(mine, mineAt, full, fullAt, p.length() * w);
-                }
-            }
-        }
     }
 
     private void checkFullState(INDArray fullState) {

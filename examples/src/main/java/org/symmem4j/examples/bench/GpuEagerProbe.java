@@ -8,6 +8,7 @@ import java.util.Locale;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
@@ -37,7 +38,6 @@ public final class GpuEagerProbe {
         List<String> lines = InJvmWorld.runOnEveryRank(world, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)),
                 group -> {
             StringBuilder out = new StringBuilder();
-            ThreadMXBean mx = ManagementFactory.getThreadMXBean();
             try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
                  CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 1 << 20)) {
                 long plain = comm.deviceMalloc(1 << 20);
@@ -69,44 +69,11 @@ public final class GpuEagerProbe {
                                 }
                             };
                         };
-                        for (int i = 0; i < 200; i++) {
-                            call.run();
-                        }
-                        comm.synchronize();
-                        group.allGatherBytes("probe-local", new byte[0]);
-                        long cpu0 = mx.getCurrentThreadCpuTime();
-                        long t0 = System.nanoTime();
-                        for (int i = 0; i < calls; i++) {
-                            call.run();
-                        }
-                        long t1 = System.nanoTime();
-                        long cpu1 = mx.getCurrentThreadCpuTime();
-                        comm.synchronize();
-                        long t2 = System.nanoTime();
-                        out.append(String.format(Locale.ROOT,
-                                "rank %d %-22s %-34s host %7.2f us/call, thread CPU %7.2f us/call, drain %8.1f us%n",
-                                group.rank(), phase, local, (t1 - t0) / 1e3 / calls, (cpu1 - cpu0) / 1e3 / calls,
-                                (t2 - t1) / 1e3));
+                        out.append(measure(comm, group, phase, local, call, calls));
                     }
                     for (Case c : cases) {
-                        for (int i = 0; i < 200; i++) { // warm-up
-                            comm.allReduce(mem, 0, c.count(), DType.BFLOAT16, ReduceOp.SUM, c.alg());
-                        }
-                        comm.synchronize();
-                        group.allGatherBytes("probe-start", new byte[0]);
-                        long cpu0 = mx.getCurrentThreadCpuTime();
-                        long t0 = System.nanoTime();
-                        for (int i = 0; i < calls; i++) {
-                            comm.allReduce(mem, 0, c.count(), DType.BFLOAT16, ReduceOp.SUM, c.alg());
-                        }
-                        long t1 = System.nanoTime();
-                        long cpu1 = mx.getCurrentThreadCpuTime();
-                        comm.synchronize();
-                        long t2 = System.nanoTime();
-                        out.append(String.format(Locale.ROOT,
-                                "rank %d %-22s %-34s host %7.2f us/call, thread CPU %7.2f us/call, drain %8.1f us%n",
-                                group.rank(), phase, c.name(), (t1 - t0) / 1e3 / calls, (cpu1 - cpu0) / 1e3 / calls,
-                                (t2 - t1) / 1e3));
+                        out.append(measure(comm, group, phase, c.name(),
+                                () -> comm.allReduce(mem, 0, c.count(), DType.BFLOAT16, ReduceOp.SUM, c.alg()), calls));
                     }
                 }
                 // one isolated LL all-reduce: its GPU time between events, and the host time of the call
@@ -130,5 +97,30 @@ public final class GpuEagerProbe {
             return out.toString();
         });
         lines.forEach(System.out::print);
+    }
+
+    /**
+     * One line: {@code calls} back-to-back calls after 200 warm-up calls, started together on every
+     * rank; host wall and thread CPU time per call, and how long the stream needed afterwards.
+     */
+    private static String measure(CudaCommunicator comm, Group group, String phase, String name, Runnable call,
+                                  int calls) {
+        ThreadMXBean mx = ManagementFactory.getThreadMXBean();
+        for (int i = 0; i < 200; i++) {
+            call.run();
+        }
+        comm.synchronize();
+        group.allGatherBytes("probe-start", new byte[0]);
+        long cpu0 = mx.getCurrentThreadCpuTime();
+        long t0 = System.nanoTime();
+        for (int i = 0; i < calls; i++) {
+            call.run();
+        }
+        long t1 = System.nanoTime();
+        long cpu1 = mx.getCurrentThreadCpuTime();
+        comm.synchronize();
+        long t2 = System.nanoTime();
+        return String.format(Locale.ROOT, "rank %d %-22s %-34s host %7.2f us/call, thread CPU %7.2f us/call, drain %8.1f us%n",
+                group.rank(), phase, name, (t1 - t0) / 1e3 / calls, (cpu1 - cpu0) / 1e3 / calls, (t2 - t1) / 1e3);
     }
 }

@@ -43,7 +43,7 @@ final class DataParallelReport {
         StringBuilder s = new StringBuilder();
         s.append("# Data-parallel training benchmark: DL4J ParallelWrapper vs symmem4j (CPU)\n\n");
         s.append("- date: ").append(Instant.now().truncatedTo(ChronoUnit.MINUTES)).append(" (UTC)\n");
-        s.append("- machine: ").append(cpuModel()).append(", ").append(o.cores()).append(" cores, ").append(ramGiB())
+        s.append("- machine: ").append(MachineInfo.cpuModel()).append(", ").append(o.cores()).append(" cores, ").append(MachineInfo.ramGiB())
                 .append(" RAM, ").append(System.getProperty("os.name")).append(' ').append(System.getProperty("os.version"))
                 .append('\n');
         s.append("- JDK: ").append(System.getProperty("java.vm.vendor")).append(' ')
@@ -186,33 +186,6 @@ final class DataParallelReport {
             return "—";
         }
         return fmt("%.2f×", eps / median(baseline, Result::examplesPerSecond));
-    }
-
-    private static String cpuModel() {
-        try {
-            for (String line : Files.readAllLines(Path.of("/proc/cpuinfo"))) {
-                if (line.startsWith("model name")) {
-                    return line.substring(line.indexOf(':') + 1).trim();
-                }
-            }
-        } catch (IOException | RuntimeException e) {
-            // fall through: not Linux
-        }
-        return System.getProperty("os.arch") + " CPU";
-    }
-
-    private static String ramGiB() {
-        try {
-            for (String line : Files.readAllLines(Path.of("/proc/meminfo"))) {
-                if (line.startsWith("MemTotal:")) {
-                    long kib = Long.parseLong(Arrays.stream(line.split("\\s+")).skip(1).findFirst().orElseThrow());
-                    return fmt("%.0f GiB", kib / 1048576.0);
-                }
-            }
-        } catch (IOException | RuntimeException e) {
-            // fall through: not Linux
-        }
-        return "? GiB";
     }
 
     private static String fmt(String format, Object... args) {

@@ -35,7 +35,7 @@ final class ZeroShardingReport {
         StringBuilder s = new StringBuilder();
         s.append("# ZeRO-style sharding benchmark: updater state, off-heap memory and step time per worker (CPU)\n\n");
         s.append("- date: ").append(Instant.now().truncatedTo(ChronoUnit.MINUTES)).append(" (UTC)\n");
-        s.append("- machine: ").append(cpuModel()).append(", ").append(cores).append(" cores, ").append(ramGiB()).append(" RAM, ")
+        s.append("- machine: ").append(MachineInfo.cpuModel()).append(", ").append(cores).append(" cores, ").append(MachineInfo.ramGiB()).append(" RAM, ")
                 .append(System.getProperty("os.name")).append(' ').append(System.getProperty("os.version")).append('\n');
         s.append("- JDK: ").append(System.getProperty("java.vm.vendor")).append(' ').append(System.getProperty("java.vm.name"))
                 .append(' ').append(System.getProperty("java.runtime.version")).append('\n');
@@ -138,33 +138,6 @@ final class ZeroShardingReport {
             return Double.NaN;
         }
         return v.length % 2 == 1 ? v[v.length / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
-    }
-
-    private static String cpuModel() {
-        try {
-            for (String line : Files.readAllLines(Path.of("/proc/cpuinfo"))) {
-                if (line.startsWith("model name")) {
-                    return line.substring(line.indexOf(':') + 1).trim();
-                }
-            }
-        } catch (IOException | RuntimeException e) {
-            // fall through: not Linux
-        }
-        return System.getProperty("os.arch") + " CPU";
-    }
-
-    private static String ramGiB() {
-        try {
-            for (String line : Files.readAllLines(Path.of("/proc/meminfo"))) {
-                if (line.startsWith("MemTotal:")) {
-                    long kib = Long.parseLong(Arrays.stream(line.split("\\s+")).skip(1).findFirst().orElseThrow());
-                    return fmt("%.0f GiB", kib / 1048576.0);
-                }
-            }
-        } catch (IOException | RuntimeException e) {
-            // fall through: not Linux
-        }
-        return "? GiB";
     }
 
     private static String fmt(String format, Object... args) {
