@@ -9,7 +9,7 @@ cd "$root"
 . bench/jdk25.sh
 jdk=$(find_jdk25)
 
-mvn -q -B -DskipTests install -pl kernels,parallel,gradsync,examples -am
+mvn -q -B -DskipTests install -pl kernels,parallel,gradsync,pipeline,examples -am
 unzip -l kernels/target/symmem4j-kernels-*.jar | grep -q symmem4j.fatbin \
   || { echo "pack: the kernels jar has no fatbin (nvcc missing here?)" >&2; exit 1; }
 
@@ -18,10 +18,12 @@ mkdir -p .device/lib
 "$jdk/bin/jlink" --add-modules java.base,jdk.unsupported,java.management,java.logging,jdk.incubator.vector,jdk.jfr \
   --strip-debug --no-man-pages --no-header-files --compress=zip-6 --output .device/jre
 cp kernels/target/symmem4j-kernels-0.1.0-SNAPSHOT.jar parallel/target/symmem4j-parallel-0.1.0-SNAPSHOT.jar \
-   gradsync/target/symmem4j-gradsync-0.1.0-SNAPSHOT.jar examples/target/symmem4j-examples-0.1.0-SNAPSHOT.jar .device/lib/
+   gradsync/target/symmem4j-gradsync-0.1.0-SNAPSHOT.jar pipeline/target/symmem4j-pipeline-0.1.0-SNAPSHOT.jar \
+   examples/target/symmem4j-examples-0.1.0-SNAPSHOT.jar .device/lib/
 micrometer=$(grep -o '[^:]*micrometer-core[^:]*\.jar' examples/target/classpath.txt | head -1)
 cp "$micrometer" .device/lib/
 cp -r parallel/target/test-classes .device/test-classes
+cp -r pipeline/target/test-classes/. .device/test-classes/
 mvn -q -B dependency:copy -Dartifact=org.junit.platform:junit-platform-console-standalone:1.11.4 \
   -DoutputDirectory="$root/.device/lib"
 du -sh .device

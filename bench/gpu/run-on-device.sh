@@ -22,6 +22,7 @@ rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
   $java $flags -jar .device/lib/junit-platform-console-standalone-*.jar execute \
     --class-path ".device/test-classes:$cp" --select-class org.symmem4j.parallel.cuda.CudaCollectivesTest \
+    --select-class org.symmem4j.pipeline.exec.CudaPipelineExecutorTest \
     --details=tree --disable-banner 2>&1 | tee "$out/gpu-tests.log"
   rc=${PIPESTATUS[0]}
 fi

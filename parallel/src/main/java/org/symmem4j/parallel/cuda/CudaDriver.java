@@ -108,6 +108,7 @@ public final class CudaDriver {
     private final MethodHandle cuModuleLoadData;
     private final MethodHandle cuModuleGetFunction;
     private final MethodHandle cuLaunchKernel;
+    private final MethodHandle cuStreamQuery;
     /** cuLaunchKernelEx (CUDA 12.0+); empty on older drivers, which then launch plainly. */
     private final Optional<MethodHandle> cuLaunchKernelEx;
     private final MethodHandle cuStreamBeginCapture;
@@ -153,6 +154,7 @@ public final class CudaDriver {
         cuModuleGetFunction = lib.function("cuModuleGetFunction", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS));
         cuLaunchKernel = lib.function("cuLaunchKernel", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, JAVA_INT,
                 JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS, ADDRESS));
+        cuStreamQuery = lib.function("cuStreamQuery", iA);
         cuLaunchKernelEx = lib.optionalFunction("cuLaunchKernelEx",
                 FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS, ADDRESS));
         cuStreamBeginCapture = lib.function("cuStreamBeginCapture_v2", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
@@ -374,6 +376,23 @@ public final class CudaDriver {
     public void synchronize(MemorySegment stream) {
         try {
             check("cuStreamSynchronize", (int) cuStreamSynchronize.invokeExact(stream));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /** {@code CUDA_ERROR_NOT_READY}: work is still pending on the stream. */
+    static final int NOT_READY = 600;
+
+    /** Whether all work enqueued on {@code stream} has completed (cuStreamQuery); never blocks. */
+    public boolean streamIdle(MemorySegment stream) {
+        try {
+            int rc = (int) cuStreamQuery.invokeExact(stream);
+            if (rc == NOT_READY) {
+                return false;
+            }
+            check("cuStreamQuery", rc);
+            return true;
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }

@@ -197,6 +197,64 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
         }
     }
 
+    /**
+     * Stores {@code value} into signal slot {@code slot} of {@code peer}'s pad from the host, at once:
+     * not ordered with any stream. For aborts only: a device-side wait that will never be satisfied
+     * (its peer failed) returns once a slot it waits on holds at least the awaited value, and a
+     * store of a large value makes that happen while this rank's own stream may itself be blocked.
+     * A concurrent device-side atomic add is applied before or after the store, never lost into it.
+     */
+    public void storeSignalFromHost(int peer, int slot, long value) {
+        Objects.checkIndex(peer, data.length);
+        checkSlot(slot);
+        CudaDriver d = transport.driver();
+        d.setCurrent(rank.context);
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment v = a.allocate(8);
+            v.set(ValueLayout.JAVA_LONG, 0, value);
+            d.copyHostToDevice(pads[peer] + signalOffset(slot), v, 8);
+        }
+    }
+
+    /** Enqueues on this rank's stream a copy between device addresses of this rank (or peers'). */
+    public void enqueueCopy(long dstDevice, long srcDevice, long bytes) {
+        CudaDriver d = transport.driver();
+        d.setCurrent(rank.context);
+        d.copyDeviceToDeviceAsync(dstDevice, srcDevice, bytes, rank.stream);
+    }
+
+    /** Records a new event on this rank's stream (for timing; destroy it with {@code CudaDriver.destroyEvent}). */
+    public MemorySegment recordEvent() {
+        CudaDriver d = transport.driver();
+        d.setCurrent(rank.context);
+        MemorySegment e = d.createEvent();
+        d.record(e, rank.stream);
+        return e;
+    }
+
+    /**
+     * Waits until everything enqueued on this rank's stream has completed, or {@code timeout} has
+     * passed; returns whether it completed. Unlike a stream synchronize it gives up, so a stream
+     * blocked on a device-side wait whose peer died cannot hold the caller forever.
+     */
+    public boolean awaitStream(java.time.Duration timeout) {
+        CudaDriver d = transport.driver();
+        d.setCurrent(rank.context);
+        long deadline = System.nanoTime() + timeout.toNanos();
+        int polls = 0;
+        while (!d.streamIdle(rank.stream)) {
+            if (System.nanoTime() - deadline > 0) {
+                return false;
+            }
+            if (++polls < 1_000) {
+                Thread.onSpinWait();
+            } else {
+                java.util.concurrent.locks.LockSupport.parkNanos(50_000);
+            }
+        }
+        return true;
+    }
+
     @Override
     public long readSignal(int slot) {
         checkSlot(slot);

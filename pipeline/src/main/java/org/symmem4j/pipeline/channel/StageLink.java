@@ -32,7 +32,7 @@ public final class StageLink {
     }
 
     /** The sending end, on the rank of {@code fromStage}. */
-    public static final class Sender {
+    public static final class Sender implements LinkSender {
         private final SymmetricMemory memory;
         private final ChannelLayout layout;
         private final int fromStage;
@@ -67,6 +67,7 @@ public final class StageLink {
          * @throws IllegalArgumentException when the payload is larger than the layout's slotBytes
          * @throws PipelineAbortedException when another rank poisoned the pipeline
          */
+        @Override
         public void send(int microbatch, MemorySegment payload) {
             long bytes = payload.byteSize();
             if (bytes > layout.slotBytes()) {
@@ -94,7 +95,7 @@ public final class StageLink {
             sent++;
         }
 
-        /** Messages posted over the link's life. */
+        @Override
         public long sent() {
             return sent;
         }
@@ -114,7 +115,7 @@ public final class StageLink {
     }
 
     /** The receiving end, on the rank of {@code toStage}. */
-    public static final class Receiver {
+    public static final class Receiver implements LinkReceiver {
         private final SymmetricMemory memory;
         private final ChannelLayout layout;
         private final int fromStage;
@@ -152,6 +153,7 @@ public final class StageLink {
          *                               schedules disagree on the link's order)
          * @throws PipelineAbortedException when another rank poisoned the pipeline
          */
+        @Override
         public MemorySegment receive(int microbatch) {
             if (holding) {
                 throw new IllegalStateException("receive on " + this + " before release() of the previous message");
@@ -183,7 +185,7 @@ public final class StageLink {
             return slot.asSlice(ChannelLayout.HEADER_BYTES, bytes);
         }
 
-        /** Gives the slot of the last received message back to the sender. */
+        @Override
         public void release() {
             if (!holding) {
                 throw new IllegalStateException("release on " + this + " without a received message");
@@ -195,7 +197,7 @@ public final class StageLink {
             memory.signal(senderRank, creditSignal, 1, SignalOp.ADD);
         }
 
-        /** Messages received and released over the link's life. */
+        @Override
         public long received() {
             return received;
         }
@@ -221,7 +223,7 @@ public final class StageLink {
         }
     }
 
-    private static Direction directionInto(int fromStage, int toStage) {
+    static Direction directionInto(int fromStage, int toStage) {
         if (toStage == fromStage + 1) {
             return Direction.ACTIVATION;
         }

@@ -10,8 +10,14 @@ import java.util.Objects;
 import java.util.TreeMap;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.cuda.CudaDriver;
+import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
 import org.symmem4j.pipeline.channel.ChannelLayout;
+import org.symmem4j.pipeline.channel.CudaStageLink;
 import org.symmem4j.pipeline.channel.LinkPlan;
+import org.symmem4j.pipeline.channel.LinkReceiver;
+import org.symmem4j.pipeline.channel.LinkSender;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
 import org.symmem4j.pipeline.channel.StageLink;
 import org.symmem4j.pipeline.exec.TimelineEvent.Kind;
@@ -33,6 +39,13 @@ import org.symmem4j.pipeline.schedule.Schedule;
  * {@link ChannelLayout}; hand-offs between two stages of the same rank (one rank, several virtual
  * stages) are copied through a local queue.
  *
+ * <p>On GPUs ({@link #create(Group, Transport, Schedule, PipelineShape, Map, int, long)} with the CUDA
+ * transport) the links are {@link CudaStageLink}s and the host thread only enqueues: each receive,
+ * the stage's kernels (its {@link StageCompute} enqueues them on the rank's stream, reading and
+ * writing device memory), each credit and each send go onto the rank's stream in schedule order,
+ * and {@link #runStep()} then waits for the stream, bounded by the group's timeout. The timeline's
+ * times come from CUDA events on the stream, placed on the host clock from the step's start.
+ *
  * <p>Everything that can be checked is checked at {@link #create} (collective), before training: the
  * group size against the shape, the schedule ({@code ScheduleValidator}), FIFO order and enough slots
  * per link ({@link LinkPlan}), and that the stages given are exactly this rank's. A stage that
@@ -49,12 +62,16 @@ public final class PipelineExecutor implements AutoCloseable {
     private final List<Action> actions;
     private final ChannelLayout layout;
     private final SymmetricMemory memory;
+    /** The same allocation when the links are on GPUs; null on the host. */
+    private final CudaSymmetricMemory gpu;
+    /** GPU steps: the events recorded so far this step, indexed by the marks in eventStart/eventEnd. */
+    private final List<MemorySegment> gpuEvents = new ArrayList<>();
     private final Arena arena = Arena.ofShared();
     /** By stage; null for stages of other ranks. */
     private final StageCompute[] stages;
     /** By [type][stage]: where the action's input comes from and its output goes; null where there is none. */
-    private final StageLink.Receiver[][] receivers;
-    private final StageLink.Sender[][] senders;
+    private final LinkReceiver[][] receivers;
+    private final LinkSender[][] senders;
     /** By [type][receiving stage]: same-rank hand-offs (only with one rank). */
     private final ArrayDeque<MemorySegment>[][] localQueues;
     private final int localStageCount;
@@ -63,8 +80,8 @@ public final class PipelineExecutor implements AutoCloseable {
     private final int[] eventCode;
     private boolean failed;
 
-    private PipelineExecutor(Group group, Schedule schedule, PipelineShape shape, Map<Integer, ? extends StageCompute> mine,
-                             int slots, long slotBytes) {
+    private PipelineExecutor(Group group, Transport transport, Schedule schedule, PipelineShape shape,
+                             Map<Integer, ? extends StageCompute> mine, int slots, long slotBytes) {
         this.group = group;
         this.shape = shape;
         this.actions = schedule.actions(group.rank());
@@ -73,13 +90,22 @@ public final class PipelineExecutor implements AutoCloseable {
         mine.forEach((stage, compute) -> stages[stage] = compute);
         this.localStageCount = mine.size();
         int types = ActionType.values().length;
-        this.receivers = new StageLink.Receiver[types][shape.stageCount()];
-        this.senders = new StageLink.Sender[types][shape.stageCount()];
+        this.receivers = new LinkReceiver[types][shape.stageCount()];
+        this.senders = new LinkSender[types][shape.stageCount()];
         @SuppressWarnings("unchecked")
         ArrayDeque<MemorySegment>[][] queues = new ArrayDeque[types][shape.stageCount()];
         this.localQueues = queues;
-        this.memory = SymmetricMemory.allocate(group, layout.bytesPerRank());
+        this.memory = transport.allocate(group, layout.bytesPerRank());
+        this.gpu = memory instanceof CudaSymmetricMemory c ? c : null;
         try {
+            if (gpu != null && shape.ranks() == 1) {
+                throw new IllegalArgumentException("a one-rank pipeline has no links between ranks; on the GPU its"
+                        + " stages would hand off through host queues: run it on the host transport, or use ranks >= 2");
+            }
+            if (gpu == null && !memory.hostAddressable()) {
+                throw new IllegalArgumentException("stage links need host memory or the CUDA transport; "
+                        + transport.name() + " gives neither");
+            }
             if (memory.signalSlots() < layout.signalSlotsNeeded()) {
                 throw new IllegalArgumentException("the pipeline needs " + layout.signalSlotsNeeded()
                         + " signal slots per pad (4 per virtual stage) but the transport has " + memory.signalSlots()
@@ -116,6 +142,18 @@ public final class PipelineExecutor implements AutoCloseable {
     public static PipelineExecutor create(Group group, Schedule schedule, PipelineShape shape,
                                           Map<Integer, ? extends StageCompute> stages, int slots, long slotBytes) {
         Objects.requireNonNull(group, "group");
+        return create(group, group.transport(), schedule, shape, stages, slots, slotBytes);
+    }
+
+    /**
+     * As {@link #create(Group, Schedule, PipelineShape, Map, int, long)}, with the links allocated on
+     * {@code transport}: the CUDA transport puts them in GPU memory (one GPU per rank, at least 2
+     * ranks), and the stages then enqueue their work on the rank's CUDA stream.
+     */
+    public static PipelineExecutor create(Group group, Transport transport, Schedule schedule, PipelineShape shape,
+                                          Map<Integer, ? extends StageCompute> stages, int slots, long slotBytes) {
+        Objects.requireNonNull(group, "group");
+        Objects.requireNonNull(transport, "transport");
         Objects.requireNonNull(stages, "stages");
         if (group.worldSize() != shape.ranks()) {
             throw new IllegalArgumentException("the pipeline group has worldSize=" + group.worldSize() + " expected="
@@ -131,7 +169,7 @@ public final class PipelineExecutor implements AutoCloseable {
             throw new IllegalArgumentException("rank " + group.rank() + " was given stages " + given + " expected="
                     + expected + " (stage s runs on rank s % " + shape.ranks() + "; every stage needs a StageCompute)");
         }
-        return new PipelineExecutor(group, schedule, shape, Map.copyOf(stages), slots, slotBytes);
+        return new PipelineExecutor(group, transport, schedule, shape, Map.copyOf(stages), slots, slotBytes);
     }
 
     /** Sets up where {@code type} actions of {@code stage} read from ({@code from}) and write to ({@code to}). */
@@ -141,11 +179,13 @@ public final class PipelineExecutor implements AutoCloseable {
             if (shape.rankOf(from) == group.rank()) {
                 localQueues[t][stage] = new ArrayDeque<>();
             } else {
-                receivers[t][stage] = new StageLink.Receiver(memory, layout, from, stage);
+                receivers[t][stage] = gpu != null ? new CudaStageLink.Receiver(gpu, layout, from, stage)
+                        : new StageLink.Receiver(memory, layout, from, stage);
             }
         }
         if (to >= 0 && to < shape.stageCount() && shape.rankOf(to) != group.rank()) {
-            senders[t][stage] = new StageLink.Sender(memory, layout, stage, to, arena);
+            senders[t][stage] = gpu != null ? new CudaStageLink.Sender(gpu, layout, stage, to)
+                    : new StageLink.Sender(memory, layout, stage, to, arena);
         }
     }
 
@@ -162,23 +202,69 @@ public final class PipelineExecutor implements AutoCloseable {
                     + " failed in an earlier step; create a new one (and a new group)");
         }
         int events = 0;
+        long hostOrigin = System.nanoTime();
+        if (gpu != null) {
+            gpuEvents.add(gpu.recordEvent()); // mark 0: the step's start on the stream
+        }
         try {
             for (int index = 0; index < actions.size(); index++) {
                 events = run(index, events);
             }
             for (int stage = group.rank(); stage < shape.stageCount(); stage += shape.ranks()) {
-                long start = System.nanoTime();
+                long start = mark();
                 stages[stage].step();
                 events = record(events, -1 - stage, start);
+            }
+            if (gpu != null) {
+                awaitGpu();
             }
         } catch (RuntimeException | Error e) {
             failed = true;
             if (!(e instanceof PipelineAbortedException)) {
-                StageLink.poisonAll(memory, layout);
+                if (gpu != null) {
+                    CudaStageLink.poisonAll(gpu, layout);
+                    gpu.awaitStream(group.options().timeout()); // this rank's waits return too; let them drain
+                } else {
+                    StageLink.poisonAll(memory, layout);
+                }
             }
+            releaseGpuEvents();
             throw e;
         }
-        return timeline(events);
+        return timeline(events, hostOrigin);
+    }
+
+    /**
+     * GPU steps: waits for the stream (everything the step enqueued), bounded by the group's timeout,
+     * then checks for another rank's abort. A timeout means a peer never sent or released: abort.
+     */
+    private void awaitGpu() {
+        if (!gpu.awaitStream(group.options().timeout())) {
+            CudaStageLink.poisonAll(gpu, layout); // releases every waiting stream, this rank's too
+            gpu.awaitStream(group.options().timeout());
+            throw new PipelineAbortedException("rank " + group.rank() + ": the GPU step did not finish within "
+                    + group.options().timeout() + " (a peer stopped sending or releasing); aborting the pipeline");
+        }
+        if (CudaStageLink.poisoned(gpu, layout)) {
+            throw new PipelineAbortedException("pipeline aborted by another rank during the GPU step of rank "
+                    + group.rank() + " (the failing rank reports the cause)");
+        }
+    }
+
+    /** Now, as a timeline mark: host nanoseconds, or on GPU the index of an event recorded on the stream. */
+    private long mark() {
+        if (gpu == null) {
+            return System.nanoTime();
+        }
+        gpuEvents.add(gpu.recordEvent());
+        return gpuEvents.size() - 1;
+    }
+
+    private void releaseGpuEvents() {
+        for (MemorySegment e : gpuEvents) {
+            CudaDriver.get().destroyEvent(e);
+        }
+        gpuEvents.clear();
     }
 
     private int run(int index, int events) {
@@ -187,16 +273,16 @@ public final class PipelineExecutor implements AutoCloseable {
         int mb = action.microbatch();
         int t = action.type().ordinal();
         StageCompute compute = stages[stage];
-        StageLink.Receiver receiver = receivers[t][stage];
+        LinkReceiver receiver = receivers[t][stage];
         MemorySegment input = EMPTY;
-        long start = System.nanoTime();
+        long start = mark();
         if (receiver != null) {
             input = receiver.receive(mb);
             events = record(events, encode(Kind.RECEIVE, index), start);
         } else if (localQueues[t][stage] != null) {
             input = localQueues[t][stage].removeFirst();
         }
-        start = System.nanoTime();
+        start = mark();
         MemorySegment output = action.type() == ActionType.FORWARD ? compute.forward(mb, input)
                 : compute.backward(mb, input);
         events = record(events, encode(action.type() == ActionType.FORWARD ? Kind.FORWARD : Kind.BACKWARD,
@@ -209,9 +295,9 @@ public final class PipelineExecutor implements AutoCloseable {
             return events;
         }
         Objects.requireNonNull(output, () -> "stage " + stage + " returned no output for " + action);
-        StageLink.Sender sender = senders[t][stage];
+        LinkSender sender = senders[t][stage];
         if (sender != null) {
-            start = System.nanoTime();
+            start = mark();
             sender.send(mb, output);
             events = record(events, encode(Kind.SEND, index), start);
         } else {
@@ -236,12 +322,24 @@ public final class PipelineExecutor implements AutoCloseable {
 
     private int record(int events, int code, long start) {
         eventStart[events] = start;
-        eventEnd[events] = System.nanoTime();
+        eventEnd[events] = mark();
         eventCode[events] = code;
         return events + 1;
     }
 
-    private StepTimeline timeline(int events) {
+    private StepTimeline timeline(int events, long hostOrigin) {
+        if (gpu != null) {
+            // marks are event indices: place each on the host clock, from the step's first event
+            long[] nanos = new long[gpuEvents.size()];
+            for (int i = 0; i < nanos.length; i++) {
+                nanos[i] = hostOrigin + Math.round(CudaDriver.get().elapsedMillis(gpuEvents.getFirst(), gpuEvents.get(i)) * 1e6);
+            }
+            for (int i = 0; i < events; i++) {
+                eventStart[i] = nanos[(int) eventStart[i]];
+                eventEnd[i] = nanos[(int) eventEnd[i]];
+            }
+            releaseGpuEvents();
+        }
         List<TimelineEvent> list = new ArrayList<>(events);
         for (int i = 0; i < events; i++) {
             int code = eventCode[i];

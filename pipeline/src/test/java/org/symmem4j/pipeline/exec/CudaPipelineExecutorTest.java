@@ -1,0 +1,249 @@
+package org.symmem4j.pipeline.exec;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.cuda.CudaDriver;
+import org.symmem4j.parallel.cuda.CudaKernels;
+import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
+import org.symmem4j.parallel.cuda.CudaTransport;
+import org.symmem4j.pipeline.channel.LinkPlan;
+import org.symmem4j.pipeline.channel.PipelineAbortedException;
+import org.symmem4j.pipeline.schedule.PipelineShape;
+import org.symmem4j.pipeline.schedule.Schedule;
+import org.symmem4j.pipeline.schedule.ScheduleGenerators;
+
+/**
+ * The pipeline executor with its links on GPUs (one rank per GPU; on a one-GPU machine the ranks
+ * share it, which is correct, not fast). The stages are device-to-device copies, enqueued on the
+ * rank's stream like any GPU stage's kernels: each forward copies its input into a private buffer
+ * per microbatch and hands that on; the last stage keeps what arrived and sends it back as the
+ * gradient; each backward copies and hands on; stage 0 keeps what came back. Every microbatch
+ * carries its own bytes, so a message delivered to the wrong microbatch, overwritten before its
+ * receiver read it, or read before it landed shows as a byte mismatch. Skipped without a GPU.
+ */
+class CudaPipelineExecutorTest {
+
+    private static final long MESSAGE_BYTES = 64 << 10;
+    static CudaTransport cuda;
+
+    @BeforeEach
+    void needsAGpu() {
+        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
+        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
+        if (cuda == null) {
+            cuda = CudaTransport.create();
+        }
+    }
+
+    /** One rank per GPU, 2 to 4 (2 sharing the GPU on a one-GPU machine); 2 where there is no GPU (every case skips). */
+    static int ranks() {
+        return CudaDriver.available() ? Math.max(2, Math.min(4, CudaDriver.get().deviceCount())) : 2;
+    }
+
+    /** Device buffers of one rank's stages: inputs per microbatch (stage 0), kept activations and gradients. */
+    static final class CopyStage implements StageCompute {
+        final CudaSymmetricMemory buffers;
+        final int stage;
+        final int lastStage;
+        final long base;
+
+        CopyStage(CudaSymmetricMemory buffers, int stage, int lastStage, long base) {
+            this.buffers = buffers;
+            this.stage = stage;
+            this.lastStage = lastStage;
+            this.base = base;
+        }
+
+        /** Where this stage keeps microbatch mb's forward (kind 0) or backward (kind 1) message. */
+        long kept(int kind, int mb, int microbatches) {
+            return buffers.local().address() + base + ((long) kind * microbatches + mb) * MESSAGE_BYTES;
+        }
+
+        int microbatches;
+
+        @Override
+        public MemorySegment forward(int microbatch, MemorySegment input) {
+            long dst = kept(0, microbatch, microbatches);
+            if (stage > 0) {
+                buffers.enqueueCopy(dst, input.address(), MESSAGE_BYTES);
+            } // stage 0: the test wrote its input there before the step
+            return MemorySegment.ofAddress(dst).reinterpret(MESSAGE_BYTES);
+        }
+
+        @Override
+        public MemorySegment backward(int microbatch, MemorySegment outputGradient) {
+            long src = stage == lastStage ? kept(0, microbatch, microbatches) : outputGradient.address();
+            long dst = kept(1, microbatch, microbatches);
+            buffers.enqueueCopy(dst, src, MESSAGE_BYTES);
+            return MemorySegment.ofAddress(dst).reinterpret(MESSAGE_BYTES);
+        }
+
+        @Override
+        public void step() {
+        }
+    }
+
+    static byte pattern(int step, int mb, long i) {
+        return (byte) ((step * 131 + mb * 17 + i) % 251 + 1);
+    }
+
+    static Stream<Arguments> schedules() {
+        int p = ranks();
+        return Stream.of(
+                Arguments.of("1f1b", PipelineShape.of(p, 2 * p), ScheduleGenerators.oneFOneB(p, 2 * p)),
+                Arguments.of("interleaved", new PipelineShape(p, 2 * p, 2), ScheduleGenerators.interleavedOneFOneB(p, 2 * p, 2)),
+                Arguments.of("gpipe", PipelineShape.of(p, p), ScheduleGenerators.gpipe(p, p)));
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource("schedules")
+    void everyMicrobatchCrossesEveryStageAndComesBackIntact(String name, PipelineShape shape, Schedule schedule) {
+        int steps = 3;
+        int microbatches = shape.microbatches();
+        int lastStage = shape.stageCount() - 1;
+        List<String> problems = InJvmWorld.runOnEveryRank(shape.ranks(),
+                GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
+            long perStage = 2L * microbatches * MESSAGE_BYTES;
+            List<String> found = new ArrayList<>();
+            try (CudaSymmetricMemory buffers = (CudaSymmetricMemory) cuda.allocate(group, perStage * shape.stagesPerRank());
+                 Arena arena = Arena.ofConfined()) {
+                Map<Integer, CopyStage> mine = new HashMap<>();
+                int local = 0;
+                for (int stage = group.rank(); stage < shape.stageCount(); stage += shape.ranks()) {
+                    CopyStage s = new CopyStage(buffers, stage, lastStage, local++ * perStage);
+                    s.microbatches = microbatches;
+                    mine.put(stage, s);
+                }
+                // one slot per link: every send after the first waits for its credit
+                int slots = LinkPlan.of(schedule, shape).minimumSlots();
+                try (PipelineExecutor executor = PipelineExecutor.create(group, cuda, schedule, shape, new HashMap<>(mine),
+                        slots, MESSAGE_BYTES)) {
+                    MemorySegment host = arena.allocate(MESSAGE_BYTES);
+                    for (int step = 0; step < steps; step++) {
+                        CopyStage first = mine.get(0);
+                        if (first != null) {
+                            for (int mb = 0; mb < microbatches; mb++) {
+                                for (long i = 0; i < MESSAGE_BYTES; i++) {
+                                    host.set(ValueLayout.JAVA_BYTE, i, pattern(step, mb, i));
+                                }
+                                buffers.copyFromHost(host, first.kept(0, mb, microbatches) - buffers.local().address());
+                            }
+                        }
+                        executor.barrier();
+                        StepTimeline timeline = executor.runStep();
+                        assertEquals(schedule.actions(group.rank()).size(), timeline.events().stream()
+                                .filter(e -> e.kind() == TimelineEvent.Kind.FORWARD || e.kind() == TimelineEvent.Kind.BACKWARD)
+                                .count(), "one compute event per action");
+                        assertTrue(timeline.events().stream().allMatch(e -> e.endNanos() >= e.startNanos()),
+                                "event times from CUDA events run forward");
+                        for (CopyStage s : mine.values()) {
+                            // every stage saw every microbatch's bytes forward; stage 0 got them back
+                            for (int mb = 0; mb < microbatches; mb++) {
+                                for (int kind = 0; kind < 2; kind++) {
+                                    if (kind == 1 && s.stage != 0 && s.stage != lastStage) {
+                                        continue; // middle stages: the forward copy already proves delivery
+                                    }
+                                    buffers.copyToHost(s.kept(kind, mb, microbatches) - buffers.local().address(), host);
+                                    for (long i = 0; i < MESSAGE_BYTES; i++) {
+                                        if (host.get(ValueLayout.JAVA_BYTE, i) != pattern(step, mb, i)) {
+                                            found.add(name + " step " + step + " stage " + s.stage + (kind == 0 ? " forward" : " backward")
+                                                    + " microbatch " + mb + " byte " + i + ": expected " + pattern(step, mb, i)
+                                                    + " found " + host.get(ValueLayout.JAVA_BYTE, i));
+                                            break;
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            return String.join("\n", found);
+        });
+        for (String p : problems) {
+            assertTrue(p.isEmpty(), p);
+        }
+    }
+
+    /** A stage that throws on the host: its rank reports the cause, every other rank's GPU step aborts promptly. */
+    @Test
+    void aFailingStageAbortsEveryRank() {
+        int p = ranks();
+        PipelineShape shape = PipelineShape.of(p, 2 * p);
+        Schedule schedule = ScheduleGenerators.oneFOneB(p, 2 * p);
+        long start = System.nanoTime();
+        SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(p,
+                GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
+            long perStage = 2L * shape.microbatches() * MESSAGE_BYTES;
+            try (CudaSymmetricMemory buffers = (CudaSymmetricMemory) cuda.allocate(group, perStage)) {
+                CopyStage healthy = new CopyStage(buffers, group.rank(), p - 1, 0);
+                healthy.microbatches = shape.microbatches();
+                StageCompute stage = group.rank() != p - 1 ? healthy : new StageCompute() {
+                    @Override
+                    public MemorySegment forward(int microbatch, MemorySegment input) {
+                        if (microbatch == 1) {
+                            throw new ArithmeticException("last stage broke on microbatch 1");
+                        }
+                        return healthy.forward(microbatch, input);
+                    }
+
+                    @Override
+                    public MemorySegment backward(int microbatch, MemorySegment g) {
+                        return healthy.backward(microbatch, g);
+                    }
+
+                    @Override
+                    public void step() {
+                    }
+                };
+                try (PipelineExecutor executor = PipelineExecutor.create(group, cuda, schedule, shape,
+                        Map.of(group.rank(), stage), 1, MESSAGE_BYTES)) {
+                    executor.runStep();
+                }
+            }
+            return null;
+        }));
+        double seconds = (System.nanoTime() - start) / 1e9;
+        assertTrue(seconds < 30, "every rank must stop long before the 60 s timeout; took " + seconds + " s");
+        List<Throwable> causes = new ArrayList<>(List.of(e.getCause()));
+        for (Throwable suppressed : e.getSuppressed()) {
+            causes.add(suppressed.getCause());
+        }
+        assertTrue(causes.stream().anyMatch(c -> c instanceof ArithmeticException), "the failing rank's cause: " + causes);
+        long aborted = causes.stream().filter(c -> c instanceof PipelineAbortedException).count();
+        assertEquals(p - 1, aborted, "every other rank aborts: " + causes);
+        assertInstanceOf(Throwable.class, e.getCause());
+    }
+
+    @Test
+    void oneRankIsRefusedOnTheGpu() {
+        PipelineShape shape = new PipelineShape(1, 2, 2);
+        Schedule schedule = ScheduleGenerators.interleavedOneFOneB(1, 2, 2);
+        SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(1,
+                GroupOptions.defaults(), (Group group) -> PipelineExecutor.create(group, cuda, schedule, shape,
+                        Map.of(0, new CopyStage(null, 0, 1, 0), 1, new CopyStage(null, 1, 1, 0)), 1, 64)));
+        assertTrue(e.getCause().getMessage().contains("ranks >= 2"), e.getCause().getMessage());
+    }
+}
