@@ -65,16 +65,18 @@ __device__ __forceinline__ void follow_stream_order_release_next() {
 }
 
 // This block's next barrier epoch: its counter plus one, stored back (only this block of this rank
-// touches its counter, and kernels on a stream run in order, so plain accesses suffice).
+// touches its counter, and kernels on a stream run in order, so plain accesses suffice). Every
+// thread reads the counter itself, so no shared memory is needed: the first barrier orders an
+// earlier call's store (same kernel) before these reads, the second orders all reads before the
+// new store.
 __device__ __forceinline__ uint32_t next_epoch(const Pads& pads, int rank) {
-    __shared__ uint32_t epoch;
+    uint32_t* counter = pads.ptr[rank] + EPOCHS + blockIdx.x;
+    __syncthreads();
+    uint32_t epoch = *reinterpret_cast<volatile uint32_t*>(counter) + 1;
     __syncthreads();
     if (threadIdx.x == 0) {
-        uint32_t* counter = pads.ptr[rank] + EPOCHS + blockIdx.x;
-        epoch = *counter + 1;
         *counter = epoch;
     }
-    __syncthreads();
     return epoch;
 }
 

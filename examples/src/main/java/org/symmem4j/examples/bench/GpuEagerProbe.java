@@ -111,6 +111,7 @@ public final class GpuEagerProbe {
         }
         comm.synchronize();
         group.allGatherBytes("probe-start", new byte[0]);
+        java.lang.foreign.MemorySegment e0 = comm.recordEvent();
         long cpu0 = mx.getCurrentThreadCpuTime();
         long t0 = System.nanoTime();
         for (int i = 0; i < calls; i++) {
@@ -118,9 +119,15 @@ public final class GpuEagerProbe {
         }
         long t1 = System.nanoTime();
         long cpu1 = mx.getCurrentThreadCpuTime();
+        java.lang.foreign.MemorySegment e1 = comm.recordEvent();
         comm.synchronize();
         long t2 = System.nanoTime();
-        return String.format(Locale.ROOT, "rank %d %-22s %-34s host %7.2f us/call, thread CPU %7.2f us/call, drain %8.1f us%n",
-                group.rank(), phase, name, (t1 - t0) / 1e3 / calls, (cpu1 - cpu0) / 1e3 / calls, (t2 - t1) / 1e3);
+        org.symmem4j.parallel.cuda.CudaDriver d = org.symmem4j.parallel.cuda.CudaDriver.get();
+        double gpuMicros = d.elapsedMillis(e0, e1) * 1e3;
+        d.destroyEvent(e0);
+        d.destroyEvent(e1);
+        return String.format(Locale.ROOT, "rank %d %-22s %-34s host %7.2f us/call, thread CPU %7.2f us/call, stream %7.2f us/call,"
+                        + " drain %8.1f us%n", group.rank(), phase, name, (t1 - t0) / 1e3 / calls, (cpu1 - cpu0) / 1e3 / calls,
+                gpuMicros / calls, (t2 - t1) / 1e3);
     }
 }
