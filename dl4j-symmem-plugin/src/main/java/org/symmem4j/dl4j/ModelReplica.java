@@ -58,14 +58,30 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
      * minibatch size switched off, because the wrapper divides the all-reduced sum by the examples
      * of the whole step instead (see {@link DataParallelWorker}).
      */
-    ModelReplica newReplica();
+    default ModelReplica newReplica() {
+        ModelReplica copy = blankCopy();
+        copy.copyStateFrom(this);
+        copy.disableMinibatchDivision();
+        return copy;
+    }
 
     /**
      * A replica for sharded training: like {@link #newReplica()} (parameters, counters, minibatch
      * division off) but DL4J's own updater is never created, so no full-size updater state is
      * allocated; {@link #installUpdater} gives it a {@link ShardedUpdater}.
      */
-    ModelReplica newShardedReplica();
+    default ModelReplica newShardedReplica() {
+        ModelReplica copy = blankCopy();
+        copy.copyParamsAndCountersFrom(this);
+        copy.disableMinibatchDivision();
+        return copy;
+    }
+
+    /**
+     * A network of the same kind built afresh from a copy of this one's configuration, initialized,
+     * with its flat gradient view; nothing copied from this one yet.
+     */
+    ModelReplica blankCopy();
 
     /** Makes DL4J's optimizer call {@code sharded} where it would run its own updater. */
     void installUpdater(ShardedUpdater sharded);
@@ -198,25 +214,11 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         }
 
         @Override
-        public ModelReplica newReplica() {
+        public ModelReplica blankCopy() {
             MultiLayerNetwork fresh = new MultiLayerNetwork(net.getLayerWiseConfigurations().clone());
             fresh.init();
             fresh.initGradientsView();
-            Mln copy = new Mln(fresh);
-            copy.copyStateFrom(this);
-            copy.disableMinibatchDivision();
-            return copy;
-        }
-
-        @Override
-        public ModelReplica newShardedReplica() {
-            MultiLayerNetwork fresh = new MultiLayerNetwork(net.getLayerWiseConfigurations().clone());
-            fresh.init();
-            fresh.initGradientsView();
-            Mln copy = new Mln(fresh);
-            copy.copyParamsAndCountersFrom(this);
-            copy.disableMinibatchDivision();
-            return copy;
+            return new Mln(fresh);
         }
 
         @Override
@@ -301,25 +303,11 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         }
 
         @Override
-        public ModelReplica newReplica() {
+        public ModelReplica blankCopy() {
             ComputationGraph fresh = new ComputationGraph(net.getConfiguration().clone());
             fresh.init();
             fresh.initGradientsView();
-            Graph copy = new Graph(fresh);
-            copy.copyStateFrom(this);
-            copy.disableMinibatchDivision();
-            return copy;
-        }
-
-        @Override
-        public ModelReplica newShardedReplica() {
-            ComputationGraph fresh = new ComputationGraph(net.getConfiguration().clone());
-            fresh.init();
-            fresh.initGradientsView();
-            Graph copy = new Graph(fresh);
-            copy.copyParamsAndCountersFrom(this);
-            copy.disableMinibatchDivision();
-            return copy;
+            return new Graph(fresh);
         }
 
         @Override

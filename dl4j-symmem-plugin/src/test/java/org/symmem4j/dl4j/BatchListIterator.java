@@ -6,18 +6,18 @@ import org.nd4j.linalg.dataset.api.DataSetPreProcessor;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 
 /** Returns a fixed list of batches, one per {@code next()}, resettable. */
-final class BatchListIterator implements DataSetIterator {
+public final class BatchListIterator implements DataSetIterator {
 
     private final List<DataSet> batches;
     private int cursor;
 
-    BatchListIterator(List<DataSet> batches) {
+    public BatchListIterator(List<DataSet> batches) {
         this.batches = List.copyOf(batches);
     }
 
     @Override
     public DataSet next(int num) {
-        throw new UnsupportedOperationException("next(num) is not used by the wrappers");
+        throw new UnsupportedOperationException("next(num) is not used by the wrappers or the pipeline trainer");
     }
 
     @Override

@@ -24,7 +24,7 @@ import org.nd4j.linalg.learning.config.Sgd;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
 
 /** Small networks and generated data for the plugin tests (no downloads). */
-final class Nets {
+public final class Nets {
 
     static final int IN = 12;
     static final int HIDDEN = 24;
@@ -154,7 +154,7 @@ final class Nets {
      * Largest |a-b| / (1 + |b|) over all elements. Plain Java over copies: ND4J's math helpers work
      * in place, and castTo returns the same array when the type already matches.
      */
-    static double maxRelativeDifference(INDArray a, INDArray b) {
+    public static double maxRelativeDifference(INDArray a, INDArray b) {
         double[] x = a.dup().castTo(DataType.DOUBLE).toDoubleVector();
         double[] y = b.dup().castTo(DataType.DOUBLE).toDoubleVector();
         if (x.length != y.length) {

@@ -11,6 +11,7 @@ import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
+import org.symmem4j.dl4j.Nets;
 import org.symmem4j.pipeline.exec.StepTimeline;
 import org.symmem4j.pipeline.exec.TimelineEvent;
 import org.symmem4j.pipeline.exec.TimelineReport;
@@ -80,7 +81,7 @@ class PipelineEquivalenceTest {
                 double lossDiff = Math.abs(loss - reference.score()) / (1 + Math.abs(reference.score()));
                 worstLoss = Math.max(worstLoss, lossDiff);
                 trainer.copyParametersTo(trained);
-                double diff = PipelineNets.maxRelativeDifference(trained.params(), reference.params());
+                double diff = Nets.maxRelativeDifference(trained.params(), reference.params());
                 worstParams = Math.max(worstParams, diff);
                 assertTrue(diff <= tol, "step " + s + ": parameters differ from plain fit by " + diff + " > " + tol);
                 assertTrue(lossDiff <= lossTolerance(dtype), "step " + s + ": loss " + loss + " vs score " + reference.score());
@@ -110,7 +111,7 @@ class PipelineEquivalenceTest {
         for (int mb = 0; mb < microbatches; mb++) {
             perMicrobatch.fit(PipelineNets.rows(data.getFirst(), mb * size, size));
         }
-        double wrong = PipelineNets.maxRelativeDifference(afterFirstStep.params(), perMicrobatch.params());
+        double wrong = Nets.maxRelativeDifference(afterFirstStep.params(), perMicrobatch.params());
         System.out.printf("  one update per microbatch differs by %.3g%n", wrong);
         assertTrue(wrong > 100 * tol, "the tolerance cannot tell one update per batch from one per microbatch: " + wrong);
         assertTrue(PipelineNets.bitwiseEqual(base.params(), PipelineNets.mlp(PipelineNets.updater(updater), l2, dtype).params()),

@@ -97,24 +97,6 @@ final class PipelineNets {
                 batch.getLabels().get(NDArrayIndex.interval(from, from + count), NDArrayIndex.all()).dup());
     }
 
-    /**
-     * Largest |a-b| / (1 + |b|) over all elements, in double over copies (ND4J's math helpers work in
-     * place, and castTo returns the same array when the type already matches).
-     */
-    static double maxRelativeDifference(INDArray a, INDArray b) {
-        double[] x = a.dup().castTo(DataType.DOUBLE).toDoubleVector();
-        double[] y = b.dup().castTo(DataType.DOUBLE).toDoubleVector();
-        if (x.length != y.length) {
-            throw new IllegalArgumentException("lengths differ: " + x.length + " vs " + y.length);
-        }
-        double max = 0;
-        for (int i = 0; i < x.length; i++) {
-            double d = Math.abs(x[i] - y[i]) / (1 + Math.abs(y[i]));
-            max = Double.isNaN(d) ? Double.POSITIVE_INFINITY : Math.max(max, d);
-        }
-        return max;
-    }
-
     /** Bitwise equality of two arrays' values (same type and length). */
     static boolean bitwiseEqual(INDArray a, INDArray b) {
         if (a.dataType() != b.dataType() || a.length() != b.length()) {

@@ -21,6 +21,8 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.learning.config.Sgd;
 import org.nd4j.linalg.lossfunctions.impl.LossMCXENT;
+import org.symmem4j.dl4j.BatchListIterator;
+import org.symmem4j.dl4j.Nets;
 
 /** State across fits, updater state in and out, schedule independence, link resizing, failures. */
 class PipelineTrainerBehaviourTest {
@@ -55,7 +57,7 @@ class PipelineTrainerBehaviourTest {
                     continue;
                 }
                 assertTrue(PipelineNets.bitwiseEqual(first, result.params()), trainer.shape() + " " + trainer.scheduleKind()
-                        + " " + trainer.split() + " differs from one rank in " + PipelineNets.maxRelativeDifference(first, result.params()));
+                        + " " + trainer.split() + " differs from one rank in " + Nets.maxRelativeDifference(first, result.params()));
                 for (int s = 0; s < losses.size(); s++) {
                     // regularization terms are summed per stage first: double rounding only
                     assertEquals(firstLosses.get(s), losses.get(s), 1e-12 * firstLosses.get(s), "loss of step " + s);
@@ -75,11 +77,11 @@ class PipelineTrainerBehaviourTest {
         List<DataSet> data = PipelineNets.batches(3, 5, 16, DataType.DOUBLE);
         MultiLayerNetwork target = base.clone();
         try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base).ranks(2).microbatches(4).build()) {
-            trainer.fit(new BatchIterator(data.subList(0, 3)));
+            trainer.fit(new BatchListIterator(data.subList(0, 3)));
             trainer.copyParametersTo(target);
         }
-        reference.fit(new BatchIterator(data.subList(0, 3)));
-        assertTrue(PipelineNets.maxRelativeDifference(target.params(), reference.params()) <= FP64_TOLERANCE);
+        reference.fit(new BatchListIterator(data.subList(0, 3)));
+        assertTrue(Nets.maxRelativeDifference(target.params(), reference.params()) <= FP64_TOLERANCE);
         assertEquals(3, target.getIterationCount());
         assertEquals(1, target.getEpochCount());
         assertEquals(reference.getEpochCount(), target.getEpochCount());
@@ -89,10 +91,10 @@ class PipelineTrainerBehaviourTest {
         // out: plain fit continues from the copied moments
         target.fit(data.get(3));
         reference.fit(data.get(3));
-        assertTrue(PipelineNets.maxRelativeDifference(target.params(), reference.params()) <= FP64_TOLERANCE,
+        assertTrue(Nets.maxRelativeDifference(target.params(), reference.params()) <= FP64_TOLERANCE,
                 "plain fit after copyParametersTo must continue Adam exactly");
         freshMoments.fit(data.get(3));
-        assertTrue(PipelineNets.maxRelativeDifference(freshMoments.params(), reference.params()) > 1e4 * FP64_TOLERANCE,
+        assertTrue(Nets.maxRelativeDifference(freshMoments.params(), reference.params()) > 1e4 * FP64_TOLERANCE,
                 "the check must tell carried from reset Adam moments");
 
         // in: a pipeline built from the trained network continues from its moments and counters
@@ -103,7 +105,7 @@ class PipelineTrainerBehaviourTest {
             trainer.copyParametersTo(resumed);
         }
         reference.fit(data.get(4));
-        assertTrue(PipelineNets.maxRelativeDifference(resumed.params(), reference.params()) <= FP64_TOLERANCE,
+        assertTrue(Nets.maxRelativeDifference(resumed.params(), reference.params()) <= FP64_TOLERANCE,
                 "a pipeline built from a trained network must continue Adam exactly");
         assertEquals(5, resumed.getIterationCount());
     }
@@ -130,7 +132,7 @@ class PipelineTrainerBehaviourTest {
             trainer.copyParametersTo(result);
         }
         assertEquals(List.of(8L, 32L, 16L, 4L), examples);
-        assertTrue(PipelineNets.maxRelativeDifference(result.params(), reference.params()) <= FP64_TOLERANCE);
+        assertTrue(Nets.maxRelativeDifference(result.params(), reference.params()) <= FP64_TOLERANCE);
     }
 
     /**

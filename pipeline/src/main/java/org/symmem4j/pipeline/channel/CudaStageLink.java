@@ -4,7 +4,6 @@ import java.lang.foreign.MemorySegment;
 import java.util.Objects;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
-import org.symmem4j.pipeline.channel.ChannelLayout.Direction;
 
 /**
  * A stage link between GPUs: the same bounded FIFO as {@link StageLink}, in the same
@@ -38,24 +37,13 @@ public final class CudaStageLink {
     public static final class Sender implements LinkSender {
         private final CudaSymmetricMemory memory;
         private final ChannelLayout layout;
-        private final int fromStage;
-        private final int toStage;
-        private final int receiverRank;
-        private final int region;
-        private final int dataSignal;
-        private final int creditSignal;
+        private final LinkEnds link;
         private long sent;
 
         public Sender(CudaSymmetricMemory memory, ChannelLayout layout, int fromStage, int toStage) {
             this.memory = Objects.requireNonNull(memory, "memory");
             this.layout = Objects.requireNonNull(layout, "layout");
-            Direction direction = StageLink.directionInto(fromStage, toStage);
-            this.fromStage = fromStage;
-            this.toStage = toStage;
-            this.receiverRank = layout.shape().rankOf(toStage);
-            this.region = layout.region(toStage, direction);
-            this.dataSignal = layout.dataSignal(region);
-            this.creditSignal = layout.creditSignal(fromStage, direction);
+            this.link = LinkEnds.of(layout, fromStage, toStage);
         }
 
         /**
@@ -74,12 +62,12 @@ public final class CudaStageLink {
             if (needReleased > 0) {
                 // acquire (device side): pairs with the receiver's release kernel, so its reads of the
                 // slot this send overwrites are complete before the put below runs
-                memory.enqueueWaitSignal(creditSignal, needReleased, false);
+                memory.enqueueWaitSignal(link.creditSignal(), needReleased, false);
             }
-            long offset = layout.slotOffset(region, (int) (sent % layout.slots())) + ChannelLayout.HEADER_BYTES;
+            long offset = layout.slotOffset(link.region(), (int) (sent % layout.slots())) + ChannelLayout.HEADER_BYTES;
             // release (device side, system scope): the payload's copy is ordered before the count the
             // receiver's wait acquires
-            memory.putWithSignal(receiverRank, payload, offset, dataSignal, 1, SignalOp.ADD);
+            memory.putWithSignal(link.receiverRank(), payload, offset, link.dataSignal(), 1, SignalOp.ADD);
             sent++;
         }
 
@@ -90,7 +78,7 @@ public final class CudaStageLink {
 
         @Override
         public String toString() {
-            return "GPU stage " + fromStage + " -> stage " + toStage + " (rank " + receiverRank + ", region " + region + ")";
+            return "GPU " + link;
         }
     }
 
@@ -98,25 +86,14 @@ public final class CudaStageLink {
     public static final class Receiver implements LinkReceiver {
         private final CudaSymmetricMemory memory;
         private final ChannelLayout layout;
-        private final int fromStage;
-        private final int toStage;
-        private final int senderRank;
-        private final int region;
-        private final int dataSignal;
-        private final int creditSignal;
+        private final LinkEnds link;
         private long received;
         private boolean holding;
 
         public Receiver(CudaSymmetricMemory memory, ChannelLayout layout, int fromStage, int toStage) {
             this.memory = Objects.requireNonNull(memory, "memory");
             this.layout = Objects.requireNonNull(layout, "layout");
-            Direction direction = StageLink.directionInto(fromStage, toStage);
-            this.fromStage = fromStage;
-            this.toStage = toStage;
-            this.senderRank = layout.shape().rankOf(fromStage);
-            this.region = layout.region(toStage, direction);
-            this.dataSignal = layout.dataSignal(region);
-            this.creditSignal = layout.creditSignal(fromStage, direction);
+            this.link = LinkEnds.of(layout, fromStage, toStage);
         }
 
         /**
@@ -131,9 +108,9 @@ public final class CudaStageLink {
             }
             // acquire (device side): pairs with the sender's put-with-signal; later work on this
             // stream sees the payload
-            memory.enqueueWaitSignal(dataSignal, received + 1, false);
+            memory.enqueueWaitSignal(link.dataSignal(), received + 1, false);
             holding = true;
-            long offset = layout.slotOffset(region, (int) (received % layout.slots())) + ChannelLayout.HEADER_BYTES;
+            long offset = layout.slotOffset(link.region(), (int) (received % layout.slots())) + ChannelLayout.HEADER_BYTES;
             return MemorySegment.ofAddress(memory.local().address() + offset).reinterpret(layout.slotBytes());
         }
 
@@ -147,7 +124,7 @@ public final class CudaStageLink {
             received++;
             // release (device side, system scope): the stage's reads of the slot, enqueued before this
             // signal, complete before the sender's credit wait sees it
-            memory.signal(senderRank, creditSignal, 1, SignalOp.ADD);
+            memory.signal(link.senderRank(), link.creditSignal(), 1, SignalOp.ADD);
         }
 
         @Override
@@ -157,7 +134,7 @@ public final class CudaStageLink {
 
         @Override
         public String toString() {
-            return "GPU stage " + fromStage + " -> stage " + toStage + " (from rank " + senderRank + ", region " + region + ")";
+            return "GPU " + link;
         }
     }
 

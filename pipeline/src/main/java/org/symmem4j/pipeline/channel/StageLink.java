@@ -35,12 +35,7 @@ public final class StageLink {
     public static final class Sender implements LinkSender {
         private final SymmetricMemory memory;
         private final ChannelLayout layout;
-        private final int fromStage;
-        private final int toStage;
-        private final int receiverRank;
-        private final int region;
-        private final int dataSignal;
-        private final int creditSignal;
+        private final LinkEnds link;
         private final MemorySegment header;
         private long sent;
         /** Credits seen so far: messages the receiver has released; refreshed only when they run short. */
@@ -49,13 +44,7 @@ public final class StageLink {
         public Sender(SymmetricMemory memory, ChannelLayout layout, int fromStage, int toStage, Arena arena) {
             this.memory = Objects.requireNonNull(memory, "memory");
             this.layout = Objects.requireNonNull(layout, "layout");
-            Direction direction = directionInto(fromStage, toStage);
-            this.fromStage = fromStage;
-            this.toStage = toStage;
-            this.receiverRank = layout.shape().rankOf(toStage);
-            this.region = layout.region(toStage, direction);
-            this.dataSignal = layout.dataSignal(region);
-            this.creditSignal = layout.creditSignal(fromStage, direction);
+            this.link = LinkEnds.of(layout, fromStage, toStage);
             this.header = arena.allocate(ChannelLayout.HEADER_BYTES, 64);
         }
 
@@ -79,19 +68,19 @@ public final class StageLink {
             if (releasedSeen < needReleased) {
                 // acquire: pairs with the receiver's release in Receiver.release(), so its reads of the
                 // slot we are about to overwrite are complete
-                releasedSeen = checkPoison(memory.waitSignal(creditSignal, needReleased, receiverRank),
+                releasedSeen = checkPoison(memory.waitSignal(link.creditSignal(), needReleased, link.receiverRank()),
                         "waiting for a free slot to send microbatch " + microbatch);
             }
-            long offset = layout.slotOffset(region, (int) (sent % layout.slots()));
+            long offset = layout.slotOffset(link.region(), (int) (sent % layout.slots()));
             header.set(ValueLayout.JAVA_LONG, ChannelLayout.PAYLOAD_BYTES_OFFSET, bytes);
             header.set(ValueLayout.JAVA_LONG, ChannelLayout.SEQUENCE_OFFSET, sent);
             header.set(ValueLayout.JAVA_INT, ChannelLayout.MICROBATCH_OFFSET, microbatch);
-            header.set(ValueLayout.JAVA_INT, ChannelLayout.FROM_STAGE_OFFSET, fromStage);
+            header.set(ValueLayout.JAVA_INT, ChannelLayout.FROM_STAGE_OFFSET, link.fromStage());
             // The payload's signal adds 0: a put needs a slot, and adding 0 changes no count. The
             // header's put then adds 1 with release semantics, which orders both copies before the
             // count the receiver acquires in Receiver.receive().
-            memory.putWithSignal(receiverRank, payload, offset + ChannelLayout.HEADER_BYTES, dataSignal, 0, SignalOp.ADD);
-            memory.putWithSignal(receiverRank, header, offset, dataSignal, 1, SignalOp.ADD);
+            memory.putWithSignal(link.receiverRank(), payload, offset + ChannelLayout.HEADER_BYTES, link.dataSignal(), 0, SignalOp.ADD);
+            memory.putWithSignal(link.receiverRank(), header, offset, link.dataSignal(), 1, SignalOp.ADD);
             sent++;
         }
 
@@ -102,15 +91,15 @@ public final class StageLink {
 
         private long checkPoison(long value, String doing) {
             if (value >= POISON) {
-                throw new PipelineAbortedException("pipeline aborted by another rank while stage " + fromStage
-                        + " was " + doing + " on the link to stage " + toStage + " (the failing rank reports the cause)");
+                throw new PipelineAbortedException("pipeline aborted by another rank while stage " + link.fromStage()
+                        + " was " + doing + " on the link to stage " + link.toStage() + " (the failing rank reports the cause)");
             }
             return value;
         }
 
         @Override
         public String toString() {
-            return "stage " + fromStage + " -> stage " + toStage + " (rank " + receiverRank + ", region " + region + ")";
+            return link.toString();
         }
     }
 
@@ -118,12 +107,7 @@ public final class StageLink {
     public static final class Receiver implements LinkReceiver {
         private final SymmetricMemory memory;
         private final ChannelLayout layout;
-        private final int fromStage;
-        private final int toStage;
-        private final int senderRank;
-        private final int region;
-        private final int dataSignal;
-        private final int creditSignal;
+        private final LinkEnds link;
         private long received;
         private boolean holding;
         /** Messages seen posted so far; refreshed only when this rank has consumed them all. */
@@ -136,13 +120,7 @@ public final class StageLink {
             }
             this.memory = memory;
             this.layout = Objects.requireNonNull(layout, "layout");
-            Direction direction = directionInto(fromStage, toStage);
-            this.fromStage = fromStage;
-            this.toStage = toStage;
-            this.senderRank = layout.shape().rankOf(fromStage);
-            this.region = layout.region(toStage, direction);
-            this.dataSignal = layout.dataSignal(region);
-            this.creditSignal = layout.creditSignal(fromStage, direction);
+            this.link = LinkEnds.of(layout, fromStage, toStage);
         }
 
         /**
@@ -161,23 +139,23 @@ public final class StageLink {
             if (postedSeen <= received) {
                 // acquire: pairs with the sender's release in Sender.send(), so the header and payload
                 // it put are visible below
-                postedSeen = memory.waitSignal(dataSignal, received + 1, senderRank);
+                postedSeen = memory.waitSignal(link.dataSignal(), received + 1, link.senderRank());
                 if (postedSeen >= POISON) {
-                    throw new PipelineAbortedException("pipeline aborted by another rank while stage " + toStage
-                            + " waited for microbatch " + microbatch + " from stage " + fromStage
+                    throw new PipelineAbortedException("pipeline aborted by another rank while stage " + link.toStage()
+                            + " waited for microbatch " + microbatch + " from stage " + link.fromStage()
                             + " (the failing rank reports the cause)");
                 }
             }
-            MemorySegment slot = memory.local().asSlice(layout.slotOffset(region, (int) (received % layout.slots())),
+            MemorySegment slot = memory.local().asSlice(layout.slotOffset(link.region(), (int) (received % layout.slots())),
                     layout.slotStride());
             long bytes = slot.get(ValueLayout.JAVA_LONG, ChannelLayout.PAYLOAD_BYTES_OFFSET);
             long sequence = slot.get(ValueLayout.JAVA_LONG, ChannelLayout.SEQUENCE_OFFSET);
             int foundMicrobatch = slot.get(ValueLayout.JAVA_INT, ChannelLayout.MICROBATCH_OFFSET);
             int foundStage = slot.get(ValueLayout.JAVA_INT, ChannelLayout.FROM_STAGE_OFFSET);
-            if (sequence != received || foundMicrobatch != microbatch || foundStage != fromStage
+            if (sequence != received || foundMicrobatch != microbatch || foundStage != link.fromStage()
                     || bytes < 0 || bytes > layout.slotBytes()) {
                 throw new IllegalStateException("unexpected message on " + this + ": expected sequence=" + received
-                        + " microbatch=" + microbatch + " fromStage=" + fromStage + " found sequence=" + sequence
+                        + " microbatch=" + microbatch + " fromStage=" + link.fromStage() + " found sequence=" + sequence
                         + " microbatch=" + foundMicrobatch + " fromStage=" + foundStage + " payloadBytes=" + bytes
                         + " (the two ranks' schedules must list this link's microbatches in the same order)");
             }
@@ -194,7 +172,7 @@ public final class StageLink {
             received++;
             // release: every read of the slot above happens before the sender, acquiring this credit
             // in Sender.send(), overwrites it
-            memory.signal(senderRank, creditSignal, 1, SignalOp.ADD);
+            memory.signal(link.senderRank(), link.creditSignal(), 1, SignalOp.ADD);
         }
 
         @Override
@@ -204,7 +182,7 @@ public final class StageLink {
 
         @Override
         public String toString() {
-            return "stage " + fromStage + " -> stage " + toStage + " (from rank " + senderRank + ", region " + region + ")";
+            return link.toString();
         }
     }
 
