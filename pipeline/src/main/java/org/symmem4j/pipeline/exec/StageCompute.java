@@ -10,6 +10,12 @@ import java.lang.foreign.MemorySegment;
  * <p>Data and labels are the stage's own business: the first stage reads microbatch {@code mb}'s
  * features and the last stage its labels from wherever the caller put them before
  * {@link PipelineExecutor#runStep()}.
+ *
+ * <p>With links on GPUs, inputs and outputs are device addresses of the rank's GPU (segments whose
+ * byte size is the length; an input spans its link slot's capacity). The stage then enqueues its
+ * kernels on the rank's CUDA stream and returns without waiting, and "valid only during this call"
+ * means: for the work enqueued during the call, which the executor orders before the slot is given
+ * back.
  */
 public interface StageCompute {
 
