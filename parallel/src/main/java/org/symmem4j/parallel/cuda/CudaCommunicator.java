@@ -36,6 +36,11 @@ public final class CudaCommunicator implements Communicator {
     private final int worldSize;
     private final boolean sharedDevice;
     private final int maxBlocks;
+    /**
+     * TWO_SHOT's grid: as many blocks as the SMs hold at once (the CUDA occupancy calculator, for the
+     * smaller of the f32 and bf16 kernels' figures), since every block must be resident together.
+     */
+    private final int twoShotMaxBlocks;
     private final MemorySegment ncclComm;
     private final String ncclUnavailable;
     /** ONE_SHOT's landing slots: two parities of worldSize slots of {@link #oneShotSlotBytes} per rank. */
@@ -80,6 +85,15 @@ public final class CudaCommunicator implements Communicator {
         // on each peer): one block per SM, and on a shared GPU the SMs split between its ranks.
         int ranksOnDevice = sharedDevice ? (worldSize + devices - 1) / devices : 1;
         this.maxBlocks = Math.max(1, Math.min(CudaKernels.MAX_BLOCKS, rank.multiprocessors / ranksOnDevice));
+        if (rank.kernels == null || sharedDevice) {
+            this.twoShotMaxBlocks = maxBlocks;
+        } else {
+            driver.setCurrent(rank.context);
+            int perSm = Math.min(
+                    driver.maxActiveBlocksPerMultiprocessor(rank.kernels.function("symmem_two_shot_f32"), CudaKernels.BLOCK_THREADS),
+                    driver.maxActiveBlocksPerMultiprocessor(rank.kernels.function("symmem_two_shot_bf16"), CudaKernels.BLOCK_THREADS));
+            this.twoShotMaxBlocks = Math.max(1, Math.min(CudaKernels.MAX_BLOCKS, perSm * maxBlocks));
+        }
         MemorySegment comm = null;
         String why = null;
         if (sharedDevice) {
@@ -253,10 +267,8 @@ public final class CudaCommunicator implements Communicator {
             setPointers(padsSlot, mem.padPointers(), 0);
             kernel = "symmem_two_shot" + suffix;
             long chunk = (vectors + worldSize - 1) / worldSize;
-            // two vectors per thread per iteration; up to two blocks per SM (the kernels use <= 64
-            // registers per thread, so two 512-thread blocks fit an SM and every block is resident)
-            int cap = sharedDevice ? maxBlocks : Math.min(CudaKernels.MAX_BLOCKS, 2 * maxBlocks);
-            blocks = (int) Math.min(cap, (chunk + 2L * CudaKernels.BLOCK_THREADS - 1) / (2L * CudaKernels.BLOCK_THREADS));
+            // two vectors per thread per iteration; as many blocks as are resident at once
+            blocks = (int) Math.min(twoShotMaxBlocks, (chunk + 2L * CudaKernels.BLOCK_THREADS - 1) / (2L * CudaKernels.BLOCK_THREADS));
             params = twoShotParams;
         }
         rank.launch(driver, kernel, Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params);

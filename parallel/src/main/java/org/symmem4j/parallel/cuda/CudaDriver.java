@@ -109,6 +109,7 @@ public final class CudaDriver {
     private final MethodHandle cuModuleGetFunction;
     private final MethodHandle cuLaunchKernel;
     private final MethodHandle cuStreamQuery;
+    private final MethodHandle cuOccupancyMaxActiveBlocksPerMultiprocessor;
     /** cuLaunchKernelEx (CUDA 12.0+); empty on older drivers, which then launch plainly. */
     private final Optional<MethodHandle> cuLaunchKernelEx;
     private final MethodHandle cuStreamBeginCapture;
@@ -155,6 +156,8 @@ public final class CudaDriver {
         cuLaunchKernel = lib.function("cuLaunchKernel", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, JAVA_INT,
                 JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS, ADDRESS));
         cuStreamQuery = lib.function("cuStreamQuery", iA);
+        cuOccupancyMaxActiveBlocksPerMultiprocessor = lib.function("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_INT, JAVA_LONG));
         cuLaunchKernelEx = lib.optionalFunction("cuLaunchKernelEx",
                 FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS, ADDRESS));
         cuStreamBeginCapture = lib.function("cuStreamBeginCapture_v2", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
@@ -514,6 +517,21 @@ public final class CudaDriver {
         try {
             check("cuLaunchKernel", (int) cuLaunchKernel.invokeExact(function, gridX, 1, 1, blockX, 1, 1, 0, stream, params,
                     MemorySegment.NULL));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /**
+     * How many blocks of {@code blockThreads} threads of {@code function} one SM holds at once (its
+     * registers, shared memory and thread limits), with no dynamic shared memory.
+     */
+    public int maxActiveBlocksPerMultiprocessor(MemorySegment function, int blockThreads) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment n = a.allocate(JAVA_INT);
+            check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                    (int) cuOccupancyMaxActiveBlocksPerMultiprocessor.invokeExact(n, function, blockThreads, 0L));
+            return n.get(JAVA_INT, 0);
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }
