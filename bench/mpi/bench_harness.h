@@ -41,6 +41,15 @@ static const double DEFAULT_MAX_SECONDS = 1.0;
         }                                                                    \
     } while (0)
 
+/* MPI_Init with errors returned to CHECK_MPI, and this process's rank and the world size. */
+static void start_mpi(int *argc, char ***argv, int *rank, int *nranks)
+{
+    CHECK_MPI(MPI_Init(argc, argv));
+    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, rank));
+    CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, nranks));
+}
+
 typedef struct {
     size_t *sizes;
     int size_count;

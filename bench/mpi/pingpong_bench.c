@@ -153,12 +153,8 @@ static int bench_size(size_t bytes, double budget, int rank)
 
 int main(int argc, char **argv)
 {
-    CHECK_MPI(MPI_Init(&argc, &argv));
-    CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
-
     int rank, nranks;
-    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &nranks));
+    start_mpi(&argc, &argv, &rank, &nranks);
 
     Options opt;
     int parsed = parse_options(argc, argv, &opt, DEFAULT_SIZES,

@@ -309,7 +309,6 @@ template <> __device__ __forceinline__ uint32_t pack<__nv_bfloat16>(const float 
 template <typename T>
 __device__ void one_shot_ll(void* buf, const Peers& ll, const Pads& pads, size_t count, int rank, int world, int divisor,
                             size_t slotWords) {
-    constexpr int PER_WORD = 4 / sizeof(T);
     size_t bytes = count * sizeof(T);
     size_t words = (bytes + 3) / 4;
     size_t threads = (size_t)gridDim.x * blockDim.x;
@@ -358,7 +357,6 @@ __device__ void one_shot_ll(void* buf, const Peers& ll, const Pads& pads, size_t
         }
         store_word<T>(buf, w, bytes, pack<T>(acc));
     }
-    (void)PER_WORD;
 }
 
 extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_ll_f32(void* buf, const __grid_constant__ Peers ll, const __grid_constant__ Pads pads, size_t count,
