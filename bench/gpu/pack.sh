@@ -26,5 +26,8 @@ cp -r parallel/target/test-classes .device/test-classes
 cp -r pipeline/target/test-classes/. .device/test-classes/
 mvn -q -B dependency:copy -Dartifact=org.junit.platform:junit-platform-console-standalone:1.11.4 \
   -DoutputDirectory="$root/.device/lib"
+# the NVLink transfer-pattern probe (standalone CUDA; run-on-device.sh nvlink)
+nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+"$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/nvlink_probe bench/gpu/nvlink_probe.cu
 du -sh .device
 echo "packed .device/ — run it with the device tool: command='bash bench/gpu/run-on-device.sh', carry=['.device']"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs and reports land in $OUT.
-#   run-on-device.sh [tests|bench|handoff|all|probe] [extra all-reduce benchmark args]
-# (probe: GpuEagerProbe, host time per eager call, not part of all)
+#   run-on-device.sh [tests|bench|handoff|all|probe|nvlink] [extra all-reduce benchmark args]
+# (probe: GpuEagerProbe, host time per eager call; nvlink: bench/gpu/nvlink_probe.cu, the bandwidth
+# of each way of moving bytes between 2 GPUs, PATTERNS=1 for the copy patterns too; neither is part of all)
 # SYMMEM4J_JAVA_OPTS adds JVM flags, e.g. -Dsymmem4j.cuda.pdl=false to launch kernels without
 # programmatic dependent launch.
 set -uo pipefail
@@ -39,6 +40,10 @@ if [ "$what" = handoff ] || [ "$what" = all ]; then
 fi
 if [ "$what" = probe ]; then
   timeout 300 $java $flags -cp "$cp" org.symmem4j.examples.bench.GpuEagerProbe 2>&1 | tee "$out/gpu-eager-probe.log"
+  rc=$(( rc | PIPESTATUS[0] ))
+fi
+if [ "$what" = nvlink ]; then
+  timeout 300 .device/nvlink_probe 2>&1 | tee "$out/nvlink-probe.log"
   rc=$(( rc | PIPESTATUS[0] ))
 fi
 exit $rc

@@ -431,6 +431,122 @@ extern "C" __global__ void __launch_bounds__(512) symmem_two_shot_bf16(const __g
     two_shot<__nv_bfloat16>(bufs, pads, count, rank, world, divisor);
 }
 
+// ---- TWO_SHOT by writes only, through a scratch: for large messages ----
+// Over NVLink a store is a posted write while a load is a request and a response, and the
+// measured ceilings differ (2 x H200, 256 MiB each way at once: SM stores 364 GB/s per direction,
+// SM loads 335, bench/results/2026-11-22-nvlink-patterns-2xh200.md). The kernel above pulls the
+// peers' chunks with loads; this one moves every byte over NVLink as a store. The message goes in
+// rounds of world x slotVecs vectors; round k splits into `world` chunks of `len` vectors and
+// rank r owns chunk r:
+//   1. rank r stores its copy of chunk p into slot r of peer p's scratch (parity k & 1);
+//   2. block b meets block b of every peer (the slots it reads next have landed);
+//   3. rank r reduces chunk r — its own copy and the peers' copies from its scratch, in rank
+//      order — and stores the result into chunk r of every rank's buffer.
+// A final meeting tells every rank that all chunks pushed into its buffer have landed.
+// Why it is safe without an entry barrier: no rank ever reads a peer's memory, and a rank writes
+// into a peer's buffer only chunk positions it owns, after the round's meeting, by which the peer
+// has read its own copy of them (step 1 precedes the peer's arrival). A scratch slot of parity P
+// is written again two rounds later, after a meeting the peer reaches only once it has read the
+// slot; across calls, the final meeting orders every read of the last call before any write of
+// the next, whatever the grids. The block b of every rank touches the same slot positions, so
+// block-level meetings suffice. Elements past the last whole vector: rank world-1's thread 0
+// (after the first meeting, so every peer's input is in place).
+
+// Claims `n` consecutive barrier epochs for this block: returns the first, stores the last.
+__device__ __forceinline__ uint32_t claim_epochs(const Pads& pads, int rank, uint32_t n) {
+    uint32_t* counter = pads.ptr[rank] + EPOCHS + blockIdx.x;
+    __syncthreads();
+    uint32_t first = *reinterpret_cast<volatile uint32_t*>(counter) + 1;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        *counter = first + n - 1;
+    }
+    return first;
+}
+
+template <typename T>
+__device__ void two_shot_push(const Peers& bufs, const Peers& scratch, const Pads& pads, size_t count, int rank, int world,
+                              int divisor, size_t slotBytes) {
+    constexpr int N = Vec<T>::N;
+    size_t nvec = count / N;
+    size_t slotVecs = slotBytes / 16;
+    size_t perRound = (size_t)world * slotVecs;
+    size_t rounds = nvec == 0 ? 1 : (nvec + perRound - 1) / perRound;
+    size_t threads = (size_t)gridDim.x * blockDim.x;
+    size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uint32_t epoch = claim_epochs(pads, rank, (uint32_t)rounds + 1);
+    const uint4* mine = reinterpret_cast<const uint4*>(bufs.ptr[rank]);
+    for (size_t k = 0; k < rounds; k++) {
+        size_t base = k * perRound;
+        size_t rem = nvec - min(nvec, base);
+        size_t len = min(slotVecs, (rem + world - 1) / world);
+        size_t parityBase = (k & 1) * world;
+        for (size_t v = tid; v < len; v += threads) {
+#pragma unroll
+            for (int p = 0; p < MAX_RANKS; p++) {
+                size_t from = base + p * len + v;
+                if (p < world && p != rank && from < nvec) {
+                    reinterpret_cast<uint4*>(scratch.ptr[p])[(parityBase + rank) * slotVecs + v] = mine[from];
+                }
+            }
+        }
+        meet(pads, rank, world, epoch + (uint32_t)k);
+        size_t lo = base + rank * len;
+        size_t hi = min(nvec, lo + len);
+        for (size_t v = lo + tid; v < hi; v += threads) {
+            float acc[8];
+#pragma unroll
+            for (int q = 0; q < MAX_RANKS; q++) {
+                if (q < world) {
+                    float x[8];
+                    if (q == rank) {
+                        Vec<T>::load(mine, v, x);
+                    } else {
+                        Vec<T>::load(scratch.ptr[rank], (parityBase + q) * slotVecs + (v - lo), x);
+                    }
+#pragma unroll
+                    for (int e = 0; e < N; e++) {
+                        acc[e] = q == 0 ? x[e] : acc[e] + x[e];
+                    }
+                }
+            }
+            if (divisor > 0) {
+#pragma unroll
+                for (int e = 0; e < N; e++) {
+                    acc[e] = acc[e] / (float)divisor;
+                }
+            }
+#pragma unroll
+            for (int p = 0; p < MAX_RANKS; p++) {
+                if (p < world) {
+                    Vec<T>::store(bufs.ptr[p], v, acc);
+                }
+            }
+        }
+    }
+    if (rank == world - 1 && blockIdx.x == 0 && threadIdx.x == 0) {
+        for (size_t i = nvec * N; i < count; i++) {
+            float x = reduce_scalar<T>(bufs, world, i, divisor);
+            for (int p = 0; p < world; p++) {
+                Vec<T>::storeScalar(bufs.ptr[p], i, x);
+            }
+        }
+    }
+    meet(pads, rank, world, epoch + (uint32_t)rounds);
+}
+
+// (512, 2): at most 64 registers, so sm_80's compiler keeps the f32 kernel out of local memory
+extern "C" __global__ void __launch_bounds__(512, 2) symmem_two_shot_push_f32(const __grid_constant__ Peers bufs, const __grid_constant__ Peers scratch,
+        const __grid_constant__ Pads pads, size_t count, int rank, int world, int divisor, size_t slotBytes) {
+    follow_stream_order_release_next();
+    two_shot_push<float>(bufs, scratch, pads, count, rank, world, divisor, slotBytes);
+}
+extern "C" __global__ void __launch_bounds__(512, 2) symmem_two_shot_push_bf16(const __grid_constant__ Peers bufs, const __grid_constant__ Peers scratch,
+        const __grid_constant__ Pads pads, size_t count, int rank, int world, int divisor, size_t slotBytes) {
+    follow_stream_order_release_next();
+    two_shot_push<__nv_bfloat16>(bufs, scratch, pads, count, rank, world, divisor, slotBytes);
+}
+
 // ---- reduce-scatter: symmetric input of `world` blocks of `count` elements; block `rank`
 // reduced over ranks lands in `out` (any device pointer of this rank). Second barrier: peers may
 // overwrite their input only after every rank has read it.

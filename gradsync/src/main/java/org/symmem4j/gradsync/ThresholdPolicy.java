@@ -17,7 +17,7 @@ final class ThresholdPolicy implements AlgorithmPolicy {
     @Override
     public Algorithm choose(Communicator comm, long count, DType dtype, ReduceOp op) {
         long bytes = dtype.bytes(count);
-        Algorithm pick = table.lookup(comm.transportName(), comm.group().worldSize(), bytes);
+        Algorithm pick = table.lookup(comm.transportName(), comm.group().worldSize(), dtype, bytes);
         if (AlgorithmPolicy.eligible(pick, comm, count, dtype, op)) {
             return pick;
         }

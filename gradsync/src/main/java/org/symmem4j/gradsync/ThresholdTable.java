@@ -13,6 +13,7 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.TreeMap;
 import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.DType;
 
 /**
  * Which all-reduce algorithm is fastest for which message size, per transport and world size, as
@@ -21,7 +22,10 @@ import org.symmem4j.parallel.Algorithm;
  * <pre>
  *   host-in-jvm.2=ONE_SHOT:2048,TWO_SHOT:max
  * </pre>
- * meaning ONE_SHOT up to 2048 bytes, TWO_SHOT above.
+ * meaning ONE_SHOT up to 2048 bytes, TWO_SHOT above. A row may be for one dtype only, keyed
+ * {@code <transport>.<worldSize>.<dtype>} (for example {@code cuda-nvidia-h200.4.float32}); it
+ * takes precedence over the plain row for messages of that dtype (on GPUs the kernels' crossover
+ * points differ between fp32 and bf16).
  *
  * <p>{@link #load()} reads, in order: the file named by {@code -Dsymmem4j.thresholds}, else
  * {@code ~/.symmem4j/thresholds.properties} if it exists; its rows override the shipped defaults
@@ -94,18 +98,39 @@ public final class ThresholdTable {
         }
         Map<String, List<Threshold>> rows = new TreeMap<>();
         for (String key : p.stringPropertyNames()) {
+            // <transport>.<worldSize>, optionally .<dtype>; stored with the dtype in lower case
+            String plainKey = key;
+            String dtypeSuffix = "";
             int dot = key.lastIndexOf('.');
+            DType dtype = dot > 0 ? dtypeOf(key.substring(dot + 1)) : null;
+            if (dtype != null) {
+                plainKey = key.substring(0, dot);
+                dtypeSuffix = "." + dtype.name().toLowerCase(Locale.ROOT);
+                dot = plainKey.lastIndexOf('.');
+            }
             if (dot <= 0) {
-                throw new IllegalArgumentException(source + ": key=" + key + " expected <transport>.<worldSize>");
+                throw new IllegalArgumentException(source + ": key=" + key + " expected <transport>.<worldSize>"
+                        + " or <transport>.<worldSize>.<dtype>");
             }
             try {
-                Integer.parseInt(key.substring(dot + 1));
+                Integer.parseInt(plainKey.substring(dot + 1));
             } catch (NumberFormatException e) {
-                throw new IllegalArgumentException(source + ": key=" + key + " world size is not a number", e);
+                throw new IllegalArgumentException(source + ": key=" + key + " world size is not a number (a dtype suffix"
+                        + " is one of " + java.util.Arrays.toString(DType.values()) + ")", e);
             }
-            rows.put(key, parseRow(source, key, p.getProperty(key)));
+            String rowKey = plainKey + dtypeSuffix;
+            rows.put(rowKey, parseRow(source, key, p.getProperty(key)));
         }
         return new ThresholdTable(rows, source);
+    }
+
+    private static DType dtypeOf(String name) {
+        for (DType d : DType.values()) {
+            if (d.name().equalsIgnoreCase(name)) {
+                return d;
+            }
+        }
+        return null;
     }
 
     private static List<Threshold> parseRow(String source, String key, String value) {
@@ -157,11 +182,22 @@ public final class ThresholdTable {
      * ONE_SHOT up to 64 KiB and TWO_SHOT above.
      */
     public Algorithm lookup(String transport, int worldSize, long bytes) {
-        List<Threshold> row = rows.get(transport + "." + worldSize);
+        return lookup(transport, worldSize, null, bytes);
+    }
+
+    /**
+     * As {@link #lookup(String, int, long)}, but a row for exactly this transport, world size and
+     * {@code dtype} comes first (a null dtype skips it).
+     */
+    public Algorithm lookup(String transport, int worldSize, DType dtype, long bytes) {
+        List<Threshold> row = dtype == null ? null : rows.get(transport + "." + worldSize + "." + dtype.name().toLowerCase(Locale.ROOT));
+        if (row == null) {
+            row = rows.get(transport + "." + worldSize);
+        }
         if (row == null) {
             int best = -1;
             for (String key : rows.keySet()) {
-                if (key.startsWith(transport + ".")) {
+                if (key.startsWith(transport + ".") && key.indexOf('.', transport.length() + 1) < 0) {
                     int ws = Integer.parseInt(key.substring(transport.length() + 1));
                     boolean better = best < 0 || (ws <= worldSize ? (best > worldSize || ws > best) : (best > worldSize && ws < best));
                     if (better) {
@@ -185,6 +221,11 @@ public final class ThresholdTable {
     /** The row for a key, or null. */
     public List<Threshold> row(String transport, int worldSize) {
         return rows.get(transport + "." + worldSize);
+    }
+
+    /** The dtype-only row for a key, or null. */
+    public List<Threshold> row(String transport, int worldSize, DType dtype) {
+        return rows.get(transport + "." + worldSize + "." + dtype.name().toLowerCase(Locale.ROOT));
     }
 
     /** The properties text of this table, with {@code comment} lines on top. */

@@ -11,6 +11,7 @@ import java.util.List;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.DType;
 
 class ThresholdTableTest {
 
@@ -29,6 +30,24 @@ class ThresholdTableTest {
         assertEquals(Algorithm.ONE_SHOT, t.lookup("host-in-jvm", 1, 100), "below every row: the nearest larger (2)");
         assertEquals(Algorithm.ONE_SHOT, t.lookup("cuda", 2, 1024), "unknown transport: built-in ONE_SHOT up to 64 KiB");
         assertEquals(Algorithm.TWO_SHOT, t.lookup("cuda", 2, 1 << 20));
+    }
+
+    @Test
+    void aDtypeRowTakesPrecedenceForItsDtypeOnly() {
+        ThresholdTable t = ThresholdTable.parse("""
+                cuda-x.4=ONE_SHOT:262144,TWO_SHOT:4194304,NCCL:max
+                cuda-x.4.float32=ONE_SHOT:4194304,NCCL:max
+                cuda-x.8.BFLOAT16=NCCL:max
+                """, "test");
+        assertEquals(Algorithm.ONE_SHOT, t.lookup("cuda-x", 4, DType.FLOAT32, 4 << 20), "the float32 row");
+        assertEquals(Algorithm.TWO_SHOT, t.lookup("cuda-x", 4, DType.BFLOAT16, 4 << 20), "no bfloat16 row: the plain one");
+        assertEquals(Algorithm.TWO_SHOT, t.lookup("cuda-x", 4, 4 << 20), "no dtype: the plain row");
+        assertEquals(Algorithm.NCCL, t.lookup("cuda-x", 8, DType.BFLOAT16, 1024), "dtype names are case-insensitive");
+        assertEquals(Algorithm.TWO_SHOT, t.lookup("cuda-x", 8, DType.FLOAT32, 1 << 20),
+                "no plain row for 8: the nearest plain row (4), never another dtype's");
+        assertEquals(t.row("cuda-x", 4, DType.FLOAT32), ThresholdTable.parse(t.format("c"), "back").row("cuda-x", 4, DType.FLOAT32));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ThresholdTable.parse("x.2.float33=NCCL:max\n", "f"))
+                .getMessage().contains("world size is not a number"));
     }
 
     @Test

@@ -81,6 +81,7 @@ public final class GpuAllReduceBench {
         int repeats = reps;
         String[] deviceName = new String[1];
         String[] calibration = new String[1];
+        double[] peerCopy = new double[2];
         List<List<Cell>> perRank = InJvmWorld.runOnEveryRank(worldSize,
                 GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), group -> {
             List<Cell> cells = new ArrayList<>();
@@ -107,6 +108,21 @@ public final class GpuAllReduceBench {
                     }
                 }
                 comm.synchronize();
+                // Baselines: the copy engine moving maxB from this rank's buffer into the next rank's,
+                // rank 0 alone (one way), then every rank at once (each link busy both ways)
+                long next = mem.peer((group.rank() + 1) % worldSize).address();
+                long mine = mem.local().address();
+                boolean first = group.rank() == 0;
+                double alone = time(comm, group.rank(), () -> {
+                    if (first) {
+                        comm.copyAsync(next, mine, maxB);
+                    }
+                }, maxB, false, repeats);
+                double all = time(comm, group.rank(), () -> comm.copyAsync(next, mine, maxB), maxB, false, repeats);
+                if (first) {
+                    peerCopy[0] = alone;
+                    peerCopy[1] = all;
+                }
                 for (DType dtype : new DType[] {DType.BFLOAT16, DType.FLOAT32}) {
                     for (long bytes : SIZES) {
                         if (bytes > maxB) {
@@ -132,7 +148,8 @@ public final class GpuAllReduceBench {
                 }
                 // The policy: rank 0's calibrated row (all ranks must choose alike), then every size
                 // measured again as the policy picks it.
-                String row = calibratedRow(cells, comm.transportName() + "." + worldSize);
+                String row = calibratedRow(cells, comm.transportName() + "." + worldSize, DType.BFLOAT16) + "\n"
+                        + calibratedRow(cells, comm.transportName() + "." + worldSize + ".float32", DType.FLOAT32);
                 String agreed = new String(group.allGatherBytes("policy-row", row.getBytes(StandardCharsets.UTF_8)).getFirst(),
                         StandardCharsets.UTF_8);
                 AlgorithmPolicy policy = AlgorithmPolicy.fromTable(ThresholdTable.parse(agreed, "this run"));
@@ -163,7 +180,8 @@ public final class GpuAllReduceBench {
             }
             return cells;
         });
-        String report = report(perRank.getFirst(), worldSize, devices, deviceName[0], repeats, calibration[0], thresholds);
+        String report = report(perRank.getFirst(), worldSize, devices, deviceName[0], repeats, calibration[0], thresholds,
+                maxB, peerCopy);
         System.out.print(report);
         if (out != null) {
             Files.writeString(out, report);
@@ -233,11 +251,14 @@ public final class GpuAllReduceBench {
         return bytes >= (1 << 20) ? (bytes >> 20) + " MiB" : (bytes >> 10) + " KiB";
     }
 
-    /** Rank 0's threshold row from its bf16 graph-captured timings: each size's fastest of ONE_SHOT, TWO_SHOT, NCCL. */
-    static String calibratedRow(List<Cell> cells, String key) {
+    /**
+     * Rank 0's threshold row from its graph-captured timings of {@code dtype}: each size's fastest of
+     * ONE_SHOT, TWO_SHOT, NCCL.
+     */
+    static String calibratedRow(List<Cell> cells, String key, DType dtype) {
         Map<Long, Map<String, Double>> bySize = new LinkedHashMap<>();
         for (Cell c : cells) {
-            if (c.dtype() == DType.BFLOAT16 && c.graph() && !c.variant().equals("NCCL window") && !Double.isNaN(c.micros())) {
+            if (c.dtype() == dtype && c.graph() && !c.variant().equals("NCCL window") && !Double.isNaN(c.micros())) {
                 bySize.computeIfAbsent(c.bytes(), b -> new LinkedHashMap<>()).put(c.variant(), c.micros());
             }
         }
@@ -263,7 +284,7 @@ public final class GpuAllReduceBench {
     }
 
     private static String report(List<Cell> cells, int worldSize, int devices, String device, int reps, String row,
-                                 Path thresholdsOut) throws IOException {
+                                 Path thresholdsOut, long copyBytes, double[] peerCopy) throws IOException {
         Map<String, Double> t = new LinkedHashMap<>();
         Map<String, String> policyChoice = new LinkedHashMap<>();
         for (Cell c : cells) {
@@ -287,10 +308,17 @@ public final class GpuAllReduceBench {
         md.append("- symmem4j kernel launches: ").append(launchMode).append('\n');
         md.append("- method: in-place SUM on random data; median of ").append(reps).append(" CUDA-event timings of a batch")
                 .append(" (100 ops up to 1 MiB, 20 up to 16 MiB, 5 above) on rank 0's stream, after a JIT warm-up;")
-                .append(" eager = one call per op (symmem4j's calls include the host-side argument check across ranks);")
+                .append(" eager = one call per op (symmem4j's calls include the host-side argument check across ranks, and launch")
+                .append(" their kernel as a cached one-kernel graph unless -Dsymmem4j.cuda.eagerGraphs=false: ")
+                .append(Boolean.parseBoolean(System.getProperty("symmem4j.cuda.eagerGraphs", "true")) ? "on" : "off")
+                .append(" in this run);")
                 .append(" graph = the batch captured once and replayed. busbw = algbw × 2(n-1)/n. best = fastest of ONE_SHOT,")
-                .append(" TWO_SHOT and NCCL plain in the first pass; policy = the calibrated table (from the first pass's bf16")
-                .append(" graph timings, below) choosing per size, measured again in a second pass.\n\n");
+                .append(" TWO_SHOT and NCCL plain in the first pass; policy = the calibrated table (from the first pass's")
+                .append(" graph timings of that dtype, below) choosing per size, measured again in a second pass.\n");
+        md.append(String.format(Locale.ROOT, "- baseline, copy engine (cuMemcpyDtoDAsync into the next rank's buffer), %s: rank 0"
+                + " alone %.1f us = %.1f GB/s; every rank at once %.1f us = %.1f GB/s per rank and direction%n%n",
+                size(copyBytes), peerCopy[0], copyBytes / (peerCopy[0] * 1e-6) / 1e9, peerCopy[1],
+                copyBytes / (peerCopy[1] * 1e-6) / 1e9));
         List<String> misses = new ArrayList<>();
         for (DType dtype : new DType[] {DType.BFLOAT16, DType.FLOAT32}) {
             for (boolean graph : new boolean[] {true, false}) {
@@ -349,7 +377,8 @@ public final class GpuAllReduceBench {
         }
         md.append("## Targets (bf16, graph-captured, against the better NCCL configuration)\n\n");
         md.append(misses.isEmpty() ? "All met.\n" : "Not met:\n\n- " + String.join("\n- ", misses) + "\n");
-        md.append("\nCalibrated threshold row (bf16, graph-captured; each algorithm up to the largest size it won):\n\n```\n")
+        md.append("\nCalibrated threshold rows (graph-captured, bf16 the plain row and float32 its own; each algorithm up to"
+                + " the largest size it won):\n\n```\n")
                 .append(row).append("\n```\n");
         if (thresholdsOut != null) {
             Files.writeString(thresholdsOut, "# measured by GpuAllReduceBench on " + Instant.now() + "\n" + row + "\n");

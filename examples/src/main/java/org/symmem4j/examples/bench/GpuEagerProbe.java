@@ -75,6 +75,23 @@ public final class GpuEagerProbe {
                         out.append(measure(comm, group, phase, c.name(),
                                 () -> comm.allReduce(mem, 0, c.count(), DType.BFLOAT16, ReduceOp.SUM, c.alg()), calls));
                     }
+                    // the same kernels captured once into a one-op graph, the graph launched once per call:
+                    // whether a graph launch escapes the slow eager launches
+                    for (Case c : cases) {
+                        if (c.count() == 0) {
+                            continue;
+                        }
+                        try (org.symmem4j.parallel.cuda.CudaGraph g = comm.capture(
+                                () -> comm.allReduce(mem, 0, c.count(), DType.BFLOAT16, ReduceOp.SUM, c.alg()))) {
+                            out.append(measure(comm, group, phase, "1-op graph: " + c.name(), g::replay, calls));
+                            // the ranks' host threads meet in the argument check before each replay, as an eager call does
+                            out.append(measure(comm, group, phase, "check + 1-op graph: " + c.name(), () -> {
+                                comm.allReduce(mem, 0, 0, DType.BFLOAT16, ReduceOp.SUM, Algorithm.ONE_SHOT);
+                                g.replay();
+                            }, calls));
+                            comm.synchronize();
+                        }
+                    }
                 }
                 // one isolated LL all-reduce: its GPU time between events, and the host time of the call
                 org.symmem4j.parallel.cuda.CudaDriver d = org.symmem4j.parallel.cuda.CudaDriver.get();
@@ -126,7 +143,7 @@ public final class GpuEagerProbe {
         double gpuMicros = d.elapsedMillis(e0, e1) * 1e3;
         d.destroyEvent(e0);
         d.destroyEvent(e1);
-        return String.format(Locale.ROOT, "rank %d %-22s %-34s host %7.2f us/call, thread CPU %7.2f us/call, stream %7.2f us/call,"
+        return String.format(Locale.ROOT, "rank %d %-22s %-46s host %7.2f us/call, thread CPU %7.2f us/call, stream %7.2f us/call,"
                         + " drain %8.1f us%n", group.rank(), phase, name, (t1 - t0) / 1e3 / calls, (cpu1 - cpu0) / 1e3 / calls,
                 gpuMicros / calls, (t2 - t1) / 1e3);
     }

@@ -41,6 +41,13 @@ public final class CudaCommunicator implements Communicator {
      * smaller of the f32 and bf16 kernels' figures), since every block must be resident together.
      */
     private final int twoShotMaxBlocks;
+    /**
+     * The same for the write-only TWO_SHOT kernels (large messages), per dtype: their register use
+     * differs (on sm_90, 58 for f32 and 32 for bf16: 2 and 4 blocks of 512 per SM), and bf16 measured
+     * 1 % faster with its 4 blocks per SM than with 2.
+     */
+    private final int twoShotPushMaxBlocksF32;
+    private final int twoShotPushMaxBlocksBf16;
     private final MemorySegment ncclComm;
     private final String ncclUnavailable;
     /** ONE_SHOT's landing slots: two parities of worldSize slots of {@link #oneShotSlotBytes} per rank. */
@@ -48,6 +55,12 @@ public final class CudaCommunicator implements Communicator {
     private final long oneShotSlotBytes;
     /** Small ONE_SHOTs use the LL protocol: 8-byte words (payload + epoch), two parities of worldSize slots. */
     private final CudaSymmetricMemory llScratch;
+    /**
+     * Large TWO_SHOTs land the peers' copies of this rank's chunk here: two parities of worldSize
+     * slots of {@link #twoShotSlotBytes} per rank ({@link #TWO_SHOT_SCRATCH_BYTES} in all).
+     */
+    private final CudaSymmetricMemory twoShotScratch;
+    private final long twoShotSlotBytes;
 
     // Launch parameters, reused by every launch of this rank's thread (no allocation per call).
     private final Arena arena = Arena.ofShared();
@@ -59,14 +72,34 @@ public final class CudaCommunicator implements Communicator {
     private final MemorySegment divisorSlot;
     private final MemorySegment bufSlot;
     private final MemorySegment slotBytesSlot;
-    private final MemorySegment twoShotParams;
-    private final MemorySegment oneShotParams;
+    private final MemorySegment scratchSlot;
+    private final LaunchParams twoShotParams;
+    private final LaunchParams twoShotPushParams;
+    private final LaunchParams oneShotParams;
+
+    /** A launch's {@code void**} array and the slots it points to, in parameter order. */
+    private record LaunchParams(MemorySegment array, MemorySegment[] slots) {
+    }
 
     /** Largest ONE_SHOT message: the size of one landing slot in the scratch. */
     static final long ONE_SHOT_SLOT_BYTES = 4L << 20;
     /** ONE_SHOTs up to this size use the LL kernel (no barrier; payload words carry the epoch). */
     static final long LL_MAX_BYTES = 64L << 10;
     static final long LL_SLOT_WORDS = LL_MAX_BYTES / 4;
+    /**
+     * TWO_SHOTs from this size move every byte over NVLink as a store (symmem_two_shot_push_*), below
+     * it they pull the peers' chunks with loads (symmem_two_shot_*): on 2 x H200 the write-only kernel
+     * was 8 % faster at 16 MiB and 7 % at 256 MiB, the pulling one 3 % faster at 4 MiB
+     * (bench/results/2026-11-22-nvlink-patterns-2xh200.md).
+     */
+    static final long TWO_SHOT_PUSH_MIN_BYTES = 16L << 20;
+    /**
+     * Scratch of the write-only TWO_SHOT per rank. A message goes through it in rounds of half this
+     * size (one meeting of the ranks per round; the other half takes the next round while peers
+     * still read this one). On 2 x H200 at 64 MiB: 32 MiB rounds 195 us, 8 MiB rounds 200 us, 2 MiB
+     * rounds 277 us; one round through a scratch as large as the message, 193 us.
+     */
+    static final long TWO_SHOT_SCRATCH_BYTES = 64L << 20;
 
     CudaCommunicator(CudaTransport transport, InJvmGroup group, CommunicatorOptions options) {
         this.transport = transport;
@@ -87,12 +120,18 @@ public final class CudaCommunicator implements Communicator {
         this.maxBlocks = Math.max(1, Math.min(CudaKernels.MAX_BLOCKS, rank.multiprocessors / ranksOnDevice));
         if (rank.kernels == null || sharedDevice) {
             this.twoShotMaxBlocks = maxBlocks;
+            this.twoShotPushMaxBlocksF32 = maxBlocks;
+            this.twoShotPushMaxBlocksBf16 = maxBlocks;
         } else {
             driver.setCurrent(rank.context);
             int perSm = Math.min(
                     driver.maxActiveBlocksPerMultiprocessor(rank.kernels.function("symmem_two_shot_f32"), CudaKernels.BLOCK_THREADS),
                     driver.maxActiveBlocksPerMultiprocessor(rank.kernels.function("symmem_two_shot_bf16"), CudaKernels.BLOCK_THREADS));
             this.twoShotMaxBlocks = Math.max(1, Math.min(CudaKernels.MAX_BLOCKS, perSm * maxBlocks));
+            this.twoShotPushMaxBlocksF32 = Math.max(1, Math.min(CudaKernels.MAX_BLOCKS, maxBlocks
+                    * driver.maxActiveBlocksPerMultiprocessor(rank.kernels.function("symmem_two_shot_push_f32"), CudaKernels.BLOCK_THREADS)));
+            this.twoShotPushMaxBlocksBf16 = Math.max(1, Math.min(CudaKernels.MAX_BLOCKS, maxBlocks
+                    * driver.maxActiveBlocksPerMultiprocessor(rank.kernels.function("symmem_two_shot_push_bf16"), CudaKernels.BLOCK_THREADS)));
         }
         MemorySegment comm = null;
         String why = null;
@@ -113,6 +152,8 @@ public final class CudaCommunicator implements Communicator {
                 : (CudaSymmetricMemory) transport.allocate(group, 2L * worldSize * oneShotSlotBytes);
         this.llScratch = rank.kernels == null ? null
                 : (CudaSymmetricMemory) transport.allocate(group, 2L * worldSize * LL_SLOT_WORDS * Long.BYTES);
+        this.twoShotSlotBytes = TWO_SHOT_SCRATCH_BYTES / (2L * worldSize) / 16 * 16;
+        this.twoShotScratch = rank.kernels == null ? null : (CudaSymmetricMemory) transport.allocate(group, TWO_SHOT_SCRATCH_BYTES);
         peersSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
         padsSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
         countSlot = arena.allocate(8, 8);
@@ -121,20 +162,23 @@ public final class CudaCommunicator implements Communicator {
         divisorSlot = arena.allocate(4, 4);
         bufSlot = arena.allocate(8, 8);
         slotBytesSlot = arena.allocate(8, 8);
+        scratchSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
         // parameter order of symmem_two_shot_*: (Peers bufs, Pads pads, count, rank, world, divisor)
         twoShotParams = paramArray(peersSlot, padsSlot, countSlot, rankSlot, worldSlot, divisorSlot);
+        // symmem_two_shot_push_*: (Peers bufs, Peers scratch, Pads pads, count, rank, world, divisor, slotBytes)
+        twoShotPushParams = paramArray(peersSlot, scratchSlot, padsSlot, countSlot, rankSlot, worldSlot, divisorSlot, slotBytesSlot);
         // symmem_one_shot_*: (buf, Peers scratch, Pads pads, count, rank, world, divisor, slotBytes)
         oneShotParams = paramArray(bufSlot, peersSlot, padsSlot, countSlot, rankSlot, worldSlot, divisorSlot, slotBytesSlot);
         rankSlot.set(java.lang.foreign.ValueLayout.JAVA_INT, 0, group.rank());
         worldSlot.set(java.lang.foreign.ValueLayout.JAVA_INT, 0, worldSize);
     }
 
-    private MemorySegment paramArray(MemorySegment... slots) {
+    private LaunchParams paramArray(MemorySegment... slots) {
         MemorySegment a = arena.allocate(java.lang.foreign.ValueLayout.ADDRESS, slots.length);
         for (int i = 0; i < slots.length; i++) {
             a.setAtIndex(java.lang.foreign.ValueLayout.ADDRESS, i, slots[i]);
         }
-        return a;
+        return new LaunchParams(a, slots);
     }
 
     @Override
@@ -243,7 +287,7 @@ public final class CudaCommunicator implements Communicator {
         long vectors = Math.max(1, count / perVector);
         String suffix = dtype == DType.FLOAT32 ? "_f32" : "_bf16";
         int blocks;
-        MemorySegment params;
+        LaunchParams params;
         String kernel;
         if (algorithm == Algorithm.ONE_SHOT && dtype.bytes(count) <= LL_MAX_BYTES) {
             setPointers(peersSlot, llScratch.dataPointers(), 0);
@@ -262,6 +306,16 @@ public final class CudaCommunicator implements Communicator {
             kernel = "symmem_one_shot" + suffix;
             blocks = (int) Math.min(maxBlocks, (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
             params = oneShotParams;
+        } else if (dtype.bytes(count) >= TWO_SHOT_PUSH_MIN_BYTES) {
+            setPointers(peersSlot, mem.dataPointers(), offsetBytes);
+            setPointers(scratchSlot, twoShotScratch.dataPointers(), 0);
+            setPointers(padsSlot, mem.padPointers(), 0);
+            slotBytesSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, twoShotSlotBytes);
+            kernel = "symmem_two_shot_push" + suffix;
+            long perRank = Math.min(twoShotSlotBytes / 16, (vectors + worldSize - 1) / worldSize);
+            // one vector per thread per round; as many blocks as are resident at once
+            blocks = (int) Math.min(dtype == DType.FLOAT32 ? twoShotPushMaxBlocksF32 : twoShotPushMaxBlocksBf16, (perRank + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
+            params = twoShotPushParams;
         } else {
             setPointers(peersSlot, mem.dataPointers(), offsetBytes);
             setPointers(padsSlot, mem.padPointers(), 0);
@@ -271,7 +325,11 @@ public final class CudaCommunicator implements Communicator {
             blocks = (int) Math.min(twoShotMaxBlocks, (chunk + 2L * CudaKernels.BLOCK_THREADS - 1) / (2L * CudaKernels.BLOCK_THREADS));
             params = twoShotParams;
         }
-        rank.launch(driver, kernel, Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params);
+        if (EagerGraphCache.ENABLED && !rank.capturing) {
+            rank.eagerGraphs.launch(kernel, Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params.array(), params.slots());
+        } else {
+            rank.launch(driver, kernel, Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params.array());
+        }
     }
 
     /** Writes the ranks' pointers (plus {@code offset}) into a kernel's 8-pointer struct slot; unused entries 0. */
@@ -394,9 +452,11 @@ public final class CudaCommunicator implements Communicator {
         driver.setCurrent(rank.context);
         driver.synchronize(rank.stream);
         driver.beginCapture(rank.stream);
+        rank.capturing = true; // launches go into this graph, not through the eager graph cache
         try {
             body.run();
         } catch (RuntimeException e) {
+            rank.capturing = false;
             try {
                 driver.destroyGraph(driver.endCaptureAndInstantiate(rank.stream));
             } catch (RuntimeException ignored) {
@@ -404,6 +464,7 @@ public final class CudaCommunicator implements Communicator {
             }
             throw e;
         }
+        rank.capturing = false;
         return new CudaGraph(driver, rank, driver.endCaptureAndInstantiate(rank.stream));
     }
 
@@ -476,6 +537,16 @@ public final class CudaCommunicator implements Communicator {
         driver.free(devicePtr);
     }
 
+    /**
+     * Enqueues a device-to-device copy of {@code bytes} on this rank's stream (the copy engine);
+     * {@code dst} or {@code src} may be a peer's symmetric address (peer access is on between all
+     * ranks' GPUs). The benchmarks' peer-copy baseline.
+     */
+    public void copyAsync(long dst, long src, long bytes) {
+        driver.setCurrent(rank.context);
+        driver.copyDeviceToDeviceAsync(dst, src, bytes, rank.stream);
+    }
+
     /** Copies host bytes to a device address of this rank; synchronous. */
     public void copyToDevice(long dst, MemorySegment src) {
         driver.setCurrent(rank.context);
@@ -514,6 +585,7 @@ public final class CudaCommunicator implements Communicator {
             if (oneShotScratch != null) {
                 oneShotScratch.close();
                 llScratch.close();
+                twoShotScratch.close();
             }
             if (ncclComm != null) {
                 Nccl.get().destroy(ncclComm);

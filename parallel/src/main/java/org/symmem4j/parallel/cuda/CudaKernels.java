@@ -66,8 +66,8 @@ public final class CudaKernels {
             module = driver.loadModule(img);
         }
         for (String name : new String[] {"symmem_one_shot_f32", "symmem_one_shot_bf16", "symmem_one_shot_ll_f32",
-            "symmem_one_shot_ll_bf16", "symmem_two_shot_f32",
-            "symmem_two_shot_bf16", "symmem_reduce_scatter_f32", "symmem_reduce_scatter_bf16", "symmem_all_gather",
+            "symmem_one_shot_ll_bf16", "symmem_two_shot_f32", "symmem_two_shot_bf16", "symmem_two_shot_push_f32",
+            "symmem_two_shot_push_bf16", "symmem_reduce_scatter_f32", "symmem_reduce_scatter_bf16", "symmem_all_gather",
             "symmem_put_signal", "symmem_wait_signal", "symmem_wait_signal_consume"}) {
             functions.put(name, driver.function(module, name));
         }

@@ -25,6 +25,10 @@ final class CudaRank {
     final boolean programmaticLaunch;
     /** Launch configuration written by every programmatic launch of this rank (launches are serialized). */
     private final MemorySegment launchScratch;
+    /** Eager collective launches as cached one-kernel graphs (see {@link EagerGraphCache}). */
+    final EagerGraphCache eagerGraphs;
+    /** Whether this rank's stream is being captured by {@link CudaCommunicator#capture}; the rank's thread only. */
+    boolean capturing;
 
     CudaRank(CudaDriver driver, int rank) {
         this.rank = rank;
@@ -44,6 +48,7 @@ final class CudaRank {
         this.programmaticLaunch = major >= 9 && driver.supportsProgrammaticLaunch()
                 && Boolean.parseBoolean(System.getProperty("symmem4j.cuda.pdl", "true"));
         this.launchScratch = Arena.global().allocate(CudaDriver.LAUNCH_CONFIG_BYTES + CudaDriver.LAUNCH_ATTRIBUTE_BYTES, 8);
+        this.eagerGraphs = new EagerGraphCache(driver, this);
     }
 
     /**

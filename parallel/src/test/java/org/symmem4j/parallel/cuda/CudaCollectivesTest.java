@@ -150,6 +150,12 @@ class CudaCollectivesTest {
                         if (alg != Algorithm.ONE_SHOT) {
                             long count = dtype == DType.FLOAT32 ? big : 2 * big;
                             checkAllReduce(comm, mem, group, alg, dtype, ReduceOp.SUM, count, seed++);
+                            // TWO_SHOT's write-only kernel: several rounds through its scratch, a last
+                            // partial round and 3 elements past the last whole vector
+                            long rounds = CudaCommunicator.TWO_SHOT_PUSH_MIN_BYTES / 4 * 3 + 3;
+                            for (ReduceOp op : new ReduceOp[] {ReduceOp.SUM, ReduceOp.AVG}) {
+                                checkAllReduce(comm, mem, group, alg, dtype, op, rounds, seed++);
+                            }
                         }
                     }
                 }
@@ -185,15 +191,45 @@ class CudaCollectivesTest {
         });
     }
 
+    /**
+     * Eager calls go through one-kernel graphs cached per launch: a repeated call captures nothing
+     * new, a new size captures once, a call inside a user's capture is not captured separately, and
+     * every result is right.
+     */
+    @Test
+    void eagerCallsReplayCachedGraphs() {
+        Assumptions.assumeTrue(EagerGraphCache.ENABLED, "-Dsymmem4j.cuda.eagerGraphs=false");
+        onEveryRank(group -> {
+            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 1 << 20)) {
+                EagerGraphCache cache = comm.cudaRank().eagerGraphs;
+                checkAllReduce(comm, mem, group, Algorithm.ONE_SHOT, DType.FLOAT32, ReduceOp.SUM, 1001, 7);
+                long afterFirst = cache.captures();
+                for (int i = 0; i < 3; i++) {
+                    checkAllReduce(comm, mem, group, Algorithm.ONE_SHOT, DType.FLOAT32, ReduceOp.SUM, 1001, 8 + i);
+                }
+                assertEquals(afterFirst, cache.captures(), "the same launch again replays the cached graph");
+                checkAllReduce(comm, mem, group, Algorithm.ONE_SHOT, DType.FLOAT32, ReduceOp.SUM, 1003, 11);
+                assertEquals(afterFirst + 1, cache.captures(), "another count is another launch");
+                try (CudaGraph g = comm.capture(() -> comm.allReduce(mem, 0, 2001, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT))) {
+                    assertEquals(afterFirst + 1, cache.captures(), "a launch inside a user's capture is not cached");
+                }
+            }
+            return null;
+        });
+    }
+
     @Test
     void capturedGraphReplaysOnFreshData() {
         onEveryRank(group -> {
             try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 4 << 20)) {
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, CudaCommunicator.TWO_SHOT_PUSH_MIN_BYTES + (1 << 20))) {
                 long count = (4 << 20) / 2;
-                for (Algorithm alg : new Algorithm[] {Algorithm.TWO_SHOT, Algorithm.ONE_SHOT}) {
-                    long c = alg == Algorithm.ONE_SHOT ? Math.min(count, comm.oneShotCapacityBytes() / 2) : count;
-                    try (CudaGraph graph = comm.capture(() -> comm.allReduce(mem, 0, c, DType.BFLOAT16, ReduceOp.SUM, alg))) {
+                long pushCount = CudaCommunicator.TWO_SHOT_PUSH_MIN_BYTES / 2 + 1001; // TWO_SHOT's write-only kernel
+                for (Algorithm alg : new Algorithm[] {Algorithm.TWO_SHOT, Algorithm.ONE_SHOT, null}) {
+                    Algorithm a = alg == null ? Algorithm.TWO_SHOT : alg;
+                    long c = alg == null ? pushCount : alg == Algorithm.ONE_SHOT ? Math.min(count, comm.oneShotCapacityBytes() / 2) : count;
+                    try (CudaGraph graph = comm.capture(() -> comm.allReduce(mem, 0, c, DType.BFLOAT16, ReduceOp.SUM, a))) {
                         for (int replay = 0; replay < 3; replay++) {
                             checkReplay(comm, mem, group, graph, c, 1000 + replay);
                         }
@@ -216,13 +252,14 @@ class CudaCollectivesTest {
         int rounds = 6;
         onEveryRank(group -> {
             try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 4 << 20)) {
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 2 * CudaCommunicator.TWO_SHOT_PUSH_MIN_BYTES + (1 << 20))) {
                 CudaDriver driver = CudaDriver.get();
                 int major = driver.attribute(driver.device(comm.cudaRank().ordinal), CudaDriver.ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
                 if (major >= 9 && Boolean.parseBoolean(System.getProperty("symmem4j.cuda.pdl", "true"))) {
                     assertTrue(comm.programmaticLaunch(), "sm_" + major + "x: kernels should launch with PDL");
                 }
-                for (long count : new long[] {256, 65_536, 1 << 20}) {
+                // the last count: TWO_SHOT's write-only kernel, two rounds and a tail
+                for (long count : new long[] {256, 65_536, 1 << 20, CudaCommunicator.TWO_SHOT_PUSH_MIN_BYTES / 2 + 5}) {
                     for (Algorithm alg : new Algorithm[] {Algorithm.ONE_SHOT, Algorithm.TWO_SHOT}) {
                         if (alg == Algorithm.ONE_SHOT && count * 4 > comm.oneShotCapacityBytes()) {
                             continue;
