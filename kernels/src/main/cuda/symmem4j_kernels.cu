@@ -493,6 +493,9 @@ __device__ void two_shot_push(const Peers& bufs, const Peers& scratch, const Pad
         meet(pads, rank, world, epoch + (uint32_t)k);
         size_t lo = base + rank * len;
         size_t hi = min(nvec, lo + len);
+        // The rank-order sum is written out rather than through reduce_vector over a Peers table of
+        // this round's sources: that table costs 8 more pointer registers (64 per thread for bf16
+        // instead of 32, halving its resident blocks) and spills on sm_90 (f32) and sm_100 (bf16).
         for (size_t v = lo + tid; v < hi; v += threads) {
             float acc[8];
 #pragma unroll
