@@ -29,5 +29,8 @@ mvn -q -B dependency:copy -Dartifact=org.junit.platform:junit-platform-console-s
 # the NVLink transfer-pattern probe (standalone CUDA; run-on-device.sh nvlink)
 nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 "$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/nvlink_probe bench/gpu/nvlink_probe.cu
+# the launch-cost probes (standalone CUDA; run-on-device.sh launch)
+"$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/launch_idle_probe bench/gpu/launch_idle_probe.cu
+"$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/handshake_launch_probe bench/gpu/handshake_launch_probe.cu
 du -sh .device
 echo "packed .device/ — run it with the device tool: command='bash bench/gpu/run-on-device.sh', carry=['.device']"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs and reports land in $OUT.
-#   run-on-device.sh [tests|bench|handoff|all|probe|nvlink] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|bench|handoff|all|probe|nvlink|launch] [extra all-reduce benchmark args]
 # (probe: GpuEagerProbe, host time per eager call; nvlink: bench/gpu/nvlink_probe.cu, the bandwidth
-# of each way of moving bytes between 2 GPUs, PATTERNS=1 for the copy patterns too; neither is part of all)
+# of each way of moving bytes between 2 GPUs, PATTERNS=1 for the copy patterns too; launch:
+# bench/gpu/launch_idle_probe.cu and handshake_launch_probe.cu, host time of launches outside the
+# JVM: onto an idle or a busy GPU, and lock-stepped from two threads; none is part of all)
 # SYMMEM4J_JAVA_OPTS adds JVM flags, e.g. -Dsymmem4j.cuda.pdl=false to launch kernels without
 # programmatic dependent launch.
 set -uo pipefail
@@ -21,10 +23,12 @@ nvidia-smi -L || true
 nvidia-smi topo -m 2>/dev/null | head -12 || true
 rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  $java $flags -jar .device/lib/junit-platform-console-standalone-*.jar execute \
+  # device-side waits are unbounded: after 420 s the JVM gets SIGQUIT (it prints every thread's stack
+  # into the log and goes on), 30 s later SIGKILL; tests are listed as they run (--details=verbose)
+  timeout -k 30 -s QUIT 420 $java $flags -jar .device/lib/junit-platform-console-standalone-*.jar execute \
     --class-path ".device/test-classes:$cp" --select-class org.symmem4j.parallel.cuda.CudaCollectivesTest \
     --select-class org.symmem4j.pipeline.exec.CudaPipelineExecutorTest \
-    --details=tree --disable-banner 2>&1 | tee "$out/gpu-tests.log"
+    --details=verbose --disable-banner 2>&1 | tee "$out/gpu-tests.log"
   rc=${PIPESTATUS[0]}
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
@@ -44,6 +48,12 @@ if [ "$what" = probe ]; then
 fi
 if [ "$what" = nvlink ]; then
   timeout 300 .device/nvlink_probe 2>&1 | tee "$out/nvlink-probe.log"
+  rc=$(( rc | PIPESTATUS[0] ))
+fi
+if [ "$what" = launch ]; then
+  timeout 300 .device/launch_idle_probe 2>&1 | tee "$out/launch-idle-probe.log"
+  rc=$(( rc | PIPESTATUS[0] ))
+  timeout 300 .device/handshake_launch_probe 2>&1 | tee "$out/handshake-launch-probe.log"
   rc=$(( rc | PIPESTATUS[0] ))
 fi
 exit $rc

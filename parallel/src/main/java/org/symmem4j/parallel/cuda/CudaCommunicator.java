@@ -61,6 +61,7 @@ public final class CudaCommunicator implements Communicator {
      */
     private final CudaSymmetricMemory twoShotScratch;
     private final long twoShotSlotBytes;
+    private final long twoShotPushMinBytes;
 
     // Launch parameters, reused by every launch of this rank's thread (no allocation per call).
     private final Arena arena = Arena.ofShared();
@@ -87,12 +88,19 @@ public final class CudaCommunicator implements Communicator {
     static final long LL_MAX_BYTES = 64L << 10;
     static final long LL_SLOT_WORDS = LL_MAX_BYTES / 4;
     /**
-     * TWO_SHOTs from this size move every byte over NVLink as a store (symmem_two_shot_push_*), below
-     * it they pull the peers' chunks with loads (symmem_two_shot_*): on 2 x H200 the write-only kernel
-     * was 8 % faster at 16 MiB and 7 % at 256 MiB, the pulling one 3 % faster at 4 MiB
-     * (bench/results/2026-11-22-nvlink-patterns-2xh200.md).
+     * TWO_SHOTs from this size (up to 4 ranks) move every byte over NVLink as a store
+     * (symmem_two_shot_push_*), below it they pull the peers' chunks with loads (symmem_two_shot_*):
+     * on 2 x H200 the write-only kernel was 8 % faster at 16 MiB and 7 % at 256 MiB, the pulling one
+     * 3 % faster at 4 MiB (bench/results/2026-11-22-nvlink-patterns-2xh200.md); on 4 x H200 the
+     * write-only kernel took 16 MiB from 99 to 87 us.
      */
     static final long TWO_SHOT_PUSH_MIN_BYTES = 16L << 20;
+    /**
+     * The same from 5 ranks: on 8 x H200 the write-only kernel was slower at 16 MiB (150 us against
+     * 125 us) and faster at 64 MiB (426 against 493 us) and 256 MiB (1485 against 1658 us)
+     * (bench/results/2026-11-22-gpu-allreduce-8xh200.md and its previous version).
+     */
+    static final long TWO_SHOT_PUSH_MIN_BYTES_MANY_RANKS = 64L << 20;
     /**
      * Scratch of the write-only TWO_SHOT per rank. A message goes through it in rounds of half this
      * size (one meeting of the ranks per round; the other half takes the next round while peers
@@ -153,6 +161,7 @@ public final class CudaCommunicator implements Communicator {
         this.llScratch = rank.kernels == null ? null
                 : (CudaSymmetricMemory) transport.allocate(group, 2L * worldSize * LL_SLOT_WORDS * Long.BYTES);
         this.twoShotSlotBytes = TWO_SHOT_SCRATCH_BYTES / (2L * worldSize) / 16 * 16;
+        this.twoShotPushMinBytes = worldSize <= 4 ? TWO_SHOT_PUSH_MIN_BYTES : TWO_SHOT_PUSH_MIN_BYTES_MANY_RANKS;
         this.twoShotScratch = rank.kernels == null ? null : (CudaSymmetricMemory) transport.allocate(group, TWO_SHOT_SCRATCH_BYTES);
         peersSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
         padsSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
@@ -219,6 +228,11 @@ public final class CudaCommunicator implements Communicator {
         }
         boolean kernelCase = (dtype == DType.FLOAT32 || dtype == DType.BFLOAT16) && (op == ReduceOp.SUM || op == ReduceOp.AVG);
         return kernelCase && (algorithm != Algorithm.ONE_SHOT || dtype.bytes(count) <= oneShotCapacityBytes());
+    }
+
+    /** Smallest message, in bytes, that TWO_SHOT sends through its write-only kernel here. */
+    long twoShotPushMinBytes() {
+        return twoShotPushMinBytes;
     }
 
     /** Largest message, in bytes, ONE_SHOT takes here: the size of a landing slot in its scratch. */
@@ -306,7 +320,7 @@ public final class CudaCommunicator implements Communicator {
             kernel = "symmem_one_shot" + suffix;
             blocks = (int) Math.min(maxBlocks, (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
             params = oneShotParams;
-        } else if (dtype.bytes(count) >= TWO_SHOT_PUSH_MIN_BYTES) {
+        } else if (dtype.bytes(count) >= twoShotPushMinBytes) {
             setPointers(peersSlot, mem.dataPointers(), offsetBytes);
             setPointers(scratchSlot, twoShotScratch.dataPointers(), 0);
             setPointers(padsSlot, mem.padPointers(), 0);
@@ -325,7 +339,11 @@ public final class CudaCommunicator implements Communicator {
             blocks = (int) Math.min(twoShotMaxBlocks, (chunk + 2L * CudaKernels.BLOCK_THREADS - 1) / (2L * CudaKernels.BLOCK_THREADS));
             params = twoShotParams;
         }
-        if (EagerGraphCache.ENABLED && !rank.capturing) {
+        // Not where ranks share a GPU: there a capture and instantiation on one rank's thread could
+        // wait on a device that another rank's kernel keeps busy waiting for this rank (not proven;
+        // 8 ranks on 4 GPUs hung in the one run tried, bench/results/2026-11-22-gpu-eager-probe-2xh200.md),
+        // so shared GPUs keep the plain launches they were tested with.
+        if (EagerGraphCache.ENABLED && !sharedDevice && !rank.capturing) {
             rank.eagerGraphs.launch(kernel, Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params.array(), params.slots());
         } else {
             rank.launch(driver, kernel, Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params.array());

@@ -47,7 +47,10 @@ class CudaCollectivesTest {
         Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
         if (cuda == null) {
             cuda = CudaTransport.create();
-            worldSize = Math.max(2, Math.min(CudaKernels.MAX_RANKS, CudaDriver.get().deviceCount()));
+            // one rank per GPU (at least 2: on one GPU they share it, for correctness);
+            // -Dsymmem4j.test.cudaRanks=N runs N ranks, sharing GPUs where N exceeds their number
+            worldSize = Integer.getInteger("symmem4j.test.cudaRanks",
+                    Math.max(2, Math.min(CudaKernels.MAX_RANKS, CudaDriver.get().deviceCount())));
         }
     }
 
@@ -152,7 +155,7 @@ class CudaCollectivesTest {
                             checkAllReduce(comm, mem, group, alg, dtype, ReduceOp.SUM, count, seed++);
                             // TWO_SHOT's write-only kernel: several rounds through its scratch, a last
                             // partial round and 3 elements past the last whole vector
-                            long rounds = CudaCommunicator.TWO_SHOT_PUSH_MIN_BYTES / 4 * 3 + 3;
+                            long rounds = comm.twoShotPushMinBytes() / 4 * 3 + 3;
                             for (ReduceOp op : new ReduceOp[] {ReduceOp.SUM, ReduceOp.AVG}) {
                                 checkAllReduce(comm, mem, group, alg, dtype, op, rounds, seed++);
                             }
@@ -199,6 +202,7 @@ class CudaCollectivesTest {
     @Test
     void eagerCallsReplayCachedGraphs() {
         Assumptions.assumeTrue(EagerGraphCache.ENABLED, "-Dsymmem4j.cuda.eagerGraphs=false");
+        Assumptions.assumeTrue(CudaDriver.get().deviceCount() >= worldSize, "ranks share a GPU: eager calls launch plainly");
         onEveryRank(group -> {
             try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
                  CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 1 << 20)) {
@@ -223,9 +227,9 @@ class CudaCollectivesTest {
     void capturedGraphReplaysOnFreshData() {
         onEveryRank(group -> {
             try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, CudaCommunicator.TWO_SHOT_PUSH_MIN_BYTES + (1 << 20))) {
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, comm.twoShotPushMinBytes() + (1 << 20))) {
                 long count = (4 << 20) / 2;
-                long pushCount = CudaCommunicator.TWO_SHOT_PUSH_MIN_BYTES / 2 + 1001; // TWO_SHOT's write-only kernel
+                long pushCount = comm.twoShotPushMinBytes() / 2 + 1001; // TWO_SHOT's write-only kernel
                 for (Algorithm alg : new Algorithm[] {Algorithm.TWO_SHOT, Algorithm.ONE_SHOT, null}) {
                     Algorithm a = alg == null ? Algorithm.TWO_SHOT : alg;
                     long c = alg == null ? pushCount : alg == Algorithm.ONE_SHOT ? Math.min(count, comm.oneShotCapacityBytes() / 2) : count;
@@ -252,14 +256,14 @@ class CudaCollectivesTest {
         int rounds = 6;
         onEveryRank(group -> {
             try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 2 * CudaCommunicator.TWO_SHOT_PUSH_MIN_BYTES + (1 << 20))) {
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 2 * comm.twoShotPushMinBytes() + (1 << 20))) {
                 CudaDriver driver = CudaDriver.get();
                 int major = driver.attribute(driver.device(comm.cudaRank().ordinal), CudaDriver.ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
                 if (major >= 9 && Boolean.parseBoolean(System.getProperty("symmem4j.cuda.pdl", "true"))) {
                     assertTrue(comm.programmaticLaunch(), "sm_" + major + "x: kernels should launch with PDL");
                 }
                 // the last count: TWO_SHOT's write-only kernel, two rounds and a tail
-                for (long count : new long[] {256, 65_536, 1 << 20, CudaCommunicator.TWO_SHOT_PUSH_MIN_BYTES / 2 + 5}) {
+                for (long count : new long[] {256, 65_536, 1 << 20, comm.twoShotPushMinBytes() / 2 + 5}) {
                     for (Algorithm alg : new Algorithm[] {Algorithm.ONE_SHOT, Algorithm.TWO_SHOT}) {
                         if (alg == Algorithm.ONE_SHOT && count * 4 > comm.oneShotCapacityBytes()) {
                             continue;
