@@ -34,6 +34,9 @@ public final class CudaCommunicator implements Communicator {
     private final CudaDriver driver;
     private final HostCommunicator control;
     private final int worldSize;
+    /** Tells this communicator's calls apart from another's in the rank's eager graph cache. */
+    private final long serial = SERIALS.incrementAndGet();
+    private static final java.util.concurrent.atomic.AtomicLong SERIALS = new java.util.concurrent.atomic.AtomicLong();
     private final boolean sharedDevice;
     private final int maxBlocks;
     /**
@@ -74,13 +77,9 @@ public final class CudaCommunicator implements Communicator {
     private final MemorySegment bufSlot;
     private final MemorySegment slotBytesSlot;
     private final MemorySegment scratchSlot;
-    private final LaunchParams twoShotParams;
-    private final LaunchParams twoShotPushParams;
-    private final LaunchParams oneShotParams;
-
-    /** A launch's {@code void**} array and the slots it points to, in parameter order. */
-    private record LaunchParams(MemorySegment array, MemorySegment[] slots) {
-    }
+    private final MemorySegment twoShotParams;
+    private final MemorySegment twoShotPushParams;
+    private final MemorySegment oneShotParams;
 
     /** Largest ONE_SHOT message: the size of one landing slot in the scratch. */
     static final long ONE_SHOT_SLOT_BYTES = 4L << 20;
@@ -182,12 +181,12 @@ public final class CudaCommunicator implements Communicator {
         worldSlot.set(java.lang.foreign.ValueLayout.JAVA_INT, 0, worldSize);
     }
 
-    private LaunchParams paramArray(MemorySegment... slots) {
+    private MemorySegment paramArray(MemorySegment... slots) {
         MemorySegment a = arena.allocate(java.lang.foreign.ValueLayout.ADDRESS, slots.length);
         for (int i = 0; i < slots.length; i++) {
             a.setAtIndex(java.lang.foreign.ValueLayout.ADDRESS, i, slots[i]);
         }
-        return new LaunchParams(a, slots);
+        return a;
     }
 
     @Override
@@ -266,7 +265,21 @@ public final class CudaCommunicator implements Communicator {
         if (worldSize == 1) {
             return;
         }
-        launchAllReduce(mem, offsetBytes, count, dtype, op, algorithm);
+        // Not where ranks share a GPU: there a capture and instantiation on one rank's thread could
+        // wait on a device that another rank's kernel keeps busy waiting for this rank (not proven;
+        // 8 ranks on 4 GPUs hung in the one run tried, bench/results/2026-11-22-gpu-eager-probe-2xh200.md),
+        // so shared GPUs keep the plain launches they were tested with.
+        if (EagerGraphCache.ENABLED && !sharedDevice && !rank.capturing) {
+            EagerGraphCache cache = rank.eagerGraphs;
+            MemorySegment exec = cache.find(serial, mem.id(), offsetBytes, count, dtype.ordinal(), op.ordinal(),
+                    algorithm.ordinal());
+            if (exec == null) {
+                exec = cache.capture(() -> launchAllReduce(mem, offsetBytes, count, dtype, op, algorithm));
+            }
+            driver.launchGraph(exec, rank.stream);
+        } else {
+            launchAllReduce(mem, offsetBytes, count, dtype, op, algorithm);
+        }
     }
 
     /** A local problem with the call, found before the ranks compare arguments (so all of them report it). */
@@ -301,7 +314,7 @@ public final class CudaCommunicator implements Communicator {
         long vectors = Math.max(1, count / perVector);
         String suffix = dtype == DType.FLOAT32 ? "_f32" : "_bf16";
         int blocks;
-        LaunchParams params;
+        MemorySegment params;
         String kernel;
         if (algorithm == Algorithm.ONE_SHOT && dtype.bytes(count) <= LL_MAX_BYTES) {
             setPointers(peersSlot, llScratch.dataPointers(), 0);
@@ -339,15 +352,7 @@ public final class CudaCommunicator implements Communicator {
             blocks = (int) Math.min(twoShotMaxBlocks, (chunk + 2L * CudaKernels.BLOCK_THREADS - 1) / (2L * CudaKernels.BLOCK_THREADS));
             params = twoShotParams;
         }
-        // Not where ranks share a GPU: there a capture and instantiation on one rank's thread could
-        // wait on a device that another rank's kernel keeps busy waiting for this rank (not proven;
-        // 8 ranks on 4 GPUs hung in the one run tried, bench/results/2026-11-22-gpu-eager-probe-2xh200.md),
-        // so shared GPUs keep the plain launches they were tested with.
-        if (EagerGraphCache.ENABLED && !sharedDevice && !rank.capturing) {
-            rank.eagerGraphs.launch(kernel, Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params.array(), params.slots());
-        } else {
-            rank.launch(driver, kernel, Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params.array());
-        }
+        rank.launch(driver, kernel, Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params);
     }
 
     /** Writes the ranks' pointers (plus {@code offset}) into a kernel's 8-pointer struct slot; unused entries 0. */

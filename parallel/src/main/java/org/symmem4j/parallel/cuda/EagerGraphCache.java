@@ -1,73 +1,75 @@
 package org.symmem4j.parallel.cuda;
 
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
-import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.Map;
 
 /**
- * Eager (uncaptured) collective launches of one rank, made as one-kernel CUDA graphs: captured the
- * first time a launch (kernel, grid, parameter values) is seen, replayed with {@code cuGraphLaunch}
- * every time after. Why: on the 2- and 4-GPU H200 machines, a plain {@code cuLaunchKernelEx} of a
- * kernel that waits for its peers runs in stretches at 25–50 µs of host CPU time per launch (cause
- * not found), while launching the same kernel as a one-node graph costs 2–3.5 µs
- * (bench/results/2026-11-22-gpu-eager-probe-2xh200.md, "1-op graph" lines). A training loop
- * all-reduces the same buffers with the same sizes every step, so after the first step every launch
- * is a replay.
+ * Eager (uncaptured) all-reduces of one rank, made as one-kernel CUDA graphs: the first call with
+ * given arguments (communicator, symmetric memory, offset, count, dtype, op, algorithm) captures its
+ * launch into a graph; every later call with the same arguments only launches that graph. Why: the
+ * launch of a kernel from Java takes about 30 slot writes through {@code MemorySegment} accessors,
+ * a few branches and an FFM downcall; while C2 has not compiled that path (after start-up, and again
+ * after each deoptimization, for the ~130 ms a C2 compile of it takes) a call cost 25–50 µs of host
+ * time on the H200 machines, against 2–3 µs for the compiled path
+ * (bench/results/2026-11-22-gpu-eager-probe-2xh200.md). A cache hit is a map lookup and
+ * {@code cuGraphLaunch}; a training loop all-reduces the same buffers with the same sizes every step,
+ * so after the first step every call is a hit.
  *
- * <p>Keyed by the parameter bytes, a cached graph does exactly what a fresh launch with the same
- * values would do (the kernels read everything else from device memory), so a hit is always
- * correct, even for memory freed and reallocated at the same address. Least recently used graphs
- * beyond {@link #CAPACITY} are destroyed (a graph still running is freed by the driver when it
- * completes). Not used while the stream is being captured by the user ({@link CudaCommunicator#capture}):
- * the launch then goes into the user's graph. Off with {@code -Dsymmem4j.cuda.eagerGraphs=false}.
- * Confined to the rank's thread, as the stream is.
+ * <p>The key holds the memory's id, which no later allocation reuses, and the launch parameters are
+ * a function of the key (the communicator's scratch and grid choices are fixed), so a hit launches
+ * exactly what a fresh launch would. Least recently used graphs beyond {@link #CAPACITY} are
+ * destroyed (a graph still running is freed by the driver when it completes). Not used while the
+ * stream is being captured by the user ({@link CudaCommunicator#capture}): the launch then goes into
+ * the user's graph. Off with {@code -Dsymmem4j.cuda.eagerGraphs=false}. Confined to the rank's
+ * thread, as the stream is.
  */
 final class EagerGraphCache {
 
     static final int CAPACITY = 64;
     static final boolean ENABLED = Boolean.parseBoolean(System.getProperty("symmem4j.cuda.eagerGraphs", "true"));
 
-    /** A launch: kernel name, grid, block and the parameter bytes; mutable so that lookups allocate nothing. */
+    /** The arguments of one call; mutable so that a lookup allocates nothing. */
     private static final class Key {
-        String kernel;
-        int grid;
-        int block;
-        byte[] bytes;
-        int length;
-        int hash;
-
-        Key(int capacity) {
-            bytes = new byte[capacity];
-        }
+        long communicator;
+        long memoryId;
+        long offset;
+        long count;
+        int dtype;
+        int op;
+        int algorithm;
 
         Key copy() {
-            Key k = new Key(0);
-            k.kernel = kernel;
-            k.grid = grid;
-            k.block = block;
-            k.bytes = Arrays.copyOf(bytes, length);
-            k.length = length;
-            k.hash = hash;
+            Key k = new Key();
+            k.communicator = communicator;
+            k.memoryId = memoryId;
+            k.offset = offset;
+            k.count = count;
+            k.dtype = dtype;
+            k.op = op;
+            k.algorithm = algorithm;
             return k;
         }
 
         @Override
         public int hashCode() {
-            return hash;
+            long h = communicator * 31 + memoryId;
+            h = h * 31 + offset;
+            h = h * 31 + count;
+            h = h * 31 + ((long) dtype << 16 | (long) op << 8 | algorithm);
+            return Long.hashCode(h);
         }
 
         @Override
         public boolean equals(Object o) {
-            return o instanceof Key k && k.grid == grid && k.block == block && k.length == length && k.kernel.equals(kernel)
-                    && Arrays.equals(k.bytes, 0, k.length, bytes, 0, length);
+            return o instanceof Key k && k.communicator == communicator && k.memoryId == memoryId && k.offset == offset
+                    && k.count == count && k.dtype == dtype && k.op == op && k.algorithm == algorithm;
         }
     }
 
     private final CudaDriver driver;
     private final CudaRank rank;
-    private final Key probe = new Key(1024);
+    private final Key probe = new Key();
     /** Launches that had to be captured (first sight, or evicted since). */
     private long captures;
     private final LinkedHashMap<Key, MemorySegment> graphs = new LinkedHashMap<>(16, 0.75f, true) {
@@ -86,57 +88,41 @@ final class EagerGraphCache {
         this.rank = rank;
     }
 
-    /** Launches {@code kernel} with {@code params} (pointers to {@code slots}, in order) through a cached graph. */
-    void launch(String kernel, int grid, int block, MemorySegment params, MemorySegment[] slots) {
-        Key key = describe(kernel, grid, block, slots);
-        MemorySegment exec = graphs.get(key);
-        if (exec == null) {
-            driver.beginCapture(rank.stream);
-            try {
-                rank.launch(driver, kernel, grid, block, params);
-            } catch (RuntimeException e) {
-                try {
-                    driver.destroyGraph(driver.endCaptureAndInstantiate(rank.stream));
-                } catch (RuntimeException ignored) {
-                    // the capture was already invalidated by the failed launch
-                }
-                throw e;
-            }
-            exec = driver.endCaptureAndInstantiate(rank.stream);
-            graphs.put(key.copy(), exec);
-            captures++;
-        }
-        driver.launchGraph(exec, rank.stream);
+    /** The graph of a call with these arguments, or null; a null answer is followed by {@link #capture}. */
+    MemorySegment find(long communicator, long memoryId, long offset, long count, int dtype, int op, int algorithm) {
+        Key k = probe;
+        k.communicator = communicator;
+        k.memoryId = memoryId;
+        k.offset = offset;
+        k.count = count;
+        k.dtype = dtype;
+        k.op = op;
+        k.algorithm = algorithm;
+        return graphs.get(k);
     }
 
-    /** Number of launches captured so far (tests: a repeated launch must not add one). */
+    /** Captures what {@code launch} enqueues on the rank's stream into the graph of the call last passed to {@link #find}. */
+    MemorySegment capture(Runnable launch) {
+        Key key = probe.copy();
+        driver.beginCapture(rank.stream);
+        try {
+            launch.run();
+        } catch (RuntimeException e) {
+            try {
+                driver.destroyGraph(driver.endCaptureAndInstantiate(rank.stream));
+            } catch (RuntimeException ignored) {
+                // the capture was already invalidated by the failed launch
+            }
+            throw e;
+        }
+        MemorySegment exec = driver.endCaptureAndInstantiate(rank.stream);
+        graphs.put(key, exec);
+        captures++;
+        return exec;
+    }
+
+    /** Number of launches captured so far (tests: a repeated call must not add one). */
     long captures() {
         return captures;
-    }
-
-    private Key describe(String kernel, int grid, int block, MemorySegment[] slots) {
-        Key k = probe;
-        int n = 0;
-        for (MemorySegment s : slots) {
-            n += (int) s.byteSize();
-        }
-        if (n > k.bytes.length) {
-            k.bytes = new byte[n];
-        }
-        int at = 0;
-        for (MemorySegment s : slots) {
-            MemorySegment.copy(s, ValueLayout.JAVA_BYTE, 0, k.bytes, at, (int) s.byteSize());
-            at += (int) s.byteSize();
-        }
-        k.kernel = kernel;
-        k.grid = grid;
-        k.block = block;
-        k.length = n;
-        int h = kernel.hashCode() * 31 + grid * 17 + block;
-        for (int i = 0; i < n; i++) {
-            h = h * 31 + k.bytes[i];
-        }
-        k.hash = h;
-        return k;
     }
 }
