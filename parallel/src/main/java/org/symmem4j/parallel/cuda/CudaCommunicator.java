@@ -24,7 +24,8 @@ import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
  *
  * <p>Before enqueueing, the ranks check that they agree on the arguments, through a host
  * communicator's entry barrier (a mismatch would otherwise leave GPU blocks waiting for partners
- * that never come). Graph replays skip the check: it ran at capture.
+ * that never come). Graph replays skip the check: it ran at capture. Eager all-reduces launch a
+ * one-kernel graph captured at the first call with the same arguments ({@link EagerGraphCache}).
  */
 public final class CudaCommunicator implements Communicator {
 
