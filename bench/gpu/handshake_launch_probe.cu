@@ -11,6 +11,7 @@
 //   no wait      stores the flag, does not wait (no cross-GPU dependency)
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 -o handshake_launch_probe bench/gpu/handshake_launch_probe.cu
+#include "probe_common.h"
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -20,14 +21,6 @@
 #include <thread>
 #include <vector>
 
-#define CK(x)                                                                                    \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s failed: %s (%s:%d)\n", #x, cudaGetErrorString(e_), __FILE__, __LINE__); \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
 
 __global__ void handshake(unsigned int* mine, unsigned int* peer, unsigned int value, int mode) {
     if (threadIdx.x != 0 || blockIdx.x != 0) {
@@ -50,10 +43,6 @@ __global__ void handshake(unsigned int* mine, unsigned int* peer, unsigned int v
     if (mode != 0) {
         asm volatile("fence.acq_rel.sys;" ::: "memory");
     }
-}
-
-static double now_us() {
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 int main() {

@@ -12,6 +12,7 @@
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90 -o launch_idle_probe bench/gpu/launch_idle_probe.cu && ./launch_idle_probe
 // (bench/gpu/pack.sh builds it into .device/; bench/gpu/run-on-device.sh launch runs it there)
+#include "probe_common.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,14 +22,6 @@
 #include <thread>
 #include <vector>
 
-#define CK(x)                                                                                    \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s failed: %s (%s:%d)\n", #x, cudaGetErrorString(e_), __FILE__, __LINE__); \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
 
 __global__ void empty_kernel() {}
 
@@ -41,8 +34,14 @@ __global__ void spin_kernel(unsigned long long ns) {
     }
 }
 
-static double now_us() {
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+/** A one-node graph of empty_kernel, captured on `s`. */
+static cudaGraphExec_t empty_kernel_graph(cudaStream_t s, cudaGraph_t* graph) {
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    empty_kernel<<<1, 32, 0, s>>>();
+    CK(cudaStreamEndCapture(s, graph));
+    CK(cudaGraphInstantiate(&exec, *graph, 0));
+    return exec;
 }
 
 static void spin_host(double us) {
@@ -61,11 +60,7 @@ int main() {
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    empty_kernel<<<1, 32, 0, s>>>();
-    CK(cudaStreamEndCapture(s, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphExec_t exec = empty_kernel_graph(s, &graph);
     for (int i = 0; i < 2000; i++) {
         empty_kernel<<<1, 32, 0, s>>>();
         CK(cudaGraphLaunch(exec, s));
@@ -135,11 +130,7 @@ int main() {
                     cudaStream_t st;
                     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
                     cudaGraph_t g;
-                    cudaGraphExec_t ge;
-                    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-                    empty_kernel<<<1, 32, 0, st>>>();
-                    CK(cudaStreamEndCapture(st, &g));
-                    CK(cudaGraphInstantiate(&ge, g, 0));
+                    cudaGraphExec_t ge = empty_kernel_graph(st, &g);
                     for (int r = 0; r < reps + 50; r++) {
                         CK(cudaStreamSynchronize(st));
                         meet(r + 1);

@@ -13,6 +13,7 @@
 //   pull-only design, each with a scratch as large as the message (PATTERNS=1, as for the above);
 //   then, always, the pulling kernel against the shipped write-only kernel (symmem_two_shot_push_*)
 //   with its bounded scratch at several slot sizes, 256 KiB to 256 MiB.
+#include "probe_common.h"
 #include "../../kernels/src/main/cuda/symmem4j_kernels.cu"
 
 #include <algorithm>
@@ -21,14 +22,6 @@
 #include <functional>
 #include <vector>
 
-#define CK(x)                                                                                    \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s failed: %s (%s:%d)\n", #x, cudaGetErrorString(e_), __FILE__, __LINE__); \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
 
 __global__ void copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n) {
     size_t threads = (size_t)gridDim.x * blockDim.x;

@@ -39,16 +39,19 @@ final class EagerGraphCache {
         int op;
         int algorithm;
 
+        Key set(long communicator, long memoryId, long offset, long count, int dtype, int op, int algorithm) {
+            this.communicator = communicator;
+            this.memoryId = memoryId;
+            this.offset = offset;
+            this.count = count;
+            this.dtype = dtype;
+            this.op = op;
+            this.algorithm = algorithm;
+            return this;
+        }
+
         Key copy() {
-            Key k = new Key();
-            k.communicator = communicator;
-            k.memoryId = memoryId;
-            k.offset = offset;
-            k.count = count;
-            k.dtype = dtype;
-            k.op = op;
-            k.algorithm = algorithm;
-            return k;
+            return new Key().set(communicator, memoryId, offset, count, dtype, op, algorithm);
         }
 
         @Override
@@ -90,15 +93,7 @@ final class EagerGraphCache {
 
     /** The graph of a call with these arguments, or null; a null answer is followed by {@link #capture}. */
     MemorySegment find(long communicator, long memoryId, long offset, long count, int dtype, int op, int algorithm) {
-        Key k = probe;
-        k.communicator = communicator;
-        k.memoryId = memoryId;
-        k.offset = offset;
-        k.count = count;
-        k.dtype = dtype;
-        k.op = op;
-        k.algorithm = algorithm;
-        return graphs.get(k);
+        return graphs.get(probe.set(communicator, memoryId, offset, count, dtype, op, algorithm));
     }
 
     /** Captures what {@code launch} enqueues on the rank's stream into the graph of the call last passed to {@link #find}. */
