@@ -538,7 +538,9 @@ __device__ void two_shot_push(const Peers& bufs, const Peers& scratch, const Pad
     meet(pads, rank, world, epoch + (uint32_t)rounds);
 }
 
-// (512, 2): at most 64 registers, so sm_80's compiler keeps the f32 kernel out of local memory
+// (512, 2): at most 64 registers, so sm_80's compiler keeps the f32 kernel out of local memory (it
+// also lets bf16 use 56 registers on sm_90, 2 blocks per SM instead of 4; measured about 1 % slower at
+// 64 and 256 MiB on 2 x H200, bench/results/2026-11-22-nvlink-patterns-2xh200.md part 2, "2x" vs "4x")
 extern "C" __global__ void __launch_bounds__(512, 2) symmem_two_shot_push_f32(const __grid_constant__ Peers bufs, const __grid_constant__ Peers scratch,
         const __grid_constant__ Pads pads, size_t count, int rank, int world, int divisor, size_t slotBytes) {
     follow_stream_order_release_next();

@@ -46,9 +46,11 @@ public final class CudaCommunicator implements Communicator {
      */
     private final int twoShotMaxBlocks;
     /**
-     * The same for the write-only TWO_SHOT kernels (large messages), per dtype: their register use
-     * differs (on sm_90, 58 for f32 and 32 for bf16: 2 and 4 blocks of 512 per SM), and bf16 measured
-     * 1 % faster with its 4 blocks per SM than with 2.
+     * The same for the write-only TWO_SHOT kernels (large messages), per dtype, since their register
+     * use may differ by GPU generation. As built (__launch_bounds__(512, 2)), both use 56 registers on
+     * sm_90: 2 blocks of 512 per SM. (Built without the second bound, bf16 used 32 registers and 4
+     * blocks per SM and measured about 1 % faster at 64 and 256 MiB on 2 x H200, but f32 spilled on
+     * sm_80; the published benchmarks are of the kernels as built.)
      */
     private final int twoShotPushMaxBlocksF32;
     private final int twoShotPushMaxBlocksBf16;
