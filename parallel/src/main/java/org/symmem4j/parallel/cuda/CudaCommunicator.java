@@ -477,21 +477,7 @@ public final class CudaCommunicator implements Communicator {
     public CudaGraph capture(Runnable body) {
         driver.setCurrent(rank.context);
         driver.synchronize(rank.stream);
-        driver.beginCapture(rank.stream);
-        rank.capturing = true; // launches go into this graph, not through the eager graph cache
-        try {
-            body.run();
-        } catch (RuntimeException e) {
-            rank.capturing = false;
-            try {
-                driver.destroyGraph(driver.endCaptureAndInstantiate(rank.stream));
-            } catch (RuntimeException ignored) {
-                // capture was already invalid
-            }
-            throw e;
-        }
-        rank.capturing = false;
-        return new CudaGraph(driver, rank, driver.endCaptureAndInstantiate(rank.stream));
+        return new CudaGraph(driver, rank, rank.captureGraph(driver, body));
     }
 
     /** Events on this rank's stream, for timing. */

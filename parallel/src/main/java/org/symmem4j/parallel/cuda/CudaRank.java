@@ -27,7 +27,7 @@ final class CudaRank {
     private final MemorySegment launchScratch;
     /** Eager collective launches as cached one-kernel graphs (see {@link EagerGraphCache}). */
     final EagerGraphCache eagerGraphs;
-    /** Whether this rank's stream is being captured by {@link CudaCommunicator#capture}; the rank's thread only. */
+    /** Whether this rank's stream is being captured ({@link #captureGraph}); the rank's thread only. */
     boolean capturing;
 
     CudaRank(CudaDriver driver, int rank) {
@@ -63,6 +63,30 @@ final class CudaRank {
         } else {
             driver.launch(function, gridX, blockX, stream, params);
         }
+    }
+
+    /**
+     * Captures what {@code body} enqueues on this rank's stream into an instantiated graph (the caller
+     * has made the context current). While it runs, {@link #capturing} is set, so that launches go
+     * into this graph rather than through the eager graph cache; a failing body ends the capture and
+     * discards it.
+     */
+    MemorySegment captureGraph(CudaDriver driver, Runnable body) {
+        driver.beginCapture(stream);
+        capturing = true;
+        try {
+            body.run();
+        } catch (RuntimeException e) {
+            try {
+                driver.destroyGraph(driver.endCaptureAndInstantiate(stream));
+            } catch (RuntimeException ignored) {
+                // the capture was already invalidated by the failure
+            }
+            throw e;
+        } finally {
+            capturing = false;
+        }
+        return driver.endCaptureAndInstantiate(stream);
     }
 
     /** The kernels, or an exception saying they were not built. */

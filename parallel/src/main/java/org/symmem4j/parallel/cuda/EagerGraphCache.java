@@ -99,18 +99,7 @@ final class EagerGraphCache {
     /** Captures what {@code launch} enqueues on the rank's stream into the graph of the call last passed to {@link #find}. */
     MemorySegment capture(Runnable launch) {
         Key key = probe.copy();
-        driver.beginCapture(rank.stream);
-        try {
-            launch.run();
-        } catch (RuntimeException e) {
-            try {
-                driver.destroyGraph(driver.endCaptureAndInstantiate(rank.stream));
-            } catch (RuntimeException ignored) {
-                // the capture was already invalidated by the failed launch
-            }
-            throw e;
-        }
-        MemorySegment exec = driver.endCaptureAndInstantiate(rank.stream);
+        MemorySegment exec = rank.captureGraph(driver, launch);
         graphs.put(key, exec);
         captures++;
         return exec;
