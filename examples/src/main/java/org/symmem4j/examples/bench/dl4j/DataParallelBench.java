@@ -112,12 +112,9 @@ public final class DataParallelBench {
             Path out = null;
             String commit = "unknown";
             String command = null;
-            for (int i = 0; i < args.length; i++) {
+            for (int i = 0; i < args.length; i += 2) {
                 String flag = args[i];
-                if (i + 1 >= args.length) {
-                    throw new IllegalArgumentException("missing value after " + flag + " (" + USAGE + ")");
-                }
-                String v = args[++i];
+                String v = BenchArgs.valueAfter(args, i, USAGE);
                 switch (flag) {
                     case "--workers" -> workers = positive(flag, v);
                     case "--batch" -> batch = positive(flag, v);
@@ -153,11 +150,7 @@ public final class DataParallelBench {
         }
 
         private static int positive(String flag, String value) {
-            int v = Integer.parseInt(value);
-            if (v < 1) {
-                throw new IllegalArgumentException(flag + "=" + v + " must be >= 1 (" + USAGE + ")");
-            }
-            return v;
+            return BenchArgs.positive(flag, value, USAGE);
         }
 
         int cores() {
