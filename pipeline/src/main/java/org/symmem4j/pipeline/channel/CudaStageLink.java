@@ -83,17 +83,10 @@ public final class CudaStageLink {
     }
 
     /** The receiving end, on the rank of {@code toStage}. */
-    public static final class Receiver implements LinkReceiver {
-        private final CudaSymmetricMemory memory;
-        private final ChannelLayout layout;
-        private final LinkEnds link;
-        private long received;
-        private boolean holding;
+    public static final class Receiver extends CreditReceiver<CudaSymmetricMemory> {
 
         public Receiver(CudaSymmetricMemory memory, ChannelLayout layout, int fromStage, int toStage) {
-            this.memory = Objects.requireNonNull(memory, "memory");
-            this.layout = Objects.requireNonNull(layout, "layout");
-            this.link = LinkEnds.of(layout, fromStage, toStage);
+            super(memory, layout, fromStage, toStage);
         }
 
         /**
@@ -103,33 +96,13 @@ public final class CudaStageLink {
          */
         @Override
         public MemorySegment receive(int microbatch) {
-            if (holding) {
-                throw new IllegalStateException("receive on " + this + " before release() of the previous message");
-            }
+            checkReleased();
             // acquire (device side): pairs with the sender's put-with-signal; later work on this
             // stream sees the payload
             memory.enqueueWaitSignal(link.dataSignal(), received + 1, false);
-            holding = true;
+            hold();
             long offset = layout.slotOffset(link.region(), (int) (received % layout.slots())) + ChannelLayout.HEADER_BYTES;
             return MemorySegment.ofAddress(memory.local().address() + offset).reinterpret(layout.slotBytes());
-        }
-
-        /** Enqueues the credit for the slot, after whatever this rank's stream holds that reads it. */
-        @Override
-        public void release() {
-            if (!holding) {
-                throw new IllegalStateException("release on " + this + " without a received message");
-            }
-            holding = false;
-            received++;
-            // release (device side, system scope): the stage's reads of the slot, enqueued before this
-            // signal, complete before the sender's credit wait sees it
-            memory.signal(link.senderRank(), link.creditSignal(), 1, SignalOp.ADD);
-        }
-
-        @Override
-        public long received() {
-            return received;
         }
 
         @Override

@@ -104,23 +104,20 @@ public final class StageLink {
     }
 
     /** The receiving end, on the rank of {@code toStage}. */
-    public static final class Receiver implements LinkReceiver {
-        private final SymmetricMemory memory;
-        private final ChannelLayout layout;
-        private final LinkEnds link;
-        private long received;
-        private boolean holding;
+    public static final class Receiver extends CreditReceiver<SymmetricMemory> {
         /** Messages seen posted so far; refreshed only when this rank has consumed them all. */
         private long postedSeen;
 
         public Receiver(SymmetricMemory memory, ChannelLayout layout, int fromStage, int toStage) {
+            super(hostAddressable(memory), layout, fromStage, toStage);
+        }
+
+        private static SymmetricMemory hostAddressable(SymmetricMemory memory) {
             if (!memory.hostAddressable()) {
                 throw new IllegalArgumentException("stage links read messages on the host, but " + memory
                         + " is device memory (use a host transport for the pipeline executor)");
             }
-            this.memory = memory;
-            this.layout = Objects.requireNonNull(layout, "layout");
-            this.link = LinkEnds.of(layout, fromStage, toStage);
+            return memory;
         }
 
         /**
@@ -133,9 +130,7 @@ public final class StageLink {
          */
         @Override
         public MemorySegment receive(int microbatch) {
-            if (holding) {
-                throw new IllegalStateException("receive on " + this + " before release() of the previous message");
-            }
+            checkReleased();
             if (postedSeen <= received) {
                 // acquire: pairs with the sender's release in Sender.send(), so the header and payload
                 // it put are visible below
@@ -159,25 +154,8 @@ public final class StageLink {
                         + " microbatch=" + foundMicrobatch + " fromStage=" + foundStage + " payloadBytes=" + bytes
                         + " (the two ranks' schedules must list this link's microbatches in the same order)");
             }
-            holding = true;
+            hold();
             return slot.asSlice(ChannelLayout.HEADER_BYTES, bytes);
-        }
-
-        @Override
-        public void release() {
-            if (!holding) {
-                throw new IllegalStateException("release on " + this + " without a received message");
-            }
-            holding = false;
-            received++;
-            // release: every read of the slot above happens before the sender, acquiring this credit
-            // in Sender.send(), overwrites it
-            memory.signal(link.senderRank(), link.creditSignal(), 1, SignalOp.ADD);
-        }
-
-        @Override
-        public long received() {
-            return received;
         }
 
         @Override
