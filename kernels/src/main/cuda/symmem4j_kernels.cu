@@ -370,6 +370,21 @@ extern "C" __global__ void __launch_bounds__(512) symmem_one_shot_ll_bf16(void* 
     one_shot_ll<__nv_bfloat16>(buf, ll, pads, count, rank, world, divisor, slotWords);
 }
 
+// Both TWO_SHOT kernels: the elements past the last whole vector, from `from` to `count`, reduced by
+// thread 0 of block 0 of the last rank (after a meeting, so every peer's input is in place) and
+// written into every rank's buffer.
+template <typename T>
+__device__ __forceinline__ void two_shot_tail(const Peers& bufs, size_t count, size_t from, int rank, int world, int divisor) {
+    if (rank == world - 1 && blockIdx.x == 0 && threadIdx.x == 0) {
+        for (size_t i = from; i < count; i++) {
+            float x = reduce_scalar<T>(bufs, world, i, divisor);
+            for (int p = 0; p < world; p++) {
+                Vec<T>::storeScalar(bufs.ptr[p], i, x);
+            }
+        }
+    }
+}
+
 // ---- TWO_SHOT, in place: reduce-scatter, then all-gather by pushing ----
 // Rank r reduces vectors of chunk r from every peer (rank order) and writes the result into
 // chunk r of every rank's buffer. Nobody else reads or writes chunk r during the kernel, so the
@@ -411,14 +426,7 @@ __device__ void two_shot(const Peers& bufs, const Pads& pads, size_t count, int 
             }
         }
     }
-    if (rank == world - 1 && blockIdx.x == 0 && threadIdx.x == 0) {
-        for (size_t i = nvec * N; i < count; i++) {
-            float x = reduce_scalar<T>(bufs, world, i, divisor);
-            for (int p = 0; p < world; p++) {
-                Vec<T>::storeScalar(bufs.ptr[p], i, x);
-            }
-        }
-    }
+    two_shot_tail<T>(bufs, count, nvec * N, rank, world, divisor);
     barrier_blocks(pads, rank, world);
 }
 
@@ -527,14 +535,7 @@ __device__ void two_shot_push(const Peers& bufs, const Peers& scratch, const Pad
             }
         }
     }
-    if (rank == world - 1 && blockIdx.x == 0 && threadIdx.x == 0) {
-        for (size_t i = nvec * N; i < count; i++) {
-            float x = reduce_scalar<T>(bufs, world, i, divisor);
-            for (int p = 0; p < world; p++) {
-                Vec<T>::storeScalar(bufs.ptr[p], i, x);
-            }
-        }
-    }
+    two_shot_tail<T>(bufs, count, nvec * N, rank, world, divisor);
     meet(pads, rank, world, epoch + (uint32_t)rounds);
 }
 
