@@ -64,20 +64,25 @@ __device__ __forceinline__ void follow_stream_order_release_next() {
 #endif
 }
 
-// This block's next barrier epoch: its counter plus one, stored back (only this block of this rank
-// touches its counter, and kernels on a stream run in order, so plain accesses suffice). Every
-// thread reads the counter itself, so no shared memory is needed: the first barrier orders an
-// earlier call's store (same kernel) before these reads, the second orders all reads before the
-// new store.
-__device__ __forceinline__ uint32_t next_epoch(const Pads& pads, int rank) {
+// Claims `n` consecutive barrier epochs for this block: returns its counter plus one and stores
+// the counter plus n back (only this block of this rank touches its counter, and kernels on a
+// stream run in order, so plain accesses suffice). Every thread reads the counter itself, so no
+// shared memory is needed: the first barrier orders an earlier call's store (same kernel) before
+// these reads, the second orders all reads before the new store.
+__device__ __forceinline__ uint32_t claim_epochs(const Pads& pads, int rank, uint32_t n) {
     uint32_t* counter = pads.ptr[rank] + EPOCHS + blockIdx.x;
     __syncthreads();
-    uint32_t epoch = *reinterpret_cast<volatile uint32_t*>(counter) + 1;
+    uint32_t first = *reinterpret_cast<volatile uint32_t*>(counter) + 1;
     __syncthreads();
     if (threadIdx.x == 0) {
-        *counter = epoch;
+        *counter = first + n - 1;
     }
-    return epoch;
+    return first;
+}
+
+// This block's next barrier epoch.
+__device__ __forceinline__ uint32_t next_epoch(const Pads& pads, int rank) {
+    return claim_epochs(pads, rank, 1);
 }
 
 // Block b of every rank meets at `epoch`. __syncthreads first, so the release store (at system
@@ -459,18 +464,6 @@ extern "C" __global__ void __launch_bounds__(512) symmem_two_shot_bf16(const __g
 // the next, whatever the grids. The block b of every rank touches the same slot positions, so
 // block-level meetings suffice. Elements past the last whole vector: rank world-1's thread 0
 // (after the first meeting, so every peer's input is in place).
-
-// Claims `n` consecutive barrier epochs for this block: returns the first, stores the last.
-__device__ __forceinline__ uint32_t claim_epochs(const Pads& pads, int rank, uint32_t n) {
-    uint32_t* counter = pads.ptr[rank] + EPOCHS + blockIdx.x;
-    __syncthreads();
-    uint32_t first = *reinterpret_cast<volatile uint32_t*>(counter) + 1;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        *counter = first + n - 1;
-    }
-    return first;
-}
 
 template <typename T>
 __device__ void two_shot_push(const Peers& bufs, const Peers& scratch, const Pads& pads, size_t count, int rank, int world,
