@@ -47,6 +47,22 @@ public interface Group extends AutoCloseable {
     /** A short description of a rank for error messages, for example {@code "rank 1 (pid 4242)"}. */
     String describe(int rank);
 
+    /**
+     * This rank's view of whether the group was aborted; symmetric memories and communicators of the
+     * group register here, so an abort reaches every one of them.
+     */
+    GroupAbort abortState();
+
+    /**
+     * Not collective: aborts the group with {@code reason}. Every peer waiting in, or later entering,
+     * a collective or a signal wait on any of the group's symmetric memories fails promptly with a
+     * {@link PeerTimeoutException} naming this rank, and teardown no longer waits for peers. For a
+     * rank that hit an error outside the collectives and will not arrive at the next one.
+     */
+    default void abort(String reason) {
+        abortState().raise(rank(), "rank=" + rank() + " aborted: " + reason);
+    }
+
     /** Leaves the group. Close symmetric memory and communicators first. */
     @Override
     void close();

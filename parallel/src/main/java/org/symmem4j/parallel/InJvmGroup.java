@@ -9,6 +9,7 @@ public final class InJvmGroup implements Group {
 
     private final InJvmWorld world;
     private final int rank;
+    private final GroupAbort abortState = new GroupAbort();
     private long exchangeSeq;
     private boolean closed;
 
@@ -82,6 +83,11 @@ public final class InJvmGroup implements Group {
     public String describe(int peer) {
         Thread t = world.owner(peer);
         return "rank " + peer + (t == null ? " (not joined)" : " (thread '" + t.getName() + "')");
+    }
+
+    @Override
+    public GroupAbort abortState() {
+        return abortState;
     }
 
     private void checkOpen() {

@@ -17,7 +17,9 @@ public class PeerTimeoutException extends SymmemException {
         /** A missing rank's process or thread is no longer alive. */
         PEER_EXITED,
         /** A rank aborted the group (after its own failure) and so will never arrive. */
-        PEER_ABORTED
+        PEER_ABORTED,
+        /** A missing rank closed the memory or communicator this rank waits on: it left, so it will never arrive. */
+        PEER_LEFT
     }
 
     private final int rank;

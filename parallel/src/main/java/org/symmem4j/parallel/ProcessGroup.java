@@ -6,16 +6,31 @@ import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.symmem4j.parallel.host.SharedMemoryTransport;
+import org.symmem4j.parallel.rendezvous.JobIdentity;
 import org.symmem4j.parallel.rendezvous.RendezvousStore;
+import org.symmem4j.parallel.rendezvous.StoreLimits;
+import org.symmem4j.parallel.rendezvous.StoreSecret;
 import org.symmem4j.parallel.rendezvous.StoreTimeoutException;
 import org.symmem4j.parallel.rendezvous.TcpStoreClient;
 import org.symmem4j.parallel.rendezvous.TcpStoreServer;
+import org.symmem4j.parallel.sync.ProcessLiveness;
 
 /**
  * A group whose ranks are JVM processes on one machine. Rank 0 hosts the rendezvous store at
  * {@code MASTER_ADDR:MASTER_PORT}; every rank registers its pid there, so a waiting rank can tell
- * a peer that exited (for example after SIGKILL) from one that is merely slow.
+ * a peer that exited (for example after SIGKILL, reaped or not) from one that is merely slow.
+ *
+ * <p>Job identity: the group is generation {@code g} of run {@link ProcessGroupConfig#runId()},
+ * where {@code g} counts the groups this process joined before as the same rank of the same run on
+ * the same address (0, 1, ...: ranks create their groups in the same order). The store refuses ranks of other runs and other
+ * generations, and every rank proves the job's {@link StoreSecret} before it may read or write a key.
+ * So two jobs on one port never merge, a rank of the previous group on a port never joins the next,
+ * and back-to-back groups on one port simply wait for the previous store to go.
  */
 public final class ProcessGroup implements Group {
 
@@ -24,47 +39,121 @@ public final class ProcessGroup implements Group {
     private static final String ALL_CLOSED_KEY = "group/all-closed";
     /** Longest slice a store wait blocks before re-checking the liveness of missing ranks. */
     private static final Duration STORE_POLL_SLICE = Duration.ofMillis(200);
+    /** A member record: "pid startMillis". */
+    private static final Pattern MEMBER = Pattern.compile("([1-9][0-9]{0,9}) ([0-9]{1,15})");
+    /** Groups this process joined so far, per run, store address and rank: the next group's generation. */
+    private static final ConcurrentHashMap<String, AtomicLong> GENERATIONS = new ConcurrentHashMap<>();
 
     private final ProcessGroupConfig config;
     private final GroupOptions options;
+    private final JobIdentity identity;
+    private final StoreSecret secret;
+    private final byte[] servedSecret; // rank 0 only
     private final TcpStoreServer server; // rank 0 only
     private final RendezvousStore store;
     private final long[] peerPids;
-    private final Instant[] peerStarts;
+    private final long[] peerStarts;
     private final SharedMemoryTransport transport;
+    private final GroupAbort abortState = new GroupAbort();
     private long exchangeSeq;
+    private String previousExchangeKey;
     private boolean closed;
 
-    private ProcessGroup(ProcessGroupConfig config, GroupOptions options) {
+    private ProcessGroup(ProcessGroupConfig config, GroupOptions options, StoreSecret secret) {
         this.config = config;
         this.options = options;
+        this.secret = secret;
+        String address = config.runId() + "@" + config.masterAddr() + ":" + config.masterPort() + "#" + config.rank();
+        long generation = GENERATIONS.computeIfAbsent(address, k -> new AtomicLong()).getAndIncrement();
+        this.identity = new JobIdentity(config.runId(), generation, config.worldSize());
         TcpStoreServer srv = null;
+        byte[] served = null;
         RendezvousStore st;
         if (config.rank() == 0) {
-            srv = new TcpStoreServer(config.masterAddr(), config.masterPort());
+            served = secret.isHostSecret() ? StoreSecret.generateHostSecret() : secret.bytes();
+            srv = startServer(served);
+            if (secret.isHostSecret()) {
+                try {
+                    secret.publish(served); // only once this process holds the port: a loser must not overwrite it
+                } catch (RuntimeException e) {
+                    srv.close();
+                    throw e;
+                }
+            }
             st = new LocalServerStore(srv);
         } else {
-            st = new TcpStoreClient(config.masterAddr(), config.masterPort(), options.timeout());
+            st = new TcpStoreClient(config.masterAddr(), config.masterPort(), identity, config.rank(), secret,
+                    options.timeout(), responseTimeout(options));
         }
         this.server = srv;
+        this.servedSecret = served;
         this.store = st;
         this.peerPids = new long[config.worldSize()];
-        this.peerStarts = new Instant[config.worldSize()];
+        this.peerStarts = new long[config.worldSize()];
         try {
             ProcessHandle self = ProcessHandle.current();
             String me = self.pid() + " " + self.info().startInstant().map(Instant::toEpochMilli).orElse(0L);
             List<byte[]> members = exchangeThroughStore(MEMBER_KEY, me.getBytes(StandardCharsets.UTF_8), "join");
             for (int r = 0; r < members.size(); r++) {
-                String[] parts = new String(members.get(r), StandardCharsets.UTF_8).split(" ");
-                peerPids[r] = Long.parseLong(parts[0]);
-                long startMs = Long.parseLong(parts[1]);
-                peerStarts[r] = startMs == 0 ? null : Instant.ofEpochMilli(startMs);
+                String value = new String(members.get(r), StandardCharsets.UTF_8);
+                Matcher m = MEMBER.matcher(value);
+                if (!m.matches()) {
+                    throw new SymmemException("rank=" + rank() + " set-up 'join' of " + identity + ": the member record of"
+                            + " rank " + r + " is malformed: '" + abbreviate(value) + "' (expected '<pid> <startMillis>';"
+                            + " is something other than a symmem4j rank of this job writing to the store?)");
+                }
+                peerPids[r] = Long.parseLong(m.group(1));
+                peerStarts[r] = Long.parseLong(m.group(2));
             }
         } catch (RuntimeException e) {
             closeStore();
             throw e;
         }
         this.transport = new SharedMemoryTransport();
+    }
+
+    /**
+     * Binds the store, retrying until the timeout while the port is taken: the store of the previous
+     * group on this port (this job's or another's) may still be serving its last peers. If the port
+     * stays taken, the error names the job that holds it, as that job's store describes itself.
+     */
+    private TcpStoreServer startServer(byte[] served) {
+        Duration handshake = min(options.timeout(), Duration.ofSeconds(10));
+        StoreLimits limits = StoreLimits.defaults(config.worldSize()).withHandshakeTimeout(handshake)
+                .withRequestTimeout(handshake);
+        long deadline = System.nanoTime() + options.timeout().toNanos();
+        org.symmem4j.parallel.sync.IdleStrategy idle =
+                new org.symmem4j.parallel.sync.BackoffIdleStrategy(0, 0, 10_000_000, 200_000_000);
+        while (true) {
+            try {
+                return new TcpStoreServer(config.masterAddr(), config.masterPort(), identity, served, limits);
+            } catch (SymmemException e) {
+                if (!(e.getCause() instanceof java.net.BindException) || System.nanoTime() - deadline >= 0) {
+                    String holder = e.getCause() instanceof java.net.BindException
+                            ? TcpStoreClient.describeStoreAt(config.masterAddr(), config.masterPort(), Duration.ofSeconds(2))
+                            : null;
+                    throw holder == null ? e : new SymmemException("rank=0 of " + identity + " cannot host the rendezvous"
+                            + " store: MASTER_PORT=" + config.masterPort() + " is still held after " + options.timeout()
+                            + " by " + holder + " (two jobs on one port: give each job its own MASTER_PORT)", e);
+                }
+                idle.idle();
+            }
+        }
+    }
+
+    /** How long the store may take to answer one request: a quarter of the timeout, within [1 s, 10 s]. */
+    private static Duration responseTimeout(GroupOptions options) {
+        Duration quarter = options.timeout().dividedBy(4);
+        return quarter.compareTo(Duration.ofSeconds(1)) < 0 ? Duration.ofSeconds(1) : min(quarter, Duration.ofSeconds(10));
+    }
+
+    private static Duration min(Duration a, Duration b) {
+        return a.compareTo(b) <= 0 ? a : b;
+    }
+
+    private static String abbreviate(String s) {
+        String printable = s.replaceAll("[^\\x20-\\x7e]", "?");
+        return printable.length() <= 64 ? printable : printable.substring(0, 64) + "...";
     }
 
     /** Joins the group described by torchrun's environment variables. */
@@ -76,13 +165,27 @@ public final class ProcessGroup implements Group {
         return join(ProcessGroupConfig.fromEnvironment(), options);
     }
 
-    /** Collective across processes: returns once every rank has joined. */
+    /**
+     * Collective across processes: returns once every rank has joined. The store secret comes from
+     * the environment ({@link StoreSecret#resolve}).
+     */
     public static ProcessGroup join(ProcessGroupConfig config, GroupOptions options) {
-        return new ProcessGroup(config, options);
+        return join(config, options, StoreSecret.resolve(System.getenv(), config.runId(), config.masterAddr(),
+                config.masterPort()));
+    }
+
+    /** As {@link #join(ProcessGroupConfig, GroupOptions)}, with the store secret given. */
+    public static ProcessGroup join(ProcessGroupConfig config, GroupOptions options, StoreSecret secret) {
+        return new ProcessGroup(config, options, secret);
     }
 
     public ProcessGroupConfig config() {
         return config;
+    }
+
+    /** The run id, generation and size this group was created with. */
+    public JobIdentity identity() {
+        return identity;
     }
 
     @Override
@@ -115,9 +218,19 @@ public final class ProcessGroup implements Group {
         return transport;
     }
 
+    @Override
+    public GroupAbort abortState() {
+        return abortState;
+    }
+
     /** Pid of rank {@code peer}'s process. */
     public long pid(int peer) {
         return peerPids[peer];
+    }
+
+    /** Start time (epoch ms, 0 = unknown) of rank {@code peer}'s process. */
+    public long startMillis(int peer) {
+        return peerStarts[peer];
     }
 
     @Override
@@ -125,7 +238,16 @@ public final class ProcessGroup implements Group {
         if (closed) {
             throw new IllegalStateException("rank=" + rank() + " group already closed");
         }
-        return exchangeThroughStore("x/" + (exchangeSeq++) + "/" + tag + "/", mine, tag);
+        String prefix = "x/" + (exchangeSeq++) + "/" + tag + "/";
+        List<byte[]> all = exchangeThroughStore(prefix, mine, tag);
+        // Every rank set this exchange's key, so every rank finished reading the previous one: this
+        // rank's key of the previous exchange is nobody's business any more. The store holds at most
+        // two exchanges, however long the job runs.
+        if (previousExchangeKey != null) {
+            store.delete(previousExchangeKey);
+        }
+        previousExchangeKey = prefix + rank();
+        return all;
     }
 
     /**
@@ -156,9 +278,9 @@ public final class ProcessGroup implements Group {
                             PeerTimeoutException.Reason.PEER_EXITED, options.timeout());
                 }
                 if (System.nanoTime() - deadline >= 0) {
-                    throw new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': timed out after "
-                            + options.timeout() + " waiting for ranks " + missing
-                            + " (start every rank with the same WORLD_SIZE, MASTER_ADDR and MASTER_PORT)",
+                    throw new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "' of " + identity
+                            + ": timed out after " + options.timeout() + " waiting for ranks " + missing
+                            + " (start every rank with the same WORLD_SIZE, MASTER_ADDR, MASTER_PORT and run id)",
                             rank(), missing, what, PeerTimeoutException.Reason.DEADLINE_PASSED, options.timeout());
                 }
             }
@@ -171,14 +293,7 @@ public final class ProcessGroup implements Group {
         if (pid == 0) {
             return true; // not joined yet: unknown, so not known dead
         }
-        Optional<ProcessHandle> h = ProcessHandle.of(pid);
-        if (h.isEmpty() || !h.get().isAlive()) {
-            return false;
-        }
-        // A recycled pid belongs to another process: compare start times when both are known.
-        Instant expected = peerStarts[peer];
-        Optional<Instant> actual = h.get().info().startInstant();
-        return expected == null || actual.isEmpty() || actual.get().toEpochMilli() == expected.toEpochMilli();
+        return ProcessLiveness.isRunning(pid, peerStarts[peer]);
     }
 
     @Override
@@ -188,7 +303,8 @@ public final class ProcessGroup implements Group {
 
     /**
      * Leaves the group. Rank 0 keeps serving the store until every live rank has left (bounded by
-     * the timeout), because peers may still be finishing set-up exchanges.
+     * the timeout), because peers may still be finishing set-up exchanges. An aborted group leaves
+     * at once: its peers are failing too, and nobody waits a second timeout.
      */
     @Override
     public void close() {
@@ -197,15 +313,17 @@ public final class ProcessGroup implements Group {
         }
         closed = true;
         try {
-            long n = store.add(CLOSED_KEY, 1);
-            if (n == worldSize()) {
-                store.set(ALL_CLOSED_KEY, new byte[] {1});
-            }
-            if (rank() == 0) {
-                awaitPeersLeft();
+            if (!abortState.isRaised()) {
+                long n = store.add(CLOSED_KEY, 1);
+                if (n == worldSize()) {
+                    store.set(ALL_CLOSED_KEY, new byte[] {1});
+                }
+                if (rank() == 0) {
+                    awaitPeersLeft();
+                }
             }
         } catch (RuntimeException e) {
-            // rank 0 already gone: nothing left to coordinate with
+            // rank 0 gone or not answering (every store call is bounded): nothing left to coordinate with
         } finally {
             closeStore();
         }
@@ -213,7 +331,7 @@ public final class ProcessGroup implements Group {
 
     private void awaitPeersLeft() {
         long deadline = System.nanoTime() + options.timeout().toNanos();
-        while (System.nanoTime() < deadline) {
+        while (System.nanoTime() < deadline && !abortState.isRaised()) {
             try {
                 store.get(ALL_CLOSED_KEY, STORE_POLL_SLICE);
                 return;
@@ -233,13 +351,14 @@ public final class ProcessGroup implements Group {
         store.close();
         if (server != null) {
             server.close();
+            secret.unpublish(servedSecret);
         }
     }
 
     @Override
     public String toString() {
         return "ProcessGroup[rank=" + rank() + ", worldSize=" + worldSize() + ", master=" + config.masterAddr() + ":"
-                + config.masterPort() + "]";
+                + config.masterPort() + ", run=" + identity.runId() + ", generation=" + identity.generation() + "]";
     }
 
     /** Rank 0 talks to its own server's map directly rather than through a loopback socket. */

@@ -1,20 +1,28 @@
 package org.symmem4j.parallel;
 
+import java.time.Instant;
 import java.util.Map;
+import org.symmem4j.parallel.rendezvous.JobIdentity;
 
 /**
- * Where a process rank sits in its group, in torchrun's terms.
+ * Where a process rank sits in its group, in torchrun's terms, and which job it belongs to.
  *
  * @param rank       {@code RANK}: 0..worldSize-1
  * @param worldSize  {@code WORLD_SIZE}: number of processes
  * @param localRank  {@code LOCAL_RANK}: rank on this machine (defaults to {@code RANK})
  * @param masterAddr {@code MASTER_ADDR}: where rank 0 hosts the rendezvous store (default 127.0.0.1)
  * @param masterPort {@code MASTER_PORT}: its port (default 29500, torchrun's)
+ * @param runId      {@code SYMMEM4J_RUN_ID} (or torchrun's {@code TORCHELASTIC_RUN_ID}): the job's id,
+ *                   the same on every rank; the store refuses ranks of another run. By default
+ *                   {@link #defaultRunId()}: the parent process, which every rank started by one
+ *                   launcher, script or {@code mpirun} shares and two launches never do
  */
-public record ProcessGroupConfig(int rank, int worldSize, int localRank, String masterAddr, int masterPort) {
+public record ProcessGroupConfig(int rank, int worldSize, int localRank, String masterAddr, int masterPort, String runId) {
 
     public static final String DEFAULT_MASTER_ADDR = "127.0.0.1";
     public static final int DEFAULT_MASTER_PORT = 29500;
+    public static final String RUN_ID_ENV = "SYMMEM4J_RUN_ID";
+    public static final String TORCH_RUN_ID_ENV = "TORCHELASTIC_RUN_ID";
 
     public ProcessGroupConfig {
         if (worldSize < 1) {
@@ -32,6 +40,25 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, String 
         if (masterPort < 1 || masterPort > 65535) {
             throw new IllegalArgumentException("MASTER_PORT=" + masterPort + " outside [1, 65535]");
         }
+        JobIdentity.checkRunId(runId);
+    }
+
+    /** A rank of the job whose run id is {@link #defaultRunId()}. */
+    public ProcessGroupConfig(int rank, int worldSize, int localRank, String masterAddr, int masterPort) {
+        this(rank, worldSize, localRank, masterAddr, masterPort, defaultRunId());
+    }
+
+    /**
+     * The run id ranks use when none is set: {@code ppid-<parent pid>-<parent start ms>}. Ranks that
+     * one parent started together (a launcher, a shell script, {@code mpirun}'s daemon) share it;
+     * ranks of another launch have another parent, so another id. Ranks started by hand from
+     * separate shells, on several hosts, or two jobs started by one parent at once need
+     * {@code SYMMEM4J_RUN_ID}.
+     */
+    public static String defaultRunId() {
+        return ProcessHandle.current().parent()
+                .map(p -> "ppid-" + p.pid() + "-" + p.info().startInstant().map(Instant::toEpochMilli).orElse(0L))
+                .orElse("ppid-unknown");
     }
 
     /** Reads the process environment. */
@@ -46,7 +73,14 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, String 
         int localRank = intVar(env, "LOCAL_RANK", rank);
         String addr = env.getOrDefault("MASTER_ADDR", DEFAULT_MASTER_ADDR);
         int port = intVar(env, "MASTER_PORT", DEFAULT_MASTER_PORT);
-        return new ProcessGroupConfig(rank, worldSize, localRank, addr, port);
+        String runId = env.get(RUN_ID_ENV);
+        if (runId == null || runId.isBlank()) {
+            runId = env.get(TORCH_RUN_ID_ENV);
+        }
+        if (runId == null || runId.isBlank()) {
+            runId = defaultRunId();
+        }
+        return new ProcessGroupConfig(rank, worldSize, localRank, addr, port, runId.trim());
     }
 
     private static int intVar(Map<String, String> env, String name, Integer fallback) {

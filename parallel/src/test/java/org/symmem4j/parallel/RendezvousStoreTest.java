@@ -13,17 +13,31 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.rendezvous.JobIdentity;
+import org.symmem4j.parallel.rendezvous.StoreLimits;
+import org.symmem4j.parallel.rendezvous.StoreSecret;
 import org.symmem4j.parallel.rendezvous.StoreTimeoutException;
 import org.symmem4j.parallel.rendezvous.TcpStoreClient;
 import org.symmem4j.parallel.rendezvous.TcpStoreServer;
 
 class RendezvousStoreTest {
 
+    static final byte[] SECRET = "sixteen-bytes-or-more-of-secret".getBytes(StandardCharsets.UTF_8);
+    static final JobIdentity JOB = new JobIdentity("test-run", 0, 3);
+
+    static TcpStoreServer server(int port) {
+        return new TcpStoreServer("127.0.0.1", port, JOB, SECRET, StoreLimits.defaults(3));
+    }
+
+    static TcpStoreClient client(int port, int rank, Duration connectTimeout) {
+        return new TcpStoreClient("127.0.0.1", port, JOB, rank, StoreSecret.of(SECRET), connectTimeout, Duration.ofSeconds(5));
+    }
+
     @Test
     void setGetWaitAddDeleteOverTcp() throws Exception {
-        try (TcpStoreServer server = new TcpStoreServer("127.0.0.1", 0);
-             TcpStoreClient a = new TcpStoreClient("127.0.0.1", server.port(), Duration.ofSeconds(5));
-             TcpStoreClient b = new TcpStoreClient("127.0.0.1", server.port(), Duration.ofSeconds(5))) {
+        try (TcpStoreServer server = server(0);
+             TcpStoreClient a = client(server.port(), 1, Duration.ofSeconds(5));
+             TcpStoreClient b = client(server.port(), 2, Duration.ofSeconds(5))) {
             a.set("k", "v".getBytes(StandardCharsets.UTF_8));
             assertArrayEquals("v".getBytes(StandardCharsets.UTF_8), b.get("k", Duration.ofSeconds(1)));
             assertTrue(b.tryGet("absent").isEmpty());
@@ -46,8 +60,8 @@ class RendezvousStoreTest {
 
     @Test
     void timeoutNamesTheMissingKeys() {
-        try (TcpStoreServer server = new TcpStoreServer("127.0.0.1", 0);
-             TcpStoreClient c = new TcpStoreClient("127.0.0.1", server.port(), Duration.ofSeconds(5))) {
+        try (TcpStoreServer server = server(0);
+             TcpStoreClient c = client(server.port(), 1, Duration.ofSeconds(5))) {
             c.set("present", new byte[0]);
             StoreTimeoutException e = assertThrows(StoreTimeoutException.class,
                     () -> c.getAll(List.of("present", "gone/1", "gone/3"), Duration.ofMillis(200)));
@@ -59,19 +73,18 @@ class RendezvousStoreTest {
     @Test
     void clientRetriesUntilTheServerListensThenGivesUpClearly() throws Exception {
         int port;
-        try (TcpStoreServer probe = new TcpStoreServer("127.0.0.1", 0)) {
+        try (TcpStoreServer probe = server(0)) {
             port = probe.port();
         }
         int freePort = port;
         CompletableFuture<TcpStoreClient> connecting = CompletableFuture.supplyAsync(
-                () -> new TcpStoreClient("127.0.0.1", freePort, Duration.ofSeconds(10)));
+                () -> client(freePort, 1, Duration.ofSeconds(10)));
         Thread.sleep(300);
-        try (TcpStoreServer late = new TcpStoreServer("127.0.0.1", freePort); TcpStoreClient c = connecting.get(10, TimeUnit.SECONDS)) {
+        try (TcpStoreServer late = server(freePort); TcpStoreClient c = connecting.get(10, TimeUnit.SECONDS)) {
             c.set("x", new byte[] {1});
             assertEquals(1, late.store().size());
         }
-        SymmemException e = assertThrows(SymmemException.class,
-                () -> new TcpStoreClient("127.0.0.1", freePort, Duration.ofMillis(300)));
+        SymmemException e = assertThrows(SymmemException.class, () -> client(freePort, 1, Duration.ofMillis(300)));
         assertTrue(e.getMessage().contains("MASTER_ADDR:MASTER_PORT=127.0.0.1:" + freePort), e.getMessage());
     }
 
@@ -80,6 +93,14 @@ class RendezvousStoreTest {
         ProcessGroupConfig c = ProcessGroupConfig.fromEnvironment(Map.of("RANK", "2", "WORLD_SIZE", "4",
                 "MASTER_ADDR", "10.0.0.1", "MASTER_PORT", "1234"));
         assertEquals(new ProcessGroupConfig(2, 4, 2, "10.0.0.1", 1234), c);
+        assertEquals(ProcessGroupConfig.defaultRunId(), c.runId(), "by default the run is the parent process");
+        assertTrue(c.runId().startsWith("ppid-" + ProcessHandle.current().parent().orElseThrow().pid() + "-"), c.runId());
+        assertEquals("job-7", ProcessGroupConfig.fromEnvironment(Map.of("RANK", "0", "WORLD_SIZE", "1",
+                "TORCHELASTIC_RUN_ID", "job-7")).runId());
+        assertEquals("mine", ProcessGroupConfig.fromEnvironment(Map.of("RANK", "0", "WORLD_SIZE", "1",
+                "TORCHELASTIC_RUN_ID", "job-7", "SYMMEM4J_RUN_ID", "mine")).runId());
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ProcessGroupConfig.fromEnvironment(Map.of(
+                "RANK", "0", "WORLD_SIZE", "1", "SYMMEM4J_RUN_ID", "../etc"))).getMessage().contains("run id='../etc'"));
         ProcessGroupConfig d = ProcessGroupConfig.fromEnvironment(Map.of("RANK", "0", "WORLD_SIZE", "1"));
         assertEquals(ProcessGroupConfig.DEFAULT_MASTER_ADDR, d.masterAddr());
         assertEquals(ProcessGroupConfig.DEFAULT_MASTER_PORT, d.masterPort());

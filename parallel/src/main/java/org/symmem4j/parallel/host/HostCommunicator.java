@@ -11,8 +11,10 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
+import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Descriptor;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Kind;
@@ -112,10 +114,14 @@ public final class HostCommunicator implements Communicator {
     public void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
         long s = seq++;
         sync.beginOp("all-reduce", s);
-        Problem problem = buffer == null ? Problem.NULL_BUFFER : commonProblem(count, dtype, op, algorithm);
-        call.set(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
-                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
-        stagedAllReduce(buffer, 0, count, dtype, op, algorithm);
+        try {
+            Problem problem = buffer == null ? Problem.NULL_BUFFER : commonProblem(count, dtype, op, algorithm);
+            call.set(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
+                    buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
+            stagedAllReduce(buffer, 0, count, dtype, op, algorithm);
+        } catch (Throwable t) {
+            throw failedInside(t);
+        }
     }
 
     @Override
@@ -123,34 +129,38 @@ public final class HostCommunicator implements Communicator {
                           Algorithm algorithm) {
         long s = seq++;
         sync.beginOp("all-reduce", s);
-        Problem problem = commonProblem(count, dtype, op, algorithm);
-        HostSymmetricMemory mem = null;
-        if (memory == null) {
-            problem = Problem.NULL_BUFFER;
-        } else if (!(memory instanceof HostSymmetricMemory h) || h.group() != group) {
-            problem = Problem.FOREIGN_MEMORY;
-        } else if (offsetBytes < 0 || offsetBytes > memory.byteSize()) {
-            problem = Problem.OFFSET_OUT_OF_RANGE;
-        } else {
-            mem = h;
-        }
-        long available = mem == null ? -1 : mem.byteSize() - offsetBytes;
-        call.set(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
-                available, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
-        if (algorithm == Algorithm.ONE_SHOT || mem == null) {
-            // ONE_SHOT cannot write its result into a region peers are still reading, so it stages
-            // the region like a plain buffer: one barrier, and no temporary of the full size.
-            stagedAllReduce(mem == null ? null : mem.local(), offsetBytes, count, dtype, op, algorithm);
-            return;
-        }
-        enter(call, nextHalf); // publishes every rank's data in its region
-        if (count == 0 || worldSize == 1) {
-            return;
-        }
-        if (algorithm == Algorithm.TWO_SHOT) {
-            twoShot(mem, offsetBytes, mem.local(), offsetBytes, true, count, dtype, op);
-        } else {
-            ring(mem, offsetBytes, mem.local(), offsetBytes, true, count, dtype, op);
+        try {
+            Problem problem = commonProblem(count, dtype, op, algorithm);
+            HostSymmetricMemory mem = null;
+            if (memory == null) {
+                problem = Problem.NULL_BUFFER;
+            } else if (!(memory instanceof HostSymmetricMemory h) || h.group() != group) {
+                problem = Problem.FOREIGN_MEMORY;
+            } else if (offsetBytes < 0 || offsetBytes > memory.byteSize()) {
+                problem = Problem.OFFSET_OUT_OF_RANGE;
+            } else {
+                mem = h;
+            }
+            long available = mem == null ? -1 : mem.byteSize() - offsetBytes;
+            call.set(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
+                    available, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+            if (algorithm == Algorithm.ONE_SHOT || mem == null) {
+                // ONE_SHOT cannot write its result into a region peers are still reading, so it stages
+                // the region like a plain buffer: one barrier, and no temporary of the full size.
+                stagedAllReduce(mem == null ? null : mem.local(), offsetBytes, count, dtype, op, algorithm);
+                return;
+            }
+            enter(call, nextHalf); // publishes every rank's data in its region
+            if (count == 0 || worldSize == 1) {
+                return;
+            }
+            if (algorithm == Algorithm.TWO_SHOT) {
+                twoShot(mem, offsetBytes, mem.local(), offsetBytes, true, count, dtype, op);
+            } else {
+                ring(mem, offsetBytes, mem.local(), offsetBytes, true, count, dtype, op);
+            }
+        } catch (Throwable t) {
+            throw failedInside(t);
         }
     }
 
@@ -362,36 +372,40 @@ public final class HostCommunicator implements Communicator {
     public void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
         long s = seq++;
         sync.beginOp("reduce-scatter", s);
-        Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
-                : commonProblem(recvCount, dtype, op, Algorithm.ONE_SHOT);
-        call.set(s, Kind.REDUCE_SCATTER, ordinal(dtype), ordinal(op), -1, -1, recvCount,
-                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
-        boolean stageFirst = worldSize > 1 && recvCount > 0 && problem == Problem.NONE
-                && buffersLargeEnough(call, call.bufferBytes(), call.recvBytes());
-        long dsize = stageFirst ? dtype.byteSize() : 1;
-        long pieceElements = halfBytes / ((long) worldSize * dsize);
-        int halfBefore = nextHalf;
-        long firstHalf = stageFirst ? stageBlocks(send, recvCount, 0, Math.min(pieceElements, recvCount), pieceElements, dsize) : -1;
-        enter(call, halfBefore);
-        if (recvCount == 0) {
-            return;
-        }
-        if (worldSize == 1) {
-            MemorySegment.copy(send, 0, recv, 0, recvCount * dtype.byteSize());
-            return;
-        }
-        for (long start = 0; start < recvCount; start += pieceElements) {
-            long len = Math.min(pieceElements, recvCount - start);
-            long half = firstHalf;
-            if (start > 0) {
-                half = stageBlocks(send, recvCount, start, len, pieceElements, dsize);
-                sync.barrier("staged piece");
+        try {
+            Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
+                    : commonProblem(recvCount, dtype, op, Algorithm.ONE_SHOT);
+            call.set(s, Kind.REDUCE_SCATTER, ordinal(dtype), ordinal(op), -1, -1, recvCount,
+                    send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
+            boolean stageFirst = worldSize > 1 && recvCount > 0 && problem == Problem.NONE
+                    && buffersLargeEnough(call, call.bufferBytes(), call.recvBytes());
+            long dsize = stageFirst ? dtype.byteSize() : 1;
+            long pieceElements = halfBytes / ((long) worldSize * dsize);
+            int halfBefore = nextHalf;
+            long firstHalf = stageFirst ? stageBlocks(send, recvCount, 0, Math.min(pieceElements, recvCount), pieceElements, dsize) : -1;
+            enter(call, halfBefore);
+            if (recvCount == 0) {
+                return;
             }
-            for (int r = 0; r < worldSize; r++) {
-                setSource(r, scratch.peer(r), half + rank * pieceElements * dsize, dtype);
+            if (worldSize == 1) {
+                MemorySegment.copy(send, 0, recv, 0, recvCount * dtype.byteSize());
+                return;
             }
-            reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, recv, start * dsize, dtype, len, op,
-                    op == ReduceOp.AVG ? worldSize : 0, false); // each block is computed by one rank only
+            for (long start = 0; start < recvCount; start += pieceElements) {
+                long len = Math.min(pieceElements, recvCount - start);
+                long half = firstHalf;
+                if (start > 0) {
+                    half = stageBlocks(send, recvCount, start, len, pieceElements, dsize);
+                    sync.barrier("staged piece");
+                }
+                for (int r = 0; r < worldSize; r++) {
+                    setSource(r, scratch.peer(r), half + rank * pieceElements * dsize, dtype);
+                }
+                reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, recv, start * dsize, dtype, len, op,
+                        op == ReduceOp.AVG ? worldSize : 0, false); // each block is computed by one rank only
+            }
+        } catch (Throwable t) {
+            throw failedInside(t);
         }
     }
 
@@ -410,34 +424,38 @@ public final class HostCommunicator implements Communicator {
     public void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
         long s = seq++;
         sync.beginOp("all-gather", s);
-        Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
-                : commonProblem(sendCount, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
-        call.set(s, Kind.ALL_GATHER, ordinal(dtype), -1, -1, -1, sendCount,
-                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
-        boolean stageFirst = worldSize > 1 && sendCount > 0 && problem == Problem.NONE
-                && buffersLargeEnough(call, call.bufferBytes(), call.recvBytes());
-        long dsize = stageFirst ? dtype.byteSize() : 1;
-        long pieceElements = halfBytes / dsize;
-        int halfBefore = nextHalf;
-        long firstHalf = stageFirst ? stage(send, 0, Math.min(pieceElements, sendCount) * dsize) : -1;
-        enter(call, halfBefore);
-        if (sendCount == 0) {
-            return;
-        }
-        if (worldSize == 1) {
-            MemorySegment.copy(send, 0, recv, 0, sendCount * dtype.byteSize());
-            return;
-        }
-        for (long start = 0; start < sendCount; start += pieceElements) {
-            long len = Math.min(pieceElements, sendCount - start);
-            long half = firstHalf;
-            if (start > 0) {
-                half = stage(send, start * dsize, len * dsize);
-                sync.barrier("staged piece");
+        try {
+            Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
+                    : commonProblem(sendCount, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
+            call.set(s, Kind.ALL_GATHER, ordinal(dtype), -1, -1, -1, sendCount,
+                    send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
+            boolean stageFirst = worldSize > 1 && sendCount > 0 && problem == Problem.NONE
+                    && buffersLargeEnough(call, call.bufferBytes(), call.recvBytes());
+            long dsize = stageFirst ? dtype.byteSize() : 1;
+            long pieceElements = halfBytes / dsize;
+            int halfBefore = nextHalf;
+            long firstHalf = stageFirst ? stage(send, 0, Math.min(pieceElements, sendCount) * dsize) : -1;
+            enter(call, halfBefore);
+            if (sendCount == 0) {
+                return;
             }
-            for (int q = 0; q < worldSize; q++) {
-                MemorySegment.copy(scratch.peer(q), half, recv, (q * sendCount + start) * dsize, len * dsize);
+            if (worldSize == 1) {
+                MemorySegment.copy(send, 0, recv, 0, sendCount * dtype.byteSize());
+                return;
             }
+            for (long start = 0; start < sendCount; start += pieceElements) {
+                long len = Math.min(pieceElements, sendCount - start);
+                long half = firstHalf;
+                if (start > 0) {
+                    half = stage(send, start * dsize, len * dsize);
+                    sync.barrier("staged piece");
+                }
+                for (int q = 0; q < worldSize; q++) {
+                    MemorySegment.copy(scratch.peer(q), half, recv, (q * sendCount + start) * dsize, len * dsize);
+                }
+            }
+        } catch (Throwable t) {
+            throw failedInside(t);
         }
     }
 
@@ -451,28 +469,32 @@ public final class HostCommunicator implements Communicator {
     public void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
         long s = seq++;
         sync.beginOp("reduce-scatter", s);
-        Problem problem = commonProblem(count, dtype, op, Algorithm.TWO_SHOT);
-        problem = problem != Problem.NONE ? problem : inPlaceProblem(memory, offsetBytes);
-        HostSymmetricMemory mem = problem == Problem.NONE ? (HostSymmetricMemory) memory : null;
-        call.set(s, Kind.REDUCE_SCATTER, ordinal(dtype), ordinal(op), -1, -1, count,
-                mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
-        enter(call, nextHalf); // publishes every rank's data in its region
-        if (count == 0 || worldSize == 1) {
-            return; // one rank: its block already holds the result (x/1 == x for AVG)
-        }
-        ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
-        long dsize = dtype.byteSize();
-        long lo = blocks.start(rank);
-        long len = blocks.size(rank);
-        if (len > 0) {
-            for (int r = 0; r < worldSize; r++) {
-                setSource(r, mem.peer(r), offsetBytes + lo * dsize, dtype);
+        try {
+            Problem problem = commonProblem(count, dtype, op, Algorithm.TWO_SHOT);
+            problem = problem != Problem.NONE ? problem : inPlaceProblem(memory, offsetBytes);
+            HostSymmetricMemory mem = problem == Problem.NONE ? (HostSymmetricMemory) memory : null;
+            call.set(s, Kind.REDUCE_SCATTER, ordinal(dtype), ordinal(op), -1, -1, count,
+                    mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+            enter(call, nextHalf); // publishes every rank's data in its region
+            if (count == 0 || worldSize == 1) {
+                return; // one rank: its block already holds the result (x/1 == x for AVG)
             }
-            // one rank computes each element, as TWO_SHOT does: no canonical NaNs, the same bits
-            reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, mem.local(), offsetBytes + lo * dsize, dtype, len, op,
-                    op == ReduceOp.AVG ? worldSize : 0, false);
+            ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
+            long dsize = dtype.byteSize();
+            long lo = blocks.start(rank);
+            long len = blocks.size(rank);
+            if (len > 0) {
+                for (int r = 0; r < worldSize; r++) {
+                    setSource(r, mem.peer(r), offsetBytes + lo * dsize, dtype);
+                }
+                // one rank computes each element, as TWO_SHOT does: no canonical NaNs, the same bits
+                reducer.reduce(srcs, srcOffsets, srcTypes, worldSize, mem.local(), offsetBytes + lo * dsize, dtype, len, op,
+                        op == ReduceOp.AVG ? worldSize : 0, false);
+            }
+            sync.barrier("reduce-scatter done"); // every rank has read its block from every region
+        } catch (Throwable t) {
+            throw failedInside(t);
         }
-        sync.barrier("reduce-scatter done"); // every rank has read its block from every region
     }
 
     /**
@@ -485,25 +507,29 @@ public final class HostCommunicator implements Communicator {
     public void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
         long s = seq++;
         sync.beginOp("all-gather", s);
-        Problem problem = commonProblem(count, dtype, ReduceOp.SUM, Algorithm.TWO_SHOT);
-        problem = problem != Problem.NONE ? problem : inPlaceProblem(memory, offsetBytes);
-        HostSymmetricMemory mem = problem == Problem.NONE ? (HostSymmetricMemory) memory : null;
-        call.set(s, Kind.ALL_GATHER, ordinal(dtype), -1, -1, -1, count,
-                mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
-        enter(call, nextHalf); // publishes every rank's own block
-        if (count == 0 || worldSize == 1) {
-            return;
-        }
-        ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
-        long dsize = dtype.byteSize();
-        for (int q = 0; q < worldSize; q++) {
-            long len = blocks.size(q);
-            if (q != rank && len > 0) {
-                long at = offsetBytes + blocks.start(q) * dsize;
-                MemorySegment.copy(mem.peer(q), at, mem.local(), at, len * dsize);
+        try {
+            Problem problem = commonProblem(count, dtype, ReduceOp.SUM, Algorithm.TWO_SHOT);
+            problem = problem != Problem.NONE ? problem : inPlaceProblem(memory, offsetBytes);
+            HostSymmetricMemory mem = problem == Problem.NONE ? (HostSymmetricMemory) memory : null;
+            call.set(s, Kind.ALL_GATHER, ordinal(dtype), -1, -1, -1, count,
+                    mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+            enter(call, nextHalf); // publishes every rank's own block
+            if (count == 0 || worldSize == 1) {
+                return;
             }
+            ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
+            long dsize = dtype.byteSize();
+            for (int q = 0; q < worldSize; q++) {
+                long len = blocks.size(q);
+                if (q != rank && len > 0) {
+                    long at = offsetBytes + blocks.start(q) * dsize;
+                    MemorySegment.copy(mem.peer(q), at, mem.local(), at, len * dsize);
+                }
+            }
+            sync.barrier("all-gather done"); // every rank has copied every block
+        } catch (Throwable t) {
+            throw failedInside(t);
         }
-        sync.barrier("all-gather done"); // every rank has copied every block
     }
 
     /** What makes {@code memory} unusable for an in-place call on this communicator, or NONE. */
@@ -522,32 +548,36 @@ public final class HostCommunicator implements Communicator {
     public void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
         long s = seq++;
         sync.beginOp("broadcast", s);
-        Problem problem = buffer == null ? Problem.NULL_BUFFER
-                : root < 0 || root >= worldSize ? Problem.ROOT_OUT_OF_RANGE
-                : commonProblem(count, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
-        call.set(s, Kind.BROADCAST, ordinal(dtype), -1, -1, root, count,
-                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
-        boolean staging = worldSize > 1 && count > 0 && problem == Problem.NONE
-                && buffersLargeEnough(call, call.bufferBytes(), 0);
-        long dsize = staging ? dtype.byteSize() : 1;
-        long pieceElements = halfBytes / dsize;
-        int halfBefore = nextHalf;
-        // every rank takes the half (the root fills it), so half parity stays equal on all ranks
-        long firstHalf = !staging ? -1 : rank == root ? stage(buffer, 0, Math.min(pieceElements, count) * dsize) : takeHalf();
-        enter(call, halfBefore);
-        if (!staging) {
-            return;
-        }
-        for (long start = 0; start < count; start += pieceElements) {
-            long len = Math.min(pieceElements, count - start);
-            long half = firstHalf;
-            if (start > 0) {
-                half = rank == root ? stage(buffer, start * dsize, len * dsize) : takeHalf();
-                sync.barrier("staged piece");
+        try {
+            Problem problem = buffer == null ? Problem.NULL_BUFFER
+                    : root < 0 || root >= worldSize ? Problem.ROOT_OUT_OF_RANGE
+                    : commonProblem(count, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
+            call.set(s, Kind.BROADCAST, ordinal(dtype), -1, -1, root, count,
+                    buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
+            boolean staging = worldSize > 1 && count > 0 && problem == Problem.NONE
+                    && buffersLargeEnough(call, call.bufferBytes(), 0);
+            long dsize = staging ? dtype.byteSize() : 1;
+            long pieceElements = halfBytes / dsize;
+            int halfBefore = nextHalf;
+            // every rank takes the half (the root fills it), so half parity stays equal on all ranks
+            long firstHalf = !staging ? -1 : rank == root ? stage(buffer, 0, Math.min(pieceElements, count) * dsize) : takeHalf();
+            enter(call, halfBefore);
+            if (!staging) {
+                return;
             }
-            if (rank != root) {
-                MemorySegment.copy(scratch.peer(root), half, buffer, start * dsize, len * dsize);
+            for (long start = 0; start < count; start += pieceElements) {
+                long len = Math.min(pieceElements, count - start);
+                long half = firstHalf;
+                if (start > 0) {
+                    half = rank == root ? stage(buffer, start * dsize, len * dsize) : takeHalf();
+                    sync.barrier("staged piece");
+                }
+                if (rank != root) {
+                    MemorySegment.copy(scratch.peer(root), half, buffer, start * dsize, len * dsize);
+                }
             }
+        } catch (Throwable t) {
+            throw failedInside(t);
         }
     }
 
@@ -663,6 +693,36 @@ public final class HostCommunicator implements Communicator {
         sync.beginOp(what, s);
         enter(call.set(s, kind, ordinal(dtype), ordinal(op), ordinal(algorithm), root, count, bufferBytes, memoryId,
                 memoryOffset, recvBytes, localProblem == null ? Problem.NONE : localProblem), nextHalf);
+    }
+
+    /**
+     * A collective failed on this rank with {@code t}. Unless the failure is a mismatch (nothing was
+     * written, the group stays usable) or a peer's failure seen here, this rank poisons the group at
+     * once, so every peer waiting for it in this collective throws within microseconds naming it,
+     * instead of waiting out the timeout. Returns what to throw: {@code t}, or, when a peer had
+     * already aborted (and this failure is a consequence, such as reading memory the peer freed),
+     * the error naming that peer with {@code t} attached.
+     */
+    private RuntimeException failedInside(Throwable t) {
+        if (t instanceof CollectiveMismatchException || t instanceof PeerTimeoutException) {
+            return (RuntimeException) t;
+        }
+        if (sync.isAborted()) {
+            try {
+                sync.checkNotAborted("after a local failure");
+            } catch (PeerTimeoutException peerFirst) {
+                peerFirst.addSuppressed(t);
+                return peerFirst;
+            }
+        }
+        sync.abort("rank=" + rank + " failed inside " + sync.currentOp() + ": " + t);
+        if (t instanceof RuntimeException r) {
+            return r;
+        }
+        if (t instanceof Error e) {
+            throw e;
+        }
+        return new SymmemException("rank=" + rank + " failed inside " + sync.currentOp(), t);
     }
 
     @Override

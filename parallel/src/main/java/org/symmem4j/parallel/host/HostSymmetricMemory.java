@@ -3,7 +3,6 @@ package org.symmem4j.parallel.host;
 import java.lang.foreign.MemorySegment;
 import java.util.Objects;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
 
@@ -137,8 +136,10 @@ public final class HostSymmetricMemory implements SymmetricMemory {
     }
 
     /**
-     * Waits (bounded) until every rank has stopped using the memory, then frees this rank's part.
-     * If a peer is gone or the group was aborted, frees without waiting.
+     * Leaves the memory: tells every peer this rank is done with it and waits (bounded) until every
+     * peer is done too, then frees this rank's part. A peer that still waits for this rank in a
+     * collective fails at once instead of waiting out its timeout. If the group was aborted, or a
+     * peer is gone, frees without waiting.
      */
     @Override
     public void close() {
@@ -147,13 +148,12 @@ public final class HostSymmetricMemory implements SymmetricMemory {
         }
         closed = true;
         try {
-            if (!sync.isAborted()) {
+            if (!group.abortState().isRaised()) {
                 sync.beginOp("symmetric-memory", id);
-                sync.barrier("close");
+                sync.leaveAndAwaitPeers();
             }
-        } catch (PeerTimeoutException e) {
-            // a peer is gone: free anyway; the memory of a live peer stays mapped on its side
         } finally {
+            sync.detach();
             releaseLocal.run();
         }
     }

@@ -11,8 +11,11 @@ import java.lang.foreign.ValueLayout;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.List;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupAbort;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.PeerTimeoutException.Reason;
 import org.symmem4j.parallel.SignalOp;
@@ -31,7 +34,7 @@ import org.symmem4j.parallel.sync.Waiter;
  */
 final class PadSynchronizer implements WaitSubject {
 
-    private enum WaitKind { ENTRY, BARRIER, STEP, SIGNAL }
+    private enum WaitKind { ENTRY, BARRIER, STEP, SIGNAL, LEFT }
 
     private final Group group;
     private final int rank;
@@ -40,6 +43,17 @@ final class PadSynchronizer implements WaitSubject {
     private final MemorySegment ownPad;
     private final Waiter waiter;
     private final long livenessIntervalNanos;
+    /** Unregisters this synchronizer from the group's abort; run when its memory is freed. */
+    private final Runnable detachFromGroupAbort;
+    /** Set once this rank started leaving this memory (its close). */
+    private volatile boolean leaving;
+
+    /**
+     * The synchronizers of every live memory of each rank's group (keyed by the rank's
+     * {@link GroupAbort}, which is unique per rank's group object), as arrays that are replaced, never
+     * changed, so a wait can scan them without allocating. See {@link #checkNoneLeft}.
+     */
+    private static final ConcurrentHashMap<GroupAbort, PadSynchronizer[]> RANK_MEMORIES = new ConcurrentHashMap<>();
 
     private long barrierEpoch;
 
@@ -63,12 +77,25 @@ final class PadSynchronizer implements WaitSubject {
         this.ownPad = pads[rank];
         this.waiter = new Waiter(group.options().idleStrategy().get(), group.options().timeout());
         this.livenessIntervalNanos = group.options().livenessInterval().toNanos();
+        // An abort raised anywhere on this rank (another memory, a communicator, Group.abort) is
+        // written into this memory's pads too, so peers waiting on this memory hear of it.
+        this.detachFromGroupAbort = group.abortState().onRaise(this::writeAbort);
+        RANK_MEMORIES.merge(group.abortState(), new PadSynchronizer[] {this}, (old, one) -> {
+            PadSynchronizer[] grown = Arrays.copyOf(old, old.length + 1);
+            grown[old.length] = this;
+            return grown;
+        });
     }
 
     /** Names the operation the next waits belong to (for example kind "all-reduce", number 12). */
     void beginOp(String kind, long number) {
         opKind = kind;
         opNumber = number;
+    }
+
+    /** The operation in progress, for example "all-reduce#12" (for error messages). */
+    String currentOp() {
+        return opNumber >= 0 ? opKind + "#" + opNumber : opKind;
     }
 
     /** "all-reduce#12 entry": built only when an error is reported. */
@@ -214,26 +241,79 @@ final class PadSynchronizer implements WaitSubject {
         return label(waitKind == WaitKind.STEP ? waitPhase + " step " + waitTarget : waitPhase);
     }
 
-    /** The ranks this rank is still waiting for in the current slow wait. */
+    /** Whether the current slow wait still waits for rank {@code p}. Allocation-free: called on every progress check. */
+    private boolean isMissing(int p) {
+        if (p == rank) {
+            return false;
+        }
+        return switch (waitKind) {
+            // acquire: pairs with p's release of its barrier epoch / entry epoch
+            case BARRIER -> (long) LONG.getAcquire(ownPad, SignalPadLayout.barrierSlotOffset(worldSize, p)) < waitTarget;
+            case ENTRY -> (long) LONG.getAcquire(ownPad,
+                    SignalPadLayout.entryLineOffset(p, waitTarget - 1) + OpDescriptorLayout.EPOCH) < waitTarget;
+            case LEFT -> !hasLeft(p);
+            case STEP, SIGNAL -> p == waitPeer;
+        };
+    }
+
+    /** The ranks this rank is still waiting for in the current slow wait (builds a list: error paths only). */
     private List<Integer> missingRanks() {
         List<Integer> missing = new ArrayList<>();
-        if (waitKind == WaitKind.BARRIER || waitKind == WaitKind.ENTRY) {
-            for (int p = 0; p < worldSize; p++) {
-                long offset = waitKind == WaitKind.BARRIER ? SignalPadLayout.barrierSlotOffset(worldSize, p)
-                        : SignalPadLayout.entryLineOffset(p, waitTarget - 1) + OpDescriptorLayout.EPOCH;
-                if (p != rank && (long) LONG.getAcquire(ownPad, offset) < waitTarget) {
-                    missing.add(p);
-                }
+        for (int p = 0; p < worldSize; p++) {
+            if (isMissing(p)) {
+                missing.add(p);
             }
-        } else if (waitPeer >= 0) {
-            missing.add(waitPeer);
         }
         return missing;
+    }
+
+    /** Whether any rank is still missing in the current slow wait, without allocating. */
+    private boolean anyMissing() {
+        for (int p = 0; p < worldSize; p++) {
+            if (isMissing(p)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /**
+     * Whether rank {@code peer} left this memory, or left another memory of the group that this rank
+     * has not left. In the second case {@code peer} sits in that memory's close, waiting for this rank
+     * to leave it too, while this rank waits for {@code peer} here: neither can ever proceed (ranks
+     * that run the same program never get there; one whose code failed and is closing its resources
+     * does). Scans an array: no allocation on the wait path.
+     */
+    private boolean hasLeftSomewhere(int peer) {
+        if (hasLeft(peer)) {
+            return true;
+        }
+        PadSynchronizer[] mine = RANK_MEMORIES.get(group.abortState());
+        if (mine != null) {
+            for (PadSynchronizer other : mine) {
+                if (other != this && !other.leaving && other.worldSize == worldSize && other.hasLeft(peer)) {
+                    return true;
+                }
+            }
+        }
+        return false;
+    }
+
+    /** Whether rank {@code peer} closed this memory (acquire: pairs with the release in {@link #leaveAndAwaitPeers}). */
+    private boolean hasLeft(int peer) {
+        return (long) LONG.getAcquire(ownPad, SignalPadLayout.leftSlotOffset(worldSize, peer)) != 0;
     }
 
     @Override
     public void checkProgressPossible(long waitedNanos) {
         checkAbortWord();
+        if (waitKind == WaitKind.LEFT) {
+            if (!anyMissing()) {
+                return;
+            }
+        } else {
+            checkNoneLeft();
+        }
         if (waitedNanos - lastLivenessCheckNanos < livenessIntervalNanos) {
             return;
         }
@@ -248,9 +328,75 @@ final class PadSynchronizer implements WaitSubject {
             String what = waitLabel();
             String msg = "rank=" + rank + " " + what + ": " + describe(dead)
                     + " exited before arriving (its thread or process is gone)";
-            abort(msg);
+            abort(dead.getFirst(), msg);
             throw new PeerTimeoutException(msg, rank, dead, what, Reason.PEER_EXITED, waiter.timeout());
         }
+    }
+
+    /**
+     * Fails the current wait if a rank it waits for already closed this memory: that rank left and
+     * will never arrive. A few loads, on every progress check, so a peer that failed just before a
+     * collective and closed its communicator is noticed within microseconds, not at the timeout.
+     */
+    private void checkNoneLeft() {
+        boolean anyLeft = false;
+        for (int p = 0; p < worldSize && !anyLeft; p++) {
+            anyLeft = isMissing(p) && hasLeftSomewhere(p);
+        }
+        if (anyLeft) {
+            List<Integer> left = missingRanks().stream().filter(this::hasLeftSomewhere).toList();
+            String what = waitLabel();
+            String msg = "rank=" + rank + " " + what + ": " + describe(left) + " is closing its symmetric memory or"
+                    + " communicators (it left the group) instead of arriving: its code failed or returned before this"
+                    + " collective";
+            abort(left.getFirst(), msg);
+            throw new PeerTimeoutException(msg, rank, left, what, Reason.PEER_LEFT, waiter.timeout());
+        }
+    }
+
+    /**
+     * Closing: tells every peer this rank left this memory (it will touch it no more) and waits,
+     * bounded, until every peer has left too, so nobody frees memory a peer still reads. Returns early
+     * without error when the group is aborted or a peer that has not left is gone; a peer that is
+     * still waiting for this rank in a collective sees the flag and fails at once, and its abort ends
+     * this wait.
+     */
+    void leaveAndAwaitPeers() {
+        leaving = true;
+        for (int p = 0; p < worldSize; p++) {
+            if (p != rank) {
+                try {
+                    // release: publishes this rank's last writes into p's memory; acquired by p's hasLeft
+                    LONG.setRelease(pads[p], SignalPadLayout.leftSlotOffset(worldSize, rank), 1L);
+                } catch (IllegalStateException unmapped) {
+                    // p's memory is no longer mapped here (in-JVM: p freed it after an abort)
+                }
+            }
+        }
+        if (worldSize == 1 || isAborted()) {
+            return;
+        }
+        waitKind = WaitKind.LEFT;
+        waitPhase = "close";
+        waitPeer = -1;
+        lastLivenessCheckNanos = 0;
+        waiter.begin();
+        try {
+            while (anyMissing()) {
+                waiter.idle(this);
+            }
+        } catch (PeerTimeoutException e) {
+            // a peer is gone, aborted or late past the timeout: free anyway; live peers' mappings are their own
+        }
+    }
+
+    /** Unregisters from the group's abort: the memory is being freed. */
+    void detach() {
+        detachFromGroupAbort.run();
+        RANK_MEMORIES.computeIfPresent(group.abortState(), (k, old) -> {
+            PadSynchronizer[] left = Arrays.stream(old).filter(s -> s != this).toArray(PadSynchronizer[]::new);
+            return left.length == 0 ? null : left;
+        });
     }
 
     @Override
@@ -261,7 +407,7 @@ final class PadSynchronizer implements WaitSubject {
                 + (missing.isEmpty() ? "a signal (slot offset " + waitOffset + " >= " + waitTarget + ")" : describe(missing))
                 + " (a rank stopped calling collectives, or the ranks called different ones;"
                 + " raise GroupOptions.timeout if ranks legitimately lag this long)";
-        abort(msg);
+        abort(missing.isEmpty() ? rank : missing.getFirst(), msg);
         return new PeerTimeoutException(msg, rank, missing, what, Reason.DEADLINE_PASSED, timeout);
     }
 
@@ -274,7 +420,25 @@ final class PadSynchronizer implements WaitSubject {
      * got there first. Peers see it on their next progress check and fail.
      */
     void abort(String reason) {
-        byte[] text = reason.getBytes(StandardCharsets.UTF_8);
+        abort(rank, reason);
+    }
+
+    /**
+     * As {@link #abort(String)}, naming {@code culprit} as the rank that caused it (a peer that died
+     * or never arrived), so the errors peers see name that rank, not the one that noticed.
+     */
+    void abort(int culprit, String reason) {
+        GroupAbort.Cause cause = new GroupAbort.Cause(culprit, reason);
+        writeAbort(cause);
+        group.abortState().raise(cause.rank(), cause.reason()); // this rank's other memories and teardown hear of it
+    }
+
+    /**
+     * Writes the abort into every pad of this memory, naming the rank that caused it (a no-op on pads
+     * already aborted).
+     */
+    private void writeAbort(GroupAbort.Cause cause) {
+        byte[] text = cause.reason().getBytes(StandardCharsets.UTF_8);
         int len = Math.min(text.length, ABORT_REASON_MAX_BYTES);
         for (MemorySegment pad : pads) {
             try {
@@ -283,7 +447,7 @@ final class PadSynchronizer implements WaitSubject {
                     pad.set(ValueLayout.JAVA_INT, ABORT_REASON_OFFSET, len);
                     MemorySegment.copy(text, 0, pad, ValueLayout.JAVA_BYTE, ABORT_REASON_OFFSET + Integer.BYTES, len);
                     // release: publishes the reason; acquired by checkNotAborted on the pad's owner
-                    LONG.setRelease(pad, ABORT_WORD_OFFSET, (long) rank + 1);
+                    LONG.setRelease(pad, ABORT_WORD_OFFSET, (long) (cause.rank() >= 0 ? cause.rank() : rank) + 1);
                 }
             } catch (IllegalStateException closed) {
                 // a peer's memory is already unmapped (it left): nothing to tell it
@@ -311,7 +475,16 @@ final class PadSynchronizer implements WaitSubject {
     }
 
     private void throwAborted(long word, String what) {
+        // The aborter writes its reason between its claim and its release: give it a moment (it may
+        // also have died in between, so the moment is bounded).
+        long until = System.nanoTime() + 10_000_000;
+        while (word == ABORT_CLAIMED && System.nanoTime() - until < 0) {
+            Thread.onSpinWait();
+            // acquire: pairs with the aborter's release in writeAbort()
+            word = (long) LONG.getAcquire(ownPad, ABORT_WORD_OFFSET);
+        }
         if (word == ABORT_CLAIMED) {
+            group.abortState().raise(-1, "aborted by a peer that did not finish writing its reason");
             throw new PeerTimeoutException("rank=" + rank + " " + what + ": group aborted by a peer (reason being written)",
                     rank, List.of(), what, Reason.PEER_ABORTED, waiter.timeout());
         }
@@ -320,10 +493,11 @@ final class PadSynchronizer implements WaitSubject {
         byte[] text = new byte[Math.max(0, Math.min(len, ABORT_REASON_MAX_BYTES))];
         MemorySegment.copy(ownPad, ValueLayout.JAVA_BYTE, ABORT_REASON_OFFSET + Integer.BYTES, text, 0, text.length);
         String reason = new String(text, StandardCharsets.UTF_8);
+        group.abortState().raise(aborter, reason); // this rank now knows: its other memories and teardown stop waiting
         String msg = aborter == rank
-                ? "rank=" + rank + " " + what + ": this group was aborted earlier on this rank: " + reason
+                ? "rank=" + rank + " " + what + ": this group was aborted because of this rank: " + reason
                         + " (create a new group)"
-                : "rank=" + rank + " " + what + ": group aborted by rank " + aborter + ": " + reason;
+                : "rank=" + rank + " " + what + ": group aborted because of rank " + aborter + ": " + reason;
         throw new PeerTimeoutException(msg, rank, aborter == rank ? List.of() : List.of(aborter), what,
                 Reason.PEER_ABORTED, waiter.timeout());
     }

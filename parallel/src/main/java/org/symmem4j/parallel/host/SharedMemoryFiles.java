@@ -7,14 +7,16 @@ import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.nio.file.attribute.PosixFilePermissions;
 import java.time.Instant;
 import java.util.HexFormat;
-import java.util.Optional;
 import java.util.concurrent.ThreadLocalRandom;
+import java.util.regex.Pattern;
 import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.sync.ProcessLiveness;
 
 /**
  * The files behind cross-process symmetric memory: created in {@code /dev/shm} with mode 0600 and
@@ -46,13 +48,28 @@ public final class SharedMemoryFiles {
         return Path.of(System.getProperty("java.io.tmpdir"));
     }
 
-    /** A fresh unique file name owned by this process. */
-    static String newName(int rank) {
-        ProcessHandle self = ProcessHandle.current();
-        long start = self.info().startInstant().map(Instant::toEpochMilli).orElse(0L);
+    /** The random part of a file name: 12 lowercase hex digits. */
+    static final Pattern TAG = Pattern.compile("[0-9a-f]{12}");
+
+    /** A fresh random tag for a file of this process (see {@link #name}). */
+    static String newTag() {
         byte[] random = new byte[6];
         ThreadLocalRandom.current().nextBytes(random);
-        return PREFIX + self.pid() + "-" + start + "-" + HexFormat.of().formatHex(random) + "-r" + rank;
+        return HexFormat.of().formatHex(random);
+    }
+
+    /**
+     * The file name of rank {@code rank}'s allocation, built from facts this rank already holds (the
+     * peer's pid and start time from the group's member records) and a tag that must match
+     * {@link #TAG}: nothing a peer sends becomes a path unchecked.
+     */
+    static String name(long pid, long startMillis, String tag, int rank) {
+        if (pid <= 0 || startMillis < 0 || rank < 0 || tag == null || !TAG.matcher(tag).matches()) {
+            throw new SymmemException("shared-memory file name: pid=" + pid + " startMillis=" + startMillis + " tag="
+                    + (tag == null ? "null" : "'" + tag.replaceAll("[^\\x20-\\x7e]", "?") + "'") + " rank=" + rank
+                    + " (expected a positive pid, a start time, 12 lowercase hex digits and a rank)");
+        }
+        return PREFIX + pid + "-" + startMillis + "-" + tag + "-r" + rank;
     }
 
     /** Creates {@code name} (mode 0600, must not exist), sizes it to {@code bytes} and maps it. */
@@ -66,7 +83,8 @@ public final class SharedMemoryFiles {
             throw new SymmemException("cannot create shared-memory file " + path + ": " + e
                     + " (is " + directory() + " writable? set -Dsymmem4j.shm.dir to another tmpfs)", e);
         }
-        try (FileChannel ch = FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+        try (FileChannel ch = FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE,
+                LinkOption.NOFOLLOW_LINKS)) {
             if (bytes > 0) {
                 ch.write(ByteBuffer.wrap(new byte[] {0}), bytes - 1); // sizes the file; pages stay zero
             }
@@ -86,10 +104,17 @@ public final class SharedMemoryFiles {
         }
     }
 
-    /** Maps a peer's file. */
+    /**
+     * Maps a peer's file, after checking that it is what a rank of this job creates: a regular file
+     * (not a symbolic link), owned by the user this process runs as, with no access for group or
+     * others, of the expected size. A file another user planted under the expected name (a 0666 file
+     * in the shared {@code /dev/shm}, say) is refused.
+     */
     static MemorySegment map(String name, long bytes, Arena arena) {
         Path path = directory().resolve(name);
-        try (FileChannel ch = FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE)) {
+        checkOwnedPrivateFile(path);
+        try (FileChannel ch = FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE,
+                LinkOption.NOFOLLOW_LINKS)) {
             long size = ch.size();
             if (size != bytes) {
                 throw new SymmemException("shared-memory file " + path + " has size=" + size + " expected=" + bytes
@@ -100,6 +125,40 @@ public final class SharedMemoryFiles {
             throw new SymmemException("cannot map peer shared-memory file " + path + ": " + e
                     + " (the peer may have exited, or the ranks run as different users)", e);
         }
+    }
+
+    /** Throws unless {@code path} is a regular file of this user's with mode 0600 or stricter. */
+    static void checkOwnedPrivateFile(Path path) {
+        try {
+            if (!Files.isRegularFile(path, LinkOption.NOFOLLOW_LINKS)) {
+                throw new SymmemException("shared-memory file " + path + " is missing or not a regular file (symbolic"
+                        + " links are refused; the peer may have exited)");
+            }
+            int owner = (Integer) Files.getAttribute(path, "unix:uid", LinkOption.NOFOLLOW_LINKS);
+            int mode = (Integer) Files.getAttribute(path, "unix:mode", LinkOption.NOFOLLOW_LINKS);
+            int me = currentUid();
+            if (owner != me || (mode & 0077) != 0) {
+                throw new SymmemException("shared-memory file " + path + " has owner uid=" + owner + " mode="
+                        + Integer.toOctalString(mode & 0777) + "; expected owner uid=" + me + " mode=600 (a file that this"
+                        + " job's ranks did not create, or ranks running as different users: run every rank as one user)");
+            }
+        } catch (UnsupportedOperationException | IllegalArgumentException e) {
+            // no unix attributes on this file system (not Linux): nothing more to check
+        } catch (IOException e) {
+            throw new SymmemException("cannot check shared-memory file " + path + ": " + e, e);
+        }
+    }
+
+    private static volatile int uid = -1;
+
+    /** This process's user id, from the owner of {@code /proc/self}. */
+    private static int currentUid() throws IOException {
+        int u = uid;
+        if (u < 0) {
+            u = (Integer) Files.getAttribute(Path.of("/proc/self"), "unix:uid");
+            uid = u;
+        }
+        return u;
     }
 
     static void deleteQuietly(String name) {
@@ -148,12 +207,7 @@ public final class SharedMemoryFiles {
         } catch (NumberFormatException e) {
             return true;
         }
-        Optional<ProcessHandle> h = ProcessHandle.of(pid);
-        if (h.isEmpty() || !h.get().isAlive()) {
-            return false;
-        }
-        Optional<Instant> actual = h.get().info().startInstant();
-        return start == 0 || actual.isEmpty() || actual.get().toEpochMilli() == start;
+        return ProcessLiveness.isRunning(pid, start);
     }
 
     /** Names of symmem4j files currently in the directory (for tests and diagnostics). */

@@ -5,6 +5,8 @@ import java.lang.foreign.MemorySegment;
 import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.Group;
@@ -26,6 +28,9 @@ public final class SharedMemoryTransport implements Transport {
 
     public static final String NAME = "host-shm";
 
+    /** A rank's allocation record: "tag bytes id". */
+    private static final Pattern ALLOCATION = Pattern.compile("([0-9a-f]{12}) ([0-9]{1,18}) (-1|[0-9]{1,18})");
+
     private final AtomicLong nextId = new AtomicLong();
 
     @Override
@@ -46,35 +51,46 @@ public final class SharedMemoryTransport implements Transport {
         long padBytes = SignalPadLayout.padBytes(n, slots);
         long fileBytes = padBytes + ((bytes + 4095) & ~4095L);
         Arena arena = Arena.ofShared();
-        String myName = SharedMemoryFiles.newName(rank);
+        String myTag = SharedMemoryFiles.newTag();
+        String myName = SharedMemoryFiles.name(g.pid(rank), g.startMillis(rank), myTag, rank);
         boolean unlinked = false;
         try {
             MemorySegment mine = SharedMemoryFiles.createAndMap(myName, fileBytes, arena);
             SignalPadLayout.initialize(mine.asSlice(0, padBytes), n, rank, slots, bytes);
             long idProposal = rank == 0 ? nextId.getAndIncrement() : -1;
+            // What crosses the store: a random tag, the size and rank 0's id. Never a path: each rank
+            // builds its peers' file names itself from their member records and a checked tag.
             List<byte[]> all = g.allGatherBytes("shm-allocate",
-                    (myName + " " + bytes + " " + idProposal).getBytes(StandardCharsets.UTF_8));
+                    (myTag + " " + bytes + " " + idProposal).getBytes(StandardCharsets.UTF_8));
             MemorySegment[] datas = new MemorySegment[n];
             MemorySegment[] pads = new MemorySegment[n];
+            String[] names = new String[n];
             StringBuilder sizes = new StringBuilder();
             boolean sameSize = true;
             long id = -1;
-            String[][] parsed = new String[n][];
             for (int r = 0; r < n; r++) {
-                parsed[r] = new String(all.get(r), StandardCharsets.UTF_8).split(" ");
-                long peerBytes = Long.parseLong(parsed[r][1]);
+                String value = new String(all.get(r), StandardCharsets.UTF_8);
+                Matcher m = ALLOCATION.matcher(value);
+                if (!m.matches() || (r == 0) == m.group(3).equals("-1")) {
+                    throw new SymmemException("rank=" + rank + " symmetric memory allocate: the record of rank " + r
+                            + " is malformed: '" + value.replaceAll("[^\\x20-\\x7e]", "?") + "' (expected '<12 hex digits>"
+                            + " <bytes> <id>', id -1 except on rank 0; is something other than a symmem4j rank of this job"
+                            + " writing to the store?)");
+                }
+                long peerBytes = Long.parseLong(m.group(2));
                 sameSize &= peerBytes == bytes;
                 sizes.append(r == 0 ? "" : ", ").append("rank=").append(r).append(" bytes=").append(peerBytes);
                 if (r == 0) {
-                    id = Long.parseLong(parsed[r][2]);
+                    id = Long.parseLong(m.group(3));
                 }
+                names[r] = SharedMemoryFiles.name(g.pid(r), g.startMillis(r), m.group(1), r);
             }
             if (!sameSize) {
                 throw new SymmemException("symmetric memory allocate: sizes differ across ranks: " + sizes
                         + " (every rank must allocate the same number of bytes)");
             }
             for (int r = 0; r < n; r++) {
-                MemorySegment file = r == rank ? mine : SharedMemoryFiles.map(parsed[r][0], fileBytes, arena);
+                MemorySegment file = r == rank ? mine : SharedMemoryFiles.map(names[r], fileBytes, arena);
                 pads[r] = file.asSlice(0, padBytes);
                 datas[r] = file.asSlice(padBytes, bytes);
                 SignalPadLayout.verify(pads[r], n, r, slots, bytes);

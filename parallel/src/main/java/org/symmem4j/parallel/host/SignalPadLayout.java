@@ -26,7 +26,11 @@ import java.lang.invoke.VarHandle;
  *                                      seq while the owner still checks it
  *  768 + 128*(2N+p)            BARRIER slot of rank p (long epoch)       rank p           owner
  *  768 + 128*(3N+p)            STEP slot of rank p (long ring step)      rank p           owner
- *  768 + 128*(4N+k)            SIGNAL slot k, k < signalSlots (long)     any rank         owner
+ *  768 + 128*(4N+p)            LEFT slot of rank p (long): 1 once rank   rank p           owner
+ *                                      p closed this memory; a rank that
+ *                                      waits for p and sees it fails at
+ *                                      once, a closing rank waits for it
+ *  768 + 128*(5N+k)            SIGNAL slot k, k < signalSlots (long)     any rank         owner
  *  rounded up to 4096          end
  * </pre>
  *
@@ -37,7 +41,7 @@ public final class SignalPadLayout {
 
     public static final int LINE_BYTES = 128;
     public static final int MAGIC = 0x53594D50; // "SYMP"
-    public static final int VERSION = 1;
+    public static final int VERSION = 2;
     public static final int DEFAULT_SIGNAL_SLOTS = 64;
 
     public static final long MAGIC_OFFSET = 0;
@@ -74,8 +78,12 @@ public final class SignalPadLayout {
         return SLOTS_BASE + (long) LINE_BYTES * (3L * worldSize + fromRank);
     }
 
+    public static long leftSlotOffset(int worldSize, int fromRank) {
+        return SLOTS_BASE + (long) LINE_BYTES * (4L * worldSize + fromRank);
+    }
+
     public static long signalSlotOffset(int worldSize, int slot) {
-        return SLOTS_BASE + (long) LINE_BYTES * (4L * worldSize + slot);
+        return SLOTS_BASE + (long) LINE_BYTES * (5L * worldSize + slot);
     }
 
     /** Bytes of one pad for a group of {@code worldSize} ranks with {@code signalSlots} user slots. */

@@ -14,19 +14,56 @@ import java.util.concurrent.locks.ReentrantLock;
 /**
  * The store for ranks that are threads of one JVM, and the backing map of {@link TcpStoreServer}.
  * A lock and one condition: set-up traffic is a few keys per rank, so simplicity wins.
+ *
+ * <p>Bytes held (keys as UTF-16 characters ×2 plus values) are counted; a store made with a capacity
+ * refuses a {@code set} or {@code add} that would exceed it, leaving its contents as they were.
  */
 public final class InMemoryStore implements RendezvousStore {
 
     private final ReentrantLock lock = new ReentrantLock();
     private final Condition changed = lock.newCondition();
     private final Map<String, byte[]> values = new HashMap<>();
+    private final long capacityBytes;
+    private long heldBytes;
+    private boolean closed;
+
+    /** A store without a capacity limit (threads of one JVM: the ranks are the program itself). */
+    public InMemoryStore() {
+        this(Long.MAX_VALUE);
+    }
+
+    /** A store that holds at most {@code capacityBytes} of keys and values. */
+    public InMemoryStore(long capacityBytes) {
+        if (capacityBytes <= 0) {
+            throw new IllegalArgumentException("capacityBytes=" + capacityBytes + " must be positive");
+        }
+        this.capacityBytes = capacityBytes;
+    }
+
+    private static long sizeOf(String key, byte[] value) {
+        return 2L * key.length() + (value == null ? 0 : value.length);
+    }
+
+    /** Replaces {@code key}'s value, within capacity; the caller holds the lock. */
+    private void putLocked(String key, byte[] value) {
+        byte[] old = values.get(key);
+        long next = heldBytes - (old == null ? 0 : sizeOf(key, old)) + sizeOf(key, value);
+        if (next > capacityBytes) {
+            throw new StoreCapacityException("rendezvous store full: set(" + key + ") of " + value.length
+                    + " bytes would hold " + next + " bytes; capacity=" + capacityBytes
+                    + " (set-up values are small: a client storing this much is misbehaving)");
+        }
+        values.put(key, value);
+        heldBytes = next;
+        changed.signalAll();
+    }
 
     @Override
     public void set(String key, byte[] value) {
+        byte[] copy = value.clone();
         lock.lock();
         try {
-            values.put(key, value.clone());
-            changed.signalAll();
+            putLocked(key, copy);
         } finally {
             lock.unlock();
         }
@@ -67,6 +104,9 @@ public final class InMemoryStore implements RendezvousStore {
                     }
                     return out;
                 }
+                if (closed) {
+                    throw new StoreTimeoutException(missing, timeout);
+                }
                 long left = deadline - System.nanoTime();
                 if (left <= 0) {
                     throw new StoreTimeoutException(missing, timeout);
@@ -86,9 +126,12 @@ public final class InMemoryStore implements RendezvousStore {
         lock.lock();
         try {
             byte[] old = values.get(key);
+            if (old != null && old.length != Long.BYTES) {
+                throw new StoreCapacityException("rendezvous store: add(" + key + ") on a value of " + old.length
+                        + " bytes; a counter is 8 bytes (the key holds something else)");
+            }
             long v = (old == null ? 0 : ByteBuffer.wrap(old).getLong()) + delta;
-            values.put(key, ByteBuffer.allocate(Long.BYTES).putLong(v).array());
-            changed.signalAll();
+            putLocked(key, ByteBuffer.allocate(Long.BYTES).putLong(v).array());
             return v;
         } finally {
             lock.unlock();
@@ -99,9 +142,12 @@ public final class InMemoryStore implements RendezvousStore {
     public boolean delete(String key) {
         lock.lock();
         try {
-            boolean had = values.remove(key) != null;
+            byte[] old = values.remove(key);
+            if (old != null) {
+                heldBytes -= sizeOf(key, old);
+            }
             changed.signalAll();
-            return had;
+            return old != null;
         } finally {
             lock.unlock();
         }
@@ -117,8 +163,25 @@ public final class InMemoryStore implements RendezvousStore {
         }
     }
 
+    /** Bytes of keys and values held now. */
+    public long heldBytes() {
+        lock.lock();
+        try {
+            return heldBytes;
+        } finally {
+            lock.unlock();
+        }
+    }
+
+    /** Wakes every waiter: their waits end as timeouts naming the keys still absent. */
     @Override
     public void close() {
-        // nothing to release
+        lock.lock();
+        try {
+            closed = true;
+            changed.signalAll();
+        } finally {
+            lock.unlock();
+        }
     }
 }

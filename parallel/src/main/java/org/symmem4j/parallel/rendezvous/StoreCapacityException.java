@@ -1,0 +1,11 @@
+package org.symmem4j.parallel.rendezvous;
+
+import org.symmem4j.parallel.SymmemException;
+
+/** A store request refused because the store would exceed its capacity, or the key holds another kind of value. */
+public class StoreCapacityException extends SymmemException {
+
+    public StoreCapacityException(String message) {
+        super(message);
+    }
+}

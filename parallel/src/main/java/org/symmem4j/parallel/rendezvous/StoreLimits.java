@@ -1,0 +1,82 @@
+package org.symmem4j.parallel.rendezvous;
+
+import java.time.Duration;
+import java.util.Objects;
+
+/**
+ * What one {@link TcpStoreServer} accepts, so that no client — buggy, hostile, or merely slow — can
+ * take its memory, its threads or its time. A rank's set-up traffic is a few keys of at most a few
+ * hundred bytes each; the defaults leave orders of magnitude of room for that and none for abuse.
+ *
+ * @param maxKeyBytes            longest key, in modified-UTF-8 bytes
+ * @param maxValueBytes          largest value; a larger announced length drops the connection
+ *                               before a byte of it is buffered
+ * @param maxTotalBytes          all keys and values stored at once; a {@code SET} beyond it fails
+ *                               with an error the client sees, and the store stays as it was
+ * @param maxBytesPerConnection  bytes one connection may send over its life (requests included)
+ * @param maxConnections         connections open at once, authenticated or not; more are closed
+ *                               as soon as they are accepted
+ * @param maxUnauthenticated     connections open at once that have not yet proved the secret
+ * @param handshakeTimeout       how long a new connection may take to complete its handshake
+ * @param requestTimeout         how long the rest of a request may take once its first byte arrived
+ *                               (a slow sender cannot hold a server thread)
+ */
+public record StoreLimits(int maxKeyBytes, int maxValueBytes, long maxTotalBytes, long maxBytesPerConnection,
+                          int maxConnections, int maxUnauthenticated, Duration handshakeTimeout,
+                          Duration requestTimeout) {
+
+    public StoreLimits {
+        Objects.requireNonNull(handshakeTimeout, "handshakeTimeout");
+        Objects.requireNonNull(requestTimeout, "requestTimeout");
+        positive("maxKeyBytes", maxKeyBytes);
+        positive("maxValueBytes", maxValueBytes);
+        positive("maxTotalBytes", maxTotalBytes);
+        positive("maxBytesPerConnection", maxBytesPerConnection);
+        positive("maxConnections", maxConnections);
+        positive("maxUnauthenticated", maxUnauthenticated);
+        if (maxKeyBytes > 65_535) {
+            throw new IllegalArgumentException("maxKeyBytes=" + maxKeyBytes + " exceeds the wire format's 65535");
+        }
+        if (handshakeTimeout.isNegative() || handshakeTimeout.isZero() || requestTimeout.isNegative()
+                || requestTimeout.isZero()) {
+            throw new IllegalArgumentException("handshakeTimeout=" + handshakeTimeout + " and requestTimeout="
+                    + requestTimeout + " must be positive");
+        }
+    }
+
+    private static void positive(String name, long v) {
+        if (v <= 0) {
+            throw new IllegalArgumentException(name + "=" + v + " must be positive");
+        }
+    }
+
+    /**
+     * Defaults for a group of {@code worldSize} ranks: 512-byte keys, 4 MiB values, 64 MiB stored,
+     * 256 MiB sent per connection, {@code 64 + 2 * worldSize} connections of which 64 may be
+     * unauthenticated, 10 s for a handshake and for the rest of a request.
+     */
+    public static StoreLimits defaults(int worldSize) {
+        return new StoreLimits(512, 4 << 20, 64L << 20, 256L << 20, 64 + 2 * Math.max(1, worldSize), 64,
+                Duration.ofSeconds(10), Duration.ofSeconds(10));
+    }
+
+    public StoreLimits withHandshakeTimeout(Duration d) {
+        return new StoreLimits(maxKeyBytes, maxValueBytes, maxTotalBytes, maxBytesPerConnection, maxConnections,
+                maxUnauthenticated, d, requestTimeout);
+    }
+
+    public StoreLimits withRequestTimeout(Duration d) {
+        return new StoreLimits(maxKeyBytes, maxValueBytes, maxTotalBytes, maxBytesPerConnection, maxConnections,
+                maxUnauthenticated, handshakeTimeout, d);
+    }
+
+    public StoreLimits withMaxTotalBytes(long bytes) {
+        return new StoreLimits(maxKeyBytes, maxValueBytes, bytes, maxBytesPerConnection, maxConnections,
+                maxUnauthenticated, handshakeTimeout, requestTimeout);
+    }
+
+    public StoreLimits withMaxConnections(int connections, int unauthenticated) {
+        return new StoreLimits(maxKeyBytes, maxValueBytes, maxTotalBytes, maxBytesPerConnection, connections,
+                unauthenticated, handshakeTimeout, requestTimeout);
+    }
+}
