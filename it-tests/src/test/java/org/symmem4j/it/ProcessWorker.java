@@ -35,8 +35,13 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
  *       memory), reduce-scatter, all-gather, broadcast and a put-with-signal ring, each checked against
  *       the result computed here from every rank's (seeded) input; prints a checksum per case so the
  *       test can compare ranks bitwise; ends with {@code OK}.</li>
- *   <li>{@code loop}: all-reduces until something fails; prints {@code READY} after a few, and on
- *       failure {@code FAILED <exception>: <message>} and exits 3.</li>
+ *   <li>{@code loop [iterations [faultyRank faultyIteration]]}: in-place all-reduces of every rank's
+ *       {@code rank + 1}, each result checked against {@code N(N+1)/2} (a result mixed with another
+ *       job's prints {@code CORRUPT ...} and exits 4); prints {@code READY} after 200. Without an
+ *       iteration count it runs until something fails: then it prints
+ *       {@code FAILED <exception>: <message>} and exits 3. With one it prints {@code SUMS <n>} and ends.
+ *       {@code faultyRank} passes a read-only destination at {@code faultyIteration} (a local failure
+ *       inside a collective).</li>
  *   <li>{@code pipeline <gpipe|1f1b|interleaved>}: trains the pipeline test stages
  *       ({@code AffineStage}) for 3 steps with 8 microbatches over stage links in /dev/shm, one
  *       stage (two when interleaved) per process; prints {@code PARAM <stage> <a bits> <b bits>}
@@ -55,7 +60,7 @@ public final class ProcessWorker {
         try {
             switch (scenario) {
                 case "collectives" -> collectives();
-                case "loop" -> loop();
+                case "loop" -> loop(args);
                 case "pipeline" -> pipeline(args[1]);
                 case "leak-file" -> leakFile();
                 default -> throw new IllegalArgumentException("unknown scenario " + scenario);
@@ -249,18 +254,51 @@ public final class ProcessWorker {
         }
     }
 
-    private static void loop() {
+    private static void loop(String[] args) {
+        long iterations = args.length > 1 ? Long.parseLong(args[1]) : Long.MAX_VALUE;
+        int faultyRank = args.length > 3 ? Integer.parseInt(args[2]) : -1;
+        long faultyIteration = args.length > 3 ? Long.parseLong(args[3]) : -1;
+        int count = 4096;
         try (ProcessGroup group = ProcessGroup.fromEnvironment();
              Communicator comm = Communicator.create(group);
-             SymmetricMemory mem = SymmetricMemory.allocate(group, 1 << 16)) {
+             SymmetricMemory mem = SymmetricMemory.allocate(group, 4L * count);
+             Arena arena = Arena.ofConfined()) {
+            System.out.println("RUN " + group.identity().runId() + " generation " + group.identity().generation());
+            System.out.flush();
+            int n = group.worldSize();
+            float expected = n * (n + 1) / 2f;
+            MemorySegment readOnly = arena.allocate(4L * count, 64).asReadOnly();
             Algorithm[] algorithms = {Algorithm.ONE_SHOT, Algorithm.TWO_SHOT, Algorithm.RING};
-            for (long it = 0; ; it++) {
-                comm.allReduce(mem, 0, 4096, DType.FLOAT32, ReduceOp.SUM, algorithms[(int) (it % 3)]);
+            for (long it = 0; it < iterations; it++) {
+                Algorithm algorithm = algorithms[(int) (it % 3)];
+                if (group.rank() == faultyRank && it == faultyIteration) {
+                    System.out.println("FAULT read-only destination at iteration " + it);
+                    System.out.flush();
+                    comm.allReduce(readOnly, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
+                } else if (it == faultyIteration) {
+                    comm.allReduce(arena.allocate(4L * count, 64), count, DType.FLOAT32, ReduceOp.SUM, algorithm);
+                } else {
+                    mem.local().asSlice(0, 4L * count).fill((byte) 0);
+                    for (int i = 0; i < count; i++) {
+                        mem.local().setAtIndex(ValueLayout.JAVA_FLOAT, i, group.rank() + 1);
+                    }
+                    comm.allReduce(mem, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
+                    for (int i = 0; i < count; i += 97) {
+                        float got = mem.local().getAtIndex(ValueLayout.JAVA_FLOAT, i);
+                        if (got != expected) {
+                            System.out.println("CORRUPT iteration " + it + " element " + i + " got " + got + " expected "
+                                    + expected);
+                            System.out.flush();
+                            System.exit(4);
+                        }
+                    }
+                }
                 if (it == 200) {
                     System.out.println("READY");
                     System.out.flush();
                 }
             }
+            System.out.println("SUMS " + iterations);
         }
     }
 

@@ -60,6 +60,16 @@ public final class GroupAbort {
     }
 
     /**
+     * Records that the group was aborted through a channel of its own (a pipeline's poisoned links,
+     * say), which every peer hears of there: this rank's teardown then stops waiting for peers and
+     * does not announce its departure as if it had failed first, but nothing is written into the
+     * signal pads (the culprit is not known here, and peers learn it from that channel).
+     */
+    public void noteAbortedElsewhere(String reason) {
+        cause.compareAndSet(null, new Cause(-1, reason));
+    }
+
+    /**
      * Registers {@code listener}, called once with the cause when the group is aborted (at once if
      * it already was). Returns what removes it again (for a memory that is closed).
      */

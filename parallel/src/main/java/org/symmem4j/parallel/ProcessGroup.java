@@ -37,6 +37,10 @@ public final class ProcessGroup implements Group {
     private static final String MEMBER_KEY = "group/member/";
     private static final String CLOSED_KEY = "group/closed";
     private static final String ALL_CLOSED_KEY = "group/all-closed";
+    /** Set by the first rank whose set-up wait failed: "culprit ranks\nmessage", so the others fail naming them. */
+    private static final String SETUP_FAILED_KEY = "group/setup-failed";
+    /** Counts the ranks that read SETUP_FAILED_KEY, so rank 0 keeps its store up until they have. */
+    private static final String SETUP_FAILED_SEEN_KEY = "group/setup-failed-seen";
     /** Longest slice a store wait blocks before re-checking the liveness of missing ranks. */
     private static final Duration STORE_POLL_SLICE = Duration.ofMillis(200);
     /** A member record: "pid startMillis". */
@@ -239,7 +243,14 @@ public final class ProcessGroup implements Group {
             throw new IllegalStateException("rank=" + rank() + " group already closed");
         }
         String prefix = "x/" + (exchangeSeq++) + "/" + tag + "/";
-        List<byte[]> all = exchangeThroughStore(prefix, mine, tag);
+        List<byte[]> all;
+        try {
+            all = exchangeThroughStore(prefix, mine, tag);
+        } catch (PeerTimeoutException e) {
+            // the group cannot be used any more: its teardown must not wait for peers again
+            abortState.raise(e.missingRanks().isEmpty() ? rank() : e.missingRanks().getFirst(), e.getMessage());
+            throw e;
+        }
         // Every rank set this exchange's key, so every rank finished reading the previous one: this
         // rank's key of the previous exchange is nobody's business any more. The store holds at most
         // two exchanges, however long the job runs.
@@ -271,20 +282,78 @@ public final class ProcessGroup implements Group {
                 for (String k : e.missingKeys()) {
                     missing.add(Integer.parseInt(k.substring(prefix.length())));
                 }
+                failIfAPeerGaveUp(what);
                 List<Integer> dead = missing.stream().filter(p -> peerPids[p] != 0 && !isAlive(p)).toList();
                 if (!dead.isEmpty()) {
-                    throw new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': "
+                    throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': "
                             + InJvmWorld.describeAll(this, dead) + " exited before arriving", rank(), dead, what,
-                            PeerTimeoutException.Reason.PEER_EXITED, options.timeout());
+                            PeerTimeoutException.Reason.PEER_EXITED, options.timeout()), keys);
                 }
                 if (System.nanoTime() - deadline >= 0) {
-                    throw new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "' of " + identity
+                    throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "' of " + identity
                             + ": timed out after " + options.timeout() + " waiting for ranks " + missing
                             + " (start every rank with the same WORLD_SIZE, MASTER_ADDR, MASTER_PORT and run id)",
-                            rank(), missing, what, PeerTimeoutException.Reason.DEADLINE_PASSED, options.timeout());
+                            rank(), missing, what, PeerTimeoutException.Reason.DEADLINE_PASSED, options.timeout()), keys);
                 }
             }
         }
+    }
+
+    /** Throws, naming the culprits, if another rank already gave up on the group's set-up. */
+    private void failIfAPeerGaveUp(String what) {
+        Optional<byte[]> failed = store.tryGet(SETUP_FAILED_KEY);
+        if (failed.isEmpty()) {
+            return;
+        }
+        String[] parts = new String(failed.get(), StandardCharsets.UTF_8).split("\n", 2);
+        List<Integer> culprits = new ArrayList<>();
+        if (parts.length == 2 && parts[0].matches("[0-9]{1,9}(,[0-9]{1,9})*")) {
+            for (String r : parts[0].split(",")) {
+                culprits.add(Integer.parseInt(r));
+            }
+        }
+        String reason = parts.length == 2 ? parts[1] : "(malformed report)";
+        try {
+            store.add(SETUP_FAILED_SEEN_KEY, 1);
+        } catch (RuntimeException ignored) {
+            // rank 0 already gone: the error below says enough
+        }
+        throw new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': another rank gave up on the group: "
+                + reason, rank(), culprits, what, PeerTimeoutException.Reason.PEER_ABORTED, options.timeout());
+    }
+
+    /**
+     * Publishes this rank's set-up failure, so that the other ranks fail at once naming the same
+     * culprits instead of finding the store gone (rank 0's failure closes it). Rank 0 then waits
+     * briefly, bounded, until the ranks that are still waiting have read it. Returns {@code e}.
+     */
+    private PeerTimeoutException giveUp(PeerTimeoutException e, List<String> keys) {
+        try {
+            String culprits = String.join(",", e.missingRanks().stream().map(String::valueOf).toList());
+            store.set(SETUP_FAILED_KEY, ((culprits.isEmpty() ? Integer.toString(rank()) : culprits) + "\n"
+                    + e.getMessage()).getBytes(StandardCharsets.UTF_8));
+            if (rank() == 0) {
+                long waiting = 0;
+                for (String k : keys) {
+                    if (!k.endsWith("/0") && store.tryGet(k).isPresent()) {
+                        waiting++; // arrived at this exchange, so polling it
+                    }
+                }
+                long until = System.nanoTime() + 2 * STORE_POLL_SLICE.toNanos() + 100_000_000;
+                while (System.nanoTime() - until < 0 && readCounter(SETUP_FAILED_SEEN_KEY) < waiting) {
+                    Thread.sleep(10);
+                }
+            }
+        } catch (RuntimeException ignored) {
+            // the store is gone or full: the peers find out on their own
+        } catch (InterruptedException ie) {
+            Thread.currentThread().interrupt();
+        }
+        return e;
+    }
+
+    private long readCounter(String key) {
+        return store.tryGet(key).map(v -> v.length == Long.BYTES ? java.nio.ByteBuffer.wrap(v).getLong() : 0L).orElse(0L);
     }
 
     @Override

@@ -252,7 +252,8 @@ final class PadSynchronizer implements WaitSubject {
             case ENTRY -> (long) LONG.getAcquire(ownPad,
                     SignalPadLayout.entryLineOffset(p, waitTarget - 1) + OpDescriptorLayout.EPOCH) < waitTarget;
             case LEFT -> !hasLeft(p);
-            case STEP, SIGNAL -> p == waitPeer;
+            // acquire: pairs with the signaller's release, as the wait loop's own load
+            case STEP, SIGNAL -> p == waitPeer && (long) LONG.getAcquire(ownPad, waitOffset) < waitTarget;
         };
     }
 
@@ -340,11 +341,18 @@ final class PadSynchronizer implements WaitSubject {
      */
     private void checkNoneLeft() {
         boolean anyLeft = false;
+        // LEFT first, then the waited slot: p publishes everything it sent before it leaves (release),
+        // so a p that is still missing after its LEFT was seen (acquire) will never arrive.
         for (int p = 0; p < worldSize && !anyLeft; p++) {
-            anyLeft = isMissing(p) && hasLeftSomewhere(p);
+            anyLeft = hasLeftSomewhere(p) && isMissing(p);
         }
         if (anyLeft) {
-            List<Integer> left = missingRanks().stream().filter(this::hasLeftSomewhere).toList();
+            List<Integer> left = new ArrayList<>();
+            for (int p = 0; p < worldSize; p++) {
+                if (hasLeftSomewhere(p) && isMissing(p)) {
+                    left.add(p);
+                }
+            }
             String what = waitLabel();
             String msg = "rank=" + rank + " " + what + ": " + describe(left) + " is closing its symmetric memory or"
                     + " communicators (it left the group) instead of arriving: its code failed or returned before this"

@@ -111,12 +111,6 @@ public final class TcpStoreClient implements RendezvousStore {
     }
 
     private Connection attempt(StoreSecret secret, Duration left) throws Retry {
-        byte[] key;
-        try {
-            key = secret.bytes();
-        } catch (StoreSecret.SecretNotReadyException e) {
-            throw new Retry(e.getMessage(), e);
-        }
         Socket s = new Socket();
         boolean ok = false;
         try {
@@ -132,7 +126,7 @@ public final class TcpStoreClient implements RendezvousStore {
             s.setSoTimeout(attemptMs);
             DataInputStream i = new DataInputStream(new BufferedInputStream(s.getInputStream()));
             DataOutputStream o = new DataOutputStream(new BufferedOutputStream(s.getOutputStream()));
-            handshake(i, o, key);
+            handshake(i, o, secret);
             ok = true;
             return new Connection(s, i, o);
         } catch (SocketTimeoutException e) {
@@ -151,7 +145,11 @@ public final class TcpStoreClient implements RendezvousStore {
         }
     }
 
-    private void handshake(DataInputStream i, DataOutputStream o, byte[] key) throws IOException, Retry {
+    /**
+     * The identities are exchanged before the secret is needed, so a rank of another job learns whose
+     * store holds the port even while its own host secret does not exist yet.
+     */
+    private void handshake(DataInputStream i, DataOutputStream o, StoreSecret secret) throws IOException, Retry {
         ProcessHandle self = ProcessHandle.current();
         Hello hello = new Hello(StoreHandshake.nonce(), identity.runId(), identity.generation(), identity.worldSize(),
                 rank, self.pid(), self.info().startInstant().map(Instant::toEpochMilli).orElse(0L));
@@ -183,6 +181,12 @@ public final class TcpStoreClient implements RendezvousStore {
         }
         byte[] serverNonce = i.readNBytes(StoreHandshake.NONCE_BYTES);
         byte[] serverProof = i.readNBytes(StoreHandshake.PROOF_BYTES);
+        byte[] key;
+        try {
+            key = secret.bytes();
+        } catch (StoreSecret.SecretNotReadyException e) {
+            throw new Retry(e.getMessage(), e);
+        }
         if (!StoreHandshake.matches(StoreHandshake.serverProof(key, hello, serverNonce), serverProof)) {
             throw new Retry("the store at " + host + ":" + port + " (" + theirs + ") could not prove this job's secret:"
                     + " it is not this job's store, or the ranks were given different secrets", null, true);

@@ -169,6 +169,16 @@ public final class StageLink {
      * so every rank waiting on a link (or about to) stops with a {@link PipelineAbortedException}
      * instead of waiting out the timeout. Not collective; called by a rank that failed.
      */
+    /** Whether another rank poisoned this rank's counters (acquire reads of this rank's own slots). */
+    public static boolean poisoned(SymmetricMemory memory, ChannelLayout layout) {
+        for (int slot = 0; slot < layout.signalSlotsNeeded(); slot++) {
+            if (memory.readSignal(slot) >= POISON) {
+                return true;
+            }
+        }
+        return false;
+    }
+
     public static void poisonAll(SymmetricMemory memory, ChannelLayout layout) {
         int ranks = memory.group().worldSize();
         for (int rank = 0; rank < ranks; rank++) {

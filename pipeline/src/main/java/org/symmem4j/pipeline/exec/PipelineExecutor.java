@@ -220,7 +220,9 @@ public final class PipelineExecutor implements AutoCloseable {
             }
         } catch (RuntimeException | Error e) {
             failed = true;
-            if (!(e instanceof PipelineAbortedException)) {
+            RuntimeException aborted = e instanceof PipelineAbortedException pa ? pa : abortedFirstByAPeer(e);
+            if (aborted == null) {
+                // This rank failed first: poison every link so every rank stops now.
                 if (gpu != null) {
                     CudaStageLink.poisonAll(gpu, layout);
                     gpu.awaitStream(group.options().timeout()); // this rank's waits return too; let them drain
@@ -228,10 +230,31 @@ public final class PipelineExecutor implements AutoCloseable {
                     StageLink.poisonAll(memory, layout);
                 }
             }
+            // Every rank learns of the failure from the poisoned links: tearing the links down must not
+            // wait for peers again, nor look to them like a rank that left before failing.
+            group.abortState().noteAbortedElsewhere("pipeline aborted: " + e);
             releaseGpuEvents();
+            if (aborted != null && aborted != e) {
+                throw aborted;
+            }
             throw e;
         }
         return timeline(events, hostOrigin);
+    }
+
+    /**
+     * When a host step failed with {@code e} after another rank had already poisoned the links (a
+     * peer that failed first may free what this rank was still writing into), the peer's abort is
+     * what to report: returns it with {@code e} attached. Null when this rank failed first.
+     */
+    private PipelineAbortedException abortedFirstByAPeer(Throwable e) {
+        if (gpu != null || !StageLink.poisoned(memory, layout)) {
+            return null;
+        }
+        PipelineAbortedException aborted = new PipelineAbortedException("pipeline aborted by another rank while rank "
+                + group.rank() + " ran its step (the failing rank reports the cause; this rank then failed with " + e + ")");
+        aborted.addSuppressed(e);
+        return aborted;
     }
 
     /**

@@ -1,0 +1,334 @@
+package org.symmem4j.it;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.net.Socket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+import java.util.regex.Pattern;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+import org.symmem4j.parallel.host.SharedMemoryFiles;
+import org.symmem4j.parallel.rendezvous.StoreSecret;
+
+/**
+ * Faults injected into real cross-process groups, as an unlucky operator and an adversary would
+ * cause them: SIGKILL during set-up and mid-collective (rank 0 included), SIGSTOP past the timeout,
+ * a dead peer nobody reaps, two jobs started together on one port, jobs back to back on one port,
+ * hostile clients against a running job's store (another Unix user among them), and a rank whose
+ * collective fails locally. Every case asserts: no rank waits beyond the timeout plus a margin,
+ * every survivor's error names the culprit, nothing is left in /dev/shm, and no job ever computes
+ * with another job's data (every all-reduce result is checked).
+ */
+class FaultInjectionTest {
+
+    static final long TIMEOUT_MS = 10_000;
+    /** Slack for JVM exit and a loaded 2-core machine; the bound checked is TIMEOUT_MS + MARGIN_MS. */
+    static final long MARGIN_MS = 10_000;
+
+    /** The failure line of a rank's log and everything after it. */
+    static String failure(String log) {
+        int i = log.indexOf("FAILED ");
+        return i < 0 ? "" : log.substring(i);
+    }
+
+    /** Whether {@code text} names rank {@code r}: "rank 1 (pid ...)", "rank=1", "ranks [0, 1]", ... */
+    static boolean namesRank(String text, int r) {
+        return Pattern.compile("rank[ =]" + r + "\\b|ranks \\[[0-9, ]*\\b" + r + "\\b").matcher(text).find();
+    }
+
+    static void assertSurvivorsFailedNaming(Workers w, int victim, int[] codes) {
+        for (int r = 0; r < codes.length; r++) {
+            if (r == victim) {
+                continue;
+            }
+            String log = w.log(r);
+            assertEquals(3, codes[r], "rank " + r + " must fail, not hang or succeed; log:\n" + log);
+            assertTrue(namesRank(failure(log), victim), "rank " + r + "'s error must name rank " + victim + ":\n" + log);
+            assertFalse(log.contains("CORRUPT"), log);
+        }
+    }
+
+    static void assertWithin(long fromNanos, long[] ends, int skip, long boundMs, String what) {
+        for (int r = 0; r < ends.length; r++) {
+            if (r == skip) {
+                continue;
+            }
+            assertNotEquals(0, ends[r], "rank " + r + " still running: " + what);
+            long ms = (ends[r] - fromNanos) / 1_000_000;
+            assertTrue(ms <= boundMs, "rank " + r + " ended " + ms + " ms after the fault; bound " + boundMs + " ms: " + what);
+        }
+    }
+
+    @ParameterizedTest(name = "trial {0}")
+    @ValueSource(ints = {1, 2, 3})
+    void sigkillDuringSetUpIsNamedByEverySurvivor(int trial) throws Exception {
+        SplittableRandom random = new SplittableRandom(trial * 7919L);
+        int victim = random.nextInt(3);
+        long delayMs = random.nextLong(0, 1500);
+        try (Workers w = Workers.start(3, "loop", TIMEOUT_MS)) {
+            Thread.sleep(delayMs);
+            long killedAt = System.nanoTime();
+            w.signal(victim, "KILL");
+            long[] ends = w.awaitExitTimes(TIMEOUT_MS + MARGIN_MS + 5_000);
+            assertWithin(killedAt, ends, victim, TIMEOUT_MS + MARGIN_MS, "victim " + victim + " killed " + delayMs + " ms in");
+            assertSurvivorsFailedNaming(w, victim, w.awaitExit(1_000));
+            CrossProcessTest.assertNoFilesOf(w.pids());
+        }
+    }
+
+    @ParameterizedTest(name = "kill rank {0} of 3")
+    @ValueSource(ints = {1, 0})
+    void sigkillMidCollectiveIsNamedBeforeTheTimeout(int victim) throws Exception {
+        try (Workers w = Workers.start(3, "loop", 30_000)) {
+            for (int r = 0; r < 3; r++) {
+                assertTrue(w.awaitLog(r, "READY", 60_000), "rank " + r + " never got going; log:\n" + w.log(r));
+            }
+            Thread.sleep(new SplittableRandom(victim).nextLong(0, 300));
+            long killedAt = System.nanoTime();
+            w.signal(victim, "KILL");
+            long[] ends = w.awaitExitTimes(60_000);
+            assertWithin(killedAt, ends, victim, 30_000 - 1, "a dead pid must be noticed before the timeout");
+            int[] codes = w.awaitExit(1_000);
+            assertSurvivorsFailedNaming(w, victim, codes);
+            for (int r = 0; r < 3; r++) {
+                if (r != victim) {
+                    assertTrue(w.log(r).contains("rank " + victim + " (pid " + w.pids().get(victim) + ")"), w.log(r));
+                }
+            }
+            CrossProcessTest.assertNoFilesOf(w.pids());
+        }
+    }
+
+    @ParameterizedTest(name = "stop rank {0} of 3")
+    @ValueSource(ints = {0, 2})
+    void sigstopPastTheTimeoutEndsEveryRankWithinOneTimeout(int victim) throws Exception {
+        try (Workers w = Workers.start(3, "loop", TIMEOUT_MS)) {
+            for (int r = 0; r < 3; r++) {
+                assertTrue(w.awaitLog(r, "READY", 60_000), "rank " + r + " never got going; log:\n" + w.log(r));
+            }
+            long stoppedAt = System.nanoTime();
+            w.signal(victim, "STOP");
+            long[] ends = new long[3];
+            long deadline = System.nanoTime() + (TIMEOUT_MS + MARGIN_MS + 5_000) * 1_000_000;
+            while (System.nanoTime() < deadline && (ends[(victim + 1) % 3] == 0 || ends[(victim + 2) % 3] == 0)) {
+                for (int r = 0; r < 3; r++) {
+                    if (r != victim && ends[r] == 0 && !w.isAlive(r)) {
+                        ends[r] = System.nanoTime();
+                    }
+                }
+                Thread.sleep(5);
+            }
+            assertWithin(stoppedAt, ends, victim, TIMEOUT_MS + MARGIN_MS, "survivors of a stopped rank " + victim);
+            for (int r = 0; r < 3; r++) {
+                if (r != victim) {
+                    assertTrue(failure(w.log(r)).contains("timed out") || failure(w.log(r)).contains("aborted"), w.log(r));
+                }
+            }
+            // woken again, the stopped rank finds its group aborted and ends too
+            long resumedAt = System.nanoTime();
+            w.signal(victim, "CONT");
+            long[] victimEnd = w.awaitExitTimes(TIMEOUT_MS + MARGIN_MS);
+            assertTrue(victimEnd[victim] != 0 && (victimEnd[victim] - resumedAt) / 1_000_000 <= MARGIN_MS + TIMEOUT_MS,
+                    "the resumed rank must end: " + w.log(victim));
+            int[] codes = w.awaitExit(1_000);
+            assertSurvivorsFailedNaming(w, victim, codes);
+            CrossProcessTest.assertNoFilesOf(w.pids());
+        }
+    }
+
+    @Test
+    void aDeadPeerThatNobodyReapedIsSeenAsGone() throws Exception {
+        try (Workers w = Workers.start(Workers.Launch.of(3, "loop", 30_000).unreaped(1))) {
+            for (int r = 0; r < 3; r++) {
+                assertTrue(w.awaitLog(r, "READY", 60_000), "rank " + r + " never got going; log:\n" + w.log(r));
+            }
+            long killedAt = System.nanoTime();
+            w.signal(1, "KILL");
+            Thread.sleep(200);
+            assertTrue(ProcessHandle.of(w.pids().get(1)).map(ProcessHandle::isAlive).orElse(false),
+                    "the victim must be an unreaped zombie for this test to mean anything");
+            long[] ends = w.awaitExitTimes(60_000);
+            assertWithin(killedAt, ends, 1, 30_000 - 1, "a zombie must be noticed before the timeout");
+            int[] codes = w.awaitExit(1_000);
+            assertSurvivorsFailedNaming(w, 1, codes);
+            for (int r : new int[] {0, 2}) {
+                assertTrue(failure(w.log(r)).contains("exited"), w.log(r));
+            }
+            CrossProcessTest.assertNoFilesOf(w.pids());
+        }
+    }
+
+    @Test
+    void twoJobsStartedTogetherOnOnePortNeverMerge() throws Exception {
+        int port = Workers.freePort();
+        // Each job is its own launch (a shell of its own) and sets no run id: the default keeps them apart.
+        try (Workers a = Workers.start(Workers.Launch.of(2, "loop", TIMEOUT_MS).onPort(port).launchedByOwnShell());
+             Workers b = Workers.start(Workers.Launch.of(2, "loop", TIMEOUT_MS).onPort(port).launchedByOwnShell())) {
+            long start = System.nanoTime();
+            // One job wins the port and runs (checking every sum); the other fails naming both runs.
+            Workers loser = null;
+            Workers winner = null;
+            while (System.nanoTime() - start < (TIMEOUT_MS + MARGIN_MS + 20_000) * 1_000_000L && loser == null) {
+                for (Workers w : List.of(a, b)) {
+                    if (!w.isAlive(0) && !w.isAlive(1)) {
+                        loser = w;
+                        winner = w == a ? b : a;
+                    }
+                }
+                Thread.sleep(20);
+            }
+            assertTrue(loser != null, "one job must give up on the port within the timeout; logs:\n" + a.log(0)
+                    + a.log(1) + b.log(0) + b.log(1));
+            String winnerRun = runId(winner.log(0));
+            assertTrue(winner.awaitLog(0, "READY", 30_000) && winner.awaitLog(1, "READY", 30_000),
+                    "the winner must run: " + winner.log(0) + winner.log(1));
+            assertTrue(winnerRun.startsWith("ppid-"), winnerRun);
+            for (int r = 0; r < 2; r++) {
+                String f = failure(loser.log(r));
+                assertTrue(f.contains(winnerRun), "the loser's rank " + r + " must name the run holding the port ("
+                        + winnerRun + "):\n" + loser.log(r));
+                assertFalse(loser.log(r).contains("READY"), "the loser must never have computed: " + loser.log(r));
+            }
+            assertTrue(failure(loser.log(1)).contains("run 'ppid-"), "and its own run: " + loser.log(1));
+            for (Workers w : List.of(a, b)) {
+                for (int r = 0; r < 2; r++) {
+                    assertFalse(w.log(r).contains("CORRUPT"), w.log(r));
+                }
+            }
+            List<Long> all = new ArrayList<>(a.pids());
+            all.addAll(b.pids());
+            winner.close();
+            winner.awaitExit(10_000);
+            CrossProcessTest.assertNoFilesOf(all);
+        }
+    }
+
+    private static String runId(String log) {
+        return log.lines().filter(l -> l.startsWith("RUN ")).map(l -> l.split(" ")[1]).findFirst()
+                .orElseThrow(() -> new AssertionError("no RUN line: " + log));
+    }
+
+    @Test
+    void jobsBackToBackOnOnePortBothComplete() throws Exception {
+        int port = Workers.freePort();
+        try (Workers first = Workers.start(Workers.Launch.of(2, "loop 3000", TIMEOUT_MS).onPort(port))) {
+            assertTrue(first.awaitLog(0, "READY", 60_000), first.log(0));
+            // the next job starts while the first still holds the port: it waits for it, then runs
+            try (Workers next = Workers.start(Workers.Launch.of(2, "loop 1000", TIMEOUT_MS).onPort(port))) {
+                int[] firstCodes = first.awaitExit(120_000);
+                int[] nextCodes = next.awaitExit(120_000);
+                for (int r = 0; r < 2; r++) {
+                    assertEquals(0, firstCodes[r], first.log(r));
+                    assertEquals(0, nextCodes[r], next.log(r));
+                    assertTrue(first.log(r).contains("SUMS 3000"), first.log(r));
+                    assertTrue(next.log(r).contains("SUMS 1000"), next.log(r));
+                }
+                List<Long> all = new ArrayList<>(first.pids());
+                all.addAll(next.pids());
+                CrossProcessTest.assertNoFilesOf(all);
+            }
+        }
+    }
+
+    @Test
+    void hostileClientsCannotDisturbARunningJob() throws Exception {
+        int port = Workers.freePort();
+        try (Workers w = Workers.start(Workers.Launch.of(2, "loop 30000", 60_000).onPort(port))) {
+            assertTrue(w.awaitLog(0, "READY", 60_000), w.log(0));
+            List<Socket> held = new ArrayList<>();
+            try {
+                for (int i = 0; i < 10; i++) {
+                    try (Socket s = new Socket("127.0.0.1", port)) { // garbage
+                        s.getOutputStream().write(("GET /metrics HTTP/1.1\r\n\r\n" + i).getBytes(StandardCharsets.US_ASCII));
+                    }
+                    Socket slow = new Socket("127.0.0.1", port); // half a handshake, then silence
+                    slow.getOutputStream().write(new byte[] {0x53, 0x59, 0x4d});
+                    held.add(slow);
+                    try (Socket s = new Socket("127.0.0.1", port)) { // a HELLO announcing a huge run id, then nothing
+                        DataOutputStream out = new DataOutputStream(s.getOutputStream());
+                        out.writeInt(0x53594D53);
+                        out.writeInt(2);
+                        out.write(new byte[32]);
+                        out.writeShort(65_535);
+                        out.flush();
+                    }
+                }
+                // Another user of the machine cannot read the job's secret (where setpriv can run as one).
+                Path dir = StoreSecret.hostDirectory();
+                List<Path> secrets;
+                try (var files = Files.list(dir)) {
+                    secrets = files.filter(p -> p.getFileName().toString().startsWith("store-" + port + "-")).toList();
+                }
+                assertEquals(1, secrets.size(), "the job's host secret file: " + secrets);
+                if (isRoot() && Files.isExecutable(Path.of("/usr/bin/setpriv"))) {
+                    Process cat = new ProcessBuilder("/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            "cat", secrets.getFirst().toString()).redirectErrorStream(true).start();
+                    String out = new String(cat.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+                    assertNotEquals(0, cat.waitFor(), "user nobody read the secret: " + out);
+                    assertTrue(out.contains("Permission denied"), out);
+                }
+                int[] codes = w.awaitExit(180_000);
+                for (int r = 0; r < 2; r++) {
+                    assertEquals(0, codes[r], w.log(r));
+                    assertTrue(w.log(r).contains("SUMS 30000"), w.log(r));
+                }
+                CrossProcessTest.assertNoFilesOf(w.pids());
+            } finally {
+                for (Socket s : held) {
+                    s.close();
+                }
+            }
+        }
+    }
+
+    @Test
+    void aRankThatFailsInsideACollectiveAbortsItsPeersAtOnce() throws Exception {
+        try (Workers w = Workers.start(3, "loop 100000 1 300", 60_000)) {
+            assertTrue(w.awaitLog(1, "FAULT", 120_000), w.log(1));
+            long faultAt = System.nanoTime();
+            long[] ends = w.awaitExitTimes(90_000);
+            assertWithin(faultAt, ends, -1, MARGIN_MS, "peers of a rank that failed inside a collective (timeout 60 s)");
+            int[] codes = w.awaitExit(1_000);
+            assertEquals(3, codes[1], w.log(1));
+            assertTrue(failure(w.log(1)).contains("read-only"), w.log(1));
+            assertSurvivorsFailedNaming(w, 1, codes);
+            for (int r : new int[] {0, 2}) {
+                assertTrue(failure(w.log(r)).contains("failed inside all-reduce#"), w.log(r));
+            }
+            CrossProcessTest.assertNoFilesOf(w.pids());
+        }
+    }
+
+    @Test
+    void filesOfACrashedOwnerAreSwept() throws Exception {
+        try (Workers w = Workers.start(1, "leak-file", 10_000)) {
+            assertTrue(w.awaitLog(0, "READY", 30_000), w.log(0));
+            String name = w.log(0).lines().filter(l -> l.startsWith("FILE ")).findFirst().orElseThrow().substring(5);
+            assertTrue(Files.exists(SharedMemoryFiles.directory().resolve(name)));
+            SharedMemoryFiles.sweepStale();
+            assertTrue(Files.exists(SharedMemoryFiles.directory().resolve(name)), "owner alive: its file must stay");
+            w.processes.getFirst().destroyForcibly().waitFor();
+            assertTrue(SharedMemoryFiles.sweepStale() >= 1);
+            assertFalse(Files.exists(SharedMemoryFiles.directory().resolve(name)), "owner dead: its file must go");
+        }
+    }
+
+    static boolean isRoot() {
+        try {
+            return (Integer) Files.getAttribute(Path.of("/proc/self"), "unix:uid") == 0;
+        } catch (IOException | UnsupportedOperationException e) {
+            return false;
+        }
+    }
+}
