@@ -480,6 +480,11 @@ public final class CudaCommunicator implements Communicator {
         return rank;
     }
 
+    /** The grids this communicator's collectives launch with (tests; null without kernels). */
+    LaunchBudget grids() {
+        return grids;
+    }
+
     /** NCCL all-reduce on raw device pointers (out of place allowed), on this rank's stream: the baseline. */
     public void ncclAllReduce(long send, long recv, long count, DType dtype, ReduceOp op) {
         Nccl.get().allReduce(send, recv, count, dtype, op, requireNccl(), rank.stream);
