@@ -461,11 +461,29 @@ public final class CudaCommunicator implements Communicator {
     /**
      * Collective: captures what {@code body} enqueues on this rank's stream into a CUDA graph.
      * Every rank must capture the same sequence.
+     *
+     * <p>Where ranks share a GPU, every rank also uploads its graph and waits for the others before
+     * it returns, so that no rank replays while a peer is still instantiating: ranks on one GPU share
+     * its context, and cuGraphInstantiate waits for kernels running in that context — a replay that
+     * spins waiting for a rank still inside cuGraphInstantiate never ends (seen with 8 ranks on one
+     * H100: five ranks in cuGraphInstantiateWithFlags, three in the replay's synchronize;
+     * bench/results/2026-11-23-gpu-shared-ranks-h100.md).
      */
     public CudaGraph capture(Runnable body) {
         driver.setCurrent(rank.context);
         driver.synchronize(rank.stream);
-        return new CudaGraph(driver, rank, rank.captureGraph(driver, body));
+        MemorySegment exec = rank.captureGraph(driver, body);
+        if (sharedDevice) {
+            try {
+                driver.uploadGraph(exec, rank.stream);
+                driver.synchronize(rank.stream);
+                control.barrier(); // every rank's graph is instantiated and uploaded; replays may start
+            } catch (RuntimeException e) {
+                driver.destroyGraph(exec);
+                throw e;
+            }
+        }
+        return new CudaGraph(driver, rank, exec);
     }
 
     /** Events on this rank's stream, for timing. */

@@ -121,6 +121,7 @@ public final class CudaDriver {
     private final MethodHandle cuStreamEndCapture;
     private final MethodHandle cuGraphInstantiate;
     private final MethodHandle cuGraphLaunch;
+    private final MethodHandle cuGraphUpload;
     private final MethodHandle cuGraphExecDestroy;
     private final MethodHandle cuGraphDestroy;
 
@@ -172,6 +173,7 @@ public final class CudaDriver {
         cuStreamEndCapture = lib.function("cuStreamEndCapture", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
         cuGraphInstantiate = lib.function("cuGraphInstantiateWithFlags", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG));
         cuGraphLaunch = lib.function("cuGraphLaunch", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        cuGraphUpload = lib.function("cuGraphUpload", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
         cuGraphExecDestroy = lib.function("cuGraphExecDestroy", iA);
         cuGraphDestroy = lib.function("cuGraphDestroy", iA);
     }
@@ -481,6 +483,15 @@ public final class CudaDriver {
     public void launchGraph(MemorySegment exec, MemorySegment stream) {
         try {
             check("cuGraphLaunch", (int) cuGraphLaunch.invokeExact(exec, stream));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /** Uploads an instantiated graph to the device on {@code stream} without running it (the first launch would otherwise). */
+    public void uploadGraph(MemorySegment exec, MemorySegment stream) {
+        try {
+            check("cuGraphUpload", (int) cuGraphUpload.invokeExact(exec, stream));
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }
