@@ -52,7 +52,7 @@ if [ "$what" = shared ]; then
     code=$?
     rc=$(( rc | code ))
     { echo "== $n ranks: exit=$code wall=$(( $(date +%s) - start ))s"
-      grep -E "tests (successful|failed|aborted|skipped)|GPU TEST HUNG: test=.*limit|✘" "$out/gpu-tests-${n}ranks.log" | head -20
+      grep -E "tests (successful|failed|aborted|skipped)|GPU TEST HUNG: test=.*limit|✘" "$out/gpu-tests-${n}ranks.log" | awk '!seen[$0]++' | head -20
     } | tee -a "$out/gpu-tests-summary.txt"
   done
 fi

@@ -256,10 +256,10 @@ public final class CudaCommunicator implements Communicator {
         if (worldSize == 1) {
             return;
         }
-        // Not where ranks share a GPU: there a capture and instantiation on one rank's thread could
-        // wait on a device that another rank's kernel keeps busy waiting for this rank (not proven;
-        // 8 ranks on 4 GPUs hung in the one run tried, bench/results/2026-11-22-gpu-eager-probe-2xh200.md),
-        // so shared GPUs keep the plain launches they were tested with.
+        // Not where ranks share a GPU: there a capture and instantiation on one rank's thread waits for
+        // the kernels running in the shared context, and so for a peer's kernel that waits for this
+        // rank (seen for user captures: bench/results/2026-11-23-gpu-shared-ranks-h100.md), so shared
+        // GPUs keep plain launches.
         if (EagerGraphCache.ENABLED && !sharedDevice && !rank.capturing) {
             EagerGraphCache cache = rank.eagerGraphs;
             MemorySegment exec = cache.find(serial, mem.id(), offsetBytes, count, dtype.ordinal(), op.ordinal(),

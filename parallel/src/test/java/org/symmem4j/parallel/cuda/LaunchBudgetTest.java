@@ -16,18 +16,23 @@ import org.symmem4j.parallel.SymmemException;
  * The grid sizing of ranks sharing a GPU, on the CPU: a pure function from multiprocessors, blocks
  * per multiprocessor and ranks per device to grid, checked exhaustively over small cases against its
  * defining inequality, against a block-placement simulation of mixed kernels, and on the H100/H200
- * figures (132 SMs; the write-only TWO_SHOT holds 2 blocks of 512 per SM, the others 4).
+ * figures (132 SMs and each kernel's blocks per SM as the occupancy calculator reported them on an
+ * H100, bench/results/2026-11-23-gpu-shared-ranks-h100.md).
  */
 class LaunchBudgetTest {
 
-    /** Occupancy of each kernel as the calculator reports it on sm_90 (H100/H200) for the kernels as built. */
+    /**
+     * Blocks per SM of each kernel as the occupancy calculator reported them on an H100 (sm_90) for
+     * the kernels as built, 2026-11-23.
+     */
     static int[] hopperOccupancy() {
         int[] occ = new int[Kernel.values().length];
         for (Kernel k : Kernel.values()) {
             occ[k.ordinal()] = switch (k) {
-                case TWO_SHOT_PUSH_F32, TWO_SHOT_PUSH_BF16 -> 2;
+                case ONE_SHOT_F32, ONE_SHOT_LL_F32, ONE_SHOT_LL_BF16, TWO_SHOT_F32, TWO_SHOT_BF16 -> 3;
+                case ONE_SHOT_BF16, TWO_SHOT_PUSH_F32, TWO_SHOT_PUSH_BF16, REDUCE_SCATTER_F32, REDUCE_SCATTER_BF16 -> 2;
+                case ALL_GATHER, PUT_SIGNAL -> 4;
                 case WAIT_SIGNAL, WAIT_SIGNAL_CONSUME -> 32;
-                default -> 4;
             };
         }
         return occ;
@@ -59,7 +64,7 @@ class LaunchBudgetTest {
 
     @Test
     void aRankAloneKeepsTheWholeGpu() {
-        assertEquals(528, LaunchBudget.maxBlocks(132, 4, 1, 2), "TWO_SHOT on an H100/H200 as before: 4 per SM");
+        assertEquals(396, LaunchBudget.maxBlocks(132, 3, 1, 2), "TWO_SHOT on an H100/H200 as before: 3 per SM");
         assertEquals(264, LaunchBudget.maxBlocks(132, 2, 1, 2), "write-only TWO_SHOT: 2 per SM");
         assertEquals(264, LaunchBudget.maxBlocks(132, 2, 1, 1));
         assertEquals(CudaKernels.MAX_BLOCKS, LaunchBudget.maxBlocks(148, 8, 1, 2), "at most the pad's MAX_BLOCKS");
@@ -177,7 +182,7 @@ class LaunchBudgetTest {
         LaunchBudget alone = LaunchBudget.of("H100", 132, hopperOccupancy(), 1, 1, true, 8);
         assertEquals(132, alone.limit(Kernel.ONE_SHOT_F32), "one block per SM");
         assertEquals(132, alone.limit(Kernel.ONE_SHOT_LL_BF16));
-        assertEquals(528, alone.limit(Kernel.TWO_SHOT_BF16), "every block resident: 4 per SM");
+        assertEquals(396, alone.limit(Kernel.TWO_SHOT_BF16), "every block resident: 3 per SM");
         assertEquals(264, alone.limit(Kernel.TWO_SHOT_PUSH_F32));
         assertEquals(132, alone.limit(Kernel.REDUCE_SCATTER_F32));
         assertEquals(132, alone.limit(Kernel.ALL_GATHER));
@@ -244,7 +249,7 @@ class LaunchBudgetTest {
         assertTrue(m.contains("ranksOnDevice=8 CUDA_DEVICE_MAX_CONNECTIONS=4 expected ranksOnDevice <= CUDA_DEVICE_MAX_CONNECTIONS"), m);
         assertTrue(m.contains("set CUDA_DEVICE_MAX_CONNECTIONS=32"), m);
         // one rank per GPU needs one queue: Megatron's CUDA_DEVICE_MAX_CONNECTIONS=1 is fine there
-        assertEquals(528, LaunchBudget.of("H100", 132, hopperOccupancy(), 1, 1, true, 1).limit(Kernel.TWO_SHOT_F32));
+        assertEquals(396, LaunchBudget.of("H100", 132, hopperOccupancy(), 1, 1, true, 1).limit(Kernel.TWO_SHOT_F32));
         assertEquals(17, LaunchBudget.of("H100", 132, hopperOccupancy(), 8, 8, true, 8).limit(Kernel.TWO_SHOT_F32));
     }
 
