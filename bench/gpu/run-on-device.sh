@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs and reports land in $OUT.
-#   run-on-device.sh [tests|bench|handoff|all|probe|nvlink|launch] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|probe|nvlink|launch] [extra all-reduce benchmark args]
+# (shared: the GPU tests once per rank count in RANKS, default "8 4 2", every count's ranks sharing
+# the machine's GPUs, -Dsymmem4j.test.cudaRanks=N; logs gpu-tests-Nranks.log and gpu-tests-summary.txt)
 # (probe: GpuEagerProbe, host time per eager call; nvlink: bench/gpu/nvlink_probe.cu, the bandwidth
 # of each way of moving bytes between 2 GPUs, PATTERNS=1 for the copy patterns too; launch:
 # bench/gpu/launch_idle_probe.cu and handshake_launch_probe.cu, host time of launches outside the
@@ -9,7 +11,12 @@
 # SYMMEM4J_JAVA_OPTS adds JVM flags, e.g. -Dsymmem4j.cuda.pdl=false to launch kernels without
 # programmatic dependent launch.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+# the repository root: two levels up from bench/gpu/, one from a copy carried inside .device/
+here=$(cd "$(dirname "$0")" && pwd)
+case "$here" in
+  */.device) cd "$here/.." ;;
+  *) cd "$here/../.." ;;
+esac
 what=${1:-all}
 shift || true
 out=${OUT:-/tmp/symmem4j-out}
@@ -21,15 +28,33 @@ flags="--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -Xm
 cp=$(ls .device/lib/symmem4j-*.jar .device/lib/micrometer-*.jar | tr '\n' ':')
 nvidia-smi -L || true
 nvidia-smi topo -m 2>/dev/null | head -12 || true
+echo "CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-unset} CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-unset}"
 rc=0
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  # device-side waits are unbounded: after 420 s the JVM gets SIGQUIT (it prints every thread's stack
-  # into the log and goes on), 30 s later SIGKILL; tests are listed as they run (--details=verbose)
-  timeout -k 30 -s QUIT 420 $java $flags -jar .device/lib/junit-platform-console-standalone-*.jar execute \
+# The GPU tests, listed as they run (--details=verbose). A test past -Dsymmem4j.test.gpuTestSeconds
+# (GPU_TEST_SECONDS, default 240) is named by GpuTestWatchdog, which prints every thread's stack and
+# halts the JVM (exit code 86). Backstop: after $2 s the JVM gets SIGQUIT (a thread dump), 30 s later SIGKILL.
+run_gpu_tests() { # log file, seconds, extra JVM flags
+  timeout -k 30 -s QUIT "$2" $java $flags -Dsymmem4j.test.gpuTestSeconds=${GPU_TEST_SECONDS:-240} $3 \
+    -jar .device/lib/junit-platform-console-standalone-*.jar execute \
     --class-path ".device/test-classes:$cp" --select-class org.symmem4j.parallel.cuda.CudaCollectivesTest \
     --select-class org.symmem4j.pipeline.exec.CudaPipelineExecutorTest \
-    --details=verbose --disable-banner 2>&1 | tee "$out/gpu-tests.log"
-  rc=${PIPESTATUS[0]}
+    --details=verbose --disable-banner 2>&1 | tee "$1"
+  return "${PIPESTATUS[0]}"
+}
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  run_gpu_tests "$out/gpu-tests.log" 420 ""
+  rc=$?
+fi
+if [ "$what" = shared ]; then
+  for n in ${RANKS:-8 4 2}; do
+    start=$(date +%s)
+    run_gpu_tests "$out/gpu-tests-${n}ranks.log" "${SHARED_LIMIT:-420}" "-Dsymmem4j.test.cudaRanks=$n"
+    code=$?
+    rc=$(( rc | code ))
+    { echo "== $n ranks: exit=$code wall=$(( $(date +%s) - start ))s"
+      grep -E "tests (successful|failed|aborted|skipped)|GPU TEST HUNG: test=.*limit|✘" "$out/gpu-tests-${n}ranks.log" | awk '!seen[$0]++' | head -20
+    } | tee -a "$out/gpu-tests-summary.txt"
+  done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   $java $flags -cp "$cp" org.symmem4j.examples.bench.GpuAllReduceBench --out "$out/gpu-allreduce.md" \

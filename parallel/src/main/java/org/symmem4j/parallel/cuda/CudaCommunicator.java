@@ -39,21 +39,19 @@ public final class CudaCommunicator implements Communicator {
     private final long serial = SERIALS.incrementAndGet();
     private static final java.util.concurrent.atomic.AtomicLong SERIALS = new java.util.concurrent.atomic.AtomicLong();
     private final boolean sharedDevice;
-    private final int maxBlocks;
     /**
-     * TWO_SHOT's grid: as many blocks as the SMs hold at once (the CUDA occupancy calculator, for the
-     * smaller of the f32 and bf16 kernels' figures), since every block must be resident together.
-     */
-    private final int twoShotMaxBlocks;
-    /**
-     * The same for the write-only TWO_SHOT kernels (large messages), per dtype, since their register
-     * use may differ by GPU generation. As built (__launch_bounds__(512, 2)), both use 56 registers on
+     * The grids of the collective kernels, the same on every rank (block b of a rank meets block b of
+     * each peer): each kernel's smallest {@link LaunchBudget} limit over the ranks. With one rank per
+     * GPU: ONE_SHOT (incl. LL), reduce-scatter and all-gather one block per SM; both TWO_SHOTs as many
+     * blocks as the SMs hold at once (the occupancy calculator), since every block must be resident
+     * together. The write-only TWO_SHOT as built (__launch_bounds__(512, 2)) uses 56 registers on
      * sm_90: 2 blocks of 512 per SM. (Built without the second bound, bf16 used 32 registers and 4
      * blocks per SM and measured about 1 % faster at 64 and 256 MiB on 2 x H200, but f32 spilled on
-     * sm_80; the published benchmarks are of the kernels as built.)
+     * sm_80; the published benchmarks are of the kernels as built.) With ranks sharing a GPU, every
+     * kernel's grid shrinks so that all ranks' grids fit at once (see {@link LaunchBudget}). Null
+     * without kernels.
      */
-    private final int twoShotPushMaxBlocksF32;
-    private final int twoShotPushMaxBlocksBf16;
+    private final LaunchBudget grids;
     private final MemorySegment ncclComm;
     private final String ncclUnavailable;
     /** ONE_SHOT's landing slots: two parities of worldSize slots of {@link #oneShotSlotBytes} per rank. */
@@ -124,24 +122,14 @@ public final class CudaCommunicator implements Communicator {
         this.control = (HostCommunicator) group.transport().communicator(group, options);
         int devices = driver.deviceCount();
         this.sharedDevice = devices < worldSize;
-        // Every block of every rank must be resident at once (a block waits for its partner block
-        // on each peer): one block per SM, and on a shared GPU the SMs split between its ranks.
-        int ranksOnDevice = sharedDevice ? (worldSize + devices - 1) / devices : 1;
-        this.maxBlocks = Math.max(1, Math.min(CudaKernels.MAX_BLOCKS, rank.multiprocessors / ranksOnDevice));
-        if (rank.kernels == null || sharedDevice) {
-            this.twoShotMaxBlocks = maxBlocks;
-            this.twoShotPushMaxBlocksF32 = maxBlocks;
-            this.twoShotPushMaxBlocksBf16 = maxBlocks;
+        if (rank.kernels == null) {
+            this.grids = null;
         } else {
-            driver.setCurrent(rank.context);
-            int perSm = Math.min(
-                    driver.maxActiveBlocksPerMultiprocessor(rank.kernels.function("symmem_two_shot_f32"), CudaKernels.BLOCK_THREADS),
-                    driver.maxActiveBlocksPerMultiprocessor(rank.kernels.function("symmem_two_shot_bf16"), CudaKernels.BLOCK_THREADS));
-            this.twoShotMaxBlocks = Math.max(1, Math.min(CudaKernels.MAX_BLOCKS, perSm * maxBlocks));
-            this.twoShotPushMaxBlocksF32 = Math.max(1, Math.min(CudaKernels.MAX_BLOCKS, maxBlocks
-                    * driver.maxActiveBlocksPerMultiprocessor(rank.kernels.function("symmem_two_shot_push_f32"), CudaKernels.BLOCK_THREADS)));
-            this.twoShotPushMaxBlocksBf16 = Math.max(1, Math.min(CudaKernels.MAX_BLOCKS, maxBlocks
-                    * driver.maxActiveBlocksPerMultiprocessor(rank.kernels.function("symmem_two_shot_push_bf16"), CudaKernels.BLOCK_THREADS)));
+            List<LaunchBudget> budgets = new java.util.ArrayList<>(worldSize);
+            for (Object b : group.allGatherObjects("cuda-launch-budget", rank.budget)) {
+                budgets.add((LaunchBudget) b);
+            }
+            this.grids = LaunchBudget.common(budgets);
         }
         MemorySegment comm = null;
         String why = null;
@@ -268,10 +256,10 @@ public final class CudaCommunicator implements Communicator {
         if (worldSize == 1) {
             return;
         }
-        // Not where ranks share a GPU: there a capture and instantiation on one rank's thread could
-        // wait on a device that another rank's kernel keeps busy waiting for this rank (not proven;
-        // 8 ranks on 4 GPUs hung in the one run tried, bench/results/2026-11-22-gpu-eager-probe-2xh200.md),
-        // so shared GPUs keep the plain launches they were tested with.
+        // Not where ranks share a GPU: there a capture and instantiation on one rank's thread waits for
+        // the kernels running in the shared context, and so for a peer's kernel that waits for this
+        // rank (seen for user captures: bench/results/2026-11-23-gpu-shared-ranks-h100.md), so shared
+        // GPUs keep plain launches.
         if (EagerGraphCache.ENABLED && !sharedDevice && !rank.capturing) {
             EagerGraphCache cache = rank.eagerGraphs;
             MemorySegment exec = cache.find(serial, mem.id(), offsetBytes, count, dtype.ordinal(), op.ordinal(),
@@ -315,47 +303,47 @@ public final class CudaCommunicator implements Communicator {
         divisorSlot.set(java.lang.foreign.ValueLayout.JAVA_INT, 0, op == ReduceOp.AVG ? worldSize : 0);
         int perVector = 16 / dtype.byteSize();
         long vectors = Math.max(1, count / perVector);
-        String suffix = dtype == DType.FLOAT32 ? "_f32" : "_bf16";
-        int blocks;
+        boolean f32 = dtype == DType.FLOAT32;
+        long blocks;
         MemorySegment params;
-        String kernel;
+        Kernel kernel;
         if (algorithm == Algorithm.ONE_SHOT && dtype.bytes(count) <= LL_MAX_BYTES) {
             setPointers(peersSlot, llScratch.dataPointers(), 0);
             setPointers(padsSlot, llScratch.padPointers(), 0);
             bufSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, mem.dataPointer(group.rank()) + offsetBytes);
             slotBytesSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, LL_SLOT_WORDS);
-            kernel = "symmem_one_shot_ll" + suffix;
+            kernel = Kernel.oneShotLl(f32);
             long words = (dtype.bytes(count) + 3) / 4;
-            blocks = (int) Math.min(maxBlocks, (words + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
+            blocks = (words + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS;
             params = oneShotParams; // same parameter list: (buf, Peers, Pads, count, rank, world, divisor, slot size)
         } else if (algorithm == Algorithm.ONE_SHOT) {
             setPointers(peersSlot, oneShotScratch.dataPointers(), 0);
             setPointers(padsSlot, oneShotScratch.padPointers(), 0);
             bufSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, mem.dataPointer(group.rank()) + offsetBytes);
             slotBytesSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, oneShotSlotBytes);
-            kernel = "symmem_one_shot" + suffix;
-            blocks = (int) Math.min(maxBlocks, (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
+            kernel = Kernel.oneShot(f32);
+            blocks = (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS;
             params = oneShotParams;
         } else if (dtype.bytes(count) >= twoShotPushMinBytes) {
             setPointers(peersSlot, mem.dataPointers(), offsetBytes);
             setPointers(scratchSlot, twoShotScratch.dataPointers(), 0);
             setPointers(padsSlot, mem.padPointers(), 0);
             slotBytesSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, twoShotSlotBytes);
-            kernel = "symmem_two_shot_push" + suffix;
+            kernel = Kernel.twoShotPush(f32);
             long perRank = Math.min(twoShotSlotBytes / 16, (vectors + worldSize - 1) / worldSize);
-            // one vector per thread per round; as many blocks as are resident at once
-            blocks = (int) Math.min(dtype == DType.FLOAT32 ? twoShotPushMaxBlocksF32 : twoShotPushMaxBlocksBf16, (perRank + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
+            // one vector per thread per round; at most as many blocks as are resident at once
+            blocks = (perRank + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS;
             params = twoShotPushParams;
         } else {
             setPointers(peersSlot, mem.dataPointers(), offsetBytes);
             setPointers(padsSlot, mem.padPointers(), 0);
-            kernel = "symmem_two_shot" + suffix;
+            kernel = Kernel.twoShot(f32);
             long chunk = (vectors + worldSize - 1) / worldSize;
-            // two vectors per thread per iteration; as many blocks as are resident at once
-            blocks = (int) Math.min(twoShotMaxBlocks, (chunk + 2L * CudaKernels.BLOCK_THREADS - 1) / (2L * CudaKernels.BLOCK_THREADS));
+            // two vectors per thread per iteration; at most as many blocks as are resident at once
+            blocks = (chunk + 2L * CudaKernels.BLOCK_THREADS - 1) / (2L * CudaKernels.BLOCK_THREADS);
             params = twoShotParams;
         }
-        rank.launch(driver, kernel, Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params);
+        rank.launch(driver, kernel, grids.grid(kernel, blocks), params);
     }
 
     /** Writes the ranks' pointers (plus {@code offset}) into a kernel's 8-pointer struct slot; unused entries 0. */
@@ -389,9 +377,9 @@ public final class CudaCommunicator implements Communicator {
             CudaLaunch params = new CudaLaunch(a).pointers(bufs).pointers(in.padPointers()).pointer(out).size(recvCount)
                     .integer(group.rank()).integer(worldSize);
             long vectors = Math.max(1, dtype.bytes(recvCount) / 16);
-            int blocks = (int) Math.min(maxBlocks, (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
-            rank.launch(driver, dtype == DType.FLOAT32 ? "symmem_reduce_scatter_f32" : "symmem_reduce_scatter_bf16",
-                    Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params.array());
+            Kernel kernel = Kernel.reduceScatter(dtype == DType.FLOAT32);
+            rank.launch(driver, kernel, grids.grid(kernel, (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS),
+                    params.array());
         }
     }
 
@@ -413,8 +401,8 @@ public final class CudaCommunicator implements Communicator {
             CudaLaunch params = new CudaLaunch(a).pointers(outs).pointers(out.padPointers()).pointer(in).size(bytes)
                     .integer(group.rank()).integer(worldSize);
             long vectors = Math.max(1, bytes / 16);
-            int blocks = (int) Math.min(maxBlocks, (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS);
-            rank.launch(driver, "symmem_all_gather", Math.max(1, blocks), CudaKernels.BLOCK_THREADS, params.array());
+            rank.launch(driver, Kernel.ALL_GATHER, grids.grid(Kernel.ALL_GATHER,
+                    (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS), params.array());
         }
     }
 
@@ -473,11 +461,29 @@ public final class CudaCommunicator implements Communicator {
     /**
      * Collective: captures what {@code body} enqueues on this rank's stream into a CUDA graph.
      * Every rank must capture the same sequence.
+     *
+     * <p>Where ranks share a GPU, every rank also uploads its graph and waits for the others before
+     * it returns, so that no rank replays while a peer is still instantiating: ranks on one GPU share
+     * its context, and cuGraphInstantiate waits for kernels running in that context — a replay that
+     * spins waiting for a rank still inside cuGraphInstantiate never ends (seen with 8 ranks on one
+     * H100: five ranks in cuGraphInstantiateWithFlags, three in the replay's synchronize;
+     * bench/results/2026-11-23-gpu-shared-ranks-h100.md).
      */
     public CudaGraph capture(Runnable body) {
         driver.setCurrent(rank.context);
         driver.synchronize(rank.stream);
-        return new CudaGraph(driver, rank, rank.captureGraph(driver, body));
+        MemorySegment exec = rank.captureGraph(driver, body);
+        if (sharedDevice) {
+            try {
+                driver.uploadGraph(exec, rank.stream);
+                driver.synchronize(rank.stream);
+                control.barrier(); // every rank's graph is instantiated and uploaded; replays may start
+            } catch (RuntimeException e) {
+                driver.destroyGraph(exec);
+                throw e;
+            }
+        }
+        return new CudaGraph(driver, rank, exec);
     }
 
     /** Events on this rank's stream, for timing. */
@@ -490,6 +496,11 @@ public final class CudaCommunicator implements Communicator {
 
     CudaRank cudaRank() {
         return rank;
+    }
+
+    /** The grids this communicator's collectives launch with (tests; null without kernels). */
+    LaunchBudget grids() {
+        return grids;
     }
 
     /** NCCL all-reduce on raw device pointers (out of place allowed), on this rank's stream: the baseline. */

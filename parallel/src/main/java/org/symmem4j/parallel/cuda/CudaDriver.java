@@ -110,12 +110,18 @@ public final class CudaDriver {
     private final MethodHandle cuLaunchKernel;
     private final MethodHandle cuStreamQuery;
     private final MethodHandle cuOccupancyMaxActiveBlocksPerMultiprocessor;
+    /** cuFuncLoad and cuFuncIsLoaded (CUDA 12.4+); empty on older drivers, whose cuModuleGetFunction loads the function. */
+    private final Optional<MethodHandle> cuFuncLoad;
+    private final Optional<MethodHandle> cuFuncIsLoaded;
+    /** cuModuleGetLoadingMode (CUDA 11.7+), for reports. */
+    private final Optional<MethodHandle> cuModuleGetLoadingMode;
     /** cuLaunchKernelEx (CUDA 12.0+); empty on older drivers, which then launch plainly. */
     private final Optional<MethodHandle> cuLaunchKernelEx;
     private final MethodHandle cuStreamBeginCapture;
     private final MethodHandle cuStreamEndCapture;
     private final MethodHandle cuGraphInstantiate;
     private final MethodHandle cuGraphLaunch;
+    private final MethodHandle cuGraphUpload;
     private final MethodHandle cuGraphExecDestroy;
     private final MethodHandle cuGraphDestroy;
 
@@ -158,12 +164,16 @@ public final class CudaDriver {
         cuStreamQuery = lib.function("cuStreamQuery", iA);
         cuOccupancyMaxActiveBlocksPerMultiprocessor = lib.function("cuOccupancyMaxActiveBlocksPerMultiprocessor",
                 FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_INT, JAVA_LONG));
+        cuFuncLoad = lib.optionalFunction("cuFuncLoad", iA);
+        cuFuncIsLoaded = lib.optionalFunction("cuFuncIsLoaded", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        cuModuleGetLoadingMode = lib.optionalFunction("cuModuleGetLoadingMode", iA);
         cuLaunchKernelEx = lib.optionalFunction("cuLaunchKernelEx",
                 FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS, ADDRESS));
         cuStreamBeginCapture = lib.function("cuStreamBeginCapture_v2", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
         cuStreamEndCapture = lib.function("cuStreamEndCapture", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
         cuGraphInstantiate = lib.function("cuGraphInstantiateWithFlags", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG));
         cuGraphLaunch = lib.function("cuGraphLaunch", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        cuGraphUpload = lib.function("cuGraphUpload", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
         cuGraphExecDestroy = lib.function("cuGraphExecDestroy", iA);
         cuGraphDestroy = lib.function("cuGraphDestroy", iA);
     }
@@ -478,6 +488,15 @@ public final class CudaDriver {
         }
     }
 
+    /** Uploads an instantiated graph to the device on {@code stream} without running it (the first launch would otherwise). */
+    public void uploadGraph(MemorySegment exec, MemorySegment stream) {
+        try {
+            check("cuGraphUpload", (int) cuGraphUpload.invokeExact(exec, stream));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
     public void destroyGraph(MemorySegment exec) {
         try {
             check("cuGraphExecDestroy", (int) cuGraphExecDestroy.invokeExact(exec));
@@ -504,6 +523,58 @@ public final class CudaDriver {
             MemorySegment f = a.allocate(ADDRESS);
             check("cuModuleGetFunction(" + name + ")", (int) cuModuleGetFunction.invokeExact(f, module, a.allocateFrom(name)));
             return f.get(ADDRESS, 0);
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /** {@code CU_FUNCTION_LOADING_STATE_LOADED}. */
+    static final int FUNCTION_LOADED = 1;
+    /** {@code CU_MODULE_LAZY_LOADING}. */
+    static final int MODULE_LAZY_LOADING = 2;
+
+    /**
+     * Finishes loading {@code function} into its context now (cuFuncLoad), so that no later launch
+     * loads it. Under lazy loading (CUDA's default since 12.2) cuModuleGetFunction may return a
+     * function that is only partly loaded, and its first launch loads the rest, which may synchronize
+     * the context. Returns false on drivers without cuFuncLoad (before 12.4), whose
+     * cuModuleGetFunction loads the function itself.
+     */
+    public boolean loadFunction(MemorySegment function) {
+        if (cuFuncLoad.isEmpty()) {
+            return false;
+        }
+        try {
+            check("cuFuncLoad", (int) cuFuncLoad.get().invokeExact(function));
+            return true;
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /** Whether {@code function} is fully loaded (cuFuncIsLoaded); empty on drivers without it (before 12.4). */
+    public Optional<Boolean> functionLoaded(MemorySegment function) {
+        if (cuFuncIsLoaded.isEmpty()) {
+            return Optional.empty();
+        }
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment state = a.allocate(JAVA_INT);
+            check("cuFuncIsLoaded", (int) cuFuncIsLoaded.get().invokeExact(state, function));
+            return Optional.of(state.get(JAVA_INT, 0) == FUNCTION_LOADED);
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /** Whether the driver loads kernels lazily (cuModuleGetLoadingMode; CUDA_MODULE_LOADING); empty on drivers without it. */
+    public Optional<Boolean> lazyLoading() {
+        if (cuModuleGetLoadingMode.isEmpty()) {
+            return Optional.empty();
+        }
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment mode = a.allocate(JAVA_INT);
+            check("cuModuleGetLoadingMode", (int) cuModuleGetLoadingMode.get().invokeExact(mode));
+            return Optional.of(mode.get(JAVA_INT, 0) == MODULE_LAZY_LOADING);
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }

@@ -4,13 +4,14 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.util.HashMap;
 import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * symmem4j's CUDA kernels: the fatbin that {@code kernels/} builds with nvcc (SASS for sm_80,
  * sm_90, sm_100 and PTX), read from the class path and loaded into one context with
- * {@code cuModuleLoadData}. Without the resource (built on a machine without nvcc),
+ * {@code cuModuleLoadData}, once per device ({@link #forDevice}). Without the resource (built on a machine without nvcc),
  * {@link #present()} is false and GPU collectives other than NCCL say so.
  */
 public final class CudaKernels {
@@ -30,9 +31,14 @@ public final class CudaKernels {
     static final int BLOCK_THREADS = 512;
 
     private static volatile byte[] image;
+    /** The kernels of each device's primary context, by device ordinal: loaded once, shared by every rank there. */
+    private static final Map<Integer, CudaKernels> BY_DEVICE = new ConcurrentHashMap<>();
 
-    private final Map<String, MemorySegment> functions = new HashMap<>();
+    private final MemorySegment[] functions = new MemorySegment[Kernel.values().length];
+    private final int[] blocksPerMultiprocessor = new int[Kernel.values().length];
     private final MemorySegment module;
+    /** Whether the driver loads kernels lazily (empty: cannot tell), for reports. */
+    final Optional<Boolean> lazyLoading;
 
     /** Whether the fatbin is on the class path. */
     public static boolean present() {
@@ -57,27 +63,52 @@ public final class CudaKernels {
         return i;
     }
 
+    /**
+     * The kernels of device {@code ordinal}, loaded into its primary context (current on the calling
+     * thread) at the first call and shared by every rank, group and communicator on that device after.
+     *
+     * <p>Why once per device and fully: ranks on one GPU share its primary context, and under lazy
+     * loading (CUDA's default since 12.2) a function is finished loading at its first launch, which
+     * may synchronize the context — wait for every kernel running in it. A rank whose first launch of
+     * a kernel came while a peer's kernel spun in that context waiting for this very rank would wait
+     * for the peer, and the peer for it: a hang that needs no shortage of multiprocessors (the
+     * programming guide's Lazy Loading section describes it). A module per rank per group, as before,
+     * also meant a load (and so possibly a context synchronization) with every new group. So the
+     * module is loaded once per device, every function is loaded completely (cuFuncLoad) and checked
+     * (cuFuncIsLoaded) before any of our kernels can run there, and the occupancy of each is read now.
+     */
+    static CudaKernels forDevice(CudaDriver driver, int ordinal) {
+        return BY_DEVICE.computeIfAbsent(ordinal, o -> new CudaKernels(driver));
+    }
+
     /** Loads the kernels into the calling thread's current context. */
-    CudaKernels(CudaDriver driver) {
+    private CudaKernels(CudaDriver driver) {
         byte[] bytes = image();
         try (Arena a = Arena.ofConfined()) {
             MemorySegment img = a.allocate(bytes.length + 1L, 16);
             MemorySegment.copy(bytes, 0, img, java.lang.foreign.ValueLayout.JAVA_BYTE, 0, bytes.length);
             module = driver.loadModule(img);
         }
-        for (String name : new String[] {"symmem_one_shot_f32", "symmem_one_shot_bf16", "symmem_one_shot_ll_f32",
-            "symmem_one_shot_ll_bf16", "symmem_two_shot_f32", "symmem_two_shot_bf16", "symmem_two_shot_push_f32",
-            "symmem_two_shot_push_bf16", "symmem_reduce_scatter_f32", "symmem_reduce_scatter_bf16", "symmem_all_gather",
-            "symmem_put_signal", "symmem_wait_signal", "symmem_wait_signal_consume"}) {
-            functions.put(name, driver.function(module, name));
+        lazyLoading = driver.lazyLoading();
+        for (Kernel k : Kernel.values()) {
+            MemorySegment f = driver.function(module, k.symbol);
+            driver.loadFunction(f);
+            if (!driver.functionLoaded(f).orElse(true)) {
+                throw new CudaUnavailableException("kernel " + k.symbol + " is not fully loaded after cuFuncLoad:"
+                        + " expected=CU_FUNCTION_LOADING_STATE_LOADED found=UNLOADED (its first launch would load it, which"
+                        + " may wait for peers' running kernels; run with CUDA_MODULE_LOADING=EAGER)");
+            }
+            functions[k.ordinal()] = f;
+            blocksPerMultiprocessor[k.ordinal()] = driver.maxActiveBlocksPerMultiprocessor(f, k.blockThreads);
         }
     }
 
-    MemorySegment function(String name) {
-        MemorySegment f = functions.get(name);
-        if (f == null) {
-            throw new IllegalArgumentException("no kernel " + name);
-        }
-        return f;
+    MemorySegment function(Kernel kernel) {
+        return functions[kernel.ordinal()];
+    }
+
+    /** The occupancy calculator's blocks per multiprocessor of each kernel at its block size, by {@link Kernel} ordinal. */
+    int[] blocksPerMultiprocessor() {
+        return blocksPerMultiprocessor.clone();
     }
 }

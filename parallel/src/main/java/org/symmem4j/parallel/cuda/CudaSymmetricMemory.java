@@ -163,12 +163,14 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
     private void launchPut(long dst, long src, long bytes, long signal, long value, SignalOp op) {
         CudaDriver d = transport.driver();
         d.setCurrent(rank.context);
-        int blocks = (int) Math.max(1, Math.min(rank.multiprocessors, (bytes + 65535) / 65536));
+        // 64 KiB per block, at most one block per SM, fewer where ranks share the GPU (LaunchBudget):
+        // the put waits for nobody, but it must find room next to the peers' kernels that wait for it
+        int blocks = rank.ownGrid(Kernel.PUT_SIGNAL, (bytes + 65535) / 65536);
         try (Arena a = Arena.ofConfined()) {
             CudaLaunch params = new CudaLaunch(a)
                     .pointer(dst).pointer(src).size(bytes).pointer(pads[group.rank()] + CudaKernels.DONE_COUNTER_OFFSET)
                     .pointer(signal).size(value).integer(op == SignalOp.ADD ? 1 : 0);
-            rank.launch(d, "symmem_put_signal", blocks, CudaKernels.BLOCK_THREADS, params.array());
+            rank.launch(d, Kernel.PUT_SIGNAL, blocks, params.array());
         }
     }
 
@@ -193,7 +195,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
         d.setCurrent(rank.context);
         try (Arena a = Arena.ofConfined()) {
             CudaLaunch params = new CudaLaunch(a).pointer(pads[group.rank()] + signalOffset(slot)).size(atLeast);
-            rank.launch(d, consume ? "symmem_wait_signal_consume" : "symmem_wait_signal", 1, 32, params.array());
+            rank.launch(d, consume ? Kernel.WAIT_SIGNAL_CONSUME : Kernel.WAIT_SIGNAL, 1, params.array());
         }
     }
 

@@ -52,7 +52,7 @@ public final class CudaTransport implements Transport {
 
     /** This rank's GPU state, created on first use on the rank's thread (its context becomes current there). */
     CudaRank rank(Group group) {
-        CudaRank r = ranks.computeIfAbsent(group, g -> new CudaRank(driver, g.rank()));
+        CudaRank r = ranks.computeIfAbsent(group, g -> new CudaRank(driver, g.rank(), g.worldSize()));
         driver.setCurrent(r.context);
         return r;
     }

@@ -11,12 +11,14 @@ import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.SplittableRandom;
 import java.util.zip.CRC32;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.CollectiveMismatchException;
 import org.symmem4j.parallel.Communicator;
@@ -35,6 +37,7 @@ import org.symmem4j.parallel.host.BFloat16;
  * capture and replay; reduce-scatter, all-gather, put/wait-signal; NCCL. Skipped (not passed)
  * without a CUDA driver or without the kernels. On one GPU the ranks share it (NCCL cases skip).
  */
+@ExtendWith(GpuTestWatchdog.class)
 class CudaCollectivesTest {
 
     static int worldSize;
@@ -161,6 +164,52 @@ class CudaCollectivesTest {
                             }
                         }
                     }
+                }
+            }
+            return null;
+        });
+    }
+
+    /**
+     * Before any collective: every kernel is fully loaded in the shared context (a lazy load at a
+     * launch could wait for a peer's spinning kernel), the ranks launch identical grids, and with ranks
+     * sharing the GPU the worst case of LaunchBudget fits the occupancy measured here. Prints each
+     * rank's budget into the log.
+     */
+    @Test
+    void kernelsAreLoadedAndGridsFitBeforeAnyCollective() {
+        onEveryRank(group -> {
+            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults())) {
+                CudaRank rank = comm.cudaRank();
+                CudaDriver driver = CudaDriver.get();
+                for (Kernel k : Kernel.values()) {
+                    assertEquals(java.util.Optional.of(true), driver.functionLoaded(rank.kernels.function(k)),
+                            k.symbol + " must be fully loaded before any launch");
+                }
+                LaunchBudget grids = comm.grids();
+                int[] occupancy = rank.kernels.blocksPerMultiprocessor();
+                int fewest = Arrays.stream(occupancy).min().orElseThrow();
+                System.out.println("rank " + group.rank() + " lazyLoading=" + rank.kernels.lazyLoading + " occupancy="
+                        + Arrays.toString(occupancy) + " own " + rank.budget + " group " + grids);
+                int largest = 0;
+                for (Kernel k : Kernel.values()) {
+                    assertTrue(grids.limit(k) >= 1 && grids.limit(k) <= rank.budget.limit(k), k.symbol);
+                    largest = Math.max(largest, grids.limit(k));
+                }
+                int n = rank.budget.ranksOnDevice();
+                if (n > 1) {
+                    long worstCase = (long) LaunchBudget.competingGrids(n, rank.budget.gridsInFlight()) * largest;
+                    assertTrue(worstCase <= (long) rank.multiprocessors * fewest, "worst case " + worstCase + " blocks > "
+                            + rank.multiprocessors + " SMs x " + fewest);
+                }
+                StringBuilder mine = new StringBuilder();
+                for (Kernel k : Kernel.values()) {
+                    mine.append(grids.limit(k)).append(',');
+                }
+                List<byte[]> all = group.allGatherBytes("grids", mine.toString().getBytes(java.nio.charset.StandardCharsets.UTF_8));
+                for (byte[] other : all) {
+                    assertEquals(mine.toString(), new String(other, java.nio.charset.StandardCharsets.UTF_8),
+                            "every rank launches the same grids (block b meets block b)");
                 }
             }
             return null;

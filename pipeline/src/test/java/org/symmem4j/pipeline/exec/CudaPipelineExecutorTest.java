@@ -17,6 +17,7 @@ import java.util.stream.Stream;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
@@ -28,6 +29,7 @@ import org.symmem4j.parallel.cuda.CudaDriver;
 import org.symmem4j.parallel.cuda.CudaKernels;
 import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
 import org.symmem4j.parallel.cuda.CudaTransport;
+import org.symmem4j.parallel.cuda.GpuTestWatchdog;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
 import org.symmem4j.pipeline.schedule.PipelineShape;
@@ -43,6 +45,7 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
  * carries its own bytes, so a message delivered to the wrong microbatch, overwritten before its
  * receiver read it, or read before it landed shows as a byte mismatch. Skipped without a GPU.
  */
+@ExtendWith(GpuTestWatchdog.class)
 class CudaPipelineExecutorTest {
 
     private static final long MESSAGE_BYTES = 64 << 10;
@@ -57,9 +60,13 @@ class CudaPipelineExecutorTest {
         }
     }
 
-    /** One rank per GPU, 2 to 4 (2 sharing the GPU on a one-GPU machine); 2 where there is no GPU (every case skips). */
+    /**
+     * One rank per GPU, 2 to 4 (2 sharing the GPU on a one-GPU machine); 2 where there is no GPU (every
+     * case skips). {@code -Dsymmem4j.test.cudaRanks=N} runs N ranks, sharing GPUs where N exceeds them.
+     */
     static int ranks() {
-        return CudaDriver.available() ? Math.max(2, Math.min(4, CudaDriver.get().deviceCount())) : 2;
+        int dflt = CudaDriver.available() ? Math.max(2, Math.min(4, CudaDriver.get().deviceCount())) : 2;
+        return Integer.getInteger("symmem4j.test.cudaRanks", dflt);
     }
 
     /** Device buffers of one rank's stages: inputs per microbatch (stage 0), kept activations and gradients. */
