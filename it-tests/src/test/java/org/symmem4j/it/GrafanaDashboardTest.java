@@ -88,8 +88,7 @@ class GrafanaDashboardTest {
                 "Pipeline bubble", "Pipeline compute per step, per rank")) {
             assertTrue(titles.contains(expected), "panel " + expected + " in " + titles);
         }
-        Map<String, Object> variable = asObject(asList(asObject(dashboard.get("templating"), "templating").get("list"),
-                "templating.list").getFirst(), "variable");
+        Map<String, Object> variable = variable(dashboard);
         assertEquals("application", variable.get("name"), "the application variable (job is Prometheus' own label)");
     }
 
@@ -97,9 +96,7 @@ class GrafanaDashboardTest {
     @Test
     void everyQueryNamesMetersAndLabelsThatExist() {
         List<String> queries = new ArrayList<>(queries(dashboard));
-        Map<String, Object> variable = asObject(asList(asObject(dashboard.get("templating"), "templating").get("list"),
-                "templating.list").getFirst(), "variable");
-        queries.add((String) variable.get("definition"));
+        queries.add((String) variable(dashboard).get("definition"));
         Set<String> named = new TreeSet<>();
         for (String q : queries) {
             List<String> metrics = METRIC.matcher(q).results().map(java.util.regex.MatchResult::group).toList();
@@ -142,6 +139,13 @@ class GrafanaDashboardTest {
             }
         }
         return out;
+    }
+
+    /** The dashboard's one template variable. */
+    static Map<String, Object> variable(Map<String, Object> dashboard) {
+        List<Object> list = asList(asObject(dashboard.get("templating"), "templating").get("list"), "templating.list");
+        assertEquals(1, list.size(), "template variables " + list);
+        return asObject(list.getFirst(), "variable");
     }
 
     static Map<String, Object> readDashboard() throws IOException {

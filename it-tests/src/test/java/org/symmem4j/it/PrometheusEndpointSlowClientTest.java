@@ -25,6 +25,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.symmem4j.dl4j.PrometheusEndpoint;
@@ -57,14 +58,21 @@ class PrometheusEndpointSlowClientTest {
     private final List<Socket> clients = new ArrayList<>();
     private PrometheusEndpoint endpoint;
 
+    /** Starts without endpoint threads of earlier tests, which the thread counting below would see. */
+    @BeforeEach
+    void noEndpointThreadsLeft() throws InterruptedException {
+        awaitNoEndpointThreads();
+    }
+
     @AfterEach
-    void closeAll() throws IOException {
+    void closeAll() throws IOException, InterruptedException {
         for (Socket s : clients) {
             s.close();
         }
         if (endpoint != null) {
             endpoint.close();
         }
+        awaitNoEndpointThreads(); // close() ends every thread of the endpoint, stalled requests' included
     }
 
     @Test
@@ -190,6 +198,21 @@ class PrometheusEndpointSlowClientTest {
             Thread.sleep(20);
         }
         fail("expected " + n + " endpoint threads reading a request, found " + found + " after " + CLIENT_TIMEOUT);
+    }
+
+    private static List<String> endpointThreads() {
+        return Thread.getAllStackTraces().keySet().stream().map(Thread::getName)
+                .filter(n -> n.startsWith("symmem4j-metrics-http-")).toList();
+    }
+
+    private static void awaitNoEndpointThreads() throws InterruptedException {
+        long deadline = System.nanoTime() + CLIENT_TIMEOUT.toNanos();
+        while (!endpointThreads().isEmpty()) {
+            if (System.nanoTime() > deadline) {
+                fail("metrics endpoint threads still alive " + CLIENT_TIMEOUT + " after close(): " + endpointThreads());
+            }
+            Thread.sleep(20);
+        }
     }
 
     /** The server has not closed {@code s}: a read finds no data and no end of stream. */

@@ -345,6 +345,15 @@ class PrometheusScrapeTest {
                     });
             System.out.println("dashboard query " + promql + " -> " + r.size() + " series");
         }
+        // the application variable: label_values(SELECTOR, application) lists both applications
+        Map<String, Object> variable = GrafanaDashboardTest.variable(GrafanaDashboardTest.readDashboard());
+        Matcher selector = Pattern.compile("label_values\\((.+), application\\)").matcher((String) variable.get("definition"));
+        assertTrue(selector.matches(), "variable definition " + variable.get("definition"));
+        Set<String> listed = new TreeSet<>();
+        for (PrometheusServer.Sample s : query("count by (application) (" + selector.group(1) + ")")) {
+            listed.add(s.label("application"));
+        }
+        assertTrue(listed.containsAll(Set.of(APPLICATION, PIPELINE_APPLICATION)), "the variable lists " + listed);
     }
 
     // ---------------------------------------------------------------------------------------------
