@@ -207,7 +207,7 @@ final class DataParallelWorker {
         if (sharded != null) {
             syncNanos += sharded.takeGatherNanos(); // the update's all-gather ran inside DL4J's updater call
         }
-        metrics.recordStep(stepNanos, syncNanos);
+        metrics.recordWorkerStep(rank, stepNanos, syncNanos);
         // with minibatch division off, DL4J's score is the summed loss of this worker's batch
         task.result().complete(new Result(task.idle() ? 0 : replica.score(), stepNanos, syncNanos, skipped));
         return true;

@@ -312,9 +312,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             }
         }
         if (!failures.isEmpty()) {
-            throw failure(failures, failedWorkers);
+            RuntimeException failure = failure(failures, failedWorkers);
+            metrics.recordFailure(failureReason(failure));
+            throw failure;
         }
         StepReport report = new StepReport(step, total, loss, stepNanos, syncNanos, skipped);
+        metrics.recordStep(total, model.params().length() * model.params().dataType().width(), stepNanos, loss, skipped);
         step++;
         for (StepListener l : stepListeners) {
             l.onStep(report);
@@ -340,6 +343,15 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             }
         }
         return out;
+    }
+
+    /** The {@code reason} tag of a failed step: what its first worker failure was. */
+    private static SyncMetrics.FailureReason failureReason(RuntimeException failure) {
+        if (failure instanceof NonFiniteGradientException) {
+            return SyncMetrics.FailureReason.NON_FINITE;
+        }
+        return failure.getCause() instanceof PeerTimeoutException t && t.reason() == PeerTimeoutException.Reason.DEADLINE_PASSED
+                ? SyncMetrics.FailureReason.TIMEOUT : SyncMetrics.FailureReason.ERROR;
     }
 
     private static long examples(Object batch) {

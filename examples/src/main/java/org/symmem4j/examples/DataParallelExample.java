@@ -42,6 +42,13 @@ public final class DataParallelExample {
     /** Adam's learning rate in {@link #mlp}. */
     public static final double LEARNING_RATE = 1e-3;
 
+    /**
+     * The tag that names this program on every meter. Not {@code job}: Prometheus sets that label
+     * itself (the scrape job), and renames an application's own {@code job} to {@code exported_job}.
+     */
+    public static final String APPLICATION_TAG = "application";
+    public static final String APPLICATION = "data-parallel-example";
+
     private DataParallelExample() {
     }
 
@@ -79,7 +86,7 @@ public final class DataParallelExample {
 
         Progress progress = new Progress();
         try (SymmemParallelWrapper wrapper = SymmemParallelWrapper.builder(net).workers(workers)
-                .meterRegistry(registry, Tags.of("job", "data-parallel-example"))
+                .meterRegistry(registry, Tags.of(APPLICATION_TAG, APPLICATION))
                 .stepListener(progress).build()) {
             for (int epoch = 1; epoch <= epochs; epoch++) {
                 wrapper.fit(new ListIterator(train));
@@ -164,6 +171,16 @@ public final class DataParallelExample {
         Gauge share = registry.find("symmem.gradsync.sync.share").gauge();
         if (share != null) {
             System.out.printf(Locale.ROOT, "sync share of step time: %.1f%%%n", 100 * share.value());
+        }
+        // a straggler computes longest and waits least; its peers wait for it in sync
+        System.out.println("per worker (mean per step):");
+        List<Timer> compute = new ArrayList<>(registry.find("symmem.gradsync.worker.compute").timers());
+        compute.sort(Comparator.comparingInt(t -> Integer.parseInt(t.getId().getTag("worker"))));
+        for (Timer c : compute) {
+            String worker = c.getId().getTag("worker");
+            Timer sync = registry.get("symmem.gradsync.worker.sync").tag("worker", worker).timer();
+            System.out.printf(Locale.ROOT, "  worker %-3s compute %8.3f ms  sync %8.3f ms%n", worker,
+                    c.mean(TimeUnit.MILLISECONDS), sync.mean(TimeUnit.MILLISECONDS));
         }
     }
 }

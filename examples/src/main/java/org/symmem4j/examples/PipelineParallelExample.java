@@ -1,5 +1,8 @@
 package org.symmem4j.examples;
 
+import io.micrometer.core.instrument.Tags;
+import io.micrometer.prometheusmetrics.PrometheusConfig;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -16,6 +19,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
+import org.symmem4j.dl4j.PrometheusEndpoint;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainer;
 import org.symmem4j.dl4j.pipeline.PipelineSchedule;
 import org.symmem4j.dl4j.pipeline.PipelineStepReport;
@@ -31,8 +35,10 @@ import org.symmem4j.pipeline.schedule.SimulationResult;
  * with every forward, backward and hand-off per rank, and as an SVG picture.
  *
  * <pre>
- *   PipelineParallelExample [--ranks P] [--microbatches M] [--batch B] [--epochs E] [--hidden H] [--out DIR]
+ *   PipelineParallelExample [--ranks P] [--microbatches M] [--batch B] [--epochs E] [--hidden H] [--out DIR] [--port P]
  * </pre>
+ * {@code --port P} serves the pipelines' metrics (tag {@code application=pipeline-example}) at
+ * {@code http://127.0.0.1:P/metrics} while they train (0 picks a free port; default: none).
  */
 public final class PipelineParallelExample {
 
@@ -46,6 +52,7 @@ public final class PipelineParallelExample {
         int epochs = 2;
         int hidden = 192;
         Path out = Path.of("target", "pipeline-example");
+        int port = -1;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--ranks" -> ranks = Integer.parseInt(args[++i]);
@@ -54,11 +61,17 @@ public final class PipelineParallelExample {
                 case "--epochs" -> epochs = Integer.parseInt(args[++i]);
                 case "--hidden" -> hidden = Integer.parseInt(args[++i]);
                 case "--out" -> out = Path.of(args[++i]);
+                case "--port" -> port = Integer.parseInt(args[++i]);
                 default -> throw new IllegalArgumentException("unknown argument " + args[i] + " (expected --ranks P,"
-                        + " --microbatches M, --batch B, --epochs E, --hidden H, --out DIR)");
+                        + " --microbatches M, --batch B, --epochs E, --hidden H, --out DIR, --port P)");
             }
         }
         Files.createDirectories(out);
+        PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
+        PrometheusEndpoint endpoint = port >= 0 ? PrometheusEndpoint.start(registry, port) : null;
+        if (endpoint != null) {
+            System.out.println("metrics: " + endpoint.url());
+        }
         SyntheticData data = new SyntheticData(64, 10, 7);
         List<DataSet> train = data.batches(11, 48, batch, DataType.FLOAT);
         List<DataSet> test = data.batches(12, 8, 256, DataType.FLOAT);
@@ -91,6 +104,7 @@ public final class PipelineParallelExample {
             boolean[] timing = {false};
             try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(net).ranks(ranks)
                     .microbatches(microbatches).schedule(kind, stagesPerRank)
+                    .meterRegistry(registry, Tags.of(DataParallelExample.APPLICATION_TAG, "pipeline-example"))
                     .stepListener(report -> {
                         if (timing[0]) {
                             timedSteps.add(report);
@@ -144,6 +158,9 @@ public final class PipelineParallelExample {
         }
         System.out.println("On a machine with fewer cores than ranks the ranks share cores: the pipeline cannot beat the"
                 + " single model there; the bubble and the timeline show the schedule itself.");
+        if (endpoint != null) {
+            endpoint.close();
+        }
     }
 
     /** A deeper MLP: 8 tanh layers of {@code hidden} units and a softmax output (Adam), fixed seed. */

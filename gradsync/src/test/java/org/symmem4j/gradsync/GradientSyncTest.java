@@ -40,7 +40,7 @@ class GradientSyncTest {
     @Test
     void synchronizerAveragesEveryBucketAndRecordsMetrics() {
         SimpleMeterRegistry registry = new SimpleMeterRegistry();
-        SyncMetrics metrics = new SyncMetrics("host-in-jvm", Tags.of("job", "test"));
+        SyncMetrics metrics = new SyncMetrics("host-in-jvm", Tags.of("application", "test"));
         metrics.bindTo(registry);
         int count = 10_000;
         List<List<Algorithm>> chosen = InJvmWorld.runOnEveryRank(3, GroupOptions.defaults().withTimeout(Duration.ofSeconds(30)), group -> {
@@ -54,7 +54,7 @@ class GradientSyncTest {
                 for (int i = 0; i < count; i++) {
                     assertEquals(3f + i % 7, mem.local().getAtIndex(ValueLayout.JAVA_FLOAT, 16 + i), "element " + i);
                 }
-                metrics.recordStep(4_000_000, 1_000_000);
+                metrics.recordWorkerStep(group.rank(), 4_000_000, 1_000_000);
                 return sync.algorithms();
             }
         });
@@ -62,7 +62,7 @@ class GradientSyncTest {
         assertEquals(10, chosen.getFirst().size(), "40000 bytes in 4096-byte buckets");
         long recorded = registry.find("symmem.allreduce.latency").timers().stream().mapToLong(Timer::count).sum();
         assertEquals(3 * 10, recorded, "one latency sample per bucket per rank");
-        Timer t = registry.find("symmem.allreduce.latency").tag("size.class", "small").tag("job", "test").timers()
+        Timer t = registry.find("symmem.allreduce.latency").tag("size.class", "small").tag("application", "test").timers()
                 .stream().filter(x -> x.count() > 0).findFirst().orElseThrow();
         assertEquals("host-in-jvm", t.getId().getTag("transport"));
         assertEquals(3L * 4L * count, (long) registry.find("symmem.allreduce.bytes")

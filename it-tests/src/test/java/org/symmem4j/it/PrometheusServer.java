@@ -75,12 +75,16 @@ final class PrometheusServer implements AutoCloseable {
         }
     }
 
+    /** The scrape job of {@link #start}: Prometheus' own {@code job} label on every series it stores. */
+    static final String JOB = "symmem4j-it";
+
     /**
-     * Writes {@code dir/prometheus.yml} scraping {@code target} ("host:port", path /metrics) every
-     * second and starts the server with its TSDB in {@code dir/data}. {@code honor_labels} keeps the
-     * {@code job} tag the application sets (otherwise Prometheus renames it to {@code exported_job}).
+     * Writes {@code dir/prometheus.yml} scraping {@code targets} ("host:port", path /metrics) every
+     * second as job {@value #JOB} and starts the server with its TSDB in {@code dir/data}. No
+     * {@code honor_labels}: the applications tag their meters {@code application}, which no scrape
+     * label overrides.
      */
-    static PrometheusServer start(Path binary, Path dir, String target, Path log) throws IOException {
+    static PrometheusServer start(Path binary, Path dir, List<String> targets, Path log) throws IOException {
         Path config = dir.resolve("prometheus.yml");
         Files.writeString(config, """
                 global:
@@ -88,12 +92,11 @@ final class PrometheusServer implements AutoCloseable {
                   scrape_timeout: 1s
                   evaluation_interval: 1s
                 scrape_configs:
-                  - job_name: symmem4j-it
-                    honor_labels: true
+                  - job_name: %s
                     metrics_path: /metrics
                     static_configs:
-                      - targets: ['%s']
-                """.formatted(target));
+                      - targets: [%s]
+                """.formatted(JOB, String.join(", ", targets.stream().map(t -> "'" + t + "'").toList())));
         int port = Workers.freePort();
         List<String> cmd = List.of(binary.toString(),
                 "--config.file=" + config,

@@ -1,5 +1,8 @@
 package org.symmem4j.dl4j.pipeline;
 
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tag;
+import io.micrometer.core.instrument.Tags;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -18,9 +21,12 @@ import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.host.InJvmTransport;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
+import org.symmem4j.pipeline.exec.PipelineMetrics;
 import org.symmem4j.pipeline.exec.StepTimeline;
 import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.PipelineShape;
@@ -61,6 +67,9 @@ import org.symmem4j.pipeline.schedule.Schedule;
  * <p>If a rank fails during a step, every rank stops (the links are poisoned), {@code fit} throws a
  * {@link PipelineTrainingException} with that rank's exception, and the trainer is closed: stages may
  * or may not have applied that step's update.
+ *
+ * <p>With {@link Builder#meterRegistry} every step feeds {@link PipelineMetrics} (bubble, hand-off and
+ * step latency, each rank's compute time, examples, loss, failures).
  */
 public final class PipelineParallelTrainer implements AutoCloseable {
 
@@ -81,6 +90,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private final Duration timeout;
     private final int ompThreadsPerRank;
     private final List<StepListener> listeners;
+    private final PipelineMetrics metrics;
     private InJvmWorld world;
     private List<PipelineRankWorker> workers;
     private long step;
@@ -99,6 +109,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.ompThreadsPerRank = b.ompThreadsPerRank > 0 ? b.ompThreadsPerRank
                 : Math.max(1, Runtime.getRuntime().availableProcessors() / shape.ranks());
         this.listeners = List.copyOf(b.listeners);
+        this.metrics = new PipelineMetrics(b.schedule.tag(), InJvmTransport.NAME, b.metricTags);
+        if (b.registry != null) {
+            metrics.bindTo(b.registry);
+        }
         List<MultiLayerNetwork> networks = split.buildStageNetworks();
         List<Dl4jPipelineStage> built = new ArrayList<>(networks.size());
         for (int s = 0; s < networks.size(); s++) {
@@ -190,6 +204,11 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         return linkSlots;
     }
 
+    /** The metrics binder (already bound if a registry was given to the builder). */
+    public PipelineMetrics metrics() {
+        return metrics;
+    }
+
     /** Stops the rank threads and frees the links. Idempotent. */
     @Override
     public synchronized void close() {
@@ -276,6 +295,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             loss += stage.regularizationScore();
         }
         PipelineStepReport report = new PipelineStepReport(step, batch.examples(), loss, timelines);
+        metrics.record(report.timelineReport());
+        metrics.recordTraining(batch.examples(), loss);
         step++;
         lastStep = report;
         for (StepListener listener : listeners) {
@@ -293,6 +314,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             }
         }
         Throwable cause = failures.get(origin);
+        metrics.recordFailure(cause instanceof PeerTimeoutException t && t.reason() == PeerTimeoutException.Reason.DEADLINE_PASSED
+                ? PipelineMetrics.FailureReason.TIMEOUT : PipelineMetrics.FailureReason.ERROR);
         failed = "rank " + failedRanks.get(origin) + " at step " + step + ": " + cause;
         PipelineTrainingException out = new PipelineTrainingException("pipeline step " + step + " failed on rank "
                 + failedRanks.get(origin) + ": " + cause, failedRanks.get(origin), step, cause);
@@ -372,6 +395,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         private int linkSlots;
         private int ompThreadsPerRank;
         private Duration timeout = GroupOptions.DEFAULT_TIMEOUT;
+        private MeterRegistry registry;
+        private Iterable<Tag> metricTags = Tags.empty();
         private final List<StepListener> listeners = new ArrayList<>();
 
         private Builder(MultiLayerNetwork network) {
@@ -447,6 +472,21 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             }
             this.timeout = timeout;
             return this;
+        }
+
+        /**
+         * Records pipeline metrics into {@code registry} (names in {@link PipelineMetrics}, tags
+         * {@code schedule} and {@code transport}); {@code tags} go on every meter (for example
+         * {@code application}).
+         */
+        public Builder meterRegistry(MeterRegistry registry, Iterable<Tag> tags) {
+            this.registry = Objects.requireNonNull(registry, "registry");
+            this.metricTags = Objects.requireNonNull(tags, "tags");
+            return this;
+        }
+
+        public Builder meterRegistry(MeterRegistry registry) {
+            return meterRegistry(registry, Tags.empty());
         }
 
         /** Called after every step with its loss and timelines. */

@@ -9,14 +9,25 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
  */
 public enum PipelineSchedule {
     /** All forwards, then all backwards: every rank holds all m microbatches' activations. */
-    GPIPE,
+    GPIPE("gpipe"),
     /** 1F1B (PipeDream-Flush): same bubble as GPipe, at most p microbatches in flight per rank. */
-    ONE_F_ONE_B,
+    ONE_F_ONE_B("1f1b"),
     /**
      * Interleaved 1F1B (Megatron-LM's virtual pipeline): v stages per rank shrink the bubble about v
      * times; the microbatch count must be a multiple of the rank count.
      */
-    INTERLEAVED;
+    INTERLEAVED("interleaved");
+
+    private final String tag;
+
+    PipelineSchedule(String tag) {
+        this.tag = tag;
+    }
+
+    /** The {@code schedule} tag of the pipeline's metrics. */
+    public String tag() {
+        return tag;
+    }
 
     /** The schedule for {@code ranks} ranks, {@code microbatches} microbatches and {@code stagesPerRank} stages per rank. */
     Schedule generate(int ranks, int microbatches, int stagesPerRank) {

@@ -73,6 +73,11 @@ public final class TimelineReport {
         return windowEnd - windowStart;
     }
 
+    /** Rank {@code rank}'s forward and backward time in the step. */
+    public long computeNanos(int rank) {
+        return ranks.get(rank).computeNanos();
+    }
+
     /** Rank {@code rank}'s idle share of the window: {@code 1 - compute / window}. */
     public double idleFraction(int rank) {
         return 1.0 - (double) ranks.get(rank).computeNanos() / windowNanos();

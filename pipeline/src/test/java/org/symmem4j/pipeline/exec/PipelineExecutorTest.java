@@ -147,6 +147,21 @@ class PipelineExecutorTest {
         assertTrue(report.bubbleFraction() > 0.15 && report.bubbleFraction() < 0.6, "bubble " + report.bubbleFraction());
         assertEquals(report.windowNanos(), registry.get("symmem.pipeline.step.latency").timer()
                 .totalTime(java.util.concurrent.TimeUnit.NANOSECONDS), 1.0);
+        for (int rank = 0; rank < 2; rank++) {
+            assertEquals(report.computeNanos(rank), registry.get("symmem.pipeline.rank.compute").tag("rank",
+                    Integer.toString(rank)).timer().totalTime(java.util.concurrent.TimeUnit.NANOSECONDS), 1.0, "rank " + rank);
+        }
+        // a second registry, Prometheus: the hand-off histogram resolves microseconds, buckets from 1 us to 10 s
+        io.micrometer.prometheusmetrics.PrometheusMeterRegistry prometheus =
+                new io.micrometer.prometheusmetrics.PrometheusMeterRegistry(io.micrometer.prometheusmetrics.PrometheusConfig.DEFAULT);
+        metrics.bindTo(prometheus);
+        metrics.record(report);
+        double[] bounds = prometheus.scrape().lines().filter(l -> l.startsWith("symmem_pipeline_handoff_latency_seconds_bucket"))
+                .map(l -> l.replaceAll(".*le=\"([^\"]+)\".*", "$1")).filter(le -> !le.equals("+Inf"))
+                .mapToDouble(Double::parseDouble).sorted().toArray();
+        assertEquals(1e-6, bounds[0], 1e-15, "lowest hand-off bucket bound (s)");
+        assertEquals(10.0, bounds[bounds.length - 1], 1e-9, "highest finite hand-off bucket bound (s)");
+        assertEquals(16, registry.get("symmem.pipeline.handoff.latency").timer().count(), "the first registry saw both steps");
         String trace = report.chromeTraceJson();
         for (var action : schedule.actionsByRank().stream().flatMap(List::stream).toList()) {
             assertTrue(trace.contains("\"name\":\"" + action + "\""), "trace lacks " + action);
