@@ -12,6 +12,17 @@ import java.lang.foreign.MemorySegment;
  * scratch memory, or regions of a {@link SymmetricMemory} of the same group, which are reduced in
  * place with no staging copy. A count of 0 is a no-op (the arguments are still checked).
  *
+ * <p>Failures. A {@link CollectiveMismatchException} is thrown before anything is written: every
+ * rank's buffers are as they were and the group stays usable. Any other failure — a peer that died,
+ * stopped, aborted or closed its communicator instead of arriving ({@link PeerTimeoutException}), or
+ * this rank's own error inside the collective (a read-only destination, say) — aborts the group: the
+ * rank that fails first poisons it at once, so every peer throws within microseconds to milliseconds
+ * naming the culprit. What the collective leaves in its destination is then unspecified on every
+ * rank: any mix of the rank's input, partial sums and final results (collectives on symmetric
+ * memory likewise leave the region mixed). Inputs in buffers other than the destination are never
+ * written. An aborted group cannot be used again; its {@code close()} calls free without waiting for
+ * peers. Create a new group.
+ *
  * <p>Not thread-safe: one thread per rank.
  */
 public interface Communicator extends AutoCloseable {

@@ -68,7 +68,17 @@ public interface Reducer {
                 log.log(System.Logger.Level.INFO, "host reductions: scalar (forced by -Dsymmem4j.reducer=scalar)");
                 return new ScalarReducer();
             }
-            Reducer vector = VectorReducer.createIfAvailable();
+            // VectorReducer is touched only when the module is there: loading it without the module
+            // fails with NoClassDefFoundError (jdk/incubator/vector/...), which must not reach users.
+            Reducer vector = null;
+            if (ModuleLayer.boot().findModule("jdk.incubator.vector").isPresent()) {
+                try {
+                    vector = VectorReducer.createIfAvailable();
+                } catch (LinkageError e) {
+                    log.log(System.Logger.Level.WARNING, "host reductions: the Vector API failed to load (" + e
+                            + "); using the scalar loops");
+                }
+            }
             if (vector == null) {
                 log.log(System.Logger.Level.INFO, "host reductions: scalar, because module jdk.incubator.vector is not"
                         + " enabled; add --add-modules=jdk.incubator.vector to the JVM flags for vectorized loops"
