@@ -283,10 +283,10 @@ public final class ProcessGroup implements Group {
                     missing.add(Integer.parseInt(k.substring(prefix.length())));
                 }
                 failIfAPeerGaveUp(what);
-                List<Integer> dead = missing.stream().filter(p -> peerPids[p] != 0 && !isAlive(p)).toList();
+                List<Integer> dead = missing.stream().filter(p -> !knownAlive(p)).toList();
                 if (!dead.isEmpty()) {
                     throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': "
-                            + InJvmWorld.describeAll(this, dead) + " exited before arriving", rank(), dead, what,
+                            + describeJoining(dead) + " exited before arriving", rank(), dead, what,
                             PeerTimeoutException.Reason.PEER_EXITED, options.timeout()), keys);
                 }
                 if (System.nanoTime() - deadline >= 0) {
@@ -356,6 +356,18 @@ public final class ProcessGroup implements Group {
         return store.tryGet(key).map(v -> v.length == Long.BYTES ? java.nio.ByteBuffer.wrap(v).getLong() : 0L).orElse(0L);
     }
 
+    /**
+     * Whether {@code peer} may still arrive: false when its process is known to be gone. Before the
+     * join completes only rank 0 knows peers' processes, from their handshakes with its store.
+     */
+    private boolean knownAlive(int peer) {
+        if (peerPids[peer] != 0) {
+            return isAlive(peer);
+        }
+        long[] holder = server == null ? null : server.seatHolder(peer);
+        return holder == null || ProcessLiveness.isRunning(holder[0], holder[1]);
+    }
+
     @Override
     public boolean isAlive(int peer) {
         long pid = peerPids[peer];
@@ -363,6 +375,15 @@ public final class ProcessGroup implements Group {
             return true; // not joined yet: unknown, so not known dead
         }
         return ProcessLiveness.isRunning(pid, peerStarts[peer]);
+    }
+
+    private String describeJoining(List<Integer> ranks) {
+        List<String> parts = new ArrayList<>();
+        for (int p : ranks) {
+            long[] holder = peerPids[p] == 0 && server != null ? server.seatHolder(p) : null;
+            parts.add(holder == null ? describe(p) : "rank " + p + " (pid " + holder[0] + ")");
+        }
+        return String.join(", ", parts);
     }
 
     @Override

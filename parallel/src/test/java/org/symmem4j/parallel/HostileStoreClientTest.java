@@ -120,6 +120,36 @@ class HostileStoreClientTest {
         }
     }
 
+    /** Child process: joins the store as rank 1 of a 2-rank run (args: port, run id), then dies before registering. */
+    public static void main(String[] args) {
+        new TcpStoreClient("127.0.0.1", Integer.parseInt(args[0]), new JobIdentity(args[1], 0, 2), 1,
+                StoreSecret.of(SECRET), Duration.ofSeconds(30), Duration.ofSeconds(5));
+        System.out.println("CONNECTED");
+        System.out.flush();
+        Runtime.getRuntime().halt(0);
+    }
+
+    @Test
+    void aRankThatDiesAfterConnectingIsNamedDuringTheJoin() throws Exception {
+        int port = freePort();
+        ProcessGroupConfig config = new ProcessGroupConfig(0, 2, 0, "127.0.0.1", port, "dies-in-join");
+        GroupOptions options = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
+        long start = System.nanoTime();
+        CompletableFuture<ProcessGroup> group = CompletableFuture.supplyAsync(
+                () -> ProcessGroup.join(config, options, StoreSecret.of(SECRET)));
+        Process child = new ProcessBuilder(ProcessHandle.current().info().command().orElse("java"), "-cp",
+                System.getProperty("java.class.path"), HostileStoreClientTest.class.getName(), Integer.toString(port),
+                "dies-in-join").redirectErrorStream(true).start();
+        String out = new String(child.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertTrue(out.contains("CONNECTED"), out);
+        ExecutionException e = assertThrows(ExecutionException.class, () -> group.get(90, TimeUnit.SECONDS));
+        PeerTimeoutException p = (PeerTimeoutException) e.getCause();
+        assertEquals(PeerTimeoutException.Reason.PEER_EXITED, p.reason(), p.getMessage());
+        assertTrue(p.getMessage().contains("rank 1 (pid " + child.pid() + ") exited before arriving"), p.getMessage());
+        assertTrue(Duration.ofNanos(System.nanoTime() - start).compareTo(Duration.ofSeconds(40)) < 0,
+                "seen from its handshake's pid, not at the 60 s timeout");
+    }
+
     @Test
     void backToBackGroupsOnOnePortJoinInTurn() throws Exception {
         int port = freePort();

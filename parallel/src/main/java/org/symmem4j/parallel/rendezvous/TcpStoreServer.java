@@ -108,6 +108,20 @@ public final class TcpStoreServer implements AutoCloseable {
         return refusedConnections.get();
     }
 
+    /**
+     * The process that holds rank {@code rank}'s seat, as its handshake declared it: {pid,
+     * startMillis}, or null while nobody does. Lets rank 0 tell, during the join, a rank that
+     * connected and then died from one that is slow.
+     */
+    public long[] seatHolder(int rank) {
+        String holder = seats.get(rank);
+        if (holder == null) {
+            return null;
+        }
+        String[] f = holder.split(" ");
+        return new long[] {Long.parseLong(f[0]), Long.parseLong(f[1])};
+    }
+
     /** Connections open now (authenticated or not). */
     public int openConnections() {
         return connections.size();
