@@ -20,8 +20,10 @@ mkdir -p .device/lib
 cp kernels/target/symmem4j-kernels-0.1.0-SNAPSHOT.jar parallel/target/symmem4j-parallel-0.1.0-SNAPSHOT.jar \
    gradsync/target/symmem4j-gradsync-0.1.0-SNAPSHOT.jar pipeline/target/symmem4j-pipeline-0.1.0-SNAPSHOT.jar \
    examples/target/symmem4j-examples-0.1.0-SNAPSHOT.jar .device/lib/
-micrometer=$(grep -o '[^:]*micrometer-core[^:]*\.jar' examples/target/classpath.txt | head -1)
-cp "$micrometer" .device/lib/
+# micrometer-core for the metrics; SLF4J's API (symmem4j logs through it) and its simple backend
+for jar in micrometer-core slf4j-api slf4j-simple; do
+  cp "$(grep -o "[^:]*$jar-[0-9][^:]*\.jar" examples/target/classpath.txt | head -1)" .device/lib/
+done
 cp -r parallel/target/test-classes .device/test-classes
 cp -r pipeline/target/test-classes/. .device/test-classes/
 mvn -q -B dependency:copy -Dartifact=org.junit.platform:junit-platform-console-standalone:1.11.4 \

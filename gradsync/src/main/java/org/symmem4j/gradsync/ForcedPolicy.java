@@ -1,6 +1,8 @@
 package org.symmem4j.gradsync;
 
 import java.util.concurrent.atomic.AtomicBoolean;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
@@ -9,7 +11,7 @@ import org.symmem4j.parallel.ReduceOp;
 /** The user's override: one algorithm for every message, logged once as forced. */
 final class ForcedPolicy implements AlgorithmPolicy {
 
-    private static final System.Logger LOG = System.getLogger(ForcedPolicy.class.getName());
+    private static final Logger LOG = LoggerFactory.getLogger(ForcedPolicy.class);
 
     private final Algorithm algorithm;
     private final AtomicBoolean logged = new AtomicBoolean();
@@ -28,7 +30,7 @@ final class ForcedPolicy implements AlgorithmPolicy {
                     + comm.transportName() + " (NCCL needs a GPU transport; use ONE_SHOT, TWO_SHOT or RING on the host)");
         }
         if (logged.compareAndSet(false, true)) {
-            LOG.log(System.Logger.Level.INFO, "all-reduce algorithm forced by the user: " + algorithm
+            LOG.info("all-reduce algorithm forced by the user: " + algorithm
                     + " for every message (the calibrated policy is bypassed)");
         }
         return algorithm;

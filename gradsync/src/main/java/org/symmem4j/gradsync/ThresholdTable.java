@@ -12,6 +12,8 @@ import java.util.Locale;
 import java.util.Map;
 import java.util.Properties;
 import java.util.TreeMap;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.DType;
 
@@ -40,7 +42,7 @@ public final class ThresholdTable {
     public static final String DEFAULTS_RESOURCE = "default-thresholds.properties";
     public static final String PROPERTY = "symmem4j.thresholds";
 
-    private static final System.Logger LOG = System.getLogger(ThresholdTable.class.getName());
+    private static final Logger LOG = LoggerFactory.getLogger(ThresholdTable.class);
 
     private final Map<String, List<Threshold>> rows;
     private final String source;
@@ -80,7 +82,7 @@ public final class ThresholdTable {
             try {
                 ThresholdTable user = parse(Files.readString(file), file.toString());
                 table = table.overlay(user);
-                LOG.log(System.Logger.Level.INFO, "all-reduce thresholds from " + file + " over the shipped defaults");
+                LOG.info("all-reduce thresholds from " + file + " over the shipped defaults");
             } catch (IOException e) {
                 throw new IllegalArgumentException("cannot read threshold file " + file + ": " + e, e);
             }

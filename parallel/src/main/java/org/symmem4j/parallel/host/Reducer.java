@@ -1,6 +1,8 @@
 package org.symmem4j.parallel.host;
 
 import java.lang.foreign.MemorySegment;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
 
@@ -63,9 +65,9 @@ public interface Reducer {
         }
 
         private static Reducer choose() {
-            System.Logger log = System.getLogger(Reducer.class.getName());
+            Logger log = LoggerFactory.getLogger(Reducer.class);
             if ("scalar".equals(System.getProperty("symmem4j.reducer"))) {
-                log.log(System.Logger.Level.INFO, "host reductions: scalar (forced by -Dsymmem4j.reducer=scalar)");
+                log.info("host reductions: scalar (forced by -Dsymmem4j.reducer=scalar)");
                 return new ScalarReducer();
             }
             // VectorReducer is touched only when the module is there: loading it without the module
@@ -75,12 +77,12 @@ public interface Reducer {
                 try {
                     vector = VectorReducer.createIfAvailable();
                 } catch (LinkageError e) {
-                    log.log(System.Logger.Level.WARNING, "host reductions: the Vector API failed to load (" + e
+                    log.warn("host reductions: the Vector API failed to load (" + e
                             + "); using the scalar loops");
                 }
             }
             if (vector == null) {
-                log.log(System.Logger.Level.INFO, "host reductions: scalar, because module jdk.incubator.vector is not"
+                log.info("host reductions: scalar, because module jdk.incubator.vector is not"
                         + " enabled; add --add-modules=jdk.incubator.vector to the JVM flags for vectorized loops"
                         + " (about 2x faster on cache-resident data)");
                 return new ScalarReducer();

@@ -21,6 +21,8 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.rendezvous.StoreHandshake.Hello;
 import org.symmem4j.parallel.rendezvous.StoreHandshake.Refusal;
@@ -43,7 +45,7 @@ import org.symmem4j.parallel.rendezvous.StoreHandshake.Refusal;
  */
 public final class TcpStoreServer implements AutoCloseable {
 
-    private static final System.Logger LOG = System.getLogger(TcpStoreServer.class.getName());
+    private static final Logger LOG = LoggerFactory.getLogger(TcpStoreServer.class);
 
     private final JobIdentity identity;
     private final byte[] secret;
@@ -83,7 +85,7 @@ public final class TcpStoreServer implements AutoCloseable {
         }
         InetAddress bound = serverSocket.getInetAddress();
         if (bound.isAnyLocalAddress()) {
-            LOG.log(System.Logger.Level.WARNING, "rendezvous store of " + identity + " listens on EVERY interface at port "
+            LOG.warn("rendezvous store of " + identity + " listens on EVERY interface at port "
                     + port() + " (MASTER_ADDR=" + host + "): anyone who reaches it can try to join; only the job's secret"
                     + " keeps them out. Bind a private or loopback address where you can.");
         }
@@ -134,7 +136,7 @@ public final class TcpStoreServer implements AutoCloseable {
                 s = serverSocket.accept();
             } catch (IOException e) {
                 if (!closed) {
-                    LOG.log(System.Logger.Level.WARNING, "rendezvous store: accept failed: " + e);
+                    LOG.warn("rendezvous store: accept failed: " + e);
                 }
                 continue;
             }
@@ -187,7 +189,7 @@ public final class TcpStoreServer implements AutoCloseable {
         } catch (IOException | RuntimeException e) {
             log("dropping " + describe(s) + ": " + e.getMessage());
         } catch (Throwable t) {
-            LOG.log(System.Logger.Level.ERROR, "rendezvous store: dropping " + describe(s) + " after " + t, t);
+            LOG.error("rendezvous store: dropping " + describe(s) + " after " + t, t);
         } finally {
             if (handshaking) {
                 unauthenticated.decrementAndGet();
@@ -360,7 +362,7 @@ public final class TcpStoreServer implements AutoCloseable {
 
     private void log(String message) {
         if (!closed) {
-            LOG.log(System.Logger.Level.WARNING, "rendezvous store of " + identity + ": " + message);
+            LOG.warn("rendezvous store of " + identity + ": " + message);
         }
     }
 
