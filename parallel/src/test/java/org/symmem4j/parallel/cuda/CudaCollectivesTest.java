@@ -54,6 +54,10 @@ class CudaCollectivesTest {
             // -Dsymmem4j.test.cudaRanks=N runs N ranks, sharing GPUs where N exceeds their number
             worldSize = Integer.getInteger("symmem4j.test.cudaRanks",
                     Math.max(2, Math.min(CudaKernels.MAX_RANKS, CudaDriver.get().deviceCount())));
+            if (worldSize < 2) {
+                throw new IllegalArgumentException("symmem4j.test.cudaRanks=" + worldSize + ": these tests check what"
+                        + " ranks do to each other and need at least 2 (2 share the GPU on a one-GPU machine)");
+            }
         }
     }
 

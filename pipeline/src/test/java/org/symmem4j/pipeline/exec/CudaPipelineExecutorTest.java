@@ -66,7 +66,12 @@ class CudaPipelineExecutorTest {
      */
     static int ranks() {
         int dflt = CudaDriver.available() ? Math.max(2, Math.min(4, CudaDriver.get().deviceCount())) : 2;
-        return Integer.getInteger("symmem4j.test.cudaRanks", dflt);
+        int ranks = Integer.getInteger("symmem4j.test.cudaRanks", dflt);
+        if (ranks < 2) {
+            throw new IllegalArgumentException("symmem4j.test.cudaRanks=" + ranks + ": a GPU pipeline needs at least 2"
+                    + " ranks (2 share the GPU on a one-GPU machine)");
+        }
+        return ranks;
     }
 
     /** Device buffers of one rank's stages: inputs per microbatch (stage 0), kept activations and gradients. */
