@@ -246,6 +246,23 @@ public final class TcpStoreClient implements RendezvousStore {
                 + " (rank 0, which hosts the store, may have exited)", e);
     }
 
+    /**
+     * Rejects, before anything is sent, a key or value the store would refuse by dropping the
+     * connection (the store's default {@link StoreLimits}).
+     */
+    private static void checkSizes(String key, byte[] value) {
+        StoreLimits limits = StoreLimits.defaults(1);
+        int keyBytes = key.getBytes(java.nio.charset.StandardCharsets.UTF_8).length;
+        if (keyBytes > limits.maxKeyBytes()) {
+            throw new IllegalArgumentException("rendezvous store key of " + keyBytes + " bytes; at most "
+                    + limits.maxKeyBytes() + " (keys name set-up values; keep them short)");
+        }
+        if (value != null && value.length > limits.maxValueBytes()) {
+            throw new IllegalArgumentException("rendezvous store value of " + value.length + " bytes for key " + key
+                    + "; at most " + limits.maxValueBytes() + " (the store carries set-up handles, not data)");
+        }
+    }
+
     private void begin(byte op, Duration wait) throws IOException {
         if (broken != null) {
             throw new SymmemException("rendezvous store " + host + ":" + port + ": connection unusable since " + broken);
@@ -265,6 +282,7 @@ public final class TcpStoreClient implements RendezvousStore {
 
     @Override
     public synchronized void set(String key, byte[] value) {
+        checkSizes(key, value);
         try {
             begin(StoreProtocol.SET, Duration.ZERO);
             out.writeUTF(key);

@@ -260,6 +260,19 @@ class StoreSecurityTest {
     }
 
     @Test
+    void oversizedKeysAndValuesAreRefusedBeforeTheyAreSent() {
+        try (TcpStoreServer server = server();
+             TcpStoreClient c = client(server.port(), JOB, 1, SECRET, Duration.ofSeconds(5))) {
+            IllegalArgumentException key = assertThrows(IllegalArgumentException.class, () -> c.set("k".repeat(600), new byte[0]));
+            assertTrue(key.getMessage().contains("key of 600 bytes; at most 512"), key.getMessage());
+            IllegalArgumentException value = assertThrows(IllegalArgumentException.class, () -> c.set("v", new byte[5 << 20]));
+            assertTrue(value.getMessage().contains("at most 4194304"), value.getMessage());
+            c.set("still", new byte[] {1}); // the connection was never touched
+            assertEquals(1, server.store().tryGet("still").orElseThrow()[0]);
+        }
+    }
+
+    @Test
     void connectionsBeyondTheLimitAreClosedAtOnce() throws Exception {
         try (TcpStoreServer server = server(JOB, StoreLimits.defaults(4).withMaxConnections(4, 2)
                 .withHandshakeTimeout(Duration.ofSeconds(30)))) {
