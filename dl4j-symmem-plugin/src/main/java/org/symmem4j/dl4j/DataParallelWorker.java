@@ -36,15 +36,18 @@ import org.symmem4j.parallel.host.Reducer;
  * would differ per replica, so replicas have it switched off
  * ({@link ModelReplica#disableMinibatchDivision()}) and the hook divides the all-reduced sum by the
  * examples of the whole step — the same number on every rank, so the same bits, and the same
- * mean one model computes over all those examples.
+ * mean one model computes over all those examples. Entries that hold state updates rather than
+ * gradients (BatchNorm's running statistics, center-loss centers) are not such sums: a
+ * {@link StateUpdateReduction} merges them separately and writes them over the divided sum.
  */
 final class DataParallelWorker {
 
     /**
-     * A step for this worker; {@code batch == null} means shut down. {@code stepExamples} is the
-     * number of examples of the whole step, over all workers.
+     * A step for this worker; {@code batch == null} means shut down. {@code examples} is this
+     * worker's share of the step (0 when idle), {@code stepExamples} the examples of the whole
+     * step, over all workers.
      */
-    record Task(Object batch, boolean idle, long stepExamples, long step, CompletableFuture<Result> result) {
+    record Task(Object batch, boolean idle, long examples, long stepExamples, long step, CompletableFuture<Result> result) {
     }
 
     /** What a step produced. */
@@ -68,6 +71,7 @@ final class DataParallelWorker {
     private final SymmemParallelWrapper.Settings settings;
     private final SyncMetrics metrics;
     private final ShardSource shardSource;
+    private final List<StateUpdateReduction.Entry> stateEntries;
     private final BlockingQueue<Task> tasks = new LinkedBlockingQueue<>();
     private final CompletableFuture<Void> ready = new CompletableFuture<>();
     private final Thread thread;
@@ -80,17 +84,20 @@ final class DataParallelWorker {
     private MemorySegment gradientSegment;
     private DType dtype;
     private long count;
+    private StateUpdateReduction stateReduction;
     private Task current;
     private long syncNanos;
     /** Set once the worker started, when sharding is on; read by the wrapper's thread while the worker is idle. */
     private volatile ShardedUpdater sharded;
 
     /**
-     * @param shardSource null for plain data parallelism; with sharding (settings.sharding() set),
-     *                    where this worker's shard of the updater state comes from
+     * @param shardSource  null for plain data parallelism; with sharding (settings.sharding() set),
+     *                     where this worker's shard of the updater state comes from
+     * @param stateEntries the gradient-view entries that hold state updates, not gradients
+     *                     ({@link StateUpdateReduction#find}); merged on their own each step
      */
     DataParallelWorker(int rank, InJvmWorld world, ModelReplica replica, SymmemParallelWrapper.Settings settings,
-                       SyncMetrics metrics, ShardSource shardSource) {
+                       SyncMetrics metrics, ShardSource shardSource, List<StateUpdateReduction.Entry> stateEntries) {
         if ((settings.sharding() == null) != (shardSource == null)) {
             throw new IllegalArgumentException("sharding=" + settings.sharding() + " needs a shard source exactly when set");
         }
@@ -100,6 +107,7 @@ final class DataParallelWorker {
         this.settings = settings;
         this.metrics = metrics;
         this.shardSource = shardSource;
+        this.stateEntries = List.copyOf(stateEntries);
         this.thread = Thread.ofPlatform().daemon().name("symmem4j-worker-" + rank).unstarted(this::run);
     }
 
@@ -141,6 +149,9 @@ final class DataParallelWorker {
             gradients = SymmetricMemory.register(group, gradientSegment);
             AlgorithmPolicy policy = settings.policy();
             synchronizer = new GradientSynchronizer(comm, gradients, 0, count, dtype, settings.bucketBytes(), policy, metrics);
+            if (!stateEntries.isEmpty()) {
+                stateReduction = new StateUpdateReduction(stateEntries, replica, comm);
+            }
             if (shardSource != null) {
                 ShardedUpdater s = new ShardedUpdater(settings.sharding(), shardSource.layout(), replica, comm, gradients,
                         synchronizer, shardSource.fullState());
@@ -223,10 +234,15 @@ final class DataParallelWorker {
         } else {
             localBad = reducer.firstNonFinite(gradientSegment, 0, dtype, count);
         }
+        if (stateReduction != null) {
+            // state updates (BatchNorm's running statistics, ...) merge on their own, from this
+            // worker's values, so before the gradient reduction overwrites them
+            stateReduction.reduce(task.examples(), task.stepExamples(), task.batch());
+        }
         if (sharded != null) {
             // this rank's shard reduced and divided; the verdict on non-finite values is global
             sharded.reduceGradients();
-            long nonFiniteShards = sharded.finishReduction(task.stepExamples());
+            long nonFiniteShards = sharded.finishReduction(task.stepExamples(), stateReduction);
             syncNanos = System.nanoTime() - start;
             if (nonFiniteShards > 0) {
                 nonFinite(task, localBad, sharded.firstNonFiniteIndex());
@@ -236,6 +252,9 @@ final class DataParallelWorker {
         synchronizer.allReduce(ReduceOp.SUM);
         // what DL4J's updater would have done for one model seeing every example of the step
         replica.gradientView().divi(task.stepExamples());
+        if (stateReduction != null) {
+            stateReduction.write(0, count); // over the summed-and-divided state entries
+        }
         // NaN and infinities survive the sum, so every rank sees the same verdict here.
         long bad = reducer.firstNonFinite(gradientSegment, 0, dtype, count);
         syncNanos = System.nanoTime() - start;

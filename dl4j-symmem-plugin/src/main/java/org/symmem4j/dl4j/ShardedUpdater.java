@@ -241,15 +241,22 @@ final class ShardedUpdater {
 
     /**
      * Collective, in the gradient hook after {@link #reduceGradients}: divides the shard by the
-     * step's examples (the same division plain data parallelism applies to the whole view), and
+     * step's examples (the same division plain data parallelism applies to the whole view), writes
+     * the merged state updates of {@code stateReduction} (null if the network keeps none) over
+     * their entries in the shard, and
      * agrees with the other ranks, in one small all-reduce, on whether any shard holds NaN or an
      * infinity and on the squared norms gradient normalization needs. Returns the number of ranks
      * whose shard is not finite: the same on every rank.
      */
-    long finishReduction(long stepExamples) {
+    long finishReduction(long stepExamples, StateUpdateReduction stateReduction) {
         long dsize = dtype.byteSize();
         if (shardGradient != null) {
             shardGradient.divi(stepExamples);
+        }
+        if (stateReduction != null) {
+            // the merged state updates replace the summed-and-divided entries, in this shard only
+            // (the all-gather of the update carries them to the others), before norms and checks
+            stateReduction.write(start, end);
         }
         long bad = end > start ? reducer.firstNonFinite(gradientSegment, start * dsize, dtype, end - start) : -1;
         agreement.set(ValueLayout.JAVA_DOUBLE, 0, bad >= 0 ? 1 : 0);

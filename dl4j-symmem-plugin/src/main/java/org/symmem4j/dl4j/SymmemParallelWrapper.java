@@ -52,6 +52,17 @@ import org.symmem4j.parallel.host.InJvmTransport;
  * a last round with fewer batches than workers, are weighted by their example counts; idle workers
  * contribute nothing but apply the same update.
  *
+ * <p>Layer state that DL4J keeps in the parameter vector and updates through the gradient view —
+ * BatchNormalization's running mean and variance (or log10 std), CenterLossOutputLayer's class
+ * centers — is not a gradient and is merged on its own ({@link StateUpdateReduction}): the running
+ * statistics equal those of one model trained on the merged batch, to rounding, with plain data
+ * parallelism and with sharding. Training-mode normalization still uses each worker's own batch
+ * statistics, as PyTorch's DistributedDataParallel without SyncBatchNorm does: in the forward pass
+ * a BatchNorm normalizes with the mean and variance of the worker's batch, so gradients through it,
+ * and the statistics a BatchNorm behind another one sees, are those of per-worker batches.
+ * OCNNOutputLayer, whose radius is reset from state outside the parameters, is refused at
+ * {@code build()}.
+ *
  * <p>Unlike DL4J's {@code ParallelWrapper}: {@code fit()} can be called repeatedly; updater state
  * (Adam moments, momentum) survives between calls, because the replicas live as long as the
  * wrapper; workers default to the number of cores; a worker failure ends {@code fit()} on the
@@ -281,7 +292,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             boolean idle = i >= k;
             CompletableFuture<DataParallelWorker.Result> f = new CompletableFuture<>();
             results.add(f);
-            workers.get(i).submit(new DataParallelWorker.Task(batches.get(idle ? 0 : i), idle, total, step, f));
+            workers.get(i).submit(new DataParallelWorker.Task(batches.get(idle ? 0 : i), idle,
+                    idle ? 0 : examples(batches.get(i)), total, step, f));
         }
         double loss = 0;
         long stepNanos = 0;
@@ -364,11 +376,14 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 UpdaterLayout layout = UpdaterLayout.of(model.dl4jUpdater(), model.params().length());
                 shardSource = new DataParallelWorker.ShardSource(layout, model.updaterState());
             }
+            List<StateUpdateReduction.Entry> stateEntries = StateUpdateReduction.find(
+                    UpdaterLayout.variablesOf(model.dl4jUpdater()), model.trainables());
+            logStateEntries(stateEntries);
             world = InJvmWorld.create(settings.workers(), GroupOptions.defaults().withTimeout(settings.timeout()));
             List<DataParallelWorker> started = new ArrayList<>();
             for (int r = 0; r < settings.workers(); r++) {
                 ModelReplica replica = settings.sharding() == null ? model.newReplica() : model.newShardedReplica();
-                started.add(new DataParallelWorker(r, world, replica, settings, metrics, shardSource));
+                started.add(new DataParallelWorker(r, world, replica, settings, metrics, shardSource, stateEntries));
             }
             workers = started;
             for (DataParallelWorker w : workers) {
@@ -391,6 +406,23 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                     + (settings.sharding() == null ? "" : ", ZeRO sharding " + settings.sharding()));
         } else if (!replicasMatchModel()) {
             pushModelToReplicas();
+        }
+    }
+
+    /** Says which gradient-view entries merge as state updates, and warns about those merged by the generic rule. */
+    private static void logStateEntries(List<StateUpdateReduction.Entry> entries) {
+        if (entries.isEmpty()) {
+            return;
+        }
+        List<StateUpdateReduction.Entry> generic = entries.stream()
+                .filter(e -> e.merge() == StateUpdateReduction.Merge.EXAMPLE_WEIGHTED_AVERAGE).toList();
+        LOG.log(System.Logger.Level.INFO, "symmem4j: state updates merged as one model on the merged batch computes them: "
+                + entries);
+        if (!generic.isEmpty()) {
+            LOG.log(System.Logger.Level.WARNING, "symmem4j: layers=" + generic + " write state updates into the gradient"
+                    + " view (updaterDivideByMinibatch=false) but are not a layer kind symmem4j knows; they are merged as"
+                    + " the example-weighted average of the workers' updates, exact only if the update is a mean over the"
+                    + " batch's examples (check the layer's backprop, or train it with plain fit())");
         }
     }
 
@@ -539,7 +571,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return;
         }
         for (DataParallelWorker w : workers) {
-            w.submit(new DataParallelWorker.Task(null, false, 0, -1, null));
+            w.submit(new DataParallelWorker.Task(null, false, 0, 0, -1, null));
         }
         for (DataParallelWorker w : workers) {
             try {
@@ -668,7 +700,34 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 throw new IllegalArgumentException("algorithm=NCCL needs a GPU transport; workers here share host memory"
                         + " (use ONE_SHOT, TWO_SHOT or RING, or leave the choice to the calibrated policy)");
             }
+            refuseLayersWithReplicaState(model);
             return new SymmemParallelWrapper(this);
+        }
+
+        /**
+         * Refuses the one DL4J 1.0.0-M2.1 layer whose training state lives outside the parameters:
+         * OCNNOutputLayer resets its radius r at each epoch to a quantile of a window of the outputs
+         * that layer instance saw, so each replica would set its own r and the replicas would part.
+         */
+        private static void refuseLayersWithReplicaState(ModelReplica model) {
+            List<org.deeplearning4j.nn.conf.layers.Layer> layers = new ArrayList<>();
+            switch (model) {
+                case ModelReplica.Mln m -> m.net().getLayerWiseConfigurations().getConfs().forEach(c -> layers.add(c.getLayer()));
+                case ModelReplica.Graph g -> g.net().getConfiguration().getVertices().values().forEach(v -> {
+                    if (v instanceof org.deeplearning4j.nn.conf.graph.LayerVertex lv && lv.getLayerConf() != null) {
+                        layers.add(lv.getLayerConf().getLayer());
+                    }
+                });
+            }
+            for (org.deeplearning4j.nn.conf.layers.Layer layer : layers) {
+                if (layer instanceof org.deeplearning4j.nn.conf.ocnn.OCNNOutputLayer) {
+                    throw new IllegalArgumentException("layer=" + layer.getLayerName() + " kind=OCNNOutputLayer cannot be"
+                            + " trained by data-parallel replicas: DL4J resets its radius r each epoch from a window of the"
+                            + " outputs that one layer instance saw (state outside the parameters, which the wrapper cannot"
+                            + " merge), so replicas would diverge; expected=any other output layer (fix: train this model"
+                            + " with plain fit())");
+                }
+            }
         }
     }
 }
