@@ -134,6 +134,7 @@ final class StateUpdateReduction {
     }
 
     private final Communicator comm;
+    private final FlatArray gradient;
     private final List<Rule> rules;
     private final int firstSlots;
     private final int secondSlots;
@@ -147,7 +148,7 @@ final class StateUpdateReduction {
      */
     StateUpdateReduction(List<Entry> entries, ModelReplica replica, Communicator comm) {
         this.comm = comm;
-        FlatArray gradient = new FlatArray(replica.gradientView());
+        this.gradient = new FlatArray(replica.gradientView());
         FlatArray params = new FlatArray(replica.params());
         Map<String, Trainable> trainables = replica.trainables();
         Map<String, Entry[]> batchNorms = new LinkedHashMap<>();
@@ -226,10 +227,27 @@ final class StateUpdateReduction {
         }
     }
 
-    /** Writes the merged values of the last {@link #reduce} over the entries' elements in [from, to) of the gradient view. */
+    /**
+     * Writes the merged values of the last {@link #reduce} over the entries' elements in [from, to)
+     * of the gradient view: what one model's updater receives (divided by the step's examples
+     * where DL4J divides, as the centers).
+     */
     void write(long from, long to) {
         for (Rule r : rules) {
-            r.write(from, to);
+            r.write(gradient, from, to, true);
+        }
+    }
+
+    /**
+     * Writes the merged values over the entries' elements in [from, to) of {@code target}, a copy
+     * of gradient-view elements from {@code targetStart} on, as one model's gradient view holds
+     * them before its updater divides by the batch size: what DL4J's onGradientCalculation
+     * listeners see.
+     */
+    void writeUndivided(INDArray target, long targetStart, long from, long to) {
+        FlatArray t = new FlatArray(target, targetStart);
+        for (Rule r : rules) {
+            r.write(t, from, to, false);
         }
     }
 
@@ -255,7 +273,8 @@ final class StateUpdateReduction {
         /** After the all-reduces: the merged values, as one model's gradient view holds them. */
         abstract void merge(long stepExamples, MemorySegment first, MemorySegment second);
 
-        abstract void write(long from, long to);
+        /** Writes the merged values over the entries' elements in [from, to) of {@code target}. */
+        abstract void write(FlatArray target, long from, long to, boolean dividedByExamples);
     }
 
     /** Σ n_w u_w / N: exact for an update that is a mean over the batch's examples. */
@@ -291,8 +310,8 @@ final class StateUpdateReduction {
         }
 
         @Override
-        void write(long from, long to) {
-            gradient.write(entry, merged, from, to);
+        void write(FlatArray target, long from, long to, boolean dividedByExamples) {
+            target.write(entry, merged, from, to); // DL4J never divides these
         }
     }
 
@@ -377,10 +396,10 @@ final class StateUpdateReduction {
         }
 
         @Override
-        void write(long from, long to) {
-            gradient.write(mean, mergedMean, from, to);
+        void write(FlatArray target, long from, long to, boolean dividedByExamples) {
+            target.write(mean, mergedMean, from, to); // DL4J never divides these
             if (spread != null) {
-                gradient.write(spread, mergedSpread, from, to);
+                target.write(spread, mergedSpread, from, to);
             }
         }
     }
@@ -397,6 +416,7 @@ final class StateUpdateReduction {
         private final boolean perClassDenominator;
         private final int classes;
         private final int features;
+        private final double[] undivided;
         private final double[] merged;
 
         Centers(Entry entry, FlatArray gradient, Trainable trainable, int outputIndex) {
@@ -411,6 +431,7 @@ final class StateUpdateReduction {
                 throw new IllegalStateException("center-loss layer " + entry.layer() + ": expected nOut x nIn = " + classes
                         + " x " + features + " centers; found " + entry.length() + " elements");
             }
+            this.undivided = new double[classes * features];
             this.merged = new double[classes * features];
         }
 
@@ -448,15 +469,16 @@ final class StateUpdateReduction {
                 double denominator = perClassDenominator ? 1 + slot(first, firstAt + classes * features + j) : 1;
                 for (int f = 0; f < features; f++) {
                     int i = j * features + f;
+                    undivided[i] = slot(first, firstAt + i) / denominator;
                     // DL4J divides the centers' update by the batch size like a gradient
-                    merged[i] = slot(first, firstAt + i) / denominator / stepExamples;
+                    merged[i] = undivided[i] / stepExamples;
                 }
             }
         }
 
         @Override
-        void write(long from, long to) {
-            gradient.write(entry, merged, from, to);
+        void write(FlatArray target, long from, long to, boolean dividedByExamples) {
+            target.write(entry, dividedByExamples ? merged : undivided, from, to);
         }
     }
 
@@ -474,14 +496,23 @@ final class StateUpdateReduction {
         private final INDArray array;
         private final MemorySegment segment;
         private final DType dtype;
+        /** The gradient-view element that element 0 of this array holds. */
+        private final long origin;
 
         FlatArray(INDArray array) {
+            this(array, 0);
+        }
+
+        FlatArray(INDArray array, long origin) {
             this.array = array;
             this.segment = ModelReplica.segmentOf(array);
             this.dtype = ModelReplica.dtypeOf(array.dataType());
+            this.origin = origin;
         }
 
-        double get(long i) {
+        /** Gradient-view element {@code e}. */
+        double get(long e) {
+            long i = e - origin;
             return switch (dtype) {
                 case FLOAT64 -> segment.getAtIndex(ValueLayout.JAVA_DOUBLE_UNALIGNED, i);
                 case FLOAT32 -> segment.getAtIndex(ValueLayout.JAVA_FLOAT_UNALIGNED, i);
@@ -489,7 +520,8 @@ final class StateUpdateReduction {
             };
         }
 
-        void set(long i, double v) {
+        void set(long e, double v) {
+            long i = e - origin;
             switch (dtype) {
                 case FLOAT64 -> segment.setAtIndex(ValueLayout.JAVA_DOUBLE_UNALIGNED, i, v);
                 case FLOAT32 -> segment.setAtIndex(ValueLayout.JAVA_FLOAT_UNALIGNED, i, (float) v);
