@@ -4,15 +4,19 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.LinkedBlockingQueue;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.optimize.api.BaseTrainingListener;
+import org.nd4j.linalg.api.memory.MemoryWorkspace;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
+import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.GradientSynchronizer;
 import org.symmem4j.gradsync.SyncMetrics;
@@ -36,19 +40,36 @@ import org.symmem4j.parallel.host.Reducer;
  * would differ per replica, so replicas have it switched off
  * ({@link ModelReplica#disableMinibatchDivision()}) and the hook divides the all-reduced sum by the
  * examples of the whole step — the same number on every rank, so the same bits, and the same
- * mean one model computes over all those examples.
+ * mean one model computes over all those examples. Entries that hold state updates rather than
+ * gradients (BatchNorm's running statistics, center-loss centers) are not such sums: a
+ * {@link StateUpdateReduction} merges them separately and writes them over the divided sum.
  */
 final class DataParallelWorker {
 
     /**
-     * A step for this worker; {@code batch == null} means shut down. {@code stepExamples} is the
-     * number of examples of the whole step, over all workers.
+     * A step for this worker; {@code batch == null} means shut down. {@code examples} is this
+     * worker's share of the step (0 when idle), {@code stepExamples} the examples of the whole
+     * step, over all workers. For the user's listeners: {@code keepActivations} keeps a copy of
+     * what DL4J passes to onForwardPass, {@code keepGradient} a copy of the reduced gradient
+     * before the division ({@link #gradientSnapshot}).
      */
-    record Task(Object batch, boolean idle, long stepExamples, long step, CompletableFuture<Result> result) {
+    record Task(Object batch, boolean idle, long examples, long stepExamples, long step, boolean keepActivations,
+                boolean keepGradient, CompletableFuture<Result> result) {
     }
 
-    /** What a step produced. */
-    record Result(double loss, long stepNanos, long syncNanos, boolean skipped) {
+    /**
+     * What a step produced: DL4J's score of the worker's batch (its mean loss per example plus the
+     * regularization term: see {@link ModelReplica#disableMinibatchDivision}), the regularization
+     * term (worker 0 only, NaN on the others: the parameters, so the term, are the same on every
+     * worker), timings, and the activations DL4J passed to onForwardPass (a List for a
+     * MultiLayerNetwork, a Map for a graph; null unless kept).
+     */
+    record Result(double score, double regularization, long stepNanos, long syncNanos, boolean skipped,
+                  Object activations) {
+    }
+
+    /** A copy of elements [start, start + length) of the reduced gradient, as one model's onGradientCalculation sees them. */
+    record GradientSnapshot(INDArray values, long start) {
     }
 
     /** Thrown from the hook to abandon a step on every worker before the updater runs. */
@@ -68,6 +89,7 @@ final class DataParallelWorker {
     private final SymmemParallelWrapper.Settings settings;
     private final SyncMetrics metrics;
     private final ShardSource shardSource;
+    private final List<StateUpdateReduction.Entry> stateEntries;
     private final BlockingQueue<Task> tasks = new LinkedBlockingQueue<>();
     private final CompletableFuture<Void> ready = new CompletableFuture<>();
     private final Thread thread;
@@ -80,17 +102,24 @@ final class DataParallelWorker {
     private MemorySegment gradientSegment;
     private DType dtype;
     private long count;
+    private StateUpdateReduction stateReduction;
     private Task current;
     private long syncNanos;
+    private double regularization;
+    private Object keptActivations;
+    /** Allocated on first use; read by the wrapper's thread while the worker is idle. */
+    private volatile GradientSnapshot gradientSnapshot;
     /** Set once the worker started, when sharding is on; read by the wrapper's thread while the worker is idle. */
     private volatile ShardedUpdater sharded;
 
     /**
-     * @param shardSource null for plain data parallelism; with sharding (settings.sharding() set),
-     *                    where this worker's shard of the updater state comes from
+     * @param shardSource  null for plain data parallelism; with sharding (settings.sharding() set),
+     *                     where this worker's shard of the updater state comes from
+     * @param stateEntries the gradient-view entries that hold state updates, not gradients
+     *                     ({@link StateUpdateReduction#find}); merged on their own each step
      */
     DataParallelWorker(int rank, InJvmWorld world, ModelReplica replica, SymmemParallelWrapper.Settings settings,
-                       SyncMetrics metrics, ShardSource shardSource) {
+                       SyncMetrics metrics, ShardSource shardSource, List<StateUpdateReduction.Entry> stateEntries) {
         if ((settings.sharding() == null) != (shardSource == null)) {
             throw new IllegalArgumentException("sharding=" + settings.sharding() + " needs a shard source exactly when set");
         }
@@ -100,6 +129,7 @@ final class DataParallelWorker {
         this.settings = settings;
         this.metrics = metrics;
         this.shardSource = shardSource;
+        this.stateEntries = List.copyOf(stateEntries);
         this.thread = Thread.ofPlatform().daemon().name("symmem4j-worker-" + rank).unstarted(this::run);
     }
 
@@ -141,6 +171,9 @@ final class DataParallelWorker {
             gradients = SymmetricMemory.register(group, gradientSegment);
             AlgorithmPolicy policy = settings.policy();
             synchronizer = new GradientSynchronizer(comm, gradients, 0, count, dtype, settings.bucketBytes(), policy, metrics);
+            if (!stateEntries.isEmpty()) {
+                stateReduction = new StateUpdateReduction(stateEntries, replica, comm);
+            }
             if (shardSource != null) {
                 ShardedUpdater s = new ShardedUpdater(settings.sharding(), shardSource.layout(), replica, comm, gradients,
                         synchronizer, shardSource.fullState());
@@ -148,6 +181,16 @@ final class DataParallelWorker {
                 sharded = s;
             }
             replica.addListener(new BaseTrainingListener() {
+                @Override
+                public void onForwardPass(Model model, List<INDArray> activations) {
+                    keepActivations(activations);
+                }
+
+                @Override
+                public void onForwardPass(Model model, Map<String, INDArray> activations) {
+                    keepActivations(activations);
+                }
+
                 @Override
                 public void onGradientCalculation(Model model) {
                     syncGradients();
@@ -179,10 +222,17 @@ final class DataParallelWorker {
         }
     }
 
+    /** The reduced gradient this worker kept in its last step with {@code keepGradient}; null before. */
+    GradientSnapshot gradientSnapshot() {
+        return gradientSnapshot;
+    }
+
     /** Runs one step and completes its future; false if the step failed (the future then holds the cause). */
     private boolean step(Task task) {
         current = task;
         syncNanos = 0;
+        regularization = Double.NaN;
+        keptActivations = null;
         long start = System.nanoTime();
         boolean skipped = false;
         try {
@@ -208,25 +258,79 @@ final class DataParallelWorker {
             syncNanos += sharded.takeGatherNanos(); // the update's all-gather ran inside DL4J's updater call
         }
         metrics.recordWorkerStep(rank, stepNanos, syncNanos);
-        // with minibatch division off, DL4J's score is the summed loss of this worker's batch
-        task.result().complete(new Result(task.idle() ? 0 : replica.score(), stepNanos, syncNanos, skipped));
+        task.result().complete(new Result(replica.score(), regularization, stepNanos, syncNanos, skipped, keptActivations));
         return true;
+    }
+
+    /** In DL4J's forward pass: copies of the activations, out of DL4J's workspaces, when the user's listeners read them. */
+    private void keepActivations(Object activations) {
+        Task task = current;
+        if (task == null || !task.keepActivations() || task.idle()) {
+            return;
+        }
+        try (MemoryWorkspace ws = Nd4j.getWorkspaceManager().scopeOutOfWorkspaces()) {
+            if (activations instanceof List<?> list) {
+                List<INDArray> copies = new ArrayList<>(list.size());
+                for (Object a : list) {
+                    copies.add(((INDArray) a).dup());
+                }
+                keptActivations = copies;
+            } else {
+                Map<String, INDArray> copies = new LinkedHashMap<>();
+                ((Map<?, ?>) activations).forEach((k, v) -> copies.put((String) k, ((INDArray) v).dup()));
+                keptActivations = copies;
+            }
+        }
+    }
+
+    /** Keeps a copy of gradient elements [from, to), reduced but not yet divided by the step's examples. */
+    private void keepGradient(long from, long to) {
+        GradientSnapshot snapshot = gradientSnapshot;
+        if (snapshot == null) {
+            snapshot = new GradientSnapshot(Nd4j.create(replica.gradientView().dataType(), Math.max(1, to - from)), from);
+            gradientSnapshot = snapshot;
+        }
+        long width = dtype.byteSize();
+        MemorySegment.copy(gradientSegment, from * width, ModelReplica.segmentOf(snapshot.values()), 0, (to - from) * width);
     }
 
     /** The hook: runs on this worker's thread, inside the replica's fit, before its updater. */
     private void syncGradients() {
         Task task = current;
         long start = System.nanoTime();
+        if (rank == 0) {
+            // the term DL4J's score added, for the parameters the score was computed with (before the update)
+            regularization = replica.regularizationScore();
+        }
         long localBad = -1;
         if (task.idle()) {
             gradientSegment.fill((byte) 0); // contributes nothing; zero bits are 0.0 in every dtype
         } else {
             localBad = reducer.firstNonFinite(gradientSegment, 0, dtype, count);
         }
+        if (stateReduction != null) {
+            // state updates (BatchNorm's running statistics, ...) merge on their own, from this
+            // worker's values, so before the gradient reduction overwrites them
+            stateReduction.reduce(task.examples(), task.stepExamples(), task.batch());
+        }
         if (sharded != null) {
             // this rank's shard reduced and divided; the verdict on non-finite values is global
             sharded.reduceGradients();
-            long nonFiniteShards = sharded.finishReduction(task.stepExamples());
+            boolean keep = task.keepGradient();
+            if (keep) {
+                keepGradient(sharded.start(), sharded.end());
+            }
+            sharded.divideShard(task.stepExamples());
+            if (stateReduction != null) {
+                // the merged state updates replace the summed-and-divided entries, in this shard only
+                // (the all-gather of the update carries them to the others), before norms and checks
+                stateReduction.write(sharded.start(), sharded.end());
+                if (keep) {
+                    stateReduction.writeUndivided(gradientSnapshot.values(), gradientSnapshot.start(), sharded.start(),
+                            sharded.end());
+                }
+            }
+            long nonFiniteShards = sharded.agree();
             syncNanos = System.nanoTime() - start;
             if (nonFiniteShards > 0) {
                 nonFinite(task, localBad, sharded.firstNonFiniteIndex());
@@ -234,8 +338,18 @@ final class DataParallelWorker {
             return;
         }
         synchronizer.allReduce(ReduceOp.SUM);
+        boolean keep = task.keepGradient() && rank == 0; // every rank holds the same sum: one copy serves
+        if (keep) {
+            keepGradient(0, count);
+        }
         // what DL4J's updater would have done for one model seeing every example of the step
         replica.gradientView().divi(task.stepExamples());
+        if (stateReduction != null) {
+            stateReduction.write(0, count); // over the summed-and-divided state entries
+            if (keep) {
+                stateReduction.writeUndivided(gradientSnapshot.values(), 0, 0, count);
+            }
+        }
         // NaN and infinities survive the sum, so every rank sees the same verdict here.
         long bad = reducer.firstNonFinite(gradientSegment, 0, dtype, count);
         syncNanos = System.nanoTime() - start;

@@ -117,7 +117,12 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         return out;
     }
 
-    /** Turns off the updater's division of the gradient (a sum over examples) by the minibatch size. */
+    /**
+     * Turns off the updater's division of the gradient (a sum over examples) by the minibatch
+     * size. Only the network-level setting, which DL4J's updater reads: output layers keep dividing
+     * their score by their batch size (some do regardless of the setting), so every replica's
+     * score is its batch's mean loss plus the regularization term, whatever the output layer.
+     */
     void disableMinibatchDivision();
 
     INDArray params();
@@ -143,6 +148,57 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
     void addListener(TrainingListener listener);
 
     double score();
+
+    void setScore(double score);
+
+    /** DL4J's regularization term of the score (L1, L2, ...) for the current parameters, as its score() adds it. */
+    double regularizationScore();
+
+    /** The listeners attached to the network (DL4J's getListeners()), never null. */
+    List<TrainingListener> listeners();
+
+    /** Whether the network trains with truncated backpropagation through time (several updates per batch). */
+    boolean truncatedBptt();
+
+    /**
+     * Sets the network's input and labels to {@code batch} (a DataSet or MultiDataSet), as DL4J's
+     * fit does before an iteration; null clears them, as DL4J does after fit.
+     */
+    void setInputAndLabels(Object batch);
+
+    /**
+     * Makes {@code gradient()} return DL4J's view of the flat gradient view: one array per layer and
+     * parameter, keyed as DL4J keys them, as a network has after computing a gradient. DL4J has no
+     * setter for it (its fit sets the field while computing), so it is set by reflection.
+     */
+    default void exposeGradientView() {
+        Map<String, INDArray> views = new LinkedHashMap<>();
+        List<org.deeplearning4j.nn.api.Layer> layers = List.of(switch (this) {
+            case Mln m -> m.net().getLayers();
+            case Graph g -> g.net().getLayers();
+        });
+        for (int i = 0; i < layers.size(); i++) {
+            org.deeplearning4j.nn.api.Layer l = layers.get(i);
+            if (l.numParams() == 0) {
+                continue;
+            }
+            String prefix = this instanceof Mln ? String.valueOf(i) : l.conf().getLayer().getLayerName();
+            Map<String, INDArray> perParam = l.conf().getLayer().initializer()
+                    .getGradientsFromFlattened(l.conf(), l.getGradientsViewArray());
+            perParam.forEach((param, view) -> views.put(prefix + "_" + param, view));
+        }
+        org.deeplearning4j.nn.gradient.DefaultGradient gradient = new org.deeplearning4j.nn.gradient.DefaultGradient(gradientView());
+        views.forEach(gradient::setGradientFor);
+        Class<?> type = this instanceof Mln ? MultiLayerNetwork.class : ComputationGraph.class;
+        try {
+            java.lang.reflect.Field field = type.getDeclaredField("gradient");
+            field.setAccessible(true);
+            field.set(model(), gradient);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            throw new IllegalStateException("cannot set " + type.getSimpleName() + ".gradient (expected DL4J 1.0.0-M2.1's"
+                    + " protected field; found " + e + "): listeners that read model.gradient() need it", e);
+        }
+    }
 
     /** Parameters and counters of {@code source} copied into this replica (not the updater state). */
     default void copyParamsAndCountersFrom(ModelReplica source) {
@@ -228,13 +284,7 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
 
         @Override
         public void disableMinibatchDivision() {
-            net.conf().setMiniBatch(false);
-            for (org.deeplearning4j.nn.conf.NeuralNetConfiguration c : net.getLayerWiseConfigurations().getConfs()) {
-                c.setMiniBatch(false);
-            }
-            for (org.deeplearning4j.nn.api.Layer l : net.getLayers()) {
-                l.conf().setMiniBatch(false);
-            }
+            net.conf().setMiniBatch(false); // MultiLayerUpdater.isMiniBatch() reads this one (a clone of layer 0's)
         }
 
         @Override
@@ -293,6 +343,38 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         public double score() {
             return net.score();
         }
+
+        @Override
+        public void setScore(double score) {
+            net.setScore(score);
+        }
+
+        @Override
+        public double regularizationScore() {
+            return net.calcRegularizationScore(true);
+        }
+
+        @Override
+        public List<TrainingListener> listeners() {
+            return net.getListeners() == null ? List.of() : List.copyOf(net.getListeners());
+        }
+
+        @Override
+        public boolean truncatedBptt() {
+            return net.getLayerWiseConfigurations().getBackpropType() == org.deeplearning4j.nn.conf.BackpropType.TruncatedBPTT;
+        }
+
+        @Override
+        public void setInputAndLabels(Object batch) {
+            if (batch == null) {
+                net.setInput(null);
+                net.setLabels(null);
+                return;
+            }
+            DataSet ds = (DataSet) batch;
+            net.setInput(ds.getFeatures());
+            net.setLabels(ds.getLabels());
+        }
     }
 
     /** A {@link ComputationGraph}. */
@@ -317,11 +399,7 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
 
         @Override
         public void disableMinibatchDivision() {
-            net.conf().setMiniBatch(false);
-            net.getConfiguration().getDefaultConfiguration().setMiniBatch(false);
-            for (org.deeplearning4j.nn.api.Layer l : net.getLayers()) {
-                l.conf().setMiniBatch(false);
-            }
+            net.conf().setMiniBatch(false); // ComputationGraphUpdater.isMiniBatch() reads this one (the default configuration)
         }
 
         @Override
@@ -378,6 +456,43 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         @Override
         public double score() {
             return net.score();
+        }
+
+        @Override
+        public void setScore(double score) {
+            net.setScore(score);
+        }
+
+        @Override
+        public double regularizationScore() {
+            return net.calcRegularizationScore(true);
+        }
+
+        @Override
+        public List<TrainingListener> listeners() {
+            return net.getListeners() == null ? List.of() : List.copyOf(net.getListeners());
+        }
+
+        @Override
+        public boolean truncatedBptt() {
+            return net.getConfiguration().getBackpropType() == org.deeplearning4j.nn.conf.BackpropType.TruncatedBPTT;
+        }
+
+        @Override
+        public void setInputAndLabels(Object batch) {
+            if (batch == null) {
+                net.setInputs((INDArray[]) null);
+                net.setLabels((INDArray[]) null);
+                return;
+            }
+            if (batch instanceof DataSet ds) {
+                net.setInputs(ds.getFeatures());
+                net.setLabels(ds.getLabels());
+            } else {
+                MultiDataSet mds = (MultiDataSet) batch;
+                net.setInputs(mds.getFeatures());
+                net.setLabels(mds.getLabels());
+            }
         }
     }
 }

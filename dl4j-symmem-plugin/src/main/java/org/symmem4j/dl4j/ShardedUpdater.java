@@ -38,7 +38,7 @@ import org.symmem4j.parallel.host.Reducer;
  *
  * <p>A step, on the worker's thread:
  * <ol>
- *   <li>In the gradient hook ({@link #reduceGradients}, {@link #finishReduction}): stage 1
+ *   <li>In the gradient hook ({@link #reduceGradients}, {@link #divideShard}, {@link #agree}): stage 1
  *       all-reduces the whole gradient view as plain data parallelism does, stage 2
  *       reduce-scatters it so only this rank's shard is reduced; the shard is divided by the
  *       step's examples; one small all-reduce agrees on non-finite elements and on the squared
@@ -240,17 +240,25 @@ final class ShardedUpdater {
     }
 
     /**
-     * Collective, in the gradient hook after {@link #reduceGradients}: divides the shard by the
-     * step's examples (the same division plain data parallelism applies to the whole view), and
-     * agrees with the other ranks, in one small all-reduce, on whether any shard holds NaN or an
-     * infinity and on the squared norms gradient normalization needs. Returns the number of ranks
-     * whose shard is not finite: the same on every rank.
+     * In the gradient hook after {@link #reduceGradients}: divides the shard by the step's
+     * examples, the same division plain data parallelism applies to the whole view (not
+     * collective).
      */
-    long finishReduction(long stepExamples) {
-        long dsize = dtype.byteSize();
+    void divideShard(long stepExamples) {
         if (shardGradient != null) {
             shardGradient.divi(stepExamples);
         }
+    }
+
+    /**
+     * Collective, in the gradient hook once the shard holds what DL4J's updater is to receive
+     * ({@link #divideShard}, then any merged state updates written over it): agrees with the other
+     * ranks, in one small all-reduce, on whether any shard holds NaN or an infinity and on the
+     * squared norms gradient normalization needs. Returns the number of ranks whose shard is not
+     * finite: the same on every rank.
+     */
+    long agree() {
+        long dsize = dtype.byteSize();
         long bad = end > start ? reducer.firstNonFinite(gradientSegment, start * dsize, dtype, end - start) : -1;
         agreement.set(ValueLayout.JAVA_DOUBLE, 0, bad >= 0 ? 1 : 0);
         for (NormTerm t : normTerms) {
@@ -268,7 +276,7 @@ final class ShardedUpdater {
         return (long) agreement.get(ValueLayout.JAVA_DOUBLE, 0);
     }
 
-    /** Collective, only after {@link #finishReduction} found a non-finite shard: the smallest such element index over all shards. */
+    /** Collective, only after {@link #agree} found a non-finite shard: the smallest such element index over all shards. */
     long firstNonFiniteIndex() {
         long local = end > start ? reducer.firstNonFinite(gradientSegment, start * dtype.byteSize(), dtype, end - start) : -1;
         agreement.set(ValueLayout.JAVA_DOUBLE, 0, local >= 0 ? start + local : Double.MAX_VALUE);

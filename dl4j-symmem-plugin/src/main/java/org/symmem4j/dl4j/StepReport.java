@@ -6,9 +6,9 @@ package org.symmem4j.dl4j;
  *
  * @param step        step number within the wrapper's life, from 0
  * @param examples    examples in this step, summed over workers
- * @param loss        the mean loss per example over the step's examples (DL4J's score without the
- *                    division by batch size, summed over workers, divided by {@code examples};
- *                    regularization terms are counted once per worker)
+ * @param loss        DL4J's score of one model on the step's merged batch: the mean loss over all
+ *                    {@code examples} plus the regularization term (L1, L2, ...) once, as
+ *                    {@code model.score()} reports it after such a fit
  * @param stepNanos   the slowest worker's step time (forward, backward, sync, update)
  * @param syncNanos   the slowest worker's gradient-sync time within it
  * @param skipped     true if the step was skipped (non-finite gradient with SKIP_STEP)

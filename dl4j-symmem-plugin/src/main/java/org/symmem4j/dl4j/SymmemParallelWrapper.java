@@ -52,6 +52,23 @@ import org.symmem4j.parallel.host.InJvmTransport;
  * a last round with fewer batches than workers, are weighted by their example counts; idle workers
  * contribute nothing but apply the same update.
  *
+ * <p>Layer state that DL4J keeps in the parameter vector and updates through the gradient view —
+ * BatchNormalization's running mean and variance (or log10 std), CenterLossOutputLayer's class
+ * centers — is not a gradient and is merged on its own ({@link StateUpdateReduction}): the running
+ * statistics equal those of one model trained on the merged batch, to rounding, with plain data
+ * parallelism and with sharding. Training-mode normalization still uses each worker's own batch
+ * statistics, as PyTorch's DistributedDataParallel without SyncBatchNorm does: in the forward pass
+ * a BatchNorm normalizes with the mean and variance of the worker's batch, so gradients through it,
+ * and the statistics a BatchNorm behind another one sees, are those of per-worker batches.
+ * OCNNOutputLayer, whose radius is reset from state outside the parameters, is refused at
+ * {@code build()}.
+ *
+ * <p>The listeners attached to the model are called as DL4J's {@code fit} calls them for one model
+ * trained on each step's merged batch, on the caller's thread after each step, with the model
+ * holding that step's state and merged-batch score ({@link ModelListeners}); after {@code fit()}
+ * {@code model.score()} is the last step's score. A network trained with truncated BPTT refuses
+ * listeners at {@code build()}.
+ *
  * <p>Unlike DL4J's {@code ParallelWrapper}: {@code fit()} can be called repeatedly; updater state
  * (Adam moments, momentum) survives between calls, because the replicas live as long as the
  * wrapper; workers default to the number of cores; a worker failure ends {@code fit()} on the
@@ -182,10 +199,18 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         if (closed) {
             throw new IllegalStateException("wrapper is closed; build a new one");
         }
+        ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
         ensureWorkers();
+        // listeners see the model change step by step: a failed fit must still leave it as it was
+        ModelState before = listeners.isEmpty() ? null : ModelState.of(model);
         boolean completed = false;
         try {
+            if (!listeners.isEmpty()) {
+                model.exposeGradientView();
+                listeners.epochStart(model.model());
+            }
             int n = settings.workers();
+            double score = Double.NaN;
             while (true) {
                 List<Object> batches = new ArrayList<>(n);
                 Object b;
@@ -195,20 +220,52 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 if (batches.isEmpty()) {
                     break;
                 }
-                runStep(batches);
+                StepReport report = runStep(batches, listeners);
+                if (report != null) {
+                    score = report.loss();
+                }
             }
+            // workers are idle, so the caller's thread may touch the replicas (the task queues
+            // ordered their last writes)
+            pullModelFromReplicas();
+            if (!Double.isNaN(score)) {
+                model.setScore(score); // as after DL4J's fit: the last iteration's score
+            }
+            listeners.epochEnd(model.model());
             completed = true;
         } finally {
+            model.setInputAndLabels(null); // DL4J's fit clears them too
             if (!completed) {
                 stopWorkers();
+                if (before != null) {
+                    before.restore(model);
+                }
             }
         }
-        // The end of a fit is an epoch, as in DL4J's fit(iterator); workers are idle, so the
-        // caller's thread may touch the replicas (the task queues ordered their last writes).
+        // The end of a fit is an epoch, as in DL4J's fit(iterator), counted after onEpochEnd as DL4J does
         for (DataParallelWorker w : workers) {
             w.replica().setEpochCount(w.replica().epochCount() + 1);
         }
-        pullModelFromReplicas();
+        model.setEpochCount(model.epochCount() + 1);
+    }
+
+    /** Parameters, updater state, counters and score of the model, to put back after a failed fit. */
+    private record ModelState(INDArray params, INDArray updaterState, int iterations, int epochs, double score) {
+        static ModelState of(ModelReplica model) {
+            INDArray state = model.updaterState();
+            return new ModelState(model.params().dup(), state == null ? null : state.dup(), model.iterationCount(),
+                    model.epochCount(), model.score());
+        }
+
+        void restore(ModelReplica model) {
+            model.params().assign(params);
+            if (updaterState != null) {
+                model.updaterState().assign(updaterState);
+            }
+            model.setIterationCount(iterations);
+            model.setEpochCount(epochs);
+            model.setScore(score);
+        }
     }
 
     /**
@@ -264,15 +321,18 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
     }
 
-    private void runStep(List<Object> batches) {
+    /** Runs one step on the workers, then the user's listeners; returns its report, or null if the batches were empty. */
+    private StepReport runStep(List<Object> batches, ModelListeners listeners) {
         int n = settings.workers();
         int k = batches.size();
         long total = 0;
-        for (Object b : batches) {
-            total += examples(b);
+        long[] examples = new long[k];
+        for (int i = 0; i < k; i++) {
+            examples[i] = examples(batches.get(i));
+            total += examples[i];
         }
         if (total == 0) {
-            return; // nothing to learn from empty batches
+            return null; // nothing to learn from empty batches
         }
         // Workers past the last batch run the first batch but contribute zeros; every worker
         // divides the summed gradient by the examples of the whole step (see DataParallelWorker).
@@ -281,12 +341,15 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             boolean idle = i >= k;
             CompletableFuture<DataParallelWorker.Result> f = new CompletableFuture<>();
             results.add(f);
-            workers.get(i).submit(new DataParallelWorker.Task(batches.get(idle ? 0 : i), idle, total, step, f));
+            workers.get(i).submit(new DataParallelWorker.Task(batches.get(idle ? 0 : i), idle, idle ? 0 : examples[i], total,
+                    step, listeners.needsActivations(), listeners.needsGradient(), f));
         }
-        double loss = 0;
+        double[] scores = new double[k];
+        double regularization = 0;
         long stepNanos = 0;
         long syncNanos = 0;
         boolean skipped = false;
+        List<Object> activations = new ArrayList<>(k);
         List<Throwable> failures = new ArrayList<>();
         List<Integer> failedWorkers = new ArrayList<>();
         long waitMillis = settings.timeout().multipliedBy(3).plusSeconds(30).toMillis();
@@ -294,7 +357,11 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             try {
                 DataParallelWorker.Result r = results.get(i).get(waitMillis, TimeUnit.MILLISECONDS);
                 if (i < k) {
-                    loss += r.loss() / total; // summed losses: the step's mean example loss
+                    scores[i] = r.score();
+                    activations.add(r.activations());
+                }
+                if (i == 0) {
+                    regularization = r.regularization(); // the same parameters, so the same term, on every worker
                 }
                 stepNanos = Math.max(stepNanos, r.stepNanos());
                 syncNanos = Math.max(syncNanos, r.syncNanos());
@@ -316,11 +383,79 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             metrics.recordFailure(failureReason(failure));
             throw failure;
         }
-        StepReport report = new StepReport(step, total, loss, stepNanos, syncNanos, skipped);
-        metrics.recordStep(total, model.params().length() * model.params().dataType().width(), stepNanos, loss, skipped);
+        // DL4J's score of one model on the merged batch: each worker's mean loss (its score less the
+        // regularization term) weighted by its examples, plus the term once
+        double meanLoss = 0;
+        for (int i = 0; i < k; i++) {
+            meanLoss += examples[i] * (scores[i] - regularization) / total;
+        }
+        double score = meanLoss + regularization;
+        StepReport report = new StepReport(step, total, score, stepNanos, syncNanos, skipped);
+        metrics.recordStep(total, model.params().length() * model.params().dataType().width(), stepNanos, score, skipped);
         step++;
+        if (!listeners.isEmpty() && !skipped) {
+            listeners.step(model, new FinishedStep(batches, activations, score));
+        }
         for (StepListener l : stepListeners) {
             l.onStep(report);
+        }
+        return report;
+    }
+
+    /** A finished step as the user's listeners see it; used only while the workers are idle. */
+    private final class FinishedStep implements ModelListeners.Step {
+        private final List<Object> batches;
+        private final List<Object> activations;
+        private final double score;
+
+        FinishedStep(List<Object> batches, List<Object> activations, double score) {
+            this.batches = batches;
+            this.activations = activations;
+            this.score = score;
+        }
+
+        @Override
+        public List<Object> batches() {
+            return batches;
+        }
+
+        @Override
+        public List<Object> activations() {
+            return activations;
+        }
+
+        @Override
+        public double score() {
+            return score;
+        }
+
+        @Override
+        public void assembleGradient(INDArray target) {
+            // plain data parallelism: worker 0 kept the whole sum; sharded: every worker its shard
+            for (DataParallelWorker w : workers) {
+                DataParallelWorker.GradientSnapshot g = w.gradientSnapshot();
+                if (g == null) {
+                    continue;
+                }
+                long length = settings.sharding() == null ? target.length() : w.sharded().end() - w.sharded().start();
+                long width = target.dataType().width();
+                java.lang.foreign.MemorySegment.copy(ModelReplica.segmentOf(g.values()), 0, ModelReplica.segmentOf(target),
+                        g.start() * width, length * width);
+            }
+        }
+
+        @Override
+        public void syncModel() {
+            pullModelFromReplicas();
+            // after DL4J's step the gradient view holds the update it subtracted
+            model.gradientView().assign(workers.getFirst().replica().gradientView());
+        }
+
+        @Override
+        public void syncReplicasIfChanged() {
+            if (!replicasMatchModel()) {
+                pushModelToReplicas();
+            }
         }
     }
 
@@ -376,11 +511,14 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 UpdaterLayout layout = UpdaterLayout.of(model.dl4jUpdater(), model.params().length());
                 shardSource = new DataParallelWorker.ShardSource(layout, model.updaterState());
             }
+            List<StateUpdateReduction.Entry> stateEntries = StateUpdateReduction.find(
+                    UpdaterLayout.variablesOf(model.dl4jUpdater()), model.trainables());
+            logStateEntries(stateEntries);
             world = InJvmWorld.create(settings.workers(), GroupOptions.defaults().withTimeout(settings.timeout()));
             List<DataParallelWorker> started = new ArrayList<>();
             for (int r = 0; r < settings.workers(); r++) {
                 ModelReplica replica = settings.sharding() == null ? model.newReplica() : model.newShardedReplica();
-                started.add(new DataParallelWorker(r, world, replica, settings, metrics, shardSource));
+                started.add(new DataParallelWorker(r, world, replica, settings, metrics, shardSource, stateEntries));
             }
             workers = started;
             for (DataParallelWorker w : workers) {
@@ -403,6 +541,23 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                     + (settings.sharding() == null ? "" : ", ZeRO sharding " + settings.sharding()));
         } else if (!replicasMatchModel()) {
             pushModelToReplicas();
+        }
+    }
+
+    /** Says which gradient-view entries merge as state updates, and warns about those merged by the generic rule. */
+    private static void logStateEntries(List<StateUpdateReduction.Entry> entries) {
+        if (entries.isEmpty()) {
+            return;
+        }
+        List<StateUpdateReduction.Entry> generic = entries.stream()
+                .filter(e -> e.merge() == StateUpdateReduction.Merge.EXAMPLE_WEIGHTED_AVERAGE).toList();
+        LOG.log(System.Logger.Level.INFO, "symmem4j: state updates merged as one model on the merged batch computes them: "
+                + entries);
+        if (!generic.isEmpty()) {
+            LOG.log(System.Logger.Level.WARNING, "symmem4j: layers=" + generic + " write state updates into the gradient"
+                    + " view (updaterDivideByMinibatch=false) but are not a layer kind symmem4j knows; they are merged as"
+                    + " the example-weighted average of the workers' updates, exact only if the update is a mean over the"
+                    + " batch's examples (check the layer's backprop, or train it with plain fit())");
         }
     }
 
@@ -551,7 +706,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return;
         }
         for (DataParallelWorker w : workers) {
-            w.submit(new DataParallelWorker.Task(null, false, 0, -1, null));
+            w.submit(new DataParallelWorker.Task(null, false, 0, 0, -1, false, false, null));
         }
         for (DataParallelWorker w : workers) {
             try {
@@ -680,7 +835,35 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 throw new IllegalArgumentException("algorithm=NCCL needs a GPU transport; workers here share host memory"
                         + " (use ONE_SHOT, TWO_SHOT or RING, or leave the choice to the calibrated policy)");
             }
+            refuseLayersWithReplicaState(model);
+            ModelListeners.of(model); // refuses listeners it cannot call as fit() would; fit() checks again
             return new SymmemParallelWrapper(this);
+        }
+
+        /**
+         * Refuses the one DL4J 1.0.0-M2.1 layer whose training state lives outside the parameters:
+         * OCNNOutputLayer resets its radius r at each epoch to a quantile of a window of the outputs
+         * that layer instance saw, so each replica would set its own r and the replicas would part.
+         */
+        private static void refuseLayersWithReplicaState(ModelReplica model) {
+            List<org.deeplearning4j.nn.conf.layers.Layer> layers = new ArrayList<>();
+            switch (model) {
+                case ModelReplica.Mln m -> m.net().getLayerWiseConfigurations().getConfs().forEach(c -> layers.add(c.getLayer()));
+                case ModelReplica.Graph g -> g.net().getConfiguration().getVertices().values().forEach(v -> {
+                    if (v instanceof org.deeplearning4j.nn.conf.graph.LayerVertex lv && lv.getLayerConf() != null) {
+                        layers.add(lv.getLayerConf().getLayer());
+                    }
+                });
+            }
+            for (org.deeplearning4j.nn.conf.layers.Layer layer : layers) {
+                if (layer instanceof org.deeplearning4j.nn.conf.ocnn.OCNNOutputLayer) {
+                    throw new IllegalArgumentException("layer=" + layer.getLayerName() + " kind=OCNNOutputLayer cannot be"
+                            + " trained by data-parallel replicas: DL4J resets its radius r each epoch from a window of the"
+                            + " outputs that one layer instance saw (state outside the parameters, which the wrapper cannot"
+                            + " merge), so replicas would diverge; expected=any other output layer (fix: train this model"
+                            + " with plain fit())");
+                }
+            }
         }
     }
 }

@@ -68,6 +68,21 @@ final class UpdaterLayout {
         this.description = b.toString();
     }
 
+    /**
+     * Every parameter array of the network {@code updater} belongs to, in the order of the flat
+     * parameter vector, as DL4J's updater blocks list them (layer names as the updater knows them).
+     */
+    static List<Variable> variablesOf(BaseMultiLayerUpdater<?> updater) {
+        List<Variable> out = new ArrayList<>();
+        for (UpdaterBlock ub : updater.getUpdaterBlocks()) {
+            for (UpdaterBlock.ParamState ps : ub.getLayersAndVariablesInBlock()) {
+                out.add(new Variable(ps.getLayer().getConfig().getLayerName(), ps.getParamName(), ps.getParamOffsetStart(),
+                        ps.getParamOffsetEnd()));
+            }
+        }
+        return out;
+    }
+
     /** The layout of the network {@code updater} belongs to. */
     static UpdaterLayout of(BaseMultiLayerUpdater<?> updater, long paramCount) {
         List<Block> blocks = new ArrayList<>();
