@@ -17,6 +17,7 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.factory.Nd4j;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.GradientSynchronizer;
 import org.symmem4j.gradsync.SyncMetrics;
@@ -381,8 +382,7 @@ final class DataParallelWorker {
                 + ", epoch " + replica.epochCount() + "): " + who;
         if (settings.nonFiniteGradients() == NonFiniteGradients.SKIP_STEP) {
             if (rank == 0) {
-                System.getLogger(DataParallelWorker.class.getName()).log(System.Logger.Level.WARNING,
-                        message + "; step skipped on every worker (nonFiniteGradients=SKIP_STEP)");
+                LoggerFactory.getLogger(DataParallelWorker.class).warn(message + "; step skipped on every worker (nonFiniteGradients=SKIP_STEP)");
             }
             throw new SkipStep();
         }

@@ -1,9 +1,5 @@
 package org.symmem4j.dl4j;
 
-import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
-import io.prometheus.metrics.config.ExporterHttpServerProperties;
-import io.prometheus.metrics.config.PrometheusProperties;
-import io.prometheus.metrics.exporter.httpserver.HTTPServer;
 import java.io.IOException;
 import java.net.Inet6Address;
 import java.net.InetAddress;
@@ -11,6 +7,12 @@ import java.net.UnknownHostException;
 import java.time.Duration;
 import java.util.Map;
 import java.util.Objects;
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+import io.prometheus.metrics.config.ExporterHttpServerProperties;
+import io.prometheus.metrics.config.PrometheusProperties;
+import io.prometheus.metrics.exporter.httpserver.HTTPServer;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.SymmemException;
 
 /**
@@ -51,7 +53,7 @@ import org.symmem4j.parallel.SymmemException;
  */
 public final class PrometheusEndpoint implements AutoCloseable {
 
-    private static final System.Logger LOG = System.getLogger(PrometheusEndpoint.class.getName());
+    private static final Logger LOG = LoggerFactory.getLogger(PrometheusEndpoint.class);
 
     public static final String LOOPBACK = "127.0.0.1";
     public static final int DEFAULT_THREADS = 8;
@@ -214,7 +216,7 @@ public final class PrometheusEndpoint implements AutoCloseable {
             }
             PrometheusEndpoint endpoint = new PrometheusEndpoint(server, pool, address);
             if (!address.isLoopbackAddress()) {
-                LOG.log(System.Logger.Level.INFO, "metrics endpoint bound to " + address.getHostAddress()
+                LOG.info("metrics endpoint bound to " + address.getHostAddress()
                         + (address.isAnyLocalAddress() ? " (every interface)" : "")
                         + ", not loopback: other hosts can read " + endpoint.url() + " (asked for with host=" + host + ")");
             }

@@ -1,8 +1,5 @@
 package org.symmem4j.dl4j;
 
-import io.micrometer.core.instrument.MeterRegistry;
-import io.micrometer.core.instrument.Tag;
-import io.micrometer.core.instrument.Tags;
 import java.io.File;
 import java.io.IOException;
 import java.nio.file.AtomicMoveNotSupportedException;
@@ -17,6 +14,9 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tag;
+import io.micrometer.core.instrument.Tags;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
@@ -27,6 +27,8 @@ import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
 import org.nd4j.linalg.factory.Nd4j;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Algorithm;
@@ -81,7 +83,7 @@ import org.symmem4j.parallel.host.InJvmTransport;
  */
 public final class SymmemParallelWrapper implements AutoCloseable {
 
-    private static final System.Logger LOG = System.getLogger(SymmemParallelWrapper.class.getName());
+    private static final Logger LOG = LoggerFactory.getLogger(SymmemParallelWrapper.class);
 
     /** Told about every step (round), on the thread that called {@code fit()}. */
     @FunctionalInterface
@@ -536,7 +538,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 stopWorkers();
                 throw new SymmemException("interrupted while starting workers", e);
             }
-            LOG.log(System.Logger.Level.INFO, "symmem4j data parallelism: " + settings.workers() + " workers, policy "
+            LOG.info("symmem4j data parallelism: " + settings.workers() + " workers, policy "
                     + settings.policy() + ", ND4J threads per worker " + settings.ompThreadsPerWorker()
                     + (settings.sharding() == null ? "" : ", ZeRO sharding " + settings.sharding()));
         } else if (!replicasMatchModel()) {
@@ -551,10 +553,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         List<StateUpdateReduction.Entry> generic = entries.stream()
                 .filter(e -> e.merge() == StateUpdateReduction.Merge.EXAMPLE_WEIGHTED_AVERAGE).toList();
-        LOG.log(System.Logger.Level.INFO, "symmem4j: state updates merged as one model on the merged batch computes them: "
+        LOG.info("symmem4j: state updates merged as one model on the merged batch computes them: "
                 + entries);
         if (!generic.isEmpty()) {
-            LOG.log(System.Logger.Level.WARNING, "symmem4j: layers=" + generic + " write state updates into the gradient"
+            LOG.warn("symmem4j: layers=" + generic + " write state updates into the gradient"
                     + " view (updaterDivideByMinibatch=false) but are not a layer kind symmem4j knows; they are merged as"
                     + " the example-weighted average of the workers' updates, exact only if the update is a mean over the"
                     + " batch's examples (check the layer's backprop, or train it with plain fit())");

@@ -1,8 +1,5 @@
 package org.symmem4j.dl4j.pipeline;
 
-import io.micrometer.core.instrument.MeterRegistry;
-import io.micrometer.core.instrument.Tag;
-import io.micrometer.core.instrument.Tags;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -14,11 +11,16 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tag;
+import io.micrometer.core.instrument.Tags;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.factory.Nd4j;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.PeerTimeoutException;
@@ -73,7 +75,7 @@ import org.symmem4j.pipeline.schedule.Schedule;
  */
 public final class PipelineParallelTrainer implements AutoCloseable {
 
-    private static final System.Logger LOG = System.getLogger(PipelineParallelTrainer.class.getName());
+    private static final Logger LOG = LoggerFactory.getLogger(PipelineParallelTrainer.class);
 
     /** Told about every step, on the thread that called {@code fit()}. */
     @FunctionalInterface
@@ -361,7 +363,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             stopWorkers();
             throw new SymmemException("interrupted while starting pipeline ranks", e);
         }
-        LOG.log(System.Logger.Level.INFO, "symmem4j pipeline: " + shape + ", schedule " + scheduleKind + ", link slots "
+        LOG.info("symmem4j pipeline: " + shape + ", schedule " + scheduleKind + ", link slots "
                 + linkSlots + ", ND4J threads per rank " + ompThreadsPerRank + ", " + split);
     }
 
