@@ -36,6 +36,9 @@ final class PadSynchronizer implements WaitSubject {
 
     private enum WaitKind { ENTRY, BARRIER, STEP, SIGNAL, LEFT }
 
+    /** Longest wait for an aborting peer to finish writing its reason after claiming the abort word. */
+    private static final long ABORT_REASON_WAIT_NANOS = 2_000_000_000L;
+
     private final Group group;
     private final int rank;
     private final int worldSize;
@@ -483,11 +486,12 @@ final class PadSynchronizer implements WaitSubject {
     }
 
     private void throwAborted(long word, String what) {
-        // The aborter writes its reason between its claim and its release: give it a moment (it may
-        // also have died in between, so the moment is bounded).
-        long until = System.nanoTime() + 10_000_000;
+        // The aborter writes its reason between its claim and its release: wait for it, yielding (on
+        // a loaded machine the aborter may be descheduled for many milliseconds in between; the
+        // soak saw it), and bounded, since it may also have died in between.
+        long until = System.nanoTime() + ABORT_REASON_WAIT_NANOS;
         while (word == ABORT_CLAIMED && System.nanoTime() - until < 0) {
-            Thread.onSpinWait();
+            Thread.yield();
             // acquire: pairs with the aborter's release in writeAbort()
             word = (long) LONG.getAcquire(ownPad, ABORT_WORD_OFFSET);
         }
