@@ -11,6 +11,9 @@
 # after 30 s idle) put part2 in place of part1 and call run.sh bench in the second. See run.sh.
 #
 #   bench/cpu-scaling/pack.sh [DEST]     (default DEST: .device-dp in this checkout, git-ignored by the caller)
+#   PACK_PARTS=2 bench/cpu-scaling/pack.sh DEST   only part2 (our code changed; the runtime and ND4J's
+#                                                 natives did not), into an existing DEST
+# xz -9 of part1 takes minutes on 2 busy cores.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -23,7 +26,8 @@ mvn -q -B -o -pl examples -am -DskipTests package
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/p1/lib" "$stage/p2/lib"
-"$jdk/bin/jlink" --add-modules java.base,java.desktop,java.sql,java.management,java.logging,jdk.unsupported,jdk.incubator.vector,jdk.jfr \
+parts=${PACK_PARTS:-1 2}
+[[ " $parts " == *" 1 "* ]] && "$jdk/bin/jlink" --add-modules java.base,java.desktop,java.sql,java.management,java.logging,jdk.unsupported,jdk.incubator.vector,jdk.jfr \
   --strip-debug --no-man-pages --no-header-files --output "$stage/p1/jre"
 
 restore() { # $1 jar, $2 destination folder: the same entries, stored
@@ -37,13 +41,17 @@ cp_entries=$(tr ":" "\n" < examples/target/classpath.txt; echo; ls "$root"/examp
 for jar in $cp_entries; do
   case "$jar" in
     */jmh-*|*/jopt-simple-*) continue ;;   # the JMH harness: not used by the CLIs run here
-    *nd4j-native-*-linux-x86_64.jar) restore "$jar" "$stage/p1/lib" ;;
-    *.jar) restore "$jar" "$stage/p2/lib" ;;
+    *nd4j-native-*-linux-x86_64.jar) [[ " $parts " == *" 1 "* ]] && restore "$jar" "$stage/p1/lib" ;;
+    *.jar) [[ " $parts " == *" 2 "* ]] && restore "$jar" "$stage/p2/lib" ;;
   esac
 done
-rm -rf "$dest" && mkdir -p "$dest"
-(cd "$stage/p1" && tar -cf - jre lib) | xz -9 -T2 > "$dest/part1.tar.xz"
-(cd "$stage/p2" && tar -cf - lib) | xz -9 -T2 > "$dest/part2.tar.xz"
+mkdir -p "$dest"
+if [[ " $parts " == *" 1 "* ]]; then
+  (cd "$stage/p1" && tar -cf - jre lib) | xz -9 -T2 > "$dest/part1.tar.xz"
+fi
+if [[ " $parts " == *" 2 "* ]]; then
+  (cd "$stage/p2" && tar -cf - lib) | xz -9 -T2 > "$dest/part2.tar.xz"
+fi
 cp bench/cpu-scaling/run.sh "$dest/"
 ls -l "$dest"
 du -sh "$dest"/part*.tar.xz

@@ -66,8 +66,9 @@ import org.symmem4j.parallel.SymmetricMemory;
  *       symmem4j is sync and hand-off;</li>
  *   <li>{@code single}: one model on the merged batch of N·B at 1, 2, 4, ... ND4J threads — the best
  *       of these is the single-model baseline;</li>
- *   <li>{@code symmem}, {@code symmem-overlap}, {@code symmem-bf16}: SymmemParallelWrapper with N
- *       workers, one ND4J thread each (sync after backprop; overlapped with backprop; bf16 transfer);</li>
+ *   <li>{@code symmem}, {@code symmem-overlap}, {@code symmem-bf16}, {@code symmem-zero1}:
+ *       SymmemParallelWrapper with N workers, one ND4J thread each (sync after backprop; overlapped
+ *       with backprop; bf16 transfer; ZeRO stage 1, so no worker runs the updater on all parameters);</li>
  *   <li>{@code averaging}, {@code shared}: DL4J's ParallelWrapper, AVERAGING(1) and SHARED_GRADIENTS,
  *       N workers, one ND4J thread each;</li>
  *   <li>{@code allreduce}: the host all-reduce alone, N threads, the model's gradient bytes in the
@@ -164,7 +165,8 @@ public final class ScalingBench {
     /** What is measured. */
     enum Mode {
         ALONE("alone"), SINGLE_SETMAXTHREADS("single-setmaxthreads"), INDEPENDENT("independent"), SINGLE("single"),
-        SYMMEM("symmem"), SYMMEM_OVERLAP("symmem-overlap"), SYMMEM_BF16("symmem-bf16"), AVERAGING("averaging"),
+        SYMMEM("symmem"), SYMMEM_OVERLAP("symmem-overlap"), SYMMEM_BF16("symmem-bf16"), SYMMEM_ZERO1("symmem-zero1"),
+        AVERAGING("averaging"),
         SHARED("shared"), ALLREDUCE("allreduce");
 
         final String flag;
@@ -421,6 +423,9 @@ public final class ScalingBench {
             if (o.has(Mode.SYMMEM_BF16) && compare && n > 1 && n == o.compareWorkers().getLast()) {
                 plan.add(new Config(m, Mode.SYMMEM_BF16, n, 1));
             }
+            if (o.has(Mode.SYMMEM_ZERO1) && compare && n > 1 && n == o.compareWorkers().getLast()) {
+                plan.add(new Config(m, Mode.SYMMEM_ZERO1, n, 1));
+            }
             if (o.has(Mode.AVERAGING) && compare && n > 1) {
                 plan.add(new Config(m, Mode.AVERAGING, n, 1));
             }
@@ -575,7 +580,7 @@ public final class ScalingBench {
                 return switch (c.mode()) {
                     case ALONE, SINGLE, SINGLE_SETMAXTHREADS -> single(c, w, warmup, seconds, rep, jfr, o);
                     case INDEPENDENT -> independent(c, w, warmup, seconds, rep, jfr, o);
-                    case SYMMEM, SYMMEM_OVERLAP, SYMMEM_BF16 -> symmem(c, w, warmup, seconds, rep, jfr, o);
+                    case SYMMEM, SYMMEM_OVERLAP, SYMMEM_BF16, SYMMEM_ZERO1 -> symmem(c, w, warmup, seconds, rep, jfr, o);
                     case AVERAGING, SHARED -> parallelWrapper(c, w, warmup, seconds, rep, jfr, o);
                     case ALLREDUCE -> allReduce(c, w, rep, seconds > 0 ? 60 : 5);
                 };
@@ -679,6 +684,8 @@ public final class ScalingBench {
             b.overlapSyncWithBackprop(true);
         } else if (c.mode() == Mode.SYMMEM_BF16) {
             b.gradientTransfer(GradientTransfer.BFLOAT16);
+        } else if (c.mode() == Mode.SYMMEM_ZERO1) {
+            b.sharding(org.symmem4j.dl4j.ZeroStage.OPTIMIZER_STATE); // each worker runs Adam on its 1/N only
         }
         try (SymmemParallelWrapper wrapper = b.build()) {
             // the warm-up fit also starts the workers: the timed window is steady-state training
