@@ -100,7 +100,9 @@ final class ScalingReport {
                 + " wrapper's buckets, median of 60.\n\n");
 
         for (Model m : o.models()) {
-            renderModel(s, m);
+            if (params.containsKey(m)) { // a report rendered from a CSV holds only the models it measured
+                renderModel(s, m);
+            }
         }
         s.append("## Every run\n\n");
         s.append("| config | rep | examples/s | steps | step ms | sync ms | exposed sync ms | all-reduce ms |\n");
