@@ -6,14 +6,17 @@
 #
 #   bench/data-parallel.sh [extra DataParallelBench flags, e.g. --steps 300 --reps 1 for a quick look]
 #
-# About 3 minutes on 2 cores. Run it on an otherwise idle machine: every mode uses all cores.
+# About 4 minutes on 2 cores. Run it on an otherwise idle machine: every mode uses all cores. Builds
+# with `package` inside this checkout (never `install`: that would replace the artifacts in ~/.m2 that
+# other checkouts use). The single model runs at its fastest ND4J thread count (a sweep over 1..cores
+# first). For scaling over many cores see bench/cpu-scaling/ (ScalingBench).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 . bench/jdk25.sh
 jdk=$(find_jdk25)
 
-mvn -q -B -DskipTests install
+mvn -q -B -o -pl examples -am -DskipTests package
 cp="$(cat examples/target/classpath.txt):$(ls "$root"/examples/target/symmem4j-examples-*.jar)"
 
 commit=$(git rev-parse --short HEAD)

@@ -19,6 +19,7 @@ import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.factory.Nd4j;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.gradsync.AlgorithmPolicy;
+import org.symmem4j.gradsync.GradientBuckets;
 import org.symmem4j.gradsync.GradientSynchronizer;
 import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Communicator;
@@ -41,9 +42,15 @@ import org.symmem4j.parallel.host.Reducer;
  * would differ per replica, so replicas have it switched off
  * ({@link ModelReplica#disableMinibatchDivision()}) and the hook divides the all-reduced sum by the
  * examples of the whole step — the same number on every rank, so the same bits, and the same
- * mean one model computes over all those examples. Entries that hold state updates rather than
- * gradients (BatchNorm's running statistics, center-loss centers) are not such sums: a
- * {@link StateUpdateReduction} merges them separately and writes them over the divided sum.
+ * mean one model computes over all those examples. {@link GradientAveraging} does that bucket by
+ * bucket, in the hook or, with overlap, on a communication thread while backprop goes on. Entries
+ * that hold state updates rather than gradients (BatchNorm's running statistics, center-loss
+ * centers) are not such sums: a {@link StateUpdateReduction} merges them separately and writes them
+ * over the divided sum, bucket by bucket ({@link StateHook}).
+ *
+ * <p>Gradient accumulation: a task may hold {@link MicroBatches}; all but the last go through
+ * forward and backward passes only ({@link ModelReplica#computeGradient}), their gradients summed
+ * into a buffer, and the last one's fit adds that sum to its own before the one sync of the step.
  */
 final class DataParallelWorker {
 
@@ -60,13 +67,16 @@ final class DataParallelWorker {
 
     /**
      * What a step produced: DL4J's score of the worker's batch (its mean loss per example plus the
-     * regularization term: see {@link ModelReplica#disableMinibatchDivision}), the regularization
+     * regularization term: see {@link ModelReplica#disableMinibatchDivision}; with gradient
+     * accumulation the mean over its micro-batches, weighted by their examples), the regularization
      * term (worker 0 only, NaN on the others: the parameters, so the term, are the same on every
-     * worker), timings, and the activations DL4J passed to onForwardPass (a List for a
-     * MultiLayerNetwork, a Map for a graph; null unless kept).
+     * worker), timings, the activations DL4J passed to onForwardPass (a List for a
+     * MultiLayerNetwork, a Map for a graph; null unless kept), and {@code syncStart}/{@code syncEnd},
+     * {@link System#nanoTime()} stamps of the gradient hook (0 if it did not run), to see when the
+     * last worker arrived.
      */
     record Result(double score, double regularization, long stepNanos, long syncNanos, boolean skipped,
-                  Object activations) {
+                  Object activations, long syncStart, long syncEnd) {
     }
 
     /** A copy of elements [start, start + length) of the reduced gradient, as one model's onGradientCalculation sees them. */
@@ -91,15 +101,21 @@ final class DataParallelWorker {
     private final SyncMetrics metrics;
     private final ShardSource shardSource;
     private final List<StateUpdateReduction.Entry> stateEntries;
+    private final BackpropProgress backpropProgress;
     private final BlockingQueue<Task> tasks = new LinkedBlockingQueue<>();
     private final CompletableFuture<Void> ready = new CompletableFuture<>();
     private final Thread thread;
     private final Reducer reducer = Reducer.forThisJvm();
+    private final StateHook stateHook = new StateHook();
 
     // Owned by the worker thread.
     private Communicator comm;
     private SymmetricMemory gradients;
     private GradientSynchronizer synchronizer;
+    private GradientAveraging averaging;
+    private SymmetricMemory transferMemory;
+    private Arena accumulationArena;
+    private MemorySegment accumulated;
     private MemorySegment gradientSegment;
     private DType dtype;
     private long count;
@@ -110,17 +126,22 @@ final class DataParallelWorker {
     private Object keptActivations;
     /** Allocated on first use; read by the wrapper's thread while the worker is idle. */
     private volatile GradientSnapshot gradientSnapshot;
+    private long syncStart;
+    private long syncEnd;
     /** Set once the worker started, when sharding is on; read by the wrapper's thread while the worker is idle. */
     private volatile ShardedUpdater sharded;
 
     /**
-     * @param shardSource  null for plain data parallelism; with sharding (settings.sharding() set),
-     *                     where this worker's shard of the updater state comes from
-     * @param stateEntries the gradient-view entries that hold state updates, not gradients
-     *                     ({@link StateUpdateReduction#find}); merged on their own each step
+     * @param shardSource      null for plain data parallelism; with sharding (settings.sharding() set),
+     *                         where this worker's shard of the updater state comes from
+     * @param stateEntries     the gradient-view entries that hold state updates, not gradients
+     *                         ({@link StateUpdateReduction#find}); merged on their own each step
+     * @param backpropProgress where the replica's backprop reports written layers (a replica built
+     *                         by {@link ModelReplica#newReplicaWithBackpropSignals}); null without overlap
      */
     DataParallelWorker(int rank, InJvmWorld world, ModelReplica replica, SymmemParallelWrapper.Settings settings,
-                       SyncMetrics metrics, ShardSource shardSource, List<StateUpdateReduction.Entry> stateEntries) {
+                       SyncMetrics metrics, ShardSource shardSource, List<StateUpdateReduction.Entry> stateEntries,
+                       BackpropProgress backpropProgress) {
         if ((settings.sharding() == null) != (shardSource == null)) {
             throw new IllegalArgumentException("sharding=" + settings.sharding() + " needs a shard source exactly when set");
         }
@@ -131,6 +152,7 @@ final class DataParallelWorker {
         this.metrics = metrics;
         this.shardSource = shardSource;
         this.stateEntries = List.copyOf(stateEntries);
+        this.backpropProgress = backpropProgress;
         this.thread = Thread.ofPlatform().daemon().name("symmem4j-worker-" + rank).unstarted(this::run);
     }
 
@@ -171,9 +193,16 @@ final class DataParallelWorker {
             gradientSegment = ModelReplica.segmentOf(view);
             gradients = SymmetricMemory.register(group, gradientSegment);
             AlgorithmPolicy policy = settings.policy();
-            synchronizer = new GradientSynchronizer(comm, gradients, 0, count, dtype, settings.bucketBytes(), policy, metrics);
+            // buckets start at layer boundaries, so each can be reduced once its layers are written
+            List<ModelReplica.LayerSlice> layers = replica.layerSlices();
+            List<GradientBuckets.Bucket> buckets = GradientBuckets.splitAtBoundaries(count, dtype, settings.bucketBytes(),
+                    settings.minBucketBytes(), layers.stream().mapToLong(ModelReplica.LayerSlice::start).toArray());
+            synchronizer = new GradientSynchronizer(comm, gradients, 0, dtype, buckets, policy, metrics);
             if (!stateEntries.isEmpty()) {
                 stateReduction = new StateUpdateReduction(stateEntries, replica, comm);
+            }
+            if (shardSource == null) {
+                averaging = startAveraging(group, buckets, layers);
             }
             if (shardSource != null) {
                 ShardedUpdater s = new ShardedUpdater(settings.sharding(), shardSource.layout(), replica, comm, gradients,
@@ -216,7 +245,11 @@ final class DataParallelWorker {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         } finally {
-            // collective closes: every worker gets its shutdown task in the same round
+            // collective closes: every worker gets its shutdown task in the same round; the sync
+            // thread ends first, so nothing uses the communicator while it closes
+            closeQuietly(averaging);
+            closeQuietly(transferMemory);
+            closeQuietly(accumulationArena);
             closeQuietly(gradients);
             closeQuietly(comm);
             closeQuietly(group);
@@ -228,19 +261,67 @@ final class DataParallelWorker {
         return gradientSnapshot;
     }
 
+    /** Plain data parallelism's bucketed averaging; with bf16 transfer its buffer, with accumulation its sum. */
+    private GradientAveraging startAveraging(Group group, List<GradientBuckets.Bucket> buckets,
+                                             List<ModelReplica.LayerSlice> layers) {
+        GradientAveraging.Bf16Transfer transfer = null;
+        if (settings.gradientTransfer() == GradientTransfer.BFLOAT16) {
+            transferMemory = SymmetricMemory.allocate(group, Math.max(64, (2 * count + 63) / 64 * 64));
+            List<GradientBuckets.Bucket> bf16Buckets = buckets.stream()
+                    .map(b -> new GradientBuckets.Bucket(b.firstElement(), b.count(), DType.BFLOAT16)).toList();
+            transfer = new GradientAveraging.Bf16Transfer(transferMemory.local(), new GradientSynchronizer(comm,
+                    transferMemory, 0, DType.BFLOAT16, bf16Buckets, settings.policy(), metrics));
+        }
+        if (settings.accumulation() > 1) {
+            accumulationArena = Arena.ofShared(); // read by the sync thread with overlap
+            accumulated = accumulationArena.allocate(count * dtype.byteSize(), 64);
+        }
+        GradientAveraging a = new GradientAveraging(rank, gradientSegment, dtype, synchronizer, transfer, layers,
+                backpropProgress != null, stateHook, settings.timeout());
+        if (backpropProgress != null) {
+            backpropProgress.listen(a::layerWritten);
+        }
+        return a;
+    }
+
     /** Runs one step and completes its future; false if the step failed (the future then holds the cause). */
     private boolean step(Task task) {
         current = task;
         syncNanos = 0;
         regularization = Double.NaN;
         keptActivations = null;
+        syncStart = 0;
+        syncEnd = 0;
         long start = System.nanoTime();
         boolean skipped = false;
+        double earlierWeightedScore = 0;
+        long earlierExamples = 0;
         try {
-            if (task.batch() instanceof DataSet ds) {
+            Object batch = task.batch();
+            MemorySegment earlierGradients = null;
+            if (batch instanceof MicroBatches micro) {
+                if (task.idle() || micro.batches().size() == 1) {
+                    batch = micro.batches().getFirst(); // an idle worker contributes zeros: one pass is enough
+                } else {
+                    double[] earlier = accumulate(micro.batches().subList(0, micro.batches().size() - 1));
+                    earlierWeightedScore = earlier[0];
+                    earlierExamples = (long) earlier[1];
+                    earlierGradients = accumulated;
+                    batch = micro.batches().getLast();
+                }
+            }
+            if (task.keepGradient() && (sharded != null || rank == 0)) {
+                // plain: worker 0 keeps the whole sum (the same on every rank); sharded: each its shard
+                ensureGradientSnapshot(sharded == null ? 0 : sharded.start(), sharded == null ? count : sharded.end());
+            }
+            if (averaging != null) {
+                stateHook.arm(task); // before beginStep, whose volatile write publishes it to the sync thread
+                averaging.beginStep(task.idle(), task.stepExamples(), earlierGradients);
+            }
+            if (batch instanceof DataSet ds) {
                 replica.fit(ds);
             } else {
-                replica.fit((MultiDataSet) task.batch());
+                replica.fit((MultiDataSet) batch);
             }
         } catch (SkipStep skip) {
             skipped = true;
@@ -248,6 +329,9 @@ final class DataParallelWorker {
             if (!(e instanceof PeerTimeoutException) && !(e instanceof NonFiniteGradientException)) {
                 // Peers may be waiting for this worker inside the all-reduce: make them fail now.
                 comm.abort("worker " + rank + " failed at step " + task.step() + ": " + e);
+            }
+            if (averaging != null) {
+                averaging.abandonStep();
             }
             task.result().completeExceptionally(e);
             return false;
@@ -259,8 +343,22 @@ final class DataParallelWorker {
             syncNanos += sharded.takeGatherNanos(); // the update's all-gather ran inside DL4J's updater call
         }
         metrics.recordWorkerStep(rank, stepNanos, syncNanos);
-        task.result().complete(new Result(replica.score(), regularization, stepNanos, syncNanos, skipped, keptActivations));
+        task.result().complete(new Result(task.idle() ? 0 : score(earlierWeightedScore, earlierExamples, task),
+                regularization, stepNanos, syncNanos, skipped, keptActivations, syncStart, syncEnd));
         return true;
+    }
+
+    /**
+     * This worker's score: DL4J's for its batch; with gradient accumulation the mean over its
+     * micro-batches weighted by their examples (each a mean loss plus the same regularization term,
+     * as the parameters do not change within a step).
+     */
+    private double score(double earlierWeightedScore, long earlierExamples, Task task) {
+        if (earlierExamples == 0) {
+            return replica.score();
+        }
+        long last = task.examples() - earlierExamples;
+        return (earlierWeightedScore + last * replica.score()) / task.examples();
     }
 
     /** In DL4J's forward pass: copies of the activations, out of DL4J's workspaces, when the user's listeners read them. */
@@ -287,21 +385,70 @@ final class DataParallelWorker {
     /** Keeps a copy of gradient elements [from, to), reduced but not yet divided by the step's examples. */
     private void keepGradient(long from, long to) {
         GradientSnapshot snapshot = gradientSnapshot;
-        if (snapshot == null) {
-            snapshot = new GradientSnapshot(Nd4j.create(replica.gradientView().dataType(), Math.max(1, to - from)), from);
-            gradientSnapshot = snapshot;
-        }
         long width = dtype.byteSize();
-        MemorySegment.copy(gradientSegment, from * width, ModelReplica.segmentOf(snapshot.values()), 0, (to - from) * width);
+        MemorySegment.copy(gradientSegment, from * width, ModelReplica.segmentOf(snapshot.values()),
+                (from - snapshot.start()) * width, (to - from) * width);
+    }
+
+    /** Allocates the gradient snapshot for elements [from, to) on the worker's thread (ND4J arrays outside workspaces). */
+    private void ensureGradientSnapshot(long from, long to) {
+        if (gradientSnapshot == null) {
+            try (MemoryWorkspace ws = Nd4j.getWorkspaceManager().scopeOutOfWorkspaces()) {
+                gradientSnapshot = new GradientSnapshot(Nd4j.create(replica.gradientView().dataType(),
+                        Math.max(1, to - from)), from);
+            }
+        }
+    }
+
+    /**
+     * Forward and backward passes over {@code batches}, no update: their gradients summed into
+     * {@link #accumulated}; returns [Σ examples × score, Σ examples] over them.
+     */
+    private double[] accumulate(List<Object> batches) {
+        double weightedScore = 0;
+        long examples = 0;
+        for (int m = 0; m < batches.size(); m++) {
+            Object batch = batches.get(m);
+            replica.computeGradient(batch);
+            long n = SymmemParallelWrapper.examples(batch);
+            weightedScore += n * replica.score();
+            examples += n;
+            if (m == 0) {
+                MemorySegment.copy(gradientSegment, 0, accumulated, 0, count * dtype.byteSize());
+            } else {
+                reducer.reduce(new MemorySegment[] {accumulated, gradientSegment}, new long[] {0, 0},
+                        new DType[] {dtype, dtype}, 2, accumulated, 0, dtype, count, ReduceOp.SUM, 0, false);
+            }
+        }
+        return new double[] {weightedScore, examples};
     }
 
     /** The hook: runs on this worker's thread, inside the replica's fit, before its updater. */
     private void syncGradients() {
         Task task = current;
         long start = System.nanoTime();
+        syncStart = start;
+        try {
+            syncGradients(task, start);
+        } finally {
+            syncEnd = System.nanoTime();
+        }
+    }
+
+    private void syncGradients(Task task, long start) {
         if (rank == 0) {
             // the term DL4J's score added, for the parameters the score was computed with (before the update)
             regularization = replica.regularizationScore();
+        }
+        if (averaging != null) {
+            // bucket by bucket: checked (zeroed when idle), summed, divided and checked again; the
+            // state hook merges state updates and keeps the listeners' copy (see StateHook)
+            GradientAveraging.Outcome outcome = averaging.finishStep();
+            syncNanos = System.nanoTime() - start;
+            if (outcome.reducedBad() >= 0) {
+                nonFinite(task, outcome.localBad(), outcome.reducedBad());
+            }
+            return;
         }
         long localBad = -1;
         if (task.idle()) {
@@ -338,24 +485,69 @@ final class DataParallelWorker {
             }
             return;
         }
-        synchronizer.allReduce(ReduceOp.SUM);
-        boolean keep = task.keepGradient() && rank == 0; // every rank holds the same sum: one copy serves
-        if (keep) {
-            keepGradient(0, count);
+        throw new IllegalStateException("worker " + rank + " has neither a sharded updater nor averaging (a bug)");
+    }
+
+    /**
+     * What plain data parallelism does per bucket besides summing and dividing: state updates
+     * merged before the first bucket that holds any is reduced (all of them at once, a collective:
+     * every worker runs the same buckets in the same order) and written over the divided sum after
+     * each such bucket; the listeners' undivided copy of the sum. Runs on the thread that syncs the
+     * buckets: with overlap the communication thread, which reads {@link #hookTask}, written by the
+     * worker before {@link GradientAveraging#beginStep} publishes the step (its volatile write).
+     */
+    private final class StateHook implements GradientAveraging.BucketHook {
+        private Task hookTask;
+        private boolean keep;
+        private boolean reducedThisStep;
+
+        /** Worker thread, before {@link GradientAveraging#beginStep}. */
+        void arm(Task task) {
+            hookTask = task;
+            keep = task.keepGradient() && rank == 0; // every rank holds the same sum: one copy serves
+            reducedThisStep = false;
         }
-        // what DL4J's updater would have done for one model seeing every example of the step
-        replica.gradientView().divi(task.stepExamples());
-        if (stateReduction != null) {
-            stateReduction.write(0, count); // over the summed-and-divided state entries
-            if (keep) {
-                stateReduction.writeUndivided(gradientSnapshot.values(), 0, 0, count);
+
+        @Override
+        public boolean waitsForWholeBackprop(long firstElement, long count) {
+            // a state reduction reads every layer's state entries: their buckets wait for all of backprop
+            return stateReduction != null && stateReduction.overlaps(firstElement, firstElement + count);
+        }
+
+        @Override
+        public void beforeReduce(long firstElement, long count) {
+            if (stateReduction != null && !reducedThisStep && stateReduction.overlaps(firstElement, firstElement + count)) {
+                // from this worker's own values, so before the gradient reduction overwrites any of them
+                stateReduction.reduce(hookTask.examples(), hookTask.stepExamples(), hookTask.batch());
+                reducedThisStep = true;
             }
         }
-        // NaN and infinities survive the sum, so every rank sees the same verdict here.
-        long bad = reducer.firstNonFinite(gradientSegment, 0, dtype, count);
-        syncNanos = System.nanoTime() - start;
-        if (bad >= 0) {
-            nonFinite(task, localBad, bad);
+
+        @Override
+        public boolean wantsUndividedSum() {
+            return keep;
+        }
+
+        @Override
+        public void afterSum(long firstElement, long count) {
+            if (keep) {
+                keepGradient(firstElement, firstElement + count);
+            }
+        }
+
+        @Override
+        public long afterReduce(long firstElement, long count) {
+            if (stateReduction == null || !stateReduction.overlaps(firstElement, firstElement + count)) {
+                return -1;
+            }
+            stateReduction.write(firstElement, firstElement + count); // over the summed-and-divided state entries
+            if (keep) {
+                stateReduction.writeUndivided(gradientSnapshot.values(), gradientSnapshot.start(), firstElement,
+                        firstElement + count);
+            }
+            // the merged values replaced what the bucket's check saw: check them as well
+            long bad = reducer.firstNonFinite(gradientSegment, firstElement * dtype.byteSize(), dtype, count);
+            return bad < 0 ? -1 : firstElement + bad;
         }
     }
 

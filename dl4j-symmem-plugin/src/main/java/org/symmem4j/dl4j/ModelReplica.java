@@ -1,13 +1,18 @@
 package org.symmem4j.dl4j;
 
 import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.api.Trainable;
 import org.deeplearning4j.nn.api.Updater;
+import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
+import org.deeplearning4j.nn.conf.InputPreProcessor;
+import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.graph.vertex.GraphVertex;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.deeplearning4j.optimize.api.TrainingListener;
@@ -82,6 +87,50 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
      * with its flat gradient view; nothing copied from this one yet.
      */
     ModelReplica blankCopy();
+
+    /**
+     * Like {@link #newReplica()}, and its backprop tells {@code progress} each time a layer (graph:
+     * a layer vertex) has written its gradient, so sync can start on that part of the gradient
+     * while backprop goes on (see {@link BackpropSignalPreProcessor}).
+     */
+    default ModelReplica newReplicaWithBackpropSignals(BackpropProgress progress) {
+        ModelReplica copy = blankCopyWithBackpropSignals(progress);
+        copy.copyStateFrom(this);
+        copy.disableMinibatchDivision();
+        return copy;
+    }
+
+    /** {@link #blankCopy()} with {@link BackpropSignalPreProcessor}s installed; see {@link #newReplicaWithBackpropSignals}. */
+    ModelReplica blankCopyWithBackpropSignals(BackpropProgress progress);
+
+    /** One layer's (graph: vertex's) part of the flat gradient view, elements {@code [start, end)}. */
+    record LayerSlice(String key, long start, long end) {
+    }
+
+    /**
+     * The part of the flat gradient view each layer with parameters owns, keyed as the backprop
+     * signals name them (layer index, or vertex name), read from the layers' own gradient views.
+     */
+    List<LayerSlice> layerSlices();
+
+    /** Where {@code part}, a view into {@code whole}, starts in it, in elements. */
+    static long elementOffset(INDArray whole, INDArray part) {
+        long width = whole.dataType().width();
+        long delta = segmentOf(part).address() - segmentOf(whole).address();
+        if (delta < 0 || delta % width != 0 || delta / width + part.length() > whole.length()) {
+            throw new IllegalStateException("a layer's gradient view lies outside the network's flat gradient view:"
+                    + " offsetBytes=" + delta + " length=" + part.length() + " flatLength=" + whole.length()
+                    + " (expected DL4J's layer views into the flat view)");
+        }
+        return delta / width;
+    }
+
+    /**
+     * Forward and backward pass over {@code batch} without the updater: the gradient view then
+     * holds this batch's gradient (a sum over its examples), and {@link #score()} its loss. For
+     * gradient accumulation.
+     */
+    void computeGradient(Object batch);
 
     /** Makes DL4J's optimizer call {@code sharded} where it would run its own updater. */
     void installUpdater(ShardedUpdater sharded);
@@ -278,6 +327,53 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         }
 
         @Override
+        public ModelReplica blankCopyWithBackpropSignals(BackpropProgress progress) {
+            MultiLayerConfiguration conf = net.getLayerWiseConfigurations().clone();
+            int layers = conf.getConfs().size();
+            // Layer i's input preprocessor runs its backprop right after layer i's backprop. Layer 0
+            // gets none of its own: its input is the caller's array, outside DL4J's workspaces, and
+            // a preprocessor's output there fails DL4J's workspace check; its gradient is complete
+            // when the gradient hook runs anyway.
+            for (int i = 0; i < layers; i++) {
+                if (i > 0 || conf.getInputPreProcess(0) != null) {
+                    conf.getInputPreProcessors().put(i, new BackpropSignalPreProcessor(conf.getInputPreProcess(i),
+                            Integer.toString(i), progress));
+                }
+            }
+            MultiLayerNetwork fresh = new MultiLayerNetwork(conf);
+            fresh.init();
+            fresh.initGradientsView();
+            return new Mln(fresh);
+        }
+
+        @Override
+        public List<LayerSlice> layerSlices() {
+            List<LayerSlice> out = new ArrayList<>();
+            org.deeplearning4j.nn.api.Layer[] layers = net.getLayers();
+            for (int i = 0; i < layers.length; i++) {
+                INDArray g = layers[i].numParams() > 0 ? layers[i].getGradientsViewArray() : null;
+                if (g != null && g.length() > 0) {
+                    long start = ModelReplica.elementOffset(gradientView(), g);
+                    out.add(new LayerSlice(Integer.toString(i), start, start + g.length()));
+                }
+            }
+            return out;
+        }
+
+        @Override
+        public void computeGradient(Object batch) {
+            if (!(batch instanceof DataSet ds)) {
+                throw new IllegalArgumentException("a MultiLayerNetwork trains on DataSets; found "
+                        + (batch == null ? "null" : batch.getClass().getName()));
+            }
+            net.setInput(ds.getFeatures());
+            net.setLabels(ds.getLabels());
+            net.setLayerMaskArrays(ds.getFeaturesMaskArray(), ds.getLabelsMaskArray());
+            net.computeGradientAndScore();
+            net.clearLayerMaskArrays();
+        }
+
+        @Override
         public void installUpdater(ShardedUpdater sharded) {
             net.setUpdater(new ShardedUpdater.ForMultiLayer(sharded));
         }
@@ -390,6 +486,60 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
             fresh.init();
             fresh.initGradientsView();
             return new Graph(fresh);
+        }
+
+        @Override
+        public ModelReplica blankCopyWithBackpropSignals(BackpropProgress progress) {
+            ComputationGraphConfiguration conf = net.getConfiguration().clone();
+            for (Map.Entry<String, org.deeplearning4j.nn.conf.graph.GraphVertex> e : conf.getVertices().entrySet()) {
+                if (!(e.getValue() instanceof org.deeplearning4j.nn.conf.graph.LayerVertex lv)) {
+                    continue;
+                }
+                // As for a MultiLayerNetwork's layer 0: a vertex fed by a network input keeps what it had.
+                boolean fedByNetworkInput = conf.getVertexInputs().getOrDefault(e.getKey(), List.of()).stream()
+                        .anyMatch(conf.getNetworkInputs()::contains);
+                if (lv.getPreProcessor() != null || !fedByNetworkInput) {
+                    lv.setPreProcessor(new BackpropSignalPreProcessor(lv.getPreProcessor(), e.getKey(), progress));
+                }
+            }
+            ComputationGraph fresh = new ComputationGraph(conf);
+            fresh.init();
+            fresh.initGradientsView();
+            return new Graph(fresh);
+        }
+
+        @Override
+        public List<LayerSlice> layerSlices() {
+            List<LayerSlice> out = new ArrayList<>();
+            for (GraphVertex v : net.getVertices()) {
+                INDArray g = v.hasLayer() && v.getLayer().numParams() > 0 ? v.getGradientsViewArray() : null;
+                if (g != null && g.length() > 0) {
+                    long start = ModelReplica.elementOffset(gradientView(), g);
+                    out.add(new LayerSlice(v.getVertexName(), start, start + g.length()));
+                }
+            }
+            return out;
+        }
+
+        @Override
+        public void computeGradient(Object batch) {
+            switch (batch) {
+                case DataSet ds -> {
+                    net.setInputs(ds.getFeatures());
+                    net.setLabels(ds.getLabels());
+                    net.setLayerMaskArrays(ds.getFeaturesMaskArray() == null ? null : new INDArray[] {ds.getFeaturesMaskArray()},
+                            ds.getLabelsMaskArray() == null ? null : new INDArray[] {ds.getLabelsMaskArray()});
+                }
+                case MultiDataSet mds -> {
+                    net.setInputs(mds.getFeatures());
+                    net.setLabels(mds.getLabels());
+                    net.setLayerMaskArrays(mds.getFeaturesMaskArrays(), mds.getLabelsMaskArrays());
+                }
+                default -> throw new IllegalArgumentException("a ComputationGraph trains on DataSets or MultiDataSets; found "
+                        + (batch == null ? "null" : batch.getClass().getName()));
+            }
+            net.computeGradientAndScore();
+            net.clearLayerMaskArrays();
         }
 
         @Override

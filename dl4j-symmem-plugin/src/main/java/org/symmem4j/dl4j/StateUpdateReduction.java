@@ -134,6 +134,7 @@ final class StateUpdateReduction {
     }
 
     private final Communicator comm;
+    private final List<Entry> entries;
     private final FlatArray gradient;
     private final List<Rule> rules;
     private final int firstSlots;
@@ -148,6 +149,7 @@ final class StateUpdateReduction {
      */
     StateUpdateReduction(List<Entry> entries, ModelReplica replica, Communicator comm) {
         this.comm = comm;
+        this.entries = List.copyOf(entries);
         this.gradient = new FlatArray(replica.gradientView());
         FlatArray params = new FlatArray(replica.params());
         Map<String, Trainable> trainables = replica.trainables();
@@ -225,6 +227,16 @@ final class StateUpdateReduction {
         for (Rule r : rules) {
             r.merge(stepExamples, first, second);
         }
+    }
+
+    /** Whether any entry has elements in [from, to) of the gradient view. */
+    boolean overlaps(long from, long to) {
+        for (Entry e : entries) {
+            if (e.start() < to && from < e.end()) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /**

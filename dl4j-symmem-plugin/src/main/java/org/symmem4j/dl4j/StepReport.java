@@ -12,6 +12,10 @@ package org.symmem4j.dl4j;
  * @param stepNanos   the slowest worker's step time (forward, backward, sync, update)
  * @param syncNanos   the slowest worker's gradient-sync time within it
  * @param skipped     true if the step was skipped (non-finite gradient with SKIP_STEP)
+ * @param exposedSyncNanos from the moment the last worker reached the sync (its backward pass
+ *                    done) to the moment the last worker's sync finished: the sync time that no
+ *                    computation hid (waiting for slower workers excluded)
  */
-public record StepReport(long step, long examples, double loss, long stepNanos, long syncNanos, boolean skipped) {
+public record StepReport(long step, long examples, double loss, long stepNanos, long syncNanos, boolean skipped,
+                         long exposedSyncNanos) {
 }

@@ -9,6 +9,7 @@ import java.nio.file.StandardCopyOption;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.function.Supplier;
 import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
@@ -21,12 +22,12 @@ import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.util.ModelSerializer;
+import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
-import org.nd4j.linalg.factory.Nd4j;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.gradsync.AlgorithmPolicy;
@@ -37,6 +38,7 @@ import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.host.InJvmTransport;
+import org.symmem4j.parallel.sync.BackoffIdleStrategy;
 
 /**
  * Exact synchronous data parallelism for DL4J, as a drop-in for {@code ParallelWrapper}:
@@ -91,10 +93,29 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         void onStep(StepReport report);
     }
 
-    /** Validated settings, shared with the workers. */
+    /**
+     * Validated settings, shared with the workers. {@code accumulation}: micro-batches per worker per
+     * step; {@code minBucketBytes}: see {@link org.symmem4j.gradsync.GradientBuckets#splitAtBoundaries}.
+     */
     record Settings(int workers, long bucketBytes, AlgorithmPolicy policy, NonFiniteGradients nonFiniteGradients,
-                    Duration timeout, int ompThreadsPerWorker, ZeroStage sharding) {
+                    Duration timeout, int ompThreadsPerWorker, ZeroStage sharding, boolean overlap, int accumulation,
+                    GradientTransfer gradientTransfer, long minBucketBytes) {
     }
+
+    /**
+     * Default smallest bucket: an all-reduce has a fixed cost (a few barriers: microseconds, more
+     * with many workers), so layers smaller than this share a bucket with the layer below.
+     */
+    static final long DEFAULT_MIN_BUCKET_BYTES = 256L << 10;
+
+    /**
+     * Longest park of a worker waiting for its peers inside a collective. Workers arrive at the
+     * sync milliseconds apart (the slowest computes longest); the group's default back-off parks up
+     * to 1 ms at a time, so a waiter could wake up to 1 ms after the last peer arrived, at each
+     * barrier of each bucket. With one worker per core nothing else needs those cores, so waking
+     * every 50 us costs nothing and bounds that lateness.
+     */
+    static final long MAX_PARK_NANOS = 50_000;
 
     private final ModelReplica model;
     private final Settings settings;
@@ -110,7 +131,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         this.settings = new Settings(b.workers, b.bucketBytes,
                 b.algorithm != null ? AlgorithmPolicy.forced(b.algorithm) : b.policy != null ? b.policy : AlgorithmPolicy.calibrated(),
                 b.nonFiniteGradients, b.timeout, b.ompThreadsPerWorker > 0 ? b.ompThreadsPerWorker
-                : Math.max(1, Runtime.getRuntime().availableProcessors() / b.workers), b.sharding);
+                : Math.max(1, Runtime.getRuntime().availableProcessors() / b.workers), b.sharding, b.overlap, b.accumulation,
+                b.gradientTransfer, b.minBucketBytes);
         this.metrics = new SyncMetrics(InJvmTransport.NAME, b.metricTags);
         if (b.registry != null) {
             metrics.bindTo(b.registry);
@@ -197,35 +219,60 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         Object next();
     }
 
+    /**
+     * The next step's work, one entry per worker that gets any: up to workers × accumulation
+     * batches, dealt round-robin (worker i takes batches i, i + workers, ...), so a short last step
+     * keeps the workers' shares within one batch of each other; with accumulation each entry is
+     * a {@link MicroBatches}. Empty when the source is exhausted.
+     */
+    private List<Object> takeStep(BatchSource source) {
+        int n = settings.workers();
+        int k = settings.accumulation();
+        List<Object> taken = new ArrayList<>(n * k);
+        Object b;
+        while (taken.size() < n * k && (b = source.next()) != null) {
+            taken.add(b);
+        }
+        if (k == 1) {
+            return taken;
+        }
+        List<Object> perWorker = new ArrayList<>(n);
+        for (int w = 0; w < n && w < taken.size(); w++) {
+            List<Object> mine = new ArrayList<>(k);
+            for (int j = w; j < taken.size(); j += n) {
+                mine.add(taken.get(j));
+            }
+            perWorker.add(new MicroBatches(mine));
+        }
+        return perWorker;
+    }
+
     private void train(BatchSource source) {
         if (closed) {
             throw new IllegalStateException("wrapper is closed; build a new one");
         }
         ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
-        ensureWorkers();
-        // listeners see the model change step by step: a failed fit must still leave it as it was
-        ModelState before = listeners.isEmpty() ? null : ModelState.of(model);
+        refuseListenersThatNeedOnePass(settings.accumulation(), listeners);
         boolean completed = false;
-        try {
+        ModelState before = null;
+        try (Nd4jThreadLimit threads = Nd4jThreadLimit.of(settings.ompThreadsPerWorker())) {
+            ensureWorkers();
+            // listeners see the model change step by step: a failed fit must still leave it as it was
+            before = listeners.isEmpty() ? null : ModelState.of(model);
             if (!listeners.isEmpty()) {
                 model.exposeGradientView();
                 listeners.epochStart(model.model());
             }
-            int n = settings.workers();
             double score = Double.NaN;
-            while (true) {
-                List<Object> batches = new ArrayList<>(n);
-                Object b;
-                while (batches.size() < n && (b = source.next()) != null) {
-                    batches.add(b);
+            // The next step's batches are read while the workers compute this one (prefetch on the
+            // caller's thread: the iterator is used by one thread only, as DL4J's fit does).
+            List<Object> batches = takeStep(source);
+            while (!batches.isEmpty()) {
+                StepOutcome outcome = runStep(batches, listeners, () -> takeStep(source));
+                if (outcome.report() != null) {
+                    score = outcome.report().loss();
                 }
-                if (batches.isEmpty()) {
-                    break;
-                }
-                StepReport report = runStep(batches, listeners);
-                if (report != null) {
-                    score = report.loss();
-                }
+                batches = outcome.following();
             }
             // workers are idle, so the caller's thread may touch the replicas (the task queues
             // ordered their last writes)
@@ -323,8 +370,15 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
     }
 
-    /** Runs one step on the workers, then the user's listeners; returns its report, or null if the batches were empty. */
-    private StepReport runStep(List<Object> batches, ModelListeners listeners) {
+    /** What {@link #runStep} did (null if the batches were empty) and the next step's batches, read meanwhile. */
+    private record StepOutcome(StepReport report, List<Object> following) {
+    }
+
+    /**
+     * Runs one step on {@code batches} (one per worker, or fewer), then the user's listeners;
+     * reads the next step's batches from {@code next} while the workers compute.
+     */
+    private StepOutcome runStep(List<Object> batches, ModelListeners listeners, Supplier<List<Object>> next) {
         int n = settings.workers();
         int k = batches.size();
         long total = 0;
@@ -334,7 +388,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             total += examples[i];
         }
         if (total == 0) {
-            return null; // nothing to learn from empty batches
+            return new StepOutcome(null, next.get()); // nothing to learn from empty batches
         }
         // Workers past the last batch run the first batch but contribute zeros; every worker
         // divides the summed gradient by the examples of the whole step (see DataParallelWorker).
@@ -346,8 +400,11 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             workers.get(i).submit(new DataParallelWorker.Task(batches.get(idle ? 0 : i), idle, idle ? 0 : examples[i], total,
                     step, listeners.needsActivations(), listeners.needsGradient(), f));
         }
+        List<Object> following = next.get(); // while the workers compute
         double[] scores = new double[k];
         double regularization = 0;
+        long lastSyncStart = 0;
+        long lastSyncEnd = 0;
         long stepNanos = 0;
         long syncNanos = 0;
         boolean skipped = false;
@@ -367,6 +424,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 }
                 stepNanos = Math.max(stepNanos, r.stepNanos());
                 syncNanos = Math.max(syncNanos, r.syncNanos());
+                lastSyncStart = Math.max(lastSyncStart, r.syncStart());
+                lastSyncEnd = Math.max(lastSyncEnd, r.syncEnd());
                 skipped |= r.skipped();
             } catch (ExecutionException e) {
                 failures.add(e.getCause());
@@ -392,7 +451,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             meanLoss += examples[i] * (scores[i] - regularization) / total;
         }
         double score = meanLoss + regularization;
-        StepReport report = new StepReport(step, total, score, stepNanos, syncNanos, skipped);
+        // from the last worker's arrival at the sync to the last worker's finish: sync nothing hid
+        long exposedSyncNanos = lastSyncStart == 0 ? 0 : Math.max(0, lastSyncEnd - lastSyncStart);
+        StepReport report = new StepReport(step, total, score, stepNanos, syncNanos, skipped, exposedSyncNanos);
         metrics.recordStep(total, model.params().length() * model.params().dataType().width(), stepNanos, score, skipped);
         step++;
         if (!listeners.isEmpty() && !skipped) {
@@ -401,7 +462,34 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         for (StepListener l : stepListeners) {
             l.onStep(report);
         }
-        return report;
+        return new StepOutcome(report, following);
+    }
+
+    /** The batches one model would see merged: with gradient accumulation, every micro-batch of every worker. */
+    private static List<Object> plainBatches(List<Object> batches) {
+        List<Object> out = new ArrayList<>();
+        for (Object b : batches) {
+            if (b instanceof MicroBatches micro) {
+                out.addAll(micro.batches());
+            } else {
+                out.add(b);
+            }
+        }
+        return out;
+    }
+
+    /**
+     * With gradient accumulation a step has no single forward pass and no single gradient before
+     * the sum: listeners that read those are refused rather than given the last micro-batch's.
+     */
+    private static void refuseListenersThatNeedOnePass(int accumulation, ModelListeners listeners) {
+        if (accumulation > 1 && (listeners.needsActivations() || listeners.needsGradient())) {
+            throw new IllegalStateException("gradientAccumulation=" + accumulation + " with a listener that"
+                    + " overrides " + (listeners.needsActivations() ? "onForwardPass" : "onGradientCalculation")
+                    + ": expected listeners that read only the score, parameters and counters (a step of "
+                    + accumulation + " micro-batches has no single forward pass or gradient to show);"
+                    + " fix: gradientAccumulation(1), or drop that listener while training with accumulation");
+        }
     }
 
     /** A finished step as the user's listeners see it; used only while the workers are idle. */
@@ -411,7 +499,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         private final double score;
 
         FinishedStep(List<Object> batches, List<Object> activations, double score) {
-            this.batches = batches;
+            this.batches = plainBatches(batches);
             this.activations = activations;
             this.score = score;
         }
@@ -491,7 +579,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 ? SyncMetrics.FailureReason.TIMEOUT : SyncMetrics.FailureReason.ERROR;
     }
 
-    private static long examples(Object batch) {
+    static long examples(Object batch) {
+        if (batch instanceof MicroBatches micro) {
+            return micro.batches().stream().mapToLong(SymmemParallelWrapper::examples).sum();
+        }
         if (batch instanceof DataSet ds) {
             return ds.numExamples();
         }
@@ -503,9 +594,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private void ensureWorkers() {
         ModelReplica.ensureInitialized(model);
         if (workers == null) {
-            // Every worker runs ND4J ops at once: give each its share of the cores, for OpenMP and BLAS both.
-            Nd4j.getEnvironment().setMaxThreads(settings.ompThreadsPerWorker());
-            Nd4j.factory().blas().setMaxThreads(settings.ompThreadsPerWorker());
+            // (every worker runs ND4J ops at once: train() limits ND4J's threads to each one's share)
             DataParallelWorker.ShardSource shardSource = null;
             if (settings.sharding() != null) {
                 // DL4J's own updater of the user's model: its blocks are the layout, its full state
@@ -516,11 +605,15 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             List<StateUpdateReduction.Entry> stateEntries = StateUpdateReduction.find(
                     UpdaterLayout.variablesOf(model.dl4jUpdater()), model.trainables());
             logStateEntries(stateEntries);
-            world = InJvmWorld.create(settings.workers(), GroupOptions.defaults().withTimeout(settings.timeout()));
+            world = InJvmWorld.create(settings.workers(), GroupOptions.defaults().withTimeout(settings.timeout())
+                    .withIdleStrategy(() -> new BackoffIdleStrategy(BackoffIdleStrategy.DEFAULT_MAX_SPINS,
+                            BackoffIdleStrategy.DEFAULT_MAX_YIELDS, BackoffIdleStrategy.DEFAULT_MIN_PARK_NANOS, MAX_PARK_NANOS)));
             List<DataParallelWorker> started = new ArrayList<>();
             for (int r = 0; r < settings.workers(); r++) {
-                ModelReplica replica = settings.sharding() == null ? model.newReplica() : model.newShardedReplica();
-                started.add(new DataParallelWorker(r, world, replica, settings, metrics, shardSource, stateEntries));
+                BackpropProgress progress = settings.overlap() ? new BackpropProgress() : null;
+                ModelReplica replica = settings.sharding() != null ? model.newShardedReplica()
+                        : progress != null ? model.newReplicaWithBackpropSignals(progress) : model.newReplica();
+                started.add(new DataParallelWorker(r, world, replica, settings, metrics, shardSource, stateEntries, progress));
             }
             workers = started;
             for (DataParallelWorker w : workers) {
@@ -540,7 +633,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             }
             LOG.info("symmem4j data parallelism: " + settings.workers() + " workers, policy "
                     + settings.policy() + ", ND4J threads per worker " + settings.ompThreadsPerWorker()
-                    + (settings.sharding() == null ? "" : ", ZeRO sharding " + settings.sharding()));
+                    + (settings.sharding() == null ? "" : ", ZeRO sharding " + settings.sharding())
+                    + (settings.overlap() ? ", sync overlapped with backprop" : "")
+                    + (settings.accumulation() > 1 ? ", " + settings.accumulation() + " micro-batches per worker per step" : "")
+                    + (settings.gradientTransfer() == GradientTransfer.BFLOAT16 ? ", bf16 gradient transfer" : ""));
         } else if (!replicasMatchModel()) {
             pushModelToReplicas();
         }
@@ -743,6 +839,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         private int ompThreadsPerWorker;
         private MeterRegistry registry;
         private ZeroStage sharding;
+        private boolean overlap;
+        private int accumulation = 1;
+        private GradientTransfer gradientTransfer = GradientTransfer.NETWORK_DTYPE;
+        private long minBucketBytes = DEFAULT_MIN_BUCKET_BYTES;
         private Iterable<Tag> metricTags = Tags.empty();
         private final List<StepListener> stepListeners = new ArrayList<>();
 
@@ -826,6 +926,49 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return this;
         }
 
+        /**
+         * Overlaps gradient sync with backprop (default off): each replica's layers report when
+         * backprop has written their gradient, and a communication thread per worker all-reduces
+         * each bucket (buckets start at layer boundaries) as soon as its layers are done, while
+         * backprop goes on with the layers below. Results are bitwise equal to the sync after the
+         * whole backward pass. It hides sync where layers near the input take long to backprop
+         * while most parameters sit near the output (convolutions under dense layers); the sync of
+         * the first layers' bucket can never hide. Not with sharding.
+         */
+        public Builder overlapSyncWithBackprop(boolean overlap) {
+            this.overlap = overlap;
+            return this;
+        }
+
+        /**
+         * Gradient accumulation: each worker takes {@code microBatches} batches per optimizer step,
+         * sums their gradients (forward and backward passes only) and syncs once; the step averages
+         * over all its examples, like one model on the merged batches (to rounding). Default 1.
+         * Not with sharding, nor with layers that keep state in the gradient view (BatchNormalization).
+         */
+        public Builder gradientAccumulation(int microBatches) {
+            if (microBatches < 1) {
+                throw new IllegalArgumentException("gradientAccumulation=" + microBatches + " must be >= 1 (1: none)");
+            }
+            this.accumulation = microBatches;
+            return this;
+        }
+
+        /** The format gradients are transferred in (default {@link GradientTransfer#NETWORK_DTYPE}); not with sharding. */
+        public Builder gradientTransfer(GradientTransfer transfer) {
+            this.gradientTransfer = Objects.requireNonNull(transfer, "gradientTransfer");
+            return this;
+        }
+
+        /** Smallest bucket (default 256 KiB), see {@link org.symmem4j.gradsync.GradientBuckets#splitAtBoundaries}; tests use small ones. */
+        Builder minBucketBytes(long bytes) {
+            if (bytes < 0) {
+                throw new IllegalArgumentException("minBucketBytes=" + bytes + " must be >= 0");
+            }
+            this.minBucketBytes = bytes;
+            return this;
+        }
+
         /** Called after every step with its loss and timings. */
         public Builder stepListener(StepListener listener) {
             stepListeners.add(Objects.requireNonNull(listener, "listener"));
@@ -837,8 +980,30 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 throw new IllegalArgumentException("algorithm=NCCL needs a GPU transport; workers here share host memory"
                         + " (use ONE_SHOT, TWO_SHOT or RING, or leave the choice to the calibrated policy)");
             }
+            if (sharding != null && (overlap || accumulation > 1 || gradientTransfer != GradientTransfer.NETWORK_DTYPE)) {
+                throw new IllegalArgumentException("sharding=" + sharding + " with overlapSyncWithBackprop=" + overlap
+                        + " gradientAccumulation=" + accumulation + " gradientTransfer=" + gradientTransfer
+                        + ": expected none of these with sharding (its reduce-scatter runs in the gradient hook);"
+                        + " fix: drop sharding, or these options");
+            }
+            ModelReplica.ensureInitialized(model);
+            if (gradientTransfer == GradientTransfer.BFLOAT16 && model.params().dataType() != DataType.FLOAT) {
+                throw new IllegalArgumentException("gradientTransfer=BFLOAT16 expected a FLOAT network, found dataType="
+                        + model.params().dataType() + " (bf16 transfer is for fp32 training; fix: train in FLOAT, or"
+                        + " keep gradientTransfer=NETWORK_DTYPE)");
+            }
+            if (accumulation > 1) {
+                List<String> stateful = layersWithStateInTheGradient(model);
+                if (!stateful.isEmpty()) {
+                    throw new IllegalArgumentException("gradientAccumulation=" + accumulation + " with layers " + stateful
+                            + " that keep state updates (not gradients) in the gradient view, such as BatchNormalization's"
+                            + " running statistics: summing those over micro-batches is wrong; expected no such layers"
+                            + " (fix: gradientAccumulation(1) with larger batches)");
+                }
+            }
             refuseLayersWithReplicaState(model);
-            ModelListeners.of(model); // refuses listeners it cannot call as fit() would; fit() checks again
+            // refuses listeners it cannot call as fit() would; fit() checks again
+            refuseListenersThatNeedOnePass(accumulation, ModelListeners.of(model));
             return new SymmemParallelWrapper(this);
         }
 
@@ -866,6 +1031,19 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                             + " with plain fit())");
                 }
             }
+        }
+
+        /** Layers with a parameter DL4J's updater does not divide by the batch size (its "gradient" is a state update). */
+        private static List<String> layersWithStateInTheGradient(ModelReplica model) {
+            List<String> out = new ArrayList<>();
+            model.trainables().forEach((name, t) -> {
+                for (String variable : t.paramTable(false).keySet()) {
+                    if (!t.updaterDivideByMinibatch(variable)) {
+                        out.add(name + "." + variable);
+                    }
+                }
+            });
+            return out;
         }
     }
 }

@@ -9,10 +9,17 @@ import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 public final class BatchListIterator implements DataSetIterator {
 
     private final List<DataSet> batches;
+    private final Runnable beforeEachNext;
     private int cursor;
 
     public BatchListIterator(List<DataSet> batches) {
+        this(batches, () -> { });
+    }
+
+    /** With {@code beforeEachNext} run at every {@code next()} (tests watch when batches are read). */
+    public BatchListIterator(List<DataSet> batches, Runnable beforeEachNext) {
         this.batches = List.copyOf(batches);
+        this.beforeEachNext = beforeEachNext;
     }
 
     @Override
@@ -72,6 +79,7 @@ public final class BatchListIterator implements DataSetIterator {
 
     @Override
     public DataSet next() {
+        beforeEachNext.run();
         return batches.get(cursor++);
     }
 }

@@ -1,13 +1,16 @@
 package org.symmem4j.gradsync;
 
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Comparator;
 import java.util.List;
 import org.symmem4j.parallel.DType;
 
 /**
  * Cuts a flat gradient of {@code count} elements into buckets of at most {@code bucketBytes}, each
  * starting on a 64-byte boundary of the buffer, so every bucket's all-reduce gets aligned vectors
- * and the policy can pick an algorithm per bucket size.
+ * and the policy can pick an algorithm per bucket size. {@link #splitAtBoundaries} also keeps
+ * buckets within layers, so a bucket can be reduced as soon as backprop has written its layers.
  */
 public final class GradientBuckets {
 
@@ -37,6 +40,73 @@ public final class GradientBuckets {
         for (long first = 0; first < count; first += perBucket) {
             buckets.add(new Bucket(first, Math.min(perBucket, count - first), dtype));
         }
+        return List.copyOf(buckets);
+    }
+
+    /**
+     * Buckets that start only at layer boundaries (or inside a layer larger than
+     * {@code bucketBytes}), so each bucket waits for as few layers as possible: backprop writes a
+     * network's gradient layer by layer from the last, and a bucket can be all-reduced once every
+     * layer it covers is written. Each boundary is moved up to the next multiple of 64 bytes (the
+     * few elements between a layer's start and that line go to the bucket below, which waits for
+     * the layer below anyway). Going from the end of the gradient down, consecutive pieces are
+     * merged while a bucket is smaller than {@code minBucketBytes} (each all-reduce has a fixed
+     * cost: tiny layers such as an output layer's ride along with the next); a bucket larger than
+     * {@code bucketBytes} is cut into pieces of at most that. Returned in element order, covering
+     * {@code [0, count)} exactly.
+     *
+     * @param layerStarts the first element of each layer's gradient, any order; values outside
+     *                    {@code (0, count)} are ignored
+     */
+    public static List<Bucket> splitAtBoundaries(long count, DType dtype, long bucketBytes, long minBucketBytes,
+                                                 long[] layerStarts) {
+        if (count < 0) {
+            throw new IllegalArgumentException("count=" + count + " must be >= 0");
+        }
+        if (bucketBytes < 64 || minBucketBytes < 0 || minBucketBytes > bucketBytes) {
+            throw new IllegalArgumentException("bucketBytes=" + bucketBytes + " minBucketBytes=" + minBucketBytes
+                    + " expected bucketBytes >= 64 and 0 <= minBucketBytes <= bucketBytes");
+        }
+        long align = Math.max(1, 64 / dtype.byteSize());
+        long perBucket = Math.max(1, (bucketBytes / 64) * 64 / dtype.byteSize());
+        long[] cuts = Arrays.stream(layerStarts)
+                .map(s -> (s + align - 1) / align * align)
+                .filter(s -> s > 0 && s < count)
+                .distinct().sorted().toArray();
+        // pieces between cuts, from the top of the gradient down (the order backprop finishes them)
+        List<long[]> merged = new ArrayList<>();
+        long hi = count;
+        long lo;
+        long[] current = null;
+        for (int k = cuts.length; k >= 0; k--) {
+            lo = k == 0 ? 0 : cuts[k - 1];
+            if (lo >= hi) {
+                continue;
+            }
+            if (current != null && (current[1] - current[0]) * dtype.byteSize() < minBucketBytes) {
+                current[0] = lo; // too small alone: extend down over the next piece
+            } else {
+                if (current != null) {
+                    merged.add(current);
+                }
+                current = new long[] {lo, hi};
+            }
+            hi = lo;
+        }
+        if (current != null) {
+            merged.add(current);
+        }
+        List<Bucket> buckets = new ArrayList<>();
+        for (long[] range : merged) {
+            // equal aligned pieces, so no sliver is left to pay an all-reduce's fixed cost alone
+            long len = range[1] - range[0];
+            long pieces = (len + perBucket - 1) / perBucket;
+            long size = Math.min(perBucket, ((len + pieces - 1) / pieces + align - 1) / align * align);
+            for (long first = range[0]; first < range[1]; first += size) {
+                buckets.add(new Bucket(first, Math.min(size, range[1] - first), dtype));
+            }
+        }
+        buckets.sort(Comparator.comparingLong(Bucket::firstElement));
         return List.copyOf(buckets);
     }
 }

@@ -38,6 +38,45 @@ class GradientSyncTest {
     }
 
     @Test
+    void layerAlignedBucketsStartOnlyAtLayersAndStayWithinTheLimit() {
+        long[] starts = {0, 100, 500, 990};
+        // no merging: one bucket per layer (starts moved up to 16-float lines), big layers in equal pieces
+        List<GradientBuckets.Bucket> plain = GradientBuckets.splitAtBoundaries(1000, DType.FLOAT32, 1000, 0, starts);
+        assertEquals(List.of(0L, 112L, 320L, 512L, 752L, 992L), plain.stream().map(GradientBuckets.Bucket::firstElement).toList());
+        assertEquals(List.of(112L, 208L, 192L, 240L, 240L, 8L), plain.stream().map(GradientBuckets.Bucket::count).toList());
+        // the 32-byte top layer is merged down into the layer below, and that range cut into equal pieces
+        List<GradientBuckets.Bucket> merged = GradientBuckets.splitAtBoundaries(1000, DType.FLOAT32, 1000, 200, starts);
+        assertEquals(List.of(0L, 112L, 320L, 512L, 688L, 864L), merged.stream().map(GradientBuckets.Bucket::firstElement).toList());
+        // a large minimum merges everything into one range
+        List<GradientBuckets.Bucket> one = GradientBuckets.splitAtBoundaries(1000, DType.FLOAT32, 4096, 4096, starts);
+        assertEquals(1, one.size());
+        assertEquals(1000, one.getFirst().count());
+        java.util.SplittableRandom rnd = new java.util.SplittableRandom(3);
+        for (int trial = 0; trial < 500; trial++) {
+            DType dtype = DType.values()[rnd.nextInt(DType.values().length)];
+            long count = rnd.nextLong(0, 5000);
+            long[] layerStarts = rnd.longs(rnd.nextInt(0, 12), -5, count + 5).toArray();
+            long bucketBytes = 64L * rnd.nextInt(1, 40);
+            long min = rnd.nextLong(0, bucketBytes + 1);
+            List<GradientBuckets.Bucket> b = GradientBuckets.splitAtBoundaries(count, dtype, bucketBytes, min, layerStarts);
+            long next = 0;
+            for (GradientBuckets.Bucket x : b) {
+                assertEquals(next, x.firstElement(), "buckets tile the gradient");
+                assertEquals(0, x.offsetBytes() % 64, "bucket starts on a 64-byte boundary");
+                assertTrue(x.count() >= 1 && x.bytes() <= bucketBytes, "bucket within the limit: " + x);
+                next += x.count();
+            }
+            assertEquals(count, next);
+            for (long s : layerStarts) {
+                long aligned = (s + 64 / dtype.byteSize() - 1) / (64 / dtype.byteSize()) * (64 / dtype.byteSize());
+                if (min == 0 && aligned > 0 && aligned < count) {
+                    assertTrue(b.stream().anyMatch(x -> x.firstElement() == aligned), "a bucket starts at layer start " + aligned);
+                }
+            }
+        }
+    }
+
+    @Test
     void synchronizerAveragesEveryBucketAndRecordsMetrics() {
         SimpleMeterRegistry registry = new SimpleMeterRegistry();
         SyncMetrics metrics = new SyncMetrics("host-in-jvm", Tags.of("application", "test"));

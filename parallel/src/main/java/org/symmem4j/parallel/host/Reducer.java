@@ -46,6 +46,16 @@ public interface Reducer {
      */
     long firstNonFinite(MemorySegment segment, long offset, DType type, long count);
 
+    /**
+     * Divides {@code count} elements of {@code type} at {@code offset} by {@code divisor}, in place,
+     * and returns the index of the first element that is NaN or infinite afterwards, or -1: the
+     * finish of a gradient average (sum, then divide by the examples) and its check in one pass
+     * instead of two. Each element is {@code x / divisor} in the element type's arithmetic (FLOAT64
+     * for FLOAT64, FLOAT32 otherwise, BFLOAT16 rounded once to nearest even): IEEE division, the same
+     * bits as any other correctly rounded division of the same operands.
+     */
+    long divideAndFindNonFinite(MemorySegment segment, long offset, DType type, long count, long divisor);
+
     /** Short name for logs and benchmarks. */
     String name();
 

@@ -71,6 +71,50 @@ public final class ScalarReducer implements Reducer {
         return firstNonFiniteFrom(segment, offset, type, 0, count);
     }
 
+    @Override
+    public long divideAndFindNonFinite(MemorySegment segment, long offset, DType type, long count, long divisor) {
+        checkDivisor(divisor);
+        return divideRange(segment, offset, type, 0, count, divisor);
+    }
+
+    static void checkDivisor(long divisor) {
+        if (divisor < 1 || divisor > (1L << 24)) {
+            throw new IllegalArgumentException("divisor=" + divisor + " expected 1.." + (1L << 24)
+                    + " (exact in FLOAT32, so every dtype divides by the same number)");
+        }
+    }
+
+    /** Elements {@code [from, to)}; shared with the vector reducer's tail. */
+    static long divideRange(MemorySegment segment, long offset, DType type, long from, long to, long divisor) {
+        long firstBad = -1;
+        if (type == DType.FLOAT64) {
+            double d = divisor;
+            for (long i = from; i < to; i++) {
+                double v = segment.get(F64, offset + i * 8) / d;
+                segment.set(F64, offset + i * 8, v);
+                if (firstBad < 0 && !Double.isFinite(v)) {
+                    firstBad = i;
+                }
+            }
+            return firstBad;
+        }
+        float f = divisor;
+        for (long i = from; i < to; i++) {
+            float v = loadFloat(segment, offset, type, i) / f;
+            if (type == DType.FLOAT32) {
+                segment.set(F32, offset + i * 4, v);
+            } else {
+                short b = BFloat16.fromFloat(v);
+                segment.set(BF16, offset + i * 2, b);
+                v = BFloat16.toFloat(b);
+            }
+            if (firstBad < 0 && !Float.isFinite(v)) {
+                firstBad = i;
+            }
+        }
+        return firstBad;
+    }
+
     /** Elements {@code [from, to)}; shared with the vector reducer's tail. */
     static long firstNonFiniteFrom(MemorySegment segment, long offset, DType type, long from, long to) {
         for (long i = from; i < to; i++) {

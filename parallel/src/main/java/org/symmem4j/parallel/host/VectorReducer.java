@@ -105,6 +105,60 @@ final class VectorReducer implements Reducer {
         return ScalarReducer.firstNonFiniteFrom(segment, offset, type, upper, count);
     }
 
+    @Override
+    public long divideAndFindNonFinite(MemorySegment segment, long offset, DType type, long count, long divisor) {
+        ScalarReducer.checkDivisor(divisor);
+        long done = 0;
+        long firstBad = -1;
+        // As in reduce(): the vector loop runs only with a full iteration's worth of elements.
+        if (type == DType.FLOAT32 && count >= 4L * FS.length()) {
+            int lanes = FS.length();
+            long step = 4L * lanes;
+            long vbytes = 4L * lanes;
+            done = count - count % step;
+            float d = divisor;
+            for (long i = 0; i < done; i += step) {
+                long b = offset + i * 4;
+                FloatVector a0 = FloatVector.fromMemorySegment(FS, segment, b, LE).div(d);
+                FloatVector a1 = FloatVector.fromMemorySegment(FS, segment, b + vbytes, LE).div(d);
+                FloatVector a2 = FloatVector.fromMemorySegment(FS, segment, b + 2 * vbytes, LE).div(d);
+                FloatVector a3 = FloatVector.fromMemorySegment(FS, segment, b + 3 * vbytes, LE).div(d);
+                a0.intoMemorySegment(segment, b, LE);
+                a1.intoMemorySegment(segment, b + vbytes, LE);
+                a2.intoMemorySegment(segment, b + 2 * vbytes, LE);
+                a3.intoMemorySegment(segment, b + 3 * vbytes, LE);
+                // finite iff x - x == 0: one subtraction and compare per vector, no branch per lane
+                if (firstBad < 0 && !a0.sub(a0).add(a1.sub(a1)).add(a2.sub(a2)).add(a3.sub(a3))
+                        .compare(VectorOperators.EQ, 0f).allTrue()) {
+                    firstBad = ScalarReducer.firstNonFiniteFrom(segment, offset, type, i, i + step);
+                }
+            }
+        } else if (type == DType.FLOAT64 && count >= 4L * DS.length()) {
+            int lanes = DS.length();
+            long step = 4L * lanes;
+            long vbytes = 8L * lanes;
+            done = count - count % step;
+            double d = divisor;
+            for (long i = 0; i < done; i += step) {
+                long b = offset + i * 8;
+                DoubleVector a0 = DoubleVector.fromMemorySegment(DS, segment, b, LE).div(d);
+                DoubleVector a1 = DoubleVector.fromMemorySegment(DS, segment, b + vbytes, LE).div(d);
+                DoubleVector a2 = DoubleVector.fromMemorySegment(DS, segment, b + 2 * vbytes, LE).div(d);
+                DoubleVector a3 = DoubleVector.fromMemorySegment(DS, segment, b + 3 * vbytes, LE).div(d);
+                a0.intoMemorySegment(segment, b, LE);
+                a1.intoMemorySegment(segment, b + vbytes, LE);
+                a2.intoMemorySegment(segment, b + 2 * vbytes, LE);
+                a3.intoMemorySegment(segment, b + 3 * vbytes, LE);
+                if (firstBad < 0 && !a0.sub(a0).add(a1.sub(a1)).add(a2.sub(a2)).add(a3.sub(a3))
+                        .compare(VectorOperators.EQ, 0d).allTrue()) {
+                    firstBad = ScalarReducer.firstNonFiniteFrom(segment, offset, type, i, i + step);
+                }
+            }
+        }
+        long tailBad = ScalarReducer.divideRange(segment, offset, type, done, count, divisor);
+        return firstBad >= 0 ? firstBad : tailBad;
+    }
+
     private static boolean allFloat32(DType[] srcTypes, int nsrc, DType dstType) {
         if (dstType != DType.FLOAT32) {
             return false;

@@ -79,6 +79,65 @@ class ReducerEquivalenceTest {
     }
 
     @Test
+    void divideAndFindNonFiniteMatchesDivisionThenCheckInEveryReducer() {
+        Reducer vector = VectorReducer.createIfAvailable();
+        Reducer scalar = new ScalarReducer();
+        SplittableRandom rnd = new SplittableRandom(7);
+        int[] lengths = {0, 1, 15, 16, 17, 63, 64, 65, 1000, 4099};
+        try (Arena arena = Arena.ofConfined()) {
+            for (DType type : DType.values()) {
+                for (int len : lengths) {
+                    for (int trial = 0; trial < 6; trial++) {
+                        long divisor = 1 + rnd.nextInt(5000);
+                        long off = rnd.nextInt(3) * (long) type.byteSize() + (rnd.nextBoolean() ? 1 : 0);
+                        MemorySegment src = arena.allocate(off + (long) len * type.byteSize() + 8, 64);
+                        // trial 0: all finite; later trials plant specials, some past the vector loop's first block
+                        for (int i = 0; i < len; i++) {
+                            boolean special = trial > 0 && rnd.nextInt(trial == 1 ? Math.max(1, len) : 40) == 0;
+                            float f = special ? SPECIAL[rnd.nextInt(SPECIAL.length)] : (float) rnd.nextDouble(-1e4, 1e4);
+                            switch (type) {
+                                case FLOAT32 -> src.set(ValueLayout.JAVA_FLOAT_UNALIGNED, off + i * 4L, f);
+                                case BFLOAT16 -> src.set(ValueLayout.JAVA_SHORT_UNALIGNED, off + i * 2L, BFloat16.fromFloat(f));
+                                case FLOAT64 -> src.set(ValueLayout.JAVA_DOUBLE_UNALIGNED, off + i * 8L,
+                                        special ? (double) f : rnd.nextDouble(-1e4, 1e4));
+                            }
+                        }
+                        // the reference: element by element, as the two separate passes computed it
+                        long expectedBad = -1;
+                        double[] expected = new double[len];
+                        for (int i = 0; i < len; i++) {
+                            double x = get(src.asSlice(off), type, i);
+                            double q = switch (type) {
+                                case FLOAT64 -> x / divisor;
+                                case FLOAT32 -> (float) x / (float) divisor;
+                                case BFLOAT16 -> BFloat16.toFloat(BFloat16.fromFloat((float) x / (float) divisor));
+                            };
+                            expected[i] = q;
+                            if (expectedBad < 0 && !Double.isFinite(q)) {
+                                expectedBad = i;
+                            }
+                        }
+                        String label = "type=" + type + " len=" + len + " trial=" + trial + " divisor=" + divisor;
+                        for (Reducer r : new Reducer[] {vector, scalar}) {
+                            MemorySegment work = arena.allocate(src.byteSize(), 64);
+                            work.copyFrom(src);
+                            long bad = r.divideAndFindNonFinite(work, off, type, len, divisor);
+                            assertEquals(expectedBad, bad, label + " reducer=" + r.name() + " first non-finite");
+                            for (int i = 0; i < len; i++) {
+                                double x = get(work.asSlice(off), type, i);
+                                if (!(Double.isNaN(x) && Double.isNaN(expected[i]))) {
+                                    assertEquals(Double.doubleToRawLongBits(expected[i]), Double.doubleToRawLongBits(x),
+                                            label + " reducer=" + r.name() + " element " + i);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    @Test
     void inPlaceDestinationEqualsFirstSource() {
         Reducer vector = VectorReducer.createIfAvailable();
         try (Arena arena = Arena.ofConfined()) {

@@ -61,7 +61,7 @@ public final class DataParallelBench {
 
     /** The training modes compared, in the order they run within a repetition. */
     enum Mode {
-        SINGLE("single", "single model fit()"),
+        SINGLE("single", "single model fit(), fastest ND4J threads"),
         AVERAGING("averaging", "ParallelWrapper AVERAGING(1)"),
         SHARED_GRADIENTS("shared", "ParallelWrapper SHARED_GRADIENTS"),
         SYMMEM("symmem", "symmem4j SymmemParallelWrapper");
@@ -85,10 +85,29 @@ public final class DataParallelBench {
         }
     }
 
-    /** The command line, validated. */
+    /** 1, 2, 4, ... and the core count. */
+    static List<Integer> threadSweep(int cores) {
+        List<Integer> out = new ArrayList<>();
+        for (int t = 1; t <= cores; t *= 2) {
+            out.add(t);
+        }
+        if (out.getLast() != cores) {
+            out.add(cores);
+        }
+        return out;
+    }
+
+    /** The command line, validated; and the single model's thread sweep, filled in by the run. */
     record Options(int workers, int batch, int hidden, int steps, int warmupSteps, int warmupRoundSteps, int reps,
                    int prefetch, int distinctSteps, int heldOut, List<Mode> modes, Duration runTimeout, Path out,
-                   String commit, String command) {
+                   String commit, String command, SingleThreads single) {
+
+        /** ND4J threads for the single model: the core count until the sweep picked the fastest. */
+        static final class SingleThreads {
+            int current;
+            int best;
+            final List<double[]> sweep = new ArrayList<>();
+        }
 
         static final String USAGE = "expected [--workers N>=2] [--batch B] [--hidden H] [--steps S] [--warmup-steps W]"
                 + " [--warmup-round-steps W0] [--reps R] [--prefetch P>=0] [--distinct-steps D] [--held-out E]"
@@ -145,8 +164,12 @@ public final class DataParallelBench {
             if (command == null) {
                 command = "java " + DataParallelBench.class.getName() + (args.length == 0 ? "" : " " + String.join(" ", args));
             }
+            SingleThreads single = new SingleThreads();
+            single.current = cores;
+            single.best = cores;
             return new Options(workers, batch, hidden, steps, warmupSteps, warmupRoundSteps, reps, prefetch,
-                    Math.min(distinctSteps, steps), heldOut, modes, Duration.ofSeconds(timeoutSeconds), out, commit, command);
+                    Math.min(distinctSteps, steps), heldOut, modes, Duration.ofSeconds(timeoutSeconds), out, commit, command,
+                    single);
         }
 
         private static int positive(String flag, String value) {
@@ -267,6 +290,22 @@ public final class DataParallelBench {
             log("warm-up round: %s, %d steps", m.label, o.warmupRoundSteps());
             run(o, work, m, 0, o.warmupRoundSteps(), "warm-up round");
         }
+        // The single model's best configuration: every ND4J thread count from 1 to the cores, timed
+        // on the same merged batches; the timed single-model runs use the fastest.
+        if (o.modes().contains(Mode.SINGLE)) {
+            double best = 0;
+            for (int t : threadSweep(o.cores())) {
+                o.single().current = t;
+                Result r = run(o, work, Mode.SINGLE, 0, o.warmupRoundSteps(), "thread sweep");
+                o.single().sweep.add(new double[] {t, r.examplesPerSecond()});
+                log("thread sweep: single model at %d ND4J threads: %.0f examples/s", t, r.examplesPerSecond());
+                if (r.examplesPerSecond() > best) {
+                    best = r.examplesPerSecond();
+                    o.single().best = t;
+                }
+            }
+            o.single().current = o.single().best;
+        }
         List<Result> results = new ArrayList<>();
         for (int rep = 1; rep <= o.reps(); rep++) {
             for (Mode m : o.modes()) {
@@ -303,7 +342,7 @@ public final class DataParallelBench {
      */
     static Result run(Options o, Workload work, Mode mode, int rep, int steps, String phase) {
         MultiLayerNetwork net = DataParallelExample.mlp(FEATURES, o.hidden(), CLASSES);
-        int threads = mode == Mode.SINGLE ? o.cores() : o.threadsPerWorker();
+        int threads = mode == Mode.SINGLE ? o.single().current : o.threadsPerWorker();
         setNd4jThreads(threads);
         List<DataSet> batches = mode == Mode.SINGLE ? work.mergedBatches(steps) : work.workerBatches(steps);
         StepTotals totals = new StepTotals();
@@ -363,9 +402,13 @@ public final class DataParallelBench {
                 totals.stepNanos);
     }
 
-    /** ND4J's OpenMP threads and its BLAS threads (both process-wide). */
+    /**
+     * ND4J's op threads and its BLAS threads (both process-wide). {@code setMaxThreads} is a no-op in
+     * nd4j-native 1.0.0-M2.1; libnd4j splits ops over {@code maxMasterThreads}.
+     */
     static void setNd4jThreads(int threads) {
         Nd4j.getEnvironment().setMaxThreads(threads);
+        Nd4j.getEnvironment().setMaxMasterThreads(threads);
         Nd4j.factory().blas().setMaxThreads(threads);
     }
 

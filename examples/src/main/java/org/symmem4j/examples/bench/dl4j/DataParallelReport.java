@@ -77,9 +77,12 @@ final class DataParallelReport {
                 + " path, so the first timed mode is not penalised); before each timed run, %d more steps of the same"
                 + " mode on a throwaway model and wrapper. `System.gc()` before each run.\n",
                 o.warmupRoundSteps(), o.warmupSteps()));
-        s.append(fmt("- threads: ND4J's OpenMP threads (`Nd4j.getEnvironment().setMaxThreads`) and its BLAS threads"
-                + " set to %d (all cores) for the single model and to cores ÷ workers = %d for each parallel mode.\n",
-                o.cores(), o.threadsPerWorker()));
+        s.append(fmt("- threads: ND4J's op threads (`setMaxMasterThreads`; `setMaxThreads` is a no-op in this ND4J) and its"
+                + " BLAS threads: for the single model the fastest of a sweep over %s threads, each timed for %,d steps on"
+                + " the same merged batches (%s examples/s): **%d**; cores ÷ workers = %d for each parallel mode.\n",
+                DataParallelBench.threadSweep(o.cores()), o.warmupRoundSteps(),
+                o.single().sweep.stream().map(x -> fmt("%d: %,.0f", (int) x[0], x[1])).collect(Collectors.joining(", ")),
+                o.single().best, o.threadsPerWorker()));
         s.append(fmt("- a fresh model and a fresh wrapper per run for every parallel mode: a second `fit()` of one"
                 + " ParallelWrapper deadlocks in SHARED_GRADIENTS mode, and symmem4j is given the same treatment."
                 + " ParallelWrapper: `workers(%d)` set explicitly, `prefetchBuffer(%d)`%s,"

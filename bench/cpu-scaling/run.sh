@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Runs the CPU scaling benchmark on a lent GPU machine's CPUs, from what bench/cpu-scaling/pack.sh
+# packed into .device-dp/ (carried by the device tool; commands run from the sent checkout's root).
+#
+#   bash .device-dp/run.sh unpack-part1   first call: unpacks the JDK runtime and ND4J's native jar
+#   bash .device-dp/run.sh bench [STEP..] second call (carrying part2 instead of part1, while the
+#                                         machine is still warm): unpacks the other jars and runs the
+#                                         steps (default: main small omp1 twocore mpi)
+#   bash .device-dp/run.sh all [STEP..]   one call, when both parts fit in one carry
+# Keep the parts in two folders (.device-dp/p1, .device-dp/p2, each with run.sh) and carry one per
+# call: nothing needs to change between the calls.
+#
+# The bench step, in order of importance, each bounded by `timeout` so the call ends in time:
+#   main     ScalingBench, mlp-medium and cnn: 1, 2, 4, 8, 16 workers, 3 repetitions
+#   small    ScalingBench, mlp-small, 1 repetition
+#   omp1     OMP_NUM_THREADS=1: one model alone and on the 16-worker merged batch, to compare with
+#            ND4J's thread limit set from Java
+#   twocore  taskset to 2 cores: the 2-core target (mlp-medium)
+#   mpi      Open MPI MPI_Allreduce vs the host all-reduce at 2, 4, 8, 16 ranks (if mpicc is there)
+# and, for a second run: cnn (the CNN at 8 and 16 workers with 2.5 s windows: its steps take about
+# 0.4 s), small16 (mlp-small at 16 workers against ParallelWrapper), zero1 (mlp-medium at 16 workers,
+# plain and ZeRO stage 1).
+# Results: $OUT/scaling.csv (every run, labelled), $OUT/main.md, $OUT/log.txt, $OUT/machine.txt,
+# $OUT/symmem16.jfr, $OUT/allreduce.txt. Render a label's report here with
+#   java ... ScalingBench --render-from scaling.csv --label small --machine "..." --out report.md
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+home=/root/symmem4j-dp
+out=${OUT:-/tmp/symmem4j-dp-out}
+mkdir -p "$home" "$out"
+log="$out/log.txt"
+
+unpack() { # $1 part
+  local t0=$SECONDS
+  xz -dc "$here/$1" | tar -C "$home" -xf - || { echo "unpack $1 failed" >&2; exit 1; }
+  echo "unpacked $1 into $home in $((SECONDS - t0)) s" | tee -a "$log"
+}
+
+bench() {
+  local steps=("$@")
+  [ ${#steps[@]} -gt 0 ] || steps=(main small omp1 twocore mpi)
+  [ -x "$home/jre/bin/java" ] || { echo "no runtime in $home: run 'run.sh unpack-part1' first (same warm machine)" >&2; exit 1; }
+  {
+    date -u; nproc; lscpu 2>/dev/null; free -g; uptime
+    grep -m1 "model name" /proc/cpuinfo; grep -m1 "siblings" /proc/cpuinfo; grep -m1 "cpu cores" /proc/cpuinfo
+    command -v mpirun mpicc; mpirun --version 2>/dev/null | head -2
+  } > "$out/machine.txt" 2>&1
+  java=("$home/jre/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector
+        --sun-misc-unsafe-memory-access=allow -Dorg.bytedeco.javacpp.cachedir="$home/javacpp" -Xmx24g
+        -cp "$home/lib/*")
+  scaling=("${java[@]}" org.symmem4j.examples.bench.dl4j.ScalingBench --raw "$out/scaling.csv"
+           --commit "${COMMIT:-unknown}" --batch 64)
+  for step in "${steps[@]}"; do
+    echo "== $step at ${SECONDS}s" | tee -a "$log"
+    case $step in
+      main) main ;; small) small ;; omp1) omp1 ;; twocore) twocore ;; mpi) mpi ;; cnn) cnn ;; small16) small16 ;;
+      zero1) zero1 ;;
+      *) echo "unknown step $step" | tee -a "$log" ;;
+    esac
+    echo "$step exit $? at ${SECONDS}s" | tee -a "$log"
+  done
+  tail -5 "$out/main.md" 2>/dev/null
+}
+
+main() {
+  timeout 320 "${scaling[@]}" --label main --models mlp-medium,cnn --workers 1,2,4,8,16 --compare-workers 8,16 \
+    --single-threads 1,2,4,8,16 --seconds 1.0 --warmup-seconds 0.3 --reps 3 \
+    --jfr mlp-medium:symmem:16 --jfr-out "$out/symmem16.jfr" --out "$out/main.md" >> "$log" 2>&1
+}
+
+small() {
+  timeout 80 "${scaling[@]}" --label small --models mlp-small --workers 1,2,4,8,16 --compare-workers 2,4,8,16 \
+    --single-threads 1,2,4,8,16 --seconds 1.0 --warmup-seconds 0.3 --reps 1 >> "$log" 2>&1
+}
+
+omp1() {
+  OMP_NUM_THREADS=1 timeout 40 "${scaling[@]}" --label omp1 --models mlp-medium,mlp-small --modes alone,single \
+    --workers 16 --compare-workers 16 --single-threads 1 --seconds 1.0 --warmup-seconds 0.3 --reps 3 >> "$log" 2>&1
+}
+
+twocore() {
+  timeout 50 taskset -c 0,1 "${scaling[@]}" --label twocore --models mlp-medium \
+    --modes alone,single,symmem,symmem-overlap,averaging --workers 1,2 --compare-workers 2 --single-threads 1,2 \
+    --seconds 1.0 --warmup-seconds 0.3 --reps 3 >> "$log" 2>&1
+}
+
+cnn() {
+  timeout 190 "${scaling[@]}" --label cnn2 --models cnn --workers 8,16 --compare-workers 8,16 --single-threads 1,16 \
+    --modes alone,single,independent,symmem,symmem-overlap,averaging,shared,allreduce \
+    --seconds 2.0 --warmup-seconds 0.5 --reps 3 --out "$out/cnn.md" >> "$log" 2>&1
+}
+
+small16() {
+  timeout 40 "${scaling[@]}" --label small16 --models mlp-small --workers 16 --compare-workers 16 --single-threads 1 \
+    --modes single,symmem,averaging,shared --seconds 1.0 --warmup-seconds 0.3 --reps 3 >> "$log" 2>&1
+}
+
+zero1() {
+  timeout 30 "${scaling[@]}" --label zero1 --models mlp-medium --workers 16 --compare-workers 16 \
+    --modes symmem,symmem-zero1 --seconds 1.5 --warmup-seconds 0.3 --reps 3 >> "$log" 2>&1
+}
+
+mpi() {
+  {
+    timeout 30 "${java[@]}" org.symmem4j.examples.bench.dl4j.HostAllReduceScaling --ranks 2,4,8,16 \
+      --sizes 65536,1048576,4194304,16777216 --seconds-per-size 0.4
+    if command -v mpicc >/dev/null && command -v mpirun >/dev/null && [ -f bench/mpi/allreduce_bench.c ]; then
+      mpicc -std=c11 -O3 -march=native -o /tmp/allreduce_bench bench/mpi/allreduce_bench.c
+      for n in 2 4 8 16; do
+        timeout 10 mpirun --allow-run-as-root --oversubscribe -np $n --mca pml ob1 --mca btl self,vader \
+          /tmp/allreduce_bench --max-seconds-per-size 0.4 65536 1048576 4194304 16777216
+      done
+    else
+      echo "no mpicc/mpirun or bench/mpi/allreduce_bench.c here: Open MPI comparison skipped"
+    fi
+  } > "$out/allreduce.txt" 2>&1
+}
+
+case "${1:-}" in
+  unpack-part1) unpack part1.tar.xz ;;
+  bench) shift; unpack part2.tar.xz; bench "$@" ;;
+  all) shift; unpack part1.tar.xz; unpack part2.tar.xz; bench "$@" ;;
+  *) echo "usage: run.sh unpack-part1 | bench | all" >&2; exit 2 ;;
+esac

@@ -1,0 +1,31 @@
+package org.symmem4j.dl4j;
+
+/**
+ * Where a replica's backprop reports progress: each {@link BackpropSignalPreProcessor} calls
+ * {@link #layerWritten} on the worker's thread right after its layer wrote its gradient. One per
+ * replica; the replica is built with it, and the worker's {@link GradientAveraging} listens once it
+ * exists.
+ */
+final class BackpropProgress {
+
+    /** Told, on the thread running backprop, that the layer named {@code key} has written its gradient. */
+    @FunctionalInterface
+    interface Listener {
+        void layerWritten(String key);
+    }
+
+    // Written once by the worker thread before its first step, read by the same thread during
+    // backprop; volatile only so a listener set from another thread in tests is seen.
+    private volatile Listener listener;
+
+    void listen(Listener l) {
+        this.listener = l;
+    }
+
+    void layerWritten(String key) {
+        Listener l = listener;
+        if (l != null) {
+            l.layerWritten(key);
+        }
+    }
+}
