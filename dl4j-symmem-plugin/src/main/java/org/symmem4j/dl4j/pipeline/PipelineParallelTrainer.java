@@ -15,6 +15,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import org.deeplearning4j.nn.conf.inputs.InputType;
+import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
@@ -137,7 +138,17 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** Starts a builder for {@code network} (initialized at {@code build()} if it is not yet). */
     public static Builder builder(MultiLayerNetwork network) {
-        return new Builder(network);
+        return new Builder(Objects.requireNonNull(network, "network"), null);
+    }
+
+    /**
+     * Starts a builder for {@code graph}, a {@link ComputationGraph} whose vertices form a chain (one
+     * input, one output, every vertex a layer fed by the one before: a linear stage order). It trains as
+     * the equivalent multi-layer network; {@code build()} refuses graphs with branches, naming the
+     * vertex. Copy the result back with {@link #copyParametersTo(ComputationGraph)}.
+     */
+    public static Builder builder(ComputationGraph graph) {
+        return new Builder(null, Objects.requireNonNull(graph, "graph"));
     }
 
     /**
@@ -187,11 +198,28 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @throws IllegalStateException    after a failed step (the stages may disagree on the step count)
      */
     public synchronized void copyParametersTo(MultiLayerNetwork target) {
+        requireCopyable();
+        split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), target);
+    }
+
+    /**
+     * As {@link #copyParametersTo(MultiLayerNetwork)}, into a graph: the one given to
+     * {@link #builder(ComputationGraph)}, or one with its configuration.
+     *
+     * @throws IllegalArgumentException when {@code target} is not that chain of layers
+     */
+    public synchronized void copyParametersTo(ComputationGraph target) {
+        requireCopyable();
+        MultiLayerNetwork chain = GraphChain.toNetwork(target);
+        split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), chain);
+        GraphChain.copyInto(chain, target);
+    }
+
+    private void requireCopyable() {
         if (failed != null) {
             throw new IllegalStateException("the pipeline failed (" + failed + "): its stages may or may not have"
                     + " applied the failed step, so their parameters are not copied; train again from a network you trust");
         }
-        split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), target);
     }
 
     /** How the network was cut into stages. */
@@ -407,7 +435,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** Builder: {@code PipelineParallelTrainer.builder(model).ranks(2).microbatches(8).build()}. */
     public static final class Builder {
-        private final MultiLayerNetwork network;
+        /** The network to train; for a graph, the chain network made from it at build(). */
+        private MultiLayerNetwork network;
+        private final ComputationGraph graph;
         private int ranks;
         private int microbatches;
         private PipelineSchedule schedule = PipelineSchedule.ONE_F_ONE_B;
@@ -424,8 +454,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         private StageProfile profile;
         private int timelineSteps;
 
-        private Builder(MultiLayerNetwork network) {
-            this.network = Objects.requireNonNull(network, "network");
+        private Builder(MultiLayerNetwork network, ComputationGraph graph) {
+            this.network = network;
+            this.graph = graph;
         }
 
         /** Pipeline ranks p: threads, each running {@code stagesPerRank} stages (required). */
@@ -590,6 +621,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             if (schedule != PipelineSchedule.INTERLEAVED && stagesPerRank != 1) {
                 throw new IllegalArgumentException("schedule=" + schedule + " with stagesPerRank=" + stagesPerRank
                         + " expected stagesPerRank=1 (" + schedule + " runs one stage per rank; use INTERLEAVED for more)");
+            }
+            if (graph != null) {
+                network = GraphChain.toNetwork(graph); // refuses graphs that are not a chain, naming the vertex
             }
             int stageCount = Math.multiplyExact(ranks, stagesPerRank);
             int layers = network.getLayerWiseConfigurations().getConfs().size();
