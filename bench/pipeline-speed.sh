@@ -10,7 +10,7 @@
 # Environment: RANKS (comma-separated; default: 4,8 from 16 cores, 2,4 from 4, else 2), TAG (file name
 # suffix), SKIP_BUILD=1 (use the jars already built). The target needs a core per rank: on 16 cores,
 # RANKS=4,8 with 2 microbatches per rank reproduces the issue's 4 x 8 and 8 x 16 runs
-# (--microbatches-per-rank 2). About 10 minutes on 2 cores with the defaults. Run it on an otherwise
+# (--microbatches-per-rank 2). About 15 minutes on 2 cores with the defaults. Run it on an otherwise
 # idle machine: every rank spins on its core, and any other load lands in the bubble.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
