@@ -6,6 +6,8 @@ import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.List;
 import java.util.Locale;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
@@ -17,25 +19,34 @@ import org.deeplearning4j.nn.weights.WeightInit;
 import org.nd4j.linalg.activations.Activation;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
+import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
 import org.symmem4j.dl4j.PrometheusEndpoint;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainer;
 import org.symmem4j.dl4j.pipeline.PipelineSchedule;
+import org.symmem4j.dl4j.pipeline.PipelineStageSplit;
 import org.symmem4j.dl4j.pipeline.PipelineStepReport;
+import org.symmem4j.pipeline.exec.TimelineEvent;
 import org.symmem4j.pipeline.exec.TimelineReport;
+import org.symmem4j.pipeline.schedule.ActionDurations;
+import org.symmem4j.pipeline.schedule.ScheduleSimulator;
 import org.symmem4j.pipeline.schedule.SimulationResult;
 
 /**
- * The pipeline-parallel example: a deeper MLP cut into stages across 4 ranks (threads), trained on
- * generated data with 1F1B (4 stages) and with interleaved 1F1B (2 virtual stages per rank, 8
- * stages), from the same initial parameters. Prints loss and throughput per schedule, the measured
- * bubble next to the simulator's for the measured pass times, and test accuracy; writes each
- * schedule's median step (by duration) as a Chrome trace ({@code .trace.json}: open it at https://ui.perfetto.dev)
- * with every forward, backward and hand-off per rank, and as an SVG picture.
+ * The pipeline-parallel example: a deep MLP cut into stages across {@code --ranks} ranks (threads),
+ * trained on generated data with 1F1B (one stage per rank) and, where the network has enough layers,
+ * interleaved 1F1B (2 virtual stages per rank), from the same initial parameters. The stages are
+ * split by measured pass times (a few profiling passes of the first batch; {@code --split params}
+ * balances parameter counts instead). Prints loss, throughput and test accuracy per schedule, each
+ * stage's layers and profiled time, and the bubble four ways: predicted from the profile before
+ * training, measured on the median step, simulated for that step's measured per-stage times, and the
+ * schedule's ideal. Writes the whole timed run as a Chrome trace ({@code *.run.trace.json}), the
+ * median step as a Chrome trace and an SVG (open the traces at https://ui.perfetto.dev).
  *
  * <pre>
- *   PipelineParallelExample [--ranks P] [--microbatches M] [--batch B] [--epochs E] [--hidden H] [--out DIR] [--port P]
+ *   PipelineParallelExample [--ranks P] [--microbatches M] [--batch B] [--epochs E] [--hidden H]
+ *                           [--layers L] [--split time|params] [--out DIR] [--port P]
  * </pre>
  * {@code --port P} serves the pipelines' metrics (tag {@code application=pipeline-example}) at
  * {@code http://127.0.0.1:P/metrics} while they train (0 picks a free port; default: none).
@@ -51,6 +62,8 @@ public final class PipelineParallelExample {
         int batch = 128;
         int epochs = 2;
         int hidden = 192;
+        int hiddenLayers = 8;
+        boolean splitByTime = true;
         Path out = Path.of("target", "pipeline-example");
         int port = -1;
         for (int i = 0; i < args.length; i++) {
@@ -60,10 +73,17 @@ public final class PipelineParallelExample {
                 case "--batch" -> batch = Integer.parseInt(args[++i]);
                 case "--epochs" -> epochs = Integer.parseInt(args[++i]);
                 case "--hidden" -> hidden = Integer.parseInt(args[++i]);
+                case "--layers" -> hiddenLayers = Integer.parseInt(args[++i]);
+                case "--split" -> splitByTime = switch (args[++i]) {
+                    case "time" -> true;
+                    case "params" -> false;
+                    default -> throw new IllegalArgumentException("--split " + args[i] + " (expected time or params)");
+                };
                 case "--out" -> out = Path.of(args[++i]);
                 case "--port" -> port = Integer.parseInt(args[++i]);
                 default -> throw new IllegalArgumentException("unknown argument " + args[i] + " (expected --ranks P,"
-                        + " --microbatches M, --batch B, --epochs E, --hidden H, --out DIR, --port P)");
+                        + " --microbatches M, --batch B, --epochs E, --hidden H, --layers L, --split time|params,"
+                        + " --out DIR, --port P)");
             }
         }
         Files.createDirectories(out);
@@ -75,13 +95,17 @@ public final class PipelineParallelExample {
         SyntheticData data = new SyntheticData(64, 10, 7);
         List<DataSet> train = data.batches(11, 48, batch, DataType.FLOAT);
         List<DataSet> test = data.batches(12, 8, 256, DataType.FLOAT);
-        MultiLayerNetwork reference = deepMlp(data.features(), hidden, data.classes());
+        MultiLayerNetwork reference = deepMlp(data.features(), hidden, data.classes(), hiddenLayers);
         System.out.printf(Locale.ROOT, "symmem4j pipeline parallelism: %d ranks, %d layers, %d parameters, batch %d in %d"
                 + " microbatches, %d batches per epoch%n", ranks, reference.getnLayers(), reference.numParams(), batch,
                 microbatches, train.size());
 
         // the baseline: the same network trained by plain fit on the same batches, timed like the
         // pipelines below (the first epoch warms up ND4J and the JIT and is not timed)
+        // the baseline runs with the ND4J threads each rank gets (a core per rank, when there are enough)
+        int threads = Math.max(1, Runtime.getRuntime().availableProcessors() / ranks);
+        Nd4j.getEnvironment().setMaxThreads(threads);
+        Nd4j.factory().blas().setMaxThreads(threads);
         MultiLayerNetwork single = reference.clone();
         long start = 0;
         for (int epoch = 0; epoch < epochs; epoch++) {
@@ -93,25 +117,40 @@ public final class PipelineParallelExample {
             }
         }
         double singleRate = (double) Math.max(1, epochs - 1) * train.size() * batch / ((System.nanoTime() - start) / 1e9);
-        System.out.printf(Locale.ROOT, "%-22s loss %.4f  %8.0f examples/s  test accuracy %.3f%n", "single model fit",
-                single.score(), singleRate, single.evaluate(new ListIterator(test)).accuracy());
+        String singleLabel = "single model fit (" + threads + " ND4J thread" + (threads == 1 ? ")" : "s)");
+        System.out.printf(Locale.ROOT, "%-34s loss %.4f  %8.0f examples/s  test accuracy %.3f%n",
+                singleLabel, single.score(), singleRate, single.evaluate(new ListIterator(test)).accuracy());
 
         for (PipelineSchedule kind : new PipelineSchedule[] {PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED}) {
-            int stagesPerRank = kind == PipelineSchedule.INTERLEAVED ? 2 : 1;
+            int stagesPerRank = stagesPerRank(kind, ranks, PipelineStageSplit.maxStages(reference));
+            if (stagesPerRank == 0) {
+                System.out.printf(Locale.ROOT, "%s: skipped: %d ranks need at least %d stages but the network has %d"
+                        + " layers (use fewer ranks, or --layers %d or more)%n", kind.tag(), ranks, 2 * ranks,
+                        reference.getnLayers(), 2 * ranks - 1);
+                continue;
+            }
             MultiLayerNetwork net = reference.clone();
             String name = kind == PipelineSchedule.INTERLEAVED ? "interleaved-1f1b" : "1f1b";
-            List<PipelineStepReport> timedSteps = new java.util.ArrayList<>();
+            List<PipelineStepReport> timedSteps = new ArrayList<>();
             boolean[] timing = {false};
-            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(net).ranks(ranks)
+            PipelineParallelTrainer.Builder builder = PipelineParallelTrainer.builder(net).ranks(ranks)
+                    .ompThreadsPerRank(threads)
                     .microbatches(microbatches).schedule(kind, stagesPerRank)
+                    .recordTimeline(train.size() * Math.max(1, epochs - 1))
                     .meterRegistry(registry, Tags.of(DataParallelExample.APPLICATION_TAG, "pipeline-example"))
                     .stepListener(report -> {
                         if (timing[0]) {
                             timedSteps.add(report);
                         }
-                    }).build()) {
-                System.out.printf(Locale.ROOT, "%s: %d stages (layers %s), %d link slots%n", name,
-                        trainer.split().stageCount(), stageRanges(trainer), trainer.linkSlots());
+                    });
+            if (splitByTime) {
+                builder.splitByMeasuredTimes(train.getFirst());
+            }
+            try (PipelineParallelTrainer trainer = builder.build()) {
+                System.out.printf(Locale.ROOT, "%s: %d stages split by %s, %d link slots%n", name,
+                        trainer.split().stageCount(), splitByTime ? "measured pass times" : "parameter count",
+                        trainer.linkSlots());
+                printStages(trainer);
                 for (int epoch = 0; epoch < epochs; epoch++) {
                     if (epoch == 1 || epochs == 1) {
                         start = System.nanoTime(); // the first epoch warms up ND4J and the JIT
@@ -122,38 +161,9 @@ public final class PipelineParallelExample {
                 double rate = (double) Math.max(1, epochs - 1) * train.size() * batch / ((System.nanoTime() - start) / 1e9);
                 PipelineStepReport last = trainer.lastStep();
                 trainer.copyParametersTo(net);
-                System.out.printf(Locale.ROOT, "%-22s loss %.4f  %8.0f examples/s  test accuracy %.3f%n",
+                System.out.printf(Locale.ROOT, "%-34s loss %.4f  %8.0f examples/s  test accuracy %.3f%n",
                         "pipeline " + name, last.loss(), rate, net.evaluate(new ListIterator(test)).accuracy());
-
-                // the median step by duration stands for the run: with more ranks than cores, single
-                // steps now and then lose a core for tens of milliseconds
-                List<TimelineReport> steps = new java.util.ArrayList<>();
-                for (PipelineStepReport r : timedSteps) {
-                    steps.add(r.timelineReport());
-                }
-                steps.sort(java.util.Comparator.comparingLong(TimelineReport::windowNanos));
-                TimelineReport step = steps.get(steps.size() / 2);
-                double[] bubbles = steps.stream().mapToDouble(TimelineReport::bubbleFraction).sorted().toArray();
-                SimulationResult.Completed simulated = step.simulate(trainer.schedule(), trainer.shape());
-                StringBuilder idle = new StringBuilder();
-                for (int r = 0; r < step.rankCount(); r++) {
-                    idle.append(String.format(Locale.ROOT, " rank %d %.1f%% (sim %.1f%%)", r, 100 * step.idleFraction(r),
-                            100.0 * simulated.rank(r).idleTime() / simulated.makespan()));
-                }
-                System.out.printf(Locale.ROOT, "  median step of %d: %.2f ms, bubble %.1f%% measured, %.1f%% simulated for"
-                        + " its measured times (F %.2f ms, B %.2f ms, hand-off %.1f µs); idle:%s%n", steps.size(),
-                        step.windowNanos() / 1e6, 100 * step.bubbleFraction(), 100 * simulated.bubbleFraction(),
-                        step.meanNanos(org.symmem4j.pipeline.exec.TimelineEvent.Kind.FORWARD) / 1e6,
-                        step.meanNanos(org.symmem4j.pipeline.exec.TimelineEvent.Kind.BACKWARD) / 1e6,
-                        step.meanHandoffNanos() / 1e3, idle);
-                System.out.printf(Locale.ROOT, "  bubble over all %d timed steps: median %.1f%%, range %.1f%% .. %.1f%%%n",
-                        bubbles.length, 100 * bubbles[bubbles.length / 2], 100 * bubbles[0], 100 * bubbles[bubbles.length - 1]);
-                Path trace = out.resolve(name + ".trace.json");
-                Path svg = out.resolve(name + ".svg");
-                Files.writeString(trace, step.chromeTraceJson());
-                Files.writeString(svg, step.svg(name + ": " + ranks + " ranks, " + trainer.split().stageCount()
-                        + " stages, " + microbatches + " microbatches (median step)"));
-                System.out.println("  wrote " + trace + " (open in https://ui.perfetto.dev) and " + svg);
+                reportBubble(trainer, timedSteps, out, name, ranks, microbatches);
             }
         }
         System.out.println("On a machine with fewer cores than ranks the ranks share cores: the pipeline cannot beat the"
@@ -163,12 +173,76 @@ public final class PipelineParallelExample {
         }
     }
 
-    /** A deeper MLP: 8 tanh layers of {@code hidden} units and a softmax output (Adam), fixed seed. */
-    static MultiLayerNetwork deepMlp(int in, int hidden, int out) {
+    /**
+     * Stages per rank the network allows for {@code kind}: 1 for GPipe and 1F1B, 2 for interleaved when
+     * there are at least {@code 2 x ranks} layers (every stage needs a layer), else 0: not possible.
+     */
+    static int stagesPerRank(PipelineSchedule kind, int ranks, int layers) {
+        if (kind != PipelineSchedule.INTERLEAVED) {
+            return ranks <= layers ? 1 : 0;
+        }
+        return 2 * ranks <= layers ? 2 : 0;
+    }
+
+    private static void printStages(PipelineParallelTrainer trainer) {
+        PipelineStageSplit split = trainer.split();
+        var predicted = trainer.predictedStageDurations();
+        for (int s = 0; s < split.stageCount(); s++) {
+            System.out.printf(Locale.ROOT, "  stage %2d (rank %d): layers %d-%d, %,d parameters%s%n", s,
+                    s % trainer.shape().ranks(), split.firstLayer(s), split.endLayer(s) - 1, split.parameterCount(s),
+                    predicted == null ? "" : String.format(Locale.ROOT, ", profiled F+B %.2f ms per microbatch",
+                            predicted.total(s) / 1e3));
+        }
+    }
+
+    /** The bubble four ways for the timed steps; writes the run's trace and the median step's trace and SVG. */
+    private static void reportBubble(PipelineParallelTrainer trainer, List<PipelineStepReport> timedSteps, Path out,
+                                     String name, int ranks, int microbatches) throws IOException {
+        // the median step by duration stands for the run: with more ranks than cores, single steps now
+        // and then lose a core for tens of milliseconds
+        List<TimelineReport> steps = new ArrayList<>();
+        for (PipelineStepReport r : timedSteps) {
+            steps.add(r.timelineReport());
+        }
+        steps.sort(Comparator.comparingLong(TimelineReport::windowNanos));
+        TimelineReport step = steps.get(steps.size() / 2);
+        double[] bubbles = steps.stream().mapToDouble(TimelineReport::bubbleFraction).sorted().toArray();
+        SimulationResult.Completed simulated = step.simulatePerStage(trainer.schedule(), trainer.shape());
+        double ideal = ScheduleSimulator.simulate(trainer.schedule(), trainer.shape(), ActionDurations.of(1, 2))
+                .requireCompleted().bubbleFraction();
+        String predicted = trainer.predictedStageDurations() == null ? "n/a (split by parameters)"
+                : String.format(Locale.ROOT, "%.1f%%", 100 * ScheduleSimulator.simulate(trainer.schedule(), trainer.shape(),
+                trainer.predictedStageDurations()).requireCompleted().bubbleFraction());
+        System.out.printf(Locale.ROOT, "  bubble: predicted from the profile %s, measured %.1f%% on the median step of %d"
+                        + " (%.2f ms), simulated for its measured stage times %.1f%%, ideal for the schedule %.1f%%%n",
+                predicted, 100 * step.bubbleFraction(), steps.size(), step.windowNanos() / 1e6,
+                100 * simulated.bubbleFraction(), 100 * ideal);
+        StringBuilder perStage = new StringBuilder();
+        for (int s = 0; s < trainer.shape().stageCount(); s++) {
+            perStage.append(String.format(Locale.ROOT, " %d: %.2f/%.2f", s,
+                    step.stageMeanNanos(TimelineEvent.Kind.FORWARD, s) / 1e6,
+                    step.stageMeanNanos(TimelineEvent.Kind.BACKWARD, s) / 1e6));
+        }
+        System.out.printf(Locale.ROOT, "  measured F/B ms per stage:%s; hand-off %.1f µs%n", perStage,
+                step.meanHandoffNanos() / 1e3);
+        System.out.printf(Locale.ROOT, "  bubble over all %d timed steps: median %.1f%%, range %.1f%% .. %.1f%%%n",
+                bubbles.length, 100 * bubbles[bubbles.length / 2], 100 * bubbles[0], 100 * bubbles[bubbles.length - 1]);
+        Path run = out.resolve(name + ".run.trace.json");
+        Path trace = out.resolve(name + ".trace.json");
+        Path svg = out.resolve(name + ".svg");
+        trainer.runTimeline().writeChromeTrace(run);
+        Files.writeString(trace, step.chromeTraceJson());
+        Files.writeString(svg, step.svg(name + ": " + ranks + " ranks, " + trainer.split().stageCount() + " stages, "
+                + microbatches + " microbatches (median step)"));
+        System.out.println("  wrote " + run + " (the timed run), " + trace + " (open in https://ui.perfetto.dev) and " + svg);
+    }
+
+    /** A deep MLP: {@code hiddenLayers} tanh layers of {@code hidden} units and a softmax output (Adam), fixed seed. */
+    public static MultiLayerNetwork deepMlp(int in, int hidden, int out, int hiddenLayers) {
         NeuralNetConfiguration.ListBuilder list = new NeuralNetConfiguration.Builder()
                 .seed(2026).dataType(DataType.FLOAT).updater(new Adam(1e-3)).weightInit(WeightInit.XAVIER).list();
         list.layer(new DenseLayer.Builder().nIn(in).nOut(hidden).activation(Activation.TANH).build());
-        for (int i = 1; i < 8; i++) {
+        for (int i = 1; i < hiddenLayers; i++) {
             list.layer(new DenseLayer.Builder().nIn(hidden).nOut(hidden).activation(Activation.TANH).build());
         }
         list.layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(hidden).nOut(out)
@@ -177,14 +251,5 @@ public final class PipelineParallelExample {
         MultiLayerNetwork net = new MultiLayerNetwork(conf);
         net.init();
         return net;
-    }
-
-    private static String stageRanges(PipelineParallelTrainer trainer) {
-        StringBuilder s = new StringBuilder();
-        for (int stage = 0; stage < trainer.split().stageCount(); stage++) {
-            s.append(stage == 0 ? "" : " | ").append(trainer.split().firstLayer(stage)).append('-')
-                    .append(trainer.split().endLayer(stage) - 1);
-        }
-        return s.toString();
     }
 }

@@ -1,14 +1,18 @@
 package org.symmem4j.dl4j.pipeline;
 
 import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
 import java.util.Objects;
 import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.api.MaskState;
 import org.deeplearning4j.nn.api.layers.IOutputLayer;
 import org.deeplearning4j.nn.conf.InputPreProcessor;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.WorkspaceMode;
-import org.deeplearning4j.nn.conf.layers.FeedForwardLayer;
 import org.deeplearning4j.nn.gradient.Gradient;
+import org.deeplearning4j.nn.layers.normalization.BatchNormalization;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
 import org.nd4j.common.primitives.Pair;
@@ -20,21 +24,26 @@ import org.symmem4j.pipeline.exec.StageCompute;
 /**
  * One pipeline stage backed by a DL4J {@link MultiLayerNetwork} holding a contiguous range of the full
  * network's layers (from {@link PipelineStageSplit#buildStageNetworks()}), computing with DL4J's own
- * layers: forward with {@code Layer.activate}, backward with {@link MultiLayerNetwork#backpropGradient}
- * (the last stage: {@link MultiLayerNetwork#calculateGradients}, which also gives the loss's gradient
- * with respect to the stage input), and the update with the network's own updater.
+ * layers: forward with {@code Layer.activate} after each layer's input preprocessor, as DL4J's training
+ * forward does; backward with {@link MultiLayerNetwork#backpropGradient} (the last stage:
+ * {@link MultiLayerNetwork#calculateGradients}, which also gives the loss's gradient with respect to
+ * the stage input), and the update with the network's own updater.
  *
  * <p><b>Exactness.</b> DL4J's gradient is a sum over examples, divided by the minibatch size inside
  * the updater. A stage adds up its microbatches' gradients and, in {@link #step()}, runs its updater
  * once on that sum with the <em>whole batch's</em> example count, then subtracts the update from the
  * parameters as DL4J's {@code StochasticGradientDescent} does, advances the iteration counter and
  * applies constraints. Every stage of a split network thus does what one {@code fit} of the whole
- * network on the whole batch does to those layers, up to the order in which fp32 sums are added.
+ * network on the whole batch does to those layers, up to the order in which sums are added — for
+ * every layer whose examples do not interact. Two kinds do, and are defined per microbatch:
+ * batch normalization ({@link BatchNormRunningStats}) and dropout ({@link MicrobatchDropout}).
  *
- * <p><b>Memory.</b> Forward keeps each microbatch's layer inputs until that microbatch's backward
- * (DL4J layers backpropagate from their stored input); the last stage keeps only its input and runs
- * its forward pass inside backward, where DL4J computes the loss. Messages are row-major
- * {@code [microbatch x width]} matrices of the network's data type.
+ * <p><b>Several microbatches in flight.</b> Forward keeps each microbatch's layer inputs until that
+ * microbatch's backward; before the backward the stage gives every layer its input and masks again,
+ * and runs the forward of layers that keep more than their input for the backward again
+ * ({@link LayerSupport}). The last stage keeps only its input and runs its forward inside backward,
+ * where DL4J computes the loss. Masks reach the stage as {@link StepPlan#inputMasks()}; messages are
+ * row-major arrays whose shapes the plan gives ({@link Messages}).
  *
  * <p>Call {@link #beginStep} before every step; then the executor calls forward and backward for every
  * microbatch and {@link #step()} once, all on one thread.
@@ -50,14 +59,15 @@ public final class Dl4jPipelineStage implements StageCompute {
     private final Layer[] layers;
     private final MultiLayerConfiguration conf;
     private final DataType dataType;
-    private final long inputWidth;
-    private final long outputWidth;
+    private final LayerSupport.Kind[] kinds;
+    private final List<MicrobatchDropout> dropouts = new ArrayList<>();
+    private final List<BatchNormRunningStats> batchNorms = new ArrayList<>();
     /** Arrays outside any DL4J workspace: kept across calls (the network trains with WorkspaceMode.NONE too). */
     private final LayerWorkspaceMgr workspaces = LayerWorkspaceMgr.noWorkspaces();
-    /** Sum of this step's microbatch gradients, laid out like the network's flat gradient view. */
+    /** Sum of this step's microbatch gradients, laid out like the network's flat gradient view; null without parameters. */
     private final INDArray accumulatedGradient;
 
-    private Microbatches batch;
+    private StepPlan plan;
     /** By microbatch: the stage's input, from forward until backward. */
     private INDArray[] stageInputs = new INDArray[0];
     /** By microbatch and layer: each layer's input (after its preprocessor), from forward until backward. */
@@ -74,7 +84,7 @@ public final class Dl4jPipelineStage implements StageCompute {
     /**
      * @param stage      this stage's index
      * @param stageCount the number of stages (the last one computes the loss)
-     * @param network    the stage's network: an {@code OutputLayer} last exactly when this is the last stage
+     * @param network    the stage's network: an output layer last exactly when this is the last stage
      */
     public Dl4jPipelineStage(int stage, int stageCount, MultiLayerNetwork network) {
         if (stage < 0 || stage >= stageCount) {
@@ -100,22 +110,56 @@ public final class Dl4jPipelineStage implements StageCompute {
                     : "has no output layer but it is the last stage, which computes the loss")
                     + " (build the stages with PipelineStageSplit.buildStageNetworks())");
         }
-        this.inputWidth = ((FeedForwardLayer) conf.getConf(0).getLayer()).getNIn();
-        this.outputWidth = ((FeedForwardLayer) conf.getConf(layers.length - 1).getLayer()).getNOut();
-        network.initGradientsView();
-        INDArray view = network.getGradientsViewArray();
-        this.accumulatedGradient = Nd4j.zeros(view.dataType(), view.shape());
+        this.kinds = new LayerSupport.Kind[layers.length];
+        for (int i = 0; i < layers.length; i++) {
+            // DL4J's init lets layers 1.. overwrite their input in place (dropout does): a stage keeps
+            // every layer's input until the microbatch's backward, which must find it unchanged
+            layers[i].allowInputModification(false);
+            org.deeplearning4j.nn.conf.layers.Layer layerConf = conf.getConf(i).getLayer();
+            kinds[i] = LayerSupport.kindOf(layerConf);
+            if (kinds[i] == null) {
+                throw new IllegalArgumentException("stage " + stage + " layer " + i + " ("
+                        + layerConf.getClass().getSimpleName() + ") is not supported in a pipeline stage: expected one of "
+                        + LayerSupport.supportedNames());
+            }
+            if (layerConf.getIDropout() instanceof MicrobatchDropout d) {
+                dropouts.add(d);
+            } else if (layerConf.getIDropout() != null) {
+                throw new IllegalArgumentException("stage " + stage + " layer " + i + " has dropout="
+                        + layerConf.getIDropout() + " expected a MicrobatchDropout (build the stages with"
+                        + " PipelineStageSplit.buildStageNetworks(), which gives each microbatch its own mask)");
+            }
+            if (layers[i] instanceof BatchNormalization bn) {
+                batchNorms.add(new BatchNormRunningStats(i, bn, dataType));
+            }
+        }
+        if (network.numParams() > 0) {
+            network.initGradientsView();
+            INDArray view = network.getGradientsViewArray();
+            this.accumulatedGradient = Nd4j.zeros(view.dataType(), view.shape());
+        } else {
+            this.accumulatedGradient = null;
+        }
         // the updater and its state exist from the start, so copying state out before any step copies the initial state
         network.getUpdater(true);
     }
 
-    /** Hands the stage the next step's data (stage 0 reads features, the last stage labels) and resets its step state. */
-    public void beginStep(Microbatches batch) {
-        this.batch = Objects.requireNonNull(batch, "batch");
-        int count = batch.count();
+    /** Hands the stage the next step's plan (stage 0 reads features, the last stage labels) and resets its step state. */
+    void beginStep(StepPlan plan) {
+        this.plan = Objects.requireNonNull(plan, "plan");
+        int count = plan.batch().count();
         if (stageInputs.length != count) {
             stageInputs = new INDArray[count];
             layerInputs = new INDArray[count][];
+        }
+        for (BatchNormRunningStats bn : batchNorms) {
+            bn.beginStep(count);
+        }
+        // layers keep their own counters, which dropout seeds and schedules read: DL4J's fit
+        // synchronizes them with the network's before every pass, and so does a stage before every step
+        for (Layer layer : layers) {
+            layer.setIterationCount(network.getIterationCount());
+            layer.setEpochCount(network.getEpochCount());
         }
         backwardsThisStep = 0;
         lossSum = 0;
@@ -126,13 +170,16 @@ public final class Dl4jPipelineStage implements StageCompute {
     @Override
     public MemorySegment forward(int microbatch, MemorySegment input) {
         requireStep(microbatch, "forward");
-        INDArray x = first ? batch.features().get(microbatch)
-                : Messages.read(input, inputWidth, dataType, "the activation of microbatch " + microbatch + " into stage " + stage);
+        INDArray x = first ? plan.batch().features().get(microbatch)
+                : Messages.read(input, plan.messageShape(stage - 1, microbatch), dataType,
+                "the activation of microbatch " + microbatch + " into stage " + stage);
         stageInputs[microbatch] = x;
         if (last) {
             return EMPTY; // the forward pass runs in backward, where DL4J computes the loss and its gradient
         }
+        selectMicrobatch(microbatch);
         network.setInput(x); // sets every layer's minibatch size, which preprocessors read
+        applyMasks(microbatch);
         int miniBatchSize = network.getInputMiniBatchSize();
         INDArray[] inputs = new INDArray[layers.length];
         INDArray activation = x;
@@ -146,6 +193,7 @@ public final class Dl4jPipelineStage implements StageCompute {
             activation = layers[i].activate(activation, true, workspaces);
         }
         layerInputs[microbatch] = inputs;
+        requireShape(activation, plan.messageShape(stage, microbatch), "output", microbatch);
         return publish(activation);
     }
 
@@ -157,62 +205,92 @@ public final class Dl4jPipelineStage implements StageCompute {
             throw new IllegalStateException("stage " + stage + " got the backward of microbatch " + microbatch
                     + " before its forward (or twice): the schedule must run F before B for every microbatch");
         }
+        selectMicrobatch(microbatch);
         Pair<Gradient, INDArray> result;
         if (last) {
-            result = network.calculateGradients(x, batch.labels().get(microbatch), null, null);
+            network.setInput(x);
+            applyMasks(microbatch);
+            INDArray labelsMask = plan.batch().labelsMask(microbatch);
+            if (labelsMask != null) {
+                network.getOutputLayer().setMaskArray(labelsMask); // as setLayerMaskArrays: the labels mask wins
+            }
+            // masks are set above: calculateGradients' own mask arguments would set the labels mask to the
+            // features mask (DL4J 1.0.0-M2.1 passes fMask as the labels mask to its forward pass)
+            result = network.calculateGradients(x, plan.batch().labels().get(microbatch), null, null);
             // DL4J's score of this microbatch, without regularization (added once per batch by the trainer)
             IOutputLayer output = (IOutputLayer) network.getOutputLayer();
             double score = output.computeScore(0.0, true, workspaces);
             lossSum += output.conf().isMiniBatch() ? score * x.size(0) : score;
         } else {
-            INDArray epsilon = Messages.read(outputGradient, outputWidth, dataType,
+            INDArray epsilon = Messages.read(outputGradient, plan.messageShape(stage, microbatch), dataType,
                     "the gradient of microbatch " + microbatch + " into stage " + stage);
-            // re-establish this microbatch's inputs: other microbatches' forwards ran since
+            // re-establish this microbatch's inputs and masks: other microbatches' forwards ran since
             network.setInput(x);
+            applyMasks(microbatch);
             INDArray[] inputs = layerInputs[microbatch];
             for (int i = 0; i < layers.length; i++) {
-                layers[i].setInput(inputs[i], workspaces);
+                if (kinds[i] == LayerSupport.Kind.REPLAY_FORWARD) {
+                    layers[i].activate(inputs[i], true, workspaces);
+                } else {
+                    layers[i].setInput(inputs[i], workspaces);
+                }
             }
             result = network.backpropGradient(epsilon, workspaces);
         }
-        INDArray gradient = network.getGradientsViewArray();
-        if (backwardsThisStep == 0) {
-            accumulatedGradient.assign(gradient);
-        } else {
-            accumulatedGradient.addi(gradient);
+        for (BatchNormRunningStats bn : batchNorms) {
+            bn.record(microbatch);
+        }
+        if (accumulatedGradient != null) {
+            INDArray gradient = network.getGradientsViewArray();
+            if (backwardsThisStep == 0) {
+                accumulatedGradient.assign(gradient);
+            } else {
+                accumulatedGradient.addi(gradient);
+            }
         }
         backwardsThisStep++;
         gradientViews = result.getFirst();
         stageInputs[microbatch] = null;
         layerInputs[microbatch] = null;
-        return first ? EMPTY : publish(result.getSecond());
+        if (first) {
+            return EMPTY;
+        }
+        requireShape(result.getSecond(), plan.messageShape(stage - 1, microbatch), "input gradient", microbatch);
+        return publish(result.getSecond());
     }
 
     /**
      * One update from the accumulated gradient, as {@code fit} of the whole network on the whole batch
      * would apply it to this stage's layers: the network's updater (division by the batch's example
      * count, gradient normalization, regularization, the optimizer), then parameters minus the update,
-     * the iteration counter, and constraints.
+     * the iteration counter, and constraints. Batch normalization's running statistics follow the
+     * microbatches in order instead ({@link BatchNormRunningStats}).
      */
     @Override
     public void step() {
-        if (batch == null || backwardsThisStep != batch.count()) {
+        if (plan == null || backwardsThisStep != plan.batch().count()) {
             throw new IllegalStateException("stage " + stage + " stepped after " + backwardsThisStep + " backward passes"
-                    + " expected=" + (batch == null ? "beginStep() first" : batch.count() + " (one per microbatch)"));
+                    + " expected=" + (plan == null ? "beginStep() first" : plan.batch().count() + " (one per microbatch)"));
         }
         // DL4J's score counts regularization at the parameters the gradient was computed at
         regularizationScore = network.calcRegularizationScore(true);
         if (last) {
-            dataLoss = lossSum / (((IOutputLayer) network.getOutputLayer()).conf().isMiniBatch() ? batch.examples() : 1);
+            dataLoss = lossSum / (((IOutputLayer) network.getOutputLayer()).conf().isMiniBatch()
+                    ? plan.batch().examples() : 1);
         }
-        INDArray gradient = network.getGradientsViewArray();
-        gradient.assign(accumulatedGradient);
         int iteration = network.getIterationCount();
         int epoch = network.getEpochCount();
-        network.getUpdater(true).update(network, gradientViews, iteration, epoch, Math.toIntExact(batch.examples()),
-                workspaces);
-        // StochasticGradientDescent's step: parameters minus the update the updater left in the gradient view
-        network.params().subi(gradient.reshape(gradient.length()));
+        if (accumulatedGradient != null) {
+            INDArray gradient = network.getGradientsViewArray();
+            gradient.assign(accumulatedGradient);
+            for (BatchNormRunningStats bn : batchNorms) {
+                bn.applyInOrder(gradientViews);
+            }
+            network.getUpdater(true).update(network, gradientViews, iteration, epoch,
+                    Math.toIntExact(plan.batch().examples()), workspaces);
+            // StochasticGradientDescent's step: parameters minus the update the updater left in the gradient view
+            network.params().subi(gradient.reshape(gradient.length()));
+        }
         network.setIterationCount(iteration + 1);
         network.applyConstraints(iteration + 1, epoch);
         backwardsThisStep = 0;
@@ -227,16 +305,6 @@ public final class Dl4jPipelineStage implements StageCompute {
     /** The stage's network: its parameters, updater state and counters are the training state. */
     public MultiLayerNetwork network() {
         return network;
-    }
-
-    /** Width of the activations this stage receives and of the gradient it sends back. */
-    public long inputWidth() {
-        return inputWidth;
-    }
-
-    /** Width of the activations this stage sends and of the gradient it receives. */
-    public long outputWidth() {
-        return outputWidth;
     }
 
     /**
@@ -257,12 +325,39 @@ public final class Dl4jPipelineStage implements StageCompute {
     }
 
     private void requireStep(int microbatch, String pass) {
-        if (batch == null) {
+        if (plan == null) {
             throw new IllegalStateException("stage " + stage + " got a " + pass + " pass before beginStep()");
         }
-        if (microbatch < 0 || microbatch >= batch.count()) {
+        if (microbatch < 0 || microbatch >= plan.batch().count()) {
             throw new IllegalArgumentException("stage " + stage + " got a " + pass + " pass for microbatch=" + microbatch
-                    + " expected in [0, " + batch.count() + ")");
+                    + " expected in [0, " + plan.batch().count() + ")");
+        }
+    }
+
+    /** Every layer's dropout draws and uses {@code microbatch}'s mask from now on. */
+    private void selectMicrobatch(int microbatch) {
+        for (MicrobatchDropout d : dropouts) {
+            d.microbatch(microbatch);
+        }
+    }
+
+    /**
+     * The features mask as it reaches this stage, propagated through the stage's layers as DL4J's
+     * {@code setLayerMaskArrays} does (every layer's mask is set, or cleared when there is none).
+     */
+    private void applyMasks(int microbatch) {
+        INDArray mask = plan.inputMasks()[stage][microbatch];
+        MaskState state = plan.inputMaskStates()[stage][microbatch];
+        network.feedForwardMaskArray(mask, mask == null ? null : state, Math.toIntExact(plan.batch().size(microbatch)));
+    }
+
+    /** A pass's output must have the shape the next stage (or the previous, for gradients) reads. */
+    private void requireShape(INDArray array, long[] expected, String what, int microbatch) {
+        if (!Arrays.equals(array.shape(), expected)) {
+            throw new IllegalStateException("stage " + stage + "'s " + what + " for microbatch " + microbatch + " has shape "
+                    + Arrays.toString(array.shape()) + " expected=" + Arrays.toString(expected) + " (from DL4J's input"
+                    + " types for this batch's features; when they infer the wrong type, e.g. NHWC images or NWC"
+                    + " sequences, give PipelineParallelTrainer.Builder.inputType(...))");
         }
     }
 

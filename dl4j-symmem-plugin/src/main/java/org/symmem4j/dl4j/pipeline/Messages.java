@@ -8,8 +8,11 @@ import org.nd4j.linalg.factory.Nd4j;
 
 /**
  * The messages stages exchange: one microbatch's activations (forward) or gradient (backward) as a
- * row-major {@code [rows x width]} matrix of the network's data type (FLOAT32 or FLOAT64, native byte
- * order, as ND4J stores them), with no header: the row count follows from the byte size.
+ * row-major (C order) array of the network's data type (FLOAT32 or FLOAT64, native byte order, as ND4J
+ * stores them), with no header: both ends know its shape, {@code [rows, ...]} with the per-example
+ * shape DL4J's input types give for that stage boundary ({@code [width]} between dense layers,
+ * {@code [channels, height, width]} after a convolution, {@code [size, time steps]} after a recurrent
+ * layer).
  */
 final class Messages {
 
@@ -17,20 +20,23 @@ final class Messages {
     }
 
     /**
-     * Copies a received message into a new array (the message's memory is only valid during the
-     * stage call; the array is kept until the microbatch's backward).
+     * Copies a received message into a new array of {@code shape} (the message's memory is only valid
+     * during the stage call; the array is kept until the microbatch's backward).
      *
-     * @throws IllegalStateException when the byte size is not a whole number of rows of {@code width}
+     * @throws IllegalStateException when the byte size is not that of {@code shape}
      */
-    static INDArray read(MemorySegment message, long width, DataType type, String what) {
-        long rowBytes = width * type.width();
+    static INDArray read(MemorySegment message, long[] shape, DataType type, String what) {
         long bytes = message.byteSize();
-        if (bytes == 0 || bytes % rowBytes != 0) {
-            throw new IllegalStateException(what + " has payloadBytes=" + bytes + " expected a positive multiple of"
-                    + " width=" + width + " x " + type.width() + " bytes (" + type + "): the stages disagree on the"
-                    + " width or data type between them");
+        long expected = type.width();
+        for (long d : shape) {
+            expected *= d;
         }
-        INDArray array = Nd4j.createUninitialized(type, bytes / rowBytes, width);
+        if (bytes != expected) {
+            throw new IllegalStateException(what + " has payloadBytes=" + bytes + " expected=" + expected + " for shape "
+                    + java.util.Arrays.toString(shape) + " of " + type + ": the stages disagree on the shape or data"
+                    + " type between them");
+        }
+        INDArray array = Nd4j.createUninitialized(type, shape, 'c');
         MemorySegment.copy(message, 0, segmentOf(array), 0, bytes);
         return array;
     }

@@ -10,35 +10,65 @@ import org.nd4j.linalg.indexing.INDArrayIndex;
 import org.nd4j.linalg.indexing.NDArrayIndex;
 
 /**
- * One training batch cut into equal microbatches along the example dimension, as contiguous
- * row-major copies: the first stage reads {@code features.get(mb)}, the last {@code labels.get(mb)}.
- *
- * @param features one array per microbatch, in order
- * @param labels   one array per microbatch, in order, same example counts as {@code features}
+ * One training batch cut into equal microbatches along the example dimension (dimension 0 of
+ * features, labels and masks, whatever their rank), as contiguous row-major copies: the first stage
+ * reads {@code features().get(mb)}, the last {@code labels().get(mb)}. Masks are optional: a
+ * recurrent network's features mask {@code [examples, time steps]} and labels mask, cut the same way.
  */
-public record Microbatches(List<INDArray> features, List<INDArray> labels) {
+public final class Microbatches {
 
-    public Microbatches {
-        features = List.copyOf(features);
-        labels = List.copyOf(labels);
-        if (features.isEmpty() || features.size() != labels.size()) {
-            throw new IllegalArgumentException("microbatches: features=" + features.size() + " labels=" + labels.size()
-                    + " expected the same count, at least 1");
+    private final List<INDArray> features;
+    private final List<INDArray> labels;
+    /** Null when the batch has no features mask; else one per microbatch. */
+    private final List<INDArray> featuresMasks;
+    /** Null when the batch has no labels mask; else one per microbatch. */
+    private final List<INDArray> labelsMasks;
+
+    /**
+     * @param features      one array per microbatch, in order
+     * @param labels        one array per microbatch, in order, same example counts as {@code features}
+     * @param featuresMasks null, or one mask per microbatch with the same example counts
+     * @param labelsMasks   null, or one mask per microbatch with the same example counts
+     */
+    public Microbatches(List<INDArray> features, List<INDArray> labels, List<INDArray> featuresMasks,
+                        List<INDArray> labelsMasks) {
+        this.features = List.copyOf(features);
+        this.labels = List.copyOf(labels);
+        this.featuresMasks = featuresMasks == null ? null : List.copyOf(featuresMasks);
+        this.labelsMasks = labelsMasks == null ? null : List.copyOf(labelsMasks);
+        if (this.features.isEmpty() || this.features.size() != this.labels.size()) {
+            throw new IllegalArgumentException("microbatches: features=" + this.features.size() + " labels="
+                    + this.labels.size() + " expected the same count, at least 1");
         }
-        for (int mb = 0; mb < features.size(); mb++) {
-            if (features.get(mb).size(0) != labels.get(mb).size(0)) {
-                throw new IllegalArgumentException("microbatch " + mb + " has " + features.get(mb).size(0)
-                        + " feature rows expected=" + labels.get(mb).size(0) + " (its label rows)");
-            }
+        for (int mb = 0; mb < this.features.size(); mb++) {
+            long rows = this.features.get(mb).size(0);
+            requireRows("label", this.labels, mb, rows);
+            requireRows("features mask", this.featuresMasks, mb, rows);
+            requireRows("labels mask", this.labelsMasks, mb, rows);
+        }
+    }
+
+    public Microbatches(List<INDArray> features, List<INDArray> labels) {
+        this(features, labels, null, null);
+    }
+
+    private static void requireRows(String what, List<INDArray> arrays, int mb, long rows) {
+        if (arrays == null) {
+            return;
+        }
+        if (arrays.size() <= mb || arrays.get(mb).size(0) != rows) {
+            throw new IllegalArgumentException("microbatch " + mb + " has " + rows + " feature rows but "
+                    + (arrays.size() <= mb ? "no " + what : arrays.get(mb).size(0) + " " + what + " rows")
+                    + ": expected the same example count");
         }
     }
 
     /**
-     * Cuts {@code batch} into {@code microbatches} parts of equal size, converted to {@code dataType}.
+     * Cuts {@code batch} into {@code microbatches} parts of equal size, features and labels converted
+     * to {@code dataType} (masks keep theirs).
      *
      * @throws IllegalArgumentException when the batch size is not a multiple of {@code microbatches},
-     *                                  features and labels disagree on the example count, or the batch
-     *                                  has masks (not supported by pipeline stages)
+     *                                  or features, labels and masks disagree on the example count
      */
     public static Microbatches split(DataSet batch, int microbatches, DataType dataType) {
         Objects.requireNonNull(batch, "batch");
@@ -51,16 +81,10 @@ public record Microbatches(List<INDArray> features, List<INDArray> labels) {
             throw new IllegalArgumentException("the batch has features=" + (features == null ? "null" : "set") + " labels="
                     + (labels == null ? "null" : "set") + ": pipeline training needs both");
         }
-        if (batch.getFeaturesMaskArray() != null || batch.getLabelsMaskArray() != null) {
-            throw new IllegalArgumentException("the batch has a " + (batch.getFeaturesMaskArray() != null ? "features" : "labels")
-                    + " mask: expected no masks (pipeline stages of dense layers do not support masking; drop the"
-                    + " masks or train without the pipeline)");
-        }
         long examples = features.size(0);
-        if (labels.size(0) != examples) {
-            throw new IllegalArgumentException("the batch has " + examples + " feature rows but " + labels.size(0)
-                    + " label rows: expected the same example count");
-        }
+        requireExamples("label", labels, examples);
+        requireExamples("features mask", batch.getFeaturesMaskArray(), examples);
+        requireExamples("labels mask", batch.getLabelsMaskArray(), examples);
         if (examples < microbatches || examples % microbatches != 0) {
             long lower = examples / microbatches * microbatches;
             String sizes = lower == 0 ? String.valueOf(microbatches) : lower + " or " + (lower + microbatches);
@@ -69,13 +93,52 @@ public record Microbatches(List<INDArray> features, List<INDArray> labels) {
                     + ", or a microbatch count that divides " + examples + ")");
         }
         long size = examples / microbatches;
-        List<INDArray> featureParts = new ArrayList<>(microbatches);
-        List<INDArray> labelParts = new ArrayList<>(microbatches);
-        for (int mb = 0; mb < microbatches; mb++) {
-            featureParts.add(rows(features, mb * size, size, dataType));
-            labelParts.add(rows(labels, mb * size, size, dataType));
+        return new Microbatches(cut(features, microbatches, size, dataType), cut(labels, microbatches, size, dataType),
+                cut(batch.getFeaturesMaskArray(), microbatches, size, null),
+                cut(batch.getLabelsMaskArray(), microbatches, size, null));
+    }
+
+    private static void requireExamples(String what, INDArray array, long examples) {
+        if (array != null && array.size(0) != examples) {
+            throw new IllegalArgumentException("the batch has " + examples + " feature rows but " + array.size(0) + " "
+                    + what + " rows: expected the same example count");
         }
-        return new Microbatches(featureParts, labelParts);
+    }
+
+    private static List<INDArray> cut(INDArray array, int parts, long size, DataType type) {
+        if (array == null) {
+            return null;
+        }
+        List<INDArray> out = new ArrayList<>(parts);
+        for (int mb = 0; mb < parts; mb++) {
+            out.add(rows(array, mb * size, size, type == null ? array.dataType() : type));
+        }
+        return out;
+    }
+
+    /** One array per microbatch, in order. */
+    public List<INDArray> features() {
+        return features;
+    }
+
+    /** One array per microbatch, in order. */
+    public List<INDArray> labels() {
+        return labels;
+    }
+
+    /** Microbatch {@code mb}'s features mask, or null when the batch has none. */
+    public INDArray featuresMask(int mb) {
+        return featuresMasks == null ? null : featuresMasks.get(mb);
+    }
+
+    /** Microbatch {@code mb}'s labels mask, or null when the batch has none. */
+    public INDArray labelsMask(int mb) {
+        return labelsMasks == null ? null : labelsMasks.get(mb);
+    }
+
+    /** Whether the batch has a features or labels mask. */
+    public boolean hasMasks() {
+        return featuresMasks != null || labelsMasks != null;
     }
 
     /** Number of microbatches. */
@@ -107,5 +170,10 @@ public record Microbatches(List<INDArray> features, List<INDArray> labels) {
         INDArray part = array.get(index);
         // castTo returns the same (view) array when the type already matches: dup makes it ours
         return part.castTo(type).dup('c');
+    }
+
+    @Override
+    public String toString() {
+        return "Microbatches[count=" + count() + ", examples=" + examples() + ", masks=" + hasMasks() + "]";
     }
 }

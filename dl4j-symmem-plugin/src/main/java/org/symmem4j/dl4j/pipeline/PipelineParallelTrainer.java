@@ -14,8 +14,9 @@ import java.util.concurrent.TimeoutException;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tag;
 import io.micrometer.core.instrument.Tags;
+import org.deeplearning4j.nn.conf.inputs.InputType;
+import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
-import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.factory.Nd4j;
@@ -29,10 +30,12 @@ import org.symmem4j.parallel.host.InJvmTransport;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
 import org.symmem4j.pipeline.exec.PipelineMetrics;
+import org.symmem4j.pipeline.exec.RunTimeline;
 import org.symmem4j.pipeline.exec.StepTimeline;
 import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
+import org.symmem4j.pipeline.schedule.StageDurations;
 
 /**
  * Pipeline-parallel training of a DL4J {@link MultiLayerNetwork} on threads of this JVM:
@@ -47,16 +50,22 @@ import org.symmem4j.pipeline.schedule.Schedule;
  * }</pre>
  *
  * <p>The network is cut into {@code ranks x stagesPerRank} stages of consecutive layers
- * ({@link PipelineStageSplit}: balanced by parameter count, or at {@link Builder#stageBoundaries});
- * stage {@code s} runs on rank {@code s % ranks}. Each rank is a thread of one in-JVM group, created at
+ * ({@link PipelineStageSplit}: balanced by parameter count, by measured pass times with
+ * {@link Builder#splitByMeasuredTimes}, or at {@link Builder#stageBoundaries}); stage {@code s} runs on
+ * rank {@code s % ranks}. Layers: dense, convolution and subsampling (4-D activations), LSTM, simple RNN
+ * and their wrappers (3-D activations, masks), batch normalization, dropout and more
+ * ({@link PipelineStageSplit}). Each rank is a thread of one in-JVM group, created at
  * the first {@code fit} and kept until {@link #close()}; activations travel forward and gradients
  * backward through symmetric-memory links ({@link org.symmem4j.pipeline.exec.PipelineExecutor}), in the
  * order of the chosen schedule.
  *
  * <p>Every batch is one step: it is cut into {@code microbatches} equal parts, every stage accumulates
  * its gradient over them and then applies one update with the whole batch's example count. One step
- * therefore equals one {@code fit} of the unsplit network on the whole batch, to fp32 rounding (the
- * order in which gradient sums are added differs); see {@link Dl4jPipelineStage}. The loss of each step
+ * therefore equals one {@code fit} of the unsplit network on the whole batch, to rounding (the order in
+ * which gradient sums are added differs); see {@link Dl4jPipelineStage}. Batch normalization and
+ * dropout see microbatches, not the batch: each microbatch is normalized with its own statistics and
+ * the running statistics follow the microbatches in order ({@link BatchNormRunningStats}), and each
+ * microbatch draws its own reproducible dropout mask ({@link MicrobatchDropout}). The loss of each step
  * is what {@code MultiLayerNetwork.score()} reports after such a fit ({@link PipelineStepReport#loss()}).
  *
  * <p>The trainer trains its own copies of the network's layers, taken at {@link Builder#build()}
@@ -64,7 +73,8 @@ import org.symmem4j.pipeline.schedule.Schedule;
  * {@link #copyParametersTo} writes the result into it, or into any network of the same configuration.
  * Everything that can be checked is checked at {@code build()} (supported layers, stage count,
  * boundaries, widths, schedule, link slots) and at the start of each {@code fit} (batch size divisible
- * by the microbatch count, feature and label widths), before any rank computes.
+ * by the microbatch count, the features' shape through every layer by DL4J's input types, the labels'
+ * shape against the output), before any rank computes.
  *
  * <p>If a rank fails during a step, every rank stops (the links are poisoned), {@code fit} throws a
  * {@link PipelineTrainingException} with that rank's exception, and the trainer is closed: stages may
@@ -93,6 +103,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private final int ompThreadsPerRank;
     private final List<StepListener> listeners;
     private final PipelineMetrics metrics;
+    private final InputType inputType;
+    private final StageProfile profile;
+    private final RunTimeline runTimeline;
     private InJvmWorld world;
     private List<PipelineRankWorker> workers;
     private long step;
@@ -101,15 +114,17 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private boolean closed;
 
     private PipelineParallelTrainer(Builder b, PipelineStageSplit split, Schedule schedule, PipelineShape shape,
-                                    int linkSlots) {
+                                    int linkSlots, StageProfile profile) {
         this.split = split;
+        this.inputType = b.inputType;
+        this.profile = profile;
+        this.runTimeline = b.timelineSteps > 0 ? new RunTimeline(b.timelineSteps) : null;
         this.scheduleKind = b.schedule;
         this.schedule = schedule;
         this.shape = shape;
         this.linkSlots = linkSlots;
         this.timeout = b.timeout;
-        this.ompThreadsPerRank = b.ompThreadsPerRank > 0 ? b.ompThreadsPerRank
-                : Math.max(1, Runtime.getRuntime().availableProcessors() / shape.ranks());
+        this.ompThreadsPerRank = b.threadsPerRank(shape.ranks());
         this.listeners = List.copyOf(b.listeners);
         this.metrics = new PipelineMetrics(b.schedule.tag(), InJvmTransport.NAME, b.metricTags);
         if (b.registry != null) {
@@ -125,7 +140,17 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** Starts a builder for {@code network} (initialized at {@code build()} if it is not yet). */
     public static Builder builder(MultiLayerNetwork network) {
-        return new Builder(network);
+        return new Builder(Objects.requireNonNull(network, "network"), null);
+    }
+
+    /**
+     * Starts a builder for {@code graph}, a {@link ComputationGraph} whose vertices form a chain (one
+     * input, one output, every vertex a layer fed by the one before: a linear stage order). It trains as
+     * the equivalent multi-layer network; {@code build()} refuses graphs with branches, naming the
+     * vertex. Copy the result back with {@link #copyParametersTo(ComputationGraph)}.
+     */
+    public static Builder builder(ComputationGraph graph) {
+        return new Builder(null, Objects.requireNonNull(graph, "graph"));
     }
 
     /**
@@ -175,16 +200,55 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @throws IllegalStateException    after a failed step (the stages may disagree on the step count)
      */
     public synchronized void copyParametersTo(MultiLayerNetwork target) {
+        requireCopyable();
+        split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), target);
+    }
+
+    /**
+     * As {@link #copyParametersTo(MultiLayerNetwork)}, into a graph: the one given to
+     * {@link #builder(ComputationGraph)}, or one with its configuration.
+     *
+     * @throws IllegalArgumentException when {@code target} is not that chain of layers
+     */
+    public synchronized void copyParametersTo(ComputationGraph target) {
+        requireCopyable();
+        MultiLayerNetwork chain = GraphChain.toNetwork(target);
+        split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), chain);
+        GraphChain.copyInto(chain, target);
+    }
+
+    private void requireCopyable() {
         if (failed != null) {
             throw new IllegalStateException("the pipeline failed (" + failed + "): its stages may or may not have"
                     + " applied the failed step, so their parameters are not copied; train again from a network you trust");
         }
-        split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), target);
     }
 
     /** How the network was cut into stages. */
     public PipelineStageSplit split() {
         return split;
+    }
+
+    /** The measured layer times the split was made from ({@link Builder#splitByMeasuredTimes}), or null. */
+    public StageProfile profile() {
+        return profile;
+    }
+
+    /**
+     * The stages' pass times the profile predicts for this split, in microseconds, for
+     * {@code ScheduleSimulator.simulate(schedule(), shape(), ...)}: the bubble to expect before
+     * training. Null without a profile.
+     */
+    public StageDurations predictedStageDurations() {
+        return profile == null ? null : profile.stageDurationsMicros(split);
+    }
+
+    /**
+     * Every recorded step's timelines as one Chrome trace ({@link Builder#recordTimeline}), or null
+     * when not recording.
+     */
+    public RunTimeline runTimeline() {
+        return runTimeline;
     }
 
     /** The schedule every step runs (one action list per rank). */
@@ -229,42 +293,21 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
-    /** The checks of a batch against the network, then the cut into microbatches. */
-    private Microbatches prepare(DataSet batch) {
+    /** The cut into microbatches, then the checks of features and labels against the network and the step's plan. */
+    private StepPlan prepare(DataSet batch) {
         Objects.requireNonNull(batch, "batch");
-        INDArray features = batch.getFeatures();
-        INDArray labels = batch.getLabels();
-        if (features != null && !split.firstLayerHasPreProcessor()
-                && (features.rank() != 2 || features.size(1) != split.inputWidth(0))) {
-            throw new IllegalArgumentException("the batch's features have shape " + Arrays.toString(features.shape())
-                    + " expected [examples, " + split.inputWidth(0) + "] (layer 0's nIn=" + split.inputWidth(0) + ")");
-        }
-        long outputs = split.outputWidth(split.stageCount() - 1);
-        if (labels != null && (labels.rank() != 2 || labels.size(1) != outputs)) {
-            throw new IllegalArgumentException("the batch's labels have shape " + Arrays.toString(labels.shape())
-                    + " expected [examples, " + outputs + "] (the output layer's nOut=" + outputs + ")");
-        }
-        return Microbatches.split(batch, shape.microbatches(), split.dataType());
+        return StepPlan.of(split, stages, Microbatches.split(batch, shape.microbatches(), split.dataType()), inputType);
     }
 
-    /** The largest message of a step: one microbatch's activation or gradient at the widest stage boundary. */
-    private long slotBytes(Microbatches batch) {
-        long rows = batch.size(0);
-        long widest = 0;
-        for (int s = 0; s + 1 < split.stageCount(); s++) {
-            widest = Math.max(widest, split.outputWidth(s));
-        }
-        return Math.max(1, rows * widest * split.dataType().width());
-    }
-
-    private void runStep(Microbatches batch) {
+    private void runStep(StepPlan plan) {
         ensureWorkers();
-        long slotBytes = slotBytes(batch);
+        Microbatches batch = plan.batch();
+        long slotBytes = plan.largestMessageBytes(split.dataType().width());
         List<CompletableFuture<StepTimeline>> results = new ArrayList<>(workers.size());
         for (PipelineRankWorker worker : workers) {
             CompletableFuture<StepTimeline> result = new CompletableFuture<>();
             results.add(result);
-            worker.submit(new PipelineRankWorker.Task(batch, slotBytes, result));
+            worker.submit(new PipelineRankWorker.Task(plan, slotBytes, result));
         }
         List<StepTimeline> timelines = new ArrayList<>(workers.size());
         List<Throwable> failures = new ArrayList<>();
@@ -299,6 +342,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         PipelineStepReport report = new PipelineStepReport(step, batch.examples(), loss, timelines);
         metrics.record(report.timelineReport());
         metrics.recordTraining(batch.examples(), loss);
+        if (runTimeline != null) {
+            runTimeline.add(step, timelines, Map.of("loss", loss, "examples", (double) batch.examples()));
+        }
         step++;
         lastStep = report;
         for (StepListener listener : listeners) {
@@ -386,9 +432,14 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         world = null;
     }
 
+    /** Profiling passes of {@link Builder#splitByMeasuredTimes}: the first warms up. */
+    static final int PROFILE_STEPS = 4;
+
     /** Builder: {@code PipelineParallelTrainer.builder(model).ranks(2).microbatches(8).build()}. */
     public static final class Builder {
-        private final MultiLayerNetwork network;
+        /** The network to train; for a graph, the chain network made from it at build(). */
+        private MultiLayerNetwork network;
+        private final ComputationGraph graph;
         private int ranks;
         private int microbatches;
         private PipelineSchedule schedule = PipelineSchedule.ONE_F_ONE_B;
@@ -400,9 +451,14 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         private MeterRegistry registry;
         private Iterable<Tag> metricTags = Tags.empty();
         private final List<StepListener> listeners = new ArrayList<>();
+        private InputType inputType;
+        private DataSet profileSample;
+        private StageProfile profile;
+        private int timelineSteps;
 
-        private Builder(MultiLayerNetwork network) {
-            this.network = Objects.requireNonNull(network, "network");
+        private Builder(MultiLayerNetwork network, ComputationGraph graph) {
+            this.network = network;
+            this.graph = graph;
         }
 
         /** Pipeline ranks p: threads, each running {@code stagesPerRank} stages (required). */
@@ -498,6 +554,53 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
 
         /**
+         * The network's input type, where inferring it from the features' rank would be wrong or
+         * ambiguous (by default rank 2 is dense, rank 3 a sequence and rank 4 an image, laid out as
+         * the first layer expects). A recurrent type without a time-series length takes it from each
+         * batch.
+         */
+        public Builder inputType(InputType inputType) {
+            this.inputType = Objects.requireNonNull(inputType, "inputType");
+            return this;
+        }
+
+        /**
+         * Splits the network by measured compute time instead of parameter count: at {@code build()},
+         * {@link StageProfile#measure} times every layer's forward and backward on {@code sample}'s
+         * microbatches (a few passes, no update, with the ND4J threads each rank gets), and the split
+         * balances forward plus backward time ({@link PipelineStageSplit#byCost}).
+         */
+        public Builder splitByMeasuredTimes(DataSet sample) {
+            this.profileSample = Objects.requireNonNull(sample, "sample");
+            this.profile = null;
+            return this;
+        }
+
+        /** Splits by the layer times of a profile measured before ({@link StageProfile#measure}). */
+        public Builder splitBy(StageProfile profile) {
+            this.profile = Objects.requireNonNull(profile, "profile");
+            this.profileSample = null;
+            return this;
+        }
+
+        /**
+         * Records every step's timelines, up to {@code maxSteps} steps, into one Chrome trace of the
+         * whole run ({@link PipelineParallelTrainer#runTimeline()}); about 100 bytes per event, a few
+         * dozen events per rank and step.
+         */
+        public Builder recordTimeline(int maxSteps) {
+            if (maxSteps < 1) {
+                throw new IllegalArgumentException("recordTimeline maxSteps=" + maxSteps + " expected >= 1");
+            }
+            this.timelineSteps = maxSteps;
+            return this;
+        }
+
+        int threadsPerRank(int ranks) {
+            return ompThreadsPerRank > 0 ? ompThreadsPerRank : Math.max(1, Runtime.getRuntime().availableProcessors() / ranks);
+        }
+
+        /**
          * Checks everything, splits the network and builds the stages (copies of the network's layers,
          * parameters, updater state and counters). Threads start at the first {@code fit}.
          *
@@ -520,6 +623,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             if (schedule != PipelineSchedule.INTERLEAVED && stagesPerRank != 1) {
                 throw new IllegalArgumentException("schedule=" + schedule + " with stagesPerRank=" + stagesPerRank
                         + " expected stagesPerRank=1 (" + schedule + " runs one stage per rank; use INTERLEAVED for more)");
+            }
+            if (graph != null) {
+                network = GraphChain.toNetwork(graph); // refuses graphs that are not a chain, naming the vertex
             }
             int stageCount = Math.multiplyExact(ranks, stagesPerRank);
             int layers = network.getLayerWiseConfigurations().getConfs().size();
@@ -544,10 +650,24 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             } else {
                 slots = plan.stallFreeSlots(ActionDurations.of(1, 2));
             }
-            PipelineStageSplit split = stageBoundaries != null
-                    ? PipelineStageSplit.atBoundaries(network, stageBoundaries)
-                    : PipelineStageSplit.balanced(network, stageCount);
-            return new PipelineParallelTrainer(this, split, generated, shape, slots);
+            if (stageBoundaries != null && (profile != null || profileSample != null)) {
+                throw new IllegalArgumentException("stageBoundaries and a split by measured times were both given:"
+                        + " expected one (boundaries fix the split; measured times choose it)");
+            }
+            StageProfile measured = profile;
+            if (profileSample != null) {
+                measured = StageProfile.measure(network, profileSample, microbatches, PROFILE_STEPS, threadsPerRank(ranks),
+                        inputType);
+            }
+            PipelineStageSplit split;
+            if (stageBoundaries != null) {
+                split = PipelineStageSplit.atBoundaries(network, stageBoundaries);
+            } else if (measured != null) {
+                split = PipelineStageSplit.byCost(network, stageCount, measured.layerNanos());
+            } else {
+                split = PipelineStageSplit.balanced(network, stageCount);
+            }
+            return new PipelineParallelTrainer(this, split, generated, shape, slots, measured);
         }
     }
 }

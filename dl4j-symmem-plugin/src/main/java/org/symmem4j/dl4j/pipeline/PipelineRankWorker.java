@@ -22,8 +22,8 @@ import org.symmem4j.pipeline.schedule.Schedule;
  */
 final class PipelineRankWorker {
 
-    /** A step for this rank; {@code batch == null} means shut down. */
-    record Task(Microbatches batch, long slotBytes, CompletableFuture<StepTimeline> result) {
+    /** A step for this rank; {@code plan == null} means shut down. */
+    record Task(StepPlan plan, long slotBytes, CompletableFuture<StepTimeline> result) {
     }
 
     private final int rank;
@@ -79,7 +79,7 @@ final class PipelineRankWorker {
         try {
             while (true) {
                 Task task = tasks.take();
-                if (task.batch() == null) {
+                if (task.plan() == null) {
                     break;
                 }
                 step(group, task);
@@ -105,7 +105,7 @@ final class PipelineRankWorker {
                         task.slotBytes());
             }
             for (Dl4jPipelineStage stage : stages.values()) {
-                stage.beginStep(task.batch());
+                stage.beginStep(task.plan());
             }
             task.result().complete(executor.runStep());
         } catch (Throwable t) {

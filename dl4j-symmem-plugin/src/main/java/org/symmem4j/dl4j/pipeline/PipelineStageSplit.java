@@ -7,14 +7,25 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import org.deeplearning4j.nn.conf.BackpropType;
+import org.deeplearning4j.nn.conf.CNN2DFormat;
+import org.deeplearning4j.nn.conf.CacheMode;
+import org.deeplearning4j.nn.conf.GradientNormalization;
 import org.deeplearning4j.nn.conf.InputPreProcessor;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.RNNFormat;
 import org.deeplearning4j.nn.conf.WorkspaceMode;
+import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.conf.layers.BaseLayer;
-import org.deeplearning4j.nn.conf.layers.DenseLayer;
+import org.deeplearning4j.nn.conf.layers.BaseRecurrentLayer;
+import org.deeplearning4j.nn.conf.layers.BatchNormalization;
+import org.deeplearning4j.nn.conf.layers.Convolution1DLayer;
+import org.deeplearning4j.nn.conf.layers.ConvolutionLayer;
 import org.deeplearning4j.nn.conf.layers.FeedForwardLayer;
 import org.deeplearning4j.nn.conf.layers.Layer;
-import org.deeplearning4j.nn.conf.layers.OutputLayer;
+import org.deeplearning4j.nn.conf.layers.LossLayer;
+import org.deeplearning4j.nn.conf.layers.SubsamplingLayer;
+import org.deeplearning4j.nn.conf.layers.recurrent.Bidirectional;
+import org.deeplearning4j.nn.conf.layers.wrapper.BaseWrapperLayer;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
@@ -28,18 +39,22 @@ import org.nd4j.linalg.indexing.NDArrayIndex;
  * normalization: everything a layer configuration carries) and exactly the original's parameters and
  * updater state for those layers; {@link #copyStagesInto} writes them back into a full network.
  *
- * <p>Supported networks: {@link DenseLayer}s and one {@link OutputLayer} last, FLOAT or DOUBLE, standard
- * backprop, no dropout or weight noise, and an input preprocessor on the first layer at most.
- * Everything is checked when the split is made, before any training: unsupported layers, too many
- * stages, bad boundaries, and layer widths that do not chain (layer {@code i}'s nIn must equal layer
- * {@code i-1}'s nOut; at a stage boundary that is the width of the activations and gradients the two
- * stages exchange).
+ * <p>Supported networks: the layers {@link LayerSupport} lists (dense, convolution and subsampling
+ * with 4-D activations, 1-D convolution, LSTM, simple RNN, {@code LastTimeStep} and
+ * {@code Bidirectional} with 3-D activations and masks, global pooling, batch normalization, activation
+ * and dropout layers) with their input preprocessors anywhere, and one output layer last; FLOAT or
+ * DOUBLE; standard backprop; dropout on any layer (one mask per microbatch, {@link MicrobatchDropout});
+ * no weight noise. Everything is checked when the split is made, before any training: unsupported
+ * layers, too many stages, bad boundaries, and dense widths that do not chain (layer {@code i}'s nIn
+ * must equal layer {@code i-1}'s nOut where both have them and no preprocessor sits between; at a
+ * stage boundary that is the size of what the two stages exchange). The shapes of the activations
+ * crossing each boundary follow from each batch's features through DL4J's input types
+ * ({@link #boundaryShapes}).
  *
- * <p>Why those limits: stages exchange 2-D {@code [microbatch x width]} activations, so only
- * feed-forward layers fit between stages; DL4J keeps one dropout mask (and one weight-noise sample) per
- * layer, from its latest forward pass, and with several microbatches in flight a backward pass would
- * use another microbatch's; batch normalization would compute its statistics per microbatch instead of
- * per batch, so the result would not equal training the whole network.
+ * <p>Splits: {@link #balanced} balances parameter counts, which suits layers whose compute grows with
+ * their parameters (dense layers); {@link #byCost} balances any per-layer cost, such as measured pass
+ * times ({@link StageProfile}), which suits everything else: a convolution has few parameters and much
+ * compute, an output layer computes the loss.
  */
 public final class PipelineStageSplit {
 
@@ -72,6 +87,36 @@ public final class PipelineStageSplit {
         Layout layout = Layout.of(network);
         requireStageCount(stages, layout.layers());
         return layout.split(network, balancedStarts(layout.layerParams, stages));
+    }
+
+    /**
+     * Splits {@code network} into {@code stages} ranges balanced by {@code layerCost}: the split whose
+     * most expensive stage costs least, every stage at least one layer, ties as {@link #balanced}.
+     *
+     * @param layerCost one non-negative cost per layer, e.g. its measured forward plus backward time
+     *                  ({@link StageProfile#layerNanos()})
+     * @throws IllegalArgumentException for an unsupported network, more stages than layers, or costs
+     *                                  that are not one per layer and non-negative
+     */
+    public static PipelineStageSplit byCost(MultiLayerNetwork network, int stages, long[] layerCost) {
+        Objects.requireNonNull(layerCost, "layerCost");
+        Layout layout = Layout.of(network);
+        requireStageCount(stages, layout.layers());
+        if (layerCost.length != layout.layers()) {
+            throw new IllegalArgumentException("layerCost has " + layerCost.length + " entries expected=" + layout.layers()
+                    + " (one per layer of the network)");
+        }
+        for (int i = 0; i < layerCost.length; i++) {
+            if (layerCost[i] < 0) {
+                throw new IllegalArgumentException("layerCost[" + i + "]=" + layerCost[i] + " expected >= 0");
+            }
+        }
+        return layout.split(network, balancedStarts(layerCost, stages));
+    }
+
+    /** The most stages {@code network} can be cut into: one per layer. */
+    public static int maxStages(MultiLayerNetwork network) {
+        return Layout.of(network).layers();
     }
 
     /**
@@ -147,14 +192,23 @@ public final class PipelineStageSplit {
         return paramOffset[firstLayer(stage)];
     }
 
-    /** Width of {@code stage}'s input (its first layer's nIn): the activations it receives and the gradient it sends back. */
-    public long inputWidth(int stage) {
-        return nIn[firstLayer(stage)];
+    /** Layer {@code layer}'s configuration in the network the split was made from. */
+    org.deeplearning4j.nn.conf.layers.Layer layerConf(int layer) {
+        return network.getLayerWiseConfigurations().getConf(layer).getLayer();
     }
 
-    /** Width of {@code stage}'s output (its last layer's nOut). */
-    public long outputWidth(int stage) {
-        return nOut[endLayer(stage) - 1];
+    /** The sum of {@code layerCost} over {@code stage}'s layers. */
+    public long cost(int stage, long[] layerCost) {
+        long sum = 0;
+        for (int i = firstLayer(stage); i < endLayer(stage); i++) {
+            sum += layerCost[i];
+        }
+        return sum;
+    }
+
+    /** The boundaries as {@link #atBoundaries} takes them: the first layer of stages 1, 2, .... */
+    public int[] stageStarts() {
+        return Arrays.copyOfRange(stageStart, 1, stageStart.length - 1);
     }
 
     /** The network's data type: FLOAT or DOUBLE, also the element type of the messages between stages. */
@@ -162,9 +216,119 @@ public final class PipelineStageSplit {
         return network.getLayerWiseConfigurations().getDataType();
     }
 
-    /** Whether layer 0 has an input preprocessor (then stage 0's features need not be 2-D of width nIn). */
-    boolean firstLayerHasPreProcessor() {
-        return network.getLayerWiseConfigurations().getInputPreProcess(0) != null;
+    /**
+     * The network's input type for {@code features} (one microbatch's, or a batch's): the user's
+     * {@code declared} type with the time-series length taken from the features when it is not
+     * fixed, or else inferred from the features' rank in the layout the first layer expects (NCHW or
+     * NHWC images, NCW or NWC sequences).
+     *
+     * @throws IllegalArgumentException when the features do not have the declared type's shape
+     */
+    InputType inputTypeOf(INDArray features, InputType declared) {
+        if (declared != null) {
+            return declaredWithFeatures(declared, features);
+        }
+        MultiLayerConfiguration conf = network.getLayerWiseConfigurations();
+        Layer first = conf.getConf(0).getLayer();
+        Layer inner = first instanceof BaseWrapperLayer w ? w.getUnderlying()
+                : first instanceof Bidirectional b ? b.getFwd() : first;
+        return switch (features.rank()) {
+            case 2 -> InputType.feedForward(features.size(1));
+            case 3 -> {
+                RNNFormat format = inner instanceof Convolution1DLayer c ? c.getRnnDataFormat()
+                        : inner instanceof BaseRecurrentLayer r && r.getRnnDataFormat() != null ? r.getRnnDataFormat()
+                        : RNNFormat.NCW;
+                yield format == RNNFormat.NWC ? InputType.recurrent(features.size(2), features.size(1), RNNFormat.NWC)
+                        : InputType.recurrent(features.size(1), features.size(2), RNNFormat.NCW);
+            }
+            case 4 -> {
+                CNN2DFormat format = inner instanceof ConvolutionLayer c ? c.getCnn2dDataFormat()
+                        : inner instanceof SubsamplingLayer p ? p.getCnn2dDataFormat()
+                        : inner instanceof BatchNormalization b ? b.getCnn2DFormat() : CNN2DFormat.NCHW;
+                yield format == CNN2DFormat.NHWC
+                        ? InputType.convolutional(features.size(1), features.size(2), features.size(3), CNN2DFormat.NHWC)
+                        : InputType.convolutional(features.size(2), features.size(3), features.size(1), CNN2DFormat.NCHW);
+            }
+            default -> throw new IllegalArgumentException("the batch's features have shape "
+                    + Arrays.toString(features.shape()) + ": expected rank 2 (dense), 3 (sequences) or 4 (images)");
+        };
+    }
+
+    private static InputType declaredWithFeatures(InputType declared, INDArray features) {
+        long[] expected = declared.getShape(false);
+        if (declared instanceof InputType.InputTypeRecurrent r && r.getTimeSeriesLength() <= 0 && features.rank() == 3) {
+            long steps = features.size(r.getFormat() == RNNFormat.NWC ? 1 : 2);
+            declared = InputType.recurrent(r.getSize(), steps, r.getFormat());
+            expected = declared.getShape(false);
+        }
+        long[] found = Arrays.copyOfRange(features.shape(), 1, features.rank());
+        if (!Arrays.equals(expected, found)) {
+            throw new IllegalArgumentException("the batch's features have per-example shape " + Arrays.toString(found)
+                    + " expected=" + Arrays.toString(expected) + " (the builder's inputType " + declared
+                    + "): give features of that shape, or the input type that matches them");
+        }
+        return declared;
+    }
+
+    /**
+     * The per-example shape of every stage's output for a microbatch with {@code input} (stage
+     * {@code s}'s output for {@code s < stageCount - 1}; the last entry is the network's output), from
+     * DL4J's input types, checking on the way what DL4J would only fail on inside a training pass.
+     *
+     * @throws IllegalArgumentException when a layer does not accept what reaches it, naming the layer,
+     *                                  the type and the fix
+     */
+    long[][] boundaryShapes(InputType input) {
+        MultiLayerConfiguration conf = network.getLayerWiseConfigurations();
+        long[][] shapes = new long[stageCount()][];
+        InputType current = input;
+        int stage = 0;
+        for (int i = 0; i < layerCount(); i++) {
+            Layer layer = conf.getConf(i).getLayer();
+            try {
+                InputPreProcessor pre = conf.getInputPreProcess(i);
+                if (pre != null) {
+                    current = pre.getOutputType(current);
+                }
+                requireAccepts(i, layer, current);
+                InputType in = current;
+                current = layer.getOutputType(i, current);
+                if (layer instanceof LossLayer) {
+                    current = in; // a loss layer outputs its input's shape; its getOutputType reports nOut, which it lacks
+                } else if (current instanceof InputType.InputTypeRecurrent out && out.getTimeSeriesLength() <= 0
+                        && in instanceof InputType.InputTypeRecurrent r && r.getTimeSeriesLength() > 0) {
+                    // some recurrent layers (Bidirectional) drop the length they keep: a sequence stays as long
+                    current = InputType.recurrent(out.getSize(), r.getTimeSeriesLength(), out.getFormat());
+                }
+            } catch (IllegalArgumentException | IllegalStateException | UnsupportedOperationException e) {
+                throw new IllegalArgumentException("layer " + i + " (" + layer.getClass().getSimpleName() + ") does not"
+                        + " accept input type " + current + " (the network's input: " + input + "): " + e.getMessage()
+                        + " (check the features' shape, or give PipelineParallelTrainer.Builder.inputType(...))", e);
+            }
+            if (i == endLayer(stage) - 1) {
+                shapes[stage++] = current.getShape(false);
+            }
+        }
+        return shapes;
+    }
+
+    /** What DL4J itself fails on only inside a pass, named before anything runs. */
+    private void requireAccepts(int index, Layer layer, InputType in) {
+        long size = switch (in) {
+            case InputType.InputTypeFeedForward f -> f.getSize();
+            case InputType.InputTypeRecurrent r -> r.getSize();
+            case InputType.InputTypeConvolutional c -> c.getChannels();
+            default -> -1;
+        };
+        if (layer instanceof FeedForwardLayer ff && !(layer instanceof BatchNormalization) && ff.getNIn() > 0 && size >= 0
+                && size != ff.getNIn()) {
+            throw new IllegalArgumentException("layer " + index + " has nIn=" + ff.getNIn() + " but gets size=" + size
+                    + " (" + in + ")");
+        }
+        if (layer instanceof BatchNormalization && in instanceof InputType.InputTypeRecurrent) {
+            throw new IllegalArgumentException("DL4J's BatchNormalization backpropagates 2-D and 4-D activations only,"
+                    + " not sequences (" + in + ")");
+        }
     }
 
     /**
@@ -191,16 +355,27 @@ public final class PipelineStageSplit {
             conf.setInputPreProcessors(preProcessors);
             conf.setTrainingWorkspaceMode(WorkspaceMode.NONE);
             conf.setInferenceWorkspaceMode(WorkspaceMode.NONE);
+            // no layer may keep a forward's results for the backward beyond what LayerSupport replays
+            conf.setCacheMode(CacheMode.NONE);
+            for (int i = 0; i < conf.getConfs().size(); i++) {
+                conf.getConf(i).setCacheMode(CacheMode.NONE);
+                Layer layer = conf.getConf(i).getLayer();
+                if (layer.getIDropout() != null) {
+                    layer.setIDropout(new MicrobatchDropout(layer.getIDropout(), conf.getConf(i).getSeed(), first + i));
+                }
+            }
             MultiLayerNetwork stage = new MultiLayerNetwork(conf);
             stage.init();
-            stage.initGradientsView();
             if (stage.numParams() != parameterCount(s)) {
                 throw new IllegalStateException("stage " + s + " network has numParams=" + stage.numParams() + " expected="
                         + parameterCount(s) + " (layers [" + first + ", " + end + ") of the original): a DL4J layer"
                         + " initialized differently on its own");
             }
-            stage.params().assign(slice(network.params(), paramOffset[first], paramOffset[end]));
-            UpdaterStateCopy.copy(network, paramOffset[first], stage, 0, parameterCount(s));
+            if (parameterCount(s) > 0) {
+                stage.initGradientsView();
+                stage.params().assign(slice(network.params(), paramOffset[first], paramOffset[end]));
+                UpdaterStateCopy.copy(network, paramOffset[first], stage, 0, parameterCount(s));
+            }
             stage.setIterationCount(network.getIterationCount());
             stage.setEpochCount(network.getEpochCount());
             stages.add(stage);
@@ -243,6 +418,9 @@ public final class PipelineStageSplit {
             if (stage.numParams() != parameterCount(s)) {
                 throw new IllegalArgumentException("stage network " + s + " has numParams=" + stage.numParams()
                         + " expected=" + parameterCount(s) + " (pass the networks buildStageNetworks() returned, in order)");
+            }
+            if (parameterCount(s) == 0) {
+                continue;
             }
             slice(target.params(), parameterOffset(s), parameterOffset(s) + parameterCount(s)).assign(stage.params());
             UpdaterStateCopy.copy(stage, 0, target, parameterOffset(s), parameterCount(s));
@@ -344,36 +522,12 @@ public final class PipelineStageSplit {
             long[] out = new long[layers];
             for (int i = 0; i < layers; i++) {
                 Layer layer = conf.getConf(i).getLayer();
-                String name = "layer " + i + " (" + layer.getClass().getSimpleName() + " \"" + layer.getLayerName() + "\")";
-                boolean last = i == layers - 1;
-                Class<?> expected = last ? OutputLayer.class : DenseLayer.class;
-                if (layer.getClass() != expected) {
-                    throw new IllegalArgumentException(name + " is not supported " + (last ? "as the last layer" : "before the"
-                            + " last layer") + " of a pipelined network: expected " + expected.getSimpleName() + " found "
-                            + layer.getClass().getSimpleName() + " (pipeline stages support DenseLayer layers and one"
-                            + " OutputLayer last, because stages exchange 2-D [microbatch x width] activations and the"
-                            + " last stage computes the loss)");
-                }
-                if (layer.getIDropout() != null) {
-                    throw new IllegalArgumentException(name + " has dropout=" + layer.getIDropout() + ": not supported in"
-                            + " pipeline stages, expected none (DL4J keeps one dropout mask per layer, from its latest"
-                            + " forward pass, and with several microbatches in flight a backward pass would use another"
-                            + " microbatch's mask); remove dropout from the configuration");
-                }
-                if (((BaseLayer) layer).getWeightNoise() != null) {
-                    throw new IllegalArgumentException(name + " has weightNoise=" + ((BaseLayer) layer).getWeightNoise()
-                            + ": not supported in pipeline stages, expected none (DL4J keeps one noise sample per layer,"
-                            + " from its latest forward pass); remove weight noise from the configuration");
-                }
-                if (i > 0 && conf.getInputPreProcess(i) != null) {
-                    throw new IllegalArgumentException(name + " has an input preprocessor ("
-                            + conf.getInputPreProcess(i).getClass().getSimpleName() + "): only layer 0 may have one in a"
-                            + " pipelined network (between dense layers there is nothing to convert, and stages exchange"
-                            + " 2-D [microbatch x width] activations)");
-                }
-                FeedForwardLayer ff = (FeedForwardLayer) layer;
-                in[i] = ff.getNIn();
-                out[i] = ff.getNOut();
+                GradientNormalization normalization = layer instanceof BaseLayer b ? b.getGradientNormalization() : null;
+                LayerSupport.check(i, layer, i == layers - 1, normalization);
+                // widths chain only between layers that both have them and nothing converts in between
+                boolean hasWidths = layer instanceof FeedForwardLayer && !(layer instanceof BatchNormalization);
+                in[i] = hasWidths && conf.getInputPreProcess(i) == null ? ((FeedForwardLayer) layer).getNIn() : -1;
+                out[i] = hasWidths ? ((FeedForwardLayer) layer).getNOut() : -1;
                 params[i] = network.getLayer(i).numParams();
             }
             return new Layout(params, in, out);
@@ -382,7 +536,7 @@ public final class PipelineStageSplit {
         /** Checks that widths chain, naming the stages where a mismatch sits on a boundary, and makes the split. */
         PipelineStageSplit split(MultiLayerNetwork network, int[] starts) {
             for (int i = 1; i < layers(); i++) {
-                if (nIn[i] != nOut[i - 1]) {
+                if (nIn[i] > 0 && nOut[i - 1] > 0 && nIn[i] != nOut[i - 1]) {
                     int stage = stageOf(starts, i);
                     String where = starts[stage] == i
                             ? " at the boundary between stage " + (stage - 1) + " (output width " + nOut[i - 1]

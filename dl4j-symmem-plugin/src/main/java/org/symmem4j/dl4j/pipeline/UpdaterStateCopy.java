@@ -29,11 +29,22 @@ final class UpdaterStateCopy {
      * yet) leaves {@code to} as it is: both would start from the updater's initial state.
      */
     static void copy(MultiLayerNetwork from, long fromOffset, MultiLayerNetwork to, long toOffset, long count) {
-        BaseMultiLayerUpdater<?> source = blocks(from.getUpdater(false));
-        if (source == null || source.getStateViewArray() == null) {
+        if (count == 0 || from.getUpdater(false) == null) {
             return;
         }
-        BaseMultiLayerUpdater<?> target = blocks(to.getUpdater(true));
+        copy(from.getUpdater(false), to.getUpdater(true), fromOffset, toOffset, count);
+    }
+
+    /**
+     * As {@link #copy(MultiLayerNetwork, long, MultiLayerNetwork, long, long)}, between the updaters of
+     * any two models (networks or graphs) whose parameters at those offsets are the same layers'.
+     */
+    static void copy(Updater from, Updater to, long fromOffset, long toOffset, long count) {
+        BaseMultiLayerUpdater<?> source = blocks(from);
+        if (source == null || source.getStateViewArray() == null || count == 0) {
+            return;
+        }
+        BaseMultiLayerUpdater<?> target = blocks(to);
         if (target.getStateViewArray() == null) {
             throw new IllegalStateException("the source network has updater state but the target has none: their"
                     + " updater configurations differ (copy between networks with the same configuration)");
@@ -77,7 +88,8 @@ final class UpdaterStateCopy {
             return null;
         }
         if (!(updater instanceof BaseMultiLayerUpdater<?> base)) {
-            throw new IllegalStateException("expected DL4J's MultiLayerUpdater found " + updater.getClass().getName()
+            throw new IllegalStateException("expected DL4J's MultiLayerUpdater or ComputationGraphUpdater found "
+                    + updater.getClass().getName()
                     + " (a custom updater's state layout is unknown, so it cannot be split between stages)");
         }
         return base;

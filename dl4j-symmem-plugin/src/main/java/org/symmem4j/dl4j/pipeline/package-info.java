@@ -1,9 +1,13 @@
 /**
- * Pipeline parallelism for DL4J: a {@code MultiLayerNetwork} cut into stages of consecutive layers
- * ({@link org.symmem4j.dl4j.pipeline.PipelineStageSplit}), each a
+ * Pipeline parallelism for DL4J: a {@code MultiLayerNetwork} (or a {@code ComputationGraph} whose
+ * vertices form a chain, {@link org.symmem4j.dl4j.pipeline.GraphChain}) cut into stages of consecutive
+ * layers ({@link org.symmem4j.dl4j.pipeline.PipelineStageSplit}, by parameters or by measured pass
+ * times, {@link org.symmem4j.dl4j.pipeline.StageProfile}), each a
  * {@link org.symmem4j.pipeline.exec.StageCompute} computing with DL4J's own layers
  * ({@link org.symmem4j.dl4j.pipeline.Dl4jPipelineStage}), run by the {@code pipeline} module's executor
  * on threads of one JVM ({@link org.symmem4j.dl4j.pipeline.PipelineParallelTrainer}). One step on a batch
- * equals one {@code fit} of the unsplit network on that batch, to fp32 rounding.
+ * equals one {@code fit} of the unsplit network on that batch, to rounding; batch normalization and
+ * dropout are defined per microbatch ({@link org.symmem4j.dl4j.pipeline.BatchNormRunningStats},
+ * {@link org.symmem4j.dl4j.pipeline.MicrobatchDropout}).
  */
 package org.symmem4j.dl4j.pipeline;

@@ -4,10 +4,18 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import org.deeplearning4j.nn.conf.GradientNormalization;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
+import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.conf.layers.BatchNormalization;
+import org.deeplearning4j.nn.conf.layers.ConvolutionLayer;
 import org.deeplearning4j.nn.conf.layers.DenseLayer;
+import org.deeplearning4j.nn.conf.layers.LSTM;
+import org.deeplearning4j.nn.conf.layers.LocalResponseNormalization;
 import org.deeplearning4j.nn.conf.layers.OutputLayer;
+import org.deeplearning4j.nn.conf.layers.RnnOutputLayer;
+import org.deeplearning4j.nn.conf.layers.misc.FrozenLayerWithBackprop;
+import org.deeplearning4j.nn.conf.weightnoise.DropConnect;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.function.Executable;
@@ -115,36 +123,63 @@ class PipelineInputValidationTest {
         try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(net).ranks(2).microbatches(2).build()) {
             DataSet wideFeatures = new DataSet(Nd4j.rand(DataType.FLOAT, 4, 10), Nd4j.rand(DataType.FLOAT, 4, 3));
             assertMessage(IllegalArgumentException.class, () -> trainer.fit(wideFeatures),
-                    "features have shape [4, 10] expected [examples, 8]", "nIn=8");
+                    "layer 0 (DenseLayer) does not accept input type InputTypeFeedForward(10)", "nIn=8 but gets size=10",
+                    "check the features' shape");
+            DataSet imageFeatures = new DataSet(Nd4j.rand(DataType.FLOAT, 4, 8, 2, 2), Nd4j.rand(DataType.FLOAT, 4, 3));
+            assertMessage(IllegalArgumentException.class, () -> trainer.fit(imageFeatures),
+                    "layer 0 (DenseLayer) does not accept input type InputTypeConvolutional");
             DataSet wideLabels = new DataSet(Nd4j.rand(DataType.FLOAT, 4, 8), Nd4j.rand(DataType.FLOAT, 4, 5));
             assertMessage(IllegalArgumentException.class, () -> trainer.fit(wideLabels),
                     "labels have shape [4, 5] expected [examples, 3]", "nOut=3");
-            DataSet masked = new DataSet(Nd4j.rand(DataType.FLOAT, 4, 8), Nd4j.rand(DataType.FLOAT, 4, 3),
-                    Nd4j.ones(DataType.FLOAT, 4, 1), null);
-            assertMessage(IllegalArgumentException.class, () -> trainer.fit(masked), "features mask", "expected no masks");
+            DataSet shortMask = new DataSet(Nd4j.rand(DataType.FLOAT, 4, 8), Nd4j.rand(DataType.FLOAT, 4, 3),
+                    Nd4j.ones(DataType.FLOAT, 3, 1), null);
+            assertMessage(IllegalArgumentException.class, () -> trainer.fit(shortMask),
+                    "the batch has 4 feature rows but 3 features mask rows", "expected the same example count");
         }
     }
 
     @Test
     void unsupportedLayersAreNamed() {
-        MultiLayerNetwork batchNorm = new MultiLayerNetwork(new NeuralNetConfiguration.Builder().seed(1).list()
+        MultiLayerNetwork localResponse = new MultiLayerNetwork(new NeuralNetConfiguration.Builder().seed(1).list()
+                .layer(new ConvolutionLayer.Builder(3, 3).nOut(4).build())
+                .layer(new LocalResponseNormalization.Builder().build())
+                .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nOut(3).activation(Activation.SOFTMAX).build())
+                .setInputType(InputType.convolutional(8, 8, 1)).build());
+        localResponse.init();
+        assertMessage(IllegalArgumentException.class, () -> PipelineStageSplit.balanced(localResponse, 2),
+                "layer 1 (LocalResponseNormalization", "not supported in a pipeline stage", "expected one of DenseLayer",
+                "BatchNormalization", "found org.deeplearning4j.nn.conf.layers.LocalResponseNormalization",
+                "checked against plain DL4J");
+
+        MultiLayerNetwork frozen = new MultiLayerNetwork(new NeuralNetConfiguration.Builder().seed(1).list()
+                .layer(new FrozenLayerWithBackprop(new DenseLayer.Builder().nIn(8).nOut(16).build()))
+                .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(16).nOut(3)
+                        .activation(Activation.SOFTMAX).build())
+                .build());
+        frozen.init();
+        assertMessage(IllegalArgumentException.class, () -> PipelineStageSplit.balanced(frozen, 2),
+                "layer 0 (FrozenLayerWithBackprop", "frozen layers stop DL4J's backward pass");
+
+        MultiLayerNetwork weightNoise = new MultiLayerNetwork(new NeuralNetConfiguration.Builder().seed(1).list()
+                .layer(new DenseLayer.Builder().nIn(8).nOut(16).weightNoise(new DropConnect(0.5)).build())
+                .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(16).nOut(3)
+                        .activation(Activation.SOFTMAX).build())
+                .build());
+        weightNoise.init();
+        assertMessage(IllegalArgumentException.class, () -> PipelineStageSplit.balanced(weightNoise, 2),
+                "layer 0 (DenseLayer", "has weightNoise", "expected none", "remove weight noise");
+
+        MultiLayerNetwork clippedBatchNorm = new MultiLayerNetwork(new NeuralNetConfiguration.Builder().seed(1)
+                .gradientNormalization(GradientNormalization.ClipL2PerLayer).list()
                 .layer(new DenseLayer.Builder().nIn(8).nOut(16).build())
                 .layer(new BatchNormalization.Builder().nIn(16).nOut(16).build())
                 .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(16).nOut(3)
                         .activation(Activation.SOFTMAX).build())
                 .build());
-        batchNorm.init();
-        assertMessage(IllegalArgumentException.class, () -> PipelineStageSplit.balanced(batchNorm, 2),
-                "layer 1 (BatchNormalization", "expected DenseLayer found BatchNormalization");
-
-        MultiLayerNetwork dropout = new MultiLayerNetwork(new NeuralNetConfiguration.Builder().seed(1).list()
-                .layer(new DenseLayer.Builder().nIn(8).nOut(16).dropOut(0.5).build())
-                .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(16).nOut(3)
-                        .activation(Activation.SOFTMAX).build())
-                .build());
-        dropout.init();
-        assertMessage(IllegalArgumentException.class, () -> PipelineStageSplit.balanced(dropout, 2),
-                "layer 0 (DenseLayer", "has dropout", "expected none", "remove dropout");
+        clippedBatchNorm.init();
+        assertMessage(IllegalArgumentException.class, () -> PipelineStageSplit.balanced(clippedBatchNorm, 2),
+                "layer 1 (BatchNormalization", "gradientNormalization=ClipL2PerLayer", "expected None",
+                "per-microbatch meaning");
 
         MultiLayerNetwork noOutputLayer = new MultiLayerNetwork(new NeuralNetConfiguration.Builder().seed(1).list()
                 .layer(new DenseLayer.Builder().nIn(8).nOut(16).build())
@@ -152,11 +187,63 @@ class PipelineInputValidationTest {
                 .build());
         noOutputLayer.init();
         assertMessage(IllegalArgumentException.class, () -> PipelineStageSplit.balanced(noOutputLayer, 2),
-                "layer 1 (DenseLayer", "as the last layer", "expected OutputLayer found DenseLayer");
+                "layer 1 (DenseLayer", "as the last layer", "found DenseLayer", "computes the loss");
+
+        MultiLayerNetwork outputInTheMiddle = new MultiLayerNetwork(new NeuralNetConfiguration.Builder().seed(1).list()
+                .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MSE).nIn(8).nOut(16).build())
+                .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(16).nOut(3)
+                        .activation(Activation.SOFTMAX).build())
+                .build());
+        outputInTheMiddle.init();
+        assertMessage(IllegalArgumentException.class, () -> PipelineStageSplit.balanced(outputInTheMiddle, 2),
+                "layer 0 (OutputLayer", "computes a loss but is not the last layer");
+
+        MultiLayerNetwork recurrentBatchNorm = new MultiLayerNetwork(new NeuralNetConfiguration.Builder().seed(1).list()
+                .layer(new LSTM.Builder().nOut(4).build())
+                .layer(new BatchNormalization.Builder().build())
+                .layer(new RnnOutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nOut(3)
+                        .activation(Activation.SOFTMAX).build())
+                .setInputType(InputType.recurrent(2, 5)).build());
+        recurrentBatchNorm.init();
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(recurrentBatchNorm).ranks(2).microbatches(2)
+                .build()) {
+            DataSet sequences = new DataSet(Nd4j.rand(DataType.FLOAT, 4, 2, 5), Nd4j.rand(DataType.FLOAT, 4, 3, 5));
+            assertMessage(IllegalArgumentException.class, () -> trainer.fit(sequences), "layer 1 (BatchNormalization)",
+                    "backpropagates 2-D and 4-D activations only", "not sequences");
+            assertEquals(null, trainer.lastStep(), "refused before any rank ran");
+        }
 
         MultiLayerNetwork half = PipelineNets.mlp(new Sgd(0.1), 0, DataType.HALF, 8, 16, 3);
         assertMessage(IllegalArgumentException.class, () -> PipelineStageSplit.balanced(half, 2),
                 "dataType=HALF", "expected FLOAT or DOUBLE");
+    }
+
+    /** Images whose labels do not match the network's output are refused at fit, before the ranks run. */
+    @Test
+    void labelsOfTheWrongShape() {
+        MultiLayerNetwork cnn = PipelineModels.layerKinds(new Sgd(0.1)).getFirst().network();
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(cnn).ranks(2).microbatches(2).build()) {
+            DataSet perPixel = new DataSet(Nd4j.rand(DataType.DOUBLE, 4, 2, 10, 10), Nd4j.rand(DataType.DOUBLE, 4, 3, 10, 10));
+            assertMessage(IllegalArgumentException.class, () -> trainer.fit(perPixel),
+                    "labels have shape [4, 3, 10, 10] expected [examples, 3]", "OutputLayer, nOut=3");
+            DataSet wrongChannels = new DataSet(Nd4j.rand(DataType.DOUBLE, 4, 3, 10, 10), Nd4j.rand(DataType.DOUBLE, 4, 3));
+            assertMessage(IllegalArgumentException.class, () -> trainer.fit(wrongChannels),
+                    "layer 0 (ConvolutionLayer) does not accept", "nIn=2 but gets size=3");
+            assertEquals(null, trainer.lastStep());
+        }
+        // a declared input type: a sequence type without a length takes it from the batch; a wrong one is named
+        MultiLayerNetwork lstm = PipelineModels.layerKinds(new Sgd(0.1)).get(3).network();
+        DataSet sequences = PipelineModels.batches(PipelineModels.Data.SEQUENCES_TO_SEQUENCES, 1, 1, 4).getFirst();
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(lstm).ranks(2).microbatches(2)
+                .inputType(InputType.recurrent(4)).build()) {
+            trainer.fit(sequences);
+            assertEquals(4, trainer.lastStep().examples());
+        }
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(lstm).ranks(2).microbatches(2)
+                .inputType(InputType.recurrent(5, 7)).build()) {
+            assertMessage(IllegalArgumentException.class, () -> trainer.fit(sequences),
+                    "features have per-example shape [4, 7] expected=[5, 7]", "the builder's inputType");
+        }
     }
 
     @Test

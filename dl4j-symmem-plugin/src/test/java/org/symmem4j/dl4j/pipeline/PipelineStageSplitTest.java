@@ -2,10 +2,12 @@ package org.symmem4j.dl4j.pipeline;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.List;
 import org.deeplearning4j.nn.conf.WorkspaceMode;
+import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.conf.layers.BaseLayer;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.junit.jupiter.api.Test;
@@ -14,6 +16,7 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.nd4j.linalg.learning.config.Adam;
+import org.symmem4j.dl4j.Nets;
 
 /** Balanced cuts against brute force; stage networks hold exactly the original's layers, parameters and state. */
 class PipelineStageSplitTest {
@@ -42,15 +45,16 @@ class PipelineStageSplitTest {
         assertEquals(3, two.endLayer(0));
         assertEquals(5264, two.parameterCount(0));
         assertEquals(5948, two.parameterCount(1));
-        assertEquals(64, two.outputWidth(0));
-        assertEquals(64, two.inputWidth(1));
+        long[][] shapes = two.boundaryShapes(InputType.feedForward(16));
+        assertArrayEquals(new long[] {64}, shapes[0], "what stage 0 sends stage 1, per example");
+        assertArrayEquals(new long[] {4}, shapes[1], "the network's output");
         // ties: the later stages get the fewer layers
         assertArrayEquals(new int[] {0, 2, 3}, PipelineStageSplit.balancedStarts(new long[] {1, 100, 1}, 2));
         assertArrayEquals(new int[] {0, 2, 4}, PipelineStageSplit.balancedStarts(new long[] {10, 10, 10, 10}, 2));
     }
 
     /** The smallest possible largest stage over every way to cut layers [from, end) into {@code stages} parts. */
-    private static long bruteForceLargest(long[] params, int from, int stages) {
+    static long bruteForceLargest(long[] params, int from, int stages) {
         if (stages == 1) {
             long sum = 0;
             for (int i = from; i < params.length; i++) {
@@ -105,5 +109,74 @@ class PipelineStageSplitTest {
         // the updater state is not one slice per stage: a stage's Adam state is [m of its layers | v of its layers]
         INDArray stageState = stages.get(1).getUpdater().getStateViewArray();
         assertEquals(2 * split.parameterCount(1), stageState.length());
+    }
+
+    /** A split by any per-layer cost (measured times) minimizes the most expensive stage, against brute force. */
+    @Test
+    void splitByCostMinimizesTheMostExpensiveStage() {
+        MultiLayerNetwork net = PipelineNets.mlp(PipelineNets.updater("sgd"), 0, DataType.FLOAT);
+        java.util.SplittableRandom rnd = new java.util.SplittableRandom(3);
+        for (int trial = 0; trial < 20; trial++) {
+            long[] cost = new long[net.getnLayers()];
+            for (int i = 0; i < cost.length; i++) {
+                cost[i] = rnd.nextLong(0, 1000);
+            }
+            for (int stages = 1; stages <= cost.length; stages++) {
+                PipelineStageSplit split = PipelineStageSplit.byCost(net, stages, cost);
+                long largest = 0;
+                for (int s = 0; s < stages; s++) {
+                    largest = Math.max(largest, split.cost(s, cost));
+                }
+                assertEquals(bruteForceLargest(cost, 0, stages), largest, java.util.Arrays.toString(cost) + " " + split);
+            }
+        }
+        // an output stage four times as slow as the rest gets a layer of its own
+        long[] slowOutput = {10, 10, 10, 10, 10, 10, 10, 40};
+        PipelineStageSplit slow = PipelineStageSplit.byCost(net, 4, slowOutput);
+        assertEquals(7, slow.firstLayer(3), slow.toString());
+        assertEquals(40, java.util.stream.IntStream.range(0, 4).mapToLong(st -> slow.cost(st, slowOutput)).max().orElseThrow());
+        // by parameters the same network ends with three layers in its last stage
+        assertTrue(PipelineStageSplit.balanced(net, 4).firstLayer(3) < 7);
+        assertThrows(IllegalArgumentException.class, () -> PipelineStageSplit.byCost(net, 2, new long[] {1, 2}));
+        assertThrows(IllegalArgumentException.class, () -> PipelineStageSplit.byCost(net, 2,
+                new long[] {1, 1, 1, 1, 1, 1, 1, -1}));
+    }
+
+    /**
+     * The profile times every layer on real passes (no update, the network untouched), and a trainer
+     * split by it trains exactly as one split by parameters: the split moves work, not results.
+     */
+    @Test
+    void profiledSplitTrainsLikeAnyOtherSplit() {
+        MultiLayerNetwork base = PipelineModels.layerKinds(new Adam(0.01)).getFirst().network();
+        INDArray before = base.params().dup();
+        List<DataSet> data = PipelineModels.batches(PipelineModels.Data.IMAGES, 8, 3, 8);
+        StageProfile profile = StageProfile.measure(base, data.getFirst(), 4, 3, 1, null);
+        assertTrue(PipelineNets.bitwiseEqual(before, base.params()), "profiling must not change the network");
+        assertEquals(6, profile.layerNanos().length);
+        assertEquals(2, profile.microbatchExamples());
+        for (int i = 0; i < 6; i++) {
+            assertTrue(profile.backwardNanos()[i] > 0, "layer " + i + " backward " + profile);
+        }
+        MultiLayerNetwork byParameters = base.clone();
+        MultiLayerNetwork byTime = base.clone();
+        try (PipelineParallelTrainer a = PipelineParallelTrainer.builder(base).ranks(3).microbatches(4).build();
+             PipelineParallelTrainer b = PipelineParallelTrainer.builder(base).ranks(3).microbatches(4).splitBy(profile)
+                     .build()) {
+            assertEquals(null, a.profile());
+            assertEquals(profile, b.profile());
+            var predicted = b.predictedStageDurations();
+            assertEquals(3, predicted.stageCount());
+            for (DataSet batch : data) {
+                a.fit(batch);
+                b.fit(batch);
+            }
+            a.copyParametersTo(byParameters);
+            b.copyParametersTo(byTime);
+            System.out.println("parameters: " + a.split() + "\nprofiled:   " + b.split() + "\n" + profile);
+        }
+        assertTrue(Nets.maxRelativeDifference(byParameters.params(), byTime.params()) <= 1e-12);
+        assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer.builder(base).ranks(2).microbatches(4)
+                .splitBy(profile).stageBoundaries(3).build());
     }
 }

@@ -172,6 +172,32 @@ class PipelineTrainerBehaviourTest {
         }
     }
 
+    /** The whole run's trace holds every recorded step, its loss and examples, and says how many it left out. */
+    @Test
+    void recordsTheWholeRunAsOneTrace() {
+        MultiLayerNetwork base = PipelineNets.mlp(PipelineNets.updater("sgd"), 0, DataType.FLOAT);
+        List<DataSet> data = PipelineNets.batches(2, 4, 16, DataType.FLOAT);
+        List<Double> losses = new ArrayList<>();
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base).ranks(2).microbatches(4)
+                .recordTimeline(3).stepListener(r -> losses.add(r.loss())).build()) {
+            trainer.fit(new BatchListIterator(data));
+            var run = trainer.runTimeline();
+            assertEquals(3, run.steps().size());
+            assertEquals(1, run.droppedSteps());
+            for (int s = 0; s < 3; s++) {
+                assertEquals(s, run.steps().get(s).step());
+                assertEquals(losses.get(s), run.steps().get(s).values().get("loss"));
+                assertEquals(16.0, run.steps().get(s).values().get("examples"));
+            }
+            String json = run.chromeTraceJson();
+            assertEquals(3, json.split("\"cat\":\"step\"", -1).length - 1, "one slice per recorded step");
+            assertTrue(json.contains("\"droppedSteps\":\"1\""), "metadata says one step was left out");
+        }
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base).ranks(2).microbatches(4).build()) {
+            assertEquals(null, trainer.runTimeline(), "not recording unless asked");
+        }
+    }
+
     /** Cross-entropy that throws from its gradient while {@link #failing} is set. */
     static final class FailingLoss extends LossMCXENT {
         static volatile boolean failing;

@@ -13,6 +13,7 @@ import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
 import org.symmem4j.pipeline.schedule.ScheduleSimulator;
 import org.symmem4j.pipeline.schedule.SimulationResult;
+import org.symmem4j.pipeline.schedule.StageDurations;
 
 /**
  * All ranks' timelines of one step: the measured bubble, the same figures from the simulator for the
@@ -62,6 +63,11 @@ public final class TimelineReport {
             }
         }
         return new TimelineReport(List.copyOf(ranks));
+    }
+
+    /** The ranks' timelines, element {@code r} for rank {@code r}. */
+    public List<StepTimeline> timelines() {
+        return ranks;
     }
 
     public int rankCount() {
@@ -156,96 +162,201 @@ public final class TimelineReport {
     }
 
     /**
+     * Mean duration of {@code stage}'s events of {@code kind} in this step, or 0 if it has none (the
+     * last stage's forward returns at once when the stage computes its forward inside the backward).
+     */
+    public double stageMeanNanos(Kind kind, int stage) {
+        return ranks.stream().flatMap(r -> r.events().stream()).filter(e -> e.kind() == kind && e.stage() == stage)
+                .mapToLong(TimelineEvent::durationNanos).average().orElse(0);
+    }
+
+    /**
+     * This step's measured pass times per stage, in microseconds (at least 1, as the simulator
+     * needs), with the measured hand-off latency: what {@link #simulatePerStage} feeds the simulator.
+     */
+    public StageDurations stageDurationsMicros(PipelineShape shape) {
+        int stages = shape.stageCount();
+        long[] forward = new long[stages];
+        long[] backward = new long[stages];
+        for (int s = 0; s < stages; s++) {
+            forward[s] = Math.max(1, Math.round(stageMeanNanos(Kind.FORWARD, s) / 1e3));
+            backward[s] = Math.max(1, Math.round(stageMeanNanos(Kind.BACKWARD, s) / 1e3));
+        }
+        return new StageDurations(forward, backward, Math.round(meanHandoffNanos() / 1e3));
+    }
+
+    /**
+     * The simulator's figures for this step with each stage's own measured mean forward and backward
+     * times and the measured hand-off latency: unlike {@link #simulate}, an unbalanced split shows up
+     * as the bubble its slowest stage causes. The gap between this and {@link #bubbleFraction()} is
+     * what the schedule does not explain (shared cores, slow hand-offs, waits for slots).
+     */
+    public SimulationResult.Completed simulatePerStage(Schedule schedule, PipelineShape shape) {
+        return ScheduleSimulator.simulate(schedule, shape, stageDurationsMicros(shape)).requireCompleted();
+    }
+
+    /**
      * The step as Chrome trace JSON (open in Perfetto or chrome://tracing): one track per rank, a
      * slice per forward, backward, receive, send and optimizer step, and a flow arrow per hand-off
      * from the sender's post to the receiver's receipt. Times in microseconds from the first event.
+     * {@link RunTimeline} writes a whole run the same way.
      */
     public String chromeTraceJson() {
         long origin = ranks.stream().flatMap(r -> r.events().stream()).mapToLong(TimelineEvent::startNanos).min()
                 .orElse(windowStart);
-        StringBuilder json = new StringBuilder("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-        List<String> entries = new ArrayList<>();
-        for (StepTimeline rank : ranks) {
-            entries.add("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" + rank.rank()
-                    + ",\"args\":{\"name\":\"rank " + rank.rank() + "\"}}");
-            for (TimelineEvent e : rank.events()) {
-                entries.add(String.format(Locale.ROOT,
-                        "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
-                                + "\"args\":{\"stage\":%d,\"microbatch\":%d,\"peerStage\":%d}}",
-                        label(e), e.kind().name().toLowerCase(Locale.ROOT), e.rank(), (e.startNanos() - origin) / 1e3,
-                        e.durationNanos() / 1e3, e.stage(), e.microbatch(), e.peerStage()));
-                if (e.kind() == Kind.SEND || e.kind() == Kind.RECEIVE) {
-                    // one flow per message: starts inside the send slice, ends inside the receive slice
-                    int from = e.kind() == Kind.SEND ? e.stage() : e.peerStage();
-                    int to = e.kind() == Kind.SEND ? e.peerStage() : e.stage();
-                    long id = ((long) from * 65_536 + to) * 1_000_000L + e.microbatch();
-                    double ts = ((e.kind() == Kind.SEND ? e.startNanos() : e.endNanos()) - origin) / 1e3;
-                    entries.add(String.format(Locale.ROOT,
-                            "{\"name\":\"handoff\",\"cat\":\"handoff\",\"ph\":\"%s\",\"id\":%d,\"pid\":0,\"tid\":%d,"
-                                    + "\"ts\":%.3f%s}",
-                            e.kind() == Kind.SEND ? "s" : "f", id, e.rank(), ts,
-                            e.kind() == Kind.SEND ? "" : ",\"bp\":\"e\""));
-                }
-            }
-        }
-        json.append(String.join(",\n", entries)).append("\n]}\n");
-        return json.toString();
+        ChromeTrace trace = new ChromeTrace(origin);
+        trace.rankTracks(ranks.size());
+        trace.stepEvents(-1, ranks);
+        return trace.json();
     }
 
     /**
-     * The step as an SVG picture: a row per rank, time left to right, a box per forward (light) and
-     * backward (dark) coloured by microbatch and labelled like the schedule's text ({@code 0F3}),
-     * hand-offs as thin grey bars under the row.
+     * The step as an SVG picture: a row per rank, time left to right with a millisecond axis, a box per
+     * forward (light) and backward (dark) coloured by microbatch and labelled like the schedule's text
+     * ({@code 0F3}), optimizer steps in grey, hand-offs as thin grey bars under the row, and the rank's
+     * idle time in the step's window hatched in red with its share at the row's end; a legend below.
      */
     public String svg(String title) {
-        long origin = windowStart;
         double width = 1200;
         double left = 70;
+        double right = 110;
         double rowHeight = 34;
         double top = 40;
-        double scale = (width - left - 20) / Math.max(1, windowNanos());
+        double plotWidth = width - left - right;
+        double scale = plotWidth / Math.max(1, windowNanos());
+        double axisTop = top + rowHeight * ranks.size() + 4;
+        double legendTop = axisTop + 40;
+        double height = legendTop + 50;
         StringBuilder svg = new StringBuilder();
-        double height = top + rowHeight * ranks.size() + 40;
         svg.append(String.format(Locale.ROOT, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\""
                 + " font-family=\"sans-serif\" font-size=\"11\">%n", width, height));
+        svg.append("<defs><pattern id=\"idle\" patternUnits=\"userSpaceOnUse\" width=\"6\" height=\"6\""
+                + " patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fdecea\"/>"
+                + "<line x1=\"0\" y1=\"0\" x2=\"0\" y2=\"6\" stroke=\"#e57373\" stroke-width=\"2\"/></pattern></defs>\n");
         svg.append(String.format(Locale.ROOT, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>%n"
                 + "<text x=\"%.0f\" y=\"20\" font-size=\"14\">%s</text>%n", left, escape(title)));
         for (StepTimeline rank : ranks) {
             double y = top + rowHeight * rank.rank();
-            svg.append(String.format(Locale.ROOT, "<text x=\"8\" y=\"%.1f\">rank %d</text>%n", y + 18, rank.rank()));
+            svg.append(String.format(Locale.ROOT, "<text x=\"8\" y=\"%.1f\">rank %d</text>%n", y + 16, rank.rank()));
+            // idle first, so the passes are drawn over its edges
+            for (long[] gap : idleIntervals(rank)) {
+                double x = left + (gap[0] - windowStart) * scale;
+                double w = (gap[1] - gap[0]) * scale;
+                svg.append(String.format(Locale.ROOT, "<rect class=\"idle\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\""
+                        + " height=\"24\" fill=\"url(#idle)\"><title>idle %.3f ms</title></rect>%n", x, y, w,
+                        (gap[1] - gap[0]) / 1e6));
+            }
             List<TimelineEvent> sorted = new ArrayList<>(rank.events());
             sorted.sort(Comparator.comparingLong(TimelineEvent::startNanos));
             for (TimelineEvent e : sorted) {
-                double x = left + Math.max(0, e.startNanos() - origin) * scale;
-                double w = Math.max(0.5, (Math.min(e.endNanos(), windowEnd) - Math.max(e.startNanos(), origin)) * scale);
-                if (e.endNanos() < origin || e.startNanos() > windowEnd) {
+                if (e.endNanos() < windowStart || e.startNanos() > windowEnd) {
                     continue;
                 }
+                double x = left + (Math.max(e.startNanos(), windowStart) - windowStart) * scale;
+                double w = Math.max(0.5, (Math.min(e.endNanos(), windowEnd) - Math.max(e.startNanos(), windowStart)) * scale);
                 if (e.kind().isCompute()) {
-                    int hue = (e.microbatch() * 47) % 360;
                     int lightness = e.kind() == Kind.FORWARD ? 72 : 45;
-                    svg.append(String.format(Locale.ROOT, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"24\""
-                            + " fill=\"hsl(%d,65%%,%d%%)\" stroke=\"#333\" stroke-width=\"0.3\"><title>%s</title></rect>%n",
-                            x, y, w, hue, lightness, label(e)));
+                    svg.append(String.format(Locale.ROOT, "<rect class=\"%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\""
+                            + " height=\"24\" fill=\"hsl(%d,65%%,%d%%)\" stroke=\"#333\" stroke-width=\"0.3\"><title>%s"
+                            + " %.3f ms</title></rect>%n", e.kind() == Kind.FORWARD ? "forward" : "backward", x, y, w,
+                            microbatchHue(e.microbatch()), lightness, label(e), e.durationNanos() / 1e6));
                     if (w > 26) {
                         svg.append(String.format(Locale.ROOT, "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>%n",
                                 x + w / 2, y + 16, label(e)));
                     }
-                } else if (e.kind() == Kind.SEND || e.kind() == Kind.RECEIVE) {
-                    svg.append(String.format(Locale.ROOT, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"4\""
-                            + " fill=\"#999\"><title>%s</title></rect>%n", x, y + 26, w, label(e)));
+                } else if (e.kind() == Kind.OPTIMIZER_STEP) {
+                    svg.append(String.format(Locale.ROOT, "<rect class=\"optimizer\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\""
+                            + " height=\"24\" fill=\"#777\"><title>%s %.3f ms</title></rect>%n", x, y, w, label(e),
+                            e.durationNanos() / 1e6));
+                } else {
+                    svg.append(String.format(Locale.ROOT, "<rect class=\"handoff\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\""
+                            + " height=\"4\" fill=\"#999\"><title>%s</title></rect>%n", x, y + 26, w, label(e)));
                 }
             }
+            svg.append(String.format(Locale.ROOT, "<text x=\"%.1f\" y=\"%.1f\">idle %.1f%%</text>%n",
+                    left + plotWidth + 8, y + 16, 100 * idleFraction(rank.rank())));
         }
-        double axisY = top + rowHeight * ranks.size() + 16;
-        svg.append(String.format(Locale.ROOT, "<text x=\"%.0f\" y=\"%.1f\">0 ms</text>%n", left, axisY));
-        svg.append(String.format(Locale.ROOT, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.2f ms"
-                + " (bubble %.1f%%)</text>%n", width - 20, axisY, windowNanos() / 1e6, 100 * bubbleFraction()));
+        appendAxis(svg, left, plotWidth, axisTop);
+        appendLegend(svg, left, legendTop);
         svg.append("</svg>\n");
         return svg.toString();
     }
 
-    private static String label(TimelineEvent e) {
+    /**
+     * The gaps between {@code rank}'s forward and backward passes inside the step's window, as
+     * {@code [start, end)} nanosecond pairs: exactly the time {@link #idleFraction} counts.
+     */
+    List<long[]> idleIntervals(StepTimeline rank) {
+        List<TimelineEvent> compute = new ArrayList<>();
+        for (TimelineEvent e : rank.events()) {
+            if (e.kind().isCompute()) {
+                compute.add(e);
+            }
+        }
+        compute.sort(Comparator.comparingLong(TimelineEvent::startNanos));
+        List<long[]> gaps = new ArrayList<>();
+        long cursor = windowStart;
+        for (TimelineEvent e : compute) {
+            if (e.startNanos() > cursor) {
+                gaps.add(new long[] {cursor, e.startNanos()});
+            }
+            cursor = Math.max(cursor, e.endNanos());
+        }
+        if (cursor < windowEnd) {
+            gaps.add(new long[] {cursor, windowEnd});
+        }
+        return gaps;
+    }
+
+    /** Ticks at 1, 2 or 5 times a power of ten milliseconds, about eight across the window. */
+    private void appendAxis(StringBuilder svg, double left, double plotWidth, double axisTop) {
+        double windowMs = windowNanos() / 1e6;
+        double rough = Math.max(windowMs, 1e-6) / 8;
+        double power = Math.pow(10, Math.floor(Math.log10(rough)));
+        double tick = rough / power < 2 ? power : rough / power < 5 ? 2 * power : 5 * power;
+        svg.append(String.format(Locale.ROOT, "<line class=\"axis\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\""
+                + " stroke=\"#333\"/>%n", left, axisTop, left + plotWidth, axisTop));
+        int decimals = tick >= 1 ? 0 : (int) Math.ceil(-Math.log10(tick));
+        for (int i = 0; i * tick <= windowMs + 1e-9; i++) {
+            double x = left + i * tick / Math.max(windowMs, 1e-9) * plotWidth;
+            svg.append(String.format(Locale.ROOT, "<line class=\"tick\" x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\""
+                    + " stroke=\"#333\"/><text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%." + decimals + "f</text>%n",
+                    x, axisTop, x, axisTop + 5, x, axisTop + 17, i * tick));
+        }
+        svg.append(String.format(Locale.ROOT, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">ms from the first"
+                + " pass; window %.3f ms, bubble %.1f%%</text>%n", left + plotWidth, axisTop + 32, windowMs,
+                100 * bubbleFraction()));
+    }
+
+    private static void appendLegend(StringBuilder svg, double left, double top) {
+        String[][] items = {
+                {"hsl(0,65%,72%)", "forward (light)"},
+                {"hsl(0,65%,45%)", "backward (dark)"},
+                {"url(#idle)", "idle: no pass running"},
+                {"#777", "optimizer step"},
+                {"#999", "hand-off (thin bar: send or receive)"},
+        };
+        double x = left;
+        for (String[] item : items) {
+            double h = item[1].startsWith("hand-off") ? 4 : 14;
+            svg.append(String.format(Locale.ROOT, "<rect class=\"legend\" x=\"%.1f\" y=\"%.1f\" width=\"18\""
+                    + " height=\"%.0f\" fill=\"%s\" stroke=\"#333\" stroke-width=\"0.3\"/><text x=\"%.1f\""
+                    + " y=\"%.1f\">%s</text>%n", x, top + (14 - h) / 2, h, item[0], x + 24, top + 11, escape(item[1])));
+            x += 40 + 6.2 * item[1].length();
+        }
+        svg.append(String.format(Locale.ROOT, "<text x=\"%.1f\" y=\"%.1f\">colour = microbatch (hue %d per"
+                + " microbatch); label sFm / sBm = stage s, forward / backward, microbatch m</text>%n", left, top + 32,
+                MICROBATCH_HUE_STEP));
+    }
+
+    /** Hue step between consecutive microbatches: 47 degrees keeps neighbours apart for a few dozen. */
+    private static final int MICROBATCH_HUE_STEP = 47;
+
+    private static int microbatchHue(int microbatch) {
+        return (microbatch * MICROBATCH_HUE_STEP) % 360;
+    }
+
+    static String label(TimelineEvent e) {
         return switch (e.kind()) {
             case FORWARD -> e.stage() + "F" + e.microbatch();
             case BACKWARD -> e.stage() + "B" + e.microbatch();
@@ -255,7 +366,7 @@ public final class TimelineReport {
         };
     }
 
-    private static String escape(String text) {
+    static String escape(String text) {
         return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;");
     }
 }

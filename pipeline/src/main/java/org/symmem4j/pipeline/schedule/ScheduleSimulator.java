@@ -10,13 +10,13 @@ import java.util.Objects;
  * and to measure the makespan, the bubble and peak in-flight activations before a real run.
  *
  * <p>Rules: each rank runs its actions strictly in list order, one at a time, each taking
- * {@link ActionDurations#of(ActionType)}. An action starts as soon as its rank is free and its input
- * is ready:
+ * {@link StageDurations#of(ActionType, int)} (with {@link ActionDurations}, the same for every stage).
+ * An action starts as soon as its rank is free and its input is ready:
  *
  * <ul>
  *   <li>F(s, mb) needs F(s - 1, mb) done (nothing for s = 0);</li>
  *   <li>B(s, mb) needs B(s + 1, mb) done; B of the last stage needs F(last, mb) done;</li>
- *   <li>an input made on another rank is ready {@link ActionDurations#communicationLatency()} after
+ *   <li>an input made on another rank is ready {@code communicationLatency} after
  *       its action ends; one made on the same rank is ready when it ends.</li>
  * </ul>
  *
@@ -46,7 +46,24 @@ public final class ScheduleSimulator {
      */
     public static SimulationResult simulate(Schedule schedule, PipelineShape shape, ActionDurations durations) {
         Objects.requireNonNull(durations, "durations");
+        Objects.requireNonNull(shape, "shape");
+        return simulate(schedule, shape, StageDurations.uniform(shape.stageCount(), durations));
+    }
+
+    /**
+     * Runs the dry run with each stage's own forward and backward times, e.g. a split's measured or
+     * profiled pass times.
+     *
+     * @throws IllegalArgumentException when {@link ScheduleValidator} rejects the schedule, or the
+     *                                  durations describe another number of stages than {@code shape}
+     */
+    public static SimulationResult simulate(Schedule schedule, PipelineShape shape, StageDurations durations) {
+        Objects.requireNonNull(durations, "durations");
         ScheduleValidator.requireValid(schedule, shape);
+        if (durations.stageCount() != shape.stageCount()) {
+            throw new IllegalArgumentException("stage durations for stages=" + durations.stageCount() + " expected="
+                    + shape.stageCount() + " (" + shape + "): give one forward and one backward time per stage");
+        }
         int ranks = shape.ranks();
         // end time of every action, by [type][stage][microbatch]; NOT_RUN until it has run
         long[][][] endTimes = new long[ActionType.values().length][shape.stageCount()][shape.microbatches()];
@@ -81,7 +98,7 @@ public final class ScheduleSimulator {
                         start = Math.max(start, Math.addExact(inputEnd, latency));
                     }
                     starts[rank][nextIndex[rank]] = start;
-                    long duration = durations.of(action.type());
+                    long duration = durations.of(action.type(), action.stage());
                     long end = Math.addExact(start, duration);
                     endTimes[action.type().ordinal()][action.stage()][action.microbatch()] = end;
                     rankFreeAt[rank] = end;

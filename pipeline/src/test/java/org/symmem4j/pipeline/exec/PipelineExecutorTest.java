@@ -22,7 +22,6 @@ import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
-import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
 import org.symmem4j.pipeline.schedule.ScheduleGenerators;
@@ -72,56 +71,76 @@ class PipelineExecutorTest {
     }
 
     /**
-     * Measured idle fraction per rank within 5 percentage points of the simulator's, for the
-     * measured forward, backward and hand-off times. Passes take 3 and 6 ms (parked), so four ranks
-     * on two cores still run them in parallel. Judged on the median step per rank: on a shared
-     * 2-core CI machine one step now and then loses a core to another process for tens of
-     * milliseconds, which is the machine's idle time, not the executor's.
+     * What each rank's timeline records is what happened, in the schedule's order and causally
+     * consistent across ranks: every rank's passes appear exactly in its list's order, no forward
+     * starts before its input's forward ended on the previous stage, no backward before the next
+     * stage's backward (the last stage: its own forward), and every receive ends before its pass
+     * starts. These hold however the machine schedules the threads, so the test asserts no timing;
+     * how close the measured idle time comes to the simulator's is a benchmark's claim
+     * ({@code bench/pipeline-speed.sh}, {@code PipelineExecutorBubbleBench}), measured on an idle
+     * machine.
      */
     @ParameterizedTest(name = "{0} {1}")
     @MethodSource("timedSchedules")
-    void idleFractionMatchesTheSimulator(String name, PipelineShape shape, Schedule schedule) {
-        long forward = 3_000_000;
-        long backward = 6_000_000;
-        int steps = 6;
+    void timelinesFollowTheScheduleAndItsDependencies(String name, PipelineShape shape, Schedule schedule) {
+        int steps = 3;
         List<List<StepTimeline>> byRank = InJvmWorld.runOnEveryRank(shape.ranks(), OPTIONS, group -> {
-            Map<Integer, AffineStage> mine = stagesOf(group, shape, forward, backward);
+            Map<Integer, AffineStage> mine = stagesOf(group, shape, 200_000, 400_000);
             List<StepTimeline> timelines = new ArrayList<>();
-            int slots = LinkPlan.of(schedule, shape).stallFreeSlots(ActionDurations.of(forward, backward));
+            int slots = LinkPlan.of(schedule, shape).minimumSlots();
             try (PipelineExecutor executor = PipelineExecutor.create(group, schedule, shape, new HashMap<>(mine), slots,
                     4L * WIDTH)) {
                 for (int step = 0; step < steps; step++) {
-                    executor.barrier(); // every step starts together, as the simulator's time 0
                     timelines.add(executor.runStep());
                 }
             }
             return timelines;
         });
-        StringBuilder seen = new StringBuilder();
-        double[][] offByRank = new double[shape.ranks()][steps - 1];
-        for (int step = 1; step < steps; step++) { // step 0 warms up
+        for (int step = 0; step < steps; step++) {
+            Map<String, TimelineEvent> passes = new HashMap<>();
             List<StepTimeline> ranks = new ArrayList<>();
-            for (List<StepTimeline> rankTimelines : byRank) {
-                ranks.add(rankTimelines.get(step));
+            for (int rank = 0; rank < shape.ranks(); rank++) {
+                StepTimeline timeline = byRank.get(rank).get(step);
+                ranks.add(timeline);
+                List<String> run = new ArrayList<>();
+                TimelineEvent previous = null;
+                for (TimelineEvent e : timeline.events()) {
+                    if (previous != null) {
+                        assertTrue(e.startNanos() >= previous.endNanos(), "rank " + rank + " overlaps " + previous + " and " + e);
+                    }
+                    previous = e;
+                    if (e.kind().isCompute()) {
+                        String label = e.stage() + (e.kind() == TimelineEvent.Kind.FORWARD ? "F" : "B") + e.microbatch();
+                        run.add(label);
+                        passes.put(label, e);
+                    }
+                }
+                assertEquals(schedule.actions(rank).stream().map(Object::toString).toList(), run,
+                        "step " + step + " rank " + rank + " ran its passes out of the schedule's order");
+                long steps0 = timeline.events().stream().filter(e -> e.kind() == TimelineEvent.Kind.OPTIMIZER_STEP).count();
+                assertEquals(shape.stagesPerRank(), steps0, "one optimizer step per local stage");
+            }
+            int last = shape.stageCount() - 1;
+            for (int stage = 0; stage <= last; stage++) {
+                for (int mb = 0; mb < shape.microbatches(); mb++) {
+                    TimelineEvent f = passes.get(stage + "F" + mb);
+                    TimelineEvent b = passes.get(stage + "B" + mb);
+                    if (stage > 0) {
+                        TimelineEvent input = passes.get((stage - 1) + "F" + mb);
+                        assertTrue(f.startNanos() >= input.endNanos(), "step " + step + ": " + f + " started before " + input + " ended");
+                    }
+                    TimelineEvent gradient = stage == last ? f : passes.get((stage + 1) + "B" + mb);
+                    assertTrue(b.startNanos() >= gradient.endNanos(), "step " + step + ": " + b + " started before " + gradient + " ended");
+                }
             }
             TimelineReport report = TimelineReport.of(ranks);
-            var simulated = report.simulate(schedule, shape);
+            assertTrue(report.bubbleFraction() > 0 && report.bubbleFraction() < 1, "bubble " + report.bubbleFraction());
             for (int r = 0; r < shape.ranks(); r++) {
-                double measured = report.idleFraction(r);
-                double expected = (double) simulated.rank(r).idleTime() / simulated.makespan();
-                offByRank[r][step - 1] = measured - expected;
-                seen.append(String.format(" step %d rank %d measured=%.3f simulated=%.3f;", step, r, measured, expected));
+                long idle = report.idleIntervals(ranks.get(r)).stream().mapToLong(g -> g[1] - g[0]).sum();
+                assertEquals(report.idleFraction(r) * report.windowNanos(), idle, 1.0, "idle intervals of rank " + r
+                        + " add up to its idle fraction");
             }
         }
-        double worst = 0;
-        for (double[] off : offByRank) {
-            double[] sorted = off.clone();
-            java.util.Arrays.sort(sorted);
-            worst = Math.max(worst, Math.abs(sorted[sorted.length / 2]));
-        }
-        System.out.println(name + " " + shape + ": worst median offset " + String.format("%.3f", worst) + seen);
-        assertTrue(worst <= 0.05, "median idle fraction of a rank more than 5 points off the simulator ("
-                + String.format("%.3f", worst) + "):" + seen);
     }
 
     /** The report's outputs: metrics from a real step, a Chrome trace naming every action, an SVG with one box per pass. */
@@ -169,7 +188,22 @@ class PipelineExecutorTest {
         assertEquals(8, trace.split("\"ph\":\"s\"", -1).length - 1, "one flow start per message");
         assertEquals(8, trace.split("\"ph\":\"f\"", -1).length - 1, "one flow end per message");
         String svg = report.svg("1F1B p=2 m=4");
-        assertEquals(16, svg.split("<rect x=", -1).length - 1 - 16, "16 passes plus 16 hand-off bars");
+        assertEquals(8, svg.split("class=\"forward\"", -1).length - 1, "8 forward boxes");
+        assertEquals(8, svg.split("class=\"backward\"", -1).length - 1, "8 backward boxes");
+        assertEquals(16, svg.split("class=\"handoff\"", -1).length - 1, "4 microbatches x 2 directions x send and receive");
+        long stepsInWindow = ranks.stream().flatMap(r -> r.events().stream())
+                .filter(e -> e.kind() == TimelineEvent.Kind.OPTIMIZER_STEP).filter(e -> e.startNanos() <= report.windowNanos()
+                        + ranks.stream().flatMap(r -> r.events().stream()).filter(x -> x.kind().isCompute())
+                        .mapToLong(TimelineEvent::startNanos).min().orElseThrow()).count();
+        assertEquals(stepsInWindow, svg.split("class=\"optimizer\"", -1).length - 1, "optimizer steps inside the window");
+        int idleBoxes = report.idleIntervals(ranks.get(0)).size() + report.idleIntervals(ranks.get(1)).size();
+        assertTrue(idleBoxes >= 2, "both ranks idle at the pipeline's ends: " + idleBoxes);
+        assertEquals(idleBoxes, svg.split("class=\"idle\"", -1).length - 1, "one hatched box per idle interval");
+        assertTrue(svg.contains("forward (light)") && svg.contains("backward (dark)") && svg.contains("idle: no pass running"),
+                "legend");
+        assertTrue(svg.contains("ms from the first pass") && svg.split("class=\"tick\"", -1).length - 1 >= 3, "time axis");
+        assertTrue(svg.contains(String.format(java.util.Locale.ROOT, "idle %.1f%%", 100 * report.idleFraction(1))),
+                "rank 1's idle share at the row's end");
         assertTrue(svg.startsWith("<svg") && svg.contains("1F1B p=2 m=4"), svg.substring(0, 80));
     }
 

@@ -281,4 +281,66 @@ class ScheduleSimulatorTest {
             assertBubble(3, microbatches + 3, run, "p=4 m=" + microbatches);
         }
     }
+
+    /**
+     * Per-stage times by hand, 1F1B p=2 m=2, stage 0 F=1 B=2, stage 1 F=3 B=4:
+     * rank 1 runs 1F0 [1,4] 1B0 [4,8] 1F1 [8,11] 1B1 [11,15]; rank 0 runs 0F0 [0,1] 0F1 [1,2]
+     * 0B0 [8,10] 0B1 [15,17]. Makespan 17, busy 6 and 14, bubble (11 + 3) / 34.
+     */
+    @Test
+    void perStageDurationsByHand() {
+        PipelineShape shape = PipelineShape.of(2, 2);
+        Schedule schedule = ScheduleGenerators.oneFOneB(2, 2);
+        StageDurations durations = new StageDurations(new long[] {1, 3}, new long[] {2, 4}, 0);
+        SimulationResult.Completed run = ScheduleSimulator.simulate(schedule, shape, durations).requireCompleted();
+        assertEquals(17, run.makespan());
+        assertEquals(6, run.rank(0).busyTime());
+        assertEquals(14, run.rank(1).busyTime());
+        assertBubble(14, 34, run, "by hand");
+        List<Long> rank0Starts = new ArrayList<>();
+        for (int i = 0; i < 4; i++) {
+            rank0Starts.add(run.startOf(0, i));
+        }
+        assertEquals(List.of(0L, 1L, 8L, 15L), rank0Starts);
+        assertThrows(IllegalArgumentException.class, () -> ScheduleSimulator.simulate(schedule, PipelineShape.of(2, 2),
+                new StageDurations(new long[] {1, 1, 1}, new long[] {1, 1, 1}, 0)));
+        assertEquals("invalid stage durations: stage=1 forward=0 backward=4 expected both >= 1 (round measured times up"
+                        + " to one unit)",
+                assertThrows(IllegalArgumentException.class,
+                        () -> new StageDurations(new long[] {1, 0}, new long[] {2, 4}, 0)).getMessage());
+    }
+
+    /** Equal stages: the per-stage simulator is the uniform one, action for action. */
+    @ParameterizedTest(name = "p={0} m={1}")
+    @MethodSource("pipelineSizes")
+    void uniformStageDurationsEqualActionDurations(int ranks, int microbatches) {
+        PipelineShape shape = new PipelineShape(ranks, microbatches, 2);
+        Schedule schedule = ScheduleGenerators.interleavedOneFOneB(ranks, microbatches, 2);
+        ActionDurations durations = new ActionDurations(3, 5, 2);
+        SimulationResult.Completed uniform = completed(schedule, shape, durations);
+        SimulationResult.Completed perStage = ScheduleSimulator.simulate(schedule, shape,
+                StageDurations.uniform(shape.stageCount(), durations)).requireCompleted();
+        assertEquals(uniform.makespan(), perStage.makespan());
+        for (int rank = 0; rank < ranks; rank++) {
+            assertEquals(uniform.rank(rank), perStage.rank(rank));
+            for (int i = 0; i < schedule.actions(rank).size(); i++) {
+                assertEquals(uniform.startOf(rank, i), perStage.startOf(rank, i));
+            }
+        }
+    }
+
+    /**
+     * The slowest stage sets the pace: 1F1B's steady state runs one microbatch per slowest stage's
+     * F + B, so with stage times t_s the makespan is at least (m - 1) * max t + sum t.
+     */
+    @Test
+    void theSlowestStageBoundsTheMakespan() {
+        PipelineShape shape = PipelineShape.of(4, 8);
+        Schedule schedule = ScheduleGenerators.oneFOneB(4, 8);
+        StageDurations durations = new StageDurations(new long[] {1, 1, 1, 3}, new long[] {2, 2, 2, 6}, 0);
+        SimulationResult.Completed run = ScheduleSimulator.simulate(schedule, shape, durations).requireCompleted();
+        long slowest = 9;
+        long sum = 3 + 3 + 3 + 9;
+        assertEquals((8 - 1) * slowest + sum, run.makespan());
+    }
 }

@@ -1,0 +1,96 @@
+package org.symmem4j.pipeline.schedule;
+
+import java.util.Arrays;
+import java.util.Objects;
+
+/**
+ * Per-stage action durations for a {@link ScheduleSimulator} dry run, in abstract integer time units:
+ * real stages are never equal (an output stage computes the loss, a convolution stage is slower than a
+ * dense one with the same parameters), and the bubble of a split depends on its slowest stage.
+ * {@link ActionDurations} is the special case where every stage takes the same.
+ *
+ * @param forward              {@code forward[s]}: one forward of stage {@code s}, each {@code >= 1}
+ * @param backward             {@code backward[s]}: one backward of stage {@code s}, each {@code >= 1}
+ * @param communicationLatency as {@link ActionDurations#communicationLatency()}, {@code >= 0}
+ */
+public record StageDurations(long[] forward, long[] backward, long communicationLatency) {
+
+    public StageDurations {
+        Objects.requireNonNull(forward, "forward");
+        Objects.requireNonNull(backward, "backward");
+        if (forward.length == 0 || forward.length != backward.length) {
+            throw new IllegalArgumentException("invalid stage durations: forward has " + forward.length
+                    + " stages, backward " + backward.length + " expected the same count, at least 1");
+        }
+        forward = forward.clone();
+        backward = backward.clone();
+        for (int s = 0; s < forward.length; s++) {
+            if (forward[s] < 1 || backward[s] < 1) {
+                throw new IllegalArgumentException("invalid stage durations: stage=" + s + " forward=" + forward[s]
+                        + " backward=" + backward[s] + " expected both >= 1 (round measured times up to one unit)");
+            }
+        }
+        if (communicationLatency < 0) {
+            throw new IllegalArgumentException("invalid stage durations: communicationLatency=" + communicationLatency
+                    + " expected=communicationLatency >= 0");
+        }
+    }
+
+    /** Every one of {@code stages} stages takes {@code durations}. */
+    public static StageDurations uniform(int stages, ActionDurations durations) {
+        Objects.requireNonNull(durations, "durations");
+        if (stages < 1) {
+            throw new IllegalArgumentException("stages=" + stages + " expected stages >= 1");
+        }
+        long[] f = new long[stages];
+        long[] b = new long[stages];
+        Arrays.fill(f, durations.forward());
+        Arrays.fill(b, durations.backward());
+        return new StageDurations(f, b, durations.communicationLatency());
+    }
+
+    /** Number of stages these durations describe. */
+    public int stageCount() {
+        return forward.length;
+    }
+
+    /** Duration of an action of {@code type} on {@code stage}. */
+    public long of(ActionType type, int stage) {
+        return switch (type) {
+            case FORWARD -> forward[stage];
+            case BACKWARD -> backward[stage];
+        };
+    }
+
+    /** Forward plus backward of {@code stage}: one microbatch's compute there. */
+    public long total(int stage) {
+        return forward[stage] + backward[stage];
+    }
+
+    @Override
+    public long[] forward() {
+        return forward.clone();
+    }
+
+    @Override
+    public long[] backward() {
+        return backward.clone();
+    }
+
+    @Override
+    public boolean equals(Object o) {
+        return o instanceof StageDurations d && Arrays.equals(forward, d.forward) && Arrays.equals(backward, d.backward)
+                && communicationLatency == d.communicationLatency;
+    }
+
+    @Override
+    public int hashCode() {
+        return Objects.hash(Arrays.hashCode(forward), Arrays.hashCode(backward), communicationLatency);
+    }
+
+    @Override
+    public String toString() {
+        return "StageDurations[forward=" + Arrays.toString(forward) + ", backward=" + Arrays.toString(backward)
+                + ", communicationLatency=" + communicationLatency + "]";
+    }
+}
