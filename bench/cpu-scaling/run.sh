@@ -19,7 +19,9 @@
 #   mpi      Open MPI MPI_Allreduce vs the host all-reduce at 2, 4, 8, 16 ranks (if mpicc is there)
 # and, for a second run: cnn (the CNN at 8 and 16 workers with 2.5 s windows: its steps take about
 # 0.4 s), small16 (mlp-small at 16 workers against ParallelWrapper), zero1 (mlp-medium at 16 workers,
-# plain and ZeRO stage 1).
+# plain and ZeRO stage 1), pipeline (the DL4J pipeline trainer against the single model at 4 x 8 and
+# 8 x 16 ranks x microbatches, a core per rank, then the executor's idle time against the simulator:
+# the pipeline-speed target of issue #12; $OUT/pipeline.md, $OUT/pipeline-executor.txt).
 # Results: $OUT/scaling.csv (every run, labelled), $OUT/main.md, $OUT/log.txt, $OUT/machine.txt,
 # $OUT/symmem16.jfr, $OUT/allreduce.txt. Render a label's report here with
 #   java ... ScalingBench --render-from scaling.csv --label small --machine "..." --out report.md
@@ -54,7 +56,7 @@ bench() {
     echo "== $step at ${SECONDS}s" | tee -a "$log"
     case $step in
       main) main ;; small) small ;; omp1) omp1 ;; twocore) twocore ;; mpi) mpi ;; cnn) cnn ;; small16) small16 ;;
-      zero1) zero1 ;;
+      zero1) zero1 ;; pipeline) pipeline ;;
       *) echo "unknown step $step" | tee -a "$log" ;;
     esac
     echo "$step exit $? at ${SECONDS}s" | tee -a "$log"
@@ -98,6 +100,20 @@ small16() {
 zero1() {
   timeout 30 "${scaling[@]}" --label zero1 --models mlp-medium --workers 16 --compare-workers 16 \
     --modes symmem,symmem-zero1 --seconds 1.5 --warmup-seconds 0.3 --reps 3 >> "$log" 2>&1
+}
+
+pipeline() {
+  local machine
+  machine="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM"
+  OMP_NUM_THREADS=1 timeout 420 "${java[@]}" org.symmem4j.examples.bench.dl4j.PipelineBench --ranks 4,8 \
+    --microbatches-per-rank 2 --reps 2 --out "$out/pipeline.md" --commit "${COMMIT:-unknown}" --machine "$machine" \
+    --command "bench/cpu-scaling/run.sh bench pipeline" >> "$log" 2>&1
+  {
+    OMP_NUM_THREADS=1 timeout 40 "${java[@]}" org.symmem4j.examples.bench.PipelineExecutorBubbleBench --ranks 4 \
+      --microbatches 8 --wait park
+    OMP_NUM_THREADS=1 timeout 40 "${java[@]}" org.symmem4j.examples.bench.PipelineExecutorBubbleBench --ranks 8 \
+      --microbatches 16 --forward-us 1000 --backward-us 2000 --wait spin
+  } > "$out/pipeline-executor.txt" 2>&1
 }
 
 mpi() {

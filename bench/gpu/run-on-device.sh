@@ -3,7 +3,8 @@
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs and reports land in $OUT.
 #   run-on-device.sh [tests|shared|bench|handoff|all|probe|nvlink|launch] [extra all-reduce benchmark args]
 # (shared: the GPU tests once per rank count in RANKS, default "8 4 2", every count's ranks sharing
-# the machine's GPUs, -Dsymmem4j.test.cudaRanks=N; logs gpu-tests-Nranks.log and gpu-tests-summary.txt)
+# the machine's GPUs, -Dsymmem4j.test.cudaRanks=N, CUDA_DEVICE_MAX_CONNECTIONS=32 unless set; logs
+# gpu-tests-Nranks-runK.log and gpu-tests-summary.txt)
 # (probe: GpuEagerProbe, host time per eager call; nvlink: bench/gpu/nvlink_probe.cu, the bandwidth
 # of each way of moving bytes between 2 GPUs, PATTERNS=1 for the copy patterns too; launch:
 # bench/gpu/launch_idle_probe.cu and handshake_launch_probe.cu, host time of launches outside the
@@ -46,13 +47,19 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   rc=$?
 fi
 if [ "$what" = shared ]; then
+  # ranks sharing a GPU need a hardware queue each plus one for the host's copies (LaunchBudget
+  # refuses fewer): CUDA's default of 8 is not enough for 8 ranks
+  export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
+  run=0
   for n in ${RANKS:-8 4 2}; do
+    run=$((run + 1))
     start=$(date +%s)
-    run_gpu_tests "$out/gpu-tests-${n}ranks.log" "${SHARED_LIMIT:-420}" "-Dsymmem4j.test.cudaRanks=$n"
+    log="$out/gpu-tests-${n}ranks-run$run.log"
+    run_gpu_tests "$log" "${SHARED_LIMIT:-420}" "-Dsymmem4j.test.cudaRanks=$n"
     code=$?
     rc=$(( rc | code ))
-    { echo "== $n ranks: exit=$code wall=$(( $(date +%s) - start ))s"
-      grep -E "tests (successful|failed|aborted|skipped)|GPU TEST HUNG: test=.*limit|✘" "$out/gpu-tests-${n}ranks.log" | awk '!seen[$0]++' | head -20
+    { echo "== $n ranks (run $run, CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS): exit=$code wall=$(( $(date +%s) - start ))s"
+      grep -E "tests (successful|failed|aborted|skipped)|GPU TEST HUNG: test=.*limit|✘" "$log" | awk '!seen[$0]++' | head -20
     } | tee -a "$out/gpu-tests-summary.txt"
   done
 fi

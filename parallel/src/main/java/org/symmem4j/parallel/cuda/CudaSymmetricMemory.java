@@ -225,13 +225,18 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
         d.copyDeviceToDeviceAsync(dstDevice, srcDevice, bytes, rank.stream);
     }
 
-    /** Records a new event on this rank's stream (for timing; destroy it with {@code CudaDriver.destroyEvent}). */
-    public MemorySegment recordEvent() {
+    /** Creates an event in this rank's context (destroy it with {@code CudaDriver.destroyEvent}); not a stream operation. */
+    public MemorySegment createEvent() {
         CudaDriver d = transport.driver();
         d.setCurrent(rank.context);
-        MemorySegment e = d.createEvent();
-        d.record(e, rank.stream);
-        return e;
+        return d.createEvent();
+    }
+
+    /** Records {@code event} (from {@link #createEvent}) on this rank's stream: a stream operation, no driver allocation. */
+    public void recordEvent(MemorySegment event) {
+        CudaDriver d = transport.driver();
+        d.setCurrent(rank.context);
+        d.record(event, rank.stream);
     }
 
     /**

@@ -44,7 +44,10 @@ import org.symmem4j.parallel.SymmemException;
  *       budget makes room for all of them);</li>
  *   <li>each rank's stream gets a hardware connection of its own — streams are assigned to
  *       connections in turn, and a kernel queued behind a peer's kernel that waits for it would never
- *       start: refused here when a GPU has more ranks than {@code CUDA_DEVICE_MAX_CONNECTIONS};</li>
+ *       start: refused here unless a GPU has fewer ranks than {@code CUDA_DEVICE_MAX_CONNECTIONS}, which
+ *       leaves one connection for the copies the host issues on the default stream (an abort's poison
+ *       signal among them: queued behind a spinning peer's kernel it never lands, and every rank's next
+ *       driver call waits behind it — 8 ranks on one H100 with the default 8 hung that way);</li>
  *   <li>no kernel is loaded while a peer's kernel spins in the same context (a lazy load may
  *       synchronize the context): {@link CudaKernels} loads every function fully, once per device,
  *       before any of our kernels can run there;</li>
@@ -166,12 +169,12 @@ final class LaunchBudget {
                     + " for sm_80, sm_90 and sm_100; use Algorithm.NCCL on this GPU)");
         }
         int busiest = Math.max(ranksOnDevice, busiestDeviceRanks);
-        if (busiest > 1 && busiest > maxConnections) {
-            throw new SymmemException("ranks sharing a GPU need a hardware work queue each: ranksOnDevice=" + busiest
-                    + " CUDA_DEVICE_MAX_CONNECTIONS=" + maxConnections + " expected ranksOnDevice <= CUDA_DEVICE_MAX_CONNECTIONS"
-                    + " (streams beyond it share queues, and a kernel queued behind a peer's kernel that waits for it"
-                    + " never starts; set CUDA_DEVICE_MAX_CONNECTIONS=32 in the environment before the JVM starts, or run"
-                    + " fewer ranks per GPU)");
+        if (busiest > 1 && busiest + 1 > maxConnections) {
+            throw new SymmemException("ranks sharing a GPU need a hardware work queue each, and the host's copies one"
+                    + " more: ranksOnDevice=" + busiest + " CUDA_DEVICE_MAX_CONNECTIONS=" + maxConnections
+                    + " expected ranksOnDevice + 1 <= CUDA_DEVICE_MAX_CONNECTIONS (streams beyond it share queues, and"
+                    + " work queued behind a peer's kernel that waits for it never starts; set"
+                    + " CUDA_DEVICE_MAX_CONNECTIONS=32 in the environment before the JVM starts, or run fewer ranks per GPU)");
         }
         int sharedLimit = maxBlocks(multiprocessors, fewest, busiest, gridsInFlight);
         if (sharedLimit < 1) {

@@ -189,14 +189,14 @@ class LaunchBudgetTest {
         assertEquals(132, alone.limit(Kernel.PUT_SIGNAL));
         assertEquals(1, alone.limit(Kernel.WAIT_SIGNAL));
 
-        LaunchBudget eight = LaunchBudget.of("H100", 132, hopperOccupancy(), 8, 8, true, 8);
+        LaunchBudget eight = LaunchBudget.of("H100", 132, hopperOccupancy(), 8, 8, true, 32);
         for (Kernel k : Kernel.values()) {
             int expected = k.spread == Kernel.Spread.SINGLE_BLOCK ? 1 : 17;
             assertEquals(expected, eight.limit(k), k.symbol);
         }
         // the worst case in slots (2 per SM): 7 ranks x 2 grids + 1 grid of the largest limit
         assertTrue(15 * 17 <= 132 * 2);
-        LaunchBudget eightPlain = LaunchBudget.of("H100", 132, hopperOccupancy(), 8, 8, false, 8);
+        LaunchBudget eightPlain = LaunchBudget.of("H100", 132, hopperOccupancy(), 8, 8, false, 32);
         assertEquals(33, eightPlain.limit(Kernel.TWO_SHOT_F32));
         LaunchBudget two = LaunchBudget.of("H100", 132, hopperOccupancy(), 2, 2, true, 8);
         assertEquals(88, two.limit(Kernel.TWO_SHOT_F32));
@@ -205,7 +205,7 @@ class LaunchBudgetTest {
 
     @Test
     void gridsFollowTheWorkUpToTheLimit() {
-        LaunchBudget eight = LaunchBudget.of("H100", 132, hopperOccupancy(), 8, 8, true, 8);
+        LaunchBudget eight = LaunchBudget.of("H100", 132, hopperOccupancy(), 8, 8, true, 32);
         assertEquals(1, eight.grid(Kernel.TWO_SHOT_F32, 0), "at least one block");
         assertEquals(5, eight.grid(Kernel.TWO_SHOT_F32, 5));
         assertEquals(17, eight.grid(Kernel.TWO_SHOT_F32, Long.MAX_VALUE));
@@ -228,7 +228,7 @@ class LaunchBudgetTest {
     void tooManyRanksForTheGpuAreRefusedSayingWhatAndTheFix() {
         int[] occ = new int[Kernel.values().length];
         Arrays.fill(occ, 2);
-        SymmemException e = assertThrows(SymmemException.class, () -> LaunchBudget.of("tiny GPU", 4, occ, 8, 8, true, 8));
+        SymmemException e = assertThrows(SymmemException.class, () -> LaunchBudget.of("tiny GPU", 4, occ, 8, 8, true, 32));
         String m = e.getMessage();
         assertTrue(m.contains("cannot all be resident"), m);
         assertTrue(m.contains("multiprocessors=4 blocksPerMultiprocessor=2"), m);
@@ -236,9 +236,9 @@ class LaunchBudgetTest {
         assertTrue(m.contains("<= 8 slots"), m);
         assertTrue(m.contains("run fewer ranks per GPU") && m.contains("-Dsymmem4j.cuda.pdl=false"), m);
         // without PDL 8 grids fit in 8 slots
-        assertEquals(1, LaunchBudget.of("tiny GPU", 4, occ, 8, 8, false, 8).limit(Kernel.TWO_SHOT_F32));
+        assertEquals(1, LaunchBudget.of("tiny GPU", 4, occ, 8, 8, false, 32).limit(Kernel.TWO_SHOT_F32));
         // a rank alone on the lighter GPU refuses with the busiest one, so no rank is left waiting
-        assertThrows(SymmemException.class, () -> LaunchBudget.of("tiny GPU", 4, occ, 1, 8, true, 8));
+        assertThrows(SymmemException.class, () -> LaunchBudget.of("tiny GPU", 4, occ, 1, 8, true, 32));
     }
 
     @Test
@@ -246,11 +246,14 @@ class LaunchBudgetTest {
         SymmemException e = assertThrows(SymmemException.class,
                 () -> LaunchBudget.of("H100", 132, hopperOccupancy(), 8, 8, true, 4));
         String m = e.getMessage();
-        assertTrue(m.contains("ranksOnDevice=8 CUDA_DEVICE_MAX_CONNECTIONS=4 expected ranksOnDevice <= CUDA_DEVICE_MAX_CONNECTIONS"), m);
+        assertTrue(m.contains("ranksOnDevice=8 CUDA_DEVICE_MAX_CONNECTIONS=4 expected ranksOnDevice + 1 <= CUDA_DEVICE_MAX_CONNECTIONS"), m);
+        // CUDA's default of 8 leaves no queue for the host's copies beside 8 ranks (an abort's poison hung there)
+        assertThrows(SymmemException.class, () -> LaunchBudget.of("H100", 132, hopperOccupancy(), 8, 8, true, 8));
+        assertEquals(37, LaunchBudget.of("H100", 132, hopperOccupancy(), 4, 4, true, 8).limit(Kernel.TWO_SHOT_F32));
         assertTrue(m.contains("set CUDA_DEVICE_MAX_CONNECTIONS=32"), m);
         // one rank per GPU needs one queue: Megatron's CUDA_DEVICE_MAX_CONNECTIONS=1 is fine there
         assertEquals(396, LaunchBudget.of("H100", 132, hopperOccupancy(), 1, 1, true, 1).limit(Kernel.TWO_SHOT_F32));
-        assertEquals(17, LaunchBudget.of("H100", 132, hopperOccupancy(), 8, 8, true, 8).limit(Kernel.TWO_SHOT_F32));
+        assertEquals(17, LaunchBudget.of("H100", 132, hopperOccupancy(), 8, 8, true, 32).limit(Kernel.TWO_SHOT_F32));
     }
 
     @Test

@@ -64,8 +64,16 @@ public final class PipelineExecutor implements AutoCloseable {
     private final SymmetricMemory memory;
     /** The same allocation when the links are on GPUs; null on the host. */
     private final CudaSymmetricMemory gpu;
-    /** GPU steps: the events recorded so far this step, indexed by the marks in eventStart/eventEnd. */
-    private final List<MemorySegment> gpuEvents = new ArrayList<>();
+    /**
+     * GPU steps: the timeline's events, created once before any rank's first step and recorded again
+     * each step (a mark is an index into it). Never created or destroyed during a step: creating an
+     * event may grow the driver's event pool, which can wait for the shared context, and on a GPU
+     * that ranks share a peer's kernel may be spinning in a device-side wait that only this rank's
+     * next launch satisfies (an 8-rank hang on one H100 in aFailingStageAbortsEveryRank).
+     */
+    private final MemorySegment[] gpuEvents;
+    /** GPU steps: the marks recorded so far this step. */
+    private int gpuMarks;
     private final Arena arena = Arena.ofShared();
     /** By stage; null for stages of other ranks. */
     private final StageCompute[] stages;
@@ -115,6 +123,8 @@ public final class PipelineExecutor implements AutoCloseable {
                 wire(stage, ActionType.FORWARD, stage - 1, stage + 1);
                 wire(stage, ActionType.BACKWARD, stage + 1, stage - 1);
             }
+            // before the barrier: no rank creates events once any rank may have launched a wait
+            this.gpuEvents = gpu == null ? new MemorySegment[0] : createEvents(gpu, 1 + 2 * eventCapacity(actions, localStageCount));
             // all links are fresh (counters zero) on every rank before anyone posts
             memory.barrier();
         } catch (RuntimeException e) {
@@ -122,11 +132,36 @@ public final class PipelineExecutor implements AutoCloseable {
             arena.close();
             throw e;
         }
-        // at most: a receive, the compute and a send per action, plus one optimizer step per stage
-        int capacity = 3 * actions.size() + localStageCount;
+        int capacity = eventCapacity(actions, localStageCount);
         this.eventStart = new long[capacity];
         this.eventEnd = new long[capacity];
         this.eventCode = new int[capacity];
+    }
+
+    /** Timeline events of a step, at most: a receive, the compute and a send per action, plus one optimizer step per stage. */
+    private static int eventCapacity(List<Action> actions, int localStageCount) {
+        return 3 * actions.size() + localStageCount;
+    }
+
+    private static MemorySegment[] createEvents(CudaSymmetricMemory gpu, int count) {
+        MemorySegment[] events = new MemorySegment[count];
+        try {
+            for (int i = 0; i < count; i++) {
+                events[i] = gpu.createEvent();
+            }
+        } catch (RuntimeException e) {
+            destroyEvents(events);
+            throw e;
+        }
+        return events;
+    }
+
+    private static void destroyEvents(MemorySegment[] events) {
+        for (MemorySegment e : events) {
+            if (e != null) {
+                CudaDriver.get().destroyEvent(e);
+            }
+        }
     }
 
     /**
@@ -203,8 +238,9 @@ public final class PipelineExecutor implements AutoCloseable {
         }
         int events = 0;
         long hostOrigin = System.nanoTime();
+        gpuMarks = 0;
         if (gpu != null) {
-            gpuEvents.add(gpu.recordEvent()); // mark 0: the step's start on the stream
+            mark(); // mark 0: the step's start on the stream
         }
         try {
             for (int index = 0; index < actions.size(); index++) {
@@ -233,7 +269,6 @@ public final class PipelineExecutor implements AutoCloseable {
             // Every rank learns of the failure from the poisoned links: tearing the links down must not
             // wait for peers again, nor look to them like a rank that left before failing.
             group.abortState().noteAbortedElsewhere("pipeline aborted: " + e);
-            releaseGpuEvents();
             if (aborted != null && aborted != e) {
                 throw aborted;
             }
@@ -279,15 +314,8 @@ public final class PipelineExecutor implements AutoCloseable {
         if (gpu == null) {
             return System.nanoTime();
         }
-        gpuEvents.add(gpu.recordEvent());
-        return gpuEvents.size() - 1;
-    }
-
-    private void releaseGpuEvents() {
-        for (MemorySegment e : gpuEvents) {
-            CudaDriver.get().destroyEvent(e);
-        }
-        gpuEvents.clear();
+        gpu.recordEvent(gpuEvents[gpuMarks]);
+        return gpuMarks++;
     }
 
     private int run(int index, int events) {
@@ -353,15 +381,14 @@ public final class PipelineExecutor implements AutoCloseable {
     private StepTimeline timeline(int events, long hostOrigin) {
         if (gpu != null) {
             // marks are event indices: place each on the host clock, from the step's first event
-            long[] nanos = new long[gpuEvents.size()];
+            long[] nanos = new long[gpuMarks];
             for (int i = 0; i < nanos.length; i++) {
-                nanos[i] = hostOrigin + Math.round(CudaDriver.get().elapsedMillis(gpuEvents.getFirst(), gpuEvents.get(i)) * 1e6);
+                nanos[i] = hostOrigin + Math.round(CudaDriver.get().elapsedMillis(gpuEvents[0], gpuEvents[i]) * 1e6);
             }
             for (int i = 0; i < events; i++) {
                 eventStart[i] = nanos[(int) eventStart[i]];
                 eventEnd[i] = nanos[(int) eventEnd[i]];
             }
-            releaseGpuEvents();
         }
         List<TimelineEvent> list = new ArrayList<>(events);
         for (int i = 0; i < events; i++) {
@@ -402,7 +429,11 @@ public final class PipelineExecutor implements AutoCloseable {
         try {
             memory.close();
         } finally {
-            arena.close();
+            try {
+                destroyEvents(gpuEvents); // after the collective close: no peer's step is running
+            } finally {
+                arena.close();
+            }
         }
     }
 }
