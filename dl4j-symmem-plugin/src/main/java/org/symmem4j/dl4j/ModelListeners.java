@@ -65,6 +65,12 @@ final class ModelListeners {
      */
     static ModelListeners of(ModelReplica model) {
         List<TrainingListener> attached = model.listeners();
+        check(model, attached);
+        return new ModelListeners(attached);
+    }
+
+    /** Refuses {@code attached}, listeners for {@code model}, if the wrapper cannot call them as plain {@code fit} would. */
+    static void check(ModelReplica model, List<TrainingListener> attached) {
         if (!attached.isEmpty() && model.truncatedBptt()) {
             throw new IllegalArgumentException("listeners=" + names(attached) + " on a network trained with truncated"
                     + " BPTT cannot be called as fit() calls them: DL4J updates once per time segment and calls"
@@ -73,7 +79,6 @@ final class ModelListeners {
                     + " BackpropType.Standard (fix: remove the listeners with model.setListeners() before building the"
                     + " wrapper, and use stepListener(...) for per-step reports)");
         }
-        return new ModelListeners(attached);
     }
 
     private static String names(List<TrainingListener> listeners) {
