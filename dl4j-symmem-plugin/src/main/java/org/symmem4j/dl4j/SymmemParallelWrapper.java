@@ -100,12 +100,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * Validated settings, shared with the workers. {@code accumulation}: micro-batches per worker per
      * step; {@code minBucketBytes}: see {@link org.symmem4j.gradsync.GradientBuckets#splitAtBoundaries};
      * {@code prefetchBuffer}: batches read ahead on a background thread (0: on the caller's thread);
-     * {@code workspaceMode}: the replicas' training workspace mode, null for the model's own.
+     * {@code workspaceMode}: the replicas' training workspace mode, null for the model's own;
+     * {@code timelineSteps}: steps a {@link DataParallelTimeline} keeps, 0 for no timeline (nothing stamped).
      */
     record Settings(int workers, long bucketBytes, AlgorithmPolicy policy, NonFiniteGradients nonFiniteGradients,
                     Duration timeout, int ompThreadsPerWorker, ZeroStage sharding, boolean overlap, int accumulation,
                     GradientTransfer gradientTransfer, long minBucketBytes, int prefetchBuffer,
-                    boolean reportScoreAfterAveraging, WorkspaceMode workspaceMode) {
+                    boolean reportScoreAfterAveraging, WorkspaceMode workspaceMode, int timelineSteps) {
     }
 
     /**
@@ -127,7 +128,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private final Settings settings;
     private final SyncMetrics metrics;
     private final List<StepListener> stepListeners;
+    private final DataParallelTimeline timeline;
     private InJvmWorld world;
+    /** fit() calls so far, successful or not: the timeline draws "between steps" only within one. */
+    private long fits;
     private List<DataParallelWorker> workers;
     private long step;
     private boolean closed;
@@ -138,12 +142,16 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 b.algorithm != null ? AlgorithmPolicy.forced(b.algorithm) : b.policy != null ? b.policy : AlgorithmPolicy.calibrated(),
                 b.nonFiniteGradients, b.timeout, b.ompThreadsPerWorker > 0 ? b.ompThreadsPerWorker
                 : Math.max(1, Runtime.getRuntime().availableProcessors() / b.workers), b.sharding, b.overlap, b.accumulation,
-                b.gradientTransfer, b.minBucketBytes, b.prefetchBuffer, b.reportScoreAfterAveraging, b.workspaceMode);
+                b.gradientTransfer, b.minBucketBytes, b.prefetchBuffer, b.reportScoreAfterAveraging, b.workspaceMode,
+                b.timelineSteps);
         this.metrics = new SyncMetrics(InJvmTransport.NAME, b.metricTags);
         if (b.registry != null) {
             metrics.bindTo(b.registry);
         }
         this.stepListeners = List.copyOf(b.stepListeners);
+        this.timeline = b.timelineSteps == 0 ? null : new DataParallelTimeline(b.timelineSteps, b.workers, b.overlap,
+                b.sharding == null ? (b.gradientTransfer == GradientTransfer.BFLOAT16 ? "all-reduce bf16" : "all-reduce")
+                        : "sharded " + b.sharding);
     }
 
     /** Starts a builder for a {@link MultiLayerNetwork}. */
@@ -192,6 +200,14 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     /** The replicas, worker order (tests compare them after each step, while workers are idle). */
     List<ModelReplica> replicas() {
         return workers == null ? List.of() : workers.stream().map(DataParallelWorker::replica).toList();
+    }
+
+    /**
+     * The run's timeline ({@link Builder#recordTimeline}): every recorded step of every
+     * {@code fit()} so far, as one Chrome trace; null when not recording.
+     */
+    public DataParallelTimeline runTimeline() {
+        return timeline;
     }
 
     /** The metrics binder (already bound if a registry was given to the builder). */
@@ -284,6 +300,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
         refuseListenersThatNeedOnePass(settings.accumulation(), listeners);
+        fits++;
         boolean completed = false;
         ModelState before = null;
         // With a prefetch buffer the iterator is read on a background thread from here until the
@@ -429,6 +446,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         // Workers past the last batch run the first batch but contribute zeros; every worker
         // divides the summed gradient by the examples of the whole step (see DataParallelWorker).
+        boolean stamping = timeline != null && timeline.wantsStep();
+        long handedOut = stamping ? System.nanoTime() : 0;
         List<CompletableFuture<DataParallelWorker.Result>> results = new ArrayList<>(n);
         for (int i = 0; i < n; i++) {
             boolean idle = i >= k;
@@ -438,6 +457,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                     step, listeners.needsActivations(), listeners.needsGradient(), f));
         }
         List<Object> following = next.get(); // while the workers compute
+        long batchesRead = stamping ? System.nanoTime() : 0;
+        List<DataParallelWorker.Result> finished = stamping ? new ArrayList<>(n) : null;
         double[] scores = new double[k];
         double regularization = 0;
         long lastSyncStart = 0;
@@ -452,6 +473,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         for (int i = 0; i < n; i++) {
             try {
                 DataParallelWorker.Result r = results.get(i).get(waitMillis, TimeUnit.MILLISECONDS);
+                if (finished != null) {
+                    finished.add(r);
+                }
                 if (i < k) {
                     scores[i] = r.score();
                     activations.add(r.activations());
@@ -476,6 +500,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 throw new SymmemException("interrupted while waiting for workers at step " + step, e);
             }
         }
+        long collected = stamping ? System.nanoTime() : 0;
         if (!failures.isEmpty()) {
             RuntimeException failure = failure(failures, failedWorkers);
             metrics.recordFailure(failureReason(failure));
@@ -499,11 +524,21 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         metrics.recordStep(total, model.params().length() * model.params().dataType().width(), stepNanos, score, skipped);
         step++;
+        long listenersStart = stamping ? System.nanoTime() : 0;
         if (!listeners.isEmpty() && !skipped) {
             listeners.step(model, new FinishedStep(batches, activations, score));
         }
         for (StepListener l : stepListeners) {
             l.onStep(report);
+        }
+        if (stamping) {
+            // every worker's result future completed (publishing its stamps) and the next step is not
+            // handed out yet (the workers overwrite them then)
+            boolean anyListener = (!listeners.isEmpty() && !skipped) || !stepListeners.isEmpty();
+            timeline.record(report.step(), fits, report, new DataParallelTimeline.CallerStamps(handedOut, batchesRead, collected,
+                    anyListener ? listenersStart : 0, anyListener ? System.nanoTime() : 0), finished, workers);
+        } else if (timeline != null) {
+            timeline.dropStep();
         }
         return new StepOutcome(report, following);
     }
@@ -901,6 +936,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         private final List<TrainingListener> listeners = new ArrayList<>();
         private StatsStorageRouter statsRouter;
         private boolean listenersHadNull;
+        private int timelineSteps;
+        private boolean timelineSet;
 
         private Builder(Model model) {
             this.model = ModelReplica.of(Objects.requireNonNull(model, "model"));
@@ -1112,6 +1149,21 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return listeners(listeners);
         }
 
+        /**
+         * Records the run's timeline, up to {@code maxSteps} steps over all {@code fit()} calls (later
+         * steps are counted, not kept): per worker its compute, sync (with the wait for its peers),
+         * update and every bucket's all-reduce, the caller's reading, waiting and work between
+         * steps, and a steps track. {@link #runTimeline()} gives it;
+         * {@code runTimeline().writeChromeTrace(path)} writes a file for https://ui.perfetto.dev.
+         * Without this call nothing is stamped or allocated. Checked at {@link #build()}:
+         * {@code maxSteps >= 1}.
+         */
+        public Builder recordTimeline(int maxSteps) {
+            this.timelineSteps = maxSteps;
+            this.timelineSet = true;
+            return this;
+        }
+
         /** Called after every step with its loss and timings. */
         public Builder stepListener(StepListener listener) {
             stepListeners.add(Objects.requireNonNull(listener, "listener"));
@@ -1152,8 +1204,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return new SymmemParallelWrapper(this);
         }
 
-        /** The settings ParallelWrapper users bring: prefetch buffer and workspace mode. */
+        /** The settings ParallelWrapper users bring (prefetch buffer, workspace mode) and the timeline. */
         private void checkParallelWrapperSettings() {
+            if (timelineSet && timelineSteps < 1) {
+                throw new IllegalArgumentException("recordTimeline maxSteps=" + timelineSteps + ": expected >= 1 (the most"
+                        + " steps the trace keeps; fix: recordTimeline(10_000), or leave it out for no timeline)");
+            }
             if (prefetchBuffer < 0) {
                 throw new IllegalArgumentException("prefetchBuffer=" + prefetchBuffer + ": expected >= 0 (0: the calling"
                         + " thread reads the next step's batches while the workers compute; n > 0: a background thread"
