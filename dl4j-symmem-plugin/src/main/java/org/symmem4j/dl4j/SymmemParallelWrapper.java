@@ -1198,9 +1198,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             }
             refuseLayersWithReplicaState(model);
             checkParallelWrapperSettings();
+            // refuses listeners it cannot call as fit() would (fit() checks again), then attaches the builder's
             attachListeners();
-            // refuses listeners it cannot call as fit() would; fit() checks again
-            refuseListenersThatNeedOnePass(accumulation, ModelListeners.of(model));
             return new SymmemParallelWrapper(this);
         }
 
@@ -1237,7 +1236,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             List<TrainingListener> all = new ArrayList<>(model.listeners());
             List<TrainingListener> adding = listeners.stream().filter(l -> all.stream().noneMatch(x -> x == l)).toList();
             all.addAll(adding);
-            ModelListeners.check(model, all); // truncated BPTT refuses listeners
+            refuseListenersThatNeedOnePass(accumulation, ModelListeners.of(model, all)); // and truncated BPTT any
             StatsRouting.route(statsRouter, all);
             for (TrainingListener l : adding) {
                 model.addListener(l);

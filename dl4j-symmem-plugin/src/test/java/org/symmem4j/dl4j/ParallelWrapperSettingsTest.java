@@ -13,8 +13,11 @@ import java.util.List;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.conf.WorkspaceMode;
+import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.optimize.api.BaseTrainingListener;
 import org.deeplearning4j.optimize.api.TrainingListener;
 import org.deeplearning4j.optimize.listeners.CollectScoresIterationListener;
 import org.deeplearning4j.ui.model.stats.StatsListener;
@@ -23,6 +26,7 @@ import org.junit.jupiter.api.Test;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
+import org.nd4j.linalg.dataset.adapter.MultiDataSetIteratorAdapter;
 import org.slf4j.event.Level;
 
 /**
@@ -68,6 +72,25 @@ class ParallelWrapperSettingsTest {
         assertEquals(1, plainResets[0], "as DL4J: the second fit resets the exhausted iterator, nothing else does");
         assertEquals(1, prefetchResets[0], "as DL4J: the second fit resets the exhausted iterator, nothing else does");
         assertEquals(2, copy.getEpochCount());
+        assertFalse(prefetchThreadAlive());
+    }
+
+    @Test
+    void aComputationGraphPrefetchesFromAMultiDataSetIteratorTheSameBits() {
+        List<DataSet> data = Nets.batches(17, 5, 8, DataType.FLOAT);
+        List<INDArray> params = new ArrayList<>();
+        for (int prefetch : new int[] {0, 3}) {
+            ComputationGraph graph = Nets.graph(Nets.updater("adam"), DataType.FLOAT);
+            Set<String> readers = ConcurrentHashMap.newKeySet();
+            try (SymmemParallelWrapper wrapper = SymmemParallelWrapper.builder(graph).workers(2).prefetchBuffer(prefetch)
+                    .build()) {
+                wrapper.fit(new MultiDataSetIteratorAdapter(new BatchListIterator(data,
+                        () -> readers.add(Thread.currentThread().getName()), true)));
+            }
+            assertEquals(Set.of(prefetch == 0 ? Thread.currentThread().getName() : PREFETCH_THREAD), readers);
+            params.add(graph.params().dup());
+        }
+        assertTrue(ModelReplica.bitwiseEqual(params.get(0), params.get(1)));
         assertFalse(prefetchThreadAlive());
     }
 
@@ -264,6 +287,15 @@ class ParallelWrapperSettingsTest {
                         new StatsListener(null, 1)).build());
         assertTrue(e.getMessage().contains("[StatsListener] send reports to a StatsStorageRouter but have none")
                 && e.getMessage().contains("fix: builder.listeners(statsStorage"), e.getMessage());
+        assertEquals(0, net.getListeners().size(), "a refused build attaches nothing");
+        TrainingListener readsTheGradient = new BaseTrainingListener() {
+            @Override
+            public void onGradientCalculation(Model model) {
+            }
+        };
+        IllegalStateException accumulation = assertThrows(IllegalStateException.class,
+                () -> SymmemParallelWrapper.builder(net).gradientAccumulation(2).listeners(readsTheGradient).build());
+        assertTrue(accumulation.getMessage().contains("overrides onGradientCalculation"), accumulation.getMessage());
         assertEquals(0, net.getListeners().size(), "a refused build attaches nothing");
     }
 }
