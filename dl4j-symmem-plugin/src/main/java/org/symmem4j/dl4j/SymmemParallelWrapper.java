@@ -81,6 +81,11 @@ import org.symmem4j.parallel.sync.BackoffIdleStrategy;
  * wrapper; workers default to the number of cores; a worker failure ends {@code fit()} on the
  * caller's thread with that worker's exception instead of hanging.
  *
+ * <p>Coming from {@code ParallelWrapper}: the builder takes its {@code prefetchBuffer},
+ * {@code reportScoreAfterAveraging}, {@code workspaceMode} and listeners (with a stats router), each
+ * with the behaviour its javadoc describes; {@link Builder#recordTimeline} records the run as a
+ * Chrome trace ({@link DataParallelTimeline}).
+ *
  * <p>After each successful {@code fit()}, the model passed to {@link #builder} holds the trained
  * parameters, updater state and counters. If it was changed between calls, the replicas take its
  * state at the start of the next {@code fit()}. A failed {@code fit()} leaves it as it was before
@@ -304,7 +309,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         boolean completed = false;
         ModelState before = null;
         // With a prefetch buffer the iterator is read on a background thread from here until the
-        // prefetcher closes (first in the finally below: before fit returns or throws)
+        // prefetcher closes, with the try's resources (before its finally: before fit returns or throws)
         BatchPrefetcher prefetcher = settings.prefetchBuffer() == 0 ? null
                 : new BatchPrefetcher(iteratorSource::next, settings.prefetchBuffer(), settings.timeout());
         BatchSource source = prefetcher == null ? iteratorSource : prefetcher::next;
