@@ -34,9 +34,9 @@ import org.symmem4j.parallel.trace.ChromeTraceWriter;
  *       stays empty.</li>
  * </ul>
  *
- * <p>Cost: while recording, per step one copy of each worker's four stamps and two per bucket (the
- * workers write them into arrays allocated once); without {@code recordTimeline} nothing is stamped
- * or allocated. Bounded: after {@code maxSteps} recorded steps later ones are counted, not kept,
+ * <p>Cost: while recording, per kept step one copy of each worker's four stamps and two per bucket
+ * (the workers write them into arrays allocated once): 8 × workers × (4 + 2 × buckets) bytes plus
+ * about 100; without {@code recordTimeline} nothing is stamped or allocated. Bounded: after {@code maxSteps} recorded steps later ones are counted, not kept,
  * and the trace's metadata says how many were left out.
  */
 public final class DataParallelTimeline {
