@@ -73,10 +73,11 @@ final class DataParallelWorker {
      * worker), timings, the activations DL4J passed to onForwardPass (a List for a
      * MultiLayerNetwork, a Map for a graph; null unless kept), and {@code syncStart}/{@code syncEnd},
      * {@link System#nanoTime()} stamps of the gradient hook (0 if it did not run), to see when the
-     * last worker arrived.
+     * last worker arrived, and {@code startNanos}/{@code endNanos}, when the worker began and
+     * finished the step (forward, backward, sync and update in between).
      */
     record Result(double score, double regularization, long stepNanos, long syncNanos, boolean skipped,
-                  Object activations, long syncStart, long syncEnd) {
+                  Object activations, long syncStart, long syncEnd, long startNanos, long endNanos) {
     }
 
     /** A copy of elements [start, start + length) of the reduced gradient, as one model's onGradientCalculation sees them. */
@@ -112,6 +113,7 @@ final class DataParallelWorker {
     private Communicator comm;
     private SymmetricMemory gradients;
     private GradientSynchronizer synchronizer;
+    /** Set before {@link #ready} completes (its completion publishes it to the wrapper's thread). */
     private GradientAveraging averaging;
     private SymmetricMemory transferMemory;
     private Arena accumulationArena;
@@ -256,6 +258,16 @@ final class DataParallelWorker {
         }
     }
 
+    /**
+     * This worker's bucket averaging (plain data parallelism; null with sharding): its buckets and,
+     * with a timeline, their stamps of the last step, read by the wrapper's thread once that step's
+     * result future completed (see {@link GradientAveraging#bucketStartNanos()} for publication).
+     * Valid once {@link #ready()} completed.
+     */
+    GradientAveraging averaging() {
+        return averaging;
+    }
+
     /** The reduced gradient this worker kept in its last step with {@code keepGradient}; null before. */
     GradientSnapshot gradientSnapshot() {
         return gradientSnapshot;
@@ -277,7 +289,7 @@ final class DataParallelWorker {
             accumulated = accumulationArena.allocate(count * dtype.byteSize(), 64);
         }
         GradientAveraging a = new GradientAveraging(rank, gradientSegment, dtype, synchronizer, transfer, layers,
-                backpropProgress != null, stateHook, settings.timeout());
+                backpropProgress != null, stateHook, settings.timeout(), settings.timelineSteps() > 0);
         if (backpropProgress != null) {
             backpropProgress.listen(a::layerWritten);
         }
@@ -338,13 +350,14 @@ final class DataParallelWorker {
         } finally {
             current = null;
         }
-        long stepNanos = System.nanoTime() - start;
+        long end = System.nanoTime();
+        long stepNanos = end - start;
         if (sharded != null) {
             syncNanos += sharded.takeGatherNanos(); // the update's all-gather ran inside DL4J's updater call
         }
         metrics.recordWorkerStep(rank, stepNanos, syncNanos);
         task.result().complete(new Result(task.idle() ? 0 : score(earlierWeightedScore, earlierExamples, task),
-                regularization, stepNanos, syncNanos, skipped, keptActivations, syncStart, syncEnd));
+                regularization, stepNanos, syncNanos, skipped, keptActivations, syncStart, syncEnd, start, end));
         return true;
     }
 

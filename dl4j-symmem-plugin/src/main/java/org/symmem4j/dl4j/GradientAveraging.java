@@ -99,6 +99,18 @@ final class GradientAveraging implements AutoCloseable {
     private final Reducer reducer = Reducer.forThisJvm();
     private final Duration timeout;
 
+    /**
+     * With a timeline: per bucket, {@link System#nanoTime()} when this step's sync of it started and
+     * ended (check, all-reduce, division), written by the thread that runs the bucket — the worker,
+     * or the comm thread — and read by the wrapper's thread after the step. Publication: the comm
+     * thread's writes precede its volatile write of {@link #completed}, which the worker reads
+     * (acquire) before it completes the step's result future; completing the future happens-before
+     * the wrapper's {@code get()} returns; the next writes come only after the worker takes the next
+     * task from its queue, which the wrapper puts there after reading. Null without a timeline.
+     */
+    private final long[] bucketStartNanos;
+    private final long[] bucketEndNanos;
+
     // Operand arrays of the reductions, reused (one thread runs buckets at a time).
     private final MemorySegment[] srcs = new MemorySegment[2];
     private final long[] srcOffsets = new long[2];
@@ -139,9 +151,11 @@ final class GradientAveraging implements AutoCloseable {
      * @param layers  the replica's layer slices; with {@code overlap}, each bucket waits for the
      *                layers it overlaps (a bucket no slice covers waits for the whole backward pass)
      * @param overlap run buckets on a communication thread while backprop goes on
+     * @param recordBucketTimes stamp each bucket's start and end every step (for a timeline)
      */
     GradientAveraging(int rank, MemorySegment gradient, DType dtype, GradientSynchronizer synchronizer, Bf16Transfer transfer,
-                      List<ModelReplica.LayerSlice> layers, boolean overlap, BucketHook hook, Duration timeout) {
+                      List<ModelReplica.LayerSlice> layers, boolean overlap, BucketHook hook, Duration timeout,
+                      boolean recordBucketTimes) {
         if (transfer != null && dtype != DType.FLOAT32) {
             throw new IllegalArgumentException("gradientTransfer=BFLOAT16 expected a FLOAT network, found dtype=" + dtype
                     + " (train in FLOAT, or transfer gradients in the network's own type)");
@@ -154,6 +168,8 @@ final class GradientAveraging implements AutoCloseable {
         this.transfer = transfer;
         this.hook = hook;
         this.timeout = timeout;
+        this.bucketStartNanos = recordBucketTimes ? new long[buckets.size()] : null;
+        this.bucketEndNanos = recordBucketTimes ? new long[buckets.size()] : null;
         if (!overlap) {
             this.commThread = null;
             this.bucketLayers = new int[0][];
@@ -193,6 +209,21 @@ final class GradientAveraging implements AutoCloseable {
     /** Whether buckets run on a communication thread while backprop goes on. */
     boolean overlaps() {
         return commThread != null;
+    }
+
+    /** The buckets, in gradient order (they run from the last to the first). */
+    List<GradientBuckets.Bucket> buckets() {
+        return buckets;
+    }
+
+    /** Per bucket, when the last finished step's sync of it started (see the field for publication); null without a timeline. */
+    long[] bucketStartNanos() {
+        return bucketStartNanos;
+    }
+
+    /** Per bucket, when the last finished step's sync of it ended; null without a timeline. */
+    long[] bucketEndNanos() {
+        return bucketEndNanos;
     }
 
     /**
@@ -343,6 +374,16 @@ final class GradientAveraging implements AutoCloseable {
 
     /** The bucket pipeline (see the class comment), on whichever thread runs this step's buckets. */
     private void runBucket(int i) {
+        if (bucketStartNanos != null) {
+            bucketStartNanos[i] = System.nanoTime();
+        }
+        runBucketPipeline(i);
+        if (bucketEndNanos != null) {
+            bucketEndNanos[i] = System.nanoTime();
+        }
+    }
+
+    private void runBucketPipeline(int i) {
         GradientBuckets.Bucket b = buckets.get(i);
         long first = b.firstElement();
         long n = b.count();

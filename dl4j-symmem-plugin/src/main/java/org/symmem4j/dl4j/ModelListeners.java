@@ -64,7 +64,17 @@ final class ModelListeners {
      * listener the wrapper cannot call as plain {@code fit} would.
      */
     static ModelListeners of(ModelReplica model) {
-        List<TrainingListener> attached = model.listeners();
+        return of(model, model.listeners());
+    }
+
+    /** {@link #of(ModelReplica)} for {@code attached}, listeners about to be attached to {@code model}. */
+    static ModelListeners of(ModelReplica model, List<TrainingListener> attached) {
+        check(model, attached);
+        return new ModelListeners(List.copyOf(attached));
+    }
+
+    /** Refuses {@code attached}, listeners for {@code model}, if the wrapper cannot call them as plain {@code fit} would. */
+    private static void check(ModelReplica model, List<TrainingListener> attached) {
         if (!attached.isEmpty() && model.truncatedBptt()) {
             throw new IllegalArgumentException("listeners=" + names(attached) + " on a network trained with truncated"
                     + " BPTT cannot be called as fit() calls them: DL4J updates once per time segment and calls"
@@ -73,7 +83,6 @@ final class ModelListeners {
                     + " BackpropType.Standard (fix: remove the listeners with model.setListeners() before building the"
                     + " wrapper, and use stepListener(...) for per-step reports)");
         }
-        return new ModelListeners(attached);
     }
 
     private static String names(List<TrainingListener> listeners) {

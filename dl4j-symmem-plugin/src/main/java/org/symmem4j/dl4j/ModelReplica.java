@@ -11,6 +11,7 @@ import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
 import org.deeplearning4j.nn.conf.InputPreProcessor;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.WorkspaceMode;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.graph.vertex.GraphVertex;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
@@ -208,6 +209,12 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
 
     /** Whether the network trains with truncated backpropagation through time (several updates per batch). */
     boolean truncatedBptt();
+
+    /** The workspace mode of the network's training passes (its configuration's, read by DL4J at every fit). */
+    WorkspaceMode trainingWorkspaceMode();
+
+    /** Sets the workspace mode of the network's training passes in its configuration, as ParallelWrapper does. */
+    void setTrainingWorkspaceMode(WorkspaceMode mode);
 
     /**
      * Sets the network's input and labels to {@code batch} (a DataSet or MultiDataSet), as DL4J's
@@ -461,6 +468,16 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         }
 
         @Override
+        public WorkspaceMode trainingWorkspaceMode() {
+            return net.getLayerWiseConfigurations().getTrainingWorkspaceMode();
+        }
+
+        @Override
+        public void setTrainingWorkspaceMode(WorkspaceMode mode) {
+            net.getLayerWiseConfigurations().setTrainingWorkspaceMode(mode);
+        }
+
+        @Override
         public void setInputAndLabels(Object batch) {
             if (batch == null) {
                 net.setInput(null);
@@ -626,6 +643,16 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         @Override
         public boolean truncatedBptt() {
             return net.getConfiguration().getBackpropType() == org.deeplearning4j.nn.conf.BackpropType.TruncatedBPTT;
+        }
+
+        @Override
+        public WorkspaceMode trainingWorkspaceMode() {
+            return net.getConfiguration().getTrainingWorkspaceMode();
+        }
+
+        @Override
+        public void setTrainingWorkspaceMode(WorkspaceMode mode) {
+            net.getConfiguration().setTrainingWorkspaceMode(mode);
         }
 
         @Override

@@ -18,9 +18,12 @@ import java.util.concurrent.TimeoutException;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tag;
 import io.micrometer.core.instrument.Tags;
+import org.deeplearning4j.core.storage.StatsStorageRouter;
 import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.conf.WorkspaceMode;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.optimize.api.TrainingListener;
 import org.deeplearning4j.util.ModelSerializer;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
@@ -78,6 +81,11 @@ import org.symmem4j.parallel.sync.BackoffIdleStrategy;
  * wrapper; workers default to the number of cores; a worker failure ends {@code fit()} on the
  * caller's thread with that worker's exception instead of hanging.
  *
+ * <p>Coming from {@code ParallelWrapper}: the builder takes its {@code prefetchBuffer},
+ * {@code reportScoreAfterAveraging}, {@code workspaceMode} and listeners (with a stats router), each
+ * with the behaviour its javadoc describes; {@link Builder#recordTimeline} records the run as a
+ * Chrome trace ({@link DataParallelTimeline}).
+ *
  * <p>After each successful {@code fit()}, the model passed to {@link #builder} holds the trained
  * parameters, updater state and counters. If it was changed between calls, the replicas take its
  * state at the start of the next {@code fit()}. A failed {@code fit()} leaves it as it was before
@@ -95,11 +103,15 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /**
      * Validated settings, shared with the workers. {@code accumulation}: micro-batches per worker per
-     * step; {@code minBucketBytes}: see {@link org.symmem4j.gradsync.GradientBuckets#splitAtBoundaries}.
+     * step; {@code minBucketBytes}: see {@link org.symmem4j.gradsync.GradientBuckets#splitAtBoundaries};
+     * {@code prefetchBuffer}: batches read ahead on a background thread (0: on the caller's thread);
+     * {@code workspaceMode}: the replicas' training workspace mode, null for the model's own;
+     * {@code timelineSteps}: steps a {@link DataParallelTimeline} keeps, 0 for no timeline (nothing stamped).
      */
     record Settings(int workers, long bucketBytes, AlgorithmPolicy policy, NonFiniteGradients nonFiniteGradients,
                     Duration timeout, int ompThreadsPerWorker, ZeroStage sharding, boolean overlap, int accumulation,
-                    GradientTransfer gradientTransfer, long minBucketBytes) {
+                    GradientTransfer gradientTransfer, long minBucketBytes, int prefetchBuffer,
+                    boolean reportScoreAfterAveraging, WorkspaceMode workspaceMode, int timelineSteps) {
     }
 
     /**
@@ -121,7 +133,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private final Settings settings;
     private final SyncMetrics metrics;
     private final List<StepListener> stepListeners;
+    private final DataParallelTimeline timeline;
     private InJvmWorld world;
+    /** fit() calls so far, successful or not: the timeline draws "between steps" only within one. */
+    private long fits;
     private List<DataParallelWorker> workers;
     private long step;
     private boolean closed;
@@ -132,12 +147,16 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 b.algorithm != null ? AlgorithmPolicy.forced(b.algorithm) : b.policy != null ? b.policy : AlgorithmPolicy.calibrated(),
                 b.nonFiniteGradients, b.timeout, b.ompThreadsPerWorker > 0 ? b.ompThreadsPerWorker
                 : Math.max(1, Runtime.getRuntime().availableProcessors() / b.workers), b.sharding, b.overlap, b.accumulation,
-                b.gradientTransfer, b.minBucketBytes);
+                b.gradientTransfer, b.minBucketBytes, b.prefetchBuffer, b.reportScoreAfterAveraging, b.workspaceMode,
+                b.timelineSteps);
         this.metrics = new SyncMetrics(InJvmTransport.NAME, b.metricTags);
         if (b.registry != null) {
             metrics.bindTo(b.registry);
         }
         this.stepListeners = List.copyOf(b.stepListeners);
+        this.timeline = b.timelineSteps == 0 ? null : new DataParallelTimeline(b.timelineSteps, b.workers, b.overlap,
+                b.sharding == null ? (b.gradientTransfer == GradientTransfer.BFLOAT16 ? "all-reduce bf16" : "all-reduce")
+                        : "sharded " + b.sharding);
     }
 
     /** Starts a builder for a {@link MultiLayerNetwork}. */
@@ -188,14 +207,30 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return workers == null ? List.of() : workers.stream().map(DataParallelWorker::replica).toList();
     }
 
+    /**
+     * The run's timeline ({@link Builder#recordTimeline}): every recorded step of every
+     * {@code fit()} so far, as one Chrome trace; null when not recording.
+     */
+    public DataParallelTimeline runTimeline() {
+        return timeline;
+    }
+
     /** The metrics binder (already bound if a registry was given to the builder). */
     public SyncMetrics metrics() {
         return metrics;
     }
 
-    /** Trains on every batch of {@code iterator}, {@link #workers()} batches per step. */
+    /**
+     * Trains on every batch of {@code iterator}, {@link #workers()} batches per step. As DL4J's
+     * {@code fit}, an iterator that has no next batch is reset first (when it supports reset), and
+     * it is not reset at the end. With {@code prefetchBuffer(n)} a background thread reads it, up to
+     * n batches ahead; it stops before this method returns, and an exception the iterator throws
+     * there is thrown here when training reaches that batch, as if it had been read here (then, as
+     * after any failed fit, the model is as it was before this call).
+     */
     public synchronized void fit(DataSetIterator iterator) {
         Objects.requireNonNull(iterator, "iterator");
+        requirePrefetchable(iterator.asyncSupported(), iterator);
         if (!iterator.hasNext() && iterator.resetSupported()) {
             iterator.reset();
         }
@@ -209,10 +244,27 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             throw new IllegalArgumentException("fit(MultiDataSetIterator) needs a ComputationGraph; this wrapper holds a "
                     + model.model().getClass().getSimpleName() + " (use fit(DataSetIterator))");
         }
+        requirePrefetchable(iterator.asyncSupported(), iterator);
         if (!iterator.hasNext() && iterator.resetSupported()) {
             iterator.reset();
         }
         train(() -> iterator.hasNext() ? iterator.next() : null);
+    }
+
+    /**
+     * Refuses to prefetch from an iterator that says it must not be read from another thread
+     * ({@code asyncSupported() == false}: it is asynchronous itself, like DL4J's
+     * {@code AsyncDataSetIterator}, or shielded from it, like {@code AsyncShieldDataSetIterator}).
+     * ParallelWrapper silently reads such an iterator on the caller's thread instead.
+     */
+    private void requirePrefetchable(boolean asyncSupported, Object iterator) {
+        if (settings.prefetchBuffer() > 0 && !asyncSupported) {
+            throw new IllegalArgumentException("prefetchBuffer=" + settings.prefetchBuffer() + " reads the iterator on a"
+                    + " background thread, but iterator=" + iterator.getClass().getSimpleName() + " has asyncSupported()=false"
+                    + " (it is asynchronous already or must be read from one thread); expected an iterator that supports"
+                    + " asynchronous reading (fix: prefetchBuffer(0), which reads the next step's batches on the calling"
+                    + " thread while the workers compute, or pass the iterator it wraps)");
+        }
     }
 
     private interface BatchSource {
@@ -247,15 +299,21 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return perWorker;
     }
 
-    private void train(BatchSource source) {
+    private void train(BatchSource iteratorSource) {
         if (closed) {
             throw new IllegalStateException("wrapper is closed; build a new one");
         }
         ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
         refuseListenersThatNeedOnePass(settings.accumulation(), listeners);
+        fits++;
         boolean completed = false;
         ModelState before = null;
-        try (Nd4jThreadLimit threads = Nd4jThreadLimit.of(settings.ompThreadsPerWorker())) {
+        // With a prefetch buffer the iterator is read on a background thread from here until the
+        // prefetcher closes, with the try's resources (before its finally: before fit returns or throws)
+        BatchPrefetcher prefetcher = settings.prefetchBuffer() == 0 ? null
+                : new BatchPrefetcher(iteratorSource::next, settings.prefetchBuffer(), settings.timeout());
+        BatchSource source = prefetcher == null ? iteratorSource : prefetcher::next;
+        try (prefetcher; Nd4jThreadLimit threads = Nd4jThreadLimit.of(settings.ompThreadsPerWorker())) {
             ensureWorkers();
             // listeners see the model change step by step: a failed fit must still leave it as it was
             before = listeners.isEmpty() ? null : ModelState.of(model);
@@ -264,8 +322,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 listeners.epochStart(model.model());
             }
             double score = Double.NaN;
-            // The next step's batches are read while the workers compute this one (prefetch on the
-            // caller's thread: the iterator is used by one thread only, as DL4J's fit does).
+            // The next step's batches are taken while the workers compute this one: read on the
+            // caller's thread (the iterator used by one thread only, as DL4J's fit does), or with a
+            // prefetch buffer taken from the background reader.
             List<Object> batches = takeStep(source);
             while (!batches.isEmpty()) {
                 StepOutcome outcome = runStep(batches, listeners, () -> takeStep(source));
@@ -392,6 +451,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         // Workers past the last batch run the first batch but contribute zeros; every worker
         // divides the summed gradient by the examples of the whole step (see DataParallelWorker).
+        boolean stamping = timeline != null && timeline.wantsStep();
+        long handedOut = stamping ? System.nanoTime() : 0;
         List<CompletableFuture<DataParallelWorker.Result>> results = new ArrayList<>(n);
         for (int i = 0; i < n; i++) {
             boolean idle = i >= k;
@@ -401,6 +462,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                     step, listeners.needsActivations(), listeners.needsGradient(), f));
         }
         List<Object> following = next.get(); // while the workers compute
+        long batchesRead = stamping ? System.nanoTime() : 0;
+        List<DataParallelWorker.Result> finished = stamping ? new ArrayList<>(n) : null;
         double[] scores = new double[k];
         double regularization = 0;
         long lastSyncStart = 0;
@@ -415,6 +478,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         for (int i = 0; i < n; i++) {
             try {
                 DataParallelWorker.Result r = results.get(i).get(waitMillis, TimeUnit.MILLISECONDS);
+                if (finished != null) {
+                    finished.add(r);
+                }
                 if (i < k) {
                     scores[i] = r.score();
                     activations.add(r.activations());
@@ -439,6 +505,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 throw new SymmemException("interrupted while waiting for workers at step " + step, e);
             }
         }
+        long collected = stamping ? System.nanoTime() : 0;
         if (!failures.isEmpty()) {
             RuntimeException failure = failure(failures, failedWorkers);
             metrics.recordFailure(failureReason(failure));
@@ -454,13 +521,29 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         // from the last worker's arrival at the sync to the last worker's finish: sync nothing hid
         long exposedSyncNanos = lastSyncStart == 0 ? 0 : Math.max(0, lastSyncEnd - lastSyncStart);
         StepReport report = new StepReport(step, total, score, stepNanos, syncNanos, skipped, exposedSyncNanos);
+        if (settings.reportScoreAfterAveraging()) {
+            // ParallelWrapper logs "Averaged score" (the workers' unweighted mean) after each averaging;
+            // here the step's exact merged-batch score, which the model reports after fit
+            LOG.info("symmem4j: score after averaging: step={} score={} examples={} skipped={} syncMillis={}", step, score,
+                    total, skipped, String.format(java.util.Locale.ROOT, "%.3f", syncNanos / 1e6));
+        }
         metrics.recordStep(total, model.params().length() * model.params().dataType().width(), stepNanos, score, skipped);
         step++;
+        long listenersStart = stamping ? System.nanoTime() : 0;
         if (!listeners.isEmpty() && !skipped) {
             listeners.step(model, new FinishedStep(batches, activations, score));
         }
         for (StepListener l : stepListeners) {
             l.onStep(report);
+        }
+        if (stamping) {
+            // every worker's result future completed (publishing its stamps) and the next step is not
+            // handed out yet (the workers overwrite them then)
+            boolean anyListener = (!listeners.isEmpty() && !skipped) || !stepListeners.isEmpty();
+            timeline.record(report.step(), fits, report, new DataParallelTimeline.CallerStamps(handedOut, batchesRead, collected,
+                    anyListener ? listenersStart : 0, anyListener ? System.nanoTime() : 0), finished, workers);
+        } else if (timeline != null) {
+            timeline.dropStep();
         }
         return new StepOutcome(report, following);
     }
@@ -613,6 +696,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 BackpropProgress progress = settings.overlap() ? new BackpropProgress() : null;
                 ModelReplica replica = settings.sharding() != null ? model.newShardedReplica()
                         : progress != null ? model.newReplicaWithBackpropSignals(progress) : model.newReplica();
+                if (settings.workspaceMode() != null) {
+                    // as ParallelWrapper's trainers set it on their replicas' configurations; DL4J reads it at every fit
+                    replica.setTrainingWorkspaceMode(settings.workspaceMode());
+                }
                 started.add(new DataParallelWorker(r, world, replica, settings, metrics, shardSource, stateEntries, progress));
             }
             workers = started;
@@ -636,7 +723,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                     + (settings.sharding() == null ? "" : ", ZeRO sharding " + settings.sharding())
                     + (settings.overlap() ? ", sync overlapped with backprop" : "")
                     + (settings.accumulation() > 1 ? ", " + settings.accumulation() + " micro-batches per worker per step" : "")
-                    + (settings.gradientTransfer() == GradientTransfer.BFLOAT16 ? ", bf16 gradient transfer" : ""));
+                    + (settings.gradientTransfer() == GradientTransfer.BFLOAT16 ? ", bf16 gradient transfer" : "")
+                    + (settings.prefetchBuffer() > 0 ? ", " + settings.prefetchBuffer() + " batches prefetched" : "")
+                    + (settings.workspaceMode() != null ? ", training workspaces " + settings.workspaceMode() : ""));
         } else if (!replicasMatchModel()) {
             pushModelToReplicas();
         }
@@ -845,6 +934,15 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         private long minBucketBytes = DEFAULT_MIN_BUCKET_BYTES;
         private Iterable<Tag> metricTags = Tags.empty();
         private final List<StepListener> stepListeners = new ArrayList<>();
+        private int prefetchBuffer;
+        private boolean reportScoreAfterAveraging;
+        private WorkspaceMode workspaceMode;
+        private boolean workspaceModeSet;
+        private final List<TrainingListener> listeners = new ArrayList<>();
+        private StatsStorageRouter statsRouter;
+        private boolean listenersHadNull;
+        private int timelineSteps;
+        private boolean timelineSet;
 
         private Builder(Model model) {
             this.model = ModelReplica.of(Objects.requireNonNull(model, "model"));
@@ -969,6 +1067,108 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return this;
         }
 
+        /**
+         * Batches read ahead on a background thread (ParallelWrapper's {@code prefetchBuffer}):
+         * with {@code n > 0} a reader thread takes batches from the iterator up to {@code n} ahead
+         * of the step that needs them, so a slow iterator (parsing, augmentation) runs beside the
+         * workers and the caller's per-step work. Default 0: the caller's thread reads the next
+         * step's batches while the workers compute (one step ahead), which suffices when reading
+         * is faster than a step. The iterator must support asynchronous reading
+         * ({@code asyncSupported()}); {@code fit} refuses one that does not. The reader stops
+         * before {@code fit} returns; an exception the iterator throws on it is thrown by
+         * {@code fit} on the caller's thread when training reaches that batch, as if read there. As in
+         * DL4J, {@code fit} resets an exhausted iterator at its start, not at its end. Checked at
+         * {@link #build()}: {@code n >= 0}.
+         */
+        public Builder prefetchBuffer(int n) {
+            this.prefetchBuffer = n;
+            return this;
+        }
+
+        /**
+         * Logs each step's score at INFO (ParallelWrapper's {@code reportScoreAfterAveraging}, which
+         * logs the workers' unweighted mean score and the averaging time after each averaging).
+         * Here every step is an averaging, and its score is exact: DL4J's score of one model on the
+         * step's merged batch (mean loss over all its examples plus the regularization term), with
+         * the step's examples and sync time. The model's {@code score()} holds the last step's
+         * score after {@code fit} either way, as ParallelWrapper's does. Default false.
+         */
+        public Builder reportScoreAfterAveraging(boolean report) {
+            this.reportScoreAfterAveraging = report;
+            return this;
+        }
+
+        /**
+         * The workspace mode of the replicas' training passes (ParallelWrapper's
+         * {@code workspaceMode}, which its trainers set on their replicas' configurations):
+         * {@link WorkspaceMode#ENABLED} reuses ND4J workspace memory between iterations,
+         * {@link WorkspaceMode#NONE} allocates every array afresh (slower; for debugging or layers
+         * that misbehave in workspaces). Results are the same either way. Default: the model's own
+         * training workspace mode (ParallelWrapper's default is ENABLED). The user's model is not
+         * changed: it does not train under the wrapper (the replicas do), and its configuration is
+         * what {@code ModelSerializer} saves; ParallelWrapper sets the mode on it for good. Only
+         * training passes: the replicas run no inference. Checked at {@link #build()}: not null, and
+         * not DL4J's deprecated SINGLE or SEPARATE.
+         */
+        public Builder workspaceMode(WorkspaceMode mode) {
+            this.workspaceMode = mode;
+            this.workspaceModeSet = true;
+            return this;
+        }
+
+        /**
+         * Attaches {@code listeners} to the model at {@link #build()} (ParallelWrapper's
+         * {@code setListeners}, which adds them to those it took from the model): the wrapper calls
+         * them, with the model's own, as DL4J's {@code fit} calls them for one model trained on each
+         * step's merged batch (see the class comment). A listener already attached is not added
+         * twice; calls add up. Listeners that report to a StatsStorageRouter (the UI's
+         * {@code StatsListener}) need one: give it here with {@link #listeners(StatsStorageRouter,
+         * TrainingListener...)}, or build them with their storage.
+         */
+        public Builder listeners(TrainingListener... listeners) {
+            if (listeners == null) {
+                listenersHadNull = true;
+                return this;
+            }
+            for (TrainingListener l : listeners) {
+                if (l == null) {
+                    listenersHadNull = true;
+                } else if (this.listeners.stream().noneMatch(x -> x == l)) {
+                    this.listeners.add(l);
+                }
+            }
+            return this;
+        }
+
+        /**
+         * {@link #listeners(TrainingListener...)} with a router for the listeners that send reports
+         * ({@code RoutingIterationListener}s such as {@code StatsListener}), as
+         * {@code ParallelWrapper.setListeners(StatsStorageRouter, ...)}: at {@link #build()} every
+         * such listener on the model or given here that has no router of its own gets
+         * {@code router} (e.g. an {@code InMemoryStatsStorage} the UI reads); one with its own keeps
+         * it. Reports come from the caller's thread, one per step, as from one model (no worker ids:
+         * the replicas are not separate models to the UI).
+         */
+        public Builder listeners(StatsStorageRouter router, TrainingListener... listeners) {
+            this.statsRouter = Objects.requireNonNull(router, "router (use listeners(TrainingListener...) for none)");
+            return listeners(listeners);
+        }
+
+        /**
+         * Records the run's timeline, up to {@code maxSteps} steps over all {@code fit()} calls (later
+         * steps are counted, not kept): per worker its compute, sync (with the wait for its peers),
+         * update and every bucket's all-reduce, the caller's reading, waiting and work between
+         * steps, and a steps track. {@link #runTimeline()} gives it;
+         * {@code runTimeline().writeChromeTrace(path)} writes a file for https://ui.perfetto.dev.
+         * Without this call nothing is stamped or allocated. Checked at {@link #build()}:
+         * {@code maxSteps >= 1}.
+         */
+        public Builder recordTimeline(int maxSteps) {
+            this.timelineSteps = maxSteps;
+            this.timelineSet = true;
+            return this;
+        }
+
         /** Called after every step with its loss and timings. */
         public Builder stepListener(StepListener listener) {
             stepListeners.add(Objects.requireNonNull(listener, "listener"));
@@ -1002,9 +1202,50 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 }
             }
             refuseLayersWithReplicaState(model);
-            // refuses listeners it cannot call as fit() would; fit() checks again
-            refuseListenersThatNeedOnePass(accumulation, ModelListeners.of(model));
+            checkParallelWrapperSettings();
+            // refuses listeners it cannot call as fit() would (fit() checks again), then attaches the builder's
+            attachListeners();
             return new SymmemParallelWrapper(this);
+        }
+
+        /** The settings ParallelWrapper users bring (prefetch buffer, workspace mode) and the timeline. */
+        private void checkParallelWrapperSettings() {
+            if (timelineSet && timelineSteps < 1) {
+                throw new IllegalArgumentException("recordTimeline maxSteps=" + timelineSteps + ": expected >= 1 (the most"
+                        + " steps the trace keeps; fix: recordTimeline(10_000), or leave it out for no timeline)");
+            }
+            if (prefetchBuffer < 0) {
+                throw new IllegalArgumentException("prefetchBuffer=" + prefetchBuffer + ": expected >= 0 (0: the calling"
+                        + " thread reads the next step's batches while the workers compute; n > 0: a background thread"
+                        + " reads up to n batches ahead); ParallelWrapper treats negatives as 0 (fix: prefetchBuffer(0))");
+            }
+            if (workspaceModeSet && workspaceMode == null) {
+                throw new IllegalArgumentException("workspaceMode=null: expected ENABLED or NONE (fix: leave"
+                        + " workspaceMode unset to keep the model's own, " + model.trainingWorkspaceMode() + ")");
+            }
+            if (workspaceMode == WorkspaceMode.SINGLE || workspaceMode == WorkspaceMode.SEPARATE) {
+                throw new IllegalArgumentException("workspaceMode=" + workspaceMode + ": expected ENABLED or NONE (DL4J"
+                        + " deprecated SINGLE and SEPARATE and runs them as ENABLED; fix: workspaceMode(ENABLED))");
+            }
+        }
+
+        /**
+         * Attaches the builder's listeners to the model and routes the reporting ones, after
+         * checking everything, so a refusal leaves the model's listeners as they were.
+         */
+        private void attachListeners() {
+            if (listenersHadNull) {
+                throw new IllegalArgumentException("listeners(...) was given null: expected TrainingListener instances"
+                        + " (fix: leave the null out)");
+            }
+            List<TrainingListener> all = new ArrayList<>(model.listeners());
+            List<TrainingListener> adding = listeners.stream().filter(l -> all.stream().noneMatch(x -> x == l)).toList();
+            all.addAll(adding);
+            refuseListenersThatNeedOnePass(accumulation, ModelListeners.of(model, all)); // and truncated BPTT any
+            StatsRouting.route(statsRouter, all);
+            for (TrainingListener l : adding) {
+                model.addListener(l);
+            }
         }
 
         /**

@@ -10,7 +10,9 @@ public final class BatchListIterator implements DataSetIterator {
 
     private final List<DataSet> batches;
     private final Runnable beforeEachNext;
+    private final boolean asyncSupported;
     private int cursor;
+    private int resets;
 
     public BatchListIterator(List<DataSet> batches) {
         this(batches, () -> { });
@@ -18,8 +20,19 @@ public final class BatchListIterator implements DataSetIterator {
 
     /** With {@code beforeEachNext} run at every {@code next()} (tests watch when batches are read). */
     public BatchListIterator(List<DataSet> batches, Runnable beforeEachNext) {
+        this(batches, beforeEachNext, false);
+    }
+
+    /** With {@code asyncSupported}: whether it may be read from a background thread (prefetching). */
+    public BatchListIterator(List<DataSet> batches, Runnable beforeEachNext, boolean asyncSupported) {
         this.batches = List.copyOf(batches);
         this.beforeEachNext = beforeEachNext;
+        this.asyncSupported = asyncSupported;
+    }
+
+    /** How often {@link #reset()} was called. */
+    public int resets() {
+        return resets;
     }
 
     @Override
@@ -44,12 +57,13 @@ public final class BatchListIterator implements DataSetIterator {
 
     @Override
     public boolean asyncSupported() {
-        return false;
+        return asyncSupported;
     }
 
     @Override
     public void reset() {
         cursor = 0;
+        resets++;
     }
 
     @Override

@@ -42,7 +42,7 @@ class GradientAveragingTest {
                 GradientSynchronizer sync = new GradientSynchronizer(comm, mem, 0, DType.FLOAT32, buckets,
                         AlgorithmPolicy.calibrated(), new SyncMetrics("host-in-jvm", Tags.empty()));
                 try (GradientAveraging avg = new GradientAveraging(0, g, DType.FLOAT32, sync, null, layers, true,
-                        GradientAveraging.BucketHook.NONE, Duration.ofSeconds(20))) {
+                        GradientAveraging.BucketHook.NONE, Duration.ofSeconds(20), false)) {
                     fill(g, 96, 10f);
                     avg.beginStep(false, 2, null);
                     avg.layerWritten("2");

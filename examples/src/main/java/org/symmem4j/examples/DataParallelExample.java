@@ -5,6 +5,9 @@ import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.Timer;
 import io.micrometer.prometheusmetrics.PrometheusConfig;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
@@ -21,6 +24,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
+import org.symmem4j.dl4j.DataParallelTimeline;
 import org.symmem4j.dl4j.PrometheusEndpoint;
 import org.symmem4j.dl4j.StepReport;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
@@ -33,9 +37,13 @@ import org.symmem4j.dl4j.SymmemParallelWrapper;
  *
  * <pre>
  *   DataParallelExample [--workers N] [--epochs E] [--batch B] [--hidden H] [--port P] [--linger-seconds S]
+ *                       [--timeline FILE] [--timeline-steps N]
  * </pre>
  * {@code --port 0} picks a free port, {@code --port -1} serves nothing; {@code --linger-seconds}
- * keeps serving metrics after training (for a Prometheus server to scrape).
+ * keeps serving metrics after training (for a Prometheus server to scrape). {@code --timeline FILE}
+ * records the run (the first {@code --timeline-steps} steps, default 1000) and writes it as a
+ * Chrome trace for https://ui.perfetto.dev: per worker compute, sync, waiting for peers, update and
+ * each bucket's all-reduce, and the caller's work between steps.
  */
 public final class DataParallelExample {
 
@@ -52,13 +60,15 @@ public final class DataParallelExample {
     private DataParallelExample() {
     }
 
-    public static void main(String[] args) throws InterruptedException {
+    public static void main(String[] args) throws InterruptedException, IOException {
         int workers = Runtime.getRuntime().availableProcessors();
         int epochs = 4;
         int batch = 64;
         int hidden = 256;
         int port = 9404;
         double lingerSeconds = 0;
+        Path timeline = null;
+        int timelineSteps = 1000;
         for (int i = 0; i < args.length; i++) {
             switch (args[i]) {
                 case "--workers" -> workers = Integer.parseInt(args[++i]);
@@ -67,8 +77,11 @@ public final class DataParallelExample {
                 case "--hidden" -> hidden = Integer.parseInt(args[++i]);
                 case "--port" -> port = Integer.parseInt(args[++i]);
                 case "--linger-seconds" -> lingerSeconds = Double.parseDouble(args[++i]);
+                case "--timeline" -> timeline = Path.of(args[++i]);
+                case "--timeline-steps" -> timelineSteps = Integer.parseInt(args[++i]);
                 default -> throw new IllegalArgumentException("unknown argument " + args[i] + " (expected --workers N,"
-                        + " --epochs E, --batch B, --hidden H, --port P, --linger-seconds S)");
+                        + " --epochs E, --batch B, --hidden H, --port P, --linger-seconds S, --timeline FILE,"
+                        + " --timeline-steps N)");
             }
         }
         SyntheticData data = new SyntheticData(64, 10, 1);
@@ -85,13 +98,27 @@ public final class DataParallelExample {
         }
 
         Progress progress = new Progress();
-        try (SymmemParallelWrapper wrapper = SymmemParallelWrapper.builder(net).workers(workers)
+        SymmemParallelWrapper.Builder builder = SymmemParallelWrapper.builder(net).workers(workers)
                 .meterRegistry(registry, Tags.of(APPLICATION_TAG, APPLICATION))
-                .stepListener(progress).build()) {
+                .stepListener(progress);
+        if (timeline != null) {
+            builder.recordTimeline(timelineSteps);
+        }
+        try (SymmemParallelWrapper wrapper = builder.build()) {
             for (int epoch = 1; epoch <= epochs; epoch++) {
                 wrapper.fit(new ListIterator(train));
                 double accuracy = net.evaluate(new ListIterator(test)).accuracy();
                 System.out.printf(Locale.ROOT, "epoch %d: test accuracy %.3f%n", epoch, accuracy);
+            }
+            if (timeline != null) {
+                if (timeline.toAbsolutePath().getParent() != null) {
+                    Files.createDirectories(timeline.toAbsolutePath().getParent());
+                }
+                DataParallelTimeline recorded = wrapper.runTimeline();
+                recorded.writeChromeTrace(timeline);
+                System.out.printf(Locale.ROOT, "timeline: %s (%d steps%s; open in https://ui.perfetto.dev)%n", timeline,
+                        recorded.recordedSteps(), recorded.droppedSteps() > 0
+                                ? ", " + recorded.droppedSteps() + " later steps left out" : "");
             }
         }
         printSummary(registry, progress);
