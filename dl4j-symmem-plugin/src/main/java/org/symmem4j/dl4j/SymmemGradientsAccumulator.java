@@ -118,6 +118,15 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
     private final boolean userDividesByMinibatch;
     /** The user's model's training workspace mode, which ParallelWrapper overwrites (DefaultTrainer.java:326-327, 357). */
     private final transient WorkspaceMode userTrainingWorkspaceMode;
+    /**
+     * The user's MultiLayerNetwork's updater (with its state: Adam's moments, momentum), taken in the
+     * hook of trainer 0 during a fit, put back by {@link #reset()}: at the end of each fit
+     * ParallelWrapper calls {@code clear()} on trainer 0's replica, the user's model
+     * (DefaultTrainer.java:456), and MultiLayerNetwork.clear() drops its solver and with it the
+     * updater (MultiLayerNetwork.java:2838-2846). Written by trainer 0's thread, read by
+     * ParallelWrapper's thread after the trainers stopped (their shutdown handshake orders them).
+     */
+    private transient volatile org.deeplearning4j.nn.api.Updater userUpdater;
 
     /**
      * The current round, or null outside a ParallelWrapper fit. Written by ParallelWrapper's thread in
@@ -392,6 +401,24 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         }
         userModel.conf().setMiniBatch(userDividesByMinibatch);
         setTrainingWorkspaceMode(userModel, userTrainingWorkspaceMode);
+        restoreUserUpdater();
+    }
+
+    /**
+     * Gives the user's MultiLayerNetwork back the updater that ParallelWrapper's {@code clear()}
+     * dropped (see {@link #userUpdater}). Without it the next {@code fit} would start from a fresh
+     * updater (Adam's moments and momentum back to zero), and its trainers 1..n-1, which create that
+     * updater on the user's model while trainer 0 holds the model's monitor inside {@code fit}
+     * (DefaultTrainer.java:311 -> MultiLayerNetwork.getLayers(), synchronized), would deadlock with
+     * trainer 0 waiting for them in the all-reduce.
+     */
+    private void restoreUserUpdater() {
+        org.deeplearning4j.nn.api.Updater saved = userUpdater;
+        if (saved != null && userModel instanceof MultiLayerNetwork net && net.getUpdater(false) != saved) {
+            net.setUpdater(saved);
+            log.debug("restored the updater (and its state) that MultiLayerNetwork.clear() dropped at the end of fit");
+        }
+        userUpdater = null;
     }
 
     /** Called by each SymmetricTrainer on its thread (for device workspaces); nothing to prepare on the host. */
@@ -428,6 +455,9 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
             int rank = rankOf(threadName, model, r);
             WorkerState state = stateOf(model, rank);
             current.set(state);
+            if (rank == 0 && model instanceof MultiLayerNetwork net) {
+                userUpdater = net.getUpdater(false); // the solver's, created by this fit if clear() had dropped it
+            }
             state.sync(r);
         }
     }
