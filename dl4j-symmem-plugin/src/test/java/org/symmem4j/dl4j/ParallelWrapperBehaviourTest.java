@@ -7,6 +7,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.conf.WorkspaceMode;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.parallelism.ParallelWrapper;
@@ -17,6 +18,7 @@ import org.junit.jupiter.params.provider.ValueSource;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
+import org.nd4j.linalg.dataset.adapter.MultiDataSetIteratorAdapter;
 import org.nd4j.linalg.dataset.api.DataSetPreProcessor;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 
@@ -175,5 +177,61 @@ class ParallelWrapperBehaviourTest {
             double diff = Nets.maxRelativeDifference(replicas.getFirst(), reference.params());
             assertTrue(diff <= DataParallelEquivalenceTest.tolerance(DataType.FLOAT, "adam"), "round " + i + ": " + diff);
         }
+    }
+
+    /**
+     * After fit the user's model is a plain model again: its own minibatch division and training
+     * workspace mode (ParallelWrapper overwrote the latter with its own), its updater state, and a
+     * plain fit that trains exactly as the reference's.
+     */
+    @Test
+    @Timeout(value = 240, unit = TimeUnit.SECONDS)
+    void afterFitTheModelTrainsPlainlyAgain() {
+        int workers = 2;
+        List<DataSet> data = Nets.batches(13, 4, 6, DataType.DOUBLE);
+        MultiLayerNetwork net = Nets.mlp(Nets.updater("adam"), DataType.DOUBLE);
+        net.getLayerWiseConfigurations().setTrainingWorkspaceMode(WorkspaceMode.NONE);
+        MultiLayerNetwork reference = net.clone();
+        ParallelWrapper wrapper = new ParallelWrapper.Builder<>(net)
+                .workers(workers)
+                .prefetchBuffer(0)
+                .workspaceMode(WorkspaceMode.ENABLED)
+                .trainingMode(ParallelWrapper.TrainingMode.CUSTOM)
+                .gradientsAccumulator(SymmemGradientsAccumulator.attach(net))
+                .build();
+        try {
+            wrapper.fit(new BatchListIterator(data));
+        } finally {
+            wrapper.shutdown();
+        }
+        assertEquals(WorkspaceMode.NONE, net.getLayerWiseConfigurations().getTrainingWorkspaceMode());
+        assertTrue(net.conf().isMiniBatch());
+        for (List<DataSet> round : ParallelWrapperAccumulatorTest.rounds(data, workers)) {
+            reference.fit(Nets.merged(round));
+        }
+        DataSet more = Nets.batches(14, 1, 9, DataType.DOUBLE).getFirst();
+        net.fit(more);
+        reference.fit(more);
+        double diff = Nets.maxRelativeDifference(net.params(), reference.params());
+        assertTrue(diff <= 1e-10, "a plain fit after ParallelWrapper differs by " + diff);
+    }
+
+    /** ParallelWrapper's MultiDataSet path (fit(MultiDataSetIterator), ComputationGraph) is exact as well. */
+    @Test
+    @Timeout(value = 240, unit = TimeUnit.SECONDS)
+    void multiDataSetIteratorOfAGraph() {
+        int workers = 3;
+        List<DataSet> data = Nets.batches(17, 8, 5, DataType.DOUBLE);
+        ComputationGraph graph = Nets.graph(Nets.updater("adam"), DataType.DOUBLE);
+        ComputationGraph reference = graph.clone();
+        ParallelWrapperAccumulatorTest.ParamsPerIteration recorder = new ParallelWrapperAccumulatorTest.ParamsPerIteration();
+        ParallelWrapper wrapper = ParallelWrapperAccumulatorTest.customWrapper(graph, workers, recorder);
+        try {
+            wrapper.fit(new MultiDataSetIteratorAdapter(new BatchListIterator(data)));
+        } finally {
+            wrapper.shutdown();
+        }
+        ParallelWrapperAccumulatorTest.assertRoundsMatch(recorder, ParallelWrapperAccumulatorTest.rounds(data, workers),
+                reference, 0);
     }
 }
