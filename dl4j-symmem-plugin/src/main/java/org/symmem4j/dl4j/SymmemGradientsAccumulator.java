@@ -181,7 +181,10 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         return b;
     }
 
-    /** The all-reduce meters ({@code symmem.allreduce.*}, {@code symmem.gradsync.step.latency}): bind them to a registry. */
+    /**
+     * The all-reduce meters ({@code symmem.allreduce.latency} and {@code .bytes}, per algorithm and size
+     * class): bind them to a registry. No step meters: DL4J gives the hook no start of a step.
+     */
     public SyncMetrics metrics() {
         return metrics;
     }
@@ -296,9 +299,10 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         if (r != null && r.participants() == numConsumers) {
             return;
         }
-        if (r == null && numConsumers == 1 && generations == 0) {
-            log.warn("ParallelWrapper runs this round with 1 worker: nothing is all-reduced. Its Builder defaults"
-                    + " workers to the number of devices (1 on a CPU); set .workers(n)");
+        if (r == null && numConsumers == 1) {
+            log.warn("the first round of this ParallelWrapper fit has 1 worker: nothing is all-reduced. Either the"
+                    + " iterator had one batch, or the wrapper has workers=1: ParallelWrapper.Builder defaults workers"
+                    + " to the number of devices (1 on a CPU); fix: .workers(n)");
         }
         if (r != null) {
             log.debug("round of {} workers follows rounds of {}: new group (a short last round)", numConsumers,
@@ -545,7 +549,6 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         }
 
         void sync(Round r) {
-            long start = System.nanoTime();
             try {
                 joinIfNew(r);
                 long examples = replica.model().batchSize();
@@ -579,7 +582,6 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
                             + ": no worker's gradient was, their sum overflowed (first element " + reducedBad + ")",
                             List.of(), steps);
                 }
-                metrics.recordWorkerStep(rank, System.nanoTime() - start, System.nanoTime() - start);
                 steps++;
                 syncedThisStep = true;
             } catch (PeerTimeoutException | NonFiniteGradientException e) {
