@@ -11,11 +11,14 @@ import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.conf.BackpropType;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.layers.BatchNormalization;
 import org.deeplearning4j.nn.conf.layers.DenseLayer;
+import org.deeplearning4j.nn.conf.layers.LSTM;
 import org.deeplearning4j.nn.conf.layers.OutputLayer;
+import org.deeplearning4j.nn.conf.layers.RnnOutputLayer;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.optimize.api.BaseTrainingListener;
@@ -232,5 +235,53 @@ class ParallelWrapperAccumulatorTest {
         }
         double diff = Nets.maxRelativeDifference(net.params(), reference.params());
         assertFalse(diff <= 1e4 * TOLERANCE, "AVERAGING came within " + diff + " of one model on the merged batches");
+    }
+
+    @Test
+    void refusesTruncatedBptt() {
+        MultiLayerConfiguration conf = new NeuralNetConfiguration.Builder().seed(1).dataType(DataType.DOUBLE).list()
+                .layer(new LSTM.Builder().nIn(4).nOut(6).activation(Activation.TANH).build())
+                .layer(new RnnOutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(6).nOut(Nets.OUT)
+                        .activation(Activation.SOFTMAX).build())
+                .backpropType(BackpropType.TruncatedBPTT).tBPTTLength(3)
+                .build();
+        MultiLayerNetwork net = new MultiLayerNetwork(conf);
+        net.init();
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> SymmemGradientsAccumulator.attach(net));
+        assertTrue(e.getMessage().contains("expected backpropType=Standard") && e.getMessage().contains("fix:"),
+                e.getMessage());
+    }
+
+    /**
+     * A NaN in one worker's batch: every trainer fails in the all-reduce before its updater (none
+     * waits for the timeout), fit ends with the error naming the worker, and the user's model holds
+     * the parameters of the rounds before.
+     */
+    @Test
+    void nonFiniteGradientFailsEveryTrainerBeforeTheUpdate() {
+        int workers = 2;
+        List<DataSet> data = new ArrayList<>(Nets.batches(41, 4, 6, DataType.DOUBLE));
+        DataSet poisoned = data.get(3).copy();
+        poisoned.getFeatures().putScalar(2, 5, Double.NaN);
+        data.set(3, poisoned); // round 1, worker 1
+        MultiLayerNetwork net = Nets.mlp(Nets.updater("adam"), DataType.DOUBLE);
+        MultiLayerNetwork reference = net.clone();
+        ParallelWrapper wrapper = customWrapper(net, workers, null);
+        RuntimeException e;
+        try {
+            e = assertThrows(RuntimeException.class, () -> wrapper.fit(new BatchListIterator(data)));
+        } finally {
+            wrapper.shutdown();
+        }
+        Throwable cause = e;
+        while (cause != null && !(cause instanceof NonFiniteGradientException)) {
+            cause = cause.getCause();
+        }
+        assertNotNull(cause, "expected a NonFiniteGradientException in the cause chain of " + e);
+        assertEquals(List.of(1), ((NonFiniteGradientException) cause).workers());
+        reference.fit(Nets.merged(data.subList(0, 2)));
+        assertTrue(Nets.maxRelativeDifference(net.params(), reference.params()) <= TOLERANCE,
+                "the failed round must not have updated the user's model");
     }
 }
