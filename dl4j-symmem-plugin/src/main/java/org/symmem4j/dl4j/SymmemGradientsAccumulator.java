@@ -473,8 +473,10 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         } catch (RuntimeException e) {
             throw new IllegalStateException("SymmemGradientsAccumulator: a replica trained on thread '" + threadName
                     + "' during a ParallelWrapper round: expected a thread named '" + TRAINING_THREAD_PREFIX
-                    + "<n>' (DL4J 1.0.0-M2.1's naming, which gives each trainer's index); fix: train through"
-                    + " ParallelWrapper.fit only, with deeplearning4j-parallel-wrapper 1.0.0-M2.1");
+                    + "<n>' (DL4J 1.0.0-M2.1's naming, which gives each trainer's index); fix: while a wrapper"
+                    + " trains, train the model through ParallelWrapper.fit only (with deeplearning4j-parallel-wrapper"
+                    + " 1.0.0-M2.1); after a ParallelWrapper fit that failed, call wrapper.shutdown() before"
+                    + " training the model otherwise");
         }
         if (rank >= r.participants()) {
             throw new IllegalStateException("SymmemGradientsAccumulator: trainer " + rank + " trained in a round that"

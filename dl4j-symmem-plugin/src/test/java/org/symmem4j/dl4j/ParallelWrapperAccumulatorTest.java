@@ -9,6 +9,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.SplittableRandom;
 import java.util.TreeMap;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.conf.BackpropType;
@@ -107,7 +108,7 @@ class ParallelWrapperAccumulatorTest {
     }
 
     @ParameterizedTest(name = "workers={0} batches={1} updater={2}")
-    @CsvSource({"2, 8, adam", "3, 8, adam", "3, 7, sgd", "4, 5, adam"})
+    @CsvSource({"2, 8, adam", "3, 8, adam", "3, 7, sgd", "4, 5, adam", "3, 2, adam"})
     void multiLayerNetworkMatchesOneModelOnEachRoundsMergedBatch(int workers, int batches, String updater) {
         List<DataSet> data = Nets.batches(31 + workers, batches, 6, DataType.DOUBLE);
         MultiLayerNetwork net = Nets.mlp(Nets.updater(updater), DataType.DOUBLE);
@@ -132,6 +133,30 @@ class ParallelWrapperAccumulatorTest {
         assertTrue(Nets.maxRelativeDifference(net.params(), workerZeroOnly.params()) > 1e4 * TOLERANCE);
         // the model divides by its minibatch again, as before fit
         assertTrue(net.conf().isMiniBatch());
+    }
+
+    /**
+     * Batches of different sizes in one round (an epoch's short last batch): one model divides by all
+     * the round's examples, which per-replica division and averaging would not give.
+     */
+    @Test
+    void batchesOfDifferentSizesInOneRound() {
+        int workers = 3;
+        SplittableRandom rnd = new SplittableRandom(99);
+        List<DataSet> data = new ArrayList<>();
+        for (int size : new int[] {7, 7, 7, 7, 7, 2, 5, 1}) {
+            data.add(Nets.batch(rnd, size, DataType.DOUBLE));
+        }
+        MultiLayerNetwork net = Nets.mlp(Nets.updater("adam"), DataType.DOUBLE);
+        MultiLayerNetwork reference = net.clone();
+        ParamsPerIteration recorder = new ParamsPerIteration();
+        ParallelWrapper wrapper = customWrapper(net, workers, recorder);
+        try {
+            wrapper.fit(new BatchListIterator(data));
+        } finally {
+            wrapper.shutdown();
+        }
+        assertRoundsMatch(recorder, rounds(data, workers), reference, 0);
     }
 
     @Test
