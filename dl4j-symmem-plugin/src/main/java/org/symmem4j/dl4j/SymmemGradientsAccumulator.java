@@ -100,9 +100,6 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
      */
     static final String TRAINING_THREAD_PREFIX = "ParallelWrapper training thread ";
 
-    /** Upper bound of the idle strategy's park while waiting for peers, as {@link SymmemParallelWrapper}'s. */
-    private static final long MAX_PARK_NANOS = 50_000;
-
     /** One round's group: its world, the number of workers that got a batch, and a generation number. */
     private record Round(InJvmWorld world, int participants, long generation) {
     }
@@ -311,7 +308,7 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         }
         InJvmWorld world = InJvmWorld.create(numConsumers, GroupOptions.defaults().withTimeout(timeout)
                 .withIdleStrategy(() -> new BackoffIdleStrategy(BackoffIdleStrategy.DEFAULT_MAX_SPINS,
-                        BackoffIdleStrategy.DEFAULT_MAX_YIELDS, BackoffIdleStrategy.DEFAULT_MIN_PARK_NANOS, MAX_PARK_NANOS)));
+                        BackoffIdleStrategy.DEFAULT_MAX_YIELDS, BackoffIdleStrategy.DEFAULT_MIN_PARK_NANOS, SymmemParallelWrapper.MAX_PARK_NANOS)));
         // release: publishes the new world to the trainers' acquire read of `round` in the hook
         round = new Round(world, numConsumers, ++generations);
     }
