@@ -1,8 +1,20 @@
 /**
- * Everything that imports Deeplearning4j (planned; see the DL4J data-parallelism, pipeline and
- * ZeRO issues): the one-builder-call replacement for {@code ParallelWrapper} that averages raw
- * gradients over symmetric memory before each replica's updater, pipeline stages cut from a
- * {@code MultiLayerNetwork}, the sharded updater, tensor-parallel layers and the Prometheus
- * endpoint wiring. Pipeline parallelism: {@link org.symmem4j.dl4j.pipeline.PipelineParallelTrainer}.
+ * Everything that imports Deeplearning4j.
+ *
+ * <ul>
+ *   <li>{@link org.symmem4j.dl4j.SymmemParallelWrapper}: the one-builder-call replacement for DL4J's
+ *       {@code ParallelWrapper} that averages raw gradients over symmetric memory before each
+ *       replica's updater (exact, with BatchNorm's running statistics, the user's listeners, buckets,
+ *       overlap, gradient accumulation, bf16 transfer, ZeRO stages 1 and 2).</li>
+ *   <li>{@link org.symmem4j.dl4j.SymmemGradientsAccumulator}: the same exact all-reduce inside DL4J's
+ *       own {@code ParallelWrapper}, as the accumulator of its CUSTOM training mode: two added lines
+ *       in existing ParallelWrapper code; works around ParallelWrapper's second-fit deadlock, its reset
+ *       of the user's updater and its overwriting of the workspace mode.</li>
+ *   <li>{@link org.symmem4j.dl4j.PrometheusEndpoint}: serving the sync metrics.</li>
+ *   <li>Pipeline parallelism: {@link org.symmem4j.dl4j.pipeline.PipelineParallelTrainer}.</li>
+ * </ul>
+ *
+ * <p>{@code deeplearning4j-parallel-wrapper} is an optional dependency: only
+ * {@code SymmemGradientsAccumulator} needs it, and its users already have it.
  */
 package org.symmem4j.dl4j;

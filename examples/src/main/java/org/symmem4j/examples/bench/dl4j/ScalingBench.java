@@ -41,6 +41,7 @@ import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
 import org.symmem4j.dl4j.GradientTransfer;
 import org.symmem4j.dl4j.StepReport;
+import org.symmem4j.dl4j.SymmemGradientsAccumulator;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.examples.DataParallelExample;
 import org.symmem4j.examples.SyntheticData;
@@ -71,6 +72,9 @@ import org.symmem4j.parallel.SymmetricMemory;
  *       with backprop; bf16 transfer; ZeRO stage 1, so no worker runs the updater on all parameters);</li>
  *   <li>{@code averaging}, {@code shared}: DL4J's ParallelWrapper, AVERAGING(1) and SHARED_GRADIENTS,
  *       N workers, one ND4J thread each;</li>
+ *   <li>{@code pw-symmem}: DL4J's ParallelWrapper in CUSTOM mode with symmem4j's
+ *       SymmemGradientsAccumulator (exact all-reduce inside ParallelWrapper's own trainers), N workers,
+ *       one ND4J thread each;</li>
  *   <li>{@code allreduce}: the host all-reduce alone, N threads, the model's gradient bytes in the
  *       wrapper's buckets — what a step's sync costs without waiting for anybody.</li>
  * </ul>
@@ -82,7 +86,7 @@ import org.symmem4j.parallel.SymmetricMemory;
  * <pre>
  *   ScalingBench [--models mlp-small,mlp-medium,cnn] [--workers 1,2,4,8,16] [--compare-workers 8,16]
  *                [--single-threads 1,2,4,8,16] [--modes alone,independent,single,symmem,symmem-overlap,
- *                symmem-bf16,averaging,shared,allreduce] [--batch 64] [--seconds 1.5] [--warmup-seconds 0.5]
+ *                symmem-bf16,averaging,shared,pw-symmem,allreduce] [--batch 64] [--seconds 1.5] [--warmup-seconds 0.5]
  *                [--reps 3] [--raw FILE.csv] [--out FILE.md] [--jfr model:mode:workers --jfr-out FILE.jfr]
  *                [--commit C] [--command TEXT]
  * </pre>
@@ -167,7 +171,7 @@ public final class ScalingBench {
         ALONE("alone"), SINGLE_SETMAXTHREADS("single-setmaxthreads"), INDEPENDENT("independent"), SINGLE("single"),
         SYMMEM("symmem"), SYMMEM_OVERLAP("symmem-overlap"), SYMMEM_BF16("symmem-bf16"), SYMMEM_ZERO1("symmem-zero1"),
         AVERAGING("averaging"),
-        SHARED("shared"), ALLREDUCE("allreduce");
+        SHARED("shared"), PW_CUSTOM_SYMMEM("pw-symmem"), ALLREDUCE("allreduce");
 
         final String flag;
 
@@ -432,6 +436,9 @@ public final class ScalingBench {
             if (o.has(Mode.SHARED) && compare && n > 1) {
                 plan.add(new Config(m, Mode.SHARED, n, 1));
             }
+            if (o.has(Mode.PW_CUSTOM_SYMMEM) && compare && n > 1) {
+                plan.add(new Config(m, Mode.PW_CUSTOM_SYMMEM, n, 1));
+            }
             if (o.has(Mode.ALLREDUCE) && n > 1 && compare) {
                 plan.add(new Config(m, Mode.ALLREDUCE, n, 1));
             }
@@ -581,7 +588,7 @@ public final class ScalingBench {
                     case ALONE, SINGLE, SINGLE_SETMAXTHREADS -> single(c, w, warmup, seconds, rep, jfr, o);
                     case INDEPENDENT -> independent(c, w, warmup, seconds, rep, jfr, o);
                     case SYMMEM, SYMMEM_OVERLAP, SYMMEM_BF16, SYMMEM_ZERO1 -> symmem(c, w, warmup, seconds, rep, jfr, o);
-                    case AVERAGING, SHARED -> parallelWrapper(c, w, warmup, seconds, rep, jfr, o);
+                    case AVERAGING, SHARED, PW_CUSTOM_SYMMEM -> parallelWrapper(c, w, warmup, seconds, rep, jfr, o);
                     case ALLREDUCE -> allReduce(c, w, rep, seconds > 0 ? 60 : 5);
                 };
             } catch (Exception e) {
@@ -716,6 +723,8 @@ public final class ScalingBench {
             b.workers(c.workers()).prefetchBuffer(0).reportScoreAfterAveraging(false);
             if (c.mode() == Mode.AVERAGING) {
                 b.trainingMode(ParallelWrapper.TrainingMode.AVERAGING).averagingFrequency(1);
+            } else if (c.mode() == Mode.PW_CUSTOM_SYMMEM) {
+                b.trainingMode(ParallelWrapper.TrainingMode.CUSTOM).gradientsAccumulator(SymmemGradientsAccumulator.attach(net));
             } else {
                 b.trainingMode(ParallelWrapper.TrainingMode.SHARED_GRADIENTS);
             }

@@ -129,9 +129,9 @@ final class ScalingReport {
             s.append(".\n\n");
         }
         s.append("| N | ideal N×alone | independent | best single (threads) | symmem4j | ×ideal | ×independent | ×best single"
-                + " | overlapped | bf16 | ZeRO-1 | AVERAGING(1) | SHARED_GRADIENTS | ×best PW | step ms | sync ms | exposed sync ms"
+                + " | overlapped | bf16 | ZeRO-1 | AVERAGING(1) | SHARED_GRADIENTS | PW CUSTOM+symmem4j | ×best PW | step ms | sync ms | exposed sync ms"
                 + " | overlapped exposed ms | all-reduce ms | between steps ms |\n");
-        s.append("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        s.append("|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (int n : o.workers()) {
             double ideal = alone.isPresent() ? n * alone.getAsDouble() : Double.NaN;
             double indep = throughput(m, Mode.INDEPENDENT, n).orElse(n == 1 ? alone.orElse(Double.NaN) : Double.NaN);
@@ -142,11 +142,12 @@ final class ScalingReport {
             double zero1 = throughput(m, Mode.SYMMEM_ZERO1, n).orElse(Double.NaN);
             double avg = throughput(m, Mode.AVERAGING, n).orElse(Double.NaN);
             double sh = throughput(m, Mode.SHARED, n).orElse(Double.NaN);
+            double pwSymmem = throughput(m, Mode.PW_CUSTOM_SYMMEM, n).orElse(Double.NaN);
             double bestPw = Double.isNaN(avg) ? sh : Double.isNaN(sh) ? avg : Math.max(avg, sh);
-            s.append(fmt("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", n,
+            s.append(fmt("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", n,
                     rate(ideal), rate(indep), single == null ? "" : fmt("%,.0f (%d)", single[0], (int) single[1]), rate(sym),
                     ratio(sym, ideal), ratio(sym, indep), ratio(sym, single == null ? Double.NaN : single[0]), rate(ov),
-                    rate(bf), rate(zero1), rate(avg), rate(sh), ratio(Math.max(sym, Double.isNaN(ov) ? 0 : ov), bestPw),
+                    rate(bf), rate(zero1), rate(avg), rate(sh), rate(pwSymmem), ratio(Math.max(sym, Double.isNaN(ov) ? 0 : ov), bestPw),
                     num(median(m, Mode.SYMMEM, n, 1, Row::stepMillis).orElse(Double.NaN)),
                     num(median(m, Mode.SYMMEM, n, 1, Row::syncMillis).orElse(Double.NaN)),
                     num(median(m, Mode.SYMMEM, n, 1, Row::exposedSyncMillis).orElse(Double.NaN)),
