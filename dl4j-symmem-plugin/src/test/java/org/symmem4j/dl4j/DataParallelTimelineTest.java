@@ -25,6 +25,7 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
+import org.symmem4j.parallel.trace.Json;
 
 /**
  * The data-parallel timeline as Perfetto reads it: the Chrome trace parsed back, its tracks, the

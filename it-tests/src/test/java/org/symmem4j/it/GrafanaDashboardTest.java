@@ -22,6 +22,7 @@ import java.util.regex.Pattern;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
+import org.symmem4j.parallel.trace.Json;
 
 /**
  * The Grafana dashboard {@code examples/grafana/symmem4j-gradsync.json} is valid JSON of the shape

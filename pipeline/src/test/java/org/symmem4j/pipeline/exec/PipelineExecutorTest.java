@@ -25,6 +25,7 @@ import org.symmem4j.pipeline.channel.PipelineAbortedException;
 import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
 import org.symmem4j.pipeline.schedule.ScheduleGenerators;
+import org.symmem4j.parallel.trace.Json;
 
 class PipelineExecutorTest {
 

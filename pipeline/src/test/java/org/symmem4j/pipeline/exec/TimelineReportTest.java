@@ -17,6 +17,7 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
 import org.symmem4j.pipeline.schedule.ScheduleSimulator;
 import org.symmem4j.pipeline.schedule.SimulationResult;
 import org.symmem4j.pipeline.schedule.StageDurations;
+import org.symmem4j.parallel.trace.Json;
 
 /**
  * The report's figures on timelines written by hand from a simulator run (no threads, no clocks), so

@@ -1,4 +1,4 @@
-package org.symmem4j.dl4j;
+package org.symmem4j.parallel.trace;
 
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -6,13 +6,13 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * A strict JSON reader (RFC 8259) for the Chrome traces (a copy of the pipeline tests' reader: test
- * classes do not travel between modules): objects become
+ * A strict JSON reader (RFC 8259) for tests that read back Chrome traces and the metrics endpoint's
+ * output (shared through this module's test jar): objects become
  * {@code Map<String, Object>} (keys in order; a duplicate key is an error), arrays {@code List<Object>},
  * numbers {@code Double}, and {@code true}/{@code false}/{@code null} themselves. Anything that is not
  * JSON (a trailing comma, a comment, a single quote, text after the value) throws, naming the offset.
  */
-final class Json {
+public final class Json {
 
     private final String text;
     private int pos;
@@ -21,7 +21,7 @@ final class Json {
         this.text = text;
     }
 
-    static Object parse(String text) {
+    public static Object parse(String text) {
         Json p = new Json(text);
         Object v = p.value();
         p.whitespace();

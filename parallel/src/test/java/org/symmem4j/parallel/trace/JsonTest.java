@@ -1,4 +1,4 @@
-package org.symmem4j.it;
+package org.symmem4j.parallel.trace;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
