@@ -10,6 +10,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import org.symmem4j.parallel.host.PeerProcesses;
 import org.symmem4j.parallel.host.SharedMemoryTransport;
 import org.symmem4j.parallel.rendezvous.JobIdentity;
 import org.symmem4j.parallel.rendezvous.RendezvousStore;
@@ -113,7 +114,18 @@ public final class ProcessGroup implements Group {
             closeStore();
             throw e;
         }
-        this.transport = new SharedMemoryTransport();
+        // the transport builds peers' /dev/shm names from their process identities, given here
+        this.transport = new SharedMemoryTransport(new PeerProcesses() {
+            @Override
+            public long pid(int rank) {
+                return peerPids[rank];
+            }
+
+            @Override
+            public long startMillis(int rank) {
+                return peerStarts[rank];
+            }
+        });
     }
 
     /**

@@ -10,7 +10,6 @@ import java.util.regex.Pattern;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.ProcessGroup;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
@@ -18,7 +17,8 @@ import org.symmem4j.parallel.Transport;
 /**
  * Ranks are processes on one machine: each rank creates a {@code /dev/shm} file holding its signal
  * pad and buffer, the ranks exchange file names through the rendezvous store, every rank maps
- * every file, and each owner then unlinks its file (see {@link SharedMemoryFiles}).
+ * every file, and each owner then unlinks its file (see {@link SharedMemoryFiles}). One transport
+ * serves one group, which creates it with its peers' process identities ({@link PeerProcesses}).
  *
  * <pre>
  *   file of rank r:  [ signal pad (SignalPadLayout.padBytes) | buffer (bytes, rounded up to 4096) ]
@@ -32,6 +32,12 @@ public final class SharedMemoryTransport implements Transport {
     private static final Pattern ALLOCATION = Pattern.compile("([0-9a-f]{12}) ([0-9]{1,18}) (-1|[0-9]{1,18})");
 
     private final AtomicLong nextId = new AtomicLong();
+    private final PeerProcesses peers;
+
+    /** The transport of one process group, whose ranks' processes {@code peers} identifies. */
+    public SharedMemoryTransport(PeerProcesses peers) {
+        this.peers = java.util.Objects.requireNonNull(peers, "peers");
+    }
 
     @Override
     public String name() {
@@ -40,7 +46,7 @@ public final class SharedMemoryTransport implements Transport {
 
     @Override
     public SymmetricMemory allocate(Group group, long bytes) {
-        ProcessGroup g = processGroup(group);
+        Group g = ownGroup(group);
         if (bytes < 0) {
             throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0");
         }
@@ -52,7 +58,7 @@ public final class SharedMemoryTransport implements Transport {
         long fileBytes = padBytes + ((bytes + 4095) & ~4095L);
         Arena arena = Arena.ofShared();
         String myTag = SharedMemoryFiles.newTag();
-        String myName = SharedMemoryFiles.name(g.pid(rank), g.startMillis(rank), myTag, rank);
+        String myName = SharedMemoryFiles.name(peers.pid(rank), peers.startMillis(rank), myTag, rank);
         boolean unlinked = false;
         try {
             MemorySegment mine = SharedMemoryFiles.createAndMap(myName, fileBytes, arena);
@@ -83,7 +89,7 @@ public final class SharedMemoryTransport implements Transport {
                 if (r == 0) {
                     id = Long.parseLong(m.group(3));
                 }
-                names[r] = SharedMemoryFiles.name(g.pid(r), g.startMillis(r), m.group(1), r);
+                names[r] = SharedMemoryFiles.name(peers.pid(r), peers.startMillis(r), m.group(1), r);
             }
             if (!sameSize) {
                 throw new SymmemException("symmetric memory allocate: sizes differ across ranks: " + sizes
@@ -120,14 +126,16 @@ public final class SharedMemoryTransport implements Transport {
 
     @Override
     public Communicator communicator(Group group, CommunicatorOptions options) {
-        return new HostCommunicator(processGroup(group), options);
+        return new HostCommunicator(ownGroup(group), options);
     }
 
-    private static ProcessGroup processGroup(Group group) {
-        if (group instanceof ProcessGroup g) {
-            return g;
+    /** {@code group}, if this is its transport: the peers' identities are that group's. */
+    private Group ownGroup(Group group) {
+        if (group == null || group.transport() != this) {
+            throw new IllegalArgumentException("transport " + NAME + " serves the process group that created it; found "
+                    + (group == null ? "null" : group.getClass().getSimpleName() + " with transport "
+                    + group.transport().name()) + " (use group.transport(), or SymmetricMemory.allocate(group, bytes))");
         }
-        throw new IllegalArgumentException("transport " + NAME + " needs a ProcessGroup; found "
-                + (group == null ? "null" : group.getClass().getSimpleName()));
+        return group;
     }
 }

@@ -1,0 +1,16 @@
+package org.symmem4j.parallel.host;
+
+/**
+ * What {@link SharedMemoryTransport} needs to know of a group's processes: each rank's pid and
+ * start time, from which it builds the rank's {@code /dev/shm} file names itself (nothing read from
+ * the store becomes a path). The group that creates the transport supplies it, so the transport
+ * never looks at the group's class.
+ */
+public interface PeerProcesses {
+
+    /** Pid of rank {@code rank}'s process. */
+    long pid(int rank);
+
+    /** Start time of rank {@code rank}'s process (epoch milliseconds; 0 when unknown). */
+    long startMillis(int rank);
+}
