@@ -32,6 +32,8 @@ import org.symmem4j.dl4j.pipeline.PipelineStepReport;
 import org.symmem4j.pipeline.exec.TimelineReport;
 import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.ScheduleSimulator;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * A convolutional network in a pipeline: two convolution + batch normalization + max pooling blocks,
@@ -55,23 +57,35 @@ public final class CnnPipelineExample {
     private CnnPipelineExample() {
     }
 
-    public static void main(String[] args) throws IOException {
+    @Command(name = "CnnPipelineExample", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "A CNN (convolution, batch normalization and pooling twice, dense with dropout) trained in a"
+                    + " 1F1B pipeline against the single model; writes a Chrome trace and an SVG of the median step.")
+    static final class Flags {
+        @Option(names = "--ranks", paramLabel = "P", description = "pipeline ranks (threads)")
         int ranks = 2;
+        @Option(names = "--microbatches", paramLabel = "M", description = "microbatches per batch")
         int microbatches = 8;
+        @Option(names = "--batch", paramLabel = "B", description = "examples per batch")
         int batch = 64;
+        @Option(names = "--epochs", paramLabel = "E", description = "passes over the training batches")
         int epochs = 3;
+        @Option(names = "--out", paramLabel = "DIR", description = "directory for the trace and SVG (relative to the working directory)")
         Path out = Path.of("target", "pipeline-example");
-        for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--ranks" -> ranks = Integer.parseInt(args[++i]);
-                case "--microbatches" -> microbatches = Integer.parseInt(args[++i]);
-                case "--batch" -> batch = Integer.parseInt(args[++i]);
-                case "--epochs" -> epochs = Integer.parseInt(args[++i]);
-                case "--out" -> out = Path.of(args[++i]);
-                default -> throw new IllegalArgumentException("unknown argument " + args[i] + " (expected --ranks P,"
-                        + " --microbatches M, --batch B, --epochs E, --out DIR)");
-            }
-        }
+    }
+
+    public static void main(String[] args) throws IOException {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--ranks", f.ranks);
+            Cli.positive("--microbatches", f.microbatches);
+            Cli.positive("--batch", f.batch);
+            Cli.positive("--epochs", f.epochs);
+            return f;
+        });
+        int ranks = flags.ranks;
+        int microbatches = flags.microbatches;
+        int batch = flags.batch;
+        int epochs = flags.epochs;
+        Path out = flags.out;
         Files.createDirectories(out);
         List<DataSet> train = strokes(31, 40, batch);
         List<DataSet> test = strokes(32, 4, 256);

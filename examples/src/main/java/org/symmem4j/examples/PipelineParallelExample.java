@@ -32,6 +32,8 @@ import org.symmem4j.pipeline.exec.TimelineReport;
 import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.ScheduleSimulator;
 import org.symmem4j.pipeline.schedule.SimulationResult;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * The pipeline-parallel example: a deep MLP cut into stages across {@code --ranks} ranks (threads),
@@ -56,36 +58,54 @@ public final class PipelineParallelExample {
     private PipelineParallelExample() {
     }
 
-    public static void main(String[] args) throws IOException {
+    @Command(name = "PipelineParallelExample", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "A deep MLP trained in a pipeline (1F1B and, with two layers per stage, interleaved) against"
+                    + " the single model; prints each stage's layers and the bubble predicted, measured, simulated and"
+                    + " ideal; writes Chrome traces and SVGs.")
+    static final class Flags {
+        @Option(names = "--ranks", paramLabel = "P", description = "pipeline ranks (threads)")
         int ranks = 4;
+        @Option(names = "--microbatches", paramLabel = "M", description = "microbatches per batch")
         int microbatches = 8;
+        @Option(names = "--batch", paramLabel = "B", description = "examples per batch")
         int batch = 128;
+        @Option(names = "--epochs", paramLabel = "E", description = "passes over the training batches")
         int epochs = 2;
+        @Option(names = "--hidden", paramLabel = "H", description = "width of the hidden layers")
         int hidden = 192;
+        @Option(names = "--layers", paramLabel = "L", description = "hidden layers")
         int hiddenLayers = 8;
-        boolean splitByTime = true;
+        @Option(names = "--split", paramLabel = "time|params",
+                description = "balance stages by measured pass times or by parameter counts")
+        String split = "time";
+        @Option(names = "--out", paramLabel = "DIR", description = "directory for traces and SVGs (relative to the working directory)")
         Path out = Path.of("target", "pipeline-example");
+        @Option(names = "--port", paramLabel = "P", description = "serve Prometheus metrics on 127.0.0.1:P (negative: none)")
         int port = -1;
-        for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--ranks" -> ranks = Integer.parseInt(args[++i]);
-                case "--microbatches" -> microbatches = Integer.parseInt(args[++i]);
-                case "--batch" -> batch = Integer.parseInt(args[++i]);
-                case "--epochs" -> epochs = Integer.parseInt(args[++i]);
-                case "--hidden" -> hidden = Integer.parseInt(args[++i]);
-                case "--layers" -> hiddenLayers = Integer.parseInt(args[++i]);
-                case "--split" -> splitByTime = switch (args[++i]) {
-                    case "time" -> true;
-                    case "params" -> false;
-                    default -> throw new IllegalArgumentException("--split " + args[i] + " (expected time or params)");
-                };
-                case "--out" -> out = Path.of(args[++i]);
-                case "--port" -> port = Integer.parseInt(args[++i]);
-                default -> throw new IllegalArgumentException("unknown argument " + args[i] + " (expected --ranks P,"
-                        + " --microbatches M, --batch B, --epochs E, --hidden H, --layers L, --split time|params,"
-                        + " --out DIR, --port P)");
+    }
+
+    public static void main(String[] args) throws IOException {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--ranks", f.ranks);
+            Cli.positive("--microbatches", f.microbatches);
+            Cli.positive("--batch", f.batch);
+            Cli.positive("--epochs", f.epochs);
+            Cli.positive("--hidden", f.hidden);
+            Cli.positive("--layers", f.hiddenLayers);
+            if (!f.split.equals("time") && !f.split.equals("params")) {
+                throw new IllegalArgumentException("--split=" + f.split + " expected time or params");
             }
-        }
+            return f;
+        });
+        int ranks = flags.ranks;
+        int microbatches = flags.microbatches;
+        int batch = flags.batch;
+        int epochs = flags.epochs;
+        int hidden = flags.hidden;
+        int hiddenLayers = flags.hiddenLayers;
+        boolean splitByTime = flags.split.equals("time");
+        Path out = flags.out;
+        int port = flags.port;
         Files.createDirectories(out);
         PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
         PrometheusEndpoint endpoint = port >= 0 ? PrometheusEndpoint.start(registry, port) : null;
