@@ -147,7 +147,9 @@ public final class CnnPipelineExample {
             Path svg = out.resolve("cnn-1f1b.svg");
             trainer.runTimeline().writeChromeTrace(run);
             Files.writeString(svg, median.svg("CNN, " + ranks + " ranks, " + microbatches + " microbatches (median step)"));
-            System.out.println("  wrote " + run + " (open in https://ui.perfetto.dev) and " + svg);
+            // absolute paths: under `mvn -Pexample` the working directory is examples/, not where mvn was started
+            System.out.println("  wrote " + run.toAbsolutePath().normalize() + " (open in https://ui.perfetto.dev) and "
+                    + svg.toAbsolutePath().normalize());
         }
     }
 

@@ -137,7 +137,8 @@ public final class DataParallelExample {
                 }
                 DataParallelTimeline recorded = wrapper.runTimeline();
                 recorded.writeChromeTrace(timeline);
-                System.out.printf(Locale.ROOT, "timeline: %s (%d steps%s; open in https://ui.perfetto.dev)%n", timeline,
+                System.out.printf(Locale.ROOT, "timeline: %s (%d steps%s; open in https://ui.perfetto.dev)%n",
+                        timeline.toAbsolutePath().normalize(),
                         recorded.recordedSteps(), recorded.droppedSteps() > 0
                                 ? ", " + recorded.droppedSteps() + " later steps left out" : "");
             }
