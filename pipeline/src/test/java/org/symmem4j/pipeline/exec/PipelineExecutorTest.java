@@ -246,7 +246,6 @@ class PipelineExecutorTest {
         PipelineShape shape = PipelineShape.of(4, 8);
         Schedule schedule = ScheduleGenerators.oneFOneB(4, 8);
         GroupOptions longTimeout = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
-        long start = System.nanoTime();
         SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(4, longTimeout, group -> {
             Map<Integer, StageCompute> mine = new HashMap<>(stagesOf(group, shape, 0, 0));
             if (group.rank() == 2) {
@@ -277,8 +276,9 @@ class PipelineExecutorTest {
                 throw new AssertionError("runStep did not fail: " + again);
             }
         }));
-        double seconds = (System.nanoTime() - start) / 1e9;
-        assertTrue(seconds < 20, "every rank must stop long before the 60 s timeout; took " + seconds + " s");
+        // No elapsed-time bound (a loaded machine stretches it): a rank that had waited out the timeout
+        // would report PeerTimeoutException, so three PipelineAbortedExceptions below are the proof that
+        // the abort, not the timeout, stopped them.
         List<Throwable> all = new ArrayList<>(List.of(e.getCause()));
         for (Throwable suppressed : e.getSuppressed()) {
             all.add(suppressed.getCause());
