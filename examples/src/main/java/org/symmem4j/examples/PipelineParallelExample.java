@@ -49,7 +49,7 @@ import picocli.CommandLine.Option;
  * median step as a Chrome trace and an SVG (open the traces at https://ui.perfetto.dev).
  *
  * <pre>
- *   PipelineParallelExample [--ranks P] [--microbatches M] [--batch B] [--epochs E] [--hidden H]
+ *   PipelineParallelExample [--ranks P] [--microbatches M] [--batch B] [--warmup-epochs W] [--epochs E] [--hidden H]
  *                           [--layers L] [--split time|params] [--out DIR] [--port P]
  * </pre>
  * {@code --port P} serves the pipelines' metrics (tag {@code application=pipeline-example}) at
