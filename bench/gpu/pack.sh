@@ -20,8 +20,8 @@ mkdir -p .device/lib
 cp kernels/target/symmem4j-kernels-0.1.0-SNAPSHOT.jar parallel/target/symmem4j-parallel-0.1.0-SNAPSHOT.jar \
    gradsync/target/symmem4j-gradsync-0.1.0-SNAPSHOT.jar pipeline/target/symmem4j-pipeline-0.1.0-SNAPSHOT.jar \
    examples/target/symmem4j-examples-0.1.0-SNAPSHOT.jar .device/lib/
-# micrometer-core for the metrics; SLF4J's API (symmem4j logs through it) and its simple backend
-for jar in micrometer-core slf4j-api slf4j-simple; do
+# micrometer-core for the metrics; SLF4J's API (symmem4j logs through it) and its simple backend; picocli parses the benchmarks' options
+for jar in micrometer-core slf4j-api slf4j-simple picocli; do
   cp "$(grep -o "[^:]*$jar-[0-9][^:]*\.jar" examples/target/classpath.txt | head -1)" .device/lib/
 done
 cp -r parallel/target/test-classes .device/test-classes

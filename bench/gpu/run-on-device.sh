@@ -26,7 +26,7 @@ mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 java=.device/jre/bin/java
 flags="--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -Xmx24g ${SYMMEM4J_JAVA_OPTS:-}"
-cp=$(ls .device/lib/symmem4j-*.jar .device/lib/micrometer-*.jar .device/lib/slf4j-*.jar | tr '\n' ':')
+cp=$(ls .device/lib/symmem4j-*.jar .device/lib/micrometer-*.jar .device/lib/slf4j-*.jar .device/lib/picocli-*.jar | tr '\n' ':')
 nvidia-smi -L || true
 nvidia-smi topo -m 2>/dev/null | head -12 || true
 echo "CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-unset} CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-unset}"

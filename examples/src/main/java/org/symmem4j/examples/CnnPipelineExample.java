@@ -32,6 +32,8 @@ import org.symmem4j.dl4j.pipeline.PipelineStepReport;
 import org.symmem4j.pipeline.exec.TimelineReport;
 import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.ScheduleSimulator;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * A convolutional network in a pipeline: two convolution + batch normalization + max pooling blocks,
@@ -44,7 +46,7 @@ import org.symmem4j.pipeline.schedule.ScheduleSimulator;
  * prints their test accuracy. Writes the timed run as a Chrome trace and the median step as an SVG.
  *
  * <pre>
- *   CnnPipelineExample [--ranks P] [--microbatches M] [--batch B] [--epochs E] [--out DIR]
+ *   CnnPipelineExample [--ranks P] [--microbatches M] [--batch B] [--warmup-epochs W] [--epochs E] [--out DIR]
  * </pre>
  */
 public final class CnnPipelineExample {
@@ -55,36 +57,59 @@ public final class CnnPipelineExample {
     private CnnPipelineExample() {
     }
 
-    public static void main(String[] args) throws IOException {
+    @Command(name = "CnnPipelineExample", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "A CNN (convolution, batch normalization and pooling twice, dense with dropout) trained in a"
+                    + " 1F1B pipeline against the single model; writes a Chrome trace and an SVG of the median step.")
+    static final class Flags {
+        @Option(names = "--ranks", paramLabel = "P", description = "pipeline ranks (threads)")
         int ranks = 2;
+        @Option(names = "--microbatches", paramLabel = "M", description = "microbatches per batch")
         int microbatches = 8;
+        @Option(names = "--batch", paramLabel = "B", description = "examples per batch")
         int batch = 64;
-        int epochs = 3;
+        @Option(names = "--warmup-epochs", paramLabel = "W",
+                description = "untimed passes over the training batches first, for the single model and the pipeline alike"
+                        + " (ND4J and JIT warm-up)")
+        int warmupEpochs = 1;
+        @Option(names = "--epochs", paramLabel = "E", description = "timed passes over the training batches, after the warm-up")
+        int epochs = 2;
+        @Option(names = "--out", paramLabel = "DIR", description = "directory for the trace and SVG (relative to the working directory)")
         Path out = Path.of("target", "pipeline-example");
-        for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--ranks" -> ranks = Integer.parseInt(args[++i]);
-                case "--microbatches" -> microbatches = Integer.parseInt(args[++i]);
-                case "--batch" -> batch = Integer.parseInt(args[++i]);
-                case "--epochs" -> epochs = Integer.parseInt(args[++i]);
-                case "--out" -> out = Path.of(args[++i]);
-                default -> throw new IllegalArgumentException("unknown argument " + args[i] + " (expected --ranks P,"
-                        + " --microbatches M, --batch B, --epochs E, --out DIR)");
+    }
+
+    public static void main(String[] args) throws IOException {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--ranks", f.ranks);
+            Cli.positive("--microbatches", f.microbatches);
+            Cli.positive("--batch", f.batch);
+            Cli.positive("--epochs", f.epochs);
+            if (f.warmupEpochs < 0) {
+                throw new IllegalArgumentException("--warmup-epochs=" + f.warmupEpochs + " expected >= 0");
             }
-        }
+            return f;
+        });
+        int ranks = flags.ranks;
+        int microbatches = flags.microbatches;
+        int batch = flags.batch;
+        int warmupEpochs = flags.warmupEpochs;
+        int epochs = flags.epochs;
+        Path out = flags.out;
         Files.createDirectories(out);
         List<DataSet> train = strokes(31, 40, batch);
         List<DataSet> test = strokes(32, 4, 256);
         MultiLayerNetwork reference = cnn();
         System.out.printf(Locale.ROOT, "symmem4j CNN pipeline: %d ranks, %d layers, %d parameters, batch %d in %d"
-                + " microbatches, %d batches per epoch, %d epochs%n", ranks, reference.getnLayers(), reference.numParams(),
-                batch, microbatches, train.size(), epochs);
+                + " microbatches, %d batches per epoch, %d untimed + %d timed epochs%n", ranks, reference.getnLayers(),
+                reference.numParams(), batch, microbatches, train.size(), warmupEpochs, epochs);
 
         // the baseline runs with the ND4J threads each rank gets (a core per rank, when there are enough)
         int threads = Math.max(1, Runtime.getRuntime().availableProcessors() / ranks);
         Nd4j.getEnvironment().setMaxThreads(threads);
         Nd4j.factory().blas().setMaxThreads(threads);
         MultiLayerNetwork single = reference.clone();
+        for (int epoch = 0; epoch < warmupEpochs; epoch++) {
+            single.fit(new ListIterator(train)); // ND4J and the JIT warm up, as for the pipeline below
+        }
         long start = System.nanoTime();
         for (int epoch = 0; epoch < epochs; epoch++) {
             single.fit(new ListIterator(train));
@@ -99,12 +124,15 @@ public final class CnnPipelineExample {
         try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(net).ranks(ranks)
                 .ompThreadsPerRank(threads).microbatches(microbatches)
                 .schedule(PipelineSchedule.ONE_F_ONE_B).splitByMeasuredTimes(train.getFirst())
-                .recordTimeline(epochs * train.size()).stepListener(steps::add).build()) {
+                .recordTimeline((warmupEpochs + epochs) * train.size()).stepListener(steps::add).build()) {
             PipelineStageSplit split = trainer.split();
             for (int s = 0; s < split.stageCount(); s++) {
                 System.out.printf(Locale.ROOT, "  stage %d: layers %d-%d (%s), %,d parameters, profiled F+B %.2f ms per"
                                 + " microbatch%n", s, split.firstLayer(s), split.endLayer(s) - 1, layerNames(net, split, s),
                         split.parameterCount(s), trainer.predictedStageDurations().total(s) / 1e3);
+            }
+            for (int epoch = 0; epoch < warmupEpochs; epoch++) {
+                trainer.fit(new ListIterator(train));
             }
             start = System.nanoTime();
             for (int epoch = 0; epoch < epochs; epoch++) {
@@ -133,7 +161,9 @@ public final class CnnPipelineExample {
             Path svg = out.resolve("cnn-1f1b.svg");
             trainer.runTimeline().writeChromeTrace(run);
             Files.writeString(svg, median.svg("CNN, " + ranks + " ranks, " + microbatches + " microbatches (median step)"));
-            System.out.println("  wrote " + run + " (open in https://ui.perfetto.dev) and " + svg);
+            // absolute paths: under `mvn -Pexample` the working directory is examples/, not where mvn was started
+            System.out.println("  wrote " + run.toAbsolutePath().normalize() + " (open in https://ui.perfetto.dev) and "
+                    + svg.toAbsolutePath().normalize());
         }
     }
 

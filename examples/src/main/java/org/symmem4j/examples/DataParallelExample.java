@@ -28,6 +28,8 @@ import org.symmem4j.dl4j.DataParallelTimeline;
 import org.symmem4j.dl4j.PrometheusEndpoint;
 import org.symmem4j.dl4j.StepReport;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * The README's main example: trains a DL4J network data-parallel on the CPU with N workers over
@@ -60,30 +62,49 @@ public final class DataParallelExample {
     private DataParallelExample() {
     }
 
-    public static void main(String[] args) throws InterruptedException, IOException {
+    @Command(name = "DataParallelExample", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "DL4J training data-parallel over symmetric memory on generated data: loss, examples/s and"
+                    + " sync time per step, then a sync-latency summary, with Prometheus metrics served meanwhile.")
+    static final class Flags {
+        @Option(names = "--workers", paramLabel = "N", description = "worker threads (default: the number of cores)")
         int workers = Runtime.getRuntime().availableProcessors();
+        @Option(names = "--epochs", paramLabel = "E", description = "passes over the training batches")
         int epochs = 4;
+        @Option(names = "--batch", paramLabel = "B", description = "examples per worker per step")
         int batch = 64;
+        @Option(names = "--hidden", paramLabel = "H", description = "width of the MLP's hidden layers")
         int hidden = 256;
+        @Option(names = "--port", paramLabel = "P", description = "Prometheus endpoint port on 127.0.0.1 (negative: none)")
         int port = 9404;
+        @Option(names = "--linger-seconds", paramLabel = "S", description = "keep serving metrics this long after training")
         double lingerSeconds = 0;
-        Path timeline = null;
+        @Option(names = "--timeline", paramLabel = "FILE",
+                description = "write the run as a Chrome trace to FILE (default: none)")
+        Path timeline;
+        @Option(names = "--timeline-steps", paramLabel = "N", description = "steps the timeline keeps")
         int timelineSteps = 1000;
-        for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--workers" -> workers = Integer.parseInt(args[++i]);
-                case "--epochs" -> epochs = Integer.parseInt(args[++i]);
-                case "--batch" -> batch = Integer.parseInt(args[++i]);
-                case "--hidden" -> hidden = Integer.parseInt(args[++i]);
-                case "--port" -> port = Integer.parseInt(args[++i]);
-                case "--linger-seconds" -> lingerSeconds = Double.parseDouble(args[++i]);
-                case "--timeline" -> timeline = Path.of(args[++i]);
-                case "--timeline-steps" -> timelineSteps = Integer.parseInt(args[++i]);
-                default -> throw new IllegalArgumentException("unknown argument " + args[i] + " (expected --workers N,"
-                        + " --epochs E, --batch B, --hidden H, --port P, --linger-seconds S, --timeline FILE,"
-                        + " --timeline-steps N)");
+    }
+
+    public static void main(String[] args) throws InterruptedException, IOException {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--workers", f.workers);
+            Cli.positive("--epochs", f.epochs);
+            Cli.positive("--batch", f.batch);
+            Cli.positive("--hidden", f.hidden);
+            Cli.positive("--timeline-steps", f.timelineSteps);
+            if (f.lingerSeconds < 0) {
+                throw new IllegalArgumentException("--linger-seconds=" + f.lingerSeconds + " expected >= 0");
             }
-        }
+            return f;
+        });
+        int workers = flags.workers;
+        int epochs = flags.epochs;
+        int batch = flags.batch;
+        int hidden = flags.hidden;
+        int port = flags.port;
+        double lingerSeconds = flags.lingerSeconds;
+        Path timeline = flags.timeline;
+        int timelineSteps = flags.timelineSteps;
         SyntheticData data = new SyntheticData(64, 10, 1);
         List<DataSet> train = data.batches(2, 96, batch, DataType.FLOAT);
         List<DataSet> test = data.batches(3, 8, 256, DataType.FLOAT);
@@ -116,7 +137,8 @@ public final class DataParallelExample {
                 }
                 DataParallelTimeline recorded = wrapper.runTimeline();
                 recorded.writeChromeTrace(timeline);
-                System.out.printf(Locale.ROOT, "timeline: %s (%d steps%s; open in https://ui.perfetto.dev)%n", timeline,
+                System.out.printf(Locale.ROOT, "timeline: %s (%d steps%s; open in https://ui.perfetto.dev)%n",
+                        timeline.toAbsolutePath().normalize(),
                         recorded.recordedSteps(), recorded.droppedSteps() > 0
                                 ? ", " + recorded.droppedSteps() + " later steps left out" : "");
             }

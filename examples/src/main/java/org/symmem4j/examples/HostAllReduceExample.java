@@ -11,6 +11,8 @@ import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * All-reduce across N ranks (threads of this JVM) on symmetric memory with every host algorithm:
@@ -27,19 +29,30 @@ public final class HostAllReduceExample {
     private HostAllReduceExample() {
     }
 
-    public static void main(String[] args) {
+    @Command(name = "HostAllReduceExample", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "Host all-reduce (threads, float32 SUM, in place on symmetric memory): every algorithm at"
+                    + " sizes from 1 KiB up by 4x, each result checked, then timed.")
+    static final class Flags {
+        @Option(names = "--ranks", paramLabel = "N", description = "ranks as threads (default: the number of cores, at least 2)")
         int ranks = Math.max(2, Runtime.getRuntime().availableProcessors());
+        @Option(names = "--max-bytes", paramLabel = "B", description = "largest message in bytes")
         long maxBytes = 64L << 20;
+        @Option(names = "--seconds", paramLabel = "S", description = "timing budget per size and algorithm")
         double secondsPerCase = 0.2;
-        for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--ranks" -> ranks = Integer.parseInt(args[++i]);
-                case "--max-bytes" -> maxBytes = Long.parseLong(args[++i]);
-                case "--seconds" -> secondsPerCase = Double.parseDouble(args[++i]);
-                default -> throw new IllegalArgumentException("unknown argument " + args[i]
-                        + " (expected --ranks N, --max-bytes B, --seconds S)");
+    }
+
+    public static void main(String[] args) {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--ranks", f.ranks);
+            if (f.maxBytes < 1024 || f.secondsPerCase <= 0) {
+                throw new IllegalArgumentException("--max-bytes=" + f.maxBytes + " --seconds=" + f.secondsPerCase
+                        + " expected max-bytes >= 1024 and seconds > 0");
             }
-        }
+            return f;
+        });
+        int ranks = flags.ranks;
+        long maxBytes = flags.maxBytes;
+        double secondsPerCase = flags.secondsPerCase;
         List<Long> sizes = new ArrayList<>();
         for (long b = 1024; b <= maxBytes; b *= 4) {
             sizes.add(b);

@@ -8,8 +8,10 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.layers.DenseLayer;
@@ -32,6 +34,8 @@ import org.symmem4j.pipeline.exec.TimelineReport;
 import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.ScheduleSimulator;
 import org.symmem4j.pipeline.schedule.SimulationResult;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * The pipeline-parallel example: a deep MLP cut into stages across {@code --ranks} ranks (threads),
@@ -45,7 +49,7 @@ import org.symmem4j.pipeline.schedule.SimulationResult;
  * median step as a Chrome trace and an SVG (open the traces at https://ui.perfetto.dev).
  *
  * <pre>
- *   PipelineParallelExample [--ranks P] [--microbatches M] [--batch B] [--epochs E] [--hidden H]
+ *   PipelineParallelExample [--ranks P] [--microbatches M] [--batch B] [--warmup-epochs W] [--epochs E] [--hidden H]
  *                           [--layers L] [--split time|params] [--out DIR] [--port P]
  * </pre>
  * {@code --port P} serves the pipelines' metrics (tag {@code application=pipeline-example}) at
@@ -56,36 +60,62 @@ public final class PipelineParallelExample {
     private PipelineParallelExample() {
     }
 
-    public static void main(String[] args) throws IOException {
+    @Command(name = "PipelineParallelExample", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "A deep MLP trained in a pipeline (1F1B and, with two layers per stage, interleaved) against"
+                    + " the single model; prints each stage's layers and the bubble predicted, measured, simulated and"
+                    + " ideal; writes Chrome traces and SVGs.")
+    static final class Flags {
+        @Option(names = "--ranks", paramLabel = "P", description = "pipeline ranks (threads)")
         int ranks = 4;
+        @Option(names = "--microbatches", paramLabel = "M", description = "microbatches per batch")
         int microbatches = 8;
+        @Option(names = "--batch", paramLabel = "B", description = "examples per batch")
         int batch = 128;
-        int epochs = 2;
+        @Option(names = "--warmup-epochs", paramLabel = "W",
+                description = "untimed passes over the training batches first, for the single model and every pipeline alike"
+                        + " (ND4J and JIT warm-up)")
+        int warmupEpochs = 1;
+        @Option(names = "--epochs", paramLabel = "E", description = "timed passes over the training batches, after the warm-up")
+        int epochs = 1;
+        @Option(names = "--hidden", paramLabel = "H", description = "width of the hidden layers")
         int hidden = 192;
+        @Option(names = "--layers", paramLabel = "L", description = "hidden layers")
         int hiddenLayers = 8;
-        boolean splitByTime = true;
+        @Option(names = "--split", paramLabel = "time|params",
+                description = "balance stages by measured pass times or by parameter counts")
+        String split = "time";
+        @Option(names = "--out", paramLabel = "DIR", description = "directory for traces and SVGs (relative to the working directory)")
         Path out = Path.of("target", "pipeline-example");
+        @Option(names = "--port", paramLabel = "P", description = "serve Prometheus metrics on 127.0.0.1:P (negative: none)")
         int port = -1;
-        for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--ranks" -> ranks = Integer.parseInt(args[++i]);
-                case "--microbatches" -> microbatches = Integer.parseInt(args[++i]);
-                case "--batch" -> batch = Integer.parseInt(args[++i]);
-                case "--epochs" -> epochs = Integer.parseInt(args[++i]);
-                case "--hidden" -> hidden = Integer.parseInt(args[++i]);
-                case "--layers" -> hiddenLayers = Integer.parseInt(args[++i]);
-                case "--split" -> splitByTime = switch (args[++i]) {
-                    case "time" -> true;
-                    case "params" -> false;
-                    default -> throw new IllegalArgumentException("--split " + args[i] + " (expected time or params)");
-                };
-                case "--out" -> out = Path.of(args[++i]);
-                case "--port" -> port = Integer.parseInt(args[++i]);
-                default -> throw new IllegalArgumentException("unknown argument " + args[i] + " (expected --ranks P,"
-                        + " --microbatches M, --batch B, --epochs E, --hidden H, --layers L, --split time|params,"
-                        + " --out DIR, --port P)");
+    }
+
+    public static void main(String[] args) throws IOException {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--ranks", f.ranks);
+            Cli.positive("--microbatches", f.microbatches);
+            Cli.positive("--batch", f.batch);
+            Cli.positive("--epochs", f.epochs);
+            if (f.warmupEpochs < 0) {
+                throw new IllegalArgumentException("--warmup-epochs=" + f.warmupEpochs + " expected >= 0");
             }
-        }
+            Cli.positive("--hidden", f.hidden);
+            Cli.positive("--layers", f.hiddenLayers);
+            if (!f.split.equals("time") && !f.split.equals("params")) {
+                throw new IllegalArgumentException("--split=" + f.split + " expected time or params");
+            }
+            return f;
+        });
+        int ranks = flags.ranks;
+        int microbatches = flags.microbatches;
+        int batch = flags.batch;
+        int warmupEpochs = flags.warmupEpochs;
+        int epochs = flags.epochs;
+        int hidden = flags.hidden;
+        int hiddenLayers = flags.hiddenLayers;
+        boolean splitByTime = flags.split.equals("time");
+        Path out = flags.out;
+        int port = flags.port;
         Files.createDirectories(out);
         PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
         PrometheusEndpoint endpoint = port >= 0 ? PrometheusEndpoint.start(registry, port) : null;
@@ -101,22 +131,26 @@ public final class PipelineParallelExample {
                 microbatches, train.size());
 
         // the baseline: the same network trained by plain fit on the same batches, timed like the
-        // pipelines below (the first epoch warms up ND4J and the JIT and is not timed)
-        // the baseline runs with the ND4J threads each rank gets (a core per rank, when there are enough)
-        int threads = Math.max(1, Runtime.getRuntime().availableProcessors() / ranks);
+        // pipelines below: the same untimed warm-up epochs (ND4J and the JIT), then the timed ones;
+        // it runs with the ND4J threads each rank gets (a core per rank, when there are enough)
+        int cores = Runtime.getRuntime().availableProcessors();
+        int threads = Math.max(1, cores / ranks);
         Nd4j.getEnvironment().setMaxThreads(threads);
         Nd4j.factory().blas().setMaxThreads(threads);
         MultiLayerNetwork single = reference.clone();
-        long start = 0;
-        for (int epoch = 0; epoch < epochs; epoch++) {
-            if (epoch == 1 || epochs == 1) {
-                start = System.nanoTime();
-            }
+        for (int epoch = 0; epoch < warmupEpochs; epoch++) {
             for (DataSet b : train) {
                 single.fit(b);
             }
         }
-        double singleRate = (double) Math.max(1, epochs - 1) * train.size() * batch / ((System.nanoTime() - start) / 1e9);
+        long start = System.nanoTime();
+        for (int epoch = 0; epoch < epochs; epoch++) {
+            for (DataSet b : train) {
+                single.fit(b);
+            }
+        }
+        double singleRate = (double) epochs * train.size() * batch / ((System.nanoTime() - start) / 1e9);
+        Map<String, Double> pipelineRates = new LinkedHashMap<>();
         String singleLabel = "single model fit (" + threads + " ND4J thread" + (threads == 1 ? ")" : "s)");
         System.out.printf(Locale.ROOT, "%-34s loss %.4f  %8.0f examples/s  test accuracy %.3f%n",
                 singleLabel, single.score(), singleRate, single.evaluate(new ListIterator(test)).accuracy());
@@ -136,7 +170,7 @@ public final class PipelineParallelExample {
             PipelineParallelTrainer.Builder builder = PipelineParallelTrainer.builder(net).ranks(ranks)
                     .ompThreadsPerRank(threads)
                     .microbatches(microbatches).schedule(kind, stagesPerRank)
-                    .recordTimeline(train.size() * Math.max(1, epochs - 1))
+                    .recordTimeline(train.size() * epochs)
                     .meterRegistry(registry, Tags.of(DataParallelExample.APPLICATION_TAG, "pipeline-example"))
                     .stepListener(report -> {
                         if (timing[0]) {
@@ -151,14 +185,16 @@ public final class PipelineParallelExample {
                         trainer.split().stageCount(), splitByTime ? "measured pass times" : "parameter count",
                         trainer.linkSlots());
                 printStages(trainer);
+                for (int epoch = 0; epoch < warmupEpochs; epoch++) {
+                    trainer.fit(new ListIterator(train)); // ND4J and the JIT warm up, as for the single model
+                }
+                timing[0] = true;
+                start = System.nanoTime();
                 for (int epoch = 0; epoch < epochs; epoch++) {
-                    if (epoch == 1 || epochs == 1) {
-                        start = System.nanoTime(); // the first epoch warms up ND4J and the JIT
-                        timing[0] = true;
-                    }
                     trainer.fit(new ListIterator(train));
                 }
-                double rate = (double) Math.max(1, epochs - 1) * train.size() * batch / ((System.nanoTime() - start) / 1e9);
+                double rate = (double) epochs * train.size() * batch / ((System.nanoTime() - start) / 1e9);
+                pipelineRates.put(name, rate);
                 PipelineStepReport last = trainer.lastStep();
                 trainer.copyParametersTo(net);
                 System.out.printf(Locale.ROOT, "%-34s loss %.4f  %8.0f examples/s  test accuracy %.3f%n",
@@ -166,11 +202,31 @@ public final class PipelineParallelExample {
                 reportBubble(trainer, timedSteps, out, name, ranks, microbatches);
             }
         }
-        System.out.println("On a machine with fewer cores than ranks the ranks share cores: the pipeline cannot beat the"
-                + " single model there; the bubble and the timeline show the schedule itself.");
+        System.out.println(conclusion(singleRate, pipelineRates, ranks, threads, cores));
         if (endpoint != null) {
             endpoint.close();
         }
+    }
+
+    /**
+     * The run's conclusion, from its own numbers: the fastest pipeline against the single model, and
+     * the cores they had (with fewer cores than ranks, ranks share cores and stretch each other's passes).
+     */
+    static String conclusion(double singleRate, Map<String, Double> pipelineRates, int ranks, int threads, int cores) {
+        if (pipelineRates.isEmpty()) {
+            return "No pipeline ran (see above): nothing to compare with the single model.";
+        }
+        Map.Entry<String, Double> best = pipelineRates.entrySet().stream().max(Map.Entry.comparingByValue()).orElseThrow();
+        double ratio = best.getValue() / singleRate;
+        String verdict = ratio > 1.05 ? "faster than" : ratio < 0.95 ? "slower than" : "as fast as (within 5 %)";
+        String machine = ranks * threads > cores
+                ? String.format(Locale.ROOT, "%d ranks shared %d cores, so every pass ran slower than on a core of its own,"
+                        + " while the single model had %d ND4J thread%s", ranks, cores, threads, threads == 1 ? "" : "s")
+                : String.format(Locale.ROOT, "each of the %d ranks and the single model had %d ND4J thread%s on %d cores",
+                        ranks, threads, threads == 1 ? "" : "s", cores);
+        return String.format(Locale.ROOT, "Conclusion: the fastest pipeline (%s, %.0f examples/s) was %s the single model"
+                + " (%.0f examples/s): %.2fx. %s; both were timed after the same warm-up.", best.getKey(), best.getValue(),
+                verdict, singleRate, ratio, Character.toUpperCase(machine.charAt(0)) + machine.substring(1));
     }
 
     /**
@@ -234,7 +290,10 @@ public final class PipelineParallelExample {
         Files.writeString(trace, step.chromeTraceJson());
         Files.writeString(svg, step.svg(name + ": " + ranks + " ranks, " + trainer.split().stageCount() + " stages, "
                 + microbatches + " microbatches (median step)"));
-        System.out.println("  wrote " + run + " (the timed run), " + trace + " (open in https://ui.perfetto.dev) and " + svg);
+        // absolute paths: under `mvn -Pexample` the working directory is examples/, not where mvn was started
+        System.out.println("  wrote " + run.toAbsolutePath().normalize() + " (the timed run), "
+                + trace.toAbsolutePath().normalize() + " (open in https://ui.perfetto.dev) and "
+                + svg.toAbsolutePath().normalize());
     }
 
     /** A deep MLP: {@code hiddenLayers} tanh layers of {@code hidden} units and a softmax output (Adam), fixed seed. */

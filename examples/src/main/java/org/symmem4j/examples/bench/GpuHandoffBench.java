@@ -11,6 +11,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import org.symmem4j.examples.Cli;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
@@ -20,6 +21,8 @@ import org.symmem4j.parallel.cuda.CudaDriver;
 import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
 import org.symmem4j.parallel.cuda.CudaTransport;
 import org.symmem4j.parallel.cuda.Nccl;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * Pipeline hand-off latency between GPUs: a microbatch crossing stages as a put into the next
@@ -61,19 +64,29 @@ public final class GpuHandoffBench {
     record Cell(int from, long bytes, String variant, boolean graph, double oneWayMicros) {
     }
 
-    public static void main(String[] args) throws IOException {
-        Path out = null;
+    @Command(name = "GpuHandoffBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "GPU pipeline hand-off (put + signal into the next GPU's symmetric buffer, then the"
+                    + " consumer's wait) at every stage boundary, against NCCL send/recv.")
+    static final class Flags {
+        @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
+        Path out;
+        @Option(names = "--reps", paramLabel = "R", description = "timed repetitions per cell (the median is reported)")
         int reps = 7;
-        int gpus = 0; // all
-        for (int i = 0; i < args.length; i++) {
-            switch (args[i]) {
-                case "--out" -> out = Path.of(args[++i]);
-                case "--reps" -> reps = Integer.parseInt(args[++i]);
-                case "--gpus" -> gpus = Integer.parseInt(args[++i]);
-                default -> throw new IllegalArgumentException("unknown argument " + args[i]
-                        + " (expected --out FILE, --reps R, --gpus N)");
+        @Option(names = "--gpus", paramLabel = "N", description = "GPUs to use, one stage each (0: all)")
+        int gpus = 0;
+    }
+
+    public static void main(String[] args) throws IOException {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--reps", f.reps);
+            if (f.gpus < 0) {
+                throw new IllegalArgumentException("--gpus=" + f.gpus + " expected >= 0 (0: all)");
             }
-        }
+            return f;
+        });
+        Path out = flags.out;
+        int reps = flags.reps;
+        int gpus = flags.gpus;
         CudaTransport cuda = CudaTransport.create();
         int devices = CudaDriver.get().deviceCount();
         int world = gpus == 0 ? devices : gpus;

@@ -8,8 +8,11 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.TreeSet;
+import org.symmem4j.examples.Cli;
 import org.symmem4j.examples.bench.HostBenchReport.MpiResults;
 import org.symmem4j.examples.bench.HostBenchReport.Score;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Parameters;
 
 /**
  * Turns one run of bench/pipeline-handoff.sh into the markdown report under bench/results/: the
@@ -32,10 +35,21 @@ public final class HandoffBenchReport {
     private HandoffBenchReport() {
     }
 
+    @Command(name = "HandoffBenchReport", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "Writes the stage-link hand-off report (bench/pipeline-handoff.sh) as markdown to stdout: the JMH results and the Open MPI baseline"
+                    + " measured in the same run, after the header file's text.")
+    static final class Flags {
+        @Parameters(index = "0", paramLabel = "JMH_CSV", description = "JMH's CSV results (-rf csv)")
+        Path jmh;
+        @Parameters(index = "1", paramLabel = "MPI_TXT", description = "the Open MPI baseline's output (mpi-pingpong.txt)")
+        Path mpi;
+        @Parameters(index = "2", paramLabel = "HEADER_MD", description = "markdown put first (date, machine, commit)")
+        Path header;
+    }
+
     public static void main(String[] args) throws IOException {
-        if (args.length != 3) {
-            throw new IllegalArgumentException("usage: HandoffBenchReport <jmh.csv> <mpi-pingpong.txt> <header.md>");
-        }
+        Flags flags = Cli.parse(new Flags(), args);
+        args = new String[] {flags.jmh.toString(), flags.mpi.toString(), flags.header.toString()};
         Map<String, Score> jmh = HostBenchReport.readJmh(Path.of(args[0]));
         MpiResults mpi = HostBenchReport.readMpi(Path.of(args[1]));
         TreeSet<Long> sizes = new TreeSet<>();

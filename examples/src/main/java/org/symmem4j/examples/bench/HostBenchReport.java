@@ -8,6 +8,9 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import org.symmem4j.examples.Cli;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Parameters;
 
 /**
  * Turns one run of the host benchmarks into the markdown table under bench/results/: JMH's CSV
@@ -31,10 +34,21 @@ public final class HostBenchReport {
     record Score(double micros, double error) {
     }
 
+    @Command(name = "HostBenchReport", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "Writes the host all-reduce report (bench/host-allreduce.sh) as markdown to stdout: the JMH results and the Open MPI baseline"
+                    + " measured in the same run, after the header file's text.")
+    static final class Flags {
+        @Parameters(index = "0", paramLabel = "JMH_CSV", description = "JMH's CSV results (-rf csv)")
+        Path jmh;
+        @Parameters(index = "1", paramLabel = "MPI_TXT", description = "the Open MPI baseline's output (mpi.txt)")
+        Path mpi;
+        @Parameters(index = "2", paramLabel = "HEADER_MD", description = "markdown put first (date, machine, commit)")
+        Path header;
+    }
+
     public static void main(String[] args) throws IOException {
-        if (args.length != 3) {
-            throw new IllegalArgumentException("usage: HostBenchReport <jmh.csv> <mpi.txt> <header.md>");
-        }
+        Flags flags = Cli.parse(new Flags(), args);
+        args = new String[] {flags.jmh.toString(), flags.mpi.toString(), flags.header.toString()};
         Map<String, Score> jmh = readJmh(Path.of(args[0]));
         MpiResults mpiResults = readMpi(Path.of(args[1]));
         Map<Long, Double> mpi = mpiResults.medianMicros();

@@ -9,6 +9,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.locks.LockSupport;
+import org.symmem4j.examples.Cli;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.pipeline.channel.LinkPlan;
@@ -21,6 +22,8 @@ import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
 import org.symmem4j.pipeline.schedule.ScheduleGenerators;
 import org.symmem4j.pipeline.schedule.SimulationResult;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * How close the executor's measured idle time comes to the simulator's, with stages that take a known
@@ -44,36 +47,48 @@ public final class PipelineExecutorBubbleBench {
     private PipelineExecutorBubbleBench() {
     }
 
-    public static void main(String[] args) {
+    @Command(name = "PipelineExecutorBubbleBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "The pipeline executor with stages of known duration: its measured idle time against the"
+                    + " simulator's bubble.")
+    static final class Flags {
+        @Option(names = "--ranks", paramLabel = "P", description = "pipeline ranks (threads)")
         int ranks = 4;
+        @Option(names = "--microbatches", paramLabel = "M", description = "microbatches per step")
         int microbatches = 8;
+        @Option(names = "--forward-us", paramLabel = "F", description = "each stage's forward pass, microseconds")
         long forwardUs = 3000;
+        @Option(names = "--backward-us", paramLabel = "B", description = "each stage's backward pass, microseconds")
         long backwardUs = 6000;
+        @Option(names = "--bytes", paramLabel = "N", description = "message bytes per hand-off")
         int bytes = 384;
+        @Option(names = "--steps", paramLabel = "S", description = "steps (the median is reported)")
         int steps = 11;
-        boolean spin = false;
-        String usage = "expected [--ranks P] [--microbatches M] [--forward-us F] [--backward-us B] [--bytes N]"
-                + " [--steps S] [--wait spin|park]";
-        for (int i = 0; i < args.length; i += 2) {
-            if (i + 1 >= args.length) {
-                throw new IllegalArgumentException("missing value after " + args[i] + " (" + usage + ")");
+        @Option(names = "--wait", paramLabel = "spin|park", description = "how waiting ranks wait")
+        String wait = "park";
+    }
+
+    public static void main(String[] args) {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--ranks", f.ranks);
+            Cli.positive("--microbatches", f.microbatches);
+            Cli.positive("--bytes", f.bytes);
+            Cli.positive("--steps", f.steps);
+            if (f.forwardUs < 1 || f.backwardUs < 1) {
+                throw new IllegalArgumentException("--forward-us=" + f.forwardUs + " --backward-us=" + f.backwardUs
+                        + " expected both >= 1");
             }
-            String v = args[i + 1];
-            switch (args[i]) {
-                case "--ranks" -> ranks = Integer.parseInt(v);
-                case "--microbatches" -> microbatches = Integer.parseInt(v);
-                case "--forward-us" -> forwardUs = Long.parseLong(v);
-                case "--backward-us" -> backwardUs = Long.parseLong(v);
-                case "--bytes" -> bytes = Integer.parseInt(v);
-                case "--steps" -> steps = Integer.parseInt(v);
-                case "--wait" -> spin = switch (v) {
-                    case "spin" -> true;
-                    case "park" -> false;
-                    default -> throw new IllegalArgumentException("--wait=" + v + " (" + usage + ")");
-                };
-                default -> throw new IllegalArgumentException("unknown argument " + args[i] + " (" + usage + ")");
+            if (!f.wait.equals("spin") && !f.wait.equals("park")) {
+                throw new IllegalArgumentException("--wait=" + f.wait + " expected spin or park");
             }
-        }
+            return f;
+        });
+        int ranks = flags.ranks;
+        int microbatches = flags.microbatches;
+        long forwardUs = flags.forwardUs;
+        long backwardUs = flags.backwardUs;
+        int bytes = flags.bytes;
+        int steps = flags.steps;
+        boolean spin = flags.wait.equals("spin");
         if (steps < 2) {
             throw new IllegalArgumentException("--steps=" + steps + " expected >= 2 (the first step warms up)");
         }

@@ -136,7 +136,6 @@ class StageLinkTest {
     void poisonStopsWaitersOnBothEnds() {
         PipelineShape threeRanks = PipelineShape.of(3, 4);
         ChannelLayout layout = new ChannelLayout(threeRanks, 1, 64);
-        long start = System.nanoTime();
         SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(3,
                 GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
                     try (SymmetricMemory memory = SymmetricMemory.allocate(group, layout.bytesPerRank());
@@ -164,7 +163,9 @@ class StageLinkTest {
                     }
                     return null;
                 }));
-        assertTrue((System.nanoTime() - start) / 1e9 < 20, "waiters must stop well before the timeout");
+        // No elapsed-time bound (a loaded machine stretches it): waiters that had run into the timeout
+        // would report PeerTimeoutException; PipelineAbortedException naming what each waited for is the
+        // proof that the poison stopped them.
         assertTrue(e.getCause() instanceof PipelineAbortedException && e.getCause().getMessage().contains(
                 "while stage 0 waited for microbatch 0 from stage 1"), String.valueOf(e.getCause()));
         assertEquals(2, e.getSuppressed().length);

@@ -205,7 +205,6 @@ class CudaPipelineExecutorTest {
         int p = ranks();
         PipelineShape shape = PipelineShape.of(p, 2 * p);
         Schedule schedule = ScheduleGenerators.oneFOneB(p, 2 * p);
-        long start = System.nanoTime();
         SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(p,
                 GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
             long perStage = 2L * shape.microbatches() * MESSAGE_BYTES;
@@ -237,8 +236,9 @@ class CudaPipelineExecutorTest {
             }
             return null;
         }));
-        double seconds = (System.nanoTime() - start) / 1e9;
-        assertTrue(seconds < 30, "every rank must stop long before the 60 s timeout; took " + seconds + " s");
+        // No elapsed-time bound (a loaded machine stretches it): a rank that had waited out the timeout
+        // would report PeerTimeoutException, so p - 1 PipelineAbortedExceptions below are the proof that
+        // the abort, not the timeout, stopped them.
         List<Throwable> causes = new ArrayList<>(List.of(e.getCause()));
         for (Throwable suppressed : e.getSuppressed()) {
             causes.add(suppressed.getCause());

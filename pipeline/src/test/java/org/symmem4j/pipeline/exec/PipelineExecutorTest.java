@@ -23,6 +23,8 @@ import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
 import org.symmem4j.pipeline.schedule.PipelineShape;
+import org.symmem4j.pipeline.schedule.SimulationResult;
+import org.symmem4j.pipeline.schedule.StageDurations;
 import org.symmem4j.pipeline.schedule.Schedule;
 import org.symmem4j.pipeline.schedule.ScheduleGenerators;
 import org.symmem4j.parallel.trace.Json;
@@ -144,6 +146,14 @@ class PipelineExecutorTest {
         }
     }
 
+    /** Duration of rank's only {@code kind} pass of microbatch {@code microbatch}. */
+    private static long durationOf(StepTimeline rank, TimelineEvent.Kind kind, int microbatch) {
+        return rank.events().stream().filter(e -> e.kind() == kind && e.microbatch() == microbatch)
+                .mapToLong(TimelineEvent::durationNanos).reduce((a, b) -> {
+                    throw new AssertionError("two " + kind + " passes of microbatch " + microbatch);
+                }).orElseThrow(() -> new AssertionError("no " + kind + " pass of microbatch " + microbatch));
+    }
+
     /** The report's outputs: metrics from a real step, a Chrome trace naming every action, an SVG with one box per pass. */
     @Test
     void reportFeedsMetricsTraceAndPicture() {
@@ -164,7 +174,22 @@ class PipelineExecutorTest {
         // 4 microbatches cross the one boundary each way
         assertEquals(8, registry.get("symmem.pipeline.handoff.latency").timer().count());
         assertEquals(report.bubbleFraction(), registry.get("symmem.pipeline.bubble.ratio").gauge().value(), 0.0);
-        assertTrue(report.bubbleFraction() > 0.15 && report.bubbleFraction() < 0.6, "bubble " + report.bubbleFraction());
+        // The bubble's size depends on how the machine runs the two threads, so it is not asserted (the
+        // benchmark PipelineExecutorBubbleBench measures it). What causality fixes is asserted instead:
+        // rank 1 cannot start before 0F0 has ended, and its last pass 1B3 ends before 0B3 starts, so its
+        // idle time covers at least those two passes of rank 0, in the measurement and in the simulator
+        // fed with the measured per-stage times alike.
+        long rank0First = durationOf(ranks.get(0), TimelineEvent.Kind.FORWARD, 0);
+        long rank0Last = durationOf(ranks.get(0), TimelineEvent.Kind.BACKWARD, 3);
+        long rank1Idle = report.idleIntervals(ranks.get(1)).stream().mapToLong(g -> g[1] - g[0]).sum();
+        assertTrue(rank1Idle >= rank0First + rank0Last, "rank 1 idle " + rank1Idle + " ns, expected at least 0F0 "
+                + rank0First + " + 0B3 " + rank0Last + " ns");
+        StageDurations measured = report.stageDurationsMicros(shape);
+        SimulationResult.Completed simulated = report.simulatePerStage(schedule, shape);
+        assertTrue(simulated.rank(1).idleTime() >= measured.forward()[0] + measured.backward()[0],
+                "simulated rank 1 idle " + simulated.rank(1).idleTime() + " us, expected at least stage 0's forward "
+                        + measured.forward()[0] + " + backward " + measured.backward()[0] + " us");
+        assertTrue(simulated.bubbleFraction() > 0 && simulated.bubbleFraction() < 1, "simulated " + simulated);
         assertEquals(report.windowNanos(), registry.get("symmem.pipeline.step.latency").timer()
                 .totalTime(java.util.concurrent.TimeUnit.NANOSECONDS), 1.0);
         for (int rank = 0; rank < 2; rank++) {
@@ -221,7 +246,6 @@ class PipelineExecutorTest {
         PipelineShape shape = PipelineShape.of(4, 8);
         Schedule schedule = ScheduleGenerators.oneFOneB(4, 8);
         GroupOptions longTimeout = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
-        long start = System.nanoTime();
         SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(4, longTimeout, group -> {
             Map<Integer, StageCompute> mine = new HashMap<>(stagesOf(group, shape, 0, 0));
             if (group.rank() == 2) {
@@ -252,8 +276,9 @@ class PipelineExecutorTest {
                 throw new AssertionError("runStep did not fail: " + again);
             }
         }));
-        double seconds = (System.nanoTime() - start) / 1e9;
-        assertTrue(seconds < 20, "every rank must stop long before the 60 s timeout; took " + seconds + " s");
+        // No elapsed-time bound (a loaded machine stretches it): a rank that had waited out the timeout
+        // would report PeerTimeoutException, so three PipelineAbortedExceptions below are the proof that
+        // the abort, not the timeout, stopped them.
         List<Throwable> all = new ArrayList<>(List.of(e.getCause()));
         for (Throwable suppressed : e.getSuppressed()) {
             all.add(suppressed.getCause());

@@ -1,7 +1,6 @@
 package org.symmem4j.examples.bench.dl4j;
 
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
@@ -10,7 +9,10 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.dl4j.GradientTransfer;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
+import org.symmem4j.examples.Cli;
 import org.symmem4j.examples.SyntheticData;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * The error of bf16 gradient transfer against fp32, on the scaling benchmark's models, two ways:
@@ -34,21 +36,32 @@ public final class Bf16TransferError {
     private Bf16TransferError() {
     }
 
-    public static void main(String[] args) {
-        List<ScalingBench.Model> models = List.of(ScalingBench.Model.MLP_MEDIUM, ScalingBench.Model.CNN);
+    @Command(name = "Bf16TransferError", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "The error of bf16 gradient transfer on the benchmark's models: the averaged gradient against"
+                    + " fp32's, and the parameters after Adam steps.")
+    static final class Flags {
+        @Option(names = "--models", paramLabel = "MODEL", split = ",", description = "models: mlp-small, mlp-medium, cnn")
+        List<String> models = new java.util.ArrayList<>(List.of("mlp-medium", "cnn"));
+        @Option(names = "--workers", paramLabel = "N", description = "workers")
         int workers = 2;
+        @Option(names = "--batch", paramLabel = "B", description = "examples per worker per step")
         int batch = 64;
+        @Option(names = "--steps", paramLabel = "S", description = "Adam steps")
         int steps = 300;
-        for (int i = 0; i < args.length; i += 2) {
-            String v = BenchArgs.valueAfter(args, i, "expected [--models a,b] [--workers N] [--batch B] [--steps S]");
-            switch (args[i]) {
-                case "--models" -> models = Arrays.stream(v.split(",")).map(ScalingBench.Model::of).toList();
-                case "--workers" -> workers = Integer.parseInt(v);
-                case "--batch" -> batch = Integer.parseInt(v);
-                case "--steps" -> steps = Integer.parseInt(v);
-                default -> throw new IllegalArgumentException("unknown argument " + args[i]);
-            }
-        }
+    }
+
+    public static void main(String[] args) {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--workers", f.workers);
+            Cli.positive("--batch", f.batch);
+            Cli.positive("--steps", f.steps);
+            f.models.forEach(ScalingBench.Model::of);
+            return f;
+        });
+        List<ScalingBench.Model> models = flags.models.stream().map(String::trim).map(ScalingBench.Model::of).toList();
+        int workers = flags.workers;
+        int batch = flags.batch;
+        int steps = flags.steps;
         System.out.println("| model | averaged gradient: relative L2 error | largest element relative error (elements > 1e-3 of max)"
                 + " | held-out loss fp32 | held-out loss bf16 | parameters after " + steps + " steps: relative L2 distance bf16 vs"
                 + " fp32 | the same, fp32 wrapper vs one model on the merged batches (rounding only) |");

@@ -23,9 +23,12 @@ import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.dl4j.StepReport;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
+import org.symmem4j.examples.Cli;
 import org.symmem4j.examples.DataParallelExample;
 import org.symmem4j.examples.ListIterator;
 import org.symmem4j.examples.SyntheticData;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * Data-parallel DL4J training on the CPU, four ways, same model, same data, same number of
@@ -97,6 +100,42 @@ public final class DataParallelBench {
         return out;
     }
 
+    @Command(name = "DataParallelBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "Single-model fit(), ParallelWrapper AVERAGING(1) and SHARED_GRADIENTS, and symmem4j on the"
+                    + " same model, data and steps; a markdown report with the baselines measured in the same run.")
+    static final class Flags {
+        @Option(names = "--workers", paramLabel = "N", description = "parallel workers, at least 2 (default: the number of cores, at least 2)")
+        int workers = Math.max(2, Runtime.getRuntime().availableProcessors());
+        @Option(names = "--batch", paramLabel = "B", description = "examples per worker per step")
+        int batch = 64;
+        @Option(names = "--hidden", paramLabel = "H", description = "width of the MLP's hidden layers")
+        int hidden = 256;
+        @Option(names = "--steps", paramLabel = "S", description = "timed steps per mode and repetition")
+        int steps = 1200;
+        @Option(names = "--warmup-steps", paramLabel = "W", description = "untimed steps before each timed run")
+        int warmupSteps = 30;
+        @Option(names = "--warmup-round-steps", paramLabel = "W0", description = "steps of the warm-up round every mode trains first")
+        int warmupRoundSteps = 300;
+        @Option(names = "--reps", paramLabel = "R", description = "repetitions (medians are reported)")
+        int reps = 3;
+        @Option(names = "--prefetch", paramLabel = "P", description = "prefetch buffer, 0: no prefetch thread")
+        int prefetch = 0;
+        @Option(names = "--distinct-steps", paramLabel = "D", description = "distinct batches generated (at most --steps)")
+        int distinctSteps = 500;
+        @Option(names = "--held-out", paramLabel = "E", description = "held-out examples for the loss")
+        int heldOut = 8192;
+        @Option(names = "--modes", paramLabel = "MODE[,MODE...]", description = "modes to run: single, averaging, shared, symmem")
+        String modes = "single,averaging,shared,symmem";
+        @Option(names = "--run-timeout-seconds", paramLabel = "T", description = "a run taking longer fails")
+        int runTimeoutSeconds = 600;
+        @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
+        Path out;
+        @Option(names = "--commit", paramLabel = "C", description = "commit named in the report")
+        String commit = "unknown";
+        @Option(names = "--command", paramLabel = "TEXT", description = "command line named in the report (default: this one)")
+        String command;
+    }
+
     /** The command line, validated; and the single model's thread sweep, filled in by the run. */
     record Options(int workers, int batch, int hidden, int steps, int warmupSteps, int warmupRoundSteps, int reps,
                    int prefetch, int distinctSteps, int heldOut, List<Mode> modes, Duration runTimeout, Path out,
@@ -109,51 +148,28 @@ public final class DataParallelBench {
             final List<double[]> sweep = new ArrayList<>();
         }
 
-        static final String USAGE = "expected [--workers N>=2] [--batch B] [--hidden H] [--steps S] [--warmup-steps W]"
-                + " [--warmup-round-steps W0] [--reps R] [--prefetch P>=0] [--distinct-steps D] [--held-out E]"
-                + " [--modes single,averaging,shared,symmem] [--run-timeout-seconds T] [--out FILE] [--commit C]"
-                + " [--command TEXT]";
-
         static Options parse(String[] args) {
+            return Cli.parse(new Flags(), args, f -> build(f, args));
+        }
+
+        private static Options build(Flags f, String[] args) {
             int cores = Runtime.getRuntime().availableProcessors();
-            int workers = Math.max(2, cores);
-            int batch = 64;
-            int hidden = 256;
-            int steps = 1200;
-            int warmupSteps = 30;
-            int warmupRoundSteps = 300;
-            int reps = 3;
-            int prefetch = 0;
-            int distinctSteps = 500;
-            int heldOut = 8192;
-            List<Mode> modes = List.of(Mode.values());
-            long timeoutSeconds = 600;
-            Path out = null;
-            String commit = "unknown";
-            String command = null;
-            for (int i = 0; i < args.length; i += 2) {
-                String flag = args[i];
-                String v = BenchArgs.valueAfter(args, i, USAGE);
-                switch (flag) {
-                    case "--workers" -> workers = positive(flag, v);
-                    case "--batch" -> batch = positive(flag, v);
-                    case "--hidden" -> hidden = positive(flag, v);
-                    case "--steps" -> steps = positive(flag, v);
-                    case "--warmup-steps" -> warmupSteps = positive(flag, v);
-                    case "--warmup-round-steps" -> warmupRoundSteps = positive(flag, v);
-                    case "--reps" -> reps = positive(flag, v);
-                    case "--prefetch" -> prefetch = Integer.parseInt(v);
-                    case "--distinct-steps" -> distinctSteps = positive(flag, v);
-                    case "--held-out" -> heldOut = positive(flag, v);
-                    case "--modes" -> modes = Arrays.stream(v.split(",")).map(String::trim).map(Mode::ofFlag)
-                            .distinct().sorted().toList();
-                    case "--run-timeout-seconds" -> timeoutSeconds = positive(flag, v);
-                    case "--out" -> out = Path.of(v);
-                    case "--commit" -> commit = v;
-                    case "--command" -> command = v;
-                    default -> throw new IllegalArgumentException("unknown argument " + flag + " (" + USAGE + ")");
-                }
-            }
+            int workers = f.workers;
+            int batch = Cli.positive("--batch", f.batch);
+            int hidden = Cli.positive("--hidden", f.hidden);
+            int steps = Cli.positive("--steps", f.steps);
+            int warmupSteps = Cli.positive("--warmup-steps", f.warmupSteps);
+            int warmupRoundSteps = Cli.positive("--warmup-round-steps", f.warmupRoundSteps);
+            int reps = Cli.positive("--reps", f.reps);
+            int prefetch = f.prefetch;
+            int distinctSteps = Cli.positive("--distinct-steps", f.distinctSteps);
+            int heldOut = Cli.positive("--held-out", f.heldOut);
+            List<Mode> modes = Arrays.stream(f.modes.split(",")).map(String::trim).map(Mode::ofFlag).distinct().sorted()
+                    .toList();
+            long timeoutSeconds = Cli.positive("--run-timeout-seconds", f.runTimeoutSeconds);
+            Path out = f.out;
+            String commit = f.commit;
+            String command = f.command;
             if (workers < 2) {
                 throw new IllegalArgumentException("--workers=" + workers + " must be >= 2 (ParallelWrapper.Builder"
                         + " rejects fewer; default: the number of cores, at least 2)");
@@ -172,9 +188,6 @@ public final class DataParallelBench {
                     single);
         }
 
-        private static int positive(String flag, String value) {
-            return BenchArgs.positive(flag, value, USAGE);
-        }
 
         int cores() {
             return Runtime.getRuntime().availableProcessors();

@@ -5,6 +5,7 @@ import java.time.Duration;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
+import org.symmem4j.examples.Cli;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.GradientBuckets;
 import org.symmem4j.gradsync.GradientSynchronizer;
@@ -16,6 +17,8 @@ import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * The host all-reduce at N ranks (threads of one JVM), float32 SUM in place on symmetric memory,
@@ -33,20 +36,29 @@ public final class HostAllReduceScaling {
     private HostAllReduceScaling() {
     }
 
-    public static void main(String[] args) {
-        List<Integer> ranks = List.of(2, 4, 8, 16);
-        List<Long> sizes = List.of(1024L, 65536L, 1L << 20, 4L << 20, 16L << 20);
+    @Command(name = "HostAllReduceScaling", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "Host all-reduce latency over rank counts and sizes (threads, float32 SUM, every algorithm).")
+    static final class Flags {
+        @Option(names = "--ranks", paramLabel = "P", split = ",", description = "rank counts")
+        List<Integer> ranks = new java.util.ArrayList<>(List.of(2, 4, 8, 16));
+        @Option(names = "--sizes", paramLabel = "BYTES", split = ",", description = "message sizes in bytes")
+        List<Long> sizes = new java.util.ArrayList<>(List.of(1024L, 65536L, 1L << 20, 4L << 20, 16L << 20));
+        @Option(names = "--seconds-per-size", paramLabel = "S", description = "timing budget per size")
         double seconds = 1;
-        for (int i = 0; i < args.length; i += 2) {
-            String v = BenchArgs.valueAfter(args, i, "expected [--ranks a,b] [--sizes a,b] [--seconds-per-size S]");
-            switch (args[i]) {
-                case "--ranks" -> ranks = Arrays.stream(v.split(",")).map(Integer::parseInt).toList();
-                case "--sizes" -> sizes = Arrays.stream(v.split(",")).map(Long::parseLong).toList();
-                case "--seconds-per-size" -> seconds = Double.parseDouble(v);
-                default -> throw new IllegalArgumentException("unknown argument " + args[i]
-                        + " (expected --ranks, --sizes, --seconds-per-size)");
+    }
+
+    public static void main(String[] args) {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            f.ranks.forEach(r -> Cli.positive("--ranks", r));
+            if (f.sizes.stream().anyMatch(b -> b < 4) || f.seconds <= 0) {
+                throw new IllegalArgumentException("--sizes=" + f.sizes + " --seconds-per-size=" + f.seconds
+                        + " expected sizes >= 4 bytes and seconds > 0");
             }
-        }
+            return f;
+        });
+        List<Integer> ranks = List.copyOf(flags.ranks);
+        List<Long> sizes = List.copyOf(flags.sizes);
+        double seconds = flags.seconds;
         System.out.println("ranks,bytes,algorithm,median_us,iterations");
         for (int n : ranks) {
             for (long bytes : sizes) {

@@ -6,7 +6,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Instant;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -20,12 +19,15 @@ import org.symmem4j.dl4j.pipeline.PipelineSchedule;
 import org.symmem4j.dl4j.pipeline.PipelineStageSplit;
 import org.symmem4j.dl4j.pipeline.PipelineStepReport;
 import org.symmem4j.dl4j.pipeline.StageProfile;
+import org.symmem4j.examples.Cli;
 import org.symmem4j.examples.PipelineParallelExample;
 import org.symmem4j.examples.SyntheticData;
 import org.symmem4j.pipeline.exec.TimelineReport;
 import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.ScheduleSimulator;
 import org.symmem4j.pipeline.schedule.SimulationResult;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * Pipeline-parallel DL4J training against the single model, in one run: the example's deep MLP
@@ -61,73 +63,81 @@ public final class PipelineBench {
     private PipelineBench() {
     }
 
+    @Command(name = "PipelineBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "The DL4J pipeline against the single model: 1F1B and interleaved, split by parameters and by"
+                    + " measured times, a core per rank; speed-up and measured bubble against the ideal.")
+    static final class Flags {
+        @Option(names = "--ranks", paramLabel = "P", split = ",", description = "pipeline rank counts")
+        List<Integer> ranks = new ArrayList<>(List.of(2));
+        @Option(names = "--microbatches-per-rank", paramLabel = "M", description = "microbatches per step, per rank")
+        int microbatchesPerRank = 4;
+        @Option(names = "--batch-per-microbatch", paramLabel = "B", description = "examples per microbatch")
+        int batchPerMicrobatch = 128;
+        @Option(names = "--hidden", paramLabel = "H", description = "width of the hidden layers")
+        int hidden = 512;
+        @Option(names = "--layers", paramLabel = "L", description = "hidden layers")
+        int layers = 8;
+        @Option(names = "--steps", paramLabel = "S", description = "timed steps per run")
+        int steps = 40;
+        @Option(names = "--warmup", paramLabel = "W", description = "untimed steps first")
+        int warmup = 10;
+        @Option(names = "--reps", paramLabel = "R", description = "repetitions (medians are reported)")
+        int reps = 3;
+        @Option(names = "--threads", paramLabel = "T", description = "ND4J threads per rank and for the single model")
+        int threads = 1;
+        @Option(names = "--schedules", paramLabel = "SCHEDULE", split = ",", description = "schedules: 1f1b, interleaved, gpipe")
+        List<String> schedules = new ArrayList<>(List.of("1f1b", "interleaved"));
+        @Option(names = "--splits", paramLabel = "SPLIT", split = ",", description = "how stages are balanced: params, time")
+        List<String> splits = new ArrayList<>(List.of("params", "time"));
+        @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
+        Path out;
+        @Option(names = "--commit", paramLabel = "C", description = "commit named in the report")
+        String commit = "unknown";
+        @Option(names = "--command", paramLabel = "TEXT", description = "command line named in the report (default: this one)")
+        String command;
+        @Option(names = "--machine", paramLabel = "TEXT", description = "machine named in the report (default: CPU model, cores and RAM)")
+        String machine;
+    }
+
     record Options(List<Integer> ranks, int microbatchesPerRank, int batchPerMicrobatch, int hidden, int layers,
                    int steps, int warmup, int reps, int threads, List<PipelineSchedule> schedules, List<String> splits,
                    Path out, String commit, String command, String machine) {
 
-        static final String USAGE = "expected [--ranks 2,4] [--microbatches-per-rank M] [--batch-per-microbatch B]"
-                + " [--hidden H] [--layers L] [--steps S] [--warmup W] [--reps R] [--threads T]"
-                + " [--schedules 1f1b,interleaved] [--splits params,time] [--out FILE] [--commit C] [--command TEXT]"
-                + " [--machine TEXT]";
-
         static Options parse(String[] args) {
-            List<Integer> ranks = List.of(2);
-            int mpr = 4;
-            int bpm = 128;
-            int hidden = 512;
-            int layers = 8;
-            int steps = 40;
-            int warmup = 10;
-            int reps = 3;
-            int threads = 1;
-            List<PipelineSchedule> schedules = List.of(PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED);
-            List<String> splits = List.of("params", "time");
-            Path out = null;
-            String commit = "unknown";
-            String command = null;
-            String machine = null;
-            for (int i = 0; i < args.length; i += 2) {
-                String v = BenchArgs.valueAfter(args, i, USAGE);
-                switch (args[i]) {
-                    case "--ranks" -> ranks = Arrays.stream(v.split(",")).map(String::trim).map(Integer::parseInt).toList();
-                    case "--microbatches-per-rank" -> mpr = BenchArgs.positive(args[i], v, USAGE);
-                    case "--batch-per-microbatch" -> bpm = BenchArgs.positive(args[i], v, USAGE);
-                    case "--hidden" -> hidden = BenchArgs.positive(args[i], v, USAGE);
-                    case "--layers" -> layers = BenchArgs.positive(args[i], v, USAGE);
-                    case "--steps" -> steps = BenchArgs.positive(args[i], v, USAGE);
-                    case "--warmup" -> warmup = BenchArgs.positive(args[i], v, USAGE);
-                    case "--reps" -> reps = BenchArgs.positive(args[i], v, USAGE);
-                    case "--threads" -> threads = BenchArgs.positive(args[i], v, USAGE);
-                    case "--schedules" -> schedules = Arrays.stream(v.split(",")).map(String::trim).map(s -> switch (s) {
-                        case "1f1b" -> PipelineSchedule.ONE_F_ONE_B;
-                        case "interleaved" -> PipelineSchedule.INTERLEAVED;
-                        case "gpipe" -> PipelineSchedule.GPIPE;
-                        default -> throw new IllegalArgumentException("--schedules: unknown schedule=" + s + " (" + USAGE + ")");
-                    }).toList();
-                    case "--splits" -> {
-                        splits = Arrays.stream(v.split(",")).map(String::trim).toList();
-                        for (String s : splits) {
-                            if (!s.equals("params") && !s.equals("time")) {
-                                throw new IllegalArgumentException("--splits: unknown split=" + s + " (" + USAGE + ")");
-                            }
-                        }
-                    }
-                    case "--out" -> out = Path.of(v);
-                    case "--commit" -> commit = v;
-                    case "--command" -> command = v;
-                    case "--machine" -> machine = v;
-                    default -> throw new IllegalArgumentException("unknown argument " + args[i] + " (" + USAGE + ")");
+            return Cli.parse(new Flags(), args, f -> build(f, args));
+        }
+
+        private static Options build(Flags f, String[] args) {
+            for (int p : f.ranks) {
+                Cli.positive("--ranks", p);
+            }
+            List<PipelineSchedule> schedules = f.schedules.stream().map(String::trim).map(s -> switch (s) {
+                case "1f1b" -> PipelineSchedule.ONE_F_ONE_B;
+                case "interleaved" -> PipelineSchedule.INTERLEAVED;
+                case "gpipe" -> PipelineSchedule.GPIPE;
+                default -> throw new IllegalArgumentException("--schedules: unknown schedule=" + s
+                        + " expected 1f1b, interleaved or gpipe");
+            }).toList();
+            List<String> splits = f.splits.stream().map(String::trim).toList();
+            for (String s : splits) {
+                if (!s.equals("params") && !s.equals("time")) {
+                    throw new IllegalArgumentException("--splits: unknown split=" + s + " expected params or time");
                 }
             }
+            String command = f.command;
             if (command == null) {
                 command = "java " + PipelineBench.class.getName() + (args.length == 0 ? "" : " " + String.join(" ", args));
             }
+            String machine = f.machine;
             if (machine == null) {
                 machine = MachineInfo.cpuModel() + ", " + Runtime.getRuntime().availableProcessors() + " cores, "
                         + MachineInfo.ramGiB() + " RAM";
             }
-            return new Options(ranks, mpr, bpm, hidden, layers, steps, warmup, reps, threads, schedules, splits, out,
-                    commit, command, machine);
+            return new Options(List.copyOf(f.ranks), Cli.positive("--microbatches-per-rank", f.microbatchesPerRank),
+                    Cli.positive("--batch-per-microbatch", f.batchPerMicrobatch), Cli.positive("--hidden", f.hidden),
+                    Cli.positive("--layers", f.layers), Cli.positive("--steps", f.steps), Cli.positive("--warmup", f.warmup),
+                    Cli.positive("--reps", f.reps), Cli.positive("--threads", f.threads), schedules, splits, f.out,
+                    f.commit, command, machine);
         }
     }
 

@@ -43,6 +43,7 @@ import org.symmem4j.dl4j.GradientTransfer;
 import org.symmem4j.dl4j.StepReport;
 import org.symmem4j.dl4j.SymmemGradientsAccumulator;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
+import org.symmem4j.examples.Cli;
 import org.symmem4j.examples.DataParallelExample;
 import org.symmem4j.examples.SyntheticData;
 import org.symmem4j.gradsync.AlgorithmPolicy;
@@ -55,6 +56,8 @@ import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * Data-parallel scaling on the CPU, with honest baselines measured in the same run: for each model
@@ -189,73 +192,84 @@ public final class ScalingBench {
         }
     }
 
+    @Command(name = "ScalingBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "DL4J data-parallel scaling: each model alone, the single model at several ND4J thread counts,"
+                    + " independent replicas, symmem4j's modes and ParallelWrapper's, over worker counts; raw CSV and a"
+                    + " markdown report (or the report alone from an earlier CSV with --render-from).")
+    static final class Flags {
+        @Option(names = "--models", paramLabel = "MODEL", split = ",", description = "models: mlp-small, mlp-medium, cnn")
+        List<String> models = new ArrayList<>(List.of("mlp-small", "mlp-medium", "cnn"));
+        @Option(names = "--workers", paramLabel = "N", split = ",",
+                description = "worker counts (default: powers of two up to the cores, and the core count)")
+        List<Integer> workers = Options.powersOfTwoUpTo(Runtime.getRuntime().availableProcessors());
+        @Option(names = "--compare-workers", paramLabel = "N", split = ",",
+                description = "worker counts at which ParallelWrapper and the other baselines run (default: the largest two of --workers' default)")
+        List<Integer> compareWorkers;
+        @Option(names = "--single-threads", paramLabel = "T", split = ",",
+                description = "ND4J thread counts of the single model (default: powers of two up to the cores, and the core count)")
+        List<Integer> singleThreads = Options.powersOfTwoUpTo(Runtime.getRuntime().availableProcessors());
+        @Option(names = "--modes", paramLabel = "MODE", split = ",", description = "modes (default: all): alone, single-setmaxthreads, independent, single, symmem, symmem-overlap, symmem-bf16, symmem-zero1, averaging, shared, pw-symmem, allreduce")
+        List<String> modes;
+        @Option(names = "--batch", paramLabel = "B", description = "examples per worker per step")
+        int batch = 64;
+        @Option(names = "--seconds", paramLabel = "S", description = "timed seconds per cell")
+        double seconds = 1.5;
+        @Option(names = "--warmup-seconds", paramLabel = "W", description = "untimed seconds per cell first")
+        double warmupSeconds = 0.5;
+        @Option(names = "--reps", paramLabel = "R", description = "repetitions (medians are reported)")
+        int reps = 3;
+        @Option(names = "--raw", paramLabel = "FILE", description = "write every measurement as CSV to FILE (default: none)")
+        Path raw;
+        @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
+        Path out;
+        @Option(names = "--jfr", paramLabel = "model:mode:workers", description = "record a JFR profile of this cell (default: none)")
+        String jfr;
+        @Option(names = "--jfr-out", paramLabel = "FILE", description = "where the JFR recording goes")
+        Path jfrOut;
+        @Option(names = "--commit", paramLabel = "C", description = "commit named in the report")
+        String commit = "unknown";
+        @Option(names = "--command", paramLabel = "TEXT", description = "command line named in the report (default: this one)")
+        String command;
+        @Option(names = "--label", paramLabel = "L", description = "label of this run in the CSV")
+        String label = "run";
+        @Option(names = "--render-from", paramLabel = "FILE.csv", description = "only render the report from an earlier --raw CSV (default: measure)")
+        Path renderFrom;
+        @Option(names = "--machine", paramLabel = "TEXT", description = "machine named in a rendered report")
+        String machine;
+    }
+
     record Options(List<Model> models, List<Integer> workers, List<Integer> compareWorkers, List<Integer> singleThreads,
                    List<Mode> modes, int batch, double seconds, double warmupSeconds, int reps, Path raw, Path out,
                    String jfr, Path jfrOut, String commit, String command, String label, Path renderFrom, String machine) {
 
-        static final String USAGE = "expected [--models a,b] [--workers 1,2,4] [--compare-workers 8,16] [--single-threads"
-                + " 1,2,4] [--modes alone,...] [--batch B] [--seconds S] [--warmup-seconds W] [--reps R] [--raw FILE]"
-                + " [--out FILE] [--jfr model:mode:workers] [--jfr-out FILE] [--commit C] [--command TEXT] [--label L]"
-                + " [--render-from FILE.csv --machine TEXT]";
-
         static Options parse(String[] args) {
-            int cores = Runtime.getRuntime().availableProcessors();
-            List<Model> models = List.of(Model.values());
-            List<Integer> workers = powersOfTwoUpTo(cores);
-            List<Integer> compare = workers.size() >= 2 ? workers.subList(workers.size() - 2, workers.size()) : workers;
-            List<Integer> threads = powersOfTwoUpTo(cores);
-            List<Mode> modes = List.of(Mode.values());
-            int batch = 64;
-            double seconds = 1.5;
-            double warmup = 0.5;
-            int reps = 3;
-            Path raw = null;
-            Path out = null;
-            String jfr = null;
-            Path jfrOut = null;
-            String commit = "unknown";
-            String command = "java " + ScalingBench.class.getName() + " " + String.join(" ", args);
-            String label = "run";
-            Path renderFrom = null;
-            String machine = null;
-            for (int i = 0; i < args.length; i += 2) {
-                String v = BenchArgs.valueAfter(args, i, USAGE);
-                switch (args[i]) {
-                    case "--models" -> models = Arrays.stream(v.split(",")).map(String::trim).map(Model::of).toList();
-                    case "--workers" -> workers = ints(v);
-                    case "--compare-workers" -> compare = ints(v);
-                    case "--single-threads" -> threads = ints(v);
-                    case "--modes" -> modes = Arrays.stream(v.split(",")).map(String::trim).map(Mode::of).toList();
-                    case "--batch" -> batch = BenchArgs.positive("--batch", v, USAGE);
-                    case "--seconds" -> seconds = Double.parseDouble(v);
-                    case "--warmup-seconds" -> warmup = Double.parseDouble(v);
-                    case "--reps" -> reps = BenchArgs.positive("--reps", v, USAGE);
-                    case "--raw" -> raw = Path.of(v);
-                    case "--out" -> out = Path.of(v);
-                    case "--jfr" -> jfr = v;
-                    case "--jfr-out" -> jfrOut = Path.of(v);
-                    case "--commit" -> commit = v;
-                    case "--command" -> command = v;
-                    case "--label" -> label = v;
-                    case "--render-from" -> renderFrom = Path.of(v);
-                    case "--machine" -> machine = v;
-                    default -> throw new IllegalArgumentException("unknown argument " + args[i] + " (" + USAGE + ")");
-                }
-            }
-            if (seconds <= 0 || warmup < 0) {
-                throw new IllegalArgumentException("--seconds=" + seconds + " --warmup-seconds=" + warmup
-                        + " expected seconds > 0 and warm-up >= 0");
-            }
-            return new Options(models, workers, compare, threads, modes, batch, seconds, warmup, reps, raw, out, jfr, jfrOut,
-                    commit, command, label, renderFrom, machine);
+            return Cli.parse(new Flags(), args, f -> build(f, args));
         }
 
-        private static List<Integer> ints(String v) {
-            return Arrays.stream(v.split(",")).map(String::trim).map(Integer::parseInt).peek(x -> {
-                if (x < 1) {
-                    throw new IllegalArgumentException("worker and thread counts must be >= 1, found " + x);
-                }
-            }).toList();
+        private static Options build(Flags f, String[] args) {
+            List<Model> models = f.models.stream().map(String::trim).map(Model::of).toList();
+            List<Integer> workers = positives("--workers", f.workers);
+            List<Integer> compare = f.compareWorkers != null ? positives("--compare-workers", f.compareWorkers)
+                    : workers.size() >= 2 ? workers.subList(workers.size() - 2, workers.size()) : workers;
+            List<Integer> threads = positives("--single-threads", f.singleThreads);
+            List<Mode> modes = f.modes == null ? List.of(Mode.values())
+                    : f.modes.stream().map(String::trim).map(Mode::of).toList();
+            String command = f.command != null ? f.command
+                    : "java " + ScalingBench.class.getName() + " " + String.join(" ", args);
+            if (f.seconds <= 0 || f.warmupSeconds < 0) {
+                throw new IllegalArgumentException("--seconds=" + f.seconds + " --warmup-seconds=" + f.warmupSeconds
+                        + " expected seconds > 0 and warm-up >= 0");
+            }
+            return new Options(models, workers, compare, threads, modes, Cli.positive("--batch", f.batch), f.seconds,
+                    f.warmupSeconds, Cli.positive("--reps", f.reps), f.raw, f.out, f.jfr, f.jfrOut, f.commit, command,
+                    f.label, f.renderFrom, f.machine);
+        }
+
+        private static List<Integer> positives(String flag, List<Integer> values) {
+            for (int x : values) {
+                Cli.positive(flag, x);
+            }
+            return List.copyOf(values);
         }
 
         private static List<Integer> powersOfTwoUpTo(int n) {

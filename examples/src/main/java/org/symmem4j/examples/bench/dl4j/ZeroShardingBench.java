@@ -22,8 +22,11 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.WorkerMemory;
 import org.symmem4j.dl4j.ZeroStage;
+import org.symmem4j.examples.Cli;
 import org.symmem4j.examples.DataParallelExample;
 import org.symmem4j.examples.SyntheticData;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
 
 /**
  * ZeRO-style sharding on the CPU: memory per worker and step time of plain data parallelism (the
@@ -82,40 +85,50 @@ public final class ZeroShardingBench {
         }
     }
 
+    @Command(name = "ZeroShardingBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "Updater-state bytes, peak off-heap bytes and step time per worker for plain data parallelism"
+                    + " and ZeRO stages 1 and 2, each run in a fresh JVM.")
+    static final class Flags {
+        @Option(names = "--workers", paramLabel = "N", split = ",", description = "worker counts")
+        List<Integer> workers = new ArrayList<>(List.of(1, 2, 4));
+        @Option(names = "--hidden", paramLabel = "H", description = "width of the MLP's hidden layers")
+        int hidden = 1400;
+        @Option(names = "--batch", paramLabel = "B", description = "examples per worker per step")
+        int batch = 32;
+        @Option(names = "--steps", paramLabel = "S", description = "steps per run (the first ones are left out of the median)")
+        int steps = 60;
+        @Option(names = "--warmup-steps", paramLabel = "W", description = "untimed steps first")
+        int warmupSteps = 10;
+        @Option(names = "--reps", paramLabel = "R", description = "repetitions, each in fresh JVMs")
+        int reps = 3;
+        @Option(names = "--heap", paramLabel = "SIZE", description = "-Xmx of each child JVM")
+        String heap = "768m";
+        @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
+        Path out;
+        @Option(names = "--commit", paramLabel = "C", description = "commit named in the report")
+        String commit = "unknown";
+        @Option(names = "--command", paramLabel = "TEXT", description = "command line named in the report (default: this one)")
+        String command;
+    }
+
     record Options(List<Integer> workers, int hidden, int batch, int steps, int warmupSteps, int reps, String heap,
                    Path out, String commit, String command) {
 
-        static final String USAGE = "expected [--workers 1,2,4] [--hidden H] [--batch B] [--steps S] [--warmup-steps W]"
-                + " [--reps R] [--heap SIZE] [--out FILE] [--commit C] [--command TEXT]";
-
         static Options parse(String[] args) {
-            List<Integer> workers = List.of(1, 2, 4);
-            int hidden = 1400;
-            int batch = 32;
-            int steps = 60;
-            int warmup = 10;
-            int reps = 3;
-            String heap = "768m";
-            Path out = null;
-            String commit = "unknown";
-            String command = null;
-            for (int i = 0; i < args.length; i += 2) {
-                String flag = args[i];
-                String v = BenchArgs.valueAfter(args, i, USAGE);
-                switch (flag) {
-                    case "--workers" -> workers = Arrays.stream(v.split(",")).map(String::trim).map(Integer::parseInt).toList();
-                    case "--hidden" -> hidden = positive(flag, v);
-                    case "--batch" -> batch = positive(flag, v);
-                    case "--steps" -> steps = positive(flag, v);
-                    case "--warmup-steps" -> warmup = positive(flag, v);
-                    case "--reps" -> reps = positive(flag, v);
-                    case "--heap" -> heap = v;
-                    case "--out" -> out = Path.of(v);
-                    case "--commit" -> commit = v;
-                    case "--command" -> command = v;
-                    default -> throw new IllegalArgumentException("unknown argument " + flag + " (" + USAGE + ")");
-                }
-            }
+            return Cli.parse(new Flags(), args, f -> build(f, args));
+        }
+
+        private static Options build(Flags f, String[] args) {
+            List<Integer> workers = List.copyOf(f.workers);
+            int hidden = Cli.positive("--hidden", f.hidden);
+            int batch = Cli.positive("--batch", f.batch);
+            int steps = Cli.positive("--steps", f.steps);
+            int warmup = Cli.positive("--warmup-steps", f.warmupSteps);
+            int reps = Cli.positive("--reps", f.reps);
+            String heap = f.heap;
+            Path out = f.out;
+            String commit = f.commit;
+            String command = f.command;
             if (steps <= SKIPPED_STEPS) {
                 throw new IllegalArgumentException("--steps=" + steps + " must be > " + SKIPPED_STEPS
                         + " (the first steps are left out of the median)");
@@ -131,9 +144,6 @@ public final class ZeroShardingBench {
             return new Options(workers, hidden, batch, steps, warmup, reps, heap, out, commit, command);
         }
 
-        private static int positive(String flag, String value) {
-            return BenchArgs.positive(flag, value, USAGE);
-        }
     }
 
     /** One child run's measurements. */
