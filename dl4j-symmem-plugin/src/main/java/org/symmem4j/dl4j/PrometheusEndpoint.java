@@ -83,9 +83,44 @@ public final class PrometheusEndpoint implements AutoCloseable {
         return builder(registry).host(host).port(port).start();
     }
 
-    /** A builder: loopback, a free port, {@value #DEFAULT_THREADS} threads, 10 s per request unless told otherwise. */
+    /**
+     * A builder: loopback, a free port, {@value #DEFAULT_THREADS} threads, 10 s per request unless told otherwise.
+     *
+     * @param registry the registry to serve
+     * @return a builder; {@link Builder#start()} binds and serves
+     * @throws NullPointerException when {@code registry} is null
+     * @throws IllegalStateException when {@code micrometer-registry-prometheus} or
+     *         {@code prometheus-metrics-exporter-httpserver} is not on the class path (both are optional
+     *         dependencies of this plugin: a user of this class declares them)
+     */
     public static Builder builder(PrometheusMeterRegistry registry) {
+        requireOptionalDependencies();
         return new Builder(registry);
+    }
+
+    /**
+     * The plugin declares the Prometheus registry and exporter optional, so that users of other
+     * registries do not get them. Without this check a missing exporter would surface as a bare
+     * {@code NoClassDefFoundError} from the middle of {@link Builder#start()}.
+     */
+    private static void requireOptionalDependencies() {
+        StringBuilder missing = new StringBuilder();
+        String[][] needed = {
+                {"io.micrometer.prometheusmetrics.PrometheusMeterRegistry", "io.micrometer:micrometer-registry-prometheus"},
+                {"io.prometheus.metrics.exporter.httpserver.HTTPServer", "io.prometheus:prometheus-metrics-exporter-httpserver"}};
+        for (String[] classAndArtifact : needed) {
+            try {
+                Class.forName(classAndArtifact[0], false, PrometheusEndpoint.class.getClassLoader());
+            } catch (ClassNotFoundException | LinkageError e) {
+                missing.append(missing.isEmpty() ? "" : ", ").append(classAndArtifact[1]);
+            }
+        }
+        if (!missing.isEmpty()) {
+            throw new IllegalStateException("PrometheusEndpoint needs " + missing + " on the class path, found: absent"
+                    + " (add them as dependencies: the symmem4j plugin declares them optional; take the"
+                    + " prometheus-metrics-exporter-httpserver version that your micrometer-registry-prometheus"
+                    + " depends on, e.g. 1.3.5 with Micrometer 1.14.4, which symmem4j is built with)");
+        }
     }
 
     public int port() {
