@@ -55,9 +55,13 @@ public final class PrometheusEndpoint implements AutoCloseable {
 
     private static final Logger LOG = LoggerFactory.getLogger(PrometheusEndpoint.class);
 
+    /** The address bound unless another is named: IPv4 loopback. */
     public static final String LOOPBACK = "127.0.0.1";
+    /** Requests served at once by default. */
     public static final int DEFAULT_THREADS = 8;
+    /** Requests that may wait for a thread by default. */
     public static final int DEFAULT_QUEUED_REQUESTS = 32;
+    /** The longest one request may hold a thread by default: Prometheus' default scrape timeout. */
     public static final Duration DEFAULT_REQUEST_TIMEOUT = Duration.ofSeconds(10);
 
     private final HTTPServer server;
@@ -70,7 +74,16 @@ public final class PrometheusEndpoint implements AutoCloseable {
         this.address = address;
     }
 
-    /** Starts serving on loopback ({@code port} 0 picks a free port, see {@link #port()}), with the defaults. */
+    /**
+     * Starts serving on loopback with the defaults.
+     *
+     * @param registry the registry to serve
+     * @param port     the TCP port; 0 picks a free port (see {@link #port()})
+     * @return the running endpoint; {@link #close()} stops it
+     * @throws IllegalArgumentException when {@code port} is outside 0..65535
+     * @throws IllegalStateException    when the optional Prometheus dependencies are missing (see {@link #builder})
+     * @throws SymmemException          when the port cannot be bound
+     */
     public static PrometheusEndpoint start(PrometheusMeterRegistry registry, int port) {
         return builder(registry).port(port).start();
     }
@@ -78,6 +91,14 @@ public final class PrometheusEndpoint implements AutoCloseable {
     /**
      * Starts serving on {@code host:port} with the defaults; a host other than loopback is logged.
      * Same as {@code builder(registry).host(host).port(port).start()}.
+     *
+     * @param registry the registry to serve
+     * @param host     the address to bind: a name or literal, {@code "0.0.0.0"} for every interface
+     * @param port     the TCP port; 0 picks a free port
+     * @return the running endpoint; {@link #close()} stops it
+     * @throws IllegalArgumentException when the host does not resolve or the port is out of range
+     * @throws IllegalStateException    when the optional Prometheus dependencies are missing (see {@link #builder})
+     * @throws SymmemException          when the address cannot be bound
      */
     public static PrometheusEndpoint start(PrometheusMeterRegistry registry, String host, int port) {
         return builder(registry).host(host).port(port).start();
@@ -123,6 +144,11 @@ public final class PrometheusEndpoint implements AutoCloseable {
         }
     }
 
+    /**
+     * The port the server listens on.
+     *
+     * @return the bound TCP port (the one picked when 0 was asked for)
+     */
     public int port() {
         return server.getPort();
     }

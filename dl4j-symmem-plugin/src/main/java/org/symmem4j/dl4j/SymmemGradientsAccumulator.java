@@ -109,7 +109,9 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
     private final transient Reducer reducer = Reducer.forThisJvm();
     private final transient SyncMetrics metrics;
     private final transient AlgorithmPolicy policy;
+    /** The bound of every wait of a round's all-reduce. */
     private final Duration timeout;
+    /** The largest gradient bucket, in bytes. */
     private final long bucketBytes;
     /** The user's model's own setting: whether one model divides the summed gradient by its batch size. */
     private final boolean userDividesByMinibatch;

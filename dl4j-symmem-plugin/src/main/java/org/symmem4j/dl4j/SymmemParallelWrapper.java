@@ -98,6 +98,11 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     /** Told about every step (round), on the thread that called {@code fit()}. */
     @FunctionalInterface
     public interface StepListener {
+        /**
+         * Called once per completed step, after its update.
+         *
+         * @param report the step's number, examples, loss and timings (nanoseconds)
+         */
         void onStep(StepReport report);
     }
 
@@ -227,6 +232,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * n batches ahead; it stops before this method returns, and an exception the iterator throws
      * there is thrown here when training reaches that batch, as if it had been read here (then, as
      * after any failed fit, the model is as it was before this call).
+     *
+     * @param iterator the batches, dealt to the workers in order
+     * @throws IllegalArgumentException     when the iterator cannot be read ahead ({@code prefetchBuffer} with
+     *                                      {@code asyncSupported() == false})
+     * @throws NonFiniteGradientException   when a step's gradient has a NaN or infinity (unless
+     *                                      {@code nonFiniteGradients(SKIP_STEP)})
+     * @throws DataParallelTrainingException when a worker fails; the cause is its exception
      */
     public synchronized void fit(DataSetIterator iterator) {
         Objects.requireNonNull(iterator, "iterator");
@@ -1010,6 +1022,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return this;
         }
 
+        /**
+         * Records sync metrics into {@code registry} (names in {@link SyncMetrics}), without extra tags.
+         *
+         * @param registry any Micrometer registry
+         * @return this builder
+         */
         public Builder meterRegistry(MeterRegistry registry) {
             return meterRegistry(registry, Tags.empty());
         }
@@ -1175,6 +1193,14 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return this;
         }
 
+        /**
+         * Checks the settings against each other and the model, and creates the wrapper. Worker
+         * threads, replicas and symmetric memory are created by the first {@code fit()}.
+         *
+         * @return the wrapper; {@link SymmemParallelWrapper#close()} frees what {@code fit()} created
+         * @throws IllegalArgumentException when settings conflict or the model cannot be trained this
+         *         way (the message names the setting or layer, what was found and the fix)
+         */
         public SymmemParallelWrapper build() {
             if (algorithm == Algorithm.NCCL) {
                 throw new IllegalArgumentException("algorithm=NCCL needs a GPU transport; workers here share host memory"

@@ -16,10 +16,20 @@ public final class GradientBuckets {
 
     /** One bucket: elements [firstElement, firstElement + count). */
     public record Bucket(long firstElement, long count, DType dtype) {
+        /**
+         * Where the bucket starts.
+         *
+         * @return bytes from the gradient's element 0
+         */
         public long offsetBytes() {
             return firstElement * dtype.byteSize();
         }
 
+        /**
+         * The bucket's size.
+         *
+         * @return {@code count} elements in bytes
+         */
         public long bytes() {
             return count * dtype.byteSize();
         }
@@ -28,6 +38,16 @@ public final class GradientBuckets {
     private GradientBuckets() {
     }
 
+    /**
+     * Cuts {@code count} elements into buckets of at most {@code bucketBytes} each (rounded down to
+     * a multiple of 64 bytes, at least one element), in element order.
+     *
+     * @param count       elements in the gradient, at least 0
+     * @param dtype       element type
+     * @param bucketBytes the largest bucket in bytes, at least 64
+     * @return buckets covering {@code [0, count)} exactly; empty when {@code count} is 0
+     * @throws IllegalArgumentException when {@code count} is negative or {@code bucketBytes} below 64
+     */
     public static List<Bucket> split(long count, DType dtype, long bucketBytes) {
         if (count < 0) {
             throw new IllegalArgumentException("count=" + count + " must be >= 0");

@@ -25,10 +25,21 @@ public enum SizeClass {
         return tag;
     }
 
+    /**
+     * The largest message of this class.
+     *
+     * @return bytes, inclusive
+     */
     public long maxBytes() {
         return maxBytes;
     }
 
+    /**
+     * The class of a message.
+     *
+     * @param bytes the message's size in bytes
+     * @return the smallest class whose {@link #maxBytes()} holds it
+     */
     public static SizeClass of(long bytes) {
         for (SizeClass c : values()) {
             if (bytes <= c.maxBytes) {

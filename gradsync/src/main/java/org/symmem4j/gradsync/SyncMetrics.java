@@ -90,6 +90,11 @@ public final class SyncMetrics implements MeterBinder {
             this.tag = tag;
         }
 
+        /**
+         * The tag value ({@code reason}).
+         *
+         * @return the value on the failure counter
+         */
         public String tag() {
             return tag;
         }
@@ -100,12 +105,22 @@ public final class SyncMetrics implements MeterBinder {
     /** One entry per registry bound to; replaced whole on each bind (copy on write). */
     private volatile Bound[] bound = new Bound[0];
 
-    /** @param extraTags added to every meter (for example {@code application}) */
+    /**
+     * Metrics of one transport; bind them to registries with {@link #bindTo}.
+     *
+     * @param transport the {@code transport} tag value (for example {@code host-in-jvm})
+     * @param extraTags added to every meter (for example {@code application})
+     */
     public SyncMetrics(String transport, Iterable<Tag> extraTags) {
         this.transport = Objects.requireNonNull(transport, "transport");
         this.extraTags = Tags.of(extraTags);
     }
 
+    /**
+     * Metrics of one transport, without extra tags.
+     *
+     * @param transport the {@code transport} tag value
+     */
     public SyncMetrics(String transport) {
         this(transport, Tags.empty());
     }
@@ -274,6 +289,11 @@ public final class SyncMetrics implements MeterBinder {
         }
     }
 
+    /**
+     * The transport tag.
+     *
+     * @return the {@code transport} tag value
+     */
     public String transport() {
         return transport;
     }

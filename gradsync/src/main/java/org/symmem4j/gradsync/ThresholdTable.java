@@ -39,7 +39,9 @@ public final class ThresholdTable {
     public record Threshold(long maxBytes, Algorithm algorithm) {
     }
 
+    /** The shipped table: a class-path resource next to this class. */
     public static final String DEFAULTS_RESOURCE = "default-thresholds.properties";
+    /** The system property naming a calibration file (default {@code ~/.symmem4j/thresholds.properties}). */
     public static final String PROPERTY = "symmem4j.thresholds";
 
     private static final Logger LOG = LoggerFactory.getLogger(ThresholdTable.class);
@@ -57,6 +59,12 @@ public final class ThresholdTable {
         return source;
     }
 
+    /**
+     * The shipped table, without the user's calibration.
+     *
+     * @return the thresholds measured for the project's machines
+     * @throws IllegalStateException when the resource is missing or unreadable (a broken jar)
+     */
     public static ThresholdTable defaults() {
         try (InputStream in = ThresholdTable.class.getResourceAsStream(DEFAULTS_RESOURCE)) {
             if (in == null) {

@@ -27,15 +27,37 @@ import java.lang.foreign.MemorySegment;
  */
 public interface Communicator extends AutoCloseable {
 
-    /** Collective: creates a communicator on the group's transport with default options. */
+    /**
+     * Collective: creates a communicator on the group's transport with default options. Every rank
+     * of the group calls it.
+     *
+     * @param group this rank's group
+     * @return this rank's communicator; close it collectively
+     * @throws SymmemException when the transport cannot allocate its scratch memory or a peer does
+     *         not arrive ({@link PeerTimeoutException})
+     */
     static Communicator create(Group group) {
         return group.transport().communicator(group, CommunicatorOptions.defaults());
     }
 
+    /**
+     * Collective: as {@link #create(Group)}, with the sizes of the communicator's scratch memory given.
+     *
+     * @param group   this rank's group
+     * @param options scratch sizes; every rank must pass the same
+     * @return this rank's communicator; close it collectively
+     * @throws SymmemException when the transport cannot allocate its scratch memory or a peer does
+     *         not arrive ({@link PeerTimeoutException})
+     */
     static Communicator create(Group group, CommunicatorOptions options) {
         return group.transport().communicator(group, options);
     }
 
+    /**
+     * The group this communicator runs on.
+     *
+     * @return the group given at creation
+     */
     Group group();
 
     /** The transport name ({@code host-in-jvm}, {@code host-shm}, ...). */

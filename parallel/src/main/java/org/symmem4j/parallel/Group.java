@@ -19,13 +19,28 @@ import org.symmem4j.parallel.rendezvous.RendezvousStore;
  */
 public interface Group extends AutoCloseable {
 
+    /**
+     * This rank's number.
+     *
+     * @return 0..{@code worldSize() - 1}
+     */
     int rank();
 
+    /**
+     * The number of ranks.
+     *
+     * @return at least 1
+     */
     int worldSize();
 
     /** Rank among the ranks on this machine (equal to {@link #rank()} on one machine). */
     int localRank();
 
+    /**
+     * The options this group was created with (timeout, idle strategy, liveness checks).
+     *
+     * @return the group's options
+     */
     GroupOptions options();
 
     /** The set-up key-value store (handle exchange); collectives never use it. */

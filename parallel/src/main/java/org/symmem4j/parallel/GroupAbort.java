@@ -17,6 +17,10 @@ import java.util.function.Consumer;
  */
 public final class GroupAbort {
 
+    /** An abort that has not been raised: one per group, created with it. */
+    public GroupAbort() {
+    }
+
     /**
      * What aborted the group.
      *

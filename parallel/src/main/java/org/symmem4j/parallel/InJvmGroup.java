@@ -18,6 +18,11 @@ public final class InJvmGroup implements Group {
         this.rank = rank;
     }
 
+    /**
+     * The world this rank joined.
+     *
+     * @return the world that created this group
+     */
     public InJvmWorld world() {
         return world;
     }

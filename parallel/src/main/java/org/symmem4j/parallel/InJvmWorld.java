@@ -29,9 +29,20 @@ import org.symmem4j.parallel.rendezvous.InMemoryStore;
  */
 public final class InJvmWorld implements AutoCloseable {
 
-    /** Work one rank does; may throw. */
+    /**
+     * Work one rank does; may throw.
+     *
+     * @param <T> what the rank returns
+     */
     @FunctionalInterface
     public interface RankTask<T> {
+        /**
+         * Runs on the rank's own thread.
+         *
+         * @param group the rank's group
+         * @return the rank's result
+         * @throws Exception anything the work throws; {@link #runOnEveryRank} rethrows the first
+         */
         T run(Group group) throws Exception;
     }
 
@@ -54,18 +65,43 @@ public final class InJvmWorld implements AutoCloseable {
         this.owners = new AtomicReferenceArray<>(worldSize);
     }
 
+    /**
+     * A world of {@code worldSize} ranks with {@link GroupOptions#defaults()}.
+     *
+     * @param worldSize number of ranks (threads), at least 1
+     * @return the world; each rank's thread calls {@link #join(int)}
+     * @throws IllegalArgumentException when {@code worldSize} is below 1
+     */
     public static InJvmWorld create(int worldSize) {
         return new InJvmWorld(worldSize, GroupOptions.defaults());
     }
 
+    /**
+     * A world of {@code worldSize} ranks.
+     *
+     * @param worldSize number of ranks (threads), at least 1
+     * @param options   timeout and waiting of every group of this world
+     * @return the world; each rank's thread calls {@link #join(int)}
+     * @throws IllegalArgumentException when {@code worldSize} is below 1
+     */
     public static InJvmWorld create(int worldSize, GroupOptions options) {
         return new InJvmWorld(worldSize, options);
     }
 
+    /**
+     * The number of ranks.
+     *
+     * @return the size given at creation
+     */
     public int worldSize() {
         return worldSize;
     }
 
+    /**
+     * The options of this world's groups.
+     *
+     * @return the options given at creation
+     */
     public GroupOptions options() {
         return options;
     }

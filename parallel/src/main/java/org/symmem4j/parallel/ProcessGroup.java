@@ -165,6 +165,17 @@ public final class ProcessGroup implements Group {
         return join(ProcessGroupConfig.fromEnvironment(), GroupOptions.defaults());
     }
 
+    /**
+     * Collective across processes: joins the group described by torchrun's environment variables
+     * ({@code RANK}, {@code WORLD_SIZE}, {@code LOCAL_RANK}, {@code MASTER_ADDR}, {@code MASTER_PORT},
+     * {@code SYMMEM4J_RUN_ID}) with the given options.
+     *
+     * @param options timeout and waiting
+     * @return this process's group, once every rank has joined
+     * @throws IllegalArgumentException when a variable is missing or malformed
+     * @throws SymmemException          when the store cannot be reached or bound, or a peer does not
+     *         arrive within the timeout ({@link PeerTimeoutException})
+     */
     public static ProcessGroup fromEnvironment(GroupOptions options) {
         return join(ProcessGroupConfig.fromEnvironment(), options);
     }
@@ -183,6 +194,11 @@ public final class ProcessGroup implements Group {
         return new ProcessGroup(config, options, secret);
     }
 
+    /**
+     * Where this rank sits and which job it belongs to.
+     *
+     * @return the configuration the group was joined with
+     */
     public ProcessGroupConfig config() {
         return config;
     }

@@ -19,11 +19,20 @@ import org.symmem4j.parallel.rendezvous.JobIdentity;
  */
 public record ProcessGroupConfig(int rank, int worldSize, int localRank, String masterAddr, int masterPort, String runId) {
 
+    /** {@code MASTER_ADDR} when unset: loopback. */
     public static final String DEFAULT_MASTER_ADDR = "127.0.0.1";
+    /** {@code MASTER_PORT} when unset: 29500, torchrun's. */
     public static final int DEFAULT_MASTER_PORT = 29500;
+    /** The environment variable of the run id. */
     public static final String RUN_ID_ENV = "SYMMEM4J_RUN_ID";
+    /** torchrun's run id variable, read when {@value #RUN_ID_ENV} is unset. */
     public static final String TORCH_RUN_ID_ENV = "TORCHELASTIC_RUN_ID";
 
+    /**
+     * Checks the configuration.
+     *
+     * @throws IllegalArgumentException when a value is out of range (the message names the variable)
+     */
     public ProcessGroupConfig {
         if (worldSize < 1) {
             throw new IllegalArgumentException("WORLD_SIZE=" + worldSize + " must be >= 1");

@@ -20,6 +20,11 @@ public record ShardPartition(long count, int worldSize, DType dtype, long blockE
     /** Block boundaries are multiples of this many bytes from the vector's start. */
     public static final int ALIGN_BYTES = 64;
 
+    /**
+     * Checks the partition; {@link #of} computes a valid one.
+     *
+     * @throws IllegalArgumentException when the blocks do not cover {@code count} or a value is out of range
+     */
     public ShardPartition {
         if (count < 0 || worldSize < 1 || dtype == null || blockElements < 0
                 || (count > 0 && blockElements * (long) worldSize < count)) {

@@ -27,6 +27,11 @@ public interface SymmetricMemory extends AutoCloseable {
         return group.transport().register(group, buffer);
     }
 
+    /**
+     * The group whose ranks share this memory.
+     *
+     * @return the group given at allocation
+     */
     Group group();
 
     /** Bytes per rank. */

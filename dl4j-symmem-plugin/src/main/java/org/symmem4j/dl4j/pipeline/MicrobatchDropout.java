@@ -32,13 +32,20 @@ import org.nd4j.linalg.factory.Nd4j;
  */
 public final class MicrobatchDropout implements IDropout {
 
+    /** The layer's dropout, copied per microbatch and never drawn into. */
     private final IDropout prototype;
+    /** The seed of the layer's configuration. */
     private final long layerSeed;
+    /** The layer's index in the whole network. */
     private final int layer;
+    /** One copy of the prototype per microbatch in flight. */
     private IDropout[] perMicrobatch = new IDropout[0];
+    /** The microbatch whose copy the next calls use; -1 before the first {@link #microbatch(int)}. */
     private int microbatch = -1;
 
     /**
+     * Wraps a layer's dropout for pipelined training.
+     *
      * @param dropout   the layer's dropout (copied, never drawn into)
      * @param layerSeed the seed of the layer's configuration
      * @param layer     the layer's index in the whole network

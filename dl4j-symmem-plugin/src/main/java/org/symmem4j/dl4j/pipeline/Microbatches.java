@@ -25,6 +25,8 @@ public final class Microbatches {
     private final List<INDArray> labelsMasks;
 
     /**
+     * One batch cut into microbatches, with their masks.
+     *
      * @param features      one array per microbatch, in order
      * @param labels        one array per microbatch, in order, same example counts as {@code features}
      * @param featuresMasks null, or one mask per microbatch with the same example counts
@@ -48,6 +50,13 @@ public final class Microbatches {
         }
     }
 
+    /**
+     * One batch cut into microbatches, without masks.
+     *
+     * @param features one array per microbatch, in order
+     * @param labels   one array per microbatch, in order, same example counts as {@code features}
+     * @throws IllegalArgumentException when the counts of arrays or of examples disagree
+     */
     public Microbatches(List<INDArray> features, List<INDArray> labels) {
         this(features, labels, null, null);
     }

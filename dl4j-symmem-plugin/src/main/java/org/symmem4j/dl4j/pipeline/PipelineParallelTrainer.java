@@ -90,6 +90,11 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     /** Told about every step, on the thread that called {@code fit()}. */
     @FunctionalInterface
     public interface StepListener {
+        /**
+         * Called once per completed step, after its update.
+         *
+         * @param report the step's number, examples, loss and per-rank timelines
+         */
         void onStep(PipelineStepReport report);
     }
 
@@ -256,6 +261,11 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         return schedule;
     }
 
+    /**
+     * The kind of schedule the trainer generated.
+     *
+     * @return GPipe, 1F1B or interleaved
+     */
     public PipelineSchedule scheduleKind() {
         return scheduleKind;
     }
@@ -543,6 +553,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             return this;
         }
 
+        /**
+         * Records pipeline metrics into {@code registry}, without extra tags.
+         *
+         * @param registry any Micrometer registry
+         * @return this builder
+         */
         public Builder meterRegistry(MeterRegistry registry) {
             return meterRegistry(registry, Tags.empty());
         }

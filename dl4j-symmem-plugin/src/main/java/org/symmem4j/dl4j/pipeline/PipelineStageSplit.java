@@ -164,10 +164,20 @@ public final class PipelineStageSplit {
         }
     }
 
+    /**
+     * The number of stages.
+     *
+     * @return stages, at least 1
+     */
     public int stageCount() {
         return stageStart.length - 1;
     }
 
+    /**
+     * The number of layers over all stages.
+     *
+     * @return the network's layers
+     */
     public int layerCount() {
         return stageStart[stageStart.length - 1];
     }

@@ -17,6 +17,7 @@ import org.symmem4j.pipeline.exec.TimelineReport;
  */
 public record PipelineStepReport(long step, long examples, double loss, List<StepTimeline> timelines) {
 
+    /** Copies the timelines (the report is immutable). */
     public PipelineStepReport {
         timelines = List.copyOf(timelines);
     }

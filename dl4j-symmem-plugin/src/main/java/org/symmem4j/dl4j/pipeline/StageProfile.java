@@ -32,6 +32,8 @@ public final class StageProfile {
     private final long microbatchExamples;
 
     /**
+     * Measured pass times of every layer, for splitting the network into stages of equal time.
+     *
      * @param forwardNanos       per layer, one microbatch's forward time (median)
      * @param backwardNanos      per layer, one microbatch's backward time (median)
      * @param microbatchExamples the microbatch size the times are for
