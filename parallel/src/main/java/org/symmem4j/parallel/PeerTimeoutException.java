@@ -53,17 +53,29 @@ public class PeerTimeoutException extends SymmemException {
         this.timeout = timeout;
     }
 
-    /** The rank that waited. */
+    /**
+     * The rank that waited.
+     *
+     * @return the waiting rank
+     */
     public int rank() {
         return rank;
     }
 
-    /** The ranks that did not arrive, ascending. */
+    /**
+     * The ranks that did not arrive, ascending.
+     *
+     * @return the missing ranks, ascending
+     */
     public List<Integer> missingRanks() {
         return missingRanks;
     }
 
-    /** What this rank was doing, for example {@code "all-reduce#12 barrier 2/3"}. */
+    /**
+     * What this rank was doing, for example {@code "all-reduce#12 barrier 2/3"}.
+     *
+     * @return the operation and its step
+     */
     public String operation() {
         return operation;
     }
