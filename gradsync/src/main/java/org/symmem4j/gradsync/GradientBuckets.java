@@ -14,7 +14,13 @@ import org.symmem4j.parallel.DType;
  */
 public final class GradientBuckets {
 
-    /** One bucket: elements [firstElement, firstElement + count). */
+    /**
+     * One bucket: elements [firstElement, firstElement + count).
+     *
+     * @param firstElement the bucket's first element index in the gradient
+     * @param count        elements in the bucket
+     * @param dtype        the element type
+     */
     public record Bucket(long firstElement, long count, DType dtype) {
         /**
          * Where the bucket starts.
@@ -77,6 +83,13 @@ public final class GradientBuckets {
      *
      * @param layerStarts the first element of each layer's gradient, any order; values outside
      *                    {@code (0, count)} are ignored
+     *
+     * @param count          elements in the gradient, at least 0
+     * @param dtype          element type
+     * @param bucketBytes    the largest bucket in bytes
+     * @param minBucketBytes buckets below this many bytes merge with the next
+     * @return buckets covering {@code [0, count)} exactly, in element order
+     * @throws IllegalArgumentException when {@code count} is negative or a size is out of range
      */
     public static List<Bucket> splitAtBoundaries(long count, DType dtype, long bucketBytes, long minBucketBytes,
                                                  long[] layerStarts) {

@@ -126,7 +126,11 @@ public final class GradientSynchronizer {
         return buckets;
     }
 
-    /** The algorithm each bucket uses, in bucket order. */
+    /**
+     * The algorithm each bucket uses, in bucket order.
+     *
+     * @return one algorithm per bucket, unmodifiable
+     */
     public List<Algorithm> algorithms() {
         return List.of(algorithms);
     }

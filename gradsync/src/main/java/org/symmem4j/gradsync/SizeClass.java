@@ -20,7 +20,11 @@ public enum SizeClass {
         this.maxBytes = maxBytes;
     }
 
-    /** The tag value ({@code size.class}). */
+    /**
+     * The tag value ({@code size.class}).
+     *
+     * @return the tag value
+     */
     public String tag() {
         return tag;
     }
