@@ -24,7 +24,11 @@ public class DataParallelTrainingException extends SymmemException {
         this.step = step;
     }
 
-    /** The worker whose failure stopped training. */
+    /**
+     * The worker whose failure stopped training.
+     *
+     * @return the worker, from 0
+     */
     public int worker() {
         return worker;
     }

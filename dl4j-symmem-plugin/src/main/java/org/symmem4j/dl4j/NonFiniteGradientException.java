@@ -24,12 +24,20 @@ public class NonFiniteGradientException extends SymmemException {
         this.step = step;
     }
 
-    /** The workers whose own gradient was non-finite before averaging. */
+    /**
+     * The workers whose own gradient was non-finite before averaging.
+     *
+     * @return the workers, ascending
+     */
     public List<Integer> workers() {
         return workers;
     }
 
-    /** The step (round) number within the wrapper's life, from 0. */
+    /**
+     * The step (round) number within the wrapper's life, from 0.
+     *
+     * @return the step number
+     */
     public long step() {
         return step;
     }

@@ -153,17 +153,29 @@ public final class PrometheusEndpoint implements AutoCloseable {
         return server.getPort();
     }
 
-    /** The scrape URL. */
+    /**
+     * The scrape URL.
+     *
+     * @return {@code http://<address>:<port>/metrics}
+     */
     public String url() {
         return base() + "/metrics";
     }
 
-    /** The health-check URL ({@code /-/healthy}: 200 while the server runs). */
+    /**
+     * The health-check URL ({@code /-/healthy}: 200 while the server runs).
+     *
+     * @return {@code http://<address>:<port>/-/healthy}
+     */
     public String healthUrl() {
         return base() + "/-/healthy";
     }
 
-    /** Requests whose thread was interrupted at {@link Builder#requestTimeout}, closing their connection, since start. */
+    /**
+     * Requests whose thread was interrupted at {@link Builder#requestTimeout}, closing their connection, since start.
+     *
+     * @return the count since start
+     */
     public long timedOutRequests() {
         return pool.timedOut();
     }
@@ -195,13 +207,22 @@ public final class PrometheusEndpoint implements AutoCloseable {
         /**
          * The address to bind (default {@value PrometheusEndpoint#LOOPBACK}): a name or literal; {@code "0.0.0.0"} or
          * {@code "::"} for every interface. Anything but loopback is logged when the server starts.
+         *
+         * @param host a host name or address literal
+         * @return this builder
          */
         public Builder host(String host) {
             this.host = Objects.requireNonNull(host, "host");
             return this;
         }
 
-        /** The port (default 0: any free port, see {@link PrometheusEndpoint#port()}). */
+        /**
+         * The port (default 0: any free port, see {@link PrometheusEndpoint#port()}).
+         *
+         * @param port 0..65535; 0 picks a free port
+         * @return this builder
+         * @throws IllegalArgumentException when {@code port} is out of range
+         */
         public Builder port(int port) {
             if (port < 0 || port > 65535) {
                 throw new IllegalArgumentException("port=" + port + " expected 0..65535 (0 picks a free port)");
@@ -210,7 +231,13 @@ public final class PrometheusEndpoint implements AutoCloseable {
             return this;
         }
 
-        /** Requests served at once (default {@value PrometheusEndpoint#DEFAULT_THREADS}). */
+        /**
+         * Requests served at once (default {@value PrometheusEndpoint#DEFAULT_THREADS}).
+         *
+         * @param threads at least 1
+         * @return this builder
+         * @throws IllegalArgumentException when {@code threads} is below 1
+         */
         public Builder threads(int threads) {
             if (threads < 1) {
                 throw new IllegalArgumentException("threads=" + threads + " expected >= 1 (default "
@@ -223,6 +250,10 @@ public final class PrometheusEndpoint implements AutoCloseable {
         /**
          * Requests that wait for a thread when all are busy (default
          * {@value PrometheusEndpoint#DEFAULT_QUEUED_REQUESTS}); one more has its connection closed at once.
+         *
+         * @param queuedRequests at least 0
+         * @return this builder
+         * @throws IllegalArgumentException when {@code queuedRequests} is negative
          */
         public Builder queuedRequests(int queuedRequests) {
             if (queuedRequests < 0) {
@@ -236,6 +267,10 @@ public final class PrometheusEndpoint implements AutoCloseable {
         /**
          * The longest one request may hold a thread, from its first byte to the last byte of the
          * response (default 10 s, Prometheus' default scrape timeout); then its connection is closed.
+         *
+         * @param requestTimeout at least 1 ms
+         * @return this builder
+         * @throws IllegalArgumentException when {@code requestTimeout} is null or below 1 ms
          */
         public Builder requestTimeout(Duration requestTimeout) {
             if (requestTimeout == null || requestTimeout.toMillis() < 1) {
@@ -251,6 +286,8 @@ public final class PrometheusEndpoint implements AutoCloseable {
          *
          * @throws IllegalArgumentException when the host does not resolve
          * @throws SymmemException          when the address cannot be bound (port taken, no such interface)
+         *
+         * @return the running endpoint; {@link PrometheusEndpoint#close()} stops it
          */
         public PrometheusEndpoint start() {
             InetAddress address;

@@ -82,6 +82,8 @@ public final class Dl4jPipelineStage implements StageCompute {
     private double regularizationScore = Double.NaN;
 
     /**
+     * One stage of a DL4J network for the pipeline executor.
+     *
      * @param stage      this stage's index
      * @param stageCount the number of stages (the last one computes the loss)
      * @param network    the stage's network: an output layer last exactly when this is the last stage

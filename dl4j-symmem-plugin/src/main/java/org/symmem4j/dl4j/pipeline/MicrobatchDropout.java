@@ -60,6 +60,12 @@ public final class MicrobatchDropout implements IDropout {
      * The seed of layer {@code layer}'s mask for {@code microbatch} at {@code iteration}: SplitMix64's
      * finalizer over the four values, so nearby iterations, layers and microbatches get unrelated
      * streams.
+     *
+     * @param layerSeed  the seed of the layer's configuration
+     * @param layer      the layer's index in the whole network
+     * @param iteration  the network's iteration count
+     * @param microbatch the microbatch, from 0
+     * @return the mask's seed
      */
     public static long seed(long layerSeed, int layer, long iteration, int microbatch) {
         long h = mix(layerSeed ^ 0x9E3779B97F4A7C15L);
@@ -88,12 +94,20 @@ public final class MicrobatchDropout implements IDropout {
         this.microbatch = microbatch;
     }
 
-    /** The wrapped dropout configuration. */
+    /**
+     * The wrapped dropout configuration.
+     *
+     * @return the layer's own dropout
+     */
     public IDropout dropout() {
         return prototype;
     }
 
-    /** The layer's index in the whole network. */
+    /**
+     * The layer's index in the whole network.
+     *
+     * @return the layer index
+     */
     public int layer() {
         return layer;
     }

@@ -22,7 +22,11 @@ public record PipelineStepReport(long step, long examples, double loss, List<Ste
         timelines = List.copyOf(timelines);
     }
 
-    /** The measured bubble and a Chrome trace / SVG of this step. */
+    /**
+     * The measured bubble and a Chrome trace / SVG of this step.
+     *
+     * @return the step's timeline report
+     */
     public TimelineReport timelineReport() {
         return TimelineReport.of(timelines);
     }

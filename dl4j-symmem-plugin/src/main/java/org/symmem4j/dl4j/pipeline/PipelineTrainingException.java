@@ -27,12 +27,20 @@ public class PipelineTrainingException extends SymmemException {
         this.step = step;
     }
 
-    /** The rank whose failure stopped the pipeline. */
+    /**
+     * The rank whose failure stopped the pipeline.
+     *
+     * @return the rank, from 0
+     */
     public int rank() {
         return rank;
     }
 
-    /** The trainer's step number that failed. */
+    /**
+     * The trainer's step number that failed.
+     *
+     * @return the step number, from 0
+     */
     public long step() {
         return step;
     }
