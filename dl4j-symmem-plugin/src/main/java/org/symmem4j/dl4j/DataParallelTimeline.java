@@ -68,17 +68,29 @@ public final class DataParallelTimeline {
         this.sync = sync;
     }
 
-    /** The most steps kept; later ones are counted in {@link #droppedSteps()}. */
+    /**
+     * The most steps kept; later ones are counted in {@link #droppedSteps()}.
+     *
+     * @return the bound given to {@code recordTimeline}
+     */
     public int maxSteps() {
         return maxSteps;
     }
 
-    /** Steps recorded. */
+    /**
+     * Steps recorded.
+     *
+     * @return steps kept
+     */
     public synchronized int recordedSteps() {
         return steps.size();
     }
 
-    /** Steps that finished after {@link #maxSteps()} were recorded, and were not kept. */
+    /**
+     * Steps that finished after {@link #maxSteps()} were recorded, and were not kept.
+     *
+     * @return steps left out
+     */
     public synchronized long droppedSteps() {
         return droppedSteps;
     }
@@ -151,6 +163,8 @@ public final class DataParallelTimeline {
     /**
      * The recorded steps as Chrome trace JSON, times in microseconds from the first recorded
      * hand-off. Slices on each track nest; the metadata names the steps kept and left out.
+     *
+     * @return the trace, as JSON text
      */
     public synchronized String chromeTraceJson() {
         long origin = steps.isEmpty() ? 0 : steps.getFirst().handedOut();
@@ -237,7 +251,12 @@ public final class DataParallelTimeline {
         }
     }
 
-    /** Writes {@link #chromeTraceJson()} to {@code file}. */
+    /**
+     * Writes {@link #chromeTraceJson()} to {@code file}.
+     *
+     * @param file where to write; replaced if it exists
+     * @throws IOException when the file cannot be written
+     */
     public void writeChromeTrace(Path file) throws IOException {
         Files.writeString(file, chromeTraceJson());
     }

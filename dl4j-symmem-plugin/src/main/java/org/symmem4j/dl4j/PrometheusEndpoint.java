@@ -55,9 +55,13 @@ public final class PrometheusEndpoint implements AutoCloseable {
 
     private static final Logger LOG = LoggerFactory.getLogger(PrometheusEndpoint.class);
 
+    /** The address bound unless another is named: IPv4 loopback. */
     public static final String LOOPBACK = "127.0.0.1";
+    /** Requests served at once by default. */
     public static final int DEFAULT_THREADS = 8;
+    /** Requests that may wait for a thread by default. */
     public static final int DEFAULT_QUEUED_REQUESTS = 32;
+    /** The longest one request may hold a thread by default: Prometheus' default scrape timeout. */
     public static final Duration DEFAULT_REQUEST_TIMEOUT = Duration.ofSeconds(10);
 
     private final HTTPServer server;
@@ -70,7 +74,16 @@ public final class PrometheusEndpoint implements AutoCloseable {
         this.address = address;
     }
 
-    /** Starts serving on loopback ({@code port} 0 picks a free port, see {@link #port()}), with the defaults. */
+    /**
+     * Starts serving on loopback with the defaults.
+     *
+     * @param registry the registry to serve
+     * @param port     the TCP port; 0 picks a free port (see {@link #port()})
+     * @return the running endpoint; {@link #close()} stops it
+     * @throws IllegalArgumentException when {@code port} is outside 0..65535
+     * @throws IllegalStateException    when the optional Prometheus dependencies are missing (see {@link #builder})
+     * @throws SymmemException          when the port cannot be bound
+     */
     public static PrometheusEndpoint start(PrometheusMeterRegistry registry, int port) {
         return builder(registry).port(port).start();
     }
@@ -78,31 +91,91 @@ public final class PrometheusEndpoint implements AutoCloseable {
     /**
      * Starts serving on {@code host:port} with the defaults; a host other than loopback is logged.
      * Same as {@code builder(registry).host(host).port(port).start()}.
+     *
+     * @param registry the registry to serve
+     * @param host     the address to bind: a name or literal, {@code "0.0.0.0"} for every interface
+     * @param port     the TCP port; 0 picks a free port
+     * @return the running endpoint; {@link #close()} stops it
+     * @throws IllegalArgumentException when the host does not resolve or the port is out of range
+     * @throws IllegalStateException    when the optional Prometheus dependencies are missing (see {@link #builder})
+     * @throws SymmemException          when the address cannot be bound
      */
     public static PrometheusEndpoint start(PrometheusMeterRegistry registry, String host, int port) {
         return builder(registry).host(host).port(port).start();
     }
 
-    /** A builder: loopback, a free port, {@value #DEFAULT_THREADS} threads, 10 s per request unless told otherwise. */
+    /**
+     * A builder: loopback, a free port, {@value #DEFAULT_THREADS} threads, 10 s per request unless told otherwise.
+     *
+     * @param registry the registry to serve
+     * @return a builder; {@link Builder#start()} binds and serves
+     * @throws NullPointerException when {@code registry} is null
+     * @throws IllegalStateException when {@code micrometer-registry-prometheus} or
+     *         {@code prometheus-metrics-exporter-httpserver} is not on the class path (both are optional
+     *         dependencies of this plugin: a user of this class declares them)
+     */
     public static Builder builder(PrometheusMeterRegistry registry) {
+        requireOptionalDependencies();
         return new Builder(registry);
     }
 
+    /**
+     * The plugin declares the Prometheus registry and exporter optional, so that users of other
+     * registries do not get them. Without this check a missing exporter would surface as a bare
+     * {@code NoClassDefFoundError} from the middle of {@link Builder#start()}.
+     */
+    private static void requireOptionalDependencies() {
+        StringBuilder missing = new StringBuilder();
+        String[][] needed = {
+                {"io.micrometer.prometheusmetrics.PrometheusMeterRegistry", "io.micrometer:micrometer-registry-prometheus"},
+                {"io.prometheus.metrics.exporter.httpserver.HTTPServer", "io.prometheus:prometheus-metrics-exporter-httpserver"}};
+        for (String[] classAndArtifact : needed) {
+            try {
+                Class.forName(classAndArtifact[0], false, PrometheusEndpoint.class.getClassLoader());
+            } catch (ClassNotFoundException | LinkageError e) {
+                missing.append(missing.isEmpty() ? "" : ", ").append(classAndArtifact[1]);
+            }
+        }
+        if (!missing.isEmpty()) {
+            throw new IllegalStateException("PrometheusEndpoint needs " + missing + " on the class path, found: absent"
+                    + " (add them as dependencies: the symmem4j plugin declares them optional; take the"
+                    + " prometheus-metrics-exporter-httpserver version that your micrometer-registry-prometheus"
+                    + " depends on, e.g. 1.3.5 with Micrometer 1.14.4, which symmem4j is built with)");
+        }
+    }
+
+    /**
+     * The port the server listens on.
+     *
+     * @return the bound TCP port (the one picked when 0 was asked for)
+     */
     public int port() {
         return server.getPort();
     }
 
-    /** The scrape URL. */
+    /**
+     * The scrape URL.
+     *
+     * @return {@code http://<address>:<port>/metrics}
+     */
     public String url() {
         return base() + "/metrics";
     }
 
-    /** The health-check URL ({@code /-/healthy}: 200 while the server runs). */
+    /**
+     * The health-check URL ({@code /-/healthy}: 200 while the server runs).
+     *
+     * @return {@code http://<address>:<port>/-/healthy}
+     */
     public String healthUrl() {
         return base() + "/-/healthy";
     }
 
-    /** Requests whose thread was interrupted at {@link Builder#requestTimeout}, closing their connection, since start. */
+    /**
+     * Requests whose thread was interrupted at {@link Builder#requestTimeout}, closing their connection, since start.
+     *
+     * @return the count since start
+     */
     public long timedOutRequests() {
         return pool.timedOut();
     }
@@ -134,13 +207,22 @@ public final class PrometheusEndpoint implements AutoCloseable {
         /**
          * The address to bind (default {@value PrometheusEndpoint#LOOPBACK}): a name or literal; {@code "0.0.0.0"} or
          * {@code "::"} for every interface. Anything but loopback is logged when the server starts.
+         *
+         * @param host a host name or address literal
+         * @return this builder
          */
         public Builder host(String host) {
             this.host = Objects.requireNonNull(host, "host");
             return this;
         }
 
-        /** The port (default 0: any free port, see {@link PrometheusEndpoint#port()}). */
+        /**
+         * The port (default 0: any free port, see {@link PrometheusEndpoint#port()}).
+         *
+         * @param port 0..65535; 0 picks a free port
+         * @return this builder
+         * @throws IllegalArgumentException when {@code port} is out of range
+         */
         public Builder port(int port) {
             if (port < 0 || port > 65535) {
                 throw new IllegalArgumentException("port=" + port + " expected 0..65535 (0 picks a free port)");
@@ -149,7 +231,13 @@ public final class PrometheusEndpoint implements AutoCloseable {
             return this;
         }
 
-        /** Requests served at once (default {@value PrometheusEndpoint#DEFAULT_THREADS}). */
+        /**
+         * Requests served at once (default {@value PrometheusEndpoint#DEFAULT_THREADS}).
+         *
+         * @param threads at least 1
+         * @return this builder
+         * @throws IllegalArgumentException when {@code threads} is below 1
+         */
         public Builder threads(int threads) {
             if (threads < 1) {
                 throw new IllegalArgumentException("threads=" + threads + " expected >= 1 (default "
@@ -162,6 +250,10 @@ public final class PrometheusEndpoint implements AutoCloseable {
         /**
          * Requests that wait for a thread when all are busy (default
          * {@value PrometheusEndpoint#DEFAULT_QUEUED_REQUESTS}); one more has its connection closed at once.
+         *
+         * @param queuedRequests at least 0
+         * @return this builder
+         * @throws IllegalArgumentException when {@code queuedRequests} is negative
          */
         public Builder queuedRequests(int queuedRequests) {
             if (queuedRequests < 0) {
@@ -175,6 +267,10 @@ public final class PrometheusEndpoint implements AutoCloseable {
         /**
          * The longest one request may hold a thread, from its first byte to the last byte of the
          * response (default 10 s, Prometheus' default scrape timeout); then its connection is closed.
+         *
+         * @param requestTimeout at least 1 ms
+         * @return this builder
+         * @throws IllegalArgumentException when {@code requestTimeout} is null or below 1 ms
          */
         public Builder requestTimeout(Duration requestTimeout) {
             if (requestTimeout == null || requestTimeout.toMillis() < 1) {
@@ -190,6 +286,8 @@ public final class PrometheusEndpoint implements AutoCloseable {
          *
          * @throws IllegalArgumentException when the host does not resolve
          * @throws SymmemException          when the address cannot be bound (port taken, no such interface)
+         *
+         * @return the running endpoint; {@link PrometheusEndpoint#close()} stops it
          */
         public PrometheusEndpoint start() {
             InetAddress address;

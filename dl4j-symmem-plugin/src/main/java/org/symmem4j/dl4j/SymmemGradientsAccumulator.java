@@ -109,7 +109,9 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
     private final transient Reducer reducer = Reducer.forThisJvm();
     private final transient SyncMetrics metrics;
     private final transient AlgorithmPolicy policy;
+    /** The bound of every wait of a round's all-reduce. */
     private final Duration timeout;
+    /** The largest gradient bucket, in bytes. */
     private final long bucketBytes;
     /** The user's model's own setting: whether one model divides the summed gradient by its batch size. */
     private final boolean userDividesByMinibatch;
@@ -154,12 +156,22 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
      * {@code ParallelWrapper.Builder.gradientsAccumulator(...)} with {@code trainingMode(CUSTOM)}.
      * Call it after the model's own listeners are set ({@code setListeners} replaces the hook) and
      * before {@code build()}, which moves the model's listeners, the hook among them, to the wrapper.
+     *
+     * @param model the {@code MultiLayerNetwork} or {@code ComputationGraph} given to ParallelWrapper
+     * @return the accumulator, with the defaults
+     * @throws IllegalArgumentException when the model cannot be trained this way (BatchNormalization, center loss,
+     *         truncated BPTT; the message says which and the fix)
      */
     public static SymmemGradientsAccumulator attach(Model model) {
         return builder(model).attach();
     }
 
-    /** Options (timeout, algorithm policy, bucket size); {@link Builder#attach()} ends it. */
+    /**
+     * Options (timeout, algorithm policy, bucket size); {@link Builder#attach()} ends it.
+     *
+     * @param model the model given to ParallelWrapper
+     * @return a builder with the defaults
+     */
     public static Builder builder(Model model) {
         return new Builder(model);
     }
@@ -168,6 +180,11 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
      * A {@code ParallelWrapper.Builder} for {@code model} already in CUSTOM mode with an attached
      * accumulator and {@code workers} workers (ParallelWrapper's own default is the number of
      * devices: 1 on a CPU, ParallelWrapper.java:674).
+     *
+     * @param <T>     the model's type
+     * @param model   the model
+     * @param workers ParallelWrapper's workers, at least 2 (ParallelWrapper's own minimum)
+     * @return the ParallelWrapper builder; add settings and {@code build()}
      */
     public static <T extends Model> ParallelWrapper.Builder<T> parallelWrapperBuilder(T model, int workers) {
         @SuppressWarnings("unchecked")
@@ -181,6 +198,8 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
     /**
      * The all-reduce meters ({@code symmem.allreduce.latency} and {@code .bytes}, per algorithm and size
      * class): bind them to a registry. No step meters: DL4J gives the hook no start of a step.
+     *
+     * @return the accumulator's all-reduce metrics
      */
     public SyncMetrics metrics() {
         return metrics;
@@ -197,7 +216,12 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
             this.model = Objects.requireNonNull(model, "model");
         }
 
-        /** How long a worker waits for its peers in an all-reduce before failing and naming them (default 60 s). */
+        /**
+         * How long a worker waits for its peers in an all-reduce before failing and naming them (default 60 s).
+         *
+         * @param timeout positive
+         * @return this builder
+         */
         public Builder timeout(Duration timeout) {
             if (timeout == null || timeout.isNegative() || timeout.isZero()) {
                 throw new IllegalArgumentException("timeout=" + timeout + " must be positive (default "
@@ -207,13 +231,23 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
             return this;
         }
 
-        /** The all-reduce algorithm policy (default: the calibrated thresholds, {@link AlgorithmPolicy#calibrated()}). */
+        /**
+         * The all-reduce algorithm policy (default: the calibrated thresholds, {@link AlgorithmPolicy#calibrated()}).
+         *
+         * @param policy picks each bucket's algorithm
+         * @return this builder
+         */
         public Builder policy(AlgorithmPolicy policy) {
             this.policy = Objects.requireNonNull(policy, "policy");
             return this;
         }
 
-        /** The gradient is all-reduced in buckets of at most this many bytes (default 4 MiB). */
+        /**
+         * The gradient is all-reduced in buckets of at most this many bytes (default 4 MiB).
+         *
+         * @param bytes the largest bucket in bytes
+         * @return this builder
+         */
         public Builder bucketBytes(long bytes) {
             if (bytes < 64) {
                 throw new IllegalArgumentException("bucketBytes=" + bytes + " must be >= 64 (default 4 MiB)");
@@ -222,7 +256,12 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
             return this;
         }
 
-        /** Checks the model, puts the gradient hook on it and returns the accumulator. */
+        /**
+         * Checks the model, puts the gradient hook on it and returns the accumulator.
+         *
+         * @return the accumulator
+         * @throws IllegalArgumentException when the model cannot be trained this way (the message says why and the fix)
+         */
         public SymmemGradientsAccumulator attach() {
             ModelReplica replica = ModelReplica.of(model);
             ModelReplica.ensureInitialized(replica);

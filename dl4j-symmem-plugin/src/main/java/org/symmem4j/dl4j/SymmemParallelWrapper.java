@@ -98,6 +98,11 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     /** Told about every step (round), on the thread that called {@code fit()}. */
     @FunctionalInterface
     public interface StepListener {
+        /**
+         * Called once per completed step, after its update.
+         *
+         * @param report the step's number, examples, loss and timings (nanoseconds)
+         */
         void onStep(StepReport report);
     }
 
@@ -159,22 +164,42 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                         : "sharded " + b.sharding);
     }
 
-    /** Starts a builder for a {@link MultiLayerNetwork}. */
+    /**
+     * Starts a builder for a {@link MultiLayerNetwork}.
+     *
+     * @param model an initialized network; after each {@code fit()} it holds the trained state
+     * @return a builder with the defaults
+     * @throws NullPointerException when {@code model} is null
+     */
     public static Builder builder(MultiLayerNetwork model) {
         return new Builder(model);
     }
 
-    /** Starts a builder for a {@link ComputationGraph}. */
+    /**
+     * Starts a builder for a {@link ComputationGraph}.
+     *
+     * @param model an initialized graph; after each {@code fit()} it holds the trained state
+     * @return a builder with the defaults
+     * @throws NullPointerException when {@code model} is null
+     */
     public static Builder builder(ComputationGraph model) {
         return new Builder(model);
     }
 
-    /** The number of workers. */
+    /**
+     * The number of workers.
+     *
+     * @return worker threads, one replica each
+     */
     public int workers() {
         return settings.workers();
     }
 
-    /** The ZeRO stage this wrapper shards with, or null for plain data parallelism. */
+    /**
+     * The ZeRO stage this wrapper shards with.
+     *
+     * @return the stage, or null for plain data parallelism
+     */
     public ZeroStage sharding() {
         return settings.sharding();
     }
@@ -182,6 +207,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     /**
      * What each worker's replica holds, from its actual arrays (empty before the first
      * {@code fit()}): with sharding, the updater state is the worker's shard only.
+     *
+     * @return one entry per worker, in worker order; sizes in bytes
      */
     public synchronized List<WorkerMemory> workerMemory() {
         if (workers == null) {
@@ -210,12 +237,18 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     /**
      * The run's timeline ({@link Builder#recordTimeline}): every recorded step of every
      * {@code fit()} so far, as one Chrome trace; null when not recording.
+     *
+     * @return the timeline, or null
      */
     public DataParallelTimeline runTimeline() {
         return timeline;
     }
 
-    /** The metrics binder (already bound if a registry was given to the builder). */
+    /**
+     * The metrics binder (already bound if a registry was given to the builder).
+     *
+     * @return the wrapper's sync metrics; bind it to more registries with {@code bindTo}
+     */
     public SyncMetrics metrics() {
         return metrics;
     }
@@ -227,6 +260,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * n batches ahead; it stops before this method returns, and an exception the iterator throws
      * there is thrown here when training reaches that batch, as if it had been read here (then, as
      * after any failed fit, the model is as it was before this call).
+     *
+     * @param iterator the batches, dealt to the workers in order
+     * @throws IllegalArgumentException     when the iterator cannot be read ahead ({@code prefetchBuffer} with
+     *                                      {@code asyncSupported() == false})
+     * @throws NonFiniteGradientException   when a step's gradient has a NaN or infinity (unless
+     *                                      {@code nonFiniteGradients(SKIP_STEP)})
+     * @throws DataParallelTrainingException when a worker fails; the cause is its exception
      */
     public synchronized void fit(DataSetIterator iterator) {
         Objects.requireNonNull(iterator, "iterator");
@@ -237,7 +277,17 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         train(() -> iterator.hasNext() ? iterator.next() : null);
     }
 
-    /** Trains a {@link ComputationGraph} on every batch of {@code iterator}. */
+    /**
+     * Trains a {@link ComputationGraph} on every batch of {@code iterator}, as
+     * {@link #fit(DataSetIterator)} does.
+     *
+     * @param iterator the batches, dealt to the workers in order
+     * @throws IllegalArgumentException      when this wrapper holds a {@link MultiLayerNetwork}, or the
+     *                                       iterator cannot be read ahead
+     * @throws NonFiniteGradientException    when a step's gradient has a NaN or infinity (unless
+     *                                       {@code nonFiniteGradients(SKIP_STEP)})
+     * @throws DataParallelTrainingException when a worker fails; the cause is its exception
+     */
     public synchronized void fit(MultiDataSetIterator iterator) {
         Objects.requireNonNull(iterator, "iterator");
         if (!(model instanceof ModelReplica.Graph)) {
@@ -758,6 +808,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * plain DL4J user loads with {@code ModelSerializer.restoreMultiLayerNetwork(file, true)}.
      * Shard files of another worker count in {@code dir} are deleted. Saves what the next
      * {@code fit()} would train from.
+     *
+     * @param dir the checkpoint directory; created when absent
+     * @throws IOException           when a file cannot be written
+     * @throws IllegalStateException when the wrapper is closed
      */
     public synchronized void saveCheckpoint(Path dir) throws IOException {
         requireSharding("saveCheckpoint");
@@ -806,6 +860,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * from the model. For a different worker count, load {@code model.zip} with
      * {@code ModelSerializer} (updater state included) and build a wrapper on that model: it
      * shards the model's full state for any worker count.
+     *
+     * @param dir a directory {@link #saveCheckpoint} wrote
+     * @throws IOException              when a file cannot be read, is truncated or fails its checksum
+     * @throws IllegalArgumentException when the checkpoint does not fit this wrapper (worker count, shard
+     *                                  bounds, data type, updater layout, mixed steps)
+     * @throws IllegalStateException    when the wrapper is closed
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
         requireSharding("restoreCheckpoint");
@@ -948,7 +1008,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             this.model = ModelReplica.of(Objects.requireNonNull(model, "model"));
         }
 
-        /** Worker threads, one replica each (default: the number of cores). */
+        /**
+         * Worker threads, one replica each (default: the number of cores).
+         *
+         * @param workers the number of worker threads, at least 1
+         * @return this builder
+         * @throws IllegalArgumentException when {@code workers} is below 1
+         */
         public Builder workers(int workers) {
             if (workers < 1) {
                 throw new IllegalArgumentException("workers=" + workers + " must be >= 1 (default: the number of cores, "
@@ -958,7 +1024,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return this;
         }
 
-        /** Largest gradient bucket all-reduced at once (default 4 MiB); each bucket gets its own algorithm. */
+        /**
+         * Largest gradient bucket all-reduced at once (default 4 MiB); each bucket gets its own algorithm.
+         *
+         * @param bucketBytes the largest bucket in bytes, at least 64
+         * @return this builder
+         * @throws IllegalArgumentException when {@code bucketBytes} is below 64
+         */
         public Builder bucketBytes(long bucketBytes) {
             if (bucketBytes < 64) {
                 throw new IllegalArgumentException("bucketBytes=" + bucketBytes + " must be >= 64 (default 4 MiB)");
@@ -967,25 +1039,46 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return this;
         }
 
-        /** Forces one all-reduce algorithm for every bucket (logged as forced); default: the calibrated policy. */
+        /**
+         * Forces one all-reduce algorithm for every bucket (logged as forced); default: the calibrated policy.
+         *
+         * @param algorithm ONE_SHOT, TWO_SHOT or RING ({@code NCCL} is refused at {@link #build()})
+         * @return this builder
+         */
         public Builder algorithm(Algorithm algorithm) {
             this.algorithm = Objects.requireNonNull(algorithm, "algorithm");
             return this;
         }
 
-        /** A custom algorithm policy (default {@link AlgorithmPolicy#calibrated()}). */
+        /**
+         * A custom algorithm policy (default {@link AlgorithmPolicy#calibrated()}).
+         *
+         * @param policy picks each bucket's algorithm from its size
+         * @return this builder
+         */
         public Builder policy(AlgorithmPolicy policy) {
             this.policy = Objects.requireNonNull(policy, "policy");
             return this;
         }
 
-        /** What to do when the averaged gradient is not finite (default {@link NonFiniteGradients#FAIL}). */
+        /**
+         * What to do when the averaged gradient is not finite (default {@link NonFiniteGradients#FAIL}).
+         *
+         * @param mode {@link NonFiniteGradients#FAIL} or {@link NonFiniteGradients#SKIP_STEP}
+         * @return this builder
+         */
         public Builder nonFiniteGradients(NonFiniteGradients mode) {
             this.nonFiniteGradients = Objects.requireNonNull(mode, "nonFiniteGradients");
             return this;
         }
 
-        /** How long a worker waits for the others before failing (default 60 s). */
+        /**
+         * How long a worker waits for the others before failing (default 60 s).
+         *
+         * @param timeout the bound of every wait for the other workers; positive
+         * @return this builder
+         * @throws IllegalArgumentException when {@code timeout} is zero or negative
+         */
         public Builder timeout(Duration timeout) {
             if (timeout == null || timeout.isNegative() || timeout.isZero()) {
                 throw new IllegalArgumentException("timeout=" + timeout + " must be positive (default 60 s)");
@@ -994,7 +1087,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return this;
         }
 
-        /** ND4J (OpenMP) threads per worker (default: cores ÷ workers, at least 1). */
+        /**
+         * ND4J (OpenMP) threads per worker (default: cores ÷ workers, at least 1).
+         *
+         * @param threads ND4J and BLAS threads each worker uses during {@code fit()}, at least 1
+         * @return this builder
+         * @throws IllegalArgumentException when {@code threads} is below 1
+         */
         public Builder ompThreadsPerWorker(int threads) {
             if (threads < 1) {
                 throw new IllegalArgumentException("ompThreadsPerWorker=" + threads + " must be >= 1");
@@ -1003,13 +1102,25 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return this;
         }
 
-        /** Records sync metrics into {@code registry} (names in {@link SyncMetrics}); {@code tags} go on every meter. */
+        /**
+         * Records sync metrics into {@code registry} (names in {@link SyncMetrics}); {@code tags} go on every meter.
+         *
+         * @param registry any Micrometer registry
+         * @param tags     added to every meter (for example {@code application})
+         * @return this builder
+         */
         public Builder meterRegistry(MeterRegistry registry, Iterable<Tag> tags) {
             this.registry = Objects.requireNonNull(registry, "registry");
             this.metricTags = Objects.requireNonNull(tags, "tags");
             return this;
         }
 
+        /**
+         * Records sync metrics into {@code registry} (names in {@link SyncMetrics}), without extra tags.
+         *
+         * @param registry any Micrometer registry
+         * @return this builder
+         */
         public Builder meterRegistry(MeterRegistry registry) {
             return meterRegistry(registry, Tags.empty());
         }
@@ -1018,6 +1129,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * ZeRO-style sharding: each worker keeps updater state only for its 1/N shard of the flat
          * parameter vector (see {@link ZeroStage}); training gives the same parameters as plain
          * data parallelism. Default: off.
+         *
+         * @param stage {@link ZeroStage#OPTIMIZER_STATE} (stage 1) or {@link ZeroStage#GRADIENTS} (stage 2)
+         * @return this builder
          */
         public Builder sharding(ZeroStage stage) {
             this.sharding = Objects.requireNonNull(stage, "stage");
@@ -1032,6 +1146,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * whole backward pass. It hides sync where layers near the input take long to backprop
          * while most parameters sit near the output (convolutions under dense layers); the sync of
          * the first layers' bucket can never hide. Not with sharding.
+         *
+         * @param overlap true to all-reduce each bucket while backprop goes on
+         * @return this builder
          */
         public Builder overlapSyncWithBackprop(boolean overlap) {
             this.overlap = overlap;
@@ -1043,6 +1160,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * sums their gradients (forward and backward passes only) and syncs once; the step averages
          * over all its examples, like one model on the merged batches (to rounding). Default 1.
          * Not with sharding, nor with layers that keep state in the gradient view (BatchNormalization).
+         *
+         * @param microBatches batches per worker per optimizer step, at least 1 (1: no accumulation)
+         * @return this builder
+         * @throws IllegalArgumentException when {@code microBatches} is below 1
          */
         public Builder gradientAccumulation(int microBatches) {
             if (microBatches < 1) {
@@ -1052,7 +1173,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return this;
         }
 
-        /** The format gradients are transferred in (default {@link GradientTransfer#NETWORK_DTYPE}); not with sharding. */
+        /**
+         * The format gradients are transferred in (default {@link GradientTransfer#NETWORK_DTYPE}); not with sharding.
+         *
+         * @param transfer the network's own data type, or BFLOAT16
+         * @return this builder
+         */
         public Builder gradientTransfer(GradientTransfer transfer) {
             this.gradientTransfer = Objects.requireNonNull(transfer, "gradientTransfer");
             return this;
@@ -1079,6 +1205,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * {@code fit} on the caller's thread when training reaches that batch, as if read there. As in
          * DL4J, {@code fit} resets an exhausted iterator at its start, not at its end. Checked at
          * {@link #build()}: {@code n >= 0}.
+         *
+         * @param n batches read ahead on a background thread; 0 reads on the calling thread
+         * @return this builder
          */
         public Builder prefetchBuffer(int n) {
             this.prefetchBuffer = n;
@@ -1092,6 +1221,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * step's merged batch (mean loss over all its examples plus the regularization term), with
          * the step's examples and sync time. The model's {@code score()} holds the last step's
          * score after {@code fit} either way, as ParallelWrapper's does. Default false.
+         *
+         * @param report true to log each step's score at INFO
+         * @return this builder
          */
         public Builder reportScoreAfterAveraging(boolean report) {
             this.reportScoreAfterAveraging = report;
@@ -1109,6 +1241,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * what {@code ModelSerializer} saves; ParallelWrapper sets the mode on it for good. Only
          * training passes: the replicas run no inference. Checked at {@link #build()}: not null, and
          * not DL4J's deprecated SINGLE or SEPARATE.
+         *
+         * @param mode ENABLED or NONE (checked at {@link #build()})
+         * @return this builder
          */
         public Builder workspaceMode(WorkspaceMode mode) {
             this.workspaceMode = mode;
@@ -1124,6 +1259,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * twice; calls add up. Listeners that report to a StatsStorageRouter (the UI's
          * {@code StatsListener}) need one: give it here with {@link #listeners(StatsStorageRouter,
          * TrainingListener...)}, or build them with their storage.
+         *
+         * @param listeners DL4J listeners, called as {@code fit()} calls them
+         * @return this builder
          */
         public Builder listeners(TrainingListener... listeners) {
             if (listeners == null) {
@@ -1148,6 +1286,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * {@code router} (e.g. an {@code InMemoryStatsStorage} the UI reads); one with its own keeps
          * it. Reports come from the caller's thread, one per step, as from one model (no worker ids:
          * the replicas are not separate models to the UI).
+         *
+         * @param router    where {@code RoutingIterationListener}s without a router of their own report
+         * @param listeners DL4J listeners, called as {@code fit()} calls them
+         * @return this builder
          */
         public Builder listeners(StatsStorageRouter router, TrainingListener... listeners) {
             this.statsRouter = Objects.requireNonNull(router, "router (use listeners(TrainingListener...) for none)");
@@ -1162,6 +1304,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * {@code runTimeline().writeChromeTrace(path)} writes a file for https://ui.perfetto.dev.
          * Without this call nothing is stamped or allocated. Checked at {@link #build()}:
          * {@code maxSteps >= 1}.
+         *
+         * @param maxSteps the most steps recorded, at least 1 (checked at {@link #build()})
+         * @return this builder
          */
         public Builder recordTimeline(int maxSteps) {
             this.timelineSteps = maxSteps;
@@ -1169,12 +1314,25 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return this;
         }
 
-        /** Called after every step with its loss and timings. */
+        /**
+         * Called after every step with its loss and timings.
+         *
+         * @param listener called on the thread that called {@code fit()}
+         * @return this builder
+         */
         public Builder stepListener(StepListener listener) {
             stepListeners.add(Objects.requireNonNull(listener, "listener"));
             return this;
         }
 
+        /**
+         * Checks the settings against each other and the model, and creates the wrapper. Worker
+         * threads, replicas and symmetric memory are created by the first {@code fit()}.
+         *
+         * @return the wrapper; {@link SymmemParallelWrapper#close()} frees what {@code fit()} created
+         * @throws IllegalArgumentException when settings conflict or the model cannot be trained this
+         *         way (the message names the setting or layer, what was found and the fix)
+         */
         public SymmemParallelWrapper build() {
             if (algorithm == Algorithm.NCCL) {
                 throw new IllegalArgumentException("algorithm=NCCL needs a GPU transport; workers here share host memory"

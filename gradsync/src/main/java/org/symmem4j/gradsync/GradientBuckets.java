@@ -14,12 +14,28 @@ import org.symmem4j.parallel.DType;
  */
 public final class GradientBuckets {
 
-    /** One bucket: elements [firstElement, firstElement + count). */
+    /**
+     * One bucket: elements [firstElement, firstElement + count).
+     *
+     * @param firstElement the bucket's first element index in the gradient
+     * @param count        elements in the bucket
+     * @param dtype        the element type
+     */
     public record Bucket(long firstElement, long count, DType dtype) {
+        /**
+         * Where the bucket starts.
+         *
+         * @return bytes from the gradient's element 0
+         */
         public long offsetBytes() {
             return firstElement * dtype.byteSize();
         }
 
+        /**
+         * The bucket's size.
+         *
+         * @return {@code count} elements in bytes
+         */
         public long bytes() {
             return count * dtype.byteSize();
         }
@@ -28,6 +44,16 @@ public final class GradientBuckets {
     private GradientBuckets() {
     }
 
+    /**
+     * Cuts {@code count} elements into buckets of at most {@code bucketBytes} each (rounded down to
+     * a multiple of 64 bytes, at least one element), in element order.
+     *
+     * @param count       elements in the gradient, at least 0
+     * @param dtype       element type
+     * @param bucketBytes the largest bucket in bytes, at least 64
+     * @return buckets covering {@code [0, count)} exactly; empty when {@code count} is 0
+     * @throws IllegalArgumentException when {@code count} is negative or {@code bucketBytes} below 64
+     */
     public static List<Bucket> split(long count, DType dtype, long bucketBytes) {
         if (count < 0) {
             throw new IllegalArgumentException("count=" + count + " must be >= 0");
@@ -57,6 +83,13 @@ public final class GradientBuckets {
      *
      * @param layerStarts the first element of each layer's gradient, any order; values outside
      *                    {@code (0, count)} are ignored
+     *
+     * @param count          elements in the gradient, at least 0
+     * @param dtype          element type
+     * @param bucketBytes    the largest bucket in bytes
+     * @param minBucketBytes buckets below this many bytes merge with the next
+     * @return buckets covering {@code [0, count)} exactly, in element order
+     * @throws IllegalArgumentException when {@code count} is negative or a size is out of range
      */
     public static List<Bucket> splitAtBoundaries(long count, DType dtype, long bucketBytes, long minBucketBytes,
                                                  long[] layerStarts) {

@@ -27,9 +27,18 @@ public final class GradientSynchronizer {
     private final long count;
 
     /**
+     * A synchronizer over buckets of at most {@code bucketBytes}, each with the algorithm the policy
+     * picks for its size (chosen once, here; every rank computes the same choices).
+     *
+     * @param comm        this rank's communicator
      * @param gradients   symmetric memory holding the gradient (for example a registered DL4J gradient view)
      * @param offsetBytes where element 0 lies in it
      * @param count       elements in the gradient
+     * @param dtype       element type
+     * @param bucketBytes the largest bucket in bytes, at least 64
+     * @param policy      picks each bucket's algorithm
+     * @param metrics     records each bucket's all-reduce
+     * @throws IllegalArgumentException when the gradient does not fit {@code gradients} or {@code bucketBytes} is below 64
      */
     public GradientSynchronizer(Communicator comm, SymmetricMemory gradients, long offsetBytes, long count, DType dtype,
                                 long bucketBytes, AlgorithmPolicy policy, SyncMetrics metrics) {
@@ -39,6 +48,15 @@ public final class GradientSynchronizer {
     /**
      * With buckets cut by the caller (for example {@link GradientBuckets#splitAtBoundaries}); they
      * must tile {@code [0, count)} in order, in {@code dtype}.
+     *
+     * @param comm        this rank's communicator
+     * @param gradients   symmetric memory holding the gradient
+     * @param offsetBytes where element 0 lies in it
+     * @param dtype       element type
+     * @param buckets     the buckets, in element order
+     * @param policy      picks each bucket's algorithm
+     * @param metrics     records each bucket's all-reduce
+     * @throws IllegalArgumentException when the buckets do not tile the gradient or it does not fit {@code gradients}
      */
     public GradientSynchronizer(Communicator comm, SymmetricMemory gradients, long offsetBytes, DType dtype,
                                 List<GradientBuckets.Bucket> buckets, AlgorithmPolicy policy, SyncMetrics metrics) {
@@ -69,14 +87,29 @@ public final class GradientSynchronizer {
         }
     }
 
-    /** All-reduces every bucket with {@code op} (AVG for plain averaging, SUM for pre-weighted gradients). */
+    /**
+     * Collective: all-reduces every bucket with {@code op} (AVG for plain averaging, SUM for
+     * pre-weighted gradients), in bucket order.
+     *
+     * @param op the reduction
+     * @throws org.symmem4j.parallel.SymmemException when a peer does not arrive or passes other arguments
+     *         (see {@link Communicator#allReduce})
+     */
     public void allReduce(ReduceOp op) {
         for (int i = 0; i < algorithms.length; i++) {
             allReduceBucket(i, op);
         }
     }
 
-    /** All-reduces bucket {@code i} alone; every rank must reduce the same buckets in the same order. */
+    /**
+     * Collective: all-reduces bucket {@code i} alone; every rank must reduce the same buckets in the
+     * same order. Its time goes to the metrics' {@code symmem.allreduce.latency}.
+     *
+     * @param i  the bucket's index in {@link #buckets()}
+     * @param op the reduction
+     * @throws IndexOutOfBoundsException when there is no bucket {@code i}
+     * @throws org.symmem4j.parallel.SymmemException when a peer does not arrive or passes other arguments
+     */
     public void allReduceBucket(int i, ReduceOp op) {
         GradientBuckets.Bucket b = buckets.get(i);
         long start = System.nanoTime();
@@ -84,19 +117,38 @@ public final class GradientSynchronizer {
         metrics.recordAllReduce(algorithms[i], b.bytes(), System.nanoTime() - start);
     }
 
+    /**
+     * The buckets, in element order.
+     *
+     * @return the buckets, unmodifiable
+     */
     public List<GradientBuckets.Bucket> buckets() {
         return buckets;
     }
 
-    /** The algorithm each bucket uses, in bucket order. */
+    /**
+     * The algorithm each bucket uses, in bucket order.
+     *
+     * @return one algorithm per bucket, unmodifiable
+     */
     public List<Algorithm> algorithms() {
         return List.of(algorithms);
     }
 
+    /**
+     * The gradient's size.
+     *
+     * @return elements in the gradient
+     */
     public long count() {
         return count;
     }
 
+    /**
+     * The gradient's element type.
+     *
+     * @return the element type
+     */
     public DType dtype() {
         return dtype;
     }

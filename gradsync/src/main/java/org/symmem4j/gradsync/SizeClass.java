@@ -20,15 +20,30 @@ public enum SizeClass {
         this.maxBytes = maxBytes;
     }
 
-    /** The tag value ({@code size.class}). */
+    /**
+     * The tag value ({@code size.class}).
+     *
+     * @return the tag value
+     */
     public String tag() {
         return tag;
     }
 
+    /**
+     * The largest message of this class.
+     *
+     * @return bytes, inclusive
+     */
     public long maxBytes() {
         return maxBytes;
     }
 
+    /**
+     * The class of a message.
+     *
+     * @param bytes the message's size in bytes
+     * @return the smallest class whose {@link #maxBytes()} holds it
+     */
     public static SizeClass of(long bytes) {
         for (SizeClass c : values()) {
             if (bytes <= c.maxBytes) {

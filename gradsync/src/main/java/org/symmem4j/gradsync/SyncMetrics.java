@@ -90,6 +90,11 @@ public final class SyncMetrics implements MeterBinder {
             this.tag = tag;
         }
 
+        /**
+         * The tag value ({@code reason}).
+         *
+         * @return the value on the failure counter
+         */
         public String tag() {
             return tag;
         }
@@ -100,12 +105,22 @@ public final class SyncMetrics implements MeterBinder {
     /** One entry per registry bound to; replaced whole on each bind (copy on write). */
     private volatile Bound[] bound = new Bound[0];
 
-    /** @param extraTags added to every meter (for example {@code application}) */
+    /**
+     * Metrics of one transport; bind them to registries with {@link #bindTo}.
+     *
+     * @param transport the {@code transport} tag value (for example {@code host-in-jvm})
+     * @param extraTags added to every meter (for example {@code application})
+     */
     public SyncMetrics(String transport, Iterable<Tag> extraTags) {
         this.transport = Objects.requireNonNull(transport, "transport");
         this.extraTags = Tags.of(extraTags);
     }
 
+    /**
+     * Metrics of one transport, without extra tags.
+     *
+     * @param transport the {@code transport} tag value
+     */
     public SyncMetrics(String transport) {
         this(transport, Tags.empty());
     }
@@ -189,7 +204,13 @@ public final class SyncMetrics implements MeterBinder {
         bound = next; // volatile: recorders see the new registry's meters, fully built, from their next sample
     }
 
-    /** One all-reduce of {@code bytes} with {@code algorithm} that took {@code nanos}, on one worker. */
+    /**
+     * One all-reduce of {@code bytes} with {@code algorithm} that took {@code nanos}, on one worker.
+     *
+     * @param algorithm the algorithm that ran
+     * @param bytes     the message size in bytes
+     * @param nanos     its duration in nanoseconds
+     */
     public void recordAllReduce(Algorithm algorithm, long bytes, long nanos) {
         for (Bound b : bound) {
             AllReduceMeters m = meters(b, algorithm, SizeClass.of(bytes));
@@ -225,6 +246,10 @@ public final class SyncMetrics implements MeterBinder {
     /**
      * One worker's step: it took {@code stepNanos}, of which {@code syncNanos} were gradient sync
      * (waiting for peers included). Every worker calls this once per step.
+     *
+     * @param worker    the worker, from 0
+     * @param stepNanos the worker's step, nanoseconds
+     * @param syncNanos the part spent in gradient sync, nanoseconds
      */
     public void recordWorkerStep(int worker, long stepNanos, long syncNanos) {
         for (Bound b : bound) {
@@ -266,7 +291,11 @@ public final class SyncMetrics implements MeterBinder {
         }
     }
 
-    /** One step that failed, once per step. */
+    /**
+     * One step that failed, once per step.
+     *
+     * @param reason why the step failed
+     */
     public void recordFailure(FailureReason reason) {
         Objects.requireNonNull(reason, "reason");
         for (Bound b : bound) {
@@ -274,6 +303,11 @@ public final class SyncMetrics implements MeterBinder {
         }
     }
 
+    /**
+     * The transport tag.
+     *
+     * @return the {@code transport} tag value
+     */
     public String transport() {
         return transport;
     }

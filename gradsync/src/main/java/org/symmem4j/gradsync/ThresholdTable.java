@@ -35,11 +35,18 @@ import org.symmem4j.parallel.DType;
  */
 public final class ThresholdTable {
 
-    /** Up to {@code maxBytes} inclusive, use {@code algorithm}. */
+    /**
+     * Up to {@code maxBytes} inclusive, use {@code algorithm}.
+     *
+     * @param maxBytes  the largest message of this threshold, in bytes ({@code Long.MAX_VALUE}: no bound)
+     * @param algorithm the algorithm up to there
+     */
     public record Threshold(long maxBytes, Algorithm algorithm) {
     }
 
+    /** The shipped table: a class-path resource next to this class. */
     public static final String DEFAULTS_RESOURCE = "default-thresholds.properties";
+    /** The system property naming a calibration file (default {@code ~/.symmem4j/thresholds.properties}). */
     public static final String PROPERTY = "symmem4j.thresholds";
 
     private static final Logger LOG = LoggerFactory.getLogger(ThresholdTable.class);
@@ -52,11 +59,21 @@ public final class ThresholdTable {
         this.source = source;
     }
 
-    /** Where the rows came from (for logs). */
+    /**
+     * Where the rows came from (for logs).
+     *
+     * @return a description of the sources, e.g. {@code "shipped defaults"}
+     */
     public String source() {
         return source;
     }
 
+    /**
+     * The shipped table, without the user's calibration.
+     *
+     * @return the thresholds measured for the project's machines
+     * @throws IllegalStateException when the resource is missing or unreadable (a broken jar)
+     */
     public static ThresholdTable defaults() {
         try (InputStream in = ThresholdTable.class.getResourceAsStream(DEFAULTS_RESOURCE)) {
             if (in == null) {
@@ -68,7 +85,12 @@ public final class ThresholdTable {
         }
     }
 
-    /** Defaults overlaid with the user's calibration file, if any (see the class comment). */
+    /**
+     * Defaults overlaid with the user's calibration file, if any (see the class comment).
+     *
+     * @return the shipped table, with the rows of {@code -Dsymmem4j.thresholds} (or {@code ~/.symmem4j/thresholds.properties}) over it
+     * @throws IllegalArgumentException when the named file cannot be read or parsed
+     */
     public static ThresholdTable load() {
         ThresholdTable table = defaults();
         String configured = System.getProperty(PROPERTY);
@@ -90,7 +112,14 @@ public final class ThresholdTable {
         return table;
     }
 
-    /** Parses the properties format; errors name the row and say what was expected. */
+    /**
+     * Parses the properties format; errors name the row and say what was expected.
+     *
+     * @param text   properties text: {@code <transport>.<worldSize>[.<dtype>]=<ALGORITHM>:<maxBytes>,...,<ALGORITHM>:max}
+     * @param source where the text came from, for messages
+     * @return the table
+     * @throws IllegalArgumentException when a row is malformed (the message names it and what was expected)
+     */
     public static ThresholdTable parse(String text, String source) {
         Properties p = new Properties();
         try (Reader r = new StringReader(text)) {
@@ -164,14 +193,26 @@ public final class ThresholdTable {
         return List.copyOf(row);
     }
 
-    /** Rows of {@code other} replace this table's rows with the same key. */
+    /**
+     * Rows of {@code other} replace this table's rows with the same key.
+     *
+     * @param other the table whose rows win
+     * @return the merged table
+     */
     public ThresholdTable overlay(ThresholdTable other) {
         Map<String, List<Threshold>> merged = new TreeMap<>(rows);
         merged.putAll(other.rows);
         return new ThresholdTable(merged, other.source + " over " + source);
     }
 
-    /** A copy with one row set. */
+    /**
+     * A copy with one row set.
+     *
+     * @param transport the transport name
+     * @param worldSize the number of ranks
+     * @param row       thresholds in ascending {@code maxBytes}, the last up to {@code Long.MAX_VALUE}
+     * @return the new table
+     */
     public ThresholdTable with(String transport, int worldSize, List<Threshold> row) {
         Map<String, List<Threshold>> merged = new TreeMap<>(rows);
         merged.put(transport + "." + worldSize, List.copyOf(row));
@@ -182,6 +223,11 @@ public final class ThresholdTable {
      * The algorithm for {@code bytes} on {@code transport} with {@code worldSize} ranks: that row,
      * else the transport's row with the nearest smaller world size, else the nearest larger, else
      * ONE_SHOT up to 64 KiB and TWO_SHOT above.
+     *
+     * @param transport the transport name
+     * @param worldSize the number of ranks
+     * @param bytes     the message size in bytes
+     * @return the table's algorithm
      */
     public Algorithm lookup(String transport, int worldSize, long bytes) {
         return lookup(transport, worldSize, null, bytes);
@@ -190,6 +236,12 @@ public final class ThresholdTable {
     /**
      * As {@link #lookup(String, int, long)}, but a row for exactly this transport, world size and
      * {@code dtype} comes first (a null dtype skips it).
+     *
+     * @param transport the transport name
+     * @param worldSize the number of ranks
+     * @param dtype     the element type, or null
+     * @param bytes     the message size in bytes
+     * @return the table's algorithm
      */
     public Algorithm lookup(String transport, int worldSize, DType dtype, long bytes) {
         List<Threshold> row = dtype == null ? null : rows.get(transport + "." + worldSize + "." + dtype.name().toLowerCase(Locale.ROOT));
@@ -220,17 +272,35 @@ public final class ThresholdTable {
         return row.getLast().algorithm();
     }
 
-    /** The row for a key, or null. */
+    /**
+     * The row for a key, or null.
+     *
+     * @param transport the transport name
+     * @param worldSize the number of ranks
+     * @return the row, or null
+     */
     public List<Threshold> row(String transport, int worldSize) {
         return rows.get(transport + "." + worldSize);
     }
 
-    /** The dtype-only row for a key, or null. */
+    /**
+     * The dtype-only row for a key, or null.
+     *
+     * @param transport the transport name
+     * @param worldSize the number of ranks
+     * @param dtype     the element type
+     * @return the row, or null
+     */
     public List<Threshold> row(String transport, int worldSize, DType dtype) {
         return rows.get(transport + "." + worldSize + "." + dtype.name().toLowerCase(Locale.ROOT));
     }
 
-    /** The properties text of this table, with {@code comment} lines on top. */
+    /**
+     * The properties text of this table, with {@code comment} lines on top.
+     *
+     * @param comment lines for the top, without {@code #}
+     * @return text that {@link #parse} reads back
+     */
     public String format(String comment) {
         StringBuilder b = new StringBuilder();
         for (String line : comment.split("\n")) {

@@ -19,8 +19,12 @@ package org.symmem4j.parallel;
  * on every rank, but not bitwise equal to the other two for SUM/AVG with N &gt; 2.
  */
 public enum Algorithm {
+    /** Every rank reads every peer's whole buffer and reduces it itself: one barrier, for small messages. */
     ONE_SHOT,
+    /** Reduce-scatter then all-gather over the peers' buffers: two barriers, for large messages. */
     TWO_SHOT,
+    /** 2(N-1) neighbour-to-neighbour steps, each rank reading only its left neighbour. */
     RING,
+    /** The NCCL library; GPU transports only ({@link Communicator#supports} says where it runs). */
     NCCL
 }

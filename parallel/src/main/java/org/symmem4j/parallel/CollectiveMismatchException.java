@@ -7,6 +7,11 @@ package org.symmem4j.parallel;
  */
 public class CollectiveMismatchException extends SymmemException {
 
+    /**
+     * A mismatch found before any shared data was written.
+     *
+     * @param message what each rank passed and what they must agree on
+     */
     public CollectiveMismatchException(String message) {
         super(message);
     }

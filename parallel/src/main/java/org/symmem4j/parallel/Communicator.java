@@ -27,45 +27,131 @@ import java.lang.foreign.MemorySegment;
  */
 public interface Communicator extends AutoCloseable {
 
-    /** Collective: creates a communicator on the group's transport with default options. */
+    /**
+     * Collective: creates a communicator on the group's transport with default options. Every rank
+     * of the group calls it.
+     *
+     * @param group this rank's group
+     * @return this rank's communicator; close it collectively
+     * @throws SymmemException when the transport cannot allocate its scratch memory or a peer does
+     *         not arrive ({@link PeerTimeoutException})
+     */
     static Communicator create(Group group) {
         return group.transport().communicator(group, CommunicatorOptions.defaults());
     }
 
+    /**
+     * Collective: as {@link #create(Group)}, with the sizes of the communicator's scratch memory given.
+     *
+     * @param group   this rank's group
+     * @param options scratch sizes; every rank must pass the same
+     * @return this rank's communicator; close it collectively
+     * @throws SymmemException when the transport cannot allocate its scratch memory or a peer does
+     *         not arrive ({@link PeerTimeoutException})
+     */
     static Communicator create(Group group, CommunicatorOptions options) {
         return group.transport().communicator(group, options);
     }
 
+    /**
+     * The group this communicator runs on.
+     *
+     * @return the group given at creation
+     */
     Group group();
 
-    /** The transport name ({@code host-in-jvm}, {@code host-shm}, ...). */
+    /**
+     * The transport's name, as metrics tag it.
+     *
+     * @return {@code host-in-jvm}, {@code host-shm}, ...
+     */
     String transportName();
 
-    /** Whether {@code algorithm} can run on this communicator (NCCL needs a GPU transport). */
+    /**
+     * Whether {@code algorithm} can run on this communicator (NCCL needs a GPU transport).
+     *
+     * @param algorithm the algorithm
+     * @return true when some all-reduce can use it here
+     */
     boolean supports(Algorithm algorithm);
 
     /**
      * Whether {@code algorithm} can run this particular all-reduce here: on the host every
      * supported algorithm runs every message; GPU kernels take only some dtypes and ops, and
      * ONE_SHOT only messages that fit its landing slots.
+     *
+     * @param algorithm the algorithm
+     * @param dtype     the element type
+     * @param op        the reduction
+     * @param count     the number of elements
+     * @return true when this all-reduce can use {@code algorithm} here
      */
     default boolean supports(Algorithm algorithm, DType dtype, ReduceOp op, long count) {
         return supports(algorithm);
     }
 
-    /** In-place all-reduce of {@code count} elements at the start of {@code buffer}. */
+    /**
+     * Collective: in-place all-reduce of {@code count} elements at the start of {@code buffer}. A
+     * buffer that is not symmetric memory is copied through the communicator's staging memory in
+     * pieces. Every rank gets the same result, bitwise (see {@link ReduceOp}).
+     *
+     * @param buffer    this rank's data, overwritten with the result; at least {@code dtype.bytes(count)} bytes
+     * @param count     the number of elements (not bytes); equal on every rank
+     * @param dtype     the element type; equal on every rank
+     * @param op        the reduction; equal on every rank
+     * @param algorithm the algorithm; equal on every rank and {@link #supports supported} here
+     * @throws CollectiveMismatchException when the ranks passed arguments that do not agree (on every rank,
+     *         before any shared data is written; the group stays usable)
+     * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone
+     * @throws IllegalArgumentException when the arguments do not fit this rank's buffers
+     */
     void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm);
 
-    /** In-place all-reduce of {@code count} elements at {@code offsetBytes} of symmetric memory {@code memory}, with no staging copy. */
+    /**
+     * Collective: in-place all-reduce of {@code count} elements at {@code offsetBytes} of symmetric
+     * memory {@code memory}, with no staging copy.
+     *
+     * @param memory      symmetric memory of this communicator's group
+     * @param offsetBytes where the elements start in every rank's region, in bytes
+     * @param count       the number of elements (not bytes); equal on every rank
+     * @param dtype       the element type
+     * @param op          the reduction
+     * @param algorithm   the algorithm
+     * @throws CollectiveMismatchException when the ranks passed arguments that do not agree (on every rank,
+     *         before any shared data is written; the group stays usable)
+     * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone
+     * @throws IllegalArgumentException when the arguments do not fit this rank's buffers
+     */
     void allReduce(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op, Algorithm algorithm);
 
     /**
      * Reduce-scatter: {@code send} holds worldSize blocks of {@code recvCount} elements; rank r
      * receives block r reduced over all ranks into {@code recv}.
+     *
+     * @param send      worldSize blocks of {@code recvCount} elements, in rank order
+     * @param recv      receives this rank's reduced block: at least {@code dtype.bytes(recvCount)} bytes
+     * @param recvCount elements per block (not bytes); equal on every rank
+     * @param dtype     the element type
+     * @param op        the reduction
+     * @throws CollectiveMismatchException when the ranks passed arguments that do not agree (on every rank,
+     *         before any shared data is written; the group stays usable)
+     * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone
+     * @throws IllegalArgumentException when the arguments do not fit this rank's buffers
      */
     void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op);
 
-    /** All-gather: every rank's {@code sendCount} elements land in {@code recv} at block {@code rank}. */
+    /**
+     * Collective all-gather: every rank's {@code sendCount} elements land in {@code recv} at block {@code rank}.
+     *
+     * @param send      this rank's {@code sendCount} elements
+     * @param recv      receives worldSize blocks of {@code sendCount} elements, in rank order
+     * @param sendCount elements per rank (not bytes); equal on every rank
+     * @param dtype     the element type
+     * @throws CollectiveMismatchException when the ranks passed arguments that do not agree (on every rank,
+     *         before any shared data is written; the group stays usable)
+     * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone
+     * @throws IllegalArgumentException when the arguments do not fit this rank's buffers
+     */
     void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype);
 
     /**
@@ -76,6 +162,16 @@ public interface Communicator extends AutoCloseable {
      * the same elements of a ONE_SHOT or TWO_SHOT all-reduce). The other blocks of every region are
      * left as they were. Returns once every rank has read its block from this rank's region, so the
      * caller may overwrite it.
+     *
+     * @param memory      symmetric memory of this communicator's group
+     * @param offsetBytes where the elements start in every rank's region, in bytes
+     * @param count       the number of elements over all blocks (not bytes); equal on every rank
+     * @param dtype       the element type
+     * @param op          the reduction
+     * @throws CollectiveMismatchException when the ranks passed arguments that do not agree (on every rank,
+     *         before any shared data is written; the group stays usable)
+     * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone
+     * @throws IllegalArgumentException when the arguments do not fit this rank's buffers
      */
     void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op);
 
@@ -85,13 +181,37 @@ public interface Communicator extends AutoCloseable {
      * elements at {@code offsetBytes}, every rank copies block q from rank q's region into its own,
      * for every q. Afterwards every rank's region holds every rank's own block, bitwise. Returns once
      * every rank has copied this rank's block.
+     *
+     * @param memory      symmetric memory of this communicator's group
+     * @param offsetBytes where the elements start in every rank's region, in bytes
+     * @param count       the number of elements over all blocks (not bytes); equal on every rank
+     * @param dtype       the element type
+     * @throws CollectiveMismatchException when the ranks passed arguments that do not agree (on every rank,
+     *         before any shared data is written; the group stays usable)
+     * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone
+     * @throws IllegalArgumentException when the arguments do not fit this rank's buffers
      */
     void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype);
 
-    /** Broadcast: {@code count} elements of rank {@code root}'s buffer are copied into every rank's buffer. */
+    /**
+     * Collective broadcast: {@code count} elements of rank {@code root}'s buffer are copied into every rank's buffer.
+     *
+     * @param buffer the data on {@code root}; overwritten with it on the other ranks
+     * @param count  the number of elements (not bytes); equal on every rank
+     * @param dtype  the element type
+     * @param root   the rank whose data is copied; equal on every rank
+     * @throws CollectiveMismatchException when the ranks passed arguments that do not agree (on every rank,
+     *         before any shared data is written; the group stays usable)
+     * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone
+     * @throws IllegalArgumentException when the arguments do not fit this rank's buffers
+     */
     void broadcast(MemorySegment buffer, long count, DType dtype, int root);
 
-    /** Collective barrier. */
+    /**
+     * Collective barrier: returns once every rank has entered it.
+     *
+     * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone
+     */
     void barrier();
 
     /**
@@ -99,6 +219,8 @@ public interface Communicator extends AutoCloseable {
      * later enters, a collective on this communicator fails with a {@link PeerTimeoutException}
      * naming this rank. For a rank that hit an error outside a collective (a failed training step)
      * and will not arrive: its peers then fail promptly instead of waiting out the timeout.
+     *
+     * @param reason why, for the peers' exception messages
      */
     void abort(String reason);
 

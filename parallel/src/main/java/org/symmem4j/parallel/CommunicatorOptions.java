@@ -10,9 +10,17 @@ package org.symmem4j.parallel;
  */
 public record CommunicatorOptions(long stagingBytes, long ringSegmentBytes) {
 
+    /** Default {@code stagingBytes}: 4 MiB per half. */
     public static final long DEFAULT_STAGING_BYTES = 4L << 20;
+    /** Default {@code ringSegmentBytes}: 1 MiB. */
     public static final long DEFAULT_RING_SEGMENT_BYTES = 1L << 20;
 
+    /**
+     * Checks the sizes.
+     *
+     * @throws IllegalArgumentException when {@code stagingBytes} is below 4096 or
+     *         {@code ringSegmentBytes} below 512, or either is not a multiple of 64
+     */
     public CommunicatorOptions {
         if (stagingBytes < 4096 || stagingBytes % 64 != 0) {
             throw new IllegalArgumentException("stagingBytes=" + stagingBytes
@@ -24,6 +32,11 @@ public record CommunicatorOptions(long stagingBytes, long ringSegmentBytes) {
         }
     }
 
+    /**
+     * The default sizes.
+     *
+     * @return 4 MiB staging halves and 1 MiB ring segments
+     */
     public static CommunicatorOptions defaults() {
         return new CommunicatorOptions(DEFAULT_STAGING_BYTES, DEFAULT_RING_SEGMENT_BYTES);
     }

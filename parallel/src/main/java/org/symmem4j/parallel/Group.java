@@ -19,37 +19,81 @@ import org.symmem4j.parallel.rendezvous.RendezvousStore;
  */
 public interface Group extends AutoCloseable {
 
+    /**
+     * This rank's number.
+     *
+     * @return 0..{@code worldSize() - 1}
+     */
     int rank();
 
+    /**
+     * The number of ranks.
+     *
+     * @return at least 1
+     */
     int worldSize();
 
-    /** Rank among the ranks on this machine (equal to {@link #rank()} on one machine). */
+    /**
+     * Rank among the ranks on this machine (equal to {@link #rank()} on one machine).
+     *
+     * @return 0..(ranks on this machine) - 1
+     */
     int localRank();
 
+    /**
+     * The options this group was created with (timeout, idle strategy, liveness checks).
+     *
+     * @return the group's options
+     */
     GroupOptions options();
 
-    /** The set-up key-value store (handle exchange); collectives never use it. */
+    /**
+     * The set-up key-value store (handle exchange); collectives never use it.
+     *
+     * @return the group's store
+     */
     RendezvousStore store();
 
-    /** The transport that {@link SymmetricMemory#allocate(Group, long)} uses for this group. */
+    /**
+     * The transport that {@link SymmetricMemory#allocate(Group, long)} uses for this group.
+     *
+     * @return the group's transport
+     */
     Transport transport();
 
     /**
      * Collective: every rank contributes {@code mine}; returns every rank's value in rank order.
      * Set-up only (it goes through the store). Fails with a {@link PeerTimeoutException} naming
      * the ranks that did not contribute.
+     *
+     * @param tag  names this exchange; equal on every rank and unique within the group
+     * @param mine this rank's value
+     * @return every rank's value, in rank order
+     * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone
      */
     List<byte[]> allGatherBytes(String tag, byte[] mine);
 
-    /** Whether rank {@code rank}'s thread or process is still alive, as far as this rank can tell. */
+    /**
+     * Whether rank {@code rank}'s thread or process is still alive, as far as this rank can tell.
+     *
+     * @param rank a rank of the group
+     * @return false once the rank's thread or process is known to have exited
+     */
     boolean isAlive(int rank);
 
-    /** A short description of a rank for error messages, for example {@code "rank 1 (pid 4242)"}. */
+    /**
+     * A short description of a rank for error messages, for example {@code "rank 1 (pid 4242)"}.
+     *
+     * @param rank a rank of the group
+     * @return the description
+     */
     String describe(int rank);
 
     /**
      * This rank's view of whether the group was aborted; symmetric memories and communicators of the
      * group register here, so an abort reaches every one of them.
+     *
+     * @return the group's abort state, shared by its memories and communicators
      */
     GroupAbort abortState();
 
@@ -58,6 +102,8 @@ public interface Group extends AutoCloseable {
      * a collective or a signal wait on any of the group's symmetric memories fails promptly with a
      * {@link PeerTimeoutException} naming this rank, and teardown no longer waits for peers. For a
      * rank that hit an error outside the collectives and will not arrive at the next one.
+     *
+     * @param reason why, for the peers' exception messages
      */
     default void abort(String reason) {
         abortState().raise(rank(), "rank=" + rank() + " aborted: " + reason);

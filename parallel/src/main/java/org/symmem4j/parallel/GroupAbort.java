@@ -17,6 +17,10 @@ import java.util.function.Consumer;
  */
 public final class GroupAbort {
 
+    /** An abort that has not been raised: one per group, created with it. */
+    public GroupAbort() {
+    }
+
     /**
      * What aborted the group.
      *
@@ -29,12 +33,20 @@ public final class GroupAbort {
     private final AtomicReference<Cause> cause = new AtomicReference<>();
     private final List<Consumer<Cause>> listeners = new CopyOnWriteArrayList<>();
 
-    /** Whether the group was aborted (on this rank's knowledge). */
+    /**
+     * Whether the group was aborted (on this rank's knowledge).
+     *
+     * @return true once the group is aborted
+     */
     public boolean isRaised() {
         return cause.get() != null;
     }
 
-    /** What aborted the group, or null. */
+    /**
+     * What aborted the group, or null.
+     *
+     * @return the cause, or null while the group is not aborted
+     */
     public Cause cause() {
         return cause.get();
     }
@@ -43,6 +55,10 @@ public final class GroupAbort {
      * Marks the group aborted by rank {@code culprit} with {@code reason}, the first time only, and
      * tells every listener (each writes the abort into the signal pads it owns, so peers waiting
      * there fail promptly too). Returns whether this call was the first.
+     *
+     * @param culprit the rank whose failure aborts the group
+     * @param reason  what happened
+     * @return true when this call aborted the group, false when it already was
      */
     public boolean raise(int culprit, String reason) {
         Cause c = new Cause(culprit, reason == null ? "aborted" : reason);
@@ -64,6 +80,8 @@ public final class GroupAbort {
      * say), which every peer hears of there: this rank's teardown then stops waiting for peers and
      * does not announce its departure as if it had failed first, but nothing is written into the
      * signal pads (the culprit is not known here, and peers learn it from that channel).
+     *
+     * @param reason what happened
      */
     public void noteAbortedElsewhere(String reason) {
         cause.compareAndSet(null, new Cause(-1, reason));
@@ -72,6 +90,9 @@ public final class GroupAbort {
     /**
      * Registers {@code listener}, called once with the cause when the group is aborted (at once if
      * it already was). Returns what removes it again (for a memory that is closed).
+     *
+     * @param listener told the cause once
+     * @return removes the listener
      */
     public Runnable onRaise(Consumer<Cause> listener) {
         listeners.add(listener);

@@ -18,9 +18,17 @@ import org.symmem4j.parallel.sync.IdleStrategy;
  */
 public record GroupOptions(Duration timeout, Supplier<IdleStrategy> idleStrategy, Duration livenessInterval) {
 
+    /** The default bound of every wait: 60 s ({@code -Dsymmem4j.timeout.ms} changes {@link #defaults()}). */
     public static final Duration DEFAULT_TIMEOUT = Duration.ofSeconds(60);
+    /** The default interval of liveness checks during a long wait: 100 ms. */
     public static final Duration DEFAULT_LIVENESS_INTERVAL = Duration.ofMillis(100);
 
+    /**
+     * Checks the options.
+     *
+     * @throws NullPointerException     when an argument is null
+     * @throws IllegalArgumentException when {@code timeout} or {@code livenessInterval} is zero or negative
+     */
     public GroupOptions {
         Objects.requireNonNull(timeout, "timeout");
         Objects.requireNonNull(idleStrategy, "idleStrategy");
@@ -33,7 +41,12 @@ public record GroupOptions(Duration timeout, Supplier<IdleStrategy> idleStrategy
         }
     }
 
-    /** Defaults, with the timeout taken from {@code -Dsymmem4j.timeout.ms=...} when set. */
+    /**
+     * Defaults, with the timeout taken from {@code -Dsymmem4j.timeout.ms=...} when set.
+     *
+     * @return a 60 s timeout (or the property's), a spin-yield-park idle strategy, 100 ms liveness checks
+     * @throws IllegalArgumentException when the property is not a whole number of milliseconds
+     */
     public static GroupOptions defaults() {
         Duration timeout = DEFAULT_TIMEOUT;
         String ms = System.getProperty("symmem4j.timeout.ms");
@@ -48,10 +61,23 @@ public record GroupOptions(Duration timeout, Supplier<IdleStrategy> idleStrategy
         return new GroupOptions(timeout, BackoffIdleStrategy::new, DEFAULT_LIVENESS_INTERVAL);
     }
 
+    /**
+     * These options with another timeout.
+     *
+     * @param newTimeout the bound of every wait; positive
+     * @return a copy with {@code newTimeout}
+     * @throws IllegalArgumentException when {@code newTimeout} is zero or negative
+     */
     public GroupOptions withTimeout(Duration newTimeout) {
         return new GroupOptions(newTimeout, idleStrategy, livenessInterval);
     }
 
+    /**
+     * These options with another idle strategy.
+     *
+     * @param newIdleStrategy makes the strategy each waiting thread uses
+     * @return a copy with {@code newIdleStrategy}
+     */
     public GroupOptions withIdleStrategy(Supplier<IdleStrategy> newIdleStrategy) {
         return new GroupOptions(timeout, newIdleStrategy, livenessInterval);
     }

@@ -18,6 +18,11 @@ public final class InJvmGroup implements Group {
         this.rank = rank;
     }
 
+    /**
+     * The world this rank joined.
+     *
+     * @return the world that created this group
+     */
     public InJvmWorld world() {
         return world;
     }
@@ -56,6 +61,11 @@ public final class InJvmGroup implements Group {
      * Collective: every rank contributes an object (for example its off-heap segments); returns all
      * contributions in rank order. Objects cross threads through the world's lock, which orders the
      * contributor's earlier writes before the readers' later reads.
+     *
+     * @param tag  names this exchange; equal on every rank and unique within the world
+     * @param mine this rank's contribution
+     * @return every rank's contribution, in rank order
+     * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone
      */
     public Object[] allGatherObjects(String tag, Object mine) {
         checkOpen();

@@ -29,9 +29,20 @@ import org.symmem4j.parallel.rendezvous.InMemoryStore;
  */
 public final class InJvmWorld implements AutoCloseable {
 
-    /** Work one rank does; may throw. */
+    /**
+     * Work one rank does; may throw.
+     *
+     * @param <T> what the rank returns
+     */
     @FunctionalInterface
     public interface RankTask<T> {
+        /**
+         * Runs on the rank's own thread.
+         *
+         * @param group the rank's group
+         * @return the rank's result
+         * @throws Exception anything the work throws; {@link #runOnEveryRank} rethrows the first
+         */
         T run(Group group) throws Exception;
     }
 
@@ -54,23 +65,55 @@ public final class InJvmWorld implements AutoCloseable {
         this.owners = new AtomicReferenceArray<>(worldSize);
     }
 
+    /**
+     * A world of {@code worldSize} ranks with {@link GroupOptions#defaults()}.
+     *
+     * @param worldSize number of ranks (threads), at least 1
+     * @return the world; each rank's thread calls {@link #join(int)}
+     * @throws IllegalArgumentException when {@code worldSize} is below 1
+     */
     public static InJvmWorld create(int worldSize) {
         return new InJvmWorld(worldSize, GroupOptions.defaults());
     }
 
+    /**
+     * A world of {@code worldSize} ranks.
+     *
+     * @param worldSize number of ranks (threads), at least 1
+     * @param options   timeout and waiting of every group of this world
+     * @return the world; each rank's thread calls {@link #join(int)}
+     * @throws IllegalArgumentException when {@code worldSize} is below 1
+     */
     public static InJvmWorld create(int worldSize, GroupOptions options) {
         return new InJvmWorld(worldSize, options);
     }
 
+    /**
+     * The number of ranks.
+     *
+     * @return the size given at creation
+     */
     public int worldSize() {
         return worldSize;
     }
 
+    /**
+     * The options of this world's groups.
+     *
+     * @return the options given at creation
+     */
     public GroupOptions options() {
         return options;
     }
 
-    /** Called by rank {@code rank}'s own thread; each rank joins once. */
+    /**
+     * Called by rank {@code rank}'s own thread; each rank joins once.
+     *
+     * @param rank this thread's rank, 0..worldSize-1
+     * @return the rank's group
+     * @throws IllegalArgumentException when {@code rank} is out of range
+     * @throws IllegalStateException    when the rank already joined
+     */
     public Group join(int rank) {
         if (rank < 0 || rank >= worldSize) {
             throw new IllegalArgumentException("rank=" + rank + " outside [0, " + worldSize + ") for worldSize=" + worldSize);
@@ -88,6 +131,11 @@ public final class InJvmWorld implements AutoCloseable {
      * joined group, and returns the results in rank order. If any rank fails, waits for the others
      * (their waits fail within the timeout, so this returns) and throws the first failure with the
      * rest suppressed.
+     *
+     * @param <T>   what each rank returns
+     * @param world the world whose ranks run it
+     * @param task  the work of one rank
+     * @return the ranks' results, in rank order
      */
     public static <T> List<T> runOnEveryRank(InJvmWorld world, RankTask<T> task) {
         int n = world.worldSize;
@@ -142,7 +190,15 @@ public final class InJvmWorld implements AutoCloseable {
         return results;
     }
 
-    /** Convenience: creates a world, runs {@code task} on every rank, closes the world. */
+    /**
+     * Convenience: creates a world, runs {@code task} on every rank, closes the world.
+     *
+     * @param <T>       what each rank returns
+     * @param worldSize number of ranks (threads), at least 1
+     * @param options   timeout and waiting
+     * @param task      the work of one rank
+     * @return the ranks' results, in rank order
+     */
     public static <T> List<T> runOnEveryRank(int worldSize, GroupOptions options, RankTask<T> task) {
         try (InJvmWorld world = create(worldSize, options)) {
             return runOnEveryRank(world, task);
@@ -161,14 +217,22 @@ public final class InJvmWorld implements AutoCloseable {
         return owners.get(rank);
     }
 
-    /** Keeps {@code resource} to close with the world, in case its rank dies without closing it. */
+    /**
+     * Keeps {@code resource} to close with the world, in case its rank dies without closing it.
+     *
+     * @param resource a memory or communicator of one of the world's ranks
+     */
     public void track(AutoCloseable resource) {
         synchronized (resources) {
             resources.add(resource);
         }
     }
 
-    /** Drops a resource its rank closed itself. */
+    /**
+     * Drops a resource its rank closed itself.
+     *
+     * @param resource a resource passed to {@link #track} before
+     */
     public void untrack(AutoCloseable resource) {
         synchronized (resources) {
             resources.remove(resource);

@@ -22,12 +22,27 @@ public class PeerTimeoutException extends SymmemException {
         PEER_LEFT
     }
 
+    /** The rank that waited. */
     private final int rank;
+    /** The ranks that did not arrive, ascending. */
     private final List<Integer> missingRanks;
+    /** What the waiting rank was doing. */
     private final String operation;
+    /** Why the wait ended. */
     private final Reason reason;
+    /** The timeout the wait had. */
     private final Duration timeout;
 
+    /**
+     * A wait that ended without the missing ranks.
+     *
+     * @param message      the full message (who waited, for whom, where, why, the fix)
+     * @param rank         the rank that waited
+     * @param missingRanks the ranks that did not arrive
+     * @param operation    what the waiting rank was doing, e.g. {@code "all-reduce#12 barrier 2/3"}
+     * @param reason       why the wait ended
+     * @param timeout      the timeout the wait had
+     */
     public PeerTimeoutException(String message, int rank, List<Integer> missingRanks, String operation,
                                 Reason reason, Duration timeout) {
         super(message);
@@ -38,25 +53,47 @@ public class PeerTimeoutException extends SymmemException {
         this.timeout = timeout;
     }
 
-    /** The rank that waited. */
+    /**
+     * The rank that waited.
+     *
+     * @return the waiting rank
+     */
     public int rank() {
         return rank;
     }
 
-    /** The ranks that did not arrive, ascending. */
+    /**
+     * The ranks that did not arrive, ascending.
+     *
+     * @return the missing ranks, ascending
+     */
     public List<Integer> missingRanks() {
         return missingRanks;
     }
 
-    /** What this rank was doing, for example {@code "all-reduce#12 barrier 2/3"}. */
+    /**
+     * What this rank was doing, for example {@code "all-reduce#12 barrier 2/3"}.
+     *
+     * @return the operation and its step
+     */
     public String operation() {
         return operation;
     }
 
+    /**
+     * Why the wait ended.
+     *
+     * @return deadline, exited peer, aborted group or a peer that left
+     */
     public Reason reason() {
         return reason;
     }
 
+    /**
+     * The timeout the wait had (the group's), also when it ended earlier for another reason.
+     *
+     * @return the wait's bound
+     */
     public Duration timeout() {
         return timeout;
     }

@@ -172,11 +172,29 @@ public final class ProcessGroup implements Group {
         return printable.length() <= 64 ? printable : printable.substring(0, 64) + "...";
     }
 
-    /** Joins the group described by torchrun's environment variables. */
+    /**
+     * Joins the group described by torchrun's environment variables.
+     *
+     * @return this process's group, once every rank has joined
+     * @throws IllegalArgumentException when a variable is missing or malformed
+     * @throws SymmemException when the store cannot be reached or bound, the secret is missing or wrong, or a peer
+     *         does not arrive within the timeout ({@link PeerTimeoutException})
+     */
     public static ProcessGroup fromEnvironment() {
         return join(ProcessGroupConfig.fromEnvironment(), GroupOptions.defaults());
     }
 
+    /**
+     * Collective across processes: joins the group described by torchrun's environment variables
+     * ({@code RANK}, {@code WORLD_SIZE}, {@code LOCAL_RANK}, {@code MASTER_ADDR}, {@code MASTER_PORT},
+     * {@code SYMMEM4J_RUN_ID}) with the given options.
+     *
+     * @param options timeout and waiting
+     * @return this process's group, once every rank has joined
+     * @throws IllegalArgumentException when a variable is missing or malformed
+     * @throws SymmemException          when the store cannot be reached or bound, or a peer does not
+     *         arrive within the timeout ({@link PeerTimeoutException})
+     */
     public static ProcessGroup fromEnvironment(GroupOptions options) {
         return join(ProcessGroupConfig.fromEnvironment(), options);
     }
@@ -184,22 +202,46 @@ public final class ProcessGroup implements Group {
     /**
      * Collective across processes: returns once every rank has joined. The store secret comes from
      * the environment ({@link StoreSecret#resolve}).
+     *
+     * @param config  this rank's place and the job's identity
+     * @param options timeout and waiting
+     * @return this process's group, once every rank has joined
+     * @throws SymmemException when the store cannot be reached or bound, the secret is missing or wrong, or a peer
+     *         does not arrive within the timeout ({@link PeerTimeoutException})
      */
     public static ProcessGroup join(ProcessGroupConfig config, GroupOptions options) {
         return join(config, options, StoreSecret.resolve(System.getenv(), config.runId(), config.masterAddr(),
                 config.masterPort()));
     }
 
-    /** As {@link #join(ProcessGroupConfig, GroupOptions)}, with the store secret given. */
+    /**
+     * As {@link #join(ProcessGroupConfig, GroupOptions)}, with the store secret given.
+     *
+     * @param config  this rank's place and the job's identity
+     * @param options timeout and waiting
+     * @param secret  the job's store secret
+     * @return this process's group, once every rank has joined
+     * @throws SymmemException when the store cannot be reached or bound, the secret is missing or wrong, or a peer
+     *         does not arrive within the timeout ({@link PeerTimeoutException})
+     */
     public static ProcessGroup join(ProcessGroupConfig config, GroupOptions options, StoreSecret secret) {
         return new ProcessGroup(config, options, secret);
     }
 
+    /**
+     * Where this rank sits and which job it belongs to.
+     *
+     * @return the configuration the group was joined with
+     */
     public ProcessGroupConfig config() {
         return config;
     }
 
-    /** The run id, generation and size this group was created with. */
+    /**
+     * The run id, generation and size this group was created with.
+     *
+     * @return the group's identity in the store
+     */
     public JobIdentity identity() {
         return identity;
     }
@@ -239,12 +281,22 @@ public final class ProcessGroup implements Group {
         return abortState;
     }
 
-    /** Pid of rank {@code peer}'s process. */
+    /**
+     * Pid of rank {@code peer}'s process.
+     *
+     * @param peer a rank of the group
+     * @return its process id
+     */
     public long pid(int peer) {
         return peerPids[peer];
     }
 
-    /** Start time (epoch ms, 0 = unknown) of rank {@code peer}'s process. */
+    /**
+     * Start time (epoch ms, 0 = unknown) of rank {@code peer}'s process.
+     *
+     * @param peer a rank of the group
+     * @return its process start, epoch milliseconds, or 0
+     */
     public long startMillis(int peer) {
         return peerStarts[peer];
     }

@@ -19,11 +19,20 @@ import org.symmem4j.parallel.rendezvous.JobIdentity;
  */
 public record ProcessGroupConfig(int rank, int worldSize, int localRank, String masterAddr, int masterPort, String runId) {
 
+    /** {@code MASTER_ADDR} when unset: loopback. */
     public static final String DEFAULT_MASTER_ADDR = "127.0.0.1";
+    /** {@code MASTER_PORT} when unset: 29500, torchrun's. */
     public static final int DEFAULT_MASTER_PORT = 29500;
+    /** The environment variable of the run id. */
     public static final String RUN_ID_ENV = "SYMMEM4J_RUN_ID";
+    /** torchrun's run id variable, read when {@value #RUN_ID_ENV} is unset. */
     public static final String TORCH_RUN_ID_ENV = "TORCHELASTIC_RUN_ID";
 
+    /**
+     * Checks the configuration.
+     *
+     * @throws IllegalArgumentException when a value is out of range (the message names the variable)
+     */
     public ProcessGroupConfig {
         if (worldSize < 1) {
             throw new IllegalArgumentException("WORLD_SIZE=" + worldSize + " must be >= 1");
@@ -43,7 +52,16 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, String 
         JobIdentity.checkRunId(runId);
     }
 
-    /** A rank of the job whose run id is {@link #defaultRunId()}. */
+    /**
+     * A rank of the job whose run id is {@link #defaultRunId()}.
+     *
+     * @param rank       0..worldSize-1
+     * @param worldSize  number of processes
+     * @param localRank  rank on this machine
+     * @param masterAddr where rank 0 hosts the store
+     * @param masterPort its port, 1..65535
+     * @throws IllegalArgumentException when a value is out of range
+     */
     public ProcessGroupConfig(int rank, int worldSize, int localRank, String masterAddr, int masterPort) {
         this(rank, worldSize, localRank, masterAddr, masterPort, defaultRunId());
     }
@@ -54,6 +72,8 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, String 
      * ranks of another launch have another parent, so another id. Ranks started by hand from
      * separate shells, on several hosts, or two jobs started by one parent at once need
      * {@code SYMMEM4J_RUN_ID}.
+     *
+     * @return {@code ppid-<parent pid>-<parent start ms>}, or {@code ppid-unknown}
      */
     public static String defaultRunId() {
         return ProcessHandle.current().parent()
@@ -61,12 +81,23 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, String 
                 .orElse("ppid-unknown");
     }
 
-    /** Reads the process environment. */
+    /**
+     * Reads the process environment.
+     *
+     * @return the configuration the variables describe
+     * @throws IllegalArgumentException when {@code RANK} or {@code WORLD_SIZE} is missing, or a value is malformed or out of range
+     */
     public static ProcessGroupConfig fromEnvironment() {
         return fromEnvironment(System.getenv());
     }
 
-    /** Reads torchrun's variables from {@code env}; {@code RANK} and {@code WORLD_SIZE} are required. */
+    /**
+     * Reads torchrun's variables from {@code env}; {@code RANK} and {@code WORLD_SIZE} are required.
+     *
+     * @param env variables by name
+     * @return the configuration the variables describe
+     * @throws IllegalArgumentException when {@code RANK} or {@code WORLD_SIZE} is missing, or a value is malformed or out of range
+     */
     public static ProcessGroupConfig fromEnvironment(Map<String, String> env) {
         int rank = intVar(env, "RANK", null);
         int worldSize = intVar(env, "WORLD_SIZE", null);

@@ -10,8 +10,12 @@ package org.symmem4j.parallel;
  * on one rank and copy it, so their NaNs keep whatever bits that rank produced.
  */
 public enum ReduceOp {
+    /** The sum over ranks, in rank order. */
     SUM,
+    /** The sum divided by the world size. */
     AVG,
+    /** The maximum ({@link Math#max(float, float)}'s rules). */
     MAX,
+    /** The minimum ({@link Math#min(float, float)}'s rules). */
     MIN
 }

@@ -15,10 +15,21 @@ import java.lang.foreign.MemorySegment;
  */
 public interface Transport {
 
-    /** Short lowercase name, used as the {@code transport} metric tag. */
+    /**
+     * Short lowercase name, used as the {@code transport} metric tag.
+     *
+     * @return the name, e.g. {@code host-in-jvm}
+     */
     String name();
 
-    /** Collective: allocates {@code bytes} on every rank and maps every peer's allocation. */
+    /**
+     * Collective: allocates {@code bytes} on every rank and maps every peer's allocation.
+     *
+     * @param group this rank's group
+     * @param bytes bytes per rank, equal on every rank
+     * @return this rank's view of the memory
+     * @throws SymmemException when the memory cannot be allocated or mapped, or a peer does not arrive
+     */
     SymmetricMemory allocate(Group group, long bytes);
 
     /**
@@ -27,9 +38,20 @@ public interface Transport {
      *
      * @throws UnsupportedOperationException where the transport cannot map private memory
      *                                       (cross-process host memory); allocate instead
+     *
+     * @param group  this rank's group
+     * @param buffer this rank's buffer, the same byte size on every rank
+     * @return this rank's view of the memory
      */
     SymmetricMemory register(Group group, MemorySegment buffer);
 
-    /** Collective: creates a communicator (collective operations) for the group on this transport. */
+    /**
+     * Collective: creates a communicator (collective operations) for the group on this transport.
+     *
+     * @param group   this rank's group
+     * @param options scratch sizes, equal on every rank
+     * @return this rank's communicator
+     * @throws SymmemException when its scratch memory cannot be allocated, or a peer does not arrive
+     */
     Communicator communicator(Group group, CommunicatorOptions options);
 }

@@ -82,6 +82,8 @@ public final class Dl4jPipelineStage implements StageCompute {
     private double regularizationScore = Double.NaN;
 
     /**
+     * One stage of a DL4J network for the pipeline executor.
+     *
      * @param stage      this stage's index
      * @param stageCount the number of stages (the last one computes the loss)
      * @param network    the stage's network: an output layer last exactly when this is the last stage
@@ -297,12 +299,20 @@ public final class Dl4jPipelineStage implements StageCompute {
         message = null;
     }
 
-    /** This stage's index. */
+    /**
+     * This stage's index.
+     *
+     * @return the index, from 0
+     */
     public int stage() {
         return stage;
     }
 
-    /** The stage's network: its parameters, updater state and counters are the training state. */
+    /**
+     * The stage's network: its parameters, updater state and counters are the training state.
+     *
+     * @return the stage's network
+     */
     public MultiLayerNetwork network() {
         return network;
     }
@@ -311,6 +321,8 @@ public final class Dl4jPipelineStage implements StageCompute {
      * The last stage, after {@link #step()}: the step's loss without regularization, as DL4J's output
      * layer scores the whole batch (the per-example losses summed and, for minibatch training, divided
      * by the batch's example count). NaN on other stages and before the step.
+     *
+     * @return the loss, or NaN
      */
     public double dataLoss() {
         return dataLoss;
@@ -319,6 +331,8 @@ public final class Dl4jPipelineStage implements StageCompute {
     /**
      * After {@link #step()}: the regularization part of DL4J's score for this stage's layers (L1, L2,
      * weight decay), at the parameters before the update, as {@code fit} reports it.
+     *
+     * @return the regularization score, or NaN before the first step
      */
     public double regularizationScore() {
         return regularizationScore;

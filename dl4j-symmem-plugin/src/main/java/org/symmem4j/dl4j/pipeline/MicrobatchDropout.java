@@ -32,13 +32,20 @@ import org.nd4j.linalg.factory.Nd4j;
  */
 public final class MicrobatchDropout implements IDropout {
 
+    /** The layer's dropout, copied per microbatch and never drawn into. */
     private final IDropout prototype;
+    /** The seed of the layer's configuration. */
     private final long layerSeed;
+    /** The layer's index in the whole network. */
     private final int layer;
+    /** One copy of the prototype per microbatch in flight. */
     private IDropout[] perMicrobatch = new IDropout[0];
+    /** The microbatch whose copy the next calls use; -1 before the first {@link #microbatch(int)}. */
     private int microbatch = -1;
 
     /**
+     * Wraps a layer's dropout for pipelined training.
+     *
      * @param dropout   the layer's dropout (copied, never drawn into)
      * @param layerSeed the seed of the layer's configuration
      * @param layer     the layer's index in the whole network
@@ -53,6 +60,12 @@ public final class MicrobatchDropout implements IDropout {
      * The seed of layer {@code layer}'s mask for {@code microbatch} at {@code iteration}: SplitMix64's
      * finalizer over the four values, so nearby iterations, layers and microbatches get unrelated
      * streams.
+     *
+     * @param layerSeed  the seed of the layer's configuration
+     * @param layer      the layer's index in the whole network
+     * @param iteration  the network's iteration count
+     * @param microbatch the microbatch, from 0
+     * @return the mask's seed
      */
     public static long seed(long layerSeed, int layer, long iteration, int microbatch) {
         long h = mix(layerSeed ^ 0x9E3779B97F4A7C15L);
@@ -81,12 +94,20 @@ public final class MicrobatchDropout implements IDropout {
         this.microbatch = microbatch;
     }
 
-    /** The wrapped dropout configuration. */
+    /**
+     * The wrapped dropout configuration.
+     *
+     * @return the layer's own dropout
+     */
     public IDropout dropout() {
         return prototype;
     }
 
-    /** The layer's index in the whole network. */
+    /**
+     * The layer's index in the whole network.
+     *
+     * @return the layer index
+     */
     public int layer() {
         return layer;
     }

@@ -25,6 +25,8 @@ public final class Microbatches {
     private final List<INDArray> labelsMasks;
 
     /**
+     * One batch cut into microbatches, with their masks.
+     *
      * @param features      one array per microbatch, in order
      * @param labels        one array per microbatch, in order, same example counts as {@code features}
      * @param featuresMasks null, or one mask per microbatch with the same example counts
@@ -48,6 +50,13 @@ public final class Microbatches {
         }
     }
 
+    /**
+     * One batch cut into microbatches, without masks.
+     *
+     * @param features one array per microbatch, in order
+     * @param labels   one array per microbatch, in order, same example counts as {@code features}
+     * @throws IllegalArgumentException when the counts of arrays or of examples disagree
+     */
     public Microbatches(List<INDArray> features, List<INDArray> labels) {
         this(features, labels, null, null);
     }
@@ -69,6 +78,11 @@ public final class Microbatches {
      *
      * @throws IllegalArgumentException when the batch size is not a multiple of {@code microbatches},
      *                                  or features, labels and masks disagree on the example count
+     *
+     * @param batch        the batch
+     * @param microbatches the number of parts, at least 1
+     * @param dataType     the network's data type
+     * @return the parts, in order
      */
     public static Microbatches split(DataSet batch, int microbatches, DataType dataType) {
         Objects.requireNonNull(batch, "batch");
@@ -116,42 +130,77 @@ public final class Microbatches {
         return out;
     }
 
-    /** One array per microbatch, in order. */
+    /**
+     * One array per microbatch, in order.
+     *
+     * @return the features, unmodifiable
+     */
     public List<INDArray> features() {
         return features;
     }
 
-    /** One array per microbatch, in order. */
+    /**
+     * One array per microbatch, in order.
+     *
+     * @return the labels, unmodifiable
+     */
     public List<INDArray> labels() {
         return labels;
     }
 
-    /** Microbatch {@code mb}'s features mask, or null when the batch has none. */
+    /**
+     * Microbatch {@code mb}'s features mask, or null when the batch has none.
+     *
+     * @param mb the microbatch, from 0
+     * @return the mask, or null
+     */
     public INDArray featuresMask(int mb) {
         return featuresMasks == null ? null : featuresMasks.get(mb);
     }
 
-    /** Microbatch {@code mb}'s labels mask, or null when the batch has none. */
+    /**
+     * Microbatch {@code mb}'s labels mask, or null when the batch has none.
+     *
+     * @param mb the microbatch, from 0
+     * @return the mask, or null
+     */
     public INDArray labelsMask(int mb) {
         return labelsMasks == null ? null : labelsMasks.get(mb);
     }
 
-    /** Whether the batch has a features or labels mask. */
+    /**
+     * Whether the batch has a features or labels mask.
+     *
+     * @return true when either mask is present
+     */
     public boolean hasMasks() {
         return featuresMasks != null || labelsMasks != null;
     }
 
-    /** Number of microbatches. */
+    /**
+     * Number of microbatches.
+     *
+     * @return microbatches, at least 1
+     */
     public int count() {
         return features.size();
     }
 
-    /** Examples in microbatch {@code microbatch}. */
+    /**
+     * Examples in microbatch {@code microbatch}.
+     *
+     * @param microbatch the microbatch, from 0
+     * @return its example count
+     */
     public long size(int microbatch) {
         return features.get(microbatch).size(0);
     }
 
-    /** Examples over all microbatches: the batch size. */
+    /**
+     * Examples over all microbatches: the batch size.
+     *
+     * @return the batch's example count
+     */
     public long examples() {
         long total = 0;
         for (INDArray f : features) {

@@ -90,6 +90,11 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     /** Told about every step, on the thread that called {@code fit()}. */
     @FunctionalInterface
     public interface StepListener {
+        /**
+         * Called once per completed step, after its update.
+         *
+         * @param report the step's number, examples, loss and per-rank timelines
+         */
         void onStep(PipelineStepReport report);
     }
 
@@ -138,7 +143,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.stages = List.copyOf(built);
     }
 
-    /** Starts a builder for {@code network} (initialized at {@code build()} if it is not yet). */
+    /**
+     * Starts a builder for {@code network} (initialized at {@code build()} if it is not yet).
+     *
+     * @param network the network to train; the trainer trains copies of its layers
+     * @return a builder; {@code ranks} and {@code microbatches} must be set
+     */
     public static Builder builder(MultiLayerNetwork network) {
         return new Builder(Objects.requireNonNull(network, "network"), null);
     }
@@ -148,6 +158,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * input, one output, every vertex a layer fed by the one before: a linear stage order). It trains as
      * the equivalent multi-layer network; {@code build()} refuses graphs with branches, naming the
      * vertex. Copy the result back with {@link #copyParametersTo(ComputationGraph)}.
+     *
+     * @param graph a chain graph to train; the trainer trains copies of its layers
+     * @return a builder; {@code ranks} and {@code microbatches} must be set
      */
     public static Builder builder(ComputationGraph graph) {
         return new Builder(null, Objects.requireNonNull(graph, "graph"));
@@ -161,6 +174,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      *                                  the microbatch count or the widths do not fit the network (the
      *                                  trainer stays usable)
      * @throws PipelineTrainingException when a rank failed during the step (the trainer is closed)
+     *
+     * @param batch features and labels (and masks); its size a multiple of the microbatch count
      */
     public synchronized void fit(DataSet batch) {
         requireUsable();
@@ -171,6 +186,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * One step per batch of {@code iterator} (reset first if it is exhausted and resettable), then the
      * epoch counter advances, as DL4J's {@code fit(DataSetIterator)} does. A batch that fails the checks
      * of {@link #fit(DataSet)} stops the loop with that exception; the batches before it were trained.
+     *
+     * @param iterator the batches
+     * @throws IllegalArgumentException  when a batch fails the checks of {@link #fit(DataSet)}
+     * @throws PipelineTrainingException when a rank failed during a step (the trainer is closed)
      */
     public synchronized void fit(DataSetIterator iterator) {
         Objects.requireNonNull(iterator, "iterator");
@@ -186,7 +205,11 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
-    /** The latest step's report, or null before the first step. */
+    /**
+     * The latest step's report, or null before the first step.
+     *
+     * @return the report of the latest step, or null
+     */
     public synchronized PipelineStepReport lastStep() {
         return lastStep;
     }
@@ -198,6 +221,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      *
      * @throws IllegalArgumentException when {@code target}'s layers differ
      * @throws IllegalStateException    after a failed step (the stages may disagree on the step count)
+     *
+     * @param target the network given to the builder, or one with the same configuration
      */
     public synchronized void copyParametersTo(MultiLayerNetwork target) {
         requireCopyable();
@@ -209,6 +234,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * {@link #builder(ComputationGraph)}, or one with its configuration.
      *
      * @throws IllegalArgumentException when {@code target} is not that chain of layers
+     *
+     * @param target the graph given to the builder, or one with its configuration
+     * @throws IllegalStateException    after a failed step (the stages may disagree on the step count)
      */
     public synchronized void copyParametersTo(ComputationGraph target) {
         requireCopyable();
@@ -224,12 +252,20 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
-    /** How the network was cut into stages. */
+    /**
+     * How the network was cut into stages.
+     *
+     * @return the first layer of every stage
+     */
     public PipelineStageSplit split() {
         return split;
     }
 
-    /** The measured layer times the split was made from ({@link Builder#splitByMeasuredTimes}), or null. */
+    /**
+     * The measured layer times the split was made from ({@link Builder#splitByMeasuredTimes}), or null.
+     *
+     * @return the profile, or null when the split was not made from measured times
+     */
     public StageProfile profile() {
         return profile;
     }
@@ -238,6 +274,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * The stages' pass times the profile predicts for this split, in microseconds, for
      * {@code ScheduleSimulator.simulate(schedule(), shape(), ...)}: the bubble to expect before
      * training. Null without a profile.
+     *
+     * @return per stage, forward and backward microseconds, or null
      */
     public StageDurations predictedStageDurations() {
         return profile == null ? null : profile.stageDurationsMicros(split);
@@ -246,31 +284,54 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     /**
      * Every recorded step's timelines as one Chrome trace ({@link Builder#recordTimeline}), or null
      * when not recording.
+     *
+     * @return the run's timeline, or null
      */
     public RunTimeline runTimeline() {
         return runTimeline;
     }
 
-    /** The schedule every step runs (one action list per rank). */
+    /**
+     * The schedule every step runs (one action list per rank).
+     *
+     * @return the schedule, as data
+     */
     public Schedule schedule() {
         return schedule;
     }
 
+    /**
+     * The kind of schedule the trainer generated.
+     *
+     * @return GPipe, 1F1B or interleaved
+     */
     public PipelineSchedule scheduleKind() {
         return scheduleKind;
     }
 
-    /** Ranks, microbatches per step and stages per rank. */
+    /**
+     * Ranks, microbatches per step and stages per rank.
+     *
+     * @return the pipeline's shape
+     */
     public PipelineShape shape() {
         return shape;
     }
 
-    /** Messages each stage-to-stage link holds before its sender waits. */
+    /**
+     * Messages each stage-to-stage link holds before its sender waits.
+     *
+     * @return slots per link
+     */
     public int linkSlots() {
         return linkSlots;
     }
 
-    /** The metrics binder (already bound if a registry was given to the builder). */
+    /**
+     * The metrics binder (already bound if a registry was given to the builder).
+     *
+     * @return the trainer's pipeline metrics; bind it to more registries with {@code bindTo}
+     */
     public PipelineMetrics metrics() {
         return metrics;
     }
@@ -461,7 +522,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             this.graph = graph;
         }
 
-        /** Pipeline ranks p: threads, each running {@code stagesPerRank} stages (required). */
+        /**
+         * Pipeline ranks p: threads, each running {@code stagesPerRank} stages (required).
+         *
+         * @param ranks pipeline ranks (threads), at least 1
+         * @return this builder
+         * @throws IllegalArgumentException when {@code ranks} is below 1
+         */
         public Builder ranks(int ranks) {
             if (ranks < 1) {
                 throw new IllegalArgumentException("ranks=" + ranks + " expected ranks >= 1");
@@ -470,7 +537,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             return this;
         }
 
-        /** Microbatches m per batch (required); every batch size must be a multiple of m. */
+        /**
+         * Microbatches m per batch (required); every batch size must be a multiple of m.
+         *
+         * @param microbatches microbatches per batch, at least 1
+         * @return this builder
+         * @throws IllegalArgumentException when {@code microbatches} is below 1
+         */
         public Builder microbatches(int microbatches) {
             if (microbatches < 1) {
                 throw new IllegalArgumentException("microbatches=" + microbatches + " expected microbatches >= 1");
@@ -479,12 +552,23 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             return this;
         }
 
-        /** GPIPE or ONE_F_ONE_B (default), one stage per rank; INTERLEAVED needs {@link #schedule(PipelineSchedule, int)}. */
+        /**
+         * GPIPE or ONE_F_ONE_B (default), one stage per rank; INTERLEAVED needs {@link #schedule(PipelineSchedule, int)}.
+         *
+         * @param schedule the schedule kind
+         * @return this builder
+         */
         public Builder schedule(PipelineSchedule schedule) {
             return schedule(schedule, 1);
         }
 
-        /** A schedule with {@code stagesPerRank} stages per rank: at least 2 for INTERLEAVED, 1 for the others. */
+        /**
+         * A schedule with {@code stagesPerRank} stages per rank: at least 2 for INTERLEAVED, 1 for the others.
+         *
+         * @param schedule      the schedule kind
+         * @param stagesPerRank stages each rank runs (checked at {@link #build()})
+         * @return this builder
+         */
         public Builder schedule(PipelineSchedule schedule, int stagesPerRank) {
             this.schedule = Objects.requireNonNull(schedule, "schedule");
             this.stagesPerRank = stagesPerRank;
@@ -494,6 +578,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         /**
          * Cuts the network at these layers instead of balancing by parameter count: the first layer of
          * stages 1, 2, ..., strictly increasing, one fewer than {@code ranks x stagesPerRank}.
+         *
+         * @param firstLayerOfStages the first layer index of each stage after the first
+         * @return this builder
          */
         public Builder stageBoundaries(int... firstLayerOfStages) {
             this.stageBoundaries = Objects.requireNonNull(firstLayerOfStages, "firstLayerOfStages").clone();
@@ -505,6 +592,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * waits for room when a backward takes twice a forward
          * ({@code LinkPlan.stallFreeSlots(ActionDurations.of(1, 2))}: 2 for GPipe and 1F1B, 2 to 4
          * interleaved); fewer than {@code LinkPlan.minimumSlots()} deadlock and are refused.
+         *
+         * @param slots messages per link, at least 1 (too few for the schedule are refused at {@link #build()})
+         * @return this builder
+         * @throws IllegalArgumentException when {@code slots} is below 1
          */
         public Builder linkSlots(int slots) {
             if (slots < 1) {
@@ -514,7 +605,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             return this;
         }
 
-        /** ND4J (OpenMP and BLAS) threads per rank (default: cores ÷ ranks, at least 1). */
+        /**
+         * ND4J (OpenMP and BLAS) threads per rank (default: cores ÷ ranks, at least 1).
+         *
+         * @param threads ND4J and BLAS threads per rank during {@code fit}, at least 1
+         * @return this builder
+         * @throws IllegalArgumentException when {@code threads} is below 1
+         */
         public Builder ompThreadsPerRank(int threads) {
             if (threads < 1) {
                 throw new IllegalArgumentException("ompThreadsPerRank=" + threads + " expected >= 1");
@@ -523,7 +620,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             return this;
         }
 
-        /** How long a rank waits for another before failing (default 60 s). */
+        /**
+         * How long a rank waits for another before failing (default 60 s).
+         *
+         * @param timeout the bound of every wait for another rank; positive
+         * @return this builder
+         * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
+         */
         public Builder timeout(Duration timeout) {
             if (timeout == null || timeout.isNegative() || timeout.isZero()) {
                 throw new IllegalArgumentException("timeout=" + timeout + " expected a positive duration (default 60 s)");
@@ -536,6 +639,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * Records pipeline metrics into {@code registry} (names in {@link PipelineMetrics}, tags
          * {@code schedule} and {@code transport}); {@code tags} go on every meter (for example
          * {@code application}).
+         *
+         * @param registry any Micrometer registry
+         * @param tags     added to every meter
+         * @return this builder
          */
         public Builder meterRegistry(MeterRegistry registry, Iterable<Tag> tags) {
             this.registry = Objects.requireNonNull(registry, "registry");
@@ -543,11 +650,22 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             return this;
         }
 
+        /**
+         * Records pipeline metrics into {@code registry}, without extra tags.
+         *
+         * @param registry any Micrometer registry
+         * @return this builder
+         */
         public Builder meterRegistry(MeterRegistry registry) {
             return meterRegistry(registry, Tags.empty());
         }
 
-        /** Called after every step with its loss and timelines. */
+        /**
+         * Called after every step with its loss and timelines.
+         *
+         * @param listener called on the thread that called {@code fit}
+         * @return this builder
+         */
         public Builder stepListener(StepListener listener) {
             listeners.add(Objects.requireNonNull(listener, "listener"));
             return this;
@@ -558,6 +676,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * ambiguous (by default rank 2 is dense, rank 3 a sequence and rank 4 an image, laid out as
          * the first layer expects). A recurrent type without a time-series length takes it from each
          * batch.
+         *
+         * @param inputType DL4J's type of the network's input
+         * @return this builder
          */
         public Builder inputType(InputType inputType) {
             this.inputType = Objects.requireNonNull(inputType, "inputType");
@@ -569,6 +690,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * {@link StageProfile#measure} times every layer's forward and backward on {@code sample}'s
          * microbatches (a few passes, no update, with the ND4J threads each rank gets), and the split
          * balances forward plus backward time ({@link PipelineStageSplit#byCost}).
+         *
+         * @param sample a batch like those of training, cut into the builder's microbatches
+         * @return this builder
          */
         public Builder splitByMeasuredTimes(DataSet sample) {
             this.profileSample = Objects.requireNonNull(sample, "sample");
@@ -576,7 +700,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             return this;
         }
 
-        /** Splits by the layer times of a profile measured before ({@link StageProfile#measure}). */
+        /**
+         * Splits by the layer times of a profile measured before ({@link StageProfile#measure}).
+         *
+         * @param profile per-layer forward and backward times
+         * @return this builder
+         */
         public Builder splitBy(StageProfile profile) {
             this.profile = Objects.requireNonNull(profile, "profile");
             this.profileSample = null;
@@ -587,6 +716,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * Records every step's timelines, up to {@code maxSteps} steps, into one Chrome trace of the
          * whole run ({@link PipelineParallelTrainer#runTimeline()}); about 100 bytes per event, a few
          * dozen events per rank and step.
+         *
+         * @param maxSteps the most steps recorded, at least 1
+         * @return this builder
+         * @throws IllegalArgumentException when {@code maxSteps} is below 1
          */
         public Builder recordTimeline(int maxSteps) {
             if (maxSteps < 1) {
@@ -605,6 +738,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * parameters, updater state and counters). Threads start at the first {@code fit}.
          *
          * @throws IllegalArgumentException naming what does not fit, expected and found, and the fix
+         *
+         * @return the trainer; close it to stop its threads and free its memory
          */
         public PipelineParallelTrainer build() {
             if (ranks == 0) {

@@ -24,7 +24,11 @@ public enum PipelineSchedule {
         this.tag = tag;
     }
 
-    /** The {@code schedule} tag of the pipeline's metrics. */
+    /**
+     * The {@code schedule} tag of the pipeline's metrics.
+     *
+     * @return the tag value
+     */
     public String tag() {
         return tag;
     }

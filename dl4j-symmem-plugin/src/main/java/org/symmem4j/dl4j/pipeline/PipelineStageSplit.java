@@ -82,6 +82,9 @@ public final class PipelineStageSplit {
      *
      * @param network initialized (or it is initialized here, as {@code fit} would)
      * @throws IllegalArgumentException for an unsupported network or more stages than layers
+     *
+     * @param stages  the number of stages, 1..layers
+     * @return the split
      */
     public static PipelineStageSplit balanced(MultiLayerNetwork network, int stages) {
         Layout layout = Layout.of(network);
@@ -97,6 +100,10 @@ public final class PipelineStageSplit {
      *                  ({@link StageProfile#layerNanos()})
      * @throws IllegalArgumentException for an unsupported network, more stages than layers, or costs
      *                                  that are not one per layer and non-negative
+     *
+     * @param network initialized (or it is initialized here)
+     * @param stages  the number of stages, 1..layers
+     * @return the split
      */
     public static PipelineStageSplit byCost(MultiLayerNetwork network, int stages, long[] layerCost) {
         Objects.requireNonNull(layerCost, "layerCost");
@@ -114,7 +121,12 @@ public final class PipelineStageSplit {
         return layout.split(network, balancedStarts(layerCost, stages));
     }
 
-    /** The most stages {@code network} can be cut into: one per layer. */
+    /**
+     * The most stages {@code network} can be cut into: one per layer.
+     *
+     * @param network the network
+     * @return its layer count
+     */
     public static int maxStages(MultiLayerNetwork network) {
         return Layout.of(network).layers();
     }
@@ -127,6 +139,9 @@ public final class PipelineStageSplit {
      *                    starts at layer 0, so there is one boundary fewer than stages.
      * @throws IllegalArgumentException for an unsupported network or boundaries that are not strictly
      *                                  increasing within {@code [1, layers - 1]}
+     *
+     * @param network initialized (or it is initialized here)
+     * @return the split
      */
     public static PipelineStageSplit atBoundaries(MultiLayerNetwork network, int... stageStarts) {
         Objects.requireNonNull(stageStarts, "stageStarts");
@@ -164,30 +179,62 @@ public final class PipelineStageSplit {
         }
     }
 
+    /**
+     * The number of stages.
+     *
+     * @return stages, at least 1
+     */
     public int stageCount() {
         return stageStart.length - 1;
     }
 
+    /**
+     * The number of layers over all stages.
+     *
+     * @return the network's layers
+     */
     public int layerCount() {
         return stageStart[stageStart.length - 1];
     }
 
-    /** The first layer of {@code stage}. */
+    /**
+     * The first layer of {@code stage}.
+     *
+     * @param stage the stage, 0..stageCount-1
+     * @return its first layer index
+     * @throws IndexOutOfBoundsException when there is no such stage
+     */
     public int firstLayer(int stage) {
         return stageStart[checkStage(stage)];
     }
 
-    /** One past the last layer of {@code stage}. */
+    /**
+     * One past the last layer of {@code stage}.
+     *
+     * @param stage the stage, 0..stageCount-1
+     * @return its end layer index (exclusive)
+     * @throws IndexOutOfBoundsException when there is no such stage
+     */
     public int endLayer(int stage) {
         return stageStart[checkStage(stage) + 1];
     }
 
-    /** Parameters of {@code stage}'s layers. */
+    /**
+     * Parameters of {@code stage}'s layers.
+     *
+     * @param stage the stage, 0..stageCount-1
+     * @return parameters (elements)
+     */
     public long parameterCount(int stage) {
         return paramOffset[endLayer(stage)] - paramOffset[firstLayer(stage)];
     }
 
-    /** Offset of {@code stage}'s parameters in the full network's flat parameter vector. */
+    /**
+     * Offset of {@code stage}'s parameters in the full network's flat parameter vector.
+     *
+     * @param stage the stage, 0..stageCount-1
+     * @return the offset, in elements
+     */
     public long parameterOffset(int stage) {
         return paramOffset[firstLayer(stage)];
     }
@@ -197,7 +244,13 @@ public final class PipelineStageSplit {
         return network.getLayerWiseConfigurations().getConf(layer).getLayer();
     }
 
-    /** The sum of {@code layerCost} over {@code stage}'s layers. */
+    /**
+     * The sum of {@code layerCost} over {@code stage}'s layers.
+     *
+     * @param stage     the stage, 0..stageCount-1
+     * @param layerCost one cost per layer of the network
+     * @return the stage's cost
+     */
     public long cost(int stage, long[] layerCost) {
         long sum = 0;
         for (int i = firstLayer(stage); i < endLayer(stage); i++) {
@@ -206,12 +259,20 @@ public final class PipelineStageSplit {
         return sum;
     }
 
-    /** The boundaries as {@link #atBoundaries} takes them: the first layer of stages 1, 2, .... */
+    /**
+     * The boundaries as {@link #atBoundaries} takes them: the first layer of stages 1, 2, ....
+     *
+     * @return a copy of the boundaries
+     */
     public int[] stageStarts() {
         return Arrays.copyOfRange(stageStart, 1, stageStart.length - 1);
     }
 
-    /** The network's data type: FLOAT or DOUBLE, also the element type of the messages between stages. */
+    /**
+     * The network's data type: FLOAT or DOUBLE, also the element type of the messages between stages.
+     *
+     * @return FLOAT or DOUBLE
+     */
     public DataType dataType() {
         return network.getLayerWiseConfigurations().getDataType();
     }
@@ -337,6 +398,8 @@ public final class PipelineStageSplit {
      * any, and its iteration and epoch counts. Stage networks train without DL4J workspaces: a stage
      * keeps several microbatches' layer inputs alive between forward and backward, which workspace
      * memory (recycled every pass) would overwrite.
+     *
+     * @return one network per stage, in stage order
      */
     public List<MultiLayerNetwork> buildStageNetworks() {
         MultiLayerConfiguration original = network.getLayerWiseConfigurations();
@@ -388,6 +451,9 @@ public final class PipelineStageSplit {
      * with the same configuration as the one this split was made from (its own network included).
      *
      * @throws IllegalArgumentException when {@code target}'s layers or parameter counts differ
+     *
+     * @param stageNetworks the stage networks, in stage order, as {@link #buildStageNetworks()} made them
+     * @param target        the network to write into
      */
     public void copyStagesInto(List<MultiLayerNetwork> stageNetworks, MultiLayerNetwork target) {
         Objects.requireNonNull(stageNetworks, "stageNetworks");

@@ -17,11 +17,16 @@ import org.symmem4j.pipeline.exec.TimelineReport;
  */
 public record PipelineStepReport(long step, long examples, double loss, List<StepTimeline> timelines) {
 
+    /** Copies the timelines (the report is immutable). */
     public PipelineStepReport {
         timelines = List.copyOf(timelines);
     }
 
-    /** The measured bubble and a Chrome trace / SVG of this step. */
+    /**
+     * The measured bubble and a Chrome trace / SVG of this step.
+     *
+     * @return the step's timeline report
+     */
     public TimelineReport timelineReport() {
         return TimelineReport.of(timelines);
     }

@@ -32,6 +32,8 @@ public final class StageProfile {
     private final long microbatchExamples;
 
     /**
+     * Measured pass times of every layer, for splitting the network into stages of equal time.
+     *
      * @param forwardNanos       per layer, one microbatch's forward time (median)
      * @param backwardNanos      per layer, one microbatch's backward time (median)
      * @param microbatchExamples the microbatch size the times are for
@@ -56,6 +58,12 @@ public final class StageProfile {
      * @param ndThreads ND4J (OpenMP and BLAS) threads during the measurement: those each rank will use
      * @param inputType the network's input type, or null to infer it from the features
      * @throws IllegalArgumentException when the network or the sample does not fit (as the trainer's checks)
+     *
+     * @param network      the network to profile
+     * @param sample       a batch like those of training
+     * @param microbatches parts the sample is cut into
+     * @param steps        passes, at least 2 (the first is a warm-up)
+     * @return per-layer forward and backward nanoseconds of one microbatch
      */
     public static StageProfile measure(MultiLayerNetwork network, DataSet sample, int microbatches, int steps,
                                        int ndThreads, InputType inputType) {
@@ -156,17 +164,29 @@ public final class StageProfile {
         return sorted[sorted.length / 2];
     }
 
-    /** Per layer, one microbatch's forward time. */
+    /**
+     * Per layer, one microbatch's forward time.
+     *
+     * @return nanoseconds per layer (a copy)
+     */
     public long[] forwardNanos() {
         return forwardNanos.clone();
     }
 
-    /** Per layer, one microbatch's backward time. */
+    /**
+     * Per layer, one microbatch's backward time.
+     *
+     * @return nanoseconds per layer (a copy)
+     */
     public long[] backwardNanos() {
         return backwardNanos.clone();
     }
 
-    /** Per layer, forward plus backward: the cost {@link PipelineStageSplit#byCost} balances. */
+    /**
+     * Per layer, forward plus backward: the cost {@link PipelineStageSplit#byCost} balances.
+     *
+     * @return nanoseconds per layer
+     */
     public long[] layerNanos() {
         long[] total = new long[forwardNanos.length];
         for (int i = 0; i < total.length; i++) {
@@ -175,7 +195,11 @@ public final class StageProfile {
         return total;
     }
 
-    /** The microbatch size the times are for. */
+    /**
+     * The microbatch size the times are for.
+     *
+     * @return examples per microbatch
+     */
     public long microbatchExamples() {
         return microbatchExamples;
     }
@@ -183,6 +207,9 @@ public final class StageProfile {
     /**
      * The split's stages' pass times in microseconds (at least 1) as the simulator takes them: each
      * stage's layers summed, the last stage's forward inside its backward as the pipeline runs it.
+     *
+     * @param split a split of the profiled network
+     * @return forward and backward microseconds per stage
      */
     public StageDurations stageDurationsMicros(PipelineStageSplit split) {
         if (split.layerCount() != forwardNanos.length) {

@@ -32,6 +32,7 @@ import org.symmem4j.parallel.Transport;
  */
 public final class CudaTransport implements Transport {
 
+    /** The transport's name, the {@code transport} metric tag. */
     public static final String NAME = "cuda";
 
     private final CudaDriver driver;
@@ -41,7 +42,11 @@ public final class CudaTransport implements Transport {
         this.driver = driver;
     }
 
-    /** A transport on this machine's GPUs; throws {@link CudaUnavailableException} saying why when there are none. */
+    /**
+     * A transport on this machine's GPUs; throws {@link CudaUnavailableException} saying why when there are none.
+     *
+     * @return the transport
+     */
     public static CudaTransport create() {
         return new CudaTransport(CudaDriver.get());
     }
@@ -62,7 +67,12 @@ public final class CudaTransport implements Transport {
         return NAME;
     }
 
-    /** Device name and ordinal of this rank's GPU, for reports. */
+    /**
+     * Device name and ordinal of this rank's GPU, for reports.
+     *
+     * @param group a rank's group on this transport
+     * @return e.g. {@code "NVIDIA H100 80GB HBM3 (device 0, 132 SMs)"}
+     */
     public String describe(Group group) {
         CudaRank r = rank(group);
         return r.deviceName + " (device " + r.ordinal + ", " + r.multiprocessors + " SMs)";

@@ -30,7 +30,7 @@ import java.lang.invoke.VarHandle;
  *                                      p closed this memory; a rank that
  *                                      waits for p and sees it fails at
  *                                      once, a closing rank waits for it
- *  768 + 128*(5N+k)            SIGNAL slot k, k < signalSlots (long)     any rank         owner
+ *  768 + 128*(5N+k)            SIGNAL slot k, k &lt; signalSlots (long)     any rank         owner
  *  rounded up to 4096          end
  * </pre>
  *

@@ -15,30 +15,59 @@ import java.util.Optional;
  */
 public interface RendezvousStore extends AutoCloseable {
 
-    /** Stores {@code value} under {@code key}, replacing any earlier value, and wakes waiters. */
+    /**
+     * Stores {@code value} under {@code key}, replacing any earlier value, and wakes waiters.
+     *
+     * @param key   the key, at most 512 bytes of UTF-8 on a TCP store
+     * @param value the value, at most 4 MiB on a TCP store
+     */
     void set(String key, byte[] value);
 
     /**
      * Returns the value of {@code key}, waiting until some rank sets it.
      *
      * @throws StoreTimeoutException if the key is still absent after {@code timeout}
+     *
+     * @param key     the key
+     * @param timeout the longest wait
+     * @return the value
      */
     byte[] get(String key, Duration timeout);
 
-    /** Returns the value of {@code key} if present now, without waiting. */
+    /**
+     * Returns the value of {@code key} if present now, without waiting.
+     *
+     * @param key the key
+     * @return the value, or empty
+     */
     Optional<byte[]> tryGet(String key);
 
     /**
      * Waits until every key is present and returns their values in order.
      *
      * @throws StoreTimeoutException naming every key still absent after {@code timeout}
+     *
+     * @param keys    the keys
+     * @param timeout the longest wait for all of them
+     * @return the values, in the keys' order
      */
     List<byte[]> getAll(List<String> keys, Duration timeout);
 
-    /** Atomically adds {@code delta} to the counter at {@code key} (absent = 0) and returns the new value. */
+    /**
+     * Atomically adds {@code delta} to the counter at {@code key} (absent = 0) and returns the new value.
+     *
+     * @param key   the counter's key
+     * @param delta the amount to add; may be negative
+     * @return the counter after the addition
+     */
     long add(String key, long delta);
 
-    /** Removes {@code key}; returns whether it was present. */
+    /**
+     * Removes {@code key}; returns whether it was present.
+     *
+     * @param key the key
+     * @return true when the key was present
+     */
     boolean delete(String key);
 
     @Override

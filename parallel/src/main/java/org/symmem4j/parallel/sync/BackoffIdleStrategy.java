@@ -11,10 +11,13 @@ import java.util.concurrent.locks.LockSupport;
  */
 public final class BackoffIdleStrategy implements IdleStrategy {
 
-    /** Defaults tuned for one rank per core; see the class comment. */
+    /** Busy polls before yielding. Defaults tuned for one rank per core; see the class comment. */
     public static final int DEFAULT_MAX_SPINS = 2_000;
+    /** {@code Thread.yield()} polls before parking. */
     public static final int DEFAULT_MAX_YIELDS = 200;
+    /** The first park, in nanoseconds (1 µs); each further park doubles it. */
     public static final long DEFAULT_MIN_PARK_NANOS = 1_000;
+    /** The longest park, in nanoseconds (1 ms). */
     public static final long DEFAULT_MAX_PARK_NANOS = 1_000_000;
 
     private final int maxSpins;
@@ -26,10 +29,20 @@ public final class BackoffIdleStrategy implements IdleStrategy {
     private int yields;
     private long parkNanos;
 
+    /** A strategy with the defaults. */
     public BackoffIdleStrategy() {
         this(DEFAULT_MAX_SPINS, DEFAULT_MAX_YIELDS, DEFAULT_MIN_PARK_NANOS, DEFAULT_MAX_PARK_NANOS);
     }
 
+    /**
+     * A strategy with its own bounds.
+     *
+     * @param maxSpins     busy polls before yielding, at least 0
+     * @param maxYields    yields before parking, at least 0
+     * @param minParkNanos the first park in nanoseconds, at least 1
+     * @param maxParkNanos the longest park in nanoseconds, at least {@code minParkNanos}
+     * @throws IllegalArgumentException when a bound is out of range
+     */
     public BackoffIdleStrategy(int maxSpins, int maxYields, long minParkNanos, long maxParkNanos) {
         if (maxSpins < 0 || maxYields < 0 || minParkNanos < 1 || maxParkNanos < minParkNanos) {
             throw new IllegalArgumentException("invalid back-off: maxSpins=" + maxSpins + " maxYields=" + maxYields

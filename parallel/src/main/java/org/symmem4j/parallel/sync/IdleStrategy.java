@@ -16,6 +16,10 @@ public interface IdleStrategy {
     /** Called before a new wait starts, so the next wait begins with cheap spinning again. */
     void reset();
 
-    /** True once this strategy has escalated to parking (polls are then far apart). */
+    /**
+     * True once this strategy has escalated to parking (polls are then far apart).
+     *
+     * @return true while the strategy parks
+     */
     boolean isParking();
 }

@@ -45,6 +45,11 @@ public record ChannelLayout(PipelineShape shape, int slots, long slotBytes) {
         GRADIENT
     }
 
+    /**
+     * Checks the layout.
+     *
+     * @throws IllegalArgumentException when {@code slots} or {@code slotBytes} is below 1
+     */
     public ChannelLayout {
         java.util.Objects.requireNonNull(shape, "shape");
         if (slots < 1) {

@@ -40,6 +40,14 @@ public final class CudaStageLink {
         private final LinkEnds link;
         private long sent;
 
+        /**
+         * The sending end of the link {@code fromStage -> toStage} in GPU symmetric memory.
+         *
+         * @param memory    the pipeline's symmetric memory
+         * @param layout    where every link's slots lie in it
+         * @param fromStage the sending stage
+         * @param toStage   the receiving stage
+         */
         public Sender(CudaSymmetricMemory memory, ChannelLayout layout, int fromStage, int toStage) {
             this.memory = Objects.requireNonNull(memory, "memory");
             this.layout = Objects.requireNonNull(layout, "layout");
@@ -85,6 +93,14 @@ public final class CudaStageLink {
     /** The receiving end, on the rank of {@code toStage}. */
     public static final class Receiver extends CreditReceiver<CudaSymmetricMemory> {
 
+        /**
+         * The receiving end of the link {@code fromStage -> toStage} in GPU symmetric memory.
+         *
+         * @param memory    the pipeline's symmetric memory
+         * @param layout    where every link's slots lie in it
+         * @param fromStage the sending stage
+         * @param toStage   the receiving stage
+         */
         public Receiver(CudaSymmetricMemory memory, ChannelLayout layout, int fromStage, int toStage) {
             super(memory, layout, fromStage, toStage);
         }

@@ -237,10 +237,20 @@ public final class LinkPlan {
         return to >= 0 && to < shape.stageCount() ? to : -1;
     }
 
+    /**
+     * The shape the plan was made for.
+     *
+     * @return ranks, microbatches and stages per rank
+     */
     public PipelineShape shape() {
         return shape;
     }
 
+    /**
+     * The schedule the plan was made for.
+     *
+     * @return the schedule, as data
+     */
     public Schedule schedule() {
         return Objects.requireNonNull(schedule);
     }

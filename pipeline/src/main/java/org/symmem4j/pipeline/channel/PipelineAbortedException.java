@@ -9,6 +9,11 @@ import org.symmem4j.parallel.SymmemException;
  */
 public class PipelineAbortedException extends SymmemException {
 
+    /**
+     * An abort seen on this rank.
+     *
+     * @param message where this rank was when it saw the abort
+     */
     public PipelineAbortedException(String message) {
         super(message);
     }

@@ -41,6 +41,15 @@ public final class StageLink {
         /** Credits seen so far: messages the receiver has released; refreshed only when they run short. */
         private long releasedSeen;
 
+        /**
+         * The sending end of the link {@code fromStage -> toStage} in host symmetric memory.
+         *
+         * @param memory    the pipeline's symmetric memory
+         * @param layout    where every link's slots lie in it
+         * @param fromStage the sending stage
+         * @param toStage   the receiving stage
+         * @param arena     owns the sender's staging memory
+         */
         public Sender(SymmetricMemory memory, ChannelLayout layout, int fromStage, int toStage, Arena arena) {
             this.memory = Objects.requireNonNull(memory, "memory");
             this.layout = Objects.requireNonNull(layout, "layout");
@@ -108,6 +117,14 @@ public final class StageLink {
         /** Messages seen posted so far; refreshed only when this rank has consumed them all. */
         private long postedSeen;
 
+        /**
+         * The receiving end of the link {@code fromStage -> toStage} in host symmetric memory.
+         *
+         * @param memory    the pipeline's symmetric memory
+         * @param layout    where every link's slots lie in it
+         * @param fromStage the sending stage
+         * @param toStage   the receiving stage
+         */
         public Receiver(SymmetricMemory memory, ChannelLayout layout, int fromStage, int toStage) {
             super(hostAddressable(memory), layout, fromStage, toStage);
         }
@@ -164,11 +181,6 @@ public final class StageLink {
         }
     }
 
-    /**
-     * Aborts the pipeline: adds {@link #POISON} to every counter the layout uses on every rank's pad,
-     * so every rank waiting on a link (or about to) stops with a {@link PipelineAbortedException}
-     * instead of waiting out the timeout. Not collective; called by a rank that failed.
-     */
     /** Whether another rank poisoned this rank's counters (acquire reads of this rank's own slots). */
     public static boolean poisoned(SymmetricMemory memory, ChannelLayout layout) {
         for (int slot = 0; slot < layout.signalSlotsNeeded(); slot++) {
@@ -179,6 +191,14 @@ public final class StageLink {
         return false;
     }
 
+    /**
+     * Aborts the pipeline: adds {@link #POISON} to every counter the layout uses on every rank's pad,
+     * so every rank waiting on a link (or about to) stops with a {@link PipelineAbortedException}
+     * instead of waiting out the timeout. Not collective; called by a rank that failed.
+     *
+     * @param memory the pipeline's symmetric memory
+     * @param layout where the links' counters lie
+     */
     public static void poisonAll(SymmetricMemory memory, ChannelLayout layout) {
         int ranks = memory.group().worldSize();
         for (int rank = 0; rank < ranks; rank++) {

@@ -419,6 +419,11 @@ public final class PipelineExecutor implements AutoCloseable {
         memory.barrier();
     }
 
+    /**
+     * Where the links lie in the executor's symmetric memory.
+     *
+     * @return the channel layout
+     */
     public ChannelLayout layout() {
         return layout;
     }

@@ -64,6 +64,11 @@ public final class PipelineMetrics implements MeterBinder {
             this.tag = tag;
         }
 
+        /**
+         * The tag value ({@code reason}).
+         *
+         * @return the value on the failure counter
+         */
         public String tag() {
             return tag;
         }
@@ -112,6 +117,13 @@ public final class PipelineMetrics implements MeterBinder {
                 .minimumExpectedValue(LATENCY_MIN).maximumExpectedValue(LATENCY_MAX);
     }
 
+    /**
+     * Metrics of one pipeline; bind them to registries with {@code bindTo}.
+     *
+     * @param schedule  the {@code schedule} tag value
+     * @param transport the {@code transport} tag value
+     * @param extraTags added to every meter
+     */
     public PipelineMetrics(String schedule, String transport, Iterable<Tag> extraTags) {
         this.tags = Tags.of(extraTags).and("schedule", Objects.requireNonNull(schedule, "schedule"), "transport",
                 Objects.requireNonNull(transport, "transport"));

@@ -27,6 +27,7 @@ public final class RunTimeline {
 
     /** One recorded step. */
     public record Step(long step, List<StepTimeline> ranks, Map<String, Double> values) {
+        /** Copies the timelines and values (the step is immutable). */
         public Step {
             ranks = List.copyOf(ranks);
             values = Map.copyOf(values);
@@ -38,6 +39,8 @@ public final class RunTimeline {
     private long droppedSteps;
 
     /**
+     * An empty timeline of a run.
+     *
      * @param maxSteps the most steps kept; later steps are counted as dropped
      */
     public RunTimeline(int maxSteps) {
@@ -72,6 +75,11 @@ public final class RunTimeline {
         return droppedSteps;
     }
 
+    /**
+     * The most steps kept.
+     *
+     * @return the bound given at creation
+     */
     public int maxSteps() {
         return maxSteps;
     }

@@ -8,6 +8,7 @@ import java.util.List;
  */
 public record StepTimeline(int rank, List<TimelineEvent> events) {
 
+    /** Copies the events (the timeline is immutable). */
     public StepTimeline {
         events = List.copyOf(events);
     }

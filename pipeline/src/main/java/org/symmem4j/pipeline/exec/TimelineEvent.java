@@ -34,6 +34,11 @@ public record TimelineEvent(int rank, Kind kind, int stage, int peerStage, int m
         }
     }
 
+    /**
+     * How long the event took.
+     *
+     * @return end minus start, in nanoseconds
+     */
     public long durationNanos() {
         return endNanos - startNanos;
     }

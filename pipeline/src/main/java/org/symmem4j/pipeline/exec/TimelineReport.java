@@ -51,6 +51,8 @@ public final class TimelineReport {
     }
 
     /**
+     * The report of one step.
+     *
      * @param ranks one timeline per rank of the same step, element {@code r} for rank {@code r}
      * @throws IllegalArgumentException when ranks are missing or out of order
      */
@@ -70,6 +72,11 @@ public final class TimelineReport {
         return ranks;
     }
 
+    /**
+     * The number of ranks.
+     *
+     * @return one per timeline
+     */
     public int rankCount() {
         return ranks.size();
     }

@@ -18,6 +18,11 @@ public record Action(int stage, ActionType type, int microbatch) {
     private static final String FORMAT_HINT =
             "(an action is <stage><F|B><microbatch>, e.g. 0F3 or 2B0)";
 
+    /**
+     * Checks the action.
+     *
+     * @throws IllegalArgumentException when the stage or the microbatch is negative
+     */
     public Action {
         Objects.requireNonNull(type, "type");
         if (stage < 0) {

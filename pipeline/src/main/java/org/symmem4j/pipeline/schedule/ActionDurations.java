@@ -12,6 +12,11 @@ package org.symmem4j.pipeline.schedule;
  */
 public record ActionDurations(long forward, long backward, long communicationLatency) {
 
+    /**
+     * Checks the durations.
+     *
+     * @throws IllegalArgumentException when a duration is below 1
+     */
     public ActionDurations {
         if (forward < 1) {
             throw new IllegalArgumentException("invalid action durations: forward=" + forward + " expected=forward >= 1");

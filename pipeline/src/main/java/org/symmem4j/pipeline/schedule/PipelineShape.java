@@ -12,6 +12,11 @@ package org.symmem4j.pipeline.schedule;
  */
 public record PipelineShape(int ranks, int microbatches, int stagesPerRank) {
 
+    /**
+     * Checks the shape.
+     *
+     * @throws IllegalArgumentException when a count is out of range or the schedule would be too large
+     */
     public PipelineShape {
         requireAtLeastOne("ranks", ranks);
         requireAtLeastOne("microbatches", microbatches);

@@ -26,6 +26,7 @@ import java.util.Objects;
  */
 public record Schedule(List<List<Action>> actionsByRank) {
 
+    /** Copies the action lists (the schedule is immutable). */
     public Schedule {
         Objects.requireNonNull(actionsByRank, "actionsByRank");
         List<List<Action>> copy = new ArrayList<>(actionsByRank.size());

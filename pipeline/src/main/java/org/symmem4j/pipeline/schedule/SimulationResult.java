@@ -48,6 +48,7 @@ public sealed interface SimulationResult permits SimulationResult.Completed, Sim
      */
     record Completed(long makespan, List<RankStats> ranks, List<long[]> actionStarts) implements SimulationResult {
 
+        /** Copies the lists (the result is immutable). */
         public Completed {
             ranks = List.copyOf(ranks);
             actionStarts = actionStarts.stream().map(long[]::clone).toList();
@@ -104,6 +105,7 @@ public sealed interface SimulationResult permits SimulationResult.Completed, Sim
     record Deadlocked(List<StuckRank> stuckRanks, int completedActions, int totalActions)
             implements SimulationResult {
 
+        /** Copies the stuck ranks (the result is immutable). */
         public Deadlocked {
             stuckRanks = List.copyOf(stuckRanks);
         }

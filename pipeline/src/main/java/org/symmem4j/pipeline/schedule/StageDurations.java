@@ -15,6 +15,11 @@ import java.util.Objects;
  */
 public record StageDurations(long[] forward, long[] backward, long communicationLatency) {
 
+    /**
+     * Checks the durations.
+     *
+     * @throws IllegalArgumentException when the arrays are empty, differ in length or hold a value below 1
+     */
     public StageDurations {
         Objects.requireNonNull(forward, "forward");
         Objects.requireNonNull(backward, "backward");
@@ -67,11 +72,21 @@ public record StageDurations(long[] forward, long[] backward, long communication
         return forward[stage] + backward[stage];
     }
 
+    /**
+     * Per stage, one microbatch's forward pass (a copy: the record is immutable).
+     *
+     * @return durations in the simulator's unit, at least 1 each
+     */
     @Override
     public long[] forward() {
         return forward.clone();
     }
 
+    /**
+     * Per stage, one microbatch's backward pass (a copy: the record is immutable).
+     *
+     * @return durations in the simulator's unit, at least 1 each
+     */
     @Override
     public long[] backward() {
         return backward.clone();
