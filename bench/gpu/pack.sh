@@ -10,16 +10,21 @@ cd "$root"
 jdk=$(find_jdk25)
 
 mvn -q -B -DskipTests install -pl kernels,parallel,gradsync,pipeline,examples -am
-unzip -l kernels/target/symmem4j-kernels-*.jar | grep -q symmem4j.fatbin \
-  || { echo "pack: the kernels jar has no fatbin (nvcc missing here?)" >&2; exit 1; }
+# the project's version from the POM (the parent's own <version>, the first one in it), so that the
+# jars named below are the main ones, never the -sources or -javadoc jars beside them
+version=$(sed -n '/<parent>/,/<\/parent>/d; s:^  <version>\(.*\)</version>$:\1:p' pom.xml | head -1)
+[ -n "$version" ] || { echo "pack: no <version> found in pom.xml" >&2; exit 1; }
+# (grep reads the whole listing: with pipefail, grep -q quitting early would fail unzip with SIGPIPE)
+unzip -l "kernels/target/symmem4j-kernels-$version.jar" | grep symmem4j.fatbin > /dev/null \
+  || { echo "pack: kernels/target/symmem4j-kernels-$version.jar has no fatbin (nvcc missing here?)" >&2; exit 1; }
 
 rm -rf .device
 mkdir -p .device/lib
 "$jdk/bin/jlink" --add-modules java.base,jdk.unsupported,java.management,java.logging,jdk.incubator.vector,jdk.jfr \
   --strip-debug --no-man-pages --no-header-files --compress=zip-6 --output .device/jre
-cp kernels/target/symmem4j-kernels-0.1.0-SNAPSHOT.jar parallel/target/symmem4j-parallel-0.1.0-SNAPSHOT.jar \
-   gradsync/target/symmem4j-gradsync-0.1.0-SNAPSHOT.jar pipeline/target/symmem4j-pipeline-0.1.0-SNAPSHOT.jar \
-   examples/target/symmem4j-examples-0.1.0-SNAPSHOT.jar .device/lib/
+for module in kernels parallel gradsync pipeline examples; do
+  cp "$module/target/symmem4j-$module-$version.jar" .device/lib/
+done
 # micrometer-core for the metrics; SLF4J's API (symmem4j logs through it) and its simple backend; picocli parses the benchmarks' options
 for jar in micrometer-core slf4j-api slf4j-simple picocli; do
   cp "$(grep -o "[^:]*$jar-[0-9][^:]*\.jar" examples/target/classpath.txt | head -1)" .device/lib/
