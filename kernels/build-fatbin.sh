@@ -1,20 +1,44 @@
 #!/usr/bin/env bash
 # Builds the CUDA kernels into one fatbin: SASS for sm_80 (A100), sm_90 (H100/H200), sm_100 (B200)
 # and PTX for sm_100, so newer GPUs JIT-compile it. Skips the work when the fatbin is newer than the
-# source. Without nvcc it says so and exits 0: the rest of the build does not need the kernels.
-#   build-fatbin.sh <source.cu> <output dir>
+# source. Writes a manifest fragment saying whether the jar carries the kernels (the jar plugin puts
+# it in the jar's manifest as Symmem4j-Kernels). Without nvcc it says so loudly and exits 0 — the rest
+# of the build does not need the kernels — unless the kernels are required (`mvn -Pcuda`): then it fails.
+#   build-fatbin.sh <source.cu> <output dir> <manifest fragment> <required: true|false>
 set -euo pipefail
 src=$1
 out_dir=$2
+manifest=$3
+required=${4:-false}
 out="$out_dir/symmem4j.fatbin"
+mkdir -p "$(dirname "$manifest")"
 nvcc_bin=$(command -v nvcc || true)
 [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_bin=/usr/local/cuda/bin/nvcc
 if [ -z "$nvcc_bin" ]; then
-  echo "[kernels] nvcc not found: CUDA kernels NOT built; the jar ships without symmem4j.fatbin (GPU transport: NCCL only)"
+  if [ "$required" = true ]; then
+    echo "[kernels] ERROR: nvcc not found, and this build requires the CUDA kernels (-Pcuda): install the" >&2
+    echo "[kernels] CUDA toolkit (nvcc on PATH or /usr/local/cuda/bin/nvcc), or build without -Pcuda" >&2
+    exit 1
+  fi
+  rm -f "$out" # a fatbin from an earlier build with nvcc would not match this source
+  printf 'Symmem4j-Kernels: ABSENT (built without nvcc: the CUDA transport can run only Algorithm.NCCL)\n' > "$manifest"
+  cat <<'BANNER'
+[kernels] ************************************************************************************
+[kernels] WARNING: nvcc not found: the CUDA kernels are NOT built.
+[kernels] The symmem4j-kernels jar ships WITHOUT symmem4j.fatbin (its manifest says
+[kernels] "Symmem4j-Kernels: ABSENT"): on GPUs only Algorithm.NCCL can run. Host code is unaffected.
+[kernels] To build them: put CUDA's nvcc on PATH (or /usr/local/cuda/bin); -Pcuda makes this an error.
+[kernels] ************************************************************************************
+BANNER
   exit 0
 fi
 mkdir -p "$out_dir"
+version=$("$nvcc_bin" --version | tail -1)
+present() {
+  printf 'Symmem4j-Kernels: present (SASS sm_80, sm_90, sm_100; PTX compute_100; %s)\n' "$version" > "$manifest"
+}
 if [ -f "$out" ] && [ "$out" -nt "$src" ] && [ "$out" -nt "$0" ]; then
+  present
   echo "[kernels] $out is up to date"
   exit 0
 fi
@@ -38,4 +62,5 @@ if [ -n "$big_frames" ]; then
   echo "[kernels] a kernel keeps more than 16 bytes in local memory (above): fix it (see build-fatbin.sh)" >&2
   exit 1
 fi
-echo "[kernels] built $out with $("$nvcc_bin" --version | tail -1)"
+present
+echo "[kernels] built $out with $version"
