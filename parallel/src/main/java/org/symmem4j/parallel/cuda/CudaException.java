@@ -13,7 +13,7 @@ public class CudaException extends SymmemException {
     /**
      * Creates the exception; the message names all of the arguments.
      *
-     * @param library "CUDA" or "NCCL"
+     * @param library the library, e.g. "NCCL"
      * @param function the failing function (possibly with arguments)
      * @param code the error code it returned
      * @param name the library's name for the code
