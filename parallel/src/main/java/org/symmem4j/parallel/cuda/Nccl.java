@@ -28,7 +28,7 @@ public final class Nccl {
     public static final int UNIQUE_ID_BYTES = 128;
     static final StructLayout UNIQUE_ID = MemoryLayout.structLayout(MemoryLayout.sequenceLayout(UNIQUE_ID_BYTES, JAVA_BYTE));
     /**
-     * {@code NCCL_WIN_COLL_SYMMETRIC}: window flag for {@link #registerWindow}; every rank registers the same size.
+     * {@code NCCL_WIN_COLL_SYMMETRIC}: window flag for {@link #registerWindow}: a symmetric window.
      */
     public static final int WIN_COLL_SYMMETRIC = 0x01;
     /** ncclInProgress: a non-blocking call still running, not an error. */
@@ -197,7 +197,7 @@ public final class Nccl {
     }
 
     /**
-     * Destroys a communicator after its pending operations finish.
+     * Destroys a communicator and frees its resources (ncclCommDestroy).
      *
      * @param comm the ncclComm_t
      */
