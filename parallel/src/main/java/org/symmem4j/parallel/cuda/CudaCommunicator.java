@@ -195,7 +195,11 @@ public final class CudaCommunicator implements Communicator {
                 .replaceAll("(^-|-$)", "");
     }
 
-    /** Whether NCCL is usable here, and if not, why. */
+    /**
+     * Why NCCL is not usable here.
+     *
+     * @return the reason, or null when NCCL is usable
+     */
     public String ncclUnavailableReason() {
         return ncclUnavailable;
     }
@@ -225,7 +229,11 @@ public final class CudaCommunicator implements Communicator {
         return twoShotPushMinBytes;
     }
 
-    /** Largest message, in bytes, ONE_SHOT takes here: the size of a landing slot in its scratch. */
+    /**
+     * Largest message, in bytes, ONE_SHOT takes here: the size of a landing slot in its scratch.
+     *
+     * @return the capacity in bytes
+     */
     public long oneShotCapacityBytes() {
         return oneShotSlotBytes;
     }
@@ -357,6 +365,13 @@ public final class CudaCommunicator implements Communicator {
      * Reduce-scatter (SUM) on the GPU: {@code in} holds worldSize blocks of {@code recvCount}
      * elements at {@code inOffset}; block {@code rank} reduced over ranks is written to device
      * address {@code out}.
+     *
+     * @param in symmetric memory of this communicator's group holding the input
+     * @param inOffset byte offset of the input in {@code in}
+     * @param out device address of this rank's output ({@code recvCount} elements)
+     * @param recvCount elements each rank receives
+     * @param dtype FLOAT32 or BFLOAT16
+     * @throws IllegalArgumentException if {@code dtype} is neither
      */
     public void reduceScatter(CudaSymmetricMemory in, long inOffset, long out, long recvCount, DType dtype) {
         checkKernelDtype(dtype, "reduce-scatter");
@@ -383,7 +398,14 @@ public final class CudaCommunicator implements Communicator {
         }
     }
 
-    /** All-gather on the GPU: {@code bytes} at device address {@code in} land in block {@code rank} of every rank's {@code out}. */
+    /**
+     * All-gather on the GPU: {@code bytes} at device address {@code in} land in block {@code rank} of every rank's {@code out}.
+     *
+     * @param in device address of this rank's input
+     * @param out symmetric memory of this communicator's group receiving {@code worldSize * bytes}
+     * @param outOffset byte offset of the output in {@code out}
+     * @param bytes bytes each rank contributes
+     */
     public void allGather(long in, CudaSymmetricMemory out, long outOffset, long bytes) {
         Problem problem = out == null || out.group() != group ? Problem.FOREIGN_MEMORY
                 : outOffset < 0 || outOffset > out.byteSize() - bytes * worldSize ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
@@ -468,6 +490,9 @@ public final class CudaCommunicator implements Communicator {
      * spins waiting for a rank still inside cuGraphInstantiate never ends (seen with 8 ranks on one
      * H100: five ranks in cuGraphInstantiateWithFlags, three in the replay's synchronize;
      * bench/results/2026-11-23-gpu-shared-ranks-h100.md).
+     *
+     * @param body enqueues the work to capture
+     * @return the graph, to replay and close
      */
     public CudaGraph capture(Runnable body) {
         driver.setCurrent(rank.context);
@@ -486,7 +511,11 @@ public final class CudaCommunicator implements Communicator {
         return new CudaGraph(driver, rank, exec);
     }
 
-    /** Events on this rank's stream, for timing. */
+    /**
+     * Records a new event on this rank's stream, for timing; destroy it with the driver.
+     *
+     * @return the CUevent
+     */
     public MemorySegment recordEvent() {
         driver.setCurrent(rank.context);
         MemorySegment e = driver.createEvent();
@@ -503,7 +532,16 @@ public final class CudaCommunicator implements Communicator {
         return grids;
     }
 
-    /** NCCL all-reduce on raw device pointers (out of place allowed), on this rank's stream: the baseline. */
+    /**
+     * NCCL all-reduce on raw device pointers (out of place allowed), on this rank's stream: the baseline.
+     *
+     * @param send device address of the input
+     * @param recv device address of the output (may equal {@code send})
+     * @param count elements
+     * @param dtype element type
+     * @param op reduction
+     * @throws CudaUnavailableException if NCCL is unavailable
+     */
     public void ncclAllReduce(long send, long recv, long count, DType dtype, ReduceOp op) {
         Nccl.get().allReduce(send, recv, count, dtype, op, requireNccl(), rank.stream);
     }
@@ -511,12 +549,26 @@ public final class CudaCommunicator implements Communicator {
     /**
      * NCCL point-to-point on this rank's stream: sends {@code bytes} at device address {@code ptr} to
      * {@code peer}, which must post the matching {@link #ncclRecv}. The baseline for stage hand-offs.
+     *
+     * @param ptr device address of the data
+     * @param bytes bytes to send, a multiple of 4
+     * @param peer the receiving rank
+     * @throws IllegalArgumentException if {@code bytes} is not a multiple of 4
+     * @throws CudaUnavailableException if NCCL is unavailable
      */
     public void ncclSend(long ptr, long bytes, int peer) {
         Nccl.get().send(ptr, p2pCount(bytes), DType.FLOAT32, peer, requireNccl(), rank.stream);
     }
 
-    /** Receives {@code bytes} from {@code peer} into device address {@code ptr}; see {@link #ncclSend}. */
+    /**
+     * Receives {@code bytes} from {@code peer} into device address {@code ptr}; see {@link #ncclSend}.
+     *
+     * @param ptr device address to receive into
+     * @param bytes bytes to receive, a multiple of 4
+     * @param peer the sending rank
+     * @throws IllegalArgumentException if {@code bytes} is not a multiple of 4
+     * @throws CudaUnavailableException if NCCL is unavailable
+     */
     public void ncclRecv(long ptr, long bytes, int peer) {
         Nccl.get().recv(ptr, p2pCount(bytes), DType.FLOAT32, peer, requireNccl(), rank.stream);
     }
@@ -540,6 +592,10 @@ public final class CudaCommunicator implements Communicator {
     /**
      * Collective: a buffer from {@code ncclMemAlloc} registered as an NCCL symmetric window
      * ({@code NCCL_WIN_COLL_SYMMETRIC}); close it collectively.
+     *
+     * @param bytes size of the buffer in bytes, the same on every rank
+     * @return the window
+     * @throws CudaUnavailableException if NCCL or its symmetric windows are unavailable
      */
     public NcclWindow ncclSymmetricWindow(long bytes) {
         MemorySegment comm = requireNccl();
@@ -549,12 +605,22 @@ public final class CudaCommunicator implements Communicator {
         return new NcclWindow(nccl, ncclComm, ptr, bytes, window);
     }
 
-    /** A device buffer of this rank from cuMemAlloc (the "plain" NCCL baseline); free with {@link #free}. */
+    /**
+     * A device buffer of this rank from cuMemAlloc (the "plain" NCCL baseline); free with {@link #free}.
+     *
+     * @param bytes size in bytes
+     * @return the device pointer
+     */
     public long deviceMalloc(long bytes) {
         driver.setCurrent(rank.context);
         return driver.malloc(bytes);
     }
 
+    /**
+     * Frees a buffer from {@link #deviceMalloc}.
+     *
+     * @param devicePtr the device pointer
+     */
     public void free(long devicePtr) {
         driver.setCurrent(rank.context);
         driver.free(devicePtr);
@@ -564,23 +630,39 @@ public final class CudaCommunicator implements Communicator {
      * Enqueues a device-to-device copy of {@code bytes} on this rank's stream (the copy engine);
      * {@code dst} or {@code src} may be a peer's symmetric address (peer access is on between all
      * ranks' GPUs). The benchmarks' peer-copy baseline.
+     *
+     * @param dst destination device address
+     * @param src source device address
+     * @param bytes bytes to copy
      */
     public void copyAsync(long dst, long src, long bytes) {
         driver.setCurrent(rank.context);
         driver.copyDeviceToDeviceAsync(dst, src, bytes, rank.stream);
     }
 
-    /** Copies host bytes to a device address of this rank; synchronous. */
+    /**
+     * Copies host bytes to a device address of this rank; synchronous.
+     *
+     * @param dst destination device address
+     * @param src host bytes, all of which are copied
+     */
     public void copyToDevice(long dst, MemorySegment src) {
         driver.setCurrent(rank.context);
         driver.copyHostToDevice(dst, src, src.byteSize());
     }
 
+    /**
+     * Waits for this rank's stream, then copies {@code dst.byteSize()} bytes from a device address of this rank to host memory.
+     *
+     * @param dst destination host memory
+     * @param src source device address
+     */
     public void copyToHost(MemorySegment dst, long src) {
         synchronize();
         driver.copyDeviceToHost(dst, src, dst.byteSize());
     }
 
+    /** {@return this rank's GPU name, as the driver reports it} */
     public String deviceName() {
         return rank.deviceName;
     }
@@ -588,6 +670,8 @@ public final class CudaCommunicator implements Communicator {
     /**
      * Whether this rank launches the symmem4j kernels with programmatic dependent launch (sm_90+,
      * unless {@code -Dsymmem4j.cuda.pdl=false}): each kernel's launch overlaps the previous kernel's run.
+     *
+     * @return true if kernels use programmatic dependent launch
      */
     public boolean programmaticLaunch() {
         return rank.programmaticLaunch;

@@ -25,7 +25,11 @@ public final class CudaDriver {
 
     /** {@code CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED}: not an error for us. */
     static final int PEER_ACCESS_ALREADY_ENABLED = 704;
+    /**
+     * {@code CU_STREAM_NON_BLOCKING}: a stream flag for {@link #createStream}; no implicit sync with the NULL stream.
+     */
     public static final int STREAM_NON_BLOCKING = 1;
+    /** {@code CU_STREAM_CAPTURE_MODE_THREAD_LOCAL}: the capture mode {@link #beginCapture} uses. */
     public static final int CAPTURE_MODE_THREAD_LOCAL = 1;
     static final int ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
     static final int ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
@@ -58,17 +62,30 @@ public final class CudaDriver {
         }
     }
 
-    /** Whether the CUDA driver is loaded and initialized. */
+    /**
+     * Whether the CUDA driver is loaded and initialized.
+     *
+     * @return true if {@link #get()} returns a driver
+     */
     public static boolean available() {
         return HOLDER.driver != null;
     }
 
-    /** Why the driver is unavailable, or null. */
+    /**
+     * Why the driver is unavailable.
+     *
+     * @return the reason, or null when the driver is available
+     */
     public static String unavailableReason() {
         return HOLDER.reason;
     }
 
-    /** The driver; throws with the reason when there is none. */
+    /**
+     * The driver, loaded and initialized once per JVM.
+     *
+     * @return the driver
+     * @throws CudaUnavailableException with the reason when there is none
+     */
     public static CudaDriver get() {
         if (HOLDER.driver == null) {
             throw new CudaUnavailableException("CUDA is not available: " + HOLDER.reason
@@ -199,6 +216,11 @@ public final class CudaDriver {
 
     // ---- devices and contexts
 
+    /**
+     * The installed driver's CUDA version (cuDriverGetVersion), e.g. 12040 for 12.4.
+     *
+     * @return 1000 * major + 10 * minor
+     */
     public int driverVersion() {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment v = a.allocate(JAVA_INT);
@@ -209,6 +231,7 @@ public final class CudaDriver {
         }
     }
 
+    /** {@return the number of CUDA devices visible to this process} */
     public int deviceCount() {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment n = a.allocate(JAVA_INT);
@@ -219,7 +242,12 @@ public final class CudaDriver {
         }
     }
 
-    /** The CUdevice handle of ordinal {@code ordinal}. */
+    /**
+     * The CUdevice handle of ordinal {@code ordinal}.
+     *
+     * @param ordinal device ordinal in [0, {@link #deviceCount()})
+     * @return the CUdevice handle
+     */
     public int device(int ordinal) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment d = a.allocate(JAVA_INT);
@@ -230,6 +258,11 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * {@return the device's name, e.g. "NVIDIA H100 80GB HBM3"}
+     *
+     * @param device a CUdevice handle
+     */
     public String deviceName(int device) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment name = a.allocate(256);
@@ -240,6 +273,13 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * An integer device attribute (cuDeviceGetAttribute).
+     *
+     * @param device a CUdevice handle
+     * @param attribute a {@code CUdevice_attribute} value
+     * @return the attribute's value
+     */
     public int attribute(int device, int attribute) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment v = a.allocate(JAVA_INT);
@@ -250,10 +290,22 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * {@return the number of streaming multiprocessors (SMs)}
+     *
+     * @param device a CUdevice handle
+     */
     public int multiprocessorCount(int device) {
         return attribute(device, ATTRIBUTE_MULTIPROCESSOR_COUNT);
     }
 
+    /**
+     * Whether {@code device} can map {@code peerDevice}'s memory (cuDeviceCanAccessPeer).
+     *
+     * @param device a CUdevice handle
+     * @param peerDevice the peer's CUdevice handle
+     * @return true if peer access is possible
+     */
     public boolean canAccessPeer(int device, int peerDevice) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment v = a.allocate(JAVA_INT);
@@ -264,7 +316,12 @@ public final class CudaDriver {
         }
     }
 
-    /** Retains the device's primary context (release with {@link #releasePrimaryContext}). */
+    /**
+     * Retains the device's primary context (release with {@link #releasePrimaryContext}).
+     *
+     * @param device a CUdevice handle
+     * @return the CUcontext
+     */
     public MemorySegment retainPrimaryContext(int device) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment ctx = a.allocate(ADDRESS);
@@ -275,6 +332,11 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Releases one retain of the device's primary context.
+     *
+     * @param device a CUdevice handle
+     */
     public void releasePrimaryContext(int device) {
         try {
             check("cuDevicePrimaryCtxRelease_v2", (int) cuDevicePrimaryCtxRelease.invokeExact(device));
@@ -283,7 +345,11 @@ public final class CudaDriver {
         }
     }
 
-    /** Makes {@code context} current on the calling thread. */
+    /**
+     * Makes {@code context} current on the calling thread.
+     *
+     * @param context a CUcontext
+     */
     public void setCurrent(MemorySegment context) {
         try {
             check("cuCtxSetCurrent", (int) cuCtxSetCurrent.invokeExact(context));
@@ -292,6 +358,7 @@ public final class CudaDriver {
         }
     }
 
+    /** Blocks until all work in the current context has completed. */
     public void synchronizeContext() {
         try {
             check("cuCtxSynchronize", (int) cuCtxSynchronize.invokeExact());
@@ -300,7 +367,11 @@ public final class CudaDriver {
         }
     }
 
-    /** Lets the current context access {@code peerContext}'s memory; already enabled is fine. */
+    /**
+     * Lets the current context access {@code peerContext}'s memory; already enabled is fine.
+     *
+     * @param peerContext the peer's CUcontext
+     */
     public void enablePeerAccess(MemorySegment peerContext) {
         try {
             int rc = (int) cuCtxEnablePeerAccess.invokeExact(peerContext, 0);
@@ -314,7 +385,12 @@ public final class CudaDriver {
 
     // ---- memory
 
-    /** Device memory in the current context. */
+    /**
+     * Allocates device memory in the current context. A request of 0 bytes allocates 1 byte.
+     *
+     * @param bytes size in bytes
+     * @return the device pointer
+     */
     public long malloc(long bytes) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment p = a.allocate(JAVA_LONG);
@@ -325,6 +401,11 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Frees device memory from {@link #malloc}.
+     *
+     * @param devicePtr the device pointer
+     */
     public void free(long devicePtr) {
         try {
             check("cuMemFree_v2", (int) cuMemFree.invokeExact(devicePtr));
@@ -333,6 +414,13 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Synchronous host-to-device copy.
+     *
+     * @param dst destination device pointer
+     * @param src source host memory
+     * @param bytes bytes to copy
+     */
     public void copyHostToDevice(long dst, MemorySegment src, long bytes) {
         try {
             check("cuMemcpyHtoD_v2", (int) cuMemcpyHtoD.invokeExact(dst, src, bytes));
@@ -341,6 +429,13 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Synchronous device-to-host copy.
+     *
+     * @param dst destination host memory
+     * @param src source device pointer
+     * @param bytes bytes to copy
+     */
     public void copyDeviceToHost(MemorySegment dst, long src, long bytes) {
         try {
             check("cuMemcpyDtoH_v2", (int) cuMemcpyDtoH.invokeExact(dst, src, bytes));
@@ -349,7 +444,14 @@ public final class CudaDriver {
         }
     }
 
-    /** Stream-ordered copy between device pointers (peers included, with peer access). */
+    /**
+     * Stream-ordered copy between device pointers (peers included, with peer access).
+     *
+     * @param dst destination device pointer
+     * @param src source device pointer
+     * @param bytes bytes to copy
+     * @param stream the CUstream to order the copy on
+     */
     public void copyDeviceToDeviceAsync(long dst, long src, long bytes, MemorySegment stream) {
         try {
             check("cuMemcpyDtoDAsync_v2", (int) cuMemcpyDtoDAsync.invokeExact(dst, src, bytes, stream));
@@ -358,6 +460,13 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Sets {@code bytes} bytes of device memory to {@code value} (cuMemsetD8).
+     *
+     * @param dst device pointer
+     * @param value the byte value
+     * @param bytes bytes to set
+     */
     public void memset(long dst, byte value, long bytes) {
         try {
             check("cuMemsetD8_v2", (int) cuMemsetD8.invokeExact(dst, value, bytes));
@@ -368,6 +477,12 @@ public final class CudaDriver {
 
     // ---- streams, events, graphs
 
+    /**
+     * Creates a stream in the current context.
+     *
+     * @param flags stream flags, e.g. {@link #STREAM_NON_BLOCKING}
+     * @return the CUstream
+     */
     public MemorySegment createStream(int flags) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment s = a.allocate(ADDRESS);
@@ -378,6 +493,11 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Destroys a stream from {@link #createStream}.
+     *
+     * @param stream the CUstream
+     */
     public void destroyStream(MemorySegment stream) {
         try {
             check("cuStreamDestroy_v2", (int) cuStreamDestroy.invokeExact(stream));
@@ -386,6 +506,11 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Blocks until all work enqueued on {@code stream} has completed.
+     *
+     * @param stream the CUstream
+     */
     public void synchronize(MemorySegment stream) {
         try {
             check("cuStreamSynchronize", (int) cuStreamSynchronize.invokeExact(stream));
@@ -397,7 +522,12 @@ public final class CudaDriver {
     /** {@code CUDA_ERROR_NOT_READY}: work is still pending on the stream. */
     static final int NOT_READY = 600;
 
-    /** Whether all work enqueued on {@code stream} has completed (cuStreamQuery); never blocks. */
+    /**
+     * Whether all work enqueued on {@code stream} has completed (cuStreamQuery); never blocks.
+     *
+     * @param stream the CUstream
+     * @return true if the stream has no pending work
+     */
     public boolean streamIdle(MemorySegment stream) {
         try {
             int rc = (int) cuStreamQuery.invokeExact(stream);
@@ -411,6 +541,11 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Creates an event (default flags, timing enabled) in the current context.
+     *
+     * @return the CUevent
+     */
     public MemorySegment createEvent() {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment e = a.allocate(ADDRESS);
@@ -421,6 +556,12 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Records {@code event} on {@code stream}.
+     *
+     * @param event the CUevent
+     * @param stream the CUstream
+     */
     public void record(MemorySegment event, MemorySegment stream) {
         try {
             check("cuEventRecord", (int) cuEventRecord.invokeExact(event, stream));
@@ -429,6 +570,11 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Blocks until {@code event} has completed.
+     *
+     * @param event the CUevent
+     */
     public void synchronizeEvent(MemorySegment event) {
         try {
             check("cuEventSynchronize", (int) cuEventSynchronize.invokeExact(event));
@@ -437,7 +583,13 @@ public final class CudaDriver {
         }
     }
 
-    /** Milliseconds between two recorded events. */
+    /**
+     * Time between two recorded, completed events.
+     *
+     * @param start the earlier CUevent
+     * @param end the later CUevent
+     * @return elapsed time in milliseconds
+     */
     public float elapsedMillis(MemorySegment start, MemorySegment end) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment ms = a.allocate(JAVA_FLOAT);
@@ -448,6 +600,11 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Destroys an event from {@link #createEvent}.
+     *
+     * @param event the CUevent
+     */
     public void destroyEvent(MemorySegment event) {
         try {
             check("cuEventDestroy_v2", (int) cuEventDestroy.invokeExact(event));
@@ -456,7 +613,11 @@ public final class CudaDriver {
         }
     }
 
-    /** Starts capturing the work the calling thread enqueues on {@code stream} into a graph. */
+    /**
+     * Starts capturing the work the calling thread enqueues on {@code stream} into a graph.
+     *
+     * @param stream the CUstream
+     */
     public void beginCapture(MemorySegment stream) {
         try {
             check("cuStreamBeginCapture_v2", (int) cuStreamBeginCapture.invokeExact(stream, CAPTURE_MODE_THREAD_LOCAL));
@@ -465,7 +626,12 @@ public final class CudaDriver {
         }
     }
 
-    /** Ends capture and instantiates the graph; returns the executable graph (the graph itself is destroyed). */
+    /**
+     * Ends capture and instantiates the graph (the graph itself is destroyed).
+     *
+     * @param stream the CUstream being captured
+     * @return the executable graph (CUgraphExec)
+     */
     public MemorySegment endCaptureAndInstantiate(MemorySegment stream) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment graph = a.allocate(ADDRESS);
@@ -480,6 +646,12 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Launches an executable graph on {@code stream}.
+     *
+     * @param exec the CUgraphExec
+     * @param stream the CUstream
+     */
     public void launchGraph(MemorySegment exec, MemorySegment stream) {
         try {
             check("cuGraphLaunch", (int) cuGraphLaunch.invokeExact(exec, stream));
@@ -488,7 +660,12 @@ public final class CudaDriver {
         }
     }
 
-    /** Uploads an instantiated graph to the device on {@code stream} without running it (the first launch would otherwise). */
+    /**
+     * Uploads an instantiated graph to the device on {@code stream} without running it (the first launch would otherwise).
+     *
+     * @param exec the CUgraphExec
+     * @param stream the CUstream
+     */
     public void uploadGraph(MemorySegment exec, MemorySegment stream) {
         try {
             check("cuGraphUpload", (int) cuGraphUpload.invokeExact(exec, stream));
@@ -497,6 +674,11 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Destroys an executable graph.
+     *
+     * @param exec the CUgraphExec
+     */
     public void destroyGraph(MemorySegment exec) {
         try {
             check("cuGraphExecDestroy", (int) cuGraphExecDestroy.invokeExact(exec));
@@ -507,7 +689,12 @@ public final class CudaDriver {
 
     // ---- modules and launches
 
-    /** Loads a fatbin/cubin/PTX image into the current context. */
+    /**
+     * Loads a fatbin/cubin/PTX image into the current context.
+     *
+     * @param image the image bytes (PTX NUL-terminated)
+     * @return the CUmodule
+     */
     public MemorySegment loadModule(MemorySegment image) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment m = a.allocate(ADDRESS);
@@ -518,6 +705,13 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Looks up a kernel by name (cuModuleGetFunction).
+     *
+     * @param module the CUmodule
+     * @param name the kernel's (extern "C") name
+     * @return the CUfunction
+     */
     public MemorySegment function(MemorySegment module, String name) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment f = a.allocate(ADDRESS);
@@ -539,6 +733,9 @@ public final class CudaDriver {
      * function that is only partly loaded, and its first launch loads the rest, which may synchronize
      * the context. Returns false on drivers without cuFuncLoad (before 12.4), whose
      * cuModuleGetFunction loads the function itself.
+     *
+     * @param function the CUfunction
+     * @return true if loaded now, false if the driver lacks cuFuncLoad
      */
     public boolean loadFunction(MemorySegment function) {
         if (cuFuncLoad.isEmpty()) {
@@ -552,7 +749,12 @@ public final class CudaDriver {
         }
     }
 
-    /** Whether {@code function} is fully loaded (cuFuncIsLoaded); empty on drivers without it (before 12.4). */
+    /**
+     * Whether {@code function} is fully loaded (cuFuncIsLoaded); empty on drivers without it (before 12.4).
+     *
+     * @param function the CUfunction
+     * @return whether it is fully loaded, or empty if the driver cannot say
+     */
     public Optional<Boolean> functionLoaded(MemorySegment function) {
         if (cuFuncIsLoaded.isEmpty()) {
             return Optional.empty();
@@ -566,7 +768,11 @@ public final class CudaDriver {
         }
     }
 
-    /** Whether the driver loads kernels lazily (cuModuleGetLoadingMode; CUDA_MODULE_LOADING); empty on drivers without it. */
+    /**
+     * Whether the driver loads kernels lazily (cuModuleGetLoadingMode; CUDA_MODULE_LOADING); empty on drivers without it.
+     *
+     * @return whether loading is lazy, or empty if the driver cannot say
+     */
     public Optional<Boolean> lazyLoading() {
         if (cuModuleGetLoadingMode.isEmpty()) {
             return Optional.empty();
@@ -583,6 +789,12 @@ public final class CudaDriver {
     /**
      * Launches {@code function} on {@code stream}. {@code params} is the {@code void**} array of
      * pointers to each argument's value.
+     *
+     * @param function the CUfunction
+     * @param gridX blocks in the (1-D) grid
+     * @param blockX threads per (1-D) block
+     * @param stream the CUstream
+     * @param params the kernel parameter array ({@code void**})
      */
     public void launch(MemorySegment function, int gridX, int blockX, MemorySegment stream, MemorySegment params) {
         try {
@@ -596,6 +808,10 @@ public final class CudaDriver {
     /**
      * How many blocks of {@code blockThreads} threads of {@code function} one SM holds at once (its
      * registers, shared memory and thread limits), with no dynamic shared memory.
+     *
+     * @param function the CUfunction
+     * @param blockThreads threads per block
+     * @return resident blocks per SM
      */
     public int maxActiveBlocksPerMultiprocessor(MemorySegment function, int blockThreads) {
         try (Arena a = Arena.ofConfined()) {
@@ -608,7 +824,11 @@ public final class CudaDriver {
         }
     }
 
-    /** Whether {@link #launchProgrammatic} can be used: the driver has {@code cuLaunchKernelEx}. */
+    /**
+     * Whether {@link #launchProgrammatic} can be used: the driver has {@code cuLaunchKernelEx}.
+     *
+     * @return true if the driver has {@code cuLaunchKernelEx}
+     */
     public boolean supportsProgrammaticLaunch() {
         return cuLaunchKernelEx.isPresent();
     }
@@ -627,6 +847,14 @@ public final class CudaDriver {
      * as every symmem4j kernel does. {@code scratch} ({@link #LAUNCH_CONFIG_BYTES} +
      * {@link #LAUNCH_ATTRIBUTE_BYTES} bytes) holds the launch configuration; it is rewritten on every
      * call, so callers that share it must not launch concurrently.
+     *
+     * @param function the CUfunction
+     * @param gridX blocks in the (1-D) grid
+     * @param blockX threads per (1-D) block
+     * @param stream the CUstream
+     * @param params the kernel parameter array ({@code void**})
+     * @param scratch at least 128 bytes of host memory for the launch configuration
+     * @throws java.util.NoSuchElementException if the driver lacks cuLaunchKernelEx
      */
     public void launchProgrammatic(MemorySegment function, int gridX, int blockX, MemorySegment stream,
                                    MemorySegment params, MemorySegment scratch) {

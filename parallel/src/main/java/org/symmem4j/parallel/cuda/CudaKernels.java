@@ -16,6 +16,7 @@ import java.util.concurrent.ConcurrentHashMap;
  */
 public final class CudaKernels {
 
+    /** Class-path resource holding the kernels' fatbin. */
     public static final String RESOURCE = "/org/symmem4j/kernels/symmem4j.fatbin";
 
     /** Signal-pad layout on the GPU, mirrored from symmem4j_kernels.cu. */
@@ -40,7 +41,11 @@ public final class CudaKernels {
     /** Whether the driver loads kernels lazily (empty: cannot tell), for reports. */
     final Optional<Boolean> lazyLoading;
 
-    /** Whether the fatbin is on the class path. */
+    /**
+     * Whether the fatbin is on the class path.
+     *
+     * @return true if {@link #RESOURCE} exists
+     */
     public static boolean present() {
         return CudaKernels.class.getResource(RESOURCE) != null;
     }

@@ -92,14 +92,26 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
         return transport;
     }
 
-    /** Copies {@code src} (host memory) into this rank's buffer at {@code offset}; synchronous. */
+    /**
+     * Copies {@code src} (host memory) into this rank's buffer at {@code offset}; synchronous.
+     *
+     * @param src host bytes, all of which are copied
+     * @param offset byte offset in this rank's buffer
+     * @throws IndexOutOfBoundsException if the range falls outside this rank's buffer
+     */
     public void copyFromHost(MemorySegment src, long offset) {
         checkRange(offset, src.byteSize());
         transport.driver().setCurrent(rank.context);
         transport.driver().copyHostToDevice(data[group.rank()] + offset, src, src.byteSize());
     }
 
-    /** Copies {@code dst.byteSize()} bytes of this rank's buffer at {@code offset} into host memory; waits for this rank's stream first. */
+    /**
+     * Copies {@code dst.byteSize()} bytes of this rank's buffer at {@code offset} into host memory; waits for this rank's stream first.
+     *
+     * @param offset byte offset in this rank's buffer
+     * @param dst destination host memory
+     * @throws IndexOutOfBoundsException if the range falls outside this rank's buffer
+     */
     public void copyToHost(long offset, MemorySegment dst) {
         checkRange(offset, dst.byteSize());
         transport.driver().setCurrent(rank.context);
@@ -107,7 +119,11 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
         transport.driver().copyDeviceToHost(dst, data[group.rank()] + offset, dst.byteSize());
     }
 
-    /** Fills this rank's buffer with a byte (for poisoning outputs in tests); synchronous. */
+    /**
+     * Fills this rank's buffer with a byte (for poisoning outputs in tests); synchronous.
+     *
+     * @param value the byte every byte of the buffer is set to
+     */
     public void fill(byte value) {
         transport.driver().setCurrent(rank.context);
         transport.driver().synchronize(rank.stream);
@@ -188,6 +204,10 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
      * returns at once. With {@code consume} the wait then subtracts {@code atLeast}, so the slot
      * counts like a semaphore and a captured graph of puts and waits replays with the same
      * thresholds. Unbounded on the device: pair every wait with a put that will come.
+     *
+     * @param slot the signal slot of this rank's pad
+     * @param atLeast the value to wait for
+     * @param consume whether to subtract {@code atLeast} once reached
      */
     public void enqueueWaitSignal(int slot, long atLeast, boolean consume) {
         checkSlot(slot);
@@ -205,6 +225,10 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
      * (its peer failed) returns once a slot it waits on holds at least the awaited value, and a
      * store of a large value makes that happen while this rank's own stream may itself be blocked.
      * A concurrent device-side atomic add is applied before or after the store, never lost into it.
+     *
+     * @param peer the rank whose pad is written
+     * @param slot the signal slot
+     * @param value the value stored
      */
     public void storeSignalFromHost(int peer, int slot, long value) {
         Objects.checkIndex(peer, data.length);
@@ -218,21 +242,35 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
         }
     }
 
-    /** Enqueues on this rank's stream a copy between device addresses of this rank (or peers'). */
+    /**
+     * Enqueues on this rank's stream a copy between device addresses of this rank (or peers').
+     *
+     * @param dstDevice destination device address
+     * @param srcDevice source device address
+     * @param bytes bytes to copy
+     */
     public void enqueueCopy(long dstDevice, long srcDevice, long bytes) {
         CudaDriver d = transport.driver();
         d.setCurrent(rank.context);
         d.copyDeviceToDeviceAsync(dstDevice, srcDevice, bytes, rank.stream);
     }
 
-    /** Creates an event in this rank's context (destroy it with {@code CudaDriver.destroyEvent}); not a stream operation. */
+    /**
+     * Creates an event in this rank's context (destroy it with {@code CudaDriver.destroyEvent}); not a stream operation.
+     *
+     * @return the CUevent
+     */
     public MemorySegment createEvent() {
         CudaDriver d = transport.driver();
         d.setCurrent(rank.context);
         return d.createEvent();
     }
 
-    /** Records {@code event} (from {@link #createEvent}) on this rank's stream: a stream operation, no driver allocation. */
+    /**
+     * Records {@code event} (from {@link #createEvent}) on this rank's stream: a stream operation, no driver allocation.
+     *
+     * @param event the CUevent to record
+     */
     public void recordEvent(MemorySegment event) {
         CudaDriver d = transport.driver();
         d.setCurrent(rank.context);
@@ -243,6 +281,9 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
      * Waits until everything enqueued on this rank's stream has completed, or {@code timeout} has
      * passed; returns whether it completed. Unlike a stream synchronize it gives up, so a stream
      * blocked on a device-side wait whose peer died cannot hold the caller forever.
+     *
+     * @param timeout how long to wait at most
+     * @return true if the stream completed, false on timeout
      */
     public boolean awaitStream(java.time.Duration timeout) {
         CudaDriver d = transport.driver();

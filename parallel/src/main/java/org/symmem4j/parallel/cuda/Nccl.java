@@ -24,8 +24,12 @@ import org.symmem4j.parallel.ReduceOp;
  */
 public final class Nccl {
 
+    /** Size of an {@code ncclUniqueId} in bytes. */
     public static final int UNIQUE_ID_BYTES = 128;
     static final StructLayout UNIQUE_ID = MemoryLayout.structLayout(MemoryLayout.sequenceLayout(UNIQUE_ID_BYTES, JAVA_BYTE));
+    /**
+     * {@code NCCL_WIN_COLL_SYMMETRIC}: window flag for {@link #registerWindow}: a symmetric window.
+     */
     public static final int WIN_COLL_SYMMETRIC = 0x01;
     /** ncclInProgress: a non-blocking call still running, not an error. */
     static final int IN_PROGRESS = 7;
@@ -52,14 +56,30 @@ public final class Nccl {
         }
     }
 
+    /**
+     * Whether {@code libnccl.so.2} loaded and bound.
+     *
+     * @return true if {@link #get()} returns NCCL
+     */
     public static boolean available() {
         return HOLDER.nccl != null;
     }
 
+    /**
+     * Why NCCL is unavailable.
+     *
+     * @return the reason, or null when NCCL is available
+     */
     public static String unavailableReason() {
         return HOLDER.reason;
     }
 
+    /**
+     * NCCL, loaded once per JVM.
+     *
+     * @return the bindings
+     * @throws CudaUnavailableException with the reason when NCCL cannot be loaded
+     */
     public static Nccl get() {
         if (HOLDER.nccl == null) {
             throw new CudaUnavailableException("NCCL is not available: " + HOLDER.reason
@@ -125,7 +145,11 @@ public final class Nccl {
     }
 
 
-    /** For example 22809 for 2.28.9. */
+    /**
+     * NCCL's version code.
+     *
+     * @return for example 22809 for 2.28.9
+     */
     public int version() {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment v = a.allocate(JAVA_INT);
@@ -136,6 +160,11 @@ public final class Nccl {
         }
     }
 
+    /**
+     * Creates a new unique id (ncclGetUniqueId); one rank makes it and shares it with the group.
+     *
+     * @return the id's {@link #UNIQUE_ID_BYTES} bytes
+     */
     public byte[] uniqueId() {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment id = a.allocate(UNIQUE_ID);
@@ -146,7 +175,14 @@ public final class Nccl {
         }
     }
 
-    /** Collective across the ranks sharing {@code uniqueId}; the calling thread's current context picks the GPU. */
+    /**
+     * Collective across the ranks sharing {@code uniqueId}; the calling thread's current context picks the GPU.
+     *
+     * @param worldSize ranks in the communicator
+     * @param uniqueId the shared id from {@link #uniqueId()}
+     * @param rank this rank, in [0, worldSize)
+     * @return the ncclComm_t
+     */
     public MemorySegment initRank(int worldSize, byte[] uniqueId, int rank) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment comm = a.allocate(ADDRESS);
@@ -160,6 +196,11 @@ public final class Nccl {
         }
     }
 
+    /**
+     * Destroys a communicator and frees its resources (ncclCommDestroy).
+     *
+     * @param comm the ncclComm_t
+     */
     public void destroy(MemorySegment comm) {
         try {
             check("ncclCommDestroy", (int) ncclCommDestroy.invokeExact(comm));
@@ -168,7 +209,11 @@ public final class Nccl {
         }
     }
 
-    /** Aborts a communicator whose peers will not arrive: pending operations return and the comm is freed. */
+    /**
+     * Aborts a communicator whose peers will not arrive: pending operations return and the comm is freed.
+     *
+     * @param comm the ncclComm_t
+     */
     public void abort(MemorySegment comm) {
         try {
             check("ncclCommAbort", (int) ncclCommAbort.invokeExact(comm));
@@ -177,7 +222,12 @@ public final class Nccl {
         }
     }
 
-    /** Throws if the communicator has recorded an asynchronous error (for example a failed peer). */
+    /**
+     * Throws if the communicator has recorded an asynchronous error (for example a failed peer).
+     *
+     * @param comm the ncclComm_t
+     * @throws CudaException if an asynchronous error was recorded
+     */
     public void checkAsyncError(MemorySegment comm) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment err = a.allocate(JAVA_INT);
@@ -205,6 +255,17 @@ public final class Nccl {
         };
     }
 
+    /**
+     * Enqueues an all-reduce.
+     *
+     * @param send device pointer of the input
+     * @param recv device pointer of the output (may equal {@code send})
+     * @param count elements per rank
+     * @param dtype element type
+     * @param op reduction
+     * @param comm the ncclComm_t
+     * @param stream the CUstream the operation is enqueued on
+     */
     public void allReduce(long send, long recv, long count, DType dtype, ReduceOp op, MemorySegment comm, MemorySegment stream) {
         try {
             check("ncclAllReduce", (int) ncclAllReduce.invokeExact(MemorySegment.ofAddress(send), MemorySegment.ofAddress(recv),
@@ -214,6 +275,17 @@ public final class Nccl {
         }
     }
 
+    /**
+     * Enqueues a reduce-scatter.
+     *
+     * @param send device pointer of the input ({@code worldSize * recvCount} elements)
+     * @param recv device pointer of the output
+     * @param recvCount elements each rank receives
+     * @param dtype element type
+     * @param op reduction
+     * @param comm the ncclComm_t
+     * @param stream the CUstream the operation is enqueued on
+     */
     public void reduceScatter(long send, long recv, long recvCount, DType dtype, ReduceOp op, MemorySegment comm,
                               MemorySegment stream) {
         try {
@@ -224,6 +296,16 @@ public final class Nccl {
         }
     }
 
+    /**
+     * Enqueues an all-gather.
+     *
+     * @param send device pointer of the input
+     * @param recv device pointer of the output ({@code worldSize * sendCount} elements)
+     * @param sendCount elements each rank contributes
+     * @param dtype element type
+     * @param comm the ncclComm_t
+     * @param stream the CUstream the operation is enqueued on
+     */
     public void allGather(long send, long recv, long sendCount, DType dtype, MemorySegment comm, MemorySegment stream) {
         try {
             check("ncclAllGather", (int) ncclAllGather.invokeExact(MemorySegment.ofAddress(send), MemorySegment.ofAddress(recv),
@@ -233,6 +315,16 @@ public final class Nccl {
         }
     }
 
+    /**
+     * Enqueues a point-to-point send.
+     *
+     * @param buf device pointer of the data
+     * @param count elements to send
+     * @param dtype element type
+     * @param peer the receiving rank
+     * @param comm the ncclComm_t
+     * @param stream the CUstream the operation is enqueued on
+     */
     public void send(long buf, long count, DType dtype, int peer, MemorySegment comm, MemorySegment stream) {
         try {
             check("ncclSend", (int) ncclSend.invokeExact(MemorySegment.ofAddress(buf), count, dataType(dtype), peer, comm, stream));
@@ -241,6 +333,16 @@ public final class Nccl {
         }
     }
 
+    /**
+     * Enqueues a point-to-point receive.
+     *
+     * @param buf device pointer to receive into
+     * @param count elements to receive
+     * @param dtype element type
+     * @param peer the sending rank
+     * @param comm the ncclComm_t
+     * @param stream the CUstream the operation is enqueued on
+     */
     public void recv(long buf, long count, DType dtype, int peer, MemorySegment comm, MemorySegment stream) {
         try {
             check("ncclRecv", (int) ncclRecv.invokeExact(MemorySegment.ofAddress(buf), count, dataType(dtype), peer, comm, stream));
@@ -249,6 +351,7 @@ public final class Nccl {
         }
     }
 
+    /** Starts an NCCL group: the calls up to {@link #groupEnd()} are issued together. */
     public void groupStart() {
         try {
             check("ncclGroupStart", (int) ncclGroupStart.invokeExact());
@@ -257,6 +360,7 @@ public final class Nccl {
         }
     }
 
+    /** Ends an NCCL group and issues its calls. */
     public void groupEnd() {
         try {
             check("ncclGroupEnd", (int) ncclGroupEnd.invokeExact());
@@ -265,7 +369,11 @@ public final class Nccl {
         }
     }
 
-    /** Whether this NCCL has ncclMemAlloc and symmetric windows (2.27+). */
+    /**
+     * Whether this NCCL has ncclMemAlloc and symmetric windows (2.27+).
+     *
+     * @return true if {@link #memAlloc} and {@link #registerWindow} work
+     */
     public boolean hasSymmetricWindows() {
         return ncclMemAlloc.isPresent() && ncclCommWindowRegister.isPresent();
     }
@@ -275,7 +383,13 @@ public final class Nccl {
                 + "; symmetric windows need NCCL 2.27 or newer"));
     }
 
-    /** Device memory from NCCL's allocator (CUDA VMM), required for symmetric windows. */
+    /**
+     * Device memory from NCCL's allocator (CUDA VMM), required for symmetric windows.
+     *
+     * @param bytes size in bytes
+     * @return the device pointer
+     * @throws CudaUnavailableException if this NCCL has no ncclMemAlloc
+     */
     public long memAlloc(long bytes) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment p = a.allocate(ADDRESS);
@@ -286,6 +400,11 @@ public final class Nccl {
         }
     }
 
+    /**
+     * Frees memory from {@link #memAlloc}.
+     *
+     * @param ptr the device pointer
+     */
     public void memFree(long ptr) {
         try {
             check("ncclMemFree", (int) required(ncclMemFree, "ncclMemFree").invokeExact(MemorySegment.ofAddress(ptr)));
@@ -294,7 +413,16 @@ public final class Nccl {
         }
     }
 
-    /** Collective: registers {@code bytes} at {@code ptr} as a window with {@code flags}; returns the window handle. */
+    /**
+     * Collective: registers {@code bytes} at {@code ptr} as a window with {@code flags}.
+     *
+     * @param comm the ncclComm_t
+     * @param ptr device pointer from {@link #memAlloc}
+     * @param bytes size in bytes
+     * @param flags window flags, e.g. {@link #WIN_COLL_SYMMETRIC}
+     * @return the window handle
+     * @throws CudaUnavailableException if this NCCL has no windows
+     */
     public MemorySegment registerWindow(MemorySegment comm, long ptr, long bytes, int flags) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment win = a.allocate(ADDRESS);
@@ -306,6 +434,12 @@ public final class Nccl {
         }
     }
 
+    /**
+     * Collective: deregisters a window from {@link #registerWindow}.
+     *
+     * @param comm the ncclComm_t
+     * @param window the window handle
+     */
     public void deregisterWindow(MemorySegment comm, MemorySegment window) {
         try {
             check("ncclCommWindowDeregister", (int) required(ncclCommWindowDeregister, "ncclCommWindowDeregister")

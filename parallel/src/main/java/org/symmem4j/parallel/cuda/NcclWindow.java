@@ -19,10 +19,12 @@ public final class NcclWindow implements AutoCloseable {
         this.window = window;
     }
 
+    /** {@return the device address of this rank's buffer} */
     public long pointer() {
         return pointer;
     }
 
+    /** {@return the buffer's size in bytes} */
     public long bytes() {
         return bytes;
     }

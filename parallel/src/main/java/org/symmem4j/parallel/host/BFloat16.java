@@ -6,12 +6,22 @@ public final class BFloat16 {
     private BFloat16() {
     }
 
-    /** Exact widening. */
+    /**
+     * Exact widening.
+     *
+     * @param bits BFLOAT16 bits
+     * @return the same value as a float
+     */
     public static float toFloat(short bits) {
         return Float.intBitsToFloat(bits << 16);
     }
 
-    /** Rounds to nearest, ties to even; NaN stays NaN (quieted), overflow rounds to infinity. */
+    /**
+     * Rounds to nearest, ties to even; NaN stays NaN (quieted), overflow rounds to infinity.
+     *
+     * @param f the value
+     * @return its BFLOAT16 bits
+     */
     public static short fromFloat(float f) {
         int bits = Float.floatToRawIntBits(f);
         if (Float.isNaN(f)) {

@@ -685,7 +685,18 @@ public final class HostCommunicator implements Communicator {
      * collectives do.
      *
      * @param what         the collective's name for messages, for example "all-reduce"
+     * @param kind         the collective kind
+     * @param dtype        element type, or null
+     * @param op           reduction, or null where there is none
+     * @param algorithm    algorithm, or null where there is none
+     * @param root         broadcast root, or -1
+     * @param count        element count
+     * @param bufferBytes  bytes this rank's (send) buffer holds
+     * @param memoryId     SymmetricMemory id, or -1 for staged buffers
+     * @param memoryOffset byte offset in that memory
+     * @param recvBytes    bytes this rank's receive buffer holds
      * @param localProblem a problem this rank found with its own arguments, or null
+     * @throws CollectiveMismatchException if any rank's arguments differ or report a problem
      */
     public void checkAgreement(String what, Kind kind, DType dtype, ReduceOp op, Algorithm algorithm, int root, long count,
                                long bufferBytes, long memoryId, long memoryOffset, long recvBytes, Problem localProblem) {

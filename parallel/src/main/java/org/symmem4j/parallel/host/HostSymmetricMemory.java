@@ -45,6 +45,7 @@ public final class HostSymmetricMemory implements SymmetricMemory {
         return group;
     }
 
+    /** {@return the name of the transport this memory was allocated on} */
     public String transportName() {
         return transportName;
     }

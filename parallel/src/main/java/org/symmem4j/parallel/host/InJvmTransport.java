@@ -19,6 +19,7 @@ import org.symmem4j.parallel.Transport;
  */
 public final class InJvmTransport implements Transport {
 
+    /** The transport's name, as {@code transportName()} reports it and configuration selects it. */
     public static final String NAME = "host-in-jvm";
 
     private final AtomicLong nextId = new AtomicLong();

@@ -29,32 +29,65 @@ import java.lang.foreign.ValueLayout;
 public final class OpDescriptorLayout {
 
     /** Collective kinds, in descriptor order. */
-    public enum Kind { ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, BROADCAST, BARRIER }
+    public enum Kind {
+        /** All-reduce. */
+        ALL_REDUCE,
+        /** Reduce-scatter. */
+        REDUCE_SCATTER,
+        /** All-gather. */
+        ALL_GATHER,
+        /** Broadcast from a root. */
+        BROADCAST,
+        /** Barrier (no data). */
+        BARRIER
+    }
 
+    /** Byte offset of the epoch (long, seq + 1), stored last with release. */
     public static final long EPOCH = 0;
+    /** Byte offset of the collective sequence number (long). */
     public static final long SEQ = 8;
+    /** Byte offset of the {@link Kind} ordinal (int). */
     public static final long KIND = 16;
+    /** Byte offset of the DType ordinal (int). */
     public static final long DTYPE = 20;
+    /** Byte offset of the ReduceOp ordinal (int), or -1. */
     public static final long OP = 24;
+    /** Byte offset of the Algorithm ordinal (int), or -1. */
     public static final long ALGORITHM = 28;
+    /** Byte offset of the broadcast root (int), or -1. */
     public static final long ROOT = 32;
+    /** Byte offset of the {@link Problem} ordinal (int). */
     public static final long PROBLEM = 36;
+    /** Byte offset of the element count (long). */
     public static final long COUNT = 40;
+    /** Byte offset of the bytes this rank's (send) buffer holds (long). */
     public static final long BUFFER_BYTES = 48;
+    /** Byte offset of the SymmetricMemory id (long), -1 for staged ops. */
     public static final long MEMORY_ID = 56;
+    /** Byte offset of the byte offset in that memory (long). */
     public static final long MEMORY_OFFSET = 64;
+    /** Byte offset of the bytes this rank's receive buffer holds (long). */
     public static final long RECV_BYTES = 72;
+    /** Size of the descriptor in bytes (fits one 128-byte pad line). */
     public static final long BYTES = 80;
 
     /** Problems a rank finds with its own arguments; carried in the descriptor so every rank reports them. */
     public enum Problem {
+        /** No problem. */
         NONE("none"),
+        /** The buffer is null. */
         NULL_BUFFER("buffer is null"),
+        /** The count is negative. */
         NEGATIVE_COUNT("count is negative"),
+        /** The symmetric memory belongs to another group or transport. */
         FOREIGN_MEMORY("symmetric memory belongs to another group or transport (allocate it on this communicator's group)"),
+        /** The offset is outside the symmetric memory. */
         OFFSET_OUT_OF_RANGE("offsetBytes is outside the symmetric memory"),
+        /** The root is outside [0, worldSize). */
         ROOT_OUT_OF_RANGE("root is outside [0, worldSize)"),
+        /** dtype, op or algorithm is null. */
         NULL_ARGUMENT("dtype, op or algorithm is null"),
+        /** The algorithm cannot run on this transport. */
         UNSUPPORTED_ALGORITHM("algorithm cannot run on this transport");
 
         private final String text;
@@ -63,6 +96,11 @@ public final class OpDescriptorLayout {
             this.text = text;
         }
 
+        /**
+         * Returns the human-readable description used in error messages.
+         *
+         * @return the description
+         */
         public String text() {
             return text;
         }
@@ -93,7 +131,23 @@ public final class OpDescriptorLayout {
         private long recvBytes;
         private Problem problem;
 
-        /** Sets every field; returns this. Ordinals are -1 where the call has no such argument. */
+        /**
+         * Sets every field; returns this. Ordinals are -1 where the call has no such argument.
+         *
+         * @param seq collective sequence number on the communicator
+         * @param kind the collective kind
+         * @param dtype DType ordinal
+         * @param op ReduceOp ordinal, or -1
+         * @param algorithm Algorithm ordinal, or -1
+         * @param root broadcast root rank, or -1
+         * @param count element count
+         * @param bufferBytes bytes this rank's (send) buffer holds
+         * @param memoryId SymmetricMemory id for in-place ops, -1 for staged
+         * @param memoryOffset byte offset in that memory
+         * @param recvBytes bytes this rank's receive buffer holds
+         * @param problem a problem found locally, or {@link Problem#NONE}
+         * @return this descriptor
+         */
         public Descriptor set(long seq, Kind kind, int dtype, int op, int algorithm, int root, long count,
                               long bufferBytes, long memoryId, long memoryOffset, long recvBytes, Problem problem) {
             this.seq = seq;
@@ -111,50 +165,62 @@ public final class OpDescriptorLayout {
             return this;
         }
 
+        /** {@return the collective sequence number} */
         public long seq() {
             return seq;
         }
 
+        /** {@return the collective kind} */
         public Kind kind() {
             return kind;
         }
 
+        /** {@return the DType ordinal} */
         public int dtype() {
             return dtype;
         }
 
+        /** {@return the ReduceOp ordinal, or -1} */
         public int op() {
             return op;
         }
 
+        /** {@return the Algorithm ordinal, or -1} */
         public int algorithm() {
             return algorithm;
         }
 
+        /** {@return the broadcast root, or -1} */
         public int root() {
             return root;
         }
 
+        /** {@return the element count} */
         public long count() {
             return count;
         }
 
+        /** {@return the (send) buffer size in bytes} */
         public long bufferBytes() {
             return bufferBytes;
         }
 
+        /** {@return the SymmetricMemory id, or -1 for staged ops} */
         public long memoryId() {
             return memoryId;
         }
 
+        /** {@return the byte offset in that memory} */
         public long memoryOffset() {
             return memoryOffset;
         }
 
+        /** {@return the receive buffer size in bytes} */
         public long recvBytes() {
             return recvBytes;
         }
 
+        /** {@return the problem found locally} */
         public Problem problem() {
             return problem;
         }
@@ -166,7 +232,12 @@ public final class OpDescriptorLayout {
                     + memoryId + ", memoryOffset=" + memoryOffset + ", recvBytes=" + recvBytes + ", problem=" + problem + "]";
         }
 
-        /** Writes the descriptor fields of the line at {@code base} (plain stores, published by the epoch's release). */
+        /**
+         * Writes the descriptor fields of the line at {@code base} (plain stores, published by the epoch's release).
+         *
+         * @param pad the signal pad to write into
+         * @param base byte offset of the entry line in {@code pad}
+         */
         public void write(MemorySegment pad, long base) {
             pad.set(ValueLayout.JAVA_LONG, base + SEQ, seq);
             pad.set(ValueLayout.JAVA_INT, base + KIND, kind.ordinal());
@@ -186,6 +257,10 @@ public final class OpDescriptorLayout {
          * Whether the descriptor in the entry line at {@code base} names the same call with the same
          * arguments and no problem: the allocation-free check every collective runs. Buffer sizes are
          * not compared (each rank's own); see {@code HostCommunicator} for the size check.
+         *
+         * @param pad the signal pad to read from
+         * @param base byte offset of the entry line in {@code pad}
+         * @return true if the line matches this descriptor and reports no problem
          */
         public boolean sameCallAs(MemorySegment pad, long base) {
             return pad.get(ValueLayout.JAVA_LONG, base + SEQ) == seq
@@ -200,7 +275,14 @@ public final class OpDescriptorLayout {
                     && pad.get(ValueLayout.JAVA_INT, base + PROBLEM) == Problem.NONE.ordinal();
         }
 
-        /** Reads a descriptor at {@code base} (plain loads, after the acquire that published it). */
+        /**
+         * Reads a descriptor at {@code base} (plain loads, after the acquire that published it).
+         * An unknown kind decodes as null, an unknown problem as {@link Problem#NONE}.
+         *
+         * @param pad the signal pad to read from
+         * @param base byte offset of the entry line in {@code pad}
+         * @return a fresh descriptor
+         */
         public static Descriptor read(MemorySegment pad, long base) {
             int kind = pad.get(ValueLayout.JAVA_INT, base + KIND);
             int problem = pad.get(ValueLayout.JAVA_INT, base + PROBLEM);

@@ -8,9 +8,19 @@ package org.symmem4j.parallel.host;
  */
 public interface PeerProcesses {
 
-    /** Pid of rank {@code rank}'s process. */
+    /**
+     * Pid of rank {@code rank}'s process.
+     *
+     * @param rank a rank of the group
+     * @return the process id
+     */
     long pid(int rank);
 
-    /** Start time of rank {@code rank}'s process (epoch milliseconds; 0 when unknown). */
+    /**
+     * Start time of rank {@code rank}'s process.
+     *
+     * @param rank a rank of the group
+     * @return epoch milliseconds, 0 when unknown
+     */
     long startMillis(int rank);
 }

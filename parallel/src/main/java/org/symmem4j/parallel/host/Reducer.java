@@ -23,6 +23,8 @@ import org.symmem4j.parallel.ReduceOp;
 public interface Reducer {
 
     /**
+     * Reduces {@code count} elements of the sources into {@code dst} (see the interface comment).
+     *
      * @param srcs        source segments, combined in this order
      * @param srcOffsets  byte offset of element 0 in each source
      * @param srcTypes    storage type of each source
@@ -34,6 +36,11 @@ public interface Reducer {
      *                    differ between ranks. Not needed where one rank computes an element and the
      *                    others copy it (TWO_SHOT, RING), and it costs: the blend halves the speed of
      *                    a cache-resident float sum.
+     * @param dst         destination segment; may be a source at the same offset
+     * @param dstOffset   byte offset of element 0 in {@code dst}
+     * @param dstType     storage type of {@code dst}
+     * @param count       elements to reduce
+     * @param op          the reduction
      */
     void reduce(MemorySegment[] srcs, long[] srcOffsets, DType[] srcTypes, int nsrc,
                 MemorySegment dst, long dstOffset, DType dstType, long count, ReduceOp op, int divisor,
@@ -43,6 +50,12 @@ public interface Reducer {
      * Index of the first NaN or infinite element among {@code count} elements of {@code type} at
      * {@code offset}, or -1 when all are finite. Used to catch diverging gradients before (and
      * after) they are averaged.
+     *
+     * @param segment the elements
+     * @param offset byte offset of element 0
+     * @param type storage type
+     * @param count elements to check
+     * @return the index of the first non-finite element, or -1
      */
     long firstNonFinite(MemorySegment segment, long offset, DType type, long count);
 
@@ -53,15 +66,24 @@ public interface Reducer {
      * instead of two. Each element is {@code x / divisor} in the element type's arithmetic (FLOAT64
      * for FLOAT64, FLOAT32 otherwise, BFLOAT16 rounded once to nearest even): IEEE division, the same
      * bits as any other correctly rounded division of the same operands.
+     *
+     * @param segment the elements, overwritten
+     * @param offset byte offset of element 0
+     * @param type storage type
+     * @param count elements to divide
+     * @param divisor the divisor
+     * @return the index of the first non-finite element after division, or -1
      */
     long divideAndFindNonFinite(MemorySegment segment, long offset, DType type, long count, long divisor);
 
-    /** Short name for logs and benchmarks. */
+    /** {@return a short name for logs and benchmarks} */
     String name();
 
     /**
      * The reducer for this JVM: vectorized when {@code jdk.incubator.vector} is enabled (add
      * {@code --add-modules=jdk.incubator.vector}), unless {@code -Dsymmem4j.reducer=scalar}.
+     *
+     * @return the reducer, chosen once per JVM
      */
     static Reducer forThisJvm() {
         return Holder.INSTANCE;

@@ -30,12 +30,17 @@ import org.symmem4j.parallel.sync.ProcessLiveness;
  */
 public final class SharedMemoryFiles {
 
+    /** File-name prefix of every symmem4j shared-memory file; the sweep only touches these. */
     public static final String PREFIX = "symmem4j-";
 
     private SharedMemoryFiles() {
     }
 
-    /** {@code -Dsymmem4j.shm.dir}, else {@code /dev/shm}, else the temp directory. */
+    /**
+     * {@code -Dsymmem4j.shm.dir}, else {@code /dev/shm}, else the temp directory.
+     *
+     * @return the directory shared-memory files are created in
+     */
     public static Path directory() {
         String configured = System.getProperty("symmem4j.shm.dir");
         if (configured != null && !configured.isBlank()) {
@@ -172,6 +177,8 @@ public final class SharedMemoryFiles {
     /**
      * Deletes symmem4j files whose owner process no longer exists (or whose pid now belongs to a
      * process that started later). Returns how many were deleted.
+     *
+     * @return the number of files deleted
      */
     public static int sweepStale() {
         int deleted = 0;
@@ -210,7 +217,11 @@ public final class SharedMemoryFiles {
         return ProcessLiveness.isRunning(pid, start);
     }
 
-    /** Names of symmem4j files currently in the directory (for tests and diagnostics). */
+    /**
+     * Names of symmem4j files currently in the directory (for tests and diagnostics).
+     *
+     * @return the file names (not paths)
+     */
     public static java.util.List<String> list() {
         java.util.List<String> names = new java.util.ArrayList<>();
         try (DirectoryStream<Path> files = Files.newDirectoryStream(directory(), PREFIX + "*")) {

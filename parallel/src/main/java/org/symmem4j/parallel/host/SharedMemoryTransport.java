@@ -26,6 +26,7 @@ import org.symmem4j.parallel.Transport;
  */
 public final class SharedMemoryTransport implements Transport {
 
+    /** The transport's name, as {@code transportName()} reports it and configuration selects it. */
     public static final String NAME = "host-shm";
 
     /** A rank's allocation record: "tag bytes id". */
@@ -34,7 +35,12 @@ public final class SharedMemoryTransport implements Transport {
     private final AtomicLong nextId = new AtomicLong();
     private final PeerProcesses peers;
 
-    /** The transport of one process group, whose ranks' processes {@code peers} identifies. */
+    /**
+     * The transport of one process group, whose ranks' processes {@code peers} identifies.
+     *
+     * @param peers pid and start time of every rank's process, to tell live owners from stale files
+     * @throws NullPointerException if {@code peers} is null
+     */
     public SharedMemoryTransport(PeerProcesses peers) {
         this.peers = java.util.Objects.requireNonNull(peers, "peers");
     }

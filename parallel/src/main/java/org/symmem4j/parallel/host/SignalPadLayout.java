@@ -39,21 +39,35 @@ import java.lang.invoke.VarHandle;
  */
 public final class SignalPadLayout {
 
+    /** Bytes per pad line: every field a different rank writes gets its own line. */
     public static final int LINE_BYTES = 128;
+    /** Header magic, {@code "SYMP"}. */
     public static final int MAGIC = 0x53594D50; // "SYMP"
+    /** Pad layout version; ranks of different versions refuse each other's pads. */
     public static final int VERSION = 2;
+    /** User signal slots a pad has unless told otherwise. */
     public static final int DEFAULT_SIGNAL_SLOTS = 64;
 
+    /** Byte offset of the magic (int). */
     public static final long MAGIC_OFFSET = 0;
+    /** Byte offset of the layout version (int). */
     public static final long VERSION_OFFSET = 4;
+    /** Byte offset of the world size (int). */
     public static final long WORLD_SIZE_OFFSET = 8;
+    /** Byte offset of the owner's rank (int). */
     public static final long OWNER_RANK_OFFSET = 12;
+    /** Byte offset of the number of signal slots (int). */
     public static final long SIGNAL_SLOTS_OFFSET = 16;
+    /** Byte offset of the data region's size in bytes (long). */
     public static final long DATA_BYTES_OFFSET = 24;
 
+    /** Byte offset of the abort word (long): 0 none, {@link #ABORT_CLAIMED}, or r+1 when rank r aborted. */
     public static final long ABORT_WORD_OFFSET = LINE_BYTES;
+    /** Byte offset of the abort reason: an int length, then UTF-8 bytes. */
     public static final long ABORT_REASON_OFFSET = 2L * LINE_BYTES;
+    /** Most UTF-8 bytes of abort reason the pad holds. */
     public static final int ABORT_REASON_MAX_BYTES = 2 * LINE_BYTES - Integer.BYTES;
+    /** Byte offset of the first entry line; all per-rank and signal slots follow it. */
     public static final long SLOTS_BASE = 6L * LINE_BYTES;
 
     /** {@code abortWord} while the winner of the abort CAS is still writing its reason. */
@@ -65,34 +79,82 @@ public final class SignalPadLayout {
     private SignalPadLayout() {
     }
 
-    /** The entry line rank {@code fromRank} writes for its op number {@code seq}. */
+    /**
+     * The entry line rank {@code fromRank} writes for its op number {@code seq}; two alternate by parity.
+     *
+     * @param fromRank the writing rank
+     * @param seq the op's sequence number
+     * @return byte offset of the line in the owner's pad
+     */
     public static long entryLineOffset(int fromRank, long seq) {
         return SLOTS_BASE + (long) LINE_BYTES * (2L * fromRank + (seq & 1));
     }
 
+    /**
+     * The barrier slot (long epoch) rank {@code fromRank} writes.
+     *
+     * @param worldSize ranks in the group
+     * @param fromRank the writing rank
+     * @return byte offset of the slot in the owner's pad
+     */
     public static long barrierSlotOffset(int worldSize, int fromRank) {
         return SLOTS_BASE + (long) LINE_BYTES * (2L * worldSize + fromRank);
     }
 
+    /**
+     * The step slot (long ring step) rank {@code fromRank} writes.
+     *
+     * @param worldSize ranks in the group
+     * @param fromRank the writing rank
+     * @return byte offset of the slot in the owner's pad
+     */
     public static long stepSlotOffset(int worldSize, int fromRank) {
         return SLOTS_BASE + (long) LINE_BYTES * (3L * worldSize + fromRank);
     }
 
+    /**
+     * The left slot (long, 1 once the rank closed the memory) rank {@code fromRank} writes.
+     *
+     * @param worldSize ranks in the group
+     * @param fromRank the writing rank
+     * @return byte offset of the slot in the owner's pad
+     */
     public static long leftSlotOffset(int worldSize, int fromRank) {
         return SLOTS_BASE + (long) LINE_BYTES * (4L * worldSize + fromRank);
     }
 
+    /**
+     * User signal slot {@code slot} (long), written by any rank.
+     *
+     * @param worldSize ranks in the group
+     * @param slot the slot index, {@code < signalSlots}
+     * @return byte offset of the slot in the owner's pad
+     */
     public static long signalSlotOffset(int worldSize, int slot) {
         return SLOTS_BASE + (long) LINE_BYTES * (5L * worldSize + slot);
     }
 
-    /** Bytes of one pad for a group of {@code worldSize} ranks with {@code signalSlots} user slots. */
+    /**
+     * Bytes of one pad for a group of {@code worldSize} ranks with {@code signalSlots} user slots.
+     *
+     * @param worldSize ranks in the group
+     * @param signalSlots user signal slots
+     * @return the pad size in bytes, rounded up to 4096
+     */
     public static long padBytes(int worldSize, int signalSlots) {
         long end = signalSlotOffset(worldSize, signalSlots);
         return (end + 4095) & ~4095L;
     }
 
-    /** Writes the header of a freshly zeroed pad; done by the owner before the pad is shared. */
+    /**
+     * Writes the header of a freshly zeroed pad; done by the owner before the pad is shared.
+     *
+     * @param pad the owner's pad
+     * @param worldSize ranks in the group
+     * @param ownerRank the owner's rank
+     * @param signalSlots user signal slots
+     * @param dataBytes size of the data region in bytes
+     */
     public static void initialize(MemorySegment pad, int worldSize, int ownerRank, int signalSlots, long dataBytes) {
         pad.set(ValueLayout.JAVA_INT, MAGIC_OFFSET, MAGIC);
         pad.set(ValueLayout.JAVA_INT, VERSION_OFFSET, VERSION);
@@ -105,6 +167,13 @@ public final class SignalPadLayout {
     /**
      * Checks a mapped peer pad: right magic, version, size and owner. Catches a rank that mapped
      * the wrong file or a peer built from another version of symmem4j.
+     *
+     * @param pad the mapped peer pad
+     * @param worldSize expected ranks in the group
+     * @param ownerRank expected owner rank
+     * @param signalSlots expected user signal slots
+     * @param dataBytes expected data region size in bytes
+     * @throws IllegalStateException if the pad is too small or any header field differs
      */
     public static void verify(MemorySegment pad, int worldSize, int ownerRank, int signalSlots, long dataBytes) {
         long need = padBytes(worldSize, signalSlots);

@@ -32,7 +32,12 @@ public final class InMemoryStore implements RendezvousStore {
         this(Long.MAX_VALUE);
     }
 
-    /** A store that holds at most {@code capacityBytes} of keys and values. */
+    /**
+     * A store that holds at most {@code capacityBytes} of keys and values.
+     *
+     * @param capacityBytes most bytes of keys and values held at once
+     * @throws IllegalArgumentException if {@code capacityBytes} is not positive
+     */
     public InMemoryStore(long capacityBytes) {
         if (capacityBytes <= 0) {
             throw new IllegalArgumentException("capacityBytes=" + capacityBytes + " must be positive");
@@ -153,7 +158,11 @@ public final class InMemoryStore implements RendezvousStore {
         }
     }
 
-    /** Number of keys held (for tests and diagnostics). */
+    /**
+     * Number of keys held (for tests and diagnostics).
+     *
+     * @return the number of keys
+     */
     public int size() {
         lock.lock();
         try {
@@ -163,7 +172,11 @@ public final class InMemoryStore implements RendezvousStore {
         }
     }
 
-    /** Bytes of keys and values held now. */
+    /**
+     * Bytes of keys and values held now.
+     *
+     * @return bytes of keys and values
+     */
     public long heldBytes() {
         lock.lock();
         try {

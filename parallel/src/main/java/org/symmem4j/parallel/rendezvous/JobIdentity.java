@@ -17,6 +17,11 @@ public record JobIdentity(String runId, long generation, int worldSize) {
 
     private static final Pattern RUN_ID = Pattern.compile("[A-Za-z0-9._:@+-]{1,128}");
 
+    /**
+     * Validates the components.
+     *
+     * @throws IllegalArgumentException if {@code runId} is malformed, {@code generation} is negative or {@code worldSize} is below 1
+     */
     public JobIdentity {
         checkRunId(runId);
         if (generation < 0) {
@@ -27,7 +32,13 @@ public record JobIdentity(String runId, long generation, int worldSize) {
         }
     }
 
-    /** Throws a clear error unless {@code runId} is 1 to 128 characters of {@code [A-Za-z0-9._:@+-]}. */
+    /**
+     * Throws a clear error unless {@code runId} is 1 to 128 characters of {@code [A-Za-z0-9._:@+-]}.
+     *
+     * @param runId the run id to check
+     * @return {@code runId}
+     * @throws IllegalArgumentException if it is null or malformed
+     */
     public static String checkRunId(String runId) {
         if (runId == null || !RUN_ID.matcher(runId).matches()) {
             throw new IllegalArgumentException("run id=" + (runId == null ? "null" : "'" + runId + "'")

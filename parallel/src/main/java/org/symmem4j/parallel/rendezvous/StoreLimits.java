@@ -25,6 +25,12 @@ public record StoreLimits(int maxKeyBytes, int maxValueBytes, long maxTotalBytes
                           int maxConnections, int maxUnauthenticated, Duration handshakeTimeout,
                           Duration requestTimeout) {
 
+    /**
+     * Validates the limits.
+     *
+     * @throws NullPointerException if a timeout is null
+     * @throws IllegalArgumentException if a limit is not positive or {@code maxKeyBytes} exceeds 65535
+     */
     public StoreLimits {
         Objects.requireNonNull(handshakeTimeout, "handshakeTimeout");
         Objects.requireNonNull(requestTimeout, "requestTimeout");
@@ -54,27 +60,55 @@ public record StoreLimits(int maxKeyBytes, int maxValueBytes, long maxTotalBytes
      * Defaults for a group of {@code worldSize} ranks: 512-byte keys, 4 MiB values, 64 MiB stored,
      * 256 MiB sent per connection, {@code 64 + 2 * worldSize} connections of which 64 may be
      * unauthenticated, 10 s for a handshake and for the rest of a request.
+     *
+     * @param worldSize ranks in the group (values below 1 count as 1)
+     * @return the default limits
      */
     public static StoreLimits defaults(int worldSize) {
         return new StoreLimits(512, 4 << 20, 64L << 20, 256L << 20, 64 + 2 * Math.max(1, worldSize), 64,
                 Duration.ofSeconds(10), Duration.ofSeconds(10));
     }
 
+    /**
+     * A copy with another handshake timeout.
+     *
+     * @param d the new {@code handshakeTimeout}
+     * @return the new limits
+     */
     public StoreLimits withHandshakeTimeout(Duration d) {
         return new StoreLimits(maxKeyBytes, maxValueBytes, maxTotalBytes, maxBytesPerConnection, maxConnections,
                 maxUnauthenticated, d, requestTimeout);
     }
 
+    /**
+     * A copy with another request timeout.
+     *
+     * @param d the new {@code requestTimeout}
+     * @return the new limits
+     */
     public StoreLimits withRequestTimeout(Duration d) {
         return new StoreLimits(maxKeyBytes, maxValueBytes, maxTotalBytes, maxBytesPerConnection, maxConnections,
                 maxUnauthenticated, handshakeTimeout, d);
     }
 
+    /**
+     * A copy with another total capacity.
+     *
+     * @param bytes the new {@code maxTotalBytes}
+     * @return the new limits
+     */
     public StoreLimits withMaxTotalBytes(long bytes) {
         return new StoreLimits(maxKeyBytes, maxValueBytes, bytes, maxBytesPerConnection, maxConnections,
                 maxUnauthenticated, handshakeTimeout, requestTimeout);
     }
 
+    /**
+     * A copy with other connection limits.
+     *
+     * @param connections the new {@code maxConnections}
+     * @param unauthenticated the new {@code maxUnauthenticated}
+     * @return the new limits
+     */
     public StoreLimits withMaxConnections(int connections, int unauthenticated) {
         return new StoreLimits(maxKeyBytes, maxValueBytes, maxTotalBytes, maxBytesPerConnection, connections,
                 unauthenticated, handshakeTimeout, requestTimeout);

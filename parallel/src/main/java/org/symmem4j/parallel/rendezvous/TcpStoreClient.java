@@ -48,6 +48,12 @@ public final class TcpStoreClient implements RendezvousStore {
     /**
      * Connects and authenticates, retrying until {@code connectTimeout}.
      *
+     * @param host the store's host name or address
+     * @param port the store's port
+     * @param identity the job this rank belongs to; the store refuses another
+     * @param rank this rank, in [1, worldSize) (rank 0 serves the store)
+     * @param secret the job's secret, proved in the handshake
+     * @param connectTimeout how long to keep trying to connect and authenticate
      * @param responseTimeout how long the store may take to answer a request (beyond a getAll's wait)
      */
     public TcpStoreClient(String host, int port, JobIdentity identity, int rank, StoreSecret secret,
@@ -202,6 +208,11 @@ public final class TcpStoreClient implements RendezvousStore {
      * Asks the store at {@code host:port} who it is, without a secret: a HELLO claiming rank 0, which
      * every store refuses, naming its own run and generation. Returns null when nothing answers like a
      * symmem4j store within {@code timeout}. For rank 0's error when its port is taken.
+     *
+     * @param host the host to ask
+     * @param port the port to ask
+     * @param timeout how long to wait for an answer
+     * @return the store's self-description, or null
      */
     public static String describeStoreAt(String host, int port, Duration timeout) {
         try (Socket s = new Socket()) {

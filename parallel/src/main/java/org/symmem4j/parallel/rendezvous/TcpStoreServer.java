@@ -65,7 +65,12 @@ public final class TcpStoreServer implements AutoCloseable {
      * Binds {@code host:port} and starts serving the group {@code identity}, whose ranks prove
      * {@code secret}. A wildcard host (0.0.0.0, ::) listens on every interface and says so in the log.
      *
+     * @param host the address to bind; a wildcard listens on every interface
      * @param port 0 picks a free port (see {@link #port()})
+     * @param identity the job whose ranks may join
+     * @param secret the secret joining ranks must prove (copied)
+     * @param limits limits on keys, values, connections and timeouts
+     * @throws SymmemException if {@code host:port} cannot be bound (for example, it is taken)
      */
     public TcpStoreServer(String host, int port, JobIdentity identity, byte[] secret, StoreLimits limits) {
         this.identity = identity;
@@ -92,20 +97,30 @@ public final class TcpStoreServer implements AutoCloseable {
         acceptor = Thread.ofPlatform().daemon().name("symmem4j-store-" + port()).start(this::acceptLoop);
     }
 
+    /** {@return the port the server listens on} */
     public int port() {
         return serverSocket.getLocalPort();
     }
 
+    /** {@return the job this server serves} */
     public JobIdentity identity() {
         return identity;
     }
 
-    /** The map behind the server; rank 0 uses it directly instead of a loopback connection. */
+    /**
+     * The map behind the server; rank 0 uses it directly instead of a loopback connection.
+     *
+     * @return the store
+     */
     public InMemoryStore store() {
         return store;
     }
 
-    /** Connections closed at accept because a connection limit was reached. */
+    /**
+     * Connections closed at accept because a connection limit was reached.
+     *
+     * @return the count since the server started
+     */
     public long refusedConnections() {
         return refusedConnections.get();
     }
@@ -114,6 +129,9 @@ public final class TcpStoreServer implements AutoCloseable {
      * The process that holds rank {@code rank}'s seat, as its handshake declared it: {pid,
      * startMillis}, or null while nobody does. Lets rank 0 tell, during the join, a rank that
      * connected and then died from one that is slow.
+     *
+     * @param rank the rank whose seat is asked about
+     * @return {pid, startMillis}, or null while the seat is free
      */
     public long[] seatHolder(int rank) {
         String holder = seats.get(rank);
@@ -124,7 +142,11 @@ public final class TcpStoreServer implements AutoCloseable {
         return new long[] {Long.parseLong(f[0]), Long.parseLong(f[1])};
     }
 
-    /** Connections open now (authenticated or not). */
+    /**
+     * Connections open now (authenticated or not).
+     *
+     * @return the number of open connections
+     */
     public int openConnections() {
         return connections.size();
     }

@@ -23,6 +23,10 @@ public final class ProcessLiveness {
     /**
      * Whether process {@code pid}, started at {@code startMillis} (0 = unknown), still runs.
      * Unknown facts count in favour of alive: only a process known gone is reported gone.
+     *
+     * @param pid the process id
+     * @param startMillis the process's start time in epoch milliseconds, 0 if unknown
+     * @return false only if the process is known to be gone (or the pid reused by a later process)
      */
     public static boolean isRunning(long pid, long startMillis) {
         Optional<ProcessHandle> h = ProcessHandle.of(pid);

@@ -14,6 +14,11 @@ public interface WaitSubject {
      */
     void checkProgressPossible(long waitedNanos);
 
-    /** The exception thrown when the wait outlives {@code timeout}; it names the missing ranks. */
+    /**
+     * The exception thrown when the wait outlives {@code timeout}; it names the missing ranks.
+     *
+     * @param timeout the timeout that passed
+     * @return the exception for the waiter to throw
+     */
     RuntimeException deadlinePassed(Duration timeout);
 }

@@ -30,6 +30,12 @@ public final class Waiter {
     private long startNanos;
     private int polls;
 
+    /**
+     * Creates a waiter; reuse it for successive waits with {@link #begin()}.
+     *
+     * @param idleStrategy how to spend the time between polls
+     * @param timeout how long one wait may last
+     */
     public Waiter(IdleStrategy idleStrategy, Duration timeout) {
         this.idleStrategy = idleStrategy;
         this.timeout = timeout;
@@ -46,6 +52,8 @@ public final class Waiter {
     /**
      * Called after an unsuccessful poll. Returns when the caller should poll again; throws what
      * {@code subject} supplies when the deadline has passed or progress has become impossible.
+     *
+     * @param subject what is waited for: checks progress and supplies the timeout exception
      */
     public void idle(WaitSubject subject) {
         idleStrategy.idle();
@@ -63,6 +71,7 @@ public final class Waiter {
         }
     }
 
+    /** {@return how long one wait may last} */
     public Duration timeout() {
         return timeout;
     }

@@ -21,6 +21,8 @@ public final class ChromeTraceWriter {
     private final List<String> entries = new ArrayList<>();
 
     /**
+     * Starts a trace with its process-name record.
+     *
      * @param originNanos the {@link System#nanoTime()} shown as time 0
      * @param processName the process's name in the trace (e.g. "symmem4j pipeline")
      */
@@ -30,7 +32,13 @@ public final class ChromeTraceWriter {
                 + "\"}}");
     }
 
-    /** Names track {@code tid}; tracks show in increasing {@code sortIndex}. */
+    /**
+     * Names track {@code tid}; tracks show in increasing {@code sortIndex}.
+     *
+     * @param tid the track (thread) id
+     * @param name the track's name
+     * @param sortIndex the track's position, lower first
+     */
     public void track(int tid, String name, int sortIndex) {
         entries.add("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" + tid + ",\"args\":{\"name\":\""
                 + jsonEscape(name) + "\"}}");
@@ -42,6 +50,13 @@ public final class ChromeTraceWriter {
      * A slice on track {@code tid} from {@code startNanos} to {@code endNanos}. Argument values
      * that are {@link Number}s are written as JSON numbers (NaN and infinities left out: JSON has
      * neither), everything else as strings.
+     *
+     * @param tid the track (thread) id
+     * @param name the slice's name
+     * @param category the slice's category
+     * @param startNanos start, in {@link System#nanoTime()} nanoseconds
+     * @param endNanos end, in {@link System#nanoTime()} nanoseconds
+     * @param args the slice's arguments, written in the map's iteration order
      */
     public void slice(int tid, String name, String category, long startNanos, long endNanos, Map<String, ?> args) {
         entries.add(String.format(Locale.ROOT,
@@ -50,7 +65,13 @@ public final class ChromeTraceWriter {
                 arguments(args)));
     }
 
-    /** A counter sample: Perfetto draws one track per counter name. NaN and infinities are left out. */
+    /**
+     * A counter sample: Perfetto draws one track per counter name. NaN and infinities are left out.
+     *
+     * @param name the counter's name
+     * @param atNanos sample time, in {@link System#nanoTime()} nanoseconds
+     * @param value the sample
+     */
     public void counter(String name, long atNanos, double value) {
         if (Double.isNaN(value) || Double.isInfinite(value)) {
             return;
@@ -63,6 +84,13 @@ public final class ChromeTraceWriter {
      * One end of a flow arrow {@code id}: the start ({@code "s"}) binds to the slice enclosing
      * {@code atNanos} on track {@code tid}, the finish ({@code "f"}, binding point "e") to the
      * slice enclosing it on its track.
+     *
+     * @param name the flow's name
+     * @param category the flow's category
+     * @param id the arrow's id, the same at both ends
+     * @param tid the track (thread) id of this end
+     * @param atNanos this end's time, in {@link System#nanoTime()} nanoseconds
+     * @param start true for the start, false for the finish
      */
     public void flow(String name, String category, long id, int tid, long atNanos, boolean start) {
         entries.add(String.format(Locale.ROOT,
@@ -71,7 +99,12 @@ public final class ChromeTraceWriter {
                 start ? "" : ",\"bp\":\"e\""));
     }
 
-    /** The trace, with {@code metadata} (string values) as the top-level "metadata" object when not empty. */
+    /**
+     * The trace, with {@code metadata} (string values) as the top-level "metadata" object when not empty.
+     *
+     * @param metadata top-level metadata; may be empty, not null
+     * @return the trace as JSON text
+     */
     public String json(Map<String, String> metadata) {
         StringBuilder json = new StringBuilder("{\"displayTimeUnit\":\"ms\",");
         if (!metadata.isEmpty()) {
@@ -115,7 +148,12 @@ public final class ChromeTraceWriter {
                 : String.format(Locale.ROOT, "%.9g", value);
     }
 
-    /** {@code text} as the inside of a JSON string. */
+    /**
+     * {@code text} as the inside of a JSON string.
+     *
+     * @param text any text
+     * @return {@code text} with quotes, backslashes and control characters escaped
+     */
     public static String jsonEscape(String text) {
         StringBuilder out = new StringBuilder(text.length());
         for (char c : text.toCharArray()) {

@@ -61,37 +61,71 @@ public record ChannelLayout(PipelineShape shape, int slots, long slotBytes) {
         }
     }
 
-    /** Bytes from one slot to the next. */
+    /**
+     * Bytes from one slot to the next.
+     *
+     * @return the stride in bytes: a header plus the payload rounded up to 64
+     */
     public long slotStride() {
         return HEADER_BYTES + roundUp64(slotBytes);
     }
 
-    /** Receive regions per rank: two per (virtual) stage. */
+    /**
+     * Receive regions per rank: two per (virtual) stage.
+     *
+     * @return the region count
+     */
     public int regionsPerRank() {
         return 2 * shape.stagesPerRank();
     }
 
-    /** Bytes of symmetric memory every rank needs. */
+    /**
+     * Bytes of symmetric memory every rank needs.
+     *
+     * @return the size in bytes
+     * @throws ArithmeticException if it overflows a long
+     */
     public long bytesPerRank() {
         return Math.multiplyExact(Math.multiplyExact((long) regionsPerRank(), slots), slotStride());
     }
 
-    /** Signal slots of every pad the layout uses: a data counter per region and a credit counter per send link. */
+    /**
+     * Signal slots of every pad the layout uses: a data counter per region and a credit counter per send link.
+     *
+     * @return the signal slot count
+     */
     public int signalSlotsNeeded() {
         return 2 * regionsPerRank();
     }
 
-    /** The receive region, on the rank of {@code receivingStage}, of the link arriving there in {@code direction}. */
+    /**
+     * The receive region, on the rank of {@code receivingStage}, of the link arriving there in {@code direction}.
+     *
+     * @param receivingStage the stage the link arrives at
+     * @param direction the direction the link carries messages in
+     * @return the region index
+     */
     public int region(int receivingStage, Direction direction) {
         return 2 * (receivingStage / shape.ranks()) + direction.ordinal();
     }
 
-    /** Byte offset of slot {@code slot} of region {@code region}. */
+    /**
+     * Byte offset of slot {@code slot} of region {@code region}.
+     *
+     * @param region the region index
+     * @param slot the slot in the region
+     * @return the byte offset in the rank's symmetric memory
+     */
     public long slotOffset(int region, int slot) {
         return ((long) region * slots + slot) * slotStride();
     }
 
-    /** The receiver-pad signal slot counting messages posted into {@code region}. */
+    /**
+     * The receiver-pad signal slot counting messages posted into {@code region}.
+     *
+     * @param region the region index
+     * @return the signal slot index
+     */
     public int dataSignal(int region) {
         return region;
     }
@@ -99,6 +133,10 @@ public record ChannelLayout(PipelineShape shape, int slots, long slotBytes) {
     /**
      * The sender-pad signal slot counting messages released by the receiver of the link leaving
      * {@code sendingStage}; the link to stage {@code s + 1} carries activations, to {@code s - 1} gradients.
+     *
+     * @param sendingStage the stage the link leaves
+     * @param direction the direction the link carries messages in
+     * @return the signal slot index
      */
     public int creditSignal(int sendingStage, Direction direction) {
         return regionsPerRank() + 2 * (sendingStage / shape.ranks()) + direction.ordinal();

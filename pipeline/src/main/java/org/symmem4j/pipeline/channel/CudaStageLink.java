@@ -131,6 +131,9 @@ public final class CudaStageLink {
      * Aborts the pipeline from the host: stores {@link StageLink#POISON} into every counter the layout
      * uses on every rank's pad at once, not through any stream, so every device-side wait on a link
      * (this rank's included, whose stream may be blocked) returns. Not collective.
+     *
+     * @param memory the pipeline's symmetric memory
+     * @param layout the layout whose counters are poisoned
      */
     public static void poisonAll(CudaSymmetricMemory memory, ChannelLayout layout) {
         int ranks = memory.group().worldSize();
@@ -141,7 +144,13 @@ public final class CudaStageLink {
         }
     }
 
-    /** Whether any counter of this rank's pad carries the poison: another rank aborted the pipeline. */
+    /**
+     * Whether any counter of this rank's pad carries the poison: another rank aborted the pipeline.
+     *
+     * @param memory the pipeline's symmetric memory
+     * @param layout the layout whose counters are read
+     * @return true if any counter holds {@link StageLink#POISON} or more
+     */
     public static boolean poisoned(CudaSymmetricMemory memory, ChannelLayout layout) {
         for (int slot = 0; slot < layout.signalSlotsNeeded(); slot++) {
             if (memory.readSignal(slot) >= StageLink.POISON) {

@@ -31,7 +31,13 @@ import org.symmem4j.pipeline.schedule.SimulationResult;
  */
 public final class LinkPlan {
 
-    /** One directed link between adjacent stages on different ranks. */
+    /**
+     * One directed link between adjacent stages on different ranks.
+     *
+     * @param fromStage the sending stage
+     * @param toStage the receiving stage, adjacent to {@code fromStage}
+     * @param carriedBy FORWARD for activations, BACKWARD for gradients
+     */
     public record Link(int fromStage, int toStage, ActionType carriedBy) {
         @Override
         public String toString() {
@@ -52,6 +58,9 @@ public final class LinkPlan {
      * Checks {@code schedule} for {@code shape}: valid ({@link ScheduleValidator}) and every link
      * consumed in the order it is filled.
      *
+     * @param schedule the schedule
+     * @param shape the pipeline it is for
+     * @return the plan
      * @throws IllegalArgumentException with the validator's violations, or naming the first link
      *                                  whose two ends disagree and where
      */
@@ -76,7 +85,11 @@ public final class LinkPlan {
         return plan;
     }
 
-    /** Links between stages on different ranks (none when there is one rank). */
+    /**
+     * Links between stages on different ranks (none when there is one rank).
+     *
+     * @return the links, in stage order
+     */
     public List<Link> links() {
         List<Link> links = new ArrayList<>();
         for (int stage = 0; stage + 1 < shape.stageCount(); stage++) {
@@ -93,6 +106,7 @@ public final class LinkPlan {
      * some ranks wait on each other forever. At most the microbatch count (a link never holds more
      * messages than a step sends).
      *
+     * @return the slot count, in [1, microbatches]
      * @throws IllegalArgumentException when the schedule deadlocks even with unbounded links (as
      *                                  {@code ScheduleSimulator} reports)
      */
@@ -112,6 +126,7 @@ public final class LinkPlan {
     /**
      * Throws unless the schedule runs to the end with {@code slots} per link.
      *
+     * @param slots the configured slots per link
      * @throws IllegalArgumentException naming the configured and the needed slot count
      */
     public void requireSlots(int slots) {
@@ -129,6 +144,10 @@ public final class LinkPlan {
      * run, a message counting from its sender's post (the end of the producing action) until its
      * receiver gives the slot back (the end of the consuming action). With at least this many, the
      * executor runs as the simulator predicts; {@link #minimumSlots()} only avoids deadlock.
+     *
+     * @param durations the action times to simulate with
+     * @return the slot count, at least 1
+     * @throws IllegalStateException if the schedule deadlocks
      */
     public int stallFreeSlots(ActionDurations durations) {
         SimulationResult.Completed run = ScheduleSimulator.simulate(schedule, shape, durations).requireCompleted();

@@ -9,12 +9,21 @@ import java.lang.foreign.MemorySegment;
  */
 public interface LinkReceiver {
 
-    /** The next message, which must be {@code microbatch}'s; valid until {@link #release()}. */
+    /**
+     * The next message, which must be {@code microbatch}'s; valid until {@link #release()}.
+     *
+     * @param microbatch the microbatch the next message must belong to
+     * @return the message's payload, in place in this rank's memory
+     */
     MemorySegment receive(int microbatch);
 
     /** Gives the slot of the last received message back to the sender. */
     void release();
 
-    /** Messages received and released over the link's life. */
+    /**
+     * Messages received and released over the link's life.
+     *
+     * @return the message count
+     */
     long received();
 }

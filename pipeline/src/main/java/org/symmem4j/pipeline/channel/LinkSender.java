@@ -11,9 +11,16 @@ public interface LinkSender {
     /**
      * Posts {@code payload} as the link's next message, for {@code microbatch}: after a free slot
      * (back-pressure), copied into the receiver's memory, then signalled.
+     *
+     * @param microbatch the microbatch the message belongs to
+     * @param payload the bytes to send, at most the layout's slot size
      */
     void send(int microbatch, MemorySegment payload);
 
-    /** Messages posted over the link's life. */
+    /**
+     * Messages posted over the link's life.
+     *
+     * @return the message count
+     */
     long sent();
 }

@@ -181,7 +181,13 @@ public final class StageLink {
         }
     }
 
-    /** Whether another rank poisoned this rank's counters (acquire reads of this rank's own slots). */
+    /**
+     * Whether another rank poisoned this rank's counters (acquire reads of this rank's own slots).
+     *
+     * @param memory the pipeline's symmetric memory
+     * @param layout the layout whose counters are read
+     * @return true if any counter holds {@link #POISON} or more
+     */
     public static boolean poisoned(SymmetricMemory memory, ChannelLayout layout) {
         for (int slot = 0; slot < layout.signalSlotsNeeded(); slot++) {
             if (memory.readSignal(slot) >= POISON) {

@@ -169,9 +169,12 @@ public final class PipelineExecutor implements AutoCloseable {
      * allocates the links.
      *
      * @param group     the pipeline group; rank r runs {@code schedule.actions(r)}
+     * @param schedule  the schedule every rank runs its part of
+     * @param shape     the pipeline's ranks, microbatches and stages per rank
      * @param stages    this rank's stages, by stage index: exactly {@code r, r + p, r + 2p, ...}
      * @param slots     messages per link before its sender waits ({@link LinkPlan#minimumSlots()} at least)
      * @param slotBytes the largest message: one microbatch's activation or gradient, in bytes
+     * @return the executor of this rank
      * @throws IllegalArgumentException when anything does not fit, naming what and how to fix it
      */
     public static PipelineExecutor create(Group group, Schedule schedule, PipelineShape shape,
@@ -184,6 +187,16 @@ public final class PipelineExecutor implements AutoCloseable {
      * As {@link #create(Group, Schedule, PipelineShape, Map, int, long)}, with the links allocated on
      * {@code transport}: the CUDA transport puts them in GPU memory (one GPU per rank, at least 2
      * ranks), and the stages then enqueue their work on the rank's CUDA stream.
+     *
+     * @param group the pipeline group; rank r runs {@code schedule.actions(r)}
+     * @param transport the transport the links' symmetric memory is allocated on
+     * @param schedule the schedule every rank runs its part of
+     * @param shape the pipeline's ranks, microbatches and stages per rank
+     * @param stages this rank's stages, by stage index
+     * @param slots messages per link before its sender waits
+     * @param slotBytes the largest message, in bytes
+     * @return the executor of this rank
+     * @throws IllegalArgumentException when anything does not fit, naming what and how to fix it
      */
     public static PipelineExecutor create(Group group, Transport transport, Schedule schedule, PipelineShape shape,
                                           Map<Integer, ? extends StageCompute> stages, int slots, long slotBytes) {

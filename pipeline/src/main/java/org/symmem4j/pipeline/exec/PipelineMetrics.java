@@ -136,7 +136,11 @@ public final class PipelineMetrics implements MeterBinder {
         bound = next; // volatile: recorders see the new registry's meters, fully built, from their next step
     }
 
-    /** Records one step's timings (every rank's timeline). */
+    /**
+     * Records one step's timings (every rank's timeline).
+     *
+     * @param step the step's report
+     */
     public void record(TimelineReport step) {
         long[] handoffs = step.handoffNanos(false);
         for (Bound b : bound) {
@@ -154,7 +158,12 @@ public final class PipelineMetrics implements MeterBinder {
         }
     }
 
-    /** What a trainer adds per step: the step's examples and loss. */
+    /**
+     * What a trainer adds per step: the step's examples and loss.
+     *
+     * @param examples examples the step trained on
+     * @param loss the step's loss
+     */
     public void recordTraining(long examples, double loss) {
         for (Bound b : bound) {
             b.examples.increment(examples);
@@ -162,7 +171,11 @@ public final class PipelineMetrics implements MeterBinder {
         }
     }
 
-    /** One step that failed. */
+    /**
+     * One step that failed.
+     *
+     * @param reason why the step failed
+     */
     public void recordFailure(FailureReason reason) {
         Objects.requireNonNull(reason, "reason");
         for (Bound b : bound) {

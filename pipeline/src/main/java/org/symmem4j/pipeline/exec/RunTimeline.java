@@ -25,7 +25,13 @@ import java.util.Objects;
  */
 public final class RunTimeline {
 
-    /** One recorded step. */
+    /**
+     * One recorded step.
+     *
+     * @param step the step number
+     * @param ranks every rank's timeline, in rank order
+     * @param values named values shown on the step's slice
+     */
     public record Step(long step, List<StepTimeline> ranks, Map<String, Double> values) {
         /** Copies the timelines and values (the step is immutable). */
         public Step {
@@ -53,6 +59,11 @@ public final class RunTimeline {
     /**
      * Records one step: every rank's timeline, in rank order, and named values to show on its slice
      * (e.g. {@code loss}, {@code examples}).
+     *
+     * @param step the step number
+     * @param ranks every rank's timeline, in rank order
+     * @param values named values shown on the step's slice
+     * @throws IllegalArgumentException if the timelines are not in rank order or the step computed nothing
      */
     public synchronized void add(long step, List<StepTimeline> ranks, Map<String, Double> values) {
         Objects.requireNonNull(ranks, "ranks");
@@ -65,12 +76,20 @@ public final class RunTimeline {
         steps.add(new Step(step, ranks, values));
     }
 
-    /** Steps recorded, in order. */
+    /**
+     * Steps recorded, in order.
+     *
+     * @return a copy of the recorded steps
+     */
     public synchronized List<Step> steps() {
         return List.copyOf(steps);
     }
 
-    /** Steps that arrived after {@code maxSteps} were recorded and were not kept. */
+    /**
+     * Steps that arrived after {@code maxSteps} were recorded and were not kept.
+     *
+     * @return the number of dropped steps
+     */
     public synchronized long droppedSteps() {
         return droppedSteps;
     }
@@ -87,6 +106,8 @@ public final class RunTimeline {
     /**
      * The run as Chrome trace JSON (open in https://ui.perfetto.dev or chrome://tracing), times in
      * microseconds from the first recorded event.
+     *
+     * @return the trace
      */
     public synchronized String chromeTraceJson() {
         long origin = Long.MAX_VALUE;
@@ -132,7 +153,12 @@ public final class RunTimeline {
         return trace.json(metadata);
     }
 
-    /** Writes {@link #chromeTraceJson()} to {@code file}. */
+    /**
+     * Writes {@link #chromeTraceJson()} to {@code file}.
+     *
+     * @param file the file to write, replaced if it exists
+     * @throws IOException if the file cannot be written
+     */
     public void writeChromeTrace(Path file) throws IOException {
         Files.writeString(file, chromeTraceJson());
     }

@@ -23,6 +23,7 @@ public interface StageCompute {
      * Forward pass of {@code microbatch}. Keeps what its backward will need (the stage's input and
      * activations); with 1F1B at most a few microbatches are in flight at once.
      *
+     * @param microbatch the microbatch, in [0, microbatches)
      * @param input the previous stage's output for this microbatch, valid only during this call (it
      *              sits in a link slot that is given back afterwards); empty for stage 0
      * @return this stage's output for this microbatch, read by the executor before the stage's next
@@ -35,6 +36,7 @@ public interface StageCompute {
      * accumulated gradient (summed over microbatches, applied by {@link #step()}) and frees what its
      * forward kept.
      *
+     * @param microbatch the microbatch, in [0, microbatches)
      * @param outputGradient the gradient of the loss with respect to this stage's output, from the
      *                       next stage, valid only during this call; empty for the last stage
      * @return the gradient with respect to this stage's input, read before the stage's next call;

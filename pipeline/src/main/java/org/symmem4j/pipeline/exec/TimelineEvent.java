@@ -28,7 +28,11 @@ public record TimelineEvent(int rank, Kind kind, int stage, int peerStage, int m
         /** The optimizer update at the end of a step. */
         OPTIMIZER_STEP;
 
-        /** Whether the kind is model compute: what the simulator's action durations stand for. */
+        /**
+         * Whether the kind is model compute: what the simulator's action durations stand for.
+         *
+         * @return true for FORWARD and BACKWARD
+         */
         public boolean isCompute() {
             return this == FORWARD || this == BACKWARD;
         }

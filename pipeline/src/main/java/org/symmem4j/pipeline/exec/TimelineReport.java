@@ -53,6 +53,7 @@ public final class TimelineReport {
     /**
      * The report of one step.
      *
+     * @return the report
      * @param ranks one timeline per rank of the same step, element {@code r} for rank {@code r}
      * @throws IllegalArgumentException when ranks are missing or out of order
      */
@@ -67,7 +68,11 @@ public final class TimelineReport {
         return new TimelineReport(List.copyOf(ranks));
     }
 
-    /** The ranks' timelines, element {@code r} for rank {@code r}. */
+    /**
+     * The ranks' timelines, element {@code r} for rank {@code r}.
+     *
+     * @return the timelines (unmodifiable)
+     */
     public List<StepTimeline> timelines() {
         return ranks;
     }
@@ -81,28 +86,51 @@ public final class TimelineReport {
         return ranks.size();
     }
 
-    /** The step's window, first compute start to last compute end. */
+    /**
+     * The step's window, first compute start to last compute end.
+     *
+     * @return the window in nanoseconds
+     */
     public long windowNanos() {
         return windowEnd - windowStart;
     }
 
-    /** Rank {@code rank}'s forward and backward time in the step. */
+    /**
+     * Rank {@code rank}'s forward and backward time in the step.
+     *
+     * @param rank the rank
+     * @return compute time in nanoseconds
+     */
     public long computeNanos(int rank) {
         return ranks.get(rank).computeNanos();
     }
 
-    /** Rank {@code rank}'s idle share of the window: {@code 1 - compute / window}. */
+    /**
+     * Rank {@code rank}'s idle share of the window: {@code 1 - compute / window}.
+     *
+     * @param rank the rank
+     * @return the idle fraction, in [0, 1]
+     */
     public double idleFraction(int rank) {
         return 1.0 - (double) ranks.get(rank).computeNanos() / windowNanos();
     }
 
-    /** Idle share of all ranks over the window: the measured bubble fraction. */
+    /**
+     * Idle share of all ranks over the window: the measured bubble fraction.
+     *
+     * @return the bubble fraction, in [0, 1]
+     */
     public double bubbleFraction() {
         long compute = ranks.stream().mapToLong(StepTimeline::computeNanos).sum();
         return 1.0 - (double) compute / ((double) windowNanos() * ranks.size());
     }
 
-    /** Mean duration of the events of {@code kind} over all ranks, or 0 if there are none. */
+    /**
+     * Mean duration of the events of {@code kind} over all ranks, or 0 if there are none.
+     *
+     * @param kind the event kind
+     * @return the mean duration in nanoseconds
+     */
     public double meanNanos(Kind kind) {
         return ranks.stream().flatMap(r -> r.events().stream()).filter(e -> e.kind() == kind)
                 .mapToLong(TimelineEvent::durationNanos).average().orElse(0);
@@ -113,6 +141,8 @@ public final class TimelineReport {
      * has the message: the simulator's communication latency. Messages the consumer found already
      * waiting do not say how long a hand-off takes and are left out; if every message was early,
      * this is the mean time to post one.
+     *
+     * @return the mean hand-off time in nanoseconds
      */
     public double meanHandoffNanos() {
         long[] waited = handoffNanos(true);
@@ -127,6 +157,8 @@ public final class TimelineReport {
      * receiver was already waiting (the hand-off as the receiver feels it), else the time to post.
      *
      * @param waitedOnly only the messages whose receiver was already waiting
+     *
+     * @return one duration per message, in nanoseconds
      */
     public long[] handoffNanos(boolean waitedOnly) {
         Map<String, TimelineEvent> sends = new HashMap<>();
@@ -161,6 +193,11 @@ public final class TimelineReport {
     /**
      * The simulator's figures for this step: {@code schedule} dry-run with the measured mean forward
      * and backward times and hand-off latency, in microseconds.
+     *
+     * @param schedule the schedule the step ran
+     * @param shape the pipeline it ran on
+     * @return the simulated run, in microseconds
+     * @throws IllegalStateException if the schedule deadlocks
      */
     public SimulationResult.Completed simulate(Schedule schedule, PipelineShape shape) {
         ActionDurations durations = new ActionDurations(Math.max(1, Math.round(meanNanos(Kind.FORWARD) / 1e3)),
@@ -171,6 +208,10 @@ public final class TimelineReport {
     /**
      * Mean duration of {@code stage}'s events of {@code kind} in this step, or 0 if it has none (the
      * last stage's forward returns at once when the stage computes its forward inside the backward).
+     *
+     * @param kind the event kind
+     * @param stage the stage
+     * @return the mean duration in nanoseconds
      */
     public double stageMeanNanos(Kind kind, int stage) {
         return ranks.stream().flatMap(r -> r.events().stream()).filter(e -> e.kind() == kind && e.stage() == stage)
@@ -180,6 +221,9 @@ public final class TimelineReport {
     /**
      * This step's measured pass times per stage, in microseconds (at least 1, as the simulator
      * needs), with the measured hand-off latency: what {@link #simulatePerStage} feeds the simulator.
+     *
+     * @param shape the pipeline the step ran on
+     * @return the durations, in microseconds
      */
     public StageDurations stageDurationsMicros(PipelineShape shape) {
         int stages = shape.stageCount();
@@ -197,6 +241,11 @@ public final class TimelineReport {
      * times and the measured hand-off latency: unlike {@link #simulate}, an unbalanced split shows up
      * as the bubble its slowest stage causes. The gap between this and {@link #bubbleFraction()} is
      * what the schedule does not explain (shared cores, slow hand-offs, waits for slots).
+     *
+     * @param schedule the schedule the step ran
+     * @param shape the pipeline it ran on
+     * @return the simulated run, in microseconds
+     * @throws IllegalStateException if the schedule deadlocks
      */
     public SimulationResult.Completed simulatePerStage(Schedule schedule, PipelineShape shape) {
         return ScheduleSimulator.simulate(schedule, shape, stageDurationsMicros(shape)).requireCompleted();
@@ -207,6 +256,8 @@ public final class TimelineReport {
      * slice per forward, backward, receive, send and optimizer step, and a flow arrow per hand-off
      * from the sender's post to the receiver's receipt. Times in microseconds from the first event.
      * {@link RunTimeline} writes a whole run the same way.
+     *
+     * @return the trace
      */
     public String chromeTraceJson() {
         long origin = ranks.stream().flatMap(r -> r.events().stream()).mapToLong(TimelineEvent::startNanos).min()
@@ -222,6 +273,9 @@ public final class TimelineReport {
      * forward (light) and backward (dark) coloured by microbatch and labelled like the schedule's text
      * ({@code 0F3}), optimizer steps in grey, hand-offs as thin grey bars under the row, and the rank's
      * idle time in the step's window hatched in red with its share at the row's end; a legend below.
+     *
+     * @param title the picture's title
+     * @return the SVG document
      */
     public String svg(String title) {
         double width = 1200;

@@ -34,12 +34,26 @@ public record Action(int stage, ActionType type, int microbatch) {
         }
     }
 
-    /** Forward of {@code microbatch} on {@code stage}. */
+    /**
+     * Forward of {@code microbatch} on {@code stage}.
+     *
+     * @param stage the stage, {@code >= 0}
+     * @param microbatch the microbatch, {@code >= 0}
+     * @return the action
+     * @throws IllegalArgumentException if either is negative
+     */
     public static Action forward(int stage, int microbatch) {
         return new Action(stage, ActionType.FORWARD, microbatch);
     }
 
-    /** Backward of {@code microbatch} on {@code stage}. */
+    /**
+     * Backward of {@code microbatch} on {@code stage}.
+     *
+     * @param stage the stage, {@code >= 0}
+     * @param microbatch the microbatch, {@code >= 0}
+     * @return the action
+     * @throws IllegalArgumentException if either is negative
+     */
     public static Action backward(int stage, int microbatch) {
         return new Action(stage, ActionType.BACKWARD, microbatch);
     }
@@ -48,6 +62,8 @@ public record Action(int stage, ActionType type, int microbatch) {
      * Reads the text form written by {@link #toString()}: decimal stage, {@code F} or {@code B},
      * decimal microbatch, nothing else (no spaces, no signs).
      *
+     * @param text the text form, for example {@code 3F12}
+     * @return the action
      * @throws IllegalArgumentException naming the position, what was expected there and what was found
      */
     public static Action parse(String text) {

@@ -31,22 +31,44 @@ public record ActionDurations(long forward, long backward, long communicationLat
         }
     }
 
-    /** Forward and backward take 1, communication is free. */
+    /**
+     * Forward and backward take 1, communication is free.
+     *
+     * @return the durations
+     */
     public static ActionDurations unit() {
         return new ActionDurations(1, 1, 0);
     }
 
-    /** The given compute times, communication free (e.g. {@code of(1, 2)}: backward twice forward). */
+    /**
+     * The given compute times, communication free (e.g. {@code of(1, 2)}: backward twice forward).
+     *
+     * @param forward duration of a forward, {@code >= 1}
+     * @param backward duration of a backward, {@code >= 1}
+     * @return the durations
+     * @throws IllegalArgumentException if either is below 1
+     */
     public static ActionDurations of(long forward, long backward) {
         return new ActionDurations(forward, backward, 0);
     }
 
-    /** These compute times with {@code communicationLatency} between ranks. */
+    /**
+     * These compute times with {@code communicationLatency} between ranks.
+     *
+     * @param communicationLatency time for a hand-off between ranks, {@code >= 0}
+     * @return the new durations
+     * @throws IllegalArgumentException if it is negative
+     */
     public ActionDurations withCommunicationLatency(long communicationLatency) {
         return new ActionDurations(forward, backward, communicationLatency);
     }
 
-    /** Duration of an action of {@code type}. */
+    /**
+     * Duration of an action of {@code type}.
+     *
+     * @param type the action type
+     * @return the duration, in this record's time unit
+     */
     public long of(ActionType type) {
         return switch (type) {
             case FORWARD -> forward;

@@ -16,7 +16,11 @@ public enum ActionType {
         this.symbol = symbol;
     }
 
-    /** The letter this type is written as in an action's text form. */
+    /**
+     * The letter this type is written as in an action's text form.
+     *
+     * @return {@code F} or {@code B}
+     */
     public char symbol() {
         return symbol;
     }

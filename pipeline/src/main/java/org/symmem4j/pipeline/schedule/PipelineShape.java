@@ -30,22 +30,42 @@ public record PipelineShape(int ranks, int microbatches, int stagesPerRank) {
         }
     }
 
-    /** A non-interleaved pipeline: one stage per rank. */
+    /**
+     * A non-interleaved pipeline: one stage per rank.
+     *
+     * @param ranks pipeline size, {@code >= 1}
+     * @param microbatches microbatches per step, {@code >= 1}
+     * @return the shape
+     * @throws IllegalArgumentException if an argument is out of range
+     */
     public static PipelineShape of(int ranks, int microbatches) {
         return new PipelineShape(ranks, microbatches, 1);
     }
 
-    /** Number of stages, {@code ranks * stagesPerRank}. */
+    /**
+     * Number of stages, {@code ranks * stagesPerRank}.
+     *
+     * @return the stage count
+     */
     public int stageCount() {
         return ranks * stagesPerRank;
     }
 
-    /** The rank that runs {@code stage}: {@code stage % ranks}. */
+    /**
+     * The rank that runs {@code stage}: {@code stage % ranks}.
+     *
+     * @param stage a stage in [0, {@link #stageCount()})
+     * @return the rank
+     */
     public int rankOf(int stage) {
         return stage % ranks;
     }
 
-    /** Number of actions in a complete schedule: one forward and one backward per stage and microbatch. */
+    /**
+     * Number of actions in a complete schedule: one forward and one backward per stage and microbatch.
+     *
+     * @return the action count
+     */
     public int actionCount() {
         return 2 * stageCount() * microbatches;
     }

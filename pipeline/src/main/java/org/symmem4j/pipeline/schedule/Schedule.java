@@ -36,17 +36,30 @@ public record Schedule(List<List<Action>> actionsByRank) {
         actionsByRank = List.copyOf(copy);
     }
 
-    /** Number of ranks (lines) in this schedule. */
+    /**
+     * Number of ranks (lines) in this schedule.
+     *
+     * @return the rank count
+     */
     public int rankCount() {
         return actionsByRank.size();
     }
 
-    /** Rank {@code rank}'s actions, in run order. */
+    /**
+     * Rank {@code rank}'s actions, in run order.
+     *
+     * @param rank a rank in [0, {@link #rankCount()})
+     * @return the actions (unmodifiable)
+     */
     public List<Action> actions(int rank) {
         return actionsByRank.get(rank);
     }
 
-    /** The text form: one {@code rank r: a b c} line per rank, each ending with a newline. */
+    /**
+     * The text form: one {@code rank r: a b c} line per rank, each ending with a newline.
+     *
+     * @return the text form
+     */
     public String toText() {
         StringBuilder text = new StringBuilder();
         for (int rank = 0; rank < actionsByRank.size(); rank++) {
@@ -69,6 +82,8 @@ public record Schedule(List<List<Action>> actionsByRank) {
      * Reads the text form written by {@link #toText()}. Blank lines and lines whose first non-blank
      * character is {@code #} are skipped; actions may be separated by any run of spaces or tabs.
      *
+     * @param text the text form
+     * @return the schedule
      * @throws IllegalArgumentException naming the line (1-based), rank and token (1-based) that is
      *                                  wrong, what was expected there and what was found
      */

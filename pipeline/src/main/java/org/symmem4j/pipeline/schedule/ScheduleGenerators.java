@@ -19,6 +19,8 @@ public final class ScheduleGenerators {
      *
      * @param ranks        pipeline size p, {@code >= 1} (one stage per rank)
      * @param microbatches m, {@code >= 1}
+     * @return the schedule
+     * @throws IllegalArgumentException if an argument is out of range
      */
     public static Schedule gpipe(int ranks, int microbatches) {
         requireInputs("gpipe", ranks, microbatches, 1);
@@ -45,6 +47,8 @@ public final class ScheduleGenerators {
      *
      * @param ranks        pipeline size p, {@code >= 1} (one stage per rank)
      * @param microbatches m, {@code >= 1}
+     * @return the schedule
+     * @throws IllegalArgumentException if an argument is out of range
      */
     public static Schedule oneFOneB(int ranks, int microbatches) {
         requireInputs("1F1B", ranks, microbatches, 1);
@@ -82,6 +86,8 @@ public final class ScheduleGenerators {
      * @param microbatches  m, a positive multiple of {@code ranks} (microbatches cycle through the
      *                      virtual stages in groups of {@code ranks})
      * @param stagesPerRank v, {@code >= 1}
+     * @return the schedule
+     * @throws IllegalArgumentException if an argument is out of range
      */
     public static Schedule interleavedOneFOneB(int ranks, int microbatches, int stagesPerRank) {
         requireInputs("interleaved 1F1B", ranks, microbatches, stagesPerRank);

@@ -31,7 +31,14 @@ public final class ScheduleSimulator {
     private ScheduleSimulator() {
     }
 
-    /** {@link #simulate(Schedule, PipelineShape, ActionDurations)} with {@link ActionDurations#unit()}. */
+    /**
+     * {@link #simulate(Schedule, PipelineShape, ActionDurations)} with {@link ActionDurations#unit()}.
+     *
+     * @param schedule the schedule to run
+     * @param shape the pipeline it is for
+     * @return the result
+     * @throws IllegalArgumentException when {@link ScheduleValidator} rejects the schedule
+     */
     public static SimulationResult simulate(Schedule schedule, PipelineShape shape) {
         return simulate(schedule, shape, ActionDurations.unit());
     }
@@ -39,6 +46,9 @@ public final class ScheduleSimulator {
     /**
      * Runs the dry run.
      *
+     * @param schedule the schedule to run
+     * @param shape the pipeline it is for
+     * @param durations every stage's forward, backward and communication times
      * @return {@link SimulationResult.Completed} with makespan, busy/idle time and peak in-flight
      *         activations per rank, or {@link SimulationResult.Deadlocked} naming every stuck rank
      * @throws IllegalArgumentException when {@link ScheduleValidator} rejects the schedule (the
@@ -54,6 +64,10 @@ public final class ScheduleSimulator {
      * Runs the dry run with each stage's own forward and backward times, e.g. a split's measured or
      * profiled pass times.
      *
+     * @param schedule the schedule to run
+     * @param shape the pipeline it is for
+     * @param durations each stage's forward and backward times, and the communication latency
+     * @return the result, as for {@link #simulate(Schedule, PipelineShape, ActionDurations)}
      * @throws IllegalArgumentException when {@link ScheduleValidator} rejects the schedule, or the
      *                                  durations describe another number of stages than {@code shape}
      */

@@ -42,6 +42,10 @@ public final class ScheduleValidator {
     /**
      * All violations, each a one-line message naming the rank, the action's index in the rank's
      * list (0-based), the action, what was expected and the fix; empty when the schedule is valid.
+     *
+     * @param schedule the schedule to check
+     * @param shape the pipeline it is for
+     * @return the violations (unmodifiable)
      */
     public static List<String> violations(Schedule schedule, PipelineShape shape) {
         Objects.requireNonNull(schedule, "schedule");
@@ -113,6 +117,8 @@ public final class ScheduleValidator {
     /**
      * Throws when {@link #violations} finds any.
      *
+     * @param schedule the schedule to check
+     * @param shape the pipeline it is for
      * @throws IllegalArgumentException {@code invalid schedule: violations=N (shape): } followed by one
      *                                  line per violation
      */

@@ -12,6 +12,7 @@ public sealed interface SimulationResult permits SimulationResult.Completed, Sim
     /**
      * This result as {@link Completed}.
      *
+     * @return this result
      * @throws IllegalStateException with {@link Deadlocked#message()} when the schedule deadlocks
      */
     default Completed requireCompleted() {
@@ -54,27 +55,50 @@ public sealed interface SimulationResult permits SimulationResult.Completed, Sim
             actionStarts = actionStarts.stream().map(long[]::clone).toList();
         }
 
-        /** When action {@code index} of rank {@code rank}'s list starts. */
+        /**
+         * When action {@code index} of rank {@code rank}'s list starts.
+         *
+         * @param rank the rank
+         * @param index the action's index in the rank's list
+         * @return the start time
+         */
         public long startOf(int rank, int index) {
             return actionStarts.get(rank)[index];
         }
 
-        /** Sum of every rank's idle time in {@code [0, makespan]}. */
+        /**
+         * Sum of every rank's idle time in {@code [0, makespan]}.
+         *
+         * @return the idle rank-time
+         */
         public long totalIdleTime() {
             return ranks.stream().mapToLong(RankStats::idleTime).sum();
         }
 
-        /** {@code ranks * makespan}: the rank-time over which the bubble is measured. */
+        /**
+         * {@code ranks * makespan}: the rank-time over which the bubble is measured.
+         *
+         * @return the rank-time
+         */
         public long totalTime() {
             return ranks.size() * makespan;
         }
 
-        /** {@code totalIdleTime() / totalTime()}; see the class comment. */
+        /**
+         * {@code totalIdleTime() / totalTime()}; see the class comment.
+         *
+         * @return the bubble fraction, in [0, 1]
+         */
         public double bubbleFraction() {
             return (double) totalIdleTime() / totalTime();
         }
 
-        /** Rank {@code rank}'s figures. */
+        /**
+         * Rank {@code rank}'s figures.
+         *
+         * @param rank the rank
+         * @return its figures
+         */
         public RankStats rank(int rank) {
             return ranks.get(rank);
         }
@@ -110,7 +134,11 @@ public sealed interface SimulationResult permits SimulationResult.Completed, Sim
             stuckRanks = List.copyOf(stuckRanks);
         }
 
-        /** One line naming every stuck rank, the action it is stuck at and what that action waits for. */
+        /**
+         * One line naming every stuck rank, the action it is stuck at and what that action waits for.
+         *
+         * @return the message
+         */
         public String message() {
             return "deadlock: stuckRanks=" + stuckRanks.size() + " completedActions=" + completedActions + "/"
                     + totalActions + ": "

@@ -41,7 +41,14 @@ public record StageDurations(long[] forward, long[] backward, long communication
         }
     }
 
-    /** Every one of {@code stages} stages takes {@code durations}. */
+    /**
+     * Every one of {@code stages} stages takes {@code durations}.
+     *
+     * @param stages number of stages, {@code >= 1}
+     * @param durations every stage's times and the communication latency
+     * @return the durations
+     * @throws IllegalArgumentException if {@code stages} is below 1
+     */
     public static StageDurations uniform(int stages, ActionDurations durations) {
         Objects.requireNonNull(durations, "durations");
         if (stages < 1) {
@@ -54,12 +61,22 @@ public record StageDurations(long[] forward, long[] backward, long communication
         return new StageDurations(f, b, durations.communicationLatency());
     }
 
-    /** Number of stages these durations describe. */
+    /**
+     * Number of stages these durations describe.
+     *
+     * @return the stage count
+     */
     public int stageCount() {
         return forward.length;
     }
 
-    /** Duration of an action of {@code type} on {@code stage}. */
+    /**
+     * Duration of an action of {@code type} on {@code stage}.
+     *
+     * @param type the action type
+     * @param stage the stage
+     * @return the duration
+     */
     public long of(ActionType type, int stage) {
         return switch (type) {
             case FORWARD -> forward[stage];
@@ -67,7 +84,12 @@ public record StageDurations(long[] forward, long[] backward, long communication
         };
     }
 
-    /** Forward plus backward of {@code stage}: one microbatch's compute there. */
+    /**
+     * Forward plus backward of {@code stage}: one microbatch's compute there.
+     *
+     * @param stage the stage
+     * @return forward plus backward time
+     */
     public long total(int stage) {
         return forward[stage] + backward[stage];
     }
