@@ -485,11 +485,7 @@ final class DataParallelWorker {
             if (stateReduction != null) {
                 // the merged state updates replace the summed-and-divided entries, in this shard only
                 // (the all-gather of the update carries them to the others), before norms and checks
-                stateReduction.write(sharded.start(), sharded.end());
-                if (keep) {
-                    stateReduction.writeUndivided(gradientSnapshot.values(), gradientSnapshot.start(), sharded.start(),
-                            sharded.end());
-                }
+                writeMergedState(sharded.start(), sharded.end(), keep);
             }
             long nonFiniteShards = sharded.agree();
             syncNanos = System.nanoTime() - start;
@@ -553,14 +549,21 @@ final class DataParallelWorker {
             if (stateReduction == null || !stateReduction.overlaps(firstElement, firstElement + count)) {
                 return -1;
             }
-            stateReduction.write(firstElement, firstElement + count); // over the summed-and-divided state entries
-            if (keep) {
-                stateReduction.writeUndivided(gradientSnapshot.values(), gradientSnapshot.start(), firstElement,
-                        firstElement + count);
-            }
+            writeMergedState(firstElement, firstElement + count, keep); // over the summed-and-divided state entries
             // the merged values replaced what the bucket's check saw: check them as well
             long bad = reducer.firstNonFinite(gradientSegment, firstElement * dtype.byteSize(), dtype, count);
             return bad < 0 ? -1 : firstElement + bad;
+        }
+    }
+
+    /**
+     * The merged state updates over their entries in [from, to) of the gradient view (summed and
+     * divided there), and with {@code keep} over the listeners' undivided copy as well.
+     */
+    private void writeMergedState(long from, long to, boolean keep) {
+        stateReduction.write(from, to);
+        if (keep) {
+            stateReduction.writeUndivided(gradientSnapshot.values(), gradientSnapshot.start(), from, to);
         }
     }
 
