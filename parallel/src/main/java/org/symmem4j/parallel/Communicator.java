@@ -215,6 +215,19 @@ public interface Communicator extends AutoCloseable {
     void barrier();
 
     /**
+     * This communicator seen as {@code type}, for operations only some transports have — on GPUs
+     * {@link DeviceCommunicator} (synchronize, graph capture, point-to-point, device buffers) — so
+     * code above the runtime never casts to a transport's class.
+     *
+     * @param type the capability wanted
+     * @param <T>  its type
+     * @return this communicator as {@code type}, or empty when this transport has no such capability
+     */
+    default <T> java.util.Optional<T> unwrap(Class<T> type) {
+        return type.isInstance(this) ? java.util.Optional.of(type.cast(this)) : java.util.Optional.empty();
+    }
+
+    /**
      * Not collective: marks the group aborted with {@code reason}, so every rank that waits in, or
      * later enters, a collective on this communicator fails with a {@link PeerTimeoutException}
      * naming this rank. For a rank that hit an error outside a collective (a failed training step)

@@ -152,6 +152,43 @@ public interface SymmetricMemory extends AutoCloseable {
      */
     long readSignal(int slot);
 
+    /**
+     * This memory seen as {@code type}, for what only some transports have — on GPUs
+     * {@link DeviceMemory} (device addresses of every rank's buffer and signal pad) — so code above
+     * the runtime never casts to a transport's class.
+     *
+     * @param type the capability wanted
+     * @param <T>  its type
+     * @return this memory as {@code type}, or empty when this transport has no such capability
+     */
+    default <T> java.util.Optional<T> unwrap(Class<T> type) {
+        return type.isInstance(this) ? java.util.Optional.of(type.cast(this)) : java.util.Optional.empty();
+    }
+
+    /**
+     * Copies {@code src} (host memory) into this rank's buffer at {@code offset}; returns when done
+     * (on a GPU after waiting for this rank's stream).
+     *
+     * @param src    host bytes, all of which are copied
+     * @param offset byte offset in this rank's buffer
+     * @throws IndexOutOfBoundsException when the range falls outside this rank's buffer
+     */
+    default void copyFromHost(MemorySegment src, long offset) {
+        MemorySegment.copy(src, 0, local(), offset, src.byteSize());
+    }
+
+    /**
+     * Copies {@code dst.byteSize()} bytes of this rank's buffer at {@code offset} into host memory;
+     * returns when done (on a GPU after waiting for this rank's stream).
+     *
+     * @param offset byte offset in this rank's buffer
+     * @param dst    destination host memory
+     * @throws IndexOutOfBoundsException when the range falls outside this rank's buffer
+     */
+    default void copyToHost(long offset, MemorySegment dst) {
+        MemorySegment.copy(local(), offset, dst, 0, dst.byteSize());
+    }
+
     /** Collective: frees this rank's buffer once every rank has stopped using it. */
     @Override
     void close();

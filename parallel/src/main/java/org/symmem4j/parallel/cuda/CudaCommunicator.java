@@ -27,7 +27,7 @@ import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
  * that never come). Graph replays skip the check: it ran at capture. Eager all-reduces launch a
  * one-kernel graph captured at the first call with the same arguments ({@link EagerGraphCache}).
  */
-public final class CudaCommunicator implements Communicator {
+public final class CudaCommunicator implements Communicator, org.symmem4j.parallel.DeviceCommunicator {
 
     private final CudaTransport transport;
     private final InJvmGroup group;
@@ -466,6 +466,7 @@ public final class CudaCommunicator implements Communicator {
     }
 
     /** Waits for this rank's stream, then checks NCCL for asynchronous errors. */
+    @Override
     public void synchronize() {
         driver.setCurrent(rank.context);
         driver.synchronize(rank.stream);
@@ -494,6 +495,7 @@ public final class CudaCommunicator implements Communicator {
      * @param body enqueues the work to capture
      * @return the graph, to replay and close
      */
+    @Override
     public CudaGraph capture(Runnable body) {
         driver.setCurrent(rank.context);
         driver.synchronize(rank.stream);
@@ -663,6 +665,7 @@ public final class CudaCommunicator implements Communicator {
     }
 
     /** {@return this rank's GPU name, as the driver reports it} */
+    @Override
     public String deviceName() {
         return rank.deviceName;
     }
@@ -675,6 +678,60 @@ public final class CudaCommunicator implements Communicator {
      */
     public boolean programmaticLaunch() {
         return rank.programmaticLaunch;
+    }
+
+    @Override
+    public MemorySegment stream() {
+        return rank.stream;
+    }
+
+    @Override
+    public void send(MemorySegment buffer, int peer) {
+        ncclSend(buffer.address(), buffer.byteSize(), peer);
+    }
+
+    @Override
+    public void recv(MemorySegment buffer, int peer) {
+        ncclRecv(buffer.address(), buffer.byteSize(), peer);
+    }
+
+    @Override
+    public MemorySegment allocateDevice(long bytes) {
+        return MemorySegment.ofAddress(deviceMalloc(bytes)).reinterpret(bytes);
+    }
+
+    @Override
+    public void freeDevice(MemorySegment buffer) {
+        synchronize();
+        free(buffer.address());
+    }
+
+    @Override
+    public void copyAsync(MemorySegment dst, MemorySegment src) {
+        if (dst.byteSize() < src.byteSize()) {
+            throw new IllegalArgumentException("copyAsync: dst has " + dst.byteSize() + " bytes, expected at least src's "
+                    + src.byteSize());
+        }
+        copyAsync(dst.address(), src.address(), src.byteSize());
+    }
+
+    @Override
+    public void copyFromHost(MemorySegment dst, MemorySegment src) {
+        if (dst.byteSize() < src.byteSize()) {
+            throw new IllegalArgumentException("copyFromHost: dst has " + dst.byteSize() + " bytes, expected at least src's "
+                    + src.byteSize());
+        }
+        synchronize();
+        copyToDevice(dst.address(), src);
+    }
+
+    @Override
+    public void copyToHost(MemorySegment dst, MemorySegment src) {
+        if (src.byteSize() < dst.byteSize()) {
+            throw new IllegalArgumentException("copyToHost: src has " + src.byteSize() + " bytes, expected at least dst's "
+                    + dst.byteSize());
+        }
+        copyToHost(dst, src.address());
     }
 
     @Override

@@ -3,7 +3,7 @@ package org.symmem4j.parallel.cuda;
 import java.lang.foreign.MemorySegment;
 
 /** An instantiated CUDA graph of collectives captured on one rank's stream; replay it on that stream. */
-public final class CudaGraph implements AutoCloseable {
+public final class CudaGraph implements org.symmem4j.parallel.DeviceGraph {
 
     private final CudaDriver driver;
     private final CudaRank rank;
@@ -16,6 +16,7 @@ public final class CudaGraph implements AutoCloseable {
     }
 
     /** Enqueues one replay on the rank's stream (every rank replays its graph the same number of times). */
+    @Override
     public void replay() {
         driver.setCurrent(rank.context);
         driver.launchGraph(exec, rank.stream);

@@ -18,7 +18,7 @@ import org.symmem4j.parallel.SymmetricMemory;
  * copies and then signals with release at system scope; {@link #waitSignal} enqueues a kernel that
  * waits with acquire, and returns once it has run.
  */
-public final class CudaSymmetricMemory implements SymmetricMemory {
+public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.parallel.DeviceMemory {
 
     private final Group group;
     private final CudaTransport transport;
@@ -68,6 +68,18 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
         return MemorySegment.ofAddress(data[peer]);
     }
 
+    @Override
+    public long bufferPointer(int rank) {
+        Objects.checkIndex(rank, data.length);
+        return data[rank];
+    }
+
+    @Override
+    public long signalPadPointer(int rank) {
+        Objects.checkIndex(rank, pads.length);
+        return pads[rank];
+    }
+
     long dataPointer(int peer) {
         return data[peer];
     }
@@ -99,6 +111,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
      * @param offset byte offset in this rank's buffer
      * @throws IndexOutOfBoundsException if the range falls outside this rank's buffer
      */
+    @Override
     public void copyFromHost(MemorySegment src, long offset) {
         checkRange(offset, src.byteSize());
         transport.driver().setCurrent(rank.context);
@@ -112,6 +125,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory {
      * @param dst destination host memory
      * @throws IndexOutOfBoundsException if the range falls outside this rank's buffer
      */
+    @Override
     public void copyToHost(long offset, MemorySegment dst) {
         checkRange(offset, dst.byteSize());
         transport.driver().setCurrent(rank.context);

@@ -1,0 +1,108 @@
+package org.symmem4j.parallel;
+
+import java.lang.foreign.MemorySegment;
+
+/**
+ * The GPU-only operations of a communicator, reached through
+ * {@link Communicator#unwrap Communicator.unwrap(DeviceCommunicator.class)} — never by casting to a
+ * transport's class. Host communicators do not have them ({@code unwrap} is empty there).
+ *
+ * <p>Device buffers are {@link MemorySegment}s whose address is a device address of this rank's GPU
+ * and whose byte size is the buffer's length: pass them to collectives, copies and kernels, never
+ * dereference them on the host. Everything here is enqueued on this rank's stream, in order with the
+ * collectives, unless it says it waits.
+ */
+public interface DeviceCommunicator {
+
+    /**
+     * This rank's GPU, as the driver names it.
+     *
+     * @return e.g. {@code NVIDIA H100 80GB HBM3}
+     */
+    String deviceName();
+
+    /**
+     * Waits until everything enqueued on this rank's stream has run, then reports asynchronous errors
+     * (NCCL's among them).
+     */
+    void synchronize();
+
+    /**
+     * Collective: captures what {@code body} enqueues on this rank's stream (collectives, puts, waits,
+     * user kernels) into a graph; every rank must capture the same sequence of collectives.
+     *
+     * @param body enqueues the work to capture
+     * @return the graph, to replay and close
+     */
+    DeviceGraph capture(Runnable body);
+
+    /**
+     * This rank's stream ({@code CUstream}), for work of the caller's own (its kernels, cuBLAS) that
+     * must run in order with the collectives. Valid until the communicator is closed.
+     *
+     * @return the stream handle
+     */
+    MemorySegment stream();
+
+    /**
+     * Point-to-point: enqueues the send of {@code buffer} to {@code peer}, which posts the matching
+     * {@link #recv}.
+     *
+     * @param buffer device buffer of this rank; its byte size is the message length
+     * @param peer   the receiving rank
+     * @throws UnsupportedOperationException when this communicator has no point-to-point engine (says why)
+     */
+    void send(MemorySegment buffer, int peer);
+
+    /**
+     * Point-to-point: enqueues the receive of {@code buffer.byteSize()} bytes from {@code peer}.
+     *
+     * @param buffer device buffer of this rank that receives the message
+     * @param peer   the sending rank
+     * @throws UnsupportedOperationException when this communicator has no point-to-point engine (says why)
+     */
+    void recv(MemorySegment buffer, int peer);
+
+    /**
+     * Allocates a device buffer on this rank's GPU (not symmetric: for inputs, outputs and
+     * baselines); free it with {@link #freeDevice}.
+     *
+     * @param bytes size in bytes
+     * @return the device buffer
+     */
+    MemorySegment allocateDevice(long bytes);
+
+    /**
+     * Frees a buffer from {@link #allocateDevice}, after waiting for this rank's stream.
+     *
+     * @param buffer the buffer
+     */
+    void freeDevice(MemorySegment buffer);
+
+    /**
+     * Enqueues a device-to-device copy of {@code src.byteSize()} bytes (the copy engine); either side
+     * may be a peer's symmetric buffer.
+     *
+     * @param dst destination device buffer, at least as large as {@code src}
+     * @param src source device buffer
+     */
+    void copyAsync(MemorySegment dst, MemorySegment src);
+
+    /**
+     * Copies host bytes into a device buffer of this rank; waits for this rank's stream first and
+     * returns when the copy is done.
+     *
+     * @param dst destination device buffer, at least {@code src.byteSize()} bytes
+     * @param src host memory, all of which is copied
+     */
+    void copyFromHost(MemorySegment dst, MemorySegment src);
+
+    /**
+     * Copies {@code dst.byteSize()} bytes of a device buffer of this rank to host memory; waits for
+     * this rank's stream first.
+     *
+     * @param dst destination host memory
+     * @param src source device buffer, at least {@code dst.byteSize()} bytes
+     */
+    void copyToHost(MemorySegment dst, MemorySegment src);
+}
