@@ -17,8 +17,8 @@ cd "$root"
 jdk=$(find_jdk25)
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  mvn -q -B -DskipTests package -pl examples -am
+  mvn -q -B -DskipTests package -pl benchmarks -am
 fi
-cp="$(cat examples/target/classpath.txt):$(ls "$root"/examples/target/symmem4j-examples-*.jar)"
+cp="$(cat benchmarks/target/classpath.txt):$(ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)"
 exec "$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector \
   --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.gradsync.CalibrateThresholds "$@"
