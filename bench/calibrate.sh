@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Calibrates the host all-reduce thresholds of this machine (gradsync's CalibrateThresholds) on the
+# Calibrates the host all-reduce thresholds of this machine (the benchmarks module's CalibrateThresholds) on the
 # JDK 25 that bench/jdk25.sh finds, with the flags the runtime needs; a bare `java` is often an older
 # JDK and fails with UnsupportedClassVersionError.
 #
@@ -21,4 +21,4 @@ if [ "${SKIP_BUILD:-0}" != 1 ]; then
 fi
 cp="$(cat benchmarks/target/classpath.txt):$(ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)"
 exec "$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector \
-  --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.gradsync.CalibrateThresholds "$@"
+  --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.benchmarks.CalibrateThresholds "$@"
