@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Calibrates the host all-reduce thresholds of this machine (gradsync's CalibrateThresholds) on the
+# Calibrates the host all-reduce thresholds of this machine (the benchmarks module's CalibrateThresholds) on the
 # JDK 25 that bench/jdk25.sh finds, with the flags the runtime needs; a bare `java` is often an older
 # JDK and fails with UnsupportedClassVersionError.
 #
@@ -17,8 +17,8 @@ cd "$root"
 jdk=$(find_jdk25)
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  mvn -q -B -DskipTests package -pl examples -am
+  mvn -q -B -DskipTests package -pl benchmarks -am
 fi
-cp="$(cat examples/target/classpath.txt):$(ls "$root"/examples/target/symmem4j-examples-*.jar)"
+cp="$(cat benchmarks/target/classpath.txt):$(ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)"
 exec "$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector \
-  --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.gradsync.CalibrateThresholds "$@"
+  --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.benchmarks.CalibrateThresholds "$@"

@@ -16,8 +16,8 @@ cd "$root"
 . bench/jdk25.sh
 jdk=$(find_jdk25)
 
-mvn -q -B -o -pl examples -am -DskipTests package
-cp="$(cat examples/target/classpath.txt):$(ls "$root"/examples/target/symmem4j-examples-*.jar)"
+mvn -q -B -o -pl benchmarks -am -DskipTests package
+cp="$(cat benchmarks/target/classpath.txt):$(ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)"
 
 commit=$(git rev-parse --short HEAD)
 if [ -n "$(git status --porcelain -- . ':!bench/results' ':!bench/tmp')" ]; then
@@ -27,6 +27,6 @@ mkdir -p bench/results
 report="bench/results/$(date -u +%Y-%m-%d)-data-parallel.md"
 
 "$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector \
-  --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.examples.bench.dl4j.DataParallelBench \
+  --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.benchmarks.dl4j.DataParallelBench \
   --out "$report" --commit "$commit" --command "bench/data-parallel.sh $*" "$@"
 echo "wrote $report" >&2

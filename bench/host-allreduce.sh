@@ -13,7 +13,7 @@ cd "$root"
 jdk=$(find_jdk25)
 
 mvn -q -B -DskipTests install
-cp="$(cat examples/target/classpath.txt):$(ls "$root"/examples/target/symmem4j-examples-*.jar)"
+cp="$(cat benchmarks/target/classpath.txt):$(ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)"
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 out="$root/bench/tmp/host-$stamp"
 mkdir -p "$out"
@@ -42,5 +42,5 @@ echo "== JMH" >&2
   -rf csv -rff "$out/jmh.csv" "$@" >&2)
 
 report="bench/results/$(date -u +%Y-%m-%d)-host-allreduce.md"
-"$jdk/bin/java" -cp "$cp" org.symmem4j.examples.bench.HostBenchReport "$out/jmh.csv" "$out/mpi.txt" "$out/header.md" > "$report"
+"$jdk/bin/java" -cp "$cp" org.symmem4j.benchmarks.HostBenchReport "$out/jmh.csv" "$out/mpi.txt" "$out/header.md" > "$report"
 echo "wrote $report" >&2

@@ -6,7 +6,7 @@
 #
 #   bench/pipeline-handoff.sh [extra JMH args, e.g. -wi 1 -i 2 for a quick look]
 #
-# Builds only the examples module, offline: parallel/ and pipeline/ come from the local Maven
+# Builds only the benchmarks module, offline: parallel/ and pipeline/ come from the local Maven
 # repository, so run `mvn -DskipTests install` first on a fresh checkout and after changing them
 # (the header notes installed jars older than their sources). About 7 minutes on 2 cores. Run it on
 # an otherwise idle machine: ranks spin on their cores, and the header records the load average.
@@ -21,8 +21,8 @@ jdk=$(find_jdk25)
 sizes=(1024 4096 16384 65536 262144 1048576 4194304 16777216)
 sizes_csv=$(IFS=,; echo "${sizes[*]}")
 
-mvn -q -B -o -DskipTests -pl examples package
-cp="$(cat examples/target/classpath.txt):$(ls "$root"/examples/target/symmem4j-examples-*.jar)"
+mvn -q -B -o -DskipTests -pl benchmarks package
+cp="$(cat benchmarks/target/classpath.txt):$(ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)"
 started=$(date -u +%Y-%m-%dT%H:%MZ)
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 out="$root/bench/tmp/handoff-$stamp"
@@ -33,7 +33,7 @@ git diff --quiet HEAD -- . ':!bench/results' || commit="$commit (plus uncommitte
 # The measured StageLink and transports are the installed jars on the class path, not the working tree.
 installed=""
 for module in parallel pipeline; do
-  jar=$(tr ':' '\n' < examples/target/classpath.txt | grep "/symmem4j-$module-[^/]*\.jar$" | head -1)
+  jar=$(tr ':' '\n' < benchmarks/target/classpath.txt | grep "/symmem4j-$module-[^/]*\.jar$" | head -1)
   built=$(date -u -r "$jar" +%Y-%m-%dT%H:%MZ)
   newer=$(find "$module/src/main" -type f -newer "$jar" | wc -l)
   note=""
@@ -90,6 +90,6 @@ echo "other jobs used $others_share of the machine's CPU time during the run" >&
 } > "$out/header.md"
 
 report="bench/results/${started%%T*}-pipeline-handoff-host.md"
-"$jdk/bin/java" -cp "$cp" org.symmem4j.examples.bench.HandoffBenchReport \
+"$jdk/bin/java" -cp "$cp" org.symmem4j.benchmarks.HandoffBenchReport \
   "$out/jmh.csv" "$out/mpi-pingpong.txt" "$out/header.md" > "$report"
 echo "wrote $report" >&2

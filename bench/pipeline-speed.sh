@@ -21,7 +21,7 @@ jdk=$(find_jdk25)
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   mvn -q -B -DskipTests verify
 fi
-cp="$(cat examples/target/classpath.txt):$(ls "$root"/examples/target/symmem4j-examples-*.jar)"
+cp="$(cat benchmarks/target/classpath.txt):$(ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)"
 
 cores=$(nproc)
 if [ -z "${RANKS:-}" ]; then
@@ -39,7 +39,7 @@ java=("$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incub
 export OMP_NUM_THREADS=1
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-"${java[@]}" org.symmem4j.examples.bench.dl4j.PipelineBench --ranks "$RANKS" --out bench/tmp/pipeline-bench.md \
+"${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineBench --ranks "$RANKS" --out bench/tmp/pipeline-bench.md \
   --commit "$commit" --machine "$machine" --command "RANKS=$RANKS bench/pipeline-speed.sh $*" "$@"
 {
   cat bench/tmp/pipeline-bench.md
@@ -49,9 +49,9 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
   echo "Stages whose passes take a known time, every step started on all ranks together; the measured idle"
   echo "fraction per rank next to the simulator's for that step's measured pass and hand-off times."
   echo
-  "${java[@]}" org.symmem4j.examples.bench.PipelineExecutorBubbleBench --ranks 4 --microbatches 8 --wait park
+  "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 4 --microbatches 8 --wait park
   echo
-  "${java[@]}" org.symmem4j.examples.bench.PipelineExecutorBubbleBench --ranks "$(( cores < 2 ? 1 : (cores < 4 ? 2 : 4) ))" \
+  "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks "$(( cores < 2 ? 1 : (cores < 4 ? 2 : 4) ))" \
     --microbatches 8 --forward-us 1000 --backward-us 2000 --wait spin
   echo
   echo "Load average (1, 5, 15 min) before: $load_before; after: $(cut -d' ' -f1-3 /proc/loadavg)."

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Draws the benchmark plots (PNG) into bench/results/plots/ from the raw CSVs committed in
-# bench/results/ (org.symmem4j.examples.bench.Plots, XChart, headless): DL4J data-parallel throughput
+# bench/results/ (org.symmem4j.benchmarks.Plots, XChart, headless): DL4J data-parallel throughput
 # against the single model and ParallelWrapper, the pipeline's measured bubble against the simulator's,
 # the host all-reduce against Open MPI, the GPU all-reduce against NCCL. Measures nothing.
 #
@@ -12,7 +12,7 @@ cd "$root"
 jdk=$(find_jdk25)
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
-  mvn -q -B -DskipTests package -pl examples -am
+  mvn -q -B -DskipTests package -pl benchmarks -am
 fi
-cp="$(cat examples/target/classpath.txt):$(ls "$root"/examples/target/symmem4j-examples-*.jar)"
-exec "$jdk/bin/java" -Djava.awt.headless=true -cp "$cp" org.symmem4j.examples.bench.Plots "$@"
+cp="$(cat benchmarks/target/classpath.txt):$(ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)"
+exec "$jdk/bin/java" -Djava.awt.headless=true -cp "$cp" org.symmem4j.benchmarks.Plots "$@"

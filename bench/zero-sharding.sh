@@ -14,8 +14,8 @@ cd "$root"
 . bench/jdk25.sh
 jdk=$(find_jdk25)
 
-mvn -q -B -o -pl examples -am -DskipTests package
-cp="$(cat examples/target/classpath.txt):$(ls "$root"/examples/target/symmem4j-examples-*.jar)"
+mvn -q -B -o -pl benchmarks -am -DskipTests package
+cp="$(cat benchmarks/target/classpath.txt):$(ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)"
 
 commit=$(git rev-parse --short HEAD)
 if [ -n "$(git status --porcelain -- . ':!bench/results' ':!bench/tmp')" ]; then
@@ -25,6 +25,6 @@ mkdir -p bench/results
 report="bench/results/$(date -u +%Y-%m-%d)-zero-sharding.md"
 
 "$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector \
-  --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.examples.bench.dl4j.ZeroShardingBench \
+  --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.benchmarks.dl4j.ZeroShardingBench \
   --out "$report" --commit "$commit" --command "bench/zero-sharding.sh $*" "$@"
 echo "wrote $report" >&2

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs the CPU scaling benchmark (ScalingBench) for the CPUs of a lent GPU machine, which has no Java
 # and no network and takes at most 64 MiB per call: a jlinked JDK 25 runtime and every jar of the
-# examples' class path, each jar re-stored without compression (zip -0) so that xz sees the raw class
+# benchmarks' class path, each jar re-stored without compression (zip -0) so that xz sees the raw class
 # files and native libraries (ND4J's libnd4jcpu.so: 323 MB -> about 30 MB), in two tar.xz parts that
 # each fit one call:
 #   part1.tar.xz  the runtime and ND4J's native jar
@@ -22,7 +22,7 @@ jdk=$(find_jdk25)
 dest=$(realpath -m "${1:-.device-dp}")
 
 # package, never install: ~/.m2 holds artifacts other checkouts use
-mvn -q -B -o -pl examples -am -DskipTests package
+mvn -q -B -o -pl benchmarks -am -DskipTests package
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/p1/lib" "$stage/p2/lib"
@@ -37,7 +37,7 @@ restore() { # $1 jar, $2 destination folder: the same entries, stored
   (cd "$tmp" && zip -q -0 -r -X "$into/$(basename "$jar")" .)
   rm -rf "$tmp"
 }
-cp_entries=$(tr ":" "\n" < examples/target/classpath.txt; echo; ls "$root"/examples/target/symmem4j-examples-*.jar)
+cp_entries=$(tr ":" "\n" < benchmarks/target/classpath.txt; echo; ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)
 for jar in $cp_entries; do
   case "$jar" in
     */jmh-*|*/jopt-simple-*) continue ;;   # the JMH harness: not used by the CLIs run here

@@ -50,7 +50,7 @@ bench() {
   java=("$home/jre/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector
         --sun-misc-unsafe-memory-access=allow -Dorg.bytedeco.javacpp.cachedir="$home/javacpp" -Xmx24g
         -cp "$home/lib/*")
-  scaling=("${java[@]}" org.symmem4j.examples.bench.dl4j.ScalingBench --raw "$out/scaling.csv"
+  scaling=("${java[@]}" org.symmem4j.benchmarks.dl4j.ScalingBench --raw "$out/scaling.csv"
            --commit "${COMMIT:-unknown}" --batch 64)
   for step in "${steps[@]}"; do
     echo "== $step at ${SECONDS}s" | tee -a "$log"
@@ -105,20 +105,20 @@ zero1() {
 pipeline() {
   local machine
   machine="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM"
-  OMP_NUM_THREADS=1 timeout 420 "${java[@]}" org.symmem4j.examples.bench.dl4j.PipelineBench --ranks 4,8 \
+  OMP_NUM_THREADS=1 timeout 420 "${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineBench --ranks 4,8 \
     --microbatches-per-rank 2 --reps 2 --out "$out/pipeline.md" --commit "${COMMIT:-unknown}" --machine "$machine" \
     --command "bench/cpu-scaling/run.sh bench pipeline" >> "$log" 2>&1
   {
-    OMP_NUM_THREADS=1 timeout 40 "${java[@]}" org.symmem4j.examples.bench.PipelineExecutorBubbleBench --ranks 4 \
+    OMP_NUM_THREADS=1 timeout 40 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 4 \
       --microbatches 8 --wait park
-    OMP_NUM_THREADS=1 timeout 40 "${java[@]}" org.symmem4j.examples.bench.PipelineExecutorBubbleBench --ranks 8 \
+    OMP_NUM_THREADS=1 timeout 40 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 8 \
       --microbatches 16 --forward-us 1000 --backward-us 2000 --wait spin
   } > "$out/pipeline-executor.txt" 2>&1
 }
 
 mpi() {
   {
-    timeout 30 "${java[@]}" org.symmem4j.examples.bench.dl4j.HostAllReduceScaling --ranks 2,4,8,16 \
+    timeout 30 "${java[@]}" org.symmem4j.benchmarks.dl4j.HostAllReduceScaling --ranks 2,4,8,16 \
       --sizes 65536,1048576,4194304,16777216 --seconds-per-size 0.4
     if command -v mpicc >/dev/null && command -v mpirun >/dev/null && [ -f bench/mpi/allreduce_bench.c ]; then
       mpicc -std=c11 -O3 -march=native -o /tmp/allreduce_bench bench/mpi/allreduce_bench.c

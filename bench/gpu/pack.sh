@@ -9,7 +9,7 @@ cd "$root"
 . bench/jdk25.sh
 jdk=$(find_jdk25)
 
-mvn -q -B -DskipTests install -pl kernels,parallel,gradsync,pipeline,examples -am
+mvn -q -B -DskipTests install -pl kernels,parallel,gradsync,pipeline,benchmarks -am
 # the project's version from the POM (the parent's own <version>, the first one in it), so that the
 # jars named below are the main ones, never the -sources or -javadoc jars beside them
 version=$(sed -n '/<parent>/,/<\/parent>/d; s:^  <version>\(.*\)</version>$:\1:p' pom.xml | head -1)
@@ -22,12 +22,12 @@ rm -rf .device
 mkdir -p .device/lib
 "$jdk/bin/jlink" --add-modules java.base,jdk.unsupported,java.management,java.logging,jdk.incubator.vector,jdk.jfr \
   --strip-debug --no-man-pages --no-header-files --compress=zip-6 --output .device/jre
-for module in kernels parallel gradsync pipeline examples; do
+for module in kernels parallel gradsync pipeline benchmarks; do
   cp "$module/target/symmem4j-$module-$version.jar" .device/lib/
 done
 # micrometer-core for the metrics; SLF4J's API (symmem4j logs through it) and its simple backend; picocli parses the benchmarks' options
 for jar in micrometer-core slf4j-api slf4j-simple picocli; do
-  cp "$(grep -o "[^:]*$jar-[0-9][^:]*\.jar" examples/target/classpath.txt | head -1)" .device/lib/
+  cp "$(grep -o "[^:]*$jar-[0-9][^:]*\.jar" benchmarks/target/classpath.txt | head -1)" .device/lib/
 done
 cp -r parallel/target/test-classes .device/test-classes
 cp -r pipeline/target/test-classes/. .device/test-classes/

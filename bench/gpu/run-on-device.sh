@@ -64,18 +64,18 @@ if [ "$what" = shared ]; then
   done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
-  $java $flags -cp "$cp" org.symmem4j.examples.bench.GpuAllReduceBench --out "$out/gpu-allreduce.md" \
+  $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuAllReduceBench --out "$out/gpu-allreduce.md" \
     --thresholds "$out/gpu-thresholds.properties" "$@" 2>&1 | tee "$out/gpu-bench.log"
   rc=$(( rc | PIPESTATUS[0] ))
 fi
 if [ "$what" = handoff ] || [ "$what" = all ]; then
   # the hand-off's device-side waits are unbounded: a broken protocol must not hold the machine
-  timeout 300 $java $flags -cp "$cp" org.symmem4j.examples.bench.GpuHandoffBench --out "$out/gpu-handoff.md" \
+  timeout 300 $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuHandoffBench --out "$out/gpu-handoff.md" \
     2>&1 | tee "$out/gpu-handoff.log"
   rc=$(( rc | PIPESTATUS[0] ))
 fi
 if [ "$what" = probe ]; then
-  timeout 300 $java $flags -cp "$cp" org.symmem4j.examples.bench.GpuEagerProbe 2>&1 | tee "$out/gpu-eager-probe.log"
+  timeout 300 $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuEagerProbe 2>&1 | tee "$out/gpu-eager-probe.log"
   rc=$(( rc | PIPESTATUS[0] ))
 fi
 if [ "$what" = nvlink ]; then

@@ -29,7 +29,7 @@ import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
-import org.symmem4j.parallel.host.Reducer;
+import org.symmem4j.parallel.numeric.Reducer;
 
 /**
  * One data-parallel worker: a thread that owns a model replica and one rank of the in-JVM group.

@@ -13,7 +13,7 @@ import org.symmem4j.gradsync.GradientSynchronizer;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmemException;
-import org.symmem4j.parallel.host.Reducer;
+import org.symmem4j.parallel.numeric.Reducer;
 
 /**
  * One worker's gradient averaging for plain data parallelism, bucket by bucket. For each bucket:

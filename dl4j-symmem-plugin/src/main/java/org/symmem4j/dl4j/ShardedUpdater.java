@@ -28,8 +28,8 @@ import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
-import org.symmem4j.parallel.host.BFloat16;
-import org.symmem4j.parallel.host.Reducer;
+import org.symmem4j.parallel.numeric.BFloat16;
+import org.symmem4j.parallel.numeric.Reducer;
 
 /**
  * One worker's ZeRO-style sharded updater: this rank owns elements [start, end) of the flat

@@ -21,7 +21,7 @@ import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
-import org.symmem4j.parallel.host.BFloat16;
+import org.symmem4j.parallel.numeric.BFloat16;
 
 /**
  * The entries of DL4J's flat gradient view that hold updates of a layer's <em>state</em> rather

@@ -34,8 +34,8 @@ import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
-import org.symmem4j.parallel.host.InJvmTransport;
-import org.symmem4j.parallel.host.Reducer;
+import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.numeric.Reducer;
 import org.symmem4j.parallel.sync.BackoffIdleStrategy;
 
 /**
@@ -146,7 +146,7 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         this.timeout = b.timeout;
         this.bucketBytes = b.bucketBytes;
         this.policy = b.policy != null ? b.policy : AlgorithmPolicy.calibrated();
-        this.metrics = new SyncMetrics(InJvmTransport.NAME);
+        this.metrics = new SyncMetrics(Transport.HOST_IN_JVM);
         this.userDividesByMinibatch = model.conf().isMiniBatch();
         this.userTrainingWorkspaceMode = trainingWorkspaceMode(model);
     }

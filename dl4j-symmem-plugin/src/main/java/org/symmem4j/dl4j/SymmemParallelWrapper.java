@@ -40,7 +40,7 @@ import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
-import org.symmem4j.parallel.host.InJvmTransport;
+import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.sync.BackoffIdleStrategy;
 
 /**
@@ -154,7 +154,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 : Math.max(1, Runtime.getRuntime().availableProcessors() / b.workers), b.sharding, b.overlap, b.accumulation,
                 b.gradientTransfer, b.minBucketBytes, b.prefetchBuffer, b.reportScoreAfterAveraging, b.workspaceMode,
                 b.timelineSteps);
-        this.metrics = new SyncMetrics(InJvmTransport.NAME, b.metricTags);
+        this.metrics = new SyncMetrics(Transport.HOST_IN_JVM, b.metricTags);
         if (b.registry != null) {
             metrics.bindTo(b.registry);
         }

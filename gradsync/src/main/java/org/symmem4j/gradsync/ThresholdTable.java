@@ -19,7 +19,7 @@ import org.symmem4j.parallel.DType;
 
 /**
  * Which all-reduce algorithm is fastest for which message size, per transport and world size, as
- * measured by {@link CalibrateThresholds} on a machine. Properties format, one row per
+ * measured by {@code CalibrateThresholds} (benchmarks module, {@code bench/calibrate.sh}) on a machine. Properties format, one row per
  * {@code <transport>.<worldSize>}, thresholds ascending, the last one {@code max}:
  * <pre>
  *   host-in-jvm.2=ONE_SHOT:2048,TWO_SHOT:max

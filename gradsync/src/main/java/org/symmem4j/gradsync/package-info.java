@@ -6,8 +6,8 @@
  *       memory bucket by bucket ({@link org.symmem4j.gradsync.GradientBuckets}).</li>
  *   <li>{@link org.symmem4j.gradsync.AlgorithmPolicy}: per bucket, an eligibility filter, then the
  *       calibrated {@link org.symmem4j.gradsync.ThresholdTable}; or an algorithm the user forces.</li>
- *   <li>{@link org.symmem4j.gradsync.CalibrateThresholds}: measures this machine and writes the
- *       table.</li>
+ *   <li>the table is measured per machine by {@code org.symmem4j.benchmarks.CalibrateThresholds}
+ *       (the benchmarks module; {@code bench/calibrate.sh}).</li>
  *   <li>{@link org.symmem4j.gradsync.SyncMetrics}: the Micrometer {@code MeterBinder} for sync
  *       latency, bytes, step time and the sync share of step time.</li>
  * </ul>

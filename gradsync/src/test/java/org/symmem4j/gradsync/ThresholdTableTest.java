@@ -101,19 +101,4 @@ class ThresholdTableTest {
             }
         }
     }
-
-    @Test
-    void calibrationMergesWinnersAndBreaksTiesTowardsThePreviousWinner() {
-        List<Long> sizes = List.of(1024L, 2048L, 4096L, 8192L);
-        double[][] medians = {
-            {1.0, 2.0, 3.0},      // ONE_SHOT
-            {2.0, 1.02, 1.0},     // TWO_SHOT within 5% of RING: tie, no previous TWO_SHOT, first in order wins
-            {3.0, 1.0, 1.04},     // TWO_SHOT again (RING within the margin but TWO_SHOT is the previous winner)
-            {9.0, 5.0, 1.0},      // RING clearly
-        };
-        List<ThresholdTable.Threshold> row = CalibrateThresholds.thresholds(sizes, medians);
-        assertEquals(List.of(new ThresholdTable.Threshold(1024, Algorithm.ONE_SHOT),
-                new ThresholdTable.Threshold(4096, Algorithm.TWO_SHOT),
-                new ThresholdTable.Threshold(Long.MAX_VALUE, Algorithm.RING)), row);
-    }
 }

@@ -17,7 +17,7 @@ import org.symmem4j.parallel.ProcessGroup;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
-import org.symmem4j.parallel.host.BFloat16;
+import org.symmem4j.parallel.numeric.BFloat16;
 import org.symmem4j.parallel.host.SharedMemoryFiles;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.exec.AffineStage;

@@ -15,6 +15,12 @@ import java.lang.foreign.MemorySegment;
  */
 public interface Transport {
 
+    /** {@link #name()} of the transport whose ranks are threads of one JVM (off-heap segments). */
+    String HOST_IN_JVM = "host-in-jvm";
+
+    /** {@link #name()} of the transport whose ranks are processes of one machine ({@code /dev/shm} files). */
+    String HOST_SHM = "host-shm";
+
     /**
      * Short lowercase name, used as the {@code transport} metric tag.
      *

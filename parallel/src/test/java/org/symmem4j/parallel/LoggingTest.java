@@ -8,7 +8,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
-import org.symmem4j.parallel.host.Reducer;
+import org.symmem4j.parallel.numeric.Reducer;
 
 /**
  * symmem4j logs through SLF4J, as DL4J does, so the application's backend and its per-logger
@@ -37,7 +37,7 @@ class LoggingTest {
     @Test
     void theApplicationsSlf4jLevelsGovernSymmem4jsLoggers() throws Exception {
         String info = runChild("info");
-        assertTrue(info.contains("INFO org.symmem4j.parallel.host.Reducer - host reductions: scalar (forced"), info);
+        assertTrue(info.contains("INFO org.symmem4j.parallel.numeric.Reducer - host reductions: scalar (forced"), info);
         String warn = runChild("warn");
         assertTrue(warn.contains("REDUCER scalar"), warn);
         assertFalse(warn.contains("host reductions"), "INFO is below the configured WARN: " + warn);

@@ -3,7 +3,7 @@ package org.symmem4j.parallel;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.util.SplittableRandom;
-import org.symmem4j.parallel.host.BFloat16;
+import org.symmem4j.parallel.numeric.BFloat16;
 
 /** Inputs exactly representable in each dtype, written to and read from segments as doubles. */
 public final class TestData {

@@ -26,7 +26,7 @@ import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
-import org.symmem4j.parallel.host.InJvmTransport;
+import org.symmem4j.parallel.Transport;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
 import org.symmem4j.pipeline.exec.PipelineMetrics;
@@ -131,7 +131,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.timeout = b.timeout;
         this.ompThreadsPerRank = b.threadsPerRank(shape.ranks());
         this.listeners = List.copyOf(b.listeners);
-        this.metrics = new PipelineMetrics(b.schedule.tag(), InJvmTransport.NAME, b.metricTags);
+        this.metrics = new PipelineMetrics(b.schedule.tag(), Transport.HOST_IN_JVM, b.metricTags);
         if (b.registry != null) {
             metrics.bindTo(b.registry);
         }

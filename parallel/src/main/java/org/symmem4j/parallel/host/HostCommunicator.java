@@ -19,6 +19,7 @@ import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Descriptor;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
+import org.symmem4j.parallel.numeric.Reducer;
 
 /**
  * Collectives on host symmetric memory: plain loads and stores into peers' buffers plus the flag

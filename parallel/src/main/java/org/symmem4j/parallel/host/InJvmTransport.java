@@ -20,7 +20,7 @@ import org.symmem4j.parallel.Transport;
 public final class InJvmTransport implements Transport {
 
     /** The transport's name, as {@code transportName()} reports it and configuration selects it. */
-    public static final String NAME = "host-in-jvm";
+    public static final String NAME = Transport.HOST_IN_JVM;
 
     private final AtomicLong nextId = new AtomicLong();
 

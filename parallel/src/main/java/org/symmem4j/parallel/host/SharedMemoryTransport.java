@@ -27,7 +27,7 @@ import org.symmem4j.parallel.Transport;
 public final class SharedMemoryTransport implements Transport {
 
     /** The transport's name, as {@code transportName()} reports it and configuration selects it. */
-    public static final String NAME = "host-shm";
+    public static final String NAME = Transport.HOST_SHM;
 
     /** A rank's allocation record: "tag bytes id". */
     private static final Pattern ALLOCATION = Pattern.compile("([0-9a-f]{12}) ([0-9]{1,18}) (-1|[0-9]{1,18})");

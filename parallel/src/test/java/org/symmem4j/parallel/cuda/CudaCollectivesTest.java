@@ -30,7 +30,7 @@ import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
-import org.symmem4j.parallel.host.BFloat16;
+import org.symmem4j.parallel.numeric.BFloat16;
 
 /**
  * GPU collectives against a float64 reference on fresh random data, ranks bitwise equal; graph

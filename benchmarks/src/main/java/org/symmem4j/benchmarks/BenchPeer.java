@@ -1,0 +1,75 @@
+package org.symmem4j.benchmarks;
+
+import org.symmem4j.examples.Cli;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ProcessGroup;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.SymmetricMemory;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Parameters;
+
+/**
+ * Rank 1 of the process benchmarks, started by {@link PeerProcess} with torchrun's variables set:
+ *
+ * <pre>
+ *   BenchPeer allreduce &lt;bytes&gt; &lt;algorithm&gt;   ({@link ProcessAllReduceBenchmark})
+ *   BenchPeer handoff &lt;bytes&gt; &lt;waits&gt;         ({@link StageLinkHandoffBenchmark})
+ * </pre>
+ */
+public final class BenchPeer {
+
+    static final String ALL_REDUCE = "allreduce";
+    static final String HANDOFF = "handoff";
+
+    private BenchPeer() {
+    }
+
+    @Command(name = "BenchPeer", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class,
+            description = "Rank 1 of the process benchmarks, started by the JMH benchmark itself with torchrun's"
+                    + " variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) set; not meant to be run by hand.")
+    static final class Flags {
+        @Parameters(index = "0", paramLabel = "WORKLOAD", description = "allreduce or handoff")
+        String workload;
+        @Parameters(index = "1", paramLabel = "BYTES", description = "message bytes")
+        long bytes;
+        @Parameters(index = "2", paramLabel = "VARIANT",
+                description = "allreduce: the algorithm (ONE_SHOT, TWO_SHOT, RING); handoff: the waits (BACKOFF, SPIN)")
+        String variant;
+    }
+
+    public static void main(String[] args) {
+        Flags f = Cli.parse(new Flags(), args, flags -> {
+            // name both values before the group forms: a bad one must not leave rank 0 waiting for this rank
+            switch (flags.workload) {
+                case ALL_REDUCE -> Algorithm.valueOf(flags.variant);
+                case HANDOFF -> StageLinkHandoffBenchmark.Waits.valueOf(flags.variant);
+                default -> throw new IllegalArgumentException("unknown benchmark peer workload=" + flags.workload
+                        + " expected=" + ALL_REDUCE + " or " + HANDOFF);
+            }
+            return flags;
+        });
+        switch (f.workload) {
+            case ALL_REDUCE -> allReduce(f.bytes, Algorithm.valueOf(f.variant));
+            default -> {
+                StageLinkHandoffBenchmark.Waits waits = StageLinkHandoffBenchmark.Waits.valueOf(f.variant);
+                try (ProcessGroup group = ProcessGroup.fromEnvironment(waits.options())) {
+                    StageLinkPingPong.serveEchoes(group, f.bytes);
+                }
+            }
+        }
+    }
+
+    private static void allReduce(long bytes, Algorithm algorithm) {
+        long count = bytes / 4;
+        try (ProcessGroup group = ProcessGroup.fromEnvironment();
+             Communicator comm = Communicator.create(group);
+             SymmetricMemory mem = SymmetricMemory.allocate(group, bytes);
+             SymmetricMemory control = SymmetricMemory.allocate(group, 0)) {
+            HostAllReduceBenchmark.fill(mem);
+            PeerDriver.serve(new PeerDriver.SignalChannel(control),
+                    () -> comm.allReduce(mem, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm));
+        }
+    }
+}

@@ -1,0 +1,411 @@
+package org.symmem4j.benchmarks;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.SplittableRandom;
+import org.symmem4j.examples.Cli;
+import org.symmem4j.gradsync.AlgorithmPolicy;
+import org.symmem4j.gradsync.ThresholdTable;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.cuda.CudaCommunicator;
+import org.symmem4j.parallel.cuda.CudaDriver;
+import org.symmem4j.parallel.cuda.CudaGraph;
+import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
+import org.symmem4j.parallel.cuda.CudaTransport;
+import org.symmem4j.parallel.cuda.Nccl;
+import org.symmem4j.parallel.cuda.NcclWindow;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+/**
+ * GPU all-reduce benchmark, nccl-tests style: for 1 KiB … 256 MiB, bf16 and fp32, in place, the
+ * time per operation, algbw and busbw of symmem4j's ONE_SHOT and TWO_SHOT kernels, the policy's
+ * choice (the fastest symmem4j/NCCL option calibrated in this run), and the baselines NCCL on
+ * plain cuMemAlloc buffers and NCCL on ncclMemAlloc buffers registered as symmetric windows, each
+ * eager and graph-captured. One rank per GPU (threads of this JVM). Medians of repeated timings
+ * with CUDA events on rank 0's stream.
+ *
+ * <pre>
+ *   GpuAllReduceBench [--out report.md] [--thresholds thresholds.properties] [--max-bytes B] [--reps R]
+ * </pre>
+ */
+public final class GpuAllReduceBench {
+
+    /** How rank 0 launched the symmem4j kernels, for the report. */
+    private static volatile String launchMode = "unknown";
+
+    private static final long[] SIZES = {1L << 10, 4L << 10, 16L << 10, 64L << 10, 256L << 10, 1L << 20, 4L << 20,
+        16L << 20, 64L << 20, 256L << 20};
+    private static final String[] VARIANTS = {"ONE_SHOT", "TWO_SHOT", "NCCL plain", "NCCL window"};
+
+    private GpuAllReduceBench() {
+    }
+
+    /** Per (dtype, size, variant, mode): median microseconds per op, NaN where it cannot run. */
+    record Cell(DType dtype, long bytes, String variant, boolean graph, double micros) {
+    }
+
+    @Command(name = "GpuAllReduceBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "GPU all-reduce on every GPU of the machine: symmem4j's algorithms against NCCL, eager and"
+                    + " graph-captured, with a calibrated threshold row.")
+    static final class Flags {
+        @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
+        Path out;
+        @Option(names = "--thresholds", paramLabel = "FILE", description = "write the calibrated threshold row to FILE (default: none)")
+        Path thresholds;
+        @Option(names = "--max-bytes", paramLabel = "B", description = "largest message in bytes")
+        long maxBytes = 256L << 20;
+        @Option(names = "--reps", paramLabel = "R", description = "timed repetitions per cell (the median is reported)")
+        int reps = 7;
+    }
+
+    public static void main(String[] args) throws IOException {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--reps", f.reps);
+            if (f.maxBytes < 1024) {
+                throw new IllegalArgumentException("--max-bytes=" + f.maxBytes + " expected >= 1024");
+            }
+            return f;
+        });
+        Path out = flags.out;
+        Path thresholds = flags.thresholds;
+        long maxBytes = flags.maxBytes;
+        int reps = flags.reps;
+        CudaTransport cuda = CudaTransport.create();
+        int devices = CudaDriver.get().deviceCount();
+        int worldSize = Math.max(2, Math.min(8, devices));
+        long maxB = maxBytes;
+        int repeats = reps;
+        String[] deviceName = new String[1];
+        String[] calibration = new String[1];
+        double[] peerCopy = new double[2];
+        List<List<Cell>> perRank = InJvmWorld.runOnEveryRank(worldSize,
+                GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), group -> {
+            List<Cell> cells = new ArrayList<>();
+            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, maxB)) {
+                deviceName[0] = comm.deviceName();
+                launchMode = comm.programmaticLaunch() ? "programmatic dependent launch (PDL)"
+                        : "plain (no PDL: before sm_90, or -Dsymmem4j.cuda.pdl=false)";
+                boolean nccl = comm.supports(Algorithm.NCCL);
+                long plain = nccl ? comm.deviceMalloc(maxB) : 0;
+                NcclWindow window = nccl && Nccl.get().hasSymmetricWindows() ? comm.ncclSymmetricWindow(maxB) : null;
+                fillRandom(comm, mem.local().address(), maxB, group.rank());
+                if (plain != 0) {
+                    fillRandom(comm, plain, maxB, group.rank());
+                }
+                if (window != null) {
+                    fillRandom(comm, window.pointer(), maxB, group.rank());
+                }
+                // JIT warm-up of the eager call paths, so the first sizes measure compiled code
+                for (int i = 0; i < 5_000; i++) {
+                    comm.allReduce(mem, 0, 512, DType.BFLOAT16, ReduceOp.SUM, i % 2 == 0 ? Algorithm.ONE_SHOT : Algorithm.TWO_SHOT);
+                    if (nccl) {
+                        comm.ncclAllReduce(plain, plain, 512, DType.BFLOAT16, ReduceOp.SUM);
+                    }
+                }
+                comm.synchronize();
+                // Baselines: the copy engine moving maxB from this rank's buffer into the next rank's,
+                // rank 0 alone (one way), then every rank at once (each link busy both ways)
+                long next = mem.peer((group.rank() + 1) % worldSize).address();
+                long mine = mem.local().address();
+                boolean first = group.rank() == 0;
+                double alone = time(comm, group.rank(), () -> {
+                    if (first) {
+                        comm.copyAsync(next, mine, maxB);
+                    }
+                }, maxB, false, repeats);
+                double all = time(comm, group.rank(), () -> comm.copyAsync(next, mine, maxB), maxB, false, repeats);
+                if (first) {
+                    peerCopy[0] = alone;
+                    peerCopy[1] = all;
+                }
+                for (DType dtype : new DType[] {DType.BFLOAT16, DType.FLOAT32}) {
+                    for (long bytes : SIZES) {
+                        if (bytes > maxB) {
+                            continue;
+                        }
+                        long count = bytes / dtype.byteSize();
+                        for (String variant : VARIANTS) {
+                            Runnable op = switch (variant) {
+                                case "ONE_SHOT" -> comm.supports(Algorithm.ONE_SHOT, dtype, ReduceOp.SUM, count)
+                                        ? () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT) : null;
+                                case "TWO_SHOT" -> () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, Algorithm.TWO_SHOT);
+                                case "NCCL plain" -> nccl ? () -> comm.ncclAllReduce(plain, plain, count, dtype, ReduceOp.SUM) : null;
+                                case "NCCL window" -> window != null
+                                        ? () -> comm.ncclAllReduce(window.pointer(), window.pointer(), count, dtype, ReduceOp.SUM) : null;
+                                default -> throw new IllegalStateException(variant);
+                            };
+                            for (boolean graph : new boolean[] {false, true}) {
+                                double us = op == null ? Double.NaN : time(comm, group.rank(), op, bytes, graph, repeats);
+                                cells.add(new Cell(dtype, bytes, variant, graph, us));
+                            }
+                        }
+                    }
+                }
+                // The policy: rank 0's calibrated row (all ranks must choose alike), then every size
+                // measured again as the policy picks it.
+                String row = calibratedRow(cells, comm.transportName() + "." + worldSize, DType.BFLOAT16) + "\n"
+                        + calibratedRow(cells, comm.transportName() + "." + worldSize + ".float32", DType.FLOAT32);
+                String agreed = new String(group.allGatherBytes("policy-row", row.getBytes(StandardCharsets.UTF_8)).getFirst(),
+                        StandardCharsets.UTF_8);
+                AlgorithmPolicy policy = AlgorithmPolicy.fromTable(ThresholdTable.parse(agreed, "this run"));
+                for (DType dtype : new DType[] {DType.BFLOAT16, DType.FLOAT32}) {
+                    for (long bytes : SIZES) {
+                        if (bytes > maxB) {
+                            continue;
+                        }
+                        long count = bytes / dtype.byteSize();
+                        Algorithm chosen = policy.choose(comm, count, dtype, ReduceOp.SUM);
+                        Runnable op = chosen == Algorithm.NCCL
+                                ? () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, Algorithm.NCCL)
+                                : () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, chosen);
+                        for (boolean graph : new boolean[] {false, true}) {
+                            cells.add(new Cell(dtype, bytes, "policy:" + chosen, graph, time(comm, group.rank(), op, bytes, graph,
+                                    repeats)));
+                        }
+                    }
+                }
+                calibration[0] = agreed;
+                comm.synchronize();
+                if (window != null) {
+                    window.close();
+                }
+                if (plain != 0) {
+                    comm.free(plain);
+                }
+            }
+            return cells;
+        });
+        String report = report(perRank.getFirst(), worldSize, devices, deviceName[0], repeats, calibration[0], thresholds,
+                maxB, peerCopy);
+        System.out.print(report);
+        if (out != null) {
+            Files.writeString(out, report);
+        }
+    }
+
+    private static void fillRandom(CudaCommunicator comm, long ptr, long bytes, int rank) {
+        try (Arena a = Arena.ofConfined()) {
+            long chunk = Math.min(bytes, 16L << 20);
+            MemorySegment host = a.allocate(chunk, 16);
+            SplittableRandom rnd = new SplittableRandom(rank + 1);
+            for (long i = 0; i < chunk / 4; i++) {
+                host.setAtIndex(ValueLayout.JAVA_FLOAT, i, (float) rnd.nextDouble(-1, 1));
+            }
+            for (long off = 0; off < bytes; off += chunk) {
+                comm.copyToDevice(ptr + off, host.asSlice(0, Math.min(chunk, bytes - off)));
+            }
+        }
+    }
+
+    /**
+     * Median microseconds per op over {@code reps} timings of a batch, timed with CUDA events on this
+     * rank's stream. Eager: the batch is {@code batch} calls. Graph: the batch is captured once into a
+     * graph of {@code batch} ops and each timing replays it.
+     */
+    static double time(CudaCommunicator comm, int rank, Runnable op, long bytes, boolean graph, int reps) {
+        int batch = bytes >= (64L << 20) ? 5 : bytes >= (4L << 20) ? 20 : 100;
+        for (int w = 0; w < Math.max(3, batch / 5); w++) {
+            op.run();
+        }
+        comm.synchronize();
+        CudaGraph g = graph ? comm.capture(() -> {
+            for (int i = 0; i < batch; i++) {
+                op.run();
+            }
+        }) : null;
+        if (g != null) {
+            g.replay(); // warm the graph
+        }
+        double[] samples = new double[reps];
+        CudaDriver d = CudaDriver.get();
+        for (int r = 0; r < reps; r++) {
+            comm.barrier();
+            MemorySegment start = comm.recordEvent();
+            if (g != null) {
+                g.replay();
+            } else {
+                for (int i = 0; i < batch; i++) {
+                    op.run();
+                }
+            }
+            MemorySegment end = comm.recordEvent();
+            d.synchronizeEvent(end);
+            samples[r] = d.elapsedMillis(start, end) * 1000.0 / batch;
+            d.destroyEvent(start);
+            d.destroyEvent(end);
+        }
+        if (g != null) {
+            comm.synchronize();
+            g.close();
+        }
+        Arrays.sort(samples);
+        return samples[reps / 2];
+    }
+
+    static String size(long bytes) {
+        return bytes >= (1 << 20) ? (bytes >> 20) + " MiB" : (bytes >> 10) + " KiB";
+    }
+
+    /**
+     * Rank 0's threshold row from its graph-captured timings of {@code dtype}: each size's fastest of
+     * ONE_SHOT, TWO_SHOT, NCCL.
+     */
+    static String calibratedRow(List<Cell> cells, String key, DType dtype) {
+        Map<Long, Map<String, Double>> bySize = new LinkedHashMap<>();
+        for (Cell c : cells) {
+            if (c.dtype() == dtype && c.graph() && !c.variant().equals("NCCL window") && !Double.isNaN(c.micros())) {
+                bySize.computeIfAbsent(c.bytes(), b -> new LinkedHashMap<>()).put(c.variant(), c.micros());
+            }
+        }
+        StringBuilder row = new StringBuilder(key).append('=');
+        String previous = null;
+        long previousUpTo = 0;
+        for (Map.Entry<Long, Map<String, Double>> e : bySize.entrySet()) {
+            String best = null;
+            double bestTime = Double.MAX_VALUE;
+            for (Map.Entry<String, Double> v : e.getValue().entrySet()) {
+                if (v.getValue() < bestTime) {
+                    bestTime = v.getValue();
+                    best = v.getKey().equals("NCCL plain") ? "NCCL" : v.getKey();
+                }
+            }
+            if (previous != null && !best.equals(previous)) {
+                row.append(previous).append(':').append(previousUpTo).append(',');
+            }
+            previous = best;
+            previousUpTo = e.getKey();
+        }
+        return row.append(previous == null ? "TWO_SHOT" : previous).append(":max").toString();
+    }
+
+    private static String report(List<Cell> cells, int worldSize, int devices, String device, int reps, String row,
+                                 Path thresholdsOut, long copyBytes, double[] peerCopy) throws IOException {
+        Map<String, Double> t = new LinkedHashMap<>();
+        Map<String, String> policyChoice = new LinkedHashMap<>();
+        for (Cell c : cells) {
+            String variant = c.variant();
+            if (variant.startsWith("policy:")) {
+                policyChoice.put(c.dtype() + "|" + c.bytes(), variant.substring("policy:".length()));
+                variant = "policy";
+            }
+            t.put(c.dtype() + "|" + c.bytes() + "|" + variant + "|" + c.graph(), c.micros());
+        }
+        StringBuilder md = new StringBuilder();
+        md.append("# GPU all-reduce benchmark\n\n");
+        md.append("- date: ").append(Instant.now()).append('\n');
+        md.append("- device: ").append(worldSize).append(" ranks on ").append(devices).append(" × ").append(device)
+                .append(devices < worldSize ? " (ranks share a GPU: correctness only, timings meaningless)" : "").append('\n');
+        md.append("- CUDA driver ").append(CudaDriver.get().driverVersion());
+        if (Nccl.available()) {
+            md.append(", NCCL ").append(Nccl.get().version());
+        }
+        md.append('\n');
+        md.append("- symmem4j kernel launches: ").append(launchMode).append('\n');
+        md.append("- method: in-place SUM on random data; median of ").append(reps).append(" CUDA-event timings of a batch")
+                .append(" (100 ops up to 1 MiB, 20 up to 16 MiB, 5 above) on rank 0's stream, after a JIT warm-up;")
+                .append(" eager = one call per op (symmem4j's calls include the host-side argument check across ranks, and launch")
+                .append(" their kernel as a cached one-kernel graph unless -Dsymmem4j.cuda.eagerGraphs=false: ")
+                .append(Boolean.parseBoolean(System.getProperty("symmem4j.cuda.eagerGraphs", "true")) ? "on" : "off")
+                .append(" in this run);")
+                .append(" graph = the batch captured once and replayed. busbw = algbw × 2(n-1)/n. best = fastest of ONE_SHOT,")
+                .append(" TWO_SHOT and NCCL plain in the first pass; policy = the calibrated table (from the first pass's")
+                .append(" graph timings of that dtype, below) choosing per size, measured again in a second pass.\n");
+        md.append(String.format(Locale.ROOT, "- baseline, copy engine (cuMemcpyDtoDAsync into the next rank's buffer), %s: rank 0"
+                + " alone %.1f us = %.1f GB/s; every rank at once %.1f us = %.1f GB/s per rank and direction%n%n",
+                size(copyBytes), peerCopy[0], copyBytes / (peerCopy[0] * 1e-6) / 1e9, peerCopy[1],
+                copyBytes / (peerCopy[1] * 1e-6) / 1e9));
+        List<String> misses = new ArrayList<>();
+        for (DType dtype : new DType[] {DType.BFLOAT16, DType.FLOAT32}) {
+            for (boolean graph : new boolean[] {true, false}) {
+                md.append("## ").append(dtype).append(graph ? ", graph-captured" : ", eager").append("\n\n");
+                md.append("| size | ONE_SHOT µs | TWO_SHOT µs | NCCL plain µs | NCCL window µs | best | best µs | best busbw GB/s"
+                        + " | speedup vs better NCCL | policy | policy µs | policy / best |\n");
+                md.append("|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|\n");
+                for (long bytes : SIZES) {
+                    Double one = t.get(dtype + "|" + bytes + "|ONE_SHOT|" + graph);
+                    if (one == null) {
+                        continue;
+                    }
+                    double two = t.get(dtype + "|" + bytes + "|TWO_SHOT|" + graph);
+                    double plain = t.get(dtype + "|" + bytes + "|NCCL plain|" + graph);
+                    double win = t.get(dtype + "|" + bytes + "|NCCL window|" + graph);
+                    double pol = t.getOrDefault(dtype + "|" + bytes + "|policy|" + graph, Double.NaN);
+                    String pick = "ONE_SHOT";
+                    double best = nanMax(one);
+                    if (nanMax(two) < best) {
+                        pick = "TWO_SHOT";
+                        best = two;
+                    }
+                    if (nanMax(plain) < best) {
+                        pick = "NCCL";
+                        best = plain;
+                    }
+                    double ours = Math.min(nanMax(one), nanMax(two));
+                    double betterNccl = Math.min(nanMax(plain), nanMax(win));
+                    double busbw = bytes / (best * 1e-6) / 1e9 * 2.0 * (worldSize - 1) / worldSize;
+                    double speedup = betterNccl / ours;
+                    md.append(String.format(Locale.ROOT, "| %s | %s | %s | %s | %s | %s | %.2f | %.1f | %s | %s | %s | %s |%n",
+                            size(bytes), f(one), f(two), f(plain), f(win), pick, best, busbw,
+                            Double.isInfinite(betterNccl) ? "—" : String.format(Locale.ROOT, "%.2f×", speedup),
+                            policyChoice.getOrDefault(dtype + "|" + bytes, "—"), f(pol),
+                            Double.isNaN(pol) ? "—" : String.format(Locale.ROOT, "%.3f", pol / best)));
+                    if (graph && dtype == DType.BFLOAT16 && !Double.isInfinite(betterNccl)) {
+                        if (speedup < 1) {
+                            misses.add(size(bytes) + ": symmem4j " + f(ours) + " us vs NCCL " + f(betterNccl) + " us (slower)");
+                        } else if (bytes >= (256L << 10) && bytes <= (64L << 20) && speedup < 1.25) {
+                            misses.add(size(bytes) + ": " + String.format(Locale.ROOT, "%.2f×", speedup) + " (< 1.25×)");
+                        }
+                        if (bytes == (256L << 20)) {
+                            double ourBusbw = bytes / (ours * 1e-6) / 1e9 * 2.0 * (worldSize - 1) / worldSize;
+                            if (ourBusbw < 350) {
+                                misses.add("256 MiB: busbw " + String.format(Locale.ROOT, "%.0f", ourBusbw) + " GB/s (< 350)");
+                            }
+                        }
+                    }
+                    if (!Double.isNaN(pol) && pol > 1.03 * best) {
+                        misses.add(dtype + (graph ? " graph " : " eager ") + size(bytes) + ": policy " + f(pol) + " us is "
+                                + String.format(Locale.ROOT, "%.1f%%", 100 * (pol / best - 1)) + " behind the best (> 3%)");
+                    }
+                }
+                md.append('\n');
+            }
+        }
+        md.append("## Targets (bf16, graph-captured, against the better NCCL configuration)\n\n");
+        md.append(misses.isEmpty() ? "All met.\n" : "Not met:\n\n- " + String.join("\n- ", misses) + "\n");
+        md.append("\nCalibrated threshold rows (graph-captured, bf16 the plain row and float32 its own; each algorithm up to"
+                + " the largest size it won):\n\n```\n")
+                .append(row).append("\n```\n");
+        if (thresholdsOut != null) {
+            Files.writeString(thresholdsOut, "# measured by GpuAllReduceBench on " + Instant.now() + "\n" + row + "\n");
+        }
+        return md.toString();
+    }
+
+    private static double nanMax(double v) {
+        return Double.isNaN(v) ? Double.POSITIVE_INFINITY : v;
+    }
+
+    private static String f(double v) {
+        return Double.isNaN(v) ? "—" : String.format(Locale.ROOT, "%.2f", v);
+    }
+}

@@ -1,0 +1,224 @@
+package org.symmem4j.benchmarks;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import org.symmem4j.examples.Cli;
+import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.SignalOp;
+import org.symmem4j.parallel.cuda.CudaCommunicator;
+import org.symmem4j.parallel.cuda.CudaDriver;
+import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
+import org.symmem4j.parallel.cuda.CudaTransport;
+import org.symmem4j.parallel.cuda.Nccl;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+/**
+ * Pipeline hand-off latency between GPUs: a microbatch crossing stages as a put into the next
+ * stage's symmetric buffer plus a signal, against NCCL send/recv, in the same run. One pipeline
+ * stage per GPU (all of them, or {@code --gpus N}); every stage boundary GPU i -> GPU i+1 is measured
+ * in turn as a ping-pong (GPU i hands off to GPU i+1, which hands the same size back), one-way = round trip / 2,
+ * eager (one launch per op) and graph-captured, 1 KiB … 16 MiB; medians of CUDA-event timings on
+ * GPU 0's stream.
+ *
+ * <p>symmem4j: {@code symmem_put_signal} (copy into the peer's buffer over NVLink, then a
+ * system-scope release add on the peer's signal slot) and {@code symmem_wait_signal_consume}
+ * (acquire-wait for the slot, then take the count back, so a graph replays). NCCL:
+ * {@code ncclSend}/{@code ncclRecv} on plain {@code cuMemAlloc} buffers.
+ *
+ * <pre>
+ *   GpuHandoffBench [--out report.md] [--reps R] [--gpus N]
+ * </pre>
+ */
+public final class GpuHandoffBench {
+
+    /** How rank 0 launched the symmem4j kernels, for the report. */
+    private static volatile String launchMode = "unknown";
+
+    private static final long[] SIZES = {1L << 10, 4L << 10, 16L << 10, 64L << 10, 256L << 10, 1L << 20, 4L << 20,
+        16L << 20};
+    private static final String[] VARIANTS = {"symmem put+signal", "NCCL send/recv"};
+    /**
+     * Signal slots of the ping-pong: slot 0 on the later GPU of a boundary says "the earlier GPU's
+     * message is in", slot 1 on the earlier GPU the reply. Consuming waits leave both at zero, so the
+     * next boundary reuses them.
+     */
+    private static final int TO_LATER = 0;
+    private static final int TO_EARLIER = 1;
+
+    private GpuHandoffBench() {
+    }
+
+    /** One timing: the pipeline boundary {@code from -> from + 1}, a size, a variant, eager or graph. */
+    record Cell(int from, long bytes, String variant, boolean graph, double oneWayMicros) {
+    }
+
+    @Command(name = "GpuHandoffBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
+            description = "GPU pipeline hand-off (put + signal into the next GPU's symmetric buffer, then the"
+                    + " consumer's wait) at every stage boundary, against NCCL send/recv.")
+    static final class Flags {
+        @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
+        Path out;
+        @Option(names = "--reps", paramLabel = "R", description = "timed repetitions per cell (the median is reported)")
+        int reps = 7;
+        @Option(names = "--gpus", paramLabel = "N", description = "GPUs to use, one stage each (0: all)")
+        int gpus = 0;
+    }
+
+    public static void main(String[] args) throws IOException {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--reps", f.reps);
+            if (f.gpus < 0) {
+                throw new IllegalArgumentException("--gpus=" + f.gpus + " expected >= 0 (0: all)");
+            }
+            return f;
+        });
+        Path out = flags.out;
+        int reps = flags.reps;
+        int gpus = flags.gpus;
+        CudaTransport cuda = CudaTransport.create();
+        int devices = CudaDriver.get().deviceCount();
+        int world = gpus == 0 ? devices : gpus;
+        if (world < 2 || world > devices) {
+            throw new IllegalStateException("the hand-off benchmark needs 2 to " + devices + " GPUs (one pipeline stage"
+                    + " each); found " + devices + " devices, asked for " + world);
+        }
+        long maxBytes = SIZES[SIZES.length - 1];
+        int repeats = reps;
+        String[] deviceName = new String[1];
+        List<List<Cell>> perRank = InJvmWorld.runOnEveryRank(world,
+                GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), group -> {
+            List<Cell> cells = new ArrayList<>();
+            int me = group.rank();
+            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory inbox = (CudaSymmetricMemory) cuda.allocate(group, maxBytes)) {
+                deviceName[0] = comm.deviceName();
+                launchMode = comm.programmaticLaunch() ? "programmatic dependent launch (PDL)"
+                        : "plain (no PDL: before sm_90, or -Dsymmem4j.cuda.pdl=false)";
+                long outbox = comm.deviceMalloc(maxBytes);
+                long ncclInbox = comm.deviceMalloc(maxBytes);
+                // every boundary of a pipeline with one stage per GPU, one at a time: the two GPUs of the
+                // boundary ping-pong, the others only join the timing loop's barriers
+                for (int from = 0; from + 1 < world; from++) {
+                    boolean first = me == from;
+                    boolean second = me == from + 1;
+                    int peer = first ? from + 1 : from;
+                    for (long bytes : SIZES) {
+                        MemorySegment message = MemorySegment.ofAddress(outbox).reinterpret(bytes);
+                        // one round trip: the earlier stage hands off, the later one waits for it and hands
+                        // the same size back (as a gradient would come back)
+                        Runnable symmem = first
+                                ? () -> {
+                                    inbox.putWithSignal(peer, message, 0, TO_LATER, 1, SignalOp.ADD);
+                                    inbox.enqueueWaitSignal(TO_EARLIER, 1, true);
+                                }
+                                : () -> {
+                                    inbox.enqueueWaitSignal(TO_LATER, 1, true);
+                                    inbox.putWithSignal(peer, message, 0, TO_EARLIER, 1, SignalOp.ADD);
+                                };
+                        Runnable nccl = first
+                                ? () -> {
+                                    comm.ncclSend(outbox, bytes, peer);
+                                    comm.ncclRecv(ncclInbox, bytes, peer);
+                                }
+                                : () -> {
+                                    comm.ncclRecv(ncclInbox, bytes, peer);
+                                    comm.ncclSend(outbox, bytes, peer);
+                                };
+                        for (String variant : VARIANTS) {
+                            Runnable roundTrip = variant.startsWith("symmem") ? symmem : nccl;
+                            for (boolean graph : new boolean[] {false, true}) {
+                                if (first || second) {
+                                    double roundTripMicros = GpuAllReduceBench.time(comm, me, roundTrip, bytes, graph, repeats);
+                                    cells.add(new Cell(from, bytes, variant, graph, roundTripMicros / 2));
+                                } else {
+                                    for (int r = 0; r < repeats; r++) {
+                                        comm.barrier(); // the timing loop's one collective per sample
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                comm.synchronize();
+                comm.free(outbox);
+                comm.free(ncclInbox);
+            }
+            return cells;
+        });
+        List<Cell> cells = new ArrayList<>();
+        for (int from = 0; from + 1 < world; from++) {
+            // the earlier GPU of each boundary timed its round trips on its own stream
+            for (Cell c : perRank.get(from)) {
+                if (c.from() == from) {
+                    cells.add(c);
+                }
+            }
+        }
+        String report = report(cells, world, devices, deviceName[0], repeats);
+        System.out.print(report);
+        if (out != null) {
+            Files.writeString(out, report);
+        }
+    }
+
+    private static String report(List<Cell> cells, int world, int devices, String device, int reps) {
+        Map<String, Double> t = new LinkedHashMap<>();
+        for (Cell c : cells) {
+            t.put(c.from() + "|" + c.bytes() + "|" + c.variant() + "|" + c.graph(), c.oneWayMicros());
+        }
+        StringBuilder md = new StringBuilder("# GPU pipeline hand-off benchmark\n\n");
+        md.append("- date: ").append(Instant.now()).append('\n');
+        md.append("- device: ").append(world).append(" of ").append(devices).append(" × ").append(device).append('\n');
+        md.append("- CUDA driver ").append(CudaDriver.get().driverVersion());
+        if (Nccl.available()) {
+            md.append(", NCCL ").append(Nccl.get().version());
+        }
+        md.append('\n');
+        md.append("- symmem4j kernel launches: ").append(launchMode).append('\n');
+        md.append("- method: one pipeline stage per GPU; for each stage boundary GPU i -> GPU i+1 in turn (the other GPUs")
+                .append(" idle), a ping-pong between the two, one-way = round trip / 2; median of ").append(reps)
+                .append(" CUDA-event timings of a batch of round trips (100 up to 1 MiB, 20 above) on GPU i's stream;")
+                .append(" symmem = put into the peer's symmetric buffer + release signal, acquire wait (consuming);")
+                .append(" NCCL = ncclSend/ncclRecv on cuMemAlloc buffers (one communicator over all ").append(world)
+                .append(" GPUs); eager = one launch per op, graph = the batch captured once and replayed.\n\n");
+        List<String> misses = new ArrayList<>();
+        for (int from = 0; from + 1 < world; from++) {
+            String boundary = "GPU " + from + " -> GPU " + (from + 1);
+            for (boolean graph : new boolean[] {true, false}) {
+                md.append("## ").append(world > 2 ? boundary + ", " : "").append(graph ? "graph-captured" : "eager")
+                        .append("\n\n");
+                md.append("| size | symmem put+signal µs | NCCL send/recv µs | speedup | symmem GB/s |\n|---:|---:|---:|---:|---:|\n");
+                for (long bytes : SIZES) {
+                    double ours = t.get(from + "|" + bytes + "|" + VARIANTS[0] + "|" + graph);
+                    double nccl = t.get(from + "|" + bytes + "|" + VARIANTS[1] + "|" + graph);
+                    md.append(String.format(Locale.ROOT, "| %s | %.2f | %.2f | %.2f× | %.1f |%n",
+                            GpuAllReduceBench.size(bytes), ours, nccl, nccl / ours, bytes / (ours * 1e-6) / 1e9));
+                    String where = world > 2 ? boundary + ", " : "";
+                    if (graph && bytes == (1L << 10) && ours > 5.0) {
+                        misses.add(where + "1 KiB: " + String.format(Locale.ROOT, "%.2f", ours) + " µs (> 5 µs)");
+                    }
+                    if (graph && bytes <= (1L << 20) && ours >= nccl) {
+                        misses.add(where + GpuAllReduceBench.size(bytes) + ": " + String.format(Locale.ROOT, "%.2f", ours)
+                                + " µs, not faster than NCCL's " + String.format(Locale.ROOT, "%.2f", nccl) + " µs");
+                    }
+                }
+                md.append('\n');
+            }
+        }
+        md.append("## Targets (graph-captured, every boundary): ≤ 5 µs at 1 KiB, faster than NCCL send/recv up to 1 MiB\n\n");
+        md.append(misses.isEmpty() ? "All met.\n" : "Not met:\n\n- " + String.join("\n- ", misses) + "\n");
+        return md.toString();
+    }
+}
