@@ -189,6 +189,106 @@ public interface SymmetricMemory extends AutoCloseable {
         MemorySegment.copy(local(), offset, dst, 0, dst.byteSize());
     }
 
+    // ---- What an executor needs to drive this memory the same way on the host and on a GPU ----
+
+    /**
+     * Whether {@link #putWithSignal}, {@link #signal} and {@link #orderAfterSignal} are enqueued — put
+     * in this rank's work queue (a GPU stream) and run later, in call order, with the rank's other
+     * work on that queue — rather than done when the call returns. Enqueued memory has no host view
+     * ({@link #hostAddressable()} is false) and needs {@link #awaitWork} before the host reads results.
+     *
+     * @return true on GPUs, false for host memory
+     */
+    default boolean enqueued() {
+        return false;
+    }
+
+    /**
+     * Orders this rank's later work after signal slot {@code slot} holding at least {@code atLeast},
+     * with acquire semantics: work after it sees every write the signalling rank released before its
+     * signal (pairs with the release of {@link #putWithSignal} or {@link #signal}). Done at once, this
+     * is {@link #waitSignal} (the calling thread waits, bounded by the group's timeout); enqueued, the
+     * wait is put in this rank's queue and the call returns at once — the queue waits on the device,
+     * unbounded, so pair every wait with a signal that will come or bound it with {@link #awaitWork}
+     * and {@link #storeSignalsNow}.
+     *
+     * <p>With {@code consume}, the wait then subtracts {@code atLeast} from the slot (the signaller's
+     * later additions are kept), so the slot counts like a semaphore and a repeated or replayed
+     * sequence of puts and waits uses the same thresholds every time.
+     *
+     * @param slot     this rank's signal slot, 0..signalSlots()-1
+     * @param atLeast  the value to wait for
+     * @param fromRank the rank expected to signal, named in a timeout error ({@code -1} if any)
+     * @param consume  whether to subtract {@code atLeast} once reached
+     * @return done at once: the slot's value seen (at least {@code atLeast}, before any subtraction);
+     *         enqueued: {@code atLeast} (the value is known only when the wait runs)
+     * @throws PeerTimeoutException done at once, when no signal arrives within the group's timeout
+     * @throws IndexOutOfBoundsException when the slot does not exist
+     */
+    default long orderAfterSignal(int slot, long atLeast, int fromRank, boolean consume) {
+        // acquire: pairs with the signaller's release store or add; later reads of this thread see its data
+        long seen = waitSignal(slot, atLeast, fromRank);
+        if (consume) {
+            signal(group().rank(), slot, -atLeast, SignalOp.ADD);
+        }
+        return seen;
+    }
+
+    /**
+     * Stores {@code value} into signal slots {@code fromSlot..toSlot-1} of every rank's pad (this
+     * rank's too) now, not after this rank's enqueued work, with release semantics (pairs with the
+     * acquire of every wait on those slots). For aborting a protocol: a wait, host or device-side,
+     * whose peer failed ends once a slot holds at least what it waits for, and a store of a value no
+     * protocol reaches ends all of them — on a GPU even the waits of this rank's own queue, which may
+     * itself be blocked. Not collective. The stores overwrite (a concurrent add lands before or after
+     * one, never inside it).
+     *
+     * @param fromSlot first slot stored, inclusive
+     * @param toSlot   last slot stored, exclusive
+     * @param value    the value stored
+     * @param timeout  how long to wait at most for enqueued stores to land (unused where they are done at once)
+     * @return whether every store has landed: always on the host; on a GPU false when the stores did
+     *         not complete within {@code timeout} (a device queue they need is blocked)
+     * @throws IndexOutOfBoundsException when the slot range is not within 0..signalSlots()
+     */
+    default boolean storeSignalsNow(int fromSlot, int toSlot, long value, java.time.Duration timeout) {
+        java.util.Objects.checkFromToIndex(fromSlot, toSlot, signalSlots());
+        for (int rank = 0; rank < group().worldSize(); rank++) {
+            for (int slot = fromSlot; slot < toSlot; slot++) {
+                // release: pairs with the acquire of whoever waits on the slot; the value carries no data
+                signal(rank, slot, value, SignalOp.SET);
+            }
+        }
+        return true;
+    }
+
+    /**
+     * Waits until the work this rank enqueued (on a GPU: everything on the rank's stream, this
+     * memory's operations and the caller's kernels ordered with them) has run, or {@code timeout} has
+     * passed. Unlike a plain synchronize it gives up, so work blocked in a device-side wait whose peer
+     * failed cannot hold the caller forever. Where operations are done at once, there is nothing to
+     * wait for.
+     *
+     * @param timeout how long to wait at most
+     * @return true when the work has run, false on timeout
+     */
+    default boolean awaitWork(java.time.Duration timeout) {
+        return true;
+    }
+
+    /**
+     * A clock that marks points in this rank's work for timelines, with room for {@code marksPerRound}
+     * marks between {@link WorkClock#restart()}s: the host clock where operations are done at once; on
+     * a GPU, events recorded on the rank's stream. Create it before any rank starts the work it times
+     * (on a GPU this creates the events), and close it after.
+     *
+     * @param marksPerRound the most {@link WorkClock#mark()}s per round
+     * @return the clock; close it
+     */
+    default WorkClock clock(int marksPerRound) {
+        return WorkClock.host();
+    }
+
     /** Collective: frees this rank's buffer once every rank has stopped using it. */
     @Override
     void close();

@@ -141,6 +141,9 @@ public final class CudaDriver {
     private final MethodHandle cuGraphUpload;
     private final MethodHandle cuGraphExecDestroy;
     private final MethodHandle cuGraphDestroy;
+    private final MethodHandle cuMemcpyHtoDAsync;
+    private final MethodHandle cuMemHostAlloc;
+    private final MethodHandle cuMemFreeHost;
 
     private CudaDriver(NativeLibrary lib) {
         FunctionDescriptor iA = FunctionDescriptor.of(JAVA_INT, ADDRESS);
@@ -193,6 +196,9 @@ public final class CudaDriver {
         cuGraphUpload = lib.function("cuGraphUpload", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
         cuGraphExecDestroy = lib.function("cuGraphExecDestroy", iA);
         cuGraphDestroy = lib.function("cuGraphDestroy", iA);
+        cuMemcpyHtoDAsync = lib.function("cuMemcpyHtoDAsync_v2", FunctionDescriptor.of(JAVA_INT, JAVA_LONG, ADDRESS, JAVA_LONG, ADDRESS));
+        cuMemHostAlloc = lib.function("cuMemHostAlloc", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT));
+        cuMemFreeHost = lib.function("cuMemFreeHost", iA);
     }
 
     /** Throws {@link CudaException} unless {@code code} is CUDA_SUCCESS. */
@@ -875,6 +881,57 @@ public final class CudaDriver {
         try {
             check("cuLaunchKernelEx", (int) cuLaunchKernelEx.orElseThrow().invokeExact(scratch, function, params,
                     MemorySegment.NULL));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /** {@code CU_MEMHOSTALLOC_PORTABLE}: the pinned memory counts as pinned in every context. */
+    static final int MEMHOSTALLOC_PORTABLE = 1;
+
+    /**
+     * Allocates page-locked host memory (cuMemHostAlloc, portable), which stream-ordered copies read
+     * without staging; free it with {@link #freeHost}.
+     *
+     * @param bytes size in bytes
+     * @return the memory, {@code bytes} long
+     */
+    public MemorySegment allocateHost(long bytes) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment p = a.allocate(ADDRESS);
+            check("cuMemHostAlloc(" + bytes + " bytes)", (int) cuMemHostAlloc.invokeExact(p, Math.max(bytes, 1L),
+                    MEMHOSTALLOC_PORTABLE));
+            return p.get(ADDRESS, 0).reinterpret(bytes);
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /**
+     * Frees memory from {@link #allocateHost}.
+     *
+     * @param memory the page-locked memory
+     */
+    public void freeHost(MemorySegment memory) {
+        try {
+            check("cuMemFreeHost", (int) cuMemFreeHost.invokeExact(memory));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /**
+     * Stream-ordered host-to-device copy; returns at once when {@code src} is page-locked
+     * ({@link #allocateHost}), which must then stay unchanged until the stream has run the copy.
+     *
+     * @param dst destination device pointer (a peer's too, with peer access)
+     * @param src source host memory
+     * @param bytes bytes to copy
+     * @param stream the CUstream to order the copy on
+     */
+    public void copyHostToDeviceAsync(long dst, MemorySegment src, long bytes, MemorySegment stream) {
+        try {
+            check("cuMemcpyHtoDAsync_v2", (int) cuMemcpyHtoDAsync.invokeExact(dst, src, bytes, stream));
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }

@@ -3,10 +3,13 @@ package org.symmem4j.parallel.cuda;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.time.Duration;
 import java.util.Objects;
+import java.util.concurrent.locks.LockSupport;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.WorkClock;
 
 /**
  * Symmetric memory on GPUs: each rank's buffer and signal pad in its device's memory, every peer's
@@ -14,9 +17,11 @@ import org.symmem4j.parallel.SymmetricMemory;
  * zero-length segments: pass them to collectives, never dereference them on the host (use
  * {@link #copyFromHost} and {@link #copyToHost}).
  *
- * <p>Signals are stream-ordered on this rank's stream: {@link #putWithSignal} is one kernel that
- * copies and then signals with release at system scope; {@link #waitSignal} enqueues a kernel that
- * waits with acquire, and returns once it has run.
+ * <p>Signals are stream-ordered on this rank's stream ({@link #enqueued()}): {@link #putWithSignal} is
+ * one kernel that copies and then signals with release at system scope; {@link #orderAfterSignal}
+ * enqueues a kernel that waits with acquire; {@link #waitSignal} enqueues it and returns once it has
+ * run. {@link #storeSignalsNow} bypasses the rank's stream (aborts), {@link #awaitWork} waits for
+ * it with a bound, and {@link #clock} times it with events.
  */
 public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.parallel.DeviceMemory {
 
@@ -28,6 +33,9 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     private final long[] data;
     private final long[] pads;
     private final boolean ownsData;
+    /** For {@link #storeSignalsNow}: a non-blocking stream of its own, and page-locked values it copies from. */
+    private final MemorySegment sideStream;
+    private final MemorySegment storeStaging;
     private boolean closed;
 
     CudaSymmetricMemory(Group group, CudaTransport transport, CudaRank rank, long id, long byteSize, long[] data,
@@ -40,6 +48,16 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         this.data = data;
         this.pads = pads;
         this.ownsData = ownsData;
+        // created here, with the allocation, not at an abort: a driver call that creates objects can
+        // wait for the shared context while a peer's kernel spins in a device-side wait
+        transport.driver().setCurrent(rank.context);
+        this.sideStream = transport.driver().createStream(CudaDriver.STREAM_NON_BLOCKING);
+        try {
+            this.storeStaging = transport.driver().allocateHost((long) CudaKernels.SIGNAL_SLOTS * Long.BYTES);
+        } catch (RuntimeException e) {
+            transport.driver().destroyStream(sideStream);
+            throw e;
+        }
     }
 
     @Override
@@ -234,29 +252,6 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     }
 
     /**
-     * Stores {@code value} into signal slot {@code slot} of {@code peer}'s pad from the host, at once:
-     * not ordered with any stream. For aborts only: a device-side wait that will never be satisfied
-     * (its peer failed) returns once a slot it waits on holds at least the awaited value, and a
-     * store of a large value makes that happen while this rank's own stream may itself be blocked.
-     * A concurrent device-side atomic add is applied before or after the store, never lost into it.
-     *
-     * @param peer the rank whose pad is written
-     * @param slot the signal slot
-     * @param value the value stored
-     */
-    public void storeSignalFromHost(int peer, int slot, long value) {
-        Objects.checkIndex(peer, data.length);
-        checkSlot(slot);
-        CudaDriver d = transport.driver();
-        d.setCurrent(rank.context);
-        try (Arena a = Arena.ofConfined()) {
-            MemorySegment v = a.allocate(8);
-            v.set(ValueLayout.JAVA_LONG, 0, value);
-            d.copyHostToDevice(pads[peer] + signalOffset(slot), v, 8);
-        }
-    }
-
-    /**
      * Enqueues on this rank's stream a copy between device addresses of this rank (or peers').
      *
      * @param dstDevice destination device address
@@ -269,52 +264,83 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         d.copyDeviceToDeviceAsync(dstDevice, srcDevice, bytes, rank.stream);
     }
 
-    /**
-     * Creates an event in this rank's context (destroy it with {@code CudaDriver.destroyEvent}); not a stream operation.
-     *
-     * @return the CUevent
-     */
-    public MemorySegment createEvent() {
-        CudaDriver d = transport.driver();
-        d.setCurrent(rank.context);
-        return d.createEvent();
+    @Override
+    public boolean enqueued() {
+        return true;
+    }
+
+    /** Enqueues the wait on this rank's stream ({@link #enqueueWaitSignal}) and returns {@code atLeast} at once. */
+    @Override
+    public long orderAfterSignal(int slot, long atLeast, int fromRank, boolean consume) {
+        // acquire (device side, system scope): pairs with the signaller's release; the stream's later work sees its data
+        enqueueWaitSignal(slot, atLeast, consume);
+        return atLeast;
     }
 
     /**
-     * Records {@code event} (from {@link #createEvent}) on this rank's stream: a stream operation, no driver allocation.
-     *
-     * @param event the CUevent to record
+     * Copies {@code value} from page-locked host memory into the slots of every rank's pad on this
+     * memory's side stream — not this rank's stream, which may itself be blocked in a device-side
+     * wait, nor the legacy default stream, whose synchronous copy the driver can queue behind a
+     * spinning kernel and block the caller in (the 8-rank abort hang,
+     * bench/results/2026-11-23-gpu-shared-8ranks-hang.md) — then polls that side stream until the
+     * copies have landed or {@code timeout} has passed. The caller never blocks in the driver. Ranks
+     * sharing a GPU need a hardware queue free for it: {@code CUDA_DEVICE_MAX_CONNECTIONS} above
+     * twice the ranks on the GPU (32 for 8 ranks); with fewer, a copy may wait behind a peer's spinning
+     * kernel and this returns false after the timeout.
      */
-    public void recordEvent(MemorySegment event) {
-        CudaDriver d = transport.driver();
-        d.setCurrent(rank.context);
-        d.record(event, rank.stream);
-    }
-
-    /**
-     * Waits until everything enqueued on this rank's stream has completed, or {@code timeout} has
-     * passed; returns whether it completed. Unlike a stream synchronize it gives up, so a stream
-     * blocked on a device-side wait whose peer died cannot hold the caller forever.
-     *
-     * @param timeout how long to wait at most
-     * @return true if the stream completed, false on timeout
-     */
-    public boolean awaitStream(java.time.Duration timeout) {
+    @Override
+    public synchronized boolean storeSignalsNow(int fromSlot, int toSlot, long value, Duration timeout) {
+        Objects.checkFromToIndex(fromSlot, toSlot, CudaKernels.SIGNAL_SLOTS);
         CudaDriver d = transport.driver();
         d.setCurrent(rank.context);
         long deadline = System.nanoTime() + timeout.toNanos();
+        // the staging values may still be read by an earlier call's copies: rewrite them only once those landed
+        if (!idleBy(sideStream, deadline)) {
+            return false;
+        }
+        long bytes = (long) (toSlot - fromSlot) * Long.BYTES;
+        for (int slot = fromSlot; slot < toSlot; slot++) {
+            storeStaging.setAtIndex(ValueLayout.JAVA_LONG, slot - fromSlot, value);
+        }
+        for (int peer = 0; peer < pads.length && bytes > 0; peer++) {
+            // release: a DMA copy of the value alone; it publishes nothing else, and a waiter's acquire load
+            // sees the whole 8-byte value (aligned, written by one copy)
+            d.copyHostToDeviceAsync(pads[peer] + signalOffset(fromSlot), storeStaging, bytes, sideStream);
+        }
+        return idleBy(sideStream, deadline);
+    }
+
+    /**
+     * Polls {@code stream} until everything enqueued on it has completed or {@code timeout} has passed:
+     * unlike a stream synchronize it gives up, so a stream blocked on a device-side wait whose peer
+     * died cannot hold the caller forever.
+     */
+    @Override
+    public boolean awaitWork(Duration timeout) {
+        transport.driver().setCurrent(rank.context);
+        return idleBy(rank.stream, System.nanoTime() + timeout.toNanos());
+    }
+
+    private boolean idleBy(MemorySegment stream, long deadlineNanos) {
+        CudaDriver d = transport.driver();
         int polls = 0;
-        while (!d.streamIdle(rank.stream)) {
-            if (System.nanoTime() - deadline > 0) {
+        while (!d.streamIdle(stream)) {
+            if (System.nanoTime() - deadlineNanos > 0) {
                 return false;
             }
             if (++polls < 1_000) {
                 Thread.onSpinWait();
             } else {
-                java.util.concurrent.locks.LockSupport.parkNanos(50_000);
+                LockSupport.parkNanos(50_000);
             }
         }
         return true;
+    }
+
+    /** Events on this rank's stream, created here ({@link CudaWorkClock}). */
+    @Override
+    public WorkClock clock(int marksPerRound) {
+        return new CudaWorkClock(transport.driver(), rank.context, rank.stream, marksPerRound);
     }
 
     @Override
@@ -355,6 +381,12 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
             if (ownsData) {
                 d.free(data[group.rank()]);
             }
+            // stores that never landed (their queue stayed blocked) may still read the staging values:
+            // then keep those 512 bytes rather than free memory a copy engine may read
+            if (d.streamIdle(sideStream)) {
+                d.freeHost(storeStaging);
+            }
+            d.destroyStream(sideStream);
         }
     }
 }

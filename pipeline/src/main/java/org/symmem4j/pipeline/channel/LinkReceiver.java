@@ -4,7 +4,7 @@ import java.lang.foreign.MemorySegment;
 
 /**
  * The receiving end of a link between adjacent pipeline stages on different ranks, whatever memory
- * carries it: {@link StageLink.Receiver} on the host, {@link CudaStageLink.Receiver} between GPUs.
+ * carries it ({@link StageLink.Receiver} on the host and between GPUs alike).
  * Messages are read in place: {@link #receive} returns the slot, {@link #release} gives it back.
  */
 public interface LinkReceiver {

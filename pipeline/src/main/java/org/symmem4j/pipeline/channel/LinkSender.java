@@ -4,7 +4,7 @@ import java.lang.foreign.MemorySegment;
 
 /**
  * The sending end of a link between adjacent pipeline stages on different ranks, whatever memory
- * carries it: {@link StageLink.Sender} on the host, {@link CudaStageLink.Sender} between GPUs.
+ * carries it ({@link StageLink.Sender} on the host and between GPUs alike).
  */
 public interface LinkSender {
 

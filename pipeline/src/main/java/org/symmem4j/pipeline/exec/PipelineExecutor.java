@@ -11,10 +11,8 @@ import java.util.TreeMap;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
-import org.symmem4j.parallel.cuda.CudaDriver;
-import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
+import org.symmem4j.parallel.WorkClock;
 import org.symmem4j.pipeline.channel.ChannelLayout;
-import org.symmem4j.pipeline.channel.CudaStageLink;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.LinkReceiver;
 import org.symmem4j.pipeline.channel.LinkSender;
@@ -39,12 +37,16 @@ import org.symmem4j.pipeline.schedule.Schedule;
  * {@link ChannelLayout}; hand-offs between two stages of the same rank (one rank, several virtual
  * stages) are copied through a local queue.
  *
- * <p>On GPUs ({@link #create(Group, Transport, Schedule, PipelineShape, Map, int, long)} with the CUDA
- * transport) the links are {@link CudaStageLink}s and the host thread only enqueues: each receive,
- * the stage's kernels (its {@link StageCompute} enqueues them on the rank's stream, reading and
- * writing device memory), each credit and each send go onto the rank's stream in schedule order,
- * and {@link #runStep()} then waits for the stream, bounded by the group's timeout. The timeline's
- * times come from CUDA events on the stream, placed on the host clock from the step's start.
+ * <p>The executor drives every transport the same way, through {@link SymmetricMemory}: where the
+ * memory's operations are enqueued ({@link SymmetricMemory#enqueued()}: GPUs, e.g.
+ * {@link #create(Group, Transport, Schedule, PipelineShape, Map, int, long)} with the CUDA transport)
+ * the host thread only enqueues — each receive, the stage's kernels (its {@link StageCompute}
+ * enqueues them on the rank's stream, reading and writing device memory), each credit and each send
+ * go onto the rank's stream in schedule order — and {@link #runStep()} then waits for that work
+ * ({@link SymmetricMemory#awaitWork}), bounded by the group's timeout; on the host each is done at
+ * once and the wait returns at once. The timeline's times come from the memory's
+ * {@link SymmetricMemory#clock clock}: the host clock, or events on the stream placed on the host
+ * clock from the step's start.
  *
  * <p>Everything that can be checked is checked at {@link #create} (collective), before training: the
  * group size against the shape, the schedule ({@code ScheduleValidator}), FIFO order and enough slots
@@ -62,18 +64,11 @@ public final class PipelineExecutor implements AutoCloseable {
     private final List<Action> actions;
     private final ChannelLayout layout;
     private final SymmetricMemory memory;
-    /** The same allocation when the links are on GPUs; null on the host. */
-    private final CudaSymmetricMemory gpu;
     /**
-     * GPU steps: the timeline's events, created once before any rank's first step and recorded again
-     * each step (a mark is an index into it). Never created or destroyed during a step: creating an
-     * event may grow the driver's event pool, which can wait for the shared context, and on a GPU
-     * that ranks share a peer's kernel may be spinning in a device-side wait that only this rank's
-     * next launch satisfies (an 8-rank hang on one H100 in aFailingStageAbortsEveryRank).
+     * The timeline's marks, made once before any rank's first step (on a GPU creating them could wait
+     * for a peer's spinning kernel; see {@link WorkClock}) and restarted each step.
      */
-    private final MemorySegment[] gpuEvents;
-    /** GPU steps: the marks recorded so far this step. */
-    private int gpuMarks;
+    private final WorkClock clock;
     private final Arena arena = Arena.ofShared();
     /** By stage; null for stages of other ranks. */
     private final StageCompute[] stages;
@@ -104,15 +99,12 @@ public final class PipelineExecutor implements AutoCloseable {
         ArrayDeque<MemorySegment>[][] queues = new ArrayDeque[types][shape.stageCount()];
         this.localQueues = queues;
         this.memory = transport.allocate(group, layout.bytesPerRank());
-        this.gpu = memory instanceof CudaSymmetricMemory c ? c : null;
+        WorkClock madeClock = null;
         try {
-            if (gpu != null && shape.ranks() == 1) {
-                throw new IllegalArgumentException("a one-rank pipeline has no links between ranks; on the GPU its"
-                        + " stages would hand off through host queues: run it on the host transport, or use ranks >= 2");
-            }
-            if (gpu == null && !memory.hostAddressable()) {
-                throw new IllegalArgumentException("stage links need host memory or the CUDA transport; "
-                        + transport.name() + " gives neither");
+            if (!memory.hostAddressable() && shape.ranks() == 1) {
+                throw new IllegalArgumentException("a one-rank pipeline has no links between ranks: its stages hand off"
+                        + " through host queues, which cannot copy the device memory of " + transport.name()
+                        + ": run it on the host transport, or use ranks >= 2");
             }
             if (memory.signalSlots() < layout.signalSlotsNeeded()) {
                 throw new IllegalArgumentException("the pipeline needs " + layout.signalSlotsNeeded()
@@ -123,15 +115,22 @@ public final class PipelineExecutor implements AutoCloseable {
                 wire(stage, ActionType.FORWARD, stage - 1, stage + 1);
                 wire(stage, ActionType.BACKWARD, stage + 1, stage - 1);
             }
-            // before the barrier: no rank creates events once any rank may have launched a wait
-            this.gpuEvents = gpu == null ? new MemorySegment[0] : createEvents(gpu, 1 + 2 * eventCapacity(actions, localStageCount));
+            // before the barrier: no rank creates its marks once any rank may have launched a wait
+            madeClock = memory.clock(2 * eventCapacity(actions, localStageCount));
             // all links are fresh (counters zero) on every rank before anyone posts
             memory.barrier();
         } catch (RuntimeException e) {
-            memory.close();
-            arena.close();
+            try {
+                memory.close();
+            } finally {
+                if (madeClock != null) {
+                    madeClock.close();
+                }
+                arena.close();
+            }
             throw e;
         }
+        this.clock = madeClock;
         int capacity = eventCapacity(actions, localStageCount);
         this.eventStart = new long[capacity];
         this.eventEnd = new long[capacity];
@@ -141,27 +140,6 @@ public final class PipelineExecutor implements AutoCloseable {
     /** Timeline events of a step, at most: a receive, the compute and a send per action, plus one optimizer step per stage. */
     private static int eventCapacity(List<Action> actions, int localStageCount) {
         return 3 * actions.size() + localStageCount;
-    }
-
-    private static MemorySegment[] createEvents(CudaSymmetricMemory gpu, int count) {
-        MemorySegment[] events = new MemorySegment[count];
-        try {
-            for (int i = 0; i < count; i++) {
-                events[i] = gpu.createEvent();
-            }
-        } catch (RuntimeException e) {
-            destroyEvents(events);
-            throw e;
-        }
-        return events;
-    }
-
-    private static void destroyEvents(MemorySegment[] events) {
-        for (MemorySegment e : events) {
-            if (e != null) {
-                CudaDriver.get().destroyEvent(e);
-            }
-        }
     }
 
     /**
@@ -185,8 +163,8 @@ public final class PipelineExecutor implements AutoCloseable {
 
     /**
      * As {@link #create(Group, Schedule, PipelineShape, Map, int, long)}, with the links allocated on
-     * {@code transport}: the CUDA transport puts them in GPU memory (one GPU per rank, at least 2
-     * ranks), and the stages then enqueue their work on the rank's CUDA stream.
+     * {@code transport}: a GPU transport puts them in GPU memory (at least 2 ranks), and the stages
+     * then enqueue their work on the rank's stream.
      *
      * @param group the pipeline group; rank r runs {@code schedule.actions(r)}
      * @param transport the transport the links' symmetric memory is allocated on
@@ -227,13 +205,11 @@ public final class PipelineExecutor implements AutoCloseable {
             if (shape.rankOf(from) == group.rank()) {
                 localQueues[t][stage] = new ArrayDeque<>();
             } else {
-                receivers[t][stage] = gpu != null ? new CudaStageLink.Receiver(gpu, layout, from, stage)
-                        : new StageLink.Receiver(memory, layout, from, stage);
+                receivers[t][stage] = new StageLink.Receiver(memory, layout, from, stage);
             }
         }
         if (to >= 0 && to < shape.stageCount() && shape.rankOf(to) != group.rank()) {
-            senders[t][stage] = gpu != null ? new CudaStageLink.Sender(gpu, layout, stage, to)
-                    : new StageLink.Sender(memory, layout, stage, to, arena);
+            senders[t][stage] = new StageLink.Sender(memory, layout, stage, to, arena);
         }
     }
 
@@ -250,11 +226,7 @@ public final class PipelineExecutor implements AutoCloseable {
                     + " failed in an earlier step; create a new one (and a new group)");
         }
         int events = 0;
-        long hostOrigin = System.nanoTime();
-        gpuMarks = 0;
-        if (gpu != null) {
-            mark(); // mark 0: the step's start on the stream
-        }
+        clock.restart();
         try {
             for (int index = 0; index < actions.size(); index++) {
                 events = run(index, events);
@@ -264,20 +236,15 @@ public final class PipelineExecutor implements AutoCloseable {
                 stages[stage].step();
                 events = record(events, -1 - stage, start);
             }
-            if (gpu != null) {
-                awaitGpu();
-            }
+            awaitWork();
         } catch (RuntimeException | Error e) {
             failed = true;
             RuntimeException aborted = e instanceof PipelineAbortedException pa ? pa : abortedFirstByAPeer(e);
             if (aborted == null) {
-                // This rank failed first: poison every link so every rank stops now.
-                if (gpu != null) {
-                    CudaStageLink.poisonAll(gpu, layout);
-                    gpu.awaitStream(group.options().timeout()); // this rank's waits return too; let them drain
-                } else {
-                    StageLink.poisonAll(memory, layout);
-                }
+                // This rank failed first: poison every link so every rank stops now. On enqueued memory
+                // this rank's own waits return too: let its queue drain before the error leaves (bounded).
+                StageLink.poisonAll(memory, layout);
+                memory.awaitWork(group.options().timeout());
             }
             // Every rank learns of the failure from the poisoned links: tearing the links down must not
             // wait for peers again, nor look to them like a rank that left before failing.
@@ -287,16 +254,18 @@ public final class PipelineExecutor implements AutoCloseable {
             }
             throw e;
         }
-        return timeline(events, hostOrigin);
+        return timeline(events);
     }
 
     /**
      * When a host step failed with {@code e} after another rank had already poisoned the links (a
      * peer that failed first may free what this rank was still writing into), the peer's abort is
-     * what to report: returns it with {@code e} attached. Null when this rank failed first.
+     * what to report: returns it with {@code e} attached. Null when this rank failed first. On
+     * enqueued memory the host never touches the links' memory, so a failure of this rank's host code
+     * is its own (and reading the counters would be one more driver call at a time peers may spin).
      */
     private PipelineAbortedException abortedFirstByAPeer(Throwable e) {
-        if (gpu != null || !StageLink.poisoned(memory, layout)) {
+        if (memory.enqueued() || !StageLink.poisoned(memory, layout)) {
             return null;
         }
         PipelineAbortedException aborted = new PipelineAbortedException("pipeline aborted by another rank while rank "
@@ -306,29 +275,29 @@ public final class PipelineExecutor implements AutoCloseable {
     }
 
     /**
-     * GPU steps: waits for the stream (everything the step enqueued), bounded by the group's timeout,
-     * then checks for another rank's abort. A timeout means a peer never sent or released: abort.
+     * Waits for the work the step enqueued ({@link SymmetricMemory#awaitWork}; at once on the host),
+     * bounded by the group's timeout, then, on enqueued memory, checks for another rank's abort: there
+     * a poisoned wait let the queue run on past a message that never came, and only the counters tell.
+     * A timeout means a peer never sent or released: abort.
      */
-    private void awaitGpu() {
-        if (!gpu.awaitStream(group.options().timeout())) {
-            CudaStageLink.poisonAll(gpu, layout); // releases every waiting stream, this rank's too
-            gpu.awaitStream(group.options().timeout());
-            throw new PipelineAbortedException("rank " + group.rank() + ": the GPU step did not finish within "
-                    + group.options().timeout() + " (a peer stopped sending or releasing); aborting the pipeline");
+    private void awaitWork() {
+        if (!memory.awaitWork(group.options().timeout())) {
+            boolean landed = StageLink.poisonAll(memory, layout); // releases every waiting queue, this rank's too
+            memory.awaitWork(group.options().timeout());
+            throw new PipelineAbortedException("rank " + group.rank() + ": the step's enqueued work did not finish within "
+                    + group.options().timeout() + " (a peer stopped sending or releasing); aborting the pipeline"
+                    + (landed ? "" : " (the abort signal itself did not land within the timeout either: a device queue is"
+                    + " blocked; peers stop at their own timeout)"));
         }
-        if (CudaStageLink.poisoned(gpu, layout)) {
-            throw new PipelineAbortedException("pipeline aborted by another rank during the GPU step of rank "
+        if (memory.enqueued() && StageLink.poisoned(memory, layout)) {
+            throw new PipelineAbortedException("pipeline aborted by another rank during the step of rank "
                     + group.rank() + " (the failing rank reports the cause)");
         }
     }
 
-    /** Now, as a timeline mark: host nanoseconds, or on GPU the index of an event recorded on the stream. */
+    /** Now, as a timeline mark of the memory's clock (host nanoseconds, or an event on the stream). */
     private long mark() {
-        if (gpu == null) {
-            return System.nanoTime();
-        }
-        gpu.recordEvent(gpuEvents[gpuMarks]);
-        return gpuMarks++;
+        return clock.mark();
     }
 
     private int run(int index, int events) {
@@ -391,17 +360,11 @@ public final class PipelineExecutor implements AutoCloseable {
         return events + 1;
     }
 
-    private StepTimeline timeline(int events, long hostOrigin) {
-        if (gpu != null) {
-            // marks are event indices: place each on the host clock, from the step's first event
-            long[] nanos = new long[gpuMarks];
-            for (int i = 0; i < nanos.length; i++) {
-                nanos[i] = hostOrigin + Math.round(CudaDriver.get().elapsedMillis(gpuEvents[0], gpuEvents[i]) * 1e6);
-            }
-            for (int i = 0; i < events; i++) {
-                eventStart[i] = nanos[(int) eventStart[i]];
-                eventEnd[i] = nanos[(int) eventEnd[i]];
-            }
+    private StepTimeline timeline(int events) {
+        // marks become host nanoseconds (on the host they already are; GPU events have run by now)
+        for (int i = 0; i < events; i++) {
+            eventStart[i] = clock.nanos(eventStart[i]);
+            eventEnd[i] = clock.nanos(eventEnd[i]);
         }
         List<TimelineEvent> list = new ArrayList<>(events);
         for (int i = 0; i < events; i++) {
@@ -448,7 +411,7 @@ public final class PipelineExecutor implements AutoCloseable {
             memory.close();
         } finally {
             try {
-                destroyEvents(gpuEvents); // after the collective close: no peer's step is running
+                clock.close(); // after the collective close: no peer's step is running
             } finally {
                 arena.close();
             }

@@ -24,10 +24,12 @@ import org.junit.jupiter.params.provider.MethodSource;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.cuda.CudaDriver;
 import org.symmem4j.parallel.cuda.CudaKernels;
-import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
 import org.symmem4j.parallel.cuda.CudaTransport;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
 import org.symmem4j.pipeline.channel.LinkPlan;
@@ -41,7 +43,10 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
  * share it, which is correct, not fast). The stages are device-to-device copies, enqueued on the
  * rank's stream like any GPU stage's kernels: each forward copies its input into a private buffer
  * per microbatch and hands that on; the last stage keeps what arrived and sends it back as the
- * gradient; each backward copies and hands on; stage 0 keeps what came back. Every microbatch
+ * gradient; each backward copies and hands on; stage 0 keeps what came back. The copies are puts
+ * into the rank's own buffer ({@link SymmetricMemory#putWithSignal}, enqueued like the links' own
+ * steps), so the test names no CUDA class beyond where the GPU memory comes from
+ * ({@link #gpuTransport()}). Every microbatch
  * carries its own bytes, so a message delivered to the wrong microbatch, overwritten before its
  * receiver read it, or read before it landed shows as a byte mismatch. Skipped without a GPU.
  */
@@ -49,15 +54,27 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
 class CudaPipelineExecutorTest {
 
     private static final long MESSAGE_BYTES = 64 << 10;
-    static CudaTransport cuda;
+    /** The signal slot of the stages' own buffers that their copies (puts adding 0) name. */
+    private static final int COPY_SLOT = 0;
+    private static Transport cuda;
 
     @BeforeEach
     void needsAGpu() {
         Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
         Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
+    }
+
+    /** Where the GPU memory comes from: the one place this test names how a GPU group's transport is made. */
+    static Transport gpuTransport() {
         if (cuda == null) {
             cuda = CudaTransport.create();
         }
+        return cuda;
+    }
+
+    /** Collective: {@code bytes} of GPU symmetric memory per rank of {@code group}. */
+    static SymmetricMemory gpuMemory(Group group, long bytes) {
+        return gpuTransport().allocate(group, bytes);
     }
 
     /**
@@ -76,40 +93,47 @@ class CudaPipelineExecutorTest {
 
     /** Device buffers of one rank's stages: inputs per microbatch (stage 0), kept activations and gradients. */
     static final class CopyStage implements StageCompute {
-        final CudaSymmetricMemory buffers;
+        final SymmetricMemory buffers;
         final int stage;
         final int lastStage;
         final long base;
 
-        CopyStage(CudaSymmetricMemory buffers, int stage, int lastStage, long base) {
+        CopyStage(SymmetricMemory buffers, int stage, int lastStage, long base) {
             this.buffers = buffers;
             this.stage = stage;
             this.lastStage = lastStage;
             this.base = base;
         }
 
-        /** Where this stage keeps microbatch mb's forward (kind 0) or backward (kind 1) message. */
+        /** Where, in the rank's buffer, this stage keeps microbatch mb's forward (kind 0) or backward (kind 1) message. */
         long kept(int kind, int mb, int microbatches) {
-            return buffers.local().address() + base + ((long) kind * microbatches + mb) * MESSAGE_BYTES;
+            return base + ((long) kind * microbatches + mb) * MESSAGE_BYTES;
+        }
+
+        /** The kept message as a device buffer. */
+        MemorySegment keptBuffer(int kind, int mb) {
+            return MemorySegment.ofAddress(buffers.local().address() + kept(kind, mb, microbatches)).reinterpret(MESSAGE_BYTES);
+        }
+
+        /** Enqueues the copy of MESSAGE_BYTES of {@code src} (a device buffer) to {@code dstOffset} of this rank's buffer. */
+        void copyInto(long dstOffset, MemorySegment src) {
+            buffers.putWithSignal(buffers.group().rank(), src.asSlice(0, MESSAGE_BYTES), dstOffset, COPY_SLOT, 0, SignalOp.ADD);
         }
 
         int microbatches;
 
         @Override
         public MemorySegment forward(int microbatch, MemorySegment input) {
-            long dst = kept(0, microbatch, microbatches);
             if (stage > 0) {
-                buffers.enqueueCopy(dst, input.address(), MESSAGE_BYTES);
+                copyInto(kept(0, microbatch, microbatches), input);
             } // stage 0: the test wrote its input there before the step
-            return MemorySegment.ofAddress(dst).reinterpret(MESSAGE_BYTES);
+            return keptBuffer(0, microbatch);
         }
 
         @Override
         public MemorySegment backward(int microbatch, MemorySegment outputGradient) {
-            long src = stage == lastStage ? kept(0, microbatch, microbatches) : outputGradient.address();
-            long dst = kept(1, microbatch, microbatches);
-            buffers.enqueueCopy(dst, src, MESSAGE_BYTES);
-            return MemorySegment.ofAddress(dst).reinterpret(MESSAGE_BYTES);
+            copyInto(kept(1, microbatch, microbatches), stage == lastStage ? keptBuffer(0, microbatch) : outputGradient);
+            return keptBuffer(1, microbatch);
         }
 
         @Override
@@ -139,7 +163,7 @@ class CudaPipelineExecutorTest {
                 GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
             long perStage = 2L * microbatches * MESSAGE_BYTES;
             List<String> found = new ArrayList<>();
-            try (CudaSymmetricMemory buffers = (CudaSymmetricMemory) cuda.allocate(group, perStage * shape.stagesPerRank());
+            try (SymmetricMemory buffers = gpuMemory(group, perStage * shape.stagesPerRank());
                  Arena arena = Arena.ofConfined()) {
                 Map<Integer, CopyStage> mine = new HashMap<>();
                 int local = 0;
@@ -150,7 +174,7 @@ class CudaPipelineExecutorTest {
                 }
                 // one slot per link: every send after the first waits for its credit
                 int slots = LinkPlan.of(schedule, shape).minimumSlots();
-                try (PipelineExecutor executor = PipelineExecutor.create(group, cuda, schedule, shape, new HashMap<>(mine),
+                try (PipelineExecutor executor = PipelineExecutor.create(group, gpuTransport(), schedule, shape, new HashMap<>(mine),
                         slots, MESSAGE_BYTES)) {
                     MemorySegment host = arena.allocate(MESSAGE_BYTES);
                     for (int step = 0; step < steps; step++) {
@@ -160,7 +184,7 @@ class CudaPipelineExecutorTest {
                                 for (long i = 0; i < MESSAGE_BYTES; i++) {
                                     host.set(ValueLayout.JAVA_BYTE, i, pattern(step, mb, i));
                                 }
-                                buffers.copyFromHost(host, first.kept(0, mb, microbatches) - buffers.local().address());
+                                buffers.copyFromHost(host, first.kept(0, mb, microbatches));
                             }
                         }
                         executor.barrier();
@@ -177,7 +201,7 @@ class CudaPipelineExecutorTest {
                                     if (kind == 1 && s.stage != 0 && s.stage != lastStage) {
                                         continue; // middle stages: the forward copy already proves delivery
                                     }
-                                    buffers.copyToHost(s.kept(kind, mb, microbatches) - buffers.local().address(), host);
+                                    buffers.copyToHost(s.kept(kind, mb, microbatches), host);
                                     for (long i = 0; i < MESSAGE_BYTES; i++) {
                                         if (host.get(ValueLayout.JAVA_BYTE, i) != pattern(step, mb, i)) {
                                             found.add(name + " step " + step + " stage " + s.stage + (kind == 0 ? " forward" : " backward")
@@ -208,7 +232,7 @@ class CudaPipelineExecutorTest {
         SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(p,
                 GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
             long perStage = 2L * shape.microbatches() * MESSAGE_BYTES;
-            try (CudaSymmetricMemory buffers = (CudaSymmetricMemory) cuda.allocate(group, perStage)) {
+            try (SymmetricMemory buffers = gpuMemory(group, perStage)) {
                 CopyStage healthy = new CopyStage(buffers, group.rank(), p - 1, 0);
                 healthy.microbatches = shape.microbatches();
                 StageCompute stage = group.rank() != p - 1 ? healthy : new StageCompute() {
@@ -229,7 +253,7 @@ class CudaPipelineExecutorTest {
                     public void step() {
                     }
                 };
-                try (PipelineExecutor executor = PipelineExecutor.create(group, cuda, schedule, shape,
+                try (PipelineExecutor executor = PipelineExecutor.create(group, gpuTransport(), schedule, shape,
                         Map.of(group.rank(), stage), 1, MESSAGE_BYTES)) {
                     executor.runStep();
                 }
@@ -254,7 +278,7 @@ class CudaPipelineExecutorTest {
         PipelineShape shape = new PipelineShape(1, 2, 2);
         Schedule schedule = ScheduleGenerators.interleavedOneFOneB(1, 2, 2);
         SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(1,
-                GroupOptions.defaults(), (Group group) -> PipelineExecutor.create(group, cuda, schedule, shape,
+                GroupOptions.defaults(), (Group group) -> PipelineExecutor.create(group, gpuTransport(), schedule, shape,
                         Map.of(0, new CopyStage(null, 0, 1, 0), 1, new CopyStage(null, 1, 1, 0)), 1, 64)));
         assertTrue(e.getCause().getMessage().contains("ranks >= 2"), e.getCause().getMessage());
     }
