@@ -29,6 +29,8 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     private final long[] pads;
     private final boolean ownsData;
     private boolean closed;
+    /** Device address of the buffer and pad pointer tables (worldSize + worldSize words), 0 until first asked for. */
+    private long pointerTables;
 
     CudaSymmetricMemory(Group group, CudaTransport transport, CudaRank rank, long id, long byteSize, long[] data,
                         long[] pads, boolean ownsData) {
@@ -80,12 +82,70 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         return pads[rank];
     }
 
-    long dataPointer(int peer) {
-        return data[peer];
+    /**
+     * {@inheritDoc}
+     *
+     * <p>The first call of either table allocates both (2 x worldSize x 8 bytes of this rank's GPU)
+     * and copies the pointers in; {@link #close()} frees them.
+     */
+    @Override
+    public long bufferPointerTable() {
+        return pointerTables();
     }
 
-    long padPointer(int peer) {
-        return pads[peer];
+    @Override
+    public long signalPadPointerTable() {
+        return pointerTables() + (long) data.length * Long.BYTES;
+    }
+
+    private synchronized long pointerTables() {
+        if (closed) {
+            throw new IllegalStateException("symmetric memory id=" + id + " is closed (its pointer tables were freed)");
+        }
+        if (pointerTables == 0) {
+            CudaDriver d = transport.driver();
+            rank.makeCurrent("make device pointer tables");
+            int n = data.length;
+            long table = d.malloc(2L * n * Long.BYTES);
+            try (Arena a = Arena.ofConfined()) {
+                MemorySegment host = a.allocate(2L * n * Long.BYTES, 8);
+                for (int p = 0; p < n; p++) {
+                    host.setAtIndex(ValueLayout.JAVA_LONG, p, data[p]);
+                    host.setAtIndex(ValueLayout.JAVA_LONG, n + p, pads[p]);
+                }
+                d.copyHostToDevice(table, host, host.byteSize());
+            } catch (RuntimeException e) {
+                d.free(table);
+                throw e;
+            }
+            pointerTables = table;
+        }
+        return pointerTables;
+    }
+
+    @Override
+    public long signalPadBytes() {
+        return CudaKernels.PAD_BYTES;
+    }
+
+    @Override
+    public long userPadOffset() {
+        return CudaKernels.USER_PAD_OFFSET;
+    }
+
+    @Override
+    public long userPadBytes() {
+        return CudaKernels.USER_PAD_BYTES;
+    }
+
+    @Override
+    public long signalSlotOffset(int slot) {
+        checkSlot(slot);
+        return signalOffset(slot);
+    }
+
+    long dataPointer(int peer) {
+        return data[peer];
     }
 
     long[] dataPointers() {
@@ -352,6 +412,12 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
             CudaDriver d = transport.driver();
             d.setCurrent(rank.context);
             d.free(pads[group.rank()]);
+            synchronized (this) {
+                if (pointerTables != 0) {
+                    d.free(pointerTables);
+                    pointerTables = 0;
+                }
+            }
             if (ownsData) {
                 d.free(data[group.rank()]);
             }
