@@ -46,7 +46,9 @@ public interface DeviceMemory {
     /**
      * A device-resident table of every rank's {@link #bufferPointer}: {@code worldSize} 64-bit
      * addresses, entry r for rank r (PyTorch's {@code buffer_ptrs_dev}), for a kernel that indexes
-     * peers by a run-time rank. Made at the first call, freed with this memory.
+     * peers by a run-time rank. Made at the first call of this or {@link #signalPadPointerTable}
+     * (a synchronous copy: make it before {@link DeviceCommunicator#capture}, which refuses it), freed
+     * with this memory.
      *
      * @return the table's device address on this rank's GPU ({@code uint64_t*} / {@code T**})
      */

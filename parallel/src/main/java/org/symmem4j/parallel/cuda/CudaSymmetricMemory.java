@@ -86,7 +86,8 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
      * {@inheritDoc}
      *
      * <p>The first call of either table allocates both (2 x worldSize x 8 bytes of this rank's GPU)
-     * and copies the pointers in; {@link #close()} frees them.
+     * and copies the pointers in, synchronously, so it must come before a graph capture that uses
+     * them (inside one it throws {@link IllegalStateException}); {@link #close()} frees them.
      */
     @Override
     public long bufferPointerTable() {
@@ -103,6 +104,11 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
             throw new IllegalStateException("symmetric memory id=" + id + " is closed (its pointer tables were freed)");
         }
         if (pointerTables == 0) {
+            if (rank.capturing) {
+                throw new IllegalStateException("the pointer tables of symmetric memory id=" + id + " are made at the first"
+                        + " call, which copies from the host and cannot be captured: call bufferPointerTable() or"
+                        + " signalPadPointerTable() once before DeviceCommunicator.capture");
+            }
             CudaDriver d = transport.driver();
             rank.makeCurrent("make device pointer tables");
             int n = data.length;
