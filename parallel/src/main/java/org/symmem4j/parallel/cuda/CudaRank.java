@@ -15,7 +15,7 @@ import java.util.concurrent.atomic.AtomicInteger;
  * it (correct, not fast): the budget then sizes every grid so that all ranks' blocks fit at once, or
  * the constructor refuses.
  *
- * <p>{@link #close()} gives everything back: the eager graphs, the user modules still loaded, the
+ * <p>{@link #close()} gives everything back: the eager graphs, the users' graphs and modules still open, the
  * stream, the launch scratch, this rank's hold on the shared kernels (the last holder on a device
  * unloads them) and its retain of the primary context (the last retain destroys the context).
  * {@link CudaTransport#release} and {@link CudaTransport#close} call it.
@@ -47,6 +47,8 @@ final class CudaRank implements AutoCloseable {
     final MemorySegment launchScratch;
     /** Modules of users' kernels loaded through this rank ({@link CudaDeviceKernels}), unloaded at close at the latest. */
     private final Set<CudaDeviceModule> userModules = new LinkedHashSet<>();
+    /** Graphs captured by users ({@link CudaCommunicator#capture}) not yet closed, destroyed at close at the latest. */
+    private final Set<CudaGraph> userGraphs = new LinkedHashSet<>();
     /** Set by {@link #close}; launches after it are refused. */
     private volatile boolean closed;
     /** Eager collective launches as cached one-kernel graphs (see {@link EagerGraphCache}). */
@@ -144,14 +146,25 @@ final class CudaRank implements AutoCloseable {
         userModules.remove(module);
     }
 
+    /** Remembers a user's graph, so that {@link #close} destroys it if its owner did not. */
+    synchronized void track(CudaGraph graph) {
+        checkOpen("capture a graph");
+        userGraphs.add(graph);
+    }
+
+    /** Forgets a graph its owner closed. */
+    synchronized void untrack(CudaGraph graph) {
+        userGraphs.remove(graph);
+    }
+
     /**
-     * Waits for this rank's stream, then destroys its eager graphs, unloads user modules still
-     * loaded, destroys the stream, frees the launch scratch, gives back its hold on the device's
+     * Waits for this rank's stream, then destroys its eager graphs and the users' graphs still open,
+     * unloads user modules still loaded, destroys the stream, frees the launch scratch, gives back its hold on the device's
      * kernels (the last holder unloads them) and its retain of the primary context (the last retain
      * destroys the context). Leaves no context current on the calling thread. Every step runs even if
      * an earlier one failed; the first failure is thrown with the later ones suppressed. Idempotent.
-     * Call it after the rank's memories, communicators and graphs are closed (graphs the user still
-     * holds become invalid); launches after it are refused.
+     * Call it after the rank's memories and communicators are closed; graphs and modules still open
+     * are destroyed here, and launches and replays after it are refused.
      */
     @Override
     public synchronized void close() {
@@ -165,6 +178,10 @@ final class CudaRank implements AutoCloseable {
         // a kernel still queued must not find its module unloaded or its context gone
         steps.add(() -> driver.synchronize(stream));
         steps.add(eagerGraphs::close);
+        for (CudaGraph g : List.copyOf(userGraphs)) {
+            steps.add(g::destroy);
+        }
+        steps.add(userGraphs::clear);
         for (CudaDeviceModule m : List.copyOf(userModules)) {
             steps.add(m::unload);
         }

@@ -412,6 +412,8 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
             return;
         }
         closed = true;
+        rank.checkOpen("close symmetric memory id=" + id + " (close memories and communicators before"
+                + " CudaTransport.release; this rank's buffer and pad could not be freed)");
         try {
             barrier();
         } finally {

@@ -35,9 +35,9 @@ import org.symmem4j.parallel.Transport;
  *
  * <h2>Lifecycle</h2>
  * A rank's GPU state (its {@code CudaRank}: stream, primary-context retain, hold on the device's
- * kernels, eager graphs, launch scratch, user modules) is created at the group's first use of this
- * transport and lives until {@link #release(Group)} for that group or {@link #close()}. Release a
- * rank after closing its memories, communicators and graphs: they use the state. After
+ * kernels, eager graphs, launch scratch, user graphs and modules) is created at the group's first use
+ * of this transport and lives until {@link #release(Group)} for that group or {@link #close()}.
+ * Release a rank after closing its memories and communicators: they use the state. After
  * {@link #close()} every method that takes a group throws {@link IllegalStateException}.
  */
 public final class CudaTransport implements Transport, AutoCloseable {
@@ -96,8 +96,9 @@ public final class CudaTransport implements Transport, AutoCloseable {
      * its stream and its cached graphs, unloads the user modules still loaded, frees its launch
      * scratch, and gives back its hold on the device's kernels and its retain of the device's primary
      * context (the last rank on a device unloads the kernels and lets the context go). Not
-     * collective: each rank releases its own, on its own thread, after closing every memory,
-     * communicator and graph of {@code group} on this transport (those become unusable). A group
+     * collective: each rank releases its own, on its own thread, after closing every memory and
+     * communicator of {@code group} on this transport (those become unusable; graphs and user
+     * modules still open are destroyed here). A group
      * that never used this transport, or was released already, is a no-op. A later use of the group
      * on this transport creates a fresh state.
      *
