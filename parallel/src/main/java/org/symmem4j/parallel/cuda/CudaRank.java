@@ -42,7 +42,7 @@ final class CudaRank implements AutoCloseable {
      */
     final boolean programmaticLaunch;
     /** Holds {@link #launchScratch}; closed with the rank. */
-    private final Arena scratchArena = Arena.ofShared();
+    private final Arena scratchArena;
     /** Launch configuration written by every programmatic launch of this rank (launches are serialized). */
     final MemorySegment launchScratch;
     /** Modules of users' kernels loaded through this rank ({@link CudaDeviceKernels}), unloaded at close at the latest. */
@@ -101,10 +101,10 @@ final class CudaRank implements AutoCloseable {
             } catch (RuntimeException suppressed) {
                 e.addSuppressed(suppressed);
             }
-            scratchArena.close();
             driver.releasePrimaryContext(device);
             throw e;
         }
+        this.scratchArena = Arena.ofShared();
         this.launchScratch = scratchArena.allocate(CudaDriver.LAUNCH_CONFIG_BYTES + CudaDriver.LAUNCH_ATTRIBUTE_BYTES, 8);
         this.eagerGraphs = new EagerGraphCache(driver, this);
         OPEN.incrementAndGet();
