@@ -98,9 +98,8 @@ public final class CudaTransport implements Transport, AutoCloseable {
      * context (the last rank on a device unloads the kernels and lets the context go). Not
      * collective: each rank releases its own, on its own thread, after closing every memory and
      * communicator of {@code group} on this transport (those become unusable; graphs and user
-     * modules still open are destroyed here). A group
-     * that never used this transport, or was released already, is a no-op. A later use of the group
-     * on this transport creates a fresh state.
+     * modules still open are destroyed here). A group that never used this transport, or was
+     * released already, is a no-op. A later use of the group on this transport creates a fresh state.
      *
      * @param group a rank's group on this transport
      * @throws CudaException when the driver fails to release something (everything else is still released)

@@ -89,9 +89,13 @@ class CudaUserKernelTest {
         return InJvmWorld.runOnEveryRank(worldSize, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)), task);
     }
 
+    /** The example's grid for {@code count} elements: the same on every rank, all of it resident. */
+    static int grid(DeviceFunction f, long count) {
+        return (int) Math.max(1, Math.min(Math.min(MAX_BLOCKS, f.maxCoResidentBlocks(BLOCK, 0)), (count + BLOCK - 1) / BLOCK));
+    }
+
     /** The example's launch: out = sum over ranks of {@code input}, in rank order. */
-    static void launchUserAllReduce(DeviceFunction f, DeviceMemory input, long out, long count, int rank, int world) {
-        int grid = (int) Math.max(1, Math.min(Math.min(MAX_BLOCKS, f.maxCoResidentBlocks(BLOCK, 0)), (count + BLOCK - 1) / BLOCK));
+    static void launchUserAllReduce(DeviceFunction f, int grid, DeviceMemory input, long out, long count, int rank, int world) {
         f.launch(grid, BLOCK, new KernelArguments()
                 .pointer(input.bufferPointerTable()).pointer(input.signalPadPointerTable()).int64(input.userPadOffset())
                 .pointer(out).int64(count).int32(rank).int32(world));
@@ -153,7 +157,7 @@ class CudaUserKernelTest {
                         ours.copyFromHost(host, 0);
                         theirs.copyFromHost(host, 0);
                         comm.allReduce(ours, 0, count, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT);
-                        launchUserAllReduce(f, input, out.address(), count, rank, world);
+                        launchUserAllReduce(f, grid(f, count), input, out.address(), count, rank, world);
                         MemorySegment oursHost = arena.allocate(count * 4);
                         MemorySegment theirsHost = arena.allocate(count * 4);
                         ours.copyToHost(0, oursHost);
@@ -225,8 +229,9 @@ class CudaUserKernelTest {
                 try (DeviceModule module = kernels.load(image())) {
                     DeviceFunction f = module.function(SYMBOL);
                     input.bufferPointerTable(); // made now: its first call copies from the host, which a capture refuses
+                    int grid = grid(f, count);
                     try (DeviceGraph graph = device.capture(() -> {
-                        launchUserAllReduce(f, input, out.address(), count, rank, world);
+                        launchUserAllReduce(f, grid, input, out.address(), count, rank, world);
                         device.copyAsync(oursLocal, out);
                         comm.allReduce(ours, 0, count, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT);
                     })) {
