@@ -110,6 +110,31 @@ final class CudaRank implements AutoCloseable {
         OPEN.incrementAndGet();
     }
 
+    /** How long {@link #close} waits for the rank's stream to drain before giving up. */
+    static final long CLOSE_WAIT_NANOS = 60_000_000_000L;
+    /** The code {@link #close} reports when the stream did not drain (not a driver code: {@code CUDA_ERROR_UNKNOWN} + 1). */
+    static final int DEVICE_BUSY = 1000;
+
+    /**
+     * Waits until this rank's stream has no pending work or {@code nanos} have passed (spin, then
+     * park 50 us between polls); the context is current. Unlike a stream synchronize it gives up.
+     */
+    private boolean awaitIdle(long nanos) {
+        long deadline = System.nanoTime() + nanos;
+        int polls = 0;
+        while (!driver.streamIdle(stream)) {
+            if (System.nanoTime() - deadline > 0) {
+                return false;
+            }
+            if (++polls < 1_000) {
+                Thread.onSpinWait();
+            } else {
+                java.util.concurrent.locks.LockSupport.parkNanos(50_000);
+            }
+        }
+        return true;
+    }
+
     /** Ranks open in this JVM (tests). */
     static int openRanks() {
         return OPEN.get();
@@ -158,7 +183,8 @@ final class CudaRank implements AutoCloseable {
     }
 
     /**
-     * Waits for this rank's stream, then destroys its eager graphs and the users' graphs still open,
+     * Waits for this rank's stream (at most {@link #CLOSE_WAIT_NANOS}: a stream that does not drain
+     * is left alone, and a {@link CudaException} says so), then destroys its eager graphs and the users' graphs still open,
      * unloads user modules still loaded, destroys the stream, frees the launch scratch, gives back its hold on the device's
      * kernels (the last holder unloads them) and its retain of the primary context (the last retain
      * destroys the context). Leaves no context current on the calling thread. Every step runs even if
@@ -173,10 +199,15 @@ final class CudaRank implements AutoCloseable {
         }
         closed = true;
         OPEN.decrementAndGet();
-        List<Runnable> steps = new ArrayList<>();
-        steps.add(() -> driver.setCurrent(context));
+        driver.setCurrent(context);
         // a kernel still queued must not find its module unloaded or its context gone
-        steps.add(() -> driver.synchronize(stream));
+        if (!awaitIdle(CLOSE_WAIT_NANOS)) {
+            throw new CudaException("CUDA", "close of rank=" + rank + " (device " + ordinal + ")", DEVICE_BUSY,
+                    "STREAM_STILL_BUSY", "the rank's stream still runs after " + CLOSE_WAIT_NANOS / 1_000_000_000L
+                    + " s (a kernel waiting for a peer that never came?): its stream, graphs, kernels and context are left"
+                    + " as they are rather than torn down under a running kernel; abort the group before releasing it");
+        }
+        List<Runnable> steps = new ArrayList<>();
         steps.add(eagerGraphs::close);
         for (CudaGraph g : List.copyOf(userGraphs)) {
             steps.add(g::destroy);
