@@ -38,7 +38,7 @@ import picocli.CommandLine.Option;
  * the signal pads' user bytes and reads every rank's buffer through the device pointer table. The
  * example loads it, launches it on each rank's stream beside symmem4j's own ONE_SHOT, checks the two
  * bitwise equal on every rank, then captures the user's kernel and ONE_SHOT into one CUDA graph and
- * replays it.
+ * replays it, checking after every replay.
  *
  * <pre>
  *   java ... org.symmem4j.examples.UserKernelAllReduceExample [--ranks N] [--count C] [--image FILE]
@@ -150,19 +150,17 @@ public final class UserKernelAllReduceExample {
                     throw new IllegalStateException("rank " + rank + ": " + differing + " of " + count
                             + " elements differ between the user kernel and ONE_SHOT");
                 }
-                // one graph: the user's kernel, then ONE_SHOT on a fresh copy of the input; replayed
-                MemorySegment oursLocal = MemorySegment.ofAddress(ours.unwrap(DeviceMemory.class).orElseThrow()
-                        .bufferPointer(rank)).reinterpret(count * 4);
-                MemorySegment inputLocal = MemorySegment.ofAddress(peers.bufferPointer(rank)).reinterpret(count * 4);
+                // one graph: the user's kernel (input -> out), then ONE_SHOT on the input in place (it runs
+                // once every peer's user kernel has finished reading this rank's input). Each replay starts
+                // from the last one's ONE_SHOT result, so out must equal the input after every replay.
                 try (DeviceGraph graph = device.capture(() -> {
                     allReduce.launch(grid, BLOCK, arguments);
-                    device.copyAsync(oursLocal, inputLocal);
-                    comm.allReduce(ours, 0, count, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT);
+                    comm.allReduce(input, 0, count, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT);
                 })) {
                     for (int replay = 0; replay < 3; replay++) {
                         graph.replay();
                         device.synchronize();
-                        differing = compare(device, ours, out, count, arena);
+                        differing = compare(device, input, out, count, arena);
                         if (differing != 0) {
                             throw new IllegalStateException("rank " + rank + " replay " + replay + ": " + differing
                                     + " elements differ between the user kernel and ONE_SHOT");
