@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# Builds the CUDA kernels into one fatbin: SASS for sm_80 (A100), sm_90 (H100/H200), sm_100 (B200)
+# Builds CUDA kernels into one fatbin: SASS for sm_80 (A100), sm_90 (H100/H200), sm_100 (B200)
 # and PTX for sm_100, so newer GPUs JIT-compile it. Skips the work when the fatbin is newer than the
-# source. Writes a manifest fragment saying whether the jar carries the kernels (the jar plugin puts
-# it in the jar's manifest as Symmem4j-Kernels). Without nvcc it says so loudly and exits 0 — the rest
+# source. Writes a manifest line saying whether the jar carries the kernels (the jar plugin puts it
+# in the jar's manifest, e.g. Symmem4j-Kernels). Without nvcc it says so loudly and exits 0 — the rest
 # of the build does not need the kernels — unless the kernels are required (`mvn -Pcuda`): then it fails.
-#   build-fatbin.sh <source.cu> <output dir> <manifest fragment> <required: true|false>
+# Run once for symmem4j's kernels and once for the example user kernel (see pom.xml).
+#   build-fatbin.sh <source.cu> <output dir> <manifest fragment> <required: true|false> [fatbin name] [manifest key]
 set -euo pipefail
 src=$1
 out_dir=$2
 manifest=$3
 required=${4:-false}
-out="$out_dir/symmem4j.fatbin"
+name=${5:-symmem4j.fatbin}
+key=${6:-Symmem4j-Kernels}
+out="$out_dir/$name"
+# writes "key: value" into the manifest fragment, replacing an earlier line of the same key
+manifest_line() {
+  local kept
+  kept=$(grep -v "^$key:" "$manifest" 2>/dev/null || true)
+  { [ -n "$kept" ] && printf '%s\n' "$kept"; printf '%s: %s\n' "$key" "$1"; } > "$manifest"
+}
 mkdir -p "$(dirname "$manifest")"
 nvcc_bin=$(command -v nvcc || true)
 [ -z "$nvcc_bin" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc_bin=/usr/local/cuda/bin/nvcc
@@ -21,13 +30,19 @@ if [ -z "$nvcc_bin" ]; then
     exit 1
   fi
   rm -f "$out" # a fatbin from an earlier build with nvcc would not match this source
-  printf 'Symmem4j-Kernels: ABSENT (built without nvcc: the CUDA transport can run only Algorithm.NCCL)\n' > "$manifest"
-  cat <<'BANNER'
+  if [ "$name" = symmem4j.fatbin ]; then
+    manifest_line "ABSENT (built without nvcc: the CUDA transport can run only Algorithm.NCCL)"
+    what="on GPUs only Algorithm.NCCL can run. Host code is unaffected."
+  else
+    manifest_line "ABSENT (built without nvcc: UserKernelAllReduceExample and CudaUserKernelTest cannot run)"
+    what="the user-kernel example (UserKernelAllReduceExample) and its GPU test cannot run."
+  fi
+  cat <<BANNER
 [kernels] ************************************************************************************
-[kernels] WARNING: nvcc not found: the CUDA kernels are NOT built.
-[kernels] The symmem4j-kernels jar ships WITHOUT symmem4j.fatbin (its manifest says
-[kernels] "Symmem4j-Kernels: ABSENT"): on GPUs only Algorithm.NCCL can run. Host code is unaffected.
-[kernels] To build them: put CUDA's nvcc on PATH (or /usr/local/cuda/bin); -Pcuda makes this an error.
+[kernels] WARNING: nvcc not found: $(basename "$src") is NOT built.
+[kernels] The symmem4j-kernels jar ships WITHOUT $name (its manifest says
+[kernels] "$key: ABSENT"): $what
+[kernels] To build it: put CUDA's nvcc on PATH (or /usr/local/cuda/bin); -Pcuda makes this an error.
 [kernels] ************************************************************************************
 BANNER
   exit 0
@@ -35,7 +50,7 @@ fi
 mkdir -p "$out_dir"
 version=$("$nvcc_bin" --version | tail -1)
 present() {
-  printf 'Symmem4j-Kernels: present (SASS sm_80, sm_90, sm_100; PTX compute_100; %s)\n' "$version" > "$manifest"
+  manifest_line "present (SASS sm_80, sm_90, sm_100; PTX compute_100; $version)"
 }
 if [ -f "$out" ] && [ "$out" -nt "$src" ] && [ "$out" -nt "$0" ]; then
   present

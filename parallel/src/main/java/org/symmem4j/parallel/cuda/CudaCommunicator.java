@@ -685,6 +685,27 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         return rank.stream;
     }
 
+    /** Made at the first {@code unwrap(DeviceKernels.class)}. */
+    private volatile CudaDeviceKernels userKernels;
+
+    /**
+     * {@inheritDoc}
+     *
+     * <p>Also {@link org.symmem4j.parallel.DeviceKernels}: users' kernels on this rank's stream.
+     */
+    @Override
+    public <T> java.util.Optional<T> unwrap(Class<T> type) {
+        if (type == org.symmem4j.parallel.DeviceKernels.class) {
+            CudaDeviceKernels k = userKernels;
+            if (k == null) {
+                k = new CudaDeviceKernels(driver, rank, group, this);
+                userKernels = k;
+            }
+            return java.util.Optional.of(type.cast(k));
+        }
+        return Communicator.super.unwrap(type);
+    }
+
     @Override
     public void send(MemorySegment buffer, int peer) {
         ncclSend(buffer.address(), buffer.byteSize(), peer);

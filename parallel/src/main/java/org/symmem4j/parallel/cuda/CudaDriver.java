@@ -106,7 +106,6 @@ public final class CudaDriver {
     private final MethodHandle cuDevicePrimaryCtxRetain;
     private final MethodHandle cuDevicePrimaryCtxRelease;
     private final MethodHandle cuCtxSetCurrent;
-    private final MethodHandle cuCtxSynchronize;
     private final MethodHandle cuCtxEnablePeerAccess;
     private final MethodHandle cuMemAlloc;
     private final MethodHandle cuMemFree;
@@ -124,6 +123,11 @@ public final class CudaDriver {
     private final MethodHandle cuEventDestroy;
     private final MethodHandle cuModuleLoadData;
     private final MethodHandle cuModuleGetFunction;
+    private final MethodHandle cuModuleUnload;
+    private final MethodHandle cuMemGetInfo;
+    private final MethodHandle cuFuncGetAttribute;
+    /** cuFuncGetParamInfo (CUDA 12.4+); empty on older drivers, whose launches cannot check arguments. */
+    private final Optional<MethodHandle> cuFuncGetParamInfo;
     private final MethodHandle cuLaunchKernel;
     private final MethodHandle cuStreamQuery;
     private final MethodHandle cuOccupancyMaxActiveBlocksPerMultiprocessor;
@@ -159,7 +163,6 @@ public final class CudaDriver {
         cuDevicePrimaryCtxRetain = lib.function("cuDevicePrimaryCtxRetain", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
         cuDevicePrimaryCtxRelease = lib.function("cuDevicePrimaryCtxRelease_v2", FunctionDescriptor.of(JAVA_INT, JAVA_INT));
         cuCtxSetCurrent = lib.function("cuCtxSetCurrent", iA);
-        cuCtxSynchronize = lib.function("cuCtxSynchronize", FunctionDescriptor.of(JAVA_INT));
         cuCtxEnablePeerAccess = lib.function("cuCtxEnablePeerAccess", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
         cuMemAlloc = lib.function("cuMemAlloc_v2", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
         cuMemFree = lib.function("cuMemFree_v2", FunctionDescriptor.of(JAVA_INT, JAVA_LONG));
@@ -179,6 +182,11 @@ public final class CudaDriver {
         cuEventDestroy = lib.function("cuEventDestroy_v2", iA);
         cuModuleLoadData = lib.function("cuModuleLoadData", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
         cuModuleGetFunction = lib.function("cuModuleGetFunction", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS));
+        cuModuleUnload = lib.function("cuModuleUnload", iA);
+        cuMemGetInfo = lib.function("cuMemGetInfo_v2", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        cuFuncGetAttribute = lib.function("cuFuncGetAttribute", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, ADDRESS));
+        cuFuncGetParamInfo = lib.optionalFunction("cuFuncGetParamInfo",
+                FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, ADDRESS, ADDRESS));
         cuLaunchKernel = lib.function("cuLaunchKernel", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, JAVA_INT,
                 JAVA_INT, JAVA_INT, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS, ADDRESS));
         cuStreamQuery = lib.function("cuStreamQuery", iA);
@@ -364,15 +372,6 @@ public final class CudaDriver {
         }
     }
 
-    /** Blocks until all work in the current context has completed. */
-    public void synchronizeContext() {
-        try {
-            check("cuCtxSynchronize", (int) cuCtxSynchronize.invokeExact());
-        } catch (Throwable t) {
-            throw NativeLibrary.unchecked(t);
-        }
-    }
-
     /**
      * Lets the current context access {@code peerContext}'s memory; already enabled is fine.
      *
@@ -476,6 +475,23 @@ public final class CudaDriver {
     public void memset(long dst, byte value, long bytes) {
         try {
             check("cuMemsetD8_v2", (int) cuMemsetD8.invokeExact(dst, value, bytes));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /**
+     * Free and total memory of the current context's device (cuMemGetInfo), as the driver counts
+     * them: every process's allocations and contexts, not only this JVM's.
+     *
+     * @return {@code {freeBytes, totalBytes}}
+     */
+    public long[] memoryInfo() {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment free = a.allocate(JAVA_LONG);
+            MemorySegment total = a.allocate(JAVA_LONG);
+            check("cuMemGetInfo_v2", (int) cuMemGetInfo.invokeExact(free, total));
+            return new long[] {free.get(JAVA_LONG, 0), total.get(JAVA_LONG, 0)};
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }
@@ -728,6 +744,78 @@ public final class CudaDriver {
         }
     }
 
+    /**
+     * Unloads a module from {@link #loadModule} from the current context; its functions become invalid.
+     *
+     * @param module the CUmodule
+     */
+    public void unloadModule(MemorySegment module) {
+        try {
+            check("cuModuleUnload", (int) cuModuleUnload.invokeExact(module));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /** {@code CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK}. */
+    static final int FUNCTION_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0;
+    /** {@code CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES}: static shared memory per block. */
+    static final int FUNCTION_ATTRIBUTE_SHARED_SIZE_BYTES = 1;
+    /** {@code CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES}. */
+    static final int FUNCTION_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+
+    /**
+     * An integer attribute of a kernel (cuFuncGetAttribute).
+     *
+     * @param function the CUfunction
+     * @param attribute a {@code CUfunction_attribute} value, e.g. {@link #FUNCTION_ATTRIBUTE_MAX_THREADS_PER_BLOCK}
+     * @return the attribute's value
+     */
+    public int functionAttribute(MemorySegment function, int attribute) {
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment v = a.allocate(JAVA_INT);
+            check("cuFuncGetAttribute", (int) cuFuncGetAttribute.invokeExact(v, attribute, function));
+            return v.get(JAVA_INT, 0);
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /** {@code CUDA_ERROR_INVALID_VALUE}: cuFuncGetParamInfo's answer for an index past the last parameter. */
+    static final int INVALID_VALUE = 1;
+
+    /**
+     * The byte size of each of a kernel's parameters, in order (cuFuncGetParamInfo, CUDA 12.4+);
+     * empty on drivers without it.
+     *
+     * @param function the CUfunction
+     * @return the sizes, or empty when the driver cannot say
+     */
+    public Optional<long[]> parameterSizes(MemorySegment function) {
+        if (cuFuncGetParamInfo.isEmpty()) {
+            return Optional.empty();
+        }
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment offset = a.allocate(JAVA_LONG);
+            MemorySegment size = a.allocate(JAVA_LONG);
+            long[] sizes = new long[16];
+            int n = 0;
+            while (true) {
+                int rc = (int) cuFuncGetParamInfo.get().invokeExact(function, (long) n, offset, size);
+                if (rc == INVALID_VALUE) {
+                    return Optional.of(java.util.Arrays.copyOf(sizes, n));
+                }
+                check("cuFuncGetParamInfo", rc);
+                if (n == sizes.length) {
+                    sizes = java.util.Arrays.copyOf(sizes, 2 * n);
+                }
+                sizes[n++] = size.get(JAVA_LONG, 0);
+            }
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
     /** {@code CU_FUNCTION_LOADING_STATE_LOADED}. */
     static final int FUNCTION_LOADED = 1;
     /** {@code CU_MODULE_LAZY_LOADING}. */
@@ -803,9 +891,28 @@ public final class CudaDriver {
      * @param params the kernel parameter array ({@code void**})
      */
     public void launch(MemorySegment function, int gridX, int blockX, MemorySegment stream, MemorySegment params) {
+        launch(function, gridX, 1, 1, blockX, 1, 1, 0, stream, params);
+    }
+
+    /**
+     * Launches {@code function} on {@code stream} with a 3-D grid and block and dynamic shared memory (cuLaunchKernel).
+     *
+     * @param function the CUfunction
+     * @param gridX blocks in x
+     * @param gridY blocks in y
+     * @param gridZ blocks in z
+     * @param blockX threads per block in x
+     * @param blockY threads per block in y
+     * @param blockZ threads per block in z
+     * @param sharedBytes dynamic shared memory per block, in bytes
+     * @param stream the CUstream
+     * @param params the kernel parameter array ({@code void**})
+     */
+    public void launch(MemorySegment function, int gridX, int gridY, int gridZ, int blockX, int blockY, int blockZ,
+                       int sharedBytes, MemorySegment stream, MemorySegment params) {
         try {
-            check("cuLaunchKernel", (int) cuLaunchKernel.invokeExact(function, gridX, 1, 1, blockX, 1, 1, 0, stream, params,
-                    MemorySegment.NULL));
+            check("cuLaunchKernel", (int) cuLaunchKernel.invokeExact(function, gridX, gridY, gridZ, blockX, blockY, blockZ,
+                    sharedBytes, stream, params, MemorySegment.NULL));
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }
@@ -820,10 +927,23 @@ public final class CudaDriver {
      * @return resident blocks per SM
      */
     public int maxActiveBlocksPerMultiprocessor(MemorySegment function, int blockThreads) {
+        return maxActiveBlocksPerMultiprocessor(function, blockThreads, 0);
+    }
+
+    /**
+     * How many blocks of {@code blockThreads} threads of {@code function}, each with
+     * {@code dynamicSharedBytes} of dynamic shared memory, one SM holds at once.
+     *
+     * @param function the CUfunction
+     * @param blockThreads threads per block
+     * @param dynamicSharedBytes dynamic shared memory per block, in bytes
+     * @return resident blocks per SM
+     */
+    public int maxActiveBlocksPerMultiprocessor(MemorySegment function, int blockThreads, long dynamicSharedBytes) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment n = a.allocate(JAVA_INT);
             check("cuOccupancyMaxActiveBlocksPerMultiprocessor",
-                    (int) cuOccupancyMaxActiveBlocksPerMultiprocessor.invokeExact(n, function, blockThreads, 0L));
+                    (int) cuOccupancyMaxActiveBlocksPerMultiprocessor.invokeExact(n, function, blockThreads, dynamicSharedBytes));
             return n.get(JAVA_INT, 0);
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);

@@ -1,30 +1,50 @@
 package org.symmem4j.parallel.cuda;
 
 import java.lang.foreign.MemorySegment;
+import java.util.concurrent.atomic.AtomicBoolean;
 
-/** An instantiated CUDA graph of collectives captured on one rank's stream; replay it on that stream. */
+/**
+ * An instantiated CUDA graph of collectives captured on one rank's stream; replay it on that stream.
+ * Destroyed by {@link #close} or, at the latest, when its rank is released ({@link CudaRank#close}).
+ */
 public final class CudaGraph implements org.symmem4j.parallel.DeviceGraph {
 
     private final CudaDriver driver;
     private final CudaRank rank;
     private final MemorySegment exec;
+    private final AtomicBoolean destroyed = new AtomicBoolean();
 
     CudaGraph(CudaDriver driver, CudaRank rank, MemorySegment exec) {
         this.driver = driver;
         this.rank = rank;
         this.exec = exec;
+        rank.track(this);
     }
 
     /** Enqueues one replay on the rank's stream (every rank replays its graph the same number of times). */
     @Override
     public void replay() {
-        driver.setCurrent(rank.context);
+        if (destroyed.get()) {
+            throw new IllegalStateException("replay of a closed graph (capture it again)");
+        }
+        rank.makeCurrent("replay a graph");
         driver.launchGraph(exec, rank.stream);
     }
 
     @Override
     public void close() {
-        driver.setCurrent(rank.context);
-        driver.destroyGraph(exec);
+        if (destroyed.get()) {
+            return;
+        }
+        rank.untrack(this);
+        destroy();
+    }
+
+    /** Destroys the executable graph in the rank's context (made current here); once. */
+    void destroy() {
+        if (destroyed.compareAndSet(false, true)) {
+            driver.setCurrent(rank.context);
+            driver.destroyGraph(exec);
+        }
     }
 }

@@ -4,14 +4,14 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.HashMap;
 import java.util.Map;
 import java.util.Optional;
-import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * symmem4j's CUDA kernels: the fatbin that {@code kernels/} builds with nvcc (SASS for sm_80,
  * sm_90, sm_100 and PTX), read from the class path and loaded into one context with
- * {@code cuModuleLoadData}, once per device ({@link #forDevice}). Without the resource (built on a machine without nvcc),
+ * {@code cuModuleLoadData}, once per device ({@link #acquire}). Without the resource (built on a machine without nvcc),
  * {@link #present()} is false and GPU collectives other than NCCL say so.
  */
 public final class CudaKernels {
@@ -29,11 +29,33 @@ public final class CudaKernels {
     static final long SIGNALS_OFFSET = BARRIER_BYTES + EPOCHS_BYTES;
     static final long DONE_COUNTER_OFFSET = SIGNALS_OFFSET + SIGNAL_SLOTS * Long.BYTES;
     static final long PAD_BYTES = 64 << 10;
+    /**
+     * Start of the pad's bytes for users' kernels (DeviceMemory.userPadOffset): everything above is
+     * never read or written by the kernels of symmem4j_kernels.cu, whose last word is the put
+     * kernel's done counter (4 bytes at {@link #DONE_COUNTER_OFFSET}).
+     */
+    static final long USER_PAD_OFFSET = 40 << 10;
+    static final long USER_PAD_BYTES = PAD_BYTES - USER_PAD_OFFSET;
+
+    static {
+        if (DONE_COUNTER_OFFSET + Long.BYTES > USER_PAD_OFFSET || USER_PAD_OFFSET % 16 != 0) {
+            throw new AssertionError("GPU signal-pad layout: done counter at " + DONE_COUNTER_OFFSET
+                    + " overlaps the user bytes at " + USER_PAD_OFFSET + " (or they are not 16-byte aligned)");
+        }
+    }
     static final int BLOCK_THREADS = 512;
 
     private static volatile byte[] image;
-    /** The kernels of each device's primary context, by device ordinal: loaded once, shared by every rank there. */
-    private static final Map<Integer, CudaKernels> BY_DEVICE = new ConcurrentHashMap<>();
+    /**
+     * The kernels of each device's primary context, by device ordinal: loaded once, shared by every
+     * rank there, unloaded when the last rank using them is closed ({@link #release}). Guarded by
+     * the class's lock.
+     */
+    private static final Map<Integer, CudaKernels> BY_DEVICE = new HashMap<>();
+
+    private final int ordinal;
+    /** Ranks holding these kernels ({@link #acquire} minus {@link #release}); guarded by the class's lock. */
+    private int users;
 
     private final MemorySegment[] functions = new MemorySegment[Kernel.values().length];
     private final int[] blocksPerMultiprocessor = new int[Kernel.values().length];
@@ -70,7 +92,8 @@ public final class CudaKernels {
 
     /**
      * The kernels of device {@code ordinal}, loaded into its primary context (current on the calling
-     * thread) at the first call and shared by every rank, group and communicator on that device after.
+     * thread) at the first call and shared by every rank, group and communicator on that device after;
+     * each call is paired with a {@link #release} when the rank closes.
      *
      * <p>Why once per device and fully: ranks on one GPU share its primary context, and under lazy
      * loading (CUDA's default since 12.2) a function is finished loading at its first launch, which
@@ -82,30 +105,82 @@ public final class CudaKernels {
      * module is loaded once per device, every function is loaded completely (cuFuncLoad) and checked
      * (cuFuncIsLoaded) before any of our kernels can run there, and the occupancy of each is read now.
      */
-    static CudaKernels forDevice(CudaDriver driver, int ordinal) {
-        return BY_DEVICE.computeIfAbsent(ordinal, o -> new CudaKernels(driver));
+    static synchronized CudaKernels acquire(CudaDriver driver, int ordinal) {
+        CudaKernels k = BY_DEVICE.get(ordinal);
+        if (k == null) {
+            k = new CudaKernels(driver, ordinal);
+            BY_DEVICE.put(ordinal, k);
+        }
+        k.users++;
+        return k;
+    }
+
+    /**
+     * Gives back one {@link #acquire}; the last one unloads the module from the device's primary
+     * context (current on the calling thread), so a device that every group has left holds no
+     * symmem4j code, and the next group loads it afresh. Safe for the reason the module is shared:
+     * only ranks that hold the kernels launch them, and none is left.
+     */
+    static synchronized void release(CudaDriver driver, CudaKernels kernels) {
+        if (kernels.users < 1) {
+            throw new IllegalStateException("symmem4j kernels of device " + kernels.ordinal + " released more often than"
+                    + " acquired: users=" + kernels.users + " expected >= 1");
+        }
+        if (--kernels.users == 0) {
+            BY_DEVICE.remove(kernels.ordinal);
+            driver.unloadModule(kernels.module);
+        }
+    }
+
+    /** Ranks holding the kernels of device {@code ordinal} (tests: 0 once every rank there is closed). */
+    static synchronized int users(int ordinal) {
+        CudaKernels k = BY_DEVICE.get(ordinal);
+        return k == null ? 0 : k.users;
     }
 
     /** Loads the kernels into the calling thread's current context. */
-    private CudaKernels(CudaDriver driver) {
-        byte[] bytes = image();
+    private CudaKernels(CudaDriver driver, int ordinal) {
+        this.ordinal = ordinal;
+        module = loadImage(driver, image());
+        try {
+            lazyLoading = driver.lazyLoading();
+            for (Kernel k : Kernel.values()) {
+                MemorySegment f = loadFunctionFully(driver, module, k.symbol);
+                functions[k.ordinal()] = f;
+                blocksPerMultiprocessor[k.ordinal()] = driver.maxActiveBlocksPerMultiprocessor(f, k.blockThreads);
+            }
+        } catch (RuntimeException e) {
+            driver.unloadModule(module);
+            throw e;
+        }
+    }
+
+    /**
+     * Loads a module image (fatbin, cubin, or PTX text) into the current context: the bytes are
+     * copied into native memory with a terminating NUL, which PTX text needs and binary images ignore.
+     */
+    static MemorySegment loadImage(CudaDriver driver, byte[] bytes) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment img = a.allocate(bytes.length + 1L, 16);
             MemorySegment.copy(bytes, 0, img, java.lang.foreign.ValueLayout.JAVA_BYTE, 0, bytes.length);
-            module = driver.loadModule(img);
+            return driver.loadModule(img);
         }
-        lazyLoading = driver.lazyLoading();
-        for (Kernel k : Kernel.values()) {
-            MemorySegment f = driver.function(module, k.symbol);
-            driver.loadFunction(f);
-            if (!driver.functionLoaded(f).orElse(true)) {
-                throw new CudaUnavailableException("kernel " + k.symbol + " is not fully loaded after cuFuncLoad:"
-                        + " expected=CU_FUNCTION_LOADING_STATE_LOADED found=UNLOADED (its first launch would load it, which"
-                        + " may wait for peers' running kernels; run with CUDA_MODULE_LOADING=EAGER)");
-            }
-            functions[k.ordinal()] = f;
-            blocksPerMultiprocessor[k.ordinal()] = driver.maxActiveBlocksPerMultiprocessor(f, k.blockThreads);
+    }
+
+    /**
+     * Looks up {@code symbol} in {@code module} and finishes loading it now (cuFuncLoad), checked
+     * with cuFuncIsLoaded: no later launch of it may load it while a peer's kernel spins in the
+     * shared context (see {@link #acquire}).
+     */
+    static MemorySegment loadFunctionFully(CudaDriver driver, MemorySegment module, String symbol) {
+        MemorySegment f = driver.function(module, symbol);
+        driver.loadFunction(f);
+        if (!driver.functionLoaded(f).orElse(true)) {
+            throw new CudaUnavailableException("kernel " + symbol + " is not fully loaded after cuFuncLoad:"
+                    + " expected=CU_FUNCTION_LOADING_STATE_LOADED found=UNLOADED (its first launch would load it, which"
+                    + " may wait for peers' running kernels; run with CUDA_MODULE_LOADING=EAGER)");
         }
+        return f;
     }
 
     MemorySegment function(Kernel kernel) {

@@ -37,6 +37,8 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     private final MemorySegment sideStream;
     private final MemorySegment storeStaging;
     private boolean closed;
+    /** Device address of the buffer and pad pointer tables (worldSize + worldSize words), 0 until first asked for. */
+    private long pointerTables;
 
     CudaSymmetricMemory(Group group, CudaTransport transport, CudaRank rank, long id, long byteSize, long[] data,
                         long[] pads, boolean ownsData) {
@@ -98,12 +100,76 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         return pads[rank];
     }
 
-    long dataPointer(int peer) {
-        return data[peer];
+    /**
+     * {@inheritDoc}
+     *
+     * <p>The first call of either table allocates both (2 x worldSize x 8 bytes of this rank's GPU)
+     * and copies the pointers in, synchronously, so it must come before a graph capture that uses
+     * them (inside one it throws {@link IllegalStateException}); {@link #close()} frees them.
+     */
+    @Override
+    public long bufferPointerTable() {
+        return pointerTables();
     }
 
-    long padPointer(int peer) {
-        return pads[peer];
+    @Override
+    public long signalPadPointerTable() {
+        return pointerTables() + (long) data.length * Long.BYTES;
+    }
+
+    private synchronized long pointerTables() {
+        if (closed) {
+            throw new IllegalStateException("symmetric memory id=" + id + " is closed (its pointer tables were freed)");
+        }
+        if (pointerTables == 0) {
+            if (rank.capturing) {
+                throw new IllegalStateException("the pointer tables of symmetric memory id=" + id + " are made at the first"
+                        + " call, which copies from the host and cannot be captured: call bufferPointerTable() or"
+                        + " signalPadPointerTable() once before DeviceCommunicator.capture");
+            }
+            CudaDriver d = transport.driver();
+            rank.makeCurrent("make device pointer tables");
+            int n = data.length;
+            long table = d.malloc(2L * n * Long.BYTES);
+            try (Arena a = Arena.ofConfined()) {
+                MemorySegment host = a.allocate(2L * n * Long.BYTES, 8);
+                for (int p = 0; p < n; p++) {
+                    host.setAtIndex(ValueLayout.JAVA_LONG, p, data[p]);
+                    host.setAtIndex(ValueLayout.JAVA_LONG, n + p, pads[p]);
+                }
+                d.copyHostToDevice(table, host, host.byteSize());
+            } catch (RuntimeException e) {
+                d.free(table);
+                throw e;
+            }
+            pointerTables = table;
+        }
+        return pointerTables;
+    }
+
+    @Override
+    public long signalPadBytes() {
+        return CudaKernels.PAD_BYTES;
+    }
+
+    @Override
+    public long userPadOffset() {
+        return CudaKernels.USER_PAD_OFFSET;
+    }
+
+    @Override
+    public long userPadBytes() {
+        return CudaKernels.USER_PAD_BYTES;
+    }
+
+    @Override
+    public long signalSlotOffset(int slot) {
+        checkSlot(slot);
+        return signalOffset(slot);
+    }
+
+    long dataPointer(int peer) {
+        return data[peer];
     }
 
     long[] dataPointers() {
@@ -372,12 +438,20 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
             return;
         }
         closed = true;
+        rank.checkOpen("close symmetric memory id=" + id + " (close memories and communicators before"
+                + " CudaTransport.release; this rank's buffer and pad could not be freed)");
         try {
             barrier();
         } finally {
             CudaDriver d = transport.driver();
             d.setCurrent(rank.context);
             d.free(pads[group.rank()]);
+            synchronized (this) {
+                if (pointerTables != 0) {
+                    d.free(pointerTables);
+                    pointerTables = 0;
+                }
+            }
             if (ownsData) {
                 d.free(data[group.rank()]);
             }

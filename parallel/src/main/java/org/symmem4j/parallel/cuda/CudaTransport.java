@@ -1,6 +1,7 @@
 package org.symmem4j.parallel.cuda;
 
 import java.lang.foreign.MemorySegment;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import org.symmem4j.parallel.Communicator;
@@ -27,16 +28,27 @@ import org.symmem4j.parallel.Transport;
  *         comm.allReduce(grads, 0, count, DType.BFLOAT16, ReduceOp.SUM, Algorithm.TWO_SHOT);
  *         ((CudaCommunicator) comm).synchronize();
  *     }
+ *     cuda.release(group);                                // this rank's stream, context retain, ...
  * });
+ * cuda.close();                                          // whatever ranks were not released
  * }</pre>
+ *
+ * <h2>Lifecycle</h2>
+ * A rank's GPU state (its {@code CudaRank}: stream, primary-context retain, hold on the device's
+ * kernels, eager graphs, launch scratch, user graphs and modules) is created at the group's first use
+ * of this transport and lives until {@link #release(Group)} for that group or {@link #close()}.
+ * Release a rank after closing its memories and communicators: they use the state. After
+ * {@link #close()} every method that takes a group throws {@link IllegalStateException}.
  */
-public final class CudaTransport implements Transport {
+public final class CudaTransport implements Transport, AutoCloseable {
 
     /** The transport's name, the {@code transport} metric tag. */
     public static final String NAME = "cuda";
 
     private final CudaDriver driver;
     private final Map<Group, CudaRank> ranks = new ConcurrentHashMap<>();
+    /** Set once by {@link #close}; checked by every entry point. */
+    private volatile boolean closed;
 
     private CudaTransport(CudaDriver driver) {
         this.driver = driver;
@@ -55,11 +67,80 @@ public final class CudaTransport implements Transport {
         return driver;
     }
 
-    /** This rank's GPU state, created on first use on the rank's thread (its context becomes current there). */
+    /**
+     * This rank's GPU state, created on first use on the rank's thread (its context becomes current
+     * there); refused once the group was released or the transport closed.
+     */
     CudaRank rank(Group group) {
+        checkOpen(group);
         CudaRank r = ranks.computeIfAbsent(group, g -> new CudaRank(driver, g.rank(), g.worldSize()));
-        driver.setCurrent(r.context);
+        if (closed) { // close() ran while the rank was being made: it may have missed it
+            ranks.remove(group, r);
+            r.close();
+            checkOpen(group);
+        }
+        r.makeCurrent("use the cuda transport");
         return r;
+    }
+
+    private void checkOpen(Group group) {
+        if (closed) {
+            throw new IllegalStateException("cuda transport closed: rank=" + (group == null ? "?" : group.rank())
+                    + " cannot use it (it released every rank's stream, context and kernels; create a new transport"
+                    + " with CudaTransport.create())");
+        }
+    }
+
+    /**
+     * Releases this rank's GPU state for {@code group}: waits for the rank's stream, then destroys
+     * its stream and its cached graphs, unloads the user modules still loaded, frees its launch
+     * scratch, and gives back its hold on the device's kernels and its retain of the device's primary
+     * context (the last rank on a device unloads the kernels and lets the context go). Not
+     * collective: each rank releases its own, on its own thread, after closing every memory and
+     * communicator of {@code group} on this transport (those become unusable; graphs and user
+     * modules still open are destroyed here). A group that never used this transport, or was
+     * released already, is a no-op. A later use of the group on this transport creates a fresh state.
+     *
+     * @param group a rank's group on this transport
+     * @throws CudaException when the driver fails to release something (everything else is still released)
+     */
+    public void release(Group group) {
+        CudaRank r = ranks.remove(group);
+        if (r != null) {
+            r.close();
+        }
+    }
+
+    /**
+     * Releases every rank still held (as {@link #release(Group)} does, from the calling thread) and
+     * refuses any later use of this transport with {@link IllegalStateException}. Call it after every
+     * rank's thread is done with the transport. Idempotent.
+     *
+     * @throws CudaException when the driver fails to release something (everything else is still released)
+     */
+    @Override
+    public void close() {
+        closed = true;
+        RuntimeException first = null;
+        for (Group g : List.copyOf(ranks.keySet())) {
+            try {
+                release(g);
+            } catch (RuntimeException e) {
+                if (first == null) {
+                    first = e;
+                } else {
+                    first.addSuppressed(e);
+                }
+            }
+        }
+        if (first != null) {
+            throw first;
+        }
+    }
+
+    /** Ranks this transport holds now (tests: 0 after every group was released). */
+    int heldRanks() {
+        return ranks.size();
     }
 
     @Override

@@ -105,6 +105,25 @@ final class EagerGraphCache {
         return exec;
     }
 
+    /**
+     * Destroys every cached graph (the rank is closing; its context is current). A graph still
+     * running is freed by the driver when it completes.
+     */
+    void close() {
+        try {
+            for (MemorySegment exec : graphs.values()) {
+                driver.destroyGraph(exec);
+            }
+        } finally {
+            graphs.clear();
+        }
+    }
+
+    /** Graphs held now (tests: 0 after {@link #close}). */
+    int size() {
+        return graphs.size();
+    }
+
     /** Number of launches captured so far (tests: a repeated call must not add one). */
     long captures() {
         return captures;

@@ -240,10 +240,6 @@ final class LaunchBudget {
         return gridsInFlight;
     }
 
-    int multiprocessors() {
-        return multiprocessors;
-    }
-
     @Override
     public String toString() {
         StringBuilder s = new StringBuilder("LaunchBudget[device=").append(device).append(" multiprocessors=")

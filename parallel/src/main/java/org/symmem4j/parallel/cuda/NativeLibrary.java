@@ -44,10 +44,6 @@ final class NativeLibrary {
         return lookup.find(name).map(s -> linker.downcallHandle(s, descriptor));
     }
 
-    String soname() {
-        return soname;
-    }
-
     /**
      * What a downcall's {@code invokeExact} threw, as an unchecked exception to throw: the
      * signature says {@code Throwable}, but native calls only raise runtime exceptions and errors

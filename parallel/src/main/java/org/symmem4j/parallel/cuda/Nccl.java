@@ -100,8 +100,6 @@ public final class Nccl {
     private final MethodHandle ncclAllGather;
     private final MethodHandle ncclSend;
     private final MethodHandle ncclRecv;
-    private final MethodHandle ncclGroupStart;
-    private final MethodHandle ncclGroupEnd;
     private final Optional<MethodHandle> ncclMemAlloc;
     private final Optional<MethodHandle> ncclMemFree;
     private final Optional<MethodHandle> ncclCommWindowRegister;
@@ -122,8 +120,6 @@ public final class Nccl {
         FunctionDescriptor p2p = FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS);
         ncclSend = lib.function("ncclSend", p2p);
         ncclRecv = lib.function("ncclRecv", p2p);
-        ncclGroupStart = lib.function("ncclGroupStart", FunctionDescriptor.of(JAVA_INT));
-        ncclGroupEnd = lib.function("ncclGroupEnd", FunctionDescriptor.of(JAVA_INT));
         ncclMemAlloc = lib.optionalFunction("ncclMemAlloc", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
         ncclMemFree = lib.optionalFunction("ncclMemFree", FunctionDescriptor.of(JAVA_INT, ADDRESS));
         ncclCommWindowRegister = lib.optionalFunction("ncclCommWindowRegister",
@@ -346,24 +342,6 @@ public final class Nccl {
     public void recv(long buf, long count, DType dtype, int peer, MemorySegment comm, MemorySegment stream) {
         try {
             check("ncclRecv", (int) ncclRecv.invokeExact(MemorySegment.ofAddress(buf), count, dataType(dtype), peer, comm, stream));
-        } catch (Throwable t) {
-            throw NativeLibrary.unchecked(t);
-        }
-    }
-
-    /** Starts an NCCL group: the calls up to {@link #groupEnd()} are issued together. */
-    public void groupStart() {
-        try {
-            check("ncclGroupStart", (int) ncclGroupStart.invokeExact());
-        } catch (Throwable t) {
-            throw NativeLibrary.unchecked(t);
-        }
-    }
-
-    /** Ends an NCCL group and issues its calls. */
-    public void groupEnd() {
-        try {
-            check("ncclGroupEnd", (int) ncclGroupEnd.invokeExact());
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }

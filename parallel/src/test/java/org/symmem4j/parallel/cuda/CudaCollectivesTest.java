@@ -15,6 +15,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.SplittableRandom;
 import java.util.zip.CRC32;
+import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -58,6 +59,15 @@ class CudaCollectivesTest {
                 throw new IllegalArgumentException("symmem4j.test.cudaRanks=" + worldSize + ": these tests check what"
                         + " ranks do to each other and need at least 2 (2 share the GPU on a one-GPU machine)");
             }
+        }
+    }
+
+    /** Gives the GPUs back (streams, kernels, contexts), so later test classes start from a clean device. */
+    @AfterAll
+    static void closeTransport() {
+        if (cuda != null) {
+            cuda.close();
+            cuda = null;
         }
     }
 

@@ -1,0 +1,236 @@
+package org.symmem4j.parallel.cuda;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.lang.management.ManagementFactory;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.stream.Stream;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.DeviceCommunicator;
+import org.symmem4j.parallel.DeviceGraph;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.SymmetricMemory;
+
+/**
+ * Closing GPU groups gives everything back: a thousand times a transport, a world of 2 ranks,
+ * symmetric memory, a communicator, a collective and a captured graph are created, used and closed,
+ * and device memory (cuMemGetInfo), open file descriptors, threads and the ranks' own state (open
+ * ranks, the kernels' holders, the transport's map, the eager graphs, the launch scratch) are flat
+ * after a warm-up. Skipped (not passed) without a CUDA driver or without the kernels. Counts are
+ * compared with their values before each test: other test classes' transports in this JVM may still
+ * hold ranks.
+ */
+@ExtendWith(GpuTestWatchdog.class)
+class CudaLifecycleTest {
+
+    static final int WORLD = 2;
+    static final long COUNT = 4096;
+    static final int WARM_UP = 50;
+    /** Device memory a leak-free run may still lose to the driver's own pools, bytes (one iteration allocates > 64 MiB). */
+    static final long DEVICE_MEMORY_SLACK = 32L << 20;
+    static final int FD_SLACK = 16;
+    static final int THREAD_SLACK = 8;
+
+    @BeforeEach
+    void needsAGpu() {
+        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
+        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
+    }
+
+    private static GroupOptions options() {
+        return GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
+    }
+
+    /**
+     * One group's life on a fresh transport: allocate, communicator, ONE_SHOT, a captured TWO_SHOT
+     * replayed, results checked, everything closed, the rank released; then the rank's state is
+     * checked gone.
+     */
+    private static void oneLife(int iteration) {
+        CudaTransport cuda = CudaTransport.create();
+        try {
+            InJvmWorld.runOnEveryRank(WORLD, options(), group -> {
+                CudaRank rank;
+                try (SymmetricMemory mem = cuda.allocate(group, COUNT * 4);
+                     Communicator comm = cuda.communicator(group, CommunicatorOptions.defaults());
+                     Arena arena = Arena.ofConfined()) {
+                    rank = cuda.rank(group);
+                    DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                    MemorySegment host = arena.allocate(COUNT * 4);
+                    for (long i = 0; i < COUNT; i++) {
+                        host.setAtIndex(ValueLayout.JAVA_FLOAT, i, group.rank() + 1);
+                    }
+                    mem.copyFromHost(host, 0);
+                    comm.allReduce(mem, 0, COUNT, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT);
+                    try (DeviceGraph graph = device.capture(
+                            () -> comm.allReduce(mem, 0, COUNT, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT))) {
+                        graph.replay();
+                        device.synchronize();
+                    }
+                    mem.copyToHost(0, host);
+                    // 1 + 2 = 3 after ONE_SHOT, 3 + 3 = 6 after the replayed TWO_SHOT
+                    for (long i = 0; i < COUNT; i += 511) {
+                        assertEquals(6f, host.getAtIndex(ValueLayout.JAVA_FLOAT, i), "iteration " + iteration + " element " + i);
+                    }
+                } finally {
+                    cuda.release(group);
+                }
+                assertTrue(rank.closed(), "rank closed by release");
+                assertFalse(rank.launchScratch.scope().isAlive(), "launch scratch freed");
+                assertEquals(0, rank.eagerGraphs.size(), "eager graphs destroyed");
+                return null;
+            });
+            assertEquals(0, cuda.heldRanks(), "the transport holds no rank after every group was released");
+        } finally {
+            cuda.close();
+        }
+    }
+
+    private record Sample(long[] freeDeviceBytes, int fds, int threads) {
+    }
+
+    private static Sample sample(CudaDriver driver, List<MemorySegment> contexts) {
+        long[] free = new long[contexts.size()];
+        for (int d = 0; d < contexts.size(); d++) {
+            driver.setCurrent(contexts.get(d));
+            free[d] = driver.memoryInfo()[0];
+        }
+        return new Sample(free, openFileDescriptors(), ManagementFactory.getThreadMXBean().getThreadCount());
+    }
+
+    private static int openFileDescriptors() {
+        try (Stream<Path> fds = Files.list(Path.of("/proc/self/fd"))) {
+            return (int) fds.count();
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    /**
+     * A thousand lives (a hundred where the ranks have a GPU each: NCCL's set-up per communicator
+     * then dominates; -Dsymmem4j.test.lifecycleIterations=N overrides). This thread retains the
+     * primary contexts throughout, as an application whose GPUs stay in use would, so that the
+     * driver does not tear the context down between lives (which would free everything and hide a
+     * leak); the kernels module is still unloaded and reloaded by every life.
+     */
+    @Test
+    void thousandGroupsCreatedAndClosedLeaveNothingBehind() {
+        CudaDriver driver = CudaDriver.get();
+        int devices = Math.min(WORLD, driver.deviceCount());
+        int iterations = Integer.getInteger("symmem4j.test.lifecycleIterations", devices == 1 ? 1000 : 100);
+        List<MemorySegment> contexts = new ArrayList<>();
+        for (int d = 0; d < devices; d++) {
+            contexts.add(driver.retainPrimaryContext(driver.device(d)));
+        }
+        int openBefore = CudaRank.openRanks();
+        int[] usersBefore = new int[devices]; // other tests' transports in this JVM may hold the kernels
+        for (int d = 0; d < devices; d++) {
+            usersBefore[d] = CudaKernels.users(d);
+        }
+        try {
+            Sample warm = null;
+            long start = 0;
+            for (int i = 0; i < iterations; i++) {
+                if (i == WARM_UP) {
+                    warm = sample(driver, contexts);
+                    start = System.nanoTime();
+                }
+                oneLife(i);
+                assertEquals(openBefore, CudaRank.openRanks(), "iteration " + i + ": every rank closed");
+                for (int d = 0; d < devices; d++) {
+                    assertEquals(usersBefore[d], CudaKernels.users(d), "iteration " + i + ": device " + d + " kernels released");
+                }
+                if (warm != null && (i % 50 == 0 || i == iterations - 1)) {
+                    Sample now = sample(driver, contexts);
+                    int iteration = i;
+                    for (int d = 0; d < devices; d++) {
+                        long lost = warm.freeDeviceBytes()[d] - now.freeDeviceBytes()[d];
+                        assertTrue(lost <= DEVICE_MEMORY_SLACK, "iteration " + iteration + ": device " + d + " free memory"
+                                + " fell by " + lost + " bytes since the warm-up, expected <= " + DEVICE_MEMORY_SLACK
+                                + " (a leak of device memory per group)");
+                    }
+                    assertTrue(now.fds() - warm.fds() <= FD_SLACK, "iteration " + i + ": open file descriptors "
+                            + warm.fds() + " -> " + now.fds() + " expected growth <= " + FD_SLACK);
+                    assertTrue(now.threads() - warm.threads() <= THREAD_SLACK, "iteration " + i + ": threads "
+                            + warm.threads() + " -> " + now.threads() + " expected growth <= " + THREAD_SLACK);
+                }
+            }
+            if (warm != null) {
+                Sample end = sample(driver, contexts);
+                System.out.printf("lifecycle: %d lives of %d ranks on %d GPU(s), %.2f ms each after warm-up;"
+                                + " free device memory %s -> %s bytes, fds %d -> %d, threads %d -> %d%n",
+                        iterations, WORLD, devices, (System.nanoTime() - start) / 1e6 / (iterations - WARM_UP),
+                        java.util.Arrays.toString(warm.freeDeviceBytes()), java.util.Arrays.toString(end.freeDeviceBytes()),
+                        warm.fds(), end.fds(), warm.threads(), end.threads());
+            }
+        } finally {
+            driver.setCurrent(MemorySegment.NULL);
+            for (int d = 0; d < devices; d++) {
+                driver.releasePrimaryContext(driver.device(d));
+            }
+        }
+    }
+
+    /**
+     * Without anyone else holding the GPU: the last release unloads the kernels and lets the primary
+     * context go, and a later group on a new transport builds both again and works.
+     */
+    @Test
+    void lastReleaseUnloadsKernelsAndANewGroupStartsAfresh() {
+        int openBefore = CudaRank.openRanks();
+        int usersBefore = CudaKernels.users(0);
+        Assumptions.assumeTrue(usersBefore == 0, "another test's transport in this JVM still holds device 0's kernels"
+                + " (users=" + usersBefore + "), so no release here can be the last");
+        for (int i = 0; i < 3; i++) {
+            oneLife(i);
+            assertEquals(openBefore, CudaRank.openRanks());
+            assertEquals(0, CudaKernels.users(0), "kernels of device 0 unloaded after the last rank");
+        }
+    }
+
+    @Test
+    void closedTransportRefusesUseAndReleaseAndCloseAreIdempotent() {
+        CudaTransport cuda = CudaTransport.create();
+        InJvmWorld.runOnEveryRank(WORLD, options(), group -> {
+            try (SymmetricMemory mem = cuda.allocate(group, 1024)) {
+                assertTrue(mem.byteSize() == 1024);
+            }
+            cuda.release(group);
+            cuda.release(group); // a no-op the second time
+            return null;
+        });
+        cuda.close();
+        cuda.close(); // idempotent
+        List<String> messages = InJvmWorld.runOnEveryRank(WORLD, options(), (Group group) -> {
+            IllegalStateException e = assertThrows(IllegalStateException.class, () -> cuda.allocate(group, 1024));
+            assertThrows(IllegalStateException.class, () -> cuda.communicator(group, CommunicatorOptions.defaults()));
+            assertThrows(IllegalStateException.class, () -> cuda.describe(group));
+            return e.getMessage();
+        });
+        for (String m : messages) {
+            assertTrue(m.contains("cuda transport closed") && m.contains("CudaTransport.create()"), m);
+        }
+    }
+}
