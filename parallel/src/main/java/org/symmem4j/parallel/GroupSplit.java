@@ -104,7 +104,9 @@ final class GroupSplit {
         GroupAbort subAbort = sub.abortState();
         Runnable down = parentAbort.onRaise(c -> {
             int culprit = indexOf(parentRanks, c.rank());
-            subAbort.raise(culprit, c.rank() < 0 ? c.reason() : "parent rank " + c.rank() + ": " + c.reason());
+            // a culprit outside the sub-group has no rank here: the reason names it in the parent instead
+            subAbort.raise(culprit, culprit >= 0 || c.rank() < 0 ? c.reason()
+                    : "in the parent group, because of " + parent.describe(c.rank()) + ": " + c.reason());
         });
         Runnable up = subAbort.onRaise(c -> parentAbort.raise(c.rank() < 0 ? -1 : parentRanks[c.rank()], c.reason()));
         return () -> {

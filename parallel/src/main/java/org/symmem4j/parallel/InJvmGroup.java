@@ -167,6 +167,12 @@ public final class InJvmGroup implements Group {
         return abortState;
     }
 
+    /** As {@link Group#abort(String)}; a sub-group's reason names this rank's world rank too. */
+    @Override
+    public void abort(String reason) {
+        abortState.raise(rank, (worldRanks == null ? "rank=" + rank : describe(rank)) + " aborted: " + reason);
+    }
+
     private void checkOpen() {
         if (closed) {
             throw new IllegalStateException("rank=" + rank + " group '" + label + "' already closed");

@@ -150,6 +150,12 @@ final class StoreSubGroup implements Group {
         return abortState;
     }
 
+    /** As {@link Group#abort(String)}, the reason naming this rank in the world too. */
+    @Override
+    public void abort(String reason) {
+        abortState().raise(rank(), describe(rank()) + " aborted: " + reason);
+    }
+
     /** Leaves the sub-group: deletes this rank's last exchange key and stops hearing of the parent's abort. */
     @Override
     public void close() {

@@ -258,6 +258,8 @@ class DeviceMeshTest {
             // heard of, not waited out: no elapsed-time bound, which a loaded machine stretches
             assertNotEquals(PeerTimeoutException.Reason.DEADLINE_PASSED, e.reason(), e.getMessage());
             assertTrue(e.getMessage().contains("injected failure in the pp group"), e.getMessage());
+            assertTrue(e.getMessage().contains("rank 1 of 'pp' (world rank 3"), "names the culprit's world rank: "
+                    + e.getMessage());
         }
     }
 
