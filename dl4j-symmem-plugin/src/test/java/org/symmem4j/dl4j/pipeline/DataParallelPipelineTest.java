@@ -1,21 +1,32 @@
 package org.symmem4j.dl4j.pipeline;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.stream.Stream;
+import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
+import org.deeplearning4j.nn.conf.layers.DenseLayer;
+import org.deeplearning4j.nn.conf.layers.OutputLayer;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.nn.weights.WeightInit;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
+import org.nd4j.linalg.activations.Activation;
+import org.nd4j.linalg.activations.IActivation;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.learning.config.Sgd;
+import org.nd4j.linalg.lossfunctions.impl.LossMCXENT;
+import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.pipeline.channel.PipelineAbortedException;
 import org.symmem4j.dl4j.Nets;
 
 /**
@@ -153,6 +164,54 @@ class DataParallelPipelineTest {
         }
         double diff = Nets.maxRelativeDifference(results.get(0), results.get(1));
         assertTrue(diff <= PipelineDropoutTest.TOLERANCE, "dp=2 x m=2 vs one pipeline with m=4: " + diff);
+    }
+
+    /**
+     * A failure in one replica stops the other replica too: it waits for the failed one in its
+     * gradient all-reduce, and hears of the abort there through the dp sub-groups, not by its timeout.
+     */
+    @Test
+    void aFailureInOneReplicaStopsEveryReplica() {
+        MultiLayerNetwork net = new MultiLayerNetwork(new NeuralNetConfiguration.Builder()
+                .seed(1).dataType(DataType.FLOAT).updater(new Sgd(0.1)).weightInit(WeightInit.XAVIER).list()
+                .layer(new DenseLayer.Builder().nIn(16).nOut(8).activation(Activation.TANH).build())
+                .layer(new OutputLayer.Builder(new SecondReplicaFailingLoss()).nIn(8).nOut(4)
+                        .activation(Activation.SOFTMAX).build())
+                .build());
+        net.init();
+        List<DataSet> data = PipelineNets.batches(5, 2, 8, DataType.FLOAT);
+        PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(net).ranks(2).dataParallel(2).microbatches(2)
+                .timeout(Duration.ofSeconds(60)).build();
+        try {
+            trainer.fit(data.get(0));
+            SecondReplicaFailingLoss.failing = true;
+            PipelineTrainingException e = assertThrows(PipelineTrainingException.class, () -> trainer.fit(data.get(1)));
+            assertEquals(3, e.rank(), "world rank 3 (replica 1's last stage) threw: " + e);
+            assertInstanceOf(IllegalStateException.class, e.getCause());
+            assertEquals(3, e.getSuppressed().length, "every other rank fails too");
+            for (Throwable other : e.getSuppressed()) {
+                // heard of, not waited out (no elapsed-time bound, which a loaded machine stretches)
+                boolean heard = other instanceof PipelineAbortedException || other instanceof PeerTimeoutException t
+                        && t.reason() == PeerTimeoutException.Reason.PEER_ABORTED;
+                assertTrue(heard, "stopped by the abort, not by its deadline: " + other);
+            }
+        } finally {
+            SecondReplicaFailingLoss.failing = false;
+            trainer.close();
+        }
+    }
+
+    /** Cross-entropy that throws from its gradient on replica 1's threads while {@link #failing} is set. */
+    static final class SecondReplicaFailingLoss extends LossMCXENT {
+        static volatile boolean failing;
+
+        @Override
+        public INDArray computeGradient(INDArray labels, INDArray preOutput, IActivation activationFn, INDArray mask) {
+            if (failing && Thread.currentThread().getName().contains("-dp1-")) {
+                throw new IllegalStateException("injected failure in replica 1's loss gradient");
+            }
+            return super.computeGradient(labels, preOutput, activationFn, mask);
+        }
     }
 
     @Test
