@@ -186,6 +186,56 @@ class DeviceMeshTest {
         return w / 2 == 0 ? new int[] {w} : new int[] {4 + parity, 2 + parity};
     }
 
+    /**
+     * Stress: meshes made, used and closed again and again on one world, with random delays between a
+     * rank's steps, so ranks set up one sub-group while their peers still work in the previous one;
+     * every all-reduce checked exactly (small integers: every order of adding gives the same sum).
+     */
+    @Test
+    void repeatedMeshesWithRandomDelaysStayExact() {
+        InJvmWorld.runOnEveryRank(6, OPTIONS, world -> {
+            java.util.SplittableRandom random = new java.util.SplittableRandom(world.rank());
+            for (int round = 0; round < 40; round++) {
+                boolean wide = round % 2 == 0;
+                try (DeviceMesh mesh = wide ? DeviceMesh.of(world, "dp", 2, "tp", 3) : DeviceMesh.of(world, "dp", 3, "tp", 2)) {
+                    for (String d : mesh.dimensionNames()) {
+                        Group sub = mesh.group(d);
+                        if (random.nextInt(4) == 0) {
+                            Thread.sleep(random.nextInt(3));
+                        }
+                        try (Communicator comm = Communicator.create(sub);
+                             java.lang.foreign.Arena arena = java.lang.foreign.Arena.ofConfined()) {
+                            int count = 1 + random.nextInt(2000);
+                            // equal counts on every rank: the sub-group's rank 0 picks (a set-up exchange on the sub-group)
+                            count = java.nio.ByteBuffer.wrap(sub.allGatherBytes("count", java.nio.ByteBuffer.allocate(4)
+                                    .putInt(count).array()).getFirst()).getInt();
+                            MemorySegment buf = arena.allocate(4L * count, 64);
+                            for (int i = 0; i < count; i++) {
+                                buf.setAtIndex(java.lang.foreign.ValueLayout.JAVA_FLOAT, i, world.rank() + i % 7);
+                            }
+                            comm.allReduce(buf, count, DType.FLOAT32, ReduceOp.SUM,
+                                    round % 3 == 0 ? Algorithm.TWO_SHOT : Algorithm.ONE_SHOT);
+                            int memberSum = 0;
+                            for (int c = 0; c < sub.worldSize(); c++) {
+                                int[] coords = {mesh.coordinate("dp"), mesh.coordinate("tp")};
+                                coords[mesh.dimensionNames().indexOf(d)] = c;
+                                memberSum += mesh.rankAt(coords);
+                            }
+                            for (int i = 0; i < count; i++) {
+                                float expected = memberSum + sub.worldSize() * (i % 7);
+                                float got = buf.getAtIndex(java.lang.foreign.ValueLayout.JAVA_FLOAT, i);
+                                if (got != expected) {
+                                    fail("round " + round + " " + d + " element " + i + " got=" + got + " expected=" + expected);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            return null;
+        });
+    }
+
     @Test
     void shapeProductMustEqualTheWorldSizeOnEveryRank() {
         List<Throwable> thrown = collectFailures(6, world -> DeviceMesh.of(world, "dp", 2, "pp", 2));
