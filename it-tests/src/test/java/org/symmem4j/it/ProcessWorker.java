@@ -46,6 +46,7 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
  *       ({@code AffineStage}) for 3 steps with 8 microbatches over stage links in /dev/shm, one
  *       stage (two when interleaved) per process; prints {@code PARAM <stage> <a bits> <b bits>}
  *       for its stages, which the test compares with the sequential reference.</li>
+ *   <li>{@code mesh <name=size,...>}, {@code mesh-abort}: device-mesh sub-groups ({@link MeshWorker}).</li>
  *   <li>{@code leak-file}: creates a file named like a symmem4j shared-memory file of this process,
  *       prints its name and {@code READY}, then sleeps (the test kills it and checks the sweep).</li>
  * </ul>
@@ -63,6 +64,8 @@ public final class ProcessWorker {
                 case "loop" -> loop(args);
                 case "pipeline" -> pipeline(args[1]);
                 case "leak-file" -> leakFile();
+                case "mesh" -> MeshWorker.mesh(args[1]);
+                case "mesh-abort" -> MeshWorker.meshAbort();
                 default -> throw new IllegalArgumentException("unknown scenario " + scenario);
             }
             System.out.println("OK");

@@ -109,6 +109,34 @@ public interface Group extends AutoCloseable {
         abortState().raise(rank(), "rank=" + rank() + " aborted: " + reason);
     }
 
+    /**
+     * Collective over this group, as {@code ncclCommSplit}: every rank passes a {@code color} and a
+     * {@code key}; the ranks that pass the same color form a sub-group, numbered 0..n-1 by key (ties
+     * broken by rank in this group). The sub-group has its own set-up exchanges, store key space,
+     * symmetric memories and communicators ({@code SymmetricMemory.allocate(sub, n)},
+     * {@code Communicator.create(sub)}) on a transport of this group's kind
+     * ({@link Transport#forSubGroup(int[])}); disjoint sub-groups run collectives at the same time.
+     * {@link DeviceMesh} splits a group by a mesh shape.
+     *
+     * <p>What a sub-group keeps from its parent: {@link #options()}, {@link #localRank()} (the
+     * thread's or process's place on the machine, which picks its GPU, not its sub-group rank), and
+     * liveness; {@link #describe(int)} names the parent's rank too. Aborts cross both ways: this
+     * group's abort aborts every sub-group of this rank, and a sub-group's abort aborts this group
+     * (and so this rank's other sub-groups), so a failure in one sub-group reaches the peers of every
+     * group this rank shares with them instead of leaving them waiting out their timeouts. Close
+     * order: a sub-group's memories and communicators, then the sub-group, then this group.
+     *
+     * @param color the sub-group this rank joins, {@code >= 0}
+     * @param key   orders the ranks within the sub-group
+     * @return this rank's part of its sub-group
+     * @throws IllegalArgumentException when a rank passes a negative color (on every rank)
+     * @throws UnsupportedOperationException when this group's transport cannot serve sub-groups
+     * @throws PeerTimeoutException when a rank does not arrive within the timeout, or is gone
+     */
+    default Group split(int color, int key) {
+        return GroupSplit.split(this, color, key, "split");
+    }
+
     /** Leaves the group. Close symmetric memory and communicators first. */
     @Override
     void close();

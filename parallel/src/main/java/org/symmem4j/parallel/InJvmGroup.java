@@ -4,18 +4,58 @@ import java.util.ArrayList;
 import java.util.List;
 import org.symmem4j.parallel.rendezvous.RendezvousStore;
 
-/** One rank of an {@link InJvmWorld}: a thread. */
+/**
+ * One rank of an {@link InJvmWorld}: a thread. Either the world's group (from
+ * {@link InJvmWorld#join(int)}) or one of its sub-groups ({@link Group#split(int, int)},
+ * {@link DeviceMesh}): a sub-group's ranks are a subset of the world's threads, numbered 0..n-1 in
+ * the split's key order, and its exchanges run through the world's exchange under keys of its own,
+ * so disjoint sub-groups set up at the same time. A sub-group is an {@code InJvmGroup} too because
+ * in-JVM transports exchange live objects (off-heap segments, device pointers), not bytes.
+ */
 public final class InJvmGroup implements Group {
 
     private final InJvmWorld world;
     private final int rank;
+    /** World rank of each rank of this group; for the world's group, rank r is world rank r. */
+    private final int[] worldRanks;
+    /** Prefix of this group's exchange keys: empty for the world's group, the sub-group's id otherwise. */
+    private final String exchangeNamespace;
+    /** What this group is called in error messages: "world", or the split's name (a mesh dimension). */
+    private final String label;
+    private final Transport transport;
     private final GroupAbort abortState = new GroupAbort();
+    /** Detaches this sub-group's abort from its parent's (both ways); a no-op for the world's group. */
+    private final Runnable detachFromParent;
     private long exchangeSeq;
     private boolean closed;
 
     InJvmGroup(InJvmWorld world, int rank) {
         this.world = world;
         this.rank = rank;
+        this.worldRanks = null;
+        this.exchangeNamespace = "";
+        this.label = "world";
+        this.transport = world.transport();
+        this.detachFromParent = () -> { };
+    }
+
+    private InJvmGroup(InJvmGroup parent, int[] parentRanks, int rank, String id, String label) {
+        this.world = parent.world;
+        this.rank = rank;
+        this.worldRanks = new int[parentRanks.length];
+        for (int i = 0; i < parentRanks.length; i++) {
+            worldRanks[i] = parent.worldRank(parentRanks[i]);
+        }
+        this.exchangeNamespace = "sub/" + id + "/";
+        this.label = label;
+        this.transport = parent.transport().forSubGroup(parentRanks.clone());
+        this.detachFromParent = GroupSplit.linkAborts(parent, this, parentRanks);
+    }
+
+    /** This rank's part of a sub-group of {@code this}, whose membership {@link GroupSplit} agreed. */
+    InJvmGroup newSubGroup(int[] parentRanks, int myIndex, String id, String label) {
+        checkOpen();
+        return new InJvmGroup(this, parentRanks, myIndex, id, label);
     }
 
     /**
@@ -27,6 +67,16 @@ public final class InJvmGroup implements Group {
         return world;
     }
 
+    /**
+     * The world rank of rank {@code peer} of this group (the world's thread that is that rank).
+     *
+     * @param peer a rank of this group, 0..worldSize()-1
+     * @return its rank in the world
+     */
+    public int worldRank(int peer) {
+        return worldRanks == null ? peer : worldRanks[peer];
+    }
+
     @Override
     public int rank() {
         return rank;
@@ -34,12 +84,16 @@ public final class InJvmGroup implements Group {
 
     @Override
     public int worldSize() {
-        return world.worldSize();
+        return worldRanks == null ? world.worldSize() : worldRanks.length;
     }
 
+    /**
+     * The thread's rank in the world, in every group it belongs to: it says which thread (and, for a
+     * GPU transport, which device) this is, whatever its rank in a sub-group.
+     */
     @Override
     public int localRank() {
-        return rank;
+        return worldRank(rank);
     }
 
     @Override
@@ -54,7 +108,7 @@ public final class InJvmGroup implements Group {
 
     @Override
     public Transport transport() {
-        return world.transport();
+        return transport;
     }
 
     /**
@@ -62,14 +116,23 @@ public final class InJvmGroup implements Group {
      * contributions in rank order. Objects cross threads through the world's lock, which orders the
      * contributor's earlier writes before the readers' later reads.
      *
-     * @param tag  names this exchange; equal on every rank and unique within the world
+     * @param tag  names this exchange; equal on every rank and unique within the group
      * @param mine this rank's contribution
      * @return every rank's contribution, in rank order
-     * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone
+     * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone,
+     *                              or the group is aborted
      */
     public Object[] allGatherObjects(String tag, Object mine) {
         checkOpen();
-        return world.exchange((exchangeSeq++) + "/" + tag, rank, mine, this);
+        try {
+            return world.exchange(exchangeNamespace + (exchangeSeq++) + "/" + tag, rank, mine, this);
+        } catch (PeerTimeoutException e) {
+            if (worldRanks != null) {
+                // a sub-group that cannot set up aborts its parent too, so no rank of the world waits forever
+                abortState.raise(e.missingRanks().isEmpty() ? rank : e.missingRanks().getFirst(), e.getMessage());
+            }
+            throw e;
+        }
     }
 
     @Override
@@ -84,15 +147,19 @@ public final class InJvmGroup implements Group {
 
     @Override
     public boolean isAlive(int peer) {
-        Thread t = world.owner(peer);
+        Thread t = world.owner(worldRank(peer));
         // A rank that has not joined yet is not known dead: it may still be starting.
         return t == null || t.isAlive();
     }
 
     @Override
     public String describe(int peer) {
-        Thread t = world.owner(peer);
-        return "rank " + peer + (t == null ? " (not joined)" : " (thread '" + t.getName() + "')");
+        int w = worldRank(peer);
+        Thread t = world.owner(w);
+        String thread = t == null ? "not joined" : "thread '" + t.getName() + "'";
+        return worldRanks == null
+                ? "rank " + peer + " (" + thread + ")"
+                : "rank " + peer + " of '" + label + "' (world rank " + w + ", " + thread + ")";
     }
 
     @Override
@@ -100,19 +167,31 @@ public final class InJvmGroup implements Group {
         return abortState;
     }
 
+    /** As {@link Group#abort(String)}; a sub-group's reason names this rank's world rank too. */
+    @Override
+    public void abort(String reason) {
+        abortState.raise(rank, (worldRanks == null ? "rank=" + rank : describe(rank)) + " aborted: " + reason);
+    }
+
     private void checkOpen() {
         if (closed) {
-            throw new IllegalStateException("rank=" + rank + " group already closed");
+            throw new IllegalStateException("rank=" + rank + " group '" + label + "' already closed");
+        }
+    }
+
+    /** Leaves the group; a sub-group stops hearing of its parent's abort (close its memories first). */
+    @Override
+    public void close() {
+        if (!closed) {
+            closed = true;
+            detachFromParent.run();
         }
     }
 
     @Override
-    public void close() {
-        closed = true;
-    }
-
-    @Override
     public String toString() {
-        return "InJvmGroup[rank=" + rank + ", worldSize=" + worldSize() + "]";
+        return worldRanks == null
+                ? "InJvmGroup[rank=" + rank + ", worldSize=" + worldSize() + "]"
+                : "InJvmGroup[" + label + ", rank=" + rank + ", worldSize=" + worldSize() + ", worldRank=" + localRank() + "]";
     }
 }

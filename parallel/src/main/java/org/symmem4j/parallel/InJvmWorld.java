@@ -240,10 +240,13 @@ public final class InJvmWorld implements AutoCloseable {
     }
 
     /**
-     * Collective among the world's threads: rank {@code rank} contributes {@code mine}; returns all
-     * contributions in rank order once every rank has contributed.
+     * Collective among the threads of {@code group} (the world, or one of its sub-groups): rank
+     * {@code rank} of that group contributes {@code mine}; returns all contributions in the group's
+     * rank order once all {@code group.worldSize()} ranks have contributed. {@code key} is unique
+     * within the world (a sub-group's keys carry its id), so disjoint sub-groups exchange at once.
      */
     Object[] exchange(String key, int rank, Object mine, Group group) {
+        int worldSize = group.worldSize();
         long deadline = System.nanoTime() + options.timeout().toNanos();
         long nextLivenessCheck = System.nanoTime() + options.livenessInterval().toNanos();
         exchangeLock.lock();
@@ -258,6 +261,13 @@ public final class InJvmWorld implements AutoCloseable {
             while (ex.arrived < worldSize) {
                 long now = System.nanoTime();
                 List<Integer> missing = ex.missing();
+                GroupAbort.Cause aborted = group.abortState().cause();
+                if (aborted != null) {
+                    // a sub-group hears of its parent's (or a sibling's) abort here: no rank waits out the timeout
+                    throw new PeerTimeoutException("rank=" + rank + " set-up exchange '" + key + "': group aborted: "
+                            + aborted.reason(), rank, missing, "exchange " + key, PeerTimeoutException.Reason.PEER_ABORTED,
+                            options.timeout());
+                }
                 if (now >= nextLivenessCheck) {
                     nextLivenessCheck = now + options.livenessInterval().toNanos();
                     List<Integer> dead = missing.stream().filter(p -> !group.isAlive(p)).toList();

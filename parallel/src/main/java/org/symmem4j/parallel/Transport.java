@@ -60,4 +60,22 @@ public interface Transport {
      * @throws SymmemException when its scratch memory cannot be allocated, or a peer does not arrive
      */
     Communicator communicator(Group group, CommunicatorOptions options);
+
+    /**
+     * The transport of a sub-group of this transport's group ({@link Group#split(int, int)}): same
+     * kind, serving the ranks {@code parentRanks} of the parent group, where {@code parentRanks[i]}
+     * is the sub-group's rank {@code i}. Called once per sub-group on each of its ranks, while the
+     * sub-group is created, before any memory is allocated on it. A transport that keeps per-rank
+     * facts (processes' identities, GPUs, communicators) hands the members' facts on, re-indexed by
+     * sub-group rank; one that needs nothing per rank may return itself.
+     *
+     * @param parentRanks the parent group's ranks that form the sub-group, in sub-group rank order
+     * @return the transport that {@code SymmetricMemory.allocate} and {@code Communicator.create} use for
+     *         the sub-group
+     * @throws UnsupportedOperationException when this transport cannot serve sub-groups
+     */
+    default Transport forSubGroup(int[] parentRanks) {
+        throw new UnsupportedOperationException("transport " + name() + " cannot serve sub-groups (Group.split,"
+                + " DeviceMesh) yet: it must implement Transport.forSubGroup to hand the members' per-rank facts on");
+    }
 }

@@ -86,6 +86,37 @@ final class BatchNormRunningStats {
     }
 
     /**
+     * Data-parallel replicas: replaces this replica's recorded statistics by every replica's, in the
+     * order of the global batch's pieces (replica {@code d}'s microbatch {@code k} is piece
+     * {@code k * replicas + d}), so that {@link #applyInOrder} updates the running statistics with
+     * every piece in order, the same on every replica.
+     */
+    void gatherAcross(StageDataParallel dp) {
+        int m = means.length;
+        INDArray[] mine = new INDArray[2 * m];
+        for (int k = 0; k < m; k++) {
+            if (means[k] == null) {
+                throw new IllegalStateException("BatchNormalization layer " + layerIndex + " has no statistics for"
+                        + " microbatch " + k + " at the step: expected one backward pass per microbatch");
+            }
+            mine[k] = means[k];
+            mine[m + k] = variances[k];
+        }
+        INDArray[][] all = dp.allGather(mine);
+        int replicas = all.length;
+        INDArray[] pieceMeans = new INDArray[m * replicas];
+        INDArray[] pieceVariances = new INDArray[m * replicas];
+        for (int k = 0; k < m; k++) {
+            for (int d = 0; d < replicas; d++) {
+                pieceMeans[k * replicas + d] = all[d][k];
+                pieceVariances[k * replicas + d] = all[d][m + k];
+            }
+        }
+        means = pieceMeans;
+        variances = pieceVariances;
+    }
+
+    /**
      * Applies every microbatch's running-statistics update in microbatch order to the layer's
      * parameters and zeroes those entries of the step's gradient ({@code gradient}: the stage's
      * gradient views, already holding the step's summed gradient).

@@ -67,6 +67,8 @@ public final class Dl4jPipelineStage implements StageCompute {
     /** Sum of this step's microbatch gradients, laid out like the network's flat gradient view; null without parameters. */
     private final INDArray accumulatedGradient;
 
+    /** The other replicas of this stage (data parallelism), or null when this stage has none. */
+    private StageDataParallel dataParallel;
     private StepPlan plan;
     /** By microbatch: the stage's input, from forward until backward. */
     private INDArray[] stageInputs = new INDArray[0];
@@ -144,6 +146,17 @@ public final class Dl4jPipelineStage implements StageCompute {
         }
         // the updater and its state exist from the start, so copying state out before any step copies the initial state
         network.getUpdater(true);
+    }
+
+    /**
+     * Makes this stage one of {@code dp.replicas()} data-parallel replicas: its microbatch {@code k} is
+     * piece {@code k * replicas + replica} of the global batch (dropout masks are drawn for that piece),
+     * and {@link #step()} sums the gradient and the loss over the replicas and updates batch
+     * normalization's running statistics with every replica's pieces in order, before one update with
+     * the global batch's example count. Set before the first step, on the thread that runs the stage.
+     */
+    void dataParallel(StageDataParallel dp) {
+        this.dataParallel = Objects.requireNonNull(dp, "dp");
     }
 
     /** Hands the stage the next step's plan (stage 0 reads features, the last stage labels) and resets its step state. */
@@ -276,9 +289,22 @@ public final class Dl4jPipelineStage implements StageCompute {
         }
         // DL4J's score counts regularization at the parameters the gradient was computed at
         regularizationScore = network.calcRegularizationScore(true);
+        long examples = plan.batch().examples();
+        if (dataParallel != null) {
+            // every replica holds an equal share: the global batch is the replicas' examples together
+            examples *= dataParallel.replicas();
+            if (accumulatedGradient != null) {
+                dataParallel.sumInPlace(accumulatedGradient);
+            }
+            for (BatchNormRunningStats bn : batchNorms) {
+                bn.gatherAcross(dataParallel);
+            }
+            if (last) {
+                lossSum = dataParallel.sum(lossSum);
+            }
+        }
         if (last) {
-            dataLoss = lossSum / (((IOutputLayer) network.getOutputLayer()).conf().isMiniBatch()
-                    ? plan.batch().examples() : 1);
+            dataLoss = lossSum / (((IOutputLayer) network.getOutputLayer()).conf().isMiniBatch() ? examples : 1);
         }
         int iteration = network.getIterationCount();
         int epoch = network.getEpochCount();
@@ -288,8 +314,8 @@ public final class Dl4jPipelineStage implements StageCompute {
             for (BatchNormRunningStats bn : batchNorms) {
                 bn.applyInOrder(gradientViews);
             }
-            network.getUpdater(true).update(network, gradientViews, iteration, epoch,
-                    Math.toIntExact(plan.batch().examples()), workspaces);
+            network.getUpdater(true).update(network, gradientViews, iteration, epoch, Math.toIntExact(examples),
+                    workspaces);
             // StochasticGradientDescent's step: parameters minus the update the updater left in the gradient view
             network.params().subi(gradient.reshape(gradient.length()));
         }
@@ -350,8 +376,10 @@ public final class Dl4jPipelineStage implements StageCompute {
 
     /** Every layer's dropout draws and uses {@code microbatch}'s mask from now on. */
     private void selectMicrobatch(int microbatch) {
+        // a replica's microbatch k is piece k * replicas + replica of the global batch: its own mask
+        int piece = dataParallel == null ? microbatch : microbatch * dataParallel.replicas() + dataParallel.replica();
         for (MicrobatchDropout d : dropouts) {
-            d.microbatch(microbatch);
+            d.microbatch(piece);
         }
     }
 

@@ -17,6 +17,7 @@ import io.micrometer.core.instrument.Tags;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.factory.Nd4j;
@@ -48,6 +49,12 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * trainer.fit(trainIterator);                        // again and again: state is kept
  * trainer.copyParametersTo(model);                   // parameters, updater state, counters
  * }</pre>
+ *
+ * <p>Data parallelism over pipelines ({@link Builder#dataParallel}): {@code .ranks(4).dataParallel(2)}
+ * trains two replicas of a 4-stage pipeline on 8 threads laid out as a {@code dp x pp = 2 x 4}
+ * {@link org.symmem4j.parallel.DeviceMesh}; each replica trains on its half of every batch, and each
+ * stage's gradients are summed over its two replicas before the update, which is then the update of
+ * the whole batch.
  *
  * <p>The network is cut into {@code ranks x stagesPerRank} stages of consecutive layers
  * ({@link PipelineStageSplit}: balanced by parameter count, by measured pass times with
@@ -99,7 +106,11 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     private final PipelineStageSplit split;
+    /** Replica 0's stages: the ones whose state {@link #copyParametersTo} writes out (every replica's is the same). */
     private final List<Dl4jPipelineStage> stages;
+    /** Every data-parallel replica's stages, replica 0's first; one list when {@code dataParallel == 1}. */
+    private final List<List<Dl4jPipelineStage>> replicaStages;
+    private final int dataParallel;
     private final PipelineSchedule scheduleKind;
     private final Schedule schedule;
     private final PipelineShape shape;
@@ -129,18 +140,25 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.shape = shape;
         this.linkSlots = linkSlots;
         this.timeout = b.timeout;
-        this.ompThreadsPerRank = b.threadsPerRank(shape.ranks());
+        this.dataParallel = b.dataParallel;
+        this.ompThreadsPerRank = b.threadsPerRank(shape.ranks() * b.dataParallel);
         this.listeners = List.copyOf(b.listeners);
         this.metrics = new PipelineMetrics(b.schedule.tag(), Transport.HOST_IN_JVM, b.metricTags);
         if (b.registry != null) {
             metrics.bindTo(b.registry);
         }
-        List<MultiLayerNetwork> networks = split.buildStageNetworks();
-        List<Dl4jPipelineStage> built = new ArrayList<>(networks.size());
-        for (int s = 0; s < networks.size(); s++) {
-            built.add(new Dl4jPipelineStage(s, networks.size(), networks.get(s)));
+        List<List<Dl4jPipelineStage>> replicas = new ArrayList<>(dataParallel);
+        for (int d = 0; d < dataParallel; d++) {
+            // every replica starts from the same copy of the network's parameters, updater state and counters
+            List<MultiLayerNetwork> networks = split.buildStageNetworks();
+            List<Dl4jPipelineStage> built = new ArrayList<>(networks.size());
+            for (int s = 0; s < networks.size(); s++) {
+                built.add(new Dl4jPipelineStage(s, networks.size(), networks.get(s)));
+            }
+            replicas.add(List.copyOf(built));
         }
-        this.stages = List.copyOf(built);
+        this.replicaStages = List.copyOf(replicas);
+        this.stages = replicaStages.getFirst();
     }
 
     /**
@@ -200,8 +218,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         while (iterator.hasNext()) {
             runStep(prepare(iterator.next()));
         }
-        for (Dl4jPipelineStage stage : stages) {
-            stage.network().incrementEpochCount();
+        for (List<Dl4jPipelineStage> replica : replicaStages) {
+            for (Dl4jPipelineStage stage : replica) {
+                stage.network().incrementEpochCount();
+            }
         }
     }
 
@@ -319,6 +339,20 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     /**
+     * Data-parallel replicas of every stage ({@link Builder#dataParallel}).
+     *
+     * @return the number of replicas, 1 without data parallelism
+     */
+    public int dataParallel() {
+        return dataParallel;
+    }
+
+    /** Replica {@code d}'s stages (tests compare the replicas bitwise). */
+    List<Dl4jPipelineStage> replicaStages(int d) {
+        return replicaStages.get(d);
+    }
+
+    /**
      * Messages each stage-to-stage link holds before its sender waits.
      *
      * @return slots per link
@@ -354,21 +388,69 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
-    /** The cut into microbatches, then the checks of features and labels against the network and the step's plan. */
-    private StepPlan prepare(DataSet batch) {
+    /**
+     * The cut into microbatches, then the checks of features and labels against the network and the
+     * step's plan, one per data-parallel replica: the batch is cut into {@code microbatches x dp}
+     * equal pieces and replica {@code d}'s microbatch {@code k} is piece {@code k * dp + d}, so the
+     * replicas' microbatch {@code k} together are the batch's {@code k}-th {@code 1/microbatches}.
+     */
+    private List<StepPlan> prepare(DataSet batch) {
         Objects.requireNonNull(batch, "batch");
-        return StepPlan.of(split, stages, Microbatches.split(batch, shape.microbatches(), split.dataType()), inputType);
+        int m = shape.microbatches();
+        if (dataParallel == 1) {
+            return List.of(StepPlan.of(split, stages, Microbatches.split(batch, m, split.dataType()), inputType));
+        }
+        int pieces = m * dataParallel;
+        if (batch.getFeatures() == null || batch.getLabels() == null) {
+            throw new IllegalArgumentException("the batch has features=" + (batch.getFeatures() == null ? "null" : "set")
+                    + " labels=" + (batch.getLabels() == null ? "null" : "set") + ": pipeline training needs both");
+        }
+        long examples = batch.getFeatures().size(0);
+        if (examples < pieces || examples % pieces != 0) {
+            long lower = examples / pieces * pieces;
+            throw new IllegalArgumentException("batch size=" + examples + " is not divisible by microbatches=" + m
+                    + " x dataParallel=" + dataParallel + ": expected a multiple of " + pieces + " (every replica trains on"
+                    + " an equal share cut into equal microbatches; use batch size "
+                    + (lower == 0 ? String.valueOf(pieces) : lower + " or " + (lower + pieces)) + ")");
+        }
+        Microbatches all = Microbatches.split(batch, pieces, split.dataType());
+        List<StepPlan> plans = new ArrayList<>(dataParallel);
+        for (int d = 0; d < dataParallel; d++) {
+            List<INDArray> features = new ArrayList<>(m);
+            List<INDArray> labels = new ArrayList<>(m);
+            List<INDArray> featuresMasks = batch.getFeaturesMaskArray() == null ? null : new ArrayList<>(m);
+            List<INDArray> labelsMasks = batch.getLabelsMaskArray() == null ? null : new ArrayList<>(m);
+            for (int k = 0; k < m; k++) {
+                int piece = k * dataParallel + d;
+                features.add(all.features().get(piece));
+                labels.add(all.labels().get(piece));
+                if (featuresMasks != null) {
+                    featuresMasks.add(all.featuresMask(piece));
+                }
+                if (labelsMasks != null) {
+                    labelsMasks.add(all.labelsMask(piece));
+                }
+            }
+            plans.add(StepPlan.of(split, replicaStages.get(d), new Microbatches(features, labels, featuresMasks, labelsMasks),
+                    inputType));
+        }
+        return plans;
     }
 
-    private void runStep(StepPlan plan) {
+    private void runStep(List<StepPlan> plans) {
         ensureWorkers();
-        Microbatches batch = plan.batch();
-        long slotBytes = plan.largestMessageBytes(split.dataType().width());
+        long examples = 0;
+        long slotBytes = 0;
+        for (StepPlan plan : plans) {
+            examples += plan.batch().examples();
+            slotBytes = Math.max(slotBytes, plan.largestMessageBytes(split.dataType().width()));
+        }
         List<CompletableFuture<StepTimeline>> results = new ArrayList<>(workers.size());
-        for (PipelineRankWorker worker : workers) {
+        for (int w = 0; w < workers.size(); w++) {
             CompletableFuture<StepTimeline> result = new CompletableFuture<>();
             results.add(result);
-            worker.submit(new PipelineRankWorker.Task(plan, slotBytes, result));
+            // world rank w is pipeline rank w % pp of replica w / pp
+            workers.get(w).submit(new PipelineRankWorker.Task(plans.get(w / shape.ranks()), slotBytes, result));
         }
         List<StepTimeline> timelines = new ArrayList<>(workers.size());
         List<Throwable> failures = new ArrayList<>();
@@ -400,11 +482,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         for (Dl4jPipelineStage stage : stages) {
             loss += stage.regularizationScore();
         }
-        PipelineStepReport report = new PipelineStepReport(step, batch.examples(), loss, timelines);
+        // replica 0's pipeline ranks: every replica runs the same schedule
+        timelines = List.copyOf(timelines.subList(0, shape.ranks()));
+        PipelineStepReport report = new PipelineStepReport(step, examples, loss, timelines);
         metrics.record(report.timelineReport());
-        metrics.recordTraining(batch.examples(), loss);
+        metrics.recordTraining(examples, loss);
         if (runTimeline != null) {
-            runTimeline.add(step, timelines, Map.of("loss", loss, "examples", (double) batch.examples()));
+            runTimeline.add(step, timelines, Map.of("loss", loss, "examples", (double) examples));
         }
         step++;
         lastStep = report;
@@ -417,7 +501,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private PipelineTrainingException fail(List<Throwable> failures, List<Integer> failedRanks) {
         int origin = 0;
         for (int i = 0; i < failures.size(); i++) {
-            if (!(failures.get(i) instanceof PipelineAbortedException)) {
+            // ranks that only heard of another's failure (poisoned links, an aborted replica group) are not the origin
+            if (!(failures.get(i) instanceof PipelineAbortedException)
+                    && !(failures.get(i) instanceof PeerTimeoutException t && t.reason() == PeerTimeoutException.Reason.PEER_ABORTED)) {
                 origin = i;
                 break;
             }
@@ -445,14 +531,17 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         // every rank runs ND4J ops at once: give each its share of the cores, for OpenMP and BLAS both
         Nd4j.getEnvironment().setMaxThreads(ompThreadsPerRank);
         Nd4j.factory().blas().setMaxThreads(ompThreadsPerRank);
-        world = InJvmWorld.create(shape.ranks(), GroupOptions.defaults().withTimeout(timeout));
-        List<PipelineRankWorker> started = new ArrayList<>(shape.ranks());
-        for (int rank = 0; rank < shape.ranks(); rank++) {
+        int pp = shape.ranks();
+        world = InJvmWorld.create(dataParallel * pp, GroupOptions.defaults().withTimeout(timeout));
+        List<PipelineRankWorker> started = new ArrayList<>(dataParallel * pp);
+        for (int rank = 0; rank < dataParallel * pp; rank++) {
+            // row-major dp x pp mesh: world rank d * pp + p runs pipeline rank p of replica d
+            List<Dl4jPipelineStage> replica = replicaStages.get(rank / pp);
             Map<Integer, Dl4jPipelineStage> mine = new HashMap<>();
-            for (int s = rank; s < stages.size(); s += shape.ranks()) {
-                mine.put(s, stages.get(s));
+            for (int s = rank % pp; s < replica.size(); s += pp) {
+                mine.put(s, replica.get(s));
             }
-            started.add(new PipelineRankWorker(rank, world, schedule, shape, linkSlots, mine));
+            started.add(new PipelineRankWorker(rank, dataParallel, world, schedule, shape, linkSlots, mine));
         }
         workers = started;
         for (PipelineRankWorker worker : workers) {
@@ -470,7 +559,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             stopWorkers();
             throw new SymmemException("interrupted while starting pipeline ranks", e);
         }
-        LOG.info("symmem4j pipeline: " + shape + ", schedule " + scheduleKind + ", link slots "
+        LOG.info("symmem4j pipeline: " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")
+                + ", schedule " + scheduleKind + ", link slots "
                 + linkSlots + ", ND4J threads per rank " + ompThreadsPerRank + ", " + split);
     }
 
@@ -502,6 +592,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         private MultiLayerNetwork network;
         private final ComputationGraph graph;
         private int ranks;
+        private int dataParallel = 1;
         private int microbatches;
         private PipelineSchedule schedule = PipelineSchedule.ONE_F_ONE_B;
         private int stagesPerRank = 1;
@@ -534,6 +625,30 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 throw new IllegalArgumentException("ranks=" + ranks + " expected ranks >= 1");
             }
             this.ranks = ranks;
+            return this;
+        }
+
+        /**
+         * Data-parallel replicas of the whole pipeline (default 1): {@code replicas x ranks} threads, a
+         * {@code dp x pp} {@link org.symmem4j.parallel.DeviceMesh}. Each batch is cut into
+         * {@code microbatches x replicas} equal pieces; replica {@code d} trains on pieces
+         * {@code k * replicas + d} for {@code k = 0 .. microbatches-1} (its share, as its microbatches), and
+         * before the update every stage's gradient sum, the loss, and batch normalization's statistics are
+         * shared over that stage's replicas (its {@code dp} sub-group). One step then equals one step of a
+         * single pipeline with {@code microbatches x replicas} microbatches on the whole batch, and so one
+         * {@code fit} of the unsplit network on it (for networks without batch normalization or dropout;
+         * with them, as the single pipeline defines them per microbatch); the replicas stay bitwise equal.
+         *
+         * @param replicas data-parallel replicas, at least 1
+         * @return this builder
+         * @throws IllegalArgumentException when {@code replicas} is below 1
+         */
+        public Builder dataParallel(int replicas) {
+            if (replicas < 1) {
+                throw new IllegalArgumentException("dataParallel=" + replicas + " expected dataParallel >= 1 (1: no"
+                        + " data parallelism)");
+            }
+            this.dataParallel = replicas;
             return this;
         }
 
@@ -606,7 +721,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
 
         /**
-         * ND4J (OpenMP and BLAS) threads per rank (default: cores ÷ ranks, at least 1).
+         * ND4J (OpenMP and BLAS) threads per rank (default: cores ÷ (ranks x dataParallel), at least 1).
          *
          * @param threads ND4J and BLAS threads per rank during {@code fit}, at least 1
          * @return this builder
@@ -791,8 +906,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             }
             StageProfile measured = profile;
             if (profileSample != null) {
-                measured = StageProfile.measure(network, profileSample, microbatches, PROFILE_STEPS, threadsPerRank(ranks),
-                        inputType);
+                // a replica's microbatch is 1/(microbatches x replicas) of the batch
+                measured = StageProfile.measure(network, profileSample, microbatches * dataParallel, PROFILE_STEPS,
+                        threadsPerRank(ranks * dataParallel), inputType);
             }
             PipelineStageSplit split;
             if (stageBoundaries != null) {

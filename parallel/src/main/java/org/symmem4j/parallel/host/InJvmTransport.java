@@ -122,6 +122,15 @@ public final class InJvmTransport implements Transport {
         return new HostCommunicator(inJvm(group), options);
     }
 
+    /**
+     * This transport: it keeps nothing per rank (a sub-group's ranks exchange their segments through
+     * the sub-group's own exchange, and memory ids come from one counter, unique across sub-groups).
+     */
+    @Override
+    public Transport forSubGroup(int[] parentRanks) {
+        return this;
+    }
+
     private static InJvmGroup inJvm(Group group) {
         if (group instanceof InJvmGroup g) {
             return g;

@@ -23,4 +23,15 @@ public interface PeerProcesses {
      * @return epoch milliseconds, 0 when unknown
      */
     long startMillis(int rank);
+
+    /**
+     * Rank {@code rank}'s rank in the world group, which its file names carry: equal to {@code rank}
+     * for a world group, the member's world rank for a sub-group.
+     *
+     * @param rank a rank of the group
+     * @return its rank in the world
+     */
+    default int worldRank(int rank) {
+        return rank;
+    }
 }

@@ -64,7 +64,7 @@ public final class SharedMemoryTransport implements Transport {
         long fileBytes = padBytes + ((bytes + 4095) & ~4095L);
         Arena arena = Arena.ofShared();
         String myTag = SharedMemoryFiles.newTag();
-        String myName = SharedMemoryFiles.name(peers.pid(rank), peers.startMillis(rank), myTag, rank);
+        String myName = SharedMemoryFiles.name(peers.pid(rank), peers.startMillis(rank), myTag, peers.worldRank(rank));
         boolean unlinked = false;
         try {
             MemorySegment mine = SharedMemoryFiles.createAndMap(myName, fileBytes, arena);
@@ -95,7 +95,7 @@ public final class SharedMemoryTransport implements Transport {
                 if (r == 0) {
                     id = Long.parseLong(m.group(3));
                 }
-                names[r] = SharedMemoryFiles.name(peers.pid(r), peers.startMillis(r), m.group(1), r);
+                names[r] = SharedMemoryFiles.name(peers.pid(r), peers.startMillis(r), m.group(1), peers.worldRank(r));
             }
             if (!sameSize) {
                 throw new SymmemException("symmetric memory allocate: sizes differ across ranks: " + sizes
@@ -133,6 +133,33 @@ public final class SharedMemoryTransport implements Transport {
     @Override
     public Communicator communicator(Group group, CommunicatorOptions options) {
         return new HostCommunicator(ownGroup(group), options);
+    }
+
+    /**
+     * A transport for the members' processes, re-indexed by sub-group rank; file names keep naming
+     * each process's rank in the world ({@link PeerProcesses#worldRank}) and a fresh random tag, so
+     * the files of concurrent sub-groups never collide and a sweep still finds their owners.
+     */
+    @Override
+    public Transport forSubGroup(int[] parentRanks) {
+        int[] members = parentRanks.clone();
+        PeerProcesses parent = peers;
+        return new SharedMemoryTransport(new PeerProcesses() {
+            @Override
+            public long pid(int rank) {
+                return parent.pid(members[rank]);
+            }
+
+            @Override
+            public long startMillis(int rank) {
+                return parent.startMillis(members[rank]);
+            }
+
+            @Override
+            public int worldRank(int rank) {
+                return parent.worldRank(members[rank]);
+            }
+        });
     }
 
     /** {@code group}, if this is its transport: the peers' identities are that group's. */

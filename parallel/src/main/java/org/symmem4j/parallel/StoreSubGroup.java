@@ -1,0 +1,219 @@
+package org.symmem4j.parallel;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Optional;
+import org.symmem4j.parallel.rendezvous.RendezvousStore;
+import org.symmem4j.parallel.rendezvous.StoreTimeoutException;
+
+/**
+ * A sub-group of a group whose ranks exchange bytes through a store ({@link ProcessGroup}, or a
+ * sub-group of one): its set-up exchanges and its {@link #store()} are the parent's store under the
+ * key prefix {@code sub/<id>/}, its liveness and descriptions are the parent's (naming the parent's
+ * ranks), and its transport is the parent's kind, made for the members
+ * ({@link Transport#forSubGroup(int[])}). Created by {@link Group#split(int, int)}.
+ */
+final class StoreSubGroup implements Group {
+
+    /** Longest slice a store wait blocks before re-checking aborts and the liveness of missing ranks. */
+    private static final Duration STORE_POLL_SLICE = Duration.ofMillis(200);
+
+    private final Group parent;
+    private final int[] parentRanks;
+    private final int rank;
+    private final String label;
+    private final NamespacedStore store;
+    private final Transport transport;
+    private final GroupAbort abortState = new GroupAbort();
+    private final Runnable detachFromParent;
+    private long exchangeSeq;
+    private String previousExchangeKey;
+    private boolean closed;
+
+    StoreSubGroup(Group parent, int[] parentRanks, int rank, String id, String label) {
+        this.parent = parent;
+        this.parentRanks = parentRanks.clone();
+        this.rank = rank;
+        this.label = label;
+        this.store = new NamespacedStore(parent.store(), "sub/" + id + "/");
+        this.transport = parent.transport().forSubGroup(parentRanks.clone());
+        this.detachFromParent = GroupSplit.linkAborts(parent, this, this.parentRanks);
+    }
+
+    @Override
+    public int rank() {
+        return rank;
+    }
+
+    @Override
+    public int worldSize() {
+        return parentRanks.length;
+    }
+
+    /** The parent's local rank: it says which process (and GPU) this is, whatever its rank in the sub-group. */
+    @Override
+    public int localRank() {
+        return parent.localRank();
+    }
+
+    @Override
+    public GroupOptions options() {
+        return parent.options();
+    }
+
+    @Override
+    public RendezvousStore store() {
+        return store;
+    }
+
+    @Override
+    public Transport transport() {
+        return transport;
+    }
+
+    @Override
+    public List<byte[]> allGatherBytes(String tag, byte[] mine) {
+        if (closed) {
+            throw new IllegalStateException("rank=" + rank + " group '" + label + "' already closed");
+        }
+        String prefix = "x/" + (exchangeSeq++) + "/" + tag + "/";
+        List<byte[]> all;
+        try {
+            all = exchange(prefix, mine, tag);
+        } catch (PeerTimeoutException e) {
+            // the sub-group cannot be used any more; through the parent, no rank of the job waits forever
+            abortState.raise(e.missingRanks().isEmpty() ? rank : e.missingRanks().getFirst(), e.getMessage());
+            throw e;
+        }
+        // every rank set this exchange's key, so every rank finished reading the previous one
+        if (previousExchangeKey != null) {
+            store.delete(previousExchangeKey);
+        }
+        previousExchangeKey = prefix + rank;
+        return all;
+    }
+
+    private List<byte[]> exchange(String prefix, byte[] mine, String what) {
+        store.set(prefix + rank, mine);
+        List<String> keys = new ArrayList<>(worldSize());
+        for (int r = 0; r < worldSize(); r++) {
+            keys.add(prefix + r);
+        }
+        Duration timeout = options().timeout();
+        long deadline = System.nanoTime() + timeout.toNanos();
+        while (true) {
+            long left = deadline - System.nanoTime();
+            Duration slice = Duration.ofNanos(Math.max(1_000_000, Math.min(left, STORE_POLL_SLICE.toNanos())));
+            try {
+                return store.getAll(keys, slice);
+            } catch (StoreTimeoutException e) {
+                List<Integer> missing = new ArrayList<>();
+                for (String k : e.missingKeys()) {
+                    missing.add(Integer.parseInt(k.substring(k.lastIndexOf('/') + 1))); // keys end in "/<rank>"
+                }
+                GroupAbort.Cause aborted = abortState.cause();
+                if (aborted != null) {
+                    throw new PeerTimeoutException("rank=" + rank + " set-up '" + what + "' of group '" + label
+                            + "': group aborted: " + aborted.reason(), rank, missing, what,
+                            PeerTimeoutException.Reason.PEER_ABORTED, timeout);
+                }
+                List<Integer> dead = missing.stream().filter(p -> !isAlive(p)).toList();
+                if (!dead.isEmpty()) {
+                    throw new PeerTimeoutException("rank=" + rank + " set-up '" + what + "' of group '" + label + "': "
+                            + String.join(", ", dead.stream().map(this::describe).toList()) + " exited before arriving",
+                            rank, dead, what, PeerTimeoutException.Reason.PEER_EXITED, timeout);
+                }
+                if (System.nanoTime() - deadline >= 0) {
+                    throw new PeerTimeoutException("rank=" + rank + " set-up '" + what + "' of group '" + label
+                            + "': timed out after " + timeout + " waiting for "
+                            + String.join(", ", missing.stream().map(this::describe).toList())
+                            + " (every rank of a sub-group must make the same set-up calls in the same order)",
+                            rank, missing, what, PeerTimeoutException.Reason.DEADLINE_PASSED, timeout);
+                }
+            }
+        }
+    }
+
+    @Override
+    public boolean isAlive(int peer) {
+        return parent.isAlive(parentRanks[peer]);
+    }
+
+    @Override
+    public String describe(int peer) {
+        return "rank " + peer + " of '" + label + "' (parent " + parent.describe(parentRanks[peer]) + ")";
+    }
+
+    @Override
+    public GroupAbort abortState() {
+        return abortState;
+    }
+
+    /** As {@link Group#abort(String)}, the reason naming this rank in the world too. */
+    @Override
+    public void abort(String reason) {
+        abortState().raise(rank(), describe(rank()) + " aborted: " + reason);
+    }
+
+    /** Leaves the sub-group: deletes this rank's last exchange key and stops hearing of the parent's abort. */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        detachFromParent.run();
+        if (previousExchangeKey != null) {
+            try {
+                store.delete(previousExchangeKey);
+            } catch (RuntimeException ignored) {
+                // the parent's store is already gone: nothing left to tidy
+            }
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "StoreSubGroup[" + label + ", rank=" + rank + ", worldSize=" + worldSize() + ", parent=" + parent + "]";
+    }
+
+    /** The parent's store under a key prefix; closing it leaves the parent's store open. */
+    private record NamespacedStore(RendezvousStore parent, String prefix) implements RendezvousStore {
+
+        @Override
+        public void set(String key, byte[] value) {
+            parent.set(prefix + key, value);
+        }
+
+        @Override
+        public byte[] get(String key, Duration timeout) {
+            return parent.get(prefix + key, timeout);
+        }
+
+        @Override
+        public Optional<byte[]> tryGet(String key) {
+            return parent.tryGet(prefix + key);
+        }
+
+        @Override
+        public List<byte[]> getAll(List<String> keys, Duration timeout) {
+            return parent.getAll(keys.stream().map(k -> prefix + k).toList(), timeout);
+        }
+
+        @Override
+        public long add(String key, long delta) {
+            return parent.add(prefix + key, delta);
+        }
+
+        @Override
+        public boolean delete(String key) {
+            return parent.delete(prefix + key);
+        }
+
+        @Override
+        public void close() {
+            // the parent group owns and closes its store
+        }
+    }
+}
