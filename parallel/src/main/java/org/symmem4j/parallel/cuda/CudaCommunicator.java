@@ -8,7 +8,6 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.InJvmGroup;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.host.HostCommunicator;
@@ -30,7 +29,7 @@ import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
 public final class CudaCommunicator implements Communicator, org.symmem4j.parallel.DeviceCommunicator {
 
     private final CudaTransport transport;
-    private final InJvmGroup group;
+    private final Group group;
     private final CudaRank rank;
     private final CudaDriver driver;
     private final HostCommunicator control;
@@ -109,7 +108,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      */
     static final long TWO_SHOT_SCRATCH_BYTES = 64L << 20;
 
-    CudaCommunicator(CudaTransport transport, InJvmGroup group, CommunicatorOptions options) {
+    CudaCommunicator(CudaTransport transport, Group group, CommunicatorOptions options) {
         this.transport = transport;
         this.group = group;
         this.rank = transport.rank(group);
@@ -119,17 +118,26 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             throw new IllegalArgumentException("worldSize=" + worldSize + " exceeds the kernels' MAX_RANKS="
                     + CudaKernels.MAX_RANKS + " (one machine's GPUs)");
         }
-        this.control = (HostCommunicator) group.transport().communicator(group, options);
+        this.control = HostCommunicator.controlPlane(group, transport.controlTransport(), options);
         int devices = driver.deviceCount();
         this.sharedDevice = devices < worldSize;
         if (rank.kernels == null) {
             this.grids = null;
         } else {
-            List<LaunchBudget> budgets = new java.util.ArrayList<>(worldSize);
-            for (Object b : group.allGatherObjects("cuda-launch-budget", rank.budget)) {
-                budgets.add((LaunchBudget) b);
+            java.nio.ByteBuffer mine = java.nio.ByteBuffer.allocate(Kernel.values().length * Integer.BYTES);
+            for (int limit : rank.budget.limits()) {
+                mine.putInt(limit);
             }
-            this.grids = LaunchBudget.common(budgets);
+            List<int[]> limits = new java.util.ArrayList<>(worldSize);
+            for (byte[] b : group.allGatherBytes("cuda-launch-limits", mine.array())) {
+                java.nio.ByteBuffer in = java.nio.ByteBuffer.wrap(b);
+                int[] l = new int[b.length / Integer.BYTES];
+                for (int k = 0; k < l.length; k++) {
+                    l[k] = in.getInt();
+                }
+                limits.add(l);
+            }
+            this.grids = LaunchBudget.common(rank.budget, limits);
         }
         MemorySegment comm = null;
         String why = null;
