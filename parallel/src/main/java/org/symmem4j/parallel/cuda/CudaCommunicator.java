@@ -9,6 +9,7 @@ import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.host.HostCommunicator;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Kind;
@@ -65,6 +66,13 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     private final CudaSymmetricMemory twoShotScratch;
     private final long twoShotSlotBytes;
     private final long twoShotPushMinBytes;
+    /**
+     * Staging for the collectives on plain device segments (all-reduce, reduce-scatter, all-gather,
+     * broadcast): {@link CommunicatorOptions#stagingBytes()} per rank; messages go through it in pieces.
+     */
+    private final CudaSymmetricMemory staging;
+    private final long stagingBytes;
+    private final org.symmem4j.parallel.host.Reducer hostReducer = org.symmem4j.parallel.host.Reducer.forThisJvm();
 
     // Launch parameters, reused by every launch of this rank's thread (no allocation per call).
     private final Arena arena = Arena.ofShared();
@@ -161,6 +169,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         this.twoShotSlotBytes = TWO_SHOT_SCRATCH_BYTES / (2L * worldSize) / 16 * 16;
         this.twoShotPushMinBytes = worldSize <= 4 ? TWO_SHOT_PUSH_MIN_BYTES : TWO_SHOT_PUSH_MIN_BYTES_MANY_RANKS;
         this.twoShotScratch = rank.kernels == null ? null : (CudaSymmetricMemory) transport.allocate(group, TWO_SHOT_SCRATCH_BYTES);
+        this.stagingBytes = options.stagingBytes();
+        this.staging = (CudaSymmetricMemory) transport.allocate(group, stagingBytes);
         peersSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
         padsSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
         countSlot = arena.allocate(8, 8);
@@ -246,11 +256,44 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         return oneShotSlotBytes;
     }
 
+    /**
+     * All-reduce of a plain device segment ({@code buffer.address()} a device pointer of this rank,
+     * {@code buffer.byteSize()} its size): NCCL reduces it where it is; ONE_SHOT and TWO_SHOT copy
+     * it through this communicator's staging memory in pieces of {@link CommunicatorOptions#stagingBytes()}
+     * (copy engine, stream-ordered) and run the kernels there.
+     */
     @Override
     public void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
-        throw new UnsupportedOperationException("on the cuda transport, all-reduce runs on symmetric memory: register the"
-                + " device buffer first (transport.register(group, MemorySegment.ofAddress(ptr).reinterpret(bytes)))"
-                + " and call allReduce(SymmetricMemory, offset, ...)");
+        long pieceBytes = algorithm == Algorithm.ONE_SHOT ? Math.min(stagingBytes, oneShotSlotBytes) : stagingBytes;
+        long piece = dtype == null ? 1 : Math.max(1, pieceBytes / dtype.byteSize());
+        Problem problem = buffer == null ? Problem.NULL_BUFFER : dtype == null || op == null || algorithm == null
+                ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
+                : !supports(algorithm, dtype, op, Math.min(count, piece)) ? Problem.UNSUPPORTED_ALGORITHM : Problem.NONE;
+        control.checkAgreement("cuda all-reduce", Kind.ALL_REDUCE, dtype, op, algorithm, -1, count,
+                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
+        if (count == 0) {
+            return;
+        }
+        driver.setCurrent(rank.context);
+        if (algorithm == Algorithm.NCCL) {
+            Nccl.get().allReduce(buffer.address(), buffer.address(), count, dtype, op, ncclComm, rank.stream);
+            return;
+        }
+        if (worldSize == 1) {
+            return;
+        }
+        long dsize = dtype.byteSize();
+        for (long start = 0; start < count; start += piece) {
+            long len = Math.min(piece, count - start);
+            // stream order: the copy in, the kernel (whose entry barrier waits for every rank's copy in),
+            // the copy out; the next piece's copy in follows this piece's kernel, whose exit barrier
+            // has every peer done with this rank's staging
+            driver.copyDeviceToDeviceAsync(staging.dataPointer(group.rank()), buffer.address() + start * dsize, len * dsize,
+                    rank.stream);
+            launchAllReduceEager(staging, 0, len, dtype, op, algorithm);
+            driver.copyDeviceToDeviceAsync(buffer.address() + start * dsize, staging.dataPointer(group.rank()), len * dsize,
+                    rank.stream);
+        }
     }
 
     @Override
@@ -272,6 +315,12 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         if (worldSize == 1) {
             return;
         }
+        launchAllReduceEager(mem, offsetBytes, count, dtype, op, algorithm);
+    }
+
+    /** Enqueues a ONE_SHOT or TWO_SHOT kernel, through the eager graph cache where it applies; arguments checked. */
+    private void launchAllReduceEager(CudaSymmetricMemory mem, long offsetBytes, long count, DType dtype, ReduceOp op,
+                                      Algorithm algorithm) {
         // Not where ranks share a GPU: there a capture and instantiation on one rank's thread waits for
         // the kernels running in the shared context, and so for a peer's kernel that waits for this
         // rank (seen for user captures: bench/results/2026-11-23-gpu-shared-ranks-h100.md), so shared
@@ -442,35 +491,326 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         }
     }
 
+    /**
+     * Reduce-scatter of plain device segments: {@code send} (worldSize blocks of {@code recvCount}
+     * elements) goes through this communicator's staging memory in pieces; each piece is reduced as
+     * {@link #reduceScatter(SymmetricMemory, long, long, DType, ReduceOp)} reduces (the same kernel or
+     * host reduction, so the same bits) and this rank's block is copied into {@code recv}.
+     */
     @Override
     public void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
-        throw new UnsupportedOperationException("on the cuda transport use reduceScatter(CudaSymmetricMemory, inOffset,"
-                + " outDevicePointer, recvCount, dtype)");
+        Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
+                : dtype == null || op == null ? Problem.NULL_ARGUMENT : recvCount < 0 ? Problem.NEGATIVE_COUNT : Problem.NONE;
+        checkNotCapturingHostPath(dtype, op, "reduce-scatter");
+        control.checkAgreement("cuda reduce-scatter", Kind.REDUCE_SCATTER, dtype, op, null, -1, recvCount,
+                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
+        if (recvCount == 0) {
+            return;
+        }
+        driver.setCurrent(rank.context);
+        long dsize = dtype.byteSize();
+        long piece = pieceElements(dsize);
+        long mine = staging.dataPointer(group.rank());
+        for (long start = 0; start < recvCount; start += piece) {
+            long len = Math.min(piece, recvCount - start);
+            for (int p = 0; p < worldSize; p++) {
+                driver.copyDeviceToDeviceAsync(mine + p * len * dsize, send.address() + (p * recvCount + start) * dsize,
+                        len * dsize, rank.stream);
+            }
+            reduceBlocks(staging, 0, group.rank() * len * dsize, len, len, dtype, op);
+            driver.copyDeviceToDeviceAsync(recv.address() + start * dsize, mine + group.rank() * len * dsize, len * dsize,
+                    rank.stream);
+        }
     }
 
+    /**
+     * All-gather of plain device segments, in pieces through this communicator's staging memory:
+     * each rank's piece is pushed into every rank's staging (the all-gather kernel; without the
+     * kernels, copies from the peers' staging) and copied from there into {@code recv}. Bitwise.
+     */
     @Override
     public void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
-        throw new UnsupportedOperationException("on the cuda transport use allGather(inDevicePointer, CudaSymmetricMemory,"
-                + " outOffset, bytes)");
+        Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
+                : dtype == null ? Problem.NULL_ARGUMENT : sendCount < 0 ? Problem.NEGATIVE_COUNT : Problem.NONE;
+        checkNotCapturingCopies("all-gather");
+        control.checkAgreement("cuda all-gather", Kind.ALL_GATHER, dtype, null, null, -1, sendCount,
+                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
+        if (sendCount == 0) {
+            return;
+        }
+        driver.setCurrent(rank.context);
+        long dsize = dtype.byteSize();
+        long piece = pieceElements(dsize);
+        long mine = staging.dataPointer(group.rank());
+        for (long start = 0; start < sendCount; start += piece) {
+            long len = Math.min(piece, sendCount - start);
+            gatherBlocks(staging, 0, send.address() + start * dsize, equalStarts(len), equalSizes(len), len, dsize);
+            for (int q = 0; q < worldSize; q++) {
+                driver.copyDeviceToDeviceAsync(recv.address() + (q * sendCount + start) * dsize, mine + q * len * dsize,
+                        len * dsize, rank.stream);
+            }
+        }
     }
 
+    /**
+     * In place over the blocks of {@link ShardPartition#of ShardPartition.of(count, worldSize, dtype)}:
+     * FLOAT32 and BFLOAT16 with SUM run symmem4j's reduce-scatter kernel (peers in rank order,
+     * float32 accumulation: the same bits as a ONE_SHOT or TWO_SHOT all-reduce of those elements),
+     * capturable into a graph. Every other dtype and op (FLOAT64, AVG, MAX, MIN), an offset that is
+     * not a multiple of 16 bytes, or a build without the kernels, reduces on the host: each rank
+     * copies its block of every peer's region to host memory, reduces it there in rank order with the
+     * host transport's reducer (so the same bits as the host transports) and copies it back. That
+     * path waits on the host between the copies, so it cannot be captured (it throws while capturing).
+     */
     @Override
     public void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
-        throw new UnsupportedOperationException("in-place reduce-scatter over ShardPartition blocks is not implemented on"
-                + " the cuda transport; use reduceScatter(CudaSymmetricMemory, inOffset, outDevicePointer, recvCount, dtype)"
-                + " with equal blocks");
+        CudaSymmetricMemory mem = memory instanceof CudaSymmetricMemory c && c.group() == group ? c : null;
+        Problem problem = memory == null ? Problem.NULL_BUFFER : mem == null ? Problem.FOREIGN_MEMORY
+                : dtype == null || op == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
+                : offsetBytes < 0 || offsetBytes > mem.byteSize() ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
+        if (problem == Problem.NONE && !kernelReduces(dtype, op, offsetBytes)) {
+            checkNotCapturingHostPath(dtype, op, "reduce-scatter");
+        }
+        control.checkAgreement("cuda reduce-scatter", Kind.REDUCE_SCATTER, dtype, op, null, -1, count,
+                mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+        if (count == 0 || worldSize == 1) {
+            return; // one rank: its block already holds the result (x/1 == x for AVG)
+        }
+        driver.setCurrent(rank.context);
+        ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
+        long dsize = dtype.byteSize();
+        reduceBlocks(mem, offsetBytes, offsetBytes + blocks.start(group.rank()) * dsize, blocks.size(group.rank()),
+                blocks.blockElements(), dtype, op);
     }
 
+    /**
+     * In place over the blocks of {@link ShardPartition#of ShardPartition.of(count, worldSize, dtype)}:
+     * every rank pushes its own block into every peer's region with symmem4j's all-gather kernel (a
+     * byte copy, so any dtype, bitwise; capturable). Without the kernels every rank copies the peers'
+     * blocks with the copy engine between host barriers.
+     */
     @Override
     public void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
-        throw new UnsupportedOperationException("in-place all-gather over ShardPartition blocks is not implemented on"
-                + " the cuda transport; use allGather(inDevicePointer, CudaSymmetricMemory, outOffset, bytes) with equal"
-                + " blocks");
+        CudaSymmetricMemory mem = memory instanceof CudaSymmetricMemory c && c.group() == group ? c : null;
+        Problem problem = memory == null ? Problem.NULL_BUFFER : mem == null ? Problem.FOREIGN_MEMORY
+                : dtype == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
+                : offsetBytes < 0 || offsetBytes > mem.byteSize() ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
+        checkNotCapturingCopies("all-gather");
+        control.checkAgreement("cuda all-gather", Kind.ALL_GATHER, dtype, null, null, -1, count,
+                mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+        if (count == 0 || worldSize == 1) {
+            return;
+        }
+        driver.setCurrent(rank.context);
+        ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
+        long dsize = dtype.byteSize();
+        int me = group.rank();
+        gatherBlocks(mem, offsetBytes, mem.dataPointer(me) + offsetBytes + blocks.start(me) * dsize, starts(blocks),
+                sizes(blocks), blocks.blockElements(), dsize);
     }
 
+    /**
+     * Broadcast of a plain device segment by the copy engine: in pieces of the staging size, the root
+     * copies a piece into its staging memory and every other rank copies it from the root's staging
+     * (a peer address) into its buffer; host barriers order the pieces (any dtype, bitwise; not
+     * capturable). NCCL is not used, so it runs also where ranks share a GPU.
+     */
     @Override
     public void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
-        throw new UnsupportedOperationException("broadcast is not implemented on the cuda transport yet");
+        Problem problem = buffer == null ? Problem.NULL_BUFFER : root < 0 || root >= worldSize ? Problem.ROOT_OUT_OF_RANGE
+                : dtype == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT : Problem.NONE;
+        if (rank.capturing) {
+            throw new IllegalStateException("cuda broadcast cannot be captured into a graph: its pieces are ordered by host"
+                    + " barriers (call it outside capture)");
+        }
+        control.checkAgreement("cuda broadcast", Kind.BROADCAST, dtype, null, null, root, count,
+                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
+        if (count == 0 || worldSize == 1) {
+            return;
+        }
+        driver.setCurrent(rank.context);
+        long dsize = dtype.byteSize();
+        long piece = Math.max(1, stagingBytes / dsize);
+        boolean isRoot = group.rank() == root;
+        for (long start = 0; start < count; start += piece) {
+            long bytes = Math.min(piece, count - start) * dsize;
+            if (isRoot) {
+                driver.copyDeviceToDeviceAsync(staging.dataPointer(root), buffer.address() + start * dsize, bytes, rank.stream);
+            }
+            // every rank's stream is idle here: the root's piece is in its staging, and (from the
+            // second piece on) every rank has copied the previous piece out of it
+            driver.synchronize(rank.stream);
+            control.barrier();
+            if (!isRoot) {
+                driver.copyDeviceToDeviceAsync(buffer.address() + start * dsize, staging.dataPointer(root), bytes, rank.stream);
+            }
+            driver.synchronize(rank.stream);
+            control.barrier();
+        }
+    }
+
+    /** Elements per rank per staged piece: the staging split in worldSize blocks, each a multiple of 64 bytes. */
+    private long pieceElements(long dsize) {
+        long perRank = stagingBytes / worldSize / ShardPartition.ALIGN_BYTES * ShardPartition.ALIGN_BYTES;
+        return Math.max(1, perRank / dsize);
+    }
+
+    /** Whether the reduce-scatter kernel reduces this case (otherwise the host does). */
+    private boolean kernelReduces(DType dtype, ReduceOp op, long offsetBytes) {
+        return rank.kernels != null && (dtype == DType.FLOAT32 || dtype == DType.BFLOAT16) && op == ReduceOp.SUM
+                && offsetBytes % 16 == 0;
+    }
+
+    private void checkNotCapturingHostPath(DType dtype, ReduceOp op, String what) {
+        if (rank.capturing) {
+            throw new IllegalStateException("cuda " + what + " of dtype=" + dtype + " op=" + op + " reduces on the host,"
+                    + " which a CUDA graph cannot capture; expected FLOAT32 or BFLOAT16 with SUM and 16-byte aligned offsets"
+                    + " inside a capture (call it outside capture)");
+        }
+    }
+
+    private void checkNotCapturingCopies(String what) {
+        if (rank.capturing && rank.kernels == null) {
+            throw new IllegalStateException("cuda " + what + " without the symmem4j kernels copies between host barriers,"
+                    + " which a CUDA graph cannot capture (call it outside capture, or build with the kernels)");
+        }
+    }
+
+    /**
+     * Reduces this rank's block — {@code len} elements at byte {@code blockOffset} of every rank's
+     * region of {@code mem}, the region starting at {@code regionOffset} — over the ranks, in rank order, into its own region; blocks of every
+     * rank are {@code maxLen} elements apart from block start to block start at most (the grid is
+     * sized by {@code maxLen}, equal on every rank, because block b of the kernel meets block b of
+     * every peer). Enqueues after whatever this rank's stream holds (the data).
+     */
+    private void reduceBlocks(CudaSymmetricMemory mem, long regionOffset, long blockOffset, long len, long maxLen, DType dtype,
+                              ReduceOp op) {
+        long dsize = dtype.byteSize();
+        int me = group.rank();
+        // decided by the region's offset, equal on every rank (block offsets differ by multiples of 64 bytes)
+        if (kernelReduces(dtype, op, regionOffset)) {
+            // The kernel reads peer p at bufs[p] + rank * len * dsize: shift each pointer back by that
+            // much, so it reads this rank's block wherever it starts (uneven ShardPartition blocks).
+            // The shift is never below the region's start: block r starts at or after r * len.
+            long shift = blockOffset - me * len * dsize;
+            try (Arena a = Arena.ofConfined()) {
+                long[] bufs = mem.dataPointers().clone();
+                for (int p = 0; p < worldSize; p++) {
+                    bufs[p] += shift;
+                }
+                CudaLaunch params = new CudaLaunch(a).pointers(bufs).pointers(mem.padPointers())
+                        .pointer(mem.dataPointer(me) + blockOffset).size(len).integer(me).integer(worldSize);
+                long vectors = Math.max(1, dtype.bytes(maxLen) / 16);
+                Kernel kernel = Kernel.reduceScatter(dtype == DType.FLOAT32);
+                rank.launch(driver, kernel, grids.grid(kernel, (vectors + CudaKernels.BLOCK_THREADS - 1)
+                        / CudaKernels.BLOCK_THREADS), params.array());
+            }
+            return;
+        }
+        // Host reduction: every rank's data is on its device once its stream is idle; the barrier
+        // tells every rank that all of them are.
+        driver.synchronize(rank.stream);
+        control.barrier();
+        long piece = Math.max(1, stagingBytes / dsize);
+        try (Arena a = Arena.ofConfined()) {
+            long pieceBytes = Math.min(len, piece) * dsize;
+            MemorySegment[] srcs = new MemorySegment[worldSize];
+            long[] offsets = new long[worldSize];
+            DType[] types = new DType[worldSize];
+            for (int p = 0; p < worldSize; p++) {
+                srcs[p] = a.allocate(Math.max(pieceBytes, 1), 64);
+                types[p] = dtype;
+            }
+            MemorySegment out = a.allocate(Math.max(pieceBytes, 1), 64);
+            for (long start = 0; start < len; start += piece) {
+                long n = Math.min(piece, len - start);
+                long at = blockOffset + start * dsize;
+                for (int p = 0; p < worldSize; p++) {
+                    driver.copyDeviceToHost(srcs[p], mem.dataPointer(p) + at, n * dsize);
+                }
+                // one rank computes each element, as TWO_SHOT does: no canonical NaNs, the host's bits
+                hostReducer.reduce(srcs, offsets, types, worldSize, out, 0, dtype, n, op,
+                        op == ReduceOp.AVG ? worldSize : 0, false);
+                driver.copyHostToDevice(mem.dataPointer(me) + at, out, n * dsize);
+            }
+        }
+        // a copy from pageable host memory may return before its DMA lands: wait for the context (no
+        // peer kernel can be waiting for this rank here: every rank's stream went idle before the barrier above)
+        driver.synchronizeContext();
+        control.barrier(); // every rank has read its block from every region: regions may be overwritten
+    }
+
+    /**
+     * Puts this rank's elements at device address {@code in} into its block of every rank's region of
+     * {@code mem}: rank q's block holds {@code lens[q]} elements from element {@code starts[q]} of the
+     * region at {@code regionOffset}, each at most {@code maxLen} (the grid, equal on every rank).
+     * Kernel: the output pointers are shifted as in {@link #reduceBlocks}, since the kernel writes at
+     * {@code outs[p] + rank * bytes}. Without the kernels: the copy engine between host barriers.
+     */
+    private void gatherBlocks(CudaSymmetricMemory mem, long regionOffset, long in, long[] starts, long[] lens, long maxLen,
+                              long dsize) {
+        int me = group.rank();
+        long mine = regionOffset + starts[me] * dsize;
+        if (rank.kernels != null) {
+            long shift = mine - me * lens[me] * dsize; // >= regionOffset: block r starts at or after r * its length
+            try (Arena a = Arena.ofConfined()) {
+                long[] outs = mem.dataPointers().clone();
+                for (int p = 0; p < worldSize; p++) {
+                    outs[p] += shift;
+                }
+                CudaLaunch params = new CudaLaunch(a).pointers(outs).pointers(mem.padPointers()).pointer(in)
+                        .size(lens[me] * dsize).integer(me).integer(worldSize);
+                long vectors = Math.max(1, maxLen * dsize / 16);
+                rank.launch(driver, Kernel.ALL_GATHER, grids.grid(Kernel.ALL_GATHER,
+                        (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS), params.array());
+            }
+            return;
+        }
+        if (in != mem.dataPointer(me) + mine) {
+            driver.copyDeviceToDeviceAsync(mem.dataPointer(me) + mine, in, lens[me] * dsize, rank.stream);
+        }
+        driver.synchronize(rank.stream);
+        control.barrier(); // every rank's own block is in its region
+        for (int q = 0; q < worldSize; q++) {
+            if (q != me && lens[q] > 0) {
+                long at = regionOffset + starts[q] * dsize;
+                driver.copyDeviceToDeviceAsync(mem.dataPointer(me) + at, mem.dataPointer(q) + at, lens[q] * dsize, rank.stream);
+            }
+        }
+        driver.synchronize(rank.stream);
+        control.barrier(); // every rank has copied every block: blocks may be overwritten
+    }
+
+    /** Rank q's block start (elements) of {@code blocks}, for every q. */
+    private static long[] starts(ShardPartition blocks) {
+        long[] s = new long[blocks.worldSize()];
+        for (int q = 0; q < s.length; q++) {
+            s[q] = blocks.start(q);
+        }
+        return s;
+    }
+
+    private static long[] sizes(ShardPartition blocks) {
+        long[] s = new long[blocks.worldSize()];
+        for (int q = 0; q < s.length; q++) {
+            s[q] = blocks.size(q);
+        }
+        return s;
+    }
+
+    /** Equal blocks of {@code len} elements, rank q's at element {@code q * len}. */
+    private long[] equalStarts(long len) {
+        long[] s = new long[worldSize];
+        for (int q = 0; q < worldSize; q++) {
+            s[q] = q * len;
+        }
+        return s;
+    }
+
+    private long[] equalSizes(long len) {
+        long[] s = new long[worldSize];
+        java.util.Arrays.fill(s, len);
+        return s;
     }
 
     /** Waits for this rank's stream, then checks NCCL for asynchronous errors. */
@@ -754,6 +1094,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     public void close() {
         try {
             synchronize();
+            staging.close();
             if (oneShotScratch != null) {
                 oneShotScratch.close();
                 llScratch.close();
