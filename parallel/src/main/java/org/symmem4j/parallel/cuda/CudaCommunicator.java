@@ -16,11 +16,30 @@ import org.symmem4j.parallel.host.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
 
 /**
- * Collectives on GPU symmetric memory: symmem4j's kernels (ONE_SHOT, TWO_SHOT; float32 and bfloat16
- * with float32 accumulation; SUM and AVG) and NCCL (every algorithm slot's fallback, and any dtype
- * or op NCCL has). Operations are enqueued on this rank's stream and return before the GPU has
- * run them; {@link #synchronize()} waits. A sequence of collectives can be captured into a CUDA
- * graph and replayed ({@link #capture}).
+ * Collectives on GPU symmetric memory, the whole {@link Communicator} surface: all-reduce,
+ * reduce-scatter and all-gather (in place over {@link ShardPartition} blocks, or staged from plain
+ * device segments through this communicator's staging window), broadcast, and the GPU-only
+ * operations of {@link org.symmem4j.parallel.DeviceCommunicator}. Obtain it with
+ * {@link Communicator#create(Group)} on a group created on the CUDA transport; GPU-only operations
+ * through {@code unwrap(DeviceCommunicator.class)}.
+ *
+ * <p>Who computes what:
+ * <ul>
+ *   <li>all-reduce: symmem4j's kernels for ONE_SHOT and TWO_SHOT (FLOAT32 and BFLOAT16 with float32
+ *       accumulation; SUM and AVG); NCCL for {@link Algorithm#NCCL} (every dtype and op; one GPU
+ *       per rank). FLOAT64, MAX and MIN run only through NCCL; RING is not supported on GPUs.</li>
+ *   <li>reduce-scatter (in place or staged): the reduce-scatter kernel for FLOAT32/BFLOAT16 SUM
+ *       (the same bits as a ONE_SHOT or TWO_SHOT all-reduce); every other dtype and op on the host
+ *       (each rank copies its block of every peer to host memory and reduces it with the host
+ *       transport's reducer, in rank order), which cannot be captured into a graph.</li>
+ *   <li>all-gather (in place or staged): the all-gather kernel, a byte copy for every dtype.</li>
+ *   <li>broadcast: the copy engine through the root's staging window, between host barriers.</li>
+ * </ul>
+ * None of these but {@link Algorithm#NCCL} needs NCCL, so all run where ranks share a GPU.
+ *
+ * <p>Operations are enqueued on this rank's stream and return before the GPU has run them (the
+ * host reductions and broadcast wait for it); {@link #synchronize()} waits. A sequence of kernel
+ * collectives can be captured into a CUDA graph and replayed ({@link #capture}).
  *
  * <p>Before enqueueing, the ranks check that they agree on the arguments, through a host
  * communicator's entry barrier (a mismatch would otherwise leave GPU blocks waiting for partners
