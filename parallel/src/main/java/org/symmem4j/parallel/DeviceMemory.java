@@ -26,4 +26,19 @@ public interface DeviceMemory {
      * @throws IndexOutOfBoundsException when {@code rank} is not a rank of the group
      */
     long signalPadPointer(int rank);
+
+    /**
+     * Enqueues on this rank's stream a wait until signal slot {@code slot} of this rank's pad holds at
+     * least {@code atLeast} (acquire: the stream's later work sees the data put before the signal),
+     * and returns at once, unlike {@link SymmetricMemory#waitSignal}, which waits on the host. With
+     * {@code consume} the wait then subtracts {@code atLeast}, so the slot counts like a semaphore and a
+     * captured graph of puts and waits replays with the same thresholds. Unbounded on the device: pair
+     * every wait with a put that will come.
+     *
+     * @param slot    the signal slot of this rank's pad, 0..{@link SymmetricMemory#signalSlots()} - 1
+     * @param atLeast the value to wait for
+     * @param consume whether to subtract {@code atLeast} once reached
+     * @throws IndexOutOfBoundsException when {@code slot} is out of range
+     */
+    void enqueueWaitSignal(int slot, long atLeast, boolean consume);
 }

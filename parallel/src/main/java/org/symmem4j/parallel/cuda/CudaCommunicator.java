@@ -73,6 +73,13 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     private final LaunchBudget grids;
     private final MemorySegment ncclComm;
     private final String ncclUnavailable;
+    /**
+     * NCCL_SYMMETRIC's window: {@link CommunicatorOptions#stagingBytes()} from {@code ncclMemAlloc},
+     * registered with {@code NCCL_WIN_COLL_SYMMETRIC}; messages go through it in pieces. Null where
+     * NCCL or its windows are unavailable ({@link #windowUnavailable} says why).
+     */
+    private final NcclWindow window;
+    private final String windowUnavailable;
     /** ONE_SHOT's landing slots: two parities of worldSize slots of {@link #oneShotSlotBytes} per rank. */
     private final CudaSymmetricMemory oneShotScratch;
     private final long oneShotSlotBytes;
@@ -180,6 +187,21 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         }
         this.ncclComm = comm;
         this.ncclUnavailable = why;
+        if (comm == null) {
+            this.window = null;
+            this.windowUnavailable = why;
+        } else if (!Nccl.get().hasSymmetricWindows()) {
+            this.window = null;
+            this.windowUnavailable = "NCCL " + Nccl.get().version() + " has no symmetric windows"
+                    + " (ncclCommWindowRegister and ncclMemAlloc need NCCL 2.27 or newer)";
+        } else {
+            // collective: every rank of the NCCL communicator registers its window here
+            Nccl nccl = Nccl.get();
+            long ptr = nccl.memAlloc(options.stagingBytes());
+            this.window = new NcclWindow(nccl, comm, ptr, options.stagingBytes(),
+                    nccl.registerWindow(comm, ptr, options.stagingBytes(), Nccl.WIN_COLL_SYMMETRIC));
+            this.windowUnavailable = null;
+        }
         this.oneShotSlotBytes = ONE_SHOT_SLOT_BYTES;
         this.oneShotScratch = rank.kernels == null ? null
                 : (CudaSymmetricMemory) transport.allocate(group, 2L * worldSize * oneShotSlotBytes);
@@ -241,10 +263,22 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         return ncclUnavailable;
     }
 
+    /**
+     * Why NCCL_SYMMETRIC is not usable here.
+     *
+     * @return the reason (no NCCL, ranks sharing a GPU, an NCCL without symmetric windows), or null when usable
+     */
+    public String ncclSymmetricUnavailableReason() {
+        return windowUnavailable;
+    }
+
     @Override
     public boolean supports(Algorithm algorithm) {
         if (algorithm == Algorithm.NCCL) {
             return ncclComm != null;
+        }
+        if (algorithm == Algorithm.NCCL_SYMMETRIC) {
+            return window != null;
         }
         return (algorithm == Algorithm.ONE_SHOT || algorithm == Algorithm.TWO_SHOT) && rank.kernels != null;
     }
@@ -254,7 +288,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         if (!supports(algorithm)) {
             return false;
         }
-        if (algorithm == Algorithm.NCCL) {
+        if (algorithm == Algorithm.NCCL || algorithm == Algorithm.NCCL_SYMMETRIC) {
             return true;
         }
         boolean kernelCase = (dtype == DType.FLOAT32 || dtype == DType.BFLOAT16) && (op == ReduceOp.SUM || op == ReduceOp.AVG);
@@ -298,6 +332,10 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             Nccl.get().allReduce(buffer.address(), buffer.address(), count, dtype, op, ncclComm, rank.stream);
             return;
         }
+        if (algorithm == Algorithm.NCCL_SYMMETRIC) {
+            ncclSymmetricAllReduce(buffer.address(), count, dtype, op);
+            return;
+        }
         if (worldSize == 1) {
             return;
         }
@@ -331,10 +369,30 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             Nccl.get().allReduce(ptr, ptr, count, dtype, op, ncclComm, rank.stream);
             return;
         }
+        if (algorithm == Algorithm.NCCL_SYMMETRIC) {
+            ncclSymmetricAllReduce(ptr, count, dtype, op);
+            return;
+        }
         if (worldSize == 1) {
             return;
         }
         launchAllReduceEager(mem, offsetBytes, count, dtype, op, algorithm);
+    }
+
+    /**
+     * NCCL_SYMMETRIC: in pieces of the window's size, copies the elements at device address
+     * {@code ptr} into this rank's window, all-reduces the window with NCCL and copies the result back,
+     * all on this rank's stream (capturable).
+     */
+    private void ncclSymmetricAllReduce(long ptr, long count, DType dtype, ReduceOp op) {
+        long dsize = dtype.byteSize();
+        long piece = Math.max(1, window.bytes() / dsize);
+        for (long start = 0; start < count; start += piece) {
+            long len = Math.min(piece, count - start);
+            driver.copyDeviceToDeviceAsync(window.pointer(), ptr + start * dsize, len * dsize, rank.stream);
+            Nccl.get().allReduce(window.pointer(), window.pointer(), len, dtype, op, ncclComm, rank.stream);
+            driver.copyDeviceToDeviceAsync(ptr + start * dsize, window.pointer(), len * dsize, rank.stream);
+        }
     }
 
     /** Enqueues a ONE_SHOT or TWO_SHOT kernel, through the eager graph cache where it applies; arguments checked. */
@@ -375,7 +433,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         if (offsetBytes < 0 || offsetBytes > mem.byteSize()) {
             return Problem.OFFSET_OUT_OF_RANGE;
         }
-        if (!supports(algorithm, dtype, op, count) || (algorithm != Algorithm.NCCL && offsetBytes % 16 != 0)) {
+        boolean kernel = algorithm == Algorithm.ONE_SHOT || algorithm == Algorithm.TWO_SHOT;
+        if (!supports(algorithm, dtype, op, count) || (kernel && offsetBytes % 16 != 0)) {
             return Problem.UNSUPPORTED_ALGORITHM;
         }
         return Problem.NONE;
@@ -434,79 +493,6 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     private void setPointers(MemorySegment slot, long[] pointers, long offset) {
         for (int p = 0; p < CudaKernels.MAX_RANKS; p++) {
             slot.setAtIndex(java.lang.foreign.ValueLayout.JAVA_LONG, p, p < worldSize ? pointers[p] + offset : 0);
-        }
-    }
-
-    /**
-     * Reduce-scatter (SUM) on the GPU: {@code in} holds worldSize blocks of {@code recvCount}
-     * elements at {@code inOffset}; block {@code rank} reduced over ranks is written to device
-     * address {@code out}.
-     *
-     * @param in symmetric memory of this communicator's group holding the input
-     * @param inOffset byte offset of the input in {@code in}
-     * @param out device address of this rank's output ({@code recvCount} elements)
-     * @param recvCount elements each rank receives
-     * @param dtype FLOAT32 or BFLOAT16
-     * @throws IllegalArgumentException if {@code dtype} is neither
-     */
-    public void reduceScatter(CudaSymmetricMemory in, long inOffset, long out, long recvCount, DType dtype) {
-        checkKernelDtype(dtype, "reduce-scatter");
-        long need = dtype.bytes(recvCount) * worldSize;
-        Problem problem = in == null || in.group() != group ? Problem.FOREIGN_MEMORY
-                : inOffset < 0 || inOffset > in.byteSize() - need ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
-        control.checkAgreement("cuda reduce-scatter", Kind.REDUCE_SCATTER, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT, -1,
-                recvCount, Long.MAX_VALUE, in == null ? -1 : in.id(), inOffset, Long.MAX_VALUE, problem);
-        if (recvCount == 0) {
-            return;
-        }
-        driver.setCurrent(rank.context);
-        try (Arena a = Arena.ofConfined()) {
-            long[] bufs = in.dataPointers().clone();
-            for (int p = 0; p < worldSize; p++) {
-                bufs[p] += inOffset;
-            }
-            CudaLaunch params = new CudaLaunch(a).pointers(bufs).pointers(in.padPointers()).pointer(out).size(recvCount)
-                    .integer(group.rank()).integer(worldSize);
-            long vectors = Math.max(1, dtype.bytes(recvCount) / 16);
-            Kernel kernel = Kernel.reduceScatter(dtype == DType.FLOAT32);
-            rank.launch(driver, kernel, grids.grid(kernel, (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS),
-                    params.array());
-        }
-    }
-
-    /**
-     * All-gather on the GPU: {@code bytes} at device address {@code in} land in block {@code rank} of every rank's {@code out}.
-     *
-     * @param in device address of this rank's input
-     * @param out symmetric memory of this communicator's group receiving {@code worldSize * bytes}
-     * @param outOffset byte offset of the output in {@code out}
-     * @param bytes bytes each rank contributes
-     */
-    public void allGather(long in, CudaSymmetricMemory out, long outOffset, long bytes) {
-        Problem problem = out == null || out.group() != group ? Problem.FOREIGN_MEMORY
-                : outOffset < 0 || outOffset > out.byteSize() - bytes * worldSize ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
-        control.checkAgreement("cuda all-gather", Kind.ALL_GATHER, DType.FLOAT32, null, null, -1, bytes / 4,
-                Long.MAX_VALUE, out == null ? -1 : out.id(), outOffset, Long.MAX_VALUE, problem);
-        if (bytes == 0) {
-            return;
-        }
-        driver.setCurrent(rank.context);
-        try (Arena a = Arena.ofConfined()) {
-            long[] outs = out.dataPointers().clone();
-            for (int p = 0; p < worldSize; p++) {
-                outs[p] += outOffset;
-            }
-            CudaLaunch params = new CudaLaunch(a).pointers(outs).pointers(out.padPointers()).pointer(in).size(bytes)
-                    .integer(group.rank()).integer(worldSize);
-            long vectors = Math.max(1, bytes / 16);
-            rank.launch(driver, Kernel.ALL_GATHER, grids.grid(Kernel.ALL_GATHER,
-                    (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS), params.array());
-        }
-    }
-
-    private static void checkKernelDtype(DType dtype, String what) {
-        if (dtype != DType.FLOAT32 && dtype != DType.BFLOAT16) {
-            throw new IllegalArgumentException(what + " kernels take FLOAT32 or BFLOAT16; found dtype=" + dtype);
         }
     }
 
@@ -880,16 +866,25 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         return new CudaGraph(driver, rank, exec);
     }
 
-    /**
-     * Records a new event on this rank's stream, for timing; destroy it with the driver.
-     *
-     * @return the CUevent
-     */
-    public MemorySegment recordEvent() {
+    @Override
+    public double elapsedMillis(Runnable body) {
         driver.setCurrent(rank.context);
-        MemorySegment e = driver.createEvent();
-        driver.record(e, rank.stream);
-        return e;
+        MemorySegment start = driver.createEvent();
+        MemorySegment end = null;
+        try {
+            end = driver.createEvent();
+            driver.record(start, rank.stream);
+            body.run();
+            driver.setCurrent(rank.context);
+            driver.record(end, rank.stream);
+            driver.synchronizeEvent(end);
+            return driver.elapsedMillis(start, end);
+        } finally {
+            driver.destroyEvent(start);
+            if (end != null) {
+                driver.destroyEvent(end);
+            }
+        }
     }
 
     CudaRank cudaRank() {
@@ -902,22 +897,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     }
 
     /**
-     * NCCL all-reduce on raw device pointers (out of place allowed), on this rank's stream: the baseline.
-     *
-     * @param send device address of the input
-     * @param recv device address of the output (may equal {@code send})
-     * @param count elements
-     * @param dtype element type
-     * @param op reduction
-     * @throws CudaUnavailableException if NCCL is unavailable
-     */
-    public void ncclAllReduce(long send, long recv, long count, DType dtype, ReduceOp op) {
-        Nccl.get().allReduce(send, recv, count, dtype, op, requireNccl(), rank.stream);
-    }
-
-    /**
      * NCCL point-to-point on this rank's stream: sends {@code bytes} at device address {@code ptr} to
-     * {@code peer}, which must post the matching {@link #ncclRecv}. The baseline for stage hand-offs.
+     * {@code peer}, which must post the matching {@link #ncclRecv}; behind {@link #send}.
      *
      * @param ptr device address of the data
      * @param bytes bytes to send, a multiple of 4
@@ -925,7 +906,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      * @throws IllegalArgumentException if {@code bytes} is not a multiple of 4
      * @throws CudaUnavailableException if NCCL is unavailable
      */
-    public void ncclSend(long ptr, long bytes, int peer) {
+    private void ncclSend(long ptr, long bytes, int peer) {
         Nccl.get().send(ptr, p2pCount(bytes), DType.FLOAT32, peer, requireNccl(), rank.stream);
     }
 
@@ -938,7 +919,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      * @throws IllegalArgumentException if {@code bytes} is not a multiple of 4
      * @throws CudaUnavailableException if NCCL is unavailable
      */
-    public void ncclRecv(long ptr, long bytes, int peer) {
+    private void ncclRecv(long ptr, long bytes, int peer) {
         Nccl.get().recv(ptr, p2pCount(bytes), DType.FLOAT32, peer, requireNccl(), rank.stream);
     }
 
@@ -956,79 +937,6 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
                     + " expected a multiple of 4 (pad the message)");
         }
         return bytes / 4;
-    }
-
-    /**
-     * Collective: a buffer from {@code ncclMemAlloc} registered as an NCCL symmetric window
-     * ({@code NCCL_WIN_COLL_SYMMETRIC}); close it collectively.
-     *
-     * @param bytes size of the buffer in bytes, the same on every rank
-     * @return the window
-     * @throws CudaUnavailableException if NCCL or its symmetric windows are unavailable
-     */
-    public NcclWindow ncclSymmetricWindow(long bytes) {
-        MemorySegment comm = requireNccl();
-        Nccl nccl = Nccl.get();
-        long ptr = nccl.memAlloc(bytes);
-        MemorySegment window = nccl.registerWindow(comm, ptr, bytes, Nccl.WIN_COLL_SYMMETRIC);
-        return new NcclWindow(nccl, ncclComm, ptr, bytes, window);
-    }
-
-    /**
-     * A device buffer of this rank from cuMemAlloc (the "plain" NCCL baseline); free with {@link #free}.
-     *
-     * @param bytes size in bytes
-     * @return the device pointer
-     */
-    public long deviceMalloc(long bytes) {
-        driver.setCurrent(rank.context);
-        return driver.malloc(bytes);
-    }
-
-    /**
-     * Frees a buffer from {@link #deviceMalloc}.
-     *
-     * @param devicePtr the device pointer
-     */
-    public void free(long devicePtr) {
-        driver.setCurrent(rank.context);
-        driver.free(devicePtr);
-    }
-
-    /**
-     * Enqueues a device-to-device copy of {@code bytes} on this rank's stream (the copy engine);
-     * {@code dst} or {@code src} may be a peer's symmetric address (peer access is on between all
-     * ranks' GPUs). The benchmarks' peer-copy baseline.
-     *
-     * @param dst destination device address
-     * @param src source device address
-     * @param bytes bytes to copy
-     */
-    public void copyAsync(long dst, long src, long bytes) {
-        driver.setCurrent(rank.context);
-        driver.copyDeviceToDeviceAsync(dst, src, bytes, rank.stream);
-    }
-
-    /**
-     * Copies host bytes to a device address of this rank; synchronous.
-     *
-     * @param dst destination device address
-     * @param src host bytes, all of which are copied
-     */
-    public void copyToDevice(long dst, MemorySegment src) {
-        driver.setCurrent(rank.context);
-        driver.copyHostToDevice(dst, src, src.byteSize());
-    }
-
-    /**
-     * Waits for this rank's stream, then copies {@code dst.byteSize()} bytes from a device address of this rank to host memory.
-     *
-     * @param dst destination host memory
-     * @param src source device address
-     */
-    public void copyToHost(MemorySegment dst, long src) {
-        synchronize();
-        driver.copyDeviceToHost(dst, src, dst.byteSize());
     }
 
     /** {@return this rank's GPU name, as the driver reports it} */
@@ -1064,13 +972,14 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
 
     @Override
     public MemorySegment allocateDevice(long bytes) {
-        return MemorySegment.ofAddress(deviceMalloc(bytes)).reinterpret(bytes);
+        driver.setCurrent(rank.context);
+        return MemorySegment.ofAddress(driver.malloc(bytes)).reinterpret(bytes);
     }
 
     @Override
     public void freeDevice(MemorySegment buffer) {
         synchronize();
-        free(buffer.address());
+        driver.free(buffer.address());
     }
 
     @Override
@@ -1079,7 +988,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             throw new IllegalArgumentException("copyAsync: dst has " + dst.byteSize() + " bytes, expected at least src's "
                     + src.byteSize());
         }
-        copyAsync(dst.address(), src.address(), src.byteSize());
+        driver.setCurrent(rank.context);
+        driver.copyDeviceToDeviceAsync(dst.address(), src.address(), src.byteSize(), rank.stream);
     }
 
     @Override
@@ -1089,7 +999,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
                     + src.byteSize());
         }
         synchronize();
-        copyToDevice(dst.address(), src);
+        driver.copyHostToDevice(dst.address(), src, src.byteSize());
     }
 
     @Override
@@ -1098,7 +1008,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             throw new IllegalArgumentException("copyToHost: src has " + src.byteSize() + " bytes, expected at least dst's "
                     + dst.byteSize());
         }
-        copyToHost(dst, src.address());
+        synchronize();
+        driver.copyDeviceToHost(dst, src.address(), dst.byteSize());
     }
 
     @Override
@@ -1118,6 +1029,9 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
                 oneShotScratch.close();
                 llScratch.close();
                 twoShotScratch.close();
+            }
+            if (window != null) {
+                window.close();
             }
             if (ncclComm != null) {
                 Nccl.get().destroy(ncclComm);

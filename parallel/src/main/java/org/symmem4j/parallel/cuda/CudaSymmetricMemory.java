@@ -223,6 +223,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
      * @param atLeast the value to wait for
      * @param consume whether to subtract {@code atLeast} once reached
      */
+    @Override
     public void enqueueWaitSignal(int slot, long atLeast, boolean consume) {
         checkSlot(slot);
         CudaDriver d = transport.driver();

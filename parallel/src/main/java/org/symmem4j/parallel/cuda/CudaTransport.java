@@ -111,6 +111,36 @@ public final class CudaTransport implements Transport {
      * device pointers and the context handle as addresses (meaningful only in the process that made
      * them, hence {@code pid}).
      */
+    /**
+     * The GPUs this transport sees; ranks beyond it share them ({@code localRank mod deviceCount}).
+     *
+     * @return the device count, at least 1
+     */
+    public int deviceCount() {
+        return driver.deviceCount();
+    }
+
+    /**
+     * The CUDA driver's version and, where NCCL loads, NCCL's, for reports.
+     *
+     * @return e.g. {@code "CUDA driver 13000, NCCL 22703"} or {@code "CUDA driver 13000, NCCL unavailable: ..."}
+     */
+    public String runtimeVersions() {
+        return "CUDA driver " + driver.driverVersion() + ", " + (Nccl.available() ? "NCCL " + Nccl.get().version()
+                : "NCCL unavailable: " + Nccl.unavailableReason());
+    }
+
+    /**
+     * Whether this rank's kernels are launched with programmatic dependent launch (sm_90 and newer,
+     * unless {@code -Dsymmem4j.cuda.pdl=false}), for reports.
+     *
+     * @param group a rank's group on this transport
+     * @return true when each kernel's launch overlaps the previous kernel's run
+     */
+    public boolean programmaticLaunch(Group group) {
+        return rank(group).programmaticLaunch;
+    }
+
     private record Contribution(long data, long pad, int ordinal, long context, long bytes, long idProposal, long pid) {
 
         static final int BYTES = 7 * Long.BYTES;
