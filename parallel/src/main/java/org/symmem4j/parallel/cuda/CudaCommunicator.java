@@ -506,7 +506,9 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     public void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
         Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
                 : dtype == null || op == null ? Problem.NULL_ARGUMENT : recvCount < 0 ? Problem.NEGATIVE_COUNT : Problem.NONE;
-        checkNotCapturingHostPath(dtype, op, "reduce-scatter");
+        if (problem == Problem.NONE && !kernelReduces(dtype, op, 0)) {
+            checkNotCapturingHostPath(dtype, op, "reduce-scatter");
+        }
         control.checkAgreement("cuda reduce-scatter", Kind.REDUCE_SCATTER, dtype, op, null, -1, recvCount,
                 send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
         if (recvCount == 0) {

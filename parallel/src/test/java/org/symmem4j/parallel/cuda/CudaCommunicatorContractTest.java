@@ -372,4 +372,69 @@ class CudaCommunicatorContractTest {
             return null;
         });
     }
+
+    /**
+     * NCCL_SYMMETRIC: where ranks share a GPU (or NCCL or its windows are missing) it is not supported
+     * and the communicator says why; where it runs, all-reduces larger than its window (4 KiB here,
+     * so in pieces) of FLOAT32 SUM, FLOAT64 SUM and FLOAT32 MAX match the float64 reference, on
+     * symmetric memory and on a plain device segment, with every rank's result bitwise equal.
+     */
+    @Test
+    void ncclSymmetricAllReduceMatchesTheReferenceWhereItIsAvailable() {
+        CommunicatorOptions smallWindow = new CommunicatorOptions(4096, 512);
+        List<Boolean> ran = onEveryRank(group -> {
+            int me = group.rank();
+            try (Communicator comm = Communicator.create(group, smallWindow);
+                 SymmetricMemory mem = SymmetricMemory.allocate(group, 8L * 5003);
+                 Arena arena = Arena.ofConfined()) {
+                CudaCommunicator cudaComm = comm.unwrap(CudaCommunicator.class).orElseThrow();
+                if (!comm.supports(Algorithm.NCCL_SYMMETRIC)) {
+                    assertTrue(cudaComm.ncclSymmetricUnavailableReason() != null, "unsupported, so a reason is given");
+                    assertFalse(comm.supports(Algorithm.NCCL_SYMMETRIC, DType.FLOAT32, ReduceOp.SUM, 16));
+                    if (CudaDriver.get().deviceCount() < worldSize) {
+                        assertFalse(comm.supports(Algorithm.NCCL), "ranks share a GPU: no NCCL");
+                    }
+                    return false;
+                }
+                DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                long count = 5003;
+                long seed = 5000;
+                for (DType dtype : new DType[] {DType.FLOAT32, DType.FLOAT64}) {
+                    for (ReduceOp op : new ReduceOp[] {ReduceOp.SUM, ReduceOp.MAX}) {
+                        if (dtype == DType.FLOAT64 && op == ReduceOp.MAX) {
+                            continue;
+                        }
+                        seed++;
+                        double[][] all = new double[worldSize][];
+                        for (int r = 0; r < worldSize; r++) {
+                            all[r] = inputs(seed, r, count, dtype);
+                        }
+                        MemorySegment host = hostOf(arena, all[me], dtype);
+                        MemorySegment out = arena.allocate(host.byteSize(), 16);
+                        mem.copyFromHost(host, 0);
+                        comm.allReduce(mem, 0, count, dtype, op, Algorithm.NCCL_SYMMETRIC);
+                        mem.copyToHost(0, out);
+                        for (int i = 0; i < count; i++) {
+                            checkElement("NCCL_SYMMETRIC " + dtype + " " + op + " rank=" + me, get(out, dtype, i), all, i,
+                                    dtype, op);
+                        }
+                        sameOnEveryRank(group, out, "NCCL_SYMMETRIC " + dtype + " " + op);
+                        MemorySegment plain = device.allocateDevice(host.byteSize());
+                        try {
+                            device.copyFromHost(plain, host);
+                            comm.allReduce(plain, count, dtype, op, Algorithm.NCCL_SYMMETRIC);
+                            MemorySegment fromPlain = arena.allocate(host.byteSize(), 16);
+                            device.copyToHost(fromPlain, plain);
+                            assertEquals(-1, fromPlain.mismatch(out), "NCCL_SYMMETRIC " + dtype + " " + op + " rank=" + me
+                                    + ": a device segment gives other bits than symmetric memory");
+                        } finally {
+                            device.freeDevice(plain);
+                        }
+                    }
+                }
+                return true;
+            }
+        });
+        Assumptions.assumeTrue(ran.getFirst(), "NCCL_SYMMETRIC unavailable here (checked that it says so)");
+    }
 }
