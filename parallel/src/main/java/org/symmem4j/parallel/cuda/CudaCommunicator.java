@@ -27,7 +27,9 @@ import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
  * <ul>
  *   <li>all-reduce: symmem4j's kernels for ONE_SHOT and TWO_SHOT (FLOAT32 and BFLOAT16 with float32
  *       accumulation; SUM and AVG); NCCL for {@link Algorithm#NCCL} (every dtype and op; one GPU
- *       per rank). FLOAT64, MAX and MIN run only through NCCL; RING is not supported on GPUs.</li>
+ *       per rank); {@link Algorithm#NCCL_SYMMETRIC}, NCCL on this communicator's NCCL symmetric
+ *       window, the message copied in and out (NCCL 2.27+, one GPU per rank). FLOAT64, MAX and MIN
+ *       all-reduce only through NCCL; RING is not supported on GPUs.</li>
  *   <li>reduce-scatter (in place or staged): the reduce-scatter kernel for FLOAT32/BFLOAT16 SUM
  *       (the same bits as a ONE_SHOT or TWO_SHOT all-reduce); every other dtype and op on the host
  *       (each rank copies its block of every peer to host memory and reduces it with the host
@@ -35,7 +37,7 @@ import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
  *   <li>all-gather (in place or staged): the all-gather kernel, a byte copy for every dtype.</li>
  *   <li>broadcast: the copy engine through the root's staging window, between host barriers.</li>
  * </ul>
- * None of these but {@link Algorithm#NCCL} needs NCCL, so all run where ranks share a GPU.
+ * None of these but the two NCCL algorithms needs NCCL, so all run where ranks share a GPU.
  *
  * <p>Operations are enqueued on this rank's stream and return before the GPU has run them (the
  * host reductions and broadcast wait for it); {@link #synchronize()} waits. A sequence of kernel

@@ -107,11 +107,6 @@ public final class CudaTransport implements Transport {
     }
 
     /**
-     * What a rank tells its peers about one allocation, serialized for {@link Group#allGatherBytes}:
-     * device pointers and the context handle as addresses (meaningful only in the process that made
-     * them, hence {@code pid}).
-     */
-    /**
      * The GPUs this transport sees; ranks beyond it share them ({@code localRank mod deviceCount}).
      *
      * @return the device count, at least 1
@@ -141,6 +136,11 @@ public final class CudaTransport implements Transport {
         return rank(group).programmaticLaunch;
     }
 
+    /**
+     * What a rank tells its peers about one allocation, serialized for {@link Group#allGatherBytes}:
+     * device pointers and the context handle as addresses (meaningful only in the process that made
+     * them, hence {@code pid}).
+     */
     private record Contribution(long data, long pad, int ordinal, long context, long bytes, long idProposal, long pid) {
 
         static final int BYTES = 7 * Long.BYTES;
