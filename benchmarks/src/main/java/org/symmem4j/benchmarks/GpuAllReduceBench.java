@@ -20,28 +20,28 @@ import org.symmem4j.examples.Cli;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.ThresholdTable;
 import org.symmem4j.parallel.Algorithm;
-import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.DeviceCommunicator;
+import org.symmem4j.parallel.DeviceGraph;
+import org.symmem4j.parallel.DeviceMemory;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
-import org.symmem4j.parallel.cuda.CudaCommunicator;
-import org.symmem4j.parallel.cuda.CudaDriver;
-import org.symmem4j.parallel.cuda.CudaGraph;
-import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
+import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.cuda.CudaTransport;
-import org.symmem4j.parallel.cuda.Nccl;
-import org.symmem4j.parallel.cuda.NcclWindow;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
 /**
  * GPU all-reduce benchmark, nccl-tests style: for 1 KiB … 256 MiB, bf16 and fp32, in place, the
  * time per operation, algbw and busbw of symmem4j's ONE_SHOT and TWO_SHOT kernels, the policy's
- * choice (the fastest symmem4j/NCCL option calibrated in this run), and the baselines NCCL on
- * plain cuMemAlloc buffers and NCCL on ncclMemAlloc buffers registered as symmetric windows, each
- * eager and graph-captured. One rank per GPU (threads of this JVM). Medians of repeated timings
- * with CUDA events on rank 0's stream.
+ * choice (the fastest symmem4j/NCCL option calibrated in this run), and the baselines
+ * {@link Algorithm#NCCL} (NCCL on the symmetric memory's own cuMemAlloc buffers) and
+ * {@link Algorithm#NCCL_SYMMETRIC} (NCCL on the communicator's symmetric window, the message copied in
+ * and out), each eager and graph-captured; all through the common interfaces on a world created on
+ * the CUDA transport. One rank per GPU (threads of this JVM). Medians of repeated timings with CUDA
+ * events on rank 0's stream.
  *
  * <pre>
  *   GpuAllReduceBench [--out report.md] [--thresholds thresholds.properties] [--max-bytes B] [--reps R]
@@ -54,7 +54,9 @@ public final class GpuAllReduceBench {
 
     private static final long[] SIZES = {1L << 10, 4L << 10, 16L << 10, 64L << 10, 256L << 10, 1L << 20, 4L << 20,
         16L << 20, 64L << 20, 256L << 20};
-    private static final String[] VARIANTS = {"ONE_SHOT", "TWO_SHOT", "NCCL plain", "NCCL window"};
+    /** The algorithms measured, each a column and a candidate of the calibrated row. */
+    private static final Algorithm[] VARIANTS = {Algorithm.ONE_SHOT, Algorithm.TWO_SHOT, Algorithm.NCCL,
+        Algorithm.NCCL_SYMMETRIC};
 
     private GpuAllReduceBench() {
     }
@@ -90,7 +92,7 @@ public final class GpuAllReduceBench {
         long maxBytes = flags.maxBytes;
         int reps = flags.reps;
         CudaTransport cuda = CudaTransport.create();
-        int devices = CudaDriver.get().deviceCount();
+        int devices = cuda.deviceCount();
         int worldSize = Math.max(2, Math.min(8, devices));
         long maxB = maxBytes;
         int repeats = reps;
@@ -98,42 +100,36 @@ public final class GpuAllReduceBench {
         String[] calibration = new String[1];
         double[] peerCopy = new double[2];
         List<List<Cell>> perRank = InJvmWorld.runOnEveryRank(worldSize,
-                GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), group -> {
+                GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), cuda, group -> {
             List<Cell> cells = new ArrayList<>();
-            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, maxB)) {
-                deviceName[0] = comm.deviceName();
-                launchMode = comm.programmaticLaunch() ? "programmatic dependent launch (PDL)"
+            try (Communicator comm = Communicator.create(group);
+                 SymmetricMemory mem = SymmetricMemory.allocate(group, maxB)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                DeviceMemory peers = mem.unwrap(DeviceMemory.class).orElseThrow();
+                deviceName[0] = gpu.deviceName();
+                launchMode = cuda.programmaticLaunch(group) ? "programmatic dependent launch (PDL)"
                         : "plain (no PDL: before sm_90, or -Dsymmem4j.cuda.pdl=false)";
                 boolean nccl = comm.supports(Algorithm.NCCL);
-                long plain = nccl ? comm.deviceMalloc(maxB) : 0;
-                NcclWindow window = nccl && Nccl.get().hasSymmetricWindows() ? comm.ncclSymmetricWindow(maxB) : null;
-                fillRandom(comm, mem.local().address(), maxB, group.rank());
-                if (plain != 0) {
-                    fillRandom(comm, plain, maxB, group.rank());
-                }
-                if (window != null) {
-                    fillRandom(comm, window.pointer(), maxB, group.rank());
-                }
+                fillRandom(mem, maxB, group.rank());
                 // JIT warm-up of the eager call paths, so the first sizes measure compiled code
                 for (int i = 0; i < 5_000; i++) {
                     comm.allReduce(mem, 0, 512, DType.BFLOAT16, ReduceOp.SUM, i % 2 == 0 ? Algorithm.ONE_SHOT : Algorithm.TWO_SHOT);
                     if (nccl) {
-                        comm.ncclAllReduce(plain, plain, 512, DType.BFLOAT16, ReduceOp.SUM);
+                        comm.allReduce(mem, 0, 512, DType.BFLOAT16, ReduceOp.SUM, Algorithm.NCCL);
                     }
                 }
-                comm.synchronize();
+                gpu.synchronize();
                 // Baselines: the copy engine moving maxB from this rank's buffer into the next rank's,
                 // rank 0 alone (one way), then every rank at once (each link busy both ways)
-                long next = mem.peer((group.rank() + 1) % worldSize).address();
-                long mine = mem.local().address();
+                MemorySegment next = MemorySegment.ofAddress(peers.bufferPointer((group.rank() + 1) % worldSize)).reinterpret(maxB);
+                MemorySegment mine = MemorySegment.ofAddress(peers.bufferPointer(group.rank())).reinterpret(maxB);
                 boolean first = group.rank() == 0;
-                double alone = time(comm, group.rank(), () -> {
+                double alone = time(comm, gpu, () -> {
                     if (first) {
-                        comm.copyAsync(next, mine, maxB);
+                        gpu.copyAsync(next, mine);
                     }
                 }, maxB, false, repeats);
-                double all = time(comm, group.rank(), () -> comm.copyAsync(next, mine, maxB), maxB, false, repeats);
+                double all = time(comm, gpu, () -> gpu.copyAsync(next, mine), maxB, false, repeats);
                 if (first) {
                     peerCopy[0] = alone;
                     peerCopy[1] = all;
@@ -144,19 +140,12 @@ public final class GpuAllReduceBench {
                             continue;
                         }
                         long count = bytes / dtype.byteSize();
-                        for (String variant : VARIANTS) {
-                            Runnable op = switch (variant) {
-                                case "ONE_SHOT" -> comm.supports(Algorithm.ONE_SHOT, dtype, ReduceOp.SUM, count)
-                                        ? () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT) : null;
-                                case "TWO_SHOT" -> () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, Algorithm.TWO_SHOT);
-                                case "NCCL plain" -> nccl ? () -> comm.ncclAllReduce(plain, plain, count, dtype, ReduceOp.SUM) : null;
-                                case "NCCL window" -> window != null
-                                        ? () -> comm.ncclAllReduce(window.pointer(), window.pointer(), count, dtype, ReduceOp.SUM) : null;
-                                default -> throw new IllegalStateException(variant);
-                            };
+                        for (Algorithm variant : VARIANTS) {
+                            Runnable op = comm.supports(variant, dtype, ReduceOp.SUM, count)
+                                    ? () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, variant) : null;
                             for (boolean graph : new boolean[] {false, true}) {
-                                double us = op == null ? Double.NaN : time(comm, group.rank(), op, bytes, graph, repeats);
-                                cells.add(new Cell(dtype, bytes, variant, graph, us));
+                                double us = op == null ? Double.NaN : time(comm, gpu, op, bytes, graph, repeats);
+                                cells.add(new Cell(dtype, bytes, variant.name(), graph, us));
                             }
                         }
                     }
@@ -175,27 +164,19 @@ public final class GpuAllReduceBench {
                         }
                         long count = bytes / dtype.byteSize();
                         Algorithm chosen = policy.choose(comm, count, dtype, ReduceOp.SUM);
-                        Runnable op = chosen == Algorithm.NCCL
-                                ? () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, Algorithm.NCCL)
-                                : () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, chosen);
+                        Runnable op = () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, chosen);
                         for (boolean graph : new boolean[] {false, true}) {
-                            cells.add(new Cell(dtype, bytes, "policy:" + chosen, graph, time(comm, group.rank(), op, bytes, graph,
+                            cells.add(new Cell(dtype, bytes, "policy:" + chosen, graph, time(comm, gpu, op, bytes, graph,
                                     repeats)));
                         }
                     }
                 }
                 calibration[0] = agreed;
-                comm.synchronize();
-                if (window != null) {
-                    window.close();
-                }
-                if (plain != 0) {
-                    comm.free(plain);
-                }
+                gpu.synchronize();
             }
             return cells;
         });
-        String report = report(perRank.getFirst(), worldSize, devices, deviceName[0], repeats, calibration[0], thresholds,
+        String report = report(cuda, perRank.getFirst(), worldSize, devices, deviceName[0], repeats, calibration[0], thresholds,
                 maxB, peerCopy);
         System.out.print(report);
         if (out != null) {
@@ -203,7 +184,7 @@ public final class GpuAllReduceBench {
         }
     }
 
-    private static void fillRandom(CudaCommunicator comm, long ptr, long bytes, int rank) {
+    private static void fillRandom(SymmetricMemory mem, long bytes, int rank) {
         try (Arena a = Arena.ofConfined()) {
             long chunk = Math.min(bytes, 16L << 20);
             MemorySegment host = a.allocate(chunk, 16);
@@ -212,7 +193,7 @@ public final class GpuAllReduceBench {
                 host.setAtIndex(ValueLayout.JAVA_FLOAT, i, (float) rnd.nextDouble(-1, 1));
             }
             for (long off = 0; off < bytes; off += chunk) {
-                comm.copyToDevice(ptr + off, host.asSlice(0, Math.min(chunk, bytes - off)));
+                mem.copyFromHost(host.asSlice(0, Math.min(chunk, bytes - off)), off);
             }
         }
     }
@@ -222,13 +203,13 @@ public final class GpuAllReduceBench {
      * rank's stream. Eager: the batch is {@code batch} calls. Graph: the batch is captured once into a
      * graph of {@code batch} ops and each timing replays it.
      */
-    static double time(CudaCommunicator comm, int rank, Runnable op, long bytes, boolean graph, int reps) {
+    static double time(Communicator comm, DeviceCommunicator gpu, Runnable op, long bytes, boolean graph, int reps) {
         int batch = bytes >= (64L << 20) ? 5 : bytes >= (4L << 20) ? 20 : 100;
         for (int w = 0; w < Math.max(3, batch / 5); w++) {
             op.run();
         }
-        comm.synchronize();
-        CudaGraph g = graph ? comm.capture(() -> {
+        gpu.synchronize();
+        DeviceGraph g = graph ? gpu.capture(() -> {
             for (int i = 0; i < batch; i++) {
                 op.run();
             }
@@ -237,25 +218,21 @@ public final class GpuAllReduceBench {
             g.replay(); // warm the graph
         }
         double[] samples = new double[reps];
-        CudaDriver d = CudaDriver.get();
         for (int r = 0; r < reps; r++) {
             comm.barrier();
-            MemorySegment start = comm.recordEvent();
-            if (g != null) {
-                g.replay();
-            } else {
-                for (int i = 0; i < batch; i++) {
-                    op.run();
+            double millis = gpu.elapsedMillis(() -> {
+                if (g != null) {
+                    g.replay();
+                } else {
+                    for (int i = 0; i < batch; i++) {
+                        op.run();
+                    }
                 }
-            }
-            MemorySegment end = comm.recordEvent();
-            d.synchronizeEvent(end);
-            samples[r] = d.elapsedMillis(start, end) * 1000.0 / batch;
-            d.destroyEvent(start);
-            d.destroyEvent(end);
+            });
+            samples[r] = millis * 1000.0 / batch;
         }
         if (g != null) {
-            comm.synchronize();
+            gpu.synchronize();
             g.close();
         }
         Arrays.sort(samples);
@@ -268,12 +245,12 @@ public final class GpuAllReduceBench {
 
     /**
      * Rank 0's threshold row from its graph-captured timings of {@code dtype}: each size's fastest of
-     * ONE_SHOT, TWO_SHOT, NCCL.
+     * ONE_SHOT, TWO_SHOT, NCCL and NCCL_SYMMETRIC.
      */
     static String calibratedRow(List<Cell> cells, String key, DType dtype) {
         Map<Long, Map<String, Double>> bySize = new LinkedHashMap<>();
         for (Cell c : cells) {
-            if (c.dtype() == dtype && c.graph() && !c.variant().equals("NCCL window") && !Double.isNaN(c.micros())) {
+            if (c.dtype() == dtype && c.graph() && !c.variant().startsWith("policy:") && !Double.isNaN(c.micros())) {
                 bySize.computeIfAbsent(c.bytes(), b -> new LinkedHashMap<>()).put(c.variant(), c.micros());
             }
         }
@@ -286,7 +263,7 @@ public final class GpuAllReduceBench {
             for (Map.Entry<String, Double> v : e.getValue().entrySet()) {
                 if (v.getValue() < bestTime) {
                     bestTime = v.getValue();
-                    best = v.getKey().equals("NCCL plain") ? "NCCL" : v.getKey();
+                    best = v.getKey();
                 }
             }
             if (previous != null && !best.equals(previous)) {
@@ -298,8 +275,8 @@ public final class GpuAllReduceBench {
         return row.append(previous == null ? "TWO_SHOT" : previous).append(":max").toString();
     }
 
-    private static String report(List<Cell> cells, int worldSize, int devices, String device, int reps, String row,
-                                 Path thresholdsOut, long copyBytes, double[] peerCopy) throws IOException {
+    private static String report(CudaTransport cuda, List<Cell> cells, int worldSize, int devices, String device, int reps,
+                                 String row, Path thresholdsOut, long copyBytes, double[] peerCopy) throws IOException {
         Map<String, Double> t = new LinkedHashMap<>();
         Map<String, String> policyChoice = new LinkedHashMap<>();
         for (Cell c : cells) {
@@ -315,11 +292,7 @@ public final class GpuAllReduceBench {
         md.append("- date: ").append(Instant.now()).append('\n');
         md.append("- device: ").append(worldSize).append(" ranks on ").append(devices).append(" × ").append(device)
                 .append(devices < worldSize ? " (ranks share a GPU: correctness only, timings meaningless)" : "").append('\n');
-        md.append("- CUDA driver ").append(CudaDriver.get().driverVersion());
-        if (Nccl.available()) {
-            md.append(", NCCL ").append(Nccl.get().version());
-        }
-        md.append('\n');
+        md.append("- ").append(cuda.runtimeVersions()).append('\n');
         md.append("- symmem4j kernel launches: ").append(launchMode).append('\n');
         md.append("- method: in-place SUM on random data; median of ").append(reps).append(" CUDA-event timings of a batch")
                 .append(" (100 ops up to 1 MiB, 20 up to 16 MiB, 5 above) on rank 0's stream, after a JIT warm-up;")
@@ -327,8 +300,10 @@ public final class GpuAllReduceBench {
                 .append(" their kernel as a cached one-kernel graph unless -Dsymmem4j.cuda.eagerGraphs=false: ")
                 .append(Boolean.parseBoolean(System.getProperty("symmem4j.cuda.eagerGraphs", "true")) ? "on" : "off")
                 .append(" in this run);")
-                .append(" graph = the batch captured once and replayed. busbw = algbw × 2(n-1)/n. best = fastest of ONE_SHOT,")
-                .append(" TWO_SHOT and NCCL plain in the first pass; policy = the calibrated table (from the first pass's")
+                .append(" graph = the batch captured once and replayed. busbw = algbw × 2(n-1)/n. NCCL = NCCL on the")
+                .append(" symmetric memory's cuMemAlloc buffers; NCCL_SYMMETRIC = NCCL on the communicator's NCCL symmetric")
+                .append(" window, the message copied into it and back (two copy-engine copies included). best = fastest of")
+                .append(" all four in the first pass; policy = the calibrated table (from the first pass's")
                 .append(" graph timings of that dtype, below) choosing per size, measured again in a second pass.\n");
         md.append(String.format(Locale.ROOT, "- baseline, copy engine (cuMemcpyDtoDAsync into the next rank's buffer), %s: rank 0"
                 + " alone %.1f us = %.1f GB/s; every rank at once %.1f us = %.1f GB/s per rank and direction%n%n",
@@ -338,7 +313,7 @@ public final class GpuAllReduceBench {
         for (DType dtype : new DType[] {DType.BFLOAT16, DType.FLOAT32}) {
             for (boolean graph : new boolean[] {true, false}) {
                 md.append("## ").append(dtype).append(graph ? ", graph-captured" : ", eager").append("\n\n");
-                md.append("| size | ONE_SHOT µs | TWO_SHOT µs | NCCL plain µs | NCCL window µs | best | best µs | best busbw GB/s"
+                md.append("| size | ONE_SHOT µs | TWO_SHOT µs | NCCL µs | NCCL_SYMMETRIC µs | best | best µs | best busbw GB/s"
                         + " | speedup vs better NCCL | policy | policy µs | policy / best |\n");
                 md.append("|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|\n");
                 for (long bytes : SIZES) {
@@ -347,8 +322,8 @@ public final class GpuAllReduceBench {
                         continue;
                     }
                     double two = t.get(dtype + "|" + bytes + "|TWO_SHOT|" + graph);
-                    double plain = t.get(dtype + "|" + bytes + "|NCCL plain|" + graph);
-                    double win = t.get(dtype + "|" + bytes + "|NCCL window|" + graph);
+                    double plain = t.get(dtype + "|" + bytes + "|NCCL|" + graph);
+                    double win = t.get(dtype + "|" + bytes + "|NCCL_SYMMETRIC|" + graph);
                     double pol = t.getOrDefault(dtype + "|" + bytes + "|policy|" + graph, Double.NaN);
                     String pick = "ONE_SHOT";
                     double best = nanMax(one);
@@ -359,6 +334,10 @@ public final class GpuAllReduceBench {
                     if (nanMax(plain) < best) {
                         pick = "NCCL";
                         best = plain;
+                    }
+                    if (nanMax(win) < best) {
+                        pick = "NCCL_SYMMETRIC";
+                        best = win;
                     }
                     double ours = Math.min(nanMax(one), nanMax(two));
                     double betterNccl = Math.min(nanMax(plain), nanMax(win));

@@ -7,14 +7,15 @@ import java.util.List;
 import java.util.Locale;
 import org.symmem4j.examples.Cli;
 import org.symmem4j.parallel.Algorithm;
-import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.DeviceCommunicator;
+import org.symmem4j.parallel.DeviceGraph;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
-import org.symmem4j.parallel.cuda.CudaCommunicator;
-import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
+import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.cuda.CudaTransport;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -46,11 +47,15 @@ public final class GpuEagerProbe {
         CudaTransport cuda = CudaTransport.create();
         int world = 2; // on one GPU the two ranks share it
         List<String> lines = InJvmWorld.runOnEveryRank(world, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)),
-                group -> {
+                cuda, group -> {
             StringBuilder out = new StringBuilder();
-            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 1 << 20)) {
-                long plain = comm.deviceMalloc(1 << 20);
+            try (Communicator comm = Communicator.create(group);
+                 SymmetricMemory mem = SymmetricMemory.allocate(group, 1 << 20);
+                 SymmetricMemory ncclBuffer = SymmetricMemory.allocate(group, 1 << 20)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                boolean nccl = comm.supports(Algorithm.NCCL);
+                // NCCL through the communicator: each call includes the ranks' argument check, as ours do
+                Runnable ncclCall = () -> comm.allReduce(ncclBuffer, 0, 512, DType.BFLOAT16, ReduceOp.SUM, Algorithm.NCCL);
                 record Case(String name, long count, Algorithm alg) {
                 }
                 Case[] cases = {new Case("check only (count 0)", 0, Algorithm.ONE_SHOT),
@@ -58,31 +63,34 @@ public final class GpuEagerProbe {
                     new Case("ONE_SHOT 256 KiB (push)", 128 << 10, Algorithm.ONE_SHOT),
                     new Case("TWO_SHOT 1 KiB", 512, Algorithm.TWO_SHOT)};
                 for (String phase : new String[] {"fresh", "after 200 NCCL calls", "again"}) {
-                    if (phase.startsWith("after")) {
+                    if (phase.startsWith("after") && nccl) {
                         for (int i = 0; i < 200; i++) {
-                            comm.ncclAllReduce(plain, plain, 512, DType.BFLOAT16, ReduceOp.SUM);
+                            ncclCall.run();
                         }
-                        comm.synchronize();
+                        gpu.synchronize();
                     }
                     for (String local : new String[] {"wait-signal kernel (no peer, no check)", "NCCL all-reduce 1 KiB",
                         "check + wait kernel, both ranks", "check + wait kernel, rank 0 only"}) {
+                        if (local.startsWith("NCCL") && !nccl) {
+                            continue; // ranks sharing a GPU: no NCCL
+                        }
                         boolean launch = !local.endsWith("rank 0 only") || group.rank() == 0;
                         Runnable call = switch (local) {
-                            case "wait-signal kernel (no peer, no check)" -> () -> mem.enqueueWaitSignal(0, 0, false);
-                            case "NCCL all-reduce 1 KiB" -> () -> comm.ncclAllReduce(plain, plain, 512, DType.BFLOAT16, ReduceOp.SUM);
+                            case "wait-signal kernel (no peer, no check)" -> () -> mem.orderAfterSignal(0, 0, -1, false);
+                            case "NCCL all-reduce 1 KiB" -> ncclCall;
                             default -> () -> {
                                 // the ranks meet in the argument check (nothing launched), then launch a kernel
                                 // that waits for nothing: lock-step launches on both GPUs, or on one
                                 comm.allReduce(mem, 0, 0, DType.BFLOAT16, ReduceOp.SUM, Algorithm.ONE_SHOT);
                                 if (launch) {
-                                    mem.enqueueWaitSignal(0, 0, false);
+                                    mem.orderAfterSignal(0, 0, -1, false);
                                 }
                             };
                         };
-                        out.append(measure(comm, group, phase, local, call, calls));
+                        out.append(measure(gpu, group, phase, local, call, calls));
                     }
                     for (Case c : cases) {
-                        out.append(measure(comm, group, phase, c.name(),
+                        out.append(measure(gpu, group, phase, c.name(),
                                 () -> comm.allReduce(mem, 0, c.count(), DType.BFLOAT16, ReduceOp.SUM, c.alg()), calls));
                     }
                     // the same kernels captured once into a one-op graph, the graph launched once per call:
@@ -91,35 +99,31 @@ public final class GpuEagerProbe {
                         if (c.count() == 0) {
                             continue;
                         }
-                        try (org.symmem4j.parallel.cuda.CudaGraph g = comm.capture(
+                        try (DeviceGraph g = gpu.capture(
                                 () -> comm.allReduce(mem, 0, c.count(), DType.BFLOAT16, ReduceOp.SUM, c.alg()))) {
-                            out.append(measure(comm, group, phase, "1-op graph: " + c.name(), g::replay, calls));
+                            out.append(measure(gpu, group, phase, "1-op graph: " + c.name(), g::replay, calls));
                             // the ranks' host threads meet in the argument check before each replay, as an eager call does
-                            out.append(measure(comm, group, phase, "check + 1-op graph: " + c.name(), () -> {
+                            out.append(measure(gpu, group, phase, "check + 1-op graph: " + c.name(), () -> {
                                 comm.allReduce(mem, 0, 0, DType.BFLOAT16, ReduceOp.SUM, Algorithm.ONE_SHOT);
                                 g.replay();
                             }, calls));
-                            comm.synchronize();
+                            gpu.synchronize();
                         }
                     }
                 }
                 // one isolated LL all-reduce: its GPU time between events, and the host time of the call
-                org.symmem4j.parallel.cuda.CudaDriver d = org.symmem4j.parallel.cuda.CudaDriver.get();
                 for (int k = 0; k < 5; k++) {
-                    comm.synchronize();
+                    gpu.synchronize();
                     group.allGatherBytes("probe-one", new byte[0]);
-                    java.lang.foreign.MemorySegment e0 = comm.recordEvent();
-                    long t0 = System.nanoTime();
-                    comm.allReduce(mem, 0, 512, DType.BFLOAT16, ReduceOp.SUM, Algorithm.ONE_SHOT);
-                    long t1 = System.nanoTime();
-                    java.lang.foreign.MemorySegment e1 = comm.recordEvent();
-                    d.synchronizeEvent(e1);
+                    long[] host = new long[2];
+                    double gpuMillis = gpu.elapsedMillis(() -> {
+                        host[0] = System.nanoTime();
+                        comm.allReduce(mem, 0, 512, DType.BFLOAT16, ReduceOp.SUM, Algorithm.ONE_SHOT);
+                        host[1] = System.nanoTime();
+                    });
                     out.append(String.format(Locale.ROOT, "rank %d isolated ONE_SHOT 1 KiB: host call %7.2f us, GPU %7.2f us%n",
-                            group.rank(), (t1 - t0) / 1e3, d.elapsedMillis(e0, e1) * 1e3));
-                    d.destroyEvent(e0);
-                    d.destroyEvent(e1);
+                            group.rank(), (host[1] - host[0]) / 1e3, gpuMillis * 1e3));
                 }
-                comm.free(plain);
             }
             return out.toString();
         });
@@ -130,31 +134,28 @@ public final class GpuEagerProbe {
      * One line: {@code calls} back-to-back calls after 200 warm-up calls, started together on every
      * rank; host wall and thread CPU time per call, and how long the stream needed afterwards.
      */
-    private static String measure(CudaCommunicator comm, Group group, String phase, String name, Runnable call,
+    private static String measure(DeviceCommunicator gpu, Group group, String phase, String name, Runnable call,
                                   int calls) {
         ThreadMXBean mx = ManagementFactory.getThreadMXBean();
         for (int i = 0; i < 200; i++) {
             call.run();
         }
-        comm.synchronize();
+        gpu.synchronize();
         group.allGatherBytes("probe-start", new byte[0]);
-        java.lang.foreign.MemorySegment e0 = comm.recordEvent();
-        long cpu0 = mx.getCurrentThreadCpuTime();
-        long t0 = System.nanoTime();
-        for (int i = 0; i < calls; i++) {
-            call.run();
-        }
-        long t1 = System.nanoTime();
-        long cpu1 = mx.getCurrentThreadCpuTime();
-        java.lang.foreign.MemorySegment e1 = comm.recordEvent();
-        comm.synchronize();
-        long t2 = System.nanoTime();
-        org.symmem4j.parallel.cuda.CudaDriver d = org.symmem4j.parallel.cuda.CudaDriver.get();
-        double gpuMicros = d.elapsedMillis(e0, e1) * 1e3;
-        d.destroyEvent(e0);
-        d.destroyEvent(e1);
+        long[] at = new long[4]; // cpu0, t0, t1, cpu1
+        double gpuMillis = gpu.elapsedMillis(() -> {
+            at[0] = mx.getCurrentThreadCpuTime();
+            at[1] = System.nanoTime();
+            for (int i = 0; i < calls; i++) {
+                call.run();
+            }
+            at[2] = System.nanoTime();
+            at[3] = mx.getCurrentThreadCpuTime();
+        });
+        long t2 = System.nanoTime(); // elapsedMillis returned once the stream reached its end event
+        double gpuMicros = gpuMillis * 1e3;
         return String.format(Locale.ROOT, "rank %d %-22s %-46s host %7.2f us/call, thread CPU %7.2f us/call, stream %7.2f us/call,"
-                        + " drain %8.1f us%n", group.rank(), phase, name, (t1 - t0) / 1e3 / calls, (cpu1 - cpu0) / 1e3 / calls,
-                gpuMicros / calls, (t2 - t1) / 1e3);
+                        + " drain %8.1f us%n", group.rank(), phase, name, (at[2] - at[1]) / 1e3 / calls, (at[3] - at[0]) / 1e3 / calls,
+                gpuMicros / calls, (t2 - at[2]) / 1e3);
     }
 }

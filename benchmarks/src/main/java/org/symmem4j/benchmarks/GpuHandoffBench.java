@@ -12,15 +12,13 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import org.symmem4j.examples.Cli;
-import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.InJvmWorld;
 import org.symmem4j.parallel.SignalOp;
-import org.symmem4j.parallel.cuda.CudaCommunicator;
-import org.symmem4j.parallel.cuda.CudaDriver;
-import org.symmem4j.parallel.cuda.CudaSymmetricMemory;
+import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.cuda.CudaTransport;
-import org.symmem4j.parallel.cuda.Nccl;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
@@ -88,7 +86,7 @@ public final class GpuHandoffBench {
         int reps = flags.reps;
         int gpus = flags.gpus;
         CudaTransport cuda = CudaTransport.create();
-        int devices = CudaDriver.get().deviceCount();
+        int devices = cuda.deviceCount();
         int world = gpus == 0 ? devices : gpus;
         if (world < 2 || world > devices) {
             throw new IllegalStateException("the hand-off benchmark needs 2 to " + devices + " GPUs (one pipeline stage"
@@ -98,16 +96,17 @@ public final class GpuHandoffBench {
         int repeats = reps;
         String[] deviceName = new String[1];
         List<List<Cell>> perRank = InJvmWorld.runOnEveryRank(world,
-                GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), group -> {
+                GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), cuda, group -> {
             List<Cell> cells = new ArrayList<>();
             int me = group.rank();
-            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory inbox = (CudaSymmetricMemory) cuda.allocate(group, maxBytes)) {
-                deviceName[0] = comm.deviceName();
-                launchMode = comm.programmaticLaunch() ? "programmatic dependent launch (PDL)"
+            try (Communicator comm = Communicator.create(group);
+                 SymmetricMemory inbox = SymmetricMemory.allocate(group, maxBytes)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                deviceName[0] = gpu.deviceName();
+                launchMode = cuda.programmaticLaunch(group) ? "programmatic dependent launch (PDL)"
                         : "plain (no PDL: before sm_90, or -Dsymmem4j.cuda.pdl=false)";
-                long outbox = comm.deviceMalloc(maxBytes);
-                long ncclInbox = comm.deviceMalloc(maxBytes);
+                MemorySegment outbox = gpu.allocateDevice(maxBytes);
+                MemorySegment ncclInbox = gpu.allocateDevice(maxBytes);
                 // every boundary of a pipeline with one stage per GPU, one at a time: the two GPUs of the
                 // boundary ping-pong, the others only join the timing loop's barriers
                 for (int from = 0; from + 1 < world; from++) {
@@ -115,32 +114,33 @@ public final class GpuHandoffBench {
                     boolean second = me == from + 1;
                     int peer = first ? from + 1 : from;
                     for (long bytes : SIZES) {
-                        MemorySegment message = MemorySegment.ofAddress(outbox).reinterpret(bytes);
+                        MemorySegment message = outbox.asSlice(0, bytes);
+                        MemorySegment received = ncclInbox.asSlice(0, bytes);
                         // one round trip: the earlier stage hands off, the later one waits for it and hands
                         // the same size back (as a gradient would come back)
                         Runnable symmem = first
                                 ? () -> {
                                     inbox.putWithSignal(peer, message, 0, TO_LATER, 1, SignalOp.ADD);
-                                    inbox.enqueueWaitSignal(TO_EARLIER, 1, true);
+                                    inbox.orderAfterSignal(TO_EARLIER, 1, peer, true);
                                 }
                                 : () -> {
-                                    inbox.enqueueWaitSignal(TO_LATER, 1, true);
+                                    inbox.orderAfterSignal(TO_LATER, 1, peer, true);
                                     inbox.putWithSignal(peer, message, 0, TO_EARLIER, 1, SignalOp.ADD);
                                 };
                         Runnable nccl = first
                                 ? () -> {
-                                    comm.ncclSend(outbox, bytes, peer);
-                                    comm.ncclRecv(ncclInbox, bytes, peer);
+                                    gpu.send(message, peer);
+                                    gpu.recv(received, peer);
                                 }
                                 : () -> {
-                                    comm.ncclRecv(ncclInbox, bytes, peer);
-                                    comm.ncclSend(outbox, bytes, peer);
+                                    gpu.recv(received, peer);
+                                    gpu.send(message, peer);
                                 };
                         for (String variant : VARIANTS) {
                             Runnable roundTrip = variant.startsWith("symmem") ? symmem : nccl;
                             for (boolean graph : new boolean[] {false, true}) {
                                 if (first || second) {
-                                    double roundTripMicros = GpuAllReduceBench.time(comm, me, roundTrip, bytes, graph, repeats);
+                                    double roundTripMicros = GpuAllReduceBench.time(comm, gpu, roundTrip, bytes, graph, repeats);
                                     cells.add(new Cell(from, bytes, variant, graph, roundTripMicros / 2));
                                 } else {
                                     for (int r = 0; r < repeats; r++) {
@@ -151,9 +151,9 @@ public final class GpuHandoffBench {
                         }
                     }
                 }
-                comm.synchronize();
-                comm.free(outbox);
-                comm.free(ncclInbox);
+                gpu.synchronize();
+                gpu.freeDevice(outbox);
+                gpu.freeDevice(ncclInbox);
             }
             return cells;
         });
@@ -166,14 +166,14 @@ public final class GpuHandoffBench {
                 }
             }
         }
-        String report = report(cells, world, devices, deviceName[0], repeats);
+        String report = report(cuda, cells, world, devices, deviceName[0], repeats);
         System.out.print(report);
         if (out != null) {
             Files.writeString(out, report);
         }
     }
 
-    private static String report(List<Cell> cells, int world, int devices, String device, int reps) {
+    private static String report(CudaTransport cuda, List<Cell> cells, int world, int devices, String device, int reps) {
         Map<String, Double> t = new LinkedHashMap<>();
         for (Cell c : cells) {
             t.put(c.from() + "|" + c.bytes() + "|" + c.variant() + "|" + c.graph(), c.oneWayMicros());
@@ -181,11 +181,7 @@ public final class GpuHandoffBench {
         StringBuilder md = new StringBuilder("# GPU pipeline hand-off benchmark\n\n");
         md.append("- date: ").append(Instant.now()).append('\n');
         md.append("- device: ").append(world).append(" of ").append(devices).append(" × ").append(device).append('\n');
-        md.append("- CUDA driver ").append(CudaDriver.get().driverVersion());
-        if (Nccl.available()) {
-            md.append(", NCCL ").append(Nccl.get().version());
-        }
-        md.append('\n');
+        md.append("- ").append(cuda.runtimeVersions()).append('\n');
         md.append("- symmem4j kernel launches: ").append(launchMode).append('\n');
         md.append("- method: one pipeline stage per GPU; for each stage boundary GPU i -> GPU i+1 in turn (the other GPUs")
                 .append(" idle), a ping-pong between the two, one-way = round trip / 2; median of ").append(reps)

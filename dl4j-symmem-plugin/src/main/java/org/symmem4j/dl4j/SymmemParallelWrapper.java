@@ -1334,8 +1334,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          *         way (the message names the setting or layer, what was found and the fix)
          */
         public SymmemParallelWrapper build() {
-            if (algorithm == Algorithm.NCCL) {
-                throw new IllegalArgumentException("algorithm=NCCL needs a GPU transport; workers here share host memory"
+            if (algorithm == Algorithm.NCCL || algorithm == Algorithm.NCCL_SYMMETRIC) {
+                throw new IllegalArgumentException("algorithm=" + algorithm + " needs a GPU transport; workers here share host memory"
                         + " (use ONE_SHOT, TWO_SHOT or RING, or leave the choice to the calibrated policy)");
             }
             if (sharding != null && (overlap || accumulation > 1 || gradientTransfer != GradientTransfer.NETWORK_DTYPE)) {

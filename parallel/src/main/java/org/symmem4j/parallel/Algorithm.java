@@ -13,6 +13,11 @@ package org.symmem4j.parallel;
  *       left neighbour, synchronized neighbour to neighbour. Partial sums travel in the
  *       accumulation type (FLOAT32 for BFLOAT16).</li>
  *   <li>{@link #NCCL}: the NCCL library (GPU transports only).</li>
+ *   <li>{@link #NCCL_SYMMETRIC}: NCCL on an NCCL symmetric window (a buffer from {@code ncclMemAlloc}
+ *       registered with {@code NCCL_WIN_COLL_SYMMETRIC}, NCCL 2.27+), whose kernels reach peers
+ *       directly: the communicator copies the message into its own window, reduces there and copies
+ *       it back. Faster than plain NCCL for small messages (1 to 16 KiB on 2 x H200: 3.6 against 6.0 us).
+ *       GPU transports with one GPU per rank and NCCL windows only.</li>
  * </ul>
  * ONE_SHOT and TWO_SHOT add peers in rank order 0..N-1 and give bitwise-identical results to each
  * other. RING adds chunk k's contributions in ring order k, k+1, …, k-1: deterministic and identical
@@ -26,5 +31,10 @@ public enum Algorithm {
     /** 2(N-1) neighbour-to-neighbour steps, each rank reading only its left neighbour. */
     RING,
     /** The NCCL library; GPU transports only ({@link Communicator#supports} says where it runs). */
-    NCCL
+    NCCL,
+    /**
+     * NCCL on the communicator's NCCL symmetric window, staged through it; GPU transports whose NCCL
+     * has symmetric windows only ({@link Communicator#supports} says where it runs).
+     */
+    NCCL_SYMMETRIC
 }

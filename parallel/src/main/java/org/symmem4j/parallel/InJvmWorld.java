@@ -49,19 +49,20 @@ public final class InJvmWorld implements AutoCloseable {
     private final int worldSize;
     private final GroupOptions options;
     private final InMemoryStore store = new InMemoryStore();
-    private final InJvmTransport transport = new InJvmTransport();
+    private final Transport transport;
     private final AtomicReferenceArray<Thread> owners;
     private final ReentrantLock exchangeLock = new ReentrantLock();
     private final Condition exchangeChanged = exchangeLock.newCondition();
     private final Map<String, Exchange> exchanges = new HashMap<>();
     private final List<AutoCloseable> resources = new ArrayList<>();
 
-    private InJvmWorld(int worldSize, GroupOptions options) {
+    private InJvmWorld(int worldSize, GroupOptions options, Transport transport) {
         if (worldSize < 1) {
             throw new IllegalArgumentException("worldSize=" + worldSize + " must be >= 1");
         }
         this.worldSize = worldSize;
         this.options = Objects.requireNonNull(options, "options");
+        this.transport = Objects.requireNonNull(transport, "transport");
         this.owners = new AtomicReferenceArray<>(worldSize);
     }
 
@@ -73,7 +74,7 @@ public final class InJvmWorld implements AutoCloseable {
      * @throws IllegalArgumentException when {@code worldSize} is below 1
      */
     public static InJvmWorld create(int worldSize) {
-        return new InJvmWorld(worldSize, GroupOptions.defaults());
+        return new InJvmWorld(worldSize, GroupOptions.defaults(), new InJvmTransport());
     }
 
     /**
@@ -85,7 +86,40 @@ public final class InJvmWorld implements AutoCloseable {
      * @throws IllegalArgumentException when {@code worldSize} is below 1
      */
     public static InJvmWorld create(int worldSize, GroupOptions options) {
-        return new InJvmWorld(worldSize, options);
+        return new InJvmWorld(worldSize, options, new InJvmTransport());
+    }
+
+    /**
+     * A world of {@code worldSize} ranks whose groups live on {@code transport}: every group's
+     * {@link Group#transport()} is it, so {@link SymmetricMemory#allocate(Group, long)} and
+     * {@link Communicator#create(Group)} give that transport's memory and communicators, and code
+     * that uses the groups never names the transport's classes. For GPUs, one per rank:
+     *
+     * <pre>{@code
+     * try (InJvmWorld world = InJvmWorld.create(2, GroupOptions.defaults(), CudaTransport.create())) {
+     *     InJvmWorld.runOnEveryRank(world, group -> {
+     *         try (SymmetricMemory grads = SymmetricMemory.allocate(group, bytes);   // device memory
+     *              Communicator comm = Communicator.create(group)) {
+     *             grads.copyFromHost(hostGrads, 0);
+     *             comm.allReduce(grads, 0, count, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT);
+     *             grads.copyToHost(0, hostGrads);                                   // waits for the GPU
+     *         }
+     *         return null;
+     *     });
+     * }
+     * }</pre>
+     *
+     * The transport may be shared by several worlds; the world does not close it.
+     *
+     * @param worldSize number of ranks (threads), at least 1
+     * @param options   timeout and waiting of every group of this world
+     * @param transport the transport of every group of this world (for example {@code CudaTransport.create()})
+     * @return the world; each rank's thread calls {@link #join(int)}
+     * @throws IllegalArgumentException when {@code worldSize} is below 1
+     * @throws NullPointerException     when {@code options} or {@code transport} is null
+     */
+    public static InJvmWorld create(int worldSize, GroupOptions options, Transport transport) {
+        return new InJvmWorld(worldSize, options, transport);
     }
 
     /**
@@ -205,11 +239,32 @@ public final class InJvmWorld implements AutoCloseable {
         }
     }
 
+    /**
+     * Convenience: creates a world on {@code transport}, runs {@code task} on every rank, closes the world.
+     *
+     * @param <T>       what each rank returns
+     * @param worldSize number of ranks (threads), at least 1
+     * @param options   timeout and waiting
+     * @param transport the transport of every rank's group (see {@link #create(int, GroupOptions, Transport)})
+     * @param task      the work of one rank
+     * @return the ranks' results, in rank order
+     */
+    public static <T> List<T> runOnEveryRank(int worldSize, GroupOptions options, Transport transport, RankTask<T> task) {
+        try (InJvmWorld world = create(worldSize, options, transport)) {
+            return runOnEveryRank(world, task);
+        }
+    }
+
     InMemoryStore store() {
         return store;
     }
 
-    InJvmTransport transport() {
+    /**
+     * The transport of this world's groups.
+     *
+     * @return the transport given at creation ({@code host-in-jvm} unless another was given)
+     */
+    public Transport transport() {
         return transport;
     }
 

@@ -4,13 +4,16 @@ import java.lang.foreign.MemorySegment;
 
 /**
  * How a group's ranks reach each other's memory: one class per transport behind this interface,
- * so the rest of the code never branches on where the memory lives.
+ * so the rest of the code never branches on where the memory lives. A group is created on its
+ * transport ({@link InJvmWorld#create(int, GroupOptions, Transport)}), and {@link Group#transport()}
+ * is what {@link SymmetricMemory#allocate} and {@link Communicator#create} use.
  *
  * <table>
  *   <caption>Transports</caption>
  *   <tr><th>transport</th><th>ranks</th><th>peer buffers</th></tr>
  *   <tr><td>{@code host-in-jvm}</td><td>threads</td><td>off-heap segments</td></tr>
  *   <tr><td>{@code host-shm}</td><td>processes</td><td>{@code /dev/shm} files mapped by every rank</td></tr>
+ *   <tr><td>{@code cuda}</td><td>threads, one GPU each</td><td>device memory, peers' through peer access</td></tr>
  * </table>
  */
 public interface Transport {

@@ -8,10 +8,15 @@
  *       rank 0 hosts the rendezvous store of {@link org.symmem4j.parallel.rendezvous}).</li>
  *   <li>{@link org.symmem4j.parallel.SymmetricMemory}: a same-size buffer on every rank that every
  *       peer maps, plus a signal pad per rank (barrier, put-with-signal, wait-signal).</li>
- *   <li>{@link org.symmem4j.parallel.Communicator}: all-reduce (ONE_SHOT, TWO_SHOT, RING),
- *       reduce-scatter, all-gather, broadcast; SUM/AVG/MAX/MIN over FLOAT32/FLOAT64/BFLOAT16.</li>
- *   <li>{@link org.symmem4j.parallel.Transport}: where memory lives. Host transports are in
- *       {@link org.symmem4j.parallel.host}.</li>
+ *   <li>{@link org.symmem4j.parallel.Communicator}: all-reduce (ONE_SHOT, TWO_SHOT, RING; on GPUs
+ *       also NCCL and NCCL_SYMMETRIC), reduce-scatter, all-gather, broadcast; SUM/AVG/MAX/MIN over
+ *       FLOAT32/FLOAT64/BFLOAT16. GPU-only operations through
+ *       {@code unwrap(}{@link org.symmem4j.parallel.DeviceCommunicator}{@code )}.</li>
+ *   <li>{@link org.symmem4j.parallel.Transport}: where memory lives; a group is created on one
+ *       ({@link org.symmem4j.parallel.InJvmWorld#create(int, GroupOptions, Transport)}) and
+ *       {@link org.symmem4j.parallel.Group#transport()} serves every allocation and communicator of it.
+ *       Host transports are in {@link org.symmem4j.parallel.host}, the CUDA one in
+ *       {@link org.symmem4j.parallel.cuda}.</li>
  * </ul>
  *
  * Every wait is bounded by {@link org.symmem4j.parallel.GroupOptions#timeout()} and fails with a

@@ -8,19 +8,41 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.InJvmGroup;
 import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.host.HostCommunicator;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
+import org.symmem4j.parallel.numeric.Reducer;
 
 /**
- * Collectives on GPU symmetric memory: symmem4j's kernels (ONE_SHOT, TWO_SHOT; float32 and bfloat16
- * with float32 accumulation; SUM and AVG) and NCCL (every algorithm slot's fallback, and any dtype
- * or op NCCL has). Operations are enqueued on this rank's stream and return before the GPU has
- * run them; {@link #synchronize()} waits. A sequence of collectives can be captured into a CUDA
- * graph and replayed ({@link #capture}).
+ * Collectives on GPU symmetric memory, the whole {@link Communicator} surface: all-reduce,
+ * reduce-scatter and all-gather (in place over {@link ShardPartition} blocks, or staged from plain
+ * device segments through this communicator's staging window), broadcast, and the GPU-only
+ * operations of {@link org.symmem4j.parallel.DeviceCommunicator}. Obtain it with
+ * {@link Communicator#create(Group)} on a group created on the CUDA transport; GPU-only operations
+ * through {@code unwrap(DeviceCommunicator.class)}.
+ *
+ * <p>Who computes what:
+ * <ul>
+ *   <li>all-reduce: symmem4j's kernels for ONE_SHOT and TWO_SHOT (FLOAT32 and BFLOAT16 with float32
+ *       accumulation; SUM and AVG); NCCL for {@link Algorithm#NCCL} (every dtype and op; one GPU
+ *       per rank); {@link Algorithm#NCCL_SYMMETRIC}, NCCL on this communicator's NCCL symmetric
+ *       window, the message copied in and out (NCCL 2.27+, one GPU per rank). FLOAT64, MAX and MIN
+ *       all-reduce only through NCCL; RING is not supported on GPUs.</li>
+ *   <li>reduce-scatter (in place or staged): the reduce-scatter kernel for FLOAT32/BFLOAT16 SUM
+ *       (the same bits as a ONE_SHOT or TWO_SHOT all-reduce); every other dtype and op on the host
+ *       (each rank copies its block of every peer to host memory and reduces it with the host
+ *       transport's reducer, in rank order), which cannot be captured into a graph.</li>
+ *   <li>all-gather (in place or staged): the all-gather kernel, a byte copy for every dtype.</li>
+ *   <li>broadcast: the copy engine through the root's staging window, between host barriers.</li>
+ * </ul>
+ * None of these but the two NCCL algorithms needs NCCL, so all run where ranks share a GPU.
+ *
+ * <p>Operations are enqueued on this rank's stream and return before the GPU has run them (the
+ * host reductions and broadcast wait for it); {@link #synchronize()} waits. A sequence of kernel
+ * collectives can be captured into a CUDA graph and replayed ({@link #capture}).
  *
  * <p>Before enqueueing, the ranks check that they agree on the arguments, through a host
  * communicator's entry barrier (a mismatch would otherwise leave GPU blocks waiting for partners
@@ -30,7 +52,7 @@ import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
 public final class CudaCommunicator implements Communicator, org.symmem4j.parallel.DeviceCommunicator {
 
     private final CudaTransport transport;
-    private final InJvmGroup group;
+    private final Group group;
     private final CudaRank rank;
     private final CudaDriver driver;
     private final HostCommunicator control;
@@ -54,6 +76,13 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     private final LaunchBudget grids;
     private final MemorySegment ncclComm;
     private final String ncclUnavailable;
+    /**
+     * NCCL_SYMMETRIC's window: {@link CommunicatorOptions#stagingBytes()} from {@code ncclMemAlloc},
+     * registered with {@code NCCL_WIN_COLL_SYMMETRIC}; messages go through it in pieces. Null where
+     * NCCL or its windows are unavailable ({@link #windowUnavailable} says why).
+     */
+    private final NcclWindow window;
+    private final String windowUnavailable;
     /** ONE_SHOT's landing slots: two parities of worldSize slots of {@link #oneShotSlotBytes} per rank. */
     private final CudaSymmetricMemory oneShotScratch;
     private final long oneShotSlotBytes;
@@ -66,6 +95,13 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     private final CudaSymmetricMemory twoShotScratch;
     private final long twoShotSlotBytes;
     private final long twoShotPushMinBytes;
+    /**
+     * Staging for the collectives on plain device segments (all-reduce, reduce-scatter, all-gather,
+     * broadcast): {@link CommunicatorOptions#stagingBytes()} per rank; messages go through it in pieces.
+     */
+    private final CudaSymmetricMemory staging;
+    private final long stagingBytes;
+    private final Reducer hostReducer = Reducer.forThisJvm();
 
     // Launch parameters, reused by every launch of this rank's thread (no allocation per call).
     private final Arena arena = Arena.ofShared();
@@ -109,7 +145,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      */
     static final long TWO_SHOT_SCRATCH_BYTES = 64L << 20;
 
-    CudaCommunicator(CudaTransport transport, InJvmGroup group, CommunicatorOptions options) {
+    CudaCommunicator(CudaTransport transport, Group group, CommunicatorOptions options) {
         this.transport = transport;
         this.group = group;
         this.rank = transport.rank(group);
@@ -119,17 +155,26 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             throw new IllegalArgumentException("worldSize=" + worldSize + " exceeds the kernels' MAX_RANKS="
                     + CudaKernels.MAX_RANKS + " (one machine's GPUs)");
         }
-        this.control = (HostCommunicator) group.transport().communicator(group, options);
+        this.control = HostCommunicator.controlPlane(group, transport.controlTransport(), options);
         int devices = driver.deviceCount();
         this.sharedDevice = devices < worldSize;
         if (rank.kernels == null) {
             this.grids = null;
         } else {
-            List<LaunchBudget> budgets = new java.util.ArrayList<>(worldSize);
-            for (Object b : group.allGatherObjects("cuda-launch-budget", rank.budget)) {
-                budgets.add((LaunchBudget) b);
+            java.nio.ByteBuffer mine = java.nio.ByteBuffer.allocate(Kernel.values().length * Integer.BYTES);
+            for (int limit : rank.budget.limits()) {
+                mine.putInt(limit);
             }
-            this.grids = LaunchBudget.common(budgets);
+            List<int[]> limits = new java.util.ArrayList<>(worldSize);
+            for (byte[] b : group.allGatherBytes("cuda-launch-limits", mine.array())) {
+                java.nio.ByteBuffer in = java.nio.ByteBuffer.wrap(b);
+                int[] l = new int[b.length / Integer.BYTES];
+                for (int k = 0; k < l.length; k++) {
+                    l[k] = in.getInt();
+                }
+                limits.add(l);
+            }
+            this.grids = LaunchBudget.common(rank.budget, limits);
         }
         MemorySegment comm = null;
         String why = null;
@@ -145,6 +190,21 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         }
         this.ncclComm = comm;
         this.ncclUnavailable = why;
+        if (comm == null) {
+            this.window = null;
+            this.windowUnavailable = why;
+        } else if (!Nccl.get().hasSymmetricWindows()) {
+            this.window = null;
+            this.windowUnavailable = "NCCL " + Nccl.get().version() + " has no symmetric windows"
+                    + " (ncclCommWindowRegister and ncclMemAlloc need NCCL 2.27 or newer)";
+        } else {
+            // collective: every rank of the NCCL communicator registers its window here
+            Nccl nccl = Nccl.get();
+            long ptr = nccl.memAlloc(options.stagingBytes());
+            this.window = new NcclWindow(nccl, comm, ptr, options.stagingBytes(),
+                    nccl.registerWindow(comm, ptr, options.stagingBytes(), Nccl.WIN_COLL_SYMMETRIC));
+            this.windowUnavailable = null;
+        }
         this.oneShotSlotBytes = ONE_SHOT_SLOT_BYTES;
         this.oneShotScratch = rank.kernels == null ? null
                 : (CudaSymmetricMemory) transport.allocate(group, 2L * worldSize * oneShotSlotBytes);
@@ -153,6 +213,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         this.twoShotSlotBytes = TWO_SHOT_SCRATCH_BYTES / (2L * worldSize) / 16 * 16;
         this.twoShotPushMinBytes = worldSize <= 4 ? TWO_SHOT_PUSH_MIN_BYTES : TWO_SHOT_PUSH_MIN_BYTES_MANY_RANKS;
         this.twoShotScratch = rank.kernels == null ? null : (CudaSymmetricMemory) transport.allocate(group, TWO_SHOT_SCRATCH_BYTES);
+        this.stagingBytes = options.stagingBytes();
+        this.staging = (CudaSymmetricMemory) transport.allocate(group, stagingBytes);
         peersSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
         padsSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
         countSlot = arena.allocate(8, 8);
@@ -204,10 +266,22 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         return ncclUnavailable;
     }
 
+    /**
+     * Why NCCL_SYMMETRIC is not usable here.
+     *
+     * @return the reason (no NCCL, ranks sharing a GPU, an NCCL without symmetric windows), or null when usable
+     */
+    public String ncclSymmetricUnavailableReason() {
+        return windowUnavailable;
+    }
+
     @Override
     public boolean supports(Algorithm algorithm) {
         if (algorithm == Algorithm.NCCL) {
             return ncclComm != null;
+        }
+        if (algorithm == Algorithm.NCCL_SYMMETRIC) {
+            return window != null;
         }
         return (algorithm == Algorithm.ONE_SHOT || algorithm == Algorithm.TWO_SHOT) && rank.kernels != null;
     }
@@ -217,7 +291,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         if (!supports(algorithm)) {
             return false;
         }
-        if (algorithm == Algorithm.NCCL) {
+        if (algorithm == Algorithm.NCCL || algorithm == Algorithm.NCCL_SYMMETRIC) {
             return true;
         }
         boolean kernelCase = (dtype == DType.FLOAT32 || dtype == DType.BFLOAT16) && (op == ReduceOp.SUM || op == ReduceOp.AVG);
@@ -238,11 +312,48 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         return oneShotSlotBytes;
     }
 
+    /**
+     * All-reduce of a plain device segment ({@code buffer.address()} a device pointer of this rank,
+     * {@code buffer.byteSize()} its size): NCCL reduces it where it is; ONE_SHOT and TWO_SHOT copy
+     * it through this communicator's staging memory in pieces of {@link CommunicatorOptions#stagingBytes()}
+     * (copy engine, stream-ordered) and run the kernels there.
+     */
     @Override
     public void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
-        throw new UnsupportedOperationException("on the cuda transport, all-reduce runs on symmetric memory: register the"
-                + " device buffer first (transport.register(group, MemorySegment.ofAddress(ptr).reinterpret(bytes)))"
-                + " and call allReduce(SymmetricMemory, offset, ...)");
+        long pieceBytes = algorithm == Algorithm.ONE_SHOT ? Math.min(stagingBytes, oneShotSlotBytes) : stagingBytes;
+        long piece = dtype == null ? 1 : Math.max(1, pieceBytes / dtype.byteSize());
+        Problem problem = buffer == null ? Problem.NULL_BUFFER : dtype == null || op == null || algorithm == null
+                ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
+                : !supports(algorithm, dtype, op, Math.min(count, piece)) ? Problem.UNSUPPORTED_ALGORITHM : Problem.NONE;
+        control.checkAgreement("cuda all-reduce", Kind.ALL_REDUCE, dtype, op, algorithm, -1, count,
+                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
+        if (count == 0) {
+            return;
+        }
+        driver.setCurrent(rank.context);
+        if (algorithm == Algorithm.NCCL) {
+            Nccl.get().allReduce(buffer.address(), buffer.address(), count, dtype, op, ncclComm, rank.stream);
+            return;
+        }
+        if (algorithm == Algorithm.NCCL_SYMMETRIC) {
+            ncclSymmetricAllReduce(buffer.address(), count, dtype, op);
+            return;
+        }
+        if (worldSize == 1) {
+            return;
+        }
+        long dsize = dtype.byteSize();
+        for (long start = 0; start < count; start += piece) {
+            long len = Math.min(piece, count - start);
+            // stream order: the copy in, the kernel (whose entry barrier waits for every rank's copy in),
+            // the copy out; the next piece's copy in follows this piece's kernel, whose exit barrier
+            // has every peer done with this rank's staging
+            driver.copyDeviceToDeviceAsync(staging.dataPointer(group.rank()), buffer.address() + start * dsize, len * dsize,
+                    rank.stream);
+            launchAllReduceEager(staging, 0, len, dtype, op, algorithm);
+            driver.copyDeviceToDeviceAsync(buffer.address() + start * dsize, staging.dataPointer(group.rank()), len * dsize,
+                    rank.stream);
+        }
     }
 
     @Override
@@ -261,9 +372,35 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             Nccl.get().allReduce(ptr, ptr, count, dtype, op, ncclComm, rank.stream);
             return;
         }
+        if (algorithm == Algorithm.NCCL_SYMMETRIC) {
+            ncclSymmetricAllReduce(ptr, count, dtype, op);
+            return;
+        }
         if (worldSize == 1) {
             return;
         }
+        launchAllReduceEager(mem, offsetBytes, count, dtype, op, algorithm);
+    }
+
+    /**
+     * NCCL_SYMMETRIC: in pieces of the window's size, copies the elements at device address
+     * {@code ptr} into this rank's window, all-reduces the window with NCCL and copies the result back,
+     * all on this rank's stream (capturable).
+     */
+    private void ncclSymmetricAllReduce(long ptr, long count, DType dtype, ReduceOp op) {
+        long dsize = dtype.byteSize();
+        long piece = Math.max(1, window.bytes() / dsize);
+        for (long start = 0; start < count; start += piece) {
+            long len = Math.min(piece, count - start);
+            driver.copyDeviceToDeviceAsync(window.pointer(), ptr + start * dsize, len * dsize, rank.stream);
+            Nccl.get().allReduce(window.pointer(), window.pointer(), len, dtype, op, ncclComm, rank.stream);
+            driver.copyDeviceToDeviceAsync(ptr + start * dsize, window.pointer(), len * dsize, rank.stream);
+        }
+    }
+
+    /** Enqueues a ONE_SHOT or TWO_SHOT kernel, through the eager graph cache where it applies; arguments checked. */
+    private void launchAllReduceEager(CudaSymmetricMemory mem, long offsetBytes, long count, DType dtype, ReduceOp op,
+                                      Algorithm algorithm) {
         // Not where ranks share a GPU: there a capture and instantiation on one rank's thread waits for
         // the kernels running in the shared context, and so for a peer's kernel that waits for this
         // rank (seen for user captures: bench/results/2026-11-23-gpu-shared-ranks-h100.md), so shared
@@ -299,7 +436,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         if (offsetBytes < 0 || offsetBytes > mem.byteSize()) {
             return Problem.OFFSET_OUT_OF_RANGE;
         }
-        if (!supports(algorithm, dtype, op, count) || (algorithm != Algorithm.NCCL && offsetBytes % 16 != 0)) {
+        boolean kernel = algorithm == Algorithm.ONE_SHOT || algorithm == Algorithm.TWO_SHOT;
+        if (!supports(algorithm, dtype, op, count) || (kernel && offsetBytes % 16 != 0)) {
             return Problem.UNSUPPORTED_ALGORITHM;
         }
         return Problem.NONE;
@@ -362,107 +500,327 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     }
 
     /**
-     * Reduce-scatter (SUM) on the GPU: {@code in} holds worldSize blocks of {@code recvCount}
-     * elements at {@code inOffset}; block {@code rank} reduced over ranks is written to device
-     * address {@code out}.
-     *
-     * @param in symmetric memory of this communicator's group holding the input
-     * @param inOffset byte offset of the input in {@code in}
-     * @param out device address of this rank's output ({@code recvCount} elements)
-     * @param recvCount elements each rank receives
-     * @param dtype FLOAT32 or BFLOAT16
-     * @throws IllegalArgumentException if {@code dtype} is neither
+     * Reduce-scatter of plain device segments: {@code send} (worldSize blocks of {@code recvCount}
+     * elements) goes through this communicator's staging memory in pieces; each piece is reduced as
+     * {@link #reduceScatter(SymmetricMemory, long, long, DType, ReduceOp)} reduces (the same kernel or
+     * host reduction, so the same bits) and this rank's block is copied into {@code recv}.
      */
-    public void reduceScatter(CudaSymmetricMemory in, long inOffset, long out, long recvCount, DType dtype) {
-        checkKernelDtype(dtype, "reduce-scatter");
-        long need = dtype.bytes(recvCount) * worldSize;
-        Problem problem = in == null || in.group() != group ? Problem.FOREIGN_MEMORY
-                : inOffset < 0 || inOffset > in.byteSize() - need ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
-        control.checkAgreement("cuda reduce-scatter", Kind.REDUCE_SCATTER, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT, -1,
-                recvCount, Long.MAX_VALUE, in == null ? -1 : in.id(), inOffset, Long.MAX_VALUE, problem);
+    @Override
+    public void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
+        Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
+                : dtype == null || op == null ? Problem.NULL_ARGUMENT : recvCount < 0 ? Problem.NEGATIVE_COUNT : Problem.NONE;
+        if (problem == Problem.NONE && !kernelReduces(dtype, op, 0)) {
+            checkNotCapturingHostPath(dtype, op, "reduce-scatter");
+        }
+        control.checkAgreement("cuda reduce-scatter", Kind.REDUCE_SCATTER, dtype, op, null, -1, recvCount,
+                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
         if (recvCount == 0) {
             return;
         }
         driver.setCurrent(rank.context);
-        try (Arena a = Arena.ofConfined()) {
-            long[] bufs = in.dataPointers().clone();
+        long dsize = dtype.byteSize();
+        long piece = pieceElements(dsize);
+        long mine = staging.dataPointer(group.rank());
+        for (long start = 0; start < recvCount; start += piece) {
+            long len = Math.min(piece, recvCount - start);
             for (int p = 0; p < worldSize; p++) {
-                bufs[p] += inOffset;
+                driver.copyDeviceToDeviceAsync(mine + p * len * dsize, send.address() + (p * recvCount + start) * dsize,
+                        len * dsize, rank.stream);
             }
-            CudaLaunch params = new CudaLaunch(a).pointers(bufs).pointers(in.padPointers()).pointer(out).size(recvCount)
-                    .integer(group.rank()).integer(worldSize);
-            long vectors = Math.max(1, dtype.bytes(recvCount) / 16);
-            Kernel kernel = Kernel.reduceScatter(dtype == DType.FLOAT32);
-            rank.launch(driver, kernel, grids.grid(kernel, (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS),
-                    params.array());
+            reduceBlocks(staging, 0, group.rank() * len * dsize, len, len, dtype, op);
+            driver.copyDeviceToDeviceAsync(recv.address() + start * dsize, mine + group.rank() * len * dsize, len * dsize,
+                    rank.stream);
         }
     }
 
     /**
-     * All-gather on the GPU: {@code bytes} at device address {@code in} land in block {@code rank} of every rank's {@code out}.
-     *
-     * @param in device address of this rank's input
-     * @param out symmetric memory of this communicator's group receiving {@code worldSize * bytes}
-     * @param outOffset byte offset of the output in {@code out}
-     * @param bytes bytes each rank contributes
+     * All-gather of plain device segments, in pieces through this communicator's staging memory:
+     * each rank's piece is pushed into every rank's staging (the all-gather kernel; without the
+     * kernels, copies from the peers' staging) and copied from there into {@code recv}. Bitwise.
      */
-    public void allGather(long in, CudaSymmetricMemory out, long outOffset, long bytes) {
-        Problem problem = out == null || out.group() != group ? Problem.FOREIGN_MEMORY
-                : outOffset < 0 || outOffset > out.byteSize() - bytes * worldSize ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
-        control.checkAgreement("cuda all-gather", Kind.ALL_GATHER, DType.FLOAT32, null, null, -1, bytes / 4,
-                Long.MAX_VALUE, out == null ? -1 : out.id(), outOffset, Long.MAX_VALUE, problem);
-        if (bytes == 0) {
+    @Override
+    public void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
+        Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
+                : dtype == null ? Problem.NULL_ARGUMENT : sendCount < 0 ? Problem.NEGATIVE_COUNT : Problem.NONE;
+        checkNotCapturingCopies("all-gather");
+        control.checkAgreement("cuda all-gather", Kind.ALL_GATHER, dtype, null, null, -1, sendCount,
+                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
+        if (sendCount == 0) {
             return;
         }
         driver.setCurrent(rank.context);
-        try (Arena a = Arena.ofConfined()) {
-            long[] outs = out.dataPointers().clone();
-            for (int p = 0; p < worldSize; p++) {
-                outs[p] += outOffset;
+        long dsize = dtype.byteSize();
+        long piece = pieceElements(dsize);
+        long mine = staging.dataPointer(group.rank());
+        for (long start = 0; start < sendCount; start += piece) {
+            long len = Math.min(piece, sendCount - start);
+            gatherBlocks(staging, 0, send.address() + start * dsize, equalStarts(len), equalSizes(len), len, dsize);
+            for (int q = 0; q < worldSize; q++) {
+                driver.copyDeviceToDeviceAsync(recv.address() + (q * sendCount + start) * dsize, mine + q * len * dsize,
+                        len * dsize, rank.stream);
             }
-            CudaLaunch params = new CudaLaunch(a).pointers(outs).pointers(out.padPointers()).pointer(in).size(bytes)
-                    .integer(group.rank()).integer(worldSize);
-            long vectors = Math.max(1, bytes / 16);
-            rank.launch(driver, Kernel.ALL_GATHER, grids.grid(Kernel.ALL_GATHER,
-                    (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS), params.array());
         }
     }
 
-    private static void checkKernelDtype(DType dtype, String what) {
-        if (dtype != DType.FLOAT32 && dtype != DType.BFLOAT16) {
-            throw new IllegalArgumentException(what + " kernels take FLOAT32 or BFLOAT16; found dtype=" + dtype);
-        }
-    }
-
-    @Override
-    public void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
-        throw new UnsupportedOperationException("on the cuda transport use reduceScatter(CudaSymmetricMemory, inOffset,"
-                + " outDevicePointer, recvCount, dtype)");
-    }
-
-    @Override
-    public void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
-        throw new UnsupportedOperationException("on the cuda transport use allGather(inDevicePointer, CudaSymmetricMemory,"
-                + " outOffset, bytes)");
-    }
-
+    /**
+     * In place over the blocks of {@link ShardPartition#of ShardPartition.of(count, worldSize, dtype)}:
+     * FLOAT32 and BFLOAT16 with SUM run symmem4j's reduce-scatter kernel (peers in rank order,
+     * float32 accumulation: the same bits as a ONE_SHOT or TWO_SHOT all-reduce of those elements),
+     * capturable into a graph. Every other dtype and op (FLOAT64, AVG, MAX, MIN), an offset that is
+     * not a multiple of 16 bytes, or a build without the kernels, reduces on the host: each rank
+     * copies its block of every peer's region to host memory, reduces it there in rank order with the
+     * host transport's reducer (so the same bits as the host transports) and copies it back. That
+     * path waits on the host between the copies, so it cannot be captured (it throws while capturing).
+     */
     @Override
     public void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
-        throw new UnsupportedOperationException("in-place reduce-scatter over ShardPartition blocks is not implemented on"
-                + " the cuda transport; use reduceScatter(CudaSymmetricMemory, inOffset, outDevicePointer, recvCount, dtype)"
-                + " with equal blocks");
+        CudaSymmetricMemory mem = memory instanceof CudaSymmetricMemory c && c.group() == group ? c : null;
+        Problem problem = memory == null ? Problem.NULL_BUFFER : mem == null ? Problem.FOREIGN_MEMORY
+                : dtype == null || op == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
+                : offsetBytes < 0 || offsetBytes > mem.byteSize() ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
+        if (problem == Problem.NONE && !kernelReduces(dtype, op, offsetBytes)) {
+            checkNotCapturingHostPath(dtype, op, "reduce-scatter");
+        }
+        control.checkAgreement("cuda reduce-scatter", Kind.REDUCE_SCATTER, dtype, op, null, -1, count,
+                mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+        if (count == 0 || worldSize == 1) {
+            return; // one rank: its block already holds the result (x/1 == x for AVG)
+        }
+        driver.setCurrent(rank.context);
+        ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
+        long dsize = dtype.byteSize();
+        reduceBlocks(mem, offsetBytes, offsetBytes + blocks.start(group.rank()) * dsize, blocks.size(group.rank()),
+                blocks.blockElements(), dtype, op);
     }
 
+    /**
+     * In place over the blocks of {@link ShardPartition#of ShardPartition.of(count, worldSize, dtype)}:
+     * every rank pushes its own block into every peer's region with symmem4j's all-gather kernel (a
+     * byte copy, so any dtype, bitwise; capturable). Without the kernels every rank copies the peers'
+     * blocks with the copy engine between host barriers.
+     */
     @Override
     public void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
-        throw new UnsupportedOperationException("in-place all-gather over ShardPartition blocks is not implemented on"
-                + " the cuda transport; use allGather(inDevicePointer, CudaSymmetricMemory, outOffset, bytes) with equal"
-                + " blocks");
+        CudaSymmetricMemory mem = memory instanceof CudaSymmetricMemory c && c.group() == group ? c : null;
+        Problem problem = memory == null ? Problem.NULL_BUFFER : mem == null ? Problem.FOREIGN_MEMORY
+                : dtype == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
+                : offsetBytes < 0 || offsetBytes > mem.byteSize() ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
+        checkNotCapturingCopies("all-gather");
+        control.checkAgreement("cuda all-gather", Kind.ALL_GATHER, dtype, null, null, -1, count,
+                mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+        if (count == 0 || worldSize == 1) {
+            return;
+        }
+        driver.setCurrent(rank.context);
+        ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
+        long dsize = dtype.byteSize();
+        int me = group.rank();
+        gatherBlocks(mem, offsetBytes, mem.dataPointer(me) + offsetBytes + blocks.start(me) * dsize, starts(blocks),
+                sizes(blocks), blocks.blockElements(), dsize);
     }
 
+    /**
+     * Broadcast of a plain device segment by the copy engine: in pieces of the staging size, the root
+     * copies a piece into its staging memory and every other rank copies it from the root's staging
+     * (a peer address) into its buffer; host barriers order the pieces (any dtype, bitwise; not
+     * capturable). NCCL is not used, so it runs also where ranks share a GPU.
+     */
     @Override
     public void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
-        throw new UnsupportedOperationException("broadcast is not implemented on the cuda transport yet");
+        Problem problem = buffer == null ? Problem.NULL_BUFFER : root < 0 || root >= worldSize ? Problem.ROOT_OUT_OF_RANGE
+                : dtype == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT : Problem.NONE;
+        if (rank.capturing) {
+            throw new IllegalStateException("cuda broadcast cannot be captured into a graph: its pieces are ordered by host"
+                    + " barriers (call it outside capture)");
+        }
+        control.checkAgreement("cuda broadcast", Kind.BROADCAST, dtype, null, null, root, count,
+                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
+        if (count == 0 || worldSize == 1) {
+            return;
+        }
+        driver.setCurrent(rank.context);
+        long dsize = dtype.byteSize();
+        long piece = Math.max(1, stagingBytes / dsize);
+        boolean isRoot = group.rank() == root;
+        for (long start = 0; start < count; start += piece) {
+            long bytes = Math.min(piece, count - start) * dsize;
+            if (isRoot) {
+                driver.copyDeviceToDeviceAsync(staging.dataPointer(root), buffer.address() + start * dsize, bytes, rank.stream);
+            }
+            // every rank's stream is idle here: the root's piece is in its staging, and (from the
+            // second piece on) every rank has copied the previous piece out of it
+            driver.synchronize(rank.stream);
+            control.barrier();
+            if (!isRoot) {
+                driver.copyDeviceToDeviceAsync(buffer.address() + start * dsize, staging.dataPointer(root), bytes, rank.stream);
+            }
+            driver.synchronize(rank.stream);
+            control.barrier();
+        }
+    }
+
+    /** Elements per rank per staged piece: the staging split in worldSize blocks, each a multiple of 64 bytes. */
+    private long pieceElements(long dsize) {
+        long perRank = stagingBytes / worldSize / ShardPartition.ALIGN_BYTES * ShardPartition.ALIGN_BYTES;
+        return Math.max(1, perRank / dsize);
+    }
+
+    /** Whether the reduce-scatter kernel reduces this case (otherwise the host does). */
+    private boolean kernelReduces(DType dtype, ReduceOp op, long offsetBytes) {
+        return rank.kernels != null && (dtype == DType.FLOAT32 || dtype == DType.BFLOAT16) && op == ReduceOp.SUM
+                && offsetBytes % 16 == 0;
+    }
+
+    private void checkNotCapturingHostPath(DType dtype, ReduceOp op, String what) {
+        if (rank.capturing) {
+            throw new IllegalStateException("cuda " + what + " of dtype=" + dtype + " op=" + op + " reduces on the host,"
+                    + " which a CUDA graph cannot capture; expected FLOAT32 or BFLOAT16 with SUM and 16-byte aligned offsets"
+                    + " inside a capture (call it outside capture)");
+        }
+    }
+
+    private void checkNotCapturingCopies(String what) {
+        if (rank.capturing && rank.kernels == null) {
+            throw new IllegalStateException("cuda " + what + " without the symmem4j kernels copies between host barriers,"
+                    + " which a CUDA graph cannot capture (call it outside capture, or build with the kernels)");
+        }
+    }
+
+    /**
+     * Reduces this rank's block — {@code len} elements at byte {@code blockOffset} of every rank's
+     * region of {@code mem}, the region starting at {@code regionOffset} — over the ranks, in rank order, into its own region; blocks of every
+     * rank are {@code maxLen} elements apart from block start to block start at most (the grid is
+     * sized by {@code maxLen}, equal on every rank, because block b of the kernel meets block b of
+     * every peer). Enqueues after whatever this rank's stream holds (the data).
+     */
+    private void reduceBlocks(CudaSymmetricMemory mem, long regionOffset, long blockOffset, long len, long maxLen, DType dtype,
+                              ReduceOp op) {
+        long dsize = dtype.byteSize();
+        int me = group.rank();
+        // decided by the region's offset, equal on every rank (block offsets differ by multiples of 64 bytes)
+        if (kernelReduces(dtype, op, regionOffset)) {
+            // The kernel reads peer p at bufs[p] + rank * len * dsize: shift each pointer back by that
+            // much, so it reads this rank's block wherever it starts (uneven ShardPartition blocks).
+            // The shift is never below the region's start: block r starts at or after r * len.
+            long shift = blockOffset - me * len * dsize;
+            try (Arena a = Arena.ofConfined()) {
+                long[] bufs = mem.dataPointers().clone();
+                for (int p = 0; p < worldSize; p++) {
+                    bufs[p] += shift;
+                }
+                CudaLaunch params = new CudaLaunch(a).pointers(bufs).pointers(mem.padPointers())
+                        .pointer(mem.dataPointer(me) + blockOffset).size(len).integer(me).integer(worldSize);
+                long vectors = Math.max(1, dtype.bytes(maxLen) / 16);
+                Kernel kernel = Kernel.reduceScatter(dtype == DType.FLOAT32);
+                rank.launch(driver, kernel, grids.grid(kernel, (vectors + CudaKernels.BLOCK_THREADS - 1)
+                        / CudaKernels.BLOCK_THREADS), params.array());
+            }
+            return;
+        }
+        // Host reduction: every rank's data is on its device once its stream is idle; the barrier
+        // tells every rank that all of them are.
+        driver.synchronize(rank.stream);
+        control.barrier();
+        long piece = Math.max(1, stagingBytes / dsize);
+        try (Arena a = Arena.ofConfined()) {
+            long pieceBytes = Math.min(len, piece) * dsize;
+            MemorySegment[] srcs = new MemorySegment[worldSize];
+            long[] offsets = new long[worldSize];
+            DType[] types = new DType[worldSize];
+            for (int p = 0; p < worldSize; p++) {
+                srcs[p] = a.allocate(Math.max(pieceBytes, 1), 64);
+                types[p] = dtype;
+            }
+            MemorySegment out = a.allocate(Math.max(pieceBytes, 1), 64);
+            for (long start = 0; start < len; start += piece) {
+                long n = Math.min(piece, len - start);
+                long at = blockOffset + start * dsize;
+                for (int p = 0; p < worldSize; p++) {
+                    driver.copyDeviceToHost(srcs[p], mem.dataPointer(p) + at, n * dsize);
+                }
+                // one rank computes each element, as TWO_SHOT does: no canonical NaNs, the host's bits
+                hostReducer.reduce(srcs, offsets, types, worldSize, out, 0, dtype, n, op,
+                        op == ReduceOp.AVG ? worldSize : 0, false);
+                driver.copyHostToDevice(mem.dataPointer(me) + at, out, n * dsize);
+            }
+        }
+        // a copy from pageable host memory may return before its DMA lands: wait for the context (no
+        // peer kernel can be waiting for this rank here: every rank's stream went idle before the barrier above)
+        driver.synchronizeContext();
+        control.barrier(); // every rank has read its block from every region: regions may be overwritten
+    }
+
+    /**
+     * Puts this rank's elements at device address {@code in} into its block of every rank's region of
+     * {@code mem}: rank q's block holds {@code lens[q]} elements from element {@code starts[q]} of the
+     * region at {@code regionOffset}, each at most {@code maxLen} (the grid, equal on every rank).
+     * Kernel: the output pointers are shifted as in {@link #reduceBlocks}, since the kernel writes at
+     * {@code outs[p] + rank * bytes}. Without the kernels: the copy engine between host barriers.
+     */
+    private void gatherBlocks(CudaSymmetricMemory mem, long regionOffset, long in, long[] starts, long[] lens, long maxLen,
+                              long dsize) {
+        int me = group.rank();
+        long mine = regionOffset + starts[me] * dsize;
+        if (rank.kernels != null) {
+            long shift = mine - me * lens[me] * dsize; // >= regionOffset: block r starts at or after r * its length
+            try (Arena a = Arena.ofConfined()) {
+                long[] outs = mem.dataPointers().clone();
+                for (int p = 0; p < worldSize; p++) {
+                    outs[p] += shift;
+                }
+                CudaLaunch params = new CudaLaunch(a).pointers(outs).pointers(mem.padPointers()).pointer(in)
+                        .size(lens[me] * dsize).integer(me).integer(worldSize);
+                long vectors = Math.max(1, maxLen * dsize / 16);
+                rank.launch(driver, Kernel.ALL_GATHER, grids.grid(Kernel.ALL_GATHER,
+                        (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS), params.array());
+            }
+            return;
+        }
+        if (in != mem.dataPointer(me) + mine) {
+            driver.copyDeviceToDeviceAsync(mem.dataPointer(me) + mine, in, lens[me] * dsize, rank.stream);
+        }
+        driver.synchronize(rank.stream);
+        control.barrier(); // every rank's own block is in its region
+        for (int q = 0; q < worldSize; q++) {
+            if (q != me && lens[q] > 0) {
+                long at = regionOffset + starts[q] * dsize;
+                driver.copyDeviceToDeviceAsync(mem.dataPointer(me) + at, mem.dataPointer(q) + at, lens[q] * dsize, rank.stream);
+            }
+        }
+        driver.synchronize(rank.stream);
+        control.barrier(); // every rank has copied every block: blocks may be overwritten
+    }
+
+    /** Rank q's block start (elements) of {@code blocks}, for every q. */
+    private static long[] starts(ShardPartition blocks) {
+        long[] s = new long[blocks.worldSize()];
+        for (int q = 0; q < s.length; q++) {
+            s[q] = blocks.start(q);
+        }
+        return s;
+    }
+
+    private static long[] sizes(ShardPartition blocks) {
+        long[] s = new long[blocks.worldSize()];
+        for (int q = 0; q < s.length; q++) {
+            s[q] = blocks.size(q);
+        }
+        return s;
+    }
+
+    /** Equal blocks of {@code len} elements, rank q's at element {@code q * len}. */
+    private long[] equalStarts(long len) {
+        long[] s = new long[worldSize];
+        for (int q = 0; q < worldSize; q++) {
+            s[q] = q * len;
+        }
+        return s;
+    }
+
+    private long[] equalSizes(long len) {
+        long[] s = new long[worldSize];
+        java.util.Arrays.fill(s, len);
+        return s;
     }
 
     /** Waits for this rank's stream, then checks NCCL for asynchronous errors. */
@@ -513,16 +871,25 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         return new CudaGraph(driver, rank, exec);
     }
 
-    /**
-     * Records a new event on this rank's stream, for timing; destroy it with the driver.
-     *
-     * @return the CUevent
-     */
-    public MemorySegment recordEvent() {
+    @Override
+    public double elapsedMillis(Runnable body) {
         driver.setCurrent(rank.context);
-        MemorySegment e = driver.createEvent();
-        driver.record(e, rank.stream);
-        return e;
+        MemorySegment start = driver.createEvent();
+        MemorySegment end = null;
+        try {
+            end = driver.createEvent();
+            driver.record(start, rank.stream);
+            body.run();
+            driver.setCurrent(rank.context);
+            driver.record(end, rank.stream);
+            driver.synchronizeEvent(end);
+            return driver.elapsedMillis(start, end);
+        } finally {
+            driver.destroyEvent(start);
+            if (end != null) {
+                driver.destroyEvent(end);
+            }
+        }
     }
 
     CudaRank cudaRank() {
@@ -535,22 +902,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     }
 
     /**
-     * NCCL all-reduce on raw device pointers (out of place allowed), on this rank's stream: the baseline.
-     *
-     * @param send device address of the input
-     * @param recv device address of the output (may equal {@code send})
-     * @param count elements
-     * @param dtype element type
-     * @param op reduction
-     * @throws CudaUnavailableException if NCCL is unavailable
-     */
-    public void ncclAllReduce(long send, long recv, long count, DType dtype, ReduceOp op) {
-        Nccl.get().allReduce(send, recv, count, dtype, op, requireNccl(), rank.stream);
-    }
-
-    /**
      * NCCL point-to-point on this rank's stream: sends {@code bytes} at device address {@code ptr} to
-     * {@code peer}, which must post the matching {@link #ncclRecv}. The baseline for stage hand-offs.
+     * {@code peer}, which must post the matching {@link #ncclRecv}; behind {@link #send}.
      *
      * @param ptr device address of the data
      * @param bytes bytes to send, a multiple of 4
@@ -558,7 +911,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      * @throws IllegalArgumentException if {@code bytes} is not a multiple of 4
      * @throws CudaUnavailableException if NCCL is unavailable
      */
-    public void ncclSend(long ptr, long bytes, int peer) {
+    private void ncclSend(long ptr, long bytes, int peer) {
         Nccl.get().send(ptr, p2pCount(bytes), DType.FLOAT32, peer, requireNccl(), rank.stream);
     }
 
@@ -571,7 +924,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      * @throws IllegalArgumentException if {@code bytes} is not a multiple of 4
      * @throws CudaUnavailableException if NCCL is unavailable
      */
-    public void ncclRecv(long ptr, long bytes, int peer) {
+    private void ncclRecv(long ptr, long bytes, int peer) {
         Nccl.get().recv(ptr, p2pCount(bytes), DType.FLOAT32, peer, requireNccl(), rank.stream);
     }
 
@@ -589,79 +942,6 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
                     + " expected a multiple of 4 (pad the message)");
         }
         return bytes / 4;
-    }
-
-    /**
-     * Collective: a buffer from {@code ncclMemAlloc} registered as an NCCL symmetric window
-     * ({@code NCCL_WIN_COLL_SYMMETRIC}); close it collectively.
-     *
-     * @param bytes size of the buffer in bytes, the same on every rank
-     * @return the window
-     * @throws CudaUnavailableException if NCCL or its symmetric windows are unavailable
-     */
-    public NcclWindow ncclSymmetricWindow(long bytes) {
-        MemorySegment comm = requireNccl();
-        Nccl nccl = Nccl.get();
-        long ptr = nccl.memAlloc(bytes);
-        MemorySegment window = nccl.registerWindow(comm, ptr, bytes, Nccl.WIN_COLL_SYMMETRIC);
-        return new NcclWindow(nccl, ncclComm, ptr, bytes, window);
-    }
-
-    /**
-     * A device buffer of this rank from cuMemAlloc (the "plain" NCCL baseline); free with {@link #free}.
-     *
-     * @param bytes size in bytes
-     * @return the device pointer
-     */
-    public long deviceMalloc(long bytes) {
-        driver.setCurrent(rank.context);
-        return driver.malloc(bytes);
-    }
-
-    /**
-     * Frees a buffer from {@link #deviceMalloc}.
-     *
-     * @param devicePtr the device pointer
-     */
-    public void free(long devicePtr) {
-        driver.setCurrent(rank.context);
-        driver.free(devicePtr);
-    }
-
-    /**
-     * Enqueues a device-to-device copy of {@code bytes} on this rank's stream (the copy engine);
-     * {@code dst} or {@code src} may be a peer's symmetric address (peer access is on between all
-     * ranks' GPUs). The benchmarks' peer-copy baseline.
-     *
-     * @param dst destination device address
-     * @param src source device address
-     * @param bytes bytes to copy
-     */
-    public void copyAsync(long dst, long src, long bytes) {
-        driver.setCurrent(rank.context);
-        driver.copyDeviceToDeviceAsync(dst, src, bytes, rank.stream);
-    }
-
-    /**
-     * Copies host bytes to a device address of this rank; synchronous.
-     *
-     * @param dst destination device address
-     * @param src host bytes, all of which are copied
-     */
-    public void copyToDevice(long dst, MemorySegment src) {
-        driver.setCurrent(rank.context);
-        driver.copyHostToDevice(dst, src, src.byteSize());
-    }
-
-    /**
-     * Waits for this rank's stream, then copies {@code dst.byteSize()} bytes from a device address of this rank to host memory.
-     *
-     * @param dst destination host memory
-     * @param src source device address
-     */
-    public void copyToHost(MemorySegment dst, long src) {
-        synchronize();
-        driver.copyDeviceToHost(dst, src, dst.byteSize());
     }
 
     /** {@return this rank's GPU name, as the driver reports it} */
@@ -718,13 +998,14 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
 
     @Override
     public MemorySegment allocateDevice(long bytes) {
-        return MemorySegment.ofAddress(deviceMalloc(bytes)).reinterpret(bytes);
+        driver.setCurrent(rank.context);
+        return MemorySegment.ofAddress(driver.malloc(bytes)).reinterpret(bytes);
     }
 
     @Override
     public void freeDevice(MemorySegment buffer) {
         synchronize();
-        free(buffer.address());
+        driver.free(buffer.address());
     }
 
     @Override
@@ -733,7 +1014,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             throw new IllegalArgumentException("copyAsync: dst has " + dst.byteSize() + " bytes, expected at least src's "
                     + src.byteSize());
         }
-        copyAsync(dst.address(), src.address(), src.byteSize());
+        driver.setCurrent(rank.context);
+        driver.copyDeviceToDeviceAsync(dst.address(), src.address(), src.byteSize(), rank.stream);
     }
 
     @Override
@@ -743,7 +1025,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
                     + src.byteSize());
         }
         synchronize();
-        copyToDevice(dst.address(), src);
+        driver.copyHostToDevice(dst.address(), src, src.byteSize());
     }
 
     @Override
@@ -752,7 +1034,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             throw new IllegalArgumentException("copyToHost: src has " + src.byteSize() + " bytes, expected at least dst's "
                     + dst.byteSize());
         }
-        copyToHost(dst, src.address());
+        synchronize();
+        driver.copyDeviceToHost(dst, src.address(), dst.byteSize());
     }
 
     @Override
@@ -767,10 +1050,14 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     public void close() {
         try {
             synchronize();
+            staging.close();
             if (oneShotScratch != null) {
                 oneShotScratch.close();
                 llScratch.close();
                 twoShotScratch.close();
+            }
+            if (window != null) {
+                window.close();
             }
             if (ncclComm != null) {
                 Nccl.get().destroy(ncclComm);

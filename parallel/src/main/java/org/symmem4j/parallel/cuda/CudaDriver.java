@@ -116,6 +116,7 @@ public final class CudaDriver {
     private final MethodHandle cuStreamCreate;
     private final MethodHandle cuStreamDestroy;
     private final MethodHandle cuStreamSynchronize;
+    private final MethodHandle cuCtxSynchronize;
     private final MethodHandle cuEventCreate;
     private final MethodHandle cuEventRecord;
     private final MethodHandle cuEventSynchronize;
@@ -173,6 +174,7 @@ public final class CudaDriver {
         cuStreamCreate = lib.function("cuStreamCreate", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
         cuStreamDestroy = lib.function("cuStreamDestroy_v2", iA);
         cuStreamSynchronize = lib.function("cuStreamSynchronize", iA);
+        cuCtxSynchronize = lib.function("cuCtxSynchronize", FunctionDescriptor.of(JAVA_INT));
         cuEventCreate = lib.function("cuEventCreate", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
         cuEventRecord = lib.function("cuEventRecord", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
         cuEventSynchronize = lib.function("cuEventSynchronize", iA);
@@ -523,6 +525,19 @@ public final class CudaDriver {
     public void destroyStream(MemorySegment stream) {
         try {
             check("cuStreamDestroy_v2", (int) cuStreamDestroy.invokeExact(stream));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /**
+     * Blocks until all work in the current context has completed, synchronous copies' DMA included
+     * (a copy from pageable host memory may return before its data lands). With ranks sharing a GPU
+     * this waits for the other ranks' work too: call it only where no peer can be waiting for this rank.
+     */
+    public void synchronizeContext() {
+        try {
+            check("cuCtxSynchronize", (int) cuCtxSynchronize.invokeExact());
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }

@@ -307,7 +307,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
      * @param atLeast the value to wait for
      * @param consume whether to subtract {@code atLeast} once reached
      */
-    public void enqueueWaitSignal(int slot, long atLeast, boolean consume) {
+    void enqueueWaitSignal(int slot, long atLeast, boolean consume) {
         checkSlot(slot);
         CudaDriver d = transport.driver();
         d.setCurrent(rank.context);

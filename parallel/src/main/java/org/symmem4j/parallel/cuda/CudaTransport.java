@@ -1,37 +1,51 @@
 package org.symmem4j.parallel.cuda;
 
 import java.lang.foreign.MemorySegment;
+import java.nio.ByteBuffer;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.InJvmGroup;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.host.InJvmTransport;
 
 /**
- * GPUs of one machine, one per rank, ranks as threads of one JVM ({@link InJvmGroup}): each rank
- * allocates its buffer and signal pad on its device, the ranks swap device pointers, and every
- * context gets peer access to every other device, so kernels read and write peers' memory over
- * NVLink (or PCIe). Rank r uses device r mod deviceCount: on a one-GPU machine the ranks share
- * the device, which is right for testing correctness and meaningless for speed.
+ * GPUs of one machine, one per rank, ranks as threads of one JVM: each rank allocates its buffer
+ * and signal pad on its device, the ranks swap device pointers, and every context gets peer access
+ * to every other device, so kernels read and write peers' memory over NVLink (or PCIe). A rank uses
+ * device {@code localRank mod deviceCount}: on a one-GPU machine the ranks share the device, which
+ * is right for testing correctness and meaningless for speed.
+ *
+ * <p>Groups are created on this transport, so that their {@link Group#transport()} is it and the
+ * generic entry points give CUDA objects; user code names no CUDA class beyond choosing the
+ * transport, and reaches GPU-only operations through {@code unwrap}:
  *
  * <pre>{@code
- * CudaTransport cuda = CudaTransport.create();          // throws CudaUnavailableException without a driver
- * InJvmWorld.runOnEveryRank(world, group -> {
- *     try (SymmetricMemory grads = cuda.allocate(group, bytes);
- *          Communicator comm = cuda.communicator(group, CommunicatorOptions.defaults())) {
- *         ((CudaSymmetricMemory) grads).copyFromHost(hostGrads, 0);
- *         comm.allReduce(grads, 0, count, DType.BFLOAT16, ReduceOp.SUM, Algorithm.TWO_SHOT);
- *         ((CudaCommunicator) comm).synchronize();
- *     }
- *     cuda.release(group);                                // this rank's stream, context retain, ...
- * });
- * cuda.close();                                          // whatever ranks were not released
+ * Transport cuda = CudaTransport.create();      // throws CudaUnavailableException without a driver
+ * try (InJvmWorld world = InJvmWorld.create(2, GroupOptions.defaults(), cuda)) {
+ *     InJvmWorld.runOnEveryRank(world, group -> {
+ *         try (SymmetricMemory grads = SymmetricMemory.allocate(group, bytes);
+ *              Communicator comm = Communicator.create(group)) {
+ *             grads.copyFromHost(hostGrads, 0);
+ *             comm.allReduce(grads, 0, count, DType.BFLOAT16, ReduceOp.SUM, Algorithm.TWO_SHOT);
+ *             comm.unwrap(DeviceCommunicator.class).orElseThrow().synchronize();
+ *         }
+ *         return null;
+ *     });
+ * }
  * }</pre>
+ *
+ * <p>What the transport takes from a group is only what {@link Group} offers: the peer exchange
+ * ({@link Group#allGatherBytes}, through which device pointers, device ordinals and context handles
+ * travel as numbers) and the rank numbers. Device pointers and contexts mean something only in this
+ * process, so every allocation checks that all ranks run in this process and says so otherwise
+ * (CUDA symmetric memory across processes, through exported memory handles, is issue #15). The
+ * communicators' control plane (entry barriers, argument checks) runs on host memory of the
+ * {@code host-in-jvm} transport.
  *
  * <h2>Lifecycle</h2>
  * A rank's GPU state (its {@code CudaRank}: stream, primary-context retain, hold on the device's
@@ -49,6 +63,8 @@ public final class CudaTransport implements Transport, AutoCloseable {
     private final Map<Group, CudaRank> ranks = new ConcurrentHashMap<>();
     /** Set once by {@link #close}; checked by every entry point. */
     private volatile boolean closed;
+    /** Host memory for the communicators' control plane: the ranks are threads of this JVM. */
+    private final Transport controlTransport = new InJvmTransport();
 
     private CudaTransport(CudaDriver driver) {
         this.driver = driver;
@@ -67,13 +83,20 @@ public final class CudaTransport implements Transport, AutoCloseable {
         return driver;
     }
 
+    /** The host transport the communicators' control plane allocates from. */
+    Transport controlTransport() {
+        return controlTransport;
+    }
+
     /**
      * This rank's GPU state, created on first use on the rank's thread (its context becomes current
-     * there); refused once the group was released or the transport closed.
+     * there), on device {@code group.localRank() mod deviceCount} (a sub-group's local rank stays the
+     * member's rank on this machine, so its ranks keep their GPUs); refused once the group was
+     * released or the transport closed.
      */
     CudaRank rank(Group group) {
         checkOpen(group);
-        CudaRank r = ranks.computeIfAbsent(group, g -> new CudaRank(driver, g.rank(), g.worldSize()));
+        CudaRank r = ranks.computeIfAbsent(group, g -> new CudaRank(driver, g.localRank(), g.worldSize()));
         if (closed) { // close() ran while the rank was being made: it may have missed it
             ranks.remove(group, r);
             r.close();
@@ -159,7 +182,59 @@ public final class CudaTransport implements Transport, AutoCloseable {
         return r.deviceName + " (device " + r.ordinal + ", " + r.multiprocessors + " SMs)";
     }
 
-    private record Contribution(long data, long pad, int ordinal, MemorySegment context, long bytes, long idProposal) {
+    /**
+     * The GPUs this transport sees; ranks beyond it share them ({@code localRank mod deviceCount}).
+     *
+     * @return the device count, at least 1
+     */
+    public int deviceCount() {
+        return driver.deviceCount();
+    }
+
+    /**
+     * The CUDA driver's version and, where NCCL loads, NCCL's, for reports.
+     *
+     * @return e.g. {@code "CUDA driver 13000, NCCL 22703"} or {@code "CUDA driver 13000, NCCL unavailable: ..."}
+     */
+    public String runtimeVersions() {
+        return "CUDA driver " + driver.driverVersion() + ", " + (Nccl.available() ? "NCCL " + Nccl.get().version()
+                : "NCCL unavailable: " + Nccl.unavailableReason());
+    }
+
+    /**
+     * Whether this rank's kernels are launched with programmatic dependent launch (sm_90 and newer,
+     * unless {@code -Dsymmem4j.cuda.pdl=false}), for reports.
+     *
+     * @param group a rank's group on this transport
+     * @return true when each kernel's launch overlaps the previous kernel's run
+     */
+    public boolean programmaticLaunch(Group group) {
+        return rank(group).programmaticLaunch;
+    }
+
+    /**
+     * What a rank tells its peers about one allocation, serialized for {@link Group#allGatherBytes}:
+     * device pointers and the context handle as addresses (meaningful only in the process that made
+     * them, hence {@code pid}).
+     */
+    private record Contribution(long data, long pad, int ordinal, long context, long bytes, long idProposal, long pid) {
+
+        static final int BYTES = 7 * Long.BYTES;
+
+        byte[] toBytes() {
+            return ByteBuffer.allocate(BYTES).putLong(data).putLong(pad).putLong(ordinal).putLong(context).putLong(bytes)
+                    .putLong(idProposal).putLong(pid).array();
+        }
+
+        static Contribution of(byte[] b) {
+            if (b.length != BYTES) {
+                throw new SymmemException("cuda transport: a peer's contribution has " + b.length + " bytes, expected "
+                        + BYTES + " (every rank must run the same symmem4j version)");
+            }
+            ByteBuffer in = ByteBuffer.wrap(b);
+            return new Contribution(in.getLong(), in.getLong(), (int) in.getLong(), in.getLong(), in.getLong(),
+                    in.getLong(), in.getLong());
+        }
     }
 
     private static final java.util.concurrent.atomic.AtomicLong NEXT_ID = new java.util.concurrent.atomic.AtomicLong();
@@ -169,10 +244,10 @@ public final class CudaTransport implements Transport, AutoCloseable {
         if (bytes < 0) {
             throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0");
         }
-        CudaRank r = rank(inJvm(group));
+        CudaRank r = rank(group);
         long data = driver.malloc(Math.max(bytes, 16));
         driver.memset(data, (byte) 0, Math.max(bytes, 16));
-        return share(inJvm(group), r, data, bytes, true, "allocate");
+        return share(group, r, data, bytes, true, "allocate");
     }
 
     /**
@@ -181,17 +256,22 @@ public final class CudaTransport implements Transport, AutoCloseable {
      */
     @Override
     public SymmetricMemory register(Group group, MemorySegment buffer) {
-        CudaRank r = rank(inJvm(group));
-        return share(inJvm(group), r, buffer.address(), buffer.byteSize(), false, "register");
+        CudaRank r = rank(group);
+        return share(group, r, buffer.address(), buffer.byteSize(), false, "register");
     }
 
-    private SymmetricMemory share(InJvmGroup g, CudaRank r, long data, long bytes, boolean ownsData, String what) {
+    private SymmetricMemory share(Group g, CudaRank r, long data, long bytes, boolean ownsData, String what) {
         long pad = driver.malloc(CudaKernels.PAD_BYTES);
         driver.memset(pad, (byte) 0, CudaKernels.PAD_BYTES);
-        Object[] all;
+        int n = g.worldSize();
+        Contribution[] all = new Contribution[n];
         try {
-            all = g.allGatherObjects("cuda-" + what, new Contribution(data, pad, r.ordinal, r.context, bytes,
-                    g.rank() == 0 ? NEXT_ID.getAndIncrement() : -1));
+            List<byte[]> raw = g.allGatherBytes("cuda-" + what, new Contribution(data, pad, r.ordinal, r.context.address(),
+                    bytes, g.rank() == 0 ? NEXT_ID.getAndIncrement() : -1, ProcessHandle.current().pid()).toBytes());
+            for (int p = 0; p < n; p++) {
+                all[p] = Contribution.of(raw.get(p));
+            }
+            checkInProcess(g, all);
         } catch (RuntimeException e) {
             driver.free(pad);
             if (ownsData) {
@@ -199,24 +279,16 @@ public final class CudaTransport implements Transport, AutoCloseable {
             }
             throw e;
         }
-        int n = g.worldSize();
         long[] datas = new long[n];
         long[] pads = new long[n];
         StringBuilder sizes = new StringBuilder();
         boolean same = true;
         for (int p = 0; p < n; p++) {
-            Contribution c = (Contribution) all[p];
+            Contribution c = all[p];
             datas[p] = c.data();
             pads[p] = c.pad();
             same &= c.bytes() == bytes;
             sizes.append(p == 0 ? "" : ", ").append("rank=").append(p).append(" bytes=").append(c.bytes());
-            if (c.ordinal() != r.ordinal) {
-                if (!driver.canAccessPeer(r.device, driver.device(c.ordinal()))) {
-                    throw new SymmemException("device " + r.ordinal + " cannot access device " + c.ordinal()
-                            + " (no peer access between these GPUs; use Algorithm.NCCL)");
-                }
-                driver.enablePeerAccess(c.context());
-            }
         }
         if (!same) {
             driver.free(pad);
@@ -226,21 +298,56 @@ public final class CudaTransport implements Transport, AutoCloseable {
             throw new SymmemException("symmetric memory " + what + ": sizes differ across ranks: " + sizes
                     + " (every rank must " + what + " the same number of bytes)");
         }
-        long id = ((Contribution) all[0]).idProposal();
+        for (Contribution c : all) {
+            if (c.ordinal() != r.ordinal) {
+                if (!driver.canAccessPeer(r.device, driver.device(c.ordinal()))) {
+                    driver.free(pad);
+                    if (ownsData) {
+                        driver.free(data);
+                    }
+                    throw new SymmemException("device " + r.ordinal + " cannot access device " + c.ordinal()
+                            + " (no peer access between these GPUs; use Algorithm.NCCL)");
+                }
+                driver.enablePeerAccess(MemorySegment.ofAddress(c.context()));
+            }
+        }
+        long id = all[0].idProposal();
         return new CudaSymmetricMemory(g, this, r, id, bytes, datas, pads, ownsData);
+    }
+
+    /**
+     * Checks that every rank of {@code g} runs in this process: device pointers and contexts from
+     * another process mean nothing here. Called after an exchange, so every rank throws alike.
+     */
+    private static void checkInProcess(Group g, Contribution[] all) {
+        long me = ProcessHandle.current().pid();
+        StringBuilder found = new StringBuilder();
+        boolean same = true;
+        for (int p = 0; p < all.length; p++) {
+            same &= all[p].pid() == me;
+            found.append(p == 0 ? "" : ", ").append("rank=").append(p).append(" pid=").append(all[p].pid());
+        }
+        if (!same) {
+            throw new SymmemException("transport " + NAME + " needs every rank of the group in one process (ranks as threads,"
+                    + " InJvmWorld); found " + found + " on rank=" + g.rank() + " (group " + g.getClass().getSimpleName()
+                    + "); CUDA symmetric memory across processes is issue #15: use one process with a thread per GPU");
+        }
     }
 
     @Override
     public Communicator communicator(Group group, CommunicatorOptions options) {
-        return new CudaCommunicator(this, inJvm(group), options);
+        checkInProcess(group);
+        return new CudaCommunicator(this, group, options);
     }
 
-    private static InJvmGroup inJvm(Group group) {
-        if (group instanceof InJvmGroup g) {
-            return g;
+    /** Collective: {@link #checkInProcess(Group, Contribution[])} through an exchange of process ids alone. */
+    private static void checkInProcess(Group g) {
+        List<byte[]> pids = g.allGatherBytes("cuda-pids", ByteBuffer.allocate(Long.BYTES)
+                .putLong(ProcessHandle.current().pid()).array());
+        Contribution[] all = new Contribution[pids.size()];
+        for (int p = 0; p < all.length; p++) {
+            all[p] = new Contribution(0, 0, 0, 0, 0, 0, ByteBuffer.wrap(pids.get(p)).getLong());
         }
-        throw new IllegalArgumentException("transport " + NAME + " needs an InJvmGroup (one thread per GPU); found "
-                + (group == null ? "null" : group.getClass().getSimpleName())
-                + " (cross-process CUDA symmetric memory is not implemented yet)");
+        checkInProcess(g, all);
     }
 }

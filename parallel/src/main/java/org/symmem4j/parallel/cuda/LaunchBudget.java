@@ -222,6 +222,30 @@ final class LaunchBudget {
         return new LaunchBudget(budgets.getFirst(), min);
     }
 
+    /**
+     * The same as {@link #common(java.util.List)}, from each rank's limits as numbers (what ranks
+     * exchange through {@link org.symmem4j.parallel.Group#allGatherBytes}): each kernel's smallest
+     * limit over {@code allLimits}, with this rank's device description.
+     */
+    static LaunchBudget common(LaunchBudget own, java.util.List<int[]> allLimits) {
+        int[] min = own.limits.clone();
+        for (int[] l : allLimits) {
+            if (l.length != min.length) {
+                throw new IllegalArgumentException("a rank's launch limits have " + l.length + " entries, expected one per"
+                        + " kernel: " + min.length + " (every rank must run the same symmem4j version)");
+            }
+            for (int k = 0; k < min.length; k++) {
+                min[k] = Math.min(min[k], l[k]);
+            }
+        }
+        return new LaunchBudget(own, min);
+    }
+
+    /** This rank's limit of every kernel, by {@link Kernel} ordinal. */
+    int[] limits() {
+        return limits.clone();
+    }
+
     /** The grid to launch for {@code wantedBlocks} blocks of work: at least 1, at most {@link #limit}. */
     int grid(Kernel kernel, long wantedBlocks) {
         return (int) Math.max(1, Math.min(wantedBlocks, limits[kernel.ordinal()]));

@@ -16,6 +16,7 @@ import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Descriptor;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
@@ -76,13 +77,41 @@ public final class HostCommunicator implements Communicator {
     private final DType[] srcTypes;
 
     HostCommunicator(Group group, CommunicatorOptions options) {
+        this(group, group.transport(), options);
+    }
+
+    /**
+     * Collective: a host communicator of {@code group} whose scratch memory comes from
+     * {@code hostTransport} rather than the group's own transport: the control plane of a device
+     * transport (its entry barriers and argument checks, {@link #checkAgreement}), whose groups'
+     * transport allocates device memory that Java code cannot touch.
+     *
+     * @param group         this rank's group
+     * @param hostTransport a host transport that reaches every rank of {@code group} (host-in-jvm for
+     *                      ranks that are threads of this JVM)
+     * @param options       scratch sizes, equal on every rank
+     * @return this rank's control communicator; close it collectively
+     * @throws IllegalArgumentException when {@code hostTransport}'s memory is not host-addressable
+     */
+    public static HostCommunicator controlPlane(Group group, Transport hostTransport, CommunicatorOptions options) {
+        return new HostCommunicator(group, hostTransport, options);
+    }
+
+    private HostCommunicator(Group group, Transport hostTransport, CommunicatorOptions options) {
         this.group = group;
         this.rank = group.rank();
         this.worldSize = group.worldSize();
         this.halfBytes = options.stagingBytes();
         this.ringSlotBytes = options.ringSegmentBytes();
         this.ringSlotsOffset = 2 * halfBytes;
-        this.scratch = (HostSymmetricMemory) group.transport().allocate(group, 2 * halfBytes + 2 * ringSlotBytes);
+        SymmetricMemory memory = hostTransport.allocate(group, 2 * halfBytes + 2 * ringSlotBytes);
+        if (!(memory instanceof HostSymmetricMemory host)) {
+            memory.close();
+            throw new IllegalArgumentException("host communicator needs host symmetric memory; transport="
+                    + hostTransport.name() + " gave " + memory.getClass().getSimpleName()
+                    + " (pass a host transport: host-in-jvm or host-shm)");
+        }
+        this.scratch = host;
         this.sync = scratch.sync();
         this.srcs = new MemorySegment[worldSize];
         this.srcOffsets = new long[worldSize];
@@ -101,7 +130,7 @@ public final class HostCommunicator implements Communicator {
 
     @Override
     public boolean supports(Algorithm algorithm) {
-        return algorithm != null && algorithm != Algorithm.NCCL;
+        return algorithm != null && algorithm != Algorithm.NCCL && algorithm != Algorithm.NCCL_SYMMETRIC;
     }
 
     /** The reducer this communicator uses (vectorized or scalar). */
@@ -195,7 +224,7 @@ public final class HostCommunicator implements Communicator {
                 case ONE_SHOT -> oneShot(scratch, half, dst, dstOffset, len, dtype, op);
                 case TWO_SHOT -> twoShot(scratch, half, dst, dstOffset, false, len, dtype, op);
                 case RING -> ring(scratch, half, dst, dstOffset, false, len, dtype, op);
-                case NCCL -> throw new IllegalStateException("unreachable: NCCL rejected at entry");
+                case NCCL, NCCL_SYMMETRIC -> throw new IllegalStateException("unreachable: NCCL rejected at entry");
             }
         }
     }

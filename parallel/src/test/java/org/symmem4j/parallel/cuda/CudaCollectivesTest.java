@@ -420,37 +420,37 @@ class CudaCollectivesTest {
             int n = worldSize;
             long block = 100_000;
             try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory in = (CudaSymmetricMemory) cuda.allocate(group, 4 * block * n);
-                 CudaSymmetricMemory gathered = (CudaSymmetricMemory) cuda.allocate(group, 4 * block * n);
                  Arena arena = Arena.ofConfined()) {
                 MemorySegment host = arena.allocate(4 * block * n);
                 for (long i = 0; i < block * n; i++) {
                     host.setAtIndex(ValueLayout.JAVA_FLOAT, i, i % 1000 + group.rank());
                 }
-                in.copyFromHost(host, 0);
-                long out = comm.deviceMalloc(4 * block);
+                MemorySegment send = comm.allocateDevice(4 * block * n);
+                comm.copyFromHost(send, host);
+                MemorySegment out = comm.allocateDevice(4 * block);
                 MemorySegment poison = arena.allocate(4 * block).fill((byte) 0x7f);
-                comm.copyToDevice(out, poison); // poisoned: every element must be written
-                comm.reduceScatter(in, 0, out, block, DType.FLOAT32);
+                comm.copyFromHost(out, poison); // poisoned: every element must be written
+                comm.reduceScatter(send, out, block, DType.FLOAT32, ReduceOp.SUM);
                 MemorySegment rs = arena.allocate(4 * block);
                 comm.copyToHost(rs, out);
                 for (long i = 0; i < block; i++) {
                     float expected = n * ((group.rank() * block + i) % 1000) + n * (n - 1) / 2f;
                     assertEquals(expected, rs.getAtIndex(ValueLayout.JAVA_FLOAT, i), "reduce-scatter element " + i);
                 }
-                gathered.fill((byte) 0x7f);
-                comm.allGather(out, gathered, 0, 4 * block);
+                MemorySegment gathered = comm.allocateDevice(4 * block * n);
+                comm.copyFromHost(gathered, arena.allocate(4 * block * n).fill((byte) 0x7f));
+                comm.allGather(out, gathered, block, DType.FLOAT32);
                 MemorySegment ag = arena.allocate(4 * block * n);
-                comm.synchronize();
-                group.allGatherBytes("gathered", new byte[0]);
-                gathered.copyToHost(0, ag);
+                comm.copyToHost(ag, gathered);
                 for (int q = 0; q < n; q++) {
                     for (long i = 0; i < block; i++) {
                         float expected = n * ((q * block + i) % 1000) + n * (n - 1) / 2f;
                         assertEquals(expected, ag.getAtIndex(ValueLayout.JAVA_FLOAT, q * block + i), "all-gather block " + q);
                     }
                 }
-                comm.free(out);
+                comm.freeDevice(send);
+                comm.freeDevice(out);
+                comm.freeDevice(gathered);
             }
             return null;
         });
@@ -464,18 +464,18 @@ class CudaCollectivesTest {
             try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
                  CudaSymmetricMemory box = (CudaSymmetricMemory) cuda.allocate(group, 1 << 20);
                  Arena arena = Arena.ofConfined()) {
-                long src = comm.deviceMalloc(1 << 20);
+                MemorySegment src = comm.allocateDevice(1 << 20);
                 MemorySegment host = arena.allocate(1 << 20);
                 for (int round = 1; round <= 5; round++) {
                     host.fill((byte) (group.rank() * 10 + round));
-                    comm.copyToDevice(src, host);
-                    box.putWithSignal(peer, MemorySegment.ofAddress(src).reinterpret(1 << 20), 0, 3, round, SignalOp.SET);
+                    comm.copyFromHost(src, host);
+                    box.putWithSignal(peer, src, 0, 3, round, SignalOp.SET);
                     assertEquals(round, box.waitSignal(3, round, from));
                     box.copyToHost(0, host);
                     assertEquals((byte) (from * 10 + round), host.get(ValueLayout.JAVA_BYTE, (1 << 20) - 1), "round " + round);
                     box.barrier(); // nobody puts the next round before its peer has read this one
                 }
-                comm.free(src);
+                comm.freeDevice(src);
             }
             return null;
         });
@@ -495,15 +495,15 @@ class CudaCollectivesTest {
             try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
                  CudaSymmetricMemory box = (CudaSymmetricMemory) cuda.allocate(group, bytes);
                  Arena arena = Arena.ofConfined()) {
-                long src = comm.deviceMalloc(bytes);
+                MemorySegment src = comm.allocateDevice(bytes);
                 MemorySegment host = arena.allocate(bytes);
                 CudaGraph graph = comm.capture(() -> {
-                    box.putWithSignal(peer, MemorySegment.ofAddress(src).reinterpret(bytes), 0, 4, 1, SignalOp.ADD);
+                    box.putWithSignal(peer, src, 0, 4, 1, SignalOp.ADD);
                     box.enqueueWaitSignal(4, 1, true);
                 });
                 for (int replay = 1; replay <= 4; replay++) {
                     host.fill((byte) (group.rank() * 10 + replay));
-                    comm.copyToDevice(src, host);
+                    comm.copyFromHost(src, host);
                     comm.barrier(); // every rank's source holds this replay's data before anyone puts
                     graph.replay();
                     comm.synchronize();
@@ -514,7 +514,7 @@ class CudaCollectivesTest {
                     comm.barrier(); // nobody puts the next replay before its peer has read this one
                 }
                 graph.close();
-                comm.free(src);
+                comm.freeDevice(src);
             }
             return null;
         });

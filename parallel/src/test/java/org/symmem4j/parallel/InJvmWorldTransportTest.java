@@ -1,0 +1,68 @@
+package org.symmem4j.parallel;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.host.InJvmTransport;
+
+/** A world created on a transport: its groups report it, and the generic entry points go through it. */
+class InJvmWorldTransportTest {
+
+    /** Delegates to host-in-jvm and counts the calls that reach it. */
+    static final class CountingTransport implements Transport {
+        final Transport inner = new InJvmTransport();
+        final AtomicInteger allocations = new AtomicInteger();
+        final AtomicInteger communicators = new AtomicInteger();
+
+        @Override
+        public String name() {
+            return "counting";
+        }
+
+        @Override
+        public SymmetricMemory allocate(Group group, long bytes) {
+            allocations.incrementAndGet();
+            return inner.allocate(group, bytes);
+        }
+
+        @Override
+        public SymmetricMemory register(Group group, MemorySegment buffer) {
+            return inner.register(group, buffer);
+        }
+
+        @Override
+        public Communicator communicator(Group group, CommunicatorOptions options) {
+            communicators.incrementAndGet();
+            return inner.communicator(group, options);
+        }
+    }
+
+    @Test
+    void groupsOfAWorldCreatedOnATransportUseIt() {
+        CountingTransport transport = new CountingTransport();
+        List<Float> sums = InJvmWorld.runOnEveryRank(3, GroupOptions.defaults(), transport, group -> {
+            assertSame(transport, group.transport());
+            try (SymmetricMemory mem = SymmetricMemory.allocate(group, 64);
+                 Communicator comm = Communicator.create(group)) {
+                mem.local().set(ValueLayout.JAVA_FLOAT, 0, group.rank() + 1f);
+                comm.allReduce(mem, 0, 1, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT);
+                return mem.local().get(ValueLayout.JAVA_FLOAT, 0);
+            }
+        });
+        assertEquals(List.of(6f, 6f, 6f), sums);
+        // 3 ranks: one user allocation each, plus the communicator's scratch allocation each
+        assertEquals(3, transport.communicators.get());
+        assertEquals(6, transport.allocations.get());
+    }
+
+    @Test
+    void aWorldWithoutATransportIsRefused() {
+        assertThrows(NullPointerException.class, () -> InJvmWorld.create(2, GroupOptions.defaults(), null));
+    }
+}
