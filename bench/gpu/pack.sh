@@ -22,11 +22,13 @@ rm -rf .device
 mkdir -p .device/lib
 "$jdk/bin/jlink" --add-modules java.base,jdk.unsupported,java.management,java.logging,jdk.incubator.vector,jdk.jfr \
   --strip-debug --no-man-pages --no-header-files --compress=zip-6 --output .device/jre
-for module in kernels parallel gradsync pipeline benchmarks; do
+# examples: the benchmarks share its command-line helper (Cli)
+for module in kernels parallel gradsync pipeline examples benchmarks; do
   cp "$module/target/symmem4j-$module-$version.jar" .device/lib/
 done
-# micrometer-core for the metrics; SLF4J's API (symmem4j logs through it) and its simple backend; picocli parses the benchmarks' options
-for jar in micrometer-core slf4j-api slf4j-simple picocli; do
+# micrometer-core for the metrics; SLF4J's API (symmem4j logs through it) and its simple backend; picocli parses
+# the benchmarks' options; JMH and its two libraries run the host benchmarks on the machine's cores
+for jar in micrometer-core slf4j-api slf4j-simple picocli jmh-core jopt-simple commons-math3; do
   cp "$(grep -o "[^:]*$jar-[0-9][^:]*\.jar" benchmarks/target/classpath.txt | head -1)" .device/lib/
 done
 cp -r parallel/target/test-classes .device/test-classes
@@ -39,5 +41,24 @@ nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 # the launch-cost probes (standalone CUDA; run-on-device.sh launch)
 "$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/launch_idle_probe bench/gpu/launch_idle_probe.cu
 "$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/handshake_launch_probe bench/gpu/handshake_launch_probe.cu
+# BASE=<commit>: the same jars built from that commit, in .device/base/lib, for run-on-device.sh ab (a
+# regression check of this tree against the base on the same machine in the same call)
+if [ -n "${BASE:-}" ]; then
+  base_src=$(mktemp -d)
+  git clone -q "$root" "$base_src" && git -C "$base_src" checkout -q "$BASE"
+  # before the benchmarks module existed the benchmarks lived in examples
+  bench_module=benchmarks; [ -d "$base_src/benchmarks" ] || bench_module=examples
+  (cd "$base_src" && mvn -q -B -o -DskipTests -Dmaven.javadoc.skip=true -Dmaven.source.skip=true package \
+    -pl "kernels,parallel,gradsync,pipeline,$bench_module" -am)
+  mkdir -p .device/base/lib
+  for module in kernels parallel gradsync pipeline "$bench_module"; do
+    cp "$base_src/$module/target/symmem4j-$module-$version.jar" .device/base/lib/
+  done
+  for jar in micrometer-core slf4j-api slf4j-simple picocli jmh-core jopt-simple commons-math3; do
+    cp "$(grep -o "[^:]*$jar-[0-9][^:]*\.jar" "$base_src/$bench_module/target/classpath.txt" | head -1)" .device/base/lib/
+  done
+  git -C "$base_src" rev-parse --short HEAD > .device/base/commit
+  rm -rf "$base_src"
+fi
 du -sh .device
 echo "packed .device/ — run it with the device tool: command='bash bench/gpu/run-on-device.sh', carry=['.device']"

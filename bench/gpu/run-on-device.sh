@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs and reports land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|probe|nvlink|launch] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|probe|nvlink|launch|ab] [extra all-reduce benchmark args]
 # (shared: the GPU tests once per rank count in RANKS, default "8 4 2", every count's ranks sharing
 # the machine's GPUs, -Dsymmem4j.test.cudaRanks=N, CUDA_DEVICE_MAX_CONNECTIONS=32 unless set; logs
 # gpu-tests-Nranks-runK.log and gpu-tests-summary.txt)
+# (ab: this tree against the base commit packed with BASE=<commit> bench/gpu/pack.sh, see below)
 # (probe: GpuEagerProbe, host time per eager call; nvlink: bench/gpu/nvlink_probe.cu, the bandwidth
 # of each way of moving bytes between 2 GPUs, PATTERNS=1 for the copy patterns too; launch:
 # bench/gpu/launch_idle_probe.cu and handshake_launch_probe.cu, host time of launches outside the
@@ -24,9 +25,9 @@ out=${OUT:-/tmp/symmem4j-out}
 mkdir -p "$out"
 # NVLink multicast stays off (it can take a shared host's GPUs down): NCCL and NVSHMEM honour these.
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-java=.device/jre/bin/java
+java=$PWD/.device/jre/bin/java
 flags="--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -Xmx24g ${SYMMEM4J_JAVA_OPTS:-}"
-cp=$(ls .device/lib/symmem4j-*.jar .device/lib/micrometer-*.jar .device/lib/slf4j-*.jar .device/lib/picocli-*.jar | tr '\n' ':')
+cp=$(ls "$PWD"/.device/lib/{symmem4j,micrometer,slf4j,picocli,jmh-core,jopt-simple,commons-math3}-*.jar | tr '\n' ':')
 nvidia-smi -L || true
 nvidia-smi topo -m 2>/dev/null | head -12 || true
 echo "CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-unset} CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-unset}"
@@ -37,7 +38,7 @@ rc=0
 run_gpu_tests() { # log file, seconds, extra JVM flags
   timeout -k 30 -s QUIT "$2" $java $flags -Dsymmem4j.test.gpuTestSeconds=${GPU_TEST_SECONDS:-240} $3 \
     -jar .device/lib/junit-platform-console-standalone-*.jar execute \
-    --class-path ".device/test-classes:$cp" --select-class org.symmem4j.parallel.cuda.CudaCollectivesTest \
+    --class-path ".device/test-classes:$cp" --select-package org.symmem4j.parallel.cuda \
     --select-class org.symmem4j.pipeline.exec.CudaPipelineExecutorTest \
     --details=verbose --disable-banner 2>&1 | tee "$1"
   return "${PIPESTATUS[0]}"
@@ -73,6 +74,33 @@ if [ "$what" = handoff ] || [ "$what" = all ]; then
   timeout 300 $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuHandoffBench --out "$out/gpu-handoff.md" \
     2>&1 | tee "$out/gpu-handoff.log"
   rc=$(( rc | PIPESTATUS[0] ))
+fi
+if [ "$what" = ab ]; then
+  # Regression check against the base commit packed with BASE=<commit> bench/gpu/pack.sh, same machine,
+  # same call, base then this, AB_ROUNDS times (default 1): the host all-reduce JMH (threads and processes,
+  # AB_SIZES bytes (default 1 KiB, 64 KiB, 1 MiB, 16 MiB),
+  # the three algorithms) and the GPU all-reduce benchmark (one rank per GPU, 2 sharing one GPU where there is one).
+  base_cp=$(ls "$PWD"/.device/base/lib/*.jar | tr '\n' ':')
+  echo "base commit: $(cat .device/base/commit 2>/dev/null || echo missing)" | tee "$out/ab.txt"
+  for round in $(seq 1 "${AB_ROUNDS:-1}"); do
+    for side in base this; do
+      # the base's process benchmark may predate the run id its peer needs (fixed with this script):
+      # AB_BASE_PROCESSES=0 leaves it out
+      jmh='HostAllReduceBenchmark|ProcessAllReduceBenchmark'
+      if [ $side = base ]; then c=$base_cp; [ "${AB_BASE_PROCESSES:-1}" = 0 ] && jmh=HostAllReduceBenchmark; else c=$cp; fi
+      (cd "$out" && timeout 300 $java -cp "$c" org.openjdk.jmh.Main "$jmh" \
+        -p bytes=${AB_SIZES:-1024,65536,1048576,16777216} -wi 2 -i 3 -w 1 -r 1 -rf csv -rff "$out/jmh-$side-$round.csv" > "$out/jmh-$side-$round.log" 2>&1)
+      rc=$(( rc | $? ))
+      bench_class=org.symmem4j.benchmarks.GpuAllReduceBench
+      [ $side = base ] && ! unzip -l .device/base/lib/symmem4j-benchmarks-*.jar > /dev/null 2>&1 \
+        && bench_class=org.symmem4j.examples.bench.GpuAllReduceBench
+      timeout 300 $java $flags -cp "$c" $bench_class --max-bytes 16777216 --reps 5 \
+        --out "$out/gpu-allreduce-$side-$round.md" > "$out/gpu-allreduce-$side-$round.log" 2>&1
+      rc=$(( rc | $? ))
+      echo "round $round $side: done (rc so far $rc)" | tee -a "$out/ab.txt"
+    done
+  done
+  (cd "$out" && tar czf ab-raw.tar.gz jmh-*.csv jmh-*.log gpu-allreduce-*.md gpu-allreduce-*.log && rm -f jmh-*.log gpu-allreduce-*.log)
 fi
 if [ "$what" = probe ]; then
   timeout 300 $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuEagerProbe 2>&1 | tee "$out/gpu-eager-probe.log"

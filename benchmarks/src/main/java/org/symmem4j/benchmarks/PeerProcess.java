@@ -45,13 +45,16 @@ final class PeerProcess {
         command.addAll(List.of("-cp", System.getProperty("java.class.path"), BenchPeer.class.getName()));
         command.addAll(List.of(peerArgs));
         ProcessBuilder pb = new ProcessBuilder(command);
+        // one run id for both ranks: the default (from each process's parent) differs between this
+        // process and the peer it starts, and the store refuses a rank of another run
+        String runId = "bench-" + ProcessHandle.current().pid() + "-" + port;
         pb.environment().putAll(Map.of("RANK", "1", "WORLD_SIZE", "2", "LOCAL_RANK", "1",
-                "MASTER_ADDR", "127.0.0.1", "MASTER_PORT", Integer.toString(port)));
+                "MASTER_ADDR", "127.0.0.1", "MASTER_PORT", Integer.toString(port), "SYMMEM4J_RUN_ID", runId));
         pb.redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.appendTo(new File("bench-peer.log")));
         Process process = pb.start();
         try {
             return new PeerProcess(process,
-                    ProcessGroup.join(new ProcessGroupConfig(0, 2, 0, "127.0.0.1", port), options));
+                    ProcessGroup.join(new ProcessGroupConfig(0, 2, 0, "127.0.0.1", port, runId), options));
         } catch (RuntimeException e) {
             process.destroyForcibly();
             throw e;
