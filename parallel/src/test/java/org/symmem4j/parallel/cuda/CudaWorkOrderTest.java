@@ -10,6 +10,7 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.time.Duration;
 import java.util.List;
+import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -44,6 +45,15 @@ class CudaWorkOrderTest {
             cuda = CudaTransport.create();
             worldSize = Integer.getInteger("symmem4j.test.cudaRanks",
                     Math.max(2, Math.min(CudaKernels.MAX_RANKS, CudaDriver.get().deviceCount())));
+        }
+    }
+
+    /** Releases every rank this class's transport made, so that a later class's test can be the kernels' last user. */
+    @AfterAll
+    static void closeTransport() {
+        if (cuda != null) {
+            cuda.close();
+            cuda = null;
         }
     }
 

@@ -14,6 +14,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.stream.Stream;
+import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -56,12 +57,21 @@ class CudaPipelineExecutorTest {
     private static final long MESSAGE_BYTES = 64 << 10;
     /** The signal slot of the stages' own buffers that their copies (puts adding 0) name. */
     private static final int COPY_SLOT = 0;
-    private static Transport cuda;
+    private static CudaTransport cuda;
 
     @BeforeEach
     void needsAGpu() {
         Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
         Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
+    }
+
+    /** Releases every rank this class's transport made, so that a later class's test can be the kernels' last user. */
+    @AfterAll
+    static void closeTransport() {
+        if (cuda != null) {
+            cuda.close();
+            cuda = null;
+        }
     }
 
     /** Where the GPU memory comes from: the one place this test names how a GPU group's transport is made. */
