@@ -5,6 +5,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.regex.Pattern;
 
 /**
  * A group's ranks laid out as an n-dimensional grid with named dimensions, as PyTorch's
@@ -35,6 +36,9 @@ import java.util.Map;
  * from; close the sub-groups' memories and communicators first.
  */
 public final class DeviceMesh implements AutoCloseable {
+
+    /** What a dimension (and a {@link Group#split(int, int, String) split}) may be called: it appears in errors and store keys. */
+    public static final Pattern LABEL = Pattern.compile("[A-Za-z][A-Za-z0-9_-]{0,31}");
 
     private final Group group;
     private final Map<String, Integer> sizes;
@@ -103,7 +107,7 @@ public final class DeviceMesh implements AutoCloseable {
                         color = color * dims[e] + coordinate[e];
                     }
                 }
-                groups.put(names.get(d), GroupSplit.split(group, color, coordinate[d], names.get(d)));
+                groups.put(names.get(d), group.split(color, coordinate[d], names.get(d)));
             }
         } catch (RuntimeException e) {
             for (Group g : groups.values()) {
@@ -121,9 +125,9 @@ public final class DeviceMesh implements AutoCloseable {
         }
         Map<String, Integer> shape = new LinkedHashMap<>();
         for (int i = 0; i < namesAndSizes.length; i += 2) {
-            if (!(namesAndSizes[i] instanceof String name) || !GroupSplit.LABEL.matcher(name).matches()) {
+            if (!(namesAndSizes[i] instanceof String name) || !LABEL.matcher(name).matches()) {
                 throw new IllegalArgumentException("device mesh shape: argument " + i + " must be a dimension name matching "
-                        + GroupSplit.LABEL.pattern() + "; found " + namesAndSizes[i]);
+                        + LABEL.pattern() + "; found " + namesAndSizes[i]);
             }
             if (!(namesAndSizes[i + 1] instanceof Integer size) || size < 1) {
                 throw new IllegalArgumentException("device mesh shape: the size of dimension '" + name + "' must be an int"

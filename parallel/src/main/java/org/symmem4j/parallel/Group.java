@@ -134,8 +134,22 @@ public interface Group extends AutoCloseable {
      * @throws PeerTimeoutException when a rank does not arrive within the timeout, or is gone
      */
     default Group split(int color, int key) {
-        return GroupSplit.split(this, color, key, "split");
+        return split(color, key, "split");
     }
+
+    /**
+     * Collective: as {@link #split(int, int)}, with the name the sub-group goes by in errors and store
+     * keys ({@link DeviceMesh} passes its dimension names).
+     *
+     * @param color the sub-group this rank joins, {@code >= 0}
+     * @param key   orders the ranks within the sub-group
+     * @param label the sub-group's name, matching {@link DeviceMesh#LABEL}; equal on the sub-group's ranks
+     * @return this rank's part of its sub-group
+     * @throws IllegalArgumentException when a rank passes a negative color or a malformed label (on every rank)
+     * @throws UnsupportedOperationException when this group's transport cannot serve sub-groups
+     * @throws PeerTimeoutException when a rank does not arrive within the timeout, or is gone
+     */
+    Group split(int color, int key, String label);
 
     /** Leaves the group. Close symmetric memory and communicators first. */
     @Override

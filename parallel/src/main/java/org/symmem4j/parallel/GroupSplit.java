@@ -23,8 +23,6 @@ import java.util.regex.Pattern;
  */
 final class GroupSplit {
 
-    /** A name in errors and store keys: what a split is called (a mesh dimension name). */
-    static final Pattern LABEL = Pattern.compile("[A-Za-z][A-Za-z0-9_-]{0,31}");
     /** One rank's split record: "color key id label". */
     private static final Pattern RECORD = Pattern.compile("(-?[0-9]{1,10}) (-?[0-9]{1,10}) ([0-9a-f]{16}) (\\S{1,32})");
 
@@ -41,8 +39,8 @@ final class GroupSplit {
      * ({@link Transport#forSubGroup(int[])}).
      */
     static Group split(Group parent, int color, int key, String label) {
-        if (label == null || !LABEL.matcher(label).matches()) {
-            throw new IllegalArgumentException("split: label=" + label + " must match " + LABEL.pattern());
+        if (label == null || !DeviceMesh.LABEL.matcher(label).matches()) {
+            throw new IllegalArgumentException("split: label=" + label + " must match " + DeviceMesh.LABEL.pattern());
         }
         String proposal = String.format("%016x", ThreadLocalRandom.current().nextLong());
         List<byte[]> all = parent.allGatherBytes("split-" + label,
@@ -87,7 +85,7 @@ final class GroupSplit {
         String subId = id + "-" + label + "-c" + color;
         // In-JVM groups exchange live objects (segments, device pointers), so an in-JVM sub-group must be
         // an InJvmGroup; every other kind gets a sub-group that exchanges bytes through the parent's store.
-        if (parent instanceof InJvmGroup g) {
+        if (parent instanceof InJvmGroup g) { // this package's own kind: threads exchange live objects
             return g.newSubGroup(members, myIndex, subId, label);
         }
         return new StoreSubGroup(parent, members, myIndex, subId, label);

@@ -194,4 +194,9 @@ public final class InJvmGroup implements Group {
                 ? "InJvmGroup[rank=" + rank + ", worldSize=" + worldSize() + "]"
                 : "InJvmGroup[" + label + ", rank=" + rank + ", worldSize=" + worldSize() + ", worldRank=" + localRank() + "]";
     }
+
+    @Override
+    public Group split(int color, int key, String label) {
+        return GroupSplit.split(this, color, key, label);
+    }
 }

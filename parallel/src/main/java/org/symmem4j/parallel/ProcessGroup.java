@@ -552,4 +552,9 @@ public final class ProcessGroup implements Group {
             // the server is closed by the group
         }
     }
+
+    @Override
+    public Group split(int color, int key, String label) {
+        return GroupSplit.split(this, color, key, label);
+    }
 }

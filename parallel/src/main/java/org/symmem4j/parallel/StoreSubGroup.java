@@ -216,4 +216,9 @@ final class StoreSubGroup implements Group {
             // the parent group owns and closes its store
         }
     }
+
+    @Override
+    public Group split(int color, int key, String label) {
+        return GroupSplit.split(this, color, key, label);
+    }
 }
