@@ -8,8 +8,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.ProcessGroup;
-import org.symmem4j.parallel.ProcessGroupConfig;
+import org.symmem4j.parallel.group.ProcessGroup;
+import org.symmem4j.parallel.group.ProcessGroupConfig;
 
 /**
  * Rank 1 of a 2-process benchmark group, as a second JVM that a JMH fork (rank 0, which hosts the

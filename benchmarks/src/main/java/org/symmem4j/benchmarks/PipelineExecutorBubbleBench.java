@@ -11,7 +11,7 @@ import java.util.Map;
 import java.util.concurrent.locks.LockSupport;
 import org.symmem4j.examples.Cli;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.exec.PipelineExecutor;
 import org.symmem4j.pipeline.exec.StageCompute;

@@ -16,7 +16,7 @@ import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.SymmetricMemory;
 
 /**

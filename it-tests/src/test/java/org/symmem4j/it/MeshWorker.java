@@ -12,7 +12,7 @@ import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.DeviceMesh;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.PeerTimeoutException;
-import org.symmem4j.parallel.ProcessGroup;
+import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 

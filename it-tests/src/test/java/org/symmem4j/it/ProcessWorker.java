@@ -13,7 +13,7 @@ import java.util.SplittableRandom;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
-import org.symmem4j.parallel.ProcessGroup;
+import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;

@@ -1,7 +1,8 @@
 package org.symmem4j.parallel;
 
 import java.util.List;
-import org.symmem4j.parallel.rendezvous.RendezvousStore;
+import org.symmem4j.parallel.group.InJvmWorld;
+import org.symmem4j.parallel.group.ProcessGroup;
 
 /**
  * N ranks that allocate symmetric memory and run collectives together. Each rank holds its own

@@ -1,6 +1,7 @@
 package org.symmem4j.parallel;
 
 import java.lang.foreign.MemorySegment;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * How a group's ranks reach each other's memory: one class per transport behind this interface,

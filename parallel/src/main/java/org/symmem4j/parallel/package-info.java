@@ -2,8 +2,8 @@
  * The symmem4j runtime: groups of ranks, symmetric memory and collectives.
  *
  * <ul>
- *   <li>{@link org.symmem4j.parallel.Group}: N ranks. {@link org.symmem4j.parallel.InJvmWorld} makes
- *       ranks of threads, {@link org.symmem4j.parallel.ProcessGroup} ranks of processes (torchrun's
+ *   <li>{@link org.symmem4j.parallel.Group}: N ranks. {@link org.symmem4j.parallel.group.InJvmWorld} makes
+ *       ranks of threads, {@link org.symmem4j.parallel.group.ProcessGroup} ranks of processes (torchrun's
  *       {@code RANK}, {@code WORLD_SIZE}, {@code LOCAL_RANK}, {@code MASTER_ADDR}, {@code MASTER_PORT};
  *       rank 0 hosts the rendezvous store of {@link org.symmem4j.parallel.rendezvous}).</li>
  *   <li>{@link org.symmem4j.parallel.SymmetricMemory}: a same-size buffer on every rank that every
@@ -13,7 +13,7 @@
  *       FLOAT32/FLOAT64/BFLOAT16. GPU-only operations through
  *       {@code unwrap(}{@link org.symmem4j.parallel.DeviceCommunicator}{@code )}.</li>
  *   <li>{@link org.symmem4j.parallel.Transport}: where memory lives; a group is created on one
- *       ({@link org.symmem4j.parallel.InJvmWorld#create(int, GroupOptions, Transport)}) and
+ *       ({@link org.symmem4j.parallel.group.InJvmWorld#create(int, GroupOptions, Transport)}) and
  *       {@link org.symmem4j.parallel.Group#transport()} serves every allocation and communicator of it.
  *       Host transports are in {@link org.symmem4j.parallel.host}, the CUDA one in
  *       {@link org.symmem4j.parallel.cuda}.</li>

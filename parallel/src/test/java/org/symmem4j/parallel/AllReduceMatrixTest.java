@@ -13,6 +13,7 @@ import java.util.stream.Stream;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * Every algorithm × dtype × op × world size 1, 2, 3, 4, 8 × sizes 0, 1, odd, unaligned, 1 MB, on

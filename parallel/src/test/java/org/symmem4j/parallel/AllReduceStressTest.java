@@ -9,6 +9,7 @@ import java.time.Duration;
 import java.util.SplittableRandom;
 import java.util.concurrent.locks.LockSupport;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * 10,000 back-to-back small all-reduces with random delays on random ranks: no hang, every result

@@ -11,6 +11,7 @@ import java.lang.foreign.ValueLayout;
 import java.time.Duration;
 import java.util.List;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * Arguments that disagree across ranks, or are bad on one rank, are rejected on every rank with the

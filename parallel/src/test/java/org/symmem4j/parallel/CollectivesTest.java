@@ -10,6 +10,7 @@ import java.util.stream.Stream;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /** Reduce-scatter, all-gather and broadcast against float64 references, with single and many staged pieces. */
 class CollectivesTest {

@@ -12,6 +12,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * Sub-groups of threads: {@link Group#split} and {@link DeviceMesh} layouts, collectives on

@@ -15,6 +15,7 @@ import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * A rank that fails locally — inside a collective, or just before one — poisons its group at once:

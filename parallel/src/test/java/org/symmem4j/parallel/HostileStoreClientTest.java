@@ -17,6 +17,8 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.group.ProcessGroup;
+import org.symmem4j.parallel.group.ProcessGroupConfig;
 import org.symmem4j.parallel.host.SharedMemoryFiles;
 import org.symmem4j.parallel.rendezvous.JobIdentity;
 import org.symmem4j.parallel.rendezvous.StoreSecret;

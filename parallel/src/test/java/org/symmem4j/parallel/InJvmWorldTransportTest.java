@@ -9,6 +9,7 @@ import java.lang.foreign.ValueLayout;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.host.InJvmTransport;
 
 /** A world created on a transport: its groups report it, and the generic entry points go through it. */

@@ -12,6 +12,7 @@ import java.util.List;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * The in-place reduce-scatter and all-gather over {@link ShardPartition} blocks: results against

@@ -13,6 +13,7 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.group.ProcessGroupConfig;
 import org.symmem4j.parallel.rendezvous.JobIdentity;
 import org.symmem4j.parallel.rendezvous.StoreLimits;
 import org.symmem4j.parallel.rendezvous.StoreSecret;

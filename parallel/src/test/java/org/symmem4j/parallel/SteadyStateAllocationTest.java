@@ -7,6 +7,7 @@ import java.lang.foreign.MemorySegment;
 import java.lang.management.ManagementFactory;
 import java.time.Duration;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * Collectives allocate nothing in steady state (after JIT warm-up): garbage on the hot path costs

@@ -10,6 +10,7 @@ import java.lang.foreign.ValueLayout;
 import java.time.Duration;
 import java.util.List;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 class SymmetricMemoryTest {
 

@@ -7,7 +7,7 @@ import java.util.concurrent.LinkedBlockingQueue;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceMesh;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.pipeline.exec.PipelineExecutor;
 import org.symmem4j.pipeline.exec.StageCompute;
 import org.symmem4j.pipeline.exec.StepTimeline;

@@ -7,7 +7,6 @@ import java.util.concurrent.atomic.AtomicLong;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.InJvmGroup;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
@@ -34,27 +33,27 @@ public final class InJvmTransport implements Transport {
 
     @Override
     public SymmetricMemory allocate(Group group, long bytes) {
-        InJvmGroup g = inJvm(group);
+        PeerThreads peers = inJvm(group);
         if (bytes < 0) {
             throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0");
         }
         Arena arena = Arena.ofShared();
         MemorySegment data = arena.allocate(Math.max(bytes, 0), 4096);
-        return share(g, arena, data, "allocate");
+        return share(group, peers, arena, data, "allocate");
     }
 
     @Override
     public SymmetricMemory register(Group group, MemorySegment buffer) {
-        InJvmGroup g = inJvm(group);
+        PeerThreads peers = inJvm(group);
         Objects.requireNonNull(buffer, "buffer");
         if (!buffer.isNative()) {
             throw new IllegalArgumentException("register needs an off-heap (native) segment; found a heap segment of "
                     + buffer.byteSize() + " bytes (copy it off-heap, or allocate with SymmetricMemory.allocate)");
         }
-        return share(g, Arena.ofShared(), buffer, "register");
+        return share(group, peers, Arena.ofShared(), buffer, "register");
     }
 
-    private SymmetricMemory share(InJvmGroup g, Arena arena, MemorySegment data, String what) {
+    private SymmetricMemory share(Group g, PeerThreads peers, Arena arena, MemorySegment data, String what) {
         int n = g.worldSize();
         int slots = SignalPadLayout.DEFAULT_SIGNAL_SLOTS;
         MemorySegment pad;
@@ -68,7 +67,7 @@ public final class InJvmTransport implements Transport {
         Object[] all;
         try {
             // The exchange's lock orders the initialization above before peers read the pad.
-            all = g.allGatherObjects("symmetric-memory-" + what,
+            all = peers.allGatherObjects("symmetric-memory-" + what,
                     new Contribution(data, pad, g.rank() == 0 ? nextId.getAndIncrement() : -1));
         } catch (RuntimeException e) {
             arena.close();
@@ -92,9 +91,9 @@ public final class InJvmTransport implements Transport {
         }
         long id = ((Contribution) all[0]).idProposal();
         AutoCloseableArena tracked = new AutoCloseableArena(arena);
-        g.world().track(tracked);
+        peers.keepUntilWorldCloses(tracked);
         return new HostSymmetricMemory(g, NAME, id, data.byteSize(), slots, datas, pads, () -> {
-            g.world().untrack(tracked);
+            peers.forget(tracked);
             tracked.close();
         });
     }
@@ -119,7 +118,8 @@ public final class InJvmTransport implements Transport {
 
     @Override
     public Communicator communicator(Group group, CommunicatorOptions options) {
-        return new HostCommunicator(inJvm(group), options);
+        inJvm(group); // refuses a group of another kind, naming it
+        return new HostCommunicator(group, options);
     }
 
     /**
@@ -131,11 +131,11 @@ public final class InJvmTransport implements Transport {
         return this;
     }
 
-    private static InJvmGroup inJvm(Group group) {
-        if (group instanceof InJvmGroup g) {
-            return g;
+    private static PeerThreads inJvm(Group group) {
+        if (group instanceof PeerThreads peers) {
+            return peers;
         }
-        throw new IllegalArgumentException("transport " + NAME + " needs an InJvmGroup; found "
+        throw new IllegalArgumentException("transport " + NAME + " needs a group whose ranks are threads of this JVM (PeerThreads: InJvmWorld's groups); found "
                 + (group == null ? "null" : group.getClass().getSimpleName()));
     }
 }

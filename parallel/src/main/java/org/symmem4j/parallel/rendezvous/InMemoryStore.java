@@ -10,6 +10,7 @@ import java.util.Optional;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
+import org.symmem4j.parallel.RendezvousStore;
 
 /**
  * The store for ranks that are threads of one JVM, and the backing map of {@link TcpStoreServer}.

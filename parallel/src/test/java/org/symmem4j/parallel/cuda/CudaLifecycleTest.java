@@ -29,7 +29,7 @@ import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.DeviceGraph;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 

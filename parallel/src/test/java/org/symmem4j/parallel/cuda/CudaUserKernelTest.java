@@ -30,7 +30,7 @@ import org.symmem4j.parallel.DeviceKernels;
 import org.symmem4j.parallel.DeviceMemory;
 import org.symmem4j.parallel.DeviceModule;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.KernelArguments;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmemException;

@@ -18,7 +18,7 @@ import org.junit.jupiter.params.provider.MethodSource;
 import org.junit.jupiter.api.Test;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.InJvmWorld;
+import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;

@@ -1,8 +1,15 @@
-package org.symmem4j.parallel;
+package org.symmem4j.parallel.group;
 
 import java.util.ArrayList;
 import java.util.List;
-import org.symmem4j.parallel.rendezvous.RendezvousStore;
+import org.symmem4j.parallel.DeviceMesh;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupAbort;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.RendezvousStore;
+import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.host.PeerThreads;
 
 /**
  * One rank of an {@link InJvmWorld}: a thread. Either the world's group (from
@@ -12,7 +19,7 @@ import org.symmem4j.parallel.rendezvous.RendezvousStore;
  * so disjoint sub-groups set up at the same time. A sub-group is an {@code InJvmGroup} too because
  * in-JVM transports exchange live objects (off-heap segments, device pointers), not bytes.
  */
-public final class InJvmGroup implements Group {
+public final class InJvmGroup implements Group, PeerThreads {
 
     private final InJvmWorld world;
     private final int rank;
@@ -122,6 +129,7 @@ public final class InJvmGroup implements Group {
      * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone,
      *                              or the group is aborted
      */
+    @Override
     public Object[] allGatherObjects(String tag, Object mine) {
         checkOpen();
         try {
@@ -198,5 +206,15 @@ public final class InJvmGroup implements Group {
     @Override
     public Group split(int color, int key, String label) {
         return GroupSplit.split(this, color, key, label);
+    }
+
+    @Override
+    public void keepUntilWorldCloses(AutoCloseable resource) {
+        world.track(resource);
+    }
+
+    @Override
+    public void forget(AutoCloseable resource) {
+        world.untrack(resource);
     }
 }

@@ -1,10 +1,15 @@
-package org.symmem4j.parallel;
+package org.symmem4j.parallel.group;
 
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
-import org.symmem4j.parallel.rendezvous.RendezvousStore;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupAbort;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.RendezvousStore;
+import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.rendezvous.StoreTimeoutException;
 
 /**

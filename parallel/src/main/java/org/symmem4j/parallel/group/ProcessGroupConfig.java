@@ -1,4 +1,4 @@
-package org.symmem4j.parallel;
+package org.symmem4j.parallel.group;
 
 import java.time.Instant;
 import java.util.Map;

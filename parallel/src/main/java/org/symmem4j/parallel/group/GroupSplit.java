@@ -1,4 +1,4 @@
-package org.symmem4j.parallel;
+package org.symmem4j.parallel.group;
 
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -7,6 +7,11 @@ import java.util.List;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import org.symmem4j.parallel.DeviceMesh;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupAbort;
+import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.Transport;
 
 /**
  * Splitting a group, as {@code ncclCommSplit} does: every rank of the parent passes a color and a

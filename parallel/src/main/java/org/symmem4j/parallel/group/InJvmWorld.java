@@ -1,4 +1,4 @@
-package org.symmem4j.parallel;
+package org.symmem4j.parallel.group;
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -11,6 +11,14 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReferenceArray;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupAbort;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.host.InJvmTransport;
 import org.symmem4j.parallel.rendezvous.InMemoryStore;
 

@@ -1,8 +1,11 @@
-package org.symmem4j.parallel.rendezvous;
+package org.symmem4j.parallel;
 
 import java.time.Duration;
 import java.util.List;
 import java.util.Optional;
+import org.symmem4j.parallel.rendezvous.InMemoryStore;
+import org.symmem4j.parallel.rendezvous.TcpStoreClient;
+import org.symmem4j.parallel.rendezvous.TcpStoreServer;
 
 /**
  * A small key-value store every rank of a group can reach: set/get/wait by key and an atomic

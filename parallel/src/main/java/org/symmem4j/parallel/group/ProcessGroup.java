@@ -1,4 +1,4 @@
-package org.symmem4j.parallel;
+package org.symmem4j.parallel.group;
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -10,10 +10,16 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupAbort;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.RendezvousStore;
+import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.host.PeerProcesses;
 import org.symmem4j.parallel.host.SharedMemoryTransport;
 import org.symmem4j.parallel.rendezvous.JobIdentity;
-import org.symmem4j.parallel.rendezvous.RendezvousStore;
 import org.symmem4j.parallel.rendezvous.StoreLimits;
 import org.symmem4j.parallel.rendezvous.StoreSecret;
 import org.symmem4j.parallel.rendezvous.StoreTimeoutException;
