@@ -12,8 +12,8 @@ import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.host.HostCommunicator;
-import org.symmem4j.parallel.host.OpDescriptorLayout.Kind;
-import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 import org.symmem4j.parallel.numeric.Reducer;
 
 /**

@@ -17,9 +17,11 @@ import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
-import org.symmem4j.parallel.host.OpDescriptorLayout.Descriptor;
-import org.symmem4j.parallel.host.OpDescriptorLayout.Kind;
-import org.symmem4j.parallel.host.OpDescriptorLayout.Problem;
+import org.symmem4j.parallel.control.OpDescriptorLayout;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Descriptor;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
+import org.symmem4j.parallel.control.PadSynchronizer;
 import org.symmem4j.parallel.numeric.Reducer;
 
 /**

@@ -5,6 +5,7 @@ import java.util.Objects;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.control.PadSynchronizer;
 
 /**
  * Symmetric memory in host RAM: every rank's buffer and signal pad as {@link MemorySegment}s,

@@ -10,6 +10,7 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.control.SignalPadLayout;
 
 /**
  * Ranks are threads of one JVM: each rank allocates its buffer and pad off-heap in a shared arena,

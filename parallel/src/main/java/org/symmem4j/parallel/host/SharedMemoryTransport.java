@@ -13,6 +13,7 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.control.SignalPadLayout;
 
 /**
  * Ranks are processes on one machine: each rank creates a {@code /dev/shm} file holding its signal

@@ -1,10 +1,10 @@
-package org.symmem4j.parallel.host;
+package org.symmem4j.parallel.control;
 
-import static org.symmem4j.parallel.host.SignalPadLayout.ABORT_CLAIMED;
-import static org.symmem4j.parallel.host.SignalPadLayout.ABORT_REASON_MAX_BYTES;
-import static org.symmem4j.parallel.host.SignalPadLayout.ABORT_REASON_OFFSET;
-import static org.symmem4j.parallel.host.SignalPadLayout.ABORT_WORD_OFFSET;
-import static org.symmem4j.parallel.host.SignalPadLayout.LONG;
+import static org.symmem4j.parallel.control.SignalPadLayout.ABORT_CLAIMED;
+import static org.symmem4j.parallel.control.SignalPadLayout.ABORT_REASON_MAX_BYTES;
+import static org.symmem4j.parallel.control.SignalPadLayout.ABORT_REASON_OFFSET;
+import static org.symmem4j.parallel.control.SignalPadLayout.ABORT_WORD_OFFSET;
+import static org.symmem4j.parallel.control.SignalPadLayout.LONG;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -32,7 +32,7 @@ import org.symmem4j.parallel.sync.Waiter;
  *
  * <p>Used by one thread (the rank's); not thread-safe.
  */
-final class PadSynchronizer implements WaitSubject {
+public final class PadSynchronizer implements WaitSubject {
 
     private enum WaitKind { ENTRY, BARRIER, STEP, SIGNAL, LEFT }
 
@@ -72,7 +72,7 @@ final class PadSynchronizer implements WaitSubject {
     private long waitOffset;
     private long lastLivenessCheckNanos;
 
-    PadSynchronizer(Group group, MemorySegment[] pads) {
+    public PadSynchronizer(Group group, MemorySegment[] pads) {
         this.group = group;
         this.rank = group.rank();
         this.worldSize = group.worldSize();
@@ -91,13 +91,13 @@ final class PadSynchronizer implements WaitSubject {
     }
 
     /** Names the operation the next waits belong to (for example kind "all-reduce", number 12). */
-    void beginOp(String kind, long number) {
+    public void beginOp(String kind, long number) {
         opKind = kind;
         opNumber = number;
     }
 
     /** The operation in progress, for example "all-reduce#12" (for error messages). */
-    String currentOp() {
+    public String currentOp() {
         return opNumber >= 0 ? opKind + "#" + opNumber : opKind;
     }
 
@@ -106,7 +106,7 @@ final class PadSynchronizer implements WaitSubject {
         return (opNumber >= 0 ? opKind + "#" + opNumber : opKind) + " " + phase;
     }
 
-    MemorySegment ownPad() {
+    public MemorySegment ownPad() {
         return ownPad;
     }
 
@@ -121,7 +121,7 @@ final class PadSynchronizer implements WaitSubject {
      * descriptor, readable with plain loads. This is a barrier: the release store of the epoch
      * publishes everything this rank wrote before arriving (its data too).
      */
-    void arrive(OpDescriptorLayout.Descriptor descriptor) {
+    public void arrive(OpDescriptorLayout.Descriptor descriptor) {
         checkNotAborted("entry");
         long seq = descriptor.seq();
         long epoch = seq + 1;
@@ -144,7 +144,7 @@ final class PadSynchronizer implements WaitSubject {
     }
 
     /** Rank {@code peer}'s entry line for op {@code seq} in this rank's pad (valid after {@link #arrive}). */
-    long entryLine(int peer, long seq) {
+    public long entryLine(int peer, long seq) {
         return SignalPadLayout.entryLineOffset(peer, seq);
     }
 
@@ -153,7 +153,7 @@ final class PadSynchronizer implements WaitSubject {
      * publishes all of this rank's earlier writes (data, descriptor); the matching acquire load in
      * the peer's wait loop makes them visible there.
      */
-    void barrier(String phase) {
+    public void barrier(String phase) {
         checkNotAborted(phase);
         long epoch = ++barrierEpoch;
         long mySlot = SignalPadLayout.barrierSlotOffset(worldSize, rank);
@@ -183,12 +183,12 @@ final class PadSynchronizer implements WaitSubject {
      * Tells {@code peer} that this rank has completed {@code steps} ring steps. Release: publishes
      * the partial sums and chunks written in those steps; acquired by {@link #awaitStep}.
      */
-    void publishStep(int peer, long steps) {
+    public void publishStep(int peer, long steps) {
         LONG.setRelease(pads[peer], SignalPadLayout.stepSlotOffset(worldSize, rank), steps);
     }
 
     /** Waits until {@code peer} has told this rank it completed at least {@code steps} steps (acquire). */
-    void awaitStep(int peer, long steps, String phase) {
+    public void awaitStep(int peer, long steps, String phase) {
         long offset = SignalPadLayout.stepSlotOffset(worldSize, peer);
         // acquire: pairs with the peer's release in publishStep
         if ((long) LONG.getAcquire(ownPad, offset) < steps) {
@@ -197,7 +197,7 @@ final class PadSynchronizer implements WaitSubject {
     }
 
     /** Applies a user signal to {@code peer}'s slot with release semantics (publishes the put before it). */
-    void signal(int peer, int slot, long value, SignalOp op) {
+    public void signal(int peer, int slot, long value, SignalOp op) {
         long offset = SignalPadLayout.signalSlotOffset(worldSize, slot);
         if (op == SignalOp.SET) {
             // release: publishes data put before this signal; acquired by the peer's waitSignal
@@ -209,7 +209,7 @@ final class PadSynchronizer implements WaitSubject {
     }
 
     /** Waits until this rank's signal slot holds at least {@code atLeast}; returns the value seen (acquire). */
-    long waitSignal(int slot, long atLeast, int fromRank, String phase) {
+    public long waitSignal(int slot, long atLeast, int fromRank, String phase) {
         long offset = SignalPadLayout.signalSlotOffset(worldSize, slot);
         // acquire: pairs with the signaller's release in signal()
         long v = (long) LONG.getAcquire(ownPad, offset);
@@ -220,7 +220,7 @@ final class PadSynchronizer implements WaitSubject {
         return v;
     }
 
-    long readSignal(int slot) {
+    public long readSignal(int slot) {
         // acquire: pairs with the signaller's release in signal()
         return (long) LONG.getAcquire(ownPad, SignalPadLayout.signalSlotOffset(worldSize, slot));
     }
@@ -372,7 +372,7 @@ final class PadSynchronizer implements WaitSubject {
      * still waiting for this rank in a collective sees the flag and fails at once, and its abort ends
      * this wait.
      */
-    void leaveAndAwaitPeers() {
+    public void leaveAndAwaitPeers() {
         leaving = true;
         for (int p = 0; p < worldSize; p++) {
             if (p != rank) {
@@ -402,7 +402,7 @@ final class PadSynchronizer implements WaitSubject {
     }
 
     /** Unregisters from the group's abort: the memory is being freed. */
-    void detach() {
+    public void detach() {
         detachFromGroupAbort.run();
         RANK_MEMORIES.computeIfPresent(group.abortState(), (k, old) -> {
             PadSynchronizer[] left = Arrays.stream(old).filter(s -> s != this).toArray(PadSynchronizer[]::new);
@@ -430,7 +430,7 @@ final class PadSynchronizer implements WaitSubject {
      * Marks every pad (this rank's too) aborted by this rank with {@code reason}, unless another rank
      * got there first. Peers see it on their next progress check and fail.
      */
-    void abort(String reason) {
+    public void abort(String reason) {
         abort(rank, reason);
     }
 
@@ -438,7 +438,7 @@ final class PadSynchronizer implements WaitSubject {
      * As {@link #abort(String)}, naming {@code culprit} as the rank that caused it (a peer that died
      * or never arrived), so the errors peers see name that rank, not the one that noticed.
      */
-    void abort(int culprit, String reason) {
+    public void abort(int culprit, String reason) {
         GroupAbort.Cause cause = new GroupAbort.Cause(culprit, reason);
         writeAbort(cause);
         group.abortState().raise(cause.rank(), cause.reason()); // this rank's other memories and teardown hear of it
@@ -467,7 +467,7 @@ final class PadSynchronizer implements WaitSubject {
     }
 
     /** Throws if this rank's pad says the group was aborted. One acquire load on the fast path. */
-    void checkNotAborted(String phase) {
+    public void checkNotAborted(String phase) {
         // acquire: pairs with the aborter's release in abort(), so the reason text is complete
         long word = (long) LONG.getAcquire(ownPad, ABORT_WORD_OFFSET);
         if (word == 0) {
@@ -514,7 +514,7 @@ final class PadSynchronizer implements WaitSubject {
                 Reason.PEER_ABORTED, waiter.timeout());
     }
 
-    boolean isAborted() {
+    public boolean isAborted() {
         return (long) LONG.getAcquire(ownPad, ABORT_WORD_OFFSET) != 0;
     }
 }

@@ -1,4 +1,4 @@
-package org.symmem4j.parallel.host;
+package org.symmem4j.parallel.control;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
