@@ -4,9 +4,9 @@ import org.symmem4j.examples.Cli;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
-import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.group.ProcessGroup;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Parameters;
 

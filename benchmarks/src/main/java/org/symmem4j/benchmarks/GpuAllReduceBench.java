@@ -26,10 +26,10 @@ import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.DeviceGraph;
 import org.symmem4j.parallel.DeviceMemory;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.cuda.CudaTransport;
+import org.symmem4j.parallel.group.InJvmWorld;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 

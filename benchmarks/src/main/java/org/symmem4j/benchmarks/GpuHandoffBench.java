@@ -15,10 +15,10 @@ import org.symmem4j.examples.Cli;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.cuda.CudaTransport;
+import org.symmem4j.parallel.group.InJvmWorld;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 

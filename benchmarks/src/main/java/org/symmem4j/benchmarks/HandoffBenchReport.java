@@ -8,9 +8,9 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.TreeSet;
-import org.symmem4j.examples.Cli;
 import org.symmem4j.benchmarks.HostBenchReport.MpiResults;
 import org.symmem4j.benchmarks.HostBenchReport.Score;
+import org.symmem4j.examples.Cli;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Parameters;
 

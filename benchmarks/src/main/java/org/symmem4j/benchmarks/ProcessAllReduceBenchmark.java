@@ -20,9 +20,9 @@ import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.group.ProcessGroup;
 
 /**
  * All-reduce latency, 2 ranks as JVM processes over {@code /dev/shm}: float32 SUM in place on

@@ -25,10 +25,10 @@ import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.numeric.Reducer;
 
 /**

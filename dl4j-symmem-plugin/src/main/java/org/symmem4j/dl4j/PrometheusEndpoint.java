@@ -1,5 +1,9 @@
 package org.symmem4j.dl4j;
 
+import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
+import io.prometheus.metrics.config.ExporterHttpServerProperties;
+import io.prometheus.metrics.config.PrometheusProperties;
+import io.prometheus.metrics.exporter.httpserver.HTTPServer;
 import java.io.IOException;
 import java.net.Inet6Address;
 import java.net.InetAddress;
@@ -7,10 +11,6 @@ import java.net.UnknownHostException;
 import java.time.Duration;
 import java.util.Map;
 import java.util.Objects;
-import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
-import io.prometheus.metrics.config.ExporterHttpServerProperties;
-import io.prometheus.metrics.config.PrometheusProperties;
-import io.prometheus.metrics.exporter.httpserver.HTTPServer;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.SymmemException;

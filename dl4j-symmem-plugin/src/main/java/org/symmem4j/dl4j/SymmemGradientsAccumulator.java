@@ -30,11 +30,11 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.numeric.Reducer;
 import org.symmem4j.parallel.sync.BackoffIdleStrategy;
 

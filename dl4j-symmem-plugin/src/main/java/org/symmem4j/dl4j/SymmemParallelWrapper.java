@@ -1,5 +1,8 @@
 package org.symmem4j.dl4j;
 
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tag;
+import io.micrometer.core.instrument.Tags;
 import java.io.File;
 import java.io.IOException;
 import java.nio.file.AtomicMoveNotSupportedException;
@@ -9,15 +12,12 @@ import java.nio.file.StandardCopyOption;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.function.Supplier;
 import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
-import io.micrometer.core.instrument.MeterRegistry;
-import io.micrometer.core.instrument.Tag;
-import io.micrometer.core.instrument.Tags;
+import java.util.function.Supplier;
 import org.deeplearning4j.core.storage.StatsStorageRouter;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.conf.WorkspaceMode;
@@ -37,10 +37,10 @@ import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.sync.BackoffIdleStrategy;
 
 /**

@@ -16,8 +16,8 @@ import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * The overlap's readiness rule, driven by hand on one rank (its all-reduce changes nothing, so the

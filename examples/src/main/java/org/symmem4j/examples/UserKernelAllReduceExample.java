@@ -12,7 +12,6 @@ import java.util.List;
 import java.util.SplittableRandom;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
-import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.DeviceFunction;
@@ -20,13 +19,14 @@ import org.symmem4j.parallel.DeviceGraph;
 import org.symmem4j.parallel.DeviceKernels;
 import org.symmem4j.parallel.DeviceMemory;
 import org.symmem4j.parallel.DeviceModule;
+import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.KernelArguments;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
-import org.symmem4j.parallel.cuda.CudaDriver;
 import org.symmem4j.parallel.cuda.CudaTransport;
+import org.symmem4j.parallel.cuda.CudaUnavailableException;
+import org.symmem4j.parallel.group.InJvmWorld;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
@@ -81,17 +81,21 @@ public final class UserKernelAllReduceExample {
             return f;
         });
         byte[] image = flags.image != null ? Files.readAllBytes(flags.image) : bundledImage();
-        if (!CudaDriver.available()) {
-            System.err.println("no CUDA driver: " + CudaDriver.unavailableReason());
+        CudaTransport cuda;
+        try {
+            cuda = CudaTransport.create(); // the one CUDA class the example names: it picks the transport
+        } catch (CudaUnavailableException e) {
+            System.err.println("no CUDA: " + e.getMessage());
             System.exit(1);
+            return;
         }
-        int ranks = flags.ranks > 0 ? flags.ranks : Math.max(2, CudaDriver.get().deviceCount());
+        int ranks = flags.ranks > 0 ? flags.ranks : Math.max(2, cuda.deviceCount());
         long count = flags.count;
-        try (CudaTransport cuda = CudaTransport.create()) {
+        try (cuda) {
             List<String> reports = InJvmWorld.runOnEveryRank(ranks, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)),
-                    group -> {
+                    cuda, group -> {
                         try {
-                            return runRank(cuda, group, image, count);
+                            return runRank(group, image, count);
                         } finally {
                             cuda.release(group);
                         }
@@ -114,12 +118,12 @@ public final class UserKernelAllReduceExample {
         }
     }
 
-    private static String runRank(CudaTransport cuda, org.symmem4j.parallel.Group group, byte[] image, long count) {
+    private static String runRank(Group group, byte[] image, long count) {
         int rank = group.rank();
         int world = group.worldSize();
-        try (SymmetricMemory input = cuda.allocate(group, count * 4);
-             SymmetricMemory ours = cuda.allocate(group, count * 4);
-             Communicator comm = cuda.communicator(group, CommunicatorOptions.defaults());
+        try (SymmetricMemory input = SymmetricMemory.allocate(group, count * 4);
+             SymmetricMemory ours = SymmetricMemory.allocate(group, count * 4);
+             Communicator comm = Communicator.create(group);
              Arena arena = Arena.ofConfined()) {
             DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow();
             DeviceKernels kernels = comm.unwrap(DeviceKernels.class).orElseThrow();

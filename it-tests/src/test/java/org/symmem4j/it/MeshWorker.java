@@ -12,9 +12,9 @@ import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.DeviceMesh;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.PeerTimeoutException;
-import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.group.ProcessGroup;
 
 /**
  * One process of a cross-process device-mesh test ({@link ProcessWorker} scenarios {@code mesh} and

@@ -53,9 +53,9 @@ import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.group.InJvmWorld;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 

@@ -10,10 +10,10 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import java.util.function.ToDoubleFunction;
-import org.symmem4j.examples.DataParallelExample;
 import org.symmem4j.benchmarks.dl4j.ZeroShardingBench.Mode;
 import org.symmem4j.benchmarks.dl4j.ZeroShardingBench.Options;
 import org.symmem4j.benchmarks.dl4j.ZeroShardingBench.Result;
+import org.symmem4j.examples.DataParallelExample;
 
 /** The markdown report of one {@link ZeroShardingBench} run: setup, method, the table per N, targets, every run. */
 final class ZeroShardingReport {

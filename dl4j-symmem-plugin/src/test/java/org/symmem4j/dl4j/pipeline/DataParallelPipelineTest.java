@@ -25,9 +25,9 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.learning.config.Sgd;
 import org.nd4j.linalg.lossfunctions.impl.LossMCXENT;
+import org.symmem4j.dl4j.Nets;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
-import org.symmem4j.dl4j.Nets;
 
 /**
  * Data parallelism over pipelines (DP x PP, {@link PipelineParallelTrainer.Builder#dataParallel}):

@@ -11,9 +11,9 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
-import org.symmem4j.parallel.host.HostCommunicator;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
+import org.symmem4j.parallel.host.HostCommunicator;
 import org.symmem4j.parallel.numeric.Reducer;
 
 /**

@@ -27,10 +27,10 @@ import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.numeric.BFloat16;
 
 /**

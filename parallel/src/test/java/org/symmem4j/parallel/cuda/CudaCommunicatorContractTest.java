@@ -28,10 +28,10 @@ import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.DeviceMemory;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.numeric.BFloat16;
 
 /**

@@ -29,9 +29,9 @@ import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.DeviceGraph;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * Closing GPU groups gives everything back: a thousand times a transport, a world of 2 ranks,

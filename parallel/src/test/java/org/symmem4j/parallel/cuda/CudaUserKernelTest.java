@@ -30,11 +30,11 @@ import org.symmem4j.parallel.DeviceKernels;
 import org.symmem4j.parallel.DeviceMemory;
 import org.symmem4j.parallel.DeviceModule;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.KernelArguments;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * A user-written kernel beside ours: the example one-shot all-reduce of

@@ -17,10 +17,10 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.WorkClock;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * The executor's operations on GPU symmetric memory, through the {@link SymmetricMemory} interface

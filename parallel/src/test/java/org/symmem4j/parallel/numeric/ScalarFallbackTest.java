@@ -13,8 +13,8 @@ import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * A JVM started without {@code --add-modules=jdk.incubator.vector} runs every collective on the

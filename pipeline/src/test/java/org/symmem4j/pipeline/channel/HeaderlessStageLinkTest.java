@@ -9,9 +9,9 @@ import java.time.Duration;
 import org.junit.jupiter.api.Test;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.pipeline.schedule.PipelineShape;
 
 /**

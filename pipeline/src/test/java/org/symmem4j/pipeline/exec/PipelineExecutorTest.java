@@ -12,22 +12,22 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.stream.Stream;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
-import org.junit.jupiter.api.Test;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.group.InJvmWorld;
+import org.symmem4j.parallel.trace.Json;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
 import org.symmem4j.pipeline.schedule.PipelineShape;
-import org.symmem4j.pipeline.schedule.SimulationResult;
-import org.symmem4j.pipeline.schedule.StageDurations;
 import org.symmem4j.pipeline.schedule.Schedule;
 import org.symmem4j.pipeline.schedule.ScheduleGenerators;
-import org.symmem4j.parallel.trace.Json;
+import org.symmem4j.pipeline.schedule.SimulationResult;
+import org.symmem4j.pipeline.schedule.StageDurations;
 
 class PipelineExecutorTest {
 

@@ -8,6 +8,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.trace.Json;
 import org.symmem4j.pipeline.exec.TimelineEvent.Kind;
 import org.symmem4j.pipeline.schedule.Action;
 import org.symmem4j.pipeline.schedule.ActionType;
@@ -17,7 +18,6 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
 import org.symmem4j.pipeline.schedule.ScheduleSimulator;
 import org.symmem4j.pipeline.schedule.SimulationResult;
 import org.symmem4j.pipeline.schedule.StageDurations;
-import org.symmem4j.parallel.trace.Json;
 
 /**
  * The report's figures on timelines written by hand from a simulator run (no threads, no clocks), so
