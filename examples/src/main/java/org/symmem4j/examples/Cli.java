@@ -2,9 +2,9 @@ package org.symmem4j.examples;
 
 import java.io.PrintWriter;
 import java.util.function.Function;
+import picocli.CommandLine;
 import picocli.CommandLine.IVersionProvider;
 import picocli.CommandLine.ParameterException;
-import picocli.CommandLine;
 
 /**
  * Command-line parsing shared by the examples and benchmark CLIs: each program declares its options

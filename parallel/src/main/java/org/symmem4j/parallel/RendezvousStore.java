@@ -3,17 +3,14 @@ package org.symmem4j.parallel;
 import java.time.Duration;
 import java.util.List;
 import java.util.Optional;
-import org.symmem4j.parallel.rendezvous.InMemoryStore;
-import org.symmem4j.parallel.rendezvous.TcpStoreClient;
-import org.symmem4j.parallel.rendezvous.TcpStoreServer;
 
 /**
  * A small key-value store every rank of a group can reach: set/get/wait by key and an atomic
  * counter. Ranks use it once, at set-up, to exchange handles (shared-memory file names now,
  * NCCL and NVSHMEM unique ids later); collectives never touch it.
  *
- * <p>Two implementations: {@link InMemoryStore} for ranks that are threads of one JVM, and
- * {@link TcpStoreClient} for ranks that are processes, talking to a {@link TcpStoreServer} hosted by
+ * <p>Two implementations: {@code rendezvous.InMemoryStore} for ranks that are threads of one JVM, and
+ * {@code rendezvous.TcpStoreClient} for ranks that are processes, talking to a {@code rendezvous.TcpStoreServer} hosted by
  * rank 0 at {@code MASTER_ADDR:MASTER_PORT} (the torchrun convention).
  */
 public interface RendezvousStore extends AutoCloseable {

@@ -17,7 +17,6 @@ import org.symmem4j.parallel.group.ProcessGroupConfig;
 import org.symmem4j.parallel.rendezvous.JobIdentity;
 import org.symmem4j.parallel.rendezvous.StoreLimits;
 import org.symmem4j.parallel.rendezvous.StoreSecret;
-import org.symmem4j.parallel.rendezvous.StoreTimeoutException;
 import org.symmem4j.parallel.rendezvous.TcpStoreClient;
 import org.symmem4j.parallel.rendezvous.TcpStoreServer;
 

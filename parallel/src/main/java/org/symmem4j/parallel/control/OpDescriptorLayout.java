@@ -131,6 +131,10 @@ public final class OpDescriptorLayout {
         private long recvBytes;
         private Problem problem;
 
+        /** An empty descriptor; a communicator fills it before each call ({@link #read} decodes a peer's). */
+        public Descriptor() {
+        }
+
         /**
          * Sets every field; returns this. Ordinals are -1 where the call has no such argument.
          *

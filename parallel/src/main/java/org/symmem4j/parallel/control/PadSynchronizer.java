@@ -16,8 +16,8 @@ import java.util.List;
 import java.util.concurrent.ConcurrentHashMap;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupAbort;
-import org.symmem4j.parallel.PeerTimeoutException.Reason;
 import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.PeerTimeoutException.Reason;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.sync.WaitSubject;
 import org.symmem4j.parallel.sync.Waiter;
@@ -72,6 +72,12 @@ public final class PadSynchronizer implements WaitSubject {
     private long waitOffset;
     private long lastLivenessCheckNanos;
 
+    /**
+     * This rank's synchronizer over the signal pads of {@code group}'s ranks.
+     *
+     * @param group this rank's group (its rank, size, options, liveness and abort state)
+     * @param pads  every rank's signal pad as mapped in this rank, in rank order ({@link SignalPadLayout})
+     */
     public PadSynchronizer(Group group, MemorySegment[] pads) {
         this.group = group;
         this.rank = group.rank();
@@ -90,13 +96,22 @@ public final class PadSynchronizer implements WaitSubject {
         });
     }
 
-    /** Names the operation the next waits belong to (for example kind "all-reduce", number 12). */
+    /**
+     * Names the operation the next waits belong to (for example kind "all-reduce", number 12).
+     *
+     * @param kind   what the operation is
+     * @param number its sequence number in the group, or -1 for none
+     */
     public void beginOp(String kind, long number) {
         opKind = kind;
         opNumber = number;
     }
 
-    /** The operation in progress, for example "all-reduce#12" (for error messages). */
+    /**
+     * The operation in progress, for error messages.
+     *
+     * @return for example {@code "all-reduce#12"}
+     */
     public String currentOp() {
         return opNumber >= 0 ? opKind + "#" + opNumber : opKind;
     }
@@ -106,6 +121,11 @@ public final class PadSynchronizer implements WaitSubject {
         return (opNumber >= 0 ? opKind + "#" + opNumber : opKind) + " " + phase;
     }
 
+    /**
+     * This rank's own signal pad.
+     *
+     * @return the pad, {@link SignalPadLayout#padBytes} bytes
+     */
     public MemorySegment ownPad() {
         return ownPad;
     }
@@ -120,6 +140,9 @@ public final class PadSynchronizer implements WaitSubject {
      * this rank's pad carries the epoch. Afterwards {@link #entryLine(int, long)} holds each peer's
      * descriptor, readable with plain loads. This is a barrier: the release store of the epoch
      * publishes everything this rank wrote before arriving (its data too).
+     *
+     * @param descriptor this rank's arguments of the collective, in the descriptor layout
+     * @throws PeerTimeoutException when a peer does not arrive in time, is gone, or the group was aborted
      */
     public void arrive(OpDescriptorLayout.Descriptor descriptor) {
         checkNotAborted("entry");
@@ -143,7 +166,13 @@ public final class PadSynchronizer implements WaitSubject {
         }
     }
 
-    /** Rank {@code peer}'s entry line for op {@code seq} in this rank's pad (valid after {@link #arrive}). */
+    /**
+     * Where rank {@code peer}'s entry line for op {@code seq} lies in this rank's pad (valid after {@link #arrive}).
+     *
+     * @param peer a rank of the group
+     * @param seq  the collective's sequence number
+     * @return the line's byte offset in {@link #ownPad()}
+     */
     public long entryLine(int peer, long seq) {
         return SignalPadLayout.entryLineOffset(peer, seq);
     }
@@ -152,6 +181,9 @@ public final class PadSynchronizer implements WaitSubject {
      * Every rank signals every peer, then waits for every peer's signal. The release store
      * publishes all of this rank's earlier writes (data, descriptor); the matching acquire load in
      * the peer's wait loop makes them visible there.
+     *
+     * @param phase names the barrier in a timeout's message
+     * @throws PeerTimeoutException when a peer does not arrive in time, is gone, or the group was aborted
      */
     public void barrier(String phase) {
         checkNotAborted(phase);
@@ -182,12 +214,22 @@ public final class PadSynchronizer implements WaitSubject {
     /**
      * Tells {@code peer} that this rank has completed {@code steps} ring steps. Release: publishes
      * the partial sums and chunks written in those steps; acquired by {@link #awaitStep}.
+     *
+     * @param peer  the rank told
+     * @param steps the ring steps this rank has completed
      */
     public void publishStep(int peer, long steps) {
         LONG.setRelease(pads[peer], SignalPadLayout.stepSlotOffset(worldSize, rank), steps);
     }
 
-    /** Waits until {@code peer} has told this rank it completed at least {@code steps} steps (acquire). */
+    /**
+     * Waits until {@code peer} has told this rank it completed at least {@code steps} steps (acquire).
+     *
+     * @param peer  the rank waited for
+     * @param steps the steps it must have completed
+     * @param phase names the wait in a timeout's message
+     * @throws PeerTimeoutException when the peer does not get there in time, is gone, or the group was aborted
+     */
     public void awaitStep(int peer, long steps, String phase) {
         long offset = SignalPadLayout.stepSlotOffset(worldSize, peer);
         // acquire: pairs with the peer's release in publishStep
@@ -196,7 +238,14 @@ public final class PadSynchronizer implements WaitSubject {
         }
     }
 
-    /** Applies a user signal to {@code peer}'s slot with release semantics (publishes the put before it). */
+    /**
+     * Applies a user signal to {@code peer}'s slot with release semantics (publishes the put before it).
+     *
+     * @param peer  the rank signalled
+     * @param slot  the signal slot
+     * @param value the operand
+     * @param op    set or add
+     */
     public void signal(int peer, int slot, long value, SignalOp op) {
         long offset = SignalPadLayout.signalSlotOffset(worldSize, slot);
         if (op == SignalOp.SET) {
@@ -208,7 +257,16 @@ public final class PadSynchronizer implements WaitSubject {
         }
     }
 
-    /** Waits until this rank's signal slot holds at least {@code atLeast}; returns the value seen (acquire). */
+    /**
+     * Waits until this rank's signal slot holds at least {@code atLeast} (acquire).
+     *
+     * @param slot     the signal slot
+     * @param atLeast  the value waited for
+     * @param fromRank the rank expected to signal, named in a timeout (-1: any)
+     * @param phase    names the wait in a timeout's message
+     * @return the value seen, at least {@code atLeast}
+     * @throws PeerTimeoutException when no signal comes in time, the signaller is gone, or the group was aborted
+     */
     public long waitSignal(int slot, long atLeast, int fromRank, String phase) {
         long offset = SignalPadLayout.signalSlotOffset(worldSize, slot);
         // acquire: pairs with the signaller's release in signal()
@@ -220,6 +278,12 @@ public final class PadSynchronizer implements WaitSubject {
         return v;
     }
 
+    /**
+     * This rank's signal slot now (acquire).
+     *
+     * @param slot the signal slot
+     * @return its value
+     */
     public long readSignal(int slot) {
         // acquire: pairs with the signaller's release in signal()
         return (long) LONG.getAcquire(ownPad, SignalPadLayout.signalSlotOffset(worldSize, slot));
@@ -429,6 +493,8 @@ public final class PadSynchronizer implements WaitSubject {
     /**
      * Marks every pad (this rank's too) aborted by this rank with {@code reason}, unless another rank
      * got there first. Peers see it on their next progress check and fail.
+     *
+     * @param reason why, for the peers' errors
      */
     public void abort(String reason) {
         abort(rank, reason);
@@ -437,6 +503,9 @@ public final class PadSynchronizer implements WaitSubject {
     /**
      * As {@link #abort(String)}, naming {@code culprit} as the rank that caused it (a peer that died
      * or never arrived), so the errors peers see name that rank, not the one that noticed.
+     *
+     * @param culprit the rank that caused the abort
+     * @param reason  why, for the peers' errors
      */
     public void abort(int culprit, String reason) {
         GroupAbort.Cause cause = new GroupAbort.Cause(culprit, reason);
@@ -466,7 +535,12 @@ public final class PadSynchronizer implements WaitSubject {
         }
     }
 
-    /** Throws if this rank's pad says the group was aborted. One acquire load on the fast path. */
+    /**
+     * Throws if this rank's pad says the group was aborted. One acquire load on the fast path.
+     *
+     * @param phase names where the check happened, in the error
+     * @throws PeerTimeoutException naming the rank that aborted, when the group was aborted
+     */
     public void checkNotAborted(String phase) {
         // acquire: pairs with the aborter's release in abort(), so the reason text is complete
         long word = (long) LONG.getAcquire(ownPad, ABORT_WORD_OFFSET);
@@ -514,6 +588,11 @@ public final class PadSynchronizer implements WaitSubject {
                 Reason.PEER_ABORTED, waiter.timeout());
     }
 
+    /**
+     * Whether this rank's pad says the group was aborted.
+     *
+     * @return true once any rank aborted the group
+     */
     public boolean isAborted() {
         return (long) LONG.getAcquire(ownPad, ABORT_WORD_OFFSET) != 0;
     }

@@ -9,8 +9,8 @@ import org.symmem4j.parallel.GroupAbort;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.RendezvousStore;
+import org.symmem4j.parallel.StoreTimeoutException;
 import org.symmem4j.parallel.Transport;
-import org.symmem4j.parallel.rendezvous.StoreTimeoutException;
 
 /**
  * A sub-group of a group whose ranks exchange bytes through a store ({@link ProcessGroup}, or a

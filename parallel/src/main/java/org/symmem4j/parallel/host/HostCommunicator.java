@@ -17,10 +17,10 @@ import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.control.OpDescriptorLayout;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Descriptor;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
-import org.symmem4j.parallel.control.OpDescriptorLayout;
 import org.symmem4j.parallel.control.PadSynchronizer;
 import org.symmem4j.parallel.numeric.Reducer;
 

@@ -22,6 +22,10 @@ public final class InJvmTransport implements Transport {
     /** The transport's name, as {@code transportName()} reports it and configuration selects it. */
     public static final String NAME = Transport.HOST_IN_JVM;
 
+    /** A transport for groups whose ranks are threads of this JVM (groups that are {@link PeerThreads}). */
+    public InJvmTransport() {
+    }
+
     private final AtomicLong nextId = new AtomicLong();
 
     @Override

@@ -15,6 +15,10 @@ public final class ScalarReducer implements Reducer {
     static final ValueLayout.OfDouble F64 = ValueLayout.JAVA_DOUBLE_UNALIGNED;
     static final ValueLayout.OfShort BF16 = ValueLayout.JAVA_SHORT_UNALIGNED;
 
+    /** The scalar loops: what {@link Reducer#forThisJvm()} picks without the Vector API module, and the reference. */
+    public ScalarReducer() {
+    }
+
     @Override
     public String name() {
         return "scalar";

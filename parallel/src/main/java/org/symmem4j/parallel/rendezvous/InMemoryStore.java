@@ -11,6 +11,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
 import org.symmem4j.parallel.RendezvousStore;
+import org.symmem4j.parallel.StoreTimeoutException;
 
 /**
  * The store for ranks that are threads of one JVM, and the backing map of {@link TcpStoreServer}.

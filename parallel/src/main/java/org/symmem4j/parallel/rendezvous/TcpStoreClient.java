@@ -14,6 +14,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
 import org.symmem4j.parallel.RendezvousStore;
+import org.symmem4j.parallel.StoreTimeoutException;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.rendezvous.StoreHandshake.Hello;
 import org.symmem4j.parallel.rendezvous.StoreHandshake.Refusal;

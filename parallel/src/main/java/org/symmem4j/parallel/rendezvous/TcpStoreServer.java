@@ -23,6 +23,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.parallel.StoreTimeoutException;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.rendezvous.StoreHandshake.Hello;
 import org.symmem4j.parallel.rendezvous.StoreHandshake.Refusal;

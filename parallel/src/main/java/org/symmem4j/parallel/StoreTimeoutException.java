@@ -1,4 +1,4 @@
-package org.symmem4j.parallel.rendezvous;
+package org.symmem4j.parallel;
 
 import java.time.Duration;
 import java.util.List;
