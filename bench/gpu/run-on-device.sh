@@ -79,7 +79,8 @@ if [ "$what" = ab ]; then
   # Regression check against the base commit packed with BASE=<commit> bench/gpu/pack.sh, same machine,
   # same call, base then this, AB_ROUNDS times (default 1): the host all-reduce JMH (threads and processes,
   # AB_SIZES bytes (default 1 KiB, 64 KiB, 1 MiB, 16 MiB),
-  # the three algorithms) and the GPU all-reduce benchmark (one rank per GPU, 2 sharing one GPU where there is one).
+  # the three algorithms) and, unless AB_GPU=0, the GPU all-reduce benchmark (one rank per GPU, 2 sharing one GPU
+  # where there is one).
   base_cp=$(ls "$PWD"/.device/base/lib/*.jar | tr '\n' ':')
   echo "base commit: $(cat .device/base/commit 2>/dev/null || echo missing)" | tee "$out/ab.txt"
   for round in $(seq 1 "${AB_ROUNDS:-1}"); do
@@ -91,16 +92,19 @@ if [ "$what" = ab ]; then
       (cd "$out" && timeout 300 $java -cp "$c" org.openjdk.jmh.Main "$jmh" \
         -p bytes=${AB_SIZES:-1024,65536,1048576,16777216} -wi 2 -i 3 -w 1 -r 1 -rf csv -rff "$out/jmh-$side-$round.csv" > "$out/jmh-$side-$round.log" 2>&1)
       rc=$(( rc | $? ))
-      bench_class=org.symmem4j.benchmarks.GpuAllReduceBench
-      [ $side = base ] && ! unzip -l .device/base/lib/symmem4j-benchmarks-*.jar > /dev/null 2>&1 \
-        && bench_class=org.symmem4j.examples.bench.GpuAllReduceBench
-      timeout 300 $java $flags -cp "$c" $bench_class --max-bytes 16777216 --reps 5 \
-        --out "$out/gpu-allreduce-$side-$round.md" > "$out/gpu-allreduce-$side-$round.log" 2>&1
-      rc=$(( rc | $? ))
+      if [ "${AB_GPU:-1}" != 0 ]; then
+        bench_class=org.symmem4j.benchmarks.GpuAllReduceBench
+        [ $side = base ] && ! unzip -l .device/base/lib/symmem4j-benchmarks-*.jar > /dev/null 2>&1 \
+          && bench_class=org.symmem4j.examples.bench.GpuAllReduceBench
+        timeout 300 $java $flags -cp "$c" $bench_class --max-bytes 16777216 --reps 5 \
+          --out "$out/gpu-allreduce-$side-$round.md" > "$out/gpu-allreduce-$side-$round.log" 2>&1
+        rc=$(( rc | $? ))
+      fi
       echo "round $round $side: done (rc so far $rc)" | tee -a "$out/ab.txt"
     done
   done
-  (cd "$out" && tar czf ab-raw.tar.gz jmh-*.csv jmh-*.log gpu-allreduce-*.md gpu-allreduce-*.log && rm -f jmh-*.log gpu-allreduce-*.log)
+  # one archive: the device tool brings back few files
+  (cd "$out" && files=$(ls jmh-* gpu-allreduce-* 2>/dev/null) && tar czf ab-raw.tar.gz $files && rm -f $files)
 fi
 if [ "$what" = probe ]; then
   timeout 300 $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuEagerProbe 2>&1 | tee "$out/gpu-eager-probe.log"
