@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs and reports land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|probe|nvlink|launch|ab] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|multi|probe|nvlink|launch|ab] [extra all-reduce benchmark args]
+# (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU, the all-reduce
+# benchmark with its calibrated threshold rows on every GPU count in MULTI_GPUS (default: all GPUs, then 2;
+# the first N GPUs through CUDA_VISIBLE_DEVICES), and the pipeline hand-off benchmark on all GPUs; the
+# reports and logs come back as one archive, multi-raw.tar.gz, beside multi-summary.txt)
 # (shared: the GPU tests once per rank count in RANKS, default "8 4 2", every count's ranks sharing
-# the machine's GPUs, -Dsymmem4j.test.cudaRanks=N, CUDA_DEVICE_MAX_CONNECTIONS=32 unless set; logs
-# gpu-tests-Nranks-runK.log and gpu-tests-summary.txt)
+# the machine's GPUs, -Dsymmem4j.test.cudaRanks=N, CUDA_DEVICE_MAX_CONNECTIONS=32 unless set, each test
+# class's JVM limited to SHARED_LIMIT s (default 300); logs gpu-tests-Nranks-runK.log and gpu-tests-summary.txt)
 # (ab: this tree against the base commit packed with BASE=<commit> bench/gpu/pack.sh, see below)
 # (probe: GpuEagerProbe, host time per eager call; nvlink: bench/gpu/nvlink_probe.cu, the bandwidth
 # of each way of moving bytes between 2 GPUs, PATTERNS=1 for the copy patterns too; launch:
@@ -32,20 +36,37 @@ nvidia-smi -L || true
 nvidia-smi topo -m 2>/dev/null | head -12 || true
 echo "CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-unset} CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-unset}"
 rc=0
-# The GPU tests, listed as they run (--details=verbose). A test past -Dsymmem4j.test.gpuTestSeconds
-# (GPU_TEST_SECONDS, default 240) is named by GpuTestWatchdog, which prints every thread's stack and
-# halts the JVM (exit code 86). Backstop: after $2 s the JVM gets SIGQUIT (a thread dump), 30 s later SIGKILL.
-run_gpu_tests() { # log file, seconds, extra JVM flags
-  timeout -k 30 -s QUIT "$2" $java $flags -Dsymmem4j.test.gpuTestSeconds=${GPU_TEST_SECONDS:-240} $3 \
-    -jar .device/lib/junit-platform-console-standalone-*.jar execute \
-    --class-path ".device/test-classes:$cp" --select-package org.symmem4j.parallel.cuda \
-    --select-class org.symmem4j.pipeline.exec.CudaPipelineExecutorTest \
-    --details=verbose --disable-banner 2>&1 | tee "$1"
-  return "${PIPESTATUS[0]}"
+# The GPU tests, one JVM per test class (a sticky CUDA error such as CUDA_ERROR_ILLEGAL_ADDRESS loses the
+# process's contexts: it must not fail the classes after it), listed as they run (--details=verbose) in the
+# log, one line per class on stdout. A test past -Dsymmem4j.test.gpuTestSeconds (GPU_TEST_SECONDS, default
+# 240) is named by GpuTestWatchdog, which prints every thread's stack and halts the JVM (exit code 86).
+# Backstop: after $2 s a class's JVM gets SIGQUIT (a thread dump), 30 s later SIGKILL.
+gpu_test_classes() {
+  (cd .device/test-classes && ls org/symmem4j/parallel/cuda/*Test.class org/symmem4j/pipeline/exec/Cuda*Test.class) \
+    | sed 's/\.class$//; s:/:.:g'
+}
+run_gpu_tests() { # log file, seconds per class, extra JVM flags
+  local log=$1 code=0 c one
+  : > "$log"
+  for c in $(gpu_test_classes); do
+    one=$(mktemp)
+    timeout -k 30 -s QUIT "$2" $java $flags -Dsymmem4j.test.gpuTestSeconds=${GPU_TEST_SECONDS:-240} $3 \
+      -jar .device/lib/junit-platform-console-standalone-*.jar execute \
+      --class-path ".device/test-classes:$cp" --select-class "$c" \
+      --details=verbose --disable-banner > "$one" 2>&1
+    local rc1=$?
+    code=$(( code | rc1 ))
+    cat "$one" >> "$log"
+    printf '%-70s exit=%-3s %s\n' "$c" "$rc1" "$(grep -E 'tests (successful|failed|aborted)' "$one" \
+      | sed -E 's/\x1b\[[0-9;]*m//g; s/^\[ *([0-9]+) tests ([a-z]+) *\]$/\2=\1/' | tr '\n' ' ')"
+    grep -E "GPU TEST HUNG: test=.*limit" "$one" | head -3
+    rm -f "$one"
+  done
+  return $code
 }
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  run_gpu_tests "$out/gpu-tests.log" 420 ""
-  rc=$?
+  run_gpu_tests "$out/gpu-tests.log" 300 "" | tee "$out/gpu-tests-summary.txt"
+  rc=${PIPESTATUS[0]}
 fi
 if [ "$what" = shared ]; then
   # ranks sharing a GPU need a hardware queue each plus one for the host's copies (LaunchBudget
@@ -56,12 +77,11 @@ if [ "$what" = shared ]; then
     run=$((run + 1))
     start=$(date +%s)
     log="$out/gpu-tests-${n}ranks-run$run.log"
-    run_gpu_tests "$log" "${SHARED_LIMIT:-420}" "-Dsymmem4j.test.cudaRanks=$n"
-    code=$?
+    echo "== $n ranks (run $run, CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS)" | tee -a "$out/gpu-tests-summary.txt"
+    run_gpu_tests "$log" "${SHARED_LIMIT:-300}" "-Dsymmem4j.test.cudaRanks=$n" | tee -a "$out/gpu-tests-summary.txt"
+    code=${PIPESTATUS[0]}
     rc=$(( rc | code ))
-    { echo "== $n ranks (run $run, CUDA_DEVICE_MAX_CONNECTIONS=$CUDA_DEVICE_MAX_CONNECTIONS): exit=$code wall=$(( $(date +%s) - start ))s"
-      grep -E "tests (successful|failed|aborted|skipped)|GPU TEST HUNG: test=.*limit|✘" "$log" | awk '!seen[$0]++' | head -20
-    } | tee -a "$out/gpu-tests-summary.txt"
+    echo "== $n ranks: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/gpu-tests-summary.txt"
   done
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
@@ -74,6 +94,35 @@ if [ "$what" = handoff ] || [ "$what" = all ]; then
   timeout 300 $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuHandoffBench --out "$out/gpu-handoff.md" \
     2>&1 | tee "$out/gpu-handoff.log"
   rc=$(( rc | PIPESTATUS[0] ))
+fi
+if [ "$what" = multi ]; then
+  gpus=$(nvidia-smi -L | grep -c '^GPU')
+  start=$(date +%s)
+  echo "== GPU tests, one rank per GPU ($gpus GPUs)" | tee -a "$out/multi-summary.txt"
+  run_gpu_tests "$out/gpu-tests-${gpus}gpus.log" "${MULTI_TEST_LIMIT:-200}" "" | tee -a "$out/multi-summary.txt"
+  code=${PIPESTATUS[0]}
+  rc=$(( rc | code ))
+  echo "== GPU tests: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/multi-summary.txt"
+  for g in ${MULTI_GPUS:-$gpus 2}; do
+    [ "$g" -le "$gpus" ] || { echo "== all-reduce on $g GPUs: skipped, the machine has $gpus" | tee -a "$out/multi-summary.txt"; continue; }
+    start=$(date +%s)
+    CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((g - 1))) timeout -k 10 "${MULTI_BENCH_LIMIT:-150}" $java $flags -cp "$cp" \
+      org.symmem4j.benchmarks.GpuAllReduceBench --out "$out/gpu-allreduce-${g}gpus.md" \
+      --thresholds "$out/gpu-thresholds-${g}gpus.properties" "$@" > "$out/gpu-allreduce-${g}gpus.log" 2>&1
+    code=$?
+    rc=$(( rc | code ))
+    echo "== all-reduce on $g GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/multi-summary.txt"
+  done
+  start=$(date +%s)
+  timeout -k 10 "${MULTI_HANDOFF_LIMIT:-120}" $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuHandoffBench \
+    --out "$out/gpu-handoff-${gpus}gpus.md" > "$out/gpu-handoff-${gpus}gpus.log" 2>&1
+  code=$?
+  rc=$(( rc | code ))
+  echo "== hand-off on $gpus GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/multi-summary.txt"
+  nvidia-smi topo -m > "$out/topology.txt" 2>&1
+  # one archive of everything, and beside it only the summary and the reports (the device tool brings back 8 files)
+  (cd "$out" && tar czf multi-raw.tar.gz gpu-tests-*.log gpu-allreduce-* gpu-thresholds-* gpu-handoff-* topology.txt \
+    && rm -f gpu-tests-*.log gpu-allreduce-*.log gpu-handoff-*.log topology.txt)
 fi
 if [ "$what" = ab ]; then
   # Regression check against the base commit packed with BASE=<commit> bench/gpu/pack.sh, same machine,

@@ -6,6 +6,8 @@ import java.lang.foreign.ValueLayout;
 import java.time.Duration;
 import java.util.Objects;
 import java.util.concurrent.locks.LockSupport;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
@@ -25,6 +27,8 @@ import org.symmem4j.parallel.WorkClock;
  */
 public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.parallel.DeviceMemory {
 
+    private static final Logger LOG = LoggerFactory.getLogger(CudaSymmetricMemory.class);
+
     private final Group group;
     private final CudaTransport transport;
     private final CudaRank rank;
@@ -32,7 +36,8 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     private final long byteSize;
     private final long[] data;
     private final long[] pads;
-    private final boolean ownsData;
+    /** Every rank's buffer and pad, freed by the last rank to close ({@link #close()}). */
+    private final SymmetricAllocation allocation;
     /** For {@link #storeSignalsNow}: a non-blocking stream of its own, and page-locked values it copies from. */
     private final MemorySegment sideStream;
     private final MemorySegment storeStaging;
@@ -40,26 +45,32 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     /** Device address of the buffer and pad pointer tables (worldSize + worldSize words), 0 until first asked for. */
     private long pointerTables;
 
-    CudaSymmetricMemory(Group group, CudaTransport transport, CudaRank rank, long id, long byteSize, long[] data,
-                        long[] pads, boolean ownsData) {
+    CudaSymmetricMemory(Group group, CudaTransport transport, CudaRank rank, long byteSize, long[] data,
+                        long[] pads, SymmetricAllocation allocation) {
         this.group = group;
         this.transport = transport;
         this.rank = rank;
-        this.id = id;
+        this.id = allocation.id();
         this.byteSize = byteSize;
         this.data = data;
         this.pads = pads;
-        this.ownsData = ownsData;
+        this.allocation = allocation;
         // created here, with the allocation, not at an abort: a driver call that creates objects can
         // wait for the shared context while a peer's kernel spins in a device-side wait
         transport.driver().setCurrent(rank.context);
-        this.sideStream = transport.driver().createStream(CudaDriver.STREAM_NON_BLOCKING);
+        MemorySegment stream = null;
         try {
+            stream = transport.driver().createStream(CudaDriver.STREAM_NON_BLOCKING);
             this.storeStaging = transport.driver().allocateHost((long) CudaKernels.SIGNAL_SLOTS * Long.BYTES);
         } catch (RuntimeException e) {
-            transport.driver().destroyStream(sideStream);
+            if (stream != null) {
+                transport.driver().destroyStream(stream);
+            }
+            // nothing of this handle ran: its share is given back at once (the peers' closes free the memory)
+            transport.giveBack(allocation, group.rank(), rank.context);
             throw e;
         }
+        this.sideStream = stream;
     }
 
     @Override
@@ -178,6 +189,10 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
 
     long[] padPointers() {
         return pads;
+    }
+
+    SymmetricAllocation allocation() {
+        return allocation;
     }
 
     CudaRank cudaRank() {
@@ -431,7 +446,16 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         }
     }
 
-    /** Collective: waits for every rank, then frees this rank's buffer and pad. */
+    /**
+     * Collective: waits for every rank (this rank's stream, then the group), then gives this rank's
+     * share of the allocation back. The buffers and pads are freed when the last rank has given its
+     * share back ({@link SymmetricAllocation}): after a failed barrier (an aborted group, a peer gone)
+     * peers may still be in their step, reading and writing this rank's memory. This rank's share
+     * counts as given back once its own streams are idle (its kernels and abort stores write into
+     * peers' memory), waited for at most {@link CudaRank#CLOSE_WAIT_NANOS}; a stream that does not drain
+     * keeps the whole allocation (and its pointer tables and staging values) until the process exits,
+     * with a warning, rather than free memory a kernel may still touch.
+     */
     @Override
     public void close() {
         if (closed) {
@@ -445,22 +469,26 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         } finally {
             CudaDriver d = transport.driver();
             d.setCurrent(rank.context);
-            d.free(pads[group.rank()]);
-            synchronized (this) {
-                if (pointerTables != 0) {
-                    d.free(pointerTables);
-                    pointerTables = 0;
+            long deadline = System.nanoTime() + CudaRank.CLOSE_WAIT_NANOS;
+            boolean drained = idleBy(rank.stream, deadline) && idleBy(sideStream, deadline);
+            if (drained) {
+                synchronized (this) {
+                    if (pointerTables != 0) {
+                        d.free(pointerTables);
+                        pointerTables = 0;
+                    }
                 }
-            }
-            if (ownsData) {
-                d.free(data[group.rank()]);
-            }
-            // stores that never landed (their queue stayed blocked) may still read the staging values:
-            // then keep those 512 bytes rather than free memory a copy engine may read
-            if (d.streamIdle(sideStream)) {
                 d.freeHost(storeStaging);
+                d.destroyStream(sideStream);
+                transport.giveBack(allocation, group.rank(), rank.context);
+            } else {
+                // destroying a busy stream is allowed: the driver releases it once its work completes
+                d.destroyStream(sideStream);
+                LOG.warn("symmetric memory id={} rank={} (device {}): this rank's stream still runs {} s into close (a kernel"
+                        + " waiting for a peer that never came?); every rank's buffer and pad of this memory stay allocated"
+                        + " until the process exits rather than be freed under a running kernel (ranks still open: {})",
+                        id, group.rank(), rank.ordinal, CudaRank.CLOSE_WAIT_NANOS / 1_000_000_000L, allocation.openRanks());
             }
-            d.destroyStream(sideStream);
         }
     }
 }

@@ -5,6 +5,8 @@ import java.nio.ByteBuffer;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.Group;
@@ -56,11 +58,15 @@ import org.symmem4j.parallel.host.InJvmTransport;
  */
 public final class CudaTransport implements Transport, AutoCloseable {
 
+    private static final Logger LOG = LoggerFactory.getLogger(CudaTransport.class);
+
     /** The transport's name, the {@code transport} metric tag. */
     public static final String NAME = "cuda";
 
     private final CudaDriver driver;
     private final Map<Group, CudaRank> ranks = new ConcurrentHashMap<>();
+    /** Symmetric memories by id until their last rank closes them (see {@link SymmetricAllocation}). */
+    private final Map<Long, SymmetricAllocation> allocations = new ConcurrentHashMap<>();
     /** Set once by {@link #close}; checked by every entry point. */
     private volatile boolean closed;
     /** Host memory for the communicators' control plane: the ranks are threads of this JVM. */
@@ -144,6 +150,11 @@ public final class CudaTransport implements Transport, AutoCloseable {
     @Override
     public void close() {
         closed = true;
+        for (SymmetricAllocation a : allocations.values()) {
+            LOG.warn("cuda transport closed while symmetric memory id={} is still open on ranks {}: its device memory, and"
+                    + " the primary contexts it holds, stay until those ranks close it or the process exits", a.id(),
+                    a.openRanks());
+        }
         RuntimeException first = null;
         for (Group g : List.copyOf(ranks.keySet())) {
             try {
@@ -312,7 +323,24 @@ public final class CudaTransport implements Transport, AutoCloseable {
             }
         }
         long id = all[0].idProposal();
-        return new CudaSymmetricMemory(g, this, r, id, bytes, datas, pads, ownsData);
+        SymmetricAllocation allocation = allocations.computeIfAbsent(id, k -> new SymmetricAllocation(k, n));
+        allocation.join(driver, g.rank(), data, pad, ownsData, r.device);
+        return new CudaSymmetricMemory(g, this, r, bytes, datas, pads, allocation);
+    }
+
+    /**
+     * Rank {@code rank} gives its share of {@code allocation} back (its streams are idle); the last
+     * rank's call frees every rank's buffer and pad and forgets the allocation.
+     */
+    void giveBack(SymmetricAllocation allocation, int rank, MemorySegment current) {
+        if (allocation.close(driver, rank, current)) {
+            allocations.remove(allocation.id(), allocation);
+        }
+    }
+
+    /** Symmetric memories some rank has not closed yet (tests: none once every memory was closed). */
+    int openAllocations() {
+        return allocations.size();
     }
 
     /**

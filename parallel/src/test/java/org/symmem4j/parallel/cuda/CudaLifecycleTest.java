@@ -16,6 +16,8 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
@@ -30,6 +32,7 @@ import org.symmem4j.parallel.DeviceGraph;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.group.InJvmWorld;
 
@@ -208,6 +211,59 @@ class CudaLifecycleTest {
             assertEquals(openBefore, CudaRank.openRanks());
             assertEquals(0, CudaKernels.users(0), "kernels of device 0 unloaded after the last rank");
         }
+    }
+
+    /**
+     * A rank that closes its memory after an abort, while a peer's queued put still targets that
+     * memory, frees nothing under the peer: the put lands when its wait is released (no
+     * {@code CUDA_ERROR_ILLEGAL_ADDRESS}, which would lose the peer's context for good) and every
+     * rank's buffer and pad are freed by the peer's close, the last one. Freeing at the first close,
+     * as before {@link SymmetricAllocation}, faulted the peer's put on two GPUs (4 × H100: every
+     * context lost) and, on one shared GPU, blocked rank 0's free behind rank 1's waiting kernel.
+     */
+    @Test
+    void aClosedRanksMemoryOutlivesAPeersQueuedPut() {
+        CudaTransport cuda = CudaTransport.create();
+        CountDownLatch rank0Closed = new CountDownLatch(1);
+        try {
+            List<String> closeErrors = InJvmWorld.runOnEveryRank(WORLD, options(), group -> {
+                SymmetricMemory mem = cuda.allocate(group, 4096);
+                String closeError;
+                if (group.rank() == 1) {
+                    // queued on rank 1's stream: a wait on slot 0 of its own pad, then a put into rank 0's buffer
+                    mem.orderAfterSignal(0, 1, 0, false);
+                    mem.putWithSignal(0, mem.local().reinterpret(1024), 2048, 1, 1, SignalOp.SET);
+                    assertTrue(rank0Closed.await(60, TimeUnit.SECONDS), "rank 0 closed its memory");
+                    assertEquals(List.of(1), allocationOf(mem).openRanks(), "rank 0's close gave its share back");
+                    assertFalse(allocationOf(mem).freed(), "nothing freed while rank 1 is open");
+                    // releases the wait: the put now writes into rank 0's buffer and pad
+                    assertTrue(mem.storeSignalsNow(0, 1, 1, Duration.ofSeconds(30)), "the store landed");
+                    // a put into freed memory would fail this poll with CUDA_ERROR_ILLEGAL_ADDRESS
+                    assertTrue(mem.awaitWork(Duration.ofSeconds(30)), "rank 1's put completed");
+                    closeError = assertThrows(RuntimeException.class, mem::close).getMessage();
+                    assertTrue(allocationOf(mem).freed(), "the last close freed every rank's buffer and pad");
+                } else {
+                    group.abort("test: rank 0 leaves early");
+                    try {
+                        closeError = assertThrows(RuntimeException.class, mem::close).getMessage();
+                    } finally {
+                        rank0Closed.countDown();
+                    }
+                }
+                cuda.release(group);
+                return closeError;
+            });
+            for (String m : closeErrors) {
+                assertTrue(m.contains("aborted"), "close after the abort fails its barrier, saying why: " + m);
+            }
+            assertEquals(0, cuda.openAllocations(), "no allocation left once both ranks closed");
+        } finally {
+            cuda.close();
+        }
+    }
+
+    private static SymmetricAllocation allocationOf(SymmetricMemory memory) {
+        return ((CudaSymmetricMemory) memory).allocation();
     }
 
     @Test

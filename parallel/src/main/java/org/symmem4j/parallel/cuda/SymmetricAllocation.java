@@ -1,0 +1,139 @@
+package org.symmem4j.parallel.cuda;
+
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The device memory of one symmetric memory, every rank's buffer and signal pad together, freed once
+ * every rank has closed its handle with its own streams drained.
+ *
+ * <p>Why not each rank its own, at its close: a peer's kernel reads and writes this rank's buffer and
+ * pad over NVLink, and on another GPU nothing orders the peer's work before this rank's
+ * {@code cuMemFree} (which waits only for this rank's device). After a failure a rank closes without
+ * the barrier that would have drained its peers, so a peer still in its step — a put of the next
+ * microbatch, say — writes into freed memory, and its GPU faults with {@code CUDA_ERROR_ILLEGAL_ADDRESS}:
+ * sticky, the peer's context is lost for the rest of the process (seen on 4 × H100: a pipeline stage
+ * that threw on the host took every GPU's context down). Ranks sharing one GPU never showed it:
+ * there the free waits for every rank's kernels.
+ *
+ * <p>So a rank's close only marks it closed here, once its own streams are idle (its kernels touch
+ * peers' memory too); the last rank to close frees every rank's pad and owned buffer, each with its
+ * owner's context current. Each joining rank retains its device's primary context until then, so
+ * releasing a rank ({@link CudaRank#close}) cannot destroy a context — and the memory in it — under a
+ * peer's running kernel either. A rank whose streams never drain never closes here: the allocation
+ * and those contexts then stay until the process exits, which is the price of never freeing memory a
+ * kernel may still touch.
+ *
+ * <p>Ranks of one in-JVM group are threads of this process: they find the same instance through
+ * {@link CudaTransport} by the memory's id (unique in the process).
+ */
+final class SymmetricAllocation {
+
+    /** One rank's share: what to free, and with which context current. */
+    private record Share(long data, long pad, boolean ownsData, int device, MemorySegment context) {
+    }
+
+    private final long id;
+    private final Share[] shares;
+    private final boolean[] closed;
+    private int open;
+    private boolean freed;
+
+    SymmetricAllocation(long id, int worldSize) {
+        this.id = id;
+        this.shares = new Share[worldSize];
+        this.closed = new boolean[worldSize];
+        this.open = worldSize;
+    }
+
+    long id() {
+        return id;
+    }
+
+    /**
+     * Rank {@code rank}'s buffer and pad join the allocation; retains the primary context of
+     * {@code device} (released when the allocation is freed).
+     */
+    synchronized void join(CudaDriver driver, int rank, long data, long pad, boolean ownsData, int device) {
+        if (shares[rank] != null) {
+            throw new IllegalStateException("symmetric memory id=" + id + ": rank=" + rank + " joined twice");
+        }
+        MemorySegment context = driver.retainPrimaryContext(device);
+        shares[rank] = new Share(data, pad, ownsData, device, context);
+    }
+
+    /**
+     * Marks {@code rank} closed: its streams are idle, so nothing of its own still touches any rank's
+     * memory. Frees everything when it was the last rank open (on the calling thread, whose current
+     * context is {@code current} again afterwards).
+     *
+     * @return true when this call freed the allocation
+     */
+    boolean close(CudaDriver driver, int rank, MemorySegment current) {
+        List<Share> toFree;
+        synchronized (this) {
+            if (closed[rank]) {
+                return false;
+            }
+            closed[rank] = true;
+            if (--open > 0) {
+                return false;
+            }
+            freed = true;
+            toFree = new ArrayList<>();
+            for (Share s : shares) {
+                if (s != null) {
+                    toFree.add(s);
+                }
+            }
+        }
+        RuntimeException first = null;
+        for (Share s : toFree) {
+            try {
+                driver.setCurrent(s.context());
+                driver.free(s.pad());
+                if (s.ownsData()) {
+                    driver.free(s.data());
+                }
+            } catch (RuntimeException e) {
+                first = addTo(first, e);
+            } finally {
+                try {
+                    driver.setCurrent(current);
+                    driver.releasePrimaryContext(s.device());
+                } catch (RuntimeException e) {
+                    first = addTo(first, e);
+                }
+            }
+        }
+        if (first != null) {
+            throw first;
+        }
+        return true;
+    }
+
+    /** Whether the last rank closed and the memory was freed. */
+    synchronized boolean freed() {
+        return freed;
+    }
+
+    /** Ranks that have not closed yet, for messages. */
+    synchronized List<Integer> openRanks() {
+        List<Integer> ranks = new ArrayList<>();
+        for (int r = 0; r < closed.length; r++) {
+            if (!closed[r]) {
+                ranks.add(r);
+            }
+        }
+        return ranks;
+    }
+
+    private static RuntimeException addTo(RuntimeException first, RuntimeException e) {
+        if (first == null) {
+            return e;
+        }
+        first.addSuppressed(e);
+        return first;
+    }
+}
