@@ -67,7 +67,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
                 transport.driver().destroyStream(stream);
             }
             // nothing of this handle ran: its share is given back at once (the peers' closes free the memory)
-            transport.giveBack(allocation, group.rank(), rank.context);
+            transport.giveBack(allocation, group.rank(), 0, null, rank.context);
             throw e;
         }
         this.sideStream = stream;
@@ -472,15 +472,15 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
             long deadline = System.nanoTime() + CudaRank.CLOSE_WAIT_NANOS;
             boolean drained = idleBy(rank.stream, deadline) && idleBy(sideStream, deadline);
             if (drained) {
+                long tables;
                 synchronized (this) {
-                    if (pointerTables != 0) {
-                        d.free(pointerTables);
-                        pointerTables = 0;
-                    }
+                    tables = pointerTables;
+                    pointerTables = 0;
                 }
-                d.freeHost(storeStaging);
                 d.destroyStream(sideStream);
-                transport.giveBack(allocation, group.rank(), rank.context);
+                // the pointer tables and staging values are freed with the buffers, by the last rank to close:
+                // freeing waits for the device, where a peer sharing the GPU may still wait for a signal
+                transport.giveBack(allocation, group.rank(), tables, storeStaging, rank.context);
             } else {
                 // destroying a busy stream is allowed: the driver releases it once its work completes
                 d.destroyStream(sideStream);

@@ -329,11 +329,13 @@ public final class CudaTransport implements Transport, AutoCloseable {
     }
 
     /**
-     * Rank {@code rank} gives its share of {@code allocation} back (its streams are idle); the last
-     * rank's call frees every rank's buffer and pad and forgets the allocation.
+     * Rank {@code rank} gives its share of {@code allocation} back (its streams are idle), with its own
+     * pointer tables and staging values; the last rank's call frees every rank's buffer, pad, tables and
+     * staging and forgets the allocation.
      */
-    void giveBack(SymmetricAllocation allocation, int rank, MemorySegment current) {
-        if (allocation.close(driver, rank, current)) {
+    void giveBack(SymmetricAllocation allocation, int rank, long pointerTables, MemorySegment staging,
+                  MemorySegment current) {
+        if (allocation.close(driver, rank, pointerTables, staging, current)) {
             allocations.remove(allocation.id(), allocation);
         }
     }

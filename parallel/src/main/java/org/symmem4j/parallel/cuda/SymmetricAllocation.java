@@ -19,7 +19,10 @@ import java.util.List;
  *
  * <p>So a rank's close only marks it closed here, once its own streams are idle (its kernels touch
  * peers' memory too); the last rank to close frees every rank's pad and owned buffer, each with its
- * owner's context current. Each joining rank retains its device's primary context until then, so
+ * owner's context current. The rank's own device pointer tables and page-locked staging values are
+ * freed then too, although no peer touches them: {@code cuMemFree} and {@code cuMemFreeHost} wait for
+ * the device, and on a GPU shared with a peer whose kernel still waits for a signal (the peer
+ * releases it only after this rank's close) an early free would never return. Each joining rank retains its device's primary context until then, so
  * releasing a rank ({@link CudaRank#close}) cannot destroy a context — and the memory in it — under a
  * peer's running kernel either. A rank whose streams never drain never closes here: the allocation
  * and those contexts then stay until the process exits, which is the price of never freeing memory a
@@ -37,6 +40,9 @@ final class SymmetricAllocation {
     private final long id;
     private final Share[] shares;
     private final boolean[] closed;
+    /** Each rank's device pointer tables (0 if never made) and page-locked staging values (null if none), given at its close. */
+    private final long[] pointerTables;
+    private final MemorySegment[] staging;
     private int open;
     private boolean freed;
 
@@ -44,6 +50,8 @@ final class SymmetricAllocation {
         this.id = id;
         this.shares = new Share[worldSize];
         this.closed = new boolean[worldSize];
+        this.pointerTables = new long[worldSize];
+        this.staging = new MemorySegment[worldSize];
         this.open = worldSize;
     }
 
@@ -68,33 +76,44 @@ final class SymmetricAllocation {
      * memory. Frees everything when it was the last rank open (on the calling thread, whose current
      * context is {@code current} again afterwards).
      *
+     * @param rankPointerTables the rank's device pointer tables, freed with the rest (0: none)
+     * @param rankStaging the rank's page-locked staging values, freed with the rest (null: none)
      * @return true when this call freed the allocation
      */
-    boolean close(CudaDriver driver, int rank, MemorySegment current) {
-        List<Share> toFree;
+    boolean close(CudaDriver driver, int rank, long rankPointerTables, MemorySegment rankStaging, MemorySegment current) {
+        List<Integer> toFree;
         synchronized (this) {
             if (closed[rank]) {
                 return false;
             }
             closed[rank] = true;
+            pointerTables[rank] = rankPointerTables;
+            staging[rank] = rankStaging;
             if (--open > 0) {
                 return false;
             }
             freed = true;
             toFree = new ArrayList<>();
-            for (Share s : shares) {
-                if (s != null) {
-                    toFree.add(s);
+            for (int r = 0; r < shares.length; r++) {
+                if (shares[r] != null) {
+                    toFree.add(r);
                 }
             }
         }
         RuntimeException first = null;
-        for (Share s : toFree) {
+        for (int r : toFree) {
+            Share s = shares[r];
             try {
                 driver.setCurrent(s.context());
                 driver.free(s.pad());
                 if (s.ownsData()) {
                     driver.free(s.data());
+                }
+                if (pointerTables[r] != 0) {
+                    driver.free(pointerTables[r]);
+                }
+                if (staging[r] != null) {
+                    driver.freeHost(staging[r]);
                 }
             } catch (RuntimeException e) {
                 first = addTo(first, e);
