@@ -2,6 +2,7 @@ package org.symmem4j.parallel;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
@@ -135,6 +136,35 @@ class FailFastTest {
         assertPeersNamePromptly(outcomes, 0, PeerTimeoutException.Reason.PEER_ABORTED);
         assertTrue(outcomes.get(1).thrown().getMessage().contains("the application gave up"),
                 outcomes.get(1).thrown().getMessage());
+    }
+
+    /**
+     * An abort fails every exchange entered after it, on every rank, also one whose peers have all
+     * contributed: rank 0's exchange, failed by its own abort, used to leave its contribution behind,
+     * and rank 1, arriving later, completed the exchange as if nothing had happened (a GPU memory's
+     * close then passed its barrier after an abort).
+     */
+    @Test
+    void anExchangeEnteredAfterAnAbortFailsOnEveryRank() {
+        CountDownLatch rank0Done = new CountDownLatch(1);
+        List<String> messages = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults().withTimeout(TIMEOUT), group -> {
+            try {
+                if (group.rank() == 0) {
+                    group.abort("test: rank 0 gives up");
+                } else {
+                    assertTrue(rank0Done.await(TIMEOUT.toSeconds(), TimeUnit.SECONDS), "rank 0 finished");
+                }
+                return assertThrows(PeerTimeoutException.class,
+                        () -> group.allGatherBytes("after-the-abort", new byte[] {(byte) group.rank()})).getMessage();
+            } finally {
+                if (group.rank() == 0) {
+                    rank0Done.countDown();
+                }
+            }
+        });
+        for (String m : messages) {
+            assertTrue(m.contains("group aborted") && m.contains("rank 0 gives up"), m);
+        }
     }
 
     @Test

@@ -44,6 +44,7 @@ public final class InJvmGroup implements Group, PeerThreads {
         this.label = "world";
         this.transport = world.transport();
         this.detachFromParent = () -> { };
+        world.registerAbort(exchangeNamespace, rank, world.worldSize(), abortState);
     }
 
     private InJvmGroup(InJvmGroup parent, int[] parentRanks, int rank, String id, String label) {
@@ -57,6 +58,7 @@ public final class InJvmGroup implements Group, PeerThreads {
         this.label = label;
         this.transport = parent.transport().forSubGroup(parentRanks.clone());
         this.detachFromParent = GroupSplit.linkAborts(parent, this, parentRanks);
+        world.registerAbort(exchangeNamespace, rank, parentRanks.length, abortState);
     }
 
     /** This rank's part of a sub-group of {@code this}, whose membership {@link GroupSplit} agreed. */
@@ -133,7 +135,7 @@ public final class InJvmGroup implements Group, PeerThreads {
     public Object[] allGatherObjects(String tag, Object mine) {
         checkOpen();
         try {
-            return world.exchange(exchangeNamespace + (exchangeSeq++) + "/" + tag, rank, mine, this);
+            return world.exchange(exchangeNamespace, exchangeNamespace + (exchangeSeq++) + "/" + tag, rank, mine, this);
         } catch (PeerTimeoutException e) {
             if (worldRanks != null) {
                 // a sub-group that cannot set up aborts its parent too, so no rank of the world waits forever

@@ -7,6 +7,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicReferenceArray;
 import java.util.concurrent.locks.Condition;
@@ -62,6 +63,12 @@ public final class InJvmWorld implements AutoCloseable {
     private final ReentrantLock exchangeLock = new ReentrantLock();
     private final Condition exchangeChanged = exchangeLock.newCondition();
     private final Map<String, Exchange> exchanges = new HashMap<>();
+    /**
+     * Every member's abort state of each group, by the group's exchange namespace: the ranks are threads
+     * of this JVM, so an exchange sees a peer's abort at once, as the contract of {@link Group#abort}
+     * asks, rather than when the peer's thread ends or the timeout passes.
+     */
+    private final Map<String, AtomicReferenceArray<GroupAbort>> abortsByGroup = new ConcurrentHashMap<>();
     private final List<AutoCloseable> resources = new ArrayList<>();
 
     private InJvmWorld(int worldSize, GroupOptions options, Transport transport) {
@@ -306,15 +313,51 @@ public final class InJvmWorld implements AutoCloseable {
      * Collective among the threads of {@code group} (the world, or one of its sub-groups): rank
      * {@code rank} of that group contributes {@code mine}; returns all contributions in the group's
      * rank order once all {@code group.worldSize()} ranks have contributed. {@code key} is unique
-     * within the world (a sub-group's keys carry its id), so disjoint sub-groups exchange at once.
+     * within the world (a sub-group's keys carry its id, {@code namespace}), so disjoint sub-groups
+     * exchange at once. Fails on entry, and while waiting, once any rank of the group has aborted it.
      */
-    Object[] exchange(String key, int rank, Object mine, Group group) {
+    /** Rank {@code rank} of the group whose exchange keys start with {@code namespace} makes its abort state known. */
+    void registerAbort(String namespace, int rank, int groupSize, GroupAbort abort) {
+        abortsByGroup.computeIfAbsent(namespace, k -> new AtomicReferenceArray<>(groupSize)).set(rank, abort);
+    }
+
+    /** The first abort raised by any rank of the group of {@code namespace} (this rank's own first), or null. */
+    private GroupAbort.Cause abortOf(String namespace, Group group) {
+        GroupAbort.Cause own = group.abortState().cause();
+        if (own != null) {
+            return own;
+        }
+        AtomicReferenceArray<GroupAbort> members = abortsByGroup.get(namespace);
+        for (int p = 0; members != null && p < members.length(); p++) {
+            GroupAbort peer = members.get(p);
+            GroupAbort.Cause c = peer == null ? null : peer.cause();
+            if (c != null) {
+                return c;
+            }
+        }
+        return null;
+    }
+
+    private void failIfAborted(String namespace, Group group, String key, int rank, List<Integer> missing) {
+        GroupAbort.Cause aborted = abortOf(namespace, group);
+        if (aborted != null) {
+            throw new PeerTimeoutException("rank=" + rank + " set-up exchange '" + key + "': group aborted: "
+                    + aborted.reason(), rank, missing, "exchange " + key, PeerTimeoutException.Reason.PEER_ABORTED,
+                    options.timeout());
+        }
+    }
+
+    Object[] exchange(String namespace, String key, int rank, Object mine, Group group) {
         int worldSize = group.worldSize();
         long deadline = System.nanoTime() + options.timeout().toNanos();
         long nextLivenessCheck = System.nanoTime() + options.livenessInterval().toNanos();
         exchangeLock.lock();
         try {
             Exchange ex = exchanges.computeIfAbsent(key, k -> new Exchange(worldSize));
+            // an aborted group fails every exchange entered after the abort, on every rank: checked before
+            // contributing, since a peer that failed this exchange left its contribution, and the last rank
+            // to arrive would otherwise complete it as if nothing had happened
+            failIfAborted(namespace, group, key, rank, ex.missing());
             if (ex.values[rank] != null) {
                 throw new IllegalStateException("rank=" + rank + " contributed twice to exchange '" + key + "'");
             }
@@ -324,13 +367,8 @@ public final class InJvmWorld implements AutoCloseable {
             while (ex.arrived < worldSize) {
                 long now = System.nanoTime();
                 List<Integer> missing = ex.missing();
-                GroupAbort.Cause aborted = group.abortState().cause();
-                if (aborted != null) {
-                    // a sub-group hears of its parent's (or a sibling's) abort here: no rank waits out the timeout
-                    throw new PeerTimeoutException("rank=" + rank + " set-up exchange '" + key + "': group aborted: "
-                            + aborted.reason(), rank, missing, "exchange " + key, PeerTimeoutException.Reason.PEER_ABORTED,
-                            options.timeout());
-                }
+                // a sub-group hears of its parent's (or a sibling's) abort here: no rank waits out the timeout
+                failIfAborted(namespace, group, key, rank, missing);
                 if (now >= nextLivenessCheck) {
                     nextLivenessCheck = now + options.livenessInterval().toNanos();
                     List<Integer> dead = missing.stream().filter(p -> !group.isAlive(p)).toList();

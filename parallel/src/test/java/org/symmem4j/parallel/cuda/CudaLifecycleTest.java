@@ -155,6 +155,9 @@ class CudaLifecycleTest {
         try {
             Sample warm = null;
             long start = 0;
+            // device memory lost since the warm-up at each sample, MiB per device, for the messages: a leak
+            // grows with the iterations, a driver pool's step does not
+            StringBuilder trajectory = new StringBuilder();
             for (int i = 0; i < iterations; i++) {
                 if (i == WARM_UP) {
                     warm = sample(driver, contexts);
@@ -168,11 +171,16 @@ class CudaLifecycleTest {
                 if (warm != null && (i % 50 == 0 || i == iterations - 1)) {
                     Sample now = sample(driver, contexts);
                     int iteration = i;
+                    trajectory.append(trajectory.isEmpty() ? "" : ", ").append(i).append(':');
+                    for (int d = 0; d < devices; d++) {
+                        trajectory.append(d == 0 ? "" : "/")
+                                .append((warm.freeDeviceBytes()[d] - now.freeDeviceBytes()[d]) >> 20);
+                    }
                     for (int d = 0; d < devices; d++) {
                         long lost = warm.freeDeviceBytes()[d] - now.freeDeviceBytes()[d];
                         assertTrue(lost <= DEVICE_MEMORY_SLACK, "iteration " + iteration + ": device " + d + " free memory"
                                 + " fell by " + lost + " bytes since the warm-up, expected <= " + DEVICE_MEMORY_SLACK
-                                + " (a leak of device memory per group)");
+                                + " (a leak of device memory per group); MiB lost per device at each sample: " + trajectory);
                     }
                     assertTrue(now.fds() - warm.fds() <= FD_SLACK, "iteration " + i + ": open file descriptors "
                             + warm.fds() + " -> " + now.fds() + " expected growth <= " + FD_SLACK);
@@ -183,10 +191,11 @@ class CudaLifecycleTest {
             if (warm != null) {
                 Sample end = sample(driver, contexts);
                 System.out.printf("lifecycle: %d lives of %d ranks on %d GPU(s), %.2f ms each after warm-up;"
-                                + " free device memory %s -> %s bytes, fds %d -> %d, threads %d -> %d%n",
+                                + " free device memory %s -> %s bytes (MiB lost at each sample: %s), fds %d -> %d,"
+                                + " threads %d -> %d%n",
                         iterations, WORLD, devices, (System.nanoTime() - start) / 1e6 / (iterations - WARM_UP),
                         java.util.Arrays.toString(warm.freeDeviceBytes()), java.util.Arrays.toString(end.freeDeviceBytes()),
-                        warm.fds(), end.fds(), warm.threads(), end.threads());
+                        trajectory, warm.fds(), end.fds(), warm.threads(), end.threads());
             }
         } finally {
             driver.setCurrent(MemorySegment.NULL);
