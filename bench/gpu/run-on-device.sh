@@ -2,7 +2,8 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs and reports land in $OUT.
 #   run-on-device.sh [tests|shared|bench|handoff|all|multi|probe|nvlink|launch|ab] [extra all-reduce benchmark args]
-# (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU, the all-reduce
+# (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU on every rank count in
+# MULTI_TEST_RANKS (default: all GPUs, then 2), the all-reduce
 # benchmark with its calibrated threshold rows on every GPU count in MULTI_GPUS (default: all GPUs, then 2;
 # the first N GPUs through CUDA_VISIBLE_DEVICES), and the pipeline hand-off benchmark on all GPUs; the
 # reports and logs come back as one archive, multi-raw.tar.gz, beside multi-summary.txt)
@@ -97,12 +98,16 @@ if [ "$what" = handoff ] || [ "$what" = all ]; then
 fi
 if [ "$what" = multi ]; then
   gpus=$(nvidia-smi -L | grep -c '^GPU')
-  start=$(date +%s)
-  echo "== GPU tests, one rank per GPU ($gpus GPUs)" | tee -a "$out/multi-summary.txt"
-  run_gpu_tests "$out/gpu-tests-${gpus}gpus.log" "${MULTI_TEST_LIMIT:-200}" "" | tee -a "$out/multi-summary.txt"
-  code=${PIPESTATUS[0]}
-  rc=$(( rc | code ))
-  echo "== GPU tests: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/multi-summary.txt"
+  for n in ${MULTI_TEST_RANKS:-$gpus 2}; do
+    [ "$n" -le "$gpus" ] || continue
+    start=$(date +%s)
+    echo "== GPU tests, $n ranks, one per GPU ($gpus GPUs)" | tee -a "$out/multi-summary.txt"
+    run_gpu_tests "$out/gpu-tests-${n}ranks.log" "${MULTI_TEST_LIMIT:-200}" "-Dsymmem4j.test.cudaRanks=$n" \
+      | tee -a "$out/multi-summary.txt"
+    code=${PIPESTATUS[0]}
+    rc=$(( rc | code ))
+    echo "== GPU tests, $n ranks: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/multi-summary.txt"
+  done
   for g in ${MULTI_GPUS:-$gpus 2}; do
     [ "$g" -le "$gpus" ] || { echo "== all-reduce on $g GPUs: skipped, the machine has $gpus" | tee -a "$out/multi-summary.txt"; continue; }
     start=$(date +%s)

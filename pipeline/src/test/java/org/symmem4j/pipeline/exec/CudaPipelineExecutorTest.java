@@ -24,6 +24,7 @@ import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
@@ -280,7 +281,21 @@ class CudaPipelineExecutorTest {
         assertTrue(causes.stream().anyMatch(c -> c instanceof ArithmeticException), "the failing rank's cause: " + causes);
         long aborted = causes.stream().filter(c -> c instanceof PipelineAbortedException).count();
         assertEquals(p - 1, aborted, "every other rank aborts: " + causes);
+        // teardown after the abort fails only with the abort (the barriers of the links' and the buffers' close):
+        // a driver error there means a rank's memory was not given back, or was freed under a peer
+        for (Throwable c : causes) {
+            for (Throwable closing : c.getSuppressed()) {
+                assertTrue(closing instanceof PeerTimeoutException pe && pe.reason() == PeerTimeoutException.Reason.PEER_ABORTED,
+                        "a close after the abort failed otherwise: " + stackTrace(closing));
+            }
+        }
         assertInstanceOf(Throwable.class, e.getCause());
+    }
+
+    private static String stackTrace(Throwable t) {
+        java.io.StringWriter w = new java.io.StringWriter();
+        t.printStackTrace(new java.io.PrintWriter(w));
+        return w.toString();
     }
 
     @Test
