@@ -16,8 +16,8 @@ import java.util.concurrent.atomic.AtomicInteger;
  * the constructor refuses.
  *
  * <p>{@link #close()} gives everything back: the eager graphs, the users' graphs and modules still open, the
- * stream, the launch scratch, this rank's hold on the shared kernels (the last holder on a device
- * unloads them) and its retain of the primary context (the last retain destroys the context).
+ * stream, the launch scratch, this rank's hold on the shared kernels (they stay loaded for the next
+ * group: see {@link CudaKernels#release}) and its retain of the primary context.
  * {@link CudaTransport#release} and {@link CudaTransport#close} call it.
  */
 final class CudaRank implements AutoCloseable {
@@ -186,8 +186,7 @@ final class CudaRank implements AutoCloseable {
      * Waits for this rank's stream (at most {@link #CLOSE_WAIT_NANOS}: a stream that does not drain
      * is left alone, and a {@link CudaException} says so), then destroys its eager graphs and the users' graphs still open,
      * unloads user modules still loaded, destroys the stream, frees the launch scratch, gives back its hold on the device's
-     * kernels (the last holder unloads them) and its retain of the primary context (the last retain
-     * destroys the context). Leaves no context current on the calling thread. Every step runs even if
+     * kernels (which stay loaded for the next group) and its retain of the primary context. Leaves no context current on the calling thread. Every step runs even if
      * an earlier one failed; the first failure is thrown with the later ones suppressed. Idempotent.
      * Call it after the rank's memories and communicators are closed; graphs and modules still open
      * are destroyed here, and launches and replays after it are refused.

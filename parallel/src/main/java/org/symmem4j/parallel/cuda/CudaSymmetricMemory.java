@@ -464,6 +464,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         closed = true;
         rank.checkOpen("close symmetric memory id=" + id + " (close memories and communicators before"
                 + " CudaTransport.release; this rank's buffer and pad could not be freed)");
+        LOG.debug("symmetric memory id={} rank={} closing", id, group.rank());
         try {
             barrier();
         } finally {

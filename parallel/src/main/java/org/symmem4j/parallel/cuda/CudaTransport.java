@@ -124,7 +124,7 @@ public final class CudaTransport implements Transport, AutoCloseable {
      * Releases this rank's GPU state for {@code group}: waits for the rank's stream, then destroys
      * its stream and its cached graphs, unloads the user modules still loaded, frees its launch
      * scratch, and gives back its hold on the device's kernels and its retain of the device's primary
-     * context (the last rank on a device unloads the kernels and lets the context go). Not
+     * context (the kernels stay loaded on the device for the next group, see CudaKernels). Not
      * collective: each rank releases its own, on its own thread, after closing every memory and
      * communicator of {@code group} on this transport (those become unusable; graphs and user
      * modules still open are destroyed here). A group that never used this transport, or was
@@ -228,13 +228,14 @@ public final class CudaTransport implements Transport, AutoCloseable {
      * device pointers and the context handle as addresses (meaningful only in the process that made
      * them, hence {@code pid}).
      */
-    private record Contribution(long data, long pad, int ordinal, long context, long bytes, long idProposal, long pid) {
+    private record Contribution(long data, long pad, int ordinal, long context, long bytes, long idProposal, long pid,
+                                long transport) {
 
-        static final int BYTES = 7 * Long.BYTES;
+        static final int BYTES = 8 * Long.BYTES;
 
         byte[] toBytes() {
             return ByteBuffer.allocate(BYTES).putLong(data).putLong(pad).putLong(ordinal).putLong(context).putLong(bytes)
-                    .putLong(idProposal).putLong(pid).array();
+                    .putLong(idProposal).putLong(pid).putLong(transport).array();
         }
 
         static Contribution of(byte[] b) {
@@ -244,11 +245,14 @@ public final class CudaTransport implements Transport, AutoCloseable {
             }
             ByteBuffer in = ByteBuffer.wrap(b);
             return new Contribution(in.getLong(), in.getLong(), (int) in.getLong(), in.getLong(), in.getLong(),
-                    in.getLong(), in.getLong());
+                    in.getLong(), in.getLong(), in.getLong());
         }
     }
 
     private static final java.util.concurrent.atomic.AtomicLong NEXT_ID = new java.util.concurrent.atomic.AtomicLong();
+    private static final java.util.concurrent.atomic.AtomicLong NEXT_TRANSPORT = new java.util.concurrent.atomic.AtomicLong();
+    /** This instance among the process's transports: every rank of a group must allocate on the same one. */
+    private final long instance = NEXT_TRANSPORT.getAndIncrement();
 
     @Override
     public SymmetricMemory allocate(Group group, long bytes) {
@@ -278,11 +282,12 @@ public final class CudaTransport implements Transport, AutoCloseable {
         Contribution[] all = new Contribution[n];
         try {
             List<byte[]> raw = g.allGatherBytes("cuda-" + what, new Contribution(data, pad, r.ordinal, r.context.address(),
-                    bytes, g.rank() == 0 ? NEXT_ID.getAndIncrement() : -1, ProcessHandle.current().pid()).toBytes());
+                    bytes, g.rank() == 0 ? NEXT_ID.getAndIncrement() : -1, ProcessHandle.current().pid(), instance).toBytes());
             for (int p = 0; p < n; p++) {
                 all[p] = Contribution.of(raw.get(p));
             }
             checkInProcess(g, all);
+            checkOneTransport(g, all, what);
         } catch (RuntimeException e) {
             driver.free(pad);
             if (ownsData) {
@@ -346,6 +351,25 @@ public final class CudaTransport implements Transport, AutoCloseable {
     }
 
     /**
+     * Checks that every rank of {@code g} allocates on this transport instance: the ranks' memory is
+     * freed together by the last rank to close it, which finds its peers' shares through the
+     * transport ({@link SymmetricAllocation}). Called after an exchange, so every rank throws alike.
+     */
+    private static void checkOneTransport(Group g, Contribution[] all, String what) {
+        StringBuilder found = new StringBuilder();
+        boolean same = true;
+        for (int p = 0; p < all.length; p++) {
+            same &= all[p].transport() == all[0].transport();
+            found.append(p == 0 ? "" : ", ").append("rank=").append(p).append(" transport=#").append(all[p].transport());
+        }
+        if (!same) {
+            throw new SymmemException("symmetric memory " + what + ": the ranks of the group use different CudaTransport"
+                    + " instances: " + found + " on rank=" + g.rank() + " (create one CudaTransport and let every rank of"
+                    + " the group use it, e.g. InJvmWorld.create(n, options, transport))");
+        }
+    }
+
+    /**
      * Checks that every rank of {@code g} runs in this process: device pointers and contexts from
      * another process mean nothing here. Called after an exchange, so every rank throws alike.
      */
@@ -376,7 +400,7 @@ public final class CudaTransport implements Transport, AutoCloseable {
                 .putLong(ProcessHandle.current().pid()).array());
         Contribution[] all = new Contribution[pids.size()];
         for (int p = 0; p < all.length; p++) {
-            all[p] = new Contribution(0, 0, 0, 0, 0, 0, ByteBuffer.wrap(pids.get(p)).getLong());
+            all[p] = new Contribution(0, 0, 0, 0, 0, 0, ByteBuffer.wrap(pids.get(p)).getLong(), 0);
         }
         checkInProcess(g, all);
     }

@@ -3,6 +3,8 @@ package org.symmem4j.parallel.cuda;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.List;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * The device memory of one symmetric memory, every rank's buffer and signal pad together, freed once
@@ -32,6 +34,8 @@ import java.util.List;
  * {@link CudaTransport} by the memory's id (unique in the process).
  */
 final class SymmetricAllocation {
+
+    private static final Logger LOG = LoggerFactory.getLogger(SymmetricAllocation.class);
 
     /** One rank's share: what to free, and with which context current. */
     private record Share(long data, long pad, boolean ownsData, int device, MemorySegment context) {
@@ -69,6 +73,8 @@ final class SymmetricAllocation {
         }
         MemorySegment context = driver.retainPrimaryContext(device);
         shares[rank] = new Share(data, pad, ownsData, device, context);
+        LOG.debug("symmetric memory id={} rank={} joined: data=0x{} pad=0x{} device={}", id, rank, Long.toHexString(data),
+                Long.toHexString(pad), device);
     }
 
     /**
@@ -89,6 +95,7 @@ final class SymmetricAllocation {
             closed[rank] = true;
             pointerTables[rank] = rankPointerTables;
             staging[rank] = rankStaging;
+            LOG.debug("symmetric memory id={} rank={} closed; open={}", id, rank, open - 1);
             if (--open > 0) {
                 return false;
             }

@@ -75,8 +75,11 @@ class CudaPipelineExecutorTest {
         }
     }
 
-    /** Where the GPU memory comes from: the one place this test names how a GPU group's transport is made. */
-    static Transport gpuTransport() {
+    /**
+     * Where the GPU memory comes from: the one place this test names how a GPU group's transport is made.
+     * Synchronized: the ranks' threads ask at once, and every rank of a group must get the same instance.
+     */
+    static synchronized Transport gpuTransport() {
         if (cuda == null) {
             cuda = CudaTransport.create();
         }
