@@ -80,6 +80,19 @@ class ThresholdTableTest {
         assertNotNull(d.row("host-shm", 2));
     }
 
+    /** The H100 rows measured on 2026-11-26: ONE_SHOT up to the row's threshold, TWO_SHOT above, per dtype. */
+    @Test
+    void shippedDefaultsCoverTwoAndFourH100s() {
+        ThresholdTable d = ThresholdTable.defaults();
+        String h100 = "cuda-nvidia-h100-80gb-hbm3";
+        assertEquals(Algorithm.ONE_SHOT, d.lookup(h100, 2, DType.BFLOAT16, 4L << 20));
+        assertEquals(Algorithm.TWO_SHOT, d.lookup(h100, 2, DType.BFLOAT16, 8L << 20));
+        assertEquals(Algorithm.ONE_SHOT, d.lookup(h100, 4, DType.BFLOAT16, 1L << 20));
+        assertEquals(Algorithm.TWO_SHOT, d.lookup(h100, 4, DType.BFLOAT16, 2L << 20));
+        assertEquals(Algorithm.ONE_SHOT, d.lookup(h100, 4, DType.FLOAT32, 256L << 10));
+        assertEquals(Algorithm.TWO_SHOT, d.lookup(h100, 4, DType.FLOAT32, 512L << 10));
+    }
+
     @Test
     void aCalibrationFileOverridesTheDefaults(@TempDir Path dir) throws Exception {
         Path file = dir.resolve("t.properties");
