@@ -52,6 +52,7 @@ final class MeshWorker {
             for (String dim : names) {
                 Group sub = mesh.group(dim);
                 check(sub.localRank() == world.localRank(), "localRank of " + dim + " is the process's LOCAL_RANK");
+                check(sub.localWorldSize() == world.localWorldSize(), "localWorldSize of " + dim + " is the world's");
                 check(sub.rank() == mesh.coordinate(dim), "sub-group rank is the coordinate along " + dim);
                 int[] members = new int[sub.worldSize()];
                 for (int i = 0; i < members.length; i++) {

@@ -42,6 +42,17 @@ public interface Group extends AutoCloseable {
     int localRank();
 
     /**
+     * How many ranks run on this machine and share its GPUs (torchrun's {@code LOCAL_WORLD_SIZE}); a
+     * sub-group answers for its whole world, whose ranks its members share the machine with. A GPU
+     * transport sizes its kernels' grids by it where ranks share a GPU.
+     *
+     * @return at least 1; {@link #worldSize()} where every rank runs on this machine
+     */
+    default int localWorldSize() {
+        return worldSize();
+    }
+
+    /**
      * The options this group was created with (timeout, idle strategy, liveness checks).
      *
      * @return the group's options

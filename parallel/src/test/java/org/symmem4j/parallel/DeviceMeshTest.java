@@ -76,6 +76,9 @@ class DeviceMeshTest {
                 // localRank stays the thread's world rank: it names the thread (and GPU), not the sub-group rank
                 assertEquals(w, dpGroup.localRank());
                 assertEquals(w, ppGroup.localRank());
+                // and localWorldSize the world's: every thread shares the machine (a GPU transport sizes grids by it)
+                assertEquals(dp * pp, dpGroup.localWorldSize());
+                assertEquals(dp * pp, ppGroup.localWorldSize());
                 assertTrue(dpGroup.describe(1).contains("world rank " + (pp + w % pp)), dpGroup.describe(1));
                 int[] dpMembers = new int[dp];
                 for (int i = 0; i < dp; i++) {
@@ -168,6 +171,7 @@ class DeviceMeshTest {
                 // nested split: the sub-group splits again, its ranks now in sub-group numbering
                 try (Group pair = sub.split(sub.rank() == 2 ? 1 : 0, sub.rank())) {
                     assertEquals(world.rank(), pair.localRank());
+                    assertEquals(6, pair.localWorldSize(), "a nested sub-group answers for the whole world");
                     checkAllReduce(pair, pairMembers(world.rank()), 300, 257, DType.FLOAT64, ReduceOp.SUM);
                 }
                 return new int[] {sub.rank(), sub.localRank()};

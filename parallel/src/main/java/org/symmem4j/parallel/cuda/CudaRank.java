@@ -63,7 +63,8 @@ final class CudaRank implements AutoCloseable {
     boolean capturing;
 
     /**
-     * Rank {@code rank} of a group of {@code worldSize} on this machine's GPUs; throws
+     * The rank whose place on this machine is {@code rank}, among {@code worldSize} ranks on this machine's
+     * GPUs (a group's {@code localRank()} and {@code localWorldSize()}); throws
      * {@link org.symmem4j.parallel.SymmemException} saying why when the ranks sharing a GPU cannot
      * all be resident ({@link LaunchBudget}), before anything is allocated.
      */

@@ -102,7 +102,9 @@ public final class CudaTransport implements Transport, AutoCloseable {
      */
     CudaRank rank(Group group) {
         checkOpen(group);
-        CudaRank r = ranks.computeIfAbsent(group, g -> new CudaRank(driver, g.localRank(), g.worldSize()));
+        // grids sized for every rank on this machine (a sub-group's peers and the rest of its world), so that
+        // the ranks sharing a GPU fit there at once whichever group's kernels they run
+        CudaRank r = ranks.computeIfAbsent(group, g -> new CudaRank(driver, g.localRank(), g.localWorldSize()));
         if (closed) { // close() ran while the rank was being made: it may have missed it
             ranks.remove(group, r);
             r.close();
@@ -180,6 +182,17 @@ public final class CudaTransport implements Transport, AutoCloseable {
     @Override
     public String name() {
         return NAME;
+    }
+
+    /**
+     * This transport: it keeps nothing per rank that a sub-group would need re-indexed. A sub-group's
+     * rank uses its world rank's GPU ({@link Group#localRank()}), gets GPU state of its own (a stream,
+     * its hold on the kernels) at its first use, and is released with {@link #release(Group)} for the
+     * sub-group, or by {@link #close()}.
+     */
+    @Override
+    public Transport forSubGroup(int[] parentRanks) {
+        return this;
     }
 
     /**

@@ -105,6 +105,12 @@ public final class InJvmGroup implements Group, PeerThreads {
         return worldRank(rank);
     }
 
+    /** Every thread of the world runs on this machine, a sub-group's peers and the others alike. */
+    @Override
+    public int localWorldSize() {
+        return world.worldSize();
+    }
+
     @Override
     public GroupOptions options() {
         return world.options();

@@ -63,6 +63,11 @@ final class StoreSubGroup implements Group {
     }
 
     @Override
+    public int localWorldSize() {
+        return parent.localWorldSize();
+    }
+
+    @Override
     public GroupOptions options() {
         return parent.options();
     }

@@ -25,6 +25,7 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.DeviceCommunicator;
+import org.symmem4j.parallel.DeviceMesh;
 import org.symmem4j.parallel.DeviceMemory;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
@@ -275,6 +276,56 @@ class CudaCommunicatorContractTest {
                             }
                         }
                     }
+                }
+            }
+            return null;
+        });
+    }
+
+    /**
+     * Sub-groups on the CUDA transport: a mesh of {@code worldSize/2} rows by 2 columns on the world's
+     * GPUs, each sub-group with GPU memory and a communicator of its own. Every column, then every row,
+     * all-reduces at once (disjoint sub-groups side by side) with ONE_SHOT and TWO_SHOT, and each result
+     * matches the float64 reference over that sub-group's members.
+     */
+    @Test
+    void meshSubGroupsRunCollectivesOnTheirOwnGpuMemory() {
+        Assumptions.assumeTrue(worldSize >= 4 && worldSize % 2 == 0, "a mesh of rows and columns needs an even world of"
+                + " at least 4 ranks, found " + worldSize + " (-Dsymmem4j.test.cudaRanks=4 shares the GPUs)");
+        int rows = worldSize / 2;
+        long count = 5000;
+        onEveryRank(group -> {
+            try (DeviceMesh mesh = DeviceMesh.of(group, "row", rows, "col", 2);
+                 Arena arena = Arena.ofConfined()) {
+                for (String dim : List.of("col", "row")) {
+                    Group sub = mesh.group(dim);
+                    int n = sub.worldSize();
+                    int[] members = new int[n];
+                    for (int i = 0; i < n; i++) {
+                        members[i] = dim.equals("col") ? mesh.rankAt(mesh.coordinate("row"), i)
+                                : mesh.rankAt(i, mesh.coordinate("col"));
+                    }
+                    assertEquals(group.rank(), members[sub.rank()], "sub-group " + dim + " numbers its members by coordinate");
+                    for (Algorithm algorithm : List.of(Algorithm.ONE_SHOT, Algorithm.TWO_SHOT)) {
+                        long seed = (dim.equals("col") ? 7000 : 8000) + algorithm.ordinal();
+                        double[][] all = new double[n][];
+                        for (int i = 0; i < n; i++) {
+                            all[i] = inputs(seed, members[i], count, DType.FLOAT32);
+                        }
+                        String what = "mesh " + dim + " " + algorithm + " rank=" + group.rank() + " (sub-group rank "
+                                + sub.rank() + " of " + n + ")";
+                        try (SymmetricMemory mem = SymmetricMemory.allocate(sub, DType.FLOAT32.bytes(count));
+                             Communicator comm = Communicator.create(sub)) {
+                            mem.copyFromHost(hostOf(arena, all[sub.rank()], DType.FLOAT32), 0);
+                            comm.allReduce(mem, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
+                            MemorySegment out = arena.allocate(DType.FLOAT32.bytes(count), 16);
+                            mem.copyToHost(0, out);
+                            for (int i = 0; i < count; i++) {
+                                checkElement(what, get(out, DType.FLOAT32, i), all, i, DType.FLOAT32, ReduceOp.SUM);
+                            }
+                        }
+                    }
+                    cuda.release(sub);
                 }
             }
             return null;
