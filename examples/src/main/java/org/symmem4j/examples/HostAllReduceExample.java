@@ -11,15 +11,19 @@ import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.group.InJvmWorld;
+import org.symmem4j.parallel.group.ProcessGroup;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
 /**
- * All-reduce across N ranks (threads of this JVM) on symmetric memory with every host algorithm:
- * checks each result against the exact expected sum, then prints the mean latency per size.
+ * All-reduce across N ranks on symmetric memory with every host algorithm: checks each result
+ * against the exact expected sum, then prints the mean latency per size. The ranks are threads of
+ * this JVM, or, when started by {@code symmem4j-run} (or torchrun or mpirun: {@code RANK} is set),
+ * this process is one rank of a process group over {@code /dev/shm} and rank 0 prints the table.
  *
  * <pre>
  *   java ... org.symmem4j.examples.HostAllReduceExample [--ranks N] [--max-bytes B] [--seconds S]
+ *   bin/symmem4j-run -n 4 --java -cp CLASSPATH org.symmem4j.examples.HostAllReduceExample [--max-bytes B]
  * </pre>
  *
  * The timings are a quick look; the JMH benchmark ({@code bench/host-allreduce.sh}) is the measurement.
@@ -33,7 +37,8 @@ public final class HostAllReduceExample {
             description = "Host all-reduce (threads, float32 SUM, in place on symmetric memory): every algorithm at"
                     + " sizes from 1 KiB up by 4x, each result checked, then timed.")
     static final class Flags {
-        @Option(names = "--ranks", paramLabel = "N", description = "ranks as threads (default: the number of cores, at least 2)")
+        @Option(names = "--ranks", paramLabel = "N", description = "ranks as threads (default: the number of cores, at least"
+                + " 2); ignored when started by a launcher, whose processes are the ranks")
         int ranks = Math.max(2, Runtime.getRuntime().availableProcessors());
         @Option(names = "--max-bytes", paramLabel = "B", description = "largest message in bytes")
         long maxBytes = 64L << 20;
@@ -41,7 +46,7 @@ public final class HostAllReduceExample {
         double secondsPerCase = 0.2;
     }
 
-    public static void main(String[] args) {
+    public static void main(String[] args) throws Exception {
         Flags flags = Cli.parse(new Flags(), args, f -> {
             Cli.positive("--ranks", f.ranks);
             if (f.maxBytes < 1024 || f.secondsPerCase <= 0) {
@@ -61,8 +66,8 @@ public final class HostAllReduceExample {
         int worldSize = ranks;
         long bufferBytes = sizes.getLast();
         double budget = secondsPerCase;
-        System.out.printf("symmem4j host all-reduce: %d ranks (threads), float32 SUM, in place on symmetric memory%n", worldSize);
-        List<double[]> table = InJvmWorld.runOnEveryRank(worldSize, GroupOptions.defaults(), group -> {
+        boolean launched = System.getenv("RANK") != null || System.getenv("OMPI_COMM_WORLD_RANK") != null;
+        InJvmWorld.RankTask<double[]> measure = group -> {
             double[] micros = new double[sizes.size() * algorithms.length];
             try (Communicator comm = Communicator.create(group);
                  SymmetricMemory mem = SymmetricMemory.allocate(group, bufferBytes)) {
@@ -77,7 +82,8 @@ public final class HostAllReduceExample {
                             buf.setAtIndex(ValueLayout.JAVA_FLOAT, i, group.rank() + 1);
                         }
                         comm.allReduce(mem, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
-                        float expected = worldSize * (worldSize + 1) / 2f;
+                        int world = group.worldSize();
+                        float expected = world * (world + 1) / 2f;
                         for (long i = 0; i < count; i += Math.max(1, count / 64)) {
                             float got = buf.getAtIndex(ValueLayout.JAVA_FLOAT, i);
                             if (got != expected) {
@@ -103,8 +109,24 @@ public final class HostAllReduceExample {
                 }
             }
             return micros;
-        });
-        double[] rank0 = table.getFirst();
+        };
+        double[] rank0;
+        if (launched) {
+            // one rank per process, as the launcher set it up; the table is rank 0's
+            try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
+                double[] mine = measure.run(group);
+                if (group.rank() != 0) {
+                    return;
+                }
+                System.out.printf("symmem4j host all-reduce: %d ranks (processes, %d on this machine), float32 SUM, in"
+                        + " place on symmetric memory in /dev/shm%n", group.worldSize(), group.localWorldSize());
+                rank0 = mine;
+            }
+        } else {
+            System.out.printf("symmem4j host all-reduce: %d ranks (threads), float32 SUM, in place on symmetric memory%n",
+                    worldSize);
+            rank0 = InJvmWorld.runOnEveryRank(worldSize, GroupOptions.defaults(), measure).getFirst();
+        }
         System.out.printf("%12s %14s %14s %14s%n", "bytes", "ONE_SHOT us", "TWO_SHOT us", "RING us");
         int cell = 0;
         for (long bytes : sizes) {

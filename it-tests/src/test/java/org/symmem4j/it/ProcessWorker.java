@@ -35,13 +35,14 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
  *       memory), reduce-scatter, all-gather, broadcast and a put-with-signal ring, each checked against
  *       the result computed here from every rank's (seeded) input; prints a checksum per case so the
  *       test can compare ranks bitwise; ends with {@code OK}.</li>
- *   <li>{@code loop [iterations [faultyRank faultyIteration]]}: in-place all-reduces of every rank's
+ *   <li>{@code loop [iterations [faultyRank faultyIteration [halt]]]}: in-place all-reduces of every rank's
  *       {@code rank + 1}, each result checked against {@code N(N+1)/2} (a result mixed with another
  *       job's prints {@code CORRUPT ...} and exits 4); prints {@code READY} after 200. Without an
  *       iteration count it runs until something fails: then it prints
  *       {@code FAILED <exception>: <message>} and exits 3. With one it prints {@code SUMS <n>} and ends.
  *       {@code faultyRank} passes a read-only destination at {@code faultyIteration} (a local failure
- *       inside a collective).</li>
+ *       inside a collective); with a fifth argument {@code halt} it halts the JVM with code 7 there
+ *       instead (a crash).</li>
  *   <li>{@code pipeline <gpipe|1f1b|interleaved>}: trains the pipeline test stages
  *       ({@code AffineStage}) for 3 steps with 8 microbatches over stage links in /dev/shm, one
  *       stage (two when interleaved) per process; prints {@code PARAM <stage> <a bits> <b bits>}
@@ -261,6 +262,7 @@ public final class ProcessWorker {
         long iterations = args.length > 1 ? Long.parseLong(args[1]) : Long.MAX_VALUE;
         int faultyRank = args.length > 3 ? Integer.parseInt(args[2]) : -1;
         long faultyIteration = args.length > 3 ? Long.parseLong(args[3]) : -1;
+        boolean halt = args.length > 4 && args[4].equals("halt");
         int count = 4096;
         try (ProcessGroup group = ProcessGroup.fromEnvironment();
              Communicator comm = Communicator.create(group);
@@ -274,6 +276,11 @@ public final class ProcessWorker {
             Algorithm[] algorithms = {Algorithm.ONE_SHOT, Algorithm.TWO_SHOT, Algorithm.RING};
             for (long it = 0; it < iterations; it++) {
                 Algorithm algorithm = algorithms[(int) (it % 3)];
+                if (group.rank() == faultyRank && it == faultyIteration && halt) {
+                    System.out.println("HALT with code 7 at iteration " + it);
+                    System.out.flush();
+                    Runtime.getRuntime().halt(7); // a crash: no close, no abort, no message to the peers
+                }
                 if (group.rank() == faultyRank && it == faultyIteration) {
                     System.out.println("FAULT read-only destination at iteration " + it);
                     System.out.flush();

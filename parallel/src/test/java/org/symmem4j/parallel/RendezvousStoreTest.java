@@ -112,4 +112,28 @@ class RendezvousStoreTest {
                 () -> ProcessGroupConfig.fromEnvironment(Map.of("RANK", "2", "WORLD_SIZE", "2"))).getMessage()
                 .contains("RANK=2 outside [0, WORLD_SIZE=2)"));
     }
+
+    /** LOCAL_WORLD_SIZE (symmem4j-run and torchrun set it) and Open MPI's variables under mpirun. */
+    @Test
+    void environmentGivesLocalWorldSizeAndAcceptsOpenMpi() {
+        ProcessGroupConfig two = ProcessGroupConfig.fromEnvironment(Map.of("RANK", "3", "WORLD_SIZE", "4",
+                "LOCAL_RANK", "1", "LOCAL_WORLD_SIZE", "2", "SYMMEM4J_RUN_ID", "job"));
+        assertEquals(new ProcessGroupConfig(3, 4, 1, 2, "127.0.0.1", 29500, "job"), two);
+        assertEquals(4, ProcessGroupConfig.fromEnvironment(Map.of("RANK", "3", "WORLD_SIZE", "4")).localWorldSize(),
+                "one machine by default");
+        ProcessGroupConfig mpi = ProcessGroupConfig.fromEnvironment(Map.of("OMPI_COMM_WORLD_RANK", "5",
+                "OMPI_COMM_WORLD_SIZE", "8", "OMPI_COMM_WORLD_LOCAL_RANK", "1", "OMPI_COMM_WORLD_LOCAL_SIZE", "4",
+                "MASTER_ADDR", "10.0.0.1", "SYMMEM4J_RUN_ID", "job"));
+        assertEquals(new ProcessGroupConfig(5, 8, 1, 4, "10.0.0.1", 29500, "job"), mpi);
+        assertEquals(2, ProcessGroupConfig.fromEnvironment(Map.of("RANK", "2", "WORLD_SIZE", "4",
+                "OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "1")).rank(), "torchrun's variables win when both are set");
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ProcessGroupConfig.fromEnvironment(Map.of(
+                "OMPI_COMM_WORLD_RANK", "0"))).getMessage().contains("OMPI_COMM_WORLD_SIZE is not set"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ProcessGroupConfig.fromEnvironment(Map.of(
+                "RANK", "0", "WORLD_SIZE", "4", "LOCAL_RANK", "2", "LOCAL_WORLD_SIZE", "2"))).getMessage()
+                .contains("LOCAL_RANK=2 outside [0, LOCAL_WORLD_SIZE=2)"));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ProcessGroupConfig.fromEnvironment(Map.of(
+                "RANK", "0", "WORLD_SIZE", "2", "LOCAL_WORLD_SIZE", "3"))).getMessage()
+                .contains("LOCAL_WORLD_SIZE=3 outside [1, WORLD_SIZE=2]"));
+    }
 }

@@ -268,6 +268,11 @@ public final class ProcessGroup implements Group {
     }
 
     @Override
+    public int localWorldSize() {
+        return config.localWorldSize();
+    }
+
+    @Override
     public GroupOptions options() {
         return options;
     }

@@ -7,9 +7,14 @@ import org.symmem4j.parallel.rendezvous.JobIdentity;
 /**
  * Where a process rank sits in its group, in torchrun's terms, and which job it belongs to.
  *
+ * <p>Read from torchrun's variables, which {@code symmem4j-run} sets too, or, when {@code RANK} is
+ * unset, from Open MPI's ({@code OMPI_COMM_WORLD_RANK}, {@code _SIZE}, {@code _LOCAL_RANK},
+ * {@code _LOCAL_SIZE}) for processes started by {@code mpirun}.
+ *
  * @param rank       {@code RANK}: 0..worldSize-1
  * @param worldSize  {@code WORLD_SIZE}: number of processes
  * @param localRank  {@code LOCAL_RANK}: rank on this machine (defaults to {@code RANK})
+ * @param localWorldSize {@code LOCAL_WORLD_SIZE}: processes on this machine (defaults to {@code WORLD_SIZE})
  * @param masterAddr {@code MASTER_ADDR}: where rank 0 hosts the rendezvous store (default 127.0.0.1)
  * @param masterPort {@code MASTER_PORT}: its port (default 29500, torchrun's)
  * @param runId      {@code SYMMEM4J_RUN_ID} (or torchrun's {@code TORCHELASTIC_RUN_ID}): the job's id,
@@ -17,7 +22,8 @@ import org.symmem4j.parallel.rendezvous.JobIdentity;
  *                   {@link #defaultRunId()}: the parent process, which every rank started by one
  *                   launcher, script or {@code mpirun} shares and two launches never do
  */
-public record ProcessGroupConfig(int rank, int worldSize, int localRank, String masterAddr, int masterPort, String runId) {
+public record ProcessGroupConfig(int rank, int worldSize, int localRank, int localWorldSize, String masterAddr, int masterPort,
+                                 String runId) {
 
     /** {@code MASTER_ADDR} when unset: loopback. */
     public static final String DEFAULT_MASTER_ADDR = "127.0.0.1";
@@ -27,6 +33,8 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, String 
     public static final String RUN_ID_ENV = "SYMMEM4J_RUN_ID";
     /** torchrun's run id variable, read when {@value #RUN_ID_ENV} is unset. */
     public static final String TORCH_RUN_ID_ENV = "TORCHELASTIC_RUN_ID";
+    /** Open MPI's rank variable, read (with its siblings) when {@code RANK} is unset. */
+    static final String OMPI_RANK = "OMPI_COMM_WORLD_RANK";
 
     /**
      * Checks the configuration.
@@ -40,8 +48,13 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, String 
         if (rank < 0 || rank >= worldSize) {
             throw new IllegalArgumentException("RANK=" + rank + " outside [0, WORLD_SIZE=" + worldSize + ")");
         }
-        if (localRank < 0) {
-            throw new IllegalArgumentException("LOCAL_RANK=" + localRank + " must be >= 0");
+        if (localWorldSize < 1 || localWorldSize > worldSize) {
+            throw new IllegalArgumentException("LOCAL_WORLD_SIZE=" + localWorldSize + " outside [1, WORLD_SIZE=" + worldSize
+                    + "] (the processes on this machine are some of the job's)");
+        }
+        if (localRank < 0 || localRank >= localWorldSize) {
+            throw new IllegalArgumentException("LOCAL_RANK=" + localRank + " outside [0, LOCAL_WORLD_SIZE=" + localWorldSize
+                    + ")");
         }
         if (masterAddr == null || masterAddr.isBlank()) {
             throw new IllegalArgumentException("MASTER_ADDR is empty (set it to rank 0's address, e.g. 127.0.0.1)");
@@ -50,6 +63,21 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, String 
             throw new IllegalArgumentException("MASTER_PORT=" + masterPort + " outside [1, 65535]");
         }
         JobIdentity.checkRunId(runId);
+    }
+
+    /**
+     * A rank of a job whose processes all run on this machine ({@code localWorldSize = worldSize}).
+     *
+     * @param rank       0..worldSize-1
+     * @param worldSize  number of processes
+     * @param localRank  rank on this machine
+     * @param masterAddr where rank 0 hosts the store
+     * @param masterPort its port, 1..65535
+     * @param runId      the job's id
+     * @throws IllegalArgumentException when a value is out of range
+     */
+    public ProcessGroupConfig(int rank, int worldSize, int localRank, String masterAddr, int masterPort, String runId) {
+        this(rank, worldSize, localRank, worldSize, masterAddr, masterPort, runId);
     }
 
     /**
@@ -99,9 +127,12 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, String 
      * @throws IllegalArgumentException when {@code RANK} or {@code WORLD_SIZE} is missing, or a value is malformed or out of range
      */
     public static ProcessGroupConfig fromEnvironment(Map<String, String> env) {
-        int rank = intVar(env, "RANK", null);
-        int worldSize = intVar(env, "WORLD_SIZE", null);
-        int localRank = intVar(env, "LOCAL_RANK", rank);
+        boolean openMpi = isBlank(env.get("RANK")) && !isBlank(env.get(OMPI_RANK));
+        String prefix = openMpi ? "OMPI_COMM_WORLD_" : "";
+        int rank = intVar(env, openMpi ? OMPI_RANK : "RANK", null);
+        int worldSize = intVar(env, prefix + (openMpi ? "SIZE" : "WORLD_SIZE"), null);
+        int localRank = intVar(env, prefix + "LOCAL_RANK", rank);
+        int localWorldSize = intVar(env, openMpi ? prefix + "LOCAL_SIZE" : "LOCAL_WORLD_SIZE", worldSize);
         String addr = env.getOrDefault("MASTER_ADDR", DEFAULT_MASTER_ADDR);
         int port = intVar(env, "MASTER_PORT", DEFAULT_MASTER_PORT);
         String runId = env.get(RUN_ID_ENV);
@@ -111,15 +142,20 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, String 
         if (runId == null || runId.isBlank()) {
             runId = defaultRunId();
         }
-        return new ProcessGroupConfig(rank, worldSize, localRank, addr, port, runId.trim());
+        return new ProcessGroupConfig(rank, worldSize, localRank, localWorldSize, addr, port, runId.trim());
+    }
+
+    private static boolean isBlank(String v) {
+        return v == null || v.isBlank();
     }
 
     private static int intVar(Map<String, String> env, String name, Integer fallback) {
         String v = env.get(name);
-        if (v == null || v.isBlank()) {
+        if (isBlank(v)) {
             if (fallback == null) {
-                throw new IllegalArgumentException(name + " is not set (a process group needs RANK and WORLD_SIZE,"
-                        + " and MASTER_ADDR/MASTER_PORT for rank 0's store, as torchrun sets them)");
+                throw new IllegalArgumentException(name + " is not set (a process group needs RANK and WORLD_SIZE, and"
+                        + " MASTER_ADDR/MASTER_PORT for rank 0's store, as symmem4j-run and torchrun set them; under"
+                        + " mpirun, Open MPI's OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE)");
             }
             return fallback;
         }

@@ -1,0 +1,85 @@
+package org.symmem4j.it;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+import org.symmem4j.launch.Launcher;
+
+/**
+ * JVM ranks started by the launcher ({@code symmem4j-run}): they join one process group from the
+ * variables it sets (its generated secret, its run id, LOCAL_WORLD_SIZE), run every collective
+ * bitwise equal across ranks, each bound to its own CPUs; and a rank that crashes mid-run fails
+ * the job with its own exit code, named, the others stopped.
+ */
+class LauncherIT {
+
+    /** A launch's exit status and what the launcher printed. */
+    record Run(int status, String out, String err) {
+    }
+
+    /** Runs the launcher in this JVM: {@code n} ranks of {@link ProcessWorker} running {@code scenario}, output in {@code logDir}. */
+    static Run launch(Path logDir, int n, String... scenario) {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        ByteArrayOutputStream err = new ByteArrayOutputStream();
+        Map<String, String> env = new HashMap<>(System.getenv());
+        env.remove("SYMMEM4J_SECRET");
+        env.remove("SYMMEM4J_SECRET_FILE");
+        env.remove("SYMMEM4J_RUN_ID");
+        List<String> args = new ArrayList<>(List.of("-n", Integer.toString(n), "--log-dir", logDir.toString(),
+                "--master-port", Integer.toString(Workers.freePort()), "--grace-period", "5", "--java", "-Xmx256m",
+                "-XX:+UseSerialGC", "-Dsymmem4j.timeout.ms=60000", "-cp", System.getProperty("java.class.path"),
+                ProcessWorker.class.getName()));
+        args.addAll(List.of(scenario));
+        int status = Launcher.run(args.toArray(String[]::new), new PrintStream(out, true, StandardCharsets.UTF_8),
+                new PrintStream(err, true, StandardCharsets.UTF_8), env);
+        return new Run(status, out.toString(StandardCharsets.UTF_8), err.toString(StandardCharsets.UTF_8));
+    }
+
+    @ParameterizedTest(name = "{0} processes")
+    @ValueSource(ints = {2, 4})
+    void everyCollectiveAcrossLaunchedProcesses(int n, @TempDir Path logs) throws IOException {
+        Run r = launch(logs, n, "collectives");
+        assertEquals(0, r.status(), r.err() + "\n" + tail(r.out()));
+        String[] rank0 = checksums(Files.readString(logs.resolve("rank-0.log")));
+        assertTrue(rank0.length > 100, "expected a checksum per case, found " + rank0.length);
+        for (int rank = 0; rank < n; rank++) {
+            String log = Files.readString(logs.resolve("rank-" + rank + ".log"));
+            assertTrue(log.contains("OK"), log);
+            assertArrayEquals(rank0, checksums(log), "rank " + rank + " results differ bitwise from rank 0");
+        }
+        assertTrue(r.err().contains("all " + n + " ranks exited 0"), r.err());
+    }
+
+    @Test
+    void aCrashedRankFailsTheJobWithItsCodeAndTheOthersAreStopped(@TempDir Path logs) throws IOException {
+        // rank 1 halts at iteration 300 of an endless all-reduce loop; rank 0 would wait for it in a collective
+        Run r = launch(logs, 2, "loop", Long.toString(Long.MAX_VALUE), "1", "300", "halt");
+        assertEquals(7, r.status(), r.err());
+        assertTrue(r.err().contains("rank 1 (local rank 1, pid ") && r.err().contains("exited with code 7"), r.err());
+        assertTrue(Files.readString(logs.resolve("rank-1.log")).contains("HALT with code 7 at iteration 300"),
+                Files.readString(logs.resolve("rank-1.log")));
+    }
+
+    private static String[] checksums(String log) {
+        return log.lines().filter(l -> l.startsWith("CHECKSUM ")).toArray(String[]::new);
+    }
+
+    private static String tail(String s) {
+        return s.length() <= 4000 ? s : s.substring(s.length() - 4000);
+    }
+}

@@ -1,0 +1,35 @@
+package org.symmem4j.launch;
+
+import java.nio.file.Path;
+import java.util.List;
+
+/**
+ * What the user asked the launcher for, in torchrun's terms.
+ *
+ * @param nprocPerNode processes on this machine: a number, {@code gpu} (one per GPU) or {@code cpu} (one per CPU)
+ * @param nnodes       machines in the job
+ * @param nodeRank     this machine's index, 0..nnodes-1
+ * @param masterAddr   where rank 0 (on node 0) hosts the rendezvous store
+ * @param masterPort   its port
+ * @param runId        the job's id, null for a fresh one (one machine only)
+ * @param cpuBind      whether each process is bound to a slice of the CPUs
+ * @param secretFile   the job's store secret, null to use the environment's or generate one (one machine only)
+ * @param java         whether the command is the arguments of this launcher's JDK ({@code java} with
+ *                     the flags symmem4j needs) rather than a program of its own
+ * @param command      the program and its arguments
+ */
+record LaunchSpec(String nprocPerNode, int nnodes, int nodeRank, String masterAddr, int masterPort, String runId,
+                  CpuBind cpuBind, Path secretFile, boolean java, List<String> command) {
+
+    /** How processes get CPUs. */
+    enum CpuBind {
+        /** Each process gets its own contiguous slice of the launcher's CPUs ({@code taskset -c}) and as many ND4J/OpenMP threads. */
+        AUTO,
+        /** Processes share every CPU; nothing is set. */
+        NONE
+    }
+
+    LaunchSpec {
+        command = List.copyOf(command);
+    }
+}

@@ -1,0 +1,270 @@
+package org.symmem4j.launch;
+
+import java.io.IOException;
+import java.io.PrintStream;
+import java.io.PrintWriter;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.security.SecureRandom;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.Callable;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+import picocli.CommandLine.Parameters;
+
+/**
+ * {@code symmem4j-run}: starts this machine's processes of a job — one per worker or GPU — with
+ * torchrun's variables, the job's id and secret, each bound to its own slice of the CPUs, and stops
+ * them all when one fails, naming it. See {@link LaunchPlan} for what each process gets and
+ * {@link Supervisor} for how they are watched.
+ *
+ * <pre>
+ *   symmem4j-run --nproc-per-node 4 --java -cp app.jar com.example.Train
+ *   symmem4j-run --nproc-per-node gpu -- ./train.sh
+ *   symmem4j-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 --java ...
+ * </pre>
+ */
+@Command(name = "symmem4j-run", mixinStandardHelpOptions = true, versionProvider = Launcher.Version.class,
+        sortOptions = false, showDefaultValues = true, usageHelpWidth = 110,
+        description = {"Starts this machine's processes of a job, one per worker or GPU, with torchrun's variables"
+                + " (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT), the job's id"
+                + " (SYMMEM4J_RUN_ID) and secret (SYMMEM4J_SECRET_FILE); binds each to its own slice of the CPUs"
+                + " (taskset, OMP_NUM_THREADS); prefixes their output with their rank; and when one exits with an error"
+                + " or is killed, stops the others (SIGTERM, then SIGKILL after the grace period) and exits with its"
+                + " code, naming it. SIGINT or SIGTERM to the launcher stops every process the same way.",
+                "", "A process's GPU is LOCAL_RANK mod the GPUs (every GPU stays visible: peer access and NCCL need them)."},
+        footer = {"", "Examples:",
+                "  symmem4j-run --nproc-per-node 4 --java -cp app.jar com.example.Train --epochs 3",
+                "  symmem4j-run -n gpu -- ./train.sh",
+                "  node 0: symmem4j-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 ...",
+                "  node 1: symmem4j-run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 ...",
+                "", "Exit status: 0 when every process exited 0; the first failed process's code; 2 for a bad request."})
+public final class Launcher implements Callable<Integer> {
+
+    @Option(names = {"-n", "--nproc-per-node"}, paramLabel = "N|gpu|cpu", defaultValue = "1",
+            description = "processes on this machine: a number, gpu (one per GPU) or cpu (one per CPU)")
+    String nprocPerNode;
+
+    @Option(names = "--nnodes", paramLabel = "N", defaultValue = "1", description = "machines in the job")
+    int nnodes;
+
+    @Option(names = "--node-rank", paramLabel = "I", defaultValue = "0", description = "this machine's index, 0..nnodes-1")
+    int nodeRank;
+
+    @Option(names = "--master-addr", paramLabel = "ADDR", defaultValue = "127.0.0.1",
+            description = "where rank 0 hosts the rendezvous store (node 0's address)")
+    String masterAddr;
+
+    @Option(names = "--master-port", paramLabel = "PORT", defaultValue = "29500", description = "the store's port")
+    int masterPort;
+
+    @Option(names = "--run-id", paramLabel = "ID",
+            description = "the job's id, the same on every machine (default: SYMMEM4J_RUN_ID, else a fresh one; required"
+                    + " with --nnodes > 1)")
+    String runId;
+
+    @Option(names = "--secret-file", paramLabel = "FILE",
+            description = "the job's store secret (mode 0600; the same on every machine). Default: SYMMEM4J_SECRET or"
+                    + " SYMMEM4J_SECRET_FILE from the environment, else, on one machine, a fresh one in a private"
+                    + " temporary file removed at the end")
+    Path secretFile;
+
+    @Option(names = "--cpu-bind", paramLabel = "auto|none", defaultValue = "auto", converter = CpuBindConverter.class,
+            description = "auto: each process gets a contiguous slice of the launcher's CPUs (taskset -c) and"
+                    + " OMP_NUM_THREADS equal to it, unless set; none: processes share every CPU")
+    LaunchSpec.CpuBind cpuBind;
+
+    @Option(names = "--java",
+            description = "the command is arguments of this launcher's JDK: it runs <java.home>/bin/java with the flags"
+                    + " symmem4j needs (--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector)")
+    boolean java;
+
+    @Option(names = "--log-dir", paramLabel = "DIR", description = "also write each process's output to DIR/rank-N.log")
+    Path logDir;
+
+    @Option(names = "--grace-period", paramLabel = "SECONDS", defaultValue = "10",
+            description = "how long stopped processes get after SIGTERM before SIGKILL")
+    int graceSeconds;
+
+    @Option(names = "--dry-run", description = "print each process's command line and variables; start nothing")
+    boolean dryRun;
+
+    @Parameters(paramLabel = "COMMAND", arity = "0..*",
+            description = "the program and its arguments (after --, or after the first word that is not an option)")
+    List<String> command = new ArrayList<>();
+
+    private final PrintStream out;
+    private final PrintStream err;
+    private final Map<String, String> env;
+
+    Launcher(PrintStream out, PrintStream err, Map<String, String> env) {
+        this.out = out;
+        this.err = err;
+        this.env = env;
+    }
+
+    /**
+     * Runs the launcher; exits with its status.
+     *
+     * @param args the command line, see {@code --help}
+     */
+    public static void main(String[] args) {
+        System.exit(run(args, System.out, System.err, System.getenv()));
+    }
+
+    /**
+     * Runs the launcher in this JVM, as {@link #main} does, without exiting: for tests and for programs
+     * that start jobs themselves.
+     *
+     * @param args the command line, see {@code --help}
+     * @param out  where the processes' output goes, each line prefixed with its rank
+     * @param err  where the launcher's own messages go
+     * @param env  the environment the processes inherit, and that the launcher reads
+     *             ({@code SYMMEM4J_SECRET}, {@code SYMMEM4J_RUN_ID}, {@code OMP_NUM_THREADS}, {@code PATH}, ...)
+     * @return the launcher's exit status: 0 when every process exited 0, the first failed process's code,
+     *         2 for a bad request
+     */
+    public static int run(String[] args, PrintStream out, PrintStream err, Map<String, String> env) {
+        // the command is everything from its first word on, options of its own included (java -cp ...)
+        CommandLine cl = new CommandLine(new Launcher(out, err, env)).setStopAtPositional(true)
+                .setUnmatchedOptionsArePositionalParams(true);
+        cl.setOut(new PrintWriter(out, true));
+        cl.setErr(new PrintWriter(err, true));
+        cl.setExecutionExceptionHandler((e, cmd, parsed) -> {
+            if (e instanceof IllegalArgumentException) {
+                err.println("symmem4j-run: " + e.getMessage());
+                return 2;
+            }
+            throw e;
+        });
+        return cl.execute(args);
+    }
+
+    @Override
+    public Integer call() throws IOException {
+        if (graceSeconds < 0) {
+            throw new IllegalArgumentException("--grace-period=" + graceSeconds + " must be >= 0");
+        }
+        if (!java && !command.isEmpty() && command.getFirst().startsWith("-")) {
+            throw new IllegalArgumentException("the command starts with '" + command.getFirst() + "', which is no option of"
+                    + " the launcher (see --help): expected a program; put the launcher's options first and the program"
+                    + " after them (or after --), or use --java to give arguments of java");
+        }
+        if (logDir != null) {
+            Files.createDirectories(logDir);
+        }
+        LaunchSpec spec = new LaunchSpec(nprocPerNode, nnodes, nodeRank, masterAddr, masterPort, runId, cpuBind,
+                secretFile, java, command);
+        Machine machine = Machine.discover(env);
+        Path secretDir = LaunchPlan.needsGeneratedSecret(spec, env) && !dryRun ? privateDirectory() : null;
+        try {
+            Path generated = secretDir == null ? null : writeSecret(secretDir);
+            String javaBin = Path.of(System.getProperty("java.home"), "bin", "java").toString();
+            LaunchPlan plan = LaunchPlan.of(spec, machine, env, javaBin, generated, freshRunId());
+            err.println("symmem4j-run: " + plan.ranks().size() + " process(es) here, ranks " + plan.ranks().getFirst().rank()
+                    + ".." + plan.ranks().getLast().rank() + " of " + plan.worldSize() + ", run id " + plan.runId()
+                    + (plan.ranks().getFirst().cpus().isEmpty() ? "" : ", CPUs " + cpuSummary(plan)));
+            for (String note : plan.notes()) {
+                err.println("symmem4j-run: note: " + note);
+            }
+            if (dryRun) {
+                for (LaunchPlan.RankLaunch r : plan.ranks()) {
+                    out.println("rank " + r.rank() + ": " + r.env() + " " + String.join(" ", r.command()));
+                }
+                return 0;
+            }
+            Supervisor supervisor = new Supervisor(plan, out, logDir, Duration.ofSeconds(graceSeconds));
+            Thread hook = Thread.ofPlatform().unstarted(() -> {
+                List<String> stopped = supervisor.stop();
+                if (!stopped.isEmpty()) {
+                    err.println("symmem4j-run: interrupted; stopped " + String.join(", ", stopped));
+                }
+                deleteQuietly(secretDir);
+            });
+            Runtime.getRuntime().addShutdownHook(hook);
+            Supervisor.Outcome outcome = supervisor.run();
+            try {
+                Runtime.getRuntime().removeShutdownHook(hook);
+            } catch (IllegalStateException shuttingDown) {
+                return outcome.exitCode(); // the hook stops the processes and says so
+            }
+            err.println("symmem4j-run: " + outcome.message());
+            return outcome.exitCode();
+        } finally {
+            deleteQuietly(secretDir);
+        }
+    }
+
+    private static String cpuSummary(LaunchPlan plan) {
+        StringBuilder b = new StringBuilder();
+        for (LaunchPlan.RankLaunch r : plan.ranks()) {
+            b.append(b.isEmpty() ? "" : " ").append(r.localRank()).append(':').append(CpuList.format(r.cpus()));
+        }
+        return b.toString();
+    }
+
+    private static String freshRunId() {
+        return "run-" + Long.toString(System.currentTimeMillis(), 36) + "-"
+                + HexFormat.of().formatHex(new SecureRandom().generateSeed(4));
+    }
+
+    /** A fresh directory only this user can enter, for the job's secret. */
+    private static Path privateDirectory() throws IOException {
+        return Files.createTempDirectory("symmem4j-run-", PosixFilePermissions.asFileAttribute(
+                PosixFilePermissions.fromString("rwx------")));
+    }
+
+    /** 32 random bytes, hex, in a file of mode 0600: what {@code SYMMEM4J_SECRET_FILE} points the processes to. */
+    private static Path writeSecret(Path dir) throws IOException {
+        byte[] secret = new byte[32];
+        new SecureRandom().nextBytes(secret);
+        Path f = dir.resolve("secret");
+        Files.createFile(f, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
+        Files.writeString(f, HexFormat.of().formatHex(secret), StandardCharsets.US_ASCII);
+        return f;
+    }
+
+    private static void deleteQuietly(Path dir) {
+        if (dir == null) {
+            return;
+        }
+        try (var files = Files.list(dir)) {
+            for (Path f : files.toList()) {
+                Files.deleteIfExists(f);
+            }
+            Files.deleteIfExists(dir);
+        } catch (IOException | UncheckedIOException e) {
+            // gone already, or the hook and the main thread raced: nothing left to protect
+        }
+    }
+
+    /** {@code auto} or {@code none}, any case. */
+    static final class CpuBindConverter implements CommandLine.ITypeConverter<LaunchSpec.CpuBind> {
+        @Override
+        public LaunchSpec.CpuBind convert(String value) {
+            try {
+                return LaunchSpec.CpuBind.valueOf(value.trim().toUpperCase(Locale.ROOT));
+            } catch (IllegalArgumentException e) {
+                throw new CommandLine.TypeConversionException("'" + value + "': expected auto or none");
+            }
+        }
+    }
+
+    /** The version in the jar's manifest ({@code Implementation-Version}). */
+    static final class Version implements CommandLine.IVersionProvider {
+        @Override
+        public String[] getVersion() {
+            String v = Launcher.class.getPackage().getImplementationVersion();
+            return new String[] {"symmem4j-run " + (v == null ? "(version unknown: not run from its jar)" : v)};
+        }
+    }
+}

@@ -1,0 +1,144 @@
+package org.symmem4j.launch;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.group.ProcessGroupConfig;
+import org.symmem4j.parallel.rendezvous.JobIdentity;
+
+/** The launcher's plan, as a pure function of the request, the machine and the environment. */
+class LaunchPlanTest {
+
+    static final Machine EIGHT_CPUS_TWO_GPUS = new Machine(List.of(0, 1, 2, 3, 4, 5, 6, 7), 2, "test", Path.of("/usr/bin/taskset"));
+    static final Path SECRET = Path.of("/tmp/x/secret");
+
+    static LaunchSpec spec(String nproc, int nnodes, int nodeRank, String addr, String runId, LaunchSpec.CpuBind bind,
+                           boolean java, String... command) {
+        return new LaunchSpec(nproc, nnodes, nodeRank, addr, 29500, runId, bind, null, java, List.of(command));
+    }
+
+    static LaunchSpec oneMachine(String nproc, String... command) {
+        return spec(nproc, 1, 0, "127.0.0.1", null, LaunchSpec.CpuBind.AUTO, false, command);
+    }
+
+    @Test
+    void everyProcessGetsWhatAProcessGroupReads() {
+        LaunchPlan plan = LaunchPlan.of(oneMachine("4", "app", "--x"), EIGHT_CPUS_TWO_GPUS, Map.of(), "/jdk/bin/java", SECRET,
+                "run-1");
+        assertEquals(4, plan.worldSize());
+        assertEquals(4, plan.localWorldSize());
+        for (int r = 0; r < 4; r++) {
+            LaunchPlan.RankLaunch l = plan.ranks().get(r);
+            ProcessGroupConfig c = ProcessGroupConfig.fromEnvironment(l.env());
+            assertEquals(new ProcessGroupConfig(r, 4, r, 4, "127.0.0.1", 29500, "run-1"), c, "rank " + r);
+            assertEquals(SECRET.toString(), l.env().get("SYMMEM4J_SECRET_FILE"));
+            assertEquals("0", l.env().get("GROUP_RANK"));
+            // two CPUs each, contiguous, bound with taskset, and as many OpenMP threads
+            assertEquals(List.of(2 * r, 2 * r + 1), l.cpus());
+            assertEquals(List.of("/usr/bin/taskset", "-c", (2 * r) + "-" + (2 * r + 1), "app", "--x"), l.command());
+            assertEquals("2", l.env().get("OMP_NUM_THREADS"));
+        }
+        assertTrue(plan.notes().stream().anyMatch(n -> n.contains("4 processes share 2 GPU(s)")), plan.notes().toString());
+    }
+
+    @Test
+    void secondMachineOfTwoGetsTheUpperRanks() {
+        LaunchPlan plan = LaunchPlan.of(spec("gpu", 2, 1, "10.0.0.1", "job7", LaunchSpec.CpuBind.NONE, false, "app"),
+                EIGHT_CPUS_TWO_GPUS, Map.of("SYMMEM4J_SECRET", "0123456789abcdef0123"), "/jdk/bin/java", null, "unused");
+        assertEquals(4, plan.worldSize());
+        assertEquals(List.of(2, 3), plan.ranks().stream().map(LaunchPlan.RankLaunch::rank).toList());
+        ProcessGroupConfig c = ProcessGroupConfig.fromEnvironment(plan.ranks().get(1).env());
+        assertEquals(new ProcessGroupConfig(3, 4, 1, 2, "10.0.0.1", 29500, "job7"), c);
+        assertNull(plan.ranks().get(0).env().get("SYMMEM4J_SECRET_FILE"), "the environment's secret is inherited, not replaced");
+        assertNull(plan.ranks().get(0).env().get("OMP_NUM_THREADS"), "unbound: nothing set");
+        assertEquals(List.of("app"), plan.ranks().get(0).command());
+    }
+
+    @Test
+    void javaCommandsRunThisJdkWithSymmemsFlags() {
+        LaunchPlan plan = LaunchPlan.of(spec("1", 1, 0, "127.0.0.1", null, LaunchSpec.CpuBind.NONE, true, "-cp", "a.jar", "Main"),
+                EIGHT_CPUS_TWO_GPUS, Map.of(), "/jdk/bin/java", SECRET, "run-1");
+        assertEquals(List.of("/jdk/bin/java", "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-cp",
+                "a.jar", "Main"), plan.ranks().getFirst().command());
+    }
+
+    @Test
+    void slicesAreContiguousAndAsEqualAsTheyCome() {
+        List<String> notes = new ArrayList<>();
+        assertEquals(List.of(List.of(0, 1), List.of(2, 3, 4), List.of(5, 6, 7)),
+                LaunchPlan.slices(List.of(0, 1, 2, 3, 4, 5, 6, 7), 3, notes));
+        assertTrue(notes.isEmpty());
+        assertEquals(List.of(List.of(4), List.of(9), List.of(4)), LaunchPlan.slices(List.of(4, 9), 3, notes));
+        assertTrue(notes.getFirst().contains("3 processes on 2 CPU(s) (4,9)"), notes.toString());
+    }
+
+    @Test
+    void theEnvironmentsOmpThreadsAndRunIdAreKept() {
+        LaunchPlan plan = LaunchPlan.of(oneMachine("2", "app"), EIGHT_CPUS_TWO_GPUS,
+                Map.of("OMP_NUM_THREADS", "3", "SYMMEM4J_RUN_ID", "mine"), "/jdk/bin/java", SECRET, "fresh");
+        assertEquals("mine", plan.runId());
+        assertNull(plan.ranks().getFirst().env().get("OMP_NUM_THREADS"), "inherited from the environment, not overridden");
+        assertTrue(plan.notes().stream().anyMatch(n -> n.contains("OMP_NUM_THREADS=3")), plan.notes().toString());
+    }
+
+    @Test
+    void withoutTasksetNothingIsBoundButThreadsAreSized() {
+        Machine noTaskset = new Machine(List.of(0, 1, 2, 3), 0, "test", null);
+        LaunchPlan plan = LaunchPlan.of(oneMachine("2", "app"), noTaskset, Map.of(), "/jdk/bin/java", SECRET, "r");
+        assertEquals(List.of("app"), plan.ranks().getFirst().command());
+        assertTrue(plan.ranks().getFirst().cpus().isEmpty());
+        assertEquals("2", plan.ranks().getFirst().env().get("OMP_NUM_THREADS"));
+        assertTrue(plan.notes().stream().anyMatch(n -> n.contains("taskset is not on the PATH")), plan.notes().toString());
+    }
+
+    @Test
+    void theRunIdsTheLauncherAcceptsAreTheRuntimes() {
+        for (String id : List.of("run-mwxqyw9u-f7d2b407", "job.7:a@b+c", "x".repeat(128))) {
+            assertEquals(id, JobIdentity.checkRunId(id));
+            assertEquals(id, LaunchPlan.of(spec("1", 1, 0, "127.0.0.1", id, LaunchSpec.CpuBind.NONE, false, "a"),
+                    EIGHT_CPUS_TWO_GPUS, Map.of(), "j", SECRET, "f").runId());
+        }
+        for (String id : List.of("../etc", "a b", "x".repeat(129))) {
+            assertThrows(IllegalArgumentException.class, () -> JobIdentity.checkRunId(id));
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> LaunchPlan.of(
+                    spec("1", 1, 0, "127.0.0.1", id, LaunchSpec.CpuBind.NONE, false, "a"), EIGHT_CPUS_TWO_GPUS, Map.of(), "j",
+                    SECRET, "f"));
+            assertTrue(e.getMessage().contains("run id '" + id + "'"), e.getMessage());
+        }
+    }
+
+    @Test
+    void badRequestsSayWhatWasExpected() {
+        Map<String, String> env = Map.of();
+        assertRefused("--nproc-per-node=zero: expected a number >= 1", oneMachine("zero", "a"), EIGHT_CPUS_TWO_GPUS, env);
+        assertRefused("--nproc-per-node gpu: no GPU found", oneMachine("gpu", "a"),
+                new Machine(List.of(0), 0, "CUDA_VISIBLE_DEVICES=", null), env);
+        assertRefused("no command to start", oneMachine("2"), EIGHT_CPUS_TWO_GPUS, env);
+        assertRefused("--node-rank=2 outside [0, --nnodes=2)",
+                spec("1", 2, 2, "10.0.0.1", "j", LaunchSpec.CpuBind.NONE, false, "a"), EIGHT_CPUS_TWO_GPUS, env);
+        assertRefused("cannot reach a loopback address",
+                spec("1", 2, 0, "127.0.0.1", "j", LaunchSpec.CpuBind.NONE, false, "a"), EIGHT_CPUS_TWO_GPUS, env);
+        assertRefused("without --run-id",
+                spec("1", 2, 0, "10.0.0.1", null, LaunchSpec.CpuBind.NONE, false, "a"), EIGHT_CPUS_TWO_GPUS, env);
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> LaunchPlan.needsGeneratedSecret(
+                spec("1", 2, 0, "10.0.0.1", "j", LaunchSpec.CpuBind.NONE, false, "a"), env));
+        assertTrue(e.getMessage().contains("--nnodes=2 without a secret") && e.getMessage().contains("--secret-file"),
+                e.getMessage());
+        assertTrue(LaunchPlan.needsGeneratedSecret(oneMachine("1", "a"), env));
+        assertFalse(LaunchPlan.needsGeneratedSecret(oneMachine("1", "a"), Map.of("SYMMEM4J_SECRET_FILE", "/s")));
+    }
+
+    private static void assertRefused(String expected, LaunchSpec spec, Machine machine, Map<String, String> env) {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> LaunchPlan.of(spec, machine, env, "j", SECRET, "f"));
+        assertTrue(e.getMessage().contains(expected), e.getMessage());
+    }
+}

@@ -1,0 +1,226 @@
+package org.symmem4j.launch;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.BufferedReader;
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The launcher with real processes ({@code sh} programs): variables, output, the secret, and what
+ * happens when a process fails, is killed, cannot start, or when the launcher itself is terminated.
+ * No timing is asserted: waits are bounded only so that a broken launcher fails instead of hanging.
+ */
+class LauncherTest {
+
+    /** A launch's exit status and what it printed. */
+    record Run(int status, String out, String err) {
+    }
+
+    static Run launch(Map<String, String> extraEnv, String... args) {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        ByteArrayOutputStream err = new ByteArrayOutputStream();
+        Map<String, String> env = new HashMap<>(System.getenv());
+        env.remove("SYMMEM4J_SECRET");
+        env.remove("SYMMEM4J_SECRET_FILE");
+        env.remove("SYMMEM4J_RUN_ID");
+        env.remove("OMP_NUM_THREADS");
+        env.putAll(extraEnv);
+        int status = Launcher.run(args, new PrintStream(out, true, StandardCharsets.UTF_8),
+                new PrintStream(err, true, StandardCharsets.UTF_8), env);
+        return new Run(status, out.toString(StandardCharsets.UTF_8), err.toString(StandardCharsets.UTF_8));
+    }
+
+    static Run launch(String... args) {
+        return launch(Map.of(), args);
+    }
+
+    @Test
+    void everyRankGetsItsVariablesAndItsOutputIsPrefixed() {
+        Run r = launch("-n", "3", "--cpu-bind", "none", "--", "sh", "-c",
+                "echo \"rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE lws=$LOCAL_WORLD_SIZE node=$GROUP_RANK"
+                        + " master=$MASTER_ADDR:$MASTER_PORT\"");
+        assertEquals(0, r.status(), r.err());
+        for (int rank = 0; rank < 3; rank++) {
+            assertTrue(r.out().contains("[rank " + rank + "] rank=" + rank + " local=" + rank + " world=3 lws=3 node=0"
+                    + " master=127.0.0.1:29500"), r.out());
+        }
+        assertTrue(r.err().contains("all 3 ranks exited 0"), r.err());
+    }
+
+    @Test
+    void aGeneratedSecretIsPrivateSharedAndRemoved() {
+        Run r = launch("-n", "2", "--cpu-bind", "none", "--", "sh", "-c",
+                "echo \"file=$SYMMEM4J_SECRET_FILE mode=$(stat -c %a \"$SYMMEM4J_SECRET_FILE\") dir=$(stat -c %a"
+                        + " \"$(dirname \"$SYMMEM4J_SECRET_FILE\")\") bytes=$(wc -c < \"$SYMMEM4J_SECRET_FILE\")"
+                        + " sum=$(cksum < \"$SYMMEM4J_SECRET_FILE\") run=$SYMMEM4J_RUN_ID\"");
+        assertEquals(0, r.status(), r.err());
+        Matcher m = Pattern.compile("\\[rank (\\d)] file=(\\S+) mode=600 dir=700 bytes=64 sum=(\\d+ \\d+) run=(\\S+)")
+                .matcher(r.out());
+        List<String> files = new ArrayList<>();
+        List<String> sums = new ArrayList<>();
+        List<String> runs = new ArrayList<>();
+        while (m.find()) {
+            files.add(m.group(2));
+            sums.add(m.group(3));
+            runs.add(m.group(4));
+        }
+        assertEquals(2, files.size(), r.out());
+        assertEquals(files.get(0), files.get(1), "one secret for the job");
+        assertEquals(sums.get(0), sums.get(1));
+        assertEquals(runs.get(0), runs.get(1), "one run id for the job");
+        assertFalse(Files.exists(Path.of(files.getFirst())), "the secret is removed when the launch ends");
+        assertFalse(Files.exists(Path.of(files.getFirst()).getParent()), "and its directory");
+    }
+
+    @Test
+    void aFailingRankStopsTheOthersAndItsCodeIsTheLaunchers() {
+        // rank 1 fails at once; rank 0 dies on SIGTERM; rank 2 ignores SIGTERM and needs SIGKILL
+        Run r = launch("-n", "3", "--cpu-bind", "none", "--grace-period", "1", "--", "sh", "-c",
+                "if [ \"$RANK\" = 1 ]; then exit 3; fi; if [ \"$RANK\" = 2 ]; then trap '' TERM; fi; exec sleep 60");
+        assertEquals(3, r.status(), r.err());
+        assertTrue(r.err().contains("rank 1 (local rank 1, pid ") && r.err().contains("exited with code 3"), r.err());
+        assertTrue(r.err().contains("rank 0 (SIGTERM)"), r.err());
+        assertTrue(r.err().contains("rank 2 (SIGKILL after 1 s)"), r.err());
+    }
+
+    @Test
+    void aKilledRankIsNamedWithItsSignal() {
+        Run r = launch("-n", "1", "--cpu-bind", "none", "--", "sh", "-c", "kill -9 $$");
+        assertEquals(137, r.status(), r.err());
+        assertTrue(r.err().contains("rank 0 (local rank 0, pid ") && r.err().contains("was killed by signal 9 (SIGKILL)"),
+                r.err());
+    }
+
+    @Test
+    void aProgramThatCannotStartIsReported() {
+        Run r = launch("-n", "2", "--cpu-bind", "none", "--", "/nonexistent/symmem4j-program");
+        assertEquals(127, r.status(), r.err());
+        assertTrue(r.err().contains("could not start rank 0 (/nonexistent/symmem4j-program)"), r.err());
+    }
+
+    @Test
+    void boundRanksRunOnTheirSlices() {
+        Run r = launch("-n", "2", "--", "sh", "-c",
+                "echo \"omp=$OMP_NUM_THREADS $(grep Cpus_allowed_list /proc/self/status | tr -d '\\t')\"");
+        assertEquals(0, r.status(), r.err());
+        if (Machine.onPath(System.getenv("PATH"), "taskset") == null) {
+            assertTrue(r.err().contains("taskset is not on the PATH"), r.err());
+            return;
+        }
+        List<Integer> cpus = new ArrayList<>();
+        Matcher m = Pattern.compile("\\[rank (\\d)] omp=(\\d+) Cpus_allowed_list:(\\S+)").matcher(r.out());
+        while (m.find()) {
+            List<Integer> mine = CpuList.parse(m.group(3));
+            assertEquals(Integer.parseInt(m.group(2)), mine.size(), "OMP_NUM_THREADS is the slice: " + r.out());
+            cpus.addAll(mine);
+        }
+        assertEquals(2, r.out().lines().filter(l -> l.contains("omp=")).count(), r.out());
+        if (Machine.discover(System.getenv()).allowedCpus().size() >= 2) {
+            assertEquals(cpus.stream().distinct().count(), cpus.size(), "disjoint slices: " + r.out());
+        }
+    }
+
+    @Test
+    void outputGoesToTheLogDirectoryToo(@TempDir Path dir) throws IOException {
+        Run r = launch("-n", "2", "--cpu-bind", "none", "--log-dir", dir.toString(), "--", "sh", "-c", "echo hello $RANK");
+        assertEquals(0, r.status(), r.err());
+        assertEquals("hello 0\n", Files.readString(dir.resolve("rank-0.log")));
+        assertEquals("hello 1\n", Files.readString(dir.resolve("rank-1.log")));
+    }
+
+    @Test
+    void dryRunPrintsThePlanOfTheSecondMachine() {
+        Run r = launch("--dry-run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--run-id",
+                "job7", "--secret-file", "/s", "--cpu-bind", "none", "--", "app", "x");
+        assertEquals(0, r.status(), r.err());
+        assertTrue(r.out().contains("rank 2: ") && r.out().contains("rank 3: ") && r.out().contains("RANK=3")
+                && r.out().contains("SYMMEM4J_SECRET_FILE=/s") && r.out().contains("app x"), r.out());
+        assertTrue(r.err().contains("ranks 2..3 of 4, run id job7"), r.err());
+    }
+
+    @Test
+    void badRequestsExitTwoSayingWhy() {
+        Run zero = launch("-n", "0", "--", "sh");
+        assertEquals(2, zero.status());
+        assertTrue(zero.err().contains("--nproc-per-node=0: expected a number >= 1"), zero.err());
+        Run typo = launch("-n", "2", "--nprocs", "2", "sh");
+        assertEquals(2, typo.status());
+        assertTrue(typo.err().contains("the command starts with '--nprocs'"), typo.err());
+        Run noCommand = launch("-n", "2");
+        assertEquals(2, noCommand.status());
+        assertTrue(noCommand.err().contains("no command to start"), noCommand.err());
+        Run bind = launch("--cpu-bind", "some", "sh");
+        assertEquals(2, bind.status());
+        assertTrue(bind.err().contains("expected auto or none"), bind.err());
+    }
+
+    /** SIGTERM to the launcher stops every process it started, and it exits as a terminated program does. */
+    @Test
+    void terminatingTheLauncherStopsItsProcesses() throws Exception {
+        Path java = Path.of(System.getProperty("java.home"), "bin", "java");
+        ProcessBuilder pb = new ProcessBuilder(java.toString(), "-cp", System.getProperty("java.class.path"),
+                Launcher.class.getName(), "-n", "2", "--cpu-bind", "none", "--grace-period", "5", "--", "sh", "-c",
+                "echo pid=$$; exec sleep 300").redirectErrorStream(true);
+        pb.environment().remove("SYMMEM4J_SECRET");
+        pb.environment().remove("SYMMEM4J_SECRET_FILE");
+        Process launcher = pb.start();
+        List<Long> pids = new ArrayList<>();
+        StringBuilder seen = new StringBuilder();
+        BufferedReader in = new BufferedReader(new InputStreamReader(launcher.getInputStream(), StandardCharsets.UTF_8));
+        Pattern pid = Pattern.compile("\\[rank \\d] pid=(\\d+)");
+        Thread reader = Thread.ofPlatform().daemon().start(() -> {
+            try {
+                String line;
+                while ((line = in.readLine()) != null) {
+                    synchronized (seen) {
+                        seen.append(line).append('\n');
+                        Matcher m = pid.matcher(line);
+                        if (m.find()) {
+                            pids.add(Long.parseLong(m.group(1)));
+                        }
+                        seen.notifyAll();
+                    }
+                }
+            } catch (IOException ignored) {
+                // the launcher is gone
+            }
+        });
+        synchronized (seen) {
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+            while (pids.size() < 2 && System.nanoTime() < deadline) {
+                seen.wait(1000);
+            }
+            assertEquals(2, pids.size(), "both processes started: " + seen);
+        }
+        // SIGTERM through the handle: Process.destroy() would also close our end of its output
+        launcher.toHandle().destroy();
+        assertTrue(launcher.waitFor(60, TimeUnit.SECONDS), "the launcher ends");
+        reader.join(10_000);
+        assertEquals(143, launcher.exitValue(), "exits as a program terminated by SIGTERM: " + seen);
+        for (long p : pids) {
+            ProcessHandle h = ProcessHandle.of(p).orElse(null);
+            assertTrue(h == null || h.onExit().get(30, TimeUnit.SECONDS) != null, "process " + p + " stopped");
+        }
+        synchronized (seen) {
+            assertTrue(seen.toString().contains("interrupted; stopped rank 0 (SIGTERM), rank 1 (SIGTERM)")
+                    || seen.toString().contains("interrupted; stopped rank 1 (SIGTERM), rank 0 (SIGTERM)"), seen.toString());
+        }
+    }
+}
