@@ -22,6 +22,7 @@ import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.GradientBuckets;
 import org.symmem4j.gradsync.GradientSynchronizer;
 import org.symmem4j.gradsync.SyncMetrics;
+import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
@@ -32,7 +33,9 @@ import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.numeric.Reducer;
 
 /**
- * One data-parallel worker: a thread that owns a model replica and one rank of the in-JVM group.
+ * One data-parallel worker: a thread that owns a model replica and one rank of the data-parallel
+ * group — a thread's rank of the wrapper's own in-JVM world, or, in group mode, this process's (or
+ * thread's) rank of a group the user gave ({@link GroupSource}).
  * The replica's {@code onGradientCalculation} hook — after backprop filled the flat gradient view,
  * before the updater — all-reduces that view in place over symmetric memory, so every replica's
  * own updater applies the same averaged gradient and the replicas stay bitwise identical.
@@ -77,7 +80,49 @@ final class DataParallelWorker {
      * finished the step (forward, backward, sync and update in between).
      */
     record Result(double score, double regularization, long stepNanos, long syncNanos, boolean skipped,
-                  Object activations, long syncStart, long syncEnd, long startNanos, long endNanos) {
+                  Object activations, long syncStart, long syncEnd, long startNanos, long endNanos, double mergedMeanLoss) {
+    }
+
+    /**
+     * Where a worker's rank comes from, opened on the worker's thread, and what becomes of it when the
+     * worker stops: a thread joins the wrapper's world and leaves it; a group member uses the group
+     * the user gave and leaves it open (the user closes it).
+     */
+    interface GroupSource {
+        /** This worker's rank, on the worker's thread. */
+        Group open();
+
+        /** Called once the worker stopped using {@code group}. */
+        void release(Group group);
+
+        /** Rank {@code rank} of the wrapper's own in-JVM world: joined by the worker thread, closed when it stops. */
+        static GroupSource threadOf(InJvmWorld world, int rank) {
+            return new GroupSource() {
+                @Override
+                public Group open() {
+                    return world.join(rank);
+                }
+
+                @Override
+                public void release(Group group) {
+                    group.close();
+                }
+            };
+        }
+
+        /** A rank of a group the user gave (a process group, say): used as it is, never closed here. */
+        static GroupSource member(Group group) {
+            return new GroupSource() {
+                @Override
+                public Group open() {
+                    return group;
+                }
+
+                @Override
+                public void release(Group g) {
+                }
+            };
+        }
     }
 
     /** A copy of elements [start, start + length) of the reduced gradient, as one model's onGradientCalculation sees them. */
@@ -96,7 +141,21 @@ final class DataParallelWorker {
     }
 
     private final int rank;
-    private final InJvmWorld world;
+    private final GroupSource groupSource;
+    /**
+     * Whether this worker is the wrapper's only one on a group of several ranks (group mode): then it
+     * computes what the wrapper reports for the whole step (the regularization term, the kept
+     * gradient, which rank 0 computes among threads) and merges the step's loss over the ranks.
+     */
+    private final boolean alone;
+    private int worldSize;
+    private SymmetricMemory lossMemory;
+    /**
+     * Symmetric memory the replica's gradient view was placed in ({@link ModelReplica#placeGradientView}),
+     * for groups whose transport cannot register the view where DL4J put it (processes cannot map
+     * another process's heap); null to register the view in place. Closed by this worker.
+     */
+    private final SymmetricMemory gradientHome;
     private final ModelReplica replica;
     private final SymmemParallelWrapper.Settings settings;
     private final SyncMetrics metrics;
@@ -141,14 +200,16 @@ final class DataParallelWorker {
      * @param backpropProgress where the replica's backprop reports written layers (a replica built
      *                         by {@link ModelReplica#newReplicaWithBackpropSignals}); null without overlap
      */
-    DataParallelWorker(int rank, InJvmWorld world, ModelReplica replica, SymmemParallelWrapper.Settings settings,
-                       SyncMetrics metrics, ShardSource shardSource, List<StateUpdateReduction.Entry> stateEntries,
-                       BackpropProgress backpropProgress) {
+    DataParallelWorker(int rank, GroupSource groupSource, boolean alone, ModelReplica replica, SymmetricMemory gradientHome,
+                       SymmemParallelWrapper.Settings settings, SyncMetrics metrics, ShardSource shardSource,
+                       List<StateUpdateReduction.Entry> stateEntries, BackpropProgress backpropProgress) {
         if ((settings.sharding() == null) != (shardSource == null)) {
             throw new IllegalArgumentException("sharding=" + settings.sharding() + " needs a shard source exactly when set");
         }
         this.rank = rank;
-        this.world = world;
+        this.groupSource = groupSource;
+        this.alone = alone;
+        this.gradientHome = gradientHome;
         this.replica = replica;
         this.settings = settings;
         this.metrics = metrics;
@@ -187,13 +248,26 @@ final class DataParallelWorker {
     private void run() {
         Group group = null;
         try {
-            group = world.join(rank);
+            group = groupSource.open();
+            worldSize = group.worldSize();
             comm = Communicator.create(group);
+            if (alone) {
+                // one float64 per rank: the step's loss terms, summed in rank order (see mergeLoss)
+                lossMemory = SymmetricMemory.allocate(group, 64);
+            }
             INDArray view = replica.gradientView();
             dtype = ModelReplica.dtypeOf(view.dataType());
             count = view.length();
             gradientSegment = ModelReplica.segmentOf(view);
-            gradients = SymmetricMemory.register(group, gradientSegment);
+            if (gradientHome == null) {
+                gradients = SymmetricMemory.register(group, gradientSegment);
+            } else {
+                if (gradientHome.local().address() != gradientSegment.address()) {
+                    throw new IllegalStateException("the replica's gradient view is not in its symmetric memory (a bug:"
+                            + " ModelReplica.placeGradientView was not applied)");
+                }
+                gradients = gradientHome; // backprop writes the gradient where the peers read it
+            }
             AlgorithmPolicy policy = settings.policy();
             // buckets start at layer boundaries, so each can be reduced once its layers are written
             List<ModelReplica.LayerSlice> layers = replica.layerSlices();
@@ -234,7 +308,9 @@ final class DataParallelWorker {
             if (comm != null) {
                 comm.abort("worker " + rank + " failed to start: " + t);
             }
-            closeQuietly(group);
+            closeQuietly(lossMemory);
+            closeQuietly(gradients != null ? gradients : gradientHome);
+            releaseQuietly(group);
             return;
         }
         try {
@@ -253,8 +329,20 @@ final class DataParallelWorker {
             closeQuietly(transferMemory);
             closeQuietly(accumulationArena);
             closeQuietly(gradients);
+            closeQuietly(lossMemory);
             closeQuietly(comm);
-            closeQuietly(group);
+            releaseQuietly(group);
+        }
+    }
+
+    private void releaseQuietly(Group group) {
+        if (group == null) {
+            return;
+        }
+        try {
+            groupSource.release(group);
+        } catch (RuntimeException ignored) {
+            // shutting down after a failure: peers may be gone
         }
     }
 
@@ -322,8 +410,8 @@ final class DataParallelWorker {
                     batch = micro.batches().getLast();
                 }
             }
-            if (task.keepGradient() && (sharded != null || rank == 0)) {
-                // plain: worker 0 keeps the whole sum (the same on every rank); sharded: each its shard
+            if (task.keepGradient() && (sharded != null || rank == 0 || alone)) {
+                // plain: worker 0 (or the only local one) keeps the whole sum (the same on every rank); sharded: each its shard
                 ensureGradientSnapshot(sharded == null ? 0 : sharded.start(), sharded == null ? count : sharded.end());
             }
             if (averaging != null) {
@@ -356,9 +444,33 @@ final class DataParallelWorker {
             syncNanos += sharded.takeGatherNanos(); // the update's all-gather ran inside DL4J's updater call
         }
         metrics.recordWorkerStep(rank, stepNanos, syncNanos);
-        task.result().complete(new Result(task.idle() ? 0 : score(earlierWeightedScore, earlierExamples, task),
-                regularization, stepNanos, syncNanos, skipped, keptActivations, syncStart, syncEnd, start, end));
+        double score = task.idle() ? 0 : score(earlierWeightedScore, earlierExamples, task);
+        double mergedMeanLoss = Double.NaN;
+        if (alone) { // every rank merges, also when the step was skipped (the verdict is the same on every rank)
+            try {
+                mergedMeanLoss = mergeLoss(task, score);
+            } catch (RuntimeException e) {
+                task.result().completeExceptionally(e);
+                return false;
+            }
+        }
+        task.result().complete(new Result(score, regularization, stepNanos, syncNanos, skipped, keptActivations, syncStart,
+                syncEnd, start, end, mergedMeanLoss));
         return true;
+    }
+
+    /**
+     * The step's mean loss over every rank's examples: each rank's term, its examples times its mean
+     * loss (score less the regularization term) over the step's examples, summed over the ranks in rank
+     * order — the sum the wrapper computes over its threads' results, term for term, so group mode
+     * reports the bits thread mode does (an idle rank adds an exact 0).
+     */
+    private double mergeLoss(Task task, double score) {
+        double term = task.idle() ? 0 : task.examples() * (score - regularization) / task.stepExamples();
+        MemorySegment slot = lossMemory.local();
+        slot.set(ValueLayout.JAVA_DOUBLE, 0, term);
+        comm.allReduce(lossMemory, 0, 1, DType.FLOAT64, ReduceOp.SUM, Algorithm.ONE_SHOT);
+        return slot.get(ValueLayout.JAVA_DOUBLE, 0);
     }
 
     /**
@@ -449,7 +561,7 @@ final class DataParallelWorker {
     }
 
     private void syncGradients(Task task, long start) {
-        if (rank == 0) {
+        if (rank == 0 || alone) {
             // the term DL4J's score added, for the parameters the score was computed with (before the update)
             regularization = replica.regularizationScore();
         }
@@ -513,7 +625,7 @@ final class DataParallelWorker {
         /** Worker thread, before {@link GradientAveraging#beginStep}. */
         void arm(Task task) {
             hookTask = task;
-            keep = task.keepGradient() && rank == 0; // every rank holds the same sum: one copy serves
+            keep = task.keepGradient() && (rank == 0 || alone); // every rank holds the same sum: one copy serves
             reducedThisStep = false;
         }
 
@@ -572,10 +684,10 @@ final class DataParallelWorker {
         List<String> details = new ArrayList<>();
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment mine = arena.allocate(8);
-            MemorySegment all = arena.allocate(8L * world.worldSize());
+            MemorySegment all = arena.allocate(8L * worldSize);
             mine.set(ValueLayout.JAVA_DOUBLE, 0, localBad);
             comm.allGather(mine, all, 1, DType.FLOAT64);
-            for (int r = 0; r < world.worldSize(); r++) {
+            for (int r = 0; r < worldSize; r++) {
                 long idx = (long) all.getAtIndex(ValueLayout.JAVA_DOUBLE, r);
                 if (idx >= 0) {
                     culprits.add(r);

@@ -21,6 +21,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
+import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.parallel.DType;
 
 /**
@@ -65,10 +66,79 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
      * of the whole step instead (see {@link DataParallelWorker}).
      */
     default ModelReplica newReplica() {
-        ModelReplica copy = blankCopy();
-        copy.copyStateFrom(this);
+        return newReplica(null, false, null);
+    }
+
+    /**
+     * A replica of this model: {@link #newReplica()}, {@link #newShardedReplica()} (with
+     * {@code sharded}) or {@link #newReplicaWithBackpropSignals} (with a {@code progress}), and with
+     * its flat gradient view placed in {@code gradientHome} when that is given
+     * ({@link #placeGradientView}), before anything reads the view or builds an updater on it.
+     *
+     * @param progress     where backprop reports written layers, or null
+     * @param sharded      whether DL4J's own updater is left out (sharded training)
+     * @param gradientHome memory for the gradient view (the view's length times its element size), or null
+     * @return the replica
+     */
+    default ModelReplica newReplica(BackpropProgress progress, boolean sharded, MemorySegment gradientHome) {
+        ModelReplica copy = progress == null ? blankCopy() : blankCopyWithBackpropSignals(progress);
+        if (gradientHome != null) {
+            copy.placeGradientView(gradientHome);
+        }
+        if (sharded) {
+            copy.copyParamsAndCountersFrom(this);
+        } else {
+            copy.copyStateFrom(this);
+        }
         copy.disableMinibatchDivision();
         return copy;
+    }
+
+    /**
+     * Moves this network's flat gradient view into {@code home} (zeroed), which DL4J then fills
+     * in backprop: memory that other processes map, so the gradient is all-reduced where it lies,
+     * with no copy in or out. Every layer's gradient view is re-pointed at its part of it
+     * ({@code setBackpropGradientsViewArray}), and the network's own reference to the flat view
+     * (its protected {@code flattenedGradients}, which {@code getGradientsViewArray} returns and
+     * the updater reads) is set too. Before the updater exists only: DL4J's updater keeps views of
+     * the gradient it was built on.
+     *
+     * @param home memory of at least the view's length times its element size, 8-byte aligned
+     * @throws IllegalStateException when the updater exists already (a bug: place the view first)
+     * @throws IllegalArgumentException when {@code home} is too small
+     */
+    void placeGradientView(MemorySegment home);
+
+    /**
+     * A row vector of {@code length} elements of {@code type} over {@code home}, which ND4J wraps
+     * without owning (its buffer is externalized: ND4J never frees that memory).
+     */
+    static INDArray arrayOver(MemorySegment home, DataType type, long length) {
+        long bytes = length * type.width();
+        if (home.byteSize() < bytes) {
+            throw new IllegalArgumentException("gradient home of " + home.byteSize() + " bytes, expected at least " + bytes
+                    + " (" + length + " x " + type + ")");
+        }
+        org.bytedeco.javacpp.Pointer pointer = new org.bytedeco.javacpp.Pointer() {
+            {
+                address = home.address();
+                limit = bytes;
+                capacity = bytes;
+            }
+        };
+        return Nd4j.create(Nd4j.createBuffer(pointer, length, type), new long[] {1, length});
+    }
+
+    /** Sets a network's protected reference to its flat gradient view ({@link #placeGradientView}). */
+    private static void setFlattenedGradients(Object network, Class<?> type, INDArray view) {
+        try {
+            java.lang.reflect.Field f = type.getDeclaredField("flattenedGradients");
+            f.setAccessible(true);
+            f.set(network, view);
+        } catch (ReflectiveOperationException e) {
+            throw new IllegalStateException("cannot place the gradient view of a " + type.getSimpleName() + ": its field"
+                    + " flattenedGradients is not as DL4J 1.0.0-M2.1 has it (" + e + ")", e);
+        }
     }
 
     /**
@@ -77,10 +147,7 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
      * allocated; {@link #installUpdater} gives it a {@link ShardedUpdater}.
      */
     default ModelReplica newShardedReplica() {
-        ModelReplica copy = blankCopy();
-        copy.copyParamsAndCountersFrom(this);
-        copy.disableMinibatchDivision();
-        return copy;
+        return newReplica(null, true, null);
     }
 
     /**
@@ -95,10 +162,7 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
      * while backprop goes on (see {@link BackpropSignalPreProcessor}).
      */
     default ModelReplica newReplicaWithBackpropSignals(BackpropProgress progress) {
-        ModelReplica copy = blankCopyWithBackpropSignals(progress);
-        copy.copyStateFrom(this);
-        copy.disableMinibatchDivision();
-        return copy;
+        return newReplica(progress, false, null);
     }
 
     /** {@link #blankCopy()} with {@link BackpropSignalPreProcessor}s installed; see {@link #newReplicaWithBackpropSignals}. */
@@ -401,6 +465,19 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         }
 
         @Override
+        public void placeGradientView(MemorySegment home) {
+            if (net.getUpdater(false) != null) {
+                throw new IllegalStateException("placeGradientView after the updater was built: it keeps views of the old"
+                        + " gradient (place the view first)");
+            }
+            INDArray old = net.getGradientsViewArray();
+            INDArray view = ModelReplica.arrayOver(home, old.dataType(), old.length());
+            view.assign(0);
+            net.setBackpropGradientsViewArray(view);
+            ModelReplica.setFlattenedGradients(net, MultiLayerNetwork.class, view);
+        }
+
+        @Override
         public INDArray updaterState() {
             Updater u = net.getUpdater(true);
             return u == null ? null : u.getStateViewArray();
@@ -577,6 +654,19 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         @Override
         public INDArray gradientView() {
             return net.getGradientsViewArray();
+        }
+
+        @Override
+        public void placeGradientView(MemorySegment home) {
+            if (net.getUpdater(false) != null) {
+                throw new IllegalStateException("placeGradientView after the updater was built: it keeps views of the old"
+                        + " gradient (place the view first)");
+            }
+            INDArray old = net.getGradientsViewArray();
+            INDArray view = ModelReplica.arrayOver(home, old.dataType(), old.length());
+            view.assign(0);
+            net.setBackpropGradientsViewArray(view);
+            ModelReplica.setFlattenedGradients(net, ComputationGraph.class, view);
         }
 
         @Override

@@ -36,9 +36,11 @@ import org.slf4j.LoggerFactory;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.sync.BackoffIdleStrategy;
@@ -116,7 +118,16 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     record Settings(int workers, long bucketBytes, AlgorithmPolicy policy, NonFiniteGradients nonFiniteGradients,
                     Duration timeout, int ompThreadsPerWorker, ZeroStage sharding, boolean overlap, int accumulation,
                     GradientTransfer gradientTransfer, long minBucketBytes, int prefetchBuffer,
-                    boolean reportScoreAfterAveraging, WorkspaceMode workspaceMode, int timelineSteps) {
+                    boolean reportScoreAfterAveraging, WorkspaceMode workspaceMode, int timelineSteps, Group group) {
+
+        /** The ranks this wrapper trains itself: every worker's in thread mode, the group's own rank in group mode. */
+        int firstLocalRank() {
+            return group == null ? 0 : group.rank();
+        }
+
+        int localWorkers() {
+            return group == null ? workers : 1;
+        }
     }
 
     /**
@@ -148,13 +159,14 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     private SymmemParallelWrapper(Builder b) {
         this.model = b.model;
+        int local = b.group == null ? b.workers : 1;
         this.settings = new Settings(b.workers, b.bucketBytes,
                 b.algorithm != null ? AlgorithmPolicy.forced(b.algorithm) : b.policy != null ? b.policy : AlgorithmPolicy.calibrated(),
                 b.nonFiniteGradients, b.timeout, b.ompThreadsPerWorker > 0 ? b.ompThreadsPerWorker
-                : Math.max(1, Runtime.getRuntime().availableProcessors() / b.workers), b.sharding, b.overlap, b.accumulation,
+                : Math.max(1, Runtime.getRuntime().availableProcessors() / local), b.sharding, b.overlap, b.accumulation,
                 b.gradientTransfer, b.minBucketBytes, b.prefetchBuffer, b.reportScoreAfterAveraging, b.workspaceMode,
-                b.timelineSteps);
-        this.metrics = new SyncMetrics(Transport.HOST_IN_JVM, b.metricTags);
+                b.timelineSteps, b.group);
+        this.metrics = new SyncMetrics(b.group == null ? Transport.HOST_IN_JVM : b.group.transport().name(), b.metricTags);
         if (b.registry != null) {
             metrics.bindTo(b.registry);
         }
@@ -222,7 +234,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             long count = r.params().length();
             ShardedUpdater s = w.sharded();
             INDArray state = s == null ? r.updaterState() : null;
-            out.add(new WorkerMemory(i, s == null ? 0 : s.start(), s == null ? count : s.end(), count * width,
+            out.add(new WorkerMemory(settings.firstLocalRank() + i, s == null ? 0 : s.start(), s == null ? count : s.end(), count * width,
                     r.gradientView().length() * width,
                     s != null ? s.stateBytes() : state == null ? 0 : state.length() * state.dataType().width()));
         }
@@ -355,6 +367,11 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
         refuseListenersThatNeedOnePass(settings.accumulation(), listeners);
+        if (settings.group() != null && listeners.needsActivations()) {
+            throw new IllegalStateException("a listener that overrides onForwardPass in group mode: each rank holds only"
+                    + " its own batch's activations, not the step's merged batch's; expected listeners that read the score,"
+                    + " gradient, parameters and counters (fix: drop that listener, or train as threads of one JVM)");
+        }
         fits++;
         boolean completed = false;
         ModelState before = null;
@@ -488,7 +505,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * reads the next step's batches from {@code next} while the workers compute.
      */
     private StepOutcome runStep(List<Object> batches, ModelListeners listeners, Supplier<List<Object>> next) {
-        int n = settings.workers();
         int k = batches.size();
         long total = 0;
         long[] examples = new long[k];
@@ -503,18 +519,23 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         // divides the summed gradient by the examples of the whole step (see DataParallelWorker).
         boolean stamping = timeline != null && timeline.wantsStep();
         long handedOut = stamping ? System.nanoTime() : 0;
-        List<CompletableFuture<DataParallelWorker.Result>> results = new ArrayList<>(n);
-        for (int i = 0; i < n; i++) {
+        // this wrapper's ranks: every worker's (threads), or its own rank of the group (group mode)
+        int first = settings.firstLocalRank();
+        int local = workers.size();
+        List<CompletableFuture<DataParallelWorker.Result>> results = new ArrayList<>(local);
+        for (int j = 0; j < local; j++) {
+            int i = first + j;
             boolean idle = i >= k;
             CompletableFuture<DataParallelWorker.Result> f = new CompletableFuture<>();
             results.add(f);
-            workers.get(i).submit(new DataParallelWorker.Task(batches.get(idle ? 0 : i), idle, idle ? 0 : examples[i], total,
+            workers.get(j).submit(new DataParallelWorker.Task(batches.get(idle ? 0 : i), idle, idle ? 0 : examples[i], total,
                     step, listeners.needsActivations(), listeners.needsGradient(), f));
         }
         List<Object> following = next.get(); // while the workers compute
         long batchesRead = stamping ? System.nanoTime() : 0;
-        List<DataParallelWorker.Result> finished = stamping ? new ArrayList<>(n) : null;
+        List<DataParallelWorker.Result> finished = stamping ? new ArrayList<>(local) : null;
         double[] scores = new double[k];
+        double mergedMeanLoss = Double.NaN;
         double regularization = 0;
         long lastSyncStart = 0;
         long lastSyncEnd = 0;
@@ -525,9 +546,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         List<Throwable> failures = new ArrayList<>();
         List<Integer> failedWorkers = new ArrayList<>();
         long waitMillis = settings.timeout().multipliedBy(3).plusSeconds(30).toMillis();
-        for (int i = 0; i < n; i++) {
+        for (int j = 0; j < local; j++) {
+            int i = first + j;
             try {
-                DataParallelWorker.Result r = results.get(i).get(waitMillis, TimeUnit.MILLISECONDS);
+                DataParallelWorker.Result r = results.get(j).get(waitMillis, TimeUnit.MILLISECONDS);
                 if (finished != null) {
                     finished.add(r);
                 }
@@ -535,8 +557,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                     scores[i] = r.score();
                     activations.add(r.activations());
                 }
-                if (i == 0) {
+                if (j == 0) {
                     regularization = r.regularization(); // the same parameters, so the same term, on every worker
+                    mergedMeanLoss = r.mergedMeanLoss();
                 }
                 stepNanos = Math.max(stepNanos, r.stepNanos());
                 syncNanos = Math.max(syncNanos, r.syncNanos());
@@ -564,8 +587,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         // DL4J's score of one model on the merged batch: each worker's mean loss (its score less the
         // regularization term) weighted by its examples, plus the term once
         double meanLoss = 0;
-        for (int i = 0; i < k; i++) {
-            meanLoss += examples[i] * (scores[i] - regularization) / total;
+        if (settings.group() != null) {
+            meanLoss = mergedMeanLoss; // the same sum, over every rank's term, which the worker took across the group
+        } else {
+            for (int i = 0; i < k; i++) {
+                meanLoss += examples[i] * (scores[i] - regularization) / total;
+            }
         }
         double score = meanLoss + regularization;
         // from the last worker's arrival at the sync to the last worker's finish: sync nothing hid
@@ -738,19 +765,29 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             List<StateUpdateReduction.Entry> stateEntries = StateUpdateReduction.find(
                     UpdaterLayout.variablesOf(model.dl4jUpdater()), model.trainables());
             logStateEntries(stateEntries);
-            world = InJvmWorld.create(settings.workers(), GroupOptions.defaults().withTimeout(settings.timeout())
-                    .withIdleStrategy(() -> new BackoffIdleStrategy(BackoffIdleStrategy.DEFAULT_MAX_SPINS,
-                            BackoffIdleStrategy.DEFAULT_MAX_YIELDS, BackoffIdleStrategy.DEFAULT_MIN_PARK_NANOS, MAX_PARK_NANOS)));
+            if (settings.group() == null) {
+                world = InJvmWorld.create(settings.workers(), GroupOptions.defaults().withTimeout(settings.timeout())
+                        .withIdleStrategy(() -> new BackoffIdleStrategy(BackoffIdleStrategy.DEFAULT_MAX_SPINS,
+                                BackoffIdleStrategy.DEFAULT_MAX_YIELDS, BackoffIdleStrategy.DEFAULT_MIN_PARK_NANOS,
+                                MAX_PARK_NANOS)));
+            }
             List<DataParallelWorker> started = new ArrayList<>();
-            for (int r = 0; r < settings.workers(); r++) {
+            for (int r = settings.firstLocalRank(); r < settings.firstLocalRank() + settings.localWorkers(); r++) {
                 BackpropProgress progress = settings.overlap() ? new BackpropProgress() : null;
-                ModelReplica replica = settings.sharding() != null ? model.newShardedReplica()
-                        : progress != null ? model.newReplicaWithBackpropSignals(progress) : model.newReplica();
+                // in group mode the gradient lives in symmetric memory of the group, where the peers (other
+                // processes, which cannot map this one's heap) read it: allocated collectively, here, on every rank
+                SymmetricMemory gradientHome = settings.group() == null ? null : SymmetricMemory.allocate(settings.group(),
+                        model.params().length() * model.params().dataType().width());
+                ModelReplica replica = model.newReplica(progress, settings.sharding() != null,
+                        gradientHome == null ? null : gradientHome.local());
                 if (settings.workspaceMode() != null) {
                     // as ParallelWrapper's trainers set it on their replicas' configurations; DL4J reads it at every fit
                     replica.setTrainingWorkspaceMode(settings.workspaceMode());
                 }
-                started.add(new DataParallelWorker(r, world, replica, settings, metrics, shardSource, stateEntries, progress));
+                DataParallelWorker.GroupSource source = settings.group() == null ? DataParallelWorker.GroupSource.threadOf(world, r)
+                        : DataParallelWorker.GroupSource.member(settings.group());
+                started.add(new DataParallelWorker(r, source, settings.group() != null, replica, gradientHome,
+                        settings, metrics, shardSource, stateEntries, progress));
             }
             workers = started;
             for (DataParallelWorker w : workers) {
@@ -768,7 +805,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 stopWorkers();
                 throw new SymmemException("interrupted while starting workers", e);
             }
-            LOG.info("symmem4j data parallelism: " + settings.workers() + " workers, policy "
+            LOG.info("symmem4j data parallelism: " + settings.workers() + " workers"
+                    + (settings.group() == null ? "" : " (rank " + settings.group().rank() + " of the group here, transport "
+                    + settings.group().transport().name() + ")") + ", policy "
                     + settings.policy() + ", ND4J threads per worker " + settings.ompThreadsPerWorker()
                     + (settings.sharding() == null ? "" : ", ZeRO sharding " + settings.sharding())
                     + (settings.overlap() ? ", sync overlapped with backprop" : "")
@@ -962,7 +1001,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 Thread.currentThread().interrupt();
             }
         }
-        world.close();
+        if (world != null) {
+            world.close(); // the wrapper's own world; a group the user gave stays open
+        }
         workers = null;
         world = null;
     }
@@ -980,6 +1021,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     public static final class Builder {
         private final ModelReplica model;
         private int workers = Runtime.getRuntime().availableProcessors();
+        private boolean workersSet;
+        private Group group;
         private long bucketBytes = 4L << 20;
         private Algorithm algorithm;
         private AlgorithmPolicy policy;
@@ -1021,6 +1064,28 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                         + Runtime.getRuntime().availableProcessors() + ")");
             }
             this.workers = workers;
+            this.workersSet = true;
+            return this;
+        }
+
+        /**
+         * Group mode: this process (or thread) is one rank of {@code group} and trains as that rank's
+         * worker; every other rank of the group runs the same program on the same model configuration
+         * and initial parameters, and passes the same iterator to {@code fit} (the same data in the same
+         * order: each rank reads every batch and trains on its share of each step, dealt as thread mode
+         * deals them to its workers, so N processes train bitwise like N worker threads). Gradients are
+         * all-reduced over the group's symmetric memory; after each {@code fit()} every rank's model —
+         * rank 0's among them — holds the result. For one JVM per worker started by {@code symmem4j-run}
+         * (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The group must live on a
+         * host transport (DL4J's CPU gradients are host memory) and stays the caller's to close, after the
+         * wrapper. Not yet with {@link #sharding}, {@link #recordTimeline}, or listeners that read the
+         * forward pass's activations (each rank holds only its own batch's).
+         *
+         * @param group the data-parallel group, this rank's view of it
+         * @return this builder
+         */
+        public Builder group(Group group) {
+            this.group = Objects.requireNonNull(group, "group");
             return this;
         }
 
@@ -1334,6 +1399,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          *         way (the message names the setting or layer, what was found and the fix)
          */
         public SymmemParallelWrapper build() {
+            if (group != null) {
+                checkGroupMode();
+            }
             if (algorithm == Algorithm.NCCL || algorithm == Algorithm.NCCL_SYMMETRIC) {
                 throw new IllegalArgumentException("algorithm=" + algorithm + " needs a GPU transport; workers here share host memory"
                         + " (use ONE_SHOT, TWO_SHOT or RING, or leave the choice to the calibrated policy)");
@@ -1364,6 +1432,21 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             // refuses listeners it cannot call as fit() would (fit() checks again), then attaches the builder's
             attachListeners();
             return new SymmemParallelWrapper(this);
+        }
+
+        /** Group mode's worker count is the group's size; what it cannot do yet is refused here, before anything starts. */
+        private void checkGroupMode() {
+            if (workersSet && workers != group.worldSize()) {
+                throw new IllegalArgumentException("workers=" + workers + " with group(...) of worldSize=" + group.worldSize()
+                        + ": in group mode the group's ranks are the workers, one per rank (fix: leave workers unset)");
+            }
+            workers = group.worldSize();
+            if (sharding != null || timelineSet) {
+                throw new IllegalArgumentException("group(...) with " + (sharding != null ? "sharding=" + sharding
+                        : "recordTimeline") + ": not available in group mode yet (each rank would hold only its own shard"
+                        + " or its own worker's track); expected neither (fix: train without it, or as threads of one JVM"
+                        + " with workers(n))");
+            }
         }
 
         /** The settings ParallelWrapper users bring (prefetch buffer, workspace mode) and the timeline. */

@@ -28,6 +28,7 @@ import org.symmem4j.dl4j.DataParallelTimeline;
 import org.symmem4j.dl4j.PrometheusEndpoint;
 import org.symmem4j.dl4j.StepReport;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
+import org.symmem4j.parallel.group.ProcessGroup;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
@@ -46,6 +47,16 @@ import picocli.CommandLine.Option;
  * records the run (the first {@code --timeline-steps} steps, default 1000) and writes it as a
  * Chrome trace for https://ui.perfetto.dev: per worker compute, sync, waiting for peers, update and
  * each bucket's all-reduce, and the caller's work between steps.
+ *
+ * <p>Started by {@code symmem4j-run} (or torchrun or mpirun: {@code RANK} is set), each process is
+ * one worker of a process group ({@code builder(net).group(ProcessGroup.fromEnvironment())}): every
+ * process reads the same generated batches and trains on its share of each step, rank 0 prints and
+ * evaluates, and rank r serves its metrics on port + r. Either way it ends with the final parameters'
+ * CRC-32, equal for N threads and N processes (they train bitwise alike).
+ *
+ * <pre>
+ *   bin/symmem4j-run -n 2 --java --sun-misc-unsafe-memory-access=allow -cp CLASSPATH org.symmem4j.examples.DataParallelExample
+ * </pre>
  */
 public final class DataParallelExample {
 
@@ -66,8 +77,9 @@ public final class DataParallelExample {
             description = "DL4J training data-parallel over symmetric memory on generated data: loss, examples/s and"
                     + " sync time per step, then a sync-latency summary, with Prometheus metrics served meanwhile.")
     static final class Flags {
-        @Option(names = "--workers", paramLabel = "N", description = "worker threads (default: the number of cores)")
-        int workers = Runtime.getRuntime().availableProcessors();
+        @Option(names = "--workers", paramLabel = "N", description = "worker threads (default: the number of cores);"
+                + " under a launcher the processes are the workers and this must be left out")
+        Integer workers;
         @Option(names = "--epochs", paramLabel = "E", description = "passes over the training batches")
         int epochs = 4;
         @Option(names = "--batch", paramLabel = "B", description = "examples per worker per step")
@@ -86,8 +98,19 @@ public final class DataParallelExample {
     }
 
     public static void main(String[] args) throws InterruptedException, IOException {
+        boolean launched = System.getenv("RANK") != null || System.getenv("OMPI_COMM_WORLD_RANK") != null;
         Flags flags = Cli.parse(new Flags(), args, f -> {
-            Cli.positive("--workers", f.workers);
+            if (f.workers != null) {
+                Cli.positive("--workers", f.workers);
+                if (launched) {
+                    throw new IllegalArgumentException("--workers=" + f.workers + " under a launcher (RANK is set): the"
+                            + " launched processes are the workers; expected no --workers (fix: give the launcher -n N)");
+                }
+            }
+            if (launched && f.timeline != null) {
+                throw new IllegalArgumentException("--timeline with launched processes: the timeline records worker threads"
+                        + " of one JVM; expected no --timeline (fix: run with --workers N instead of a launcher)");
+            }
             Cli.positive("--epochs", f.epochs);
             Cli.positive("--batch", f.batch);
             Cli.positive("--hidden", f.hidden);
@@ -97,11 +120,25 @@ public final class DataParallelExample {
             }
             return f;
         });
-        int workers = flags.workers;
+        // under a launcher: this process is one worker of the group it set up
+        ProcessGroup group = launched ? ProcessGroup.fromEnvironment() : null;
+        try {
+            train(flags, group);
+        } finally {
+            if (group != null) {
+                group.close();
+            }
+        }
+    }
+
+    private static void train(Flags flags, ProcessGroup group) throws InterruptedException, IOException {
+        boolean printing = group == null || group.rank() == 0; // one process prints and evaluates
+        int workers = group != null ? group.worldSize() : flags.workers != null ? flags.workers
+                : Runtime.getRuntime().availableProcessors();
         int epochs = flags.epochs;
         int batch = flags.batch;
         int hidden = flags.hidden;
-        int port = flags.port;
+        int port = flags.port <= 0 || group == null ? flags.port : flags.port + group.rank(); // a port per process
         double lingerSeconds = flags.lingerSeconds;
         Path timeline = flags.timeline;
         int timelineSteps = flags.timelineSteps;
@@ -112,24 +149,34 @@ public final class DataParallelExample {
 
         PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
         PrometheusEndpoint endpoint = port >= 0 ? PrometheusEndpoint.start(registry, port) : null;
-        System.out.printf(Locale.ROOT, "symmem4j data parallelism: %d workers, %d parameters, batch %d per worker,"
-                + " %d batches per epoch%n", workers, net.numParams(), batch, train.size());
+        if (printing) {
+            System.out.printf(Locale.ROOT, "symmem4j data parallelism: %d workers (%s), %d parameters, batch %d per worker,"
+                    + " %d batches per epoch%n", workers, group == null ? "threads of this JVM" : "processes", net.numParams(),
+                    batch, train.size());
+        }
         if (endpoint != null) {
             System.out.println("metrics: " + endpoint.url());
         }
 
-        Progress progress = new Progress();
-        SymmemParallelWrapper.Builder builder = SymmemParallelWrapper.builder(net).workers(workers)
+        Progress progress = new Progress(printing);
+        SymmemParallelWrapper.Builder builder = SymmemParallelWrapper.builder(net)
                 .meterRegistry(registry, Tags.of(APPLICATION_TAG, APPLICATION))
                 .stepListener(progress);
+        if (group != null) {
+            builder.group(group);
+        } else {
+            builder.workers(workers);
+        }
         if (timeline != null) {
             builder.recordTimeline(timelineSteps);
         }
         try (SymmemParallelWrapper wrapper = builder.build()) {
             for (int epoch = 1; epoch <= epochs; epoch++) {
                 wrapper.fit(new ListIterator(train));
-                double accuracy = net.evaluate(new ListIterator(test)).accuracy();
-                System.out.printf(Locale.ROOT, "epoch %d: test accuracy %.3f%n", epoch, accuracy);
+                if (printing) {
+                    double accuracy = net.evaluate(new ListIterator(test)).accuracy();
+                    System.out.printf(Locale.ROOT, "epoch %d: test accuracy %.3f%n", epoch, accuracy);
+                }
             }
             if (timeline != null) {
                 if (timeline.toAbsolutePath().getParent() != null) {
@@ -143,7 +190,10 @@ public final class DataParallelExample {
                                 ? ", " + recorded.droppedSteps() + " later steps left out" : "");
             }
         }
-        printSummary(registry, progress);
+        if (printing) {
+            printSummary(registry, progress);
+            System.out.printf(Locale.ROOT, "final parameters: %d values, CRC-32 %08x%n", net.numParams(), crc32(net));
+        }
         if (endpoint != null) {
             if (lingerSeconds > 0) {
                 System.out.printf(Locale.ROOT, "serving %s for %.0f more seconds%n", endpoint.url(), lingerSeconds);
@@ -168,9 +218,22 @@ public final class DataParallelExample {
         return net;
     }
 
+    /** CRC-32 of the network's parameters as stored (their bits), to compare runs. */
+    static long crc32(MultiLayerNetwork net) {
+        java.util.zip.CRC32 crc = new java.util.zip.CRC32();
+        float[] values = net.params().dup().data().asFloat();
+        java.nio.ByteBuffer bytes = java.nio.ByteBuffer.allocate(4 * values.length).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+        for (float v : values) {
+            bytes.putInt(Float.floatToRawIntBits(v));
+        }
+        crc.update(bytes.array());
+        return crc.getValue();
+    }
+
     /** Prints a progress line every 20 steps: loss, examples/s and sync time per step over that window. */
     static final class Progress implements SymmemParallelWrapper.StepListener {
         private static final int EVERY = 20;
+        private final boolean printing;
         private long windowStart = System.nanoTime();
         private long windowExamples;
         private long windowSyncNanos;
@@ -179,6 +242,10 @@ public final class DataParallelExample {
         long totalSteps;
         long totalExamples;
         final long start = System.nanoTime();
+
+        Progress(boolean printing) {
+            this.printing = printing;
+        }
 
         @Override
         public void onStep(StepReport r) {
@@ -190,9 +257,11 @@ public final class DataParallelExample {
             totalExamples += r.examples();
             if (windowSteps == EVERY) {
                 double seconds = (System.nanoTime() - windowStart) / 1e9;
-                System.out.printf(Locale.ROOT, "step %5d  loss %.4f  %8.0f examples/s  sync %.3f ms/step (%.1f%% of step)%n",
-                        r.step() + 1, r.loss(), windowExamples / seconds, windowSyncNanos / 1e6 / windowSteps,
-                        100.0 * windowSyncNanos / Math.max(1, windowStepNanos));
+                if (printing) {
+                    System.out.printf(Locale.ROOT, "step %5d  loss %.4f  %8.0f examples/s  sync %.3f ms/step (%.1f%% of step)%n",
+                            r.step() + 1, r.loss(), windowExamples / seconds, windowSyncNanos / 1e6 / windowSteps,
+                            100.0 * windowSyncNanos / Math.max(1, windowStepNanos));
+                }
                 windowStart = System.nanoTime();
                 windowExamples = 0;
                 windowSyncNanos = 0;

@@ -1,0 +1,124 @@
+package org.symmem4j.dl4j;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.function.Function;
+import java.util.stream.Stream;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.optimize.api.BaseTrainingListener;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.dataset.DataSet;
+import org.nd4j.linalg.learning.config.Adam;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.group.InJvmWorld;
+
+/**
+ * Group mode ({@code builder(model).group(group)}): N ranks, each its own wrapper on its own copy of
+ * the model with one worker, train bitwise like one wrapper with N worker threads — parameters,
+ * updater state, BatchNorm's running statistics and every step's score — including a short last
+ * step that leaves ranks idle. The ranks here are threads of one JVM, each with its own wrapper, as
+ * processes would be (the launcher's processes run the same code: see the examples' and it-tests'
+ * process runs).
+ */
+class GroupModeTest {
+
+    static Stream<Arguments> cases() {
+        return Stream.of(
+                Arguments.of("adam", 2, 6 * 2, false),
+                Arguments.of("adam", 3, 5 * 3 + 1, false), // the last step has 1 batch for 3 ranks: two idle
+                Arguments.of("batchnorm", 2, 5 * 2 + 1, false),
+                Arguments.of("adam", 2, 4 * 2, true));      // overlap of the sync with backprop
+    }
+
+    static MultiLayerNetwork net(String kind) {
+        return kind.equals("batchnorm") ? StateNets.batchNormMlp(DataType.FLOAT, false, new Adam(0.01))
+                : Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
+    }
+
+    static List<DataSet> data(String kind, int batches) {
+        return Nets.batches(7, batches, 8, DataType.FLOAT);
+    }
+
+    /** What a run leaves: the model's parameters and updater state, and every step's score. */
+    record Outcome(INDArray params, INDArray updaterState, List<Double> scores, double modelScore, int iterations) {
+    }
+
+    static Outcome train(MultiLayerNetwork model, SymmemParallelWrapper.Builder builder, List<DataSet> data, int epochs) {
+        List<Double> scores = new ArrayList<>();
+        builder.ompThreadsPerWorker(1).stepListener(r -> scores.add(r.loss()));
+        try (SymmemParallelWrapper wrapper = builder.build()) {
+            for (int e = 0; e < epochs; e++) {
+                wrapper.fit(new BatchListIterator(data));
+            }
+        }
+        return new Outcome(model.params().dup(), model.getUpdater().getStateViewArray().dup(), scores, model.score(),
+                model.getIterationCount());
+    }
+
+    @ParameterizedTest(name = "{0}, {1} ranks, {2} batches, overlap={3}")
+    @MethodSource("cases")
+    void ranksOfAGroupTrainBitwiseLikeWorkerThreads(String kind, int ranks, int batches, boolean overlap) {
+        List<DataSet> data = data(kind, batches);
+        MultiLayerNetwork initial = net(kind);
+        MultiLayerNetwork threadsModel = initial.clone();
+        Outcome threads = train(threadsModel, SymmemParallelWrapper.builder(threadsModel).workers(ranks)
+                .overlapSyncWithBackprop(overlap), data, 2);
+
+        List<Outcome> perRank = InJvmWorld.runOnEveryRank(ranks, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
+                group -> {
+                    MultiLayerNetwork mine = initial.clone();
+                    return train(mine, SymmemParallelWrapper.builder(mine).group(group).overlapSyncWithBackprop(overlap),
+                            data, 2);
+                });
+        for (int r = 0; r < ranks; r++) {
+            Outcome o = perRank.get(r);
+            assertTrue(ModelReplica.bitwiseEqual(threads.params(), o.params()), "rank " + r + ": parameters differ bitwise"
+                    + " from thread mode's (BatchNorm's running statistics are parameters too)");
+            assertTrue(ModelReplica.bitwiseEqual(threads.updaterState(), o.updaterState()), "rank " + r + ": updater state");
+            assertEquals(threads.scores(), o.scores(), "rank " + r + ": every step's score, bitwise (as doubles)");
+            assertEquals(Double.doubleToLongBits(threads.modelScore()), Double.doubleToLongBits(o.modelScore()),
+                    "rank " + r + ": model.score() after fit");
+            assertEquals(threads.iterations(), o.iterations(), "rank " + r + ": iteration count");
+        }
+    }
+
+    @Test
+    void whatGroupModeCannotDoYetIsRefusedBeforeAnythingStarts() {
+        List<String> messages = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> {
+            MultiLayerNetwork net = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
+            List<String> out = new ArrayList<>();
+            Function<Runnable, String> refusal = r -> assertThrows(IllegalArgumentException.class, r::run).getMessage();
+            out.add(refusal.apply(() -> SymmemParallelWrapper.builder(net).group(group).workers(3).build()));
+            out.add(refusal.apply(() -> SymmemParallelWrapper.builder(net).group(group).sharding(ZeroStage.OPTIMIZER_STATE)
+                    .build()));
+            out.add(refusal.apply(() -> SymmemParallelWrapper.builder(net).group(group).recordTimeline(10).build()));
+            // a listener reading activations: refused at fit, before any step
+            net.setListeners(new BaseTrainingListener() {
+                @Override
+                public void onForwardPass(org.deeplearning4j.nn.api.Model model, List<INDArray> activations) {
+                }
+            });
+            try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(net).group(group).build()) {
+                out.add(assertThrows(IllegalStateException.class,
+                        () -> w.fit(new BatchListIterator(Nets.batches(1, 2, 4, DataType.FLOAT)))).getMessage());
+            }
+            return String.join("\n", out);
+        });
+        for (String m : messages) {
+            assertTrue(m.contains("workers=3 with group(...) of worldSize=2"), m);
+            assertTrue(m.contains("group(...) with sharding=OPTIMIZER_STATE: not available in group mode yet"), m);
+            assertTrue(m.contains("group(...) with recordTimeline"), m);
+            assertTrue(m.contains("overrides onForwardPass in group mode"), m);
+        }
+    }
+}

@@ -1,0 +1,80 @@
+package org.symmem4j.examples;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import org.junit.jupiter.api.Test;
+import org.symmem4j.launch.Launcher;
+
+/**
+ * The README's main example as processes: {@code symmem4j-run -n 2} starts two JVMs of
+ * {@link DataParallelExample}, each one worker of a process group; they train the same network on
+ * the same data bitwise like the example's 2 worker threads in one JVM (same final parameters'
+ * CRC-32), and only rank 0 prints the run.
+ */
+class ProcessModeExampleTest {
+
+    private static final Pattern CRC = Pattern.compile("final parameters: (\\d+) values, CRC-32 ([0-9a-f]{8})");
+    private static final List<String> ARGS = List.of("--epochs", "1", "--batch", "16", "--hidden", "32", "--port", "-1");
+
+    private static List<String> javaCommand() {
+        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
+                "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-cp", System.getProperty("java.class.path"),
+                DataParallelExample.class.getName()));
+        cmd.addAll(ARGS);
+        return cmd;
+    }
+
+    @Test
+    void twoLaunchedProcessesTrainBitwiseLikeTwoWorkerThreads() throws IOException, InterruptedException {
+        // 2 worker threads in one JVM, each with half the CPUs for ND4J, as the launcher's processes get
+        List<String> threads = javaCommand();
+        threads.addAll(List.of("--workers", "2"));
+        Process p = new ProcessBuilder(threads).redirectErrorStream(true).start();
+        String threadOut = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertTrue(p.waitFor(300, TimeUnit.SECONDS), "the thread-mode example ends");
+        assertEquals(0, p.exitValue(), threadOut);
+        Matcher threadCrc = CRC.matcher(threadOut);
+        assertTrue(threadCrc.find(), threadOut);
+
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        ByteArrayOutputStream err = new ByteArrayOutputStream();
+        Map<String, String> env = new HashMap<>(System.getenv());
+        env.remove("SYMMEM4J_SECRET");
+        env.remove("SYMMEM4J_SECRET_FILE");
+        env.remove("SYMMEM4J_RUN_ID");
+        List<String> args = new ArrayList<>(List.of("-n", "2", "--master-port", Integer.toString(freePort()), "--"));
+        args.addAll(javaCommand());
+        int status = Launcher.run(args.toArray(String[]::new), new PrintStream(out, true, StandardCharsets.UTF_8),
+                new PrintStream(err, true, StandardCharsets.UTF_8), env);
+        String processOut = out.toString(StandardCharsets.UTF_8);
+        assertEquals(0, status, err + "\n" + processOut);
+        Matcher processCrc = CRC.matcher(processOut);
+        assertTrue(processCrc.find(), processOut);
+        assertTrue(processOut.contains("[rank 0] final parameters:"), "rank 0 reports: " + processOut);
+        assertTrue(!processOut.contains("[rank 1] final parameters:") && !processOut.contains("[rank 1] epoch"),
+                "only rank 0 prints the run: " + processOut);
+        assertTrue(processOut.contains("2 workers (processes)"), processOut);
+        assertEquals(threadCrc.group(1), processCrc.group(1));
+        assertEquals(threadCrc.group(2), processCrc.group(2), "2 processes end with the parameters of 2 threads, bitwise");
+    }
+
+    private static int freePort() throws IOException {
+        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
+            return s.getLocalPort();
+        }
+    }
+}
