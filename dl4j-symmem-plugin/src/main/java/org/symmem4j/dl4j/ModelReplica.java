@@ -138,6 +138,10 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         } catch (ReflectiveOperationException e) {
             throw new IllegalStateException("cannot place the gradient view of a " + type.getSimpleName() + ": its field"
                     + " flattenedGradients is not as DL4J 1.0.0-M2.1 has it (" + e + ")", e);
+        } catch (RuntimeException e) { // InaccessibleObjectException: DL4J on the module path, its package not open
+            throw new IllegalStateException("cannot place the gradient view of a " + type.getSimpleName() + ": " + e
+                    + " (DL4J on the module path: add --add-opens " + type.getPackageName() + "=ALL-UNNAMED, or put DL4J"
+                    + " on the class path)", e);
         }
     }
 

@@ -92,6 +92,32 @@ class GroupModeTest {
         }
     }
 
+    /**
+     * The replicas' gradient views lie in the group's symmetric memory, which ND4J wraps without owning:
+     * wrappers built, trained and closed again and again, with garbage collections between them (ND4J
+     * releases its buffers then), neither crash nor corrupt the next run, which still equals threads.
+     */
+    @Test
+    void wrappersClosedAgainAndAgainLeaveNoBufferBehindThatNd4jFrees() throws Exception {
+        List<DataSet> data = Nets.batches(3, 4, 8, DataType.FLOAT);
+        MultiLayerNetwork initial = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
+        MultiLayerNetwork threadsModel = initial.clone();
+        Outcome threads = train(threadsModel, SymmemParallelWrapper.builder(threadsModel).workers(2), data, 1);
+        for (int cycle = 0; cycle < 5; cycle++) {
+            List<Outcome> perRank = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
+                    group -> {
+                        MultiLayerNetwork mine = initial.clone();
+                        return train(mine, SymmemParallelWrapper.builder(mine).group(group), data, 1);
+                    });
+            for (int i = 0; i < 3; i++) {
+                System.gc();
+                Thread.sleep(50); // ND4J's deallocator thread releases what the collection found unreachable
+            }
+            int c = cycle;
+            perRank.forEach(o -> assertTrue(ModelReplica.bitwiseEqual(threads.params(), o.params()), "cycle " + c));
+        }
+    }
+
     @Test
     void whatGroupModeCannotDoYetIsRefusedBeforeAnythingStarts() {
         List<String> messages = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> {

@@ -495,17 +495,32 @@ public final class ScalingBench {
         private final List<DataSet> batches;
         private final int perStep;
         private final long deadline;
+        /** The most batches served (a count rather than a deadline: processes in lock step must agree on it). */
+        private final long limit;
         private int cursor;
         long examples;
 
         TimedIterator(List<DataSet> batches, int perStep, long deadlineNanos) {
+            this(batches, perStep, deadlineNanos, Long.MAX_VALUE);
+        }
+
+        private TimedIterator(List<DataSet> batches, int perStep, long deadlineNanos, long limit) {
             this.batches = batches;
             this.perStep = perStep;
             this.deadline = deadlineNanos;
+            this.limit = limit;
+        }
+
+        /** Exactly {@code count} batches, cycling through {@code batches}, whatever the time. */
+        static TimedIterator counted(List<DataSet> batches, long count) {
+            return new TimedIterator(batches, 1, Long.MAX_VALUE, count);
         }
 
         @Override
         public boolean hasNext() {
+            if (limit != Long.MAX_VALUE) {
+                return cursor < limit;
+            }
             return cursor % perStep != 0 || System.nanoTime() - deadline < 0;
         }
 
