@@ -422,6 +422,35 @@ final class ShardedUpdater {
         copyState(fullState, false);
     }
 
+    /**
+     * Writes every rank's shard into {@code fullState}, on every rank: for a group whose ranks do not
+     * share this JVM (group mode), where the wrapper cannot read the other shards itself. Each rank
+     * writes its shard into symmetric memory of the full state's size filled with -0.0, and the group
+     * sums it: every element has one owner, and the others add -0.0, which leaves every value — -0.0
+     * and NaN included — bitwise as the owner wrote it (x + -0.0 == x, exactly, in IEEE arithmetic). So
+     * every rank ends with what {@link #exportState} of every worker writes in thread mode. Collective;
+     * on the wrapper's thread while the worker is idle.
+     *
+     * @param fullState DL4J's full updater-state view of the model, overwritten with every shard
+     */
+    void gatherFullState(INDArray fullState) {
+        long n = fullState.length();
+        DType type = ModelReplica.dtypeOf(fullState.dataType());
+        try (SymmetricMemory all = SymmetricMemory.allocate(comm.group(), Math.max(64, type.bytes(n)))) {
+            MemorySegment mine = all.local().asSlice(0, type.bytes(n));
+            for (long i = 0; i < n; i++) { // -0.0, bit for bit (a sign bit alone)
+                switch (type) {
+                    case FLOAT64 -> mine.setAtIndex(ValueLayout.JAVA_LONG, i, Long.MIN_VALUE);
+                    case FLOAT32 -> mine.setAtIndex(ValueLayout.JAVA_INT, i, Integer.MIN_VALUE);
+                    case BFLOAT16 -> mine.setAtIndex(ValueLayout.JAVA_SHORT, i, Short.MIN_VALUE);
+                }
+            }
+            exportState(ModelReplica.arrayOver(mine, fullState.dataType(), n).reshape(fullState.shape()));
+            comm.allReduce(all, 0, n, type, ReduceOp.SUM, Algorithm.ONE_SHOT);
+            MemorySegment.copy(mine, 0, ModelReplica.segmentOf(fullState), 0, type.bytes(n));
+        }
+    }
+
     /** Whether DL4J's full state holds exactly this shard's state, bitwise. */
     boolean stateMatches(INDArray fullState) {
         return forEachStateRun(fullState, (full, fullAt, mine, mineAt, bytes) ->

@@ -367,6 +367,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
         refuseListenersThatNeedOnePass(settings.accumulation(), listeners);
+        if (settings.group() != null && settings.sharding() != null && !listeners.isEmpty()) {
+            throw new IllegalStateException("listeners with sharding=" + settings.sharding() + " in group mode: before"
+                    + " each call the model must gather every rank's updater-state shard, a collective that every rank"
+                    + " would have to run at every step, listeners or not; expected no listeners (fix: drop them, use a"
+                    + " stepListener, which sees the step's report on every rank, or train as threads of one JVM)");
+        }
         if (settings.group() != null && listeners.needsActivations()) {
             throw new IllegalStateException("a listener that overrides onForwardPass in group mode: each rank holds only"
                     + " its own batch's activations, not the step's merged batch's; expected listeners that read the score,"
@@ -457,8 +463,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         model.copyParamsAndCountersFrom(first);
         INDArray full = model.updaterState();
         if (full != null) {
-            for (DataParallelWorker w : workers) {
-                w.sharded().exportState(full);
+            if (settings.group() != null) {
+                // group mode: the other shards live in the other ranks' processes; every rank gathers them (collective)
+                workers.getFirst().sharded().gatherFullState(full);
+            } else {
+                for (DataParallelWorker w : workers) {
+                    w.sharded().exportState(full);
+                }
             }
         }
     }
@@ -846,7 +857,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * DL4J's {@code ModelSerializer} with the full updater state gathered from the shards, which a
      * plain DL4J user loads with {@code ModelSerializer.restoreMultiLayerNetwork(file, true)}.
      * Shard files of another worker count in {@code dir} are deleted. Saves what the next
-     * {@code fit()} would train from.
+     * {@code fit()} would train from. In group mode it is collective: every rank calls it with the same
+     * directory (on one machine, or a file system they share), writes its own shard file, rank 0 writes
+     * {@code model.zip} and deletes stale shard files, and every rank returns once all files are written.
      *
      * @param dir the checkpoint directory; created when absent
      * @throws IOException           when a file cannot be written
@@ -860,18 +873,22 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         ensureWorkers();
         pullModelFromReplicas();
         Files.createDirectories(dir);
-        int n = workers.size();
-        try (var listing = Files.list(dir)) {
-            for (Path stale : listing.filter(f -> {
-                int ws = ShardCheckpoint.worldSizeOf(f);
-                return ws >= 0 && ws != n;
-            }).toList()) {
-                Files.delete(stale);
+        int n = settings.workers();
+        boolean leader = settings.firstLocalRank() == 0; // the one that writes model.zip and sweeps stale shards
+        if (leader) {
+            try (var listing = Files.list(dir)) {
+                for (Path stale : listing.filter(f -> {
+                    int ws = ShardCheckpoint.worldSizeOf(f);
+                    return ws >= 0 && ws != n;
+                }).toList()) {
+                    Files.delete(stale);
+                }
             }
         }
-        for (int r = 0; r < n; r++) {
-            ShardedUpdater s = workers.get(r).sharded();
-            ModelReplica replica = workers.get(r).replica();
+        for (int j = 0; j < workers.size(); j++) {
+            int r = settings.firstLocalRank() + j;
+            ShardedUpdater s = workers.get(j).sharded();
+            ModelReplica replica = workers.get(j).replica();
             INDArray state = s.state();
             ShardCheckpoint.write(dir.resolve(ShardCheckpoint.shardFileName(r, n)), new ShardCheckpoint.Header(
                     ShardCheckpoint.FORMAT_VERSION, n, r, s.stage().name(), replica.params().dataType().name(),
@@ -879,14 +896,17 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                     state == null ? 0 : state.length(), replica.iterationCount(), replica.epochCount(),
                     s.layout().fingerprint()), state);
         }
-        Path tmp = dir.resolve(ShardCheckpoint.MODEL_FILE + ".tmp");
-        ModelSerializer.writeModel(model.model(), tmp.toFile(), true);
-        try {
-            Files.move(tmp, dir.resolve(ShardCheckpoint.MODEL_FILE), StandardCopyOption.REPLACE_EXISTING,
-                    StandardCopyOption.ATOMIC_MOVE);
-        } catch (AtomicMoveNotSupportedException e) {
-            Files.move(tmp, dir.resolve(ShardCheckpoint.MODEL_FILE), StandardCopyOption.REPLACE_EXISTING);
+        if (leader) {
+            Path tmp = dir.resolve(ShardCheckpoint.MODEL_FILE + ".tmp");
+            ModelSerializer.writeModel(model.model(), tmp.toFile(), true);
+            try {
+                Files.move(tmp, dir.resolve(ShardCheckpoint.MODEL_FILE), StandardCopyOption.REPLACE_EXISTING,
+                        StandardCopyOption.ATOMIC_MOVE);
+            } catch (AtomicMoveNotSupportedException e) {
+                Files.move(tmp, dir.resolve(ShardCheckpoint.MODEL_FILE), StandardCopyOption.REPLACE_EXISTING);
+            }
         }
+        agreeAcrossRanks("checkpoint-saved", null); // every rank's file is in place before anyone goes on
     }
 
     /**
@@ -896,9 +916,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * after a {@code fit()}. Everything is checked before anything changes (worker count, shard
      * bounds, data type, DL4J's updater layout, equal counters in every file); a shard that fails
      * its checksum leaves the model as it was, and the next {@code fit()} re-syncs the workers
-     * from the model. For a different worker count, load {@code model.zip} with
-     * {@code ModelSerializer} (updater state included) and build a wrapper on that model: it
-     * shards the model's full state for any worker count.
+     * from the model. In group mode it is collective: every rank reads its own shard, and a rank
+     * whose files fail any check makes every rank throw, each model left as it was. For a different
+     * worker count, load {@code model.zip} with {@code ModelSerializer} (updater state included) and
+     * build a wrapper on that model: it shards the model's full state for any worker count.
      *
      * @param dir a directory {@link #saveCheckpoint} wrote
      * @throws IOException              when a file cannot be read, is truncated or fails its checksum
@@ -912,9 +933,30 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             throw new IllegalStateException("wrapper is closed; build a new one");
         }
         ensureWorkers();
-        int n = workers.size();
+        ModelReplica saved;
+        try {
+            saved = readCheckpoint(dir);
+        } catch (IOException | RuntimeException e) {
+            agreeAcrossRanks("checkpoint-restored", e);
+            throw e;
+        }
+        agreeAcrossRanks("checkpoint-restored", null);
+        model.copyParamsAndCountersFrom(saved);
+        for (DataParallelWorker w : workers) {
+            w.replica().copyParamsAndCountersFrom(model);
+        }
+        pullModelFromReplicas();
+    }
+
+    /**
+     * Checks this process's part of a checkpoint and reads its shards into the workers' sharded
+     * updaters; returns the saved model (parameters and counters), which nothing has taken yet.
+     */
+    private ModelReplica readCheckpoint(Path dir) throws IOException {
+        int n = settings.workers();
         List<ShardCheckpoint.Header> headers = new ArrayList<>();
-        for (int r = 0; r < n; r++) {
+        for (int j = 0; j < workers.size(); j++) {
+            int r = settings.firstLocalRank() + j;
             Path file = dir.resolve(ShardCheckpoint.shardFileName(r, n));
             if (!Files.isRegularFile(file)) {
                 throw new IllegalArgumentException("checkpoint " + dir + " has no " + file.getFileName() + " for workers=" + n
@@ -923,7 +965,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                         + " with ModelSerializer and build a wrapper with any worker count on it)");
             }
             ShardCheckpoint.Header h = ShardCheckpoint.readHeader(file);
-            ShardedUpdater s = workers.get(r).sharded();
+            ShardedUpdater s = workers.get(j).sharded();
             INDArray state = s.state();
             String expected = "worldSize=" + n + " rank=" + r + " dataType=" + model.params().dataType() + " paramCount="
                     + s.layout().paramCount() + " shard=[" + s.start() + "," + s.end() + ") stateElements="
@@ -938,9 +980,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             }
             if (!headers.isEmpty() && (h.iterationCount() != headers.getFirst().iterationCount()
                     || h.epochCount() != headers.getFirst().epochCount())) {
-                throw new IllegalArgumentException("checkpoint " + dir + " mixes steps: shard 0 at iteration="
-                        + headers.getFirst().iterationCount() + " epoch=" + headers.getFirst().epochCount() + ", shard " + r
-                        + " at iteration=" + h.iterationCount() + " epoch=" + h.epochCount() + " (save the checkpoint again)");
+                throw new IllegalArgumentException("checkpoint " + dir + " mixes steps: shard "
+                        + settings.firstLocalRank() + " at iteration=" + headers.getFirst().iterationCount() + " epoch="
+                        + headers.getFirst().epochCount() + ", shard " + r + " at iteration=" + h.iterationCount() + " epoch="
+                        + h.epochCount() + " (save the checkpoint again)");
             }
             headers.add(h);
         }
@@ -959,14 +1002,35 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                     + saved.epochCount() + ", the shards at iteration=" + h0.iterationCount() + " epoch=" + h0.epochCount()
                     + " (files from different saves; save the checkpoint again)");
         }
-        for (int r = 0; r < n; r++) {
-            ShardCheckpoint.readState(dir.resolve(ShardCheckpoint.shardFileName(r, n)), workers.get(r).sharded().state());
+        for (int j = 0; j < workers.size(); j++) {
+            int r = settings.firstLocalRank() + j;
+            ShardCheckpoint.readState(dir.resolve(ShardCheckpoint.shardFileName(r, n)), workers.get(j).sharded().state());
         }
-        model.copyParamsAndCountersFrom(saved);
-        for (DataParallelWorker w : workers) {
-            w.replica().copyParamsAndCountersFrom(model);
+        return saved;
+    }
+
+    /**
+     * Group mode: every rank learns whether every rank got here without {@code failure}; a rank that
+     * did not makes the others throw naming it (the failing rank throws its own error afterwards). In
+     * thread mode, where one process did it all, nothing to agree on. Workers must be idle (the group's
+     * exchange runs on the caller's thread).
+     */
+    private void agreeAcrossRanks(String tag, Throwable failure) {
+        Group group = settings.group();
+        if (group == null) {
+            return;
         }
-        pullModelFromReplicas();
+        String mine = failure == null ? "" : failure.toString();
+        List<byte[]> all = group.allGatherBytes("symmem4j-wrapper-" + tag, mine.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        if (failure != null) {
+            return; // the caller throws this rank's own error
+        }
+        for (int r = 0; r < all.size(); r++) {
+            if (all.get(r).length > 0) {
+                throw new IllegalStateException(tag + " failed on rank " + r + ": " + new String(all.get(r),
+                        java.nio.charset.StandardCharsets.UTF_8) + " (every rank left its model as it was)");
+            }
+        }
     }
 
     private static List<String> shardFiles(Path dir) throws IOException {
@@ -1078,8 +1142,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * rank 0's among them — holds the result. For one JVM per worker started by {@code symmem4j-run}
          * (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The group must live on a
          * host transport (DL4J's CPU gradients are host memory) and stays the caller's to close, after the
-         * wrapper. Not yet with {@link #sharding}, {@link #recordTimeline}, or listeners that read the
-         * forward pass's activations (each rank holds only its own batch's).
+         * wrapper. With {@link #sharding} each rank keeps its own shard, checkpoints are collective (each
+         * rank writes its shard file, rank 0 the model), and after {@code fit()} every rank's model holds
+         * the full updater state, gathered. Not yet with {@link #recordTimeline}, listeners that read the
+         * forward pass's activations (each rank holds only its own batch's), or listeners with sharding.
          *
          * @param group the data-parallel group, this rank's view of it
          * @return this builder
@@ -1441,11 +1507,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                         + ": in group mode the group's ranks are the workers, one per rank (fix: leave workers unset)");
             }
             workers = group.worldSize();
-            if (sharding != null || timelineSet) {
-                throw new IllegalArgumentException("group(...) with " + (sharding != null ? "sharding=" + sharding
-                        : "recordTimeline") + ": not available in group mode yet (each rank would hold only its own shard"
-                        + " or its own worker's track); expected neither (fix: train without it, or as threads of one JVM"
-                        + " with workers(n))");
+            if (timelineSet) {
+                throw new IllegalArgumentException("group(...) with recordTimeline: not available in group mode yet (each"
+                        + " rank would hold only its own worker's track); expected no timeline (fix: train without it, or"
+                        + " as threads of one JVM with workers(n))");
             }
         }
 

@@ -4,6 +4,9 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -12,6 +15,7 @@ import java.util.stream.Stream;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.optimize.api.BaseTrainingListener;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
@@ -34,10 +38,12 @@ class GroupModeTest {
 
     static Stream<Arguments> cases() {
         return Stream.of(
-                Arguments.of("adam", 2, 6 * 2, false),
-                Arguments.of("adam", 3, 5 * 3 + 1, false), // the last step has 1 batch for 3 ranks: two idle
-                Arguments.of("batchnorm", 2, 5 * 2 + 1, false),
-                Arguments.of("adam", 2, 4 * 2, true));      // overlap of the sync with backprop
+                Arguments.of("adam", 2, 6 * 2, false, null),
+                Arguments.of("adam", 3, 5 * 3 + 1, false, null), // the last step has 1 batch for 3 ranks: two idle
+                Arguments.of("batchnorm", 2, 5 * 2 + 1, false, null),
+                Arguments.of("adam", 2, 4 * 2, true, null),      // overlap of the sync with backprop
+                Arguments.of("adam", 3, 4 * 3 + 2, false, ZeroStage.OPTIMIZER_STATE),
+                Arguments.of("batchnorm", 2, 4 * 2, false, ZeroStage.GRADIENTS));
     }
 
     static MultiLayerNetwork net(String kind) {
@@ -65,20 +71,28 @@ class GroupModeTest {
                 model.getIterationCount());
     }
 
-    @ParameterizedTest(name = "{0}, {1} ranks, {2} batches, overlap={3}")
+    static SymmemParallelWrapper.Builder options(SymmemParallelWrapper.Builder b, boolean overlap, ZeroStage sharding) {
+        b.overlapSyncWithBackprop(overlap);
+        if (sharding != null) {
+            b.sharding(sharding);
+        }
+        return b;
+    }
+
+    @ParameterizedTest(name = "{0}, {1} ranks, {2} batches, overlap={3}, sharding={4}")
     @MethodSource("cases")
-    void ranksOfAGroupTrainBitwiseLikeWorkerThreads(String kind, int ranks, int batches, boolean overlap) {
+    void ranksOfAGroupTrainBitwiseLikeWorkerThreads(String kind, int ranks, int batches, boolean overlap,
+                                                     ZeroStage sharding) {
         List<DataSet> data = data(kind, batches);
         MultiLayerNetwork initial = net(kind);
         MultiLayerNetwork threadsModel = initial.clone();
-        Outcome threads = train(threadsModel, SymmemParallelWrapper.builder(threadsModel).workers(ranks)
-                .overlapSyncWithBackprop(overlap), data, 2);
+        Outcome threads = train(threadsModel, options(SymmemParallelWrapper.builder(threadsModel).workers(ranks), overlap,
+                sharding), data, 2);
 
         List<Outcome> perRank = InJvmWorld.runOnEveryRank(ranks, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
                 group -> {
                     MultiLayerNetwork mine = initial.clone();
-                    return train(mine, SymmemParallelWrapper.builder(mine).group(group).overlapSyncWithBackprop(overlap),
-                            data, 2);
+                    return train(mine, options(SymmemParallelWrapper.builder(mine).group(group), overlap, sharding), data, 2);
                 });
         for (int r = 0; r < ranks; r++) {
             Outcome o = perRank.get(r);
@@ -118,6 +132,78 @@ class GroupModeTest {
         }
     }
 
+    /**
+     * ZeRO checkpoints in group mode: each rank writes its own shard file and rank 0 the model; wrappers
+     * built afresh restore them and train on exactly as the uninterrupted run of worker threads does.
+     * A shard that fails its checksum on one rank makes every rank refuse the restore, each model left
+     * as it was.
+     */
+    @Test
+    void shardedCheckpointsArePerRankAndRestoreTheRun(@TempDir Path dir) throws IOException {
+        List<DataSet> data = Nets.batches(9, 2 * 4, 8, DataType.FLOAT);
+        MultiLayerNetwork initial = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
+        MultiLayerNetwork threadsModel = initial.clone();
+        Outcome threads = train(threadsModel, SymmemParallelWrapper.builder(threadsModel).workers(2)
+                .sharding(ZeroStage.OPTIMIZER_STATE), data, 2);
+        GroupOptions options = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
+        List<Outcome> resumed = InJvmWorld.runOnEveryRank(2, options, group -> {
+            MultiLayerNetwork first = initial.clone();
+            try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(first).group(group)
+                    .sharding(ZeroStage.OPTIMIZER_STATE).ompThreadsPerWorker(1).build()) {
+                w.fit(new BatchListIterator(data));
+                w.saveCheckpoint(dir);
+            }
+            MultiLayerNetwork fresh = initial.clone();
+            return train(fresh, SymmemParallelWrapper.builder(fresh).group(group).sharding(ZeroStage.OPTIMIZER_STATE),
+                    data, 1, w -> w.restoreCheckpoint(dir));
+        });
+        assertTrue(Files.isRegularFile(dir.resolve(ShardCheckpoint.shardFileName(0, 2))));
+        assertTrue(Files.isRegularFile(dir.resolve(ShardCheckpoint.shardFileName(1, 2))));
+        assertTrue(Files.isRegularFile(dir.resolve(ShardCheckpoint.MODEL_FILE)));
+        for (int r = 0; r < 2; r++) {
+            assertTrue(ModelReplica.bitwiseEqual(threads.params(), resumed.get(r).params()), "rank " + r + ": parameters");
+            assertTrue(ModelReplica.bitwiseEqual(threads.updaterState(), resumed.get(r).updaterState()),
+                    "rank " + r + ": the full updater state, gathered from both ranks' shards");
+        }
+
+        Path shard1 = dir.resolve(ShardCheckpoint.shardFileName(1, 2));
+        byte[] bytes = Files.readAllBytes(shard1);
+        bytes[bytes.length - 1] ^= 1;
+        Files.write(shard1, bytes);
+        List<String> errors = InJvmWorld.runOnEveryRank(2, options, group -> {
+            MultiLayerNetwork m = initial.clone();
+            INDArray before = m.params().dup();
+            try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(m).group(group).sharding(ZeroStage.OPTIMIZER_STATE)
+                    .build()) {
+                Exception e = assertThrows(Exception.class, () -> w.restoreCheckpoint(dir));
+                assertTrue(ModelReplica.bitwiseEqual(before, m.params()), "rank " + group.rank() + ": model as it was");
+                return e.getMessage();
+            }
+        });
+        assertTrue(errors.get(0).contains("checkpoint-restored failed on rank 1"), errors.get(0));
+        assertTrue(errors.get(1).toLowerCase(java.util.Locale.ROOT).contains("checksum"), errors.get(1));
+    }
+
+    /** As {@link #train}, with {@code first} run on the wrapper before the epochs (a restore). */
+    static Outcome train(MultiLayerNetwork model, SymmemParallelWrapper.Builder builder, List<DataSet> data, int epochs,
+                         WrapperAction first) throws IOException {
+        List<Double> scores = new ArrayList<>();
+        builder.ompThreadsPerWorker(1).stepListener(r -> scores.add(r.loss()));
+        try (SymmemParallelWrapper wrapper = builder.build()) {
+            first.run(wrapper);
+            for (int e = 0; e < epochs; e++) {
+                wrapper.fit(new BatchListIterator(data));
+            }
+        }
+        return new Outcome(model.params().dup(), model.getUpdater().getStateViewArray().dup(), scores, model.score(),
+                model.getIterationCount());
+    }
+
+    /** Something done to a wrapper that may fail with an I/O error. */
+    interface WrapperAction {
+        void run(SymmemParallelWrapper wrapper) throws IOException;
+    }
+
     @Test
     void whatGroupModeCannotDoYetIsRefusedBeforeAnythingStarts() {
         List<String> messages = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> {
@@ -125,8 +211,6 @@ class GroupModeTest {
             List<String> out = new ArrayList<>();
             Function<Runnable, String> refusal = r -> assertThrows(IllegalArgumentException.class, r::run).getMessage();
             out.add(refusal.apply(() -> SymmemParallelWrapper.builder(net).group(group).workers(3).build()));
-            out.add(refusal.apply(() -> SymmemParallelWrapper.builder(net).group(group).sharding(ZeroStage.OPTIMIZER_STATE)
-                    .build()));
             out.add(refusal.apply(() -> SymmemParallelWrapper.builder(net).group(group).recordTimeline(10).build()));
             // a listener reading activations: refused at fit, before any step
             net.setListeners(new BaseTrainingListener() {
@@ -138,13 +222,19 @@ class GroupModeTest {
                 out.add(assertThrows(IllegalStateException.class,
                         () -> w.fit(new BatchListIterator(Nets.batches(1, 2, 4, DataType.FLOAT)))).getMessage());
             }
+            // and any listener with sharding (each step would need every rank's shards)
+            try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(net).group(group)
+                    .sharding(ZeroStage.OPTIMIZER_STATE).build()) {
+                out.add(assertThrows(IllegalStateException.class,
+                        () -> w.fit(new BatchListIterator(Nets.batches(1, 2, 4, DataType.FLOAT)))).getMessage());
+            }
             return String.join("\n", out);
         });
         for (String m : messages) {
             assertTrue(m.contains("workers=3 with group(...) of worldSize=2"), m);
-            assertTrue(m.contains("group(...) with sharding=OPTIMIZER_STATE: not available in group mode yet"), m);
             assertTrue(m.contains("group(...) with recordTimeline"), m);
             assertTrue(m.contains("overrides onForwardPass in group mode"), m);
+            assertTrue(m.contains("listeners with sharding=OPTIMIZER_STATE in group mode"), m);
         }
     }
 }
