@@ -28,6 +28,7 @@ import org.symmem4j.dl4j.DataParallelTimeline;
 import org.symmem4j.dl4j.PrometheusEndpoint;
 import org.symmem4j.dl4j.StepReport;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
+import org.symmem4j.dl4j.ZeroStage;
 import org.symmem4j.parallel.group.ProcessGroup;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -40,7 +41,7 @@ import picocli.CommandLine.Option;
  *
  * <pre>
  *   DataParallelExample [--workers N] [--epochs E] [--batch B] [--hidden H] [--port P] [--linger-seconds S]
- *                       [--timeline FILE] [--timeline-steps N]
+ *                       [--timeline FILE] [--timeline-steps N] [--sharding OPTIMIZER_STATE|GRADIENTS]
  * </pre>
  * {@code --port 0} picks a free port, {@code --port -1} serves nothing; {@code --linger-seconds}
  * keeps serving metrics after training (for a Prometheus server to scrape). {@code --timeline FILE}
@@ -95,6 +96,9 @@ public final class DataParallelExample {
         Path timeline;
         @Option(names = "--timeline-steps", paramLabel = "N", description = "steps the timeline keeps")
         int timelineSteps = 1000;
+        @Option(names = "--sharding", paramLabel = "STAGE",
+                description = "ZeRO sharding of the updater: OPTIMIZER_STATE (stage 1) or GRADIENTS (stage 2); default none")
+        ZeroStage sharding;
     }
 
     public static void main(String[] args) throws InterruptedException, IOException {
@@ -166,6 +170,9 @@ public final class DataParallelExample {
             builder.group(group);
         } else {
             builder.workers(workers);
+        }
+        if (flags.sharding != null) {
+            builder.sharding(flags.sharding);
         }
         if (timeline != null) {
             builder.recordTimeline(timelineSteps);

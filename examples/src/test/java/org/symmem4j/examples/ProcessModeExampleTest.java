@@ -15,7 +15,8 @@ import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
-import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 import org.symmem4j.launch.Launcher;
 
 /**
@@ -29,19 +30,24 @@ class ProcessModeExampleTest {
     private static final Pattern CRC = Pattern.compile("final parameters: (\\d+) values, CRC-32 ([0-9a-f]{8})");
     private static final List<String> ARGS = List.of("--epochs", "1", "--batch", "16", "--hidden", "32", "--port", "-1");
 
-    private static List<String> javaCommand() {
+    private static List<String> javaCommand(String sharding) {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
                 "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-cp", System.getProperty("java.class.path"),
                 DataParallelExample.class.getName()));
         cmd.addAll(ARGS);
+        if (!sharding.equals("none")) {
+            cmd.addAll(List.of("--sharding", sharding));
+        }
         return cmd;
     }
 
-    @Test
-    void twoLaunchedProcessesTrainBitwiseLikeTwoWorkerThreads() throws IOException, InterruptedException {
+    /** Plain data parallelism, and ZeRO stage 1 (each process keeps its shard; the state is gathered across processes). */
+    @ParameterizedTest(name = "sharding={0}")
+    @ValueSource(strings = {"none", "OPTIMIZER_STATE"})
+    void twoLaunchedProcessesTrainBitwiseLikeTwoWorkerThreads(String sharding) throws IOException, InterruptedException {
         // 2 worker threads in one JVM, each with half the CPUs for ND4J, as the launcher's processes get
-        List<String> threads = javaCommand();
+        List<String> threads = javaCommand(sharding);
         threads.addAll(List.of("--workers", "2"));
         Process p = new ProcessBuilder(threads).redirectErrorStream(true).start();
         String threadOut = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
@@ -57,7 +63,7 @@ class ProcessModeExampleTest {
         env.remove("SYMMEM4J_SECRET_FILE");
         env.remove("SYMMEM4J_RUN_ID");
         List<String> args = new ArrayList<>(List.of("-n", "2", "--master-port", Integer.toString(freePort()), "--"));
-        args.addAll(javaCommand());
+        args.addAll(javaCommand(sharding));
         int status = Launcher.run(args.toArray(String[]::new), new PrintStream(out, true, StandardCharsets.UTF_8),
                 new PrintStream(err, true, StandardCharsets.UTF_8), env);
         String processOut = out.toString(StandardCharsets.UTF_8);
