@@ -129,6 +129,17 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         return Nd4j.create(Nd4j.createBuffer(pointer, length, type), new long[] {1, length});
     }
 
+    /** The zeroed array over {@code home} that replaces {@code old} as a network's flat gradient view ({@link #placeGradientView}). */
+    private static INDArray gradientViewIn(MemorySegment home, INDArray old, boolean updaterBuilt) {
+        if (updaterBuilt) {
+            throw new IllegalStateException("placeGradientView after the updater was built: it keeps views of the old"
+                    + " gradient (place the view first)");
+        }
+        INDArray view = arrayOver(home, old.dataType(), old.length());
+        view.assign(0);
+        return view;
+    }
+
     /** Sets a network's protected reference to its flat gradient view ({@link #placeGradientView}). */
     private static void setFlattenedGradients(Object network, Class<?> type, INDArray view) {
         try {
@@ -470,13 +481,7 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
 
         @Override
         public void placeGradientView(MemorySegment home) {
-            if (net.getUpdater(false) != null) {
-                throw new IllegalStateException("placeGradientView after the updater was built: it keeps views of the old"
-                        + " gradient (place the view first)");
-            }
-            INDArray old = net.getGradientsViewArray();
-            INDArray view = ModelReplica.arrayOver(home, old.dataType(), old.length());
-            view.assign(0);
+            INDArray view = ModelReplica.gradientViewIn(home, net.getGradientsViewArray(), net.getUpdater(false) != null);
             net.setBackpropGradientsViewArray(view);
             ModelReplica.setFlattenedGradients(net, MultiLayerNetwork.class, view);
         }
@@ -662,13 +667,7 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
 
         @Override
         public void placeGradientView(MemorySegment home) {
-            if (net.getUpdater(false) != null) {
-                throw new IllegalStateException("placeGradientView after the updater was built: it keeps views of the old"
-                        + " gradient (place the view first)");
-            }
-            INDArray old = net.getGradientsViewArray();
-            INDArray view = ModelReplica.arrayOver(home, old.dataType(), old.length());
-            view.assign(0);
+            INDArray view = ModelReplica.gradientViewIn(home, net.getGradientsViewArray(), net.getUpdater(false) != null);
             net.setBackpropGradientsViewArray(view);
             ModelReplica.setFlattenedGradients(net, ComputationGraph.class, view);
         }

@@ -3,15 +3,11 @@ package org.symmem4j.examples;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
-import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -56,18 +52,11 @@ class ProcessModeExampleTest {
         Matcher threadCrc = CRC.matcher(threadOut);
         assertTrue(threadCrc.find(), threadOut);
 
-        ByteArrayOutputStream out = new ByteArrayOutputStream();
-        ByteArrayOutputStream err = new ByteArrayOutputStream();
-        Map<String, String> env = new HashMap<>(System.getenv());
-        env.remove("SYMMEM4J_SECRET");
-        env.remove("SYMMEM4J_SECRET_FILE");
-        env.remove("SYMMEM4J_RUN_ID");
         List<String> args = new ArrayList<>(List.of("-n", "2", "--master-port", Integer.toString(freePort()), "--"));
         args.addAll(javaCommand(sharding));
-        int status = Launcher.run(args.toArray(String[]::new), new PrintStream(out, true, StandardCharsets.UTF_8),
-                new PrintStream(err, true, StandardCharsets.UTF_8), env);
-        String processOut = out.toString(StandardCharsets.UTF_8);
-        assertEquals(0, status, err + "\n" + processOut);
+        Launcher.Result launched = Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+        String processOut = launched.out();
+        assertEquals(0, launched.status(), launched.err() + "\n" + processOut);
         Matcher processCrc = CRC.matcher(processOut);
         assertTrue(processCrc.find(), processOut);
         assertTrue(processOut.contains("[rank 0] final parameters:"), "rank 0 reports: " + processOut);

@@ -4,16 +4,11 @@ import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
-import java.io.PrintStream;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.List;
-import java.util.Map;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -28,32 +23,20 @@ import org.symmem4j.launch.Launcher;
  */
 class LauncherIT {
 
-    /** A launch's exit status and what the launcher printed. */
-    record Run(int status, String out, String err) {
-    }
-
     /** Runs the launcher in this JVM: {@code n} ranks of {@link ProcessWorker} running {@code scenario}, output in {@code logDir}. */
-    static Run launch(Path logDir, int n, String... scenario) {
-        ByteArrayOutputStream out = new ByteArrayOutputStream();
-        ByteArrayOutputStream err = new ByteArrayOutputStream();
-        Map<String, String> env = new HashMap<>(System.getenv());
-        env.remove("SYMMEM4J_SECRET");
-        env.remove("SYMMEM4J_SECRET_FILE");
-        env.remove("SYMMEM4J_RUN_ID");
+    static Launcher.Result launch(Path logDir, int n, String... scenario) {
         List<String> args = new ArrayList<>(List.of("-n", Integer.toString(n), "--log-dir", logDir.toString(),
                 "--master-port", Integer.toString(Workers.freePort()), "--grace-period", "5", "--java", "-Xmx256m",
                 "-XX:+UseSerialGC", "-Dsymmem4j.timeout.ms=60000", "-cp", System.getProperty("java.class.path"),
                 ProcessWorker.class.getName()));
         args.addAll(List.of(scenario));
-        int status = Launcher.run(args.toArray(String[]::new), new PrintStream(out, true, StandardCharsets.UTF_8),
-                new PrintStream(err, true, StandardCharsets.UTF_8), env);
-        return new Run(status, out.toString(StandardCharsets.UTF_8), err.toString(StandardCharsets.UTF_8));
+        return Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
     }
 
     @ParameterizedTest(name = "{0} processes")
     @ValueSource(ints = {2, 4})
     void everyCollectiveAcrossLaunchedProcesses(int n, @TempDir Path logs) throws IOException {
-        Run r = launch(logs, n, "collectives");
+        Launcher.Result r = launch(logs, n, "collectives");
         assertEquals(0, r.status(), r.err() + "\n" + tail(r.out()));
         String[] rank0 = checksums(Files.readString(logs.resolve("rank-0.log")));
         assertTrue(rank0.length > 100, "expected a checksum per case, found " + rank0.length);
@@ -68,7 +51,7 @@ class LauncherIT {
     @Test
     void aCrashedRankFailsTheJobWithItsCodeAndTheOthersAreStopped(@TempDir Path logs) throws IOException {
         // rank 1 halts at iteration 300 of an endless all-reduce loop; rank 0 would wait for it in a collective
-        Run r = launch(logs, 2, "loop", Long.toString(Long.MAX_VALUE), "1", "300", "halt");
+        Launcher.Result r = launch(logs, 2, "loop", Long.toString(Long.MAX_VALUE), "1", "300", "halt");
         assertEquals(7, r.status(), r.err());
         assertTrue(r.err().contains("rank 1 (local rank 1, pid ") && r.err().contains("exited with code 7"), r.err());
         assertTrue(Files.readString(logs.resolve("rank-1.log")).contains("HALT with code 7 at iteration 300"),

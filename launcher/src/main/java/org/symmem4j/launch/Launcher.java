@@ -149,6 +149,47 @@ public final class Launcher implements Callable<Integer> {
         return cl.execute(args);
     }
 
+    /**
+     * What a launch run in this JVM ended with ({@link #runCapturing}).
+     *
+     * @param status the launcher's exit status
+     * @param out    the processes' output, each line prefixed with its rank
+     * @param err    the launcher's own messages
+     */
+    public record Result(int status, String out, String err) {
+    }
+
+    /**
+     * {@code env} without the variables that name a job ({@code SYMMEM4J_RUN_ID}, {@code SYMMEM4J_SECRET},
+     * {@code SYMMEM4J_SECRET_FILE}): for a new job started from inside a running one (a launched process,
+     * or a test run under a launcher), which would otherwise inherit the outer job's identity.
+     *
+     * @param env an environment
+     * @return a copy without the job's identity
+     */
+    public static Map<String, String> newJobEnvironment(Map<String, String> env) {
+        Map<String, String> fresh = new java.util.HashMap<>(env);
+        fresh.remove(LaunchPlan.RUN_ID_ENV);
+        fresh.remove(LaunchPlan.SECRET_ENV);
+        fresh.remove(LaunchPlan.SECRET_FILE_ENV);
+        return fresh;
+    }
+
+    /**
+     * As {@link #run}, with the output and messages kept and returned.
+     *
+     * @param args the command line, see {@code --help}
+     * @param env  the environment the processes inherit, and that the launcher reads
+     * @return the exit status, the processes' output and the launcher's messages
+     */
+    public static Result runCapturing(List<String> args, Map<String, String> env) {
+        java.io.ByteArrayOutputStream out = new java.io.ByteArrayOutputStream();
+        java.io.ByteArrayOutputStream err = new java.io.ByteArrayOutputStream();
+        int status = run(args.toArray(String[]::new), new PrintStream(out, true, StandardCharsets.UTF_8),
+                new PrintStream(err, true, StandardCharsets.UTF_8), env);
+        return new Result(status, out.toString(StandardCharsets.UTF_8), err.toString(StandardCharsets.UTF_8));
+    }
+
     @Override
     public Integer call() throws IOException {
         if (graceSeconds < 0) {

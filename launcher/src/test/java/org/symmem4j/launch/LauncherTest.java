@@ -5,15 +5,12 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.BufferedReader;
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStreamReader;
-import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
@@ -29,31 +26,20 @@ import org.junit.jupiter.api.io.TempDir;
  */
 class LauncherTest {
 
-    /** A launch's exit status and what it printed. */
-    record Run(int status, String out, String err) {
-    }
-
-    static Run launch(Map<String, String> extraEnv, String... args) {
-        ByteArrayOutputStream out = new ByteArrayOutputStream();
-        ByteArrayOutputStream err = new ByteArrayOutputStream();
-        Map<String, String> env = new HashMap<>(System.getenv());
-        env.remove("SYMMEM4J_SECRET");
-        env.remove("SYMMEM4J_SECRET_FILE");
-        env.remove("SYMMEM4J_RUN_ID");
+    static Launcher.Result launch(Map<String, String> extraEnv, String... args) {
+        Map<String, String> env = Launcher.newJobEnvironment(System.getenv());
         env.remove("OMP_NUM_THREADS");
         env.putAll(extraEnv);
-        int status = Launcher.run(args, new PrintStream(out, true, StandardCharsets.UTF_8),
-                new PrintStream(err, true, StandardCharsets.UTF_8), env);
-        return new Run(status, out.toString(StandardCharsets.UTF_8), err.toString(StandardCharsets.UTF_8));
+        return Launcher.runCapturing(List.of(args), env);
     }
 
-    static Run launch(String... args) {
+    static Launcher.Result launch(String... args) {
         return launch(Map.of(), args);
     }
 
     @Test
     void everyRankGetsItsVariablesAndItsOutputIsPrefixed() {
-        Run r = launch("-n", "3", "--cpu-bind", "none", "--", "sh", "-c",
+        Launcher.Result r = launch("-n", "3", "--cpu-bind", "none", "--", "sh", "-c",
                 "echo \"rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE lws=$LOCAL_WORLD_SIZE node=$GROUP_RANK"
                         + " master=$MASTER_ADDR:$MASTER_PORT\"");
         assertEquals(0, r.status(), r.err());
@@ -66,7 +52,7 @@ class LauncherTest {
 
     @Test
     void aGeneratedSecretIsPrivateSharedAndRemoved() {
-        Run r = launch("-n", "2", "--cpu-bind", "none", "--", "sh", "-c",
+        Launcher.Result r = launch("-n", "2", "--cpu-bind", "none", "--", "sh", "-c",
                 "echo \"file=$SYMMEM4J_SECRET_FILE mode=$(stat -c %a \"$SYMMEM4J_SECRET_FILE\") dir=$(stat -c %a"
                         + " \"$(dirname \"$SYMMEM4J_SECRET_FILE\")\") bytes=$(wc -c < \"$SYMMEM4J_SECRET_FILE\")"
                         + " sum=$(cksum < \"$SYMMEM4J_SECRET_FILE\") run=$SYMMEM4J_RUN_ID\"");
@@ -92,7 +78,7 @@ class LauncherTest {
     @Test
     void aFailingRankStopsTheOthersAndItsCodeIsTheLaunchers() {
         // rank 1 fails at once; rank 0 dies on SIGTERM; rank 2 ignores SIGTERM and needs SIGKILL
-        Run r = launch("-n", "3", "--cpu-bind", "none", "--grace-period", "1", "--", "sh", "-c",
+        Launcher.Result r = launch("-n", "3", "--cpu-bind", "none", "--grace-period", "1", "--", "sh", "-c",
                 "if [ \"$RANK\" = 1 ]; then exit 3; fi; if [ \"$RANK\" = 2 ]; then trap '' TERM; fi; exec sleep 60");
         assertEquals(3, r.status(), r.err());
         assertTrue(r.err().contains("rank 1 (local rank 1, pid ") && r.err().contains("exited with code 3"), r.err());
@@ -102,7 +88,7 @@ class LauncherTest {
 
     @Test
     void aKilledRankIsNamedWithItsSignal() {
-        Run r = launch("-n", "1", "--cpu-bind", "none", "--", "sh", "-c", "kill -9 $$");
+        Launcher.Result r = launch("-n", "1", "--cpu-bind", "none", "--", "sh", "-c", "kill -9 $$");
         assertEquals(137, r.status(), r.err());
         assertTrue(r.err().contains("rank 0 (local rank 0, pid ") && r.err().contains("was killed by signal 9 (SIGKILL)"),
                 r.err());
@@ -110,14 +96,14 @@ class LauncherTest {
 
     @Test
     void aProgramThatCannotStartIsReported() {
-        Run r = launch("-n", "2", "--cpu-bind", "none", "--", "/nonexistent/symmem4j-program");
+        Launcher.Result r = launch("-n", "2", "--cpu-bind", "none", "--", "/nonexistent/symmem4j-program");
         assertEquals(127, r.status(), r.err());
         assertTrue(r.err().contains("could not start rank 0 (/nonexistent/symmem4j-program)"), r.err());
     }
 
     @Test
     void boundRanksRunOnTheirSlices() {
-        Run r = launch("-n", "2", "--", "sh", "-c",
+        Launcher.Result r = launch("-n", "2", "--", "sh", "-c",
                 "echo \"omp=$OMP_NUM_THREADS $(grep Cpus_allowed_list /proc/self/status | tr -d '\\t')\"");
         assertEquals(0, r.status(), r.err());
         if (Machine.onPath(System.getenv("PATH"), "taskset") == null) {
@@ -139,7 +125,7 @@ class LauncherTest {
 
     @Test
     void outputGoesToTheLogDirectoryToo(@TempDir Path dir) throws IOException {
-        Run r = launch("-n", "2", "--cpu-bind", "none", "--log-dir", dir.toString(), "--", "sh", "-c", "echo hello $RANK");
+        Launcher.Result r = launch("-n", "2", "--cpu-bind", "none", "--log-dir", dir.toString(), "--", "sh", "-c", "echo hello $RANK");
         assertEquals(0, r.status(), r.err());
         assertEquals("hello 0\n", Files.readString(dir.resolve("rank-0.log")));
         assertEquals("hello 1\n", Files.readString(dir.resolve("rank-1.log")));
@@ -147,7 +133,7 @@ class LauncherTest {
 
     @Test
     void dryRunPrintsThePlanOfTheSecondMachine() {
-        Run r = launch("--dry-run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--run-id",
+        Launcher.Result r = launch("--dry-run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1", "--run-id",
                 "job7", "--secret-file", "/s", "--cpu-bind", "none", "--", "app", "x");
         assertEquals(0, r.status(), r.err());
         assertTrue(r.out().contains("rank 2: ") && r.out().contains("rank 3: ") && r.out().contains("RANK=3")
@@ -157,16 +143,16 @@ class LauncherTest {
 
     @Test
     void badRequestsExitTwoSayingWhy() {
-        Run zero = launch("-n", "0", "--", "sh");
+        Launcher.Result zero = launch("-n", "0", "--", "sh");
         assertEquals(2, zero.status());
         assertTrue(zero.err().contains("--nproc-per-node=0: expected a number >= 1"), zero.err());
-        Run typo = launch("-n", "2", "--nprocs", "2", "sh");
+        Launcher.Result typo = launch("-n", "2", "--nprocs", "2", "sh");
         assertEquals(2, typo.status());
         assertTrue(typo.err().contains("the command starts with '--nprocs'"), typo.err());
-        Run noCommand = launch("-n", "2");
+        Launcher.Result noCommand = launch("-n", "2");
         assertEquals(2, noCommand.status());
         assertTrue(noCommand.err().contains("no command to start"), noCommand.err());
-        Run bind = launch("--cpu-bind", "some", "sh");
+        Launcher.Result bind = launch("--cpu-bind", "some", "sh");
         assertEquals(2, bind.status());
         assertTrue(bind.err().contains("expected auto or none"), bind.err());
     }

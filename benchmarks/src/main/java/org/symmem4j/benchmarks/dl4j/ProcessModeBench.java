@@ -1,15 +1,12 @@
 package org.symmem4j.benchmarks.dl4j;
 
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
-import java.io.PrintStream;
 import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Instant;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
@@ -153,13 +150,8 @@ public final class ProcessModeBench {
             List<String> args = new ArrayList<>(List.of("-n", Integer.toString(f.workers), "--cpu-bind", f.cpuBind,
                     "--master-port", Integer.toString(freePort()), "--"));
             args.addAll(childCommand(common, "processes", Math.max(1, cores / f.workers))); // as the threads get
-            ByteArrayOutputStream out = new ByteArrayOutputStream();
-            ByteArrayOutputStream err = new ByteArrayOutputStream();
-            Map<String, String> env = new HashMap<>(System.getenv());
-            env.remove("SYMMEM4J_RUN_ID");
-            int status = Launcher.run(args.toArray(String[]::new), new PrintStream(out, true, StandardCharsets.UTF_8),
-                    new PrintStream(err, true, StandardCharsets.UTF_8), env);
-            return result(status, out.toString(StandardCharsets.UTF_8) + err.toString(StandardCharsets.UTF_8), mode);
+            Launcher.Result r = Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+            return result(r.status(), r.out() + r.err(), mode);
         }
         int threads = mode.startsWith("single-") ? Integer.parseInt(mode.substring(7)) : Math.max(1, cores / f.workers);
         Process p = new ProcessBuilder(childCommand(common, mode.startsWith("single-") ? "single" : "threads", threads))
