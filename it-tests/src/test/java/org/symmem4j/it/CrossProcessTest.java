@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.List;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -56,6 +57,18 @@ class CrossProcessTest {
             }
             assertEquals(stageCount, seen, "one PARAM line per stage");
             assertNoFilesOf(w.pids());
+        }
+    }
+
+    /** A process group joined on a transport of its own (as a device transport would be) allocates and reduces through it. */
+    @Test
+    void aProcessGroupOnItsOwnTransportUsesItAndKeepsHostMemoryForControl() throws Exception {
+        try (Workers w = Workers.start(3, "on-transport", 60_000)) {
+            int[] codes = w.awaitExit(120_000);
+            for (int r = 0; r < 3; r++) {
+                assertEquals(0, codes[r], "rank " + r + " exit code; log:\n" + w.log(r));
+                assertTrue(w.log(r).contains("ON-TRANSPORT 6.0"), w.log(r));
+            }
         }
     }
 

@@ -12,10 +12,14 @@ import java.util.SplittableRandom;
 import java.util.TreeMap;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.parallel.host.SharedMemoryFiles;
 import org.symmem4j.parallel.numeric.BFloat16;
@@ -67,6 +71,7 @@ public final class ProcessWorker {
                 case "leak-file" -> leakFile();
                 case "mesh" -> MeshWorker.mesh(args[1]);
                 case "mesh-abort" -> MeshWorker.meshAbort();
+                case "on-transport" -> onTransport();
                 default -> throw new IllegalArgumentException("unknown scenario " + scenario);
             }
             System.out.println("OK");
@@ -77,6 +82,51 @@ public final class ProcessWorker {
             t.printStackTrace(System.out);
             System.out.flush();
             System.exit(3);
+        }
+    }
+
+    /**
+     * A process group joined on a transport of its own ({@code ProcessGroup.fromEnvironment(options,
+     * transport)}), as a device transport would be: its memories and communicators come from that
+     * transport, which here keeps them in the group's host memory ({@code hostTransport()}, /dev/shm),
+     * as a device transport keeps its control plane there. Prints {@code ON-TRANSPORT <sum>} after an
+     * all-reduce through it.
+     */
+    private static void onTransport() {
+        int[] allocations = new int[1];
+        Transport device = new Transport() {
+            @Override
+            public String name() {
+                return "test-device";
+            }
+
+            @Override
+            public SymmetricMemory allocate(Group group, long bytes) {
+                allocations[0]++;
+                return group.hostTransport().allocate(group, bytes);
+            }
+
+            @Override
+            public SymmetricMemory register(Group group, MemorySegment buffer) {
+                return group.hostTransport().register(group, buffer);
+            }
+
+            @Override
+            public Communicator communicator(Group group, CommunicatorOptions options) {
+                return group.hostTransport().communicator(group, options);
+            }
+        };
+        try (ProcessGroup group = ProcessGroup.fromEnvironment(GroupOptions.defaults(), device);
+             SymmetricMemory mem = SymmetricMemory.allocate(group, 64);
+             Communicator comm = Communicator.create(group)) {
+            // two allocations went through it: the one above and the communicator's scratch
+            if (group.transport() != device || !group.hostTransport().name().equals("host-shm") || allocations[0] != 2) {
+                throw new IllegalStateException("transport=" + group.transport().name() + " hostTransport="
+                        + group.hostTransport().name() + " allocations through it=" + allocations[0]);
+            }
+            mem.local().set(ValueLayout.JAVA_FLOAT, 0, group.rank() + 1f);
+            comm.allReduce(mem, 0, 1, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT);
+            System.out.println("ON-TRANSPORT " + mem.local().get(ValueLayout.JAVA_FLOAT, 0));
         }
     }
 

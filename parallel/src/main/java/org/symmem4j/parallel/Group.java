@@ -74,6 +74,15 @@ public interface Group extends AutoCloseable {
     Transport transport();
 
     /**
+     * The transport of host memory among this group's ranks — {@code host-in-jvm} for threads of one
+     * JVM, {@code host-shm} for processes — where a device transport keeps its control plane (entry
+     * barriers, argument agreement). For a group on a host transport it is {@link #transport()}.
+     *
+     * @return the host transport of this group's ranks
+     */
+    Transport hostTransport();
+
+    /**
      * Collective: every rank contributes {@code mine}; returns every rank's value in rank order.
      * Set-up only (it goes through the store). Fails with a {@link PeerTimeoutException} naming
      * the ranks that did not contribute.

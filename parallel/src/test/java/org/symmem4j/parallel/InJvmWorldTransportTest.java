@@ -42,6 +42,11 @@ class InJvmWorldTransportTest {
             communicators.incrementAndGet();
             return inner.communicator(group, options);
         }
+
+        @Override
+        public Transport forSubGroup(int[] parentRanks) {
+            return this; // keeps nothing per rank
+        }
     }
 
     @Test
@@ -60,6 +65,30 @@ class InJvmWorldTransportTest {
         // 3 ranks: one user allocation each, plus the communicator's scratch allocation each
         assertEquals(3, transport.communicators.get());
         assertEquals(6, transport.allocations.get());
+    }
+
+    /**
+     * A world on another transport keeps host memory of its own for control planes
+     * ({@link Group#hostTransport()}); on host-in-jvm the two are one; sub-groups follow their parent.
+     */
+    @Test
+    void groupsKnowTheirHostTransport() {
+        CountingTransport transport = new CountingTransport();
+        List<String> seen = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), transport, group -> {
+            try (Group half = group.split(0, group.rank())) {
+                assertSame(transport, half.transport());
+                return group.hostTransport().name() + " " + (group.hostTransport() != group.transport()) + " "
+                        + half.hostTransport().name();
+            }
+        });
+        assertEquals(List.of("host-in-jvm true host-in-jvm", "host-in-jvm true host-in-jvm"), seen);
+        InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> {
+            assertSame(group.transport(), group.hostTransport(), "on host memory the host transport is the transport");
+            try (Group half = group.split(0, group.rank())) {
+                assertSame(half.transport(), half.hostTransport());
+            }
+            return null;
+        });
     }
 
     @Test

@@ -155,7 +155,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             throw new IllegalArgumentException("worldSize=" + worldSize + " exceeds the kernels' MAX_RANKS="
                     + CudaKernels.MAX_RANKS + " (one machine's GPUs)");
         }
-        this.control = HostCommunicator.controlPlane(group, transport.controlTransport(), options);
+        this.control = HostCommunicator.controlPlane(group, group.hostTransport(), options);
         int devices = driver.deviceCount();
         this.sharedDevice = devices < worldSize;
         if (rank.kernels == null) {

@@ -13,7 +13,6 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
-import org.symmem4j.parallel.host.InJvmTransport;
 
 /**
  * GPUs of one machine, one per rank, ranks as threads of one JVM: each rank allocates its buffer
@@ -46,8 +45,8 @@ import org.symmem4j.parallel.host.InJvmTransport;
  * travel as numbers) and the rank numbers. Device pointers and contexts mean something only in this
  * process, so every allocation checks that all ranks run in this process and says so otherwise
  * (CUDA symmetric memory across processes, through exported memory handles, is issue #15). The
- * communicators' control plane (entry barriers, argument checks) runs on host memory of the
- * {@code host-in-jvm} transport.
+ * communicators' control plane (entry barriers, argument checks) runs on the group's host memory
+ * ({@link Group#hostTransport()}).
  *
  * <h2>Lifecycle</h2>
  * A rank's GPU state (its {@code CudaRank}: stream, primary-context retain, hold on the device's
@@ -69,8 +68,6 @@ public final class CudaTransport implements Transport, AutoCloseable {
     private final Map<Long, SymmetricAllocation> allocations = new ConcurrentHashMap<>();
     /** Set once by {@link #close}; checked by every entry point. */
     private volatile boolean closed;
-    /** Host memory for the communicators' control plane: the ranks are threads of this JVM. */
-    private final Transport controlTransport = new InJvmTransport();
 
     private CudaTransport(CudaDriver driver) {
         this.driver = driver;
@@ -87,11 +84,6 @@ public final class CudaTransport implements Transport, AutoCloseable {
 
     CudaDriver driver() {
         return driver;
-    }
-
-    /** The host transport the communicators' control plane allocates from. */
-    Transport controlTransport() {
-        return controlTransport;
     }
 
     /**

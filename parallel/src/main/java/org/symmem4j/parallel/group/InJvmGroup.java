@@ -30,6 +30,7 @@ public final class InJvmGroup implements Group, PeerThreads {
     /** What this group is called in error messages: "world", or the split's name (a mesh dimension). */
     private final String label;
     private final Transport transport;
+    private final Transport hostTransport;
     private final GroupAbort abortState = new GroupAbort();
     /** Detaches this sub-group's abort from its parent's (both ways); a no-op for the world's group. */
     private final Runnable detachFromParent;
@@ -43,6 +44,7 @@ public final class InJvmGroup implements Group, PeerThreads {
         this.exchangeNamespace = "";
         this.label = "world";
         this.transport = world.transport();
+        this.hostTransport = world.hostTransport();
         this.detachFromParent = () -> { };
         world.registerAbort(exchangeNamespace, rank, world.worldSize(), abortState);
     }
@@ -57,6 +59,8 @@ public final class InJvmGroup implements Group, PeerThreads {
         this.exchangeNamespace = "sub/" + id + "/";
         this.label = label;
         this.transport = parent.transport().forSubGroup(parentRanks.clone());
+        this.hostTransport = parent.hostTransport() == parent.transport() ? transport
+                : parent.hostTransport().forSubGroup(parentRanks.clone());
         this.detachFromParent = GroupSplit.linkAborts(parent, this, parentRanks);
         world.registerAbort(exchangeNamespace, rank, parentRanks.length, abortState);
     }
@@ -124,6 +128,11 @@ public final class InJvmGroup implements Group, PeerThreads {
     @Override
     public Transport transport() {
         return transport;
+    }
+
+    @Override
+    public Transport hostTransport() {
+        return hostTransport;
     }
 
     /**

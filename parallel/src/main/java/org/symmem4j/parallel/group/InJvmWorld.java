@@ -59,6 +59,7 @@ public final class InJvmWorld implements AutoCloseable {
     private final GroupOptions options;
     private final InMemoryStore store = new InMemoryStore();
     private final Transport transport;
+    private final Transport hostTransport;
     private final AtomicReferenceArray<Thread> owners;
     private final ReentrantLock exchangeLock = new ReentrantLock();
     private final Condition exchangeChanged = exchangeLock.newCondition();
@@ -78,6 +79,8 @@ public final class InJvmWorld implements AutoCloseable {
         this.worldSize = worldSize;
         this.options = Objects.requireNonNull(options, "options");
         this.transport = Objects.requireNonNull(transport, "transport");
+        // a device transport's control plane needs host memory the threads share: the world's own
+        this.hostTransport = transport instanceof InJvmTransport ? transport : new InJvmTransport();
         this.owners = new AtomicReferenceArray<>(worldSize);
     }
 
@@ -281,6 +284,16 @@ public final class InJvmWorld implements AutoCloseable {
      */
     public Transport transport() {
         return transport;
+    }
+
+    /**
+     * The host transport of this world's groups: {@link #transport()} when that is host memory, else
+     * the world's own {@code host-in-jvm} transport, where device transports keep their control plane.
+     *
+     * @return the host transport
+     */
+    public Transport hostTransport() {
+        return hostTransport;
     }
 
     Thread owner(int rank) {

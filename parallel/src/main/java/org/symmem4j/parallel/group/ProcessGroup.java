@@ -64,13 +64,16 @@ public final class ProcessGroup implements Group {
     private final RendezvousStore store;
     private final long[] peerPids;
     private final long[] peerStarts;
-    private final SharedMemoryTransport transport;
+    /** This group's /dev/shm memory: its transport, or the control plane's where it lives on a device transport. */
+    private final SharedMemoryTransport hostTransport;
+    /** Where its memories and communicators live: {@link #hostTransport}, or the device transport it was joined on. */
+    private final Transport transport;
     private final GroupAbort abortState = new GroupAbort();
     private long exchangeSeq;
     private String previousExchangeKey;
     private boolean closed;
 
-    private ProcessGroup(ProcessGroupConfig config, GroupOptions options, StoreSecret secret) {
+    private ProcessGroup(ProcessGroupConfig config, GroupOptions options, StoreSecret secret, Transport deviceTransport) {
         this.config = config;
         this.options = options;
         this.secret = secret;
@@ -121,7 +124,7 @@ public final class ProcessGroup implements Group {
             throw e;
         }
         // the transport builds peers' /dev/shm names from their process identities, given here
-        this.transport = new SharedMemoryTransport(new PeerProcesses() {
+        this.hostTransport = new SharedMemoryTransport(new PeerProcesses() {
             @Override
             public long pid(int rank) {
                 return peerPids[rank];
@@ -132,6 +135,7 @@ public final class ProcessGroup implements Group {
                 return peerStarts[rank];
             }
         });
+        this.transport = deviceTransport != null ? deviceTransport : hostTransport;
     }
 
     /**
@@ -231,7 +235,27 @@ public final class ProcessGroup implements Group {
      *         does not arrive within the timeout ({@link PeerTimeoutException})
      */
     public static ProcessGroup join(ProcessGroupConfig config, GroupOptions options, StoreSecret secret) {
-        return new ProcessGroup(config, options, secret);
+        return new ProcessGroup(config, options, secret, null);
+    }
+
+    /**
+     * Collective across processes: joins the group described by torchrun's environment variables on
+     * {@code transport}, a device transport (for example {@code CudaTransport.create()}: one process
+     * per GPU), so that {@link org.symmem4j.parallel.SymmetricMemory#allocate} and {@link org.symmem4j.parallel.Communicator#create}
+     * give that transport's memory and communicators; its control plane lives in the group's
+     * {@code /dev/shm} memory ({@link #hostTransport()}). The transport is not closed with the group.
+     *
+     * @param options   timeout and waiting
+     * @param transport where the group's memories and communicators live
+     * @return this process's group, once every rank has joined
+     * @throws IllegalArgumentException when a variable is missing or malformed
+     * @throws SymmemException when the store cannot be reached or bound, the secret is missing or wrong, or a peer
+     *         does not arrive within the timeout ({@link PeerTimeoutException})
+     */
+    public static ProcessGroup fromEnvironment(GroupOptions options, Transport transport) {
+        ProcessGroupConfig config = ProcessGroupConfig.fromEnvironment();
+        return new ProcessGroup(config, options, StoreSecret.resolve(System.getenv(), config.runId(), config.masterAddr(),
+                config.masterPort()), java.util.Objects.requireNonNull(transport, "transport"));
     }
 
     /**
@@ -285,6 +309,11 @@ public final class ProcessGroup implements Group {
     @Override
     public Transport transport() {
         return transport;
+    }
+
+    @Override
+    public Transport hostTransport() {
+        return hostTransport;
     }
 
     @Override

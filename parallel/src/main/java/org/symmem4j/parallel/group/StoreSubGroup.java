@@ -30,6 +30,7 @@ final class StoreSubGroup implements Group {
     private final String label;
     private final NamespacedStore store;
     private final Transport transport;
+    private final Transport hostTransport;
     private final GroupAbort abortState = new GroupAbort();
     private final Runnable detachFromParent;
     private long exchangeSeq;
@@ -43,6 +44,8 @@ final class StoreSubGroup implements Group {
         this.label = label;
         this.store = new NamespacedStore(parent.store(), "sub/" + id + "/");
         this.transport = parent.transport().forSubGroup(parentRanks.clone());
+        this.hostTransport = parent.hostTransport() == parent.transport() ? transport
+                : parent.hostTransport().forSubGroup(parentRanks.clone());
         this.detachFromParent = GroupSplit.linkAborts(parent, this, this.parentRanks);
     }
 
@@ -80,6 +83,11 @@ final class StoreSubGroup implements Group {
     @Override
     public Transport transport() {
         return transport;
+    }
+
+    @Override
+    public Transport hostTransport() {
+        return hostTransport;
     }
 
     @Override

@@ -163,12 +163,13 @@ public final class SharedMemoryTransport implements Transport {
         });
     }
 
-    /** {@code group}, if this is its transport: the peers' identities are that group's. */
+    /** {@code group}, if this is its transport or its host transport: the peers' identities are that group's. */
     private Group ownGroup(Group group) {
-        if (group == null || group.transport() != this) {
+        if (group == null || (group.transport() != this && group.hostTransport() != this)) {
             throw new IllegalArgumentException("transport " + NAME + " serves the process group that created it; found "
                     + (group == null ? "null" : group.getClass().getSimpleName() + " with transport "
-                    + group.transport().name()) + " (use group.transport(), or SymmetricMemory.allocate(group, bytes))");
+                    + group.transport().name()) + " (use group.transport() or group.hostTransport(), or"
+                    + " SymmetricMemory.allocate(group, bytes))");
         }
         return group;
     }
