@@ -15,6 +15,7 @@
 # of each way of moving bytes between 2 GPUs, PATTERNS=1 for the copy patterns too; launch:
 # bench/gpu/launch_idle_probe.cu and handshake_launch_probe.cu, host time of launches outside the
 # JVM: onto an idle or a busy GPU, and lock-stepped from two threads; none is part of all)
+# GPU_TEST_FILTER (an extended regex) keeps only the GPU test classes whose names match it, e.g. CrossProcess.
 # SYMMEM4J_JAVA_OPTS adds JVM flags, e.g. -Dsymmem4j.cuda.pdl=false to launch kernels without
 # programmatic dependent launch.
 set -uo pipefail
@@ -44,7 +45,7 @@ rc=0
 # Backstop: after $2 s a class's JVM gets SIGQUIT (a thread dump), 30 s later SIGKILL.
 gpu_test_classes() {
   (cd .device/test-classes && ls org/symmem4j/parallel/cuda/*Test.class org/symmem4j/pipeline/exec/Cuda*Test.class) \
-    | sed 's/\.class$//; s:/:.:g'
+    | sed 's/\.class$//; s:/:.:g' | grep -E "${GPU_TEST_FILTER:-.}"
 }
 run_gpu_tests() { # log file, seconds per class, extra JVM flags
   local log=$1 code=0 c one
@@ -52,6 +53,7 @@ run_gpu_tests() { # log file, seconds per class, extra JVM flags
   for c in $(gpu_test_classes); do
     one=$(mktemp)
     timeout -k 30 -s QUIT "$2" $java $flags -Dsymmem4j.test.gpuTestSeconds=${GPU_TEST_SECONDS:-240} $3 \
+      -Dsymmem4j.test.classPath="$PWD/.device/test-classes:$cp" \
       -jar .device/lib/junit-platform-console-standalone-*.jar execute \
       --class-path ".device/test-classes:$cp" --select-class "$c" \
       --details=verbose --disable-banner > "$one" 2>&1

@@ -150,7 +150,12 @@ public final class CudaDriver {
     private final MethodHandle cuMemHostAlloc;
     private final MethodHandle cuMemFreeHost;
 
+    private final NativeLibrary lib;
+    /** Bound at first use: most processes never export memory. */
+    private volatile CudaVirtualMemory virtualMemory;
+
     private CudaDriver(NativeLibrary lib) {
+        this.lib = lib;
         FunctionDescriptor iA = FunctionDescriptor.of(JAVA_INT, ADDRESS);
         cuInit = lib.function("cuInit", FunctionDescriptor.of(JAVA_INT, JAVA_INT));
         cuDriverGetVersion = lib.function("cuDriverGetVersion", iA);
@@ -209,6 +214,25 @@ public final class CudaDriver {
         cuMemcpyHtoDAsync = lib.function("cuMemcpyHtoDAsync_v2", FunctionDescriptor.of(JAVA_INT, JAVA_LONG, ADDRESS, JAVA_LONG, ADDRESS));
         cuMemHostAlloc = lib.function("cuMemHostAlloc", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT));
         cuMemFreeHost = lib.function("cuMemFreeHost", iA);
+    }
+
+    /**
+     * The driver's virtual memory management calls (exportable allocations, mappings), bound at first use.
+     *
+     * @return the bindings
+     */
+    CudaVirtualMemory virtualMemory() {
+        CudaVirtualMemory v = virtualMemory;
+        if (v == null) {
+            synchronized (this) {
+                v = virtualMemory;
+                if (v == null) {
+                    v = new CudaVirtualMemory(this, lib);
+                    virtualMemory = v;
+                }
+            }
+        }
+        return v;
     }
 
     /** Throws {@link CudaException} unless {@code code} is CUDA_SUCCESS. */

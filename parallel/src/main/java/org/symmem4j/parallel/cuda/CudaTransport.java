@@ -15,9 +15,9 @@ import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
 
 /**
- * GPUs of one machine, one per rank, ranks as threads of one JVM: each rank allocates its buffer
- * and signal pad on its device, the ranks swap device pointers, and every context gets peer access
- * to every other device, so kernels read and write peers' memory over NVLink (or PCIe). A rank uses
+ * GPUs of one machine, one per rank, ranks as threads of one JVM or as processes: each rank
+ * allocates its buffer and signal pad on its device and every rank gets a device address for every
+ * peer's, so kernels read and write peers' memory over NVLink (or PCIe). A rank uses
  * device {@code localRank mod deviceCount}: on a one-GPU machine the ranks share the device, which
  * is right for testing correctness and meaningless for speed.
  *
@@ -41,11 +41,16 @@ import org.symmem4j.parallel.Transport;
  * }</pre>
  *
  * <p>What the transport takes from a group is only what {@link Group} offers: the peer exchange
- * ({@link Group#allGatherBytes}, through which device pointers, device ordinals and context handles
- * travel as numbers) and the rank numbers. Device pointers and contexts mean something only in this
- * process, so every allocation checks that all ranks run in this process and says so otherwise
- * (CUDA symmetric memory across processes, through exported memory handles, is issue #15). The
- * communicators' control plane (entry barriers, argument checks) runs on the group's host memory
+ * ({@link Group#allGatherBytes}, through which sizes, device ordinals and process ids travel) and the
+ * rank numbers. The ranks of a group run either all in this process (threads, {@code InJvmWorld}:
+ * device pointers and context handles swapped as numbers, peer access enabled between contexts) or
+ * each in a process of its own (one JVM per GPU, {@code ProcessGroup.fromEnvironment(options, cuda)}
+ * under the launcher or {@code mpirun}: each rank's memory is exported as a file descriptor, passed
+ * to its peers over a Unix socket and mapped there, see {@link CrossProcessMemory}); a mix is refused.
+ * Across processes, {@link #register} is refused (only memory allocated exportable can be mapped by
+ * another process), each process must see the machine's GPUs alike (no per-process
+ * {@code CUDA_VISIBLE_DEVICES}), and NCCL needs a GPU per rank as in one process. The communicators'
+ * control plane (entry barriers, argument checks) runs on the group's host memory
  * ({@link Group#hostTransport()}).
  *
  * <h2>Lifecycle</h2>
@@ -64,13 +69,14 @@ public final class CudaTransport implements Transport, AutoCloseable {
 
     private final CudaDriver driver;
     private final Map<Group, CudaRank> ranks = new ConcurrentHashMap<>();
-    /** Symmetric memories by id until their last rank closes them (see {@link SymmetricAllocation}). */
+    /** Symmetric memories by key until their last rank in this process closes them (see {@link SymmetricAllocation}). */
     private final Map<Long, SymmetricAllocation> allocations = new ConcurrentHashMap<>();
     /** Set once by {@link #close}; checked by every entry point. */
     private volatile boolean closed;
 
     private CudaTransport(CudaDriver driver) {
         this.driver = driver;
+        this.crossProcess = new CrossProcessMemory(driver, instance);
     }
 
     /**
@@ -144,6 +150,7 @@ public final class CudaTransport implements Transport, AutoCloseable {
     @Override
     public void close() {
         closed = true;
+        crossProcess.close();
         for (SymmetricAllocation a : allocations.values()) {
             LOG.warn("cuda transport closed while symmetric memory id={} is still open on ranks {}: its device memory, and"
                     + " the primary contexts it holds, stay until those ranks close it or the process exits", a.id(),
@@ -229,28 +236,44 @@ public final class CudaTransport implements Transport, AutoCloseable {
     }
 
     /**
-     * What a rank tells its peers about one allocation, serialized for {@link Group#allGatherBytes}:
-     * device pointers and the context handle as addresses (meaningful only in the process that made
-     * them, hence {@code pid}).
+     * What a rank tells its peers first about one allocation, serialized for {@link Group#allGatherBytes}:
+     * enough to refuse a bad request on every rank before anything is allocated, and to tell ranks in
+     * one process (threads) from ranks in processes of their own.
      */
-    private record Contribution(long data, long pad, int ordinal, long context, long bytes, long idProposal, long pid,
-                                long transport) {
+    private record Header(long bytes, int ordinal, long idProposal, long pid, long transport) {
 
-        static final int BYTES = 8 * Long.BYTES;
+        static final int BYTES = 5 * Long.BYTES;
 
         byte[] toBytes() {
-            return ByteBuffer.allocate(BYTES).putLong(data).putLong(pad).putLong(ordinal).putLong(context).putLong(bytes)
-                    .putLong(idProposal).putLong(pid).putLong(transport).array();
+            return ByteBuffer.allocate(BYTES).putLong(bytes).putLong(ordinal).putLong(idProposal).putLong(pid)
+                    .putLong(transport).array();
         }
 
-        static Contribution of(byte[] b) {
+        static Header of(byte[] b) {
             if (b.length != BYTES) {
-                throw new SymmemException("cuda transport: a peer's contribution has " + b.length + " bytes, expected "
+                throw new SymmemException("cuda transport: a peer's header has " + b.length + " bytes, expected "
                         + BYTES + " (every rank must run the same symmem4j version)");
             }
             ByteBuffer in = ByteBuffer.wrap(b);
-            return new Contribution(in.getLong(), in.getLong(), (int) in.getLong(), in.getLong(), in.getLong(),
-                    in.getLong(), in.getLong(), in.getLong());
+            return new Header(in.getLong(), (int) in.getLong(), in.getLong(), in.getLong(), in.getLong());
+        }
+    }
+
+    /**
+     * What a rank of an in-process group tells its peers next: device pointers and the context
+     * handle as addresses, meaningful only in this process.
+     */
+    private record Pointers(long data, long pad, long context) {
+
+        static final int BYTES = 3 * Long.BYTES;
+
+        byte[] toBytes() {
+            return ByteBuffer.allocate(BYTES).putLong(data).putLong(pad).putLong(context).array();
+        }
+
+        static Pointers of(byte[] b) {
+            ByteBuffer in = ByteBuffer.wrap(b);
+            return new Pointers(in.getLong(), in.getLong(), in.getLong());
         }
     }
 
@@ -258,41 +281,144 @@ public final class CudaTransport implements Transport, AutoCloseable {
     private static final java.util.concurrent.atomic.AtomicLong NEXT_TRANSPORT = new java.util.concurrent.atomic.AtomicLong();
     /** This instance among the process's transports: every rank of a group must allocate on the same one. */
     private final long instance = NEXT_TRANSPORT.getAndIncrement();
+    /** Allocations whose ranks are processes: this transport's descriptor channel, bound at first use. */
+    private final CrossProcessMemory crossProcess;
 
     @Override
     public SymmetricMemory allocate(Group group, long bytes) {
         if (bytes < 0) {
             throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0");
         }
-        CudaRank r = rank(group);
-        long data = driver.malloc(Math.max(bytes, 16));
-        driver.memset(data, (byte) 0, Math.max(bytes, 16));
-        return share(group, r, data, bytes, true, "allocate");
+        return share(group, rank(group), bytes, null, "allocate");
     }
 
     /**
      * Registers {@code buffer} — whose address must be a device pointer on this rank's GPU and whose
-     * byte size is the buffer's size — so collectives run on it in place.
+     * byte size is the buffer's size — so collectives run on it in place. Ranks in one process only:
+     * another process can map only memory made exportable when it was allocated (allocate instead).
      */
     @Override
     public SymmetricMemory register(Group group, MemorySegment buffer) {
-        CudaRank r = rank(group);
-        return share(group, r, buffer.address(), buffer.byteSize(), false, "register");
+        return share(group, rank(group), buffer.byteSize(), buffer, "register");
     }
 
-    private SymmetricMemory share(Group g, CudaRank r, long data, long bytes, boolean ownsData, String what) {
+    /**
+     * Collective: checks the request on every rank, then shares this rank's memory ({@code registered},
+     * or a fresh zeroed buffer when null) with the group's ranks, in this process or across processes.
+     */
+    private SymmetricMemory share(Group g, CudaRank r, long bytes, MemorySegment registered, String what) {
+        int n = g.worldSize();
+        long pid = ProcessHandle.current().pid();
+        Header[] headers = new Header[n];
+        List<byte[]> raw = g.allGatherBytes("cuda-" + what, new Header(bytes, r.ordinal,
+                g.rank() == 0 ? NEXT_ID.getAndIncrement() : -1, pid, instance).toBytes());
+        for (int p = 0; p < n; p++) {
+            headers[p] = Header.of(raw.get(p));
+        }
+        checkSizes(headers, bytes, what);
+        ProcessLayout layout = ProcessLayout.of(g, headers);
+        if (layout == ProcessLayout.ONE_PROCESS) {
+            checkOneTransport(g, headers, what);
+            return shareInProcess(g, r, bytes, registered, what, headers);
+        }
+        if (registered != null) {
+            throw new SymmemException("symmetric memory register: the ranks run in processes of their own (" + pids(headers)
+                    + "), and another process can map only memory allocated exportable; allocate it with"
+                    + " SymmetricMemory.allocate(group, bytes) and compute in it, or run the ranks as threads of one JVM");
+        }
+        long[] pids = new long[n];
+        int[] ordinals = new int[n];
+        for (int p = 0; p < n; p++) {
+            pids[p] = headers[p].pid();
+            ordinals[p] = headers[p].ordinal();
+        }
+        // unique per channel: rank 0's process and its allocation number there
+        long tag = headers[0].pid() << 32 | (headers[0].idProposal() & 0xffffffffL);
+        CrossProcessMemory.Shared shared = crossProcess.share(g, r, bytes, pids, ordinals, tag);
+        // the id is rank 0's number, as every rank sees it; the key is this process's own (rank 0's
+        // number may be taken here by an allocation of another group)
+        long key = NEXT_ID.getAndIncrement();
+        SymmetricAllocation allocation = new SymmetricAllocation(headers[0].idProposal(), key, n, 1);
+        allocations.put(key, allocation);
+        allocation.join(driver, g.rank(), shared.data()[g.rank()], shared.pads()[g.rank()], false, r.device,
+                shared.mappings());
+        return new CudaSymmetricMemory(g, this, r, bytes, shared.data(), shared.pads(), allocation);
+    }
+
+    /** Where a group's ranks run: decided from the header exchange, so alike on every rank. */
+    private enum ProcessLayout {
+        ONE_PROCESS, PROCESS_PER_RANK;
+
+        static ProcessLayout of(Group g, Header[] headers) {
+            java.util.Set<Long> distinct = new java.util.HashSet<>();
+            for (Header h : headers) {
+                distinct.add(h.pid());
+            }
+            if (distinct.size() == 1) {
+                return ONE_PROCESS;
+            }
+            if (distinct.size() == headers.length) {
+                return PROCESS_PER_RANK;
+            }
+            throw new SymmemException("cuda transport needs the ranks of a group either all in one process (threads) or"
+                    + " each in a process of its own; found " + pids(headers) + " on rank=" + g.rank() + " (launch one"
+                    + " process per GPU, e.g. bin/symmem4j-run --nproc-per-node N, or run every rank as a thread of one JVM)");
+        }
+    }
+
+    private static String pids(Header[] headers) {
+        StringBuilder found = new StringBuilder();
+        for (int p = 0; p < headers.length; p++) {
+            found.append(p == 0 ? "" : ", ").append("rank=").append(p).append(" pid=").append(headers[p].pid());
+        }
+        return found.toString();
+    }
+
+    private static void checkSizes(Header[] headers, long bytes, String what) {
+        StringBuilder sizes = new StringBuilder();
+        boolean same = true;
+        for (int p = 0; p < headers.length; p++) {
+            same &= headers[p].bytes() == bytes;
+            sizes.append(p == 0 ? "" : ", ").append("rank=").append(p).append(" bytes=").append(headers[p].bytes());
+        }
+        if (!same) {
+            throw new SymmemException("symmetric memory " + what + ": sizes differ across ranks: " + sizes
+                    + " (every rank must " + what + " the same number of bytes)");
+        }
+    }
+
+    /** Ranks as threads of this process: device pointers swapped as numbers, peer access enabled between contexts. */
+    private SymmetricMemory shareInProcess(Group g, CudaRank r, long bytes, MemorySegment registered, String what,
+                                           Header[] headers) {
+        long id = headers[0].idProposal();
+        boolean ownsData = registered == null;
+        long data;
+        if (ownsData) {
+            data = driver.malloc(Math.max(bytes, 16));
+            driver.memset(data, (byte) 0, Math.max(bytes, 16));
+        } else {
+            data = registered.address();
+        }
         long pad = driver.malloc(CudaKernels.PAD_BYTES);
         driver.memset(pad, (byte) 0, CudaKernels.PAD_BYTES);
         int n = g.worldSize();
-        Contribution[] all = new Contribution[n];
+        Pointers[] all = new Pointers[n];
         try {
-            List<byte[]> raw = g.allGatherBytes("cuda-" + what, new Contribution(data, pad, r.ordinal, r.context.address(),
-                    bytes, g.rank() == 0 ? NEXT_ID.getAndIncrement() : -1, ProcessHandle.current().pid(), instance).toBytes());
+            List<byte[]> raw = g.allGatherBytes("cuda-" + what + "-pointers", new Pointers(data, pad, r.context.address())
+                    .toBytes());
             for (int p = 0; p < n; p++) {
-                all[p] = Contribution.of(raw.get(p));
+                all[p] = Pointers.of(raw.get(p));
             }
-            checkInProcess(g, all);
-            checkOneTransport(g, all, what);
+            for (int p = 0; p < n; p++) {
+                int ordinal = headers[p].ordinal();
+                if (ordinal != r.ordinal) {
+                    if (!driver.canAccessPeer(r.device, driver.device(ordinal))) {
+                        throw new SymmemException("device " + r.ordinal + " cannot access device " + ordinal
+                                + " (no peer access between these GPUs; use Algorithm.NCCL)");
+                    }
+                    driver.enablePeerAccess(MemorySegment.ofAddress(all[p].context()));
+                }
+            }
         } catch (RuntimeException e) {
             driver.free(pad);
             if (ownsData) {
@@ -302,38 +428,11 @@ public final class CudaTransport implements Transport, AutoCloseable {
         }
         long[] datas = new long[n];
         long[] pads = new long[n];
-        StringBuilder sizes = new StringBuilder();
-        boolean same = true;
         for (int p = 0; p < n; p++) {
-            Contribution c = all[p];
-            datas[p] = c.data();
-            pads[p] = c.pad();
-            same &= c.bytes() == bytes;
-            sizes.append(p == 0 ? "" : ", ").append("rank=").append(p).append(" bytes=").append(c.bytes());
+            datas[p] = all[p].data();
+            pads[p] = all[p].pad();
         }
-        if (!same) {
-            driver.free(pad);
-            if (ownsData) {
-                driver.free(data);
-            }
-            throw new SymmemException("symmetric memory " + what + ": sizes differ across ranks: " + sizes
-                    + " (every rank must " + what + " the same number of bytes)");
-        }
-        for (Contribution c : all) {
-            if (c.ordinal() != r.ordinal) {
-                if (!driver.canAccessPeer(r.device, driver.device(c.ordinal()))) {
-                    driver.free(pad);
-                    if (ownsData) {
-                        driver.free(data);
-                    }
-                    throw new SymmemException("device " + r.ordinal + " cannot access device " + c.ordinal()
-                            + " (no peer access between these GPUs; use Algorithm.NCCL)");
-                }
-                driver.enablePeerAccess(MemorySegment.ofAddress(c.context()));
-            }
-        }
-        long id = all[0].idProposal();
-        SymmetricAllocation allocation = allocations.computeIfAbsent(id, k -> new SymmetricAllocation(k, n));
+        SymmetricAllocation allocation = allocations.computeIfAbsent(id, k -> new SymmetricAllocation(k, k, n, n));
         allocation.join(driver, g.rank(), data, pad, ownsData, r.device);
         return new CudaSymmetricMemory(g, this, r, bytes, datas, pads, allocation);
     }
@@ -346,7 +445,7 @@ public final class CudaTransport implements Transport, AutoCloseable {
     void giveBack(SymmetricAllocation allocation, int rank, long pointerTables, MemorySegment staging,
                   MemorySegment current) {
         if (allocation.close(driver, rank, pointerTables, staging, current)) {
-            allocations.remove(allocation.id(), allocation);
+            allocations.remove(allocation.key(), allocation);
         }
     }
 
@@ -360,7 +459,7 @@ public final class CudaTransport implements Transport, AutoCloseable {
      * freed together by the last rank to close it, which finds its peers' shares through the
      * transport ({@link SymmetricAllocation}). Called after an exchange, so every rank throws alike.
      */
-    private static void checkOneTransport(Group g, Contribution[] all, String what) {
+    private static void checkOneTransport(Group g, Header[] all, String what) {
         StringBuilder found = new StringBuilder();
         boolean same = true;
         for (int p = 0; p < all.length; p++) {
@@ -374,39 +473,8 @@ public final class CudaTransport implements Transport, AutoCloseable {
         }
     }
 
-    /**
-     * Checks that every rank of {@code g} runs in this process: device pointers and contexts from
-     * another process mean nothing here. Called after an exchange, so every rank throws alike.
-     */
-    private static void checkInProcess(Group g, Contribution[] all) {
-        long me = ProcessHandle.current().pid();
-        StringBuilder found = new StringBuilder();
-        boolean same = true;
-        for (int p = 0; p < all.length; p++) {
-            same &= all[p].pid() == me;
-            found.append(p == 0 ? "" : ", ").append("rank=").append(p).append(" pid=").append(all[p].pid());
-        }
-        if (!same) {
-            throw new SymmemException("transport " + NAME + " needs every rank of the group in one process (ranks as threads,"
-                    + " InJvmWorld); found " + found + " on rank=" + g.rank() + " (group " + g.getClass().getSimpleName()
-                    + "); CUDA symmetric memory across processes is issue #15: use one process with a thread per GPU");
-        }
-    }
-
     @Override
     public Communicator communicator(Group group, CommunicatorOptions options) {
-        checkInProcess(group);
         return new CudaCommunicator(this, group, options);
-    }
-
-    /** Collective: {@link #checkInProcess(Group, Contribution[])} through an exchange of process ids alone. */
-    private static void checkInProcess(Group g) {
-        List<byte[]> pids = g.allGatherBytes("cuda-pids", ByteBuffer.allocate(Long.BYTES)
-                .putLong(ProcessHandle.current().pid()).array());
-        Contribution[] all = new Contribution[pids.size()];
-        for (int p = 0; p < all.length; p++) {
-            all[p] = new Contribution(0, 0, 0, 0, 0, 0, ByteBuffer.wrap(pids.get(p)).getLong(), 0);
-        }
-        checkInProcess(g, all);
     }
 }

@@ -32,35 +32,65 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Ranks of one in-JVM group are threads of this process: they find the same instance through
  * {@link CudaTransport} by the memory's id (unique in the process).
+ *
+ * <p>Ranks in processes of their own ({@link CrossProcessMemory}) each have an instance with their
+ * own share alone: their memory is a set of mappings of exported allocations, and the driver keeps
+ * each physical allocation while any process maps it, so a rank unmaps everything at its own close
+ * (its streams drained) without waiting for its peers.
  */
 final class SymmetricAllocation {
 
     private static final Logger LOG = LoggerFactory.getLogger(SymmetricAllocation.class);
 
-    /** One rank's share: what to free, and with which context current. */
-    private record Share(long data, long pad, boolean ownsData, int device, MemorySegment context) {
+    /**
+     * One rank's share: what to free, and with which context current. Cross-process shares hold
+     * {@code mappings} (the rank's own allocation and its peers', unmapped at the close) and no
+     * pointer of their own to free.
+     */
+    private record Share(long data, long pad, boolean ownsData, int device, MemorySegment context,
+                         List<CudaVirtualMemory.Mapping> mappings) {
     }
 
     private final long id;
+    /** This allocation's key among the transport's in this process (the id, in one process). */
+    private final long key;
     private final Share[] shares;
     private final boolean[] closed;
     /** Each rank's device pointer tables (0 if never made) and page-locked staging values (null if none), given at its close. */
     private final long[] pointerTables;
     private final MemorySegment[] staging;
     private int open;
+    /** Whether each rank has a process of its own (this instance then holds one rank's share). */
+    private final boolean onePerProcess;
     private boolean freed;
 
-    SymmetricAllocation(long id, int worldSize) {
+    /**
+     * @param id             the memory's id, equal on every rank (rank 0 draws it), for argument checks
+     * @param key            its key in this process, unique among the transport's allocations here
+     * @param worldSize      the group's size
+     * @param ranksInProcess how many of its ranks join here: the group's size in one process, 1 when
+     *                       each rank has a process of its own
+     */
+    SymmetricAllocation(long id, long key, int worldSize, int ranksInProcess) {
         this.id = id;
+        this.key = key;
         this.shares = new Share[worldSize];
         this.closed = new boolean[worldSize];
         this.pointerTables = new long[worldSize];
         this.staging = new MemorySegment[worldSize];
-        this.open = worldSize;
+        this.open = ranksInProcess;
+        this.onePerProcess = ranksInProcess < worldSize;
+        if (onePerProcess) {
+            java.util.Arrays.fill(closed, true); // ranks of other processes close there; this one is open from its join
+        }
     }
 
     long id() {
         return id;
+    }
+
+    long key() {
+        return key;
     }
 
     /**
@@ -68,11 +98,23 @@ final class SymmetricAllocation {
      * {@code device} (released when the allocation is freed).
      */
     synchronized void join(CudaDriver driver, int rank, long data, long pad, boolean ownsData, int device) {
+        join(driver, rank, data, pad, ownsData, device, List.of());
+    }
+
+    /**
+     * As {@link #join(CudaDriver, int, long, long, boolean, int)} for a rank of a cross-process group,
+     * whose memory is {@code mappings} (unmapped at its close).
+     */
+    synchronized void join(CudaDriver driver, int rank, long data, long pad, boolean ownsData, int device,
+                           List<CudaVirtualMemory.Mapping> mappings) {
         if (shares[rank] != null) {
             throw new IllegalStateException("symmetric memory id=" + id + ": rank=" + rank + " joined twice");
         }
+        if (onePerProcess) {
+            closed[rank] = false;
+        }
         MemorySegment context = driver.retainPrimaryContext(device);
-        shares[rank] = new Share(data, pad, ownsData, device, context);
+        shares[rank] = new Share(data, pad, ownsData, device, context, mappings);
         LOG.debug("symmetric memory id={} rank={} joined: data=0x{} pad=0x{} device={}", id, rank, Long.toHexString(data),
                 Long.toHexString(pad), device);
     }
@@ -112,9 +154,13 @@ final class SymmetricAllocation {
             Share s = shares[r];
             try {
                 driver.setCurrent(s.context());
-                driver.free(s.pad());
-                if (s.ownsData()) {
-                    driver.free(s.data());
+                if (!s.mappings().isEmpty()) {
+                    CrossProcessMemory.unmapAll(driver.virtualMemory(), s.mappings());
+                } else {
+                    driver.free(s.pad());
+                    if (s.ownsData()) {
+                        driver.free(s.data());
+                    }
                 }
                 if (pointerTables[r] != 0) {
                     driver.free(pointerTables[r]);

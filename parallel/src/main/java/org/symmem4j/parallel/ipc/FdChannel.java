@@ -188,7 +188,7 @@ public final class FdChannel implements AutoCloseable {
             long left = deadline - System.nanoTime();
             if (left <= 0) {
                 List<Integer> missing = new ArrayList<>();
-                for (int r : expectedPids.keySet()) {
+                for (int r : new java.util.TreeSet<>(expectedPids.keySet())) { // in rank order, whatever the map's
                     if (!got.containsKey(r)) {
                         missing.add(r);
                     }
