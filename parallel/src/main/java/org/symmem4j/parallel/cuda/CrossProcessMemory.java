@@ -240,20 +240,6 @@ final class CrossProcessMemory implements AutoCloseable {
 
     /** Unmaps every mapping (each tried), for {@link SymmetricAllocation}. */
     static void unmapAll(CudaVirtualMemory vm, List<CudaVirtualMemory.Mapping> mappings) {
-        RuntimeException first = null;
-        for (CudaVirtualMemory.Mapping m : mappings) {
-            try {
-                vm.unmap(m);
-            } catch (RuntimeException e) {
-                if (first == null) {
-                    first = e;
-                } else {
-                    first.addSuppressed(e);
-                }
-            }
-        }
-        if (first != null) {
-            throw first;
-        }
+        EverySteps.run(mappings.stream().<Runnable>map(m -> () -> vm.unmap(m)).toList());
     }
 }

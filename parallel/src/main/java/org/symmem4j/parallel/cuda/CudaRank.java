@@ -225,21 +225,7 @@ final class CudaRank implements AutoCloseable {
         // the context may be destroyed by the release below: none stays current on this thread
         steps.add(() -> driver.setCurrent(MemorySegment.NULL));
         steps.add(() -> driver.releasePrimaryContext(device));
-        RuntimeException first = null;
-        for (Runnable step : steps) {
-            try {
-                step.run();
-            } catch (RuntimeException e) {
-                if (first == null) {
-                    first = e;
-                } else {
-                    first.addSuppressed(e);
-                }
-            }
-        }
-        if (first != null) {
-            throw first;
-        }
+        EverySteps.run(steps);
     }
 
     /**

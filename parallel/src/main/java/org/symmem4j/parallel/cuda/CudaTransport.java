@@ -156,21 +156,7 @@ public final class CudaTransport implements Transport, AutoCloseable {
                     + " the primary contexts it holds, stay until those ranks close it or the process exits", a.id(),
                     a.openRanks());
         }
-        RuntimeException first = null;
-        for (Group g : List.copyOf(ranks.keySet())) {
-            try {
-                release(g);
-            } catch (RuntimeException e) {
-                if (first == null) {
-                    first = e;
-                } else {
-                    first.addSuppressed(e);
-                }
-            }
-        }
-        if (first != null) {
-            throw first;
-        }
+        EverySteps.run(List.copyOf(ranks.keySet()).stream().<Runnable>map(g -> () -> release(g)).toList());
     }
 
     /** Ranks this transport holds now (tests: 0 after every group was released). */
