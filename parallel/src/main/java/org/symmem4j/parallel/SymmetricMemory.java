@@ -37,7 +37,7 @@ public interface SymmetricMemory extends AutoCloseable {
      * @param buffer this rank's existing buffer; the same byte size on every rank
      * @return this rank's view of the memory; close it collectively (the buffer itself stays the caller's)
      * @throws UnsupportedOperationException where the transport cannot map private memory (cross-process
-     *         host groups): allocate instead
+     *         groups, host or CUDA): allocate instead
      * @throws SymmemException when the ranks' sizes differ
      * @throws PeerTimeoutException when a rank does not arrive within the group's timeout, or is gone
      */

@@ -47,7 +47,7 @@ public interface Transport {
      * so collectives run on it in place with no staging copy.
      *
      * @throws UnsupportedOperationException where the transport cannot map private memory
-     *                                       (cross-process host memory); allocate instead
+     *                                       (across processes, host or CUDA); allocate instead
      *
      * @param group  this rank's group
      * @param buffer this rank's buffer, the same byte size on every rank

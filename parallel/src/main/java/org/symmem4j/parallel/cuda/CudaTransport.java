@@ -308,7 +308,7 @@ public final class CudaTransport implements Transport, AutoCloseable {
             return shareInProcess(g, r, bytes, registered, what, headers);
         }
         if (registered != null) {
-            throw new SymmemException("symmetric memory register: the ranks run in processes of their own (" + pids(headers)
+            throw new UnsupportedOperationException("symmetric memory register: the ranks run in processes of their own (" + pids(headers)
                     + "), and another process can map only memory allocated exportable; allocate it with"
                     + " SymmetricMemory.allocate(group, bytes) and compute in it, or run the ranks as threads of one JVM");
         }
