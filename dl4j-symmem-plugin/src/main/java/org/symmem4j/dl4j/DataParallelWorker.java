@@ -200,7 +200,7 @@ final class DataParallelWorker {
      * @param backpropProgress where the replica's backprop reports written layers (a replica built
      *                         by {@link ModelReplica#newReplicaWithBackpropSignals}); null without overlap
      */
-    DataParallelWorker(int rank, GroupSource groupSource, boolean alone, ModelReplica replica, SymmetricMemory gradientHome,
+    DataParallelWorker(int rank, GroupSource groupSource, ModelReplica replica, SymmetricMemory gradientHome,
                        SymmemParallelWrapper.Settings settings, SyncMetrics metrics, ShardSource shardSource,
                        List<StateUpdateReduction.Entry> stateEntries, BackpropProgress backpropProgress) {
         if ((settings.sharding() == null) != (shardSource == null)) {
@@ -208,7 +208,7 @@ final class DataParallelWorker {
         }
         this.rank = rank;
         this.groupSource = groupSource;
-        this.alone = alone;
+        this.alone = settings.group() != null;
         this.gradientHome = gradientHome;
         this.replica = replica;
         this.settings = settings;

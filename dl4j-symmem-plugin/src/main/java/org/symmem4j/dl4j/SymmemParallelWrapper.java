@@ -797,7 +797,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 }
                 DataParallelWorker.GroupSource source = settings.group() == null ? DataParallelWorker.GroupSource.threadOf(world, r)
                         : DataParallelWorker.GroupSource.member(settings.group());
-                started.add(new DataParallelWorker(r, source, settings.group() != null, replica, gradientHome,
+                started.add(new DataParallelWorker(r, source, replica, gradientHome,
                         settings, metrics, shardSource, stateEntries, progress));
             }
             workers = started;

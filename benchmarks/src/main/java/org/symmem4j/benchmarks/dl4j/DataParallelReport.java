@@ -177,11 +177,7 @@ final class DataParallelReport {
     }
 
     private double median(Mode m, ToDoubleFunction<Result> f) {
-        double[] v = byMode.getOrDefault(m, List.of()).stream().mapToDouble(f).sorted().toArray();
-        if (v.length == 0) {
-            return Double.NaN;
-        }
-        return v.length % 2 == 1 ? v[v.length / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+        return Stats.median(byMode.getOrDefault(m, List.of()).stream().mapToDouble(f));
     }
 
     private String ratio(double eps, Mode baseline) {

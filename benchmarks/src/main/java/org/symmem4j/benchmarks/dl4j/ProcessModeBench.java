@@ -215,8 +215,7 @@ public final class ProcessModeBench {
         Map<String, Double> medians = new LinkedHashMap<>();
         for (Map.Entry<String, List<double[]>> e : results.entrySet()) {
             List<Double> rates = e.getValue().stream().map(r -> r[0] / r[1]).sorted().toList();
-            double median = rates.size() % 2 == 1 ? rates.get(rates.size() / 2)
-                    : (rates.get(rates.size() / 2 - 1) + rates.get(rates.size() / 2)) / 2;
+            double median = Stats.median(rates.stream().mapToDouble(Double::doubleValue));
             medians.put(e.getKey(), median);
             if (e.getKey().startsWith("single-") && median > bestSingle) {
                 bestSingle = median;

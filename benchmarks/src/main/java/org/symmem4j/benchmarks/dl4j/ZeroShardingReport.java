@@ -133,11 +133,7 @@ final class ZeroShardingReport {
     }
 
     private static double median(List<Result> runs, ToDoubleFunction<Result> f) {
-        double[] v = runs.stream().mapToDouble(f).sorted().toArray();
-        if (v.length == 0) {
-            return Double.NaN;
-        }
-        return v.length % 2 == 1 ? v[v.length / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+        return Stats.median(runs.stream().mapToDouble(f));
     }
 
     private static String fmt(String format, Object... args) {

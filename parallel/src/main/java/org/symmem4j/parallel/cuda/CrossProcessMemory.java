@@ -134,10 +134,7 @@ final class CrossProcessMemory implements AutoCloseable {
             try {
                 for (Map.Entry<Integer, Integer> e : fds.entrySet()) {
                     int p = e.getKey();
-                    if (ordinals[p] != r.ordinal && !driver.canAccessPeer(r.device, driver.device(ordinals[p]))) {
-                        throw new SymmemException("device " + r.ordinal + " cannot access device " + ordinals[p] + " of rank="
-                                + p + " (no peer access between these GPUs; use Algorithm.NCCL)");
-                    }
+                    r.checkCanAccess(ordinals[p], p);
                     mappings[p] = vm.map(vm.importFd(e.getValue()), exports[p].size(), r.ordinal);
                 }
             } finally {
@@ -236,10 +233,5 @@ final class CrossProcessMemory implements AutoCloseable {
             return new Export(failed ? new String(f, StandardCharsets.UTF_8) : null, new String(p, StandardCharsets.UTF_8),
                     in.getLong(), in.getLong());
         }
-    }
-
-    /** Unmaps every mapping (each tried), for {@link SymmetricAllocation}. */
-    static void unmapAll(CudaVirtualMemory vm, List<CudaVirtualMemory.Mapping> mappings) {
-        EverySteps.run(mappings.stream().<Runnable>map(m -> () -> vm.unmap(m)).toList());
     }
 }

@@ -146,6 +146,21 @@ final class CudaRank implements AutoCloseable {
         return closed;
     }
 
+    /**
+     * Throws, saying so, unless this rank's GPU can reach the memory of GPU {@code peerOrdinal} (the
+     * same GPU always can): symmetric memory maps every peer's buffer and pad.
+     *
+     * @param peerOrdinal the device ordinal of a peer's memory
+     * @param peerRank    the peer's rank, for the message
+     * @throws org.symmem4j.parallel.SymmemException when the two GPUs have no peer access
+     */
+    void checkCanAccess(int peerOrdinal, int peerRank) {
+        if (peerOrdinal != ordinal && !driver.canAccessPeer(device, driver.device(peerOrdinal))) {
+            throw new org.symmem4j.parallel.SymmemException("device " + ordinal + " cannot access device " + peerOrdinal
+                    + " of rank=" + peerRank + " (no peer access between these GPUs; use Algorithm.NCCL)");
+        }
+    }
+
     /** Throws saying the rank is closed, for any use after {@link #close}. */
     void checkOpen(String what) {
         if (closed) {

@@ -472,19 +472,18 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
             d.setCurrent(rank.context);
             long deadline = System.nanoTime() + CudaRank.CLOSE_WAIT_NANOS;
             boolean drained = idleBy(rank.stream, deadline) && idleBy(sideStream, deadline);
+            // destroying a busy stream is allowed: the driver releases it once its work completes
+            d.destroyStream(sideStream);
             if (drained) {
                 long tables;
                 synchronized (this) {
                     tables = pointerTables;
                     pointerTables = 0;
                 }
-                d.destroyStream(sideStream);
                 // the pointer tables and staging values are freed with the buffers, by the last rank to close:
                 // freeing waits for the device, where a peer sharing the GPU may still wait for a signal
                 transport.giveBack(allocation, group.rank(), tables, storeStaging, rank.context);
             } else {
-                // destroying a busy stream is allowed: the driver releases it once its work completes
-                d.destroyStream(sideStream);
                 LOG.warn("symmetric memory id={} rank={} (device {}): this rank's stream still runs {} s into close (a kernel"
                         + " waiting for a peer that never came?); every rank's buffer and pad of this memory stay allocated"
                         + " until the process exits rather than be freed under a running kernel (ranks still open: {})",

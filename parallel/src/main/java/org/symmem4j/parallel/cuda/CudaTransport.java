@@ -396,12 +396,8 @@ public final class CudaTransport implements Transport, AutoCloseable {
                 all[p] = Pointers.of(raw.get(p));
             }
             for (int p = 0; p < n; p++) {
-                int ordinal = headers[p].ordinal();
-                if (ordinal != r.ordinal) {
-                    if (!driver.canAccessPeer(r.device, driver.device(ordinal))) {
-                        throw new SymmemException("device " + r.ordinal + " cannot access device " + ordinal
-                                + " (no peer access between these GPUs; use Algorithm.NCCL)");
-                    }
+                r.checkCanAccess(headers[p].ordinal(), p);
+                if (headers[p].ordinal() != r.ordinal) {
                     driver.enablePeerAccess(MemorySegment.ofAddress(all[p].context()));
                 }
             }

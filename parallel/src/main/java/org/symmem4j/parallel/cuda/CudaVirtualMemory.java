@@ -261,11 +261,20 @@ final class CudaVirtualMemory {
      * @throws CudaException naming the first step that failed
      */
     void unmap(Mapping m) {
-        RuntimeException first = null;
-        first = undo(m.address(), m.bytes(), true, m.handle(), first);
-        if (first != null) {
-            throw first;
+        RuntimeException failure = undo(m.address(), m.bytes(), true, m.handle(), null);
+        if (failure != null) {
+            throw failure;
         }
+    }
+
+    /**
+     * Unmaps every mapping ({@link #unmap}), each tried whatever failed before it.
+     *
+     * @param mappings the mappings
+     * @throws RuntimeException the first failure, the later ones suppressed in it
+     */
+    void unmapAll(java.util.List<Mapping> mappings) {
+        EverySteps.run(mappings.stream().<Runnable>map(m -> () -> unmap(m)).toList());
     }
 
     private RuntimeException undo(long address, long bytes, boolean mapped, long handle, RuntimeException first) {

@@ -149,39 +149,36 @@ final class SymmetricAllocation {
                 }
             }
         }
-        RuntimeException first = null;
+        // every share's step runs, whatever failed before it: free with its owner's context current, then
+        // restore the caller's and give back the share's retain of its device's primary context
+        List<Runnable> steps = new ArrayList<>();
         for (int r : toFree) {
             Share s = shares[r];
-            try {
+            long tables = pointerTables[r];
+            MemorySegment hostValues = staging[r];
+            steps.add(() -> {
                 driver.setCurrent(s.context());
                 if (!s.mappings().isEmpty()) {
-                    CrossProcessMemory.unmapAll(driver.virtualMemory(), s.mappings());
+                    driver.virtualMemory().unmapAll(s.mappings());
                 } else {
                     driver.free(s.pad());
                     if (s.ownsData()) {
                         driver.free(s.data());
                     }
                 }
-                if (pointerTables[r] != 0) {
-                    driver.free(pointerTables[r]);
+                if (tables != 0) {
+                    driver.free(tables);
                 }
-                if (staging[r] != null) {
-                    driver.freeHost(staging[r]);
+                if (hostValues != null) {
+                    driver.freeHost(hostValues);
                 }
-            } catch (RuntimeException e) {
-                first = addTo(first, e);
-            } finally {
-                try {
-                    driver.setCurrent(current);
-                    driver.releasePrimaryContext(s.device());
-                } catch (RuntimeException e) {
-                    first = addTo(first, e);
-                }
-            }
+            });
+            steps.add(() -> {
+                driver.setCurrent(current);
+                driver.releasePrimaryContext(s.device());
+            });
         }
-        if (first != null) {
-            throw first;
-        }
+        EverySteps.run(steps);
         return true;
     }
 
@@ -199,13 +196,5 @@ final class SymmetricAllocation {
             }
         }
         return ranks;
-    }
-
-    private static RuntimeException addTo(RuntimeException first, RuntimeException e) {
-        if (first == null) {
-            return e;
-        }
-        first.addSuppressed(e);
-        return first;
     }
 }

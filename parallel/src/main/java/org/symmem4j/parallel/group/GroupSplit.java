@@ -97,6 +97,15 @@ final class GroupSplit {
     }
 
     /**
+     * A sub-group's host transport: its {@code transport} (the parent's, for the sub-group) when the
+     * parent's memory is host memory already, else the parent's host transport for the sub-group.
+     */
+    static Transport subGroupHostTransport(Group parent, Transport transport, int[] parentRanks) {
+        return parent.hostTransport() == parent.transport() ? transport
+                : parent.hostTransport().forSubGroup(parentRanks.clone());
+    }
+
+    /**
      * Makes {@code sub}'s abort and {@code parent}'s abort reach each other, translating the
      * culprit's rank between the two numberings ({@code parentRanks[i]} is sub-group rank
      * {@code i}; a culprit outside the sub-group is reported by the rank that heard of it). Returns

@@ -59,8 +59,7 @@ public final class InJvmGroup implements Group, PeerThreads {
         this.exchangeNamespace = "sub/" + id + "/";
         this.label = label;
         this.transport = parent.transport().forSubGroup(parentRanks.clone());
-        this.hostTransport = parent.hostTransport() == parent.transport() ? transport
-                : parent.hostTransport().forSubGroup(parentRanks.clone());
+        this.hostTransport = GroupSplit.subGroupHostTransport(parent, transport, parentRanks);
         this.detachFromParent = GroupSplit.linkAborts(parent, this, parentRanks);
         world.registerAbort(exchangeNamespace, rank, parentRanks.length, abortState);
     }

@@ -322,13 +322,6 @@ public final class InJvmWorld implements AutoCloseable {
         }
     }
 
-    /**
-     * Collective among the threads of {@code group} (the world, or one of its sub-groups): rank
-     * {@code rank} of that group contributes {@code mine}; returns all contributions in the group's
-     * rank order once all {@code group.worldSize()} ranks have contributed. {@code key} is unique
-     * within the world (a sub-group's keys carry its id, {@code namespace}), so disjoint sub-groups
-     * exchange at once. Fails on entry, and while waiting, once any rank of the group has aborted it.
-     */
     /** Rank {@code rank} of the group whose exchange keys start with {@code namespace} makes its abort state known. */
     void registerAbort(String namespace, int rank, int groupSize, GroupAbort abort) {
         abortsByGroup.computeIfAbsent(namespace, k -> new AtomicReferenceArray<>(groupSize)).set(rank, abort);
@@ -360,6 +353,13 @@ public final class InJvmWorld implements AutoCloseable {
         }
     }
 
+    /**
+     * Collective among the threads of {@code group} (the world, or one of its sub-groups): rank
+     * {@code rank} of that group contributes {@code mine}; returns all contributions in the group's
+     * rank order once all {@code group.worldSize()} ranks have contributed. {@code key} is unique
+     * within the world (a sub-group's keys carry its id, {@code namespace}), so disjoint sub-groups
+     * exchange at once. Fails on entry, and while waiting, once any rank of the group has aborted it.
+     */
     Object[] exchange(String namespace, String key, int rank, Object mine, Group group) {
         int worldSize = group.worldSize();
         long deadline = System.nanoTime() + options.timeout().toNanos();

@@ -44,8 +44,7 @@ final class StoreSubGroup implements Group {
         this.label = label;
         this.store = new NamespacedStore(parent.store(), "sub/" + id + "/");
         this.transport = parent.transport().forSubGroup(parentRanks.clone());
-        this.hostTransport = parent.hostTransport() == parent.transport() ? transport
-                : parent.hostTransport().forSubGroup(parentRanks.clone());
+        this.hostTransport = GroupSplit.subGroupHostTransport(parent, transport, parentRanks);
         this.detachFromParent = GroupSplit.linkAborts(parent, this, this.parentRanks);
     }
 

@@ -16,8 +16,7 @@ import org.symmem4j.parallel.SymmemException;
 /**
  * The few C library calls symmem4j makes itself, through Java FFM, for passing file descriptors
  * between processes ({@link FdChannel}): Unix-domain datagram sockets ({@code socket}, {@code bind},
- * {@code setsockopt}, {@code sendmsg}, {@code recvmsg}), {@code close}, {@code unlink},
- * {@code getuid}. Linux on 64-bit CPUs (x86-64, aarch64), whose structure layouts these are. Every
+ * {@code setsockopt}, {@code sendmsg}, {@code recvmsg}), {@code close}, {@code getuid}. Linux on 64-bit CPUs (x86-64, aarch64), whose structure layouts these are. Every
  * call that can fail reports {@code errno}, which the caller turns into an error that names the call.
  */
 final class LibC {
@@ -52,7 +51,6 @@ final class LibC {
     static final long MSG_IOVLEN = 24;
     static final long MSG_CONTROL = 32;
     static final long MSG_CONTROLLEN = 40;
-    static final long MSG_FLAGS = 48;
     /** {@code struct iovec}: {@code void* iov_base; size_t iov_len} = 16 bytes. */
     static final long IOVEC_BYTES = 16;
     /**
@@ -75,7 +73,6 @@ final class LibC {
     private static final MethodHandle SENDMSG = function("sendmsg", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_INT));
     private static final MethodHandle RECVMSG = function("recvmsg", FunctionDescriptor.of(JAVA_LONG, JAVA_INT, ADDRESS, JAVA_INT));
     private static final MethodHandle CLOSE = function("close", FunctionDescriptor.of(JAVA_INT, JAVA_INT));
-    private static final MethodHandle UNLINK = function("unlink", FunctionDescriptor.of(JAVA_INT, ADDRESS));
     private static final MethodHandle GETUID = LINKER.downcallHandle(LINKER.defaultLookup().find("getuid").orElseThrow(),
             FunctionDescriptor.of(JAVA_INT));
     private static final MethodHandle STRERROR = LINKER.downcallHandle(LINKER.defaultLookup().find("strerror").orElseThrow(),
@@ -119,10 +116,6 @@ final class LibC {
 
     static Result close(int fd) {
         return call(s -> (int) CLOSE.invokeExact(s, fd));
-    }
-
-    static Result unlink(MemorySegment path) {
-        return call(s -> (int) UNLINK.invokeExact(s, path));
     }
 
     static int getuid() {
