@@ -23,6 +23,7 @@ import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.factory.Nd4j;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
@@ -122,6 +123,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private final InputType inputType;
     private final StageProfile profile;
     private final RunTimeline runTimeline;
+    /** Group mode: this process's rank of the user's group (the caller's to close); null in thread mode. */
+    private final Group group;
+    /** Group mode: this rank's stages, run on the caller's thread; opened at the first step. */
+    private PipelineRank local;
+    /** Group mode: the step's agreement, loss and the stages' gather at {@link #copyParametersTo}. */
+    private GroupExchange exchange;
     private InJvmWorld world;
     private List<PipelineRankWorker> workers;
     private long step;
@@ -141,14 +148,20 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.linkSlots = linkSlots;
         this.timeout = b.timeout;
         this.dataParallel = b.dataParallel;
-        this.ompThreadsPerRank = b.threadsPerRank(shape.ranks() * b.dataParallel);
+        this.group = b.group;
+        // in group mode this process runs one rank: ND4J's threads are the process's (the launcher sizes them)
+        this.ompThreadsPerRank = b.threadsPerRank(group != null ? 1 : shape.ranks() * b.dataParallel);
         this.listeners = List.copyOf(b.listeners);
-        this.metrics = new PipelineMetrics(b.schedule.tag(), Transport.HOST_IN_JVM, b.metricTags);
+        this.metrics = new PipelineMetrics(b.schedule.tag(), group == null ? Transport.HOST_IN_JVM : group.transport().name(),
+                b.metricTags);
         if (b.registry != null) {
             metrics.bindTo(b.registry);
         }
-        List<List<Dl4jPipelineStage>> replicas = new ArrayList<>(dataParallel);
-        for (int d = 0; d < dataParallel; d++) {
+        // group mode: this process holds one replica's stage copies (it trains those of its rank; the others
+        // carry the configuration for mask propagation and receive the owners' state at copyParametersTo)
+        int copies = group == null ? dataParallel : 1;
+        List<List<Dl4jPipelineStage>> replicas = new ArrayList<>(copies);
+        for (int d = 0; d < copies; d++) {
             // every replica starts from the same copy of the network's parameters, updater state and counters
             List<MultiLayerNetwork> networks = split.buildStageNetworks();
             List<Dl4jPipelineStage> built = new ArrayList<>(networks.size());
@@ -197,7 +210,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void fit(DataSet batch) {
         requireUsable();
-        runStep(prepare(batch));
+        runStep(batch);
     }
 
     /**
@@ -216,7 +229,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             iterator.reset();
         }
         while (iterator.hasNext()) {
-            runStep(prepare(iterator.next()));
+            runStep(iterator.next());
         }
         for (List<Dl4jPipelineStage> replica : replicaStages) {
             for (Dl4jPipelineStage stage : replica) {
@@ -237,7 +250,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     /**
      * Writes the trained parameters, updater state (so training can go on with plain {@code fit}) and
      * iteration and epoch counters into {@code target}: the network given to the builder, or one with
-     * the same configuration.
+     * the same configuration. In group mode this is collective: every rank calls it, each stage's state
+     * comes from the rank that trained it, and every rank's {@code target} gets the whole network.
      *
      * @throws IllegalArgumentException when {@code target}'s layers differ
      * @throws IllegalStateException    after a failed step (the stages may disagree on the step count)
@@ -246,6 +260,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void copyParametersTo(MultiLayerNetwork target) {
         requireCopyable();
+        gatherStagesInGroup();
         split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), target);
     }
 
@@ -260,9 +275,31 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void copyParametersTo(ComputationGraph target) {
         requireCopyable();
+        gatherStagesInGroup();
         MultiLayerNetwork chain = GraphChain.toNetwork(target);
         split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), chain);
         GraphChain.copyInto(chain, target);
+    }
+
+    /** Group mode: every stage copy of this process gets the state of the rank that trained it (collective). */
+    private void gatherStagesInGroup() {
+        if (group == null) {
+            return;
+        }
+        if (exchange != null) {
+            exchange.gatherStages(stages, shape.ranks());
+        } else {
+            try (GroupExchange once = GroupExchange.open(group)) { // after close(), or before the first step
+                once.gatherStages(stages, shape.ranks());
+            }
+        }
+    }
+
+    private GroupExchange exchange() {
+        if (exchange == null) {
+            exchange = GroupExchange.open(group);
+        }
+        return exchange;
     }
 
     private void requireCopyable() {
@@ -370,7 +407,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         return metrics;
     }
 
-    /** Stops the rank threads and frees the links. Idempotent. */
+    /**
+     * Stops the rank threads and frees the links (group mode: this rank's links and communicators, collective
+     * with the other ranks' {@code close}; the group stays the caller's). Idempotent.
+     */
     @Override
     public synchronized void close() {
         if (!closed) {
@@ -415,7 +455,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
         Microbatches all = Microbatches.split(batch, pieces, split.dataType());
         List<StepPlan> plans = new ArrayList<>(dataParallel);
-        for (int d = 0; d < dataParallel; d++) {
+        // group mode: this process's replica only
+        int firstReplica = group == null ? 0 : group.rank() / shape.ranks();
+        int endReplica = group == null ? dataParallel : firstReplica + 1;
+        for (int d = firstReplica; d < endReplica; d++) {
             List<INDArray> features = new ArrayList<>(m);
             List<INDArray> labels = new ArrayList<>(m);
             List<INDArray> featuresMasks = batch.getFeaturesMaskArray() == null ? null : new ArrayList<>(m);
@@ -431,20 +474,52 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                     labelsMasks.add(all.labelsMask(piece));
                 }
             }
-            plans.add(StepPlan.of(split, replicaStages.get(d), new Microbatches(features, labels, featuresMasks, labelsMasks),
+            plans.add(StepPlan.of(split, group == null ? replicaStages.get(d) : stages, new Microbatches(features, labels, featuresMasks, labelsMasks),
                     inputType));
         }
         return plans;
     }
 
-    private void runStep(List<StepPlan> plans) {
-        ensureWorkers();
-        long examples = 0;
-        long slotBytes = 0;
-        for (StepPlan plan : plans) {
-            examples += plan.batch().examples();
-            slotBytes = Math.max(slotBytes, plan.largestMessageBytes(split.dataType().width()));
+    private void runStep(DataSet batch) {
+        if (group != null) {
+            Objects.requireNonNull(batch, "batch");
+            exchange().agreeOnBatch(batch, step); // collective: every rank, or none, goes on with this batch
         }
+        List<StepPlan> plans = prepare(batch);
+        // every replica's share is the same size: its examples and its largest message
+        long examples = plans.getFirst().batch().examples() * dataParallel;
+        long slotBytes = plans.getFirst().largestMessageBytes(split.dataType().width());
+        List<StepTimeline> timelines;
+        double loss;
+        if (group == null) {
+            timelines = runOnThreads(plans, slotBytes);
+            // DL4J's score: the data loss plus every layer's regularization term, at the pre-update parameters
+            loss = stages.getLast().dataLoss();
+            for (Dl4jPipelineStage stage : stages) {
+                loss += stage.regularizationScore();
+            }
+        } else {
+            GroupExchange.StepOutcome outcome = exchange().afterStep(stages, shape.ranks(),
+                    runInGroup(plans.getFirst(), slotBytes));
+            timelines = outcome.timelines(); // replica 0's pipeline ranks, as in thread mode
+            loss = outcome.loss(); // the same sum, the same order, on every rank
+        }
+        PipelineStepReport report = new PipelineStepReport(step, examples, loss, timelines);
+        metrics.record(report.timelineReport());
+        metrics.recordTraining(examples, loss);
+        if (runTimeline != null) {
+            runTimeline.add(step, timelines, Map.of("loss", loss, "examples", (double) examples));
+        }
+        step++;
+        lastStep = report;
+        for (StepListener listener : listeners) {
+            listener.onStep(report);
+        }
+    }
+
+    /** Thread mode: every rank's task, then every rank's timeline (replica 0's pipeline ranks). */
+    private List<StepTimeline> runOnThreads(List<StepPlan> plans, long slotBytes) {
+        ensureWorkers();
         List<CompletableFuture<StepTimeline>> results = new ArrayList<>(workers.size());
         for (int w = 0; w < workers.size(); w++) {
             CompletableFuture<StepTimeline> result = new CompletableFuture<>();
@@ -477,24 +552,33 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         if (!failures.isEmpty()) {
             throw fail(failures, failedRanks);
         }
-        // DL4J's score: the data loss plus every layer's regularization term, at the pre-update parameters
-        double loss = stages.getLast().dataLoss();
-        for (Dl4jPipelineStage stage : stages) {
-            loss += stage.regularizationScore();
-        }
         // replica 0's pipeline ranks: every replica runs the same schedule
-        timelines = List.copyOf(timelines.subList(0, shape.ranks()));
-        PipelineStepReport report = new PipelineStepReport(step, examples, loss, timelines);
-        metrics.record(report.timelineReport());
-        metrics.recordTraining(examples, loss);
-        if (runTimeline != null) {
-            runTimeline.add(step, timelines, Map.of("loss", loss, "examples", (double) examples));
+        return List.copyOf(timelines.subList(0, shape.ranks()));
+    }
+
+    /** Group mode: this process's rank runs the step on the caller's thread; its own timeline. */
+    private StepTimeline runInGroup(StepPlan plan, long slotBytes) {
+        if (local == null) {
+            limitNd4jThreads(ompThreadsPerRank);
+            local = PipelineRank.open(group, dataParallel, schedule, shape, linkSlots, myStages());
+            LOG.info("symmem4j pipeline: rank " + group.rank() + " of " + group.worldSize() + " (" + group.transport().name()
+                    + "), " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")
+                    + ", schedule " + scheduleKind + ", link slots " + linkSlots + ", " + split);
         }
-        step++;
-        lastStep = report;
-        for (StepListener listener : listeners) {
-            listener.onStep(report);
+        try {
+            return local.step(plan, slotBytes);
+        } catch (RuntimeException | Error e) {
+            throw fail(List.of(e), List.of(group.rank()));
         }
+    }
+
+    /** The stages world rank {@code rank} runs: pipeline rank {@code rank % pp}'s of its replica. */
+    private Map<Integer, Dl4jPipelineStage> myStages() {
+        Map<Integer, Dl4jPipelineStage> mine = new HashMap<>();
+        for (int s = group.rank() % shape.ranks(); s < stages.size(); s += shape.ranks()) {
+            mine.put(s, stages.get(s));
+        }
+        return mine;
     }
 
     /** Closes the trainer after a failed step; the exception carries the rank that caused the others to stop. */
@@ -528,9 +612,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         if (workers != null) {
             return;
         }
-        // every rank runs ND4J ops at once: give each its share of the cores, for OpenMP and BLAS both
-        Nd4j.getEnvironment().setMaxThreads(ompThreadsPerRank);
-        Nd4j.factory().blas().setMaxThreads(ompThreadsPerRank);
+        limitNd4jThreads(ompThreadsPerRank);
         int pp = shape.ranks();
         world = InJvmWorld.create(dataParallel * pp, GroupOptions.defaults().withTimeout(timeout));
         List<PipelineRankWorker> started = new ArrayList<>(dataParallel * pp);
@@ -564,7 +646,28 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 + linkSlots + ", ND4J threads per rank " + ompThreadsPerRank + ", " + split);
     }
 
+    /**
+     * Every rank runs ND4J ops at once: each gets its share of the cores, for libnd4j's op threads and
+     * BLAS both (process-wide settings). In nd4j-native 1.0.0-M2.1 {@code setMaxThreads} is a no-op;
+     * the threads an op is split over are {@code maxMasterThreads} (capped by OMP_NUM_THREADS at start-up).
+     */
+    private static void limitNd4jThreads(int threads) {
+        Nd4j.getEnvironment().setMaxThreads(threads);
+        Nd4j.getEnvironment().setMaxMasterThreads(threads);
+        Nd4j.factory().blas().setMaxThreads(threads);
+    }
+
     private void stopWorkers() {
+        if (group != null) {
+            // group mode: this rank's resources (collective with the other ranks' close), never the user's group
+            if (local != null) {
+                local.close();
+                local = null;
+            }
+            PipelineRank.closeQuietly(exchange);
+            exchange = null;
+            return;
+        }
         if (workers == null) {
             return;
         }
@@ -607,6 +710,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         private DataSet profileSample;
         private StageProfile profile;
         private int timelineSteps;
+        private Group group;
 
         private Builder(MultiLayerNetwork network, ComputationGraph graph) {
             this.network = network;
@@ -625,6 +729,30 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 throw new IllegalArgumentException("ranks=" + ranks + " expected ranks >= 1");
             }
             this.ranks = ranks;
+            return this;
+        }
+
+        /**
+         * Group mode: this process (or thread) is one rank of {@code group}, which runs
+         * {@code dataParallel x ranks} ranks laid out as in thread mode (world rank {@code d * pp + p} is
+         * pipeline rank {@code p} of replica {@code d}); {@code ranks} defaults to the group's size divided
+         * by {@code dataParallel}. Every rank runs the same program: it builds the same network (same seed
+         * or file; checked at {@code build()}, with the other settings), and passes the same batches to
+         * {@code fit} in the same order (checked before every step by a CRC-32C of each batch: a mismatch
+         * fails on every rank before anything trains). Each rank trains only its own stages, on the
+         * caller's thread; every rank's {@link PipelineParallelTrainer#lastStep()} holds the same loss and
+         * replica 0's timelines, gathered after each step, as in thread mode; {@code copyParametersTo} is collective and leaves the whole
+         * trained network in every rank's target. The result equals thread mode's bitwise. With a split by
+         * measured times every rank measures, and rank 0's split is used. For one JVM per rank started by
+         * {@code symmem4j-run} (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The
+         * group must live on a host transport (DL4J's CPU activations are host memory) and stays the
+         * caller's to close, after the trainer. {@link #timeout} does not apply (the group's own does).
+         *
+         * @param group the group of every pipeline rank of every replica, this rank's view of it
+         * @return this builder
+         */
+        public Builder group(Group group) {
+            this.group = Objects.requireNonNull(group, "group");
             return this;
         }
 
@@ -857,6 +985,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * @return the trainer; close it to stop its threads and free its memory
          */
         public PipelineParallelTrainer build() {
+            if (group != null) {
+                checkGroup();
+            }
             if (ranks == 0) {
                 throw new IllegalArgumentException("ranks not set: call ranks(p) with the number of pipeline ranks"
                         + " (threads), e.g. ranks(2)");
@@ -918,7 +1049,54 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             } else {
                 split = PipelineStageSplit.balanced(network, stageCount);
             }
+            if (group != null) {
+                split = agreeAcrossRanks(split, measured != null, slots);
+            }
             return new PipelineParallelTrainer(this, split, generated, shape, slots, measured);
+        }
+
+        /** Group mode: a host transport, and ranks x dataParallel = the group's size (ranks defaulting to it). */
+        private void checkGroup() {
+            if (!group.transport().name().equals(group.hostTransport().name())) {
+                throw new IllegalArgumentException("group(...) on transport " + group.transport().name() + ": expected a host"
+                        + " transport (" + group.hostTransport().name() + "): the stages' activations are DL4J CPU arrays in"
+                        + " host memory (fix: ProcessGroup.fromEnvironment(), or the group's host transport)");
+            }
+            int size = group.worldSize();
+            if (ranks == 0) {
+                if (size % dataParallel != 0) {
+                    throw new IllegalArgumentException("group(...) of worldSize=" + size + " with dataParallel=" + dataParallel
+                            + ": expected a world size divisible by dataParallel (each replica has ranks = worldSize /"
+                            + " dataParallel pipeline ranks)");
+                }
+                ranks = size / dataParallel;
+            } else if (ranks * dataParallel != size) {
+                throw new IllegalArgumentException("ranks=" + ranks + " x dataParallel=" + dataParallel + " = "
+                        + ranks * dataParallel + " with group(...) of worldSize=" + size + ": in group mode every rank of"
+                        + " the group is one pipeline rank of one replica (fix: leave ranks unset, or start "
+                        + ranks * dataParallel + " processes)");
+            }
+        }
+
+        /**
+         * Group mode, collective: every rank must have built the same pipeline; a split by measured times
+         * is rank 0's on every rank.
+         */
+        private PipelineStageSplit agreeAcrossRanks(PipelineStageSplit split, boolean measured, int slots) {
+            StringBuilder boundaries = new StringBuilder();
+            for (int s = 1; s < split.stageCount(); s++) {
+                boundaries.append(s == 1 ? "" : ",").append(split.firstLayer(s));
+            }
+            String description = GroupExchange.describe(network) + ", dataType=" + split.dataType() + ", schedule="
+                    + schedule + ", stagesPerRank=" + stagesPerRank + ", ranks=" + ranks + ", dataParallel=" + dataParallel
+                    + ", microbatches=" + microbatches + ", linkSlots=" + slots
+                    + (measured ? ", split by measured times" : ", stage boundaries " + boundaries);
+            String rank0 = GroupExchange.agreeOnBuild(group, boundaries.toString(), description);
+            if (!measured || rank0.contentEquals(boundaries)) {
+                return split;
+            }
+            int[] first = rank0.isEmpty() ? new int[0] : Arrays.stream(rank0.split(",")).mapToInt(Integer::parseInt).toArray();
+            return PipelineStageSplit.atBoundaries(network, first);
         }
     }
 }

@@ -1,0 +1,273 @@
+package org.symmem4j.dl4j.pipeline;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+import java.util.WeakHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.zip.CRC32C;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.api.shape.Shape;
+import org.nd4j.linalg.dataset.api.DataSet;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.pipeline.exec.StepTimeline;
+import org.symmem4j.pipeline.exec.TimelineEvent;
+
+/**
+ * What the ranks of a group-mode pipeline ({@link PipelineParallelTrainer.Builder#group}, one process
+ * per rank) agree on besides the pipeline's own messages, over one host communicator of the group:
+ *
+ * <ul>
+ *   <li>at {@code build()}: the network (layer count, parameter count and a CRC-32C of the initial
+ *       parameters), the schedule, the shape, the link slots and the split; with a split by measured
+ *       times, rank 0's split is every rank's (each rank measured its own);</li>
+ *   <li>before every step: the batch (example count and CRC-32C of features, labels and masks), so
+ *       ranks fed different data fail on every rank before anything trains, instead of the first stage
+ *       training on one batch and the last on another's labels;</li>
+ *   <li>after every step: each rank's part of the loss, added in the order thread mode adds them, so
+ *       every rank reports the same bits as the trainer on threads, and replica 0's timelines, so every
+ *       rank's report, metrics and trace show the whole pipeline as in thread mode;</li>
+ *   <li>at {@code copyParametersTo}: each stage's parameters (batch normalization's running statistics
+ *       among them), updater state and counters, broadcast from the rank that trained it.</li>
+ * </ul>
+ *
+ * <p>The per-step exchanges are three all-gathers of a few hundred words at most on the group's symmetric memory
+ * (microseconds on a host transport); nothing goes through the rendezvous store after {@code build()}.
+ */
+final class GroupExchange implements AutoCloseable {
+
+    /** Per group object (one per rank, also when ranks are threads of one JVM): build() calls so far, for unique tags. */
+    private static final Map<Group, AtomicInteger> BUILDS = new WeakHashMap<>();
+
+    private final Group group;
+    private final Communicator communicator;
+
+    private GroupExchange(Group group, Communicator communicator) {
+        this.group = group;
+        this.communicator = communicator;
+    }
+
+    /** A host communicator on {@code group}: collective, every rank opens it at the same point. */
+    static GroupExchange open(Group group) {
+        return new GroupExchange(group, Communicator.create(group));
+    }
+
+    /**
+     * Collective at {@code build()}: every rank's {@code description} must equal rank 0's, else every
+     * rank throws naming the first rank that differs and both descriptions. Returns rank 0's
+     * {@code boundaries} (the split every rank then uses).
+     */
+    static String agreeOnBuild(Group group, String boundaries, String description) {
+        int build;
+        synchronized (BUILDS) {
+            build = BUILDS.computeIfAbsent(group, g -> new AtomicInteger()).getAndIncrement();
+        }
+        byte[] mine = (boundaries + "\n" + description).getBytes(StandardCharsets.UTF_8);
+        List<byte[]> all = group.allGatherBytes("symmem4j-pipeline-build-" + build, mine);
+        String[] rank0 = new String(all.getFirst(), StandardCharsets.UTF_8).split("\n", 2);
+        for (int r = 1; r < all.size(); r++) {
+            String[] theirs = new String(all.get(r), StandardCharsets.UTF_8).split("\n", 2);
+            if (!theirs[1].equals(rank0[1])) {
+                throw new IllegalArgumentException("group mode: rank " + r + " built a different pipeline than rank 0:"
+                        + " rank 0 has " + rank0[1] + ", rank " + r + " has " + theirs[1] + " (every rank must build the same"
+                        + " network, from the same seed or the same file, with the same builder settings)");
+            }
+        }
+        return rank0[0];
+    }
+
+    /**
+     * Collective before a step: every rank must have been given the same batch. Throws an
+     * {@link IllegalArgumentException} on every rank otherwise (nothing has trained; the trainer stays usable).
+     */
+    void agreeOnBatch(DataSet batch, long step) {
+        double[] mine = {
+            batch.getFeatures() == null ? -1 : batch.getFeatures().size(0),
+            crc(batch.getFeatures()), crc(batch.getLabels()), crc(batch.getFeaturesMaskArray()), crc(batch.getLabelsMaskArray())
+        };
+        double[][] all = allGather(mine);
+        String[] parts = {"example count", "features", "labels", "features mask", "labels mask"};
+        for (int r = 1; r < all.length; r++) {
+            for (int i = 0; i < mine.length; i++) {
+                if (Double.compare(all[r][i], all[0][i]) != 0) {
+                    throw new IllegalArgumentException("group mode, step " + step + ": rank " + r + " was given a different"
+                            + " batch than rank 0 (its " + parts[i] + " differ" + (i == 0 ? ": " + (long) all[r][0] + " vs "
+                            + (long) all[0][0] + " examples" : " by CRC-32C") + "); every rank must pass the same batches in"
+                            + " the same order (the same iterator, the same shuffling seed): the first stage reads the"
+                            + " features and the last the labels. Nothing was trained in this step.");
+                }
+            }
+        }
+    }
+
+    /** The loss every rank reports for a step, and replica 0's pipeline ranks' timelines in rank order. */
+    record StepOutcome(double loss, List<StepTimeline> timelines) {
+    }
+
+    /**
+     * Collective after a step: the step's loss as thread mode computes it from replica 0's stages (the
+     * last stage's data loss plus every stage's regularization term, in stage order), and the timelines
+     * of replica 0's pipeline ranks, as thread mode reports them. The ranks' clocks are comparable:
+     * {@code System.nanoTime} is the machine's monotonic clock in every process of one machine.
+     */
+    StepOutcome afterStep(List<Dl4jPipelineStage> stages, int pipelineRanks, StepTimeline mine) {
+        int stageCount = stages.size();
+        int rank = group.rank();
+        double[] parts = new double[stageCount + 2];
+        if (rank < pipelineRanks) { // replica 0
+            for (int s = rank; s < stageCount; s += pipelineRanks) {
+                parts[s] = stages.get(s).regularizationScore();
+            }
+            if ((stageCount - 1) % pipelineRanks == rank) {
+                parts[stageCount] = stages.getLast().dataLoss();
+            }
+        }
+        parts[stageCount + 1] = mine.events().size();
+        double[][] all = allGather(parts);
+        double loss = all[(stageCount - 1) % pipelineRanks][stageCount];
+        for (int s = 0; s < stageCount; s++) {
+            loss += all[s % pipelineRanks][s];
+        }
+        int most = 0;
+        for (double[] theirs : all) {
+            most = Math.max(most, (int) theirs[stageCount + 1]);
+        }
+        long[] events = new long[Math.max(1, most * EVENT_WORDS)];
+        for (int i = 0; i < mine.events().size(); i++) {
+            TimelineEvent e = mine.events().get(i);
+            int at = i * EVENT_WORDS;
+            events[at] = e.kind().ordinal();
+            events[at + 1] = e.stage();
+            events[at + 2] = e.peerStage();
+            events[at + 3] = e.microbatch();
+            events[at + 4] = e.startNanos();
+            events[at + 5] = e.endNanos();
+        }
+        long[][] gathered = allGatherWords(events);
+        List<StepTimeline> timelines = new ArrayList<>(pipelineRanks);
+        TimelineEvent.Kind[] kinds = TimelineEvent.Kind.values();
+        for (int r = 0; r < pipelineRanks; r++) {
+            int count = (int) all[r][stageCount + 1];
+            List<TimelineEvent> list = new ArrayList<>(count);
+            for (int i = 0; i < count; i++) {
+                long[] w = gathered[r];
+                int at = i * EVENT_WORDS;
+                list.add(new TimelineEvent(r, kinds[(int) w[at]], (int) w[at + 1], (int) w[at + 2], (int) w[at + 3],
+                        w[at + 4], w[at + 5]));
+            }
+            timelines.add(new StepTimeline(r, list));
+        }
+        return new StepOutcome(loss, timelines);
+    }
+
+    /** Words per timeline event in {@link #afterStep}: kind, stage, peer stage, microbatch, start, end. */
+    private static final int EVENT_WORDS = 6;
+
+    /**
+     * Collective: every stage copy of this rank gets the parameters, updater state and counters of the
+     * stage as replica 0's rank {@code s % pipelineRanks} trained it.
+     */
+    void gatherStages(List<Dl4jPipelineStage> stages, int pipelineRanks) {
+        for (int s = 0; s < stages.size(); s++) {
+            int root = s % pipelineRanks;
+            MultiLayerNetwork network = stages.get(s).network();
+            broadcast(network.params(), root);
+            // the updater's state exists on every rank alike (same configuration): created here if it never trained
+            INDArray state = ((BaseMultiLayerUpdater<?>) network.getUpdater(true)).getStateViewArray();
+            if (state != null && state.length() > 0) {
+                broadcast(state, root);
+            }
+            MemorySegment counters = Arena.ofAuto().allocate(2 * Long.BYTES, Long.BYTES);
+            counters.setAtIndex(ValueLayout.JAVA_LONG, 0, network.getIterationCount());
+            counters.setAtIndex(ValueLayout.JAVA_LONG, 1, network.getEpochCount());
+            communicator.broadcast(counters, 2, DType.FLOAT64, root); // 64-bit words, copied as they are
+            network.setIterationCount(Math.toIntExact(counters.getAtIndex(ValueLayout.JAVA_LONG, 0)));
+            network.setEpochCount(Math.toIntExact(counters.getAtIndex(ValueLayout.JAVA_LONG, 1)));
+        }
+    }
+
+    /** Broadcasts {@code array}'s bytes from {@code root} into every rank's {@code array} (copies through a row-major dup if needed). */
+    private void broadcast(INDArray array, int root) {
+        boolean contiguous = array.ordering() == 'c' && Shape.hasDefaultStridesForShape(array);
+        INDArray buffer = contiguous ? array : array.dup('c');
+        MemorySegment bytes = Messages.segmentOf(buffer);
+        int width = buffer.dataType().width();
+        DType words = switch (width) {
+            case 8 -> DType.FLOAT64;
+            case 4 -> DType.FLOAT32;
+            case 2 -> DType.BFLOAT16;
+            default -> throw new IllegalStateException("a " + buffer.dataType() + " array: expected 2, 4 or 8 bytes per element");
+        };
+        communicator.broadcast(bytes, buffer.length(), words, root); // a copy: the bits arrive as they are
+        if (!contiguous) {
+            array.assign(buffer);
+        }
+    }
+
+    private double[][] allGather(double[] mine) {
+        long[] words = new long[mine.length];
+        for (int i = 0; i < mine.length; i++) {
+            words[i] = Double.doubleToRawLongBits(mine[i]);
+        }
+        long[][] all = allGatherWords(words);
+        double[][] out = new double[all.length][mine.length];
+        for (int r = 0; r < all.length; r++) {
+            for (int i = 0; i < mine.length; i++) {
+                out[r][i] = Double.longBitsToDouble(all[r][i]);
+            }
+        }
+        return out;
+    }
+
+    /** All-gather of 64-bit words, copied as they are (the collective's FLOAT64 type only sets their width). */
+    private long[][] allGatherWords(long[] mine) {
+        int n = mine.length;
+        int ranks = group.worldSize();
+        Arena arena = Arena.ofAuto();
+        MemorySegment send = arena.allocate((long) n * Long.BYTES, Long.BYTES);
+        MemorySegment recv = arena.allocate((long) n * ranks * Long.BYTES, Long.BYTES);
+        MemorySegment.copy(mine, 0, send, ValueLayout.JAVA_LONG, 0, n);
+        communicator.allGather(send, recv, n, DType.FLOAT64);
+        long[][] all = new long[ranks][n];
+        for (int r = 0; r < ranks; r++) {
+            MemorySegment.copy(recv, ValueLayout.JAVA_LONG, (long) r * n * Long.BYTES, all[r], 0, n);
+        }
+        return all;
+    }
+
+    /** CRC-32C of an array's shape, type and values (row-major), or -1 for none. */
+    static double crc(INDArray array) {
+        if (array == null) {
+            return -1;
+        }
+        INDArray rowMajor = array.ordering() == 'c' && Shape.hasDefaultStridesForShape(array) ? array : array.dup('c');
+        CRC32C crc = new CRC32C();
+        crc.update(Arrays.toString(rowMajor.shape()).getBytes(StandardCharsets.UTF_8));
+        crc.update(rowMajor.dataType().ordinal());
+        crc.update(Messages.segmentOf(rowMajor).asByteBuffer());
+        return crc.getValue();
+    }
+
+    /** A description of {@code network} for {@link #agreeOnBuild}: layers, parameters and their CRC-32C. */
+    static String describe(MultiLayerNetwork network) {
+        List<String> parts = new ArrayList<>();
+        parts.add("layers=" + network.getnLayers());
+        parts.add("parameters=" + network.numParams());
+        parts.add("parameterCrc=" + Long.toHexString((long) crc(network.params())));
+        return String.join(", ", parts);
+    }
+
+    @Override
+    public void close() {
+        communicator.close();
+    }
+}

@@ -1,0 +1,124 @@
+package org.symmem4j.dl4j.pipeline;
+
+import java.util.Map;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DeviceMesh;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.pipeline.exec.PipelineExecutor;
+import org.symmem4j.pipeline.exec.StepTimeline;
+import org.symmem4j.pipeline.schedule.PipelineShape;
+import org.symmem4j.pipeline.schedule.Schedule;
+
+/**
+ * One pipeline rank's resources on its group, whoever drives it: a thread of the trainer's in-JVM
+ * world ({@link PipelineRankWorker}) or the caller's thread in group mode (one process per rank).
+ *
+ * <p>With data-parallel replicas ({@code replicas > 1}) the world is a {@code dp x pp}
+ * {@link DeviceMesh} (world rank {@code d * pp + p} is pipeline rank {@code p} of replica {@code d}):
+ * the executor runs on the rank's {@code pp} sub-group, and its stages share their gradients with the
+ * other replicas over its {@code dp} sub-group ({@link StageDataParallel}).
+ *
+ * <p>The executor's links are sized for the largest message they carry, which depends on the
+ * microbatch size; a step whose messages are larger than the links' slots recreates the executor
+ * (collective: every rank is given the same slot size, so all of them do).
+ *
+ * <p>Used by one thread at a time. {@link #close()} frees what this class created (executor, the
+ * data-parallel communicator, the mesh's sub-groups), never the world group it was given.
+ */
+final class PipelineRank implements AutoCloseable {
+
+    private final Group world;
+    private final int replicas;
+    private final Schedule schedule;
+    private final PipelineShape shape;
+    private final int slots;
+    private final Map<Integer, Dl4jPipelineStage> stages;
+    private final DeviceMesh mesh;
+    private final StageDataParallel dataParallel;
+    private final Group pipelineGroup;
+    private PipelineExecutor executor;
+
+    private PipelineRank(Group world, int replicas, Schedule schedule, PipelineShape shape, int slots,
+                         Map<Integer, Dl4jPipelineStage> stages, DeviceMesh mesh, StageDataParallel dataParallel) {
+        this.world = world;
+        this.replicas = replicas;
+        this.schedule = schedule;
+        this.shape = shape;
+        this.slots = slots;
+        this.stages = Map.copyOf(stages);
+        this.mesh = mesh;
+        this.dataParallel = dataParallel;
+        this.pipelineGroup = mesh == null ? world : mesh.group("pp");
+    }
+
+    /**
+     * Rank {@code world.rank()} of a {@code replicas x shape.ranks()} world, running {@code stages}
+     * (stage index to stage). Collective over {@code world} when {@code replicas > 1} (the mesh's split).
+     */
+    static PipelineRank open(Group world, int replicas, Schedule schedule, PipelineShape shape, int slots,
+                             Map<Integer, Dl4jPipelineStage> stages) {
+        if (replicas == 1) {
+            return new PipelineRank(world, 1, schedule, shape, slots, stages, null, null);
+        }
+        DeviceMesh mesh = DeviceMesh.of(world, "dp", replicas, "pp", shape.ranks());
+        StageDataParallel dataParallel = null;
+        try {
+            dataParallel = new StageDataParallel(Communicator.create(mesh.group("dp")));
+            for (Dl4jPipelineStage stage : stages.values()) {
+                stage.dataParallel(dataParallel);
+            }
+            return new PipelineRank(world, replicas, schedule, shape, slots, stages, mesh, dataParallel);
+        } catch (RuntimeException | Error e) {
+            closeQuietly(dataParallel);
+            closeQuietly(mesh);
+            throw e;
+        }
+    }
+
+    /**
+     * Runs one step of {@code plan} on this rank's stages; collective over the pipeline group (and the
+     * replicas' groups). On failure with replicas, aborts the world group first: the other replicas wait
+     * for this one in their gradient all-reduce, and the world's abort reaches them through every dp
+     * sub-group's pads ({@code Group.split}), so they fail at once.
+     */
+    StepTimeline step(StepPlan plan, long slotBytes) {
+        try {
+            if (executor == null || executor.layout().slotBytes() < slotBytes) {
+                if (executor != null) {
+                    executor.close();
+                    executor = null;
+                }
+                executor = PipelineExecutor.create(pipelineGroup, schedule, shape, stages, slots, slotBytes);
+            }
+            for (Dl4jPipelineStage stage : stages.values()) {
+                stage.beginStep(plan);
+            }
+            return executor.runStep();
+        } catch (RuntimeException | Error e) {
+            if (replicas > 1) {
+                world.abort("pipeline step failed on world rank " + world.rank() + ": " + e);
+            }
+            throw e;
+        }
+    }
+
+    /** Frees the executor, then the sub-groups' resources, then the sub-groups; idempotent, never throws. */
+    @Override
+    public void close() {
+        closeQuietly(executor);
+        executor = null;
+        closeQuietly(dataParallel);
+        closeQuietly(mesh);
+    }
+
+    static void closeQuietly(AutoCloseable c) {
+        if (c == null) {
+            return;
+        }
+        try {
+            c.close();
+        } catch (Exception ignored) {
+            // shutting down, possibly after a failure: peers may be gone
+        }
+    }
+}
