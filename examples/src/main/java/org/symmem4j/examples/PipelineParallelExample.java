@@ -29,6 +29,7 @@ import org.symmem4j.dl4j.pipeline.PipelineParallelTrainer;
 import org.symmem4j.dl4j.pipeline.PipelineSchedule;
 import org.symmem4j.dl4j.pipeline.PipelineStageSplit;
 import org.symmem4j.dl4j.pipeline.PipelineStepReport;
+import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.pipeline.exec.TimelineEvent;
 import org.symmem4j.pipeline.exec.TimelineReport;
 import org.symmem4j.pipeline.schedule.ActionDurations;
@@ -54,6 +55,12 @@ import picocli.CommandLine.Option;
  * </pre>
  * {@code --port P} serves the pipelines' metrics (tag {@code application=pipeline-example}) at
  * {@code http://127.0.0.1:P/metrics} while they train (0 picks a free port; default: none).
+ *
+ * <p>Started by {@code symmem4j-run -n P} (or torchrun or mpirun: {@code RANK} is set), each process is
+ * one pipeline rank of a process group ({@code builder(net).group(ProcessGroup.fromEnvironment())}):
+ * the same pipelines train bitwise as the {@code --ranks P} threads do (each prints its final
+ * parameters' CRC-32); rank 0 prints the run and writes the traces. The single-model baseline runs
+ * only in thread mode (under the launcher every process is a pipeline rank; run without it to compare).
  */
 public final class PipelineParallelExample {
 
@@ -65,8 +72,9 @@ public final class PipelineParallelExample {
                     + " the single model; prints each stage's layers and the bubble predicted, measured, simulated and"
                     + " ideal; writes Chrome traces and SVGs.")
     static final class Flags {
-        @Option(names = "--ranks", paramLabel = "P", description = "pipeline ranks (threads)")
-        int ranks = 4;
+        @Option(names = "--ranks", paramLabel = "P", description = "pipeline ranks (threads; default 4); under a launcher the"
+                + " processes are the ranks and this must be left out")
+        Integer ranks;
         @Option(names = "--microbatches", paramLabel = "M", description = "microbatches per batch")
         int microbatches = 8;
         @Option(names = "--batch", paramLabel = "B", description = "examples per batch")
@@ -91,8 +99,15 @@ public final class PipelineParallelExample {
     }
 
     public static void main(String[] args) throws IOException {
+        boolean launched = System.getenv("RANK") != null || System.getenv("OMPI_COMM_WORLD_RANK") != null;
         Flags flags = Cli.parse(new Flags(), args, f -> {
-            Cli.positive("--ranks", f.ranks);
+            if (f.ranks != null) {
+                Cli.positive("--ranks", f.ranks);
+                if (launched) {
+                    throw new IllegalArgumentException("--ranks=" + f.ranks + " under a launcher (RANK is set): the launched"
+                            + " processes are the ranks; expected no --ranks (fix: give the launcher -n " + f.ranks + ")");
+                }
+            }
             Cli.positive("--microbatches", f.microbatches);
             Cli.positive("--batch", f.batch);
             Cli.positive("--epochs", f.epochs);
@@ -106,7 +121,15 @@ public final class PipelineParallelExample {
             }
             return f;
         });
-        int ranks = flags.ranks;
+        // under a launcher: this process is one pipeline rank of the group it set up
+        try (ProcessGroup group = launched ? ProcessGroup.fromEnvironment() : null) {
+            train(flags, group);
+        }
+    }
+
+    private static void train(Flags flags, ProcessGroup group) throws IOException {
+        boolean printing = group == null || group.rank() == 0; // one process prints, evaluates and writes
+        int ranks = group != null ? group.worldSize() : flags.ranks != null ? flags.ranks : 4;
         int microbatches = flags.microbatches;
         int batch = flags.batch;
         int warmupEpochs = flags.warmupEpochs;
@@ -116,58 +139,80 @@ public final class PipelineParallelExample {
         boolean splitByTime = flags.split.equals("time");
         Path out = flags.out;
         int port = flags.port;
-        Files.createDirectories(out);
+        if (printing) {
+            Files.createDirectories(out);
+        }
         PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
-        PrometheusEndpoint endpoint = port >= 0 ? PrometheusEndpoint.start(registry, port) : null;
+        // a port per process under a launcher, as in DataParallelExample
+        int myPort = port <= 0 || group == null ? port : port + group.rank();
+        PrometheusEndpoint endpoint = myPort >= 0 ? PrometheusEndpoint.start(registry, myPort) : null;
         if (endpoint != null) {
-            System.out.println("metrics: " + endpoint.url());
+            System.out.println("metrics" + (group == null ? "" : " of rank " + group.rank()) + ": " + endpoint.url());
         }
         SyntheticData data = new SyntheticData(64, 10, 7);
         List<DataSet> train = data.batches(11, 48, batch, DataType.FLOAT);
         List<DataSet> test = data.batches(12, 8, 256, DataType.FLOAT);
         MultiLayerNetwork reference = deepMlp(data.features(), hidden, data.classes(), hiddenLayers);
-        System.out.printf(Locale.ROOT, "symmem4j pipeline parallelism: %d ranks, %d layers, %d parameters, batch %d in %d"
-                + " microbatches, %d batches per epoch%n", ranks, reference.getnLayers(), reference.numParams(), batch,
-                microbatches, train.size());
+        if (printing) {
+            System.out.printf(Locale.ROOT, "symmem4j pipeline parallelism: %d ranks (%s), %d layers, %d parameters, batch %d"
+                    + " in %d microbatches, %d batches per epoch%n", ranks, group == null ? "threads of this JVM" : "processes",
+                    reference.getnLayers(), reference.numParams(), batch, microbatches, train.size());
+        }
 
         // the baseline: the same network trained by plain fit on the same batches, timed like the
-        // pipelines below: the same untimed warm-up epochs (ND4J and the JIT), then the timed ones;
-        // it runs with the ND4J threads each rank gets (a core per rank, when there are enough)
+        // pipelines below: the same untimed warm-up epochs (ND4J and the JIT), then the timed ones; at
+        // its fastest ND4J thread count of two tried: a rank's share of the cores, and all of them
         int cores = Runtime.getRuntime().availableProcessors();
-        int threads = Math.max(1, cores / ranks);
-        Nd4j.getEnvironment().setMaxThreads(threads);
-        Nd4j.factory().blas().setMaxThreads(threads);
-        MultiLayerNetwork single = reference.clone();
-        for (int epoch = 0; epoch < warmupEpochs; epoch++) {
-            for (DataSet b : train) {
-                single.fit(b);
+        // each rank's ND4J threads; under a launcher each process has the CPU slice the launcher gave it
+        int threads = group != null ? cores : Math.max(1, cores / ranks);
+        double singleRate = Double.NaN;
+        int singleThreads = threads;
+        if (group == null) {
+            for (int t : threads == cores ? new int[] {cores} : new int[] {threads, cores}) {
+                setNd4jThreads(t);
+                MultiLayerNetwork single = reference.clone();
+                for (int epoch = 0; epoch < warmupEpochs; epoch++) {
+                    for (DataSet b : train) {
+                        single.fit(b);
+                    }
+                }
+                long start = System.nanoTime();
+                for (int epoch = 0; epoch < epochs; epoch++) {
+                    for (DataSet b : train) {
+                        single.fit(b);
+                    }
+                }
+                double rate = (double) epochs * train.size() * batch / ((System.nanoTime() - start) / 1e9);
+                String singleLabel = "single model fit (" + t + " ND4J thread" + (t == 1 ? ")" : "s)");
+                System.out.printf(Locale.ROOT, "%-34s loss %.4f  %8.0f examples/s  test accuracy %.3f%n",
+                        singleLabel, single.score(), rate, single.evaluate(new ListIterator(test)).accuracy());
+                if (Double.isNaN(singleRate) || rate > singleRate) {
+                    singleRate = rate;
+                    singleThreads = t;
+                }
             }
+            setNd4jThreads(threads);
+        } else if (printing) {
+            System.out.println("single model: not run under a launcher (every process is a pipeline rank); run with"
+                    + " --ranks " + ranks + " and no launcher to compare");
         }
-        long start = System.nanoTime();
-        for (int epoch = 0; epoch < epochs; epoch++) {
-            for (DataSet b : train) {
-                single.fit(b);
-            }
-        }
-        double singleRate = (double) epochs * train.size() * batch / ((System.nanoTime() - start) / 1e9);
         Map<String, Double> pipelineRates = new LinkedHashMap<>();
-        String singleLabel = "single model fit (" + threads + " ND4J thread" + (threads == 1 ? ")" : "s)");
-        System.out.printf(Locale.ROOT, "%-34s loss %.4f  %8.0f examples/s  test accuracy %.3f%n",
-                singleLabel, single.score(), singleRate, single.evaluate(new ListIterator(test)).accuracy());
 
         for (PipelineSchedule kind : new PipelineSchedule[] {PipelineSchedule.ONE_F_ONE_B, PipelineSchedule.INTERLEAVED}) {
             int stagesPerRank = stagesPerRank(kind, ranks, PipelineStageSplit.maxStages(reference));
             if (stagesPerRank == 0) {
-                System.out.printf(Locale.ROOT, "%s: skipped: %d ranks need at least %d stages but the network has %d"
-                        + " layers (use fewer ranks, or --layers %d or more)%n", kind.tag(), ranks, 2 * ranks,
-                        reference.getnLayers(), 2 * ranks - 1);
+                if (printing) {
+                    System.out.printf(Locale.ROOT, "%s: skipped: %d ranks need at least %d stages but the network has %d"
+                            + " layers (use fewer ranks, or --layers %d or more)%n", kind.tag(), ranks, 2 * ranks,
+                            reference.getnLayers(), 2 * ranks - 1);
+                }
                 continue;
             }
             MultiLayerNetwork net = reference.clone();
             String name = kind == PipelineSchedule.INTERLEAVED ? "interleaved-1f1b" : "1f1b";
             List<PipelineStepReport> timedSteps = new ArrayList<>();
             boolean[] timing = {false};
-            PipelineParallelTrainer.Builder builder = PipelineParallelTrainer.builder(net).ranks(ranks)
+            PipelineParallelTrainer.Builder builder = PipelineParallelTrainer.builder(net)
                     .ompThreadsPerRank(threads)
                     .microbatches(microbatches).schedule(kind, stagesPerRank)
                     .recordTimeline(train.size() * epochs)
@@ -177,32 +222,45 @@ public final class PipelineParallelExample {
                             timedSteps.add(report);
                         }
                     });
+            if (group != null) {
+                builder.group(group);
+            } else {
+                builder.ranks(ranks);
+            }
             if (splitByTime) {
                 builder.splitByMeasuredTimes(train.getFirst());
             }
             try (PipelineParallelTrainer trainer = builder.build()) {
-                System.out.printf(Locale.ROOT, "%s: %d stages split by %s, %d link slots%n", name,
-                        trainer.split().stageCount(), splitByTime ? "measured pass times" : "parameter count",
-                        trainer.linkSlots());
-                printStages(trainer);
+                if (printing) {
+                    System.out.printf(Locale.ROOT, "%s: %d stages split by %s, %d link slots%n", name,
+                            trainer.split().stageCount(), splitByTime ? "measured pass times" + (group == null ? ""
+                                    : " (rank 0's profile)") : "parameter count", trainer.linkSlots());
+                    printStages(trainer);
+                }
                 for (int epoch = 0; epoch < warmupEpochs; epoch++) {
                     trainer.fit(new ListIterator(train)); // ND4J and the JIT warm up, as for the single model
                 }
                 timing[0] = true;
-                start = System.nanoTime();
+                long start = System.nanoTime();
                 for (int epoch = 0; epoch < epochs; epoch++) {
                     trainer.fit(new ListIterator(train));
                 }
                 double rate = (double) epochs * train.size() * batch / ((System.nanoTime() - start) / 1e9);
                 pipelineRates.put(name, rate);
                 PipelineStepReport last = trainer.lastStep();
-                trainer.copyParametersTo(net);
-                System.out.printf(Locale.ROOT, "%-34s loss %.4f  %8.0f examples/s  test accuracy %.3f%n",
-                        "pipeline " + name, last.loss(), rate, net.evaluate(new ListIterator(test)).accuracy());
-                reportBubble(trainer, timedSteps, out, name, ranks, microbatches);
+                trainer.copyParametersTo(net); // collective under a launcher: every rank's net gets the whole network
+                if (printing) {
+                    System.out.printf(Locale.ROOT, "%-34s loss %.4f  %8.0f examples/s  test accuracy %.3f%n",
+                            "pipeline " + name, last.loss(), rate, net.evaluate(new ListIterator(test)).accuracy());
+                    System.out.printf(Locale.ROOT, "  %s final parameters: %d values, CRC-32 %08x%n", name, net.numParams(),
+                            DataParallelExample.crc32(net));
+                    reportBubble(trainer, timedSteps, out, name, ranks, microbatches);
+                }
             }
         }
-        System.out.println(conclusion(singleRate, pipelineRates, ranks, threads, cores));
+        if (printing && group == null) {
+            System.out.println(conclusion(singleRate, singleThreads, pipelineRates, ranks, threads, cores));
+        }
         if (endpoint != null) {
             endpoint.close();
         }
@@ -212,7 +270,8 @@ public final class PipelineParallelExample {
      * The run's conclusion, from its own numbers: the fastest pipeline against the single model, and
      * the cores they had (with fewer cores than ranks, ranks share cores and stretch each other's passes).
      */
-    static String conclusion(double singleRate, Map<String, Double> pipelineRates, int ranks, int threads, int cores) {
+    static String conclusion(double singleRate, int singleThreads, Map<String, Double> pipelineRates, int ranks, int threads,
+                             int cores) {
         if (pipelineRates.isEmpty()) {
             return "No pipeline ran (see above): nothing to compare with the single model.";
         }
@@ -221,12 +280,20 @@ public final class PipelineParallelExample {
         String verdict = ratio > 1.05 ? "faster than" : ratio < 0.95 ? "slower than" : "as fast as (within 5 %)";
         String machine = ranks * threads > cores
                 ? String.format(Locale.ROOT, "%d ranks shared %d cores, so every pass ran slower than on a core of its own,"
-                        + " while the single model had %d ND4J thread%s", ranks, cores, threads, threads == 1 ? "" : "s")
-                : String.format(Locale.ROOT, "each of the %d ranks and the single model had %d ND4J thread%s on %d cores",
-                        ranks, threads, threads == 1 ? "" : "s", cores);
+                        + " while the single model had %d ND4J thread%s (its faster setting)", ranks, cores, singleThreads,
+                        singleThreads == 1 ? "" : "s")
+                : String.format(Locale.ROOT, "each of the %d ranks had %d ND4J thread%s on %d cores, the single model %d"
+                        + " (its faster setting)", ranks, threads, threads == 1 ? "" : "s", cores, singleThreads);
         return String.format(Locale.ROOT, "Conclusion: the fastest pipeline (%s, %.0f examples/s) was %s the single model"
                 + " (%.0f examples/s): %.2fx. %s; both were timed after the same warm-up.", best.getKey(), best.getValue(),
                 verdict, singleRate, ratio, Character.toUpperCase(machine.charAt(0)) + machine.substring(1));
+    }
+
+    /** libnd4j's op threads and BLAS threads, process-wide ({@code setMaxThreads} alone is a no-op in this ND4J). */
+    private static void setNd4jThreads(int threads) {
+        Nd4j.getEnvironment().setMaxThreads(threads);
+        Nd4j.getEnvironment().setMaxMasterThreads(threads);
+        Nd4j.factory().blas().setMaxThreads(threads);
     }
 
     /**

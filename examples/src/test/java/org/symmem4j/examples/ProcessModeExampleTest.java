@@ -19,7 +19,7 @@ import org.symmem4j.launch.Launcher;
  * The README's main example as processes: {@code symmem4j-run -n 2} starts two JVMs of
  * {@link DataParallelExample}, each one worker of a process group; they train the same network on
  * the same data bitwise like the example's 2 worker threads in one JVM (same final parameters'
- * CRC-32), and only rank 0 prints the run.
+ * CRC-32), and only rank 0 prints the run. The pipeline example likewise, one process per pipeline rank.
  */
 class ProcessModeExampleTest {
 
@@ -65,6 +65,49 @@ class ProcessModeExampleTest {
         assertTrue(processOut.contains("2 workers (processes)"), processOut);
         assertEquals(threadCrc.group(1), processCrc.group(1));
         assertEquals(threadCrc.group(2), processCrc.group(2), "2 processes end with the parameters of 2 threads, bitwise");
+    }
+
+    private static final Pattern PIPELINE_CRC =
+            Pattern.compile("(1f1b|interleaved-1f1b) final parameters: (\\d+) values, CRC-32 ([0-9a-f]{8})");
+
+    /**
+     * The pipeline example as processes: {@code symmem4j-run -n 2} starts two JVMs of
+     * {@link PipelineParallelExample}, each one pipeline rank; both schedules (1F1B, and interleaved with
+     * two stages per rank) end with the parameters of the example's 2 rank threads, bitwise.
+     */
+    @org.junit.jupiter.api.Test
+    void twoLaunchedPipelineRanksTrainBitwiseLikeTwoRankThreads() throws IOException, InterruptedException {
+        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
+                "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-cp", System.getProperty("java.class.path"),
+                PipelineParallelExample.class.getName(), "--epochs", "1", "--warmup-epochs", "0", "--batch", "32",
+                "--microbatches", "4", "--hidden", "32", "--layers", "3", "--split", "params",
+                "--out", System.getProperty("java.io.tmpdir") + "/symmem4j-pipeline-process-test"));
+        List<String> threads = new ArrayList<>(cmd);
+        threads.addAll(List.of("--ranks", "2"));
+        Process p = new ProcessBuilder(threads).redirectErrorStream(true).start();
+        String threadOut = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertTrue(p.waitFor(300, TimeUnit.SECONDS), "the thread-mode example ends");
+        assertEquals(0, p.exitValue(), threadOut);
+
+        List<String> args = new ArrayList<>(List.of("-n", "2", "--master-port", Integer.toString(freePort()), "--"));
+        args.addAll(cmd);
+        Launcher.Result launched = Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+        String processOut = launched.out();
+        assertEquals(0, launched.status(), launched.err() + "\n" + processOut);
+        assertTrue(processOut.contains("2 ranks (processes)"), processOut);
+        assertTrue(!processOut.contains("[rank 1] pipeline"), "only rank 0 prints the run: " + processOut);
+        java.util.Map<String, String> threadCrcs = new java.util.TreeMap<>();
+        java.util.Map<String, String> processCrcs = new java.util.TreeMap<>();
+        for (Matcher m = PIPELINE_CRC.matcher(threadOut); m.find(); ) {
+            threadCrcs.put(m.group(1), m.group(2) + " " + m.group(3));
+        }
+        for (Matcher m = PIPELINE_CRC.matcher(processOut); m.find(); ) {
+            processCrcs.put(m.group(1), m.group(2) + " " + m.group(3));
+        }
+        assertEquals(java.util.Set.of("1f1b", "interleaved-1f1b"), threadCrcs.keySet(), threadOut);
+        assertEquals(threadCrcs, processCrcs, "2 processes end with the parameters of 2 threads, bitwise, for both"
+                + " schedules\n" + processOut);
     }
 
     private static int freePort() throws IOException {
