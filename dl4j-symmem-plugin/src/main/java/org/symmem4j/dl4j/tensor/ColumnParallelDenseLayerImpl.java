@@ -1,0 +1,46 @@
+package org.symmem4j.dl4j.tensor;
+
+import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
+import org.deeplearning4j.nn.gradient.Gradient;
+import org.deeplearning4j.nn.layers.feedforward.dense.DenseLayer;
+import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
+import org.nd4j.common.primitives.Pair;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
+
+/**
+ * The layer of a {@link ColumnParallelDenseLayer}: DL4J's dense layer on this rank's output columns;
+ * the backward's input gradient {@code delta W_r^T} is this rank's part of the whole input gradient,
+ * so it is summed over the ranks before it goes to the layer below.
+ */
+public class ColumnParallelDenseLayerImpl extends DenseLayer implements TensorParallelLayer {
+
+    private TensorParallelComm comm;
+
+    /**
+     * DL4J's layer constructor ({@code instantiate} and {@code clone} call it).
+     *
+     * @param conf     the layer's configuration
+     * @param dataType the network's data type
+     */
+    public ColumnParallelDenseLayerImpl(NeuralNetConfiguration conf, DataType dataType) {
+        super(conf, dataType);
+    }
+
+    @Override
+    public void attach(TensorParallelComm comm) {
+        this.comm = comm;
+    }
+
+    @Override
+    public TensorParallelComm comm() {
+        return comm;
+    }
+
+    @Override
+    public Pair<Gradient, INDArray> backpropGradient(INDArray epsilon, LayerWorkspaceMgr workspaceMgr) {
+        Pair<Gradient, INDArray> result = super.backpropGradient(epsilon, workspaceMgr);
+        TensorParallelLayer.require(comm, layerId()).sumInPlace(result.getSecond());
+        return result;
+    }
+}

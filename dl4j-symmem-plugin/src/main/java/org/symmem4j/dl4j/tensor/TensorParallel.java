@@ -1,0 +1,269 @@
+package org.symmem4j.dl4j.tensor;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.TreeSet;
+import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.conf.GradientNormalization;
+import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
+import org.deeplearning4j.nn.conf.layers.DenseLayer;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.nn.params.DefaultParamInitializer;
+import org.nd4j.linalg.activations.IActivation;
+import org.nd4j.linalg.activations.impl.ActivationSoftmax;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.factory.Nd4j;
+import org.nd4j.linalg.indexing.NDArrayIndex;
+import org.symmem4j.parallel.Communicator;
+
+/**
+ * Tensor parallelism for a DL4J {@link MultiLayerNetwork}, Megatron's way: each chosen dense layer
+ * becomes column-parallel and the dense layer after it row-parallel, so the block's hidden features
+ * are split over the tensor-parallel group and cost one all-reduce forward and one backward.
+ *
+ * <pre>{@code
+ * // on every rank of the tensor-parallel group, from the same unsharded network (same seed or file):
+ * MultiLayerNetwork mine = TensorParallel.shard(unsharded, tp.rank(), tp.worldSize(), 0);  // layers 0 and 1
+ * try (Communicator c = Communicator.create(tp)) {
+ *     TensorParallel.attach(mine, c);
+ *     mine.fit(batches);                        // the same batches on every rank
+ *     TensorParallel.gather(mine, c, unsharded); // collective: the trained unsharded network, on every rank
+ * }
+ * }</pre>
+ *
+ * <p>Every rank trains on the same batches; the layers outside the blocks, the row-parallel layer's
+ * bias and every output are replicated and stay bitwise equal across ranks (sums add the ranks in rank
+ * order). The sharded network equals the unsharded one to rounding, step after step: the same
+ * parameters, each held by one rank (the column-parallel layer's {@code W} columns and {@code b}, the
+ * row-parallel layer's {@code W} rows), with element-wise updaters (SGD, Adam, ...) updating each element as
+ * the unsharded network would. Not supported (refused by {@link #attach}, naming the layer): softmax
+ * (or any activation across features) on a column-parallel layer, dropout or weight noise on either layer
+ * (each rank would draw its own), layer normalization, and gradient normalization by a layer's norm.
+ * DL4J's score adds this rank's share of the L1/L2 terms only. {@link #gather} writes parameters, not
+ * updater state: training resumed from the gathered network starts its updater afresh.
+ */
+public final class TensorParallel {
+
+    private TensorParallel() {
+    }
+
+    /**
+     * This rank's shard of {@code unsharded}: a new network in which layer {@code c} of every
+     * {@code c} in {@code columnLayers} is a {@link ColumnParallelDenseLayer} holding output columns
+     * {@code [rank k, (rank+1) k)} and layer {@code c + 1} a {@link RowParallelDenseLayer} holding
+     * those input rows; every other layer a copy. Parameters are copied from {@code unsharded}, so the
+     * shards of every rank together are exactly {@code unsharded}. Counters (iteration, epoch) are
+     * copied; updater state is not (shard a network before training, or accept a fresh updater).
+     *
+     * @param unsharded    the whole network (initialized if it is not)
+     * @param rank         this rank in the tensor-parallel group, {@code 0 <= rank < size}
+     * @param size         the tensor-parallel group's size, at least 1
+     * @param columnLayers indices of the dense layers to make column-parallel; each followed by a dense layer
+     * @return this rank's network; attach it with {@link #attach} before training
+     * @throws IllegalArgumentException when a chosen layer or its successor is not a {@code DenseLayer},
+     *                                  blocks overlap, or the block's width is not divisible by {@code size}
+     */
+    public static MultiLayerNetwork shard(MultiLayerNetwork unsharded, int rank, int size, int... columnLayers) {
+        if (size < 1 || rank < 0 || rank >= size) {
+            throw new IllegalArgumentException("rank=" + rank + " size=" + size + " expected size >= 1 and 0 <= rank < size");
+        }
+        if (unsharded.getLayers() == null) {
+            unsharded.init();
+        }
+        MultiLayerConfiguration conf = unsharded.getLayerWiseConfigurations().clone();
+        List<NeuralNetConfiguration> confs = conf.getConfs();
+        TreeSet<Integer> blocks = new TreeSet<>();
+        for (int c : columnLayers) {
+            if (c < 0 || c + 1 >= confs.size()) {
+                throw new IllegalArgumentException("column-parallel layer " + c + ": expected 0 <= layer < " + (confs.size() - 1)
+                        + " (the layer after it becomes row-parallel; the network has " + confs.size() + " layers)");
+            }
+            for (int l : new int[] {c, c + 1}) {
+                if (confs.get(l).getLayer().getClass() != DenseLayer.class) {
+                    throw new IllegalArgumentException("layer " + l + " is a " + confs.get(l).getLayer().getClass().getSimpleName()
+                            + ": a tensor-parallel block is two DenseLayers (layer " + c + " column-parallel, layer " + (c + 1)
+                            + " row-parallel); choose another layer");
+                }
+            }
+            if (blocks.contains(c) || blocks.contains(c - 1) || blocks.contains(c + 1)) {
+                throw new IllegalArgumentException("column-parallel layers " + Arrays.toString(columnLayers) + " overlap at "
+                        + c + ": each block takes two layers of its own");
+            }
+            DenseLayer column = (DenseLayer) confs.get(c).getLayer();
+            if (column.getNOut() % size != 0) {
+                throw new IllegalArgumentException("layer " + c + " has nOut=" + column.getNOut() + ", not divisible by the"
+                        + " tensor-parallel size " + size + " (its outputs are split evenly; choose a width that is)");
+            }
+            blocks.add(c);
+        }
+        for (int c : blocks) {
+            confs.get(c).setLayer(ColumnParallelDenseLayer.shardOf((DenseLayer) confs.get(c).getLayer(), size));
+            confs.get(c + 1).setLayer(RowParallelDenseLayer.shardOf((DenseLayer) confs.get(c + 1).getLayer(), size));
+        }
+        MultiLayerNetwork sharded = new MultiLayerNetwork(conf);
+        sharded.init();
+        for (int l = 0; l < confs.size(); l++) {
+            Layer from = unsharded.getLayer(l);
+            Layer to = sharded.getLayer(l);
+            if (to instanceof ColumnParallelDenseLayerImpl) {
+                long k = to.getParam(DefaultParamInitializer.WEIGHT_KEY).columns();
+                to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(
+                        block(from.getParam(DefaultParamInitializer.WEIGHT_KEY), 1, rank * k, (rank + 1) * k));
+                if (to.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
+                    to.getParam(DefaultParamInitializer.BIAS_KEY).assign(
+                            block(from.getParam(DefaultParamInitializer.BIAS_KEY), 1, rank * k, (rank + 1) * k));
+                }
+            } else if (to instanceof RowParallelDenseLayerImpl) {
+                long k = to.getParam(DefaultParamInitializer.WEIGHT_KEY).rows();
+                to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(
+                        block(from.getParam(DefaultParamInitializer.WEIGHT_KEY), 0, rank * k, (rank + 1) * k));
+                if (to.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
+                    to.getParam(DefaultParamInitializer.BIAS_KEY).assign(from.getParam(DefaultParamInitializer.BIAS_KEY));
+                }
+            } else if (to.numParams() > 0) {
+                to.params().assign(from.params());
+            }
+        }
+        sharded.setIterationCount(unsharded.getIterationCount());
+        sharded.setEpochCount(unsharded.getEpochCount());
+        return sharded;
+    }
+
+    /**
+     * Binds every tensor-parallel layer of {@code network} to {@code communicator}, after checking that
+     * each can be split exactly. Call on every rank, with the communicator of the tensor-parallel
+     * group (host transport), before training or inference; again after cloning or loading the network.
+     *
+     * @param network      a network made by {@link #shard} (on this rank)
+     * @param communicator over the tensor-parallel group; the network's layers use it from the training thread
+     * @throws IllegalArgumentException when a layer's settings cannot be split exactly (named), or the
+     *                                  network was sharded for another group size than the communicator's
+     */
+    public static void attach(MultiLayerNetwork network, Communicator communicator) {
+        TensorParallelComm comm = new TensorParallelComm(communicator);
+        List<String> problems = new ArrayList<>();
+        for (int l = 0; l < network.getnLayers(); l++) {
+            Layer layer = network.getLayer(l);
+            if (!(layer instanceof TensorParallelLayer tp)) {
+                continue;
+            }
+            TensorParallelDenseLayer conf = (TensorParallelDenseLayer) layer.conf().getLayer();
+            String kind = conf.getClass().getSimpleName() + " " + l;
+            if (conf.getTensorParallelSize() != comm.size()) {
+                problems.add(kind + " was sharded for " + conf.getTensorParallelSize() + " ranks, the group has " + comm.size());
+            }
+            if (conf.getIDropout() != null) {
+                problems.add(kind + " has dropout on its input (each rank would draw its own mask)");
+            }
+            if (conf.getWeightNoise() != null) {
+                problems.add(kind + " has weight noise (each rank would draw its own)");
+            }
+            if (conf.hasLayerNorm()) {
+                problems.add(kind + " has layer normalization (it normalizes over all output features)");
+            }
+            GradientNormalization g = conf.getGradientNormalization();
+            if (g != null && g != GradientNormalization.None && g != GradientNormalization.ClipElementWiseAbsoluteValue) {
+                problems.add(kind + " has gradient normalization " + g + " (by the layer's norm, which no rank holds)");
+            }
+            IActivation activation = conf.getActivationFn();
+            if (conf instanceof ColumnParallelDenseLayer && activation instanceof ActivationSoftmax) {
+                problems.add(kind + " has activation " + activation + " (across features; a column-parallel layer's"
+                        + " activation must be element-wise)");
+            }
+            tp.attach(comm);
+        }
+        if (!problems.isEmpty()) {
+            for (int l = 0; l < network.getnLayers(); l++) {
+                if (network.getLayer(l) instanceof TensorParallelLayer tp) {
+                    tp.attach(null);
+                }
+            }
+            throw new IllegalArgumentException("the network cannot be split exactly: " + String.join("; ", problems)
+                    + " (fix those layers' settings in the unsharded network and shard it again)");
+        }
+    }
+
+    /**
+     * Collective over the tensor-parallel group: writes the whole trained network into
+     * {@code target} (a network with the unsharded configuration, e.g. the one given to {@link #shard})
+     * on every rank: every shard gathered in rank order, the replicated layers from this rank, and the
+     * counters. Save {@code target} with DL4J's {@code ModelSerializer} as any network.
+     *
+     * @param network      this rank's sharded network, attached to {@code communicator}
+     * @param communicator over the tensor-parallel group
+     * @param target       an unsharded network of the configuration {@code network} was sharded from
+     * @throws IllegalArgumentException when {@code target}'s layers do not match the sharded network's
+     */
+    public static void gather(MultiLayerNetwork network, Communicator communicator, MultiLayerNetwork target) {
+        if (target.getLayers() == null) {
+            target.init();
+        }
+        int size = communicator.group().worldSize();
+        if (target.getnLayers() != network.getnLayers()) {
+            throw new IllegalArgumentException("target has " + target.getnLayers() + " layers, the sharded network "
+                    + network.getnLayers() + ": expected the unsharded configuration");
+        }
+        TensorParallelComm comm = new TensorParallelComm(communicator);
+        for (int l = 0; l < network.getnLayers(); l++) {
+            Layer from = network.getLayer(l);
+            Layer to = target.getLayer(l);
+            if (from instanceof ColumnParallelDenseLayerImpl) {
+                INDArray w = gatherBlocks(comm, from.getParam(DefaultParamInitializer.WEIGHT_KEY), size, 1);
+                requireShape(l, "W", to, w);
+                to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(w);
+                if (from.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
+                    to.getParam(DefaultParamInitializer.BIAS_KEY).assign(
+                            gatherBlocks(comm, from.getParam(DefaultParamInitializer.BIAS_KEY), size, 1));
+                }
+            } else if (from instanceof RowParallelDenseLayerImpl) {
+                INDArray w = gatherBlocks(comm, from.getParam(DefaultParamInitializer.WEIGHT_KEY), size, 0);
+                requireShape(l, "W", to, w);
+                to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(w);
+                if (from.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
+                    to.getParam(DefaultParamInitializer.BIAS_KEY).assign(from.getParam(DefaultParamInitializer.BIAS_KEY));
+                }
+            } else if (from.numParams() > 0) {
+                if (to.numParams() != from.numParams()) {
+                    throw new IllegalArgumentException("layer " + l + " of target has " + to.numParams() + " parameters,"
+                            + " the sharded network's " + from.numParams() + ": expected the unsharded configuration");
+                }
+                to.params().assign(from.params());
+            }
+        }
+        target.setIterationCount(network.getIterationCount());
+        target.setEpochCount(network.getEpochCount());
+    }
+
+    private static void requireShape(int layer, String param, Layer to, INDArray gathered) {
+        if (!Arrays.equals(to.getParam(param).shape(), gathered.shape())) {
+            throw new IllegalArgumentException("layer " + layer + " " + param + " of target has shape "
+                    + Arrays.toString(to.getParam(param).shape()) + ", the gathered shards " + Arrays.toString(gathered.shape())
+                    + ": expected the unsharded configuration");
+        }
+    }
+
+    /** Every rank's {@code shard} (same shape), concatenated in rank order along {@code axis}: an all-gather, bit for bit. */
+    private static INDArray gatherBlocks(TensorParallelComm comm, INDArray shard, int size, int axis) {
+        INDArray[] blocks = comm.allGather(shard);
+        long[] shape = shard.shape().clone();
+        int along = Math.min(axis, shape.length - 1); // DL4J's biases are vectors
+        long k = shape[along];
+        shape[along] = k * size;
+        INDArray all = Nd4j.createUninitialized(shard.dataType(), shape, 'c');
+        for (int r = 0; r < size; r++) {
+            block(all, axis, r * k, (r + 1) * k).assign(blocks[r]);
+        }
+        return all;
+    }
+
+    /** Indices {@code [from, to)} of {@code array} along {@code axis} (rows 0, columns 1; a vector's own axis). */
+    private static INDArray block(INDArray array, int axis, long from, long to) {
+        if (array.rank() == 1) {
+            return array.get(NDArrayIndex.interval(from, to));
+        }
+        return axis == 0 ? array.get(NDArrayIndex.interval(from, to), NDArrayIndex.all())
+                : array.get(NDArrayIndex.all(), NDArrayIndex.interval(from, to));
+    }
+}
