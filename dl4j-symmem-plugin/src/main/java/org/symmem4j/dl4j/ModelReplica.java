@@ -15,6 +15,7 @@ import org.deeplearning4j.nn.conf.WorkspaceMode;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.graph.vertex.GraphVertex;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.deeplearning4j.optimize.api.TrainingListener;
 import org.nd4j.linalg.api.buffer.DataType;
@@ -409,6 +410,7 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
             MultiLayerNetwork fresh = new MultiLayerNetwork(net.getLayerWiseConfigurations().clone());
             fresh.init();
             fresh.initGradientsView();
+            TensorParallel.copyAttachments(net, fresh); // a tensor-parallel rank's copy talks to the same group
             return new Mln(fresh);
         }
 
@@ -429,6 +431,7 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
             MultiLayerNetwork fresh = new MultiLayerNetwork(conf);
             fresh.init();
             fresh.initGradientsView();
+            TensorParallel.copyAttachments(net, fresh);
             return new Mln(fresh);
         }
 

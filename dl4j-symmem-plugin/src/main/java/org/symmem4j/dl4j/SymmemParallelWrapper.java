@@ -1479,6 +1479,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                         + " fix: drop sharding, or these options");
             }
             ModelReplica.ensureInitialized(model);
+            if (group == null && workers > 1 && model.model() instanceof MultiLayerNetwork m
+                    && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(m)) {
+                throw new IllegalArgumentException("workers=" + workers + " threads with a tensor-parallel network: each"
+                        + " worker would use this rank's tensor-parallel group at once; expected group mode, one worker per"
+                        + " rank (fix: builder(model).group(dataParallelGroup), e.g. DeviceMesh.of(world, \"dp\", d, \"tp\", t)"
+                        + ".group(\"dp\"))");
+            }
             if (gradientTransfer == GradientTransfer.BFLOAT16 && model.params().dataType() != DataType.FLOAT) {
                 throw new IllegalArgumentException("gradientTransfer=BFLOAT16 expected a FLOAT network, found dataType="
                         + model.params().dataType() + " (bf16 transfer is for fp32 training; fix: train in FLOAT, or"

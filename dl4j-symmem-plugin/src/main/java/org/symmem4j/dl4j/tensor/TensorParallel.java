@@ -186,6 +186,33 @@ public final class TensorParallel {
     }
 
     /**
+     * Whether {@code network} holds tensor-parallel layers (was made by {@link #shard}).
+     *
+     * @param network any network
+     * @return true when a layer is column- or row-parallel
+     */
+    public static boolean isSharded(MultiLayerNetwork network) {
+        return network.getLayerWiseConfigurations().getConfs().stream()
+                .anyMatch(c -> c.getLayer() instanceof TensorParallelDenseLayer);
+    }
+
+    /**
+     * Gives every tensor-parallel layer of {@code copy} the group of the same layer of {@code original}:
+     * for trainers that train a copy of the user's network on this rank (the data-parallel wrapper's
+     * worker). Nothing happens for networks without tensor-parallel layers.
+     *
+     * @param original a network made by {@link #shard} and attached
+     * @param copy     a network of the same configuration
+     */
+    public static void copyAttachments(MultiLayerNetwork original, MultiLayerNetwork copy) {
+        for (int l = 0; l < original.getnLayers() && l < copy.getnLayers(); l++) {
+            if (original.getLayer(l) instanceof TensorParallelLayer from && copy.getLayer(l) instanceof TensorParallelLayer to) {
+                to.attach(from.comm());
+            }
+        }
+    }
+
+    /**
      * Collective over the tensor-parallel group: writes the whole trained network into
      * {@code target} (a network with the unsharded configuration, e.g. the one given to {@link #shard})
      * on every rank: every shard gathered in rank order, the replicated layers from this rank, and the
