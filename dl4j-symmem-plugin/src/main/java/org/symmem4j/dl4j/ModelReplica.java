@@ -591,6 +591,7 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
             ComputationGraph fresh = new ComputationGraph(net.getConfiguration().clone());
             fresh.init();
             fresh.initGradientsView();
+            TensorParallel.copyAttachments(net, fresh); // a tensor-parallel rank's copy talks to the same group
             return new Graph(fresh);
         }
 
@@ -611,6 +612,7 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
             ComputationGraph fresh = new ComputationGraph(conf);
             fresh.init();
             fresh.initGradientsView();
+            TensorParallel.copyAttachments(net, fresh);
             return new Graph(fresh);
         }
 

@@ -1479,8 +1479,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                         + " fix: drop sharding, or these options");
             }
             ModelReplica.ensureInitialized(model);
-            if (group == null && workers > 1 && model.model() instanceof MultiLayerNetwork m
-                    && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(m)) {
+            if (group == null && workers > 1 && (model.model() instanceof MultiLayerNetwork m
+                    && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(m)
+                    || model.model() instanceof ComputationGraph g && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(g))) {
                 throw new IllegalArgumentException("workers=" + workers + " threads with a tensor-parallel network: each"
                         + " worker would use this rank's tensor-parallel group at once; expected group mode, one worker per"
                         + " rank (fix: builder(model).group(dataParallelGroup), e.g. DeviceMesh.of(world, \"dp\", d, \"tp\", t)"

@@ -5,10 +5,12 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.TreeSet;
 import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
 import org.deeplearning4j.nn.conf.GradientNormalization;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.layers.DenseLayer;
+import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.params.DefaultParamInitializer;
 import org.nd4j.linalg.activations.IActivation;
@@ -105,26 +107,7 @@ public final class TensorParallel {
         MultiLayerNetwork sharded = new MultiLayerNetwork(conf);
         sharded.init();
         for (int l = 0; l < confs.size(); l++) {
-            Layer from = unsharded.getLayer(l);
-            Layer to = sharded.getLayer(l);
-            if (to instanceof ColumnParallelDenseLayerImpl) {
-                long k = to.getParam(DefaultParamInitializer.WEIGHT_KEY).columns();
-                to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(
-                        block(from.getParam(DefaultParamInitializer.WEIGHT_KEY), 1, rank * k, (rank + 1) * k));
-                if (to.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
-                    to.getParam(DefaultParamInitializer.BIAS_KEY).assign(
-                            block(from.getParam(DefaultParamInitializer.BIAS_KEY), 1, rank * k, (rank + 1) * k));
-                }
-            } else if (to instanceof RowParallelDenseLayerImpl) {
-                long k = to.getParam(DefaultParamInitializer.WEIGHT_KEY).rows();
-                to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(
-                        block(from.getParam(DefaultParamInitializer.WEIGHT_KEY), 0, rank * k, (rank + 1) * k));
-                if (to.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
-                    to.getParam(DefaultParamInitializer.BIAS_KEY).assign(from.getParam(DefaultParamInitializer.BIAS_KEY));
-                }
-            } else if (to.numParams() > 0) {
-                to.params().assign(from.params());
-            }
+            copyShard(unsharded.getLayer(l), sharded.getLayer(l), rank);
         }
         sharded.setIterationCount(unsharded.getIterationCount());
         sharded.setEpochCount(unsharded.getEpochCount());
@@ -142,15 +125,114 @@ public final class TensorParallel {
      *                                  network was sharded for another group size than the communicator's
      */
     public static void attach(MultiLayerNetwork network, Communicator communicator) {
+        attachLayers(network.getLayers(), communicator);
+    }
+
+    /**
+     * As {@link #attach(MultiLayerNetwork, Communicator)}, for a graph made by
+     * {@link #shard(ComputationGraph, int, int, String...)}.
+     *
+     * @param graph        this rank's sharded graph
+     * @param communicator over the tensor-parallel group
+     * @throws IllegalArgumentException when a layer's settings cannot be split exactly (named)
+     */
+    public static void attach(ComputationGraph graph, Communicator communicator) {
+        attachLayers(graph.getLayers(), communicator);
+    }
+
+    /**
+     * This rank's shard of a {@link ComputationGraph}: each vertex named in {@code columnVertices}
+     * (a dense layer) becomes column-parallel, and the one vertex that consumes it (a dense layer whose
+     * only input it is) row-parallel; everything else is copied. As
+     * {@link #shard(MultiLayerNetwork, int, int, int...)} otherwise.
+     *
+     * @param unsharded      the whole graph (initialized if it is not)
+     * @param rank           this rank in the tensor-parallel group
+     * @param size           the tensor-parallel group's size
+     * @param columnVertices names of the dense-layer vertices to make column-parallel
+     * @return this rank's graph; attach it with {@link #attach(ComputationGraph, Communicator)}
+     * @throws IllegalArgumentException when a vertex is not a dense layer, is not consumed by exactly
+     *                                  one dense layer that takes only it, or its width is not divisible
+     */
+    public static ComputationGraph shard(ComputationGraph unsharded, int rank, int size, String... columnVertices) {
+        if (size < 1 || rank < 0 || rank >= size) {
+            throw new IllegalArgumentException("rank=" + rank + " size=" + size + " expected size >= 1 and 0 <= rank < size");
+        }
+        if (unsharded.getLayers() == null) {
+            unsharded.init();
+        }
+        ComputationGraphConfiguration conf = unsharded.getConfiguration().clone();
+        java.util.Map<String, org.deeplearning4j.nn.conf.graph.GraphVertex> vertices = conf.getVertices();
+        java.util.Map<String, List<String>> inputs = conf.getVertexInputs();
+        java.util.Set<String> used = new java.util.HashSet<>();
+        List<String[]> blocks = new ArrayList<>();
+        for (String column : columnVertices) {
+            DenseLayer columnLayer = denseOf(vertices, column);
+            List<String> consumers = inputs.entrySet().stream().filter(e -> e.getValue().contains(column))
+                    .map(java.util.Map.Entry::getKey).sorted().toList();
+            if (consumers.size() != 1 || !inputs.get(consumers.getFirst()).equals(List.of(column))
+                    || conf.getNetworkOutputs().contains(column)) {
+                throw new IllegalArgumentException("vertex '" + column + "' feeds " + consumers + (conf.getNetworkOutputs()
+                        .contains(column) ? " and the graph's output" : "") + ": a tensor-parallel block is a dense layer"
+                        + " consumed by exactly one dense layer that takes only it (the row-parallel half)");
+            }
+            String row = consumers.getFirst();
+            denseOf(vertices, row);
+            if (!used.add(column) || !used.add(row)) {
+                throw new IllegalArgumentException("column-parallel vertices " + Arrays.toString(columnVertices) + " overlap at '"
+                        + column + "': each block takes two vertices of its own");
+            }
+            if (columnLayer.getNOut() % size != 0) {
+                throw new IllegalArgumentException("vertex '" + column + "' has nOut=" + columnLayer.getNOut() + ", not divisible"
+                        + " by the tensor-parallel size " + size + " (its outputs are split evenly; choose a width that is)");
+            }
+            blocks.add(new String[] {column, row});
+        }
+        for (String[] block : blocks) {
+            layerConfOf(vertices, block[0]).setLayer(ColumnParallelDenseLayer.shardOf(denseOf(vertices, block[0]), size));
+            layerConfOf(vertices, block[1]).setLayer(RowParallelDenseLayer.shardOf(denseOf(vertices, block[1]), size));
+        }
+        ComputationGraph sharded = new ComputationGraph(conf);
+        sharded.init();
+        for (Layer to : sharded.getLayers()) {
+            String name = to.conf().getLayer().getLayerName();
+            copyShard(unsharded.getLayer(name), to, rank);
+        }
+        // a graph's counters live in its configuration
+        sharded.getConfiguration().setIterationCount(unsharded.getIterationCount());
+        sharded.getConfiguration().setEpochCount(unsharded.getEpochCount());
+        return sharded;
+    }
+
+    private static NeuralNetConfiguration layerConfOf(java.util.Map<String, org.deeplearning4j.nn.conf.graph.GraphVertex> vertices,
+                                                      String name) {
+        if (!(vertices.get(name) instanceof org.deeplearning4j.nn.conf.graph.LayerVertex v)) {
+            throw new IllegalArgumentException("vertex '" + name + "' is " + (vertices.get(name) == null ? "not in the graph"
+                    : "a " + vertices.get(name).getClass().getSimpleName()) + ": a tensor-parallel block is two DenseLayer"
+                    + " vertices; choose another vertex (the graph has " + new TreeSet<>(vertices.keySet()) + ")");
+        }
+        return v.getLayerConf();
+    }
+
+    private static DenseLayer denseOf(java.util.Map<String, org.deeplearning4j.nn.conf.graph.GraphVertex> vertices, String name) {
+        org.deeplearning4j.nn.conf.layers.Layer layer = layerConfOf(vertices, name).getLayer();
+        if (layer.getClass() != DenseLayer.class) {
+            throw new IllegalArgumentException("vertex '" + name + "' is a " + layer.getClass().getSimpleName() + ": a"
+                    + " tensor-parallel block is two DenseLayers; choose another vertex");
+        }
+        return (DenseLayer) layer;
+    }
+
+    private static void attachLayers(Layer[] layers, Communicator communicator) {
         TensorParallelComm comm = new TensorParallelComm(communicator);
         List<String> problems = new ArrayList<>();
-        for (int l = 0; l < network.getnLayers(); l++) {
-            Layer layer = network.getLayer(l);
+        for (Layer layer : layers) {
             if (!(layer instanceof TensorParallelLayer tp)) {
                 continue;
             }
             TensorParallelDenseLayer conf = (TensorParallelDenseLayer) layer.conf().getLayer();
-            String kind = conf.getClass().getSimpleName() + " " + l;
+            String kind = conf.getClass().getSimpleName() + " '" + (conf.getLayerName() != null ? conf.getLayerName()
+                    : "layer" + layer.getIndex()) + "'";
             if (conf.getTensorParallelSize() != comm.size()) {
                 problems.add(kind + " was sharded for " + conf.getTensorParallelSize() + " ranks, the group has " + comm.size());
             }
@@ -175,8 +257,8 @@ public final class TensorParallel {
             tp.attach(comm);
         }
         if (!problems.isEmpty()) {
-            for (int l = 0; l < network.getnLayers(); l++) {
-                if (network.getLayer(l) instanceof TensorParallelLayer tp) {
+            for (Layer layer : layers) {
+                if (layer instanceof TensorParallelLayer tp) {
                     tp.attach(null);
                 }
             }
@@ -197,6 +279,18 @@ public final class TensorParallel {
     }
 
     /**
+     * Whether {@code graph} holds tensor-parallel layers.
+     *
+     * @param graph any graph
+     * @return true when a layer vertex is column- or row-parallel
+     */
+    public static boolean isSharded(ComputationGraph graph) {
+        return graph.getConfiguration().getVertices().values().stream()
+                .anyMatch(v -> v instanceof org.deeplearning4j.nn.conf.graph.LayerVertex l
+                        && l.getLayerConf().getLayer() instanceof TensorParallelDenseLayer);
+    }
+
+    /**
      * Gives every tensor-parallel layer of {@code copy} the group of the same layer of {@code original}:
      * for trainers that train a copy of the user's network on this rank (the data-parallel wrapper's
      * worker). Nothing happens for networks without tensor-parallel layers.
@@ -207,6 +301,21 @@ public final class TensorParallel {
     public static void copyAttachments(MultiLayerNetwork original, MultiLayerNetwork copy) {
         for (int l = 0; l < original.getnLayers() && l < copy.getnLayers(); l++) {
             if (original.getLayer(l) instanceof TensorParallelLayer from && copy.getLayer(l) instanceof TensorParallelLayer to) {
+                to.attach(from.comm());
+            }
+        }
+    }
+
+    /**
+     * As {@link #copyAttachments(MultiLayerNetwork, MultiLayerNetwork)}, for graphs (layers matched by name).
+     *
+     * @param original a graph made by {@link #shard(ComputationGraph, int, int, String...)} and attached
+     * @param copy     a graph of the same configuration
+     */
+    public static void copyAttachments(ComputationGraph original, ComputationGraph copy) {
+        for (Layer layer : original.getLayers()) {
+            if (layer instanceof TensorParallelLayer from
+                    && copy.getLayer(layer.conf().getLayer().getLayerName()) instanceof TensorParallelLayer to) {
                 to.attach(from.comm());
             }
         }
@@ -227,45 +336,96 @@ public final class TensorParallel {
         if (target.getLayers() == null) {
             target.init();
         }
-        int size = communicator.group().worldSize();
         if (target.getnLayers() != network.getnLayers()) {
             throw new IllegalArgumentException("target has " + target.getnLayers() + " layers, the sharded network "
                     + network.getnLayers() + ": expected the unsharded configuration");
         }
         TensorParallelComm comm = new TensorParallelComm(communicator);
         for (int l = 0; l < network.getnLayers(); l++) {
-            Layer from = network.getLayer(l);
-            Layer to = target.getLayer(l);
-            if (from instanceof ColumnParallelDenseLayerImpl) {
-                INDArray w = gatherBlocks(comm, from.getParam(DefaultParamInitializer.WEIGHT_KEY), size, 1);
-                requireShape(l, "W", to, w);
-                to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(w);
-                if (from.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
-                    to.getParam(DefaultParamInitializer.BIAS_KEY).assign(
-                            gatherBlocks(comm, from.getParam(DefaultParamInitializer.BIAS_KEY), size, 1));
-                }
-            } else if (from instanceof RowParallelDenseLayerImpl) {
-                INDArray w = gatherBlocks(comm, from.getParam(DefaultParamInitializer.WEIGHT_KEY), size, 0);
-                requireShape(l, "W", to, w);
-                to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(w);
-                if (from.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
-                    to.getParam(DefaultParamInitializer.BIAS_KEY).assign(from.getParam(DefaultParamInitializer.BIAS_KEY));
-                }
-            } else if (from.numParams() > 0) {
-                if (to.numParams() != from.numParams()) {
-                    throw new IllegalArgumentException("layer " + l + " of target has " + to.numParams() + " parameters,"
-                            + " the sharded network's " + from.numParams() + ": expected the unsharded configuration");
-                }
-                to.params().assign(from.params());
-            }
+            gatherLayer("layer " + l, network.getLayer(l), target.getLayer(l), comm);
         }
         target.setIterationCount(network.getIterationCount());
         target.setEpochCount(network.getEpochCount());
     }
 
-    private static void requireShape(int layer, String param, Layer to, INDArray gathered) {
+    /** Copies {@code from}'s parameters, or this rank's shard of them, into {@code to}. */
+    private static void copyShard(Layer from, Layer to, int rank) {
+        if (to instanceof ColumnParallelDenseLayerImpl) {
+            long k = to.getParam(DefaultParamInitializer.WEIGHT_KEY).columns();
+            to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(
+                    block(from.getParam(DefaultParamInitializer.WEIGHT_KEY), 1, rank * k, (rank + 1) * k));
+            if (to.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
+                to.getParam(DefaultParamInitializer.BIAS_KEY).assign(
+                        block(from.getParam(DefaultParamInitializer.BIAS_KEY), 1, rank * k, (rank + 1) * k));
+            }
+        } else if (to instanceof RowParallelDenseLayerImpl) {
+            long k = to.getParam(DefaultParamInitializer.WEIGHT_KEY).rows();
+            to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(
+                    block(from.getParam(DefaultParamInitializer.WEIGHT_KEY), 0, rank * k, (rank + 1) * k));
+            if (to.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
+                to.getParam(DefaultParamInitializer.BIAS_KEY).assign(from.getParam(DefaultParamInitializer.BIAS_KEY));
+            }
+        } else if (to.numParams() > 0) {
+            to.params().assign(from.params());
+        }
+    }
+
+    /** Writes {@code from} (a layer of this rank's sharded model), gathered over the group where sharded, into {@code to}. */
+    private static void gatherLayer(String name, Layer from, Layer to, TensorParallelComm comm) {
+        int size = comm.size();
+        if (from instanceof ColumnParallelDenseLayerImpl) {
+            INDArray w = gatherBlocks(comm, from.getParam(DefaultParamInitializer.WEIGHT_KEY), size, 1);
+            requireShape(name, "W", to, w);
+            to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(w);
+            if (from.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
+                to.getParam(DefaultParamInitializer.BIAS_KEY).assign(
+                        gatherBlocks(comm, from.getParam(DefaultParamInitializer.BIAS_KEY), size, 1));
+            }
+        } else if (from instanceof RowParallelDenseLayerImpl) {
+            INDArray w = gatherBlocks(comm, from.getParam(DefaultParamInitializer.WEIGHT_KEY), size, 0);
+            requireShape(name, "W", to, w);
+            to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(w);
+            if (from.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
+                to.getParam(DefaultParamInitializer.BIAS_KEY).assign(from.getParam(DefaultParamInitializer.BIAS_KEY));
+            }
+        } else if (from.numParams() > 0) {
+            if (to.numParams() != from.numParams()) {
+                throw new IllegalArgumentException(name + " of target has " + to.numParams() + " parameters, the sharded"
+                        + " model's " + from.numParams() + ": expected the unsharded configuration");
+            }
+            to.params().assign(from.params());
+        }
+    }
+
+    /**
+     * As {@link #gather(MultiLayerNetwork, Communicator, MultiLayerNetwork)}, for graphs (layers matched by name).
+     *
+     * @param graph        this rank's sharded graph, attached to {@code communicator}
+     * @param communicator over the tensor-parallel group
+     * @param target       an unsharded graph of the configuration {@code graph} was sharded from
+     * @throws IllegalArgumentException when {@code target}'s layers do not match the sharded graph's
+     */
+    public static void gather(ComputationGraph graph, Communicator communicator, ComputationGraph target) {
+        if (target.getLayers() == null) {
+            target.init();
+        }
+        TensorParallelComm comm = new TensorParallelComm(communicator);
+        for (Layer from : graph.getLayers()) {
+            String name = from.conf().getLayer().getLayerName();
+            Layer to = target.getLayer(name);
+            if (to == null) {
+                throw new IllegalArgumentException("target has no layer vertex '" + name + "': expected the unsharded"
+                        + " configuration");
+            }
+            gatherLayer("vertex '" + name + "'", from, to, comm);
+        }
+        target.getConfiguration().setIterationCount(graph.getIterationCount());
+        target.getConfiguration().setEpochCount(graph.getEpochCount());
+    }
+
+    private static void requireShape(String layer, String param, Layer to, INDArray gathered) {
         if (!Arrays.equals(to.getParam(param).shape(), gathered.shape())) {
-            throw new IllegalArgumentException("layer " + layer + " " + param + " of target has shape "
+            throw new IllegalArgumentException(layer + " " + param + " of target has shape "
                     + Arrays.toString(to.getParam(param).shape()) + ", the gathered shards " + Arrays.toString(gathered.shape())
                     + ": expected the unsharded configuration");
         }

@@ -197,8 +197,8 @@ class TensorParallelTest {
                     }
                 });
         for (String m : errors) {
-            assertTrue(m.contains("ColumnParallelDenseLayer 0 has activation softmax"), m);
-            assertTrue(m.contains("RowParallelDenseLayer 1 has dropout on its input"), m);
+            assertTrue(m.contains("ColumnParallelDenseLayer 'layer0' has activation softmax"), m);
+            assertTrue(m.contains("RowParallelDenseLayer 'layer1' has dropout on its input"), m);
         }
         MultiLayerNetwork unattached = TensorParallel.shard(net, 0, 2, 0);
         IllegalStateException e = assertThrows(IllegalStateException.class,
