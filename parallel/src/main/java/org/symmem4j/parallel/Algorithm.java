@@ -18,6 +18,11 @@ package org.symmem4j.parallel;
  *       directly: the communicator copies the message into its own window, reduces there and copies
  *       it back. Faster than plain NCCL for small messages (1 to 16 KiB on 2 x H200: 3.6 against 6.0 us).
  *       GPU transports with one GPU per rank and NCCL windows only.</li>
+ *   <li>{@link #MPI}: one MPI all-reduce over every rank (groups that span machines, on
+ *       {@code org.symmem4j.parallel.multinode.HierarchicalCommunicator}): the flat baseline.</li>
+ *   <li>{@link #HIERARCHICAL}: reduce-scatter inside each machine on symmetric memory, reduce-scatter and
+ *       all-gather of each shard between machines over MPI, all-gather inside each machine (Horovod's and
+ *       NCCL's scheme); deterministic, and bitwise identical on every rank.</li>
  * </ul>
  * ONE_SHOT and TWO_SHOT add peers in rank order 0..N-1 and give bitwise-identical results to each
  * other. RING adds chunk k's contributions in ring order k, k+1, …, k-1: deterministic and identical
@@ -36,5 +41,9 @@ public enum Algorithm {
      * NCCL on the communicator's NCCL symmetric window, staged through it; GPU transports whose NCCL
      * has symmetric windows only ({@link Communicator#supports} says where it runs).
      */
-    NCCL_SYMMETRIC
+    NCCL_SYMMETRIC,
+    /** One MPI all-reduce over every rank: the flat algorithm of groups that span machines. */
+    MPI,
+    /** Symmetric memory inside each machine, MPI between machines (multi-node groups only). */
+    HIERARCHICAL
 }

@@ -132,7 +132,7 @@ public final class HostCommunicator implements Communicator {
 
     @Override
     public boolean supports(Algorithm algorithm) {
-        return algorithm != null && algorithm != Algorithm.NCCL && algorithm != Algorithm.NCCL_SYMMETRIC;
+        return algorithm == Algorithm.ONE_SHOT || algorithm == Algorithm.TWO_SHOT || algorithm == Algorithm.RING;
     }
 
     /** The reducer this communicator uses (vectorized or scalar). */
@@ -226,7 +226,8 @@ public final class HostCommunicator implements Communicator {
                 case ONE_SHOT -> oneShot(scratch, half, dst, dstOffset, len, dtype, op);
                 case TWO_SHOT -> twoShot(scratch, half, dst, dstOffset, false, len, dtype, op);
                 case RING -> ring(scratch, half, dst, dstOffset, false, len, dtype, op);
-                case NCCL, NCCL_SYMMETRIC -> throw new IllegalStateException("unreachable: NCCL rejected at entry");
+                case NCCL, NCCL_SYMMETRIC, MPI, HIERARCHICAL ->
+                        throw new IllegalStateException("unreachable: " + algorithm + " rejected at entry");
             }
         }
     }

@@ -1,0 +1,251 @@
+package org.symmem4j.parallel.mpi;
+
+import static java.lang.foreign.ValueLayout.ADDRESS;
+import static java.lang.foreign.ValueLayout.JAVA_INT;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ReduceOp;
+
+/**
+ * An MPI communicator ({@code MPI_Comm}): its rank and size, the collectives the multi-node hierarchy
+ * uses on host memory, and {@link #split}. Counts are elements; buffers are native segments (heap
+ * arrays cannot be handed to MPI). FLOAT32 and FLOAT64 with SUM, MAX and MIN (MPI has no AVG and, in
+ * Open MPI 4, no bfloat16). Every call's return code is checked ({@link MpiException}).
+ */
+public final class MpiComm implements AutoCloseable {
+
+    private final MemorySegment handle;
+    private final boolean owned;
+    private final int rank;
+    private final int size;
+    private boolean closed;
+
+    private MpiComm(MemorySegment handle, boolean owned, int rank, int size) {
+        this.handle = handle;
+        this.owned = owned;
+        this.rank = rank;
+        this.size = size;
+    }
+
+    static MpiComm wrap(MemorySegment handle, boolean owned) {
+        OpenMpi mpi = OpenMpi.get();
+        return Mpi.call(() -> {
+            try (Arena arena = Arena.ofConfined()) {
+                MemorySegment out = arena.allocate(JAVA_INT);
+                mpi.check((int) mpi.commRank.invokeExact(handle, out), "MPI_Comm_rank");
+                int r = out.get(JAVA_INT, 0);
+                mpi.check((int) mpi.commSize.invokeExact(handle, out), "MPI_Comm_size");
+                return new MpiComm(handle, owned, r, out.get(JAVA_INT, 0));
+            }
+        });
+    }
+
+    /**
+     * This process's rank in the communicator.
+     *
+     * @return 0 .. size()-1
+     */
+    public int rank() {
+        return rank;
+    }
+
+    /**
+     * The number of processes in the communicator.
+     *
+     * @return at least 1
+     */
+    public int size() {
+        return size;
+    }
+
+    /**
+     * Collective {@code MPI_Comm_split}: processes with the same {@code color} form a new communicator,
+     * ranked by {@code key} (ties by rank here). Close it when done.
+     *
+     * @param color the new communicator's identity, at least 0
+     * @param key   this process's order in it
+     * @return the new communicator
+     */
+    public MpiComm split(int color, int key) {
+        requireOpen();
+        OpenMpi mpi = OpenMpi.get();
+        return Mpi.call(() -> {
+            try (Arena arena = Arena.ofConfined()) {
+                MemorySegment out = arena.allocate(ADDRESS);
+                mpi.check((int) mpi.commSplit.invokeExact(handle, color, key, out), "MPI_Comm_split");
+                MemorySegment comm = out.get(ADDRESS, 0);
+                mpi.check((int) mpi.commSetErrhandler.invokeExact(comm, mpi.errorsReturn), "MPI_Comm_set_errhandler");
+                return wrap(comm, true);
+            }
+        });
+    }
+
+    /**
+     * Collective in-place all-reduce of {@code count} elements of {@code buffer}.
+     *
+     * @param buffer native memory of at least {@code count} elements
+     * @param count  elements
+     * @param dtype  FLOAT32 or FLOAT64
+     * @param op     SUM, MAX or MIN
+     * @throws IllegalArgumentException when the type, op or buffer does not fit
+     */
+    public void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op) {
+        requireOpen();
+        requireFits(buffer, count, dtype, "buffer");
+        OpenMpi mpi = OpenMpi.get();
+        MemorySegment type = type(mpi, dtype);
+        MemorySegment mpiOp = op(mpi, op);
+        long done = 0;
+        while (done < count || count == 0) { // MPI counts are ints: pieces of at most 2^31-1 elements
+            int piece = (int) Math.min(Integer.MAX_VALUE, count - done);
+            MemorySegment at = buffer.asSlice(dtype.bytes(done));
+            Mpi.call(() -> {
+                mpi.check((int) mpi.allreduce.invokeExact(OpenMpi.IN_PLACE, at, piece, type, mpiOp, handle), "MPI_Allreduce");
+                return null;
+            });
+            done += piece;
+            if (count == 0) {
+                break;
+            }
+        }
+    }
+
+    /**
+     * Collective {@code MPI_Reduce_scatter_block}: {@code send} holds {@code size() x recvCount} elements;
+     * rank r receives the reduction of every rank's block r in {@code recv}.
+     *
+     * @param send      native memory, {@code size() x recvCount} elements
+     * @param recv      native memory, {@code recvCount} elements
+     * @param recvCount elements per rank, at most 2^31-1
+     * @param dtype     FLOAT32 or FLOAT64
+     * @param op        SUM, MAX or MIN
+     */
+    public void reduceScatterBlock(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
+        requireOpen();
+        int count = intCount(recvCount, "recvCount");
+        requireFits(send, recvCount * size, dtype, "send");
+        requireFits(recv, recvCount, dtype, "recv");
+        OpenMpi mpi = OpenMpi.get();
+        MemorySegment type = type(mpi, dtype);
+        MemorySegment mpiOp = op(mpi, op);
+        Mpi.call(() -> {
+            mpi.check((int) mpi.reduceScatterBlock.invokeExact(send, recv, count, type, mpiOp, handle), "MPI_Reduce_scatter_block");
+            return null;
+        });
+    }
+
+    /**
+     * Collective {@code MPI_Allgather}: every rank's {@code sendCount} elements, in rank order, into {@code recv}.
+     *
+     * @param send      native memory, {@code sendCount} elements
+     * @param recv      native memory, {@code size() x sendCount} elements
+     * @param sendCount elements per rank, at most 2^31-1
+     * @param dtype     FLOAT32 or FLOAT64
+     */
+    public void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
+        requireOpen();
+        int count = intCount(sendCount, "sendCount");
+        requireFits(send, sendCount, dtype, "send");
+        requireFits(recv, sendCount * size, dtype, "recv");
+        OpenMpi mpi = OpenMpi.get();
+        MemorySegment type = type(mpi, dtype);
+        Mpi.call(() -> {
+            mpi.check((int) mpi.allgather.invokeExact(send, count, type, recv, count, type, handle), "MPI_Allgather");
+            return null;
+        });
+    }
+
+    /**
+     * Collective {@code MPI_Bcast} of {@code count} elements from {@code root}.
+     *
+     * @param buffer native memory of at least {@code count} elements
+     * @param count  elements, at most 2^31-1
+     * @param dtype  FLOAT32 or FLOAT64
+     * @param root   the rank whose data every rank receives
+     */
+    public void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
+        requireOpen();
+        int n = intCount(count, "count");
+        requireFits(buffer, count, dtype, "buffer");
+        OpenMpi mpi = OpenMpi.get();
+        MemorySegment type = type(mpi, dtype);
+        Mpi.call(() -> {
+            mpi.check((int) mpi.bcast.invokeExact(buffer, n, type, root, handle), "MPI_Bcast");
+            return null;
+        });
+    }
+
+    /** Collective {@code MPI_Barrier}. */
+    public void barrier() {
+        requireOpen();
+        OpenMpi mpi = OpenMpi.get();
+        Mpi.call(() -> {
+            mpi.check((int) mpi.barrier.invokeExact(handle), "MPI_Barrier");
+            return null;
+        });
+    }
+
+    /** Frees a communicator made by {@link #split} (collective); {@code MPI_COMM_WORLD} stays. Idempotent. */
+    @Override
+    public void close() {
+        if (closed || !owned) {
+            closed = closed || owned;
+            return;
+        }
+        closed = true;
+        OpenMpi mpi = OpenMpi.get();
+        Mpi.call(() -> {
+            try (Arena arena = Arena.ofConfined()) {
+                MemorySegment ref = arena.allocate(ADDRESS);
+                ref.set(ADDRESS, 0, handle);
+                mpi.check((int) mpi.commFree.invokeExact(ref), "MPI_Comm_free");
+            }
+            return null;
+        });
+    }
+
+    private void requireOpen() {
+        if (closed) {
+            throw new IllegalStateException("the MPI communicator is closed");
+        }
+    }
+
+    private static int intCount(long count, String what) {
+        if (count < 0 || count > Integer.MAX_VALUE) {
+            throw new IllegalArgumentException(what + "=" + count + " expected 0 .. 2^31-1 elements (MPI counts are ints)");
+        }
+        return (int) count;
+    }
+
+    private static void requireFits(MemorySegment buffer, long count, DType dtype, String what) {
+        if (buffer == null || !buffer.isNative()) {
+            throw new IllegalArgumentException(what + " must be native memory (got " + buffer + "): MPI cannot read the"
+                    + " Java heap; allocate it with an Arena");
+        }
+        if (count < 0 || buffer.byteSize() < dtype.bytes(count)) {
+            throw new IllegalArgumentException(what + " holds " + buffer.byteSize() + " bytes, expected at least "
+                    + dtype.bytes(Math.max(0, count)) + " for " + count + " " + dtype + " elements");
+        }
+    }
+
+    private static MemorySegment type(OpenMpi mpi, DType dtype) {
+        return switch (dtype) {
+            case FLOAT32 -> mpi.typeFloat;
+            case FLOAT64 -> mpi.typeDouble;
+            case BFLOAT16 -> throw new IllegalArgumentException("dtype=BFLOAT16: Open MPI has no bfloat16 type; expected"
+                    + " FLOAT32 or FLOAT64 (widen to FLOAT32 before the MPI step)");
+        };
+    }
+
+    private static MemorySegment op(OpenMpi mpi, ReduceOp op) {
+        return switch (op) {
+            case SUM -> mpi.opSum;
+            case MAX -> mpi.opMax;
+            case MIN -> mpi.opMin;
+            case AVG -> throw new IllegalArgumentException("op=AVG: MPI has no average; expected SUM, MAX or MIN (sum,"
+                    + " then divide by the size)");
+        };
+    }
+}

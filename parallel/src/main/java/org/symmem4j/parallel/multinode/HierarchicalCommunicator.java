@@ -1,0 +1,322 @@
+package org.symmem4j.parallel.multinode;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.mpi.MpiComm;
+
+/**
+ * Collectives of a group that spans machines: symmetric memory inside each machine (the machine's
+ * ranks form a sub-group on the group's own transport), MPI between machines (the ranks with the same
+ * local rank form an MPI communicator, one rank per machine), as Horovod and NCCL arrange them.
+ *
+ * <pre>
+ *   all-reduce (HIERARCHICAL), L ranks per machine, N machines, the buffer padded to a multiple of L x N:
+ *     1. inside each machine: reduce-scatter   -> local rank l holds block l summed over its machine
+ *     2. between machines:    reduce-scatter   -> sub-block n of block l summed over every machine (on machine n)
+ *     3. between machines:    all-gather       -> block l summed over everything, on every machine
+ *     4. inside each machine: all-gather       -> the whole sum on every rank
+ * </pre>
+ *
+ * Every element is reduced once, in a fixed order (inside a machine in local-rank order, between
+ * machines in MPI's order for that size), then copied: the result is deterministic and bitwise
+ * identical on every rank; it is not bitwise equal to a flat all-reduce (another association of the
+ * sums). {@link Algorithm#MPI} is the flat alternative: one {@code MPI_Allreduce} over every rank.
+ * Reduce-scatter, all-gather and broadcast are hierarchical likewise; barrier is a machine barrier,
+ * an MPI barrier and a machine barrier. FLOAT32 and FLOAT64 (MPI has no bfloat16); SUM, AVG (a sum
+ * divided by the size, the same division on every rank), MAX, MIN. Arguments are checked inside each
+ * machine by its communicator; between machines MPI's own checks apply. Symmetric memory cannot span
+ * machines: the {@link SymmetricMemory} forms of the collectives are refused; pass native segments.
+ */
+public final class HierarchicalCommunicator implements Communicator {
+
+    private final Group group;
+    private final NodeTopology topology;
+    private final Group machine;
+    private final Communicator intra;
+    private final MpiComm inter;
+    private final MpiComm world;
+    private final Arena arena = Arena.ofShared();
+    private MemorySegment staging = MemorySegment.NULL;
+    private MemorySegment shard = MemorySegment.NULL;
+    private MemorySegment subShard = MemorySegment.NULL;
+    private boolean closed;
+
+    private HierarchicalCommunicator(Group group, NodeTopology topology, Group machine, Communicator intra, MpiComm inter,
+                                     MpiComm world) {
+        this.group = group;
+        this.topology = topology;
+        this.machine = machine;
+        this.intra = intra;
+        this.inter = inter;
+        this.world = world;
+    }
+
+    /**
+     * Collective over {@code group} and {@code world}: the machine sub-groups and the MPI communicators
+     * between machines. {@code world}'s ranks must be {@code group}'s (the same processes in the same order:
+     * {@code ProcessGroup.fromEnvironment()} under {@code mpirun} reads Open MPI's rank).
+     *
+     * @param group every rank of the job, this rank's view of it
+     * @param world the MPI communicator of the same processes (e.g. {@code Mpi.world()})
+     * @return the communicator; close it before the group
+     * @throws IllegalArgumentException when the MPI ranks are not the group's, or the layout is refused ({@link NodeTopology#of})
+     */
+    public static HierarchicalCommunicator create(Group group, MpiComm world) {
+        if (world.size() != group.worldSize() || world.rank() != group.rank()) {
+            throw new IllegalArgumentException("MPI rank " + world.rank() + " of " + world.size() + " is group rank "
+                    + group.rank() + " of " + group.worldSize() + ": expected the same processes in the same order (join the"
+                    + " group with ProcessGroup.fromEnvironment() in processes started by mpirun)");
+        }
+        NodeTopology topology = NodeTopology.of(group);
+        Group machine = group.split(topology.node(), topology.localRank(), "machine");
+        Communicator intra = null;
+        MpiComm inter = null;
+        try {
+            intra = Communicator.create(machine);
+            inter = world.split(topology.localRank(), topology.node());
+            return new HierarchicalCommunicator(group, topology, machine, intra, inter, world);
+        } catch (RuntimeException | Error e) {
+            if (inter != null) {
+                inter.close();
+            }
+            if (intra != null) {
+                intra.close();
+            }
+            machine.close();
+            throw e;
+        }
+    }
+
+    /**
+     * Which ranks share a machine.
+     *
+     * @return the layout this communicator was built on
+     */
+    public NodeTopology topology() {
+        return topology;
+    }
+
+    @Override
+    public Group group() {
+        return group;
+    }
+
+    @Override
+    public String transportName() {
+        return "hierarchical(" + intra.transportName() + " + mpi)";
+    }
+
+    @Override
+    public boolean supports(Algorithm algorithm) {
+        return algorithm == Algorithm.HIERARCHICAL || algorithm == Algorithm.MPI;
+    }
+
+    @Override
+    public boolean supports(Algorithm algorithm, DType dtype, ReduceOp op, long count) {
+        return supports(algorithm) && (dtype == DType.FLOAT32 || dtype == DType.FLOAT64);
+    }
+
+    @Override
+    public synchronized void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
+        requireUsable(dtype, buffer, count, "buffer");
+        ReduceOp mpiOp = op == ReduceOp.AVG ? ReduceOp.SUM : op;
+        switch (algorithm) {
+            case MPI -> world.allReduce(buffer, count, dtype, mpiOp);
+            case HIERARCHICAL -> hierarchicalAllReduce(buffer, count, dtype, mpiOp);
+            default -> throw new IllegalArgumentException("algorithm=" + algorithm + " needs symmetric memory across every"
+                    + " rank, and this group spans " + topology.nodes() + " machines: expected HIERARCHICAL or MPI");
+        }
+        if (op == ReduceOp.AVG) {
+            divide(buffer, count, dtype, group.worldSize());
+        }
+    }
+
+    private void hierarchicalAllReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op) {
+        int perNode = topology.ranksPerNode();
+        int nodes = topology.nodes();
+        long blocks = (long) perNode * nodes;
+        long padded = (count + blocks - 1) / blocks * blocks;
+        long piece = padded / perNode;
+        long sub = piece / nodes;
+        MemorySegment all = staging(dtype.bytes(padded));
+        MemorySegment.copy(buffer, 0, all, 0, dtype.bytes(count));
+        all.asSlice(dtype.bytes(count), dtype.bytes(padded - count)).fill((byte) 0);
+        MemorySegment mine = shard(dtype.bytes(piece));
+        intra.reduceScatter(all, mine, piece, dtype, op);                 // 1. inside the machine
+        if (nodes > 1) {
+            MemorySegment part = subShard(dtype.bytes(sub));
+            inter.reduceScatterBlock(mine, part, sub, dtype, op);        // 2. between machines
+            inter.allGather(part, mine, sub, dtype);                     // 3. between machines
+        }
+        intra.allGather(mine, all, piece, dtype);                        // 4. inside the machine
+        MemorySegment.copy(all, 0, buffer, 0, dtype.bytes(count));
+    }
+
+    @Override
+    public void allReduce(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
+        throw symmetricMemoryRefused("allReduce");
+    }
+
+    /**
+     * Hierarchical reduce-scatter: rank {@code r = node x L + l} receives block {@code r}. Inside each
+     * machine the blocks are packed so that local rank {@code l} reduces the blocks of every machine's
+     * local rank {@code l}; between machines each rank then keeps its own machine's block.
+     */
+    @Override
+    public synchronized void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
+        int world = group.worldSize();
+        requireUsable(dtype, send, recvCount * world, "send");
+        requireUsable(dtype, recv, recvCount, "recv");
+        int perNode = topology.ranksPerNode();
+        int nodes = topology.nodes();
+        ReduceOp mpiOp = op == ReduceOp.AVG ? ReduceOp.SUM : op;
+        long block = dtype.bytes(recvCount);
+        MemorySegment packed = staging(block * world);
+        for (int l = 0; l < perNode; l++) {
+            for (int n = 0; n < nodes; n++) {
+                MemorySegment.copy(send, block * ((long) n * perNode + l), packed, block * ((long) l * nodes + n), block);
+            }
+        }
+        MemorySegment mine = shard(block * nodes);
+        intra.reduceScatter(packed, mine, recvCount * nodes, dtype, mpiOp);
+        if (nodes > 1) {
+            inter.reduceScatterBlock(mine, recv, recvCount, dtype, mpiOp);
+        } else {
+            MemorySegment.copy(mine, 0, recv, 0, block);
+        }
+        if (op == ReduceOp.AVG) {
+            divide(recv, recvCount, dtype, world);
+        }
+    }
+
+    @Override
+    public synchronized void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
+        int perNode = topology.ranksPerNode();
+        requireUsable(dtype, send, sendCount, "send");
+        requireUsable(dtype, recv, sendCount * group.worldSize(), "recv");
+        MemorySegment machineBlocks = shard(dtype.bytes(sendCount * perNode));
+        intra.allGather(send, machineBlocks, sendCount, dtype);
+        if (topology.nodes() > 1) {
+            inter.allGather(machineBlocks, recv, sendCount * perNode, dtype); // machine-major is rank order
+        } else {
+            MemorySegment.copy(machineBlocks, 0, recv, 0, dtype.bytes(sendCount * perNode));
+        }
+    }
+
+    @Override
+    public void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
+        throw symmetricMemoryRefused("reduceScatter");
+    }
+
+    @Override
+    public void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
+        throw symmetricMemoryRefused("allGather");
+    }
+
+    @Override
+    public synchronized void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
+        requireUsable(dtype, buffer, count, "buffer");
+        if (root < 0 || root >= group.worldSize()) {
+            throw new IllegalArgumentException("root=" + root + " expected 0 .. " + (group.worldSize() - 1));
+        }
+        int rootNode = root / topology.ranksPerNode();
+        int rootLocal = root % topology.ranksPerNode();
+        if (topology.localRank() == rootLocal && topology.nodes() > 1) {
+            inter.broadcast(buffer, count, dtype, rootNode); // the root's machine to the same local rank everywhere
+        }
+        intra.broadcast(buffer, count, dtype, rootLocal);
+    }
+
+    @Override
+    public synchronized void barrier() {
+        intra.barrier();
+        if (topology.nodes() > 1) {
+            inter.barrier();
+        }
+        intra.barrier();
+    }
+
+    @Override
+    public void abort(String reason) {
+        intra.abort(reason);
+        group.abort(reason);
+    }
+
+    /** Frees the MPI communicator between machines, the machine's communicator and sub-group (collective). */
+    @Override
+    public synchronized void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        try {
+            inter.close();
+        } finally {
+            try {
+                intra.close();
+            } finally {
+                machine.close();
+                arena.close();
+            }
+        }
+    }
+
+    private void requireUsable(DType dtype, MemorySegment buffer, long count, String what) {
+        if (closed) {
+            throw new IllegalStateException("the hierarchical communicator is closed");
+        }
+        if (dtype != DType.FLOAT32 && dtype != DType.FLOAT64) {
+            throw new IllegalArgumentException("dtype=" + dtype + ": between machines MPI carries FLOAT32 or FLOAT64 only"
+                    + " (Open MPI has no bfloat16); widen to FLOAT32");
+        }
+        if (buffer == null || !buffer.isNative() || buffer.byteSize() < dtype.bytes(count)) {
+            throw new IllegalArgumentException(what + "=" + buffer + " expected native memory of at least "
+                    + dtype.bytes(count) + " bytes (" + count + " " + dtype + " elements)");
+        }
+    }
+
+    private static UnsupportedOperationException symmetricMemoryRefused(String op) {
+        return new UnsupportedOperationException(op + " on SymmetricMemory: symmetric memory cannot span machines;"
+                + " pass native MemorySegments to the segment form of " + op);
+    }
+
+    private MemorySegment staging(long bytes) {
+        if (staging.byteSize() < bytes) {
+            staging = arena.allocate(Math.max(bytes, 2 * staging.byteSize()), 64);
+        }
+        return staging;
+    }
+
+    private MemorySegment shard(long bytes) {
+        if (shard.byteSize() < bytes) {
+            shard = arena.allocate(Math.max(bytes, 2 * shard.byteSize()), 64);
+        }
+        return shard;
+    }
+
+    private MemorySegment subShard(long bytes) {
+        if (subShard.byteSize() < bytes) {
+            subShard = arena.allocate(Math.max(bytes, 2 * subShard.byteSize()), 64);
+        }
+        return subShard;
+    }
+
+    private static void divide(MemorySegment buffer, long count, DType dtype, int by) {
+        if (dtype == DType.FLOAT32) {
+            for (long i = 0; i < count; i++) {
+                buffer.setAtIndex(ValueLayout.JAVA_FLOAT, i, buffer.getAtIndex(ValueLayout.JAVA_FLOAT, i) / by);
+            }
+        } else {
+            for (long i = 0; i < count; i++) {
+                buffer.setAtIndex(ValueLayout.JAVA_DOUBLE, i, buffer.getAtIndex(ValueLayout.JAVA_DOUBLE, i) / by);
+            }
+        }
+    }
+}

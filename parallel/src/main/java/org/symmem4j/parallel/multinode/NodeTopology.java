@@ -1,0 +1,113 @@
+package org.symmem4j.parallel.multinode;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import org.symmem4j.parallel.Group;
+
+/**
+ * Which ranks of a group share a machine ("node"): rank {@code r} is local rank {@code r % ranksPerNode}
+ * of node {@code r / ranksPerNode}. Launchers (symmem4j-run, torchrun, mpirun with its default
+ * by-slot mapping) number ranks node by node, and the collectives between nodes rely on it: a group
+ * whose nodes hold different rank counts, or whose ranks interleave nodes, is refused.
+ *
+ * <p>A rank's node is its machine's host name, or {@code SYMMEM4J_NODE_ID} where set (containers
+ * with one host name each on one machine, or several names for one machine). Tests and benchmarks
+ * pretend one machine is several with {@code -Dsymmem4j.pretendRanksPerNode=k} (or
+ * {@code SYMMEM4J_PRETEND_RANKS_PER_NODE}): node {@code r / k}.
+ *
+ * @param nodes        the number of machines
+ * @param ranksPerNode ranks on each machine
+ * @param node         this rank's machine, 0 .. nodes-1
+ * @param localRank    this rank's index on its machine, 0 .. ranksPerNode-1
+ */
+public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank) {
+
+    /** Pretends every {@code k} consecutive ranks are one machine (tests, benchmarks). */
+    public static final String PRETEND_PROPERTY = "symmem4j.pretendRanksPerNode";
+    /** The environment variable form of {@link #PRETEND_PROPERTY}. */
+    public static final String PRETEND_ENV = "SYMMEM4J_PRETEND_RANKS_PER_NODE";
+    /** Overrides the host name as this rank's machine identity. */
+    public static final String NODE_ID_ENV = "SYMMEM4J_NODE_ID";
+
+    /**
+     * Collective: every rank's machine, agreed over the group's store.
+     *
+     * @param group the group
+     * @return this rank's view of the layout
+     * @throws IllegalArgumentException when machines hold different rank counts, or a machine's ranks are
+     *                                  not consecutive (the message lists each rank's machine)
+     */
+    public static NodeTopology of(Group group) {
+        int size = group.worldSize();
+        String pretend = System.getProperty(PRETEND_PROPERTY, System.getenv(PRETEND_ENV));
+        List<String> ids = new ArrayList<>(size);
+        if (pretend != null && !pretend.isBlank()) {
+            int k = parsePositive(pretend);
+            for (int r = 0; r < size; r++) {
+                ids.add("pretend-node-" + r / k);
+            }
+        } else {
+            for (byte[] id : group.allGatherBytes("symmem4j-node-topology", nodeId().getBytes(StandardCharsets.UTF_8))) {
+                ids.add(new String(id, StandardCharsets.UTF_8));
+            }
+        }
+        return fromIds(ids, group.rank());
+    }
+
+    /** The layout for every rank's machine identity {@code ids} (rank order), seen from {@code rank}. */
+    static NodeTopology fromIds(List<String> ids, int rank) {
+        List<String> order = new ArrayList<>();
+        for (String id : ids) {
+            if (order.isEmpty() || !order.getLast().equals(id)) {
+                if (order.contains(id)) {
+                    throw new IllegalArgumentException("the ranks of machine '" + id + "' are not consecutive: machines by"
+                            + " rank " + ids + " (start the processes machine by machine: symmem4j-run and torchrun do;"
+                            + " with mpirun, map by slot)");
+                }
+                order.add(id);
+            }
+        }
+        int perNode = ids.size() / order.size();
+        for (String id : order) {
+            long count = ids.stream().filter(id::equals).count();
+            if (count != perNode) {
+                throw new IllegalArgumentException("machine '" + id + "' runs " + count + " ranks, expected " + perNode
+                        + " on every machine: machines by rank " + ids + " (start as many processes on each machine)");
+            }
+        }
+        return new NodeTopology(order.size(), perNode, rank / perNode, rank % perNode);
+    }
+
+    private static int parsePositive(String value) {
+        try {
+            int k = Integer.parseInt(value.strip());
+            if (k >= 1) {
+                return k;
+            }
+        } catch (NumberFormatException ignored) {
+            // reported below
+        }
+        throw new IllegalArgumentException(PRETEND_PROPERTY + "=" + value + " expected a positive number of ranks per"
+                + " pretended machine");
+    }
+
+    private static String nodeId() {
+        String id = System.getenv(NODE_ID_ENV);
+        if (id != null && !id.isBlank()) {
+            return id.strip();
+        }
+        try {
+            return Files.readString(Path.of("/proc/sys/kernel/hostname")).strip();
+        } catch (IOException e) {
+            try {
+                return java.net.InetAddress.getLocalHost().getHostName();
+            } catch (IOException e2) {
+                throw new IllegalStateException("cannot tell this machine's name (set " + NODE_ID_ENV + "): " + e2, e2);
+            }
+        }
+    }
+}

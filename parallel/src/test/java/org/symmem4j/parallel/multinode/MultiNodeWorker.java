@@ -1,0 +1,201 @@
+package org.symmem4j.parallel.multinode;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.ByteBuffer;
+import java.util.List;
+import java.util.zip.CRC32C;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.group.ProcessGroup;
+import org.symmem4j.parallel.mpi.Mpi;
+import org.symmem4j.parallel.mpi.MpiComm;
+
+/**
+ * One process of {@link MultiNodeCollectivesTest}, started by {@code mpirun}: joins the process group
+ * (Open MPI's rank), builds the hierarchical communicator over pretended machines, and checks every
+ * collective against a float64 reference; results must also be bitwise identical on every rank. Mode
+ * {@code die-at-allreduce}: rank 3 halts before the second all-reduce (a machine's process killed mid-run).
+ */
+public final class MultiNodeWorker {
+
+    private MultiNodeWorker() {
+    }
+
+    public static void main(String[] args) throws Exception {
+        String mode = args.length > 0 ? args[0] : "check";
+        try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
+            MpiComm world = Mpi.world();
+            try (HierarchicalCommunicator comm = HierarchicalCommunicator.create(group, world)) {
+                NodeTopology t = comm.topology();
+                if (mode.equals("die-at-allreduce")) {
+                    dieMidRun(group.rank(), comm);
+                    return;
+                }
+                int checks = 0;
+                for (DType dtype : new DType[] {DType.FLOAT32, DType.FLOAT64}) {
+                    for (long count : new long[] {1, 7, 1000, 65_537}) {
+                        for (Algorithm algorithm : new Algorithm[] {Algorithm.HIERARCHICAL, Algorithm.MPI}) {
+                            for (ReduceOp op : new ReduceOp[] {ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MAX}) {
+                                checkAllReduce(group, comm, dtype, count, algorithm, op);
+                                checks++;
+                            }
+                        }
+                        checkReduceScatter(group, comm, dtype, count);
+                        checkAllGather(group, comm, dtype, count);
+                        checkBroadcast(group, comm, dtype, count, group.worldSize() - 1);
+                        checkBroadcast(group, comm, dtype, count, 0);
+                        checks += 4;
+                    }
+                }
+                comm.barrier();
+                System.out.println("rank " + group.rank() + " OK: " + checks + " checks on " + t.nodes() + " machines x "
+                        + t.ranksPerNode() + " ranks (node " + t.node() + ", local rank " + t.localRank() + ")");
+            }
+        }
+    }
+
+    /** Rank r's value at i: integers (exact in every order) on even i, fractions (order-dependent) on odd i. */
+    static double value(int rank, long i) {
+        return i % 2 == 0 ? (rank + 1) * ((i % 13) - 6) : Math.sin(rank * 31.0 + i) * 1000.5;
+    }
+
+    private static MemorySegment filled(Arena arena, DType dtype, long count, int rank) {
+        MemorySegment s = arena.allocate(dtype.bytes(Math.max(1, count)), 64);
+        for (long i = 0; i < count; i++) {
+            set(s, dtype, i, value(rank, i));
+        }
+        return s;
+    }
+
+    static void set(MemorySegment s, DType dtype, long i, double v) {
+        if (dtype == DType.FLOAT32) {
+            s.setAtIndex(ValueLayout.JAVA_FLOAT, i, (float) v);
+        } else {
+            s.setAtIndex(ValueLayout.JAVA_DOUBLE, i, v);
+        }
+    }
+
+    static double get(MemorySegment s, DType dtype, long i) {
+        return dtype == DType.FLOAT32 ? s.getAtIndex(ValueLayout.JAVA_FLOAT, i) : s.getAtIndex(ValueLayout.JAVA_DOUBLE, i);
+    }
+
+    /** The reference of element i over every rank, in float64, from the values as each rank's dtype holds them. */
+    private static double reference(int ranks, DType dtype, long i, ReduceOp op) {
+        double acc = op == ReduceOp.MAX ? Double.NEGATIVE_INFINITY : 0;
+        for (int r = 0; r < ranks; r++) {
+            double v = dtype == DType.FLOAT32 ? (float) value(r, i) : value(r, i);
+            acc = op == ReduceOp.MAX ? Math.max(acc, v) : acc + v;
+        }
+        return op == ReduceOp.AVG ? acc / ranks : acc;
+    }
+
+    /** The sum of the summands' magnitudes: what rounding in any summation order is relative to. */
+    private static double magnitude(int ranks, long i) {
+        double m = 0;
+        for (int r = 0; r < ranks; r++) {
+            m += Math.abs(value(r, i));
+        }
+        return m;
+    }
+
+    private static void checkAllReduce(ProcessGroup group, HierarchicalCommunicator comm, DType dtype, long count,
+                                       Algorithm algorithm, ReduceOp op) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment buffer = filled(arena, dtype, count, group.rank());
+            comm.allReduce(buffer, count, dtype, op, algorithm);
+            double tolerance = dtype == DType.FLOAT32 ? 1e-5 : 1e-12;
+            for (long i = 0; i < count; i++) {
+                double expected = reference(group.worldSize(), dtype, i, op);
+                double got = get(buffer, dtype, i);
+                boolean exact = i % 2 == 0 && op != ReduceOp.AVG;
+                if (exact ? got != expected : Math.abs(got - expected) > tolerance * (1 + magnitude(group.worldSize(), i))) {
+                    throw new AssertionError(algorithm + " all-reduce " + op + " " + dtype + " count=" + count + " element " + i
+                            + ": got " + got + " expected " + expected + " (float64 reference) on rank " + group.rank());
+                }
+            }
+            sameOnEveryRank(group, buffer, dtype.bytes(count), algorithm + " all-reduce " + op + " " + dtype + " " + count);
+        }
+    }
+
+    private static void checkReduceScatter(ProcessGroup group, HierarchicalCommunicator comm, DType dtype, long count) {
+        int n = group.worldSize();
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment send = filled(arena, dtype, count * n, group.rank());
+            MemorySegment recv = arena.allocate(dtype.bytes(Math.max(1, count)), 64);
+            comm.reduceScatter(send, recv, count, dtype, ReduceOp.SUM);
+            for (long i = 0; i < count; i++) {
+                long global = group.rank() * count + i;
+                double expected = reference(n, dtype, global, ReduceOp.SUM);
+                double got = get(recv, dtype, i);
+                double tolerance = dtype == DType.FLOAT32 ? 1e-5 : 1e-12;
+                if (global % 2 == 0 ? got != expected : Math.abs(got - expected) > tolerance * (1 + magnitude(n, global))) {
+                    throw new AssertionError("reduce-scatter " + dtype + " count=" + count + " element " + i + ": got " + got
+                            + " expected " + expected + " on rank " + group.rank());
+                }
+            }
+        }
+    }
+
+    private static void checkAllGather(ProcessGroup group, HierarchicalCommunicator comm, DType dtype, long count) {
+        int n = group.worldSize();
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment send = filled(arena, dtype, count, group.rank());
+            MemorySegment recv = arena.allocate(dtype.bytes(Math.max(1, count * n)), 64);
+            comm.allGather(send, recv, count, dtype);
+            for (int r = 0; r < n; r++) {
+                for (long i = 0; i < count; i++) {
+                    double expected = dtype == DType.FLOAT32 ? (float) value(r, i) : value(r, i);
+                    if (get(recv, dtype, r * count + i) != expected) {
+                        throw new AssertionError("all-gather " + dtype + " count=" + count + ": rank " + r + "'s element " + i
+                                + " is " + get(recv, dtype, r * count + i) + " expected " + expected + " on rank " + group.rank());
+                    }
+                }
+            }
+        }
+    }
+
+    private static void checkBroadcast(ProcessGroup group, HierarchicalCommunicator comm, DType dtype, long count, int root) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment buffer = filled(arena, dtype, count, group.rank());
+            comm.broadcast(buffer, count, dtype, root);
+            for (long i = 0; i < count; i++) {
+                double expected = dtype == DType.FLOAT32 ? (float) value(root, i) : value(root, i);
+                if (get(buffer, dtype, i) != expected) {
+                    throw new AssertionError("broadcast from " + root + " " + dtype + " count=" + count + " element " + i
+                            + " is " + get(buffer, dtype, i) + " expected " + expected + " on rank " + group.rank());
+                }
+            }
+        }
+    }
+
+    /** Every rank's CRC-32C of the result must equal rank 0's: bitwise identical everywhere. */
+    private static void sameOnEveryRank(ProcessGroup group, MemorySegment result, long bytes, String what) {
+        CRC32C crc = new CRC32C();
+        crc.update(result.asSlice(0, bytes).asByteBuffer());
+        long mine = crc.getValue();
+        List<byte[]> all = group.allGatherBytes("crc-" + what.replace(' ', '-'), ByteBuffer.allocate(8).putLong(mine).array());
+        for (int r = 0; r < all.size(); r++) {
+            long theirs = ByteBuffer.wrap(all.get(r)).getLong();
+            if (theirs != mine) {
+                throw new AssertionError(what + ": rank " + r + "'s result differs bitwise from rank " + group.rank() + "'s");
+            }
+        }
+    }
+
+    private static void dieMidRun(int rank, HierarchicalCommunicator comm) {
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment buffer = filled(arena, DType.FLOAT32, 4096, rank);
+            comm.allReduce(buffer, 4096, DType.FLOAT32, ReduceOp.SUM, Algorithm.HIERARCHICAL);
+            if (rank == 3) {
+                System.out.println("rank 3 halts now");
+                System.out.flush();
+                Runtime.getRuntime().halt(9);
+            }
+            comm.allReduce(buffer, 4096, DType.FLOAT32, ReduceOp.SUM, Algorithm.HIERARCHICAL);
+            System.out.println("rank " + rank + " finished the second all-reduce without rank 3: wrong");
+        }
+    }
+}
