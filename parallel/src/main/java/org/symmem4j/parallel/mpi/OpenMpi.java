@@ -82,8 +82,8 @@ final class OpenMpi {
             throw new MpiUnavailableException(SONAME + " could not be opened: " + t);
         }
         if (handle.address() == 0) {
-            throw new MpiUnavailableException(SONAME + " is not installed (install Open MPI: Debian's openmpi-bin and"
-                    + " libopenmpi-dev, or your cluster's module)");
+            throw new MpiUnavailableException(SONAME + " is not installed (install Open MPI: Debian's openmpi-bin, which brings"
+                    + " libopenmpi3, or your cluster's module)");
         }
         initialized = function("MPI_Initialized", FunctionDescriptor.of(JAVA_INT, ADDRESS));
         initThread = function("MPI_Init_thread", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_INT, ADDRESS));
