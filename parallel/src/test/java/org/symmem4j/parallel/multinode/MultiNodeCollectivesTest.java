@@ -39,8 +39,7 @@ class MultiNodeCollectivesTest {
     static void requireMpi() {
         boolean present = mpirunPresent();
         if (!present && "1".equals(System.getenv("SYMMEM4J_REQUIRE_MPI"))) {
-            throw new AssertionError("SYMMEM4J_REQUIRE_MPI=1 but mpirun is not on the PATH (install openmpi-bin and"
-                    + " libopenmpi-dev)");
+            throw new AssertionError("SYMMEM4J_REQUIRE_MPI=1 but mpirun is not on the PATH (install Debian's openmpi-bin)");
         }
         Assumptions.assumeTrue(present, "Open MPI (mpirun) is not installed");
     }
