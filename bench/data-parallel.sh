@@ -2,7 +2,8 @@
 # Data-parallel training benchmark, one run: the same MLP, data and number of optimizer steps trained
 # by a single model's fit() on merged batches, DL4J ParallelWrapper AVERAGING(1) and SHARED_GRADIENTS,
 # and symmem4j's SymmemParallelWrapper; median of 3 repetitions each, round-robin; written as markdown
-# to bench/results/<date>-data-parallel.md (see DataParallelBench for the method and flags).
+# to bench/results/<date>-data-parallel.md and, one row per measured run, as CSV beside it
+# (<date>-data-parallel.csv; see DataParallelBench for the method and flags).
 #
 #   bench/data-parallel.sh [extra DataParallelBench flags, e.g. --steps 300 --reps 1 for a quick look]
 #
@@ -25,8 +26,10 @@ if [ -n "$(git status --porcelain -- . ':!bench/results' ':!bench/tmp')" ]; then
 fi
 mkdir -p bench/results
 report="bench/results/$(date -u +%Y-%m-%d)-data-parallel.md"
+raw="${report%.md}.csv"
+rm -f "$raw" # the benchmark appends to an existing CSV; this run's report replaces the day's, so does its CSV
 
 "$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector \
   --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.benchmarks.dl4j.DataParallelBench \
-  --out "$report" --commit "$commit" --command "bench/data-parallel.sh $*" "$@"
-echo "wrote $report" >&2
+  --out "$report" --raw "$raw" --commit "$commit" --command "bench/data-parallel.sh $*" "$@"
+echo "wrote $report and $raw" >&2

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Host all-reduce benchmark, one run: Open MPI MPI_Allreduce (bench/mpi), then JMH — symmem4j
 # all-reduce with 2 ranks as threads and as processes, memcpy of the same bytes, and the reduction
-# loop's bandwidth — written as markdown to bench/results/<date>-host-allreduce.md.
+# loop's bandwidth — written as markdown to bench/results/<date>-host-allreduce.md, with JMH's raw CSV
+# beside it (<date>-host-allreduce-jmh.csv).
 #
 #   bench/host-allreduce.sh [extra JMH args, e.g. -wi 1 -i 2 for a quick look]
 #
@@ -42,5 +43,8 @@ echo "== JMH" >&2
   -rf csv -rff "$out/jmh.csv" "$@" >&2)
 
 report="bench/results/$(date -u +%Y-%m-%d)-host-allreduce.md"
+raw="${report%.md}-jmh.csv"
+cp "$out/jmh.csv" "$raw"
+echo "- raw JMH results (CSV, every benchmark and parameter): \`$(basename "$raw")\`" >> "$out/header.md"
 "$jdk/bin/java" -cp "$cp" org.symmem4j.benchmarks.HostBenchReport "$out/jmh.csv" "$out/mpi.txt" "$out/header.md" > "$report"
-echo "wrote $report" >&2
+echo "wrote $report and $raw" >&2

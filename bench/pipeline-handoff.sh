@@ -2,7 +2,8 @@
 # Pipeline stage-to-stage hand-off latency on the host, one run: Open MPI MPI_Send/MPI_Recv
 # ping-pong (bench/mpi/pingpong_bench.c), then JMH — StageLinkHandoffBenchmark with 2 ranks as
 # threads and as processes, with default and with spin waits; memcpy of the same bytes; the
-# hand-off's copies in one thread — written as markdown to bench/results/<date>-pipeline-handoff-host.md.
+# hand-off's copies in one thread — written as markdown to bench/results/<date>-pipeline-handoff-host.md,
+# with JMH's raw CSV beside it (<date>-pipeline-handoff-host-jmh.csv).
 #
 #   bench/pipeline-handoff.sh [extra JMH args, e.g. -wi 1 -i 2 for a quick look]
 #
@@ -90,6 +91,9 @@ echo "other jobs used $others_share of the machine's CPU time during the run" >&
 } > "$out/header.md"
 
 report="bench/results/${started%%T*}-pipeline-handoff-host.md"
+raw="${report%.md}-jmh.csv"
+cp "$out/jmh.csv" "$raw"
+echo "- raw JMH results (CSV, every benchmark and parameter): \`$(basename "$raw")\`" >> "$out/header.md"
 "$jdk/bin/java" -cp "$cp" org.symmem4j.benchmarks.HandoffBenchReport \
   "$out/jmh.csv" "$out/mpi-pingpong.txt" "$out/header.md" > "$report"
-echo "wrote $report" >&2
+echo "wrote $report and $raw" >&2

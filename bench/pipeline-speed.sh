@@ -3,7 +3,9 @@
 # interleaved, split by parameters and by measured pass times, a core per rank), then the executor's
 # measured idle time against the simulator with stages of known duration (PipelineExecutorBubbleBench,
 # parked and spinning waits). Writes bench/results/<date>-pipeline-speed[-TAG].md with the machine,
-# the load before and after, the commit and the raw numbers.
+# the load before and after, the commit and the raw numbers, and beside it the raw CSVs:
+# <date>-pipeline-speed[-TAG].csv (PipelineBench, one row per measured run) and
+# <date>-pipeline-speed[-TAG]-executor.csv (PipelineExecutorBubbleBench, one row per step and rank).
 #
 #   bench/pipeline-speed.sh [extra PipelineBench flags, e.g. --steps 10 --reps 1 for a quick look]
 #
@@ -33,13 +35,16 @@ if [ -n "$(git status --porcelain -- . ':!bench/results' ':!bench/tmp')" ]; then
 fi
 mkdir -p bench/results bench/tmp
 report="bench/results/$(date -u +%Y-%m-%d)-pipeline-speed${TAG:+-$TAG}.md"
+raw="${report%.md}.csv"
+raw_executor="${report%.md}-executor.csv"
+rm -f "$raw" "$raw_executor" # the benchmarks append to an existing CSV; this run's report replaces the day's, so do its CSVs
 machine="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $cores cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM, $(uname -sr)"
 java=("$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector
       --sun-misc-unsafe-memory-access=allow -cp "$cp")
 export OMP_NUM_THREADS=1
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-"${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineBench --ranks "$RANKS" --out bench/tmp/pipeline-bench.md \
+"${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineBench --ranks "$RANKS" --out bench/tmp/pipeline-bench.md --raw "$raw" \
   --commit "$commit" --machine "$machine" --command "RANKS=$RANKS bench/pipeline-speed.sh $*" "$@"
 {
   cat bench/tmp/pipeline-bench.md
@@ -47,13 +52,14 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
   echo "## Executor against the simulator (no model)"
   echo
   echo "Stages whose passes take a known time, every step started on all ranks together; the measured idle"
-  echo "fraction per rank next to the simulator's for that step's measured pass and hand-off times."
+  echo "fraction per rank next to the simulator's for that step's measured pass and hand-off times"
+  echo "(raw data, one CSV row per step and rank: \`$(basename "$raw_executor")\`)."
   echo
-  "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 4 --microbatches 8 --wait park
+  "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 4 --microbatches 8 --wait park --raw "$raw_executor"
   echo
   "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks "$(( cores < 2 ? 1 : (cores < 4 ? 2 : 4) ))" \
-    --microbatches 8 --forward-us 1000 --backward-us 2000 --wait spin
+    --microbatches 8 --forward-us 1000 --backward-us 2000 --wait spin --raw "$raw_executor"
   echo
   echo "Load average (1, 5, 15 min) before: $load_before; after: $(cut -d' ' -f1-3 /proc/loadavg)."
 } > "$report" 2> >(grep -v '^WARNING: Using incubator modules' >&2)
-echo "wrote $report" >&2
+echo "wrote $report, $raw and $raw_executor" >&2

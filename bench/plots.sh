@@ -2,7 +2,8 @@
 # Draws the benchmark plots (PNG) into bench/results/plots/ from the raw CSVs committed in
 # bench/results/ (org.symmem4j.benchmarks.Plots, XChart, headless): DL4J data-parallel throughput
 # against the single model and ParallelWrapper, the pipeline's measured bubble against the simulator's,
-# the host all-reduce against Open MPI, the GPU all-reduce against NCCL. Measures nothing.
+# the host all-reduce against Open MPI, the GPU all-reduce against NCCL, ZeRO's optimizer-state and
+# gradient bytes per worker against the worker count. Measures nothing.
 #
 #   bench/plots.sh [--results DIR] [--out DIR]       (SKIP_BUILD=1: use the jars already built)
 set -euo pipefail

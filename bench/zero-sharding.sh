@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ZeRO-style sharding benchmark: updater-state bytes and peak off-heap bytes per worker, and step
 # time, of plain data parallelism (the baseline) and ZeRO stages 1 and 2, for N = 1, 2, 4 workers,
-# every run in a fresh JVM; written as markdown to bench/results/<date>-zero-sharding.md (see
+# every run in a fresh JVM; written as markdown to bench/results/<date>-zero-sharding.md and, one row
+# per run, as CSV beside it (<date>-zero-sharding.csv, which bench/plots.sh draws from; see
 # ZeroShardingBench for the method and flags).
 #
 #   bench/zero-sharding.sh [extra ZeroShardingBench flags, e.g. --reps 1 --steps 20 for a quick look]
@@ -23,8 +24,10 @@ if [ -n "$(git status --porcelain -- . ':!bench/results' ':!bench/tmp')" ]; then
 fi
 mkdir -p bench/results
 report="bench/results/$(date -u +%Y-%m-%d)-zero-sharding.md"
+raw="${report%.md}.csv"
+rm -f "$raw" # the benchmark appends to an existing CSV; this run's report replaces the day's, so does its CSV
 
 "$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector \
   --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.benchmarks.dl4j.ZeroShardingBench \
-  --out "$report" --commit "$commit" --command "bench/zero-sharding.sh $*" "$@"
-echo "wrote $report" >&2
+  --out "$report" --raw "$raw" --commit "$commit" --command "bench/zero-sharding.sh $*" "$@"
+echo "wrote $report and $raw" >&2

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
-# the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs and reports land in $OUT.
+# the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs, reports and each report's raw
+# CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
 #   run-on-device.sh [tests|shared|bench|handoff|all|multi|probe|nvlink|launch|ab] [extra all-reduce benchmark args]
 # (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU on every rank count in
 # MULTI_TEST_RANKS (default: all GPUs, then 2), the all-reduce
@@ -89,14 +90,19 @@ if [ "$what" = shared ]; then
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuAllReduceBench --out "$out/gpu-allreduce.md" \
-    --thresholds "$out/gpu-thresholds.properties" "$@" 2>&1 | tee "$out/gpu-bench.log"
+    --raw "$out/gpu-allreduce.csv" --thresholds "$out/gpu-thresholds.properties" "$@" 2>&1 | tee "$out/gpu-bench.log"
   rc=$(( rc | PIPESTATUS[0] ))
 fi
 if [ "$what" = handoff ] || [ "$what" = all ]; then
   # the hand-off's device-side waits are unbounded: a broken protocol must not hold the machine
   timeout 300 $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuHandoffBench --out "$out/gpu-handoff.md" \
-    2>&1 | tee "$out/gpu-handoff.log"
+    --raw "$out/gpu-handoff.csv" 2>&1 | tee "$out/gpu-handoff.log"
   rc=$(( rc | PIPESTATUS[0] ))
+fi
+if [ "$what" = all ]; then
+  # the device tool brings back 8 files: the benchmarks' two logs (also on stdout) go into one archive, so the
+  # reports, their raw CSVs, the thresholds and the test logs come back as files
+  (cd "$out" && tar czf gpu-bench-logs.tar.gz gpu-bench.log gpu-handoff.log && rm -f gpu-bench.log gpu-handoff.log)
 fi
 if [ "$what" = multi ]; then
   gpus=$(nvidia-smi -L | grep -c '^GPU')
@@ -115,21 +121,22 @@ if [ "$what" = multi ]; then
     start=$(date +%s)
     CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((g - 1))) timeout -k 10 "${MULTI_BENCH_LIMIT:-150}" $java $flags -cp "$cp" \
       org.symmem4j.benchmarks.GpuAllReduceBench --out "$out/gpu-allreduce-${g}gpus.md" \
-      --thresholds "$out/gpu-thresholds-${g}gpus.properties" "$@" > "$out/gpu-allreduce-${g}gpus.log" 2>&1
+      --raw "$out/gpu-allreduce-${g}gpus.csv" --thresholds "$out/gpu-thresholds-${g}gpus.properties" "$@" > "$out/gpu-allreduce-${g}gpus.log" 2>&1
     code=$?
     rc=$(( rc | code ))
     echo "== all-reduce on $g GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/multi-summary.txt"
   done
   start=$(date +%s)
   timeout -k 10 "${MULTI_HANDOFF_LIMIT:-120}" $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuHandoffBench \
-    --out "$out/gpu-handoff-${gpus}gpus.md" > "$out/gpu-handoff-${gpus}gpus.log" 2>&1
+    --out "$out/gpu-handoff-${gpus}gpus.md" --raw "$out/gpu-handoff-${gpus}gpus.csv" > "$out/gpu-handoff-${gpus}gpus.log" 2>&1
   code=$?
   rc=$(( rc | code ))
   echo "== hand-off on $gpus GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/multi-summary.txt"
   nvidia-smi topo -m > "$out/topology.txt" 2>&1
-  # one archive of everything, and beside it only the summary and the reports (the device tool brings back 8 files)
+  # one archive of everything (the raw CSVs included), and beside it only the summary and the reports (the device
+  # tool brings back 8 files)
   (cd "$out" && tar czf multi-raw.tar.gz gpu-tests-*.log gpu-allreduce-* gpu-thresholds-* gpu-handoff-* topology.txt \
-    && rm -f gpu-tests-*.log gpu-allreduce-*.log gpu-handoff-*.log topology.txt)
+    && rm -f gpu-tests-*.log gpu-allreduce-*.log gpu-handoff-*.log gpu-allreduce-*.csv gpu-handoff-*.csv topology.txt)
 fi
 if [ "$what" = ab ]; then
   # Regression check against the base commit packed with BASE=<commit> bench/gpu/pack.sh, same machine,
@@ -163,7 +170,8 @@ if [ "$what" = ab ]; then
   (cd "$out" && files=$(ls jmh-* gpu-allreduce-* 2>/dev/null) && tar czf ab-raw.tar.gz $files && rm -f $files)
 fi
 if [ "$what" = probe ]; then
-  timeout 300 $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuEagerProbe 2>&1 | tee "$out/gpu-eager-probe.log"
+  timeout 300 $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuEagerProbe --raw "$out/gpu-eager-probe.csv" 2>&1 \
+    | tee "$out/gpu-eager-probe.log"
   rc=$(( rc | PIPESTATUS[0] ))
 fi
 if [ "$what" = nvlink ]; then

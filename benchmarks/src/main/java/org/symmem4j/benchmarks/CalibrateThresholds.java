@@ -73,7 +73,7 @@ public final class CalibrateThresholds implements Callable<Integer> {
     private int repetitions = 5;
     @Option(names = "--max-spread", paramLabel = "S", description = "largest accepted spread of a cell's repetitions:"
             + " interquartile range / median")
-    private double maxSpread = 0.25;
+    private double maxSpread = RepetitionSpread.DEFAULT_MAX_SPREAD;
     @Option(names = "--out", paramLabel = "FILE", description = "where the table is written (its rows override the shipped defaults)")
     private Path out = Path.of(System.getProperty("user.home"), ".symmem4j", "thresholds.properties");
 
@@ -86,7 +86,7 @@ public final class CalibrateThresholds implements Callable<Integer> {
 
     @Override
     public Integer call() throws IOException {
-        if (ranks < 2 || maxBytes < 1024 || repetitions < 3 || !(maxSpread > 0)) {
+        if (ranks < 2 || maxBytes < 1024 || repetitions < RepetitionSpread.MIN_REPETITIONS || !(maxSpread > 0)) {
             throw new ParameterException(spec.commandLine(), String.format(Locale.ROOT, "--ranks=%d --max-bytes=%d"
                     + " --repetitions=%d --max-spread=%s expected ranks >= 2, max-bytes >= 1024, repetitions >= 3,"
                     + " max-spread > 0", ranks, maxBytes, repetitions, maxSpread));
@@ -157,8 +157,8 @@ public final class CalibrateThresholds implements Callable<Integer> {
     /**
      * Judges {@code repetitions[size][algorithm][repetition]} (microseconds, NaN where the algorithm is
      * not eligible): the median of each cell's repetitions is its time; a cell whose repetitions
-     * spread more than {@code maxSpread} (interquartile range / median, quartiles by nearest rank; with 3
-     * repetitions the whole range) is a problem, and so is a size that takes more than
+     * spread more than {@code maxSpread} ({@link RepetitionSpread#spread}: interquartile range / median,
+     * quartiles by nearest rank; with 3 repetitions the whole range) is a problem, and so is a size that takes more than
      * {@link #MAX_SIZE_INVERSION} times the time of a larger size with the same algorithm. Pure: no
      * timing happens here, so it is tested on made-up numbers.
      */
@@ -169,20 +169,16 @@ public final class CalibrateThresholds implements Callable<Integer> {
         List<String> problems = new ArrayList<>();
         for (int s = 0; s < n; s++) {
             for (int a = 0; a < CANDIDATES.length; a++) {
-                double[] v = repetitions[s][a].clone();
+                double[] v = repetitions[s][a];
                 if (v.length == 0 || Double.isNaN(v[0])) {
                     medians[s][a] = Double.NaN;
                     spreads[s][a] = Double.NaN;
                     continue;
                 }
-                Arrays.sort(v);
-                medians[s][a] = v[v.length / 2];
-                // nearest-rank quartiles: for 5 repetitions the 2nd and 4th, so one outlier is tolerated
-                spreads[s][a] = (v[v.length - 1 - v.length / 4] - v[v.length / 4]) / medians[s][a];
-                if (spreads[s][a] > maxSpread) {
-                    problems.add(String.format(Locale.ROOT, "bytes=%d %s: repetitions %s us spread %.3f (IQR / median),"
-                            + " expected at most %s", sizes.get(s), CANDIDATES[a], round(v), spreads[s][a], maxSpread));
-                }
+                medians[s][a] = RepetitionSpread.median(v);
+                spreads[s][a] = RepetitionSpread.spread(v);
+                RepetitionSpread.problem("bytes=" + sizes.get(s) + " " + CANDIDATES[a], v, maxSpread)
+                        .ifPresent(problems::add);
             }
         }
         for (int a = 0; a < CANDIDATES.length; a++) {
@@ -205,14 +201,6 @@ public final class CalibrateThresholds implements Callable<Integer> {
             }
         }
         return new Judgement(medians, spreads, problems);
-    }
-
-    private static String round(double[] v) {
-        StringBuilder b = new StringBuilder("[");
-        for (int i = 0; i < v.length; i++) {
-            b.append(i == 0 ? "" : ", ").append(String.format(Locale.ROOT, "%.2f", v[i]));
-        }
-        return b.append(']').toString();
     }
 
     /**

@@ -10,7 +10,6 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
@@ -43,8 +42,15 @@ import picocli.CommandLine.Option;
  * the CUDA transport. One rank per GPU (threads of this JVM). Medians of repeated timings with CUDA
  * events on rank 0's stream.
  *
+ * <p>{@code --thresholds} writes the calibrated rows only when every timing they are calibrated from
+ * (graph-captured, each algorithm and size) is steady: a cell whose repetitions spread more than
+ * {@code --max-spread} (interquartile range / median, {@link RepetitionSpread}, the host calibration's
+ * rule) makes the run refuse the file, list the cells in the report and exit with status 1.
+ * {@code --raw} writes every number of the report's tables as CSV, one row per dtype, mode and size.
+ *
  * <pre>
- *   GpuAllReduceBench [--out report.md] [--thresholds thresholds.properties] [--max-bytes B] [--reps R]
+ *   GpuAllReduceBench [--out report.md] [--raw report.csv] [--thresholds thresholds.properties]
+ *                     [--max-spread S] [--max-bytes B] [--reps R]
  * </pre>
  */
 public final class GpuAllReduceBench {
@@ -61,9 +67,32 @@ public final class GpuAllReduceBench {
     private GpuAllReduceBench() {
     }
 
-    /** Per (dtype, size, variant, mode): median microseconds per op, NaN where it cannot run. */
-    record Cell(DType dtype, long bytes, String variant, boolean graph, double micros) {
+    /**
+     * Per (dtype, size, variant, mode): median microseconds per op and the repetitions it is the median
+     * of (microseconds per op each), NaN and no repetitions where it cannot run.
+     */
+    record Cell(DType dtype, long bytes, String variant, boolean graph, double micros, double[] repetitions) {
+
+        static Cell measured(DType dtype, long bytes, String variant, boolean graph, double[] repetitions) {
+            return new Cell(dtype, bytes, variant, graph, RepetitionSpread.median(repetitions), repetitions);
+        }
+
+        static Cell notRun(DType dtype, long bytes, String variant, boolean graph) {
+            return new Cell(dtype, bytes, variant, graph, Double.NaN, new double[0]);
+        }
+
+        /** IQR / median of the repetitions; NaN where the cell did not run. */
+        double spread() {
+            return repetitions.length == 0 ? Double.NaN : RepetitionSpread.spread(repetitions);
+        }
     }
+
+    /** The columns of {@code --raw}: the report's tables, one row per dtype, mode and size, and the spreads. */
+    static final List<String> CSV_COLUMNS = List.of("gpus", "device", "dtype", "mode", "bytes", "one_shot_us",
+            "two_shot_us", "nccl_plain_us", "nccl_window_us", "best", "best_us", "best_busbw_gb_per_s",
+            "speedup_vs_better_nccl", "policy", "policy_us", "policy_over_best", "one_shot_spread", "two_shot_spread",
+            "nccl_plain_spread", "nccl_window_spread", "policy_spread", "reps", "copy_bytes", "copy_alone_us",
+            "copy_all_us");
 
     @Command(name = "GpuAllReduceBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
             description = "GPU all-reduce on every GPU of the machine: symmem4j's algorithms against NCCL, eager and"
@@ -71,8 +100,15 @@ public final class GpuAllReduceBench {
     static final class Flags {
         @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
         Path out;
-        @Option(names = "--thresholds", paramLabel = "FILE", description = "write the calibrated threshold row to FILE (default: none)")
+        @Option(names = "--raw", paramLabel = "FILE", description = "also write every number of the report's tables as CSV to FILE"
+                + " (appended under the same header; default: none)")
+        Path raw;
+        @Option(names = "--thresholds", paramLabel = "FILE", description = "write the calibrated threshold rows to FILE, unless a"
+                + " timing they come from spreads more than --max-spread (default: none)")
         Path thresholds;
+        @Option(names = "--max-spread", paramLabel = "S", description = "largest accepted spread (interquartile range / median) of"
+                + " the repetitions of a timing the thresholds are calibrated from")
+        double maxSpread = RepetitionSpread.DEFAULT_MAX_SPREAD;
         @Option(names = "--max-bytes", paramLabel = "B", description = "largest message in bytes")
         long maxBytes = 256L << 20;
         @Option(names = "--reps", paramLabel = "R", description = "timed repetitions per cell (the median is reported)")
@@ -84,6 +120,14 @@ public final class GpuAllReduceBench {
             Cli.positive("--reps", f.reps);
             if (f.maxBytes < 1024) {
                 throw new IllegalArgumentException("--max-bytes=" + f.maxBytes + " expected >= 1024");
+            }
+            if (!(f.maxSpread > 0)) {
+                throw new IllegalArgumentException("--max-spread=" + f.maxSpread + " expected > 0");
+            }
+            if (f.thresholds != null && f.reps < RepetitionSpread.MIN_REPETITIONS) {
+                throw new IllegalArgumentException("--reps=" + f.reps + " with --thresholds expected >= "
+                        + RepetitionSpread.MIN_REPETITIONS + " (the calibration judges the spread of each timing's"
+                        + " repetitions; fewer have none to judge)");
             }
             return f;
         });
@@ -124,12 +168,12 @@ public final class GpuAllReduceBench {
                 MemorySegment next = MemorySegment.ofAddress(peers.bufferPointer((group.rank() + 1) % worldSize)).reinterpret(maxB);
                 MemorySegment mine = MemorySegment.ofAddress(peers.bufferPointer(group.rank())).reinterpret(maxB);
                 boolean first = group.rank() == 0;
-                double alone = time(comm, gpu, () -> {
+                double alone = RepetitionSpread.median(time(comm, gpu, () -> {
                     if (first) {
                         gpu.copyAsync(next, mine);
                     }
-                }, maxB, false, repeats);
-                double all = time(comm, gpu, () -> gpu.copyAsync(next, mine), maxB, false, repeats);
+                }, maxB, false, repeats));
+                double all = RepetitionSpread.median(time(comm, gpu, () -> gpu.copyAsync(next, mine), maxB, false, repeats));
                 if (first) {
                     peerCopy[0] = alone;
                     peerCopy[1] = all;
@@ -144,8 +188,9 @@ public final class GpuAllReduceBench {
                             Runnable op = comm.supports(variant, dtype, ReduceOp.SUM, count)
                                     ? () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, variant) : null;
                             for (boolean graph : new boolean[] {false, true}) {
-                                double us = op == null ? Double.NaN : time(comm, gpu, op, bytes, graph, repeats);
-                                cells.add(new Cell(dtype, bytes, variant.name(), graph, us));
+                                cells.add(op == null ? Cell.notRun(dtype, bytes, variant.name(), graph)
+                                        : Cell.measured(dtype, bytes, variant.name(), graph,
+                                        time(comm, gpu, op, bytes, graph, repeats)));
                             }
                         }
                     }
@@ -166,8 +211,8 @@ public final class GpuAllReduceBench {
                         Algorithm chosen = policy.choose(comm, count, dtype, ReduceOp.SUM);
                         Runnable op = () -> comm.allReduce(mem, 0, count, dtype, ReduceOp.SUM, chosen);
                         for (boolean graph : new boolean[] {false, true}) {
-                            cells.add(new Cell(dtype, bytes, "policy:" + chosen, graph, time(comm, gpu, op, bytes, graph,
-                                    repeats)));
+                            cells.add(Cell.measured(dtype, bytes, "policy:" + chosen, graph,
+                                    time(comm, gpu, op, bytes, graph, repeats)));
                         }
                     }
                 }
@@ -176,12 +221,117 @@ public final class GpuAllReduceBench {
             }
             return cells;
         });
-        String report = report(cuda, perRank.getFirst(), worldSize, devices, deviceName[0], repeats, calibration[0], thresholds,
-                maxB, peerCopy);
+        List<Cell> rank0 = perRank.getFirst();
+        // the rows every rank used came from rank 0's timings: those are the ones judged
+        List<String> problems = calibrationProblems(rank0, flags.maxSpread);
+        boolean refused = thresholds != null && !problems.isEmpty();
+        String report = report(cuda, rank0, worldSize, devices, deviceName[0], repeats, calibration[0], thresholds,
+                flags.maxSpread, problems, maxB, peerCopy);
         System.out.print(report);
         if (out != null) {
             Files.writeString(out, report);
         }
+        if (flags.raw != null) {
+            writeRaw(flags.raw, rank0, worldSize, deviceName[0], repeats, maxB, peerCopy);
+        }
+        if (refused) {
+            System.err.println("not written: " + thresholds + " (" + problems.size() + " calibration timing(s) spread more"
+                    + " than --max-spread=" + flags.maxSpread + ", listed in the report); fix: run again with the GPUs idle,"
+                    + " or accept more spread with --max-spread");
+            System.exit(1);
+        }
+    }
+
+    /**
+     * Why the calibrated rows cannot be trusted: each timing they are calibrated from (graph-captured,
+     * not the policy's second pass, run) whose repetitions spread more than {@code maxSpread}, by the
+     * host calibration's rule ({@link RepetitionSpread#problem}). Pure, so it is tested on made-up cells.
+     *
+     * @param cells     rank 0's cells, as measured
+     * @param maxSpread the largest accepted spread (IQR / median)
+     * @return one message per refused cell, in measurement order; empty when the rows may be written
+     */
+    static List<String> calibrationProblems(List<Cell> cells, double maxSpread) {
+        List<String> problems = new ArrayList<>();
+        for (Cell c : cells) {
+            if (c.graph() && !c.variant().startsWith("policy:") && c.repetitions().length > 0) {
+                RepetitionSpread.problem("dtype=" + c.dtype().name().toLowerCase(Locale.ROOT) + " bytes=" + c.bytes() + " "
+                        + c.variant() + " graph-captured", c.repetitions(), maxSpread).ifPresent(problems::add);
+            }
+        }
+        return problems;
+    }
+
+    /** One CSV row per dtype, mode and size: what the report's tables hold, plus each timing's spread. */
+    private static void writeRaw(Path file, List<Cell> cells, int worldSize, String device, int reps, long copyBytes,
+                                 double[] peerCopy) throws IOException {
+        Map<String, Cell> byKey = new LinkedHashMap<>();
+        for (Cell c : cells) {
+            String variant = c.variant().startsWith("policy:") ? "policy" : c.variant();
+            byKey.put(c.dtype() + "|" + c.bytes() + "|" + variant + "|" + c.graph(), c);
+        }
+        try (RawCsv csv = RawCsv.open(file, CSV_COLUMNS)) {
+            for (DType dtype : new DType[] {DType.BFLOAT16, DType.FLOAT32}) {
+                for (boolean graph : new boolean[] {true, false}) {
+                    for (long bytes : SIZES) {
+                        String key = dtype + "|" + bytes + "|";
+                        Cell one = byKey.get(key + "ONE_SHOT|" + graph);
+                        if (one == null) {
+                            continue;
+                        }
+                        Cell two = byKey.get(key + "TWO_SHOT|" + graph);
+                        Cell plain = byKey.get(key + "NCCL|" + graph);
+                        Cell win = byKey.get(key + "NCCL_SYMMETRIC|" + graph);
+                        Cell pol = byKey.get(key + "policy|" + graph);
+                        Best best = best(one.micros(), two.micros(), plain.micros(), win.micros());
+                        double policyUs = pol == null ? Double.NaN : pol.micros();
+                        csv.row(worldSize, device, dtype.name().toLowerCase(Locale.ROOT), graph ? "graph-captured" : "eager",
+                                bytes, RawCsv.num("%.3f", one.micros()), RawCsv.num("%.3f", two.micros()),
+                                RawCsv.num("%.3f", plain.micros()), RawCsv.num("%.3f", win.micros()), best.name(),
+                                RawCsv.num("%.3f", best.micros()), RawCsv.num("%.2f", busbw(bytes, best.micros(), worldSize)),
+                                RawCsv.num("%.4f", speedup(one.micros(), two.micros(), plain.micros(), win.micros())),
+                                pol == null ? "" : pol.variant().substring("policy:".length()), RawCsv.num("%.3f", policyUs),
+                                RawCsv.num("%.4f", policyUs / best.micros()), RawCsv.num("%.4f", one.spread()),
+                                RawCsv.num("%.4f", two.spread()), RawCsv.num("%.4f", plain.spread()),
+                                RawCsv.num("%.4f", win.spread()), RawCsv.num("%.4f", pol == null ? Double.NaN : pol.spread()),
+                                reps, copyBytes, RawCsv.num("%.3f", peerCopy[0]), RawCsv.num("%.3f", peerCopy[1]));
+                    }
+                }
+            }
+        }
+    }
+
+    /** The fastest of the four algorithms at one size, NaN (not run) never winning. */
+    record Best(String name, double micros) {
+    }
+
+    static Best best(double one, double two, double plain, double win) {
+        String pick = "ONE_SHOT";
+        double best = nanMax(one);
+        if (nanMax(two) < best) {
+            pick = "TWO_SHOT";
+            best = two;
+        }
+        if (nanMax(plain) < best) {
+            pick = "NCCL";
+            best = plain;
+        }
+        if (nanMax(win) < best) {
+            pick = "NCCL_SYMMETRIC";
+            best = win;
+        }
+        return new Best(pick, best);
+    }
+
+    /** busbw = algbw × 2(n-1)/n, in GB/s. */
+    static double busbw(long bytes, double micros, int worldSize) {
+        return bytes / (micros * 1e-6) / 1e9 * 2.0 * (worldSize - 1) / worldSize;
+    }
+
+    /** The better NCCL mode's time over symmem4j's faster algorithm's; NaN where NCCL did not run. */
+    static double speedup(double one, double two, double plain, double win) {
+        double betterNccl = Math.min(nanMax(plain), nanMax(win));
+        return Double.isInfinite(betterNccl) ? Double.NaN : betterNccl / Math.min(nanMax(one), nanMax(two));
     }
 
     private static void fillRandom(SymmetricMemory mem, long bytes, int rank) {
@@ -199,11 +349,11 @@ public final class GpuAllReduceBench {
     }
 
     /**
-     * Median microseconds per op over {@code reps} timings of a batch, timed with CUDA events on this
-     * rank's stream. Eager: the batch is {@code batch} calls. Graph: the batch is captured once into a
-     * graph of {@code batch} ops and each timing replays it.
+     * Microseconds per op of each of {@code reps} timings of a batch (the repetitions, in the order
+     * they ran), timed with CUDA events on this rank's stream. Eager: the batch is {@code batch} calls.
+     * Graph: the batch is captured once into a graph of {@code batch} ops and each timing replays it.
      */
-    static double time(Communicator comm, DeviceCommunicator gpu, Runnable op, long bytes, boolean graph, int reps) {
+    static double[] time(Communicator comm, DeviceCommunicator gpu, Runnable op, long bytes, boolean graph, int reps) {
         int batch = bytes >= (64L << 20) ? 5 : bytes >= (4L << 20) ? 20 : 100;
         for (int w = 0; w < Math.max(3, batch / 5); w++) {
             op.run();
@@ -235,8 +385,7 @@ public final class GpuAllReduceBench {
             gpu.synchronize();
             g.close();
         }
-        Arrays.sort(samples);
-        return samples[reps / 2];
+        return samples;
     }
 
     static String size(long bytes) {
@@ -276,7 +425,8 @@ public final class GpuAllReduceBench {
     }
 
     private static String report(CudaTransport cuda, List<Cell> cells, int worldSize, int devices, String device, int reps,
-                                 String row, Path thresholdsOut, long copyBytes, double[] peerCopy) throws IOException {
+                                 String row, Path thresholdsOut, double maxSpread, List<String> problems, long copyBytes,
+                                 double[] peerCopy) throws IOException {
         Map<String, Double> t = new LinkedHashMap<>();
         Map<String, String> policyChoice = new LinkedHashMap<>();
         for (Cell c : cells) {
@@ -325,23 +475,12 @@ public final class GpuAllReduceBench {
                     double plain = t.get(dtype + "|" + bytes + "|NCCL|" + graph);
                     double win = t.get(dtype + "|" + bytes + "|NCCL_SYMMETRIC|" + graph);
                     double pol = t.getOrDefault(dtype + "|" + bytes + "|policy|" + graph, Double.NaN);
-                    String pick = "ONE_SHOT";
-                    double best = nanMax(one);
-                    if (nanMax(two) < best) {
-                        pick = "TWO_SHOT";
-                        best = two;
-                    }
-                    if (nanMax(plain) < best) {
-                        pick = "NCCL";
-                        best = plain;
-                    }
-                    if (nanMax(win) < best) {
-                        pick = "NCCL_SYMMETRIC";
-                        best = win;
-                    }
+                    Best b = best(one, two, plain, win);
+                    String pick = b.name();
+                    double best = b.micros();
                     double ours = Math.min(nanMax(one), nanMax(two));
                     double betterNccl = Math.min(nanMax(plain), nanMax(win));
-                    double busbw = bytes / (best * 1e-6) / 1e9 * 2.0 * (worldSize - 1) / worldSize;
+                    double busbw = busbw(bytes, best, worldSize);
                     double speedup = betterNccl / ours;
                     md.append(String.format(Locale.ROOT, "| %s | %s | %s | %s | %s | %s | %.2f | %.1f | %s | %s | %s | %s |%n",
                             size(bytes), f(one), f(two), f(plain), f(win), pick, best, busbw,
@@ -374,8 +513,18 @@ public final class GpuAllReduceBench {
         md.append("\nCalibrated threshold rows (graph-captured, bf16 the plain row and float32 its own; each algorithm up to"
                 + " the largest size it won):\n\n```\n")
                 .append(row).append("\n```\n");
-        if (thresholdsOut != null) {
-            Files.writeString(thresholdsOut, "# measured by GpuAllReduceBench on " + Instant.now() + "\n" + row + "\n");
+        double widest = cells.stream().filter(c -> c.graph() && !c.variant().startsWith("policy:"))
+                .mapToDouble(Cell::spread).filter(v -> !Double.isNaN(v)).max().orElse(Double.NaN);
+        md.append(String.format(Locale.ROOT, "%nSpread of the timings the rows come from (graph-captured, each algorithm and"
+                + " size; IQR / median of the %d repetitions): at most %.3f, accepted up to %s.%n", reps, widest, maxSpread));
+        if (!problems.isEmpty()) {
+            md.append(thresholdsOut == null ? "\nThese timings spread too far for a calibration (no --thresholds file was"
+                    + " asked for):\n\n- " : "\n**Not written** to `" + thresholdsOut + "`: these timings spread too far to"
+                    + " calibrate from (fix: run again with the GPUs idle, or accept more spread with --max-spread):\n\n- ")
+                    .append(String.join("\n- ", problems)).append('\n');
+        } else if (thresholdsOut != null) {
+            Files.writeString(thresholdsOut, "# measured by GpuAllReduceBench on " + Instant.now() + "; every timing's"
+                    + " spread (IQR / median) at most " + maxSpread + "\n" + row + "\n");
         }
         return md.toString();
     }

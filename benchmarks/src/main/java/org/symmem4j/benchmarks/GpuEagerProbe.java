@@ -1,8 +1,11 @@
 package org.symmem4j.benchmarks;
 
+import java.io.IOException;
 import java.lang.management.ManagementFactory;
 import java.lang.management.ThreadMXBean;
+import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import org.symmem4j.examples.Cli;
@@ -26,8 +29,10 @@ import picocli.CommandLine.Option;
  * time), for the argument check alone (count 0: the ranks agree, nothing is launched) and for
  * whole calls, on every rank, in phases: fresh, after NCCL calls on the same stream, and again.
  *
+ * <p>Prints one line per rank and case; {@code --raw} writes the same numbers as CSV.
+ *
  * <pre>
- *   GpuEagerProbe [--calls N]
+ *   GpuEagerProbe [--calls N] [--raw probe.csv]
  * </pre>
  */
 public final class GpuEagerProbe {
@@ -40,15 +45,44 @@ public final class GpuEagerProbe {
     static final class Flags {
         @Option(names = "--calls", paramLabel = "N", description = "calls timed per case")
         int calls = 2_000;
+        @Option(names = "--raw", paramLabel = "FILE", description = "also write every line's numbers as CSV to FILE (appended"
+                + " under the same header; default: none)")
+        Path raw;
     }
 
-    public static void main(String[] args) {
-        int calls = Cli.parse(new Flags(), args, f -> Cli.positive("--calls", f.calls));
+    /** The columns of {@code --raw}: one row per rank, phase and case, as the printed lines. */
+    static final List<String> CSV_COLUMNS = List.of("rank", "phase", "case", "calls", "host_us_per_call",
+            "thread_cpu_us_per_call", "stream_us_per_call", "drain_us");
+
+    /**
+     * One measured case on one rank: host wall and thread CPU time per call, stream time per call and
+     * how long the stream needed after the last call returned (NaN where not measured: the isolated
+     * calls time no CPU and no drain).
+     */
+    record Line(int rank, String phase, String name, int calls, double hostMicros, double cpuMicros, double streamMicros,
+                double drainMicros) {
+
+        String text() {
+            if (phase.equals("isolated")) {
+                return String.format(Locale.ROOT, "rank %d isolated ONE_SHOT 1 KiB: host call %7.2f us, GPU %7.2f us%n",
+                        rank, hostMicros, streamMicros);
+            }
+            return String.format(Locale.ROOT, "rank %d %-22s %-46s host %7.2f us/call, thread CPU %7.2f us/call, stream %7.2f"
+                    + " us/call, drain %8.1f us%n", rank, phase, name, hostMicros, cpuMicros, streamMicros, drainMicros);
+        }
+    }
+
+    public static void main(String[] args) throws IOException {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--calls", f.calls);
+            return f;
+        });
+        int calls = flags.calls;
         CudaTransport cuda = CudaTransport.create();
         int world = 2; // on one GPU the two ranks share it
-        List<String> lines = InJvmWorld.runOnEveryRank(world, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)),
+        List<List<Line>> lines = InJvmWorld.runOnEveryRank(world, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)),
                 cuda, group -> {
-            StringBuilder out = new StringBuilder();
+            List<Line> out = new ArrayList<>();
             try (Communicator comm = Communicator.create(group);
                  SymmetricMemory mem = SymmetricMemory.allocate(group, 1 << 20);
                  SymmetricMemory ncclBuffer = SymmetricMemory.allocate(group, 1 << 20)) {
@@ -87,10 +121,10 @@ public final class GpuEagerProbe {
                                 }
                             };
                         };
-                        out.append(measure(gpu, group, phase, local, call, calls));
+                        out.add(measure(gpu, group, phase, local, call, calls));
                     }
                     for (Case c : cases) {
-                        out.append(measure(gpu, group, phase, c.name(),
+                        out.add(measure(gpu, group, phase, c.name(),
                                 () -> comm.allReduce(mem, 0, c.count(), DType.BFLOAT16, ReduceOp.SUM, c.alg()), calls));
                     }
                     // the same kernels captured once into a one-op graph, the graph launched once per call:
@@ -101,9 +135,9 @@ public final class GpuEagerProbe {
                         }
                         try (DeviceGraph g = gpu.capture(
                                 () -> comm.allReduce(mem, 0, c.count(), DType.BFLOAT16, ReduceOp.SUM, c.alg()))) {
-                            out.append(measure(gpu, group, phase, "1-op graph: " + c.name(), g::replay, calls));
+                            out.add(measure(gpu, group, phase, "1-op graph: " + c.name(), g::replay, calls));
                             // the ranks' host threads meet in the argument check before each replay, as an eager call does
-                            out.append(measure(gpu, group, phase, "check + 1-op graph: " + c.name(), () -> {
+                            out.add(measure(gpu, group, phase, "check + 1-op graph: " + c.name(), () -> {
                                 comm.allReduce(mem, 0, 0, DType.BFLOAT16, ReduceOp.SUM, Algorithm.ONE_SHOT);
                                 g.replay();
                             }, calls));
@@ -121,20 +155,31 @@ public final class GpuEagerProbe {
                         comm.allReduce(mem, 0, 512, DType.BFLOAT16, ReduceOp.SUM, Algorithm.ONE_SHOT);
                         host[1] = System.nanoTime();
                     });
-                    out.append(String.format(Locale.ROOT, "rank %d isolated ONE_SHOT 1 KiB: host call %7.2f us, GPU %7.2f us%n",
-                            group.rank(), (host[1] - host[0]) / 1e3, gpuMillis * 1e3));
+                    out.add(new Line(group.rank(), "isolated", "ONE_SHOT 1 KiB", 1, (host[1] - host[0]) / 1e3, Double.NaN,
+                            gpuMillis * 1e3, Double.NaN));
                 }
             }
-            return out.toString();
+            return out;
         });
-        lines.forEach(System.out::print);
+        lines.forEach(rank -> rank.forEach(l -> System.out.print(l.text())));
+        if (flags.raw != null) {
+            try (RawCsv csv = RawCsv.open(flags.raw, CSV_COLUMNS)) {
+                for (List<Line> rank : lines) {
+                    for (Line l : rank) {
+                        csv.row(l.rank(), l.phase(), l.name(), l.calls(), RawCsv.num("%.3f", l.hostMicros()),
+                                RawCsv.num("%.3f", l.cpuMicros()), RawCsv.num("%.3f", l.streamMicros()),
+                                RawCsv.num("%.1f", l.drainMicros()));
+                    }
+                }
+            }
+        }
     }
 
     /**
      * One line: {@code calls} back-to-back calls after 200 warm-up calls, started together on every
      * rank; host wall and thread CPU time per call, and how long the stream needed afterwards.
      */
-    private static String measure(DeviceCommunicator gpu, Group group, String phase, String name, Runnable call,
+    private static Line measure(DeviceCommunicator gpu, Group group, String phase, String name, Runnable call,
                                   int calls) {
         ThreadMXBean mx = ManagementFactory.getThreadMXBean();
         for (int i = 0; i < 200; i++) {
@@ -154,8 +199,7 @@ public final class GpuEagerProbe {
         });
         long t2 = System.nanoTime(); // elapsedMillis returned once the stream reached its end event
         double gpuMicros = gpuMillis * 1e3;
-        return String.format(Locale.ROOT, "rank %d %-22s %-46s host %7.2f us/call, thread CPU %7.2f us/call, stream %7.2f us/call,"
-                        + " drain %8.1f us%n", group.rank(), phase, name, (at[2] - at[1]) / 1e3 / calls, (at[3] - at[0]) / 1e3 / calls,
+        return new Line(group.rank(), phase, name, calls, (at[2] - at[1]) / 1e3 / calls, (at[3] - at[0]) / 1e3 / calls,
                 gpuMicros / calls, (t2 - at[2]) / 1e3);
     }
 }

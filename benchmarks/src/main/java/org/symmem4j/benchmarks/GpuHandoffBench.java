@@ -35,8 +35,10 @@ import picocli.CommandLine.Option;
  * (acquire-wait for the slot, then take the count back, so a graph replays). NCCL:
  * {@code ncclSend}/{@code ncclRecv} on plain {@code cuMemAlloc} buffers.
  *
+ * <p>{@code --raw} writes the report's numbers as CSV, one row per boundary, mode and size.
+ *
  * <pre>
- *   GpuHandoffBench [--out report.md] [--reps R] [--gpus N]
+ *   GpuHandoffBench [--out report.md] [--raw report.csv] [--reps R] [--gpus N]
  * </pre>
  */
 public final class GpuHandoffBench {
@@ -58,9 +60,17 @@ public final class GpuHandoffBench {
     private GpuHandoffBench() {
     }
 
-    /** One timing: the pipeline boundary {@code from -> from + 1}, a size, a variant, eager or graph. */
-    record Cell(int from, long bytes, String variant, boolean graph, double oneWayMicros) {
+    /**
+     * One timing: the pipeline boundary {@code from -> from + 1}, a size, a variant, eager or graph; the
+     * median one-way time and the spread (IQR / median) of the repetitions it is the median of.
+     */
+    record Cell(int from, long bytes, String variant, boolean graph, double oneWayMicros, double spread) {
     }
+
+    /** The columns of {@code --raw}: the report's tables, one row per boundary, mode and size. */
+    static final List<String> CSV_COLUMNS = List.of("gpus", "device", "from_gpu", "to_gpu", "mode", "bytes",
+            "symmem_one_way_us", "nccl_one_way_us", "speedup_vs_nccl", "symmem_gb_per_s", "symmem_spread", "nccl_spread",
+            "reps");
 
     @Command(name = "GpuHandoffBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
             description = "GPU pipeline hand-off (put + signal into the next GPU's symmetric buffer, then the"
@@ -68,6 +78,9 @@ public final class GpuHandoffBench {
     static final class Flags {
         @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
         Path out;
+        @Option(names = "--raw", paramLabel = "FILE", description = "also write the report's numbers as CSV to FILE (appended under"
+                + " the same header; default: none)")
+        Path raw;
         @Option(names = "--reps", paramLabel = "R", description = "timed repetitions per cell (the median is reported)")
         int reps = 7;
         @Option(names = "--gpus", paramLabel = "N", description = "GPUs to use, one stage each (0: all)")
@@ -140,8 +153,9 @@ public final class GpuHandoffBench {
                             Runnable roundTrip = variant.startsWith("symmem") ? symmem : nccl;
                             for (boolean graph : new boolean[] {false, true}) {
                                 if (first || second) {
-                                    double roundTripMicros = GpuAllReduceBench.time(comm, gpu, roundTrip, bytes, graph, repeats);
-                                    cells.add(new Cell(from, bytes, variant, graph, roundTripMicros / 2));
+                                    double[] roundTrips = GpuAllReduceBench.time(comm, gpu, roundTrip, bytes, graph, repeats);
+                                    cells.add(new Cell(from, bytes, variant, graph, RepetitionSpread.median(roundTrips) / 2,
+                                            RepetitionSpread.spread(roundTrips)));
                                 } else {
                                     for (int r = 0; r < repeats; r++) {
                                         comm.barrier(); // the timing loop's one collective per sample
@@ -170,6 +184,32 @@ public final class GpuHandoffBench {
         System.out.print(report);
         if (out != null) {
             Files.writeString(out, report);
+        }
+        if (flags.raw != null) {
+            writeRaw(flags.raw, cells, world, deviceName[0], repeats);
+        }
+    }
+
+    /** One CSV row per boundary, mode and size: the report's table cells and each timing's spread. */
+    private static void writeRaw(Path file, List<Cell> cells, int world, String device, int reps) throws IOException {
+        Map<String, Cell> t = new LinkedHashMap<>();
+        for (Cell c : cells) {
+            t.put(c.from() + "|" + c.bytes() + "|" + c.variant() + "|" + c.graph(), c);
+        }
+        try (RawCsv csv = RawCsv.open(file, CSV_COLUMNS)) {
+            for (int from = 0; from + 1 < world; from++) {
+                for (boolean graph : new boolean[] {true, false}) {
+                    for (long bytes : SIZES) {
+                        Cell ours = t.get(from + "|" + bytes + "|" + VARIANTS[0] + "|" + graph);
+                        Cell nccl = t.get(from + "|" + bytes + "|" + VARIANTS[1] + "|" + graph);
+                        csv.row(world, device, from, from + 1, graph ? "graph-captured" : "eager", bytes,
+                                RawCsv.num("%.3f", ours.oneWayMicros()), RawCsv.num("%.3f", nccl.oneWayMicros()),
+                                RawCsv.num("%.4f", nccl.oneWayMicros() / ours.oneWayMicros()),
+                                RawCsv.num("%.2f", bytes / (ours.oneWayMicros() * 1e-6) / 1e9),
+                                RawCsv.num("%.4f", ours.spread()), RawCsv.num("%.4f", nccl.spread()), reps);
+                    }
+                }
+            }
         }
     }
 

@@ -1,6 +1,8 @@
 package org.symmem4j.benchmarks;
 
+import java.io.IOException;
 import java.lang.foreign.MemorySegment;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -38,9 +40,9 @@ import picocli.CommandLine.Option;
  *
  * <pre>
  *   PipelineExecutorBubbleBench [--ranks P] [--microbatches M] [--forward-us F] [--backward-us B]
- *                               [--bytes N] [--steps S] [--wait spin|park]
+ *                               [--bytes N] [--steps S] [--wait spin|park] [--raw FILE.csv]
  * </pre>
- * Prints markdown to stdout.
+ * Prints markdown to stdout; {@code --raw} appends one CSV row per schedule, measured step and rank.
  */
 public final class PipelineExecutorBubbleBench {
 
@@ -65,9 +67,21 @@ public final class PipelineExecutorBubbleBench {
         int steps = 11;
         @Option(names = "--wait", paramLabel = "spin|park", description = "how waiting ranks wait")
         String wait = "park";
+        @Option(names = "--raw", paramLabel = "FILE", description = "also write every step's numbers as CSV rows to FILE (appended"
+                + " under the same header, so several calls collect in one file; default: none)")
+        Path raw;
     }
 
-    public static void main(String[] args) {
+    /**
+     * The columns of {@code --raw}: the call's configuration, then per schedule, measured step (from 1,
+     * after the warm-up step 0) and rank the step's bubble and the rank's idle time, measured and
+     * simulated for that step's measured pass and hand-off times, as fractions of the step (0..1).
+     */
+    static final List<String> CSV_COLUMNS = List.of("ranks", "microbatches", "forward_us", "backward_us", "bytes", "wait",
+            "cores", "schedule", "step", "rank", "measured_bubble_fraction", "simulated_bubble_fraction",
+            "measured_idle_fraction", "simulated_idle_fraction");
+
+    public static void main(String[] args) throws IOException {
         Flags flags = Cli.parse(new Flags(), args, f -> {
             Cli.positive("--ranks", f.ranks);
             Cli.positive("--microbatches", f.microbatches);
@@ -99,6 +113,8 @@ public final class PipelineExecutorBubbleBench {
                 + " worst rank's offset (points) | largest offset (points) |");
         System.out.println("|---|---:|---:|---:|---:|---:|");
         List<String> raw = new ArrayList<>();
+        RawCsv csv = flags.raw == null ? null : RawCsv.open(flags.raw, CSV_COLUMNS);
+        int cores = Runtime.getRuntime().availableProcessors();
         record Case(String name, PipelineShape shape, Schedule schedule) {
         }
         List<Case> cases = List.of(
@@ -128,6 +144,11 @@ public final class PipelineExecutorBubbleBench {
                     double s = (double) sim.rank(r).idleTime() / sim.makespan();
                     worst[step - 1] = Math.max(worst[step - 1], Math.abs(m - s));
                     line.append(String.format(Locale.ROOT, ",%.4f,%.4f", m, s));
+                    if (csv != null) {
+                        csv.row(ranks, microbatches, forwardUs, backwardUs, bytes, flags.wait, cores, c.name(), step, r,
+                                RawCsv.num("%.4f", report.bubbleFraction()), RawCsv.num("%.4f", sim.bubbleFraction()),
+                                RawCsv.num("%.4f", m), RawCsv.num("%.4f", s));
+                    }
                 }
                 raw.add(line.toString());
             }
@@ -144,6 +165,9 @@ public final class PipelineExecutorBubbleBench {
         System.out.println("```");
         raw.forEach(System.out::println);
         System.out.println("```");
+        if (csv != null) {
+            csv.close();
+        }
     }
 
     private static double median(double[] values) {

@@ -28,7 +28,8 @@ import picocli.CommandLine.Option;
  * Draws the benchmark plots (PNG, headless) from the raw CSVs in {@code bench/results/}: DL4J
  * data-parallel throughput against the single model and ParallelWrapper per worker count; the
  * pipeline's measured bubble against the simulator's; the host all-reduce against Open MPI; the GPU
- * all-reduce against NCCL. Every input is a CSV committed beside the markdown report it belongs to
+ * all-reduce against NCCL; ZeRO's optimizer-state and gradient bytes per worker against the worker
+ * count. Every input is a CSV committed beside the markdown report it belongs to
  * ({@code #} lines are comments saying where the numbers came from). Run through
  * {@code bench/plots.sh}.
  */
@@ -66,6 +67,7 @@ public final class Plots {
         written.add(pipelineBubbles(f.results.resolve("2026-11-23-pipeline-speed-16core-bubbles.csv"), f.out));
         written.add(hostAllReduce(f.results.resolve("2026-11-23-host-allreduce-vs-mpi-h100-host.csv"), f.out));
         written.add(gpuAllReduce(f.results, f.out));
+        written.add(zeroMemory(f.results.resolve("2026-11-26-zero-sharding.csv"), f.out));
         for (Path p : written) {
             System.out.println("wrote " + p);
         }
@@ -195,6 +197,73 @@ public final class Plots {
             line(chart, gpus + " GPUs: NCCL", nccl, c, DASHED);
         }
         return save(chart, out.resolve("gpu-allreduce-vs-nccl.png"));
+    }
+
+    /**
+     * Optimizer-state and gradient bytes per worker against the worker count, for plain data
+     * parallelism and ZeRO stages 1 and 2, from ZeroShardingBench's raw CSV (the median over its
+     * repetitions; the byte counts come from the workers' arrays, so repetitions agree), with the
+     * unsharded state ÷ N that sharding aims at.
+     */
+    static Path zeroMemory(Path csv, Path out) throws IOException {
+        List<Map<String, String>> rows = readCsv(csv);
+        if (rows.isEmpty() || !rows.getFirst().containsKey("state_bytes_per_worker")) {
+            throw new IllegalArgumentException("no ZeroShardingBench rows in " + csv + " (expected the CSV of"
+                    + " bench/zero-sharding.sh, with columns workers, mode, state_bytes_per_worker, gradient_bytes_per_worker)");
+        }
+        Map<String, String> modes = new LinkedHashMap<>();
+        modes.put("plain", "no sharding");
+        modes.put("zero1", "ZeRO-1 (optimizer state)");
+        modes.put("zero2", "ZeRO-2 (optimizer state and gradients sharded)");
+        XYChart chart = chart(String.format(Locale.ROOT, "ZeRO memory per worker: DL4J MLP, %,d parameters, Adam, fp32",
+                Long.parseLong(rows.getFirst().get("params"))), "workers N", "bytes per worker (MB = 10^6 bytes)");
+        chart.getStyler().setXAxisDecimalPattern("0");
+        chart.getStyler().setXAxisTickMarkSpacingHint(150); // a tick per worker count, not per half
+        chart.getStyler().setLegendPosition(Styler.LegendPosition.OutsideS); // inside, it hides the unsharded line
+        TreeMap<Integer, Double> ideal = new TreeMap<>();
+        for (int n : rows.stream().map(r -> Integer.parseInt(r.get("workers"))).distinct().sorted().toList()) {
+            medianOf(rows, r -> Integer.parseInt(r.get("workers")) == n, "unsharded_state_bytes")
+                    .ifPresent(v -> ideal.put(n, v / n / 1e6));
+        }
+        // series that measured the same bytes are drawn once, labelled with every mode they stand for,
+        // rather than drawn on one another (ZeRO-1 and -2 keep the same state; DL4J allocates each replica's
+        // whole gradient view in every mode, README, Known limits)
+        Map<TreeMap<Integer, Double>, List<String>> states = new LinkedHashMap<>();
+        Map<TreeMap<Integer, Double>, List<String>> gradients = new LinkedHashMap<>();
+        for (Map.Entry<String, String> mode : modes.entrySet()) {
+            TreeMap<Integer, Double> state = new TreeMap<>();
+            TreeMap<Integer, Double> gradient = new TreeMap<>();
+            for (int n : ideal.keySet()) {
+                Predicate<Map<String, String>> which = r -> r.get("mode").equals(mode.getKey())
+                        && Integer.parseInt(r.get("workers")) == n;
+                medianOf(rows, which, "state_bytes_per_worker").ifPresent(v -> state.put(n, v / 1e6));
+                medianOf(rows, which, "gradient_bytes_per_worker").ifPresent(v -> gradient.put(n, v / 1e6));
+            }
+            states.computeIfAbsent(state, k -> new ArrayList<>()).add(mode.getValue());
+            gradients.computeIfAbsent(gradient, k -> new ArrayList<>()).add(mode.getValue());
+        }
+        int i = 0;
+        for (Map.Entry<TreeMap<Integer, Double>, List<String>> e : states.entrySet()) {
+            line(chart, "optimizer state: " + String.join(" = ", e.getValue()), e.getKey(), PALETTE[i++ % PALETTE.length],
+                    SOLID);
+        }
+        for (Map.Entry<TreeMap<Integer, Double>, List<String>> e : gradients.entrySet()) {
+            line(chart, "gradient: " + (e.getValue().size() == modes.size() ? "every mode (DL4J allocates the whole view)"
+                    : String.join(" = ", e.getValue())), e.getKey(), PALETTE[i++ % PALETTE.length], DASHED);
+        }
+        // last, so that its dashes show over the sharded modes' line it should coincide with
+        line(chart, "unsharded optimizer state / N (the aim)", ideal, Color.GRAY, DASHED);
+        return save(chart, out.resolve("zero-memory-per-worker.png"));
+    }
+
+    /** The median of {@code column} over the rows {@code which} selects, or empty when none does. */
+    private static OptionalDouble medianOf(List<Map<String, String>> rows, Predicate<Map<String, String>> which,
+                                           String column) {
+        double[] v = rows.stream().filter(which).mapToDouble(r -> Double.parseDouble(r.get(column))).sorted().toArray();
+        if (v.length == 0) {
+            return OptionalDouble.empty();
+        }
+        return OptionalDouble.of(v.length % 2 == 1 ? v[v.length / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2);
     }
 
     private static XYChart chart(String title, String x, String y) {

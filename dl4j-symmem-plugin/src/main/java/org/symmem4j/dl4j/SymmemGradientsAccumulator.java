@@ -221,6 +221,7 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
          *
          * @param timeout positive
          * @return this builder
+         * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
          */
         public Builder timeout(Duration timeout) {
             if (timeout == null || timeout.isNegative() || timeout.isZero()) {
@@ -247,6 +248,7 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
          *
          * @param bytes the largest bucket in bytes
          * @return this builder
+         * @throws IllegalArgumentException when {@code bytes} is below 64
          */
         public Builder bucketBytes(long bytes) {
             if (bytes < 64) {
@@ -261,6 +263,8 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
          *
          * @return the accumulator
          * @throws IllegalArgumentException when the model cannot be trained this way (the message says why and the fix)
+         * @throws IllegalStateException    when a {@code SymmemGradientsAccumulator} is already attached to the
+         *                                  model (its gradient hook is among the model's listeners)
          */
         public SymmemGradientsAccumulator attach() {
             ModelReplica replica = ModelReplica.of(model);

@@ -1,5 +1,7 @@
 package org.symmem4j.benchmarks.dl4j;
 
+import java.io.IOException;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
@@ -7,6 +9,7 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
+import org.symmem4j.benchmarks.RawCsv;
 import org.symmem4j.dl4j.GradientTransfer;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.examples.Cli;
@@ -27,8 +30,9 @@ import picocli.CommandLine.Option;
  *       batches, which differ only by fp32 rounding (Adam amplifies any difference in the small
  *       gradient elements, so trajectories part even then).</li>
  * </ol>
+ * Prints a markdown table, one row per model; {@code --raw} writes the same rows as CSV.
  * <pre>
- *   Bf16TransferError [--models mlp-medium,cnn] [--workers 2] [--batch 64] [--steps 300]
+ *   Bf16TransferError [--models mlp-medium,cnn] [--workers 2] [--batch 64] [--steps 300] [--raw FILE.csv]
  * </pre>
  */
 public final class Bf16TransferError {
@@ -48,9 +52,17 @@ public final class Bf16TransferError {
         int batch = 64;
         @Option(names = "--steps", paramLabel = "S", description = "Adam steps")
         int steps = 300;
+        @Option(names = "--raw", paramLabel = "FILE", description = "also write the table's numbers as CSV to FILE (appended under"
+                + " the same header; default: none)")
+        Path raw;
     }
 
-    public static void main(String[] args) {
+    /** The columns of {@code --raw}: the table's, one row per model (errors and distances are relative, no unit). */
+    static final List<String> CSV_COLUMNS = List.of("model", "parameters", "workers", "batch_per_worker", "steps",
+            "gradient_rel_l2_error", "gradient_max_element_rel_error", "held_out_loss_fp32", "held_out_loss_bf16",
+            "params_rel_l2_bf16_vs_fp32", "params_rel_l2_fp32_wrapper_vs_single");
+
+    public static void main(String[] args) throws IOException {
         Flags flags = Cli.parse(new Flags(), args, f -> {
             Cli.positive("--workers", f.workers);
             Cli.positive("--batch", f.batch);
@@ -62,6 +74,7 @@ public final class Bf16TransferError {
         int workers = flags.workers;
         int batch = flags.batch;
         int steps = flags.steps;
+        RawCsv csv = flags.raw == null ? null : RawCsv.open(flags.raw, CSV_COLUMNS);
         System.out.println("| model | averaged gradient: relative L2 error | largest element relative error (elements > 1e-3 of max)"
                 + " | held-out loss fp32 | held-out loss bf16 | parameters after " + steps + " steps: relative L2 distance bf16 vs"
                 + " fp32 | the same, fp32 wrapper vs one model on the merged batches (rounding only) |");
@@ -74,10 +87,19 @@ public final class Bf16TransferError {
             double[] fp32 = train(m, pool, workers, steps, GradientTransfer.NETWORK_DTYPE, heldOut);
             double[] bf16 = train(m, pool, workers, steps, GradientTransfer.BFLOAT16, heldOut);
             double[] single = trainSingle(m, pool, workers, steps, heldOut);
+            long params = m.build().numParams();
             System.out.println(String.format(Locale.ROOT, "| %s | %.2e | %.2e | %.4f | %.4f | %.2e | %.2e |", m.describe(
-                    m.build().numParams()), gradientError[0], gradientError[1], fp32[1], bf16[1], distance(bf16, fp32),
+                    params), gradientError[0], gradientError[1], fp32[1], bf16[1], distance(bf16, fp32),
                     distance(single, fp32)));
             System.out.flush();
+            if (csv != null) {
+                csv.row(m.flag, params, workers, batch, steps, RawCsv.num("%.4e", gradientError[0]),
+                        RawCsv.num("%.4e", gradientError[1]), RawCsv.num("%.6f", fp32[1]), RawCsv.num("%.6f", bf16[1]),
+                        RawCsv.num("%.4e", distance(bf16, fp32)), RawCsv.num("%.4e", distance(single, fp32)));
+            }
+        }
+        if (csv != null) {
+            csv.close();
         }
         System.exit(0);
     }

@@ -21,6 +21,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.benchmarks.RawCsv;
 import org.symmem4j.dl4j.StepReport;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.examples.Cli;
@@ -44,8 +45,10 @@ import picocli.CommandLine.Option;
  *   DataParallelBench [--workers N] [--batch B] [--hidden H] [--steps S] [--warmup-steps W]
  *                     [--warmup-round-steps W0] [--reps R] [--prefetch P] [--distinct-steps D]
  *                     [--held-out E] [--modes single,averaging,shared,symmem] [--run-timeout-seconds T]
- *                     [--out report.md] [--commit C] [--command "how it was started"]
+ *                     [--out report.md] [--raw runs.csv] [--commit C] [--command "how it was started"]
  * </pre>
+ * {@code --raw} writes one CSV row per measured run as it ends: the untrained model's loss, the single
+ * model's thread sweep and every timed repetition.
  */
 public final class DataParallelBench {
 
@@ -130,6 +133,9 @@ public final class DataParallelBench {
         int runTimeoutSeconds = 600;
         @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
         Path out;
+        @Option(names = "--raw", paramLabel = "FILE", description = "write every measured run as a CSV row to FILE (appended under"
+                + " the same header; default: none)")
+        Path raw;
         @Option(names = "--commit", paramLabel = "C", description = "commit named in the report")
         String commit = "unknown";
         @Option(names = "--command", paramLabel = "TEXT", description = "command line named in the report (default: this one)")
@@ -139,7 +145,7 @@ public final class DataParallelBench {
     /** The command line, validated; and the single model's thread sweep, filled in by the run. */
     record Options(int workers, int batch, int hidden, int steps, int warmupSteps, int warmupRoundSteps, int reps,
                    int prefetch, int distinctSteps, int heldOut, List<Mode> modes, Duration runTimeout, Path out,
-                   String commit, String command, SingleThreads single) {
+                   Path raw, String commit, String command, SingleThreads single) {
 
         /** ND4J threads for the single model: the core count until the sweep picked the fastest. */
         static final class SingleThreads {
@@ -184,8 +190,8 @@ public final class DataParallelBench {
             single.current = cores;
             single.best = cores;
             return new Options(workers, batch, hidden, steps, warmupSteps, warmupRoundSteps, reps, prefetch,
-                    Math.min(distinctSteps, steps), heldOut, modes, Duration.ofSeconds(timeoutSeconds), out, commit, command,
-                    single);
+                    Math.min(distinctSteps, steps), heldOut, modes, Duration.ofSeconds(timeoutSeconds), out, f.raw, commit,
+                    command, single);
         }
 
 
@@ -286,6 +292,26 @@ public final class DataParallelBench {
         }
     }
 
+    /**
+     * The columns of {@code --raw}, one row per measured run: {@code phase} is {@code untrained} (the
+     * fresh model's held-out loss, nothing trained), {@code thread-sweep} (the single model at
+     * {@code nd4j_threads}) or {@code timed} (repetition {@code rep}); {@code workers} is the run's N
+     * in every row (the single model trains each step's N batches merged into one); the sync columns
+     * are symmem4j's only (empty for the other modes).
+     */
+    static final List<String> CSV_COLUMNS = List.of("phase", "rep", "mode", "workers", "nd4j_threads", "batch_per_worker",
+            "hidden", "params", "cores", "steps", "examples", "fit_s", "examples_per_s", "held_out_loss",
+            "sync_share_of_step", "sync_ms_per_step");
+
+    private static void rawRow(RawCsv raw, String phase, Options o, long params, int threads, Result r) {
+        if (raw != null) {
+            raw.row(phase, r.rep(), r.mode().flag, o.workers(), threads, o.batch(), o.hidden(),
+                    params, o.cores(), r.examples() / o.examplesPerStep(), r.examples(), RawCsv.num("%.4f", r.seconds()),
+                    RawCsv.num("%.1f", r.examplesPerSecond()), RawCsv.num("%.6f", r.heldOutLoss()),
+                    RawCsv.num("%.5f", r.syncShare()), RawCsv.num("%.4f", r.syncMillisPerStep()));
+        }
+    }
+
     public static void main(String[] args) throws IOException {
         Options o = Options.parse(args);
         log("data-parallel bench: modes=%s workers=%d batch=%d hidden=%d steps=%d warmup=%d warmup-round=%d reps=%d"
@@ -296,6 +322,11 @@ public final class DataParallelBench {
         double untrainedLoss = probe.score(work.heldOut);
         log("model: %d parameters; untrained held-out loss %.4f; ND4J threads default: environment=%d blas=%d",
                 probe.numParams(), untrainedLoss, Nd4j.getEnvironment().maxThreads(), Nd4j.factory().blas().getMaxThreads());
+        RawCsv raw = o.raw() == null ? null : RawCsv.open(o.raw(), CSV_COLUMNS);
+        if (raw != null) {
+            raw.row("untrained", 0, Mode.SINGLE.flag, o.workers(), "", o.batch(), o.hidden(), probe.numParams(), o.cores(), 0, 0, "", "",
+                    RawCsv.num("%.6f", untrainedLoss), "", "");
+        }
 
         // Warm-up round: every mode trains once before anything is timed, so the first timed mode
         // does not pay for JIT compilation of DL4J code that later modes then get for free.
@@ -311,6 +342,7 @@ public final class DataParallelBench {
                 o.single().current = t;
                 Result r = run(o, work, Mode.SINGLE, 0, o.warmupRoundSteps(), "thread sweep");
                 o.single().sweep.add(new double[] {t, r.examplesPerSecond()});
+                rawRow(raw, "thread-sweep", o, probe.numParams(), t, r);
                 log("thread sweep: single model at %d ND4J threads: %.0f examples/s", t, r.examplesPerSecond());
                 if (r.examplesPerSecond() > best) {
                     best = r.examplesPerSecond();
@@ -325,11 +357,16 @@ public final class DataParallelBench {
                 run(o, work, m, rep, o.warmupSteps(), "warm-up"); // a throwaway model and wrapper, not timed
                 Result r = run(o, work, m, rep, o.steps(), "timed");
                 results.add(r);
+                rawRow(raw, "timed", o, probe.numParams(), m == Mode.SINGLE ? o.single().best : o.threadsPerWorker(), r);
                 log("rep %d/%d %-34s %9.0f examples/s  %6.2f s  held-out loss %.4f%s", rep, o.reps(), m.label,
                         r.examplesPerSecond(), r.seconds(), r.heldOutLoss(), m == Mode.SYMMEM
                                 ? String.format(Locale.ROOT, "  sync %.1f%% of step, %.3f ms/step", 100 * r.syncShare(),
                                 r.syncMillisPerStep()) : "");
             }
+        }
+        if (raw != null) {
+            raw.close();
+            log("wrote %s", o.raw());
         }
         String report = new DataParallelReport(o, results, untrainedLoss, probe.numParams()).render();
         if (o.out() != null) {

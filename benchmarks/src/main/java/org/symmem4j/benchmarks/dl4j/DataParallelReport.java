@@ -51,7 +51,11 @@ final class DataParallelReport {
                 .append('\n');
         s.append("- DL4J/ND4J: 1.0.0-M2.1, nd4j-native (CPU)\n");
         s.append("- commit: ").append(o.commit()).append('\n');
-        s.append("- command: `").append(o.command()).append("`\n\n");
+        s.append("- command: `").append(o.command()).append("`\n");
+        if (o.raw() != null) {
+            s.append("- raw data, one CSV row per measured run: `").append(o.raw().getFileName()).append("`\n");
+        }
+        s.append('\n');
 
         s.append("## Setup and method\n\n");
         s.append(fmt("- model: MLP %d-%d-%d-%d (ReLU, ReLU, softmax; MCXENT), Adam(lr %s), fp32, Xavier init from seed"

@@ -14,6 +14,7 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.benchmarks.RawCsv;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainer;
 import org.symmem4j.dl4j.pipeline.PipelineSchedule;
 import org.symmem4j.dl4j.pipeline.PipelineStageSplit;
@@ -24,6 +25,9 @@ import org.symmem4j.examples.PipelineParallelExample;
 import org.symmem4j.examples.SyntheticData;
 import org.symmem4j.pipeline.exec.TimelineReport;
 import org.symmem4j.pipeline.schedule.ActionDurations;
+import org.symmem4j.pipeline.schedule.PipelineShape;
+import org.symmem4j.pipeline.schedule.Schedule;
+import org.symmem4j.pipeline.schedule.ScheduleGenerators;
 import org.symmem4j.pipeline.schedule.ScheduleSimulator;
 import org.symmem4j.pipeline.schedule.SimulationResult;
 import picocli.CommandLine.Command;
@@ -46,12 +50,14 @@ import picocli.CommandLine.Option;
  * every microbatch's pass cost more per example; the pipeline cannot do better than that);
  * the median step's measured bubble next to the ideal (target: within 5 points), the simulator's
  * bubble for that step's measured per-stage times, and the profile's prediction. Raw per-repetition
- * numbers follow the table. Progress goes to stderr, the markdown report to {@code --out} (or stdout).
+ * numbers follow the table. Progress goes to stderr, the markdown report to {@code --out} (or stdout),
+ * and with {@code --raw} one CSV row per measured run (the baselines' and each configuration's
+ * repetitions), written as it ends.
  *
  * <pre>
  *   PipelineBench [--ranks 2,4,8] [--microbatches-per-rank 4] [--batch-per-microbatch 128] [--hidden 512]
  *                 [--layers 8] [--steps 40] [--warmup 10] [--reps 3] [--threads 1]
- *                 [--schedules 1f1b,interleaved] [--splits params,time] [--out FILE] [--commit C]
+ *                 [--schedules 1f1b,interleaved] [--splits params,time] [--out FILE] [--raw FILE.csv] [--commit C]
  *                 [--command TEXT] [--machine TEXT]
  * </pre>
  */
@@ -91,6 +97,9 @@ public final class PipelineBench {
         List<String> splits = new ArrayList<>(List.of("params", "time"));
         @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
         Path out;
+        @Option(names = "--raw", paramLabel = "FILE", description = "write every measured run as a CSV row to FILE (appended under"
+                + " the same header; default: none)")
+        Path raw;
         @Option(names = "--commit", paramLabel = "C", description = "commit named in the report")
         String commit = "unknown";
         @Option(names = "--command", paramLabel = "TEXT", description = "command line named in the report (default: this one)")
@@ -101,7 +110,7 @@ public final class PipelineBench {
 
     record Options(List<Integer> ranks, int microbatchesPerRank, int batchPerMicrobatch, int hidden, int layers,
                    int steps, int warmup, int reps, int threads, List<PipelineSchedule> schedules, List<String> splits,
-                   Path out, String commit, String command, String machine) {
+                   Path out, Path raw, String commit, String command, String machine) {
 
         static Options parse(String[] args) {
             return Cli.parse(new Flags(), args, f -> build(f, args));
@@ -137,7 +146,7 @@ public final class PipelineBench {
                     Cli.positive("--batch-per-microbatch", f.batchPerMicrobatch), Cli.positive("--hidden", f.hidden),
                     Cli.positive("--layers", f.layers), Cli.positive("--steps", f.steps), Cli.positive("--warmup", f.warmup),
                     Cli.positive("--reps", f.reps), Cli.positive("--threads", f.threads), schedules, splits, f.out,
-                    f.commit, command, machine);
+                    f.raw, f.commit, command, machine);
         }
     }
 
@@ -154,8 +163,21 @@ public final class PipelineBench {
                String stages) {
     }
 
+    /**
+     * The columns of {@code --raw}, one row per measured run. {@code kind}: {@code single} (the baseline
+     * on the batches of {@code ranks} ranks), {@code single-microbatch} (the single model on batches of
+     * one microbatch) or {@code pipeline} (a configuration; {@code ideal}, {@code simulated} and
+     * {@code predicted} bubbles as in the report's table; {@code predicted} only for the split by
+     * measured times). Bubbles are fractions of the step (0..1); empty where a column does not apply.
+     */
+    static final List<String> CSV_COLUMNS = List.of("kind", "rep", "config", "ranks", "schedule", "stages_per_rank",
+            "split", "microbatches", "batch", "nd4j_threads", "stages_layers", "examples_per_s",
+            "median_bubble_fraction", "ideal_bubble_fraction", "simulated_bubble_fraction", "predicted_bubble_fraction",
+            "median_step_ms");
+
     public static void main(String[] args) throws IOException {
         Options o = Options.parse(args);
+        RawCsv raw = o.raw() == null ? null : RawCsv.open(o.raw(), CSV_COLUMNS);
         Nd4j.getEnvironment().setMaxThreads(o.threads());
         Nd4j.factory().blas().setMaxThreads(o.threads());
         SyntheticData data = new SyntheticData(FEATURES, CLASSES, 7);
@@ -193,10 +215,18 @@ public final class PipelineBench {
                 double rate = singleModel(model, data.batches(21, o.warmup() + o.steps(), batch, DataType.FLOAT), o);
                 single.computeIfAbsent(p, k -> new ArrayList<>()).add(rate);
                 log("rep %d/%d single model (batch %d): %.0f examples/s", rep, o.reps(), batch, rate);
+                if (raw != null) {
+                    raw.row("single", rep, "single model", p, "", "", "", "", batch, o.threads(), "",
+                            RawCsv.num("%.1f", rate), "", "", "", "", "");
+                }
             }
             double small = singleModel(model, data.batches(22, (o.warmup() + o.steps()) * o.microbatchesPerRank(),
                     o.batchPerMicrobatch(), DataType.FLOAT), o);
             singleMicrobatch.add(small);
+            if (raw != null) {
+                raw.row("single-microbatch", rep, "single model, one microbatch", "", "", "", "", 1, o.batchPerMicrobatch(),
+                        o.threads(), "", RawCsv.num("%.1f", small), "", "", "", "", "");
+            }
             log("rep %d/%d single model (batch %d, one microbatch): %.0f examples/s", rep, o.reps(), o.batchPerMicrobatch(),
                     small);
             for (int c = 0; c < configs.size(); c++) {
@@ -209,10 +239,22 @@ public final class PipelineBench {
                 }
                 Run run = pipeline(model, batches, config, microbatches, profiles[c], o);
                 runs.get(c).add(run);
+                if (raw != null) {
+                    raw.row("pipeline", rep, config.label(), config.ranks(), config.schedule().tag(), config.stagesPerRank(),
+                            config.split(), microbatches, batch, o.threads(), run.stages(),
+                            RawCsv.num("%.1f", run.examplesPerSecond()), RawCsv.num("%.4f", run.medianBubble()),
+                            RawCsv.num("%.4f", idealBubble(config, microbatches)), RawCsv.num("%.4f", run.simulatedBubble()),
+                            RawCsv.num("%.4f", predictedBubble(model, config, microbatches, profiles[c])),
+                            RawCsv.num("%.3f", run.medianStepMillis()));
+                }
                 log("rep %d/%d %-48s %8.0f examples/s  bubble %.1f%% (simulated %.1f%%)  %s", rep, o.reps(),
                         config.label(), run.examplesPerSecond(), 100 * run.medianBubble(), 100 * run.simulatedBubble(),
                         run.stages());
             }
+        }
+        if (raw != null) {
+            raw.close();
+            log("wrote %s", o.raw());
         }
         String report = render(o, model, configs, runs, single, singleMicrobatch, profiles, skipped);
         if (o.out() != null) {
@@ -284,6 +326,32 @@ public final class PipelineBench {
         }
     }
 
+    private static Schedule schedule(Config config, int microbatches) {
+        return switch (config.schedule()) {
+            case GPIPE -> ScheduleGenerators.gpipe(config.ranks(), microbatches);
+            case ONE_F_ONE_B -> ScheduleGenerators.oneFOneB(config.ranks(), microbatches);
+            case INTERLEAVED -> ScheduleGenerators.interleavedOneFOneB(config.ranks(), microbatches, config.stagesPerRank());
+        };
+    }
+
+    /** The schedule's bubble with every backward twice its forward and free hand-offs. */
+    private static double idealBubble(Config config, int microbatches) {
+        PipelineShape shape = new PipelineShape(config.ranks(), microbatches, config.stagesPerRank());
+        return ScheduleSimulator.simulate(schedule(config, microbatches), shape, ActionDurations.of(1, 2)).requireCompleted()
+                .bubbleFraction();
+    }
+
+    /** The bubble the profile predicts for the split it makes; NaN without a profile (split by parameters). */
+    private static double predictedBubble(MultiLayerNetwork model, Config config, int microbatches, StageProfile profile) {
+        if (profile == null) {
+            return Double.NaN;
+        }
+        PipelineShape shape = new PipelineShape(config.ranks(), microbatches, config.stagesPerRank());
+        PipelineStageSplit split = PipelineStageSplit.byCost(model, shape.stageCount(), profile.layerNanos());
+        return ScheduleSimulator.simulate(schedule(config, microbatches), shape, profile.stageDurationsMicros(split))
+                .requireCompleted().bubbleFraction();
+    }
+
     private static String stages(PipelineStageSplit split) {
         StringBuilder s = new StringBuilder();
         for (int stage = 0; stage < split.stageCount(); stage++) {
@@ -308,6 +376,9 @@ public final class PipelineBench {
                 .append("; DL4J/ND4J 1.0.0-M2.1 (nd4j-native)\n");
         md.append("- commit: ").append(o.commit()).append('\n');
         md.append("- command: `").append(o.command()).append("`\n");
+        if (o.raw() != null) {
+            md.append("- raw data, one CSV row per measured run: `").append(o.raw().getFileName()).append("`\n");
+        }
         md.append(String.format(Locale.ROOT, "- model: %d → %d × tanh dense(%d) → softmax(%d), Adam(1e-3), fp32, %,d"
                         + " parameters; generated data (`SyntheticData`)%n", FEATURES, o.layers(), o.hidden(), CLASSES,
                 model.numParams()));
@@ -344,24 +415,12 @@ public final class PipelineBench {
             Run median = rs.stream().sorted((a, b) -> Double.compare(a.examplesPerSecond(), b.examplesPerSecond()))
                     .toList().get(rs.size() / 2);
             int microbatches = o.microbatchesPerRank() * config.ranks();
-            var shape = new org.symmem4j.pipeline.schedule.PipelineShape(config.ranks(), microbatches, config.stagesPerRank());
-            var schedule = switch (config.schedule()) {
-                case GPIPE -> org.symmem4j.pipeline.schedule.ScheduleGenerators.gpipe(config.ranks(), microbatches);
-                case ONE_F_ONE_B -> org.symmem4j.pipeline.schedule.ScheduleGenerators.oneFOneB(config.ranks(), microbatches);
-                case INTERLEAVED -> org.symmem4j.pipeline.schedule.ScheduleGenerators.interleavedOneFOneB(config.ranks(),
-                        microbatches, config.stagesPerRank());
-            };
-            double ideal = ScheduleSimulator.simulate(schedule, shape, ActionDurations.of(1, 2)).requireCompleted()
-                    .bubbleFraction();
+            double ideal = idealBubble(config, microbatches);
             double idealSpeedup = config.ranks() * (1 - ideal);
             double speedup = median.examplesPerSecond() / median(single.get(config.ranks()));
             double attainable = idealSpeedup * median(singleMicrobatch) / median(single.get(config.ranks()));
-            String predicted = "—";
-            if (profiles[c] != null) {
-                PipelineStageSplit split = PipelineStageSplit.byCost(model, shape.stageCount(), profiles[c].layerNanos());
-                predicted = String.format(Locale.ROOT, "%.1f %%", 100 * ScheduleSimulator.simulate(schedule, shape,
-                        profiles[c].stageDurationsMicros(split)).requireCompleted().bubbleFraction());
-            }
+            double predictedBubble = predictedBubble(model, config, microbatches, profiles[c]);
+            String predicted = Double.isNaN(predictedBubble) ? "—" : String.format(Locale.ROOT, "%.1f %%", 100 * predictedBubble);
             boolean bubbleMet = median.medianBubble() - ideal <= 0.05;
             boolean speedMet = speedup >= 0.8 * idealSpeedup;
             md.append(String.format(Locale.ROOT, "| %s | %s | %.0f | %.2f× | %.2f× | %.2f %s | %.2f× | %.2f | %.1f %% %s |"

@@ -19,6 +19,7 @@ import org.bytedeco.javacpp.Pointer;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
+import org.symmem4j.benchmarks.RawCsv;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.WorkerMemory;
 import org.symmem4j.dl4j.ZeroStage;
@@ -53,8 +54,10 @@ import picocli.CommandLine.Option;
  *
  * <pre>
  *   ZeroShardingBench [--workers 1,2,4] [--hidden H] [--batch B] [--steps S] [--warmup-steps W]
- *                     [--reps R] [--heap 768m] [--out report.md] [--commit C] [--command TEXT]
+ *                     [--reps R] [--heap 768m] [--out report.md] [--raw runs.csv] [--commit C] [--command TEXT]
  * </pre>
+ * {@code --raw} writes one CSV row per child run, as it ends: every number of the report's tables of
+ * all runs (bench/plots.sh draws the memory per worker against N from it).
  */
 public final class ZeroShardingBench {
 
@@ -105,6 +108,9 @@ public final class ZeroShardingBench {
         String heap = "768m";
         @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
         Path out;
+        @Option(names = "--raw", paramLabel = "FILE", description = "write every child run as a CSV row to FILE (appended under the"
+                + " same header; default: none)")
+        Path raw;
         @Option(names = "--commit", paramLabel = "C", description = "commit named in the report")
         String commit = "unknown";
         @Option(names = "--command", paramLabel = "TEXT", description = "command line named in the report (default: this one)")
@@ -112,7 +118,7 @@ public final class ZeroShardingBench {
     }
 
     record Options(List<Integer> workers, int hidden, int batch, int steps, int warmupSteps, int reps, String heap,
-                   Path out, String commit, String command) {
+                   Path out, Path raw, String commit, String command) {
 
         static Options parse(String[] args) {
             return Cli.parse(new Flags(), args, f -> build(f, args));
@@ -141,7 +147,7 @@ public final class ZeroShardingBench {
             if (command == null) {
                 command = "java " + ZeroShardingBench.class.getName() + (args.length == 0 ? "" : " " + String.join(" ", args));
             }
-            return new Options(workers, hidden, batch, steps, warmup, reps, heap, out, commit, command);
+            return new Options(workers, hidden, batch, steps, warmup, reps, heap, out, f.raw, commit, command);
         }
 
     }
@@ -162,6 +168,16 @@ public final class ZeroShardingBench {
         }
     }
 
+    /**
+     * The columns of {@code --raw}, one row per child run: the mode ({@code plain}, {@code zero1},
+     * {@code zero2}), the configuration, and the run's measurements; bytes per worker are the largest
+     * worker's (state) or every worker's (parameters, gradient: DL4J allocates both whole in every mode).
+     */
+    static final List<String> CSV_COLUMNS = List.of("rep", "workers", "mode", "cores", "hidden", "batch_per_worker",
+            "steps", "params", "unsharded_state_bytes", "state_bytes_per_worker", "state_over_unsharded_per_worker",
+            "state_bytes_all_workers", "param_bytes_per_worker", "gradient_bytes_per_worker", "baseline_rss_bytes",
+            "peak_rss_bytes", "off_heap_bytes_per_worker", "median_step_ms", "median_sync_ms", "fit_s", "held_out_loss");
+
     private ZeroShardingBench() {
     }
 
@@ -174,16 +190,29 @@ public final class ZeroShardingBench {
         log("ZeRO sharding bench: workers=%s hidden=%d batch=%d steps=%d warmup=%d reps=%d cores=%d", o.workers(), o.hidden(),
                 o.batch(), o.steps(), o.warmupSteps(), o.reps(), Runtime.getRuntime().availableProcessors());
         List<Result> results = new ArrayList<>();
+        RawCsv raw = o.raw() == null ? null : RawCsv.open(o.raw(), CSV_COLUMNS);
+        int cores = Runtime.getRuntime().availableProcessors();
         for (int rep = 1; rep <= o.reps(); rep++) {
             for (int n : o.workers()) {
                 for (Mode m : Mode.values()) {
                     Result r = spawn(o, m, n, rep);
                     results.add(r);
+                    if (raw != null) {
+                        raw.row(rep, n, m.flag, cores, o.hidden(), o.batch(), o.steps(), r.params(), r.unshardedStateBytes(),
+                                r.maxStateBytes(), RawCsv.num("%.6f", r.stateRatio()), r.sumStateBytes(), r.paramBytes(),
+                                r.gradientBytes(), r.baselineRss(), r.peakRss(), RawCsv.num("%.0f", r.offHeapPerWorker()),
+                                RawCsv.num("%.4f", r.medianStepMs()), RawCsv.num("%.4f", r.medianSyncMs()),
+                                RawCsv.num("%.4f", r.fitSeconds()), RawCsv.num("%.6f", r.finalLoss()));
+                    }
                     log("rep %d N=%d %-26s step %8.2f ms (sync %6.2f)  state/worker %,12d B (%.4f of 1/N)  off-heap/worker %,14.0f B"
                                     + "  loss %.4f", rep, n, m.label, r.medianStepMs(), r.medianSyncMs(), r.maxStateBytes(), r.stateRatio(),
                             r.offHeapPerWorker(), r.finalLoss());
                 }
             }
+        }
+        if (raw != null) {
+            raw.close();
+            log("wrote %s", o.raw());
         }
         String report = new ZeroShardingReport(o, results).render();
         if (o.out() != null) {

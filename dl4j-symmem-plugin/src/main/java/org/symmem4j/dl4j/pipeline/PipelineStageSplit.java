@@ -400,6 +400,11 @@ public final class PipelineStageSplit {
      * memory (recycled every pass) would overwrite.
      *
      * @return one network per stage, in stage order
+     * @throws IllegalStateException when a stage's network, built on its own from the original's layer
+     *                               configurations, does not have the parameter count of those layers in
+     *                               the original (a DL4J layer that initializes differently alone), or its
+     *                               updater state cannot be laid over the original's (the updaters' blocks
+     *                               or state sizes differ, or one has state and the other none)
      */
     public List<MultiLayerNetwork> buildStageNetworks() {
         MultiLayerConfiguration original = network.getLayerWiseConfigurations();

@@ -53,17 +53,22 @@ public final class StageProfile {
     /**
      * Measures {@code network}'s layers on {@code sample} cut into {@code microbatches} microbatches:
      * {@code steps} passes of every microbatch, the first one a warm-up left out, each layer's median
-     * kept.
-     *
-     * @param ndThreads ND4J (OpenMP and BLAS) threads during the measurement: those each rank will use
-     * @param inputType the network's input type, or null to infer it from the features
-     * @throws IllegalArgumentException when the network or the sample does not fit (as the trainer's checks)
+     * kept. The passes run on a thread of their own (dropout seeds that thread's ND4J generator, not
+     * the caller's).
      *
      * @param network      the network to profile
      * @param sample       a batch like those of training
      * @param microbatches parts the sample is cut into
      * @param steps        passes, at least 2 (the first is a warm-up)
+     * @param ndThreads    ND4J (OpenMP and BLAS) threads during the measurement: those each rank will use
+     * @param inputType    the network's input type, or null to infer it from the features
      * @return per-layer forward and backward nanoseconds of one microbatch
+     * @throws NullPointerException     when {@code network} or {@code sample} is null
+     * @throws IllegalArgumentException when {@code steps} is below 2, or the network or the sample does not
+     *                                  fit (as the trainer's checks); a pass that throws a runtime exception
+     *                                  throws it here
+     * @throws IllegalStateException    when the calling thread is interrupted while the passes run, or a
+     *                                  pass fails with an error (not a runtime exception), which is the cause
      */
     public static StageProfile measure(MultiLayerNetwork network, DataSet sample, int microbatches, int steps,
                                        int ndThreads, InputType inputType) {
@@ -210,6 +215,8 @@ public final class StageProfile {
      *
      * @param split a split of the profiled network
      * @return forward and backward microseconds per stage
+     * @throws IllegalArgumentException when the split has another layer count than the profile (it was
+     *                                  made from another network)
      */
     public StageDurations stageDurationsMicros(PipelineStageSplit split) {
         if (split.layerCount() != forwardNanos.length) {

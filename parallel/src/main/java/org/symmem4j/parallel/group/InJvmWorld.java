@@ -188,6 +188,10 @@ public final class InJvmWorld implements AutoCloseable {
      * @param world the world whose ranks run it
      * @param task  the work of one rank
      * @return the ranks' results, in rank order
+     * @throws SymmemException when a rank's task threw (the first rank's failure, in rank order, wrapped
+     *                         with the others' suppressed), when this thread was interrupted while waiting
+     *                         for the ranks, or when a rank was still running four timeouts (plus 30 s) after
+     *                         the start (a wait that ignores the timeout)
      */
     public static <T> List<T> runOnEveryRank(InJvmWorld world, RankTask<T> task) {
         int n = world.worldSize;
@@ -250,6 +254,11 @@ public final class InJvmWorld implements AutoCloseable {
      * @param options   timeout and waiting
      * @param task      the work of one rank
      * @return the ranks' results, in rank order
+     * @throws IllegalArgumentException when {@code worldSize} is below 1
+     * @throws SymmemException         when a rank's task threw (the first rank's failure, in rank order, wrapped
+     *                                 with the others' suppressed), when this thread was interrupted while waiting
+     *                                 for the ranks, or when a rank was still running four timeouts (plus 30 s) after
+     *                                 the start (a wait that ignores the timeout)
      */
     public static <T> List<T> runOnEveryRank(int worldSize, GroupOptions options, RankTask<T> task) {
         try (InJvmWorld world = create(worldSize, options)) {
@@ -266,6 +275,11 @@ public final class InJvmWorld implements AutoCloseable {
      * @param transport the transport of every rank's group (see {@link #create(int, GroupOptions, Transport)})
      * @param task      the work of one rank
      * @return the ranks' results, in rank order
+     * @throws IllegalArgumentException when {@code worldSize} is below 1
+     * @throws SymmemException         when a rank's task threw (the first rank's failure, in rank order, wrapped
+     *                                 with the others' suppressed), when this thread was interrupted while waiting
+     *                                 for the ranks, or when a rank was still running four timeouts (plus 30 s) after
+     *                                 the start (a wait that ignores the timeout)
      */
     public static <T> List<T> runOnEveryRank(int worldSize, GroupOptions options, Transport transport, RankTask<T> task) {
         try (InJvmWorld world = create(worldSize, options, transport)) {

@@ -290,7 +290,11 @@ public final class FdChannel implements AutoCloseable {
         }
     }
 
-    /** Closes a descriptor this process owns (one {@link #receiveFromEach} returned). */
+    /**
+     * Closes a descriptor this process owns (one {@link #receiveFromEach} returned).
+     *
+     * @param fd the descriptor; not to be used again after this call
+     */
     public static void closeDescriptor(int fd) {
         LibC.close(fd);
     }

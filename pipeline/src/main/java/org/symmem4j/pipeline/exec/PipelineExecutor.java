@@ -219,6 +219,9 @@ public final class PipelineExecutor implements AutoCloseable {
      *
      * @return this rank's timeline of the step
      * @throws PipelineAbortedException when another rank failed
+     * @throws IllegalStateException    when an earlier step of this executor failed (here or on another
+     *                                  rank): its links are poisoned, so a new executor (on a new group)
+     *                                  must run the next step
      */
     public StepTimeline runStep() {
         if (failed) {
