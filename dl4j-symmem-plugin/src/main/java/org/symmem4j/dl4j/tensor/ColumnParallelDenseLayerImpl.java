@@ -2,7 +2,6 @@ package org.symmem4j.dl4j.tensor;
 
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.gradient.Gradient;
-import org.deeplearning4j.nn.layers.feedforward.dense.DenseLayer;
 import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
 import org.nd4j.common.primitives.Pair;
 import org.nd4j.linalg.api.buffer.DataType;
@@ -13,9 +12,8 @@ import org.nd4j.linalg.api.ndarray.INDArray;
  * the backward's input gradient {@code delta W_r^T} is this rank's part of the whole input gradient,
  * so it is summed over the ranks before it goes to the layer below.
  */
-public class ColumnParallelDenseLayerImpl extends DenseLayer implements TensorParallelLayer {
+public class ColumnParallelDenseLayerImpl extends TensorParallelDenseLayerImpl {
 
-    private TensorParallelComm comm;
 
     /**
      * DL4J's layer constructor ({@code instantiate} and {@code clone} call it).
@@ -27,20 +25,11 @@ public class ColumnParallelDenseLayerImpl extends DenseLayer implements TensorPa
         super(conf, dataType);
     }
 
-    @Override
-    public void attach(TensorParallelComm comm) {
-        this.comm = comm;
-    }
-
-    @Override
-    public TensorParallelComm comm() {
-        return comm;
-    }
 
     @Override
     public Pair<Gradient, INDArray> backpropGradient(INDArray epsilon, LayerWorkspaceMgr workspaceMgr) {
         Pair<Gradient, INDArray> result = super.backpropGradient(epsilon, workspaceMgr);
-        TensorParallelLayer.require(comm, layerId()).sumInPlace(result.getSecond());
+        requireComm().sumInPlace(result.getSecond());
         return result;
     }
 }

@@ -1,14 +1,8 @@
 package org.symmem4j.dl4j.tensor;
 
-import java.util.Collection;
-import java.util.Map;
-import org.deeplearning4j.nn.api.Layer;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.layers.DenseLayer;
-import org.deeplearning4j.nn.conf.layers.LayerValidation;
-import org.deeplearning4j.optimize.api.TrainingListener;
 import org.nd4j.linalg.api.buffer.DataType;
-import org.nd4j.linalg.api.ndarray.INDArray;
 
 /**
  * Megatron's row-parallel dense layer: {@code y = act(x W + b)} with {@code W}'s rows (the input
@@ -35,16 +29,7 @@ public class RowParallelDenseLayer extends TensorParallelDenseLayer {
     }
 
     @Override
-    public Layer instantiate(NeuralNetConfiguration conf, Collection<TrainingListener> listeners, int layerIndex,
-                             INDArray layerParamsView, boolean initializeParams, DataType networkDataType) {
-        LayerValidation.assertNInNOutSet("RowParallelDenseLayer", getLayerName(), layerIndex, getNIn(), getNOut());
-        RowParallelDenseLayerImpl layer = new RowParallelDenseLayerImpl(conf, networkDataType);
-        layer.setListeners(listeners);
-        layer.setIndex(layerIndex);
-        layer.setParamsViewArray(layerParamsView);
-        Map<String, INDArray> params = initializer().init(conf, layerParamsView, initializeParams);
-        layer.setParamTable(params);
-        layer.setConf(conf);
-        return layer;
+    TensorParallelDenseLayerImpl newLayer(NeuralNetConfiguration conf, DataType networkDataType) {
+        return new RowParallelDenseLayerImpl(conf, networkDataType);
     }
 }

@@ -3,7 +3,6 @@ package org.symmem4j.dl4j.tensor;
 import java.util.Arrays;
 import org.deeplearning4j.exception.DL4JInvalidInputException;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
-import org.deeplearning4j.nn.layers.feedforward.dense.DenseLayer;
 import org.deeplearning4j.nn.params.DefaultParamInitializer;
 import org.deeplearning4j.nn.workspace.ArrayType;
 import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
@@ -20,9 +19,8 @@ import org.nd4j.linalg.factory.Nd4j;
  * for it, so a training step costs one all-reduce here (a backward without a matching forward, which
  * DL4J's training does not do, recomputes it, collectively on every rank alike).
  */
-public class RowParallelDenseLayerImpl extends DenseLayer implements TensorParallelLayer {
+public class RowParallelDenseLayerImpl extends TensorParallelDenseLayerImpl {
 
-    private TensorParallelComm comm;
     /** The last training forward's pre-activation, outside any workspace, and the input it was computed from. */
     private INDArray keptPreActivation;
     private INDArray keptForInput;
@@ -37,15 +35,6 @@ public class RowParallelDenseLayerImpl extends DenseLayer implements TensorParal
         super(conf, dataType);
     }
 
-    @Override
-    public void attach(TensorParallelComm comm) {
-        this.comm = comm;
-    }
-
-    @Override
-    public TensorParallelComm comm() {
-        return comm;
-    }
 
     @Override
     protected Pair<INDArray, INDArray> preOutputWithPreNorm(boolean training, boolean forBackprop,
@@ -67,7 +56,7 @@ public class RowParallelDenseLayerImpl extends DenseLayer implements TensorParal
             z.assign(keptPreActivation); // the forward's sum: the same bits on every rank, no second all-reduce
         } else {
             x.mmuli(w, z);
-            TensorParallelLayer.require(comm, layerId()).sumInPlace(z);
+            requireComm().sumInPlace(z);
             if (hasBias()) {
                 z.addiRowVector(b);
             }

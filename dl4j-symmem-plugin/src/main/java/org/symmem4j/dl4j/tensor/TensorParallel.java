@@ -227,7 +227,7 @@ public final class TensorParallel {
         TensorParallelComm comm = new TensorParallelComm(communicator);
         List<String> problems = new ArrayList<>();
         for (Layer layer : layers) {
-            if (!(layer instanceof TensorParallelLayer tp)) {
+            if (!(layer instanceof TensorParallelDenseLayerImpl tp)) {
                 continue;
             }
             TensorParallelDenseLayer conf = (TensorParallelDenseLayer) layer.conf().getLayer();
@@ -258,7 +258,7 @@ public final class TensorParallel {
         }
         if (!problems.isEmpty()) {
             for (Layer layer : layers) {
-                if (layer instanceof TensorParallelLayer tp) {
+                if (layer instanceof TensorParallelDenseLayerImpl tp) {
                     tp.attach(null);
                 }
             }
@@ -300,7 +300,7 @@ public final class TensorParallel {
      */
     public static void copyAttachments(MultiLayerNetwork original, MultiLayerNetwork copy) {
         for (int l = 0; l < original.getnLayers() && l < copy.getnLayers(); l++) {
-            if (original.getLayer(l) instanceof TensorParallelLayer from && copy.getLayer(l) instanceof TensorParallelLayer to) {
+            if (original.getLayer(l) instanceof TensorParallelDenseLayerImpl from && copy.getLayer(l) instanceof TensorParallelDenseLayerImpl to) {
                 to.attach(from.comm());
             }
         }
@@ -314,8 +314,8 @@ public final class TensorParallel {
      */
     public static void copyAttachments(ComputationGraph original, ComputationGraph copy) {
         for (Layer layer : original.getLayers()) {
-            if (layer instanceof TensorParallelLayer from
-                    && copy.getLayer(layer.conf().getLayer().getLayerName()) instanceof TensorParallelLayer to) {
+            if (layer instanceof TensorParallelDenseLayerImpl from
+                    && copy.getLayer(layer.conf().getLayer().getLayerName()) instanceof TensorParallelDenseLayerImpl to) {
                 to.attach(from.comm());
             }
         }

@@ -2,7 +2,15 @@ package org.symmem4j.dl4j.tensor;
 
 import java.lang.reflect.Field;
 import java.lang.reflect.Modifier;
+import java.util.Collection;
+import java.util.Map;
+import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.layers.DenseLayer;
+import org.deeplearning4j.nn.conf.layers.LayerValidation;
+import org.deeplearning4j.optimize.api.TrainingListener;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
 
 /**
  * What the two tensor-parallel dense layer configurations share: they are DL4J {@link DenseLayer}s
@@ -61,6 +69,24 @@ public abstract class TensorParallelDenseLayer extends DenseLayer {
             }
         }
         return into;
+    }
+
+    /** This configuration's layer implementation (DL4J's dense layer plus the group's sums). */
+    abstract TensorParallelDenseLayerImpl newLayer(NeuralNetConfiguration conf, DataType networkDataType);
+
+    /** As DL4J's {@code DenseLayer.instantiate}, with this configuration's implementation. */
+    @Override
+    public Layer instantiate(NeuralNetConfiguration conf, Collection<TrainingListener> listeners, int layerIndex,
+                             INDArray layerParamsView, boolean initializeParams, DataType networkDataType) {
+        LayerValidation.assertNInNOutSet(getClass().getSimpleName(), getLayerName(), layerIndex, getNIn(), getNOut());
+        TensorParallelDenseLayerImpl layer = newLayer(conf, networkDataType);
+        layer.setListeners(listeners);
+        layer.setIndex(layerIndex);
+        layer.setParamsViewArray(layerParamsView);
+        Map<String, INDArray> params = initializer().init(conf, layerParamsView, initializeParams);
+        layer.setParamTable(params);
+        layer.setConf(conf);
+        return layer;
     }
 
     @Override

@@ -111,7 +111,7 @@ class TensorParallelTest {
                     long perStep;
                     try (Communicator c = Communicator.create(group)) {
                         TensorParallel.attach(mine, c);
-                        TensorParallelComm comm = ((TensorParallelLayer) mine.getLayer(0)).comm();
+                        TensorParallelComm comm = ((TensorParallelDenseLayerImpl) mine.getLayer(0)).comm();
                         long before = comm.allReduces();
                         mine.fit(data.get(0));
                         perStep = comm.allReduces() - before;

@@ -1,0 +1,41 @@
+package org.symmem4j.dl4j.tensor;
+
+import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
+import org.deeplearning4j.nn.layers.feedforward.dense.DenseLayer;
+import org.nd4j.linalg.api.buffer.DataType;
+
+/** DL4J's dense layer implementation bound to a tensor-parallel group; the two kinds add their sums. */
+public abstract class TensorParallelDenseLayerImpl extends DenseLayer {
+
+    private TensorParallelComm comm;
+
+    /**
+     * DL4J's layer constructor ({@code instantiate} and {@code clone} call it).
+     *
+     * @param conf     the layer's configuration
+     * @param dataType the network's data type
+     */
+    protected TensorParallelDenseLayerImpl(NeuralNetConfiguration conf, DataType dataType) {
+        super(conf, dataType);
+    }
+
+    /** Binds the layer to its group's communicator (every rank's network to its own rank's), or unbinds it (null). */
+    void attach(TensorParallelComm comm) {
+        this.comm = comm;
+    }
+
+    /** The communicator attached, or null. */
+    TensorParallelComm comm() {
+        return comm;
+    }
+
+    /** The group's communicator, or a clear error when the network was not attached (a clone, or a fresh network). */
+    TensorParallelComm requireComm() {
+        if (comm == null) {
+            throw new IllegalStateException("tensor-parallel layer " + layerId() + " has no group: call"
+                    + " TensorParallel.attach(network, communicator) on every rank before training or output (a network"
+                    + " built, loaded or cloned afresh needs it again)");
+        }
+        return comm;
+    }
+}
