@@ -21,7 +21,7 @@ import org.symmem4j.launch.Launcher;
  * bitwise equal across ranks, each bound to its own CPUs; and a rank that crashes mid-run fails
  * the job with its own exit code, named, the others stopped.
  */
-class LauncherIT {
+class LauncherProcessTest {
 
     /** Runs the launcher in this JVM: {@code n} ranks of {@link ProcessWorker} running {@code scenario}, output in {@code logDir}. */
     static Launcher.Result launch(Path logDir, int n, String... scenario) {
