@@ -21,9 +21,10 @@ import org.nd4j.linalg.factory.Nd4j;
  */
 public class RowParallelDenseLayerImpl extends TensorParallelDenseLayerImpl {
 
-    /** The last training forward's pre-activation, outside any workspace, and the input it was computed from. */
-    private INDArray keptPreActivation;
-    private INDArray keptForInput;
+    /** The last training forward's pre-activation, outside any workspace (a step's state, never serialized). */
+    private transient INDArray keptPreActivation;
+    /** The input {@link #keptPreActivation} was computed from. */
+    private transient INDArray keptForInput;
 
     /**
      * DL4J's layer constructor ({@code instantiate} and {@code clone} call it).

@@ -20,6 +20,7 @@ import org.nd4j.linalg.api.ndarray.INDArray;
  */
 public abstract class TensorParallelDenseLayer extends DenseLayer {
 
+    /** The number of ranks the layer's weights are split over (part of the configuration's JSON). */
     private int tensorParallelSize = 1;
 
     /** For DL4J's JSON deserialization and {@code clone()}. */

@@ -7,7 +7,8 @@ import org.nd4j.linalg.api.buffer.DataType;
 /** DL4J's dense layer implementation bound to a tensor-parallel group; the two kinds add their sums. */
 public abstract class TensorParallelDenseLayerImpl extends DenseLayer {
 
-    private TensorParallelComm comm;
+    /** The rank's tensor-parallel communicator: bound at run time by TensorParallel.attach, never serialized. */
+    private transient TensorParallelComm comm;
 
     /**
      * DL4J's layer constructor ({@code instantiate} and {@code clone} call it).

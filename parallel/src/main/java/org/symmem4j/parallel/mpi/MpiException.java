@@ -5,6 +5,7 @@ import org.symmem4j.parallel.SymmemException;
 /** An MPI call returned an error: the call, its error code and MPI's own description of it. */
 public class MpiException extends SymmemException {
 
+    /** The MPI call's return code. */
     private final int errorCode;
 
     /**
