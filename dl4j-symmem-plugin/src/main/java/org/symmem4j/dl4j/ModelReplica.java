@@ -383,9 +383,7 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         if (!array.isView() && array.ordering() != 'c' && array.ordering() != 'f') {
             throw new IllegalArgumentException("array is not contiguous");
         }
-        long elementBytes = array.dataType().width();
-        long address = array.data().address() + array.offset() * elementBytes;
-        return MemorySegment.ofAddress(address).reinterpret(array.length() * elementBytes);
+        return ArrayCollectives.segmentOf(array);
     }
 
     static DType dtypeOf(DataType type) {

@@ -11,6 +11,7 @@ import org.nd4j.linalg.api.ops.impl.transforms.pairwise.arithmetic.DivOp;
 import org.nd4j.linalg.api.ops.impl.transforms.pairwise.arithmetic.SubOp;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.ops.transforms.Transforms;
+import org.symmem4j.dl4j.ArrayCollectives;
 
 /**
  * A {@code BatchNormalization} layer's running mean and variance in a pipeline stage.
@@ -91,7 +92,7 @@ final class BatchNormRunningStats {
      * {@code k * replicas + d}), so that {@link #applyInOrder} updates the running statistics with
      * every piece in order, the same on every replica.
      */
-    void gatherAcross(StageDataParallel dp) {
+    void gatherAcross(ArrayCollectives dp) {
         int m = means.length;
         INDArray[] mine = new INDArray[2 * m];
         for (int k = 0; k < m; k++) {

@@ -19,6 +19,7 @@ import org.nd4j.common.primitives.Pair;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.dl4j.ArrayCollectives;
 import org.symmem4j.pipeline.exec.StageCompute;
 
 /**
@@ -68,7 +69,7 @@ public final class Dl4jPipelineStage implements StageCompute {
     private final INDArray accumulatedGradient;
 
     /** The other replicas of this stage (data parallelism), or null when this stage has none. */
-    private StageDataParallel dataParallel;
+    private ArrayCollectives dataParallel;
     private StepPlan plan;
     /** By microbatch: the stage's input, from forward until backward. */
     private INDArray[] stageInputs = new INDArray[0];
@@ -149,13 +150,16 @@ public final class Dl4jPipelineStage implements StageCompute {
     }
 
     /**
-     * Makes this stage one of {@code dp.replicas()} data-parallel replicas: its microbatch {@code k} is
-     * piece {@code k * replicas + replica} of the global batch (dropout masks are drawn for that piece),
-     * and {@link #step()} sums the gradient and the loss over the replicas and updates batch
-     * normalization's running statistics with every replica's pieces in order, before one update with
-     * the global batch's example count. Set before the first step, on the thread that runs the stage.
+     * Makes this stage one of {@code dp.size()} data-parallel replicas ({@code dp} over the stage's
+     * {@code dp} sub-group, rank = replica): its microbatch {@code k} is piece {@code k * replicas + replica}
+     * of the global batch (dropout masks are drawn for that piece), and {@link #step()} sums the gradient
+     * and the loss over the replicas and updates batch normalization's running statistics with every
+     * replica's pieces in order, before one update with the global batch's example count. Every replica
+     * then does what one pipeline with {@code microbatches x replicas} microbatches does with the batch,
+     * with the same operations, so the replicas stay bitwise identical. Set before the first step, on the
+     * thread that runs the stage.
      */
-    void dataParallel(StageDataParallel dp) {
+    void dataParallel(ArrayCollectives dp) {
         this.dataParallel = Objects.requireNonNull(dp, "dp");
     }
 
@@ -292,7 +296,7 @@ public final class Dl4jPipelineStage implements StageCompute {
         long examples = plan.batch().examples();
         if (dataParallel != null) {
             // every replica holds an equal share: the global batch is the replicas' examples together
-            examples *= dataParallel.replicas();
+            examples *= dataParallel.size();
             if (accumulatedGradient != null) {
                 dataParallel.sumInPlace(accumulatedGradient);
             }
@@ -377,7 +381,7 @@ public final class Dl4jPipelineStage implements StageCompute {
     /** Every layer's dropout draws and uses {@code microbatch}'s mask from now on. */
     private void selectMicrobatch(int microbatch) {
         // a replica's microbatch k is piece k * replicas + replica of the global batch: its own mask
-        int piece = dataParallel == null ? microbatch : microbatch * dataParallel.replicas() + dataParallel.replica();
+        int piece = dataParallel == null ? microbatch : microbatch * dataParallel.size() + dataParallel.rank();
         for (MicrobatchDropout d : dropouts) {
             d.microbatch(piece);
         }
@@ -405,7 +409,7 @@ public final class Dl4jPipelineStage implements StageCompute {
 
     private MemorySegment publish(INDArray array) {
         message = Messages.rowMajor(array, dataType);
-        return Messages.segmentOf(message);
+        return ArrayCollectives.segmentOf(message);
     }
 
     @Override

@@ -16,6 +16,7 @@ import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.api.shape.Shape;
 import org.nd4j.linalg.dataset.api.DataSet;
+import org.symmem4j.dl4j.ArrayCollectives;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
@@ -199,7 +200,7 @@ final class GroupExchange implements AutoCloseable {
     private void broadcast(INDArray array, int root) {
         boolean contiguous = array.ordering() == 'c' && Shape.hasDefaultStridesForShape(array);
         INDArray buffer = contiguous ? array : array.dup('c');
-        MemorySegment bytes = Messages.segmentOf(buffer);
+        MemorySegment bytes = ArrayCollectives.segmentOf(buffer);
         int width = buffer.dataType().width();
         DType words = switch (width) {
             case 8 -> DType.FLOAT64;
@@ -253,7 +254,7 @@ final class GroupExchange implements AutoCloseable {
         CRC32C crc = new CRC32C();
         crc.update(Arrays.toString(rowMajor.shape()).getBytes(StandardCharsets.UTF_8));
         crc.update(rowMajor.dataType().ordinal());
-        crc.update(Messages.segmentOf(rowMajor).asByteBuffer());
+        crc.update(ArrayCollectives.segmentOf(rowMajor).asByteBuffer());
         return crc.getValue();
     }
 

@@ -5,6 +5,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.api.shape.Shape;
 import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.dl4j.ArrayCollectives;
 
 /**
  * The messages stages exchange: one microbatch's activations (forward) or gradient (backward) as a
@@ -37,14 +38,14 @@ final class Messages {
                     + " type between them");
         }
         INDArray array = Nd4j.createUninitialized(type, shape, 'c');
-        MemorySegment.copy(message, 0, segmentOf(array), 0, bytes);
+        MemorySegment.copy(message, 0, ArrayCollectives.segmentOf(array), 0, bytes);
         return array;
     }
 
     /**
      * {@code array} as a message: itself when it is already row-major, contiguous and of
      * {@code type} (DL4J's input gradients usually are), else a row-major copy. Keep the result
-     * reachable while {@link #segmentOf} of it is in use.
+     * reachable while {@link ArrayCollectives#segmentOf} of it is in use.
      */
     static INDArray rowMajor(INDArray array, DataType type) {
         INDArray typed = array.dataType() == type ? array : array.castTo(type);
@@ -52,15 +53,5 @@ final class Messages {
             return typed;
         }
         return typed.dup('c');
-    }
-
-    /**
-     * The off-heap memory of a contiguous row-major array, as a segment. The segment does not keep the
-     * array alive: the caller must.
-     */
-    static MemorySegment segmentOf(INDArray array) {
-        long elementBytes = array.dataType().width();
-        long address = array.data().address() + array.offset() * elementBytes;
-        return MemorySegment.ofAddress(address).reinterpret(array.length() * elementBytes);
     }
 }

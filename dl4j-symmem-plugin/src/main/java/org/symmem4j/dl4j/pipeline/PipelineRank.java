@@ -1,6 +1,7 @@
 package org.symmem4j.dl4j.pipeline;
 
 import java.util.Map;
+import org.symmem4j.dl4j.ArrayCollectives;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceMesh;
 import org.symmem4j.parallel.Group;
@@ -16,7 +17,7 @@ import org.symmem4j.pipeline.schedule.Schedule;
  * <p>With data-parallel replicas ({@code replicas > 1}) the world is a {@code dp x pp}
  * {@link DeviceMesh} (world rank {@code d * pp + p} is pipeline rank {@code p} of replica {@code d}):
  * the executor runs on the rank's {@code pp} sub-group, and its stages share their gradients with the
- * other replicas over its {@code dp} sub-group ({@link StageDataParallel}).
+ * other replicas over its {@code dp} sub-group ({@link ArrayCollectives} on its communicator).
  *
  * <p>The executor's links are sized for the largest message they carry, which depends on the
  * microbatch size; a step whose messages are larger than the links' slots recreates the executor
@@ -34,12 +35,13 @@ final class PipelineRank implements AutoCloseable {
     private final int slots;
     private final Map<Integer, Dl4jPipelineStage> stages;
     private final DeviceMesh mesh;
-    private final StageDataParallel dataParallel;
+    /** The communicator over this stage's replicas (the {@code dp} sub-group), or null without replicas. */
+    private final Communicator dataParallel;
     private final Group pipelineGroup;
     private PipelineExecutor executor;
 
     private PipelineRank(Group world, int replicas, Schedule schedule, PipelineShape shape, int slots,
-                         Map<Integer, Dl4jPipelineStage> stages, DeviceMesh mesh, StageDataParallel dataParallel) {
+                         Map<Integer, Dl4jPipelineStage> stages, DeviceMesh mesh, Communicator dataParallel) {
         this.world = world;
         this.replicas = replicas;
         this.schedule = schedule;
@@ -61,11 +63,12 @@ final class PipelineRank implements AutoCloseable {
             return new PipelineRank(world, 1, schedule, shape, slots, stages, null, null);
         }
         DeviceMesh mesh = DeviceMesh.of(world, "dp", replicas, "pp", shape.ranks());
-        StageDataParallel dataParallel = null;
+        Communicator dataParallel = null;
         try {
-            dataParallel = new StageDataParallel(Communicator.create(mesh.group("dp")));
+            dataParallel = Communicator.create(mesh.group("dp"));
+            ArrayCollectives replicaSums = new ArrayCollectives(dataParallel);
             for (Dl4jPipelineStage stage : stages.values()) {
-                stage.dataParallel(dataParallel);
+                stage.dataParallel(replicaSums);
             }
             return new PipelineRank(world, replicas, schedule, shape, slots, stages, mesh, dataParallel);
         } catch (RuntimeException | Error e) {

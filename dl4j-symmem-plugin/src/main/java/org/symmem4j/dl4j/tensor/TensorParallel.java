@@ -18,6 +18,7 @@ import org.nd4j.linalg.activations.impl.ActivationSoftmax;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.indexing.NDArrayIndex;
+import org.symmem4j.dl4j.ArrayCollectives;
 import org.symmem4j.parallel.Communicator;
 
 /**
@@ -68,9 +69,7 @@ public final class TensorParallel {
      *                                  blocks overlap, or the block's width is not divisible by {@code size}
      */
     public static MultiLayerNetwork shard(MultiLayerNetwork unsharded, int rank, int size, int... columnLayers) {
-        if (size < 1 || rank < 0 || rank >= size) {
-            throw new IllegalArgumentException("rank=" + rank + " size=" + size + " expected size >= 1 and 0 <= rank < size");
-        }
+        requireRank(rank, size);
         if (unsharded.getLayers() == null) {
             unsharded.init();
         }
@@ -155,9 +154,7 @@ public final class TensorParallel {
      *                                  one dense layer that takes only it, or its width is not divisible
      */
     public static ComputationGraph shard(ComputationGraph unsharded, int rank, int size, String... columnVertices) {
-        if (size < 1 || rank < 0 || rank >= size) {
-            throw new IllegalArgumentException("rank=" + rank + " size=" + size + " expected size >= 1 and 0 <= rank < size");
-        }
+        requireRank(rank, size);
         if (unsharded.getLayers() == null) {
             unsharded.init();
         }
@@ -204,6 +201,12 @@ public final class TensorParallel {
         return sharded;
     }
 
+    private static void requireRank(int rank, int size) {
+        if (size < 1 || rank < 0 || rank >= size) {
+            throw new IllegalArgumentException("rank=" + rank + " size=" + size + " expected size >= 1 and 0 <= rank < size");
+        }
+    }
+
     private static NeuralNetConfiguration layerConfOf(java.util.Map<String, org.deeplearning4j.nn.conf.graph.GraphVertex> vertices,
                                                       String name) {
         if (!(vertices.get(name) instanceof org.deeplearning4j.nn.conf.graph.LayerVertex v)) {
@@ -224,7 +227,7 @@ public final class TensorParallel {
     }
 
     private static void attachLayers(Layer[] layers, Communicator communicator) {
-        TensorParallelComm comm = new TensorParallelComm(communicator);
+        ArrayCollectives comm = new ArrayCollectives(communicator);
         List<String> problems = new ArrayList<>();
         for (Layer layer : layers) {
             if (!(layer instanceof TensorParallelDenseLayerImpl tp)) {
@@ -340,7 +343,7 @@ public final class TensorParallel {
             throw new IllegalArgumentException("target has " + target.getnLayers() + " layers, the sharded network "
                     + network.getnLayers() + ": expected the unsharded configuration");
         }
-        TensorParallelComm comm = new TensorParallelComm(communicator);
+        ArrayCollectives comm = new ArrayCollectives(communicator);
         for (int l = 0; l < network.getnLayers(); l++) {
             gatherLayer("layer " + l, network.getLayer(l), target.getLayer(l), comm);
         }
@@ -371,7 +374,7 @@ public final class TensorParallel {
     }
 
     /** Writes {@code from} (a layer of this rank's sharded model), gathered over the group where sharded, into {@code to}. */
-    private static void gatherLayer(String name, Layer from, Layer to, TensorParallelComm comm) {
+    private static void gatherLayer(String name, Layer from, Layer to, ArrayCollectives comm) {
         int size = comm.size();
         if (from instanceof ColumnParallelDenseLayerImpl) {
             INDArray w = gatherBlocks(comm, from.getParam(DefaultParamInitializer.WEIGHT_KEY), size, 1);
@@ -409,7 +412,7 @@ public final class TensorParallel {
         if (target.getLayers() == null) {
             target.init();
         }
-        TensorParallelComm comm = new TensorParallelComm(communicator);
+        ArrayCollectives comm = new ArrayCollectives(communicator);
         for (Layer from : graph.getLayers()) {
             String name = from.conf().getLayer().getLayerName();
             Layer to = target.getLayer(name);
@@ -432,15 +435,15 @@ public final class TensorParallel {
     }
 
     /** Every rank's {@code shard} (same shape), concatenated in rank order along {@code axis}: an all-gather, bit for bit. */
-    private static INDArray gatherBlocks(TensorParallelComm comm, INDArray shard, int size, int axis) {
-        INDArray[] blocks = comm.allGather(shard);
+    private static INDArray gatherBlocks(ArrayCollectives comm, INDArray shard, int size, int axis) {
+        INDArray[][] gathered = comm.allGather(new INDArray[] {shard});
         long[] shape = shard.shape().clone();
         int along = Math.min(axis, shape.length - 1); // DL4J's biases are vectors
         long k = shape[along];
         shape[along] = k * size;
         INDArray all = Nd4j.createUninitialized(shard.dataType(), shape, 'c');
         for (int r = 0; r < size; r++) {
-            block(all, axis, r * k, (r + 1) * k).assign(blocks[r]);
+            block(all, axis, r * k, (r + 1) * k).assign(gathered[r][0]);
         }
         return all;
     }

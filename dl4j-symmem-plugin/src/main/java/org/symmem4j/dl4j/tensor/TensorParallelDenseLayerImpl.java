@@ -3,12 +3,13 @@ package org.symmem4j.dl4j.tensor;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.layers.feedforward.dense.DenseLayer;
 import org.nd4j.linalg.api.buffer.DataType;
+import org.symmem4j.dl4j.ArrayCollectives;
 
 /** DL4J's dense layer implementation bound to a tensor-parallel group; the two kinds add their sums. */
 public abstract class TensorParallelDenseLayerImpl extends DenseLayer {
 
     /** The rank's tensor-parallel communicator: bound at run time by TensorParallel.attach, never serialized. */
-    private transient TensorParallelComm comm;
+    private transient ArrayCollectives comm;
 
     /**
      * DL4J's layer constructor ({@code instantiate} and {@code clone} call it).
@@ -21,17 +22,17 @@ public abstract class TensorParallelDenseLayerImpl extends DenseLayer {
     }
 
     /** Binds the layer to its group's communicator (every rank's network to its own rank's), or unbinds it (null). */
-    void attach(TensorParallelComm comm) {
+    void attach(ArrayCollectives comm) {
         this.comm = comm;
     }
 
     /** The communicator attached, or null. */
-    TensorParallelComm comm() {
+    ArrayCollectives comm() {
         return comm;
     }
 
     /** The group's communicator, or a clear error when the network was not attached (a clone, or a fresh network). */
-    TensorParallelComm requireComm() {
+    ArrayCollectives requireComm() {
         if (comm == null) {
             throw new IllegalStateException("tensor-parallel layer " + layerId() + " has no group: call"
                     + " TensorParallel.attach(network, communicator) on every rank before training or output (a network"

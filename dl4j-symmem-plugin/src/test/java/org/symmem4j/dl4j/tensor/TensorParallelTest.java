@@ -25,6 +25,7 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
+import org.symmem4j.dl4j.ArrayCollectives;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.group.InJvmWorld;
@@ -111,10 +112,10 @@ class TensorParallelTest {
                     long perStep;
                     try (Communicator c = Communicator.create(group)) {
                         TensorParallel.attach(mine, c);
-                        TensorParallelComm comm = ((TensorParallelDenseLayerImpl) mine.getLayer(0)).comm();
-                        long before = comm.allReduces();
+                        ArrayCollectives comm = ((TensorParallelDenseLayerImpl) mine.getLayer(0)).comm();
+                        long before = comm.sums();
                         mine.fit(data.get(0));
-                        perStep = comm.allReduces() - before;
+                        perStep = comm.sums() - before;
                         for (int s = 0; s < STEPS; s++) {
                             if (s > 0) {
                                 mine.fit(data.get(s));
