@@ -12,7 +12,7 @@ import org.nd4j.linalg.factory.Nd4j;
  * {@code OMP_NUM_THREADS} at start-up lowers). BLAS (OpenBLAS) has its own setting. All three are
  * process-wide.
  */
-final class Nd4jThreadLimit implements AutoCloseable {
+public final class Nd4jThreadLimit implements AutoCloseable {
 
     private final int previousMaster;
     private final int previousBlas;
@@ -22,12 +22,27 @@ final class Nd4jThreadLimit implements AutoCloseable {
         this.previousBlas = previousBlas;
     }
 
-    /** Limits ND4J's op threads and BLAS threads to {@code threads} until {@link #close()}. */
-    static Nd4jThreadLimit of(int threads) {
+    /**
+     * Limits ND4J's op threads and BLAS threads to {@code threads} until {@link #close()}.
+     *
+     * @param threads ND4J op and BLAS threads, at least 1
+     * @return the previous settings, restored by {@link #close()}
+     */
+    public static Nd4jThreadLimit of(int threads) {
         Nd4jThreadLimit saved = new Nd4jThreadLimit(Nd4j.getEnvironment().maxMasterThreads(),
                 Nd4j.factory().blas().getMaxThreads());
         apply(threads, threads);
         return saved;
+    }
+
+    /**
+     * Sets ND4J's op threads and BLAS threads to {@code threads} for the rest of the process (until set
+     * again): for a process, or a trainer, that keeps the setting.
+     *
+     * @param threads ND4J op and BLAS threads, at least 1
+     */
+    public static void set(int threads) {
+        apply(threads, threads);
     }
 
     private static void apply(int master, int blas) {

@@ -21,9 +21,9 @@ import org.deeplearning4j.nn.weights.WeightInit;
 import org.nd4j.linalg.activations.Activation;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
-import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
+import org.symmem4j.dl4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.PrometheusEndpoint;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainer;
 import org.symmem4j.dl4j.pipeline.PipelineSchedule;
@@ -169,7 +169,7 @@ public final class PipelineParallelExample {
         int singleThreads = threads;
         if (group == null) {
             for (int t : threads == cores ? new int[] {cores} : new int[] {threads, cores}) {
-                setNd4jThreads(t);
+                Nd4jThreadLimit.set(t);
                 MultiLayerNetwork single = reference.clone();
                 for (int epoch = 0; epoch < warmupEpochs; epoch++) {
                     for (DataSet b : train) {
@@ -191,7 +191,7 @@ public final class PipelineParallelExample {
                     singleThreads = t;
                 }
             }
-            setNd4jThreads(threads);
+            Nd4jThreadLimit.set(threads);
         } else if (printing) {
             System.out.println("single model: not run under a launcher (every process is a pipeline rank); run with"
                     + " --ranks " + ranks + " and no launcher to compare");
@@ -287,13 +287,6 @@ public final class PipelineParallelExample {
         return String.format(Locale.ROOT, "Conclusion: the fastest pipeline (%s, %.0f examples/s) was %s the single model"
                 + " (%.0f examples/s): %.2fx. %s; both were timed after the same warm-up.", best.getKey(), best.getValue(),
                 verdict, singleRate, ratio, Character.toUpperCase(machine.charAt(0)) + machine.substring(1));
-    }
-
-    /** libnd4j's op threads and BLAS threads, process-wide ({@code setMaxThreads} alone is a no-op in this ND4J). */
-    private static void setNd4jThreads(int threads) {
-        Nd4j.getEnvironment().setMaxThreads(threads);
-        Nd4j.getEnvironment().setMaxMasterThreads(threads);
-        Nd4j.factory().blas().setMaxThreads(threads);
     }
 
     /**

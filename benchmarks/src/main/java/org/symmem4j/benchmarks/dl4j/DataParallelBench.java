@@ -22,6 +22,7 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.benchmarks.RawCsv;
+import org.symmem4j.dl4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.StepReport;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.examples.Cli;
@@ -393,7 +394,7 @@ public final class DataParallelBench {
     static Result run(Options o, Workload work, Mode mode, int rep, int steps, String phase) {
         MultiLayerNetwork net = DataParallelExample.mlp(FEATURES, o.hidden(), CLASSES);
         int threads = mode == Mode.SINGLE ? o.single().current : o.threadsPerWorker();
-        setNd4jThreads(threads);
+        Nd4jThreadLimit.set(threads);
         List<DataSet> batches = mode == Mode.SINGLE ? work.mergedBatches(steps) : work.workerBatches(steps);
         StepTotals totals = new StepTotals();
         System.gc(); // collect the previous run's garbage (and ND4J's off-heap buffers it holds) before timing
@@ -450,16 +451,6 @@ public final class DataParallelBench {
         double loss = net.score(work.heldOut);
         return new Result(mode, rep, (long) steps * o.examplesPerStep(), nanos, loss, totals.steps, totals.syncNanos,
                 totals.stepNanos);
-    }
-
-    /**
-     * ND4J's op threads and its BLAS threads (both process-wide). {@code setMaxThreads} is a no-op in
-     * nd4j-native 1.0.0-M2.1; libnd4j splits ops over {@code maxMasterThreads}.
-     */
-    static void setNd4jThreads(int threads) {
-        Nd4j.getEnvironment().setMaxThreads(threads);
-        Nd4j.getEnvironment().setMaxMasterThreads(threads);
-        Nd4j.factory().blas().setMaxThreads(threads);
     }
 
     /**

@@ -16,6 +16,7 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.dataset.DataSet;
+import org.symmem4j.dl4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.examples.Cli;
 import org.symmem4j.launch.Launcher;
@@ -240,7 +241,7 @@ public final class ProcessModeBench {
         MultiLayerNetwork net = model.build();
         switch (f.child) {
             case "single" -> {
-                ScalingBench.setNd4jThreads(f.threads);
+                Nd4jThreadLimit.set(f.threads);
                 net.fit(ScalingBench.TimedIterator.counted(data.merged, f.warmupSteps));
                 ScalingBench.TimedIterator timed = ScalingBench.TimedIterator.counted(data.merged, f.steps);
                 long t0 = System.nanoTime();

@@ -40,6 +40,7 @@ import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
 import org.symmem4j.dl4j.GradientTransfer;
+import org.symmem4j.dl4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.StepReport;
 import org.symmem4j.dl4j.SymmemGradientsAccumulator;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
@@ -602,12 +603,6 @@ public final class ScalingBench {
         }
     }
 
-    static void setNd4jThreads(int threads) {
-        Nd4j.getEnvironment().setMaxThreads(threads);
-        Nd4j.getEnvironment().setMaxMasterThreads(threads);
-        Nd4j.factory().blas().setMaxThreads(threads);
-    }
-
     /** One configuration's window ({@code seconds} = 0: warm-up only). */
     static Row measure(Config c, Workload w, Options o, int rep, double warmup, double seconds, boolean jfr) throws Exception {
         System.gc();
@@ -651,7 +646,7 @@ public final class ScalingBench {
             Nd4j.getEnvironment().setMaxThreads(1);
             Nd4j.factory().blas().setMaxThreads(1);
         } else {
-            setNd4jThreads(c.threads());
+            Nd4jThreadLimit.set(c.threads());
         }
         MultiLayerNetwork net = c.model().build();
         List<DataSet> data = c.mode() == Mode.SINGLE ? w.merged.get(c.workers()) : w.pool;
@@ -670,7 +665,7 @@ public final class ScalingBench {
 
     static Row independent(Config c, Workload w, double warmup, double seconds, int rep, boolean jfr, Options o)
             throws Exception {
-        setNd4jThreads(1);
+        Nd4jThreadLimit.set(1);
         int n = c.workers();
         List<MultiLayerNetwork> nets = new ArrayList<>();
         for (int i = 0; i < n; i++) {
@@ -744,7 +739,7 @@ public final class ScalingBench {
 
     static Row parallelWrapper(Config c, Workload w, double warmup, double seconds, int rep, boolean jfr, Options o)
             throws Exception {
-        setNd4jThreads(1);
+        Nd4jThreadLimit.set(1);
         // a fresh ParallelWrapper per fit: a second fit of one deadlocks in SHARED_GRADIENTS mode
         for (double window : seconds == 0 ? new double[] {warmup} : new double[] {warmup, seconds}) {
             MultiLayerNetwork net = c.model().build();

@@ -20,6 +20,7 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.benchmarks.RawCsv;
+import org.symmem4j.dl4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.WorkerMemory;
 import org.symmem4j.dl4j.ZeroStage;
@@ -279,7 +280,7 @@ public final class ZeroShardingBench {
         int warmup = Integer.parseInt(args[6]);
         int cores = Runtime.getRuntime().availableProcessors();
         int threads = Math.max(1, cores / n);
-        DataParallelBench.setNd4jThreads(threads);
+        Nd4jThreadLimit.set(threads);
 
         MultiLayerNetwork net = DataParallelExample.mlp(FEATURES, hidden, CLASSES);
         SyntheticData gen = new SyntheticData(FEATURES, CLASSES, 1);

@@ -20,9 +20,9 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
-import org.nd4j.linalg.factory.Nd4j;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.dl4j.Nd4jThreadLimit;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
@@ -559,7 +559,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     /** Group mode: this process's rank runs the step on the caller's thread; its own timeline. */
     private StepTimeline runInGroup(StepPlan plan, long slotBytes) {
         if (local == null) {
-            limitNd4jThreads(ompThreadsPerRank);
+            Nd4jThreadLimit.set(ompThreadsPerRank); // this process's rank: the process's cores unless set
             local = PipelineRank.open(group, dataParallel, schedule, shape, linkSlots, myStages());
             LOG.info("symmem4j pipeline: rank " + group.rank() + " of " + group.worldSize() + " (" + group.transport().name()
                     + "), " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")
@@ -612,7 +612,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         if (workers != null) {
             return;
         }
-        limitNd4jThreads(ompThreadsPerRank);
+        // every rank runs ND4J ops at once: each gets its share of the cores (op and BLAS threads, process-wide)
+        Nd4jThreadLimit.set(ompThreadsPerRank);
         int pp = shape.ranks();
         world = InJvmWorld.create(dataParallel * pp, GroupOptions.defaults().withTimeout(timeout));
         List<PipelineRankWorker> started = new ArrayList<>(dataParallel * pp);
@@ -644,17 +645,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         LOG.info("symmem4j pipeline: " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")
                 + ", schedule " + scheduleKind + ", link slots "
                 + linkSlots + ", ND4J threads per rank " + ompThreadsPerRank + ", " + split);
-    }
-
-    /**
-     * Every rank runs ND4J ops at once: each gets its share of the cores, for libnd4j's op threads and
-     * BLAS both (process-wide settings). In nd4j-native 1.0.0-M2.1 {@code setMaxThreads} is a no-op;
-     * the threads an op is split over are {@code maxMasterThreads} (capped by OMP_NUM_THREADS at start-up).
-     */
-    private static void limitNd4jThreads(int threads) {
-        Nd4j.getEnvironment().setMaxThreads(threads);
-        Nd4j.getEnvironment().setMaxMasterThreads(threads);
-        Nd4j.factory().blas().setMaxThreads(threads);
     }
 
     private void stopWorkers() {
