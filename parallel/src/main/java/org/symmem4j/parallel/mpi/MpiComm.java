@@ -98,7 +98,7 @@ public final class MpiComm implements AutoCloseable {
         MemorySegment type = type(mpi, dtype);
         MemorySegment mpiOp = op(mpi, op);
         long done = 0;
-        while (done < count || count == 0) { // MPI counts are ints: pieces of at most 2^31-1 elements
+        do { // MPI counts are ints: pieces of at most 2^31-1 elements (one call, of 0 elements, for count 0)
             int piece = (int) Math.min(Integer.MAX_VALUE, count - done);
             MemorySegment at = buffer.asSlice(dtype.bytes(done));
             Mpi.call(() -> {
@@ -106,10 +106,7 @@ public final class MpiComm implements AutoCloseable {
                 return null;
             });
             done += piece;
-            if (count == 0) {
-                break;
-            }
-        }
+        } while (done < count);
     }
 
     /**
@@ -190,9 +187,8 @@ public final class MpiComm implements AutoCloseable {
     /** Frees a communicator made by {@link #split} (collective); {@code MPI_COMM_WORLD} stays. Idempotent. */
     @Override
     public void close() {
-        if (closed || !owned) {
-            closed = closed || owned;
-            return;
+        if (!owned || closed) {
+            return; // MPI_COMM_WORLD is MPI's to free, at MPI_Finalize
         }
         closed = true;
         OpenMpi mpi = OpenMpi.get();

@@ -288,24 +288,20 @@ public final class HierarchicalCommunicator implements Communicator {
     }
 
     private MemorySegment staging(long bytes) {
-        if (staging.byteSize() < bytes) {
-            staging = arena.allocate(Math.max(bytes, 2 * staging.byteSize()), 64);
-        }
-        return staging;
+        return staging = atLeast(staging, bytes);
     }
 
     private MemorySegment shard(long bytes) {
-        if (shard.byteSize() < bytes) {
-            shard = arena.allocate(Math.max(bytes, 2 * shard.byteSize()), 64);
-        }
-        return shard;
+        return shard = atLeast(shard, bytes);
     }
 
     private MemorySegment subShard(long bytes) {
-        if (subShard.byteSize() < bytes) {
-            subShard = arena.allocate(Math.max(bytes, 2 * subShard.byteSize()), 64);
-        }
-        return subShard;
+        return subShard = atLeast(subShard, bytes);
+    }
+
+    /** {@code current}, or a new buffer of at least {@code bytes} (doubling, so that growing sizes reallocate rarely). */
+    private MemorySegment atLeast(MemorySegment current, long bytes) {
+        return current.byteSize() >= bytes ? current : arena.allocate(Math.max(bytes, 2 * current.byteSize()), 64);
     }
 
     private static void divide(MemorySegment buffer, long count, DType dtype, int by) {
