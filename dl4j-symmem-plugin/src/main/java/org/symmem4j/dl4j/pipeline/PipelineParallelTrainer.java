@@ -560,7 +560,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private StepTimeline runInGroup(StepPlan plan, long slotBytes) {
         if (local == null) {
             Nd4jThreadLimit.set(ompThreadsPerRank); // this process's rank: the process's cores unless set
-            local = PipelineRank.open(group, dataParallel, schedule, shape, linkSlots, myStages());
+            local = PipelineRank.open(group, dataParallel, schedule, shape, linkSlots, stagesOfRank(stages, group.rank()));
             LOG.info("symmem4j pipeline: rank " + group.rank() + " of " + group.worldSize() + " (" + group.transport().name()
                     + "), " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")
                     + ", schedule " + scheduleKind + ", link slots " + linkSlots + ", " + split);
@@ -572,11 +572,15 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
-    /** The stages world rank {@code rank} runs: pipeline rank {@code rank % pp}'s of its replica. */
-    private Map<Integer, Dl4jPipelineStage> myStages() {
+    /**
+     * The stages world rank {@code rank} runs, of its replica's {@code replica}: pipeline rank
+     * {@code rank % pp} runs stages {@code rank % pp}, {@code rank % pp + pp}, ... (stage index to stage).
+     */
+    private Map<Integer, Dl4jPipelineStage> stagesOfRank(List<Dl4jPipelineStage> replica, int rank) {
+        int pp = shape.ranks();
         Map<Integer, Dl4jPipelineStage> mine = new HashMap<>();
-        for (int s = group.rank() % shape.ranks(); s < stages.size(); s += shape.ranks()) {
-            mine.put(s, stages.get(s));
+        for (int s = rank % pp; s < replica.size(); s += pp) {
+            mine.put(s, replica.get(s));
         }
         return mine;
     }
@@ -619,12 +623,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         List<PipelineRankWorker> started = new ArrayList<>(dataParallel * pp);
         for (int rank = 0; rank < dataParallel * pp; rank++) {
             // row-major dp x pp mesh: world rank d * pp + p runs pipeline rank p of replica d
-            List<Dl4jPipelineStage> replica = replicaStages.get(rank / pp);
-            Map<Integer, Dl4jPipelineStage> mine = new HashMap<>();
-            for (int s = rank % pp; s < replica.size(); s += pp) {
-                mine.put(s, replica.get(s));
-            }
-            started.add(new PipelineRankWorker(rank, dataParallel, world, schedule, shape, linkSlots, mine));
+            started.add(new PipelineRankWorker(rank, dataParallel, world, schedule, shape, linkSlots,
+                    stagesOfRank(replicaStages.get(rank / pp), rank)));
         }
         workers = started;
         for (PipelineRankWorker worker : workers) {
