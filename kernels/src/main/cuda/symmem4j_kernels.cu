@@ -671,3 +671,87 @@ extern "C" __global__ void symmem_wait_signal_consume(unsigned long long* signal
         s.fetch_sub(value, cuda::memory_order_relaxed);
     }
 }
+
+// ---- Tensor-parallel GEMMs' local steps (parallel/…/cuda/CudaTensorParallelGemm.java) ----
+// None of these waits for a peer: the GEMMs' chunks arrive through the copy engine and the signal
+// kernels above; these only sum what has arrived and apply the MLP block's activation.
+
+// out[i] = sum over s = 0..slots-1, in that order, of in[s * count + i], accumulated in float and
+// rounded once: the last step of the fused matmul + reduce-scatter, where slot s holds rank s's
+// partial product of this rank's rows. Every rank sums its own rows in rank order, so the result does
+// not depend on which peer's chunk landed first.
+template <typename T>
+__device__ __forceinline__ void sum_slots(const void* in, void* out, size_t count, int slots) {
+    follow_stream_order_release_next();
+    size_t threads = (size_t)gridDim.x * blockDim.x;
+    size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    constexpr int N = Vec<T>::N;
+    bool vector = count % N == 0 && ((uintptr_t)in % 16) == 0 && ((uintptr_t)out % 16) == 0;
+    size_t vecs = vector ? count / N : 0;
+    size_t slotBytes = count * sizeof(T);
+    for (size_t v = tid; v < vecs; v += threads) {
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int s = 0; s < slots; s++) {
+            float x[8];
+            Vec<T>::load((const char*)in + s * slotBytes, v, x);
+#pragma unroll
+            for (int k = 0; k < N; k++) {
+                acc[k] += x[k];
+            }
+        }
+        Vec<T>::store(out, v, acc);
+    }
+    for (size_t i = vecs * N + tid; i < count; i += threads) {
+        float acc = 0;
+        for (int s = 0; s < slots; s++) {
+            acc += Vec<T>::loadScalar((const char*)in + s * slotBytes, i);
+        }
+        Vec<T>::storeScalar(out, i, acc);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(512) symmem_sum_slots_f32(const void* in, void* out, size_t count, int slots) {
+    sum_slots<float>(in, out, count, slots);
+}
+
+extern "C" __global__ void __launch_bounds__(512) symmem_sum_slots_bf16(const void* in, void* out, size_t count, int slots) {
+    sum_slots<__nv_bfloat16>(in, out, count, slots);
+}
+
+// out[i] = max(in[i], 0) (in place when out == in).
+template <typename T>
+__device__ __forceinline__ void relu(const void* in, void* out, size_t count) {
+    follow_stream_order_release_next();
+    size_t threads = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += threads) {
+        float x = Vec<T>::loadScalar(in, i);
+        Vec<T>::storeScalar(out, i, x > 0.0f ? x : 0.0f);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(512) symmem_relu_f32(const void* in, void* out, size_t count) {
+    relu<float>(in, out, count);
+}
+
+extern "C" __global__ void __launch_bounds__(512) symmem_relu_bf16(const void* in, void* out, size_t count) {
+    relu<__nv_bfloat16>(in, out, count);
+}
+
+// out[i] = pre[i] > 0 ? grad[i] : 0: the activation's backward, from its input (in place when out == grad).
+template <typename T>
+__device__ __forceinline__ void relu_backward(const void* grad, const void* pre, void* out, size_t count) {
+    follow_stream_order_release_next();
+    size_t threads = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += threads) {
+        float g = Vec<T>::loadScalar(grad, i);
+        Vec<T>::storeScalar(out, i, Vec<T>::loadScalar(pre, i) > 0.0f ? g : 0.0f);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(512) symmem_relu_backward_f32(const void* grad, const void* pre, void* out, size_t count) {
+    relu_backward<float>(grad, pre, out, count);
+}
+
+extern "C" __global__ void __launch_bounds__(512) symmem_relu_backward_bf16(const void* grad, const void* pre, void* out, size_t count) {
+    relu_backward<__nv_bfloat16>(grad, pre, out, count);
+}

@@ -83,7 +83,9 @@ public interface DeviceCommunicator {
     MemorySegment allocateDevice(long bytes);
 
     /**
-     * Frees a buffer from {@link #allocateDevice}, after waiting for this rank's stream.
+     * Frees a buffer from {@link #allocateDevice}, after waiting for this rank's stream. Free only where no peer's
+     * kernel can be waiting for this rank (after a barrier, say): freeing waits for the peers' GPUs as well, and a
+     * peer spinning in a device-side wait for this rank's next signal then never finishes — both hang.
      *
      * @param buffer the buffer
      */

@@ -156,8 +156,19 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
                     + CudaKernels.MAX_RANKS + " (one machine's GPUs)");
         }
         this.control = HostCommunicator.controlPlane(group, group.hostTransport(), options);
-        int devices = driver.deviceCount();
-        this.sharedDevice = devices < worldSize;
+        // ranks share a GPU when two of them name the same one (host and PCI address: ordinals differ between processes
+        // bound to their GPUs, and a sub-group's ranks may sit on any of the machine's GPUs)
+        List<byte[]> gpus = group.allGatherBytes("cuda-device-identity",
+                deviceIdentity(driver, rank.device).getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        String sharing = null;
+        for (int p = 0; p < worldSize && sharing == null; p++) {
+            for (int q = p + 1; q < worldSize && sharing == null; q++) {
+                if (java.util.Arrays.equals(gpus.get(p), gpus.get(q))) {
+                    sharing = "ranks " + p + " and " + q + " share GPU " + new String(gpus.get(p), java.nio.charset.StandardCharsets.UTF_8);
+                }
+            }
+        }
+        this.sharedDevice = sharing != null;
         if (rank.kernels == null) {
             this.grids = null;
         } else {
@@ -179,7 +190,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         MemorySegment comm = null;
         String why = null;
         if (sharedDevice) {
-            why = "NCCL needs one GPU per rank; " + worldSize + " ranks share " + devices + " GPU(s)";
+            why = "NCCL needs one GPU per rank; " + sharing;
         } else if (!Nccl.available()) {
             why = Nccl.unavailableReason();
         } else {
@@ -240,6 +251,19 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             a.setAtIndex(java.lang.foreign.ValueLayout.ADDRESS, i, slots[i]);
         }
         return a;
+    }
+
+    /** {@return the machine's name and the PCI address of {@code device}: equal for two ranks exactly when they share the GPU} */
+    private static String deviceIdentity(CudaDriver driver, int device) {
+        String host;
+        try {
+            host = java.net.InetAddress.getLocalHost().getHostName();
+        } catch (java.net.UnknownHostException e) {
+            host = System.getenv().getOrDefault("HOSTNAME", "localhost");
+        }
+        return host + "/" + String.format(java.util.Locale.ROOT, "%04x:%02x:%02x",
+                driver.attribute(device, CudaDriver.ATTRIBUTE_PCI_DOMAIN_ID), driver.attribute(device, CudaDriver.ATTRIBUTE_PCI_BUS_ID),
+                driver.attribute(device, CudaDriver.ATTRIBUTE_PCI_DEVICE_ID));
     }
 
     @Override
@@ -928,7 +952,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         Nccl.get().recv(ptr, p2pCount(bytes), DType.FLOAT32, peer, requireNccl(), rank.stream);
     }
 
-    private MemorySegment requireNccl() {
+    MemorySegment requireNccl() {
         if (ncclComm == null) {
             throw new CudaUnavailableException("NCCL unavailable: " + ncclUnavailable);
         }
@@ -967,14 +991,29 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
 
     /** Made at the first {@code unwrap(DeviceKernels.class)}. */
     private volatile CudaDeviceKernels userKernels;
+    /** Made at the first {@code unwrap(TensorParallelGemm.class)}; closed with this communicator. */
+    private CudaTensorParallelGemm tensorParallel;
 
     /**
      * {@inheritDoc}
      *
-     * <p>Also {@link org.symmem4j.parallel.DeviceKernels}: users' kernels on this rank's stream.
+     * <p>Also {@link org.symmem4j.parallel.DeviceKernels}: users' kernels on this rank's stream; and
+     * {@link org.symmem4j.parallel.TensorParallelGemm}: cuBLAS GEMMs and the tensor-parallel fused GEMMs on
+     * it, present where cuBLAS loads (else empty: {@link CudaTransport#cublasUnavailableReason()} says why).
      */
     @Override
     public <T> java.util.Optional<T> unwrap(Class<T> type) {
+        if (type == org.symmem4j.parallel.TensorParallelGemm.class) {
+            if (!Cublas.available()) {
+                return java.util.Optional.empty();
+            }
+            synchronized (this) {
+                if (tensorParallel == null) {
+                    tensorParallel = new CudaTensorParallelGemm(this, rank, driver, worldSize, group.rank());
+                }
+                return java.util.Optional.of(type.cast(tensorParallel));
+            }
+        }
         if (type == org.symmem4j.parallel.DeviceKernels.class) {
             CudaDeviceKernels k = userKernels;
             if (k == null) {
@@ -1050,6 +1089,11 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     public void close() {
         try {
             synchronize();
+            synchronized (this) {
+                if (tensorParallel != null) {
+                    tensorParallel.close();
+                }
+            }
             staging.close();
             if (oneShotScratch != null) {
                 oneShotScratch.close();

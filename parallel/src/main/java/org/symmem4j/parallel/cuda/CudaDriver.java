@@ -34,6 +34,10 @@ public final class CudaDriver {
     static final int ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
     static final int ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
     static final int ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+    /** {@code CU_DEVICE_ATTRIBUTE_PCI_BUS_ID}, {@code _PCI_DEVICE_ID}, {@code _PCI_DOMAIN_ID}: where the GPU sits. */
+    static final int ATTRIBUTE_PCI_BUS_ID = 33;
+    static final int ATTRIBUTE_PCI_DEVICE_ID = 34;
+    static final int ATTRIBUTE_PCI_DOMAIN_ID = 50;
 
     private static final Holder HOLDER = new Holder();
 
@@ -119,6 +123,7 @@ public final class CudaDriver {
     private final MethodHandle cuCtxSynchronize;
     private final MethodHandle cuEventCreate;
     private final MethodHandle cuEventRecord;
+    private final MethodHandle cuStreamWaitEvent;
     private final MethodHandle cuEventSynchronize;
     private final MethodHandle cuEventElapsedTime;
     private final MethodHandle cuEventDestroy;
@@ -182,6 +187,7 @@ public final class CudaDriver {
         cuCtxSynchronize = lib.function("cuCtxSynchronize", FunctionDescriptor.of(JAVA_INT));
         cuEventCreate = lib.function("cuEventCreate", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT));
         cuEventRecord = lib.function("cuEventRecord", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        cuStreamWaitEvent = lib.function("cuStreamWaitEvent", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_INT));
         cuEventSynchronize = lib.function("cuEventSynchronize", iA);
         FunctionDescriptor elapsed = FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS);
         cuEventElapsedTime = lib.optionalFunction("cuEventElapsedTime_v2", elapsed)
@@ -608,10 +614,38 @@ public final class CudaDriver {
      * @return the CUevent
      */
     public MemorySegment createEvent() {
+        return createEvent(0);
+    }
+
+    /** {@code CU_EVENT_DISABLE_TIMING}: an event that only orders streams (cheaper to record and wait on). */
+    public static final int EVENT_DISABLE_TIMING = 0x2;
+
+    /**
+     * Creates an event with {@code flags} (e.g. {@link #EVENT_DISABLE_TIMING}) in the current context.
+     *
+     * @param flags the {@code CUevent_flags}
+     * @return the CUevent
+     */
+    public MemorySegment createEvent(int flags) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment e = a.allocate(ADDRESS);
-            check("cuEventCreate", (int) cuEventCreate.invokeExact(e, 0));
+            check("cuEventCreate", (int) cuEventCreate.invokeExact(e, flags));
             return e.get(ADDRESS, 0);
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /**
+     * Makes {@code stream}'s later work wait until {@code event}'s last record has completed (a fork or
+     * join between two streams; captured into a graph as an edge when the stream is being captured).
+     *
+     * @param stream the CUstream that waits
+     * @param event the CUevent recorded on another stream
+     */
+    public void waitEvent(MemorySegment stream, MemorySegment event) {
+        try {
+            check("cuStreamWaitEvent", (int) cuStreamWaitEvent.invokeExact(stream, event, 0));
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }

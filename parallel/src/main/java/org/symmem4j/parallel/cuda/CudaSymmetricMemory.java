@@ -90,13 +90,14 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
 
     @Override
     public MemorySegment local() {
-        return MemorySegment.ofAddress(data[group.rank()]);
+        // sized as SymmetricMemory.local documents (a device address: never dereferenced on the host)
+        return MemorySegment.ofAddress(data[group.rank()]).reinterpret(byteSize);
     }
 
     @Override
     public MemorySegment peer(int peer) {
         Objects.checkIndex(peer, data.length);
-        return MemorySegment.ofAddress(data[peer]);
+        return MemorySegment.ofAddress(data[peer]).reinterpret(byteSize);
     }
 
     @Override

@@ -80,6 +80,16 @@ public final class CudaTransport implements Transport, AutoCloseable {
     }
 
     /**
+     * Why {@code unwrap(TensorParallelGemm.class)} is empty on this machine's communicators: cuBLAS did not
+     * load (put {@code libcublas.so.13} on the library path, or pass {@code -Dsymmem4j.cublas.library=PATH}).
+     *
+     * @return the reason, or null when cuBLAS loaded
+     */
+    public static String cublasUnavailableReason() {
+        return Cublas.unavailableReason();
+    }
+
+    /**
      * A transport on this machine's GPUs; throws {@link CudaUnavailableException} saying why when there are none.
      *
      * @return the transport

@@ -32,7 +32,16 @@ enum Kernel {
     /** (signal, value): one thread waits for a peer's signal. */
     WAIT_SIGNAL("symmem_wait_signal", Spread.SINGLE_BLOCK),
     /** (signal, value): waits, then takes the value off the slot. */
-    WAIT_SIGNAL_CONSUME("symmem_wait_signal_consume", Spread.SINGLE_BLOCK);
+    WAIT_SIGNAL_CONSUME("symmem_wait_signal_consume", Spread.SINGLE_BLOCK),
+    /** (in, out, count, slots): sums {@code slots} consecutive slots of count elements in order; waits for nobody. */
+    SUM_SLOTS_F32("symmem_sum_slots_f32", Spread.ALL_RESIDENT),
+    SUM_SLOTS_BF16("symmem_sum_slots_bf16", Spread.ALL_RESIDENT),
+    /** (in, out, count): max(x, 0); waits for nobody. */
+    RELU_F32("symmem_relu_f32", Spread.ALL_RESIDENT),
+    RELU_BF16("symmem_relu_bf16", Spread.ALL_RESIDENT),
+    /** (grad, pre, out, count): grad where pre &gt; 0, else 0; waits for nobody. */
+    RELU_BACKWARD_F32("symmem_relu_backward_f32", Spread.ALL_RESIDENT),
+    RELU_BACKWARD_BF16("symmem_relu_backward_bf16", Spread.ALL_RESIDENT);
 
     /** How many blocks a launch may use when only the GPU's size limits it. */
     enum Spread {
@@ -68,6 +77,18 @@ enum Kernel {
 
     static Kernel twoShotPush(boolean f32) {
         return f32 ? TWO_SHOT_PUSH_F32 : TWO_SHOT_PUSH_BF16;
+    }
+
+    static Kernel sumSlots(boolean f32) {
+        return f32 ? SUM_SLOTS_F32 : SUM_SLOTS_BF16;
+    }
+
+    static Kernel relu(boolean f32) {
+        return f32 ? RELU_F32 : RELU_BF16;
+    }
+
+    static Kernel reluBackward(boolean f32) {
+        return f32 ? RELU_BACKWARD_F32 : RELU_BACKWARD_BF16;
     }
 
     static Kernel reduceScatter(boolean f32) {

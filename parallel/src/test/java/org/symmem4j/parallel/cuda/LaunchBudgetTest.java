@@ -32,6 +32,8 @@ class LaunchBudgetTest {
                 case ONE_SHOT_F32, ONE_SHOT_LL_F32, ONE_SHOT_LL_BF16, TWO_SHOT_F32, TWO_SHOT_BF16 -> 3;
                 case ONE_SHOT_BF16, TWO_SHOT_PUSH_F32, TWO_SHOT_PUSH_BF16, REDUCE_SCATTER_F32, REDUCE_SCATTER_BF16 -> 2;
                 case ALL_GATHER, PUT_SIGNAL -> 4;
+                // the tensor-parallel GEMMs' local steps (added 2026-11-26; 512 threads, few registers)
+                case SUM_SLOTS_F32, SUM_SLOTS_BF16, RELU_F32, RELU_BF16, RELU_BACKWARD_F32, RELU_BACKWARD_BF16 -> 4;
                 case WAIT_SIGNAL, WAIT_SIGNAL_CONSUME -> 32;
             };
         }

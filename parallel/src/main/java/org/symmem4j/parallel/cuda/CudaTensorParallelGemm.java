@@ -1,0 +1,461 @@
+package org.symmem4j.parallel.cuda;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.Objects;
+import java.util.function.UnaryOperator;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.ShardPartition;
+import org.symmem4j.parallel.SignalOp;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.TensorParallelGemm;
+
+/**
+ * {@link TensorParallelGemm} on the CUDA transport: cuBLAS for the GEMMs on the communicator's stream, a
+ * second stream of this rank for the copy engine's transfers, events to fork and join the two (graph
+ * capture turns them into edges), and the signal kernels of the symmetric memory for the meetings.
+ *
+ * <p>Fused all-gather + matmul on rank r (W ranks, each peer's block cut into chunks of {@link #CHUNK_ROWS} rows, so
+ * the GEMMs start before a whole block has arrived):
+ * <pre>
+ *  main stream:  meet(READY) ─ GEMM(rows r) ─ wait(e₁) GEMM(chunk 1) ─ wait(e₂) GEMM(chunk 2) … ─ meet(DONE)
+ *  copy stream:          └─ copy chunk 1 from its owner, record e₁ ─ copy chunk 2, record e₂ …
+ * </pre>
+ * Fused matmul + reduce-scatter: GEMM the rows of the next peer's block into this rank's sending slot,
+ * record, and let the copy stream push them into that peer's receiving slot {@code r} while the next GEMM
+ * runs; the own block goes straight to receiving slot r; then meet(READY) — every push into this rank
+ * has landed — sum the W receiving slots in rank order, and meet(DONE) so no peer pushes the next
+ * call's tiles before this rank has read them.
+ *
+ * <p>A meeting is a signal of +1 to every peer's slot and a consuming wait for W−1 on this rank's
+ * slot (counting semaphores: a captured graph replays with the same thresholds). Stream order makes it
+ * safe: a rank signals only after everything before it on its stream — the copies it waited for
+ * included — has completed, and the signal kernel's release pairs with the waiter's acquire.
+ */
+final class CudaTensorParallelGemm implements TensorParallelGemm {
+
+    /** At most this many chunks per peer block. */
+    static final int MAX_CHUNKS = 8;
+    /**
+     * Rows per chunk of a peer's block ({@code -Dsymmem4j.tp.chunkRows}, default 1024: the default measured on 2 H100s,
+     * bench/results/2026-11-26-tp-gemm-2xh100.md, where one chunk per block did better at N = 3584 in one run).
+     */
+    static final int CHUNK_ROWS = Math.max(1, Integer.getInteger("symmem4j.tp.chunkRows", 1024));
+
+    private final CudaCommunicator comm;
+    private final CudaRank rank;
+    private final CudaDriver driver;
+    private final int world;
+    private final int me;
+    private final MemorySegment copyStream;
+    private final long workspace;
+    private final MemorySegment handle;
+    private final MemorySegment fork;
+    /** One event per chunk of a call, grown as needed (recorded and waited for in host order). */
+    private final List<MemorySegment> chunkEvents = new ArrayList<>();
+    /** GEMM shapes this rank has run in a collective call (their cuBLAS kernels are loaded: see {@link #loadKernels}). */
+    private final Set<String> loaded = new HashSet<>();
+    private boolean closed;
+
+    CudaTensorParallelGemm(CudaCommunicator comm, CudaRank rank, CudaDriver driver, int world, int me) {
+        this.comm = comm;
+        this.rank = rank;
+        this.driver = driver;
+        this.world = world;
+        this.me = me;
+        Cublas cublas = Cublas.get();
+        driver.setCurrent(rank.context);
+        this.copyStream = driver.createStream(CudaDriver.STREAM_NON_BLOCKING);
+        long ws = 0;
+        MemorySegment h = null;
+        try {
+            ws = driver.malloc(Cublas.WORKSPACE_BYTES);
+            h = cublas.createHandle(rank.stream, ws);
+            this.fork = driver.createEvent(CudaDriver.EVENT_DISABLE_TIMING);
+        } catch (RuntimeException e) {
+            if (h != null) {
+                cublas.destroyHandle(h);
+            }
+            if (ws != 0) {
+                driver.free(ws);
+            }
+            driver.destroyStream(copyStream);
+            throw e;
+        }
+        this.workspace = ws;
+        this.handle = h;
+        // saxpy's kernel loads now, while nothing of this group waits on the GPU (see loadKernels)
+        cublas.saxpy(handle, 1, 0f, workspace, workspace);
+        driver.synchronize(rank.stream);
+    }
+
+    @Override
+    public String gemmLibrary() {
+        return "cuBLAS (" + Cublas.get().library() + ")";
+    }
+
+    @Override
+    public String unavailableReason(Mode mode) {
+        return switch (Objects.requireNonNull(mode, "mode")) {
+            case NCCL -> comm.supports(Algorithm.NCCL) ? null : "NCCL: " + comm.ncclUnavailableReason();
+            case FUSED, SYMMEM -> rank.kernels == null ? "symmem4j's CUDA kernels are absent (built without nvcc)" : null;
+        };
+    }
+
+    private void checkMode(Mode mode) {
+        String why = unavailableReason(mode);
+        if (why != null) {
+            throw new UnsupportedOperationException("tensor-parallel GEMM in mode " + mode + " cannot run here: " + why);
+        }
+    }
+
+    @Override
+    public synchronized void matmul(MemorySegment c, MemorySegment a, boolean transA, MemorySegment b, boolean transB,
+                                    int m, int n, int k, boolean accumulate, DType dtype) {
+        checkOpen();
+        checkDims(m, n, k, dtype);
+        need("c", c, (long) m * n, dtype);
+        need("a", a, (long) m * k, dtype);
+        need("b", b, (long) k * n, dtype);
+        driver.setCurrent(rank.context);
+        gemm(c.address(), a.address(), transA, b.address(), transB, m, n, k, accumulate, dtype);
+    }
+
+    private void gemm(long c, long a, boolean transA, long b, boolean transB, int m, int n, int k, boolean accumulate, DType dtype) {
+        Cublas.get().gemm(handle, c, a, b, m, n, k, transA, transB, accumulate, dtype);
+    }
+
+    @Override
+    public synchronized void allGatherMatmul(SymmetricMemory gathered, long offsetBytes, MemorySegment b, boolean transB,
+                                             MemorySegment c, int rows, int n, int k, DType dtype, Mode mode) {
+        checkOpen();
+        checkMode(mode);
+        CudaSymmetricMemory memory = ownMemory(gathered, "gathered");
+        checkDims(rows, n, k, dtype);
+        checkRows(rows);
+        long elt = dtype.byteSize();
+        long rowBytes = k * elt;
+        if (offsetBytes < 0 || offsetBytes % elt != 0 || offsetBytes > memory.byteSize() - rows * rowBytes) {
+            throw new IllegalArgumentException("gathered: a " + rows + "×" + k + " " + dtype + " matrix at offsetBytes="
+                    + offsetBytes + " does not fit its " + memory.byteSize() + " bytes (or the offset is not a multiple of "
+                    + elt + ")");
+        }
+        need("b", b, (long) k * n, dtype);
+        need("c", c, (long) rows * n, dtype);
+        driver.setCurrent(rank.context);
+        int shardRows = rows / world;
+        long mine = memory.bufferPointer(me) + offsetBytes;
+        int chunks = chunksPerBlock(shardRows);
+        loadKernels(c.address(), mine, b.address(), transB, n, k, dtype, mode == Mode.FUSED
+                ? new int[] {shardRows, chunkStart(shardRows, chunks, 1), shardRows - chunkStart(shardRows, chunks, chunks - 1)}
+                : new int[] {rows});
+        switch (mode) {
+            case NCCL -> {
+                // in place: NCCL's all-gather with sendbuff == recvbuff + rank * sendcount
+                Nccl.get().allGather(mine + me * shardRows * rowBytes, mine, (long) shardRows * k, dtype,
+                        comm.requireNccl(), rank.stream);
+                gemm(c.address(), mine, false, b.address(), transB, rows, n, k, false, dtype);
+            }
+            case SYMMEM -> {
+                checkEqualBlocks((long) rows * k, dtype, (long) shardRows * k);
+                comm.allGather(gathered, offsetBytes, (long) rows * k, dtype);
+                gemm(c.address(), mine, false, b.address(), transB, rows, n, k, false, dtype);
+            }
+            case FUSED -> {
+                meet(memory, READY_SLOT);
+                // fork: the copy stream starts after the meeting (every block is in place on its owner)
+                driver.record(fork, rank.stream);
+                driver.waitEvent(copyStream, fork);
+                long cRowBytes = n * elt;
+                gemm(c.address() + me * shardRows * cRowBytes, mine + me * shardRows * rowBytes, false, b.address(), transB,
+                        shardRows, n, k, false, dtype);
+                int e = 0;
+                for (int step = 1; step < world; step++) {
+                    int peer = (me + step) % world;
+                    long theirs = memory.bufferPointer(peer) + offsetBytes;
+                    for (int chunk = 0; chunk < chunks; chunk++) {
+                        int lo = peer * shardRows + chunkStart(shardRows, chunks, chunk);
+                        int count = chunkStart(shardRows, chunks, chunk + 1) - chunkStart(shardRows, chunks, chunk);
+                        MemorySegment event = chunkEvent(e++);
+                        driver.copyDeviceToDeviceAsync(mine + lo * rowBytes, theirs + lo * rowBytes, count * rowBytes, copyStream);
+                        driver.record(event, copyStream);
+                        // join: this chunk's GEMM reads what the copy wrote
+                        driver.waitEvent(rank.stream, event);
+                        gemm(c.address() + lo * cRowBytes, mine + lo * rowBytes, false, b.address(), transB, count, n, k, false, dtype);
+                    }
+                }
+                // every copy of this rank has completed on the main stream's timeline (it waited for each)
+                meet(memory, DONE_SLOT);
+            }
+        }
+    }
+
+    @Override
+    public synchronized void matmulReduceScatter(MemorySegment a, MemorySegment b, boolean transB, SymmetricMemory partials,
+                                                 long offsetBytes, MemorySegment out, int rows, int n, int k, DType dtype,
+                                                 Mode mode) {
+        checkOpen();
+        checkMode(mode);
+        CudaSymmetricMemory memory = ownMemory(partials, "partials");
+        checkDims(rows, n, k, dtype);
+        checkRows(rows);
+        long elt = dtype.byteSize();
+        long need = TensorParallelGemm.partialsBytes(rows, n, dtype);
+        if (offsetBytes < 0 || offsetBytes % elt != 0 || offsetBytes > memory.byteSize() - need) {
+            throw new IllegalArgumentException("partials: " + need + " bytes (TensorParallelGemm.partialsBytes(" + rows + ", "
+                    + n + ", " + dtype + ")) at offsetBytes=" + offsetBytes + " do not fit its " + memory.byteSize()
+                    + " bytes (or the offset is not a multiple of " + elt + ")");
+        }
+        need("a", a, (long) rows * k, dtype);
+        need("b", b, (long) k * n, dtype);
+        int shardRows = rows / world;
+        need("out", out, (long) shardRows * n, dtype);
+        driver.setCurrent(rank.context);
+        long rowBytes = n * elt;
+        long slotBytes = shardRows * rowBytes;
+        long aRowBytes = k * elt;
+        long recv = memory.bufferPointer(me) + offsetBytes;
+        long send = recv + world * slotBytes;
+        int chunks = chunksPerBlock(shardRows);
+        loadKernels(send, a.address(), b.address(), transB, n, k, dtype, mode == Mode.FUSED
+                ? new int[] {shardRows, chunkStart(shardRows, chunks, 1), shardRows - chunkStart(shardRows, chunks, chunks - 1)}
+                : new int[] {rows});
+        switch (mode) {
+            case NCCL -> {
+                gemm(send, a.address(), false, b.address(), transB, rows, n, k, false, dtype);
+                Nccl.get().reduceScatter(send, out.address(), (long) shardRows * n, dtype, ReduceOp.SUM, comm.requireNccl(),
+                        rank.stream);
+            }
+            case SYMMEM -> {
+                checkEqualBlocks((long) rows * n, dtype, (long) shardRows * n);
+                gemm(recv, a.address(), false, b.address(), transB, rows, n, k, false, dtype);
+                comm.reduceScatter(partials, offsetBytes, (long) rows * n, dtype, ReduceOp.SUM);
+                driver.copyDeviceToDeviceAsync(out.address(), recv + me * slotBytes, slotBytes, rank.stream);
+            }
+            case FUSED -> {
+                int e = 0;
+                for (int step = 1; step < world; step++) {
+                    int peer = (me + step) % world;
+                    long theirSlot = memory.bufferPointer(peer) + offsetBytes + me * slotBytes;
+                    long mySendSlot = send + peer * slotBytes;
+                    for (int chunk = 0; chunk < chunks; chunk++) {
+                        int lo = chunkStart(shardRows, chunks, chunk);
+                        int count = chunkStart(shardRows, chunks, chunk + 1) - lo;
+                        gemm(mySendSlot + lo * rowBytes, a.address() + ((long) peer * shardRows + lo) * aRowBytes, false,
+                                b.address(), transB, count, n, k, false, dtype);
+                        MemorySegment event = chunkEvent(e++);
+                        driver.record(event, rank.stream);
+                        // fork: the push reads what this GEMM wrote, while the next GEMM runs
+                        driver.waitEvent(copyStream, event);
+                        driver.copyDeviceToDeviceAsync(theirSlot + lo * rowBytes, mySendSlot + lo * rowBytes, count * rowBytes,
+                                copyStream);
+                    }
+                }
+                gemm(recv + me * slotBytes, a.address() + (long) me * shardRows * aRowBytes, false, b.address(), transB,
+                        shardRows, n, k, false, dtype);
+                // join: the meeting below signals only after every push of this rank has landed
+                driver.record(fork, copyStream);
+                driver.waitEvent(rank.stream, fork);
+                meet(memory, READY_SLOT);
+                launchElementwise(Kernel.sumSlots(dtype == DType.FLOAT32), (long) shardRows * n, l -> l
+                        .pointer(recv).pointer(out.address()).size((long) shardRows * n).integer(world));
+                meet(memory, DONE_SLOT);
+            }
+        }
+    }
+
+    @Override
+    public synchronized void relu(MemorySegment in, MemorySegment out, long count, DType dtype) {
+        checkOpen();
+        checkElementwise(dtype);
+        need("in", in, count, dtype);
+        need("out", out, count, dtype);
+        driver.setCurrent(rank.context);
+        launchElementwise(Kernel.relu(dtype == DType.FLOAT32), count,
+                l -> l.pointer(in.address()).pointer(out.address()).size(count));
+    }
+
+    @Override
+    public synchronized void reluBackward(MemorySegment grad, MemorySegment pre, MemorySegment out, long count, DType dtype) {
+        checkOpen();
+        checkElementwise(dtype);
+        need("grad", grad, count, dtype);
+        need("pre", pre, count, dtype);
+        need("out", out, count, dtype);
+        driver.setCurrent(rank.context);
+        launchElementwise(Kernel.reluBackward(dtype == DType.FLOAT32), count,
+                l -> l.pointer(grad.address()).pointer(pre.address()).pointer(out.address()).size(count));
+    }
+
+    @Override
+    public synchronized void axpy(float alpha, MemorySegment x, MemorySegment y, long count) {
+        checkOpen();
+        if (count < 0 || count > Integer.MAX_VALUE) {
+            throw new IllegalArgumentException("axpy count=" + count + ": expected 0 <= count <= " + Integer.MAX_VALUE);
+        }
+        need("x", x, count, DType.FLOAT32);
+        need("y", y, count, DType.FLOAT32);
+        driver.setCurrent(rank.context);
+        Cublas.get().saxpy(handle, (int) count, alpha, x.address(), y.address());
+    }
+
+    /** Closes the copy stream, the events, the cuBLAS handle and its workspace (after this rank's streams drain). */
+    synchronized void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        driver.setCurrent(rank.context);
+        driver.synchronize(copyStream);
+        driver.synchronize(rank.stream);
+        Cublas.get().destroyHandle(handle);
+        driver.free(workspace);
+        driver.destroyEvent(fork);
+        for (MemorySegment event : chunkEvents) {
+            driver.destroyEvent(event);
+        }
+        driver.destroyStream(copyStream);
+    }
+
+    // ---- helpers ----
+
+    private void launchElementwise(Kernel kernel, long count, UnaryOperator<CudaLaunch> args) {
+        // 4 elements a thread is plenty for a bandwidth-bound loop; the budget caps the grid
+        int blocks = rank.ownGrid(kernel, Math.max(1, (count + 4L * kernel.blockThreads - 1) / (4L * kernel.blockThreads)));
+        try (Arena a = Arena.ofConfined()) {
+            rank.launch(driver, kernel, blocks, args.apply(new CudaLaunch(a)).array());
+        }
+    }
+
+    /**
+     * Collective, on a call's first use of a GEMM shape: runs each shape's GEMM once into the call's own output (which
+     * the call overwrites), waits for it and meets the group on the host. cuBLAS loads a kernel at its first launch
+     * (CUDA's lazy loading), and a load waits until the GPU is idle; issued after this rank's stream — or a peer's on
+     * the same GPU — already spins in a meeting or in NCCL waiting for a rank whose host is itself stuck in such a load,
+     * it never returns (seen: 4 ranks on 2 H100s). After the first call every kernel is loaded and nothing here blocks
+     * the host. Every rank passes the same shapes (same arguments), so all of them meet or none.
+     *
+     * @throws IllegalStateException during graph capture when a shape was never run eagerly (the meeting cannot be captured)
+     */
+    private void loadKernels(long out, long a, long b, boolean transB, int n, int k, DType dtype, int[] rowCounts) {
+        List<String> fresh = new ArrayList<>();
+        for (int m : rowCounts) {
+            String key = m + "x" + n + "x" + k + (transB ? "T" : "N") + dtype;
+            if (m > 0 && !loaded.contains(key) && !fresh.contains(key)) {
+                fresh.add(key);
+            }
+        }
+        if (fresh.isEmpty()) {
+            return;
+        }
+        if (rank.capturing) {
+            throw new IllegalStateException("tensor-parallel GEMM shapes " + fresh + " were never run before this graph capture:"
+                    + " make the same calls once eagerly first (their first run loads cuBLAS's kernels and meets the group on"
+                    + " the host, which a capture cannot hold)");
+        }
+        for (int m : rowCounts) {
+            String key = m + "x" + n + "x" + k + (transB ? "T" : "N") + dtype;
+            if (fresh.contains(key) && loaded.add(key)) {
+                gemm(out, a, false, b, transB, m, n, k, false, dtype);
+            }
+        }
+        driver.synchronize(rank.stream);
+        comm.group().allGatherBytes("tensor-parallel-gemm-kernels-loaded", new byte[0]);
+    }
+
+    /** Signal +1 to every peer's {@code slot}, then wait (consuming) for W−1 on this rank's. */
+    private void meet(CudaSymmetricMemory memory, int slot) {
+        for (int peer = 0; peer < world; peer++) {
+            if (peer != me) {
+                // release (system scope, in the signal kernel): everything before it on this stream is visible to the peer
+                memory.signal(peer, slot, 1, SignalOp.ADD);
+            }
+        }
+        // acquire: pairs with every peer's release above; consuming keeps the slot a semaphore for the next call
+        memory.enqueueWaitSignal(slot, world - 1, true);
+    }
+
+    private MemorySegment chunkEvent(int index) {
+        while (chunkEvents.size() <= index) {
+            chunkEvents.add(driver.createEvent(CudaDriver.EVENT_DISABLE_TIMING));
+        }
+        return chunkEvents.get(index);
+    }
+
+    /** Chunks per peer block of {@code shardRows} rows: {@link #CHUNK_ROWS} rows each (the last may be shorter), at most {@link #MAX_CHUNKS}. */
+    static int chunksPerBlock(int shardRows) {
+        return Math.max(1, Math.min(MAX_CHUNKS, (shardRows + CHUNK_ROWS - 1) / CHUNK_ROWS));
+    }
+
+    /** Start row of chunk {@code i} of {@code chunks} nearly equal chunks of {@code rows} rows. */
+    static int chunkStart(int rows, int chunks, int i) {
+        return (int) ((long) rows * i / chunks);
+    }
+
+    private CudaSymmetricMemory ownMemory(SymmetricMemory memory, String what) {
+        Objects.requireNonNull(memory, what);
+        if (!(memory instanceof CudaSymmetricMemory cuda) || memory.group() != comm.group()) {
+            throw new IllegalArgumentException(what + ": symmetric memory of this communicator's group expected, found one of "
+                    + memory.group() + " (allocate it with SymmetricMemory.allocate(group, bytes) on the same group)");
+        }
+        if (memory.signalSlots() <= DONE_SLOT) {
+            throw new IllegalArgumentException(what + ": " + memory.signalSlots() + " signal slots, the fused calls need "
+                    + (DONE_SLOT + 1));
+        }
+        return cuda;
+    }
+
+    private void checkRows(int rows) {
+        if (rows % world != 0) {
+            throw new IllegalArgumentException("rows=" + rows + " does not split into " + world
+                    + " equal blocks: pad M to a multiple of the tensor-parallel size");
+        }
+    }
+
+    private void checkEqualBlocks(long count, DType dtype, long block) {
+        ShardPartition p = ShardPartition.of(count, world, dtype);
+        for (int r = 0; r < world; r++) {
+            if (p.start(r) != r * block || p.size(r) != block) {
+                throw new IllegalArgumentException("mode SYMMEM needs the collective's blocks to be the row blocks: rank " + r
+                        + "'s block is [" + p.start(r) + ", " + p.end(r) + ") elements, the rows' [" + r * block + ", "
+                        + (r + 1) * block + ") (rows of " + ShardPartition.ALIGN_BYTES + "-byte multiples fit); use FUSED or NCCL");
+            }
+        }
+    }
+
+    private static void checkDims(int m, int n, int k, DType dtype) {
+        if (m <= 0 || n <= 0 || k <= 0) {
+            throw new IllegalArgumentException("GEMM dimensions m=" + m + " n=" + n + " k=" + k + ": expected all positive");
+        }
+        if (dtype != DType.FLOAT32 && dtype != DType.BFLOAT16) {
+            throw new IllegalArgumentException("GEMM dtype " + dtype + ": expected FLOAT32 or BFLOAT16");
+        }
+    }
+
+    private static void checkElementwise(DType dtype) {
+        if (dtype != DType.FLOAT32 && dtype != DType.BFLOAT16) {
+            throw new IllegalArgumentException("dtype " + dtype + ": expected FLOAT32 or BFLOAT16");
+        }
+    }
+
+    private static void need(String what, MemorySegment buffer, long elements, DType dtype) {
+        Objects.requireNonNull(buffer, what);
+        long bytes = elements * dtype.byteSize();
+        if (buffer.byteSize() < bytes) {
+            throw new IllegalArgumentException(what + ": " + buffer.byteSize() + " bytes, expected at least " + bytes
+                    + " (" + elements + " " + dtype + " elements)");
+        }
+    }
+
+    private void checkOpen() {
+        if (closed) {
+            throw new IllegalStateException("tensor-parallel GEMMs of rank " + me + " are closed (their communicator was closed)");
+        }
+    }
+}
