@@ -2,7 +2,9 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs, reports and each report's raw
 # CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|multi|probe|nvlink|launch|ab] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|multi|tp|probe|nvlink|launch|ab] [extra all-reduce benchmark args]
+# (tp: TensorParallelGemmBench, fused all-gather + matmul and matmul + reduce-scatter against cuBLAS + NCCL and
+# cuBLAS alone, and the tensor-parallel MLP block's overhead, one rank per GPU; also the last step of multi)
 # (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU on every rank count in
 # MULTI_TEST_RANKS (default: all GPUs, then 2), the all-reduce
 # benchmark with its calibrated threshold rows on every GPU count in MULTI_GPUS (default: all GPUs, then 2;
@@ -35,6 +37,18 @@ export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAS
 java=$PWD/.device/jre/bin/java
 flags="--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -Xmx24g ${SYMMEM4J_JAVA_OPTS:-}"
 cp=$(ls "$PWD"/.device/lib/{symmem4j,micrometer,slf4j,picocli,jmh-core,jopt-simple,commons-math3}-*.jar | tr '\n' ':')
+# cuBLAS (the tensor-parallel GEMMs) may sit off the default library path (CUDA's lib64, or PyTorch's wheel):
+# found here and named to the JVM (-Dsymmem4j.cublas.library); its libcublasLt beside it through LD_LIBRARY_PATH
+if ! ldconfig -p 2>/dev/null | grep -Eq 'libcublas\.so\.1[23] '; then
+  cublas=$(ls /usr/local/cuda/lib64/libcublas.so.1[23] /usr/local/cuda-*/lib64/libcublas.so.1[23] \
+    /usr/lib/x86_64-linux-gnu/libcublas.so.1[23] /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib/libcublas.so.1[23] \
+    /opt/*/.venv/lib/python3*/site-packages/nvidia/cublas/lib/libcublas.so.1[23] 2>/dev/null | head -1)
+  if [ -n "$cublas" ]; then
+    flags="$flags -Dsymmem4j.cublas.library=$cublas"
+    export LD_LIBRARY_PATH="$(dirname "$cublas")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
+fi
+echo "cuBLAS: ${cublas:-from the default library path}"
 nvidia-smi -L || true
 nvidia-smi topo -m 2>/dev/null | head -12 || true
 echo "CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-unset} CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-unset}"
@@ -126,17 +140,38 @@ if [ "$what" = multi ]; then
     rc=$(( rc | code ))
     echo "== all-reduce on $g GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/multi-summary.txt"
   done
+  # one process per GPU against one JVM, same run (GpuProcessAllReduceBench starts the rank processes itself)
+  start=$(date +%s)
+  timeout -k 10 "${MULTI_PROCESS_LIMIT:-240}" $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuProcessAllReduceBench \
+    --out "$out/gpu-process-allreduce-${gpus}gpus.md" --raw "$out/gpu-process-allreduce-${gpus}gpus.csv" \
+    > "$out/gpu-process-allreduce-${gpus}gpus.log" 2>&1
+  code=$?
+  rc=$(( rc | code ))
+  echo "== all-reduce, one process per GPU vs one JVM, $gpus GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/multi-summary.txt"
   start=$(date +%s)
   timeout -k 10 "${MULTI_HANDOFF_LIMIT:-120}" $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuHandoffBench \
     --out "$out/gpu-handoff-${gpus}gpus.md" --raw "$out/gpu-handoff-${gpus}gpus.csv" > "$out/gpu-handoff-${gpus}gpus.log" 2>&1
   code=$?
   rc=$(( rc | code ))
   echo "== hand-off on $gpus GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/multi-summary.txt"
+  start=$(date +%s)
+  timeout -k 10 "${MULTI_TP_LIMIT:-240}" $java $flags -cp "$cp" org.symmem4j.benchmarks.TensorParallelGemmBench \
+    --out "$out/tp-gemm-${gpus}gpus.md" --raw "$out/tp-gemm-${gpus}gpus.csv" > "$out/tp-gemm-${gpus}gpus.log" 2>&1
+  code=$?
+  rc=$(( rc | code ))
+  echo "== tensor-parallel GEMMs on $gpus GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/multi-summary.txt"
   nvidia-smi topo -m > "$out/topology.txt" 2>&1
   # one archive of everything (the raw CSVs included), and beside it only the summary and the reports (the device
   # tool brings back 8 files)
-  (cd "$out" && tar czf multi-raw.tar.gz gpu-tests-*.log gpu-allreduce-* gpu-thresholds-* gpu-handoff-* topology.txt \
-    && rm -f gpu-tests-*.log gpu-allreduce-*.log gpu-handoff-*.log gpu-allreduce-*.csv gpu-handoff-*.csv topology.txt)
+  (cd "$out" && tar czf multi-raw.tar.gz gpu-tests-*.log gpu-allreduce-* gpu-thresholds-* gpu-handoff-* tp-gemm-* gpu-process-allreduce-* topology.txt \
+    && rm -f gpu-tests-*.log gpu-allreduce-*.log gpu-handoff-*.log gpu-allreduce-*.csv gpu-handoff-*.csv tp-gemm-*.log \
+      tp-gemm-*.csv gpu-process-allreduce-*.log gpu-process-allreduce-*.csv topology.txt)
+fi
+if [ "$what" = tp ]; then
+  # the tensor-parallel GEMM benchmark alone (one rank per GPU; TP_ARGS adds options, e.g. --m 8192 --mlp none)
+  timeout -k 10 "${TP_LIMIT:-300}" $java $flags -cp "$cp" org.symmem4j.benchmarks.TensorParallelGemmBench \
+    --out "$out/tp-gemm.md" --raw "$out/tp-gemm.csv" ${TP_ARGS:-} 2>&1 | tee "$out/tp-gemm.log"
+  rc=$(( rc | PIPESTATUS[0] ))
 fi
 if [ "$what" = ab ]; then
   # Regression check against the base commit packed with BASE=<commit> bench/gpu/pack.sh, same machine,
