@@ -334,7 +334,8 @@ public final class GpuAllReduceBench {
         return Double.isInfinite(betterNccl) ? Double.NaN : betterNccl / Math.min(nanMax(one), nanMax(two));
     }
 
-    private static void fillRandom(SymmetricMemory mem, long bytes, int rank) {
+    /** Fills {@code bytes} of this rank's region with random float32 values (a random block, tiled); the process benchmark's too. */
+    static void fillRandom(SymmetricMemory mem, long bytes, int rank) {
         try (Arena a = Arena.ofConfined()) {
             long chunk = Math.min(bytes, 16L << 20);
             MemorySegment host = a.allocate(chunk, 16);

@@ -537,7 +537,7 @@ public final class GpuProcessAllReduceBench {
             String launch = cuda.programmaticLaunch(group) ? "programmatic dependent launch (PDL)"
                     : "plain (no PDL: before sm_90, or -Dsymmem4j.cuda.pdl=false)";
             boolean nccl = comm.supports(Algorithm.NCCL);
-            fillRandom(mem, maxBytes, group.rank());
+            GpuAllReduceBench.fillRandom(mem, maxBytes, group.rank());
             // JIT warm-up of the call paths (capture goes through them too): the first sizes measure compiled code
             int warmup = s.eager() ? 5_000 : 1_000;
             for (int i = 0; i < warmup; i++) {
@@ -573,19 +573,6 @@ public final class GpuProcessAllReduceBench {
         }
     }
 
-    private static void fillRandom(SymmetricMemory mem, long bytes, int rank) {
-        try (Arena a = Arena.ofConfined()) {
-            long chunk = Math.min(bytes, 16L << 20);
-            MemorySegment host = a.allocate(chunk, 16);
-            SplittableRandom rnd = new SplittableRandom(rank + 1);
-            for (long i = 0; i < chunk / 4; i++) {
-                host.setAtIndex(ValueLayout.JAVA_FLOAT, i, (float) rnd.nextDouble(-1, 1));
-            }
-            for (long off = 0; off < bytes; off += chunk) {
-                mem.copyFromHost(host.asSlice(0, Math.min(chunk, bytes - off)), off);
-            }
-        }
-    }
 
     // ------------------------------------------------------------------ the result file of the rank processes
 
