@@ -1,35 +1,24 @@
 package org.symmem4j.benchmarks;
 
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStream;
-import java.io.InputStreamReader;
-import java.io.PrintStream;
-import java.io.UncheckedIOException;
 import java.lang.management.ManagementFactory;
-import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
-import java.nio.file.attribute.PosixFilePermissions;
-import java.security.SecureRandom;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.Base64;
-import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
-import java.util.Set;
-import java.util.concurrent.BlockingQueue;
-import java.util.concurrent.CopyOnWriteArrayList;
-import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
+import org.symmem4j.benchmarks.ChildJvms.RankFailure;
+import org.symmem4j.benchmarks.ProcessAllReduceReport.Comparison;
+import org.symmem4j.benchmarks.ProcessAllReduceReport.ReportHeader;
 import org.symmem4j.examples.Cli;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
@@ -42,8 +31,6 @@ import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.cuda.CudaTransport;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.group.ProcessGroup;
-import org.symmem4j.parallel.group.ProcessGroupConfig;
-import org.symmem4j.parallel.rendezvous.StoreSecret;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
@@ -74,7 +61,8 @@ import picocli.CommandLine.Option;
  * calls captured once into a CUDA graph and replayed (and with {@code --modes graph,eager}, one call per op
  * too), timed with CUDA events on rank 0's stream after a barrier; medians of the repetitions. With
  * {@code --rounds} above 1 the two phases run again in the other order and the repetitions are pooled.
- * {@code --raw} writes one CSV row per dtype, mode, algorithm and size.
+ * {@code --raw} writes one CSV row per dtype, mode, algorithm and size. {@link ChildJvms} starts and supervises
+ * the child JVMs, {@link ProcessAllReduceReport} compares the phases and writes the report.
  *
  * <pre>
  *   GpuProcessAllReduceBench [--gpus N] [--reps R] [--rounds K] [--max-bytes B] [--dtypes bf16,fp32]
@@ -86,19 +74,10 @@ public final class GpuProcessAllReduceBench {
 
     /** The algorithms compared, each where the communicator supports it. */
     static final List<Algorithm> ALGORITHMS = List.of(Algorithm.ONE_SHOT, Algorithm.TWO_SHOT, Algorithm.NCCL);
-    /** The target: processes' time over threads' time at most this at every size. */
-    static final double TARGET_RATIO = 1.05;
     /** Exit status of a child JVM that failed (its reason is printed before). */
     static final int CHILD_FAILED = 3;
     /** First line of the result file rank 0's JVM writes. */
     static final String RESULT_MAGIC = "symmem4j-gpu-process-allreduce 1";
-    /** JVM flags every child gets, whether or not this JVM was started with them. */
-    static final List<String> REQUIRED_JVM_FLAGS = List.of("--enable-native-access=ALL-UNNAMED",
-            "--add-modules=jdk.incubator.vector");
-    /** The columns of {@code --raw}. */
-    static final List<String> CSV_COLUMNS = List.of("gpus", "device", "dtype", "algorithm", "mode", "bytes",
-            "processes_us", "threads_us", "processes_over_threads", "processes_spread", "threads_spread",
-            "processes_slowest_rank_us", "threads_slowest_rank_us", "reps", "rounds");
 
     private GpuProcessAllReduceBench() {
     }
@@ -337,74 +316,6 @@ public final class GpuProcessAllReduceBench {
         }
     }
 
-    /**
-     * One row of the report: rank 0's cells of both phases at one dtype, algorithm, mode and size (null where a
-     * phase has none), and the slowest rank's median of each.
-     */
-    record Comparison(DType dtype, Algorithm algorithm, boolean graph, long bytes, Cell processes, Cell threads,
-                      double processesSlowest, double threadsSlowest) {
-
-        double processesMicros() {
-            return processes == null ? Double.NaN : processes.micros();
-        }
-
-        double threadsMicros() {
-            return threads == null ? Double.NaN : threads.micros();
-        }
-
-        /** processes / threads, rank 0's medians; NaN unless both ran. */
-        double ratio() {
-            return processesMicros() / threadsMicros();
-        }
-    }
-
-    /**
-     * The ratios of a set of comparisons: the largest (and where), the median, and how many exceed the target.
-     *
-     * @param cells  comparisons with a ratio (both phases ran)
-     * @param worst  the comparison of the largest ratio, null with no cells
-     * @param median the median ratio (of an even count, the mean of the middle two), NaN with no cells
-     * @param above  how many ratios exceed {@link #TARGET_RATIO}
-     */
-    record Summary(int cells, Comparison worst, double median, int above) {
-
-        static Summary of(List<Comparison> comparisons) {
-            List<Comparison> with = comparisons.stream().filter(c -> !Double.isNaN(c.ratio())).toList();
-            if (with.isEmpty()) {
-                return new Summary(0, null, Double.NaN, 0);
-            }
-            Comparison worst = with.getFirst();
-            for (Comparison c : with) {
-                if (c.ratio() > worst.ratio()) {
-                    worst = c;
-                }
-            }
-            double[] r = with.stream().mapToDouble(Comparison::ratio).sorted().toArray();
-            double median = r.length % 2 == 1 ? r[r.length / 2] : (r[r.length / 2 - 1] + r[r.length / 2]) / 2;
-            int above = (int) with.stream().filter(c -> c.ratio() > TARGET_RATIO).count();
-            return new Summary(with.size(), worst, median, above);
-        }
-
-        /** The largest ratio; NaN with no cells. */
-        double largest() {
-            return worst == null ? Double.NaN : worst.ratio();
-        }
-
-        /** Where the largest ratio is, e.g. {@code bf16 graph-captured 4 KiB}; a dash with no cells. */
-        String largestAt() {
-            return worst == null ? "—" : dtypeName(worst.dtype()) + " " + modeName(worst.graph()) + " "
-                    + GpuAllReduceBench.size(worst.bytes());
-        }
-
-        String verdict() {
-            if (cells == 0) {
-                return "not measured";
-            }
-            return above == 0 ? "within 5 %" : "not within 5 %: " + above + " of " + cells + " cells above "
-                    + TARGET_RATIO;
-        }
-    }
-
     // ------------------------------------------------------------------ main
 
     /**
@@ -546,7 +457,7 @@ public final class GpuProcessAllReduceBench {
             for (DType dtype : s.dtypes()) {
                 for (long bytes : s.sizes()) {
                     long count = bytes / dtype.byteSize();
-                    StringBuilder line = new StringBuilder(phase + " " + dtypeName(dtype) + " "
+                    StringBuilder line = new StringBuilder(phase + " " + ProcessAllReduceReport.dtypeName(dtype) + " "
                             + GpuAllReduceBench.size(bytes) + ":");
                     for (Algorithm algorithm : ALGORITHMS) {
                         boolean runs = comm.supports(algorithm, dtype, ReduceOp.SUM, count);
@@ -667,13 +578,13 @@ public final class GpuProcessAllReduceBench {
                     + " (ranks would share GPUs: timings meaningless); fix: --gpus " + devices + " or fewer");
             return Cli.USAGE_ERROR;
         }
-        List<String> jvmFlags = childJvmFlags(ManagementFactory.getRuntimeMXBean().getInputArguments());
+        List<String> jvmFlags = ChildJvms.childJvmFlags(ManagementFactory.getRuntimeMXBean().getInputArguments());
         Path work = Files.createTempDirectory("symmem4j-gpu-process-allreduce-"); // mode 0700
         List<Phase> processRounds = new ArrayList<>();
         List<Phase> threadRounds = new ArrayList<>();
         List<String> order = new ArrayList<>();
         try {
-            Path secret = writeSecret(work.resolve("store.secret"));
+            Path secret = ChildJvms.writeSecret(work.resolve("store.secret"));
             for (int round = 1; round <= s.rounds(); round++) {
                 boolean processesFirst = round % 2 == 1;
                 order.add(processesFirst ? "processes, threads" : "threads, processes");
@@ -688,234 +599,46 @@ public final class GpuProcessAllReduceBench {
             System.err.println("GpuProcessAllReduceBench failed: " + e.getMessage());
             return 1;
         } finally {
-            deleteTree(work);
+            ChildJvms.deleteTree(work);
         }
         Phase processes = Phase.pool(processRounds);
         Phase threads = Phase.pool(threadRounds);
-        List<Comparison> comparisons = compare(s, processes, threads);
+        List<Comparison> comparisons = ProcessAllReduceReport.compare(s, processes, threads);
         ReportHeader header = new ReportHeader(Instant.now().toString(), n, devices, commit(flags.commit), versions,
                 jvmFlags, order);
-        String report = report(header, s, processes, threads, comparisons);
+        String report = ProcessAllReduceReport.report(header, s, processes, threads, comparisons);
         System.out.print(report);
         if (flags.out != null) {
             Files.writeString(flags.out, report);
         }
         if (flags.raw != null) {
-            writeRaw(flags.raw, s, n, processes.device(), comparisons);
+            ProcessAllReduceReport.writeRaw(flags.raw, s, n, processes.device(), comparisons);
         }
         return 0;
     }
 
-    /** A child JVM that failed or hung: the message names it and its exit status. */
-    static final class RankFailure extends RuntimeException {
-        private static final long serialVersionUID = 1L;
-
-        RankFailure(String message) {
-            super(message);
-        }
-    }
-
     /**
-     * One round of one phase, in fresh JVMs of this program (the same {@code java}, class path and flags):
-     * N rank processes with torchrun's variables, or one JVM of N rank threads; supervised; the result file
-     * read back.
+     * One round of one phase, in fresh JVMs of this program ({@link ChildJvms}): N rank processes with torchrun's
+     * variables, or one JVM of N rank threads; the result file read back.
      */
     private static Phase runPhase(boolean processes, Settings s, int n, int round, Path work, Path secret,
                                   List<String> jvmFlags) throws IOException, InterruptedException {
         long t0 = System.nanoTime();
         Path result = work.resolve((processes ? "processes" : "threads") + "-round" + round + ".txt");
-        String java = ProcessHandle.current().info().command().orElse(
-                Path.of(System.getProperty("java.home"), "bin", "java").toString());
-        List<String> command = new ArrayList<>(List.of(java));
-        command.addAll(jvmFlags);
-        command.addAll(List.of("-cp", System.getProperty("java.class.path"), GpuProcessAllReduceBench.class.getName()));
-        command.addAll(s.childArgs(processes ? "rank" : "threads", n, result));
-        List<ProcessBuilder> builders = new ArrayList<>();
-        List<String> labels = new ArrayList<>();
+        List<String> command = ChildJvms.javaCommand(jvmFlags, GpuProcessAllReduceBench.class,
+                s.childArgs(processes ? "rank" : "threads", n, result));
+        Duration limit = Duration.ofSeconds(s.timeoutSeconds());
         if (processes) {
-            int port;
-            try (ServerSocket socket = new ServerSocket(0)) {
-                port = socket.getLocalPort();
-            }
             String runId = "gpu-process-allreduce-" + ProcessHandle.current().pid() + "-" + round + "-" + System.nanoTime();
-            for (int r = 0; r < n; r++) {
-                ProcessBuilder pb = new ProcessBuilder(command);
-                childEnvironment(pb.environment(), r, n, port, runId, secret);
-                builders.add(pb);
-                labels.add("rank " + r);
-            }
+            ChildJvms.runRanks(command, n, runId, secret, limit);
         } else {
-            builders.add(new ProcessBuilder(command));
-            labels.add("threads");
-        }
-        List<Process> children = new CopyOnWriteArrayList<>();
-        Thread killer = new Thread(() -> children.forEach(Process::destroyForcibly), "gpu-process-allreduce-stop");
-        Runtime.getRuntime().addShutdownHook(killer); // this JVM stopped (Ctrl-C): no child outlives it
-        try {
-            for (ProcessBuilder pb : builders) {
-                children.add(pb.redirectErrorStream(true).start());
-            }
-            supervise(children, labels, Duration.ofSeconds(s.timeoutSeconds()), System.out);
-        } finally {
-            children.forEach(Process::destroyForcibly);
-            try {
-                Runtime.getRuntime().removeShutdownHook(killer);
-            } catch (IllegalStateException shuttingDown) {
-                // the hook runs now
-            }
+            ChildJvms.runOne(command, "threads", limit);
         }
         if (!Files.exists(result)) {
             throw new RankFailure("every " + (processes ? "rank process" : "threads JVM") + " exited 0, but no result"
                     + " file=" + result + " was written (expected it before the exit)");
         }
         return parseResult(Files.readString(result), (System.nanoTime() - t0) / 1e9);
-    }
-
-    /**
-     * The JVM flags of a child: this JVM's own ({@code -Xmx}, {@code -D...} and the rest, as the
-     * runtime reports them, class path excluded), without a debugger agent (its port is taken), plus
-     * {@link #REQUIRED_JVM_FLAGS} where missing.
-     */
-    static List<String> childJvmFlags(List<String> mine) {
-        List<String> flags = new ArrayList<>();
-        for (String f : mine) {
-            if (f.startsWith("-agentlib:jdwp") || f.startsWith("-Xrunjdwp") || f.startsWith("-Djava.class.path=")) {
-                continue;
-            }
-            flags.add(f);
-        }
-        int at = 0;
-        for (String required : REQUIRED_JVM_FLAGS) {
-            if (!flags.contains(required)) {
-                flags.add(at++, required);
-            }
-        }
-        return flags;
-    }
-
-    /**
-     * A rank process's environment: this one's, less any outer job's identity, plus torchrun's variables for
-     * rank {@code rank} of {@code n} on this machine, the run id and the secret file.
-     */
-    static void childEnvironment(Map<String, String> env, int rank, int n, int port, String runId, Path secretFile) {
-        env.remove(StoreSecret.SECRET_ENV);
-        env.remove(ProcessGroupConfig.TORCH_RUN_ID_ENV);
-        env.remove("GROUP_RANK");
-        env.put("RANK", Integer.toString(rank));
-        env.put("LOCAL_RANK", Integer.toString(rank));
-        env.put("WORLD_SIZE", Integer.toString(n));
-        env.put("LOCAL_WORLD_SIZE", Integer.toString(n));
-        env.put("MASTER_ADDR", "127.0.0.1");
-        env.put("MASTER_PORT", Integer.toString(port));
-        env.put(ProcessGroupConfig.RUN_ID_ENV, runId);
-        env.put(StoreSecret.SECRET_FILE_ENV, secretFile.toString());
-    }
-
-    /** A fresh store secret (32 random bytes, base64), in a file only this user can read. */
-    private static Path writeSecret(Path file) throws IOException {
-        byte[] secret = new byte[32];
-        new SecureRandom().nextBytes(secret);
-        Files.createFile(file, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
-        Files.writeString(file, Base64.getEncoder().encodeToString(secret) + "\n");
-        return file;
-    }
-
-    /**
-     * Waits for every child to exit 0, copying each one's output to {@code out} line by line, prefixed with its
-     * label in brackets ({@code [rank 1] }). The first to exit non-zero, or the limit passing with children still
-     * running (they get a SIGQUIT first, so that their JVMs print every thread's stack), stops the others and
-     * throws.
-     *
-     * @throws RankFailure naming the child and its exit status, or the children still running
-     */
-    static void supervise(List<Process> children, List<String> labels, Duration limit, PrintStream out)
-            throws InterruptedException {
-        List<Thread> pumps = new ArrayList<>();
-        BlockingQueue<Integer> exited = new LinkedBlockingQueue<>();
-        for (int i = 0; i < children.size(); i++) {
-            int index = i;
-            Process p = children.get(i);
-            pumps.add(Thread.ofPlatform().daemon().name(labels.get(i).replace(' ', '-') + "-output")
-                    .start(() -> pump(p.getInputStream(), "[" + labels.get(index) + "] ", out)));
-            p.onExit().thenRun(() -> exited.add(index));
-        }
-        long deadline = System.nanoTime() + limit.toNanos();
-        Set<Integer> done = new HashSet<>();
-        try {
-            while (done.size() < children.size()) {
-                long left = deadline - System.nanoTime();
-                Integer i = left > 0 ? exited.poll(left, TimeUnit.NANOSECONDS) : null;
-                if (i == null) {
-                    List<String> running = new ArrayList<>();
-                    for (int q = 0; q < children.size(); q++) {
-                        if (children.get(q).isAlive()) {
-                            running.add(labels.get(q));
-                            threadDump(children.get(q));
-                        }
-                    }
-                    Thread.sleep(2_000); // the dumps reach the output
-                    stop(children);
-                    throw new RankFailure(running + " still running after --timeout=" + limit.toSeconds() + " s"
-                            + " (expected every child JVM to exit by then; their stacks are above, prefixed with their"
-                            + " names); stopped them all; fix: look for the wait they hang in, or raise --timeout");
-                }
-                done.add(i);
-                int code = children.get(i).exitValue();
-                if (code != 0) {
-                    stop(children);
-                    throw new RankFailure(labels.get(i) + " exited with status=" + code + " (expected 0; " + CHILD_FAILED
-                            + ": it failed, its reason is above, prefixed [" + labels.get(i) + "]); stopped the others");
-                }
-            }
-        } finally {
-            stop(children);
-            for (Thread t : pumps) {
-                t.join(5_000); // the last lines of an exited child
-            }
-            out.flush();
-        }
-    }
-
-    private static void pump(InputStream in, String prefix, PrintStream out) {
-        try (BufferedReader r = new BufferedReader(new InputStreamReader(in, StandardCharsets.UTF_8))) {
-            String line;
-            while ((line = r.readLine()) != null) {
-                out.println(prefix + line);
-            }
-        } catch (IOException e) {
-            out.println(prefix + "(output lost: " + e + ")");
-        }
-    }
-
-    private static void threadDump(Process p) {
-        try {
-            new ProcessBuilder("kill", "-QUIT", Long.toString(p.pid())).start().waitFor(5, TimeUnit.SECONDS);
-        } catch (IOException e) {
-            // no kill(1): no dump, the process is stopped all the same
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        }
-    }
-
-    /** SIGTERM to every child still running, SIGKILL to any still running 5 s later. */
-    private static void stop(List<Process> children) throws InterruptedException {
-        children.forEach(Process::destroy);
-        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
-        for (Process p : children) {
-            if (!p.waitFor(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS)) {
-                p.destroyForcibly();
-            }
-        }
-    }
-
-    private static void deleteTree(Path dir) {
-        try (var files = Files.walk(dir)) {
-            for (Path p : files.sorted(java.util.Comparator.reverseOrder()).toList()) {
-                Files.deleteIfExists(p);
-            }
-        } catch (IOException | UncheckedIOException e) {
-            System.err.println("GpuProcessAllReduceBench: could not delete " + dir + ": " + e);
-        }
     }
 
     /** {@code --commit}, else {@code git rev-parse HEAD} here (marked where the tree has changes), else a pointer. */
@@ -948,193 +671,5 @@ public final class GpuProcessAllReduceBench {
             Thread.currentThread().interrupt();
             return null;
         }
-    }
-
-    // ------------------------------------------------------------------ comparison and report (pure)
-
-    /** Every dtype, algorithm, mode and size of the settings, in report order: algorithm, dtype, mode, size. */
-    static List<Comparison> compare(Settings s, Phase processes, Phase threads) {
-        List<Comparison> rows = new ArrayList<>();
-        for (Algorithm algorithm : ALGORITHMS) {
-            for (DType dtype : s.dtypes()) {
-                for (boolean graph : reportModes(s)) {
-                    for (long bytes : s.sizes()) {
-                        String key = Cell.key(dtype, algorithm, graph, bytes);
-                        rows.add(new Comparison(dtype, algorithm, graph, bytes, processes.rank0(key), threads.rank0(key),
-                                processes.slowestRank(key), threads.slowestRank(key)));
-                    }
-                }
-            }
-        }
-        return rows;
-    }
-
-    /** Graph-captured first in the report: the target's mode. */
-    private static List<Boolean> reportModes(Settings s) {
-        return s.modes().reversed();
-    }
-
-    /**
-     * What the report says about the run, besides the cells.
-     *
-     * @param date     when the report was made
-     * @param gpus     ranks (one per GPU)
-     * @param devices  GPUs CUDA shows
-     * @param commit   the commit measured, or where to find it
-     * @param versions CUDA driver and NCCL
-     * @param jvmFlags every JVM's flags
-     * @param order    the phases' order, per round
-     */
-    record ReportHeader(String date, int gpus, int devices, String commit, String versions, List<String> jvmFlags,
-                        List<String> order) {
-    }
-
-    /**
-     * The markdown report: the header, the summary (a line per algorithm, then per algorithm, dtype and mode) with
-     * the notes, and a table per algorithm, dtype and mode. Pure, so it is tested on made-up cells.
-     */
-    static String report(ReportHeader h, Settings s, Phase processes, Phase threads, List<Comparison> rows) {
-        StringBuilder md = new StringBuilder();
-        md.append("# GPU all-reduce: one process per GPU against one JVM with a thread per GPU\n\n");
-        md.append("- date: ").append(h.date()).append('\n');
-        md.append("- GPUs: ").append(h.gpus()).append(" × ").append(processes.device()).append(" (CUDA shows ")
-                .append(h.devices()).append(")\n");
-        md.append("- commit: ").append(h.commit()).append('\n');
-        md.append("- ").append(h.versions()).append('\n');
-        md.append("- symmem4j kernel launches: processes ").append(processes.launch()).append("; threads ")
-                .append(threads.launch()).append('\n');
-        md.append("- repetitions: ").append(s.reps()).append(" per cell and round, ").append(s.rounds())
-                .append(s.rounds() == 1 ? " round" : " rounds").append(" (").append(s.reps() * s.rounds())
-                .append(" pooled; the median is reported); order per round: ").append(String.join("; ", h.order()))
-                .append('\n');
-        md.append(String.format(Locale.ROOT, "- processes: %d JVMs started by this benchmark with torchrun's variables,"
-                + " each a ProcessGroup on the CUDA transport (memory exported between processes); %.1f s wall in all"
-                + " (JVM start, CUDA and NCCL set-up included)%n", h.gpus(), processes.wallSeconds()));
-        md.append(String.format(Locale.ROOT, "- threads: one JVM of %d rank threads (InJvmWorld, as GpuAllReduceBench),"
-                + " started by this benchmark like the processes, never at the same time; %.1f s wall in all (likewise)%n",
-                h.gpus(), threads.wallSeconds()));
-        md.append("- JVM flags of every child JVM: `").append(String.join(" ", h.jvmFlags())).append("`\n");
-        md.append("- method: in-place SUM on random data, GpuAllReduceBench's timing: CUDA-event timings of a batch")
-                .append(" (100 ops up to 1 MiB, 20 up to 16 MiB, 5 above) on rank 0's stream, each after a barrier;")
-                .append(" graph-captured = the batch captured once (DeviceCommunicator.capture) and replayed, eager = one")
-                .append(" call per op. processes / threads: rank 0's medians (below 1: the processes are faster); spread")
-                .append(" = IQR / median of the pooled repetitions.\n\n");
-
-        md.append("## Summary\n\n");
-        md.append("Target: one process per GPU within 5 % of one JVM (processes / threads ≤ ").append(TARGET_RATIO)
-                .append(" at every size).\n\n");
-        List<String> notes = new ArrayList<>();
-        for (Algorithm algorithm : ALGORITHMS) {
-            List<Comparison> mine = rows.stream().filter(c -> c.algorithm() == algorithm).toList();
-            Summary sum = Summary.of(mine);
-            String skipped = skipped(algorithm, processes, threads);
-            if (skipped != null) {
-                notes.add(skipped);
-            }
-            if (sum.cells() == 0) {
-                md.append("- ").append(algorithm).append(": no size ran in both phases")
-                        .append(skipped != null ? ": " + skipped : "").append('\n');
-                continue;
-            }
-            md.append(String.format(Locale.ROOT, "- %s: largest processes / threads %.3f (%s), median %.3f over %d"
-                    + " cells: %s%n", algorithm, sum.largest(), sum.largestAt(), sum.median(), sum.cells(), sum.verdict()));
-        }
-        md.append("\n| algorithm | dtype | mode | cells | largest processes / threads | at | median | verdict |\n");
-        md.append("|---|---|---|---:|---:|---|---:|---|\n");
-        for (Algorithm algorithm : ALGORITHMS) {
-            for (DType dtype : s.dtypes()) {
-                for (boolean graph : reportModes(s)) {
-                    Summary sum = Summary.of(rows.stream().filter(c -> c.algorithm() == algorithm && c.dtype() == dtype
-                            && c.graph() == graph).toList());
-                    md.append(String.format(Locale.ROOT, "| %s | %s | %s | %d | %s | %s | %s | %s |%n", algorithm,
-                            dtypeName(dtype), modeName(graph), sum.cells(), ratio(sum.largest()),
-                            sum.worst() == null ? "—" : GpuAllReduceBench.size(sum.worst().bytes()), ratio(sum.median()),
-                            sum.verdict()));
-                }
-            }
-        }
-        for (Comparison c : rows) {
-            boolean explained = skipped(c.algorithm(), processes, threads) != null;
-            if (!explained && c.processes() != null && c.threads() != null && c.processes().ran() != c.threads().ran()) {
-                notes.add(c.algorithm() + " " + dtypeName(c.dtype()) + " " + modeName(c.graph()) + " "
-                        + GpuAllReduceBench.size(c.bytes()) + " ran only in the " + (c.processes().ran() ? "processes"
-                        : "threads"));
-            }
-        }
-        if (!notes.isEmpty()) {
-            md.append("\nNotes:\n\n- ").append(String.join("\n- ", notes)).append('\n');
-        }
-        md.append('\n');
-
-        for (Algorithm algorithm : ALGORITHMS) {
-            md.append("## ").append(algorithm).append("\n\n");
-            for (DType dtype : s.dtypes()) {
-                for (boolean graph : reportModes(s)) {
-                    md.append("### ").append(dtypeName(dtype)).append(", ").append(modeName(graph)).append("\n\n");
-                    md.append("| size | processes µs | threads µs | processes / threads | spread processes |"
-                            + " spread threads |\n");
-                    md.append("|---:|---:|---:|---:|---:|---:|\n");
-                    for (Comparison c : rows) {
-                        if (c.algorithm() != algorithm || c.dtype() != dtype || c.graph() != graph) {
-                            continue;
-                        }
-                        double r = c.ratio();
-                        md.append(String.format(Locale.ROOT, "| %s | %s | %s | %s | %s | %s |%n",
-                                GpuAllReduceBench.size(c.bytes()), f2(c.processesMicros()), f2(c.threadsMicros()),
-                                r > TARGET_RATIO ? "**" + ratio(r) + "**" : ratio(r),
-                                f3(c.processes() == null ? Double.NaN : c.processes().spread()),
-                                f3(c.threads() == null ? Double.NaN : c.threads().spread())));
-                    }
-                    md.append('\n');
-                }
-            }
-        }
-        return md.toString();
-    }
-
-    /** Why an algorithm did not run in a phase, or null where it ran in both. */
-    private static String skipped(Algorithm algorithm, Phase processes, Phase threads) {
-        if (algorithm != Algorithm.NCCL || (processes.nccl() && threads.nccl())) {
-            return null;
-        }
-        String where = !processes.nccl() && !threads.nccl() ? "processes or threads"
-                : !processes.nccl() ? "processes" : "threads";
-        return "NCCL skipped: the communicator does not support it in the " + where + " (NCCL did not load, see the"
-                + " runtime line above, or ranks share a GPU)";
-    }
-
-    /** One CSV row per dtype, algorithm, mode and size. */
-    static void writeRaw(Path file, Settings s, int gpus, String device, List<Comparison> rows) throws IOException {
-        try (RawCsv csv = RawCsv.open(file, CSV_COLUMNS)) {
-            for (Comparison c : rows) {
-                csv.row(gpus, device, c.dtype().name().toLowerCase(Locale.ROOT), c.algorithm(), modeName(c.graph()),
-                        c.bytes(), RawCsv.num("%.3f", c.processesMicros()), RawCsv.num("%.3f", c.threadsMicros()),
-                        RawCsv.num("%.4f", c.ratio()),
-                        RawCsv.num("%.4f", c.processes() == null ? Double.NaN : c.processes().spread()),
-                        RawCsv.num("%.4f", c.threads() == null ? Double.NaN : c.threads().spread()),
-                        RawCsv.num("%.3f", c.processesSlowest()), RawCsv.num("%.3f", c.threadsSlowest()), s.reps(),
-                        s.rounds());
-            }
-        }
-    }
-
-    static String dtypeName(DType d) {
-        return d == DType.BFLOAT16 ? "bf16" : d == DType.FLOAT32 ? "fp32" : d.name().toLowerCase(Locale.ROOT);
-    }
-
-    static String modeName(boolean graph) {
-        return graph ? "graph-captured" : "eager";
-    }
-
-    private static String f2(double v) {
-        return Double.isNaN(v) ? "—" : String.format(Locale.ROOT, "%.2f", v);
-    }
-
-    private static String f3(double v) {
-        return Double.isNaN(v) ? "—" : String.format(Locale.ROOT, "%.3f", v);
-    }
-
-    private static String ratio(double v) {
-        return Double.isNaN(v) ? "—" : String.format(Locale.ROOT, "%.3f", v);
     }
 }

@@ -16,6 +16,7 @@ import org.symmem4j.examples.Cli;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.DeviceCommunicator;
+import org.symmem4j.parallel.DeviceGraph;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.TensorParallelGemm;
@@ -65,6 +66,9 @@ public final class TensorParallelGemmBench {
         int reps = 9;
         @Option(names = "--iters", paramLabel = "I", description = "calls per timed repetition")
         int iters = 5;
+        @Option(names = "--graph", description = "time the calls captured into a CUDA graph and replayed (no host enqueue"
+                + " cost; the warm-up calls run eagerly first, which also loads the GEMMs' kernels) instead of eager calls")
+        boolean graph;
         @Option(names = "--shapes", split = ",", paramLabel = "NxK", description = "the all-gather + matmul's N (columns of"
                 + " this rank's output) by K; the matmul + reduce-scatter runs the mirror (its output has K columns, its inner"
                 + " dimension is N)")
@@ -189,13 +193,24 @@ public final class TensorParallelGemmBench {
         }
         device.synchronize();
         comm.barrier();
+        Runnable calls = () -> {
+            for (int i = 0; i < flags.iters; i++) {
+                body.run();
+            }
+        };
         double[] t = new double[flags.reps];
-        for (int r = 0; r < flags.reps; r++) {
-            t[r] = device.elapsedMillis(() -> {
-                for (int i = 0; i < flags.iters; i++) {
-                    body.run();
+        if (flags.graph) {
+            try (DeviceGraph graph = device.capture(calls)) {
+                graph.replay();
+                device.synchronize();
+                for (int r = 0; r < flags.reps; r++) {
+                    t[r] = device.elapsedMillis(graph::replay) * 1000.0 / flags.iters;
                 }
-            }) * 1000.0 / flags.iters;
+            }
+        } else {
+            for (int r = 0; r < flags.reps; r++) {
+                t[r] = device.elapsedMillis(calls) * 1000.0 / flags.iters;
+            }
         }
         return new double[] {RepetitionSpread.median(t), RepetitionSpread.spread(t)};
     }
@@ -321,7 +336,8 @@ public final class TensorParallelGemmBench {
         md.append("- GPUs: ").append(world).append(" × ").append(device).append(", one rank per GPU, one JVM\n");
         md.append("- GEMMs: ").append(library).append(", bf16 in and out, float32 accumulation\n");
         md.append("- each cell: 3 warm-up calls, then the median of ").append(flags.reps).append(" timings of ")
-                .append(flags.iters).append(" back-to-back calls (CUDA events on each rank's stream), the slowest rank's median\n");
+                .append(flags.iters).append(flags.graph ? " calls captured into one CUDA graph and replayed" : " back-to-back eager calls")
+                .append(" (CUDA events on each rank's stream), the slowest rank's median\n");
         md.append("- fused: each peer's block cut into chunks of ").append(System.getProperty("symmem4j.tp.chunkRows", "1024"))
                 .append(" rows (-Dsymmem4j.tp.chunkRows; at most 8 a block), moved by the copy engine while the previous chunk's"
                         + " GEMM runs\n");

@@ -3,42 +3,27 @@ package org.symmem4j.benchmarks;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
-import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.io.ByteArrayOutputStream;
-import java.io.IOException;
-import java.io.PrintStream;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.List;
-import java.util.Map;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.symmem4j.benchmarks.GpuProcessAllReduceBench.Cell;
-import org.symmem4j.benchmarks.GpuProcessAllReduceBench.Comparison;
 import org.symmem4j.benchmarks.GpuProcessAllReduceBench.Flags;
 import org.symmem4j.benchmarks.GpuProcessAllReduceBench.Phase;
-import org.symmem4j.benchmarks.GpuProcessAllReduceBench.RankFailure;
 import org.symmem4j.benchmarks.GpuProcessAllReduceBench.RankRun;
-import org.symmem4j.benchmarks.GpuProcessAllReduceBench.ReportHeader;
 import org.symmem4j.benchmarks.GpuProcessAllReduceBench.Settings;
-import org.symmem4j.benchmarks.GpuProcessAllReduceBench.Summary;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.DType;
-import org.symmem4j.parallel.group.ProcessGroupConfig;
 import picocli.CommandLine;
 
 /**
- * {@link GpuProcessAllReduceBench} without a GPU: its options, the child JVMs' flags and environment (read back
- * through {@link ProcessGroupConfig}, as a rank reads them), the result file the rank processes write, the
- * pooling of rounds, the summary's ratios and the report's tables from made-up cells, and the supervision of
- * child processes (plain shell commands standing in for the rank JVMs).
+ * {@link GpuProcessAllReduceBench} without a GPU: its options and the arguments of a child, the result file the
+ * rank processes write, and the pooling of rounds. The child JVMs are {@link ChildJvmsTest}'s, the comparison and
+ * report {@link ProcessAllReduceReportTest}'s.
  */
 class GpuProcessAllReduceBenchTest {
 
@@ -90,31 +75,6 @@ class GpuProcessAllReduceBenchTest {
         assertEquals(dir.resolve("r.txt"), f.result);
         assertEquals(4, f.gpus);
         assertEquals(new Settings(4, 9, 1, 4194304, List.of(DType.BFLOAT16), true, true, 100), Settings.of(f));
-    }
-
-    @Test
-    void childJvmFlagsAreThisJvmsWithoutDebuggerOrClassPathAndWithTheRequiredOnes() {
-        List<String> flags = GpuProcessAllReduceBench.childJvmFlags(List.of("-Xmx24g",
-                "-agentlib:jdwp=transport=dt_socket,server=y,address=5005", "-Djava.class.path=/x.jar",
-                "-Dsymmem4j.cuda.pdl=false", "--add-modules=jdk.incubator.vector"));
-        assertEquals(List.of("--enable-native-access=ALL-UNNAMED", "-Xmx24g", "-Dsymmem4j.cuda.pdl=false",
-                "--add-modules=jdk.incubator.vector"), flags);
-        assertEquals(List.of("--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector"),
-                GpuProcessAllReduceBench.childJvmFlags(List.of()));
-    }
-
-    @Test
-    void aRankProcessReadsItsPlaceTheRunAndTheSecretFileNotAnOuterJobs() {
-        Map<String, String> env = new HashMap<>(Map.of("SYMMEM4J_SECRET", "an-outer-jobs-secret-0123456789",
-                "SYMMEM4J_RUN_ID", "outer", "TORCHELASTIC_RUN_ID", "torch", "PATH", "/bin"));
-        Path secret = dir.resolve("store.secret");
-        GpuProcessAllReduceBench.childEnvironment(env, 1, 2, 29500, "run-7", secret);
-        assertFalse(env.containsKey("SYMMEM4J_SECRET"), "the secret variable would win over the file");
-        assertFalse(env.containsKey("TORCHELASTIC_RUN_ID"));
-        assertEquals(secret.toString(), env.get("SYMMEM4J_SECRET_FILE"));
-        assertEquals("/bin", env.get("PATH"));
-        ProcessGroupConfig c = ProcessGroupConfig.fromEnvironment(env);
-        assertEquals(new ProcessGroupConfig(1, 2, 1, 2, "127.0.0.1", 29500, "run-7"), c);
     }
 
     private static Cell cell(DType dtype, Algorithm a, boolean graph, long bytes, double... reps) {
@@ -170,140 +130,4 @@ class GpuProcessAllReduceBenchTest {
         assertEquals(2.0, pooled.wallSeconds());
     }
 
-    private static Comparison row(Algorithm a, DType d, boolean graph, long bytes, double proc, double threads) {
-        Cell p = Double.isNaN(proc) ? cell(d, a, graph, bytes) : cell(d, a, graph, bytes, proc);
-        Cell t = Double.isNaN(threads) ? cell(d, a, graph, bytes) : cell(d, a, graph, bytes, threads);
-        return new Comparison(d, a, graph, bytes, p, t, proc, threads);
-    }
-
-    @Test
-    void theSummaryGivesTheLargestRatioWhereItIsTheMedianAndTheCellsAboveTarget() {
-        List<Comparison> rows = List.of(row(Algorithm.ONE_SHOT, DType.BFLOAT16, true, 1024, 10.0, 10.0),
-                row(Algorithm.ONE_SHOT, DType.BFLOAT16, true, 4096, 11.0, 10.0),
-                row(Algorithm.ONE_SHOT, DType.FLOAT32, true, 1024, 10.2, 10.0),
-                row(Algorithm.ONE_SHOT, DType.FLOAT32, true, 4096, 9.0, 10.0),
-                row(Algorithm.ONE_SHOT, DType.FLOAT32, true, 16384, Double.NaN, 10.0));
-        Summary s = Summary.of(rows);
-        assertEquals(4, s.cells(), "a size that ran in one phase only has no ratio");
-        assertEquals(1.1, s.largest(), 1e-12);
-        assertEquals("bf16 graph-captured 4 KiB", s.largestAt());
-        assertEquals((1.0 + 1.02) / 2, s.median(), 1e-12, "an even count: the mean of the middle two");
-        assertEquals(1, s.above());
-        assertEquals("not within 5 %: 1 of 4 cells above 1.05", s.verdict());
-        assertEquals("within 5 %", Summary.of(rows.subList(2, 4)).verdict());
-        Summary none = Summary.of(rows.subList(4, 5));
-        assertEquals(0, none.cells());
-        assertNull(none.worst());
-        assertEquals("not measured", none.verdict());
-    }
-
-    @Test
-    void theReportHasASummaryLinePerAlgorithmATablePerAlgorithmAndTheNcclNote() throws IOException {
-        Settings s = settings("--max-bytes", "4096", "--dtypes", "bf16");
-        Phase processes = phase(false, List.of(List.of(
-                cell(DType.BFLOAT16, Algorithm.ONE_SHOT, true, 1024, 10.0, 10.5, 9.5),
-                cell(DType.BFLOAT16, Algorithm.ONE_SHOT, true, 4096, 12.0),
-                cell(DType.BFLOAT16, Algorithm.TWO_SHOT, true, 1024, 20.0),
-                cell(DType.BFLOAT16, Algorithm.TWO_SHOT, true, 4096, 20.0),
-                cell(DType.BFLOAT16, Algorithm.NCCL, true, 1024),
-                cell(DType.BFLOAT16, Algorithm.NCCL, true, 4096))));
-        Phase threads = phase(true, List.of(List.of(
-                cell(DType.BFLOAT16, Algorithm.ONE_SHOT, true, 1024, 10.0),
-                cell(DType.BFLOAT16, Algorithm.ONE_SHOT, true, 4096, 10.0),
-                cell(DType.BFLOAT16, Algorithm.TWO_SHOT, true, 1024, 20.0),
-                cell(DType.BFLOAT16, Algorithm.TWO_SHOT, true, 4096, 19.5),
-                cell(DType.BFLOAT16, Algorithm.NCCL, true, 1024, 30.0),
-                cell(DType.BFLOAT16, Algorithm.NCCL, true, 4096, 30.0))));
-        List<Comparison> rows = GpuProcessAllReduceBench.compare(s, processes, threads);
-        assertEquals(6, rows.size());
-        String md = GpuProcessAllReduceBench.report(new ReportHeader("2026-11-26T00:00:00Z", 2, 2,
-                "see the results file", "CUDA driver 13000, NCCL 22703", List.of("-Xmx24g"),
-                List.of("processes, threads", "threads, processes")), s, processes, threads, rows);
-        assertTrue(md.contains("- GPUs: 2 × GPU (CUDA shows 2)"), md);
-        assertTrue(md.contains("- commit: see the results file"), md);
-        assertTrue(md.contains("- ONE_SHOT: largest processes / threads 1.200 (bf16 graph-captured 4 KiB), median 1.100"
-                + " over 2 cells: not within 5 %: 1 of 2 cells above 1.05"), md);
-        assertTrue(md.contains("- TWO_SHOT: largest processes / threads 1.026 (bf16 graph-captured 4 KiB), median 1.013"
-                + " over 2 cells: within 5 %"), md);
-        assertTrue(md.contains("- NCCL: no size ran in both phases: NCCL skipped: the communicator does not support it"
-                + " in the processes"), md);
-        assertTrue(md.contains("## ONE_SHOT\n\n### bf16, graph-captured\n\n| size | processes µs | threads µs"), md);
-        assertTrue(md.contains("| 1 KiB | 10.00 | 10.00 | 1.000 | 0.100 | 0.000 |"), md);
-        assertTrue(md.contains("| 4 KiB | 12.00 | 10.00 | **1.200** |"), md);
-        assertTrue(md.contains("| 1 KiB | — | 30.00 | — |"), md);
-        assertFalse(md.contains("ran only in"), "the NCCL note explains its sizes: " + md);
-
-        Path csv = dir.resolve("raw.csv");
-        GpuProcessAllReduceBench.writeRaw(csv, s, 2, "GPU", rows);
-        List<String> lines = Files.readAllLines(csv);
-        assertEquals(String.join(",", GpuProcessAllReduceBench.CSV_COLUMNS), lines.getFirst());
-        assertEquals(7, lines.size());
-        assertEquals("2,GPU,bfloat16,ONE_SHOT,graph-captured,4096,12.000,10.000,1.2000,0.0000,0.0000,12.000,10.000,15,2",
-                lines.get(2));
-        assertEquals("2,GPU,bfloat16,NCCL,graph-captured,1024,,30.000,,,0.0000,,30.000,15,2", lines.get(5));
-    }
-
-    @Test
-    void aSizeThatRanInOnePhaseOnlyIsNamedInTheNotes() {
-        Settings s = settings("--max-bytes", "4096", "--dtypes", "fp32");
-        List<Cell> proc = new ArrayList<>();
-        List<Cell> thr = new ArrayList<>();
-        for (Algorithm a : GpuProcessAllReduceBench.ALGORITHMS) {
-            for (long bytes : s.sizes()) {
-                proc.add(cell(DType.FLOAT32, a, true, bytes, 10.0));
-                boolean missing = a == Algorithm.ONE_SHOT && bytes == 4096;
-                thr.add(missing ? cell(DType.FLOAT32, a, true, bytes) : cell(DType.FLOAT32, a, true, bytes, 10.0));
-            }
-        }
-        Phase processes = phase(true, List.of(proc));
-        Phase threads = phase(true, List.of(thr));
-        String md = GpuProcessAllReduceBench.report(new ReportHeader("d", 2, 2, "c", "v", List.of(), List.of("p, t")), s,
-                processes, threads, GpuProcessAllReduceBench.compare(s, processes, threads));
-        assertTrue(md.contains("\nNotes:\n\n- ONE_SHOT fp32 graph-captured 4 KiB ran only in the processes\n"), md);
-        assertTrue(md.contains("- ONE_SHOT: largest processes / threads 1.000 (fp32 graph-captured 1 KiB), median 1.000"
-                + " over 1 cells: within 5 %"), md);
-        assertTrue(md.contains("- NCCL: largest processes / threads 1.000"), md);
-    }
-
-    private static List<Process> start(String... scripts) throws IOException {
-        List<Process> ps = new ArrayList<>();
-        for (String s : scripts) {
-            ps.add(new ProcessBuilder("sh", "-c", s).redirectErrorStream(true).start());
-        }
-        return ps;
-    }
-
-    @Test
-    void everyChildsOutputArrivesPrefixedWithItsName() throws Exception {
-        ByteArrayOutputStream bytes = new ByteArrayOutputStream();
-        PrintStream out = new PrintStream(bytes, true, StandardCharsets.UTF_8);
-        GpuProcessAllReduceBench.supervise(start("echo hello; echo world >&2", "echo there"), List.of("rank 0", "rank 1"),
-                Duration.ofSeconds(60), out);
-        String text = bytes.toString(StandardCharsets.UTF_8);
-        assertTrue(text.contains("[rank 0] hello\n"), text);
-        assertTrue(text.contains("[rank 0] world\n"), text);
-        assertTrue(text.contains("[rank 1] there\n"), text);
-    }
-
-    @Test
-    void aFailingChildStopsTheOthersAndIsNamedWithItsExitStatus() throws Exception {
-        ByteArrayOutputStream bytes = new ByteArrayOutputStream();
-        PrintStream out = new PrintStream(bytes, true, StandardCharsets.UTF_8);
-        List<Process> ps = start("echo waiting; exec sleep 60", "echo FAILED boom; exit 3");
-        RankFailure e = assertThrows(RankFailure.class, () -> GpuProcessAllReduceBench.supervise(ps,
-                List.of("rank 0", "rank 1"), Duration.ofSeconds(60), out));
-        assertTrue(e.getMessage().startsWith("rank 1 exited with status=3 (expected 0"), e.getMessage());
-        assertFalse(ps.getFirst().isAlive(), "rank 0 was stopped");
-        assertTrue(bytes.toString(StandardCharsets.UTF_8).contains("[rank 1] FAILED boom"));
-    }
-
-    @Test
-    void aChildStillRunningAtTheLimitIsNamedAndStopped() throws Exception {
-        PrintStream out = new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8);
-        List<Process> ps = start("exec sleep 60", "exit 0");
-        RankFailure e = assertThrows(RankFailure.class, () -> GpuProcessAllReduceBench.supervise(ps,
-                List.of("rank 0", "rank 1"), Duration.ofSeconds(1), out));
-        assertTrue(e.getMessage().startsWith("[rank 0] still running after --timeout=1 s"), e.getMessage());
-        assertFalse(ps.getFirst().isAlive(), "rank 0 was stopped");
-    }
 }
