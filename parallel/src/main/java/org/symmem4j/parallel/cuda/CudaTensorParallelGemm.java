@@ -40,6 +40,13 @@ import org.symmem4j.parallel.TensorParallelGemm;
  */
 final class CudaTensorParallelGemm implements TensorParallelGemm {
 
+    /**
+     * {@code -Dsymmem4j.tp.hostLockstep=true}: every fused call first meets the group on the host, so no rank's host
+     * enqueues a call before every peer's host has enqueued the one before. An experiment, off by default: the
+     * benchmark's intermittent hang (bench/results/2026-11-26-gpu-2xh100-tensor-parallel-and-processes.md, §4) never
+     * showed in the tests, whose ranks wait after each call; this tells whether host skew is the trigger.
+     */
+    static final boolean HOST_LOCKSTEP = Boolean.getBoolean("symmem4j.tp.hostLockstep");
     /** At most this many chunks per peer block. */
     static final int MAX_CHUNKS = 8;
     /**
@@ -168,6 +175,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
                 gemm(c.address(), mine, false, b.address(), transB, rows, n, k, false, dtype);
             }
             case FUSED -> {
+                lockstep();
                 meet(memory, READY_SLOT);
                 // fork: the copy stream starts after the meeting (every block is in place on its owner)
                 driver.record(fork, rank.stream);
@@ -239,6 +247,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
                 driver.copyDeviceToDeviceAsync(out.address(), recv + me * slotBytes, slotBytes, rank.stream);
             }
             case FUSED -> {
+                lockstep();
                 int e = 0;
                 for (int step = 1; step < world; step++) {
                     int peer = (me + step) % world;
@@ -367,6 +376,13 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         }
         driver.synchronize(rank.stream);
         comm.group().allGatherBytes("tensor-parallel-gemm-kernels-loaded", new byte[0]);
+    }
+
+    /** With {@link #HOST_LOCKSTEP}, meets the group on the host (not while capturing: a replay has no host part). */
+    private void lockstep() {
+        if (HOST_LOCKSTEP && !rank.capturing) {
+            comm.group().allGatherBytes("tensor-parallel-gemm-lockstep", new byte[0]);
+        }
     }
 
     /** Signal +1 to every peer's {@code slot}, then wait (consuming) for W−1 on this rank's. */
