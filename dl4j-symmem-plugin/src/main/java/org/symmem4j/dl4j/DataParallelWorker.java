@@ -22,7 +22,6 @@ import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.GradientBuckets;
 import org.symmem4j.gradsync.GradientSynchronizer;
 import org.symmem4j.gradsync.SyncMetrics;
-import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
@@ -469,7 +468,9 @@ final class DataParallelWorker {
         double term = task.idle() ? 0 : task.examples() * (score - regularization) / task.stepExamples();
         MemorySegment slot = lossMemory.local();
         slot.set(ValueLayout.JAVA_DOUBLE, 0, term);
-        comm.allReduce(lossMemory, 0, 1, DType.FLOAT64, ReduceOp.SUM, Algorithm.ONE_SHOT);
+        // ONE_SHOT where it runs (rank order, the same bits everywhere); across machines MPI (the group's only engine)
+        comm.allReduce(lossMemory, 0, 1, DType.FLOAT64, ReduceOp.SUM, AlgorithmPolicy.oneShotWhereItRuns(comm, 1, DType.FLOAT64,
+                ReduceOp.SUM));
         return slot.get(ValueLayout.JAVA_DOUBLE, 0);
     }
 

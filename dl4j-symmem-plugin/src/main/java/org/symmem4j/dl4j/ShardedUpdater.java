@@ -21,8 +21,8 @@ import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.nd4j.linalg.learning.GradientUpdater;
 import org.nd4j.linalg.learning.config.IUpdater;
 import org.nd4j.linalg.learning.regularization.Regularization;
+import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.GradientSynchronizer;
-import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
@@ -111,6 +111,13 @@ final class ShardedUpdater {
      */
     ShardedUpdater(ZeroStage stage, UpdaterLayout layout, ModelReplica replica, Communicator comm, SymmetricMemory gradients,
                    GradientSynchronizer synchronizer, INDArray initialState) {
+        if (!comm.supportsInPlaceShardCollectives()) {
+            // before any step: the shards are reduced and gathered in place, and a refusal mid-step would leave this
+            // rank's shard updated and the others not
+            throw new UnsupportedOperationException("ZeRO sharding (" + stage + ") needs the in-place reduce-scatter and"
+                    + " all-gather over symmetric memory, which this group's communicator (" + comm.transportName() + ")"
+                    + " does not run (a group across machines: not built yet); train this group without .sharding(...)");
+        }
         this.stage = stage;
         this.layout = layout;
         this.comm = comm;
@@ -267,7 +274,8 @@ final class ShardedUpdater {
             }
         }
         // ONE_SHOT adds ranks in rank order and every rank computes every element: identical norms everywhere
-        comm.allReduce(agreement, 1 + normSlots, DType.FLOAT64, ReduceOp.SUM, Algorithm.ONE_SHOT);
+        comm.allReduce(agreement, 1 + normSlots, DType.FLOAT64, ReduceOp.SUM,
+                AlgorithmPolicy.oneShotWhereItRuns(comm, 1 + normSlots, DType.FLOAT64, ReduceOp.SUM));
         for (int s = 0; s < normSlots; s++) {
             double l2 = Math.sqrt(agreement.get(ValueLayout.JAVA_DOUBLE, 8L * (1 + s)));
             // DL4J's norm2Number() is a number of the gradient's type: round ours to it too
@@ -280,7 +288,8 @@ final class ShardedUpdater {
     long firstNonFiniteIndex() {
         long local = end > start ? reducer.firstNonFinite(gradientSegment, start * dtype.byteSize(), dtype, end - start) : -1;
         agreement.set(ValueLayout.JAVA_DOUBLE, 0, local >= 0 ? start + local : Double.MAX_VALUE);
-        comm.allReduce(agreement, 1, DType.FLOAT64, ReduceOp.MIN, Algorithm.ONE_SHOT);
+        comm.allReduce(agreement, 1, DType.FLOAT64, ReduceOp.MIN,
+                AlgorithmPolicy.oneShotWhereItRuns(comm, 1, DType.FLOAT64, ReduceOp.MIN));
         return (long) agreement.get(ValueLayout.JAVA_DOUBLE, 0);
     }
 
@@ -446,7 +455,7 @@ final class ShardedUpdater {
                 }
             }
             exportState(ModelReplica.arrayOver(mine, fullState.dataType(), n).reshape(fullState.shape()));
-            comm.allReduce(all, 0, n, type, ReduceOp.SUM, Algorithm.ONE_SHOT);
+            comm.allReduce(all, 0, n, type, ReduceOp.SUM, AlgorithmPolicy.oneShotWhereItRuns(comm, n, type, ReduceOp.SUM));
             MemorySegment.copy(mine, 0, ModelReplica.segmentOf(fullState), 0, type.bytes(n));
         }
     }

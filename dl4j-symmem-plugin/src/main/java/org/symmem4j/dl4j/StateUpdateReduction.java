@@ -17,7 +17,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
-import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
@@ -216,13 +216,16 @@ final class StateUpdateReduction {
         for (Rule r : rules) {
             r.contributeFirst(examples, batch, first);
         }
-        // ONE_SHOT adds ranks in rank order: every rank gets the same sums, bit for bit
-        comm.allReduce(first, firstSlots, DType.FLOAT64, ReduceOp.SUM, Algorithm.ONE_SHOT);
+        // ONE_SHOT adds ranks in rank order: every rank gets the same sums, bit for bit (across machines: MPI's order,
+        // still the same on every rank)
+        comm.allReduce(first, firstSlots, DType.FLOAT64, ReduceOp.SUM,
+                AlgorithmPolicy.oneShotWhereItRuns(comm, firstSlots, DType.FLOAT64, ReduceOp.SUM));
         if (secondSlots > 0) {
             for (Rule r : rules) {
                 r.contributeSecond(examples, stepExamples, first, second);
             }
-            comm.allReduce(second, secondSlots, DType.FLOAT64, ReduceOp.SUM, Algorithm.ONE_SHOT);
+            comm.allReduce(second, secondSlots, DType.FLOAT64, ReduceOp.SUM,
+                    AlgorithmPolicy.oneShotWhereItRuns(comm, secondSlots, DType.FLOAT64, ReduceOp.SUM));
         }
         for (Rule r : rules) {
             r.merge(stepExamples, first, second);

@@ -53,6 +53,58 @@ public interface AlgorithmPolicy {
     }
 
     /**
+     * From this size up a group across machines all-reduces hierarchically, below it with one flat MPI call: on one
+     * machine pretending to be 2 machines x 2 ranks (bench/results/2026-11-26-multinode-allreduce-2x2.md) the
+     * hierarchical all-reduce was slower than flat MPI up to 1 MiB and faster from 4 MiB (0.94x at 4 MiB, 0.60x at
+     * 64 MiB); the model for 8 machines x 8 ranks (2026-11-26-multinode-model.md) moves the crossing lower, so this
+     * errs towards flat MPI until real machines calibrate it.
+     */
+    long HIERARCHICAL_FROM_BYTES = 4L << 20;
+
+    /**
+     * For a communicator whose group spans machines (one that runs {@link Algorithm#HIERARCHICAL} or
+     * {@link Algorithm#MPI} and none of the single-machine algorithms): hierarchical from
+     * {@link #HIERARCHICAL_FROM_BYTES}, flat MPI below, whichever of the two can run.
+     *
+     * @param comm  the communicator
+     * @param count the number of elements
+     * @param dtype the element type
+     * @param op    the reduction
+     * @return the algorithm, or empty when the communicator runs neither
+     */
+    static java.util.Optional<Algorithm> acrossMachines(Communicator comm, long count, DType dtype, ReduceOp op) {
+        boolean large = dtype.bytes(count) >= HIERARCHICAL_FROM_BYTES;
+        Algorithm first = large ? Algorithm.HIERARCHICAL : Algorithm.MPI;
+        Algorithm second = large ? Algorithm.MPI : Algorithm.HIERARCHICAL;
+        if (eligible(first, comm, count, dtype, op)) {
+            return java.util.Optional.of(first);
+        }
+        return eligible(second, comm, count, dtype, op) ? java.util.Optional.of(second) : java.util.Optional.empty();
+    }
+
+    /**
+     * ONE_SHOT where it runs (ranks added in rank order, the same bits on every rank: what losses, norms, agreements
+     * and state reductions rely on), else the first that does of NCCL, flat MPI and hierarchical (a group across
+     * machines, where each gives every rank the same bits in its own order).
+     *
+     * @param comm  the communicator
+     * @param count the number of elements
+     * @param dtype the element type
+     * @param op    the reduction
+     * @return the algorithm
+     * @throws IllegalArgumentException when none of them runs this message (says what the communicator is)
+     */
+    static Algorithm oneShotWhereItRuns(Communicator comm, long count, DType dtype, ReduceOp op) {
+        for (Algorithm a : new Algorithm[] {Algorithm.ONE_SHOT, Algorithm.NCCL, Algorithm.MPI, Algorithm.HIERARCHICAL}) {
+            if (eligible(a, comm, count, dtype, op)) {
+                return a;
+            }
+        }
+        throw new IllegalArgumentException("no algorithm of ONE_SHOT, NCCL, MPI, HIERARCHICAL runs an all-reduce of " + count
+                + " " + dtype + " " + op + " on " + comm.transportName());
+    }
+
+    /**
      * Whether {@code algorithm} can run this message: supported by the transport for this dtype, op
      * and size, and for TWO_SHOT and RING, at least one cache line (16 elements) per rank, below
      * which their chunks are empty and they only add synchronization.

@@ -5,7 +5,11 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
 
-/** Eligibility first, then the calibrated table's choice; falls back to ONE_SHOT when the table's pick cannot run. */
+/**
+ * Eligibility first, then the calibrated table's choice; where the table's pick cannot run, the first of TWO_SHOT,
+ * NCCL, ONE_SHOT that can, and for a group across machines flat MPI or hierarchical by size
+ * ({@link AlgorithmPolicy#acrossMachines}).
+ */
 final class ThresholdPolicy implements AlgorithmPolicy {
 
     private final ThresholdTable table;
@@ -26,7 +30,7 @@ final class ThresholdPolicy implements AlgorithmPolicy {
                 return a;
             }
         }
-        return Algorithm.ONE_SHOT;
+        return AlgorithmPolicy.acrossMachines(comm, count, dtype, op).orElse(Algorithm.ONE_SHOT);
     }
 
     ThresholdTable table() {

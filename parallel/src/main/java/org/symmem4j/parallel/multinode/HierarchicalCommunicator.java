@@ -32,7 +32,9 @@ import org.symmem4j.parallel.mpi.MpiComm;
  * an MPI barrier and a machine barrier. FLOAT32 and FLOAT64 (MPI has no bfloat16); SUM, AVG (a sum
  * divided by the size, the same division on every rank), MAX, MIN. Arguments are checked inside each
  * machine by its communicator; between machines MPI's own checks apply. Symmetric memory cannot span
- * machines: the {@link SymmetricMemory} forms of the collectives are refused; pass native segments.
+ * machines: the all-reduce's {@link SymmetricMemory} form works on this rank's buffer of host memory (what
+ * {@link MultiNodeTransport} allocates: each machine's own); the in-place reduce-scatter and all-gather over
+ * symmetric memory (ZeRO's) are refused; pass native segments to their staged forms.
  */
 public final class HierarchicalCommunicator implements Communicator {
 
@@ -113,6 +115,12 @@ public final class HierarchicalCommunicator implements Communicator {
         return "hierarchical(" + intra.transportName() + " + mpi)";
     }
 
+    /** False: a group across machines has no memory that holds every rank's block (see {@link #reduceScatter(SymmetricMemory, long, long, DType, ReduceOp)}). */
+    @Override
+    public boolean supportsInPlaceShardCollectives() {
+        return false;
+    }
+
     @Override
     public boolean supports(Algorithm algorithm) {
         return algorithm == Algorithm.HIERARCHICAL || algorithm == Algorithm.MPI;
@@ -159,9 +167,28 @@ public final class HierarchicalCommunicator implements Communicator {
         MemorySegment.copy(all, 0, buffer, 0, dtype.bytes(count));
     }
 
+    /**
+     * On memory from {@link MultiNodeTransport#allocate} (each machine's own; see {@link NodeLocalSymmetricMemory}),
+     * or any host memory of this group: the all-reduce of this rank's buffer from {@code offsetBytes}, as the
+     * segment form does it. Device memory is refused.
+     */
     @Override
     public void allReduce(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
-        throw symmetricMemoryRefused("allReduce");
+        allReduce(ownBuffer(memory, offsetBytes, count, dtype, "allReduce"), count, dtype, op, algorithm);
+    }
+
+    /** This rank's bytes of {@code memory} for a collective of {@code count} elements from {@code offsetBytes}. */
+    private MemorySegment ownBuffer(SymmetricMemory memory, long offsetBytes, long count, DType dtype, String op) {
+        if (memory.group() != group || !memory.hostAddressable()) {
+            throw new IllegalArgumentException(op + " on SymmetricMemory: host memory of this communicator's group expected"
+                    + " (SymmetricMemory.allocate(group, bytes) on a group joined on MultiNodeTransport), found "
+                    + (memory.hostAddressable() ? "memory of another group" : "device memory"));
+        }
+        if (offsetBytes < 0 || count < 0 || offsetBytes > memory.byteSize() - dtype.bytes(count)) {
+            throw new IllegalArgumentException(op + ": " + count + " " + dtype + " elements at offsetBytes=" + offsetBytes
+                    + " do not fit the memory's " + memory.byteSize() + " bytes");
+        }
+        return memory.local().asSlice(offsetBytes, dtype.bytes(count));
     }
 
     /**
@@ -283,8 +310,9 @@ public final class HierarchicalCommunicator implements Communicator {
     }
 
     private static UnsupportedOperationException symmetricMemoryRefused(String op) {
-        return new UnsupportedOperationException(op + " on SymmetricMemory: symmetric memory cannot span machines;"
-                + " pass native MemorySegments to the segment form of " + op);
+        return new UnsupportedOperationException(op + " in place on SymmetricMemory across machines (its blocks live in"
+                + " other machines' memories) is not built yet, so ZeRO sharding does not run across machines; pass native"
+                + " MemorySegments to the staged form of " + op);
     }
 
     private MemorySegment staging(long bytes) {

@@ -1,0 +1,138 @@
+package org.symmem4j.dl4j;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.net.ServerSocket;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.dataset.DataSet;
+import org.nd4j.linalg.factory.Nd4j;
+
+/**
+ * DL4J data parallelism across machines, on one machine pretending to be several: {@code mpirun} starts
+ * the processes (Open MPI's TCP transport only, so traffic between the pretended machines goes through
+ * sockets), each joins the job's group on {@code MultiNodeTransport} and trains with the wrapper in group
+ * mode, unchanged ({@link MultiNodeDataParallelWorker}). Against the same training as worker threads of one
+ * JVM ({@link GroupModeTest#train}): 2 machines of 1 rank train bitwise alike (a sum of two terms has one
+ * order); 2 machines of 2 ranks agree to float32 rounding (the hierarchical sums associate as
+ * {@code (g0 + g1) + (g2 + g3)}, one machine's as {@code ((g0 + g1) + g2) + g3}). Skipped where Open MPI is not
+ * installed, unless {@code SYMMEM4J_REQUIRE_MPI=1} (CI) makes that a failure.
+ */
+class MultiNodeDataParallelTest {
+
+    private static final int BATCHES = 4 * 4;
+
+    static void requireMpi() {
+        boolean present;
+        try {
+            Process p = new ProcessBuilder("mpirun", "--version").redirectErrorStream(true).start();
+            p.getInputStream().readAllBytes();
+            present = p.waitFor(30, TimeUnit.SECONDS) && p.exitValue() == 0;
+        } catch (IOException | InterruptedException e) {
+            present = false;
+        }
+        if (!present && "1".equals(System.getenv("SYMMEM4J_REQUIRE_MPI"))) {
+            throw new AssertionError("SYMMEM4J_REQUIRE_MPI=1 but mpirun is not on the PATH (install Debian's openmpi-bin)");
+        }
+        Assumptions.assumeTrue(present, "Open MPI (mpirun) is not installed");
+    }
+
+    /** Runs the worker on {@code ranks} processes, {@code perMachine} to a pretended machine; returns its output. */
+    static String mpirun(int ranks, int perMachine, Path out, String... extra) throws IOException, InterruptedException {
+        int port;
+        try (ServerSocket s = new ServerSocket(0)) {
+            port = s.getLocalPort();
+        }
+        List<String> cmd = new ArrayList<>(List.of("mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
+                Integer.toString(ranks), "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo",
+                "-x", "MASTER_ADDR=127.0.0.1", "-x", "MASTER_PORT=" + port, "-x", "OMP_NUM_THREADS=1",
+                "-x", "SYMMEM4J_RUN_ID=multinode-dl4j-" + port,
+                "-x", "SYMMEM4J_SECRET=multinode-dl4j-test-secret-of-enough-bytes-" + port,
+                Path.of(System.getProperty("java.home"), "bin", "java").toString(), "--enable-native-access=ALL-UNNAMED",
+                "--add-modules=jdk.incubator.vector", "--sun-misc-unsafe-memory-access=allow", "-Xss1m", "-Xmx512m",
+                "-Dsymmem4j.pretendRanksPerNode=" + perMachine, "-cp", System.getProperty("java.class.path"),
+                MultiNodeDataParallelWorker.class.getName(), out.toString(), Integer.toString(BATCHES)));
+        cmd.addAll(List.of(extra));
+        ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);
+        pb.environment().remove("RANK"); // Open MPI's variables give each process its rank
+        Process p = pb.start();
+        String text = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+        assertTrue(p.waitFor(300, TimeUnit.SECONDS), "mpirun ends");
+        System.out.println(text);
+        assertEquals(0, p.exitValue(), text);
+        return text;
+    }
+
+    static void assertTrainedHierarchically(String text, int ranks) {
+        for (int r = 0; r < ranks; r++) {
+            assertTrue(text.contains("rank " + r + " OK: trained on hierarchical("), "rank " + r + " trained over the"
+                    + " hierarchical communicator:\n" + text);
+        }
+    }
+
+    /** ZeRO has no multi-machine form yet: every rank says so when its wrapper starts, before any step, and none hangs. */
+    @Test
+    void zeroShardingAcrossMachinesIsRefusedOnEveryRank(@TempDir Path out) throws Exception {
+        requireMpi();
+        String text = mpirun(4, 2, out, "zero");
+        for (int r = 0; r < 4; r++) {
+            assertTrue(text.contains("rank " + r + " REFUSED: ") && text.contains("ZeRO sharding (OPTIMIZER_STATE) needs the in-place reduce-scatter"),
+                    "rank " + r + " refused ZeRO across machines with the reason:\n" + text);
+        }
+    }
+
+    static GroupModeTest.Outcome threads(int workers) {
+        List<DataSet> data = Nets.batches(7, BATCHES, 8, DataType.FLOAT);
+        MultiLayerNetwork model = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
+        return GroupModeTest.train(model, SymmemParallelWrapper.builder(model).workers(workers), data, 2);
+    }
+
+    static List<Double> scores(Path out) throws IOException {
+        List<Double> scores = new ArrayList<>();
+        for (String line : Files.readAllLines(out.resolve("scores.txt"))) {
+            scores.add(Double.longBitsToDouble(Long.parseLong(line.strip())));
+        }
+        return scores;
+    }
+
+    @Test
+    void twoMachinesOfOneRankTrainBitwiseLikeTwoWorkerThreads(@TempDir Path out) throws Exception {
+        requireMpi();
+        assertTrainedHierarchically(mpirun(2, 1, out), 2);
+        GroupModeTest.Outcome threads = threads(2);
+        INDArray params = Nd4j.readBinary(out.resolve("params.bin").toFile());
+        INDArray updater = Nd4j.readBinary(out.resolve("updater.bin").toFile());
+        assertTrue(ModelReplica.bitwiseEqual(threads.params(), params), "parameters differ bitwise from 2 worker threads'");
+        assertTrue(ModelReplica.bitwiseEqual(threads.updaterState(), updater), "updater state differs bitwise");
+        assertEquals(threads.scores(), scores(out), "every step's score, bitwise");
+    }
+
+    @Test
+    void twoMachinesOfTwoRanksTrainLikeFourWorkerThreadsToRounding(@TempDir Path out) throws Exception {
+        requireMpi();
+        assertTrainedHierarchically(mpirun(4, 2, out), 4);
+        GroupModeTest.Outcome threads = threads(4);
+        INDArray params = Nd4j.readBinary(out.resolve("params.bin").toFile());
+        double relative = params.sub(threads.params()).norm2Number().doubleValue() / threads.params().norm2Number().doubleValue();
+        System.out.println("2 machines x 2 ranks against 4 worker threads: parameters' relative L2 difference " + relative);
+        assertTrue(relative < 1e-5, "parameters after " + threads.scores().size() + " steps: relative L2 difference "
+                + relative + " from 4 worker threads', expected float32 rounding (< 1e-5)");
+        List<Double> scores = scores(out);
+        assertEquals(threads.scores().size(), scores.size(), "steps");
+        for (int i = 0; i < scores.size(); i++) {
+            assertEquals(threads.scores().get(i), scores.get(i), 1e-5 * Math.abs(threads.scores().get(i)), "step " + i + "'s score");
+        }
+    }
+}

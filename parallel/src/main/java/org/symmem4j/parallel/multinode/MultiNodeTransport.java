@@ -1,0 +1,116 @@
+package org.symmem4j.parallel.multinode;
+
+import java.lang.foreign.MemorySegment;
+import java.util.Objects;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.mpi.MpiComm;
+
+/**
+ * The transport of a process group that spans machines: join the group on it and the code above the
+ * runtime (the DL4J trainers included) runs unchanged.
+ *
+ * <pre>{@code
+ * // every process, started by mpirun (or by symmem4j-run --nnodes with Open MPI's environment):
+ * try (MpiComm world = Mpi.world();
+ *      ProcessGroup group = ProcessGroup.fromEnvironment(GroupOptions.defaults(), MultiNodeTransport.over(world))) {
+ *     SymmemParallelWrapper.builder(model).group(group).build().fit(data);
+ * }
+ * }</pre>
+ *
+ * For a group whose ranks sit on one machine it is the group's host transport ({@code /dev/shm}). For a
+ * group that spans machines, {@link #communicator} gives the {@link HierarchicalCommunicator} (symmetric
+ * memory inside each machine, MPI between) and {@link #allocate} memory of this rank's machine
+ * ({@link NodeLocalSymmetricMemory}: its own buffer, and its machine's peers mapped; the collectives use
+ * this rank's buffer). Only the whole job (the ranks of {@code world}) may span machines: a sub-group that
+ * spans machines would need an MPI communicator of its own, which is not built yet, and is refused.
+ */
+public final class MultiNodeTransport implements Transport {
+
+    /** This transport's name. */
+    public static final String NAME = "multinode";
+
+    private final MpiComm world;
+    /** The world ranks of the group this transport serves, in group order; null for the world itself. */
+    private final int[] worldRanks;
+
+    private MultiNodeTransport(MpiComm world, int[] worldRanks) {
+        this.world = world;
+        this.worldRanks = worldRanks;
+    }
+
+    /**
+     * The transport for a job whose processes are {@code world}'s (the same processes in the same order as
+     * the group joined on it: {@code ProcessGroup.fromEnvironment()} under {@code mpirun} reads Open MPI's rank).
+     *
+     * @param world the job's MPI communicator (e.g. {@code Mpi.world()}); not closed by this transport
+     * @return the transport
+     */
+    public static MultiNodeTransport over(MpiComm world) {
+        return new MultiNodeTransport(Objects.requireNonNull(world, "world"), null);
+    }
+
+    @Override
+    public String name() {
+        return NAME;
+    }
+
+    /**
+     * Collective: symmetric memory of {@code bytes} per rank — on one machine the host transport's; across
+     * machines each machine's own, as {@link NodeLocalSymmetricMemory}.
+     */
+    @Override
+    public SymmetricMemory allocate(Group group, long bytes) {
+        NodeTopology topology = NodeTopology.of(group);
+        if (topology.nodes() == 1) {
+            return group.hostTransport().allocate(group, bytes);
+        }
+        return NodeLocalSymmetricMemory.allocate(group, topology, bytes);
+    }
+
+    /** Refused across machines (a buffer of the caller's cannot be mapped by another machine); on one machine the host transport's. */
+    @Override
+    public SymmetricMemory register(Group group, MemorySegment buffer) {
+        NodeTopology topology = NodeTopology.of(group);
+        if (topology.nodes() == 1) {
+            return group.hostTransport().register(group, buffer);
+        }
+        throw new UnsupportedOperationException("register across " + topology.nodes() + " machines: another machine cannot"
+                + " map this rank's buffer; use SymmetricMemory.allocate (each machine's memory) or the collectives on"
+                + " native segments");
+    }
+
+    /**
+     * Collective: on one machine the host transport's communicator; for the whole job across machines a
+     * {@link HierarchicalCommunicator} over {@code world}.
+     *
+     * @throws UnsupportedOperationException for a sub-group that spans machines (says why)
+     */
+    @Override
+    public Communicator communicator(Group group, CommunicatorOptions options) {
+        NodeTopology topology = NodeTopology.of(group);
+        if (topology.nodes() == 1) {
+            return group.hostTransport().communicator(group, options);
+        }
+        if (worldRanks != null) {
+            throw new UnsupportedOperationException("a sub-group of " + group.worldSize() + " ranks on " + topology.nodes()
+                    + " machines: collectives of a sub-group that spans machines need an MPI communicator of their own, not"
+                    + " built yet; only the whole job (" + world.size() + " ranks) and groups inside one machine have"
+                    + " communicators on this transport");
+        }
+        return HierarchicalCommunicator.create(group, world);
+    }
+
+    /** Sub-groups keep this transport: inside one machine it serves them with the host transport. */
+    @Override
+    public Transport forSubGroup(int[] parentRanks) {
+        int[] mine = new int[parentRanks.length];
+        for (int i = 0; i < parentRanks.length; i++) {
+            mine[i] = worldRanks == null ? parentRanks[i] : worldRanks[parentRanks[i]];
+        }
+        return new MultiNodeTransport(world, mine);
+    }
+}
