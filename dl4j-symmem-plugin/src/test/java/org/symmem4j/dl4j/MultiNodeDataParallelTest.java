@@ -75,11 +75,16 @@ class MultiNodeDataParallelTest {
         return text;
     }
 
+    /** Every rank trained over the hierarchical communicator, and every rank's parameters are the same bits. */
     static void assertTrainedHierarchically(String text, int ranks) {
+        java.util.Set<String> crcs = new java.util.HashSet<>();
         for (int r = 0; r < ranks; r++) {
-            assertTrue(text.contains("rank " + r + " OK: trained on hierarchical("), "rank " + r + " trained over the"
-                    + " hierarchical communicator:\n" + text);
+            java.util.regex.Matcher m = java.util.regex.Pattern.compile("rank " + r
+                    + " OK: trained on hierarchical\\(.*parameters CRC-32 ([0-9a-f]+)").matcher(text);
+            assertTrue(m.find(), "rank " + r + " trained over the hierarchical communicator:\n" + text);
+            crcs.add(m.group(1));
         }
+        assertEquals(1, crcs.size(), "every rank's parameters bitwise equal (one CRC-32), found " + crcs + ":\n" + text);
     }
 
     /** ZeRO has no multi-machine form yet: every rank says so when its wrapper starts, before any step, and none hangs. */

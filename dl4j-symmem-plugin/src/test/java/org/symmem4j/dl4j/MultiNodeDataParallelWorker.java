@@ -65,7 +65,10 @@ public final class MultiNodeDataParallelWorker {
                 }
                 Files.writeString(out.resolve("scores.txt"), scores);
             }
-            System.out.println("rank " + group.rank() + " OK: trained on " + engine + ", " + o.scores().size() + " steps");
+            java.util.zip.CRC32 crc = new java.util.zip.CRC32();
+            crc.update(ModelReplica.segmentOf(o.params()).asByteBuffer());
+            System.out.println("rank " + group.rank() + " OK: trained on " + engine + ", " + o.scores().size() + " steps,"
+                    + " parameters CRC-32 " + Long.toHexString(crc.getValue()));
         }
     }
 }
