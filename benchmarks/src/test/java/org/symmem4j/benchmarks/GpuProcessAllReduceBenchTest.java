@@ -27,10 +27,12 @@ import picocli.CommandLine;
  */
 class GpuProcessAllReduceBenchTest {
 
+    // settings, cell and phase are ProcessAllReduceReportTest's fixtures too
+
     @TempDir
     Path dir;
 
-    private static Settings settings(String... args) {
+    static Settings settings(String... args) {
         Flags f = new Flags();
         new CommandLine(f).parseArgs(args);
         return Settings.of(f);
@@ -77,7 +79,7 @@ class GpuProcessAllReduceBenchTest {
         assertEquals(new Settings(4, 9, 1, 4194304, List.of(DType.BFLOAT16), true, true, 100), Settings.of(f));
     }
 
-    private static Cell cell(DType dtype, Algorithm a, boolean graph, long bytes, double... reps) {
+    static Cell cell(DType dtype, Algorithm a, boolean graph, long bytes, double... reps) {
         return new Cell(dtype, a, graph, bytes, reps);
     }
 
@@ -113,7 +115,7 @@ class GpuProcessAllReduceBenchTest {
         assertTrue(e.getMessage().startsWith("result file: first line=hello"), e.getMessage());
     }
 
-    private static Phase phase(boolean nccl, List<List<Cell>> perRank) {
+    static Phase phase(boolean nccl, List<List<Cell>> perRank) {
         return new Phase("GPU", "PDL", nccl, perRank, 1.0);
     }
 

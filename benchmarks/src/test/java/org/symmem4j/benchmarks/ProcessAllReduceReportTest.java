@@ -32,23 +32,11 @@ class ProcessAllReduceReportTest {
     @TempDir
     Path dir;
 
-    private static Settings settings(String... args) {
-        Flags f = new Flags();
-        new CommandLine(f).parseArgs(args);
-        return Settings.of(f);
-    }
-
-    private static Cell cell(DType dtype, Algorithm a, boolean graph, long bytes, double... reps) {
-        return new Cell(dtype, a, graph, bytes, reps);
-    }
-
-    private static Phase phase(boolean nccl, List<List<Cell>> perRank) {
-        return new Phase("GPU", "PDL", nccl, perRank, 1.0);
-    }
-
     private static Comparison row(Algorithm a, DType d, boolean graph, long bytes, double proc, double threads) {
-        Cell p = Double.isNaN(proc) ? cell(d, a, graph, bytes) : cell(d, a, graph, bytes, proc);
-        Cell t = Double.isNaN(threads) ? cell(d, a, graph, bytes) : cell(d, a, graph, bytes, threads);
+        Cell p = Double.isNaN(proc) ? GpuProcessAllReduceBenchTest.cell(d, a, graph, bytes)
+                : GpuProcessAllReduceBenchTest.cell(d, a, graph, bytes, proc);
+        Cell t = Double.isNaN(threads) ? GpuProcessAllReduceBenchTest.cell(d, a, graph, bytes)
+                : GpuProcessAllReduceBenchTest.cell(d, a, graph, bytes, threads);
         return new Comparison(d, a, graph, bytes, p, t, proc, threads);
     }
 
@@ -75,21 +63,21 @@ class ProcessAllReduceReportTest {
 
     @Test
     void theReportHasASummaryLinePerAlgorithmATablePerAlgorithmAndTheNcclNote() throws IOException {
-        Settings s = settings("--max-bytes", "4096", "--dtypes", "bf16");
-        Phase processes = phase(false, List.of(List.of(
-                cell(DType.BFLOAT16, Algorithm.ONE_SHOT, true, 1024, 10.0, 10.5, 9.5),
-                cell(DType.BFLOAT16, Algorithm.ONE_SHOT, true, 4096, 12.0),
-                cell(DType.BFLOAT16, Algorithm.TWO_SHOT, true, 1024, 20.0),
-                cell(DType.BFLOAT16, Algorithm.TWO_SHOT, true, 4096, 20.0),
-                cell(DType.BFLOAT16, Algorithm.NCCL, true, 1024),
-                cell(DType.BFLOAT16, Algorithm.NCCL, true, 4096))));
-        Phase threads = phase(true, List.of(List.of(
-                cell(DType.BFLOAT16, Algorithm.ONE_SHOT, true, 1024, 10.0),
-                cell(DType.BFLOAT16, Algorithm.ONE_SHOT, true, 4096, 10.0),
-                cell(DType.BFLOAT16, Algorithm.TWO_SHOT, true, 1024, 20.0),
-                cell(DType.BFLOAT16, Algorithm.TWO_SHOT, true, 4096, 19.5),
-                cell(DType.BFLOAT16, Algorithm.NCCL, true, 1024, 30.0),
-                cell(DType.BFLOAT16, Algorithm.NCCL, true, 4096, 30.0))));
+        Settings s = GpuProcessAllReduceBenchTest.settings("--max-bytes", "4096", "--dtypes", "bf16");
+        Phase processes = GpuProcessAllReduceBenchTest.phase(false, List.of(List.of(
+                GpuProcessAllReduceBenchTest.cell(DType.BFLOAT16, Algorithm.ONE_SHOT, true, 1024, 10.0, 10.5, 9.5),
+                GpuProcessAllReduceBenchTest.cell(DType.BFLOAT16, Algorithm.ONE_SHOT, true, 4096, 12.0),
+                GpuProcessAllReduceBenchTest.cell(DType.BFLOAT16, Algorithm.TWO_SHOT, true, 1024, 20.0),
+                GpuProcessAllReduceBenchTest.cell(DType.BFLOAT16, Algorithm.TWO_SHOT, true, 4096, 20.0),
+                GpuProcessAllReduceBenchTest.cell(DType.BFLOAT16, Algorithm.NCCL, true, 1024),
+                GpuProcessAllReduceBenchTest.cell(DType.BFLOAT16, Algorithm.NCCL, true, 4096))));
+        Phase threads = GpuProcessAllReduceBenchTest.phase(true, List.of(List.of(
+                GpuProcessAllReduceBenchTest.cell(DType.BFLOAT16, Algorithm.ONE_SHOT, true, 1024, 10.0),
+                GpuProcessAllReduceBenchTest.cell(DType.BFLOAT16, Algorithm.ONE_SHOT, true, 4096, 10.0),
+                GpuProcessAllReduceBenchTest.cell(DType.BFLOAT16, Algorithm.TWO_SHOT, true, 1024, 20.0),
+                GpuProcessAllReduceBenchTest.cell(DType.BFLOAT16, Algorithm.TWO_SHOT, true, 4096, 19.5),
+                GpuProcessAllReduceBenchTest.cell(DType.BFLOAT16, Algorithm.NCCL, true, 1024, 30.0),
+                GpuProcessAllReduceBenchTest.cell(DType.BFLOAT16, Algorithm.NCCL, true, 4096, 30.0))));
         List<Comparison> rows = ProcessAllReduceReport.compare(s, processes, threads);
         assertEquals(6, rows.size());
         String md = ProcessAllReduceReport.report(new ReportHeader("2026-11-26T00:00:00Z", 2, 2,
@@ -121,18 +109,18 @@ class ProcessAllReduceReportTest {
 
     @Test
     void aSizeThatRanInOnePhaseOnlyIsNamedInTheNotes() {
-        Settings s = settings("--max-bytes", "4096", "--dtypes", "fp32");
+        Settings s = GpuProcessAllReduceBenchTest.settings("--max-bytes", "4096", "--dtypes", "fp32");
         List<Cell> proc = new ArrayList<>();
         List<Cell> thr = new ArrayList<>();
         for (Algorithm a : GpuProcessAllReduceBench.ALGORITHMS) {
             for (long bytes : s.sizes()) {
-                proc.add(cell(DType.FLOAT32, a, true, bytes, 10.0));
+                proc.add(GpuProcessAllReduceBenchTest.cell(DType.FLOAT32, a, true, bytes, 10.0));
                 boolean missing = a == Algorithm.ONE_SHOT && bytes == 4096;
-                thr.add(missing ? cell(DType.FLOAT32, a, true, bytes) : cell(DType.FLOAT32, a, true, bytes, 10.0));
+                thr.add(missing ? GpuProcessAllReduceBenchTest.cell(DType.FLOAT32, a, true, bytes) : GpuProcessAllReduceBenchTest.cell(DType.FLOAT32, a, true, bytes, 10.0));
             }
         }
-        Phase processes = phase(true, List.of(proc));
-        Phase threads = phase(true, List.of(thr));
+        Phase processes = GpuProcessAllReduceBenchTest.phase(true, List.of(proc));
+        Phase threads = GpuProcessAllReduceBenchTest.phase(true, List.of(thr));
         String md = ProcessAllReduceReport.report(new ReportHeader("d", 2, 2, "c", "v", List.of(), List.of("p, t")), s,
                 processes, threads, ProcessAllReduceReport.compare(s, processes, threads));
         assertTrue(md.contains("\nNotes:\n\n- ONE_SHOT fp32 graph-captured 4 KiB ran only in the processes\n"), md);
