@@ -116,7 +116,8 @@ class ProcessAllReduceReportTest {
             for (long bytes : s.sizes()) {
                 proc.add(GpuProcessAllReduceBenchTest.cell(DType.FLOAT32, a, true, bytes, 10.0));
                 boolean missing = a == Algorithm.ONE_SHOT && bytes == 4096;
-                thr.add(missing ? GpuProcessAllReduceBenchTest.cell(DType.FLOAT32, a, true, bytes) : GpuProcessAllReduceBenchTest.cell(DType.FLOAT32, a, true, bytes, 10.0));
+                thr.add(missing ? GpuProcessAllReduceBenchTest.cell(DType.FLOAT32, a, true, bytes)
+                        : GpuProcessAllReduceBenchTest.cell(DType.FLOAT32, a, true, bytes, 10.0));
             }
         }
         Phase processes = GpuProcessAllReduceBenchTest.phase(true, List.of(proc));
