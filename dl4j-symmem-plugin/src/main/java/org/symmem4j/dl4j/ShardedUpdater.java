@@ -111,13 +111,6 @@ final class ShardedUpdater {
      */
     ShardedUpdater(ZeroStage stage, UpdaterLayout layout, ModelReplica replica, Communicator comm, SymmetricMemory gradients,
                    GradientSynchronizer synchronizer, INDArray initialState) {
-        if (!comm.supportsInPlaceShardCollectives()) {
-            // before any step: the shards are reduced and gathered in place, and a refusal mid-step would leave this
-            // rank's shard updated and the others not
-            throw new UnsupportedOperationException("ZeRO sharding (" + stage + ") needs the in-place reduce-scatter and"
-                    + " all-gather over symmetric memory, which this group's communicator (" + comm.transportName() + ")"
-                    + " does not run (a group across machines: not built yet); train this group without .sharding(...)");
-        }
         this.stage = stage;
         this.layout = layout;
         this.comm = comm;

@@ -15,6 +15,8 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
@@ -27,7 +29,8 @@ import org.nd4j.linalg.factory.Nd4j;
  * mode, unchanged ({@link MultiNodeDataParallelWorker}). Against the same training as worker threads of one
  * JVM ({@link GroupModeTest#train}): 2 machines of 1 rank train bitwise alike (a sum of two terms has one
  * order); 2 machines of 2 ranks agree to float32 rounding (the hierarchical sums associate as
- * {@code (g0 + g1) + (g2 + g3)}, one machine's as {@code ((g0 + g1) + g2) + g3}). Skipped where Open MPI is not
+ * {@code (g0 + g1) + (g2 + g3)}, one machine's as {@code ((g0 + g1) + g2) + g3}); ZeRO stages 1 and 2 likewise.
+ * Every rank's parameters are the same bits. Skipped where Open MPI is not
  * installed, unless {@code SYMMEM4J_REQUIRE_MPI=1} (CI) makes that a failure.
  */
 class MultiNodeDataParallelTest {
@@ -87,21 +90,42 @@ class MultiNodeDataParallelTest {
         assertEquals(1, crcs.size(), "every rank's parameters bitwise equal (one CRC-32), found " + crcs + ":\n" + text);
     }
 
-    /** ZeRO has no multi-machine form yet: every rank says so when its wrapper starts, before any step, and none hangs. */
-    @Test
-    void zeroShardingAcrossMachinesIsRefusedOnEveryRank(@TempDir Path out) throws Exception {
+    /** ZeRO across machines: its in-place shard collectives go through the hierarchy (padded blocks). */
+    @ParameterizedTest(name = "{0}")
+    @EnumSource(ZeroStage.class)
+    void zeroShardingOnTwoMachinesOfOneRankTrainsBitwiseLikeTwoWorkerThreads(ZeroStage stage, @TempDir Path out)
+            throws Exception {
         requireMpi();
-        String text = mpirun(4, 2, out, "zero");
-        for (int r = 0; r < 4; r++) {
-            assertTrue(text.contains("rank " + r + " REFUSED: ") && text.contains("ZeRO sharding (OPTIMIZER_STATE) needs the in-place reduce-scatter"),
-                    "rank " + r + " refused ZeRO across machines with the reason:\n" + text);
-        }
+        assertTrainedHierarchically(mpirun(2, 1, out, stage.name()), 2);
+        GroupModeTest.Outcome threads = threads(2, stage);
+        assertTrue(ModelReplica.bitwiseEqual(threads.params(), Nd4j.readBinary(out.resolve("params.bin").toFile())),
+                stage + ": parameters differ bitwise from 2 worker threads'");
+        assertEquals(threads.scores(), scores(out), stage + ": every step's score, bitwise");
+    }
+
+    @Test
+    void zeroShardingOnTwoMachinesOfTwoRanksTrainsLikeFourWorkerThreadsToRounding(@TempDir Path out) throws Exception {
+        requireMpi();
+        assertTrainedHierarchically(mpirun(4, 2, out, ZeroStage.GRADIENTS.name()), 4);
+        GroupModeTest.Outcome threads = threads(4, ZeroStage.GRADIENTS);
+        INDArray params = Nd4j.readBinary(out.resolve("params.bin").toFile());
+        double relative = params.sub(threads.params()).norm2Number().doubleValue() / threads.params().norm2Number().doubleValue();
+        System.out.println("ZeRO-2, 2 machines x 2 ranks against 4 worker threads: relative L2 difference " + relative);
+        assertTrue(relative < 1e-5, "parameters: relative L2 difference " + relative + " from 4 worker threads' (ZeRO-2)");
     }
 
     static GroupModeTest.Outcome threads(int workers) {
+        return threads(workers, null);
+    }
+
+    static GroupModeTest.Outcome threads(int workers, ZeroStage sharding) {
         List<DataSet> data = Nets.batches(7, BATCHES, 8, DataType.FLOAT);
         MultiLayerNetwork model = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
-        return GroupModeTest.train(model, SymmemParallelWrapper.builder(model).workers(workers), data, 2);
+        SymmemParallelWrapper.Builder builder = SymmemParallelWrapper.builder(model).workers(workers);
+        if (sharding != null) {
+            builder.sharding(sharding);
+        }
+        return GroupModeTest.train(model, builder, data, 2);
     }
 
     static List<Double> scores(Path out) throws IOException {

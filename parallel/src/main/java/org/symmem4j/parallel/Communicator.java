@@ -76,18 +76,6 @@ public interface Communicator extends AutoCloseable {
     boolean supports(Algorithm algorithm);
 
     /**
-     * Whether {@link #reduceScatter(SymmetricMemory, long, long, DType, ReduceOp)} and
-     * {@link #allGather(SymmetricMemory, long, long, DType)} — in place over {@link ShardPartition} blocks — run on
-     * this communicator (ZeRO sharding needs them). True on one machine; a group across machines has no memory that
-     * holds every rank's block ({@code HierarchicalCommunicator}).
-     *
-     * @return true when the in-place shard collectives run here
-     */
-    default boolean supportsInPlaceShardCollectives() {
-        return true;
-    }
-
-    /**
      * Whether {@code algorithm} can run this particular all-reduce here: on the host every
      * supported algorithm runs every message; GPU kernels take only some dtypes and ops, and
      * ONE_SHOT only messages that fit its landing slots.

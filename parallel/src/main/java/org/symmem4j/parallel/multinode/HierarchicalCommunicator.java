@@ -8,6 +8,7 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.mpi.MpiComm;
 
@@ -32,9 +33,9 @@ import org.symmem4j.parallel.mpi.MpiComm;
  * an MPI barrier and a machine barrier. FLOAT32 and FLOAT64 (MPI has no bfloat16); SUM, AVG (a sum
  * divided by the size, the same division on every rank), MAX, MIN. Arguments are checked inside each
  * machine by its communicator; between machines MPI's own checks apply. Symmetric memory cannot span
- * machines: the all-reduce's {@link SymmetricMemory} form works on this rank's buffer of host memory (what
- * {@link MultiNodeTransport} allocates: each machine's own); the in-place reduce-scatter and all-gather over
- * symmetric memory (ZeRO's) are refused; pass native segments to their staged forms.
+ * machines: the {@link SymmetricMemory} forms work on this rank's buffer of host memory (what
+ * {@link MultiNodeTransport} allocates: each machine's own) — the all-reduce in place, the reduce-scatter and
+ * all-gather over {@link ShardPartition} blocks (ZeRO's) through padded staging.
  */
 public final class HierarchicalCommunicator implements Communicator {
 
@@ -48,6 +49,9 @@ public final class HierarchicalCommunicator implements Communicator {
     private MemorySegment staging = MemorySegment.NULL;
     private MemorySegment shard = MemorySegment.NULL;
     private MemorySegment subShard = MemorySegment.NULL;
+    /** The in-place shard collectives' blocks, padded to the partition's block size (not used by the segment forms). */
+    private MemorySegment paddedBlocks = MemorySegment.NULL;
+    private MemorySegment ownBlock = MemorySegment.NULL;
     private boolean closed;
 
     private HierarchicalCommunicator(Group group, NodeTopology topology, Group machine, Communicator intra, MpiComm inter,
@@ -113,12 +117,6 @@ public final class HierarchicalCommunicator implements Communicator {
     @Override
     public String transportName() {
         return "hierarchical(" + intra.transportName() + " + mpi)";
-    }
-
-    /** False: a group across machines has no memory that holds every rank's block (see {@link #reduceScatter(SymmetricMemory, long, long, DType, ReduceOp)}). */
-    @Override
-    public boolean supportsInPlaceShardCollectives() {
-        return false;
     }
 
     @Override
@@ -237,14 +235,51 @@ public final class HierarchicalCommunicator implements Communicator {
         }
     }
 
+    /**
+     * In place over {@link ShardPartition} blocks of this rank's buffer of host memory (what
+     * {@link MultiNodeTransport} allocates): the blocks, each padded to the partition's block size, go through
+     * the hierarchical reduce-scatter of the segment form, and block r comes back into rank r's buffer; the other
+     * blocks are left as they were. Every element is reduced once in the hierarchy's fixed order: bitwise the same
+     * as the segment form, not as a single machine's in-place reduce-scatter (another association) except with
+     * one rank per machine.
+     */
     @Override
-    public void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
-        throw symmetricMemoryRefused("reduceScatter");
+    public synchronized void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
+        MemorySegment region = ownBuffer(memory, offsetBytes, count, dtype, "reduceScatter");
+        int world = group.worldSize();
+        ShardPartition blocks = ShardPartition.of(count, world, dtype);
+        long blockBytes = dtype.bytes(blocks.blockElements());
+        MemorySegment padded = paddedBlocks(blockBytes * world);
+        padded.asSlice(0, blockBytes * world).fill((byte) 0);
+        for (int q = 0; q < world; q++) {
+            MemorySegment.copy(region, dtype.bytes(blocks.start(q)), padded, blockBytes * q, dtype.bytes(blocks.size(q)));
+        }
+        MemorySegment mine = ownBlock(blockBytes);
+        reduceScatter(padded, mine, blocks.blockElements(), dtype, op);
+        int me = group.rank();
+        MemorySegment.copy(mine, 0, region, dtype.bytes(blocks.start(me)), dtype.bytes(blocks.size(me)));
     }
 
+    /**
+     * In place over {@link ShardPartition} blocks of this rank's buffer of host memory: this rank's block, padded to
+     * the partition's block size, goes through the hierarchical all-gather of the segment form, and every rank's block
+     * comes back into this rank's buffer, bitwise.
+     */
     @Override
-    public void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
-        throw symmetricMemoryRefused("allGather");
+    public synchronized void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
+        MemorySegment region = ownBuffer(memory, offsetBytes, count, dtype, "allGather");
+        int world = group.worldSize();
+        int me = group.rank();
+        ShardPartition blocks = ShardPartition.of(count, world, dtype);
+        long blockBytes = dtype.bytes(blocks.blockElements());
+        MemorySegment mine = ownBlock(blockBytes);
+        mine.asSlice(0, blockBytes).fill((byte) 0);
+        MemorySegment.copy(region, dtype.bytes(blocks.start(me)), mine, 0, dtype.bytes(blocks.size(me)));
+        MemorySegment padded = paddedBlocks(blockBytes * world);
+        allGather(mine, padded, blocks.blockElements(), dtype);
+        for (int q = 0; q < world; q++) {
+            MemorySegment.copy(padded, blockBytes * q, region, dtype.bytes(blocks.start(q)), dtype.bytes(blocks.size(q)));
+        }
     }
 
     @Override
@@ -309,18 +344,20 @@ public final class HierarchicalCommunicator implements Communicator {
         }
     }
 
-    private static UnsupportedOperationException symmetricMemoryRefused(String op) {
-        return new UnsupportedOperationException(op + " in place on SymmetricMemory across machines (its blocks live in"
-                + " other machines' memories) is not built yet, so ZeRO sharding does not run across machines; pass native"
-                + " MemorySegments to the staged form of " + op);
-    }
-
     private MemorySegment staging(long bytes) {
         return staging = atLeast(staging, bytes);
     }
 
     private MemorySegment shard(long bytes) {
         return shard = atLeast(shard, bytes);
+    }
+
+    private MemorySegment paddedBlocks(long bytes) {
+        return paddedBlocks = atLeast(paddedBlocks, bytes);
+    }
+
+    private MemorySegment ownBlock(long bytes) {
+        return ownBlock = atLeast(ownBlock, bytes);
     }
 
     private MemorySegment subShard(long bytes) {

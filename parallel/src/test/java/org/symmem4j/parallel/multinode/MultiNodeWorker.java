@@ -45,9 +45,10 @@ public final class MultiNodeWorker {
                         }
                         checkReduceScatter(group, comm, dtype, count);
                         checkAllGather(group, comm, dtype, count);
+                        checkInPlaceShards(group, comm, dtype, count);
                         checkBroadcast(group, comm, dtype, count, group.worldSize() - 1);
                         checkBroadcast(group, comm, dtype, count, 0);
-                        checks += 4;
+                        checks += 5;
                     }
                 }
                 comm.barrier();
@@ -154,6 +155,51 @@ public final class MultiNodeWorker {
                     }
                 }
             }
+        }
+    }
+
+    /**
+     * ZeRO's in-place forms over {@link org.symmem4j.parallel.ShardPartition} blocks (the last one shorter, or
+     * empty): the reduce-scatter leaves block r reduced in rank r's buffer and the other blocks as they were; the
+     * all-gather then gives every rank every reduced block, the same bits everywhere. The memory is the group's own
+     * here (one machine under the pretence); the communicator touches only this rank's buffer, as with
+     * {@code MultiNodeTransport}'s per-machine memory.
+     */
+    private static void checkInPlaceShards(ProcessGroup group, HierarchicalCommunicator comm, DType dtype, long count) {
+        int n = group.worldSize();
+        int me = group.rank();
+        long offset = 64;
+        try (org.symmem4j.parallel.SymmetricMemory memory = org.symmem4j.parallel.SymmetricMemory.allocate(group,
+                offset + dtype.bytes(Math.max(1, count)))) {
+            MemorySegment region = memory.local().asSlice(offset);
+            for (long i = 0; i < count; i++) {
+                set(region, dtype, i, value(me, i));
+            }
+            org.symmem4j.parallel.ShardPartition blocks = org.symmem4j.parallel.ShardPartition.of(count, n, dtype);
+            comm.reduceScatter(memory, offset, count, dtype, ReduceOp.SUM);
+            double tolerance = dtype == DType.FLOAT32 ? 1e-5 : 1e-12;
+            for (long i = 0; i < count; i++) {
+                boolean mine = i >= blocks.start(me) && i < blocks.end(me);
+                double expected = mine ? reference(n, dtype, i, ReduceOp.SUM) : (dtype == DType.FLOAT32 ? (float) value(me, i)
+                        : value(me, i));
+                double got = get(region, dtype, i);
+                boolean exact = !mine || i % 2 == 0;
+                if (exact ? got != expected : Math.abs(got - expected) > tolerance * (1 + magnitude(n, i))) {
+                    throw new AssertionError("in-place reduce-scatter " + dtype + " count=" + count + " element " + i + " ("
+                            + (mine ? "this rank's block" : "another rank's block, to be left as it was") + "): got " + got
+                            + " expected " + expected + " on rank " + me);
+                }
+            }
+            comm.allGather(memory, offset, count, dtype);
+            for (long i = 0; i < count; i++) {
+                double expected = reference(n, dtype, i, ReduceOp.SUM);
+                double got = get(region, dtype, i);
+                if (i % 2 == 0 ? got != expected : Math.abs(got - expected) > tolerance * (1 + magnitude(n, i))) {
+                    throw new AssertionError("in-place all-gather after the reduce-scatter " + dtype + " count=" + count
+                            + " element " + i + ": got " + got + " expected " + expected + " on rank " + me);
+                }
+            }
+            sameOnEveryRank(group, region, dtype.bytes(count), "in-place reduce-scatter + all-gather " + dtype + " " + count);
         }
     }
 
