@@ -17,7 +17,9 @@ import org.symmem4j.parallel.Group;
  * <p>A rank's node is its machine's host name, or {@code SYMMEM4J_NODE_ID} where set (containers
  * with one host name each on one machine, or several names for one machine). Tests and benchmarks
  * pretend one machine is several with {@code -Dsymmem4j.pretendRanksPerNode=k} (or
- * {@code SYMMEM4J_PRETEND_RANKS_PER_NODE}): node {@code r / k}.
+ * {@code SYMMEM4J_PRETEND_RANKS_PER_NODE}): node {@code r / k}, {@code r} being the process's rank in the job
+ * ({@code RANK}, else Open MPI's {@code OMPI_COMM_WORLD_RANK}), so that a sub-group's ranks keep their machines;
+ * for threads of one JVM (no such variable), the group's own rank.
  *
  * @param nodes        the number of machines
  * @param ranksPerNode ranks on each machine
@@ -47,8 +49,18 @@ public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank)
         List<String> ids = new ArrayList<>(size);
         if (pretend != null && !pretend.isBlank()) {
             int k = parsePositive(pretend);
-            for (int r = 0; r < size; r++) {
-                ids.add("pretend-node-" + r / k);
+            Integer jobRank = jobRank();
+            if (jobRank != null) {
+                // the process's rank in the job, exchanged: a sub-group's ranks keep the machines they pretend to be on
+                for (byte[] id : group.allGatherBytes("symmem4j-node-topology",
+                        ("pretend-node-" + jobRank / k).getBytes(StandardCharsets.UTF_8))) {
+                    ids.add(new String(id, StandardCharsets.UTF_8));
+                }
+            } else {
+                // threads of one JVM (no job rank): the group's own ranks
+                for (int r = 0; r < size; r++) {
+                    ids.add("pretend-node-" + r / k);
+                }
             }
         } else {
             for (byte[] id : group.allGatherBytes("symmem4j-node-topology", nodeId().getBytes(StandardCharsets.UTF_8))) {
@@ -80,6 +92,21 @@ public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank)
             }
         }
         return new NodeTopology(order.size(), perNode, rank / perNode, rank % perNode);
+    }
+
+    /** This process's rank in its job (torchrun's {@code RANK}, else Open MPI's), or null for threads of one JVM. */
+    private static Integer jobRank() {
+        for (String name : new String[] {"RANK", "OMPI_COMM_WORLD_RANK"}) {
+            String v = System.getenv(name);
+            if (v != null && !v.isBlank()) {
+                try {
+                    return Integer.parseInt(v.strip());
+                } catch (NumberFormatException e) {
+                    throw new IllegalArgumentException(name + "=" + v + " expected this process's rank (a number)", e);
+                }
+            }
+        }
+        return null;
     }
 
     private static int parsePositive(String value) {

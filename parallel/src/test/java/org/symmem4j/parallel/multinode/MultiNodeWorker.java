@@ -26,8 +26,10 @@ public final class MultiNodeWorker {
 
     public static void main(String[] args) throws Exception {
         String mode = args.length > 0 ? args[0] : "check";
-        try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
-            MpiComm world = Mpi.world();
+        MpiComm world = Mpi.world();
+        // on MultiNodeTransport, as a job across machines joins: its memories are each machine's own
+        try (ProcessGroup group = ProcessGroup.fromEnvironment(org.symmem4j.parallel.GroupOptions.defaults(),
+                MultiNodeTransport.over(world))) {
             try (HierarchicalCommunicator comm = HierarchicalCommunicator.create(group, world)) {
                 NodeTopology t = comm.topology();
                 if (mode.equals("die-at-allreduce")) {
@@ -51,6 +53,8 @@ public final class MultiNodeWorker {
                         checks += 5;
                     }
                 }
+                checkTransportAcrossMachines(group, t);
+                checks++;
                 comm.barrier();
                 System.out.println("rank " + group.rank() + " OK: " + checks + " checks on " + t.nodes() + " machines x "
                         + t.ranksPerNode() + " ranks (node " + t.node() + ", local rank " + t.localRank() + ")");
@@ -200,6 +204,49 @@ public final class MultiNodeWorker {
                 }
             }
             sameOnEveryRank(group, region, dtype.bytes(count), "in-place reduce-scatter + all-gather " + dtype + " " + count);
+        }
+    }
+
+    /**
+     * {@link MultiNodeTransport} itself: the group's communicator is the hierarchical one; its memory maps this
+     * machine's ranks and refuses another machine's, naming both; a sub-group of one rank per machine (which spans
+     * machines) has no communicator yet and says why; a sub-group inside a machine gets the host transport's.
+     */
+    private static void checkTransportAcrossMachines(ProcessGroup group, NodeTopology t) {
+        try (org.symmem4j.parallel.Communicator c = org.symmem4j.parallel.Communicator.create(group)) {
+            if (!c.transportName().startsWith("hierarchical(")) {
+                throw new AssertionError("the group's communicator on MultiNodeTransport is " + c.transportName());
+            }
+        }
+        try (org.symmem4j.parallel.SymmetricMemory m = org.symmem4j.parallel.SymmetricMemory.allocate(group, 64)) {
+            int sameMachine = t.node() * t.ranksPerNode() + (t.localRank() + 1) % t.ranksPerNode();
+            m.peer(sameMachine).byteSize();
+            int otherMachine = ((t.node() + 1) % t.nodes()) * t.ranksPerNode() + t.localRank();
+            try {
+                m.peer(otherMachine);
+                throw new AssertionError("rank " + group.rank() + " mapped rank " + otherMachine + " of another machine");
+            } catch (UnsupportedOperationException expected) {
+                if (!expected.getMessage().contains("machine " + t.node())) {
+                    throw new AssertionError("the refusal names neither machine: " + expected.getMessage());
+                }
+            }
+            m.barrier();
+        }
+        try (org.symmem4j.parallel.Group acrossMachines = group.split(t.localRank(), t.node(), "across")) {
+            try {
+                org.symmem4j.parallel.Communicator.create(acrossMachines).close();
+                throw new AssertionError("a sub-group spanning machines got a communicator");
+            } catch (UnsupportedOperationException expected) {
+                if (!expected.getMessage().contains("spans machines")) {
+                    throw new AssertionError("the refusal does not say why: " + expected.getMessage());
+                }
+            }
+        }
+        try (org.symmem4j.parallel.Group machine = group.split(t.node(), t.localRank(), "inside");
+             org.symmem4j.parallel.Communicator c = org.symmem4j.parallel.Communicator.create(machine)) {
+            if (c.transportName().startsWith("hierarchical(")) {
+                throw new AssertionError("a sub-group inside one machine got " + c.transportName());
+            }
         }
     }
 
