@@ -181,13 +181,10 @@ final class StoreSubGroup implements Group {
         }
         closed = true;
         detachFromParent.run();
-        if (previousExchangeKey != null) {
-            try {
-                store.delete(previousExchangeKey);
-            } catch (RuntimeException ignored) {
-                // the parent's store is already gone: nothing left to tidy
-            }
-        }
+        // The last exchange's key stays (one small entry per rank, gone with the parent's store): a peer may still be
+        // reading it — it leaves that exchange only once it has read every key — and deleting it here made that peer
+        // wait for a key that would never come back (seen: two ranks refused by the same call, both closing the
+        // sub-group at once). Keys of earlier exchanges are deleted as the next exchange proves them read.
     }
 
     @Override
