@@ -47,18 +47,10 @@ class CudaCollectivesTest {
     /** Per test (not @BeforeAll), so every test reports itself skipped on a machine without a GPU. */
     @BeforeEach
     void needsAGpu() {
-        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
-        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
+        GpuTestSupport.assumeGpuAndKernels();
         if (cuda == null) {
             cuda = CudaTransport.create();
-            // one rank per GPU (at least 2: on one GPU they share it, for correctness);
-            // -Dsymmem4j.test.cudaRanks=N runs N ranks, sharing GPUs where N exceeds their number
-            worldSize = Integer.getInteger("symmem4j.test.cudaRanks",
-                    Math.max(2, Math.min(CudaKernels.MAX_RANKS, CudaDriver.get().deviceCount())));
-            if (worldSize < 2) {
-                throw new IllegalArgumentException("symmem4j.test.cudaRanks=" + worldSize + ": these tests check what"
-                        + " ranks do to each other and need at least 2 (2 share the GPU on a one-GPU machine)");
-            }
+            worldSize = GpuTestSupport.ranks();
         }
     }
 

@@ -51,12 +51,10 @@ class CudaCommunicatorContractTest {
 
     @BeforeEach
     void needsAGpu() {
-        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
-        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
+        GpuTestSupport.assumeGpuAndKernels();
         if (cuda == null) {
             cuda = CudaTransport.create();
-            worldSize = Integer.getInteger("symmem4j.test.cudaRanks",
-                    Math.max(2, Math.min(CudaKernels.MAX_RANKS, CudaDriver.get().deviceCount())));
+            worldSize = GpuTestSupport.ranks();
         }
     }
 

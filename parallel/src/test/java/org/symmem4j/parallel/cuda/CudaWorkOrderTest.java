@@ -11,7 +11,6 @@ import java.lang.foreign.ValueLayout;
 import java.time.Duration;
 import java.util.List;
 import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -39,12 +38,10 @@ class CudaWorkOrderTest {
 
     @BeforeEach
     void needsAGpu() {
-        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
-        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
+        GpuTestSupport.assumeGpuAndKernels();
         if (cuda == null) {
             cuda = CudaTransport.create();
-            worldSize = Integer.getInteger("symmem4j.test.cudaRanks",
-                    Math.max(2, Math.min(CudaKernels.MAX_RANKS, CudaDriver.get().deviceCount())));
+            worldSize = GpuTestSupport.ranks();
         }
     }
 
