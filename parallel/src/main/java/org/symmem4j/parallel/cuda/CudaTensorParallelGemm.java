@@ -148,20 +148,14 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         checkRows(rows);
         long elt = dtype.byteSize();
         long rowBytes = k * elt;
-        if (offsetBytes < 0 || offsetBytes % elt != 0 || offsetBytes > memory.byteSize() - rows * rowBytes) {
-            throw new IllegalArgumentException("gathered: a " + rows + "×" + k + " " + dtype + " matrix at offsetBytes="
-                    + offsetBytes + " does not fit its " + memory.byteSize() + " bytes (or the offset is not a multiple of "
-                    + elt + ")");
-        }
+        checkFits("gathered", memory, offsetBytes, rows * rowBytes, dtype, "a " + rows + "×" + k + " " + dtype + " matrix");
         need("b", b, (long) k * n, dtype);
         need("c", c, (long) rows * n, dtype);
         driver.setCurrent(rank.context);
         int shardRows = rows / world;
         long mine = memory.bufferPointer(me) + offsetBytes;
         int chunks = chunksPerBlock(shardRows);
-        loadKernels(c.address(), mine, b.address(), transB, n, k, dtype, mode == Mode.FUSED
-                ? new int[] {shardRows, chunkStart(shardRows, chunks, 1), shardRows - chunkStart(shardRows, chunks, chunks - 1)}
-                : new int[] {rows});
+        loadKernels(c.address(), mine, b.address(), transB, n, k, dtype, gemmRows(mode, rows, shardRows, chunks));
         switch (mode) {
             case NCCL -> {
                 // in place: NCCL's all-gather with sendbuff == recvbuff + rank * sendcount
@@ -215,11 +209,8 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         checkRows(rows);
         long elt = dtype.byteSize();
         long need = TensorParallelGemm.partialsBytes(rows, n, dtype);
-        if (offsetBytes < 0 || offsetBytes % elt != 0 || offsetBytes > memory.byteSize() - need) {
-            throw new IllegalArgumentException("partials: " + need + " bytes (TensorParallelGemm.partialsBytes(" + rows + ", "
-                    + n + ", " + dtype + ")) at offsetBytes=" + offsetBytes + " do not fit its " + memory.byteSize()
-                    + " bytes (or the offset is not a multiple of " + elt + ")");
-        }
+        checkFits("partials", memory, offsetBytes, need, dtype, need + " bytes (TensorParallelGemm.partialsBytes(" + rows
+                + ", " + n + ", " + dtype + "))");
         need("a", a, (long) rows * k, dtype);
         need("b", b, (long) k * n, dtype);
         int shardRows = rows / world;
@@ -231,9 +222,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         long recv = memory.bufferPointer(me) + offsetBytes;
         long send = recv + world * slotBytes;
         int chunks = chunksPerBlock(shardRows);
-        loadKernels(send, a.address(), b.address(), transB, n, k, dtype, mode == Mode.FUSED
-                ? new int[] {shardRows, chunkStart(shardRows, chunks, 1), shardRows - chunkStart(shardRows, chunks, chunks - 1)}
-                : new int[] {rows});
+        loadKernels(send, a.address(), b.address(), transB, n, k, dtype, gemmRows(mode, rows, shardRows, chunks));
         switch (mode) {
             case NCCL -> {
                 gemm(send, a.address(), false, b.address(), transB, rows, n, k, false, dtype);
@@ -402,6 +391,26 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
             chunkEvents.add(driver.createEvent(CudaDriver.EVENT_DISABLE_TIMING));
         }
         return chunkEvents.get(index);
+    }
+
+    /**
+     * The row counts a call's GEMMs run with: fused, the own block and the chunks (at most two sizes, nearly equal
+     * chunks); unfused, all rows at once.
+     */
+    private static int[] gemmRows(Mode mode, int rows, int shardRows, int chunks) {
+        return mode == Mode.FUSED
+                ? new int[] {shardRows, chunkStart(shardRows, chunks, 1), shardRows - chunkStart(shardRows, chunks, chunks - 1)}
+                : new int[] {rows};
+    }
+
+    /** Refuses, naming {@code what} and {@code describes}, {@code bytes} at {@code offsetBytes} that do not fit {@code memory}. */
+    private static void checkFits(String what, CudaSymmetricMemory memory, long offsetBytes, long bytes, DType dtype,
+                                  String describes) {
+        long elt = dtype.byteSize();
+        if (offsetBytes < 0 || offsetBytes % elt != 0 || offsetBytes > memory.byteSize() - bytes) {
+            throw new IllegalArgumentException(what + ": " + describes + " at offsetBytes=" + offsetBytes + " does not fit its "
+                    + memory.byteSize() + " bytes (or the offset is not a multiple of " + elt + ")");
+        }
     }
 
     /** Chunks per peer block of {@code shardRows} rows: {@link #CHUNK_ROWS} rows each (the last may be shorter), at most {@link #MAX_CHUNKS}. */
