@@ -127,6 +127,12 @@ class RendezvousStoreTest {
         assertEquals(new ProcessGroupConfig(5, 8, 1, 4, "10.0.0.1", 29500, "job"), mpi);
         assertEquals(2, ProcessGroupConfig.fromEnvironment(Map.of("RANK", "2", "WORLD_SIZE", "4",
                 "OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "1")).rank(), "torchrun's variables win when both are set");
+        // the job rank alone (NodeTopology's pretended machines): the same choice, no other variable needed
+        assertEquals(java.util.OptionalInt.of(2), ProcessGroupConfig.jobRank(Map.of("RANK", "2", "OMPI_COMM_WORLD_RANK", "0")));
+        assertEquals(java.util.OptionalInt.of(5), ProcessGroupConfig.jobRank(Map.of("OMPI_COMM_WORLD_RANK", "5")));
+        assertEquals(java.util.OptionalInt.empty(), ProcessGroupConfig.jobRank(Map.of("WORLD_SIZE", "4")));
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> ProcessGroupConfig.jobRank(Map.of("RANK", "x")))
+                .getMessage().contains("RANK=x"));
         assertTrue(assertThrows(IllegalArgumentException.class, () -> ProcessGroupConfig.fromEnvironment(Map.of(
                 "OMPI_COMM_WORLD_RANK", "0"))).getMessage().contains("OMPI_COMM_WORLD_SIZE is not set"));
         assertTrue(assertThrows(IllegalArgumentException.class, () -> ProcessGroupConfig.fromEnvironment(Map.of(

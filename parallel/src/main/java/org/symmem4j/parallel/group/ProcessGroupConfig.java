@@ -145,6 +145,19 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, int loc
         return new ProcessGroupConfig(rank, worldSize, localRank, localWorldSize, addr, port, runId.trim());
     }
 
+    /**
+     * This process's rank in its job as {@link #fromEnvironment(Map)} reads it ({@code RANK}, else Open MPI's
+     * {@code OMPI_COMM_WORLD_RANK}), without needing the other variables.
+     *
+     * @param env variables by name
+     * @return the rank, or empty when neither variable is set (threads of one JVM)
+     * @throws IllegalArgumentException when the variable is not an integer
+     */
+    public static java.util.OptionalInt jobRank(Map<String, String> env) {
+        String name = isBlank(env.get("RANK")) && !isBlank(env.get(OMPI_RANK)) ? OMPI_RANK : "RANK";
+        return isBlank(env.get(name)) ? java.util.OptionalInt.empty() : java.util.OptionalInt.of(intVar(env, name, null));
+    }
+
     private static boolean isBlank(String v) {
         return v == null || v.isBlank();
     }

@@ -6,7 +6,9 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.OptionalInt;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.group.ProcessGroupConfig;
 
 /**
  * Which ranks of a group share a machine ("node"): rank {@code r} is local rank {@code r % ranksPerNode}
@@ -49,11 +51,11 @@ public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank)
         List<String> ids = new ArrayList<>(size);
         if (pretend != null && !pretend.isBlank()) {
             int k = parsePositive(pretend);
-            Integer jobRank = jobRank();
-            if (jobRank != null) {
+            OptionalInt jobRank = ProcessGroupConfig.jobRank(System.getenv());
+            if (jobRank.isPresent()) {
                 // the process's rank in the job, exchanged: a sub-group's ranks keep the machines they pretend to be on
                 for (byte[] id : group.allGatherBytes("symmem4j-node-topology",
-                        ("pretend-node-" + jobRank / k).getBytes(StandardCharsets.UTF_8))) {
+                        ("pretend-node-" + jobRank.getAsInt() / k).getBytes(StandardCharsets.UTF_8))) {
                     ids.add(new String(id, StandardCharsets.UTF_8));
                 }
             } else {
@@ -92,21 +94,6 @@ public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank)
             }
         }
         return new NodeTopology(order.size(), perNode, rank / perNode, rank % perNode);
-    }
-
-    /** This process's rank in its job (torchrun's {@code RANK}, else Open MPI's), or null for threads of one JVM. */
-    private static Integer jobRank() {
-        for (String name : new String[] {"RANK", "OMPI_COMM_WORLD_RANK"}) {
-            String v = System.getenv(name);
-            if (v != null && !v.isBlank()) {
-                try {
-                    return Integer.parseInt(v.strip());
-                } catch (NumberFormatException e) {
-                    throw new IllegalArgumentException(name + "=" + v + " expected this process's rank (a number)", e);
-                }
-            }
-        }
-        return null;
     }
 
     private static int parsePositive(String value) {
