@@ -22,6 +22,7 @@ import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.GradientBuckets;
 import org.symmem4j.gradsync.GradientSynchronizer;
 import org.symmem4j.gradsync.SyncMetrics;
+import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
@@ -149,6 +150,8 @@ final class DataParallelWorker {
     private final boolean alone;
     private int worldSize;
     private SymmetricMemory lossMemory;
+    /** How {@link #lossMemory} is summed: ONE_SHOT where it runs (rank order, the same bits everywhere), else the group's engine. */
+    private Algorithm lossAlgorithm;
     /**
      * Symmetric memory the replica's gradient view was placed in ({@link ModelReplica#placeGradientView}),
      * for groups whose transport cannot register the view where DL4J put it (processes cannot map
@@ -253,6 +256,7 @@ final class DataParallelWorker {
             if (alone) {
                 // one float64 per rank: the step's loss terms, summed in rank order (see mergeLoss)
                 lossMemory = SymmetricMemory.allocate(group, 64);
+                lossAlgorithm = AlgorithmPolicy.oneShotWhereItRuns(comm, 1, DType.FLOAT64, ReduceOp.SUM);
             }
             INDArray view = replica.gradientView();
             dtype = ModelReplica.dtypeOf(view.dataType());
@@ -468,9 +472,7 @@ final class DataParallelWorker {
         double term = task.idle() ? 0 : task.examples() * (score - regularization) / task.stepExamples();
         MemorySegment slot = lossMemory.local();
         slot.set(ValueLayout.JAVA_DOUBLE, 0, term);
-        // ONE_SHOT where it runs (rank order, the same bits everywhere); across machines MPI (the group's only engine)
-        comm.allReduce(lossMemory, 0, 1, DType.FLOAT64, ReduceOp.SUM, AlgorithmPolicy.oneShotWhereItRuns(comm, 1, DType.FLOAT64,
-                ReduceOp.SUM));
+        comm.allReduce(lossMemory, 0, 1, DType.FLOAT64, ReduceOp.SUM, lossAlgorithm);
         return slot.get(ValueLayout.JAVA_DOUBLE, 0);
     }
 

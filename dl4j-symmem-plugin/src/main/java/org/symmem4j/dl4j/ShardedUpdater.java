@@ -23,6 +23,7 @@ import org.nd4j.linalg.learning.config.IUpdater;
 import org.nd4j.linalg.learning.regularization.Regularization;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.GradientSynchronizer;
+import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
@@ -98,6 +99,8 @@ final class ShardedUpdater {
     private final List<Piece> pieces;
     private final List<NormTerm> normTerms;
     private final int normSlots;
+    /** Every step's agreement all-reduce: ONE_SHOT where it runs, else the group's engine (chosen once: its size is fixed). */
+    private final Algorithm agreementAlgorithm;
     private final double[] norms;
     /** [non-finite ranks, squared norm per slot...] as FLOAT64, all-reduced once per step. */
     private final MemorySegment agreement;
@@ -188,6 +191,7 @@ final class ShardedUpdater {
         }
         this.normTerms = List.copyOf(terms);
         this.normSlots = slots;
+        this.agreementAlgorithm = AlgorithmPolicy.oneShotWhereItRuns(comm, 1 + slots, DType.FLOAT64, ReduceOp.SUM);
         this.norms = new double[slots];
         this.agreement = Arena.ofAuto().allocate(8L * (1 + slots), 64);
     }
@@ -267,8 +271,7 @@ final class ShardedUpdater {
             }
         }
         // ONE_SHOT adds ranks in rank order and every rank computes every element: identical norms everywhere
-        comm.allReduce(agreement, 1 + normSlots, DType.FLOAT64, ReduceOp.SUM,
-                AlgorithmPolicy.oneShotWhereItRuns(comm, 1 + normSlots, DType.FLOAT64, ReduceOp.SUM));
+        comm.allReduce(agreement, 1 + normSlots, DType.FLOAT64, ReduceOp.SUM, agreementAlgorithm);
         for (int s = 0; s < normSlots; s++) {
             double l2 = Math.sqrt(agreement.get(ValueLayout.JAVA_DOUBLE, 8L * (1 + s)));
             // DL4J's norm2Number() is a number of the gradient's type: round ours to it too

@@ -18,6 +18,7 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.symmem4j.gradsync.AlgorithmPolicy;
+import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
@@ -139,6 +140,12 @@ final class StateUpdateReduction {
     private final List<Rule> rules;
     private final int firstSlots;
     private final int secondSlots;
+    /**
+     * ONE_SHOT where it runs (ranks added in rank order: every rank gets the same sums, bit for bit); across machines
+     * the group's engine (MPI's order, still the same on every rank). Chosen once: the sizes never change.
+     */
+    private final Algorithm firstAlgorithm;
+    private final Algorithm secondAlgorithm;
     /** Additive contributions, all-reduced: first everything, then what needs the first sums (BatchNorm variance). */
     private final MemorySegment first;
     private final MemorySegment second;
@@ -185,6 +192,8 @@ final class StateUpdateReduction {
         this.rules = List.copyOf(built);
         this.firstSlots = a;
         this.secondSlots = b;
+        this.firstAlgorithm = AlgorithmPolicy.oneShotWhereItRuns(comm, a, DType.FLOAT64, ReduceOp.SUM);
+        this.secondAlgorithm = b > 0 ? AlgorithmPolicy.oneShotWhereItRuns(comm, b, DType.FLOAT64, ReduceOp.SUM) : null;
         Arena arena = Arena.ofAuto();
         this.first = arena.allocate(8L * Math.max(1, a), 64);
         this.second = arena.allocate(8L * Math.max(1, b), 64);
@@ -216,16 +225,12 @@ final class StateUpdateReduction {
         for (Rule r : rules) {
             r.contributeFirst(examples, batch, first);
         }
-        // ONE_SHOT adds ranks in rank order: every rank gets the same sums, bit for bit (across machines: MPI's order,
-        // still the same on every rank)
-        comm.allReduce(first, firstSlots, DType.FLOAT64, ReduceOp.SUM,
-                AlgorithmPolicy.oneShotWhereItRuns(comm, firstSlots, DType.FLOAT64, ReduceOp.SUM));
+        comm.allReduce(first, firstSlots, DType.FLOAT64, ReduceOp.SUM, firstAlgorithm);
         if (secondSlots > 0) {
             for (Rule r : rules) {
                 r.contributeSecond(examples, stepExamples, first, second);
             }
-            comm.allReduce(second, secondSlots, DType.FLOAT64, ReduceOp.SUM,
-                    AlgorithmPolicy.oneShotWhereItRuns(comm, secondSlots, DType.FLOAT64, ReduceOp.SUM));
+            comm.allReduce(second, secondSlots, DType.FLOAT64, ReduceOp.SUM, secondAlgorithm);
         }
         for (Rule r : rules) {
             r.merge(stepExamples, first, second);
