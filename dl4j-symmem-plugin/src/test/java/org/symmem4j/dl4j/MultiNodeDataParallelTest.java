@@ -108,8 +108,7 @@ class MultiNodeDataParallelTest {
         requireMpi();
         assertTrainedHierarchically(mpirun(4, 2, out, ZeroStage.GRADIENTS.name()), 4);
         GroupModeTest.Outcome threads = threads(4, ZeroStage.GRADIENTS);
-        INDArray params = Nd4j.readBinary(out.resolve("params.bin").toFile());
-        double relative = params.sub(threads.params()).norm2Number().doubleValue() / threads.params().norm2Number().doubleValue();
+        double relative = relativeDifference(out, threads);
         System.out.println("ZeRO-2, 2 machines x 2 ranks against 4 worker threads: relative L2 difference " + relative);
         assertTrue(relative < 1e-5, "parameters: relative L2 difference " + relative + " from 4 worker threads' (ZeRO-2)");
     }
@@ -126,6 +125,12 @@ class MultiNodeDataParallelTest {
             builder.sharding(sharding);
         }
         return GroupModeTest.train(model, builder, data, 2);
+    }
+
+    /** The relative L2 difference of rank 0's parameters (written into {@code out}) from the threads'. */
+    static double relativeDifference(Path out, GroupModeTest.Outcome threads) throws IOException {
+        INDArray params = Nd4j.readBinary(out.resolve("params.bin").toFile());
+        return params.sub(threads.params()).norm2Number().doubleValue() / threads.params().norm2Number().doubleValue();
     }
 
     static List<Double> scores(Path out) throws IOException {
@@ -153,8 +158,7 @@ class MultiNodeDataParallelTest {
         requireMpi();
         assertTrainedHierarchically(mpirun(4, 2, out), 4);
         GroupModeTest.Outcome threads = threads(4);
-        INDArray params = Nd4j.readBinary(out.resolve("params.bin").toFile());
-        double relative = params.sub(threads.params()).norm2Number().doubleValue() / threads.params().norm2Number().doubleValue();
+        double relative = relativeDifference(out, threads);
         System.out.println("2 machines x 2 ranks against 4 worker threads: parameters' relative L2 difference " + relative);
         assertTrue(relative < 1e-5, "parameters after " + threads.scores().size() + " steps: relative L2 difference "
                 + relative + " from 4 worker threads', expected float32 rounding (< 1e-5)");
