@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs, reports and each report's raw
 # CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|multi|tp|probe|nvlink|launch|ab] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|multi|tp|tprepeat|probe|nvlink|launch|ab] [extra all-reduce benchmark args]
 # (tp: TensorParallelGemmBench, fused all-gather + matmul and matmul + reduce-scatter against cuBLAS + NCCL and
 # cuBLAS alone, and the tensor-parallel MLP block's overhead, one rank per GPU; also the last step of multi)
 # (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU on every rank count in
@@ -155,7 +155,7 @@ if [ "$what" = multi ]; then
   rc=$(( rc | code ))
   echo "== hand-off on $gpus GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/multi-summary.txt"
   start=$(date +%s)
-  timeout -k 10 "${MULTI_TP_LIMIT:-240}" $java $flags -cp "$cp" org.symmem4j.benchmarks.TensorParallelGemmBench \
+  timeout -s QUIT -k 20 "${MULTI_TP_LIMIT:-240}" $java $flags -cp "$cp" org.symmem4j.benchmarks.TensorParallelGemmBench \
     --out "$out/tp-gemm-${gpus}gpus.md" --raw "$out/tp-gemm-${gpus}gpus.csv" > "$out/tp-gemm-${gpus}gpus.log" 2>&1
   code=$?
   rc=$(( rc | code ))
@@ -168,10 +168,44 @@ if [ "$what" = multi ]; then
       tp-gemm-*.csv gpu-process-allreduce-*.log gpu-process-allreduce-*.csv topology.txt)
 fi
 if [ "$what" = tp ]; then
-  # the tensor-parallel GEMM benchmark alone (one rank per GPU; TP_ARGS adds options, e.g. --m 8192 --mlp none)
-  timeout -k 10 "${TP_LIMIT:-300}" $java $flags -cp "$cp" org.symmem4j.benchmarks.TensorParallelGemmBench \
+  # the tensor-parallel GEMM benchmark alone (one rank per GPU; TP_ARGS adds options, e.g. --m 8192 --mlp none);
+  # past TP_LIMIT s it gets SIGQUIT (every thread's stack into the log), 20 s later SIGKILL
+  timeout -s QUIT -k 20 "${TP_LIMIT:-300}" $java $flags -cp "$cp" org.symmem4j.benchmarks.TensorParallelGemmBench \
     --out "$out/tp-gemm.md" --raw "$out/tp-gemm.csv" ${TP_ARGS:-} 2>&1 | tee "$out/tp-gemm.log"
   rc=$(( rc | PIPESTATUS[0] ))
+fi
+if [ "$what" = tprepeat ]; then
+  # The tensor-parallel benchmark's hang (bench/results/2026-11-26-gpu-4xh200.md): TP_RUNS runs (default 3) of each
+  # variant in TP_VARIANTS (default "plain unordered"): plain as shipped (the fused calls' enqueue order on), unordered
+  # with -Dsymmem4j.tp.enqueueOrder=false (the hosts run free: the deadlock), eager with CUDA_MODULE_LOADING=EAGER,
+  # nopdl with -Dsymmem4j.cuda.pdl=false (no programmatic dependent launch), conn32 with CUDA_DEVICE_MAX_CONNECTIONS=32
+  # (a hardware queue per stream), on TP_GPUS GPUs (default 2), TP_ARGS added (default --reps 5 --mlp none). A run past
+  # TP_LIMIT s (default 60) gets SIGQUIT (thread dump) and SIGKILL 20 s later; tp-repeat-summary.txt has each run's
+  # exit code, wall time and the last cell every rank started.
+  devs=$(seq -s, 0 $(( ${TP_GPUS:-2} - 1 )))
+  for variant in ${TP_VARIANTS:-plain unordered}; do
+    for run in $(seq 1 "${TP_RUNS:-3}"); do
+      log="$out/tp-repeat-$variant-$run.log"
+      extra=""
+      envs="CUDA_VISIBLE_DEVICES=$devs"
+      case "$variant" in
+        eager) envs="$envs CUDA_MODULE_LOADING=EAGER" ;;
+        unordered) extra="-Dsymmem4j.tp.enqueueOrder=false" ;;
+        nopdl) extra="-Dsymmem4j.cuda.pdl=false" ;;
+        conn32) envs="$envs CUDA_DEVICE_MAX_CONNECTIONS=32" ;;
+      esac
+      start=$(date +%s)
+      env $envs timeout -s QUIT -k 20 "${TP_LIMIT:-60}" $java $flags $extra -cp "$cp" \
+        org.symmem4j.benchmarks.TensorParallelGemmBench --out "$out/tp-repeat-$variant-$run.md" ${TP_ARGS:---reps 5 --mlp none} \
+        > "$log" 2>&1
+      code=$?
+      echo "== $variant run $run: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/tp-repeat-summary.txt"
+      if [ $code != 0 ]; then
+        for r in $(seq 0 7); do grep "^\[rank $r\]" "$log" | tail -1; done | tee -a "$out/tp-repeat-summary.txt"
+      fi
+    done
+  done
+  (cd "$out" && tar czf tp-repeat-raw.tar.gz tp-repeat-*.log tp-repeat-*.md 2>/dev/null && rm -f tp-repeat-*.log tp-repeat-*.md)
 fi
 if [ "$what" = ab ]; then
   # Regression check against the base commit packed with BASE=<commit> bench/gpu/pack.sh, same machine,

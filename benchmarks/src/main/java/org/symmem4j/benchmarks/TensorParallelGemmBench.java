@@ -50,7 +50,7 @@ public final class TensorParallelGemmBench {
 
     /** The columns of {@code --raw}. */
     static final List<String> CSV_COLUMNS = List.of("gpus", "device", "op", "m", "n", "k", "dtype", "variant", "us",
-            "spread", "speedup_vs_nccl", "reps", "iters");
+            "spread", "speedup_vs_nccl", "reps", "iters", "host_enqueue_us");
 
     @Command(name = "TensorParallelGemmBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class,
             showDefaultValues = true, description = "Fused all-gather + matmul and matmul + reduce-scatter against cuBLAS +"
@@ -80,7 +80,7 @@ public final class TensorParallelGemmBench {
     }
 
     /** One cell as measured on one rank. */
-    record Cell(String op, int m, int n, int k, String variant, double micros, double spread) {
+    record Cell(String op, int m, int n, int k, String variant, double micros, double spread, double hostMicros) {
     }
 
     private TensorParallelGemmBench() {
@@ -149,7 +149,7 @@ public final class TensorParallelGemmBench {
                     Cell nccl = find(slowest, c.op(), c.m(), c.n(), c.k(), "cuBLAS + NCCL");
                     csv.row(world, deviceName[0], c.op(), c.m(), c.n(), c.k(), "bf16", c.variant(), RawCsv.num("%.2f", c.micros()),
                             RawCsv.num("%.4f", c.spread()), nccl == null ? "" : RawCsv.num("%.4f", nccl.micros() / c.micros()),
-                            flags.reps, flags.iters);
+                            flags.reps, flags.iters, RawCsv.num("%.2f", c.hostMicros()));
                 }
             }
         }
@@ -183,7 +183,8 @@ public final class TensorParallelGemmBench {
     /**
      * Median and spread of {@code reps} timings of {@code iters} calls of {@code body}, in microseconds per call; the
      * ranks meet on the host before the timed repetitions (so none times its wait for a late peer), and each says on
-     * stderr what it starts (a run that hangs shows where).
+     * stderr what it starts (a run that hangs shows where) and what it measured, with the host's time to enqueue a call
+     * (the {@code host_enqueue_us} column of {@code --raw}: a cell whose GPU time is close to it is host-bound).
      */
     static double[] time(Communicator comm, DeviceCommunicator device, String label, Runnable body, Flags flags) {
         System.err.println("[rank " + comm.group().rank() + "] " + label);
@@ -199,20 +200,34 @@ public final class TensorParallelGemmBench {
             }
         };
         double[] t = new double[flags.reps];
+        double[] host = new double[flags.reps];
         if (flags.graph) {
             try (DeviceGraph graph = device.capture(calls)) {
                 graph.replay();
                 device.synchronize();
                 for (int r = 0; r < flags.reps; r++) {
-                    t[r] = device.elapsedMillis(graph::replay) * 1000.0 / flags.iters;
+                    int rep = r;
+                    t[r] = device.elapsedMillis(() -> {
+                        long h = System.nanoTime();
+                        graph.replay();
+                        host[rep] = (System.nanoTime() - h) / 1e3 / flags.iters;
+                    }) * 1000.0 / flags.iters;
                 }
             }
         } else {
             for (int r = 0; r < flags.reps; r++) {
-                t[r] = device.elapsedMillis(calls) * 1000.0 / flags.iters;
+                int rep = r;
+                t[r] = device.elapsedMillis(() -> {
+                    long h = System.nanoTime();
+                    calls.run();
+                    host[rep] = (System.nanoTime() - h) / 1e3 / flags.iters;
+                }) * 1000.0 / flags.iters;
             }
         }
-        return new double[] {RepetitionSpread.median(t), RepetitionSpread.spread(t)};
+        double[] result = {RepetitionSpread.median(t), RepetitionSpread.spread(t), RepetitionSpread.median(host)};
+        System.err.printf(Locale.ROOT, "[rank %d] %s: %.1f us a call on the GPU, %.1f us a call to enqueue on the host%n",
+                comm.group().rank(), label, result[0], result[2]);
+        return result;
     }
 
     private static void gemmCells(int rank, int world, Communicator comm, DeviceCommunicator device, TensorParallelGemm gemm,
@@ -231,20 +246,20 @@ public final class TensorParallelGemmBench {
             String cell = " M=" + m + " N=" + n + " K=" + k;
             double[] t = time(comm, device, "all-gather + matmul, cuBLAS alone" + cell,
                     () -> gemm.matmul(c, gathered.local(), false, b, false, m, n, k, false, dtype), flags);
-            cells.add(new Cell("all-gather + matmul", m, n, k, "cuBLAS alone", t[0], t[1]));
+            cells.add(new Cell("all-gather + matmul", m, n, k, "cuBLAS alone", t[0], t[1], t[2]));
             for (Mode mode : modes) {
                 t = time(comm, device, "all-gather + matmul, " + mode + cell,
                         () -> gemm.allGatherMatmul(gathered, 0, b, false, c, m, n, k, dtype, mode), flags);
-                cells.add(new Cell("all-gather + matmul", m, n, k, variantName(mode), t[0], t[1]));
+                cells.add(new Cell("all-gather + matmul", m, n, k, variantName(mode), t[0], t[1], t[2]));
             }
             // matmul + reduce-scatter, the mirror: a (m × n) · b' (n × k) → out (m/W × k); b' is b read transposed
             t = time(comm, device, "matmul + reduce-scatter, cuBLAS alone" + cell,
                     () -> gemm.matmul(partials.local(), a, false, b, true, m, k, n, false, dtype), flags);
-            cells.add(new Cell("matmul + reduce-scatter", m, k, n, "cuBLAS alone", t[0], t[1]));
+            cells.add(new Cell("matmul + reduce-scatter", m, k, n, "cuBLAS alone", t[0], t[1], t[2]));
             for (Mode mode : modes) {
                 t = time(comm, device, "matmul + reduce-scatter, " + mode + cell,
                         () -> gemm.matmulReduceScatter(a, b, true, partials, 0, out, m, k, n, dtype, mode), flags);
-                cells.add(new Cell("matmul + reduce-scatter", m, k, n, variantName(mode), t[0], t[1]));
+                cells.add(new Cell("matmul + reduce-scatter", m, k, n, variantName(mode), t[0], t[1], t[2]));
             }
             // no rank frees while a peer's stream may still wait for it (cuMemFree synchronizes with the peers)
             device.synchronize();
@@ -272,7 +287,7 @@ public final class TensorParallelGemmBench {
                     mlp.forward(mode);
                     mlp.backward(mode);
                 }, flags);
-                cells.add(new Cell("MLP block fwd+bwd", tokens, hidden, ffn, variantName(mode), t[0], t[1]));
+                cells.add(new Cell("MLP block fwd+bwd", tokens, hidden, ffn, variantName(mode), t[0], t[1], t[2]));
             }
             // the same rank's GEMMs and activations with no communication: the block's compute alone
             MemorySegment x = device.allocateDevice((long) tokens * hidden * elt);
@@ -297,7 +312,7 @@ public final class TensorParallelGemmBench {
                 gemm.matmul(dw1, x, true, da, false, hidden, fs, tokens, false, dtype);
                 gemm.matmul(partial, da, false, w1, true, tokens, hidden, fs, false, dtype);
             }, flags);
-            cells.add(new Cell("MLP block fwd+bwd", tokens, hidden, ffn, "compute alone", t[0], t[1]));
+            cells.add(new Cell("MLP block fwd+bwd", tokens, hidden, ffn, "compute alone", t[0], t[1], t[2]));
             device.synchronize();
             comm.barrier();
             for (MemorySegment s : List.of(x, dy, z, act, da, partial, dw1, dw2)) {

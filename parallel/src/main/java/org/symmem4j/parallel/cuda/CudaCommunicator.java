@@ -882,6 +882,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         driver.setCurrent(rank.context);
         driver.synchronize(rank.stream);
         MemorySegment exec = rank.captureGraph(driver, body);
+        EnqueueOrder.Seat order = rank.capturedOrder;
+        rank.capturedOrder = null;
         if (sharedDevice) {
             try {
                 driver.uploadGraph(exec, rank.stream);
@@ -892,7 +894,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
                 throw e;
             }
         }
-        return new CudaGraph(driver, rank, exec);
+        return new CudaGraph(driver, rank, exec, order);
     }
 
     @Override

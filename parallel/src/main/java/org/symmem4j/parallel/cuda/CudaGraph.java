@@ -13,11 +13,14 @@ public final class CudaGraph implements org.symmem4j.parallel.DeviceGraph {
     private final CudaRank rank;
     private final MemorySegment exec;
     private final AtomicBoolean destroyed = new AtomicBoolean();
+    /** The enqueue order of the fused tensor-parallel calls captured in this graph, or null when it has none. */
+    private final EnqueueOrder.Seat order;
 
-    CudaGraph(CudaDriver driver, CudaRank rank, MemorySegment exec) {
+    CudaGraph(CudaDriver driver, CudaRank rank, MemorySegment exec, EnqueueOrder.Seat order) {
         this.driver = driver;
         this.rank = rank;
         this.exec = exec;
+        this.order = order;
         rank.track(this);
     }
 
@@ -28,7 +31,14 @@ public final class CudaGraph implements org.symmem4j.parallel.DeviceGraph {
             throw new IllegalStateException("replay of a closed graph (capture it again)");
         }
         rank.makeCurrent("replay a graph");
+        if (order == null) {
+            driver.launchGraph(exec, rank.stream);
+            return;
+        }
+        // a replay of fused tensor-parallel calls is one unit of their enqueue order, as an eager call is
+        order.enter();
         driver.launchGraph(exec, rank.stream);
+        order.exit();
     }
 
     @Override

@@ -61,6 +61,11 @@ final class CudaRank implements AutoCloseable {
     final LaunchBudget budget;
     /** Whether this rank's stream is being captured ({@link #captureGraph}); the rank's thread only. */
     boolean capturing;
+    /**
+     * Set by a capture's fused tensor-parallel calls: the enqueue order their graph's replays keep ({@link EnqueueOrder};
+     * a replay enqueues them all at once). Taken, and cleared, by the capture that ends.
+     */
+    EnqueueOrder.Seat capturedOrder;
 
     /**
      * The rank whose place on this machine is {@code rank}, among {@code worldSize} ranks on this machine's
@@ -272,6 +277,7 @@ final class CudaRank implements AutoCloseable {
         checkOpen("capture a graph");
         driver.beginCapture(stream);
         capturing = true;
+        capturedOrder = null;
         try {
             body.run();
         } catch (RuntimeException e) {

@@ -41,12 +41,10 @@ import org.symmem4j.parallel.TensorParallelGemm;
 final class CudaTensorParallelGemm implements TensorParallelGemm {
 
     /**
-     * {@code -Dsymmem4j.tp.hostLockstep=true}: every fused call first meets the group on the host, so no rank's host
-     * enqueues a call before every peer's host has enqueued the one before. An experiment, off by default: the
-     * benchmark's intermittent hang (bench/results/2026-11-26-gpu-2xh100-tensor-parallel-and-processes.md, §4) never
-     * showed in the tests, whose ranks wait after each call; this tells whether host skew is the trigger.
+     * {@code -Dsymmem4j.tp.enqueueOrder=false} lets the ranks' hosts enqueue fused calls out of step (see
+     * {@link EnqueueOrder}): only to reproduce the deadlock it prevents.
      */
-    static final boolean HOST_LOCKSTEP = Boolean.getBoolean("symmem4j.tp.hostLockstep");
+    static final boolean ENQUEUE_ORDER = Boolean.parseBoolean(System.getProperty("symmem4j.tp.enqueueOrder", "true"));
     /** At most this many chunks per peer block. */
     static final int MAX_CHUNKS = 8;
     /**
@@ -68,6 +66,9 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     private final List<MemorySegment> chunkEvents = new ArrayList<>();
     /** GEMM shapes this rank has run in a collective call (their cuBLAS kernels are loaded: see {@link #loadKernels}). */
     private final Set<String> loaded = new HashSet<>();
+    /** This rank's seat in the fused calls' enqueue order (null: ranks in processes of their own, or off). */
+    private EnqueueOrder.Seat order;
+    private boolean orderJoined;
     private boolean closed;
 
     CudaTensorParallelGemm(CudaCommunicator comm, CudaRank rank, CudaDriver driver, int world, int me) {
@@ -169,7 +170,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
                 gemm(c.address(), mine, false, b.address(), transB, rows, n, k, false, dtype);
             }
             case FUSED -> {
-                lockstep();
+                EnqueueOrder.Seat seat = enterOrder();
                 meet(memory, READY_SLOT);
                 // fork: the copy stream starts after the meeting (every block is in place on its owner)
                 driver.record(fork, rank.stream);
@@ -194,6 +195,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
                 }
                 // every copy of this rank has completed on the main stream's timeline (it waited for each)
                 meet(memory, DONE_SLOT);
+                exitOrder(seat);
             }
         }
     }
@@ -236,7 +238,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
                 driver.copyDeviceToDeviceAsync(out.address(), recv + me * slotBytes, slotBytes, rank.stream);
             }
             case FUSED -> {
-                lockstep();
+                EnqueueOrder.Seat seat = enterOrder();
                 int e = 0;
                 for (int step = 1; step < world; step++) {
                     int peer = (me + step) % world;
@@ -264,6 +266,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
                 launchElementwise(Kernel.sumSlots(dtype == DType.FLOAT32), (long) shardRows * n, l -> l
                         .pointer(recv).pointer(out.address()).size((long) shardRows * n).integer(world));
                 meet(memory, DONE_SLOT);
+                exitOrder(seat);
             }
         }
     }
@@ -314,6 +317,9 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         driver.synchronize(rank.stream);
         Cublas.get().destroyHandle(handle);
         driver.free(workspace);
+        if (order != null) {
+            order.leave();
+        }
         driver.destroyEvent(fork);
         for (MemorySegment event : chunkEvents) {
             driver.destroyEvent(event);
@@ -367,10 +373,38 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         comm.group().allGatherBytes("tensor-parallel-gemm-kernels-loaded", new byte[0]);
     }
 
-    /** With {@link #HOST_LOCKSTEP}, meets the group on the host (not while capturing: a replay has no host part). */
-    private void lockstep() {
-        if (HOST_LOCKSTEP && !rank.capturing) {
-            comm.group().allGatherBytes("tensor-parallel-gemm-lockstep", new byte[0]);
+    /**
+     * Before a fused call's first enqueue: waits until every peer has enqueued its previous fused call (see
+     * {@link EnqueueOrder}; the first fused call joins the order, collectively). While capturing, nothing waits: the
+     * graph's replays keep the order instead. Returns the seat to {@link #exitOrder} after the call's last enqueue.
+     */
+    private EnqueueOrder.Seat enterOrder() {
+        if (!ENQUEUE_ORDER) {
+            return null;
+        }
+        if (!orderJoined) {
+            if (rank.capturing) {
+                throw new IllegalStateException("a fused tensor-parallel call in a graph capture before any eager one: make the"
+                        + " same calls once eagerly first (the first fused call joins the ranks' enqueue order on the host,"
+                        + " which a capture cannot hold)");
+            }
+            order = EnqueueOrder.join(comm.group(), "tensor-parallel-gemm");
+            orderJoined = true;
+        }
+        if (order == null) {
+            return null;
+        }
+        if (rank.capturing) {
+            rank.capturedOrder = order;
+            return null;
+        }
+        order.enter();
+        return order;
+    }
+
+    private static void exitOrder(EnqueueOrder.Seat seat) {
+        if (seat != null) {
+            seat.exit();
         }
     }
 
