@@ -44,8 +44,9 @@ import org.symmem4j.parallel.Communicator;
  * the unsharded network would. Not supported (refused by {@link #attach}, naming the layer): softmax
  * (or any activation across features) on a column-parallel layer, dropout or weight noise on either layer
  * (each rank would draw its own), layer normalization, and gradient normalization by a layer's norm.
- * DL4J's score adds this rank's share of the L1/L2 terms only. {@link #gather} writes parameters, not
- * updater state: training resumed from the gathered network starts its updater afresh.
+ * DL4J's score adds this rank's share of the L1/L2 terms only. {@link #shard} and {@link #gather} carry the updater
+ * state with the parameters (Adam's moments cut and joined as their parameters are), so a network sharded in the middle
+ * of training, or gathered, saved and resumed unsharded, goes on as the unsharded one would.
  */
 public final class TensorParallel {
 
@@ -56,9 +57,9 @@ public final class TensorParallel {
      * This rank's shard of {@code unsharded}: a new network in which layer {@code c} of every
      * {@code c} in {@code columnLayers} is a {@link ColumnParallelDenseLayer} holding output columns
      * {@code [rank k, (rank+1) k)} and layer {@code c + 1} a {@link RowParallelDenseLayer} holding
-     * those input rows; every other layer a copy. Parameters are copied from {@code unsharded}, so the
-     * shards of every rank together are exactly {@code unsharded}. Counters (iteration, epoch) are
-     * copied; updater state is not (shard a network before training, or accept a fresh updater).
+     * those input rows; every other layer a copy. Parameters and their updater state (once {@code unsharded} has
+     * trained) are copied from {@code unsharded}, so the shards of every rank together are exactly {@code unsharded},
+     * and training goes on from where it was. Counters (iteration, epoch) are copied.
      *
      * @param unsharded    the whole network (initialized if it is not)
      * @param rank         this rank in the tensor-parallel group, {@code 0 <= rank < size}
@@ -107,6 +108,15 @@ public final class TensorParallel {
         sharded.init();
         for (int l = 0; l < confs.size(); l++) {
             copyShard(unsharded.getLayer(l), sharded.getLayer(l), rank);
+        }
+        if (unsharded.getUpdater(false) != null) {
+            ParameterUpdaterState from = ParameterUpdaterState.of(unsharded.getUpdater(false),
+                    ParameterUpdaterState.byIndex(unsharded.getLayers()));
+            ParameterUpdaterState to = ParameterUpdaterState.of(sharded.getUpdater(true),
+                    ParameterUpdaterState.byIndex(sharded.getLayers()));
+            for (int l = 0; l < confs.size(); l++) {
+                copyStateShard("layer " + l, String.valueOf(l), sharded.getLayer(l), from, to, rank);
+            }
         }
         sharded.setIterationCount(unsharded.getIterationCount());
         sharded.setEpochCount(unsharded.getEpochCount());
@@ -194,6 +204,16 @@ public final class TensorParallel {
         for (Layer to : sharded.getLayers()) {
             String name = to.conf().getLayer().getLayerName();
             copyShard(unsharded.getLayer(name), to, rank);
+        }
+        if (unsharded.getUpdater(false) != null) {
+            ParameterUpdaterState from = ParameterUpdaterState.of(unsharded.getUpdater(false),
+                    ParameterUpdaterState.byName(unsharded));
+            ParameterUpdaterState to = ParameterUpdaterState.of(sharded.getUpdater(true),
+                    ParameterUpdaterState.byName(sharded));
+            for (Layer layer : sharded.getLayers()) {
+                String name = layer.conf().getLayer().getLayerName();
+                copyStateShard("vertex '" + name + "'", name, layer, from, to, rank);
+            }
         }
         // a graph's counters live in its configuration
         sharded.getConfiguration().setIterationCount(unsharded.getIterationCount());
@@ -327,8 +347,9 @@ public final class TensorParallel {
     /**
      * Collective over the tensor-parallel group: writes the whole trained network into
      * {@code target} (a network with the unsharded configuration, e.g. the one given to {@link #shard})
-     * on every rank: every shard gathered in rank order, the replicated layers from this rank, and the
-     * counters. Save {@code target} with DL4J's {@code ModelSerializer} as any network.
+     * on every rank: every shard gathered in rank order, the replicated layers from this rank, the updater
+     * state likewise (so training resumed from {@code target} goes on as the unsharded network would), and the
+     * counters. Save {@code target} with DL4J's {@code ModelSerializer} as any network (with its updater, to resume).
      *
      * @param network      this rank's sharded network, attached to {@code communicator}
      * @param communicator over the tensor-parallel group
@@ -347,56 +368,91 @@ public final class TensorParallel {
         for (int l = 0; l < network.getnLayers(); l++) {
             gatherLayer("layer " + l, network.getLayer(l), target.getLayer(l), comm);
         }
+        // every rank has an updater here (created fresh where the network never trained: its initial state), so every
+        // rank makes the same all-gathers
+        ParameterUpdaterState from = ParameterUpdaterState.of(network.getUpdater(true),
+                ParameterUpdaterState.byIndex(network.getLayers()));
+        ParameterUpdaterState to = ParameterUpdaterState.of(target.getUpdater(true), ParameterUpdaterState.byIndex(target.getLayers()));
+        for (int l = 0; l < network.getnLayers(); l++) {
+            gatherState("layer " + l, String.valueOf(l), network.getLayer(l), from, to, comm);
+        }
         target.setIterationCount(network.getIterationCount());
         target.setEpochCount(network.getEpochCount());
     }
 
+    /**
+     * The axis along which parameter {@code param} of {@code layer} is split over the ranks, or -1 where every rank holds
+     * it whole: a column-parallel layer's {@code W} columns and bias entries (its outputs), a row-parallel layer's
+     * {@code W} rows (its inputs; its bias is replicated).
+     */
+    private static int splitAxis(Layer layer, String param) {
+        if (layer instanceof ColumnParallelDenseLayerImpl) {
+            return 1;
+        }
+        if (layer instanceof RowParallelDenseLayerImpl && param.equals(DefaultParamInitializer.WEIGHT_KEY)) {
+            return 0;
+        }
+        return -1;
+    }
+
+    /** This rank's block of {@code whole} for a shard shaped like {@code part}, split along {@code axis} (or whole when -1). */
+    private static INDArray cut(INDArray whole, INDArray part, int axis, int rank) {
+        if (axis < 0) {
+            return whole;
+        }
+        long k = part.size(Math.min(axis, part.rank() - 1)); // DL4J's biases may be vectors
+        return block(whole, axis, rank * k, (rank + 1) * k);
+    }
+
     /** Copies {@code from}'s parameters, or this rank's shard of them, into {@code to}. */
     private static void copyShard(Layer from, Layer to, int rank) {
-        if (to instanceof ColumnParallelDenseLayerImpl) {
-            long k = to.getParam(DefaultParamInitializer.WEIGHT_KEY).columns();
-            to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(
-                    block(from.getParam(DefaultParamInitializer.WEIGHT_KEY), 1, rank * k, (rank + 1) * k));
-            if (to.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
-                to.getParam(DefaultParamInitializer.BIAS_KEY).assign(
-                        block(from.getParam(DefaultParamInitializer.BIAS_KEY), 1, rank * k, (rank + 1) * k));
+        for (java.util.Map.Entry<String, INDArray> p : to.paramTable(false).entrySet()) {
+            p.getValue().assign(cut(from.getParam(p.getKey()), p.getValue(), splitAxis(to, p.getKey()), rank));
+        }
+    }
+
+    /** Copies the updater state of {@code layer}'s parameters from the unsharded model's, or this rank's shard of it. */
+    private static void copyStateShard(String name, String key, Layer layer, ParameterUpdaterState from, ParameterUpdaterState to,
+                                       int rank) {
+        for (String p : layer.paramTable(false).keySet()) {
+            List<INDArray> source = from.of(key, p);
+            List<INDArray> target = to.of(key, p);
+            requireSameSections(name, p, source.size(), target.size());
+            for (int k = 0; k < target.size(); k++) {
+                target.get(k).assign(cut(source.get(k), target.get(k), splitAxis(layer, p), rank));
             }
-        } else if (to instanceof RowParallelDenseLayerImpl) {
-            long k = to.getParam(DefaultParamInitializer.WEIGHT_KEY).rows();
-            to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(
-                    block(from.getParam(DefaultParamInitializer.WEIGHT_KEY), 0, rank * k, (rank + 1) * k));
-            if (to.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
-                to.getParam(DefaultParamInitializer.BIAS_KEY).assign(from.getParam(DefaultParamInitializer.BIAS_KEY));
-            }
-        } else if (to.numParams() > 0) {
-            to.params().assign(from.params());
         }
     }
 
     /** Writes {@code from} (a layer of this rank's sharded model), gathered over the group where sharded, into {@code to}. */
     private static void gatherLayer(String name, Layer from, Layer to, ArrayCollectives comm) {
-        int size = comm.size();
-        if (from instanceof ColumnParallelDenseLayerImpl) {
-            INDArray w = gatherBlocks(comm, from.getParam(DefaultParamInitializer.WEIGHT_KEY), size, 1);
-            requireShape(name, "W", to, w);
-            to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(w);
-            if (from.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
-                to.getParam(DefaultParamInitializer.BIAS_KEY).assign(
-                        gatherBlocks(comm, from.getParam(DefaultParamInitializer.BIAS_KEY), size, 1));
+        for (java.util.Map.Entry<String, INDArray> p : from.paramTable(false).entrySet()) {
+            int axis = splitAxis(from, p.getKey());
+            INDArray whole = axis < 0 ? p.getValue() : gatherBlocks(comm, p.getValue(), comm.size(), axis);
+            requireShape(name, p.getKey(), to, whole);
+            to.getParam(p.getKey()).assign(whole);
+        }
+    }
+
+    /** Writes the updater state of {@code from}'s parameters, gathered over the group where sharded, into the target's. */
+    private static void gatherState(String name, String key, Layer from, ParameterUpdaterState fromState,
+                                    ParameterUpdaterState toState, ArrayCollectives comm) {
+        for (String p : from.paramTable(false).keySet()) {
+            List<INDArray> source = fromState.of(key, p);
+            List<INDArray> target = toState.of(key, p);
+            requireSameSections(name, p, source.size(), target.size());
+            int axis = splitAxis(from, p);
+            for (int k = 0; k < source.size(); k++) {
+                target.get(k).assign(axis < 0 ? source.get(k) : gatherBlocks(comm, source.get(k), comm.size(), axis));
             }
-        } else if (from instanceof RowParallelDenseLayerImpl) {
-            INDArray w = gatherBlocks(comm, from.getParam(DefaultParamInitializer.WEIGHT_KEY), size, 0);
-            requireShape(name, "W", to, w);
-            to.getParam(DefaultParamInitializer.WEIGHT_KEY).assign(w);
-            if (from.getParam(DefaultParamInitializer.BIAS_KEY) != null) {
-                to.getParam(DefaultParamInitializer.BIAS_KEY).assign(from.getParam(DefaultParamInitializer.BIAS_KEY));
-            }
-        } else if (from.numParams() > 0) {
-            if (to.numParams() != from.numParams()) {
-                throw new IllegalArgumentException(name + " of target has " + to.numParams() + " parameters, the sharded"
-                        + " model's " + from.numParams() + ": expected the unsharded configuration");
-            }
-            to.params().assign(from.params());
+        }
+    }
+
+    private static void requireSameSections(String layer, String param, int from, int to) {
+        if (from != to) {
+            throw new IllegalArgumentException(layer + " " + param + ": the updater keeps " + from + " values per parameter in"
+                    + " the source but " + to + " in the target: their updater configurations differ (expected the"
+                    + " configuration the network was sharded from)");
         }
     }
 
@@ -422,11 +478,23 @@ public final class TensorParallel {
             }
             gatherLayer("vertex '" + name + "'", from, to, comm);
         }
+        ParameterUpdaterState fromState = ParameterUpdaterState.of(graph.getUpdater(true),
+                ParameterUpdaterState.byName(graph));
+        ParameterUpdaterState toState = ParameterUpdaterState.of(target.getUpdater(true),
+                ParameterUpdaterState.byName(target));
+        for (Layer from : graph.getLayers()) {
+            String name = from.conf().getLayer().getLayerName();
+            gatherState("vertex '" + name + "'", name, from, fromState, toState, comm);
+        }
         target.getConfiguration().setIterationCount(graph.getIterationCount());
         target.getConfiguration().setEpochCount(graph.getEpochCount());
     }
 
     private static void requireShape(String layer, String param, Layer to, INDArray gathered) {
+        if (to.paramTable(false).get(param) == null) {
+            throw new IllegalArgumentException(layer + " of target has no parameter " + param + " (it has "
+                    + to.paramTable(false).keySet() + "): expected the unsharded configuration");
+        }
         if (!Arrays.equals(to.getParam(param).shape(), gathered.shape())) {
             throw new IllegalArgumentException(layer + " " + param + " of target has shape "
                     + Arrays.toString(to.getParam(param).shape()) + ", the gathered shards " + Arrays.toString(gathered.shape())

@@ -45,6 +45,7 @@ class TensorAndDataParallelTest {
             wrapper.fit(new BatchListIterator(data));
         }
         INDArray expected = threads.params().dup();
+        INDArray expectedState = threads.getUpdater().getStateViewArray().dup();
 
         List<INDArray[]> perRank = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
                 group -> {
@@ -64,13 +65,17 @@ class TensorAndDataParallelTest {
                             }
                             TensorParallel.gather(mine, c, gathered);
                         }
-                        return new INDArray[] {gathered.params().dup(), mine.params().dup()};
+                        return new INDArray[] {gathered.params().dup(), mine.params().dup(),
+                                gathered.getUpdater().getStateViewArray().dup()};
                     }
                 });
         for (int r = 0; r < 4; r++) {
             double diff = TensorParallelTest.maxRelDiff(perRank.get(r)[0], expected);
             assertTrue(diff <= 1e-10, "rank " + r + ": gathered parameters differ from data parallelism of the unsharded"
                     + " network by " + diff);
+            double state = TensorParallelTest.maxRelDiff(perRank.get(r)[2], expectedState);
+            assertTrue(state <= 1e-10, "rank " + r + ": gathered Adam state differs from data parallelism of the unsharded"
+                    + " network's by " + state);
         }
         // world rank d * 2 + t holds shard t of replica d: the replicas of each shard are bitwise equal
         for (int t = 0; t < 2; t++) {

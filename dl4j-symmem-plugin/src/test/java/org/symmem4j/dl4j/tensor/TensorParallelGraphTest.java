@@ -74,6 +74,51 @@ class TensorParallelGraphTest {
         worst.forEach(w -> assertTrue(w <= 1e-10, "gathered graph differs from plain fit by " + w));
     }
 
+    /**
+     * As TensorParallelTest's updater-state test, for a graph: sharded after 4 plain steps, trained 3 sharded, gathered
+     * (Adam's moments cut and joined by vertex name) and trained 2 more unsharded, it follows plain training.
+     */
+    @Test
+    void shardingMidTrainingAndGatheringCarryTheUpdaterState() {
+        List<DataSet> data = TensorParallelTest.batches(DataType.DOUBLE, 9, 16);
+        ComputationGraph plain = graph();
+        for (int s = 0; s < 4; s++) {
+            plain.fit(data.get(s));
+        }
+        ComputationGraph mid = plain.clone();
+        // DL4J 1.0.0-M2.1's ComputationGraph.clone() starts the copy's iteration count at 0 (Adam's bias correction
+        // reads it): give the copy the original's, as a checkpoint would
+        mid.getConfiguration().setIterationCount(plain.getIterationCount());
+        for (int s = 4; s < 7; s++) {
+            plain.fit(data.get(s));
+        }
+        INDArray stateAt7 = plain.getUpdater().getStateViewArray().dup();
+        for (int s = 7; s < 9; s++) {
+            plain.fit(data.get(s));
+        }
+        INDArray expected = plain.params().dup();
+        List<double[]> results = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
+            ComputationGraph mine = TensorParallel.shard(mid, group.rank(), 2, "up");
+            ComputationGraph gathered = graph();
+            try (Communicator c = Communicator.create(group)) {
+                TensorParallel.attach(mine, c);
+                for (int s = 4; s < 7; s++) {
+                    mine.fit(data.get(s));
+                }
+                TensorParallel.gather(mine, c, gathered);
+            }
+            double state = TensorParallelTest.maxRelDiff(gathered.getUpdater().getStateViewArray(), stateAt7);
+            for (int s = 7; s < 9; s++) {
+                gathered.fit(data.get(s));
+            }
+            return new double[] {state, TensorParallelTest.maxRelDiff(gathered.params(), expected)};
+        });
+        for (int r = 0; r < 2; r++) {
+            assertTrue(results.get(r)[0] <= 1e-10, "rank " + r + ": gathered Adam state differs by " + results.get(r)[0]);
+            assertTrue(results.get(r)[1] <= 1e-10, "rank " + r + ": resumed unsharded graph differs by " + results.get(r)[1]);
+        }
+    }
+
     @Test
     void verticesThatCannotFormABlockAreRefused() {
         ComputationGraph g = graph();

@@ -145,6 +145,63 @@ class TensorParallelTest {
         }
     }
 
+    /**
+     * Adam's moments travel with the parameters: a network sharded after 6 steps of plain training, trained 3 steps
+     * sharded, gathered, saved with its updater and loaded as a plain DL4J network, then trained 3 more steps, follows
+     * plain training of the same 12 batches to rounding (a fresh updater at either hand-over would not: its moments
+     * start from zero).
+     */
+    @ParameterizedTest(name = "tp={0}")
+    @CsvSource({"2", "4"})
+    void shardingMidTrainingAndGatheringCarryTheUpdaterState(int tp, @org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) {
+        DataType type = DataType.DOUBLE;
+        List<DataSet> data = batches(type, 12, 16);
+        MultiLayerNetwork plain = unsharded(type, 1e-4);
+        for (int s = 0; s < 6; s++) {
+            plain.fit(data.get(s));
+        }
+        MultiLayerNetwork mid = plain.clone();
+        List<INDArray> reference = new ArrayList<>();
+        INDArray stateAt9 = null;
+        for (int s = 6; s < 12; s++) {
+            plain.fit(data.get(s));
+            reference.add(plain.params().dup());
+            if (s == 8) {
+                stateAt9 = plain.getUpdater().getStateViewArray().dup();
+            }
+        }
+        INDArray expectedState = stateAt9;
+        List<double[]> results = InJvmWorld.runOnEveryRank(tp, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
+                group -> {
+                    MultiLayerNetwork mine = TensorParallel.shard(mid, group.rank(), tp, 0, 2);
+                    MultiLayerNetwork gathered = unsharded(type, 1e-4);
+                    try (Communicator c = Communicator.create(group)) {
+                        TensorParallel.attach(mine, c);
+                        for (int s = 6; s < 9; s++) {
+                            mine.fit(data.get(s));
+                        }
+                        TensorParallel.gather(mine, c, gathered);
+                    }
+                    double afterSharded = maxRelDiff(gathered.params(), reference.get(2));
+                    double state = maxRelDiff(gathered.getUpdater().getStateViewArray(), expectedState);
+                    java.nio.file.Path file = dir.resolve("tp" + tp + "-rank" + group.rank() + ".zip");
+                    ModelSerializer.writeModel(gathered, file.toFile(), true);
+                    MultiLayerNetwork resumed = ModelSerializer.restoreMultiLayerNetwork(file.toFile(), true);
+                    for (int s = 9; s < 12; s++) {
+                        resumed.fit(data.get(s));
+                    }
+                    return new double[] {afterSharded, state, maxRelDiff(resumed.params(), reference.get(5))};
+                });
+        for (int r = 0; r < tp; r++) {
+            double[] d = results.get(r);
+            System.out.printf("tp=%d rank %d: parameters after 3 sharded steps %.3g, Adam state %.3g, after 3 resumed steps %.3g%n",
+                    tp, r, d[0], d[1], d[2]);
+            assertTrue(d[0] <= 1e-10, "rank " + r + ": gathered parameters after sharded training differ by " + d[0]);
+            assertTrue(d[1] <= 1e-10, "rank " + r + ": gathered Adam state differs from plain training's by " + d[1]);
+            assertTrue(d[2] <= 1e-10, "rank " + r + ": the saved, loaded and resumed network differs by " + d[2]);
+        }
+    }
+
     @Test
     void shardThenGatherIsTheUnshardedNetworkBitForBitAndSavesAsOne(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) {
         MultiLayerNetwork initial = unsharded(DataType.FLOAT, 0);
