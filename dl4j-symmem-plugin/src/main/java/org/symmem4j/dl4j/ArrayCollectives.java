@@ -76,13 +76,27 @@ public final class ArrayCollectives {
      * @throws IllegalArgumentException for another data type
      */
     public void sumInPlace(INDArray array) {
+        reduceInPlace(array, ReduceOp.SUM);
+        sums++;
+    }
+
+    /**
+     * Replaces {@code array} by its element-wise maximum over the ranks, in place (not counted in {@link #sums}).
+     *
+     * @param array FLOAT or DOUBLE, the same shape on every rank
+     * @throws IllegalArgumentException for another data type
+     */
+    public void maxInPlace(INDArray array) {
+        reduceInPlace(array, ReduceOp.MAX);
+    }
+
+    private void reduceInPlace(INDArray array, ReduceOp op) {
         DType dtype = dtypeOf(array.dataType());
         boolean contiguous = array.ordering() == 'c' && Shape.hasDefaultStridesForShape(array);
         INDArray buffer = contiguous ? array : array.dup('c');
         long n = buffer.length();
-        communicator.allReduce(segmentOf(buffer), n, dtype, ReduceOp.SUM,
+        communicator.allReduce(segmentOf(buffer), n, dtype, op,
                 n <= ONE_SHOT_MAX_ELEMENTS ? Algorithm.ONE_SHOT : Algorithm.TWO_SHOT);
-        sums++;
         if (!contiguous) {
             array.assign(buffer);
         }

@@ -70,6 +70,33 @@ public final class TensorParallel {
      *                                  blocks overlap, or the block's width is not divisible by {@code size}
      */
     public static MultiLayerNetwork shard(MultiLayerNetwork unsharded, int rank, int size, int... columnLayers) {
+        return shard(unsharded, rank, size, false, columnLayers);
+    }
+
+    /**
+     * As {@link #shard(MultiLayerNetwork, int, int, int...)}, and the network's last layer — a softmax
+     * {@code OutputLayer} with DL4J's multi-class cross-entropy — becomes a {@link VocabParallelOutputLayer} holding
+     * vocabulary columns {@code [rank k, (rank+1) k)}: Megatron's vocabulary-parallel output, whose logits never sit
+     * whole on one rank in training (the softmax's maximum and sum cross the group as one number per example each).
+     * Equal to the unsharded network to rounding, as the blocks are; {@code output()} gives every rank the whole
+     * vocabulary's probabilities.
+     *
+     * @param unsharded    the whole network (initialized if it is not)
+     * @param rank         this rank in the tensor-parallel group
+     * @param size         the tensor-parallel group's size, dividing the output layer's {@code nOut}
+     * @param columnLayers indices of the dense layers to make column-parallel (none: only the output is split)
+     * @return this rank's network; attach it with {@link #attach} before training
+     * @throws IllegalArgumentException as {@link #shard(MultiLayerNetwork, int, int, int...)}, and when the last layer
+     *                                  is not a softmax cross-entropy {@code OutputLayer} without class weights, its
+     *                                  width is not divisible by {@code size}, or a block takes it
+     */
+    public static MultiLayerNetwork shardWithVocabularyParallelOutput(MultiLayerNetwork unsharded, int rank, int size,
+                                                                      int... columnLayers) {
+        return shard(unsharded, rank, size, true, columnLayers);
+    }
+
+    private static MultiLayerNetwork shard(MultiLayerNetwork unsharded, int rank, int size, boolean vocabularyParallel,
+                                           int... columnLayers) {
         requireRank(rank, size);
         if (unsharded.getLayers() == null) {
             unsharded.init();
@@ -103,6 +130,16 @@ public final class TensorParallel {
         for (int c : blocks) {
             confs.get(c).setLayer(ColumnParallelDenseLayer.shardOf((DenseLayer) confs.get(c).getLayer(), size));
             confs.get(c + 1).setLayer(RowParallelDenseLayer.shardOf((DenseLayer) confs.get(c + 1).getLayer(), size));
+        }
+        if (vocabularyParallel) {
+            int last = confs.size() - 1;
+            org.deeplearning4j.nn.conf.layers.Layer output = confs.get(last).getLayer();
+            if (output.getClass() != org.deeplearning4j.nn.conf.layers.OutputLayer.class) {
+                throw new IllegalArgumentException("layer " + last + " is a " + output.getClass().getSimpleName() + ": a"
+                        + " vocabulary-parallel output replaces the network's last layer, which must be an OutputLayer");
+            }
+            confs.get(last).setLayer(VocabParallelOutputLayer.shardOf((org.deeplearning4j.nn.conf.layers.OutputLayer) output,
+                    size));
         }
         MultiLayerNetwork sharded = new MultiLayerNetwork(conf);
         sharded.init();
@@ -250,14 +287,16 @@ public final class TensorParallel {
         ArrayCollectives comm = new ArrayCollectives(communicator);
         List<String> problems = new ArrayList<>();
         for (Layer layer : layers) {
-            if (!(layer instanceof TensorParallelDenseLayerImpl tp)) {
+            if (!(layer instanceof TensorParallelLayer tp)) {
                 continue;
             }
-            TensorParallelDenseLayer conf = (TensorParallelDenseLayer) layer.conf().getLayer();
+            org.deeplearning4j.nn.conf.layers.BaseLayer conf = (org.deeplearning4j.nn.conf.layers.BaseLayer) layer.conf().getLayer();
             String kind = conf.getClass().getSimpleName() + " '" + (conf.getLayerName() != null ? conf.getLayerName()
                     : "layer" + layer.getIndex()) + "'";
-            if (conf.getTensorParallelSize() != comm.size()) {
-                problems.add(kind + " was sharded for " + conf.getTensorParallelSize() + " ranks, the group has " + comm.size());
+            int shardedFor = conf instanceof TensorParallelDenseLayer d ? d.getTensorParallelSize()
+                    : ((VocabParallelOutputLayer) conf).getTensorParallelSize();
+            if (shardedFor != comm.size()) {
+                problems.add(kind + " was sharded for " + shardedFor + " ranks, the group has " + comm.size());
             }
             if (conf.getIDropout() != null) {
                 problems.add(kind + " has dropout on its input (each rank would draw its own mask)");
@@ -265,7 +304,7 @@ public final class TensorParallel {
             if (conf.getWeightNoise() != null) {
                 problems.add(kind + " has weight noise (each rank would draw its own)");
             }
-            if (conf.hasLayerNorm()) {
+            if (conf instanceof TensorParallelDenseLayer dense && dense.hasLayerNorm()) {
                 problems.add(kind + " has layer normalization (it normalizes over all output features)");
             }
             GradientNormalization g = conf.getGradientNormalization();
@@ -281,7 +320,7 @@ public final class TensorParallel {
         }
         if (!problems.isEmpty()) {
             for (Layer layer : layers) {
-                if (layer instanceof TensorParallelDenseLayerImpl tp) {
+                if (layer instanceof TensorParallelLayer tp) {
                     tp.attach(null);
                 }
             }
@@ -298,7 +337,7 @@ public final class TensorParallel {
      */
     public static boolean isSharded(MultiLayerNetwork network) {
         return network.getLayerWiseConfigurations().getConfs().stream()
-                .anyMatch(c -> c.getLayer() instanceof TensorParallelDenseLayer);
+                .anyMatch(c -> c.getLayer() instanceof TensorParallelDenseLayer || c.getLayer() instanceof VocabParallelOutputLayer);
     }
 
     /**
@@ -323,7 +362,7 @@ public final class TensorParallel {
      */
     public static void copyAttachments(MultiLayerNetwork original, MultiLayerNetwork copy) {
         for (int l = 0; l < original.getnLayers() && l < copy.getnLayers(); l++) {
-            if (original.getLayer(l) instanceof TensorParallelDenseLayerImpl from && copy.getLayer(l) instanceof TensorParallelDenseLayerImpl to) {
+            if (original.getLayer(l) instanceof TensorParallelLayer from && copy.getLayer(l) instanceof TensorParallelLayer to) {
                 to.attach(from.comm());
             }
         }
@@ -337,8 +376,8 @@ public final class TensorParallel {
      */
     public static void copyAttachments(ComputationGraph original, ComputationGraph copy) {
         for (Layer layer : original.getLayers()) {
-            if (layer instanceof TensorParallelDenseLayerImpl from
-                    && copy.getLayer(layer.conf().getLayer().getLayerName()) instanceof TensorParallelDenseLayerImpl to) {
+            if (layer instanceof TensorParallelLayer from
+                    && copy.getLayer(layer.conf().getLayer().getLayerName()) instanceof TensorParallelLayer to) {
                 to.attach(from.comm());
             }
         }
@@ -382,11 +421,12 @@ public final class TensorParallel {
 
     /**
      * The axis along which parameter {@code param} of {@code layer} is split over the ranks, or -1 where every rank holds
-     * it whole: a column-parallel layer's {@code W} columns and bias entries (its outputs), a row-parallel layer's
+     * it whole: a column-parallel or vocabulary-parallel layer's {@code W} columns and bias entries (its outputs), a
+     * row-parallel layer's
      * {@code W} rows (its inputs; its bias is replicated).
      */
     private static int splitAxis(Layer layer, String param) {
-        if (layer instanceof ColumnParallelDenseLayerImpl) {
+        if (layer instanceof ColumnParallelDenseLayerImpl || layer instanceof VocabParallelOutputLayerImpl) {
             return 1;
         }
         if (layer instanceof RowParallelDenseLayerImpl && param.equals(DefaultParamInitializer.WEIGHT_KEY)) {

@@ -6,7 +6,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.symmem4j.dl4j.ArrayCollectives;
 
 /** DL4J's dense layer implementation bound to a tensor-parallel group; the two kinds add their sums. */
-public abstract class TensorParallelDenseLayerImpl extends DenseLayer {
+public abstract class TensorParallelDenseLayerImpl extends DenseLayer implements TensorParallelLayer {
 
     /** The rank's tensor-parallel communicator: bound at run time by TensorParallel.attach, never serialized. */
     private transient ArrayCollectives comm;
@@ -21,13 +21,13 @@ public abstract class TensorParallelDenseLayerImpl extends DenseLayer {
         super(conf, dataType);
     }
 
-    /** Binds the layer to its group's communicator (every rank's network to its own rank's), or unbinds it (null). */
-    void attach(ArrayCollectives comm) {
+    @Override
+    public void attach(ArrayCollectives comm) {
         this.comm = comm;
     }
 
-    /** The communicator attached, or null. */
-    ArrayCollectives comm() {
+    @Override
+    public ArrayCollectives comm() {
         return comm;
     }
 
