@@ -201,27 +201,24 @@ public final class TensorParallelGemmBench {
         };
         double[] t = new double[flags.reps];
         double[] host = new double[flags.reps];
-        if (flags.graph) {
-            try (DeviceGraph graph = device.capture(calls)) {
+        DeviceGraph graph = flags.graph ? device.capture(calls) : null;
+        try {
+            Runnable enqueue = graph == null ? calls : graph::replay;
+            if (graph != null) {
                 graph.replay();
                 device.synchronize();
-                for (int r = 0; r < flags.reps; r++) {
-                    int rep = r;
-                    t[r] = device.elapsedMillis(() -> {
-                        long h = System.nanoTime();
-                        graph.replay();
-                        host[rep] = (System.nanoTime() - h) / 1e3 / flags.iters;
-                    }) * 1000.0 / flags.iters;
-                }
             }
-        } else {
             for (int r = 0; r < flags.reps; r++) {
                 int rep = r;
                 t[r] = device.elapsedMillis(() -> {
                     long h = System.nanoTime();
-                    calls.run();
+                    enqueue.run();
                     host[rep] = (System.nanoTime() - h) / 1e3 / flags.iters;
                 }) * 1000.0 / flags.iters;
+            }
+        } finally {
+            if (graph != null) {
+                graph.close();
             }
         }
         double[] result = {RepetitionSpread.median(t), RepetitionSpread.spread(t), RepetitionSpread.median(host)};

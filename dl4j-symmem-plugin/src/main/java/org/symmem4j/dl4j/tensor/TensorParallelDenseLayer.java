@@ -1,9 +1,6 @@
 package org.symmem4j.dl4j.tensor;
 
-import java.lang.reflect.Field;
-import java.lang.reflect.Modifier;
 import java.util.Collection;
-import java.util.Map;
 import org.deeplearning4j.nn.api.Layer;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.layers.DenseLayer;
@@ -43,10 +40,7 @@ public abstract class TensorParallelDenseLayer extends DenseLayer {
      * @throws IllegalArgumentException when below 1
      */
     public void setTensorParallelSize(int tensorParallelSize) {
-        if (tensorParallelSize < 1) {
-            throw new IllegalArgumentException("tensorParallelSize=" + tensorParallelSize + " expected >= 1");
-        }
-        this.tensorParallelSize = tensorParallelSize;
+        this.tensorParallelSize = ShardedLayerConfig.requireSize(tensorParallelSize);
     }
 
     /**
@@ -55,21 +49,7 @@ public abstract class TensorParallelDenseLayer extends DenseLayer {
      * declare, from {@code DenseLayer} up. Reflection keeps this complete as DL4J's classes change.
      */
     static <T extends TensorParallelDenseLayer> T copySettings(DenseLayer dense, T into) {
-        for (Class<?> c = DenseLayer.class; c != null && c != Object.class; c = c.getSuperclass()) {
-            for (Field f : c.getDeclaredFields()) {
-                if (Modifier.isStatic(f.getModifiers())) {
-                    continue;
-                }
-                try {
-                    f.setAccessible(true);
-                    f.set(into, f.get(dense));
-                } catch (IllegalAccessException e) {
-                    throw new IllegalStateException("cannot copy DL4J layer setting " + c.getSimpleName() + "." + f.getName()
-                            + ": " + e.getMessage(), e);
-                }
-            }
-        }
-        return into;
+        return ShardedLayerConfig.copySettings(DenseLayer.class, dense, into);
     }
 
     /** This configuration's layer implementation (DL4J's dense layer plus the group's sums). */
@@ -80,14 +60,8 @@ public abstract class TensorParallelDenseLayer extends DenseLayer {
     public Layer instantiate(NeuralNetConfiguration conf, Collection<TrainingListener> listeners, int layerIndex,
                              INDArray layerParamsView, boolean initializeParams, DataType networkDataType) {
         LayerValidation.assertNInNOutSet(getClass().getSimpleName(), getLayerName(), layerIndex, getNIn(), getNOut());
-        TensorParallelDenseLayerImpl layer = newLayer(conf, networkDataType);
-        layer.setListeners(listeners);
-        layer.setIndex(layerIndex);
-        layer.setParamsViewArray(layerParamsView);
-        Map<String, INDArray> params = initializer().init(conf, layerParamsView, initializeParams);
-        layer.setParamTable(params);
-        layer.setConf(conf);
-        return layer;
+        return ShardedLayerConfig.wire(newLayer(conf, networkDataType), conf, listeners, layerIndex, layerParamsView,
+                initializeParams, initializer());
     }
 
     @Override

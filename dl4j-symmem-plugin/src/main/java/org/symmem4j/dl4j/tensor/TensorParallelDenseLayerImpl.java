@@ -33,11 +33,6 @@ public abstract class TensorParallelDenseLayerImpl extends DenseLayer implements
 
     /** The group's communicator, or a clear error when the network was not attached (a clone, or a fresh network). */
     ArrayCollectives requireComm() {
-        if (comm == null) {
-            throw new IllegalStateException("tensor-parallel layer " + layerId() + " has no group: call"
-                    + " TensorParallel.attach(network, communicator) on every rank before training or output (a network"
-                    + " built, loaded or cloned afresh needs it again)");
-        }
-        return comm;
+        return requireComm(layerId());
     }
 }

@@ -13,4 +13,18 @@ interface TensorParallelLayer {
 
     /** The communicator attached, or null. */
     ArrayCollectives comm();
+
+    /**
+     * The group's communicator, or a clear error naming {@code layer} when the network was not attached (a clone, or a
+     * fresh network).
+     */
+    default ArrayCollectives requireComm(String layer) {
+        ArrayCollectives comm = comm();
+        if (comm == null) {
+            throw new IllegalStateException("tensor-parallel layer " + layer + " has no group: call"
+                    + " TensorParallel.attach(network, communicator) on every rank before training or output (a network"
+                    + " built, loaded or cloned afresh needs it again)");
+        }
+        return comm;
+    }
 }

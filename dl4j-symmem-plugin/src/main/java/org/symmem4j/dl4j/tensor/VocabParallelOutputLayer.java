@@ -1,9 +1,6 @@
 package org.symmem4j.dl4j.tensor;
 
-import java.lang.reflect.Field;
-import java.lang.reflect.Modifier;
 import java.util.Collection;
-import java.util.Map;
 import org.deeplearning4j.nn.api.Layer;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.layers.LayerValidation;
@@ -55,21 +52,7 @@ public class VocabParallelOutputLayer extends OutputLayer {
             throw new IllegalArgumentException("output layer has nOut=" + output.getNOut() + ", not divisible by the"
                     + " tensor-parallel size " + size + " (its vocabulary is split evenly; pad the vocabulary to a multiple)");
         }
-        VocabParallelOutputLayer shard = new VocabParallelOutputLayer();
-        for (Class<?> c = OutputLayer.class; c != null && c != Object.class; c = c.getSuperclass()) {
-            for (Field f : c.getDeclaredFields()) {
-                if (Modifier.isStatic(f.getModifiers())) {
-                    continue;
-                }
-                try {
-                    f.setAccessible(true);
-                    f.set(shard, f.get(output));
-                } catch (IllegalAccessException e) {
-                    throw new IllegalStateException("cannot copy DL4J layer setting " + c.getSimpleName() + "." + f.getName()
-                            + ": " + e.getMessage(), e);
-                }
-            }
-        }
+        VocabParallelOutputLayer shard = ShardedLayerConfig.copySettings(OutputLayer.class, output, new VocabParallelOutputLayer());
         shard.setNOut(output.getNOut() / size);
         shard.setLossFn(new VocabParallelCrossEntropy(mcxent.getSoftmaxClipEps()));
         shard.tensorParallelSize = size;
@@ -92,10 +75,7 @@ public class VocabParallelOutputLayer extends OutputLayer {
      * @throws IllegalArgumentException when below 1
      */
     public void setTensorParallelSize(int tensorParallelSize) {
-        if (tensorParallelSize < 1) {
-            throw new IllegalArgumentException("tensorParallelSize=" + tensorParallelSize + " expected >= 1");
-        }
-        this.tensorParallelSize = tensorParallelSize;
+        this.tensorParallelSize = ShardedLayerConfig.requireSize(tensorParallelSize);
     }
 
     /** As DL4J's {@code OutputLayer.instantiate}, with the vocabulary-parallel implementation. */
@@ -103,14 +83,8 @@ public class VocabParallelOutputLayer extends OutputLayer {
     public Layer instantiate(NeuralNetConfiguration conf, Collection<TrainingListener> trainingListeners, int layerIndex,
                              INDArray layerParamsView, boolean initializeParams, DataType networkDataType) {
         LayerValidation.assertNInNOutSet(getClass().getSimpleName(), getLayerName(), layerIndex, getNIn(), getNOut());
-        VocabParallelOutputLayerImpl layer = new VocabParallelOutputLayerImpl(conf, networkDataType);
-        layer.setListeners(trainingListeners);
-        layer.setIndex(layerIndex);
-        layer.setParamsViewArray(layerParamsView);
-        Map<String, INDArray> params = initializer().init(conf, layerParamsView, initializeParams);
-        layer.setParamTable(params);
-        layer.setConf(conf);
-        return layer;
+        return ShardedLayerConfig.wire(new VocabParallelOutputLayerImpl(conf, networkDataType), conf, trainingListeners,
+                layerIndex, layerParamsView, initializeParams, initializer());
     }
 
     @Override

@@ -48,12 +48,7 @@ public class VocabParallelOutputLayerImpl extends OutputLayer implements TensorP
     }
 
     private ArrayCollectives requireComm() {
-        if (comm == null) {
-            throw new IllegalStateException("vocabulary-parallel output layer " + layerId() + " has no group: call"
-                    + " TensorParallel.attach(network, communicator) on every rank before training or output (a network"
-                    + " built, loaded or cloned afresh needs it again)");
-        }
-        return comm;
+        return requireComm(layerId());
     }
 
     @Override
