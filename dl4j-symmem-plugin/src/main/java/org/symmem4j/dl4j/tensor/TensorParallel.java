@@ -70,33 +70,48 @@ public final class TensorParallel {
      *                                  blocks overlap, or the block's width is not divisible by {@code size}
      */
     public static MultiLayerNetwork shard(MultiLayerNetwork unsharded, int rank, int size, int... columnLayers) {
-        return shard(unsharded, rank, size, false, columnLayers);
+        return shard(unsharded, rank, size, java.util.EnumSet.noneOf(VocabularyParallel.class), columnLayers);
+    }
+
+    /** The layers at a network's ends whose vocabulary can be split over the tensor-parallel group (Megatron's). */
+    public enum VocabularyParallel {
+        /** The first layer, an {@code EmbeddingLayer}: its rows split ({@link VocabParallelEmbeddingLayer}). */
+        EMBEDDING,
+        /** The last layer, a softmax {@code OutputLayer} with {@code LossMCXENT}: its columns split ({@link VocabParallelOutputLayer}). */
+        OUTPUT
     }
 
     /**
-     * As {@link #shard(MultiLayerNetwork, int, int, int...)}, and the network's last layer — a softmax
-     * {@code OutputLayer} with DL4J's multi-class cross-entropy — becomes a {@link VocabParallelOutputLayer} holding
-     * vocabulary columns {@code [rank k, (rank+1) k)}: Megatron's vocabulary-parallel output, whose logits never sit
-     * whole on one rank in training (the softmax's maximum and sum cross the group as one number per example each).
-     * Equal to the unsharded network to rounding, as the blocks are; {@code output()} gives every rank the whole
-     * vocabulary's probabilities.
+     * As {@link #shard(MultiLayerNetwork, int, int, int...)}, and the vocabulary of the network's ends in
+     * {@code vocabularyParallel} split too: {@link VocabularyParallel#EMBEDDING} makes the first layer — an
+     * {@code EmbeddingLayer} — a {@link VocabParallelEmbeddingLayer} holding vocabulary rows {@code [rank k, (rank+1) k)}
+     * (each rank looks up the indices it holds, the rows are summed over the ranks); {@link VocabularyParallel#OUTPUT}
+     * makes the last layer — a softmax {@code OutputLayer} with DL4J's multi-class cross-entropy — a
+     * {@link VocabParallelOutputLayer} holding vocabulary columns {@code [rank k, (rank+1) k)}, whose logits never sit
+     * whole on one rank in training (the softmax's maximum and sum cross the group as one number per example each) and
+     * whose {@code output()} gives every rank the whole vocabulary's probabilities. Equal to the unsharded network to
+     * rounding, as the blocks are.
      *
-     * @param unsharded    the whole network (initialized if it is not)
-     * @param rank         this rank in the tensor-parallel group
-     * @param size         the tensor-parallel group's size, dividing the output layer's {@code nOut}
-     * @param columnLayers indices of the dense layers to make column-parallel (none: only the output is split)
+     * @param unsharded          the whole network (initialized if it is not)
+     * @param rank               this rank in the tensor-parallel group
+     * @param size               the tensor-parallel group's size, dividing the split vocabularies
+     * @param vocabularyParallel the ends to split (empty: as {@link #shard(MultiLayerNetwork, int, int, int...)})
+     * @param columnLayers       indices of the dense layers to make column-parallel
      * @return this rank's network; attach it with {@link #attach} before training
-     * @throws IllegalArgumentException as {@link #shard(MultiLayerNetwork, int, int, int...)}, and when the last layer
-     *                                  is not a softmax cross-entropy {@code OutputLayer} without class weights, its
-     *                                  width is not divisible by {@code size}, or a block takes it
+     * @throws IllegalArgumentException as {@link #shard(MultiLayerNetwork, int, int, int...)}, and when an end to split is
+     *                                  not of its kind (an {@code EmbeddingLayer}; a softmax cross-entropy
+     *                                  {@code OutputLayer} without class weights) or its vocabulary is not divisible by
+     *                                  {@code size}
      */
-    public static MultiLayerNetwork shardWithVocabularyParallelOutput(MultiLayerNetwork unsharded, int rank, int size,
-                                                                      int... columnLayers) {
-        return shard(unsharded, rank, size, true, columnLayers);
+    public static MultiLayerNetwork shard(MultiLayerNetwork unsharded, int rank, int size,
+                                          java.util.Set<VocabularyParallel> vocabularyParallel, int... columnLayers) {
+        java.util.Objects.requireNonNull(vocabularyParallel, "vocabularyParallel");
+        return shard(unsharded, rank, size, vocabularyParallel.isEmpty() ? java.util.EnumSet.noneOf(VocabularyParallel.class)
+                : java.util.EnumSet.copyOf(vocabularyParallel), columnLayers);
     }
 
-    private static MultiLayerNetwork shard(MultiLayerNetwork unsharded, int rank, int size, boolean vocabularyParallel,
-                                           int... columnLayers) {
+    private static MultiLayerNetwork shard(MultiLayerNetwork unsharded, int rank, int size,
+                                           java.util.EnumSet<VocabularyParallel> vocabularyParallel, int... columnLayers) {
         requireRank(rank, size);
         if (unsharded.getLayers() == null) {
             unsharded.init();
@@ -131,7 +146,16 @@ public final class TensorParallel {
             confs.get(c).setLayer(ColumnParallelDenseLayer.shardOf((DenseLayer) confs.get(c).getLayer(), size));
             confs.get(c + 1).setLayer(RowParallelDenseLayer.shardOf((DenseLayer) confs.get(c + 1).getLayer(), size));
         }
-        if (vocabularyParallel) {
+        if (vocabularyParallel.contains(VocabularyParallel.EMBEDDING)) {
+            org.deeplearning4j.nn.conf.layers.Layer embedding = confs.get(0).getLayer();
+            if (embedding.getClass() != org.deeplearning4j.nn.conf.layers.EmbeddingLayer.class) {
+                throw new IllegalArgumentException("layer 0 is a " + embedding.getClass().getSimpleName() + ": a"
+                        + " vocabulary-parallel embedding replaces the network's first layer, which must be an EmbeddingLayer");
+            }
+            confs.get(0).setLayer(VocabParallelEmbeddingLayer.shardOf((org.deeplearning4j.nn.conf.layers.EmbeddingLayer) embedding,
+                    size));
+        }
+        if (vocabularyParallel.contains(VocabularyParallel.OUTPUT)) {
             int last = confs.size() - 1;
             org.deeplearning4j.nn.conf.layers.Layer output = confs.get(last).getLayer();
             if (output.getClass() != org.deeplearning4j.nn.conf.layers.OutputLayer.class) {
@@ -293,8 +317,12 @@ public final class TensorParallel {
             org.deeplearning4j.nn.conf.layers.BaseLayer conf = (org.deeplearning4j.nn.conf.layers.BaseLayer) layer.conf().getLayer();
             String kind = conf.getClass().getSimpleName() + " '" + (conf.getLayerName() != null ? conf.getLayerName()
                     : "layer" + layer.getIndex()) + "'";
-            int shardedFor = conf instanceof TensorParallelDenseLayer d ? d.getTensorParallelSize()
-                    : ((VocabParallelOutputLayer) conf).getTensorParallelSize();
+            int shardedFor = switch (conf) {
+                case TensorParallelDenseLayer d -> d.getTensorParallelSize();
+                case VocabParallelOutputLayer o -> o.getTensorParallelSize();
+                case VocabParallelEmbeddingLayer e -> e.getTensorParallelSize();
+                default -> throw new IllegalStateException("unknown tensor-parallel layer configuration " + conf.getClass());
+            };
             if (shardedFor != comm.size()) {
                 problems.add(kind + " was sharded for " + shardedFor + " ranks, the group has " + comm.size());
             }
@@ -337,7 +365,8 @@ public final class TensorParallel {
      */
     public static boolean isSharded(MultiLayerNetwork network) {
         return network.getLayerWiseConfigurations().getConfs().stream()
-                .anyMatch(c -> c.getLayer() instanceof TensorParallelDenseLayer || c.getLayer() instanceof VocabParallelOutputLayer);
+                .anyMatch(c -> c.getLayer() instanceof TensorParallelDenseLayer || c.getLayer() instanceof VocabParallelOutputLayer
+                        || c.getLayer() instanceof VocabParallelEmbeddingLayer);
     }
 
     /**
@@ -422,14 +451,14 @@ public final class TensorParallel {
     /**
      * The axis along which parameter {@code param} of {@code layer} is split over the ranks, or -1 where every rank holds
      * it whole: a column-parallel or vocabulary-parallel layer's {@code W} columns and bias entries (its outputs), a
-     * row-parallel layer's
-     * {@code W} rows (its inputs; its bias is replicated).
+     * row-parallel layer's or vocabulary-parallel embedding's {@code W} rows (its inputs; its bias is replicated).
      */
     private static int splitAxis(Layer layer, String param) {
         if (layer instanceof ColumnParallelDenseLayerImpl || layer instanceof VocabParallelOutputLayerImpl) {
             return 1;
         }
-        if (layer instanceof RowParallelDenseLayerImpl && param.equals(DefaultParamInitializer.WEIGHT_KEY)) {
+        if ((layer instanceof RowParallelDenseLayerImpl || layer instanceof VocabParallelEmbeddingLayerImpl)
+                && param.equals(DefaultParamInitializer.WEIGHT_KEY)) {
             return 0;
         }
         return -1;

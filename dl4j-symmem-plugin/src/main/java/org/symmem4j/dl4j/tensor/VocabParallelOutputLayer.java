@@ -15,7 +15,7 @@ import org.nd4j.linalg.lossfunctions.impl.LossMCXENT;
  * A softmax cross-entropy output layer whose vocabulary (its outputs) is split by columns over the tensor-parallel group:
  * a DL4J {@link OutputLayer} of this rank's {@code nOut / size} columns, with {@link VocabParallelCrossEntropy} as its
  * loss, so the logits of the whole vocabulary never sit on one rank in training. Made by
- * {@link TensorParallel#shardWithVocabularyParallelOutput}; its input is replicated (as a row-parallel layer's output
+ * {@link TensorParallel#shard(org.deeplearning4j.nn.multilayer.MultiLayerNetwork, int, int, java.util.Set, int...)} with {@link TensorParallel.VocabularyParallel#OUTPUT}; its input is replicated (as a row-parallel layer's output
  * is), its input gradient summed over the ranks, and {@code output()} gives the whole vocabulary's probabilities on every
  * rank (gathered).
  */
@@ -69,7 +69,7 @@ public class VocabParallelOutputLayer extends OutputLayer {
     }
 
     /**
-     * Sets the number of ranks the vocabulary is split over (for JSON; use {@link TensorParallel#shardWithVocabularyParallelOutput}).
+     * Sets the number of ranks the vocabulary is split over (for JSON; use {@link TensorParallel#shard(org.deeplearning4j.nn.multilayer.MultiLayerNetwork, int, int, java.util.Set, int...)} with {@link TensorParallel.VocabularyParallel#OUTPUT}).
      *
      * @param tensorParallelSize at least 1
      * @throws IllegalArgumentException when below 1
