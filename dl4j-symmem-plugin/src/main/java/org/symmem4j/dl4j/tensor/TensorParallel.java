@@ -225,6 +225,28 @@ public final class TensorParallel {
      *                                  one dense layer that takes only it, or its width is not divisible
      */
     public static ComputationGraph shard(ComputationGraph unsharded, int rank, int size, String... columnVertices) {
+        return shard(unsharded, rank, size, java.util.Set.of(), columnVertices);
+    }
+
+    /**
+     * As {@link #shard(ComputationGraph, int, int, String...)}, and the vocabulary of the graph's ends in
+     * {@code vocabularyParallel} split too, as {@link #shard(MultiLayerNetwork, int, int, java.util.Set, int...)} splits a
+     * network's: {@link VocabularyParallel#EMBEDDING} every {@code EmbeddingLayer} vertex that takes a graph input,
+     * {@link VocabularyParallel#OUTPUT} every graph output (each must be a softmax {@code OutputLayer} with
+     * {@code LossMCXENT}).
+     *
+     * @param unsharded          the whole graph (initialized if it is not)
+     * @param rank               this rank in the tensor-parallel group
+     * @param size               the tensor-parallel group's size, dividing the split vocabularies
+     * @param vocabularyParallel the ends to split
+     * @param columnVertices     names of the dense-layer vertices to make column-parallel
+     * @return this rank's graph; attach it with {@link #attach(ComputationGraph, Communicator)}
+     * @throws IllegalArgumentException as {@link #shard(ComputationGraph, int, int, String...)}, and when an end to split
+     *                                  has none of its kind, is not of its kind, or its vocabulary is not divisible
+     */
+    public static ComputationGraph shard(ComputationGraph unsharded, int rank, int size,
+                                         java.util.Set<VocabularyParallel> vocabularyParallel, String... columnVertices) {
+        java.util.Objects.requireNonNull(vocabularyParallel, "vocabularyParallel");
         requireRank(rank, size);
         if (unsharded.getLayers() == null) {
             unsharded.init();
@@ -259,6 +281,37 @@ public final class TensorParallel {
         for (String[] block : blocks) {
             layerConfOf(vertices, block[0]).setLayer(ColumnParallelDenseLayer.shardOf(denseOf(vertices, block[0]), size));
             layerConfOf(vertices, block[1]).setLayer(RowParallelDenseLayer.shardOf(denseOf(vertices, block[1]), size));
+        }
+        if (vocabularyParallel.contains(VocabularyParallel.EMBEDDING)) {
+            List<String> embeddings = new ArrayList<>();
+            for (java.util.Map.Entry<String, List<String>> e : new java.util.TreeMap<>(inputs).entrySet()) {
+                if (conf.getNetworkInputs().containsAll(e.getValue()) && vertices.get(e.getKey()) instanceof
+                        org.deeplearning4j.nn.conf.graph.LayerVertex v && v.getLayerConf().getLayer().getClass()
+                        == org.deeplearning4j.nn.conf.layers.EmbeddingLayer.class) {
+                    embeddings.add(e.getKey());
+                }
+            }
+            if (embeddings.isEmpty()) {
+                throw new IllegalArgumentException("no EmbeddingLayer vertex takes a graph input " + conf.getNetworkInputs()
+                        + ": a vocabulary-parallel embedding splits those");
+            }
+            for (String name : embeddings) {
+                NeuralNetConfiguration layerConf = layerConfOf(vertices, name);
+                layerConf.setLayer(VocabParallelEmbeddingLayer.shardOf(
+                        (org.deeplearning4j.nn.conf.layers.EmbeddingLayer) layerConf.getLayer(), size));
+            }
+        }
+        if (vocabularyParallel.contains(VocabularyParallel.OUTPUT)) {
+            for (String name : conf.getNetworkOutputs()) {
+                NeuralNetConfiguration layerConf = layerConfOf(vertices, name);
+                if (layerConf.getLayer().getClass() != org.deeplearning4j.nn.conf.layers.OutputLayer.class) {
+                    throw new IllegalArgumentException("graph output '" + name + "' is a " + layerConf.getLayer().getClass()
+                            .getSimpleName() + ": a vocabulary-parallel output splits the graph's outputs, which must be"
+                            + " OutputLayers");
+                }
+                layerConf.setLayer(VocabParallelOutputLayer.shardOf((org.deeplearning4j.nn.conf.layers.OutputLayer)
+                        layerConf.getLayer(), size));
+            }
         }
         ComputationGraph sharded = new ComputationGraph(conf);
         sharded.init();
@@ -378,7 +431,9 @@ public final class TensorParallel {
     public static boolean isSharded(ComputationGraph graph) {
         return graph.getConfiguration().getVertices().values().stream()
                 .anyMatch(v -> v instanceof org.deeplearning4j.nn.conf.graph.LayerVertex l
-                        && l.getLayerConf().getLayer() instanceof TensorParallelDenseLayer);
+                        && (l.getLayerConf().getLayer() instanceof TensorParallelDenseLayer
+                        || l.getLayerConf().getLayer() instanceof VocabParallelOutputLayer
+                        || l.getLayerConf().getLayer() instanceof VocabParallelEmbeddingLayer));
     }
 
     /**

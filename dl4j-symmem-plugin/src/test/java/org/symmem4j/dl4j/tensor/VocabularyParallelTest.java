@@ -106,6 +106,58 @@ class VocabularyParallelTest {
         }
     }
 
+    /** A graph: token embedding, a tensor-parallel block beside a skip path, merged, a 4-class softmax output. */
+    static org.deeplearning4j.nn.graph.ComputationGraph embeddedGraph() {
+        org.deeplearning4j.nn.graph.ComputationGraph g = new org.deeplearning4j.nn.graph.ComputationGraph(
+                new NeuralNetConfiguration.Builder().seed(13).dataType(DataType.DOUBLE).updater(new Adam(0.01))
+                        .weightInit(org.deeplearning4j.nn.weights.WeightInit.XAVIER).graphBuilder()
+                        .addInputs("tokens")
+                        .addLayer("embed", new org.deeplearning4j.nn.conf.layers.EmbeddingLayer.Builder().nIn(8).nOut(12)
+                                .activation(Activation.IDENTITY).build(), "tokens")
+                        .addLayer("up", new DenseLayer.Builder().nIn(12).nOut(16).activation(Activation.TANH).build(), "embed")
+                        .addLayer("down", new DenseLayer.Builder().nIn(16).nOut(12).activation(Activation.TANH).build(), "up")
+                        .addLayer("skip", new DenseLayer.Builder().nIn(12).nOut(6).activation(Activation.RELU).build(), "embed")
+                        .addVertex("merge", new org.deeplearning4j.nn.conf.graph.MergeVertex(), "down", "skip")
+                        .addLayer("out", new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(18).nOut(4)
+                                .activation(Activation.SOFTMAX).build(), "merge")
+                        .setOutputs("out").build());
+        g.init();
+        return g;
+    }
+
+    @Test
+    void aGraphsEndsSplitTrainAsTheUnshardedGraph() {
+        org.deeplearning4j.nn.graph.ComputationGraph initial = embeddedGraph();
+        List<DataSet> data = tokens(DataType.DOUBLE, 10, 16);
+        INDArray probe = tokens(DataType.DOUBLE, 1, 32).getFirst().getFeatures();
+        org.deeplearning4j.nn.graph.ComputationGraph plain = initial.clone();
+        List<INDArray> reference = new ArrayList<>();
+        for (DataSet batch : data) {
+            plain.fit(batch);
+            reference.add(plain.params().dup());
+        }
+        INDArray referenceOutput = plain.outputSingle(probe);
+        List<double[]> results = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
+            org.deeplearning4j.nn.graph.ComputationGraph mine = TensorParallel.shard(initial, group.rank(), 2, BOTH, "up");
+            assertTrue(TensorParallel.isSharded(mine));
+            org.deeplearning4j.nn.graph.ComputationGraph gathered = initial.clone();
+            double worst = 0;
+            try (Communicator c = Communicator.create(group)) {
+                TensorParallel.attach(mine, c);
+                for (int s = 0; s < data.size(); s++) {
+                    mine.fit(data.get(s));
+                    TensorParallel.gather(mine, c, gathered);
+                    worst = Math.max(worst, TensorParallelTest.maxRelDiff(gathered.params(), reference.get(s)));
+                }
+                return new double[] {worst, TensorParallelTest.maxRelDiff(mine.outputSingle(probe), referenceOutput)};
+            }
+        });
+        for (int r = 0; r < 2; r++) {
+            assertTrue(results.get(r)[0] <= 1e-10, "rank " + r + ": gathered graph differs from plain fit by " + results.get(r)[0]);
+            assertTrue(results.get(r)[1] <= 1e-9, "rank " + r + ": output differs by " + results.get(r)[1]);
+        }
+    }
+
     @Test
     void anEmbeddingThatCannotBeSplitIsRefusedNamingIt() {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
