@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -42,9 +43,14 @@ import picocli.CommandLine.Option;
  * slowest rank bounds a tensor-parallel layer). Inputs are random (a GEMM on zeros runs faster).
  *
  * <pre>
- *   TensorParallelGemmBench [--out report.md] [--raw report.csv] [--gpus N] [--reps R] [--iters I]
+ *   TensorParallelGemmBench [--out report.md] [--raw report.csv] [--gpus N] [--reps R] [--iters I] [--graph]
  *                           [--shapes 1792x4096,3584x8192] [--m 4096,8192,16384] [--mlp 8192x4096x14336]
+ *                           [--processes [--timeout S]]
  * </pre>
+ *
+ * <p>{@code --processes} runs every rank in a JVM of its own (one process per GPU, as the launcher starts them): the
+ * ranks' hosts then enqueue without sharing one driver instance, which tells one-JVM effects (the rank threads'
+ * contention in the driver, the cross-rank submission order {@code EnqueueOrder} fences) from the GPUs' own.
  */
 public final class TensorParallelGemmBench {
 
@@ -77,6 +83,17 @@ public final class TensorParallelGemmBench {
         List<Integer> ms = List.of(4096, 8192, 16384);
         @Option(names = "--mlp", paramLabel = "TxHxF", description = "the MLP block's tokens x hidden x ffn (none: skip)")
         String mlp = "8192x4096x14336";
+        @Option(names = "--processes", description = "run every rank in a JVM of its own (one process per GPU, started by"
+                + " this benchmark with torchrun's variables, memory exported between them) instead of as threads of this JVM")
+        boolean processes;
+        @Option(names = "--timeout", paramLabel = "S", description = "with --processes: seconds the rank JVMs may run")
+        int timeoutSeconds = 600;
+        @Option(names = "--rank-process", hidden = true, description = "internal: be one rank of a --processes run")
+        boolean rankProcess;
+    }
+
+    /** What one rank measured, and what it found about the machine. */
+    record RankCells(List<Cell> cells, String deviceName, String library, List<String> notes) {
     }
 
     /** One cell as measured on one rank. */
@@ -92,6 +109,18 @@ public final class TensorParallelGemmBench {
             Cli.positive("--iters", f.iters);
             return f;
         });
+        if (flags.rankProcess) {
+            int status;
+            try {
+                status = rankProcess(flags);
+            } catch (Throwable t) {
+                // the group's and the transport's threads would keep this JVM, and its peers waiting, after an uncaught error
+                System.err.println("rank process failed: " + t);
+                t.printStackTrace();
+                status = 1;
+            }
+            System.exit(status);
+        }
         CudaTransport cuda = CudaTransport.create();
         int devices = cuda.deviceCount();
         int world = flags.gpus == 0 ? devices : flags.gpus;
@@ -101,44 +130,21 @@ public final class TensorParallelGemmBench {
         if (CudaTransport.cublasUnavailableReason() != null) {
             throw new IllegalStateException(CudaTransport.cublasUnavailableReason());
         }
-        String[] deviceName = {"?"};
-        String[] library = {"?"};
-        List<String> notes = new ArrayList<>();
-        List<List<Cell>> perRank = InJvmWorld.runOnEveryRank(world,
-                GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), cuda, group -> {
-            List<Cell> cells = new ArrayList<>();
-            try (Communicator comm = Communicator.create(group)) {
-                DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow();
-                TensorParallelGemm gemm = comm.unwrap(TensorParallelGemm.class).orElseThrow();
-                deviceName[0] = device.deviceName();
-                library[0] = gemm.gemmLibrary();
-                List<Mode> modes = new ArrayList<>();
-                for (Mode mode : Mode.values()) {
-                    if (gemm.unavailableReason(mode) == null) {
-                        modes.add(mode);
-                    } else if (group.rank() == 0) {
-                        notes.add("mode " + mode + " not run: " + gemm.unavailableReason(mode));
-                    }
-                }
-                DType dtype = DType.BFLOAT16;
-                for (String shape : flags.shapes) {
-                    String[] nk = shape.toLowerCase(Locale.ROOT).split("x");
-                    int n = Integer.parseInt(nk[0].trim());
-                    int k = Integer.parseInt(nk[1].trim());
-                    for (int m : flags.ms) {
-                        gemmCells(group.rank(), world, comm, device, gemm, modes, m, n, k, dtype, flags, cells);
-                    }
-                }
-                if (flags.mlp != null && !flags.mlp.equalsIgnoreCase("none")) {
-                    String[] thf = flags.mlp.toLowerCase(Locale.ROOT).split("x");
-                    mlpCells(comm, device, gemm, modes, Integer.parseInt(thf[0].trim()), Integer.parseInt(thf[1].trim()),
-                            Integer.parseInt(thf[2].trim()), flags, cells);
-                }
-            }
-            return cells;
-        });
-        List<Cell> slowest = slowestOverRanks(perRank);
-        String report = report(slowest, world, deviceName[0], library[0], notes, flags);
+        if (flags.processes) {
+            cuda.close(); // the driver only so far: no context of this JVM beside the ranks'
+            System.exit(startRankProcesses(args, world, flags));
+        }
+        List<RankCells> perRank = InJvmWorld.runOnEveryRank(world,
+                GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), cuda, group -> measure(group, flags));
+        writeReports(perRank, world, flags);
+        cuda.close();
+    }
+
+    /** Every rank's cells: the slowest rank's of each cell, reported on stdout and in {@code --out} and {@code --raw}. */
+    private static void writeReports(List<RankCells> perRank, int world, Flags flags) throws IOException {
+        RankCells first = perRank.getFirst();
+        List<Cell> slowest = slowestOverRanks(perRank.stream().map(RankCells::cells).toList());
+        String report = report(slowest, world, first.deviceName(), first.library(), first.notes(), flags);
         System.out.print(report);
         if (flags.out != null) {
             Files.writeString(flags.out, report);
@@ -147,13 +153,133 @@ public final class TensorParallelGemmBench {
             try (RawCsv csv = RawCsv.open(flags.raw, CSV_COLUMNS)) {
                 for (Cell c : slowest) {
                     Cell nccl = find(slowest, c.op(), c.m(), c.n(), c.k(), "cuBLAS + NCCL");
-                    csv.row(world, deviceName[0], c.op(), c.m(), c.n(), c.k(), "bf16", c.variant(), RawCsv.num("%.2f", c.micros()),
-                            RawCsv.num("%.4f", c.spread()), nccl == null ? "" : RawCsv.num("%.4f", nccl.micros() / c.micros()),
-                            flags.reps, flags.iters, RawCsv.num("%.2f", c.hostMicros()));
+                    csv.row(world, first.deviceName(), c.op(), c.m(), c.n(), c.k(), "bf16", c.variant(),
+                            RawCsv.num("%.2f", c.micros()), RawCsv.num("%.4f", c.spread()),
+                            nccl == null ? "" : RawCsv.num("%.4f", nccl.micros() / c.micros()), flags.reps, flags.iters,
+                            RawCsv.num("%.2f", c.hostMicros()));
                 }
             }
         }
-        cuda.close();
+    }
+
+    /** One rank's cells, on {@code group}'s GPU communicator (a thread of this JVM, or a process of its own). */
+    static RankCells measure(org.symmem4j.parallel.Group group, Flags flags) {
+        int world = group.worldSize();
+        List<Cell> cells = new ArrayList<>();
+        List<String> notes = new ArrayList<>();
+        try (Communicator comm = Communicator.create(group)) {
+            DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+            TensorParallelGemm gemm = comm.unwrap(TensorParallelGemm.class).orElseThrow();
+            List<Mode> modes = new ArrayList<>();
+            for (Mode mode : Mode.values()) {
+                if (gemm.unavailableReason(mode) == null) {
+                    modes.add(mode);
+                } else {
+                    notes.add("mode " + mode + " not run: " + gemm.unavailableReason(mode));
+                }
+            }
+            DType dtype = DType.BFLOAT16;
+            for (String shape : flags.shapes) {
+                String[] nk = shape.toLowerCase(Locale.ROOT).split("x");
+                int n = Integer.parseInt(nk[0].trim());
+                int k = Integer.parseInt(nk[1].trim());
+                for (int m : flags.ms) {
+                    gemmCells(group.rank(), world, comm, device, gemm, modes, m, n, k, dtype, flags, cells);
+                }
+            }
+            if (flags.mlp != null && !flags.mlp.equalsIgnoreCase("none")) {
+                String[] thf = flags.mlp.toLowerCase(Locale.ROOT).split("x");
+                mlpCells(comm, device, gemm, modes, Integer.parseInt(thf[0].trim()), Integer.parseInt(thf[1].trim()),
+                        Integer.parseInt(thf[2].trim()), flags, cells);
+            }
+            return new RankCells(cells, device.deviceName(), gemm.gemmLibrary(), notes);
+        }
+    }
+
+    /**
+     * {@code --processes}: this benchmark again in {@code world} JVMs, one rank each ({@link ChildJvms}: torchrun's
+     * variables and a private store secret); rank 0 writes the report. Returns the exit status.
+     */
+    private static int startRankProcesses(String[] args, int world, Flags flags) throws IOException {
+        List<String> childArgs = new ArrayList<>(rankProcessArgs(args));
+        List<String> command = ChildJvms.javaCommand(
+                ChildJvms.childJvmFlags(java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()),
+                TensorParallelGemmBench.class, childArgs);
+        Path work = Files.createTempDirectory("symmem4j-tp-gemm-"); // mode 0700
+        try {
+            Path secret = ChildJvms.writeSecret(work.resolve("store.secret"));
+            ChildJvms.runRanks(command, world, "tp-gemm-" + ProcessHandle.current().pid() + "-" + System.nanoTime(), secret,
+                    Duration.ofSeconds(flags.timeoutSeconds));
+            return 0;
+        } catch (ChildJvms.RankFailure e) {
+            System.err.println("TensorParallelGemmBench --processes failed: " + e.getMessage());
+            return 1;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return 1;
+        } finally {
+            ChildJvms.deleteTree(work);
+        }
+    }
+
+    /** A rank process's arguments: the parent's, without {@code --processes}, with {@code --rank-process}. */
+    static List<String> rankProcessArgs(String[] parentArgs) {
+        List<String> out = new ArrayList<>();
+        for (String a : parentArgs) {
+            if (!a.equals("--processes")) {
+                out.add(a);
+            }
+        }
+        out.add("--rank-process");
+        return out;
+    }
+
+    /** One rank of a {@code --processes} run: joins the group from torchrun's variables; rank 0 writes every rank's cells. */
+    private static int rankProcess(Flags flags) throws IOException {
+        try (CudaTransport cuda = CudaTransport.create();
+             org.symmem4j.parallel.group.ProcessGroup group = org.symmem4j.parallel.group.ProcessGroup.fromEnvironment(
+                     GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), cuda)) {
+            RankCells mine = measure(group, flags);
+            List<byte[]> all = group.allGatherBytes("tp-gemm-cells", encode(mine.cells()).getBytes(StandardCharsets.UTF_8));
+            if (group.rank() == 0) {
+                List<RankCells> perRank = new ArrayList<>();
+                for (byte[] b : all) {
+                    perRank.add(new RankCells(decode(new String(b, StandardCharsets.UTF_8)), mine.deviceName(), mine.library(),
+                            mine.notes()));
+                }
+                writeReports(perRank, group.worldSize(), flags);
+            }
+            cuda.release(group);
+            return 0;
+        }
+    }
+
+    /** Cells as text, a line each: op, m, n, k, variant, µs, spread, host µs, tab-separated. */
+    static String encode(List<Cell> cells) {
+        StringBuilder out = new StringBuilder();
+        for (Cell c : cells) {
+            out.append(String.join("\t", c.op(), Integer.toString(c.m()), Integer.toString(c.n()), Integer.toString(c.k()),
+                    c.variant(), Double.toString(c.micros()), Double.toString(c.spread()), Double.toString(c.hostMicros())))
+                    .append('\n');
+        }
+        return out.toString();
+    }
+
+    /** The cells of {@link #encode}'s text. */
+    static List<Cell> decode(String text) {
+        List<Cell> cells = new ArrayList<>();
+        for (String line : text.split("\n")) {
+            if (line.isEmpty()) {
+                continue;
+            }
+            String[] f = line.split("\t");
+            if (f.length != 8) {
+                throw new IllegalArgumentException("cell line '" + line + "': expected 8 tab-separated fields, found " + f.length);
+            }
+            cells.add(new Cell(f[0], Integer.parseInt(f[1]), Integer.parseInt(f[2]), Integer.parseInt(f[3]), f[4],
+                    Double.parseDouble(f[5]), Double.parseDouble(f[6]), Double.parseDouble(f[7])));
+        }
+        return cells;
     }
 
     private static String variantName(Mode mode) {
@@ -345,7 +471,8 @@ public final class TensorParallelGemmBench {
         StringBuilder md = new StringBuilder();
         md.append("# Tensor-parallel GEMMs: fused vs cuBLAS + NCCL vs cuBLAS alone\n\n");
         md.append("- date: ").append(Instant.now()).append('\n');
-        md.append("- GPUs: ").append(world).append(" × ").append(device).append(", one rank per GPU, one JVM\n");
+        md.append("- GPUs: ").append(world).append(" × ").append(device).append(", one rank per GPU, ")
+                .append(flags.processes || flags.rankProcess ? "one process per GPU (--processes)" : "one JVM").append('\n');
         md.append("- GEMMs: ").append(library).append(", bf16 in and out, float32 accumulation\n");
         md.append("- each cell: 3 warm-up calls, then the median of ").append(flags.reps).append(" timings of ")
                 .append(flags.iters).append(flags.graph ? " calls captured into one CUDA graph and replayed" : " back-to-back eager calls")
