@@ -6,7 +6,6 @@ import java.time.Duration;
 import java.util.List;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.EnumSource;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
@@ -23,7 +22,8 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * Tensor parallelism combined with data parallelism on a {@code dp x tp = 2 x 2} mesh: each rank
  * holds its tensor-parallel shard, {@link SymmemParallelWrapper} in group mode all-reduces the
  * gradients of equal shards over the {@code dp} sub-group (with ZeRO over it too), and the gathered
- * network equals data parallelism of the unsharded network on 2 worker threads (fp64, to rounding);
+ * network equals data parallelism of the unsharded network on 2 worker threads (fp64, to rounding), with the output
+ * layer's vocabulary split too (the wrapper's replicas keep the vocabulary-parallel loss bound to the group);
  * the two replicas of each shard stay bitwise equal.
  */
 class TensorAndDataParallelTest {
@@ -31,9 +31,10 @@ class TensorAndDataParallelTest {
     /** No sharding, and ZeRO stages 1 and 2 over the data-parallel dimension. */
     enum Sharding { NONE, OPTIMIZER_STATE, GRADIENTS }
 
-    @ParameterizedTest(name = "sharding={0}")
-    @EnumSource(Sharding.class)
-    void dpTimesTpEqualsDataParallelismOfTheUnshardedNetwork(Sharding sharding) {
+    @ParameterizedTest(name = "sharding={0} vocabulary-parallel output={1}")
+    @org.junit.jupiter.params.provider.CsvSource({"NONE, false", "OPTIMIZER_STATE, false", "GRADIENTS, false", "NONE, true",
+            "GRADIENTS, true"})
+    void dpTimesTpEqualsDataParallelismOfTheUnshardedNetwork(Sharding sharding, boolean vocabularyParallelOutput) {
         MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
         List<DataSet> data = TensorParallelTest.batches(DataType.DOUBLE, 8, 16);
         MultiLayerNetwork threads = initial.clone();
@@ -52,7 +53,10 @@ class TensorAndDataParallelTest {
                     try (DeviceMesh mesh = DeviceMesh.of(group, "dp", 2, "tp", 2)) {
                         Group tp = mesh.group("tp");
                         Group dp = mesh.group("dp");
-                        MultiLayerNetwork mine = TensorParallel.shard(initial, tp.rank(), tp.worldSize(), 0, 2);
+                        MultiLayerNetwork mine = vocabularyParallelOutput
+                                ? TensorParallel.shard(initial, tp.rank(), tp.worldSize(),
+                                        java.util.EnumSet.of(TensorParallel.VocabularyParallel.OUTPUT), 0, 2)
+                                : TensorParallel.shard(initial, tp.rank(), tp.worldSize(), 0, 2);
                         MultiLayerNetwork gathered = initial.clone();
                         try (Communicator c = Communicator.create(tp)) {
                             TensorParallel.attach(mine, c);
