@@ -90,6 +90,39 @@ class MultiNodeDataParallelTest {
         assertEquals(1, crcs.size(), "every rank's parameters bitwise equal (one CRC-32), found " + crcs + ":\n" + text);
     }
 
+    /**
+     * A dp x tp mesh on 2 machines of 2 ranks: tensor parallelism inside each machine, data parallelism across them
+     * over the data-parallel sub-group's own MPI communicator; the gathered network equals data parallelism of the
+     * unsharded network on 2 worker threads of one JVM to float32 rounding, and is the same bits on every rank.
+     */
+    @Test
+    void dataParallelAcrossMachinesWithTensorParallelInsideTrainsLikeTwoWorkerThreads(@TempDir Path out) throws Exception {
+        requireMpi();
+        String text = mpirun(4, 2, out, MultiNodeDataParallelWorker.DP_TP);
+        java.util.Set<String> crcs = new java.util.HashSet<>();
+        for (int r = 0; r < 4; r++) {
+            java.util.regex.Matcher m = java.util.regex.Pattern.compile("rank " + r
+                    + " OK: dp over hierarchical\\(.*, tp over (?!hierarchical).*gathered parameters CRC-32 ([0-9a-f]+)")
+                    .matcher(text);
+            assertTrue(m.find(), "rank " + r + ": data parallelism across machines (hierarchical), tensor parallelism inside"
+                    + " one:\n" + text);
+            crcs.add(m.group(1));
+        }
+        assertEquals(1, crcs.size(), "every rank gathered the same bits, found " + crcs);
+        MultiLayerNetwork threads = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
+        GroupModeTest.train(threads, SymmemParallelWrapper.builder(threads).workers(2),
+                Nets.batches(7, BATCHES, 8, DataType.FLOAT), 2);
+        INDArray gathered = Nd4j.readBinary(out.resolve("params.bin").toFile());
+        double worst = 0;
+        for (long i = 0; i < gathered.length(); i++) {
+            double a = gathered.getDouble(i);
+            double b = threads.params().getDouble(i);
+            worst = Math.max(worst, Math.abs(a - b) / (1e-3 + Math.abs(b)));
+        }
+        System.out.println("dp across machines x tp inside: worst relative difference to 2 worker threads " + worst);
+        assertTrue(worst <= 1e-4, "gathered parameters differ from data parallelism on 2 worker threads by " + worst);
+    }
+
     /** ZeRO across machines: its in-place shard collectives go through the hierarchy (padded blocks). */
     @ParameterizedTest(name = "{0}")
     @EnumSource(ZeroStage.class)

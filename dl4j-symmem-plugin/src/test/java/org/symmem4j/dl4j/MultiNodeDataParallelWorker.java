@@ -25,7 +25,45 @@ import org.symmem4j.parallel.multinode.MultiNodeTransport;
  */
 public final class MultiNodeDataParallelWorker {
 
+    /** The third argument for a dp x tp mesh: data parallelism across the machines, tensor parallelism inside each. */
+    static final String DP_TP = "DP_TP";
+
     private MultiNodeDataParallelWorker() {
+    }
+
+    /**
+     * A {@code dp x tp = 2 x 2} mesh on 2 machines of 2 ranks: the tensor-parallel pairs inside a machine, the
+     * data-parallel pairs across them (a sub-group spanning machines: its own MPI communicator). The MLP's first two
+     * layers are a tensor-parallel block; the wrapper in group mode trains over the {@code dp} sub-group; rank 0 writes
+     * the gathered network's parameters.
+     */
+    private static void dataParallelAcrossMachinesTensorParallelInside(ProcessGroup group, List<DataSet> data, Path out)
+            throws IOException {
+        try (org.symmem4j.parallel.DeviceMesh mesh = org.symmem4j.parallel.DeviceMesh.of(group, "dp", 2, "tp", 2)) {
+            org.symmem4j.parallel.Group tp = mesh.group("tp");
+            org.symmem4j.parallel.Group dp = mesh.group("dp");
+            String dpEngine;
+            String tpEngine;
+            try (Communicator probe = Communicator.create(dp)) {
+                dpEngine = probe.transportName();
+            }
+            MultiLayerNetwork unsharded = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
+            MultiLayerNetwork mine = org.symmem4j.dl4j.tensor.TensorParallel.shard(unsharded, tp.rank(), tp.worldSize(), 0);
+            MultiLayerNetwork gathered = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
+            try (Communicator c = Communicator.create(tp)) {
+                tpEngine = c.transportName();
+                org.symmem4j.dl4j.tensor.TensorParallel.attach(mine, c);
+                GroupModeTest.train(mine, SymmemParallelWrapper.builder(mine).group(dp), data, 2);
+                org.symmem4j.dl4j.tensor.TensorParallel.gather(mine, c, gathered);
+            }
+            if (group.rank() == 0) {
+                Nd4j.saveBinary(gathered.params(), out.resolve("params.bin").toFile());
+            }
+            java.util.zip.CRC32 crc = new java.util.zip.CRC32();
+            crc.update(ModelReplica.segmentOf(gathered.params()).asByteBuffer());
+            System.out.println("rank " + group.rank() + " OK: dp over " + dpEngine + ", tp over " + tpEngine
+                    + ", gathered parameters CRC-32 " + Long.toHexString(crc.getValue()));
+        }
     }
 
     public static void main(String[] args) throws IOException {
@@ -39,6 +77,10 @@ public final class MultiNodeDataParallelWorker {
                 engine = probe.transportName();
             }
             List<DataSet> data = Nets.batches(7, batches, 8, DataType.FLOAT);
+            if (args.length > 2 && args[2].equals(DP_TP)) {
+                dataParallelAcrossMachinesTensorParallelInside(group, data, out);
+                return;
+            }
             MultiLayerNetwork model = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
             SymmemParallelWrapper.Builder builder = SymmemParallelWrapper.builder(model).group(group);
             if (args.length > 2) {

@@ -83,6 +83,58 @@ public final class MpiComm implements AutoCloseable {
     }
 
     /**
+     * {@code MPI_Comm_create_group}: a communicator of the processes of this one at {@code ranks}, ranked in that order.
+     * Collective over those processes only (the others take no part, unlike {@link #split}), so a sub-group of a job can
+     * make its own while the rest of the job does something else. Close it when done.
+     *
+     * @param ranks this communicator's ranks of the new one's processes, in their new order; this process among them,
+     *              none twice
+     * @param tag   tells apart creations that the same processes may run at once (any value from 0)
+     * @return the new communicator
+     * @throws IllegalArgumentException when a rank is out of range or repeated, or this process is not among them
+     */
+    public MpiComm subset(int[] ranks, int tag) {
+        requireOpen();
+        java.util.Set<Integer> seen = new java.util.HashSet<>();
+        boolean mine = false;
+        for (int r : ranks) {
+            if (r < 0 || r >= size || !seen.add(r)) {
+                throw new IllegalArgumentException("ranks " + java.util.Arrays.toString(ranks) + ": expected distinct ranks"
+                        + " in [0, " + size + ")");
+            }
+            mine |= r == rank;
+        }
+        if (!mine) {
+            throw new IllegalArgumentException("ranks " + java.util.Arrays.toString(ranks) + " do not include this process's"
+                    + " rank " + rank + ": only the processes of the new communicator create it");
+        }
+        OpenMpi mpi = OpenMpi.get();
+        return Mpi.call(() -> {
+            try (Arena arena = Arena.ofConfined()) {
+                MemorySegment all = arena.allocate(ADDRESS);
+                mpi.check((int) mpi.commGroup.invokeExact(handle, all), "MPI_Comm_group");
+                MemorySegment some = arena.allocate(ADDRESS);
+                try {
+                    mpi.check((int) mpi.groupIncl.invokeExact(all.get(ADDRESS, 0), ranks.length,
+                            arena.allocateFrom(JAVA_INT, ranks), some), "MPI_Group_incl");
+                    MemorySegment out = arena.allocate(ADDRESS);
+                    try {
+                        mpi.check((int) mpi.commCreateGroup.invokeExact(handle, some.get(ADDRESS, 0), tag, out),
+                                "MPI_Comm_create_group");
+                    } finally {
+                        mpi.check((int) mpi.groupFree.invokeExact(some), "MPI_Group_free");
+                    }
+                    MemorySegment comm = out.get(ADDRESS, 0);
+                    mpi.check((int) mpi.commSetErrhandler.invokeExact(comm, mpi.errorsReturn), "MPI_Comm_set_errhandler");
+                    return wrap(comm, true);
+                } finally {
+                    mpi.check((int) mpi.groupFree.invokeExact(all), "MPI_Group_free");
+                }
+            }
+        });
+    }
+
+    /**
      * Collective in-place all-reduce of {@code count} elements of {@code buffer}.
      *
      * @param buffer native memory of at least {@code count} elements
@@ -184,7 +236,7 @@ public final class MpiComm implements AutoCloseable {
         });
     }
 
-    /** Frees a communicator made by {@link #split} (collective); {@code MPI_COMM_WORLD} stays. Idempotent. */
+    /** Frees a communicator made by {@link #split} or {@link #subset} (collective); {@code MPI_COMM_WORLD} stays. Idempotent. */
     @Override
     public void close() {
         if (!owned || closed) {

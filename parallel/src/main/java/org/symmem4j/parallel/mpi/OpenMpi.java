@@ -54,6 +54,10 @@ final class OpenMpi {
     final MethodHandle commSplit;
     final MethodHandle commFree;
     final MethodHandle commSetErrhandler;
+    final MethodHandle commGroup;
+    final MethodHandle groupIncl;
+    final MethodHandle groupFree;
+    final MethodHandle commCreateGroup;
     final MethodHandle allreduce;
     final MethodHandle reduceScatterBlock;
     final MethodHandle allgather;
@@ -94,6 +98,10 @@ final class OpenMpi {
         commSplit = function("MPI_Comm_split", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, ADDRESS));
         commFree = function("MPI_Comm_free", FunctionDescriptor.of(JAVA_INT, ADDRESS));
         commSetErrhandler = function("MPI_Comm_set_errhandler", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        commGroup = function("MPI_Comm_group", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        groupIncl = function("MPI_Group_incl", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, ADDRESS, ADDRESS));
+        groupFree = function("MPI_Group_free", FunctionDescriptor.of(JAVA_INT, ADDRESS));
+        commCreateGroup = function("MPI_Comm_create_group", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_INT, ADDRESS));
         allreduce = function("MPI_Allreduce", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_INT, ADDRESS, ADDRESS, ADDRESS));
         reduceScatterBlock = function("MPI_Reduce_scatter_block",
                 FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_INT, ADDRESS, ADDRESS, ADDRESS));

@@ -45,6 +45,8 @@ public final class HierarchicalCommunicator implements Communicator {
     private final Communicator intra;
     private final MpiComm inter;
     private final MpiComm world;
+    /** Whether {@link #close} frees {@link #world} too (a sub-group's communicator made for it by its transport). */
+    private final boolean ownsWorld;
     private final Arena arena = Arena.ofShared();
     private MemorySegment staging = MemorySegment.NULL;
     private MemorySegment shard = MemorySegment.NULL;
@@ -55,13 +57,14 @@ public final class HierarchicalCommunicator implements Communicator {
     private boolean closed;
 
     private HierarchicalCommunicator(Group group, NodeTopology topology, Group machine, Communicator intra, MpiComm inter,
-                                     MpiComm world) {
+                                     MpiComm world, boolean ownsWorld) {
         this.group = group;
         this.topology = topology;
         this.machine = machine;
         this.intra = intra;
         this.inter = inter;
         this.world = world;
+        this.ownsWorld = ownsWorld;
     }
 
     /**
@@ -75,6 +78,25 @@ public final class HierarchicalCommunicator implements Communicator {
      * @throws IllegalArgumentException when the MPI ranks are not the group's, or the layout is refused ({@link NodeTopology#of})
      */
     public static HierarchicalCommunicator create(Group group, MpiComm world) {
+        return create(group, world, false);
+    }
+
+    /**
+     * As {@link #create(Group, MpiComm)}; with {@code ownsWorld} the communicator frees {@code world} when it closes (or
+     * when it cannot be made), as for a sub-group's MPI communicator made for it alone.
+     */
+    static HierarchicalCommunicator create(Group group, MpiComm world, boolean ownsWorld) {
+        try {
+            return build(group, world, ownsWorld);
+        } catch (RuntimeException | Error e) {
+            if (ownsWorld) {
+                world.close();
+            }
+            throw e;
+        }
+    }
+
+    private static HierarchicalCommunicator build(Group group, MpiComm world, boolean ownsWorld) {
         if (world.size() != group.worldSize() || world.rank() != group.rank()) {
             throw new IllegalArgumentException("MPI rank " + world.rank() + " of " + world.size() + " is group rank "
                     + group.rank() + " of " + group.worldSize() + ": expected the same processes in the same order (join the"
@@ -87,7 +109,7 @@ public final class HierarchicalCommunicator implements Communicator {
         try {
             intra = Communicator.create(machine);
             inter = world.split(topology.localRank(), topology.node());
-            return new HierarchicalCommunicator(group, topology, machine, intra, inter, world);
+            return new HierarchicalCommunicator(group, topology, machine, intra, inter, world, ownsWorld);
         } catch (RuntimeException | Error e) {
             if (inter != null) {
                 inter.close();
@@ -311,7 +333,10 @@ public final class HierarchicalCommunicator implements Communicator {
         group.abort(reason);
     }
 
-    /** Frees the MPI communicator between machines, the machine's communicator and sub-group (collective). */
+    /**
+     * Frees the MPI communicator between machines, the machine's communicator and sub-group, and a sub-group's own MPI
+     * communicator (collective).
+     */
     @Override
     public synchronized void close() {
         if (closed) {
@@ -324,8 +349,14 @@ public final class HierarchicalCommunicator implements Communicator {
             try {
                 intra.close();
             } finally {
-                machine.close();
-                arena.close();
+                try {
+                    machine.close();
+                    arena.close();
+                } finally {
+                    if (ownsWorld) {
+                        world.close();
+                    }
+                }
             }
         }
     }

@@ -1,6 +1,7 @@
 package org.symmem4j.parallel.multinode;
 
 import java.lang.foreign.MemorySegment;
+import java.util.Arrays;
 import java.util.Objects;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
@@ -25,8 +26,8 @@ import org.symmem4j.parallel.mpi.MpiComm;
  * group that spans machines, {@link #communicator} gives the {@link HierarchicalCommunicator} (symmetric
  * memory inside each machine, MPI between) and {@link #allocate} memory of this rank's machine
  * ({@link NodeLocalSymmetricMemory}: its own buffer, and its machine's peers mapped; the collectives use
- * this rank's buffer). Only the whole job (the ranks of {@code world}) may span machines: a sub-group that
- * spans machines would need an MPI communicator of its own, which is not built yet, and is refused.
+ * this rank's buffer). A sub-group that spans machines (a data-parallel dimension across machines beside a
+ * tensor-parallel one inside each) is served the same way over an MPI communicator of its own processes.
  */
 public final class MultiNodeTransport implements Transport {
 
@@ -87,7 +88,8 @@ public final class MultiNodeTransport implements Transport {
      * Collective: on one machine the host transport's communicator; for the whole job across machines a
      * {@link HierarchicalCommunicator} over {@code world}.
      *
-     * @throws UnsupportedOperationException for a sub-group that spans machines (says why)
+     * A sub-group that spans machines gets a {@link HierarchicalCommunicator} over an MPI communicator of its own
+     * processes ({@link MpiComm#subset}).
      */
     @Override
     public Communicator communicator(Group group, CommunicatorOptions options) {
@@ -95,16 +97,19 @@ public final class MultiNodeTransport implements Transport {
         if (topology.nodes() == 1) {
             return group.hostTransport().communicator(group, options);
         }
-        if (worldRanks != null) {
-            throw new UnsupportedOperationException("a sub-group of " + group.worldSize() + " ranks on " + topology.nodes()
-                    + " machines: collectives of a sub-group that spans machines need an MPI communicator of their own, not"
-                    + " built yet; only the whole job (" + world.size() + " ranks) and groups inside one machine have"
-                    + " communicators on this transport");
+        if (worldRanks == null) {
+            return HierarchicalCommunicator.create(group, world);
         }
-        return HierarchicalCommunicator.create(group, world);
+        // a sub-group spanning machines (a data-parallel dimension across machines, say): an MPI communicator of its
+        // processes alone, in group order, made by them alone while the rest of the job may be elsewhere
+        return HierarchicalCommunicator.create(group, world.subset(worldRanks, Math.floorMod(Arrays.hashCode(worldRanks),
+                1 << 15)), true);
     }
 
-    /** Sub-groups keep this transport: inside one machine it serves them with the host transport. */
+    /**
+     * Sub-groups keep this transport: inside one machine it serves them with the host transport, across machines with a
+     * hierarchical communicator of their own.
+     */
     @Override
     public Transport forSubGroup(int[] parentRanks) {
         int[] mine = new int[parentRanks.length];

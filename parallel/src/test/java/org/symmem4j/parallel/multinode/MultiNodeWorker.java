@@ -210,7 +210,8 @@ public final class MultiNodeWorker {
     /**
      * {@link MultiNodeTransport} itself: the group's communicator is the hierarchical one; its memory maps this
      * machine's ranks and refuses another machine's, naming both; a sub-group of one rank per machine (which spans
-     * machines) has no communicator yet and says why; a sub-group inside a machine gets the host transport's.
+     * machines) gets a hierarchical communicator of its own whose all-reduce sums its members' values exactly; a
+     * sub-group inside a machine gets the host transport's.
      */
     private static void checkTransportAcrossMachines(ProcessGroup group, NodeTopology t) {
         try (org.symmem4j.parallel.Communicator c = org.symmem4j.parallel.Communicator.create(group)) {
@@ -232,13 +233,33 @@ public final class MultiNodeWorker {
             }
             m.barrier();
         }
-        try (org.symmem4j.parallel.Group acrossMachines = group.split(t.localRank(), t.node(), "across")) {
-            try {
-                org.symmem4j.parallel.Communicator.create(acrossMachines).close();
-                throw new AssertionError("a sub-group spanning machines got a communicator");
-            } catch (UnsupportedOperationException expected) {
-                if (!expected.getMessage().contains("spans machines")) {
-                    throw new AssertionError("the refusal does not say why: " + expected.getMessage());
+        // one rank per machine (a data-parallel dimension across machines): a hierarchical communicator of its own, over
+        // an MPI communicator of its processes alone; its all-reduce sums exactly its members' values
+        try (org.symmem4j.parallel.Group acrossMachines = group.split(t.localRank(), t.node(), "across");
+             org.symmem4j.parallel.Communicator c = org.symmem4j.parallel.Communicator.create(acrossMachines);
+             Arena arena = Arena.ofConfined()) {
+            if (!c.transportName().startsWith("hierarchical(")) {
+                throw new AssertionError("a sub-group spanning machines got " + c.transportName());
+            }
+            int count = 1000;
+            MemorySegment buffer = arena.allocate(8L * count, 8);
+            for (org.symmem4j.parallel.Algorithm algorithm : List.of(org.symmem4j.parallel.Algorithm.HIERARCHICAL,
+                    org.symmem4j.parallel.Algorithm.MPI)) {
+                for (int i = 0; i < count; i++) {
+                    buffer.setAtIndex(java.lang.foreign.ValueLayout.JAVA_DOUBLE, i, group.rank() * 1000.0 + i);
+                }
+                c.allReduce(buffer, count, DType.FLOAT64, org.symmem4j.parallel.ReduceOp.SUM, algorithm);
+                for (int i = 0; i < count; i++) {
+                    double expected = 0;
+                    for (int node = 0; node < t.nodes(); node++) {
+                        expected += (node * t.ranksPerNode() + t.localRank()) * 1000.0 + i;
+                    }
+                    double got = buffer.getAtIndex(java.lang.foreign.ValueLayout.JAVA_DOUBLE, i);
+                    if (got != expected) {
+                        throw new AssertionError(algorithm + " all-reduce of the sub-group across machines (local rank "
+                                + t.localRank() + ") element " + i + ": got " + got + " expected " + expected + " on rank "
+                                + group.rank());
+                    }
                 }
             }
         }
