@@ -169,6 +169,13 @@ public final class HierarchicalCommunicator implements Communicator {
     private void hierarchicalAllReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op) {
         int perNode = topology.ranksPerNode();
         int nodes = topology.nodes();
+        if (perNode == 1) {
+            // one rank per machine (a data-parallel sub-group across machines): nothing to do inside a machine, and the
+            // staging copies only cost (1.4-2.3x flat MPI on the pretend 2 x 1 job,
+            // bench/results/2026-11-26-multinode-allreduce-2x1.md): MPI's in-place all-reduce over the machines
+            inter.allReduce(buffer, count, dtype, op);
+            return;
+        }
         long blocks = (long) perNode * nodes;
         long padded = (count + blocks - 1) / blocks * blocks;
         long piece = padded / perNode;
