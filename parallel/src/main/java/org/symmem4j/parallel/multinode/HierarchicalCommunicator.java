@@ -171,8 +171,8 @@ public final class HierarchicalCommunicator implements Communicator {
         int nodes = topology.nodes();
         if (perNode == 1) {
             // one rank per machine (a data-parallel sub-group across machines): nothing to do inside a machine, and the
-            // staging copies only cost (1.4-2.3x flat MPI on the pretend 2 x 1 job,
-            // bench/results/2026-11-26-multinode-allreduce-2x1.md): MPI's in-place all-reduce over the machines
+            // staging copies only cost (the pretend 2 x 1 job: 1.4-2.3x flat MPI before, 0.86-1.18x with this path;
+            // bench/results/2026-11-26-multinode-allreduce-2x1{,-one-rank-path}.md): MPI's in-place all-reduce
             inter.allReduce(buffer, count, dtype, op);
             return;
         }
