@@ -12,12 +12,8 @@ import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.layers.DenseLayer;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
-import org.deeplearning4j.nn.params.DefaultParamInitializer;
 import org.nd4j.linalg.activations.IActivation;
 import org.nd4j.linalg.activations.impl.ActivationSoftmax;
-import org.nd4j.linalg.api.ndarray.INDArray;
-import org.nd4j.linalg.factory.Nd4j;
-import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.dl4j.ArrayCollectives;
 import org.symmem4j.parallel.Communicator;
 
@@ -168,7 +164,7 @@ public final class TensorParallel {
         MultiLayerNetwork sharded = new MultiLayerNetwork(conf);
         sharded.init();
         for (int l = 0; l < confs.size(); l++) {
-            copyShard(unsharded.getLayer(l), sharded.getLayer(l), rank);
+            ShardTransfer.copyShard(unsharded.getLayer(l), sharded.getLayer(l), rank);
         }
         if (unsharded.getUpdater(false) != null) {
             ParameterUpdaterState from = ParameterUpdaterState.of(unsharded.getUpdater(false),
@@ -176,7 +172,7 @@ public final class TensorParallel {
             ParameterUpdaterState to = ParameterUpdaterState.of(sharded.getUpdater(true),
                     ParameterUpdaterState.byIndex(sharded.getLayers()));
             for (int l = 0; l < confs.size(); l++) {
-                copyStateShard("layer " + l, String.valueOf(l), sharded.getLayer(l), from, to, rank);
+                ShardTransfer.copyStateShard("layer " + l, String.valueOf(l), sharded.getLayer(l), from, to, rank);
             }
         }
         sharded.setIterationCount(unsharded.getIterationCount());
@@ -317,7 +313,7 @@ public final class TensorParallel {
         sharded.init();
         for (Layer to : sharded.getLayers()) {
             String name = to.conf().getLayer().getLayerName();
-            copyShard(unsharded.getLayer(name), to, rank);
+            ShardTransfer.copyShard(unsharded.getLayer(name), to, rank);
         }
         if (unsharded.getUpdater(false) != null) {
             ParameterUpdaterState from = ParameterUpdaterState.of(unsharded.getUpdater(false),
@@ -326,7 +322,7 @@ public final class TensorParallel {
                     ParameterUpdaterState.byName(sharded));
             for (Layer layer : sharded.getLayers()) {
                 String name = layer.conf().getLayer().getLayerName();
-                copyStateShard("vertex '" + name + "'", name, layer, from, to, rank);
+                ShardTransfer.copyStateShard("vertex '" + name + "'", name, layer, from, to, rank);
             }
         }
         // a graph's counters live in its configuration
@@ -489,7 +485,7 @@ public final class TensorParallel {
         }
         ArrayCollectives comm = new ArrayCollectives(communicator);
         for (int l = 0; l < network.getnLayers(); l++) {
-            gatherLayer("layer " + l, network.getLayer(l), target.getLayer(l), comm);
+            ShardTransfer.gatherLayer("layer " + l, network.getLayer(l), target.getLayer(l), comm);
         }
         // every rank has an updater here (created fresh where the network never trained: its initial state), so every
         // rank makes the same all-gathers
@@ -497,87 +493,10 @@ public final class TensorParallel {
                 ParameterUpdaterState.byIndex(network.getLayers()));
         ParameterUpdaterState to = ParameterUpdaterState.of(target.getUpdater(true), ParameterUpdaterState.byIndex(target.getLayers()));
         for (int l = 0; l < network.getnLayers(); l++) {
-            gatherState("layer " + l, String.valueOf(l), network.getLayer(l), from, to, comm);
+            ShardTransfer.gatherState("layer " + l, String.valueOf(l), network.getLayer(l), from, to, comm);
         }
         target.setIterationCount(network.getIterationCount());
         target.setEpochCount(network.getEpochCount());
-    }
-
-    /**
-     * The axis along which parameter {@code param} of {@code layer} is split over the ranks, or -1 where every rank holds
-     * it whole: a column-parallel or vocabulary-parallel layer's {@code W} columns and bias entries (its outputs), a
-     * row-parallel layer's or vocabulary-parallel embedding's {@code W} rows (its inputs; its bias is replicated).
-     */
-    private static int splitAxis(Layer layer, String param) {
-        if (layer instanceof ColumnParallelDenseLayerImpl || layer instanceof VocabParallelOutputLayerImpl) {
-            return 1;
-        }
-        if ((layer instanceof RowParallelDenseLayerImpl || layer instanceof VocabParallelEmbeddingLayerImpl)
-                && param.equals(DefaultParamInitializer.WEIGHT_KEY)) {
-            return 0;
-        }
-        return -1;
-    }
-
-    /** This rank's block of {@code whole} for a shard shaped like {@code part}, split along {@code axis} (or whole when -1). */
-    private static INDArray cut(INDArray whole, INDArray part, int axis, int rank) {
-        if (axis < 0) {
-            return whole;
-        }
-        long k = part.size(Math.min(axis, part.rank() - 1)); // DL4J's biases may be vectors
-        return block(whole, axis, rank * k, (rank + 1) * k);
-    }
-
-    /** Copies {@code from}'s parameters, or this rank's shard of them, into {@code to}. */
-    private static void copyShard(Layer from, Layer to, int rank) {
-        for (java.util.Map.Entry<String, INDArray> p : to.paramTable(false).entrySet()) {
-            p.getValue().assign(cut(from.getParam(p.getKey()), p.getValue(), splitAxis(to, p.getKey()), rank));
-        }
-    }
-
-    /** Copies the updater state of {@code layer}'s parameters from the unsharded model's, or this rank's shard of it. */
-    private static void copyStateShard(String name, String key, Layer layer, ParameterUpdaterState from, ParameterUpdaterState to,
-                                       int rank) {
-        for (String p : layer.paramTable(false).keySet()) {
-            List<INDArray> source = from.of(key, p);
-            List<INDArray> target = to.of(key, p);
-            requireSameSections(name, p, source.size(), target.size());
-            for (int k = 0; k < target.size(); k++) {
-                target.get(k).assign(cut(source.get(k), target.get(k), splitAxis(layer, p), rank));
-            }
-        }
-    }
-
-    /** Writes {@code from} (a layer of this rank's sharded model), gathered over the group where sharded, into {@code to}. */
-    private static void gatherLayer(String name, Layer from, Layer to, ArrayCollectives comm) {
-        for (java.util.Map.Entry<String, INDArray> p : from.paramTable(false).entrySet()) {
-            int axis = splitAxis(from, p.getKey());
-            INDArray whole = axis < 0 ? p.getValue() : gatherBlocks(comm, p.getValue(), comm.size(), axis);
-            requireShape(name, p.getKey(), to, whole);
-            to.getParam(p.getKey()).assign(whole);
-        }
-    }
-
-    /** Writes the updater state of {@code from}'s parameters, gathered over the group where sharded, into the target's. */
-    private static void gatherState(String name, String key, Layer from, ParameterUpdaterState fromState,
-                                    ParameterUpdaterState toState, ArrayCollectives comm) {
-        for (String p : from.paramTable(false).keySet()) {
-            List<INDArray> source = fromState.of(key, p);
-            List<INDArray> target = toState.of(key, p);
-            requireSameSections(name, p, source.size(), target.size());
-            int axis = splitAxis(from, p);
-            for (int k = 0; k < source.size(); k++) {
-                target.get(k).assign(axis < 0 ? source.get(k) : gatherBlocks(comm, source.get(k), comm.size(), axis));
-            }
-        }
-    }
-
-    private static void requireSameSections(String layer, String param, int from, int to) {
-        if (from != to) {
-            throw new IllegalArgumentException(layer + " " + param + ": the updater keeps " + from + " values per parameter in"
-                    + " the source but " + to + " in the target: their updater configurations differ (expected the"
-                    + " configuration the network was sharded from)");
-        }
     }
 
     /**
@@ -600,7 +519,7 @@ public final class TensorParallel {
                 throw new IllegalArgumentException("target has no layer vertex '" + name + "': expected the unsharded"
                         + " configuration");
             }
-            gatherLayer("vertex '" + name + "'", from, to, comm);
+            ShardTransfer.gatherLayer("vertex '" + name + "'", from, to, comm);
         }
         ParameterUpdaterState fromState = ParameterUpdaterState.of(graph.getUpdater(true),
                 ParameterUpdaterState.byName(graph));
@@ -608,44 +527,10 @@ public final class TensorParallel {
                 ParameterUpdaterState.byName(target));
         for (Layer from : graph.getLayers()) {
             String name = from.conf().getLayer().getLayerName();
-            gatherState("vertex '" + name + "'", name, from, fromState, toState, comm);
+            ShardTransfer.gatherState("vertex '" + name + "'", name, from, fromState, toState, comm);
         }
         target.getConfiguration().setIterationCount(graph.getIterationCount());
         target.getConfiguration().setEpochCount(graph.getEpochCount());
     }
 
-    private static void requireShape(String layer, String param, Layer to, INDArray gathered) {
-        if (to.paramTable(false).get(param) == null) {
-            throw new IllegalArgumentException(layer + " of target has no parameter " + param + " (it has "
-                    + to.paramTable(false).keySet() + "): expected the unsharded configuration");
-        }
-        if (!Arrays.equals(to.getParam(param).shape(), gathered.shape())) {
-            throw new IllegalArgumentException(layer + " " + param + " of target has shape "
-                    + Arrays.toString(to.getParam(param).shape()) + ", the gathered shards " + Arrays.toString(gathered.shape())
-                    + ": expected the unsharded configuration");
-        }
-    }
-
-    /** Every rank's {@code shard} (same shape), concatenated in rank order along {@code axis}: an all-gather, bit for bit. */
-    private static INDArray gatherBlocks(ArrayCollectives comm, INDArray shard, int size, int axis) {
-        INDArray[][] gathered = comm.allGather(new INDArray[] {shard});
-        long[] shape = shard.shape().clone();
-        int along = Math.min(axis, shape.length - 1); // DL4J's biases are vectors
-        long k = shape[along];
-        shape[along] = k * size;
-        INDArray all = Nd4j.createUninitialized(shard.dataType(), shape, 'c');
-        for (int r = 0; r < size; r++) {
-            block(all, axis, r * k, (r + 1) * k).assign(gathered[r][0]);
-        }
-        return all;
-    }
-
-    /** Indices {@code [from, to)} of {@code array} along {@code axis} (rows 0, columns 1; a vector's own axis). */
-    private static INDArray block(INDArray array, int axis, long from, long to) {
-        if (array.rank() == 1) {
-            return array.get(NDArrayIndex.interval(from, to));
-        }
-        return axis == 0 ? array.get(NDArrayIndex.interval(from, to), NDArrayIndex.all())
-                : array.get(NDArrayIndex.all(), NDArrayIndex.interval(from, to));
-    }
 }
