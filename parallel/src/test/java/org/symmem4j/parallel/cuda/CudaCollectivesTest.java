@@ -9,7 +9,6 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -26,11 +25,8 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SignalOp;
-import org.symmem4j.parallel.SymmetricMemory;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.numeric.BFloat16;
 
 /**
@@ -41,30 +37,18 @@ import org.symmem4j.parallel.numeric.BFloat16;
 @ExtendWith(GpuTestWatchdog.class)
 class CudaCollectivesTest {
 
-    static int worldSize;
-    static CudaTransport cuda;
+    static final GpuTestSupport.ClassTransport GPU = new GpuTestSupport.ClassTransport();
 
     /** Per test (not @BeforeAll), so every test reports itself skipped on a machine without a GPU. */
     @BeforeEach
     void needsAGpu() {
-        GpuTestSupport.assumeGpuAndKernels();
-        if (cuda == null) {
-            cuda = CudaTransport.create();
-            worldSize = GpuTestSupport.ranks();
-        }
+        GPU.open();
     }
 
     /** Gives the GPUs back (streams, kernels, contexts), so later test classes start from a clean device. */
     @AfterAll
     static void closeTransport() {
-        if (cuda != null) {
-            cuda.close();
-            cuda = null;
-        }
-    }
-
-    private static <T> List<T> onEveryRank(InJvmWorld.RankTask<T> task) {
-        return InJvmWorld.runOnEveryRank(worldSize, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)), task);
+        GPU.close();
     }
 
     /** Input of rank r for case c: exactly representable in dtype. */
@@ -102,8 +86,8 @@ class CudaCollectivesTest {
             mem.copyFromHost(host.asSlice(0, bytes), 0);
             comm.allReduce(mem, 0, count, dtype, op, alg);
             mem.copyToHost(0, host.asSlice(0, bytes));
-            SplittableRandom[] all = new SplittableRandom[worldSize];
-            for (int r = 0; r < worldSize; r++) {
+            SplittableRandom[] all = new SplittableRandom[GPU.worldSize()];
+            for (int r = 0; r < GPU.worldSize(); r++) {
                 all[r] = new SplittableRandom(seed * 31 + r);
             }
             double uOut = dtype == DType.BFLOAT16 ? 0x1p-8 : 0x1p-24;
@@ -113,14 +97,14 @@ class CudaCollectivesTest {
             for (long i = 0; i < count; i++) {
                 double ref = 0;
                 double abs = 0;
-                for (int r = 0; r < worldSize; r++) {
+                for (int r = 0; r < GPU.worldSize(); r++) {
                     float x = input(all[r], dtype);
                     ref += x;
                     abs += Math.abs(x);
                 }
-                double scale = op == ReduceOp.AVG ? 1.0 / worldSize : 1.0;
+                double scale = op == ReduceOp.AVG ? 1.0 / GPU.worldSize() : 1.0;
                 ref *= scale;
-                double tol = 2 * ((worldSize + 1) * uAcc * abs * scale + uOut * Math.abs(ref)) + Double.MIN_NORMAL;
+                double tol = 2 * ((GPU.worldSize() + 1) * uAcc * abs * scale + uOut * Math.abs(ref)) + Double.MIN_NORMAL;
                 double got = read(host, dtype, i);
                 if (!(Math.abs(got - ref) <= tol)) {
                     fail(alg + " " + dtype + " " + op + " count=" + count + " rank=" + group.rank() + " element " + i
@@ -130,7 +114,7 @@ class CudaCollectivesTest {
             CRC32 crc = new CRC32();
             crc.update(host.asSlice(0, bytes).asByteBuffer());
             List<byte[]> crcs = group.allGatherBytes("crc", ByteBuffer.allocate(8).putLong(crc.getValue()).array());
-            for (int r = 1; r < worldSize; r++) {
+            for (int r = 1; r < GPU.worldSize(); r++) {
                 assertEquals(ByteBuffer.wrap(crcs.getFirst()).getLong(), ByteBuffer.wrap(crcs.get(r)).getLong(),
                         alg + " " + dtype + " count=" + count + ": rank " + r + " differs bitwise from rank 0");
             }
@@ -141,9 +125,9 @@ class CudaCollectivesTest {
     void kernelsAndNcclMatchTheFloat64Reference() {
         long[] small = {0, 1, 1001, 4099, (1 << 20) / 4};
         long big = (256L << 20) / 4; // 256 MB of float32
-        onEveryRank(group -> {
-            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 256L << 20)) {
+        GPU.onEveryRankOfHostGroup(group -> {
+            try (CudaCommunicator comm = (CudaCommunicator) GPU.cuda().communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) GPU.cuda().allocate(group, 256L << 20)) {
                 long seed = 1;
                 List<Algorithm> algorithms = new ArrayList<>(List.of(Algorithm.ONE_SHOT, Algorithm.TWO_SHOT));
                 if (comm.supports(Algorithm.NCCL)) {
@@ -184,8 +168,8 @@ class CudaCollectivesTest {
      */
     @Test
     void kernelsAreLoadedAndGridsFitBeforeAnyCollective() {
-        onEveryRank(group -> {
-            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults())) {
+        GPU.onEveryRankOfHostGroup(group -> {
+            try (CudaCommunicator comm = (CudaCommunicator) GPU.cuda().communicator(group, CommunicatorOptions.defaults())) {
                 CudaRank rank = comm.cudaRank();
                 CudaDriver driver = CudaDriver.get();
                 for (Kernel k : Kernel.values()) {
@@ -224,10 +208,10 @@ class CudaCollectivesTest {
 
     @Test
     void oneShotAndTwoShotAgreeBitwise() {
-        onEveryRank(group -> {
-            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory a = (CudaSymmetricMemory) cuda.allocate(group, 1 << 20);
-                 CudaSymmetricMemory b = (CudaSymmetricMemory) cuda.allocate(group, 1 << 20);
+        GPU.onEveryRankOfHostGroup(group -> {
+            try (CudaCommunicator comm = (CudaCommunicator) GPU.cuda().communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory a = (CudaSymmetricMemory) GPU.cuda().allocate(group, 1 << 20);
+                 CudaSymmetricMemory b = (CudaSymmetricMemory) GPU.cuda().allocate(group, 1 << 20);
                  Arena arena = Arena.ofConfined()) {
                 long count = 100_003;
                 MemorySegment in = arena.allocate(count * 4);
@@ -257,10 +241,10 @@ class CudaCollectivesTest {
     @Test
     void eagerCallsReplayCachedGraphs() {
         Assumptions.assumeTrue(EagerGraphCache.ENABLED, "-Dsymmem4j.cuda.eagerGraphs=false");
-        Assumptions.assumeTrue(CudaDriver.get().deviceCount() >= worldSize, "ranks share a GPU: eager calls launch plainly");
-        onEveryRank(group -> {
-            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 1 << 20)) {
+        Assumptions.assumeTrue(CudaDriver.get().deviceCount() >= GPU.worldSize(), "ranks share a GPU: eager calls launch plainly");
+        GPU.onEveryRankOfHostGroup(group -> {
+            try (CudaCommunicator comm = (CudaCommunicator) GPU.cuda().communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) GPU.cuda().allocate(group, 1 << 20)) {
                 EagerGraphCache cache = comm.cudaRank().eagerGraphs;
                 checkAllReduce(comm, mem, group, Algorithm.ONE_SHOT, DType.FLOAT32, ReduceOp.SUM, 1001, 7);
                 long afterFirst = cache.captures();
@@ -280,9 +264,9 @@ class CudaCollectivesTest {
 
     @Test
     void capturedGraphReplaysOnFreshData() {
-        onEveryRank(group -> {
-            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, comm.twoShotPushMinBytes() + (1 << 20))) {
+        GPU.onEveryRankOfHostGroup(group -> {
+            try (CudaCommunicator comm = (CudaCommunicator) GPU.cuda().communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) GPU.cuda().allocate(group, comm.twoShotPushMinBytes() + (1 << 20))) {
                 long count = (4 << 20) / 2;
                 long pushCount = comm.twoShotPushMinBytes() / 2 + 1001; // TWO_SHOT's write-only kernel
                 for (Algorithm alg : new Algorithm[] {Algorithm.TWO_SHOT, Algorithm.ONE_SHOT, null}) {
@@ -309,9 +293,9 @@ class CudaCollectivesTest {
     @Test
     void chainedAllReducesSeeEachOthersResults() {
         int rounds = 6;
-        onEveryRank(group -> {
-            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 2 * comm.twoShotPushMinBytes() + (1 << 20))) {
+        GPU.onEveryRankOfHostGroup(group -> {
+            try (CudaCommunicator comm = (CudaCommunicator) GPU.cuda().communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) GPU.cuda().allocate(group, 2 * comm.twoShotPushMinBytes() + (1 << 20))) {
                 CudaDriver driver = CudaDriver.get();
                 int major = driver.attribute(driver.device(comm.cudaRank().ordinal), CudaDriver.ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
                 if (major >= 9 && Boolean.parseBoolean(System.getProperty("symmem4j.cuda.pdl", "true"))) {
@@ -359,10 +343,10 @@ class CudaCollectivesTest {
                 comm.synchronize();
             }
             mem.copyToHost(0, host);
-            double scale = Math.pow(worldSize, rounds - 1);
+            double scale = Math.pow(GPU.worldSize(), rounds - 1);
             for (long i = 0; i < count; i++) {
                 double sum = 0;
-                for (int r = 0; r < worldSize; r++) {
+                for (int r = 0; r < GPU.worldSize(); r++) {
                     sum += (i * 7 + r * 3) % 9 - 4;
                 }
                 float got = host.getAtIndex(ValueLayout.JAVA_FLOAT, i);
@@ -390,17 +374,17 @@ class CudaCollectivesTest {
             group.allGatherBytes("inputs-ready", new byte[0]);
             graph.replay();
             mem.copyToHost(0, host);
-            SplittableRandom[] all = new SplittableRandom[worldSize];
-            for (int r = 0; r < worldSize; r++) {
+            SplittableRandom[] all = new SplittableRandom[GPU.worldSize()];
+            for (int r = 0; r < GPU.worldSize(); r++) {
                 all[r] = new SplittableRandom(seed * 31 + r);
             }
             for (long i = 0; i < count; i++) {
                 double ref = 0;
-                for (int r = 0; r < worldSize; r++) {
+                for (int r = 0; r < GPU.worldSize(); r++) {
                     ref += input(all[r], DType.BFLOAT16);
                 }
                 double got = read(host, DType.BFLOAT16, i);
-                assertTrue(Math.abs(got - ref) <= 0x1p-7 * Math.abs(ref) + worldSize * 1e-6,
+                assertTrue(Math.abs(got - ref) <= 0x1p-7 * Math.abs(ref) + GPU.worldSize() * 1e-6,
                         "replay seed=" + seed + " element " + i + " got=" + got + " ref=" + ref);
             }
         }
@@ -408,10 +392,10 @@ class CudaCollectivesTest {
 
     @Test
     void reduceScatterAndAllGather() {
-        onEveryRank(group -> {
-            int n = worldSize;
+        GPU.onEveryRankOfHostGroup(group -> {
+            int n = GPU.worldSize();
             long block = 100_000;
-            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
+            try (CudaCommunicator comm = (CudaCommunicator) GPU.cuda().communicator(group, CommunicatorOptions.defaults());
                  Arena arena = Arena.ofConfined()) {
                 MemorySegment host = arena.allocate(4 * block * n);
                 for (long i = 0; i < block * n; i++) {
@@ -450,11 +434,11 @@ class CudaCollectivesTest {
 
     @Test
     void putWithSignalHandsOffData() {
-        onEveryRank(group -> {
-            int peer = (group.rank() + 1) % worldSize;
-            int from = (group.rank() - 1 + worldSize) % worldSize;
-            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory box = (CudaSymmetricMemory) cuda.allocate(group, 1 << 20);
+        GPU.onEveryRankOfHostGroup(group -> {
+            int peer = (group.rank() + 1) % GPU.worldSize();
+            int from = (group.rank() - 1 + GPU.worldSize()) % GPU.worldSize();
+            try (CudaCommunicator comm = (CudaCommunicator) GPU.cuda().communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory box = (CudaSymmetricMemory) GPU.cuda().allocate(group, 1 << 20);
                  Arena arena = Arena.ofConfined()) {
                 MemorySegment src = comm.allocateDevice(1 << 20);
                 MemorySegment host = arena.allocate(1 << 20);
@@ -480,12 +464,12 @@ class CudaCollectivesTest {
      */
     @Test
     void consumingWaitsReplayAsAGraph() {
-        onEveryRank(group -> {
-            int peer = (group.rank() + 1) % worldSize;
-            int from = (group.rank() - 1 + worldSize) % worldSize;
+        GPU.onEveryRankOfHostGroup(group -> {
+            int peer = (group.rank() + 1) % GPU.worldSize();
+            int from = (group.rank() - 1 + GPU.worldSize()) % GPU.worldSize();
             int bytes = 64 << 10;
-            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory box = (CudaSymmetricMemory) cuda.allocate(group, bytes);
+            try (CudaCommunicator comm = (CudaCommunicator) GPU.cuda().communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory box = (CudaSymmetricMemory) GPU.cuda().allocate(group, bytes);
                  Arena arena = Arena.ofConfined()) {
                 MemorySegment src = comm.allocateDevice(bytes);
                 MemorySegment host = arena.allocate(bytes);
@@ -514,9 +498,9 @@ class CudaCollectivesTest {
 
     @Test
     void mismatchedArgumentsAreRejectedBeforeAnyKernelRuns() {
-        List<String> messages = onEveryRank(group -> {
-            try (CudaCommunicator comm = (CudaCommunicator) cuda.communicator(group, CommunicatorOptions.defaults());
-                 CudaSymmetricMemory mem = (CudaSymmetricMemory) cuda.allocate(group, 1 << 16)) {
+        List<String> messages = GPU.onEveryRankOfHostGroup(group -> {
+            try (CudaCommunicator comm = (CudaCommunicator) GPU.cuda().communicator(group, CommunicatorOptions.defaults());
+                 CudaSymmetricMemory mem = (CudaSymmetricMemory) GPU.cuda().allocate(group, 1 << 16)) {
                 CollectiveMismatchException e = assertThrows(CollectiveMismatchException.class, () -> comm.allReduce(mem, 0,
                         group.rank() == 0 ? 100 : 200, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT));
                 assertThrows(CollectiveMismatchException.class,

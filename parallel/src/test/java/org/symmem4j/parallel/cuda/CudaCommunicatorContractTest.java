@@ -10,7 +10,6 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
-import java.time.Duration;
 import java.util.List;
 import java.util.SplittableRandom;
 import java.util.zip.CRC32;
@@ -28,11 +27,9 @@ import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.DeviceMesh;
 import org.symmem4j.parallel.DeviceMemory;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.numeric.BFloat16;
 
 /**
@@ -46,29 +43,17 @@ import org.symmem4j.parallel.numeric.BFloat16;
 @ExtendWith(GpuTestWatchdog.class)
 class CudaCommunicatorContractTest {
 
-    static int worldSize;
-    static CudaTransport cuda;
+    static final GpuTestSupport.ClassTransport GPU = new GpuTestSupport.ClassTransport();
 
     @BeforeEach
     void needsAGpu() {
-        GpuTestSupport.assumeGpuAndKernels();
-        if (cuda == null) {
-            cuda = CudaTransport.create();
-            worldSize = GpuTestSupport.ranks();
-        }
+        GPU.open();
     }
 
     /** Releases every rank this class's transport made, so that a later class's test can be the kernels' last user. */
     @AfterAll
     static void closeTransport() {
-        if (cuda != null) {
-            cuda.close();
-            cuda = null;
-        }
-    }
-
-    private static <T> List<T> onEveryRank(InJvmWorld.RankTask<T> task) {
-        return InJvmWorld.runOnEveryRank(worldSize, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)), cuda, task);
+        GPU.close();
     }
 
     // ---- values exactly representable in each dtype, and host access to them ----
@@ -177,7 +162,7 @@ class CudaCommunicatorContractTest {
      */
     @Test
     void groupsOnTheCudaTransportGiveDeviceObjectsThroughTheCommonInterfaces() {
-        onEveryRank(group -> {
+        GPU.onEveryRank(group -> {
             assertEquals(CudaTransport.NAME, group.transport().name());
             try (SymmetricMemory mem = SymmetricMemory.allocate(group, 4096);
                  Communicator comm = Communicator.create(group)) {
@@ -191,8 +176,8 @@ class CudaCommunicatorContractTest {
                 assertTrue(e.getMessage().contains("algorithm"), e.getMessage());
                 // still usable after the refused call
                 try (Arena arena = Arena.ofConfined()) {
-                    double[][] all = new double[worldSize][];
-                    for (int r = 0; r < worldSize; r++) {
+                    double[][] all = new double[GPU.worldSize()][];
+                    for (int r = 0; r < GPU.worldSize(); r++) {
                         all[r] = inputs(7, r, 16, DType.FLOAT32);
                     }
                     MemorySegment host = hostOf(arena, all[group.rank()], DType.FLOAT32);
@@ -221,7 +206,7 @@ class CudaCommunicatorContractTest {
     void inPlaceShardCollectivesMatchTheFloat64Reference() {
         long[] counts = {1, 10, 1001, 4099, 100_003};
         long[] offsets = {0, 64, 8};
-        onEveryRank(group -> {
+        GPU.onEveryRank(group -> {
             int me = group.rank();
             long seed = 0;
             try (Communicator comm = Communicator.create(group);
@@ -235,8 +220,8 @@ class CudaCommunicatorContractTest {
                                 seed++;
                                 String what = "in-place " + dtype + " " + op + " count=" + count + " offset=" + offset
                                         + " rank=" + me;
-                                double[][] all = new double[worldSize][];
-                                for (int r = 0; r < worldSize; r++) {
+                                double[][] all = new double[GPU.worldSize()][];
+                                for (int r = 0; r < GPU.worldSize(); r++) {
                                     all[r] = inputs(seed, r, count, dtype);
                                 }
                                 MemorySegment host = hostOf(arena, all[me], dtype);
@@ -244,7 +229,7 @@ class CudaCommunicatorContractTest {
                                 comm.reduceScatter(mem, offset, count, dtype, op);
                                 MemorySegment out = arena.allocate(host.byteSize(), 16);
                                 mem.copyToHost(offset, out);
-                                ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
+                                ShardPartition blocks = ShardPartition.of(count, GPU.worldSize(), dtype);
                                 for (long i = 0; i < count; i++) {
                                     if (i >= blocks.start(me) && i < blocks.end(me)) {
                                         checkElement(what + " reduce-scatter", get(out, dtype, i), all, (int) i, dtype, op);
@@ -281,18 +266,18 @@ class CudaCommunicatorContractTest {
     }
 
     /**
-     * Sub-groups on the CUDA transport: a mesh of {@code worldSize/2} rows by 2 columns on the world's
+     * Sub-groups on the CUDA transport: a mesh of {@code GPU.worldSize()/2} rows by 2 columns on the world's
      * GPUs, each sub-group with GPU memory and a communicator of its own. Every column, then every row,
      * all-reduces at once (disjoint sub-groups side by side) with ONE_SHOT and TWO_SHOT, and each result
      * matches the float64 reference over that sub-group's members.
      */
     @Test
     void meshSubGroupsRunCollectivesOnTheirOwnGpuMemory() {
-        Assumptions.assumeTrue(worldSize >= 4 && worldSize % 2 == 0, "a mesh of rows and columns needs an even world of"
-                + " at least 4 ranks, found " + worldSize + " (-Dsymmem4j.test.cudaRanks=4 shares the GPUs)");
-        int rows = worldSize / 2;
+        Assumptions.assumeTrue(GPU.worldSize() >= 4 && GPU.worldSize() % 2 == 0, "a mesh of rows and columns needs an even world of"
+                + " at least 4 ranks, found " + GPU.worldSize() + " (-Dsymmem4j.test.cudaRanks=4 shares the GPUs)");
+        int rows = GPU.worldSize() / 2;
         long count = 5000;
-        onEveryRank(group -> {
+        GPU.onEveryRank(group -> {
             try (DeviceMesh mesh = DeviceMesh.of(group, "row", rows, "col", 2);
                  Arena arena = Arena.ofConfined()) {
                 for (String dim : List.of("col", "row")) {
@@ -323,7 +308,7 @@ class CudaCommunicatorContractTest {
                             }
                         }
                     }
-                    cuda.release(sub);
+                    GPU.cuda().release(sub);
                 }
             }
             return null;
@@ -338,7 +323,7 @@ class CudaCommunicatorContractTest {
     @Test
     void stagedCollectivesOnDeviceSegmentsMatchTheFloat64Reference() {
         CommunicatorOptions smallStaging = new CommunicatorOptions(4096, 512);
-        onEveryRank(group -> {
+        GPU.onEveryRank(group -> {
             int me = group.rank();
             try (Communicator comm = Communicator.create(group, smallStaging);
                  Arena arena = Arena.ofConfined()) {
@@ -349,11 +334,11 @@ class CudaCommunicatorContractTest {
                     for (ReduceOp op : ReduceOp.values()) {
                         seed++;
                         String what = "staged reduce-scatter " + dtype + " " + op + " rank=" + me;
-                        double[][] all = new double[worldSize][];
-                        for (int r = 0; r < worldSize; r++) {
-                            all[r] = inputs(seed, r, recvCount * worldSize, dtype);
+                        double[][] all = new double[GPU.worldSize()][];
+                        for (int r = 0; r < GPU.worldSize(); r++) {
+                            all[r] = inputs(seed, r, recvCount * GPU.worldSize(), dtype);
                         }
-                        MemorySegment send = device.allocateDevice(dtype.bytes(recvCount * worldSize));
+                        MemorySegment send = device.allocateDevice(dtype.bytes(recvCount * GPU.worldSize()));
                         MemorySegment recv = device.allocateDevice(dtype.bytes(recvCount));
                         try {
                             device.copyFromHost(send, hostOf(arena, all[me], dtype));
@@ -371,18 +356,18 @@ class CudaCommunicatorContractTest {
                 }
                 // all-gather: every rank's 777 bf16 values land in block r of every rank's output, bitwise
                 long sendCount = 777;
-                double[][] gathered = new double[worldSize][];
-                for (int r = 0; r < worldSize; r++) {
+                double[][] gathered = new double[GPU.worldSize()][];
+                for (int r = 0; r < GPU.worldSize(); r++) {
                     gathered[r] = inputs(2000, r, sendCount, DType.BFLOAT16);
                 }
                 MemorySegment gsend = device.allocateDevice(DType.BFLOAT16.bytes(sendCount));
-                MemorySegment grecv = device.allocateDevice(DType.BFLOAT16.bytes(sendCount * worldSize));
+                MemorySegment grecv = device.allocateDevice(DType.BFLOAT16.bytes(sendCount * GPU.worldSize()));
                 try {
                     device.copyFromHost(gsend, hostOf(arena, gathered[me], DType.BFLOAT16));
                     comm.allGather(gsend, grecv, sendCount, DType.BFLOAT16);
-                    MemorySegment out = arena.allocate(DType.BFLOAT16.bytes(sendCount * worldSize), 16);
+                    MemorySegment out = arena.allocate(DType.BFLOAT16.bytes(sendCount * GPU.worldSize()), 16);
                     device.copyToHost(out, grecv);
-                    for (int r = 0; r < worldSize; r++) {
+                    for (int r = 0; r < GPU.worldSize(); r++) {
                         for (int i = 0; i < sendCount; i++) {
                             assertEquals(gathered[r][i], get(out, DType.BFLOAT16, r * sendCount + i),
                                     "staged all-gather rank=" + me + " block " + r + " element " + i);
@@ -393,7 +378,7 @@ class CudaCommunicatorContractTest {
                     device.freeDevice(grecv);
                 }
                 // broadcast from the last rank: 3001 float64 values, bitwise
-                int root = worldSize - 1;
+                int root = GPU.worldSize() - 1;
                 double[] rootData = inputs(3000, root, 3001, DType.FLOAT64);
                 MemorySegment buf = device.allocateDevice(DType.FLOAT64.bytes(3001));
                 try {
@@ -410,8 +395,8 @@ class CudaCommunicatorContractTest {
                 // all-reduce of a device segment through the staging, both kernels
                 for (Algorithm alg : new Algorithm[] {Algorithm.ONE_SHOT, Algorithm.TWO_SHOT}) {
                     long count = 5003;
-                    double[][] all = new double[worldSize][];
-                    for (int r = 0; r < worldSize; r++) {
+                    double[][] all = new double[GPU.worldSize()][];
+                    for (int r = 0; r < GPU.worldSize(); r++) {
                         all[r] = inputs(4000 + alg.ordinal(), r, count, DType.FLOAT32);
                     }
                     MemorySegment data = device.allocateDevice(DType.FLOAT32.bytes(count));
@@ -443,7 +428,7 @@ class CudaCommunicatorContractTest {
     @Test
     void ncclSymmetricAllReduceMatchesTheReferenceWhereItIsAvailable() {
         CommunicatorOptions smallWindow = new CommunicatorOptions(4096, 512);
-        List<Boolean> ran = onEveryRank(group -> {
+        List<Boolean> ran = GPU.onEveryRank(group -> {
             int me = group.rank();
             try (Communicator comm = Communicator.create(group, smallWindow);
                  SymmetricMemory mem = SymmetricMemory.allocate(group, 8L * 5003);
@@ -452,7 +437,7 @@ class CudaCommunicatorContractTest {
                 if (!comm.supports(Algorithm.NCCL_SYMMETRIC)) {
                     assertTrue(cudaComm.ncclSymmetricUnavailableReason() != null, "unsupported, so a reason is given");
                     assertFalse(comm.supports(Algorithm.NCCL_SYMMETRIC, DType.FLOAT32, ReduceOp.SUM, 16));
-                    if (CudaDriver.get().deviceCount() < worldSize) {
+                    if (CudaDriver.get().deviceCount() < GPU.worldSize()) {
                         assertFalse(comm.supports(Algorithm.NCCL), "ranks share a GPU: no NCCL");
                     }
                     return false;
@@ -466,8 +451,8 @@ class CudaCommunicatorContractTest {
                             continue;
                         }
                         seed++;
-                        double[][] all = new double[worldSize][];
-                        for (int r = 0; r < worldSize; r++) {
+                        double[][] all = new double[GPU.worldSize()][];
+                        for (int r = 0; r < GPU.worldSize(); r++) {
                             all[r] = inputs(seed, r, count, dtype);
                         }
                         MemorySegment host = hostOf(arena, all[me], dtype);

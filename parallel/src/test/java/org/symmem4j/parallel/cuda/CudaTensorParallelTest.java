@@ -8,7 +8,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
@@ -23,12 +22,10 @@ import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.DeviceGraph;
 import org.symmem4j.parallel.DeviceMesh;
-import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.TensorParallelGemm;
 import org.symmem4j.parallel.TensorParallelGemm.Mode;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.numeric.BFloat16;
 import org.symmem4j.parallel.tensor.TensorParallelMlp;
 
@@ -44,29 +41,18 @@ import org.symmem4j.parallel.tensor.TensorParallelMlp;
 @ExtendWith(GpuTestWatchdog.class)
 class CudaTensorParallelTest {
 
-    static int worldSize;
-    static CudaTransport cuda;
+    static final GpuTestSupport.ClassTransport GPU = new GpuTestSupport.ClassTransport();
 
     @BeforeEach
     void needsAGpu() {
         GpuTestSupport.assumeGpuAndKernels();
         Assumptions.assumeTrue(Cublas.available(), "no cuBLAS: " + Cublas.unavailableReason());
-        if (cuda == null) {
-            cuda = CudaTransport.create();
-            worldSize = GpuTestSupport.ranks();
-        }
+        GPU.open();
     }
 
     @AfterAll
     static void closeTransport() {
-        if (cuda != null) {
-            cuda.close();
-            cuda = null;
-        }
-    }
-
-    private static <T> List<T> onEveryRank(InJvmWorld.RankTask<T> task) {
-        return InJvmWorld.runOnEveryRank(worldSize, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)), cuda, task);
+        GPU.close();
     }
 
     // ---- host helpers ----
@@ -177,7 +163,7 @@ class CudaTensorParallelTest {
 
     @Test
     void gemmMatchesFloat64InEveryTranspose() {
-        onEveryRank(group -> {
+        GPU.onEveryRank(group -> {
             try (Communicator comm = Communicator.create(group); Arena arena = Arena.ofConfined()) {
                 DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow();
                 TensorParallelGemm gemm = comm.unwrap(TensorParallelGemm.class).orElseThrow();
@@ -217,9 +203,9 @@ class CudaTensorParallelTest {
 
     /** Every rank's block of A (rows × k) for a case: rank q's rows come from seed + q. */
     static double[] wholeA(long seed, int rows, int k, DType dtype) {
-        int shard = rows / worldSize;
+        int shard = rows / GPU.worldSize();
         double[] a = new double[rows * k];
-        for (int q = 0; q < worldSize; q++) {
+        for (int q = 0; q < GPU.worldSize(); q++) {
             System.arraycopy(random(seed + q, shard * k, dtype), 0, a, q * shard * k, shard * k);
         }
         return a;
@@ -227,9 +213,9 @@ class CudaTensorParallelTest {
 
     @Test
     void allGatherMatmulMatchesFloat64InEveryMode() {
-        onEveryRank(group -> {
+        GPU.onEveryRank(group -> {
             int r = group.rank();
-            int rows = worldSize * 1500; // 2 chunks of a block with 1024-row chunks
+            int rows = GPU.worldSize() * 1500; // 2 chunks of a block with 1024-row chunks
             int n = 192;
             int k = 256;
             try (Communicator comm = Communicator.create(group);
@@ -237,7 +223,7 @@ class CudaTensorParallelTest {
                  Arena arena = Arena.ofConfined()) {
                 DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow();
                 TensorParallelGemm gemm = comm.unwrap(TensorParallelGemm.class).orElseThrow();
-                int shard = rows / worldSize;
+                int shard = rows / GPU.worldSize();
                 long seed = 100;
                 // buffers live across the calls: a rank freeing device memory while its peer's stream already spins in the
                 // next call's meeting (waiting for this rank) deadlocks, since cuMemFree waits for the peer GPU too
@@ -271,7 +257,7 @@ class CudaTensorParallelTest {
                 device.freeDevice(db);
                 device.freeDevice(dc);
                 assertThrows(IllegalArgumentException.class, () -> gemm.allGatherMatmul(gathered, 0, gathered.local(), false,
-                        gathered.local(), worldSize * 3 + 1, 4, 4, DType.FLOAT32, Mode.FUSED), "rows that do not split evenly");
+                        gathered.local(), GPU.worldSize() * 3 + 1, 4, 4, DType.FLOAT32, Mode.FUSED), "rows that do not split evenly");
             }
             return null;
         });
@@ -279,9 +265,9 @@ class CudaTensorParallelTest {
 
     @Test
     void matmulReduceScatterMatchesFloat64InEveryMode() {
-        onEveryRank(group -> {
+        GPU.onEveryRank(group -> {
             int r = group.rank();
-            int rows = worldSize * 1100;
+            int rows = GPU.worldSize() * 1100;
             int n = 160;
             int k = 96;
             try (Communicator comm = Communicator.create(group);
@@ -289,7 +275,7 @@ class CudaTensorParallelTest {
                  Arena arena = Arena.ofConfined()) {
                 DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow();
                 TensorParallelGemm gemm = comm.unwrap(TensorParallelGemm.class).orElseThrow();
-                int shard = rows / worldSize;
+                int shard = rows / GPU.worldSize();
                 long seed = 500;
                 // allocated once (see allGatherMatmulMatchesFloat64InEveryMode)
                 MemorySegment da = device.allocateDevice((long) rows * k * 4);
@@ -302,7 +288,7 @@ class CudaTensorParallelTest {
                             double[] want = new double[shard * n];
                             double[] mineA = null;
                             double[] mineB = null;
-                            for (int q = 0; q < worldSize; q++) {
+                            for (int q = 0; q < GPU.worldSize(); q++) {
                                 double[] aq = random(seed + 2L * q, rows * k, dtype);
                                 double[] bq = random(seed + 2L * q + 1, k * n, dtype);
                                 double[] part = matmul(rows(aq, k, r * shard, shard), false, bq, false, shard, n, k);
@@ -340,13 +326,13 @@ class CudaTensorParallelTest {
 
     @Test
     void fusedCallsReplayFromAGraphOnNewInputs() {
-        onEveryRank(group -> {
+        GPU.onEveryRank(group -> {
             int r = group.rank();
-            int rows = worldSize * 512;
+            int rows = GPU.worldSize() * 512;
             int n = 128;
             int k = 64;
             DType dtype = DType.FLOAT32;
-            int shard = rows / worldSize;
+            int shard = rows / GPU.worldSize();
             try (Communicator comm = Communicator.create(group);
                  SymmetricMemory gathered = SymmetricMemory.allocate(group, (long) rows * k * 4);
                  SymmetricMemory partials = SymmetricMemory.allocate(group, TensorParallelGemm.partialsBytes(rows, n, dtype));
@@ -376,7 +362,7 @@ class CudaTensorParallelTest {
                         device.copyFromHost(gathered.local().asSlice((long) r * shard * k * 4, shardHost.byteSize()), shardHost);
                         device.copyFromHost(b, toHost(arena, bb, dtype));
                         double[] want = new double[shard * n];
-                        for (int q = 0; q < worldSize; q++) {
+                        for (int q = 0; q < GPU.worldSize(); q++) {
                             double[] aq = random(seed + 60 + 2L * q, rows * k, dtype);
                             double[] bq = random(seed + 61 + 2L * q, k * n, dtype);
                             double[] part = matmul(rows(aq, k, r * shard, shard), false, bq, false, shard, n, k);
@@ -413,8 +399,8 @@ class CudaTensorParallelTest {
      */
     @Test
     void mlpTrainsLikeTheUnshardedBlockOnADataByTensorParallelMesh() {
-        int tp = worldSize >= 4 && worldSize % 2 == 0 ? 2 : worldSize;
-        int dp = worldSize / tp;
+        int tp = GPU.worldSize() >= 4 && GPU.worldSize() % 2 == 0 ? 2 : GPU.worldSize();
+        int dp = GPU.worldSize() / tp;
         int tokens = 64 * tp;
         int hidden = 96;
         int ffn = 96 * tp;
@@ -460,7 +446,7 @@ class CudaTensorParallelTest {
                 refW2[i] -= lr * g2[i];
             }
         }
-        onEveryRank(group -> {
+        GPU.onEveryRank(group -> {
             try (DeviceMesh mesh = DeviceMesh.of(group, "dp", dp, "tp", tp);
                  Communicator tpComm = Communicator.create(mesh.group("tp"));
                  Communicator dpComm = dp > 1 ? Communicator.create(mesh.group("dp")) : null;

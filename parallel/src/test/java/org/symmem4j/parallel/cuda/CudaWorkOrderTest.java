@@ -9,17 +9,14 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.time.Duration;
-import java.util.List;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.WorkClock;
-import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * The executor's operations on GPU symmetric memory, through the {@link SymmetricMemory} interface
@@ -32,30 +29,19 @@ import org.symmem4j.parallel.group.InJvmWorld;
 @ExtendWith(GpuTestWatchdog.class)
 class CudaWorkOrderTest {
 
+    static final GpuTestSupport.ClassTransport GPU = new GpuTestSupport.ClassTransport();
+
     private static final long ABORT = 1L << 56;
-    static CudaTransport cuda;
-    static int worldSize;
 
     @BeforeEach
     void needsAGpu() {
-        GpuTestSupport.assumeGpuAndKernels();
-        if (cuda == null) {
-            cuda = CudaTransport.create();
-            worldSize = GpuTestSupport.ranks();
-        }
+        GPU.open();
     }
 
     /** Releases every rank this class's transport made, so that a later class's test can be the kernels' last user. */
     @AfterAll
     static void closeTransport() {
-        if (cuda != null) {
-            cuda.close();
-            cuda = null;
-        }
-    }
-
-    private static <T> List<T> onEveryRank(InJvmWorld.RankTask<T> task) {
-        return InJvmWorld.runOnEveryRank(worldSize, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)), task);
+        GPU.close();
     }
 
     /** Host-only meeting of the ranks: no stream synchronize (the streams may be blocked on purpose). */
@@ -70,15 +56,15 @@ class CudaWorkOrderTest {
      */
     @Test
     void storeSignalsNowEndsEveryDeviceWaitEvenOnTheStoringRanksBlockedStream() {
-        onEveryRank(group -> {
-            try (SymmetricMemory mem = cuda.allocate(group, 4096)) {
+        GPU.onEveryRankOfHostGroup(group -> {
+            try (SymmetricMemory mem = GPU.cuda().allocate(group, 4096)) {
                 assertTrue(mem.enqueued());
                 mem.barrier();
                 int slot = 1 + group.rank() % 3;
                 assertEquals(1, mem.orderAfterSignal(slot, 1, -1, false), "enqueued: returns the threshold");
                 assertFalse(mem.awaitWork(Duration.ofMillis(200)), "nothing signals slot " + slot + " yet: the stream waits");
                 meet(group, "blocked");
-                if (group.rank() == worldSize - 1) {
+                if (group.rank() == GPU.worldSize() - 1) {
                     assertTrue(mem.storeSignalsNow(1, 4, ABORT, Duration.ofSeconds(60)), "the abort store landed");
                 }
                 assertTrue(mem.awaitWork(Duration.ofSeconds(60)), "the abort ended the device-side wait of rank " + group.rank());
@@ -98,10 +84,10 @@ class CudaWorkOrderTest {
     @Test
     void orderAfterSignalOrdersLaterWorkAndConsumes() {
         int half = 32 << 10;
-        onEveryRank(group -> {
-            int next = (group.rank() + 1) % worldSize;
-            int previous = (group.rank() - 1 + worldSize) % worldSize;
-            try (SymmetricMemory mem = cuda.allocate(group, 3L * half); Arena arena = Arena.ofConfined()) {
+        GPU.onEveryRankOfHostGroup(group -> {
+            int next = (group.rank() + 1) % GPU.worldSize();
+            int previous = (group.rank() - 1 + GPU.worldSize()) % GPU.worldSize();
+            try (SymmetricMemory mem = GPU.cuda().allocate(group, 3L * half); Arena arena = Arena.ofConfined()) {
                 MemorySegment host = arena.allocate(half);
                 MemorySegment base = MemorySegment.ofAddress(mem.local().address()).reinterpret(3L * half);
                 for (int round = 1; round <= 5; round++) {
@@ -127,8 +113,8 @@ class CudaWorkOrderTest {
     /** Marks are events on the stream: in order, placed after the round's origin; a full clock says so. */
     @Test
     void clockMarksFollowTheStream() {
-        onEveryRank(group -> {
-            try (SymmetricMemory mem = cuda.allocate(group, 1 << 20)) {
+        GPU.onEveryRankOfHostGroup(group -> {
+            try (SymmetricMemory mem = GPU.cuda().allocate(group, 1 << 20)) {
                 MemorySegment base = MemorySegment.ofAddress(mem.local().address()).reinterpret(1 << 20);
                 try (WorkClock clock = mem.clock(2)) {
                     for (int round = 0; round < 3; round++) {
