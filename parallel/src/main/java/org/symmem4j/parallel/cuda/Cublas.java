@@ -145,14 +145,8 @@ final class Cublas {
 
     private void check(String function, int status) {
         if (status != 0) {
-            String text;
-            try {
-                MemorySegment s = (MemorySegment) cublasGetStatusString.invokeExact(status);
-                text = s.reinterpret(256).getString(0);
-            } catch (Throwable t) {
-                text = "(no text: " + t + ")";
-            }
-            throw new CudaException("cuBLAS", function, status, "cublasStatus_t " + status, text);
+            throw new CudaException("cuBLAS", function, status, "cublasStatus_t " + status,
+                    NativeLibrary.statusText(cublasGetStatusString, status, 256));
         }
     }
 

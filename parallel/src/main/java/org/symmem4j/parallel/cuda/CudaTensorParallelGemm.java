@@ -142,11 +142,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     @Override
     public synchronized void allGatherMatmul(SymmetricMemory gathered, long offsetBytes, MemorySegment b, boolean transB,
                                              MemorySegment c, int rows, int n, int k, DType dtype, Mode mode) {
-        checkOpen();
-        checkMode(mode);
-        CudaSymmetricMemory memory = ownMemory(gathered, "gathered");
-        checkDims(rows, n, k, dtype);
-        checkRows(rows);
+        CudaSymmetricMemory memory = checkCollective(gathered, "gathered", rows, n, k, dtype, mode);
         long elt = dtype.byteSize();
         long rowBytes = k * elt;
         checkFits("gathered", memory, offsetBytes, rows * rowBytes, dtype, "a " + rows + "×" + k + " " + dtype + " matrix");
@@ -204,11 +200,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     public synchronized void matmulReduceScatter(MemorySegment a, MemorySegment b, boolean transB, SymmetricMemory partials,
                                                  long offsetBytes, MemorySegment out, int rows, int n, int k, DType dtype,
                                                  Mode mode) {
-        checkOpen();
-        checkMode(mode);
-        CudaSymmetricMemory memory = ownMemory(partials, "partials");
-        checkDims(rows, n, k, dtype);
-        checkRows(rows);
+        CudaSymmetricMemory memory = checkCollective(partials, "partials", rows, n, k, dtype, mode);
         long elt = dtype.byteSize();
         long need = TensorParallelGemm.partialsBytes(rows, n, dtype);
         checkFits("partials", memory, offsetBytes, need, dtype, need + " bytes (TensorParallelGemm.partialsBytes(" + rows
@@ -455,6 +447,20 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     /** Start row of chunk {@code i} of {@code chunks} nearly equal chunks of {@code rows} rows. */
     static int chunkStart(int rows, int chunks, int i) {
         return (int) ((long) rows * i / chunks);
+    }
+
+    /**
+     * What both collective GEMMs check first, in this order: open, the mode can run here, {@code memory} is this group's,
+     * the dimensions and dtype, and rows that split into equal blocks. Returns the memory as this transport's.
+     */
+    private CudaSymmetricMemory checkCollective(SymmetricMemory memory, String what, int rows, int n, int k, DType dtype,
+                                                Mode mode) {
+        checkOpen();
+        checkMode(mode);
+        CudaSymmetricMemory own = ownMemory(memory, what);
+        checkDims(rows, n, k, dtype);
+        checkRows(rows);
+        return own;
     }
 
     private CudaSymmetricMemory ownMemory(SymmetricMemory memory, String what) {

@@ -3,6 +3,7 @@ package org.symmem4j.parallel.cuda;
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;
 import java.lang.foreign.Linker;
+import java.lang.foreign.MemorySegment;
 import java.lang.foreign.SymbolLookup;
 import java.lang.invoke.MethodHandle;
 import java.util.Optional;
@@ -42,6 +43,20 @@ final class NativeLibrary {
     /** As {@link #function} but empty when the symbol is missing (optional features such as NCCL windows). */
     Optional<MethodHandle> optionalFunction(String name, FunctionDescriptor descriptor) {
         return lookup.find(name).map(s -> linker.downcallHandle(s, descriptor));
+    }
+
+    /**
+     * The text a library's status-to-string function ({@code cublasGetStatusString}, {@code ncclGetErrorString}: a status
+     * in, a NUL-terminated static string out) gives for {@code status}, read up to {@code maxBytes}; a note instead when
+     * that call itself fails, so an error report never loses the status it reports.
+     */
+    static String statusText(MethodHandle toString, int status, long maxBytes) {
+        try {
+            MemorySegment s = (MemorySegment) toString.invokeExact(status);
+            return s.reinterpret(maxBytes).getString(0);
+        } catch (Throwable t) {
+            return "(no text: " + t + ")";
+        }
     }
 
     /**

@@ -129,14 +129,8 @@ public final class Nccl {
 
     void check(String function, int code) {
         if (code != 0 && code != IN_PROGRESS) {
-            String text;
-            try {
-                MemorySegment s = (MemorySegment) ncclGetErrorString.invokeExact(code);
-                text = s.reinterpret(4096).getString(0);
-            } catch (Throwable t) {
-                text = "(no text: " + t + ")";
-            }
-            throw new CudaException("NCCL", function, code, "ncclResult " + code, text);
+            throw new CudaException("NCCL", function, code, "ncclResult " + code,
+                    NativeLibrary.statusText(ncclGetErrorString, code, 4096));
         }
     }
 
