@@ -9,6 +9,7 @@ import org.deeplearning4j.nn.api.Layer;
 import org.deeplearning4j.nn.api.Trainable;
 import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.graph.vertex.GraphVertex;
 import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.deeplearning4j.nn.updater.UpdaterBlock;
@@ -97,8 +98,18 @@ final class ParameterUpdaterState {
         return new ParameterUpdaterState(views);
     }
 
+    /** A network's state (its updater made if it has none), keyed by layer index. */
+    static ParameterUpdaterState of(MultiLayerNetwork network) {
+        return of(network.getUpdater(true), byIndex(network.getLayers()));
+    }
+
+    /** A graph's state (its updater made if it has none), keyed by vertex name. */
+    static ParameterUpdaterState of(ComputationGraph graph) {
+        return of(graph.getUpdater(true), byName(graph));
+    }
+
     /** Keys of a network's layers: their indices. */
-    static IdentityHashMap<Trainable, String> byIndex(Layer[] layers) {
+    private static IdentityHashMap<Trainable, String> byIndex(Layer[] layers) {
         IdentityHashMap<Trainable, String> keys = new IdentityHashMap<>();
         for (int l = 0; l < layers.length; l++) {
             keys.put(layers[l], String.valueOf(l));
@@ -110,7 +121,7 @@ final class ParameterUpdaterState {
      * Keys of a graph's layers: their vertex names (a graph's updater names its layer vertices, which are
      * {@link Trainable}s themselves, rather than the layers inside them: both are keyed).
      */
-    static IdentityHashMap<Trainable, String> byName(ComputationGraph graph) {
+    private static IdentityHashMap<Trainable, String> byName(ComputationGraph graph) {
         IdentityHashMap<Trainable, String> keys = new IdentityHashMap<>();
         for (Layer layer : graph.getLayers()) {
             keys.put(layer, layer.conf().getLayer().getLayerName());

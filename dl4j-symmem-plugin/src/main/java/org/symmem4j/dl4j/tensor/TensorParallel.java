@@ -167,10 +167,8 @@ public final class TensorParallel {
             ShardTransfer.copyShard(unsharded.getLayer(l), sharded.getLayer(l), rank);
         }
         if (unsharded.getUpdater(false) != null) {
-            ParameterUpdaterState from = ParameterUpdaterState.of(unsharded.getUpdater(false),
-                    ParameterUpdaterState.byIndex(unsharded.getLayers()));
-            ParameterUpdaterState to = ParameterUpdaterState.of(sharded.getUpdater(true),
-                    ParameterUpdaterState.byIndex(sharded.getLayers()));
+            ParameterUpdaterState from = ParameterUpdaterState.of(unsharded);
+            ParameterUpdaterState to = ParameterUpdaterState.of(sharded);
             for (int l = 0; l < confs.size(); l++) {
                 ShardTransfer.copyStateShard("layer " + l, String.valueOf(l), sharded.getLayer(l), from, to, rank);
             }
@@ -316,10 +314,8 @@ public final class TensorParallel {
             ShardTransfer.copyShard(unsharded.getLayer(name), to, rank);
         }
         if (unsharded.getUpdater(false) != null) {
-            ParameterUpdaterState from = ParameterUpdaterState.of(unsharded.getUpdater(false),
-                    ParameterUpdaterState.byName(unsharded));
-            ParameterUpdaterState to = ParameterUpdaterState.of(sharded.getUpdater(true),
-                    ParameterUpdaterState.byName(sharded));
+            ParameterUpdaterState from = ParameterUpdaterState.of(unsharded);
+            ParameterUpdaterState to = ParameterUpdaterState.of(sharded);
             for (Layer layer : sharded.getLayers()) {
                 String name = layer.conf().getLayer().getLayerName();
                 ShardTransfer.copyStateShard("vertex '" + name + "'", name, layer, from, to, rank);
@@ -489,9 +485,8 @@ public final class TensorParallel {
         }
         // every rank has an updater here (created fresh where the network never trained: its initial state), so every
         // rank makes the same all-gathers
-        ParameterUpdaterState from = ParameterUpdaterState.of(network.getUpdater(true),
-                ParameterUpdaterState.byIndex(network.getLayers()));
-        ParameterUpdaterState to = ParameterUpdaterState.of(target.getUpdater(true), ParameterUpdaterState.byIndex(target.getLayers()));
+        ParameterUpdaterState from = ParameterUpdaterState.of(network);
+        ParameterUpdaterState to = ParameterUpdaterState.of(target);
         for (int l = 0; l < network.getnLayers(); l++) {
             ShardTransfer.gatherState("layer " + l, String.valueOf(l), network.getLayer(l), from, to, comm);
         }
@@ -521,10 +516,8 @@ public final class TensorParallel {
             }
             ShardTransfer.gatherLayer("vertex '" + name + "'", from, to, comm);
         }
-        ParameterUpdaterState fromState = ParameterUpdaterState.of(graph.getUpdater(true),
-                ParameterUpdaterState.byName(graph));
-        ParameterUpdaterState toState = ParameterUpdaterState.of(target.getUpdater(true),
-                ParameterUpdaterState.byName(target));
+        ParameterUpdaterState fromState = ParameterUpdaterState.of(graph);
+        ParameterUpdaterState toState = ParameterUpdaterState.of(target);
         for (Layer from : graph.getLayers()) {
             String name = from.conf().getLayer().getLayerName();
             ShardTransfer.gatherState("vertex '" + name + "'", name, from, fromState, toState, comm);
