@@ -41,6 +41,8 @@ nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 # the launch-cost probes (standalone CUDA; run-on-device.sh launch)
 "$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/launch_idle_probe bench/gpu/launch_idle_probe.cu
 "$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/handshake_launch_probe bench/gpu/handshake_launch_probe.cu
+# NVSHMEM's host library outside the JVM (standalone; .device/nvshmem_probe RANK NRANKS DIR LIB, see its header)
+"$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/nvshmem_probe bench/gpu/nvshmem_probe.cu -ldl
 # BASE=<commit>: the same jars built from that commit, in .device/base/lib, for run-on-device.sh ab (a
 # regression check of this tree against the base on the same machine in the same call)
 if [ -n "${BASE:-}" ]; then

@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs, reports and each report's raw
 # CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|multi|tp|tprepeat|probe|nvlink|launch|ab] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|multi|tp|tprepeat|probe|nvlink|launch|ab|nvshmem] [extra all-reduce benchmark args]
 # (tp: TensorParallelGemmBench, fused all-gather + matmul and matmul + reduce-scatter against cuBLAS + NCCL and
 # cuBLAS alone, and the tensor-parallel MLP block's overhead, one rank per GPU; also the last step of multi)
 # (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU on every rank count in
@@ -59,7 +59,7 @@ rc=0
 # 240) is named by GpuTestWatchdog, which prints every thread's stack and halts the JVM (exit code 86).
 # Backstop: after $2 s a class's JVM gets SIGQUIT (a thread dump), 30 s later SIGKILL.
 gpu_test_classes() {
-  (cd .device/test-classes && ls org/symmem4j/parallel/cuda/*Test.class org/symmem4j/pipeline/exec/Cuda*Test.class) \
+  (cd .device/test-classes && ls org/symmem4j/parallel/cuda/*Test.class org/symmem4j/pipeline/exec/{Cuda,Nvshmem}*Test.class) \
     | sed 's/\.class$//; s:/:.:g' | grep -E "${GPU_TEST_FILTER:-.}"
 }
 run_gpu_tests() { # log file, seconds per class, extra JVM flags
@@ -101,6 +101,22 @@ if [ "$what" = shared ]; then
     rc=$(( rc | code ))
     echo "== $n ranks: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/gpu-tests-summary.txt"
   done
+fi
+if [ "$what" = nvshmem ]; then
+  # the NVSHMEM transport (#18): its GPU tests (one process per GPU; the pipeline's needs 2 GPUs) and the
+  # cross-process CUDA test beside them; with 2 GPUs or more the hand-off benchmark in process mode,
+  # NVSHMEM's put-with-signal against ours and NCCL send/recv in the same run
+  GPU_TEST_FILTER=${GPU_TEST_FILTER:-Nvshmem|CrossProcess} run_gpu_tests "$out/gpu-tests-nvshmem.log" \
+    "${NVSHMEM_TEST_LIMIT:-300}" "" | tee "$out/nvshmem-summary.txt"
+  rc=${PIPESTATUS[0]}
+  if [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then
+    timeout -k 10 "${NVSHMEM_BENCH_LIMIT:-400}" $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuHandoffBench --processes \
+      --out "$out/gpu-handoff-nvshmem.md" --raw "$out/gpu-handoff-nvshmem.csv" "$@" > "$out/gpu-handoff-nvshmem.log" 2>&1
+    code=$?
+    rc=$(( rc | code ))
+    echo "== hand-off benchmark --processes (NVSHMEM): exit=$code" | tee -a "$out/nvshmem-summary.txt"
+    tail -5 "$out/gpu-handoff-nvshmem.log"
+  fi
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuAllReduceBench --out "$out/gpu-allreduce.md" \

@@ -86,6 +86,46 @@ final class ChildJvms {
     }
 
     /**
+     * A benchmark's {@code --processes}: {@code main} again in {@code world} JVMs, one rank each ({@link #runRanks}:
+     * torchrun's variables and a private store secret), with the parent's arguments less {@code --processes} plus
+     * {@code --rank-process} ({@link #rankProcessArgs}); the ranks write the report. The parent holds no GPU context
+     * meanwhile (close any before calling).
+     *
+     * @param label names the run id and the temporary directory of the secret
+     * @return the exit status for the parent: 0 when every rank exited 0
+     */
+    static int rerunAsRanks(Class<?> main, String[] args, int world, String label, Duration limit) throws IOException {
+        List<String> command = javaCommand(childJvmFlags(java.lang.management.ManagementFactory.getRuntimeMXBean()
+                .getInputArguments()), main, rankProcessArgs(args));
+        Path work = Files.createTempDirectory("symmem4j-" + label + "-"); // mode 0700
+        try {
+            Path secret = writeSecret(work.resolve("store.secret"));
+            runRanks(command, world, label + "-" + ProcessHandle.current().pid() + "-" + System.nanoTime(), secret, limit);
+            return 0;
+        } catch (RankFailure e) {
+            System.err.println(main.getSimpleName() + " --processes failed: " + e.getMessage());
+            return 1;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            return 1;
+        } finally {
+            deleteTree(work);
+        }
+    }
+
+    /** A rank process's arguments: the parent's, without {@code --processes}, with {@code --rank-process}. */
+    static List<String> rankProcessArgs(String[] parentArgs) {
+        List<String> out = new ArrayList<>();
+        for (String a : parentArgs) {
+            if (!a.equals("--processes")) {
+                out.add(a);
+            }
+        }
+        out.add("--rank-process");
+        return out;
+    }
+
+    /**
      * Runs one JVM of {@code command}, named {@code label} in its output, until it has exited; see
      * {@link #supervise}.
      *

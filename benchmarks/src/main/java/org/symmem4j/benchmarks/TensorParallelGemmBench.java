@@ -132,7 +132,8 @@ public final class TensorParallelGemmBench {
         }
         if (flags.processes) {
             cuda.close(); // the driver only so far: no context of this JVM beside the ranks'
-            System.exit(startRankProcesses(args, world, flags));
+            System.exit(ChildJvms.rerunAsRanks(TensorParallelGemmBench.class, args, world, "tp-gemm",
+                    Duration.ofSeconds(flags.timeoutSeconds)));
         }
         List<RankCells> perRank = InJvmWorld.runOnEveryRank(world,
                 GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), cuda, group -> measure(group, flags));
@@ -194,44 +195,6 @@ public final class TensorParallelGemmBench {
             }
             return new RankCells(cells, device.deviceName(), gemm.gemmLibrary(), notes);
         }
-    }
-
-    /**
-     * {@code --processes}: this benchmark again in {@code world} JVMs, one rank each ({@link ChildJvms}: torchrun's
-     * variables and a private store secret); rank 0 writes the report. Returns the exit status.
-     */
-    private static int startRankProcesses(String[] args, int world, Flags flags) throws IOException {
-        List<String> childArgs = new ArrayList<>(rankProcessArgs(args));
-        List<String> command = ChildJvms.javaCommand(
-                ChildJvms.childJvmFlags(java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()),
-                TensorParallelGemmBench.class, childArgs);
-        Path work = Files.createTempDirectory("symmem4j-tp-gemm-"); // mode 0700
-        try {
-            Path secret = ChildJvms.writeSecret(work.resolve("store.secret"));
-            ChildJvms.runRanks(command, world, "tp-gemm-" + ProcessHandle.current().pid() + "-" + System.nanoTime(), secret,
-                    Duration.ofSeconds(flags.timeoutSeconds));
-            return 0;
-        } catch (ChildJvms.RankFailure e) {
-            System.err.println("TensorParallelGemmBench --processes failed: " + e.getMessage());
-            return 1;
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            return 1;
-        } finally {
-            ChildJvms.deleteTree(work);
-        }
-    }
-
-    /** A rank process's arguments: the parent's, without {@code --processes}, with {@code --rank-process}. */
-    static List<String> rankProcessArgs(String[] parentArgs) {
-        List<String> out = new ArrayList<>();
-        for (String a : parentArgs) {
-            if (!a.equals("--processes")) {
-                out.add(a);
-            }
-        }
-        out.add("--rank-process");
-        return out;
     }
 
     /** One rank of a {@code --processes} run: joins the group from torchrun's variables; rank 0 writes every rank's cells. */

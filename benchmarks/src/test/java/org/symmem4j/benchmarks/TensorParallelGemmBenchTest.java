@@ -13,7 +13,7 @@ class TensorParallelGemmBenchTest {
 
     @Test
     void rankProcessesGetTheParentsArgumentsWithoutProcessesAndMarkedAsRanks() {
-        List<String> args = TensorParallelGemmBench.rankProcessArgs(new String[] {"--processes", "--m", "8192", "--out", "r.md"});
+        List<String> args = ChildJvms.rankProcessArgs(new String[] {"--processes", "--m", "8192", "--out", "r.md"});
         assertEquals(List.of("--m", "8192", "--out", "r.md", "--rank-process"), args);
     }
 

@@ -122,7 +122,7 @@ public interface AlgorithmPolicy {
         }
         int n = comm.group().worldSize();
         return switch (algorithm) {
-            case ONE_SHOT, NCCL, NCCL_SYMMETRIC, MPI, HIERARCHICAL -> true;
+            case ONE_SHOT, NCCL, NCCL_SYMMETRIC, MPI, HIERARCHICAL, NVSHMEM -> true;
             case TWO_SHOT, RING -> n > 1 && count >= 16L * n;
         };
     }

@@ -45,5 +45,11 @@ public enum Algorithm {
     /** One MPI all-reduce over every rank: the flat algorithm of groups that span machines. */
     MPI,
     /** Symmetric memory inside each machine, MPI between machines (multi-node groups only). */
-    HIERARCHICAL
+    HIERARCHICAL,
+    /**
+     * NVSHMEM's own on-stream reduction over every PE (SUM, MAX, MIN of FLOAT32, FLOAT64, BFLOAT16); groups
+     * on the NVSHMEM transport only ({@link Communicator#supports} says where it runs). Never chosen by the
+     * policy: named by callers that want NVSHMEM's collectives.
+     */
+    NVSHMEM
 }

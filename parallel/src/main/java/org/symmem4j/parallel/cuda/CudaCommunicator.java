@@ -75,6 +75,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      */
     private final LaunchBudget grids;
     private final MemorySegment ncclComm;
+    /** NVSHMEM's reductions ({@link Algorithm#NVSHMEM}) where the communicator was made by {@link NvshmemTransport}; else null. */
+    private final Nvshmem nvshmem;
     private final String ncclUnavailable;
     /**
      * NCCL_SYMMETRIC's window: {@link CommunicatorOptions#stagingBytes()} from {@code ncclMemAlloc},
@@ -146,6 +148,17 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     static final long TWO_SHOT_SCRATCH_BYTES = 64L << 20;
 
     CudaCommunicator(CudaTransport transport, Group group, CommunicatorOptions options) {
+        this(transport, transport, null, group, options);
+    }
+
+    /**
+     * As above, with the scratch and staging memory allocated on {@code memory} (the group's transport:
+     * NVSHMEM's heap for {@link NvshmemTransport}) and, where {@code nvshmem} is non-null, NVSHMEM's
+     * reductions as {@link Algorithm#NVSHMEM}.
+     */
+    CudaCommunicator(CudaTransport transport, org.symmem4j.parallel.Transport memory, Nvshmem nvshmem, Group group,
+                     CommunicatorOptions options) {
+        this.nvshmem = nvshmem;
         this.transport = transport;
         this.group = group;
         this.rank = transport.rank(group);
@@ -218,14 +231,14 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         }
         this.oneShotSlotBytes = ONE_SHOT_SLOT_BYTES;
         this.oneShotScratch = rank.kernels == null ? null
-                : (CudaSymmetricMemory) transport.allocate(group, 2L * worldSize * oneShotSlotBytes);
+                : (CudaSymmetricMemory) memory.allocate(group, 2L * worldSize * oneShotSlotBytes);
         this.llScratch = rank.kernels == null ? null
-                : (CudaSymmetricMemory) transport.allocate(group, 2L * worldSize * LL_SLOT_WORDS * Long.BYTES);
+                : (CudaSymmetricMemory) memory.allocate(group, 2L * worldSize * LL_SLOT_WORDS * Long.BYTES);
         this.twoShotSlotBytes = TWO_SHOT_SCRATCH_BYTES / (2L * worldSize) / 16 * 16;
         this.twoShotPushMinBytes = worldSize <= 4 ? TWO_SHOT_PUSH_MIN_BYTES : TWO_SHOT_PUSH_MIN_BYTES_MANY_RANKS;
-        this.twoShotScratch = rank.kernels == null ? null : (CudaSymmetricMemory) transport.allocate(group, TWO_SHOT_SCRATCH_BYTES);
+        this.twoShotScratch = rank.kernels == null ? null : (CudaSymmetricMemory) memory.allocate(group, TWO_SHOT_SCRATCH_BYTES);
         this.stagingBytes = options.stagingBytes();
-        this.staging = (CudaSymmetricMemory) transport.allocate(group, stagingBytes);
+        this.staging = (CudaSymmetricMemory) memory.allocate(group, stagingBytes);
         peersSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
         padsSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
         countSlot = arena.allocate(8, 8);
@@ -254,7 +267,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     }
 
     /** {@return the machine's name and the PCI address of {@code device}: equal for two ranks exactly when they share the GPU} */
-    private static String deviceIdentity(CudaDriver driver, int device) {
+    static String deviceIdentity(CudaDriver driver, int device) {
         String host;
         try {
             host = java.net.InetAddress.getLocalHost().getHostName();
@@ -301,6 +314,9 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
 
     @Override
     public boolean supports(Algorithm algorithm) {
+        if (algorithm == Algorithm.NVSHMEM) {
+            return nvshmem != null;
+        }
         if (algorithm == Algorithm.NCCL) {
             return ncclComm != null;
         }
@@ -317,6 +333,9 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         }
         if (algorithm == Algorithm.NCCL || algorithm == Algorithm.NCCL_SYMMETRIC) {
             return true;
+        }
+        if (algorithm == Algorithm.NVSHMEM) {
+            return Nvshmem.reduces(dtype, op);
         }
         boolean kernelCase = (dtype == DType.FLOAT32 || dtype == DType.BFLOAT16) && (op == ReduceOp.SUM || op == ReduceOp.AVG);
         return kernelCase && (algorithm != Algorithm.ONE_SHOT || dtype.bytes(count) <= oneShotCapacityBytes());
@@ -363,7 +382,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             ncclSymmetricAllReduce(buffer.address(), count, dtype, op);
             return;
         }
-        if (worldSize == 1) {
+        if (worldSize == 1 && algorithm != Algorithm.NVSHMEM) {
             return;
         }
         long dsize = dtype.byteSize();
@@ -374,7 +393,13 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             // has every peer done with this rank's staging
             driver.copyDeviceToDeviceAsync(staging.dataPointer(group.rank()), buffer.address() + start * dsize, len * dsize,
                     rank.stream);
-            launchAllReduceEager(staging, 0, len, dtype, op, algorithm);
+            if (algorithm == Algorithm.NVSHMEM) {
+                // in place on the heap's staging: NVSHMEM's in-place reduction synchronises the PEs itself
+                nvshmem.reduceOnStream(dtype, op, staging.dataPointer(group.rank()), staging.dataPointer(group.rank()), len,
+                        rank.stream);
+            } else {
+                launchAllReduceEager(staging, 0, len, dtype, op, algorithm);
+            }
             driver.copyDeviceToDeviceAsync(buffer.address() + start * dsize, staging.dataPointer(group.rank()), len * dsize,
                     rank.stream);
         }
@@ -392,6 +417,11 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         }
         driver.setCurrent(rank.context);
         long ptr = mem.dataPointer(group.rank()) + offsetBytes;
+        if (algorithm == Algorithm.NVSHMEM) {
+            // in place on the symmetric heap (problem() refused memory elsewhere); runs with one PE too
+            nvshmem.reduceOnStream(dtype, op, ptr, ptr, count, rank.stream);
+            return;
+        }
         if (algorithm == Algorithm.NCCL) {
             Nccl.get().allReduce(ptr, ptr, count, dtype, op, ncclComm, rank.stream);
             return;
@@ -461,7 +491,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             return Problem.OFFSET_OUT_OF_RANGE;
         }
         boolean kernel = algorithm == Algorithm.ONE_SHOT || algorithm == Algorithm.TWO_SHOT;
-        if (!supports(algorithm, dtype, op, count) || (kernel && offsetBytes % 16 != 0)) {
+        if (!supports(algorithm, dtype, op, count) || (kernel && offsetBytes % 16 != 0)
+                || (algorithm == Algorithm.NVSHMEM && !mem.onNvshmemHeap())) {
             return Problem.UNSUPPORTED_ALGORITHM;
         }
         return Problem.NONE;

@@ -44,9 +44,25 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     private boolean closed;
     /** Device address of the buffer and pad pointer tables (worldSize + worldSize words), 0 until first asked for. */
     private long pointerTables;
+    /**
+     * Null where puts, signals and stream-side waits are our kernels; NVSHMEM where the buffers and pads are
+     * on its symmetric heap ({@link NvshmemTransport}): they are then NVSHMEM's on-stream calls, which also
+     * reach PEs of other nodes (this rank's PE is its group rank).
+     */
+    private final Nvshmem nvshmem;
 
     CudaSymmetricMemory(Group group, CudaTransport transport, CudaRank rank, long byteSize, long[] data,
                         long[] pads, SymmetricAllocation allocation) {
+        this(group, transport, rank, byteSize, data, pads, allocation, null);
+    }
+
+    /**
+     * As above; with {@code nvshmem} non-null the memory is on NVSHMEM's symmetric heap ({@code data[rank]} and
+     * {@code pads[rank]} this PE's symmetric addresses, a peer's entries 0 where NVSHMEM gives no peer pointer).
+     */
+    CudaSymmetricMemory(Group group, CudaTransport transport, CudaRank rank, long byteSize, long[] data,
+                        long[] pads, SymmetricAllocation allocation, Nvshmem nvshmem) {
+        this.nvshmem = nvshmem;
         this.group = group;
         this.transport = transport;
         this.rank = rank;
@@ -96,20 +112,55 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
 
     @Override
     public MemorySegment peer(int peer) {
-        Objects.checkIndex(peer, data.length);
-        return MemorySegment.ofAddress(data[peer]).reinterpret(byteSize);
+        return MemorySegment.ofAddress(peerData(peer)).reinterpret(byteSize);
     }
 
     @Override
     public long bufferPointer(int rank) {
-        Objects.checkIndex(rank, data.length);
-        return data[rank];
+        return peerData(rank);
     }
 
     @Override
     public long signalPadPointer(int rank) {
-        Objects.checkIndex(rank, pads.length);
-        return pads[rank];
+        return peerPad(rank);
+    }
+
+    /** Rank {@code peer}'s buffer as this GPU maps it; refused where NVSHMEM reaches it only through its calls. */
+    private long peerData(int peer) {
+        Objects.checkIndex(peer, data.length);
+        if (data[peer] == 0) {
+            throw unreachable(peer);
+        }
+        return data[peer];
+    }
+
+    private long peerPad(int peer) {
+        Objects.checkIndex(peer, pads.length);
+        if (pads[peer] == 0) {
+            throw unreachable(peer);
+        }
+        return pads[peer];
+    }
+
+    private UnsupportedOperationException unreachable(int peer) {
+        return new UnsupportedOperationException("rank=" + peer + "'s memory is not mapped on rank=" + group.rank()
+                + "'s GPU (NVSHMEM gives no peer pointer: another node, or no peer access); reach it with putWithSignal and"
+                + " signal, which NVSHMEM carries, or run the ranks on one machine for our kernels and peer()");
+    }
+
+    /** Whether every rank's buffer and pad is mapped on this rank's GPU (our kernels need it; NVSHMEM's calls do not). */
+    boolean everyPeerMapped() {
+        for (int p = 0; p < data.length; p++) {
+            if (data[p] == 0 || pads[p] == 0) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /** Whether this memory is on NVSHMEM's symmetric heap (NVSHMEM's reductions may run on it). */
+    boolean onNvshmemHeap() {
+        return nvshmem != null;
     }
 
     /**
@@ -264,6 +315,10 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     @Override
     public void barrier() {
         transport.driver().setCurrent(rank.context);
+        if (nvshmem != null) {
+            // NVSHMEM's puts may complete after the stream's work has run (remote transports): quiet them first
+            nvshmem.quietOnStream(rank.stream);
+        }
         transport.driver().synchronize(rank.stream);
         group.allGatherBytes("cuda-symmetric-memory-barrier", new byte[0]);
     }
@@ -280,14 +335,28 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
             throw new IndexOutOfBoundsException("put of " + src.byteSize() + " bytes at dstOffset=" + dstOffset
                     + " outside symmetric memory of " + byteSize + " bytes");
         }
-        launchPut(data[peer] + dstOffset, src.address(), src.byteSize(), pads[peer] + signalOffset(slot), value, op);
+        if (nvshmem != null) {
+            // NVSHMEM delivers the data before the signal update (put-with-signal's ordering), the release a
+            // waiter's acquire pairs with; addresses are this PE's symmetric ones, the PE is the peer's rank
+            transport.driver().setCurrent(rank.context);
+            nvshmem.putSignalOnStream(data[group.rank()] + dstOffset, src.address(), src.byteSize(),
+                    pads[group.rank()] + signalOffset(slot), value, op, peer, rank.stream);
+            return;
+        }
+        launchPut(peerData(peer) + dstOffset, src.address(), src.byteSize(), peerPad(peer) + signalOffset(slot), value, op);
     }
 
     @Override
     public void signal(int peer, int slot, long value, SignalOp op) {
         Objects.checkIndex(peer, data.length);
         checkSlot(slot);
-        launchPut(0, 0, 0, pads[peer] + signalOffset(slot), value, op);
+        if (nvshmem != null) {
+            // release: NVSHMEM's signal update is ordered after this PE's earlier puts on the stream
+            transport.driver().setCurrent(rank.context);
+            nvshmem.signalOnStream(pads[group.rank()] + signalOffset(slot), value, op, peer, rank.stream);
+            return;
+        }
+        launchPut(0, 0, 0, peerPad(peer) + signalOffset(slot), value, op);
     }
 
     private void launchPut(long dst, long src, long bytes, long signal, long value, SignalOp op) {
@@ -327,6 +396,16 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         checkSlot(slot);
         CudaDriver d = transport.driver();
         d.setCurrent(rank.context);
+        if (nvshmem != null) {
+            long word = pads[group.rank()] + signalOffset(slot);
+            // acquire: NVSHMEM's wait orders the stream's later work after the data put before the signal
+            nvshmem.waitAtLeastOnStream(word, atLeast, rank.stream);
+            if (consume) {
+                // after the wait on the same stream: the signaller's later additions are kept (an atomic add)
+                nvshmem.signalOnStream(word, -atLeast, SignalOp.ADD, group.rank(), rank.stream);
+            }
+            return;
+        }
         try (Arena a = Arena.ofConfined()) {
             CudaLaunch params = new CudaLaunch(a).pointer(pads[group.rank()] + signalOffset(slot)).size(atLeast);
             rank.launch(d, consume ? Kernel.WAIT_SIGNAL_CONSUME : Kernel.WAIT_SIGNAL, 1, params.array());
@@ -385,6 +464,9 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
             storeStaging.setAtIndex(ValueLayout.JAVA_LONG, slot - fromSlot, value);
         }
         for (int peer = 0; peer < pads.length && bytes > 0; peer++) {
+            if (pads[peer] == 0) {
+                continue; // not mapped here (NVSHMEM, another node): that rank's own abort stores its slots
+            }
             // release: a DMA copy of the value alone; it publishes nothing else, and a waiter's acquire load
             // sees the whole 8-byte value (aligned, written by one copy)
             d.copyHostToDeviceAsync(pads[peer] + signalOffset(fromSlot), storeStaging, bytes, sideStream);
@@ -466,8 +548,10 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         rank.checkOpen("close symmetric memory id=" + id + " (close memories and communicators before"
                 + " CudaTransport.release; this rank's buffer and pad could not be freed)");
         LOG.debug("symmetric memory id={} rank={} closing", id, group.rank());
+        boolean met = false;
         try {
             barrier();
+            met = true;
         } finally {
             CudaDriver d = transport.driver();
             d.setCurrent(rank.context);
@@ -475,7 +559,11 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
             boolean drained = idleBy(rank.stream, deadline) && idleBy(sideStream, deadline);
             // destroying a busy stream is allowed: the driver releases it once its work completes
             d.destroyStream(sideStream);
-            if (drained) {
+            if (!met && allocation.collectiveFree()) {
+                // NVSHMEM's free is a barrier of every PE: with a peer gone it would never return
+                LOG.warn("symmetric memory id={} rank={}: the ranks did not meet at close; this NVSHMEM memory stays on the"
+                        + " symmetric heap until the process exits (nvshmem_free waits for every PE)", id, group.rank());
+            } else if (drained) {
                 long tables;
                 synchronized (this) {
                     tables = pointerTables;

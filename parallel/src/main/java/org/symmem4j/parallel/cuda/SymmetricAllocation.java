@@ -48,7 +48,7 @@ final class SymmetricAllocation {
      * pointer of their own to free.
      */
     private record Share(long data, long pad, boolean ownsData, int device, MemorySegment context,
-                         List<CudaVirtualMemory.Mapping> mappings) {
+                         List<CudaVirtualMemory.Mapping> mappings, Runnable freeMemory) {
     }
 
     private final long id;
@@ -63,6 +63,8 @@ final class SymmetricAllocation {
     /** Whether each rank has a process of its own (this instance then holds one rank's share). */
     private final boolean onePerProcess;
     private boolean freed;
+    /** Whether freeing is itself collective (NVSHMEM's heap): then every rank must reach it, see {@link #collectiveFree()}. */
+    private boolean collectiveFree;
 
     /**
      * @param id             the memory's id, equal on every rank (rank 0 draws it), for argument checks
@@ -114,9 +116,34 @@ final class SymmetricAllocation {
             closed[rank] = false;
         }
         MemorySegment context = driver.retainPrimaryContext(device);
-        shares[rank] = new Share(data, pad, ownsData, device, context, mappings);
+        shares[rank] = new Share(data, pad, ownsData, device, context, mappings, null);
         LOG.debug("symmetric memory id={} rank={} joined: data=0x{} pad=0x{} device={}", id, rank, Long.toHexString(data),
                 Long.toHexString(pad), device);
+    }
+
+    /**
+     * As {@link #join(CudaDriver, int, long, long, boolean, int)} for a rank whose buffer and pad belong
+     * to a library's heap that frees them collectively (NVSHMEM's symmetric heap: {@code nvshmem_free} is
+     * a barrier of every PE): {@code freeMemory} frees both, run where the share is freed.
+     */
+    synchronized void joinCollectivelyFreed(CudaDriver driver, int rank, long data, long pad, int device, Runnable freeMemory) {
+        if (shares[rank] != null) {
+            throw new IllegalStateException("symmetric memory id=" + id + ": rank=" + rank + " joined twice");
+        }
+        if (onePerProcess) {
+            closed[rank] = false;
+        }
+        collectiveFree = true;
+        MemorySegment context = driver.retainPrimaryContext(device);
+        shares[rank] = new Share(data, pad, false, device, context, List.of(), freeMemory);
+    }
+
+    /**
+     * Whether freeing this memory is a collective of every rank (NVSHMEM): a rank whose close did not meet
+     * its peers must then keep the memory rather than free it, or it would wait forever for a peer that is gone.
+     */
+    synchronized boolean collectiveFree() {
+        return collectiveFree;
     }
 
     /**
@@ -158,7 +185,9 @@ final class SymmetricAllocation {
             MemorySegment hostValues = staging[r];
             steps.add(() -> {
                 driver.setCurrent(s.context());
-                if (!s.mappings().isEmpty()) {
+                if (s.freeMemory() != null) {
+                    s.freeMemory().run();
+                } else if (!s.mappings().isEmpty()) {
                     driver.virtualMemory().unmapAll(s.mappings());
                 } else {
                     driver.free(s.pad());

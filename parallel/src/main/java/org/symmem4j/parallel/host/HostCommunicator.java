@@ -226,7 +226,7 @@ public final class HostCommunicator implements Communicator {
                 case ONE_SHOT -> oneShot(scratch, half, dst, dstOffset, len, dtype, op);
                 case TWO_SHOT -> twoShot(scratch, half, dst, dstOffset, false, len, dtype, op);
                 case RING -> ring(scratch, half, dst, dstOffset, false, len, dtype, op);
-                case NCCL, NCCL_SYMMETRIC, MPI, HIERARCHICAL ->
+                case NCCL, NCCL_SYMMETRIC, MPI, HIERARCHICAL, NVSHMEM ->
                         throw new IllegalStateException("unreachable: " + algorithm + " rejected at entry");
             }
         }

@@ -1,16 +1,6 @@
 package org.symmem4j.parallel.cuda;
 
-import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertTrue;
-
-import java.io.IOException;
-import java.net.ServerSocket;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.util.ArrayList;
-import java.util.List;
-import java.util.Map;
-import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Assumptions;
@@ -39,43 +29,6 @@ class CudaCrossProcessTest {
 
     @Test
     void processesShareCudaMemoryAndReduceThroughIt(@TempDir Path logs) throws Exception {
-        int port;
-        try (ServerSocket s = new ServerSocket(0)) {
-            port = s.getLocalPort();
-        }
-        String java = ProcessHandle.current().info().command().orElse("java");
-        String classPath = System.getProperty("symmem4j.test.classPath", System.getProperty("java.class.path"));
-        String runId = "cuda-cross-process-" + ProcessHandle.current().pid() + "-" + System.nanoTime();
-        List<Process> processes = new ArrayList<>();
-        List<Path> outputs = new ArrayList<>();
-        for (int r = 0; r < ranks; r++) {
-            ProcessBuilder pb = new ProcessBuilder(java, "--enable-native-access=ALL-UNNAMED",
-                    "--add-modules=jdk.incubator.vector", "-Xmx1g", "-cp", classPath,
-                    CudaCrossProcessWorker.class.getName(), "1000", "3000001");
-            pb.environment().putAll(Map.of("RANK", Integer.toString(r), "WORLD_SIZE", Integer.toString(ranks),
-                    "LOCAL_RANK", Integer.toString(r), "LOCAL_WORLD_SIZE", Integer.toString(ranks),
-                    "MASTER_ADDR", "127.0.0.1", "MASTER_PORT", Integer.toString(port), "SYMMEM4J_RUN_ID", runId));
-            Path out = logs.resolve("rank-" + r + ".log");
-            outputs.add(out);
-            processes.add(pb.redirectErrorStream(true).redirectOutput(out.toFile()).start());
-        }
-        List<Integer> codes = new ArrayList<>();
-        try {
-            for (Process p : processes) {
-                codes.add(p.waitFor(240, TimeUnit.SECONDS) ? p.exitValue() : -1);
-            }
-        } finally {
-            processes.forEach(Process::destroyForcibly);
-        }
-        StringBuilder all = new StringBuilder();
-        for (int r = 0; r < ranks; r++) {
-            String text = Files.readString(outputs.get(r));
-            all.append("---- rank ").append(r).append(" (exit ").append(codes.get(r)).append(")\n").append(text);
-        }
-        System.out.println(all);
-        for (int r = 0; r < ranks; r++) {
-            assertEquals(0, codes.get(r), "rank " + r + " failed (-1: still running after 240 s):\n" + all);
-            assertTrue(Files.readString(outputs.get(r)).contains("CROSS-PROCESS OK rank=" + r), all::toString);
-        }
+        WorkerProcesses.runAndCheck(CudaCrossProcessWorker.class, ranks, "CROSS-PROCESS OK", logs, 240, "1000", "3000001");
     }
 }

@@ -160,7 +160,11 @@ class CudaPipelineExecutorTest {
     }
 
     static Stream<Arguments> schedules() {
-        int p = ranks();
+        return schedules(ranks());
+    }
+
+    /** 1F1B, interleaved (2 stages per rank) and GPipe on {@code p} ranks. */
+    static Stream<Arguments> schedules(int p) {
         return Stream.of(
                 Arguments.of("1f1b", PipelineShape.of(p, 2 * p), ScheduleGenerators.oneFOneB(p, 2 * p)),
                 Arguments.of("interleaved", new PipelineShape(p, 2 * p, 2), ScheduleGenerators.interleavedOneFOneB(p, 2 * p, 2)),
@@ -170,59 +174,71 @@ class CudaPipelineExecutorTest {
     @ParameterizedTest(name = "{0}")
     @MethodSource("schedules")
     void everyMicrobatchCrossesEveryStageAndComesBackIntact(String name, PipelineShape shape, Schedule schedule) {
-        int steps = 3;
+        List<String> problems = InJvmWorld.runOnEveryRank(shape.ranks(),
+                GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
+                group -> runCopyPipeline(group, gpuTransport(), name, shape, schedule, 3));
+        for (String p : problems) {
+            assertTrue(p.isEmpty(), p);
+        }
+    }
+
+    /**
+     * One rank's part of the copy pipeline: {@code steps} steps of {@code schedule} with the links on
+     * {@code transport} (the rank's group's), every microbatch's bytes checked where they arrive.
+     *
+     * @return what arrived wrong, a line each; empty when every byte was right
+     */
+    static String runCopyPipeline(Group group, Transport transport, String name, PipelineShape shape, Schedule schedule,
+                                  int steps) {
         int microbatches = shape.microbatches();
         int lastStage = shape.stageCount() - 1;
-        List<String> problems = InJvmWorld.runOnEveryRank(shape.ranks(),
-                GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
-            long perStage = 2L * microbatches * MESSAGE_BYTES;
-            List<String> found = new ArrayList<>();
-            try (SymmetricMemory buffers = gpuMemory(group, perStage * shape.stagesPerRank());
-                 Arena arena = Arena.ofConfined()) {
-                Map<Integer, CopyStage> mine = new HashMap<>();
-                int local = 0;
-                for (int stage = group.rank(); stage < shape.stageCount(); stage += shape.ranks()) {
-                    CopyStage s = new CopyStage(buffers, stage, lastStage, local++ * perStage);
-                    s.microbatches = microbatches;
-                    mine.put(stage, s);
-                }
-                // one slot per link: every send after the first waits for its credit
-                int slots = LinkPlan.of(schedule, shape).minimumSlots();
-                try (PipelineExecutor executor = PipelineExecutor.create(group, gpuTransport(), schedule, shape, new HashMap<>(mine),
-                        slots, MESSAGE_BYTES)) {
-                    MemorySegment host = arena.allocate(MESSAGE_BYTES);
-                    for (int step = 0; step < steps; step++) {
-                        CopyStage first = mine.get(0);
-                        if (first != null) {
-                            for (int mb = 0; mb < microbatches; mb++) {
-                                for (long i = 0; i < MESSAGE_BYTES; i++) {
-                                    host.set(ValueLayout.JAVA_BYTE, i, pattern(step, mb, i));
-                                }
-                                buffers.copyFromHost(host, first.kept(0, mb, microbatches));
+        long perStage = 2L * microbatches * MESSAGE_BYTES;
+        List<String> found = new ArrayList<>();
+        try (SymmetricMemory buffers = transport.allocate(group, perStage * shape.stagesPerRank());
+             Arena arena = Arena.ofConfined()) {
+            Map<Integer, CopyStage> mine = new HashMap<>();
+            int local = 0;
+            for (int stage = group.rank(); stage < shape.stageCount(); stage += shape.ranks()) {
+                CopyStage s = new CopyStage(buffers, stage, lastStage, local++ * perStage);
+                s.microbatches = microbatches;
+                mine.put(stage, s);
+            }
+            // one slot per link: every send after the first waits for its credit
+            int slots = LinkPlan.of(schedule, shape).minimumSlots();
+            try (PipelineExecutor executor = PipelineExecutor.create(group, transport, schedule, shape, new HashMap<>(mine),
+                    slots, MESSAGE_BYTES)) {
+                MemorySegment host = arena.allocate(MESSAGE_BYTES);
+                for (int step = 0; step < steps; step++) {
+                    CopyStage first = mine.get(0);
+                    if (first != null) {
+                        for (int mb = 0; mb < microbatches; mb++) {
+                            for (long i = 0; i < MESSAGE_BYTES; i++) {
+                                host.set(ValueLayout.JAVA_BYTE, i, pattern(step, mb, i));
                             }
+                            buffers.copyFromHost(host, first.kept(0, mb, microbatches));
                         }
-                        executor.barrier();
-                        StepTimeline timeline = executor.runStep();
-                        assertEquals(schedule.actions(group.rank()).size(), timeline.events().stream()
-                                .filter(e -> e.kind() == TimelineEvent.Kind.FORWARD || e.kind() == TimelineEvent.Kind.BACKWARD)
-                                .count(), "one compute event per action");
-                        assertTrue(timeline.events().stream().allMatch(e -> e.endNanos() >= e.startNanos()),
-                                "event times from CUDA events run forward");
-                        for (CopyStage s : mine.values()) {
-                            // every stage saw every microbatch's bytes forward; stage 0 got them back
-                            for (int mb = 0; mb < microbatches; mb++) {
-                                for (int kind = 0; kind < 2; kind++) {
-                                    if (kind == 1 && s.stage != 0 && s.stage != lastStage) {
-                                        continue; // middle stages: the forward copy already proves delivery
-                                    }
-                                    buffers.copyToHost(s.kept(kind, mb, microbatches), host);
-                                    for (long i = 0; i < MESSAGE_BYTES; i++) {
-                                        if (host.get(ValueLayout.JAVA_BYTE, i) != pattern(step, mb, i)) {
-                                            found.add(name + " step " + step + " stage " + s.stage + (kind == 0 ? " forward" : " backward")
-                                                    + " microbatch " + mb + " byte " + i + ": expected " + pattern(step, mb, i)
-                                                    + " found " + host.get(ValueLayout.JAVA_BYTE, i));
-                                            break;
-                                        }
+                    }
+                    executor.barrier();
+                    StepTimeline timeline = executor.runStep();
+                    assertEquals(schedule.actions(group.rank()).size(), timeline.events().stream()
+                            .filter(e -> e.kind() == TimelineEvent.Kind.FORWARD || e.kind() == TimelineEvent.Kind.BACKWARD)
+                            .count(), "one compute event per action");
+                    assertTrue(timeline.events().stream().allMatch(e -> e.endNanos() >= e.startNanos()),
+                            "event times from CUDA events run forward");
+                    for (CopyStage s : mine.values()) {
+                        // every stage saw every microbatch's bytes forward; stage 0 got them back
+                        for (int mb = 0; mb < microbatches; mb++) {
+                            for (int kind = 0; kind < 2; kind++) {
+                                if (kind == 1 && s.stage != 0 && s.stage != lastStage) {
+                                    continue; // middle stages: the forward copy already proves delivery
+                                }
+                                buffers.copyToHost(s.kept(kind, mb, microbatches), host);
+                                for (long i = 0; i < MESSAGE_BYTES; i++) {
+                                    if (host.get(ValueLayout.JAVA_BYTE, i) != pattern(step, mb, i)) {
+                                        found.add(name + " step " + step + " stage " + s.stage + (kind == 0 ? " forward" : " backward")
+                                                + " microbatch " + mb + " byte " + i + ": expected " + pattern(step, mb, i)
+                                                + " found " + host.get(ValueLayout.JAVA_BYTE, i));
+                                        break;
                                     }
                                 }
                             }
@@ -230,11 +246,8 @@ class CudaPipelineExecutorTest {
                     }
                 }
             }
-            return String.join("\n", found);
-        });
-        for (String p : problems) {
-            assertTrue(p.isEmpty(), p);
         }
+        return String.join("\n", found);
     }
 
     /** A stage that throws on the host: its rank reports the cause, every other rank's GPU step aborts promptly. */

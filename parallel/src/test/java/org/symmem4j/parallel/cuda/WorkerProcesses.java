@@ -1,0 +1,77 @@
+package org.symmem4j.parallel.cuda;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.net.ServerSocket;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * Runs a worker main as the ranks of a process group, one JVM each, with torchrun's variables (the way the
+ * launcher starts them), and checks that every rank exited 0 and printed its success line. The child JVMs
+ * get {@code -Dsymmem4j.test.classPath} as their class path where it is set (the GPU machine's runner sets
+ * it: JUnit's console launcher keeps the test class path to itself), else this JVM's. Every rank's output
+ * is printed, so a failure shows each rank's own story.
+ */
+public final class WorkerProcesses {
+
+    private WorkerProcesses() {
+    }
+
+    /**
+     * @param worker    the main class each rank runs
+     * @param ranks     how many processes
+     * @param okLine    what rank r prints on success, followed by {@code " rank=" + r}
+     * @param logs      where each rank's output goes
+     * @param seconds   how long the ranks may take
+     * @param args      the worker's arguments
+     */
+    public static void runAndCheck(Class<?> worker, int ranks, String okLine, Path logs, int seconds, String... args)
+            throws IOException, InterruptedException {
+        int port;
+        try (ServerSocket s = new ServerSocket(0)) {
+            port = s.getLocalPort();
+        }
+        String java = ProcessHandle.current().info().command().orElse("java");
+        String classPath = System.getProperty("symmem4j.test.classPath", System.getProperty("java.class.path"));
+        String runId = worker.getSimpleName() + "-" + ProcessHandle.current().pid() + "-" + System.nanoTime();
+        List<Process> processes = new ArrayList<>();
+        List<Path> outputs = new ArrayList<>();
+        for (int r = 0; r < ranks; r++) {
+            List<String> command = new ArrayList<>(List.of(java, "--enable-native-access=ALL-UNNAMED",
+                    "--add-modules=jdk.incubator.vector", "-Xmx1g", "-cp", classPath, worker.getName()));
+            command.addAll(List.of(args));
+            ProcessBuilder pb = new ProcessBuilder(command);
+            pb.environment().putAll(Map.of("RANK", Integer.toString(r), "WORLD_SIZE", Integer.toString(ranks),
+                    "LOCAL_RANK", Integer.toString(r), "LOCAL_WORLD_SIZE", Integer.toString(ranks),
+                    "MASTER_ADDR", "127.0.0.1", "MASTER_PORT", Integer.toString(port), "SYMMEM4J_RUN_ID", runId));
+            Path out = logs.resolve("rank-" + r + ".log");
+            outputs.add(out);
+            processes.add(pb.redirectErrorStream(true).redirectOutput(out.toFile()).start());
+        }
+        List<Integer> codes = new ArrayList<>();
+        try {
+            for (Process p : processes) {
+                codes.add(p.waitFor(seconds, TimeUnit.SECONDS) ? p.exitValue() : -1);
+            }
+        } finally {
+            processes.forEach(Process::destroyForcibly);
+        }
+        StringBuilder all = new StringBuilder();
+        for (int r = 0; r < ranks; r++) {
+            String text = Files.readString(outputs.get(r));
+            all.append("---- rank ").append(r).append(" (exit ").append(codes.get(r)).append(")\n").append(text);
+        }
+        System.out.println(all);
+        for (int r = 0; r < ranks; r++) {
+            assertEquals(0, codes.get(r), "rank " + r + " failed (-1: still running after " + seconds + " s):\n" + all);
+            assertTrue(Files.readString(outputs.get(r)).contains(okLine + " rank=" + r), all::toString);
+        }
+    }
+}
