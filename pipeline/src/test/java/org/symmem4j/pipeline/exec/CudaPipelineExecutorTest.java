@@ -5,12 +5,9 @@ import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.stream.Stream;
@@ -25,7 +22,6 @@ import org.junit.jupiter.params.provider.MethodSource;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
-import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
@@ -34,7 +30,6 @@ import org.symmem4j.parallel.cuda.CudaKernels;
 import org.symmem4j.parallel.cuda.CudaTransport;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
 import org.symmem4j.parallel.group.InJvmWorld;
-import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
 import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
@@ -55,9 +50,7 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
 @ExtendWith(GpuTestWatchdog.class)
 class CudaPipelineExecutorTest {
 
-    private static final long MESSAGE_BYTES = 64 << 10;
-    /** The signal slot of the stages' own buffers that their copies (puts adding 0) name. */
-    private static final int COPY_SLOT = 0;
+    private static final long MESSAGE_BYTES = CopyPipeline.MESSAGE_BYTES;
     private static CudaTransport cuda;
 
     @BeforeEach
@@ -105,70 +98,13 @@ class CudaPipelineExecutorTest {
         return ranks;
     }
 
-    /** Device buffers of one rank's stages: inputs per microbatch (stage 0), kept activations and gradients. */
-    static final class CopyStage implements StageCompute {
-        final SymmetricMemory buffers;
-        final int stage;
-        final int lastStage;
-        final long base;
-
-        CopyStage(SymmetricMemory buffers, int stage, int lastStage, long base) {
-            this.buffers = buffers;
-            this.stage = stage;
-            this.lastStage = lastStage;
-            this.base = base;
-        }
-
-        /** Where, in the rank's buffer, this stage keeps microbatch mb's forward (kind 0) or backward (kind 1) message. */
-        long kept(int kind, int mb, int microbatches) {
-            return base + ((long) kind * microbatches + mb) * MESSAGE_BYTES;
-        }
-
-        /** The kept message as a device buffer. */
-        MemorySegment keptBuffer(int kind, int mb) {
-            return MemorySegment.ofAddress(buffers.local().address() + kept(kind, mb, microbatches)).reinterpret(MESSAGE_BYTES);
-        }
-
-        /** Enqueues the copy of MESSAGE_BYTES of {@code src} (a device buffer) to {@code dstOffset} of this rank's buffer. */
-        void copyInto(long dstOffset, MemorySegment src) {
-            buffers.putWithSignal(buffers.group().rank(), src.asSlice(0, MESSAGE_BYTES), dstOffset, COPY_SLOT, 0, SignalOp.ADD);
-        }
-
-        int microbatches;
-
-        @Override
-        public MemorySegment forward(int microbatch, MemorySegment input) {
-            if (stage > 0) {
-                copyInto(kept(0, microbatch, microbatches), input);
-            } // stage 0: the test wrote its input there before the step
-            return keptBuffer(0, microbatch);
-        }
-
-        @Override
-        public MemorySegment backward(int microbatch, MemorySegment outputGradient) {
-            copyInto(kept(1, microbatch, microbatches), stage == lastStage ? keptBuffer(0, microbatch) : outputGradient);
-            return keptBuffer(1, microbatch);
-        }
-
-        @Override
-        public void step() {
-        }
-    }
-
-    static byte pattern(int step, int mb, long i) {
-        return (byte) ((step * 131 + mb * 17 + i) % 251 + 1);
-    }
-
     static Stream<Arguments> schedules() {
         return schedules(ranks());
     }
 
     /** 1F1B, interleaved (2 stages per rank) and GPipe on {@code p} ranks. */
     static Stream<Arguments> schedules(int p) {
-        return Stream.of(
-                Arguments.of("1f1b", PipelineShape.of(p, 2 * p), ScheduleGenerators.oneFOneB(p, 2 * p)),
-                Arguments.of("interleaved", new PipelineShape(p, 2 * p, 2), ScheduleGenerators.interleavedOneFOneB(p, 2 * p, 2)),
-                Arguments.of("gpipe", PipelineShape.of(p, p), ScheduleGenerators.gpipe(p, p)));
+        return CopyPipeline.cases(p).stream().map(c -> Arguments.of(c.name(), c.shape(), c.schedule()));
     }
 
     @ParameterizedTest(name = "{0}")
@@ -176,78 +112,10 @@ class CudaPipelineExecutorTest {
     void everyMicrobatchCrossesEveryStageAndComesBackIntact(String name, PipelineShape shape, Schedule schedule) {
         List<String> problems = InJvmWorld.runOnEveryRank(shape.ranks(),
                 GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
-                group -> runCopyPipeline(group, gpuTransport(), name, shape, schedule, 3));
+                group -> CopyPipeline.run(group, gpuTransport(), name, shape, schedule, 3));
         for (String p : problems) {
             assertTrue(p.isEmpty(), p);
         }
-    }
-
-    /**
-     * One rank's part of the copy pipeline: {@code steps} steps of {@code schedule} with the links on
-     * {@code transport} (the rank's group's), every microbatch's bytes checked where they arrive.
-     *
-     * @return what arrived wrong, a line each; empty when every byte was right
-     */
-    static String runCopyPipeline(Group group, Transport transport, String name, PipelineShape shape, Schedule schedule,
-                                  int steps) {
-        int microbatches = shape.microbatches();
-        int lastStage = shape.stageCount() - 1;
-        long perStage = 2L * microbatches * MESSAGE_BYTES;
-        List<String> found = new ArrayList<>();
-        try (SymmetricMemory buffers = transport.allocate(group, perStage * shape.stagesPerRank());
-             Arena arena = Arena.ofConfined()) {
-            Map<Integer, CopyStage> mine = new HashMap<>();
-            int local = 0;
-            for (int stage = group.rank(); stage < shape.stageCount(); stage += shape.ranks()) {
-                CopyStage s = new CopyStage(buffers, stage, lastStage, local++ * perStage);
-                s.microbatches = microbatches;
-                mine.put(stage, s);
-            }
-            // one slot per link: every send after the first waits for its credit
-            int slots = LinkPlan.of(schedule, shape).minimumSlots();
-            try (PipelineExecutor executor = PipelineExecutor.create(group, transport, schedule, shape, new HashMap<>(mine),
-                    slots, MESSAGE_BYTES)) {
-                MemorySegment host = arena.allocate(MESSAGE_BYTES);
-                for (int step = 0; step < steps; step++) {
-                    CopyStage first = mine.get(0);
-                    if (first != null) {
-                        for (int mb = 0; mb < microbatches; mb++) {
-                            for (long i = 0; i < MESSAGE_BYTES; i++) {
-                                host.set(ValueLayout.JAVA_BYTE, i, pattern(step, mb, i));
-                            }
-                            buffers.copyFromHost(host, first.kept(0, mb, microbatches));
-                        }
-                    }
-                    executor.barrier();
-                    StepTimeline timeline = executor.runStep();
-                    assertEquals(schedule.actions(group.rank()).size(), timeline.events().stream()
-                            .filter(e -> e.kind() == TimelineEvent.Kind.FORWARD || e.kind() == TimelineEvent.Kind.BACKWARD)
-                            .count(), "one compute event per action");
-                    assertTrue(timeline.events().stream().allMatch(e -> e.endNanos() >= e.startNanos()),
-                            "event times from CUDA events run forward");
-                    for (CopyStage s : mine.values()) {
-                        // every stage saw every microbatch's bytes forward; stage 0 got them back
-                        for (int mb = 0; mb < microbatches; mb++) {
-                            for (int kind = 0; kind < 2; kind++) {
-                                if (kind == 1 && s.stage != 0 && s.stage != lastStage) {
-                                    continue; // middle stages: the forward copy already proves delivery
-                                }
-                                buffers.copyToHost(s.kept(kind, mb, microbatches), host);
-                                for (long i = 0; i < MESSAGE_BYTES; i++) {
-                                    if (host.get(ValueLayout.JAVA_BYTE, i) != pattern(step, mb, i)) {
-                                        found.add(name + " step " + step + " stage " + s.stage + (kind == 0 ? " forward" : " backward")
-                                                + " microbatch " + mb + " byte " + i + ": expected " + pattern(step, mb, i)
-                                                + " found " + host.get(ValueLayout.JAVA_BYTE, i));
-                                        break;
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        return String.join("\n", found);
     }
 
     /** A stage that throws on the host: its rank reports the cause, every other rank's GPU step aborts promptly. */
@@ -260,7 +128,7 @@ class CudaPipelineExecutorTest {
                 GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
             long perStage = 2L * shape.microbatches() * MESSAGE_BYTES;
             try (SymmetricMemory buffers = gpuMemory(group, perStage)) {
-                CopyStage healthy = new CopyStage(buffers, group.rank(), p - 1, 0);
+                CopyPipeline.CopyStage healthy = new CopyPipeline.CopyStage(buffers, group.rank(), p - 1, 0);
                 healthy.microbatches = shape.microbatches();
                 StageCompute stage = group.rank() != p - 1 ? healthy : new StageCompute() {
                     @Override
@@ -320,7 +188,7 @@ class CudaPipelineExecutorTest {
         Schedule schedule = ScheduleGenerators.interleavedOneFOneB(1, 2, 2);
         SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(1,
                 GroupOptions.defaults(), (Group group) -> PipelineExecutor.create(group, gpuTransport(), schedule, shape,
-                        Map.of(0, new CopyStage(null, 0, 1, 0), 1, new CopyStage(null, 1, 1, 0)), 1, 64)));
+                        Map.of(0, new CopyPipeline.CopyStage(null, 0, 1, 0), 1, new CopyPipeline.CopyStage(null, 1, 1, 0)), 1, 64)));
         assertTrue(e.getCause().getMessage().contains("ranks >= 2"), e.getCause().getMessage());
     }
 }

@@ -1,19 +1,16 @@
 package org.symmem4j.pipeline.exec;
 
 import java.time.Duration;
-import java.util.List;
-import org.junit.jupiter.params.provider.Arguments;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.cuda.NvshmemTransport;
 import org.symmem4j.parallel.group.ProcessGroup;
-import org.symmem4j.pipeline.schedule.PipelineShape;
-import org.symmem4j.pipeline.schedule.Schedule;
 
 /**
  * One stage rank of {@link NvshmemPipelineExecutorTest}, a process of its own on a GPU of its own: the pipeline
  * executor told to put its links on the NVSHMEM transport ({@code PipelineExecutor.create(group, nvshmem, ...)}),
  * so every hand-off is NVSHMEM's put-with-signal and its on-stream wait, runs the copy pipeline of
- * {@link CudaPipelineExecutorTest} (1F1B, interleaved, GPipe; every microbatch's bytes checked where they arrive).
+ * {@link CudaPipelineExecutorTest} ({@link CopyPipeline}: 1F1B, interleaved, GPipe; every microbatch's bytes checked
+ * where they arrive). No JUnit classes here: they are not on a rank process's class path.
  * Prints {@code NVSHMEM PIPELINE OK rank=R} and exits 0, or what went wrong and exits 3.
  */
 public final class NvshmemPipelineWorker {
@@ -26,13 +23,10 @@ public final class NvshmemPipelineWorker {
              ProcessGroup group = ProcessGroup.fromEnvironment(GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
                      nvshmem)) {
             System.out.println("rank=" + group.rank() + " on " + nvshmem.describe(group));
-            List<Arguments> schedules = CudaPipelineExecutorTest.schedules(group.worldSize()).toList();
             StringBuilder problems = new StringBuilder();
-            for (Arguments a : schedules) {
-                Object[] x = a.get();
-                String found = CudaPipelineExecutorTest.runCopyPipeline(group, nvshmem, (String) x[0], (PipelineShape) x[1],
-                        (Schedule) x[2], 3);
-                System.out.println(x[0] + ": " + (found.isEmpty() ? "every microbatch intact over NVSHMEM links" : found));
+            for (CopyPipeline.Case c : CopyPipeline.cases(group.worldSize())) {
+                String found = CopyPipeline.run(group, nvshmem, c.name(), c.shape(), c.schedule(), 3);
+                System.out.println(c.name() + ": " + (found.isEmpty() ? "every microbatch intact over NVSHMEM links" : found));
                 problems.append(found);
             }
             nvshmem.release(group);
