@@ -50,6 +50,12 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
      * reach PEs of other nodes (this rank's PE is its group rank).
      */
     private final Nvshmem nvshmem;
+    /**
+     * On NVSHMEM's heap: whether the stream-side waits are NVSHMEM's ({@code nvshmemx_signal_wait_until_on_stream},
+     * the default) or our wait kernel polling this rank's own pad ({@code -Dsymmem4j.nvshmem.wait=kernel}; NVSHMEM
+     * stores the signal after the data, so an acquire load that sees it sees the data, as with our puts).
+     */
+    private final boolean nvshmemWait;
 
     CudaSymmetricMemory(Group group, CudaTransport transport, CudaRank rank, long byteSize, long[] data,
                         long[] pads, SymmetricAllocation allocation) {
@@ -63,6 +69,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     CudaSymmetricMemory(Group group, CudaTransport transport, CudaRank rank, long byteSize, long[] data,
                         long[] pads, SymmetricAllocation allocation, Nvshmem nvshmem) {
         this.nvshmem = nvshmem;
+        this.nvshmemWait = nvshmem != null && !"kernel".equals(System.getProperty("symmem4j.nvshmem.wait"));
         this.group = group;
         this.transport = transport;
         this.rank = rank;
@@ -396,7 +403,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         checkSlot(slot);
         CudaDriver d = transport.driver();
         d.setCurrent(rank.context);
-        if (nvshmem != null) {
+        if (nvshmemWait) {
             long word = pads[group.rank()] + signalOffset(slot);
             // acquire: NVSHMEM's wait orders the stream's later work after the data put before the signal
             nvshmem.waitAtLeastOnStream(word, atLeast, rank.stream);
