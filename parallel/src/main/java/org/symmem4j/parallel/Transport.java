@@ -14,7 +14,10 @@ import org.symmem4j.parallel.group.InJvmWorld;
  *   <tr><th>transport</th><th>ranks</th><th>peer buffers</th></tr>
  *   <tr><td>{@code host-in-jvm}</td><td>threads</td><td>off-heap segments</td></tr>
  *   <tr><td>{@code host-shm}</td><td>processes</td><td>{@code /dev/shm} files mapped by every rank</td></tr>
- *   <tr><td>{@code cuda}</td><td>threads, one GPU each</td><td>device memory, peers' through peer access</td></tr>
+ *   <tr><td>{@code cuda}</td><td>threads or processes, one GPU each</td><td>device memory, peers' through peer access
+ *       (threads) or exported allocations (processes)</td></tr>
+ *   <tr><td>{@code nvshmem}</td><td>processes, one GPU each</td><td>NVSHMEM's symmetric heap; puts and signals are
+ *       NVSHMEM's, peers of the node also mapped</td></tr>
  * </table>
  */
 public interface Transport {
