@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs, reports and each report's raw
 # CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|multi|tp|tprepeat|probe|nvlink|launch|ab|nvshmem] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|multi|tp|tprepeat|probe|nvlink|launch|ab|nvshmem|hierarchical] [extra all-reduce benchmark args]
 # (tp: TensorParallelGemmBench, fused all-gather + matmul and matmul + reduce-scatter against cuBLAS + NCCL and
 # cuBLAS alone, and the tensor-parallel MLP block's overhead, one rank per GPU; also the last step of multi)
 # (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU on every rank count in
@@ -117,6 +117,24 @@ if [ "$what" = nvshmem ]; then
     echo "== hand-off benchmark --processes (NVSHMEM): exit=$code" | tee -a "$out/nvshmem-summary.txt"
     tail -5 "$out/gpu-handoff-nvshmem.log"
   fi
+fi
+if [ "$what" = hierarchical ]; then
+  # a GPU group spanning pretend machines (#17): its test, then GpuHierarchicalAllReduceBench twice, NCCL on what it
+  # finds between the GPUs (NVLink) and through sockets (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1), RANKS_PER_MACHINE
+  # GPUs per pretend machine (default 2)
+  GPU_TEST_FILTER=${GPU_TEST_FILTER:-CudaHierarchical} run_gpu_tests "$out/gpu-tests-hierarchical.log" 300 "" \
+    | tee "$out/hierarchical-summary.txt"
+  rc=${PIPESTATUS[0]}
+  for links in nvlink sockets; do
+    if [ "$links" = sockets ]; then export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1; fi
+    timeout -k 10 "${HIERARCHICAL_BENCH_LIMIT:-240}" $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuHierarchicalAllReduceBench \
+      --ranks-per-machine "${RANKS_PER_MACHINE:-2}" --out "$out/gpu-hierarchical-$links.md" \
+      --raw "$out/gpu-hierarchical-$links.csv" > "$out/gpu-hierarchical-$links.log" 2>&1
+    code=$?
+    rc=$(( rc | code ))
+    echo "== hierarchical benchmark, NCCL over $links: exit=$code" | tee -a "$out/hierarchical-summary.txt"
+  done
+  unset NCCL_P2P_DISABLE NCCL_SHM_DISABLE
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuAllReduceBench --out "$out/gpu-allreduce.md" \

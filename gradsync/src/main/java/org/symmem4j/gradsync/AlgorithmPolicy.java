@@ -62,9 +62,21 @@ public interface AlgorithmPolicy {
     long HIERARCHICAL_FROM_BYTES = 4L << 20;
 
     /**
-     * For a communicator whose group spans machines (one that runs {@link Algorithm#HIERARCHICAL} or
-     * {@link Algorithm#MPI} and none of the single-machine algorithms): hierarchical from
-     * {@link #HIERARCHICAL_FROM_BYTES}, flat MPI below, whichever of the two can run.
+     * From this size up a GPU group across machines all-reduces hierarchically (our kernels inside each machine, NCCL
+     * between), below it with one flat NCCL call: on 4 H200s pretending to be 2 machines x 2 GPUs with NCCL's traffic
+     * through sockets (bench/results/2026-11-27-gpu-hierarchical.md) the hierarchy was 0.89x flat NCCL at 1 KiB and
+     * 1.9-2.9x from 16 KiB; that flat NCCL lost NVLink inside the pretend machines too, which a real cluster's keeps, so
+     * the crossing sits higher, where the hierarchy won 2.55x, until real machines calibrate it. With NCCL on NVLink
+     * between the pretend machines the hierarchy only costs (0.41-0.63x): links as fast as a machine's own are not what
+     * it is for.
+     */
+    long HIERARCHICAL_FROM_BYTES_GPU = 1L << 20;
+
+    /**
+     * For a communicator whose group spans machines (one that runs {@link Algorithm#HIERARCHICAL}, or {@link Algorithm#MPI}
+     * and none of the single-machine algorithms): hierarchical from {@link #HIERARCHICAL_FROM_BYTES}, flat MPI below; for
+     * GPUs (flat NCCL beside hierarchical) from {@link #HIERARCHICAL_FROM_BYTES_GPU}, flat NCCL below; whichever of the two
+     * can run.
      *
      * @param comm  the communicator
      * @param count the number of elements
@@ -73,9 +85,13 @@ public interface AlgorithmPolicy {
      * @return the algorithm, or empty when the communicator runs neither
      */
     static java.util.Optional<Algorithm> acrossMachines(Communicator comm, long count, DType dtype, ReduceOp op) {
-        boolean large = dtype.bytes(count) >= HIERARCHICAL_FROM_BYTES;
-        Algorithm first = large ? Algorithm.HIERARCHICAL : Algorithm.MPI;
-        Algorithm second = large ? Algorithm.MPI : Algorithm.HIERARCHICAL;
+        boolean mpi = eligible(Algorithm.MPI, comm, count, dtype, op);
+        boolean hierarchical = eligible(Algorithm.HIERARCHICAL, comm, count, dtype, op);
+        Algorithm flat = mpi || !hierarchical ? Algorithm.MPI : Algorithm.NCCL;
+        long crossing = flat == Algorithm.NCCL ? HIERARCHICAL_FROM_BYTES_GPU : HIERARCHICAL_FROM_BYTES;
+        boolean large = dtype.bytes(count) >= crossing;
+        Algorithm first = large ? Algorithm.HIERARCHICAL : flat;
+        Algorithm second = large ? flat : Algorithm.HIERARCHICAL;
         if (eligible(first, comm, count, dtype, op)) {
             return java.util.Optional.of(first);
         }

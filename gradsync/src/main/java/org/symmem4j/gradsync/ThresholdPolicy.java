@@ -7,8 +7,8 @@ import org.symmem4j.parallel.ReduceOp;
 
 /**
  * Eligibility first, then the calibrated table's choice; where the table's pick cannot run, the first of TWO_SHOT,
- * NCCL, ONE_SHOT that can, and for a group across machines flat MPI or hierarchical by size
- * ({@link AlgorithmPolicy#acrossMachines}).
+ * NCCL, ONE_SHOT that can; a group across machines (its communicator runs HIERARCHICAL) takes flat MPI or NCCL or
+ * hierarchical by size ({@link AlgorithmPolicy#acrossMachines}).
  */
 final class ThresholdPolicy implements AlgorithmPolicy {
 
@@ -20,6 +20,13 @@ final class ThresholdPolicy implements AlgorithmPolicy {
 
     @Override
     public Algorithm choose(Communicator comm, long count, DType dtype, ReduceOp op) {
+        if (comm.supports(Algorithm.HIERARCHICAL)) {
+            // a group across machines: the single-machine table does not apply (its GPU communicator runs NCCL too)
+            java.util.Optional<Algorithm> across = AlgorithmPolicy.acrossMachines(comm, count, dtype, op);
+            if (across.isPresent()) {
+                return across.get();
+            }
+        }
         long bytes = dtype.bytes(count);
         Algorithm pick = table.lookup(comm.transportName(), comm.group().worldSize(), dtype, bytes);
         if (AlgorithmPolicy.eligible(pick, comm, count, dtype, op)) {

@@ -31,7 +31,9 @@ class AcrossMachinesPolicyTest {
         return (Communicator) Proxy.newProxyInstance(Communicator.class.getClassLoader(), new Class<?>[] {Communicator.class},
                 (proxy, method, args) -> switch (method.getName()) {
                     case "group" -> group;
-                    case "transportName" -> algorithms.contains(Algorithm.HIERARCHICAL) ? "hierarchical(host-shm + mpi)" : "host-shm";
+                    case "transportName" -> algorithms.contains(Algorithm.HIERARCHICAL)
+                            ? algorithms.contains(Algorithm.NCCL) ? "hierarchical(cuda-nvidia-h200 + nccl)" : "hierarchical(host-shm + mpi)"
+                            : "host-shm";
                     case "supports" -> algorithms.contains((Algorithm) args[0])
                             && (args.length == 1 || args[1] == DType.FLOAT32 || args[1] == DType.FLOAT64);
                     default -> throw new UnsupportedOperationException(method.getName());
@@ -49,6 +51,19 @@ class AcrossMachinesPolicyTest {
         assertEquals(Algorithm.HIERARCHICAL, policy.choose(comm, 64L << 20, DType.FLOAT32, ReduceOp.AVG));
         // only one of the two: that one, whatever the size
         assertEquals(Algorithm.MPI, policy.choose(runs(4, Set.of(Algorithm.MPI)), 64L << 20, DType.FLOAT32, ReduceOp.SUM));
+    }
+
+    @Test
+    void gpusAcrossMachinesGoFlatNcclBelowTheGpuCrossingAndHierarchicalFromIt() {
+        Communicator comm = runs(4, Set.of(Algorithm.NCCL, Algorithm.HIERARCHICAL));
+        AlgorithmPolicy policy = AlgorithmPolicy.calibrated();
+        long edge = AlgorithmPolicy.HIERARCHICAL_FROM_BYTES_GPU / 4;
+        assertEquals(Algorithm.NCCL, policy.choose(comm, 256, DType.FLOAT32, ReduceOp.SUM));
+        assertEquals(Algorithm.NCCL, policy.choose(comm, edge - 1, DType.FLOAT32, ReduceOp.SUM));
+        assertEquals(Algorithm.HIERARCHICAL, policy.choose(comm, edge, DType.FLOAT32, ReduceOp.SUM));
+        assertEquals(Algorithm.HIERARCHICAL, policy.choose(comm, 64L << 20, DType.FLOAT32, ReduceOp.AVG));
+        // the rank-ordered reductions: NCCL's flat all-reduce gives every rank the same bits
+        assertEquals(Algorithm.NCCL, AlgorithmPolicy.oneShotWhereItRuns(comm, 1, DType.FLOAT64, ReduceOp.SUM));
     }
 
     @Test

@@ -993,7 +993,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         return ncclComm;
     }
 
-    private static long p2pCount(long bytes) {
+    static long p2pCount(long bytes) {
         if (bytes % 4 != 0) {
             throw new IllegalArgumentException("NCCL send/recv here moves whole 4-byte words: bytes=" + bytes
                     + " expected a multiple of 4 (pad the message)");

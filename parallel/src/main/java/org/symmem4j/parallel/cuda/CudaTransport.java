@@ -69,6 +69,8 @@ public final class CudaTransport implements Transport, AutoCloseable {
 
     private final CudaDriver driver;
     private final Map<Group, CudaRank> ranks = new ConcurrentHashMap<>();
+    /** Which machines each group's ranks are on, learned at the group's first allocation or communicator (collective). */
+    private final Map<Group, org.symmem4j.parallel.multinode.NodeTopology> topologies = new ConcurrentHashMap<>();
     /** Symmetric memories by key until their last rank in this process closes them (see {@link SymmetricAllocation}). */
     private final Map<Long, SymmetricAllocation> allocations = new ConcurrentHashMap<>();
     /** Set once by {@link #close}; checked by every entry point. */
@@ -144,6 +146,7 @@ public final class CudaTransport implements Transport, AutoCloseable {
      * @throws CudaException when the driver fails to release something (everything else is still released)
      */
     public void release(Group group) {
+        topologies.remove(group);
         CudaRank r = ranks.remove(group);
         if (r != null) {
             r.close();
@@ -285,7 +288,34 @@ public final class CudaTransport implements Transport, AutoCloseable {
         if (bytes < 0) {
             throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0");
         }
-        return share(group, rank(group), bytes, null, "allocate");
+        CudaRank r = rank(group);
+        refuseAcrossMachines(group, "allocate");
+        return share(group, r, bytes, null, "allocate");
+    }
+
+    /**
+     * Which machines the group's ranks are on: learned once per group, at its first allocation or communicator
+     * (every rank makes those collectively, in the same order), from host names or the pretend setting.
+     */
+    private org.symmem4j.parallel.multinode.NodeTopology topology(Group group) {
+        org.symmem4j.parallel.multinode.NodeTopology t = topologies.get(group);
+        if (t == null) {
+            // not inside computeIfAbsent: the exchange waits for the group's other ranks, and a map's compute holds a
+            // lock that their threads (keys in the same bin) would wait for
+            t = org.symmem4j.parallel.multinode.NodeTopology.of(group);
+            topologies.put(group, t);
+        }
+        return t;
+    }
+
+    private void refuseAcrossMachines(Group group, String what) {
+        org.symmem4j.parallel.multinode.NodeTopology t = topology(group);
+        if (t.nodes() > 1) {
+            throw new UnsupportedOperationException("symmetric memory " + what + ": the group's ranks are on " + t.nodes()
+                    + " machines (" + t.ranksPerNode() + " each) and GPU memory cannot be mapped across machines; allocate on"
+                    + " a group within one machine (split the group by machine), or give the group's communicator (NCCL"
+                    + " between machines) plain device buffers");
+        }
     }
 
     /**
@@ -295,7 +325,9 @@ public final class CudaTransport implements Transport, AutoCloseable {
      */
     @Override
     public SymmetricMemory register(Group group, MemorySegment buffer) {
-        return share(group, rank(group), buffer.byteSize(), buffer, "register");
+        CudaRank r = rank(group);
+        refuseAcrossMachines(group, "register");
+        return share(group, r, buffer.byteSize(), buffer, "register");
     }
 
     /**
@@ -465,8 +497,18 @@ public final class CudaTransport implements Transport, AutoCloseable {
         }
     }
 
+    /**
+     * The group's communicator: within one machine our kernels on CUDA symmetric memory (and NCCL); for a group
+     * whose ranks are on several machines ({@code NodeTopology}), the hierarchical one — our kernels inside each
+     * machine, NCCL between them ({@link CudaHierarchicalCommunicator}).
+     */
     @Override
     public Communicator communicator(Group group, CommunicatorOptions options) {
+        rank(group);
+        org.symmem4j.parallel.multinode.NodeTopology t = topology(group);
+        if (t.nodes() > 1) {
+            return CudaHierarchicalCommunicator.create(this, group, t, options);
+        }
         return new CudaCommunicator(this, group, options);
     }
 }

@@ -99,6 +99,7 @@ public final class Nccl {
     private final MethodHandle ncclReduceScatter;
     private final MethodHandle ncclAllGather;
     private final MethodHandle ncclSend;
+    private final MethodHandle ncclBroadcast;
     private final MethodHandle ncclRecv;
     private final Optional<MethodHandle> ncclMemAlloc;
     private final Optional<MethodHandle> ncclMemFree;
@@ -119,6 +120,8 @@ public final class Nccl {
         ncclAllGather = lib.function("ncclAllGather", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, ADDRESS, ADDRESS));
         FunctionDescriptor p2p = FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS);
         ncclSend = lib.function("ncclSend", p2p);
+        ncclBroadcast = lib.function("ncclBroadcast",
+                FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS));
         ncclRecv = lib.function("ncclRecv", p2p);
         ncclMemAlloc = lib.optionalFunction("ncclMemAlloc", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_LONG));
         ncclMemFree = lib.optionalFunction("ncclMemFree", FunctionDescriptor.of(JAVA_INT, ADDRESS));
@@ -300,6 +303,26 @@ public final class Nccl {
         try {
             check("ncclAllGather", (int) ncclAllGather.invokeExact(MemorySegment.ofAddress(send), MemorySegment.ofAddress(recv),
                     sendCount, dataType(dtype), comm, stream));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /**
+     * Enqueues a broadcast: {@code root}'s {@code send} into every rank's {@code recv} (in place where they are equal).
+     *
+     * @param send device pointer of the root's data (read on the root only)
+     * @param recv device pointer of the output
+     * @param count elements
+     * @param dtype element type
+     * @param root the rank whose data every rank receives
+     * @param comm the ncclComm_t
+     * @param stream the CUstream the operation is enqueued on
+     */
+    public void broadcast(long send, long recv, long count, DType dtype, int root, MemorySegment comm, MemorySegment stream) {
+        try {
+            check("ncclBroadcast", (int) ncclBroadcast.invokeExact(MemorySegment.ofAddress(send), MemorySegment.ofAddress(recv),
+                    count, dataType(dtype), root, comm, stream));
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }

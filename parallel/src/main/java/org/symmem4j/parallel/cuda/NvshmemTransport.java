@@ -158,21 +158,22 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
             if (world == group) {
                 return;
             }
-            if (world != null) {
-                throw new IllegalStateException("NVSHMEM already runs in this process for another group (rank=" + world.rank()
-                        + " of " + world.worldSize() + "): NVSHMEM has one set of PEs per process; release that group"
-                        + " (NvshmemTransport.release) before using another, or use sub-groups on the CUDA transport");
-            }
-            String placement = ProcessHandle.current().pid() + " " + CudaCommunicator.deviceIdentity(cuda.driver(), r.device);
-            List<byte[]> all = group.allGatherBytes("nvshmem-placement", placement.getBytes(StandardCharsets.UTF_8));
-            String problem = placementProblem(all);
-            if (problem != null) {
-                throw new SymmemException("nvshmem transport: " + problem + " on rank=" + group.rank() + " (NVSHMEM needs one"
-                        + " process per GPU: launch one process per GPU, e.g. bin/symmem4j-run --nproc-per-node <GPUs>, or use"
-                        + " the cuda transport for ranks that share a process or a GPU)");
-            }
-            byte[] id = group.rank() == 0 ? nvshmem.uniqueId() : new byte[Nvshmem.UNIQUE_ID_BYTES];
-            byte[] shared = group.allGatherBytes("nvshmem-unique-id", id).getFirst();
+            refuseSecondWorld();
+        }
+        // the exchanges wait for the group's other ranks: outside the lock, which another rank's thread of this
+        // process (a refused layout) would otherwise wait for instead of reaching the exchange and its clear refusal
+        String placement = ProcessHandle.current().pid() + " " + CudaCommunicator.deviceIdentity(cuda.driver(), r.device);
+        List<byte[]> all = group.allGatherBytes("nvshmem-placement", placement.getBytes(StandardCharsets.UTF_8));
+        String problem = placementProblem(all);
+        if (problem != null) {
+            throw new SymmemException("nvshmem transport: " + problem + " on rank=" + group.rank() + " (NVSHMEM needs one"
+                    + " process per GPU: launch one process per GPU, e.g. bin/symmem4j-run --nproc-per-node <GPUs>, or use"
+                    + " the cuda transport for ranks that share a process or a GPU)");
+        }
+        byte[] id = group.rank() == 0 ? nvshmem.uniqueId() : new byte[Nvshmem.UNIQUE_ID_BYTES];
+        byte[] shared = group.allGatherBytes("nvshmem-unique-id", id).getFirst();
+        synchronized (WORLD_LOCK) {
+            refuseSecondWorld(); // one rank per process (checked above): no peer of this process takes it meanwhile
             cuda.driver().setCurrent(r.context);
             nvshmem.initByUniqueId(group.rank(), group.worldSize(), shared);
             int pe = nvshmem.myPe();
@@ -186,6 +187,15 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
             }
             world = group;
             LOG.debug("NVSHMEM started: PE {} of {} on device {}", pe, pes, r.ordinal);
+        }
+    }
+
+    /** Under {@link #WORLD_LOCK}: refuses when NVSHMEM already runs in this process for another group. */
+    private static void refuseSecondWorld() {
+        if (world != null) {
+            throw new IllegalStateException("NVSHMEM already runs in this process for another group (rank=" + world.rank()
+                    + " of " + world.worldSize() + "): NVSHMEM has one set of PEs per process; release that group"
+                    + " (NvshmemTransport.release) before using another, or use sub-groups on the CUDA transport");
         }
     }
 
