@@ -73,7 +73,9 @@ public final class TensorParallelGemmBench {
         @Option(names = "--iters", paramLabel = "I", description = "calls per timed repetition")
         int iters = 5;
         @Option(names = "--graph", description = "time the calls captured into a CUDA graph and replayed (no host enqueue"
-                + " cost; the warm-up calls run eagerly first, which also loads the GEMMs' kernels) instead of eager calls")
+                + " cost; the warm-up calls run eagerly first, which also loads the GEMMs' kernels) instead of eager calls; fused"
+                + " calls need --processes for it (in one JVM their capture is refused unless"
+                + " -Dsymmem4j.tp.fusedGraphsInOneJvm=true: it deadlocked)")
         boolean graph;
         @Option(names = "--shapes", split = ",", paramLabel = "NxK", description = "the all-gather + matmul's N (columns of"
                 + " this rank's output) by K; the matmul + reduce-scatter runs the mirror (its output has K columns, its inner"

@@ -45,6 +45,13 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
      * {@link EnqueueOrder}): only to reproduce the deadlock it prevents.
      */
     static final boolean ENQUEUE_ORDER = Boolean.parseBoolean(System.getProperty("symmem4j.tp.enqueueOrder", "true"));
+    /**
+     * {@code -Dsymmem4j.tp.fusedGraphsInOneJvm=true} lets ranks that are threads of one JVM capture fused calls in CUDA
+     * graphs. Off by default: such graphs, and eager fused calls after their replays, deadlocked the GPUs (3 of 4 runs on
+     * 2 and 4 GPUs on 2026-11-26, 2 of 2 first replays on 4 × H200 on 2026-11-27; none of 6 runs with a process per GPU,
+     * bench/results/2026-11-27-nvshmem.md), so the capture is refused with the way out instead.
+     */
+    static final boolean FUSED_GRAPHS_IN_ONE_JVM = Boolean.getBoolean("symmem4j.tp.fusedGraphsInOneJvm");
     /** At most this many chunks per peer block. */
     static final int MAX_CHUNKS = 8;
     /**
@@ -387,6 +394,13 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
             return null;
         }
         if (rank.capturing) {
+            if (!FUSED_GRAPHS_IN_ONE_JVM) {
+                throw new IllegalStateException("fused tensor-parallel calls captured in a CUDA graph with the ranks as threads"
+                        + " of one JVM: such graphs deadlocked the GPUs (bench/results/2026-11-27-nvshmem.md); run one process"
+                        + " per GPU (bin/symmem4j-run --nproc-per-node <GPUs>, ProcessGroup.fromEnvironment(options,"
+                        + " CudaTransport.create())), capture Mode.NCCL or Mode.SYMMEM calls instead, or call fused eagerly;"
+                        + " -Dsymmem4j.tp.fusedGraphsInOneJvm=true captures them anyway");
+            }
             rank.capturedOrder = order;
             return null;
         }

@@ -28,7 +28,8 @@ import org.symmem4j.parallel.TensorParallelGemm.Mode;
  * {@link #outputGradientShard()} (in stream order: {@link DeviceCommunicator#copyAsync} or a kernel), then
  * call {@link #forward} and {@link #backward}; {@link #gradients()} are this rank's shards of the weights'
  * gradients (all-reduce them over the data-parallel group), {@link #sgdStep} applies them (float32).
- * Everything is enqueued on the communicator's stream and can be captured into a graph.
+ * Everything is enqueued on the communicator's stream and can be captured into a graph (in {@code Mode.FUSED} with one
+ * process per GPU: with the ranks as threads of one JVM fused captures are refused, they deadlocked).
  */
 public final class TensorParallelMlp implements AutoCloseable {
 

@@ -324,6 +324,11 @@ class CudaTensorParallelTest {
         });
     }
 
+    /**
+     * Fused calls captured once and replayed on new inputs; with the ranks as threads of one JVM (these tests) the
+     * capture is refused (the test checks the refusal) unless {@code -Dsymmem4j.tp.fusedGraphsInOneJvm=true} (through
+     * run-on-device.sh's {@code SYMMEM4J_JAVA_OPTS}), which checks the replays' results on these small shapes.
+     */
     @Test
     void fusedCallsReplayFromAGraphOnNewInputs() {
         GPU.onEveryRank(group -> {
@@ -352,6 +357,16 @@ class CudaTensorParallelTest {
                 assertThrows(IllegalStateException.class, () -> device.capture(calls));
                 calls.run();
                 device.synchronize();
+                // ranks as threads of one JVM: fused captures are refused, saying why and what to do instead
+                if (!CudaTensorParallelGemm.FUSED_GRAPHS_IN_ONE_JVM) {
+                    IllegalStateException refused = assertThrows(IllegalStateException.class, () -> device.capture(calls));
+                    assertTrue(refused.getMessage().contains("one process per GPU"), refused.getMessage());
+                    comm.barrier();
+                    for (MemorySegment s : List.of(b, c, a2, b2, out)) {
+                        device.freeDevice(s);
+                    }
+                    return null;
+                }
                 DeviceGraph graph = device.capture(calls);
                 try {
                     for (int replay = 0; replay < 3; replay++) {
