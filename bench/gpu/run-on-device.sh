@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs, reports and each report's raw
 # CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|multi|tp|tprepeat|probe|nvlink|launch|ab|nvshmem|hierarchical] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|multi|tp|tprepeat|probe|nvlink|launch|ab|nvshmem|hierarchical|processshare] [extra all-reduce benchmark args]
 # (tp: TensorParallelGemmBench, fused all-gather + matmul and matmul + reduce-scatter against cuBLAS + NCCL and
 # cuBLAS alone, and the tensor-parallel MLP block's overhead, one rank per GPU; also the last step of multi)
 # (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU on every rank count in
@@ -135,6 +135,15 @@ if [ "$what" = hierarchical ]; then
     echo "== hierarchical benchmark, NCCL over $links: exit=$code" | tee -a "$out/hierarchical-summary.txt"
   done
   unset NCCL_P2P_DISABLE NCCL_SHM_DISABLE
+fi
+if [ "$what" = processshare ]; then
+  # #15: GPU all-reduce across SHARE_RANKS processes (default 2) sharing the machine's GPUs against as many threads
+  # sharing them (correctness and the latency range only; one GPU is enough), GpuProcessAllReduceBench --share-gpus
+  timeout -k 10 "${SHARE_LIMIT:-400}" $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuProcessAllReduceBench --share-gpus \
+    --gpus "${SHARE_RANKS:-2}" --max-bytes "${SHARE_MAX_BYTES:-16777216}" --modes graph,eager --rounds 2 --reps 9 \
+    --out "$out/gpu-process-share.md" --raw "$out/gpu-process-share.csv" "$@" > "$out/gpu-process-share.log" 2>&1
+  rc=$?
+  echo "== processes vs threads sharing the GPUs: exit=$rc"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuAllReduceBench --out "$out/gpu-allreduce.md" \

@@ -91,6 +91,10 @@ public final class GpuProcessAllReduceBench {
         @Option(names = "--gpus", paramLabel = "N", description = "GPUs, one rank each (0: every GPU CUDA shows; at"
                 + " least 2; the first N, as CUDA_VISIBLE_DEVICES orders them)")
         int gpus;
+        @Option(names = "--share-gpus", description = "let the --gpus N ranks share the GPUs CUDA shows (rank r on GPU r mod"
+                + " GPUs; one GPU is enough): correctness and the latency range of processes against threads sharing a GPU,"
+                + " not speed; NCCL refuses shared GPUs and is skipped")
+        boolean shareGpus;
         @Option(names = "--reps", paramLabel = "R", description = "timed repetitions per cell and round (the median"
                 + " of all rounds' is reported)")
         int reps = 15;
@@ -566,16 +570,17 @@ public final class GpuProcessAllReduceBench {
                     + " at least 2 GPUs)");
             return 1;
         }
-        if (devices < 2) {
+        if (devices < 2 && !flags.shareGpus) {
             System.err.println("GpuProcessAllReduceBench needs at least 2 GPUs (one rank per GPU): found devices="
                     + devices + " (CUDA_VISIBLE_DEVICES=" + System.getenv().getOrDefault("CUDA_VISIBLE_DEVICES", "unset")
-                    + "); fix: run it on a machine with 2 or more GPUs, or make them visible");
+                    + "); fix: run it on a machine with 2 or more GPUs, or make them visible, or --share-gpus --gpus 2");
             return 1;
         }
-        int n = s.gpus() == 0 ? devices : s.gpus();
-        if (n > devices) {
+        int n = s.gpus() == 0 ? Math.max(devices, flags.shareGpus ? 2 : 0) : s.gpus();
+        if (n > devices && !flags.shareGpus) {
             System.err.println("GpuProcessAllReduceBench: --gpus=" + n + " but CUDA shows devices=" + devices
-                    + " (ranks would share GPUs: timings meaningless); fix: --gpus " + devices + " or fewer");
+                    + " (ranks would share GPUs: timings meaningless); fix: --gpus " + devices + " or fewer, or --share-gpus"
+                    + " to compare processes and threads sharing GPUs");
             return Cli.USAGE_ERROR;
         }
         List<String> jvmFlags = ChildJvms.childJvmFlags(ManagementFactory.getRuntimeMXBean().getInputArguments());

@@ -144,6 +144,11 @@ final class ProcessAllReduceReport {
         md.append("- date: ").append(h.date()).append('\n');
         md.append("- GPUs: ").append(h.gpus()).append(" × ").append(processes.device()).append(" (CUDA shows ")
                 .append(h.devices()).append(")\n");
+        if (h.gpus() > h.devices()) {
+            md.append("- ranks share GPUs: ").append(h.gpus()).append(" ranks on ").append(h.devices())
+                    .append(h.devices() == 1 ? " GPU" : " GPUs").append(" (--share-gpus): correctness and the latency range of")
+                    .append(" processes against threads only, not speed; NCCL refuses shared GPUs\n");
+        }
         md.append("- commit: ").append(h.commit()).append('\n');
         md.append("- ").append(h.versions()).append('\n');
         md.append("- symmem4j kernel launches: processes ").append(processes.launch()).append("; threads ")

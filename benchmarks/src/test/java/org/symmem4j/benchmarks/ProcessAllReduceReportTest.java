@@ -125,6 +125,10 @@ class ProcessAllReduceReportTest {
         String md = ProcessAllReduceReport.report(new ReportHeader("d", 2, 2, "c", "v", List.of(), List.of("p, t")), s,
                 processes, threads, ProcessAllReduceReport.compare(s, processes, threads));
         assertTrue(md.contains("\nNotes:\n\n- ONE_SHOT fp32 graph-captured 4 KiB ran only in the processes\n"), md);
+        assertTrue(!md.contains("share GPUs"), "one GPU per rank: no sharing line");
+        String shared = ProcessAllReduceReport.report(new ReportHeader("d", 2, 1, "c", "v", List.of(), List.of("p, t")), s,
+                processes, threads, ProcessAllReduceReport.compare(s, processes, threads));
+        assertTrue(shared.contains("- ranks share GPUs: 2 ranks on 1 GPU (--share-gpus)"), shared);
         assertTrue(md.contains("- ONE_SHOT: largest processes / threads 1.000 (fp32 graph-captured 1 KiB), median 1.000"
                 + " over 1 cells: within 5 %"), md);
         assertTrue(md.contains("- NCCL: largest processes / threads 1.000"), md);
