@@ -113,6 +113,29 @@ final class ChildJvms {
         }
     }
 
+    /** One rank of a {@code --processes} run. */
+    @FunctionalInterface
+    interface RankBody {
+        /** @return the exit status */
+        int run() throws Exception;
+    }
+
+    /**
+     * Runs one rank process's work and exits with its status, or 1 after printing what was thrown: the group's and the
+     * transport's threads would otherwise keep this JVM, and its peers waiting, after an uncaught error.
+     */
+    static void exitAsRank(RankBody body) {
+        int status;
+        try {
+            status = body.run();
+        } catch (Throwable t) {
+            System.err.println("rank process failed: " + t);
+            t.printStackTrace();
+            status = 1;
+        }
+        System.exit(status);
+    }
+
     /** A rank process's arguments: the parent's, without {@code --processes}, with {@code --rank-process}. */
     static List<String> rankProcessArgs(String[] parentArgs) {
         List<String> out = new ArrayList<>();

@@ -117,16 +117,7 @@ public final class GpuHandoffBench {
             return f;
         });
         if (flags.rankProcess) {
-            int status;
-            try {
-                status = rankProcess(flags);
-            } catch (Throwable t) {
-                // the group's and the transport's threads would keep this JVM, and its peers waiting, after an uncaught error
-                System.err.println("rank process failed: " + t);
-                t.printStackTrace();
-                status = 1;
-            }
-            System.exit(status);
+            ChildJvms.exitAsRank(() -> rankProcess(flags));
         }
         CudaTransport cuda = CudaTransport.create();
         int devices = cuda.deviceCount();
@@ -277,31 +268,13 @@ public final class GpuHandoffBench {
 
     /** Cells as text, a line each: from, bytes, variant, graph, one-way µs, spread, tab-separated. */
     static String encode(List<Cell> cells) {
-        StringBuilder out = new StringBuilder();
-        for (Cell c : cells) {
-            out.append(c.from()).append('\t').append(c.bytes()).append('\t').append(c.variant()).append('\t').append(c.graph())
-                    .append('\t').append(Double.toString(c.oneWayMicros())).append('\t').append(Double.toString(c.spread()))
-                    .append('\n');
-        }
-        return out.toString();
+        return TabRows.encode(cells, c -> List.of(c.from(), c.bytes(), c.variant(), c.graph(), c.oneWayMicros(), c.spread()));
     }
 
     /** The cells {@link #encode} wrote. */
     static List<Cell> decode(String text) {
-        List<Cell> cells = new ArrayList<>();
-        for (String line : text.split("\n")) {
-            if (line.isEmpty()) {
-                continue;
-            }
-            String[] f = line.split("\t");
-            if (f.length != 6) {
-                throw new IllegalArgumentException("hand-off cell line '" + line + "': expected 6 tab-separated fields, found "
-                        + f.length);
-            }
-            cells.add(new Cell(Integer.parseInt(f[0]), Long.parseLong(f[1]), f[2], Boolean.parseBoolean(f[3]),
-                    Double.parseDouble(f[4]), Double.parseDouble(f[5])));
-        }
-        return cells;
+        return TabRows.decode(text, 6, "hand-off cell", f -> new Cell(Integer.parseInt(f[0]), Long.parseLong(f[1]), f[2],
+                Boolean.parseBoolean(f[3]), Double.parseDouble(f[4]), Double.parseDouble(f[5])));
     }
 
     /** One CSV row per boundary, mode and size: the report's table cells and each timing's spread (NVSHMEM's empty when not run). */

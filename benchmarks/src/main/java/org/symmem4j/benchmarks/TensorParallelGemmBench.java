@@ -112,16 +112,7 @@ public final class TensorParallelGemmBench {
             return f;
         });
         if (flags.rankProcess) {
-            int status;
-            try {
-                status = rankProcess(flags);
-            } catch (Throwable t) {
-                // the group's and the transport's threads would keep this JVM, and its peers waiting, after an uncaught error
-                System.err.println("rank process failed: " + t);
-                t.printStackTrace();
-                status = 1;
-            }
-            System.exit(status);
+            ChildJvms.exitAsRank(() -> rankProcess(flags));
         }
         CudaTransport cuda = CudaTransport.create();
         int devices = cuda.deviceCount();
@@ -221,30 +212,14 @@ public final class TensorParallelGemmBench {
 
     /** Cells as text, a line each: op, m, n, k, variant, µs, spread, host µs, tab-separated. */
     static String encode(List<Cell> cells) {
-        StringBuilder out = new StringBuilder();
-        for (Cell c : cells) {
-            out.append(String.join("\t", c.op(), Integer.toString(c.m()), Integer.toString(c.n()), Integer.toString(c.k()),
-                    c.variant(), Double.toString(c.micros()), Double.toString(c.spread()), Double.toString(c.hostMicros())))
-                    .append('\n');
-        }
-        return out.toString();
+        return TabRows.encode(cells, c -> List.of(c.op(), c.m(), c.n(), c.k(), c.variant(), c.micros(), c.spread(),
+                c.hostMicros()));
     }
 
     /** The cells of {@link #encode}'s text. */
     static List<Cell> decode(String text) {
-        List<Cell> cells = new ArrayList<>();
-        for (String line : text.split("\n")) {
-            if (line.isEmpty()) {
-                continue;
-            }
-            String[] f = line.split("\t");
-            if (f.length != 8) {
-                throw new IllegalArgumentException("cell line '" + line + "': expected 8 tab-separated fields, found " + f.length);
-            }
-            cells.add(new Cell(f[0], Integer.parseInt(f[1]), Integer.parseInt(f[2]), Integer.parseInt(f[3]), f[4],
-                    Double.parseDouble(f[5]), Double.parseDouble(f[6]), Double.parseDouble(f[7])));
-        }
-        return cells;
+        return TabRows.decode(text, 8, "cell", f -> new Cell(f[0], Integer.parseInt(f[1]), Integer.parseInt(f[2]),
+                Integer.parseInt(f[3]), f[4], Double.parseDouble(f[5]), Double.parseDouble(f[6]), Double.parseDouble(f[7])));
     }
 
     private static String variantName(Mode mode) {

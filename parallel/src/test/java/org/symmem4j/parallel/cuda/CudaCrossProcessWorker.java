@@ -33,25 +33,20 @@ public final class CudaCrossProcessWorker {
     }
 
     public static void main(String[] args) {
-        try (CudaTransport cuda = CudaTransport.create();
-             ProcessGroup group = ProcessGroup.fromEnvironment(GroupOptions.defaults(), cuda)) {
-            int rank = group.rank();
-            System.out.println("rank=" + rank + " pid=" + ProcessHandle.current().pid() + " on " + cuda.describe(group));
-            registerIsRefused(group);
-            for (String a : args) {
-                checkCollectives(group, Long.parseLong(a));
+        WorkerProcesses.exitWith(() -> {
+            try (CudaTransport cuda = CudaTransport.create();
+                 ProcessGroup group = ProcessGroup.fromEnvironment(GroupOptions.defaults(), cuda)) {
+                int rank = group.rank();
+                System.out.println("rank=" + rank + " pid=" + ProcessHandle.current().pid() + " on " + cuda.describe(group));
+                registerIsRefused(group);
+                for (String a : args) {
+                    checkCollectives(group, Long.parseLong(a));
+                }
+                allocationsLeaveNothingBehind(group, cuda);
+                cuda.release(group);
+                return "CROSS-PROCESS OK rank=" + rank;
             }
-            allocationsLeaveNothingBehind(group, cuda);
-            cuda.release(group);
-            System.out.println("CROSS-PROCESS OK rank=" + rank);
-            System.out.flush();
-            System.exit(0);
-        } catch (Throwable t) {
-            System.out.println("FAILED " + t);
-            t.printStackTrace(System.out);
-            System.out.flush();
-            System.exit(3);
-        }
+        });
     }
 
     /** A value exactly representable in float32, whose sums over up to 8 ranks are exact too. */

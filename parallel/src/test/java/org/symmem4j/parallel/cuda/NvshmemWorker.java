@@ -37,31 +37,26 @@ public final class NvshmemWorker {
     }
 
     public static void main(String[] args) {
-        try (NvshmemTransport nvshmem = NvshmemTransport.create();
-             ProcessGroup group = ProcessGroup.fromEnvironment(GroupOptions.defaults(), nvshmem)) {
-            int rank = group.rank();
-            System.out.println("rank=" + rank + " pid=" + ProcessHandle.current().pid() + " on " + nvshmem.describe(group));
-            System.out.println(nvshmem.runtimeVersions());
-            registerIsRefused(group);
-            heapMemoryIsSymmetric(group);
-            putWithSignal(group, false);
-            putWithSignal(group, true);
-            collectives(group, 1000);
-            collectives(group, 3_000_001);
-            nvshmem.release(group);
-            System.out.println("NVSHMEM finalized; starting it again in this process");
-            putWithSignal(group, false);
-            allocationsLeaveNothingBehind(group, nvshmem);
-            nvshmem.release(group);
-            System.out.println("NVSHMEM OK rank=" + rank);
-            System.out.flush();
-            System.exit(0);
-        } catch (Throwable t) {
-            System.out.println("FAILED " + t);
-            t.printStackTrace(System.out);
-            System.out.flush();
-            System.exit(3);
-        }
+        WorkerProcesses.exitWith(() -> {
+            try (NvshmemTransport nvshmem = NvshmemTransport.create();
+                 ProcessGroup group = ProcessGroup.fromEnvironment(GroupOptions.defaults(), nvshmem)) {
+                int rank = group.rank();
+                System.out.println("rank=" + rank + " pid=" + ProcessHandle.current().pid() + " on " + nvshmem.describe(group));
+                System.out.println(nvshmem.runtimeVersions());
+                registerIsRefused(group);
+                heapMemoryIsSymmetric(group);
+                putWithSignal(group, false);
+                putWithSignal(group, true);
+                collectives(group, 1000);
+                collectives(group, 3_000_001);
+                nvshmem.release(group);
+                System.out.println("NVSHMEM finalized; starting it again in this process");
+                putWithSignal(group, false);
+                allocationsLeaveNothingBehind(group, nvshmem);
+                nvshmem.release(group);
+                return "NVSHMEM OK rank=" + rank;
+            }
+        });
     }
 
     private static void registerIsRefused(ProcessGroup group) {

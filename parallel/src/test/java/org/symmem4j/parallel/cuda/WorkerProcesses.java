@@ -32,6 +32,26 @@ public final class WorkerProcesses {
      * @param seconds   how long the ranks may take
      * @param args      the worker's arguments
      */
+    /**
+     * The worker side: runs {@code body}, prints the success line it returns and exits 0, or prints what was thrown
+     * and exits 3 (the group's and the transport's threads would otherwise keep the JVM, and the peers waiting).
+     *
+     * @param body the worker's checks; returns its success line, e.g. {@code "NVSHMEM OK rank=1"}
+     */
+    public static void exitWith(java.util.concurrent.Callable<String> body) {
+        int status;
+        try {
+            System.out.println(body.call());
+            status = 0;
+        } catch (Throwable t) {
+            System.out.println("FAILED " + t);
+            t.printStackTrace(System.out);
+            status = 3;
+        }
+        System.out.flush();
+        System.exit(status);
+    }
+
     public static void runAndCheck(Class<?> worker, int ranks, String okLine, Path logs, int seconds, String... args)
             throws IOException, InterruptedException {
         int port;

@@ -3,6 +3,7 @@ package org.symmem4j.pipeline.exec;
 import java.time.Duration;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.cuda.NvshmemTransport;
+import org.symmem4j.parallel.cuda.WorkerProcesses;
 import org.symmem4j.parallel.group.ProcessGroup;
 
 /**
@@ -19,28 +20,23 @@ public final class NvshmemPipelineWorker {
     }
 
     public static void main(String[] args) {
-        try (NvshmemTransport nvshmem = NvshmemTransport.create();
-             ProcessGroup group = ProcessGroup.fromEnvironment(GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
-                     nvshmem)) {
-            System.out.println("rank=" + group.rank() + " on " + nvshmem.describe(group));
-            StringBuilder problems = new StringBuilder();
-            for (CopyPipeline.Case c : CopyPipeline.cases(group.worldSize())) {
-                String found = CopyPipeline.run(group, nvshmem, c.name(), c.shape(), c.schedule(), 3);
-                System.out.println(c.name() + ": " + (found.isEmpty() ? "every microbatch intact over NVSHMEM links" : found));
-                problems.append(found);
+        WorkerProcesses.exitWith(() -> {
+            try (NvshmemTransport nvshmem = NvshmemTransport.create();
+                 ProcessGroup group = ProcessGroup.fromEnvironment(GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
+                         nvshmem)) {
+                System.out.println("rank=" + group.rank() + " on " + nvshmem.describe(group));
+                StringBuilder problems = new StringBuilder();
+                for (CopyPipeline.Case c : CopyPipeline.cases(group.worldSize())) {
+                    String found = CopyPipeline.run(group, nvshmem, c.name(), c.shape(), c.schedule(), 3);
+                    System.out.println(c.name() + ": " + (found.isEmpty() ? "every microbatch intact over NVSHMEM links" : found));
+                    problems.append(found);
+                }
+                nvshmem.release(group);
+                if (!problems.isEmpty()) {
+                    throw new AssertionError(problems.toString());
+                }
+                return "NVSHMEM PIPELINE OK rank=" + group.rank();
             }
-            nvshmem.release(group);
-            if (!problems.isEmpty()) {
-                throw new AssertionError(problems.toString());
-            }
-            System.out.println("NVSHMEM PIPELINE OK rank=" + group.rank());
-            System.out.flush();
-            System.exit(0);
-        } catch (Throwable t) {
-            System.out.println("FAILED " + t);
-            t.printStackTrace(System.out);
-            System.out.flush();
-            System.exit(3);
-        }
+        });
     }
 }
