@@ -33,16 +33,21 @@ for jar in micrometer-core slf4j-api slf4j-simple picocli jmh-core jopt-simple c
 done
 cp -r parallel/target/test-classes .device/test-classes
 cp -r pipeline/target/test-classes/. .device/test-classes/
+cp -r gradsync/target/test-classes/. .device/test-classes/
 mvn -q -B dependency:copy -Dartifact=org.junit.platform:junit-platform-console-standalone:1.11.4 \
   -DoutputDirectory="$root/.device/lib"
-# the NVLink transfer-pattern probe (standalone CUDA; run-on-device.sh nvlink)
-nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-"$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/nvlink_probe bench/gpu/nvlink_probe.cu
-# the launch-cost probes (standalone CUDA; run-on-device.sh launch)
-"$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/launch_idle_probe bench/gpu/launch_idle_probe.cu
-"$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/handshake_launch_probe bench/gpu/handshake_launch_probe.cu
-# NVSHMEM's host library outside the JVM (standalone; .device/nvshmem_probe RANK NRANKS DIR LIB, see its header)
-"$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/nvshmem_probe bench/gpu/nvshmem_probe.cu -ldl
+# PROBES=1: the standalone CUDA probes too (about 4 MB: without them .device and the tree fit the device tool's
+# 64 MiB per call with room to spare)
+if [ "${PROBES:-0}" = 1 ]; then
+  nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+  # the NVLink transfer-pattern probe (run-on-device.sh nvlink)
+  "$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/nvlink_probe bench/gpu/nvlink_probe.cu
+  # the launch-cost probes (run-on-device.sh launch)
+  "$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/launch_idle_probe bench/gpu/launch_idle_probe.cu
+  "$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/handshake_launch_probe bench/gpu/handshake_launch_probe.cu
+  # NVSHMEM's host library outside the JVM (.device/nvshmem_probe RANK NRANKS DIR LIB, see its header)
+  "$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/nvshmem_probe bench/gpu/nvshmem_probe.cu -ldl
+fi
 # BASE=<commit>: the same jars built from that commit, in .device/base/lib, for run-on-device.sh ab (a
 # regression check of this tree against the base on the same machine in the same call)
 if [ -n "${BASE:-}" ]; then

@@ -36,6 +36,7 @@ class AcrossMachinesPolicyTest {
                             : "host-shm";
                     case "supports" -> algorithms.contains((Algorithm) args[0])
                             && (args.length == 1 || args[1] == DType.FLOAT32 || args[1] == DType.FLOAT64);
+                    case "unwrap" -> java.util.Optional.empty();
                     default -> throw new UnsupportedOperationException(method.getName());
                 });
     }

@@ -55,6 +55,23 @@ public interface DeviceCommunicator {
     MemorySegment stream();
 
     /**
+     * Orders this rank's later work (the collectives enqueued after this call) after everything enqueued on
+     * {@code other} so far — another library's stream on this rank's GPU (ND4J's, a framework's) whose results the
+     * collectives read. Enqueued (an event recorded on {@code other}, waited for on this rank's stream): returns at once.
+     *
+     * @param other a stream of this rank's GPU ({@code CUstream}; {@link MemorySegment#NULL} is the legacy default stream)
+     */
+    void orderAfter(MemorySegment other);
+
+    /**
+     * Orders the work enqueued on {@code other} after this call after everything enqueued on this rank's stream so far
+     * (the collectives' results), the other direction of {@link #orderAfter}; returns at once.
+     *
+     * @param other a stream of this rank's GPU ({@code CUstream}; {@link MemorySegment#NULL} is the legacy default stream)
+     */
+    void orderBefore(MemorySegment other);
+
+    /**
      * Point-to-point: enqueues the send of {@code buffer} to {@code peer}, which posts the matching
      * {@link #recv}.
      *

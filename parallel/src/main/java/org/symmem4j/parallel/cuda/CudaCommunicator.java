@@ -928,6 +928,34 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         return new CudaGraph(driver, rank, exec, order);
     }
 
+    /**
+     * The two events of {@link #orderAfter} and {@link #orderBefore}, made at the first call (ordering only: no timing).
+     * A recorded event may be recorded again at once: a waiter enqueued earlier keeps the state it captured.
+     */
+    private MemorySegment afterEvent;
+    private MemorySegment beforeEvent;
+
+    @Override
+    public synchronized void orderAfter(MemorySegment other) {
+        driver.setCurrent(rank.context);
+        if (afterEvent == null) {
+            afterEvent = driver.createEvent(CudaDriver.EVENT_DISABLE_TIMING);
+        }
+        // other's work so far, then this rank's stream waits for it on the device
+        driver.record(afterEvent, other);
+        driver.waitEvent(rank.stream, afterEvent);
+    }
+
+    @Override
+    public synchronized void orderBefore(MemorySegment other) {
+        driver.setCurrent(rank.context);
+        if (beforeEvent == null) {
+            beforeEvent = driver.createEvent(CudaDriver.EVENT_DISABLE_TIMING);
+        }
+        driver.record(beforeEvent, rank.stream);
+        driver.waitEvent(other, beforeEvent);
+    }
+
     @Override
     public double elapsedMillis(Runnable body) {
         driver.setCurrent(rank.context);
@@ -1140,6 +1168,15 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
                 Nccl.get().destroy(ncclComm);
             }
         } finally {
+            synchronized (this) {
+                for (MemorySegment event : new MemorySegment[] {afterEvent, beforeEvent}) {
+                    if (event != null) {
+                        driver.destroyEvent(event);
+                    }
+                }
+                afterEvent = null;
+                beforeEvent = null;
+            }
             control.close();
             arena.close();
         }

@@ -326,6 +326,16 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
         return intra.stream();
     }
 
+    @Override
+    public void orderAfter(MemorySegment other) {
+        intra.orderAfter(other);
+    }
+
+    @Override
+    public void orderBefore(MemorySegment other) {
+        intra.orderBefore(other);
+    }
+
     /** NCCL point-to-point over the whole group (group ranks). */
     @Override
     public void send(MemorySegment buffer, int peer) {
