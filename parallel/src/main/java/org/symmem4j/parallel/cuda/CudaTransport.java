@@ -69,8 +69,6 @@ public final class CudaTransport implements Transport, AutoCloseable {
 
     private final CudaDriver driver;
     private final Map<Group, CudaRank> ranks = new ConcurrentHashMap<>();
-    /** Which machines each group's ranks are on, learned at the group's first allocation or communicator (collective). */
-    private final Map<Group, org.symmem4j.parallel.multinode.NodeTopology> topologies = new ConcurrentHashMap<>();
     /** Symmetric memories by key until their last rank in this process closes them (see {@link SymmetricAllocation}). */
     private final Map<Long, SymmetricAllocation> allocations = new ConcurrentHashMap<>();
     /** Set once by {@link #close}; checked by every entry point. */
@@ -146,7 +144,6 @@ public final class CudaTransport implements Transport, AutoCloseable {
      * @throws CudaException when the driver fails to release something (everything else is still released)
      */
     public void release(Group group) {
-        topologies.remove(group);
         CudaRank r = ranks.remove(group);
         if (r != null) {
             r.close();
@@ -294,18 +291,12 @@ public final class CudaTransport implements Transport, AutoCloseable {
     }
 
     /**
-     * Which machines the group's ranks are on: learned once per group, at its first allocation or communicator
-     * (every rank makes those collectively, in the same order), from host names or the pretend setting.
+     * Which machines the group's ranks are on: learned once per group ({@code NodeTopology.of} remembers it), at its
+     * first allocation or communicator (every rank makes those collectively, in the same order), from host names or
+     * the pretend setting.
      */
     private org.symmem4j.parallel.multinode.NodeTopology topology(Group group) {
-        org.symmem4j.parallel.multinode.NodeTopology t = topologies.get(group);
-        if (t == null) {
-            // not inside computeIfAbsent: the exchange waits for the group's other ranks, and a map's compute holds a
-            // lock that their threads (keys in the same bin) would wait for
-            t = org.symmem4j.parallel.multinode.NodeTopology.of(group);
-            topologies.put(group, t);
-        }
-        return t;
+        return org.symmem4j.parallel.multinode.NodeTopology.of(group);
     }
 
     private void refuseAcrossMachines(Group group, String what) {

@@ -6,6 +6,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.OptionalInt;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.group.ProcessGroupConfig;
@@ -37,8 +38,13 @@ public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank)
     /** Overrides the host name as this rank's machine identity. */
     public static final String NODE_ID_ENV = "SYMMEM4J_NODE_ID";
 
+    /** Each group's layout once learned (a group's ranks never move): groups are weak keys, gone with their group. */
+    private static final Map<Group, NodeTopology> KNOWN = java.util.Collections.synchronizedMap(new java.util.WeakHashMap<>());
+
     /**
-     * Collective: every rank's machine, agreed over the group's store.
+     * Every rank's machine, agreed over the group's store: collective at a group's first call (every rank of the group
+     * makes it at the same point, as the transports do at the group's first allocation or communicator), then
+     * remembered for the group's life, so later calls exchange nothing.
      *
      * @param group the group
      * @return this rank's view of the layout
@@ -46,6 +52,17 @@ public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank)
      *                                  not consecutive (the message lists each rank's machine)
      */
     public static NodeTopology of(Group group) {
+        NodeTopology known = KNOWN.get(group);
+        if (known != null) {
+            return known;
+        }
+        // the exchange waits for the group's other ranks: not inside the map's lock, which their threads may need
+        NodeTopology learned = learn(group);
+        KNOWN.put(group, learned);
+        return learned;
+    }
+
+    private static NodeTopology learn(Group group) {
         int size = group.worldSize();
         String pretend = System.getProperty(PRETEND_PROPERTY, System.getenv(PRETEND_ENV));
         List<String> ids = new ArrayList<>(size);
