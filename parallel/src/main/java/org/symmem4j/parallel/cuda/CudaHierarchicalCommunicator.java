@@ -37,7 +37,9 @@ import org.symmem4j.parallel.multinode.NodeTopology;
  * communicator's ({@link DeviceCommunicator}, reached by {@code unwrap}); buffers are plain device memory of
  * this rank (the {@link SymmetricMemory} forms work on this rank's buffer of device memory: symmetric memory
  * cannot span machines). FLOAT32 and BFLOAT16 with SUM or AVG run our kernels inside a machine; other
- * types and operations are correct but go through the machine communicator's host path.
+ * types and operations are correct but go through the machine communicator's host path. Arguments are compared
+ * across the ranks of each machine (the machine communicator's entry check); between machines, as with NCCL itself,
+ * they are not: a count that differs between machines makes NCCL wait or read past the shorter buffer.
  */
 final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunicator {
 
