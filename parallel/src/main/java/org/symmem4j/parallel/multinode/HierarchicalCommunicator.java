@@ -228,16 +228,32 @@ public final class HierarchicalCommunicator implements Communicator {
         int world = group.worldSize();
         requireUsable(dtype, send, recvCount * world, "send");
         requireUsable(dtype, recv, recvCount, "recv");
+        long block = dtype.bytes(recvCount);
+        MemorySegment packed = staging(block * world);
+        for (int q = 0; q < world; q++) {
+            MemorySegment.copy(send, block * q, packed, packedOffset(q, block), block);
+        }
+        reduceScatterPacked(packed, recv, recvCount, dtype, op);
+    }
+
+    /**
+     * Where rank {@code q}'s block goes in the packed order of the hierarchical reduce-scatter: local rank {@code l}'s
+     * blocks of every machine together (machine-major inside), so that the machine's reduce-scatter gives local rank
+     * {@code l} every machine's block {@code l}.
+     */
+    private long packedOffset(int q, long block) {
         int perNode = topology.ranksPerNode();
+        int n = q / perNode;
+        int l = q % perNode;
+        return block * ((long) l * topology.nodes() + n);
+    }
+
+    /** The hierarchical reduce-scatter of blocks already in {@link #packedOffset} order; AVG divides at the end. */
+    private void reduceScatterPacked(MemorySegment packed, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
+        int world = group.worldSize();
         int nodes = topology.nodes();
         ReduceOp mpiOp = op == ReduceOp.AVG ? ReduceOp.SUM : op;
         long block = dtype.bytes(recvCount);
-        MemorySegment packed = staging(block * world);
-        for (int l = 0; l < perNode; l++) {
-            for (int n = 0; n < nodes; n++) {
-                MemorySegment.copy(send, block * ((long) n * perNode + l), packed, block * ((long) l * nodes + n), block);
-            }
-        }
         MemorySegment mine = shard(block * nodes);
         intra.reduceScatter(packed, mine, recvCount * nodes, dtype, mpiOp);
         if (nodes > 1) {
@@ -278,13 +294,14 @@ public final class HierarchicalCommunicator implements Communicator {
         int world = group.worldSize();
         ShardPartition blocks = ShardPartition.of(count, world, dtype);
         long blockBytes = dtype.bytes(blocks.blockElements());
-        MemorySegment padded = paddedBlocks(blockBytes * world);
-        padded.asSlice(0, blockBytes * world).fill((byte) 0);
+        // each block padded to the partition's block size and put straight into the packed order (one copy of the region)
+        MemorySegment packed = staging(blockBytes * world);
+        packed.asSlice(0, blockBytes * world).fill((byte) 0);
         for (int q = 0; q < world; q++) {
-            MemorySegment.copy(region, dtype.bytes(blocks.start(q)), padded, blockBytes * q, dtype.bytes(blocks.size(q)));
+            MemorySegment.copy(region, dtype.bytes(blocks.start(q)), packed, packedOffset(q, blockBytes), dtype.bytes(blocks.size(q)));
         }
         MemorySegment mine = ownBlock(blockBytes);
-        reduceScatter(padded, mine, blocks.blockElements(), dtype, op);
+        reduceScatterPacked(packed, mine, blocks.blockElements(), dtype, op);
         int me = group.rank();
         MemorySegment.copy(mine, 0, region, dtype.bytes(blocks.start(me)), dtype.bytes(blocks.size(me)));
     }
