@@ -128,15 +128,6 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
         }
     }
 
-    /**
-     * Which ranks share a machine.
-     *
-     * @return the layout this communicator was built on
-     */
-    NodeTopology topology() {
-        return topology;
-    }
-
     @Override
     public Group group() {
         return group;
@@ -223,15 +214,11 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
             return;
         }
         driver.setCurrent(rank.context);
-        int perNode = topology.ranksPerNode();
         int nodes = topology.nodes();
         long block = dtype.bytes(recvCount);
         MemorySegment packed = staging(block * world);
-        for (int l = 0; l < perNode; l++) {
-            for (int n = 0; n < nodes; n++) {
-                intra.copyAsync(packed.asSlice(block * ((long) l * nodes + n), block),
-                        send.asSlice(block * ((long) n * perNode + l), block));
-            }
+        for (int q = 0; q < world; q++) {
+            intra.copyAsync(packed.asSlice(block * topology.packedIndex(q), block), send.asSlice(block * q, block));
         }
         MemorySegment mine = shard(block * nodes);
         intra.reduceScatter(packed, mine, recvCount * nodes, dtype, op);

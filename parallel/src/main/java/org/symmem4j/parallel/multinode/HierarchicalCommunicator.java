@@ -236,16 +236,9 @@ public final class HierarchicalCommunicator implements Communicator {
         reduceScatterPacked(packed, recv, recvCount, dtype, op);
     }
 
-    /**
-     * Where rank {@code q}'s block goes in the packed order of the hierarchical reduce-scatter: local rank {@code l}'s
-     * blocks of every machine together (machine-major inside), so that the machine's reduce-scatter gives local rank
-     * {@code l} every machine's block {@code l}.
-     */
+    /** Where rank {@code q}'s block of {@code block} bytes goes in the packed order ({@link NodeTopology#packedIndex}). */
     private long packedOffset(int q, long block) {
-        int perNode = topology.ranksPerNode();
-        int n = q / perNode;
-        int l = q % perNode;
-        return block * ((long) l * topology.nodes() + n);
+        return block * topology.packedIndex(q);
     }
 
     /** The hierarchical reduce-scatter of blocks already in {@link #packedOffset} order; AVG divides at the end. */

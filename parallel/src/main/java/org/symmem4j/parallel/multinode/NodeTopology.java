@@ -89,6 +89,18 @@ public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank)
         return fromIds(ids, group.rank());
     }
 
+    /**
+     * Where rank {@code rank}'s block goes in the packed order of a hierarchical reduce-scatter: the blocks of local
+     * rank {@code l} of every machine together, in machine order, so that the machine's own reduce-scatter gives local
+     * rank {@code l} every machine's block {@code l}, and the reduce-scatter between machines then each rank its own.
+     *
+     * @param rank a rank of the group, {@code node × ranksPerNode + localRank}
+     * @return the block's index in the packed order, {@code localRank × nodes + node}
+     */
+    public long packedIndex(int rank) {
+        return (long) (rank % ranksPerNode) * nodes + rank / ranksPerNode;
+    }
+
     /** The layout for every rank's machine identity {@code ids} (rank order), seen from {@code rank}. */
     static NodeTopology fromIds(List<String> ids, int rank) {
         List<String> order = new ArrayList<>();
