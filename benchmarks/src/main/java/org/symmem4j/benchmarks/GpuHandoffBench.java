@@ -24,6 +24,7 @@ import org.symmem4j.parallel.cuda.NvshmemTransport;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.group.ProcessGroup;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 /**
@@ -102,10 +103,8 @@ public final class GpuHandoffBench {
         @Option(names = "--processes", description = "run every stage in a JVM of its own on the NVSHMEM transport and"
                 + " measure NVSHMEM's put-with-signal too (needs NVSHMEM's host library)")
         boolean processes;
-        @Option(names = "--timeout", paramLabel = "S", description = "with --processes: seconds the stage JVMs may run")
-        int timeoutSeconds = 600;
-        @Option(names = "--rank-process", hidden = true, description = "internal: be one stage of a --processes run")
-        boolean rankProcess;
+        @Mixin
+        RankProcessOptions ranks = new RankProcessOptions();
     }
 
     public static void main(String[] args) throws IOException {
@@ -116,7 +115,7 @@ public final class GpuHandoffBench {
             }
             return f;
         });
-        if (flags.rankProcess) {
+        if (flags.ranks.rankProcess) {
             ChildJvms.exitAsRank(() -> rankProcess(flags));
         }
         CudaTransport cuda = CudaTransport.create();
@@ -132,7 +131,7 @@ public final class GpuHandoffBench {
             }
             cuda.close(); // the driver only so far: no context of this JVM beside the ranks'
             System.exit(ChildJvms.rerunAsRanks(GpuHandoffBench.class, args, world, "handoff",
-                    Duration.ofSeconds(flags.timeoutSeconds)));
+                    Duration.ofSeconds(flags.ranks.timeoutSeconds)));
         }
         List<List<Cell>> perRank = InJvmWorld.runOnEveryRank(world,
                 GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), cuda, group -> {

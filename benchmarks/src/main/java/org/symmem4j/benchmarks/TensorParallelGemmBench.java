@@ -27,6 +27,7 @@ import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.numeric.BFloat16;
 import org.symmem4j.parallel.tensor.TensorParallelMlp;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 /**
@@ -88,10 +89,8 @@ public final class TensorParallelGemmBench {
         @Option(names = "--processes", description = "run every rank in a JVM of its own (one process per GPU, started by"
                 + " this benchmark with torchrun's variables, memory exported between them) instead of as threads of this JVM")
         boolean processes;
-        @Option(names = "--timeout", paramLabel = "S", description = "with --processes: seconds the rank JVMs may run")
-        int timeoutSeconds = 600;
-        @Option(names = "--rank-process", hidden = true, description = "internal: be one rank of a --processes run")
-        boolean rankProcess;
+        @Mixin
+        RankProcessOptions ranks = new RankProcessOptions();
     }
 
     /** What one rank measured, and what it found about the machine. */
@@ -111,7 +110,7 @@ public final class TensorParallelGemmBench {
             Cli.positive("--iters", f.iters);
             return f;
         });
-        if (flags.rankProcess) {
+        if (flags.ranks.rankProcess) {
             ChildJvms.exitAsRank(() -> rankProcess(flags));
         }
         CudaTransport cuda = CudaTransport.create();
@@ -126,7 +125,7 @@ public final class TensorParallelGemmBench {
         if (flags.processes) {
             cuda.close(); // the driver only so far: no context of this JVM beside the ranks'
             System.exit(ChildJvms.rerunAsRanks(TensorParallelGemmBench.class, args, world, "tp-gemm",
-                    Duration.ofSeconds(flags.timeoutSeconds)));
+                    Duration.ofSeconds(flags.ranks.timeoutSeconds)));
         }
         List<RankCells> perRank = InJvmWorld.runOnEveryRank(world,
                 GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), cuda, group -> measure(group, flags));
@@ -412,7 +411,7 @@ public final class TensorParallelGemmBench {
         md.append("# Tensor-parallel GEMMs: fused vs cuBLAS + NCCL vs cuBLAS alone\n\n");
         md.append("- date: ").append(Instant.now()).append('\n');
         md.append("- GPUs: ").append(world).append(" × ").append(device).append(", one rank per GPU, ")
-                .append(flags.processes || flags.rankProcess ? "one process per GPU (--processes)" : "one JVM").append('\n');
+                .append(flags.processes || flags.ranks.rankProcess ? "one process per GPU (--processes)" : "one JVM").append('\n');
         md.append("- GEMMs: ").append(library).append(", bf16 in and out, float32 accumulation\n");
         md.append("- each cell: 3 warm-up calls, then the median of ").append(flags.reps).append(" timings of ")
                 .append(flags.iters).append(flags.graph ? " calls captured into one CUDA graph and replayed" : " back-to-back eager calls")

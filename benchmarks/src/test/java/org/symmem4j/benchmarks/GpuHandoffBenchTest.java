@@ -23,6 +23,17 @@ class GpuHandoffBenchTest {
     }
 
     @Test
+    void theProcessModeOptionsParseIntoBothBenchmarks() {
+        GpuHandoffBench.Flags handoff = org.symmem4j.examples.Cli.parse(new GpuHandoffBench.Flags(),
+                new String[] {"--processes", "--timeout", "45", "--rank-process"});
+        assertTrue(handoff.processes && handoff.ranks.rankProcess);
+        assertEquals(45, handoff.ranks.timeoutSeconds);
+        TensorParallelGemmBench.Flags tp = org.symmem4j.examples.Cli.parse(new TensorParallelGemmBench.Flags(), new String[0]);
+        assertFalse(tp.processes || tp.ranks.rankProcess);
+        assertEquals(600, tp.ranks.timeoutSeconds);
+    }
+
+    @Test
     void theReportGetsNvshmemColumnsOnlyWhereNvshmemRan() {
         long[] sizes = {1L << 10, 4L << 10, 16L << 10, 64L << 10, 256L << 10, 1L << 20, 4L << 20, 16L << 20};
         List<Cell> twoWays = new ArrayList<>();
