@@ -491,7 +491,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             return Problem.OFFSET_OUT_OF_RANGE;
         }
         boolean kernel = algorithm == Algorithm.ONE_SHOT || algorithm == Algorithm.TWO_SHOT;
-        if (!supports(algorithm, dtype, op, count) || (kernel && offsetBytes % 16 != 0)
+        // our kernels read every peer's buffer: NVSHMEM memory whose peers are not all mapped here (another node) is refused
+        if (!supports(algorithm, dtype, op, count) || (kernel && (offsetBytes % 16 != 0 || !mem.everyPeerMapped()))
                 || (algorithm == Algorithm.NVSHMEM && !mem.onNvshmemHeap())) {
             return Problem.UNSUPPORTED_ALGORITHM;
         }
