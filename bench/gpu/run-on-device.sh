@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs, reports and each report's raw
 # CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|multi|tp|tprepeat|probe|nvlink|launch|ab|nvshmem|hierarchical|processshare] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|probe|nvlink|launch|ab|nvshmem|hierarchical|processshare] [extra all-reduce benchmark args]
 # (tp: TensorParallelGemmBench, fused all-gather + matmul and matmul + reduce-scatter against cuBLAS + NCCL and
 # cuBLAS alone, and the tensor-parallel MLP block's overhead, one rank per GPU; also the last step of multi)
 # (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU on every rank count in
@@ -174,6 +174,8 @@ if [ "$what" = multi ]; then
     rc=$(( rc | code ))
     echo "== GPU tests, $n ranks: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/multi-summary.txt"
   done
+  # MULTI_BENCH=0: the tests only (the benchmarks then run in a call of their own, e.g. the targets mode)
+  [ "${MULTI_BENCH:-1}" = 0 ] && { (cd "$out" && tar czf multi-raw.tar.gz gpu-tests-*.log && rm -f gpu-tests-*.log); exit $rc; }
   for g in ${MULTI_GPUS:-$gpus 2}; do
     [ "$g" -le "$gpus" ] || { echo "== all-reduce on $g GPUs: skipped, the machine has $gpus" | tee -a "$out/multi-summary.txt"; continue; }
     start=$(date +%s)
@@ -210,6 +212,38 @@ if [ "$what" = multi ]; then
   (cd "$out" && tar czf multi-raw.tar.gz gpu-tests-*.log gpu-allreduce-* gpu-thresholds-* gpu-handoff-* tp-gemm-* gpu-process-allreduce-* topology.txt \
     && rm -f gpu-tests-*.log gpu-allreduce-*.log gpu-handoff-*.log gpu-allreduce-*.csv gpu-handoff-*.csv tp-gemm-*.log \
       tp-gemm-*.csv gpu-process-allreduce-*.log gpu-process-allreduce-*.csv topology.txt)
+fi
+if [ "$what" = targets ]; then
+  # issue #20's targets on a machine of several GPUs, benchmarks only, each past its limit stopped (SIGQUIT: a thread
+  # dump into its log, then SIGKILL): TARGETS (default "allreduce process handoff") picks them, in order, from
+  #   allreduce   GpuAllReduceBench, one JVM (graph-captured and eager, bf16 and fp32, against NCCL's two ways)
+  #   process     GpuProcessAllReduceBench: one process per GPU against one JVM, same run
+  #   handoff     GpuHandoffBench --processes: NVSHMEM's put-with-signal, ours, NCCL send/recv
+  #   tp          TensorParallelGemmBench in one JVM, eager (fused vs cuBLAS + NCCL vs cuBLAS alone; the MLP block)
+  #   tpgraph     TensorParallelGemmBench --processes --graph (one process per GPU, calls captured and replayed)
+  # each writes <name>.md, <name>.csv and <name>.log; targets-summary.txt has exit codes and wall times
+  for t in ${TARGETS:-allreduce process handoff}; do
+    start=$(date +%s)
+    case "$t" in
+      allreduce) main=GpuAllReduceBench; args="--thresholds $out/gpu-thresholds.properties"; limit=${ALLREDUCE_LIMIT:-200} ;;
+      process) main=GpuProcessAllReduceBench; args=""; limit=${PROCESS_LIMIT:-240} ;;
+      handoff) main=GpuHandoffBench; args="--processes"; limit=${HANDOFF_LIMIT:-150} ;;
+      tp) main=TensorParallelGemmBench; args="${TP_ARGS:-}"; limit=${TP_LIMIT:-240} ;;
+      tpgraph) main=TensorParallelGemmBench; args="--processes --graph ${TP_ARGS:-}"; limit=${TP_LIMIT:-240} ;;
+      *) echo "targets: unknown target $t (expected allreduce, process, handoff, tp or tpgraph)" >&2; rc=2; continue ;;
+    esac
+    timeout -s QUIT -k 20 "$limit" $java $flags -cp "$cp" org.symmem4j.benchmarks.$main --out "$out/$t.md" \
+      --raw "$out/$t.csv" $args > "$out/$t.log" 2>&1
+    code=$?
+    rc=$(( rc | code ))
+    echo "== $t ($main $args): exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/targets-summary.txt"
+    tail -3 "$out/$t.log"
+  done
+  nvidia-smi topo -m > "$out/topology.txt" 2>&1
+  # one archive of the logs, CSVs and thresholds (those that exist: the targets run may leave some out), beside it the
+  # summary and the reports (the device tool brings back 8 files)
+  (cd "$out" && files=$(ls *.log *.csv topology.txt gpu-thresholds.properties 2>/dev/null) \
+    && tar czf targets-raw.tar.gz $files && rm -f $files)
 fi
 if [ "$what" = tp ]; then
   # the tensor-parallel GEMM benchmark alone (one rank per GPU; TP_ARGS adds options, e.g. --m 8192 --mlp none);

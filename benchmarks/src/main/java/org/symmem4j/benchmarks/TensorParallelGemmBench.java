@@ -39,7 +39,8 @@ import picocli.CommandLine.Option;
  * overhead of {@link TensorParallelMlp}'s forward + backward: its time over the same rank's GEMMs and
  * activations alone.
  *
- * <p>Each cell: warm-up calls, then {@code --reps} timings of {@code --iters} back-to-back calls on each
+ * <p>First a warm-up pass (the first shape's cells, not recorded: the JIT compiles the host's enqueue code). Each cell:
+ * warm-up calls, then {@code --reps} timings of {@code --iters} back-to-back calls on each
  * rank's stream (CUDA events); the cell's time is the largest over the ranks of their medians (the
  * slowest rank bounds a tensor-parallel layer). Inputs are random (a GEMM on zeros runs faster).
  *
@@ -172,12 +173,17 @@ public final class TensorParallelGemmBench {
                 }
             }
             DType dtype = DType.BFLOAT16;
+            // A warm-up pass, not recorded: the first shape at the first M, every variant. Without it the first cell
+            // measured timed the host's enqueue code before the JIT compiled it: eager fused calls as the first cell
+            // ran 0.48-0.83x of cuBLAS + NCCL, the same cell 1.24-1.43x when measured second (2 x H100,
+            // bench/results/2026-11-27-gpu-2xh100-targets.md).
+            int[] first = shape(flags.shapes.get(0));
+            gemmCells(group.rank(), world, comm, device, gemm, modes, flags.ms.get(0), first[0], first[1], dtype, flags,
+                    new ArrayList<>());
             for (String shape : flags.shapes) {
-                String[] nk = shape.toLowerCase(Locale.ROOT).split("x");
-                int n = Integer.parseInt(nk[0].trim());
-                int k = Integer.parseInt(nk[1].trim());
+                int[] nk = shape(shape);
                 for (int m : flags.ms) {
-                    gemmCells(group.rank(), world, comm, device, gemm, modes, m, n, k, dtype, flags, cells);
+                    gemmCells(group.rank(), world, comm, device, gemm, modes, m, nk[0], nk[1], dtype, flags, cells);
                 }
             }
             if (flags.mlp != null && !flags.mlp.equalsIgnoreCase("none")) {
@@ -187,6 +193,12 @@ public final class TensorParallelGemmBench {
             }
             return new RankCells(cells, device.deviceName(), gemm.gemmLibrary(), notes);
         }
+    }
+
+    /** {@code NxK} as {N, K}. */
+    private static int[] shape(String nxk) {
+        String[] nk = nxk.toLowerCase(Locale.ROOT).split("x");
+        return new int[] {Integer.parseInt(nk[0].trim()), Integer.parseInt(nk[1].trim())};
     }
 
     /** One rank of a {@code --processes} run: joins the group from torchrun's variables; rank 0 writes every rank's cells. */
@@ -413,12 +425,16 @@ public final class TensorParallelGemmBench {
         md.append("- GPUs: ").append(world).append(" × ").append(device).append(", one rank per GPU, ")
                 .append(flags.processes || flags.ranks.rankProcess ? "one process per GPU (--processes)" : "one JVM").append('\n');
         md.append("- GEMMs: ").append(library).append(", bf16 in and out, float32 accumulation\n");
-        md.append("- each cell: 3 warm-up calls, then the median of ").append(flags.reps).append(" timings of ")
+        md.append("- a warm-up pass first (the first shape's cells at the first M, not recorded); each cell: 3 warm-up calls,"
+                + " then the median of ").append(flags.reps).append(" timings of ")
                 .append(flags.iters).append(flags.graph ? " calls captured into one CUDA graph and replayed" : " back-to-back eager calls")
                 .append(" (CUDA events on each rank's stream), the slowest rank's median\n");
-        md.append("- fused: each peer's block cut into chunks of ").append(System.getProperty("symmem4j.tp.chunkRows", "1024"))
-                .append(" rows (-Dsymmem4j.tp.chunkRows; at most 8 a block), moved by the copy engine while the previous chunk's"
-                        + " GEMM runs\n");
+        int chunkRows = Integer.getInteger("symmem4j.tp.chunkRows", 0);
+        md.append(chunkRows <= 0
+                ? "- fused: each peer's block moved whole by the copy engine while the previous block's GEMM runs"
+                        + " (-Dsymmem4j.tp.chunkRows unset: no chunks)\n"
+                : "- fused: each peer's block cut into chunks of " + chunkRows + " rows (-Dsymmem4j.tp.chunkRows; at most 8 a"
+                        + " block), moved by the copy engine while the previous chunk's GEMM runs\n");
         for (String note : notes) {
             md.append("- ").append(note).append('\n');
         }

@@ -21,8 +21,8 @@ import org.symmem4j.parallel.TensorParallelGemm;
  * second stream of this rank for the copy engine's transfers, events to fork and join the two (graph
  * capture turns them into edges), and the signal kernels of the symmetric memory for the meetings.
  *
- * <p>Fused all-gather + matmul on rank r (W ranks, each peer's block cut into chunks of {@link #CHUNK_ROWS} rows, so
- * the GEMMs start before a whole block has arrived):
+ * <p>Fused all-gather + matmul on rank r (W ranks; each peer's block one chunk by default, or cut into chunks of
+ * {@link #CHUNK_ROWS} rows so the GEMMs start before a whole block has arrived):
  * <pre>
  *  main stream:  meet(READY) ─ GEMM(rows r) ─ wait(e₁) GEMM(chunk 1) ─ wait(e₂) GEMM(chunk 2) … ─ meet(DONE)
  *  copy stream:          └─ copy chunk 1 from its owner, record e₁ ─ copy chunk 2, record e₂ …
@@ -55,10 +55,19 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     /** At most this many chunks per peer block. */
     static final int MAX_CHUNKS = 8;
     /**
-     * Rows per chunk of a peer's block ({@code -Dsymmem4j.tp.chunkRows}, default 1024: the default measured on 2 H100s,
-     * bench/results/2026-11-26-tp-gemm-2xh100.md, where one chunk per block did better at N = 3584 in one run).
+     * Rows per chunk of a peer's block ({@code -Dsymmem4j.tp.chunkRows}); 0, the default, copies and multiplies each
+     * peer's block whole. The own block's GEMM runs first, while the first peer's block is copied in, and each peer
+     * block's GEMM while the next one is copied: the copies hide behind the GEMMs whenever a block's GEMM takes longer
+     * than its copy (N × link bandwidth ≥ GEMM throughput: from N of about 1500 on H100/H200 NVLink), and cutting
+     * blocks into chunks then only makes the GEMMs smaller and the host enqueue more. Measured on 2 × H200 and
+     * 2 × H100 at the seeds' shapes (bench/results/2026-11-27-gpu-2x-targets.md): whole blocks against chunks of
+     * 1024 rows on 2 × H200 (three runs each, alternating), eager fused calls met 1.2× cuBLAS + NCCL at M ≥ 8192 in 23
+     * of 24 cells against 18 of 24; graph-captured in 15 against 17 (the difference: the largest reduce-scatter at
+     * 1.18-1.19× against 1.19-1.20×; whole blocks were nearer at the long all-gathers, 1.16-1.19× against 1.09-1.16×),
+     * and the MLP block's graph-captured overhead was -0.2 to 1.9 % against 2.5 to 5.2 %. Not yet measured on 4 or 8
+     * GPUs.
      */
-    static final int CHUNK_ROWS = Math.max(1, Integer.getInteger("symmem4j.tp.chunkRows", 1024));
+    static final int CHUNK_ROWS = Math.max(0, Integer.getInteger("symmem4j.tp.chunkRows", 0));
 
     private final CudaCommunicator comm;
     private final CudaRank rank;
@@ -453,9 +462,20 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         }
     }
 
-    /** Chunks per peer block of {@code shardRows} rows: {@link #CHUNK_ROWS} rows each (the last may be shorter), at most {@link #MAX_CHUNKS}. */
+    /** Chunks per peer block of {@code shardRows} rows, with {@link #CHUNK_ROWS}. */
     static int chunksPerBlock(int shardRows) {
-        return Math.max(1, Math.min(MAX_CHUNKS, (shardRows + CHUNK_ROWS - 1) / CHUNK_ROWS));
+        return chunksPerBlock(shardRows, CHUNK_ROWS);
+    }
+
+    /**
+     * Chunks per peer block of {@code shardRows} rows: one with {@code chunkRows} 0, else {@code chunkRows} rows each (the
+     * last may be shorter), at most {@link #MAX_CHUNKS}.
+     */
+    static int chunksPerBlock(int shardRows, int chunkRows) {
+        if (chunkRows <= 0) {
+            return 1;
+        }
+        return (int) Math.max(1, Math.min(MAX_CHUNKS, ((long) shardRows + chunkRows - 1) / chunkRows));
     }
 
     /** Start row of chunk {@code i} of {@code chunks} nearly equal chunks of {@code rows} rows. */
