@@ -1,6 +1,7 @@
 package org.symmem4j.parallel;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
@@ -84,6 +85,7 @@ class InJvmWorldTransportTest {
         assertEquals(List.of("host-in-jvm true host-in-jvm", "host-in-jvm true host-in-jvm"), seen);
         InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> {
             assertSame(group.transport(), group.hostTransport(), "on host memory the host transport is the transport");
+            assertFalse(group.transport().deviceMemory(), "host-in-jvm memory is host memory");
             try (Group half = group.split(0, group.rank())) {
                 assertSame(half.transport(), half.hostTransport());
             }
