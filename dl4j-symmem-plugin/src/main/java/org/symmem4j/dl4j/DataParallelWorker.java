@@ -31,7 +31,6 @@ import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.group.InJvmWorld;
-import org.symmem4j.parallel.host.HostCommunicator;
 import org.symmem4j.parallel.numeric.Reducer;
 
 /**
@@ -267,8 +266,7 @@ final class DataParallelWorker {
             group = groupSource.open();
             worldSize = group.worldSize();
             comm = Communicator.create(group);
-            scalars = settings.gpuMode()
-                    ? HostCommunicator.controlPlane(group, group.hostTransport(), CommunicatorOptions.defaults()) : comm;
+            scalars = settings.gpuMode() ? group.hostTransport().communicator(group, CommunicatorOptions.defaults()) : comm;
             if (alone) {
                 // one float64 per rank: the step's loss terms, summed in rank order (see mergeLoss)
                 lossMemory = settings.gpuMode() ? group.hostTransport().allocate(group, 64) : SymmetricMemory.allocate(group, 64);
