@@ -144,6 +144,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * memory, summed and divided on the device ({@link GpuGradientAveraging}).
          */
         boolean gpuMode() {
+            return gpuMode(group);
+        }
+
+        static boolean gpuMode(Group group) {
             return group != null && group.transport().deviceMemory();
         }
     }
@@ -1168,8 +1172,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * transport for DL4J's CPU backend (its gradients are host memory), or on a GPU transport in GPU mode
          * (below), and stays the caller's to close, after the wrapper. With {@link #sharding} each rank keeps its
          * own shard, checkpoints are collective (each rank writes its shard file, rank 0 the model), and after
-         * {@code fit()} every rank's model holds the full updater state, gathered. Not yet with {@link #recordTimeline}, listeners that read the
-         * forward pass's activations (each rank holds only its own batch's), or listeners with sharding.
+         * {@code fit()} every rank's model holds the full updater state, gathered. Not yet with
+         * {@link #recordTimeline}, listeners that read the forward pass's activations (each rank holds only its own
+         * batch's), or listeners with sharding.
          *
          * <p>GPU mode: a group on a transport whose memory is a GPU's ({@code Transport.deviceMemory()}: one process per
          * GPU, {@code ProcessGroup.fromEnvironment(options, cudaTransport)} under {@code symmem4j-run}) trains with the
@@ -1511,7 +1516,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          *         way (the message names the setting or layer, what was found and the fix)
          */
         public SymmemParallelWrapper build() {
-            boolean gpuMode = group != null && group.transport().deviceMemory();
+            boolean gpuMode = Settings.gpuMode(group);
             if (group != null) {
                 checkGroupMode();
             }
