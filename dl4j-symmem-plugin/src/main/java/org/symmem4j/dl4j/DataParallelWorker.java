@@ -24,6 +24,7 @@ import org.symmem4j.gradsync.GradientSynchronizer;
 import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.PeerTimeoutException;
@@ -54,6 +55,11 @@ import org.symmem4j.parallel.numeric.Reducer;
  * <p>Gradient accumulation: a task may hold {@link MicroBatches}; all but the last go through
  * forward and backward passes only ({@link ModelReplica#computeGradient}), their gradients summed
  * into a buffer, and the last one's fit adds that sum to its own before the one sync of the step.
+ *
+ * <p>GPU mode (a group on a transport whose memory is a GPU's, {@link SymmemParallelWrapper.Settings#gpuMode()}): the
+ * replica's gradient view is ND4J's device memory, summed and divided on the device by {@link GpuGradientAveraging}
+ * on ND4J's stream; the step's scalars (the loss, the non-finite verdicts) go over a host communicator of the group's
+ * host transport, as in host group mode.
  */
 final class DataParallelWorker {
 
@@ -172,6 +178,13 @@ final class DataParallelWorker {
 
     // Owned by the worker thread.
     private Communicator comm;
+    /**
+     * Sums and gathers of the step's host scalars (the loss, the non-finite verdicts): {@link #comm} itself on host
+     * memory, in GPU mode a host communicator of the group's host transport (the GPU one takes device buffers).
+     */
+    private Communicator scalars;
+    /** GPU mode's sync (null otherwise): the gradient view summed and divided on the device. */
+    private GpuGradientAveraging gpuAveraging;
     private SymmetricMemory gradients;
     private GradientSynchronizer synchronizer;
     /** Set before {@link #ready} completes (its completion publishes it to the wrapper's thread). */
@@ -253,41 +266,19 @@ final class DataParallelWorker {
             group = groupSource.open();
             worldSize = group.worldSize();
             comm = Communicator.create(group);
+            scalars = settings.gpuMode() ? group.hostTransport().communicator(group, CommunicatorOptions.defaults()) : comm;
             if (alone) {
                 // one float64 per rank: the step's loss terms, summed in rank order (see mergeLoss)
-                lossMemory = SymmetricMemory.allocate(group, 64);
-                lossAlgorithm = AlgorithmPolicy.oneShotWhereItRuns(comm, 1, DType.FLOAT64, ReduceOp.SUM);
+                lossMemory = settings.gpuMode() ? group.hostTransport().allocate(group, 64) : SymmetricMemory.allocate(group, 64);
+                lossAlgorithm = AlgorithmPolicy.oneShotWhereItRuns(scalars, 1, DType.FLOAT64, ReduceOp.SUM);
             }
             INDArray view = replica.gradientView();
             dtype = ModelReplica.dtypeOf(view.dataType());
             count = view.length();
-            gradientSegment = ModelReplica.segmentOf(view);
-            if (gradientHome == null) {
-                gradients = SymmetricMemory.register(group, gradientSegment);
+            if (settings.gpuMode()) {
+                gpuAveraging = GpuGradientAveraging.forNd4j(comm, settings.policy(), view);
             } else {
-                if (gradientHome.local().address() != gradientSegment.address()) {
-                    throw new IllegalStateException("the replica's gradient view is not in its symmetric memory (a bug:"
-                            + " ModelReplica.placeGradientView was not applied)");
-                }
-                gradients = gradientHome; // backprop writes the gradient where the peers read it
-            }
-            AlgorithmPolicy policy = settings.policy();
-            // buckets start at layer boundaries, so each can be reduced once its layers are written
-            List<ModelReplica.LayerSlice> layers = replica.layerSlices();
-            List<GradientBuckets.Bucket> buckets = GradientBuckets.splitAtBoundaries(count, dtype, settings.bucketBytes(),
-                    settings.minBucketBytes(), layers.stream().mapToLong(ModelReplica.LayerSlice::start).toArray());
-            synchronizer = new GradientSynchronizer(comm, gradients, 0, dtype, buckets, policy, metrics);
-            if (!stateEntries.isEmpty()) {
-                stateReduction = new StateUpdateReduction(stateEntries, replica, comm);
-            }
-            if (shardSource == null) {
-                averaging = startAveraging(group, buckets, layers);
-            }
-            if (shardSource != null) {
-                ShardedUpdater s = new ShardedUpdater(settings.sharding(), shardSource.layout(), replica, comm, gradients,
-                        synchronizer, shardSource.fullState());
-                replica.installUpdater(s);
-                sharded = s;
+                startHostSync(group, view);
             }
             replica.addListener(new BaseTrainingListener() {
                 @Override
@@ -313,6 +304,7 @@ final class DataParallelWorker {
             }
             closeQuietly(lossMemory);
             closeQuietly(gradients != null ? gradients : gradientHome);
+            closeQuietly(scalars != comm ? scalars : null);
             releaseQuietly(group);
             return;
         }
@@ -333,8 +325,44 @@ final class DataParallelWorker {
             closeQuietly(accumulationArena);
             closeQuietly(gradients);
             closeQuietly(lossMemory);
+            closeQuietly(scalars != comm ? scalars : null);
             closeQuietly(comm);
             releaseQuietly(group);
+        }
+    }
+
+    /**
+     * Host memory's sync (every mode but GPU mode): the gradient view registered as symmetric memory, or already
+     * placed in it; its buckets at layer boundaries; the state reduction; plain averaging or the sharded updater.
+     */
+    private void startHostSync(Group group, INDArray view) {
+        gradientSegment = ModelReplica.segmentOf(view);
+        if (gradientHome == null) {
+            gradients = SymmetricMemory.register(group, gradientSegment);
+        } else {
+            if (gradientHome.local().address() != gradientSegment.address()) {
+                throw new IllegalStateException("the replica's gradient view is not in its symmetric memory (a bug:"
+                        + " ModelReplica.placeGradientView was not applied)");
+            }
+            gradients = gradientHome; // backprop writes the gradient where the peers read it
+        }
+        AlgorithmPolicy policy = settings.policy();
+        // buckets start at layer boundaries, so each can be reduced once its layers are written
+        List<ModelReplica.LayerSlice> layers = replica.layerSlices();
+        List<GradientBuckets.Bucket> buckets = GradientBuckets.splitAtBoundaries(count, dtype, settings.bucketBytes(),
+                settings.minBucketBytes(), layers.stream().mapToLong(ModelReplica.LayerSlice::start).toArray());
+        synchronizer = new GradientSynchronizer(comm, gradients, 0, dtype, buckets, policy, metrics);
+        if (!stateEntries.isEmpty()) {
+            stateReduction = new StateUpdateReduction(stateEntries, replica, comm);
+        }
+        if (shardSource == null) {
+            averaging = startAveraging(group, buckets, layers);
+        }
+        if (shardSource != null) {
+            ShardedUpdater s = new ShardedUpdater(settings.sharding(), shardSource.layout(), replica, comm, gradients,
+                    synchronizer, shardSource.fullState());
+            replica.installUpdater(s);
+            sharded = s;
         }
     }
 
@@ -472,7 +500,7 @@ final class DataParallelWorker {
         double term = task.idle() ? 0 : task.examples() * (score - regularization) / task.stepExamples();
         MemorySegment slot = lossMemory.local();
         slot.set(ValueLayout.JAVA_DOUBLE, 0, term);
-        comm.allReduce(lossMemory, 0, 1, DType.FLOAT64, ReduceOp.SUM, lossAlgorithm);
+        scalars.allReduce(lossMemory, 0, 1, DType.FLOAT64, ReduceOp.SUM, lossAlgorithm);
         return slot.get(ValueLayout.JAVA_DOUBLE, 0);
     }
 
@@ -572,6 +600,17 @@ final class DataParallelWorker {
             // bucket by bucket: checked (zeroed when idle), summed, divided and checked again; the
             // state hook merges state updates and keeps the listeners' copy (see StateHook)
             GradientAveraging.Outcome outcome = averaging.finishStep();
+            syncNanos = System.nanoTime() - start;
+            if (outcome.reducedBad() >= 0) {
+                nonFinite(task, outcome.localBad(), outcome.reducedBad());
+            }
+            return;
+        }
+        if (gpuAveraging != null) {
+            // on the device, in ND4J's stream order: zeroed when idle, checked, summed, divided, checked again; the
+            // listeners' copy of the sum taken between (alone is always true in GPU mode: one worker per rank)
+            GradientAveraging.Outcome outcome = gpuAveraging.average(task.idle(), task.stepExamples(),
+                    task.keepGradient() ? gradientSnapshot.values() : null);
             syncNanos = System.nanoTime() - start;
             if (outcome.reducedBad() >= 0) {
                 nonFinite(task, outcome.localBad(), outcome.reducedBad());
@@ -689,7 +728,7 @@ final class DataParallelWorker {
             MemorySegment mine = arena.allocate(8);
             MemorySegment all = arena.allocate(8L * worldSize);
             mine.set(ValueLayout.JAVA_DOUBLE, 0, localBad);
-            comm.allGather(mine, all, 1, DType.FLOAT64);
+            scalars.allGather(mine, all, 1, DType.FLOAT64);
             for (int r = 0; r < worldSize; r++) {
                 long idx = (long) all.getAtIndex(ValueLayout.JAVA_DOUBLE, r);
                 if (idx >= 0) {

@@ -19,6 +19,7 @@ import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.deeplearning4j.optimize.api.TrainingListener;
 import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.concurrency.AffinityManager;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
@@ -371,8 +372,13 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
         if (a == null || b == null) {
             return a == b;
         }
-        return a.length() == b.length() && a.dataType() == b.dataType()
-                && segmentOf(a).mismatch(segmentOf(b)) == -1;
+        if (a.length() != b.length() || a.dataType() != b.dataType()) {
+            return false;
+        }
+        // compared in host memory: on a GPU backend the device copy may be the newer one (a no-op on the CPU backend)
+        Nd4j.getAffinityManager().ensureLocation(a, AffinityManager.Location.HOST);
+        Nd4j.getAffinityManager().ensureLocation(b, AffinityManager.Location.HOST);
+        return segmentOf(a).mismatch(segmentOf(b)) == -1;
     }
 
     /**

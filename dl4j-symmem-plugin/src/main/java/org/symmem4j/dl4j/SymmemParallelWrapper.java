@@ -26,11 +26,13 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.optimize.api.TrainingListener;
 import org.deeplearning4j.util.ModelSerializer;
 import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.concurrency.AffinityManager;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
+import org.nd4j.linalg.factory.Nd4j;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.gradsync.AlgorithmPolicy;
@@ -77,6 +79,14 @@ import org.symmem4j.parallel.sync.BackoffIdleStrategy;
  * holding that step's state and merged-batch score ({@link ModelListeners}); after {@code fit()}
  * {@code model.score()} is the last step's score. A network trained with truncated BPTT refuses
  * listeners at {@code build()}.
+ *
+ * <p>GPU mode, for DL4J's CUDA backend: {@code builder(model).group(group)} with a group on a GPU transport (one
+ * process per GPU) keeps the model in ND4J's GPU memory, sums each step's gradient view over the group in place on
+ * the device, on ND4J's own stream, by our kernels or NCCL ({@link Nd4jDeviceGradients}), and divides it by the step's
+ * examples there: the same mean and the same non-finite checks as on the host. It needs {@code nd4j-cuda-11.6}
+ * 1.0.0-M2.1 on an Ampere or Ada GPU (it has no code for Hopper) and does not take sharding, overlap, bf16 transfer,
+ * gradient accumulation or layers with state in the gradient view ({@link Builder#group} says what and why). It has
+ * not run on a GPU in this project: its GPU machines are H100/H200s, which cannot run ND4J's CUDA backend.
  *
  * <p>Unlike DL4J's {@code ParallelWrapper}: {@code fit()} can be called repeatedly; updater state
  * (Adam moments, momentum) survives between calls, because the replicas live as long as the
@@ -127,6 +137,18 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
         int localWorkers() {
             return group == null ? workers : 1;
+        }
+
+        /**
+         * GPU mode: group mode on a transport whose memory is a GPU's, so the rank's gradient view is ND4J's device
+         * memory, summed and divided on the device ({@link GpuGradientAveraging}).
+         */
+        boolean gpuMode() {
+            return gpuMode(group);
+        }
+
+        static boolean gpuMode(Group group) {
+            return group != null && group.transport().deviceMemory();
         }
     }
 
@@ -700,9 +722,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 }
                 long length = settings.sharding() == null ? target.length() : w.sharded().end() - w.sharded().start();
                 long width = target.dataType().width();
+                // copied through host memory: on a GPU backend (GPU mode) the kept sum is written on the device
+                Nd4j.getAffinityManager().ensureLocation(g.values(), AffinityManager.Location.HOST);
                 java.lang.foreign.MemorySegment.copy(ModelReplica.segmentOf(g.values()), 0, ModelReplica.segmentOf(target),
                         g.start() * width, length * width);
             }
+            Nd4j.getAffinityManager().tagLocation(target, AffinityManager.Location.HOST);
         }
 
         @Override
@@ -786,9 +811,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             for (int r = settings.firstLocalRank(); r < settings.firstLocalRank() + settings.localWorkers(); r++) {
                 BackpropProgress progress = settings.overlap() ? new BackpropProgress() : null;
                 // in group mode the gradient lives in symmetric memory of the group, where the peers (other
-                // processes, which cannot map this one's heap) read it: allocated collectively, here, on every rank
-                SymmetricMemory gradientHome = settings.group() == null ? null : SymmetricMemory.allocate(settings.group(),
-                        model.params().length() * model.params().dataType().width());
+                // processes, which cannot map this one's heap) read it: allocated collectively, here, on every rank;
+                // in GPU mode it stays in ND4J's device memory, which the collectives take as it is
+                SymmetricMemory gradientHome = settings.group() == null || settings.gpuMode() ? null
+                        : SymmetricMemory.allocate(settings.group(), model.params().length() * model.params().dataType().width());
                 ModelReplica replica = model.newReplica(progress, settings.sharding() != null,
                         gradientHome == null ? null : gradientHome.local());
                 if (settings.workspaceMode() != null) {
@@ -818,7 +844,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             }
             LOG.info("symmem4j data parallelism: " + settings.workers() + " workers"
                     + (settings.group() == null ? "" : " (rank " + settings.group().rank() + " of the group here, transport "
-                    + settings.group().transport().name() + ")") + ", policy "
+                    + settings.group().transport().name() + ")") + (settings.gpuMode()
+                    ? ", GPU mode (the gradient summed and divided on the device, on ND4J's stream)" : "") + ", policy "
                     + settings.policy() + ", ND4J threads per worker " + settings.ompThreadsPerWorker()
                     + (settings.sharding() == null ? "" : ", ZeRO sharding " + settings.sharding())
                     + (settings.overlap() ? ", sync overlapped with backprop" : "")
@@ -1088,6 +1115,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         private boolean workersSet;
         private Group group;
         private long bucketBytes = 4L << 20;
+        private boolean bucketBytesSet;
         private Algorithm algorithm;
         private AlgorithmPolicy policy;
         private NonFiniteGradients nonFiniteGradients = NonFiniteGradients.FAIL;
@@ -1140,12 +1168,32 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * deals them to its workers, so N processes train bitwise like N worker threads). Gradients are
          * all-reduced over the group's symmetric memory; after each {@code fit()} every rank's model —
          * rank 0's among them — holds the result. For one JVM per worker started by {@code symmem4j-run}
-         * (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The group must live on a
-         * host transport (DL4J's CPU gradients are host memory) and stays the caller's to close, after the
-         * wrapper. With {@link #sharding} each rank keeps its own shard, checkpoints are collective (each
-         * rank writes its shard file, rank 0 the model), and after {@code fit()} every rank's model holds
-         * the full updater state, gathered. Not yet with {@link #recordTimeline}, listeners that read the
-         * forward pass's activations (each rank holds only its own batch's), or listeners with sharding.
+         * (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The group lives on a host
+         * transport for DL4J's CPU backend (its gradients are host memory), or on a GPU transport in GPU mode
+         * (below), and stays the caller's to close, after the wrapper. With {@link #sharding} each rank keeps its
+         * own shard, checkpoints are collective (each rank writes its shard file, rank 0 the model), and after
+         * {@code fit()} every rank's model holds the full updater state, gathered. Not yet with
+         * {@link #recordTimeline}, listeners that read the forward pass's activations (each rank holds only its own
+         * batch's), or listeners with sharding.
+         *
+         * <p>GPU mode: a group on a transport whose memory is a GPU's ({@code Transport.deviceMemory()}: one process per
+         * GPU, {@code ProcessGroup.fromEnvironment(options, cudaTransport)} under {@code symmem4j-run}) trains with the
+         * model in DL4J's GPU memory. After backprop the rank's flat gradient view — on the device, the sum over its
+         * examples — is summed over the group in place on ND4J's own stream ({@link Nd4jDeviceGradients}; our kernels or
+         * NCCL, as the policy picks for its size), then divided by the step's examples by ND4J on that stream, and checked
+         * for NaN and infinity as on the host: the same mean, the same verdicts, every rank the same bits. The step's loss
+         * and the non-finite verdicts are merged over the group's host memory. It needs DL4J's CUDA backend,
+         * {@code nd4j-cuda-11.6} 1.0.0-M2.1, on a GPU it has code for (sm_80/sm_86: A100, RTX 30xx and 40xx; it has none
+         * for Hopper, H100/H200), and the model built on the rank's GPU: CudaTransport puts a rank on GPU
+         * {@code group.localRank() % gpus}, and ND4J allocates on the current thread's device, so before building the
+         * model call {@code Nd4j.getAffinityManager().unsafeSetDevice(group.localRank() %
+         * Nd4j.getAffinityManager().getNumberOfDevices())} on the thread that builds it and calls {@code fit} (the
+         * worker refuses a model on another GPU). {@link #build()} refuses, each with its setting and fix: ND4J's CPU
+         * backend, {@link #sharding}, {@link #overlapSyncWithBackprop}, {@link #gradientTransfer} BFLOAT16,
+         * {@link #gradientAccumulation} above 1, layers that keep state updates in the gradient view (BatchNormalization,
+         * CenterLossOutputLayer: merged on host memory) and {@link #bucketBytes} (one all-reduce of the whole view);
+         * {@link #algorithm} may be NCCL there. GPU mode has not run on a GPU in this project: its GPU machines are
+         * H100/H200s, which ND4J's CUDA backend cannot run; its device all-reduce, on device buffers of our own, has.
          *
          * @param group the data-parallel group, this rank's view of it
          * @return this builder
@@ -1156,7 +1204,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
 
         /**
-         * Largest gradient bucket all-reduced at once (default 4 MiB); each bucket gets its own algorithm.
+         * Largest gradient bucket all-reduced at once (default 4 MiB); each bucket gets its own algorithm. Not in GPU
+         * mode ({@link #group}), which all-reduces the whole gradient view in one call: refused at {@link #build()}.
          *
          * @param bucketBytes the largest bucket in bytes, at least 64
          * @return this builder
@@ -1167,13 +1216,15 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 throw new IllegalArgumentException("bucketBytes=" + bucketBytes + " must be >= 64 (default 4 MiB)");
             }
             this.bucketBytes = bucketBytes;
+            this.bucketBytesSet = true;
             return this;
         }
 
         /**
          * Forces one all-reduce algorithm for every bucket (logged as forced); default: the calibrated policy.
          *
-         * @param algorithm ONE_SHOT, TWO_SHOT or RING ({@code NCCL} is refused at {@link #build()})
+         * @param algorithm on host memory ONE_SHOT, TWO_SHOT or RING ({@code NCCL} is refused at {@link #build()}); in GPU
+         *                  mode ({@link #group}) ONE_SHOT, TWO_SHOT or NCCL
          * @return this builder
          */
         public Builder algorithm(Algorithm algorithm) {
@@ -1465,10 +1516,11 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          *         way (the message names the setting or layer, what was found and the fix)
          */
         public SymmemParallelWrapper build() {
+            boolean gpuMode = Settings.gpuMode(group);
             if (group != null) {
                 checkGroupMode();
             }
-            if (algorithm == Algorithm.NCCL || algorithm == Algorithm.NCCL_SYMMETRIC) {
+            if (!gpuMode && (algorithm == Algorithm.NCCL || algorithm == Algorithm.NCCL_SYMMETRIC)) {
                 throw new IllegalArgumentException("algorithm=" + algorithm + " needs a GPU transport; workers here share host memory"
                         + " (use ONE_SHOT, TWO_SHOT or RING, or leave the choice to the calibrated policy)");
             }
@@ -1479,6 +1531,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                         + " fix: drop sharding, or these options");
             }
             ModelReplica.ensureInitialized(model);
+            if (gpuMode) {
+                checkGpuMode();
+            }
             if (group == null && workers > 1 && (model.model() instanceof MultiLayerNetwork m
                     && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(m)
                     || model.model() instanceof ComputationGraph g && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(g))) {
@@ -1519,6 +1574,54 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 throw new IllegalArgumentException("group(...) with recordTimeline: not available in group mode yet (each"
                         + " rank would hold only its own worker's track); expected no timeline (fix: train without it, or"
                         + " as threads of one JVM with workers(n))");
+            }
+        }
+
+        /**
+         * GPU mode ({@code group(...)} on a transport whose memory is a GPU's): what it does not implement, each refused
+         * with its setting and fix, then DL4J's backend, which must keep the model in GPU memory. The settings come
+         * first so that a machine without a GPU backend is told about them too.
+         */
+        private void checkGpuMode() {
+            String mode = "GPU mode (group(...) on transport=" + group.transport().name() + ")";
+            if (sharding != null) {
+                throw new IllegalArgumentException("sharding=" + sharding + " in " + mode + ": expected no sharding; GPU"
+                        + " mode all-reduces the whole gradient view in place on the device, while the sharded updater's"
+                        + " reduce-scatter, shard update and all-gather run on host memory (fix: drop sharding(...), or train"
+                        + " on a group on a host transport)");
+            }
+            if (overlap) {
+                throw new IllegalArgumentException("overlapSyncWithBackprop=true in " + mode + ": expected false; GPU mode"
+                        + " enqueues one all-reduce after the whole backward pass on ND4J's stream, and the overlap's"
+                        + " per-layer buckets run on a host communication thread (fix: overlapSyncWithBackprop(false))");
+            }
+            if (gradientTransfer != GradientTransfer.NETWORK_DTYPE) {
+                throw new IllegalArgumentException("gradientTransfer=" + gradientTransfer + " in " + mode + ": expected"
+                        + " NETWORK_DTYPE; GPU mode all-reduces the gradient view in place in the network's own type (fix:"
+                        + " gradientTransfer(GradientTransfer.NETWORK_DTYPE), or build the network in BFLOAT16)");
+            }
+            if (accumulation > 1) {
+                throw new IllegalArgumentException("gradientAccumulation=" + accumulation + " in " + mode + ": expected 1;"
+                        + " the micro-batches' gradients are summed in host memory, which GPU mode does not do (fix:"
+                        + " gradientAccumulation(1) with larger batches, or train on a group on a host transport)");
+            }
+            // the entries the host path merges on their own: what the workers would find (the model's updater is made now)
+            List<String> stateful = StateUpdateReduction.find(UpdaterLayout.variablesOf(model.dl4jUpdater()),
+                    model.trainables()).stream().map(e -> e.layer() + "." + e.param()).toList();
+            if (!stateful.isEmpty()) {
+                throw new IllegalArgumentException("layers " + stateful + " keep state updates (not gradients) in the"
+                        + " gradient view, such as BatchNormalization's running statistics or CenterLossOutputLayer's centers,"
+                        + " in " + mode + ": expected none; those entries are merged on host memory (StateUpdateReduction),"
+                        + " which GPU mode does not do, and summing them as gradients would be wrong (fix: a model without"
+                        + " such layers, or train on a group on a host transport)");
+            }
+            if (bucketBytesSet) {
+                throw new IllegalArgumentException("bucketBytes=" + bucketBytes + " in " + mode + ": expected it unset; GPU"
+                        + " mode all-reduces the whole gradient view in one call, its algorithm picked by the policy for"
+                        + " its size (fix: leave bucketBytes unset)");
+            }
+            if (Nd4jDeviceGradients.onCpuBackend()) {
+                throw new IllegalArgumentException(Nd4jDeviceGradients.cpuBackendRefusal(mode));
             }
         }
 

@@ -1,26 +1,30 @@
 package org.symmem4j.gradsync;
 
+import java.lang.foreign.MemorySegment;
 import java.util.Objects;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.ReduceOp;
 
 /**
- * Data-parallel gradient averaging in place on a GPU, in the gradient owner's stream order: the average over the
- * group's ranks of each rank's {@link DeviceGradients}, written back into the same device buffer. Enqueued, not
- * waited for:
+ * Data-parallel gradient averaging in place on a GPU, in the gradient owner's stream order: the average (or the sum)
+ * over the group's ranks of each rank's {@link DeviceGradients}, written back into the same device buffer. Enqueued,
+ * not waited for:
  *
  * <pre>
- *   writer's stream:   ... backward pass ──┐                          ┌── optimizer step ...
- *                                         event                      event
- *   communicator's stream:                  └─ all-reduce (AVG) in place ┘
+ *   writer's stream:   ... backward pass ──┐                                ┌── optimizer step ...
+ *                                         event                            event
+ *   communicator's stream:                  └─ all-reduce (AVG or SUM) in place ┘
  * </pre>
  *
  * The writer's work so far (the backward pass) is ordered before the all-reduce ({@link DeviceCommunicator#orderAfter})
  * and the writer's later work (the update) after it ({@link DeviceCommunicator#orderBefore}); the host never waits.
- * The algorithm is the policy's for the gradient's size: our ONE_SHOT/TWO_SHOT kernels or NCCL, each dividing by the
- * ranks inside the collective (AVG), every rank getting the same bits.
+ * The algorithm is the policy's for the gradient's size: our ONE_SHOT/TWO_SHOT kernels or NCCL, every rank getting
+ * the same bits. {@link #average} divides by the ranks inside the collective (AVG); {@link #sum} leaves the division
+ * to the caller, for gradients that are sums over examples and must be divided by the examples of the whole step
+ * rather than by the ranks (ranks with batches of different sizes).
  *
  * <p>One per rank and communicator; not thread-safe (the rank's training thread calls it).
  */
@@ -51,12 +55,32 @@ public final class DeviceGradientAveraging {
      * @return the algorithm used
      */
     public Algorithm average(DeviceGradients gradients) {
+        return allReduce(gradients, ReduceOp.AVG);
+    }
+
+    /**
+     * Enqueues the sum of {@code gradients} over the group, in place, in the same order as {@link #average}: for a
+     * caller that divides the sum itself, on the writer's stream after this call (which the ordering puts after the
+     * sum). Collective: every rank calls it with a gradient of the same size and type.
+     *
+     * @param gradients this rank's gradient
+     * @return the algorithm used
+     */
+    public Algorithm sum(DeviceGradients gradients) {
+        return allReduce(gradients, ReduceOp.SUM);
+    }
+
+    private Algorithm allReduce(DeviceGradients gradients, ReduceOp op) {
         Objects.requireNonNull(gradients, "gradients");
-        long count = gradients.elements();
-        Algorithm algorithm = policy.choose(comm, count, gradients.dtype(), ReduceOp.AVG);
+        // first: an owner that keeps host and device copies (ND4J) has a valid device address, and the size it
+        // stands for, only once its device copy is current
         gradients.beforeSync();
+        long count = gradients.elements();
+        MemorySegment buffer = gradients.buffer();
+        DType dtype = gradients.dtype();
+        Algorithm algorithm = policy.choose(comm, count, dtype, op);
         device.orderAfter(gradients.stream());
-        comm.allReduce(gradients.buffer(), count, gradients.dtype(), ReduceOp.AVG, algorithm);
+        comm.allReduce(buffer, count, dtype, op, algorithm);
         device.orderBefore(gradients.stream());
         gradients.afterSync();
         return algorithm;

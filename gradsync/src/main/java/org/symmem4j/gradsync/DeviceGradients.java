@@ -11,9 +11,14 @@ import org.symmem4j.parallel.DType;
  * the owner needs around the sync (a library that keeps host and device copies makes the device copy current before,
  * and marks it written after).
  *
- * <p>Our own device buffers satisfy it with {@link #of}; DL4J's CUDA backend would through ND4J's data-buffer API
- * (the device pointer after making the device copy current, ND4J's stream, the device copy marked written) — that
- * adapter needs an Ampere/Ada GPU with ND4J's CUDA natives and is not part of symmem4j yet.
+ * <p>Our own device buffers satisfy it with {@link #of}; DL4J's CUDA backend does through ND4J's data-buffer API (the
+ * device pointer after making the device copy current, ND4J's execution stream, the device copy marked written): the
+ * plugin's {@code org.symmem4j.dl4j.Nd4jDeviceGradients}, which needs an Ampere/Ada GPU with DL4J's CUDA backend
+ * ({@code nd4j-cuda-11.6} has no code for Hopper) and has not run on a GPU in this project.
+ *
+ * <p>Order of calls in a sync: {@link #beforeSync} first, then {@link #elements}, {@link #buffer}, {@link #dtype} and
+ * {@link #stream} (an owner may give a valid address only once its device copy is current), then the collective is
+ * enqueued, then {@link #afterSync}.
  */
 public interface DeviceGradients {
 
@@ -39,7 +44,7 @@ public interface DeviceGradients {
      */
     MemorySegment stream();
 
-    /** Before the sync reads the buffer (e.g. make the device copy of a host/device pair current). */
+    /** Before the sync reads the buffer or its size (e.g. make the device copy of a host/device pair current). */
     default void beforeSync() {
     }
 

@@ -15,6 +15,7 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.cuda.CudaDriver;
 import org.symmem4j.parallel.cuda.CudaKernels;
 import org.symmem4j.parallel.cuda.CudaTransport;
@@ -26,8 +27,11 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * millisecond) and then writes the rank's gradient; the averaging is enqueued at once, without the host waiting,
  * and the writer's stream then copies the result out. Without the ordering before the all-reduce it would average
  * the old contents (every element -7), without the ordering after it the copy out would read them: either shows
- * as a wrong element. Values are multiples of 1/4 whose averages over 2 or 4 ranks are exact in float32. Each
- * algorithm the communicator runs (ONE_SHOT, TWO_SHOT, NCCL, and the policy's pick). Skipped without a GPU.
+ * as a wrong element. Values are multiples of 1/4 whose sums, and averages over 2 or 4 ranks, are exact in float32.
+ * Each algorithm the communicator runs (ONE_SHOT, TWO_SHOT, NCCL, and the policy's pick), with AVG ({@code average})
+ * and with SUM ({@code sum}, what the DL4J wrapper's GPU mode divides by the step's examples itself). Each rank's
+ * communicator names the GPU it runs on as CudaTransport places ranks (its local rank modulo the GPUs), the ordinal
+ * another library on the rank's thread must use. Skipped without a GPU.
  */
 class DeviceGradientAveragingGpuTest {
 
@@ -51,6 +55,10 @@ class DeviceGradientAveragingGpuTest {
                 try (Communicator comm = Communicator.create(group); Arena arena = Arena.ofConfined()) {
                     DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow();
                     CudaDriver driver = CudaDriver.get();
+                    if (device.deviceOrdinal() != me % driver.deviceCount()) {
+                        found.add("rank " + me + " reports deviceOrdinal=" + device.deviceOrdinal() + ", expected "
+                                + me % driver.deviceCount());
+                    }
                     MemorySegment writer = driver.createStream(CudaDriver.STREAM_NON_BLOCKING);
                     MemorySegment gradient = device.allocateDevice(bytes);
                     MemorySegment mine = device.allocateDevice(bytes);
@@ -64,36 +72,40 @@ class DeviceGradientAveragingGpuTest {
                     device.copyFromHost(mine, host);
                     List<AlgorithmPolicy> policies = new ArrayList<>(List.of(AlgorithmPolicy.calibrated()));
                     for (Algorithm a : List.of(Algorithm.ONE_SHOT, Algorithm.TWO_SHOT, Algorithm.NCCL)) {
-                        if (comm.supports(a, DType.FLOAT32, org.symmem4j.parallel.ReduceOp.AVG, count)) {
+                        if (comm.supports(a, DType.FLOAT32, ReduceOp.AVG, count)
+                                && comm.supports(a, DType.FLOAT32, ReduceOp.SUM, count)) {
                             policies.add(AlgorithmPolicy.forced(a));
                         }
                     }
                     for (AlgorithmPolicy policy : policies) {
-                        for (long i = 0; i < count; i++) {
-                            host.setAtIndex(ValueLayout.JAVA_FLOAT, i, -7f);
-                        }
-                        device.copyFromHost(gradient, host);
-                        device.copyFromHost(result, host);
-                        comm.barrier();
-                        // the backward pass: a long copy, then the gradient, on the writer's stream; nothing waited for
-                        driver.copyDeviceToDeviceAsync(delayTo.address(), delayFrom.address(), delayBytes, writer);
-                        driver.copyDeviceToDeviceAsync(gradient.address(), mine.address(), bytes, writer);
-                        Algorithm used = new DeviceGradientAveraging(comm, policy).average(
-                                DeviceGradients.of(gradient, DType.FLOAT32, writer));
-                        // the optimizer step: reads the averaged gradient on the writer's stream
-                        driver.copyDeviceToDeviceAsync(result.address(), gradient.address(), bytes, writer);
-                        driver.synchronize(writer);
-                        device.copyToHost(host, result);
-                        for (long i = 0; i < count; i++) {
-                            double sum = 0;
-                            for (int p = 0; p < ranks; p++) {
-                                sum += value(p, i);
+                        for (ReduceOp op : List.of(ReduceOp.AVG, ReduceOp.SUM)) {
+                            for (long i = 0; i < count; i++) {
+                                host.setAtIndex(ValueLayout.JAVA_FLOAT, i, -7f);
                             }
-                            float expected = (float) (sum / ranks);
-                            if (host.getAtIndex(ValueLayout.JAVA_FLOAT, i) != expected) {
-                                found.add(used + " (" + policy + "): element " + i + " on rank " + me + " is "
-                                        + host.getAtIndex(ValueLayout.JAVA_FLOAT, i) + ", expected " + expected);
-                                break;
+                            device.copyFromHost(gradient, host);
+                            device.copyFromHost(result, host);
+                            comm.barrier();
+                            // the backward pass: a long copy, then the gradient, on the writer's stream; nothing waited for
+                            driver.copyDeviceToDeviceAsync(delayTo.address(), delayFrom.address(), delayBytes, writer);
+                            driver.copyDeviceToDeviceAsync(gradient.address(), mine.address(), bytes, writer);
+                            DeviceGradientAveraging averaging = new DeviceGradientAveraging(comm, policy);
+                            DeviceGradients gradients = DeviceGradients.of(gradient, DType.FLOAT32, writer);
+                            Algorithm used = op == ReduceOp.AVG ? averaging.average(gradients) : averaging.sum(gradients);
+                            // the optimizer step: reads the reduced gradient on the writer's stream
+                            driver.copyDeviceToDeviceAsync(result.address(), gradient.address(), bytes, writer);
+                            driver.synchronize(writer);
+                            device.copyToHost(host, result);
+                            for (long i = 0; i < count; i++) {
+                                double sum = 0;
+                                for (int p = 0; p < ranks; p++) {
+                                    sum += value(p, i);
+                                }
+                                float expected = (float) (op == ReduceOp.AVG ? sum / ranks : sum);
+                                if (host.getAtIndex(ValueLayout.JAVA_FLOAT, i) != expected) {
+                                    found.add(used + " " + op + " (" + policy + "): element " + i + " on rank " + me + " is "
+                                            + host.getAtIndex(ValueLayout.JAVA_FLOAT, i) + ", expected " + expected);
+                                    break;
+                                }
                             }
                         }
                     }

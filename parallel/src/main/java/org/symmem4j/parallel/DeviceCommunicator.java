@@ -22,6 +22,15 @@ public interface DeviceCommunicator {
     String deviceName();
 
     /**
+     * This rank's GPU as the driver and the CUDA runtime number it (the ordinal of {@code cuDeviceGet} and
+     * {@code cudaSetDevice}, after {@code CUDA_VISIBLE_DEVICES}): what another library on this rank's thread
+     * (ND4J's CUDA backend, a framework) must use, so that its device pointers and streams are this GPU's.
+     *
+     * @return the device ordinal, from 0
+     */
+    int deviceOrdinal();
+
+    /**
      * Waits until everything enqueued on this rank's stream has run, then reports asynchronous errors
      * (NCCL's among them).
      */

@@ -76,7 +76,10 @@ public interface Group extends AutoCloseable {
     /**
      * The transport of host memory among this group's ranks — {@code host-in-jvm} for threads of one
      * JVM, {@code host-shm} for processes — where a device transport keeps its control plane (entry
-     * barriers, argument agreement). For a group on a host transport it is {@link #transport()}.
+     * barriers, argument agreement). For a group on a host transport it is {@link #transport()}. For a
+     * group on a GPU transport, its {@code allocate(group, bytes)} and {@code communicator(group, options)}
+     * give host memory and host collectives among the same ranks (for host values beside device work:
+     * a loss, a verdict).
      *
      * @return the host transport of this group's ranks
      */

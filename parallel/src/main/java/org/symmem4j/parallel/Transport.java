@@ -36,6 +36,19 @@ public interface Transport {
     String name();
 
     /**
+     * Whether this transport's memory lives on GPUs: its {@link SymmetricMemory} is device memory
+     * ({@code unwrap(DeviceMemory.class)}) and its communicators are device ones
+     * ({@code unwrap(DeviceCommunicator.class)}) that take device buffers. Not collective, so code above
+     * the runtime can choose its host or its device path before the first collective — a trainer at
+     * build time — without naming transports.
+     *
+     * @return true for the GPU transports ({@code cuda}, {@code nvshmem}); false for host memory
+     */
+    default boolean deviceMemory() {
+        return false;
+    }
+
+    /**
      * Collective: allocates {@code bytes} on every rank and maps every peer's allocation.
      *
      * @param group this rank's group

@@ -1,6 +1,7 @@
 package org.symmem4j.parallel;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 
@@ -84,11 +85,55 @@ class InJvmWorldTransportTest {
         assertEquals(List.of("host-in-jvm true host-in-jvm", "host-in-jvm true host-in-jvm"), seen);
         InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> {
             assertSame(group.transport(), group.hostTransport(), "on host memory the host transport is the transport");
+            assertFalse(group.transport().deviceMemory(), "host-in-jvm memory is host memory");
             try (Group half = group.split(0, group.rank())) {
                 assertSame(half.transport(), half.hostTransport());
             }
             return null;
         });
+    }
+
+    /**
+     * A group on a transport whose memory is a GPU's (here one whose memory Java may not touch: it refuses to allocate)
+     * gets host memory and host collectives among its ranks from its host transport, for host values beside device work.
+     */
+    @Test
+    void aGroupOnAGpuTransportHasHostMemoryAndCollectivesThroughItsHostTransport() {
+        Transport gpu = new Transport() {
+            @Override
+            public String name() {
+                return "gpu-like";
+            }
+
+            @Override
+            public boolean deviceMemory() {
+                return true;
+            }
+
+            @Override
+            public SymmetricMemory allocate(Group group, long bytes) {
+                throw new UnsupportedOperationException("device memory: the host transport must not ask for it");
+            }
+
+            @Override
+            public SymmetricMemory register(Group group, MemorySegment buffer) {
+                throw new UnsupportedOperationException("device memory: the host transport must not ask for it");
+            }
+
+            @Override
+            public Communicator communicator(Group group, CommunicatorOptions options) {
+                throw new UnsupportedOperationException("the GPU communicator: not part of this test");
+            }
+        };
+        List<Double> sums = InJvmWorld.runOnEveryRank(3, GroupOptions.defaults(), gpu, group -> {
+            try (SymmetricMemory mem = group.hostTransport().allocate(group, 64);
+                 Communicator comm = group.hostTransport().communicator(group, CommunicatorOptions.defaults())) {
+                mem.local().set(ValueLayout.JAVA_DOUBLE, 0, group.rank() + 0.5);
+                comm.allReduce(mem, 0, 1, DType.FLOAT64, ReduceOp.SUM, Algorithm.ONE_SHOT);
+                return mem.local().get(ValueLayout.JAVA_DOUBLE, 0);
+            }
+        });
+        assertEquals(List.of(4.5, 4.5, 4.5), sums);
     }
 
     @Test

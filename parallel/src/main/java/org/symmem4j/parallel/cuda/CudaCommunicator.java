@@ -1036,6 +1036,12 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         return rank.deviceName;
     }
 
+    /** {@return this rank's GPU ordinal (its group's local rank modulo the GPUs this process sees)} */
+    @Override
+    public int deviceOrdinal() {
+        return rank.ordinal;
+    }
+
     /**
      * Whether this rank launches the symmem4j kernels with programmatic dependent launch (sm_90+,
      * unless {@code -Dsymmem4j.cuda.pdl=false}): each kernel's launch overlaps the previous kernel's run.

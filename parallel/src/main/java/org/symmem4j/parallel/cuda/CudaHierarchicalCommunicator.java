@@ -296,6 +296,11 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     }
 
     @Override
+    public int deviceOrdinal() {
+        return intra.deviceOrdinal();
+    }
+
+    @Override
     public void synchronize() {
         intra.synchronize();
     }

@@ -179,6 +179,12 @@ public final class CudaTransport implements Transport, AutoCloseable {
         return NAME;
     }
 
+    /** {@return true: device memory of each rank's GPU} */
+    @Override
+    public boolean deviceMemory() {
+        return true;
+    }
+
     /**
      * This transport: it keeps nothing per rank that a sub-group would need re-indexed. A sub-group's
      * rank uses its world rank's GPU ({@link Group#localRank()}), gets GPU state of its own (a stream,

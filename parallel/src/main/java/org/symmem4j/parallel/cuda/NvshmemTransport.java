@@ -103,6 +103,12 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
         return NAME;
     }
 
+    /** {@return true: device memory of each rank's GPU} */
+    @Override
+    public boolean deviceMemory() {
+        return true;
+    }
+
     /**
      * NVSHMEM's version and library, and the CUDA driver's, for reports.
      *

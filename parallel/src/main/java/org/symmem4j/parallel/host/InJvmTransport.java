@@ -124,7 +124,10 @@ public final class InJvmTransport implements Transport {
     @Override
     public Communicator communicator(Group group, CommunicatorOptions options) {
         inJvm(group); // refuses a group of another kind, naming it
-        return new HostCommunicator(group, options);
+        // a group on a GPU transport reaches this one as its host transport (Group.hostTransport()): the scratch of its
+        // host collectives is this transport's memory, never the group's own (device memory Java cannot touch)
+        return group.transport().deviceMemory() ? HostCommunicator.controlPlane(group, this, options)
+                : new HostCommunicator(group, options);
     }
 
     /**
