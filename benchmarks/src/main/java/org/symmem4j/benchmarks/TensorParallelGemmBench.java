@@ -429,10 +429,11 @@ public final class TensorParallelGemmBench {
                 + " then the median of ").append(flags.reps).append(" timings of ")
                 .append(flags.iters).append(flags.graph ? " calls captured into one CUDA graph and replayed" : " back-to-back eager calls")
                 .append(" (CUDA events on each rank's stream), the slowest rank's median\n");
-        int chunkRows = Integer.getInteger("symmem4j.tp.chunkRows", 0);
+        // as CudaTensorParallelGemm.chunkRows: the property when set, else whole blocks on 2 ranks and 1024 rows on more
+        int chunkRows = Integer.getInteger("symmem4j.tp.chunkRows", world == 2 ? 0 : 1024);
         md.append(chunkRows <= 0
                 ? "- fused: each peer's block moved whole by the copy engine while the previous block's GEMM runs"
-                        + " (-Dsymmem4j.tp.chunkRows unset: no chunks)\n"
+                        + " (-Dsymmem4j.tp.chunkRows: 0, or unset on 2 ranks)\n"
                 : "- fused: each peer's block cut into chunks of " + chunkRows + " rows (-Dsymmem4j.tp.chunkRows; at most 8 a"
                         + " block), moved by the copy engine while the previous chunk's GEMM runs\n");
         for (String note : notes) {

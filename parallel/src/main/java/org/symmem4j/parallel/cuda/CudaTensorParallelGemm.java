@@ -21,8 +21,8 @@ import org.symmem4j.parallel.TensorParallelGemm;
  * second stream of this rank for the copy engine's transfers, events to fork and join the two (graph
  * capture turns them into edges), and the signal kernels of the symmetric memory for the meetings.
  *
- * <p>Fused all-gather + matmul on rank r (W ranks; each peer's block one chunk by default, or cut into chunks of
- * {@link #CHUNK_ROWS} rows so the GEMMs start before a whole block has arrived):
+ * <p>Fused all-gather + matmul on rank r (W ranks; each peer's block whole on 2 ranks, else cut into chunks of
+ * {@link #chunkRows(int)} rows so the GEMMs start before a whole block has arrived):
  * <pre>
  *  main stream:  meet(READY) ─ GEMM(rows r) ─ wait(e₁) GEMM(chunk 1) ─ wait(e₂) GEMM(chunk 2) … ─ meet(DONE)
  *  copy stream:          └─ copy chunk 1 from its owner, record e₁ ─ copy chunk 2, record e₂ …
@@ -55,19 +55,12 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     /** At most this many chunks per peer block. */
     static final int MAX_CHUNKS = 8;
     /**
-     * Rows per chunk of a peer's block ({@code -Dsymmem4j.tp.chunkRows}); 0, the default, copies and multiplies each
-     * peer's block whole. The own block's GEMM runs first, while the first peer's block is copied in, and each peer
-     * block's GEMM while the next one is copied: the copies hide behind the GEMMs whenever a block's GEMM takes longer
-     * than its copy (N × link bandwidth ≥ GEMM throughput: from N of about 1500 on H100/H200 NVLink), and cutting
-     * blocks into chunks then only makes the GEMMs smaller and the host enqueue more. Measured on 2 × H200 and
-     * 2 × H100 at the seeds' shapes (bench/results/2026-11-27-gpu-2x-targets.md): whole blocks against chunks of
-     * 1024 rows on 2 × H200 (three runs each, alternating), eager fused calls met 1.2× cuBLAS + NCCL at M ≥ 8192 in 23
-     * of 24 cells against 18 of 24; graph-captured in 15 against 17 (the difference: the largest reduce-scatter at
-     * 1.18-1.19× against 1.19-1.20×; whole blocks were nearer at the long all-gathers, 1.16-1.19× against 1.09-1.16×),
-     * and the MLP block's graph-captured overhead was -0.2 to 1.9 % against 2.5 to 5.2 %. Not yet measured on 4 or 8
-     * GPUs.
+     * Rows per chunk of a peer's block ({@code -Dsymmem4j.tp.chunkRows}; 0 moves and multiplies each peer's block
+     * whole), or -1 when unset: then {@link #chunkRows(int)} picks by the group's size.
      */
-    static final int CHUNK_ROWS = Math.max(0, Integer.getInteger("symmem4j.tp.chunkRows", 0));
+    static final int CHUNK_ROWS_SET = Integer.getInteger("symmem4j.tp.chunkRows", -1);
+    /** The chunk rows for more than 2 ranks when {@code -Dsymmem4j.tp.chunkRows} is unset. */
+    static final int DEFAULT_CHUNK_ROWS = 1024;
 
     private final CudaCommunicator comm;
     private final CudaRank rank;
@@ -167,7 +160,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         driver.setCurrent(rank.context);
         int shardRows = rows / world;
         long mine = memory.bufferPointer(me) + offsetBytes;
-        int chunks = chunksPerBlock(shardRows);
+        int chunks = chunksPerBlock(shardRows, chunkRows(world));
         loadKernels(c.address(), mine, b.address(), transB, n, k, dtype, gemmRows(mode, rows, shardRows, chunks));
         switch (mode) {
             case NCCL -> {
@@ -231,7 +224,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         long aRowBytes = k * elt;
         long recv = memory.bufferPointer(me) + offsetBytes;
         long send = recv + world * slotBytes;
-        int chunks = chunksPerBlock(shardRows);
+        int chunks = chunksPerBlock(shardRows, chunkRows(world));
         loadKernels(send, a.address(), b.address(), transB, n, k, dtype, gemmRows(mode, rows, shardRows, chunks));
         switch (mode) {
             case NCCL -> {
@@ -462,9 +455,25 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         }
     }
 
-    /** Chunks per peer block of {@code shardRows} rows, with {@link #CHUNK_ROWS}. */
-    static int chunksPerBlock(int shardRows) {
-        return chunksPerBlock(shardRows, CHUNK_ROWS);
+    /**
+     * The rows per chunk of a peer's block for a group of {@code world} ranks: {@code -Dsymmem4j.tp.chunkRows} when set,
+     * else whole blocks (0) on 2 ranks and {@link #DEFAULT_CHUNK_ROWS} on more.
+     *
+     * <p>Why: the own block's GEMM runs first, while the first peer's block is copied in, and each peer block's GEMM
+     * while the next one is copied, so the copies hide behind the GEMMs whenever a block's GEMM takes longer than its
+     * copy (N × link bandwidth ≥ GEMM throughput: from N of about 1500 on H100/H200 NVLink), and chunks then only make
+     * the GEMMs smaller and the host's enqueue longer. Measured (bench/results/2026-11-27-gpu-2x-targets.md): on
+     * 2 × H200, whole blocks against 1024-row chunks, eager fused calls met 1.2× cuBLAS + NCCL at M ≥ 8192 in 23 of 24
+     * cells against 18 of 24 (graph-captured within the noise, 15 against 17), and the MLP block's graph-captured
+     * overhead was −0.2 to 1.9 % against 2.5 to 5.2 %; 2 × H100 the same direction. On 4 × H200 (two runs each) the two
+     * were even but for the reduce-scatter at N = 1792, where chunks did better (eager 1.46-1.51× against
+     * 1.38-1.43×): more ranks keep the chunks. 8 GPUs: not measured.
+     */
+    static int chunkRows(int world) {
+        if (CHUNK_ROWS_SET >= 0) {
+            return CHUNK_ROWS_SET;
+        }
+        return world == 2 ? 0 : DEFAULT_CHUNK_ROWS;
     }
 
     /**

@@ -3,21 +3,26 @@ package org.symmem4j.parallel.cuda;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 
 /**
- * How the fused tensor-parallel GEMMs cut a peer's block into chunks (no GPU needed): whole blocks by default
- * ({@code -Dsymmem4j.tp.chunkRows} unset or 0), else chunks of that many rows, at most
+ * How the fused tensor-parallel GEMMs cut a peer's block into chunks (no GPU needed): by default whole blocks on 2
+ * ranks and 1024-row chunks on more ({@code -Dsymmem4j.tp.chunkRows} sets it; 0 for whole blocks), at most
  * {@link CudaTensorParallelGemm#MAX_CHUNKS}, nearly equal, covering every row exactly once.
  */
 class TensorParallelChunksTest {
 
     @Test
-    void blocksAreWholeByDefault() {
-        assertEquals(0, CudaTensorParallelGemm.CHUNK_ROWS, "the default without -Dsymmem4j.tp.chunkRows");
+    void blocksAreWholeOnTwoRanksAndChunkedOnMoreByDefault() {
+        Assumptions.assumeTrue(System.getProperty("symmem4j.tp.chunkRows") == null, "-Dsymmem4j.tp.chunkRows is set");
+        assertEquals(0, CudaTensorParallelGemm.chunkRows(2));
+        assertEquals(CudaTensorParallelGemm.DEFAULT_CHUNK_ROWS, CudaTensorParallelGemm.chunkRows(4));
+        assertEquals(CudaTensorParallelGemm.DEFAULT_CHUNK_ROWS, CudaTensorParallelGemm.chunkRows(8));
         for (int rows : new int[] {1, 1024, 8192, 100_000, Integer.MAX_VALUE}) {
-            assertEquals(1, CudaTensorParallelGemm.chunksPerBlock(rows), rows + " rows");
+            assertEquals(1, CudaTensorParallelGemm.chunksPerBlock(rows, CudaTensorParallelGemm.chunkRows(2)), rows + " rows");
         }
+        assertEquals(4, CudaTensorParallelGemm.chunksPerBlock(4096, CudaTensorParallelGemm.chunkRows(4)));
     }
 
     @Test
