@@ -1548,11 +1548,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                         + " keep gradientTransfer=NETWORK_DTYPE)");
             }
             if (accumulation > 1) {
-                List<String> stateful = layersWithStateInTheGradient(model);
+                List<String> stateful = stateEntriesInTheGradient(model);
                 if (!stateful.isEmpty()) {
                     throw new IllegalArgumentException("gradientAccumulation=" + accumulation + " with layers " + stateful
                             + " that keep state updates (not gradients) in the gradient view, such as BatchNormalization's"
-                            + " running statistics: summing those over micro-batches is wrong; expected no such layers"
+                            + " running statistics or CenterLossOutputLayer's centers: summing those over micro-batches is"
+                            + " wrong; expected no such layers"
                             + " (fix: gradientAccumulation(1) with larger batches)");
                 }
             }
@@ -1606,8 +1607,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                         + " gradientAccumulation(1) with larger batches, or train on a group on a host transport)");
             }
             // the entries the host path merges on their own: what the workers would find (the model's updater is made now)
-            List<String> stateful = StateUpdateReduction.find(UpdaterLayout.variablesOf(model.dl4jUpdater()),
-                    model.trainables()).stream().map(e -> e.layer() + "." + e.param()).toList();
+            List<String> stateful = stateEntriesInTheGradient(model);
             if (!stateful.isEmpty()) {
                 throw new IllegalArgumentException("layers " + stateful + " keep state updates (not gradients) in the"
                         + " gradient view, such as BatchNormalization's running statistics or CenterLossOutputLayer's centers,"
@@ -1691,17 +1691,15 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             }
         }
 
-        /** Layers with a parameter DL4J's updater does not divide by the batch size (its "gradient" is a state update). */
-        private static List<String> layersWithStateInTheGradient(ModelReplica model) {
-            List<String> out = new ArrayList<>();
-            model.trainables().forEach((name, t) -> {
-                for (String variable : t.paramTable(false).keySet()) {
-                    if (!t.updaterDivideByMinibatch(variable)) {
-                        out.add(name + "." + variable);
-                    }
-                }
-            });
-            return out;
+        /**
+         * The entries of the gradient view that hold state updates rather than gradients ("layer.param"): those
+         * {@link StateUpdateReduction} merges on their own — BatchNormalization's running statistics, which DL4J's updater
+         * does not divide by the batch size, and CenterLossOutputLayer's centers, which it does. Makes the model's DL4J
+         * updater if it has none yet (its variables say which entries the updater handles).
+         */
+        private static List<String> stateEntriesInTheGradient(ModelReplica model) {
+            return StateUpdateReduction.find(UpdaterLayout.variablesOf(model.dl4jUpdater()), model.trainables()).stream()
+                    .map(e -> e.layer() + "." + e.param()).toList();
         }
     }
 }

@@ -88,6 +88,11 @@ class SyncOptionsBehaviourTest {
         String bn = assertThrows(IllegalArgumentException.class, () -> SymmemParallelWrapper.builder(withBatchNorm)
                 .gradientAccumulation(2).build()).getMessage();
         assertTrue(bn.contains("gradientAccumulation=2") && bn.contains("1.mean") && bn.contains("fix:"), bn);
+        // center-loss centers too: DL4J's updater divides them by the batch size like gradients, but they are state
+        // updates the wrapper merges on its own (StateUpdateReduction), which summing over micro-batches would break
+        String centers = assertThrows(IllegalArgumentException.class, () -> SymmemParallelWrapper.builder(
+                StateNets.centerLossMlp(DataType.FLOAT, false)).gradientAccumulation(2).build()).getMessage();
+        assertTrue(centers.contains("gradientAccumulation=2") && centers.contains(".cL") && centers.contains("fix:"), centers);
         // without accumulation the same network builds
         SymmemParallelWrapper.builder(withBatchNorm).workers(2).build().close();
     }
