@@ -305,6 +305,8 @@ final class DataParallelWorker {
             closeQuietly(lossMemory);
             closeQuietly(gradients != null ? gradients : gradientHome);
             closeQuietly(scalars != comm ? scalars : null);
+            // after the abort a close fails fast instead of meeting the peers; it still frees this rank's scratch
+            closeQuietly(comm);
             releaseQuietly(group);
             return;
         }
