@@ -1,5 +1,7 @@
 package org.symmem4j.gradsync;
 
+import java.util.Arrays;
+import java.util.List;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -26,8 +28,10 @@ final class ForcedPolicy implements AlgorithmPolicy {
     @Override
     public Algorithm choose(Communicator comm, long count, DType dtype, ReduceOp op) {
         if (!comm.supports(algorithm)) {
+            List<Algorithm> runs = Arrays.stream(Algorithm.values()).filter(comm::supports).toList();
             throw new IllegalArgumentException("forced algorithm=" + algorithm + " cannot run on transport="
-                    + comm.transportName() + " (NCCL needs a GPU transport; use ONE_SHOT, TWO_SHOT or RING on the host)");
+                    + comm.transportName() + "; expected one this communicator runs: " + runs + " (fix: force one of"
+                    + " those, or leave the algorithm to the calibrated policy)");
         }
         if (logged.compareAndSet(false, true)) {
             LOG.info("all-reduce algorithm forced by the user: " + algorithm
