@@ -55,12 +55,20 @@ public final class CudaCrossProcessWorker {
     }
 
     private static void registerIsRefused(ProcessGroup group) {
+        registerIsRefused(group, "across processes", "processes of their own");
+    }
+
+    /**
+     * Registering host memory on {@code group} must be refused with an {@link UnsupportedOperationException} whose message
+     * contains {@code reason}; {@code where} names the setting in the failure (shared with {@link NvshmemWorker}).
+     */
+    static void registerIsRefused(ProcessGroup group, String where, String reason) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment host = a.allocate(4096);
             try (SymmetricMemory m = SymmetricMemory.register(group, host)) {
-                throw new AssertionError("register across processes was accepted: " + m);
+                throw new AssertionError("register " + where + " was accepted: " + m);
             } catch (UnsupportedOperationException e) {
-                if (!e.getMessage().contains("processes of their own")) {
+                if (!e.getMessage().contains(reason)) {
                     throw new AssertionError("register refused, but the message does not say why: " + e.getMessage(), e);
                 }
                 System.out.println("register refused: " + e.getMessage());
@@ -131,17 +139,23 @@ public final class CudaCrossProcessWorker {
         }
     }
 
+    private static void allocationsLeaveNothingBehind(ProcessGroup group, CudaTransport cuda) {
+        allocationsLeaveNothingBehind(group, cuda.driver(), "leak", "allocations");
+    }
+
     /**
      * Allocates and closes {@link #CYCLES} memories of 5 MiB (not a multiple of the 2 MiB granularity)
      * and checks that the device's free memory came back, within {@link #LEAK_TOLERANCE_BYTES}: every
-     * mapping of every peer was unmapped and every handle released.
+     * mapping of every peer was unmapped and every handle released (or, on NVSHMEM, the heap reused its space).
+     * {@code key} prefixes the group's exchanges, {@code what} names the allocations in the output (shared with
+     * {@link NvshmemWorker}).
      */
-    private static void allocationsLeaveNothingBehind(ProcessGroup group, CudaTransport cuda) {
+    static void allocationsLeaveNothingBehind(ProcessGroup group, CudaDriver driver, String key, String what) {
         byte[] none = new byte[0];
         // warm: the first allocation binds the descriptor channel and loads what the driver loads once
         SymmetricMemory.allocate(group, 5L << 20).close();
-        group.allGatherBytes("leak-before", none);
-        long before = cuda.driver().memoryInfo()[0];
+        group.allGatherBytes(key + "-before", none);
+        long before = driver.memoryInfo()[0];
         for (int c = 0; c < CYCLES; c++) {
             try (SymmetricMemory m = SymmetricMemory.allocate(group, (5L << 20) + 12)) {
                 if (m.byteSize() != (5L << 20) + 12) {
@@ -149,12 +163,12 @@ public final class CudaCrossProcessWorker {
                 }
             }
         }
-        group.allGatherBytes("leak-after", none); // every rank closed every memory
-        long after = cuda.driver().memoryInfo()[0];
-        System.out.println("free device memory before " + CYCLES + " allocations " + (before >> 20) + " MiB, after "
+        group.allGatherBytes(key + "-after", none); // every rank closed every memory
+        long after = driver.memoryInfo()[0];
+        System.out.println("free device memory before " + CYCLES + " " + what + " " + (before >> 20) + " MiB, after "
                 + (after >> 20) + " MiB");
         if (before - after > LEAK_TOLERANCE_BYTES) {
-            throw new AssertionError(CYCLES + " allocations and closes left " + ((before - after) >> 20) + " MiB of device"
+            throw new AssertionError(CYCLES + " " + what + " and closes left " + ((before - after) >> 20) + " MiB of device"
                     + " memory taken (tolerance " + (LEAK_TOLERANCE_BYTES >> 20) + " MiB)");
         }
     }

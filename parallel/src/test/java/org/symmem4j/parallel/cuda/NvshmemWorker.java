@@ -60,16 +60,7 @@ public final class NvshmemWorker {
     }
 
     private static void registerIsRefused(ProcessGroup group) {
-        try (Arena a = Arena.ofConfined()) {
-            try (SymmetricMemory m = SymmetricMemory.register(group, a.allocate(4096))) {
-                throw new AssertionError("register on NVSHMEM was accepted: " + m);
-            } catch (UnsupportedOperationException e) {
-                if (!e.getMessage().contains("symmetric heap")) {
-                    throw new AssertionError("register refused, but the message does not say why: " + e.getMessage(), e);
-                }
-                System.out.println("register refused: " + e.getMessage());
-            }
-        }
+        CudaCrossProcessWorker.registerIsRefused(group, "on NVSHMEM", "symmetric heap");
     }
 
     private static void heapMemoryIsSymmetric(ProcessGroup group) {
@@ -253,19 +244,8 @@ public final class NvshmemWorker {
 
     /** Allocates and closes 20 heap memories of 5 MiB: the GPU's free memory must come back (the heap reuses its space). */
     private static void allocationsLeaveNothingBehind(ProcessGroup group, NvshmemTransport nvshmem) {
-        SymmetricMemory.allocate(group, 5L << 20).close();
-        group.allGatherBytes("nvshmem-leak-before", new byte[0]);
-        long before = nvshmem.cudaTransport().driver().memoryInfo()[0];
-        for (int c = 0; c < 20; c++) {
-            try (SymmetricMemory m = SymmetricMemory.allocate(group, (5L << 20) + 12)) {
-                check(m.byteSize() == (5L << 20) + 12, "byteSize " + m.byteSize());
-            }
-        }
-        group.allGatherBytes("nvshmem-leak-after", new byte[0]);
-        long after = nvshmem.cudaTransport().driver().memoryInfo()[0];
-        System.out.println("free device memory before 20 heap allocations " + (before >> 20) + " MiB, after " + (after >> 20) + " MiB");
-        check(before - after <= CudaCrossProcessWorker.LEAK_TOLERANCE_BYTES, "20 heap allocations and closes left "
-                + ((before - after) >> 20) + " MiB of device memory taken");
+        CudaCrossProcessWorker.allocationsLeaveNothingBehind(group, nvshmem.cudaTransport().driver(), "nvshmem-leak",
+                "heap allocations");
     }
 
     private static void check(boolean ok, String what) {
