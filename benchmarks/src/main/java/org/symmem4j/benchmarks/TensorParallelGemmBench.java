@@ -172,6 +172,8 @@ public final class TensorParallelGemmBench {
                     notes.add("mode " + mode + " not run: " + gemm.unavailableReason(mode));
                 }
             }
+            notes.add("fused: " + gemm.fusedChunking() + ", moved by the copy engine while the previous GEMM runs"
+                    + " (-Dsymmem4j.tp.chunkRows)");
             DType dtype = DType.BFLOAT16;
             // A warm-up pass, not recorded: the first shape at the first M, every variant. Without it the first cell
             // measured timed the host's enqueue code before the JIT compiled it: eager fused calls as the first cell
@@ -429,13 +431,6 @@ public final class TensorParallelGemmBench {
                 + " then the median of ").append(flags.reps).append(" timings of ")
                 .append(flags.iters).append(flags.graph ? " calls captured into one CUDA graph and replayed" : " back-to-back eager calls")
                 .append(" (CUDA events on each rank's stream), the slowest rank's median\n");
-        // as CudaTensorParallelGemm.chunkRows: the property when set, else whole blocks on 2 ranks and 1024 rows on more
-        int chunkRows = Integer.getInteger("symmem4j.tp.chunkRows", world == 2 ? 0 : 1024);
-        md.append(chunkRows <= 0
-                ? "- fused: each peer's block moved whole by the copy engine while the previous block's GEMM runs"
-                        + " (-Dsymmem4j.tp.chunkRows: 0, or unset on 2 ranks)\n"
-                : "- fused: each peer's block cut into chunks of " + chunkRows + " rows (-Dsymmem4j.tp.chunkRows; at most 8 a"
-                        + " block), moved by the copy engine while the previous chunk's GEMM runs\n");
         for (String note : notes) {
             md.append("- ").append(note).append('\n');
         }

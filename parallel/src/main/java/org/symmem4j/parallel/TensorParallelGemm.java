@@ -171,4 +171,10 @@ public interface TensorParallelGemm {
 
     /** {@return the GEMM library in use, e.g. {@code cuBLAS (libcublas.so.13)}} */
     String gemmLibrary();
+
+    /**
+     * {@return how {@link Mode#FUSED} calls on this group cut a peer's block, for reports, e.g. {@code each peer's block
+     * whole} or {@code each peer's block in chunks of 1024 rows (at most 8 a block)}}
+     */
+    String fusedChunking();
 }

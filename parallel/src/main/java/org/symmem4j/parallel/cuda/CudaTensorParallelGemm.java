@@ -118,6 +118,13 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     }
 
     @Override
+    public String fusedChunking() {
+        int rows = chunkRows(world);
+        return rows <= 0 ? "each peer's block whole" : "each peer's block in chunks of " + rows + " rows (at most "
+                + MAX_CHUNKS + " a block)";
+    }
+
+    @Override
     public String unavailableReason(Mode mode) {
         return switch (Objects.requireNonNull(mode, "mode")) {
             case NCCL -> comm.supports(Algorithm.NCCL) ? null : "NCCL: " + comm.ncclUnavailableReason();
