@@ -69,6 +69,7 @@ public final class TcpStoreServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(TcpStoreServer.class);
     /** Buffer of each connection's streams: handshakes and set-up requests are small, and strangers are many. */
     private static final int STREAM_BUFFER = 1024;
+    private static final int ACCEPT_BACKLOG = 4096;
 
     private final JobIdentity identity;
     private final byte[] secret;
@@ -121,9 +122,10 @@ public final class TcpStoreServer implements AutoCloseable {
         try {
             serverSocket = new ServerSocket();
             serverSocket.setReuseAddress(true);
-            // a deep accept queue, so connections arriving in a burst wait to be accepted (and to evict a
-            // stranger) instead of having their SYNs dropped (the kernel caps it at net.core.somaxconn)
-            serverSocket.bind(new InetSocketAddress(host, port), Math.max(128, Math.min(4096, limits.maxUnauthenticated())));
+            // a deep accept queue, so that connections arriving while strangers flood the port wait to be
+            // accepted (and to evict a stranger) instead of having their SYNs dropped, which costs a rank a
+            // 1 s retransmission (the kernel caps it at net.core.somaxconn)
+            serverSocket.bind(new InetSocketAddress(host, port), ACCEPT_BACKLOG);
         } catch (IOException e) {
             throw new SymmemException("rendezvous store: cannot listen on " + host + ":" + port + " (" + e.getMessage()
                     + "); another job may hold MASTER_PORT=" + port + ": give each job its own MASTER_PORT, or stop"
