@@ -292,6 +292,72 @@ class FaultInjectionTest {
         }
     }
 
+    /**
+     * 256 stranger connections each send half a handshake and hold it, reopened as soon as the store
+     * closes one (at its 10 s handshake deadline, or to make room): the job still forms and runs.
+     * Before issue #29 the store held 64 of them and refused every rank until its timeout.
+     */
+    @Test
+    void aJobFormsWhileStrangersHoldHalfSentHandshakes() throws Exception {
+        int port = Workers.freePort();
+        int strangers = 256;
+        java.util.concurrent.atomic.AtomicBoolean stop = new java.util.concurrent.atomic.AtomicBoolean();
+        java.util.concurrent.atomic.AtomicInteger open = new java.util.concurrent.atomic.AtomicInteger();
+        List<Thread> threads = new ArrayList<>();
+        byte[] half = new byte[20]; // MAGIC, protocol version 3, and 12 of the 32 nonce bytes
+        java.nio.ByteBuffer.wrap(half).putInt(0x53594D53).putInt(3);
+        try (Workers w = Workers.start(Workers.Launch.of(3, "loop 300", 15_000).onPort(port), () -> {
+            long until = System.nanoTime() + 60_000_000_000L;
+            while (!listening(port)) { // rank 0 binds the store; the other ranks start once the strangers hold it
+                assertTrue(System.nanoTime() < until, "rank 0's store never listened on port " + port);
+                Thread.sleep(20);
+            }
+            for (int i = 0; i < strangers; i++) {
+                threads.add(Thread.ofVirtual().start(() -> {
+                    while (!stop.get()) {
+                        try (Socket s = new Socket("127.0.0.1", port)) {
+                            s.getOutputStream().write(half);
+                            open.incrementAndGet();
+                            while (s.getInputStream().read() >= 0) {
+                                // held until the store closes it
+                            }
+                        } catch (IOException e) {
+                            try {
+                                Thread.sleep(10); // the store is gone (job over): do not spin
+                            } catch (InterruptedException ie) {
+                                return;
+                            }
+                        }
+                    }
+                }));
+            }
+            while (open.get() < strangers) {
+                assertTrue(System.nanoTime() < until, "only " + open.get() + " stranger connections opened");
+                Thread.sleep(5);
+            }
+        })) {
+            int[] codes = w.awaitExit(120_000);
+            for (int r = 0; r < 3; r++) {
+                assertEquals(0, codes[r], "rank " + r + " must join and finish despite the strangers; log:\n" + w.log(r));
+                assertTrue(w.log(r).contains("SUMS 300"), w.log(r));
+            }
+            CrossProcessTest.assertNoFilesOf(w.pids());
+        } finally {
+            stop.set(true);
+            for (Thread t : threads) {
+                t.join(10_000);
+            }
+        }
+    }
+
+    private static boolean listening(int port) {
+        try (Socket probe = new Socket("127.0.0.1", port)) {
+            return true;
+        } catch (IOException e) {
+            return false;
+        }
+    }
+
     @Test
     void aRankThatFailsInsideACollectiveAbortsItsPeersAtOnce() throws Exception {
         try (Workers w = Workers.start(3, "loop 100000 1 300", 60_000)) {

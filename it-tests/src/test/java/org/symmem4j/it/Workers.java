@@ -71,11 +71,32 @@ final class Workers implements AutoCloseable {
     }
 
     static Workers start(Launch launch) throws IOException {
+        return start(launch, null);
+    }
+
+    /** What runs between starting rank 0 and the other ranks. */
+    interface AfterRank0 {
+        void run() throws Exception;
+    }
+
+    /**
+     * As {@link #start(Launch)}, running {@code afterRank0} (if not null) once rank 0 is started and
+     * before the other ranks are (not for own-shell launches).
+     */
+    static Workers start(Launch launch, AfterRank0 afterRank0) throws IOException {
         Workers w = new Workers(launch);
         String java = ProcessHandle.current().info().command().orElse("java");
         Path logDir = Files.createDirectories(Path.of("target", "worker-logs"));
         StringBuilder script = new StringBuilder();
         for (int rank = 0; rank < launch.worldSize(); rank++) {
+            if (rank == 1 && afterRank0 != null && !launch.ownShell()) {
+                try {
+                    afterRank0.run();
+                } catch (Exception e) {
+                    w.close();
+                    throw new IOException("between rank 0 and the others: " + e, e);
+                }
+            }
             List<String> cmd = new ArrayList<>(List.of(java, "--enable-native-access=ALL-UNNAMED",
                     "--add-modules=jdk.incubator.vector", "-Xmx256m", "-XX:+UseSerialGC",
                     "-Dsymmem4j.timeout.ms=" + launch.timeoutMillis(), "-cp", System.getProperty("java.class.path"),

@@ -156,7 +156,8 @@ public final class ProcessGroup implements Group {
             } catch (SymmemException e) {
                 if (!(e.getCause() instanceof java.net.BindException) || System.nanoTime() - deadline >= 0) {
                     String holder = e.getCause() instanceof java.net.BindException
-                            ? TcpStoreClient.describeStoreAt(config.masterAddr(), config.masterPort(), Duration.ofSeconds(2))
+                            ? TcpStoreClient.describeStoreAt(config.masterAddr(), config.masterPort(), Duration.ofSeconds(2),
+                                    secret)
                             : null;
                     throw holder == null ? e : new SymmemException("rank=0 of " + identity + " cannot host the rendezvous"
                             + " store: MASTER_PORT=" + config.masterPort() + " is still held after " + options.timeout()

@@ -14,10 +14,17 @@ import java.util.Objects;
  * @param maxTotalBytes          all keys and values stored at once; a {@code SET} beyond it fails
  *                               with an error the client sees, and the store stays as it was
  * @param maxBytesPerConnection  bytes one connection may send over its life (requests included)
- * @param maxConnections         connections open at once, authenticated or not; more are closed
- *                               as soon as they are accepted
- * @param maxUnauthenticated     connections open at once that have not yet proved the secret
- * @param handshakeTimeout       how long a new connection may take to complete its handshake
+ * @param maxConnections         connections open at once, authenticated or not; a connection
+ *                               beyond it takes the place of the oldest unauthenticated one, or is
+ *                               closed as soon as it is accepted when every open one is authenticated
+ * @param maxUnauthenticated     connections open at once that have not yet proved the secret; a
+ *                               new connection beyond it takes the place of the one held longest
+ *                               (which is closed), so strangers holding connections never keep a
+ *                               rank out: a rank's handshake takes two round trips, and it is
+ *                               evicted only if this many connections arrive during them (it then
+ *                               reconnects)
+ * @param handshakeTimeout       how long a new connection may take to complete its whole handshake
+ *                               (a deadline from accept, not a per-read timeout)
  * @param requestTimeout         how long the rest of a request may take once its first byte arrived
  *                               (a slow sender cannot hold a server thread)
  */
@@ -58,15 +65,34 @@ public record StoreLimits(int maxKeyBytes, int maxValueBytes, long maxTotalBytes
 
     /**
      * Defaults for a group of {@code worldSize} ranks: 512-byte keys, 4 MiB values, 64 MiB stored,
-     * 256 MiB sent per connection, {@code 64 + 2 * worldSize} connections of which 64 may be
-     * unauthenticated, 10 s for a handshake and for the rest of a request.
+     * 256 MiB sent per connection, {@link #defaultMaxUnauthenticated()} unauthenticated connections
+     * and {@code 64 + 2 * worldSize} more in all, 10 s for a handshake and for the rest of a request.
      *
      * @param worldSize ranks in the group (values below 1 count as 1)
      * @return the default limits
      */
     public static StoreLimits defaults(int worldSize) {
-        return new StoreLimits(512, 4 << 20, 64L << 20, 256L << 20, 64 + 2 * Math.max(1, worldSize), 64,
-                Duration.ofSeconds(10), Duration.ofSeconds(10));
+        int unauthenticated = defaultMaxUnauthenticated();
+        return new StoreLimits(512, 4 << 20, 64L << 20, 256L << 20, unauthenticated + 64 + 2 * Math.max(1, worldSize),
+                unauthenticated, Duration.ofSeconds(10), Duration.ofSeconds(10));
+    }
+
+    /**
+     * How many unauthenticated connections a store holds by default: a quarter of this process's
+     * file descriptor limit, within [64, 4096] (4096 when the limit cannot be read). On Linux the JVM
+     * raises the soft {@code ulimit -n} to the hard one at start, so with the common hard limits of
+     * 4096 and 524288 this is 1024 and 4096; strangers can then hold at most a quarter of rank 0's
+     * descriptors, and about 9 KiB of heap each (measured: 36 MiB for 4,096 held half-sent handshakes).
+     *
+     * @return the default {@code maxUnauthenticated}
+     */
+    public static int defaultMaxUnauthenticated() {
+        long maxFds = 16_384;
+        if (java.lang.management.ManagementFactory.getOperatingSystemMXBean()
+                instanceof com.sun.management.UnixOperatingSystemMXBean unix) {
+            maxFds = unix.getMaxFileDescriptorCount();
+        }
+        return (int) Math.max(64, Math.min(4096, maxFds / 4));
     }
 
     /**

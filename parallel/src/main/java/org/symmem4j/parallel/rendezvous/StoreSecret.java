@@ -16,9 +16,11 @@ import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.security.SecureRandom;
 import java.time.Instant;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Base64;
 import java.util.HexFormat;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.symmem4j.parallel.SymmemException;
@@ -226,6 +228,39 @@ public final class StoreSecret {
         } catch (RuntimeException | IOException ignored) {
             // another group of the run replaced it, or it is gone already
         }
+    }
+
+    /**
+     * The host secrets this user's jobs published for {@code port} (at most 16, unreadable or
+     * malformed files skipped): what a rank may try, to name the job whose store holds a port that
+     * its own job's store should have (that store tells only a client proving its secret).
+     *
+     * @param port the store's port
+     * @return the secrets, possibly none
+     */
+    static List<byte[]> hostSecretsOfPort(int port) {
+        List<byte[]> found = new ArrayList<>();
+        Path dir;
+        try {
+            dir = hostDirectory();
+        } catch (RuntimeException e) {
+            return found;
+        }
+        try (DirectoryStream<Path> files = Files.newDirectoryStream(dir, "store-" + port + "-*.secret")) {
+            for (Path p : files) {
+                if (found.size() == 16) {
+                    break;
+                }
+                try {
+                    found.add(new StoreSecret(Kind.HOST_FILE, null, p).bytes());
+                } catch (RuntimeException skipped) {
+                    // not readable as a host secret: not a candidate
+                }
+            }
+        } catch (IOException ignored) {
+            // no directory listing: no candidates
+        }
+        return found;
     }
 
     /** The file name of a host secret: the port and a digest of the run id (which may be long). */

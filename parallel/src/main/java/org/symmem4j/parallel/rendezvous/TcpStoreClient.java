@@ -4,19 +4,22 @@ import java.io.BufferedInputStream;
 import java.io.BufferedOutputStream;
 import java.io.DataInputStream;
 import java.io.DataOutputStream;
+import java.io.EOFException;
 import java.io.IOException;
 import java.net.InetSocketAddress;
 import java.net.Socket;
+import java.net.SocketException;
 import java.net.SocketTimeoutException;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Optional;
 import org.symmem4j.parallel.RendezvousStore;
 import org.symmem4j.parallel.StoreTimeoutException;
 import org.symmem4j.parallel.SymmemException;
-import org.symmem4j.parallel.rendezvous.StoreHandshake.Hello;
+import org.symmem4j.parallel.rendezvous.StoreHandshake.Claim;
 import org.symmem4j.parallel.rendezvous.StoreHandshake.Refusal;
 import org.symmem4j.parallel.sync.BackoffIdleStrategy;
 import org.symmem4j.parallel.sync.IdleStrategy;
@@ -26,10 +29,13 @@ import org.symmem4j.parallel.sync.IdleStrategy;
  * socket (set-up traffic is tiny).
  *
  * <p>Joining retries until the connect deadline: ranks start in any order, so rank 0 may not listen
- * yet, and the port may still be held by the store of a previous group or another job, which
- * refuses this rank (the last refusal is in the final error, naming both jobs). Each attempt runs
- * the {@link StoreHandshake}: the store must prove the job's secret before this rank sends
- * anything else, and this rank proves it in turn.
+ * yet, the port may still be held by the store of a previous group or another job, and a store
+ * crowded by strangers may close this rank's connection before its handshake completes. Each
+ * attempt runs the {@link StoreHandshake}: the store must prove the job's secret before this rank
+ * says who it is, and this rank proves it in turn; a store that then refuses it says why, naming
+ * both jobs. A store that cannot prove the secret is another job's (or the ranks were given
+ * different secrets): it learns nothing about this rank, and when the deadline passes the final
+ * error names the job holding the port if this user holds that job's secret (its host secret file).
  *
  * <p>Every call is bounded: a store that does not answer within {@code responseTimeout} (beyond the
  * wait a {@code getAll} asked for) fails the call, and the connection is then unusable, since the
@@ -78,14 +84,20 @@ public final class TcpStoreClient implements RendezvousStore {
     private static final class Retry extends Exception {
         /** Whether a store answered (refused, denied, failed its proof), which says more than silence. */
         final boolean answered;
+        /** Whether the listener may be another job's store: it failed its proof, or this job's secret is not there yet. */
+        final boolean maybeForeign;
+        /** Whether the store closed the connection mid-handshake (a crowded store sheds its oldest): retry at once. */
+        final boolean dropped;
 
         Retry(String message, Throwable cause) {
-            this(message, cause, false);
+            this(message, cause, false, false, false);
         }
 
-        Retry(String message, Throwable cause, boolean answered) {
+        Retry(String message, Throwable cause, boolean answered, boolean maybeForeign, boolean dropped) {
             super(message, cause, false, false);
             this.answered = answered;
+            this.maybeForeign = maybeForeign;
+            this.dropped = dropped;
         }
     }
 
@@ -96,6 +108,7 @@ public final class TcpStoreClient implements RendezvousStore {
         String last = "no attempt finished";
         String lastAnswer = null;
         Throwable lastCause = null;
+        boolean maybeForeign = false;
         while (true) {
             long left = deadline - System.nanoTime();
             if (left <= 0) {
@@ -109,13 +122,20 @@ public final class TcpStoreClient implements RendezvousStore {
                 if (r.answered) {
                     lastAnswer = r.getMessage();
                 }
+                maybeForeign = r.maybeForeign;
+                if (r.dropped) {
+                    idle.reset(); // shed by a crowded store: a prompt retry is the way in
+                }
             }
             idle.idle();
         }
+        String holder = maybeForeign ? describeStoreAt(host, port, Duration.ofSeconds(2), secret) : null;
         throw new SymmemException("rank=" + rank + " of " + identity + " could not join the rendezvous store at"
                 + " MASTER_ADDR:MASTER_PORT=" + host + ":" + port + " within timeout=" + timeout + "; "
                 + (lastAnswer == null || lastAnswer.equals(last) ? "last attempt: " + last
-                        : "last answer: " + lastAnswer + "; last attempt: " + last), lastCause);
+                        : "last answer: " + lastAnswer + "; last attempt: " + last)
+                + (holder == null ? "" : "; the port is held by " + holder
+                        + " (two jobs on one MASTER_PORT: give each job its own MASTER_PORT)"), lastCause);
     }
 
     private Connection attempt(StoreSecret secret, Duration left) throws Retry {
@@ -140,6 +160,10 @@ public final class TcpStoreClient implements RendezvousStore {
         } catch (SocketTimeoutException e) {
             throw new Retry("the process at " + host + ":" + port + " accepted the connection but did not answer the"
                     + " symmem4j handshake in time (is something else listening on MASTER_PORT, or is rank 0 stopped?)", e);
+        } catch (EOFException | SocketException e) {
+            throw new Retry("the store at " + host + ":" + port + " closed the connection before the handshake completed"
+                    + " (" + e + "; a store holding many unauthenticated connections closes the oldest to admit new ones,"
+                    + " and a store shutting down closes them all)", e, false, false, true);
         } catch (IOException e) {
             throw new Retry("handshake with " + host + ":" + port + " failed: " + e, e);
         } finally {
@@ -154,84 +178,159 @@ public final class TcpStoreClient implements RendezvousStore {
     }
 
     /**
-     * The identities are exchanged before the secret is needed, so a rank of another job learns whose
-     * store holds the port even while its own host secret does not exist yet.
+     * Proof first: this rank tells the store who it is only once the store proved the secret, and
+     * learns who the store is only once it proved the secret in turn (a refusal then names both jobs).
      */
     private void handshake(DataInputStream i, DataOutputStream o, StoreSecret secret) throws IOException, Retry {
-        ProcessHandle self = ProcessHandle.current();
-        Hello hello = new Hello(StoreHandshake.nonce(), identity.runId(), identity.generation(), identity.worldSize(),
-                rank, self.pid(), self.info().startInstant().map(Instant::toEpochMilli).orElse(0L));
-        hello.write(o);
+        byte[] clientNonce = StoreHandshake.nonce();
+        StoreHandshake.writeHello(o, clientNonce);
         o.flush();
-        int magic = i.readInt();
-        int version = i.readInt();
-        if (magic != StoreHandshake.MAGIC) {
-            throw new Retry("the process at " + host + ":" + port + " is not a symmem4j store (magic 0x"
-                    + Integer.toHexString(magic) + ")", null);
-        }
-        if (version != StoreHandshake.VERSION) {
-            throw new SymmemException("the rendezvous store at " + host + ":" + port + " speaks protocol version " + version
-                    + "; this rank speaks " + StoreHandshake.VERSION + " (run the same symmem4j version on every rank)");
-        }
-        byte verdict = i.readByte();
-        String runId = i.readUTF();
-        long generation = i.readLong();
-        int worldSize = i.readInt();
-        String theirs = "run '" + runId + "' generation " + generation + " (world size " + worldSize + ")";
-        if (verdict == StoreHandshake.REFUSE) {
-            Refusal refusal = Refusal.of(i.readByte());
-            String detail = i.readUTF();
-            String message = "refused by the store of " + theirs + ": " + detail + hint(refusal);
-            if (!refusal.retryable) {
-                throw new SymmemException("rank=" + rank + " of " + identity + " " + message);
-            }
-            throw new Retry(message, null, true);
-        }
-        byte[] serverNonce = i.readNBytes(StoreHandshake.NONCE_BYTES);
-        byte[] serverProof = i.readNBytes(StoreHandshake.PROOF_BYTES);
+        readServerVersion(i, host, port);
+        byte[] serverNonce = StoreHandshake.readExactly(i, StoreHandshake.NONCE_BYTES);
+        byte[] serverProof = StoreHandshake.readExactly(i, StoreHandshake.PROOF_BYTES);
         byte[] key;
         try {
             key = secret.bytes();
         } catch (StoreSecret.SecretNotReadyException e) {
-            throw new Retry(e.getMessage(), e);
+            throw new Retry(e.getMessage(), e, false, true, false);
         }
-        if (!StoreHandshake.matches(StoreHandshake.serverProof(key, hello, serverNonce), serverProof)) {
-            throw new Retry("the store at " + host + ":" + port + " (" + theirs + ") could not prove this job's secret:"
-                    + " it is not this job's store, or the ranks were given different secrets", null, true);
+        if (!StoreHandshake.matches(StoreHandshake.serverProof(key, clientNonce, serverNonce), serverProof)) {
+            throw new Retry("the store at " + host + ":" + port + " could not prove this job's secret: it is another"
+                    + " job's store (two jobs on one MASTER_PORT?), or the ranks were given different secrets", null,
+                    true, true, false);
         }
-        o.write(StoreHandshake.clientProof(key, hello, serverNonce));
+        ProcessHandle self = ProcessHandle.current();
+        Claim claim = new Claim(identity.runId(), identity.generation(), identity.worldSize(), rank, self.pid(),
+                self.info().startInstant().map(Instant::toEpochMilli).orElse(0L));
+        claim.write(o);
+        o.write(StoreHandshake.clientProof(key, clientNonce, serverNonce, claim));
         o.flush();
-        if (i.readByte() != StoreHandshake.OK) {
-            throw new Retry("denied by the store of " + theirs + ": " + i.readUTF(), null, true);
+        byte verdict = i.readByte();
+        if (verdict == StoreHandshake.OK) {
+            return;
+        }
+        if (verdict == StoreHandshake.REFUSE) {
+            Refusal refusal = Refusal.of(i.readByte());
+            String theirs = readIdentity(i);
+            String message = "refused by the store of " + theirs + ": " + i.readUTF() + hint(refusal);
+            if (!refusal.retryable) {
+                throw new SymmemException("rank=" + rank + " of " + identity + " " + message);
+            }
+            throw new Retry(message, null, true, false, false);
+        }
+        String detail = verdict == StoreHandshake.DENIED ? i.readUTF() : "verdict=" + verdict + " expected 0..2";
+        throw new Retry("denied by the store at " + host + ":" + port + ": " + detail, null, true, false, false);
+    }
+
+    /** Reads the store's MAGIC and VERSION; a mismatch is final (a listener of another kind is retried). */
+    private static void readServerVersion(DataInputStream i, String host, int port) throws IOException, Retry {
+        int magic = i.readInt();
+        if (magic != StoreHandshake.MAGIC) {
+            throw new Retry("the process at " + host + ":" + port + " is not a symmem4j store (magic 0x"
+                    + Integer.toHexString(magic) + ")", null);
+        }
+        int version = i.readInt();
+        if (version != StoreHandshake.VERSION) {
+            throw new SymmemException("the rendezvous store at " + host + ":" + port + " speaks protocol version " + version
+                    + "; this rank speaks " + StoreHandshake.VERSION + " (run the same symmem4j version on every rank)");
         }
     }
 
+    /** The store identity a refusal carries (sent only to a client that proved the secret). */
+    private static String readIdentity(DataInputStream i) throws IOException {
+        String runId = i.readUTF();
+        long generation = i.readLong();
+        int worldSize = i.readInt();
+        return "run '" + runId + "' generation " + generation + " (world size " + worldSize + ")";
+    }
+
     /**
-     * Asks the store at {@code host:port} who it is, without a secret: a HELLO claiming rank 0, which
-     * every store refuses, naming its own run and generation. Returns null when nothing answers like a
-     * symmem4j store within {@code timeout}. For rank 0's error when its port is taken.
+     * Asks the store at {@code host:port} who it is. It tells only a client that proves its secret,
+     * so this tries the secrets this user holds: {@code secret} (if given and available) and, for a
+     * loopback address, the host secret files of other jobs on this port ({@link StoreSecret}); with
+     * one that the store proves, it claims rank 0 (which every store refuses, naming its run). For
+     * rank 0's error when its port is taken, and a rank's when the store there is not its job's.
      *
      * @param host the host to ask
      * @param port the port to ask
-     * @param timeout how long to wait for an answer
-     * @return the store's self-description, or null
+     * @param timeout how long to spend on it in all
+     * @param secret this job's secret, or null
+     * @return the store's self-description ("the store of run ..."), a description of what answered
+     *         when it proved none of these secrets, or null when nothing answered like a symmem4j store
      */
-    public static String describeStoreAt(String host, int port, Duration timeout) {
+    public static String describeStoreAt(String host, int port, Duration timeout, StoreSecret secret) {
+        List<byte[]> candidates = new ArrayList<>();
+        if (secret != null) {
+            try {
+                candidates.add(secret.bytes());
+            } catch (RuntimeException notThere) {
+                // a host secret not published yet, or unreadable: the other candidates may still do
+            }
+        }
+        if (StoreSecret.isLoopback(host)) {
+            for (byte[] c : StoreSecret.hostSecretsOfPort(port)) {
+                if (candidates.stream().noneMatch(k -> Arrays.equals(k, c))) {
+                    candidates.add(c);
+                }
+            }
+        }
+        if (candidates.isEmpty()) {
+            candidates.add(StoreHandshake.nonce()); // a key no store holds: still tells a store from something else
+        }
+        long deadline = System.nanoTime() + timeout.toNanos();
+        String unproved = null;
+        for (byte[] key : candidates) {
+            long left = deadline - System.nanoTime();
+            if (left <= 0) {
+                break;
+            }
+            String answer = probe(host, port, Duration.ofNanos(left), key);
+            if (answer == null) {
+                return unproved; // nothing (more) answers like a store
+            }
+            if (!answer.isEmpty()) {
+                return answer;
+            }
+            unproved = "a symmem4j store that proved none of the secrets this user holds for the port (another"
+                    + " user's job, or a job whose secret comes from elsewhere)";
+        }
+        return unproved;
+    }
+
+    /** One probe: the store's identity, "" if it did not prove {@code key}, or null if no store answered. */
+    private static String probe(String host, int port, Duration timeout, byte[] key) {
         try (Socket s = new Socket()) {
-            int ms = (int) Math.max(1, timeout.toMillis());
+            int ms = (int) Math.max(1, Math.min(Integer.MAX_VALUE, timeout.toMillis()));
             s.connect(new InetSocketAddress(host, port), ms);
             s.setSoTimeout(ms);
             DataInputStream i = new DataInputStream(new BufferedInputStream(s.getInputStream()));
             DataOutputStream o = new DataOutputStream(new BufferedOutputStream(s.getOutputStream()));
-            ProcessHandle self = ProcessHandle.current();
-            new Hello(StoreHandshake.nonce(), "probe", 0, 1, 0, self.pid(), 0).write(o);
+            byte[] clientNonce = StoreHandshake.nonce();
+            StoreHandshake.writeHello(o, clientNonce);
             o.flush();
-            if (i.readInt() != StoreHandshake.MAGIC || i.readInt() != StoreHandshake.VERSION) {
-                return "a process that is not a symmem4j store of this version";
+            if (i.readInt() != StoreHandshake.MAGIC) {
+                return null;
+            }
+            int version = i.readInt();
+            if (version != StoreHandshake.VERSION) {
+                return "a symmem4j store speaking protocol version " + version + " (this process speaks "
+                        + StoreHandshake.VERSION + ")";
+            }
+            byte[] serverNonce = StoreHandshake.readExactly(i, StoreHandshake.NONCE_BYTES);
+            byte[] serverProof = StoreHandshake.readExactly(i, StoreHandshake.PROOF_BYTES);
+            if (!StoreHandshake.matches(StoreHandshake.serverProof(key, clientNonce, serverNonce), serverProof)) {
+                return "";
+            }
+            Claim claim = new Claim("probe", 0, 1, 0, ProcessHandle.current().pid(), 0);
+            claim.write(o);
+            o.write(StoreHandshake.clientProof(key, clientNonce, serverNonce, claim));
+            o.flush();
+            if (i.readByte() != StoreHandshake.REFUSE) {
+                return "";
             }
             i.readByte();
-            return "the store of run '" + i.readUTF() + "' generation " + i.readLong() + " (world size " + i.readInt() + ")";
-        } catch (IOException e) {
+            return "the store of " + readIdentity(i);
+        } catch (IOException | RuntimeException e) {
             return null;
         }
     }
@@ -244,7 +343,7 @@ public final class TcpStoreClient implements RendezvousStore {
             case WORLD_SIZE -> " (start every rank with the same WORLD_SIZE)";
             case SEAT_TAKEN -> " (two processes were started with the same RANK, or the previous group on this port"
                     + " has not shut down yet)";
-            case CLOSING, VERSION, RANK_OUT_OF_RANGE -> "";
+            case CLOSING, UNKNOWN, RANK_OUT_OF_RANGE -> "";
         };
     }
 
