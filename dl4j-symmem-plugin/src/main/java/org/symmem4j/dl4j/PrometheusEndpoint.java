@@ -1,23 +1,27 @@
 package org.symmem4j.dl4j;
 
+import com.sun.net.httpserver.HttpContext;
+import com.sun.net.httpserver.HttpServer;
 import io.micrometer.prometheusmetrics.PrometheusMeterRegistry;
-import io.prometheus.metrics.config.ExporterHttpServerProperties;
 import io.prometheus.metrics.config.PrometheusProperties;
-import io.prometheus.metrics.exporter.httpserver.HTTPServer;
+import io.prometheus.metrics.exporter.httpserver.DefaultHandler;
+import io.prometheus.metrics.exporter.httpserver.HealthyHandler;
+import io.prometheus.metrics.exporter.httpserver.MetricsHandler;
 import java.io.IOException;
 import java.net.Inet6Address;
 import java.net.InetAddress;
+import java.net.InetSocketAddress;
 import java.net.UnknownHostException;
 import java.time.Duration;
-import java.util.Map;
+import java.util.List;
 import java.util.Objects;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.SymmemException;
 
 /**
- * Serves a {@link PrometheusMeterRegistry} over HTTP with the Prometheus Java client's own exporter
- * ({@code io.prometheus.metrics.exporter.httpserver.HTTPServer}, on the JDK's HTTP server):
+ * Serves a {@link PrometheusMeterRegistry} over HTTP with the Prometheus Java client's own handlers
+ * ({@code prometheus-metrics-exporter-httpserver}) on the JDK's HTTP server:
  *
  * <ul>
  *   <li>{@code /metrics}: the registry, in the format the scraper asks for (Prometheus text,
@@ -29,7 +33,7 @@ import org.symmem4j.parallel.SymmemException;
  * PrometheusEndpoint endpoint = PrometheusEndpoint.start(registry, 9404);   // http://127.0.0.1:9404/metrics
  * PrometheusEndpoint endpoint = PrometheusEndpoint.builder(registry)
  *         .host("0.0.0.0").port(9404)            // every interface: only when asked, and logged
- *         .threads(8).queuedRequests(32).requestTimeout(Duration.ofSeconds(10))
+ *         .maxRequests(1024).requestTimeout(Duration.ofSeconds(10))
  *         .start();
  * }</pre>
  *
@@ -37,17 +41,23 @@ import org.symmem4j.parallel.SymmemException;
  * should be a decision: {@link #start(PrometheusMeterRegistry, int)} binds 127.0.0.1, and any other
  * address is bound only when named, with a log line saying so.
  *
- * <p><b>No client can stall the endpoint.</b> Requests run on a pool of {@link Builder#threads}
- * threads with up to {@link Builder#queuedRequests} waiting; a request beyond that has its connection
- * closed at once (the JDK server closes a connection whose exchange the pool refuses), so accepting
- * connections never blocks. No request holds a pool thread longer than {@link Builder#requestTimeout}
- * (from its first byte to the last byte of the response): past it the thread is interrupted, which
- * closes the connection (blocking channel I/O is interruptible), so a half-sent request or a client
- * that stops reading is dropped after at most that long. This does not depend on the JDK server's
- * JVM-wide {@code sun.net.httpserver.maxReqTime} / {@code maxRspTime} (read once, when the first
- * server of the JVM starts; the Prometheus exporter sets them to 60 s / 600 s if unset), which still
- * apply as outer bounds. Connections that send nothing hold no thread; the JDK server closes them
- * after {@code sun.net.httpserver.idleInterval} (30 s) or {@code maxReqTime}, whichever is less.
+ * <p><b>No client can stall the endpoint.</b> The JDK server reads a request's line and headers with
+ * blocking reads on the thread it runs the request on, from the request's first byte; so every request
+ * runs on a virtual thread of its own, and a client that sends half a request parks only that one.
+ * Bounds, per request and in all:
+ * <ul>
+ *   <li>time: no request runs longer than {@link Builder#requestTimeout} (from its first byte to the
+ *       last byte of the response); then its thread is interrupted, which closes the connection;
+ *   <li>memory: a request head (line and headers) larger than the JDK's
+ *       {@code sun.net.httpserver.maxReqHeaderSize} has its connection closed; when that JVM-wide
+ *       property is unset as the first endpoint starts, it is set to {@value #MAX_REQUEST_HEAD_BYTES}
+ *       bytes (the JDK's default is 380 KiB; the JDK reads it once, when the JVM's first HTTP server starts,
+ *       so a value set before, or a server started before, wins);
+ *   <li>count: at most {@link Builder#maxRequests} requests at once; one more closes the oldest request
+ *       still being read (failing that, the oldest), so whoever holds that many cannot keep a scraper out.
+ * </ul>
+ * Connections that send nothing hold no thread; the JDK server closes them after
+ * {@code sun.net.httpserver.idleInterval} (30 s).
  *
  * <p>The server's threads are daemon threads: a running endpoint does not keep the JVM alive.
  */
@@ -57,20 +67,30 @@ public final class PrometheusEndpoint implements AutoCloseable {
 
     /** The address bound unless another is named: IPv4 loopback. */
     public static final String LOOPBACK = "127.0.0.1";
-    /** Requests served at once by default. */
-    public static final int DEFAULT_THREADS = 8;
-    /** Requests that may wait for a thread by default. */
-    public static final int DEFAULT_QUEUED_REQUESTS = 32;
-    /** The longest one request may hold a thread by default: Prometheus' default scrape timeout. */
+    /** Requests served or read at once by default; one more closes the oldest still being read. */
+    public static final int DEFAULT_MAX_REQUESTS = 1024;
+    /** The longest one request may run by default: Prometheus' default scrape timeout. */
     public static final Duration DEFAULT_REQUEST_TIMEOUT = Duration.ofSeconds(10);
+    /**
+     * The bound on a request's line and headers set (JVM-wide) when {@code sun.net.httpserver.maxReqHeaderSize}
+     * is unset: a Prometheus scrape's head is a few hundred bytes.
+     */
+    public static final int MAX_REQUEST_HEAD_BYTES = 8192;
 
-    private final HTTPServer server;
-    private final BoundedExchangePool pool;
+    /** The JDK server's bound on a request head, in bytes (0 or less: none); read once per JVM. */
+    private static final String MAX_HEAD_PROPERTY = "sun.net.httpserver.maxReqHeaderSize";
+    /** Pending connections the kernel queues before the server accepts them (capped by net.core.somaxconn). */
+    private static final int BACKLOG = 1024;
+    /** The longest {@link Builder#start()} waits for the server's dispatcher thread to start. */
+    private static final Duration START_TIMEOUT = Duration.ofSeconds(30);
+
+    private final HttpServer server;
+    private final RequestExecutor executor;
     private final InetAddress address;
 
-    private PrometheusEndpoint(HTTPServer server, BoundedExchangePool pool, InetAddress address) {
+    private PrometheusEndpoint(HttpServer server, RequestExecutor executor, InetAddress address) {
         this.server = server;
-        this.pool = pool;
+        this.executor = executor;
         this.address = address;
     }
 
@@ -105,7 +125,8 @@ public final class PrometheusEndpoint implements AutoCloseable {
     }
 
     /**
-     * A builder: loopback, a free port, {@value #DEFAULT_THREADS} threads, 10 s per request unless told otherwise.
+     * A builder: loopback, a free port, {@value #DEFAULT_MAX_REQUESTS} requests at once, 10 s per request unless
+     * told otherwise.
      *
      * @param registry the registry to serve
      * @return a builder; {@link Builder#start()} binds and serves
@@ -128,7 +149,7 @@ public final class PrometheusEndpoint implements AutoCloseable {
         StringBuilder missing = new StringBuilder();
         String[][] needed = {
                 {"io.micrometer.prometheusmetrics.PrometheusMeterRegistry", "io.micrometer:micrometer-registry-prometheus"},
-                {"io.prometheus.metrics.exporter.httpserver.HTTPServer", "io.prometheus:prometheus-metrics-exporter-httpserver"}};
+                {"io.prometheus.metrics.exporter.httpserver.MetricsHandler", "io.prometheus:prometheus-metrics-exporter-httpserver"}};
         for (String[] classAndArtifact : needed) {
             try {
                 Class.forName(classAndArtifact[0], false, PrometheusEndpoint.class.getClassLoader());
@@ -150,7 +171,7 @@ public final class PrometheusEndpoint implements AutoCloseable {
      * @return the bound TCP port (the one picked when 0 was asked for)
      */
     public int port() {
-        return server.getPort();
+        return server.getAddress().getPort();
     }
 
     /**
@@ -172,12 +193,31 @@ public final class PrometheusEndpoint implements AutoCloseable {
     }
 
     /**
-     * Requests whose thread was interrupted at {@link Builder#requestTimeout}, closing their connection, since start.
+     * Requests closed at {@link Builder#requestTimeout} since start.
      *
      * @return the count since start
      */
     public long timedOutRequests() {
-        return pool.timedOut();
+        return executor.timedOut();
+    }
+
+    /**
+     * Requests closed since start because {@link Builder#maxRequests} newer ones arrived.
+     *
+     * @return the count since start
+     */
+    public long evictedRequests() {
+        return executor.evicted();
+    }
+
+    /**
+     * Requests being read or answered now: from a connection's first byte of a request to the end of its
+     * response, or until the request is closed.
+     *
+     * @return the count now, at most {@link Builder#maxRequests}
+     */
+    public int requestsInFlight() {
+        return executor.inFlight();
     }
 
     private String base() {
@@ -185,10 +225,11 @@ public final class PrometheusEndpoint implements AutoCloseable {
         return "http://" + (address instanceof Inet6Address ? "[" + host + "]" : host) + ":" + port();
     }
 
-    /** Stops the server at once: open connections are closed, and the threads end. */
+    /** Stops the server at once: open connections are closed, and running requests' threads are interrupted. */
     @Override
     public void close() {
-        server.close();
+        server.stop(0);
+        executor.close();
     }
 
     /** Settings of an endpoint; {@link #start()} binds and serves. */
@@ -196,8 +237,7 @@ public final class PrometheusEndpoint implements AutoCloseable {
         private final PrometheusMeterRegistry registry;
         private String host = LOOPBACK;
         private int port;
-        private int threads = DEFAULT_THREADS;
-        private int queuedRequests = DEFAULT_QUEUED_REQUESTS;
+        private int maxRequests = DEFAULT_MAX_REQUESTS;
         private Duration requestTimeout = DEFAULT_REQUEST_TIMEOUT;
 
         private Builder(PrometheusMeterRegistry registry) {
@@ -232,41 +272,26 @@ public final class PrometheusEndpoint implements AutoCloseable {
         }
 
         /**
-         * Requests served at once (default {@value PrometheusEndpoint#DEFAULT_THREADS}).
+         * Requests read or answered at once (default {@value PrometheusEndpoint#DEFAULT_MAX_REQUESTS}): one more
+         * closes the oldest request still being read (failing that, the oldest). Each costs a virtual thread,
+         * a socket and buffers (tens of KiB while its head is read, up to the head bound).
          *
-         * @param threads at least 1
+         * @param maxRequests at least 1
          * @return this builder
-         * @throws IllegalArgumentException when {@code threads} is below 1
+         * @throws IllegalArgumentException when {@code maxRequests} is below 1
          */
-        public Builder threads(int threads) {
-            if (threads < 1) {
-                throw new IllegalArgumentException("threads=" + threads + " expected >= 1 (default "
-                        + DEFAULT_THREADS + ")");
+        public Builder maxRequests(int maxRequests) {
+            if (maxRequests < 1) {
+                throw new IllegalArgumentException("maxRequests=" + maxRequests + " expected >= 1 (default "
+                        + DEFAULT_MAX_REQUESTS + ")");
             }
-            this.threads = threads;
+            this.maxRequests = maxRequests;
             return this;
         }
 
         /**
-         * Requests that wait for a thread when all are busy (default
-         * {@value PrometheusEndpoint#DEFAULT_QUEUED_REQUESTS}); one more has its connection closed at once.
-         *
-         * @param queuedRequests at least 0
-         * @return this builder
-         * @throws IllegalArgumentException when {@code queuedRequests} is negative
-         */
-        public Builder queuedRequests(int queuedRequests) {
-            if (queuedRequests < 0) {
-                throw new IllegalArgumentException("queuedRequests=" + queuedRequests + " expected >= 0 (default "
-                        + DEFAULT_QUEUED_REQUESTS + ")");
-            }
-            this.queuedRequests = queuedRequests;
-            return this;
-        }
-
-        /**
-         * The longest one request may hold a thread, from its first byte to the last byte of the
-         * response (default 10 s, Prometheus' default scrape timeout); then its connection is closed.
+         * The longest one request may run, from its first byte to the last byte of the response (default
+         * 10 s, Prometheus' default scrape timeout); then its connection is closed.
          *
          * @param requestTimeout at least 1 ms
          * @return this builder
@@ -297,22 +322,29 @@ public final class PrometheusEndpoint implements AutoCloseable {
                 throw new IllegalArgumentException("metrics endpoint host=" + host + " does not resolve: " + e.getMessage()
                         + " (use an address of this machine, " + LOOPBACK + " (the default) or 0.0.0.0 for every interface)", e);
             }
-            BoundedExchangePool pool = new BoundedExchangePool("symmem4j-metrics-http", threads, queuedRequests,
-                    requestTimeout);
-            HTTPServer server;
+            System.getProperties().putIfAbsent(MAX_HEAD_PROPERTY, Integer.toString(MAX_REQUEST_HEAD_BYTES));
+            RequestExecutor executor = new RequestExecutor("symmem4j-metrics-http", maxRequests, requestTimeout);
+            HttpServer server;
             try {
-                server = HTTPServer.builder(exporterProperties())
-                        .inetAddress(address)
-                        .port(port)
-                        .registry(registry.getPrometheusRegistry())
-                        .executorService(pool)
-                        .buildAndStart();
+                server = HttpServer.create(new InetSocketAddress(address, port), BACKLOG);
             } catch (IOException | RuntimeException e) {
-                pool.shutdownNow();
+                executor.close();
                 throw new SymmemException("cannot serve metrics: host=" + host + " port=" + port + " error=" + e
                         + " (pick another port, or 0 for any free port)", e);
             }
-            PrometheusEndpoint endpoint = new PrometheusEndpoint(server, pool, address);
+            server.setExecutor(executor);
+            // the Prometheus client's own handlers, as its HTTPServer registers them (without authentication);
+            // its io.prometheus.* properties (formats, name filters) apply, its port property does not
+            PrometheusProperties properties = PrometheusProperties.get();
+            List<HttpContext> contexts = List.of(
+                    server.createContext("/", new DefaultHandler()),
+                    server.createContext("/metrics", new MetricsHandler(properties, registry.getPrometheusRegistry())),
+                    server.createContext("/-/healthy", new HealthyHandler()));
+            for (HttpContext context : contexts) {
+                context.getFilters().add(executor.headReadFilter());
+            }
+            startDaemon(server, executor);
+            PrometheusEndpoint endpoint = new PrometheusEndpoint(server, executor, address);
             if (!address.isLoopbackAddress()) {
                 LOG.info("metrics endpoint bound to " + address.getHostAddress()
                         + (address.isAnyLocalAddress() ? " (every interface)" : "")
@@ -322,15 +354,25 @@ public final class PrometheusEndpoint implements AutoCloseable {
         }
 
         /**
-         * The exporter's settings ({@code prometheus.properties}, {@code io.prometheus.*} system
-         * properties: formats, name filters), less {@code io.prometheus.exporter.httpServer.port},
-         * which would silently replace the port given here.
+         * Starts the server's dispatcher thread from a virtual thread: the JDK creates it with the daemon status
+         * of the thread that calls {@code start()}, and virtual threads are daemons (the Prometheus client's
+         * HTTPServer starts it from its pool's daemon threads for the same reason).
          */
-        private static PrometheusProperties exporterProperties() {
-            PrometheusProperties p = PrometheusProperties.get();
-            return new PrometheusProperties(p.getDefaultMetricProperties(), Map.of(), p.getExemplarProperties(),
-                    p.getExporterProperties(), p.getExporterFilterProperties(), ExporterHttpServerProperties.builder().build(),
-                    p.getExporterPushgatewayProperties(), p.getExporterOpenTelemetryProperties());
+        private void startDaemon(HttpServer server, RequestExecutor executor) {
+            Thread starter = Thread.ofVirtual().name("symmem4j-metrics-http-start").start(server::start);
+            boolean started;
+            try {
+                started = starter.join(START_TIMEOUT);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                started = false;
+            }
+            if (!started) {
+                server.stop(0);
+                executor.close();
+                throw new SymmemException("cannot serve metrics: host=" + host + " port=" + port
+                        + " the server did not start within " + START_TIMEOUT + " (or start() was interrupted)");
+            }
         }
     }
 }
