@@ -367,10 +367,41 @@ class FaultInjectionTest {
             assertWithin(faultAt, ends, -1, MARGIN_MS, "peers of a rank that failed inside a collective (timeout 60 s)");
             int[] codes = w.awaitExit(1_000);
             assertEquals(3, codes[1], w.log(1));
-            assertTrue(failure(w.log(1)).contains("read-only"), w.log(1));
+            assertTrue(failure(w.log(1)).contains("Already closed"), w.log(1));
             assertSurvivorsFailedNaming(w, 1, codes);
             for (int r : new int[] {0, 2}) {
                 assertTrue(failure(w.log(r)).contains("failed inside all-reduce#"), w.log(r));
+            }
+            CrossProcessTest.assertNoFilesOf(w.pids());
+        }
+    }
+
+    /**
+     * A read-only or freed destination in one process, for every staged collective and algorithm, and
+     * symmetric memory closed everywhere: every process refuses the call naming the bad rank before any
+     * byte moves (its buffers compared byte for byte), and the group then computes correctly
+     * ({@code ProcessWorker.refusals}). Before, the bad rank found it inside the collective: the other
+     * ranks returned (ONE_SHOT, reduce-scatter, all-gather, broadcast) or wrote their buffers and then
+     * threw (TWO_SHOT, RING), and the group was aborted.
+     */
+    @Test
+    void anUnusableBufferInOneProcessIsRefusedByEveryProcessAndTheGroupGoesOn() throws Exception {
+        try (Workers w = Workers.start(3, "refusals", TIMEOUT_MS)) {
+            int[] codes = w.awaitExit(120_000);
+            for (int r = 0; r < 3; r++) {
+                String log = w.log(r);
+                assertEquals(0, codes[r], "rank " + r + " must get every refusal and every result; log:\n" + log);
+                assertFalse(log.contains("CORRUPT"), log);
+                assertTrue(log.contains("REFUSALS 13"), log);
+                int c = 0;
+                for (String defect : new String[] {"read-only", "freed"}) {
+                    for (String kind : new String[] {"all-reduce/ONE_SHOT", "all-reduce/TWO_SHOT", "all-reduce/RING",
+                            "reduce-scatter", "all-gather", "broadcast"}) {
+                        int bad = c++ % 3;
+                        assertTrue(log.contains("REFUSED " + kind + " " + defect + " rank=" + bad + ": "), kind + " " + defect
+                                + " on rank " + bad + ":\n" + log);
+                    }
+                }
             }
             CrossProcessTest.assertNoFilesOf(w.pids());
         }

@@ -11,6 +11,7 @@ import java.util.Map;
 import java.util.SplittableRandom;
 import java.util.TreeMap;
 import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.CollectiveMismatchException;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
@@ -44,9 +45,13 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
  *       job's prints {@code CORRUPT ...} and exits 4); prints {@code READY} after 200. Without an
  *       iteration count it runs until something fails: then it prints
  *       {@code FAILED <exception>: <message>} and exits 3. With one it prints {@code SUMS <n>} and ends.
- *       {@code faultyRank} passes a read-only destination at {@code faultyIteration} (a local failure
- *       inside a collective); with a fifth argument {@code halt} it halts the JVM with code 7 there
- *       instead (a crash).</li>
+ *       {@code faultyRank} passes a buffer that another of its threads frees while it waits inside the
+ *       collective at {@code faultyIteration} (a local failure inside a collective; its peers arrive once
+ *       it is freed); with a fifth argument {@code halt} it halts the JVM with code 7 there instead (a
+ *       crash).</li>
+ *   <li>{@code refusals}: a read-only or freed destination on one rank, for every staged collective and
+ *       algorithm, and closed symmetric memory on every rank, each refused by every rank before any byte
+ *       moves; the group then computes correctly ({@code REFUSED ...} per case, {@code REFUSALS <n>}).</li>
  *   <li>{@code pipeline <gpipe|1f1b|interleaved>}: trains the pipeline test stages
  *       ({@code AffineStage}) for 3 steps with 8 microbatches over stage links in /dev/shm, one
  *       stage (two when interleaved) per process; prints {@code PARAM <stage> <a bits> <b bits>}
@@ -67,6 +72,7 @@ public final class ProcessWorker {
             switch (scenario) {
                 case "collectives" -> collectives();
                 case "loop" -> loop(args);
+                case "refusals" -> refusals();
                 case "pipeline" -> pipeline(args[1]);
                 case "leak-file" -> leakFile();
                 case "mesh" -> MeshWorker.mesh(args[1]);
@@ -313,6 +319,7 @@ public final class ProcessWorker {
         int faultyRank = args.length > 3 ? Integer.parseInt(args[2]) : -1;
         long faultyIteration = args.length > 3 ? Long.parseLong(args[3]) : -1;
         boolean halt = args.length > 4 && args[4].equals("halt");
+        boolean freed = args.length > 3 && !halt;
         int count = 4096;
         try (ProcessGroup group = ProcessGroup.fromEnvironment();
              Communicator comm = Communicator.create(group);
@@ -322,7 +329,6 @@ public final class ProcessWorker {
             System.out.flush();
             int n = group.worldSize();
             float expected = n * (n + 1) / 2f;
-            MemorySegment readOnly = arena.allocate(4L * count, 64).asReadOnly();
             Algorithm[] algorithms = {Algorithm.ONE_SHOT, Algorithm.TWO_SHOT, Algorithm.RING};
             for (long it = 0; it < iterations; it++) {
                 Algorithm algorithm = algorithms[(int) (it % 3)];
@@ -331,11 +337,13 @@ public final class ProcessWorker {
                     System.out.flush();
                     Runtime.getRuntime().halt(7); // a crash: no close, no abort, no message to the peers
                 }
-                if (group.rank() == faultyRank && it == faultyIteration) {
-                    System.out.println("FAULT read-only destination at iteration " + it);
+                if (group.rank() == faultyRank && it == faultyIteration && freed) {
+                    System.out.println("FAULT buffer freed inside the collective at iteration " + it);
                     System.out.flush();
-                    comm.allReduce(readOnly, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
+                    comm.allReduce(freedWhileWaiting(mem, faultyRank, 4L * count), count, DType.FLOAT32, ReduceOp.SUM,
+                            algorithm);
                 } else if (it == faultyIteration) {
+                    mem.waitSignal(0, 1, faultyRank); // the faulty rank's buffer is freed: arrive now
                     comm.allReduce(arena.allocate(4L * count, 64), count, DType.FLOAT32, ReduceOp.SUM, algorithm);
                 } else {
                     mem.local().asSlice(0, 4L * count).fill((byte) 0);
@@ -359,6 +367,160 @@ public final class ProcessWorker {
                 }
             }
             System.out.println("SUMS " + iterations);
+        }
+    }
+
+    /**
+     * A buffer that is fine when the collective starts and freed inside it: another thread frees it
+     * once this thread parks (at the entry barrier, past its argument checks), then signals slot 0 of
+     * every other rank, which arrives only then. The collective then fails on this rank writing its
+     * result — a local failure inside a collective, which no rank can see before it.
+     */
+    private static MemorySegment freedWhileWaiting(SymmetricMemory mem, int self, long bytes) {
+        Arena doomed = Arena.ofShared();
+        MemorySegment buffer = doomed.allocate(bytes, 64);
+        Thread rankThread = Thread.currentThread();
+        Thread.ofPlatform().daemon().name("frees-the-buffer").start(() -> {
+            while (rankThread.getState() != Thread.State.TIMED_WAITING && rankThread.getState() != Thread.State.WAITING) {
+                Thread.onSpinWait();
+            }
+            doomed.close();
+            for (int p = 0; p < mem.group().worldSize(); p++) {
+                if (p != self) {
+                    mem.signal(p, 0, 1, SignalOp.SET);
+                }
+            }
+        });
+        return buffer;
+    }
+
+    /**
+     * One rank of {@code refusals}: for each staged collective and algorithm, one rank (in turn) passes a
+     * read-only destination, then a freed one, then every rank passes symmetric memory it closed. Every
+     * rank must throw {@link CollectiveMismatchException} naming the bad rank (or every rank, for the
+     * closed memory), its buffers unchanged byte for byte, and then run the same collective correctly:
+     * results equal to the float64 reference exactly (the inputs are small multiples of 1/4). Prints
+     * {@code REFUSED <case> rank=<bad>: <message>} per case and {@code REFUSALS <cases>}; a refused
+     * call that wrote a buffer prints {@code CORRUPT ...} and exits 4.
+     */
+    private static void refusals() {
+        int count = 3000; // three pieces of the 4096-byte staging halves below
+        try (ProcessGroup group = ProcessGroup.fromEnvironment();
+             Communicator comm = Communicator.create(group, new CommunicatorOptions(4096, 512));
+             Arena arena = Arena.ofConfined()) {
+            int n = group.worldSize();
+            String[] kinds = {"all-reduce/ONE_SHOT", "all-reduce/TWO_SHOT", "all-reduce/RING", "reduce-scatter", "all-gather",
+                    "broadcast"};
+            int cases = 0;
+            for (String defect : new String[] {"read-only", "freed"}) {
+                for (String kind : kinds) {
+                    refusal(comm, arena, kind, defect, cases++ % n, count);
+                }
+            }
+            SymmetricMemory closed = SymmetricMemory.allocate(group, 4L * count);
+            closed.close(); // collective: every rank closes it
+            try {
+                comm.allReduce(closed, 0, count, DType.FLOAT32, ReduceOp.SUM, Algorithm.RING);
+                throw new AssertionError("all-reduce on closed symmetric memory was not refused on rank " + group.rank());
+            } catch (CollectiveMismatchException e) {
+                for (int r = 0; r < n; r++) {
+                    if (!e.getMessage().contains("rank=" + r + " buffer memory is freed")) {
+                        throw new AssertionError("refusal does not name rank " + r + ": " + e.getMessage());
+                    }
+                }
+                System.out.println("REFUSED in-place all-reduce/RING closed rank=all: " + e.getMessage());
+                cases++;
+            }
+            try (SymmetricMemory mem = SymmetricMemory.allocate(group, 4L * count)) {
+                for (int i = 0; i < count; i++) {
+                    mem.local().setAtIndex(ValueLayout.JAVA_FLOAT, i, refusalInput(group.rank(), i));
+                }
+                comm.allReduce(mem, 0, count, DType.FLOAT32, ReduceOp.SUM, Algorithm.RING);
+                for (int i = 0; i < count; i++) {
+                    double ref = 0;
+                    for (int r = 0; r < n; r++) {
+                        ref += refusalInput(r, i);
+                    }
+                    expect((float) ref, mem.local().getAtIndex(ValueLayout.JAVA_FLOAT, i), "in-place RING after a refusal", i);
+                }
+            }
+            System.out.println("REFUSALS " + cases);
+        }
+    }
+
+    /** Rank {@code r}'s element {@code i}: a small multiple of 1/4, so every sum is exact in FLOAT32. */
+    private static float refusalInput(int r, int i) {
+        return (r + 1) * 0.5f + (i % 17) * 0.25f;
+    }
+
+    private static void refusal(Communicator comm, Arena arena, String kind, String defect, int bad, int count) {
+        int n = comm.group().worldSize();
+        int me = comm.group().rank();
+        boolean oneBuffer = kind.startsWith("all-reduce") || kind.equals("broadcast");
+        int sendCount = kind.equals("reduce-scatter") ? n * count : count;
+        MemorySegment send = arena.allocate(4L * sendCount, 64);
+        for (int i = 0; i < sendCount; i++) {
+            send.setAtIndex(ValueLayout.JAVA_FLOAT, i, refusalInput(me, i));
+        }
+        MemorySegment dst = oneBuffer ? send : arena.allocate(4L * (kind.equals("all-gather") ? n * count : count), 64);
+        if (!oneBuffer) {
+            dst.fill((byte) 0x5a);
+        }
+        int root = (bad + 1) % n; // broadcast: the bad rank receives
+        byte[] sendBefore = send.toArray(ValueLayout.JAVA_BYTE);
+        byte[] dstBefore = dst.toArray(ValueLayout.JAVA_BYTE);
+        MemorySegment badDst = dst;
+        if (me == bad) {
+            if (defect.equals("read-only")) {
+                badDst = dst.asReadOnly();
+            } else {
+                try (Arena gone = Arena.ofShared()) {
+                    badDst = gone.allocate(dst.byteSize(), 64);
+                }
+            }
+        }
+        try {
+            collective(comm, kind, oneBuffer ? badDst : send, badDst, count, root);
+            throw new AssertionError(kind + " with a " + defect + " destination on rank " + bad + " was not refused on rank " + me);
+        } catch (CollectiveMismatchException e) {
+            if (!e.getMessage().contains("rejected: rank=" + bad + " ")) {
+                throw new AssertionError("refusal does not name rank " + bad + ": " + e.getMessage(), e);
+            }
+            System.out.println("REFUSED " + kind + " " + defect + " rank=" + bad + ": " + e.getMessage());
+        }
+        if (!Arrays.equals(sendBefore, send.toArray(ValueLayout.JAVA_BYTE))
+                || !Arrays.equals(dstBefore, dst.toArray(ValueLayout.JAVA_BYTE))) {
+            System.out.println("CORRUPT a refused " + kind + " wrote rank " + me + "'s buffers");
+            System.out.flush();
+            System.exit(4);
+        }
+        collective(comm, kind, send, dst, count, root);
+        for (int i = 0; i < (kind.equals("all-gather") ? n * count : count); i++) {
+            double ref = 0;
+            switch (kind) {
+                case "reduce-scatter" -> {
+                    for (int r = 0; r < n; r++) {
+                        ref += refusalInput(r, me * count + i);
+                    }
+                }
+                case "all-gather" -> ref = refusalInput(i / count, i % count);
+                case "broadcast" -> ref = refusalInput(root, i);
+                default -> {
+                    for (int r = 0; r < n; r++) {
+                        ref += refusalInput(r, i);
+                    }
+                }
+            }
+            expect((float) ref, dst.getAtIndex(ValueLayout.JAVA_FLOAT, i), kind + " after a refused " + defect + " call", i);
+        }
+    }
+
+    private static void collective(Communicator comm, String kind, MemorySegment send, MemorySegment dst, int count, int root) {
+        switch (kind) {
+            case "reduce-scatter" -> comm.reduceScatter(send, dst, count, DType.FLOAT32, ReduceOp.SUM);
+            case "all-gather" -> comm.allGather(send, dst, count, DType.FLOAT32);
+            case "broadcast" -> comm.broadcast(dst, count, DType.FLOAT32, root);
+            default -> comm.allReduce(dst, count, DType.FLOAT32, ReduceOp.SUM, Algorithm.valueOf(kind.substring("all-reduce/".length())));
         }
     }
 

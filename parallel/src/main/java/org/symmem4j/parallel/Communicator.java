@@ -5,8 +5,10 @@ import java.lang.foreign.MemorySegment;
 /**
  * Collective operations of one rank of a group (as an NCCL communicator). Every method is
  * collective: all ranks call it in the same order with agreeing arguments. Arguments are checked
- * across ranks before any rank writes shared data; a disagreement, or a buffer shorter than the
- * count on any rank, throws {@link CollectiveMismatchException} on every rank.
+ * across ranks before any rank writes shared data or any destination: a disagreement, or a buffer on
+ * any rank that is null, shorter than the count, read-only where the collective writes it, freed (its
+ * arena or symmetric memory closed) or confined to another thread, throws
+ * {@link CollectiveMismatchException} on every rank, naming the rank whose argument was bad.
  *
  * <p>Buffers are either plain segments, which are staged through the communicator's own symmetric
  * scratch memory, or regions of a {@link SymmetricMemory} of the same group, which are reduced in
@@ -15,7 +17,8 @@ import java.lang.foreign.MemorySegment;
  * <p>Failures. A {@link CollectiveMismatchException} is thrown before anything is written: every
  * rank's buffers are as they were and the group stays usable. Any other failure — a peer that died,
  * stopped, aborted or closed its communicator instead of arriving ({@link PeerTimeoutException}), or
- * this rank's own error inside the collective (a read-only destination, say) — aborts the group: the
+ * this rank's own error inside the collective (a buffer whose arena another thread closes while the
+ * collective runs, say) — aborts the group: the
  * rank that fails first poisons it at once, so every peer throws within microseconds to milliseconds
  * naming the culprit. What the collective leaves in its destination is then unspecified on every
  * rank: any mix of the rank's input, partial sums and final results (collectives on symmetric

@@ -88,12 +88,53 @@ public final class OpDescriptorLayout {
         /** dtype, op or algorithm is null. */
         NULL_ARGUMENT("dtype, op or algorithm is null"),
         /** The algorithm cannot run on this transport. */
-        UNSUPPORTED_ALGORITHM("algorithm cannot run on this transport");
+        UNSUPPORTED_ALGORITHM("algorithm cannot run on this transport"),
+        /** The segment the collective writes on this rank is read-only. */
+        READ_ONLY_DESTINATION("destination is read-only: isReadOnly=true expected=false (pass a writable segment, not a"
+                + " view from asReadOnly())"),
+        /** A buffer's memory was freed: its arena, or its symmetric memory, is closed. */
+        FREED_BUFFER("buffer memory is freed: alive=false expected=true (its arena or symmetric memory was closed;"
+                + " pass memory that is still open)"),
+        /** A buffer is confined to a thread other than the rank's. */
+        CONFINED_TO_ANOTHER_THREAD("buffer is confined to another thread: accessibleByRankThread=false expected=true"
+                + " (allocate it from Arena.ofShared() or Arena.ofAuto(), or from a confined arena of the rank's own thread)"),
+        /** A device kernel needs a 16-byte aligned offset (GPU transports). */
+        MISALIGNED_OFFSET("offsetBytes is not 16-byte aligned: offsetBytes%16!=0 expected=0 (the device kernels move"
+                + " 16-byte vectors; start the region at a multiple of 16 bytes)"),
+        /** A buffer is on the Java heap where native memory is needed (MPI between machines). */
+        HEAP_BUFFER("buffer is on the Java heap: isNative=false expected=true (MPI cannot read the heap; allocate the"
+                + " buffer from an Arena)"),
+        /** A buffer holds fewer bytes than the count needs (where the sizes are not in the descriptor). */
+        SHORT_BUFFER("buffer is shorter than the count needs: byteSize<count*dtype.byteSize() (every rank's buffers must"
+                + " hold the count; recv of all-gather and send of reduce-scatter hold worldSize blocks)"),
+        /** The dtype cannot travel between machines. */
+        UNSUPPORTED_DTYPE("dtype cannot travel between machines: expected FLOAT32 or FLOAT64 (Open MPI has no bfloat16;"
+                + " widen to FLOAT32)");
 
         private final String text;
 
         Problem(String text) {
             this.text = text;
+        }
+
+        /**
+         * What makes a caller's segment unusable for a collective on the calling thread, or
+         * {@link #NONE}: its memory freed, confined to another thread, or read-only where the
+         * collective writes it. A rank checks this before it arrives, so the verdict travels in its
+         * descriptor and every rank refuses the call before any byte moves. Allocation-free.
+         *
+         * @param segment a non-null segment the caller passed
+         * @param written whether the collective writes {@code segment} on this rank (a destination)
+         * @return the first problem found, or {@link #NONE}
+         */
+        public static Problem ofSegment(MemorySegment segment, boolean written) {
+            if (!segment.scope().isAlive()) {
+                return FREED_BUFFER;
+            }
+            if (!segment.isAccessibleBy(Thread.currentThread())) {
+                return CONFINED_TO_ANOTHER_THREAD;
+            }
+            return written && segment.isReadOnly() ? READ_ONLY_DESTINATION : NONE;
         }
 
         /**
@@ -103,6 +144,16 @@ public final class OpDescriptorLayout {
          */
         public String text() {
             return text;
+        }
+
+        /**
+         * As {@link #text()}, with a read-only destination named as the caller passed it.
+         *
+         * @param destination the destination argument's name, for example {@code recv}
+         * @return the description
+         */
+        public String text(String destination) {
+            return this == READ_ONLY_DESTINATION ? destination + text.substring("destination".length()) : text;
         }
     }
 

@@ -367,7 +367,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         long piece = dtype == null ? 1 : Math.max(1, pieceBytes / dtype.byteSize());
         Problem problem = buffer == null ? Problem.NULL_BUFFER : dtype == null || op == null || algorithm == null
                 ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
-                : !supports(algorithm, dtype, op, Math.min(count, piece)) ? Problem.UNSUPPORTED_ALGORITHM : Problem.NONE;
+                : !supports(algorithm, dtype, op, Math.min(count, piece)) ? Problem.UNSUPPORTED_ALGORITHM
+                : Problem.ofSegment(buffer, true);
         control.checkAgreement("cuda all-reduce", Kind.ALL_REDUCE, dtype, op, algorithm, -1, count,
                 buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
         if (count == 0) {
@@ -481,6 +482,9 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         if (mem == null) {
             return Problem.FOREIGN_MEMORY;
         }
+        if (mem.isClosed()) {
+            return Problem.FREED_BUFFER;
+        }
         if (dtype == null || op == null || algorithm == null) {
             return Problem.NULL_ARGUMENT;
         }
@@ -491,8 +495,11 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             return Problem.OFFSET_OUT_OF_RANGE;
         }
         boolean kernel = algorithm == Algorithm.ONE_SHOT || algorithm == Algorithm.TWO_SHOT;
+        if (supports(algorithm, dtype, op, count) && kernel && offsetBytes % 16 != 0) {
+            return Problem.MISALIGNED_OFFSET; // the kernels move 16-byte vectors
+        }
         // our kernels read every peer's buffer: NVSHMEM memory whose peers are not all mapped here (another node) is refused
-        if (!supports(algorithm, dtype, op, count) || (kernel && (offsetBytes % 16 != 0 || !mem.everyPeerMapped()))
+        if (!supports(algorithm, dtype, op, count) || (kernel && !mem.everyPeerMapped())
                 || (algorithm == Algorithm.NVSHMEM && !mem.onNvshmemHeap())) {
             return Problem.UNSUPPORTED_ALGORITHM;
         }
@@ -564,7 +571,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     @Override
     public void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
         Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
-                : dtype == null || op == null ? Problem.NULL_ARGUMENT : recvCount < 0 ? Problem.NEGATIVE_COUNT : Problem.NONE;
+                : dtype == null || op == null ? Problem.NULL_ARGUMENT : recvCount < 0 ? Problem.NEGATIVE_COUNT
+                : Problem.ofSegment(send, false) != Problem.NONE ? Problem.ofSegment(send, false) : Problem.ofSegment(recv, true);
         if (problem == Problem.NONE && !kernelReduces(dtype, op, 0)) {
             checkNotCapturingHostPath(dtype, op, "reduce-scatter");
         }
@@ -597,7 +605,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     @Override
     public void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
         Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
-                : dtype == null ? Problem.NULL_ARGUMENT : sendCount < 0 ? Problem.NEGATIVE_COUNT : Problem.NONE;
+                : dtype == null ? Problem.NULL_ARGUMENT : sendCount < 0 ? Problem.NEGATIVE_COUNT
+                : Problem.ofSegment(send, false) != Problem.NONE ? Problem.ofSegment(send, false) : Problem.ofSegment(recv, true);
         checkNotCapturingCopies("all-gather");
         control.checkAgreement("cuda all-gather", Kind.ALL_GATHER, dtype, null, null, -1, sendCount,
                 send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
@@ -632,6 +641,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     public void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
         CudaSymmetricMemory mem = memory instanceof CudaSymmetricMemory c && c.group() == group ? c : null;
         Problem problem = memory == null ? Problem.NULL_BUFFER : mem == null ? Problem.FOREIGN_MEMORY
+                : mem.isClosed() ? Problem.FREED_BUFFER
                 : dtype == null || op == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
                 : offsetBytes < 0 || offsetBytes > mem.byteSize() ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
         if (problem == Problem.NONE && !kernelReduces(dtype, op, offsetBytes)) {
@@ -659,6 +669,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     public void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
         CudaSymmetricMemory mem = memory instanceof CudaSymmetricMemory c && c.group() == group ? c : null;
         Problem problem = memory == null ? Problem.NULL_BUFFER : mem == null ? Problem.FOREIGN_MEMORY
+                : mem.isClosed() ? Problem.FREED_BUFFER
                 : dtype == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
                 : offsetBytes < 0 || offsetBytes > mem.byteSize() ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
         checkNotCapturingCopies("all-gather");
@@ -684,7 +695,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     @Override
     public void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
         Problem problem = buffer == null ? Problem.NULL_BUFFER : root < 0 || root >= worldSize ? Problem.ROOT_OUT_OF_RANGE
-                : dtype == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT : Problem.NONE;
+                : dtype == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
+                : Problem.ofSegment(buffer, group.rank() != root); // the root only reads its buffer
         if (rank.capturing) {
             throw new IllegalStateException("cuda broadcast cannot be captured into a graph: its pieces are ordered by host"
                     + " barriers (call it outside capture)");

@@ -187,6 +187,11 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         return pointerTables() + (long) data.length * Long.BYTES;
     }
 
+    /** Whether this rank closed this memory (a collective on it is refused: {@code Problem.FREED_BUFFER}). */
+    boolean isClosed() {
+        return closed;
+    }
+
     private synchronized long pointerTables() {
         if (closed) {
             throw new IllegalStateException("symmetric memory id=" + id + " is closed (its pointer tables were freed)");

@@ -32,7 +32,11 @@ import org.symmem4j.parallel.numeric.Reducer;
  * <p>Every collective starts with an <em>entry barrier</em>: each rank writes its op descriptor into
  * every peer's pad ({@link PadSynchronizer#arrive}), and every rank compares all descriptors before
  * it reads any peer's data or writes anything a peer reads, so a disagreement throws the same
- * {@link CollectiveMismatchException} on every rank and leaves the group usable. Staged collectives
+ * {@link CollectiveMismatchException} on every rank and leaves the group usable. What a rank can
+ * check alone about its own arguments — a buffer null, too short, read-only where the collective
+ * writes it, freed (its arena or symmetric memory closed) or confined to another thread — is checked
+ * before it arrives and carried in its descriptor ({@link Problem}), so a bad buffer on one rank is
+ * refused on every rank, naming that rank, before any rank writes anything. Staged collectives
  * copy their first piece into this rank's own staging half before arriving, so the entry barrier
  * also publishes that piece: a small staged collective costs one barrier. Peers read a staging
  * half only after the check passed, so a rejected call leaves nothing that anyone reads.
@@ -147,7 +151,8 @@ public final class HostCommunicator implements Communicator {
         long s = seq++;
         sync.beginOp("all-reduce", s);
         try {
-            Problem problem = buffer == null ? Problem.NULL_BUFFER : commonProblem(count, dtype, op, algorithm);
+            Problem problem = buffer == null ? Problem.NULL_BUFFER
+                    : either(commonProblem(count, dtype, op, algorithm), segmentProblem(buffer, true));
             call.set(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
                     buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
             stagedAllReduce(buffer, 0, count, dtype, op, algorithm);
@@ -172,6 +177,7 @@ public final class HostCommunicator implements Communicator {
                 problem = Problem.OFFSET_OUT_OF_RANGE;
             } else {
                 mem = h;
+                problem = either(problem, regionProblem(h));
             }
             long available = mem == null ? -1 : mem.byteSize() - offsetBytes;
             call.set(s, Kind.ALL_REDUCE, ordinal(dtype), ordinal(op), ordinal(algorithm), -1, count,
@@ -407,7 +413,8 @@ public final class HostCommunicator implements Communicator {
         sync.beginOp("reduce-scatter", s);
         try {
             Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
-                    : commonProblem(recvCount, dtype, op, Algorithm.ONE_SHOT);
+                    : either(commonProblem(recvCount, dtype, op, Algorithm.ONE_SHOT),
+                            either(segmentProblem(send, false), segmentProblem(recv, true)));
             call.set(s, Kind.REDUCE_SCATTER, ordinal(dtype), ordinal(op), -1, -1, recvCount,
                     send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
             boolean stageFirst = worldSize > 1 && recvCount > 0 && problem == Problem.NONE
@@ -459,7 +466,8 @@ public final class HostCommunicator implements Communicator {
         sync.beginOp("all-gather", s);
         try {
             Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
-                    : commonProblem(sendCount, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
+                    : either(commonProblem(sendCount, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT),
+                            either(segmentProblem(send, false), segmentProblem(recv, true)));
             call.set(s, Kind.ALL_GATHER, ordinal(dtype), -1, -1, -1, sendCount,
                     send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
             boolean stageFirst = worldSize > 1 && sendCount > 0 && problem == Problem.NONE
@@ -573,7 +581,7 @@ public final class HostCommunicator implements Communicator {
         if (!(memory instanceof HostSymmetricMemory h) || h.group() != group) {
             return Problem.FOREIGN_MEMORY;
         }
-        return offsetBytes < 0 || offsetBytes > memory.byteSize() ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
+        return offsetBytes < 0 || offsetBytes > memory.byteSize() ? Problem.OFFSET_OUT_OF_RANGE : regionProblem(h);
     }
 
     /** Staged: the root puts piece j in its staging half; every other rank copies it out. */
@@ -584,7 +592,8 @@ public final class HostCommunicator implements Communicator {
         try {
             Problem problem = buffer == null ? Problem.NULL_BUFFER
                     : root < 0 || root >= worldSize ? Problem.ROOT_OUT_OF_RANGE
-                    : commonProblem(count, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT);
+                    : either(commonProblem(count, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT),
+                            segmentProblem(buffer, rank != root)); // the root only reads its buffer
             call.set(s, Kind.BROADCAST, ordinal(dtype), -1, -1, root, count,
                     buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
             boolean staging = worldSize > 1 && count > 0 && problem == Problem.NONE
@@ -695,6 +704,32 @@ public final class HostCommunicator implements Communicator {
         return Problem.NONE;
     }
 
+    /**
+     * What makes a caller's segment unusable on this rank ({@link Problem#ofSegment}), found before
+     * the entry barrier so the verdict travels in the descriptor and every rank refuses the call
+     * before any byte moves. Without it the access inside the collective threw on this rank only,
+     * after peers had read or written shared data (and, with ONE_SHOT, returned).
+     *
+     * @param written whether the collective writes the segment on this rank (a destination)
+     */
+    private static Problem segmentProblem(MemorySegment segment, boolean written) {
+        return Problem.ofSegment(segment, written);
+    }
+
+    /**
+     * What makes this rank's region of {@code memory} unusable for an in-place collective, which
+     * writes it: the memory closed here, or (registered memory) its segment freed, confined to
+     * another thread or read-only.
+     */
+    private static Problem regionProblem(HostSymmetricMemory memory) {
+        return memory.isClosed() ? Problem.FREED_BUFFER : segmentProblem(memory.local(), true);
+    }
+
+    /** The first of two problems that is one. */
+    private static Problem either(Problem first, Problem second) {
+        return first != Problem.NONE ? first : second;
+    }
+
     private static int ordinal(Enum<?> e) {
         return e == null ? -1 : e.ordinal();
     }
@@ -802,7 +837,7 @@ public final class HostCommunicator implements Communicator {
             List<String> problems = new ArrayList<>();
             for (int r = 0; r < all.size(); r++) {
                 if (all.get(r).problem() != Problem.NONE) {
-                    problems.add("rank=" + r + " " + all.get(r).problem().text());
+                    problems.add("rank=" + r + " " + describe(all.get(r)));
                 }
             }
             if (!problems.isEmpty()) {
@@ -841,6 +876,21 @@ public final class HostCommunicator implements Communicator {
                         + " bytes): " + String.join("; ", short_) + " (every rank's buffers must hold the count)";
             }
             return null;
+        }
+
+        /**
+         * A rank's problem in words; a read-only destination is named as the caller passed it
+         * ({@code buffer}, {@code recv}, or the symmetric {@code memory} of an in-place call).
+         */
+        static String describe(Descriptor d) {
+            if (d.problem() != Problem.READ_ONLY_DESTINATION || d.kind() == null) {
+                return d.problem().text();
+            }
+            if (d.memoryId() >= 0) {
+                return "memory is read-only: isReadOnly=true expected=false (this rank registered the symmetric memory"
+                        + " from a read-only segment; register a writable one)";
+            }
+            return d.problem().text(d.kind() == Kind.REDUCE_SCATTER || d.kind() == Kind.ALL_GATHER ? "recv" : "buffer");
         }
 
         /** Bytes needed: {buffer} or {send, recv}; null on overflow. */

@@ -82,6 +82,11 @@ public final class HostSymmetricMemory implements SymmetricMemory {
         return signalSlots;
     }
 
+    /** Whether this rank closed this memory (its part is freed). */
+    boolean isClosed() {
+        return closed;
+    }
+
     PadSynchronizer sync() {
         return sync;
     }

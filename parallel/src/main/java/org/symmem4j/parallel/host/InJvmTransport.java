@@ -33,7 +33,8 @@ public final class InJvmTransport implements Transport {
         return NAME;
     }
 
-    private record Contribution(MemorySegment data, MemorySegment pad, long idProposal) {
+    /** A rank's part of a new memory; {@code problem}: why peers could not use its buffer, or null. */
+    private record Contribution(MemorySegment data, MemorySegment pad, long idProposal, String problem) {
     }
 
     @Override
@@ -44,7 +45,7 @@ public final class InJvmTransport implements Transport {
         }
         Arena arena = Arena.ofShared();
         MemorySegment data = arena.allocate(Math.max(bytes, 0), 4096);
-        return share(group, peers, arena, data, "allocate");
+        return share(group, peers, arena, data, "allocate", null);
     }
 
     @Override
@@ -55,10 +56,17 @@ public final class InJvmTransport implements Transport {
             throw new IllegalArgumentException("register needs an off-heap (native) segment; found a heap segment of "
                     + buffer.byteSize() + " bytes (copy it off-heap, or allocate with SymmetricMemory.allocate)");
         }
-        return share(group, peers, Arena.ofShared(), buffer, "register");
+        // Found here, refused on every rank after the exchange: peers' threads read this buffer, so one
+        // confined to a thread (even this rank's own) or already freed could never be used by the group.
+        String problem = !buffer.scope().isAlive() ? "its memory is freed: alive=false expected=true (register a segment"
+                + " of an open arena)"
+                : !buffer.isAccessibleBy(Thread.ofPlatform().unstarted(() -> { }))
+                ? "it is confined to one thread: accessibleByPeerThreads=false expected=true (peers' threads read it;"
+                + " register a segment of Arena.ofShared() or Arena.global())" : null;
+        return share(group, peers, Arena.ofShared(), buffer, "register", problem);
     }
 
-    private SymmetricMemory share(Group g, PeerThreads peers, Arena arena, MemorySegment data, String what) {
+    private SymmetricMemory share(Group g, PeerThreads peers, Arena arena, MemorySegment data, String what, String problem) {
         int n = g.worldSize();
         int slots = SignalPadLayout.DEFAULT_SIGNAL_SLOTS;
         MemorySegment pad;
@@ -73,7 +81,7 @@ public final class InJvmTransport implements Transport {
         try {
             // The exchange's lock orders the initialization above before peers read the pad.
             all = peers.allGatherObjects("symmetric-memory-" + what,
-                    new Contribution(data, pad, g.rank() == 0 ? nextId.getAndIncrement() : -1));
+                    new Contribution(data, pad, g.rank() == 0 ? nextId.getAndIncrement() : -1, problem));
         } catch (RuntimeException e) {
             arena.close();
             throw e;
@@ -81,6 +89,7 @@ public final class InJvmTransport implements Transport {
         MemorySegment[] datas = new MemorySegment[n];
         MemorySegment[] pads = new MemorySegment[n];
         StringBuilder sizes = new StringBuilder();
+        StringBuilder problems = new StringBuilder();
         boolean sameSize = true;
         for (int r = 0; r < n; r++) {
             Contribution c = (Contribution) all[r];
@@ -88,6 +97,14 @@ public final class InJvmTransport implements Transport {
             pads[r] = c.pad();
             sameSize &= c.data().byteSize() == data.byteSize();
             sizes.append(r == 0 ? "" : ", ").append("rank=").append(r).append(" bytes=").append(c.data().byteSize());
+            if (c.problem() != null) {
+                problems.append(problems.isEmpty() ? "" : "; ").append("rank=").append(r).append("'s segment: ")
+                        .append(c.problem());
+            }
+        }
+        if (!problems.isEmpty()) {
+            arena.close();
+            throw new SymmemException("symmetric memory " + what + " refused on every rank: " + problems);
         }
         if (!sameSize) {
             arena.close();

@@ -4,12 +4,14 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.CollectiveMismatchException;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 import org.symmem4j.parallel.mpi.MpiComm;
 
 /**
@@ -31,8 +33,12 @@ import org.symmem4j.parallel.mpi.MpiComm;
  * sums). {@link Algorithm#MPI} is the flat alternative: one {@code MPI_Allreduce} over every rank.
  * Reduce-scatter, all-gather and broadcast are hierarchical likewise; barrier is a machine barrier,
  * an MPI barrier and a machine barrier. FLOAT32 and FLOAT64 (MPI has no bfloat16); SUM, AVG (a sum
- * divided by the size, the same division on every rank), MAX, MIN. Arguments are checked inside each
- * machine by its communicator; between machines MPI's own checks apply. Symmetric memory cannot span
+ * divided by the size, the same division on every rank), MAX, MIN. Arguments are agreed over the whole
+ * group before any data moves ({@link #agree}: one small MPI all-reduce): a count, dtype, op, algorithm
+ * or root that differs, or a buffer that some rank finds unusable on its own (null, on the Java heap,
+ * too short, read-only where it is written, freed, confined to another thread), throws the same
+ * {@link CollectiveMismatchException} on every rank, naming the rank, with nothing written; the
+ * communicator stays usable. Symmetric memory cannot span
  * machines: the {@link SymmetricMemory} forms work on this rank's buffer of host memory (what
  * {@link MultiNodeTransport} allocates: each machine's own) — the all-reduce in place, the reduce-scatter and
  * all-gather over {@link ShardPartition} blocks (ZeRO's) through padded staging.
@@ -54,6 +60,10 @@ public final class HierarchicalCommunicator implements Communicator {
     /** The in-place shard collectives' blocks, padded to the partition's block size (not used by the segment forms). */
     private MemorySegment paddedBlocks = MemorySegment.NULL;
     private MemorySegment ownBlock = MemorySegment.NULL;
+    /** The agreement's vector: {@link #AGREED_FIELDS} doubles per rank of the group ({@link #agree}). */
+    private final MemorySegment agreement;
+    /** Collectives called on this communicator: names a refused call in its message ("all-reduce#12"). */
+    private long seq;
     private boolean closed;
 
     private HierarchicalCommunicator(Group group, NodeTopology topology, Group machine, Communicator intra, MpiComm inter,
@@ -65,6 +75,7 @@ public final class HierarchicalCommunicator implements Communicator {
         this.inter = inter;
         this.world = world;
         this.ownsWorld = ownsWorld;
+        this.agreement = arena.allocate((long) AGREED_FIELDS * Double.BYTES * group.worldSize(), 64);
     }
 
     /**
@@ -153,13 +164,18 @@ public final class HierarchicalCommunicator implements Communicator {
 
     @Override
     public synchronized void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
-        requireUsable(dtype, buffer, count, "buffer");
+        Problem problem = either(arguments(dtype, op, algorithm, count), usable(buffer, dtype, count, true));
+        agree("all-reduce", problem, count, dtype, op, algorithm, -1);
+        agreedAllReduce(buffer, count, dtype, op, algorithm);
+    }
+
+    /** The all-reduce of {@code buffer}, after {@link #agree}. */
+    private void agreedAllReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
         ReduceOp mpiOp = op == ReduceOp.AVG ? ReduceOp.SUM : op;
         switch (algorithm) {
             case MPI -> world.allReduce(buffer, count, dtype, mpiOp);
             case HIERARCHICAL -> hierarchicalAllReduce(buffer, count, dtype, mpiOp);
-            default -> throw new IllegalArgumentException("algorithm=" + algorithm + " needs symmetric memory across every"
-                    + " rank, and this group spans " + topology.nodes() + " machines: expected HIERARCHICAL or MPI");
+            default -> throw new IllegalStateException("unreachable: algorithm=" + algorithm + " refused by the agreement");
         }
         if (op == ReduceOp.AVG) {
             divide(buffer, count, dtype, group.worldSize());
@@ -200,21 +216,38 @@ public final class HierarchicalCommunicator implements Communicator {
      * segment form does it. Device memory is refused.
      */
     @Override
-    public void allReduce(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
-        allReduce(ownBuffer(memory, offsetBytes, count, dtype, "allReduce"), count, dtype, op, algorithm);
+    public synchronized void allReduce(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op,
+                                       Algorithm algorithm) {
+        Problem problem = either(arguments(dtype, op, algorithm, count), regionProblem(memory, offsetBytes, count, dtype));
+        agree("all-reduce", problem, count, dtype, op, algorithm, -1);
+        agreedAllReduce(ownBuffer(memory, offsetBytes, count, dtype), count, dtype, op, algorithm);
     }
 
-    /** This rank's bytes of {@code memory} for a collective of {@code count} elements from {@code offsetBytes}. */
-    private MemorySegment ownBuffer(SymmetricMemory memory, long offsetBytes, long count, DType dtype, String op) {
+    /**
+     * What makes {@code memory} unusable for an in-place collective of {@code count} elements from
+     * {@code offsetBytes} on this rank: memory of another group or on a device (host memory of this
+     * communicator's group expected: {@code SymmetricMemory.allocate(group, bytes)} on a group joined on
+     * MultiNodeTransport), a range outside it, or its memory freed or read-only.
+     */
+    private Problem regionProblem(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
+        if (memory == null) {
+            return Problem.NULL_BUFFER;
+        }
         if (memory.group() != group || !memory.hostAddressable()) {
-            throw new IllegalArgumentException(op + " on SymmetricMemory: host memory of this communicator's group expected"
-                    + " (SymmetricMemory.allocate(group, bytes) on a group joined on MultiNodeTransport), found "
-                    + (memory.hostAddressable() ? "memory of another group" : "device memory"));
+            return Problem.FOREIGN_MEMORY;
         }
-        if (offsetBytes < 0 || count < 0 || offsetBytes > memory.byteSize() - dtype.bytes(count)) {
-            throw new IllegalArgumentException(op + ": " + count + " " + dtype + " elements at offsetBytes=" + offsetBytes
-                    + " do not fit the memory's " + memory.byteSize() + " bytes");
+        if (dtype == null || count < 0) {
+            return Problem.NONE; // arguments() reports these
         }
+        if (offsetBytes < 0 || offsetBytes > memory.byteSize()
+                || count > Long.MAX_VALUE / dtype.byteSize() || offsetBytes > memory.byteSize() - dtype.bytes(count)) {
+            return Problem.OFFSET_OUT_OF_RANGE;
+        }
+        return Problem.ofSegment(memory.local(), true);
+    }
+
+    /** This rank's bytes of {@code memory} for a collective of {@code count} elements from {@code offsetBytes} (agreed). */
+    private static MemorySegment ownBuffer(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
         return memory.local().asSlice(offsetBytes, dtype.bytes(count));
     }
 
@@ -226,8 +259,12 @@ public final class HierarchicalCommunicator implements Communicator {
     @Override
     public synchronized void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
         int world = group.worldSize();
-        requireUsable(dtype, send, recvCount * world, "send");
-        requireUsable(dtype, recv, recvCount, "recv");
+        Problem problem = arguments(dtype, op, Algorithm.HIERARCHICAL, recvCount);
+        if (problem == Problem.NONE) {
+            problem = recvCount > Long.MAX_VALUE / world / dtype.byteSize() ? Problem.SHORT_BUFFER
+                    : either(usable(send, dtype, recvCount * world, false), usable(recv, dtype, recvCount, true));
+        }
+        agree("reduce-scatter", problem, recvCount, dtype, op, null, -1);
         long block = dtype.bytes(recvCount);
         MemorySegment packed = staging(block * world);
         for (int q = 0; q < world; q++) {
@@ -261,9 +298,19 @@ public final class HierarchicalCommunicator implements Communicator {
 
     @Override
     public synchronized void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
+        int world = group.worldSize();
+        Problem problem = arguments(dtype, ReduceOp.SUM, Algorithm.HIERARCHICAL, sendCount);
+        if (problem == Problem.NONE) {
+            problem = sendCount > Long.MAX_VALUE / world / dtype.byteSize() ? Problem.SHORT_BUFFER
+                    : either(usable(send, dtype, sendCount, false), usable(recv, dtype, sendCount * world, true));
+        }
+        agree("all-gather", problem, sendCount, dtype, null, null, -1);
+        agreedAllGather(send, recv, sendCount, dtype);
+    }
+
+    /** The all-gather, after {@link #agree}. */
+    private void agreedAllGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
         int perNode = topology.ranksPerNode();
-        requireUsable(dtype, send, sendCount, "send");
-        requireUsable(dtype, recv, sendCount * group.worldSize(), "recv");
         MemorySegment machineBlocks = shard(dtype.bytes(sendCount * perNode));
         intra.allGather(send, machineBlocks, sendCount, dtype);
         if (topology.nodes() > 1) {
@@ -283,7 +330,9 @@ public final class HierarchicalCommunicator implements Communicator {
      */
     @Override
     public synchronized void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
-        MemorySegment region = ownBuffer(memory, offsetBytes, count, dtype, "reduceScatter");
+        Problem problem = either(arguments(dtype, op, Algorithm.HIERARCHICAL, count), regionProblem(memory, offsetBytes, count, dtype));
+        agree("reduce-scatter", problem, count, dtype, op, null, -1);
+        MemorySegment region = ownBuffer(memory, offsetBytes, count, dtype);
         int world = group.worldSize();
         ShardPartition blocks = ShardPartition.of(count, world, dtype);
         long blockBytes = dtype.bytes(blocks.blockElements());
@@ -306,7 +355,10 @@ public final class HierarchicalCommunicator implements Communicator {
      */
     @Override
     public synchronized void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
-        MemorySegment region = ownBuffer(memory, offsetBytes, count, dtype, "allGather");
+        Problem problem = either(arguments(dtype, ReduceOp.SUM, Algorithm.HIERARCHICAL, count),
+                regionProblem(memory, offsetBytes, count, dtype));
+        agree("all-gather", problem, count, dtype, null, null, -1);
+        MemorySegment region = ownBuffer(memory, offsetBytes, count, dtype);
         int world = group.worldSize();
         int me = group.rank();
         ShardPartition blocks = ShardPartition.of(count, world, dtype);
@@ -315,7 +367,7 @@ public final class HierarchicalCommunicator implements Communicator {
         mine.asSlice(0, blockBytes).fill((byte) 0);
         MemorySegment.copy(region, dtype.bytes(blocks.start(me)), mine, 0, dtype.bytes(blocks.size(me)));
         MemorySegment padded = paddedBlocks(blockBytes * world);
-        allGather(mine, padded, blocks.blockElements(), dtype);
+        agreedAllGather(mine, padded, blocks.blockElements(), dtype);
         for (int q = 0; q < world; q++) {
             MemorySegment.copy(padded, blockBytes * q, region, dtype.bytes(blocks.start(q)), dtype.bytes(blocks.size(q)));
         }
@@ -323,10 +375,10 @@ public final class HierarchicalCommunicator implements Communicator {
 
     @Override
     public synchronized void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
-        requireUsable(dtype, buffer, count, "buffer");
-        if (root < 0 || root >= group.worldSize()) {
-            throw new IllegalArgumentException("root=" + root + " expected 0 .. " + (group.worldSize() - 1));
-        }
+        Problem problem = root < 0 || root >= group.worldSize() ? Problem.ROOT_OUT_OF_RANGE
+                : either(arguments(dtype, ReduceOp.SUM, Algorithm.HIERARCHICAL, count),
+                        usable(buffer, dtype, count, group.rank() != root)); // the root only reads its buffer
+        agree("broadcast", problem, count, dtype, null, null, root);
         int rootNode = root / topology.ranksPerNode();
         int rootLocal = root % topology.ranksPerNode();
         if (topology.localRank() == rootLocal && topology.nodes() > 1) {
@@ -378,18 +430,134 @@ public final class HierarchicalCommunicator implements Communicator {
         }
     }
 
-    private void requireUsable(DType dtype, MemorySegment buffer, long count, String what) {
+    /** Doubles per rank in the agreement: problem, count, and dtype/op/algorithm/root packed into one. */
+    private static final int AGREED_FIELDS = 3;
+    private static final DType[] DTYPES = DType.values();
+    private static final ReduceOp[] OPS = ReduceOp.values();
+    private static final Algorithm[] ALGORITHMS = Algorithm.values();
+    private static final Problem[] PROBLEMS = Problem.values();
+
+    /**
+     * The cross-rank argument agreement, before any data moves: every rank puts its locally found
+     * {@link Problem}, its count and its other arguments in its own doubles of a vector, and one MPI
+     * all-reduce (a sum over the group's world communicator) gives every rank every rank's. A problem
+     * on any rank, or arguments that differ, throw the same {@link CollectiveMismatchException} on every
+     * rank, naming the ranks; nothing was written and the communicator stays usable. Without it a bad
+     * buffer on one rank made that rank throw alone, while the others returned (the destination was
+     * written last) or waited in MPI, which has no timeout. Every value is an integer below 2^53, so
+     * the double sum is exact.
+     */
+    private void agree(String what, Problem mine, long count, DType dtype, ReduceOp op, Algorithm algorithm, int root) {
         if (closed) {
             throw new IllegalStateException("the hierarchical communicator is closed");
         }
-        if (dtype != DType.FLOAT32 && dtype != DType.FLOAT64) {
-            throw new IllegalArgumentException("dtype=" + dtype + ": between machines MPI carries FLOAT32 or FLOAT64 only"
-                    + " (Open MPI has no bfloat16); widen to FLOAT32");
+        String call = what + "#" + seq++;
+        int n = group.worldSize();
+        long base = (long) AGREED_FIELDS * group.rank();
+        agreement.fill((byte) 0);
+        agreement.setAtIndex(ValueLayout.JAVA_DOUBLE, base, mine.ordinal());
+        agreement.setAtIndex(ValueLayout.JAVA_DOUBLE, base + 1, Math.clamp(count, -1L, 1L << 52));
+        agreement.setAtIndex(ValueLayout.JAVA_DOUBLE, base + 2, pack(dtype, op, algorithm, root));
+        world.allReduce(agreement, (long) AGREED_FIELDS * n, DType.FLOAT64, ReduceOp.SUM);
+        StringBuilder problems = new StringBuilder();
+        boolean differ = false;
+        for (int r = 0; r < n; r++) {
+            int problem = (int) field(r, 0);
+            if (problem != 0) {
+                problems.append(problems.isEmpty() ? "" : "; ").append("rank=").append(r).append(' ')
+                        .append(problem > 0 && problem < PROBLEMS.length ? PROBLEMS[problem].text(destination(what))
+                                : "problem " + problem);
+            }
+            differ |= field(r, 1) != field(0, 1) || field(r, 2) != field(0, 2);
         }
-        if (buffer == null || !buffer.isNative() || buffer.byteSize() < dtype.bytes(count)) {
-            throw new IllegalArgumentException(what + "=" + buffer + " expected native memory of at least "
-                    + dtype.bytes(count) + " bytes (" + count + " " + dtype + " elements)");
+        if (!problems.isEmpty()) {
+            throw new CollectiveMismatchException(call + " rejected: " + problems);
         }
+        if (differ) {
+            StringBuilder each = new StringBuilder();
+            for (int r = 0; r < n; r++) {
+                each.append(r == 0 ? "" : "; ").append("rank=").append(r).append(' ').append(describe((long) field(r, 1),
+                        (long) field(r, 2)));
+            }
+            throw new CollectiveMismatchException(call + " arguments differ across ranks: " + each
+                    + " (all ranks must pass the same count, dtype, op, algorithm and root)");
+        }
+    }
+
+    /** What a collective's destination argument is called. */
+    private static String destination(String what) {
+        return what.equals("reduce-scatter") || what.equals("all-gather") ? "recv" : "buffer";
+    }
+
+    private double field(int rank, int field) {
+        return agreement.getAtIndex(ValueLayout.JAVA_DOUBLE, (long) AGREED_FIELDS * rank + field);
+    }
+
+    /** dtype, op, algorithm and root as one integer below 2^53 (each ordinal + 1, 0 for none). */
+    private static double pack(DType dtype, ReduceOp op, Algorithm algorithm, int root) {
+        long packed = ordinal(dtype);
+        packed = packed * 64 + ordinal(op);
+        packed = packed * 64 + ordinal(algorithm);
+        packed = packed * (1L << 32) + Math.clamp(root + 1L, 0L, (1L << 32) - 1);
+        return packed;
+    }
+
+    private static int ordinal(Enum<?> e) {
+        return e == null ? 0 : e.ordinal() + 1;
+    }
+
+    private static String describe(long count, long packed) {
+        long root = (packed & ((1L << 32) - 1)) - 1;
+        packed >>>= 32;
+        int algorithm = (int) (packed % 64) - 1;
+        packed /= 64;
+        int op = (int) (packed % 64) - 1;
+        int dtype = (int) (packed / 64) - 1;
+        return "count=" + count + " dtype=" + name(DTYPES, dtype) + " op=" + name(OPS, op) + " algorithm="
+                + name(ALGORITHMS, algorithm) + " root=" + root;
+    }
+
+    private static String name(Enum<?>[] values, int ordinal) {
+        return ordinal >= 0 && ordinal < values.length ? values[ordinal].name() : "none";
+    }
+
+    /** Problems with the non-buffer arguments: null, a negative count, an algorithm or dtype MPI cannot run. */
+    private Problem arguments(DType dtype, ReduceOp op, Algorithm algorithm, long count) {
+        if (dtype == null || op == null || algorithm == null) {
+            return Problem.NULL_ARGUMENT;
+        }
+        if (count < 0) {
+            return Problem.NEGATIVE_COUNT;
+        }
+        if (!supports(algorithm)) {
+            return Problem.UNSUPPORTED_ALGORITHM; // the others need symmetric memory across every rank: HIERARCHICAL or MPI
+        }
+        return dtype == DType.FLOAT32 || dtype == DType.FLOAT64 ? Problem.NONE : Problem.UNSUPPORTED_DTYPE;
+    }
+
+    /**
+     * What makes {@code buffer} unusable here for {@code count} elements of {@code dtype} (agreed
+     * non-null and non-negative): null, on the Java heap (MPI cannot read it), too short, or freed,
+     * confined to another thread or read-only where written ({@link Problem#ofSegment}).
+     */
+    private static Problem usable(MemorySegment buffer, DType dtype, long count, boolean written) {
+        if (buffer == null) {
+            return Problem.NULL_BUFFER;
+        }
+        if (dtype == null || count < 0) {
+            return Problem.NONE; // arguments() reports these
+        }
+        if (!buffer.isNative()) {
+            return Problem.HEAP_BUFFER;
+        }
+        if (count > Long.MAX_VALUE / dtype.byteSize() || buffer.byteSize() < dtype.bytes(count)) {
+            return Problem.SHORT_BUFFER;
+        }
+        return Problem.ofSegment(buffer, written);
+    }
+
+    private static Problem either(Problem first, Problem second) {
+        return first != Problem.NONE ? first : second;
     }
 
     private MemorySegment staging(long bytes) {

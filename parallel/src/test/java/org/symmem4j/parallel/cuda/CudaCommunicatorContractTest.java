@@ -316,6 +316,63 @@ class CudaCommunicatorContractTest {
     }
 
     /**
+     * Arguments one rank can check alone are refused on every rank before anything is enqueued,
+     * naming that rank, and the group stays usable: a read-only device segment as one rank's
+     * all-reduce buffer, a ONE_SHOT in-place offset that is not 16-byte aligned (the kernels move
+     * 16-byte vectors), and symmetric memory closed on every rank. The device buffers keep their
+     * values (copied back and compared), and a TWO_SHOT all-reduce afterwards matches the reference.
+     */
+    @Test
+    void unusableArgumentsAreRefusedOnEveryRankBeforeAnyKernel() {
+        int bad = GPU.worldSize() - 1;
+        GPU.onEveryRank(group -> {
+            int me = group.rank();
+            long count = 1024;
+            try (Communicator comm = Communicator.create(group);
+                 SymmetricMemory mem = SymmetricMemory.allocate(group, 4 * count + 64);
+                 Arena arena = Arena.ofConfined()) {
+                DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                double[][] all = new double[GPU.worldSize()][];
+                for (int r = 0; r < GPU.worldSize(); r++) {
+                    all[r] = inputs(31, r, count, DType.FLOAT32);
+                }
+                MemorySegment buffer = device.allocateDevice(4 * count);
+                try {
+                    device.copyFromHost(buffer, hostOf(arena, all[me], DType.FLOAT32));
+                    MemorySegment passed = me == bad ? buffer.asReadOnly() : buffer;
+                    String readOnly = assertThrows(CollectiveMismatchException.class, () ->
+                            comm.allReduce(passed, count, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT)).getMessage();
+                    assertTrue(readOnly.contains("rank=" + bad + " buffer is read-only"), readOnly);
+                    MemorySegment back = arena.allocate(4 * count, 16);
+                    device.copyToHost(back, buffer);
+                    for (long i = 0; i < count; i++) {
+                        assertEquals(all[me][(int) i], get(back, DType.FLOAT32, i), "a refused call changed element " + i);
+                    }
+                    String misaligned = assertThrows(CollectiveMismatchException.class, () ->
+                            comm.allReduce(mem, 4, 16, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT)).getMessage();
+                    assertTrue(misaligned.contains("rank=0 offsetBytes is not 16-byte aligned"), misaligned);
+                    comm.allReduce(buffer, count, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT);
+                    device.copyToHost(back, buffer);
+                    for (int i = 0; i < count; i++) {
+                        checkElement("all-reduce after refusals", get(back, DType.FLOAT32, i), all, i, DType.FLOAT32, ReduceOp.SUM);
+                    }
+                } finally {
+                    device.freeDevice(buffer);
+                }
+            }
+            try (Communicator comm = Communicator.create(group)) {
+                SymmetricMemory closed = SymmetricMemory.allocate(group, 4096);
+                closed.close();
+                String freed = assertThrows(CollectiveMismatchException.class, () ->
+                        comm.allReduce(closed, 0, 16, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT)).getMessage();
+                assertTrue(freed.contains("rank=" + me + " buffer memory is freed"), freed);
+                comm.barrier();
+            }
+            return null;
+        });
+    }
+
+    /**
      * The staged collectives on plain device segments (from {@code DeviceCommunicator.allocateDevice}),
      * with a 4 KiB staging so that messages go through it in many pieces: reduce-scatter for every
      * dtype and op, all-gather and broadcast bitwise, all-reduce with ONE_SHOT and TWO_SHOT.

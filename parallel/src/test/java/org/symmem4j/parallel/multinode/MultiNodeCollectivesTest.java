@@ -64,9 +64,27 @@ class MultiNodeCollectivesTest {
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);
         pb.environment().remove("RANK"); // Open MPI's variables give each process its rank
         Process p = pb.start();
-        String out = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
-        assertTrue(p.waitFor(300, TimeUnit.SECONDS), "mpirun ends");
-        return new Run(p.exitValue(), out);
+        // read on another thread, so that a job that hangs ends the test at the bound instead of blocking the read
+        java.util.concurrent.CompletableFuture<String> out = java.util.concurrent.CompletableFuture.supplyAsync(() -> {
+            try {
+                return new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+            } catch (IOException e) {
+                return "(output unreadable: " + e + ")";
+            }
+        });
+        boolean ended = p.waitFor(300, TimeUnit.SECONDS);
+        if (!ended) {
+            p.descendants().forEach(ProcessHandle::destroyForcibly);
+            p.destroyForcibly();
+        }
+        String text;
+        try {
+            text = out.get(30, TimeUnit.SECONDS);
+        } catch (java.util.concurrent.ExecutionException | java.util.concurrent.TimeoutException e) {
+            text = "(output not read: " + e + ")";
+        }
+        assertTrue(ended, "mpirun ends within 300 s:\n" + text);
+        return new Run(p.exitValue(), text);
     }
 
     @Test
@@ -87,6 +105,24 @@ class MultiNodeCollectivesTest {
         assertNotEquals(0, run.status(), run.out());
         assertTrue(run.out().contains("rank 3 halts now"), run.out());
         assertTrue(!run.out().contains("without rank 3"), "no rank finished the collective without rank 3:\n" + run.out());
+    }
+
+    /**
+     * A bad argument on one rank of either pretended machine — read-only, freed or heap destination, a
+     * count that differs, a range outside its memory — is refused by all four processes before any
+     * byte moves, naming that rank, and the next collective is correct ({@code MultiNodeWorker.refusals}).
+     * Before the agreement, the bad rank threw alone: the others returned with results, or waited in MPI.
+     */
+    @Test
+    void aBadArgumentOnOneRankIsRefusedOnEveryRankOfEveryMachine() throws Exception {
+        requireMpi();
+        Run run = mpirun(4, "refusals");
+        assertEquals(0, run.status(), run.out());
+        for (int r = 0; r < 4; r++) {
+            assertTrue(run.out().contains("rank " + r + " REFUSALS OK: 21 cases"), "rank " + r + ":\n" + run.out());
+        }
+        assertTrue(run.out().contains("REFUSED all-reduce/MPI read-only rank=1: all-reduce#"), run.out());
+        assertTrue(run.out().contains("rank=1 buffer is read-only"), run.out());
     }
 
     @Test

@@ -7,6 +7,7 @@ import java.nio.ByteBuffer;
 import java.util.List;
 import java.util.zip.CRC32C;
 import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.CollectiveMismatchException;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.group.ProcessGroup;
@@ -18,6 +19,7 @@ import org.symmem4j.parallel.mpi.MpiComm;
  * (Open MPI's rank), builds the hierarchical communicator over pretended machines, and checks every
  * collective against a float64 reference; results must also be bitwise identical on every rank. Mode
  * {@code die-at-allreduce}: rank 3 halts before the second all-reduce (a machine's process killed mid-run).
+ * Mode {@code refusals}: one rank's bad argument, for every collective, refused on every rank ({@link #refusals}).
  */
 public final class MultiNodeWorker {
 
@@ -34,6 +36,11 @@ public final class MultiNodeWorker {
                 NodeTopology t = comm.topology();
                 if (mode.equals("die-at-allreduce")) {
                     dieMidRun(group.rank(), comm);
+                    return;
+                }
+                if (mode.equals("refusals")) {
+                    int cases = refusals(group, comm);
+                    System.out.println("rank " + group.rank() + " REFUSALS OK: " + cases + " cases");
                     return;
                 }
                 int checks = 0;
@@ -59,6 +66,118 @@ public final class MultiNodeWorker {
                 System.out.println("rank " + group.rank() + " OK: " + checks + " checks on " + t.nodes() + " machines x "
                         + t.ranksPerNode() + " ranks (node " + t.node() + ", local rank " + t.localRank() + ")");
             }
+        }
+    }
+
+    /**
+     * For every collective, one rank (in turn, on either machine) passes an argument it can tell is bad on
+     * its own — a read-only destination, a freed one, a heap buffer MPI cannot read, a range outside its
+     * symmetric memory — or a count that differs: every rank must throw {@link CollectiveMismatchException}
+     * naming that rank, its buffers unchanged byte for byte, and then run the same collective correctly.
+     * Prints {@code REFUSED <case> rank=<bad>: <message>} per case; returns the number of cases.
+     */
+    private static int refusals(ProcessGroup group, HierarchicalCommunicator comm) {
+        int n = group.worldSize();
+        int me = group.rank();
+        long count = 1000;
+        DType dtype = DType.FLOAT64;
+        String[] kinds = {"all-reduce/HIERARCHICAL", "all-reduce/MPI", "reduce-scatter", "all-gather", "broadcast"};
+        String[] defects = {"read-only", "freed", "heap", "count"};
+        int cases = 0;
+        try (Arena arena = Arena.ofConfined()) {
+            for (String defect : defects) {
+                for (String kind : kinds) {
+                    int bad = cases++ % n;
+                    int root = (bad + 1) % n;
+                    boolean oneBuffer = kind.startsWith("all-reduce") || kind.equals("broadcast");
+                    long sendCount = kind.equals("reduce-scatter") ? count * n : count;
+                    MemorySegment send = filled(arena, dtype, sendCount, me);
+                    MemorySegment dst = oneBuffer ? send : arena.allocate(dtype.bytes(kind.equals("all-gather") ? count * n : count), 64);
+                    byte[] sendBefore = send.toArray(ValueLayout.JAVA_BYTE);
+                    byte[] dstBefore = dst.toArray(ValueLayout.JAVA_BYTE);
+                    MemorySegment badDst = dst;
+                    long badCount = count;
+                    if (me == bad) {
+                        switch (defect) {
+                            case "read-only" -> badDst = dst.asReadOnly();
+                            case "freed" -> {
+                                try (Arena gone = Arena.ofShared()) {
+                                    badDst = gone.allocate(dst.byteSize(), 64);
+                                }
+                            }
+                            case "heap" -> badDst = MemorySegment.ofArray(new double[(int) (dst.byteSize() / 8)]);
+                            default -> badCount = count - 1;
+                        }
+                    }
+                    try {
+                        collective(comm, kind, oneBuffer ? badDst : send, badDst, badCount, dtype, root);
+                        throw new AssertionError(kind + " with a bad " + defect + " on rank " + bad + " was not refused on rank " + me);
+                    } catch (CollectiveMismatchException e) {
+                        String names = defect.equals("count") ? "rank=" + bad + " count=" + (count - 1) : "rejected: rank=" + bad + " ";
+                        if (!e.getMessage().contains(names)) {
+                            throw new AssertionError("the refusal does not name rank " + bad + " (" + names + "): " + e.getMessage(), e);
+                        }
+                        System.out.println("REFUSED " + kind + " " + defect + " rank=" + bad + ": " + e.getMessage());
+                    }
+                    if (!java.util.Arrays.equals(sendBefore, send.toArray(ValueLayout.JAVA_BYTE))
+                            || !java.util.Arrays.equals(dstBefore, dst.toArray(ValueLayout.JAVA_BYTE))) {
+                        throw new AssertionError("a refused " + kind + " changed rank " + me + "'s buffers");
+                    }
+                    collective(comm, kind, send, dst, count, dtype, root);
+                    for (long i = 0; i < (kind.equals("all-gather") ? count * n : count); i++) {
+                        double expected = switch (kind) {
+                            case "reduce-scatter" -> reference(n, dtype, me * count + i, ReduceOp.SUM);
+                            case "all-gather" -> value((int) (i / count), i % count);
+                            case "broadcast" -> value(root, i);
+                            default -> reference(n, dtype, i, ReduceOp.SUM);
+                        };
+                        long at = kind.equals("reduce-scatter") ? me * count + i : i;
+                        boolean exact = !kind.startsWith("all-reduce") && !kind.equals("reduce-scatter") || at % 2 == 0;
+                        double got = get(dst, dtype, i);
+                        if (exact ? got != expected : Math.abs(got - expected) > 1e-12 * (1 + magnitude(n, at))) {
+                            throw new AssertionError(kind + " after a refused call, element " + i + ": got " + got + " expected "
+                                    + expected + " (float64 reference) on rank " + me);
+                        }
+                    }
+                }
+            }
+        }
+        // in place: one rank's range outside its buffer of the machine's memory
+        int bad = cases++ % n;
+        try (org.symmem4j.parallel.SymmetricMemory memory = org.symmem4j.parallel.SymmetricMemory.allocate(group, dtype.bytes(count))) {
+            for (long i = 0; i < count; i++) {
+                set(memory.local(), dtype, i, value(me, i));
+            }
+            byte[] before = memory.local().toArray(ValueLayout.JAVA_BYTE);
+            try {
+                comm.allReduce(memory, me == bad ? 8 : 0, count, dtype, ReduceOp.SUM, Algorithm.HIERARCHICAL);
+                throw new AssertionError("an in-place all-reduce past the memory on rank " + bad + " was not refused on rank " + me);
+            } catch (CollectiveMismatchException e) {
+                if (!e.getMessage().contains("rejected: rank=" + bad + " offsetBytes is outside")) {
+                    throw new AssertionError("the refusal does not name rank " + bad + ": " + e.getMessage(), e);
+                }
+                System.out.println("REFUSED in-place all-reduce/HIERARCHICAL range rank=" + bad + ": " + e.getMessage());
+            }
+            if (!java.util.Arrays.equals(before, memory.local().toArray(ValueLayout.JAVA_BYTE))) {
+                throw new AssertionError("a refused in-place all-reduce changed rank " + me + "'s memory");
+            }
+            comm.allReduce(memory, 0, count, dtype, ReduceOp.SUM, Algorithm.HIERARCHICAL);
+            for (long i = 0; i < count; i += 2) {
+                if (get(memory.local(), dtype, i) != reference(n, dtype, i, ReduceOp.SUM)) {
+                    throw new AssertionError("in-place all-reduce after a refused call, element " + i + " on rank " + me);
+                }
+            }
+        }
+        return cases;
+    }
+
+    private static void collective(HierarchicalCommunicator comm, String kind, MemorySegment send, MemorySegment dst, long count,
+                                   DType dtype, int root) {
+        switch (kind) {
+            case "reduce-scatter" -> comm.reduceScatter(send, dst, count, dtype, ReduceOp.SUM);
+            case "all-gather" -> comm.allGather(send, dst, count, dtype);
+            case "broadcast" -> comm.broadcast(dst, count, dtype, root);
+            default -> comm.allReduce(dst, count, dtype, ReduceOp.SUM, Algorithm.valueOf(kind.substring("all-reduce/".length())));
         }
     }
 
