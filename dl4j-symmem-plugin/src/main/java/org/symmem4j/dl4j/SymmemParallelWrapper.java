@@ -35,6 +35,8 @@ import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
 import org.nd4j.linalg.factory.Nd4j;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
+import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Algorithm;

@@ -22,7 +22,7 @@ import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
-import org.symmem4j.dl4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
