@@ -37,6 +37,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.train.RankFailures;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Algorithm;
@@ -111,12 +112,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /** Told about every step (round), on the thread that called {@code fit()}. */
     @FunctionalInterface
-    public interface StepListener {
+    public interface StepListener extends org.symmem4j.dl4j.train.StepListener<StepReport> {
         /**
          * Called once per completed step, after its update.
          *
          * @param report the step's number, examples, loss and timings (nanoseconds)
          */
+        @Override
         void onStep(StepReport report);
     }
 
@@ -749,23 +751,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /** The exception that caused the others: a worker's own error before the peers' timeouts it triggered. */
     private RuntimeException failure(List<Throwable> failures, List<Integer> failedWorkers) {
-        int origin = 0;
-        for (int i = 0; i < failures.size(); i++) {
-            if (!(failures.get(i) instanceof PeerTimeoutException)) {
-                origin = i;
-                break;
-            }
-        }
+        int origin = RankFailures.origin(failures, f -> f instanceof PeerTimeoutException);
         Throwable cause = failures.get(origin);
         RuntimeException out = cause instanceof NonFiniteGradientException nf ? nf
                 : new DataParallelTrainingException("data-parallel fit failed: worker " + failedWorkers.get(origin)
                         + " at step " + step + ": " + cause, failedWorkers.get(origin), step, cause);
-        for (int i = 0; i < failures.size(); i++) {
-            if (i != origin && failures.get(i) != out) {
-                out.addSuppressed(failures.get(i));
-            }
-        }
-        return out;
+        return RankFailures.suppressOthers(out, failures, origin);
     }
 
     /** The {@code reason} tag of a failed step: what its first worker failure was. */

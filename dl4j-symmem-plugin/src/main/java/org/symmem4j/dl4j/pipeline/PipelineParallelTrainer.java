@@ -23,6 +23,7 @@ import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.train.RankFailures;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
@@ -97,12 +98,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** Told about every step, on the thread that called {@code fit()}. */
     @FunctionalInterface
-    public interface StepListener {
+    public interface StepListener extends org.symmem4j.dl4j.train.StepListener<PipelineStepReport> {
         /**
          * Called once per completed step, after its update.
          *
          * @param report the step's number, examples, loss and per-rank timelines
          */
+        @Override
         void onStep(PipelineStepReport report);
     }
 
@@ -587,26 +589,16 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** Closes the trainer after a failed step; the exception carries the rank that caused the others to stop. */
     private PipelineTrainingException fail(List<Throwable> failures, List<Integer> failedRanks) {
-        int origin = 0;
-        for (int i = 0; i < failures.size(); i++) {
-            // ranks that only heard of another's failure (poisoned links, an aborted replica group) are not the origin
-            if (!(failures.get(i) instanceof PipelineAbortedException)
-                    && !(failures.get(i) instanceof PeerTimeoutException t && t.reason() == PeerTimeoutException.Reason.PEER_ABORTED)) {
-                origin = i;
-                break;
-            }
-        }
+        // ranks that only heard of another's failure (poisoned links, an aborted replica group) are not the origin
+        int origin = RankFailures.origin(failures, f -> f instanceof PipelineAbortedException
+                || f instanceof PeerTimeoutException t && t.reason() == PeerTimeoutException.Reason.PEER_ABORTED);
         Throwable cause = failures.get(origin);
         metrics.recordFailure(cause instanceof PeerTimeoutException t && t.reason() == PeerTimeoutException.Reason.DEADLINE_PASSED
                 ? PipelineMetrics.FailureReason.TIMEOUT : PipelineMetrics.FailureReason.ERROR);
         failed = "rank " + failedRanks.get(origin) + " at step " + step + ": " + cause;
         PipelineTrainingException out = new PipelineTrainingException("pipeline step " + step + " failed on rank "
                 + failedRanks.get(origin) + ": " + cause, failedRanks.get(origin), step, cause);
-        for (int i = 0; i < failures.size(); i++) {
-            if (i != origin) {
-                out.addSuppressed(failures.get(i));
-            }
-        }
+        RankFailures.suppressOthers(out, failures, origin);
         closed = true;
         stopWorkers();
         return out;
