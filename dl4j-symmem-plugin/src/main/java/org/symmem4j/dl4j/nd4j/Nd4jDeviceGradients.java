@@ -162,12 +162,21 @@ public final class Nd4jDeviceGradients implements DeviceGradients {
         Nd4j.getAffinityManager().tagLocation(array, AffinityManager.Location.DEVICE);
     }
 
-    /** Whether ND4J runs a backend whose arrays live in host memory (nd4j-native). */
+    /**
+     * Whether ND4J runs a backend whose arrays live in host memory (nd4j-native), where {@link #of} refuses.
+     *
+     * @return true on ND4J's CPU backend
+     */
     public static boolean onCpuBackend() {
         return Nd4j.getEnvironment().isCPU();
     }
 
-    /** Why {@code what} cannot run on ND4J's CPU backend, with the fix; for this class's and the wrapper's refusals. */
+    /**
+     * Why {@code what} cannot run on ND4J's CPU backend, with the fix; for this class's and the wrapper's refusals.
+     *
+     * @param what the mode or operation refused, as the message's subject
+     * @return the refusal's message: the backend found, the one expected, and the fix
+     */
     public static String cpuBackendRefusal(String what) {
         return what + ": ND4J runs backend=" + Nd4j.getBackend().getClass().getName() + " (nd4j-native), whose arrays"
                 + " live in host memory; expected DL4J's CUDA backend, nd4j-cuda-11.6 1.0.0-M2.1, on an Ampere or Ada GPU"
