@@ -1,14 +1,12 @@
 package org.symmem4j.dl4j;
 
-import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.dl4j.train.TrainingException;
 
-/** A data-parallel {@code fit()} failed on a worker; the cause is that worker's exception. */
-public class DataParallelTrainingException extends SymmemException {
-
-    /** The worker whose failure stopped training. */
-    private final int worker;
-    /** The step (round) in which it failed. */
-    private final long step;
+/**
+ * A data-parallel {@code fit()} failed on a worker; the cause is that worker's exception. A {@link TrainingException},
+ * as every trainer's failure is: its {@link #rank()} is the {@link #worker()}.
+ */
+public class DataParallelTrainingException extends TrainingException {
 
     /**
      * A failure of one worker in one step.
@@ -19,9 +17,7 @@ public class DataParallelTrainingException extends SymmemException {
      * @param cause   that worker's exception
      */
     public DataParallelTrainingException(String message, int worker, long step, Throwable cause) {
-        super(message, cause);
-        this.worker = worker;
-        this.step = step;
+        super(message, worker, step, cause);
     }
 
     /**
@@ -30,15 +26,6 @@ public class DataParallelTrainingException extends SymmemException {
      * @return the worker, from 0
      */
     public int worker() {
-        return worker;
-    }
-
-    /**
-     * The step in which the worker failed.
-     *
-     * @return the step (round) number within the wrapper's life, from 0
-     */
-    public long step() {
-        return step;
+        return rank();
     }
 }

@@ -5,6 +5,7 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.api.ops.impl.indexaccum.FirstIndex;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.indexing.conditions.Conditions;
+import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.DeviceGradientAveraging;
 import org.symmem4j.gradsync.DeviceGradients;

@@ -1,5 +1,7 @@
 package org.symmem4j.dl4j;
 
+import org.symmem4j.dl4j.train.TrainingStep;
+
 /**
  * One data-parallel step (a round: every worker one batch), as reported to a
  * {@link SymmemParallelWrapper.StepListener}.
@@ -17,5 +19,5 @@ package org.symmem4j.dl4j;
  *                    computation hid (waiting for slower workers excluded)
  */
 public record StepReport(long step, long examples, double loss, long stepNanos, long syncNanos, boolean skipped,
-                         long exposedSyncNanos) {
+                         long exposedSyncNanos) implements TrainingStep {
 }

@@ -23,6 +23,7 @@ import org.deeplearning4j.parallelism.ParallelWrapper;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.GradientSynchronizer;
 import org.symmem4j.gradsync.SyncMetrics;
@@ -224,11 +225,8 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
          * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
          */
         public Builder timeout(Duration timeout) {
-            if (timeout == null || timeout.isNegative() || timeout.isZero()) {
-                throw new IllegalArgumentException("timeout=" + timeout + " must be positive (default "
-                        + GroupOptions.DEFAULT_TIMEOUT + ")");
-            }
-            this.timeout = timeout;
+            this.timeout = TrainerOptions.requirePositive(timeout, "must be positive (default "
+                    + GroupOptions.DEFAULT_TIMEOUT + ")");
             return this;
         }
 

@@ -35,6 +35,10 @@ import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
 import org.nd4j.linalg.factory.Nd4j;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
+import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.train.RankFailures;
+import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Algorithm;
@@ -109,12 +113,13 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /** Told about every step (round), on the thread that called {@code fit()}. */
     @FunctionalInterface
-    public interface StepListener {
+    public interface StepListener extends org.symmem4j.dl4j.train.StepListener<StepReport> {
         /**
          * Called once per completed step, after its update.
          *
          * @param report the step's number, examples, loss and timings (nanoseconds)
          */
+        @Override
         void onStep(StepReport report);
     }
 
@@ -181,18 +186,14 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     private SymmemParallelWrapper(Builder b) {
         this.model = b.model;
-        int local = b.group == null ? b.workers : 1;
+        TrainerOptions<StepListener> o = b.options;
         this.settings = new Settings(b.workers, b.bucketBytes,
                 b.algorithm != null ? AlgorithmPolicy.forced(b.algorithm) : b.policy != null ? b.policy : AlgorithmPolicy.calibrated(),
-                b.nonFiniteGradients, b.timeout, b.ompThreadsPerWorker > 0 ? b.ompThreadsPerWorker
-                : Math.max(1, Runtime.getRuntime().availableProcessors() / local), b.sharding, b.overlap, b.accumulation,
-                b.gradientTransfer, b.minBucketBytes, b.prefetchBuffer, b.reportScoreAfterAveraging, b.workspaceMode,
-                b.timelineSteps, b.group);
-        this.metrics = new SyncMetrics(b.group == null ? Transport.HOST_IN_JVM : b.group.transport().name(), b.metricTags);
-        if (b.registry != null) {
-            metrics.bindTo(b.registry);
-        }
-        this.stepListeners = List.copyOf(b.stepListeners);
+                b.nonFiniteGradients, o.timeout(), o.ndThreadsPerRank(o.group() == null ? b.workers : 1), b.sharding,
+                b.overlap, b.accumulation, b.gradientTransfer, b.minBucketBytes, b.prefetchBuffer,
+                b.reportScoreAfterAveraging, b.workspaceMode, b.timelineSteps, o.group());
+        this.metrics = o.bind(new SyncMetrics(o.transportName(), o.metricTags()));
+        this.stepListeners = o.stepListeners();
         this.timeline = b.timelineSteps == 0 ? null : new DataParallelTimeline(b.timelineSteps, b.workers, b.overlap,
                 b.sharding == null ? (b.gradientTransfer == GradientTransfer.BFLOAT16 ? "all-reduce bf16" : "all-reduce")
                         : "sharded " + b.sharding);
@@ -747,23 +748,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /** The exception that caused the others: a worker's own error before the peers' timeouts it triggered. */
     private RuntimeException failure(List<Throwable> failures, List<Integer> failedWorkers) {
-        int origin = 0;
-        for (int i = 0; i < failures.size(); i++) {
-            if (!(failures.get(i) instanceof PeerTimeoutException)) {
-                origin = i;
-                break;
-            }
-        }
+        int origin = RankFailures.origin(failures, f -> f instanceof PeerTimeoutException);
         Throwable cause = failures.get(origin);
         RuntimeException out = cause instanceof NonFiniteGradientException nf ? nf
                 : new DataParallelTrainingException("data-parallel fit failed: worker " + failedWorkers.get(origin)
                         + " at step " + step + ": " + cause, failedWorkers.get(origin), step, cause);
-        for (int i = 0; i < failures.size(); i++) {
-            if (i != origin && failures.get(i) != out) {
-                out.addSuppressed(failures.get(i));
-            }
-        }
-        return out;
+        return RankFailures.suppressOthers(out, failures, origin);
     }
 
     /** The {@code reason} tag of a failed step: what its first worker failure was. */
@@ -1113,22 +1103,18 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         private final ModelReplica model;
         private int workers = Runtime.getRuntime().availableProcessors();
         private boolean workersSet;
-        private Group group;
+        /** Group, timeout, meters, step listeners and ND4J threads: what every trainer's builder takes. */
+        private final TrainerOptions<StepListener> options = new TrainerOptions<>();
         private long bucketBytes = 4L << 20;
         private boolean bucketBytesSet;
         private Algorithm algorithm;
         private AlgorithmPolicy policy;
         private NonFiniteGradients nonFiniteGradients = NonFiniteGradients.FAIL;
-        private Duration timeout = GroupOptions.DEFAULT_TIMEOUT;
-        private int ompThreadsPerWorker;
-        private MeterRegistry registry;
         private ZeroStage sharding;
         private boolean overlap;
         private int accumulation = 1;
         private GradientTransfer gradientTransfer = GradientTransfer.NETWORK_DTYPE;
         private long minBucketBytes = DEFAULT_MIN_BUCKET_BYTES;
-        private Iterable<Tag> metricTags = Tags.empty();
-        private final List<StepListener> stepListeners = new ArrayList<>();
         private int prefetchBuffer;
         private boolean reportScoreAfterAveraging;
         private WorkspaceMode workspaceMode;
@@ -1199,7 +1185,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * @return this builder
          */
         public Builder group(Group group) {
-            this.group = Objects.requireNonNull(group, "group");
+            options.group(group);
             return this;
         }
 
@@ -1262,10 +1248,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * @throws IllegalArgumentException when {@code timeout} is zero or negative
          */
         public Builder timeout(Duration timeout) {
-            if (timeout == null || timeout.isNegative() || timeout.isZero()) {
-                throw new IllegalArgumentException("timeout=" + timeout + " must be positive (default 60 s)");
-            }
-            this.timeout = timeout;
+            options.timeout(timeout, "must be positive (default 60 s)");
             return this;
         }
 
@@ -1277,10 +1260,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * @throws IllegalArgumentException when {@code threads} is below 1
          */
         public Builder ompThreadsPerWorker(int threads) {
-            if (threads < 1) {
-                throw new IllegalArgumentException("ompThreadsPerWorker=" + threads + " must be >= 1");
-            }
-            this.ompThreadsPerWorker = threads;
+            options.ndThreadsPerRank("ompThreadsPerWorker", threads, "must be >= 1");
             return this;
         }
 
@@ -1292,8 +1272,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * @return this builder
          */
         public Builder meterRegistry(MeterRegistry registry, Iterable<Tag> tags) {
-            this.registry = Objects.requireNonNull(registry, "registry");
-            this.metricTags = Objects.requireNonNull(tags, "tags");
+            options.meterRegistry(registry, tags);
             return this;
         }
 
@@ -1503,7 +1482,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * @return this builder
          */
         public Builder stepListener(StepListener listener) {
-            stepListeners.add(Objects.requireNonNull(listener, "listener"));
+            options.stepListener(listener);
             return this;
         }
 
@@ -1516,6 +1495,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          *         way (the message names the setting or layer, what was found and the fix)
          */
         public SymmemParallelWrapper build() {
+            Group group = options.group();
             boolean gpuMode = Settings.gpuMode(group);
             if (group != null) {
                 checkGroupMode();
@@ -1566,6 +1546,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
         /** Group mode's worker count is the group's size; what it cannot do yet is refused here, before anything starts. */
         private void checkGroupMode() {
+            Group group = options.group();
             if (workersSet && workers != group.worldSize()) {
                 throw new IllegalArgumentException("workers=" + workers + " with group(...) of worldSize=" + group.worldSize()
                         + ": in group mode the group's ranks are the workers, one per rank (fix: leave workers unset)");
@@ -1584,7 +1565,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * first so that a machine without a GPU backend is told about them too.
          */
         private void checkGpuMode() {
-            String mode = "GPU mode (group(...) on transport=" + group.transport().name() + ")";
+            String mode = "GPU mode (group(...) on transport=" + options.group().transport().name() + ")";
             if (sharding != null) {
                 throw new IllegalArgumentException("sharding=" + sharding + " in " + mode + ": expected no sharding; GPU"
                         + " mode all-reduces the whole gradient view in place on the device, while the sharded updater's"

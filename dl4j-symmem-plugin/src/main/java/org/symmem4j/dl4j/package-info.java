@@ -7,7 +7,7 @@
  *       replica's updater (exact, with BatchNorm's running statistics, the user's listeners, buckets,
  *       overlap, gradient accumulation, bf16 transfer, ZeRO stages 1 and 2), and its GPU mode for DL4J's CUDA
  *       backend on Ampere/Ada GPUs: gradients summed in place on ND4J's device buffers, on ND4J's stream
- *       ({@link org.symmem4j.dl4j.Nd4jDeviceGradients}; not run on a GPU in this project).</li>
+ *       ({@link org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients}; not run on a GPU in this project).</li>
  *   <li>{@link org.symmem4j.dl4j.SymmemGradientsAccumulator}: the same exact all-reduce inside DL4J's
  *       own {@code ParallelWrapper}, as the accumulator of its CUSTOM training mode: two added lines
  *       in existing ParallelWrapper code; works around ParallelWrapper's second-fit deadlock, its reset

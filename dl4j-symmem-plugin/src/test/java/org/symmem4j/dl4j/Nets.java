@@ -33,7 +33,7 @@ public final class Nets {
     private Nets() {
     }
 
-    static IUpdater updater(String name) {
+    public static IUpdater updater(String name) {
         return switch (name) {
             case "sgd" -> new Sgd(0.1);
             case "adam" -> new Adam(0.01);
@@ -41,7 +41,7 @@ public final class Nets {
         };
     }
 
-    static MultiLayerNetwork mlp(IUpdater updater, DataType dtype) {
+    public static MultiLayerNetwork mlp(IUpdater updater, DataType dtype) {
         MultiLayerConfiguration conf = new NeuralNetConfiguration.Builder()
                 .seed(42).dataType(dtype).updater(updater).weightInit(WeightInit.XAVIER)
                 .list()

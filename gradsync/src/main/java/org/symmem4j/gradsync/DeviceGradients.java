@@ -13,7 +13,7 @@ import org.symmem4j.parallel.DType;
  *
  * <p>Our own device buffers satisfy it with {@link #of}; DL4J's CUDA backend does through ND4J's data-buffer API (the
  * device pointer after making the device copy current, ND4J's execution stream, the device copy marked written): the
- * plugin's {@code org.symmem4j.dl4j.Nd4jDeviceGradients}, which needs an Ampere/Ada GPU with DL4J's CUDA backend
+ * plugin's {@code org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients}, which needs an Ampere/Ada GPU with DL4J's CUDA backend
  * ({@code nd4j-cuda-11.6} has no code for Hopper) and has not run on a GPU in this project.
  *
  * <p>Order of calls in a sync: {@link #beforeSync} first, then {@link #elements}, {@link #buffer}, {@link #dtype} and

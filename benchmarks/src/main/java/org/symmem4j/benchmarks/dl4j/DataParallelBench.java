@@ -22,7 +22,7 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.benchmarks.RawCsv;
-import org.symmem4j.dl4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.StepReport;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.examples.Cli;

@@ -40,7 +40,7 @@ import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
 import org.symmem4j.dl4j.GradientTransfer;
-import org.symmem4j.dl4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.StepReport;
 import org.symmem4j.dl4j.SymmemGradientsAccumulator;
 import org.symmem4j.dl4j.SymmemParallelWrapper;

@@ -20,7 +20,7 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.benchmarks.RawCsv;
-import org.symmem4j.dl4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.WorkerMemory;
 import org.symmem4j.dl4j.ZeroStage;

@@ -5,7 +5,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.api.shape.Shape;
 import org.nd4j.linalg.factory.Nd4j;
-import org.symmem4j.dl4j.ArrayCollectives;
+import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 
 /**
  * The messages stages exchange: one microbatch's activations (forward) or gradient (backward) as a

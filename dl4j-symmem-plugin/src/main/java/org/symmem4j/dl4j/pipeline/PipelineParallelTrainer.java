@@ -22,12 +22,13 @@ import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
-import org.symmem4j.dl4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.train.RankFailures;
+import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
-import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
@@ -97,12 +98,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** Told about every step, on the thread that called {@code fit()}. */
     @FunctionalInterface
-    public interface StepListener {
+    public interface StepListener extends org.symmem4j.dl4j.train.StepListener<PipelineStepReport> {
         /**
          * Called once per completed step, after its update.
          *
          * @param report the step's number, examples, loss and per-rank timelines
          */
+        @Override
         void onStep(PipelineStepReport report);
     }
 
@@ -146,17 +148,14 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.schedule = schedule;
         this.shape = shape;
         this.linkSlots = linkSlots;
-        this.timeout = b.timeout;
+        TrainerOptions<StepListener> o = b.options;
+        this.timeout = o.timeout();
         this.dataParallel = b.dataParallel;
-        this.group = b.group;
+        this.group = o.group();
         // in group mode this process runs one rank: ND4J's threads are the process's (the launcher sizes them)
-        this.ompThreadsPerRank = b.threadsPerRank(group != null ? 1 : shape.ranks() * b.dataParallel);
-        this.listeners = List.copyOf(b.listeners);
-        this.metrics = new PipelineMetrics(b.schedule.tag(), group == null ? Transport.HOST_IN_JVM : group.transport().name(),
-                b.metricTags);
-        if (b.registry != null) {
-            metrics.bindTo(b.registry);
-        }
+        this.ompThreadsPerRank = o.ndThreadsPerRank(group != null ? 1 : shape.ranks() * b.dataParallel);
+        this.listeners = o.stepListeners();
+        this.metrics = o.bind(new PipelineMetrics(b.schedule.tag(), o.transportName(), o.metricTags()));
         // group mode: this process holds one replica's stage copies (it trains those of its rank; the others
         // carry the configuration for mask propagation and receive the owners' state at copyParametersTo)
         int copies = group == null ? dataParallel : 1;
@@ -587,26 +586,16 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** Closes the trainer after a failed step; the exception carries the rank that caused the others to stop. */
     private PipelineTrainingException fail(List<Throwable> failures, List<Integer> failedRanks) {
-        int origin = 0;
-        for (int i = 0; i < failures.size(); i++) {
-            // ranks that only heard of another's failure (poisoned links, an aborted replica group) are not the origin
-            if (!(failures.get(i) instanceof PipelineAbortedException)
-                    && !(failures.get(i) instanceof PeerTimeoutException t && t.reason() == PeerTimeoutException.Reason.PEER_ABORTED)) {
-                origin = i;
-                break;
-            }
-        }
+        // ranks that only heard of another's failure (poisoned links, an aborted replica group) are not the origin
+        int origin = RankFailures.origin(failures, f -> f instanceof PipelineAbortedException
+                || f instanceof PeerTimeoutException t && t.reason() == PeerTimeoutException.Reason.PEER_ABORTED);
         Throwable cause = failures.get(origin);
         metrics.recordFailure(cause instanceof PeerTimeoutException t && t.reason() == PeerTimeoutException.Reason.DEADLINE_PASSED
                 ? PipelineMetrics.FailureReason.TIMEOUT : PipelineMetrics.FailureReason.ERROR);
         failed = "rank " + failedRanks.get(origin) + " at step " + step + ": " + cause;
         PipelineTrainingException out = new PipelineTrainingException("pipeline step " + step + " failed on rank "
                 + failedRanks.get(origin) + ": " + cause, failedRanks.get(origin), step, cause);
-        for (int i = 0; i < failures.size(); i++) {
-            if (i != origin) {
-                out.addSuppressed(failures.get(i));
-            }
-        }
+        RankFailures.suppressOthers(out, failures, origin);
         closed = true;
         stopWorkers();
         return out;
@@ -691,16 +680,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         private int stagesPerRank = 1;
         private int[] stageBoundaries;
         private int linkSlots;
-        private int ompThreadsPerRank;
-        private Duration timeout = GroupOptions.DEFAULT_TIMEOUT;
-        private MeterRegistry registry;
-        private Iterable<Tag> metricTags = Tags.empty();
-        private final List<StepListener> listeners = new ArrayList<>();
+        /** Group, timeout, meters, step listeners and ND4J threads: what every trainer's builder takes. */
+        private final TrainerOptions<StepListener> options = new TrainerOptions<>();
         private InputType inputType;
         private DataSet profileSample;
         private StageProfile profile;
         private int timelineSteps;
-        private Group group;
 
         private Builder(MultiLayerNetwork network, ComputationGraph graph) {
             this.network = network;
@@ -742,7 +727,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * @return this builder
          */
         public Builder group(Group group) {
-            this.group = Objects.requireNonNull(group, "group");
+            options.group(group);
             return this;
         }
 
@@ -846,10 +831,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * @throws IllegalArgumentException when {@code threads} is below 1
          */
         public Builder ompThreadsPerRank(int threads) {
-            if (threads < 1) {
-                throw new IllegalArgumentException("ompThreadsPerRank=" + threads + " expected >= 1");
-            }
-            this.ompThreadsPerRank = threads;
+            options.ndThreadsPerRank("ompThreadsPerRank", threads, "expected >= 1");
             return this;
         }
 
@@ -861,10 +843,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
          */
         public Builder timeout(Duration timeout) {
-            if (timeout == null || timeout.isNegative() || timeout.isZero()) {
-                throw new IllegalArgumentException("timeout=" + timeout + " expected a positive duration (default 60 s)");
-            }
-            this.timeout = timeout;
+            options.timeout(timeout, "expected a positive duration (default 60 s)");
             return this;
         }
 
@@ -878,8 +857,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * @return this builder
          */
         public Builder meterRegistry(MeterRegistry registry, Iterable<Tag> tags) {
-            this.registry = Objects.requireNonNull(registry, "registry");
-            this.metricTags = Objects.requireNonNull(tags, "tags");
+            options.meterRegistry(registry, tags);
             return this;
         }
 
@@ -900,7 +878,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * @return this builder
          */
         public Builder stepListener(StepListener listener) {
-            listeners.add(Objects.requireNonNull(listener, "listener"));
+            options.stepListener(listener);
             return this;
         }
 
@@ -962,10 +940,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             return this;
         }
 
-        int threadsPerRank(int ranks) {
-            return ompThreadsPerRank > 0 ? ompThreadsPerRank : Math.max(1, Runtime.getRuntime().availableProcessors() / ranks);
-        }
-
         /**
          * Checks everything, splits the network and builds the stages (copies of the network's layers,
          * parameters, updater state and counters). Threads start at the first {@code fit}.
@@ -975,6 +949,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * @return the trainer; close it to stop its threads and free its memory
          */
         public PipelineParallelTrainer build() {
+            Group group = options.group();
             if (group != null) {
                 checkGroup();
             }
@@ -1029,7 +1004,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             if (profileSample != null) {
                 // a replica's microbatch is 1/(microbatches x replicas) of the batch
                 measured = StageProfile.measure(network, profileSample, microbatches * dataParallel, PROFILE_STEPS,
-                        threadsPerRank(ranks * dataParallel), inputType);
+                        options.ndThreadsPerRank(ranks * dataParallel), inputType);
             }
             PipelineStageSplit split;
             if (stageBoundaries != null) {
@@ -1047,6 +1022,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
         /** Group mode: a host transport, and ranks x dataParallel = the group's size (ranks defaulting to it). */
         private void checkGroup() {
+            Group group = options.group();
             if (!group.transport().name().equals(group.hostTransport().name())) {
                 throw new IllegalArgumentException("group(...) on transport " + group.transport().name() + ": expected a host"
                         + " transport (" + group.hostTransport().name() + "): the stages' activations are DL4J CPU arrays in"
@@ -1081,7 +1057,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                     + schedule + ", stagesPerRank=" + stagesPerRank + ", ranks=" + ranks + ", dataParallel=" + dataParallel
                     + ", microbatches=" + microbatches + ", linkSlots=" + slots
                     + (measured ? ", split by measured times" : ", stage boundaries " + boundaries);
-            String rank0 = GroupExchange.agreeOnBuild(group, boundaries.toString(), description);
+            String rank0 = GroupExchange.agreeOnBuild(options.group(), boundaries.toString(), description);
             if (!measured || rank0.contentEquals(boundaries)) {
                 return split;
             }

@@ -1,7 +1,7 @@
 package org.symmem4j.dl4j.pipeline;
 
 import java.util.Map;
-import org.symmem4j.dl4j.ArrayCollectives;
+import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceMesh;
 import org.symmem4j.parallel.Group;

@@ -1,6 +1,7 @@
 package org.symmem4j.dl4j.pipeline;
 
 import java.util.List;
+import org.symmem4j.dl4j.train.TrainingStep;
 import org.symmem4j.pipeline.exec.StepTimeline;
 import org.symmem4j.pipeline.exec.TimelineReport;
 
@@ -15,7 +16,8 @@ import org.symmem4j.pipeline.exec.TimelineReport;
  *                  regularization term (L1, L2, weight decay) at the parameters before the update
  * @param timelines one timeline per rank, rank order: what each rank did during the step
  */
-public record PipelineStepReport(long step, long examples, double loss, List<StepTimeline> timelines) {
+public record PipelineStepReport(long step, long examples, double loss, List<StepTimeline> timelines)
+        implements TrainingStep {
 
     /** Copies the timelines (the report is immutable). */
     public PipelineStepReport {

@@ -1,17 +1,13 @@
 package org.symmem4j.dl4j.pipeline;
 
-import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.dl4j.train.TrainingException;
 
 /**
  * A pipeline step failed on a rank; the cause is that rank's exception. The trainer that threw it
- * cannot train further (stages may have updated their parameters or not): build a new one.
+ * cannot train further (stages may have updated their parameters or not): build a new one. A
+ * {@link TrainingException}, as every trainer's failure is.
  */
-public class PipelineTrainingException extends SymmemException {
-
-    /** The rank whose failure stopped the pipeline. */
-    private final int rank;
-    /** The step in which it failed. */
-    private final long step;
+public class PipelineTrainingException extends TrainingException {
 
     /**
      * A failure of one rank in one step.
@@ -22,26 +18,6 @@ public class PipelineTrainingException extends SymmemException {
      * @param cause   that rank's exception
      */
     public PipelineTrainingException(String message, int rank, long step, Throwable cause) {
-        super(message, cause);
-        this.rank = rank;
-        this.step = step;
-    }
-
-    /**
-     * The rank whose failure stopped the pipeline.
-     *
-     * @return the rank, from 0
-     */
-    public int rank() {
-        return rank;
-    }
-
-    /**
-     * The trainer's step number that failed.
-     *
-     * @return the step number, from 0
-     */
-    public long step() {
-        return step;
+        super(message, rank, step, cause);
     }
 }

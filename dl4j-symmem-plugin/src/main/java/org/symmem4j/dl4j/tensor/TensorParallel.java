@@ -14,7 +14,7 @@ import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.activations.IActivation;
 import org.nd4j.linalg.activations.impl.ActivationSoftmax;
-import org.symmem4j.dl4j.ArrayCollectives;
+import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.parallel.Communicator;
 
 /**

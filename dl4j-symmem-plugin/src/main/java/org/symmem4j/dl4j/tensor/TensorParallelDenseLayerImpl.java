@@ -3,7 +3,7 @@ package org.symmem4j.dl4j.tensor;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.layers.feedforward.dense.DenseLayer;
 import org.nd4j.linalg.api.buffer.DataType;
-import org.symmem4j.dl4j.ArrayCollectives;
+import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 
 /** DL4J's dense layer implementation bound to a tensor-parallel group; the two kinds add their sums. */
 public abstract class TensorParallelDenseLayerImpl extends DenseLayer implements TensorParallelLayer {

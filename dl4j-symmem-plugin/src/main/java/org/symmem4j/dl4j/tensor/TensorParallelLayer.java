@@ -1,6 +1,6 @@
 package org.symmem4j.dl4j.tensor;
 
-import org.symmem4j.dl4j.ArrayCollectives;
+import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 
 /**
  * A layer implementation bound to a tensor-parallel group ({@link TensorParallel#attach}): the column- and row-parallel

@@ -7,7 +7,7 @@ import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.nd4j.linalg.lossfunctions.ILossFunction;
 import org.nd4j.linalg.ops.transforms.Transforms;
 import org.nd4j.shade.jackson.annotation.JsonIgnore;
-import org.symmem4j.dl4j.ArrayCollectives;
+import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 
 /**
  * Softmax cross-entropy over a vocabulary split by columns over the tensor-parallel group (Megatron's vocabulary-parallel

@@ -12,7 +12,7 @@ import org.nd4j.common.primitives.Pair;
 import org.nd4j.linalg.activations.impl.ActivationIdentity;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
-import org.symmem4j.dl4j.ArrayCollectives;
+import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 
 /**
  * The layer of a {@link VocabParallelEmbeddingLayer}: DL4J's embedding layer on this rank's vocabulary rows

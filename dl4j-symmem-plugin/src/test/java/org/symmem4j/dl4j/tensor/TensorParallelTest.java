@@ -25,7 +25,7 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
-import org.symmem4j.dl4j.ArrayCollectives;
+import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.group.InJvmWorld;

@@ -1,4 +1,4 @@
-package org.symmem4j.dl4j;
+package org.symmem4j.dl4j.nd4j;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -162,13 +162,22 @@ public final class Nd4jDeviceGradients implements DeviceGradients {
         Nd4j.getAffinityManager().tagLocation(array, AffinityManager.Location.DEVICE);
     }
 
-    /** Whether ND4J runs a backend whose arrays live in host memory (nd4j-native). */
-    static boolean onCpuBackend() {
+    /**
+     * Whether ND4J runs a backend whose arrays live in host memory (nd4j-native), where {@link #of} refuses.
+     *
+     * @return true on ND4J's CPU backend
+     */
+    public static boolean onCpuBackend() {
         return Nd4j.getEnvironment().isCPU();
     }
 
-    /** Why {@code what} cannot run on ND4J's CPU backend, with the fix; for this class's and the wrapper's refusals. */
-    static String cpuBackendRefusal(String what) {
+    /**
+     * Why {@code what} cannot run on ND4J's CPU backend, with the fix; for this class's and the wrapper's refusals.
+     *
+     * @param what the mode or operation refused, as the message's subject
+     * @return the refusal's message: the backend found, the one expected, and the fix
+     */
+    public static String cpuBackendRefusal(String what) {
         return what + ": ND4J runs backend=" + Nd4j.getBackend().getClass().getName() + " (nd4j-native), whose arrays"
                 + " live in host memory; expected DL4J's CUDA backend, nd4j-cuda-11.6 1.0.0-M2.1, on an Ampere or Ada GPU"
                 + " (sm_80/sm_86: it carries no code for Hopper, so H100/H200 cannot run it) (fix: on an A100/RTX 30xx/"

@@ -1,4 +1,4 @@
-package org.symmem4j.dl4j;
+package org.symmem4j.dl4j.nd4j;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;

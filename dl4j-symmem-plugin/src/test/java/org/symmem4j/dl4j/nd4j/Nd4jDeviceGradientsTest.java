@@ -1,4 +1,4 @@
-package org.symmem4j.dl4j;
+package org.symmem4j.dl4j.nd4j;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -13,6 +13,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.indexing.NDArrayIndex;
+import org.symmem4j.dl4j.Nets;
 
 /**
  * What of the ND4J adapter runs on the CPU backend (the tests' nd4j-native): its refusals — the data type and a view

@@ -1,4 +1,4 @@
-package org.symmem4j.dl4j;
+package org.symmem4j.dl4j.nd4j;
 
 import org.nd4j.linalg.factory.Nd4j;
 

@@ -1,0 +1,156 @@
+package org.symmem4j.dl4j.train;
+
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tag;
+import io.micrometer.core.instrument.Tags;
+import io.micrometer.core.instrument.binder.MeterBinder;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.Transport;
+
+/**
+ * The options every trainer's builder takes, kept and checked in one place: group mode's group, the bound of every
+ * wait, the meter registry and its tags, the step listeners, ND4J's threads per rank. A trainer's builder owns one and
+ * keeps its public methods (their names, javadoc and messages are the trainer's); their bodies delegate here.
+ *
+ * @param <L> the trainer's step listener
+ */
+public final class TrainerOptions<L> {
+
+    private Group group;
+    private Duration timeout = GroupOptions.DEFAULT_TIMEOUT;
+    private MeterRegistry registry;
+    private Iterable<Tag> metricTags = Tags.empty();
+    private final List<L> stepListeners = new ArrayList<>();
+    private int ndThreadsPerRank;
+
+    /** Thread mode, the default timeout, no meters, no listeners, ND4J's threads shared among the ranks. */
+    public TrainerOptions() {
+    }
+
+    /**
+     * Group mode: this process (or thread) is one rank of {@code group}.
+     *
+     * @param group the group, this rank's view of it
+     * @throws NullPointerException when {@code group} is null
+     */
+    public void group(Group group) {
+        this.group = Objects.requireNonNull(group, "group");
+    }
+
+    /**
+     * The bound of every wait for another rank.
+     *
+     * @param timeout     positive
+     * @param expectation the trainer's words for the rule and the default, after {@code timeout=<value>} in the refusal
+     * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
+     */
+    public void timeout(Duration timeout, String expectation) {
+        this.timeout = requirePositive(timeout, expectation);
+    }
+
+    /**
+     * Checks a trainer's timeout, the bound of every wait for another rank.
+     *
+     * @param timeout     positive
+     * @param expectation the trainer's words for the rule and the default, after {@code timeout=<value>} in the refusal
+     * @return {@code timeout}
+     * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
+     */
+    public static Duration requirePositive(Duration timeout, String expectation) {
+        if (timeout == null || timeout.isNegative() || timeout.isZero()) {
+            throw new IllegalArgumentException("timeout=" + timeout + " " + expectation);
+        }
+        return timeout;
+    }
+
+    /**
+     * ND4J (OpenMP and BLAS) threads per rank; unset, {@link #ndThreadsPerRank(int)} shares the cores.
+     *
+     * @param setting     the builder method's name, as the refusal names it
+     * @param threads     at least 1
+     * @param expectation the trainer's words for the rule, after {@code setting=<value>} in the refusal
+     * @throws IllegalArgumentException when {@code threads} is below 1
+     */
+    public void ndThreadsPerRank(String setting, int threads, String expectation) {
+        if (threads < 1) {
+            throw new IllegalArgumentException(setting + "=" + threads + " " + expectation);
+        }
+        this.ndThreadsPerRank = threads;
+    }
+
+    /**
+     * Records the trainer's metrics into {@code registry}, {@code tags} on every meter.
+     *
+     * @param registry any Micrometer registry
+     * @param tags     added to every meter
+     * @throws NullPointerException when either is null
+     */
+    public void meterRegistry(MeterRegistry registry, Iterable<Tag> tags) {
+        this.registry = Objects.requireNonNull(registry, "registry");
+        this.metricTags = Objects.requireNonNull(tags, "tags");
+    }
+
+    /**
+     * Adds a step listener, called in the order added.
+     *
+     * @param listener the listener
+     * @throws NullPointerException when {@code listener} is null
+     */
+    public void stepListener(L listener) {
+        stepListeners.add(Objects.requireNonNull(listener, "listener"));
+    }
+
+    /** {@return group mode's group; null in thread mode} */
+    public Group group() {
+        return group;
+    }
+
+    /** {@return the bound of every wait for another rank (default {@link GroupOptions#DEFAULT_TIMEOUT})} */
+    public Duration timeout() {
+        return timeout;
+    }
+
+    /** {@return the tags on every meter} */
+    public Iterable<Tag> metricTags() {
+        return metricTags;
+    }
+
+    /** {@return the step listeners, in the order added; an unmodifiable copy} */
+    public List<L> stepListeners() {
+        return List.copyOf(stepListeners);
+    }
+
+    /**
+     * ND4J's threads for each of the ranks this process runs at once.
+     *
+     * @param localRanks the ranks of this process that compute at the same time
+     * @return the threads set, or the cores divided by {@code localRanks}, at least 1
+     */
+    public int ndThreadsPerRank(int localRanks) {
+        return ndThreadsPerRank > 0 ? ndThreadsPerRank : Math.max(1, Runtime.getRuntime().availableProcessors() / localRanks);
+    }
+
+    /** {@return the transport the metrics name: the group's, or the in-JVM host transport of thread mode} */
+    public String transportName() {
+        return group == null ? Transport.HOST_IN_JVM : group.transport().name();
+    }
+
+    /**
+     * Binds the trainer's meters to the registry, when one was given.
+     *
+     * @param meters the trainer's meter binder
+     * @param <M>    its type
+     * @return {@code meters}
+     */
+    public <M extends MeterBinder> M bind(M meters) {
+        if (registry != null) {
+            meters.bindTo(registry);
+        }
+        return meters;
+    }
+}

@@ -1,0 +1,20 @@
+/**
+ * The spine every trainer builds on, so that each trainer adds only what is its own (how a step computes and syncs):
+ *
+ * <ul>
+ *   <li>{@link org.symmem4j.dl4j.train.TrainingException}: every trainer's failure of a step on a rank, the base of
+ *       {@code DataParallelTrainingException} and {@code PipelineTrainingException}, so one catch block serves
+ *       them all.</li>
+ *   <li>{@link org.symmem4j.dl4j.train.StepListener} and {@link org.symmem4j.dl4j.train.TrainingStep}: the step
+ *       listener and what every step report says (step, examples, loss); each trainer's listener and report extend
+ *       them.</li>
+ *   <li>{@link org.symmem4j.dl4j.train.TrainerOptions}: the options every trainer's builder takes (group mode's group,
+ *       timeout, meter registry and tags, step listeners, ND4J threads per rank), kept and checked in one place; each
+ *       builder keeps its own public methods and delegates to it.</li>
+ *   <li>{@link org.symmem4j.dl4j.train.RankFailures}: a step's failures on several ranks merged into one exception,
+ *       the origin's, the echoes it caused suppressed.</li>
+ * </ul>
+ *
+ * <p>Imports nothing of the trainers ({@code org.symmem4j.dl4j}, {@code org.symmem4j.dl4j.pipeline}): they import it.
+ */
+package org.symmem4j.dl4j.train;
