@@ -20,8 +20,6 @@ import org.symmem4j.parallel.StoreTimeoutException;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.host.PeerProcesses;
-import org.symmem4j.parallel.host.SeatClaim;
-import org.symmem4j.parallel.host.SharedMemoryFiles;
 import org.symmem4j.parallel.host.SharedMemoryTransport;
 import org.symmem4j.parallel.rendezvous.InMemoryStore;
 import org.symmem4j.parallel.rendezvous.JobIdentity;
@@ -44,10 +42,11 @@ import org.symmem4j.parallel.sync.ProcessLiveness;
  * and back-to-back groups on one port simply wait for the previous store to go.
  *
  * <p>Two jobs with the same run id (one parent starting both without {@code SYMMEM4J_RUN_ID}) are told
- * apart by their processes: every rank claims its seat on the host first ({@link SeatClaim}), so a
- * second live process claiming one fails at once, and the group of the first fails at its next set-up
- * exchange, before any data moves; and rank 0 hands every rank a random launch token with the member
- * records, which every shared-memory file's pad carries and every mapper checks.
+ * apart by their processes: every rank claims its seat on the host first (SeatClaim: a record lock
+ * the kernel releases when the process ends), so a second live process claiming one fails at once, and
+ * the group of the first fails at its next set-up exchange, before any data moves; and rank 0 hands
+ * every rank a random launch token with the member records, which every shared-memory file's pad
+ * carries and every mapper checks.
  *
  * <p>Failing set-up together: the first rank whose set-up exchange fails publishes the culprits in the
  * store; every other rank fails naming the same ranks, and acknowledges. Rank 0 keeps its store up until
@@ -101,7 +100,6 @@ public final class ProcessGroup implements Group {
         String address = config.runId() + "@" + config.masterAddr() + ":" + config.masterPort() + "#" + config.rank();
         long generation = GENERATIONS.computeIfAbsent(address, k -> new AtomicLong()).getAndIncrement();
         this.identity = new JobIdentity(config.runId(), generation, config.worldSize());
-        SharedMemoryFiles.sweepStale(); // files of processes gone since: their seat claims among them
         this.seat = SeatClaim.claim(config.runId(), generation, config.masterAddr(), config.masterPort(), config.rank());
         TcpStoreServer srv = null;
         byte[] served = null;
@@ -125,7 +123,6 @@ public final class ProcessGroup implements Group {
             }
         } catch (RuntimeException e) {
             seat.close();
-            SharedMemoryFiles.sweepStale(); // rank 0 killed before this rank joined left its seat claim
             throw e;
         }
         this.server = srv;
@@ -659,7 +656,6 @@ public final class ProcessGroup implements Group {
             secret.unpublish(servedSecret);
         }
         seat.close();
-        SharedMemoryFiles.sweepStale(); // a peer killed during set-up may have left its files: its seat claim among them
     }
 
     @Override
