@@ -102,9 +102,10 @@ public final class SharedMemoryTransport implements Transport {
                 throw new SymmemException("symmetric memory allocate: sizes differ across ranks: " + sizes
                         + " (every rank must allocate the same number of bytes)");
             }
-            // A file this rank cannot map or check is not reported at once: its owner may have removed it because
-            // it gave up on the set-up (a peer died), or a sweep may have removed a dead peer's file. The exchange
-            // below finds out which rank failed, and every rank fails alike.
+            // A peer's file that is gone is not reported at once: its owner may have removed it because it gave up
+            // on the set-up (a peer died), or a sweep may have removed a dead peer's file. The exchange below finds
+            // out which rank failed, and every rank fails alike. A file that is there but wrong (another user's,
+            // another launch's, the wrong size) is refused at once.
             RuntimeException mapFailure = null;
             for (int r = 0; r < n && mapFailure == null; r++) {
                 try {
@@ -112,7 +113,7 @@ public final class SharedMemoryTransport implements Transport {
                     pads[r] = file.asSlice(0, padBytes);
                     datas[r] = file.asSlice(padBytes, bytes);
                     SignalPadLayout.verify(pads[r], n, r, slots, bytes, peers.launchToken());
-                } catch (RuntimeException e) {
+                } catch (SharedMemoryFiles.FileGoneException e) {
                     mapFailure = e;
                 }
             }
