@@ -14,7 +14,6 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
-import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -41,13 +40,12 @@ class FaultInjectionTest {
 
     /** The failure line of a rank's log and everything after it. */
     static String failure(String log) {
-        int i = log.indexOf("FAILED ");
-        return i < 0 ? "" : log.substring(i);
+        return FaultSoak.failure(log);
     }
 
     /** Whether {@code text} names rank {@code r}: "rank 1 (pid ...)", "rank=1", "ranks [0, 1]", ... */
     static boolean namesRank(String text, int r) {
-        return Pattern.compile("rank[ =]" + r + "\\b|ranks \\[[0-9, ]*\\b" + r + "\\b").matcher(text).find();
+        return FaultSoak.namesRank(text, r);
     }
 
     static void assertSurvivorsFailedNaming(Workers w, int victim, int[] codes) {

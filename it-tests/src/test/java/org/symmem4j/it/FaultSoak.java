@@ -37,7 +37,9 @@ import org.symmem4j.parallel.host.SharedMemoryFiles;
  *       survivors must end within the timeout blaming it; then it is continued and must end too.</li>
  * </ul>
  *
- * <p>Usage: {@code java -cp <it-tests test classes>:<their class path> org.symmem4j.it.FaultSoak
+ * <p>Usage (no JUnit needed; the class path needs it-tests' test classes, parallel's and pipeline's classes,
+ * pipeline's test classes, slf4j-api and micrometer-core with its dependencies):
+ * {@code java --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -cp <that> org.symmem4j.it.FaultSoak
  * kill=200 stop=200 seed=1 parallel=4 out=fault-soak.md} (every argument optional; defaults 200, 200,
  * 1, 1, target/fault-soak.md; {@code killPhase=set-up|mid-collective} and {@code stopAlgorithm=RING|ONE_SHOT|TWO_SHOT}
  * narrow the trials). Run it from a directory where {@code target/worker-logs} may be written.
@@ -260,8 +262,18 @@ public final class FaultSoak {
             return false;
         }
         List<Integer> blame = blame(log);
-        return blame != null ? blame.equals(List.of(victim)) : FaultInjectionTest.namesRank(FaultInjectionTest.failure(log),
-                victim);
+        return blame != null ? blame.equals(List.of(victim)) : namesRank(failure(log), victim);
+    }
+
+    /** The failure line of a rank's log and everything after it. */
+    static String failure(String log) {
+        int i = log.indexOf("FAILED ");
+        return i < 0 ? "" : log.substring(i);
+    }
+
+    /** Whether {@code text} names rank {@code r}: "rank 1 (pid ...)", "rank=1", "ranks [0, 1]", ... */
+    static boolean namesRank(String text, int r) {
+        return Pattern.compile("rank[ =]" + r + "\\b|ranks \\[[0-9, ]*\\b" + r + "\\b").matcher(text).find();
     }
 
     private static void write(Path out, List<Trial> all, long seed, int planned, int parallel) throws IOException {

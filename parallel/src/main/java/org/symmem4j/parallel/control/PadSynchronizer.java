@@ -416,9 +416,18 @@ public final class PadSynchronizer implements WaitSubject {
         if (!marked && waitedNanos >= halfTimeoutNanos) {
             marked = true;
             for (int p = 0; p < worldSize; p++) {
-                // acquire: pairs with p's release in beat()
-                heartbeatAtMark[p] = (long) LONG.getAcquire(pads[p], WAIT_HEARTBEAT_OFFSET);
+                heartbeatAtMark[p] = heartbeatOf(p);
             }
+        }
+    }
+
+    /** Rank {@code p}'s heartbeat, or -1 once its pad is no longer mapped here (in-JVM: p freed it after an abort). */
+    private long heartbeatOf(int p) {
+        try {
+            // acquire: pairs with p's release in beat()
+            return (long) LONG.getAcquire(pads[p], WAIT_HEARTBEAT_OFFSET);
+        } catch (IllegalStateException unmapped) {
+            return -1;
         }
     }
 
@@ -580,13 +589,17 @@ public final class PadSynchronizer implements WaitSubject {
                 continue;
             }
             seen[p] = true;
-            // acquire: pairs with p's release in beat(); p's waitingFor below is at least that recent
-            long beats = (long) LONG.getAcquire(pads[p], WAIT_HEARTBEAT_OFFSET);
-            if (beats == heartbeatAtMark[p]) {
+            long beats = heartbeatOf(p); // p's waitingFor below is at least as recent
+            if (beats == heartbeatAtMark[p] || beats < 0) {
                 culprits.add(p);
             } else {
                 blocked.add(p);
-                long waitsFor = pads[p].get(ValueLayout.JAVA_LONG, WAITING_FOR_OFFSET) - 1;
+                long waitsFor;
+                try {
+                    waitsFor = pads[p].get(ValueLayout.JAVA_LONG, WAITING_FOR_OFFSET) - 1;
+                } catch (IllegalStateException unmapped) {
+                    waitsFor = -1;
+                }
                 if (waitsFor >= 0 && waitsFor < worldSize) {
                     todo.add((int) waitsFor);
                 }
