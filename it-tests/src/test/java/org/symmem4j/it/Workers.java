@@ -69,11 +69,18 @@ final class Workers implements AutoCloseable {
         this.launch = launch;
     }
 
+    /** Ports handed out by {@link #freePort()} in this JVM: trials running side by side (the soak) never share one. */
+    private static final java.util.Set<Integer> ISSUED = java.util.concurrent.ConcurrentHashMap.newKeySet();
+
     static int freePort() {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
-        } catch (IOException e) {
-            throw new IllegalStateException(e);
+        while (true) {
+            try (ServerSocket s = new ServerSocket(0)) {
+                if (ISSUED.add(s.getLocalPort())) {
+                    return s.getLocalPort();
+                }
+            } catch (IOException e) {
+                throw new IllegalStateException(e);
+            }
         }
     }
 
