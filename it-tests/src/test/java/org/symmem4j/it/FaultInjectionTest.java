@@ -14,21 +14,23 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.SplittableRandom;
-import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 import org.junit.jupiter.params.provider.ValueSource;
 import org.symmem4j.parallel.host.SharedMemoryFiles;
 import org.symmem4j.parallel.rendezvous.StoreSecret;
 
 /**
  * Faults injected into real cross-process groups, as an unlucky operator and an adversary would
- * cause them: SIGKILL during set-up and mid-collective (rank 0 included), SIGSTOP past the timeout,
- * a dead peer nobody reaps, two jobs started together on one port, jobs back to back on one port,
- * hostile clients against a running job's store (another Unix user among them), and a rank whose
- * collective fails locally. Every case asserts: no rank waits beyond the timeout plus a margin,
- * every survivor's error names the culprit, nothing is left in /dev/shm, and no job ever computes
- * with another job's data (every all-reduce result is checked).
+ * cause them: SIGKILL during set-up (also with another survivor descheduled around it) and
+ * mid-collective (rank 0 included), SIGSTOP past the timeout (also inside a 4-rank RING), a dead peer
+ * nobody reaps, two jobs started together on one port, two jobs with the same run id, jobs back to back
+ * on one port, hostile clients against a running job's store (another Unix user among them), and a rank
+ * whose collective fails locally. Every case asserts: no rank waits beyond the timeout plus a margin,
+ * every survivor's error names the culprit (where it says, {@code BLAME}, that culprit and no other),
+ * nothing is left in /dev/shm, and no job ever computes with another job's data (every all-reduce result
+ * is checked).
  */
 class FaultInjectionTest {
 
@@ -38,13 +40,12 @@ class FaultInjectionTest {
 
     /** The failure line of a rank's log and everything after it. */
     static String failure(String log) {
-        int i = log.indexOf("FAILED ");
-        return i < 0 ? "" : log.substring(i);
+        return FaultSoak.failure(log);
     }
 
     /** Whether {@code text} names rank {@code r}: "rank 1 (pid ...)", "rank=1", "ranks [0, 1]", ... */
     static boolean namesRank(String text, int r) {
-        return Pattern.compile("rank[ =]" + r + "\\b|ranks \\[[0-9, ]*\\b" + r + "\\b").matcher(text).find();
+        return FaultSoak.namesRank(text, r);
     }
 
     static void assertSurvivorsFailedNaming(Workers w, int victim, int[] codes) {
@@ -84,6 +85,84 @@ class FaultInjectionTest {
             assertWithin(killedAt, ends, victim, TIMEOUT_MS + MARGIN_MS, "victim " + victim + " killed " + delayMs + " ms in");
             assertSurvivorsFailedNaming(w, victim, w.awaitExit(1_000));
             CrossProcessTest.assertNoFilesOf(w.pids());
+        }
+    }
+
+    /**
+     * A peer is killed while the group sets up its memories and another survivor is descheduled (SIGSTOP)
+     * for 1.5 s around the kill, so it reaches the store and its peers' files only after rank 0 gave up:
+     * it must still blame the dead peer, not rank 0 (whose files are gone and whose store was closing).
+     */
+    @ParameterizedTest(name = "kill rank {0}, deschedule rank {1}")
+    @CsvSource({"1, 2", "2, 1"})
+    void aSurvivorDescheduledDuringSetUpBlamesTheKilledPeerNotALiveRankZero(int victim, int paused) throws Exception {
+        try (Workers w = Workers.start(3, "loop", TIMEOUT_MS)) {
+            for (int r = 0; r < 3; r++) {
+                assertTrue(w.awaitLog(r, "JOINED", 60_000), "rank " + r + " never joined; log:\n" + w.log(r));
+            }
+            // the group formed; its communicator's and memory's files are being set up, which needs every rank
+            w.signal(paused, "STOP");
+            long killedAt = System.nanoTime();
+            w.signal(victim, "KILL");
+            Thread.sleep(1500);
+            w.signal(paused, "CONT");
+            long[] ends = w.awaitExitTimes(TIMEOUT_MS + MARGIN_MS + 5_000);
+            assertWithin(killedAt, ends, victim, TIMEOUT_MS + MARGIN_MS, "victim " + victim + " killed, rank " + paused
+                    + " paused");
+            assertSurvivorsBlameOnly(w, victim, w.awaitExit(1_000));
+            CrossProcessTest.assertNoFilesOf(w.pids());
+        }
+    }
+
+    /**
+     * SIGSTOP of one rank of four inside RING all-reduces: its ring neighbours wait for it, and the rank
+     * opposite waits for them. Every survivor must blame the stopped rank, never a neighbour that is
+     * merely waiting as well.
+     */
+    @ParameterizedTest(name = "stop rank {0} of 4")
+    @ValueSource(ints = {3, 1})
+    void aRankStoppedInARingIsBlamedByEverySurvivor(int victim) throws Exception {
+        try (Workers w = Workers.start(Workers.Launch.of(4, "loop", TIMEOUT_MS).withEnv(ProcessWorker.ALGORITHM_ENV, "RING")
+                .withEnv(ProcessWorker.COUNT_ENV, "262144"))) {
+            for (int r = 0; r < 4; r++) {
+                assertTrue(w.awaitLog(r, "READY", 90_000), "rank " + r + " never got going; log:\n" + w.log(r));
+            }
+            Thread.sleep(new SplittableRandom(victim).nextLong(0, 100));
+            long stoppedAt = System.nanoTime();
+            w.signal(victim, "STOP");
+            long[] ends = new long[4];
+            long deadline = System.nanoTime() + (TIMEOUT_MS + MARGIN_MS + 5_000) * 1_000_000;
+            boolean all = false;
+            while (!all && System.nanoTime() < deadline) {
+                all = true;
+                for (int r = 0; r < 4; r++) {
+                    if (r != victim && ends[r] == 0) {
+                        if (w.isAlive(r)) {
+                            all = false;
+                        } else {
+                            ends[r] = System.nanoTime();
+                        }
+                    }
+                }
+                Thread.sleep(5);
+            }
+            assertWithin(stoppedAt, ends, victim, TIMEOUT_MS + MARGIN_MS, "survivors of a stopped rank " + victim);
+            w.signal(victim, "CONT");
+            long[] victimEnd = w.awaitExitTimes(TIMEOUT_MS + MARGIN_MS);
+            assertNotEquals(0, victimEnd[victim], "the resumed rank must end: " + w.log(victim));
+            assertSurvivorsBlameOnly(w, victim, w.awaitExit(1_000));
+            CrossProcessTest.assertNoFilesOf(w.pids());
+        }
+    }
+
+    /** Every survivor failed (exit 3), and its error blamed exactly {@code victim} ({@code BLAME [victim]}). */
+    static void assertSurvivorsBlameOnly(Workers w, int victim, int[] codes) {
+        assertSurvivorsFailedNaming(w, victim, codes);
+        for (int r = 0; r < codes.length; r++) {
+            if (r != victim) {
+                assertEquals(List.of(victim), FaultSoak.blame(w.log(r)), "rank " + r + " must blame rank " + victim
+                        + " and no other; log:\n" + w.log(r));
+            }
         }
     }
 
@@ -210,6 +289,60 @@ class FaultInjectionTest {
             all.addAll(b.pids());
             winner.close();
             winner.awaitExit(10_000);
+            CrossProcessTest.assertNoFilesOf(all);
+        }
+    }
+
+    /**
+     * Two jobs that one parent starts at once on one port with no run id set get the same default run id
+     * (the parent) and the same identity in every respect: the store alone cannot tell which rank belongs
+     * to which. Each job adds its own number to its data, so a group that paired one job's rank with the
+     * other's would compute a wrong sum. No rank may ever compute with the other job's data: a job either
+     * completes with its own sums, or every rank of it refuses with an error saying why and how to fix it.
+     */
+    @Test
+    void twoJobsWithTheSameRunIdNeverComputeWithEachOthersData() throws Exception {
+        int port = Workers.freePort();
+        Workers.Launch same = Workers.Launch.of(2, "loop 2000", TIMEOUT_MS).onPort(port).withRunId(null);
+        try (Workers a = Workers.start(same.withEnv(ProcessWorker.JOB_SALT_ENV, "100"));
+             Workers b = Workers.start(same.withEnv(ProcessWorker.JOB_SALT_ENV, "200"))) {
+            int[] codesA = a.awaitExit(TIMEOUT_MS + MARGIN_MS + 60_000);
+            int[] codesB = b.awaitExit(TIMEOUT_MS + MARGIN_MS + 60_000);
+            ProcessHandle self = ProcessHandle.current();
+            String defaultRunId = "ppid-" + self.pid() + "-" + self.info().startInstant().orElseThrow().toEpochMilli();
+            for (Workers w : List.of(a, b)) {
+                for (int r = 0; r < 2; r++) {
+                    assertTrue(w.log(r).contains(defaultRunId), "every rank must have this JVM's default run id ("
+                            + defaultRunId + ") for this test to mean anything:\n" + w.log(r));
+                }
+            }
+            int refused = 0;
+            for (Workers w : List.of(a, b)) {
+                int[] codes = w == a ? codesA : codesB;
+                for (int r = 0; r < 2; r++) {
+                    assertFalse(w.log(r).contains("CORRUPT"), "a rank computed with the other job's data:\n" + w.log(r));
+                }
+                if (codes[0] == 0 && codes[1] == 0) {
+                    for (int r = 0; r < 2; r++) {
+                        assertTrue(w.log(r).contains("SUMS 2000"), w.log(r));
+                        assertEquals(w.pids().toString().replace(",", ""), "[" + w.log(r).lines()
+                                .filter(l -> l.startsWith("MEMBERS ")).findFirst().orElseThrow().substring(8) + "]",
+                                "a job that completed must have been formed of its own processes");
+                    }
+                } else {
+                    refused++;
+                    for (int r = 0; r < 2; r++) {
+                        assertEquals(3, codes[r], "every rank of a refused job fails: " + w.log(r));
+                        String f = failure(w.log(r));
+                        assertTrue(f.contains("claimed twice") && f.contains("SYMMEM4J_RUN_ID"), "rank " + r
+                                + " must say that its seat was claimed twice, and the fix:\n" + w.log(r));
+                        assertFalse(w.log(r).contains("READY"), "a refused job never computes: " + w.log(r));
+                    }
+                }
+            }
+            assertTrue(refused >= 1, "two jobs with one identity cannot both run");
+            List<Long> all = new ArrayList<>(a.pids());
+            all.addAll(b.pids());
             CrossProcessTest.assertNoFilesOf(all);
         }
     }

@@ -17,6 +17,7 @@ import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
@@ -44,7 +45,12 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
  *       {@code rank + 1}, each result checked against {@code N(N+1)/2} (a result mixed with another
  *       job's prints {@code CORRUPT ...} and exits 4); prints {@code READY} after 200. Without an
  *       iteration count it runs until something fails: then it prints
- *       {@code FAILED <exception>: <message>} and exits 3. With one it prints {@code SUMS <n>} and ends.
+ *       {@code FAILED <exception>: <message>} (and {@code BLAME [ranks]}, the ranks a
+ *       {@link PeerTimeoutException} in it holds responsible) and exits 3. With one it prints {@code SUMS <n>} and
+ *       ends. It prints {@code START} before joining, {@code JOINED} once the group formed (its memories are set up
+ *       next), {@code MEMBERS <pid>...} once they are; environment
+ *       {@code IT_JOB_SALT=s} adds {@code s} to every rank's data (a job's own numbers, so a group mixing two jobs'
+ *       ranks computes wrong sums), {@code IT_ALGORITHM} runs one algorithm only, {@code IT_COUNT} sets the floats per all-reduce (4096).
  *       {@code faultyRank} passes a buffer that another of its threads frees while it waits inside the
  *       collective at {@code faultyIteration} (a local failure inside a collective; its peers arrive once
  *       it is freed); with a fifth argument {@code halt} it halts the JVM with code 7 there instead (a
@@ -85,6 +91,12 @@ public final class ProcessWorker {
             System.exit(0);
         } catch (Throwable t) {
             System.out.println("FAILED " + t.getClass().getName() + ": " + t.getMessage());
+            for (Throwable c = t; c != null; c = c.getCause()) {
+                if (c instanceof PeerTimeoutException p) {
+                    System.out.println("BLAME " + p.missingRanks()); // the ranks this rank's error holds responsible
+                    break;
+                }
+            }
             t.printStackTrace(System.out);
             System.out.flush();
             System.exit(3);
@@ -314,24 +326,49 @@ public final class ProcessWorker {
         }
     }
 
+    /** Environment variable of the {@code loop} scenario: a number (default 0) every rank of the job adds to its data. */
+    static final String JOB_SALT_ENV = "IT_JOB_SALT";
+    /** Environment variable of the {@code loop} scenario: the one algorithm to run (default: ONE_SHOT, TWO_SHOT, RING in turn). */
+    static final String ALGORITHM_ENV = "IT_ALGORITHM";
+    /** Environment variable of the {@code loop} scenario: floats per all-reduce (default 4096). */
+    static final String COUNT_ENV = "IT_COUNT";
+
     private static void loop(String[] args) {
         long iterations = args.length > 1 ? Long.parseLong(args[1]) : Long.MAX_VALUE;
         int faultyRank = args.length > 3 ? Integer.parseInt(args[2]) : -1;
         long faultyIteration = args.length > 3 ? Long.parseLong(args[3]) : -1;
         boolean halt = args.length > 4 && args[4].equals("halt");
-        boolean freed = args.length > 3 && !halt;
-        int count = 4096;
-        try (ProcessGroup group = ProcessGroup.fromEnvironment();
-             Communicator comm = Communicator.create(group);
+        int count = Integer.parseInt(System.getenv().getOrDefault(COUNT_ENV, "4096"));
+        System.out.println("START");
+        System.out.flush();
+        try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
+            System.out.println("JOINED");
+            System.out.flush();
+            loop(group, iterations, faultyRank, faultyIteration, halt, !halt && faultyRank >= 0, count);
+        }
+    }
+
+    private static void loop(ProcessGroup group, long iterations, int faultyRank, long faultyIteration, boolean halt,
+                             boolean freed, int count) {
+        try (Communicator comm = Communicator.create(group);
              SymmetricMemory mem = SymmetricMemory.allocate(group, 4L * count);
              Arena arena = Arena.ofConfined()) {
             System.out.println("RUN " + group.identity().runId() + " generation " + group.identity().generation());
+            StringBuilder members = new StringBuilder("MEMBERS");
+            for (int r = 0; r < group.worldSize(); r++) {
+                members.append(' ').append(group.pid(r));
+            }
+            System.out.println(members);
             System.out.flush();
             int n = group.worldSize();
-            float expected = n * (n + 1) / 2f;
-            Algorithm[] algorithms = {Algorithm.ONE_SHOT, Algorithm.TWO_SHOT, Algorithm.RING};
+            // a job's own data: salt + rank + 1 on every rank, so a group that mixes two jobs' ranks sums wrongly
+            float salt = Integer.parseInt(System.getenv().getOrDefault(JOB_SALT_ENV, "0"));
+            float expected = n * salt + n * (n + 1) / 2f;
+            String only = System.getenv(ALGORITHM_ENV);
+            Algorithm[] algorithms = only == null ? new Algorithm[] {Algorithm.ONE_SHOT, Algorithm.TWO_SHOT, Algorithm.RING}
+                    : new Algorithm[] {Algorithm.valueOf(only)};
             for (long it = 0; it < iterations; it++) {
-                Algorithm algorithm = algorithms[(int) (it % 3)];
+                Algorithm algorithm = algorithms[(int) (it % algorithms.length)];
                 if (group.rank() == faultyRank && it == faultyIteration && halt) {
                     System.out.println("HALT with code 7 at iteration " + it);
                     System.out.flush();
@@ -348,7 +385,7 @@ public final class ProcessWorker {
                 } else {
                     mem.local().asSlice(0, 4L * count).fill((byte) 0);
                     for (int i = 0; i < count; i++) {
-                        mem.local().setAtIndex(ValueLayout.JAVA_FLOAT, i, group.rank() + 1);
+                        mem.local().setAtIndex(ValueLayout.JAVA_FLOAT, i, salt + group.rank() + 1);
                     }
                     comm.allReduce(mem, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
                     for (int i = 0; i < count; i += 97) {

@@ -23,24 +23,36 @@ final class Workers implements AutoCloseable {
 
     /** How to start a job. */
     record Launch(int worldSize, String scenario, long timeoutMillis, int port, String runId, boolean ownShell,
-                  int unreapedRank) {
+                  int unreapedRank, Map<String, String> extraEnv) {
 
         static Launch of(int worldSize, String scenario, long timeoutMillis) {
-            return new Launch(worldSize, scenario, timeoutMillis, freePort(), "it-" + UUID.randomUUID(), false, -1);
+            return new Launch(worldSize, scenario, timeoutMillis, freePort(), "it-" + UUID.randomUUID(), false, -1, Map.of());
         }
 
         Launch onPort(int p) {
-            return new Launch(worldSize, scenario, timeoutMillis, p, runId, ownShell, unreapedRank);
+            return new Launch(worldSize, scenario, timeoutMillis, p, runId, ownShell, unreapedRank, extraEnv);
         }
 
         /** All ranks started by one shell of their own, with no run id set: the default (their parent) applies. */
         Launch launchedByOwnShell() {
-            return new Launch(worldSize, scenario, timeoutMillis, port, null, true, unreapedRank);
+            return new Launch(worldSize, scenario, timeoutMillis, port, null, true, unreapedRank, extraEnv);
+        }
+
+        /** Every rank started with run id {@code id}, or, when null, with none (the default, this JVM's pid, applies). */
+        Launch withRunId(String id) {
+            return new Launch(worldSize, scenario, timeoutMillis, port, id, ownShell, unreapedRank, extraEnv);
         }
 
         /** Rank {@code r}'s parent is a process that never reaps its children. */
         Launch unreaped(int r) {
-            return new Launch(worldSize, scenario, timeoutMillis, port, runId, ownShell, r);
+            return new Launch(worldSize, scenario, timeoutMillis, port, runId, ownShell, r, extraEnv);
+        }
+
+        /** Every rank also gets environment variable {@code name=value}. */
+        Launch withEnv(String name, String value) {
+            Map<String, String> env = new java.util.LinkedHashMap<>(extraEnv);
+            env.put(name, value);
+            return new Launch(worldSize, scenario, timeoutMillis, port, runId, ownShell, unreapedRank, Map.copyOf(env));
         }
     }
 
@@ -57,11 +69,18 @@ final class Workers implements AutoCloseable {
         this.launch = launch;
     }
 
+    /** Ports handed out by {@link #freePort()} in this JVM: trials running side by side (the soak) never share one. */
+    private static final java.util.Set<Integer> ISSUED = java.util.concurrent.ConcurrentHashMap.newKeySet();
+
     static int freePort() {
-        try (ServerSocket s = new ServerSocket(0)) {
-            return s.getLocalPort();
-        } catch (IOException e) {
-            throw new IllegalStateException(e);
+        while (true) {
+            try (ServerSocket s = new ServerSocket(0)) {
+                if (ISSUED.add(s.getLocalPort())) {
+                    return s.getLocalPort();
+                }
+            } catch (IOException e) {
+                throw new IllegalStateException(e);
+            }
         }
     }
 
@@ -122,6 +141,8 @@ final class Workers implements AutoCloseable {
                 continue;
             } else {
                 ProcessBuilder pb = new ProcessBuilder(cmd);
+                pb.environment().remove("SYMMEM4J_RUN_ID"); // none set: the default run id (this JVM's pid) applies
+                pb.environment().remove("TORCHELASTIC_RUN_ID");
                 pb.environment().putAll(env);
                 pb.redirectErrorStream(true).redirectOutput(log.toFile());
                 Process p = pb.start();
@@ -152,6 +173,7 @@ final class Workers implements AutoCloseable {
         if (launch.runId() != null) {
             env.put("SYMMEM4J_RUN_ID", launch.runId());
         }
+        env.putAll(launch.extraEnv());
         return env;
     }
 

@@ -24,7 +24,10 @@ public class PeerTimeoutException extends SymmemException {
 
     /** The rank that waited. */
     private final int rank;
-    /** The ranks that did not arrive, ascending. */
+    /**
+     * The ranks that did not arrive, ascending; where the ranks waited for were blocked themselves, the
+     * ranks that held them up (neither arrived nor waited).
+     */
     private final List<Integer> missingRanks;
     /** What the waiting rank was doing. */
     private final String operation;
@@ -63,7 +66,9 @@ public class PeerTimeoutException extends SymmemException {
     }
 
     /**
-     * The ranks that did not arrive, ascending.
+     * The ranks that did not arrive, ascending: the ranks to blame. Where the ranks this rank waited for
+     * were blocked themselves (a ring neighbour waiting for a stopped rank), these are the ranks that held
+     * them up, which neither arrived nor waited.
      *
      * @return the missing ranks, ascending
      */

@@ -5,14 +5,18 @@ import static org.symmem4j.parallel.control.SignalPadLayout.ABORT_REASON_MAX_BYT
 import static org.symmem4j.parallel.control.SignalPadLayout.ABORT_REASON_OFFSET;
 import static org.symmem4j.parallel.control.SignalPadLayout.ABORT_WORD_OFFSET;
 import static org.symmem4j.parallel.control.SignalPadLayout.LONG;
+import static org.symmem4j.parallel.control.SignalPadLayout.WAITING_FOR_OFFSET;
+import static org.symmem4j.parallel.control.SignalPadLayout.WAIT_HEARTBEAT_OFFSET;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupAbort;
@@ -30,6 +34,13 @@ import org.symmem4j.parallel.sync.Waiter;
  * aborts the group, so every other waiting rank fails promptly instead of waiting out its own
  * timeout.
  *
+ * <p>Who is to blame on a timeout: a rank blocked in a wait bumps a heartbeat in its own pad and says
+ * there which rank it waits for ({@link SignalPadLayout#WAIT_HEARTBEAT_OFFSET}). A waiter whose deadline
+ * passes follows those from the ranks it misses: a missing rank that kept beating is blocked too, so
+ * the waiter follows it to the rank it waits for, until it reaches ranks that neither arrived nor
+ * waited during the second half of the wait (a stopped, hung or busy process). Those are named and
+ * blamed in the abort, on every rank alike, instead of a ring neighbour that merely waits as well.
+ *
  * <p>Used by one thread (the rank's); not thread-safe.
  */
 public final class PadSynchronizer implements WaitSubject {
@@ -38,6 +49,8 @@ public final class PadSynchronizer implements WaitSubject {
 
     /** Longest wait for an aborting peer to finish writing its reason after claiming the abort word. */
     private static final long ABORT_REASON_WAIT_NANOS = 2_000_000_000L;
+    /** Least time between two heartbeats of a blocked wait: peers read them only when their own wait times out. */
+    private static final long HEARTBEAT_INTERVAL_NANOS = 1_000_000L;
 
     private final Group group;
     private final int rank;
@@ -72,6 +85,13 @@ public final class PadSynchronizer implements WaitSubject {
     private long waitOffset;
     private long lastLivenessCheckNanos;
 
+    // Heartbeats: this rank's, published while it is blocked, and peers' as sampled once a wait is half over.
+    private final long halfTimeoutNanos;
+    private long heartbeats;
+    private long lastHeartbeatNanos;
+    private final long[] heartbeatAtMark;
+    private boolean marked;
+
     /**
      * This rank's synchronizer over the signal pads of {@code group}'s ranks.
      *
@@ -86,6 +106,8 @@ public final class PadSynchronizer implements WaitSubject {
         this.ownPad = pads[rank];
         this.waiter = new Waiter(group.options().idleStrategy().get(), group.options().timeout());
         this.livenessIntervalNanos = group.options().livenessInterval().toNanos();
+        this.halfTimeoutNanos = group.options().timeout().toNanos() / 2;
+        this.heartbeatAtMark = new long[worldSize];
         // An abort raised anywhere on this rank (another memory, a communicator, Group.abort) is
         // written into this memory's pads too, so peers waiting on this memory hear of it.
         this.detachFromGroupAbort = group.abortState().onRaise(this::writeAbort);
@@ -295,8 +317,7 @@ public final class PadSynchronizer implements WaitSubject {
         waitOffset = offset;
         waitTarget = target;
         waitPeer = peer;
-        lastLivenessCheckNanos = 0;
-        waiter.begin();
+        beginSlowWait();
         // acquire: same pairing as the fast-path load that sent us here
         while ((long) LONG.getAcquire(ownPad, offset) < target) {
             waiter.idle(this);
@@ -372,9 +393,58 @@ public final class PadSynchronizer implements WaitSubject {
         return (long) LONG.getAcquire(ownPad, SignalPadLayout.leftSlotOffset(worldSize, peer)) != 0;
     }
 
+    private void beginSlowWait() {
+        lastLivenessCheckNanos = 0;
+        lastHeartbeatNanos = -HEARTBEAT_INTERVAL_NANOS;
+        marked = false;
+        waiter.begin();
+    }
+
+    /**
+     * While blocked: says in this rank's pad which rank it waits for and bumps its heartbeat (at most
+     * once per {@link #HEARTBEAT_INTERVAL_NANOS}); once the wait is half over, samples every peer's
+     * heartbeat, against which {@link #blame} tells blocked peers from ones that neither arrive nor wait.
+     * Allocation-free.
+     */
+    private void beat(long waitedNanos) {
+        if (waitedNanos - lastHeartbeatNanos >= HEARTBEAT_INTERVAL_NANOS) {
+            lastHeartbeatNanos = waitedNanos;
+            ownPad.set(ValueLayout.JAVA_LONG, WAITING_FOR_OFFSET, firstMissing() + 1L); // published by the release below
+            // release: publishes waitingFor above; acquired by a timed-out peer's blame()
+            LONG.setRelease(ownPad, WAIT_HEARTBEAT_OFFSET, ++heartbeats);
+        }
+        if (!marked && waitedNanos >= halfTimeoutNanos) {
+            marked = true;
+            for (int p = 0; p < worldSize; p++) {
+                heartbeatAtMark[p] = heartbeatOf(p);
+            }
+        }
+    }
+
+    /** Rank {@code p}'s heartbeat, or -1 once its pad is no longer mapped here (in-JVM: p freed it after an abort). */
+    private long heartbeatOf(int p) {
+        try {
+            // acquire: pairs with p's release in beat()
+            return (long) LONG.getAcquire(pads[p], WAIT_HEARTBEAT_OFFSET);
+        } catch (IllegalStateException unmapped) {
+            return -1;
+        }
+    }
+
+    /** The first rank the current wait still waits for, or -1 (none known: a signal from any rank). No allocation. */
+    private int firstMissing() {
+        for (int p = 0; p < worldSize; p++) {
+            if (isMissing(p)) {
+                return p;
+            }
+        }
+        return waitKind == WaitKind.STEP || waitKind == WaitKind.SIGNAL ? waitPeer : -1;
+    }
+
     @Override
     public void checkProgressPossible(long waitedNanos) {
         checkAbortWord();
+        beat(waitedNanos);
         if (waitKind == WaitKind.LEFT) {
             if (!anyMissing()) {
                 return;
@@ -454,8 +524,7 @@ public final class PadSynchronizer implements WaitSubject {
         waitKind = WaitKind.LEFT;
         waitPhase = "close";
         waitPeer = -1;
-        lastLivenessCheckNanos = 0;
-        waiter.begin();
+        beginSlowWait();
         try {
             while (anyMissing()) {
                 waiter.idle(this);
@@ -478,12 +547,69 @@ public final class PadSynchronizer implements WaitSubject {
     public RuntimeException deadlinePassed(Duration timeout) {
         List<Integer> missing = missingRanks();
         String what = waitLabel();
-        String msg = "rank=" + rank + " " + what + ": timed out after " + timeout + " waiting for "
-                + (missing.isEmpty() ? "a signal (slot offset " + waitOffset + " >= " + waitTarget + ")" : describe(missing))
-                + " (a rank stopped calling collectives, or the ranks called different ones;"
-                + " raise GroupOptions.timeout if ranks legitimately lag this long)";
-        abort(missing.isEmpty() ? rank : missing.getFirst(), msg);
-        return new PeerTimeoutException(msg, rank, missing, what, Reason.DEADLINE_PASSED, timeout);
+        List<Integer> blocked = new ArrayList<>();
+        List<Integer> culprits = blame(missing, blocked);
+        String waitedFor = missing.isEmpty() ? "a signal (slot offset " + waitOffset + " >= " + waitTarget + ")"
+                : describe(missing);
+        String msg;
+        if (culprits.equals(missing)) {
+            msg = "rank=" + rank + " " + what + ": timed out after " + timeout + " waiting for " + waitedFor
+                    + " (a rank stopped calling collectives, or the ranks called different ones;"
+                    + " raise GroupOptions.timeout if ranks legitimately lag this long)";
+        } else {
+            msg = "rank=" + rank + " " + what + ": timed out after " + timeout + " waiting for " + waitedFor
+                    + ", blocked in turn (" + describe(blocked) + " kept waiting): the group is held up by "
+                    + describe(culprits) + ", which neither arrived nor waited in the last " + timeout.dividedBy(2)
+                    + " (stopped, hung, or busy outside collectives; raise GroupOptions.timeout if ranks legitimately"
+                    + " lag this long)";
+        }
+        abort(culprits.isEmpty() ? rank : culprits.getFirst(), msg);
+        return new PeerTimeoutException(msg, rank, culprits, what, Reason.DEADLINE_PASSED, timeout);
+    }
+
+    /**
+     * The ranks that hold up a timed-out wait: from the ranks it misses, a rank whose heartbeat moved
+     * since the wait was half over is blocked itself, so the rank it waits for is followed instead; a rank
+     * whose heartbeat did not move neither arrived nor waited, and is blamed. Returns {@code missing}
+     * itself when nothing better is known (no sample taken, or every path leads back to a waiting rank:
+     * the ranks called different collectives). Fills {@code blocked} with the blocked ranks passed on the
+     * way. Error path only.
+     */
+    private List<Integer> blame(List<Integer> missing, List<Integer> blocked) {
+        if (!marked || missing.isEmpty()) {
+            return missing;
+        }
+        TreeSet<Integer> culprits = new TreeSet<>();
+        boolean[] seen = new boolean[worldSize];
+        seen[rank] = true;
+        ArrayDeque<Integer> todo = new ArrayDeque<>(missing);
+        while (!todo.isEmpty()) {
+            int p = todo.poll();
+            if (seen[p]) {
+                continue;
+            }
+            seen[p] = true;
+            long beats = heartbeatOf(p); // p's waitingFor below is at least as recent
+            if (beats == heartbeatAtMark[p] || beats < 0) {
+                culprits.add(p);
+            } else {
+                blocked.add(p);
+                long waitsFor;
+                try {
+                    waitsFor = pads[p].get(ValueLayout.JAVA_LONG, WAITING_FOR_OFFSET) - 1;
+                } catch (IllegalStateException unmapped) {
+                    waitsFor = -1;
+                }
+                if (waitsFor >= 0 && waitsFor < worldSize) {
+                    todo.add((int) waitsFor);
+                }
+            }
+        }
+        if (culprits.isEmpty()) {
+            blocked.clear();
+            return missing;
+        }
+        return List.copyOf(culprits);
     }
 
     private String describe(List<Integer> ranks) {

@@ -12,10 +12,20 @@ import java.lang.invoke.VarHandle;
  * <pre>
  *  offset                      field                                     written by       read by
  *  0                           HEADER: magic, version, worldSize,        owner, once      peers, verify
- *                                      ownerRank, signalSlots, dataBytes
+ *                                      ownerRank, signalSlots, dataBytes,
+ *                                      launch token (long: the group's launch,
+ *                                      so a file of another launch is refused)
  *  128                         ABORT word (long): 0 = none, -1 = being   any rank (CAS)   owner
  *                                      written, r+1 = aborted by rank r
  *  256..511                    ABORT reason: int length + UTF-8 bytes    the CAS winner   owner
+ *  512                         WAIT line: heartbeat (long), bumped while owner           peers, on a
+ *                                      the owner is blocked in a wait, and                timeout only
+ *                                      waitingFor (long, r+1 of the first rank
+ *                                      it waits for, 0 = none): a timed-out
+ *                                      waiter follows these to the rank that
+ *                                      holds everyone up (neither arrives nor
+ *                                      waits), instead of naming a neighbour
+ *                                      that is itself blocked
  *  768 + 128*(2p + seq%2)     ENTRY line of rank p for its op number    rank p           owner
  *                                      seq: epoch (long, seq+1) and the op's
  *                                      descriptor ({@link OpDescriptorLayout});
@@ -44,7 +54,7 @@ public final class SignalPadLayout {
     /** Header magic, {@code "SYMP"}. */
     public static final int MAGIC = 0x53594D50; // "SYMP"
     /** Pad layout version; ranks of different versions refuse each other's pads. */
-    public static final int VERSION = 2;
+    public static final int VERSION = 3;
     /** User signal slots a pad has unless told otherwise. */
     public static final int DEFAULT_SIGNAL_SLOTS = 64;
 
@@ -60,6 +70,8 @@ public final class SignalPadLayout {
     public static final long SIGNAL_SLOTS_OFFSET = 16;
     /** Byte offset of the data region's size in bytes (long). */
     public static final long DATA_BYTES_OFFSET = 24;
+    /** Byte offset of the launch token (long): equal in every pad of one group's launch, 0 where there is none. */
+    public static final long LAUNCH_TOKEN_OFFSET = 32;
 
     /** Byte offset of the abort word (long): 0 none, {@link #ABORT_CLAIMED}, or r+1 when rank r aborted. */
     public static final long ABORT_WORD_OFFSET = LINE_BYTES;
@@ -67,6 +79,10 @@ public final class SignalPadLayout {
     public static final long ABORT_REASON_OFFSET = 2L * LINE_BYTES;
     /** Most UTF-8 bytes of abort reason the pad holds. */
     public static final int ABORT_REASON_MAX_BYTES = 2 * LINE_BYTES - Integer.BYTES;
+    /** Byte offset of the owner's wait heartbeat (long), bumped (release) while the owner is blocked in a wait. */
+    public static final long WAIT_HEARTBEAT_OFFSET = 4L * LINE_BYTES;
+    /** Byte offset of the rank the owner waits for (long: rank + 1, 0 = none), written before each heartbeat. */
+    public static final long WAITING_FOR_OFFSET = WAIT_HEARTBEAT_OFFSET + Long.BYTES;
     /** Byte offset of the first entry line; all per-rank and signal slots follow it. */
     public static final long SLOTS_BASE = 6L * LINE_BYTES;
 
@@ -156,6 +172,22 @@ public final class SignalPadLayout {
      * @param dataBytes size of the data region in bytes
      */
     public static void initialize(MemorySegment pad, int worldSize, int ownerRank, int signalSlots, long dataBytes) {
+        initialize(pad, worldSize, ownerRank, signalSlots, dataBytes, 0);
+    }
+
+    /**
+     * Writes the header of a freshly zeroed pad of a group's launch; done by the owner before the pad is shared.
+     *
+     * @param pad the owner's pad
+     * @param worldSize ranks in the group
+     * @param ownerRank the owner's rank
+     * @param signalSlots user signal slots
+     * @param dataBytes size of the data region in bytes
+     * @param launchToken the group's launch token (every rank learns it when the group forms), 0 for none
+     */
+    public static void initialize(MemorySegment pad, int worldSize, int ownerRank, int signalSlots, long dataBytes,
+                                  long launchToken) {
+        pad.set(ValueLayout.JAVA_LONG, LAUNCH_TOKEN_OFFSET, launchToken);
         pad.set(ValueLayout.JAVA_INT, MAGIC_OFFSET, MAGIC);
         pad.set(ValueLayout.JAVA_INT, VERSION_OFFSET, VERSION);
         pad.set(ValueLayout.JAVA_INT, WORLD_SIZE_OFFSET, worldSize);
@@ -176,6 +208,23 @@ public final class SignalPadLayout {
      * @throws IllegalStateException if the pad is too small or any header field differs
      */
     public static void verify(MemorySegment pad, int worldSize, int ownerRank, int signalSlots, long dataBytes) {
+        verify(pad, worldSize, ownerRank, signalSlots, dataBytes, 0);
+    }
+
+    /**
+     * As {@link #verify(MemorySegment, int, int, int, long)}, and checks that the pad belongs to this group's
+     * launch: a file that another launch's process created (two jobs started with one run id) is refused.
+     *
+     * @param pad the mapped peer pad
+     * @param worldSize expected ranks in the group
+     * @param ownerRank expected owner rank
+     * @param signalSlots expected user signal slots
+     * @param dataBytes expected data region size in bytes
+     * @param launchToken the group's launch token
+     * @throws IllegalStateException if the pad is too small, any header field differs, or the token differs
+     */
+    public static void verify(MemorySegment pad, int worldSize, int ownerRank, int signalSlots, long dataBytes,
+                              long launchToken) {
         long need = padBytes(worldSize, signalSlots);
         if (pad.byteSize() < need) {
             throw new IllegalStateException("signal pad of rank " + ownerRank + ": size=" + pad.byteSize()
@@ -195,6 +244,12 @@ public final class SignalPadLayout {
                             + " (all ranks must run the same symmem4j version and allocate the same size)",
                     ownerRank, magic, version, ws, owner, slots, bytes, MAGIC, VERSION, worldSize, ownerRank,
                     signalSlots, dataBytes));
+        }
+        long token = pad.get(ValueLayout.JAVA_LONG, LAUNCH_TOKEN_OFFSET);
+        if (token != launchToken) {
+            throw new IllegalStateException(String.format("signal pad of rank %d belongs to another launch: launch token"
+                    + "=%016x expected=%016x (a process of another job with the same run id created it: give each job"
+                    + " its own SYMMEM4J_RUN_ID and MASTER_PORT)", ownerRank, token, launchToken));
         }
     }
 }

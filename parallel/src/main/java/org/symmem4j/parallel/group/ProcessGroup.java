@@ -4,6 +4,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.ArrayList;
+import java.util.HexFormat;
 import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.ConcurrentHashMap;
@@ -20,6 +21,7 @@ import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.host.PeerProcesses;
 import org.symmem4j.parallel.host.SharedMemoryTransport;
+import org.symmem4j.parallel.rendezvous.InMemoryStore;
 import org.symmem4j.parallel.rendezvous.JobIdentity;
 import org.symmem4j.parallel.rendezvous.StoreLimits;
 import org.symmem4j.parallel.rendezvous.StoreSecret;
@@ -38,6 +40,18 @@ import org.symmem4j.parallel.sync.ProcessLiveness;
  * generations, and every rank proves the job's {@link StoreSecret} before it may read or write a key.
  * So two jobs on one port never merge, a rank of the previous group on a port never joins the next,
  * and back-to-back groups on one port simply wait for the previous store to go.
+ *
+ * <p>Two jobs with the same run id (one parent starting both without {@code SYMMEM4J_RUN_ID}) are told
+ * apart by their processes: every rank claims its seat on the host first (SeatClaim: a record lock
+ * the kernel releases when the process ends), so a second live process claiming one fails at once, and
+ * the group of the first fails at its next set-up exchange, before any data moves; and rank 0 hands
+ * every rank a random launch token with the member records, which every shared-memory file's pad
+ * carries and every mapper checks.
+ *
+ * <p>Failing set-up together: the first rank whose set-up exchange fails publishes the culprits in the
+ * store; every other rank fails naming the same ranks, and acknowledges. Rank 0 keeps its store up until
+ * every live rank that is not a culprit has acknowledged (bounded by the timeout), so no rank finds the
+ * store gone and mistakes a live rank 0 for the culprit.
  */
 public final class ProcessGroup implements Group {
 
@@ -46,12 +60,14 @@ public final class ProcessGroup implements Group {
     private static final String ALL_CLOSED_KEY = "group/all-closed";
     /** Set by the first rank whose set-up wait failed: "culprit ranks\nmessage", so the others fail naming them. */
     private static final String SETUP_FAILED_KEY = "group/setup-failed";
-    /** Counts the ranks that read SETUP_FAILED_KEY, so rank 0 keeps its store up until they have. */
-    private static final String SETUP_FAILED_SEEN_KEY = "group/setup-failed-seen";
+    /** Per rank: set once it knows of SETUP_FAILED_KEY, so rank 0 keeps its store up until every live rank does. */
+    private static final String SETUP_FAILED_SEEN_KEY = "group/setup-failed-seen/";
+    /** Counts the ranks that tried to publish SETUP_FAILED_KEY: the first one does, so every rank names the same culprits. */
+    private static final String SETUP_FAILED_CLAIMS_KEY = "group/setup-failed-claims";
     /** Longest slice a store wait blocks before re-checking the liveness of missing ranks. */
     private static final Duration STORE_POLL_SLICE = Duration.ofMillis(200);
-    /** A member record: "pid startMillis". */
-    private static final Pattern MEMBER = Pattern.compile("([1-9][0-9]{0,9}) ([0-9]{1,15})");
+    /** A member record: "pid startMillis", and on rank 0 " launchToken" (16 hex digits) after it. */
+    private static final Pattern MEMBER = Pattern.compile("([1-9][0-9]{0,9}) ([0-9]{1,15})( [0-9a-f]{16})?");
     /** Groups this process joined so far, per run, store address and rank: the next group's generation. */
     private static final ConcurrentHashMap<String, AtomicLong> GENERATIONS = new ConcurrentHashMap<>();
 
@@ -64,6 +80,10 @@ public final class ProcessGroup implements Group {
     private final RendezvousStore store;
     private final long[] peerPids;
     private final long[] peerStarts;
+    /** This process's seat on the host: two live processes never run as one rank of one job. */
+    private final SeatClaim seat;
+    /** Rank 0's random token for this launch, learned with the member records; every pad of the group carries it. */
+    private final long launchToken;
     /** This group's /dev/shm memory: its transport, or the control plane's where it lives on a device transport. */
     private final SharedMemoryTransport hostTransport;
     /** Where its memories and communicators live: {@link #hostTransport}, or the device transport it was joined on. */
@@ -80,49 +100,64 @@ public final class ProcessGroup implements Group {
         String address = config.runId() + "@" + config.masterAddr() + ":" + config.masterPort() + "#" + config.rank();
         long generation = GENERATIONS.computeIfAbsent(address, k -> new AtomicLong()).getAndIncrement();
         this.identity = new JobIdentity(config.runId(), generation, config.worldSize());
+        this.seat = SeatClaim.claim(config.runId(), generation, config.masterAddr(), config.masterPort(), config.rank());
         TcpStoreServer srv = null;
         byte[] served = null;
         RendezvousStore st;
-        if (config.rank() == 0) {
-            served = secret.isHostSecret() ? StoreSecret.generateHostSecret() : secret.bytes();
-            srv = startServer(served);
-            if (secret.isHostSecret()) {
-                try {
-                    secret.publish(served); // only once this process holds the port: a loser must not overwrite it
-                } catch (RuntimeException e) {
-                    srv.close();
-                    throw e;
+        try {
+            if (config.rank() == 0) {
+                served = secret.isHostSecret() ? StoreSecret.generateHostSecret() : secret.bytes();
+                srv = startServer(served);
+                if (secret.isHostSecret()) {
+                    try {
+                        secret.publish(served); // only once this process holds the port: a loser must not overwrite it
+                    } catch (RuntimeException e) {
+                        srv.close();
+                        throw e;
+                    }
                 }
+                st = new LocalServerStore(srv);
+            } else {
+                st = new TcpStoreClient(config.masterAddr(), config.masterPort(), identity, config.rank(), secret,
+                        options.timeout(), responseTimeout(options));
             }
-            st = new LocalServerStore(srv);
-        } else {
-            st = new TcpStoreClient(config.masterAddr(), config.masterPort(), identity, config.rank(), secret,
-                    options.timeout(), responseTimeout(options));
+        } catch (RuntimeException e) {
+            seat.close();
+            throw e;
         }
         this.server = srv;
         this.servedSecret = served;
         this.store = st;
         this.peerPids = new long[config.worldSize()];
         this.peerStarts = new long[config.worldSize()];
+        long token = 0;
         try {
             ProcessHandle self = ProcessHandle.current();
             String me = self.pid() + " " + self.info().startInstant().map(Instant::toEpochMilli).orElse(0L);
+            if (rank() == 0) {
+                me += " " + HexFormat.of().toHexDigits(newLaunchToken());
+            }
             List<byte[]> members = exchangeThroughStore(MEMBER_KEY, me.getBytes(StandardCharsets.UTF_8), "join");
             for (int r = 0; r < members.size(); r++) {
                 String value = new String(members.get(r), StandardCharsets.UTF_8);
                 Matcher m = MEMBER.matcher(value);
-                if (!m.matches()) {
+                if (!m.matches() || (r == 0) != (m.group(3) != null)) {
                     throw new SymmemException("rank=" + rank() + " set-up 'join' of " + identity + ": the member record of"
-                            + " rank " + r + " is malformed: '" + abbreviate(value) + "' (expected '<pid> <startMillis>';"
-                            + " is something other than a symmem4j rank of this job writing to the store?)");
+                            + " rank " + r + " is malformed: '" + abbreviate(value) + "' (expected '<pid> <startMillis>',"
+                            + " and ' <launch token>' after it from rank 0 only; is something other than a symmem4j rank of"
+                            + " this job, or of another symmem4j version, writing to the store?)");
                 }
                 peerPids[r] = Long.parseLong(m.group(1));
                 peerStarts[r] = Long.parseLong(m.group(2));
+                if (r == 0) {
+                    token = Long.parseUnsignedLong(m.group(3).substring(1), 16);
+                }
             }
         } catch (RuntimeException e) {
             closeStore();
             throw e;
         }
+        this.launchToken = token;
         // the transport builds peers' /dev/shm names from their process identities, given here
         this.hostTransport = new SharedMemoryTransport(new PeerProcesses() {
             @Override
@@ -133,6 +168,11 @@ public final class ProcessGroup implements Group {
             @Override
             public long startMillis(int rank) {
                 return peerStarts[rank];
+            }
+
+            @Override
+            public long launchToken() {
+                return launchToken;
             }
         });
         this.transport = deviceTransport != null ? deviceTransport : hostTransport;
@@ -166,6 +206,15 @@ public final class ProcessGroup implements Group {
                 idle.idle();
             }
         }
+    }
+
+    /** A random non-zero token for this launch of the group. */
+    private static long newLaunchToken() {
+        long t;
+        do {
+            t = new java.security.SecureRandom().nextLong();
+        } while (t == 0);
+        return t;
     }
 
     /** How long the store may take to answer one request: a quarter of the timeout, within [1 s, 10 s]. */
@@ -368,40 +417,71 @@ public final class ProcessGroup implements Group {
 
     /**
      * Sets {@code prefix+rank} and waits for every rank's key, in slices, checking between slices
-     * whether the missing ranks' processes still exist.
+     * whether the missing ranks' processes still exist. First checks that no other process claims this
+     * rank's seat: a set-up exchange is the last point before data moves where the whole group can fail
+     * together.
      */
     private List<byte[]> exchangeThroughStore(String prefix, byte[] mine, String what) {
-        store.set(prefix + rank(), mine);
         List<String> keys = new ArrayList<>(worldSize());
         for (int r = 0; r < worldSize(); r++) {
             keys.add(prefix + r);
         }
-        long deadline = System.nanoTime() + options.timeout().toNanos();
-        while (true) {
-            long left = deadline - System.nanoTime();
-            Duration slice = Duration.ofNanos(Math.max(1_000_000, Math.min(left, STORE_POLL_SLICE.toNanos())));
+        try {
             try {
-                return store.getAll(keys, slice);
-            } catch (StoreTimeoutException e) {
-                List<Integer> missing = new ArrayList<>();
-                for (String k : e.missingKeys()) {
-                    missing.add(Integer.parseInt(k.substring(prefix.length())));
-                }
-                failIfAPeerGaveUp(what);
-                List<Integer> dead = missing.stream().filter(p -> !knownAlive(p)).toList();
-                if (!dead.isEmpty()) {
-                    throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': "
-                            + describeJoining(dead) + " exited before arriving", rank(), dead, what,
-                            PeerTimeoutException.Reason.PEER_EXITED, options.timeout()), keys);
-                }
-                if (System.nanoTime() - deadline >= 0) {
-                    throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "' of " + identity
-                            + ": timed out after " + options.timeout() + " waiting for ranks " + missing
-                            + " (start every rank with the same WORLD_SIZE, MASTER_ADDR, MASTER_PORT and run id)",
-                            rank(), missing, what, PeerTimeoutException.Reason.DEADLINE_PASSED, options.timeout()), keys);
+                seat.check();
+            } catch (SymmemException twin) {
+                publishSetUpFailure(List.of(rank()), twin.getMessage());
+                abortState.raise(rank(), twin.getMessage()); // the group cannot be used: its teardown waits for nobody
+                throw twin;
+            }
+            store.set(prefix + rank(), mine);
+            long deadline = System.nanoTime() + options.timeout().toNanos();
+            while (true) {
+                long left = deadline - System.nanoTime();
+                Duration slice = Duration.ofNanos(Math.max(1_000_000, Math.min(left, STORE_POLL_SLICE.toNanos())));
+                try {
+                    return store.getAll(keys, slice);
+                } catch (StoreTimeoutException e) {
+                    List<Integer> missing = new ArrayList<>();
+                    for (String k : e.missingKeys()) {
+                        missing.add(Integer.parseInt(k.substring(prefix.length())));
+                    }
+                    failIfAPeerGaveUp(what);
+                    List<Integer> dead = missing.stream().filter(p -> !knownAlive(p)).toList();
+                    if (!dead.isEmpty()) {
+                        throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': "
+                                + describeJoining(dead) + " exited before arriving", rank(), dead, what,
+                                PeerTimeoutException.Reason.PEER_EXITED, options.timeout()));
+                    }
+                    if (System.nanoTime() - deadline >= 0) {
+                        throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "' of " + identity
+                                + ": timed out after " + options.timeout() + " waiting for ranks " + missing
+                                + " (start every rank with the same WORLD_SIZE, MASTER_ADDR, MASTER_PORT and run id)",
+                                rank(), missing, what, PeerTimeoutException.Reason.DEADLINE_PASSED, options.timeout()));
+                    }
                 }
             }
+        } catch (PeerTimeoutException | StoreTimeoutException e) {
+            throw e;
+        } catch (SymmemException e) {
+            throw storeGone(e, what);
         }
+    }
+
+    /**
+     * A store call failed for another reason than a wait: on ranks other than 0, the connection to rank
+     * 0's store. When rank 0's process is gone, that is rank 0's failure and is named as such; otherwise
+     * {@code e} as it is.
+     */
+    private SymmemException storeGone(SymmemException e, String what) {
+        if (server != null || peerPids[0] == 0 || isAlive(0)) {
+            return e;
+        }
+        PeerTimeoutException gone = new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': " + describe(0)
+                + ", which hosts the rendezvous store, exited: " + e.getMessage(), rank(), List.of(0), what,
+                PeerTimeoutException.Reason.PEER_EXITED, options.timeout());
+        gone.initCause(e);
+        return gone;
     }
 
     /** Throws, naming the culprits, if another rank already gave up on the group's set-up. */
@@ -410,55 +490,80 @@ public final class ProcessGroup implements Group {
         if (failed.isEmpty()) {
             return;
         }
-        String[] parts = new String(failed.get(), StandardCharsets.UTF_8).split("\n", 2);
-        List<Integer> culprits = new ArrayList<>();
-        if (parts.length == 2 && parts[0].matches("[0-9]{1,9}(,[0-9]{1,9})*")) {
-            for (String r : parts[0].split(",")) {
-                culprits.add(Integer.parseInt(r));
-            }
-        }
-        String reason = parts.length == 2 ? parts[1] : "(malformed report)";
+        SetUpFailure f = SetUpFailure.parse(failed.get());
         try {
-            store.add(SETUP_FAILED_SEEN_KEY, 1);
+            store.set(SETUP_FAILED_SEEN_KEY + rank(), new byte[] {1});
         } catch (RuntimeException ignored) {
             // rank 0 already gone: the error below says enough
         }
         throw new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': another rank gave up on the group: "
-                + reason, rank(), culprits, what, PeerTimeoutException.Reason.PEER_ABORTED, options.timeout());
+                + f.reason(), rank(), f.culprits(), what, PeerTimeoutException.Reason.PEER_ABORTED, options.timeout());
+    }
+
+    /** A set-up failure as published in the store: "culprit ranks\nmessage". */
+    private record SetUpFailure(List<Integer> culprits, String reason) {
+        static SetUpFailure parse(byte[] value) {
+            String[] parts = new String(value, StandardCharsets.UTF_8).split("\n", 2);
+            List<Integer> culprits = new ArrayList<>();
+            if (parts.length == 2 && parts[0].matches("[0-9]{1,9}(,[0-9]{1,9})*")) {
+                for (String r : parts[0].split(",")) {
+                    culprits.add(Integer.parseInt(r));
+                }
+            }
+            return new SetUpFailure(culprits, parts.length == 2 ? parts[1] : "(malformed report)");
+        }
+    }
+
+    /** Publishes this rank's set-up failure (see {@link #publishSetUpFailure}). Returns {@code e}. */
+    private PeerTimeoutException giveUp(PeerTimeoutException e) {
+        publishSetUpFailure(e.missingRanks().isEmpty() ? List.of(rank()) : e.missingRanks(), e.getMessage());
+        return e;
     }
 
     /**
      * Publishes this rank's set-up failure, so that the other ranks fail at once naming the same
-     * culprits instead of finding the store gone (rank 0's failure closes it). Rank 0 then waits
-     * briefly, bounded, until the ranks that are still waiting have read it. Returns {@code e}.
+     * culprits instead of finding the store gone (rank 0's failure closes it). Only the first rank to
+     * fail publishes: every rank then names the same culprits. Rank 0 keeps its store up until the live
+     * ranks have read it ({@link #awaitSetUpFailureSeen}).
      */
-    private PeerTimeoutException giveUp(PeerTimeoutException e, List<String> keys) {
+    private void publishSetUpFailure(List<Integer> culprits, String message) {
         try {
-            String culprits = String.join(",", e.missingRanks().stream().map(String::valueOf).toList());
-            store.set(SETUP_FAILED_KEY, ((culprits.isEmpty() ? Integer.toString(rank()) : culprits) + "\n"
-                    + e.getMessage()).getBytes(StandardCharsets.UTF_8));
-            if (rank() == 0) {
-                long waiting = 0;
-                for (String k : keys) {
-                    if (!k.endsWith("/0") && store.tryGet(k).isPresent()) {
-                        waiting++; // arrived at this exchange, so polling it
-                    }
-                }
-                long until = System.nanoTime() + 2 * STORE_POLL_SLICE.toNanos() + 100_000_000;
-                while (System.nanoTime() - until < 0 && readCounter(SETUP_FAILED_SEEN_KEY) < waiting) {
-                    Thread.sleep(10);
-                }
+            if (store.add(SETUP_FAILED_CLAIMS_KEY, 1) == 1) {
+                String list = String.join(",", culprits.stream().map(String::valueOf).toList());
+                store.set(SETUP_FAILED_KEY, (list + "\n" + message).getBytes(StandardCharsets.UTF_8));
             }
+            store.set(SETUP_FAILED_SEEN_KEY + rank(), new byte[] {1});
         } catch (RuntimeException ignored) {
             // the store is gone or full: the peers find out on their own
-        } catch (InterruptedException ie) {
-            Thread.currentThread().interrupt();
         }
-        return e;
     }
 
-    private long readCounter(String key) {
-        return store.tryGet(key).map(v -> v.length == Long.BYTES ? java.nio.ByteBuffer.wrap(v).getLong() : 0L).orElse(0L);
+    /**
+     * Rank 0, before closing its store after a set-up failure: waits until every rank that is alive and
+     * not among the culprits has read the failure (its SETUP_FAILED_SEEN key), bounded by the timeout. A
+     * rank still on its way to the store (mapping files, or connecting) would otherwise find the store gone
+     * and could only blame rank 0, which is alive.
+     */
+    private void awaitSetUpFailureSeen() {
+        InMemoryStore local = server.store();
+        Optional<byte[]> failed = local.tryGet(SETUP_FAILED_KEY);
+        if (failed.isEmpty()) {
+            return;
+        }
+        List<Integer> culprits = SetUpFailure.parse(failed.get()).culprits();
+        long deadline = System.nanoTime() + options.timeout().toNanos();
+        org.symmem4j.parallel.sync.IdleStrategy idle =
+                new org.symmem4j.parallel.sync.BackoffIdleStrategy(0, 0, 1_000_000, 20_000_000);
+        while (System.nanoTime() - deadline < 0) {
+            boolean all = true;
+            for (int r = 1; r < worldSize() && all; r++) {
+                all = culprits.contains(r) || local.tryGet(SETUP_FAILED_SEEN_KEY + r).isPresent() || !knownAlive(r);
+            }
+            if (all) {
+                return;
+            }
+            idle.idle();
+        }
     }
 
     /**
@@ -543,11 +648,15 @@ public final class ProcessGroup implements Group {
     }
 
     private void closeStore() {
+        if (server != null) {
+            awaitSetUpFailureSeen();
+        }
         store.close();
         if (server != null) {
             server.close();
             secret.unpublish(servedSecret);
         }
+        seat.close();
     }
 
     @Override

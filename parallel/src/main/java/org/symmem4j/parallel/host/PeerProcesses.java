@@ -34,4 +34,15 @@ public interface PeerProcesses {
     default int worldRank(int rank) {
         return rank;
     }
+
+    /**
+     * The group's launch token: a random number rank 0 drew for this launch of the group, which every
+     * rank learned when the group formed. Every pad of the group carries it, and a mapper refuses a file
+     * whose pad carries another (a process of another job started with the same run id created it).
+     *
+     * @return the token, 0 where the group has none
+     */
+    default long launchToken() {
+        return 0;
+    }
 }

@@ -53,6 +53,16 @@ public final class SharedMemoryFiles {
         return Path.of(System.getProperty("java.io.tmpdir"));
     }
 
+    /**
+     * A peer's file is not there (any more): its owner removed it after giving up on the set-up, or a
+     * sweep removed it after its owner died. Not the peer's fault as such: the mapper finds out who failed.
+     */
+    static final class FileGoneException extends SymmemException {
+        FileGoneException(String message, Throwable cause) {
+            super(message, cause);
+        }
+    }
+
     /** The random part of a file name: 12 lowercase hex digits. */
     static final Pattern TAG = Pattern.compile("[0-9a-f]{12}");
 
@@ -126,6 +136,9 @@ public final class SharedMemoryFiles {
                         + " (ranks must allocate the same number of bytes)");
             }
             return ch.map(FileChannel.MapMode.READ_WRITE, 0, bytes, arena);
+        } catch (java.nio.file.NoSuchFileException e) {
+            throw new FileGoneException("peer shared-memory file " + path + " is gone (its owner gave up on the set-up,"
+                    + " or exited and its file was swept)", e);
         } catch (IOException e) {
             throw new SymmemException("cannot map peer shared-memory file " + path + ": " + e
                     + " (the peer may have exited, or the ranks run as different users)", e);
@@ -135,6 +148,10 @@ public final class SharedMemoryFiles {
     /** Throws unless {@code path} is a regular file of this user's with mode 0600 or stricter. */
     static void checkOwnedPrivateFile(Path path) {
         try {
+            if (!Files.exists(path, LinkOption.NOFOLLOW_LINKS)) {
+                throw new FileGoneException("peer shared-memory file " + path + " is gone (its owner gave up on the"
+                        + " set-up, or exited and its file was swept)", null);
+            }
             if (!Files.isRegularFile(path, LinkOption.NOFOLLOW_LINKS)) {
                 throw new SymmemException("shared-memory file " + path + " is missing or not a regular file (symbolic"
                         + " links are refused; the peer may have exited)");

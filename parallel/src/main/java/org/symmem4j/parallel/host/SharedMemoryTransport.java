@@ -69,7 +69,7 @@ public final class SharedMemoryTransport implements Transport {
         boolean unlinked = false;
         try {
             MemorySegment mine = SharedMemoryFiles.createAndMap(myName, fileBytes, arena);
-            SignalPadLayout.initialize(mine.asSlice(0, padBytes), n, rank, slots, bytes);
+            SignalPadLayout.initialize(mine.asSlice(0, padBytes), n, rank, slots, bytes, peers.launchToken());
             long idProposal = rank == 0 ? nextId.getAndIncrement() : -1;
             // What crosses the store: a random tag, the size and rank 0's id. Never a path: each rank
             // builds its peers' file names itself from their member records and a checked tag.
@@ -102,15 +102,48 @@ public final class SharedMemoryTransport implements Transport {
                 throw new SymmemException("symmetric memory allocate: sizes differ across ranks: " + sizes
                         + " (every rank must allocate the same number of bytes)");
             }
-            for (int r = 0; r < n; r++) {
-                MemorySegment file = r == rank ? mine : SharedMemoryFiles.map(names[r], fileBytes, arena);
-                pads[r] = file.asSlice(0, padBytes);
-                datas[r] = file.asSlice(padBytes, bytes);
-                SignalPadLayout.verify(pads[r], n, r, slots, bytes);
+            // A peer's file that is gone is not reported at once: its owner may have removed it because it gave up
+            // on the set-up (a peer died), or a sweep may have removed a dead peer's file. The exchange below finds
+            // out which rank failed, and every rank fails alike. A file that is there but wrong (another user's,
+            // another launch's, the wrong size) is refused at once.
+            RuntimeException mapFailure = null;
+            for (int r = 0; r < n && mapFailure == null; r++) {
+                try {
+                    MemorySegment file = r == rank ? mine : SharedMemoryFiles.map(names[r], fileBytes, arena);
+                    pads[r] = file.asSlice(0, padBytes);
+                    datas[r] = file.asSlice(padBytes, bytes);
+                    SignalPadLayout.verify(pads[r], n, r, slots, bytes, peers.launchToken());
+                } catch (SharedMemoryFiles.FileGoneException e) {
+                    mapFailure = e;
+                }
             }
             // Every rank has mapped every file once all pass this exchange; then each owner
             // unlinks its own file and the mappings live on with no name in /dev/shm.
-            g.allGatherBytes("shm-mapped", new byte[0]);
+            List<byte[]> mapped;
+            try {
+                mapped = g.allGatherBytes("shm-mapped", mapFailure == null ? new byte[0]
+                        : abbreviate(String.valueOf(mapFailure.getMessage())).getBytes(StandardCharsets.UTF_8));
+            } catch (RuntimeException e) {
+                if (mapFailure != null) {
+                    e.addSuppressed(mapFailure);
+                }
+                throw e;
+            }
+            List<String> failures = new java.util.ArrayList<>();
+            for (int r = 0; r < n; r++) {
+                if (mapped.get(r).length > 0) {
+                    failures.add("rank " + r + ": " + new String(mapped.get(r), StandardCharsets.UTF_8)
+                            .replaceAll("[^\\x20-\\x7e]", "?"));
+                }
+            }
+            if (!failures.isEmpty()) {
+                SymmemException e = new SymmemException("rank=" + rank + " symmetric memory allocate: every rank arrived,"
+                        + " but not every rank could map every peer's file: " + String.join("; ", failures));
+                if (mapFailure != null) {
+                    e.addSuppressed(mapFailure);
+                }
+                throw e;
+            }
             SharedMemoryFiles.deleteQuietly(myName);
             unlinked = true;
             return new HostSymmetricMemory(g, NAME, id, bytes, slots, datas, pads, arena::close);
@@ -122,6 +155,11 @@ public final class SharedMemoryTransport implements Transport {
             SharedMemoryFiles.sweepStale(); // a peer that died during set-up may have left its file
             throw e;
         }
+    }
+
+    /** At most 400 characters of {@code s}: what crosses the store is bounded. */
+    private static String abbreviate(String s) {
+        return s.length() <= 400 ? s : s.substring(0, 400) + "...";
     }
 
     @Override
@@ -162,6 +200,11 @@ public final class SharedMemoryTransport implements Transport {
             @Override
             public int worldRank(int rank) {
                 return parent.worldRank(members[rank]);
+            }
+
+            @Override
+            public long launchToken() {
+                return parent.launchToken();
             }
         });
     }
