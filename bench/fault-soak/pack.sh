@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Packs the fault soaks (it-tests' tests tagged `soak`) for the CPUs of a lent machine, which has no Java,
 # no Maven and no network and takes at most 64 MiB per call: a jlinked JDK 25 runtime, it-tests' test class
-# path (our modules' classes, their jars) and JUnit's console launcher, in one tar.xz, plus run.sh.
-# On the machine, `bash .device-soak/run.sh SOAK...` unpacks it and runs the named soaks (see run.sh).
+# path (our modules' classes, their jars), the benchmarks' classes (the store-starvation and metrics-stall
+# CLIs need nothing beyond that class path) and JUnit's console launcher, in one tar.xz, plus run.sh.
+# On the machine, `bash .device-soak/run.sh SOAK...` unpacks it and runs the named soaks or CLIs (see run.sh).
 #
 #   bench/fault-soak/pack.sh [DEST]     (default DEST: .device-soak in this checkout; add it to .git/info/exclude)
 #
@@ -19,6 +20,7 @@ junit_platform=1.11.4
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 # it-tests is the last module of its own -am reactor, so its class path is the file's final content
+mvn -q -B -pl benchmarks -am compile
 mvn -q -B -pl it-tests -am test-compile dependency:build-classpath -Dmdep.includeScope=test \
   -Dmdep.outputFile="$stage/cp.txt"
 mvn -q -B dependency:copy -Dartifact=org.junit.platform:junit-platform-console:$junit_platform \
@@ -31,7 +33,7 @@ mvn -q -B dependency:copy -Dartifact=org.junit.platform:junit-platform-reporting
 mkdir -p "$stage/p/classes"
 cp_rel=()
 # the module's own test classes first: dependency:build-classpath lists only what it depends on
-for entry in "$root/it-tests/target/test-classes" $(tr ':' '\n' < "$stage/cp.txt"); do
+for entry in "$root/it-tests/target/test-classes" "$root/benchmarks/target/classes" $(tr ':' '\n' < "$stage/cp.txt"); do
   if [ -d "$entry" ]; then   # a reactor module's target/classes or target/test-classes
     module=$(basename "$(dirname "$(dirname "$entry")")")
     name="$module-$(basename "$entry")"

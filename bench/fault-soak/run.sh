@@ -5,6 +5,8 @@
 #
 #   bash .device-soak/run.sh [-Dprop=value ...] ClassName [ClassName ...]
 #   e.g. bash .device-soak/run.sh -Dsoak.trials=200 FaultSoakTest RunOnEveryRankSoakTest
+#   bash .device-soak/run.sh --cli org.symmem4j.benchmarks.StoreStarvationBench --ranks 16 --strangers 1000
+#     runs one CLI's main on the same class path instead (its output goes to $OUT/<simple name>.log)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$PWD/soak-out}
@@ -20,6 +22,13 @@ for a in "$@"; do
 done
 cd /tmp/soak
 cp=$(cat classpath.txt)
+if [ "${1:-}" = "--cli" ]; then
+  main=$2
+  shift 2
+  jre/bin/java --enable-native-access=ALL-UNNAMED --add-modules jdk.incubator.vector -cp "$cp" "$main" "$@" 2>&1 \
+    | tee "$out/${main##*.}.log"
+  exit "${PIPESTATUS[0]}"
+fi
 echo "soak: $(cat "$here/COMMIT" 2>/dev/null); $(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); ulimit -n $(ulimit -n)"
 status=0
 for c in "${classes[@]}"; do
