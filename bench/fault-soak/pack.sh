@@ -53,7 +53,7 @@ for j in "$stage"/p/lib/junit-platform-{console,launcher,reporting}-$junit_platf
 done
 (IFS=:; echo "${cp_rel[*]}") > "$stage/p/classpath.txt"
 
-"$jdk/bin/jlink" --add-modules java.base,java.logging,java.management,java.net.http,java.xml,jdk.httpserver,jdk.unsupported,jdk.incubator.vector \
+"$jdk/bin/jlink" --add-modules java.base,java.logging,java.management,java.net.http,java.xml,jdk.httpserver,jdk.management,jdk.unsupported,jdk.incubator.vector \
   --strip-debug --no-man-pages --no-header-files --output "$stage/p/jre"
 
 mkdir -p "$dest"

@@ -87,12 +87,28 @@ public record StoreLimits(int maxKeyBytes, int maxValueBytes, long maxTotalBytes
      * @return the default {@code maxUnauthenticated}
      */
     public static int defaultMaxUnauthenticated() {
-        long maxFds = 16_384;
-        if (java.lang.management.ManagementFactory.getOperatingSystemMXBean()
-                instanceof com.sun.management.UnixOperatingSystemMXBean unix) {
-            maxFds = unix.getMaxFileDescriptorCount();
-        }
+        long maxFds = openFileLimit();
         return (int) Math.max(64, Math.min(4096, maxFds / 4));
+    }
+
+    /**
+     * This process's soft limit of open files, from {@code /proc/self/limits} (16,384 where that cannot be
+     * read). Read from the file, not from {@code com.sun.management.UnixOperatingSystemMXBean}: that class
+     * lives in the {@code jdk.management} module, which a jlinked runtime may leave out, and rank 0 must not
+     * fail to start for it.
+     */
+    static long openFileLimit() {
+        try {
+            for (String line : java.nio.file.Files.readAllLines(java.nio.file.Path.of("/proc/self/limits"))) {
+                if (line.startsWith("Max open files")) {
+                    String soft = line.substring("Max open files".length()).trim().split("\\s+")[0];
+                    return soft.equals("unlimited") ? Long.MAX_VALUE : Long.parseLong(soft);
+                }
+            }
+        } catch (java.io.IOException | RuntimeException e) {
+            // not Linux, or an unexpected format: the fallback below
+        }
+        return 16_384;
     }
 
     /**

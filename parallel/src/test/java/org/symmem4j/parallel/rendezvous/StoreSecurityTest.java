@@ -54,6 +54,15 @@ class StoreSecurityTest {
     }
 
     @Test
+    void theDefaultStrangerCapIsAQuarterOfTheOpenFileLimitReadWithoutJdkManagement() {
+        // the same limit as the JDK's own MXBean reports (the test's JDK has jdk.management; a jlinked runtime may not)
+        long soft = ((com.sun.management.UnixOperatingSystemMXBean)
+                java.lang.management.ManagementFactory.getOperatingSystemMXBean()).getMaxFileDescriptorCount();
+        assertEquals(soft, StoreLimits.openFileLimit());
+        assertEquals((int) Math.max(64, Math.min(4096, soft / 4)), StoreLimits.defaultMaxUnauthenticated());
+    }
+
+    @Test
     void aClientWithoutTheSecretIsDeniedAndReadsNothing() {
         try (TcpStoreServer server = server()) {
             server.store().set("group/member/0", "123 456".getBytes(StandardCharsets.UTF_8));
