@@ -24,7 +24,7 @@ shift || true
 mvn -q -B -pl benchmarks -am -DskipTests package
 # the endpoint and its optional Prometheus dependencies, the runtime's exception, the bench: nothing of DL4J
 jars=$( (tr ':' '\n' < benchmarks/target/classpath.txt; echo; ls benchmarks/target/symmem4j-benchmarks-*.jar) \
-  | grep -E '/(symmem4j-(dl4j-plugin|parallel|benchmarks)-[^/]*|micrometer-(core|commons|observation|registry-prometheus)-[^/]*|prometheus-metrics-[^/]*|HdrHistogram-[^/]*|LatencyUtils-[^/]*|slf4j-api-[^/]*)\.jar$' \
+  | grep -E '/(symmem4j-(prometheus|parallel|benchmarks)-[^/]*|micrometer-(core|commons|observation|registry-prometheus)-[^/]*|prometheus-metrics-[^/]*|HdrHistogram-[^/]*|LatencyUtils-[^/]*|slf4j-api-[^/]*)\.jar$' \
   | grep -vE -- '-(sources|javadoc)\.jar$')
 
 case "$mode" in

@@ -18,7 +18,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
-import org.symmem4j.dl4j.PrometheusEndpoint;
+import org.symmem4j.prometheus.PrometheusEndpoint;
 
 /**
  * How long a scrape of {@link PrometheusEndpoint} takes while clients hold half-sent requests (issue #29's

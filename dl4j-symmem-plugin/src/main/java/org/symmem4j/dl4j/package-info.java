@@ -12,7 +12,8 @@
  *       own {@code ParallelWrapper}, as the accumulator of its CUSTOM training mode: two added lines
  *       in existing ParallelWrapper code; works around ParallelWrapper's second-fit deadlock, its reset
  *       of the user's updater and its overwriting of the workspace mode.</li>
- *   <li>{@link org.symmem4j.dl4j.PrometheusEndpoint}: serving the sync metrics.</li>
+ *   <li>Serving the sync metrics to Prometheus: {@code PrometheusEndpoint}, in the module
+ *       {@code symmem4j-prometheus} (package {@code org.symmem4j.prometheus}).</li>
  *   <li>Pipeline parallelism: {@link org.symmem4j.dl4j.pipeline.PipelineParallelTrainer}.</li>
  * </ul>
  *

@@ -25,7 +25,7 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
 import org.symmem4j.dl4j.DataParallelTimeline;
-import org.symmem4j.dl4j.PrometheusEndpoint;
+import org.symmem4j.prometheus.PrometheusEndpoint;
 import org.symmem4j.dl4j.StepReport;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.ZeroStage;

@@ -24,7 +24,7 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
-import org.symmem4j.dl4j.PrometheusEndpoint;
+import org.symmem4j.prometheus.PrometheusEndpoint;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainer;
 import org.symmem4j.dl4j.pipeline.PipelineSchedule;
 import org.symmem4j.dl4j.pipeline.PipelineStageSplit;

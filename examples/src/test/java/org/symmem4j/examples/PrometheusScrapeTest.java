@@ -38,7 +38,7 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 import org.junit.jupiter.api.Timeout;
-import org.symmem4j.dl4j.PrometheusEndpoint;
+import org.symmem4j.prometheus.PrometheusEndpoint;
 import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Algorithm;
 

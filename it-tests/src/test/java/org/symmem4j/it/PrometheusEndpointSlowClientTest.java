@@ -27,7 +27,7 @@ import java.util.regex.Pattern;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
-import org.symmem4j.dl4j.PrometheusEndpoint;
+import org.symmem4j.prometheus.PrometheusEndpoint;
 
 /**
  * The metrics endpoint against clients that connect and then stall: half-sent request lines, headers

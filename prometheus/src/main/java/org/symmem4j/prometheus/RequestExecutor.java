@@ -1,4 +1,4 @@
-package org.symmem4j.dl4j;
+package org.symmem4j.prometheus;
 
 import com.sun.net.httpserver.Filter;
 import com.sun.net.httpserver.HttpExchange;

@@ -1,4 +1,4 @@
-package org.symmem4j.dl4j;
+package org.symmem4j.prometheus;
 
 import com.sun.net.httpserver.HttpContext;
 import com.sun.net.httpserver.HttpServer;
@@ -101,7 +101,6 @@ public final class PrometheusEndpoint implements AutoCloseable {
      * @param port     the TCP port; 0 picks a free port (see {@link #port()})
      * @return the running endpoint; {@link #close()} stops it
      * @throws IllegalArgumentException when {@code port} is outside 0..65535
-     * @throws IllegalStateException    when the optional Prometheus dependencies are missing (see {@link #builder})
      * @throws SymmemException          when the port cannot be bound
      */
     public static PrometheusEndpoint start(PrometheusMeterRegistry registry, int port) {
@@ -117,7 +116,6 @@ public final class PrometheusEndpoint implements AutoCloseable {
      * @param port     the TCP port; 0 picks a free port
      * @return the running endpoint; {@link #close()} stops it
      * @throws IllegalArgumentException when the host does not resolve or the port is out of range
-     * @throws IllegalStateException    when the optional Prometheus dependencies are missing (see {@link #builder})
      * @throws SymmemException          when the address cannot be bound
      */
     public static PrometheusEndpoint start(PrometheusMeterRegistry registry, String host, int port) {
@@ -131,38 +129,9 @@ public final class PrometheusEndpoint implements AutoCloseable {
      * @param registry the registry to serve
      * @return a builder; {@link Builder#start()} binds and serves
      * @throws NullPointerException when {@code registry} is null
-     * @throws IllegalStateException when {@code micrometer-registry-prometheus} or
-     *         {@code prometheus-metrics-exporter-httpserver} is not on the class path (both are optional
-     *         dependencies of this plugin: a user of this class declares them)
      */
     public static Builder builder(PrometheusMeterRegistry registry) {
-        requireOptionalDependencies();
         return new Builder(registry);
-    }
-
-    /**
-     * The plugin declares the Prometheus registry and exporter optional, so that users of other
-     * registries do not get them. Without this check a missing exporter would surface as a bare
-     * {@code NoClassDefFoundError} from the middle of {@link Builder#start()}.
-     */
-    private static void requireOptionalDependencies() {
-        StringBuilder missing = new StringBuilder();
-        String[][] needed = {
-                {"io.micrometer.prometheusmetrics.PrometheusMeterRegistry", "io.micrometer:micrometer-registry-prometheus"},
-                {"io.prometheus.metrics.exporter.httpserver.MetricsHandler", "io.prometheus:prometheus-metrics-exporter-httpserver"}};
-        for (String[] classAndArtifact : needed) {
-            try {
-                Class.forName(classAndArtifact[0], false, PrometheusEndpoint.class.getClassLoader());
-            } catch (ClassNotFoundException | LinkageError e) {
-                missing.append(missing.isEmpty() ? "" : ", ").append(classAndArtifact[1]);
-            }
-        }
-        if (!missing.isEmpty()) {
-            throw new IllegalStateException("PrometheusEndpoint needs " + missing + " on the class path, found: absent"
-                    + " (add them as dependencies: the symmem4j plugin declares them optional; take the"
-                    + " prometheus-metrics-exporter-httpserver version that your micrometer-registry-prometheus"
-                    + " depends on, e.g. 1.3.5 with Micrometer 1.14.4, which symmem4j is built with)");
-        }
     }
 
     /**
