@@ -7,9 +7,7 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.LinkedBlockingQueue;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.optimize.api.BaseTrainingListener;
 import org.nd4j.linalg.api.memory.MemoryWorkspace;
@@ -18,6 +16,7 @@ import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.factory.Nd4j;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.GradientBuckets;
 import org.symmem4j.gradsync.GradientSynchronizer;
@@ -61,7 +60,7 @@ import org.symmem4j.parallel.numeric.Reducer;
  * on ND4J's stream; the step's scalars (the loss, the non-finite verdicts) go over a host communicator of the group's
  * host transport, as in host group mode.
  */
-final class DataParallelWorker {
+final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
 
     /**
      * A step for this worker; {@code batch == null} means shut down. {@code examples} is this
@@ -170,13 +169,11 @@ final class DataParallelWorker {
     private final ShardSource shardSource;
     private final List<StateUpdateReduction.Entry> stateEntries;
     private final BackpropProgress backpropProgress;
-    private final BlockingQueue<Task> tasks = new LinkedBlockingQueue<>();
-    private final CompletableFuture<Void> ready = new CompletableFuture<>();
-    private final Thread thread;
     private final Reducer reducer = Reducer.forThisJvm();
     private final StateHook stateHook = new StateHook();
 
     // Owned by the worker thread.
+    private Group group;
     private Communicator comm;
     /**
      * Sums and gathers of the step's host scalars (the loss, the non-finite verdicts): {@link #comm} itself on host
@@ -218,6 +215,8 @@ final class DataParallelWorker {
     DataParallelWorker(int rank, GroupSource groupSource, ModelReplica replica, SymmetricMemory gradientHome,
                        SymmemParallelWrapper.Settings settings, SyncMetrics metrics, ShardSource shardSource,
                        List<StateUpdateReduction.Entry> stateEntries, BackpropProgress backpropProgress) {
+        // the wrapper rebuilds its workers after a failed step: the thread stops at the first one
+        super("symmem4j-worker-" + rank, task -> task.batch() == null, AfterFailure.STOP);
         if ((settings.sharding() == null) != (shardSource == null)) {
             throw new IllegalArgumentException("sharding=" + settings.sharding() + " needs a shard source exactly when set");
         }
@@ -231,16 +230,6 @@ final class DataParallelWorker {
         this.shardSource = shardSource;
         this.stateEntries = List.copyOf(stateEntries);
         this.backpropProgress = backpropProgress;
-        this.thread = Thread.ofPlatform().daemon().name("symmem4j-worker-" + rank).unstarted(this::run);
-    }
-
-    void start() {
-        thread.start();
-    }
-
-    /** Completes when the worker joined the group and registered its gradient view. */
-    CompletableFuture<Void> ready() {
-        return ready;
     }
 
     ModelReplica replica() {
@@ -252,85 +241,76 @@ final class DataParallelWorker {
         return sharded;
     }
 
-    void submit(Task task) {
-        tasks.add(task);
+    /**
+     * On the worker's thread: joins the group, opens the communicators, registers the gradient view, hooks the
+     * replica; {@link #ready()} completes after it.
+     */
+    @Override
+    protected void open() {
+        group = groupSource.open();
+        worldSize = group.worldSize();
+        comm = Communicator.create(group);
+        scalars = settings.gpuMode() ? group.hostTransport().communicator(group, CommunicatorOptions.defaults()) : comm;
+        if (alone) {
+            // one float64 per rank: the step's loss terms, summed in rank order (see mergeLoss)
+            lossMemory = settings.gpuMode() ? group.hostTransport().allocate(group, 64) : SymmetricMemory.allocate(group, 64);
+            lossAlgorithm = AlgorithmPolicy.oneShotWhereItRuns(scalars, 1, DType.FLOAT64, ReduceOp.SUM);
+        }
+        INDArray view = replica.gradientView();
+        dtype = ModelReplica.dtypeOf(view.dataType());
+        count = view.length();
+        if (settings.gpuMode()) {
+            gpuAveraging = GpuGradientAveraging.forNd4j(comm, settings.policy(), view);
+        } else {
+            startHostSync(group, view);
+        }
+        replica.addListener(new BaseTrainingListener() {
+            @Override
+            public void onForwardPass(Model model, List<INDArray> activations) {
+                keepActivations(activations);
+            }
+
+            @Override
+            public void onForwardPass(Model model, Map<String, INDArray> activations) {
+                keepActivations(activations);
+            }
+
+            @Override
+            public void onGradientCalculation(Model model) {
+                syncGradients();
+            }
+        });
     }
 
-    void join() throws InterruptedException {
-        thread.join();
+    /** {@link #open()} failed: the peers are told, and what it opened is freed. */
+    @Override
+    protected void openFailed(Throwable cause) {
+        if (comm != null) {
+            comm.abort("worker " + rank + " failed to start: " + cause);
+        }
+        RankRuntime.closeQuietly(lossMemory);
+        RankRuntime.closeQuietly(gradients != null ? gradients : gradientHome);
+        RankRuntime.closeQuietly(scalars != comm ? scalars : null);
+        // after the abort a close fails fast instead of meeting the peers; it still frees this rank's scratch
+        RankRuntime.closeQuietly(comm);
+        releaseQuietly(group);
     }
 
-    private void run() {
-        Group group = null;
-        try {
-            group = groupSource.open();
-            worldSize = group.worldSize();
-            comm = Communicator.create(group);
-            scalars = settings.gpuMode() ? group.hostTransport().communicator(group, CommunicatorOptions.defaults()) : comm;
-            if (alone) {
-                // one float64 per rank: the step's loss terms, summed in rank order (see mergeLoss)
-                lossMemory = settings.gpuMode() ? group.hostTransport().allocate(group, 64) : SymmetricMemory.allocate(group, 64);
-                lossAlgorithm = AlgorithmPolicy.oneShotWhereItRuns(scalars, 1, DType.FLOAT64, ReduceOp.SUM);
-            }
-            INDArray view = replica.gradientView();
-            dtype = ModelReplica.dtypeOf(view.dataType());
-            count = view.length();
-            if (settings.gpuMode()) {
-                gpuAveraging = GpuGradientAveraging.forNd4j(comm, settings.policy(), view);
-            } else {
-                startHostSync(group, view);
-            }
-            replica.addListener(new BaseTrainingListener() {
-                @Override
-                public void onForwardPass(Model model, List<INDArray> activations) {
-                    keepActivations(activations);
-                }
-
-                @Override
-                public void onForwardPass(Model model, Map<String, INDArray> activations) {
-                    keepActivations(activations);
-                }
-
-                @Override
-                public void onGradientCalculation(Model model) {
-                    syncGradients();
-                }
-            });
-            ready.complete(null);
-        } catch (Throwable t) {
-            ready.completeExceptionally(t);
-            if (comm != null) {
-                comm.abort("worker " + rank + " failed to start: " + t);
-            }
-            closeQuietly(lossMemory);
-            closeQuietly(gradients != null ? gradients : gradientHome);
-            closeQuietly(scalars != comm ? scalars : null);
-            // after the abort a close fails fast instead of meeting the peers; it still frees this rank's scratch
-            closeQuietly(comm);
-            releaseQuietly(group);
-            return;
-        }
-        try {
-            while (true) {
-                Task task = tasks.take();
-                if (task.batch() == null || !step(task)) {
-                    break; // shut down, or this worker failed: the wrapper rebuilds its workers
-                }
-            }
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        } finally {
-            // collective closes: every worker gets its shutdown task in the same round; the sync
-            // thread ends first, so nothing uses the communicator while it closes
-            closeQuietly(averaging);
-            closeQuietly(transferMemory);
-            closeQuietly(accumulationArena);
-            closeQuietly(gradients);
-            closeQuietly(lossMemory);
-            closeQuietly(scalars != comm ? scalars : null);
-            closeQuietly(comm);
-            releaseQuietly(group);
-        }
+    /**
+     * After the shutdown task, or this worker's failed step (the wrapper then rebuilds its workers). Collective
+     * closes: every worker gets its shutdown task in the same round; the sync thread ends first, so nothing uses
+     * the communicator while it closes.
+     */
+    @Override
+    protected void close() {
+        RankRuntime.closeQuietly(averaging);
+        RankRuntime.closeQuietly(transferMemory);
+        RankRuntime.closeQuietly(accumulationArena);
+        RankRuntime.closeQuietly(gradients);
+        RankRuntime.closeQuietly(lossMemory);
+        RankRuntime.closeQuietly(scalars != comm ? scalars : null);
+        RankRuntime.closeQuietly(comm);
+        releaseQuietly(group);
     }
 
     /**
@@ -418,7 +398,8 @@ final class DataParallelWorker {
     }
 
     /** Runs one step and completes its future; false if the step failed (the future then holds the cause). */
-    private boolean step(Task task) {
+    @Override
+    protected boolean step(Task task) {
         current = task;
         syncNanos = 0;
         regularization = Double.NaN;
@@ -752,16 +733,5 @@ final class DataParallelWorker {
         }
         throw new NonFiniteGradientException(message + " (set nonFiniteGradients(SKIP_STEP) to skip such steps"
                 + " instead, or lower the learning rate / clip gradients)", culprits, task.step());
-    }
-
-    private static void closeQuietly(AutoCloseable c) {
-        if (c == null) {
-            return;
-        }
-        try {
-            c.close();
-        } catch (Exception ignored) {
-            // shutting down after a failure: peers may be gone
-        }
     }
 }

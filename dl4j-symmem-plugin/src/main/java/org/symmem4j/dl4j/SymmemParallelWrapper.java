@@ -37,6 +37,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.train.RankAgreement;
 import org.symmem4j.dl4j.train.RankFailures;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.gradsync.AlgorithmPolicy;
@@ -1037,17 +1038,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         if (group == null) {
             return;
         }
-        String mine = failure == null ? "" : failure.toString();
-        List<byte[]> all = group.allGatherBytes("symmem4j-wrapper-" + tag, mine.getBytes(java.nio.charset.StandardCharsets.UTF_8));
-        if (failure != null) {
-            return; // the caller throws this rank's own error
-        }
-        for (int r = 0; r < all.size(); r++) {
-            if (all.get(r).length > 0) {
-                throw new IllegalStateException(tag + " failed on rank " + r + ": " + new String(all.get(r),
-                        java.nio.charset.StandardCharsets.UTF_8) + " (every rank left its model as it was)");
-            }
-        }
+        RankAgreement.failTogether(group, "symmem4j-wrapper-" + tag, failure, (r, theirs) -> new IllegalStateException(
+                tag + " failed on rank " + r + ": " + theirs + " (every rank left its model as it was)"));
     }
 
     private static List<String> shardFiles(Path dir) throws IOException {

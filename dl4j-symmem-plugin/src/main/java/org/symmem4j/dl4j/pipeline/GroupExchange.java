@@ -17,6 +17,7 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.api.shape.Shape;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
+import org.symmem4j.dl4j.train.RankAgreement;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
@@ -72,11 +73,10 @@ final class GroupExchange implements AutoCloseable {
         synchronized (BUILDS) {
             build = BUILDS.computeIfAbsent(group, g -> new AtomicInteger()).getAndIncrement();
         }
-        byte[] mine = (boundaries + "\n" + description).getBytes(StandardCharsets.UTF_8);
-        List<byte[]> all = group.allGatherBytes("symmem4j-pipeline-build-" + build, mine);
-        String[] rank0 = new String(all.getFirst(), StandardCharsets.UTF_8).split("\n", 2);
+        List<String> all = RankAgreement.allGather(group, "symmem4j-pipeline-build-" + build, boundaries + "\n" + description);
+        String[] rank0 = all.getFirst().split("\n", 2);
         for (int r = 1; r < all.size(); r++) {
-            String[] theirs = new String(all.get(r), StandardCharsets.UTF_8).split("\n", 2);
+            String[] theirs = all.get(r).split("\n", 2);
             if (!theirs[1].equals(rank0[1])) {
                 throw new IllegalArgumentException("group mode: rank " + r + " built a different pipeline than rank 0:"
                         + " rank 0 has " + rank0[1] + ", rank " + r + " has " + theirs[1] + " (every rank must build the same"

@@ -24,6 +24,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.train.RankFailures;
+import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
@@ -643,7 +644,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 local.close();
                 local = null;
             }
-            PipelineRank.closeQuietly(exchange);
+            RankRuntime.closeQuietly(exchange);
             exchange = null;
             return;
         }

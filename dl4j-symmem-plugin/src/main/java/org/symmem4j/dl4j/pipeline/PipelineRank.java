@@ -2,6 +2,7 @@ package org.symmem4j.dl4j.pipeline;
 
 import java.util.Map;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
+import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceMesh;
 import org.symmem4j.parallel.Group;
@@ -72,8 +73,8 @@ final class PipelineRank implements AutoCloseable {
             }
             return new PipelineRank(world, replicas, schedule, shape, slots, stages, mesh, dataParallel);
         } catch (RuntimeException | Error e) {
-            closeQuietly(dataParallel);
-            closeQuietly(mesh);
+            RankRuntime.closeQuietly(dataParallel);
+            RankRuntime.closeQuietly(mesh);
             throw e;
         }
     }
@@ -108,20 +109,9 @@ final class PipelineRank implements AutoCloseable {
     /** Frees the executor, then the sub-groups' resources, then the sub-groups; idempotent, never throws. */
     @Override
     public void close() {
-        closeQuietly(executor);
+        RankRuntime.closeQuietly(executor);
         executor = null;
-        closeQuietly(dataParallel);
-        closeQuietly(mesh);
-    }
-
-    static void closeQuietly(AutoCloseable c) {
-        if (c == null) {
-            return;
-        }
-        try {
-            c.close();
-        } catch (Exception ignored) {
-            // shutting down, possibly after a failure: peers may be gone
-        }
+        RankRuntime.closeQuietly(dataParallel);
+        RankRuntime.closeQuietly(mesh);
     }
 }

@@ -1,9 +1,8 @@
 package org.symmem4j.dl4j.pipeline;
 
 import java.util.Map;
-import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.LinkedBlockingQueue;
+import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.pipeline.exec.StepTimeline;
@@ -11,10 +10,11 @@ import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
 
 /**
- * One pipeline rank of the trainer's in-JVM world: a thread that joins rank {@code rank} of the world
- * once, opens its {@link PipelineRank} and then runs one step per task, until a shutdown task.
+ * One pipeline rank of the trainer's in-JVM world: a {@link RankRuntime} thread that joins rank {@code rank} of the
+ * world once, opens its {@link PipelineRank} and then runs one step per task, until a shutdown task (also after a
+ * failed step: the trainer sends every rank its shutdown task after a failure).
  */
-final class PipelineRankWorker {
+final class PipelineRankWorker extends RankRuntime<PipelineRankWorker.Task> {
 
     /** A step for this rank; {@code plan == null} means shut down. */
     record Task(StepPlan plan, long slotBytes, CompletableFuture<StepTimeline> result) {
@@ -28,12 +28,16 @@ final class PipelineRankWorker {
     private final PipelineShape shape;
     private final int slots;
     private final Map<Integer, Dl4jPipelineStage> stages;
-    private final BlockingQueue<Task> tasks = new LinkedBlockingQueue<>();
-    private final CompletableFuture<Void> ready = new CompletableFuture<>();
-    private final Thread thread;
+
+    // Owned by the rank's thread.
+    private Group group;
+    private PipelineRank pipelineRank;
 
     PipelineRankWorker(int rank, int replicas, InJvmWorld world, Schedule schedule, PipelineShape shape, int slots,
                        Map<Integer, Dl4jPipelineStage> stages) {
+        super(replicas == 1 ? "symmem4j-pipeline-rank-" + rank
+                : "symmem4j-pipeline-dp" + rank / shape.ranks() + "-pp" + rank % shape.ranks(),
+                task -> task.plan() == null, AfterFailure.CONTINUE_UNTIL_SHUTDOWN);
         this.rank = rank;
         this.replicas = replicas;
         this.world = world;
@@ -41,60 +45,37 @@ final class PipelineRankWorker {
         this.shape = shape;
         this.slots = slots;
         this.stages = Map.copyOf(stages);
-        String name = replicas == 1 ? "symmem4j-pipeline-rank-" + rank
-                : "symmem4j-pipeline-dp" + rank / shape.ranks() + "-pp" + rank % shape.ranks();
-        this.thread = Thread.ofPlatform().daemon().name(name).unstarted(this::run);
     }
 
-    void start() {
-        thread.start();
+    /** Joins the world and opens the rank's {@link PipelineRank}; {@link #ready()} completes after it. */
+    @Override
+    protected void open() {
+        group = world.join(rank);
+        pipelineRank = PipelineRank.open(group, replicas, schedule, shape, slots, stages);
     }
 
-    /** Completes when the thread joined the group. */
-    CompletableFuture<Void> ready() {
-        return ready;
+    @Override
+    protected void openFailed(Throwable cause) {
+        RankRuntime.closeQuietly(group);
     }
 
-    void submit(Task task) {
-        tasks.add(task);
-    }
-
-    void join() throws InterruptedException {
-        thread.join();
-    }
-
-    private void run() {
-        Group group = null;
-        PipelineRank pipelineRank;
+    @Override
+    protected boolean step(Task task) {
         try {
-            group = world.join(rank);
-            pipelineRank = PipelineRank.open(group, replicas, schedule, shape, slots, stages);
-            ready.complete(null);
+            task.result().complete(pipelineRank.step(task.plan(), task.slotBytes()));
+            return true;
         } catch (Throwable t) {
-            ready.completeExceptionally(t);
-            PipelineRank.closeQuietly(group);
-            return;
+            // the thread waits for the shutdown task, which the trainer sends every rank after a failure
+            task.result().completeExceptionally(t);
+            return false;
         }
-        try {
-            while (true) {
-                Task task = tasks.take();
-                if (task.plan() == null) {
-                    break;
-                }
-                try {
-                    task.result().complete(pipelineRank.step(task.plan(), task.slotBytes()));
-                } catch (Throwable t) {
-                    // the thread waits for the shutdown task, which the trainer sends every rank after a failure
-                    task.result().completeExceptionally(t);
-                }
-            }
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-        } finally {
-            // collective: the trainer sends every rank its shutdown task in the same round, failed or not;
-            // the rank's resources first, then the world's group
-            pipelineRank.close();
-            PipelineRank.closeQuietly(group);
-        }
+    }
+
+    @Override
+    protected void close() {
+        // collective: the trainer sends every rank its shutdown task in the same round, failed or not;
+        // the rank's resources first, then the world's group
+        pipelineRank.close();
+        RankRuntime.closeQuietly(group);
     }
 }

@@ -13,6 +13,11 @@
  *       builder keeps its own public methods and delegates to it.</li>
  *   <li>{@link org.symmem4j.dl4j.train.RankFailures}: a step's failures on several ranks merged into one exception,
  *       the origin's, the echoes it caused suppressed.</li>
+ *   <li>{@link org.symmem4j.dl4j.train.RankRuntime}: a rank run by a thread of its own (open, a task queue, ready,
+ *       start/submit/join, a collective close); the data-parallel worker stops at its first failed step, the
+ *       pipeline rank runs on until its shutdown task.</li>
+ *   <li>{@link org.symmem4j.dl4j.train.RankAgreement}: agreement across a group's ranks in group mode (the same
+ *       build, no rank failed), over the group's byte all-gather.</li>
  * </ul>
  *
  * <p>Imports nothing of the trainers ({@code org.symmem4j.dl4j}, {@code org.symmem4j.dl4j.pipeline}): they import it.
