@@ -42,6 +42,8 @@ if [ "${PROBES:-0}" = 1 ]; then
   nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   # the NVLink transfer-pattern probe (run-on-device.sh nvlink)
   "$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/nvlink_probe bench/gpu/nvlink_probe.cu
+  # the machine's physical limits between its GPUs, any count (run-on-device.sh limits)
+  "$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/peer_limits bench/gpu/peer_limits.cu
   # the launch-cost probes (run-on-device.sh launch)
   "$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/launch_idle_probe bench/gpu/launch_idle_probe.cu
   "$nvcc_bin" -std=c++17 -O3 -arch=sm_90 -o .device/handshake_launch_probe bench/gpu/handshake_launch_probe.cu

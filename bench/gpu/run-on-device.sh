@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs, reports and each report's raw
 # CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|probe|nvlink|launch|ab|nvshmem|hierarchical|processshare] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|probe|nvlink|limits|launch|ab|nvshmem|hierarchical|processshare] [extra all-reduce benchmark args]
 # (tp: TensorParallelGemmBench, fused all-gather + matmul and matmul + reduce-scatter against cuBLAS + NCCL and
 # cuBLAS alone, and the tensor-parallel MLP block's overhead, one rank per GPU; also the last step of multi)
 # (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU on every rank count in
@@ -324,6 +324,32 @@ fi
 if [ "$what" = nvlink ]; then
   timeout 300 .device/nvlink_probe 2>&1 | tee "$out/nvlink-probe.log"
   rc=$(( rc | PIPESTATUS[0] ))
+fi
+if [ "$what" = limits ]; then
+  # #38, in one call: the machine's physical limits (topology, NVLink state, bench/gpu/peer_limits.cu: copy-engine and
+  # SM bandwidth per pair and all peers at once, flag latency), then our all-reduce (GpuAllReduceBench, every GPU) and
+  # PyTorch's anchors (bench/gpu/torch_anchors.py: symmetric-memory one-/two-shot and NCCL, graph-captured and
+  # eager; TORCH_WHAT=allreduce,tp adds the fused GEMMs) on the same GPUs. LIMITS_SKIP=ours|torch leaves one out.
+  nvidia-smi topo -m > "$out/topology.txt" 2>&1
+  nvidia-smi nvlink -s >> "$out/topology.txt" 2>&1
+  nvidia-smi -q | grep -E 'Product Name|Driver Version|CUDA Version|Max Clocks' -A0 | sort -u >> "$out/topology.txt"
+  timeout 300 .device/peer_limits "${LIMITS_MIB:-256}" > "$out/peer-limits.csv" 2> "$out/peer-limits.txt"
+  rc=$(( rc | $? ))
+  cat "$out/peer-limits.txt"
+  if [ "${LIMITS_SKIP:-}" != ours ]; then
+    timeout -s QUIT -k 20 "${ALLREDUCE_LIMIT:-240}" $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuAllReduceBench \
+      --out "$out/gpu-allreduce.md" --raw "$out/gpu-allreduce.csv" "$@" > "$out/gpu-allreduce.txt" 2>&1
+    code=$?; rc=$(( rc | code ))
+    echo "== GpuAllReduceBench: exit=$code"; grep -E '^\|' "$out/gpu-allreduce.md" | head -60
+  fi
+  if [ "${LIMITS_SKIP:-}" != torch ]; then
+    py=$(ls /opt/*/.venv/bin/python 2>/dev/null | head -1); py=${py:-python3}
+    gpus=$(nvidia-smi -L | wc -l)
+    timeout -k 20 "${TORCH_LIMIT:-300}" "$py" -m torch.distributed.run --standalone --nproc_per_node="$gpus" \
+      bench/gpu/torch_anchors.py --what "${TORCH_WHAT:-allreduce}" --out "$out/torch-anchors.csv" > "$out/torch-anchors.txt" 2>&1
+    code=$?; rc=$(( rc | code ))
+    echo "== torch anchors ($py): exit=$code"; tail -5 "$out/torch-anchors.txt"
+  fi
 fi
 if [ "$what" = launch ]; then
   timeout 300 .device/launch_idle_probe 2>&1 | tee "$out/launch-idle-probe.log"

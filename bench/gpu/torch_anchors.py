@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""PyTorch's anchors for the GPU benchmarks, measured in the same device call as ours (issue #38).
+
+Run with one process per GPU:
+    python -m torch.distributed.run --standalone --nproc_per_node=N bench/gpu/torch_anchors.py \
+        --what allreduce,tp --out anchors.csv
+
+allreduce: for bf16 and fp32, sizes 1 KiB .. 256 MiB, in-place SUM:
+    torch_one_shot   torch.ops.symm_mem.one_shot_all_reduce (out of place into a fresh tensor; the input in
+                     symmetric memory)
+    torch_two_shot   torch.ops.symm_mem.two_shot_all_reduce_ (in place, symmetric memory)
+    nccl             dist.all_reduce on a plain tensor (NCCL, NVLS off)
+  each graph-captured (50 calls in one CUDA graph, replayed; CUDA events) and eager (50 back-to-back calls).
+tp: at M in --m, (N, K) in --shapes, bf16:
+    all-gather + matmul:  A shard (M/world x K), B (K x N) -> C (M x N)
+        torch_fused  torch.ops.symm_mem.fused_all_gather_matmul
+        nccl_cublas  dist.all_gather_into_tensor then torch.matmul
+        cublas       torch.matmul on the gathered A alone (no communication)
+    matmul + reduce-scatter: A (M x N), B (N x K) -> (M/world x K)
+        torch_fused  torch.ops.symm_mem.fused_matmul_reduce_scatter
+        nccl_cublas  torch.matmul then dist.reduce_scatter_tensor
+        cublas       torch.matmul alone
+  eager, as TensorParallelGemmBench times them: 3 warm-up calls, then --reps timings of --iters calls.
+
+Every cell's time is the largest over the ranks of their medians (the slowest rank bounds a collective).
+Rank 0 writes the CSV: what,op,dtype,bytes_or_m,n,k,variant,mode,us,world,device,torch.
+NVLink multicast stays off (TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NCCL_NVLS_ENABLE=0 are set before import).
+"""
+import argparse
+import os
+import statistics
+import sys
+
+os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.distributed._symmetric_memory as symm_mem  # noqa: E402
+
+
+def sizes(lo, hi):
+    s = lo
+    while s <= hi:
+        yield s
+        s *= 4
+
+
+def time_calls(fn, reps, iters, graph):
+    """Median microseconds per call of `iters` calls of fn, over `reps` timings."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            with torch.cuda.graph(g, stream=s):
+                for _ in range(iters):
+                    fn()
+        torch.cuda.current_stream().wait_stream(s)
+        g.replay()
+        torch.cuda.synchronize()
+        run = g.replay
+    else:
+        def run():
+            for _ in range(iters):
+                fn()
+    dist.barrier()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0 / iters)
+    med = statistics.median(times)
+    worst = torch.tensor([med], device="cuda", dtype=torch.float64)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    return worst.item()
+
+
+def allreduce_cells(args, group_name, rows, world, device_name):
+    for dtype, dname in ((torch.bfloat16, "bf16"), (torch.float32, "fp32")):
+        elt = torch.tensor([], dtype=dtype).element_size()
+        for nbytes in sizes(args.min_bytes, args.max_bytes):
+            count = nbytes // elt
+            symm = symm_mem.empty(count, dtype=dtype, device="cuda")
+            symm_mem.rendezvous(symm, group_name)
+            symm.uniform_(-1, 1)
+            plain = torch.empty(count, dtype=dtype, device="cuda").uniform_(-1, 1)
+            variants = {
+                "torch_one_shot": lambda: torch.ops.symm_mem.one_shot_all_reduce(symm, "sum", group_name),
+                "torch_two_shot": lambda: torch.ops.symm_mem.two_shot_all_reduce_(symm, "sum", group_name),
+                "nccl": lambda: dist.all_reduce(plain),
+            }
+            for variant, fn in variants.items():
+                for graph in (True, False):
+                    mode = "graph" if graph else "eager"
+                    try:
+                        # sums of random values grow; the values do not matter to the time, but keep them finite
+                        symm.uniform_(-1, 1)
+                        plain.uniform_(-1, 1)
+                        us = time_calls(fn, args.reps, args.iters, graph)
+                    except Exception as e:  # an op missing or refusing at this size: say so, go on
+                        if dist.get_rank() == 0:
+                            print(f"allreduce {dname} {nbytes} {variant} {mode}: {type(e).__name__}: {e}".splitlines()[0],
+                                  file=sys.stderr)
+                        us = float("nan")
+                    rows.append(("allreduce", "all_reduce", dname, nbytes, "", "", variant, mode, us, world, device_name))
+                    if dist.get_rank() == 0:
+                        print(f"allreduce {dname} {nbytes:>10} {variant:<15} {mode:<5} {us:9.2f} us", file=sys.stderr)
+            del symm, plain
+            torch.cuda.empty_cache()
+
+
+def tp_cells(args, group_name, rows, world, device_name):
+    dtype = torch.bfloat16
+    for shape in args.shapes.split(","):
+        n, k = (int(x) for x in shape.split("x"))
+        for m in (int(x) for x in args.m.split(",")):
+            a_shard = torch.empty(m // world, k, dtype=dtype, device="cuda").uniform_(-1, 1)
+            a_full = torch.empty(m, k, dtype=dtype, device="cuda").uniform_(-1, 1)
+            b = torch.empty(k, n, dtype=dtype, device="cuda").uniform_(-1, 1)
+            ag = {
+                "torch_fused": lambda: torch.ops.symm_mem.fused_all_gather_matmul(a_shard, [b], 0, group_name),
+                "nccl_cublas": lambda: torch.matmul(gather(a_shard, a_full), b),
+                "cublas": lambda: torch.matmul(a_full, b),
+            }
+            a_rs = torch.empty(m, n, dtype=dtype, device="cuda").uniform_(-1, 1)
+            b_rs = torch.empty(n, k, dtype=dtype, device="cuda").uniform_(-1, 1)
+            out_rs = torch.empty(m // world, k, dtype=dtype, device="cuda")
+            rs = {
+                "torch_fused": lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a_rs, b_rs, "sum", 0, group_name),
+                "nccl_cublas": lambda: dist.reduce_scatter_tensor(out_rs, torch.matmul(a_rs, b_rs)),
+                "cublas": lambda: torch.matmul(a_rs, b_rs),
+            }
+            for op, variants in (("all-gather + matmul", ag), ("matmul + reduce-scatter", rs)):
+                for variant, fn in variants.items():
+                    try:
+                        us = time_calls(fn, args.reps, args.tp_iters, False)
+                    except Exception as e:
+                        if dist.get_rank() == 0:
+                            print(f"tp {op} {m} {n} {k} {variant}: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
+                        us = float("nan")
+                    rows.append(("tp", op, "bf16", m, n, k, variant, "eager", us, world, device_name))
+                    if dist.get_rank() == 0:
+                        print(f"tp {op:<24} M={m} N={n} K={k} {variant:<12} {us:9.1f} us", file=sys.stderr)
+            del a_shard, a_full, b, a_rs, b_rs, out_rs
+            torch.cuda.empty_cache()
+
+
+def gather(shard, full):
+    dist.all_gather_into_tensor(full, shard)
+    return full
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--what", default="allreduce,tp")
+    p.add_argument("--out", default="torch-anchors.csv")
+    p.add_argument("--min-bytes", type=int, default=1024)
+    p.add_argument("--max-bytes", type=int, default=256 << 20)
+    p.add_argument("--reps", type=int, default=9)
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--tp-iters", type=int, default=5)
+    p.add_argument("--shapes", default="1792x4096,3584x8192")
+    p.add_argument("--m", default="4096,8192,16384")
+    args = p.parse_args()
+    local = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local)
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    group_name = dist.group.WORLD.group_name
+    enable = getattr(symm_mem, "enable_symm_mem_for_group", None)
+    if enable is not None:
+        enable(group_name)
+    world = dist.get_world_size()
+    device_name = torch.cuda.get_device_name(local)
+    rows = []
+    what = args.what.split(",")
+    if "allreduce" in what:
+        allreduce_cells(args, group_name, rows, world, device_name)
+    if "tp" in what:
+        tp_cells(args, group_name, rows, world, device_name)
+    if dist.get_rank() == 0:
+        with open(args.out, "w") as f:
+            f.write("what,op,dtype,bytes_or_m,n,k,variant,mode,us,world,device,torch\n")
+            for r in rows:
+                f.write(",".join(str(x) for x in r) + f",{torch.__version__}\n")
+        print(f"wrote {args.out}: {len(rows)} cells, torch {torch.__version__}", file=sys.stderr)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
