@@ -13,6 +13,11 @@ import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
+import org.symmem4j.parallel.cuda.ffi.Cublas;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.CudaUnavailableException;
+import org.symmem4j.parallel.cuda.ffi.Nccl;
+import org.symmem4j.parallel.cuda.ffi.Nvshmem;
 import org.symmem4j.parallel.host.HostCommunicator;
 import org.symmem4j.parallel.numeric.Reducer;
 

@@ -1,4 +1,4 @@
-package org.symmem4j.parallel.cuda;
+package org.symmem4j.parallel.cuda.ffi;
 
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_FLOAT;
@@ -22,13 +22,15 @@ import org.symmem4j.parallel.DType;
  * names the file. A machine without it gets {@link #available()} false and a reason.
  *
  * <p>cuBLAS works on the calling thread's current context: the primary context of the rank's GPU, which
- * {@link CudaRank} makes current. Every handle gets a workspace of its own ({@link #WORKSPACE_BYTES}),
+ * {@code CudaRank} makes current. Every handle gets a workspace of its own ({@link #WORKSPACE_BYTES}),
  * so that GEMMs captured into a CUDA graph allocate nothing.
+ *
+ * <p>Internal: public only so that {@code org.symmem4j.parallel.cuda} can call it; not part of symmem4j's API.
  */
-final class Cublas {
+public final class Cublas {
 
     /** cuBLAS's advice for Hopper: 32 MiB of workspace per handle. */
-    static final long WORKSPACE_BYTES = 32L << 20;
+    public static final long WORKSPACE_BYTES = 32L << 20;
 
     private static final int OP_N = 0;
     private static final int OP_T = 1;
@@ -83,7 +85,7 @@ final class Cublas {
      *
      * @return true when {@link #get()} works
      */
-    static boolean available() {
+    public static boolean available() {
         return HOLDER.cublas != null;
     }
 
@@ -92,7 +94,7 @@ final class Cublas {
      *
      * @return the reason, or null when it is available
      */
-    static String unavailableReason() {
+    public static String unavailableReason() {
         return HOLDER.reason;
     }
 
@@ -102,7 +104,7 @@ final class Cublas {
      * @return the binding
      * @throws CudaUnavailableException saying why when cuBLAS could not be loaded
      */
-    static Cublas get() {
+    public static Cublas get() {
         if (HOLDER.cublas == null) {
             throw new CudaUnavailableException(HOLDER.reason);
         }
@@ -139,7 +141,7 @@ final class Cublas {
     }
 
     /** {@return the library file or soname that was loaded} */
-    String library() {
+    public String library() {
         return library;
     }
 
@@ -154,7 +156,7 @@ final class Cublas {
      * A handle in the current context, bound to {@code stream}, with its own workspace at {@code workspace}
      * ({@link #WORKSPACE_BYTES} of device memory the caller owns).
      */
-    MemorySegment createHandle(MemorySegment stream, long workspace) {
+    public MemorySegment createHandle(MemorySegment stream, long workspace) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment h = a.allocate(ADDRESS);
             check("cublasCreate_v2", (int) cublasCreate.invokeExact(h));
@@ -181,7 +183,7 @@ final class Cublas {
         }
     }
 
-    void destroyHandle(MemorySegment handle) {
+    public void destroyHandle(MemorySegment handle) {
         try {
             check("cublasDestroy_v2", (int) cublasDestroy.invokeExact(handle));
         } catch (Throwable t) {
@@ -196,7 +198,7 @@ final class Cublas {
      * {@code dtype}, accumulated in float32. cuBLAS is column-major: a row-major matrix is its transpose,
      * so this asks for {@code Cᵀ = op(B)ᵀ · op(A)ᵀ}.
      */
-    void gemm(MemorySegment handle, long c, long a, long b, int m, int n, int k, boolean transA, boolean transB,
+    public void gemm(MemorySegment handle, long c, long a, long b, int m, int n, int k, boolean transA, boolean transB,
               boolean accumulate, DType dtype) {
         int type = switch (dtype) {
             case FLOAT32 -> CUDA_R_32F;
@@ -216,7 +218,7 @@ final class Cublas {
     }
 
     /** {@code y += alpha · x} over {@code n} float32 elements, on the handle's stream (alpha read at enqueue). */
-    void saxpy(MemorySegment handle, int n, float alpha, long x, long y) {
+    public void saxpy(MemorySegment handle, int n, float alpha, long x, long y) {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment al = arena.allocate(JAVA_FLOAT);
             al.set(JAVA_FLOAT, 0, alpha);
