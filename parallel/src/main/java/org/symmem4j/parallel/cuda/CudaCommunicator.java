@@ -11,6 +11,7 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.control.ControlPlane;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 import org.symmem4j.parallel.cuda.ffi.Cublas;
@@ -18,7 +19,6 @@ import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.CudaUnavailableException;
 import org.symmem4j.parallel.cuda.ffi.Nccl;
 import org.symmem4j.parallel.cuda.ffi.Nvshmem;
-import org.symmem4j.parallel.host.HostCommunicator;
 import org.symmem4j.parallel.numeric.Reducer;
 
 /**
@@ -49,10 +49,11 @@ import org.symmem4j.parallel.numeric.Reducer;
  * host reductions and broadcast wait for it); {@link #synchronize()} waits. A sequence of kernel
  * collectives can be captured into a CUDA graph and replayed ({@link #capture}).
  *
- * <p>Before enqueueing, the ranks check that they agree on the arguments, through a host
- * communicator's entry barrier (a mismatch would otherwise leave GPU blocks waiting for partners
- * that never come). Graph replays skip the check: it ran at capture. Eager all-reduces launch a
- * one-kernel graph captured at the first call with the same arguments ({@link EagerGraphCache}).
+ * <p>Before enqueueing, the ranks check that they agree on the arguments, through the entry barrier
+ * of a {@link ControlPlane} on the group's host transport (a mismatch would otherwise leave GPU
+ * blocks waiting for partners that never come). Graph replays skip the check: it ran at capture.
+ * Eager all-reduces launch a one-kernel graph captured at the first call with the same arguments
+ * ({@link EagerGraphCache}).
  */
 public final class CudaCommunicator implements Communicator, org.symmem4j.parallel.DeviceCommunicator {
 
@@ -60,7 +61,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     private final Group group;
     private final CudaRank rank;
     private final CudaDriver driver;
-    private final HostCommunicator control;
+    private final ControlPlane control;
     private final int worldSize;
     /** Tells this communicator's calls apart from another's in the rank's eager graph cache. */
     private final long serial = SERIALS.incrementAndGet();
@@ -173,7 +174,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             throw new IllegalArgumentException("worldSize=" + worldSize + " exceeds the kernels' MAX_RANKS="
                     + CudaKernels.MAX_RANKS + " (one machine's GPUs)");
         }
-        this.control = HostCommunicator.controlPlane(group, group.hostTransport(), options);
+        this.control = ControlPlane.open(group, group.hostTransport());
         // ranks share a GPU when two of them name the same one (host and PCI address: ordinals differ between processes
         // bound to their GPUs, and a sub-group's ranks may sit on any of the machine's GPUs)
         List<byte[]> gpus = group.allGatherBytes("cuda-device-identity",
