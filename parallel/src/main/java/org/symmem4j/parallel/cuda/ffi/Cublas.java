@@ -155,6 +155,10 @@ public final class Cublas {
     /**
      * A handle in the current context, bound to {@code stream}, with its own workspace at {@code workspace}
      * ({@link #WORKSPACE_BYTES} of device memory the caller owns).
+     *
+     * @param stream    the stream the handle's calls are enqueued on
+     * @param workspace device address of the handle's workspace
+     * @return the handle; destroy it with {@link #destroyHandle}
      */
     public MemorySegment createHandle(MemorySegment stream, long workspace) {
         try (Arena a = Arena.ofConfined()) {
@@ -183,6 +187,11 @@ public final class Cublas {
         }
     }
 
+    /**
+     * Destroys a handle of {@link #createHandle} (its workspace stays the caller's).
+     *
+     * @param handle the handle
+     */
     public void destroyHandle(MemorySegment handle) {
         try {
             check("cublasDestroy_v2", (int) cublasDestroy.invokeExact(handle));
@@ -197,6 +206,18 @@ public final class Cublas {
      * is {@code k×n} (B stored {@code k×n}, or {@code n×k} when {@code transB}); all three dense, of
      * {@code dtype}, accumulated in float32. cuBLAS is column-major: a row-major matrix is its transpose,
      * so this asks for {@code Cᵀ = op(B)ᵀ · op(A)ᵀ}.
+     *
+     * @param handle     a handle of {@link #createHandle}
+     * @param c          device address of C
+     * @param a          device address of A
+     * @param b          device address of B
+     * @param m          rows of C and of op(A)
+     * @param n          columns of C and of op(B)
+     * @param k          columns of op(A), rows of op(B)
+     * @param transA     whether A is stored transposed ({@code k×m})
+     * @param transB     whether B is stored transposed ({@code n×k})
+     * @param dtype      the element type of A, B and C
+     * @param accumulate whether to add to C rather than overwrite it
      */
     public void gemm(MemorySegment handle, long c, long a, long b, int m, int n, int k, boolean transA, boolean transB,
               boolean accumulate, DType dtype) {
@@ -217,7 +238,15 @@ public final class Cublas {
         }
     }
 
-    /** {@code y += alpha · x} over {@code n} float32 elements, on the handle's stream (alpha read at enqueue). */
+    /**
+     * {@code y += alpha · x} over {@code n} float32 elements, on the handle's stream (alpha read at enqueue).
+     *
+     * @param handle a handle of {@link #createHandle}
+     * @param n      elements
+     * @param alpha  the factor
+     * @param x      device address of x
+     * @param y      device address of y
+     */
     public void saxpy(MemorySegment handle, int n, float alpha, long x, long y) {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment al = arena.allocate(JAVA_FLOAT);

@@ -34,11 +34,15 @@ public final class CudaDriver {
     /** {@code CU_STREAM_CAPTURE_MODE_THREAD_LOCAL}: the capture mode {@link #beginCapture} uses. */
     public static final int CAPTURE_MODE_THREAD_LOCAL = 1;
     static final int ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
+    /** {@code CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR}: the 9 of sm_90. */
     public static final int ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
+    /** {@code CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR}: the 0 of sm_90. */
     public static final int ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
     /** {@code CU_DEVICE_ATTRIBUTE_PCI_BUS_ID}, {@code _PCI_DEVICE_ID}, {@code _PCI_DOMAIN_ID}: where the GPU sits. */
     public static final int ATTRIBUTE_PCI_BUS_ID = 33;
+    /** {@code CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID}. */
     public static final int ATTRIBUTE_PCI_DEVICE_ID = 34;
+    /** {@code CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID}. */
     public static final int ATTRIBUTE_PCI_DOMAIN_ID = 50;
 
     private static final Holder HOLDER = new Holder();
@@ -1037,7 +1041,9 @@ public final class CudaDriver {
     // CUlaunchConfig: gridDim x/y/z, blockDim x/y/z, sharedMemBytes (7 x u32), hStream at 32,
     // attrs at 40, numAttrs at 48; 56 bytes. CUlaunchAttribute: id (u32) at 0, a 64-byte value
     // union at 8; 72 bytes.
+    /** Bytes of a {@code CUlaunchConfig}. */
     public static final long LAUNCH_CONFIG_BYTES = 56;
+    /** Bytes of a {@code CUlaunchAttribute}. */
     public static final long LAUNCH_ATTRIBUTE_BYTES = 72;
     static final int LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
 

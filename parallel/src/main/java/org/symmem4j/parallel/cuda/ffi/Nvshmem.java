@@ -421,7 +421,11 @@ public final class Nvshmem {
         }
     }
 
-    /** {@code nvshmemx_init_status()}: 0 not initialised, {@link #STATUS_INITIALIZED}, {@link #STATUS_LIMITED_MPG}, ... */
+    /**
+     * {@code nvshmemx_init_status()}: 0 not initialised, {@link #STATUS_INITIALIZED}, {@link #STATUS_LIMITED_MPG}, ...
+     *
+     * @return the status
+     */
     public int initStatus() {
         try {
             return (int) initStatus.invokeExact();
@@ -430,6 +434,7 @@ public final class Nvshmem {
         }
     }
 
+    /** {@return this process's PE, {@code nvshmem_my_pe()}} */
     public int myPe() {
         try {
             return (int) myPe.invokeExact();
@@ -438,6 +443,7 @@ public final class Nvshmem {
         }
     }
 
+    /** {@return the number of PEs, {@code nvshmem_n_pes()}} */
     public int nPes() {
         try {
             return (int) nPes.invokeExact();
@@ -449,6 +455,7 @@ public final class Nvshmem {
     /**
      * Collective: {@code bytes} of the symmetric heap on every PE (same size and order everywhere).
      *
+     * @param bytes the size
      * @return the device address, the same symmetric object on every PE
      * @throws CudaException when the heap cannot hold it
      */
@@ -466,7 +473,11 @@ public final class Nvshmem {
         }
     }
 
-    /** Collective: gives {@code address} back to the symmetric heap (every PE, same order). */
+    /**
+     * Collective: gives {@code address} back to the symmetric heap (every PE, same order).
+     *
+     * @param address a device address of {@link #malloc}
+     */
     public void free(long address) {
         try {
             free.invokeExact(MemorySegment.ofAddress(address));
@@ -479,6 +490,8 @@ public final class Nvshmem {
      * PE {@code pe}'s copy of the symmetric object at {@code address}, as this PE's GPU can load and store
      * it (NVLink or PCIe peer mapping).
      *
+     * @param address a symmetric object's address on this PE
+     * @param pe      the PE
      * @return the device address, or 0 when that PE is reachable only through NVSHMEM's calls (another node)
      */
     public long peerPointer(long address, int pe) {
@@ -493,6 +506,15 @@ public final class Nvshmem {
      * Enqueues on {@code stream}: copy {@code bytes} from {@code src} (this PE's device memory) to the
      * symmetric address {@code dest} on {@code pe}, then apply {@code op value} to the symmetric signal
      * word {@code signal} on {@code pe}; NVSHMEM delivers the data before the signal update.
+     *
+     * @param dest   symmetric destination address
+     * @param src    this PE's source address
+     * @param bytes  bytes to copy
+     * @param signal symmetric address of the signal word
+     * @param value  the operand of {@code op}
+     * @param op     set or add
+     * @param pe     the destination PE
+     * @param stream the stream
      */
     public void putSignalOnStream(long dest, long src, long bytes, long signal, long value, SignalOp op, int pe, MemorySegment stream) {
         try {
@@ -503,7 +525,15 @@ public final class Nvshmem {
         }
     }
 
-    /** Enqueues on {@code stream}: apply {@code op value} to the symmetric signal word {@code signal} on {@code pe}. */
+    /**
+     * Enqueues on {@code stream}: apply {@code op value} to the symmetric signal word {@code signal} on {@code pe}.
+     *
+     * @param signal symmetric address of the signal word
+     * @param value  the operand of {@code op}
+     * @param op     set or add
+     * @param pe     the PE
+     * @param stream the stream
+     */
     public void signalOnStream(long signal, long value, SignalOp op, int pe, MemorySegment stream) {
         try {
             signalOpOnStream.invokeExact(MemorySegment.ofAddress(signal), value, signalOp(op), pe, stream);
@@ -512,7 +542,13 @@ public final class Nvshmem {
         }
     }
 
-    /** Enqueues on {@code stream} a wait until this PE's signal word {@code signal} is at least {@code atLeast}. */
+    /**
+     * Enqueues on {@code stream} a wait until this PE's signal word {@code signal} is at least {@code atLeast}.
+     *
+     * @param signal  symmetric address of the signal word
+     * @param atLeast the value to wait for
+     * @param stream  the stream
+     */
     public void waitAtLeastOnStream(long signal, long atLeast, MemorySegment stream) {
         try {
             signalWaitUntilOnStream.invokeExact(MemorySegment.ofAddress(signal), CMP_GE, atLeast, stream);
@@ -521,7 +557,11 @@ public final class Nvshmem {
         }
     }
 
-    /** Enqueues on {@code stream} the completion of every NVSHMEM operation this PE issued on it. */
+    /**
+     * Enqueues on {@code stream} the completion of every NVSHMEM operation this PE issued on it.
+     *
+     * @param stream the stream
+     */
     public void quietOnStream(MemorySegment stream) {
         try {
             quietOnStream.invokeExact(stream);
@@ -553,6 +593,13 @@ public final class Nvshmem {
     /**
      * Enqueues on {@code stream} NVSHMEM's all-reduce of {@code count} elements of the team of every PE:
      * {@code src} on every PE reduced into {@code dest} on every PE; both symmetric, {@code dest == src} allowed.
+     *
+     * @param dtype  the element type
+     * @param op     SUM, MAX or MIN ({@link #reduces})
+     * @param dest   symmetric destination address
+     * @param src    symmetric source address
+     * @param count  elements
+     * @param stream the stream
      */
     public void reduceOnStream(DType dtype, ReduceOp op, long dest, long src, long count, MemorySegment stream) {
         MethodHandle h = reductions.get(dtype).get(op);
