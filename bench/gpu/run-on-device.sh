@@ -59,7 +59,8 @@ rc=0
 # 240) is named by GpuTestWatchdog, which prints every thread's stack and halts the JVM (exit code 86).
 # Backstop: after $2 s a class's JVM gets SIGQUIT (a thread dump), 30 s later SIGKILL.
 gpu_test_classes() {
-  (cd .device/test-classes && ls org/symmem4j/parallel/cuda/*Test.class org/symmem4j/pipeline/exec/{Cuda,Nvshmem}*Test.class \
+  (cd .device/test-classes && ls org/symmem4j/parallel/cuda/*Test.class org/symmem4j/parallel/cuda/ffi/*Test.class \
+    org/symmem4j/pipeline/exec/{Cuda,Nvshmem}*Test.class \
     org/symmem4j/gradsync/*GpuTest.class) \
     | sed 's/\.class$//; s:/:.:g' | grep -E "${GPU_TEST_FILTER:-.}"
 }

@@ -25,7 +25,7 @@ import org.symmem4j.parallel.KernelArguments;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.cuda.CudaTransport;
-import org.symmem4j.parallel.cuda.CudaUnavailableException;
+import org.symmem4j.parallel.cuda.ffi.CudaUnavailableException;
 import org.symmem4j.parallel.group.InJvmWorld;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;

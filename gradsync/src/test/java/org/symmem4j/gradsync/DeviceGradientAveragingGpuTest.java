@@ -16,9 +16,9 @@ import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.ReduceOp;
-import org.symmem4j.parallel.cuda.CudaDriver;
 import org.symmem4j.parallel.cuda.CudaKernels;
 import org.symmem4j.parallel.cuda.CudaTransport;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.group.InJvmWorld;
 
 /**

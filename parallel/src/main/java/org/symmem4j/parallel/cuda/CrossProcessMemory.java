@@ -10,6 +10,8 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.CudaVirtualMemory;
 import org.symmem4j.parallel.ipc.FdChannel;
 import org.symmem4j.parallel.rendezvous.StoreSecret;
 

@@ -11,9 +11,12 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.control.ControlPlane;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
-import org.symmem4j.parallel.host.HostCommunicator;
+import org.symmem4j.parallel.cuda.ffi.Cublas;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.Nvshmem;
 import org.symmem4j.parallel.numeric.Reducer;
 
 /**
@@ -40,14 +43,22 @@ import org.symmem4j.parallel.numeric.Reducer;
  * </ul>
  * None of these but the two NCCL algorithms needs NCCL, so all run where ranks share a GPU.
  *
+ * <p>Its parts, cut as NCCL's are: {@link NcclProvider} (NCCL's set-up, calls and teardown),
+ * {@link CollectiveKernels} (symmem4j's kernels by algorithm and {@link Protocol}, the launch
+ * parameters marshalled by {@link AllReduceParameters}), {@link DeviceOperations} (graph capture,
+ * ordering, copies) and the {@link ControlPlane}. This class checks the arguments, has the ranks
+ * agree on them, stages plain buffers, and dispatches: {@link #supports(Algorithm, DType, ReduceOp, long)}
+ * is the eligibility filter, the protocol the measured choice inside an algorithm.
+ *
  * <p>Operations are enqueued on this rank's stream and return before the GPU has run them (the
  * host reductions and broadcast wait for it); {@link #synchronize()} waits. A sequence of kernel
  * collectives can be captured into a CUDA graph and replayed ({@link #capture}).
  *
- * <p>Before enqueueing, the ranks check that they agree on the arguments, through a host
- * communicator's entry barrier (a mismatch would otherwise leave GPU blocks waiting for partners
- * that never come). Graph replays skip the check: it ran at capture. Eager all-reduces launch a
- * one-kernel graph captured at the first call with the same arguments ({@link EagerGraphCache}).
+ * <p>Before enqueueing, the ranks check that they agree on the arguments, through the entry barrier
+ * of a {@link ControlPlane} on the group's host transport (a mismatch would otherwise leave GPU
+ * blocks waiting for partners that never come). Graph replays skip the check: it ran at capture.
+ * Eager all-reduces launch a one-kernel graph captured at the first call with the same arguments
+ * ({@link EagerGraphCache}).
  */
 public final class CudaCommunicator implements Communicator, org.symmem4j.parallel.DeviceCommunicator {
 
@@ -55,48 +66,20 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     private final Group group;
     private final CudaRank rank;
     private final CudaDriver driver;
-    private final HostCommunicator control;
+    private final ControlPlane control;
     private final int worldSize;
     /** Tells this communicator's calls apart from another's in the rank's eager graph cache. */
     private final long serial = SERIALS.incrementAndGet();
     private static final java.util.concurrent.atomic.AtomicLong SERIALS = new java.util.concurrent.atomic.AtomicLong();
     private final boolean sharedDevice;
-    /**
-     * The grids of the collective kernels, the same on every rank (block b of a rank meets block b of
-     * each peer): each kernel's smallest {@link LaunchBudget} limit over the ranks. With one rank per
-     * GPU: ONE_SHOT (incl. LL), reduce-scatter and all-gather one block per SM; both TWO_SHOTs as many
-     * blocks as the SMs hold at once (the occupancy calculator), since every block must be resident
-     * together. The write-only TWO_SHOT as built (__launch_bounds__(512, 2)) uses 56 registers on
-     * sm_90: 2 blocks of 512 per SM. (Built without the second bound, bf16 used 32 registers and 4
-     * blocks per SM and measured about 1 % faster at 64 and 256 MiB on 2 x H200, but f32 spilled on
-     * sm_80; the published benchmarks are of the kernels as built.) With ranks sharing a GPU, every
-     * kernel's grid shrinks so that all ranks' grids fit at once (see {@link LaunchBudget}). Null
-     * without kernels.
-     */
-    private final LaunchBudget grids;
-    private final MemorySegment ncclComm;
+    /** symmem4j's kernels and their protocols' scratch; null without kernels. */
+    private final CollectiveKernels kernels;
+    /** NCCL ({@link Algorithm#NCCL}, {@link Algorithm#NCCL_SYMMETRIC}, send and receive). */
+    private final NcclProvider nccl;
     /** NVSHMEM's reductions ({@link Algorithm#NVSHMEM}) where the communicator was made by {@link NvshmemTransport}; else null. */
     private final Nvshmem nvshmem;
-    private final String ncclUnavailable;
-    /**
-     * NCCL_SYMMETRIC's window: {@link CommunicatorOptions#stagingBytes()} from {@code ncclMemAlloc},
-     * registered with {@code NCCL_WIN_COLL_SYMMETRIC}; messages go through it in pieces. Null where
-     * NCCL or its windows are unavailable ({@link #windowUnavailable} says why).
-     */
-    private final NcclWindow window;
-    private final String windowUnavailable;
-    /** ONE_SHOT's landing slots: two parities of worldSize slots of {@link #oneShotSlotBytes} per rank. */
-    private final CudaSymmetricMemory oneShotScratch;
-    private final long oneShotSlotBytes;
-    /** Small ONE_SHOTs use the LL protocol: 8-byte words (payload + epoch), two parities of worldSize slots. */
-    private final CudaSymmetricMemory llScratch;
-    /**
-     * Large TWO_SHOTs land the peers' copies of this rank's chunk here: two parities of worldSize
-     * slots of {@link #twoShotSlotBytes} per rank ({@link #TWO_SHOT_SCRATCH_BYTES} in all).
-     */
-    private final CudaSymmetricMemory twoShotScratch;
-    private final long twoShotSlotBytes;
-    private final long twoShotPushMinBytes;
+    /** Graph capture, stream ordering, timing, device memory and copies. */
+    private final DeviceOperations device;
     /**
      * Staging for the collectives on plain device segments (all-reduce, reduce-scatter, all-gather,
      * broadcast): {@link CommunicatorOptions#stagingBytes()} per rank; messages go through it in pieces.
@@ -104,48 +87,6 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     private final CudaSymmetricMemory staging;
     private final long stagingBytes;
     private final Reducer hostReducer = Reducer.forThisJvm();
-
-    // Launch parameters, reused by every launch of this rank's thread (no allocation per call).
-    private final Arena arena = Arena.ofShared();
-    private final MemorySegment peersSlot;
-    private final MemorySegment padsSlot;
-    private final MemorySegment countSlot;
-    private final MemorySegment rankSlot;
-    private final MemorySegment worldSlot;
-    private final MemorySegment divisorSlot;
-    private final MemorySegment bufSlot;
-    private final MemorySegment slotBytesSlot;
-    private final MemorySegment scratchSlot;
-    private final MemorySegment twoShotParams;
-    private final MemorySegment twoShotPushParams;
-    private final MemorySegment oneShotParams;
-
-    /** Largest ONE_SHOT message: the size of one landing slot in the scratch. */
-    static final long ONE_SHOT_SLOT_BYTES = 4L << 20;
-    /** ONE_SHOTs up to this size use the LL kernel (no barrier; payload words carry the epoch). */
-    static final long LL_MAX_BYTES = 64L << 10;
-    static final long LL_SLOT_WORDS = LL_MAX_BYTES / 4;
-    /**
-     * TWO_SHOTs from this size (up to 4 ranks) move every byte over NVLink as a store
-     * (symmem_two_shot_push_*), below it they pull the peers' chunks with loads (symmem_two_shot_*):
-     * on 2 x H200 the write-only kernel was 8 % faster at 16 MiB and 7 % at 256 MiB, the pulling one
-     * 3 % faster at 4 MiB (bench/results/2026-11-22-nvlink-patterns-2xh200.md); on 4 x H200 the
-     * write-only kernel took 16 MiB from 99 to 87 us.
-     */
-    static final long TWO_SHOT_PUSH_MIN_BYTES = 16L << 20;
-    /**
-     * The same from 5 ranks: on 8 x H200 the write-only kernel was slower at 16 MiB (150 us against
-     * 125 us) and faster at 64 MiB (426 against 493 us) and 256 MiB (1485 against 1658 us)
-     * (bench/results/2026-11-22-gpu-allreduce-8xh200.md and its previous version).
-     */
-    static final long TWO_SHOT_PUSH_MIN_BYTES_MANY_RANKS = 64L << 20;
-    /**
-     * Scratch of the write-only TWO_SHOT per rank. A message goes through it in rounds of half this
-     * size (one meeting of the ranks per round; the other half takes the next round while peers
-     * still read this one). On 2 x H200 at 64 MiB: 32 MiB rounds 195 us, 8 MiB rounds 200 us, 2 MiB
-     * rounds 277 us; one round through a scratch as large as the message, 193 us.
-     */
-    static final long TWO_SHOT_SCRATCH_BYTES = 64L << 20;
 
     CudaCommunicator(CudaTransport transport, Group group, CommunicatorOptions options) {
         this(transport, transport, null, group, options);
@@ -168,7 +109,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             throw new IllegalArgumentException("worldSize=" + worldSize + " exceeds the kernels' MAX_RANKS="
                     + CudaKernels.MAX_RANKS + " (one machine's GPUs)");
         }
-        this.control = HostCommunicator.controlPlane(group, group.hostTransport(), options);
+        this.control = ControlPlane.open(group, group.hostTransport());
         // ranks share a GPU when two of them name the same one (host and PCI address: ordinals differ between processes
         // bound to their GPUs, and a sub-group's ranks may sit on any of the machine's GPUs)
         List<byte[]> gpus = group.allGatherBytes("cuda-device-identity",
@@ -182,88 +123,13 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             }
         }
         this.sharedDevice = sharing != null;
-        if (rank.kernels == null) {
-            this.grids = null;
-        } else {
-            java.nio.ByteBuffer mine = java.nio.ByteBuffer.allocate(Kernel.values().length * Integer.BYTES);
-            for (int limit : rank.budget.limits()) {
-                mine.putInt(limit);
-            }
-            List<int[]> limits = new java.util.ArrayList<>(worldSize);
-            for (byte[] b : group.allGatherBytes("cuda-launch-limits", mine.array())) {
-                java.nio.ByteBuffer in = java.nio.ByteBuffer.wrap(b);
-                int[] l = new int[b.length / Integer.BYTES];
-                for (int k = 0; k < l.length; k++) {
-                    l[k] = in.getInt();
-                }
-                limits.add(l);
-            }
-            this.grids = LaunchBudget.common(rank.budget, limits);
-        }
-        MemorySegment comm = null;
-        String why = null;
-        if (sharedDevice) {
-            why = "NCCL needs one GPU per rank; " + sharing;
-        } else if (!Nccl.available()) {
-            why = Nccl.unavailableReason();
-        } else {
-            byte[] id = group.rank() == 0 ? Nccl.get().uniqueId() : new byte[Nccl.UNIQUE_ID_BYTES];
-            List<byte[]> ids = group.allGatherBytes("nccl-unique-id", id);
-            driver.setCurrent(rank.context);
-            comm = Nccl.get().initRank(worldSize, ids.getFirst(), group.rank());
-        }
-        this.ncclComm = comm;
-        this.ncclUnavailable = why;
-        if (comm == null) {
-            this.window = null;
-            this.windowUnavailable = why;
-        } else if (!Nccl.get().hasSymmetricWindows()) {
-            this.window = null;
-            this.windowUnavailable = "NCCL " + Nccl.get().version() + " has no symmetric windows"
-                    + " (ncclCommWindowRegister and ncclMemAlloc need NCCL 2.27 or newer)";
-        } else {
-            // collective: every rank of the NCCL communicator registers its window here
-            Nccl nccl = Nccl.get();
-            long ptr = nccl.memAlloc(options.stagingBytes());
-            this.window = new NcclWindow(nccl, comm, ptr, options.stagingBytes(),
-                    nccl.registerWindow(comm, ptr, options.stagingBytes(), Nccl.WIN_COLL_SYMMETRIC));
-            this.windowUnavailable = null;
-        }
-        this.oneShotSlotBytes = ONE_SHOT_SLOT_BYTES;
-        this.oneShotScratch = rank.kernels == null ? null
-                : (CudaSymmetricMemory) memory.allocate(group, 2L * worldSize * oneShotSlotBytes);
-        this.llScratch = rank.kernels == null ? null
-                : (CudaSymmetricMemory) memory.allocate(group, 2L * worldSize * LL_SLOT_WORDS * Long.BYTES);
-        this.twoShotSlotBytes = TWO_SHOT_SCRATCH_BYTES / (2L * worldSize) / 16 * 16;
-        this.twoShotPushMinBytes = worldSize <= 4 ? TWO_SHOT_PUSH_MIN_BYTES : TWO_SHOT_PUSH_MIN_BYTES_MANY_RANKS;
-        this.twoShotScratch = rank.kernels == null ? null : (CudaSymmetricMemory) memory.allocate(group, TWO_SHOT_SCRATCH_BYTES);
+        LaunchBudget grids = rank.kernels == null ? null : CollectiveKernels.commonGrids(group, rank);
+        this.nccl = new NcclProvider(group, driver, rank, sharing, options.stagingBytes());
+        this.kernels = rank.kernels == null ? null
+                : new CollectiveKernels(group, rank, driver, memory, grids, serial, sharedDevice);
         this.stagingBytes = options.stagingBytes();
         this.staging = (CudaSymmetricMemory) memory.allocate(group, stagingBytes);
-        peersSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
-        padsSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
-        countSlot = arena.allocate(8, 8);
-        rankSlot = arena.allocate(4, 4);
-        worldSlot = arena.allocate(4, 4);
-        divisorSlot = arena.allocate(4, 4);
-        bufSlot = arena.allocate(8, 8);
-        slotBytesSlot = arena.allocate(8, 8);
-        scratchSlot = arena.allocate(8L * CudaKernels.MAX_RANKS, 16);
-        // parameter order of symmem_two_shot_*: (Peers bufs, Pads pads, count, rank, world, divisor)
-        twoShotParams = paramArray(peersSlot, padsSlot, countSlot, rankSlot, worldSlot, divisorSlot);
-        // symmem_two_shot_push_*: (Peers bufs, Peers scratch, Pads pads, count, rank, world, divisor, slotBytes)
-        twoShotPushParams = paramArray(peersSlot, scratchSlot, padsSlot, countSlot, rankSlot, worldSlot, divisorSlot, slotBytesSlot);
-        // symmem_one_shot_*: (buf, Peers scratch, Pads pads, count, rank, world, divisor, slotBytes)
-        oneShotParams = paramArray(bufSlot, peersSlot, padsSlot, countSlot, rankSlot, worldSlot, divisorSlot, slotBytesSlot);
-        rankSlot.set(java.lang.foreign.ValueLayout.JAVA_INT, 0, group.rank());
-        worldSlot.set(java.lang.foreign.ValueLayout.JAVA_INT, 0, worldSize);
-    }
-
-    private MemorySegment paramArray(MemorySegment... slots) {
-        MemorySegment a = arena.allocate(java.lang.foreign.ValueLayout.ADDRESS, slots.length);
-        for (int i = 0; i < slots.length; i++) {
-            a.setAtIndex(java.lang.foreign.ValueLayout.ADDRESS, i, slots[i]);
-        }
-        return a;
+        this.device = new DeviceOperations(driver, rank, this::synchronize);
     }
 
     /** {@return the machine's name and the PCI address of {@code device}: equal for two ranks exactly when they share the GPU} */
@@ -300,7 +166,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      * @return the reason, or null when NCCL is usable
      */
     public String ncclUnavailableReason() {
-        return ncclUnavailable;
+        return nccl.unavailableReason();
     }
 
     /**
@@ -309,7 +175,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      * @return the reason (no NCCL, ranks sharing a GPU, an NCCL without symmetric windows), or null when usable
      */
     public String ncclSymmetricUnavailableReason() {
-        return windowUnavailable;
+        return nccl.symmetricUnavailableReason();
     }
 
     @Override
@@ -318,10 +184,10 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             return nvshmem != null;
         }
         if (algorithm == Algorithm.NCCL) {
-            return ncclComm != null;
+            return nccl.available();
         }
         if (algorithm == Algorithm.NCCL_SYMMETRIC) {
-            return window != null;
+            return nccl.symmetricAvailable();
         }
         return (algorithm == Algorithm.ONE_SHOT || algorithm == Algorithm.TWO_SHOT) && rank.kernels != null;
     }
@@ -343,7 +209,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
 
     /** Smallest message, in bytes, that TWO_SHOT sends through its write-only kernel here. */
     long twoShotPushMinBytes() {
-        return twoShotPushMinBytes;
+        return Protocol.pushMinBytes(worldSize);
     }
 
     /**
@@ -352,7 +218,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      * @return the capacity in bytes
      */
     public long oneShotCapacityBytes() {
-        return oneShotSlotBytes;
+        return CollectiveKernels.ONE_SHOT_SLOT_BYTES;
     }
 
     /**
@@ -363,7 +229,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      */
     @Override
     public void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
-        long pieceBytes = algorithm == Algorithm.ONE_SHOT ? Math.min(stagingBytes, oneShotSlotBytes) : stagingBytes;
+        long pieceBytes = algorithm == Algorithm.ONE_SHOT ? Math.min(stagingBytes, CollectiveKernels.ONE_SHOT_SLOT_BYTES)
+                : stagingBytes;
         long piece = dtype == null ? 1 : Math.max(1, pieceBytes / dtype.byteSize());
         Problem problem = buffer == null ? Problem.NULL_BUFFER : dtype == null || op == null || algorithm == null
                 ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
@@ -376,11 +243,11 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         }
         driver.setCurrent(rank.context);
         if (algorithm == Algorithm.NCCL) {
-            Nccl.get().allReduce(buffer.address(), buffer.address(), count, dtype, op, ncclComm, rank.stream);
+            nccl.allReduce(buffer.address(), count, dtype, op);
             return;
         }
         if (algorithm == Algorithm.NCCL_SYMMETRIC) {
-            ncclSymmetricAllReduce(buffer.address(), count, dtype, op);
+            nccl.symmetricAllReduce(buffer.address(), count, dtype, op);
             return;
         }
         if (worldSize == 1 && algorithm != Algorithm.NVSHMEM) {
@@ -399,7 +266,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
                 nvshmem.reduceOnStream(dtype, op, staging.dataPointer(group.rank()), staging.dataPointer(group.rank()), len,
                         rank.stream);
             } else {
-                launchAllReduceEager(staging, 0, len, dtype, op, algorithm);
+                kernels.allReduceEager(staging, 0, len, dtype, op, algorithm);
             }
             driver.copyDeviceToDeviceAsync(buffer.address() + start * dsize, staging.dataPointer(group.rank()), len * dsize,
                     rank.stream);
@@ -424,53 +291,17 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             return;
         }
         if (algorithm == Algorithm.NCCL) {
-            Nccl.get().allReduce(ptr, ptr, count, dtype, op, ncclComm, rank.stream);
+            nccl.allReduce(ptr, count, dtype, op);
             return;
         }
         if (algorithm == Algorithm.NCCL_SYMMETRIC) {
-            ncclSymmetricAllReduce(ptr, count, dtype, op);
+            nccl.symmetricAllReduce(ptr, count, dtype, op);
             return;
         }
         if (worldSize == 1) {
             return;
         }
-        launchAllReduceEager(mem, offsetBytes, count, dtype, op, algorithm);
-    }
-
-    /**
-     * NCCL_SYMMETRIC: in pieces of the window's size, copies the elements at device address
-     * {@code ptr} into this rank's window, all-reduces the window with NCCL and copies the result back,
-     * all on this rank's stream (capturable).
-     */
-    private void ncclSymmetricAllReduce(long ptr, long count, DType dtype, ReduceOp op) {
-        long dsize = dtype.byteSize();
-        long piece = Math.max(1, window.bytes() / dsize);
-        for (long start = 0; start < count; start += piece) {
-            long len = Math.min(piece, count - start);
-            driver.copyDeviceToDeviceAsync(window.pointer(), ptr + start * dsize, len * dsize, rank.stream);
-            Nccl.get().allReduce(window.pointer(), window.pointer(), len, dtype, op, ncclComm, rank.stream);
-            driver.copyDeviceToDeviceAsync(ptr + start * dsize, window.pointer(), len * dsize, rank.stream);
-        }
-    }
-
-    /** Enqueues a ONE_SHOT or TWO_SHOT kernel, through the eager graph cache where it applies; arguments checked. */
-    private void launchAllReduceEager(CudaSymmetricMemory mem, long offsetBytes, long count, DType dtype, ReduceOp op,
-                                      Algorithm algorithm) {
-        // Not where ranks share a GPU: there a capture and instantiation on one rank's thread waits for
-        // the kernels running in the shared context, and so for a peer's kernel that waits for this
-        // rank (seen for user captures: bench/results/2026-11-23-gpu-shared-ranks-h100.md), so shared
-        // GPUs keep plain launches.
-        if (EagerGraphCache.ENABLED && !sharedDevice && !rank.capturing) {
-            EagerGraphCache cache = rank.eagerGraphs;
-            MemorySegment exec = cache.find(serial, mem.id(), offsetBytes, count, dtype.ordinal(), op.ordinal(),
-                    algorithm.ordinal());
-            if (exec == null) {
-                exec = cache.capture(() -> launchAllReduce(mem, offsetBytes, count, dtype, op, algorithm));
-            }
-            driver.launchGraph(exec, rank.stream);
-        } else {
-            launchAllReduce(mem, offsetBytes, count, dtype, op, algorithm);
-        }
+        kernels.allReduceEager(mem, offsetBytes, count, dtype, op, algorithm);
     }
 
     /** A local problem with the call, found before the ranks compare arguments (so all of them report it). */
@@ -504,62 +335,6 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             return Problem.UNSUPPORTED_ALGORITHM;
         }
         return Problem.NONE;
-    }
-
-    private void launchAllReduce(CudaSymmetricMemory mem, long offsetBytes, long count, DType dtype, ReduceOp op,
-                                 Algorithm algorithm) {
-        countSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, count);
-        divisorSlot.set(java.lang.foreign.ValueLayout.JAVA_INT, 0, op == ReduceOp.AVG ? worldSize : 0);
-        int perVector = 16 / dtype.byteSize();
-        long vectors = Math.max(1, count / perVector);
-        boolean f32 = dtype == DType.FLOAT32;
-        long blocks;
-        MemorySegment params;
-        Kernel kernel;
-        if (algorithm == Algorithm.ONE_SHOT && dtype.bytes(count) <= LL_MAX_BYTES) {
-            setPointers(peersSlot, llScratch.dataPointers(), 0);
-            setPointers(padsSlot, llScratch.padPointers(), 0);
-            bufSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, mem.dataPointer(group.rank()) + offsetBytes);
-            slotBytesSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, LL_SLOT_WORDS);
-            kernel = Kernel.oneShotLl(f32);
-            long words = (dtype.bytes(count) + 3) / 4;
-            blocks = (words + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS;
-            params = oneShotParams; // same parameter list: (buf, Peers, Pads, count, rank, world, divisor, slot size)
-        } else if (algorithm == Algorithm.ONE_SHOT) {
-            setPointers(peersSlot, oneShotScratch.dataPointers(), 0);
-            setPointers(padsSlot, oneShotScratch.padPointers(), 0);
-            bufSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, mem.dataPointer(group.rank()) + offsetBytes);
-            slotBytesSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, oneShotSlotBytes);
-            kernel = Kernel.oneShot(f32);
-            blocks = (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS;
-            params = oneShotParams;
-        } else if (dtype.bytes(count) >= twoShotPushMinBytes) {
-            setPointers(peersSlot, mem.dataPointers(), offsetBytes);
-            setPointers(scratchSlot, twoShotScratch.dataPointers(), 0);
-            setPointers(padsSlot, mem.padPointers(), 0);
-            slotBytesSlot.set(java.lang.foreign.ValueLayout.JAVA_LONG, 0, twoShotSlotBytes);
-            kernel = Kernel.twoShotPush(f32);
-            long perRank = Math.min(twoShotSlotBytes / 16, (vectors + worldSize - 1) / worldSize);
-            // one vector per thread per round; at most as many blocks as are resident at once
-            blocks = (perRank + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS;
-            params = twoShotPushParams;
-        } else {
-            setPointers(peersSlot, mem.dataPointers(), offsetBytes);
-            setPointers(padsSlot, mem.padPointers(), 0);
-            kernel = Kernel.twoShot(f32);
-            long chunk = (vectors + worldSize - 1) / worldSize;
-            // two vectors per thread per iteration; at most as many blocks as are resident at once
-            blocks = (chunk + 2L * CudaKernels.BLOCK_THREADS - 1) / (2L * CudaKernels.BLOCK_THREADS);
-            params = twoShotParams;
-        }
-        rank.launch(driver, kernel, grids.grid(kernel, blocks), params);
-    }
-
-    /** Writes the ranks' pointers (plus {@code offset}) into a kernel's 8-pointer struct slot; unused entries 0. */
-    private void setPointers(MemorySegment slot, long[] pointers, long offset) {
-        for (int p = 0; p < CudaKernels.MAX_RANKS; p++) {
-            slot.setAtIndex(java.lang.foreign.ValueLayout.JAVA_LONG, p, p < worldSize ? pointers[p] + offset : 0);
-        }
     }
 
     /**
@@ -756,10 +531,11 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
 
     /**
      * Reduces this rank's block — {@code len} elements at byte {@code blockOffset} of every rank's
-     * region of {@code mem}, the region starting at {@code regionOffset} — over the ranks, in rank order, into its own region; blocks of every
-     * rank are {@code maxLen} elements apart from block start to block start at most (the grid is
-     * sized by {@code maxLen}, equal on every rank, because block b of the kernel meets block b of
-     * every peer). Enqueues after whatever this rank's stream holds (the data).
+     * region of {@code mem}, the region starting at {@code regionOffset} — over the ranks, in rank
+     * order, into its own region; blocks of every rank are {@code maxLen} elements apart from block
+     * start to block start at most (the grid is sized by {@code maxLen}, equal on every rank, because
+     * block b of the kernel meets block b of every peer). Kernel: {@link CollectiveKernels#reduceScatter}.
+     * Enqueues after whatever this rank's stream holds (the data).
      */
     private void reduceBlocks(CudaSymmetricMemory mem, long regionOffset, long blockOffset, long len, long maxLen, DType dtype,
                               ReduceOp op) {
@@ -767,22 +543,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         int me = group.rank();
         // decided by the region's offset, equal on every rank (block offsets differ by multiples of 64 bytes)
         if (kernelReduces(dtype, op, regionOffset)) {
-            // The kernel reads peer p at bufs[p] + rank * len * dsize: shift each pointer back by that
-            // much, so it reads this rank's block wherever it starts (uneven ShardPartition blocks).
-            // The shift is never below the region's start: block r starts at or after r * len.
-            long shift = blockOffset - me * len * dsize;
-            try (Arena a = Arena.ofConfined()) {
-                long[] bufs = mem.dataPointers().clone();
-                for (int p = 0; p < worldSize; p++) {
-                    bufs[p] += shift;
-                }
-                CudaLaunch params = new CudaLaunch(a).pointers(bufs).pointers(mem.padPointers())
-                        .pointer(mem.dataPointer(me) + blockOffset).size(len).integer(me).integer(worldSize);
-                long vectors = Math.max(1, dtype.bytes(maxLen) / 16);
-                Kernel kernel = Kernel.reduceScatter(dtype == DType.FLOAT32);
-                rank.launch(driver, kernel, grids.grid(kernel, (vectors + CudaKernels.BLOCK_THREADS - 1)
-                        / CudaKernels.BLOCK_THREADS), params.array());
-            }
+            kernels.reduceScatter(mem, blockOffset, len, maxLen, dtype);
             return;
         }
         // Host reduction: every rank's data is on its device once its stream is idle; the barrier
@@ -822,26 +583,14 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      * Puts this rank's elements at device address {@code in} into its block of every rank's region of
      * {@code mem}: rank q's block holds {@code lens[q]} elements from element {@code starts[q]} of the
      * region at {@code regionOffset}, each at most {@code maxLen} (the grid, equal on every rank).
-     * Kernel: the output pointers are shifted as in {@link #reduceBlocks}, since the kernel writes at
-     * {@code outs[p] + rank * bytes}. Without the kernels: the copy engine between host barriers.
+     * Kernel: {@link CollectiveKernels#allGather}. Without the kernels: the copy engine between host barriers.
      */
     private void gatherBlocks(CudaSymmetricMemory mem, long regionOffset, long in, long[] starts, long[] lens, long maxLen,
                               long dsize) {
         int me = group.rank();
         long mine = regionOffset + starts[me] * dsize;
         if (rank.kernels != null) {
-            long shift = mine - me * lens[me] * dsize; // >= regionOffset: block r starts at or after r * its length
-            try (Arena a = Arena.ofConfined()) {
-                long[] outs = mem.dataPointers().clone();
-                for (int p = 0; p < worldSize; p++) {
-                    outs[p] += shift;
-                }
-                CudaLaunch params = new CudaLaunch(a).pointers(outs).pointers(mem.padPointers()).pointer(in)
-                        .size(lens[me] * dsize).integer(me).integer(worldSize);
-                long vectors = Math.max(1, maxLen * dsize / 16);
-                rank.launch(driver, Kernel.ALL_GATHER, grids.grid(Kernel.ALL_GATHER,
-                        (vectors + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS), params.array());
-            }
+            kernels.allGather(mem, mine, in, lens[me] * dsize, maxLen, dsize);
             return;
         }
         if (in != mem.dataPointer(me) + mine) {
@@ -896,9 +645,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     public void synchronize() {
         driver.setCurrent(rank.context);
         driver.synchronize(rank.stream);
-        if (ncclComm != null) {
-            Nccl.get().checkAsyncError(ncclComm);
-        }
+        nccl.checkAsyncError();
     }
 
     @Override
@@ -908,86 +655,30 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     }
 
     /**
-     * Collective: captures what {@code body} enqueues on this rank's stream into a CUDA graph.
-     * Every rank must capture the same sequence.
-     *
-     * <p>Where ranks share a GPU, every rank also uploads its graph and waits for the others before
-     * it returns, so that no rank replays while a peer is still instantiating: ranks on one GPU share
-     * its context, and cuGraphInstantiate waits for kernels running in that context — a replay that
-     * spins waiting for a rank still inside cuGraphInstantiate never ends (seen with 8 ranks on one
-     * H100: five ranks in cuGraphInstantiateWithFlags, three in the replay's synchronize;
-     * bench/results/2026-11-23-gpu-shared-ranks-h100.md).
+     * Collective: captures what {@code body} enqueues on this rank's stream into a CUDA graph
+     * ({@link DeviceOperations#capture}). Every rank must capture the same sequence.
      *
      * @param body enqueues the work to capture
      * @return the graph, to replay and close
      */
     @Override
     public CudaGraph capture(Runnable body) {
-        driver.setCurrent(rank.context);
-        driver.synchronize(rank.stream);
-        MemorySegment exec = rank.captureGraph(driver, body);
-        EnqueueOrder.Seat order = rank.capturedOrder;
-        rank.capturedOrder = null;
-        if (sharedDevice) {
-            try {
-                driver.uploadGraph(exec, rank.stream);
-                driver.synchronize(rank.stream);
-                control.barrier(); // every rank's graph is instantiated and uploaded; replays may start
-            } catch (RuntimeException e) {
-                driver.destroyGraph(exec);
-                throw e;
-            }
-        }
-        return new CudaGraph(driver, rank, exec, order);
-    }
-
-    /**
-     * The two events of {@link #orderAfter} and {@link #orderBefore}, made at the first call (ordering only: no timing).
-     * A recorded event may be recorded again at once: a waiter enqueued earlier keeps the state it captured.
-     */
-    private MemorySegment afterEvent;
-    private MemorySegment beforeEvent;
-
-    @Override
-    public synchronized void orderAfter(MemorySegment other) {
-        driver.setCurrent(rank.context);
-        if (afterEvent == null) {
-            afterEvent = driver.createEvent(CudaDriver.EVENT_DISABLE_TIMING);
-        }
-        // other's work so far, then this rank's stream waits for it on the device
-        driver.record(afterEvent, other);
-        driver.waitEvent(rank.stream, afterEvent);
+        return device.capture(body, sharedDevice, control::barrier);
     }
 
     @Override
-    public synchronized void orderBefore(MemorySegment other) {
-        driver.setCurrent(rank.context);
-        if (beforeEvent == null) {
-            beforeEvent = driver.createEvent(CudaDriver.EVENT_DISABLE_TIMING);
-        }
-        driver.record(beforeEvent, rank.stream);
-        driver.waitEvent(other, beforeEvent);
+    public void orderAfter(MemorySegment other) {
+        device.orderAfter(other);
+    }
+
+    @Override
+    public void orderBefore(MemorySegment other) {
+        device.orderBefore(other);
     }
 
     @Override
     public double elapsedMillis(Runnable body) {
-        driver.setCurrent(rank.context);
-        MemorySegment start = driver.createEvent();
-        MemorySegment end = null;
-        try {
-            end = driver.createEvent();
-            driver.record(start, rank.stream);
-            body.run();
-            driver.setCurrent(rank.context);
-            driver.record(end, rank.stream);
-            driver.synchronizeEvent(end);
-            return driver.elapsedMillis(start, end);
-        } finally {
-            driver.destroyEvent(start);
-            if (end != null) {
-                driver.destroyEvent(end);
-            }
-        }
+        return device.elapsedMillis(body);
     }
 
     CudaRank cudaRank() {
@@ -996,50 +687,17 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
 
     /** The grids this communicator's collectives launch with (tests; null without kernels). */
     LaunchBudget grids() {
-        return grids;
+        return kernels == null ? null : kernels.grids();
     }
 
-    /**
-     * NCCL point-to-point on this rank's stream: sends {@code bytes} at device address {@code ptr} to
-     * {@code peer}, which must post the matching {@link #ncclRecv}; behind {@link #send}.
-     *
-     * @param ptr device address of the data
-     * @param bytes bytes to send, a multiple of 4
-     * @param peer the receiving rank
-     * @throws IllegalArgumentException if {@code bytes} is not a multiple of 4
-     * @throws CudaUnavailableException if NCCL is unavailable
-     */
-    private void ncclSend(long ptr, long bytes, int peer) {
-        Nccl.get().send(ptr, p2pCount(bytes), DType.FLOAT32, peer, requireNccl(), rank.stream);
-    }
-
-    /**
-     * Receives {@code bytes} from {@code peer} into device address {@code ptr}; see {@link #ncclSend}.
-     *
-     * @param ptr device address to receive into
-     * @param bytes bytes to receive, a multiple of 4
-     * @param peer the sending rank
-     * @throws IllegalArgumentException if {@code bytes} is not a multiple of 4
-     * @throws CudaUnavailableException if NCCL is unavailable
-     */
-    private void ncclRecv(long ptr, long bytes, int peer) {
-        Nccl.get().recv(ptr, p2pCount(bytes), DType.FLOAT32, peer, requireNccl(), rank.stream);
-    }
-
+    /** {@return the NCCL communicator, with this rank's context current} (NCCL unavailable: throws) */
     MemorySegment requireNccl() {
-        if (ncclComm == null) {
-            throw new CudaUnavailableException("NCCL unavailable: " + ncclUnavailable);
-        }
-        driver.setCurrent(rank.context);
-        return ncclComm;
+        return nccl.require();
     }
 
+    /** {@return NCCL's count of 4-byte words for {@code bytes}} (see {@link NcclProvider#p2pCount}) */
     static long p2pCount(long bytes) {
-        if (bytes % 4 != 0) {
-            throw new IllegalArgumentException("NCCL send/recv here moves whole 4-byte words: bytes=" + bytes
-                    + " expected a multiple of 4 (pad the message)");
-        }
-        return bytes / 4;
+        return NcclProvider.p2pCount(bytes);
     }
 
     /** {@return this rank's GPU name, as the driver reports it} */
@@ -1107,62 +765,43 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
 
     @Override
     public void send(MemorySegment buffer, int peer) {
-        ncclSend(buffer.address(), buffer.byteSize(), peer);
+        nccl.send(buffer.address(), buffer.byteSize(), peer);
     }
 
     @Override
     public void recv(MemorySegment buffer, int peer) {
-        ncclRecv(buffer.address(), buffer.byteSize(), peer);
+        nccl.recv(buffer.address(), buffer.byteSize(), peer);
     }
 
     @Override
     public MemorySegment allocateDevice(long bytes) {
-        driver.setCurrent(rank.context);
-        return MemorySegment.ofAddress(driver.malloc(bytes)).reinterpret(bytes);
+        return device.allocateDevice(bytes);
     }
 
     @Override
     public void freeDevice(MemorySegment buffer) {
-        synchronize();
-        driver.free(buffer.address());
+        device.freeDevice(buffer);
     }
 
     @Override
     public void copyAsync(MemorySegment dst, MemorySegment src) {
-        if (dst.byteSize() < src.byteSize()) {
-            throw new IllegalArgumentException("copyAsync: dst has " + dst.byteSize() + " bytes, expected at least src's "
-                    + src.byteSize());
-        }
-        driver.setCurrent(rank.context);
-        driver.copyDeviceToDeviceAsync(dst.address(), src.address(), src.byteSize(), rank.stream);
+        device.copyAsync(dst, src);
     }
 
     @Override
     public void copyFromHost(MemorySegment dst, MemorySegment src) {
-        if (dst.byteSize() < src.byteSize()) {
-            throw new IllegalArgumentException("copyFromHost: dst has " + dst.byteSize() + " bytes, expected at least src's "
-                    + src.byteSize());
-        }
-        synchronize();
-        driver.copyHostToDevice(dst.address(), src, src.byteSize());
+        device.copyFromHost(dst, src);
     }
 
     @Override
     public void copyToHost(MemorySegment dst, MemorySegment src) {
-        if (src.byteSize() < dst.byteSize()) {
-            throw new IllegalArgumentException("copyToHost: src has " + src.byteSize() + " bytes, expected at least dst's "
-                    + dst.byteSize());
-        }
-        synchronize();
-        driver.copyDeviceToHost(dst, src.address(), dst.byteSize());
+        device.copyToHost(dst, src);
     }
 
     @Override
     public void abort(String reason) {
         control.abort(reason);
-        if (ncclComm != null) {
-            Nccl.get().abort(ncclComm);
-        }
+        nccl.abort();
     }
 
     @Override
@@ -1175,29 +814,16 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
                 }
             }
             staging.close();
-            if (oneShotScratch != null) {
-                oneShotScratch.close();
-                llScratch.close();
-                twoShotScratch.close();
+            if (kernels != null) {
+                kernels.closeScratch();
             }
-            if (window != null) {
-                window.close();
-            }
-            if (ncclComm != null) {
-                Nccl.get().destroy(ncclComm);
-            }
+            nccl.close();
         } finally {
-            synchronized (this) {
-                for (MemorySegment event : new MemorySegment[] {afterEvent, beforeEvent}) {
-                    if (event != null) {
-                        driver.destroyEvent(event);
-                    }
-                }
-                afterEvent = null;
-                beforeEvent = null;
-            }
+            device.close();
             control.close();
-            arena.close();
+            if (kernels != null) {
+                kernels.closeParameters();
+            }
         }
     }
 }

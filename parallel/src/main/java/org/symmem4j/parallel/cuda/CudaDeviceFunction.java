@@ -7,6 +7,7 @@ import java.util.Arrays;
 import java.util.Optional;
 import org.symmem4j.parallel.DeviceFunction;
 import org.symmem4j.parallel.KernelArguments;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 
 /**
  * A user's kernel on one rank ({@link CudaDeviceModule#function}). Launched plainly

@@ -9,6 +9,8 @@ import org.symmem4j.parallel.DeviceKernels;
 import org.symmem4j.parallel.DeviceModule;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.CudaException;
 
 /**
  * {@link DeviceKernels} of one rank of a {@link CudaCommunicator}: users' modules loaded into the

@@ -5,6 +5,8 @@ import java.util.Objects;
 import org.symmem4j.parallel.DeviceFunction;
 import org.symmem4j.parallel.DeviceModule;
 import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.CudaException;
 
 /**
  * A user's module in one rank's context ({@link CudaDeviceKernels#load}). Unloaded by {@link #close}

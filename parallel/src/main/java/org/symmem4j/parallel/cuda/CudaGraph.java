@@ -2,6 +2,7 @@ package org.symmem4j.parallel.cuda;
 
 import java.lang.foreign.MemorySegment;
 import java.util.concurrent.atomic.AtomicBoolean;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 
 /**
  * An instantiated CUDA graph of collectives captured on one rank's stream; replay it on that stream.

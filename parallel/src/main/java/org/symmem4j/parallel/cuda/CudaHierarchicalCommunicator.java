@@ -12,6 +12,9 @@ import org.symmem4j.parallel.DeviceMemory;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.CudaUnavailableException;
+import org.symmem4j.parallel.cuda.ffi.Nccl;
 import org.symmem4j.parallel.multinode.NodeTopology;
 
 /**

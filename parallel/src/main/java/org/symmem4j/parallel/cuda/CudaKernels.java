@@ -7,6 +7,8 @@ import java.lang.foreign.MemorySegment;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Optional;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.CudaUnavailableException;
 
 /**
  * symmem4j's CUDA kernels: the fatbin that {@code kernels/} builds with nvcc (SASS for sm_80,

@@ -12,6 +12,8 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.WorkClock;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.Nvshmem;
 
 /**
  * Symmetric memory on GPUs: each rank's buffer and signal pad in its device's memory, every peer's

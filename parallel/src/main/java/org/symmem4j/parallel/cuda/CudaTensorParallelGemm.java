@@ -5,8 +5,8 @@ import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
-import java.util.Set;
 import java.util.Objects;
+import java.util.Set;
 import java.util.function.UnaryOperator;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.DType;
@@ -15,6 +15,9 @@ import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.TensorParallelGemm;
+import org.symmem4j.parallel.cuda.ffi.Cublas;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.Nccl;
 
 /**
  * {@link TensorParallelGemm} on the CUDA transport: cuBLAS for the GEMMs on the communicator's stream, a

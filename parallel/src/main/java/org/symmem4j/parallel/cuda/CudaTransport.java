@@ -13,6 +13,12 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.cuda.ffi.Cublas;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.CudaException;
+import org.symmem4j.parallel.cuda.ffi.CudaUnavailableException;
+import org.symmem4j.parallel.cuda.ffi.EverySteps;
+import org.symmem4j.parallel.cuda.ffi.Nccl;
 
 /**
  * GPUs of one machine, one per rank, ranks as threads of one JVM or as processes: each rank

@@ -2,6 +2,7 @@ package org.symmem4j.parallel.cuda;
 
 import java.lang.foreign.MemorySegment;
 import org.symmem4j.parallel.WorkClock;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 
 /**
  * {@link WorkClock} of a rank's CUDA stream: timing events, all created with the clock and recorded

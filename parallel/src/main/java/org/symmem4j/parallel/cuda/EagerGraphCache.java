@@ -3,6 +3,7 @@ package org.symmem4j.parallel.cuda;
 import java.lang.foreign.MemorySegment;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 
 /**
  * Eager (uncaptured) all-reduces of one rank, made as one-kernel CUDA graphs: the first call with

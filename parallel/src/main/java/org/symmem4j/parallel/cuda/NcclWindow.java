@@ -1,6 +1,7 @@
 package org.symmem4j.parallel.cuda;
 
 import java.lang.foreign.MemorySegment;
+import org.symmem4j.parallel.cuda.ffi.Nccl;
 
 /** A buffer from {@code ncclMemAlloc} registered with {@code ncclCommWindowRegister(..., NCCL_WIN_COLL_SYMMETRIC)}. */
 public final class NcclWindow implements AutoCloseable {

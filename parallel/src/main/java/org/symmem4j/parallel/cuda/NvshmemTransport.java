@@ -14,6 +14,9 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.CudaUnavailableException;
+import org.symmem4j.parallel.cuda.ffi.Nvshmem;
 
 /**
  * GPUs joined by NVSHMEM ({@link Nvshmem}): one process per GPU, each process one NVSHMEM PE whose

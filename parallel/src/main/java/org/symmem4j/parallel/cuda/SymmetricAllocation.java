@@ -5,6 +5,9 @@ import java.util.ArrayList;
 import java.util.List;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.CudaVirtualMemory;
+import org.symmem4j.parallel.cuda.ffi.EverySteps;
 
 /**
  * The device memory of one symmetric memory, every rank's buffer and signal pad together, freed once

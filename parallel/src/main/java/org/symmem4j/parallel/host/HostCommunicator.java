@@ -1,9 +1,6 @@
 package org.symmem4j.parallel.host;
 
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
-import java.util.ArrayList;
-import java.util.List;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.CollectiveMismatchException;
 import org.symmem4j.parallel.Communicator;
@@ -16,7 +13,7 @@ import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
-import org.symmem4j.parallel.control.OpDescriptorLayout;
+import org.symmem4j.parallel.control.ControlPlane;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Descriptor;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
@@ -28,8 +25,9 @@ import org.symmem4j.parallel.numeric.Reducer;
  * protocols of {@link PadSynchronizer}. The same class serves threads ({@code host-in-jvm}) and
  * processes ({@code host-shm}); only the memory's mapping differs.
  *
- * <p>Every collective starts with an <em>entry barrier</em>: each rank writes its op descriptor into
- * every peer's pad ({@link PadSynchronizer#arrive}), and every rank compares all descriptors before
+ * <p>Every collective starts with an <em>entry barrier</em> ({@link ControlPlane}, over the pads of this
+ * communicator's scratch): each rank writes its op descriptor into every peer's pad
+ * ({@link PadSynchronizer#arrive}), and every rank compares all descriptors before
  * it reads any peer's data or writes anything a peer reads, so a disagreement throws the same
  * {@link CollectiveMismatchException} on every rank and leaves the group usable. What a rank can
  * check alone about its own arguments — a buffer null, too short, read-only where the collective
@@ -62,19 +60,19 @@ public final class HostCommunicator implements Communicator {
     private final int worldSize;
     private final HostSymmetricMemory scratch;
     private final PadSynchronizer sync;
+    /** Numbers the collectives and runs their entry barriers, over the pads of {@link #scratch}. */
+    private final ControlPlane control;
     private final long halfBytes;
     private final long ringSlotBytes;
     private final long ringSlotsOffset;
     private final Reducer reducer = Reducer.forThisJvm();
 
-    private long seq;
     private int nextHalf;
     /** Ring steps this rank has completed on this communicator (equal on all ranks between collectives). */
     private long ringSteps;
 
     /** The current call's descriptor, reused: the hot path allocates nothing. */
     private final Descriptor call = new Descriptor();
-    private static final DType[] DTYPES = DType.values();
 
     // Operand arrays reused by every reduction (one thread per rank, so no sharing).
     private final MemorySegment[] srcs;
@@ -87,22 +85,17 @@ public final class HostCommunicator implements Communicator {
 
     /**
      * Collective: a host communicator of {@code group} whose scratch memory comes from
-     * {@code hostTransport} rather than the group's own transport: the control plane of a device
-     * transport (its entry barriers and argument checks, {@link #checkAgreement}), whose groups'
-     * transport allocates device memory that Java code cannot touch.
+     * {@code hostTransport} rather than the group's own transport: the host collectives of a group on
+     * a device transport ({@link Group#hostTransport()}), whose own transport allocates device memory
+     * that Java code cannot touch.
      *
      * @param group         this rank's group
      * @param hostTransport a host transport that reaches every rank of {@code group} (host-in-jvm for
      *                      ranks that are threads of this JVM)
      * @param options       scratch sizes, equal on every rank
-     * @return this rank's control communicator; close it collectively
      * @throws IllegalArgumentException when {@code hostTransport}'s memory is not host-addressable
      */
-    public static HostCommunicator controlPlane(Group group, Transport hostTransport, CommunicatorOptions options) {
-        return new HostCommunicator(group, hostTransport, options);
-    }
-
-    private HostCommunicator(Group group, Transport hostTransport, CommunicatorOptions options) {
+    HostCommunicator(Group group, Transport hostTransport, CommunicatorOptions options) {
         this.group = group;
         this.rank = group.rank();
         this.worldSize = group.worldSize();
@@ -118,6 +111,7 @@ public final class HostCommunicator implements Communicator {
         }
         this.scratch = host;
         this.sync = scratch.sync();
+        this.control = ControlPlane.over(group, sync);
         this.srcs = new MemorySegment[worldSize];
         this.srcOffsets = new long[worldSize];
         this.srcTypes = new DType[worldSize];
@@ -147,8 +141,7 @@ public final class HostCommunicator implements Communicator {
 
     @Override
     public void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
-        long s = seq++;
-        sync.beginOp("all-reduce", s);
+        long s = control.begin("all-reduce");
         try {
             Problem problem = buffer == null ? Problem.NULL_BUFFER
                     : either(commonProblem(count, dtype, op, algorithm), segmentProblem(buffer, true));
@@ -163,8 +156,7 @@ public final class HostCommunicator implements Communicator {
     @Override
     public void allReduce(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op,
                           Algorithm algorithm) {
-        long s = seq++;
-        sync.beginOp("all-reduce", s);
+        long s = control.begin("all-reduce");
         try {
             Problem problem = commonProblem(count, dtype, op, algorithm);
             HostSymmetricMemory mem = null;
@@ -408,8 +400,7 @@ public final class HostCommunicator implements Communicator {
     /** Staged: each rank packs piece j of its N send blocks into its staging half; rank r reduces block r. */
     @Override
     public void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
-        long s = seq++;
-        sync.beginOp("reduce-scatter", s);
+        long s = control.begin("reduce-scatter");
         try {
             Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
                     : either(commonProblem(recvCount, dtype, op, Algorithm.ONE_SHOT),
@@ -461,8 +452,7 @@ public final class HostCommunicator implements Communicator {
     /** Staged: each rank puts piece j of its send buffer in its staging half; every rank copies all N. */
     @Override
     public void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
-        long s = seq++;
-        sync.beginOp("all-gather", s);
+        long s = control.begin("all-gather");
         try {
             Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
                     : either(commonProblem(sendCount, dtype, ReduceOp.SUM, Algorithm.ONE_SHOT),
@@ -507,8 +497,7 @@ public final class HostCommunicator implements Communicator {
      */
     @Override
     public void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
-        long s = seq++;
-        sync.beginOp("reduce-scatter", s);
+        long s = control.begin("reduce-scatter");
         try {
             Problem problem = commonProblem(count, dtype, op, Algorithm.TWO_SHOT);
             problem = problem != Problem.NONE ? problem : inPlaceProblem(memory, offsetBytes);
@@ -545,8 +534,7 @@ public final class HostCommunicator implements Communicator {
      */
     @Override
     public void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
-        long s = seq++;
-        sync.beginOp("all-gather", s);
+        long s = control.begin("all-gather");
         try {
             Problem problem = commonProblem(count, dtype, ReduceOp.SUM, Algorithm.TWO_SHOT);
             problem = problem != Problem.NONE ? problem : inPlaceProblem(memory, offsetBytes);
@@ -586,8 +574,7 @@ public final class HostCommunicator implements Communicator {
     /** Staged: the root puts piece j in its staging half; every other rank copies it out. */
     @Override
     public void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
-        long s = seq++;
-        sync.beginOp("broadcast", s);
+        long s = control.begin("broadcast");
         try {
             Problem problem = buffer == null ? Problem.NULL_BUFFER
                     : root < 0 || root >= worldSize ? Problem.ROOT_OUT_OF_RANGE
@@ -624,70 +611,28 @@ public final class HostCommunicator implements Communicator {
 
     @Override
     public void barrier() {
-        long s = seq++;
-        sync.beginOp("barrier", s);
-        enter(call.set(s, Kind.BARRIER, -1, -1, -1, -1, 0, 0, -1, 0, 0, Problem.NONE), nextHalf);
+        control.barrier();
     }
 
     // ------------------------------------------------------------------ entry check
 
     /**
-     * Writes this rank's descriptor into its pad, passes the entry barrier (which publishes it),
-     * and checks every rank's descriptor. All ranks read the same descriptors, so all reach the same
-     * verdict: either all proceed or all throw the same message.
-     */
-    /**
-     * Arrives at the entry barrier with this rank's descriptor and checks every rank's. All ranks
-     * read the same descriptors, so all reach the same verdict: all proceed, or all throw the same
-     * message and restore the staging parity they had before the call.
+     * Arrives at the entry barrier with this rank's descriptor and checks every rank's
+     * ({@link ControlPlane#arriveAndCheck}). All ranks read the same descriptors, so all reach the
+     * same verdict: all proceed, or all throw the same message and restore the staging parity they
+     * had before the call.
      */
     private void enter(Descriptor mine, int halfBefore) {
-        sync.arrive(mine);
-        if (mine.problem() == Problem.NONE && buffersLargeEnough(mine, mine.bufferBytes(), mine.recvBytes())) {
-            boolean agree = true;
-            MemorySegment pad = sync.ownPad();
-            for (int r = 0; r < worldSize && agree; r++) {
-                if (r != rank) {
-                    long line = sync.entryLine(r, mine.seq());
-                    agree = mine.sameCallAs(pad, line) && buffersLargeEnough(mine,
-                            pad.get(ValueLayout.JAVA_LONG, line + OpDescriptorLayout.BUFFER_BYTES),
-                            pad.get(ValueLayout.JAVA_LONG, line + OpDescriptorLayout.RECV_BYTES));
-                }
-            }
-            if (agree) {
-                return; // the common case, decided without allocating
-            }
+        String error = control.arriveAndCheck(mine);
+        if (error != null) {
+            nextHalf = halfBefore;
+            throw new CollectiveMismatchException(error);
         }
-        List<Descriptor> all = new ArrayList<>(worldSize);
-        for (int r = 0; r < worldSize; r++) {
-            all.add(r == rank ? mine : Descriptor.read(sync.ownPad(), sync.entryLine(r, mine.seq())));
-        }
-        String error = DescriptorCheck.check(all);
-        if (error == null) {
-            throw new IllegalStateException("descriptor fast check and full check disagree: " + all);
-        }
-        nextHalf = halfBefore;
-        throw new CollectiveMismatchException(error);
     }
 
     /** Whether buffers of these sizes hold the call's count (overflow counts as too small). No allocation. */
     private boolean buffersLargeEnough(Descriptor d, long bufferBytes, long recvBytes) {
-        if (d.kind() == Kind.BARRIER) {
-            return true;
-        }
-        long count = d.count();
-        int dsize = DTYPES[Math.max(0, d.dtype())].byteSize();
-        if (count < 0 || count > Long.MAX_VALUE / dsize / worldSize) {
-            return false;
-        }
-        long one = count * dsize;
-        return switch (d.kind()) {
-            case ALL_REDUCE, BROADCAST -> bufferBytes >= one;
-            // in place (a symmetric region): count is the whole vector, which the region must hold
-            case REDUCE_SCATTER -> d.memoryId() >= 0 ? bufferBytes >= one : bufferBytes >= one * worldSize && recvBytes >= one;
-            case ALL_GATHER -> d.memoryId() >= 0 ? bufferBytes >= one : bufferBytes >= one && recvBytes >= one * worldSize;
-            case BARRIER -> true;
-        };
+        return control.buffersLargeEnough(d, bufferBytes, recvBytes);
     }
 
     private Problem commonProblem(long count, DType dtype, ReduceOp op, Algorithm algorithm) {
@@ -746,34 +691,6 @@ public final class HostCommunicator implements Communicator {
     }
 
     /**
-     * Checks that every rank passes the same arguments, through this communicator's entry barrier,
-     * without moving data: for transports whose data path cannot check (GPU kernels would hang on
-     * a mismatch). Throws {@link CollectiveMismatchException} on every rank, as the host
-     * collectives do.
-     *
-     * @param what         the collective's name for messages, for example "all-reduce"
-     * @param kind         the collective kind
-     * @param dtype        element type, or null
-     * @param op           reduction, or null where there is none
-     * @param algorithm    algorithm, or null where there is none
-     * @param root         broadcast root, or -1
-     * @param count        element count
-     * @param bufferBytes  bytes this rank's (send) buffer holds
-     * @param memoryId     SymmetricMemory id, or -1 for staged buffers
-     * @param memoryOffset byte offset in that memory
-     * @param recvBytes    bytes this rank's receive buffer holds
-     * @param localProblem a problem this rank found with its own arguments, or null
-     * @throws CollectiveMismatchException if any rank's arguments differ or report a problem
-     */
-    public void checkAgreement(String what, Kind kind, DType dtype, ReduceOp op, Algorithm algorithm, int root, long count,
-                               long bufferBytes, long memoryId, long memoryOffset, long recvBytes, Problem localProblem) {
-        long s = seq++;
-        sync.beginOp(what, s);
-        enter(call.set(s, kind, ordinal(dtype), ordinal(op), ordinal(algorithm), root, count, bufferBytes, memoryId,
-                memoryOffset, recvBytes, localProblem == null ? Problem.NONE : localProblem), nextHalf);
-    }
-
-    /**
      * A collective failed on this rank with {@code t}. Unless the failure is a mismatch (nothing was
      * written, the group stays usable) or a peer's failure seen here, this rank poisons the group at
      * once, so every peer waiting for it in this collective throws within microseconds naming it,
@@ -805,7 +722,7 @@ public final class HostCommunicator implements Communicator {
 
     @Override
     public void abort(String reason) {
-        sync.abort("rank=" + rank + " aborted: " + reason);
+        control.abort(reason);
     }
 
     @Override

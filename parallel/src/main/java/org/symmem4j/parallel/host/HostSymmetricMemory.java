@@ -6,13 +6,14 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.control.PadSynchronizer;
+import org.symmem4j.parallel.control.SignalPads;
 
 /**
  * Symmetric memory in host RAM: every rank's buffer and signal pad as {@link MemorySegment}s,
  * whether the peers are threads (off-heap segments) or processes ({@code /dev/shm} mappings).
  * Built by {@link InJvmTransport} and {@link SharedMemoryTransport}.
  */
-public final class HostSymmetricMemory implements SymmetricMemory {
+public final class HostSymmetricMemory implements SymmetricMemory, SignalPads {
 
     private final Group group;
     private final String transportName;
@@ -87,7 +88,13 @@ public final class HostSymmetricMemory implements SymmetricMemory {
         return closed;
     }
 
-    PadSynchronizer sync() {
+    /**
+     * {@inheritDoc}
+     *
+     * <p>Internal: what the host communicator and the control plane run on; not for callers of symmetric memory.
+     */
+    @Override
+    public PadSynchronizer sync() {
         return sync;
     }
 

@@ -143,7 +143,7 @@ public final class InJvmTransport implements Transport {
         inJvm(group); // refuses a group of another kind, naming it
         // a group on a GPU transport reaches this one as its host transport (Group.hostTransport()): the scratch of its
         // host collectives is this transport's memory, never the group's own (device memory Java cannot touch)
-        return group.transport().deviceMemory() ? HostCommunicator.controlPlane(group, this, options)
+        return group.transport().deviceMemory() ? new HostCommunicator(group, this, options)
                 : new HostCommunicator(group, options);
     }
 

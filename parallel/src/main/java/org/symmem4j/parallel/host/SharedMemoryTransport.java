@@ -174,7 +174,7 @@ public final class SharedMemoryTransport implements Transport {
         Group g = ownGroup(group);
         // a group on a GPU transport reaches this one as its host transport (Group.hostTransport()): the scratch of its
         // host collectives is this transport's memory, never the group's own (device memory Java cannot touch)
-        return g.transport().deviceMemory() ? HostCommunicator.controlPlane(g, this, options) : new HostCommunicator(g, options);
+        return g.transport().deviceMemory() ? new HostCommunicator(g, this, options) : new HostCommunicator(g, options);
     }
 
     /**

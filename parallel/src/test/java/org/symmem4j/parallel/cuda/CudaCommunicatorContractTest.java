@@ -24,12 +24,13 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.DeviceCommunicator;
-import org.symmem4j.parallel.DeviceMesh;
 import org.symmem4j.parallel.DeviceMemory;
+import org.symmem4j.parallel.DeviceMesh;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.numeric.BFloat16;
 
 /**

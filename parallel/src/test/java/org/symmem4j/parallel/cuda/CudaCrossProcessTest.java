@@ -1,10 +1,11 @@
 package org.symmem4j.parallel.cuda;
 
 import java.nio.file.Path;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.io.TempDir;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 
 /**
  * CUDA symmetric memory with every rank in a process of its own (one JVM per GPU, as under the

@@ -20,6 +20,8 @@ import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.Nccl;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.multinode.NodeTopology;
 

@@ -26,6 +26,7 @@ import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.TensorParallelGemm;
 import org.symmem4j.parallel.TensorParallelGemm.Mode;
+import org.symmem4j.parallel.cuda.ffi.Cublas;
 import org.symmem4j.parallel.numeric.BFloat16;
 import org.symmem4j.parallel.tensor.TensorParallelMlp;
 

@@ -34,6 +34,7 @@ import org.symmem4j.parallel.KernelArguments;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.group.InJvmWorld;
 
 /**

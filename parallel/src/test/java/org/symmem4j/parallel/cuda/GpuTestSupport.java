@@ -4,6 +4,7 @@ import java.time.Duration;
 import java.util.List;
 import org.junit.jupiter.api.Assumptions;
 import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.group.InJvmWorld;
 
 /**

@@ -4,10 +4,10 @@ import java.nio.file.Path;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
-import org.symmem4j.parallel.cuda.CudaDriver;
 import org.symmem4j.parallel.cuda.CudaKernels;
 import org.symmem4j.parallel.cuda.NvshmemTransport;
 import org.symmem4j.parallel.cuda.WorkerProcesses;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 
 /**
  * The pipeline executor on NVSHMEM links: one process per GPU ({@code -Dsymmem4j.test.nvshmemRanks=N}, default

@@ -1,10 +1,8 @@
-package org.symmem4j.parallel.cuda;
+package org.symmem4j.parallel.cuda.ffi;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
@@ -14,7 +12,7 @@ import org.junit.jupiter.api.io.TempDir;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
 
-/** What of the NVSHMEM binding runs without NVSHMEM: where the library is looked for, the layouts, the placement check. */
+/** What of the NVSHMEM binding runs without NVSHMEM: where the library is looked for, the layouts, the reductions it has. */
 class NvshmemBindingTest {
 
     @Test
@@ -64,21 +62,5 @@ class NvshmemBindingTest {
             assertTrue(Nvshmem.reduces(t, ReduceOp.SUM) && Nvshmem.reduces(t, ReduceOp.MAX) && Nvshmem.reduces(t, ReduceOp.MIN));
             assertTrue(!Nvshmem.reduces(t, ReduceOp.AVG), "NVSHMEM has no average");
         }
-    }
-
-    @Test
-    void placementNeedsAProcessAndAGpuPerRank() {
-        assertNull(NvshmemTransport.placementProblem(bytes("11 h/0000:18:00", "12 h/0000:2a:00")));
-        assertNull(NvshmemTransport.placementProblem(bytes("11 h/0000:18:00")), "one rank in one process is fine");
-        assertEquals("ranks 0 and 1 run in one process (pid 11)",
-                NvshmemTransport.placementProblem(bytes("11 h/0000:18:00", "11 h/0000:2a:00")));
-        assertEquals("ranks 1 and 2 share GPU h/0000:2a:00",
-                NvshmemTransport.placementProblem(bytes("11 h/0000:18:00", "12 h/0000:2a:00", "13 h/0000:2a:00")));
-        assertNull(NvshmemTransport.placementProblem(bytes("11 a/0000:18:00", "12 b/0000:18:00")),
-                "the same PCI address on two machines is two GPUs");
-    }
-
-    private static List<byte[]> bytes(String... placements) {
-        return java.util.Arrays.stream(placements).map(p -> p.getBytes(StandardCharsets.UTF_8)).toList();
     }
 }

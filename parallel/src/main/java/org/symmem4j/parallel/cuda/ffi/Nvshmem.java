@@ -1,4 +1,4 @@
-package org.symmem4j.parallel.cuda;
+package org.symmem4j.parallel.cuda.ffi;
 
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
@@ -45,6 +45,8 @@ import org.symmem4j.parallel.SignalOp;
  *
  * <p>NVSHMEM's void calls report nothing (NVSHMEM aborts the process on fatal errors); every call that
  * returns a status is checked and its failure names the call, the status and what to check.
+ *
+ * <p>Internal: public only so that {@code org.symmem4j.parallel.cuda} can call it; not part of symmem4j's API.
  */
 public final class Nvshmem {
 
@@ -60,9 +62,9 @@ public final class Nvshmem {
     /** {@code NVSHMEM_CMP_GE}. */
     static final int CMP_GE = 5;
     /** {@code nvshmemx_init_status()} once initialised with a GPU per PE ({@code NVSHMEM_STATUS_IS_INITIALIZED}). */
-    static final int STATUS_INITIALIZED = 2;
+    public static final int STATUS_INITIALIZED = 2;
     /** {@code NVSHMEM_STATUS_LIMITED_MPG}: several PEs on one GPU without MPS; NVSHMEM then refuses barriers and collectives. */
-    static final int STATUS_LIMITED_MPG = 3;
+    public static final int STATUS_LIMITED_MPG = 3;
 
     /**
      * {@code nvshmemx_uniqueid_t} (version 1): a version word, then NVSHMEM's own bytes.
@@ -369,7 +371,7 @@ public final class Nvshmem {
      * @param uniqueId rank 0's {@link #uniqueId()}
      * @throws CudaException when NVSHMEM's initialisation fails
      */
-    void initByUniqueId(int pe, int pes, byte[] uniqueId) {
+    public void initByUniqueId(int pe, int pes, byte[] uniqueId) {
         if (uniqueId.length != UNIQUE_ID_BYTES) {
             throw new IllegalArgumentException("NVSHMEM unique id has " + uniqueId.length + " bytes, expected " + UNIQUE_ID_BYTES);
         }
@@ -411,7 +413,7 @@ public final class Nvshmem {
     }
 
     /** Finalizes NVSHMEM in this process (collective); a later {@link #initByUniqueId} starts it again. */
-    void finalizeHostlib() {
+    public void finalizeHostlib() {
         try {
             hostlibFinalize.invokeExact();
         } catch (Throwable t) {
@@ -419,8 +421,12 @@ public final class Nvshmem {
         }
     }
 
-    /** {@code nvshmemx_init_status()}: 0 not initialised, {@link #STATUS_INITIALIZED}, {@link #STATUS_LIMITED_MPG}, ... */
-    int initStatus() {
+    /**
+     * {@code nvshmemx_init_status()}: 0 not initialised, {@link #STATUS_INITIALIZED}, {@link #STATUS_LIMITED_MPG}, ...
+     *
+     * @return the status
+     */
+    public int initStatus() {
         try {
             return (int) initStatus.invokeExact();
         } catch (Throwable t) {
@@ -428,7 +434,8 @@ public final class Nvshmem {
         }
     }
 
-    int myPe() {
+    /** {@return this process's PE, {@code nvshmem_my_pe()}} */
+    public int myPe() {
         try {
             return (int) myPe.invokeExact();
         } catch (Throwable t) {
@@ -436,7 +443,8 @@ public final class Nvshmem {
         }
     }
 
-    int nPes() {
+    /** {@return the number of PEs, {@code nvshmem_n_pes()}} */
+    public int nPes() {
         try {
             return (int) nPes.invokeExact();
         } catch (Throwable t) {
@@ -447,10 +455,11 @@ public final class Nvshmem {
     /**
      * Collective: {@code bytes} of the symmetric heap on every PE (same size and order everywhere).
      *
+     * @param bytes the size
      * @return the device address, the same symmetric object on every PE
      * @throws CudaException when the heap cannot hold it
      */
-    long malloc(long bytes) {
+    public long malloc(long bytes) {
         try {
             MemorySegment p = (MemorySegment) malloc.invokeExact(bytes);
             if (p.address() == 0) {
@@ -464,8 +473,12 @@ public final class Nvshmem {
         }
     }
 
-    /** Collective: gives {@code address} back to the symmetric heap (every PE, same order). */
-    void free(long address) {
+    /**
+     * Collective: gives {@code address} back to the symmetric heap (every PE, same order).
+     *
+     * @param address a device address of {@link #malloc}
+     */
+    public void free(long address) {
         try {
             free.invokeExact(MemorySegment.ofAddress(address));
         } catch (Throwable t) {
@@ -477,9 +490,11 @@ public final class Nvshmem {
      * PE {@code pe}'s copy of the symmetric object at {@code address}, as this PE's GPU can load and store
      * it (NVLink or PCIe peer mapping).
      *
+     * @param address a symmetric object's address on this PE
+     * @param pe      the PE
      * @return the device address, or 0 when that PE is reachable only through NVSHMEM's calls (another node)
      */
-    long peerPointer(long address, int pe) {
+    public long peerPointer(long address, int pe) {
         try {
             return ((MemorySegment) ptr.invokeExact(MemorySegment.ofAddress(address), pe)).address();
         } catch (Throwable t) {
@@ -491,8 +506,17 @@ public final class Nvshmem {
      * Enqueues on {@code stream}: copy {@code bytes} from {@code src} (this PE's device memory) to the
      * symmetric address {@code dest} on {@code pe}, then apply {@code op value} to the symmetric signal
      * word {@code signal} on {@code pe}; NVSHMEM delivers the data before the signal update.
+     *
+     * @param dest   symmetric destination address
+     * @param src    this PE's source address
+     * @param bytes  bytes to copy
+     * @param signal symmetric address of the signal word
+     * @param value  the operand of {@code op}
+     * @param op     set or add
+     * @param pe     the destination PE
+     * @param stream the stream
      */
-    void putSignalOnStream(long dest, long src, long bytes, long signal, long value, SignalOp op, int pe, MemorySegment stream) {
+    public void putSignalOnStream(long dest, long src, long bytes, long signal, long value, SignalOp op, int pe, MemorySegment stream) {
         try {
             putmemSignalOnStream.invokeExact(MemorySegment.ofAddress(dest), MemorySegment.ofAddress(src), bytes,
                     MemorySegment.ofAddress(signal), value, signalOp(op), pe, stream);
@@ -501,8 +525,16 @@ public final class Nvshmem {
         }
     }
 
-    /** Enqueues on {@code stream}: apply {@code op value} to the symmetric signal word {@code signal} on {@code pe}. */
-    void signalOnStream(long signal, long value, SignalOp op, int pe, MemorySegment stream) {
+    /**
+     * Enqueues on {@code stream}: apply {@code op value} to the symmetric signal word {@code signal} on {@code pe}.
+     *
+     * @param signal symmetric address of the signal word
+     * @param value  the operand of {@code op}
+     * @param op     set or add
+     * @param pe     the PE
+     * @param stream the stream
+     */
+    public void signalOnStream(long signal, long value, SignalOp op, int pe, MemorySegment stream) {
         try {
             signalOpOnStream.invokeExact(MemorySegment.ofAddress(signal), value, signalOp(op), pe, stream);
         } catch (Throwable t) {
@@ -510,8 +542,14 @@ public final class Nvshmem {
         }
     }
 
-    /** Enqueues on {@code stream} a wait until this PE's signal word {@code signal} is at least {@code atLeast}. */
-    void waitAtLeastOnStream(long signal, long atLeast, MemorySegment stream) {
+    /**
+     * Enqueues on {@code stream} a wait until this PE's signal word {@code signal} is at least {@code atLeast}.
+     *
+     * @param signal  symmetric address of the signal word
+     * @param atLeast the value to wait for
+     * @param stream  the stream
+     */
+    public void waitAtLeastOnStream(long signal, long atLeast, MemorySegment stream) {
         try {
             signalWaitUntilOnStream.invokeExact(MemorySegment.ofAddress(signal), CMP_GE, atLeast, stream);
         } catch (Throwable t) {
@@ -519,8 +557,12 @@ public final class Nvshmem {
         }
     }
 
-    /** Enqueues on {@code stream} the completion of every NVSHMEM operation this PE issued on it. */
-    void quietOnStream(MemorySegment stream) {
+    /**
+     * Enqueues on {@code stream} the completion of every NVSHMEM operation this PE issued on it.
+     *
+     * @param stream the stream
+     */
+    public void quietOnStream(MemorySegment stream) {
         try {
             quietOnStream.invokeExact(stream);
         } catch (Throwable t) {
@@ -544,15 +586,22 @@ public final class Nvshmem {
      * @param op    the operation
      * @return true for float32, float64 and bfloat16 with SUM, MAX or MIN
      */
-    static boolean reduces(DType dtype, ReduceOp op) {
+    public static boolean reduces(DType dtype, ReduceOp op) {
         return dtype != null && op != null && op != ReduceOp.AVG;
     }
 
     /**
      * Enqueues on {@code stream} NVSHMEM's all-reduce of {@code count} elements of the team of every PE:
      * {@code src} on every PE reduced into {@code dest} on every PE; both symmetric, {@code dest == src} allowed.
+     *
+     * @param dtype  the element type
+     * @param op     SUM, MAX or MIN ({@link #reduces})
+     * @param dest   symmetric destination address
+     * @param src    symmetric source address
+     * @param count  elements
+     * @param stream the stream
      */
-    void reduceOnStream(DType dtype, ReduceOp op, long dest, long src, long count, MemorySegment stream) {
+    public void reduceOnStream(DType dtype, ReduceOp op, long dest, long src, long count, MemorySegment stream) {
         MethodHandle h = reductions.get(dtype).get(op);
         if (h == null) {
             throw new IllegalArgumentException("NVSHMEM has no " + op + " reduction of " + dtype + " (SUM, MAX, MIN of"

@@ -1,4 +1,4 @@
-package org.symmem4j.parallel.cuda;
+package org.symmem4j.parallel.cuda.ffi;
 
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_BYTE;
@@ -20,6 +20,8 @@ import java.util.Optional;
  *
  * <p>{@link #get()} loads and initializes the driver once; on a machine without it,
  * {@link #available()} is false and {@link #unavailableReason()} says why.
+ *
+ * <p>Internal: public only so that {@code org.symmem4j.parallel.cuda} can call it; not part of symmem4j's API.
  */
 public final class CudaDriver {
 
@@ -32,12 +34,16 @@ public final class CudaDriver {
     /** {@code CU_STREAM_CAPTURE_MODE_THREAD_LOCAL}: the capture mode {@link #beginCapture} uses. */
     public static final int CAPTURE_MODE_THREAD_LOCAL = 1;
     static final int ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
-    static final int ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
-    static final int ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+    /** {@code CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR}: the 9 of sm_90. */
+    public static final int ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
+    /** {@code CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR}: the 0 of sm_90. */
+    public static final int ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
     /** {@code CU_DEVICE_ATTRIBUTE_PCI_BUS_ID}, {@code _PCI_DEVICE_ID}, {@code _PCI_DOMAIN_ID}: where the GPU sits. */
-    static final int ATTRIBUTE_PCI_BUS_ID = 33;
-    static final int ATTRIBUTE_PCI_DEVICE_ID = 34;
-    static final int ATTRIBUTE_PCI_DOMAIN_ID = 50;
+    public static final int ATTRIBUTE_PCI_BUS_ID = 33;
+    /** {@code CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID}. */
+    public static final int ATTRIBUTE_PCI_DEVICE_ID = 34;
+    /** {@code CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID}. */
+    public static final int ATTRIBUTE_PCI_DOMAIN_ID = 50;
 
     private static final Holder HOLDER = new Holder();
 
@@ -227,7 +233,7 @@ public final class CudaDriver {
      *
      * @return the bindings
      */
-    CudaVirtualMemory virtualMemory() {
+    public CudaVirtualMemory virtualMemory() {
         CudaVirtualMemory v = virtualMemory;
         if (v == null) {
             synchronized (this) {
@@ -831,7 +837,7 @@ public final class CudaDriver {
     }
 
     /** {@code CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK}. */
-    static final int FUNCTION_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0;
+    public static final int FUNCTION_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0;
     /** {@code CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES}: static shared memory per block. */
     static final int FUNCTION_ATTRIBUTE_SHARED_SIZE_BYTES = 1;
     /** {@code CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES}. */
@@ -1035,8 +1041,10 @@ public final class CudaDriver {
     // CUlaunchConfig: gridDim x/y/z, blockDim x/y/z, sharedMemBytes (7 x u32), hStream at 32,
     // attrs at 40, numAttrs at 48; 56 bytes. CUlaunchAttribute: id (u32) at 0, a 64-byte value
     // union at 8; 72 bytes.
-    static final long LAUNCH_CONFIG_BYTES = 56;
-    static final long LAUNCH_ATTRIBUTE_BYTES = 72;
+    /** Bytes of a {@code CUlaunchConfig}. */
+    public static final long LAUNCH_CONFIG_BYTES = 56;
+    /** Bytes of a {@code CUlaunchAttribute}. */
+    public static final long LAUNCH_ATTRIBUTE_BYTES = 72;
     static final int LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
 
     /**

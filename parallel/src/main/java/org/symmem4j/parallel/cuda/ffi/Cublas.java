@@ -1,4 +1,4 @@
-package org.symmem4j.parallel.cuda;
+package org.symmem4j.parallel.cuda.ffi;
 
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_FLOAT;
@@ -22,13 +22,15 @@ import org.symmem4j.parallel.DType;
  * names the file. A machine without it gets {@link #available()} false and a reason.
  *
  * <p>cuBLAS works on the calling thread's current context: the primary context of the rank's GPU, which
- * {@link CudaRank} makes current. Every handle gets a workspace of its own ({@link #WORKSPACE_BYTES}),
+ * {@code CudaRank} makes current. Every handle gets a workspace of its own ({@link #WORKSPACE_BYTES}),
  * so that GEMMs captured into a CUDA graph allocate nothing.
+ *
+ * <p>Internal: public only so that {@code org.symmem4j.parallel.cuda} can call it; not part of symmem4j's API.
  */
-final class Cublas {
+public final class Cublas {
 
     /** cuBLAS's advice for Hopper: 32 MiB of workspace per handle. */
-    static final long WORKSPACE_BYTES = 32L << 20;
+    public static final long WORKSPACE_BYTES = 32L << 20;
 
     private static final int OP_N = 0;
     private static final int OP_T = 1;
@@ -83,7 +85,7 @@ final class Cublas {
      *
      * @return true when {@link #get()} works
      */
-    static boolean available() {
+    public static boolean available() {
         return HOLDER.cublas != null;
     }
 
@@ -92,7 +94,7 @@ final class Cublas {
      *
      * @return the reason, or null when it is available
      */
-    static String unavailableReason() {
+    public static String unavailableReason() {
         return HOLDER.reason;
     }
 
@@ -102,7 +104,7 @@ final class Cublas {
      * @return the binding
      * @throws CudaUnavailableException saying why when cuBLAS could not be loaded
      */
-    static Cublas get() {
+    public static Cublas get() {
         if (HOLDER.cublas == null) {
             throw new CudaUnavailableException(HOLDER.reason);
         }
@@ -139,7 +141,7 @@ final class Cublas {
     }
 
     /** {@return the library file or soname that was loaded} */
-    String library() {
+    public String library() {
         return library;
     }
 
@@ -153,8 +155,12 @@ final class Cublas {
     /**
      * A handle in the current context, bound to {@code stream}, with its own workspace at {@code workspace}
      * ({@link #WORKSPACE_BYTES} of device memory the caller owns).
+     *
+     * @param stream    the stream the handle's calls are enqueued on
+     * @param workspace device address of the handle's workspace
+     * @return the handle; destroy it with {@link #destroyHandle}
      */
-    MemorySegment createHandle(MemorySegment stream, long workspace) {
+    public MemorySegment createHandle(MemorySegment stream, long workspace) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment h = a.allocate(ADDRESS);
             check("cublasCreate_v2", (int) cublasCreate.invokeExact(h));
@@ -181,7 +187,12 @@ final class Cublas {
         }
     }
 
-    void destroyHandle(MemorySegment handle) {
+    /**
+     * Destroys a handle of {@link #createHandle} (its workspace stays the caller's).
+     *
+     * @param handle the handle
+     */
+    public void destroyHandle(MemorySegment handle) {
         try {
             check("cublasDestroy_v2", (int) cublasDestroy.invokeExact(handle));
         } catch (Throwable t) {
@@ -195,8 +206,20 @@ final class Cublas {
      * is {@code k×n} (B stored {@code k×n}, or {@code n×k} when {@code transB}); all three dense, of
      * {@code dtype}, accumulated in float32. cuBLAS is column-major: a row-major matrix is its transpose,
      * so this asks for {@code Cᵀ = op(B)ᵀ · op(A)ᵀ}.
+     *
+     * @param handle     a handle of {@link #createHandle}
+     * @param c          device address of C
+     * @param a          device address of A
+     * @param b          device address of B
+     * @param m          rows of C and of op(A)
+     * @param n          columns of C and of op(B)
+     * @param k          columns of op(A), rows of op(B)
+     * @param transA     whether A is stored transposed ({@code k×m})
+     * @param transB     whether B is stored transposed ({@code n×k})
+     * @param dtype      the element type of A, B and C
+     * @param accumulate whether to add to C rather than overwrite it
      */
-    void gemm(MemorySegment handle, long c, long a, long b, int m, int n, int k, boolean transA, boolean transB,
+    public void gemm(MemorySegment handle, long c, long a, long b, int m, int n, int k, boolean transA, boolean transB,
               boolean accumulate, DType dtype) {
         int type = switch (dtype) {
             case FLOAT32 -> CUDA_R_32F;
@@ -215,8 +238,16 @@ final class Cublas {
         }
     }
 
-    /** {@code y += alpha · x} over {@code n} float32 elements, on the handle's stream (alpha read at enqueue). */
-    void saxpy(MemorySegment handle, int n, float alpha, long x, long y) {
+    /**
+     * {@code y += alpha · x} over {@code n} float32 elements, on the handle's stream (alpha read at enqueue).
+     *
+     * @param handle a handle of {@link #createHandle}
+     * @param n      elements
+     * @param alpha  the factor
+     * @param x      device address of x
+     * @param y      device address of y
+     */
+    public void saxpy(MemorySegment handle, int n, float alpha, long x, long y) {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment al = arena.allocate(JAVA_FLOAT);
             al.set(JAVA_FLOAT, 0, alpha);

@@ -1,4 +1,4 @@
-package org.symmem4j.parallel.cuda;
+package org.symmem4j.parallel.cuda.ffi;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.FunctionDescriptor;

@@ -1,4 +1,4 @@
-package org.symmem4j.parallel.cuda;
+package org.symmem4j.parallel.cuda.ffi;
 
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_BYTE;
@@ -21,6 +21,8 @@ import org.symmem4j.parallel.ReduceOp;
  * {@code ncclMemAlloc} and symmetric windows ({@code ncclCommWindowRegister} with
  * {@code NCCL_WIN_COLL_SYMMETRIC}, NCCL 2.27+), asynchronous error checks and abort. Every call is
  * checked; errors carry the function, the code and {@code ncclGetErrorString}.
+ *
+ * <p>Internal: public only so that {@code org.symmem4j.parallel.cuda} can call it; not part of symmem4j's API.
  */
 public final class Nccl {
 

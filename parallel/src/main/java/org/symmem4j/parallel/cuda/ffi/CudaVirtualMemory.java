@@ -1,4 +1,4 @@
-package org.symmem4j.parallel.cuda;
+package org.symmem4j.parallel.cuda.ffi;
 
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_INT;
@@ -20,7 +20,7 @@ import java.util.Optional;
  *
  * <p>Lifetime is the driver's: the physical memory lives while any process holds a handle to it or
  * a mapping of it, so a rank that unmaps and releases its own memory cannot pull it from under a
- * peer's kernel that still writes there (unlike in one process, where {@link SymmetricAllocation}
+ * peer's kernel that still writes there (unlike in one process, where {@code SymmetricAllocation}
  * must wait for the last rank).
  *
  * <p>The structures passed, from {@code cuda.h}:
@@ -34,8 +34,10 @@ import java.util.Optional;
  *   16  ptr   win32HandleMetaData = NULL
  *   24  8 B   allocFlags = 0
  * </pre>
+ *
+ * <p>Internal: public only so that {@code org.symmem4j.parallel.cuda} can call it; not part of symmem4j's API.
  */
-final class CudaVirtualMemory {
+public final class CudaVirtualMemory {
 
     static final int ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED = 102;
     static final int ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED = 103;
@@ -97,7 +99,7 @@ final class CudaVirtualMemory {
      * @param ordinal the device ordinal
      * @return the reason, or null
      */
-    String unsupportedReason(int ordinal) {
+    public String unsupportedReason(int ordinal) {
         if (missing != null) {
             return "the CUDA driver (version " + driver.driverVersion() + ") lacks " + missing
                     + " (virtual memory management needs CUDA 10.2 or newer)";
@@ -133,7 +135,7 @@ final class CudaVirtualMemory {
      * @param ordinal the device ordinal
      * @return bytes
      */
-    long granularity(int ordinal) {
+    public long granularity(int ordinal) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment out = a.allocate(JAVA_LONG);
             driver.check("cuMemGetAllocationGranularity", (int) calls().granularity().invokeExact(out,
@@ -151,7 +153,7 @@ final class CudaVirtualMemory {
      * @param bytes   a multiple of {@link #granularity}
      * @return the allocation handle (release with {@link #release})
      */
-    long create(int ordinal, long bytes) {
+    public long create(int ordinal, long bytes) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment out = a.allocate(JAVA_LONG);
             driver.check("cuMemCreate(" + bytes + " bytes on device " + ordinal + ")",
@@ -182,7 +184,7 @@ final class CudaVirtualMemory {
      * @param handle from {@link #create}
      * @return the descriptor
      */
-    int exportFd(long handle) {
+    public int exportFd(long handle) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment out = a.allocate(JAVA_INT);
             driver.check("cuMemExportToShareableHandle(POSIX_FILE_DESCRIPTOR)",
@@ -199,7 +201,7 @@ final class CudaVirtualMemory {
      * @param fd a descriptor received from the exporting process
      * @return this process's handle to the allocation (release with {@link #release})
      */
-    long importFd(int fd) {
+    public long importFd(int fd) {
         try (Arena a = Arena.ofConfined()) {
             MemorySegment out = a.allocate(JAVA_LONG);
             driver.check("cuMemImportFromShareableHandle(POSIX_FILE_DESCRIPTOR)", (int) calls().importHandle()
@@ -218,7 +220,7 @@ final class CudaVirtualMemory {
      * @param bytes   its size
      * @param handle  this process's handle to the physical allocation
      */
-    record Mapping(long address, long bytes, long handle) {
+    public record Mapping(long address, long bytes, long handle) {
     }
 
     /**
@@ -230,7 +232,7 @@ final class CudaVirtualMemory {
      * @param accessOrdinal the device whose kernels use the mapping
      * @return the mapping (unmap with {@link #unmap})
      */
-    Mapping map(long handle, long bytes, int accessOrdinal) {
+    public Mapping map(long handle, long bytes, int accessOrdinal) {
         long address = 0;
         boolean mapped = false;
         try (Arena a = Arena.ofConfined()) {
@@ -260,7 +262,7 @@ final class CudaVirtualMemory {
      * @param m the mapping
      * @throws CudaException naming the first step that failed
      */
-    void unmap(Mapping m) {
+    public void unmap(Mapping m) {
         RuntimeException failure = undo(m.address(), m.bytes(), true, m.handle(), null);
         if (failure != null) {
             throw failure;
@@ -273,7 +275,7 @@ final class CudaVirtualMemory {
      * @param mappings the mappings
      * @throws RuntimeException the first failure, the later ones suppressed in it
      */
-    void unmapAll(java.util.List<Mapping> mappings) {
+    public void unmapAll(java.util.List<Mapping> mappings) {
         EverySteps.run(mappings.stream().<Runnable>map(m -> () -> unmap(m)).toList());
     }
 

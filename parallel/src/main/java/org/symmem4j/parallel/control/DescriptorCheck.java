@@ -1,4 +1,4 @@
-package org.symmem4j.parallel.host;
+package org.symmem4j.parallel.control;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -13,7 +13,7 @@ import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 /**
  * The entry barrier's verdict on every rank's op descriptor: whether all ranks called the same
  * collective with the same arguments and usable buffers, else the one error message every rank throws
- * (see {@link HostCommunicator}). Kept apart so the message formats live in one place.
+ * (see {@link ControlPlane}). Kept apart so the message formats live in one place.
  */
 final class DescriptorCheck {
 

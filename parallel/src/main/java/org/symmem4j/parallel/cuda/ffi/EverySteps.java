@@ -1,12 +1,14 @@
-package org.symmem4j.parallel.cuda;
+package org.symmem4j.parallel.cuda.ffi;
 
 import java.util.List;
 
 /**
  * Runs every step of a teardown even when some fail, then throws the first failure with the others
  * suppressed: releasing GPU resources must not stop at the first driver error and leak the rest.
+ *
+ * <p>Internal: public only so that {@code org.symmem4j.parallel.cuda} can call it; not part of symmem4j's API.
  */
-final class EverySteps {
+public final class EverySteps {
 
     private EverySteps() {
     }
@@ -17,7 +19,7 @@ final class EverySteps {
      * @param steps the teardown's steps
      * @throws RuntimeException the first step's failure, the later ones suppressed in it
      */
-    static void run(List<? extends Runnable> steps) {
+    public static void run(List<? extends Runnable> steps) {
         RuntimeException first = null;
         for (Runnable step : steps) {
             try {

@@ -1,4 +1,4 @@
-package org.symmem4j.parallel.cuda;
+package org.symmem4j.parallel.cuda.ffi;
 
 import org.symmem4j.parallel.SymmemException;
 

@@ -1,0 +1,241 @@
+package org.symmem4j.parallel.control;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.ArrayList;
+import java.util.List;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.CollectiveMismatchException;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Descriptor;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
+
+/**
+ * One rank's control plane of a communicator: the numbering of its collectives, the entry barrier
+ * that checks every rank's arguments before any byte moves, barriers and the group abort, over the
+ * signal pads of a host symmetric memory ({@link PadSynchronizer}). Every communicator builds on one:
+ * the host communicator over the pads of its own scratch memory ({@link #over}), a device communicator
+ * over a memory of nothing but pads on the group's host transport ({@link #open}), since its data
+ * lives where Java code cannot check it (GPU kernels would hang on a mismatch).
+ *
+ * <p>The entry barrier: each rank writes its op descriptor into every peer's pad
+ * ({@link PadSynchronizer#arrive}), and every rank compares all descriptors before it reads any peer's
+ * data or writes anything a peer reads, so a disagreement throws the same
+ * {@link CollectiveMismatchException} on every rank and leaves the group usable. What a rank can check
+ * alone about its own arguments travels in its descriptor ({@link Problem}), so a bad buffer on one
+ * rank is refused on every rank, naming that rank. The verdict's messages are {@link DescriptorCheck}'s.
+ *
+ * <p>Used by one thread (the rank's); not thread-safe.
+ */
+public final class ControlPlane implements AutoCloseable {
+
+    private static final DType[] DTYPES = DType.values();
+
+    private final int rank;
+    private final int worldSize;
+    private final PadSynchronizer sync;
+    /** The memory of pads {@link #open} allocated, closed with this control plane; null over another's memory. */
+    private final SymmetricMemory owned;
+    /** The descriptor of {@link #checkAgreement} and {@link #barrier}, reused: the hot path allocates nothing. */
+    private final Descriptor call = new Descriptor();
+
+    private long seq;
+
+    private ControlPlane(Group group, PadSynchronizer sync, SymmetricMemory owned) {
+        this.rank = group.rank();
+        this.worldSize = group.worldSize();
+        this.sync = sync;
+        this.owned = owned;
+    }
+
+    /**
+     * Collective: a control plane of {@code group} on a memory of signal pads only (no data region),
+     * allocated on {@code hostTransport}: the control plane of a device transport's communicator, whose
+     * group's own transport allocates device memory that Java code cannot touch.
+     *
+     * @param group         this rank's group
+     * @param hostTransport a host transport that reaches every rank of {@code group}
+     *                      ({@link Group#hostTransport()})
+     * @return this rank's control plane; close it collectively (it frees its pads)
+     * @throws IllegalArgumentException when {@code hostTransport}'s memory has no host signal pads
+     */
+    public static ControlPlane open(Group group, Transport hostTransport) {
+        SymmetricMemory memory = hostTransport.allocate(group, 0);
+        if (!(memory instanceof SignalPads pads)) {
+            memory.close();
+            throw new IllegalArgumentException("control plane needs host symmetric memory; transport="
+                    + hostTransport.name() + " gave " + memory.getClass().getSimpleName()
+                    + " (pass a host transport: host-in-jvm or host-shm)");
+        }
+        return new ControlPlane(group, pads.sync(), memory);
+    }
+
+    /**
+     * A control plane over the pads of a memory its caller owns and closes (the host communicator's
+     * scratch, whose pads also carry its data plane's barriers and ring steps).
+     *
+     * @param group this rank's group
+     * @param sync  this rank's synchronizer of that memory
+     * @return this rank's control plane; closing it closes nothing
+     */
+    public static ControlPlane over(Group group, PadSynchronizer sync) {
+        return new ControlPlane(group, sync, null);
+    }
+
+    /** {@return this rank's synchronizer over the pads} */
+    public PadSynchronizer sync() {
+        return sync;
+    }
+
+    /**
+     * Starts this rank's next collective: numbers it and names it for timeouts' messages.
+     *
+     * @param what the collective's name for messages, for example "all-reduce"
+     * @return the collective's sequence number, the seq of its descriptor
+     */
+    public long begin(String what) {
+        long s = seq++;
+        sync.beginOp(what, s);
+        return s;
+    }
+
+    /**
+     * Arrives at the entry barrier with this rank's descriptor and checks every rank's. All ranks
+     * read the same descriptors, so all reach the same verdict: all proceed, or all get the same
+     * message.
+     *
+     * @param mine this rank's descriptor of the collective {@link #begin} numbered
+     * @return null when every rank agrees and every buffer is large enough; else the mismatch's message,
+     *         the same on every rank (the caller throws it as a {@link CollectiveMismatchException})
+     */
+    public String arriveAndCheck(Descriptor mine) {
+        sync.arrive(mine);
+        if (mine.problem() == Problem.NONE && buffersLargeEnough(mine, mine.bufferBytes(), mine.recvBytes())) {
+            boolean agree = true;
+            MemorySegment pad = sync.ownPad();
+            for (int r = 0; r < worldSize && agree; r++) {
+                if (r != rank) {
+                    long line = sync.entryLine(r, mine.seq());
+                    agree = mine.sameCallAs(pad, line) && buffersLargeEnough(mine,
+                            pad.get(ValueLayout.JAVA_LONG, line + OpDescriptorLayout.BUFFER_BYTES),
+                            pad.get(ValueLayout.JAVA_LONG, line + OpDescriptorLayout.RECV_BYTES));
+                }
+            }
+            if (agree) {
+                return null; // the common case, decided without allocating
+            }
+        }
+        List<Descriptor> all = new ArrayList<>(worldSize);
+        for (int r = 0; r < worldSize; r++) {
+            all.add(r == rank ? mine : Descriptor.read(sync.ownPad(), sync.entryLine(r, mine.seq())));
+        }
+        String error = DescriptorCheck.check(all);
+        if (error == null) {
+            throw new IllegalStateException("descriptor fast check and full check disagree: " + all);
+        }
+        return error;
+    }
+
+    /**
+     * {@link #arriveAndCheck}, throwing the mismatch.
+     *
+     * @param mine this rank's descriptor of the collective {@link #begin} numbered
+     * @throws CollectiveMismatchException if any rank's arguments differ or report a problem
+     */
+    public void enter(Descriptor mine) {
+        String error = arriveAndCheck(mine);
+        if (error != null) {
+            throw new CollectiveMismatchException(error);
+        }
+    }
+
+    /**
+     * Whether buffers of these sizes hold the call's count (overflow counts as too small). No allocation.
+     *
+     * @param d           the call's descriptor
+     * @param bufferBytes bytes of a rank's (send) buffer
+     * @param recvBytes   bytes of a rank's receive buffer
+     * @return true if both hold what the call moves
+     */
+    public boolean buffersLargeEnough(Descriptor d, long bufferBytes, long recvBytes) {
+        if (d.kind() == Kind.BARRIER) {
+            return true;
+        }
+        long count = d.count();
+        int dsize = DTYPES[Math.max(0, d.dtype())].byteSize();
+        if (count < 0 || count > Long.MAX_VALUE / dsize / worldSize) {
+            return false;
+        }
+        long one = count * dsize;
+        return switch (d.kind()) {
+            case ALL_REDUCE, BROADCAST -> bufferBytes >= one;
+            // in place (a symmetric region): count is the whole vector, which the region must hold
+            case REDUCE_SCATTER -> d.memoryId() >= 0 ? bufferBytes >= one : bufferBytes >= one * worldSize && recvBytes >= one;
+            case ALL_GATHER -> d.memoryId() >= 0 ? bufferBytes >= one : bufferBytes >= one && recvBytes >= one * worldSize;
+            case BARRIER -> true;
+        };
+    }
+
+    /**
+     * Checks that every rank passes the same arguments, through the entry barrier, without moving
+     * data: for communicators whose data path cannot check (GPU kernels would hang on a mismatch).
+     * Throws {@link CollectiveMismatchException} on every rank, as the host collectives do.
+     *
+     * @param what         the collective's name for messages, for example "all-reduce"
+     * @param kind         the collective kind
+     * @param dtype        element type, or null
+     * @param op           reduction, or null where there is none
+     * @param algorithm    algorithm, or null where there is none
+     * @param root         broadcast root, or -1
+     * @param count        element count
+     * @param bufferBytes  bytes this rank's (send) buffer holds
+     * @param memoryId     SymmetricMemory id, or -1 for staged buffers
+     * @param memoryOffset byte offset in that memory
+     * @param recvBytes    bytes this rank's receive buffer holds
+     * @param localProblem a problem this rank found with its own arguments, or null
+     * @throws CollectiveMismatchException if any rank's arguments differ or report a problem
+     */
+    public void checkAgreement(String what, Kind kind, DType dtype, ReduceOp op, Algorithm algorithm, int root, long count,
+                               long bufferBytes, long memoryId, long memoryOffset, long recvBytes, Problem localProblem) {
+        long s = begin(what);
+        enter(call.set(s, kind, ordinal(dtype), ordinal(op), ordinal(algorithm), root, count, bufferBytes, memoryId,
+                memoryOffset, recvBytes, localProblem == null ? Problem.NONE : localProblem));
+    }
+
+    /**
+     * A barrier through the entry barrier: a collective of its own, numbered like the others.
+     *
+     * @throws org.symmem4j.parallel.PeerTimeoutException when a peer does not arrive in time, is gone, or the group
+     *                                                    was aborted
+     */
+    public void barrier() {
+        long s = begin("barrier");
+        enter(call.set(s, Kind.BARRIER, -1, -1, -1, -1, 0, 0, -1, 0, 0, Problem.NONE));
+    }
+
+    /**
+     * Aborts the group through the pads: every rank waiting in a collective fails at once, naming this rank.
+     *
+     * @param reason what went wrong, for the peers' messages
+     */
+    public void abort(String reason) {
+        sync.abort("rank=" + rank + " aborted: " + reason);
+    }
+
+    /** Collective where {@link #open} made the pads: frees them. Over another's memory, nothing. */
+    @Override
+    public void close() {
+        if (owned != null) {
+            owned.close();
+        }
+    }
+
+    private static int ordinal(Enum<?> e) {
+        return e == null ? -1 : e.ordinal();
+    }
+}

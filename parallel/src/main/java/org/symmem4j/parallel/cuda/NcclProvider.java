@@ -1,0 +1,188 @@
+package org.symmem4j.parallel.cuda;
+
+import java.lang.foreign.MemorySegment;
+import java.util.List;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.CudaUnavailableException;
+import org.symmem4j.parallel.cuda.ffi.Nccl;
+
+/**
+ * NCCL as a provider of a {@link CudaCommunicator}'s collectives: its communicator (set up
+ * collectively, one GPU per rank), {@link Algorithm#NCCL} in place on the caller's buffer,
+ * {@link Algorithm#NCCL_SYMMETRIC} through an NCCL symmetric window, point-to-point sends and
+ * receives, and its teardown. All calls are enqueued on the rank's stream. Where NCCL cannot run
+ * (not loaded, ranks sharing a GPU, an NCCL without windows), the reasons are kept for messages.
+ */
+final class NcclProvider {
+
+    private final CudaDriver driver;
+    private final CudaRank rank;
+    private final MemorySegment comm;
+    private final String unavailable;
+    /**
+     * NCCL_SYMMETRIC's window: {@link CommunicatorOptions#stagingBytes()} from {@code ncclMemAlloc},
+     * registered with {@code NCCL_WIN_COLL_SYMMETRIC}; messages go through it in pieces. Null where
+     * NCCL or its windows are unavailable ({@link #windowUnavailable} says why).
+     */
+    private final NcclWindow window;
+    private final String windowUnavailable;
+
+    /**
+     * Collective: sets up NCCL for {@code group} where it can run.
+     *
+     * @param sharing      which ranks share a GPU, or null when every rank has its own
+     * @param stagingBytes the size of the NCCL_SYMMETRIC window
+     */
+    NcclProvider(Group group, CudaDriver driver, CudaRank rank, String sharing, long stagingBytes) {
+        this.driver = driver;
+        this.rank = rank;
+        MemorySegment c = null;
+        String why = null;
+        if (sharing != null) {
+            why = "NCCL needs one GPU per rank; " + sharing;
+        } else if (!Nccl.available()) {
+            why = Nccl.unavailableReason();
+        } else {
+            byte[] id = group.rank() == 0 ? Nccl.get().uniqueId() : new byte[Nccl.UNIQUE_ID_BYTES];
+            List<byte[]> ids = group.allGatherBytes("nccl-unique-id", id);
+            driver.setCurrent(rank.context);
+            c = Nccl.get().initRank(group.worldSize(), ids.getFirst(), group.rank());
+        }
+        this.comm = c;
+        this.unavailable = why;
+        if (c == null) {
+            this.window = null;
+            this.windowUnavailable = why;
+        } else if (!Nccl.get().hasSymmetricWindows()) {
+            this.window = null;
+            this.windowUnavailable = "NCCL " + Nccl.get().version() + " has no symmetric windows"
+                    + " (ncclCommWindowRegister and ncclMemAlloc need NCCL 2.27 or newer)";
+        } else {
+            // collective: every rank of the NCCL communicator registers its window here
+            Nccl nccl = Nccl.get();
+            long ptr = nccl.memAlloc(stagingBytes);
+            this.window = new NcclWindow(nccl, c, ptr, stagingBytes,
+                    nccl.registerWindow(c, ptr, stagingBytes, Nccl.WIN_COLL_SYMMETRIC));
+            this.windowUnavailable = null;
+        }
+    }
+
+    /** {@return whether {@link Algorithm#NCCL} runs here} */
+    boolean available() {
+        return comm != null;
+    }
+
+    /** {@return whether {@link Algorithm#NCCL_SYMMETRIC} runs here} */
+    boolean symmetricAvailable() {
+        return window != null;
+    }
+
+    /** {@return why NCCL is not usable here, or null when it is} */
+    String unavailableReason() {
+        return unavailable;
+    }
+
+    /** {@return why NCCL_SYMMETRIC is not usable here, or null when it is} */
+    String symmetricUnavailableReason() {
+        return windowUnavailable;
+    }
+
+    /** {@link Algorithm#NCCL}: all-reduces {@code count} elements at device address {@code ptr} in place. */
+    void allReduce(long ptr, long count, DType dtype, ReduceOp op) {
+        Nccl.get().allReduce(ptr, ptr, count, dtype, op, comm, rank.stream);
+    }
+
+    /**
+     * NCCL_SYMMETRIC: in pieces of the window's size, copies the elements at device address
+     * {@code ptr} into this rank's window, all-reduces the window with NCCL and copies the result back,
+     * all on this rank's stream (capturable).
+     */
+    void symmetricAllReduce(long ptr, long count, DType dtype, ReduceOp op) {
+        long dsize = dtype.byteSize();
+        long piece = Math.max(1, window.bytes() / dsize);
+        for (long start = 0; start < count; start += piece) {
+            long len = Math.min(piece, count - start);
+            driver.copyDeviceToDeviceAsync(window.pointer(), ptr + start * dsize, len * dsize, rank.stream);
+            Nccl.get().allReduce(window.pointer(), window.pointer(), len, dtype, op, comm, rank.stream);
+            driver.copyDeviceToDeviceAsync(ptr + start * dsize, window.pointer(), len * dsize, rank.stream);
+        }
+    }
+
+    /**
+     * NCCL point-to-point on this rank's stream: sends {@code bytes} at device address {@code ptr} to
+     * {@code peer}, which must post the matching {@link #recv}.
+     *
+     * @param ptr device address of the data
+     * @param bytes bytes to send, a multiple of 4
+     * @param peer the receiving rank
+     * @throws IllegalArgumentException if {@code bytes} is not a multiple of 4
+     * @throws CudaUnavailableException if NCCL is unavailable
+     */
+    void send(long ptr, long bytes, int peer) {
+        Nccl.get().send(ptr, p2pCount(bytes), DType.FLOAT32, peer, require(), rank.stream);
+    }
+
+    /**
+     * Receives {@code bytes} from {@code peer} into device address {@code ptr}; see {@link #send}.
+     *
+     * @param ptr device address to receive into
+     * @param bytes bytes to receive, a multiple of 4
+     * @param peer the sending rank
+     * @throws IllegalArgumentException if {@code bytes} is not a multiple of 4
+     * @throws CudaUnavailableException if NCCL is unavailable
+     */
+    void recv(long ptr, long bytes, int peer) {
+        Nccl.get().recv(ptr, p2pCount(bytes), DType.FLOAT32, peer, require(), rank.stream);
+    }
+
+    /**
+     * The NCCL communicator, with the rank's context made current.
+     *
+     * @return the communicator
+     * @throws CudaUnavailableException if NCCL is unavailable
+     */
+    MemorySegment require() {
+        if (comm == null) {
+            throw new CudaUnavailableException("NCCL unavailable: " + unavailable);
+        }
+        driver.setCurrent(rank.context);
+        return comm;
+    }
+
+    static long p2pCount(long bytes) {
+        if (bytes % 4 != 0) {
+            throw new IllegalArgumentException("NCCL send/recv here moves whole 4-byte words: bytes=" + bytes
+                    + " expected a multiple of 4 (pad the message)");
+        }
+        return bytes / 4;
+    }
+
+    /** Throws NCCL's asynchronous error, if it has one (after the stream was synchronized). */
+    void checkAsyncError() {
+        if (comm != null) {
+            Nccl.get().checkAsyncError(comm);
+        }
+    }
+
+    /** Aborts the NCCL communicator: its kernels stop waiting for peers. */
+    void abort() {
+        if (comm != null) {
+            Nccl.get().abort(comm);
+        }
+    }
+
+    /** Collective: deregisters and frees the window, then destroys the NCCL communicator. */
+    void close() {
+        if (window != null) {
+            window.close();
+        }
+        if (comm != null) {
+            Nccl.get().destroy(comm);
+        }
+    }
+}

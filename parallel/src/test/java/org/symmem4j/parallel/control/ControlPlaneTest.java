@@ -1,0 +1,74 @@
+package org.symmem4j.parallel.control;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.CollectiveMismatchException;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
+import org.symmem4j.parallel.group.InJvmWorld;
+
+/**
+ * The control plane alone, on a pads-only memory of the group's host transport (as a GPU communicator
+ * runs it): agreement passes, a disagreement or a rank's own problem throws the same message on every
+ * rank before anything moves, and the plane stays usable after.
+ */
+class ControlPlaneTest {
+
+    private static final GroupOptions OPTIONS = GroupOptions.defaults().withTimeout(Duration.ofSeconds(20));
+
+    @Test
+    void ranksThatAgreePassAndADisagreementThrowsTheSameMessageOnEveryRank() {
+        List<String> messages = InJvmWorld.runOnEveryRank(3, OPTIONS, group -> {
+            try (ControlPlane control = ControlPlane.open(group, group.hostTransport())) {
+                for (int round = 0; round < 20; round++) {
+                    control.checkAgreement("all-reduce", Kind.ALL_REDUCE, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT,
+                            -1, 1000 + round, 4000 + 4L * round, -1, 0, 0, null);
+                    control.barrier();
+                }
+                long count = group.rank() == 1 ? 999 : 1000; // rank 1 passes another count
+                CollectiveMismatchException e = assertThrows(CollectiveMismatchException.class,
+                        () -> control.checkAgreement("all-reduce", Kind.ALL_REDUCE, DType.FLOAT32, ReduceOp.SUM,
+                                Algorithm.TWO_SHOT, -1, count, 4000, -1, 0, 0, null));
+                control.barrier(); // the group stays usable after a mismatch
+                control.checkAgreement("broadcast", Kind.BROADCAST, DType.BFLOAT16, null, null, 0, 8, 16, -1, 0, 0, null);
+                return e.getMessage();
+            }
+        });
+        assertEquals(1, messages.stream().distinct().count(), messages::toString);
+        String m = messages.getFirst();
+        assertTrue(m.startsWith("all-reduce#40 arguments differ across ranks: rank=0 count=1000"), m);
+        assertTrue(m.contains("rank=1 count=999 dtype=FLOAT32 op=SUM algorithm=TWO_SHOT"), m);
+    }
+
+    @Test
+    void aProblemOneRankFoundIsRefusedOnEveryRankNamingIt() {
+        List<String> messages = InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+            try (ControlPlane control = ControlPlane.open(group, group.hostTransport())) {
+                Problem mine = group.rank() == 0 ? Problem.NULL_BUFFER : null;
+                CollectiveMismatchException e = assertThrows(CollectiveMismatchException.class,
+                        () -> control.checkAgreement("reduce-scatter", Kind.REDUCE_SCATTER, DType.FLOAT32, ReduceOp.SUM,
+                                null, -1, 16, 128, -1, 0, 64, mine));
+                // a buffer too short for the count on one rank is refused the same way
+                long recv = group.rank() == 1 ? 32 : 64;
+                CollectiveMismatchException shortRecv = assertThrows(CollectiveMismatchException.class,
+                        () -> control.checkAgreement("reduce-scatter", Kind.REDUCE_SCATTER, DType.FLOAT32, ReduceOp.SUM,
+                                null, -1, 16, 128, -1, 0, recv, null));
+                return e.getMessage() + "\n" + shortRecv.getMessage();
+            }
+        });
+        assertEquals(messages.get(0), messages.get(1));
+        String[] both = messages.getFirst().split("\n");
+        assertTrue(both[0].startsWith("reduce-scatter#0 rejected: rank=0 "), both[0]);
+        assertEquals("reduce-scatter#1 buffer too short for count=16 x FLOAT32 (4 bytes): rank=1 recvBytes=32 needed=64"
+                + " (every rank's buffers must hold the count)", both[1]);
+    }
+}
