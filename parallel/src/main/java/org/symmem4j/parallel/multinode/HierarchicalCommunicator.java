@@ -18,7 +18,7 @@ import org.symmem4j.parallel.mpi.MpiComm;
  * ranks form a sub-group on the group's own transport), MPI between machines (the ranks with the same
  * local rank form an MPI communicator, one rank per machine), as Horovod and NCCL arrange them. The
  * schedule is {@link HierarchicalSchedule}'s (the GPU's hierarchical communicator runs the same one over
- * NCCL) over an {@link MpiLink} and host staging; this class agrees on the arguments first.
+ * NCCL) over an {@code MpiLink} and host staging; this class agrees on the arguments first.
  *
  * <pre>
  *   all-reduce (HIERARCHICAL), L ranks per machine, N machines, the buffer padded to a multiple of L x N:

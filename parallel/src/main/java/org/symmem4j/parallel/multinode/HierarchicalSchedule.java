@@ -63,6 +63,8 @@ public final class HierarchicalSchedule<C extends Communicator, L extends InterM
     @FunctionalInterface
     public interface LinkOpener<C extends Communicator, L extends InterMachineLink> {
         /**
+         * Opens the links once the machine's communicator exists.
+         *
          * @param machine the machine's sub-group
          * @param intra   the machine's communicator
          * @return the links and the staging memory
@@ -367,7 +369,11 @@ public final class HierarchicalSchedule<C extends Communicator, L extends InterM
         intra.barrier();
     }
 
-    /** Not collective: aborts the machine's communicator and the group, so that every rank's waits fail. */
+    /**
+     * Not collective: aborts the machine's communicator and the group, so that every rank's waits fail.
+     *
+     * @param reason why, for the peers' exception messages
+     */
     public void abort(String reason) {
         try {
             intra.abort(reason);
