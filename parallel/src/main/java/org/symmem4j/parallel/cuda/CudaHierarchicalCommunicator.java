@@ -15,6 +15,7 @@ import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.CudaUnavailableException;
 import org.symmem4j.parallel.cuda.ffi.Nccl;
+import org.symmem4j.parallel.multinode.HierarchicalSchedule;
 import org.symmem4j.parallel.multinode.NodeTopology;
 
 /**
@@ -22,7 +23,9 @@ import org.symmem4j.parallel.multinode.NodeTopology;
  * (the machine's ranks form a sub-group on the CUDA transport), NCCL between machines (the ranks with the
  * same local rank, one per machine, form an NCCL communicator: NCCL's network transports, InfiniBand, RoCE
  * or sockets), as NCCL and Horovod arrange them; a second NCCL communicator over every rank is the flat
- * alternative ({@link Algorithm#NCCL}).
+ * alternative ({@link Algorithm#NCCL}). The schedule is {@link HierarchicalSchedule}'s (the host's
+ * {@code HierarchicalCommunicator} runs the same one over MPI) over an {@link NcclLink} and {@link DeviceStaging};
+ * this class checks the arguments, makes the rank's context current and adds the device operations.
  *
  * <pre>
  *   all-reduce (HIERARCHICAL), L ranks per machine, N machines, the buffer padded to a multiple of L:
@@ -46,35 +49,24 @@ import org.symmem4j.parallel.multinode.NodeTopology;
  */
 final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunicator {
 
+    /** The schedule: the machine's communicator (our kernels), NCCL between machines, device staging. */
+    private final HierarchicalSchedule<CudaCommunicator, NcclLink> schedule;
     private final Group group;
     private final NodeTopology topology;
-    private final Group machine;
     private final CudaCommunicator intra;
     private final CudaDriver driver;
     private final CudaRank rank;
-    /** NCCL over the ranks with this rank's local rank, one per machine (rank in it: this rank's machine). */
-    private final MemorySegment between;
-    /** NCCL over every rank of the group, for {@link Algorithm#NCCL}. */
-    private final MemorySegment flat;
-    /** Device staging: the padded buffer of an all-reduce, the packed blocks of a reduce-scatter; and the shard. */
-    private MemorySegment staging = MemorySegment.NULL;
-    private MemorySegment shard = MemorySegment.NULL;
-    /** Zeros for the padding of an all-reduce whose count is not a multiple of the ranks per machine. */
-    private final MemorySegment zeros;
-    private boolean closed;
+    /** NCCL over every rank of the group, for {@link Algorithm#NCCL} and point-to-point. */
+    private final NcclLink flat;
 
-    private CudaHierarchicalCommunicator(Group group, NodeTopology topology, Group machine, CudaCommunicator intra,
-                                         CudaDriver driver, CudaRank rank, MemorySegment between, MemorySegment flat,
-                                         MemorySegment zeros) {
-        this.group = group;
-        this.topology = topology;
-        this.machine = machine;
-        this.intra = intra;
+    private CudaHierarchicalCommunicator(HierarchicalSchedule<CudaCommunicator, NcclLink> schedule, CudaDriver driver) {
+        this.schedule = schedule;
+        this.group = schedule.group();
+        this.topology = schedule.topology();
+        this.intra = schedule.intra();
         this.driver = driver;
-        this.rank = rank;
-        this.between = between;
-        this.flat = flat;
-        this.zeros = zeros;
+        this.flat = schedule.flat();
+        this.rank = flat.rank();
     }
 
     /**
@@ -89,44 +81,45 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
             throw new CudaUnavailableException("a GPU group spanning " + topology.nodes() + " machines needs NCCL between"
                     + " them: " + Nccl.unavailableReason() + " (install NCCL 2.27+ so libnccl.so.2 is on the library path)");
         }
-        Group machine = group.split(topology.node(), topology.localRank(), "machine");
-        CudaCommunicator intra = null;
-        MemorySegment between = null;
-        MemorySegment flat = null;
-        CudaRank r = null;
+        HierarchicalSchedule<CudaCommunicator, NcclLink> schedule = HierarchicalSchedule.open(group, topology,
+                machine -> (CudaCommunicator) cuda.communicator(machine, options),
+                (machine, intra) -> links(cuda, group, topology, machine, intra));
+        return new CudaHierarchicalCommunicator(schedule, cuda.driver());
+    }
+
+    /** The two NCCL communicators and the device staging; on failure the NCCL communicators made are destroyed. */
+    private static HierarchicalSchedule.Links<NcclLink> links(CudaTransport cuda, Group group, NodeTopology topology,
+                                                              Group machine, CudaCommunicator intra) {
+        CudaRank r = cuda.rank(machine);
+        Nccl nccl = Nccl.get();
+        // every NCCL id in one exchange: rank 0 draws the flat one, local rank l of machine 0 the one between machines
+        byte[] mine = new byte[2 * Nccl.UNIQUE_ID_BYTES];
+        if (group.rank() == 0) {
+            System.arraycopy(nccl.uniqueId(), 0, mine, 0, Nccl.UNIQUE_ID_BYTES);
+        }
+        if (topology.node() == 0) {
+            System.arraycopy(nccl.uniqueId(), 0, mine, Nccl.UNIQUE_ID_BYTES, Nccl.UNIQUE_ID_BYTES);
+        }
+        List<byte[]> ids = group.allGatherBytes("cuda-hierarchical-nccl-ids", mine);
+        byte[] flatId = java.util.Arrays.copyOfRange(ids.getFirst(), 0, Nccl.UNIQUE_ID_BYTES);
+        byte[] betweenId = java.util.Arrays.copyOfRange(ids.get(topology.localRank()), Nccl.UNIQUE_ID_BYTES,
+                2 * Nccl.UNIQUE_ID_BYTES);
+        cuda.driver().setCurrent(r.context);
+        NcclLink flat = null;
+        NcclLink between = null;
         try {
-            intra = (CudaCommunicator) cuda.communicator(machine, options);
-            r = cuda.rank(machine);
-            Nccl nccl = Nccl.get();
-            // every NCCL id in one exchange: rank 0 draws the flat one, local rank l of machine 0 the one between machines
-            byte[] mine = new byte[2 * Nccl.UNIQUE_ID_BYTES];
-            if (group.rank() == 0) {
-                System.arraycopy(nccl.uniqueId(), 0, mine, 0, Nccl.UNIQUE_ID_BYTES);
-            }
-            if (topology.node() == 0) {
-                System.arraycopy(nccl.uniqueId(), 0, mine, Nccl.UNIQUE_ID_BYTES, Nccl.UNIQUE_ID_BYTES);
-            }
-            List<byte[]> ids = group.allGatherBytes("cuda-hierarchical-nccl-ids", mine);
-            byte[] flatId = java.util.Arrays.copyOfRange(ids.getFirst(), 0, Nccl.UNIQUE_ID_BYTES);
-            byte[] betweenId = java.util.Arrays.copyOfRange(ids.get(topology.localRank()), Nccl.UNIQUE_ID_BYTES,
-                    2 * Nccl.UNIQUE_ID_BYTES);
-            cuda.driver().setCurrent(r.context);
-            flat = nccl.initRank(group.worldSize(), flatId, group.rank());
-            between = nccl.initRank(topology.nodes(), betweenId, topology.node());
-            MemorySegment zeros = intra.allocateDevice(Long.BYTES * (long) Math.max(1, topology.ranksPerNode()));
-            cuda.driver().memset(zeros.address(), (byte) 0, zeros.byteSize());
-            return new CudaHierarchicalCommunicator(group, topology, machine, intra, cuda.driver(), r, between, flat, zeros);
+            flat = new NcclLink(nccl.initRank(group.worldSize(), flatId, group.rank()), r, group);
+            between = new NcclLink(nccl.initRank(topology.nodes(), betweenId, topology.node()), r, group);
+            DeviceStaging memory = new DeviceStaging(intra, cuda.driver(),
+                    Long.BYTES * (long) Math.max(1, topology.ranksPerNode()));
+            return new HierarchicalSchedule.Links<>(between, flat, memory);
         } catch (RuntimeException | Error e) {
             if (between != null) {
-                Nccl.get().destroy(between);
+                between.close();
             }
             if (flat != null) {
-                Nccl.get().destroy(flat);
+                flat.close();
             }
-            if (intra != null) {
-                intra.close();
-            }
-            machine.close();
             throw e;
         }
     }
@@ -138,12 +131,12 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
 
     @Override
     public String transportName() {
-        return "hierarchical(" + intra.transportName() + " + nccl)";
+        return schedule.transportName();
     }
 
     @Override
     public boolean supports(Algorithm algorithm) {
-        return algorithm == Algorithm.HIERARCHICAL || algorithm == Algorithm.NCCL;
+        return schedule.supports(algorithm);
     }
 
     @Override
@@ -153,36 +146,12 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
             return;
         }
         driver.setCurrent(rank.context);
-        if (algorithm == Algorithm.NCCL) {
-            Nccl.get().allReduce(buffer.address(), buffer.address(), count, dtype, op, flat, rank.stream);
-            return;
-        }
-        if (algorithm != Algorithm.HIERARCHICAL) {
+        if (algorithm != Algorithm.NCCL && algorithm != Algorithm.HIERARCHICAL) {
             throw new IllegalArgumentException("algorithm=" + algorithm + " needs symmetric memory across every rank, and this"
                     + " group spans " + topology.nodes() + " machines: expected HIERARCHICAL or NCCL");
         }
-        int perNode = topology.ranksPerNode();
-        if (perNode == 1) {
-            // one rank per machine: nothing to do inside a machine
-            Nccl.get().allReduce(buffer.address(), buffer.address(), count, dtype, op, between, rank.stream);
-            return;
-        }
-        long padded = (count + perNode - 1) / perNode * perNode;
-        long piece = padded / perNode;
-        MemorySegment all = buffer;
-        if (padded != count) {
-            all = staging(dtype.bytes(padded));
-            intra.copyAsync(all, buffer.asSlice(0, dtype.bytes(count)));
-            intra.copyAsync(all.asSlice(dtype.bytes(count)), zeros.asSlice(0, dtype.bytes(padded - count)));
-        }
-        MemorySegment mine = shard(dtype.bytes(piece));
         // AVG: each level divides by its own size (machine L, then NCCL's average over N): the average over L x N
-        intra.reduceScatter(all, mine, piece, dtype, op);                                                // 1.
-        Nccl.get().allReduce(mine.address(), mine.address(), piece, dtype, op, between, rank.stream);    // 2.
-        intra.allGather(mine, all, piece, dtype);                                                        // 3.
-        if (all != buffer) {
-            intra.copyAsync(buffer.asSlice(0, dtype.bytes(count)), all.asSlice(0, dtype.bytes(count)));
-        }
+        schedule.allReduce(buffer, count, dtype, op, algorithm);
     }
 
     /** On device symmetric memory of this process (of any group: it cannot span machines), this rank's buffer from {@code offsetBytes}. */
@@ -217,30 +186,19 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
             return;
         }
         driver.setCurrent(rank.context);
-        int nodes = topology.nodes();
-        long block = dtype.bytes(recvCount);
-        MemorySegment packed = staging(block * world);
-        for (int q = 0; q < world; q++) {
-            intra.copyAsync(packed.asSlice(block * topology.packedIndex(q), block), send.asSlice(block * q, block));
-        }
-        MemorySegment mine = shard(block * nodes);
-        intra.reduceScatter(packed, mine, recvCount * nodes, dtype, op);
-        Nccl.get().reduceScatter(mine.address(), recv.address(), recvCount, dtype, op, between, rank.stream);
+        schedule.reduceScatter(send, recv, recvCount, dtype, op);
     }
 
     /** Inside each machine, then between machines: machine-major is rank order. */
     @Override
     public synchronized void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
-        int perNode = topology.ranksPerNode();
         requireUsable(dtype, ReduceOp.SUM, send, sendCount, "send");
         requireUsable(dtype, ReduceOp.SUM, recv, sendCount * group.worldSize(), "recv");
         if (sendCount == 0) {
             return;
         }
         driver.setCurrent(rank.context);
-        MemorySegment machineBlocks = shard(dtype.bytes(sendCount * perNode));
-        intra.allGather(send, machineBlocks, sendCount, dtype);
-        Nccl.get().allGather(machineBlocks.address(), recv.address(), sendCount * perNode, dtype, between, rank.stream);
+        schedule.allGather(send, recv, sendCount, dtype);
     }
 
     /** The in-place forms over shards of symmetric memory need memory spanning the group: refused across machines. */
@@ -268,29 +226,18 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
             return;
         }
         driver.setCurrent(rank.context);
-        int rootNode = root / topology.ranksPerNode();
-        int rootLocal = root % topology.ranksPerNode();
-        if (topology.localRank() == rootLocal) {
-            Nccl.get().broadcast(buffer.address(), buffer.address(), count, dtype, rootNode, between, rank.stream);
-        }
-        intra.broadcast(buffer, count, dtype, rootLocal);
+        schedule.broadcast(buffer, count, dtype, root);
     }
 
     /** The machine's barrier, the ranks' meeting through the group, the machine's barrier again. */
     @Override
     public synchronized void barrier() {
-        intra.barrier();
-        group.allGatherBytes("cuda-hierarchical-barrier", new byte[0]);
-        intra.barrier();
+        schedule.barrier();
     }
 
     @Override
     public void abort(String reason) {
-        try {
-            intra.abort(reason);
-        } finally {
-            group.abort(reason);
-        }
+        schedule.abort(reason);
     }
 
     @Override
@@ -337,14 +284,14 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     @Override
     public void send(MemorySegment buffer, int peer) {
         driver.setCurrent(rank.context);
-        Nccl.get().send(buffer.address(), CudaCommunicator.p2pCount(buffer.byteSize()), DType.FLOAT32, peer, flat, rank.stream);
+        flat.send(buffer, peer);
     }
 
     /** NCCL point-to-point over the whole group (group ranks). */
     @Override
     public void recv(MemorySegment buffer, int peer) {
         driver.setCurrent(rank.context);
-        Nccl.get().recv(buffer.address(), CudaCommunicator.p2pCount(buffer.byteSize()), DType.FLOAT32, peer, flat, rank.stream);
+        flat.recv(buffer, peer);
     }
 
     @Override
@@ -372,33 +319,14 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
         intra.copyToHost(dst, src);
     }
 
-    /** Destroys the NCCL communicators, closes the machine's communicator and sub-group, frees the staging (collective). */
+    /** Frees the staging, destroys the NCCL communicators, closes the machine's communicator and sub-group (collective). */
     @Override
     public synchronized void close() {
-        if (closed) {
-            return;
-        }
-        closed = true;
-        try {
-            intra.synchronize();
-            for (MemorySegment buffer : new MemorySegment[] {staging, shard, zeros}) {
-                if (buffer.address() != 0) {
-                    intra.freeDevice(buffer);
-                }
-            }
-            Nccl.get().destroy(between);
-            Nccl.get().destroy(flat);
-        } finally {
-            try {
-                intra.close();
-            } finally {
-                machine.close();
-            }
-        }
+        schedule.close();
     }
 
     private void requireUsable(DType dtype, ReduceOp op, MemorySegment buffer, long count, String what) {
-        if (closed) {
+        if (schedule.isClosed()) {
             throw new IllegalStateException("the hierarchical GPU communicator is closed");
         }
         if (dtype == null || op == null) {
@@ -408,24 +336,5 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
             throw new IllegalArgumentException(what + "=" + buffer + " expected device memory of at least "
                     + (count < 0 ? "0" : dtype.bytes(count)) + " bytes (" + count + " " + dtype + " elements)");
         }
-    }
-
-    private MemorySegment staging(long bytes) {
-        return staging = atLeast(staging, bytes);
-    }
-
-    private MemorySegment shard(long bytes) {
-        return shard = atLeast(shard, bytes);
-    }
-
-    /** {@code current}, or a new device buffer of at least {@code bytes} (doubling; the old one freed after the stream). */
-    private MemorySegment atLeast(MemorySegment current, long bytes) {
-        if (current.byteSize() >= bytes) {
-            return current;
-        }
-        if (current.address() != 0) {
-            intra.freeDevice(current); // waits for the stream first
-        }
-        return intra.allocateDevice(Math.max(bytes, 2 * current.byteSize()));
     }
 }

@@ -1,6 +1,5 @@
 package org.symmem4j.parallel.multinode;
 
-import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import org.symmem4j.parallel.Algorithm;
@@ -17,7 +16,9 @@ import org.symmem4j.parallel.mpi.MpiComm;
 /**
  * Collectives of a group that spans machines: symmetric memory inside each machine (the machine's
  * ranks form a sub-group on the group's own transport), MPI between machines (the ranks with the same
- * local rank form an MPI communicator, one rank per machine), as Horovod and NCCL arrange them.
+ * local rank form an MPI communicator, one rank per machine), as Horovod and NCCL arrange them. The
+ * schedule is {@link HierarchicalSchedule}'s (the GPU's hierarchical communicator runs the same one over
+ * NCCL) over an {@code MpiLink} and host staging; this class agrees on the arguments first.
  *
  * <pre>
  *   all-reduce (HIERARCHICAL), L ranks per machine, N machines, the buffer padded to a multiple of L x N:
@@ -45,37 +46,24 @@ import org.symmem4j.parallel.mpi.MpiComm;
  */
 public final class HierarchicalCommunicator implements Communicator {
 
+    /** The schedule: the machine's communicator, MPI between machines, host staging. */
+    private final HierarchicalSchedule<Communicator, MpiLink> schedule;
     private final Group group;
-    private final NodeTopology topology;
-    private final Group machine;
-    private final Communicator intra;
-    private final MpiComm inter;
     private final MpiComm world;
     /** Whether {@link #close} frees {@link #world} too (a sub-group's communicator made for it by its transport). */
     private final boolean ownsWorld;
-    private final Arena arena = Arena.ofShared();
-    private MemorySegment staging = MemorySegment.NULL;
-    private MemorySegment shard = MemorySegment.NULL;
-    private MemorySegment subShard = MemorySegment.NULL;
-    /** The in-place shard collectives' blocks, padded to the partition's block size (not used by the segment forms). */
-    private MemorySegment paddedBlocks = MemorySegment.NULL;
-    private MemorySegment ownBlock = MemorySegment.NULL;
     /** The agreement's vector: {@link #AGREED_FIELDS} doubles per rank of the group ({@link #agree}). */
     private final MemorySegment agreement;
     /** Collectives called on this communicator: names a refused call in its message ("all-reduce#12"). */
     private long seq;
-    private boolean closed;
 
-    private HierarchicalCommunicator(Group group, NodeTopology topology, Group machine, Communicator intra, MpiComm inter,
+    private HierarchicalCommunicator(HierarchicalSchedule<Communicator, MpiLink> schedule, MemorySegment agreement,
                                      MpiComm world, boolean ownsWorld) {
-        this.group = group;
-        this.topology = topology;
-        this.machine = machine;
-        this.intra = intra;
-        this.inter = inter;
+        this.schedule = schedule;
+        this.group = schedule.group();
+        this.agreement = agreement;
         this.world = world;
         this.ownsWorld = ownsWorld;
-        this.agreement = arena.allocate((long) AGREED_FIELDS * Double.BYTES * group.worldSize(), 64);
     }
 
     /**
@@ -114,21 +102,17 @@ public final class HierarchicalCommunicator implements Communicator {
                     + " group with ProcessGroup.fromEnvironment() in processes started by mpirun)");
         }
         NodeTopology topology = NodeTopology.of(group);
-        Group machine = group.split(topology.node(), topology.localRank(), "machine");
-        Communicator intra = null;
-        MpiComm inter = null;
+        HostStaging memory = new HostStaging();
         try {
-            intra = Communicator.create(machine);
-            inter = world.split(topology.localRank(), topology.node());
-            return new HierarchicalCommunicator(group, topology, machine, intra, inter, world, ownsWorld);
+            MemorySegment agreement = memory.allocate((long) AGREED_FIELDS * Double.BYTES * group.worldSize());
+            // the world's MPI communicator carries the flat all-reduce and the agreement; it is the caller's (or ownsWorld)
+            HierarchicalSchedule<Communicator, MpiLink> schedule = HierarchicalSchedule.open(group, topology,
+                    Communicator::create, (machine, intra) -> new HierarchicalSchedule.Links<>(
+                            new MpiLink(world.split(topology.localRank(), topology.node()), true), new MpiLink(world, false),
+                            memory));
+            return new HierarchicalCommunicator(schedule, agreement, world, ownsWorld);
         } catch (RuntimeException | Error e) {
-            if (inter != null) {
-                inter.close();
-            }
-            if (intra != null) {
-                intra.close();
-            }
-            machine.close();
+            memory.close();
             throw e;
         }
     }
@@ -139,7 +123,7 @@ public final class HierarchicalCommunicator implements Communicator {
      * @return the layout this communicator was built on
      */
     public NodeTopology topology() {
-        return topology;
+        return schedule.topology();
     }
 
     @Override
@@ -149,12 +133,12 @@ public final class HierarchicalCommunicator implements Communicator {
 
     @Override
     public String transportName() {
-        return "hierarchical(" + intra.transportName() + " + mpi)";
+        return schedule.transportName();
     }
 
     @Override
     public boolean supports(Algorithm algorithm) {
-        return algorithm == Algorithm.HIERARCHICAL || algorithm == Algorithm.MPI;
+        return schedule.supports(algorithm);
     }
 
     @Override
@@ -166,48 +150,7 @@ public final class HierarchicalCommunicator implements Communicator {
     public synchronized void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
         Problem problem = either(arguments(dtype, op, algorithm, count), usable(buffer, dtype, count, true));
         agree("all-reduce", problem, count, dtype, op, algorithm, -1);
-        agreedAllReduce(buffer, count, dtype, op, algorithm);
-    }
-
-    /** The all-reduce of {@code buffer}, after {@link #agree}. */
-    private void agreedAllReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
-        ReduceOp mpiOp = op == ReduceOp.AVG ? ReduceOp.SUM : op;
-        switch (algorithm) {
-            case MPI -> world.allReduce(buffer, count, dtype, mpiOp);
-            case HIERARCHICAL -> hierarchicalAllReduce(buffer, count, dtype, mpiOp);
-            default -> throw new IllegalStateException("unreachable: algorithm=" + algorithm + " refused by the agreement");
-        }
-        if (op == ReduceOp.AVG) {
-            divide(buffer, count, dtype, group.worldSize());
-        }
-    }
-
-    private void hierarchicalAllReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op) {
-        int perNode = topology.ranksPerNode();
-        int nodes = topology.nodes();
-        if (perNode == 1) {
-            // one rank per machine (a data-parallel sub-group across machines): nothing to do inside a machine, and the
-            // staging copies only cost (the pretend 2 x 1 job: 1.4-2.3x flat MPI before, 0.86-1.18x with this path;
-            // bench/results/2026-11-26-multinode-allreduce-2x1{,-one-rank-path}.md): MPI's in-place all-reduce
-            inter.allReduce(buffer, count, dtype, op);
-            return;
-        }
-        long blocks = (long) perNode * nodes;
-        long padded = (count + blocks - 1) / blocks * blocks;
-        long piece = padded / perNode;
-        long sub = piece / nodes;
-        MemorySegment all = staging(dtype.bytes(padded));
-        MemorySegment.copy(buffer, 0, all, 0, dtype.bytes(count));
-        all.asSlice(dtype.bytes(count), dtype.bytes(padded - count)).fill((byte) 0);
-        MemorySegment mine = shard(dtype.bytes(piece));
-        intra.reduceScatter(all, mine, piece, dtype, op);                 // 1. inside the machine
-        if (nodes > 1) {
-            MemorySegment part = subShard(dtype.bytes(sub));
-            inter.reduceScatterBlock(mine, part, sub, dtype, op);        // 2. between machines
-            inter.allGather(part, mine, sub, dtype);                     // 3. between machines
-        }
-        intra.allGather(mine, all, piece, dtype);                        // 4. inside the machine
-        MemorySegment.copy(all, 0, buffer, 0, dtype.bytes(count));
+        schedule.allReduce(buffer, count, dtype, op, algorithm);
     }
 
     /**
@@ -220,7 +163,7 @@ public final class HierarchicalCommunicator implements Communicator {
                                        Algorithm algorithm) {
         Problem problem = either(arguments(dtype, op, algorithm, count), regionProblem(memory, offsetBytes, count, dtype));
         agree("all-reduce", problem, count, dtype, op, algorithm, -1);
-        agreedAllReduce(ownBuffer(memory, offsetBytes, count, dtype), count, dtype, op, algorithm);
+        schedule.allReduce(ownBuffer(memory, offsetBytes, count, dtype), count, dtype, op, algorithm);
     }
 
     /**
@@ -265,35 +208,7 @@ public final class HierarchicalCommunicator implements Communicator {
                     : either(usable(send, dtype, recvCount * world, false), usable(recv, dtype, recvCount, true));
         }
         agree("reduce-scatter", problem, recvCount, dtype, op, null, -1);
-        long block = dtype.bytes(recvCount);
-        MemorySegment packed = staging(block * world);
-        for (int q = 0; q < world; q++) {
-            MemorySegment.copy(send, block * q, packed, packedOffset(q, block), block);
-        }
-        reduceScatterPacked(packed, recv, recvCount, dtype, op);
-    }
-
-    /** Where rank {@code q}'s block of {@code block} bytes goes in the packed order ({@link NodeTopology#packedIndex}). */
-    private long packedOffset(int q, long block) {
-        return block * topology.packedIndex(q);
-    }
-
-    /** The hierarchical reduce-scatter of blocks already in {@link #packedOffset} order; AVG divides at the end. */
-    private void reduceScatterPacked(MemorySegment packed, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
-        int world = group.worldSize();
-        int nodes = topology.nodes();
-        ReduceOp mpiOp = op == ReduceOp.AVG ? ReduceOp.SUM : op;
-        long block = dtype.bytes(recvCount);
-        MemorySegment mine = shard(block * nodes);
-        intra.reduceScatter(packed, mine, recvCount * nodes, dtype, mpiOp);
-        if (nodes > 1) {
-            inter.reduceScatterBlock(mine, recv, recvCount, dtype, mpiOp);
-        } else {
-            MemorySegment.copy(mine, 0, recv, 0, block);
-        }
-        if (op == ReduceOp.AVG) {
-            divide(recv, recvCount, dtype, world);
-        }
+        schedule.reduceScatter(send, recv, recvCount, dtype, op);
     }
 
     @Override
@@ -305,19 +220,7 @@ public final class HierarchicalCommunicator implements Communicator {
                     : either(usable(send, dtype, sendCount, false), usable(recv, dtype, sendCount * world, true));
         }
         agree("all-gather", problem, sendCount, dtype, null, null, -1);
-        agreedAllGather(send, recv, sendCount, dtype);
-    }
-
-    /** The all-gather, after {@link #agree}. */
-    private void agreedAllGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
-        int perNode = topology.ranksPerNode();
-        MemorySegment machineBlocks = shard(dtype.bytes(sendCount * perNode));
-        intra.allGather(send, machineBlocks, sendCount, dtype);
-        if (topology.nodes() > 1) {
-            inter.allGather(machineBlocks, recv, sendCount * perNode, dtype); // machine-major is rank order
-        } else {
-            MemorySegment.copy(machineBlocks, 0, recv, 0, dtype.bytes(sendCount * perNode));
-        }
+        schedule.allGather(send, recv, sendCount, dtype);
     }
 
     /**
@@ -332,20 +235,7 @@ public final class HierarchicalCommunicator implements Communicator {
     public synchronized void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
         Problem problem = either(arguments(dtype, op, Algorithm.HIERARCHICAL, count), regionProblem(memory, offsetBytes, count, dtype));
         agree("reduce-scatter", problem, count, dtype, op, null, -1);
-        MemorySegment region = ownBuffer(memory, offsetBytes, count, dtype);
-        int world = group.worldSize();
-        ShardPartition blocks = ShardPartition.of(count, world, dtype);
-        long blockBytes = dtype.bytes(blocks.blockElements());
-        // each block padded to the partition's block size and put straight into the packed order (one copy of the region)
-        MemorySegment packed = staging(blockBytes * world);
-        packed.asSlice(0, blockBytes * world).fill((byte) 0);
-        for (int q = 0; q < world; q++) {
-            MemorySegment.copy(region, dtype.bytes(blocks.start(q)), packed, packedOffset(q, blockBytes), dtype.bytes(blocks.size(q)));
-        }
-        MemorySegment mine = ownBlock(blockBytes);
-        reduceScatterPacked(packed, mine, blocks.blockElements(), dtype, op);
-        int me = group.rank();
-        MemorySegment.copy(mine, 0, region, dtype.bytes(blocks.start(me)), dtype.bytes(blocks.size(me)));
+        schedule.reduceScatterShards(ownBuffer(memory, offsetBytes, count, dtype), count, dtype, op);
     }
 
     /**
@@ -358,19 +248,7 @@ public final class HierarchicalCommunicator implements Communicator {
         Problem problem = either(arguments(dtype, ReduceOp.SUM, Algorithm.HIERARCHICAL, count),
                 regionProblem(memory, offsetBytes, count, dtype));
         agree("all-gather", problem, count, dtype, null, null, -1);
-        MemorySegment region = ownBuffer(memory, offsetBytes, count, dtype);
-        int world = group.worldSize();
-        int me = group.rank();
-        ShardPartition blocks = ShardPartition.of(count, world, dtype);
-        long blockBytes = dtype.bytes(blocks.blockElements());
-        MemorySegment mine = ownBlock(blockBytes);
-        mine.asSlice(0, blockBytes).fill((byte) 0);
-        MemorySegment.copy(region, dtype.bytes(blocks.start(me)), mine, 0, dtype.bytes(blocks.size(me)));
-        MemorySegment padded = paddedBlocks(blockBytes * world);
-        agreedAllGather(mine, padded, blocks.blockElements(), dtype);
-        for (int q = 0; q < world; q++) {
-            MemorySegment.copy(padded, blockBytes * q, region, dtype.bytes(blocks.start(q)), dtype.bytes(blocks.size(q)));
-        }
+        schedule.allGatherShards(ownBuffer(memory, offsetBytes, count, dtype), count, dtype);
     }
 
     @Override
@@ -379,27 +257,17 @@ public final class HierarchicalCommunicator implements Communicator {
                 : either(arguments(dtype, ReduceOp.SUM, Algorithm.HIERARCHICAL, count),
                         usable(buffer, dtype, count, group.rank() != root)); // the root only reads its buffer
         agree("broadcast", problem, count, dtype, null, null, root);
-        int rootNode = root / topology.ranksPerNode();
-        int rootLocal = root % topology.ranksPerNode();
-        if (topology.localRank() == rootLocal && topology.nodes() > 1) {
-            inter.broadcast(buffer, count, dtype, rootNode); // the root's machine to the same local rank everywhere
-        }
-        intra.broadcast(buffer, count, dtype, rootLocal);
+        schedule.broadcast(buffer, count, dtype, root);
     }
 
     @Override
     public synchronized void barrier() {
-        intra.barrier();
-        if (topology.nodes() > 1) {
-            inter.barrier();
-        }
-        intra.barrier();
+        schedule.barrier();
     }
 
     @Override
     public void abort(String reason) {
-        intra.abort(reason);
-        group.abort(reason);
+        schedule.abort(reason);
     }
 
     /**
@@ -408,24 +276,14 @@ public final class HierarchicalCommunicator implements Communicator {
      */
     @Override
     public synchronized void close() {
-        if (closed) {
+        if (schedule.isClosed()) {
             return;
         }
-        closed = true;
         try {
-            inter.close();
+            schedule.close();
         } finally {
-            try {
-                intra.close();
-            } finally {
-                try {
-                    machine.close();
-                    arena.close();
-                } finally {
-                    if (ownsWorld) {
-                        world.close();
-                    }
-                }
+            if (ownsWorld) {
+                world.close();
             }
         }
     }
@@ -448,7 +306,7 @@ public final class HierarchicalCommunicator implements Communicator {
      * the double sum is exact.
      */
     private void agree(String what, Problem mine, long count, DType dtype, ReduceOp op, Algorithm algorithm, int root) {
-        if (closed) {
+        if (schedule.isClosed()) {
             throw new IllegalStateException("the hierarchical communicator is closed");
         }
         String call = what + "#" + seq++;
@@ -558,42 +416,5 @@ public final class HierarchicalCommunicator implements Communicator {
 
     private static Problem either(Problem first, Problem second) {
         return first != Problem.NONE ? first : second;
-    }
-
-    private MemorySegment staging(long bytes) {
-        return staging = atLeast(staging, bytes);
-    }
-
-    private MemorySegment shard(long bytes) {
-        return shard = atLeast(shard, bytes);
-    }
-
-    private MemorySegment paddedBlocks(long bytes) {
-        return paddedBlocks = atLeast(paddedBlocks, bytes);
-    }
-
-    private MemorySegment ownBlock(long bytes) {
-        return ownBlock = atLeast(ownBlock, bytes);
-    }
-
-    private MemorySegment subShard(long bytes) {
-        return subShard = atLeast(subShard, bytes);
-    }
-
-    /** {@code current}, or a new buffer of at least {@code bytes} (doubling, so that growing sizes reallocate rarely). */
-    private MemorySegment atLeast(MemorySegment current, long bytes) {
-        return current.byteSize() >= bytes ? current : arena.allocate(Math.max(bytes, 2 * current.byteSize()), 64);
-    }
-
-    private static void divide(MemorySegment buffer, long count, DType dtype, int by) {
-        if (dtype == DType.FLOAT32) {
-            for (long i = 0; i < count; i++) {
-                buffer.setAtIndex(ValueLayout.JAVA_FLOAT, i, buffer.getAtIndex(ValueLayout.JAVA_FLOAT, i) / by);
-            }
-        } else {
-            for (long i = 0; i < count; i++) {
-                buffer.setAtIndex(ValueLayout.JAVA_DOUBLE, i, buffer.getAtIndex(ValueLayout.JAVA_DOUBLE, i) / by);
-            }
-        }
     }
 }
