@@ -32,6 +32,13 @@ final class CollectiveKernels {
      * rounds 277 us; one round through a scratch as large as the message, 193 us.
      */
     static final long TWO_SHOT_SCRATCH_BYTES = 64L << 20;
+    /**
+     * Largest grid of the pulling TWO_SHOT kernel at one vector per thread; larger chunks take two per thread.
+     * On 4 x H200, graph-captured: one per thread at 1 MiB (32 blocks) 13.5 -> 12.4 us bf16, 10.9 -> 10.0 us fp32;
+     * at 4 MiB (128 blocks against 64) 27.1 -> 29.5 us bf16, so two per thread there
+     * (bench/results/2026-11-28-4xh200-limits.md). On 2 GPUs the policy picks ONE_SHOT where the two differ.
+     */
+    static final long TWO_SHOT_ONE_PER_THREAD_BLOCKS = 64;
 
     private final Group group;
     private final CudaRank rank;
@@ -169,8 +176,12 @@ final class CollectiveKernels {
         } else {
             kernel = Kernel.twoShot(f32);
             long chunk = (vectors + worldSize - 1) / worldSize;
-            // two vectors per thread per iteration; at most as many blocks as are resident at once
-            blocks = (chunk + 2L * CudaKernels.BLOCK_THREADS - 1) / (2L * CudaKernels.BLOCK_THREADS);
+            // One vector per thread while that takes at most TWO_SHOT_ONE_PER_THREAD_BLOCKS blocks (more blocks,
+            // more NVLink loads in flight), two per thread past it (the kernel's loop takes either); at most as many
+            // blocks as are resident at once. The grid depends on the chunk alone: equal on every rank.
+            long oneEach = (chunk + CudaKernels.BLOCK_THREADS - 1) / CudaKernels.BLOCK_THREADS;
+            blocks = oneEach <= TWO_SHOT_ONE_PER_THREAD_BLOCKS ? oneEach
+                    : (chunk + 2L * CudaKernels.BLOCK_THREADS - 1) / (2L * CudaKernels.BLOCK_THREADS);
             launch = params.twoShot(mem.dataPointers(), offsetBytes, mem.padPointers());
         }
         rank.launch(driver, kernel, grids.grid(kernel, blocks), launch);
