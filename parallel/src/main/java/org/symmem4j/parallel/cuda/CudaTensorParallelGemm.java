@@ -5,8 +5,8 @@ import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
-import java.util.Objects;
 import java.util.Set;
+import java.util.Objects;
 import java.util.function.UnaryOperator;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Configuration;
@@ -42,13 +42,13 @@ import org.symmem4j.parallel.TensorParallelGemm;
 final class CudaTensorParallelGemm implements TensorParallelGemm {
 
     /**
-     * {@code -Dsymmem4j.tp.enqueue.order=false} ({@link Configuration#TP_ENQUEUE_ORDER}) lets the ranks' hosts enqueue fused calls out of step (see
-     * {@link EnqueueOrder}): only to reproduce the deadlock it prevents.
+     * {@code -Dsymmem4j.tp.enqueue.order=false} ({@link Configuration#TP_ENQUEUE_ORDER}) lets the ranks' hosts enqueue
+     * fused calls out of step (see {@link EnqueueOrder}): only to reproduce the deadlock it prevents.
      */
     static final boolean ENQUEUE_ORDER = Configuration.TP_ENQUEUE_ORDER.get();
     /**
-     * {@code -Dsymmem4j.tp.fused.graphs.in.one.jvm=true} ({@link Configuration#TP_FUSED_GRAPHS_IN_ONE_JVM}) lets ranks that are threads of one JVM capture fused calls in CUDA
-     * graphs. Off by default: such graphs, and eager fused calls after their replays, deadlocked the GPUs (3 of 4 runs on
+     * {@code -Dsymmem4j.tp.fused.graphs.in.one.jvm=true} ({@link Configuration#TP_FUSED_GRAPHS_IN_ONE_JVM}) lets ranks
+     * that are threads of one JVM capture fused calls in CUDA graphs. Off by default: such graphs, and eager fused calls after their replays, deadlocked the GPUs (3 of 4 runs on
      * 2 and 4 GPUs on 2026-11-26, 2 of 2 first replays on 4 × H200 on 2026-11-27; none of 6 runs with a process per GPU,
      * bench/results/2026-11-27-nvshmem.md), so the capture is refused with the way out instead.
      */
@@ -56,8 +56,8 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     /** At most this many chunks per peer block. */
     static final int MAX_CHUNKS = 8;
     /**
-     * Rows per chunk of a peer's block ({@code -Dsymmem4j.tp.chunk.rows}, {@link Configuration#TP_CHUNK_ROWS}; 0 moves and multiplies each peer's block
-     * whole), or -1 when unset: then {@link #chunkRows(int)} picks by the group's size.
+     * Rows per chunk of a peer's block ({@code -Dsymmem4j.tp.chunk.rows}, {@link Configuration#TP_CHUNK_ROWS}; 0 moves
+     * and multiplies each peer's block whole), or -1 when unset: then {@link #chunkRows(int)} picks by the group's size.
      */
     static final int CHUNK_ROWS_SET = Configuration.TP_CHUNK_ROWS.isSet() ? Configuration.TP_CHUNK_ROWS.get() : -1;
     /** The chunk rows for more than 2 ranks when {@code -Dsymmem4j.tp.chunk.rows} is unset. */

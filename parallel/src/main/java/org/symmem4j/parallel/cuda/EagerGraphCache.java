@@ -22,8 +22,8 @@ import org.symmem4j.parallel.Configuration;
  * exactly what a fresh launch would. Least recently used graphs beyond {@link #CAPACITY} are
  * destroyed (a graph still running is freed by the driver when it completes). Not used while the
  * stream is being captured by the user ({@link CudaCommunicator#capture}): the launch then goes into
- * the user's graph. Off with {@code -Dsymmem4j.cuda.eager.graphs=false} ({@link Configuration#CUDA_EAGER_GRAPHS}). Confined to the rank's
- * thread, as the stream is.
+ * the user's graph. Off with {@code -Dsymmem4j.cuda.eager.graphs=false} ({@link Configuration#CUDA_EAGER_GRAPHS}).
+ * Confined to the rank's thread, as the stream is.
  */
 final class EagerGraphCache {
 
