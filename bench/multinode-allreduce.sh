@@ -34,6 +34,6 @@ secret="multinode-bench-$(head -c 24 /dev/urandom | base64 | tr -d '/+=')"
   mpirun --allow-run-as-root --oversubscribe -np "$ranks" --mca btl tcp,self --mca btl_tcp_if_include lo \
     -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$port" -x SYMMEM4J_RUN_ID="multinode-bench-$port" -x SYMMEM4J_SECRET="$secret" \
     "$JAVA25_HOME/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -Xmx4g \
-    -Dsymmem4j.pretendRanksPerNode="$per" -cp "$cp" org.symmem4j.benchmarks.MultiNodeAllReduceBench --raw "$csv" "$@" \
+    -Dsymmem4j.pretend.ranks.per.node="$per" -cp "$cp" org.symmem4j.benchmarks.MultiNodeAllReduceBench --raw "$csv" "$@" \
     2> >(grep -v '^WARNING' >&2)
 } | tee "$md"

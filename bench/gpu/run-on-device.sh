@@ -256,7 +256,7 @@ fi
 if [ "$what" = tprepeat ]; then
   # The tensor-parallel benchmark's hang (bench/results/2026-11-26-gpu-4xh200.md): TP_RUNS runs (default 3) of each
   # variant in TP_VARIANTS (default "plain unordered"): plain as shipped (the fused calls' enqueue order on), unordered
-  # with -Dsymmem4j.tp.enqueueOrder=false (the hosts run free: the deadlock), eager with CUDA_MODULE_LOADING=EAGER,
+  # with -Dsymmem4j.tp.enqueue.order=false (the hosts run free: the deadlock), eager with CUDA_MODULE_LOADING=EAGER,
   # nopdl with -Dsymmem4j.cuda.pdl=false (no programmatic dependent launch), conn32 with CUDA_DEVICE_MAX_CONNECTIONS=32
   # (a hardware queue per stream), on TP_GPUS GPUs (default 2), TP_ARGS added (default --reps 5 --mlp none). A run past
   # TP_LIMIT s (default 60) gets SIGQUIT (thread dump) and SIGKILL 20 s later; tp-repeat-summary.txt has each run's
@@ -269,7 +269,7 @@ if [ "$what" = tprepeat ]; then
       envs="CUDA_VISIBLE_DEVICES=$devs"
       case "$variant" in
         eager) envs="$envs CUDA_MODULE_LOADING=EAGER" ;;
-        unordered) extra="-Dsymmem4j.tp.enqueueOrder=false" ;;
+        unordered) extra="-Dsymmem4j.tp.enqueue.order=false" ;;
         nopdl) extra="-Dsymmem4j.cuda.pdl=false" ;;
         conn32) envs="$envs CUDA_DEVICE_MAX_CONNECTIONS=32" ;;
       esac

@@ -20,6 +20,7 @@ import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.ThresholdTable;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.DeviceGraph;
@@ -448,8 +449,8 @@ public final class GpuAllReduceBench {
         md.append("- method: in-place SUM on random data; median of ").append(reps).append(" CUDA-event timings of a batch")
                 .append(" (100 ops up to 1 MiB, 20 up to 16 MiB, 5 above) on rank 0's stream, after a JIT warm-up;")
                 .append(" eager = one call per op (symmem4j's calls include the host-side argument check across ranks, and launch")
-                .append(" their kernel as a cached one-kernel graph unless -Dsymmem4j.cuda.eagerGraphs=false: ")
-                .append(Boolean.parseBoolean(System.getProperty("symmem4j.cuda.eagerGraphs", "true")) ? "on" : "off")
+                .append(" their kernel as a cached one-kernel graph unless -Dsymmem4j.cuda.eager.graphs=false: ")
+                .append(Configuration.CUDA_EAGER_GRAPHS.get() ? "on" : "off")
                 .append(" in this run);")
                 .append(" graph = the batch captured once and replayed. busbw = algbw × 2(n-1)/n. NCCL = NCCL on the")
                 .append(" symmetric memory's cuMemAlloc buffers; NCCL_SYMMETRIC = NCCL on the communicator's NCCL symmetric")

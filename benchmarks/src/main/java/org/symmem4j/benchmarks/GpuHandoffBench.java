@@ -14,6 +14,7 @@ import java.util.Locale;
 import java.util.Map;
 import org.symmem4j.examples.Cli;
 import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
@@ -327,7 +328,7 @@ public final class GpuHandoffBench {
                 .append(" CUDA-event timings of a batch of round trips (100 up to 1 MiB, 20 above) on GPU i's stream;")
                 .append(" symmem = put into the peer's symmetric buffer + release signal, acquire wait (consuming);")
                 .append(withNvshmem ? " NVSHMEM = nvshmemx_putmem_signal_on_stream into the peer's buffer on NVSHMEM's symmetric"
-                        + " heap, then " + ("kernel".equals(System.getProperty("symmem4j.nvshmem.wait"))
+                        + " heap, then " + ("kernel".equals(Configuration.NVSHMEM_WAIT.get())
                         ? "our consuming wait kernel on the heap's signal word (-Dsymmem4j.nvshmem.wait=kernel);"
                         : "nvshmemx_signal_wait_until_on_stream, the count taken back with nvshmemx_signal_op_on_stream;") : "")
                 .append(" NCCL = ncclSend/ncclRecv on cuMemAlloc buffers (one communicator over all ").append(world)

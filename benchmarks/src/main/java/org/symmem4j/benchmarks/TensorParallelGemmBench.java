@@ -77,7 +77,7 @@ public final class TensorParallelGemmBench {
         @Option(names = "--graph", description = "time the calls captured into a CUDA graph and replayed (no host enqueue"
                 + " cost; the warm-up calls run eagerly first, which also loads the GEMMs' kernels) instead of eager calls; fused"
                 + " calls need --processes for it (in one JVM their capture is refused unless"
-                + " -Dsymmem4j.tp.fusedGraphsInOneJvm=true: it deadlocked)")
+                + " -Dsymmem4j.tp.fused.graphs.in.one.jvm=true: it deadlocked)")
         boolean graph;
         @Option(names = "--shapes", split = ",", paramLabel = "NxK", description = "the all-gather + matmul's N (columns of"
                 + " this rank's output) by K; the matmul + reduce-scatter runs the mirror (its output has K columns, its inner"
@@ -173,7 +173,7 @@ public final class TensorParallelGemmBench {
                 }
             }
             notes.add("fused: " + gemm.fusedChunking() + ", moved by the copy engine while the previous GEMM runs"
-                    + " (-Dsymmem4j.tp.chunkRows)");
+                    + " (-Dsymmem4j.tp.chunk.rows)");
             DType dtype = DType.BFLOAT16;
             // A warm-up pass, not recorded: the first shape at the first M, every variant. Without it the first cell
             // measured timed the host's enqueue code before the JIT compiled it: eager fused calls as the first cell

@@ -65,7 +65,7 @@ class MultiNodeDataParallelTest {
                 "-x", "SYMMEM4J_SECRET=multinode-dl4j-test-secret-of-enough-bytes-" + port,
                 Path.of(System.getProperty("java.home"), "bin", "java").toString(), "--enable-native-access=ALL-UNNAMED",
                 "--add-modules=jdk.incubator.vector", "--sun-misc-unsafe-memory-access=allow", "-Xss1m", "-Xmx512m",
-                "-Dsymmem4j.pretendRanksPerNode=" + perMachine, "-cp", System.getProperty("java.class.path"),
+                "-Dsymmem4j.pretend.ranks.per.node=" + perMachine, "-cp", System.getProperty("java.class.path"),
                 MultiNodeDataParallelWorker.class.getName(), out.toString(), Integer.toString(BATCHES)));
         cmd.addAll(List.of(extra));
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);

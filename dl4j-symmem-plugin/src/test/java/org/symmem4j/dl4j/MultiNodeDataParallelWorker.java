@@ -18,7 +18,7 @@ import org.symmem4j.parallel.multinode.MultiNodeTransport;
 
 /**
  * One process of {@link MultiNodeDataParallelTest}, started by {@code mpirun}: joins the job's group on
- * {@link MultiNodeTransport} (machines pretended with {@code -Dsymmem4j.pretendRanksPerNode}), trains
+ * {@link MultiNodeTransport} (machines pretended with {@code -Dsymmem4j.pretend.ranks.per.node}), trains
  * {@link GroupModeTest}'s MLP with the data-parallel wrapper in group mode exactly as
  * {@link GroupModeTest} does with threads (ZeRO sharding when a stage is the third argument), and rank 0 writes
  * the parameters, the updater state and every step's score into the folder given as the first argument.

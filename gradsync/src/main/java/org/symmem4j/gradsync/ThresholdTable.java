@@ -15,6 +15,7 @@ import java.util.TreeMap;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.DType;
 
 /**
@@ -46,8 +47,11 @@ public final class ThresholdTable {
 
     /** The shipped table: a class-path resource next to this class. */
     public static final String DEFAULTS_RESOURCE = "default-thresholds.properties";
-    /** The system property naming a calibration file (default {@code ~/.symmem4j/thresholds.properties}). */
-    public static final String PROPERTY = "symmem4j.thresholds";
+    /**
+     * The system property naming a calibration file (default {@code ~/.symmem4j/thresholds.properties}):
+     * {@link Configuration#THRESHOLDS}.
+     */
+    public static final String PROPERTY = Configuration.THRESHOLDS.property();
 
     private static final Logger LOG = LoggerFactory.getLogger(ThresholdTable.class);
 
@@ -93,12 +97,13 @@ public final class ThresholdTable {
      */
     public static ThresholdTable load() {
         ThresholdTable table = defaults();
-        String configured = System.getProperty(PROPERTY);
-        Path file = configured != null && !configured.isBlank() ? Path.of(configured)
+        Path configured = Configuration.THRESHOLDS.get();
+        Path file = configured != null ? configured
                 : Path.of(System.getProperty("user.home"), ".symmem4j", "thresholds.properties");
         if (configured != null && !Files.isReadable(file)) {
-            throw new IllegalArgumentException("-D" + PROPERTY + "=" + configured + " is not a readable file"
-                    + " (write one with CalibrateThresholds, or drop the property to use the shipped defaults)");
+            throw new IllegalArgumentException("invalid setting: " + PROPERTY + "=" + configured + " is not a readable"
+                    + " file (set by -D" + PROPERTY + " or " + Configuration.THRESHOLDS.env() + "; write one with"
+                    + " CalibrateThresholds, or drop the setting to use the shipped defaults)");
         }
         if (Files.isReadable(file)) {
             try {

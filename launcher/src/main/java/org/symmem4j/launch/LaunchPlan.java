@@ -34,6 +34,10 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, List<RankLaun
     static final List<String> JVM_FLAGS = List.of("--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector");
     /** As the runtime checks a run id ({@code JobIdentity.checkRunId}). */
     static final Pattern RUN_ID = Pattern.compile("[A-Za-z0-9._:@+-]{1,128}");
+    /**
+     * The job's variables, as the library's {@code org.symmem4j.parallel.Configuration} names them (the launcher does
+     * not depend on the library at run time; {@code LaunchPlanTest} keeps the names equal).
+     */
     static final String SECRET_ENV = "SYMMEM4J_SECRET";
     static final String SECRET_FILE_ENV = "SYMMEM4J_SECRET_FILE";
     static final String RUN_ID_ENV = "SYMMEM4J_RUN_ID";

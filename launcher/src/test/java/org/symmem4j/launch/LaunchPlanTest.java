@@ -11,6 +11,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.group.ProcessGroupConfig;
 import org.symmem4j.parallel.rendezvous.JobIdentity;
 
@@ -27,6 +28,14 @@ class LaunchPlanTest {
 
     static LaunchSpec oneMachine(String nproc, String... command) {
         return spec(nproc, 1, 0, "127.0.0.1", null, LaunchSpec.CpuBind.AUTO, false, command);
+    }
+
+    @Test
+    void theJobsVariablesAreTheOnesTheLibraryReads() {
+        // the launcher does not depend on the library at run time: its names are its own constants, kept equal here
+        assertEquals(Configuration.RUN_ID.env(), LaunchPlan.RUN_ID_ENV);
+        assertEquals(Configuration.SECRET.env(), LaunchPlan.SECRET_ENV);
+        assertEquals(Configuration.SECRET_FILE.env(), LaunchPlan.SECRET_FILE_ENV);
     }
 
     @Test

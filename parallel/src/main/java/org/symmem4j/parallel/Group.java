@@ -1,8 +1,6 @@
 package org.symmem4j.parallel;
 
 import java.util.List;
-import org.symmem4j.parallel.group.InJvmWorld;
-import org.symmem4j.parallel.group.ProcessGroup;
 
 /**
  * N ranks that allocate symmetric memory and run collectives together. Each rank holds its own
@@ -10,8 +8,8 @@ import org.symmem4j.parallel.group.ProcessGroup;
  *
  * <p>Two kinds on the host:
  * <ul>
- *   <li>{@link InJvmWorld}: ranks are threads of one JVM (DL4J ParallelWrapper workers);</li>
- *   <li>{@link ProcessGroup}: ranks are JVM processes on one machine, configured with torchrun's
+ *   <li>{@link org.symmem4j.parallel.group.InJvmWorld}: ranks are threads of one JVM (DL4J ParallelWrapper workers);</li>
+ *   <li>{@link org.symmem4j.parallel.group.ProcessGroup}: ranks are JVM processes on one machine, configured with torchrun's
  *       variables {@code RANK}, {@code WORLD_SIZE}, {@code LOCAL_RANK}, {@code MASTER_ADDR},
  *       {@code MASTER_PORT}.</li>
  * </ul>

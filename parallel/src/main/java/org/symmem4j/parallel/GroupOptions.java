@@ -11,15 +11,20 @@ import org.symmem4j.parallel.sync.IdleStrategy;
  *
  * @param timeout          how long any wait for a peer may last before it fails on every waiting
  *                         rank with a {@link PeerTimeoutException} naming the missing ranks
- *                         (default 60 s; system property {@code symmem4j.timeout.ms} overrides)
+ *                         (default {@link Configuration#timeout()}: 60 s, or {@code -Dsymmem4j.timeout.ms} /
+ *                         {@code SYMMEM4J_TIMEOUT_MS})
  * @param idleStrategy     makes the idle strategy each waiting thread uses
  * @param livenessInterval how often a long wait checks whether the missing ranks' threads or
  *                         processes are still alive, to fail fast when one has exited
  */
 public record GroupOptions(Duration timeout, Supplier<IdleStrategy> idleStrategy, Duration livenessInterval) {
 
-    /** The default bound of every wait: 60 s ({@code -Dsymmem4j.timeout.ms} changes {@link #defaults()}). */
-    public static final Duration DEFAULT_TIMEOUT = Duration.ofSeconds(60);
+    /**
+     * The built-in bound of every wait: 60 s. {@link #defaults()} takes {@link Configuration#timeout()}, which is this
+     * unless {@code -Dsymmem4j.timeout.ms} (or {@code SYMMEM4J_TIMEOUT_MS}) says otherwise; a builder's default
+     * timeout should be {@link Configuration#timeout()} too, not this constant, so that the setting reaches it.
+     */
+    public static final Duration DEFAULT_TIMEOUT = Configuration.TIMEOUT.defaultValue();
     /** The default interval of liveness checks during a long wait: 100 ms. */
     public static final Duration DEFAULT_LIVENESS_INTERVAL = Duration.ofMillis(100);
 
@@ -42,23 +47,14 @@ public record GroupOptions(Duration timeout, Supplier<IdleStrategy> idleStrategy
     }
 
     /**
-     * Defaults, with the timeout taken from {@code -Dsymmem4j.timeout.ms=...} when set.
+     * Defaults, with the timeout of {@link Configuration#timeout()} ({@code -Dsymmem4j.timeout.ms=...} or
+     * {@code SYMMEM4J_TIMEOUT_MS} when set).
      *
-     * @return a 60 s timeout (or the property's), a spin-yield-park idle strategy, 100 ms liveness checks
-     * @throws IllegalArgumentException when the property is not a whole number of milliseconds
+     * @return a 60 s timeout (or the setting's), a spin-yield-park idle strategy, 100 ms liveness checks
+     * @throws IllegalArgumentException when the setting is not a positive whole number of milliseconds
      */
     public static GroupOptions defaults() {
-        Duration timeout = DEFAULT_TIMEOUT;
-        String ms = System.getProperty("symmem4j.timeout.ms");
-        if (ms != null) {
-            try {
-                timeout = Duration.ofMillis(Long.parseLong(ms.trim()));
-            } catch (NumberFormatException e) {
-                throw new IllegalArgumentException("system property symmem4j.timeout.ms=" + ms
-                        + " is not a whole number of milliseconds (example: -Dsymmem4j.timeout.ms=60000)", e);
-            }
-        }
-        return new GroupOptions(timeout, BackoffIdleStrategy::new, DEFAULT_LIVENESS_INTERVAL);
+        return new GroupOptions(Configuration.timeout(), BackoffIdleStrategy::new, DEFAULT_LIVENESS_INTERVAL);
     }
 
     /**

@@ -1,13 +1,12 @@
 package org.symmem4j.parallel;
 
 import java.lang.foreign.MemorySegment;
-import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * How a group's ranks reach each other's memory: one class per transport behind this interface,
  * so the rest of the code never branches on where the memory lives. A group is created on its
- * transport ({@link InJvmWorld#create(int, GroupOptions, Transport)}), and {@link Group#transport()}
- * is what {@link SymmetricMemory#allocate} and {@link Communicator#create} use.
+ * transport ({@link org.symmem4j.parallel.group.InJvmWorld#create(int, GroupOptions, Transport)}), and
+ * {@link Group#transport()} is what {@link SymmetricMemory#allocate} and {@link Communicator#create} use.
  *
  * <table>
  *   <caption>Transports</caption>

@@ -20,6 +20,12 @@
  * </ul>
  *
  * Every wait is bounded by {@link org.symmem4j.parallel.GroupOptions#timeout()} and fails with a
- * {@link org.symmem4j.parallel.PeerTimeoutException} naming the ranks that did not arrive.
+ * {@link org.symmem4j.parallel.PeerTimeoutException} naming the ranks that did not arrive. Every setting read
+ * from system properties and the environment is declared in {@link org.symmem4j.parallel.Configuration}
+ * (reference: {@code docs/configuration.md}).
+ *
+ * <p>Layer: this package is the API — interfaces, options, errors, settings. It may use
+ * {@link org.symmem4j.parallel.sync} only; the implementations in the sub-packages depend on it, never the
+ * other way round (javadoc links to them use full names, so that no import closes a cycle).
  */
 package org.symmem4j.parallel;

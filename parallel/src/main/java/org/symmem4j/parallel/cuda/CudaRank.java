@@ -7,6 +7,7 @@ import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.CudaException;
 import org.symmem4j.parallel.cuda.ffi.CudaUnavailableException;
@@ -91,7 +92,7 @@ final class CudaRank implements AutoCloseable {
         this.ranksOnDevice = LaunchBudget.ranksOnDevice(worldSize, count, ordinal);
         int major = driver.attribute(device, CudaDriver.ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
         this.programmaticLaunch = major >= 9 && driver.supportsProgrammaticLaunch()
-                && Boolean.parseBoolean(System.getProperty("symmem4j.cuda.pdl", "true"));
+                && Configuration.CUDA_PDL.get();
         this.context = driver.retainPrimaryContext(device);
         CudaKernels acquired = null;
         try {

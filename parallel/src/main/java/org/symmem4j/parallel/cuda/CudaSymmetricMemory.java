@@ -8,6 +8,7 @@ import java.util.Objects;
 import java.util.concurrent.locks.LockSupport;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
@@ -71,7 +72,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     CudaSymmetricMemory(Group group, CudaTransport transport, CudaRank rank, long byteSize, long[] data,
                         long[] pads, SymmetricAllocation allocation, Nvshmem nvshmem) {
         this.nvshmem = nvshmem;
-        this.nvshmemWait = nvshmem != null && !"kernel".equals(System.getProperty("symmem4j.nvshmem.wait"));
+        this.nvshmemWait = nvshmem != null && !"kernel".equals(Configuration.NVSHMEM_WAIT.get());
         this.group = group;
         this.transport = transport;
         this.rank = rank;

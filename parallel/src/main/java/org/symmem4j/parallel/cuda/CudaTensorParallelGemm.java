@@ -9,6 +9,7 @@ import java.util.Objects;
 import java.util.Set;
 import java.util.function.UnaryOperator;
 import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
@@ -44,25 +45,25 @@ import org.symmem4j.parallel.cuda.ffi.Nccl;
 final class CudaTensorParallelGemm implements TensorParallelGemm {
 
     /**
-     * {@code -Dsymmem4j.tp.enqueueOrder=false} lets the ranks' hosts enqueue fused calls out of step (see
-     * {@link EnqueueOrder}): only to reproduce the deadlock it prevents.
+     * {@code -Dsymmem4j.tp.enqueue.order=false} ({@link Configuration#TP_ENQUEUE_ORDER}) lets the ranks' hosts enqueue
+     * fused calls out of step (see {@link EnqueueOrder}): only to reproduce the deadlock it prevents.
      */
-    static final boolean ENQUEUE_ORDER = Boolean.parseBoolean(System.getProperty("symmem4j.tp.enqueueOrder", "true"));
+    static final boolean ENQUEUE_ORDER = Configuration.TP_ENQUEUE_ORDER.get();
     /**
-     * {@code -Dsymmem4j.tp.fusedGraphsInOneJvm=true} lets ranks that are threads of one JVM capture fused calls in CUDA
-     * graphs. Off by default: such graphs, and eager fused calls after their replays, deadlocked the GPUs (3 of 4 runs on
+     * {@code -Dsymmem4j.tp.fused.graphs.in.one.jvm=true} ({@link Configuration#TP_FUSED_GRAPHS_IN_ONE_JVM}) lets ranks
+     * that are threads of one JVM capture fused calls in CUDA graphs. Off by default: such graphs, and eager fused calls after their replays, deadlocked the GPUs (3 of 4 runs on
      * 2 and 4 GPUs on 2026-11-26, 2 of 2 first replays on 4 × H200 on 2026-11-27; none of 6 runs with a process per GPU,
      * bench/results/2026-11-27-nvshmem.md), so the capture is refused with the way out instead.
      */
-    static final boolean FUSED_GRAPHS_IN_ONE_JVM = Boolean.getBoolean("symmem4j.tp.fusedGraphsInOneJvm");
+    static final boolean FUSED_GRAPHS_IN_ONE_JVM = Configuration.TP_FUSED_GRAPHS_IN_ONE_JVM.get();
     /** At most this many chunks per peer block. */
     static final int MAX_CHUNKS = 8;
     /**
-     * Rows per chunk of a peer's block ({@code -Dsymmem4j.tp.chunkRows}; 0 moves and multiplies each peer's block
-     * whole), or -1 when unset: then {@link #chunkRows(int)} picks by the group's size.
+     * Rows per chunk of a peer's block ({@code -Dsymmem4j.tp.chunk.rows}, {@link Configuration#TP_CHUNK_ROWS}; 0 moves
+     * and multiplies each peer's block whole), or -1 when unset: then {@link #chunkRows(int)} picks by the group's size.
      */
-    static final int CHUNK_ROWS_SET = Integer.getInteger("symmem4j.tp.chunkRows", -1);
-    /** The chunk rows for more than 2 ranks when {@code -Dsymmem4j.tp.chunkRows} is unset. */
+    static final int CHUNK_ROWS_SET = Configuration.TP_CHUNK_ROWS.isSet() ? Configuration.TP_CHUNK_ROWS.get() : -1;
+    /** The chunk rows for more than 2 ranks when {@code -Dsymmem4j.tp.chunk.rows} is unset. */
     static final int DEFAULT_CHUNK_ROWS = 1024;
 
     private final CudaCommunicator comm;
@@ -411,7 +412,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
                         + " of one JVM: such graphs deadlocked the GPUs (bench/results/2026-11-27-nvshmem.md); run one process"
                         + " per GPU (bin/symmem4j-run --nproc-per-node <GPUs>, ProcessGroup.fromEnvironment(options,"
                         + " CudaTransport.create())), capture Mode.NCCL or Mode.SYMMEM calls instead, or call fused eagerly;"
-                        + " -Dsymmem4j.tp.fusedGraphsInOneJvm=true captures them anyway");
+                        + " -Dsymmem4j.tp.fused.graphs.in.one.jvm=true captures them anyway");
             }
             rank.capturedOrder = order;
             return null;
@@ -466,7 +467,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     }
 
     /**
-     * The rows per chunk of a peer's block for a group of {@code world} ranks: {@code -Dsymmem4j.tp.chunkRows} when set,
+     * The rows per chunk of a peer's block for a group of {@code world} ranks: {@code -Dsymmem4j.tp.chunk.rows} when set,
      * else whole blocks (0) on 2 ranks and {@link #DEFAULT_CHUNK_ROWS} on more.
      *
      * <p>Why: the own block's GEMM runs first, while the first peer's block is copied in, and each peer block's GEMM

@@ -3,6 +3,7 @@ package org.symmem4j.parallel.cuda;
 import java.lang.foreign.MemorySegment;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 
 /**
@@ -22,13 +23,13 @@ import org.symmem4j.parallel.cuda.ffi.CudaDriver;
  * exactly what a fresh launch would. Least recently used graphs beyond {@link #CAPACITY} are
  * destroyed (a graph still running is freed by the driver when it completes). Not used while the
  * stream is being captured by the user ({@link CudaCommunicator#capture}): the launch then goes into
- * the user's graph. Off with {@code -Dsymmem4j.cuda.eagerGraphs=false}. Confined to the rank's
- * thread, as the stream is.
+ * the user's graph. Off with {@code -Dsymmem4j.cuda.eager.graphs=false} ({@link Configuration#CUDA_EAGER_GRAPHS}).
+ * Confined to the rank's thread, as the stream is.
  */
 final class EagerGraphCache {
 
     static final int CAPACITY = 64;
-    static final boolean ENABLED = Boolean.parseBoolean(System.getProperty("symmem4j.cuda.eagerGraphs", "true"));
+    static final boolean ENABLED = Configuration.CUDA_EAGER_GRAPHS.get();
 
     /** The arguments of one call; mutable so that a lookup allocates nothing. */
     private static final class Key {

@@ -13,6 +13,7 @@ import java.util.concurrent.atomic.AtomicReferenceArray;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
 import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupAbort;
 import org.symmem4j.parallel.GroupOptions;
@@ -76,6 +77,7 @@ public final class InJvmWorld implements AutoCloseable {
         if (worldSize < 1) {
             throw new IllegalArgumentException("worldSize=" + worldSize + " must be >= 1");
         }
+        Configuration.validate(); // a bad -Dsymmem4j.* value fails here, not inside a collective
         this.worldSize = worldSize;
         this.options = Objects.requireNonNull(options, "options");
         this.transport = Objects.requireNonNull(transport, "transport");

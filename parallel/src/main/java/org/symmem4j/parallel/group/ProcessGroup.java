@@ -11,6 +11,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupAbort;
 import org.symmem4j.parallel.GroupOptions;
@@ -94,6 +95,7 @@ public final class ProcessGroup implements Group {
     private boolean closed;
 
     private ProcessGroup(ProcessGroupConfig config, GroupOptions options, StoreSecret secret, Transport deviceTransport) {
+        Configuration.validate(); // a bad -Dsymmem4j.* value fails here, not inside a collective
         this.config = config;
         this.options = options;
         this.secret = secret;

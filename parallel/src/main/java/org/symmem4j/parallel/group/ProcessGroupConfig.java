@@ -2,6 +2,7 @@ package org.symmem4j.parallel.group;
 
 import java.time.Instant;
 import java.util.Map;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.rendezvous.JobIdentity;
 
 /**
@@ -29,9 +30,9 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, int loc
     public static final String DEFAULT_MASTER_ADDR = "127.0.0.1";
     /** {@code MASTER_PORT} when unset: 29500, torchrun's. */
     public static final int DEFAULT_MASTER_PORT = 29500;
-    /** The environment variable of the run id. */
-    public static final String RUN_ID_ENV = "SYMMEM4J_RUN_ID";
-    /** torchrun's run id variable, read when {@value #RUN_ID_ENV} is unset. */
+    /** The environment variable of the run id: {@link Configuration#RUN_ID}. */
+    public static final String RUN_ID_ENV = Configuration.RUN_ID.env();
+    /** torchrun's run id variable, read when {@code SYMMEM4J_RUN_ID} is unset. */
     public static final String TORCH_RUN_ID_ENV = "TORCHELASTIC_RUN_ID";
     /** Open MPI's rank variable, read (with its siblings) when {@code RANK} is unset. */
     static final String OMPI_RANK = "OMPI_COMM_WORLD_RANK";
@@ -135,8 +136,8 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, int loc
         int localWorldSize = intVar(env, openMpi ? prefix + "LOCAL_SIZE" : "LOCAL_WORLD_SIZE", worldSize);
         String addr = env.getOrDefault("MASTER_ADDR", DEFAULT_MASTER_ADDR);
         int port = intVar(env, "MASTER_PORT", DEFAULT_MASTER_PORT);
-        String runId = env.get(RUN_ID_ENV);
-        if (runId == null || runId.isBlank()) {
+        String runId = Configuration.RUN_ID.get(Configuration.Source.environment(env));
+        if (runId == null) {
             runId = env.get(TORCH_RUN_ID_ENV);
         }
         if (runId == null || runId.isBlank()) {

@@ -15,6 +15,7 @@ import java.time.Instant;
 import java.util.HexFormat;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.regex.Pattern;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.sync.ProcessLiveness;
 
@@ -42,9 +43,9 @@ public final class SharedMemoryFiles {
      * @return the directory shared-memory files are created in
      */
     public static Path directory() {
-        String configured = System.getProperty("symmem4j.shm.dir");
-        if (configured != null && !configured.isBlank()) {
-            return Path.of(configured);
+        Path configured = Configuration.SHM_DIR.get();
+        if (configured != null) {
+            return configured;
         }
         Path shm = Path.of("/dev/shm");
         if (Files.isDirectory(shm) && Files.isWritable(shm)) {

@@ -8,6 +8,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.OptionalInt;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.group.ProcessGroupConfig;
 
@@ -19,8 +20,8 @@ import org.symmem4j.parallel.group.ProcessGroupConfig;
  *
  * <p>A rank's node is its machine's host name, or {@code SYMMEM4J_NODE_ID} where set (containers
  * with one host name each on one machine, or several names for one machine). Tests and benchmarks
- * pretend one machine is several with {@code -Dsymmem4j.pretendRanksPerNode=k} (or
- * {@code SYMMEM4J_PRETEND_RANKS_PER_NODE}): node {@code r / k}, {@code r} being the process's rank in the job
+ * pretend one machine is several with {@code -Dsymmem4j.pretend.ranks.per.node=k} (or
+ * {@code SYMMEM4J_PRETEND_RANKS_PER_NODE}; {@link Configuration#PRETEND_RANKS_PER_NODE}): node {@code r / k}, {@code r} being the process's rank in the job
  * ({@code RANK}, else Open MPI's {@code OMPI_COMM_WORLD_RANK}), so that a sub-group's ranks keep their machines;
  * for threads of one JVM (no such variable), the group's own rank.
  *
@@ -31,12 +32,12 @@ import org.symmem4j.parallel.group.ProcessGroupConfig;
  */
 public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank) {
 
-    /** Pretends every {@code k} consecutive ranks are one machine (tests, benchmarks). */
-    public static final String PRETEND_PROPERTY = "symmem4j.pretendRanksPerNode";
+    /** Pretends every {@code k} consecutive ranks are one machine (tests, benchmarks): {@link Configuration#PRETEND_RANKS_PER_NODE}. */
+    public static final String PRETEND_PROPERTY = Configuration.PRETEND_RANKS_PER_NODE.property();
     /** The environment variable form of {@link #PRETEND_PROPERTY}. */
-    public static final String PRETEND_ENV = "SYMMEM4J_PRETEND_RANKS_PER_NODE";
-    /** Overrides the host name as this rank's machine identity. */
-    public static final String NODE_ID_ENV = "SYMMEM4J_NODE_ID";
+    public static final String PRETEND_ENV = Configuration.PRETEND_RANKS_PER_NODE.env();
+    /** Overrides the host name as this rank's machine identity: {@link Configuration#NODE_ID}. */
+    public static final String NODE_ID_ENV = Configuration.NODE_ID.env();
 
     /** Each group's layout once learned (a group's ranks never move): groups are weak keys, gone with their group. */
     private static final Map<Group, NodeTopology> KNOWN = java.util.Collections.synchronizedMap(new java.util.WeakHashMap<>());
@@ -64,10 +65,10 @@ public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank)
 
     private static NodeTopology learn(Group group) {
         int size = group.worldSize();
-        String pretend = System.getProperty(PRETEND_PROPERTY, System.getenv(PRETEND_ENV));
+        Integer pretend = Configuration.PRETEND_RANKS_PER_NODE.get();
         List<String> ids = new ArrayList<>(size);
-        if (pretend != null && !pretend.isBlank()) {
-            int k = parsePositive(pretend);
+        if (pretend != null) {
+            int k = pretend;
             OptionalInt jobRank = ProcessGroupConfig.jobRank(System.getenv());
             if (jobRank.isPresent()) {
                 // the process's rank in the job, exchanged: a sub-group's ranks keep the machines they pretend to be on
@@ -125,23 +126,10 @@ public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank)
         return new NodeTopology(order.size(), perNode, rank / perNode, rank % perNode);
     }
 
-    private static int parsePositive(String value) {
-        try {
-            int k = Integer.parseInt(value.strip());
-            if (k >= 1) {
-                return k;
-            }
-        } catch (NumberFormatException ignored) {
-            // reported below
-        }
-        throw new IllegalArgumentException(PRETEND_PROPERTY + "=" + value + " expected a positive number of ranks per"
-                + " pretended machine");
-    }
-
     private static String nodeId() {
-        String id = System.getenv(NODE_ID_ENV);
-        if (id != null && !id.isBlank()) {
-            return id.strip();
+        String id = Configuration.NODE_ID.get();
+        if (id != null) {
+            return id;
         }
         try {
             return Files.readString(Path.of("/proc/sys/kernel/hostname")).strip();

@@ -3,6 +3,7 @@ package org.symmem4j.parallel.numeric;
 import java.lang.foreign.MemorySegment;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.ReduceOp;
 
@@ -98,7 +99,7 @@ public interface Reducer {
 
         private static Reducer choose() {
             Logger log = LoggerFactory.getLogger(Reducer.class);
-            if ("scalar".equals(System.getProperty("symmem4j.reducer"))) {
+            if ("scalar".equals(Configuration.REDUCER.get())) {
                 log.info("host reductions: scalar (forced by -Dsymmem4j.reducer=scalar)");
                 return new ScalarReducer();
             }

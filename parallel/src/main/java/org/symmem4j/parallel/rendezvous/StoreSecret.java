@@ -23,6 +23,7 @@ import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.sync.ProcessLiveness;
 
@@ -40,7 +41,7 @@ import org.symmem4j.parallel.sync.ProcessLiveness;
  *   <li>otherwise, when the store's address is a loopback address, a <em>host secret</em>: rank 0
  *       generates 32 random bytes, and once its store listens writes them to a file only this user
  *       can read ({@code $XDG_RUNTIME_DIR/symmem4j/}, else {@code <tmpdir>/symmem4j-<uid>/}, a 0700
- *       directory; {@code -Dsymmem4j.secret.dir} overrides), named after the port and the run id; the
+ *       directory; {@code -Dsymmem4j.secret.dir}, {@link Configuration#SECRET_DIR}, overrides), named after the port and the run id; the
  *       other ranks read it there. Another user of the machine cannot read it, so cannot join.</li>
  * </ol>
  * A store on a non-loopback address needs one of the first two: ranks on other hosts cannot read
@@ -48,10 +49,10 @@ import org.symmem4j.parallel.sync.ProcessLiveness;
  */
 public final class StoreSecret {
 
-    /** Environment variable holding the secret itself (at least {@link #MIN_BYTES} bytes of UTF-8). */
-    public static final String SECRET_ENV = "SYMMEM4J_SECRET";
-    /** Environment variable naming a file (mode 0600) that holds the secret. */
-    public static final String SECRET_FILE_ENV = "SYMMEM4J_SECRET_FILE";
+    /** Environment variable holding the secret itself (at least {@link #MIN_BYTES} bytes of UTF-8): {@link Configuration#SECRET}. */
+    public static final String SECRET_ENV = Configuration.SECRET.env();
+    /** Environment variable naming a file (mode 0600) that holds the secret: {@link Configuration#SECRET_FILE}. */
+    public static final String SECRET_FILE_ENV = Configuration.SECRET_FILE.env();
     /** Shortest secret accepted, in bytes. */
     public static final int MIN_BYTES = 16;
     static final int HOST_SECRET_BYTES = 32;
@@ -95,13 +96,14 @@ public final class StoreSecret {
      *         or if no secret is given and {@code masterAddr} is not a loopback address
      */
     public static StoreSecret resolve(Map<String, String> env, String runId, String masterAddr, int port) {
-        String direct = env.get(SECRET_ENV);
-        if (direct != null && !direct.isEmpty()) {
+        Configuration.Source variables = Configuration.Source.environment(env);
+        String direct = Configuration.SECRET.get(variables);
+        if (direct != null) {
             return new StoreSecret(Kind.ENVIRONMENT, checkLength(direct.getBytes(StandardCharsets.UTF_8), SECRET_ENV), null);
         }
-        String fileName = env.get(SECRET_FILE_ENV);
-        if (fileName != null && !fileName.isBlank()) {
-            Path f = Path.of(fileName);
+        Path f = Configuration.SECRET_FILE.get(variables);
+        if (f != null) {
+            String fileName = env.get(SECRET_FILE_ENV);
             byte[] content = readOwnerOnly(f, SECRET_FILE_ENV + "=" + fileName);
             int end = content.length;
             while (end > 0 && (content[end - 1] == '\n' || content[end - 1] == '\r')) {
@@ -280,11 +282,8 @@ public final class StoreSecret {
      * @throws SymmemException if it cannot be created or is not this user's alone
      */
     public static Path hostDirectory() {
-        String configured = System.getProperty("symmem4j.secret.dir");
-        Path dir;
-        if (configured != null && !configured.isBlank()) {
-            dir = Path.of(configured);
-        } else {
+        Path dir = Configuration.SECRET_DIR.get();
+        if (dir == null) {
             String runtime = System.getenv("XDG_RUNTIME_DIR");
             dir = runtime != null && !runtime.isBlank() && Files.isDirectory(Path.of(runtime))
                     ? Path.of(runtime, "symmem4j")

@@ -23,6 +23,7 @@ import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.CollectiveMismatchException;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ReduceOp;
@@ -241,7 +242,7 @@ class CudaCollectivesTest {
      */
     @Test
     void eagerCallsReplayCachedGraphs() {
-        Assumptions.assumeTrue(EagerGraphCache.ENABLED, "-Dsymmem4j.cuda.eagerGraphs=false");
+        Assumptions.assumeTrue(EagerGraphCache.ENABLED, "-Dsymmem4j.cuda.eager.graphs=false");
         Assumptions.assumeTrue(CudaDriver.get().deviceCount() >= GPU.worldSize(), "ranks share a GPU: eager calls launch plainly");
         GPU.onEveryRankOfHostGroup(group -> {
             try (CudaCommunicator comm = (CudaCommunicator) GPU.cuda().communicator(group, CommunicatorOptions.defaults());
@@ -299,7 +300,7 @@ class CudaCollectivesTest {
                  CudaSymmetricMemory mem = (CudaSymmetricMemory) GPU.cuda().allocate(group, 2 * comm.twoShotPushMinBytes() + (1 << 20))) {
                 CudaDriver driver = CudaDriver.get();
                 int major = driver.attribute(driver.device(comm.cudaRank().ordinal), CudaDriver.ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-                if (major >= 9 && Boolean.parseBoolean(System.getProperty("symmem4j.cuda.pdl", "true"))) {
+                if (major >= 9 && Configuration.CUDA_PDL.get()) {
                     assertTrue(comm.programmaticLaunch(), "sm_" + major + "x: kernels should launch with PDL");
                 }
                 // the last count: TWO_SHOT's write-only kernel, two rounds and a tail

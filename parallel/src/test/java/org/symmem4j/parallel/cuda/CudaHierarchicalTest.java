@@ -26,7 +26,7 @@ import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.multinode.NodeTopology;
 
 /**
- * A GPU group spanning pretend machines ({@code symmem4j.pretendRanksPerNode}): one rank per GPU, 2 per machine on 4
+ * A GPU group spanning pretend machines ({@code symmem4j.pretend.ranks.per.node}): one rank per GPU, 2 per machine on 4
  * GPUs or more (1 per machine on 2 or 3), so the CUDA transport gives the hierarchical communicator (our kernels
  * inside a machine, NCCL between). Checks every collective against the float64 reference (values whose sums are
  * exact in float32, so equality means bitwise and the same on every rank), the flat NCCL all-reduce beside the

@@ -327,7 +327,7 @@ class CudaTensorParallelTest {
 
     /**
      * Fused calls captured once and replayed on new inputs; with the ranks as threads of one JVM (these tests) the
-     * capture is refused (the test checks the refusal) unless {@code -Dsymmem4j.tp.fusedGraphsInOneJvm=true} (through
+     * capture is refused (the test checks the refusal) unless {@code -Dsymmem4j.tp.fused.graphs.in.one.jvm=true} (through
      * run-on-device.sh's {@code SYMMEM4J_JAVA_OPTS}), which checks the replays' results on these small shapes.
      */
     @Test

@@ -5,17 +5,18 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.Configuration;
 
 /**
  * How the fused tensor-parallel GEMMs cut a peer's block into chunks (no GPU needed): by default whole blocks on 2
- * ranks and 1024-row chunks on more ({@code -Dsymmem4j.tp.chunkRows} sets it; 0 for whole blocks), at most
+ * ranks and 1024-row chunks on more ({@code -Dsymmem4j.tp.chunk.rows} sets it; 0 for whole blocks), at most
  * {@link CudaTensorParallelGemm#MAX_CHUNKS}, nearly equal, covering every row exactly once.
  */
 class TensorParallelChunksTest {
 
     @Test
     void blocksAreWholeOnTwoRanksAndChunkedOnMoreByDefault() {
-        Assumptions.assumeTrue(System.getProperty("symmem4j.tp.chunkRows") == null, "-Dsymmem4j.tp.chunkRows is set");
+        Assumptions.assumeTrue(!Configuration.TP_CHUNK_ROWS.isSet(), "-Dsymmem4j.tp.chunk.rows is set");
         assertEquals(0, CudaTensorParallelGemm.chunkRows(2));
         assertEquals(CudaTensorParallelGemm.DEFAULT_CHUNK_ROWS, CudaTensorParallelGemm.chunkRows(4));
         assertEquals(CudaTensorParallelGemm.DEFAULT_CHUNK_ROWS, CudaTensorParallelGemm.chunkRows(8));

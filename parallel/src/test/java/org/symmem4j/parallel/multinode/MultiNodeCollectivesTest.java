@@ -19,7 +19,7 @@ import org.junit.jupiter.api.Test;
  * One machine pretending to be two: {@code mpirun -np 4} with Open MPI's TCP transport only (its shared
  * memory disabled, so traffic between the pretended machines goes through sockets), every process a
  * rank of a process group whose ranks 0-1 and 2-3 are two machines
- * ({@code -Dsymmem4j.pretendRanksPerNode=2}). The hierarchical all-reduce, reduce-scatter, all-gather
+ * ({@code -Dsymmem4j.pretend.ranks.per.node=2}). The hierarchical all-reduce, reduce-scatter, all-gather
  * and broadcast equal a float64 reference (exactly where the values are integers), bitwise identical on
  * every rank ({@link MultiNodeWorker}); a process killed mid-run fails the job. Skipped where Open MPI
  * is not installed, unless {@code SYMMEM4J_REQUIRE_MPI=1} (CI) makes that a failure.
@@ -58,7 +58,7 @@ class MultiNodeCollectivesTest {
                 "-x", "SYMMEM4J_RUN_ID=multinode-test-" + port,
                 "-x", "SYMMEM4J_SECRET=multinode-test-secret-of-enough-bytes-" + port,
                 Path.of(System.getProperty("java.home"), "bin", "java").toString(), "--enable-native-access=ALL-UNNAMED",
-                "-Xmx256m", "-Dsymmem4j.pretendRanksPerNode=2", "-cp", System.getProperty("java.class.path"),
+                "-Xmx256m", "-Dsymmem4j.pretend.ranks.per.node=2", "-cp", System.getProperty("java.class.path"),
                 MultiNodeWorker.class.getName()));
         cmd.addAll(List.of(workerArgs));
         ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);

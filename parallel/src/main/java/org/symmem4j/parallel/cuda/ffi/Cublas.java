@@ -47,7 +47,7 @@ public final class Cublas {
 
         Holder() {
             List<String> candidates = new ArrayList<>();
-            String named = System.getProperty("symmem4j.cublas.library");
+            String named = org.symmem4j.parallel.Configuration.CUBLAS_LIBRARY.get();
             if (named != null && !named.isBlank()) {
                 candidates.add(named);
             } else {

@@ -162,7 +162,8 @@ public final class Nvshmem {
     static List<String> candidates(Function<String, String> property, Function<String, String> env,
                                    Function<String, List<String>> glob) {
         Set<String> out = new LinkedHashSet<>();
-        for (String given : new String[] {property.apply("symmem4j.nvshmem.library"), env.apply("SYMMEM4J_NVSHMEM_LIBRARY")}) {
+        org.symmem4j.parallel.Configuration.Setting<String> named = org.symmem4j.parallel.Configuration.NVSHMEM_LIBRARY;
+        for (String given : new String[] {property.apply(named.property()), env.apply(named.env())}) {
             if (given != null && !given.isBlank()) {
                 Path p = Path.of(given);
                 out.add(Files.isDirectory(p) ? p.resolve("libnvshmem_host.so.3").toString() : given);

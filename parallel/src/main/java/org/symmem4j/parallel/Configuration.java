@@ -1,0 +1,582 @@
+package org.symmem4j.parallel;
+
+import java.nio.file.InvalidPathException;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.function.Consumer;
+import java.util.function.Function;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Every setting symmem4j reads from system properties and the environment, in one place (as Aeron's
+ * {@code Configuration}): its name, environment variable, type, default, accepted values and meaning. The
+ * reference in {@code docs/configuration.md} is generated from this class ({@code ConfigurationDocs} in the
+ * test sources; {@code ConfigurationDocsTest} fails when the file is out of date).
+ *
+ * <p><b>Names.</b> Properties are dotted lowercase ({@code symmem4j.tp.chunk.rows}); the environment variable
+ * of a property is its name in capitals with dots as underscores ({@code SYMMEM4J_TP_CHUNK_ROWS}). <b>The
+ * system property wins over the environment variable</b> when both are set. A few camelCase names of earlier
+ * versions ({@code symmem4j.tp.chunkRows}, ...) still work as deprecated aliases: each logs a warning once per
+ * JVM naming the new name. A blank value counts as unset. The job's identity and secret
+ * ({@link #RUN_ID}, {@link #SECRET}, {@link #SECRET_FILE}, {@link #NODE_ID}) are environment variables only,
+ * the contract between a launcher and its processes.
+ *
+ * <p><b>Bad values fail.</b> A value that is not one of those accepted fails with an
+ * {@link IllegalArgumentException} naming the setting, the value found and what is accepted
+ * ({@code invalid setting: -Dsymmem4j.timeout.ms=abc expected=a positive whole number of milliseconds ...}),
+ * at the first read, and at the latest when a group is created ({@link #validate()}, called by the groups'
+ * factories), never silently ignored.
+ *
+ * <p><b>Experimental</b> settings ({@link Setting#experimental()}) exist to reproduce a problem, to compare an
+ * alternative or to tune; their names and meanings may change without notice.
+ *
+ * <p>Settings are read when used, not cached here: a few are read once per JVM by their users (noted in their
+ * descriptions), the rest at each use.
+ */
+public final class Configuration {
+
+    /** Every setting in declaration order; filled by {@link Setting}'s builder, so it must come first. */
+    private static final List<Setting<?>> ALL = new ArrayList<>();
+
+    // ---------------------------------------------------------------- groups and waits
+
+    /**
+     * {@code symmem4j.timeout.ms}: the bound of every wait for a peer in groups made with
+     * {@link GroupOptions#defaults()} ({@code ProcessGroup.fromEnvironment()}, {@code InJvmWorld.create(n)}).
+     */
+    public static final Setting<Duration> TIMEOUT = Setting.property("symmem4j.timeout.ms")
+            .type("milliseconds")
+            .accepts("a positive whole number of milliseconds")
+            .describedAs("the bound of every wait for a peer in groups made with `GroupOptions.defaults()`"
+                    + " (`ProcessGroup.fromEnvironment()`, `InJvmWorld.create(n)`); a wait past it fails on every"
+                    + " waiting rank with a `PeerTimeoutException` naming the missing ranks. The DL4J trainers use"
+                    + " their builder's `timeout(...)`")
+            .build(Duration.ofSeconds(60), "`60000` (60 s)", value -> {
+                long ms = Long.parseLong(value.strip());
+                if (ms <= 0) {
+                    throw new NumberFormatException("not positive");
+                }
+                return Duration.ofMillis(ms);
+            });
+
+    /** {@code symmem4j.shm.dir}: where cross-process groups create their shared-memory files (null: the default). */
+    public static final Setting<Path> SHM_DIR = Setting.property("symmem4j.shm.dir")
+            .type("path")
+            .accepts("a directory")
+            .describedAs("where cross-process groups create their shared-memory files")
+            .build(null, "`/dev/shm`, else `java.io.tmpdir`", Path::of);
+
+    // ---------------------------------------------------------------- the job's identity (environment only)
+
+    /** {@code SYMMEM4J_RUN_ID}: the job's id, equal on every rank (torchrun's {@code TORCHELASTIC_RUN_ID} when unset). */
+    public static final Setting<String> RUN_ID = Setting.environment("SYMMEM4J_RUN_ID")
+            .type("string")
+            .accepts("1 to 128 characters of letters, digits and `. _ : @ + -`")
+            .describedAs("the job's id, equal on every rank (else torchrun's `TORCHELASTIC_RUN_ID`); the store"
+                    + " refuses ranks of another run. `symmem4j-run` sets it")
+            .build(null, "`ppid-<parent pid>-<parent start ms>`", String::strip);
+
+    /** {@code SYMMEM4J_SECRET}: the job's store secret itself. */
+    public static final Setting<String> SECRET = Setting.environment("SYMMEM4J_SECRET")
+            .type("string")
+            .accepts("at least 16 bytes of UTF-8")
+            .describedAs("the job's store secret; this or the next is required when the store is not on loopback")
+            .build(null, "unset: on loopback, rank 0 generates one in the secret directory", value -> value);
+
+    /** {@code SYMMEM4J_SECRET_FILE}: a file holding the job's store secret. */
+    public static final Setting<Path> SECRET_FILE = Setting.environment("SYMMEM4J_SECRET_FILE")
+            .type("path")
+            .accepts("a file of mode 0600 (owner only)")
+            .describedAs("a file holding the job's store secret (`symmem4j-run` writes one)")
+            .build(null, "unset", Path::of);
+
+    /** {@code symmem4j.secret.dir}: the directory of the secret rank 0 generates on loopback (null: the default). */
+    public static final Setting<Path> SECRET_DIR = Setting.property("symmem4j.secret.dir")
+            .type("path")
+            .accepts("a directory only this user can write")
+            .describedAs("the directory of the store secret rank 0 generates when the store is on loopback and no"
+                    + " secret is given")
+            .build(null, "`$XDG_RUNTIME_DIR/symmem4j/`, else `<java.io.tmpdir>/symmem4j-<uid>/`", Path::of);
+
+    /** {@code SYMMEM4J_NODE_ID}: this rank's machine identity in multi-node groups. */
+    public static final Setting<String> NODE_ID = Setting.environment("SYMMEM4J_NODE_ID")
+            .type("string")
+            .accepts("any non-blank string")
+            .describedAs("this rank's machine identity for `NodeTopology` (which ranks share a machine in"
+                    + " multi-node groups): containers with one host name each on one machine")
+            .build(null, "the host name (`/proc/sys/kernel/hostname`)", String::strip);
+
+    /** {@code symmem4j.pretend.ranks.per.node}: pretend every k consecutive ranks are one machine (null: unset). */
+    public static final Setting<Integer> PRETEND_RANKS_PER_NODE = Setting.property("symmem4j.pretend.ranks.per.node")
+            .alias("symmem4j.pretendRanksPerNode")
+            .type("integer")
+            .accepts("a positive whole number of ranks per pretended machine")
+            .experimental()
+            .describedAs("tests and benchmarks of the multi-node collectives on one machine: every `k` consecutive"
+                    + " ranks of the job (`RANK`, else Open MPI's rank; a sub-group's ranks keep their machines)"
+                    + " count as one machine")
+            .build(null, "unset", value -> positive(Integer.parseInt(value.strip())));
+
+    // ---------------------------------------------------------------- host collectives
+
+    /** {@code symmem4j.reducer}: {@code scalar} forces the scalar host reduction loops (read once per JVM). */
+    public static final Setting<String> REDUCER = Setting.property("symmem4j.reducer")
+            .type("choice")
+            .accepts("`auto`, `scalar`")
+            .experimental()
+            .describedAs("the host reduction loops: `auto` vectorizes when module `jdk.incubator.vector` is"
+                    + " present, `scalar` forces the scalar loops (to compare them); read once per JVM")
+            .build("auto", "`auto`", choice("auto", "scalar"));
+
+    /** {@code symmem4j.thresholds}: the all-reduce threshold table file (null: the default file, when readable). */
+    public static final Setting<Path> THRESHOLDS = Setting.property("symmem4j.thresholds")
+            .type("path")
+            .accepts("a readable threshold file (written by `CalibrateThresholds`)")
+            .describedAs("the all-reduce threshold table laid over the shipped one (gradsync's `ThresholdTable`);"
+                    + " a named file that cannot be read is an error")
+            .build(null, "`~/.symmem4j/thresholds.properties` when readable, over the shipped table", Path::of);
+
+    // ---------------------------------------------------------------- GPUs
+
+    /** {@code symmem4j.cuda.eager.graphs}: eager GPU all-reduces through cached one-kernel graphs (read once per JVM). */
+    public static final Setting<Boolean> CUDA_EAGER_GRAPHS = Setting.property("symmem4j.cuda.eager.graphs")
+            .alias("symmem4j.cuda.eagerGraphs")
+            .type("boolean")
+            .accepts("`true`, `false`")
+            .experimental()
+            .describedAs("eager GPU all-reduces run through cached one-kernel CUDA graphs; `false` launches each"
+                    + " plainly (to compare); read once per JVM")
+            .build(true, "`true`", Configuration::bool);
+
+    /** {@code symmem4j.cuda.pdl}: programmatic dependent launch on sm_90 and newer. */
+    public static final Setting<Boolean> CUDA_PDL = Setting.property("symmem4j.cuda.pdl")
+            .type("boolean")
+            .accepts("`true`, `false`")
+            .experimental()
+            .describedAs("programmatic dependent launch on sm_90 and newer; `false` launches kernels without it"
+                    + " (to rule it out when a GPU run hangs)")
+            .build(true, "`true`", Configuration::bool);
+
+    /** {@code symmem4j.cublas.library}: the cuBLAS library the tensor-parallel GEMMs load (null: the search). */
+    public static final Setting<String> CUBLAS_LIBRARY = Setting.property("symmem4j.cublas.library")
+            .type("library")
+            .accepts("a library file name or path")
+            .describedAs("the cuBLAS file `TensorParallelGemm` loads (`CudaTransport.cublasUnavailableReason()`"
+                    + " says why it did not); read once per JVM")
+            .build(null, "unset: `libcublas.so.13`, `.12`, `libcublas.so`, then `$CUDA_HOME/lib64`,"
+                    + " `/usr/local/cuda/lib64`", String::strip);
+
+    /** {@code symmem4j.nvshmem.library}: the NVSHMEM host library, or its directory (null: the search). */
+    public static final Setting<String> NVSHMEM_LIBRARY = Setting.property("symmem4j.nvshmem.library")
+            .type("library")
+            .accepts("`libnvshmem_host.so.3`'s path, or its directory")
+            .describedAs("the `libnvshmem_host.so.3` (or its directory) `NvshmemTransport` loads; the property and"
+                    + " the environment variable are both tried, the property first;"
+                    + " `NvshmemTransport.unavailableReason()` lists every place tried; read once per JVM")
+            .build(null, "unset: `NVSHMEM_HOME/lib`, the default library path, then Debian's `libnvshmem3`,"
+                    + " `/usr/local/nvshmem`, `/opt/nvidia/nvshmem` and the `nvidia-nvshmem` Python wheels", String::strip);
+
+    /** {@code symmem4j.nvshmem.wait}: how stream-side waits on NVSHMEM heap memory are made. */
+    public static final Setting<String> NVSHMEM_WAIT = Setting.property("symmem4j.nvshmem.wait")
+            .type("choice")
+            .accepts("`nvshmem`, `kernel`")
+            .experimental()
+            .describedAs("stream-side waits on NVSHMEM heap memory: NVSHMEM's"
+                    + " `nvshmemx_signal_wait_until_on_stream`, or `kernel` for our consuming wait kernel on the"
+                    + " signal word (1–2.5 µs less a hand-off)")
+            .build("nvshmem", "`nvshmem`", choice("nvshmem", "kernel"));
+
+    /** {@code symmem4j.tp.chunk.rows}: rows per chunk of a peer's block in the fused GEMMs (null: by group size). */
+    public static final Setting<Integer> TP_CHUNK_ROWS = Setting.property("symmem4j.tp.chunk.rows")
+            .alias("symmem4j.tp.chunkRows")
+            .type("integer")
+            .accepts("a whole number ≥ 0 (0: whole blocks)")
+            .experimental()
+            .describedAs("rows per chunk of a peer's block in the fused tensor-parallel GEMMs (at most 8 chunks"
+                    + " a block); 0 moves and multiplies each peer's block whole; read once per JVM")
+            .build(null, "whole blocks on 2 ranks, `1024` on more", value -> {
+                int rows = Integer.parseInt(value.strip());
+                if (rows < 0) {
+                    throw new NumberFormatException("negative");
+                }
+                return rows;
+            });
+
+    /** {@code symmem4j.tp.fused.graphs.in.one.jvm}: capture fused calls in graphs with ranks as threads (read once). */
+    public static final Setting<Boolean> TP_FUSED_GRAPHS_IN_ONE_JVM = Setting.property("symmem4j.tp.fused.graphs.in.one.jvm")
+            .alias("symmem4j.tp.fusedGraphsInOneJvm")
+            .type("boolean")
+            .accepts("`true`, `false`")
+            .experimental()
+            .describedAs("with the ranks as threads of one JVM, capturing fused tensor-parallel calls in a CUDA"
+                    + " graph is refused (such graphs deadlocked the GPUs); `true` captures them anyway (experiments;"
+                    + " one process per GPU needs nothing); read once per JVM")
+            .build(false, "`false`", Configuration::bool);
+
+    /** {@code symmem4j.tp.enqueue.order}: ranks of one process enqueue fused calls in step (read once per JVM). */
+    public static final Setting<Boolean> TP_ENQUEUE_ORDER = Setting.property("symmem4j.tp.enqueue.order")
+            .alias("symmem4j.tp.enqueueOrder")
+            .type("boolean")
+            .accepts("`true`, `false`")
+            .experimental()
+            .describedAs("ranks of one process enqueue fused tensor-parallel call n + 1 only after every peer has"
+                    + " enqueued call n (`EnqueueOrder`); `false` only to reproduce the GPU deadlock it prevents;"
+                    + " read once per JVM")
+            .build(true, "`true`", Configuration::bool);
+
+    private Configuration() {
+    }
+
+    /**
+     * Every setting, in the order of this class (and of {@code docs/configuration.md}).
+     *
+     * @return the settings
+     */
+    public static List<Setting<?>> all() {
+        return Collections.unmodifiableList(ALL);
+    }
+
+    /**
+     * Reads every setting from the system properties and the environment, so that a bad value fails when a group
+     * is created rather than deep inside a collective. The groups' factories call it.
+     *
+     * @throws IllegalArgumentException naming every setting whose value is not accepted
+     */
+    public static void validate() {
+        validate(Source.SYSTEM);
+    }
+
+    static void validate(Source source) {
+        List<String> problems = new ArrayList<>();
+        for (Setting<?> s : ALL) {
+            try {
+                s.get(source);
+            } catch (IllegalArgumentException e) {
+                problems.add(e.getMessage());
+            }
+        }
+        if (problems.size() == 1) {
+            throw new IllegalArgumentException(problems.getFirst());
+        }
+        if (!problems.isEmpty()) {
+            throw new IllegalArgumentException(problems.size() + " invalid settings: " + String.join("; ", problems));
+        }
+    }
+
+    /**
+     * The default bound of every wait: {@code symmem4j.timeout.ms} when set, else 60 s. Every builder's timeout
+     * defaults to it.
+     *
+     * @return the timeout
+     * @throws IllegalArgumentException when the setting is not a positive whole number of milliseconds
+     */
+    public static Duration timeout() {
+        return TIMEOUT.get();
+    }
+
+    private static boolean bool(String value) {
+        String v = value.strip().toLowerCase(Locale.ROOT);
+        return switch (v) {
+            case "true" -> true;
+            case "false" -> false;
+            default -> throw new IllegalArgumentException("not true or false");
+        };
+    }
+
+    private static Function<String, String> choice(String... accepted) {
+        List<String> choices = List.of(accepted);
+        return value -> {
+            String v = value.strip().toLowerCase(Locale.ROOT);
+            if (!choices.contains(v)) {
+                throw new IllegalArgumentException("not one of " + choices);
+            }
+            return v;
+        };
+    }
+
+    private static int positive(int value) {
+        if (value < 1) {
+            throw new NumberFormatException("not positive");
+        }
+        return value;
+    }
+
+    /**
+     * Where settings are read from: system properties, environment variables, and where deprecation warnings go.
+     * {@link #SYSTEM} is the JVM's; tests and callers that carry their own environment make their own.
+     */
+    public static final class Source {
+
+        /** The JVM's system properties and the process environment; warnings to the log, once per alias per JVM. */
+        public static final Source SYSTEM = new Source(System::getProperty, System::getenv,
+                message -> LoggerFactory.getLogger(Configuration.class).warn(message));
+
+        private final Function<String, String> properties;
+        private final Function<String, String> environment;
+        private final Consumer<String> warnings;
+        private final Set<String> warned = ConcurrentHashMap.newKeySet();
+
+        /**
+         * A source of settings.
+         *
+         * @param properties  a property by name, null when unset
+         * @param environment an environment variable by name, null when unset
+         * @param warnings    receives each deprecation warning, once per alias and source
+         */
+        public Source(Function<String, String> properties, Function<String, String> environment, Consumer<String> warnings) {
+            this.properties = Objects.requireNonNull(properties, "properties");
+            this.environment = Objects.requireNonNull(environment, "environment");
+            this.warnings = Objects.requireNonNull(warnings, "warnings");
+        }
+
+        /**
+         * The environment {@code env} alone (no properties), warnings to the log: for callers handed an environment,
+         * such as {@code ProcessGroupConfig.fromEnvironment(Map)}.
+         *
+         * @param env environment variables
+         * @return the source
+         */
+        public static Source environment(Map<String, String> env) {
+            Objects.requireNonNull(env, "env");
+            return new Source(name -> null, env::get, SYSTEM.warnings);
+        }
+    }
+
+    /**
+     * One setting: a system property (with its environment variable) or an environment variable alone.
+     *
+     * @param <T> the type of its value
+     */
+    public static final class Setting<T> {
+
+        private final String property;
+        private final String env;
+        private final List<String> aliases;
+        private final String type;
+        private final String accepted;
+        private final boolean experimental;
+        private final String description;
+        private final T defaultValue;
+        private final String defaultText;
+        private final Function<String, T> parser;
+
+        private Setting(Builder b, T defaultValue, String defaultText, Function<String, T> parser) {
+            this.property = b.property;
+            this.env = b.env;
+            this.aliases = List.copyOf(b.aliases);
+            this.type = Objects.requireNonNull(b.type, "type");
+            this.accepted = Objects.requireNonNull(b.accepted, "accepted");
+            this.experimental = b.experimental;
+            this.description = Objects.requireNonNull(b.description, "description");
+            this.defaultValue = defaultValue;
+            this.defaultText = Objects.requireNonNull(defaultText, "defaultText");
+            this.parser = Objects.requireNonNull(parser, "parser");
+        }
+
+        static Builder property(String name) {
+            if (!name.matches("symmem4j(\\.[a-z0-9]+)+")) {
+                throw new IllegalArgumentException("property=" + name + " expected dotted lowercase symmem4j.*");
+            }
+            return new Builder(name, "SYMMEM4J_" + name.substring("symmem4j.".length())
+                    .replace('.', '_').toUpperCase(Locale.ROOT));
+        }
+
+        static Builder environment(String name) {
+            return new Builder(null, name);
+        }
+
+        /** {@return the system property's name, or null for an environment variable alone} */
+        public String property() {
+            return property;
+        }
+
+        /** {@return the environment variable's name} */
+        public String env() {
+            return env;
+        }
+
+        /** {@return the deprecated property names still read (each warns once), empty for most} */
+        public List<String> aliases() {
+            return aliases;
+        }
+
+        /** {@return the value's kind for the reference: boolean, integer, milliseconds, path, choice, ...} */
+        public String type() {
+            return type;
+        }
+
+        /** {@return the values accepted, in words} */
+        public String accepted() {
+            return accepted;
+        }
+
+        /** {@return whether the setting is experimental: for reproducing, comparing or tuning; may change} */
+        public boolean experimental() {
+            return experimental;
+        }
+
+        /** {@return what the setting does (Markdown)} */
+        public String description() {
+            return description;
+        }
+
+        /** {@return the default in words (Markdown), as the reference shows it} */
+        public String defaultText() {
+            return defaultText;
+        }
+
+        /** {@return the value when unset; null where the default depends on the machine (the caller's fallback)} */
+        public T defaultValue() {
+            return defaultValue;
+        }
+
+        /** {@return the property's name, or the environment variable's for one alone} */
+        public String name() {
+            return property != null ? property : env;
+        }
+
+        /**
+         * The value from the system properties and the environment.
+         *
+         * @return the value set, else {@link #defaultValue()} (null for some)
+         * @throws IllegalArgumentException when the value set is not accepted (the message names the setting, the
+         *                                  value and what is accepted)
+         */
+        public T get() {
+            return get(Source.SYSTEM);
+        }
+
+        /**
+         * The value from {@code source}: the property, else a deprecated alias (warning once), else the
+         * environment variable, else the default. Blank counts as unset.
+         *
+         * @param source where to read
+         * @return the value set, else {@link #defaultValue()}
+         * @throws IllegalArgumentException when the value set is not accepted
+         */
+        public T get(Source source) {
+            String where = null;
+            String raw = null;
+            if (property != null) {
+                raw = source.properties.apply(property);
+                where = "-D" + property;
+                if (isBlank(raw)) {
+                    raw = null;
+                    for (String alias : aliases) {
+                        String old = source.properties.apply(alias);
+                        if (!isBlank(old)) {
+                            if (source.warned.add(alias)) {
+                                source.warnings.accept("deprecated setting: -D" + alias + "=" + old + " (renamed:"
+                                        + " use -D" + property + " or " + env + "; the old name still works for now)");
+                            }
+                            raw = old;
+                            where = "-D" + alias;
+                            break;
+                        }
+                    }
+                }
+            }
+            if (isBlank(raw)) {
+                raw = source.environment.apply(env);
+                where = env;
+            }
+            if (isBlank(raw)) {
+                return defaultValue;
+            }
+            try {
+                return Objects.requireNonNull(parser.apply(raw), "parsed");
+            } catch (RuntimeException e) {
+                String shown = env.equals("SYMMEM4J_SECRET") ? "<hidden>" : raw;
+                throw new IllegalArgumentException("invalid setting: " + where + "=" + shown + " expected=" + accepted
+                        + " (fix the value, or unset it for the default: " + defaultText.replace("`", "") + ")", e);
+            }
+        }
+
+        /**
+         * Whether a value is set (by the property, an alias or the environment variable).
+         *
+         * @return true when set and not blank
+         */
+        public boolean isSet() {
+            return isSet(Source.SYSTEM);
+        }
+
+        boolean isSet(Source source) {
+            if (property != null) {
+                if (!isBlank(source.properties.apply(property))) {
+                    return true;
+                }
+                for (String alias : aliases) {
+                    if (!isBlank(source.properties.apply(alias))) {
+                        return true;
+                    }
+                }
+            }
+            return !isBlank(source.environment.apply(env));
+        }
+
+        @Override
+        public String toString() {
+            return property != null ? property + " (" + env + ")" : env;
+        }
+
+        private static boolean isBlank(String s) {
+            return s == null || s.isBlank();
+        }
+
+        /** Builds a setting and registers it in {@link Configuration#all()}. */
+        static final class Builder {
+            private final String property;
+            private final String env;
+            private final List<String> aliases = new ArrayList<>();
+            private String type;
+            private String accepted;
+            private boolean experimental;
+            private String description;
+
+            private Builder(String property, String env) {
+                this.property = property;
+                this.env = env;
+            }
+
+            Builder alias(String oldName) {
+                aliases.add(oldName);
+                return this;
+            }
+
+            Builder type(String kind) {
+                this.type = kind;
+                return this;
+            }
+
+            Builder accepts(String values) {
+                this.accepted = values;
+                return this;
+            }
+
+            Builder experimental() {
+                this.experimental = true;
+                return this;
+            }
+
+            Builder describedAs(String text) {
+                this.description = text;
+                return this;
+            }
+
+            <T> Setting<T> build(T defaultValue, String defaultText, Function<String, T> parser) {
+                Setting<T> s = new Setting<>(this, defaultValue, defaultText, parser);
+                ALL.add(s);
+                return s;
+            }
+        }
+    }
+}
