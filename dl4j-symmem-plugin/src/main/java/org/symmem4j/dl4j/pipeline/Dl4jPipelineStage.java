@@ -403,7 +403,7 @@ public final class Dl4jPipelineStage implements StageCompute {
             throw new IllegalStateException("stage " + stage + "'s " + what + " for microbatch " + microbatch + " has shape "
                     + Arrays.toString(array.shape()) + " expected=" + Arrays.toString(expected) + " (from DL4J's input"
                     + " types for this batch's features; when they infer the wrong type, e.g. NHWC images or NWC"
-                    + " sequences, give PipelineParallelTrainer.Builder.inputType(...))");
+                    + " sequences, give PipelineParallelTrainerBuilder.inputType(...))");
         }
     }
 

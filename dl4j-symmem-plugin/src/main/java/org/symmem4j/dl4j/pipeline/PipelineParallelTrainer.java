@@ -1,11 +1,7 @@
 package org.symmem4j.dl4j.pipeline;
 
-import io.micrometer.core.instrument.MeterRegistry;
-import io.micrometer.core.instrument.Tag;
-import io.micrometer.core.instrument.Tags;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -31,12 +27,10 @@ import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.group.InJvmWorld;
-import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
 import org.symmem4j.pipeline.exec.PipelineMetrics;
 import org.symmem4j.pipeline.exec.RunTimeline;
 import org.symmem4j.pipeline.exec.StepTimeline;
-import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
 import org.symmem4j.pipeline.schedule.StageDurations;
@@ -53,7 +47,7 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * trainer.copyParametersTo(model);                   // parameters, updater state, counters
  * }</pre>
  *
- * <p>Data parallelism over pipelines ({@link Builder#dataParallel}): {@code .ranks(4).dataParallel(2)}
+ * <p>Data parallelism over pipelines ({@link PipelineParallelTrainerBuilder#dataParallel}): {@code .ranks(4).dataParallel(2)}
  * trains two replicas of a 4-stage pipeline on 8 threads laid out as a {@code dp x pp = 2 x 4}
  * {@link org.symmem4j.parallel.DeviceMesh}; each replica trains on its half of every batch, and each
  * stage's gradients are summed over its two replicas before the update, which is then the update of
@@ -61,7 +55,7 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  *
  * <p>The network is cut into {@code ranks x stagesPerRank} stages of consecutive layers
  * ({@link PipelineStageSplit}: balanced by parameter count, by measured pass times with
- * {@link Builder#splitByMeasuredTimes}, or at {@link Builder#stageBoundaries}); stage {@code s} runs on
+ * {@link PipelineParallelTrainerBuilder#splitByMeasuredTimes}, or at {@link PipelineParallelTrainerBuilder#stageBoundaries}); stage {@code s} runs on
  * rank {@code s % ranks}. Layers: dense, convolution and subsampling (4-D activations), LSTM, simple RNN
  * and their wrappers (3-D activations, masks), batch normalization, dropout and more
  * ({@link PipelineStageSplit}). Each rank is a thread of one in-JVM group, created at
@@ -78,7 +72,7 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * microbatch draws its own reproducible dropout mask ({@link MicrobatchDropout}). The loss of each step
  * is what {@code MultiLayerNetwork.score()} reports after such a fit ({@link PipelineStepReport#loss()}).
  *
- * <p>The trainer trains its own copies of the network's layers, taken at {@link Builder#build()}
+ * <p>The trainer trains its own copies of the network's layers, taken at {@link PipelineParallelTrainerBuilder#build()}
  * (parameters, updater state, counters); the network given to the builder is left as it was until
  * {@link #copyParametersTo} writes the result into it, or into any network of the same configuration.
  * Everything that can be checked is checked at {@code build()} (supported layers, stage count,
@@ -90,7 +84,7 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * {@link PipelineTrainingException} with that rank's exception, and the trainer is closed: stages may
  * or may not have applied that step's update.
  *
- * <p>With {@link Builder#meterRegistry} every step feeds {@link PipelineMetrics} (bubble, hand-off and
+ * <p>With {@link PipelineParallelTrainerBuilder#meterRegistry} every step feeds {@link PipelineMetrics} (bubble, hand-off and
  * step latency, each rank's compute time, examples, loss, failures).
  */
 public final class PipelineParallelTrainer implements AutoCloseable {
@@ -139,7 +133,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private String failed;
     private boolean closed;
 
-    private PipelineParallelTrainer(Builder b, PipelineStageSplit split, Schedule schedule, PipelineShape shape,
+    PipelineParallelTrainer(PipelineParallelTrainerBuilder b, PipelineStageSplit split, Schedule schedule, PipelineShape shape,
                                     int linkSlots, StageProfile profile) {
         this.split = split;
         this.inputType = b.inputType;
@@ -180,8 +174,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @param network the network to train; the trainer trains copies of its layers
      * @return a builder; {@code ranks} and {@code microbatches} must be set
      */
-    public static Builder builder(MultiLayerNetwork network) {
-        return new Builder(Objects.requireNonNull(network, "network"), null);
+    public static PipelineParallelTrainerBuilder builder(MultiLayerNetwork network) {
+        return new PipelineParallelTrainerBuilder(Objects.requireNonNull(network, "network"), null);
     }
 
     /**
@@ -193,8 +187,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @param graph a chain graph to train; the trainer trains copies of its layers
      * @return a builder; {@code ranks} and {@code microbatches} must be set
      */
-    public static Builder builder(ComputationGraph graph) {
-        return new Builder(null, Objects.requireNonNull(graph, "graph"));
+    public static PipelineParallelTrainerBuilder builder(ComputationGraph graph) {
+        return new PipelineParallelTrainerBuilder(null, Objects.requireNonNull(graph, "graph"));
     }
 
     /**
@@ -319,7 +313,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     /**
-     * The measured layer times the split was made from ({@link Builder#splitByMeasuredTimes}), or null.
+     * The measured layer times the split was made from ({@link PipelineParallelTrainerBuilder#splitByMeasuredTimes}), or null.
      *
      * @return the profile, or null when the split was not made from measured times
      */
@@ -339,7 +333,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     /**
-     * Every recorded step's timelines as one Chrome trace ({@link Builder#recordTimeline}), or null
+     * Every recorded step's timelines as one Chrome trace ({@link PipelineParallelTrainerBuilder#recordTimeline}), or null
      * when not recording.
      *
      * @return the run's timeline, or null
@@ -376,7 +370,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     /**
-     * Data-parallel replicas of every stage ({@link Builder#dataParallel}).
+     * Data-parallel replicas of every stage ({@link PipelineParallelTrainerBuilder#dataParallel}).
      *
      * @return the number of replicas, 1 without data parallelism
      */
@@ -664,406 +658,5 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         world.close();
         workers = null;
         world = null;
-    }
-
-    /** Profiling passes of {@link Builder#splitByMeasuredTimes}: the first warms up. */
-    static final int PROFILE_STEPS = 4;
-
-    /** Builder: {@code PipelineParallelTrainer.builder(model).ranks(2).microbatches(8).build()}. */
-    public static final class Builder {
-        /** The network to train; for a graph, the chain network made from it at build(). */
-        private MultiLayerNetwork network;
-        private final ComputationGraph graph;
-        private int ranks;
-        private int dataParallel = 1;
-        private int microbatches;
-        private PipelineSchedule schedule = PipelineSchedule.ONE_F_ONE_B;
-        private int stagesPerRank = 1;
-        private int[] stageBoundaries;
-        private int linkSlots;
-        /** Group, timeout, meters, step listeners and ND4J threads: what every trainer's builder takes. */
-        private final TrainerOptions<StepListener> options = new TrainerOptions<>();
-        private InputType inputType;
-        private DataSet profileSample;
-        private StageProfile profile;
-        private int timelineSteps;
-
-        private Builder(MultiLayerNetwork network, ComputationGraph graph) {
-            this.network = network;
-            this.graph = graph;
-        }
-
-        /**
-         * Pipeline ranks p: threads, each running {@code stagesPerRank} stages (required).
-         *
-         * @param ranks pipeline ranks (threads), at least 1
-         * @return this builder
-         * @throws IllegalArgumentException when {@code ranks} is below 1
-         */
-        public Builder ranks(int ranks) {
-            if (ranks < 1) {
-                throw new IllegalArgumentException("ranks=" + ranks + " expected ranks >= 1");
-            }
-            this.ranks = ranks;
-            return this;
-        }
-
-        /**
-         * Group mode: this process (or thread) is one rank of {@code group}, which runs
-         * {@code dataParallel x ranks} ranks laid out as in thread mode (world rank {@code d * pp + p} is
-         * pipeline rank {@code p} of replica {@code d}); {@code ranks} defaults to the group's size divided
-         * by {@code dataParallel}. Every rank runs the same program: it builds the same network (same seed
-         * or file; checked at {@code build()}, with the other settings), and passes the same batches to
-         * {@code fit} in the same order (checked before every step by a CRC-32C of each batch: a mismatch
-         * fails on every rank before anything trains). Each rank trains only its own stages, on the
-         * caller's thread; every rank's {@link PipelineParallelTrainer#lastStep()} holds the same loss and
-         * replica 0's timelines, gathered after each step, as in thread mode; {@code copyParametersTo} is collective and leaves the whole
-         * trained network in every rank's target. The result equals thread mode's bitwise. With a split by
-         * measured times every rank measures, and rank 0's split is used. For one JVM per rank started by
-         * {@code symmem4j-run} (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The
-         * group must live on a host transport (DL4J's CPU activations are host memory) and stays the
-         * caller's to close, after the trainer. {@link #timeout} does not apply (the group's own does).
-         *
-         * @param group the group of every pipeline rank of every replica, this rank's view of it
-         * @return this builder
-         */
-        public Builder group(Group group) {
-            options.group(group);
-            return this;
-        }
-
-        /**
-         * Data-parallel replicas of the whole pipeline (default 1): {@code replicas x ranks} threads, a
-         * {@code dp x pp} {@link org.symmem4j.parallel.DeviceMesh}. Each batch is cut into
-         * {@code microbatches x replicas} equal pieces; replica {@code d} trains on pieces
-         * {@code k * replicas + d} for {@code k = 0 .. microbatches-1} (its share, as its microbatches), and
-         * before the update every stage's gradient sum, the loss, and batch normalization's statistics are
-         * shared over that stage's replicas (its {@code dp} sub-group). One step then equals one step of a
-         * single pipeline with {@code microbatches x replicas} microbatches on the whole batch, and so one
-         * {@code fit} of the unsplit network on it (for networks without batch normalization or dropout;
-         * with them, as the single pipeline defines them per microbatch); the replicas stay bitwise equal.
-         *
-         * @param replicas data-parallel replicas, at least 1
-         * @return this builder
-         * @throws IllegalArgumentException when {@code replicas} is below 1
-         */
-        public Builder dataParallel(int replicas) {
-            if (replicas < 1) {
-                throw new IllegalArgumentException("dataParallel=" + replicas + " expected dataParallel >= 1 (1: no"
-                        + " data parallelism)");
-            }
-            this.dataParallel = replicas;
-            return this;
-        }
-
-        /**
-         * Microbatches m per batch (required); every batch size must be a multiple of m.
-         *
-         * @param microbatches microbatches per batch, at least 1
-         * @return this builder
-         * @throws IllegalArgumentException when {@code microbatches} is below 1
-         */
-        public Builder microbatches(int microbatches) {
-            if (microbatches < 1) {
-                throw new IllegalArgumentException("microbatches=" + microbatches + " expected microbatches >= 1");
-            }
-            this.microbatches = microbatches;
-            return this;
-        }
-
-        /**
-         * GPIPE or ONE_F_ONE_B (default), one stage per rank; INTERLEAVED needs {@link #schedule(PipelineSchedule, int)}.
-         *
-         * @param schedule the schedule kind
-         * @return this builder
-         */
-        public Builder schedule(PipelineSchedule schedule) {
-            return schedule(schedule, 1);
-        }
-
-        /**
-         * A schedule with {@code stagesPerRank} stages per rank: at least 2 for INTERLEAVED, 1 for the others.
-         *
-         * @param schedule      the schedule kind
-         * @param stagesPerRank stages each rank runs (checked at {@link #build()})
-         * @return this builder
-         */
-        public Builder schedule(PipelineSchedule schedule, int stagesPerRank) {
-            this.schedule = Objects.requireNonNull(schedule, "schedule");
-            this.stagesPerRank = stagesPerRank;
-            return this;
-        }
-
-        /**
-         * Cuts the network at these layers instead of balancing by parameter count: the first layer of
-         * stages 1, 2, ..., strictly increasing, one fewer than {@code ranks x stagesPerRank}.
-         *
-         * @param firstLayerOfStages the first layer index of each stage after the first
-         * @return this builder
-         */
-        public Builder stageBoundaries(int... firstLayerOfStages) {
-            this.stageBoundaries = Objects.requireNonNull(firstLayerOfStages, "firstLayerOfStages").clone();
-            return this;
-        }
-
-        /**
-         * Messages per stage-to-stage link before the sender waits. Default: enough that no sender
-         * waits for room when a backward takes twice a forward
-         * ({@code LinkPlan.stallFreeSlots(ActionDurations.of(1, 2))}: 2 for GPipe and 1F1B, 2 to 4
-         * interleaved); fewer than {@code LinkPlan.minimumSlots()} deadlock and are refused.
-         *
-         * @param slots messages per link, at least 1 (too few for the schedule are refused at {@link #build()})
-         * @return this builder
-         * @throws IllegalArgumentException when {@code slots} is below 1
-         */
-        public Builder linkSlots(int slots) {
-            if (slots < 1) {
-                throw new IllegalArgumentException("linkSlots=" + slots + " expected linkSlots >= 1");
-            }
-            this.linkSlots = slots;
-            return this;
-        }
-
-        /**
-         * ND4J (OpenMP and BLAS) threads per rank (default: cores ÷ (ranks x dataParallel), at least 1).
-         *
-         * @param threads ND4J and BLAS threads per rank during {@code fit}, at least 1
-         * @return this builder
-         * @throws IllegalArgumentException when {@code threads} is below 1
-         */
-        public Builder ompThreadsPerRank(int threads) {
-            options.ndThreadsPerRank("ompThreadsPerRank", threads, "expected >= 1");
-            return this;
-        }
-
-        /**
-         * How long a rank waits for another before failing (default 60 s).
-         *
-         * @param timeout the bound of every wait for another rank; positive
-         * @return this builder
-         * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
-         */
-        public Builder timeout(Duration timeout) {
-            options.timeout(timeout, "expected a positive duration (default 60 s)");
-            return this;
-        }
-
-        /**
-         * Records pipeline metrics into {@code registry} (names in {@link PipelineMetrics}, tags
-         * {@code schedule} and {@code transport}); {@code tags} go on every meter (for example
-         * {@code application}).
-         *
-         * @param registry any Micrometer registry
-         * @param tags     added to every meter
-         * @return this builder
-         */
-        public Builder meterRegistry(MeterRegistry registry, Iterable<Tag> tags) {
-            options.meterRegistry(registry, tags);
-            return this;
-        }
-
-        /**
-         * Records pipeline metrics into {@code registry}, without extra tags.
-         *
-         * @param registry any Micrometer registry
-         * @return this builder
-         */
-        public Builder meterRegistry(MeterRegistry registry) {
-            return meterRegistry(registry, Tags.empty());
-        }
-
-        /**
-         * Called after every step with its loss and timelines.
-         *
-         * @param listener called on the thread that called {@code fit}
-         * @return this builder
-         */
-        public Builder stepListener(StepListener listener) {
-            options.stepListener(listener);
-            return this;
-        }
-
-        /**
-         * The network's input type, where inferring it from the features' rank would be wrong or
-         * ambiguous (by default rank 2 is dense, rank 3 a sequence and rank 4 an image, laid out as
-         * the first layer expects). A recurrent type without a time-series length takes it from each
-         * batch.
-         *
-         * @param inputType DL4J's type of the network's input
-         * @return this builder
-         */
-        public Builder inputType(InputType inputType) {
-            this.inputType = Objects.requireNonNull(inputType, "inputType");
-            return this;
-        }
-
-        /**
-         * Splits the network by measured compute time instead of parameter count: at {@code build()},
-         * {@link StageProfile#measure} times every layer's forward and backward on {@code sample}'s
-         * microbatches (a few passes, no update, with the ND4J threads each rank gets), and the split
-         * balances forward plus backward time ({@link PipelineStageSplit#byCost}).
-         *
-         * @param sample a batch like those of training, cut into the builder's microbatches
-         * @return this builder
-         */
-        public Builder splitByMeasuredTimes(DataSet sample) {
-            this.profileSample = Objects.requireNonNull(sample, "sample");
-            this.profile = null;
-            return this;
-        }
-
-        /**
-         * Splits by the layer times of a profile measured before ({@link StageProfile#measure}).
-         *
-         * @param profile per-layer forward and backward times
-         * @return this builder
-         */
-        public Builder splitBy(StageProfile profile) {
-            this.profile = Objects.requireNonNull(profile, "profile");
-            this.profileSample = null;
-            return this;
-        }
-
-        /**
-         * Records every step's timelines, up to {@code maxSteps} steps, into one Chrome trace of the
-         * whole run ({@link PipelineParallelTrainer#runTimeline()}); about 100 bytes per event, a few
-         * dozen events per rank and step.
-         *
-         * @param maxSteps the most steps recorded, at least 1
-         * @return this builder
-         * @throws IllegalArgumentException when {@code maxSteps} is below 1
-         */
-        public Builder recordTimeline(int maxSteps) {
-            if (maxSteps < 1) {
-                throw new IllegalArgumentException("recordTimeline maxSteps=" + maxSteps + " expected >= 1");
-            }
-            this.timelineSteps = maxSteps;
-            return this;
-        }
-
-        /**
-         * Checks everything, splits the network and builds the stages (copies of the network's layers,
-         * parameters, updater state and counters). Threads start at the first {@code fit}.
-         *
-         * @throws IllegalArgumentException naming what does not fit, expected and found, and the fix
-         *
-         * @return the trainer; close it to stop its threads and free its memory
-         */
-        public PipelineParallelTrainer build() {
-            Group group = options.group();
-            if (group != null) {
-                checkGroup();
-            }
-            if (ranks == 0) {
-                throw new IllegalArgumentException("ranks not set: call ranks(p) with the number of pipeline ranks"
-                        + " (threads), e.g. ranks(2)");
-            }
-            if (microbatches == 0) {
-                throw new IllegalArgumentException("microbatches not set: call microbatches(m); every batch is cut into m"
-                        + " equal microbatches, and ranks idle for about (ranks - 1) / (m + ranks - 1) of a step, so"
-                        + " take m several times ranks");
-            }
-            if (schedule == PipelineSchedule.INTERLEAVED && stagesPerRank < 2) {
-                throw new IllegalArgumentException("schedule=INTERLEAVED with stagesPerRank=" + stagesPerRank
-                        + " expected stagesPerRank >= 2 (use schedule(INTERLEAVED, 2), or ONE_F_ONE_B for one stage per rank)");
-            }
-            if (schedule != PipelineSchedule.INTERLEAVED && stagesPerRank != 1) {
-                throw new IllegalArgumentException("schedule=" + schedule + " with stagesPerRank=" + stagesPerRank
-                        + " expected stagesPerRank=1 (" + schedule + " runs one stage per rank; use INTERLEAVED for more)");
-            }
-            if (graph != null) {
-                network = GraphChain.toNetwork(graph); // refuses graphs that are not a chain, naming the vertex
-            }
-            int stageCount = Math.multiplyExact(ranks, stagesPerRank);
-            int layers = network.getLayerWiseConfigurations().getConfs().size();
-            if (stageCount > layers) {
-                throw new IllegalArgumentException("stages=" + stageCount + " (ranks=" + ranks + " x stagesPerRank="
-                        + stagesPerRank + ") but the network has " + layers + " layers: use at most " + layers
-                        + " stages (every stage needs at least one layer)");
-            }
-            if (stageBoundaries != null && stageBoundaries.length != stageCount - 1) {
-                throw new IllegalArgumentException("stageBoundaries has " + stageBoundaries.length + " boundaries "
-                        + Arrays.toString(stageBoundaries) + " expected " + (stageCount - 1) + " for stages=" + stageCount
-                        + " (ranks=" + ranks + " x stagesPerRank=" + stagesPerRank + "): give the first layer of stages 1.."
-                        + (stageCount - 1));
-            }
-            Schedule generated = schedule.generate(ranks, microbatches, stagesPerRank);
-            PipelineShape shape = new PipelineShape(ranks, microbatches, stagesPerRank);
-            LinkPlan plan = LinkPlan.of(generated, shape);
-            int slots;
-            if (linkSlots > 0) {
-                plan.requireSlots(linkSlots);
-                slots = linkSlots;
-            } else {
-                slots = plan.stallFreeSlots(ActionDurations.of(1, 2));
-            }
-            if (stageBoundaries != null && (profile != null || profileSample != null)) {
-                throw new IllegalArgumentException("stageBoundaries and a split by measured times were both given:"
-                        + " expected one (boundaries fix the split; measured times choose it)");
-            }
-            StageProfile measured = profile;
-            if (profileSample != null) {
-                // a replica's microbatch is 1/(microbatches x replicas) of the batch
-                measured = StageProfile.measure(network, profileSample, microbatches * dataParallel, PROFILE_STEPS,
-                        options.ndThreadsPerRank(ranks * dataParallel), inputType);
-            }
-            PipelineStageSplit split;
-            if (stageBoundaries != null) {
-                split = PipelineStageSplit.atBoundaries(network, stageBoundaries);
-            } else if (measured != null) {
-                split = PipelineStageSplit.byCost(network, stageCount, measured.layerNanos());
-            } else {
-                split = PipelineStageSplit.balanced(network, stageCount);
-            }
-            if (group != null) {
-                split = agreeAcrossRanks(split, measured != null, slots);
-            }
-            return new PipelineParallelTrainer(this, split, generated, shape, slots, measured);
-        }
-
-        /** Group mode: a host transport, and ranks x dataParallel = the group's size (ranks defaulting to it). */
-        private void checkGroup() {
-            Group group = options.group();
-            if (!group.transport().name().equals(group.hostTransport().name())) {
-                throw new IllegalArgumentException("group(...) on transport " + group.transport().name() + ": expected a host"
-                        + " transport (" + group.hostTransport().name() + "): the stages' activations are DL4J CPU arrays in"
-                        + " host memory (fix: ProcessGroup.fromEnvironment(), or the group's host transport)");
-            }
-            int size = group.worldSize();
-            if (ranks == 0) {
-                if (size % dataParallel != 0) {
-                    throw new IllegalArgumentException("group(...) of worldSize=" + size + " with dataParallel=" + dataParallel
-                            + ": expected a world size divisible by dataParallel (each replica has ranks = worldSize /"
-                            + " dataParallel pipeline ranks)");
-                }
-                ranks = size / dataParallel;
-            } else if (ranks * dataParallel != size) {
-                throw new IllegalArgumentException("ranks=" + ranks + " x dataParallel=" + dataParallel + " = "
-                        + ranks * dataParallel + " with group(...) of worldSize=" + size + ": in group mode every rank of"
-                        + " the group is one pipeline rank of one replica (fix: leave ranks unset, or start "
-                        + ranks * dataParallel + " processes)");
-            }
-        }
-
-        /**
-         * Group mode, collective: every rank must have built the same pipeline; a split by measured times
-         * is rank 0's on every rank.
-         */
-        private PipelineStageSplit agreeAcrossRanks(PipelineStageSplit split, boolean measured, int slots) {
-            StringBuilder boundaries = new StringBuilder();
-            for (int s = 1; s < split.stageCount(); s++) {
-                boundaries.append(s == 1 ? "" : ",").append(split.firstLayer(s));
-            }
-            String description = GroupExchange.describe(network) + ", dataType=" + split.dataType() + ", schedule="
-                    + schedule + ", stagesPerRank=" + stagesPerRank + ", ranks=" + ranks + ", dataParallel=" + dataParallel
-                    + ", microbatches=" + microbatches + ", linkSlots=" + slots
-                    + (measured ? ", split by measured times" : ", stage boundaries " + boundaries);
-            String rank0 = GroupExchange.agreeOnBuild(options.group(), boundaries.toString(), description);
-            if (!measured || rank0.contentEquals(boundaries)) {
-                return split;
-            }
-            int[] first = rank0.isEmpty() ? new int[0] : Arrays.stream(rank0.split(",")).mapToInt(Integer::parseInt).toArray();
-            return PipelineStageSplit.atBoundaries(network, first);
-        }
     }
 }

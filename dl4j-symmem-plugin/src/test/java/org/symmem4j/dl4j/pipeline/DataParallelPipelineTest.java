@@ -30,7 +30,7 @@ import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
 
 /**
- * Data parallelism over pipelines (DP x PP, {@link PipelineParallelTrainer.Builder#dataParallel}):
+ * Data parallelism over pipelines (DP x PP, {@link PipelineParallelTrainerBuilder#dataParallel}):
  * equal to plain {@code fit} of the unsplit network on the whole batch (what plain data parallelism
  * computes), step by step, with the same tolerances as {@link PipelineEquivalenceTest}; the replicas
  * bitwise equal; batch normalization and dropout as one pipeline with {@code microbatches x dp}
@@ -150,7 +150,7 @@ class DataParallelPipelineTest {
         MultiLayerNetwork base = PipelineModels.denseDropout(new Sgd(0.1));
         List<DataSet> batches = PipelineModels.batches(PipelineModels.Data.DENSE, 4, 3, 16);
         List<INDArray> results = new ArrayList<>();
-        for (PipelineParallelTrainer.Builder builder : List.of(
+        for (PipelineParallelTrainerBuilder builder : List.of(
                 PipelineParallelTrainer.builder(base).ranks(2).microbatches(4),
                 PipelineParallelTrainer.builder(base).ranks(2).microbatches(2).dataParallel(2))) {
             MultiLayerNetwork trained = base.clone();

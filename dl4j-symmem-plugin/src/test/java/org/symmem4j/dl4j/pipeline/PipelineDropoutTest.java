@@ -39,7 +39,7 @@ class PipelineDropoutTest {
         MultiLayerNetwork base = PipelineModels.denseDropout(new Sgd(LEARNING_RATE));
         List<DataSet> batches = PipelineModels.batches(PipelineModels.Data.DENSE, 4, 3, 16);
         List<INDArray> results = new ArrayList<>();
-        for (PipelineParallelTrainer.Builder builder : List.of(
+        for (PipelineParallelTrainerBuilder builder : List.of(
                 PipelineParallelTrainer.builder(base).ranks(3).microbatches(MICROBATCHES).stageBoundaries(1, 3),
                 PipelineParallelTrainer.builder(base).ranks(2).microbatches(MICROBATCHES).schedule(PipelineSchedule.GPIPE),
                 PipelineParallelTrainer.builder(base).ranks(2).microbatches(MICROBATCHES)

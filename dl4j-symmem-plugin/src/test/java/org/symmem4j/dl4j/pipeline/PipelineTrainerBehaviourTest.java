@@ -35,7 +35,7 @@ class PipelineTrainerBehaviourTest {
     void scheduleRanksAndSplitDoNotChangeABit() {
         MultiLayerNetwork base = PipelineNets.mlp(PipelineNets.updater("adam"), 1e-3, DataType.FLOAT);
         List<DataSet> data = PipelineNets.batches(11, 3, 16, DataType.FLOAT);
-        List<PipelineParallelTrainer.Builder> configs = List.of(
+        List<PipelineParallelTrainerBuilder> configs = List.of(
                 PipelineParallelTrainer.builder(base).ranks(1).microbatches(4),
                 PipelineParallelTrainer.builder(base).ranks(2).microbatches(4),
                 PipelineParallelTrainer.builder(base).ranks(2).microbatches(4).schedule(PipelineSchedule.GPIPE),
@@ -44,7 +44,7 @@ class PipelineTrainerBehaviourTest {
                 PipelineParallelTrainer.builder(base).ranks(2).microbatches(4).stageBoundaries(6));
         INDArray first = null;
         List<Double> firstLosses = null;
-        for (PipelineParallelTrainer.Builder config : configs) {
+        for (PipelineParallelTrainerBuilder config : configs) {
             MultiLayerNetwork result = base.clone();
             List<Double> losses = new ArrayList<>();
             try (PipelineParallelTrainer trainer = config.stepListener(r -> losses.add(r.loss())).build()) {
