@@ -37,6 +37,8 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.train.ListenerOptions;
+import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.dl4j.train.RankAgreement;
 import org.symmem4j.dl4j.train.RankFailures;
 import org.symmem4j.dl4j.train.TrainerOptions;
@@ -1111,9 +1113,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         private boolean reportScoreAfterAveraging;
         private WorkspaceMode workspaceMode;
         private boolean workspaceModeSet;
-        private final List<TrainingListener> listeners = new ArrayList<>();
-        private StatsStorageRouter statsRouter;
-        private boolean listenersHadNull;
+        /** The listeners attached to the model at build() and their stats router. */
+        private final ListenerOptions listeners = new ListenerOptions();
         private int timelineSteps;
         private boolean timelineSet;
 
@@ -1417,17 +1418,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * @return this builder
          */
         public Builder listeners(TrainingListener... listeners) {
-            if (listeners == null) {
-                listenersHadNull = true;
-                return this;
-            }
-            for (TrainingListener l : listeners) {
-                if (l == null) {
-                    listenersHadNull = true;
-                } else if (this.listeners.stream().noneMatch(x -> x == l)) {
-                    this.listeners.add(l);
-                }
-            }
+            this.listeners.add(listeners);
             return this;
         }
 
@@ -1445,7 +1436,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * @return this builder
          */
         public Builder listeners(StatsStorageRouter router, TrainingListener... listeners) {
-            this.statsRouter = Objects.requireNonNull(router, "router (use listeners(TrainingListener...) for none)");
+            this.listeners.router(router);
             return listeners(listeners);
         }
 
@@ -1624,18 +1615,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * checking everything, so a refusal leaves the model's listeners as they were.
          */
         private void attachListeners() {
-            if (listenersHadNull) {
-                throw new IllegalArgumentException("listeners(...) was given null: expected TrainingListener instances"
-                        + " (fix: leave the null out)");
-            }
-            List<TrainingListener> all = new ArrayList<>(model.listeners());
-            List<TrainingListener> adding = listeners.stream().filter(l -> all.stream().noneMatch(x -> x == l)).toList();
-            all.addAll(adding);
-            refuseListenersThatNeedOnePass(accumulation, ModelListeners.of(model, all)); // and truncated BPTT any
-            StatsRouting.route(statsRouter, all);
-            for (TrainingListener l : adding) {
-                model.addListener(l);
-            }
+            listeners.attachTo(model, l -> refuseListenersThatNeedOnePass(accumulation, l));
         }
 
         /**

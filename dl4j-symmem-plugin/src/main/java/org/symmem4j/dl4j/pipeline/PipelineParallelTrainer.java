@@ -3,6 +3,7 @@ package org.symmem4j.dl4j.pipeline;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -15,10 +16,13 @@ import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
+import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
+import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.dl4j.train.RankFailures;
 import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.dl4j.train.TrainerOptions;
@@ -43,8 +47,7 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  *         .ranks(2).microbatches(8)                  // 2 threads, each batch cut into 8 microbatches
  *         .schedule(PipelineSchedule.ONE_F_ONE_B)    // or GPIPE, or schedule(INTERLEAVED, 2)
  *         .build();
- * trainer.fit(trainIterator);                        // again and again: state is kept
- * trainer.copyParametersTo(model);                   // parameters, updater state, counters
+ * trainer.fit(trainIterator);                        // again and again; model holds the result after each fit
  * }</pre>
  *
  * <p>Data parallelism over pipelines ({@link PipelineParallelTrainerBuilder#dataParallel}): {@code .ranks(4).dataParallel(2)}
@@ -73,8 +76,24 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * is what {@code MultiLayerNetwork.score()} reports after such a fit ({@link PipelineStepReport#loss()}).
  *
  * <p>The trainer trains its own copies of the network's layers, taken at {@link PipelineParallelTrainerBuilder#build()}
- * (parameters, updater state, counters); the network given to the builder is left as it was until
- * {@link #copyParametersTo} writes the result into it, or into any network of the same configuration.
+ * (parameters, updater state, counters). After every {@code fit} the network (or graph) given to the builder
+ * holds the trained parameters, updater state, iteration and epoch counters and, as after DL4J's {@code fit},
+ * {@code score()} the last step's score; if it was changed between calls, the stages take its state at the start
+ * of the next {@code fit}. {@link #copyParametersTo} writes the same into another network of that configuration.
+ * In group mode every rank's model gets the whole trained network: each stage's state is gathered from the rank
+ * that trained it (a collective at the end of every {@code fit}, which every rank calls anyway).
+ *
+ * <p>The DL4J listeners attached to the model ({@code ScoreIterationListener}, the UI's {@code StatsListener}
+ * with its router, ...) are called as DL4J's {@code fit} calls them for one model trained on each step's batch,
+ * on the caller's thread after each step, with the model holding that step's state
+ * ({@link org.symmem4j.dl4j.train.ModelListeners}); routing listeners get a router with
+ * {@link PipelineParallelTrainerBuilder#listeners(org.deeplearning4j.core.storage.StatsStorageRouter,
+ * org.deeplearning4j.optimize.api.TrainingListener...)}. The stages keep no whole-batch activations: a listener
+ * that overrides {@code onForwardPass} gets the model's own forward pass on the batch, in inference mode, at the
+ * parameters before the step (the training pass's activations where the network has no dropout or batch
+ * normalization). Group mode refuses listeners (every step would need a collective gather): use a
+ * {@link StepListener}.
+ *
  * Everything that can be checked is checked at {@code build()} (supported layers, stage count,
  * boundaries, widths, schedule, link slots) and at the start of each {@code fit} (batch size divisible
  * by the microbatch count, the features' shape through every layer by DL4J's input types, the labels'
@@ -104,7 +123,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     private final PipelineStageSplit split;
-    /** Replica 0's stages: the ones whose state {@link #copyParametersTo} writes out (every replica's is the same). */
+    /** The network (or graph) given to the builder: it holds the stages' state after every {@code fit}. */
+    private final PipelineModel model;
+    /** Replica 0's stages: the ones whose state the model takes (every replica's is the same). */
     private final List<Dl4jPipelineStage> stages;
     /** Every data-parallel replica's stages, replica 0's first; one list when {@code dataParallel == 1}. */
     private final List<List<Dl4jPipelineStage>> replicaStages;
@@ -133,7 +154,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private String failed;
     private boolean closed;
 
-    PipelineParallelTrainer(PipelineParallelTrainerBuilder b, PipelineStageSplit split, Schedule schedule, PipelineShape shape,
+    PipelineParallelTrainer(PipelineParallelTrainerBuilder b, PipelineModel model, PipelineStageSplit split, Schedule schedule, PipelineShape shape,
                                     int linkSlots, StageProfile profile) {
         this.split = split;
         this.inputType = b.inputType;
@@ -166,6 +187,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
         this.replicaStages = List.copyOf(replicas);
         this.stages = replicaStages.getFirst();
+        this.model = model;
     }
 
     /**
@@ -182,7 +204,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * Starts a builder for {@code graph}, a {@link ComputationGraph} whose vertices form a chain (one
      * input, one output, every vertex a layer fed by the one before: a linear stage order). It trains as
      * the equivalent multi-layer network; {@code build()} refuses graphs with branches, naming the
-     * vertex. Copy the result back with {@link #copyParametersTo(ComputationGraph)}.
+     * vertex. After every {@code fit} the graph holds the trained state.
      *
      * @param graph a chain graph to train; the trainer trains copies of its layers
      * @return a builder; {@code ranks} and {@code microbatches} must be set
@@ -203,8 +225,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @param batch features and labels (and masks); its size a multiple of the microbatch count
      */
     public synchronized void fit(DataSet batch) {
-        requireUsable();
-        runStep(batch);
+        train(List.<Object>of(Objects.requireNonNull(batch, "batch")).iterator(), false);
     }
 
     /**
@@ -218,18 +239,102 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void fit(DataSetIterator iterator) {
         Objects.requireNonNull(iterator, "iterator");
-        requireUsable();
         if (!iterator.hasNext() && iterator.resetSupported()) {
             iterator.reset();
         }
-        while (iterator.hasNext()) {
-            runStep(iterator.next());
+        train(iterator, true);
+    }
+
+    /**
+     * Trains a chain {@link ComputationGraph} on every batch of {@code iterator}, as
+     * {@link #fit(DataSetIterator)} does; every batch has one features and one labels array (and their masks).
+     *
+     * @param iterator the batches
+     * @throws IllegalArgumentException  when this trainer holds a {@link MultiLayerNetwork}, or a batch has more
+     *                                   than one input or output, or fails the checks of {@link #fit(DataSet)}
+     * @throws PipelineTrainingException when a rank failed during a step (the trainer is closed)
+     */
+    public synchronized void fit(MultiDataSetIterator iterator) {
+        Objects.requireNonNull(iterator, "iterator");
+        if (!(model.model() instanceof ComputationGraph)) {
+            throw new IllegalArgumentException("fit(MultiDataSetIterator) needs a ComputationGraph; this trainer holds a "
+                    + model.model().getClass().getSimpleName() + " (use fit(DataSetIterator))");
         }
-        for (List<Dl4jPipelineStage> replica : replicaStages) {
-            for (Dl4jPipelineStage stage : replica) {
-                stage.network().incrementEpochCount();
+        if (!iterator.hasNext() && iterator.resetSupported()) {
+            iterator.reset();
+        }
+        train(iterator, true);
+    }
+
+    /**
+     * Trains on every batch of {@code batches} (DataSets or MultiDataSets); an epoch when {@code epoch}. The user's
+     * model then holds the stages' state, also when a batch failed its checks (the batches before it were trained).
+     */
+    private void train(Iterator<?> batches, boolean epoch) {
+        requireUsable();
+        ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
+        refuseInGroupMode(group, listeners);
+        if (!model.holds(stages)) {
+            replicaStages.forEach(model::giveTo); // the model was changed since the last fit: the stages take its state
+        }
+        if (!listeners.isEmpty()) {
+            model.ensureGradientView();
+            model.exposeGradientView();
+        }
+        if (epoch) {
+            listeners.epochStart(model.model());
+        }
+        double score = Double.NaN;
+        try {
+            while (batches.hasNext()) {
+                Object batch = batches.next();
+                score = runStep(asDataSet(batch), batch, listeners);
             }
+        } catch (IllegalArgumentException refused) {
+            model.takeFrom(gatherStagesInGroup()); // a refused batch trained nothing: the steps before it count
+            throw refused;
+        } finally {
+            model.setInputAndLabels(null); // DL4J's fit clears them too
         }
+        model.takeFrom(gatherStagesInGroup());
+        if (!Double.isNaN(score)) {
+            model.setScore(score); // as after DL4J's fit: the last iteration's score
+        }
+        if (epoch) {
+            listeners.epochEnd(model.model());
+            // the end of a fit(iterator) is an epoch, counted after onEpochEnd as DL4J does
+            for (List<Dl4jPipelineStage> replica : replicaStages) {
+                for (Dl4jPipelineStage stage : replica) {
+                    stage.network().incrementEpochCount();
+                }
+            }
+            model.setEpochCount(model.epochCount() + 1);
+        }
+    }
+
+    /** Group mode refuses listeners: before each call the model would have to gather every rank's stages. */
+    static void refuseInGroupMode(Group group, ModelListeners listeners) {
+        if (group != null && !listeners.isEmpty()) {
+            throw new IllegalStateException("listeners in group mode: before each call the model must gather every"
+                    + " rank's stages, a collective that every rank would have to run at every step, listeners or not;"
+                    + " expected no listeners (fix: drop them, use a stepListener, which sees the step's report on every"
+                    + " rank, or train as threads of one JVM)");
+        }
+    }
+
+    /** A batch as the stages take it: a DataSet, or a MultiDataSet of one input and one output. */
+    private static DataSet asDataSet(Object batch) {
+        if (batch instanceof DataSet ds) {
+            return ds;
+        }
+        MultiDataSet mds = (MultiDataSet) batch;
+        if (mds.numFeatureArrays() != 1 || mds.numLabelsArrays() != 1) {
+            throw new IllegalArgumentException("a MultiDataSet with features=" + mds.numFeatureArrays() + " labels="
+                    + mds.numLabelsArrays() + " arrays: expected features=1 labels=1 (a pipeline trains a chain graph of"
+                    + " one input and one output)");
+        }
+        return new org.nd4j.linalg.dataset.DataSet(mds.getFeatures(0), mds.getLabels(0), mds.getFeaturesMaskArray(0),
+                mds.getLabelsMaskArray(0));
     }
 
     /**
@@ -243,8 +348,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /**
      * Writes the trained parameters, updater state (so training can go on with plain {@code fit}) and
-     * iteration and epoch counters into {@code target}: the network given to the builder, or one with
-     * the same configuration. In group mode this is collective: every rank calls it, each stage's state
+     * iteration and epoch counters into {@code target}, a network with the configuration of the one given
+     * to the builder (which {@code fit} already updates). In group mode this is collective: every rank calls it, each stage's state
      * comes from the rank that trained it, and every rank's {@code target} gets the whole network.
      *
      * @throws IllegalArgumentException when {@code target}'s layers differ
@@ -275,10 +380,14 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         GraphChain.copyInto(chain, target);
     }
 
-    /** Group mode: every stage copy of this process gets the state of the rank that trained it (collective). */
-    private void gatherStagesInGroup() {
+    /**
+     * Group mode: every stage copy of this process gets the state of the rank that trained it (collective).
+     *
+     * @return replica 0's stages, now holding the whole network's state
+     */
+    private List<Dl4jPipelineStage> gatherStagesInGroup() {
         if (group == null) {
-            return;
+            return stages;
         }
         if (exchange != null) {
             exchange.gatherStages(stages, shape.ranks());
@@ -287,6 +396,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 once.gatherStages(stages, shape.ranks());
             }
         }
+        return stages;
     }
 
     private GroupExchange exchange() {
@@ -474,7 +584,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         return plans;
     }
 
-    private void runStep(DataSet batch) {
+    /** One step on {@code batch} ({@code original} as the caller gave it), then the listeners; the step's loss. */
+    private double runStep(DataSet batch, Object original, ModelListeners modelListeners) {
         if (group != null) {
             Objects.requireNonNull(batch, "batch");
             exchange().agreeOnBatch(batch, step); // collective: every rank, or none, goes on with this batch
@@ -506,9 +617,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
         step++;
         lastStep = report;
+        if (!modelListeners.isEmpty()) {
+            modelListeners.step(model, model.step(original, loss, replicaStages));
+        }
         for (StepListener listener : listeners) {
             listener.onStep(report);
         }
+        return loss;
     }
 
     /** Thread mode: every rank's task, then every rank's timeline (replica 0's pipeline ranks). */

@@ -6,10 +6,13 @@ import io.micrometer.core.instrument.Tags;
 import java.time.Duration;
 import java.util.Arrays;
 import java.util.Objects;
+import org.deeplearning4j.core.storage.StatsStorageRouter;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.optimize.api.TrainingListener;
 import org.nd4j.linalg.dataset.api.DataSet;
+import org.symmem4j.dl4j.train.ListenerOptions;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.pipeline.channel.LinkPlan;
@@ -39,6 +42,8 @@ public final class PipelineParallelTrainerBuilder {
     private int linkSlots;
     /** Group, timeout, meters, step listeners and ND4J threads: what every trainer's builder takes. */
     final TrainerOptions<PipelineParallelTrainer.StepListener> options = new TrainerOptions<>();
+    /** The listeners attached to the model at build() and their stats router. */
+    private final ListenerOptions listeners = new ListenerOptions();
     InputType inputType;
     private DataSet profileSample;
     private StageProfile profile;
@@ -240,6 +245,35 @@ public final class PipelineParallelTrainerBuilder {
     }
 
     /**
+     * Attaches {@code listeners} to the model at {@link #build()}: the trainer calls them, with the model's own, as
+     * DL4J's {@code fit} calls them for one model trained on each step's batch (see
+     * {@link PipelineParallelTrainer}). A listener already attached is not added twice; calls add up. Listeners
+     * that report to a StatsStorageRouter (the UI's {@code StatsListener}) need one: give it with
+     * {@link #listeners(StatsStorageRouter, TrainingListener...)}, or build them with their storage.
+     *
+     * @param listeners DL4J listeners, called as {@code fit()} calls them
+     * @return this builder
+     */
+    public PipelineParallelTrainerBuilder listeners(TrainingListener... listeners) {
+        this.listeners.add(listeners);
+        return this;
+    }
+
+    /**
+     * {@link #listeners(TrainingListener...)} with a router for the listeners that send reports
+     * ({@code RoutingIterationListener}s such as {@code StatsListener}) and have none of their own, as
+     * {@code ParallelWrapper.setListeners(StatsStorageRouter, ...)}.
+     *
+     * @param router    where {@code RoutingIterationListener}s without a router of their own report
+     * @param listeners DL4J listeners, called as {@code fit()} calls them
+     * @return this builder
+     */
+    public PipelineParallelTrainerBuilder listeners(StatsStorageRouter router, TrainingListener... listeners) {
+        this.listeners.router(router);
+        return listeners(listeners);
+    }
+
+    /**
      * The network's input type, where inferring it from the features' rank would be wrong or
      * ambiguous (by default rank 2 is dense, rank 3 a sequence and rank 4 an image, laid out as
      * the first layer expects). A recurrent type without a time-series length takes it from each
@@ -374,7 +408,10 @@ public final class PipelineParallelTrainerBuilder {
         if (group != null) {
             split = agreeAcrossRanks(split, measured != null, slots);
         }
-        return new PipelineParallelTrainer(this, split, generated, shape, slots, measured);
+        PipelineModel model = new PipelineModel(network, graph, split);
+        // refuses what the trainer cannot call as fit() would, leaving the model's listeners as they were
+        listeners.attachTo(model, l -> PipelineParallelTrainer.refuseInGroupMode(group, l));
+        return new PipelineParallelTrainer(this, model, split, generated, shape, slots, measured);
     }
 
     /** Group mode: a host transport, and ranks x dataParallel = the group's size (ranks defaulting to it). */

@@ -517,7 +517,7 @@ public final class PipelineStageSplit {
         return stage;
     }
 
-    private static INDArray slice(INDArray flat, long from, long to) {
+    static INDArray slice(INDArray flat, long from, long to) {
         return flat.reshape(flat.length()).get(NDArrayIndex.interval(from, to));
     }
 

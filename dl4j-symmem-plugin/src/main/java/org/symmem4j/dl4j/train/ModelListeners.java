@@ -1,4 +1,4 @@
-package org.symmem4j.dl4j;
+package org.symmem4j.dl4j.train;
 
 import java.lang.reflect.Method;
 import java.util.ArrayList;
@@ -46,7 +46,7 @@ import org.nd4j.linalg.factory.Nd4j;
  * batches into one, of the parameters, the update and the updater state into the model, and, only
  * for listeners that override them, of the activations and the merged gradient.
  */
-final class ModelListeners {
+public final class ModelListeners {
 
     private final List<TrainingListener> listeners;
     private final boolean needsActivations;
@@ -63,18 +63,18 @@ final class ModelListeners {
      * The listeners attached to {@code model} now, checked: refuses, before anything changes, a
      * listener the wrapper cannot call as plain {@code fit} would.
      */
-    static ModelListeners of(ModelReplica model) {
+    public static ModelListeners of(ListenedModel model) {
         return of(model, model.listeners());
     }
 
-    /** {@link #of(ModelReplica)} for {@code attached}, listeners about to be attached to {@code model}. */
-    static ModelListeners of(ModelReplica model, List<TrainingListener> attached) {
+    /** {@link #of(ListenedModel)} for {@code attached}, listeners about to be attached to {@code model}. */
+    public static ModelListeners of(ListenedModel model, List<TrainingListener> attached) {
         check(model, attached);
         return new ModelListeners(List.copyOf(attached));
     }
 
     /** Refuses {@code attached}, listeners for {@code model}, if the wrapper cannot call them as plain {@code fit} would. */
-    private static void check(ModelReplica model, List<TrainingListener> attached) {
+    private static void check(ListenedModel model, List<TrainingListener> attached) {
         if (!attached.isEmpty() && model.truncatedBptt()) {
             throw new IllegalArgumentException("listeners=" + names(attached) + " on a network trained with truncated"
                     + " BPTT cannot be called as fit() calls them: DL4J updates once per time segment and calls"
@@ -99,34 +99,34 @@ final class ModelListeners {
         }
     }
 
-    boolean isEmpty() {
+    public boolean isEmpty() {
         return listeners.isEmpty();
     }
 
     /** Whether some listener reads activations (overrides onForwardPass): workers then keep copies of theirs. */
-    boolean needsActivations() {
+    public boolean needsActivations() {
         return needsActivations;
     }
 
     /** Whether some listener reads the gradient before the update (overrides onGradientCalculation). */
-    boolean needsGradient() {
+    public boolean needsGradient() {
         return needsGradient;
     }
 
-    void epochStart(Model model) {
+    public void epochStart(Model model) {
         for (TrainingListener l : listeners) {
             l.onEpochStart(model);
         }
     }
 
-    void epochEnd(Model model) {
+    public void epochEnd(Model model) {
         for (TrainingListener l : listeners) {
             l.onEpochEnd(model);
         }
     }
 
     /** What a finished step gives the listeners. */
-    interface Step {
+    public interface Step {
         /** The step's batches, in worker order (active workers only). */
         List<Object> batches();
 
@@ -146,8 +146,8 @@ final class ModelListeners {
         void syncReplicasIfChanged();
     }
 
-    /** Calls the listeners for one finished step; the model must have a gradient view exposed ({@link ModelReplica#exposeGradientView}). */
-    void step(ModelReplica model, Step step) {
+    /** Calls the listeners for one finished step; the model's {@code gradient()} must show its gradient view. */
+    public void step(ListenedModel model, Step step) {
         Model m = model.model();
         model.setInputAndLabels(merge(step.batches()));
         if (needsActivations) {
