@@ -3,12 +3,8 @@ package org.symmem4j.dl4j;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tag;
 import io.micrometer.core.instrument.Tags;
-import java.io.File;
 import java.io.IOException;
-import java.nio.file.AtomicMoveNotSupportedException;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.StandardCopyOption;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -24,7 +20,6 @@ import org.deeplearning4j.nn.conf.WorkspaceMode;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.optimize.api.TrainingListener;
-import org.deeplearning4j.util.ModelSerializer;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.concurrency.AffinityManager;
 import org.nd4j.linalg.api.ndarray.INDArray;
@@ -37,7 +32,6 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
-import org.symmem4j.dl4j.train.RankAgreement;
 import org.symmem4j.dl4j.train.RankFailures;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.gradsync.AlgorithmPolicy;
@@ -172,6 +166,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * every 50 us costs nothing and bounds that lateness.
      */
     static final long MAX_PARK_NANOS = 50_000;
+
+    /** The refusals of a restore call the wrapper a wrapper and its ranks workers. */
+    private static final ShardedCheckpoints.Words CHECKPOINT_WORDS = new ShardedCheckpoints.Words("wrapper", "worker");
 
     private final ModelReplica model;
     private final Settings settings;
@@ -890,41 +887,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         ensureWorkers();
         pullModelFromReplicas();
-        Files.createDirectories(dir);
-        int n = settings.workers();
-        boolean leader = settings.firstLocalRank() == 0; // the one that writes model.zip and sweeps stale shards
-        if (leader) {
-            try (var listing = Files.list(dir)) {
-                for (Path stale : listing.filter(f -> {
-                    int ws = ShardCheckpoint.worldSizeOf(f);
-                    return ws >= 0 && ws != n;
-                }).toList()) {
-                    Files.delete(stale);
-                }
-            }
-        }
-        for (int j = 0; j < workers.size(); j++) {
-            int r = settings.firstLocalRank() + j;
-            ShardedUpdater s = workers.get(j).sharded();
-            ModelReplica replica = workers.get(j).replica();
-            INDArray state = s.state();
-            ShardCheckpoint.write(dir.resolve(ShardCheckpoint.shardFileName(r, n)), new ShardCheckpoint.Header(
-                    ShardCheckpoint.FORMAT_VERSION, n, r, s.stage().name(), replica.params().dataType().name(),
-                    java.nio.ByteOrder.nativeOrder().toString(), s.layout().paramCount(), s.start(), s.end(),
-                    state == null ? 0 : state.length(), replica.iterationCount(), replica.epochCount(),
-                    s.layout().fingerprint()), state);
-        }
-        if (leader) {
-            Path tmp = dir.resolve(ShardCheckpoint.MODEL_FILE + ".tmp");
-            ModelSerializer.writeModel(model.model(), tmp.toFile(), true);
-            try {
-                Files.move(tmp, dir.resolve(ShardCheckpoint.MODEL_FILE), StandardCopyOption.REPLACE_EXISTING,
-                        StandardCopyOption.ATOMIC_MOVE);
-            } catch (AtomicMoveNotSupportedException e) {
-                Files.move(tmp, dir.resolve(ShardCheckpoint.MODEL_FILE), StandardCopyOption.REPLACE_EXISTING);
-            }
-        }
-        agreeAcrossRanks("checkpoint-saved", null); // every rank's file is in place before anyone goes on
+        ShardedCheckpoints.save(dir, settings.workers(), shards(), model.model(), checkpointAgreement());
     }
 
     /**
@@ -951,14 +914,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             throw new IllegalStateException("wrapper is closed; build a new one");
         }
         ensureWorkers();
-        ModelReplica saved;
-        try {
-            saved = readCheckpoint(dir);
-        } catch (IOException | RuntimeException e) {
-            agreeAcrossRanks("checkpoint-restored", e);
-            throw e;
-        }
-        agreeAcrossRanks("checkpoint-restored", null);
+        ModelReplica saved = ModelReplica.of(ShardedCheckpoints.restore(dir, settings.workers(), shards(), model.model(),
+                CHECKPOINT_WORDS, checkpointAgreement()));
         model.copyParamsAndCountersFrom(saved);
         for (DataParallelWorker w : workers) {
             w.replica().copyParamsAndCountersFrom(model);
@@ -966,90 +923,26 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         pullModelFromReplicas();
     }
 
-    /**
-     * Checks this process's part of a checkpoint and reads its shards into the workers' sharded
-     * updaters; returns the saved model (parameters and counters), which nothing has taken yet.
-     */
-    private ModelReplica readCheckpoint(Path dir) throws IOException {
-        int n = settings.workers();
-        List<ShardCheckpoint.Header> headers = new ArrayList<>();
+    /** This process's workers' updater-state shards, in rank order, as checkpoints save and restore them. */
+    private List<ShardedCheckpoints.Shard> shards() {
+        List<ShardedCheckpoints.Shard> shards = new ArrayList<>(workers.size());
         for (int j = 0; j < workers.size(); j++) {
-            int r = settings.firstLocalRank() + j;
-            Path file = dir.resolve(ShardCheckpoint.shardFileName(r, n));
-            if (!Files.isRegularFile(file)) {
-                throw new IllegalArgumentException("checkpoint " + dir + " has no " + file.getFileName() + " for workers=" + n
-                        + "; shard files found: " + shardFiles(dir) + " (build the wrapper with the worker count the"
-                        + " checkpoint was saved with, or load " + ShardCheckpoint.MODEL_FILE
-                        + " with ModelSerializer and build a wrapper with any worker count on it)");
-            }
-            ShardCheckpoint.Header h = ShardCheckpoint.readHeader(file);
             ShardedUpdater s = workers.get(j).sharded();
-            INDArray state = s.state();
-            String expected = "worldSize=" + n + " rank=" + r + " dataType=" + model.params().dataType() + " paramCount="
-                    + s.layout().paramCount() + " shard=[" + s.start() + "," + s.end() + ") stateElements="
-                    + (state == null ? 0 : state.length()) + " layoutHash=" + s.layout().fingerprint();
-            String found = "worldSize=" + h.worldSize() + " rank=" + h.rank() + " dataType=" + h.dataType() + " paramCount="
-                    + h.paramCount() + " shard=[" + h.shardStart() + "," + h.shardEnd() + ") stateElements="
-                    + h.stateElements() + " layoutHash=" + h.layoutHash();
-            if (!expected.equals(found)) {
-                throw new IllegalArgumentException(file + " does not fit this wrapper's worker " + r + ": expected " + expected
-                        + ", found " + found + " (restore into a wrapper built on the same network configuration with the"
-                        + " same worker count)");
-            }
-            if (!headers.isEmpty() && (h.iterationCount() != headers.getFirst().iterationCount()
-                    || h.epochCount() != headers.getFirst().epochCount())) {
-                throw new IllegalArgumentException("checkpoint " + dir + " mixes steps: shard "
-                        + settings.firstLocalRank() + " at iteration=" + headers.getFirst().iterationCount() + " epoch="
-                        + headers.getFirst().epochCount() + ", shard " + r + " at iteration=" + h.iterationCount() + " epoch="
-                        + h.epochCount() + " (save the checkpoint again)");
-            }
-            headers.add(h);
+            ModelReplica replica = workers.get(j).replica();
+            shards.add(new ShardedCheckpoints.Shard(settings.firstLocalRank() + j, s.stage().name(),
+                    replica.params().dataType(), s.layout().paramCount(), s.start(), s.end(), s.layout().fingerprint(),
+                    replica.iterationCount(), replica.epochCount(), s.state()));
         }
-        File modelFile = dir.resolve(ShardCheckpoint.MODEL_FILE).toFile();
-        ModelReplica saved = ModelReplica.of(model instanceof ModelReplica.Mln
-                ? ModelSerializer.restoreMultiLayerNetwork(modelFile, false)
-                : ModelSerializer.restoreComputationGraph(modelFile, false));
-        if (saved.params().length() != model.params().length() || saved.params().dataType() != model.params().dataType()) {
-            throw new IllegalArgumentException(modelFile + " holds " + saved.params().length() + " x "
-                    + saved.params().dataType() + " parameters; this wrapper's model " + model.params().length() + " x "
-                    + model.params().dataType());
-        }
-        ShardCheckpoint.Header h0 = headers.getFirst();
-        if (saved.iterationCount() != h0.iterationCount() || saved.epochCount() != h0.epochCount()) {
-            throw new IllegalArgumentException(modelFile + " is at iteration=" + saved.iterationCount() + " epoch="
-                    + saved.epochCount() + ", the shards at iteration=" + h0.iterationCount() + " epoch=" + h0.epochCount()
-                    + " (files from different saves; save the checkpoint again)");
-        }
-        for (int j = 0; j < workers.size(); j++) {
-            int r = settings.firstLocalRank() + j;
-            ShardCheckpoint.readState(dir.resolve(ShardCheckpoint.shardFileName(r, n)), workers.get(j).sharded().state());
-        }
-        return saved;
+        return shards;
     }
 
     /**
-     * Group mode: every rank learns whether every rank got here without {@code failure}; a rank that
-     * did not makes the others throw naming it (the failing rank throws its own error afterwards). In
-     * thread mode, where one process did it all, nothing to agree on. Workers must be idle (the group's
-     * exchange runs on the caller's thread).
+     * Group mode: every rank learns whether every rank got here without a failure; a rank that did not makes the
+     * others throw naming it. In thread mode, where one process did it all, nothing to agree on. Workers must be idle
+     * (the group's exchange runs on the caller's thread).
      */
-    private void agreeAcrossRanks(String tag, Throwable failure) {
-        Group group = settings.group();
-        if (group == null) {
-            return;
-        }
-        RankAgreement.failTogether(group, "symmem4j-wrapper-" + tag, failure, (r, theirs) -> new IllegalStateException(
-                tag + " failed on rank " + r + ": " + theirs + " (every rank left its model as it was)"));
-    }
-
-    private static List<String> shardFiles(Path dir) throws IOException {
-        if (!Files.isDirectory(dir)) {
-            return List.of();
-        }
-        try (var listing = Files.list(dir)) {
-            return listing.filter(f -> ShardCheckpoint.worldSizeOf(f) >= 0).map(f -> f.getFileName().toString()).sorted()
-                    .toList();
-        }
+    private ShardedCheckpoints.Agreement checkpointAgreement() {
+        return ShardedCheckpoints.Agreement.over(settings.group(), "symmem4j-wrapper-");
     }
 
     private void requireSharding(String what) {
