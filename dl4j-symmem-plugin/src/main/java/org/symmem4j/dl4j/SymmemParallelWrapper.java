@@ -1,8 +1,5 @@
 package org.symmem4j.dl4j;
 
-import io.micrometer.core.instrument.MeterRegistry;
-import io.micrometer.core.instrument.Tag;
-import io.micrometer.core.instrument.Tags;
 import java.io.IOException;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -33,6 +30,7 @@ import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.train.RankFailures;
+import org.symmem4j.dl4j.train.TrainerBuilder;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.SyncMetrics;
@@ -84,7 +82,7 @@ import org.symmem4j.parallel.sync.BackoffIdleStrategy;
  * the device, on ND4J's own stream, by our kernels or NCCL ({@link Nd4jDeviceGradients}), and divides it by the step's
  * examples there: the same mean and the same non-finite checks as on the host. It needs {@code nd4j-cuda-11.6}
  * 1.0.0-M2.1 on an Ampere or Ada GPU (it has no code for Hopper) and does not take sharding, overlap, bf16 transfer,
- * gradient accumulation or layers with state in the gradient view ({@link Builder#group} says what and why). It has
+ * gradient accumulation or layers with state in the gradient view ({@link Builder} says what and why). It has
  * not run on a GPU in this project: its GPU machines are H100/H200s, which cannot run ND4J's CUDA backend.
  *
  * <p>Unlike DL4J's {@code ParallelWrapper}: {@code fit()} can be called repeatedly; updater state
@@ -182,17 +180,16 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private long step;
     private boolean closed;
 
-    private SymmemParallelWrapper(Builder b) {
+    private SymmemParallelWrapper(Builder b, TrainerOptions<StepListener> o) {
         this.model = b.model;
-        TrainerOptions<StepListener> o = b.options;
         this.settings = new Settings(b.workers, b.bucketBytes,
                 b.algorithm != null ? AlgorithmPolicy.forced(b.algorithm) : b.policy != null ? b.policy : AlgorithmPolicy.calibrated(),
                 b.nonFiniteGradients, o.timeout(), o.ndThreadsPerRank(o.group() == null ? b.workers : 1), b.sharding,
                 b.overlap, b.accumulation, b.gradientTransfer, b.minBucketBytes, b.prefetchBuffer,
-                b.reportScoreAfterAveraging, b.workspaceMode, b.timelineSteps, o.group());
+                b.reportScoreAfterAveraging, b.workspaceMode, o.timelineSteps(), o.group());
         this.metrics = o.bind(new SyncMetrics(o.transportName(), o.metricTags()));
         this.stepListeners = o.stepListeners();
-        this.timeline = b.timelineSteps == 0 ? null : new DataParallelTimeline(b.timelineSteps, b.workers, b.overlap,
+        this.timeline = o.timelineSteps() == 0 ? null : new DataParallelTimeline(o.timelineSteps(), b.workers, b.overlap,
                 b.sharding == null ? (b.gradientTransfer == GradientTransfer.BFLOAT16 ? "all-reduce bf16" : "all-reduce")
                         : "sharded " + b.sharding);
     }
@@ -983,13 +980,48 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
     }
 
-    /** Builder, in DL4J's style: {@code SymmemParallelWrapper.builder(model).workers(4).build()}. */
-    public static final class Builder {
+    /**
+     * Builder, in DL4J's style: {@code SymmemParallelWrapper.builder(model).workers(4).build()}. The options every
+     * trainer takes (group, timeout, meters, step listeners, timeline) are {@link TrainerBuilder}'s.
+     *
+     * <p>Group mode ({@link #group}): this process (or thread) is one rank of {@code group} and trains as that rank's
+     * worker; every other rank of the group runs the same program on the same model configuration
+     * and initial parameters, and passes the same iterator to {@code fit} (the same data in the same
+     * order: each rank reads every batch and trains on its share of each step, dealt as thread mode
+     * deals them to its workers, so N processes train bitwise like N worker threads). Gradients are
+     * all-reduced over the group's symmetric memory; after each {@code fit()} every rank's model —
+     * rank 0's among them — holds the result. For one JVM per worker started by {@code symmem4j-run}
+     * (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The group lives on a host
+     * transport for DL4J's CPU backend (its gradients are host memory), or on a GPU transport in GPU mode
+     * (below), and stays the caller's to close, after the wrapper. With {@link #sharding} each rank keeps its
+     * own shard, checkpoints are collective (each rank writes its shard file, rank 0 the model), and after
+     * {@code fit()} every rank's model holds the full updater state, gathered. Not yet with
+     * {@link #recordTimeline}, listeners that read the forward pass's activations (each rank holds only its own
+     * batch's), or listeners with sharding.
+     *
+     * <p>GPU mode: a group on a transport whose memory is a GPU's ({@code Transport.deviceMemory()}: one process per
+     * GPU, {@code ProcessGroup.fromEnvironment(options, cudaTransport)} under {@code symmem4j-run}) trains with the
+     * model in DL4J's GPU memory. After backprop the rank's flat gradient view — on the device, the sum over its
+     * examples — is summed over the group in place on ND4J's own stream ({@link Nd4jDeviceGradients}; our kernels or
+     * NCCL, as the policy picks for its size), then divided by the step's examples by ND4J on that stream, and checked
+     * for NaN and infinity as on the host: the same mean, the same verdicts, every rank the same bits. The step's loss
+     * and the non-finite verdicts are merged over the group's host memory. It needs DL4J's CUDA backend,
+     * {@code nd4j-cuda-11.6} 1.0.0-M2.1, on a GPU it has code for (sm_80/sm_86: A100, RTX 30xx and 40xx; it has none
+     * for Hopper, H100/H200), and the model built on the rank's GPU: CudaTransport puts a rank on GPU
+     * {@code group.localRank() % gpus}, and ND4J allocates on the current thread's device, so before building the
+     * model call {@code Nd4j.getAffinityManager().unsafeSetDevice(group.localRank() %
+     * Nd4j.getAffinityManager().getNumberOfDevices())} on the thread that builds it and calls {@code fit} (the
+     * worker refuses a model on another GPU). {@link #build()} refuses, each with its setting and fix: ND4J's CPU
+     * backend, {@link #sharding}, {@link #overlapSyncWithBackprop}, {@link #gradientTransfer} BFLOAT16,
+     * {@link #gradientAccumulation} above 1, layers that keep state updates in the gradient view (BatchNormalization,
+     * CenterLossOutputLayer: merged on host memory) and {@link #bucketBytes} (one all-reduce of the whole view);
+     * {@link #algorithm} may be NCCL there. GPU mode has not run on a GPU in this project: its GPU machines are
+     * H100/H200s, which ND4J's CUDA backend cannot run; its device all-reduce, on device buffers of our own, has.
+     */
+    public static final class Builder extends TrainerBuilder<Builder, StepListener> {
         private final ModelReplica model;
         private int workers = Runtime.getRuntime().availableProcessors();
         private boolean workersSet;
-        /** Group, timeout, meters, step listeners and ND4J threads: what every trainer's builder takes. */
-        private final TrainerOptions<StepListener> options = new TrainerOptions<>();
         private long bucketBytes = 4L << 20;
         private boolean bucketBytesSet;
         private Algorithm algorithm;
@@ -1007,8 +1039,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         private final List<TrainingListener> listeners = new ArrayList<>();
         private StatsStorageRouter statsRouter;
         private boolean listenersHadNull;
-        private int timelineSteps;
-        private boolean timelineSet;
 
         private Builder(Model model) {
             this.model = ModelReplica.of(Objects.requireNonNull(model, "model"));
@@ -1031,48 +1061,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             return this;
         }
 
-        /**
-         * Group mode: this process (or thread) is one rank of {@code group} and trains as that rank's
-         * worker; every other rank of the group runs the same program on the same model configuration
-         * and initial parameters, and passes the same iterator to {@code fit} (the same data in the same
-         * order: each rank reads every batch and trains on its share of each step, dealt as thread mode
-         * deals them to its workers, so N processes train bitwise like N worker threads). Gradients are
-         * all-reduced over the group's symmetric memory; after each {@code fit()} every rank's model —
-         * rank 0's among them — holds the result. For one JVM per worker started by {@code symmem4j-run}
-         * (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The group lives on a host
-         * transport for DL4J's CPU backend (its gradients are host memory), or on a GPU transport in GPU mode
-         * (below), and stays the caller's to close, after the wrapper. With {@link #sharding} each rank keeps its
-         * own shard, checkpoints are collective (each rank writes its shard file, rank 0 the model), and after
-         * {@code fit()} every rank's model holds the full updater state, gathered. Not yet with
-         * {@link #recordTimeline}, listeners that read the forward pass's activations (each rank holds only its own
-         * batch's), or listeners with sharding.
-         *
-         * <p>GPU mode: a group on a transport whose memory is a GPU's ({@code Transport.deviceMemory()}: one process per
-         * GPU, {@code ProcessGroup.fromEnvironment(options, cudaTransport)} under {@code symmem4j-run}) trains with the
-         * model in DL4J's GPU memory. After backprop the rank's flat gradient view — on the device, the sum over its
-         * examples — is summed over the group in place on ND4J's own stream ({@link Nd4jDeviceGradients}; our kernels or
-         * NCCL, as the policy picks for its size), then divided by the step's examples by ND4J on that stream, and checked
-         * for NaN and infinity as on the host: the same mean, the same verdicts, every rank the same bits. The step's loss
-         * and the non-finite verdicts are merged over the group's host memory. It needs DL4J's CUDA backend,
-         * {@code nd4j-cuda-11.6} 1.0.0-M2.1, on a GPU it has code for (sm_80/sm_86: A100, RTX 30xx and 40xx; it has none
-         * for Hopper, H100/H200), and the model built on the rank's GPU: CudaTransport puts a rank on GPU
-         * {@code group.localRank() % gpus}, and ND4J allocates on the current thread's device, so before building the
-         * model call {@code Nd4j.getAffinityManager().unsafeSetDevice(group.localRank() %
-         * Nd4j.getAffinityManager().getNumberOfDevices())} on the thread that builds it and calls {@code fit} (the
-         * worker refuses a model on another GPU). {@link #build()} refuses, each with its setting and fix: ND4J's CPU
-         * backend, {@link #sharding}, {@link #overlapSyncWithBackprop}, {@link #gradientTransfer} BFLOAT16,
-         * {@link #gradientAccumulation} above 1, layers that keep state updates in the gradient view (BatchNormalization,
-         * CenterLossOutputLayer: merged on host memory) and {@link #bucketBytes} (one all-reduce of the whole view);
-         * {@link #algorithm} may be NCCL there. GPU mode has not run on a GPU in this project: its GPU machines are
-         * H100/H200s, which ND4J's CUDA backend cannot run; its device all-reduce, on device buffers of our own, has.
-         *
-         * @param group the data-parallel group, this rank's view of it
-         * @return this builder
-         */
-        public Builder group(Group group) {
-            options.group(group);
-            return this;
-        }
 
         /**
          * Largest gradient bucket all-reduced at once (default 4 MiB); each bucket gets its own algorithm. Not in GPU
@@ -1126,18 +1114,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
 
         /**
-         * How long a worker waits for the others before failing (default 60 s).
-         *
-         * @param timeout the bound of every wait for the other workers; positive
-         * @return this builder
-         * @throws IllegalArgumentException when {@code timeout} is zero or negative
-         */
-        public Builder timeout(Duration timeout) {
-            options.timeout(timeout, "must be positive (default 60 s)");
-            return this;
-        }
-
-        /**
          * ND4J (OpenMP) threads per worker (default: cores ÷ workers, at least 1).
          *
          * @param threads ND4J and BLAS threads each worker uses during {@code fit()}, at least 1
@@ -1145,30 +1121,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * @throws IllegalArgumentException when {@code threads} is below 1
          */
         public Builder ompThreadsPerWorker(int threads) {
-            options.ndThreadsPerRank("ompThreadsPerWorker", threads, "must be >= 1");
-            return this;
-        }
-
-        /**
-         * Records sync metrics into {@code registry} (names in {@link SyncMetrics}); {@code tags} go on every meter.
-         *
-         * @param registry any Micrometer registry
-         * @param tags     added to every meter (for example {@code application})
-         * @return this builder
-         */
-        public Builder meterRegistry(MeterRegistry registry, Iterable<Tag> tags) {
-            options.meterRegistry(registry, tags);
-            return this;
-        }
-
-        /**
-         * Records sync metrics into {@code registry} (names in {@link SyncMetrics}), without extra tags.
-         *
-         * @param registry any Micrometer registry
-         * @return this builder
-         */
-        public Builder meterRegistry(MeterRegistry registry) {
-            return meterRegistry(registry, Tags.empty());
+            return ndThreadsPerRank("ompThreadsPerWorker", threads);
         }
 
         /**
@@ -1343,35 +1296,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
 
         /**
-         * Records the run's timeline, up to {@code maxSteps} steps over all {@code fit()} calls (later
-         * steps are counted, not kept): per worker its compute, sync (with the wait for its peers),
-         * update and every bucket's all-reduce, the caller's reading, waiting and work between
-         * steps, and a steps track. {@link #runTimeline()} gives it;
-         * {@code runTimeline().writeChromeTrace(path)} writes a file for https://ui.perfetto.dev.
-         * Without this call nothing is stamped or allocated. Checked at {@link #build()}:
-         * {@code maxSteps >= 1}.
-         *
-         * @param maxSteps the most steps recorded, at least 1 (checked at {@link #build()})
-         * @return this builder
-         */
-        public Builder recordTimeline(int maxSteps) {
-            this.timelineSteps = maxSteps;
-            this.timelineSet = true;
-            return this;
-        }
-
-        /**
-         * Called after every step with its loss and timings.
-         *
-         * @param listener called on the thread that called {@code fit()}
-         * @return this builder
-         */
-        public Builder stepListener(StepListener listener) {
-            options.stepListener(listener);
-            return this;
-        }
-
-        /**
          * Checks the settings against each other and the model, and creates the wrapper. Worker
          * threads, replicas and symmetric memory are created by the first {@code fit()}.
          *
@@ -1380,7 +1304,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          *         way (the message names the setting or layer, what was found and the fix)
          */
         public SymmemParallelWrapper build() {
-            Group group = options.group();
+            Group group = options().group();
             boolean gpuMode = Settings.gpuMode(group);
             if (group != null) {
                 checkGroupMode();
@@ -1426,18 +1350,18 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             checkParallelWrapperSettings();
             // refuses listeners it cannot call as fit() would (fit() checks again), then attaches the builder's
             attachListeners();
-            return new SymmemParallelWrapper(this);
+            return new SymmemParallelWrapper(this, options());
         }
 
         /** Group mode's worker count is the group's size; what it cannot do yet is refused here, before anything starts. */
         private void checkGroupMode() {
-            Group group = options.group();
+            Group group = options().group();
             if (workersSet && workers != group.worldSize()) {
                 throw new IllegalArgumentException("workers=" + workers + " with group(...) of worldSize=" + group.worldSize()
                         + ": in group mode the group's ranks are the workers, one per rank (fix: leave workers unset)");
             }
             workers = group.worldSize();
-            if (timelineSet) {
+            if (options().timelineSteps() > 0) {
                 throw new IllegalArgumentException("group(...) with recordTimeline: not available in group mode yet (each"
                         + " rank would hold only its own worker's track); expected no timeline (fix: train without it, or"
                         + " as threads of one JVM with workers(n))");
@@ -1450,7 +1374,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * first so that a machine without a GPU backend is told about them too.
          */
         private void checkGpuMode() {
-            String mode = "GPU mode (group(...) on transport=" + options.group().transport().name() + ")";
+            String mode = "GPU mode (group(...) on transport=" + options().group().transport().name() + ")";
             if (sharding != null) {
                 throw new IllegalArgumentException("sharding=" + sharding + " in " + mode + ": expected no sharding; GPU"
                         + " mode all-reduces the whole gradient view in place on the device, while the sharded updater's"
@@ -1491,12 +1415,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             }
         }
 
-        /** The settings ParallelWrapper users bring (prefetch buffer, workspace mode) and the timeline. */
+        /** The settings ParallelWrapper users bring (prefetch buffer, workspace mode). */
         private void checkParallelWrapperSettings() {
-            if (timelineSet && timelineSteps < 1) {
-                throw new IllegalArgumentException("recordTimeline maxSteps=" + timelineSteps + ": expected >= 1 (the most"
-                        + " steps the trace keeps; fix: recordTimeline(10_000), or leave it out for no timeline)");
-            }
             if (prefetchBuffer < 0) {
                 throw new IllegalArgumentException("prefetchBuffer=" + prefetchBuffer + ": expected >= 0 (0: the calling"
                         + " thread reads the next step's batches while the workers compute; n > 0: a background thread"

@@ -1,8 +1,5 @@
 package org.symmem4j.dl4j.pipeline;
 
-import io.micrometer.core.instrument.MeterRegistry;
-import io.micrometer.core.instrument.Tag;
-import io.micrometer.core.instrument.Tags;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -25,6 +22,7 @@ import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.train.RankFailures;
 import org.symmem4j.dl4j.train.RankRuntime;
+import org.symmem4j.dl4j.train.TrainerBuilder;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
@@ -139,17 +137,16 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private String failed;
     private boolean closed;
 
-    private PipelineParallelTrainer(Builder b, PipelineStageSplit split, Schedule schedule, PipelineShape shape,
-                                    int linkSlots, StageProfile profile) {
+    private PipelineParallelTrainer(Builder b, TrainerOptions<StepListener> o, PipelineStageSplit split,
+                                    Schedule schedule, PipelineShape shape, int linkSlots, StageProfile profile) {
         this.split = split;
         this.inputType = b.inputType;
         this.profile = profile;
-        this.runTimeline = b.timelineSteps > 0 ? new RunTimeline(b.timelineSteps) : null;
+        this.runTimeline = o.timelineSteps() > 0 ? new RunTimeline(o.timelineSteps()) : null;
         this.scheduleKind = b.schedule;
         this.schedule = schedule;
         this.shape = shape;
         this.linkSlots = linkSlots;
-        TrainerOptions<StepListener> o = b.options;
         this.timeout = o.timeout();
         this.dataParallel = b.dataParallel;
         this.group = o.group();
@@ -669,8 +666,26 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     /** Profiling passes of {@link Builder#splitByMeasuredTimes}: the first warms up. */
     static final int PROFILE_STEPS = 4;
 
-    /** Builder: {@code PipelineParallelTrainer.builder(model).ranks(2).microbatches(8).build()}. */
-    public static final class Builder {
+    /**
+     * Builder: {@code PipelineParallelTrainer.builder(model).ranks(2).microbatches(8).build()}. The options every
+     * trainer takes (group, timeout, meters, step listeners, timeline) are {@link TrainerBuilder}'s.
+     *
+     * <p>Group mode ({@link #group}): this process (or thread) is one rank of {@code group}, which runs
+     * {@code dataParallel x ranks} ranks laid out as in thread mode (world rank {@code d * pp + p} is
+     * pipeline rank {@code p} of replica {@code d}); {@code ranks} defaults to the group's size divided
+     * by {@code dataParallel}. Every rank runs the same program: it builds the same network (same seed
+     * or file; checked at {@code build()}, with the other settings), and passes the same batches to
+     * {@code fit} in the same order (checked before every step by a CRC-32C of each batch: a mismatch
+     * fails on every rank before anything trains). Each rank trains only its own stages, on the
+     * caller's thread; every rank's {@link PipelineParallelTrainer#lastStep()} holds the same loss and
+     * replica 0's timelines, gathered after each step, as in thread mode; {@code copyParametersTo} is collective and leaves the whole
+     * trained network in every rank's target. The result equals thread mode's bitwise. With a split by
+     * measured times every rank measures, and rank 0's split is used. For one JVM per rank started by
+     * {@code symmem4j-run} (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The
+     * group must live on a host transport (DL4J's CPU activations are host memory) and stays the
+     * caller's to close, after the trainer. {@link #timeout} does not apply (the group's own does).
+     */
+    public static final class Builder extends TrainerBuilder<Builder, StepListener> {
         /** The network to train; for a graph, the chain network made from it at build(). */
         private MultiLayerNetwork network;
         private final ComputationGraph graph;
@@ -681,12 +696,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         private int stagesPerRank = 1;
         private int[] stageBoundaries;
         private int linkSlots;
-        /** Group, timeout, meters, step listeners and ND4J threads: what every trainer's builder takes. */
-        private final TrainerOptions<StepListener> options = new TrainerOptions<>();
         private InputType inputType;
         private DataSet profileSample;
         private StageProfile profile;
-        private int timelineSteps;
 
         private Builder(MultiLayerNetwork network, ComputationGraph graph) {
             this.network = network;
@@ -705,30 +717,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 throw new IllegalArgumentException("ranks=" + ranks + " expected ranks >= 1");
             }
             this.ranks = ranks;
-            return this;
-        }
-
-        /**
-         * Group mode: this process (or thread) is one rank of {@code group}, which runs
-         * {@code dataParallel x ranks} ranks laid out as in thread mode (world rank {@code d * pp + p} is
-         * pipeline rank {@code p} of replica {@code d}); {@code ranks} defaults to the group's size divided
-         * by {@code dataParallel}. Every rank runs the same program: it builds the same network (same seed
-         * or file; checked at {@code build()}, with the other settings), and passes the same batches to
-         * {@code fit} in the same order (checked before every step by a CRC-32C of each batch: a mismatch
-         * fails on every rank before anything trains). Each rank trains only its own stages, on the
-         * caller's thread; every rank's {@link PipelineParallelTrainer#lastStep()} holds the same loss and
-         * replica 0's timelines, gathered after each step, as in thread mode; {@code copyParametersTo} is collective and leaves the whole
-         * trained network in every rank's target. The result equals thread mode's bitwise. With a split by
-         * measured times every rank measures, and rank 0's split is used. For one JVM per rank started by
-         * {@code symmem4j-run} (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The
-         * group must live on a host transport (DL4J's CPU activations are host memory) and stays the
-         * caller's to close, after the trainer. {@link #timeout} does not apply (the group's own does).
-         *
-         * @param group the group of every pipeline rank of every replica, this rank's view of it
-         * @return this builder
-         */
-        public Builder group(Group group) {
-            options.group(group);
             return this;
         }
 
@@ -832,55 +820,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * @throws IllegalArgumentException when {@code threads} is below 1
          */
         public Builder ompThreadsPerRank(int threads) {
-            options.ndThreadsPerRank("ompThreadsPerRank", threads, "expected >= 1");
-            return this;
-        }
-
-        /**
-         * How long a rank waits for another before failing (default 60 s).
-         *
-         * @param timeout the bound of every wait for another rank; positive
-         * @return this builder
-         * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
-         */
-        public Builder timeout(Duration timeout) {
-            options.timeout(timeout, "expected a positive duration (default 60 s)");
-            return this;
-        }
-
-        /**
-         * Records pipeline metrics into {@code registry} (names in {@link PipelineMetrics}, tags
-         * {@code schedule} and {@code transport}); {@code tags} go on every meter (for example
-         * {@code application}).
-         *
-         * @param registry any Micrometer registry
-         * @param tags     added to every meter
-         * @return this builder
-         */
-        public Builder meterRegistry(MeterRegistry registry, Iterable<Tag> tags) {
-            options.meterRegistry(registry, tags);
-            return this;
-        }
-
-        /**
-         * Records pipeline metrics into {@code registry}, without extra tags.
-         *
-         * @param registry any Micrometer registry
-         * @return this builder
-         */
-        public Builder meterRegistry(MeterRegistry registry) {
-            return meterRegistry(registry, Tags.empty());
-        }
-
-        /**
-         * Called after every step with its loss and timelines.
-         *
-         * @param listener called on the thread that called {@code fit}
-         * @return this builder
-         */
-        public Builder stepListener(StepListener listener) {
-            options.stepListener(listener);
-            return this;
+            return ndThreadsPerRank("ompThreadsPerRank", threads);
         }
 
         /**
@@ -925,23 +865,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
 
         /**
-         * Records every step's timelines, up to {@code maxSteps} steps, into one Chrome trace of the
-         * whole run ({@link PipelineParallelTrainer#runTimeline()}); about 100 bytes per event, a few
-         * dozen events per rank and step.
-         *
-         * @param maxSteps the most steps recorded, at least 1
-         * @return this builder
-         * @throws IllegalArgumentException when {@code maxSteps} is below 1
-         */
-        public Builder recordTimeline(int maxSteps) {
-            if (maxSteps < 1) {
-                throw new IllegalArgumentException("recordTimeline maxSteps=" + maxSteps + " expected >= 1");
-            }
-            this.timelineSteps = maxSteps;
-            return this;
-        }
-
-        /**
          * Checks everything, splits the network and builds the stages (copies of the network's layers,
          * parameters, updater state and counters). Threads start at the first {@code fit}.
          *
@@ -950,7 +873,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
          * @return the trainer; close it to stop its threads and free its memory
          */
         public PipelineParallelTrainer build() {
-            Group group = options.group();
+            Group group = options().group();
             if (group != null) {
                 checkGroup();
             }
@@ -1005,7 +928,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             if (profileSample != null) {
                 // a replica's microbatch is 1/(microbatches x replicas) of the batch
                 measured = StageProfile.measure(network, profileSample, microbatches * dataParallel, PROFILE_STEPS,
-                        options.ndThreadsPerRank(ranks * dataParallel), inputType);
+                        options().ndThreadsPerRank(ranks * dataParallel), inputType);
             }
             PipelineStageSplit split;
             if (stageBoundaries != null) {
@@ -1018,12 +941,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             if (group != null) {
                 split = agreeAcrossRanks(split, measured != null, slots);
             }
-            return new PipelineParallelTrainer(this, split, generated, shape, slots, measured);
+            return new PipelineParallelTrainer(this, options(), split, generated, shape, slots, measured);
         }
 
         /** Group mode: a host transport, and ranks x dataParallel = the group's size (ranks defaulting to it). */
         private void checkGroup() {
-            Group group = options.group();
+            Group group = options().group();
             if (!group.transport().name().equals(group.hostTransport().name())) {
                 throw new IllegalArgumentException("group(...) on transport " + group.transport().name() + ": expected a host"
                         + " transport (" + group.hostTransport().name() + "): the stages' activations are DL4J CPU arrays in"
@@ -1058,7 +981,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                     + schedule + ", stagesPerRank=" + stagesPerRank + ", ranks=" + ranks + ", dataParallel=" + dataParallel
                     + ", microbatches=" + microbatches + ", linkSlots=" + slots
                     + (measured ? ", split by measured times" : ", stage boundaries " + boundaries);
-            String rank0 = GroupExchange.agreeOnBuild(options.group(), boundaries.toString(), description);
+            String rank0 = GroupExchange.agreeOnBuild(options().group(), boundaries.toString(), description);
             if (!measured || rank0.contentEquals(boundaries)) {
                 return split;
             }
