@@ -141,8 +141,13 @@ public abstract class TrainerBuilder<B extends TrainerBuilder<B, L>, L> {
         return options;
     }
 
+    /**
+     * This builder, as the trainer's builder type, for the methods a subclass adds to return.
+     *
+     * @return this builder
+     */
     @SuppressWarnings("unchecked")
-    private B self() {
+    protected final B self() {
         return (B) this;
     }
 }
