@@ -349,7 +349,7 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         }
         InJvmWorld world = InJvmWorld.create(numConsumers, GroupOptions.defaults().withTimeout(timeout)
                 .withIdleStrategy(() -> new BackoffIdleStrategy(BackoffIdleStrategy.DEFAULT_MAX_SPINS,
-                        BackoffIdleStrategy.DEFAULT_MAX_YIELDS, BackoffIdleStrategy.DEFAULT_MIN_PARK_NANOS, SymmemParallelWrapper.MAX_PARK_NANOS)));
+                        BackoffIdleStrategy.DEFAULT_MAX_YIELDS, BackoffIdleStrategy.DEFAULT_MIN_PARK_NANOS, DataParallelWorkers.MAX_PARK_NANOS)));
         // release: publishes the new world to the trainers' acquire read of `round` in the hook
         round = new Round(world, numConsumers, ++generations);
     }

@@ -154,17 +154,17 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private String failed;
     private boolean closed;
 
-    PipelineParallelTrainer(PipelineParallelTrainerBuilder b, PipelineModel model, PipelineStageSplit split, Schedule schedule, PipelineShape shape,
-                                    int linkSlots, StageProfile profile) {
+    PipelineParallelTrainer(PipelineParallelTrainerBuilder b, TrainerOptions<StepListener> o, PipelineModel model,
+                            PipelineStageSplit split, Schedule schedule, PipelineShape shape, int linkSlots,
+                            StageProfile profile) {
         this.split = split;
         this.inputType = b.inputType;
         this.profile = profile;
-        this.runTimeline = b.timelineSteps > 0 ? new RunTimeline(b.timelineSteps) : null;
+        this.runTimeline = o.timelineSteps() > 0 ? new RunTimeline(o.timelineSteps()) : null;
         this.scheduleKind = b.schedule;
         this.schedule = schedule;
         this.shape = shape;
         this.linkSlots = linkSlots;
-        TrainerOptions<StepListener> o = b.options;
         this.timeout = o.timeout();
         this.dataParallel = b.dataParallel;
         this.group = o.group();

@@ -1,31 +1,42 @@
 package org.symmem4j.dl4j.pipeline;
 
-import io.micrometer.core.instrument.MeterRegistry;
-import io.micrometer.core.instrument.Tag;
-import io.micrometer.core.instrument.Tags;
-import java.time.Duration;
 import java.util.Arrays;
 import java.util.Objects;
-import org.deeplearning4j.core.storage.StatsStorageRouter;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
-import org.deeplearning4j.optimize.api.TrainingListener;
 import org.nd4j.linalg.dataset.api.DataSet;
-import org.symmem4j.dl4j.train.ListenerOptions;
-import org.symmem4j.dl4j.train.TrainerOptions;
+import org.symmem4j.dl4j.train.TrainerBuilder;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.pipeline.channel.LinkPlan;
-import org.symmem4j.pipeline.exec.PipelineMetrics;
 import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
 
 /**
  * The builder of a {@link PipelineParallelTrainer}:
- * {@code PipelineParallelTrainer.builder(model).ranks(2).microbatches(8).build()}.
+ * {@code PipelineParallelTrainer.builder(model).ranks(2).microbatches(8).build()}. The options every
+ * trainer takes (group, timeout, meters, step listeners, DL4J listeners, timeline) are {@link TrainerBuilder}'s.
+ *
+ * <p>Group mode ({@link #group}): this process (or thread) is one rank of {@code group}, which runs
+ * {@code dataParallel x ranks} ranks laid out as in thread mode (world rank {@code d * pp + p} is
+ * pipeline rank {@code p} of replica {@code d}); {@code ranks} defaults to the group's size divided
+ * by {@code dataParallel}. Every rank runs the same program: it builds the same network (same seed
+ * or file; checked at {@code build()}, with the other settings), and passes the same batches to
+ * {@code fit} in the same order (checked before every step by a CRC-32C of each batch: a mismatch
+ * fails on every rank before anything trains). Each rank trains only its own stages, on the
+ * caller's thread; every rank's {@link PipelineParallelTrainer#lastStep()} holds the same loss and
+ * replica 0's timelines, gathered after each step, as in thread mode; at the end of every {@code fit} every
+ * rank's model gets the whole trained network (a collective gather from the stages' owners). The result equals
+ * thread mode's bitwise. With a split by
+ * measured times every rank measures, and rank 0's split is used. For one JVM per rank started by
+ * {@code symmem4j-run} (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The
+ * group must live on a host transport (DL4J's CPU activations are host memory) and stays the
+ * caller's to close, after the trainer. {@link #timeout} does not apply (the group's own does).
+ * Group mode refuses DL4J listeners (see {@link PipelineParallelTrainer}).
  */
-public final class PipelineParallelTrainerBuilder {
+public final class PipelineParallelTrainerBuilder
+        extends TrainerBuilder<PipelineParallelTrainerBuilder, PipelineParallelTrainer.StepListener> {
 
     /** Profiling passes of {@link #splitByMeasuredTimes}: the first warms up. */
     static final int PROFILE_STEPS = 4;
@@ -40,14 +51,9 @@ public final class PipelineParallelTrainerBuilder {
     private int stagesPerRank = 1;
     private int[] stageBoundaries;
     private int linkSlots;
-    /** Group, timeout, meters, step listeners and ND4J threads: what every trainer's builder takes. */
-    final TrainerOptions<PipelineParallelTrainer.StepListener> options = new TrainerOptions<>();
-    /** The listeners attached to the model at build() and their stats router. */
-    private final ListenerOptions listeners = new ListenerOptions();
     InputType inputType;
     private DataSet profileSample;
     private StageProfile profile;
-    int timelineSteps;
 
     PipelineParallelTrainerBuilder(MultiLayerNetwork network, ComputationGraph graph) {
         this.network = network;
@@ -66,30 +72,6 @@ public final class PipelineParallelTrainerBuilder {
             throw new IllegalArgumentException("ranks=" + ranks + " expected ranks >= 1");
         }
         this.ranks = ranks;
-        return this;
-    }
-
-    /**
-     * Group mode: this process (or thread) is one rank of {@code group}, which runs
-     * {@code dataParallel x ranks} ranks laid out as in thread mode (world rank {@code d * pp + p} is
-     * pipeline rank {@code p} of replica {@code d}); {@code ranks} defaults to the group's size divided
-     * by {@code dataParallel}. Every rank runs the same program: it builds the same network (same seed
-     * or file; checked at {@code build()}, with the other settings), and passes the same batches to
-     * {@code fit} in the same order (checked before every step by a CRC-32C of each batch: a mismatch
-     * fails on every rank before anything trains). Each rank trains only its own stages, on the
-     * caller's thread; every rank's {@link PipelineParallelTrainer#lastStep()} holds the same loss and
-     * replica 0's timelines, gathered after each step, as in thread mode; {@code copyParametersTo} is collective and leaves the whole
-     * trained network in every rank's target. The result equals thread mode's bitwise. With a split by
-     * measured times every rank measures, and rank 0's split is used. For one JVM per rank started by
-     * {@code symmem4j-run} (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The
-     * group must live on a host transport (DL4J's CPU activations are host memory) and stays the
-     * caller's to close, after the trainer. {@link #timeout} does not apply (the group's own does).
-     *
-     * @param group the group of every pipeline rank of every replica, this rank's view of it
-     * @return this builder
-     */
-    public PipelineParallelTrainerBuilder group(Group group) {
-        options.group(group);
         return this;
     }
 
@@ -193,84 +175,7 @@ public final class PipelineParallelTrainerBuilder {
      * @throws IllegalArgumentException when {@code threads} is below 1
      */
     public PipelineParallelTrainerBuilder ompThreadsPerRank(int threads) {
-        options.ndThreadsPerRank("ompThreadsPerRank", threads, "expected >= 1");
-        return this;
-    }
-
-    /**
-     * How long a rank waits for another before failing (default 60 s).
-     *
-     * @param timeout the bound of every wait for another rank; positive
-     * @return this builder
-     * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
-     */
-    public PipelineParallelTrainerBuilder timeout(Duration timeout) {
-        options.timeout(timeout, "expected a positive duration (default 60 s)");
-        return this;
-    }
-
-    /**
-     * Records pipeline metrics into {@code registry} (names in {@link PipelineMetrics}, tags
-     * {@code schedule} and {@code transport}); {@code tags} go on every meter (for example
-     * {@code application}).
-     *
-     * @param registry any Micrometer registry
-     * @param tags     added to every meter
-     * @return this builder
-     */
-    public PipelineParallelTrainerBuilder meterRegistry(MeterRegistry registry, Iterable<Tag> tags) {
-        options.meterRegistry(registry, tags);
-        return this;
-    }
-
-    /**
-     * Records pipeline metrics into {@code registry}, without extra tags.
-     *
-     * @param registry any Micrometer registry
-     * @return this builder
-     */
-    public PipelineParallelTrainerBuilder meterRegistry(MeterRegistry registry) {
-        return meterRegistry(registry, Tags.empty());
-    }
-
-    /**
-     * Called after every step with its loss and timelines.
-     *
-     * @param listener called on the thread that called {@code fit}
-     * @return this builder
-     */
-    public PipelineParallelTrainerBuilder stepListener(PipelineParallelTrainer.StepListener listener) {
-        options.stepListener(listener);
-        return this;
-    }
-
-    /**
-     * Attaches {@code listeners} to the model at {@link #build()}: the trainer calls them, with the model's own, as
-     * DL4J's {@code fit} calls them for one model trained on each step's batch (see
-     * {@link PipelineParallelTrainer}). A listener already attached is not added twice; calls add up. Listeners
-     * that report to a StatsStorageRouter (the UI's {@code StatsListener}) need one: give it with
-     * {@link #listeners(StatsStorageRouter, TrainingListener...)}, or build them with their storage.
-     *
-     * @param listeners DL4J listeners, called as {@code fit()} calls them
-     * @return this builder
-     */
-    public PipelineParallelTrainerBuilder listeners(TrainingListener... listeners) {
-        this.listeners.add(listeners);
-        return this;
-    }
-
-    /**
-     * {@link #listeners(TrainingListener...)} with a router for the listeners that send reports
-     * ({@code RoutingIterationListener}s such as {@code StatsListener}) and have none of their own, as
-     * {@code ParallelWrapper.setListeners(StatsStorageRouter, ...)}.
-     *
-     * @param router    where {@code RoutingIterationListener}s without a router of their own report
-     * @param listeners DL4J listeners, called as {@code fit()} calls them
-     * @return this builder
-     */
-    public PipelineParallelTrainerBuilder listeners(StatsStorageRouter router, TrainingListener... listeners) {
-        this.listeners.router(router);
-        return listeners(listeners);
+        return ndThreadsPerRank("ompThreadsPerRank", threads);
     }
 
     /**
@@ -315,23 +220,6 @@ public final class PipelineParallelTrainerBuilder {
     }
 
     /**
-     * Records every step's timelines, up to {@code maxSteps} steps, into one Chrome trace of the
-     * whole run ({@link PipelineParallelTrainer#runTimeline()}); about 100 bytes per event, a few
-     * dozen events per rank and step.
-     *
-     * @param maxSteps the most steps recorded, at least 1
-     * @return this builder
-     * @throws IllegalArgumentException when {@code maxSteps} is below 1
-     */
-    public PipelineParallelTrainerBuilder recordTimeline(int maxSteps) {
-        if (maxSteps < 1) {
-            throw new IllegalArgumentException("recordTimeline maxSteps=" + maxSteps + " expected >= 1");
-        }
-        this.timelineSteps = maxSteps;
-        return this;
-    }
-
-    /**
      * Checks everything, splits the network and builds the stages (copies of the network's layers,
      * parameters, updater state and counters). Threads start at the first {@code fit}.
      *
@@ -340,7 +228,7 @@ public final class PipelineParallelTrainerBuilder {
      * @return the trainer; close it to stop its threads and free its memory
      */
     public PipelineParallelTrainer build() {
-        Group group = options.group();
+        Group group = options().group();
         if (group != null) {
             checkGroup();
         }
@@ -395,7 +283,7 @@ public final class PipelineParallelTrainerBuilder {
         if (profileSample != null) {
             // a replica's microbatch is 1/(microbatches x replicas) of the batch
             measured = StageProfile.measure(network, profileSample, microbatches * dataParallel, PROFILE_STEPS,
-                    options.ndThreadsPerRank(ranks * dataParallel), inputType);
+                    options().ndThreadsPerRank(ranks * dataParallel), inputType);
         }
         PipelineStageSplit split;
         if (stageBoundaries != null) {
@@ -410,13 +298,13 @@ public final class PipelineParallelTrainerBuilder {
         }
         PipelineModel model = new PipelineModel(network, graph, split);
         // refuses what the trainer cannot call as fit() would, leaving the model's listeners as they were
-        listeners.attachTo(model, l -> PipelineParallelTrainer.refuseInGroupMode(group, l));
-        return new PipelineParallelTrainer(this, model, split, generated, shape, slots, measured);
+        listenerOptions().attachTo(model, l -> PipelineParallelTrainer.refuseInGroupMode(group, l));
+        return new PipelineParallelTrainer(this, options(), model, split, generated, shape, slots, measured);
     }
 
     /** Group mode: a host transport, and ranks x dataParallel = the group's size (ranks defaulting to it). */
     private void checkGroup() {
-        Group group = options.group();
+        Group group = options().group();
         if (!group.transport().name().equals(group.hostTransport().name())) {
             throw new IllegalArgumentException("group(...) on transport " + group.transport().name() + ": expected a host"
                     + " transport (" + group.hostTransport().name() + "): the stages' activations are DL4J CPU arrays in"
@@ -451,7 +339,7 @@ public final class PipelineParallelTrainerBuilder {
                 + schedule + ", stagesPerRank=" + stagesPerRank + ", ranks=" + ranks + ", dataParallel=" + dataParallel
                 + ", microbatches=" + microbatches + ", linkSlots=" + slots
                 + (measured ? ", split by measured times" : ", stage boundaries " + boundaries);
-        String rank0 = GroupExchange.agreeOnBuild(options.group(), boundaries.toString(), description);
+        String rank0 = GroupExchange.agreeOnBuild(options().group(), boundaries.toString(), description);
         if (!measured || rank0.contentEquals(boundaries)) {
             return split;
         }

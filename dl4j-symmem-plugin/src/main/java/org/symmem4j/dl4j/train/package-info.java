@@ -8,9 +8,10 @@
  *   <li>{@link org.symmem4j.dl4j.train.StepListener} and {@link org.symmem4j.dl4j.train.TrainingStep}: the step
  *       listener and what every step report says (step, examples, loss); each trainer's listener and report extend
  *       them.</li>
- *   <li>{@link org.symmem4j.dl4j.train.TrainerOptions}: the options every trainer's builder takes (group mode's group,
- *       timeout, meter registry and tags, step listeners, ND4J threads per rank), kept and checked in one place; each
- *       builder keeps its own public methods and delegates to it.</li>
+ *   <li>{@link org.symmem4j.dl4j.train.TrainerBuilder} and {@link org.symmem4j.dl4j.train.TrainerOptions}: the
+ *       options every trainer's builder takes (group mode's group, timeout, meter registry and tags, step listeners,
+ *       the run's timeline, ND4J threads per rank), declared once in the builder base every trainer's builder extends,
+ *       and kept and checked in one place, which the trainer reads.</li>
  *   <li>{@link org.symmem4j.dl4j.train.RankFailures}: a step's failures on several ranks merged into one exception,
  *       the origin's, the echoes it caused suppressed.</li>
  *   <li>{@link org.symmem4j.dl4j.train.RankRuntime}: a rank run by a thread of its own (open, a task queue, ready,
