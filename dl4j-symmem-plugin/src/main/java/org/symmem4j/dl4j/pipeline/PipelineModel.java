@@ -66,6 +66,10 @@ final class PipelineModel implements ListenedModel {
 
     /** The stages take the user's model's state (parameters, updater state, counters). */
     void giveTo(List<Dl4jPipelineStage> stages) {
+        giveTo(stages, true);
+    }
+
+    private void giveTo(List<Dl4jPipelineStage> stages, boolean withUpdaterState) {
         INDArray params = model().params();
         for (int s = 0; s < stages.size(); s++) {
             long from = split.parameterOffset(s);
@@ -73,11 +77,29 @@ final class PipelineModel implements ListenedModel {
             MultiLayerNetwork stage = stages.get(s).network();
             if (count > 0) {
                 stage.params().assign(PipelineStageSplit.slice(params, from, from + count));
-                UpdaterStateCopy.copy(updater(), stage.getUpdater(true), from, 0, count);
+                if (withUpdaterState) {
+                    UpdaterStateCopy.copy(updater(), stage.getUpdater(true), from, 0, count);
+                }
             }
             stage.setIterationCount(iterationCount());
             stage.setEpochCount(epochCount());
         }
+    }
+
+    /**
+     * A checkpoint's restore: the model takes {@code saved}'s parameters and counters and the updater state that
+     * {@code replicas}' first stages read from the shards; then every replica takes the model's whole state.
+     */
+    void restoreFrom(Model saved, List<List<Dl4jPipelineStage>> replicas) {
+        model().params().assign(saved.params());
+        boolean graphSaved = saved instanceof ComputationGraph;
+        setIterationCount(graphSaved ? ((ComputationGraph) saved).getConfiguration().getIterationCount()
+                : ((MultiLayerNetwork) saved).getIterationCount());
+        setEpochCount(graphSaved ? ((ComputationGraph) saved).getConfiguration().getEpochCount()
+                : ((MultiLayerNetwork) saved).getEpochCount());
+        giveTo(replicas.getFirst(), false); // parameters and counters beside the restored updater state
+        takeFrom(replicas.getFirst());
+        replicas.forEach(this::giveTo);
     }
 
     /** The model's gradient view takes every stage's {@code part} (the gradient before the step, or the update). */

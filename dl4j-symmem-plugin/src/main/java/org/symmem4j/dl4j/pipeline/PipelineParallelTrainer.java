@@ -1,5 +1,7 @@
 package org.symmem4j.dl4j.pipeline;
 
+import java.io.IOException;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -274,9 +276,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         requireUsable();
         ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
         refuseInGroupMode(group, listeners);
-        if (!model.holds(stages)) {
-            replicaStages.forEach(model::giveTo); // the model was changed since the last fit: the stages take its state
-        }
+        takeModelIfChanged();
         if (!listeners.isEmpty()) {
             model.ensureGradientView();
             model.exposeGradientView();
@@ -309,6 +309,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 }
             }
             model.setEpochCount(model.epochCount() + 1);
+        }
+    }
+
+    /** If the model was changed since the last fit, the stages take its state. */
+    private void takeModelIfChanged() {
+        if (!model.holds(stages)) {
+            replicaStages.forEach(model::giveTo);
         }
     }
 
@@ -411,6 +418,43 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             throw new IllegalStateException("the pipeline failed (" + failed + "): its stages may or may not have"
                     + " applied the failed step, so their parameters are not copied; train again from a network you trust");
         }
+    }
+
+    /**
+     * Saves a checkpoint into {@code dir} (created when absent), of what the next {@code fit} would train from:
+     * one shard file per stage with its updater state, and {@code model.zip}, the whole network (or graph) with its
+     * updater state, which plain DL4J loads with {@code ModelSerializer.restoreMultiLayerNetwork(file, true)}
+     * ({@link PipelineCheckpoints}). Shard files of another stage count in {@code dir} are deleted. In group mode it
+     * is collective: every rank calls it with the same directory (one machine, or a file system they share); each
+     * rank of the first replica writes its own stages' files, rank 0 also {@code model.zip}, and every rank returns
+     * once all files are written.
+     *
+     * @param dir the checkpoint directory
+     * @throws IOException           when a file cannot be written
+     * @throws IllegalStateException after a failed step, or when the trainer is closed
+     */
+    public synchronized void saveCheckpoint(Path dir) throws IOException {
+        requireUsable();
+        takeModelIfChanged();
+        PipelineCheckpoints.save(dir, split, model, stages, group, shape.ranks());
+    }
+
+    /**
+     * Restores a checkpoint {@link #saveCheckpoint} wrote for the same stages (same network configuration, same
+     * split; the rank count, schedule and data parallelism may differ): the stages read their shards, the model and
+     * every stage then hold the saved parameters, updater state and counters, as after a {@code fit}. Everything is
+     * checked before anything changes (stage count, each stage's parameter range, data type, updater layout, equal
+     * counters in every file), with key=value refusals. In group mode it is collective: every rank reads every
+     * stage's file, and a rank whose files fail any check makes every rank throw, each model left as it was.
+     *
+     * @param dir a directory {@link #saveCheckpoint} wrote
+     * @throws IOException              when a file cannot be read, is truncated or fails its checksum
+     * @throws IllegalArgumentException when the checkpoint does not fit this trainer's stages
+     * @throws IllegalStateException    after a failed step, or when the trainer is closed
+     */
+    public synchronized void restoreCheckpoint(Path dir) throws IOException {
+        requireUsable();
+        PipelineCheckpoints.restore(dir, split, model, replicaStages, group);
     }
 
     /**

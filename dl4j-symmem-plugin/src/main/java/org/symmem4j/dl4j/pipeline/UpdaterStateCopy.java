@@ -1,5 +1,7 @@
 package org.symmem4j.dl4j.pipeline;
 
+import java.nio.charset.StandardCharsets;
+import java.util.zip.CRC32;
 import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
@@ -109,6 +111,29 @@ final class UpdaterStateCopy {
             }
         }
         return true;
+    }
+
+    /**
+     * Identifies an updater's state layout (its blocks' parameter and state ranges, and the parameters in each), so a
+     * checkpoint's state is only read into the layout it was saved from; 0 for a network without an updater.
+     */
+    static long fingerprint(Updater updater) {
+        BaseMultiLayerUpdater<?> base = blocks(updater);
+        if (base == null) {
+            return 0;
+        }
+        StringBuilder description = new StringBuilder();
+        for (UpdaterBlock block : base.getUpdaterBlocks()) {
+            description.append(block.getParamOffsetStart()).append('-').append(block.getParamOffsetEnd()).append(':')
+                    .append(block.getUpdaterViewOffsetStart()).append('-').append(block.getUpdaterViewOffsetEnd());
+            for (UpdaterBlock.ParamState param : block.getLayersAndVariablesInBlock()) {
+                description.append(',').append(param.getParamName());
+            }
+            description.append(';');
+        }
+        CRC32 crc = new CRC32();
+        crc.update(description.toString().getBytes(StandardCharsets.UTF_8));
+        return crc.getValue();
     }
 
     private static BaseMultiLayerUpdater<?> blocks(Updater updater) {
