@@ -5,7 +5,6 @@ import io.micrometer.core.instrument.Tag;
 import io.micrometer.core.instrument.Tags;
 import java.time.Duration;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
 
 /**
  * The builder methods every trainer takes, declared once: group mode, the bound of every wait, meters, step
@@ -48,15 +47,14 @@ public abstract class TrainerBuilder<B extends TrainerBuilder<B, L>, L> {
 
     /**
      * How long a rank (a worker, a pipeline rank) waits for another before failing (default
-     * {@link GroupOptions#defaults()}'s: 60 s, or {@code -Dsymmem4j.timeout.ms}).
+     * {@link TrainerOptions#defaultTimeout()}: 60 s, or {@code -Dsymmem4j.timeout.ms}).
      *
      * @param timeout the bound of every wait for another rank; positive
      * @return this builder
      * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
      */
     public B timeout(Duration timeout) {
-        options.timeout(timeout, "must be positive (default " + GroupOptions.DEFAULT_TIMEOUT.toSeconds()
-                + " s, or -Dsymmem4j.timeout.ms)");
+        options.timeout(timeout);
         return self();
     }
 
