@@ -406,16 +406,7 @@ abstract sealed class DataParallelBuilder
      * that layer instance saw, so each replica would set its own r and the replicas would part.
      */
     private static void refuseLayersWithReplicaState(ModelReplica model) {
-        List<org.deeplearning4j.nn.conf.layers.Layer> layers = new ArrayList<>();
-        switch (model) {
-            case ModelReplica.Mln m -> m.net().getLayerWiseConfigurations().getConfs().forEach(c -> layers.add(c.getLayer()));
-            case ModelReplica.Graph g -> g.net().getConfiguration().getVertices().values().forEach(v -> {
-                if (v instanceof org.deeplearning4j.nn.conf.graph.LayerVertex lv && lv.getLayerConf() != null) {
-                    layers.add(lv.getLayerConf().getLayer());
-                }
-            });
-        }
-        for (org.deeplearning4j.nn.conf.layers.Layer layer : layers) {
+        for (org.deeplearning4j.nn.conf.layers.Layer layer : model.layerConfigurations()) {
             if (layer instanceof org.deeplearning4j.nn.conf.ocnn.OCNNOutputLayer) {
                 throw new IllegalArgumentException("layer=" + layer.getLayerName() + " kind=OCNNOutputLayer cannot be"
                         + " trained by data-parallel replicas: DL4J resets its radius r each epoch from a window of the"

@@ -4,9 +4,6 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.function.Supplier;
 import org.nd4j.linalg.api.concurrency.AffinityManager;
 import org.nd4j.linalg.api.ndarray.INDArray;
@@ -103,38 +100,35 @@ final class DataParallelSteps {
         List<Object> activations = new ArrayList<>(k);
         List<Throwable> failures = new ArrayList<>();
         List<Integer> failedWorkers = new ArrayList<>();
-        long waitMillis = settings.timeout().multipliedBy(3).plusSeconds(30).toMillis();
+        Duration bound = RankFailures.stepResultBound(settings.timeout());
         for (int j = 0; j < local; j++) {
             int i = first + j;
+            DataParallelWorker.Result r;
             try {
-                DataParallelWorker.Result r = results.get(j).get(waitMillis, TimeUnit.MILLISECONDS);
-                if (finished != null) {
-                    finished.add(r);
-                }
-                if (i < k) {
-                    scores[i] = r.score();
-                    activations.add(r.activations());
-                }
-                if (j == 0) {
-                    regularization = r.regularization(); // the same parameters, so the same term, on every worker
-                    mergedMeanLoss = r.mergedMeanLoss();
-                }
-                stepNanos = Math.max(stepNanos, r.stepNanos());
-                syncNanos = Math.max(syncNanos, r.syncNanos());
-                lastSyncStart = Math.max(lastSyncStart, r.syncStart());
-                lastSyncEnd = Math.max(lastSyncEnd, r.syncEnd());
-                skipped |= r.skipped();
-            } catch (ExecutionException e) {
-                failures.add(e.getCause());
-                failedWorkers.add(i);
-            } catch (TimeoutException e) {
-                failures.add(new SymmemException("worker " + i + " did not finish step " + step + " within "
-                        + Duration.ofMillis(waitMillis) + " (a wait that ignores the timeout: this is a bug)"));
-                failedWorkers.add(i);
+                r = RankFailures.await(results.get(j), bound, "worker " + i, i, step, failures, failedWorkers);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 throw new SymmemException("interrupted while waiting for workers at step " + step, e);
             }
+            if (r == null) {
+                continue; // failed: its failure is among the failures
+            }
+            if (finished != null) {
+                finished.add(r);
+            }
+            if (i < k) {
+                scores[i] = r.score();
+                activations.add(r.activations());
+            }
+            if (j == 0) {
+                regularization = r.regularization(); // the same parameters, so the same term, on every worker
+                mergedMeanLoss = r.mergedMeanLoss();
+            }
+            stepNanos = Math.max(stepNanos, r.stepNanos());
+            syncNanos = Math.max(syncNanos, r.syncNanos());
+            lastSyncStart = Math.max(lastSyncStart, r.syncStart());
+            lastSyncEnd = Math.max(lastSyncEnd, r.syncEnd());
+            skipped |= r.skipped();
         }
         long collected = stamping ? System.nanoTime() : 0;
         if (!failures.isEmpty()) {

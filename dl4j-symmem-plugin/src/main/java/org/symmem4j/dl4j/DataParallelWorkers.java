@@ -1,17 +1,14 @@
 package org.symmem4j.dl4j;
 
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.sync.BackoffIdleStrategy;
@@ -50,6 +47,21 @@ final class DataParallelWorkers {
         this.metrics = metrics;
     }
 
+    /**
+     * The world of data-parallel workers that are threads of this JVM (thread mode, and DL4J's ParallelWrapper with
+     * {@link SymmemGradientsAccumulator}): every wait bounded by {@code timeout}, a waiter parking at most
+     * {@link #MAX_PARK_NANOS} at a time.
+     *
+     * @param workers the worker threads, one rank each
+     * @param timeout the bound of every wait
+     * @return a new world; its creator closes it
+     */
+    static InJvmWorld threadWorld(int workers, Duration timeout) {
+        return InJvmWorld.create(workers, GroupOptions.defaults().withTimeout(timeout)
+                .withIdleStrategy(() -> new BackoffIdleStrategy(BackoffIdleStrategy.DEFAULT_MAX_SPINS,
+                        BackoffIdleStrategy.DEFAULT_MAX_YIELDS, BackoffIdleStrategy.DEFAULT_MIN_PARK_NANOS, MAX_PARK_NANOS)));
+    }
+
     /** {@return whether the workers run (started, not stopped since)} */
     boolean running() {
         return workers != null;
@@ -76,10 +88,7 @@ final class DataParallelWorkers {
                     UpdaterLayout.variablesOf(model.dl4jUpdater()), model.trainables());
             logStateEntries(stateEntries);
             if (settings.group() == null) {
-                world = InJvmWorld.create(settings.workers(), GroupOptions.defaults().withTimeout(settings.timeout())
-                        .withIdleStrategy(() -> new BackoffIdleStrategy(BackoffIdleStrategy.DEFAULT_MAX_SPINS,
-                                BackoffIdleStrategy.DEFAULT_MAX_YIELDS, BackoffIdleStrategy.DEFAULT_MIN_PARK_NANOS,
-                                MAX_PARK_NANOS)));
+                world = threadWorld(settings.workers(), settings.timeout());
             }
             List<DataParallelWorker> started = new ArrayList<>();
             for (int r = settings.firstLocalRank(); r < settings.firstLocalRank() + settings.localWorkers(); r++) {
@@ -101,21 +110,7 @@ final class DataParallelWorkers {
                         settings, metrics, shardSource, stateEntries, progress));
             }
             workers = started;
-            for (DataParallelWorker w : workers) {
-                w.start();
-            }
-            try {
-                CompletableFuture.allOf(workers.stream().map(DataParallelWorker::ready).toArray(CompletableFuture[]::new))
-                        .get(settings.timeout().toMillis() + 10_000, TimeUnit.MILLISECONDS);
-            } catch (ExecutionException | TimeoutException e) {
-                stop();
-                throw new SymmemException("data-parallel workers failed to start: " + e.getMessage(),
-                        e instanceof ExecutionException ? e.getCause() : e);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                stop();
-                throw new SymmemException("interrupted while starting workers", e);
-            }
+            RankRuntime.startAll(workers, settings.timeout(), "data-parallel workers", this::stop);
             LOG.info("symmem4j data parallelism: " + settings.workers() + " workers"
                     + (settings.group() == null ? "" : " (rank " + settings.group().rank() + " of the group here, transport "
                     + settings.group().transport().name() + ")") + (settings.gpuMode()

@@ -293,6 +293,20 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
     /** Whether the network trains with truncated backpropagation through time (several updates per batch). */
     boolean truncatedBptt();
 
+    /** The configurations of the network's layers (graph: of its layer vertices), in the network's order. */
+    default List<org.deeplearning4j.nn.conf.layers.Layer> layerConfigurations() {
+        List<org.deeplearning4j.nn.conf.layers.Layer> layers = new ArrayList<>();
+        switch (this) {
+            case Mln m -> m.net().getLayerWiseConfigurations().getConfs().forEach(c -> layers.add(c.getLayer()));
+            case Graph g -> g.net().getConfiguration().getVertices().values().forEach(v -> {
+                if (v instanceof org.deeplearning4j.nn.conf.graph.LayerVertex lv && lv.getLayerConf() != null) {
+                    layers.add(lv.getLayerConf().getLayer());
+                }
+            });
+        }
+        return layers;
+    }
+
     /** The workspace mode of the network's training passes (its configuration's, read by DL4J at every fit). */
     WorkspaceMode trainingWorkspaceMode();
 

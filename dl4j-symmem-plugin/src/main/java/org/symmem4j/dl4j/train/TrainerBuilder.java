@@ -7,7 +7,6 @@ import java.time.Duration;
 import org.deeplearning4j.core.storage.StatsStorageRouter;
 import org.deeplearning4j.optimize.api.TrainingListener;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
 
 /**
  * The builder methods every trainer takes, declared once: group mode, the bound of every wait, meters, step
@@ -51,15 +50,14 @@ public abstract class TrainerBuilder<B extends TrainerBuilder<B, L>, L> {
 
     /**
      * How long a rank (a worker, a pipeline rank) waits for another before failing (default
-     * {@link GroupOptions#defaults()}'s: 60 s, or {@code -Dsymmem4j.timeout.ms}).
+     * {@link TrainerOptions#defaultTimeout()}: 60 s, or {@code -Dsymmem4j.timeout.ms}).
      *
      * @param timeout the bound of every wait for another rank; positive
      * @return this builder
      * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
      */
     public B timeout(Duration timeout) {
-        options.timeout(timeout, "must be positive (default " + GroupOptions.DEFAULT_TIMEOUT.toSeconds()
-                + " s, or -Dsymmem4j.timeout.ms)");
+        options.timeout(timeout);
         return self();
     }
 

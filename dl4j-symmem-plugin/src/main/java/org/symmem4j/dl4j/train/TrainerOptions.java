@@ -22,7 +22,7 @@ import org.symmem4j.parallel.Transport;
 public final class TrainerOptions<L> {
 
     private Group group;
-    private Duration timeout = GroupOptions.defaults().timeout();
+    private Duration timeout = defaultTimeout();
     private MeterRegistry registry;
     private Iterable<Tag> metricTags = Tags.empty();
     private final List<L> stepListeners = new ArrayList<>();
@@ -30,7 +30,7 @@ public final class TrainerOptions<L> {
     private int timelineSteps;
 
     /**
-     * Thread mode, the default timeout ({@link GroupOptions#defaults()}'s: 60 s, or {@code -Dsymmem4j.timeout.ms}), no
+     * Thread mode, the default timeout ({@link #defaultTimeout()}: 60 s, or {@code -Dsymmem4j.timeout.ms}), no
      * meters, no listeners, no timeline, ND4J's threads shared among the ranks.
      *
      * @throws IllegalArgumentException when {@code -Dsymmem4j.timeout.ms} is not a whole number of milliseconds
@@ -51,25 +51,35 @@ public final class TrainerOptions<L> {
     /**
      * The bound of every wait for another rank.
      *
-     * @param timeout     positive
-     * @param expectation the trainer's words for the rule and the default, after {@code timeout=<value>} in the refusal
+     * @param timeout positive
      * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
      */
-    public void timeout(Duration timeout, String expectation) {
-        this.timeout = requirePositive(timeout, expectation);
+    public void timeout(Duration timeout) {
+        this.timeout = requirePositive(timeout);
+    }
+
+    /**
+     * The default bound of every wait of every trainer: {@link GroupOptions#defaults()}'s, 60 s unless
+     * {@code -Dsymmem4j.timeout.ms} says otherwise.
+     *
+     * @return the default timeout, read now
+     * @throws IllegalArgumentException when {@code -Dsymmem4j.timeout.ms} is not a whole number of milliseconds
+     */
+    public static Duration defaultTimeout() {
+        return GroupOptions.defaults().timeout();
     }
 
     /**
      * Checks a trainer's timeout, the bound of every wait for another rank.
      *
-     * @param timeout     positive
-     * @param expectation the trainer's words for the rule and the default, after {@code timeout=<value>} in the refusal
+     * @param timeout positive
      * @return {@code timeout}
-     * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
+     * @throws IllegalArgumentException when {@code timeout} is null, zero or negative, saying so and the default
      */
-    public static Duration requirePositive(Duration timeout, String expectation) {
+    public static Duration requirePositive(Duration timeout) {
         if (timeout == null || timeout.isNegative() || timeout.isZero()) {
-            throw new IllegalArgumentException("timeout=" + timeout + " " + expectation);
+            throw new IllegalArgumentException("timeout=" + timeout + " must be positive (default "
+                    + GroupOptions.DEFAULT_TIMEOUT.toSeconds() + " s, or -Dsymmem4j.timeout.ms)");
         }
         return timeout;
     }
@@ -130,7 +140,7 @@ public final class TrainerOptions<L> {
         return group;
     }
 
-    /** {@return the bound of every wait for another rank (default {@link GroupOptions#defaults()}'s)} */
+    /** {@return the bound of every wait for another rank (default {@link #defaultTimeout()})} */
     public Duration timeout() {
         return timeout;
     }

@@ -14,6 +14,7 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.junit.jupiter.api.Test;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.symmem4j.dl4j.Nets;
+import org.symmem4j.dl4j.SymmemGradientsAccumulator;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainer;
 import org.symmem4j.gradsync.SyncMetrics;
@@ -82,11 +83,12 @@ class TrainerBuilderTest {
             System.setProperty(TIMEOUT_PROPERTY, "1234");
             assertEquals(Duration.ofMillis(1234), new Probe().seen().timeout());
             assertEquals(GroupOptions.defaults().timeout(), new Probe().seen().timeout());
-            // the trainers' builders read it as they start: a bad value fails there, naming the property
+            // every trainer's builder (and the ParallelWrapper accumulator's) reads it as it starts: a bad value fails
+            // there, naming the property
             MultiLayerNetwork net = Nets.mlp(Nets.updater("sgd"), DataType.FLOAT);
             System.setProperty(TIMEOUT_PROPERTY, "soon");
             List<Supplier<?>> starts = List.of(() -> SymmemParallelWrapper.builder(net),
-                    () -> PipelineParallelTrainer.builder(net), Probe::new);
+                    () -> PipelineParallelTrainer.builder(net), () -> SymmemGradientsAccumulator.builder(net), Probe::new);
             for (Supplier<?> start : starts) {
                 String message = assertThrows(IllegalArgumentException.class, start::get).getMessage();
                 assertTrue(message.contains("symmem4j.timeout.ms=soon"), message);
