@@ -249,7 +249,7 @@ public final class PipelineParallelExample {
                 double rate = (double) epochs * train.size() * batch / ((System.nanoTime() - start) / 1e9);
                 pipelineRates.put(name, rate);
                 PipelineStepReport last = trainer.lastStep();
-                trainer.copyParametersTo(net); // collective under a launcher: every rank's net gets the whole network
+                // net holds the trained network (under a launcher every rank's: gathered at the end of each fit)
                 if (printing) {
                     System.out.printf(Locale.ROOT, "%-34s loss %.4f  %8.0f examples/s  test accuracy %.3f%n",
                             "pipeline " + name, last.loss(), rate, net.evaluate(new ListIterator(test)).accuracy());

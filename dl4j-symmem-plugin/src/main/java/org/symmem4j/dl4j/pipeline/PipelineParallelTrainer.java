@@ -10,9 +10,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
@@ -103,7 +100,8 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  *
  * <p>If a rank fails during a step, every rank stops (the links are poisoned), {@code fit} throws a
  * {@link PipelineTrainingException} with that rank's exception, and the trainer is closed: stages may
- * or may not have applied that step's update.
+ * or may not have applied that step's update. The model then holds what it held before that {@code fit} (with
+ * listeners, the state of the last step they were shown).
  *
  * <p>With {@link PipelineParallelTrainerBuilder#meterRegistry} every step feeds {@link PipelineMetrics} (bubble, hand-off and
  * step latency, each rank's compute time, examples, loss, failures).
@@ -683,18 +681,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         List<StepTimeline> timelines = new ArrayList<>(workers.size());
         List<Throwable> failures = new ArrayList<>();
         List<Integer> failedRanks = new ArrayList<>();
-        // every wait inside a step is bounded by the group timeout; this bound only turns a bug into an error
-        long waitMillis = timeout.multipliedBy(3).plusSeconds(30).toMillis();
+        Duration bound = RankFailures.stepResultBound(timeout);
         for (int rank = 0; rank < results.size(); rank++) {
             try {
-                timelines.add(results.get(rank).get(waitMillis, TimeUnit.MILLISECONDS));
-            } catch (ExecutionException e) {
-                failures.add(e.getCause());
-                failedRanks.add(rank);
-            } catch (TimeoutException e) {
-                failures.add(new SymmemException("rank " + rank + " did not finish step " + step + " within "
-                        + Duration.ofMillis(waitMillis) + " (a wait that ignores the timeout: this is a bug)"));
-                failedRanks.add(rank);
+                timelines.add(RankFailures.await(results.get(rank), bound, "rank " + rank, rank, step, failures, failedRanks));
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
                 failures.add(new SymmemException("interrupted while waiting for rank " + rank + " at step " + step, e));
@@ -713,7 +703,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private StepTimeline runInGroup(StepPlan plan, long slotBytes) {
         if (local == null) {
             Nd4jThreadLimit.set(ompThreadsPerRank); // this process's rank: the process's cores unless set
-            local = PipelineRank.open(group, dataParallel, schedule, shape, linkSlots, stagesOfRank(stages, group.rank()));
+            local = PipelineRank.open(group, specOfRank(stages, group.rank()));
             LOG.info("symmem4j pipeline: rank " + group.rank() + " of " + group.worldSize() + " (" + group.transport().name()
                     + "), " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")
                     + ", schedule " + scheduleKind + ", link slots " + linkSlots + ", " + split);
@@ -726,16 +716,16 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     /**
-     * The stages world rank {@code rank} runs, of its replica's {@code replica}: pipeline rank
-     * {@code rank % pp} runs stages {@code rank % pp}, {@code rank % pp + pp}, ... (stage index to stage).
+     * What world rank {@code rank} runs, of its replica's stages {@code replica}: pipeline rank {@code rank % pp} runs
+     * stages {@code rank % pp}, {@code rank % pp + pp}, ...
      */
-    private Map<Integer, Dl4jPipelineStage> stagesOfRank(List<Dl4jPipelineStage> replica, int rank) {
+    private PipelineRank.Spec specOfRank(List<Dl4jPipelineStage> replica, int rank) {
         int pp = shape.ranks();
         Map<Integer, Dl4jPipelineStage> mine = new HashMap<>();
         for (int s = rank % pp; s < replica.size(); s += pp) {
             mine.put(s, replica.get(s));
         }
-        return mine;
+        return new PipelineRank.Spec(dataParallel, schedule, shape, linkSlots, mine);
     }
 
     /** Closes the trainer after a failed step; the exception carries the rank that caused the others to stop. */
@@ -766,25 +756,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         List<PipelineRankWorker> started = new ArrayList<>(dataParallel * pp);
         for (int rank = 0; rank < dataParallel * pp; rank++) {
             // row-major dp x pp mesh: world rank d * pp + p runs pipeline rank p of replica d
-            started.add(new PipelineRankWorker(rank, dataParallel, world, schedule, shape, linkSlots,
-                    stagesOfRank(replicaStages.get(rank / pp), rank)));
+            started.add(new PipelineRankWorker(rank, world, specOfRank(replicaStages.get(rank / pp), rank)));
         }
         workers = started;
-        for (PipelineRankWorker worker : workers) {
-            worker.start();
-        }
-        try {
-            CompletableFuture.allOf(workers.stream().map(PipelineRankWorker::ready).toArray(CompletableFuture[]::new))
-                    .get(timeout.toMillis() + 10_000, TimeUnit.MILLISECONDS);
-        } catch (ExecutionException | TimeoutException e) {
-            stopWorkers();
-            throw new SymmemException("pipeline ranks failed to start: " + e.getMessage(),
-                    e instanceof ExecutionException ? e.getCause() : e);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            stopWorkers();
-            throw new SymmemException("interrupted while starting pipeline ranks", e);
-        }
+        RankRuntime.startAll(workers, timeout, "pipeline ranks", this::stopWorkers);
         LOG.info("symmem4j pipeline: " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")
                 + ", schedule " + scheduleKind + ", link slots "
                 + linkSlots + ", ND4J threads per rank " + ompThreadsPerRank + ", " + split);

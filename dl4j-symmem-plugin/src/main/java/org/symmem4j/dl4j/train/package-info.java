@@ -10,8 +10,12 @@
  *       them.</li>
  *   <li>{@link org.symmem4j.dl4j.train.TrainerBuilder} and {@link org.symmem4j.dl4j.train.TrainerOptions}: the
  *       options every trainer's builder takes (group mode's group, timeout, meter registry and tags, step listeners,
- *       the run's timeline, ND4J threads per rank), declared once in the builder base every trainer's builder extends,
- *       and kept and checked in one place, which the trainer reads.</li>
+ *       DL4J listeners and their stats router ({@link org.symmem4j.dl4j.train.ListenerOptions}), the run's timeline,
+ *       ND4J threads per rank), declared once in the builder base every trainer's builder extends, and kept and
+ *       checked in one place, which the trainer reads.</li>
+ *   <li>{@link org.symmem4j.dl4j.train.ModelListeners} over a {@link org.symmem4j.dl4j.train.ListenedModel}: the
+ *       user's DL4J listeners called per step and epoch as plain {@code fit} calls them, the model holding each
+ *       step's state; {@link org.symmem4j.dl4j.train.StatsRouting}: the UI's stats router for them.</li>
  *   <li>{@link org.symmem4j.dl4j.train.RankFailures}: each rank's result of a step awaited (bounded), and the step's
  *       failures on several ranks merged into one exception, the origin's, the echoes it caused suppressed.</li>
  *   <li>{@link org.symmem4j.dl4j.train.RankRuntime}: a rank run by a thread of its own (open, a task queue, ready,
