@@ -17,9 +17,12 @@ import org.nd4j.linalg.factory.Nd4j;
 /**
  * The {@link TrainingListener}s attached to the user's model, called as DL4J's own {@code fit}
  * calls them for one model trained on the merged batch of each step (every worker's examples),
- * on the thread that called the wrapper's {@code fit}, with the user's model:
+ * on the thread that called the trainer's {@code fit}, with the user's model. Written for the
+ * data-parallel wrapper, whose terms (workers, replicas) it uses below; the pipeline trainer calls it
+ * the same way, its stages standing for the replicas ({@code PipelineParallelTrainer} says where it
+ * differs):
  * <ul>
- *   <li>{@code onEpochStart} / {@code onEpochEnd}: at the start and end of every wrapper
+ *   <li>{@code onEpochStart} / {@code onEpochEnd}: at the start and end of every trainer
  *       {@code fit(iterator)}, which is an epoch as DL4J's {@code fit(iterator)} is (at the end the
  *       model holds the fitted state; the epoch count moves on after {@code onEpochEnd}, as in DL4J);</li>
  *   <li>per step, once the workers finished it, in DL4J's order: {@code onForwardPass} with the
