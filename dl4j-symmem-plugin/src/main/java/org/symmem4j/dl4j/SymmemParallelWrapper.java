@@ -477,8 +477,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /**
      * Builder, in DL4J's style: {@code SymmemParallelWrapper.builder(model).workers(4).build()}. The options every
-     * trainer takes (group, timeout, meters, step listeners, timeline) are {@link TrainerBuilder}'s, the wrapper's
-     * own and their checks {@code DataParallelBuilder}'s.
+     * trainer takes (group, timeout, meters, step listeners, timeline) are {@link TrainerBuilder}'s.
      *
      * <p>Group mode ({@link #group}): this process (or thread) is one rank of {@code group} and trains as that rank's
      * worker; every other rank of the group runs the same program on the same model configuration
