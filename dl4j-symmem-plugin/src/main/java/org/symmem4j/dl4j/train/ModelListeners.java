@@ -65,12 +65,23 @@ public final class ModelListeners {
     /**
      * The listeners attached to {@code model} now, checked: refuses, before anything changes, a
      * listener the wrapper cannot call as plain {@code fit} would.
+     *
+     * @param model the user's model
+     * @return its listeners
+     * @throws IllegalArgumentException when the model trains with truncated BPTT and has listeners
      */
     public static ModelListeners of(ListenedModel model) {
         return of(model, model.listeners());
     }
 
-    /** {@link #of(ListenedModel)} for {@code attached}, listeners about to be attached to {@code model}. */
+    /**
+     * {@link #of(ListenedModel)} for {@code attached}, listeners about to be attached to {@code model}.
+     *
+     * @param model    the user's model
+     * @param attached the listeners it will have
+     * @return those listeners
+     * @throws IllegalArgumentException when the model trains with truncated BPTT and {@code attached} is not empty
+     */
     public static ModelListeners of(ListenedModel model, List<TrainingListener> attached) {
         check(model, attached);
         return new ModelListeners(List.copyOf(attached));
@@ -102,26 +113,37 @@ public final class ModelListeners {
         }
     }
 
+    /** {@return whether there are no listeners} */
     public boolean isEmpty() {
         return listeners.isEmpty();
     }
 
-    /** Whether some listener reads activations (overrides onForwardPass): workers then keep copies of theirs. */
+    /** {@return whether some listener reads activations (overrides onForwardPass): workers then keep copies of theirs} */
     public boolean needsActivations() {
         return needsActivations;
     }
 
-    /** Whether some listener reads the gradient before the update (overrides onGradientCalculation). */
+    /** {@return whether some listener reads the gradient before the update (overrides onGradientCalculation)} */
     public boolean needsGradient() {
         return needsGradient;
     }
 
+    /**
+     * Calls every listener's {@code onEpochStart}.
+     *
+     * @param model the user's model
+     */
     public void epochStart(Model model) {
         for (TrainingListener l : listeners) {
             l.onEpochStart(model);
         }
     }
 
+    /**
+     * Calls every listener's {@code onEpochEnd}.
+     *
+     * @param model the user's model
+     */
     public void epochEnd(Model model) {
         for (TrainingListener l : listeners) {
             l.onEpochEnd(model);
@@ -130,16 +152,20 @@ public final class ModelListeners {
 
     /** What a finished step gives the listeners. */
     public interface Step {
-        /** The step's batches, in worker order (active workers only). */
+        /** {@return the step's batches, in worker order (active workers only)} */
         List<Object> batches();
 
-        /** Each active worker's activations as DL4J passed them to onForwardPass (List or Map), when kept. */
+        /** {@return each active worker's activations as DL4J passed them to onForwardPass (List or Map), when kept} */
         List<Object> activations();
 
-        /** The merged batch's score. */
+        /** {@return the merged batch's score} */
         double score();
 
-        /** Writes the merged batch's gradient, as one model's onGradientCalculation sees it, into {@code target}. */
+        /**
+         * Writes the merged batch's gradient, as one model's onGradientCalculation sees it, into {@code target}.
+         *
+         * @param target the model's gradient view
+         */
         void assembleGradient(INDArray target);
 
         /** Gives the model the replicas' state after the step: parameters, updater state, counters, the update in its gradient view. */
@@ -149,7 +175,12 @@ public final class ModelListeners {
         void syncReplicasIfChanged();
     }
 
-    /** Calls the listeners for one finished step; the model's {@code gradient()} must show its gradient view. */
+    /**
+     * Calls the listeners for one finished step; the model's {@code gradient()} must show its gradient view.
+     *
+     * @param model the user's model
+     * @param step  the finished step
+     */
     public void step(ListenedModel model, Step step) {
         Model m = model.model();
         model.setInputAndLabels(merge(step.batches()));
