@@ -9,7 +9,6 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.concurrent.CompletableFuture;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
@@ -26,10 +25,7 @@ import org.symmem4j.dl4j.train.RankFailures;
 import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
-import org.symmem4j.parallel.SymmemException;
-import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
 import org.symmem4j.pipeline.exec.PipelineMetrics;
 import org.symmem4j.pipeline.exec.RunTimeline;
@@ -147,8 +143,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private PipelineRank local;
     /** Group mode: the step's agreement, loss and the stages' gather at {@link #copyParametersTo}. */
     private GroupExchange exchange;
-    private InJvmWorld world;
-    private List<PipelineRankWorker> workers;
+    /** Thread mode: the rank threads, started at the first step. */
+    private PipelineRankThreads threads;
     private long step;
     private PipelineStepReport lastStep;
     private String failed;
@@ -670,28 +666,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** Thread mode: every rank's task, then every rank's timeline (replica 0's pipeline ranks). */
     private List<StepTimeline> runOnThreads(List<StepPlan> plans, long slotBytes) {
-        ensureWorkers();
-        List<CompletableFuture<StepTimeline>> results = new ArrayList<>(workers.size());
-        for (int w = 0; w < workers.size(); w++) {
-            CompletableFuture<StepTimeline> result = new CompletableFuture<>();
-            results.add(result);
-            // world rank w is pipeline rank w % pp of replica w / pp
-            workers.get(w).submit(new PipelineRankWorker.Task(plans.get(w / shape.ranks()), slotBytes, result));
-        }
-        List<StepTimeline> timelines = new ArrayList<>(workers.size());
+        ensureThreads();
         List<Throwable> failures = new ArrayList<>();
         List<Integer> failedRanks = new ArrayList<>();
-        Duration bound = RankFailures.stepResultBound(timeout);
-        for (int rank = 0; rank < results.size(); rank++) {
-            try {
-                timelines.add(RankFailures.await(results.get(rank), bound, "rank " + rank, rank, step, failures, failedRanks));
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                failures.add(new SymmemException("interrupted while waiting for rank " + rank + " at step " + step, e));
-                failedRanks.add(rank);
-                break;
-            }
-        }
+        List<StepTimeline> timelines = threads.step(plans, slotBytes, step, timeout, failures, failedRanks);
         if (!failures.isEmpty()) {
             throw fail(failures, failedRanks);
         }
@@ -745,21 +723,19 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         return out;
     }
 
-    private void ensureWorkers() {
-        if (workers != null) {
+    private void ensureThreads() {
+        if (threads != null) {
             return;
         }
         // every rank runs ND4J ops at once: each gets its share of the cores (op and BLAS threads, process-wide)
         Nd4jThreadLimit.set(ompThreadsPerRank);
         int pp = shape.ranks();
-        world = InJvmWorld.create(dataParallel * pp, GroupOptions.defaults().withTimeout(timeout));
-        List<PipelineRankWorker> started = new ArrayList<>(dataParallel * pp);
+        List<PipelineRank.Spec> specs = new ArrayList<>(dataParallel * pp);
         for (int rank = 0; rank < dataParallel * pp; rank++) {
             // row-major dp x pp mesh: world rank d * pp + p runs pipeline rank p of replica d
-            started.add(new PipelineRankWorker(rank, world, specOfRank(replicaStages.get(rank / pp), rank)));
+            specs.add(specOfRank(replicaStages.get(rank / pp), rank));
         }
-        workers = started;
-        RankRuntime.startAll(workers, timeout, "pipeline ranks", this::stopWorkers);
+        threads = PipelineRankThreads.start(specs, pp, timeout);
         LOG.info("symmem4j pipeline: " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")
                 + ", schedule " + scheduleKind + ", link slots "
                 + linkSlots + ", ND4J threads per rank " + ompThreadsPerRank + ", " + split);
@@ -776,21 +752,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             exchange = null;
             return;
         }
-        if (workers == null) {
-            return;
+        if (threads != null) {
+            threads.stop();
+            threads = null;
         }
-        for (PipelineRankWorker worker : workers) {
-            worker.submit(new PipelineRankWorker.Task(null, 0, null));
-        }
-        for (PipelineRankWorker worker : workers) {
-            try {
-                worker.join();
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-        }
-        world.close();
-        workers = null;
-        world = null;
     }
 }
