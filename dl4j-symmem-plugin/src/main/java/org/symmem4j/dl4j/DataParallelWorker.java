@@ -55,7 +55,7 @@ import org.symmem4j.parallel.numeric.Reducer;
  * forward and backward passes only ({@link ModelReplica#computeGradient}), their gradients summed
  * into a buffer, and the last one's fit adds that sum to its own before the one sync of the step.
  *
- * <p>GPU mode (a group on a transport whose memory is a GPU's, {@link SymmemParallelWrapper.Settings#gpuMode()}): the
+ * <p>GPU mode (a group on a transport whose memory is a GPU's, {@link DataParallelSettings#gpuMode()}): the
  * replica's gradient view is ND4J's device memory, summed and divided on the device by {@link GpuGradientAveraging}
  * on ND4J's stream; the step's scalars (the loss, the non-finite verdicts) go over a host communicator of the group's
  * host transport, as in host group mode.
@@ -164,7 +164,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
      */
     private final SymmetricMemory gradientHome;
     private final ModelReplica replica;
-    private final SymmemParallelWrapper.Settings settings;
+    private final DataParallelSettings settings;
     private final SyncMetrics metrics;
     private final ShardSource shardSource;
     private final List<StateUpdateReduction.Entry> stateEntries;
@@ -213,7 +213,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
      *                         by {@link ModelReplica#newReplicaWithBackpropSignals}); null without overlap
      */
     DataParallelWorker(int rank, GroupSource groupSource, ModelReplica replica, SymmetricMemory gradientHome,
-                       SymmemParallelWrapper.Settings settings, SyncMetrics metrics, ShardSource shardSource,
+                       DataParallelSettings settings, SyncMetrics metrics, ShardSource shardSource,
                        List<StateUpdateReduction.Entry> stateEntries, BackpropProgress backpropProgress) {
         // the wrapper rebuilds its workers after a failed step: the thread stops at the first one
         super("symmem4j-worker-" + rank, task -> task.batch() == null, AfterFailure.STOP);
@@ -549,7 +549,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         for (int m = 0; m < batches.size(); m++) {
             Object batch = batches.get(m);
             replica.computeGradient(batch);
-            long n = SymmemParallelWrapper.examples(batch);
+            long n = MicroBatches.examples(batch);
             weightedScore += n * replica.score();
             examples += n;
             if (m == 0) {

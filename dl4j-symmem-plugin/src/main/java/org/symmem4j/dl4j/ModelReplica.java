@@ -17,6 +17,7 @@ import org.deeplearning4j.nn.graph.vertex.GraphVertex;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.dl4j.tensor.TensorParallel;
+import org.symmem4j.dl4j.train.ListenedModel;
 import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.deeplearning4j.optimize.api.TrainingListener;
 import org.nd4j.linalg.api.buffer.DataType;
@@ -32,7 +33,7 @@ import org.symmem4j.parallel.DType;
  * {@link ComputationGraph} alike: flat parameter, gradient and updater-state views, counters,
  * cloning and one training step.
  */
-sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
+sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, ModelReplica.Graph {
 
     static ModelReplica of(Model model) {
         if (model instanceof MultiLayerNetwork m) {
@@ -292,6 +293,20 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
     /** Whether the network trains with truncated backpropagation through time (several updates per batch). */
     boolean truncatedBptt();
 
+    /** The configurations of the network's layers (graph: of its layer vertices), in the network's order. */
+    default List<org.deeplearning4j.nn.conf.layers.Layer> layerConfigurations() {
+        List<org.deeplearning4j.nn.conf.layers.Layer> layers = new ArrayList<>();
+        switch (this) {
+            case Mln m -> m.net().getLayerWiseConfigurations().getConfs().forEach(c -> layers.add(c.getLayer()));
+            case Graph g -> g.net().getConfiguration().getVertices().values().forEach(v -> {
+                if (v instanceof org.deeplearning4j.nn.conf.graph.LayerVertex lv && lv.getLayerConf() != null) {
+                    layers.add(lv.getLayerConf().getLayer());
+                }
+            });
+        }
+        return layers;
+    }
+
     /** The workspace mode of the network's training passes (its configuration's, read by DL4J at every fit). */
     WorkspaceMode trainingWorkspaceMode();
 
@@ -303,40 +318,6 @@ sealed interface ModelReplica permits ModelReplica.Mln, ModelReplica.Graph {
      * fit does before an iteration; null clears them, as DL4J does after fit.
      */
     void setInputAndLabels(Object batch);
-
-    /**
-     * Makes {@code gradient()} return DL4J's view of the flat gradient view: one array per layer and
-     * parameter, keyed as DL4J keys them, as a network has after computing a gradient. DL4J has no
-     * setter for it (its fit sets the field while computing), so it is set by reflection.
-     */
-    default void exposeGradientView() {
-        Map<String, INDArray> views = new LinkedHashMap<>();
-        List<org.deeplearning4j.nn.api.Layer> layers = List.of(switch (this) {
-            case Mln m -> m.net().getLayers();
-            case Graph g -> g.net().getLayers();
-        });
-        for (int i = 0; i < layers.size(); i++) {
-            org.deeplearning4j.nn.api.Layer l = layers.get(i);
-            if (l.numParams() == 0) {
-                continue;
-            }
-            String prefix = this instanceof Mln ? String.valueOf(i) : l.conf().getLayer().getLayerName();
-            Map<String, INDArray> perParam = l.conf().getLayer().initializer()
-                    .getGradientsFromFlattened(l.conf(), l.getGradientsViewArray());
-            perParam.forEach((param, view) -> views.put(prefix + "_" + param, view));
-        }
-        org.deeplearning4j.nn.gradient.DefaultGradient gradient = new org.deeplearning4j.nn.gradient.DefaultGradient(gradientView());
-        views.forEach(gradient::setGradientFor);
-        Class<?> type = this instanceof Mln ? MultiLayerNetwork.class : ComputationGraph.class;
-        try {
-            java.lang.reflect.Field field = type.getDeclaredField("gradient");
-            field.setAccessible(true);
-            field.set(model(), gradient);
-        } catch (ReflectiveOperationException | RuntimeException e) {
-            throw new IllegalStateException("cannot set " + type.getSimpleName() + ".gradient (expected DL4J 1.0.0-M2.1's"
-                    + " protected field; found " + e + "): listeners that read model.gradient() need it", e);
-        }
-    }
 
     /** Parameters and counters of {@code source} copied into this replica (not the updater state). */
     default void copyParamsAndCountersFrom(ModelReplica source) {

@@ -11,7 +11,6 @@ import java.util.Map;
 import java.util.Objects;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.conf.WorkspaceMode;
-import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.optimize.api.BaseTrainingListener;
 import org.deeplearning4j.optimize.api.StepFunction;
@@ -30,14 +29,12 @@ import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.parallel.numeric.Reducer;
-import org.symmem4j.parallel.sync.BackoffIdleStrategy;
 
 /**
  * symmem4j's exact all-reduce inside DL4J's own {@link ParallelWrapper}: its {@code CUSTOM}
@@ -149,7 +146,7 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         this.policy = b.policy != null ? b.policy : AlgorithmPolicy.calibrated();
         this.metrics = new SyncMetrics(Transport.HOST_IN_JVM);
         this.userDividesByMinibatch = model.conf().isMiniBatch();
-        this.userTrainingWorkspaceMode = trainingWorkspaceMode(model);
+        this.userTrainingWorkspaceMode = ModelReplica.of(model).trainingWorkspaceMode();
     }
 
     /**
@@ -209,7 +206,7 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
     /** Options for {@link SymmemGradientsAccumulator}. */
     public static final class Builder {
         private final Model model;
-        private Duration timeout = GroupOptions.DEFAULT_TIMEOUT;
+        private Duration timeout = TrainerOptions.defaultTimeout();
         private AlgorithmPolicy policy;
         private long bucketBytes = 4L << 20;
 
@@ -218,15 +215,15 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         }
 
         /**
-         * How long a worker waits for its peers in an all-reduce before failing and naming them (default 60 s).
+         * How long a worker waits for its peers in an all-reduce before failing and naming them (default
+         * {@link TrainerOptions#defaultTimeout()}: 60 s, or {@code -Dsymmem4j.timeout.ms}).
          *
          * @param timeout positive
          * @return this builder
          * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
          */
         public Builder timeout(Duration timeout) {
-            this.timeout = TrainerOptions.requirePositive(timeout, "must be positive (default "
-                    + GroupOptions.DEFAULT_TIMEOUT + ")");
+            this.timeout = TrainerOptions.requirePositive(timeout);
             return this;
         }
 
@@ -302,16 +299,7 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
                     + " of all-reduces; expected backpropType=Standard (fix: train without truncated BPTT, or with"
                     + " plain fit())");
         }
-        List<org.deeplearning4j.nn.conf.layers.Layer> layers = new ArrayList<>();
-        switch (model) {
-            case ModelReplica.Mln m -> m.net().getLayerWiseConfigurations().getConfs().forEach(c -> layers.add(c.getLayer()));
-            case ModelReplica.Graph g -> g.net().getConfiguration().getVertices().values().forEach(v -> {
-                if (v instanceof org.deeplearning4j.nn.conf.graph.LayerVertex lv && lv.getLayerConf() != null) {
-                    layers.add(lv.getLayerConf().getLayer());
-                }
-            });
-        }
-        for (org.deeplearning4j.nn.conf.layers.Layer layer : layers) {
+        for (org.deeplearning4j.nn.conf.layers.Layer layer : model.layerConfigurations()) {
             if (layer instanceof org.deeplearning4j.nn.conf.ocnn.OCNNOutputLayer) {
                 throw new IllegalArgumentException("SymmemGradientsAccumulator: layer=" + layer.getLayerName()
                         + " kind=OCNNOutputLayer resets its radius each epoch from outputs kept in the layer instance"
@@ -347,9 +335,7 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
                     r.participants());
             r.world().close(); // frees every rank's pads and scratch (tracked by the world); the trainers are idle
         }
-        InJvmWorld world = InJvmWorld.create(numConsumers, GroupOptions.defaults().withTimeout(timeout)
-                .withIdleStrategy(() -> new BackoffIdleStrategy(BackoffIdleStrategy.DEFAULT_MAX_SPINS,
-                        BackoffIdleStrategy.DEFAULT_MAX_YIELDS, BackoffIdleStrategy.DEFAULT_MIN_PARK_NANOS, SymmemParallelWrapper.MAX_PARK_NANOS)));
+        InJvmWorld world = DataParallelWorkers.threadWorld(numConsumers, timeout);
         // release: publishes the new world to the trainers' acquire read of `round` in the hook
         round = new Round(world, numConsumers, ++generations);
     }
@@ -442,7 +428,7 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
             workers.clear();
         }
         userModel.conf().setMiniBatch(userDividesByMinibatch);
-        setTrainingWorkspaceMode(userModel, userTrainingWorkspaceMode);
+        ModelReplica.of(userModel).setTrainingWorkspaceMode(userTrainingWorkspaceMode);
         restoreUserUpdater();
     }
 
@@ -637,21 +623,6 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
 
         void close() {
             exchangeArena.close();
-        }
-    }
-
-    private static WorkspaceMode trainingWorkspaceMode(Model model) {
-        if (model instanceof MultiLayerNetwork m) {
-            return m.getLayerWiseConfigurations().getTrainingWorkspaceMode();
-        }
-        return ((ComputationGraph) model).getConfiguration().getTrainingWorkspaceMode();
-    }
-
-    private static void setTrainingWorkspaceMode(Model model, WorkspaceMode mode) {
-        if (model instanceof MultiLayerNetwork m) {
-            m.getLayerWiseConfigurations().setTrainingWorkspaceMode(mode);
-        } else {
-            ((ComputationGraph) model).getConfiguration().setTrainingWorkspaceMode(mode);
         }
     }
 }

@@ -139,7 +139,7 @@ public final class CnnPipelineExample {
                 trainer.fit(new ListIterator(train));
             }
             double rate = (double) epochs * train.size() * batch / ((System.nanoTime() - start) / 1e9);
-            trainer.copyParametersTo(net);
+            // net, given to the builder, holds the trained network after every fit
             System.out.printf(Locale.ROOT, "%-30s loss %.4f  %7.0f examples/s  test accuracy %.3f%n", "pipeline 1F1B",
                     trainer.lastStep().loss(), rate, net.evaluate(new ListIterator(test)).accuracy());
 

@@ -26,6 +26,7 @@ import org.nd4j.linalg.lossfunctions.LossFunctions;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.prometheus.PrometheusEndpoint;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainer;
+import org.symmem4j.dl4j.pipeline.PipelineParallelTrainerBuilder;
 import org.symmem4j.dl4j.pipeline.PipelineSchedule;
 import org.symmem4j.dl4j.pipeline.PipelineStageSplit;
 import org.symmem4j.dl4j.pipeline.PipelineStepReport;
@@ -212,7 +213,7 @@ public final class PipelineParallelExample {
             String name = kind == PipelineSchedule.INTERLEAVED ? "interleaved-1f1b" : "1f1b";
             List<PipelineStepReport> timedSteps = new ArrayList<>();
             boolean[] timing = {false};
-            PipelineParallelTrainer.Builder builder = PipelineParallelTrainer.builder(net)
+            PipelineParallelTrainerBuilder builder = PipelineParallelTrainer.builder(net)
                     .ompThreadsPerRank(threads)
                     .microbatches(microbatches).schedule(kind, stagesPerRank)
                     .recordTimeline(train.size() * epochs)
@@ -248,7 +249,7 @@ public final class PipelineParallelExample {
                 double rate = (double) epochs * train.size() * batch / ((System.nanoTime() - start) / 1e9);
                 pipelineRates.put(name, rate);
                 PipelineStepReport last = trainer.lastStep();
-                trainer.copyParametersTo(net); // collective under a launcher: every rank's net gets the whole network
+                // net holds the trained network (under a launcher every rank's: gathered at the end of each fit)
                 if (printing) {
                     System.out.printf(Locale.ROOT, "%-34s loss %.4f  %8.0f examples/s  test accuracy %.3f%n",
                             "pipeline " + name, last.loss(), rate, net.evaluate(new ListIterator(test)).accuracy());

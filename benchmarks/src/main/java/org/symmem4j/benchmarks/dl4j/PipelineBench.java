@@ -16,6 +16,7 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.benchmarks.RawCsv;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainer;
+import org.symmem4j.dl4j.pipeline.PipelineParallelTrainerBuilder;
 import org.symmem4j.dl4j.pipeline.PipelineSchedule;
 import org.symmem4j.dl4j.pipeline.PipelineStageSplit;
 import org.symmem4j.dl4j.pipeline.PipelineStepReport;
@@ -294,7 +295,7 @@ public final class PipelineBench {
         MultiLayerNetwork net = model.clone();
         List<PipelineStepReport> timed = new ArrayList<>();
         boolean[] timing = {false};
-        PipelineParallelTrainer.Builder builder = PipelineParallelTrainer.builder(net).ranks(config.ranks())
+        PipelineParallelTrainerBuilder builder = PipelineParallelTrainer.builder(net).ranks(config.ranks())
                 .microbatches(microbatches).schedule(config.schedule(), config.stagesPerRank())
                 .ompThreadsPerRank(o.threads()).stepListener(r -> {
                     if (timing[0]) {

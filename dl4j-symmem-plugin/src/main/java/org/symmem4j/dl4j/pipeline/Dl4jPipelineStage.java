@@ -348,6 +348,14 @@ public final class Dl4jPipelineStage implements StageCompute {
     }
 
     /**
+     * After {@link #step()}: the step's gradient before the update, summed over the batch's examples (over every
+     * replica's with data parallelism), laid out like the flat gradient view; null for a stage without parameters.
+     */
+    INDArray gradientBeforeUpdate() {
+        return accumulatedGradient;
+    }
+
+    /**
      * The last stage, after {@link #step()}: the step's loss without regularization, as DL4J's output
      * layer scores the whole batch (the per-example losses summed and, for minibatch training, divided
      * by the batch's example count). NaN on other stages and before the step.
@@ -403,7 +411,7 @@ public final class Dl4jPipelineStage implements StageCompute {
             throw new IllegalStateException("stage " + stage + "'s " + what + " for microbatch " + microbatch + " has shape "
                     + Arrays.toString(array.shape()) + " expected=" + Arrays.toString(expected) + " (from DL4J's input"
                     + " types for this batch's features; when they infer the wrong type, e.g. NHWC images or NWC"
-                    + " sequences, give PipelineParallelTrainer.Builder.inputType(...))");
+                    + " sequences, give PipelineParallelTrainerBuilder.inputType(...))");
         }
     }
 

@@ -25,7 +25,7 @@ import org.symmem4j.pipeline.exec.StepTimeline;
 import org.symmem4j.pipeline.exec.TimelineEvent;
 
 /**
- * What the ranks of a group-mode pipeline ({@link PipelineParallelTrainer.Builder#group}, one process
+ * What the ranks of a group-mode pipeline ({@link PipelineParallelTrainerBuilder#group}, one process
  * per rank) agree on besides the pipeline's own messages, over one host communicator of the group:
  *
  * <ul>

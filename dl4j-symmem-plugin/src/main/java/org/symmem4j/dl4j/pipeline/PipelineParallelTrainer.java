@@ -1,42 +1,35 @@
 package org.symmem4j.dl4j.pipeline;
 
-import io.micrometer.core.instrument.MeterRegistry;
-import io.micrometer.core.instrument.Tag;
-import io.micrometer.core.instrument.Tags;
+import java.io.IOException;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.HashMap;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
+import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
+import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.dl4j.train.RankFailures;
 import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
-import org.symmem4j.parallel.SymmemException;
-import org.symmem4j.parallel.group.InJvmWorld;
-import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
 import org.symmem4j.pipeline.exec.PipelineMetrics;
 import org.symmem4j.pipeline.exec.RunTimeline;
 import org.symmem4j.pipeline.exec.StepTimeline;
-import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
 import org.symmem4j.pipeline.schedule.StageDurations;
@@ -49,11 +42,10 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  *         .ranks(2).microbatches(8)                  // 2 threads, each batch cut into 8 microbatches
  *         .schedule(PipelineSchedule.ONE_F_ONE_B)    // or GPIPE, or schedule(INTERLEAVED, 2)
  *         .build();
- * trainer.fit(trainIterator);                        // again and again: state is kept
- * trainer.copyParametersTo(model);                   // parameters, updater state, counters
+ * trainer.fit(trainIterator);                        // again and again; model holds the result after each fit
  * }</pre>
  *
- * <p>Data parallelism over pipelines ({@link Builder#dataParallel}): {@code .ranks(4).dataParallel(2)}
+ * <p>Data parallelism over pipelines ({@link PipelineParallelTrainerBuilder#dataParallel}): {@code .ranks(4).dataParallel(2)}
  * trains two replicas of a 4-stage pipeline on 8 threads laid out as a {@code dp x pp = 2 x 4}
  * {@link org.symmem4j.parallel.DeviceMesh}; each replica trains on its half of every batch, and each
  * stage's gradients are summed over its two replicas before the update, which is then the update of
@@ -61,7 +53,7 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  *
  * <p>The network is cut into {@code ranks x stagesPerRank} stages of consecutive layers
  * ({@link PipelineStageSplit}: balanced by parameter count, by measured pass times with
- * {@link Builder#splitByMeasuredTimes}, or at {@link Builder#stageBoundaries}); stage {@code s} runs on
+ * {@link PipelineParallelTrainerBuilder#splitByMeasuredTimes}, or at {@link PipelineParallelTrainerBuilder#stageBoundaries}); stage {@code s} runs on
  * rank {@code s % ranks}. Layers: dense, convolution and subsampling (4-D activations), LSTM, simple RNN
  * and their wrappers (3-D activations, masks), batch normalization, dropout and more
  * ({@link PipelineStageSplit}). Each rank is a thread of one in-JVM group, created at
@@ -78,9 +70,25 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * microbatch draws its own reproducible dropout mask ({@link MicrobatchDropout}). The loss of each step
  * is what {@code MultiLayerNetwork.score()} reports after such a fit ({@link PipelineStepReport#loss()}).
  *
- * <p>The trainer trains its own copies of the network's layers, taken at {@link Builder#build()}
- * (parameters, updater state, counters); the network given to the builder is left as it was until
- * {@link #copyParametersTo} writes the result into it, or into any network of the same configuration.
+ * <p>The trainer trains its own copies of the network's layers, taken at {@link PipelineParallelTrainerBuilder#build()}
+ * (parameters, updater state, counters). After every {@code fit} the network (or graph) given to the builder
+ * holds the trained parameters, updater state, iteration and epoch counters and, as after DL4J's {@code fit},
+ * {@code score()} the last step's score; if it was changed between calls, the stages take its state at the start
+ * of the next {@code fit}. {@link #copyParametersTo} writes the same into another network of that configuration.
+ * In group mode every rank's model gets the whole trained network: each stage's state is gathered from the rank
+ * that trained it (a collective at the end of every {@code fit}, which every rank calls anyway).
+ *
+ * <p>The DL4J listeners attached to the model ({@code ScoreIterationListener}, the UI's {@code StatsListener}
+ * with its router, ...) are called as DL4J's {@code fit} calls them for one model trained on each step's batch,
+ * on the caller's thread after each step, with the model holding that step's state
+ * ({@link org.symmem4j.dl4j.train.ModelListeners}); routing listeners get a router with
+ * {@link PipelineParallelTrainerBuilder#listeners(org.deeplearning4j.core.storage.StatsStorageRouter,
+ * org.deeplearning4j.optimize.api.TrainingListener...)}. The stages keep no whole-batch activations: a listener
+ * that overrides {@code onForwardPass} gets the model's own forward pass on the batch, in inference mode, at the
+ * parameters before the step (the training pass's activations where the network has no dropout or batch
+ * normalization). Group mode refuses listeners (every step would need a collective gather): use a
+ * {@link StepListener}.
+ *
  * Everything that can be checked is checked at {@code build()} (supported layers, stage count,
  * boundaries, widths, schedule, link slots) and at the start of each {@code fit} (batch size divisible
  * by the microbatch count, the features' shape through every layer by DL4J's input types, the labels'
@@ -88,9 +96,10 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  *
  * <p>If a rank fails during a step, every rank stops (the links are poisoned), {@code fit} throws a
  * {@link PipelineTrainingException} with that rank's exception, and the trainer is closed: stages may
- * or may not have applied that step's update.
+ * or may not have applied that step's update. The model then holds what it held before that {@code fit} (with
+ * listeners, the state of the last step they were shown).
  *
- * <p>With {@link Builder#meterRegistry} every step feeds {@link PipelineMetrics} (bubble, hand-off and
+ * <p>With {@link PipelineParallelTrainerBuilder#meterRegistry} every step feeds {@link PipelineMetrics} (bubble, hand-off and
  * step latency, each rank's compute time, examples, loss, failures).
  */
 public final class PipelineParallelTrainer implements AutoCloseable {
@@ -110,7 +119,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     private final PipelineStageSplit split;
-    /** Replica 0's stages: the ones whose state {@link #copyParametersTo} writes out (every replica's is the same). */
+    /** The network (or graph) given to the builder: it holds the stages' state after every {@code fit}. */
+    private final PipelineModel model;
+    /** Replica 0's stages: the ones whose state the model takes (every replica's is the same). */
     private final List<Dl4jPipelineStage> stages;
     /** Every data-parallel replica's stages, replica 0's first; one list when {@code dataParallel == 1}. */
     private final List<List<Dl4jPipelineStage>> replicaStages;
@@ -132,24 +143,24 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private PipelineRank local;
     /** Group mode: the step's agreement, loss and the stages' gather at {@link #copyParametersTo}. */
     private GroupExchange exchange;
-    private InJvmWorld world;
-    private List<PipelineRankWorker> workers;
+    /** Thread mode: the rank threads, started at the first step. */
+    private PipelineRankThreads threads;
     private long step;
     private PipelineStepReport lastStep;
     private String failed;
     private boolean closed;
 
-    private PipelineParallelTrainer(Builder b, PipelineStageSplit split, Schedule schedule, PipelineShape shape,
-                                    int linkSlots, StageProfile profile) {
+    PipelineParallelTrainer(PipelineParallelTrainerBuilder b, TrainerOptions<StepListener> o, PipelineModel model,
+                            PipelineStageSplit split, Schedule schedule, PipelineShape shape, int linkSlots,
+                            StageProfile profile) {
         this.split = split;
         this.inputType = b.inputType;
         this.profile = profile;
-        this.runTimeline = b.timelineSteps > 0 ? new RunTimeline(b.timelineSteps) : null;
+        this.runTimeline = o.timelineSteps() > 0 ? new RunTimeline(o.timelineSteps()) : null;
         this.scheduleKind = b.schedule;
         this.schedule = schedule;
         this.shape = shape;
         this.linkSlots = linkSlots;
-        TrainerOptions<StepListener> o = b.options;
         this.timeout = o.timeout();
         this.dataParallel = b.dataParallel;
         this.group = o.group();
@@ -172,6 +183,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
         this.replicaStages = List.copyOf(replicas);
         this.stages = replicaStages.getFirst();
+        this.model = model;
     }
 
     /**
@@ -180,21 +192,21 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @param network the network to train; the trainer trains copies of its layers
      * @return a builder; {@code ranks} and {@code microbatches} must be set
      */
-    public static Builder builder(MultiLayerNetwork network) {
-        return new Builder(Objects.requireNonNull(network, "network"), null);
+    public static PipelineParallelTrainerBuilder builder(MultiLayerNetwork network) {
+        return new PipelineParallelTrainerBuilder(Objects.requireNonNull(network, "network"), null);
     }
 
     /**
      * Starts a builder for {@code graph}, a {@link ComputationGraph} whose vertices form a chain (one
      * input, one output, every vertex a layer fed by the one before: a linear stage order). It trains as
      * the equivalent multi-layer network; {@code build()} refuses graphs with branches, naming the
-     * vertex. Copy the result back with {@link #copyParametersTo(ComputationGraph)}.
+     * vertex. After every {@code fit} the graph holds the trained state.
      *
      * @param graph a chain graph to train; the trainer trains copies of its layers
      * @return a builder; {@code ranks} and {@code microbatches} must be set
      */
-    public static Builder builder(ComputationGraph graph) {
-        return new Builder(null, Objects.requireNonNull(graph, "graph"));
+    public static PipelineParallelTrainerBuilder builder(ComputationGraph graph) {
+        return new PipelineParallelTrainerBuilder(null, Objects.requireNonNull(graph, "graph"));
     }
 
     /**
@@ -209,8 +221,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @param batch features and labels (and masks); its size a multiple of the microbatch count
      */
     public synchronized void fit(DataSet batch) {
-        requireUsable();
-        runStep(batch);
+        train(List.<Object>of(Objects.requireNonNull(batch, "batch")).iterator(), false);
     }
 
     /**
@@ -224,18 +235,107 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void fit(DataSetIterator iterator) {
         Objects.requireNonNull(iterator, "iterator");
-        requireUsable();
         if (!iterator.hasNext() && iterator.resetSupported()) {
             iterator.reset();
         }
-        while (iterator.hasNext()) {
-            runStep(iterator.next());
+        train(iterator, true);
+    }
+
+    /**
+     * Trains a chain {@link ComputationGraph} on every batch of {@code iterator}, as
+     * {@link #fit(DataSetIterator)} does; every batch has one features and one labels array (and their masks).
+     *
+     * @param iterator the batches
+     * @throws IllegalArgumentException  when this trainer holds a {@link MultiLayerNetwork}, or a batch has more
+     *                                   than one input or output, or fails the checks of {@link #fit(DataSet)}
+     * @throws PipelineTrainingException when a rank failed during a step (the trainer is closed)
+     */
+    public synchronized void fit(MultiDataSetIterator iterator) {
+        Objects.requireNonNull(iterator, "iterator");
+        if (!(model.model() instanceof ComputationGraph)) {
+            throw new IllegalArgumentException("fit(MultiDataSetIterator) needs a ComputationGraph; this trainer holds a "
+                    + model.model().getClass().getSimpleName() + " (use fit(DataSetIterator))");
         }
-        for (List<Dl4jPipelineStage> replica : replicaStages) {
-            for (Dl4jPipelineStage stage : replica) {
-                stage.network().incrementEpochCount();
+        if (!iterator.hasNext() && iterator.resetSupported()) {
+            iterator.reset();
+        }
+        train(iterator, true);
+    }
+
+    /**
+     * Trains on every batch of {@code batches} (DataSets or MultiDataSets); an epoch when {@code epoch}. The user's
+     * model then holds the stages' state, also when a batch failed its checks (the batches before it were trained).
+     */
+    private void train(Iterator<?> batches, boolean epoch) {
+        requireUsable();
+        ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
+        refuseInGroupMode(group, listeners);
+        takeModelIfChanged();
+        if (!listeners.isEmpty()) {
+            model.ensureGradientView();
+            model.exposeGradientView();
+        }
+        if (epoch) {
+            listeners.epochStart(model.model());
+        }
+        double score = Double.NaN;
+        try {
+            while (batches.hasNext()) {
+                Object batch = batches.next();
+                score = runStep(asDataSet(batch), batch, listeners);
             }
+        } catch (IllegalArgumentException refused) {
+            model.takeFrom(gatherStagesInGroup()); // a refused batch trained nothing: the steps before it count
+            throw refused;
+        } finally {
+            model.setInputAndLabels(null); // DL4J's fit clears them too
         }
+        model.takeFrom(gatherStagesInGroup());
+        if (!Double.isNaN(score)) {
+            model.setScore(score); // as after DL4J's fit: the last iteration's score
+        }
+        if (epoch) {
+            listeners.epochEnd(model.model());
+            // the end of a fit(iterator) is an epoch, counted after onEpochEnd as DL4J does
+            for (List<Dl4jPipelineStage> replica : replicaStages) {
+                for (Dl4jPipelineStage stage : replica) {
+                    stage.network().incrementEpochCount();
+                }
+            }
+            model.setEpochCount(model.epochCount() + 1);
+        }
+    }
+
+    /** If the model was changed since the last fit, the stages take its state. */
+    private void takeModelIfChanged() {
+        if (!model.holds(stages)) {
+            replicaStages.forEach(model::giveTo);
+        }
+    }
+
+    /** Group mode refuses listeners: before each call the model would have to gather every rank's stages. */
+    static void refuseInGroupMode(Group group, ModelListeners listeners) {
+        if (group != null && !listeners.isEmpty()) {
+            throw new IllegalStateException("listeners in group mode: before each call the model must gather every"
+                    + " rank's stages, a collective that every rank would have to run at every step, listeners or not;"
+                    + " expected no listeners (fix: drop them, use a stepListener, which sees the step's report on every"
+                    + " rank, or train as threads of one JVM)");
+        }
+    }
+
+    /** A batch as the stages take it: a DataSet, or a MultiDataSet of one input and one output. */
+    private static DataSet asDataSet(Object batch) {
+        if (batch instanceof DataSet ds) {
+            return ds;
+        }
+        MultiDataSet mds = (MultiDataSet) batch;
+        if (mds.numFeatureArrays() != 1 || mds.numLabelsArrays() != 1) {
+            throw new IllegalArgumentException("a MultiDataSet with features=" + mds.numFeatureArrays() + " labels="
+                    + mds.numLabelsArrays() + " arrays: expected features=1 labels=1 (a pipeline trains a chain graph of"
+                    + " one input and one output)");
+        }
+        return new org.nd4j.linalg.dataset.DataSet(mds.getFeatures(0), mds.getLabels(0), mds.getFeaturesMaskArray(0),
+                mds.getLabelsMaskArray(0));
     }
 
     /**
@@ -249,8 +349,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /**
      * Writes the trained parameters, updater state (so training can go on with plain {@code fit}) and
-     * iteration and epoch counters into {@code target}: the network given to the builder, or one with
-     * the same configuration. In group mode this is collective: every rank calls it, each stage's state
+     * iteration and epoch counters into {@code target}, a network with the configuration of the one given
+     * to the builder (which {@code fit} already updates). In group mode this is collective: every rank calls it, each stage's state
      * comes from the rank that trained it, and every rank's {@code target} gets the whole network.
      *
      * @throws IllegalArgumentException when {@code target}'s layers differ
@@ -281,10 +381,14 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         GraphChain.copyInto(chain, target);
     }
 
-    /** Group mode: every stage copy of this process gets the state of the rank that trained it (collective). */
-    private void gatherStagesInGroup() {
+    /**
+     * Group mode: every stage copy of this process gets the state of the rank that trained it (collective).
+     *
+     * @return replica 0's stages, now holding the whole network's state
+     */
+    private List<Dl4jPipelineStage> gatherStagesInGroup() {
         if (group == null) {
-            return;
+            return stages;
         }
         if (exchange != null) {
             exchange.gatherStages(stages, shape.ranks());
@@ -293,6 +397,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 once.gatherStages(stages, shape.ranks());
             }
         }
+        return stages;
     }
 
     private GroupExchange exchange() {
@@ -310,6 +415,43 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     /**
+     * Saves a checkpoint into {@code dir} (created when absent), of what the next {@code fit} would train from:
+     * one shard file per stage with its updater state, and {@code model.zip}, the whole network (or graph) with its
+     * updater state, which plain DL4J loads with {@code ModelSerializer.restoreMultiLayerNetwork(file, true)}
+     * ({@link PipelineCheckpoints}). Shard files of another stage count in {@code dir} are deleted. In group mode it
+     * is collective: every rank calls it with the same directory (one machine, or a file system they share); each
+     * rank of the first replica writes its own stages' files, rank 0 also {@code model.zip}, and every rank returns
+     * once all files are written.
+     *
+     * @param dir the checkpoint directory
+     * @throws IOException           when a file cannot be written
+     * @throws IllegalStateException after a failed step, or when the trainer is closed
+     */
+    public synchronized void saveCheckpoint(Path dir) throws IOException {
+        requireUsable();
+        takeModelIfChanged();
+        PipelineCheckpoints.save(dir, split, model, stages, group, shape.ranks());
+    }
+
+    /**
+     * Restores a checkpoint {@link #saveCheckpoint} wrote for the same stages (same network configuration, same
+     * split; the rank count, schedule and data parallelism may differ): the stages read their shards, the model and
+     * every stage then hold the saved parameters, updater state and counters, as after a {@code fit}. Everything is
+     * checked before anything changes (stage count, each stage's parameter range, data type, updater layout, equal
+     * counters in every file), with key=value refusals. In group mode it is collective: every rank reads every
+     * stage's file, and a rank whose files fail any check makes every rank throw, each model left as it was.
+     *
+     * @param dir a directory {@link #saveCheckpoint} wrote
+     * @throws IOException              when a file cannot be read, is truncated or fails its checksum
+     * @throws IllegalArgumentException when the checkpoint does not fit this trainer's stages
+     * @throws IllegalStateException    after a failed step, or when the trainer is closed
+     */
+    public synchronized void restoreCheckpoint(Path dir) throws IOException {
+        requireUsable();
+        PipelineCheckpoints.restore(dir, split, model, replicaStages, group);
+    }
+
+    /**
      * How the network was cut into stages.
      *
      * @return the first layer of every stage
@@ -319,7 +461,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     /**
-     * The measured layer times the split was made from ({@link Builder#splitByMeasuredTimes}), or null.
+     * The measured layer times the split was made from ({@link PipelineParallelTrainerBuilder#splitByMeasuredTimes}), or null.
      *
      * @return the profile, or null when the split was not made from measured times
      */
@@ -339,7 +481,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     /**
-     * Every recorded step's timelines as one Chrome trace ({@link Builder#recordTimeline}), or null
+     * Every recorded step's timelines as one Chrome trace ({@link PipelineParallelTrainerBuilder#recordTimeline}), or null
      * when not recording.
      *
      * @return the run's timeline, or null
@@ -376,7 +518,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     /**
-     * Data-parallel replicas of every stage ({@link Builder#dataParallel}).
+     * Data-parallel replicas of every stage ({@link PipelineParallelTrainerBuilder#dataParallel}).
      *
      * @return the number of replicas, 1 without data parallelism
      */
@@ -480,7 +622,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         return plans;
     }
 
-    private void runStep(DataSet batch) {
+    /** One step on {@code batch} ({@code original} as the caller gave it), then the listeners; the step's loss. */
+    private double runStep(DataSet batch, Object original, ModelListeners modelListeners) {
         if (group != null) {
             Objects.requireNonNull(batch, "batch");
             exchange().agreeOnBatch(batch, step); // collective: every rank, or none, goes on with this batch
@@ -512,43 +655,21 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
         step++;
         lastStep = report;
+        if (!modelListeners.isEmpty()) {
+            modelListeners.step(model, model.step(original, loss, replicaStages));
+        }
         for (StepListener listener : listeners) {
             listener.onStep(report);
         }
+        return loss;
     }
 
     /** Thread mode: every rank's task, then every rank's timeline (replica 0's pipeline ranks). */
     private List<StepTimeline> runOnThreads(List<StepPlan> plans, long slotBytes) {
-        ensureWorkers();
-        List<CompletableFuture<StepTimeline>> results = new ArrayList<>(workers.size());
-        for (int w = 0; w < workers.size(); w++) {
-            CompletableFuture<StepTimeline> result = new CompletableFuture<>();
-            results.add(result);
-            // world rank w is pipeline rank w % pp of replica w / pp
-            workers.get(w).submit(new PipelineRankWorker.Task(plans.get(w / shape.ranks()), slotBytes, result));
-        }
-        List<StepTimeline> timelines = new ArrayList<>(workers.size());
+        ensureThreads();
         List<Throwable> failures = new ArrayList<>();
         List<Integer> failedRanks = new ArrayList<>();
-        // every wait inside a step is bounded by the group timeout; this bound only turns a bug into an error
-        long waitMillis = timeout.multipliedBy(3).plusSeconds(30).toMillis();
-        for (int rank = 0; rank < results.size(); rank++) {
-            try {
-                timelines.add(results.get(rank).get(waitMillis, TimeUnit.MILLISECONDS));
-            } catch (ExecutionException e) {
-                failures.add(e.getCause());
-                failedRanks.add(rank);
-            } catch (TimeoutException e) {
-                failures.add(new SymmemException("rank " + rank + " did not finish step " + step + " within "
-                        + Duration.ofMillis(waitMillis) + " (a wait that ignores the timeout: this is a bug)"));
-                failedRanks.add(rank);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-                failures.add(new SymmemException("interrupted while waiting for rank " + rank + " at step " + step, e));
-                failedRanks.add(rank);
-                break;
-            }
-        }
+        List<StepTimeline> timelines = threads.step(plans, slotBytes, step, timeout, failures, failedRanks);
         if (!failures.isEmpty()) {
             throw fail(failures, failedRanks);
         }
@@ -560,7 +681,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private StepTimeline runInGroup(StepPlan plan, long slotBytes) {
         if (local == null) {
             Nd4jThreadLimit.set(ompThreadsPerRank); // this process's rank: the process's cores unless set
-            local = PipelineRank.open(group, dataParallel, schedule, shape, linkSlots, stagesOfRank(stages, group.rank()));
+            local = PipelineRank.open(group, specOfRank(stages, group.rank()));
             LOG.info("symmem4j pipeline: rank " + group.rank() + " of " + group.worldSize() + " (" + group.transport().name()
                     + "), " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")
                     + ", schedule " + scheduleKind + ", link slots " + linkSlots + ", " + split);
@@ -573,16 +694,16 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     /**
-     * The stages world rank {@code rank} runs, of its replica's {@code replica}: pipeline rank
-     * {@code rank % pp} runs stages {@code rank % pp}, {@code rank % pp + pp}, ... (stage index to stage).
+     * What world rank {@code rank} runs, of its replica's stages {@code replica}: pipeline rank {@code rank % pp} runs
+     * stages {@code rank % pp}, {@code rank % pp + pp}, ...
      */
-    private Map<Integer, Dl4jPipelineStage> stagesOfRank(List<Dl4jPipelineStage> replica, int rank) {
+    private PipelineRank.Spec specOfRank(List<Dl4jPipelineStage> replica, int rank) {
         int pp = shape.ranks();
         Map<Integer, Dl4jPipelineStage> mine = new HashMap<>();
         for (int s = rank % pp; s < replica.size(); s += pp) {
             mine.put(s, replica.get(s));
         }
-        return mine;
+        return new PipelineRank.Spec(dataParallel, schedule, shape, linkSlots, mine);
     }
 
     /** Closes the trainer after a failed step; the exception carries the rank that caused the others to stop. */
@@ -602,36 +723,19 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         return out;
     }
 
-    private void ensureWorkers() {
-        if (workers != null) {
+    private void ensureThreads() {
+        if (threads != null) {
             return;
         }
         // every rank runs ND4J ops at once: each gets its share of the cores (op and BLAS threads, process-wide)
         Nd4jThreadLimit.set(ompThreadsPerRank);
         int pp = shape.ranks();
-        world = InJvmWorld.create(dataParallel * pp, GroupOptions.defaults().withTimeout(timeout));
-        List<PipelineRankWorker> started = new ArrayList<>(dataParallel * pp);
+        List<PipelineRank.Spec> specs = new ArrayList<>(dataParallel * pp);
         for (int rank = 0; rank < dataParallel * pp; rank++) {
             // row-major dp x pp mesh: world rank d * pp + p runs pipeline rank p of replica d
-            started.add(new PipelineRankWorker(rank, dataParallel, world, schedule, shape, linkSlots,
-                    stagesOfRank(replicaStages.get(rank / pp), rank)));
+            specs.add(specOfRank(replicaStages.get(rank / pp), rank));
         }
-        workers = started;
-        for (PipelineRankWorker worker : workers) {
-            worker.start();
-        }
-        try {
-            CompletableFuture.allOf(workers.stream().map(PipelineRankWorker::ready).toArray(CompletableFuture[]::new))
-                    .get(timeout.toMillis() + 10_000, TimeUnit.MILLISECONDS);
-        } catch (ExecutionException | TimeoutException e) {
-            stopWorkers();
-            throw new SymmemException("pipeline ranks failed to start: " + e.getMessage(),
-                    e instanceof ExecutionException ? e.getCause() : e);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            stopWorkers();
-            throw new SymmemException("interrupted while starting pipeline ranks", e);
-        }
+        threads = PipelineRankThreads.start(specs, pp, timeout);
         LOG.info("symmem4j pipeline: " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")
                 + ", schedule " + scheduleKind + ", link slots "
                 + linkSlots + ", ND4J threads per rank " + ompThreadsPerRank + ", " + split);
@@ -648,422 +752,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             exchange = null;
             return;
         }
-        if (workers == null) {
-            return;
-        }
-        for (PipelineRankWorker worker : workers) {
-            worker.submit(new PipelineRankWorker.Task(null, 0, null));
-        }
-        for (PipelineRankWorker worker : workers) {
-            try {
-                worker.join();
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-        }
-        world.close();
-        workers = null;
-        world = null;
-    }
-
-    /** Profiling passes of {@link Builder#splitByMeasuredTimes}: the first warms up. */
-    static final int PROFILE_STEPS = 4;
-
-    /** Builder: {@code PipelineParallelTrainer.builder(model).ranks(2).microbatches(8).build()}. */
-    public static final class Builder {
-        /** The network to train; for a graph, the chain network made from it at build(). */
-        private MultiLayerNetwork network;
-        private final ComputationGraph graph;
-        private int ranks;
-        private int dataParallel = 1;
-        private int microbatches;
-        private PipelineSchedule schedule = PipelineSchedule.ONE_F_ONE_B;
-        private int stagesPerRank = 1;
-        private int[] stageBoundaries;
-        private int linkSlots;
-        /** Group, timeout, meters, step listeners and ND4J threads: what every trainer's builder takes. */
-        private final TrainerOptions<StepListener> options = new TrainerOptions<>();
-        private InputType inputType;
-        private DataSet profileSample;
-        private StageProfile profile;
-        private int timelineSteps;
-
-        private Builder(MultiLayerNetwork network, ComputationGraph graph) {
-            this.network = network;
-            this.graph = graph;
-        }
-
-        /**
-         * Pipeline ranks p: threads, each running {@code stagesPerRank} stages (required).
-         *
-         * @param ranks pipeline ranks (threads), at least 1
-         * @return this builder
-         * @throws IllegalArgumentException when {@code ranks} is below 1
-         */
-        public Builder ranks(int ranks) {
-            if (ranks < 1) {
-                throw new IllegalArgumentException("ranks=" + ranks + " expected ranks >= 1");
-            }
-            this.ranks = ranks;
-            return this;
-        }
-
-        /**
-         * Group mode: this process (or thread) is one rank of {@code group}, which runs
-         * {@code dataParallel x ranks} ranks laid out as in thread mode (world rank {@code d * pp + p} is
-         * pipeline rank {@code p} of replica {@code d}); {@code ranks} defaults to the group's size divided
-         * by {@code dataParallel}. Every rank runs the same program: it builds the same network (same seed
-         * or file; checked at {@code build()}, with the other settings), and passes the same batches to
-         * {@code fit} in the same order (checked before every step by a CRC-32C of each batch: a mismatch
-         * fails on every rank before anything trains). Each rank trains only its own stages, on the
-         * caller's thread; every rank's {@link PipelineParallelTrainer#lastStep()} holds the same loss and
-         * replica 0's timelines, gathered after each step, as in thread mode; {@code copyParametersTo} is collective and leaves the whole
-         * trained network in every rank's target. The result equals thread mode's bitwise. With a split by
-         * measured times every rank measures, and rank 0's split is used. For one JVM per rank started by
-         * {@code symmem4j-run} (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The
-         * group must live on a host transport (DL4J's CPU activations are host memory) and stays the
-         * caller's to close, after the trainer. {@link #timeout} does not apply (the group's own does).
-         *
-         * @param group the group of every pipeline rank of every replica, this rank's view of it
-         * @return this builder
-         */
-        public Builder group(Group group) {
-            options.group(group);
-            return this;
-        }
-
-        /**
-         * Data-parallel replicas of the whole pipeline (default 1): {@code replicas x ranks} threads, a
-         * {@code dp x pp} {@link org.symmem4j.parallel.DeviceMesh}. Each batch is cut into
-         * {@code microbatches x replicas} equal pieces; replica {@code d} trains on pieces
-         * {@code k * replicas + d} for {@code k = 0 .. microbatches-1} (its share, as its microbatches), and
-         * before the update every stage's gradient sum, the loss, and batch normalization's statistics are
-         * shared over that stage's replicas (its {@code dp} sub-group). One step then equals one step of a
-         * single pipeline with {@code microbatches x replicas} microbatches on the whole batch, and so one
-         * {@code fit} of the unsplit network on it (for networks without batch normalization or dropout;
-         * with them, as the single pipeline defines them per microbatch); the replicas stay bitwise equal.
-         *
-         * @param replicas data-parallel replicas, at least 1
-         * @return this builder
-         * @throws IllegalArgumentException when {@code replicas} is below 1
-         */
-        public Builder dataParallel(int replicas) {
-            if (replicas < 1) {
-                throw new IllegalArgumentException("dataParallel=" + replicas + " expected dataParallel >= 1 (1: no"
-                        + " data parallelism)");
-            }
-            this.dataParallel = replicas;
-            return this;
-        }
-
-        /**
-         * Microbatches m per batch (required); every batch size must be a multiple of m.
-         *
-         * @param microbatches microbatches per batch, at least 1
-         * @return this builder
-         * @throws IllegalArgumentException when {@code microbatches} is below 1
-         */
-        public Builder microbatches(int microbatches) {
-            if (microbatches < 1) {
-                throw new IllegalArgumentException("microbatches=" + microbatches + " expected microbatches >= 1");
-            }
-            this.microbatches = microbatches;
-            return this;
-        }
-
-        /**
-         * GPIPE or ONE_F_ONE_B (default), one stage per rank; INTERLEAVED needs {@link #schedule(PipelineSchedule, int)}.
-         *
-         * @param schedule the schedule kind
-         * @return this builder
-         */
-        public Builder schedule(PipelineSchedule schedule) {
-            return schedule(schedule, 1);
-        }
-
-        /**
-         * A schedule with {@code stagesPerRank} stages per rank: at least 2 for INTERLEAVED, 1 for the others.
-         *
-         * @param schedule      the schedule kind
-         * @param stagesPerRank stages each rank runs (checked at {@link #build()})
-         * @return this builder
-         */
-        public Builder schedule(PipelineSchedule schedule, int stagesPerRank) {
-            this.schedule = Objects.requireNonNull(schedule, "schedule");
-            this.stagesPerRank = stagesPerRank;
-            return this;
-        }
-
-        /**
-         * Cuts the network at these layers instead of balancing by parameter count: the first layer of
-         * stages 1, 2, ..., strictly increasing, one fewer than {@code ranks x stagesPerRank}.
-         *
-         * @param firstLayerOfStages the first layer index of each stage after the first
-         * @return this builder
-         */
-        public Builder stageBoundaries(int... firstLayerOfStages) {
-            this.stageBoundaries = Objects.requireNonNull(firstLayerOfStages, "firstLayerOfStages").clone();
-            return this;
-        }
-
-        /**
-         * Messages per stage-to-stage link before the sender waits. Default: enough that no sender
-         * waits for room when a backward takes twice a forward
-         * ({@code LinkPlan.stallFreeSlots(ActionDurations.of(1, 2))}: 2 for GPipe and 1F1B, 2 to 4
-         * interleaved); fewer than {@code LinkPlan.minimumSlots()} deadlock and are refused.
-         *
-         * @param slots messages per link, at least 1 (too few for the schedule are refused at {@link #build()})
-         * @return this builder
-         * @throws IllegalArgumentException when {@code slots} is below 1
-         */
-        public Builder linkSlots(int slots) {
-            if (slots < 1) {
-                throw new IllegalArgumentException("linkSlots=" + slots + " expected linkSlots >= 1");
-            }
-            this.linkSlots = slots;
-            return this;
-        }
-
-        /**
-         * ND4J (OpenMP and BLAS) threads per rank (default: cores ÷ (ranks x dataParallel), at least 1).
-         *
-         * @param threads ND4J and BLAS threads per rank during {@code fit}, at least 1
-         * @return this builder
-         * @throws IllegalArgumentException when {@code threads} is below 1
-         */
-        public Builder ompThreadsPerRank(int threads) {
-            options.ndThreadsPerRank("ompThreadsPerRank", threads, "expected >= 1");
-            return this;
-        }
-
-        /**
-         * How long a rank waits for another before failing (default 60 s).
-         *
-         * @param timeout the bound of every wait for another rank; positive
-         * @return this builder
-         * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
-         */
-        public Builder timeout(Duration timeout) {
-            options.timeout(timeout, "expected a positive duration (default 60 s)");
-            return this;
-        }
-
-        /**
-         * Records pipeline metrics into {@code registry} (names in {@link PipelineMetrics}, tags
-         * {@code schedule} and {@code transport}); {@code tags} go on every meter (for example
-         * {@code application}).
-         *
-         * @param registry any Micrometer registry
-         * @param tags     added to every meter
-         * @return this builder
-         */
-        public Builder meterRegistry(MeterRegistry registry, Iterable<Tag> tags) {
-            options.meterRegistry(registry, tags);
-            return this;
-        }
-
-        /**
-         * Records pipeline metrics into {@code registry}, without extra tags.
-         *
-         * @param registry any Micrometer registry
-         * @return this builder
-         */
-        public Builder meterRegistry(MeterRegistry registry) {
-            return meterRegistry(registry, Tags.empty());
-        }
-
-        /**
-         * Called after every step with its loss and timelines.
-         *
-         * @param listener called on the thread that called {@code fit}
-         * @return this builder
-         */
-        public Builder stepListener(StepListener listener) {
-            options.stepListener(listener);
-            return this;
-        }
-
-        /**
-         * The network's input type, where inferring it from the features' rank would be wrong or
-         * ambiguous (by default rank 2 is dense, rank 3 a sequence and rank 4 an image, laid out as
-         * the first layer expects). A recurrent type without a time-series length takes it from each
-         * batch.
-         *
-         * @param inputType DL4J's type of the network's input
-         * @return this builder
-         */
-        public Builder inputType(InputType inputType) {
-            this.inputType = Objects.requireNonNull(inputType, "inputType");
-            return this;
-        }
-
-        /**
-         * Splits the network by measured compute time instead of parameter count: at {@code build()},
-         * {@link StageProfile#measure} times every layer's forward and backward on {@code sample}'s
-         * microbatches (a few passes, no update, with the ND4J threads each rank gets), and the split
-         * balances forward plus backward time ({@link PipelineStageSplit#byCost}).
-         *
-         * @param sample a batch like those of training, cut into the builder's microbatches
-         * @return this builder
-         */
-        public Builder splitByMeasuredTimes(DataSet sample) {
-            this.profileSample = Objects.requireNonNull(sample, "sample");
-            this.profile = null;
-            return this;
-        }
-
-        /**
-         * Splits by the layer times of a profile measured before ({@link StageProfile#measure}).
-         *
-         * @param profile per-layer forward and backward times
-         * @return this builder
-         */
-        public Builder splitBy(StageProfile profile) {
-            this.profile = Objects.requireNonNull(profile, "profile");
-            this.profileSample = null;
-            return this;
-        }
-
-        /**
-         * Records every step's timelines, up to {@code maxSteps} steps, into one Chrome trace of the
-         * whole run ({@link PipelineParallelTrainer#runTimeline()}); about 100 bytes per event, a few
-         * dozen events per rank and step.
-         *
-         * @param maxSteps the most steps recorded, at least 1
-         * @return this builder
-         * @throws IllegalArgumentException when {@code maxSteps} is below 1
-         */
-        public Builder recordTimeline(int maxSteps) {
-            if (maxSteps < 1) {
-                throw new IllegalArgumentException("recordTimeline maxSteps=" + maxSteps + " expected >= 1");
-            }
-            this.timelineSteps = maxSteps;
-            return this;
-        }
-
-        /**
-         * Checks everything, splits the network and builds the stages (copies of the network's layers,
-         * parameters, updater state and counters). Threads start at the first {@code fit}.
-         *
-         * @throws IllegalArgumentException naming what does not fit, expected and found, and the fix
-         *
-         * @return the trainer; close it to stop its threads and free its memory
-         */
-        public PipelineParallelTrainer build() {
-            Group group = options.group();
-            if (group != null) {
-                checkGroup();
-            }
-            if (ranks == 0) {
-                throw new IllegalArgumentException("ranks not set: call ranks(p) with the number of pipeline ranks"
-                        + " (threads), e.g. ranks(2)");
-            }
-            if (microbatches == 0) {
-                throw new IllegalArgumentException("microbatches not set: call microbatches(m); every batch is cut into m"
-                        + " equal microbatches, and ranks idle for about (ranks - 1) / (m + ranks - 1) of a step, so"
-                        + " take m several times ranks");
-            }
-            if (schedule == PipelineSchedule.INTERLEAVED && stagesPerRank < 2) {
-                throw new IllegalArgumentException("schedule=INTERLEAVED with stagesPerRank=" + stagesPerRank
-                        + " expected stagesPerRank >= 2 (use schedule(INTERLEAVED, 2), or ONE_F_ONE_B for one stage per rank)");
-            }
-            if (schedule != PipelineSchedule.INTERLEAVED && stagesPerRank != 1) {
-                throw new IllegalArgumentException("schedule=" + schedule + " with stagesPerRank=" + stagesPerRank
-                        + " expected stagesPerRank=1 (" + schedule + " runs one stage per rank; use INTERLEAVED for more)");
-            }
-            if (graph != null) {
-                network = GraphChain.toNetwork(graph); // refuses graphs that are not a chain, naming the vertex
-            }
-            int stageCount = Math.multiplyExact(ranks, stagesPerRank);
-            int layers = network.getLayerWiseConfigurations().getConfs().size();
-            if (stageCount > layers) {
-                throw new IllegalArgumentException("stages=" + stageCount + " (ranks=" + ranks + " x stagesPerRank="
-                        + stagesPerRank + ") but the network has " + layers + " layers: use at most " + layers
-                        + " stages (every stage needs at least one layer)");
-            }
-            if (stageBoundaries != null && stageBoundaries.length != stageCount - 1) {
-                throw new IllegalArgumentException("stageBoundaries has " + stageBoundaries.length + " boundaries "
-                        + Arrays.toString(stageBoundaries) + " expected " + (stageCount - 1) + " for stages=" + stageCount
-                        + " (ranks=" + ranks + " x stagesPerRank=" + stagesPerRank + "): give the first layer of stages 1.."
-                        + (stageCount - 1));
-            }
-            Schedule generated = schedule.generate(ranks, microbatches, stagesPerRank);
-            PipelineShape shape = new PipelineShape(ranks, microbatches, stagesPerRank);
-            LinkPlan plan = LinkPlan.of(generated, shape);
-            int slots;
-            if (linkSlots > 0) {
-                plan.requireSlots(linkSlots);
-                slots = linkSlots;
-            } else {
-                slots = plan.stallFreeSlots(ActionDurations.of(1, 2));
-            }
-            if (stageBoundaries != null && (profile != null || profileSample != null)) {
-                throw new IllegalArgumentException("stageBoundaries and a split by measured times were both given:"
-                        + " expected one (boundaries fix the split; measured times choose it)");
-            }
-            StageProfile measured = profile;
-            if (profileSample != null) {
-                // a replica's microbatch is 1/(microbatches x replicas) of the batch
-                measured = StageProfile.measure(network, profileSample, microbatches * dataParallel, PROFILE_STEPS,
-                        options.ndThreadsPerRank(ranks * dataParallel), inputType);
-            }
-            PipelineStageSplit split;
-            if (stageBoundaries != null) {
-                split = PipelineStageSplit.atBoundaries(network, stageBoundaries);
-            } else if (measured != null) {
-                split = PipelineStageSplit.byCost(network, stageCount, measured.layerNanos());
-            } else {
-                split = PipelineStageSplit.balanced(network, stageCount);
-            }
-            if (group != null) {
-                split = agreeAcrossRanks(split, measured != null, slots);
-            }
-            return new PipelineParallelTrainer(this, split, generated, shape, slots, measured);
-        }
-
-        /** Group mode: a host transport, and ranks x dataParallel = the group's size (ranks defaulting to it). */
-        private void checkGroup() {
-            Group group = options.group();
-            if (!group.transport().name().equals(group.hostTransport().name())) {
-                throw new IllegalArgumentException("group(...) on transport " + group.transport().name() + ": expected a host"
-                        + " transport (" + group.hostTransport().name() + "): the stages' activations are DL4J CPU arrays in"
-                        + " host memory (fix: ProcessGroup.fromEnvironment(), or the group's host transport)");
-            }
-            int size = group.worldSize();
-            if (ranks == 0) {
-                if (size % dataParallel != 0) {
-                    throw new IllegalArgumentException("group(...) of worldSize=" + size + " with dataParallel=" + dataParallel
-                            + ": expected a world size divisible by dataParallel (each replica has ranks = worldSize /"
-                            + " dataParallel pipeline ranks)");
-                }
-                ranks = size / dataParallel;
-            } else if (ranks * dataParallel != size) {
-                throw new IllegalArgumentException("ranks=" + ranks + " x dataParallel=" + dataParallel + " = "
-                        + ranks * dataParallel + " with group(...) of worldSize=" + size + ": in group mode every rank of"
-                        + " the group is one pipeline rank of one replica (fix: leave ranks unset, or start "
-                        + ranks * dataParallel + " processes)");
-            }
-        }
-
-        /**
-         * Group mode, collective: every rank must have built the same pipeline; a split by measured times
-         * is rank 0's on every rank.
-         */
-        private PipelineStageSplit agreeAcrossRanks(PipelineStageSplit split, boolean measured, int slots) {
-            StringBuilder boundaries = new StringBuilder();
-            for (int s = 1; s < split.stageCount(); s++) {
-                boundaries.append(s == 1 ? "" : ",").append(split.firstLayer(s));
-            }
-            String description = GroupExchange.describe(network) + ", dataType=" + split.dataType() + ", schedule="
-                    + schedule + ", stagesPerRank=" + stagesPerRank + ", ranks=" + ranks + ", dataParallel=" + dataParallel
-                    + ", microbatches=" + microbatches + ", linkSlots=" + slots
-                    + (measured ? ", split by measured times" : ", stage boundaries " + boundaries);
-            String rank0 = GroupExchange.agreeOnBuild(options.group(), boundaries.toString(), description);
-            if (!measured || rank0.contentEquals(boundaries)) {
-                return split;
-            }
-            int[] first = rank0.isEmpty() ? new int[0] : Arrays.stream(rank0.split(",")).mapToInt(Integer::parseInt).toArray();
-            return PipelineStageSplit.atBoundaries(network, first);
+        if (threads != null) {
+            threads.stop();
+            threads = null;
         }
     }
 }

@@ -29,49 +29,49 @@ import org.symmem4j.pipeline.schedule.Schedule;
  */
 final class PipelineRank implements AutoCloseable {
 
+    /**
+     * What one rank runs: its stages (stage index to stage) in a {@code replicas x shape.ranks()} world, the
+     * schedule, and the messages per link.
+     */
+    record Spec(int replicas, Schedule schedule, PipelineShape shape, int slots, Map<Integer, Dl4jPipelineStage> stages) {
+        Spec {
+            stages = Map.copyOf(stages);
+        }
+    }
+
     private final Group world;
-    private final int replicas;
-    private final Schedule schedule;
-    private final PipelineShape shape;
-    private final int slots;
-    private final Map<Integer, Dl4jPipelineStage> stages;
+    private final Spec spec;
     private final DeviceMesh mesh;
     /** The communicator over this stage's replicas (the {@code dp} sub-group), or null without replicas. */
     private final Communicator dataParallel;
     private final Group pipelineGroup;
     private PipelineExecutor executor;
 
-    private PipelineRank(Group world, int replicas, Schedule schedule, PipelineShape shape, int slots,
-                         Map<Integer, Dl4jPipelineStage> stages, DeviceMesh mesh, Communicator dataParallel) {
+    private PipelineRank(Group world, Spec spec, DeviceMesh mesh, Communicator dataParallel) {
         this.world = world;
-        this.replicas = replicas;
-        this.schedule = schedule;
-        this.shape = shape;
-        this.slots = slots;
-        this.stages = Map.copyOf(stages);
+        this.spec = spec;
         this.mesh = mesh;
         this.dataParallel = dataParallel;
         this.pipelineGroup = mesh == null ? world : mesh.group("pp");
     }
 
     /**
-     * Rank {@code world.rank()} of a {@code replicas x shape.ranks()} world, running {@code stages}
-     * (stage index to stage). Collective over {@code world} when {@code replicas > 1} (the mesh's split).
+     * Rank {@code world.rank()} of a {@code replicas x shape.ranks()} world, running {@code spec}'s stages.
+     * Collective over {@code world} when {@code replicas > 1} (the mesh's split).
      */
-    static PipelineRank open(Group world, int replicas, Schedule schedule, PipelineShape shape, int slots,
-                             Map<Integer, Dl4jPipelineStage> stages) {
-        if (replicas == 1) {
-            return new PipelineRank(world, 1, schedule, shape, slots, stages, null, null);
+    static PipelineRank open(Group world, Spec spec) {
+        if (spec.replicas() == 1) {
+            return new PipelineRank(world, spec, null, null);
         }
-        DeviceMesh mesh = DeviceMesh.of(world, "dp", replicas, "pp", shape.ranks());
+        DeviceMesh mesh = DeviceMesh.of(world, "dp", spec.replicas(), "pp", spec.shape().ranks());
         Communicator dataParallel = null;
         try {
             dataParallel = Communicator.create(mesh.group("dp"));
             ArrayCollectives replicaSums = new ArrayCollectives(dataParallel);
-            for (Dl4jPipelineStage stage : stages.values()) {
+            for (Dl4jPipelineStage stage : spec.stages().values()) {
                 stage.dataParallel(replicaSums);
             }
-            return new PipelineRank(world, replicas, schedule, shape, slots, stages, mesh, dataParallel);
+            return new PipelineRank(world, spec, mesh, dataParallel);
         } catch (RuntimeException | Error e) {
             RankRuntime.closeQuietly(dataParallel);
             RankRuntime.closeQuietly(mesh);
@@ -92,14 +92,15 @@ final class PipelineRank implements AutoCloseable {
                     executor.close();
                     executor = null;
                 }
-                executor = PipelineExecutor.create(pipelineGroup, schedule, shape, stages, slots, slotBytes);
+                executor = PipelineExecutor.create(pipelineGroup, spec.schedule(), spec.shape(), spec.stages(), spec.slots(),
+                        slotBytes);
             }
-            for (Dl4jPipelineStage stage : stages.values()) {
+            for (Dl4jPipelineStage stage : spec.stages().values()) {
                 stage.beginStep(plan);
             }
             return executor.runStep();
         } catch (RuntimeException | Error e) {
-            if (replicas > 1) {
+            if (spec.replicas() > 1) {
                 world.abort("pipeline step failed on world rank " + world.rank() + ": " + e);
             }
             throw e;

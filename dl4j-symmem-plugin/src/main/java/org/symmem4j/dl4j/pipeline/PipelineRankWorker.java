@@ -1,13 +1,10 @@
 package org.symmem4j.dl4j.pipeline;
 
-import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.pipeline.exec.StepTimeline;
-import org.symmem4j.pipeline.schedule.PipelineShape;
-import org.symmem4j.pipeline.schedule.Schedule;
 
 /**
  * One pipeline rank of the trainer's in-JVM world: a {@link RankRuntime} thread that joins rank {@code rank} of the
@@ -22,36 +19,27 @@ final class PipelineRankWorker extends RankRuntime<PipelineRankWorker.Task> {
 
     /** This thread's rank in the world: {@code replica * pipelineRanks + pipelineRank}. */
     private final int rank;
-    private final int replicas;
     private final InJvmWorld world;
-    private final Schedule schedule;
-    private final PipelineShape shape;
-    private final int slots;
-    private final Map<Integer, Dl4jPipelineStage> stages;
+    private final PipelineRank.Spec spec;
 
     // Owned by the rank's thread.
     private Group group;
     private PipelineRank pipelineRank;
 
-    PipelineRankWorker(int rank, int replicas, InJvmWorld world, Schedule schedule, PipelineShape shape, int slots,
-                       Map<Integer, Dl4jPipelineStage> stages) {
-        super(replicas == 1 ? "symmem4j-pipeline-rank-" + rank
-                : "symmem4j-pipeline-dp" + rank / shape.ranks() + "-pp" + rank % shape.ranks(),
+    PipelineRankWorker(int rank, InJvmWorld world, PipelineRank.Spec spec) {
+        super(spec.replicas() == 1 ? "symmem4j-pipeline-rank-" + rank
+                : "symmem4j-pipeline-dp" + rank / spec.shape().ranks() + "-pp" + rank % spec.shape().ranks(),
                 task -> task.plan() == null, AfterFailure.CONTINUE_UNTIL_SHUTDOWN);
         this.rank = rank;
-        this.replicas = replicas;
         this.world = world;
-        this.schedule = schedule;
-        this.shape = shape;
-        this.slots = slots;
-        this.stages = Map.copyOf(stages);
+        this.spec = spec;
     }
 
     /** Joins the world and opens the rank's {@link PipelineRank}; {@link #ready()} completes after it. */
     @Override
     protected void open() {
         group = world.join(rank);
-        pipelineRank = PipelineRank.open(group, replicas, schedule, shape, slots, stages);
+        pipelineRank = PipelineRank.open(group, spec);
     }
 
     @Override

@@ -364,7 +364,7 @@ public final class PipelineStageSplit {
             } catch (IllegalArgumentException | IllegalStateException | UnsupportedOperationException e) {
                 throw new IllegalArgumentException("layer " + i + " (" + layer.getClass().getSimpleName() + ") does not"
                         + " accept input type " + current + " (the network's input: " + input + "): " + e.getMessage()
-                        + " (check the features' shape, or give PipelineParallelTrainer.Builder.inputType(...))", e);
+                        + " (check the features' shape, or give PipelineParallelTrainerBuilder.inputType(...))", e);
             }
             if (i == endLayer(stage) - 1) {
                 shapes[stage++] = current.getShape(false);
@@ -517,7 +517,7 @@ public final class PipelineStageSplit {
         return stage;
     }
 
-    private static INDArray slice(INDArray flat, long from, long to) {
+    static INDArray slice(INDArray flat, long from, long to) {
         return flat.reshape(flat.length()).get(NDArrayIndex.interval(from, to));
     }
 

@@ -1,11 +1,14 @@
 package org.symmem4j.dl4j.pipeline;
 
+import java.nio.charset.StandardCharsets;
+import java.util.zip.CRC32;
 import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.deeplearning4j.nn.updater.UpdaterBlock;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.indexing.NDArrayIndex;
+import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 
 /**
  * Copies updater state (Adam's moments, momentum, AdaGrad's history...) parameter by parameter between
@@ -40,9 +43,33 @@ final class UpdaterStateCopy {
      * any two models (networks or graphs) whose parameters at those offsets are the same layers'.
      */
     static void copy(Updater from, Updater to, long fromOffset, long toOffset, long count) {
+        walk(from, to, fromOffset, toOffset, count, (source, target) -> {
+            target.assign(source);
+            return true;
+        });
+    }
+
+    /**
+     * Whether {@code to}'s state of its parameters from {@code toOffset} is bitwise what {@link #copy} would
+     * write there from {@code from}'s parameters {@code [fromOffset, fromOffset + count)}. A source that never
+     * trained (no updater yet) matches anything, as {@code copy} then leaves the target as it is.
+     */
+    static boolean same(Updater from, Updater to, long fromOffset, long toOffset, long count) {
+        return walk(from, to, fromOffset, toOffset, count, (source, target) -> ArrayCollectives.segmentOf(source)
+                .mismatch(ArrayCollectives.segmentOf(target)) == -1);
+    }
+
+    /** Two runs of the same parameters' state, one per network; false stops the walk. */
+    @FunctionalInterface
+    private interface RunAction {
+        boolean apply(INDArray source, INDArray target);
+    }
+
+    /** Applies {@code action} to every run of state of the range's parameters; false when an action returned false. */
+    private static boolean walk(Updater from, Updater to, long fromOffset, long toOffset, long count, RunAction action) {
         BaseMultiLayerUpdater<?> source = blocks(from);
         if (source == null || source.getStateViewArray() == null || count == 0) {
-            return;
+            return true;
         }
         BaseMultiLayerUpdater<?> target = blocks(to);
         if (target.getStateViewArray() == null) {
@@ -76,11 +103,37 @@ final class UpdaterStateCopy {
                 for (int k = 0; k < sections; k++) {
                     long s = sourceBlock.getUpdaterViewOffsetStart() + k * sourceN + sourceIn;
                     long t = targetBlock.getUpdaterViewOffsetStart() + k * targetN + targetIn;
-                    targetState.get(NDArrayIndex.interval(t, t + length))
-                            .assign(sourceState.get(NDArrayIndex.interval(s, s + length)));
+                    if (!action.apply(sourceState.get(NDArrayIndex.interval(s, s + length)),
+                            targetState.get(NDArrayIndex.interval(t, t + length)))) {
+                        return false;
+                    }
                 }
             }
         }
+        return true;
+    }
+
+    /**
+     * Identifies an updater's state layout (its blocks' parameter and state ranges, and the parameters in each), so a
+     * checkpoint's state is only read into the layout it was saved from; 0 for a network without an updater.
+     */
+    static long fingerprint(Updater updater) {
+        BaseMultiLayerUpdater<?> base = blocks(updater);
+        if (base == null) {
+            return 0;
+        }
+        StringBuilder description = new StringBuilder();
+        for (UpdaterBlock block : base.getUpdaterBlocks()) {
+            description.append(block.getParamOffsetStart()).append('-').append(block.getParamOffsetEnd()).append(':')
+                    .append(block.getUpdaterViewOffsetStart()).append('-').append(block.getUpdaterViewOffsetEnd());
+            for (UpdaterBlock.ParamState param : block.getLayersAndVariablesInBlock()) {
+                description.append(',').append(param.getParamName());
+            }
+            description.append(';');
+        }
+        CRC32 crc = new CRC32();
+        crc.update(description.toString().getBytes(StandardCharsets.UTF_8));
+        return crc.getValue();
     }
 
     private static BaseMultiLayerUpdater<?> blocks(Updater updater) {

@@ -1,7 +1,13 @@
 package org.symmem4j.dl4j.train;
 
+import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.function.Predicate;
+import org.symmem4j.parallel.SymmemException;
 
 /**
  * The failures of one step, one per failed rank, in rank order, merged into the one exception a trainer throws: the
@@ -11,6 +17,47 @@ import java.util.function.Predicate;
 public final class RankFailures {
 
     private RankFailures() {
+    }
+
+    /**
+     * How long the trainer's thread waits for a rank's result of a step. Every wait inside a step is bounded by the
+     * trainer's timeout; this bound, three timeouts and 30 s, only turns a wait that ignores it (a bug) into an error.
+     *
+     * @param timeout the trainer's bound of every wait for another rank
+     * @return the bound of the wait for a step's result
+     */
+    public static Duration stepResultBound(Duration timeout) {
+        return Duration.ofMillis(timeout.multipliedBy(3).plusSeconds(30).toMillis());
+    }
+
+    /**
+     * Waits for one rank's result of a step: returns it, or adds what went wrong to {@code failures} and the rank to
+     * {@code failedRanks} and returns null: the rank's own exception, or, past {@code bound}, an error saying the
+     * step did not finish (a wait that ignores the timeout: a bug).
+     *
+     * @param result      the rank's result of the step
+     * @param bound       how long to wait ({@link #stepResultBound})
+     * @param who         the rank as the error names it ("worker 3", "rank 1")
+     * @param rank        the rank's number, added to {@code failedRanks}
+     * @param step        the step, as the error names it
+     * @param failures    the step's failures so far, in the order of their ranks
+     * @param failedRanks their ranks
+     * @param <R>         the result's type
+     * @return the result, or null when the rank failed
+     * @throws InterruptedException when the waiting thread is interrupted (each trainer says what that means)
+     */
+    public static <R> R await(CompletableFuture<R> result, Duration bound, String who, int rank, long step,
+                              List<Throwable> failures, List<Integer> failedRanks) throws InterruptedException {
+        try {
+            return result.get(bound.toMillis(), TimeUnit.MILLISECONDS);
+        } catch (ExecutionException e) {
+            failures.add(e.getCause());
+        } catch (TimeoutException e) {
+            failures.add(new SymmemException(who + " did not finish step " + step + " within " + bound
+                    + " (a wait that ignores the timeout: this is a bug)"));
+        }
+        failedRanks.add(rank);
+        return null;
     }
 
     /**

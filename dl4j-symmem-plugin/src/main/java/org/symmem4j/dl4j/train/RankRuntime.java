@@ -1,9 +1,15 @@
 package org.symmem4j.dl4j.train;
 
+import java.time.Duration;
+import java.util.List;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.function.Predicate;
+import org.symmem4j.parallel.SymmemException;
 
 /**
  * One rank of a trainer run by a thread of its own: a named daemon thread that opens the rank, completes
@@ -104,6 +110,36 @@ public abstract class RankRuntime<T> {
             Thread.currentThread().interrupt();
         } finally {
             close();
+        }
+    }
+
+    /**
+     * Starts every rank's thread and waits until every rank opened: at most {@code timeout} (the bound of every wait
+     * inside an open) and 10 s more. When a rank fails to open, or the wait ends first, {@code stop} stops the ranks
+     * (a collective close meets the peers that opened) before the failure is thrown.
+     *
+     * @param ranks   this process's ranks, not started yet
+     * @param timeout the trainer's bound of every wait for another rank
+     * @param what    the ranks, as the failure names them ("data-parallel workers", "pipeline ranks")
+     * @param stop    stops the ranks after a failed start
+     * @throws SymmemException "{@code <what> failed to start: <why>}" with the first failure as its cause, or
+     *                         "{@code interrupted while starting <what>}" (the thread's interrupt flag set again)
+     */
+    public static void startAll(List<? extends RankRuntime<?>> ranks, Duration timeout, String what, Runnable stop) {
+        for (RankRuntime<?> rank : ranks) {
+            rank.start();
+        }
+        try {
+            CompletableFuture.allOf(ranks.stream().map(RankRuntime::ready).toArray(CompletableFuture[]::new))
+                    .get(timeout.toMillis() + 10_000, TimeUnit.MILLISECONDS);
+        } catch (ExecutionException | TimeoutException e) {
+            stop.run();
+            throw new SymmemException(what + " failed to start: " + e.getMessage(),
+                    e instanceof ExecutionException ? e.getCause() : e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            stop.run();
+            throw new SymmemException("interrupted while starting " + what, e);
         }
     }
 

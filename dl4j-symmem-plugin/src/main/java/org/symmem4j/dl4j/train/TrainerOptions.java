@@ -14,21 +14,27 @@ import org.symmem4j.parallel.Transport;
 
 /**
  * The options every trainer's builder takes, kept and checked in one place: group mode's group, the bound of every
- * wait, the meter registry and its tags, the step listeners, ND4J's threads per rank. A trainer's builder owns one and
- * keeps its public methods (their names, javadoc and messages are the trainer's); their bodies delegate here.
+ * wait, the meter registry and its tags, the step listeners, the run's timeline, ND4J's threads per rank. Every
+ * trainer's builder extends {@link TrainerBuilder}, which holds one and sets it; the trainer reads it.
  *
  * @param <L> the trainer's step listener
  */
 public final class TrainerOptions<L> {
 
     private Group group;
-    private Duration timeout = GroupOptions.DEFAULT_TIMEOUT;
+    private Duration timeout = defaultTimeout();
     private MeterRegistry registry;
     private Iterable<Tag> metricTags = Tags.empty();
     private final List<L> stepListeners = new ArrayList<>();
     private int ndThreadsPerRank;
+    private int timelineSteps;
 
-    /** Thread mode, the default timeout, no meters, no listeners, ND4J's threads shared among the ranks. */
+    /**
+     * Thread mode, the default timeout ({@link #defaultTimeout()}: 60 s, or {@code -Dsymmem4j.timeout.ms}), no
+     * meters, no listeners, no timeline, ND4J's threads shared among the ranks.
+     *
+     * @throws IllegalArgumentException when {@code -Dsymmem4j.timeout.ms} is not a whole number of milliseconds
+     */
     public TrainerOptions() {
     }
 
@@ -45,25 +51,35 @@ public final class TrainerOptions<L> {
     /**
      * The bound of every wait for another rank.
      *
-     * @param timeout     positive
-     * @param expectation the trainer's words for the rule and the default, after {@code timeout=<value>} in the refusal
+     * @param timeout positive
      * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
      */
-    public void timeout(Duration timeout, String expectation) {
-        this.timeout = requirePositive(timeout, expectation);
+    public void timeout(Duration timeout) {
+        this.timeout = requirePositive(timeout);
+    }
+
+    /**
+     * The default bound of every wait of every trainer: {@link GroupOptions#defaults()}'s, 60 s unless
+     * {@code -Dsymmem4j.timeout.ms} says otherwise.
+     *
+     * @return the default timeout, read now
+     * @throws IllegalArgumentException when {@code -Dsymmem4j.timeout.ms} is not a whole number of milliseconds
+     */
+    public static Duration defaultTimeout() {
+        return GroupOptions.defaults().timeout();
     }
 
     /**
      * Checks a trainer's timeout, the bound of every wait for another rank.
      *
-     * @param timeout     positive
-     * @param expectation the trainer's words for the rule and the default, after {@code timeout=<value>} in the refusal
+     * @param timeout positive
      * @return {@code timeout}
-     * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
+     * @throws IllegalArgumentException when {@code timeout} is null, zero or negative, saying so and the default
      */
-    public static Duration requirePositive(Duration timeout, String expectation) {
+    public static Duration requirePositive(Duration timeout) {
         if (timeout == null || timeout.isNegative() || timeout.isZero()) {
-            throw new IllegalArgumentException("timeout=" + timeout + " " + expectation);
+            throw new IllegalArgumentException("timeout=" + timeout + " must be positive (default "
+                    + GroupOptions.DEFAULT_TIMEOUT.toSeconds() + " s, or -Dsymmem4j.timeout.ms)");
         }
         return timeout;
     }
@@ -81,6 +97,20 @@ public final class TrainerOptions<L> {
             throw new IllegalArgumentException(setting + "=" + threads + " " + expectation);
         }
         this.ndThreadsPerRank = threads;
+    }
+
+    /**
+     * Records the run's timeline, up to {@code maxSteps} steps.
+     *
+     * @param maxSteps at least 1
+     * @throws IllegalArgumentException when {@code maxSteps} is below 1
+     */
+    public void recordTimeline(int maxSteps) {
+        if (maxSteps < 1) {
+            throw new IllegalArgumentException("recordTimeline maxSteps=" + maxSteps + ": expected >= 1 (the most steps"
+                    + " the trace keeps; fix: recordTimeline(10_000), or leave it out for no timeline)");
+        }
+        this.timelineSteps = maxSteps;
     }
 
     /**
@@ -110,9 +140,14 @@ public final class TrainerOptions<L> {
         return group;
     }
 
-    /** {@return the bound of every wait for another rank (default {@link GroupOptions#DEFAULT_TIMEOUT})} */
+    /** {@return the bound of every wait for another rank (default {@link #defaultTimeout()})} */
     public Duration timeout() {
         return timeout;
+    }
+
+    /** {@return the most steps the run's timeline keeps; 0 for no timeline} */
+    public int timelineSteps() {
+        return timelineSteps;
     }
 
     /** {@return the tags on every meter} */

@@ -8,14 +8,19 @@
  *   <li>{@link org.symmem4j.dl4j.train.StepListener} and {@link org.symmem4j.dl4j.train.TrainingStep}: the step
  *       listener and what every step report says (step, examples, loss); each trainer's listener and report extend
  *       them.</li>
- *   <li>{@link org.symmem4j.dl4j.train.TrainerOptions}: the options every trainer's builder takes (group mode's group,
- *       timeout, meter registry and tags, step listeners, ND4J threads per rank), kept and checked in one place; each
- *       builder keeps its own public methods and delegates to it.</li>
- *   <li>{@link org.symmem4j.dl4j.train.RankFailures}: a step's failures on several ranks merged into one exception,
- *       the origin's, the echoes it caused suppressed.</li>
+ *   <li>{@link org.symmem4j.dl4j.train.TrainerBuilder} and {@link org.symmem4j.dl4j.train.TrainerOptions}: the
+ *       options every trainer's builder takes (group mode's group, timeout, meter registry and tags, step listeners,
+ *       DL4J listeners and their stats router ({@link org.symmem4j.dl4j.train.ListenerOptions}), the run's timeline,
+ *       ND4J threads per rank), declared once in the builder base every trainer's builder extends, and kept and
+ *       checked in one place, which the trainer reads.</li>
+ *   <li>{@link org.symmem4j.dl4j.train.ModelListeners} over a {@link org.symmem4j.dl4j.train.ListenedModel}: the
+ *       user's DL4J listeners called per step and epoch as plain {@code fit} calls them, the model holding each
+ *       step's state; {@link org.symmem4j.dl4j.train.StatsRouting}: the UI's stats router for them.</li>
+ *   <li>{@link org.symmem4j.dl4j.train.RankFailures}: each rank's result of a step awaited (bounded), and the step's
+ *       failures on several ranks merged into one exception, the origin's, the echoes it caused suppressed.</li>
  *   <li>{@link org.symmem4j.dl4j.train.RankRuntime}: a rank run by a thread of its own (open, a task queue, ready,
- *       start/submit/join, a collective close); the data-parallel worker stops at its first failed step, the
- *       pipeline rank runs on until its shutdown task.</li>
+ *       start/submit/join, a collective close), and a trainer's ranks started together; the data-parallel worker
+ *       stops at its first failed step, the pipeline rank runs on until its shutdown task.</li>
  *   <li>{@link org.symmem4j.dl4j.train.RankAgreement}: agreement across a group's ranks in group mode (the same
  *       build, no rank failed), over the group's byte all-gather.</li>
  * </ul>

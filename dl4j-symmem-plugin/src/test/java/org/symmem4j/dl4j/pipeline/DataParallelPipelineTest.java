@@ -30,7 +30,7 @@ import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.pipeline.channel.PipelineAbortedException;
 
 /**
- * Data parallelism over pipelines (DP x PP, {@link PipelineParallelTrainer.Builder#dataParallel}):
+ * Data parallelism over pipelines (DP x PP, {@link PipelineParallelTrainerBuilder#dataParallel}):
  * equal to plain {@code fit} of the unsplit network on the whole batch (what plain data parallelism
  * computes), step by step, with the same tolerances as {@link PipelineEquivalenceTest}; the replicas
  * bitwise equal; batch normalization and dropout as one pipeline with {@code microbatches x dp}
@@ -62,7 +62,7 @@ class DataParallelPipelineTest {
         List<DataSet> data = PipelineNets.batches(11, STEPS, BATCH, dtype);
         double tol = PipelineEquivalenceTest.tolerance(dtype, updater);
         double worst = 0;
-        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base).ranks(pp).dataParallel(dp)
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base.clone()).ranks(pp).dataParallel(dp)
                 .microbatches(microbatches).schedule(schedule, stagesPerRank).build()) {
             assertEquals(dp, trainer.dataParallel());
             for (int s = 0; s < STEPS; s++) {
@@ -127,7 +127,7 @@ class DataParallelPipelineTest {
             List<DataSet> batches = PipelineModels.batches(PipelineModels.Data.IMAGES, 9, 3, PipelineBatchNormTest.BATCH);
             MultiLayerNetwork reference = base.clone();
             MultiLayerNetwork trained = base.clone();
-            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base).ranks(3).dataParallel(dp)
+            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base.clone()).ranks(3).dataParallel(dp)
                     .microbatches(microbatches).stageBoundaries(1, 4).build()) {
                 for (int step = 0; step < batches.size(); step++) {
                     trainer.fit(batches.get(step));
@@ -150,9 +150,9 @@ class DataParallelPipelineTest {
         MultiLayerNetwork base = PipelineModels.denseDropout(new Sgd(0.1));
         List<DataSet> batches = PipelineModels.batches(PipelineModels.Data.DENSE, 4, 3, 16);
         List<INDArray> results = new ArrayList<>();
-        for (PipelineParallelTrainer.Builder builder : List.of(
-                PipelineParallelTrainer.builder(base).ranks(2).microbatches(4),
-                PipelineParallelTrainer.builder(base).ranks(2).microbatches(2).dataParallel(2))) {
+        for (PipelineParallelTrainerBuilder builder : List.of(
+                PipelineParallelTrainer.builder(base.clone()).ranks(2).microbatches(4),
+                PipelineParallelTrainer.builder(base.clone()).ranks(2).microbatches(2).dataParallel(2))) {
             MultiLayerNetwork trained = base.clone();
             try (PipelineParallelTrainer trainer = builder.build()) {
                 for (DataSet batch : batches) {
@@ -218,11 +218,11 @@ class DataParallelPipelineTest {
     void badSettingsAndBatchesAreRefusedClearly() {
         MultiLayerNetwork base = PipelineNets.mlp(PipelineNets.updater("sgd"), 0.0, DataType.FLOAT);
         IllegalArgumentException zero = assertThrows(IllegalArgumentException.class,
-                () -> PipelineParallelTrainer.builder(base).dataParallel(0));
+                () -> PipelineParallelTrainer.builder(base.clone()).dataParallel(0));
         assertTrue(zero.getMessage().contains("dataParallel=0 expected dataParallel >= 1"), zero.getMessage());
         MultiLayerNetwork trained = base.clone();
         MultiLayerNetwork reference = base.clone();
-        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base).ranks(2).dataParallel(2)
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base.clone()).ranks(2).dataParallel(2)
                 .microbatches(4).build()) {
             DataSet batch = PipelineNets.batches(3, 1, BATCH, DataType.FLOAT).getFirst();
             IllegalArgumentException odd = assertThrows(IllegalArgumentException.class,

@@ -39,10 +39,10 @@ class PipelineDropoutTest {
         MultiLayerNetwork base = PipelineModels.denseDropout(new Sgd(LEARNING_RATE));
         List<DataSet> batches = PipelineModels.batches(PipelineModels.Data.DENSE, 4, 3, 16);
         List<INDArray> results = new ArrayList<>();
-        for (PipelineParallelTrainer.Builder builder : List.of(
-                PipelineParallelTrainer.builder(base).ranks(3).microbatches(MICROBATCHES).stageBoundaries(1, 3),
-                PipelineParallelTrainer.builder(base).ranks(2).microbatches(MICROBATCHES).schedule(PipelineSchedule.GPIPE),
-                PipelineParallelTrainer.builder(base).ranks(2).microbatches(MICROBATCHES)
+        for (PipelineParallelTrainerBuilder builder : List.of(
+                PipelineParallelTrainer.builder(base.clone()).ranks(3).microbatches(MICROBATCHES).stageBoundaries(1, 3),
+                PipelineParallelTrainer.builder(base.clone()).ranks(2).microbatches(MICROBATCHES).schedule(PipelineSchedule.GPIPE),
+                PipelineParallelTrainer.builder(base.clone()).ranks(2).microbatches(MICROBATCHES)
                         .schedule(PipelineSchedule.INTERLEAVED, 2))) {
             MultiLayerNetwork trained = base.clone();
             try (PipelineParallelTrainer trainer = builder.build()) {
@@ -73,7 +73,7 @@ class PipelineDropoutTest {
     @Test
     void theUsersNetworkKeepsItsDropout() {
         MultiLayerNetwork base = PipelineModels.denseDropout(new Sgd(LEARNING_RATE));
-        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base).ranks(2).microbatches(2).build()) {
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base.clone()).ranks(2).microbatches(2).build()) {
             trainer.fit(PipelineModels.batches(PipelineModels.Data.DENSE, 4, 1, 8).getFirst());
             for (int i = 0; i < base.getnLayers(); i++) {
                 IDropout d = base.getLayerWiseConfigurations().getConf(i).getLayer().getIDropout();

@@ -115,7 +115,7 @@ class PipelineGraphTest {
                         .activation(Activation.SOFTMAX).build(), "sum")
                 .setOutputs("out").build());
         residual.init();
-        PipelineParallelTrainer.Builder builder = PipelineParallelTrainer.builder(residual).ranks(2).microbatches(2);
+        PipelineParallelTrainerBuilder builder = PipelineParallelTrainer.builder(residual).ranks(2).microbatches(2);
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, builder::build);
         assertTrue(e.getMessage().contains("breaks the chain") && e.getMessage().contains("residual connections"),
                 e.getMessage());

@@ -62,7 +62,7 @@ class PipelineGroupModeTest {
                 : PipelineNets.batches(5, STEPS, BATCH, DataType.FLOAT);
     }
 
-    static Outcome train(MultiLayerNetwork model, PipelineParallelTrainer.Builder builder, List<DataSet> data) {
+    static Outcome train(MultiLayerNetwork model, PipelineParallelTrainerBuilder builder, List<DataSet> data) {
         List<Double> losses = new ArrayList<>();
         builder.ompThreadsPerRank(1).stepListener(r -> losses.add(r.loss()));
         String split;

@@ -160,8 +160,8 @@ class PipelineStageSplitTest {
         }
         MultiLayerNetwork byParameters = base.clone();
         MultiLayerNetwork byTime = base.clone();
-        try (PipelineParallelTrainer a = PipelineParallelTrainer.builder(base).ranks(3).microbatches(4).build();
-             PipelineParallelTrainer b = PipelineParallelTrainer.builder(base).ranks(3).microbatches(4).splitBy(profile)
+        try (PipelineParallelTrainer a = PipelineParallelTrainer.builder(base.clone()).ranks(3).microbatches(4).build();
+             PipelineParallelTrainer b = PipelineParallelTrainer.builder(base.clone()).ranks(3).microbatches(4).splitBy(profile)
                      .build()) {
             assertEquals(null, a.profile());
             assertEquals(profile, b.profile());

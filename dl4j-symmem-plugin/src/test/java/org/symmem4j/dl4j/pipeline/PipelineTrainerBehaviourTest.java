@@ -35,16 +35,16 @@ class PipelineTrainerBehaviourTest {
     void scheduleRanksAndSplitDoNotChangeABit() {
         MultiLayerNetwork base = PipelineNets.mlp(PipelineNets.updater("adam"), 1e-3, DataType.FLOAT);
         List<DataSet> data = PipelineNets.batches(11, 3, 16, DataType.FLOAT);
-        List<PipelineParallelTrainer.Builder> configs = List.of(
-                PipelineParallelTrainer.builder(base).ranks(1).microbatches(4),
-                PipelineParallelTrainer.builder(base).ranks(2).microbatches(4),
-                PipelineParallelTrainer.builder(base).ranks(2).microbatches(4).schedule(PipelineSchedule.GPIPE),
-                PipelineParallelTrainer.builder(base).ranks(2).microbatches(4).schedule(PipelineSchedule.INTERLEAVED, 2),
-                PipelineParallelTrainer.builder(base).ranks(4).microbatches(4),
-                PipelineParallelTrainer.builder(base).ranks(2).microbatches(4).stageBoundaries(6));
+        List<PipelineParallelTrainerBuilder> configs = List.of(
+                PipelineParallelTrainer.builder(base.clone()).ranks(1).microbatches(4),
+                PipelineParallelTrainer.builder(base.clone()).ranks(2).microbatches(4),
+                PipelineParallelTrainer.builder(base.clone()).ranks(2).microbatches(4).schedule(PipelineSchedule.GPIPE),
+                PipelineParallelTrainer.builder(base.clone()).ranks(2).microbatches(4).schedule(PipelineSchedule.INTERLEAVED, 2),
+                PipelineParallelTrainer.builder(base.clone()).ranks(4).microbatches(4),
+                PipelineParallelTrainer.builder(base.clone()).ranks(2).microbatches(4).stageBoundaries(6));
         INDArray first = null;
         List<Double> firstLosses = null;
-        for (PipelineParallelTrainer.Builder config : configs) {
+        for (PipelineParallelTrainerBuilder config : configs) {
             MultiLayerNetwork result = base.clone();
             List<Double> losses = new ArrayList<>();
             try (PipelineParallelTrainer trainer = config.stepListener(r -> losses.add(r.loss())).build()) {
@@ -77,7 +77,7 @@ class PipelineTrainerBehaviourTest {
         MultiLayerNetwork reference = base.clone();
         List<DataSet> data = PipelineNets.batches(3, 5, 16, DataType.DOUBLE);
         MultiLayerNetwork target = base.clone();
-        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base).ranks(2).microbatches(4).build()) {
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base.clone()).ranks(2).microbatches(4).build()) {
             trainer.fit(new BatchListIterator(data.subList(0, 3)));
             trainer.copyParametersTo(target);
         }
@@ -123,7 +123,7 @@ class PipelineTrainerBehaviourTest {
             data.add(PipelineNets.batches(20 + i, 1, sizes[i], DataType.DOUBLE).getFirst());
         }
         List<Long> examples = new ArrayList<>();
-        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base).ranks(2).microbatches(4)
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base.clone()).ranks(2).microbatches(4)
                 .stepListener(r -> examples.add(r.examples())).build()) {
             for (DataSet batch : data) {
                 trainer.fit(batch);
@@ -183,7 +183,7 @@ class PipelineTrainerBehaviourTest {
         MultiLayerNetwork base = PipelineNets.mlp(PipelineNets.updater("sgd"), 0, DataType.FLOAT);
         List<DataSet> data = PipelineNets.batches(2, 4, 16, DataType.FLOAT);
         List<Double> losses = new ArrayList<>();
-        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base).ranks(2).microbatches(4)
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base.clone()).ranks(2).microbatches(4)
                 .recordTimeline(3).stepListener(r -> losses.add(r.loss())).build()) {
             trainer.fit(new BatchListIterator(data));
             var run = trainer.runTimeline();
@@ -198,7 +198,7 @@ class PipelineTrainerBehaviourTest {
             assertEquals(3, json.split("\"cat\":\"step\"", -1).length - 1, "one slice per recorded step");
             assertTrue(json.contains("\"droppedSteps\":\"1\""), "metadata says one step was left out");
         }
-        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base).ranks(2).microbatches(4).build()) {
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(base.clone()).ranks(2).microbatches(4).build()) {
             assertEquals(null, trainer.runTimeline(), "not recording unless asked");
         }
     }

@@ -1,4 +1,4 @@
-package org.symmem4j.dl4j;
+package org.symmem4j.dl4j.train;
 
 import java.lang.reflect.Method;
 import java.util.ArrayList;
@@ -17,9 +17,12 @@ import org.nd4j.linalg.factory.Nd4j;
 /**
  * The {@link TrainingListener}s attached to the user's model, called as DL4J's own {@code fit}
  * calls them for one model trained on the merged batch of each step (every worker's examples),
- * on the thread that called the wrapper's {@code fit}, with the user's model:
+ * on the thread that called the trainer's {@code fit}, with the user's model. Written for the
+ * data-parallel wrapper, whose terms (workers, replicas) it uses below; the pipeline trainer calls it
+ * the same way, its stages standing for the replicas ({@code PipelineParallelTrainer} says where it
+ * differs):
  * <ul>
- *   <li>{@code onEpochStart} / {@code onEpochEnd}: at the start and end of every wrapper
+ *   <li>{@code onEpochStart} / {@code onEpochEnd}: at the start and end of every trainer
  *       {@code fit(iterator)}, which is an epoch as DL4J's {@code fit(iterator)} is (at the end the
  *       model holds the fitted state; the epoch count moves on after {@code onEpochEnd}, as in DL4J);</li>
  *   <li>per step, once the workers finished it, in DL4J's order: {@code onForwardPass} with the
@@ -46,7 +49,7 @@ import org.nd4j.linalg.factory.Nd4j;
  * batches into one, of the parameters, the update and the updater state into the model, and, only
  * for listeners that override them, of the activations and the merged gradient.
  */
-final class ModelListeners {
+public final class ModelListeners {
 
     private final List<TrainingListener> listeners;
     private final boolean needsActivations;
@@ -62,19 +65,30 @@ final class ModelListeners {
     /**
      * The listeners attached to {@code model} now, checked: refuses, before anything changes, a
      * listener the wrapper cannot call as plain {@code fit} would.
+     *
+     * @param model the user's model
+     * @return its listeners
+     * @throws IllegalArgumentException when the model trains with truncated BPTT and has listeners
      */
-    static ModelListeners of(ModelReplica model) {
+    public static ModelListeners of(ListenedModel model) {
         return of(model, model.listeners());
     }
 
-    /** {@link #of(ModelReplica)} for {@code attached}, listeners about to be attached to {@code model}. */
-    static ModelListeners of(ModelReplica model, List<TrainingListener> attached) {
+    /**
+     * {@link #of(ListenedModel)} for {@code attached}, listeners about to be attached to {@code model}.
+     *
+     * @param model    the user's model
+     * @param attached the listeners it will have
+     * @return those listeners
+     * @throws IllegalArgumentException when the model trains with truncated BPTT and {@code attached} is not empty
+     */
+    public static ModelListeners of(ListenedModel model, List<TrainingListener> attached) {
         check(model, attached);
         return new ModelListeners(List.copyOf(attached));
     }
 
     /** Refuses {@code attached}, listeners for {@code model}, if the wrapper cannot call them as plain {@code fit} would. */
-    private static void check(ModelReplica model, List<TrainingListener> attached) {
+    private static void check(ListenedModel model, List<TrainingListener> attached) {
         if (!attached.isEmpty() && model.truncatedBptt()) {
             throw new IllegalArgumentException("listeners=" + names(attached) + " on a network trained with truncated"
                     + " BPTT cannot be called as fit() calls them: DL4J updates once per time segment and calls"
@@ -99,44 +113,59 @@ final class ModelListeners {
         }
     }
 
-    boolean isEmpty() {
+    /** {@return whether there are no listeners} */
+    public boolean isEmpty() {
         return listeners.isEmpty();
     }
 
-    /** Whether some listener reads activations (overrides onForwardPass): workers then keep copies of theirs. */
-    boolean needsActivations() {
+    /** {@return whether some listener reads activations (overrides onForwardPass): workers then keep copies of theirs} */
+    public boolean needsActivations() {
         return needsActivations;
     }
 
-    /** Whether some listener reads the gradient before the update (overrides onGradientCalculation). */
-    boolean needsGradient() {
+    /** {@return whether some listener reads the gradient before the update (overrides onGradientCalculation)} */
+    public boolean needsGradient() {
         return needsGradient;
     }
 
-    void epochStart(Model model) {
+    /**
+     * Calls every listener's {@code onEpochStart}.
+     *
+     * @param model the user's model
+     */
+    public void epochStart(Model model) {
         for (TrainingListener l : listeners) {
             l.onEpochStart(model);
         }
     }
 
-    void epochEnd(Model model) {
+    /**
+     * Calls every listener's {@code onEpochEnd}.
+     *
+     * @param model the user's model
+     */
+    public void epochEnd(Model model) {
         for (TrainingListener l : listeners) {
             l.onEpochEnd(model);
         }
     }
 
     /** What a finished step gives the listeners. */
-    interface Step {
-        /** The step's batches, in worker order (active workers only). */
+    public interface Step {
+        /** {@return the step's batches, in worker order (active workers only)} */
         List<Object> batches();
 
-        /** Each active worker's activations as DL4J passed them to onForwardPass (List or Map), when kept. */
+        /** {@return each active worker's activations as DL4J passed them to onForwardPass (List or Map), when kept} */
         List<Object> activations();
 
-        /** The merged batch's score. */
+        /** {@return the merged batch's score} */
         double score();
 
-        /** Writes the merged batch's gradient, as one model's onGradientCalculation sees it, into {@code target}. */
+        /**
+         * Writes the merged batch's gradient, as one model's onGradientCalculation sees it, into {@code target}.
+         *
+         * @param target the model's gradient view
+         */
         void assembleGradient(INDArray target);
 
         /** Gives the model the replicas' state after the step: parameters, updater state, counters, the update in its gradient view. */
@@ -146,8 +175,13 @@ final class ModelListeners {
         void syncReplicasIfChanged();
     }
 
-    /** Calls the listeners for one finished step; the model must have a gradient view exposed ({@link ModelReplica#exposeGradientView}). */
-    void step(ModelReplica model, Step step) {
+    /**
+     * Calls the listeners for one finished step; the model's {@code gradient()} must show its gradient view.
+     *
+     * @param model the user's model
+     * @param step  the finished step
+     */
+    public void step(ListenedModel model, Step step) {
         Model m = model.model();
         model.setInputAndLabels(merge(step.batches()));
         if (needsActivations) {

@@ -1,4 +1,4 @@
-package org.symmem4j.dl4j;
+package org.symmem4j.dl4j.train;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -17,7 +17,7 @@ import org.deeplearning4j.optimize.api.TrainingListener;
  * user's classpath: this class is the only one that touches them, and only after checking they are
  * there (without them no listener can be a routing one).
  */
-final class StatsRouting {
+public final class StatsRouting {
 
     private static final boolean AVAILABLE = available();
 
@@ -38,7 +38,7 @@ final class StatsRouting {
      * Gives {@code router} (may be null) to every routing listener among {@code listeners} that has
      * none, after checking that none is left without one; changes nothing when it refuses.
      */
-    static void route(StatsStorageRouter router, List<TrainingListener> listeners) {
+    public static void route(StatsStorageRouter router, List<TrainingListener> listeners) {
         if (!AVAILABLE) {
             return;
         }

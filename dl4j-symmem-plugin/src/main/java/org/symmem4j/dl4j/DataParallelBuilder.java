@@ -1,0 +1,430 @@
+package org.symmem4j.dl4j;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.conf.WorkspaceMode;
+import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
+import org.symmem4j.dl4j.train.TrainerBuilder;
+import org.symmem4j.gradsync.AlgorithmPolicy;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Group;
+
+/**
+ * The data-parallel trainer's own options, {@link SymmemParallelWrapper.Builder}'s, with their checks: each as it is
+ * set, then against each other and the model before the wrapper is created ({@link #check()}). The options every
+ * trainer takes (group, timeout, meters, step listeners, timeline) are {@link TrainerBuilder}'s; the wrapper reads
+ * both. Not public: users see these methods on {@code SymmemParallelWrapper.Builder}, its one subclass.
+ */
+abstract sealed class DataParallelBuilder
+        extends TrainerBuilder<SymmemParallelWrapper.Builder, SymmemParallelWrapper.StepListener>
+        permits SymmemParallelWrapper.Builder {
+
+    /**
+     * Default smallest bucket: an all-reduce has a fixed cost (a few barriers: microseconds, more
+     * with many workers), so layers smaller than this share a bucket with the layer below.
+     */
+    static final long DEFAULT_MIN_BUCKET_BYTES = 256L << 10;
+
+    final ModelReplica model;
+    int workers = Runtime.getRuntime().availableProcessors();
+    boolean workersSet;
+    long bucketBytes = 4L << 20;
+    boolean bucketBytesSet;
+    Algorithm algorithm;
+    AlgorithmPolicy policy;
+    NonFiniteGradients nonFiniteGradients = NonFiniteGradients.FAIL;
+    ZeroStage sharding;
+    boolean overlap;
+    int accumulation = 1;
+    GradientTransfer gradientTransfer = GradientTransfer.NETWORK_DTYPE;
+    long minBucketBytes = DEFAULT_MIN_BUCKET_BYTES;
+    int prefetchBuffer;
+    boolean reportScoreAfterAveraging;
+    WorkspaceMode workspaceMode;
+    boolean workspaceModeSet;
+
+    DataParallelBuilder(Model model) {
+        this.model = ModelReplica.of(Objects.requireNonNull(model, "model"));
+    }
+
+    /**
+     * Worker threads, one replica each (default: the number of cores).
+     *
+     * @param workers the number of worker threads, at least 1
+     * @return this builder
+     * @throws IllegalArgumentException when {@code workers} is below 1
+     */
+    public SymmemParallelWrapper.Builder workers(int workers) {
+        if (workers < 1) {
+            throw new IllegalArgumentException("workers=" + workers + " must be >= 1 (default: the number of cores, "
+                    + Runtime.getRuntime().availableProcessors() + ")");
+        }
+        this.workers = workers;
+        this.workersSet = true;
+        return self();
+    }
+
+
+    /**
+     * Largest gradient bucket all-reduced at once (default 4 MiB); each bucket gets its own algorithm. Not in GPU
+     * mode ({@link #group}), which all-reduces the whole gradient view in one call: refused at {@code build()}.
+     *
+     * @param bucketBytes the largest bucket in bytes, at least 64
+     * @return this builder
+     * @throws IllegalArgumentException when {@code bucketBytes} is below 64
+     */
+    public SymmemParallelWrapper.Builder bucketBytes(long bucketBytes) {
+        if (bucketBytes < 64) {
+            throw new IllegalArgumentException("bucketBytes=" + bucketBytes + " must be >= 64 (default 4 MiB)");
+        }
+        this.bucketBytes = bucketBytes;
+        this.bucketBytesSet = true;
+        return self();
+    }
+
+    /**
+     * Forces one all-reduce algorithm for every bucket (logged as forced); default: the calibrated policy.
+     *
+     * @param algorithm on host memory ONE_SHOT, TWO_SHOT or RING ({@code NCCL} is refused at {@code build()}); in GPU
+     *                  mode ({@link #group}) ONE_SHOT, TWO_SHOT or NCCL
+     * @return this builder
+     */
+    public SymmemParallelWrapper.Builder algorithm(Algorithm algorithm) {
+        this.algorithm = Objects.requireNonNull(algorithm, "algorithm");
+        return self();
+    }
+
+    /**
+     * A custom algorithm policy (default {@link AlgorithmPolicy#calibrated()}).
+     *
+     * @param policy picks each bucket's algorithm from its size
+     * @return this builder
+     */
+    public SymmemParallelWrapper.Builder policy(AlgorithmPolicy policy) {
+        this.policy = Objects.requireNonNull(policy, "policy");
+        return self();
+    }
+
+    /**
+     * What to do when the averaged gradient is not finite (default {@link NonFiniteGradients#FAIL}).
+     *
+     * @param mode {@link NonFiniteGradients#FAIL} or {@link NonFiniteGradients#SKIP_STEP}
+     * @return this builder
+     */
+    public SymmemParallelWrapper.Builder nonFiniteGradients(NonFiniteGradients mode) {
+        this.nonFiniteGradients = Objects.requireNonNull(mode, "nonFiniteGradients");
+        return self();
+    }
+
+    /**
+     * ND4J (OpenMP) threads per worker (default: cores ÷ workers, at least 1).
+     *
+     * @param threads ND4J and BLAS threads each worker uses during {@code fit()}, at least 1
+     * @return this builder
+     * @throws IllegalArgumentException when {@code threads} is below 1
+     */
+    public SymmemParallelWrapper.Builder ompThreadsPerWorker(int threads) {
+        return ndThreadsPerRank("ompThreadsPerWorker", threads);
+    }
+
+    /**
+     * ZeRO-style sharding: each worker keeps updater state only for its 1/N shard of the flat
+     * parameter vector (see {@link ZeroStage}); training gives the same parameters as plain
+     * data parallelism. Default: off.
+     *
+     * @param stage {@link ZeroStage#OPTIMIZER_STATE} (stage 1) or {@link ZeroStage#GRADIENTS} (stage 2)
+     * @return this builder
+     */
+    public SymmemParallelWrapper.Builder sharding(ZeroStage stage) {
+        this.sharding = Objects.requireNonNull(stage, "stage");
+        return self();
+    }
+
+    /**
+     * Overlaps gradient sync with backprop (default off): each replica's layers report when
+     * backprop has written their gradient, and a communication thread per worker all-reduces
+     * each bucket (buckets start at layer boundaries) as soon as its layers are done, while
+     * backprop goes on with the layers below. Results are bitwise equal to the sync after the
+     * whole backward pass. It hides sync where layers near the input take long to backprop
+     * while most parameters sit near the output (convolutions under dense layers); the sync of
+     * the first layers' bucket can never hide. Not with sharding.
+     *
+     * @param overlap true to all-reduce each bucket while backprop goes on
+     * @return this builder
+     */
+    public SymmemParallelWrapper.Builder overlapSyncWithBackprop(boolean overlap) {
+        this.overlap = overlap;
+        return self();
+    }
+
+    /**
+     * Gradient accumulation: each worker takes {@code microBatches} batches per optimizer step,
+     * sums their gradients (forward and backward passes only) and syncs once; the step averages
+     * over all its examples, like one model on the merged batches (to rounding). Default 1.
+     * Not with sharding, nor with layers that keep state in the gradient view (BatchNormalization).
+     *
+     * @param microBatches batches per worker per optimizer step, at least 1 (1: no accumulation)
+     * @return this builder
+     * @throws IllegalArgumentException when {@code microBatches} is below 1
+     */
+    public SymmemParallelWrapper.Builder gradientAccumulation(int microBatches) {
+        if (microBatches < 1) {
+            throw new IllegalArgumentException("gradientAccumulation=" + microBatches + " must be >= 1 (1: none)");
+        }
+        this.accumulation = microBatches;
+        return self();
+    }
+
+    /**
+     * The format gradients are transferred in (default {@link GradientTransfer#NETWORK_DTYPE}); not with sharding.
+     *
+     * @param transfer the network's own data type, or BFLOAT16
+     * @return this builder
+     */
+    public SymmemParallelWrapper.Builder gradientTransfer(GradientTransfer transfer) {
+        this.gradientTransfer = Objects.requireNonNull(transfer, "gradientTransfer");
+        return self();
+    }
+
+    /** Smallest bucket (default 256 KiB), see {@link org.symmem4j.gradsync.GradientBuckets#splitAtBoundaries}; tests use small ones. */
+    SymmemParallelWrapper.Builder minBucketBytes(long bytes) {
+        if (bytes < 0) {
+            throw new IllegalArgumentException("minBucketBytes=" + bytes + " must be >= 0");
+        }
+        this.minBucketBytes = bytes;
+        return self();
+    }
+
+    /**
+     * Batches read ahead on a background thread (ParallelWrapper's {@code prefetchBuffer}):
+     * with {@code n > 0} a reader thread takes batches from the iterator up to {@code n} ahead
+     * of the step that needs them, so a slow iterator (parsing, augmentation) runs beside the
+     * workers and the caller's per-step work. Default 0: the caller's thread reads the next
+     * step's batches while the workers compute (one step ahead), which suffices when reading
+     * is faster than a step. The iterator must support asynchronous reading
+     * ({@code asyncSupported()}); {@code fit} refuses one that does not. The reader stops
+     * before {@code fit} returns; an exception the iterator throws on it is thrown by
+     * {@code fit} on the caller's thread when training reaches that batch, as if read there. As in
+     * DL4J, {@code fit} resets an exhausted iterator at its start, not at its end. Checked at
+     * {@code build()}: {@code n >= 0}.
+     *
+     * @param n batches read ahead on a background thread; 0 reads on the calling thread
+     * @return this builder
+     */
+    public SymmemParallelWrapper.Builder prefetchBuffer(int n) {
+        this.prefetchBuffer = n;
+        return self();
+    }
+
+    /**
+     * Logs each step's score at INFO (ParallelWrapper's {@code reportScoreAfterAveraging}, which
+     * logs the workers' unweighted mean score and the averaging time after each averaging).
+     * Here every step is an averaging, and its score is exact: DL4J's score of one model on the
+     * step's merged batch (mean loss over all its examples plus the regularization term), with
+     * the step's examples and sync time. The model's {@code score()} holds the last step's
+     * score after {@code fit} either way, as ParallelWrapper's does. Default false.
+     *
+     * @param report true to log each step's score at INFO
+     * @return this builder
+     */
+    public SymmemParallelWrapper.Builder reportScoreAfterAveraging(boolean report) {
+        this.reportScoreAfterAveraging = report;
+        return self();
+    }
+
+    /**
+     * The workspace mode of the replicas' training passes (ParallelWrapper's
+     * {@code workspaceMode}, which its trainers set on their replicas' configurations):
+     * {@link WorkspaceMode#ENABLED} reuses ND4J workspace memory between iterations,
+     * {@link WorkspaceMode#NONE} allocates every array afresh (slower; for debugging or layers
+     * that misbehave in workspaces). Results are the same either way. Default: the model's own
+     * training workspace mode (ParallelWrapper's default is ENABLED). The user's model is not
+     * changed: it does not train under the wrapper (the replicas do), and its configuration is
+     * what {@code ModelSerializer} saves; ParallelWrapper sets the mode on it for good. Only
+     * training passes: the replicas run no inference. Checked at {@code build()}: not null, and
+     * not DL4J's deprecated SINGLE or SEPARATE.
+     *
+     * @param mode ENABLED or NONE (checked at {@code build()})
+     * @return this builder
+     */
+    public SymmemParallelWrapper.Builder workspaceMode(WorkspaceMode mode) {
+        this.workspaceMode = mode;
+        this.workspaceModeSet = true;
+        return self();
+    }
+
+    /**
+     * Checks the settings against each other and the model, then attaches the builder's listeners to the model:
+     * what {@code build()} does before it creates the wrapper.
+     *
+     * @throws IllegalArgumentException when settings conflict or the model cannot be trained this way
+     */
+    final void check() {
+        Group group = options().group();
+        boolean gpuMode = DataParallelSettings.gpuMode(group);
+        if (group != null) {
+            checkGroupMode();
+        }
+        if (!gpuMode && (algorithm == Algorithm.NCCL || algorithm == Algorithm.NCCL_SYMMETRIC)) {
+            throw new IllegalArgumentException("algorithm=" + algorithm + " needs a GPU transport; workers here share host memory"
+                    + " (use ONE_SHOT, TWO_SHOT or RING, or leave the choice to the calibrated policy)");
+        }
+        if (sharding != null && (overlap || accumulation > 1 || gradientTransfer != GradientTransfer.NETWORK_DTYPE)) {
+            throw new IllegalArgumentException("sharding=" + sharding + " with overlapSyncWithBackprop=" + overlap
+                    + " gradientAccumulation=" + accumulation + " gradientTransfer=" + gradientTransfer
+                    + ": expected none of these with sharding (its reduce-scatter runs in the gradient hook);"
+                    + " fix: drop sharding, or these options");
+        }
+        ModelReplica.ensureInitialized(model);
+        if (gpuMode) {
+            checkGpuMode();
+        }
+        if (group == null && workers > 1 && (model.model() instanceof MultiLayerNetwork m
+                && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(m)
+                || model.model() instanceof ComputationGraph g && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(g))) {
+            throw new IllegalArgumentException("workers=" + workers + " threads with a tensor-parallel network: each"
+                    + " worker would use this rank's tensor-parallel group at once; expected group mode, one worker per"
+                    + " rank (fix: builder(model).group(dataParallelGroup), e.g. DeviceMesh.of(world, \"dp\", d, \"tp\", t)"
+                    + ".group(\"dp\"))");
+        }
+        if (gradientTransfer == GradientTransfer.BFLOAT16 && model.params().dataType() != DataType.FLOAT) {
+            throw new IllegalArgumentException("gradientTransfer=BFLOAT16 expected a FLOAT network, found dataType="
+                    + model.params().dataType() + " (bf16 transfer is for fp32 training; fix: train in FLOAT, or"
+                    + " keep gradientTransfer=NETWORK_DTYPE)");
+        }
+        if (accumulation > 1) {
+            List<String> stateful = stateEntriesInTheGradient(model);
+            if (!stateful.isEmpty()) {
+                throw new IllegalArgumentException("gradientAccumulation=" + accumulation + " with layers " + stateful
+                        + " that keep state updates (not gradients) in the gradient view, such as BatchNormalization's"
+                        + " running statistics or CenterLossOutputLayer's centers: summing those over micro-batches is"
+                        + " wrong; expected no such layers"
+                        + " (fix: gradientAccumulation(1) with larger batches)");
+            }
+        }
+        refuseLayersWithReplicaState(model);
+        checkParallelWrapperSettings();
+        // refuses listeners it cannot call as fit() would (fit() checks again), then attaches the builder's
+        attachListeners();
+    }
+
+    /** Group mode's worker count is the group's size; what it cannot do yet is refused here, before anything starts. */
+    private void checkGroupMode() {
+        Group group = options().group();
+        if (workersSet && workers != group.worldSize()) {
+            throw new IllegalArgumentException("workers=" + workers + " with group(...) of worldSize=" + group.worldSize()
+                    + ": in group mode the group's ranks are the workers, one per rank (fix: leave workers unset)");
+        }
+        workers = group.worldSize();
+        if (options().timelineSteps() > 0) {
+            throw new IllegalArgumentException("group(...) with recordTimeline: not available in group mode yet (each"
+                    + " rank would hold only its own worker's track); expected no timeline (fix: train without it, or"
+                    + " as threads of one JVM with workers(n))");
+        }
+    }
+
+    /**
+     * GPU mode ({@code group(...)} on a transport whose memory is a GPU's): what it does not implement, each refused
+     * with its setting and fix, then DL4J's backend, which must keep the model in GPU memory. The settings come
+     * first so that a machine without a GPU backend is told about them too.
+     */
+    private void checkGpuMode() {
+        String mode = "GPU mode (group(...) on transport=" + options().group().transport().name() + ")";
+        if (sharding != null) {
+            throw new IllegalArgumentException("sharding=" + sharding + " in " + mode + ": expected no sharding; GPU"
+                    + " mode all-reduces the whole gradient view in place on the device, while the sharded updater's"
+                    + " reduce-scatter, shard update and all-gather run on host memory (fix: drop sharding(...), or train"
+                    + " on a group on a host transport)");
+        }
+        if (overlap) {
+            throw new IllegalArgumentException("overlapSyncWithBackprop=true in " + mode + ": expected false; GPU mode"
+                    + " enqueues one all-reduce after the whole backward pass on ND4J's stream, and the overlap's"
+                    + " per-layer buckets run on a host communication thread (fix: overlapSyncWithBackprop(false))");
+        }
+        if (gradientTransfer != GradientTransfer.NETWORK_DTYPE) {
+            throw new IllegalArgumentException("gradientTransfer=" + gradientTransfer + " in " + mode + ": expected"
+                    + " NETWORK_DTYPE; GPU mode all-reduces the gradient view in place in the network's own type (fix:"
+                    + " gradientTransfer(GradientTransfer.NETWORK_DTYPE), or build the network in BFLOAT16)");
+        }
+        if (accumulation > 1) {
+            throw new IllegalArgumentException("gradientAccumulation=" + accumulation + " in " + mode + ": expected 1;"
+                    + " the micro-batches' gradients are summed in host memory, which GPU mode does not do (fix:"
+                    + " gradientAccumulation(1) with larger batches, or train on a group on a host transport)");
+        }
+        // the entries the host path merges on their own: what the workers would find (the model's updater is made now)
+        List<String> stateful = stateEntriesInTheGradient(model);
+        if (!stateful.isEmpty()) {
+            throw new IllegalArgumentException("layers " + stateful + " keep state updates (not gradients) in the"
+                    + " gradient view, such as BatchNormalization's running statistics or CenterLossOutputLayer's centers,"
+                    + " in " + mode + ": expected none; those entries are merged on host memory (StateUpdateReduction),"
+                    + " which GPU mode does not do, and summing them as gradients would be wrong (fix: a model without"
+                    + " such layers, or train on a group on a host transport)");
+        }
+        if (bucketBytesSet) {
+            throw new IllegalArgumentException("bucketBytes=" + bucketBytes + " in " + mode + ": expected it unset; GPU"
+                    + " mode all-reduces the whole gradient view in one call, its algorithm picked by the policy for"
+                    + " its size (fix: leave bucketBytes unset)");
+        }
+        if (Nd4jDeviceGradients.onCpuBackend()) {
+            throw new IllegalArgumentException(Nd4jDeviceGradients.cpuBackendRefusal(mode));
+        }
+    }
+
+    /** The settings ParallelWrapper users bring (prefetch buffer, workspace mode). */
+    private void checkParallelWrapperSettings() {
+        if (prefetchBuffer < 0) {
+            throw new IllegalArgumentException("prefetchBuffer=" + prefetchBuffer + ": expected >= 0 (0: the calling"
+                    + " thread reads the next step's batches while the workers compute; n > 0: a background thread"
+                    + " reads up to n batches ahead); ParallelWrapper treats negatives as 0 (fix: prefetchBuffer(0))");
+        }
+        if (workspaceModeSet && workspaceMode == null) {
+            throw new IllegalArgumentException("workspaceMode=null: expected ENABLED or NONE (fix: leave"
+                    + " workspaceMode unset to keep the model's own, " + model.trainingWorkspaceMode() + ")");
+        }
+        if (workspaceMode == WorkspaceMode.SINGLE || workspaceMode == WorkspaceMode.SEPARATE) {
+            throw new IllegalArgumentException("workspaceMode=" + workspaceMode + ": expected ENABLED or NONE (DL4J"
+                    + " deprecated SINGLE and SEPARATE and runs them as ENABLED; fix: workspaceMode(ENABLED))");
+        }
+    }
+
+    /**
+     * Attaches the builder's listeners to the model and routes the reporting ones, after
+     * checking everything, so a refusal leaves the model's listeners as they were.
+     */
+    private void attachListeners() {
+        listenerOptions().attachTo(model, l -> SymmemParallelWrapper.refuseListenersThatNeedOnePass(accumulation, l));
+    }
+
+    /**
+     * Refuses the one DL4J 1.0.0-M2.1 layer whose training state lives outside the parameters:
+     * OCNNOutputLayer resets its radius r at each epoch to a quantile of a window of the outputs
+     * that layer instance saw, so each replica would set its own r and the replicas would part.
+     */
+    private static void refuseLayersWithReplicaState(ModelReplica model) {
+        for (org.deeplearning4j.nn.conf.layers.Layer layer : model.layerConfigurations()) {
+            if (layer instanceof org.deeplearning4j.nn.conf.ocnn.OCNNOutputLayer) {
+                throw new IllegalArgumentException("layer=" + layer.getLayerName() + " kind=OCNNOutputLayer cannot be"
+                        + " trained by data-parallel replicas: DL4J resets its radius r each epoch from a window of the"
+                        + " outputs that one layer instance saw (state outside the parameters, which the wrapper cannot"
+                        + " merge), so replicas would diverge; expected=any other output layer (fix: train this model"
+                        + " with plain fit())");
+            }
+        }
+    }
+
+    /**
+     * The entries of the gradient view that hold state updates rather than gradients ("layer.param"): those
+     * {@link StateUpdateReduction} merges on their own — BatchNormalization's running statistics, which DL4J's updater
+     * does not divide by the batch size, and CenterLossOutputLayer's centers, which it does. Makes the model's DL4J
+     * updater if it has none yet (its variables say which entries the updater handles).
+     */
+    private static List<String> stateEntriesInTheGradient(ModelReplica model) {
+        return StateUpdateReduction.find(UpdaterLayout.variablesOf(model.dl4jUpdater()), model.trainables()).stream()
+                .map(e -> e.layer() + "." + e.param()).toList();
+    }
+}

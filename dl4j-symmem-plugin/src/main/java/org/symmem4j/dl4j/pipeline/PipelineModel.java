@@ -1,0 +1,259 @@
+package org.symmem4j.dl4j.pipeline;
+
+import java.util.Collection;
+import java.util.List;
+import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.api.Updater;
+import org.deeplearning4j.nn.conf.BackpropType;
+import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.optimize.api.TrainingListener;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.dataset.api.DataSet;
+import org.nd4j.linalg.dataset.api.MultiDataSet;
+import org.symmem4j.dl4j.nd4j.ArrayCollectives;
+import org.symmem4j.dl4j.train.ListenedModel;
+import org.symmem4j.dl4j.train.ModelListeners;
+
+/**
+ * The network (or chain graph) given to the builder, which the trainer keeps holding the training state: after
+ * every {@code fit} it takes the stages' parameters, updater state and counters ({@link #takeFrom}); at the start of
+ * every {@code fit}, and after a listener ran, the stages take its state if it changed ({@link #holds},
+ * {@link #giveTo}). Its flat parameters are the stages' in stage order ({@link PipelineStageSplit}), for a graph
+ * too (a chain graph flattens its layers as the network made from it, checked at {@code build()}).
+ */
+final class PipelineModel implements ListenedModel {
+
+    /** The user's network, or the chain network standing for the user's graph (a scratch copy for the copies). */
+    private final MultiLayerNetwork network;
+    /** The user's graph, or null. */
+    private final ComputationGraph graph;
+    private final PipelineStageSplit split;
+
+    PipelineModel(MultiLayerNetwork network, ComputationGraph graph, PipelineStageSplit split) {
+        this.network = network;
+        this.graph = graph;
+        this.split = split;
+    }
+
+    /** The user's model takes the stages' state: parameters, updater state, iteration and epoch counters. */
+    void takeFrom(List<Dl4jPipelineStage> stages) {
+        split.copyStagesInto(networks(stages), network);
+        if (graph != null) {
+            GraphChain.copyInto(network, graph);
+        }
+    }
+
+    /** Whether the stages hold the user's model's state bitwise (it was not changed since {@link #takeFrom}). */
+    boolean holds(List<Dl4jPipelineStage> stages) {
+        MultiLayerNetwork first = stages.getFirst().network();
+        if (first.getIterationCount() != iterationCount() || first.getEpochCount() != epochCount()) {
+            return false;
+        }
+        INDArray params = model().params();
+        for (int s = 0; s < stages.size(); s++) {
+            long from = split.parameterOffset(s);
+            long count = split.parameterCount(s);
+            MultiLayerNetwork stage = stages.get(s).network();
+            if (count > 0 && (ArrayCollectives.segmentOf(PipelineStageSplit.slice(params, from, from + count))
+                    .mismatch(ArrayCollectives.segmentOf(stage.params())) != -1
+                    || !UpdaterStateCopy.same(updater(), stage.getUpdater(true), from, 0, count))) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /** The stages take the user's model's state (parameters, updater state, counters). */
+    void giveTo(List<Dl4jPipelineStage> stages) {
+        giveTo(stages, true);
+    }
+
+    private void giveTo(List<Dl4jPipelineStage> stages, boolean withUpdaterState) {
+        INDArray params = model().params();
+        for (int s = 0; s < stages.size(); s++) {
+            long from = split.parameterOffset(s);
+            long count = split.parameterCount(s);
+            MultiLayerNetwork stage = stages.get(s).network();
+            if (count > 0) {
+                stage.params().assign(PipelineStageSplit.slice(params, from, from + count));
+                if (withUpdaterState) {
+                    UpdaterStateCopy.copy(updater(), stage.getUpdater(true), from, 0, count);
+                }
+            }
+            stage.setIterationCount(iterationCount());
+            stage.setEpochCount(epochCount());
+        }
+    }
+
+    /**
+     * A checkpoint's restore: the model takes {@code saved}'s parameters and counters and the updater state that
+     * {@code replicas}' first stages read from the shards; then every replica takes the model's whole state.
+     */
+    void restoreFrom(Model saved, List<List<Dl4jPipelineStage>> replicas) {
+        model().params().assign(saved.params());
+        boolean graphSaved = saved instanceof ComputationGraph;
+        setIterationCount(graphSaved ? ((ComputationGraph) saved).getConfiguration().getIterationCount()
+                : ((MultiLayerNetwork) saved).getIterationCount());
+        setEpochCount(graphSaved ? ((ComputationGraph) saved).getConfiguration().getEpochCount()
+                : ((MultiLayerNetwork) saved).getEpochCount());
+        giveTo(replicas.getFirst(), false); // parameters and counters beside the restored updater state
+        takeFrom(replicas.getFirst());
+        replicas.forEach(this::giveTo);
+    }
+
+    /** The model's gradient view takes every stage's {@code part} (the gradient before the step, or the update). */
+    void gatherGradients(List<Dl4jPipelineStage> stages, boolean beforeUpdate, INDArray target) {
+        for (int s = 0; s < stages.size(); s++) {
+            long from = split.parameterOffset(s);
+            INDArray part = beforeUpdate ? stages.get(s).gradientBeforeUpdate()
+                    : stages.get(s).network().getGradientsViewArray();
+            if (part != null && split.parameterCount(s) > 0) {
+                PipelineStageSplit.slice(target, from, from + split.parameterCount(s)).assign(part.reshape(part.length()));
+            }
+        }
+    }
+
+    /** Makes sure the model has a gradient view (DL4J creates it at the first fit). */
+    void ensureGradientView() {
+        if (gradientView() == null) {
+            if (graph != null) {
+                graph.initGradientsView();
+            } else {
+                network.initGradientsView();
+            }
+        }
+    }
+
+    void setEpochCount(int count) {
+        if (graph != null) {
+            graph.getConfiguration().setEpochCount(count);
+        } else {
+            network.setEpochCount(count);
+        }
+    }
+
+    /** The model's activations on {@code batch}, as its listeners' onForwardPass takes them (see the trainer's javadoc). */
+    Object activations(Object batch) {
+        if (graph != null) {
+            INDArray[] features = batch instanceof DataSet ds ? new INDArray[] {ds.getFeatures()}
+                    : ((MultiDataSet) batch).getFeatures();
+            return graph.feedForward(features, false, false);
+        }
+        return network.feedForward(((DataSet) batch).getFeatures(), false);
+    }
+
+    /**
+     * A finished step as the listeners see it (thread mode: every stage is in this process): {@code replicas}' first
+     * holds the state to show; every replica takes the model's state if a listener changed it.
+     */
+    ModelListeners.Step step(Object batch, double score, List<List<Dl4jPipelineStage>> replicas) {
+        List<Dl4jPipelineStage> stages = replicas.getFirst();
+        return new ModelListeners.Step() {
+            @Override
+            public List<Object> batches() {
+                return List.of(batch);
+            }
+
+            @Override
+            public List<Object> activations() {
+                return List.of(PipelineModel.this.activations(batch)); // the model still holds the state before the step
+            }
+
+            @Override
+            public double score() {
+                return score;
+            }
+
+            @Override
+            public void assembleGradient(INDArray target) {
+                gatherGradients(stages, true, target);
+            }
+
+            @Override
+            public void syncModel() {
+                takeFrom(stages);
+                gatherGradients(stages, false, gradientView()); // after DL4J's step the gradient view holds the update
+            }
+
+            @Override
+            public void syncReplicasIfChanged() {
+                if (!holds(stages)) {
+                    replicas.forEach(PipelineModel.this::giveTo);
+                }
+            }
+        };
+    }
+
+    private Updater updater() {
+        return graph != null ? graph.getUpdater(true) : network.getUpdater(true);
+    }
+
+    private static List<MultiLayerNetwork> networks(List<Dl4jPipelineStage> stages) {
+        return stages.stream().map(Dl4jPipelineStage::network).toList();
+    }
+
+    @Override
+    public Model model() {
+        return graph != null ? graph : network;
+    }
+
+    @Override
+    public List<TrainingListener> listeners() {
+        Collection<TrainingListener> attached = graph != null ? graph.getListeners() : network.getListeners();
+        return attached == null ? List.of() : List.copyOf(attached);
+    }
+
+    @Override
+    public boolean truncatedBptt() {
+        BackpropType type = graph != null ? graph.getConfiguration().getBackpropType()
+                : network.getLayerWiseConfigurations().getBackpropType();
+        return type == BackpropType.TruncatedBPTT;
+    }
+
+    @Override
+    public void setInputAndLabels(Object batch) {
+        if (graph != null) {
+            MultiDataSet set = batch instanceof DataSet ds ? ds.toMultiDataSet() : (MultiDataSet) batch;
+            graph.setInputs(set == null ? null : set.getFeatures());
+            graph.setLabels(set == null ? null : set.getLabels());
+        } else {
+            DataSet set = (DataSet) batch;
+            network.setInput(set == null ? null : set.getFeatures());
+            network.setLabels(set == null ? null : set.getLabels());
+        }
+    }
+
+    @Override
+    public void setScore(double score) {
+        if (graph != null) {
+            graph.setScore(score);
+        } else {
+            network.setScore(score);
+        }
+    }
+
+    @Override
+    public INDArray gradientView() {
+        return model().getGradientsViewArray();
+    }
+
+    @Override
+    public int iterationCount() {
+        return graph != null ? graph.getConfiguration().getIterationCount() : network.getIterationCount();
+    }
+
+    @Override
+    public void setIterationCount(int count) {
+        if (graph != null) {
+            graph.getConfiguration().setIterationCount(count);
+        } else {
+            network.setIterationCount(count);
+        }
+    }
+
+    @Override
+    public int epochCount() {
+        return graph != null ? graph.getConfiguration().getEpochCount() : network.getEpochCount();
+    }
+}

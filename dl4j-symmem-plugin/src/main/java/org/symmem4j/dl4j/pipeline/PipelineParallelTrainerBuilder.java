@@ -1,0 +1,349 @@
+package org.symmem4j.dl4j.pipeline;
+
+import java.util.Arrays;
+import java.util.Objects;
+import org.deeplearning4j.nn.conf.inputs.InputType;
+import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.nd4j.linalg.dataset.api.DataSet;
+import org.symmem4j.dl4j.train.TrainerBuilder;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.pipeline.channel.LinkPlan;
+import org.symmem4j.pipeline.schedule.ActionDurations;
+import org.symmem4j.pipeline.schedule.PipelineShape;
+import org.symmem4j.pipeline.schedule.Schedule;
+
+/**
+ * The builder of a {@link PipelineParallelTrainer}:
+ * {@code PipelineParallelTrainer.builder(model).ranks(2).microbatches(8).build()}. The options every
+ * trainer takes (group, timeout, meters, step listeners, DL4J listeners, timeline) are {@link TrainerBuilder}'s.
+ *
+ * <p>Group mode ({@link #group}): this process (or thread) is one rank of {@code group}, which runs
+ * {@code dataParallel x ranks} ranks laid out as in thread mode (world rank {@code d * pp + p} is
+ * pipeline rank {@code p} of replica {@code d}); {@code ranks} defaults to the group's size divided
+ * by {@code dataParallel}. Every rank runs the same program: it builds the same network (same seed
+ * or file; checked at {@code build()}, with the other settings), and passes the same batches to
+ * {@code fit} in the same order (checked before every step by a CRC-32C of each batch: a mismatch
+ * fails on every rank before anything trains). Each rank trains only its own stages, on the
+ * caller's thread; every rank's {@link PipelineParallelTrainer#lastStep()} holds the same loss and
+ * replica 0's timelines, gathered after each step, as in thread mode; at the end of every {@code fit} every
+ * rank's model gets the whole trained network (a collective gather from the stages' owners). The result equals
+ * thread mode's bitwise. With a split by
+ * measured times every rank measures, and rank 0's split is used. For one JVM per rank started by
+ * {@code symmem4j-run} (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The
+ * group must live on a host transport (DL4J's CPU activations are host memory) and stays the
+ * caller's to close, after the trainer. {@link #timeout} does not apply (the group's own does).
+ * Group mode refuses DL4J listeners (see {@link PipelineParallelTrainer}).
+ */
+public final class PipelineParallelTrainerBuilder
+        extends TrainerBuilder<PipelineParallelTrainerBuilder, PipelineParallelTrainer.StepListener> {
+
+    /** Profiling passes of {@link #splitByMeasuredTimes}: the first warms up. */
+    static final int PROFILE_STEPS = 4;
+
+    /** The network to train; for a graph, the chain network made from it at build(). */
+    private MultiLayerNetwork network;
+    private final ComputationGraph graph;
+    private int ranks;
+    int dataParallel = 1;
+    private int microbatches;
+    PipelineSchedule schedule = PipelineSchedule.ONE_F_ONE_B;
+    private int stagesPerRank = 1;
+    private int[] stageBoundaries;
+    private int linkSlots;
+    InputType inputType;
+    private DataSet profileSample;
+    private StageProfile profile;
+
+    PipelineParallelTrainerBuilder(MultiLayerNetwork network, ComputationGraph graph) {
+        this.network = network;
+        this.graph = graph;
+    }
+
+    /**
+     * Pipeline ranks p: threads, each running {@code stagesPerRank} stages (required).
+     *
+     * @param ranks pipeline ranks (threads), at least 1
+     * @return this builder
+     * @throws IllegalArgumentException when {@code ranks} is below 1
+     */
+    public PipelineParallelTrainerBuilder ranks(int ranks) {
+        if (ranks < 1) {
+            throw new IllegalArgumentException("ranks=" + ranks + " expected ranks >= 1");
+        }
+        this.ranks = ranks;
+        return this;
+    }
+
+    /**
+     * Data-parallel replicas of the whole pipeline (default 1): {@code replicas x ranks} threads, a
+     * {@code dp x pp} {@link org.symmem4j.parallel.DeviceMesh}. Each batch is cut into
+     * {@code microbatches x replicas} equal pieces; replica {@code d} trains on pieces
+     * {@code k * replicas + d} for {@code k = 0 .. microbatches-1} (its share, as its microbatches), and
+     * before the update every stage's gradient sum, the loss, and batch normalization's statistics are
+     * shared over that stage's replicas (its {@code dp} sub-group). One step then equals one step of a
+     * single pipeline with {@code microbatches x replicas} microbatches on the whole batch, and so one
+     * {@code fit} of the unsplit network on it (for networks without batch normalization or dropout;
+     * with them, as the single pipeline defines them per microbatch); the replicas stay bitwise equal.
+     *
+     * @param replicas data-parallel replicas, at least 1
+     * @return this builder
+     * @throws IllegalArgumentException when {@code replicas} is below 1
+     */
+    public PipelineParallelTrainerBuilder dataParallel(int replicas) {
+        if (replicas < 1) {
+            throw new IllegalArgumentException("dataParallel=" + replicas + " expected dataParallel >= 1 (1: no"
+                    + " data parallelism)");
+        }
+        this.dataParallel = replicas;
+        return this;
+    }
+
+    /**
+     * Microbatches m per batch (required); every batch size must be a multiple of m.
+     *
+     * @param microbatches microbatches per batch, at least 1
+     * @return this builder
+     * @throws IllegalArgumentException when {@code microbatches} is below 1
+     */
+    public PipelineParallelTrainerBuilder microbatches(int microbatches) {
+        if (microbatches < 1) {
+            throw new IllegalArgumentException("microbatches=" + microbatches + " expected microbatches >= 1");
+        }
+        this.microbatches = microbatches;
+        return this;
+    }
+
+    /**
+     * GPIPE or ONE_F_ONE_B (default), one stage per rank; INTERLEAVED needs {@link #schedule(PipelineSchedule, int)}.
+     *
+     * @param schedule the schedule kind
+     * @return this builder
+     */
+    public PipelineParallelTrainerBuilder schedule(PipelineSchedule schedule) {
+        return schedule(schedule, 1);
+    }
+
+    /**
+     * A schedule with {@code stagesPerRank} stages per rank: at least 2 for INTERLEAVED, 1 for the others.
+     *
+     * @param schedule      the schedule kind
+     * @param stagesPerRank stages each rank runs (checked at {@link #build()})
+     * @return this builder
+     */
+    public PipelineParallelTrainerBuilder schedule(PipelineSchedule schedule, int stagesPerRank) {
+        this.schedule = Objects.requireNonNull(schedule, "schedule");
+        this.stagesPerRank = stagesPerRank;
+        return this;
+    }
+
+    /**
+     * Cuts the network at these layers instead of balancing by parameter count: the first layer of
+     * stages 1, 2, ..., strictly increasing, one fewer than {@code ranks x stagesPerRank}.
+     *
+     * @param firstLayerOfStages the first layer index of each stage after the first
+     * @return this builder
+     */
+    public PipelineParallelTrainerBuilder stageBoundaries(int... firstLayerOfStages) {
+        this.stageBoundaries = Objects.requireNonNull(firstLayerOfStages, "firstLayerOfStages").clone();
+        return this;
+    }
+
+    /**
+     * Messages per stage-to-stage link before the sender waits. Default: enough that no sender
+     * waits for room when a backward takes twice a forward
+     * ({@code LinkPlan.stallFreeSlots(ActionDurations.of(1, 2))}: 2 for GPipe and 1F1B, 2 to 4
+     * interleaved); fewer than {@code LinkPlan.minimumSlots()} deadlock and are refused.
+     *
+     * @param slots messages per link, at least 1 (too few for the schedule are refused at {@link #build()})
+     * @return this builder
+     * @throws IllegalArgumentException when {@code slots} is below 1
+     */
+    public PipelineParallelTrainerBuilder linkSlots(int slots) {
+        if (slots < 1) {
+            throw new IllegalArgumentException("linkSlots=" + slots + " expected linkSlots >= 1");
+        }
+        this.linkSlots = slots;
+        return this;
+    }
+
+    /**
+     * ND4J (OpenMP and BLAS) threads per rank (default: cores ÷ (ranks x dataParallel), at least 1).
+     *
+     * @param threads ND4J and BLAS threads per rank during {@code fit}, at least 1
+     * @return this builder
+     * @throws IllegalArgumentException when {@code threads} is below 1
+     */
+    public PipelineParallelTrainerBuilder ompThreadsPerRank(int threads) {
+        return ndThreadsPerRank("ompThreadsPerRank", threads);
+    }
+
+    /**
+     * The network's input type, where inferring it from the features' rank would be wrong or
+     * ambiguous (by default rank 2 is dense, rank 3 a sequence and rank 4 an image, laid out as
+     * the first layer expects). A recurrent type without a time-series length takes it from each
+     * batch.
+     *
+     * @param inputType DL4J's type of the network's input
+     * @return this builder
+     */
+    public PipelineParallelTrainerBuilder inputType(InputType inputType) {
+        this.inputType = Objects.requireNonNull(inputType, "inputType");
+        return this;
+    }
+
+    /**
+     * Splits the network by measured compute time instead of parameter count: at {@code build()},
+     * {@link StageProfile#measure} times every layer's forward and backward on {@code sample}'s
+     * microbatches (a few passes, no update, with the ND4J threads each rank gets), and the split
+     * balances forward plus backward time ({@link PipelineStageSplit#byCost}).
+     *
+     * @param sample a batch like those of training, cut into the builder's microbatches
+     * @return this builder
+     */
+    public PipelineParallelTrainerBuilder splitByMeasuredTimes(DataSet sample) {
+        this.profileSample = Objects.requireNonNull(sample, "sample");
+        this.profile = null;
+        return this;
+    }
+
+    /**
+     * Splits by the layer times of a profile measured before ({@link StageProfile#measure}).
+     *
+     * @param profile per-layer forward and backward times
+     * @return this builder
+     */
+    public PipelineParallelTrainerBuilder splitBy(StageProfile profile) {
+        this.profile = Objects.requireNonNull(profile, "profile");
+        this.profileSample = null;
+        return this;
+    }
+
+    /**
+     * Checks everything, splits the network and builds the stages (copies of the network's layers,
+     * parameters, updater state and counters). Threads start at the first {@code fit}.
+     *
+     * @throws IllegalArgumentException naming what does not fit, expected and found, and the fix
+     *
+     * @return the trainer; close it to stop its threads and free its memory
+     */
+    public PipelineParallelTrainer build() {
+        Group group = options().group();
+        if (group != null) {
+            checkGroup();
+        }
+        if (ranks == 0) {
+            throw new IllegalArgumentException("ranks not set: call ranks(p) with the number of pipeline ranks"
+                    + " (threads), e.g. ranks(2)");
+        }
+        if (microbatches == 0) {
+            throw new IllegalArgumentException("microbatches not set: call microbatches(m); every batch is cut into m"
+                    + " equal microbatches, and ranks idle for about (ranks - 1) / (m + ranks - 1) of a step, so"
+                    + " take m several times ranks");
+        }
+        if (schedule == PipelineSchedule.INTERLEAVED && stagesPerRank < 2) {
+            throw new IllegalArgumentException("schedule=INTERLEAVED with stagesPerRank=" + stagesPerRank
+                    + " expected stagesPerRank >= 2 (use schedule(INTERLEAVED, 2), or ONE_F_ONE_B for one stage per rank)");
+        }
+        if (schedule != PipelineSchedule.INTERLEAVED && stagesPerRank != 1) {
+            throw new IllegalArgumentException("schedule=" + schedule + " with stagesPerRank=" + stagesPerRank
+                    + " expected stagesPerRank=1 (" + schedule + " runs one stage per rank; use INTERLEAVED for more)");
+        }
+        if (graph != null) {
+            network = GraphChain.toNetwork(graph); // refuses graphs that are not a chain, naming the vertex
+        }
+        int stageCount = Math.multiplyExact(ranks, stagesPerRank);
+        int layers = network.getLayerWiseConfigurations().getConfs().size();
+        if (stageCount > layers) {
+            throw new IllegalArgumentException("stages=" + stageCount + " (ranks=" + ranks + " x stagesPerRank="
+                    + stagesPerRank + ") but the network has " + layers + " layers: use at most " + layers
+                    + " stages (every stage needs at least one layer)");
+        }
+        if (stageBoundaries != null && stageBoundaries.length != stageCount - 1) {
+            throw new IllegalArgumentException("stageBoundaries has " + stageBoundaries.length + " boundaries "
+                    + Arrays.toString(stageBoundaries) + " expected " + (stageCount - 1) + " for stages=" + stageCount
+                    + " (ranks=" + ranks + " x stagesPerRank=" + stagesPerRank + "): give the first layer of stages 1.."
+                    + (stageCount - 1));
+        }
+        Schedule generated = schedule.generate(ranks, microbatches, stagesPerRank);
+        PipelineShape shape = new PipelineShape(ranks, microbatches, stagesPerRank);
+        LinkPlan plan = LinkPlan.of(generated, shape);
+        int slots;
+        if (linkSlots > 0) {
+            plan.requireSlots(linkSlots);
+            slots = linkSlots;
+        } else {
+            slots = plan.stallFreeSlots(ActionDurations.of(1, 2));
+        }
+        if (stageBoundaries != null && (profile != null || profileSample != null)) {
+            throw new IllegalArgumentException("stageBoundaries and a split by measured times were both given:"
+                    + " expected one (boundaries fix the split; measured times choose it)");
+        }
+        StageProfile measured = profile;
+        if (profileSample != null) {
+            // a replica's microbatch is 1/(microbatches x replicas) of the batch
+            measured = StageProfile.measure(network, profileSample, microbatches * dataParallel, PROFILE_STEPS,
+                    options().ndThreadsPerRank(ranks * dataParallel), inputType);
+        }
+        PipelineStageSplit split;
+        if (stageBoundaries != null) {
+            split = PipelineStageSplit.atBoundaries(network, stageBoundaries);
+        } else if (measured != null) {
+            split = PipelineStageSplit.byCost(network, stageCount, measured.layerNanos());
+        } else {
+            split = PipelineStageSplit.balanced(network, stageCount);
+        }
+        if (group != null) {
+            split = agreeAcrossRanks(split, measured != null, slots);
+        }
+        PipelineModel model = new PipelineModel(network, graph, split);
+        // refuses what the trainer cannot call as fit() would, leaving the model's listeners as they were
+        listenerOptions().attachTo(model, l -> PipelineParallelTrainer.refuseInGroupMode(group, l));
+        return new PipelineParallelTrainer(this, options(), model, split, generated, shape, slots, measured);
+    }
+
+    /** Group mode: a host transport, and ranks x dataParallel = the group's size (ranks defaulting to it). */
+    private void checkGroup() {
+        Group group = options().group();
+        if (!group.transport().name().equals(group.hostTransport().name())) {
+            throw new IllegalArgumentException("group(...) on transport " + group.transport().name() + ": expected a host"
+                    + " transport (" + group.hostTransport().name() + "): the stages' activations are DL4J CPU arrays in"
+                    + " host memory (fix: ProcessGroup.fromEnvironment(), or the group's host transport)");
+        }
+        int size = group.worldSize();
+        if (ranks == 0) {
+            if (size % dataParallel != 0) {
+                throw new IllegalArgumentException("group(...) of worldSize=" + size + " with dataParallel=" + dataParallel
+                        + ": expected a world size divisible by dataParallel (each replica has ranks = worldSize /"
+                        + " dataParallel pipeline ranks)");
+            }
+            ranks = size / dataParallel;
+        } else if (ranks * dataParallel != size) {
+            throw new IllegalArgumentException("ranks=" + ranks + " x dataParallel=" + dataParallel + " = "
+                    + ranks * dataParallel + " with group(...) of worldSize=" + size + ": in group mode every rank of"
+                    + " the group is one pipeline rank of one replica (fix: leave ranks unset, or start "
+                    + ranks * dataParallel + " processes)");
+        }
+    }
+
+    /**
+     * Group mode, collective: every rank must have built the same pipeline; a split by measured times
+     * is rank 0's on every rank.
+     */
+    private PipelineStageSplit agreeAcrossRanks(PipelineStageSplit split, boolean measured, int slots) {
+        StringBuilder boundaries = new StringBuilder();
+        for (int s = 1; s < split.stageCount(); s++) {
+            boundaries.append(s == 1 ? "" : ",").append(split.firstLayer(s));
+        }
+        String description = GroupExchange.describe(network) + ", dataType=" + split.dataType() + ", schedule="
+                + schedule + ", stagesPerRank=" + stagesPerRank + ", ranks=" + ranks + ", dataParallel=" + dataParallel
+                + ", microbatches=" + microbatches + ", linkSlots=" + slots
+                + (measured ? ", split by measured times" : ", stage boundaries " + boundaries);
+        String rank0 = GroupExchange.agreeOnBuild(options().group(), boundaries.toString(), description);
+        if (!measured || rank0.contentEquals(boundaries)) {
+            return split;
+        }
+        int[] first = rank0.isEmpty() ? new int[0] : Arrays.stream(rank0.split(",")).mapToInt(Integer::parseInt).toArray();
+        return PipelineStageSplit.atBoundaries(network, first);
+    }
+}

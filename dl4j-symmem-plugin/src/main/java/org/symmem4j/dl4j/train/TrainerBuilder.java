@@ -1,0 +1,197 @@
+package org.symmem4j.dl4j.train;
+
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tag;
+import io.micrometer.core.instrument.Tags;
+import java.time.Duration;
+import org.deeplearning4j.core.storage.StatsStorageRouter;
+import org.deeplearning4j.optimize.api.TrainingListener;
+import org.symmem4j.parallel.Group;
+
+/**
+ * The builder methods every trainer takes, declared once: group mode, the bound of every wait, meters, step
+ * listeners, DL4J's listeners, the run's timeline, and (under each trainer's own name) ND4J's threads per rank. Each
+ * trainer's builder extends it ({@code SymmemParallelWrapper.Builder}, {@code PipelineParallelTrainerBuilder}), adds its own options
+ * and its {@code build()}, and hands {@link #options()} to the trainer it builds. Every setting is checked as it is
+ * set, so a refusal names the call that was wrong.
+ *
+ * @param <B> the trainer's builder, which every method returns
+ * @param <L> the trainer's step listener
+ */
+public abstract class TrainerBuilder<B extends TrainerBuilder<B, L>, L> {
+
+    private final TrainerOptions<L> options = new TrainerOptions<>();
+    private final ListenerOptions listeners = new ListenerOptions();
+
+    /**
+     * A builder with every shared option at its default.
+     *
+     * @throws IllegalArgumentException when {@code -Dsymmem4j.timeout.ms} is not a whole number of milliseconds
+     */
+    protected TrainerBuilder() {
+    }
+
+    /**
+     * Group mode: this process (or thread) is one rank of {@code group}. Every rank of the group runs the same
+     * program: it builds the same model (same configuration and initial parameters) and passes the same iterator to
+     * {@code fit} (the same batches in the same order). For one JVM per rank started by {@code symmem4j-run} (or
+     * torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The group stays the caller's to close, after
+     * the trainer. What a rank trains, which transports the group may live on and what group mode refuses is each
+     * trainer's: its builder's class documentation says so.
+     *
+     * @param group the group, this rank's view of it
+     * @return this builder
+     * @throws NullPointerException when {@code group} is null
+     */
+    public B group(Group group) {
+        options.group(group);
+        return self();
+    }
+
+    /**
+     * How long a rank (a worker, a pipeline rank) waits for another before failing (default
+     * {@link TrainerOptions#defaultTimeout()}: 60 s, or {@code -Dsymmem4j.timeout.ms}).
+     *
+     * @param timeout the bound of every wait for another rank; positive
+     * @return this builder
+     * @throws IllegalArgumentException when {@code timeout} is null, zero or negative
+     */
+    public B timeout(Duration timeout) {
+        options.timeout(timeout);
+        return self();
+    }
+
+    /**
+     * Records the trainer's metrics into {@code registry}: the data-parallel trainer's sync metrics (names in
+     * {@link org.symmem4j.gradsync.SyncMetrics}), the pipeline's (names in
+     * {@link org.symmem4j.pipeline.exec.PipelineMetrics}, tags {@code schedule} and {@code transport}); {@code tags} go
+     * on every meter (for example {@code application}).
+     *
+     * @param registry any Micrometer registry
+     * @param tags     added to every meter
+     * @return this builder
+     * @throws NullPointerException when either is null
+     */
+    public B meterRegistry(MeterRegistry registry, Iterable<Tag> tags) {
+        options.meterRegistry(registry, tags);
+        return self();
+    }
+
+    /**
+     * Records the trainer's metrics into {@code registry} ({@link #meterRegistry(MeterRegistry, Iterable)}), without
+     * extra tags.
+     *
+     * @param registry any Micrometer registry
+     * @return this builder
+     * @throws NullPointerException when {@code registry} is null
+     */
+    public B meterRegistry(MeterRegistry registry) {
+        return meterRegistry(registry, Tags.empty());
+    }
+
+    /**
+     * Called after every step with its report (loss and timings; the pipeline's also its timelines), in the order
+     * added.
+     *
+     * @param listener called on the thread that called {@code fit()}
+     * @return this builder
+     * @throws NullPointerException when {@code listener} is null
+     */
+    public B stepListener(L listener) {
+        options.stepListener(listener);
+        return self();
+    }
+
+    /**
+     * Attaches {@code listeners} to the model at {@code build()} (ParallelWrapper's {@code setListeners}, which adds
+     * them to those it took from the model): the trainer calls them, with the model's own, as DL4J's {@code fit}
+     * calls them for one model trained on each step's batch (every worker's together; see the trainer's class
+     * comment). A listener already attached is not added twice; calls add up. Listeners that report to a
+     * StatsStorageRouter (the UI's {@code StatsListener}) need one: give it here with
+     * {@link #listeners(StatsStorageRouter, TrainingListener...)}, or build them with their storage.
+     *
+     * @param listeners DL4J listeners, called as {@code fit()} calls them
+     * @return this builder
+     */
+    public B listeners(TrainingListener... listeners) {
+        this.listeners.add(listeners);
+        return self();
+    }
+
+    /**
+     * {@link #listeners(TrainingListener...)} with a router for the listeners that send reports
+     * ({@code RoutingIterationListener}s such as {@code StatsListener}), as
+     * {@code ParallelWrapper.setListeners(StatsStorageRouter, ...)}: at {@code build()} every such listener on the
+     * model or given here that has no router of its own gets {@code router} (e.g. an {@code InMemoryStatsStorage} the
+     * UI reads); one with its own keeps it. Reports come from the caller's thread, one per step, as from one model
+     * (no worker ids: the replicas and stages are not separate models to the UI).
+     *
+     * @param router    where {@code RoutingIterationListener}s without a router of their own report
+     * @param listeners DL4J listeners, called as {@code fit()} calls them
+     * @return this builder
+     * @throws NullPointerException when {@code router} is null
+     */
+    public B listeners(StatsStorageRouter router, TrainingListener... listeners) {
+        this.listeners.router(router);
+        return listeners(listeners);
+    }
+
+    /**
+     * Records the run's timeline, up to {@code maxSteps} steps over all {@code fit()} calls (later steps are counted,
+     * not kept), as one Chrome trace: the trainer's {@code runTimeline()} gives it, and
+     * {@code runTimeline().writeChromeTrace(path)} writes a file for https://ui.perfetto.dev. The data-parallel
+     * trainer records per worker its compute, sync (with the wait for its peers), update and every bucket's
+     * all-reduce, the caller's reading, waiting and work between steps, and a steps track, and without this call
+     * stamps and allocates nothing; the pipeline records every rank's actions of every step, about 100 bytes per
+     * event, a few dozen events per rank and step.
+     *
+     * @param maxSteps the most steps recorded, at least 1
+     * @return this builder
+     * @throws IllegalArgumentException when {@code maxSteps} is below 1
+     */
+    public B recordTimeline(int maxSteps) {
+        options.recordTimeline(maxSteps);
+        return self();
+    }
+
+    /**
+     * ND4J (OpenMP and BLAS) threads per rank, for the trainer's own builder method, which names the setting.
+     *
+     * @param setting the builder method's name, as the refusal names it ({@code ompThreadsPerWorker})
+     * @param threads at least 1
+     * @return this builder
+     * @throws IllegalArgumentException when {@code threads} is below 1
+     */
+    protected final B ndThreadsPerRank(String setting, int threads) {
+        options.ndThreadsPerRank(setting, threads, "must be >= 1");
+        return self();
+    }
+
+    /**
+     * The DL4J listeners given to {@link #listeners}, for the trainer's builder to attach at {@code build()}.
+     *
+     * @return the listener options (the builder's own)
+     */
+    protected final ListenerOptions listenerOptions() {
+        return listeners;
+    }
+
+    /**
+     * The options set so far, for the trainer's builder and the trainer it builds.
+     *
+     * @return the options (the builder's own, not a copy)
+     */
+    protected final TrainerOptions<L> options() {
+        return options;
+    }
+
+    /**
+     * This builder, as the trainer's builder type, for the methods a subclass adds to return.
+     *
+     * @return this builder
+     */
+    @SuppressWarnings("unchecked")
+    protected final B self() {
+        return (B) this;
+    }
+}
