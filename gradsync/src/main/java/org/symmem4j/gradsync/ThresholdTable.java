@@ -180,7 +180,7 @@ public final class ThresholdTable {
             }
             Algorithm a;
             try {
-                a = Algorithm.valueOf(ab[0].trim().toUpperCase(Locale.ROOT));
+                a = Algorithm.parse(ab[0]);
             } catch (IllegalArgumentException e) {
                 throw new IllegalArgumentException(source + ": " + key + " algorithm=" + ab[0] + " expected one of "
                         + java.util.Arrays.toString(Algorithm.values()), e);
