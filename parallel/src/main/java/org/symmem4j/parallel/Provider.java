@@ -13,7 +13,11 @@ package org.symmem4j.parallel;
 public enum Provider {
     /** This library's kernels (GPU) or loops (host) reading and writing peers' symmetric memory directly. */
     SYMMEM,
-    /** The NCCL library (GPU transports; plain buffers or, as {@link Algorithm#NCCL_SYMMETRIC}, a symmetric window). */
+    /**
+     * The NCCL library (GPU transports; plain buffers, or a symmetric window as {@link Algorithm#NCCL_SYMMETRIC}: the same
+     * library on another route, which the policy picks per message size against plain NCCL); set up by
+     * {@code cuda.NcclProvider}.
+     */
     NCCL,
     /** An MPI library (groups that span machines, host memory). */
     MPI,
