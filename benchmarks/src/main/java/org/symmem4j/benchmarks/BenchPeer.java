@@ -43,7 +43,7 @@ public final class BenchPeer {
         Flags f = Cli.parse(new Flags(), args, flags -> {
             // name both values before the group forms: a bad one must not leave rank 0 waiting for this rank
             switch (flags.workload) {
-                case ALL_REDUCE -> Algorithm.valueOf(flags.variant);
+                case ALL_REDUCE -> Algorithm.parse(flags.variant);
                 case HANDOFF -> StageLinkHandoffBenchmark.Waits.valueOf(flags.variant);
                 default -> throw new IllegalArgumentException("unknown benchmark peer workload=" + flags.workload
                         + " expected=" + ALL_REDUCE + " or " + HANDOFF);
@@ -51,7 +51,7 @@ public final class BenchPeer {
             return flags;
         });
         switch (f.workload) {
-            case ALL_REDUCE -> allReduce(f.bytes, Algorithm.valueOf(f.variant));
+            case ALL_REDUCE -> allReduce(f.bytes, Algorithm.parse(f.variant));
             default -> {
                 StageLinkHandoffBenchmark.Waits waits = StageLinkHandoffBenchmark.Waits.valueOf(f.variant);
                 try (ProcessGroup group = ProcessGroup.fromEnvironment(waits.options())) {

@@ -539,7 +539,7 @@ public final class GpuProcessAllReduceBench {
             }
             double[] reps = f[6].isEmpty() ? new double[0]
                     : Arrays.stream(f[6].split(",")).mapToDouble(Double::parseDouble).toArray();
-            perRank.get(rank).add(new Cell(DType.valueOf(f[2]), Algorithm.valueOf(f[3]), f[4].equals("graph"),
+            perRank.get(rank).add(new Cell(DType.valueOf(f[2]), Algorithm.parse(f[3]), f[4].equals("graph"),
                     Long.parseLong(f[5]), reps));
         }
         return new Phase(device, launch, nccl, perRank, wallSeconds);

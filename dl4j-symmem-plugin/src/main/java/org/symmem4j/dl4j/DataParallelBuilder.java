@@ -13,6 +13,7 @@ import org.symmem4j.dl4j.train.TrainerBuilder;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.Provider;
 
 /**
  * The data-parallel trainer's own options, {@link SymmemParallelWrapper.Builder}'s, with their checks: each as it is
@@ -270,7 +271,7 @@ abstract sealed class DataParallelBuilder
         if (group != null) {
             checkGroupMode();
         }
-        if (!gpuMode && (algorithm == Algorithm.NCCL || algorithm == Algorithm.NCCL_SYMMETRIC)) {
+        if (!gpuMode && algorithm != null && algorithm.provider() == Provider.NCCL) {
             throw new IllegalArgumentException("algorithm=" + algorithm + " needs a GPU transport; workers here share host memory"
                     + " (use ONE_SHOT, TWO_SHOT or RING, or leave the choice to the calibrated policy)");
         }

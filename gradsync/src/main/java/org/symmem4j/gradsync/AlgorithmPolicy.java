@@ -3,6 +3,7 @@ package org.symmem4j.gradsync;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Provider;
 import org.symmem4j.parallel.ReduceOp;
 
 /**
@@ -87,8 +88,10 @@ public interface AlgorithmPolicy {
     static java.util.Optional<Algorithm> acrossMachines(Communicator comm, long count, DType dtype, ReduceOp op) {
         boolean mpi = eligible(Algorithm.MPI, comm, count, dtype, op);
         boolean hierarchical = eligible(Algorithm.HIERARCHICAL, comm, count, dtype, op);
-        Algorithm flat = mpi || !hierarchical ? Algorithm.MPI : Algorithm.NCCL;
-        long crossing = flat == Algorithm.NCCL ? HIERARCHICAL_FROM_BYTES_GPU : HIERARCHICAL_FROM_BYTES;
+        // the library between machines: MPI on the host, NCCL on GPUs (which run NCCL, not MPI, beside hierarchical)
+        Provider between = mpi || !hierarchical ? Provider.MPI : Provider.NCCL;
+        Algorithm flat = between.library();
+        long crossing = between == Provider.NCCL ? HIERARCHICAL_FROM_BYTES_GPU : HIERARCHICAL_FROM_BYTES;
         boolean large = dtype.bytes(count) >= crossing;
         Algorithm first = large ? Algorithm.HIERARCHICAL : flat;
         Algorithm second = large ? flat : Algorithm.HIERARCHICAL;

@@ -28,7 +28,8 @@ import org.symmem4j.parallel.DType;
  * meaning ONE_SHOT up to 2048 bytes, TWO_SHOT above. A row may be for one dtype only, keyed
  * {@code <transport>.<worldSize>.<dtype>} (for example {@code cuda-nvidia-h200.4.float32}); it
  * takes precedence over the plain row for messages of that dtype (on GPUs the kernels' crossover
- * points differ between fp32 and bf16).
+ * points differ between fp32 and bf16). Algorithm names are read by {@link Algorithm#parse} (any case, {@code -} for
+ * {@code _}) and written as the constants' names, so files written before stay valid.
  *
  * <p>{@link #load()} reads, in order: the file named by {@code -Dsymmem4j.thresholds}, else
  * {@code ~/.symmem4j/thresholds.properties} if it exists; its rows override the shipped defaults
@@ -180,7 +181,7 @@ public final class ThresholdTable {
             }
             Algorithm a;
             try {
-                a = Algorithm.valueOf(ab[0].trim().toUpperCase(Locale.ROOT));
+                a = Algorithm.parse(ab[0]);
             } catch (IllegalArgumentException e) {
                 throw new IllegalArgumentException(source + ": " + key + " algorithm=" + ab[0] + " expected one of "
                         + java.util.Arrays.toString(Algorithm.values()), e);

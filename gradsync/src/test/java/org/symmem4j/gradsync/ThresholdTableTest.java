@@ -62,6 +62,17 @@ class ThresholdTableTest {
     }
 
     @Test
+    void algorithmNamesParseInEverySpellingOldFilesUse() {
+        ThresholdTable t = ThresholdTable.parse("""
+                cuda-x.2=one-shot:1024,NCCL_SYMMETRIC:4096,two_shot:65536,Nccl:max
+                """, "test");
+        assertEquals(List.of(new ThresholdTable.Threshold(1024, Algorithm.ONE_SHOT),
+                new ThresholdTable.Threshold(4096, Algorithm.NCCL_SYMMETRIC), new ThresholdTable.Threshold(65536, Algorithm.TWO_SHOT),
+                new ThresholdTable.Threshold(Long.MAX_VALUE, Algorithm.NCCL)), t.row("cuda-x", 2));
+        assertTrue(t.format("c").contains("cuda-x.2=ONE_SHOT:1024,NCCL_SYMMETRIC:4096,TWO_SHOT:65536,NCCL:max"), t.format("c"));
+    }
+
+    @Test
     void malformedRowsAreRejectedWithWhatWasExpected() {
         assertTrue(assertThrows(IllegalArgumentException.class, () -> ThresholdTable.parse("x.2=ONE_SHOT:10\n", "f"))
                 .getMessage().contains("must end with <ALGORITHM>:max"));

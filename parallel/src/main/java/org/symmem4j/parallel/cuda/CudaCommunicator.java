@@ -8,6 +8,7 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.Provider;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
@@ -197,10 +198,10 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         if (!supports(algorithm)) {
             return false;
         }
-        if (algorithm == Algorithm.NCCL || algorithm == Algorithm.NCCL_SYMMETRIC) {
-            return true;
+        if (algorithm.provider() == Provider.NCCL) {
+            return true; // NCCL on plain buffers or on its symmetric window: every dtype and op
         }
-        if (algorithm == Algorithm.NVSHMEM) {
+        if (algorithm.provider() == Provider.NVSHMEM) {
             return Nvshmem.reduces(dtype, op);
         }
         boolean kernelCase = (dtype == DType.FLOAT32 || dtype == DType.BFLOAT16) && (op == ReduceOp.SUM || op == ReduceOp.AVG);

@@ -1,9 +1,9 @@
 package org.symmem4j.parallel.cuda;
 
 import java.lang.foreign.MemorySegment;
-import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.Provider;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.cuda.ffi.Nccl;
 import org.symmem4j.parallel.multinode.InterMachineLink;
@@ -41,8 +41,8 @@ final class NcclLink implements InterMachineLink {
     }
 
     @Override
-    public Algorithm provider() {
-        return Algorithm.NCCL;
+    public Provider provider() {
+        return Provider.NCCL;
     }
 
     @Override

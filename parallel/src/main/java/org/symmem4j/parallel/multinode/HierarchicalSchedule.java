@@ -161,7 +161,7 @@ public final class HierarchicalSchedule<C extends Communicator, L extends InterM
      * @return whether it is {@link Algorithm#HIERARCHICAL} or the link's flat one
      */
     public boolean supports(Algorithm algorithm) {
-        return algorithm == Algorithm.HIERARCHICAL || algorithm == flat.provider();
+        return algorithm == Algorithm.HIERARCHICAL || algorithm == flat.provider().library();
     }
 
     /** The operation every level reduces with: AVG becomes SUM (divided at the end) where the link does not average. */
@@ -176,13 +176,14 @@ public final class HierarchicalSchedule<C extends Communicator, L extends InterM
      * @param count     elements
      * @param dtype     element type
      * @param op        reduction
-     * @param algorithm {@link Algorithm#HIERARCHICAL} or the link's {@link InterMachineLink#provider()} (checked)
+     * @param algorithm {@link Algorithm#HIERARCHICAL} or the link's flat one ({@code Provider.library()} of its
+     *                  {@link InterMachineLink#provider()}; checked)
      */
     public void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
         ReduceOp levelOp = levelOp(op);
         if (algorithm == Algorithm.HIERARCHICAL) {
             hierarchicalAllReduce(buffer, count, dtype, levelOp);
-        } else if (algorithm == flat.provider()) {
+        } else if (algorithm == flat.provider().library()) {
             flat.allReduce(buffer, count, dtype, levelOp);
         } else {
             throw new IllegalStateException("unreachable: algorithm=" + algorithm + " refused by the agreement");

@@ -3,6 +3,7 @@ package org.symmem4j.parallel.multinode;
 import java.lang.foreign.MemorySegment;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Provider;
 import org.symmem4j.parallel.ReduceOp;
 
 /**
@@ -23,11 +24,12 @@ public interface InterMachineLink extends AutoCloseable {
     String name();
 
     /**
-     * The flat algorithm this link runs over every rank of the group (the alternative to {@link Algorithm#HIERARCHICAL}).
+     * The library that carries the traffic; its {@link Provider#library()} is the flat algorithm this link runs over
+     * every rank of the group (the alternative to {@link Algorithm#HIERARCHICAL}).
      *
-     * @return {@link Algorithm#MPI} or {@link Algorithm#NCCL}
+     * @return {@link Provider#MPI} or {@link Provider#NCCL}
      */
-    Algorithm provider();
+    Provider provider();
 
     /**
      * Whether the link reduces with {@link ReduceOp#AVG} itself. When it does not, the schedule reduces with SUM at

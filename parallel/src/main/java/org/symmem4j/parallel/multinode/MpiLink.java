@@ -1,8 +1,8 @@
 package org.symmem4j.parallel.multinode;
 
 import java.lang.foreign.MemorySegment;
-import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Provider;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.mpi.MpiComm;
 
@@ -28,8 +28,8 @@ final class MpiLink implements InterMachineLink {
     }
 
     @Override
-    public Algorithm provider() {
-        return Algorithm.MPI;
+    public Provider provider() {
+        return Provider.MPI;
     }
 
     @Override
