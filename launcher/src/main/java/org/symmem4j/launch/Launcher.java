@@ -29,13 +29,15 @@ import picocli.CommandLine.Parameters;
 /**
  * {@code symmem4j-run}: starts this machine's processes of a job — one per worker or GPU — with
  * torchrun's variables, the job's id and secret, each bound to its own slice of the CPUs, and stops
- * them all when one fails, naming it. See {@link LaunchPlan} for what each process gets and
- * {@link Supervisor} for how they are watched.
+ * them all when one fails, naming it; with {@code --max-restarts N} it then starts the job again, up to N
+ * times, each time as a new generation with its own run id, port and secret. See {@link LaunchPlan} for what
+ * each process gets and {@link Supervisor} for how they are watched.
  *
  * <pre>
  *   symmem4j-run --nproc-per-node 4 --java -cp app.jar com.example.Train
  *   symmem4j-run --nproc-per-node gpu -- ./train.sh
  *   symmem4j-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 --java ...
+ *   symmem4j-run -n 4 --max-restarts 3 --java -cp app.jar com.example.Train
  * </pre>
  */
 @Command(name = "symmem4j-run", mixinStandardHelpOptions = true, versionProvider = Launcher.Version.class,
@@ -258,11 +260,13 @@ public final class Launcher implements Callable<Integer> {
                 deleteQuietly(secretDir);
             });
             Runtime.getRuntime().addShutdownHook(hook);
+            // read now, so that an unreadable secret fails the request before anything starts
+            byte[] givenSecret = maxRestarts > 0 && !generateSecret ? baseSecret(spec) : null;
             String firstRunId = plan.runId();
             Path ownSecret = generated; // the secret file this launcher made for the generation that runs
             Path previousSecret = null;
             while (true) {
-                Supervisor supervisor = new Supervisor(plan, out, logDir, Duration.ofSeconds(graceSeconds));
+                Supervisor supervisor = new Supervisor(plan, out, logDir, Duration.ofSeconds(graceSeconds), env);
                 if (!generations.begin(supervisor)) {
                     return 130; // the hook stops what runs and says so
                 }
@@ -291,7 +295,7 @@ public final class Launcher implements Callable<Integer> {
                 String nextRunId = LaunchPlan.generationRunId(firstRunId, next);
                 previousSecret = ownSecret;
                 ownSecret = generateSecret ? writeSecret(secretDir, "secret-g" + next)
-                        : writeDerivedSecret(secretDir, "secret-g" + next, baseSecret(spec), nextRunId);
+                        : writeDerivedSecret(secretDir, "secret-g" + next, givenSecret, nextRunId);
                 plan = LaunchPlan.of(spec, machine, env, javaBin, ownSecret, freshRunId, next);
                 err.println("symmem4j-run: generation " + next + ": run id " + plan.runId() + ", port " + plan.masterPort()
                         + ", a new secret; starting " + plan.ranks().size() + " process(es) "
@@ -362,13 +366,19 @@ public final class Launcher implements Callable<Integer> {
      * The secret given for the job ({@code SYMMEM4J_SECRET} wins, as in the runtime; else the file of
      * {@code --secret-file} or {@code SYMMEM4J_SECRET_FILE}), without a trailing newline.
      */
-    private byte[] baseSecret(LaunchSpec spec) throws IOException {
+    private byte[] baseSecret(LaunchSpec spec) {
         String direct = env.get(LaunchPlan.SECRET_ENV);
         if (direct != null && !direct.isBlank()) {
             return direct.getBytes(StandardCharsets.UTF_8);
         }
         Path f = spec.secretFile() != null ? spec.secretFile() : Path.of(env.get(LaunchPlan.SECRET_FILE_ENV).strip());
-        byte[] content = Files.readAllBytes(f);
+        byte[] content;
+        try {
+            content = Files.readAllBytes(f);
+        } catch (IOException e) {
+            throw new IllegalArgumentException("--max-restarts derives each generation's secret from the job's, but its"
+                    + " file " + f + " cannot be read: " + e);
+        }
         int end = content.length;
         while (end > 0 && (content[end - 1] == '\n' || content[end - 1] == '\r')) {
             end--;

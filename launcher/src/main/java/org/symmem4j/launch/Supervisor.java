@@ -13,6 +13,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 
@@ -42,14 +43,17 @@ final class Supervisor {
     private final PrintStream out;
     private final Path logDir;
     private final Duration grace;
+    /** The environment every process inherits (the launcher's, as {@link Launcher#run} was given it). */
+    private final Map<String, String> env;
     private final List<Process> processes = new ArrayList<>();
     private final List<Thread> pumps = new ArrayList<>();
     private final long start = System.nanoTime();
     /** Set once the processes are being stopped (a failure, or the launcher's own shutdown). */
     private volatile boolean stopping;
 
-    Supervisor(LaunchPlan plan, PrintStream out, Path logDir, Duration grace) {
+    Supervisor(LaunchPlan plan, PrintStream out, Path logDir, Duration grace, Map<String, String> env) {
         this.plan = plan;
+        this.env = env;
         this.out = out;
         this.logDir = logDir;
         this.grace = grace;
@@ -63,6 +67,8 @@ final class Supervisor {
     Outcome run() {
         for (LaunchPlan.RankLaunch r : plan.ranks()) {
             ProcessBuilder pb = new ProcessBuilder(r.command()).redirectErrorStream(true);
+            pb.environment().clear();
+            pb.environment().putAll(env);
             pb.environment().putAll(r.env());
             Process p;
             synchronized (this) { // after stop() nothing more starts: a shutdown hook may stop a generation being started

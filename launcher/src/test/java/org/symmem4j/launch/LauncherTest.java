@@ -20,6 +20,8 @@ import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * The launcher with real processes ({@code sh} programs): variables, output, the secret, and what
@@ -77,9 +79,13 @@ class LauncherTest {
         assertFalse(Files.exists(Path.of(files.getFirst()).getParent()), "and its directory");
     }
 
-    /** Waits (bounded, 30 s) until the file {@code $MARK/$1} exists: another process got that far. */
+    /**
+     * Waits (bounded, 30 s) until the file {@code $MARK/name} exists: another process got that far. {@code MARK}
+     * comes from the environment given to the launcher, which its processes inherit.
+     */
     static String awaitMark(String name) {
-        return "i=0; while [ ! -e \"$MARK/" + name + "\" ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; ";
+        return ": \"${MARK:?}\"; i=0; while [ ! -e \"$MARK/" + name + "\" ] && [ $i -lt 600 ]; do sleep 0.05;"
+                + " i=$((i+1)); done; ";
     }
 
     @Test
@@ -88,7 +94,7 @@ class LauncherTest {
         // rank 2 needs SIGKILL
         Launcher.Result r = launch(Map.of("MARK", mark.toString()), "-n", "3", "--cpu-bind", "none", "--grace-period", "1",
                 "--", "sh", "-c", "if [ \"$RANK\" = 1 ]; then " + awaitMark("2") + "exit 3; fi;"
-                        + " if [ \"$RANK\" = 2 ]; then trap '' TERM; touch \"$MARK/2\"; fi; exec sleep 60");
+                        + " if [ \"$RANK\" = 2 ]; then trap '' TERM; touch \"${MARK:?}/2\"; fi; exec sleep 60");
         assertEquals(3, r.status(), r.err());
         assertTrue(r.err().contains("rank 1 (local rank 1, pid ") && r.err().contains("exited with code 3"), r.err());
         assertTrue(r.err().contains("rank 0 (SIGTERM)"), r.err());
@@ -133,6 +139,15 @@ class LauncherTest {
     }
 
     @Test
+    void processesInheritTheEnvironmentGivenToTheLauncher() {
+        Launcher.Result r = launch(Map.of("SYMMEM4J_TEST_GIVEN", "given here"), "-n", "1", "--cpu-bind", "none", "--",
+                "sh", "-c", "echo \"given=$SYMMEM4J_TEST_GIVEN secret=${SYMMEM4J_SECRET:-unset}\"");
+        assertEquals(0, r.status(), r.err());
+        // and not the launcher's JVM's: newJobEnvironment took the outer job's secret out, if any
+        assertTrue(r.out().contains("[rank 0] given=given here secret=unset"), r.out());
+    }
+
+    @Test
     void outputGoesToTheLogDirectoryToo(@TempDir Path dir) throws IOException {
         Launcher.Result r = launch("-n", "2", "--cpu-bind", "none", "--log-dir", dir.toString(), "--", "sh", "-c", "echo hello $RANK");
         assertEquals(0, r.status(), r.err());
@@ -164,15 +179,38 @@ class LauncherTest {
         Launcher.Result bind = launch("--cpu-bind", "some", "sh");
         assertEquals(2, bind.status());
         assertTrue(bind.err().contains("expected auto or none"), bind.err());
+        Launcher.Result restarts = launch("--max-restarts", "-1", "sh");
+        assertEquals(2, restarts.status());
+        assertTrue(restarts.err().contains("--max-restarts=-1 must be >= 0"), restarts.err());
+        Launcher.Result delay = launch("--max-restarts", "1", "--restart-delay", "-1", "sh");
+        assertEquals(2, delay.status());
+        assertTrue(delay.err().contains("--restart-delay=-1.0 outside [0, 3600] seconds"), delay.err());
+        Launcher.Result unreadable = launch("--max-restarts", "1", "--secret-file", "/nonexistent/secret", "--", "sh", "-c",
+                "echo started");
+        assertEquals(2, unreadable.status(), unreadable.err());
+        assertTrue(unreadable.err().contains("cannot be read"), unreadable.err());
+        assertFalse(unreadable.out().contains("started"), "nothing starts: " + unreadable.out());
     }
 
-    /** SIGTERM to the launcher stops every process it started, and it exits as a terminated program does. */
-    @Test
-    void terminatingTheLauncherStopsItsProcesses() throws Exception {
+    /**
+     * SIGTERM to the launcher stops every process it started, and it exits as a terminated program does; in a
+     * restarted job, the generation running then, and no other starts.
+     */
+    @ParameterizedTest(name = "restarted: {0}")
+    @ValueSource(booleans = {false, true})
+    @Timeout(180)
+    void terminatingTheLauncherStopsItsProcesses(boolean restarted) throws Exception {
         Path java = Path.of(System.getProperty("java.home"), "bin", "java");
-        ProcessBuilder pb = new ProcessBuilder(java.toString(), "-cp", System.getProperty("java.class.path"),
-                Launcher.class.getName(), "-n", "2", "--cpu-bind", "none", "--grace-period", "5", "--", "sh", "-c",
-                "echo pid=$$; exec sleep 300").redirectErrorStream(true);
+        List<String> cmd = new ArrayList<>(List.of(java.toString(), "-cp", System.getProperty("java.class.path"),
+                Launcher.class.getName(), "-n", "2", "--cpu-bind", "none", "--grace-period", "5"));
+        if (restarted) { // generation 0 fails at once; generation 1's processes say their pids and run until stopped
+            cmd.addAll(List.of("--max-restarts", "2", "--restart-delay", "0", "--", "sh", "-c",
+                    "if [ \"$SYMMEM4J_RESTART_GENERATION\" = 0 ]; then if [ \"$RANK\" = 1 ]; then exit 3; fi;"
+                            + " exec sleep 300; fi; echo pid=$$; exec sleep 300"));
+        } else {
+            cmd.addAll(List.of("--", "sh", "-c", "echo pid=$$; exec sleep 300"));
+        }
+        ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);
         pb.environment().remove("SYMMEM4J_SECRET");
         pb.environment().remove("SYMMEM4J_SECRET_FILE");
         Process launcher = pb.start();
@@ -217,6 +255,12 @@ class LauncherTest {
             assertTrue(seen.toString().contains("interrupted; stopped rank 0 (SIGTERM), rank 1 (SIGTERM)")
                     || seen.toString().contains("interrupted; stopped rank 1 (SIGTERM), rank 0 (SIGTERM)"), seen.toString());
         }
+        if (restarted) {
+            synchronized (seen) {
+                assertTrue(seen.toString().contains("restarting as generation 1"), seen.toString());
+                assertFalse(seen.toString().contains("generation 2"), "no generation after the interruption: " + seen);
+            }
+        }
     }
 
     // ---------------------------------------------------------------- restarts (--max-restarts)
@@ -231,7 +275,7 @@ class LauncherTest {
      */
     static final String FAILS_ONCE = SAY_WHO + "if [ \"$SYMMEM4J_RESTART_GENERATION\" = 0 ]; then"
             + " if [ \"$RANK\" = 1 ]; then " + awaitMark("said-$SYMMEM4J_RUN_ID") + "exit 3; fi;"
-            + " touch \"$MARK/said-$SYMMEM4J_RUN_ID\"; exec sleep 60; fi; exit 0";
+            + " touch \"${MARK:?}/said-$SYMMEM4J_RUN_ID\"; exec sleep 60; fi; exit 0";
 
     /** One line of {@link #SAY_WHO}. */
     record Who(int rank, int gen, String torch, String max, String run, int port, String file, String mode, String sum) {
