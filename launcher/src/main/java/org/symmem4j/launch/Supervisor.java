@@ -23,7 +23,8 @@ import java.util.concurrent.TimeUnit;
  * with a non-zero code or is killed, the others are stopped — {@code SIGTERM}, then {@code SIGKILL}
  * after the grace period, their child processes too — and the launcher reports which rank failed
  * first and how. {@link #stop} does the same from a shutdown hook when the launcher itself is
- * interrupted or terminated.
+ * interrupted or terminated; after it, nothing more starts. One supervisor watches one generation of the job
+ * ({@link LaunchPlan#generation()}); the launcher makes the next.
  */
 final class Supervisor {
 
