@@ -9,7 +9,10 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -25,7 +28,13 @@ class LauncherProcessTest {
 
     /** Runs the launcher in this JVM: {@code n} ranks of {@link ProcessWorker} running {@code scenario}, output in {@code logDir}. */
     static Launcher.Result launch(Path logDir, int n, String... scenario) {
-        List<String> args = new ArrayList<>(List.of("-n", Integer.toString(n), "--log-dir", logDir.toString(),
+        return launch(logDir, n, List.of(), scenario);
+    }
+
+    /** As {@link #launch(Path, int, String...)}, with more options of the launcher. */
+    static Launcher.Result launch(Path logDir, int n, List<String> options, String... scenario) {
+        List<String> args = new ArrayList<>(options);
+        args.addAll(List.of("-n", Integer.toString(n), "--log-dir", logDir.toString(),
                 "--master-port", Integer.toString(Workers.freePort()), "--grace-period", "5", "--java", "-Xmx256m",
                 "-XX:+UseSerialGC", "-Dsymmem4j.timeout.ms=60000", "-cp", System.getProperty("java.class.path"),
                 ProcessWorker.class.getName()));
@@ -56,6 +65,27 @@ class LauncherProcessTest {
         assertTrue(r.err().contains("rank 1 (local rank 1, pid ") && r.err().contains("exited with code 7"), r.err());
         assertTrue(Files.readString(logs.resolve("rank-1.log")).contains("HALT with code 7 at iteration 300"),
                 Files.readString(logs.resolve("rank-1.log")));
+    }
+
+    @Test
+    @Timeout(300)
+    void aJobWhoseRankCrashesIsRestartedAndTheNewGenerationFormsItsGroup(@TempDir Path logs) throws IOException {
+        // generation 0: rank 1 halts at iteration 300; generation 1 (a new run id, port and secret) runs all 1000
+        Launcher.Result r = launch(logs, 2, List.of("--max-restarts", "1", "--restart-delay", "0"),
+                "loop", "1000", "1", "300", "halt-once");
+        assertEquals(0, r.status(), r.err() + "\n" + tail(r.out()));
+        assertTrue(r.err().contains("generation 0 failed: rank 1 (local rank 1, pid ") && r.err().contains("exited with code 7")
+                && r.err().contains("restarting as generation 1"), r.err());
+        Matcher runId = Pattern.compile("run id (\\S+), ").matcher(r.err());
+        assertTrue(runId.find(), r.err());
+        for (int rank = 0; rank < 2; rank++) {
+            String log = Files.readString(logs.resolve("rank-" + rank + ".log"));
+            int restart = log.indexOf("--- symmem4j-run: generation 1, run id " + runId.group(1) + "-g1 ---");
+            assertTrue(restart > 0, log);
+            assertTrue(log.indexOf("RUN " + runId.group(1) + "-g1 ") > restart, "the new generation's group: " + log);
+            assertTrue(log.indexOf("SUMS 1000") > restart, log);
+        }
+        assertTrue(Files.readString(logs.resolve("rank-1.log")).contains("HALT with code 7 at iteration 300"));
     }
 
     private static String[] checksums(String log) {

@@ -14,6 +14,7 @@ import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.CollectiveMismatchException;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
@@ -54,7 +55,8 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
  *       {@code faultyRank} passes a buffer that another of its threads frees while it waits inside the
  *       collective at {@code faultyIteration} (a local failure inside a collective; its peers arrive once
  *       it is freed); with a fifth argument {@code halt} it halts the JVM with code 7 there instead (a
- *       crash).</li>
+ *       crash); {@code halt-once} does so in the launcher's first generation only
+ *       ({@code SYMMEM4J_RESTART_GENERATION} 0), a restarted generation runs without the fault.</li>
  *   <li>{@code refusals}: a read-only or freed destination on one rank, for every staged collective and
  *       algorithm, and closed symmetric memory on every rank, each refused by every rank before any byte
  *       moves; the group then computes correctly ({@code REFUSED ...} per case, {@code REFUSALS <n>}).</li>
@@ -335,9 +337,12 @@ public final class ProcessWorker {
 
     private static void loop(String[] args) {
         long iterations = args.length > 1 ? Long.parseLong(args[1]) : Long.MAX_VALUE;
-        int faultyRank = args.length > 3 ? Integer.parseInt(args[2]) : -1;
-        long faultyIteration = args.length > 3 ? Long.parseLong(args[3]) : -1;
-        boolean halt = args.length > 4 && args[4].equals("halt");
+        String mode = args.length > 4 ? args[4] : "";
+        // halt-once: the fault of the job's first start only; a restarted generation runs clean
+        boolean faulty = args.length > 3 && !(mode.equals("halt-once") && Configuration.RESTART_GENERATION.get() > 0);
+        int faultyRank = faulty ? Integer.parseInt(args[2]) : -1;
+        long faultyIteration = faulty ? Long.parseLong(args[3]) : -1;
+        boolean halt = mode.equals("halt") || mode.equals("halt-once");
         int count = Integer.parseInt(System.getenv().getOrDefault(COUNT_ENV, "4096"));
         System.out.println("START");
         System.out.flush();

@@ -22,13 +22,24 @@ import java.util.regex.Pattern;
  * Every GPU stays visible to every process: a process's GPU is {@code LOCAL_RANK mod GPUs} (the CUDA
  * transport's rule), and peer access and NCCL need the others visible.
  *
+ * <p>A job started again after a failure ({@link LaunchSpec#maxRestarts()}) is a new <em>generation</em>
+ * {@code g}: its run id is generation 0's with {@code -g<g>} appended, its store port is
+ * {@code --master-port + g}, and the launcher hands it a new secret; every process gets
+ * {@code SYMMEM4J_RESTART_GENERATION} and torchrun's {@code TORCHELASTIC_RESTART_COUNT} (both {@code g}) and
+ * {@code TORCHELASTIC_MAX_RESTARTS}. Both rules are functions of generation 0's values, so the launchers of
+ * a job's machines agree on them without talking; a new port is taken because the old generation's store
+ * port may still be held (a process past its {@code SIGKILL}, a socket in {@code TIME_WAIT}).
+ *
  * @param worldSize      processes in the job
  * @param localWorldSize processes on this machine
- * @param runId          the job's id
+ * @param runId          the job's id (this generation's)
+ * @param generation     which start of the job: 0 first, g after the g-th restart
+ * @param masterPort     this generation's store port
  * @param ranks          this machine's processes, by local rank
  * @param notes          what the user should know (shared GPUs, oversubscribed CPUs, no {@code taskset})
  */
-record LaunchPlan(int worldSize, int localWorldSize, String runId, List<RankLaunch> ranks, List<String> notes) {
+record LaunchPlan(int worldSize, int localWorldSize, String runId, int generation, int masterPort, List<RankLaunch> ranks,
+                  List<String> notes) {
 
     /** The flags every JVM that runs symmem4j needs (FFM for the CUDA/NCCL bindings, the Vector API). */
     static final List<String> JVM_FLAGS = List.of("--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector");
@@ -41,6 +52,10 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, List<RankLaun
     static final String SECRET_ENV = "SYMMEM4J_SECRET";
     static final String SECRET_FILE_ENV = "SYMMEM4J_SECRET_FILE";
     static final String RUN_ID_ENV = "SYMMEM4J_RUN_ID";
+    static final String RESTART_GENERATION_ENV = "SYMMEM4J_RESTART_GENERATION";
+    /** torchrun's names for the restart count (equal to the generation) and the most restarts. */
+    static final String TORCH_RESTART_COUNT_ENV = "TORCHELASTIC_RESTART_COUNT";
+    static final String TORCH_MAX_RESTARTS_ENV = "TORCHELASTIC_MAX_RESTARTS";
 
     /**
      * One process.
@@ -83,20 +98,28 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, List<RankLaun
         return true;
     }
 
+    /** Generation 0 of the job: {@link #of(LaunchSpec, Machine, Map, String, Path, String, int)} with 0. */
+    static LaunchPlan of(LaunchSpec spec, Machine machine, Map<String, String> env, String javaBin, Path secretFile,
+                         String freshRunId) {
+        return of(spec, machine, env, javaBin, secretFile, freshRunId, 0);
+    }
+
     /**
-     * Plans this machine's processes.
+     * Plans this machine's processes of one generation of the job.
      *
      * @param spec        what the user asked for
      * @param machine     this machine's CPUs, GPUs and {@code taskset}
      * @param env         the launcher's environment, which every process inherits
      * @param javaBin     this launcher's {@code java}, for {@link LaunchSpec#java()}
-     * @param secretFile  the secret file to hand out, or null when the environment or spec carries the secret
-     * @param freshRunId  the run id to use when none is given (one machine only)
+     * @param secretFile  the secret file to hand out, or null when the environment or spec carries the secret (which
+     *                    a generation after the first must not: the old generation's secret would let its processes in)
+     * @param freshRunId  the run id to use when none is given (one machine only; the same for every generation)
+     * @param generation  0 for the first start, g for the g-th restart
      * @return the plan
      * @throws IllegalArgumentException when the request cannot be met, saying what was expected, what was found and the fix
      */
     static LaunchPlan of(LaunchSpec spec, Machine machine, Map<String, String> env, String javaBin, Path secretFile,
-                         String freshRunId) {
+                         String freshRunId, int generation) {
         if (spec.command().isEmpty()) {
             throw new IllegalArgumentException("no command to start: expected the program after the options, e.g."
                     + " symmem4j-run --nproc-per-node 2 -- java -cp app.jar Main (or --java -cp app.jar Main)");
@@ -112,12 +135,28 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, List<RankLaun
         if (spec.masterPort() < 1 || spec.masterPort() > 65535) {
             throw new IllegalArgumentException("--master-port=" + spec.masterPort() + " outside [1, 65535]");
         }
+        if (spec.maxRestarts() < 0) {
+            throw new IllegalArgumentException("--max-restarts=" + spec.maxRestarts() + " must be >= 0");
+        }
+        if ((long) spec.masterPort() + spec.maxRestarts() > 65535) {
+            throw new IllegalArgumentException("--master-port=" + spec.masterPort() + " with --max-restarts="
+                    + spec.maxRestarts() + ": generation g uses port " + spec.masterPort() + " + g, past 65535; expected a"
+                    + " lower --master-port or fewer restarts");
+        }
+        if (generation < 0 || generation > spec.maxRestarts()) {
+            throw new IllegalArgumentException("generation " + generation + " outside [0, --max-restarts=" + spec.maxRestarts()
+                    + "]");
+        }
+        if (generation > 0 && secretFile == null) {
+            throw new IllegalArgumentException("generation " + generation + " needs a secret of its own");
+        }
         if (spec.nnodes() > 1 && isLoopback(spec.masterAddr())) {
             throw new IllegalArgumentException("--nnodes=" + spec.nnodes() + " with --master-addr=" + spec.masterAddr()
                     + ": the other machines cannot reach a loopback address; expected node 0's address on the network"
                     + " the machines share");
         }
-        String runId = runId(spec, env, freshRunId);
+        String runId = generationRunId(runId(spec, env, freshRunId), generation);
+        int port = spec.masterPort() + generation;
         if (spec.secretFile() != null && secretFile == null) {
             secretFile = spec.secretFile();
         }
@@ -148,11 +187,17 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, List<RankLaun
             vars.put("LOCAL_WORLD_SIZE", Integer.toString(nproc));
             vars.put("GROUP_RANK", Integer.toString(spec.nodeRank()));
             vars.put("MASTER_ADDR", spec.masterAddr());
-            vars.put("MASTER_PORT", Integer.toString(spec.masterPort()));
+            vars.put("MASTER_PORT", Integer.toString(port));
             vars.put(RUN_ID_ENV, runId);
             if (secretFile != null) {
                 vars.put(SECRET_FILE_ENV, secretFile.toString());
+                if (generation > 0 && isSet(env, SECRET_ENV)) {
+                    vars.put(SECRET_ENV, ""); // blank is unset: the environment's secret would win over this generation's
+                }
             }
+            vars.put(RESTART_GENERATION_ENV, Integer.toString(generation));
+            vars.put(TORCH_RESTART_COUNT_ENV, Integer.toString(generation));
+            vars.put(TORCH_MAX_RESTARTS_ENV, Integer.toString(spec.maxRestarts()));
             List<Integer> cpus = slices == null ? List.of() : slices.get(local);
             if (slices != null && !ompGiven) {
                 vars.put("OMP_NUM_THREADS", Integer.toString(cpus.size()));
@@ -168,7 +213,16 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, List<RankLaun
             command.addAll(spec.command());
             ranks.add(new RankLaunch(rank, local, command, vars, bind ? cpus : List.of()));
         }
-        return new LaunchPlan(world, nproc, runId, ranks, notes);
+        return new LaunchPlan(world, nproc, runId, generation, port, ranks, notes);
+    }
+
+    /** Generation g's run id: generation 0's, with {@code -g<g>} appended (the base cut so that it fits 128 characters). */
+    static String generationRunId(String base, int generation) {
+        if (generation == 0) {
+            return base;
+        }
+        String suffix = "-g" + generation;
+        return base.substring(0, Math.min(base.length(), 128 - suffix.length())) + suffix;
     }
 
     private static int processesPerNode(String value, Machine machine) {

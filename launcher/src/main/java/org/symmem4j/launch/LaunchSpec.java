@@ -17,9 +17,11 @@ import java.util.List;
  * @param java         whether the command is the arguments of this launcher's JDK ({@code java} with
  *                     the flags symmem4j needs) rather than a program of its own
  * @param command      the program and its arguments
+ * @param maxRestarts  how many times a failed job is started again, as a new generation (torchrun's
+ *                     {@code --max-restarts}); 0: never
  */
 record LaunchSpec(String nprocPerNode, int nnodes, int nodeRank, String masterAddr, int masterPort, String runId,
-                  CpuBind cpuBind, Path secretFile, boolean java, List<String> command) {
+                  CpuBind cpuBind, Path secretFile, boolean java, List<String> command, int maxRestarts) {
 
     /** How processes get CPUs. */
     enum CpuBind {

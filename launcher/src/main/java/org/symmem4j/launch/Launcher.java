@@ -8,14 +8,19 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.attribute.PosixFilePermissions;
+import java.security.GeneralSecurityException;
 import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.Callable;
+import java.util.concurrent.TimeUnit;
+import javax.crypto.Mac;
+import javax.crypto.spec.SecretKeySpec;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -24,13 +29,15 @@ import picocli.CommandLine.Parameters;
 /**
  * {@code symmem4j-run}: starts this machine's processes of a job — one per worker or GPU — with
  * torchrun's variables, the job's id and secret, each bound to its own slice of the CPUs, and stops
- * them all when one fails, naming it. See {@link LaunchPlan} for what each process gets and
- * {@link Supervisor} for how they are watched.
+ * them all when one fails, naming it; with {@code --max-restarts N} it then starts the job again, up to N
+ * times, each time as a new generation with its own run id, port and secret. See {@link LaunchPlan} for what
+ * each process gets and {@link Supervisor} for how they are watched.
  *
  * <pre>
  *   symmem4j-run --nproc-per-node 4 --java -cp app.jar com.example.Train
  *   symmem4j-run --nproc-per-node gpu -- ./train.sh
  *   symmem4j-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 --java ...
+ *   symmem4j-run -n 4 --max-restarts 3 --java -cp app.jar com.example.Train
  * </pre>
  */
 @Command(name = "symmem4j-run", mixinStandardHelpOptions = true, versionProvider = Launcher.Version.class,
@@ -40,14 +47,17 @@ import picocli.CommandLine.Parameters;
                 + " (SYMMEM4J_RUN_ID) and secret (SYMMEM4J_SECRET_FILE); binds each to its own slice of the CPUs"
                 + " (taskset, OMP_NUM_THREADS); prefixes their output with their rank; and when one exits with an error"
                 + " or is killed, stops the others (SIGTERM, then SIGKILL after the grace period) and exits with its"
-                + " code, naming it. SIGINT or SIGTERM to the launcher stops every process the same way.",
+                + " code, naming it, unless --max-restarts lets it start the job again. SIGINT or SIGTERM to the"
+                + " launcher stops every process the same way.",
                 "", "A process's GPU is LOCAL_RANK mod the GPUs (every GPU stays visible: peer access and NCCL need them)."},
         footer = {"", "Examples:",
                 "  symmem4j-run --nproc-per-node 4 --java -cp app.jar com.example.Train --epochs 3",
                 "  symmem4j-run -n gpu -- ./train.sh",
                 "  node 0: symmem4j-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 ...",
                 "  node 1: symmem4j-run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 ...",
-                "", "Exit status: 0 when every process exited 0; the first failed process's code; 2 for a bad request."})
+                "  symmem4j-run -n 4 --max-restarts 3 --java -cp app.jar com.example.Train   # resumes from its checkpoints",
+                "", "Exit status: 0 when every process (of the last generation) exited 0; the first failed process's code"
+                + " (with --max-restarts, of the last generation); 2 for a bad request."})
 public final class Launcher implements Callable<Integer> {
 
     @Option(names = {"-n", "--nproc-per-node"}, paramLabel = "N|gpu|cpu", defaultValue = "1",
@@ -94,6 +104,17 @@ public final class Launcher implements Callable<Integer> {
     @Option(names = "--grace-period", paramLabel = "SECONDS", defaultValue = "10",
             description = "how long stopped processes get after SIGTERM before SIGKILL")
     int graceSeconds;
+
+    @Option(names = "--max-restarts", paramLabel = "N", defaultValue = "0",
+            description = "when a process fails, stop the others and start the job again, up to N times (torchrun's"
+                    + " --max-restarts): same command, a new generation g with run id <run id>-g<g>, port"
+                    + " --master-port + g and a new secret; SYMMEM4J_RESTART_GENERATION and TORCHELASTIC_RESTART_COUNT"
+                    + " say g. A program resumes from its newest complete checkpoint (the trainers' resumeFrom)")
+    int maxRestarts;
+
+    @Option(names = "--restart-delay", paramLabel = "SECONDS", defaultValue = "1",
+            description = "the pause between stopping a failed generation and starting the next")
+    double restartDelaySeconds;
 
     @Option(names = "--dry-run", description = "print each process's command line and variables; start nothing")
     boolean dryRun;
@@ -195,6 +216,9 @@ public final class Launcher implements Callable<Integer> {
         if (graceSeconds < 0) {
             throw new IllegalArgumentException("--grace-period=" + graceSeconds + " must be >= 0");
         }
+        if (!(restartDelaySeconds >= 0 && restartDelaySeconds <= 3600)) {
+            throw new IllegalArgumentException("--restart-delay=" + restartDelaySeconds + " outside [0, 3600] seconds");
+        }
         if (!java && !command.isEmpty() && command.getFirst().startsWith("-")) {
             throw new IllegalArgumentException("the command starts with '" + command.getFirst() + "', which is no option of"
                     + " the launcher (see --help): expected a program; put the launcher's options first and the program"
@@ -204,16 +228,20 @@ public final class Launcher implements Callable<Integer> {
             Files.createDirectories(logDir);
         }
         LaunchSpec spec = new LaunchSpec(nprocPerNode, nnodes, nodeRank, masterAddr, masterPort, runId, cpuBind,
-                secretFile, java, command);
+                secretFile, java, command, maxRestarts);
         Machine machine = Machine.discover(env);
-        Path secretDir = LaunchPlan.needsGeneratedSecret(spec, env) && !dryRun ? privateDirectory() : null;
+        boolean generateSecret = LaunchPlan.needsGeneratedSecret(spec, env);
+        Path secretDir = (generateSecret || maxRestarts > 0) && !dryRun ? privateDirectory() : null;
+        Thread hook = null;
         try {
-            Path generated = secretDir == null ? null : writeSecret(secretDir);
+            Path generated = secretDir == null || !generateSecret ? null : writeSecret(secretDir, "secret");
             String javaBin = Path.of(System.getProperty("java.home"), "bin", "java").toString();
-            LaunchPlan plan = LaunchPlan.of(spec, machine, env, javaBin, generated, freshRunId());
+            String freshRunId = freshRunId();
+            LaunchPlan plan = LaunchPlan.of(spec, machine, env, javaBin, generated, freshRunId);
             err.println("symmem4j-run: " + plan.ranks().size() + " process(es) here, ranks " + plan.ranks().getFirst().rank()
                     + ".." + plan.ranks().getLast().rank() + " of " + plan.worldSize() + ", run id " + plan.runId()
-                    + (plan.ranks().getFirst().cpus().isEmpty() ? "" : ", CPUs " + cpuSummary(plan)));
+                    + (plan.ranks().getFirst().cpus().isEmpty() ? "" : ", CPUs " + cpuSummary(plan))
+                    + (maxRestarts > 0 ? ", at most " + maxRestarts + " restart(s)" : ""));
             for (String note : plan.notes()) {
                 err.println("symmem4j-run: note: " + note);
             }
@@ -223,26 +251,139 @@ public final class Launcher implements Callable<Integer> {
                 }
                 return 0;
             }
-            Supervisor supervisor = new Supervisor(plan, out, logDir, Duration.ofSeconds(graceSeconds));
-            Thread hook = Thread.ofPlatform().unstarted(() -> {
-                List<String> stopped = supervisor.stop();
+            Generations generations = new Generations();
+            hook = Thread.ofPlatform().unstarted(() -> {
+                List<String> stopped = generations.interrupt();
                 if (!stopped.isEmpty()) {
                     err.println("symmem4j-run: interrupted; stopped " + String.join(", ", stopped));
                 }
                 deleteQuietly(secretDir);
             });
             Runtime.getRuntime().addShutdownHook(hook);
-            Supervisor.Outcome outcome = supervisor.run();
-            try {
-                Runtime.getRuntime().removeShutdownHook(hook);
-            } catch (IllegalStateException shuttingDown) {
-                return outcome.exitCode(); // the hook stops the processes and says so
+            // read now, so that an unreadable secret fails the request before anything starts
+            byte[] givenSecret = maxRestarts > 0 && !generateSecret ? baseSecret(spec) : null;
+            String firstRunId = plan.runId();
+            Path ownSecret = generated; // the secret file this launcher made for the generation that runs
+            Path previousSecret = null;
+            while (true) {
+                Supervisor supervisor = new Supervisor(plan, out, logDir, Duration.ofSeconds(graceSeconds), env);
+                if (!generations.begin(supervisor)) {
+                    return 130; // the hook stops what runs and says so
+                }
+                if (previousSecret != null) {
+                    Files.deleteIfExists(previousSecret); // the old generation is gone: its secret has no use left
+                }
+                Supervisor.Outcome outcome = supervisor.run();
+                int left = maxRestarts - plan.generation();
+                if (outcome.exitCode() == 0 || !outcome.restartable() || generations.interrupted()) {
+                    return finish(hook, outcome, outcome.exitCode() == 0 || maxRestarts == 0 || !outcome.restartable() ? ""
+                            : "; interrupted, not restarted");
+                }
+                if (left == 0) {
+                    return finish(hook, outcome, maxRestarts == 0 ? "" : "; no restarts left (--max-restarts "
+                            + maxRestarts + ", all used): exiting with rank " + outcome.failedRank() + "'s code "
+                            + outcome.exitCode());
+                }
+                long failedAt = System.nanoTime();
+                int next = plan.generation() + 1;
+                err.println("symmem4j-run: generation " + plan.generation() + " failed: " + outcome.message()
+                        + "; restarting as generation " + next + " (restart " + next + " of " + maxRestarts + ", "
+                        + (left - 1) + " left after it)" + (restartDelaySeconds > 0 ? " in " + restartDelaySeconds + " s" : ""));
+                if (!generations.pause(Duration.ofNanos((long) (restartDelaySeconds * 1e9)))) {
+                    return 130;
+                }
+                String nextRunId = LaunchPlan.generationRunId(firstRunId, next);
+                previousSecret = ownSecret;
+                ownSecret = generateSecret ? writeSecret(secretDir, "secret-g" + next)
+                        : writeDerivedSecret(secretDir, "secret-g" + next, givenSecret, nextRunId);
+                plan = LaunchPlan.of(spec, machine, env, javaBin, ownSecret, freshRunId, next);
+                err.println("symmem4j-run: generation " + next + ": run id " + plan.runId() + ", port " + plan.masterPort()
+                        + ", a new secret; starting " + plan.ranks().size() + " process(es) "
+                        + String.format(Locale.ROOT, "%.2f s", (System.nanoTime() - failedAt) / 1e9) + " after the failure"
+                        + " was handled");
             }
-            err.println("symmem4j-run: " + outcome.message());
-            return outcome.exitCode();
         } finally {
             deleteQuietly(secretDir);
         }
+    }
+
+    /** The launcher's last word: the outcome (and what restarts had to do with it), and its exit status. */
+    private int finish(Thread hook, Supervisor.Outcome outcome, String restarts) {
+        try {
+            Runtime.getRuntime().removeShutdownHook(hook);
+        } catch (IllegalStateException shuttingDown) {
+            return outcome.exitCode(); // the hook stops the processes and says so
+        }
+        err.println("symmem4j-run: " + outcome.message() + restarts);
+        return outcome.exitCode();
+    }
+
+    /**
+     * The generation running now, and whether the launcher was interrupted (its shutdown hook): once it was, no
+     * generation starts, and the pause between generations ends at once.
+     */
+    private static final class Generations {
+        private Supervisor current;
+        private boolean interrupted;
+
+        synchronized boolean begin(Supervisor next) {
+            current = next;
+            return !interrupted;
+        }
+
+        synchronized boolean interrupted() {
+            return interrupted;
+        }
+
+        /** Stops the current generation (bounded by its grace period); no other starts after it. */
+        List<String> interrupt() {
+            Supervisor s;
+            synchronized (this) {
+                interrupted = true;
+                notifyAll();
+                s = current;
+            }
+            return s == null ? List.of() : s.stop();
+        }
+
+        /** Waits {@code delay}, or less when interrupted; returns whether the next generation may start. */
+        synchronized boolean pause(Duration delay) {
+            long deadline = System.nanoTime() + delay.toNanos();
+            long left;
+            while (!interrupted && (left = deadline - System.nanoTime()) > 0) {
+                try {
+                    TimeUnit.NANOSECONDS.timedWait(this, left);
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                    return false;
+                }
+            }
+            return !interrupted;
+        }
+    }
+
+    /**
+     * The secret given for the job ({@code SYMMEM4J_SECRET} wins, as in the runtime; else the file of
+     * {@code --secret-file} or {@code SYMMEM4J_SECRET_FILE}), without a trailing newline.
+     */
+    private byte[] baseSecret(LaunchSpec spec) {
+        String direct = env.get(LaunchPlan.SECRET_ENV);
+        if (direct != null && !direct.isBlank()) {
+            return direct.getBytes(StandardCharsets.UTF_8);
+        }
+        Path f = spec.secretFile() != null ? spec.secretFile() : Path.of(env.get(LaunchPlan.SECRET_FILE_ENV).strip());
+        byte[] content;
+        try {
+            content = Files.readAllBytes(f);
+        } catch (IOException e) {
+            throw new IllegalArgumentException("--max-restarts derives each generation's secret from the job's, but its"
+                    + " file " + f + " cannot be read: " + e);
+        }
+        int end = content.length;
+        while (end > 0 && (content[end - 1] == '\n' || content[end - 1] == '\r')) {
+            end--;
+        }
+        return Arrays.copyOf(content, end);
     }
 
     private static String cpuSummary(LaunchPlan plan) {
@@ -265,12 +406,32 @@ public final class Launcher implements Callable<Integer> {
     }
 
     /** 32 random bytes, hex, in a file of mode 0600: what {@code SYMMEM4J_SECRET_FILE} points the processes to. */
-    private static Path writeSecret(Path dir) throws IOException {
+    private static Path writeSecret(Path dir, String name) throws IOException {
         byte[] secret = new byte[32];
         new SecureRandom().nextBytes(secret);
-        Path f = dir.resolve("secret");
+        return writePrivate(dir.resolve(name), HexFormat.of().formatHex(secret));
+    }
+
+    /**
+     * A restarted generation's secret when the job's secret is given (shared by the job's machines):
+     * HMAC-SHA256 of {@code what} (generation 0's run id and the generation) keyed with the given secret, hex,
+     * in a file of mode 0600. Every machine's launcher derives the same one; a process of an older generation
+     * holds only its own generation's secret, so it cannot join the new store.
+     */
+    static Path writeDerivedSecret(Path dir, String name, byte[] secret, String what) throws IOException {
+        try {
+            Mac mac = Mac.getInstance("HmacSHA256");
+            mac.init(new SecretKeySpec(secret, "HmacSHA256"));
+            return writePrivate(dir.resolve(name), HexFormat.of().formatHex(
+                    mac.doFinal(("symmem4j-run restart " + what).getBytes(StandardCharsets.UTF_8))));
+        } catch (GeneralSecurityException e) {
+            throw new IllegalStateException("HmacSHA256 is part of every JDK", e);
+        }
+    }
+
+    private static Path writePrivate(Path f, String content) throws IOException {
         Files.createFile(f, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
-        Files.writeString(f, HexFormat.of().formatHex(secret), StandardCharsets.US_ASCII);
+        Files.writeString(f, content, StandardCharsets.US_ASCII);
         return f;
     }
 

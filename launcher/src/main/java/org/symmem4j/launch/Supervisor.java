@@ -8,10 +8,12 @@ import java.io.Writer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 
@@ -21,26 +23,38 @@ import java.util.concurrent.TimeUnit;
  * with a non-zero code or is killed, the others are stopped — {@code SIGTERM}, then {@code SIGKILL}
  * after the grace period, their child processes too — and the launcher reports which rank failed
  * first and how. {@link #stop} does the same from a shutdown hook when the launcher itself is
- * interrupted or terminated.
+ * interrupted or terminated; after it, nothing more starts. One supervisor watches one generation of the job
+ * ({@link LaunchPlan#generation()}); the launcher makes the next.
  */
 final class Supervisor {
 
-    /** How a launch ended: the exit code for the launcher and what to tell the user. */
-    record Outcome(int exitCode, String message) {
+    /**
+     * How a launch ended: the exit code for the launcher and what to tell the user.
+     *
+     * @param exitCode    0 when every rank exited 0, else the first failed rank's code (at least 1)
+     * @param message     what to tell the user
+     * @param failedRank  the rank that failed first, -1 when none did
+     * @param restartable whether starting the job again may help: a rank failed or was killed, rather than the
+     *                    program not starting at all or the launcher being stopped
+     */
+    record Outcome(int exitCode, String message, int failedRank, boolean restartable) {
     }
 
     private final LaunchPlan plan;
     private final PrintStream out;
     private final Path logDir;
     private final Duration grace;
+    /** The environment every process inherits (the launcher's, as {@link Launcher#run} was given it). */
+    private final Map<String, String> env;
     private final List<Process> processes = new ArrayList<>();
     private final List<Thread> pumps = new ArrayList<>();
     private final long start = System.nanoTime();
     /** Set once the processes are being stopped (a failure, or the launcher's own shutdown). */
     private volatile boolean stopping;
 
-    Supervisor(LaunchPlan plan, PrintStream out, Path logDir, Duration grace) {
+    Supervisor(LaunchPlan plan, PrintStream out, Path logDir, Duration grace, Map<String, String> env) {
         this.plan = plan;
+        this.env = env;
         this.out = out;
         this.logDir = logDir;
         this.grace = grace;
@@ -54,16 +68,21 @@ final class Supervisor {
     Outcome run() {
         for (LaunchPlan.RankLaunch r : plan.ranks()) {
             ProcessBuilder pb = new ProcessBuilder(r.command()).redirectErrorStream(true);
+            pb.environment().clear();
+            pb.environment().putAll(env);
             pb.environment().putAll(r.env());
             Process p;
-            try {
-                p = pb.start();
-            } catch (IOException e) {
-                stop();
-                return new Outcome(127, "could not start rank " + r.rank() + " (" + String.join(" ", r.command()) + "): "
-                        + e.getMessage() + "; stopped the ranks started before it");
-            }
-            synchronized (this) {
+            synchronized (this) { // after stop() nothing more starts: a shutdown hook may stop a generation being started
+                if (stopping) {
+                    return new Outcome(130, "interrupted", -1, false);
+                }
+                try {
+                    p = pb.start();
+                } catch (IOException e) {
+                    stop();
+                    return new Outcome(127, "could not start rank " + r.rank() + " (" + String.join(" ", r.command()) + "): "
+                            + e.getMessage() + "; stopped the ranks started before it", r.rank(), false);
+                }
                 processes.add(p);
             }
             pumps.add(Thread.ofPlatform().name("symmem4j-run-output-" + r.rank()).daemon().start(() -> pump(r.rank(), p)));
@@ -86,10 +105,10 @@ final class Supervisor {
             }
             if (running.isEmpty()) {
                 joinPumps();
-                return new Outcome(0, "all " + processes.size() + " ranks exited 0 after " + elapsed());
+                return new Outcome(0, "all " + processes.size() + " ranks exited 0 after " + elapsed(), -1, false);
             }
             if (stopping) { // the launcher is shutting down: its hook stops the processes and reports
-                return new Outcome(130, "interrupted");
+                return new Outcome(130, "interrupted", -1, false);
             }
             // wakes when any process exits (also one the shutdown hook stops); a job runs as long as it runs
             CompletableFuture.anyOf(running.toArray(CompletableFuture[]::new)).join();
@@ -97,11 +116,13 @@ final class Supervisor {
         LaunchPlan.RankLaunch r = plan.ranks().get(failed);
         String how = describeExit(code);
         String at = elapsed();
+        boolean interrupted = stopping; // the launcher's hook stopped the processes: no failure of the job's own
         List<String> stopped = stop();
         joinPumps();
         return new Outcome(Math.max(1, Math.min(code, 255)), "rank " + r.rank() + " (local rank " + r.localRank() + ", pid "
                 + processes.get(failed).pid() + ") " + how + " after " + at + "; "
-                + (stopped.isEmpty() ? "the other ranks had exited" : "stopped " + String.join(", ", stopped)));
+                + (stopped.isEmpty() ? "the other ranks had exited" : "stopped " + String.join(", ", stopped)), r.rank(),
+                !interrupted);
     }
 
     /**
@@ -170,8 +191,12 @@ final class Supervisor {
         String prefix = "[rank " + rank + "] ";
         Writer log = null;
         try (BufferedReader in = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
-            if (logDir != null) {
+            if (logDir != null && plan.generation() == 0) {
                 log = Files.newBufferedWriter(logDir.resolve("rank-" + rank + ".log"), StandardCharsets.UTF_8);
+            } else if (logDir != null) { // a restart appends to the first generation's log, marked
+                log = Files.newBufferedWriter(logDir.resolve("rank-" + rank + ".log"), StandardCharsets.UTF_8,
+                        StandardOpenOption.CREATE, StandardOpenOption.APPEND);
+                log.write("--- symmem4j-run: generation " + plan.generation() + ", run id " + plan.runId() + " ---\n");
             }
             String line;
             while ((line = in.readLine()) != null) {

@@ -23,7 +23,7 @@ class LaunchPlanTest {
 
     static LaunchSpec spec(String nproc, int nnodes, int nodeRank, String addr, String runId, LaunchSpec.CpuBind bind,
                            boolean java, String... command) {
-        return new LaunchSpec(nproc, nnodes, nodeRank, addr, 29500, runId, bind, null, java, List.of(command));
+        return new LaunchSpec(nproc, nnodes, nodeRank, addr, 29500, runId, bind, null, java, List.of(command), 0);
     }
 
     static LaunchSpec oneMachine(String nproc, String... command) {
@@ -36,6 +36,54 @@ class LaunchPlanTest {
         assertEquals(Configuration.RUN_ID.env(), LaunchPlan.RUN_ID_ENV);
         assertEquals(Configuration.SECRET.env(), LaunchPlan.SECRET_ENV);
         assertEquals(Configuration.SECRET_FILE.env(), LaunchPlan.SECRET_FILE_ENV);
+        assertEquals(Configuration.RESTART_GENERATION.env(), LaunchPlan.RESTART_GENERATION_ENV);
+    }
+
+    @Test
+    void eachGenerationHasItsOwnRunIdPortAndSecret() {
+        LaunchSpec spec = new LaunchSpec("2", 1, 0, "127.0.0.1", 29500, "job7", LaunchSpec.CpuBind.NONE, null, false,
+                List.of("app"), 2);
+        Map<String, String> env = Map.of("SYMMEM4J_SECRET", "given-secret-of-the-job-0123");
+        LaunchPlan first = LaunchPlan.of(spec, EIGHT_CPUS_TWO_GPUS, env, "j", null, "unused");
+        Path g2Secret = Path.of("/tmp/x/secret-g2");
+        LaunchPlan third = LaunchPlan.of(spec, EIGHT_CPUS_TWO_GPUS, env, "j", g2Secret, "unused", 2);
+        assertEquals("job7", first.runId());
+        assertEquals("job7-g2", third.runId());
+        assertEquals(29502, third.masterPort());
+        for (LaunchPlan.RankLaunch r : third.ranks()) {
+            assertEquals(new ProcessGroupConfig(r.rank(), 2, r.localRank(), 2, "127.0.0.1", 29502, "job7-g2"),
+                    ProcessGroupConfig.fromEnvironment(r.env()));
+            assertEquals("2", r.env().get("SYMMEM4J_RESTART_GENERATION"));
+            assertEquals("2", r.env().get("TORCHELASTIC_RESTART_COUNT"));
+            assertEquals("2", r.env().get("TORCHELASTIC_MAX_RESTARTS"));
+            assertEquals(g2Secret.toString(), r.env().get("SYMMEM4J_SECRET_FILE"));
+            // the environment's secret would win over the generation's file: blanked, which the runtime reads as unset
+            assertNull(Configuration.SECRET.get(Configuration.Source.environment(merged(env, r.env()))));
+            assertEquals(g2Secret, Configuration.SECRET_FILE.get(Configuration.Source.environment(merged(env, r.env()))));
+            assertEquals(2, Configuration.RESTART_GENERATION.get(Configuration.Source.environment(r.env())));
+        }
+        LaunchPlan.RankLaunch r0 = first.ranks().getFirst();
+        assertEquals("0", r0.env().get("SYMMEM4J_RESTART_GENERATION"));
+        assertEquals("0", r0.env().get("TORCHELASTIC_RESTART_COUNT"));
+        assertNull(r0.env().get("SYMMEM4J_SECRET"), "generation 0 inherits the environment's secret, as without restarts");
+        assertEquals("x".repeat(125) + "-g1", LaunchPlan.generationRunId("x".repeat(128), 1), "cut to fit 128 characters");
+        assertEquals("x".repeat(125) + "-g1", JobIdentity.checkRunId(LaunchPlan.generationRunId("x".repeat(128), 1)));
+        IllegalArgumentException noSecret = assertThrows(IllegalArgumentException.class,
+                () -> LaunchPlan.of(spec, EIGHT_CPUS_TWO_GPUS, env, "j", null, "unused", 1));
+        assertTrue(noSecret.getMessage().contains("generation 1 needs a secret of its own"), noSecret.getMessage());
+        assertThrows(IllegalArgumentException.class, () -> LaunchPlan.of(spec, EIGHT_CPUS_TWO_GPUS, env, "j", g2Secret,
+                "unused", 3));
+        LaunchSpec pastTheLastPort = new LaunchSpec("1", 1, 0, "127.0.0.1", 65535, null, LaunchSpec.CpuBind.NONE, null,
+                false, List.of("app"), 1);
+        IllegalArgumentException port = assertThrows(IllegalArgumentException.class,
+                () -> LaunchPlan.of(pastTheLastPort, EIGHT_CPUS_TWO_GPUS, Map.of(), "j", SECRET, "f"));
+        assertTrue(port.getMessage().contains("generation g uses port 65535 + g, past 65535"), port.getMessage());
+    }
+
+    private static Map<String, String> merged(Map<String, String> inherited, Map<String, String> set) {
+        Map<String, String> m = new java.util.HashMap<>(inherited);
+        m.putAll(set);
+        return m;
     }
 
     @Test

@@ -2,6 +2,7 @@ package org.symmem4j.launch;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.BufferedReader;
@@ -17,7 +18,10 @@ import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * The launcher with real processes ({@code sh} programs): variables, output, the secret, and what
@@ -75,11 +79,22 @@ class LauncherTest {
         assertFalse(Files.exists(Path.of(files.getFirst()).getParent()), "and its directory");
     }
 
+    /**
+     * Waits (bounded, 30 s) until the file {@code $MARK/name} exists: another process got that far. {@code MARK}
+     * comes from the environment given to the launcher, which its processes inherit.
+     */
+    static String awaitMark(String name) {
+        return ": \"${MARK:?}\"; i=0; while [ ! -e \"$MARK/" + name + "\" ] && [ $i -lt 600 ]; do sleep 0.05;"
+                + " i=$((i+1)); done; ";
+    }
+
     @Test
-    void aFailingRankStopsTheOthersAndItsCodeIsTheLaunchers() {
-        // rank 1 fails at once; rank 0 dies on SIGTERM; rank 2 ignores SIGTERM and needs SIGKILL
-        Launcher.Result r = launch("-n", "3", "--cpu-bind", "none", "--grace-period", "1", "--", "sh", "-c",
-                "if [ \"$RANK\" = 1 ]; then exit 3; fi; if [ \"$RANK\" = 2 ]; then trap '' TERM; fi; exec sleep 60");
+    void aFailingRankStopsTheOthersAndItsCodeIsTheLaunchers(@TempDir Path mark) {
+        // rank 1 fails once rank 2 ignores SIGTERM (else its SIGTERM may come first); rank 0 dies on SIGTERM;
+        // rank 2 needs SIGKILL
+        Launcher.Result r = launch(Map.of("MARK", mark.toString()), "-n", "3", "--cpu-bind", "none", "--grace-period", "1",
+                "--", "sh", "-c", "if [ \"$RANK\" = 1 ]; then " + awaitMark("2") + "exit 3; fi;"
+                        + " if [ \"$RANK\" = 2 ]; then trap '' TERM; touch \"${MARK:?}/2\"; fi; exec sleep 60");
         assertEquals(3, r.status(), r.err());
         assertTrue(r.err().contains("rank 1 (local rank 1, pid ") && r.err().contains("exited with code 3"), r.err());
         assertTrue(r.err().contains("rank 0 (SIGTERM)"), r.err());
@@ -124,6 +139,15 @@ class LauncherTest {
     }
 
     @Test
+    void processesInheritTheEnvironmentGivenToTheLauncher() {
+        Launcher.Result r = launch(Map.of("SYMMEM4J_TEST_GIVEN", "given here"), "-n", "1", "--cpu-bind", "none", "--",
+                "sh", "-c", "echo \"given=$SYMMEM4J_TEST_GIVEN secret=${SYMMEM4J_SECRET:-unset}\"");
+        assertEquals(0, r.status(), r.err());
+        // and not the launcher's JVM's: newJobEnvironment took the outer job's secret out, if any
+        assertTrue(r.out().contains("[rank 0] given=given here secret=unset"), r.out());
+    }
+
+    @Test
     void outputGoesToTheLogDirectoryToo(@TempDir Path dir) throws IOException {
         Launcher.Result r = launch("-n", "2", "--cpu-bind", "none", "--log-dir", dir.toString(), "--", "sh", "-c", "echo hello $RANK");
         assertEquals(0, r.status(), r.err());
@@ -155,15 +179,38 @@ class LauncherTest {
         Launcher.Result bind = launch("--cpu-bind", "some", "sh");
         assertEquals(2, bind.status());
         assertTrue(bind.err().contains("expected auto or none"), bind.err());
+        Launcher.Result restarts = launch("--max-restarts", "-1", "sh");
+        assertEquals(2, restarts.status());
+        assertTrue(restarts.err().contains("--max-restarts=-1 must be >= 0"), restarts.err());
+        Launcher.Result delay = launch("--max-restarts", "1", "--restart-delay", "-1", "sh");
+        assertEquals(2, delay.status());
+        assertTrue(delay.err().contains("--restart-delay=-1.0 outside [0, 3600] seconds"), delay.err());
+        Launcher.Result unreadable = launch("--max-restarts", "1", "--secret-file", "/nonexistent/secret", "--", "sh", "-c",
+                "echo started");
+        assertEquals(2, unreadable.status(), unreadable.err());
+        assertTrue(unreadable.err().contains("cannot be read"), unreadable.err());
+        assertFalse(unreadable.out().contains("started"), "nothing starts: " + unreadable.out());
     }
 
-    /** SIGTERM to the launcher stops every process it started, and it exits as a terminated program does. */
-    @Test
-    void terminatingTheLauncherStopsItsProcesses() throws Exception {
+    /**
+     * SIGTERM to the launcher stops every process it started, and it exits as a terminated program does; in a
+     * restarted job, the generation running then, and no other starts.
+     */
+    @ParameterizedTest(name = "restarted: {0}")
+    @ValueSource(booleans = {false, true})
+    @Timeout(180)
+    void terminatingTheLauncherStopsItsProcesses(boolean restarted) throws Exception {
         Path java = Path.of(System.getProperty("java.home"), "bin", "java");
-        ProcessBuilder pb = new ProcessBuilder(java.toString(), "-cp", System.getProperty("java.class.path"),
-                Launcher.class.getName(), "-n", "2", "--cpu-bind", "none", "--grace-period", "5", "--", "sh", "-c",
-                "echo pid=$$; exec sleep 300").redirectErrorStream(true);
+        List<String> cmd = new ArrayList<>(List.of(java.toString(), "-cp", System.getProperty("java.class.path"),
+                Launcher.class.getName(), "-n", "2", "--cpu-bind", "none", "--grace-period", "5"));
+        if (restarted) { // generation 0 fails at once; generation 1's processes say their pids and run until stopped
+            cmd.addAll(List.of("--max-restarts", "2", "--restart-delay", "0", "--", "sh", "-c",
+                    "if [ \"$SYMMEM4J_RESTART_GENERATION\" = 0 ]; then if [ \"$RANK\" = 1 ]; then exit 3; fi;"
+                            + " exec sleep 300; fi; echo pid=$$; exec sleep 300"));
+        } else {
+            cmd.addAll(List.of("--", "sh", "-c", "echo pid=$$; exec sleep 300"));
+        }
+        ProcessBuilder pb = new ProcessBuilder(cmd).redirectErrorStream(true);
         pb.environment().remove("SYMMEM4J_SECRET");
         pb.environment().remove("SYMMEM4J_SECRET_FILE");
         Process launcher = pb.start();
@@ -207,6 +254,166 @@ class LauncherTest {
         synchronized (seen) {
             assertTrue(seen.toString().contains("interrupted; stopped rank 0 (SIGTERM), rank 1 (SIGTERM)")
                     || seen.toString().contains("interrupted; stopped rank 1 (SIGTERM), rank 0 (SIGTERM)"), seen.toString());
+        }
+        if (restarted) {
+            synchronized (seen) {
+                assertTrue(seen.toString().contains("restarting as generation 1"), seen.toString());
+                assertFalse(seen.toString().contains("generation 2"), "no generation after the interruption: " + seen);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- restarts (--max-restarts)
+
+    /** What each process of a restartable job says about itself: generation, run id, port and secret. */
+    static final String SAY_WHO = "echo \"gen=$SYMMEM4J_RESTART_GENERATION torch=$TORCHELASTIC_RESTART_COUNT"
+            + " max=$TORCHELASTIC_MAX_RESTARTS run=$SYMMEM4J_RUN_ID port=$MASTER_PORT file=$SYMMEM4J_SECRET_FILE"
+            + " mode=$(stat -c %a \"$SYMMEM4J_SECRET_FILE\") sum=$(cksum < \"$SYMMEM4J_SECRET_FILE\" | tr ' ' _)\"; ";
+    /**
+     * Rank 1 exits 3 in generation 0, once rank 0 has said who it is (rank 0 then waits to be stopped); every rank
+     * of a later generation exits 0. Needs {@code MARK}, a directory.
+     */
+    static final String FAILS_ONCE = SAY_WHO + "if [ \"$SYMMEM4J_RESTART_GENERATION\" = 0 ]; then"
+            + " if [ \"$RANK\" = 1 ]; then " + awaitMark("said-$SYMMEM4J_RUN_ID") + "exit 3; fi;"
+            + " touch \"${MARK:?}/said-$SYMMEM4J_RUN_ID\"; exec sleep 60; fi; exit 0";
+
+    /** One line of {@link #SAY_WHO}. */
+    record Who(int rank, int gen, String torch, String max, String run, int port, String file, String mode, String sum) {
+    }
+
+    static List<Who> whos(String out) {
+        Matcher m = Pattern.compile("\\[rank (\\d)] gen=(\\d+) torch=(\\S*) max=(\\S*) run=(\\S+) port=(\\d+) file=(\\S+)"
+                + " mode=(\\d+) sum=(\\S+)").matcher(out);
+        List<Who> all = new ArrayList<>();
+        while (m.find()) {
+            all.add(new Who(Integer.parseInt(m.group(1)), Integer.parseInt(m.group(2)), m.group(3), m.group(4), m.group(5),
+                    Integer.parseInt(m.group(6)), m.group(7), m.group(8), m.group(9)));
+        }
+        return all;
+    }
+
+    static Who who(List<Who> all, int rank, int gen) {
+        return all.stream().filter(w -> w.rank() == rank && w.gen() == gen).findFirst()
+                .orElseThrow(() -> new AssertionError("no line of rank " + rank + " in generation " + gen + ": " + all));
+    }
+
+    @Test
+    @Timeout(120)
+    void aRankThatFailsOnceIsRestartedWithANewRunIdPortAndSecret(@TempDir Path mark) {
+        Launcher.Result r = launch(Map.of("MARK", mark.toString()), "-n", "2", "--cpu-bind", "none", "--max-restarts", "1", "--restart-delay", "0", "--",
+                "sh", "-c", FAILS_ONCE);
+        assertEquals(0, r.status(), r.err() + r.out());
+        assertTrue(r.err().contains("generation 0 failed: rank 1 (local rank 1, pid ") && r.err().contains("exited with code 3"),
+                r.err());
+        assertTrue(r.err().contains("restarting as generation 1 (restart 1 of 1, 0 left after it)"), r.err());
+        assertTrue(r.err().contains("all 2 ranks exited 0"), r.err());
+        List<Who> all = whos(r.out());
+        assertEquals(4, all.size(), r.out());
+        for (int gen = 0; gen < 2; gen++) {
+            Who a = who(all, 0, gen);
+            Who b = who(all, 1, gen);
+            assertEquals(a.run(), b.run(), "one run id per generation");
+            assertEquals(a.sum(), b.sum(), "one secret per generation");
+            assertEquals(Integer.toString(gen), a.torch(), "torchrun's restart count is the generation");
+            assertEquals("1", a.max());
+            assertEquals("600", a.mode());
+            assertEquals(29500 + gen, a.port());
+        }
+        Who g0 = who(all, 0, 0);
+        Who g1 = who(all, 0, 1);
+        assertNotEquals(g0.run(), g1.run(), "a new run id");
+        assertEquals(g0.run() + "-g1", g1.run());
+        assertNotEquals(g0.sum(), g1.sum(), "a new secret");
+        assertNotEquals(g0.file(), g1.file());
+        assertFalse(Files.exists(Path.of(g0.file())) || Files.exists(Path.of(g1.file())), "every secret removed at the end");
+    }
+
+    @Test
+    @Timeout(120)
+    void withoutRestartsTheSameJobFailsWithTheRanksCode(@TempDir Path mark) {
+        Launcher.Result r = launch(Map.of("MARK", mark.toString()), "-n", "2", "--cpu-bind", "none", "--", "sh", "-c", FAILS_ONCE);
+        assertEquals(3, r.status(), r.err());
+        assertTrue(r.err().contains("rank 1 (local rank 1, pid ") && r.err().contains("exited with code 3"), r.err());
+        assertFalse(r.err().contains("restart"), r.err());
+        assertEquals(2, whos(r.out()).size(), "generation 0 only: " + r.out());
+    }
+
+    @Test
+    @Timeout(120)
+    void aJobThatKeepsFailingStopsAfterItsRestartsNamingTheRank() {
+        Launcher.Result r = launch("-n", "2", "--cpu-bind", "none", "--max-restarts", "2", "--restart-delay", "0", "--",
+                "sh", "-c", SAY_WHO + "if [ \"$RANK\" = 1 ]; then exit 5; fi; exec sleep 60");
+        assertEquals(5, r.status(), r.err());
+        assertEquals(2, r.err().lines().filter(l -> l.contains("restarting as generation")).count(), r.err());
+        assertTrue(r.err().contains("restarting as generation 2 (restart 2 of 2, 0 left after it)"), r.err());
+        assertTrue(r.err().contains("no restarts left (--max-restarts 2, all used): exiting with rank 1's code 5"), r.err());
+        List<Who> all = whos(r.out());
+        assertEquals(3, all.stream().map(Who::run).distinct().count(), "three generations, three run ids: " + all);
+        assertEquals(3, all.stream().map(Who::sum).distinct().count(), "and three secrets: " + all);
+    }
+
+    @Test
+    @Timeout(120)
+    void aRankKilledMidRunIsRestarted() {
+        // generation 0: rank 1 runs a while, then SIGKILLs itself; rank 0 runs until stopped. Generation 1 succeeds.
+        Launcher.Result r = launch("-n", "2", "--cpu-bind", "none", "--max-restarts", "1", "--", "sh", "-c",
+                "if [ \"$SYMMEM4J_RESTART_GENERATION\" = 1 ]; then echo \"started-at=$(date +%s%N)\"; exit 0; fi;"
+                        + " if [ \"$RANK\" = 1 ]; then sleep 0.5; echo \"killed-at=$(date +%s%N)\"; kill -9 $$; fi;"
+                        + " exec sleep 60");
+        assertEquals(0, r.status(), r.err() + r.out());
+        assertTrue(r.err().contains("generation 0 failed: rank 1 (local rank 1, pid ")
+                && r.err().contains("was killed by signal 9 (SIGKILL)"), r.err());
+        Matcher killed = Pattern.compile("killed-at=(\\d+)").matcher(r.out());
+        assertTrue(killed.find(), r.out());
+        long killedAt = Long.parseLong(killed.group(1));
+        Matcher started = Pattern.compile("started-at=(\\d+)").matcher(r.out());
+        long firstStart = Long.MAX_VALUE;
+        int starts = 0;
+        while (started.find()) {
+            firstStart = Math.min(firstStart, Long.parseLong(started.group(1)));
+            starts++;
+        }
+        assertEquals(2, starts, "both ranks of generation 1 ran: " + r.out());
+        // measured, not asserted: the kill to the next generation's first process running (default --restart-delay 1 s)
+        System.out.printf("kill -9 of rank 1 to generation 1's first process running: %.3f s%n", (firstStart - killedAt) / 1e9);
+    }
+
+    @Test
+    @Timeout(120)
+    void aGivenSecretIsDerivedPerGenerationTheSameOnEveryMachine(@TempDir Path dir) throws IOException {
+        Path secret = dir.resolve("s");
+        Files.createFile(secret, java.nio.file.attribute.PosixFilePermissions.asFileAttribute(
+                java.nio.file.attribute.PosixFilePermissions.fromString("rw-------")));
+        Files.writeString(secret, "the-job's-own-secret-0123456789\n");
+        String given = cksum(secret);
+        List<List<Who>> launches = new ArrayList<>();
+        for (int i = 0; i < 2; i++) { // two launchers of one job (as on two machines) derive the same secrets
+            Path mark = Files.createDirectory(dir.resolve("mark-" + i));
+            Launcher.Result r = launch(Map.of("MARK", mark.toString()), "-n", "2", "--cpu-bind", "none", "--run-id", "job7",
+                    "--secret-file", secret.toString(),
+                    "--max-restarts", "1", "--restart-delay", "0", "--", "sh", "-c", FAILS_ONCE);
+            assertEquals(0, r.status(), r.err() + r.out());
+            launches.add(whos(r.out()));
+        }
+        Who g0 = who(launches.get(0), 0, 0);
+        Who g1 = who(launches.get(0), 1, 1);
+        assertEquals(secret.toString(), g0.file(), "generation 0 gets the given secret, as without restarts");
+        assertEquals(given, g0.sum());
+        assertEquals("job7-g1", g1.run());
+        assertNotEquals(given, g1.sum(), "generation 1 gets a secret of its own");
+        assertEquals(g1.sum(), who(launches.get(1), 0, 1).sum(), "derived the same by every launcher of the job");
+        assertTrue(Files.exists(secret), "the given secret is the user's: kept");
+        assertFalse(Files.exists(Path.of(g1.file())), "the derived one is removed at the end");
+    }
+
+    private static String cksum(Path f) throws IOException {
+        try {
+            Process p = new ProcessBuilder("sh", "-c", "cksum < \"$0\" | tr ' ' _", f.toString()).start();
+            String s = new String(p.getInputStream().readAllBytes(), StandardCharsets.UTF_8).strip();
+            p.waitFor(30, TimeUnit.SECONDS);
+            return s;
+        } catch (InterruptedException e) {
+            throw new IOException(e);
         }
     }
 }

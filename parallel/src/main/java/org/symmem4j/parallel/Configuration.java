@@ -26,8 +26,8 @@ import org.slf4j.LoggerFactory;
  * system property wins over the environment variable</b> when both are set. A few camelCase names of earlier
  * versions ({@code symmem4j.tp.chunkRows}, ...) still work as deprecated aliases: each logs a warning once per
  * JVM naming the new name. A blank value counts as unset. The job's identity and secret
- * ({@link #RUN_ID}, {@link #SECRET}, {@link #SECRET_FILE}, {@link #NODE_ID}) are environment variables only,
- * the contract between a launcher and its processes.
+ * ({@link #RUN_ID}, {@link #SECRET}, {@link #SECRET_FILE}, {@link #NODE_ID}, {@link #RESTART_GENERATION}) are
+ * environment variables only, the contract between a launcher and its processes.
  *
  * <p><b>Bad values fail.</b> A value that is not one of those accepted fails with an
  * {@link IllegalArgumentException} naming the setting, the value found and what is accepted
@@ -113,6 +113,21 @@ public final class Configuration {
             .describedAs("this rank's machine identity for `NodeTopology` (which ranks share a machine in"
                     + " multi-node groups): containers with one host name each on one machine")
             .build(null, "the host name (`/proc/sys/kernel/hostname`)", String::strip);
+
+    /** {@code SYMMEM4J_RESTART_GENERATION}: which start of the job this process belongs to (0: the first). */
+    public static final Setting<Integer> RESTART_GENERATION = Setting.environment("SYMMEM4J_RESTART_GENERATION")
+            .type("integer")
+            .accepts("a whole number >= 0")
+            .describedAs("which start of the job this process belongs to: 0 for the first, g after the launcher's"
+                    + " g-th restart (`symmem4j-run --max-restarts`, which also sets torchrun's"
+                    + " `TORCHELASTIC_RESTART_COUNT`); each start has its own run id and secret")
+            .build(0, "`0`", value -> {
+                int g = Integer.parseInt(value.strip());
+                if (g < 0) {
+                    throw new NumberFormatException("negative");
+                }
+                return g;
+            });
 
     /** {@code symmem4j.pretend.ranks.per.node}: pretend every k consecutive ranks are one machine (null: unset). */
     public static final Setting<Integer> PRETEND_RANKS_PER_NODE = Setting.property("symmem4j.pretend.ranks.per.node")
