@@ -18,6 +18,9 @@ import java.lang.foreign.MemorySegment;
  *   <tr><td>{@code nvshmem}</td><td>processes, one GPU each</td><td>NVSHMEM's symmetric heap; puts and signals are
  *       NVSHMEM's, peers of the node also mapped</td></tr>
  * </table>
+ *
+ * <p>What a transport can and cannot do for a group (register a buffer, reach every peer, serve sub-groups, ...),
+ * each refusal with the message the call would throw, is asked before calling: {@link #capabilities(Group)}.
  */
 public interface Transport {
 

@@ -66,7 +66,11 @@ public record TransportCapabilities(String transport, Map<Capability, Support> e
      */
     public record Support(boolean supported, String reason) {
 
-        /** @throws NullPointerException if {@code reason} is null */
+        /**
+         * Checks the answer.
+         *
+         * @throws NullPointerException if {@code reason} is null
+         */
         public Support {
             Objects.requireNonNull(reason, "reason");
         }
@@ -106,6 +110,8 @@ public record TransportCapabilities(String transport, Map<Capability, Support> e
     }
 
     /**
+     * Checks that every capability is answered, and keeps an unmodifiable copy in {@link Capability} order.
+     *
      * @throws NullPointerException     if an argument is null
      * @throws IllegalArgumentException if a capability has no answer
      */
