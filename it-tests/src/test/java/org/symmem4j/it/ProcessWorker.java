@@ -23,6 +23,7 @@ import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.TransportCapabilities;
 import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.parallel.host.SharedMemoryFiles;
 import org.symmem4j.parallel.numeric.BFloat16;
@@ -134,6 +135,11 @@ public final class ProcessWorker {
             @Override
             public Communicator communicator(Group group, CommunicatorOptions options) {
                 return group.hostTransport().communicator(group, options);
+            }
+
+            @Override
+            public TransportCapabilities capabilities(Group group) {
+                return group.hostTransport().capabilities(group);
             }
         };
         try (ProcessGroup group = ProcessGroup.fromEnvironment(GroupOptions.defaults(), device);

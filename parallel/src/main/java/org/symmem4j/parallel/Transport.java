@@ -18,6 +18,9 @@ import java.lang.foreign.MemorySegment;
  *   <tr><td>{@code nvshmem}</td><td>processes, one GPU each</td><td>NVSHMEM's symmetric heap; puts and signals are
  *       NVSHMEM's, peers of the node also mapped</td></tr>
  * </table>
+ *
+ * <p>What a transport can and cannot do for a group (register a buffer, reach every peer, serve sub-groups, ...),
+ * each refusal with the message the call would throw, is asked before calling: {@link #capabilities(Group)}.
  */
 public interface Transport {
 
@@ -62,13 +65,28 @@ public interface Transport {
      * so collectives run on it in place with no staging copy.
      *
      * @throws UnsupportedOperationException where the transport cannot map private memory
-     *                                       (across processes, host or CUDA); allocate instead
+     *                                       (across processes, host or CUDA); allocate instead. Asked before:
+     *                                       {@link #capabilities}, {@link TransportCapabilities.Capability#REGISTER}
      *
      * @param group  this rank's group
      * @param buffer this rank's buffer, the same byte size on every rank
      * @return this rank's view of the memory
      */
     SymmetricMemory register(Group group, MemorySegment buffer);
+
+    /**
+     * Collective (as {@link #allocate} is: every rank of {@code group} calls it at the same point): what this
+     * transport can and cannot do for {@code group}, each refusal with the message the call would throw. The
+     * answer is the actual group's where it depends on it: on how many machines the ranks are (learned once per
+     * group over its store, as the first allocation does), and whether they are threads of one JVM or processes of
+     * their own ({@code cuda} registers a buffer only for threads). A transport may exchange nothing; callers may
+     * not rely on that. The full matrix: {@code docs/transport-capabilities.md}.
+     *
+     * @param group this rank's group on this transport (or one whose host transport this is)
+     * @return every capability, supported or refused with the reason
+     * @throws SymmemException when a peer does not arrive for an exchange the answer needs
+     */
+    TransportCapabilities capabilities(Group group);
 
     /**
      * Collective: creates a communicator (collective operations) for the group on this transport.
@@ -91,10 +109,10 @@ public interface Transport {
      * @param parentRanks the parent group's ranks that form the sub-group, in sub-group rank order
      * @return the transport that {@code SymmetricMemory.allocate} and {@code Communicator.create} use for
      *         the sub-group
-     * @throws UnsupportedOperationException when this transport cannot serve sub-groups
+     * @throws UnsupportedOperationException when this transport cannot serve sub-groups (its
+     *                                       {@link TransportCapabilities.Capability#SUB_GROUPS} answer)
      */
     default Transport forSubGroup(int[] parentRanks) {
-        throw new UnsupportedOperationException("transport " + name() + " cannot serve sub-groups (Group.split,"
-                + " DeviceMesh) yet: it must implement Transport.forSubGroup to hand the members' per-rank facts on");
+        throw new UnsupportedOperationException(TransportCapabilities.SUB_GROUPS_NOT_IMPLEMENTED.formatted(name()));
     }
 }

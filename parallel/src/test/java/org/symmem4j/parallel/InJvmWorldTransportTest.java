@@ -45,6 +45,11 @@ class InJvmWorldTransportTest {
         }
 
         @Override
+        public TransportCapabilities capabilities(Group group) {
+            return inner.capabilities(group);
+        }
+
+        @Override
         public Transport forSubGroup(int[] parentRanks) {
             return this; // keeps nothing per rank
         }
@@ -123,6 +128,11 @@ class InJvmWorldTransportTest {
             @Override
             public Communicator communicator(Group group, CommunicatorOptions options) {
                 throw new UnsupportedOperationException("the GPU communicator: not part of this test");
+            }
+
+            @Override
+            public TransportCapabilities capabilities(Group group) {
+                throw new UnsupportedOperationException("the GPU capabilities: not part of this test");
             }
         };
         List<Double> sums = InJvmWorld.runOnEveryRank(3, GroupOptions.defaults(), gpu, group -> {

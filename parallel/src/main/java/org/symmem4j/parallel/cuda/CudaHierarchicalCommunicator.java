@@ -204,15 +204,13 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     /** The in-place forms over shards of symmetric memory need memory spanning the group: refused across machines. */
     @Override
     public void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
-        throw new UnsupportedOperationException("reduceScatter on SymmetricMemory: this GPU group spans " + topology.nodes()
-                + " machines and symmetric memory cannot; use the segment form with device buffers");
+        throw CudaTransport.capabilities(topology, null).refusal(org.symmem4j.parallel.TransportCapabilities.Capability.IN_PLACE_REDUCE_SCATTER);
     }
 
     /** Refused across machines, as {@link #reduceScatter(SymmetricMemory, long, long, DType, ReduceOp)}. */
     @Override
     public void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
-        throw new UnsupportedOperationException("allGather on SymmetricMemory: this GPU group spans " + topology.nodes()
-                + " machines and symmetric memory cannot; use the segment form with device buffers");
+        throw CudaTransport.capabilities(topology, null).refusal(org.symmem4j.parallel.TransportCapabilities.Capability.IN_PLACE_ALL_GATHER);
     }
 
     /** From the root to the same local rank on every machine (NCCL), then inside each machine. */

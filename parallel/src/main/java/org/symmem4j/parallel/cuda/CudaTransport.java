@@ -13,6 +13,8 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.TransportCapabilities;
+import org.symmem4j.parallel.TransportCapabilities.Capability;
 import org.symmem4j.parallel.cuda.ffi.Cublas;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.CudaException;
@@ -312,13 +314,67 @@ public final class CudaTransport implements Transport, AutoCloseable {
     }
 
     private void refuseAcrossMachines(Group group, String what) {
+        capabilities(topology(group), null).require(what.equals("allocate") ? Capability.ALLOCATE : Capability.REGISTER);
+    }
+
+    /**
+     * Collective: the group's machines ({@code NodeTopology.of}, learned once per group) and its ranks' processes
+     * (one exchange of pids), the facts {@link #allocate} and {@link #register} decide by. Register is answered for
+     * the actual group: supported when its ranks are threads of one JVM, refused when they are processes of their own
+     * (only memory allocated exportable can be mapped by another process) or on several machines.
+     */
+    @Override
+    public TransportCapabilities capabilities(Group group) {
+        checkOpen(group);
         org.symmem4j.parallel.multinode.NodeTopology t = topology(group);
-        if (t.nodes() > 1) {
-            throw new UnsupportedOperationException("symmetric memory " + what + ": the group's ranks are on " + t.nodes()
-                    + " machines (" + t.ranksPerNode() + " each) and GPU memory cannot be mapped across machines; allocate on"
-                    + " a group within one machine (split the group by machine), or give the group's communicator (NCCL"
-                    + " between machines) plain device buffers");
+        long pid = ProcessHandle.current().pid();
+        List<byte[]> raw = group.allGatherBytes("cuda-capabilities", ByteBuffer.allocate(Long.BYTES).putLong(pid).array());
+        StringBuilder found = new StringBuilder();
+        boolean oneProcess = true;
+        for (int p = 0; p < raw.size(); p++) {
+            long peer = ByteBuffer.wrap(raw.get(p)).getLong();
+            oneProcess &= peer == pid;
+            found.append(p == 0 ? "" : ", ").append("rank=").append(p).append(" pid=").append(peer);
         }
+        return capabilities(t, oneProcess ? null : found.toString());
+    }
+
+    /**
+     * The answers for the given facts of a group, no GPU needed (the documentation's table is printed from it): what
+     * every refusal of this transport and of its hierarchical communicator throws.
+     *
+     * @param t    the group's machines
+     * @param pids where its ranks run, {@code "rank=0 pid=41, rank=1 pid=42"}, when in processes of their own; null
+     *             when all are threads of one process
+     * @return what {@link #capabilities(Group)} answers for such a group
+     */
+    public static TransportCapabilities capabilities(org.symmem4j.parallel.multinode.NodeTopology t, String pids) {
+        TransportCapabilities.Builder b = TransportCapabilities.of(NAME)
+                .yes(Capability.SUB_GROUPS, "each rank keeps its GPU")
+                .yes(Capability.DEVICE_MEMORY, "")
+                .yes(Capability.CROSS_PROCESS, "exported allocations passed over a Unix socket");
+        if (t.nodes() > 1) {
+            String across = " the group's ranks are on " + t.nodes() + " machines (" + t.ranksPerNode() + " each) and GPU"
+                    + " memory cannot be mapped across machines; allocate on a group within one machine (split the group by"
+                    + " machine), or give the group's communicator (NCCL between machines) plain device buffers";
+            String shards = " on SymmetricMemory: this GPU group spans " + t.nodes() + " machines and symmetric memory"
+                    + " cannot; use the segment form with device buffers";
+            return b.no(Capability.ALLOCATE, "symmetric memory allocate:" + across)
+                    .no(Capability.REGISTER, "symmetric memory register:" + across)
+                    .no(Capability.PEER_ACCESS, "symmetric memory allocate:" + across)
+                    .no(Capability.IN_PLACE_REDUCE_SCATTER, "reduceScatter" + shards)
+                    .no(Capability.IN_PLACE_ALL_GATHER, "allGather" + shards)
+                    .build();
+        }
+        b.yes(Capability.ALLOCATE, "device memory, every peer's mapped")
+                .yes(Capability.PEER_ACCESS, pids == null ? "peer access between the contexts" : "exported allocations")
+                .yes(Capability.IN_PLACE_REDUCE_SCATTER, "")
+                .yes(Capability.IN_PLACE_ALL_GATHER, "");
+        return pids == null ? b.yes(Capability.REGISTER, "a device pointer on this rank's GPU").build()
+                : b.no(Capability.REGISTER, "symmetric memory register: the ranks run in processes of their own (" + pids
+                        + "), and another process can map only memory allocated exportable; allocate it with"
+                        + " SymmetricMemory.allocate(group, bytes) and compute in it, or run the ranks as threads of one JVM")
+                .build();
     }
 
     /**
@@ -353,9 +409,7 @@ public final class CudaTransport implements Transport, AutoCloseable {
             return shareInProcess(g, r, bytes, registered, what, headers);
         }
         if (registered != null) {
-            throw new UnsupportedOperationException("symmetric memory register: the ranks run in processes of their own (" + pids(headers)
-                    + "), and another process can map only memory allocated exportable; allocate it with"
-                    + " SymmetricMemory.allocate(group, bytes) and compute in it, or run the ranks as threads of one JVM");
+            throw capabilities(topology(g), pids(headers)).refusal(Capability.REGISTER);
         }
         long[] pids = new long[n];
         int[] ordinals = new int[n];

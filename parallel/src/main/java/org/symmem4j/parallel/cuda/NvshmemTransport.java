@@ -14,6 +14,9 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.TransportCapabilities;
+import org.symmem4j.parallel.TransportCapabilities.Capability;
+import org.symmem4j.parallel.TransportCapabilities.Support;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.CudaUnavailableException;
 import org.symmem4j.parallel.cuda.ffi.Nvshmem;
@@ -289,8 +292,54 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
     /** Refused: NVSHMEM reaches only memory on its symmetric heap; allocate instead. */
     @Override
     public SymmetricMemory register(Group group, MemorySegment buffer) {
-        throw new UnsupportedOperationException("symmetric memory register: NVSHMEM reaches only its symmetric heap;"
-                + " allocate with SymmetricMemory.allocate(group, bytes) and compute in it, or register on the cuda transport");
+        throw REGISTER_REFUSED.exception();
+    }
+
+    /** {@link #register}'s answer, whatever the group. */
+    private static final Support REGISTER_REFUSED = Support.no("symmetric memory register: NVSHMEM reaches only its"
+            + " symmetric heap; allocate with SymmetricMemory.allocate(group, bytes) and compute in it, or register on the"
+            + " cuda transport");
+
+    /** {@link #forSubGroup}'s answer, whatever the group. */
+    private static final Support SUB_GROUPS_REFUSED = Support.no("transport nvshmem cannot serve sub-groups yet (they"
+            + " would be NVSHMEM teams, not bound): split the group on the cuda transport instead");
+
+    /**
+     * Collective at the group's first use (its machine layout, {@code NodeTopology.of}): memory on NVSHMEM's heap,
+     * no register, no sub-groups; our kernels' peer pointers only for the GPUs NVSHMEM maps (one machine), the ranks
+     * of other machines reached through {@code putWithSignal} and {@code signal}.
+     */
+    @Override
+    public TransportCapabilities capabilities(Group group) {
+        return capabilities(org.symmem4j.parallel.multinode.NodeTopology.of(group).nodes());
+    }
+
+    /**
+     * The answers for a group on {@code nodes} machines, no GPU needed (the documentation's table is printed from it).
+     *
+     * @param nodes the machines the group's ranks are on
+     * @return what {@link #capabilities(Group)} answers for such a group
+     */
+    public static TransportCapabilities capabilities(int nodes) {
+        TransportCapabilities.Builder b = TransportCapabilities.of(NAME)
+                .yes(Capability.ALLOCATE, "NVSHMEM's symmetric heap")
+                .set(Capability.REGISTER, REGISTER_REFUSED)
+                .set(Capability.SUB_GROUPS, SUB_GROUPS_REFUSED)
+                .yes(Capability.DEVICE_MEMORY, "")
+                .yes(Capability.CROSS_PROCESS, "one process per GPU");
+        if (nodes == 1) {
+            return b.yes(Capability.PEER_ACCESS, "every peer NVSHMEM maps: nvshmem_ptr, peer access on this machine")
+                    .yes(Capability.IN_PLACE_REDUCE_SCATTER, "").yes(Capability.IN_PLACE_ALL_GATHER, "").build();
+        }
+        String across = " the group spans " + nodes + " machines and NVSHMEM gives no peer pointer to another machine's"
+                + " memory; reach it with putWithSignal and signal, which NVSHMEM carries, or run the ranks on one machine"
+                + " for our kernels and peer()";
+        return b.no(Capability.PEER_ACCESS, "peer access:" + across)
+                .no(Capability.IN_PLACE_REDUCE_SCATTER, "reduceScatter on SymmetricMemory (our kernels read every peer's"
+                        + " block):" + across)
+                .no(Capability.IN_PLACE_ALL_GATHER, "allGather on SymmetricMemory (our kernels write every peer's block):"
+                        + across)
+                .build();
     }
 
     /**
@@ -306,8 +355,7 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
     /** Refused: NVSHMEM's sub-groups are its teams, not bound yet. */
     @Override
     public Transport forSubGroup(int[] parentRanks) {
-        throw new UnsupportedOperationException("transport nvshmem cannot serve sub-groups yet (they would be NVSHMEM teams,"
-                + " not bound): split the group on the cuda transport instead");
+        throw SUB_GROUPS_REFUSED.exception();
     }
 
     /**

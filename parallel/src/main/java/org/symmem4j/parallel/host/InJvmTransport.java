@@ -10,6 +10,8 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.TransportCapabilities;
+import org.symmem4j.parallel.TransportCapabilities.Capability;
 import org.symmem4j.parallel.control.SignalPadLayout;
 
 /**
@@ -154,6 +156,35 @@ public final class InJvmTransport implements Transport {
     @Override
     public Transport forSubGroup(int[] parentRanks) {
         return this;
+    }
+
+    /**
+     * Everything a group of threads needs, nothing exchanged: any off-heap segment every rank's thread can read is
+     * registered, every peer's memory is a segment of this JVM. Not device memory, not processes.
+     */
+    @Override
+    public TransportCapabilities capabilities(Group group) {
+        return capabilities();
+    }
+
+    /**
+     * The answers, alike for every group of this transport (its ranks are threads of this JVM).
+     *
+     * @return what {@link #capabilities(Group)} answers for any group
+     */
+    public static TransportCapabilities capabilities() {
+        return TransportCapabilities.of(NAME)
+                .yes(Capability.ALLOCATE, "off-heap segments")
+                .yes(Capability.REGISTER, "any off-heap segment of a shared or global arena")
+                .yes(Capability.PEER_ACCESS, "")
+                .yes(Capability.IN_PLACE_REDUCE_SCATTER, "")
+                .yes(Capability.IN_PLACE_ALL_GATHER, "")
+                .yes(Capability.SUB_GROUPS, "")
+                .no(Capability.DEVICE_MEMORY, "transport " + NAME + " holds host memory (off-heap segments); for GPU"
+                        + " memory create the group on the cuda transport")
+                .no(Capability.CROSS_PROCESS, "transport " + NAME + " serves ranks that are threads of one JVM"
+                        + " (InJvmWorld); for one process per rank join a ProcessGroup (transport " + HOST_SHM + ")")
+                .build();
     }
 
     private static PeerThreads inJvm(Group group) {

@@ -13,6 +13,8 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.TransportCapabilities;
+import org.symmem4j.parallel.TransportCapabilities.Capability;
 import org.symmem4j.parallel.control.SignalPadLayout;
 
 /**
@@ -164,9 +166,37 @@ public final class SharedMemoryTransport implements Transport {
 
     @Override
     public SymmetricMemory register(Group group, MemorySegment buffer) {
-        throw new UnsupportedOperationException("transport " + NAME + " cannot register an existing buffer:"
-                + " other processes cannot map private memory. Allocate with SymmetricMemory.allocate(group, bytes)"
-                + " and place the data in local()");
+        throw capabilities().refusal(Capability.REGISTER);
+    }
+
+    /**
+     * Processes of one machine, nothing exchanged: every rank maps every peer's {@code /dev/shm} file, and no buffer
+     * of a process's own can be mapped by another (register is refused, whatever the group).
+     */
+    @Override
+    public TransportCapabilities capabilities(Group group) {
+        return capabilities();
+    }
+
+    /**
+     * The answers, alike for every group of this transport (its ranks are processes of one machine).
+     *
+     * @return what {@link #capabilities(Group)} answers for any group
+     */
+    public static TransportCapabilities capabilities() {
+        return TransportCapabilities.of(NAME)
+                .yes(Capability.ALLOCATE, "/dev/shm files mapped by every rank")
+                .no(Capability.REGISTER, "transport " + NAME + " cannot register an existing buffer:"
+                        + " other processes cannot map private memory. Allocate with SymmetricMemory.allocate(group, bytes)"
+                        + " and place the data in local()")
+                .yes(Capability.PEER_ACCESS, "")
+                .yes(Capability.IN_PLACE_REDUCE_SCATTER, "")
+                .yes(Capability.IN_PLACE_ALL_GATHER, "")
+                .yes(Capability.SUB_GROUPS, "")
+                .no(Capability.DEVICE_MEMORY, "transport " + NAME + " holds host memory (/dev/shm files); for GPU"
+                        + " memory join the process group on the cuda transport")
+                .yes(Capability.CROSS_PROCESS, "one machine")
+                .build();
     }
 
     @Override

@@ -8,6 +8,8 @@ import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.TransportCapabilities;
+import org.symmem4j.parallel.TransportCapabilities.Capability;
 import org.symmem4j.parallel.mpi.MpiComm;
 
 /**
@@ -79,9 +81,48 @@ public final class MultiNodeTransport implements Transport {
         if (topology.nodes() == 1) {
             return group.hostTransport().register(group, buffer);
         }
-        throw new UnsupportedOperationException("register across " + topology.nodes() + " machines: another machine cannot"
-                + " map this rank's buffer; use SymmetricMemory.allocate (each machine's memory) or the collectives on"
-                + " native segments");
+        throw capabilities(topology).refusal(Capability.REGISTER);
+    }
+
+    /**
+     * Collective at the group's first use (its machine layout, {@link NodeTopology#of}): on one machine the host
+     * transport's answers (sub-groups served by this transport); across machines each machine's memory, no
+     * register and no peer access to other machines' ranks.
+     */
+    @Override
+    public TransportCapabilities capabilities(Group group) {
+        NodeTopology topology = NodeTopology.of(group);
+        if (topology.nodes() == 1) {
+            TransportCapabilities host = group.hostTransport().capabilities(group);
+            TransportCapabilities.Builder b = TransportCapabilities.of(NAME);
+            host.entries().forEach(b::set);
+            return b.yes(Capability.SUB_GROUPS, "").build();
+        }
+        return capabilities(topology);
+    }
+
+    /**
+     * The answers for a group across machines, no group needed (the documentation's table is printed from it).
+     *
+     * @param topology the group's machines, {@code nodes() > 1}
+     * @return what {@link #capabilities(Group)} answers for a group of that layout
+     */
+    public static TransportCapabilities capabilities(NodeTopology topology) {
+        return TransportCapabilities.of(NAME)
+                .yes(Capability.ALLOCATE, "each machine's own memory, its ranks mapped to each other")
+                .no(Capability.REGISTER, "register across " + topology.nodes() + " machines: another machine cannot"
+                        + " map this rank's buffer; use SymmetricMemory.allocate (each machine's memory) or the"
+                        + " collectives on native segments")
+                .no(Capability.PEER_ACCESS, "peer towards a rank of another machine (the group spans "
+                        + topology.nodes() + " machines, " + topology.ranksPerNode() + " ranks each): "
+                        + NodeLocalSymmetricMemory.STAYS_INSIDE_A_MACHINE)
+                .yes(Capability.IN_PLACE_REDUCE_SCATTER, "each rank's own buffer, MPI between machines")
+                .yes(Capability.IN_PLACE_ALL_GATHER, "each rank's own buffer, MPI between machines")
+                .yes(Capability.SUB_GROUPS, "an MPI communicator of their own across machines")
+                .no(Capability.DEVICE_MEMORY, "transport " + NAME + " holds host memory; for GPUs across machines"
+                        + " create the group on the cuda transport (NCCL between machines)")
+                .yes(Capability.CROSS_PROCESS, "")
+                .build();
     }
 
     /**

@@ -20,6 +20,10 @@ import org.symmem4j.parallel.SymmetricMemory;
  */
 final class NodeLocalSymmetricMemory implements SymmetricMemory {
 
+    /** Why a peer on another machine is refused, and the fix (also the multinode capability record's reason). */
+    static final String STAYS_INSIDE_A_MACHINE = "symmetric memory stays inside a machine; between machines use the"
+            + " communicator's collectives (MPI carries them)";
+
     private final Group group;
     private final NodeTopology topology;
     private final Group machine;
@@ -51,8 +55,7 @@ final class NodeLocalSymmetricMemory implements SymmetricMemory {
         int node = rank / topology.ranksPerNode();
         if (node != topology.node()) {
             throw new UnsupportedOperationException(what + " towards rank " + rank + " (machine " + node + ") from rank "
-                    + group.rank() + " (machine " + topology.node() + "): symmetric memory stays inside a machine; between"
-                    + " machines use the communicator's collectives (MPI carries them)");
+                    + group.rank() + " (machine " + topology.node() + "): " + STAYS_INSIDE_A_MACHINE);
         }
         return rank % topology.ranksPerNode();
     }

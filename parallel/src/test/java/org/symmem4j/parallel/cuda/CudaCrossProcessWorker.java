@@ -12,6 +12,7 @@ import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.TransportCapabilities;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.group.ProcessGroup;
 
@@ -64,6 +65,12 @@ public final class CudaCrossProcessWorker {
      * contains {@code reason}; {@code where} names the setting in the failure (shared with {@link NvshmemWorker}).
      */
     static void registerIsRefused(ProcessGroup group, String where, String reason) {
+        // asked before the call (collective: every rank asks here), the transport gives the same refusal word for word
+        TransportCapabilities caps = group.transport().capabilities(group);
+        if (caps.supports(TransportCapabilities.Capability.REGISTER)) {
+            throw new AssertionError("capabilities say register " + where + " is supported: " + caps.table());
+        }
+        String expected = caps.get(TransportCapabilities.Capability.REGISTER).reason();
         try (Arena a = Arena.ofConfined()) {
             MemorySegment host = a.allocate(4096);
             try (SymmetricMemory m = SymmetricMemory.register(group, host)) {
@@ -71,6 +78,10 @@ public final class CudaCrossProcessWorker {
             } catch (UnsupportedOperationException e) {
                 if (!e.getMessage().contains(reason)) {
                     throw new AssertionError("register refused, but the message does not say why: " + e.getMessage(), e);
+                }
+                if (!e.getMessage().equals(expected)) {
+                    throw new AssertionError("register refused with '" + e.getMessage() + "', but the capabilities said '"
+                            + expected + "'", e);
                 }
                 System.out.println("register refused: " + e.getMessage());
             }

@@ -20,6 +20,8 @@ import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.TransportCapabilities;
+import org.symmem4j.parallel.TransportCapabilities.Capability;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.Nccl;
 import org.symmem4j.parallel.group.InJvmWorld;
@@ -58,11 +60,26 @@ class CudaHierarchicalTest {
                 UnsupportedOperationException refused = assertThrows(UnsupportedOperationException.class,
                         () -> SymmetricMemory.allocate(group, 4096));
                 assertTrue(refused.getMessage().contains("machines"), refused.getMessage());
+                // asked before the call, the transport gives the same refusal word for word
+                TransportCapabilities caps = group.transport().capabilities(group);
+                assertEquals(CudaTransport.capabilities(NodeTopology.of(group), null), caps);
+                assertEquals(caps.get(Capability.ALLOCATE).reason(), refused.getMessage());
                 try (Communicator comm = Communicator.create(group); Arena arena = Arena.ofConfined()) {
                     assertTrue(comm.transportName().startsWith("hierarchical("), comm.transportName());
                     assertTrue(comm.supports(Algorithm.HIERARCHICAL) && comm.supports(Algorithm.NCCL));
                     DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow();
                     int me = group.rank();
+                    for (Capability inPlace : List.of(Capability.IN_PLACE_REDUCE_SCATTER, Capability.IN_PLACE_ALL_GATHER)) {
+                        UnsupportedOperationException shards = assertThrows(UnsupportedOperationException.class,
+                                () -> {
+                                    if (inPlace == Capability.IN_PLACE_REDUCE_SCATTER) {
+                                        comm.reduceScatter((SymmetricMemory) null, 0, 1, DType.FLOAT32, ReduceOp.SUM);
+                                    } else {
+                                        comm.allGather((SymmetricMemory) null, 0, 1, DType.FLOAT32);
+                                    }
+                                });
+                        assertEquals(caps.get(inPlace).reason(), shards.getMessage());
+                    }
                     for (long count : new long[] {1000, 1_000_003, 3_000_000}) {
                         long bytes = count * Float.BYTES;
                         MemorySegment host = arena.allocate(bytes, 16);

@@ -333,6 +333,20 @@ public final class MultiNodeWorker {
      * sub-group inside a machine gets the host transport's.
      */
     private static void checkTransportAcrossMachines(ProcessGroup group, NodeTopology t) {
+        // what the transport says it can do for this group, and that its refusals are the record's words
+        org.symmem4j.parallel.TransportCapabilities caps = group.transport().capabilities(group);
+        if (!caps.equals(MultiNodeTransport.capabilities(t))) {
+            throw new AssertionError("capabilities across machines on rank " + group.rank() + ": " + caps.table());
+        }
+        try (Arena shared = Arena.ofShared()) {
+            org.symmem4j.parallel.SymmetricMemory.register(group, shared.allocate(64)).close();
+            throw new AssertionError("register across machines was accepted on rank " + group.rank());
+        } catch (UnsupportedOperationException refused) {
+            String expected = caps.get(org.symmem4j.parallel.TransportCapabilities.Capability.REGISTER).reason();
+            if (!refused.getMessage().equals(expected)) {
+                throw new AssertionError("register refused with '" + refused.getMessage() + "', expected '" + expected + "'");
+            }
+        }
         try (org.symmem4j.parallel.Communicator c = org.symmem4j.parallel.Communicator.create(group)) {
             if (!c.transportName().startsWith("hierarchical(")) {
                 throw new AssertionError("the group's communicator on MultiNodeTransport is " + c.transportName());
@@ -348,6 +362,10 @@ public final class MultiNodeWorker {
             } catch (UnsupportedOperationException expected) {
                 if (!expected.getMessage().contains("machine " + t.node())) {
                     throw new AssertionError("the refusal names neither machine: " + expected.getMessage());
+                }
+                if (!expected.getMessage().endsWith(NodeLocalSymmetricMemory.STAYS_INSIDE_A_MACHINE)) {
+                    throw new AssertionError("the refusal does not give the capability record's reason: "
+                            + expected.getMessage());
                 }
             }
             m.barrier();
@@ -386,6 +404,13 @@ public final class MultiNodeWorker {
              org.symmem4j.parallel.Communicator c = org.symmem4j.parallel.Communicator.create(machine)) {
             if (c.transportName().startsWith("hierarchical(")) {
                 throw new AssertionError("a sub-group inside one machine got " + c.transportName());
+            }
+            // inside one machine: the host transport's answers (register refused across processes), sub-groups served
+            org.symmem4j.parallel.TransportCapabilities inside = machine.transport().capabilities(machine);
+            org.symmem4j.parallel.TransportCapabilities host = org.symmem4j.parallel.host.SharedMemoryTransport
+                    .capabilities();
+            if (!inside.transport().equals(MultiNodeTransport.NAME) || !inside.entries().equals(host.entries())) {
+                throw new AssertionError("capabilities inside one machine on rank " + group.rank() + ": " + inside.table());
             }
         }
     }
