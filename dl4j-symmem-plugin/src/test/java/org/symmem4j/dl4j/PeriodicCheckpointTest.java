@@ -122,6 +122,36 @@ class PeriodicCheckpointTest {
     }
 
     @Test
+    void withoutShardingSaveCheckpointWritesTheModelAndRestoresIt() throws IOException {
+        List<DataSet> first = Nets.batches(34, 4, 8, DataType.DOUBLE);
+        List<DataSet> second = Nets.batches(35, 4, 8, DataType.DOUBLE);
+        MultiLayerNetwork start = Nets.mlp("adam", DataType.DOUBLE, Nets.HIDDEN, 0);
+        MultiLayerNetwork uninterrupted = start.clone();
+        Path dir = root.resolve("plain");
+        try (SymmemParallelWrapper w = builder(uninterrupted, null).build()) {
+            w.fit(new BatchListIterator(first));
+            w.saveCheckpoint(dir);
+            w.fit(new BatchListIterator(second));
+        }
+        assertEquals(new CheckpointDirectory.Counters(2, 1, 2, 0, WORKERS), CheckpointDirectory.verify(dir));
+        for (boolean withManifest : new boolean[] {true, false}) {
+            if (!withManifest) {
+                Files.delete(dir.resolve(CheckpointDirectory.MANIFEST)); // as written before manifests
+            }
+            MultiLayerNetwork resumed = start.clone();
+            resumed.params().addi(0.5);
+            try (SymmemParallelWrapper w = builder(resumed, null).build()) {
+                w.restoreCheckpoint(dir);
+                w.fit(new BatchListIterator(second));
+            }
+            assertTrue(ModelReplica.bitwiseEqual(uninterrupted.params(), resumed.params()), withManifest + ": parameters");
+            assertTrue(ModelReplica.bitwiseEqual(uninterrupted.getUpdater().getStateViewArray(),
+                    resumed.getUpdater().getStateViewArray()), withManifest + ": updater state");
+            assertEquals(uninterrupted.getIterationCount(), resumed.getIterationCount());
+        }
+    }
+
+    @Test
     void tornCheckpointsAreSkippedAndTheOneBeforeLoaded() throws IOException {
         List<DataSet> data = Nets.batches(33, BATCHES, 8, DataType.DOUBLE);
         MultiLayerNetwork model = Nets.mlp("adam", DataType.DOUBLE, Nets.HIDDEN, 0);
