@@ -101,7 +101,13 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * <p>If a rank fails during a step, every rank stops (the links are poisoned), {@code fit} throws a
  * {@link PipelineTrainingException} with that rank's exception, and the trainer is closed: stages may
  * or may not have applied that step's update. The model then holds what it held before that {@code fit} (with
- * listeners, the state of the last step they were shown).
+ * listeners, the state of the last step they were shown; with
+ * {@link PipelineParallelTrainerBuilder#checkpointEvery}, the state of the last checkpoint taken in it, if any,
+ * which the model takes when it is written).
+ *
+ * <p>Checkpoints the trainer takes itself and resuming from the newest complete one:
+ * {@code .checkpointEvery(100, dir).resumeFrom(dir)} on the builder ({@link #restoreLatest}, {@link #resumedFrom});
+ * one step is one batch.
  *
  * <p>With {@link PipelineParallelTrainerBuilder#meterRegistry} every step feeds {@link PipelineMetrics} (bubble, hand-off and
  * step latency, each rank's compute time, examples, loss, failures).
