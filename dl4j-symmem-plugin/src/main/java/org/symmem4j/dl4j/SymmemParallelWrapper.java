@@ -646,17 +646,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          */
         public SymmemParallelWrapper build() {
             check();
-            SymmemParallelWrapper wrapper = new SymmemParallelWrapper(this, options());
-            if (options().resumeRoot() != null) {
-                try {
-                    wrapper.restoreLatest(options().resumeRoot());
-                } catch (IOException | RuntimeException e) {
-                    wrapper.close();
-                    throw e instanceof IOException io ? new UncheckedIOException("resumeFrom root="
-                            + options().resumeRoot() + ": " + e.getMessage(), io) : (RuntimeException) e;
-                }
-            }
-            return wrapper;
+            return resumed(new SymmemParallelWrapper(this, options()), SymmemParallelWrapper::restoreLatest);
         }
     }
 }

@@ -1,6 +1,5 @@
 package org.symmem4j.dl4j.pipeline;
 
-import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.Arrays;
 import java.util.Objects;
@@ -303,18 +302,8 @@ public final class PipelineParallelTrainerBuilder
         PipelineModel model = new PipelineModel(network, graph, split);
         // refuses what the trainer cannot call as fit() would, leaving the model's listeners as they were
         listenerOptions().attachTo(model, l -> PipelineParallelTrainer.refuseInGroupMode(group, l));
-        PipelineParallelTrainer trainer = new PipelineParallelTrainer(this, options(), model, split, generated, shape,
-                slots, measured);
-        if (options().resumeRoot() != null) {
-            try {
-                trainer.restoreLatest(options().resumeRoot());
-            } catch (IOException | RuntimeException e) {
-                trainer.close();
-                throw e instanceof IOException io ? new UncheckedIOException("resumeFrom root="
-                        + options().resumeRoot() + ": " + e.getMessage(), io) : (RuntimeException) e;
-            }
-        }
-        return trainer;
+        return resumed(new PipelineParallelTrainer(this, options(), model, split, generated, shape, slots, measured),
+                PipelineParallelTrainer::restoreLatest);
     }
 
     /** Group mode: a host transport, and ranks x dataParallel = the group's size (ranks defaulting to it). */

@@ -33,8 +33,9 @@ import org.slf4j.LoggerFactory;
  * torn: {@link #latestComplete} skips it with a log line and never returns it.
  *
  * <p>The periodic checkpoints of a run live under one root, one directory per step ({@code step-<n>}, n zero-padded
- * to 12 digits so names sort by step); {@link #prune} keeps the newest complete ones and deletes the rest, never a
- * directory newer than the newest complete one other than a torn one.
+ * to 12 digits so names sort by step); {@link #prune} keeps the newest complete ones and deletes the older ones,
+ * complete or torn. A torn directory newer than the newest complete one (a write that did not finish) stays until the
+ * run writes that step again; it is never loaded.
  *
  * <p>Knows nothing of what the files hold: the trainers write them ({@code ShardedCheckpoints}).
  */
@@ -265,7 +266,7 @@ public final class CheckpointDirectory {
 
     /**
      * Keeps the {@code keep} newest complete checkpoints under {@code root} and deletes every other {@code step-<n>}
-     * directory older than the newest complete one (complete or torn).
+     * directory older than the newest complete one (complete or torn); torn ones newer than it are left.
      *
      * @param root the run's checkpoint root
      * @param keep complete checkpoints kept, at least 1

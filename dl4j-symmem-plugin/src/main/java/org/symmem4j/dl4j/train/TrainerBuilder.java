@@ -222,6 +222,47 @@ public abstract class TrainerBuilder<B extends TrainerBuilder<B, L>, L> {
         return self();
     }
 
+    /** Restores a trainer from the newest complete checkpoint under a root ({@code restoreLatest}). */
+    @FunctionalInterface
+    protected interface Resume<T> {
+        /**
+         * @param trainer the trainer just built
+         * @param root    the root given to {@link #resumeFrom}
+         * @throws java.io.IOException when the checkpoint cannot be read
+         */
+        void restoreLatest(T trainer, Path root) throws java.io.IOException;
+    }
+
+    /**
+     * For the trainer's {@code build()}: with {@link #resumeFrom}, restores {@code trainer} from the newest complete
+     * checkpoint under the root (nothing when there is none); a failure closes it and is thrown.
+     *
+     * @param trainer the trainer just built
+     * @param resume  how it restores the newest complete checkpoint
+     * @param <T>     the trainer
+     * @return {@code trainer}
+     * @throws java.io.UncheckedIOException when the checkpoint cannot be read (the trainer is closed)
+     */
+    protected final <T extends AutoCloseable> T resumed(T trainer, Resume<T> resume) {
+        Path root = options.resumeRoot();
+        if (root == null) {
+            return trainer;
+        }
+        try {
+            resume.restoreLatest(trainer, root);
+            return trainer;
+        } catch (java.io.IOException | RuntimeException e) {
+            try {
+                trainer.close();
+            } catch (Exception closing) {
+                e.addSuppressed(closing);
+            }
+            throw e instanceof java.io.IOException io
+                    ? new java.io.UncheckedIOException("resumeFrom root=" + root + ": " + e.getMessage(), io)
+                    : (RuntimeException) e;
+        }
+    }
+
     /**
      * ND4J (OpenMP and BLAS) threads per rank, for the trainer's own builder method, which names the setting.
      *
