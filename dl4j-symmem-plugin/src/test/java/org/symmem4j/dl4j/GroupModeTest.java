@@ -184,6 +184,12 @@ class GroupModeTest {
         assertTrue(errors.get(1).toLowerCase(java.util.Locale.ROOT).contains("checksum"), errors.get(1));
     }
 
+    private static List<String> stepDirs(Path root) throws IOException {
+        try (java.util.stream.Stream<Path> s = Files.list(root)) {
+            return s.map(p -> p.getFileName().toString()).sorted().toList();
+        }
+    }
+
     /** Every rank restores {@code dir} into a fresh wrapper, which must refuse it leaving the model as it was. */
     private static List<String> refusedRestores(MultiLayerNetwork initial, Path dir, GroupOptions options) {
         return InJvmWorld.runOnEveryRank(2, options, group -> {
@@ -209,9 +215,13 @@ class GroupModeTest {
         List<Outcome> resumed = InJvmWorld.runOnEveryRank(2, options, group -> {
             MultiLayerNetwork dead = initial.clone();
             try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(dead).group(group)
-                    .sharding(ZeroStage.OPTIMIZER_STATE).ompThreadsPerWorker(1).checkpointEvery(3, root).build()) {
-                w.fit(new BatchListIterator(data)); // steps 1..4, a checkpoint at 3
-                w.fit(new BatchListIterator(data.subList(0, 4))); // steps 5, 6, a checkpoint at 6; then "dies"
+                    .sharding(ZeroStage.OPTIMIZER_STATE).ompThreadsPerWorker(1)
+                    .checkpointEvery(Duration.ofNanos(1), root).build()) { // by time: rank 0's clock, every step here
+                w.fit(new BatchListIterator(data)); // steps 1..4
+                w.fit(new BatchListIterator(data.subList(0, 4))); // steps 5, 6; then "dies"
+            }
+            if (group.rank() == 0) {
+                assertEquals(List.of("step-000000000005", "step-000000000006"), stepDirs(root), "the newest 2 kept");
             }
             MultiLayerNetwork fresh = initial.clone();
             try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(fresh).group(group)

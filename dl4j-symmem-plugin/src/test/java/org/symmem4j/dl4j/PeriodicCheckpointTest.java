@@ -152,6 +152,22 @@ class PeriodicCheckpointTest {
     }
 
     @Test
+    void byTimeACheckpointFollowsTheFirstStepPastTheInterval() throws IOException {
+        List<DataSet> data = Nets.batches(36, 6, 8, DataType.DOUBLE);
+        MultiLayerNetwork model = Nets.mlp("adam", DataType.DOUBLE, Nets.HIDDEN, 0);
+        try (SymmemParallelWrapper w = builder(model, null).checkpointEvery(Duration.ofNanos(1), root)
+                .keepCheckpoints(5).build()) {
+            w.fit(new BatchListIterator(data)); // 3 steps, each past a 1 ns interval
+        }
+        assertEquals(List.of("step-000000000001", "step-000000000002", "step-000000000003"), stepDirs(root));
+        try (SymmemParallelWrapper w = builder(model, null).checkpointEvery(Duration.ofDays(1), root.resolve("daily"))
+                .build()) {
+            w.fit(new BatchListIterator(data));
+        }
+        assertFalse(Files.exists(root.resolve("daily")), "no step was a day past the start");
+    }
+
+    @Test
     void tornCheckpointsAreSkippedAndTheOneBeforeLoaded() throws IOException {
         List<DataSet> data = Nets.batches(33, BATCHES, 8, DataType.DOUBLE);
         MultiLayerNetwork model = Nets.mlp("adam", DataType.DOUBLE, Nets.HIDDEN, 0);
