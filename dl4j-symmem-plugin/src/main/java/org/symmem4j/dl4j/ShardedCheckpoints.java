@@ -242,7 +242,8 @@ public final class ShardedCheckpoints {
 
     /** The manifest's counters after verifying every file against it; null when {@code dir} has none (older format). */
     private static CheckpointDirectory.Counters countersOf(Path dir) throws IOException {
-        return Files.isDirectory(dir) && Files.exists(dir.resolve(CheckpointDirectory.MANIFEST)) ? CheckpointDirectory.verify(dir) : null;
+        return Files.isDirectory(dir) && Files.exists(dir.resolve(CheckpointDirectory.MANIFEST))
+                ? CheckpointDirectory.verify(dir) : null;
     }
 
     private static ModelReplica readModel(Path dir, ModelReplica model, Words words, boolean withUpdater)
