@@ -48,6 +48,16 @@ final class DataParallelSteps {
         this.pool = pool;
     }
 
+    /** {@return the steps done so far, over every {@code fit}: the next step's number} */
+    long stepsDone() {
+        return step;
+    }
+
+    /** Goes on counting from a restored checkpoint's steps. */
+    void resumeAt(long stepsDone) {
+        step = stepsDone;
+    }
+
     /** What {@link #run} did (null if the batches were empty) and the next step's batches, read meanwhile. */
     record StepOutcome(StepReport report, List<Object> following) {
     }

@@ -12,6 +12,7 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.ByteOrder;
 import java.nio.file.AtomicMoveNotSupportedException;
+import org.symmem4j.dl4j.train.CheckpointDirectory;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
@@ -108,6 +109,7 @@ final class ShardCheckpoint {
             out.flush();
             new DataOutputStream(raw).writeLong(crc.getValue()); // after the checked bytes, not part of them
         }
+        CheckpointDirectory.force(tmp); // on the device before the rename makes it the shard
         try {
             Files.move(tmp, file, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
         } catch (AtomicMoveNotSupportedException e) {

@@ -3,10 +3,8 @@ package org.symmem4j.dl4j;
 import java.io.File;
 import java.io.IOException;
 import java.nio.ByteOrder;
-import java.nio.file.AtomicMoveNotSupportedException;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.StandardCopyOption;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
@@ -14,6 +12,7 @@ import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.util.ModelSerializer;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.symmem4j.dl4j.train.CheckpointDirectory;
 import org.symmem4j.dl4j.train.RankAgreement;
 import org.symmem4j.parallel.Group;
 
@@ -24,8 +23,10 @@ import org.symmem4j.parallel.Group;
  *
  * <p>Who writes what: every process writes the shard files of the ranks it runs (all of them in thread mode, its own
  * in group mode); the process that runs rank 0 (the leader) also deletes shard files of another world size and writes
- * {@code model.zip}. Every file is written to a temporary name and moved over the final one, so a crash never leaves a
- * torn file under a final name. On restore everything is checked before anything changes: each shard's header against
+ * {@code model.zip} and, last, the manifest ({@link CheckpointDirectory}: the step, epoch and counters, every file's
+ * size and CRC-32C). Every file is written to a temporary name, forced to disk and moved over the final one, so a crash
+ * never leaves a torn file under a final name, and a checkpoint whose manifest is missing or does not match its files
+ * is torn: never loaded. On restore everything is checked before anything changes: each shard's header against
  * the rank that reads it, equal counters in every shard, the model file's parameters and counters against the shards;
  * only then are the shards' states read. Across the processes of a group, an {@link Agreement} makes every rank learn
  * that all files are written, or that some rank's restore failed (then every rank throws, each model as it was).
@@ -109,22 +110,37 @@ public final class ShardedCheckpoints {
     }
 
     /**
-     * Saves {@code shards} into {@code dir} (created when absent), and, when they include rank 0's, {@code model}
-     * as {@code model.zip} with its full updater state, after deleting the shard files of another world size; then
-     * every rank agrees that every file is in place ("checkpoint-saved") before any goes on.
+     * What a restore read: the saved model and, when the checkpoint has a manifest, where it stands.
+     *
+     * @param model    the saved model (parameters and counters; with {@link #restoreModel} also its updater state)
+     * @param counters the manifest's counters, or null for a checkpoint written before manifests
+     */
+    public record Restored(Model model, CheckpointDirectory.Counters counters) {
+    }
+
+    /**
+     * Saves {@code shards} into {@code dir} (created when absent), and, from the leader (the process that runs rank
+     * 0), {@code model} as {@code model.zip} with its full updater state, after deleting the shard files of another
+     * world size; then every rank agrees that every file is in place ("checkpoint-saved"), the leader writes the
+     * manifest ({@link CheckpointDirectory#writeManifest}: every file's size and CRC-32C, last), and every rank agrees
+     * that it did ("checkpoint-complete"). Every file goes to a temporary name, is forced to disk and renamed; until
+     * the manifest is written the directory is torn (the leader deletes an earlier manifest first). With no shards
+     * ({@code worldSize} 0: a model-only checkpoint, plain data parallelism, whose {@code model.zip} holds every rank's
+     * equal state) every shard file in {@code dir} is deleted.
      *
      * @param dir       the checkpoint directory
-     * @param worldSize the number of shards (ranks)
-     * @param shards    the shards of the ranks this process runs, in rank order
-     * @param model     the consolidated model, holding the full (gathered) updater state; written by rank 0's process
+     * @param worldSize the number of shards (ranks), 0 for a model-only checkpoint
+     * @param shards    the shards of the ranks this process writes, in rank order (may be empty)
+     * @param leader    whether this process writes {@code model.zip} and the manifest (the one that runs rank 0)
+     * @param model     the consolidated model, holding the full (gathered) updater state; written by the leader
+     * @param counters  where the checkpoint stands, for its manifest
      * @param agreement how this process's ranks agree with the others'
      * @throws IOException when a file cannot be written
      */
-    public static void save(Path dir, int worldSize, List<Shard> shards, Model model, Agreement agreement)
-            throws IOException {
-        Files.createDirectories(dir);
-        boolean leader = shards.getFirst().rank() == 0; // the one that writes model.zip and sweeps stale shards
+    public static void save(Path dir, int worldSize, List<Shard> shards, boolean leader, Model model,
+                            CheckpointDirectory.Counters counters, Agreement agreement) throws IOException {
         if (leader) {
+            CheckpointDirectory.begin(dir); // torn from here until the manifest is written
             try (var listing = Files.list(dir)) {
                 for (Path stale : listing.filter(f -> {
                     int ws = ShardCheckpoint.worldSizeOf(f);
@@ -133,6 +149,8 @@ public final class ShardedCheckpoints {
                     Files.delete(stale);
                 }
             }
+        } else {
+            Files.createDirectories(dir);
         }
         for (Shard s : shards) {
             int r = s.rank();
@@ -142,23 +160,33 @@ public final class ShardedCheckpoints {
                     s.iterationCount(), s.epochCount(), s.layoutHash()), s.state());
         }
         if (leader) {
-            Path tmp = dir.resolve(ShardCheckpoint.MODEL_FILE + ".tmp");
-            ModelSerializer.writeModel(model, tmp.toFile(), true);
+            CheckpointDirectory.writeAtomically(dir.resolve(ShardCheckpoint.MODEL_FILE),
+                    tmp -> ModelSerializer.writeModel(model, tmp.toFile(), true));
+        }
+        agreement.failTogether("checkpoint-saved", null); // every rank's file is in place before the manifest
+        Throwable failure = null;
+        if (leader) {
             try {
-                Files.move(tmp, dir.resolve(ShardCheckpoint.MODEL_FILE), StandardCopyOption.REPLACE_EXISTING,
-                        StandardCopyOption.ATOMIC_MOVE);
-            } catch (AtomicMoveNotSupportedException e) {
-                Files.move(tmp, dir.resolve(ShardCheckpoint.MODEL_FILE), StandardCopyOption.REPLACE_EXISTING);
+                CheckpointDirectory.writeManifest(dir, counters);
+            } catch (IOException | RuntimeException e) {
+                failure = e;
             }
         }
-        agreement.failTogether("checkpoint-saved", null); // every rank's file is in place before anyone goes on
+        agreement.failTogether("checkpoint-complete", failure);
+        if (failure instanceof IOException io) {
+            throw io;
+        } else if (failure != null) {
+            throw (RuntimeException) failure;
+        }
     }
 
     /**
      * Checks this process's part of a checkpoint {@link #save} wrote and reads its shards' states into
      * {@code shards}' arrays, then agrees with the other ranks ("checkpoint-restored"): a failure on any rank makes
-     * every rank throw. Returns the saved model (parameters and counters; its updater state is not read: the shards
-     * hold it), which nothing has taken yet. A shard that fails its checksum leaves its array with the file's bytes.
+     * every rank throw. A directory with a manifest is verified against it first (a torn one is refused with a
+     * {@link CheckpointDirectory.TornCheckpointException}); one without (written before manifests) is read as before.
+     * Returns the saved model (parameters and counters; its updater state is not read: the shards hold it), which
+     * nothing has taken yet. A shard that fails its checksum leaves its array with the file's bytes.
      *
      * @param dir       a directory {@link #save} wrote
      * @param worldSize the number of shards (ranks) the trainer runs
@@ -167,21 +195,71 @@ public final class ShardedCheckpoints {
      *                  ({@code MultiLayerNetwork} or {@code ComputationGraph}) says how to read {@code model.zip}
      * @param words     the trainer's words in the refusals
      * @param agreement how this process's ranks agree with the others'
-     * @return the saved model, of {@code model}'s kind
-     * @throws IOException              when a file cannot be read, is truncated or fails its checksum
+     * @return the saved model, of {@code model}'s kind, and the manifest's counters
+     * @throws IOException              when a file cannot be read, is truncated, fails its checksum or the manifest
      * @throws IllegalArgumentException when the checkpoint does not fit (world size, shard bounds, data type,
      *                                  updater layout, mixed steps)
      */
-    public static Model restore(Path dir, int worldSize, List<Shard> shards, Model model, Words words,
-                                Agreement agreement) throws IOException {
-        Model saved;
+    public static Restored restore(Path dir, int worldSize, List<Shard> shards, Model model, Words words,
+                                   Agreement agreement) throws IOException {
+        Restored saved;
         try {
-            saved = read(dir, worldSize, shards, ModelReplica.of(model), words);
+            CheckpointDirectory.Counters counters = countersOf(dir);
+            saved = new Restored(read(dir, worldSize, shards, ModelReplica.of(model), words), counters);
         } catch (IOException | RuntimeException e) {
             agreement.failTogether("checkpoint-restored", e);
             throw e;
         }
         agreement.failTogether("checkpoint-restored", null);
+        return saved;
+    }
+
+    /**
+     * Reads a checkpoint's {@code model.zip} whole, updater state included: a model-only checkpoint's (plain data
+     * parallelism), or any sharded one's (its model file holds the gathered state). Verified against its manifest when
+     * it has one; collective as {@link #restore}.
+     *
+     * @param dir       a directory {@link #save} wrote
+     * @param model     the trainer's model: the saved one must hold as many parameters of the same type
+     * @param words     the trainer's words in the refusals
+     * @param agreement how this process's ranks agree with the others'
+     * @return the saved model with its updater state, and the manifest's counters
+     * @throws IOException              when a file cannot be read or the checkpoint is torn
+     * @throws IllegalArgumentException when the saved model does not fit
+     */
+    public static Restored restoreModel(Path dir, Model model, Words words, Agreement agreement) throws IOException {
+        Restored saved;
+        try {
+            CheckpointDirectory.Counters counters = countersOf(dir);
+            saved = new Restored(readModel(dir, ModelReplica.of(model), words, true).model(), counters);
+        } catch (IOException | RuntimeException e) {
+            agreement.failTogether("checkpoint-restored", e);
+            throw e;
+        }
+        agreement.failTogether("checkpoint-restored", null);
+        return saved;
+    }
+
+    /** The manifest's counters after verifying every file against it; null when {@code dir} has none (older format). */
+    private static CheckpointDirectory.Counters countersOf(Path dir) throws IOException {
+        return Files.isDirectory(dir) && Files.exists(dir.resolve(CheckpointDirectory.MANIFEST))
+                ? CheckpointDirectory.verify(dir) : null;
+    }
+
+    private static ModelReplica readModel(Path dir, ModelReplica model, Words words, boolean withUpdater)
+            throws IOException {
+        File modelFile = dir.resolve(ShardCheckpoint.MODEL_FILE).toFile();
+        if (!modelFile.isFile()) {
+            throw new IllegalArgumentException("checkpoint " + dir + " has no " + ShardCheckpoint.MODEL_FILE);
+        }
+        ModelReplica saved = ModelReplica.of(model instanceof ModelReplica.Mln
+                ? ModelSerializer.restoreMultiLayerNetwork(modelFile, withUpdater)
+                : ModelSerializer.restoreComputationGraph(modelFile, withUpdater));
+        if (saved.params().length() != model.params().length() || saved.params().dataType() != model.params().dataType()) {
+            throw new IllegalArgumentException(modelFile + " holds " + saved.params().length() + " x "
+                    + saved.params().dataType() + " parameters; this " + words.trainer() + "'s model "
+                    + model.params().length() + " x " + model.params().dataType());
+        }
         return saved;
     }
 
@@ -218,15 +296,8 @@ public final class ShardedCheckpoints {
             }
             headers.add(h);
         }
+        ModelReplica saved = readModel(dir, model, words, false);
         File modelFile = dir.resolve(ShardCheckpoint.MODEL_FILE).toFile();
-        ModelReplica saved = ModelReplica.of(model instanceof ModelReplica.Mln
-                ? ModelSerializer.restoreMultiLayerNetwork(modelFile, false)
-                : ModelSerializer.restoreComputationGraph(modelFile, false));
-        if (saved.params().length() != model.params().length() || saved.params().dataType() != model.params().dataType()) {
-            throw new IllegalArgumentException(modelFile + " holds " + saved.params().length() + " x "
-                    + saved.params().dataType() + " parameters; this " + words.trainer() + "'s model "
-                    + model.params().length() + " x " + model.params().dataType());
-        }
         ShardCheckpoint.Header h0 = headers.getFirst();
         if (saved.iterationCount() != h0.iterationCount() || saved.epochCount() != h0.epochCount()) {
             throw new IllegalArgumentException(modelFile + " is at iteration=" + saved.iterationCount() + " epoch="

@@ -1,6 +1,7 @@
 package org.symmem4j.dl4j;
 
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -11,8 +12,13 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
+import java.util.Optional;
+import org.symmem4j.dl4j.train.CheckpointDirectory;
+import org.symmem4j.dl4j.train.CheckpointSchedule;
 import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.dl4j.train.TrainerBuilder;
 import org.symmem4j.dl4j.train.TrainerOptions;
@@ -74,6 +80,15 @@ import org.symmem4j.gradsync.SyncMetrics;
  * parameters, updater state and counters. If it was changed between calls, the replicas take its
  * state at the start of the next {@code fit()}. A failed {@code fit()} leaves it as it was before
  * that call. {@link #close()} stops the workers.
+ *
+ * <p>Checkpoints: {@link #saveCheckpoint}/{@link #restoreCheckpoint} on demand, or taken by the wrapper itself inside
+ * {@code fit} ({@link Builder#checkpointEvery}: every K steps or T seconds, atomic, with a manifest of checksums
+ * written last, the newest complete ones kept), and resumed from at {@code build()} ({@link Builder#resumeFrom}): a
+ * program that a launcher restarts ({@code symmem4j-run --max-restarts}) builds with
+ * {@code .checkpointEvery(100, dir).resumeFrom(dir)}, runs {@code for (int e = model.getEpochCount(); e < epochs; e++)
+ * wrapper.fit(iterator)}, and continues where the newest complete checkpoint stands (fresh when there is none).
+ * Without sharding a checkpoint is {@code model.zip} (every replica holds the same state) and the manifest's
+ * counters; with sharding also one shard file per worker.
  */
 public final class SymmemParallelWrapper implements AutoCloseable {
 
@@ -89,6 +104,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         void onStep(StepReport report);
     }
 
+    private static final Logger LOG = LoggerFactory.getLogger(SymmemParallelWrapper.class);
+
     /** The refusals of a restore call the wrapper a wrapper and its ranks workers. */
     private static final ShardedCheckpoints.Words CHECKPOINT_WORDS = new ShardedCheckpoints.Words("wrapper", "worker");
 
@@ -100,6 +117,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private final DataParallelWorkers workers;
     /** Runs the steps on the caller's thread, and counts them. */
     private final DataParallelSteps steps;
+    /** The checkpoints the wrapper takes itself inside fit, or null. */
+    private final CheckpointSchedule schedule;
+    /** Batches the next fit reads and does not train: those of the epoch a restored checkpoint had trained. */
+    private long batchesToSkip;
+    /** The checkpoint the last restore read, or null. */
+    private CheckpointDirectory.Checkpoint resumedFrom;
     /** fit() calls so far, successful or not: the timeline draws "between steps" only within one. */
     private long fits;
     private boolean closed;
@@ -117,6 +140,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                         : "sharded " + b.sharding);
         this.workers = new DataParallelWorkers(model, settings, metrics);
         this.steps = new DataParallelSteps(model, settings, metrics, o.stepListeners(), timeline, workers);
+        this.schedule = o.checkpointSchedule();
     }
 
     /**
@@ -289,6 +313,15 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return perWorker;
     }
 
+    /** The iterator's batches in a step's work: one per entry, or a micro-batch list's size. */
+    private static long rawBatches(List<Object> work) {
+        long n = 0;
+        for (Object o : work) {
+            n += o instanceof MicroBatches m ? m.batches().size() : 1;
+        }
+        return n;
+    }
+
     private void train(BatchSource iteratorSource) {
         if (closed) {
             throw new IllegalStateException("wrapper is closed; build a new one");
@@ -317,7 +350,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         try (prefetcher; Nd4jThreadLimit threads = Nd4jThreadLimit.of(settings.ompThreadsPerWorker())) {
             workers.ensureStarted();
             // listeners see the model change step by step: a failed fit must still leave it as it was
-            before = listeners.isEmpty() ? null : ModelState.of(model);
+            // (and so must the periodic checkpoints, which pull the replicas' state into the model mid-fit)
+            before = listeners.isEmpty() && schedule == null ? null : ModelState.of(model);
             if (!listeners.isEmpty()) {
                 model.exposeGradientView();
                 listeners.epochStart(model.model());
@@ -326,11 +360,21 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             // The next step's batches are taken while the workers compute this one: read on the
             // caller's thread (the iterator used by one thread only, as DL4J's fit does), or with a
             // prefetch buffer taken from the background reader.
+            long batchesInEpoch = 0;
+            for (; batchesToSkip > 0 && source.next() != null; batchesToSkip--) {
+                batchesInEpoch++; // trained before the checkpoint this wrapper resumed from
+            }
+            batchesToSkip = 0;
             List<Object> batches = takeStep(source);
             while (!batches.isEmpty()) {
                 DataParallelSteps.StepOutcome outcome = steps.run(batches, listeners, () -> takeStep(source), fits);
+                batchesInEpoch += rawBatches(batches);
                 if (outcome.report() != null) {
                     score = outcome.report().loss();
+                    if (schedule != null && schedule.due(steps.stepsDone(), settings.group(), "symmem4j-wrapper-")) {
+                        // workers are idle: the model takes their state, as between fits
+                        takePeriodicCheckpoint(batchesInEpoch);
+                    }
                 }
                 batches = outcome.following();
             }
@@ -389,64 +433,143 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
     }
 
-    // ------------------------------------------------------------------ sharded checkpoints
+    // ------------------------------------------------------------------ checkpoints
+
+    /** A periodic checkpoint after the step just done; a failure fails the fit (the model left as before it). */
+    private void takePeriodicCheckpoint(long batchesInEpoch) {
+        Path dir = CheckpointDirectory.stepDir(schedule.root(), steps.stepsDone());
+        try {
+            writeCheckpoint(dir, batchesInEpoch);
+            if (settings.group() == null || settings.group().rank() == 0) {
+                CheckpointDirectory.prune(schedule.root(), schedule.keep());
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException("periodic checkpoint step=" + steps.stepsDone() + " dir=" + dir + " failed: "
+                    + e.getMessage() + " (the checkpoints before it are kept)", e);
+        }
+        schedule.taken();
+    }
+
+    /** Writes what the next step would train from; workers started and idle. Collective in group mode. */
+    private void writeCheckpoint(Path dir, long batchesInEpoch) throws IOException {
+        workers.pullModelFromReplicas();
+        boolean leader = settings.group() == null || settings.group().rank() == 0;
+        CheckpointDirectory.Counters counters = new CheckpointDirectory.Counters(steps.stepsDone(), model.epochCount(),
+                model.iterationCount(), batchesInEpoch, settings.workers());
+        if (settings.sharding() == null) {
+            // every replica holds the same state: the model, written by rank 0, is the whole checkpoint
+            ShardedCheckpoints.save(dir, 0, List.of(), leader, model.model(), counters, checkpointAgreement());
+        } else {
+            ShardedCheckpoints.save(dir, settings.workers(), workers.shards(), leader, model.model(), counters,
+                    checkpointAgreement());
+        }
+    }
 
     /**
-     * Saves a sharded run into {@code dir}: one file per worker with its updater-state shard and
-     * metadata ({@code shard-RRRRR-of-NNNNN.bin}: worker count, shard bounds, iteration and epoch
-     * counters, DL4J's updater layout, format version, checksum), plus {@code model.zip}, written by
-     * DL4J's {@code ModelSerializer} with the full updater state gathered from the shards, which a
-     * plain DL4J user loads with {@code ModelSerializer.restoreMultiLayerNetwork(file, true)}.
-     * Shard files of another worker count in {@code dir} are deleted. Saves what the next
-     * {@code fit()} would train from. In group mode it is collective: every rank calls it with the same
-     * directory (on one machine, or a file system they share), writes its own shard file, rank 0 writes
-     * {@code model.zip} and deletes stale shard files, and every rank returns once all files are written.
+     * Saves a checkpoint into {@code dir}, of what the next {@code fit()} would train from. With sharding: one file
+     * per worker with its updater-state shard and metadata ({@code shard-RRRRR-of-NNNNN.bin}: worker count, shard
+     * bounds, iteration and epoch counters, DL4J's updater layout, format version, checksum), plus {@code model.zip},
+     * written by DL4J's {@code ModelSerializer} with the full updater state gathered from the shards, which a plain
+     * DL4J user loads with {@code ModelSerializer.restoreMultiLayerNetwork(file, true)}. Without sharding every worker's
+     * replica holds the same state, so {@code model.zip} alone is the checkpoint. Last comes {@code
+     * manifest.properties}: the step, epoch and iteration counters, and every file's size and CRC-32C
+     * ({@link CheckpointDirectory}); every file is written to a temporary name, forced to disk and renamed, and until
+     * the manifest is written the directory is torn (a restore refuses it). Shard files of another worker count in
+     * {@code dir} are deleted. In group mode it is collective: every rank calls it with the same directory (on one
+     * machine, or a file system they share), writes its own shard file, rank 0 writes {@code model.zip}, deletes
+     * stale shard files and writes the manifest, and every rank returns once all files are written.
      *
      * @param dir the checkpoint directory; created when absent
      * @throws IOException           when a file cannot be written
      * @throws IllegalStateException when the wrapper is closed
      */
     public synchronized void saveCheckpoint(Path dir) throws IOException {
-        requireSharding("saveCheckpoint");
         if (closed) {
             throw new IllegalStateException("wrapper is closed; build a new one");
         }
-        workers.ensureStarted();
-        workers.pullModelFromReplicas();
-        ShardedCheckpoints.save(dir, settings.workers(), workers.shards(), model.model(), checkpointAgreement());
+        workers.ensureStarted(); // (the replicas take the model's state if it was changed since the last fit)
+        writeCheckpoint(dir, 0);
     }
 
     /**
-     * Restores a checkpoint written by {@link #saveCheckpoint} with the same worker count: each
-     * worker reads its own shard file; parameters and counters come from {@code model.zip} (its
-     * updater state is not read: the shards hold it); then the model holds the restored state as
-     * after a {@code fit()}. Everything is checked before anything changes (worker count, shard
-     * bounds, data type, DL4J's updater layout, equal counters in every file); a shard that fails
-     * its checksum leaves the model as it was, and the next {@code fit()} re-syncs the workers
-     * from the model. In group mode it is collective: every rank reads its own shard, and a rank
-     * whose files fail any check makes every rank throw, each model left as it was. For a different
-     * worker count, load {@code model.zip} with {@code ModelSerializer} (updater state included) and
-     * build a wrapper on that model: it shards the model's full state for any worker count.
+     * Restores a checkpoint written by {@link #saveCheckpoint} (or by {@link Builder#checkpointEvery}). With sharding,
+     * with the same worker count: each worker reads its own shard file; parameters and counters come from
+     * {@code model.zip} (its updater state is not read: the shards hold it). Without sharding: {@code model.zip} whole,
+     * updater state included (a sharded checkpoint's too, any worker count). Then the model holds the restored state
+     * as after a {@code fit()}. A directory with a manifest is verified against it first (a torn one is refused with
+     * {@link CheckpointDirectory.TornCheckpointException}, changing nothing); one without, written before manifests,
+     * is read as before. Everything is checked before anything changes (worker count, shard bounds, data type, DL4J's
+     * updater layout, equal counters in every file); a shard that fails its checksum leaves the model as it was, and
+     * the next {@code fit()} re-syncs the workers from the model. When the manifest says the checkpoint was taken
+     * inside a {@code fit}, the wrapper's step counter goes on from its step and the next {@code fit()} skips the
+     * batches of that epoch already trained. In group mode it is collective: every rank reads its own shard, and a
+     * rank whose files fail any check makes every rank throw, each model left as it was. For a different worker count
+     * with sharding, load {@code model.zip} with {@code ModelSerializer} (updater state included) and build a wrapper
+     * on that model: it shards the model's full state for any worker count.
      *
      * @param dir a directory {@link #saveCheckpoint} wrote
-     * @throws IOException              when a file cannot be read, is truncated or fails its checksum
+     * @throws IOException              when a file cannot be read, is truncated, fails its checksum or the manifest
      * @throws IllegalArgumentException when the checkpoint does not fit this wrapper (worker count, shard
      *                                  bounds, data type, updater layout, mixed steps)
      * @throws IllegalStateException    when the wrapper is closed
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
-        requireSharding("restoreCheckpoint");
         if (closed) {
             throw new IllegalStateException("wrapper is closed; build a new one");
         }
         workers.ensureStarted();
-        ModelReplica saved = ModelReplica.of(ShardedCheckpoints.restore(dir, settings.workers(), workers.shards(), model.model(),
-                CHECKPOINT_WORDS, checkpointAgreement()));
-        model.copyParamsAndCountersFrom(saved);
-        for (ModelReplica replica : workers.replicas()) {
-            replica.copyParamsAndCountersFrom(model);
+        ShardedCheckpoints.Restored restored;
+        if (settings.sharding() == null) {
+            restored = ShardedCheckpoints.restoreModel(dir, model.model(), CHECKPOINT_WORDS, checkpointAgreement());
+            model.copyStateFrom(ModelReplica.of(restored.model())); // the workers take it at the next fit
+        } else {
+            restored = ShardedCheckpoints.restore(dir, settings.workers(), workers.shards(), model.model(),
+                    CHECKPOINT_WORDS, checkpointAgreement());
+            model.copyParamsAndCountersFrom(ModelReplica.of(restored.model()));
+            for (ModelReplica replica : workers.replicas()) {
+                replica.copyParamsAndCountersFrom(model);
+            }
+            workers.pullModelFromReplicas();
         }
-        workers.pullModelFromReplicas();
+        CheckpointDirectory.Counters c = restored.counters();
+        if (c != null) {
+            steps.resumeAt(c.step());
+            batchesToSkip = c.batchesInEpoch();
+            resumedFrom = new CheckpointDirectory.Checkpoint(dir, c);
+        }
+    }
+
+    /**
+     * Restores the newest complete checkpoint under {@code root} ({@code step-<n>} directories written by
+     * {@link Builder#checkpointEvery}; torn ones are skipped with a log line) with {@link #restoreCheckpoint}, or
+     * does nothing when there is none. {@link Builder#resumeFrom} calls it at {@code build()}. Collective in group
+     * mode, where every rank must find the same checkpoint.
+     *
+     * @param root the run's checkpoint directory; need not exist
+     * @return the checkpoint restored (its directory, step, epoch, iteration, batches of its epoch already trained,
+     *         which the next {@code fit()} skips), or empty when there was none
+     * @throws IOException when the root cannot be listed or the checkpoint read
+     */
+    public synchronized Optional<CheckpointDirectory.Checkpoint> restoreLatest(Path root) throws IOException {
+        Optional<CheckpointDirectory.Checkpoint> latest = CheckpointDirectory.latestComplete(root, settings.group(),
+                "symmem4j-wrapper-");
+        if (latest.isPresent()) {
+            restoreCheckpoint(latest.get().dir());
+            LOG.info("symmem4j: resumed from checkpoint " + latest.get().dir() + " at step=" + latest.get().counters().step()
+                    + " epoch=" + latest.get().counters().epoch() + " (the next fit skips "
+                    + latest.get().counters().batchesInEpoch() + " batches of that epoch, trained before it)");
+        }
+        return latest;
+    }
+
+    /**
+     * The checkpoint the last restore read ({@link #restoreLatest}, {@link #restoreCheckpoint} of a directory with a
+     * manifest, or {@link Builder#resumeFrom} at {@code build()}).
+     *
+     * @return it, or null when none was restored (a fresh start)
+     */
+    public synchronized CheckpointDirectory.Checkpoint resumedFrom() {
+        return resumedFrom;
     }
 
     /**
@@ -456,14 +579,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      */
     private ShardedCheckpoints.Agreement checkpointAgreement() {
         return ShardedCheckpoints.Agreement.over(settings.group(), "symmem4j-wrapper-");
-    }
-
-    private void requireSharding(String what) {
-        if (settings.sharding() == null) {
-            throw new IllegalStateException(what + " writes per-worker updater-state shards and needs sharding(...) on the"
-                    + " builder; without sharding the model holds the whole state after fit(): save it with"
-                    + " ModelSerializer.writeModel(model, file, true)");
-        }
     }
 
     /** Stops the workers. The model keeps the state of the last successful {@code fit()}. */
@@ -526,10 +641,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
          * @return the wrapper; {@link SymmemParallelWrapper#close()} frees what {@code fit()} created
          * @throws IllegalArgumentException when settings conflict or the model cannot be trained this
          *         way (the message names the setting or layer, what was found and the fix)
+         * @throws UncheckedIOException     with {@link #resumeFrom}, when the newest complete checkpoint cannot be read
+         *         (the wrapper is closed)
          */
         public SymmemParallelWrapper build() {
             check();
-            return new SymmemParallelWrapper(this, options());
+            return resumed(new SymmemParallelWrapper(this, options()), SymmemParallelWrapper::restoreLatest);
         }
     }
 }

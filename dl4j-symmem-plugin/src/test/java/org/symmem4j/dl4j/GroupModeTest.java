@@ -22,6 +22,7 @@ import org.junit.jupiter.params.provider.MethodSource;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
+import org.symmem4j.dl4j.train.CheckpointDirectory;
 import org.nd4j.linalg.learning.config.Adam;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.group.InJvmWorld;
@@ -170,7 +171,28 @@ class GroupModeTest {
         byte[] bytes = Files.readAllBytes(shard1);
         bytes[bytes.length - 1] ^= 1;
         Files.write(shard1, bytes);
-        List<String> errors = InJvmWorld.runOnEveryRank(2, options, group -> {
+        List<String> errors = refusedRestores(initial, dir, options);
+        // every rank checks every file against the manifest: both refuse the torn checkpoint, naming the file
+        for (int r = 0; r < 2; r++) {
+            assertTrue(errors.get(r).contains("is torn: file=" + ShardCheckpoint.shardFileName(1, 2)), errors.get(r));
+        }
+
+        // written before manifests: the shard's own checksum, on the rank that reads it, and the agreement
+        Files.delete(dir.resolve(CheckpointDirectory.MANIFEST));
+        errors = refusedRestores(initial, dir, options);
+        assertTrue(errors.get(0).contains("checkpoint-restored failed on rank 1"), errors.get(0));
+        assertTrue(errors.get(1).toLowerCase(java.util.Locale.ROOT).contains("checksum"), errors.get(1));
+    }
+
+    private static List<String> stepDirs(Path root) throws IOException {
+        try (java.util.stream.Stream<Path> s = Files.list(root)) {
+            return s.map(p -> p.getFileName().toString()).sorted().toList();
+        }
+    }
+
+    /** Every rank restores {@code dir} into a fresh wrapper, which must refuse it leaving the model as it was. */
+    private static List<String> refusedRestores(MultiLayerNetwork initial, Path dir, GroupOptions options) {
+        return InJvmWorld.runOnEveryRank(2, options, group -> {
             MultiLayerNetwork m = initial.clone();
             INDArray before = m.params().dup();
             try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(m).group(group).sharding(ZeroStage.OPTIMIZER_STATE)
@@ -180,8 +202,45 @@ class GroupModeTest {
                 return e.getMessage();
             }
         });
-        assertTrue(errors.get(0).contains("checkpoint-restored failed on rank 1"), errors.get(0));
-        assertTrue(errors.get(1).toLowerCase(java.util.Locale.ROOT).contains("checksum"), errors.get(1));
+    }
+
+    @Test
+    void periodicCheckpointsInGroupModeResumeTheRunBitwise(@TempDir Path root) throws IOException {
+        List<DataSet> data = Nets.batches(10, 2 * 4, 8, DataType.FLOAT);
+        MultiLayerNetwork initial = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
+        MultiLayerNetwork threadsModel = initial.clone();
+        Outcome threads = train(threadsModel, SymmemParallelWrapper.builder(threadsModel).workers(2)
+                .sharding(ZeroStage.OPTIMIZER_STATE), data, 2);
+        GroupOptions options = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
+        List<Outcome> resumed = InJvmWorld.runOnEveryRank(2, options, group -> {
+            MultiLayerNetwork dead = initial.clone();
+            try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(dead).group(group)
+                    .sharding(ZeroStage.OPTIMIZER_STATE).ompThreadsPerWorker(1)
+                    .checkpointEvery(Duration.ofNanos(1), root).build()) { // by time: rank 0's clock, every step here
+                w.fit(new BatchListIterator(data)); // steps 1..4
+                w.fit(new BatchListIterator(data.subList(0, 4))); // steps 5, 6; then "dies"
+            }
+            if (group.rank() == 0) {
+                assertEquals(List.of("step-000000000005", "step-000000000006"), stepDirs(root), "the newest 2 kept");
+            }
+            MultiLayerNetwork fresh = initial.clone();
+            try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(fresh).group(group)
+                    .sharding(ZeroStage.OPTIMIZER_STATE).ompThreadsPerWorker(1).checkpointEvery(3, root).resumeFrom(root)
+                    .build()) {
+                assertEquals(new CheckpointDirectory.Counters(6, 1, 6, 4, 2), w.resumedFrom().counters());
+                for (int e = fresh.getEpochCount(); e < 2; e++) {
+                    w.fit(new BatchListIterator(data)); // skips the 4 batches trained before step 6's checkpoint
+                }
+            }
+            return new Outcome(fresh.params().dup(), fresh.getUpdater().getStateViewArray().dup(), List.of(),
+                    fresh.score(), fresh.getIterationCount());
+        });
+        for (int r = 0; r < 2; r++) {
+            assertTrue(ModelReplica.bitwiseEqual(threads.params(), resumed.get(r).params()), "rank " + r + ": parameters");
+            assertTrue(ModelReplica.bitwiseEqual(threads.updaterState(), resumed.get(r).updaterState()),
+                    "rank " + r + ": updater state");
+            assertEquals(threads.iterations(), resumed.get(r).iterations(), "rank " + r + ": iterations");
+        }
     }
 
     /** As {@link #train}, with {@code first} run on the wrapper before the epochs (a restore). */

@@ -9,6 +9,7 @@ import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.symmem4j.dl4j.ShardedCheckpoints;
+import org.symmem4j.dl4j.train.CheckpointDirectory;
 import org.symmem4j.parallel.Group;
 
 /**
@@ -36,18 +37,14 @@ final class PipelineCheckpoints {
 
     /** Saves the stages' state and the model (which holds the same); collective in group mode. */
     static void save(Path dir, PipelineStageSplit split, PipelineModel model, List<Dl4jPipelineStage> stages,
-                     Group group, int pipelineRanks) throws IOException {
+                     Group group, int pipelineRanks, CheckpointDirectory.Counters counters) throws IOException {
         // replica 0's pipeline rank p writes its stages p, p + pp, ...; thread mode writes them all
         IntPredicate writes = group == null ? s -> true
                 : s -> group.rank() < pipelineRanks && s % pipelineRanks == group.rank();
         List<ShardedCheckpoints.Shard> shards = shards(split, model, stages, writes);
-        ShardedCheckpoints.Agreement agreement = agreement(group);
-        if (shards.isEmpty()) {
-            // another replica's rank: replica 0's ranks write the (bitwise equal) stages; it only agrees they did
-            agreement.failTogether("checkpoint-saved", null);
-        } else {
-            ShardedCheckpoints.save(dir, stages.size(), shards, model.model(), agreement);
-        }
+        // another replica's rank writes nothing: replica 0's ranks write the (bitwise equal) stages; it only agrees
+        ShardedCheckpoints.save(dir, stages.size(), shards, group == null || group.rank() == 0, model.model(), counters,
+                agreement(group));
     }
 
     /**
@@ -55,12 +52,13 @@ final class PipelineCheckpoints {
      * counters with the stages' restored updater state, and every replica takes the model's state. Collective in
      * group mode: a failure on any rank makes every rank throw.
      */
-    static void restore(Path dir, PipelineStageSplit split, PipelineModel model, List<List<Dl4jPipelineStage>> replicas,
-                        Group group) throws IOException {
+    static CheckpointDirectory.Counters restore(Path dir, PipelineStageSplit split, PipelineModel model,
+                                                List<List<Dl4jPipelineStage>> replicas, Group group) throws IOException {
         List<Dl4jPipelineStage> stages = replicas.getFirst();
-        Model saved = ShardedCheckpoints.restore(dir, stages.size(), shards(split, model, stages, s -> true),
-                model.model(), WORDS, agreement(group));
-        model.restoreFrom(saved, replicas);
+        ShardedCheckpoints.Restored saved = ShardedCheckpoints.restore(dir, stages.size(),
+                shards(split, model, stages, s -> true), model.model(), WORDS, agreement(group));
+        model.restoreFrom(saved.model(), replicas);
+        return saved.counters();
     }
 
     private static List<ShardedCheckpoints.Shard> shards(PipelineStageSplit split, PipelineModel model,

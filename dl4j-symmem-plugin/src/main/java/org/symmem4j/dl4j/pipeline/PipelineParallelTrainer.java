@@ -1,6 +1,7 @@
 package org.symmem4j.dl4j.pipeline;
 
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -9,6 +10,7 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Optional;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
@@ -20,6 +22,8 @@ import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.train.CheckpointDirectory;
+import org.symmem4j.dl4j.train.CheckpointSchedule;
 import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.dl4j.train.RankFailures;
 import org.symmem4j.dl4j.train.RankRuntime;
@@ -97,7 +101,13 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * <p>If a rank fails during a step, every rank stops (the links are poisoned), {@code fit} throws a
  * {@link PipelineTrainingException} with that rank's exception, and the trainer is closed: stages may
  * or may not have applied that step's update. The model then holds what it held before that {@code fit} (with
- * listeners, the state of the last step they were shown).
+ * listeners, the state of the last step they were shown; with
+ * {@link PipelineParallelTrainerBuilder#checkpointEvery}, the state of the last checkpoint taken in it, if any,
+ * which the model takes when it is written).
+ *
+ * <p>Checkpoints the trainer takes itself and resuming from the newest complete one:
+ * {@code .checkpointEvery(100, dir).resumeFrom(dir)} on the builder ({@link #restoreLatest}, {@link #resumedFrom});
+ * one step is one batch.
  *
  * <p>With {@link PipelineParallelTrainerBuilder#meterRegistry} every step feeds {@link PipelineMetrics} (bubble, hand-off and
  * step latency, each rank's compute time, examples, loss, failures).
@@ -146,6 +156,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     /** Thread mode: the rank threads, started at the first step. */
     private PipelineRankThreads threads;
     private long step;
+    /** The checkpoints the trainer takes itself inside fit, or null. */
+    private final CheckpointSchedule checkpoints;
+    /** Batches the next fit(iterator) reads and does not train: those of the epoch a restored checkpoint had trained. */
+    private long batchesToSkip;
+    /** The checkpoint the last restore read, or null. */
+    private CheckpointDirectory.Checkpoint resumedFrom;
     private PipelineStepReport lastStep;
     private String failed;
     private boolean closed;
@@ -184,6 +200,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.replicaStages = List.copyOf(replicas);
         this.stages = replicaStages.getFirst();
         this.model = model;
+        this.checkpoints = o.checkpointSchedule();
     }
 
     /**
@@ -279,10 +296,19 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             listeners.epochStart(model.model());
         }
         double score = Double.NaN;
+        long batchesInEpoch = 0;
+        if (epoch) {
+            batchesInEpoch = CheckpointDirectory.skip(batches, batchesToSkip); // trained before the resumed checkpoint
+            batchesToSkip = 0;
+        }
         try {
             while (batches.hasNext()) {
                 Object batch = batches.next();
                 score = runStep(asDataSet(batch), batch, listeners);
+                batchesInEpoch += epoch ? 1 : 0;
+                if (checkpoints != null && checkpoints.due(step, group, "symmem4j-pipeline-")) {
+                    takePeriodicCheckpoint(batchesInEpoch);
+                }
             }
         } catch (IllegalArgumentException refused) {
             model.takeFrom(gatherStagesInGroup()); // a refused batch trained nothing: the steps before it count
@@ -414,14 +440,37 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
+    /** A periodic checkpoint after the step just done: the model takes the stages' state, then as saveCheckpoint. */
+    private void takePeriodicCheckpoint(long batchesInEpoch) {
+        Path dir = CheckpointDirectory.stepDir(checkpoints.root(), step);
+        try {
+            model.takeFrom(gatherStagesInGroup());
+            writeCheckpoint(dir, batchesInEpoch);
+            if (group == null || group.rank() == 0) {
+                CheckpointDirectory.prune(checkpoints.root(), checkpoints.keep());
+            }
+        } catch (IOException e) {
+            throw new UncheckedIOException("periodic checkpoint step=" + step + " dir=" + dir + " failed: "
+                    + e.getMessage() + " (the checkpoints before it are kept)", e);
+        }
+        checkpoints.taken();
+    }
+
+    private void writeCheckpoint(Path dir, long batchesInEpoch) throws IOException {
+        PipelineCheckpoints.save(dir, split, model, stages, group, shape.ranks(), new CheckpointDirectory.Counters(step,
+                model.epochCount(), model.iterationCount(), batchesInEpoch, stages.size()));
+    }
+
     /**
      * Saves a checkpoint into {@code dir} (created when absent), of what the next {@code fit} would train from:
-     * one shard file per stage with its updater state, and {@code model.zip}, the whole network (or graph) with its
+     * one shard file per stage with its updater state, {@code model.zip}, the whole network (or graph) with its
      * updater state, which plain DL4J loads with {@code ModelSerializer.restoreMultiLayerNetwork(file, true)}
-     * ({@link PipelineCheckpoints}). Shard files of another stage count in {@code dir} are deleted. In group mode it
-     * is collective: every rank calls it with the same directory (one machine, or a file system they share); each
-     * rank of the first replica writes its own stages' files, rank 0 also {@code model.zip}, and every rank returns
-     * once all files are written.
+     * ({@link PipelineCheckpoints}), and last {@code manifest.properties}, the step and counters and every file's size
+     * and CRC-32C ({@link CheckpointDirectory}); every file is written to a temporary name, forced to disk and renamed.
+     * Shard files of another stage count in {@code dir} are deleted. In group mode it is collective: every rank calls
+     * it with the same directory (one machine, or a file system they share); each rank of the first replica writes its
+     * own stages' files, rank 0 also {@code model.zip} and the manifest, and every rank returns once all files are
+     * written.
      *
      * @param dir the checkpoint directory
      * @throws IOException           when a file cannot be written
@@ -430,25 +479,64 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     public synchronized void saveCheckpoint(Path dir) throws IOException {
         requireUsable();
         takeModelIfChanged();
-        PipelineCheckpoints.save(dir, split, model, stages, group, shape.ranks());
+        writeCheckpoint(dir, 0);
     }
 
     /**
-     * Restores a checkpoint {@link #saveCheckpoint} wrote for the same stages (same network configuration, same
-     * split; the rank count, schedule and data parallelism may differ): the stages read their shards, the model and
-     * every stage then hold the saved parameters, updater state and counters, as after a {@code fit}. Everything is
-     * checked before anything changes (stage count, each stage's parameter range, data type, updater layout, equal
-     * counters in every file), with key=value refusals. In group mode it is collective: every rank reads every
+     * Restores a checkpoint {@link #saveCheckpoint} (or {@link PipelineParallelTrainerBuilder#checkpointEvery}) wrote
+     * for the same stages (same network configuration, same split; the rank count, schedule and data parallelism may
+     * differ): the stages read their shards, the model and every stage then hold the saved parameters, updater state
+     * and counters, as after a {@code fit}. A directory with a manifest is verified against it first (a torn one is
+     * refused with {@link CheckpointDirectory.TornCheckpointException}); one without, written before manifests, is
+     * read as before. Everything is checked before anything changes (stage count, each stage's parameter range, data
+     * type, updater layout, equal counters in every file), with key=value refusals. The trainer's step counter goes
+     * on from the manifest's step, and when the checkpoint was taken inside a {@code fit(iterator)} the next one
+     * skips the batches of that epoch already trained. In group mode it is collective: every rank reads every
      * stage's file, and a rank whose files fail any check makes every rank throw, each model left as it was.
      *
      * @param dir a directory {@link #saveCheckpoint} wrote
-     * @throws IOException              when a file cannot be read, is truncated or fails its checksum
+     * @throws IOException              when a file cannot be read, is truncated, fails its checksum or the manifest
      * @throws IllegalArgumentException when the checkpoint does not fit this trainer's stages
      * @throws IllegalStateException    after a failed step, or when the trainer is closed
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
         requireUsable();
-        PipelineCheckpoints.restore(dir, split, model, replicaStages, group);
+        CheckpointDirectory.Counters c = PipelineCheckpoints.restore(dir, split, model, replicaStages, group);
+        if (c != null) {
+            step = c.step();
+            batchesToSkip = c.batchesInEpoch();
+            resumedFrom = new CheckpointDirectory.Checkpoint(dir, c);
+        }
+    }
+
+    /**
+     * Restores the newest complete checkpoint under {@code root} ({@code step-<n>} directories written by
+     * {@link PipelineParallelTrainerBuilder#checkpointEvery}; torn ones are skipped with a log line) with
+     * {@link #restoreCheckpoint}, or does nothing when there is none. {@link PipelineParallelTrainerBuilder#resumeFrom}
+     * calls it at {@code build()}. Collective in group mode, where every rank must find the same checkpoint.
+     *
+     * @param root the run's checkpoint directory; need not exist
+     * @return the checkpoint restored (its directory, step, epoch, iteration, batches of its epoch already trained,
+     *         which the next {@code fit(iterator)} skips), or empty when there was none
+     * @throws IOException when the root cannot be listed or the checkpoint read
+     */
+    public synchronized Optional<CheckpointDirectory.Checkpoint> restoreLatest(Path root) throws IOException {
+        Optional<CheckpointDirectory.Checkpoint> latest = CheckpointDirectory.latestComplete(root, group,
+                "symmem4j-pipeline-");
+        if (latest.isPresent()) {
+            restoreCheckpoint(latest.get().dir());
+        }
+        return latest;
+    }
+
+    /**
+     * The checkpoint the last restore read ({@link #restoreLatest}, {@link #restoreCheckpoint} of a directory with a
+     * manifest, or {@link PipelineParallelTrainerBuilder#resumeFrom} at {@code build()}).
+     *
+     * @return it, or null when none was restored (a fresh start)
+     */
+    public synchronized CheckpointDirectory.Checkpoint resumedFrom() {
+        return resumedFrom;
     }
 
     /**

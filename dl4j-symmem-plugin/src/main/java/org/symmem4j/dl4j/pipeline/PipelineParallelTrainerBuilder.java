@@ -1,5 +1,6 @@
 package org.symmem4j.dl4j.pipeline;
 
+import java.io.UncheckedIOException;
 import java.util.Arrays;
 import java.util.Objects;
 import org.deeplearning4j.nn.conf.inputs.InputType;
@@ -224,6 +225,8 @@ public final class PipelineParallelTrainerBuilder
      * parameters, updater state and counters). Threads start at the first {@code fit}.
      *
      * @throws IllegalArgumentException naming what does not fit, expected and found, and the fix
+     * @throws UncheckedIOException     with {@link #resumeFrom}, when the newest complete checkpoint cannot be read
+     *                                  (the trainer is closed)
      *
      * @return the trainer; close it to stop its threads and free its memory
      */
@@ -299,7 +302,8 @@ public final class PipelineParallelTrainerBuilder
         PipelineModel model = new PipelineModel(network, graph, split);
         // refuses what the trainer cannot call as fit() would, leaving the model's listeners as they were
         listenerOptions().attachTo(model, l -> PipelineParallelTrainer.refuseInGroupMode(group, l));
-        return new PipelineParallelTrainer(this, options(), model, split, generated, shape, slots, measured);
+        return resumed(new PipelineParallelTrainer(this, options(), model, split, generated, shape, slots, measured),
+                PipelineParallelTrainer::restoreLatest);
     }
 
     /** Group mode: a host transport, and ranks x dataParallel = the group's size (ranks defaulting to it). */

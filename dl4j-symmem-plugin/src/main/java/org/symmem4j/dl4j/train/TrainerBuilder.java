@@ -3,6 +3,7 @@ package org.symmem4j.dl4j.train;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tag;
 import io.micrometer.core.instrument.Tags;
+import java.nio.file.Path;
 import java.time.Duration;
 import org.deeplearning4j.core.storage.StatsStorageRouter;
 import org.deeplearning4j.optimize.api.TrainingListener;
@@ -152,6 +153,114 @@ public abstract class TrainerBuilder<B extends TrainerBuilder<B, L>, L> {
     public B recordTimeline(int maxSteps) {
         options.recordTimeline(maxSteps);
         return self();
+    }
+
+    /**
+     * Checkpoints the trainer takes itself, inside {@code fit}, after every {@code steps}-th step (counted over every
+     * {@code fit} of the trainer's life), each in its own directory {@code root/step-<n>}: every file written to a
+     * temporary name, forced to disk and renamed, the manifest with every file's size and CRC-32C written last
+     * ({@link CheckpointDirectory}). The newest {@link #keepCheckpoints} complete ones are kept (default 2); an older
+     * one is deleted only once a newer one is complete. In group mode it is collective (every rank counts the same
+     * steps). With {@link #resumeFrom} on the same root, a restarted program resumes where the last complete one
+     * stands: {@code .checkpointEvery(100, dir).resumeFrom(dir)}. What a checkpoint holds is the trainer's
+     * {@code saveCheckpoint}'s.
+     *
+     * @param steps at least 1
+     * @param root  the run's checkpoint directory: writable, or creatable (nothing is written before {@code fit})
+     * @return this builder
+     * @throws IllegalArgumentException when {@code steps} is below 1 or {@code root} is not a writable directory
+     */
+    public B checkpointEvery(int steps, Path root) {
+        options.checkpointEvery(steps, root);
+        return self();
+    }
+
+    /**
+     * Checkpoints as {@link #checkpointEvery(int, Path)}, taken at the first step boundary {@code interval} after the
+     * last one (or after {@code build()}); in group mode rank 0's clock decides, told to every rank at each step
+     * boundary (a small all-gather per step). Both forms may be given: a checkpoint is taken when either is due.
+     *
+     * @param interval positive
+     * @param root     the run's checkpoint directory: writable, or creatable
+     * @return this builder
+     * @throws IllegalArgumentException when {@code interval} is not positive or {@code root} is not writable
+     */
+    public B checkpointEvery(Duration interval, Path root) {
+        options.checkpointEvery(interval, root);
+        return self();
+    }
+
+    /**
+     * How many complete periodic checkpoints are kept (default 2): older ones, and torn ones older than the newest
+     * complete one, are deleted after each new one is complete.
+     *
+     * @param keep at least 1
+     * @return this builder
+     * @throws IllegalArgumentException when {@code keep} is below 1
+     */
+    public B keepCheckpoints(int keep) {
+        options.keepCheckpoints(keep);
+        return self();
+    }
+
+    /**
+     * At {@code build()}, restores the newest complete checkpoint under {@code root} ({@code step-<n>} directories
+     * that {@link #checkpointEvery} wrote; torn ones are skipped with a log line), or starts fresh when there is none.
+     * The model then holds the checkpoint's parameters, updater state and counters (so
+     * {@code for (int e = model.getEpochCount(); e < epochs; e++) trainer.fit(iterator)} runs the remaining epochs),
+     * the trainer's step counter goes on from the checkpoint's, and the first {@code fit(iterator)} skips the batches
+     * of the epoch that the checkpoint had already trained (read from the iterator, not trained): with the same data
+     * in the same order, the result equals an uninterrupted run's, bitwise. The trainer's {@code resumedFrom()} says
+     * what was restored. In group mode it is collective, and every rank must see the same checkpoints.
+     *
+     * @param root the run's checkpoint directory; need not exist yet
+     * @return this builder
+     * @throws IllegalArgumentException when {@code root} exists and is not a readable directory
+     */
+    public B resumeFrom(Path root) {
+        options.resumeFrom(root);
+        return self();
+    }
+
+    /** Restores a trainer from the newest complete checkpoint under a root ({@code restoreLatest}). */
+    @FunctionalInterface
+    protected interface Resume<T> {
+        /**
+         * @param trainer the trainer just built
+         * @param root    the root given to {@link #resumeFrom}
+         * @throws java.io.IOException when the checkpoint cannot be read
+         */
+        void restoreLatest(T trainer, Path root) throws java.io.IOException;
+    }
+
+    /**
+     * For the trainer's {@code build()}: with {@link #resumeFrom}, restores {@code trainer} from the newest complete
+     * checkpoint under the root (nothing when there is none); a failure closes it and is thrown.
+     *
+     * @param trainer the trainer just built
+     * @param resume  how it restores the newest complete checkpoint
+     * @param <T>     the trainer
+     * @return {@code trainer}
+     * @throws java.io.UncheckedIOException when the checkpoint cannot be read (the trainer is closed)
+     */
+    protected final <T extends AutoCloseable> T resumed(T trainer, Resume<T> resume) {
+        Path root = options.resumeRoot();
+        if (root == null) {
+            return trainer;
+        }
+        try {
+            resume.restoreLatest(trainer, root);
+            return trainer;
+        } catch (java.io.IOException | RuntimeException e) {
+            try {
+                trainer.close();
+            } catch (Exception closing) {
+                e.addSuppressed(closing);
+            }
+            throw e instanceof java.io.IOException io
+                    ? new java.io.UncheckedIOException("resumeFrom root=" + root + ": " + e.getMessage(), io)
+                    : (RuntimeException) e;
+        }
     }
 
     /**

@@ -4,6 +4,8 @@ import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Tag;
 import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.binder.MeterBinder;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -28,6 +30,11 @@ public final class TrainerOptions<L> {
     private final List<L> stepListeners = new ArrayList<>();
     private int ndThreadsPerRank;
     private int timelineSteps;
+    private int checkpointSteps;
+    private Duration checkpointInterval;
+    private Path checkpointRoot;
+    private int keepCheckpoints = 2;
+    private Path resumeRoot;
 
     /**
      * Thread mode, the default timeout ({@link #defaultTimeout()}: 60 s, or {@code -Dsymmem4j.timeout.ms}), no
@@ -133,6 +140,99 @@ public final class TrainerOptions<L> {
      */
     public void stepListener(L listener) {
         stepListeners.add(Objects.requireNonNull(listener, "listener"));
+    }
+
+    /**
+     * Periodic checkpoints every {@code steps} steps under {@code root}.
+     *
+     * @param steps at least 1
+     * @param root  a writable directory, or one that can be created
+     * @throws IllegalArgumentException when {@code steps} is below 1 or {@code root} cannot hold checkpoints
+     */
+    public void checkpointEvery(int steps, Path root) {
+        if (steps < 1) {
+            throw new IllegalArgumentException("checkpointEvery steps=" + steps + ": expected >= 1 (a checkpoint every"
+                    + " that many steps; fix: checkpointEvery(100, root))");
+        }
+        this.checkpointRoot = requireWritableRoot("checkpointEvery", root);
+        this.checkpointSteps = steps;
+    }
+
+    /**
+     * Periodic checkpoints at the first step boundary {@code interval} after the last one, under {@code root}.
+     *
+     * @param interval positive
+     * @param root     a writable directory, or one that can be created
+     * @throws IllegalArgumentException when {@code interval} is not positive or {@code root} cannot hold checkpoints
+     */
+    public void checkpointEvery(Duration interval, Path root) {
+        if (interval == null || interval.isNegative() || interval.isZero()) {
+            throw new IllegalArgumentException("checkpointEvery interval=" + interval + ": expected a positive duration"
+                    + " (fix: checkpointEvery(Duration.ofMinutes(10), root))");
+        }
+        this.checkpointRoot = requireWritableRoot("checkpointEvery", root);
+        this.checkpointInterval = interval;
+    }
+
+    /**
+     * How many complete periodic checkpoints are kept (default 2).
+     *
+     * @param keep at least 1
+     * @throws IllegalArgumentException when {@code keep} is below 1
+     */
+    public void keepCheckpoints(int keep) {
+        if (keep < 1) {
+            throw new IllegalArgumentException("keepCheckpoints keep=" + keep + ": expected >= 1 (the newest complete"
+                    + " checkpoint is what a restart resumes from; fix: keepCheckpoints(2))");
+        }
+        this.keepCheckpoints = keep;
+    }
+
+    /**
+     * Resume from the newest complete checkpoint under {@code root} at {@code build()}, when there is one.
+     *
+     * @param root a directory, or a path that does not exist yet (then the run starts fresh)
+     * @throws IllegalArgumentException when {@code root} exists and is not a readable directory
+     */
+    public void resumeFrom(Path root) {
+        Objects.requireNonNull(root, "root");
+        if (Files.exists(root) && !(Files.isDirectory(root) && Files.isReadable(root))) {
+            throw new IllegalArgumentException("resumeFrom root=" + root + ": expected a readable directory (or none"
+                    + " yet, to start fresh), found " + (Files.isDirectory(root) ? "an unreadable directory" : "a file"));
+        }
+        this.resumeRoot = root;
+    }
+
+    private static Path requireWritableRoot(String setting, Path root) {
+        Objects.requireNonNull(root, "root");
+        Path abs = root.toAbsolutePath();
+        if (Files.exists(abs)) {
+            if (!Files.isDirectory(abs) || !Files.isWritable(abs)) {
+                throw new IllegalArgumentException(setting + " root=" + root + ": expected a writable directory, found "
+                        + (Files.isDirectory(abs) ? "a directory this process cannot write" : "a file"));
+            }
+            return root;
+        }
+        Path parent = abs.getParent();
+        while (parent != null && !Files.exists(parent)) {
+            parent = parent.getParent();
+        }
+        if (parent == null || !Files.isDirectory(parent) || !Files.isWritable(parent)) {
+            throw new IllegalArgumentException(setting + " root=" + root + ": does not exist and cannot be created"
+                    + " (nearest existing ancestor=" + parent + " is not a writable directory)");
+        }
+        return root;
+    }
+
+    /** {@return when the trainer takes its own checkpoints, or null when it takes none} */
+    public CheckpointSchedule checkpointSchedule() {
+        return checkpointRoot == null ? null
+                : new CheckpointSchedule(checkpointSteps, checkpointInterval, checkpointRoot, keepCheckpoints);
+    }
+
+    /** {@return the root a {@code build()} resumes from, or null} */
+    public Path resumeRoot() {
+        return resumeRoot;
     }
 
     /** {@return group mode's group; null in thread mode} */

@@ -23,6 +23,10 @@
  *       stops at its first failed step, the pipeline rank runs on until its shutdown task.</li>
  *   <li>{@link org.symmem4j.dl4j.train.RankAgreement}: agreement across a group's ranks in group mode (the same
  *       build, no rank failed), over the group's byte all-gather.</li>
+ *   <li>{@link org.symmem4j.dl4j.train.CheckpointDirectory} and {@link org.symmem4j.dl4j.train.CheckpointSchedule}:
+ *       the checkpoints a run takes itself ({@code checkpointEvery}, {@code resumeFrom}): one directory per step, every
+ *       file written atomically and forced, a manifest of sizes and CRC-32Cs written last, torn directories skipped,
+ *       the newest K complete ones kept; when the next one is due (agreed across a group's ranks).</li>
  * </ul>
  *
  * <p>Imports nothing of the trainers ({@code org.symmem4j.dl4j}, {@code org.symmem4j.dl4j.pipeline}): they import it.

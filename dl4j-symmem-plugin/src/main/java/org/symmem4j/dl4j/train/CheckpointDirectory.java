@@ -1,0 +1,375 @@
+package org.symmem4j.dl4j.train;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.Reader;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.AtomicMoveNotSupportedException;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Properties;
+import java.util.TreeMap;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
+import java.util.zip.CRC32C;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Checkpoints that are complete or detected as torn, for every trainer: a checkpoint is a directory whose files are
+ * each written to a temporary name, forced to disk ({@code FileChannel.force}) and renamed, and whose manifest
+ * ({@value #MANIFEST}: the step, epoch, iteration, batches of the epoch already trained, rank count, and every file's
+ * name, size and CRC-32C) is written last, the same way, before the directory itself is forced. A directory whose
+ * manifest is missing, unreadable, or does not match its files (a file missing, of another size or checksum) is
+ * torn: {@link #latestComplete} skips it with a log line and never returns it.
+ *
+ * <p>The periodic checkpoints of a run live under one root, one directory per step ({@code step-<n>}, n zero-padded
+ * to 12 digits so names sort by step); {@link #prune} keeps the newest complete ones and deletes the older ones,
+ * complete or torn. A torn directory newer than the newest complete one (a write that did not finish) stays until the
+ * run writes that step again; it is never loaded.
+ *
+ * <p>Knows nothing of what the files hold: the trainers write them ({@code ShardedCheckpoints}).
+ */
+public final class CheckpointDirectory {
+
+    /** The manifest's file name inside a checkpoint directory. */
+    public static final String MANIFEST = "manifest.properties";
+    private static final String FORMAT = "symmem4j-checkpoint-1";
+    private static final Pattern STEP_DIR = Pattern.compile("step-(\\d{12})");
+    private static final String FILE_KEY = "file.";
+    private static final Logger LOG = LoggerFactory.getLogger(CheckpointDirectory.class);
+
+    /**
+     * Where a checkpoint stands in the run, as its manifest says.
+     *
+     * @param step           the trainer's steps done (over every {@code fit}) when it was taken
+     * @param epoch          the model's epoch counter ({@code fit(iterator)} calls completed)
+     * @param iteration      the model's iteration counter
+     * @param batchesInEpoch batches of the epoch under way already trained (0 when taken between {@code fit} calls):
+     *                       the first {@code fit} after a resume skips that many from its iterator
+     * @param ranks          the trainer's ranks (workers, stages) that wrote it
+     */
+    public record Counters(long step, int epoch, int iteration, long batchesInEpoch, int ranks) {
+    }
+
+    /**
+     * A complete checkpoint, as found and verified.
+     *
+     * @param dir      its directory
+     * @param counters what its manifest says
+     */
+    public record Checkpoint(Path dir, Counters counters) {
+    }
+
+    /** A checkpoint directory that failed its verification: never loaded. */
+    public static final class TornCheckpointException extends IOException {
+        TornCheckpointException(String message) {
+            super(message);
+        }
+    }
+
+    /** Writes a file's bytes to the path it is given (a temporary name). */
+    @FunctionalInterface
+    public interface FileWriter {
+        /**
+         * @param tmp where to write
+         * @throws IOException when it cannot
+         */
+        void write(Path tmp) throws IOException;
+    }
+
+    private CheckpointDirectory() {
+    }
+
+    /**
+     * The directory of the periodic checkpoint at {@code step} under {@code root}.
+     *
+     * @param root the run's checkpoint root
+     * @param step the steps done
+     * @return {@code root/step-<step, 12 digits>}
+     */
+    public static Path stepDir(Path root, long step) {
+        return root.resolve(String.format(java.util.Locale.ROOT, "step-%012d", step));
+    }
+
+    /**
+     * Writes {@code target} atomically: {@code writer} writes a temporary sibling, which is forced to disk and moved
+     * over {@code target} (an atomic rename where the file system has one).
+     *
+     * @param target the final name
+     * @param writer writes the bytes
+     * @throws IOException when writing, forcing or renaming fails (the temporary file is deleted)
+     */
+    public static void writeAtomically(Path target, FileWriter writer) throws IOException {
+        Path tmp = target.resolveSibling(target.getFileName() + ".tmp");
+        try {
+            writer.write(tmp);
+            force(tmp);
+            try {
+                Files.move(tmp, target, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+            } catch (AtomicMoveNotSupportedException e) {
+                Files.move(tmp, target, StandardCopyOption.REPLACE_EXISTING);
+            }
+        } finally {
+            Files.deleteIfExists(tmp);
+        }
+    }
+
+    /**
+     * Forces a file's bytes to the storage device.
+     *
+     * @param file a regular file
+     * @throws IOException when it cannot be opened or forced
+     */
+    public static void force(Path file) throws IOException {
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.WRITE)) {
+            ch.force(true);
+        }
+    }
+
+    /**
+     * Forces a directory's entries (the renames into it) to the storage device, where the platform can (Linux can;
+     * where a directory cannot be opened, nothing is done).
+     *
+     * @param dir a directory
+     */
+    public static void forceDirectory(Path dir) {
+        try (FileChannel ch = FileChannel.open(dir, StandardOpenOption.READ)) {
+            ch.force(true);
+        } catch (IOException | UnsupportedOperationException e) {
+            LOG.debug("symmem4j checkpoint: cannot force directory {} ({})", dir, e.toString());
+        }
+    }
+
+    /**
+     * Makes {@code dir} ready for a new checkpoint's files: created when absent, its manifest (of an earlier
+     * checkpoint written there) deleted first, so the directory is torn until {@link #writeManifest} completes it.
+     *
+     * @param dir the checkpoint directory
+     * @throws IOException when it cannot be created or the manifest deleted
+     */
+    public static void begin(Path dir) throws IOException {
+        Files.createDirectories(dir);
+        if (Files.deleteIfExists(dir.resolve(MANIFEST))) {
+            forceDirectory(dir);
+        }
+    }
+
+    /**
+     * Completes a checkpoint: lists every file of {@code dir} (temporary files and the manifest excepted), with its
+     * size and CRC-32C, writes the manifest atomically, last, and forces the directory.
+     *
+     * @param dir      the checkpoint directory, every file written and forced
+     * @param counters where the checkpoint stands
+     * @throws IOException when a file cannot be read or the manifest written
+     */
+    public static void writeManifest(Path dir, Counters counters) throws IOException {
+        forceDirectory(dir); // the files' renames are durable before the manifest names them
+        StringBuilder text = new StringBuilder();
+        text.append("format=").append(FORMAT).append('\n');
+        text.append("step=").append(counters.step()).append('\n');
+        text.append("epoch=").append(counters.epoch()).append('\n');
+        text.append("iteration=").append(counters.iteration()).append('\n');
+        text.append("batchesInEpoch=").append(counters.batchesInEpoch()).append('\n');
+        text.append("ranks=").append(counters.ranks()).append('\n');
+        for (Path f : files(dir)) {
+            text.append(FILE_KEY).append(f.getFileName()).append('=').append(Files.size(f)).append(' ')
+                    .append(Long.toHexString(crc32c(f))).append('\n');
+        }
+        byte[] bytes = text.toString().getBytes(StandardCharsets.ISO_8859_1);
+        writeAtomically(dir.resolve(MANIFEST), tmp -> Files.write(tmp, bytes));
+        forceDirectory(dir);
+    }
+
+    /**
+     * Checks {@code dir} against its manifest: every file it names exists with its size and CRC-32C (a file it does
+     * not name is not part of the checkpoint, and nothing reads it).
+     *
+     * @param dir a checkpoint directory
+     * @return what its manifest says
+     * @throws TornCheckpointException when the manifest is missing or unreadable, or a file does not match it
+     * @throws IOException             when a file cannot be read
+     */
+    public static Counters verify(Path dir) throws IOException {
+        Path manifest = dir.resolve(MANIFEST);
+        Properties p = new Properties();
+        try (Reader in = Files.newBufferedReader(manifest, StandardCharsets.ISO_8859_1)) {
+            p.load(in);
+        } catch (NoSuchFileException e) {
+            throw new TornCheckpointException("checkpoint " + dir + " is torn: manifest=" + MANIFEST
+                    + " missing (its write did not complete)");
+        }
+        if (!FORMAT.equals(p.getProperty("format"))) {
+            throw new TornCheckpointException("checkpoint " + dir + " is torn: format=" + p.getProperty("format")
+                    + ", expected format=" + FORMAT);
+        }
+        Counters counters;
+        try {
+            counters = new Counters(Long.parseLong(p.getProperty("step")), Integer.parseInt(p.getProperty("epoch")),
+                    Integer.parseInt(p.getProperty("iteration")), Long.parseLong(p.getProperty("batchesInEpoch")),
+                    Integer.parseInt(p.getProperty("ranks")));
+        } catch (RuntimeException e) {
+            throw new TornCheckpointException("checkpoint " + dir + " is torn: its manifest's counters do not parse ("
+                    + e + ")");
+        }
+        Map<String, String> listed = new TreeMap<>();
+        for (String key : p.stringPropertyNames()) {
+            if (key.startsWith(FILE_KEY)) {
+                listed.put(key.substring(FILE_KEY.length()), p.getProperty(key));
+            }
+        }
+        if (listed.isEmpty()) {
+            throw new TornCheckpointException("checkpoint " + dir + " is torn: its manifest lists no file");
+        }
+        for (Map.Entry<String, String> e : listed.entrySet()) {
+            Path f = dir.resolve(e.getKey());
+            if (!Files.isRegularFile(f)) {
+                throw new TornCheckpointException("checkpoint " + dir + " is torn: file=" + e.getKey()
+                        + " missing, manifest says " + e.getValue());
+            }
+            String found = Files.size(f) + " " + Long.toHexString(crc32c(f));
+            if (!found.equals(e.getValue())) {
+                throw new TornCheckpointException("checkpoint " + dir + " is torn: file=" + e.getKey() + " size and crc32c="
+                        + found + ", manifest says " + e.getValue());
+            }
+        }
+        return counters;
+    }
+
+    /**
+     * The newest complete checkpoint under {@code root}: the {@code step-<n>} directories from the highest step down,
+     * each verified ({@link #verify}); a torn one is skipped with a warning naming what is wrong.
+     *
+     * @param root the run's checkpoint root; absent means none
+     * @return the newest complete checkpoint, or empty when there is none
+     * @throws IOException when the root cannot be listed
+     */
+    public static Optional<Checkpoint> latestComplete(Path root) throws IOException {
+        for (Path dir : stepDirsNewestFirst(root)) {
+            try {
+                return Optional.of(new Checkpoint(dir, verify(dir)));
+            } catch (IOException e) {
+                LOG.warn("symmem4j checkpoint: skipping {}: {}", dir, e.getMessage());
+            }
+        }
+        return Optional.empty();
+    }
+
+    /**
+     * Keeps the {@code keep} newest complete checkpoints under {@code root} and deletes every other {@code step-<n>}
+     * directory older than the newest complete one (complete or torn); torn ones newer than it are left.
+     *
+     * @param root the run's checkpoint root
+     * @param keep complete checkpoints kept, at least 1
+     * @throws IOException when a directory cannot be listed or deleted
+     */
+    public static void prune(Path root, int keep) throws IOException {
+        int complete = 0;
+        for (Path dir : stepDirsNewestFirst(root)) {
+            boolean ok;
+            try {
+                verify(dir);
+                ok = true;
+            } catch (IOException e) {
+                ok = false;
+            }
+            if (ok && complete < keep) {
+                complete++;
+            } else if (complete > 0) {
+                deleteTree(dir);
+            }
+        }
+    }
+
+    private static List<Path> stepDirsNewestFirst(Path root) throws IOException {
+        if (!Files.isDirectory(root)) {
+            return List.of();
+        }
+        try (Stream<Path> listing = Files.list(root)) {
+            return listing.filter(d -> Files.isDirectory(d) && STEP_DIR.matcher(d.getFileName().toString()).matches())
+                    .sorted(Comparator.comparing((Path d) -> d.getFileName().toString()).reversed()).toList();
+        }
+    }
+
+    private static List<Path> files(Path dir) throws IOException {
+        try (Stream<Path> listing = Files.list(dir)) {
+            return listing.filter(f -> Files.isRegularFile(f) && !f.getFileName().toString().equals(MANIFEST)
+                    && !f.getFileName().toString().endsWith(".tmp"))
+                    .sorted(Comparator.comparing(f -> f.getFileName().toString())).toList();
+        }
+    }
+
+    private static long crc32c(Path file) throws IOException {
+        CRC32C crc = new CRC32C();
+        try (InputStream in = Files.newInputStream(file)) {
+            byte[] buf = new byte[1 << 16];
+            int n;
+            while ((n = in.read(buf)) > 0) {
+                crc.update(buf, 0, n);
+            }
+        }
+        return crc.getValue();
+    }
+
+    private static void deleteTree(Path dir) throws IOException {
+        try (Stream<Path> walk = Files.walk(dir)) {
+            for (Path p : walk.sorted(Comparator.reverseOrder()).toList()) {
+                Files.deleteIfExists(p);
+            }
+        }
+    }
+
+    /**
+     * Reads and drops the first {@code n} items of {@code iterator} (a {@code DataSetIterator}'s batches), for a caller
+     * that positions its own iterator after {@link #latestComplete}; the trainers' {@code resumeFrom} does it itself.
+     *
+     * @param iterator the batches
+     * @param n        how many to skip ({@link Counters#batchesInEpoch()})
+     * @return how many were skipped: {@code n}, or fewer when the iterator ended first
+     */
+    public static long skip(java.util.Iterator<?> iterator, long n) {
+        long skipped = 0;
+        while (skipped < n && iterator.hasNext()) {
+            iterator.next();
+            skipped++;
+        }
+        return skipped;
+    }
+
+    /**
+     * {@link #latestComplete}, agreed across a group's ranks: every rank finds its own, and all must have found the
+     * same step (one file system they share, or equal copies); in thread mode ({@code group} null) just this
+     * process's.
+     *
+     * @param root      the run's checkpoint root
+     * @param group     the trainer's group, or null in thread mode
+     * @param tagPrefix makes the exchange's key unique to the trainer
+     * @return the newest complete checkpoint, or empty when there is none
+     * @throws IOException           when the root cannot be listed
+     * @throws IllegalStateException when ranks found different checkpoints (naming each rank's)
+     */
+    public static Optional<Checkpoint> latestComplete(Path root, org.symmem4j.parallel.Group group, String tagPrefix)
+            throws IOException {
+        Optional<Checkpoint> mine = latestComplete(root);
+        if (group == null) {
+            return mine;
+        }
+        String step = mine.map(c -> Long.toString(c.counters().step())).orElse("none");
+        List<String> all = RankAgreement.allGather(group, tagPrefix + "checkpoint-latest", step);
+        if (all.stream().distinct().count() != 1) {
+            throw new IllegalStateException("ranks found different newest complete checkpoints under root=" + root
+                    + ": steps by rank=" + all + " (every rank must see the same checkpoint directory: a file system"
+                    + " they share)");
+        }
+        return mine;
+    }
+}

@@ -1,0 +1,66 @@
+package org.symmem4j.dl4j.train;
+
+import java.nio.file.Path;
+import java.time.Duration;
+import org.symmem4j.parallel.Group;
+
+/**
+ * When a trainer takes its own checkpoints ({@link TrainerBuilder#checkpointEvery(int, Path)},
+ * {@link TrainerBuilder#checkpointEvery(Duration, Path)}): every {@code steps} steps, or at the first step boundary
+ * {@code interval} after the last checkpoint (or the start), under {@code root}, keeping the newest {@code keep}
+ * complete ones. In group mode every rank decides at the same step: by steps every rank counts the same; by time rank
+ * 0's clock decides, told to every rank over the group's all-gather at each step boundary.
+ */
+public final class CheckpointSchedule {
+
+    private final int everySteps;
+    private final Duration interval;
+    private final Path root;
+    private final int keep;
+    private long lastNanos = System.nanoTime();
+    private long exchanges;
+
+    CheckpointSchedule(int everySteps, Duration interval, Path root, int keep) {
+        this.everySteps = everySteps;
+        this.interval = interval;
+        this.root = root;
+        this.keep = keep;
+    }
+
+    /** {@return the run's checkpoint root: one {@code step-<n>} directory per checkpoint} */
+    public Path root() {
+        return root;
+    }
+
+    /** {@return how many complete checkpoints are kept} */
+    public int keep() {
+        return keep;
+    }
+
+    /**
+     * Whether a checkpoint is due after a step; collective in group mode when by time (every rank calls it at every
+     * step boundary).
+     *
+     * @param stepsDone the trainer's steps done, the one just finished included
+     * @param group     the trainer's group, or null in thread mode
+     * @param tagPrefix makes the exchange's key unique to the trainer
+     * @return true when the trainer takes one now
+     */
+    public boolean due(long stepsDone, Group group, String tagPrefix) {
+        boolean due = everySteps > 0 && stepsDone % everySteps == 0;
+        if (interval != null) {
+            boolean late = System.nanoTime() - lastNanos >= interval.toNanos();
+            if (group != null) {
+                late = RankAgreement.allGather(group, tagPrefix + "checkpoint-due-" + exchanges++, late ? "1" : "0")
+                        .getFirst().equals("1");
+            }
+            due |= late;
+        }
+        return due;
+    }
+
+    /** The checkpoint was taken: the interval starts again. */
+    public void taken() {
+        lastNanos = System.nanoTime();
+    }
+}
