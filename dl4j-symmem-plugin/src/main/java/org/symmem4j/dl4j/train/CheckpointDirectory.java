@@ -79,7 +79,7 @@ public final class CheckpointDirectory {
 
     /** Writes a file's bytes to the path it is given (a temporary name). */
     @FunctionalInterface
-    public interface FileWriter {
+    public interface ContentWriter {
         /**
          * @param tmp where to write
          * @throws IOException when it cannot
@@ -109,7 +109,7 @@ public final class CheckpointDirectory {
      * @param writer writes the bytes
      * @throws IOException when writing, forcing or renaming fails (the temporary file is deleted)
      */
-    public static void writeAtomically(Path target, FileWriter writer) throws IOException {
+    public static void writeAtomically(Path target, ContentWriter writer) throws IOException {
         Path tmp = target.resolveSibling(target.getFileName() + ".tmp");
         try {
             writer.write(tmp);
