@@ -8,12 +8,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.Collection;
 import java.util.List;
 import java.util.stream.Stream;
-import org.deeplearning4j.core.storage.Persistable;
-import org.deeplearning4j.core.storage.StatsStorageRouter;
-import org.deeplearning4j.core.storage.StorageMetaData;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.conf.BackpropType;
 import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
@@ -37,7 +33,6 @@ import org.deeplearning4j.ui.model.stats.StatsListener;
 import org.deeplearning4j.ui.model.stats.api.StatsInitializationReport;
 import org.deeplearning4j.ui.model.stats.api.StatsReport;
 import org.deeplearning4j.ui.model.stats.api.StatsType;
-import org.deeplearning4j.ui.model.storage.InMemoryStatsStorage;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -298,43 +293,6 @@ class UserListenersTest {
         }
     }
 
-    /** Forwards to DL4J's in-memory storage and keeps every update (the storage keys updates by millisecond). */
-    private static final class RecordingRouter implements StatsStorageRouter {
-        final InMemoryStatsStorage storage = new InMemoryStatsStorage();
-        final List<Persistable> updates = new ArrayList<>();
-
-        @Override
-        public void putStorageMetaData(StorageMetaData storageMetaData) {
-            storage.putStorageMetaData(storageMetaData);
-        }
-
-        @Override
-        public void putStorageMetaData(Collection<? extends StorageMetaData> storageMetaData) {
-            storage.putStorageMetaData(storageMetaData);
-        }
-
-        @Override
-        public void putStaticInfo(Persistable staticInfo) {
-            storage.putStaticInfo(staticInfo);
-        }
-
-        @Override
-        public void putStaticInfo(Collection<? extends Persistable> staticInfo) {
-            storage.putStaticInfo(staticInfo);
-        }
-
-        @Override
-        public void putUpdate(Persistable update) {
-            updates.add(update);
-            storage.putUpdate(update);
-        }
-
-        @Override
-        public void putUpdate(Collection<? extends Persistable> updates) {
-            updates.forEach(this::putUpdate);
-        }
-    }
-
     @ParameterizedTest(name = "{0} {1}")
     @MethodSource("cases")
     void statsListenerFeedsDl4jsUiStorage(String kind, String mode) {
@@ -342,12 +300,12 @@ class UserListenersTest {
         Model net = kind.equals("MultiLayerNetwork") ? mlp() : graph();
         List<DataSet> data = StateNets.shiftedBatches(79, SIZES, DataType.DOUBLE);
         Model reference = copy(net);
-        RecordingRouter expected = new RecordingRouter();
+        RecordingStatsRouter expected = new RecordingStatsRouter();
         setListeners(reference, new StatsListener(expected, 1)); // report every iteration (default: every 10th)
         fitMerged(reference, data, 1);
 
         Model wrapped = copy(net);
-        RecordingRouter actual = new RecordingRouter();
+        RecordingStatsRouter actual = new RecordingStatsRouter();
         setListeners(wrapped, new StatsListener(actual, 1));
         try (SymmemParallelWrapper wrapper = builder(wrapped, stage).build()) {
             wrapper.fit(new BatchListIterator(data));

@@ -1,6 +1,5 @@
 package org.symmem4j.dl4j.pipeline;
 
-import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -26,14 +25,6 @@ class PipelineCheckpointTest {
         return PipelineNets.mlp(PipelineNets.updater("adam"), 1e-3, DataType.DOUBLE);
     }
 
-    private static void assertSameState(MultiLayerNetwork expected, MultiLayerNetwork actual, String what) {
-        assertTrue(PipelineNets.bitwiseEqual(expected.params(), actual.params()), what + ": parameters");
-        assertTrue(PipelineNets.bitwiseEqual(expected.getUpdater().getStateViewArray(),
-                actual.getUpdater().getStateViewArray()), what + ": updater state");
-        assertEquals(expected.getIterationCount(), actual.getIterationCount(), what + ": iterations");
-        assertEquals(expected.getEpochCount(), actual.getEpochCount(), what + ": epochs");
-    }
-
     @Test
     void restoredTrainingGoesOnBitwiseAsUninterruptedTraining(@TempDir Path dir) throws Exception {
         List<DataSet> data = PipelineNets.batches(21, 4, 8, DataType.DOUBLE);
@@ -54,7 +45,7 @@ class PipelineCheckpointTest {
         // the consolidated model: plain DL4J loads it, with the gathered parameters, updater state and counters
         File modelFile = dir.resolve("model.zip").toFile();
         MultiLayerNetwork loaded = ModelSerializer.restoreMultiLayerNetwork(modelFile, true);
-        assertSameState(atSave, loaded, "model.zip");
+        PipelineNets.assertSameState(atSave, loaded, "model.zip");
 
         // a fresh trainer on a different network of the configuration, with another schedule: restored, then on
         MultiLayerNetwork restored = mlp();
@@ -62,11 +53,11 @@ class PipelineCheckpointTest {
         try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(restored).ranks(2).microbatches(4)
                 .schedule(PipelineSchedule.GPIPE).stageBoundaries(4).build()) {
             trainer.restoreCheckpoint(dir);
-            assertSameState(atSave, restored, "right after the restore");
+            PipelineNets.assertSameState(atSave, restored, "right after the restore");
             trainer.fit(data.get(2));
             trainer.fit(data.get(3));
         }
-        assertSameState(uninterrupted, restored, "restored and trained on");
+        PipelineNets.assertSameState(uninterrupted, restored, "restored and trained on");
     }
 
     @Test
@@ -85,7 +76,7 @@ class PipelineCheckpointTest {
             assertTrue(e.getMessage().contains("does not fit this trainer's stage 0: expected worldSize=2 rank=0"), e.getMessage());
             assertTrue(e.getMessage().matches("(?s).*expected .*shard=\\[0,\\d+\\).*found .*shard=\\[0,\\d+\\).*"), e.getMessage());
         }
-        assertSameState(before, other, "the model after a refused restore");
+        PipelineNets.assertSameState(before, other, "the model after a refused restore");
         try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(mlp()).ranks(3).microbatches(4).build()) {
             IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> trainer.restoreCheckpoint(dir));
             assertTrue(e.getMessage().contains("has no shard-00000-of-00003.bin for stages=3"), e.getMessage());
@@ -125,7 +116,7 @@ class PipelineCheckpointTest {
             return mine;
         });
         for (int r = 0; r < perRank.size(); r++) {
-            assertSameState(threads, perRank.get(r), "rank " + r);
+            PipelineNets.assertSameState(threads, perRank.get(r), "rank " + r);
         }
     }
 }

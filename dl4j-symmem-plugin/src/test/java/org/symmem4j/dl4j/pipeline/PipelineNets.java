@@ -111,4 +111,13 @@ final class PipelineNets {
         }
         return true;
     }
+
+    /** Asserts two networks hold the same state: parameters and updater state bitwise, iteration and epoch counts. */
+    static void assertSameState(MultiLayerNetwork expected, MultiLayerNetwork actual, String what) {
+        org.junit.jupiter.api.Assertions.assertTrue(bitwiseEqual(expected.params(), actual.params()), what + ": parameters");
+        org.junit.jupiter.api.Assertions.assertTrue(bitwiseEqual(expected.getUpdater().getStateViewArray(),
+                actual.getUpdater().getStateViewArray()), what + ": updater state");
+        org.junit.jupiter.api.Assertions.assertEquals(expected.getIterationCount(), actual.getIterationCount(), what + ": iterations");
+        org.junit.jupiter.api.Assertions.assertEquals(expected.getEpochCount(), actual.getEpochCount(), what + ": epochs");
+    }
 }

@@ -6,11 +6,8 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.ArrayList;
-import java.util.Collection;
 import java.util.List;
-import org.deeplearning4j.core.storage.Persistable;
 import org.deeplearning4j.core.storage.StatsStorageRouter;
-import org.deeplearning4j.core.storage.StorageMetaData;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
@@ -22,7 +19,6 @@ import org.deeplearning4j.nn.weights.WeightInit;
 import org.deeplearning4j.optimize.api.BaseTrainingListener;
 import org.deeplearning4j.optimize.listeners.ScoreIterationListener;
 import org.deeplearning4j.ui.model.stats.StatsListener;
-import org.deeplearning4j.ui.model.storage.InMemoryStatsStorage;
 import org.junit.jupiter.api.Test;
 import org.nd4j.linalg.activations.Activation;
 import org.nd4j.linalg.api.buffer.DataType;
@@ -34,6 +30,7 @@ import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
 import org.symmem4j.dl4j.BatchListIterator;
+import org.symmem4j.dl4j.RecordingStatsRouter;
 
 /**
  * The pipeline trainer's user contract, the data-parallel wrapper's: the network given to the builder holds the
@@ -55,14 +52,6 @@ class PipelineUserContractTest {
         return PipelineParallelTrainer.builder(net).ranks(2).microbatches(4).dataParallel(2);
     }
 
-    private static void assertSameState(MultiLayerNetwork expected, MultiLayerNetwork actual, String what) {
-        assertTrue(PipelineNets.bitwiseEqual(expected.params(), actual.params()), what + ": parameters");
-        assertTrue(PipelineNets.bitwiseEqual(expected.getUpdater().getStateViewArray(),
-                actual.getUpdater().getStateViewArray()), what + ": updater state");
-        assertEquals(expected.getIterationCount(), actual.getIterationCount(), what + ": iterations");
-        assertEquals(expected.getEpochCount(), actual.getEpochCount(), what + ": epochs");
-    }
-
     @Test
     void theModelHoldsWhatCopyParametersToWritesAfterEveryFit() {
         MultiLayerNetwork model = mlp();
@@ -71,13 +60,13 @@ class PipelineUserContractTest {
         try (PipelineParallelTrainer trainer = pipeline(model).build()) {
             trainer.fit(new BatchListIterator(data));
             trainer.copyParametersTo(copied);
-            assertSameState(copied, model, "after fit(iterator)");
+            PipelineNets.assertSameState(copied, model, "after fit(iterator)");
             assertEquals(4, model.getIterationCount());
             assertEquals(1, model.getEpochCount());
             assertEquals(trainer.lastStep().loss(), model.score(), "score() is the last step's, as after DL4J's fit");
             trainer.fit(data.getFirst());
             trainer.copyParametersTo(copied);
-            assertSameState(copied, model, "after fit(DataSet)");
+            PipelineNets.assertSameState(copied, model, "after fit(DataSet)");
             assertEquals(5, model.getIterationCount());
         }
     }
@@ -96,7 +85,7 @@ class PipelineUserContractTest {
             try (PipelineParallelTrainer reference = pipeline(changed).build()) {
                 reference.fit(data.get(1));
             }
-            assertSameState(changed, model, "a trainer built from the changed model, one step on");
+            PipelineNets.assertSameState(changed, model, "a trainer built from the changed model, one step on");
             assertEquals(8, model.getIterationCount());
         }
     }
@@ -153,47 +142,10 @@ class PipelineUserContractTest {
         }
     }
 
-    /** DL4J's in-memory storage, counting the updates (the storage keys them by millisecond). */
-    private static final class CountingRouter implements StatsStorageRouter {
-        final InMemoryStatsStorage storage = new InMemoryStatsStorage();
-        int updates;
-
-        @Override
-        public void putStorageMetaData(StorageMetaData metaData) {
-            storage.putStorageMetaData(metaData);
-        }
-
-        @Override
-        public void putStorageMetaData(Collection<? extends StorageMetaData> metaData) {
-            storage.putStorageMetaData(metaData);
-        }
-
-        @Override
-        public void putStaticInfo(Persistable staticInfo) {
-            storage.putStaticInfo(staticInfo);
-        }
-
-        @Override
-        public void putStaticInfo(Collection<? extends Persistable> staticInfo) {
-            storage.putStaticInfo(staticInfo);
-        }
-
-        @Override
-        public void putUpdate(Persistable update) {
-            updates++;
-            storage.putUpdate(update);
-        }
-
-        @Override
-        public void putUpdate(Collection<? extends Persistable> updates) {
-            updates.forEach(this::putUpdate);
-        }
-    }
-
     @Test
     void statsListenerReportsEveryStepThroughTheBuildersRouter() {
         MultiLayerNetwork model = mlp();
-        CountingRouter router = new CountingRouter();
+        RecordingStatsRouter router = new RecordingStatsRouter();
         StatsListener stats = new StatsListener((StatsStorageRouter) null, 1);
         try (PipelineParallelTrainer trainer = pipeline(model).listeners(router, stats).build()) {
             trainer.fit(new BatchListIterator(data()));
@@ -201,7 +153,7 @@ class PipelineUserContractTest {
         String session = router.storage.listSessionIDs().getFirst();
         String worker = router.storage.listWorkerIDsForSession(session).getFirst();
         assertNotNull(router.storage.getStaticInfo(session, StatsListener.TYPE_ID, worker), "static info (model, hardware)");
-        assertEquals(4, router.updates, "one update per step");
+        assertEquals(4, router.updates.size(), "one update per step");
         assertTrue(stats.getStorageRouter() == router, "the builder's router was given to the listener");
     }
 
