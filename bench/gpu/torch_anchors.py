@@ -11,7 +11,7 @@ allreduce: for bf16 and fp32, sizes 1 KiB .. 256 MiB, in-place SUM:
     torch_two_shot   torch.ops.symm_mem.two_shot_all_reduce_ (in place, symmetric memory)
     nccl             dist.all_reduce on a plain tensor (NCCL, NVLS off)
   each graph-captured (50 calls in one CUDA graph, replayed; CUDA events) and eager (50 back-to-back calls).
-tp: at M in --m, (N, K) in --shapes, bf16:
+tp: at M in --rows, (N, K) in --shapes, bf16:
     all-gather + matmul:  A shard (M/world x K), B (K x N) -> C (M x N)
         torch_fused  torch.ops.symm_mem.fused_all_gather_matmul
         nccl_cublas  dist.all_gather_into_tensor then torch.matmul
@@ -121,7 +121,7 @@ def tp_cells(args, group_name, rows, world, device_name):
     dtype = torch.bfloat16
     for shape in args.shapes.split(","):
         n, k = (int(x) for x in shape.split("x"))
-        for m in (int(x) for x in args.m.split(",")):
+        for m in (int(x) for x in args.rows.split(",")):
             a_shard = torch.empty(m // world, k, dtype=dtype, device="cuda").uniform_(-1, 1)
             a_full = torch.empty(m, k, dtype=dtype, device="cuda").uniform_(-1, 1)
             b = torch.empty(k, n, dtype=dtype, device="cuda").uniform_(-1, 1)
@@ -168,7 +168,7 @@ def main():
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--tp-iters", type=int, default=5)
     p.add_argument("--shapes", default="1792x4096,3584x8192")
-    p.add_argument("--m", default="4096,8192,16384")
+    p.add_argument("--rows", default="4096,8192,16384", help="M values (named so: torchrun takes --m for its own options)")
     args = p.parse_args()
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
