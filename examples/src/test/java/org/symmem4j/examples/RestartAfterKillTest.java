@@ -35,7 +35,9 @@ class RestartAfterKillTest {
     static final int EPOCHS = 2;
 
     private static final Pattern KILL = Pattern.compile("\\[rank 1\\] KILL rank 1 after step (\\d+) at (\\d+) ms");
-    private static final Pattern RESUMED = Pattern.compile("\\[rank 0\\] RESUMED generation 1 from step (\\d+) \\(epoch");
+    private static final Pattern RESUMED = Pattern.compile("\\[rank 0\\] RESUMED generation 1 from step (\\d+)"
+            + " \\(epoch \\d+\\); main at (\\d+) ms, group at (\\d+) ms,"
+            + " network at (\\d+) ms, restored at (\\d+) ms");
     private static final Pattern FIRST = Pattern.compile("\\[rank (\\d)\\] FIRST STEP (\\d+) of generation 1 at (\\d+) ms");
 
     private static Launcher.Result launch(Path checkpoints, Path model, int killAfter) throws IOException {
@@ -80,9 +82,13 @@ class RestartAfterKillTest {
             firstStepAt = Math.min(firstStepAt, Long.parseLong(m.group(3)));
         }
         assertTrue(firstStepAt != Long.MAX_VALUE, "generation 1 trains: " + log);
+        long killedAt = Long.parseLong(kill.group(2));
         System.out.printf(Locale.ROOT, "RestartAfterKillTest: killed after step %d, resumed from step %d (%d steps"
-                        + " redone), first step of generation 1 %.2f s after the kill%n", killedAfter, resumedStep, redone,
-                (firstStepAt - Long.parseLong(kill.group(2))) / 1000.0);
+                        + " redone), first step of generation 1 %.2f s after the kill (rank 0's main entered %.2f s after"
+                        + " it, its group formed %.2f s, its network made %.2f s, restored %.2f s)%n", killedAfter, resumedStep, redone,
+                (firstStepAt - killedAt) / 1000.0, (Long.parseLong(resumed.group(2)) - killedAt) / 1000.0,
+                (Long.parseLong(resumed.group(3)) - killedAt) / 1000.0, (Long.parseLong(resumed.group(4)) - killedAt) / 1000.0,
+                (Long.parseLong(resumed.group(5)) - killedAt) / 1000.0);
 
         MultiLayerNetwork reference = ModelSerializer.restoreMultiLayerNetwork(dir.resolve("plain.zip").toFile(), true);
         MultiLayerNetwork restarted = ModelSerializer.restoreMultiLayerNetwork(dir.resolve("restarted.zip").toFile(), true);

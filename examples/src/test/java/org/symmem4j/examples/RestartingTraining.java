@@ -16,8 +16,9 @@ import org.symmem4j.parallel.group.ProcessGroup;
  * One rank of the data-parallel job {@link RestartAfterKillTest} starts with {@code symmem4j-run --max-restarts 1}:
  * it trains the example's MLP with checkpoints every K steps that it resumes from
  * ({@code .checkpointEvery(K, dir).resumeFrom(dir)}); in generation 0, rank 1 kills itself with {@code kill -9} after
- * step S (S steps completed) when S is given. It prints (with wall-clock milliseconds) the kill, what it resumed from and its first step;
- * rank 0 writes the final model with {@link ModelSerializer}.
+ * step S (S steps completed) when S is given. It prints, with wall-clock milliseconds, the kill, what it resumed from
+ * (and when its main began, its group formed, its network was made and restored) and its first step; rank 0 writes
+ * the final model with {@link ModelSerializer}.
  *
  * <pre>RestartingTraining checkpointDir modelFile everyK epochs killAfterStep(-1: none)</pre>
  */
@@ -32,6 +33,7 @@ public final class RestartingTraining {
     }
 
     public static void main(String[] args) throws IOException {
+        long started = System.currentTimeMillis();
         Path checkpoints = Path.of(args[0]);
         File model = new File(args[1]);
         int every = Integer.parseInt(args[2]);
@@ -39,9 +41,11 @@ public final class RestartingTraining {
         long killAfter = Long.parseLong(args[4]);
         int generation = Integer.parseInt(System.getenv().getOrDefault("SYMMEM4J_RESTART_GENERATION", "0"));
         ProcessGroup group = ProcessGroup.fromEnvironment();
+        long grouped = System.currentTimeMillis();
         int rank = group.rank();
         List<DataSet> data = batches();
         MultiLayerNetwork net = DataParallelExample.mlp(64, 32, 10);
+        long made = System.currentTimeMillis(); // ND4J's native libraries load with the first network
         boolean[] first = {true};
         SymmemParallelWrapper.Builder builder = SymmemParallelWrapper.builder(net).group(group).ompThreadsPerWorker(1)
                 .checkpointEvery(every, checkpoints).resumeFrom(checkpoints)
@@ -61,8 +65,10 @@ public final class RestartingTraining {
                 });
         try (group; SymmemParallelWrapper wrapper = builder.build()) {
             if (wrapper.resumedFrom() != null) {
-                System.out.printf(Locale.ROOT, "RESUMED generation %d from step %d (epoch %d)%n", generation,
-                        wrapper.resumedFrom().counters().step(), wrapper.resumedFrom().counters().epoch());
+                System.out.printf(Locale.ROOT, "RESUMED generation %d from step %d (epoch %d); main at %d ms, group at %d"
+                                + " ms, network at %d ms, restored at %d ms%n", generation,
+                        wrapper.resumedFrom().counters().step(), wrapper.resumedFrom().counters().epoch(), started,
+                        grouped, made, System.currentTimeMillis());
             }
             for (int e = net.getEpochCount(); e < epochs; e++) {
                 wrapper.fit(new ListIterator(data));
