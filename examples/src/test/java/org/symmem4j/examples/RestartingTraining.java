@@ -1,0 +1,93 @@
+package org.symmem4j.examples;
+
+import java.io.File;
+import java.io.IOException;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.Locale;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.util.ModelSerializer;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.dataset.DataSet;
+import org.symmem4j.dl4j.SymmemParallelWrapper;
+import org.symmem4j.parallel.group.ProcessGroup;
+
+/**
+ * One rank of the data-parallel job {@link RestartAfterKillTest} starts with {@code symmem4j-run --max-restarts 1}:
+ * it trains the example's MLP with checkpoints every K steps that it resumes from
+ * ({@code .checkpointEvery(K, dir).resumeFrom(dir)}); in generation 0, rank 1 kills itself with {@code kill -9} after
+ * step S (S steps completed) when S is given. It prints, with wall-clock milliseconds, the kill, what it resumed from
+ * (and when its main began, its group formed, its network was made and restored) and its first step; rank 0 writes
+ * the final model with {@link ModelSerializer}.
+ *
+ * <pre>RestartingTraining checkpointDir modelFile everyK epochs killAfterStep(-1: none)</pre>
+ */
+public final class RestartingTraining {
+
+    private RestartingTraining() {
+    }
+
+    /** 48 batches of 16: 24 steps per epoch for 2 ranks. */
+    static List<DataSet> batches() {
+        return new SyntheticData(64, 10, 1).batches(2, 48, 16, DataType.FLOAT);
+    }
+
+    public static void main(String[] args) throws IOException {
+        long started = System.currentTimeMillis();
+        Path checkpoints = Path.of(args[0]);
+        File model = new File(args[1]);
+        int every = Integer.parseInt(args[2]);
+        int epochs = Integer.parseInt(args[3]);
+        long killAfter = Long.parseLong(args[4]);
+        int generation = Integer.parseInt(System.getenv().getOrDefault("SYMMEM4J_RESTART_GENERATION", "0"));
+        ProcessGroup group = ProcessGroup.fromEnvironment();
+        long grouped = System.currentTimeMillis();
+        int rank = group.rank();
+        List<DataSet> data = batches();
+        MultiLayerNetwork net = DataParallelExample.mlp(64, 32, 10);
+        long made = System.currentTimeMillis(); // ND4J's native libraries load with the first network
+        boolean[] first = {true};
+        SymmemParallelWrapper.Builder builder = SymmemParallelWrapper.builder(net).group(group).ompThreadsPerWorker(1)
+                .checkpointEvery(every, checkpoints).resumeFrom(checkpoints)
+                .stepListener(report -> {
+                    long step = report.step() + 1; // steps completed, as a checkpoint counts them
+                    if (first[0]) {
+                        first[0] = false;
+                        System.out.printf(Locale.ROOT, "FIRST STEP %d of generation %d at %d ms%n", step,
+                                generation, System.currentTimeMillis());
+                    }
+                    if (generation == 0 && rank == 1 && step == killAfter) {
+                        System.out.printf(Locale.ROOT, "KILL rank 1 after step %d at %d ms%n", step,
+                                System.currentTimeMillis());
+                        System.out.flush();
+                        killMyself();
+                    }
+                });
+        try (group; SymmemParallelWrapper wrapper = builder.build()) {
+            if (wrapper.resumedFrom() != null) {
+                System.out.printf(Locale.ROOT, "RESUMED generation %d from step %d (epoch %d); main at %d ms, group at %d"
+                                + " ms, network at %d ms, restored at %d ms%n", generation,
+                        wrapper.resumedFrom().counters().step(), wrapper.resumedFrom().counters().epoch(), started,
+                        grouped, made, System.currentTimeMillis());
+            }
+            for (int e = net.getEpochCount(); e < epochs; e++) {
+                wrapper.fit(new ListIterator(data));
+            }
+        }
+        if (rank == 0) {
+            ModelSerializer.writeModel(net, model, true);
+            System.out.printf(Locale.ROOT, "DONE generation %d, %d iterations%n", generation, net.getIterationCount());
+        }
+    }
+
+    /** kill -9 of this JVM's own pid: no shutdown hook, no close, as a crash or the OOM killer would. */
+    private static void killMyself() {
+        try {
+            new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid())).inheritIO().start().waitFor();
+            Thread.sleep(60_000); // the signal lands while this waits
+        } catch (IOException | InterruptedException e) {
+            // no kill(1): halt instead, as abruptly
+        }
+        Runtime.getRuntime().halt(137);
+    }
+}
