@@ -57,8 +57,8 @@ public final class Configuration {
             .accepts("a positive whole number of milliseconds")
             .describedAs("the bound of every wait for a peer in groups made with `GroupOptions.defaults()`"
                     + " (`ProcessGroup.fromEnvironment()`, `InJvmWorld.create(n)`); a wait past it fails on every"
-                    + " waiting rank with a `PeerTimeoutException` naming the missing ranks. The DL4J trainers use"
-                    + " their builder's `timeout(...)`")
+                    + " waiting rank with a `PeerTimeoutException` naming the missing ranks. The DL4J trainers'"
+                    + " builders default to it too (their `timeout(...)` overrides it)")
             .build(Duration.ofSeconds(60), "`60000` (60 s)", value -> {
                 long ms = Long.parseLong(value.strip());
                 if (ms <= 0) {
