@@ -81,6 +81,8 @@ public final class CheckpointDirectory {
     @FunctionalInterface
     public interface ContentWriter {
         /**
+         * Writes the file's whole content to {@code tmp}.
+         *
          * @param tmp where to write
          * @throws IOException when it cannot
          */

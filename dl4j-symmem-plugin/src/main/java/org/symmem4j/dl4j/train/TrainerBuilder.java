@@ -222,10 +222,16 @@ public abstract class TrainerBuilder<B extends TrainerBuilder<B, L>, L> {
         return self();
     }
 
-    /** Restores a trainer from the newest complete checkpoint under a root ({@code restoreLatest}). */
+    /**
+     * Restores a trainer from the newest complete checkpoint under a root ({@code restoreLatest}).
+     *
+     * @param <T> the trainer
+     */
     @FunctionalInterface
     protected interface Resume<T> {
         /**
+         * Restores {@code trainer} from the newest complete checkpoint under {@code root}, if there is one.
+         *
          * @param trainer the trainer just built
          * @param root    the root given to {@link #resumeFrom}
          * @throws java.io.IOException when the checkpoint cannot be read
