@@ -65,8 +65,6 @@ public final class ProcessGroup implements Group {
     private static final String SETUP_FAILED_SEEN_KEY = "group/setup-failed-seen/";
     /** Counts the ranks that tried to publish SETUP_FAILED_KEY: the first one does, so every rank names the same culprits. */
     private static final String SETUP_FAILED_CLAIMS_KEY = "group/setup-failed-claims";
-    /** Longest slice a store wait blocks before re-checking the liveness of missing ranks. */
-    private static final Duration STORE_POLL_SLICE = Duration.ofMillis(200);
     /** A member record: "pid startMillis", and on rank 0 " launchToken" (16 hex digits) after it. */
     private static final Pattern MEMBER = Pattern.compile("([1-9][0-9]{0,9}) ([0-9]{1,15})( [0-9a-f]{16})?");
     /** Groups this process joined so far, per run, store address and rank: the next group's generation. */
@@ -424,10 +422,6 @@ public final class ProcessGroup implements Group {
      * together.
      */
     private List<byte[]> exchangeThroughStore(String prefix, byte[] mine, String what) {
-        List<String> keys = new ArrayList<>(worldSize());
-        for (int r = 0; r < worldSize(); r++) {
-            keys.add(prefix + r);
-        }
         try {
             try {
                 seat.check();
@@ -436,33 +430,23 @@ public final class ProcessGroup implements Group {
                 abortState.raise(rank(), twin.getMessage()); // the group cannot be used: its teardown waits for nobody
                 throw twin;
             }
-            store.set(prefix + rank(), mine);
-            long deadline = System.nanoTime() + options.timeout().toNanos();
-            while (true) {
-                long left = deadline - System.nanoTime();
-                Duration slice = Duration.ofNanos(Math.max(1_000_000, Math.min(left, STORE_POLL_SLICE.toNanos())));
-                try {
-                    return store.getAll(keys, slice);
-                } catch (StoreTimeoutException e) {
-                    List<Integer> missing = new ArrayList<>();
-                    for (String k : e.missingKeys()) {
-                        missing.add(Integer.parseInt(k.substring(prefix.length())));
-                    }
-                    failIfAPeerGaveUp(what);
-                    List<Integer> dead = missing.stream().filter(p -> !knownAlive(p)).toList();
-                    if (!dead.isEmpty()) {
-                        throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': "
-                                + describeJoining(dead) + " exited before arriving", rank(), dead, what,
-                                PeerTimeoutException.Reason.PEER_EXITED, options.timeout()));
-                    }
-                    if (System.nanoTime() - deadline >= 0) {
-                        throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "' of " + identity
-                                + ": timed out after " + options.timeout() + " waiting for ranks " + missing
-                                + " (start every rank with the same WORLD_SIZE, MASTER_ADDR, MASTER_PORT and run id)",
-                                rank(), missing, what, PeerTimeoutException.Reason.DEADLINE_PASSED, options.timeout()));
-                    }
-                }
-            }
+            return StoreExchange.exchange(store, prefix, rank(), worldSize(), mine, options.timeout(),
+                    (missing, deadlinePassed) -> {
+                        failIfAPeerGaveUp(what);
+                        List<Integer> dead = missing.stream().filter(p -> !knownAlive(p)).toList();
+                        if (!dead.isEmpty()) {
+                            throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': "
+                                    + describeJoining(dead) + " exited before arriving", rank(), dead, what,
+                                    PeerTimeoutException.Reason.PEER_EXITED, options.timeout()));
+                        }
+                        if (deadlinePassed) {
+                            throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "' of "
+                                    + identity + ": timed out after " + options.timeout() + " waiting for ranks "
+                                    + missing + " (start every rank with the same WORLD_SIZE, MASTER_ADDR, MASTER_PORT"
+                                    + " and run id)", rank(), missing, what, PeerTimeoutException.Reason.DEADLINE_PASSED,
+                                    options.timeout()));
+                        }
+                    });
         } catch (PeerTimeoutException | StoreTimeoutException e) {
             throw e;
         } catch (SymmemException e) {
@@ -635,7 +619,7 @@ public final class ProcessGroup implements Group {
         long deadline = System.nanoTime() + options.timeout().toNanos();
         while (System.nanoTime() < deadline && !abortState.isRaised()) {
             try {
-                store.get(ALL_CLOSED_KEY, STORE_POLL_SLICE);
+                store.get(ALL_CLOSED_KEY, StoreExchange.POLL_SLICE);
                 return;
             } catch (StoreTimeoutException e) {
                 boolean anyAlive = false;

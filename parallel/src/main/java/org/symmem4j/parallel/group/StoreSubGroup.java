@@ -1,7 +1,6 @@
 package org.symmem4j.parallel.group;
 
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
 import org.symmem4j.parallel.Group;
@@ -9,7 +8,6 @@ import org.symmem4j.parallel.GroupAbort;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.RendezvousStore;
-import org.symmem4j.parallel.StoreTimeoutException;
 import org.symmem4j.parallel.Transport;
 
 /**
@@ -20,9 +18,6 @@ import org.symmem4j.parallel.Transport;
  * ({@link Transport#forSubGroup(int[])}). Created by {@link Group#split(int, int)}.
  */
 final class StoreSubGroup implements Group {
-
-    /** Longest slice a store wait blocks before re-checking aborts and the liveness of missing ranks. */
-    private static final Duration STORE_POLL_SLICE = Duration.ofMillis(200);
 
     private final Group parent;
     private final int[] parentRanks;
@@ -112,44 +107,28 @@ final class StoreSubGroup implements Group {
     }
 
     private List<byte[]> exchange(String prefix, byte[] mine, String what) {
-        store.set(prefix + rank, mine);
-        List<String> keys = new ArrayList<>(worldSize());
-        for (int r = 0; r < worldSize(); r++) {
-            keys.add(prefix + r);
-        }
         Duration timeout = options().timeout();
-        long deadline = System.nanoTime() + timeout.toNanos();
-        while (true) {
-            long left = deadline - System.nanoTime();
-            Duration slice = Duration.ofNanos(Math.max(1_000_000, Math.min(left, STORE_POLL_SLICE.toNanos())));
-            try {
-                return store.getAll(keys, slice);
-            } catch (StoreTimeoutException e) {
-                List<Integer> missing = new ArrayList<>();
-                for (String k : e.missingKeys()) {
-                    missing.add(Integer.parseInt(k.substring(k.lastIndexOf('/') + 1))); // keys end in "/<rank>"
-                }
-                GroupAbort.Cause aborted = abortState.cause();
-                if (aborted != null) {
-                    throw new PeerTimeoutException("rank=" + rank + " set-up '" + what + "' of group '" + label
-                            + "': group aborted: " + aborted.reason(), rank, missing, what,
-                            PeerTimeoutException.Reason.PEER_ABORTED, timeout);
-                }
-                List<Integer> dead = missing.stream().filter(p -> !isAlive(p)).toList();
-                if (!dead.isEmpty()) {
-                    throw new PeerTimeoutException("rank=" + rank + " set-up '" + what + "' of group '" + label + "': "
-                            + String.join(", ", dead.stream().map(this::describe).toList()) + " exited before arriving",
-                            rank, dead, what, PeerTimeoutException.Reason.PEER_EXITED, timeout);
-                }
-                if (System.nanoTime() - deadline >= 0) {
-                    throw new PeerTimeoutException("rank=" + rank + " set-up '" + what + "' of group '" + label
-                            + "': timed out after " + timeout + " waiting for "
-                            + String.join(", ", missing.stream().map(this::describe).toList())
-                            + " (every rank of a sub-group must make the same set-up calls in the same order)",
-                            rank, missing, what, PeerTimeoutException.Reason.DEADLINE_PASSED, timeout);
-                }
+        return StoreExchange.exchange(store, prefix, rank, worldSize(), mine, timeout, (missing, deadlinePassed) -> {
+            GroupAbort.Cause aborted = abortState.cause();
+            if (aborted != null) {
+                throw new PeerTimeoutException("rank=" + rank + " set-up '" + what + "' of group '" + label
+                        + "': group aborted: " + aborted.reason(), rank, missing, what,
+                        PeerTimeoutException.Reason.PEER_ABORTED, timeout);
             }
-        }
+            List<Integer> dead = missing.stream().filter(p -> !isAlive(p)).toList();
+            if (!dead.isEmpty()) {
+                throw new PeerTimeoutException("rank=" + rank + " set-up '" + what + "' of group '" + label + "': "
+                        + String.join(", ", dead.stream().map(this::describe).toList()) + " exited before arriving",
+                        rank, dead, what, PeerTimeoutException.Reason.PEER_EXITED, timeout);
+            }
+            if (deadlinePassed) {
+                throw new PeerTimeoutException("rank=" + rank + " set-up '" + what + "' of group '" + label
+                        + "': timed out after " + timeout + " waiting for "
+                        + String.join(", ", missing.stream().map(this::describe).toList())
+                        + " (every rank of a sub-group must make the same set-up calls in the same order)",
+                        rank, missing, what, PeerTimeoutException.Reason.DEADLINE_PASSED, timeout);
+            }
+        });
     }
 
     @Override
