@@ -140,6 +140,32 @@ public final class Configuration {
                     + " count as one machine")
             .build(null, "unset", value -> positive(Integer.parseInt(value.strip())));
 
+    // ---------------------------------------------------------------- diagnostics
+
+    /** {@code symmem4j.flight.recorder.entries}: collectives each communicator's flight recorder keeps (0: off). */
+    public static final Setting<Integer> FLIGHT_RECORDER_ENTRIES = Setting.property("symmem4j.flight.recorder.entries")
+            .type("integer")
+            .accepts("a whole number from 0 (off) to 1048576, rounded up to a power of two")
+            .describedAs("how many of its last collectives each communicator's flight recorder keeps per rank (operation,"
+                    + " sequence number, count, bytes, dtype, algorithm, state, times); dumped as JSON when a collective"
+                    + " fails, merged by `symmem4j-flight-report`. Costs no allocation and no clock call per collective")
+            .build(1024, "`1024`", value -> {
+                int n = Integer.parseInt(value.strip());
+                if (n < 0 || n > 1 << 20) {
+                    throw new NumberFormatException("out of range");
+                }
+                return n;
+            });
+
+    /** {@code symmem4j.flight.recorder.dir}: where flight-recorder dumps are written. */
+    public static final Setting<Path> FLIGHT_RECORDER_DIR = Setting.property("symmem4j.flight.recorder.dir")
+            .type("path")
+            .accepts("a writable directory (created if missing)")
+            .describedAs("where each rank writes its flight-recorder dump (`flight-<run>-g<generation>-rank<r>-...json`)"
+                    + " when a collective fails: a timeout, a dead or aborting peer, a mismatch, a local failure")
+            .build(Path.of(System.getProperty("java.io.tmpdir"), "symmem4j-flight-recorder"),
+                    "`${java.io.tmpdir}/symmem4j-flight-recorder`", Path::of);
+
     // ---------------------------------------------------------------- host collectives
 
     /** {@code symmem4j.reducer}: {@code scalar} forces the scalar host reduction loops (read once per JVM). */

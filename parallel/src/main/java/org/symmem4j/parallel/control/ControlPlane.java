@@ -30,11 +30,17 @@ import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
  * alone about its own arguments travels in its descriptor ({@link Problem}), so a bad buffer on one
  * rank is refused on every rank, naming that rank. The verdict's messages are {@link DescriptorCheck}'s.
  *
+ * <p>Every collective is also written into this rank's {@link FlightRecorder} (dumped when one fails)
+ * and, while a JDK Flight Recorder recording enables it, emitted as a {@link CollectiveEvent}. The
+ * communicator tells the control plane when a collective returned ({@link #completed}) or failed
+ * ({@link #failed}); {@link #checkAgreement} and {@link #barrier} complete on their own.
+ *
  * <p>Used by one thread (the rank's); not thread-safe.
  */
 public final class ControlPlane implements AutoCloseable {
 
     private static final DType[] DTYPES = DType.values();
+    private static final Algorithm[] ALGORITHMS = Algorithm.values();
 
     private final int rank;
     private final int worldSize;
@@ -43,14 +49,20 @@ public final class ControlPlane implements AutoCloseable {
     private final SymmetricMemory owned;
     /** The descriptor of {@link #checkAgreement} and {@link #barrier}, reused: the hot path allocates nothing. */
     private final Descriptor call = new Descriptor();
+    /** This rank's ring of its last collectives; null when {@code symmem4j.flight.recorder.entries} is 0. */
+    private final FlightRecorder recorder;
 
     private long seq;
+    /** The JFR event of the collective in progress; null while no recording enables {@link CollectiveEvent}. */
+    private CollectiveEvent event;
 
-    private ControlPlane(Group group, PadSynchronizer sync, SymmetricMemory owned) {
+    private ControlPlane(Group group, PadSynchronizer sync, SymmetricMemory owned, String kind) {
         this.rank = group.rank();
         this.worldSize = group.worldSize();
         this.sync = sync;
         this.owned = owned;
+        this.recorder = FlightRecorder.create(rank, worldSize, kind);
+        sync.describePositionsWith(this::lastOps);
     }
 
     /**
@@ -72,7 +84,7 @@ public final class ControlPlane implements AutoCloseable {
                     + hostTransport.name() + " gave " + memory.getClass().getSimpleName()
                     + " (pass a host transport: host-in-jvm or host-shm)");
         }
-        return new ControlPlane(group, pads.sync(), memory);
+        return new ControlPlane(group, pads.sync(), memory, "device");
     }
 
     /**
@@ -84,7 +96,7 @@ public final class ControlPlane implements AutoCloseable {
      * @return this rank's control plane; closing it closes nothing
      */
     public static ControlPlane over(Group group, PadSynchronizer sync) {
-        return new ControlPlane(group, sync, null);
+        return new ControlPlane(group, sync, null, "host");
     }
 
     /** {@return this rank's synchronizer over the pads} */
@@ -101,7 +113,89 @@ public final class ControlPlane implements AutoCloseable {
     public long begin(String what) {
         long s = seq++;
         sync.beginOp(what, s);
+        if (recorder != null) {
+            recorder.begin(s, what);
+        }
+        if (CollectiveEvent.TYPE.isEnabled()) {
+            beginEvent(s, what);
+        }
         return s;
+    }
+
+    /**
+     * Collective {@code s} (the latest {@link #begin}) returned on this rank: recorded as completed, its
+     * JFR event committed. A collective that already {@link #failed} stays failed.
+     *
+     * @param s its sequence number
+     */
+    public void completed(long s) {
+        if (recorder != null) {
+            recorder.completed(s);
+        }
+        if (event != null) {
+            commitEvent(s, "COMPLETED", null);
+        }
+    }
+
+    /**
+     * The latest collective failed on this rank: recorded as failed, the flight recorder dumped (once
+     * per collective), its JFR event committed with the failure. Call before rethrowing.
+     *
+     * @param failure what went wrong
+     */
+    public void failed(Throwable failure) {
+        long s = seq - 1;
+        if (recorder != null) {
+            recorder.failed(s, failure);
+        }
+        if (event != null) {
+            commitEvent(s, "FAILED", failure);
+        }
+    }
+
+    /** {@return this rank's flight recorder, or null when recording is off} */
+    public FlightRecorder recorder() {
+        return recorder;
+    }
+
+    /** This rank's last collectives in words, for timeout messages ({@link PadSynchronizer}). */
+    private String lastOps() {
+        return recorder == null ? null : recorder.lastOps(3);
+    }
+
+    private void beginEvent(long s, String what) {
+        CollectiveEvent e = new CollectiveEvent();
+        e.begin();
+        e.operation = what;
+        e.sequence = s;
+        e.rank = rank;
+        e.worldSize = worldSize;
+        e.count = -1;
+        e.bufferBytes = -1;
+        event = e;
+    }
+
+    private void eventStarted(Descriptor d) {
+        CollectiveEvent e = event;
+        if (e != null && e.sequence == d.seq()) {
+            e.count = d.count();
+            e.bufferBytes = d.bufferBytes();
+            e.dtype = d.dtype() >= 0 && d.dtype() < DTYPES.length ? DTYPES[d.dtype()].name() : null;
+            e.algorithm = d.algorithm() >= 0 && d.algorithm() < ALGORITHMS.length ? ALGORITHMS[d.algorithm()].name() : null;
+        }
+    }
+
+    private void commitEvent(long s, String outcome, Throwable failure) {
+        CollectiveEvent e = event;
+        event = null;
+        if (e.sequence == s) {
+            e.end();
+            if (e.shouldCommit()) {
+                e.outcome = outcome;
+                e.failure = failure == null ? null : String.valueOf(failure.getMessage());
+                e.commit();
+            }
+        }
     }
 
     /**
@@ -148,9 +242,33 @@ public final class ControlPlane implements AutoCloseable {
      * @throws CollectiveMismatchException if any rank's arguments differ or report a problem
      */
     public void enter(Descriptor mine) {
-        String error = arriveAndCheck(mine);
+        String error;
+        try {
+            error = arriveAndCheck(mine);
+        } catch (RuntimeException | Error e) {
+            failed(e);
+            throw e;
+        }
         if (error != null) {
-            throw new CollectiveMismatchException(error);
+            CollectiveMismatchException e = new CollectiveMismatchException(error);
+            failed(e);
+            throw e;
+        }
+        started(mine);
+    }
+
+    /**
+     * Records that every rank agreed on {@code mine} at the entry barrier (for communicators that call
+     * {@link #arriveAndCheck} themselves; {@link #enter} does it on its own).
+     *
+     * @param mine the agreed descriptor
+     */
+    public void started(Descriptor mine) {
+        if (recorder != null) {
+            recorder.started(mine);
+        }
+        if (event != null) {
+            eventStarted(mine);
         }
     }
 
@@ -205,6 +323,7 @@ public final class ControlPlane implements AutoCloseable {
         long s = begin(what);
         enter(call.set(s, kind, ordinal(dtype), ordinal(op), ordinal(algorithm), root, count, bufferBytes, memoryId,
                 memoryOffset, recvBytes, localProblem == null ? Problem.NONE : localProblem));
+        completed(s); // agreed: the caller enqueues the device work next
     }
 
     /**
@@ -216,6 +335,7 @@ public final class ControlPlane implements AutoCloseable {
     public void barrier() {
         long s = begin("barrier");
         enter(call.set(s, Kind.BARRIER, -1, -1, -1, -1, 0, 0, -1, 0, 0, Problem.NONE));
+        completed(s);
     }
 
     /**

@@ -125,7 +125,7 @@ final class DescriptorCheck {
         return ordinal >= 0 && ordinal < values.length ? values[ordinal].name() : "null";
     }
 
-    private static String label(Kind kind) {
+    static String label(Kind kind) {
         return kind == null ? "unknown" : kind.name().toLowerCase(java.util.Locale.ROOT).replace('_', '-');
     }
 

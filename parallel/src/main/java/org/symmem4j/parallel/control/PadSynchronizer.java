@@ -76,6 +76,8 @@ public final class PadSynchronizer implements WaitSubject {
     // The operation in progress, named in errors; set per operation without building strings.
     private String opKind = "operation";
     private long opNumber = -1;
+    /** This rank's last collectives in words (its flight recorder), for failure messages; null: none. */
+    private java.util.function.Supplier<String> lastOps = () -> null;
 
     // The wait in progress, for error reports (set only on the slow path).
     private WaitKind waitKind;
@@ -127,6 +129,74 @@ public final class PadSynchronizer implements WaitSubject {
     public void beginOp(String kind, long number) {
         opKind = kind;
         opNumber = number;
+    }
+
+    /**
+     * Where this rank's last collectives come from for failure messages (its control plane's flight recorder).
+     *
+     * @param lastOps this rank's last collectives in words, or null when not recorded
+     */
+    public void describePositionsWith(java.util.function.Supplier<String> lastOps) {
+        this.lastOps = lastOps;
+    }
+
+    /**
+     * Where every rank is, from the entry lines in this rank's pad (each rank's latest collective that
+     * reached this rank's pad) and this rank's own op: "ranks 0-2 at all-reduce#13; rank 3 last entered
+     * all-reduce#12", grouped, then this rank's flight-recorder tail. Error path only: it allocates, and
+     * reads a peer's line while the peer may rewrite it for a later op (a hung peer does not), so it is a
+     * diagnosis, not a verdict.
+     */
+    String positions() {
+        java.util.Map<String, List<Integer>> byPlace = new java.util.LinkedHashMap<>();
+        for (int p = 0; p < worldSize; p++) {
+            String place;
+            if (p == rank) {
+                place = "at " + currentOp();
+            } else {
+                long best = 0;
+                long bestLine = -1;
+                for (int parity = 0; parity < 2; parity++) {
+                    long line = SignalPadLayout.entryLineOffset(p, parity);
+                    // acquire: pairs with p's release of the epoch in arrive(); its descriptor fields are visible
+                    long epoch = (long) LONG.getAcquire(ownPad, line + OpDescriptorLayout.EPOCH);
+                    if (epoch > best) {
+                        best = epoch;
+                        bestLine = line;
+                    }
+                }
+                if (bestLine < 0) {
+                    place = "entered no collective yet";
+                } else {
+                    int kind = ownPad.get(ValueLayout.JAVA_INT, bestLine + OpDescriptorLayout.KIND);
+                    OpDescriptorLayout.Kind[] kinds = OpDescriptorLayout.Kind.values();
+                    String label = kind >= 0 && kind < kinds.length ? DescriptorCheck.label(kinds[kind]) : "collective";
+                    place = (best - 1 == opNumber ? "at " : "last entered ") + label + "#" + (best - 1);
+                }
+            }
+            byPlace.computeIfAbsent(place, k -> new ArrayList<>()).add(p);
+        }
+        StringBuilder b = new StringBuilder("where the ranks are: ");
+        boolean first = true;
+        for (java.util.Map.Entry<String, List<Integer>> e : byPlace.entrySet()) {
+            b.append(first ? "" : "; ").append(rankList(e.getValue())).append(' ').append(e.getKey());
+            first = false;
+        }
+        String mine = lastOps.get();
+        if (mine != null) {
+            b.append("; this rank's last collectives: ").append(mine);
+        }
+        return b.toString();
+    }
+
+    /** "rank 3", "ranks 0-2", "ranks 0, 2, 5". */
+    private static String rankList(List<Integer> ranks) {
+        if (ranks.size() == 1) {
+            return "rank " + ranks.getFirst();
+        }
+        boolean consecutive = ranks.getLast() - ranks.getFirst() == ranks.size() - 1;
+        return "ranks " + (consecutive ? ranks.getFirst() + "-" + ranks.getLast()
+                : String.join(", ", ranks.stream().map(String::valueOf).toList()));
     }
 
     /**
@@ -465,7 +535,7 @@ public final class PadSynchronizer implements WaitSubject {
         if (!dead.isEmpty()) {
             String what = waitLabel();
             String msg = "rank=" + rank + " " + what + ": " + describe(dead)
-                    + " exited before arriving (its thread or process is gone)";
+                    + " exited before arriving (its thread or process is gone); " + positions();
             abort(dead.getFirst(), msg);
             throw new PeerTimeoutException(msg, rank, dead, what, Reason.PEER_EXITED, waiter.timeout());
         }
@@ -493,7 +563,7 @@ public final class PadSynchronizer implements WaitSubject {
             String what = waitLabel();
             String msg = "rank=" + rank + " " + what + ": " + describe(left) + " is closing its symmetric memory or"
                     + " communicators (it left the group) instead of arriving: its code failed or returned before this"
-                    + " collective";
+                    + " collective; " + positions();
             abort(left.getFirst(), msg);
             throw new PeerTimeoutException(msg, rank, left, what, Reason.PEER_LEFT, waiter.timeout());
         }
@@ -563,6 +633,7 @@ public final class PadSynchronizer implements WaitSubject {
                     + " (stopped, hung, or busy outside collectives; raise GroupOptions.timeout if ranks legitimately"
                     + " lag this long)";
         }
+        msg += "; " + positions();
         abort(culprits.isEmpty() ? rank : culprits.getFirst(), msg);
         return new PeerTimeoutException(msg, rank, culprits, what, Reason.DEADLINE_PASSED, timeout);
     }

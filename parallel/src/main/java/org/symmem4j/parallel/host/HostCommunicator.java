@@ -150,6 +150,8 @@ public final class HostCommunicator implements Communicator {
             stagedAllReduce(buffer, 0, count, dtype, op, algorithm);
         } catch (Throwable t) {
             throw failedInside(t);
+        } finally {
+            control.completed(s); // no-op when it failed
         }
     }
 
@@ -190,6 +192,8 @@ public final class HostCommunicator implements Communicator {
             }
         } catch (Throwable t) {
             throw failedInside(t);
+        } finally {
+            control.completed(s); // no-op when it failed
         }
     }
 
@@ -436,6 +440,8 @@ public final class HostCommunicator implements Communicator {
             }
         } catch (Throwable t) {
             throw failedInside(t);
+        } finally {
+            control.completed(s); // no-op when it failed
         }
     }
 
@@ -486,6 +492,8 @@ public final class HostCommunicator implements Communicator {
             }
         } catch (Throwable t) {
             throw failedInside(t);
+        } finally {
+            control.completed(s); // no-op when it failed
         }
     }
 
@@ -523,6 +531,8 @@ public final class HostCommunicator implements Communicator {
             sync.barrier("reduce-scatter done"); // every rank has read its block from every region
         } catch (Throwable t) {
             throw failedInside(t);
+        } finally {
+            control.completed(s); // no-op when it failed
         }
     }
 
@@ -557,6 +567,8 @@ public final class HostCommunicator implements Communicator {
             sync.barrier("all-gather done"); // every rank has copied every block
         } catch (Throwable t) {
             throw failedInside(t);
+        } finally {
+            control.completed(s); // no-op when it failed
         }
     }
 
@@ -606,6 +618,8 @@ public final class HostCommunicator implements Communicator {
             }
         } catch (Throwable t) {
             throw failedInside(t);
+        } finally {
+            control.completed(s); // no-op when it failed
         }
     }
 
@@ -628,6 +642,7 @@ public final class HostCommunicator implements Communicator {
             nextHalf = halfBefore;
             throw new CollectiveMismatchException(error);
         }
+        control.started(mine);
     }
 
     /** Whether buffers of these sizes hold the call's count (overflow counts as too small). No allocation. */
@@ -699,6 +714,7 @@ public final class HostCommunicator implements Communicator {
      * the error naming that peer with {@code t} attached.
      */
     private RuntimeException failedInside(Throwable t) {
+        control.failed(t); // flight recorder: marks the collective failed and dumps this rank's last ones
         if (t instanceof CollectiveMismatchException || t instanceof PeerTimeoutException) {
             return (RuntimeException) t;
         }

@@ -1,0 +1,333 @@
+package org.symmem4j.parallel.control;
+
+import java.io.IOException;
+import java.lang.management.ManagementFactory;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+import java.util.Locale;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Configuration;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.trace.ChromeTraceWriter;
+import org.symmem4j.parallel.trace.CoarseClock;
+
+/**
+ * One rank's flight recorder for one communicator: a ring of its last {@code capacity} collectives
+ * (sequence number, operation, element count, bytes, dtype, op, algorithm, symmetric region, state,
+ * wall-clock times), written on the hot path without allocating or reading a clock (a
+ * {@link CoarseClock} stamp is a volatile load), and dumped as JSON when a collective fails, so that
+ * a hang or a dead rank can be attributed afterwards: {@code symmem4j-flight-report} merges the dumps
+ * of every rank into one report that says where the ranks diverged. PyTorch's NCCL flight recorder is
+ * the model; here the entry barrier already names the missing rank, and the dump adds what each rank
+ * did before.
+ *
+ * <pre>
+ *  slot = seq &amp; (capacity - 1)          one entry per collective, overwritten capacity calls later
+ *  seq[slot]      the control plane's sequence number (barriers inside collectives count too)
+ *  what[slot]     the operation's name ("all-reduce", "cuda all-gather", "barrier")
+ *  shape[slot]    kind | dtype+1 &lt;&lt; 8 | op+1 &lt;&lt; 16 | algorithm+1 &lt;&lt; 24 (0 where there is none)
+ *  count, bytes, memoryId, memoryOffset
+ *  state[slot]    SCHEDULED (begun, at the entry barrier) -&gt; STARTED (every rank arrived)
+ *                 -&gt; COMPLETED, or FAILED
+ *  begunMillis, startedMillis, endedMillis   epoch ms ({@link CoarseClock}: about 1 ms resolution)
+ * </pre>
+ *
+ * <p>Size and dump directory: {@link Configuration#FLIGHT_RECORDER_ENTRIES},
+ * {@link Configuration#FLIGHT_RECORDER_DIR}. Not thread-safe: written by the rank's thread that runs
+ * the communicator; {@link #dump} runs on that thread too (from the failure path).
+ */
+public final class FlightRecorder {
+
+    /** Where a recorded collective got to. */
+    public enum State {
+        /** Begun: this rank is at the entry barrier (or checking its own arguments). */
+        SCHEDULED,
+        /** Every rank arrived at the entry barrier and agreed: data moves. */
+        STARTED,
+        /** Returned on this rank (for device communicators: enqueued on the stream). */
+        COMPLETED,
+        /** Threw on this rank (mismatch, timeout, dead or aborting peer, local failure). */
+        FAILED
+    }
+
+    private static final Logger LOG = LoggerFactory.getLogger(FlightRecorder.class);
+    private static final AtomicInteger COMMUNICATORS = new AtomicInteger();
+    private static final OpDescriptorLayout.Kind[] KINDS = OpDescriptorLayout.Kind.values();
+    private static final State[] STATES = State.values();
+
+    private final int rank;
+    private final int worldSize;
+    private final String communicator;
+    private final int mask;
+    private final long[] seq;
+    private final String[] what;
+    private final int[] shape;
+    private final long[] count;
+    private final long[] bytes;
+    private final long[] memoryId;
+    private final long[] memoryOffset;
+    private final byte[] state;
+    private final long[] begunMillis;
+    private final long[] startedMillis;
+    private final long[] endedMillis;
+    private long recorded;
+    private long lastDumpedFailureSeq = -1;
+
+    private FlightRecorder(int rank, int worldSize, String communicator, int capacity) {
+        this.rank = rank;
+        this.worldSize = worldSize;
+        this.communicator = communicator;
+        this.mask = capacity - 1;
+        this.seq = new long[capacity];
+        this.what = new String[capacity];
+        this.shape = new int[capacity];
+        this.count = new long[capacity];
+        this.bytes = new long[capacity];
+        this.memoryId = new long[capacity];
+        this.memoryOffset = new long[capacity];
+        this.state = new byte[capacity];
+        this.begunMillis = new long[capacity];
+        this.startedMillis = new long[capacity];
+        this.endedMillis = new long[capacity];
+    }
+
+    /**
+     * A recorder of {@link Configuration#FLIGHT_RECORDER_ENTRIES} entries (rounded up to a power of
+     * two), or null when that setting is 0 (recording off).
+     *
+     * @param rank      this rank
+     * @param worldSize the group's size
+     * @param kind      what the communicator is, for the dump's name ("host", "cuda")
+     * @return the recorder, or null when recording is off
+     */
+    public static FlightRecorder create(int rank, int worldSize, String kind) {
+        return create(rank, worldSize, kind, Configuration.FLIGHT_RECORDER_ENTRIES.get());
+    }
+
+    /**
+     * A recorder of {@code entries} entries (rounded up to a power of two), or null when it is 0.
+     *
+     * @param rank      this rank
+     * @param worldSize the group's size
+     * @param kind      what the communicator is, for the dump's name
+     * @param entries   how many collectives to keep, 0 for none
+     * @return the recorder, or null
+     */
+    public static FlightRecorder create(int rank, int worldSize, String kind, int entries) {
+        if (entries < 0) {
+            throw new IllegalArgumentException("flight recorder entries=" + entries + ", expected >= 0 (0 turns it off)");
+        }
+        if (entries == 0) {
+            return null;
+        }
+        int capacity = Integer.highestOneBit(Math.min(entries, 1 << 20));
+        if (capacity < entries) {
+            capacity <<= 1;
+        }
+        return new FlightRecorder(rank, worldSize, kind + "-" + COMMUNICATORS.incrementAndGet(), capacity);
+    }
+
+    /** {@return how many entries the ring keeps} */
+    public int capacity() {
+        return mask + 1;
+    }
+
+    /** {@return the number of collectives recorded so far} */
+    public long recorded() {
+        return recorded;
+    }
+
+    /**
+     * Collective {@code s} begins on this rank.
+     *
+     * @param s         its sequence number
+     * @param operation its name, a constant ("all-reduce")
+     */
+    public void begin(long s, String operation) {
+        int i = (int) (s & mask);
+        seq[i] = s;
+        what[i] = operation;
+        shape[i] = 0;
+        count[i] = -1;
+        bytes[i] = -1;
+        memoryId[i] = -1;
+        memoryOffset[i] = 0;
+        state[i] = (byte) State.SCHEDULED.ordinal();
+        begunMillis[i] = CoarseClock.millis();
+        startedMillis[i] = 0;
+        endedMillis[i] = 0;
+        recorded++;
+    }
+
+    /**
+     * Collective {@code d.seq()} passed its entry barrier: every rank arrived with the same arguments.
+     *
+     * @param d the agreed descriptor
+     */
+    public void started(OpDescriptorLayout.Descriptor d) {
+        int i = (int) (d.seq() & mask);
+        if (seq[i] != d.seq()) {
+            return; // not begun through this recorder
+        }
+        shape[i] = d.kind().ordinal() | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
+        count[i] = d.count();
+        bytes[i] = d.bufferBytes();
+        memoryId[i] = d.memoryId();
+        memoryOffset[i] = d.memoryOffset();
+        state[i] = (byte) State.STARTED.ordinal();
+        startedMillis[i] = CoarseClock.millis();
+    }
+
+    /**
+     * Collective {@code s} returned on this rank; a failed one stays failed.
+     *
+     * @param s its sequence number
+     */
+    public void completed(long s) {
+        int i = (int) (s & mask);
+        if (seq[i] == s && state[i] != State.FAILED.ordinal()) {
+            state[i] = (byte) State.COMPLETED.ordinal();
+            endedMillis[i] = CoarseClock.millis();
+        }
+    }
+
+    /**
+     * Collective {@code s} failed on this rank: marks it and dumps the ring (once per failed collective).
+     *
+     * @param s      its sequence number
+     * @param reason the failure
+     * @return the dump's file, or null when it was dumped already or could not be written (logged)
+     */
+    public Path failed(long s, Throwable reason) {
+        int i = (int) (s & mask);
+        if (seq[i] == s) {
+            state[i] = (byte) State.FAILED.ordinal();
+            endedMillis[i] = CoarseClock.millis();
+        }
+        if (s == lastDumpedFailureSeq) {
+            return null;
+        }
+        lastDumpedFailureSeq = s;
+        return dump(String.valueOf(reason));
+    }
+
+    /**
+     * Writes the ring as JSON into {@link Configuration#FLIGHT_RECORDER_DIR} (atomically: a temporary
+     * file renamed) and logs where, with this rank's last collectives.
+     *
+     * @param reason why (the failure's message)
+     * @return the file, or null when it could not be written (logged)
+     */
+    public Path dump(String reason) {
+        String json = toJson(reason);
+        Path dir = Configuration.FLIGHT_RECORDER_DIR.get();
+        String run = Configuration.RUN_ID.get();
+        Integer generation = Configuration.RESTART_GENERATION.get();
+        String name = "flight-" + safe(run == null ? "local" : run) + (generation == null ? "" : "-g" + generation)
+                + "-rank" + rank + "-" + communicator + "-pid" + ProcessHandle.current().pid() + ".json";
+        try {
+            Files.createDirectories(dir);
+            Path file = dir.resolve(name);
+            Path tmp = Files.createTempFile(dir, name, ".tmp");
+            Files.writeString(tmp, json, StandardCharsets.UTF_8);
+            Files.move(tmp, file, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+            LOG.warn("rank={} flight recorder: last collectives {}; dump {} (merge every rank's dumps with"
+                    + " symmem4j-flight-report {})", rank, lastOps(4), file, dir);
+            return file;
+        } catch (IOException | RuntimeException e) {
+            LOG.warn("rank={} flight recorder: last collectives {}; could not write the dump into {}: {} (set {} to a"
+                    + " writable directory)", rank, lastOps(4), dir, e, Configuration.FLIGHT_RECORDER_DIR.property());
+            return null;
+        }
+    }
+
+    /**
+     * This rank's last {@code n} collectives in words, newest last: "all-reduce#12 COMPLETED,
+     * all-reduce#13 STARTED".
+     *
+     * @param n how many
+     * @return the list, or "none" when nothing was recorded
+     */
+    public String lastOps(int n) {
+        StringBuilder b = new StringBuilder();
+        long first = Math.max(0, recorded - Math.min(n, capacity()));
+        for (long k = first; k < recorded; k++) {
+            int i = slotOfRecorded(k);
+            if (b.length() > 0) {
+                b.append(", ");
+            }
+            b.append(what[i]).append('#').append(seq[i]).append(' ').append(STATES[state[i]]);
+        }
+        return b.length() == 0 ? "none" : b.toString();
+    }
+
+    /**
+     * The ring as JSON: {@code {"rank", "worldSize", "communicator", "runId", "generation", "pid",
+     * "dumpedAtMillis", "reason", "recorded", "ops": [...]}}, oldest op first.
+     *
+     * @param reason why it is dumped
+     * @return the JSON text
+     */
+    public String toJson(String reason) {
+        StringBuilder b = new StringBuilder(256 + 200 * (int) Math.min(recorded, capacity()));
+        String run = Configuration.RUN_ID.get();
+        Integer generation = Configuration.RESTART_GENERATION.get();
+        b.append("{\"format\":\"symmem4j-flight-recorder/1\",\"rank\":").append(rank)
+                .append(",\"worldSize\":").append(worldSize)
+                .append(",\"communicator\":\"").append(ChromeTraceWriter.jsonEscape(communicator)).append('"')
+                .append(",\"runId\":").append(run == null ? "null" : "\"" + ChromeTraceWriter.jsonEscape(run) + "\"")
+                .append(",\"generation\":").append(generation == null ? "null" : generation.toString())
+                .append(",\"pid\":").append(ProcessHandle.current().pid())
+                .append(",\"jvm\":\"").append(ChromeTraceWriter.jsonEscape(ManagementFactory.getRuntimeMXBean().getName()))
+                .append('"')
+                .append(",\"dumpedAtMillis\":").append(System.currentTimeMillis())
+                .append(",\"reason\":\"").append(ChromeTraceWriter.jsonEscape(reason == null ? "" : reason)).append('"')
+                .append(",\"recorded\":").append(recorded)
+                .append(",\"ops\":[");
+        long first = Math.max(0, recorded - capacity());
+        for (long k = first; k < recorded; k++) {
+            int i = slotOfRecorded(k);
+            if (k > first) {
+                b.append(',');
+            }
+            int sh = shape[i];
+            boolean hasShape = state[i] != State.SCHEDULED.ordinal();
+            b.append("{\"seq\":").append(seq[i])
+                    .append(",\"op\":\"").append(ChromeTraceWriter.jsonEscape(what[i])).append('"')
+                    .append(",\"kind\":").append(hasShape ? "\"" + KINDS[sh & 0xff].name().toLowerCase(Locale.ROOT) + "\"" : "null")
+                    .append(",\"dtype\":").append(name(DType.values(), (sh >>> 8 & 0xff) - 1))
+                    .append(",\"reduceOp\":").append(name(ReduceOp.values(), (sh >>> 16 & 0xff) - 1))
+                    .append(",\"algorithm\":").append(name(Algorithm.values(), (sh >>> 24 & 0xff) - 1))
+                    .append(",\"count\":").append(count[i])
+                    .append(",\"bytes\":").append(bytes[i])
+                    .append(",\"memoryId\":").append(memoryId[i])
+                    .append(",\"memoryOffset\":").append(memoryOffset[i])
+                    .append(",\"state\":\"").append(STATES[state[i]]).append('"')
+                    .append(",\"begunMillis\":").append(begunMillis[i])
+                    .append(",\"startedMillis\":").append(startedMillis[i])
+                    .append(",\"endedMillis\":").append(endedMillis[i])
+                    .append('}');
+        }
+        return b.append("]}").toString();
+    }
+
+    /** The slot of the k-th recorded collective (0-based): sequence numbers are consecutive per control plane. */
+    private int slotOfRecorded(long k) {
+        // the control plane numbers collectives 0, 1, 2 ...: the k-th recorded one is seq k
+        return (int) (k & mask);
+    }
+
+    private static String name(Enum<?>[] values, int ordinal) {
+        return ordinal < 0 || ordinal >= values.length ? "null" : "\"" + values[ordinal].name() + "\"";
+    }
+
+    private static String safe(String s) {
+        return s.replaceAll("[^A-Za-z0-9._-]", "_");
+    }
+}

@@ -1,0 +1,223 @@
+package org.symmem4j.parallel.control;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
+import jdk.jfr.Recording;
+import jdk.jfr.consumer.RecordedEvent;
+import jdk.jfr.consumer.RecordingFile;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Descriptor;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
+import org.symmem4j.parallel.group.InJvmWorld;
+import org.symmem4j.parallel.trace.Json;
+
+/**
+ * The flight recorder: its ring and JSON, the dump every failing rank writes, the timeout message that
+ * says where the ranks diverged, and the JFR events read back with {@code jdk.jfr.consumer}.
+ */
+class FlightRecorderTest {
+
+    @Test
+    void theRingKeepsTheLastCollectivesOldestFirstWithTheirArgumentsAndStates() {
+        FlightRecorder r = FlightRecorder.create(1, 3, "host", 3); // rounded up to 4
+        assertEquals(4, r.capacity());
+        Descriptor d = new Descriptor();
+        for (long s = 0; s < 10; s++) {
+            r.begin(s, s % 2 == 0 ? "all-reduce" : "barrier");
+            if (s < 9) {
+                r.started(d.set(s, s % 2 == 0 ? Kind.ALL_REDUCE : Kind.BARRIER, DType.BFLOAT16.ordinal(),
+                        ReduceOp.SUM.ordinal(), Algorithm.TWO_SHOT.ordinal(), -1, 100 + s, 2 * (100 + s), 7, 64, 0,
+                        Problem.NONE));
+            }
+            if (s < 8) {
+                r.completed(s);
+            }
+        }
+        assertEquals(10, r.recorded());
+        @SuppressWarnings("unchecked")
+        Map<String, Object> json = (Map<String, Object>) Json.parse(r.toJson("why \"quoted\""));
+        assertEquals(1.0, json.get("rank"));
+        assertEquals(3.0, json.get("worldSize"));
+        assertEquals("why \"quoted\"", json.get("reason"));
+        @SuppressWarnings("unchecked")
+        List<Map<String, Object>> ops = (List<Map<String, Object>>) json.get("ops");
+        assertEquals(List.of(6.0, 7.0, 8.0, 9.0), ops.stream().map(o -> o.get("seq")).toList());
+        assertEquals(List.of("COMPLETED", "COMPLETED", "STARTED", "SCHEDULED"), ops.stream().map(o -> o.get("state")).toList());
+        Map<String, Object> six = ops.getFirst();
+        assertEquals("all-reduce", six.get("op"));
+        assertEquals("all_reduce", six.get("kind"));
+        assertEquals("BFLOAT16", six.get("dtype"));
+        assertEquals("SUM", six.get("reduceOp"));
+        assertEquals("TWO_SHOT", six.get("algorithm"));
+        assertEquals(106.0, six.get("count"));
+        assertEquals(212.0, six.get("bytes"));
+        assertEquals(7.0, six.get("memoryId"));
+        Map<String, Object> nine = ops.getLast();
+        assertNull(nine.get("kind"), "never agreed: no arguments recorded");
+        assertEquals(-1.0, nine.get("count"));
+        assertEquals("barrier#7 COMPLETED, all-reduce#8 STARTED, barrier#9 SCHEDULED", r.lastOps(3));
+    }
+
+    @Test
+    void offWhenNoEntriesAndNegativeEntriesAreRefused() {
+        assertNull(FlightRecorder.create(0, 2, "host", 0));
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> FlightRecorder.create(0, 2, "host", -1));
+        assertTrue(e.getMessage().contains("0 turns it off"), e.getMessage());
+    }
+
+    /**
+     * Rank 2 skips the second all-reduce: its peers time out at its entry, their message says that rank 2
+     * last entered all-reduce#0 while they are at all-reduce#1, and each failing rank dumps its ring.
+     */
+    @Test
+    void aRankThatSkipsACollectiveIsNamedWithWhereEachRankIsAndEveryFailingRankDumps(@TempDir Path dir)
+            throws Exception {
+        String old = System.getProperty("symmem4j.flight.recorder.dir");
+        System.setProperty("symmem4j.flight.recorder.dir", dir.toString());
+        try {
+            int n = 3;
+            Throwable[] thrown = new Throwable[n];
+            CountDownLatch peersFailed = new CountDownLatch(n - 1);
+            try (InJvmWorld world = InJvmWorld.create(n, GroupOptions.defaults().withTimeout(Duration.ofSeconds(3)))) {
+                CountDownLatch done = new CountDownLatch(n);
+                for (int r = 0; r < n; r++) {
+                    int rank = r;
+                    Thread.ofPlatform().name("flight-rank-" + r).start(() -> {
+                        try (Group group = world.join(rank); Communicator comm = Communicator.create(group)) {
+                            MemorySegment buf = Arena.ofAuto().allocate(4L * 256, 64);
+                            comm.allReduce(buf, 256, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT);
+                            if (rank == 2) {
+                                // skips all-reduce#1; calls it only after its peers gave up on it
+                                assertTrue(peersFailed.await(60, TimeUnit.SECONDS));
+                            }
+                            try {
+                                comm.allReduce(buf, 256, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT);
+                            } finally {
+                                if (rank != 2) {
+                                    peersFailed.countDown();
+                                }
+                            }
+                        } catch (Throwable t) {
+                            thrown[rank] = t;
+                        } finally {
+                            done.countDown();
+                        }
+                    });
+                }
+                if (!done.await(60, TimeUnit.SECONDS)) {
+                    fail("ranks still running after 60 s: a wait is unbounded");
+                }
+            }
+            for (int r = 0; r < 2; r++) {
+                PeerTimeoutException e = assertInstanceOf(PeerTimeoutException.class, thrown[r], "rank " + r);
+                assertTrue(e.getMessage().contains("rank 2 last entered all-reduce#0"), e.getMessage());
+                assertTrue(e.getMessage().contains("ranks 0-1 at all-reduce#1"), e.getMessage());
+            }
+            assertInstanceOf(PeerTimeoutException.class, thrown[2], "rank 2 finds the group aborted");
+            List<Path> dumps;
+            try (Stream<Path> files = Files.list(dir)) {
+                dumps = files.filter(f -> f.getFileName().toString().endsWith(".json")).sorted().toList();
+            }
+            assertEquals(3, dumps.size(), "one dump per failing rank: " + dumps);
+            List<Double> ranks = new ArrayList<>();
+            for (Path f : dumps) {
+                @SuppressWarnings("unchecked")
+                Map<String, Object> json = (Map<String, Object>) Json.parse(Files.readString(f));
+                ranks.add((Double) json.get("rank"));
+                @SuppressWarnings("unchecked")
+                List<Map<String, Object>> ops = (List<Map<String, Object>>) json.get("ops");
+                Map<String, Object> last = ops.getLast();
+                assertEquals(1.0, last.get("seq"), f + ": the failed collective is all-reduce#1");
+                assertEquals("FAILED", last.get("state"), f.toString());
+                assertEquals("COMPLETED", ops.get(ops.size() - 2).get("state"), f.toString());
+            }
+            assertEquals(List.of(0.0, 1.0, 2.0), ranks.stream().sorted().toList());
+        } finally {
+            if (old == null) {
+                System.clearProperty("symmem4j.flight.recorder.dir");
+            } else {
+                System.setProperty("symmem4j.flight.recorder.dir", old);
+            }
+        }
+    }
+
+    @Test
+    void everyCollectiveIsAJfrEventWhileARecordingEnablesIt(@TempDir Path dir) throws Exception {
+        int n = 2;
+        int calls = 5;
+        Path file = dir.resolve("collectives.jfr");
+        try (Recording recording = new Recording()) {
+            recording.enable("symmem4j.Collective").withThreshold(Duration.ZERO);
+            recording.start();
+            try (InJvmWorld world = InJvmWorld.create(n, GroupOptions.defaults())) {
+                Throwable[] thrown = new Throwable[n];
+                Thread[] threads = new Thread[n];
+                for (int r = 0; r < n; r++) {
+                    int rank = r;
+                    threads[r] = Thread.ofPlatform().start(() -> {
+                        try (Group group = world.join(rank); Communicator comm = Communicator.create(group)) {
+                            MemorySegment buf = Arena.ofAuto().allocate(4L * 64, 64);
+                            for (int i = 0; i < calls; i++) {
+                                comm.allReduce(buf, 64, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT);
+                            }
+                        } catch (Throwable t) {
+                            thrown[rank] = t;
+                        }
+                    });
+                }
+                for (Thread t : threads) {
+                    t.join();
+                }
+                for (Throwable t : thrown) {
+                    assertNull(t);
+                }
+            }
+            recording.stop();
+            recording.dump(file);
+        }
+        List<RecordedEvent> events = RecordingFile.readAllEvents(file).stream()
+                .filter(e -> e.getEventType().getName().equals("symmem4j.Collective"))
+                .filter(e -> "all-reduce".equals(e.getString("operation")))
+                .toList();
+        assertEquals(n * calls, events.size(), events.toString());
+        for (RecordedEvent e : events) {
+            assertEquals(64, e.getLong("count"));
+            assertEquals("FLOAT32", e.getString("dtype"));
+            assertEquals("ONE_SHOT", e.getString("algorithm"));
+            assertEquals("COMPLETED", e.getString("outcome"));
+            assertEquals(n, e.getInt("worldSize"));
+            assertNotNull(e.getDuration());
+        }
+        for (int r = 0; r < n; r++) {
+            int rank = r;
+            assertEquals(List.of(0L, 1L, 2L, 3L, 4L), events.stream().filter(e -> e.getInt("rank") == rank)
+                    .map(e -> e.getLong("sequence")).sorted().toList(), "rank " + r);
+        }
+    }
+}
