@@ -84,19 +84,20 @@ public final class ControlPlane implements AutoCloseable {
                     + hostTransport.name() + " gave " + memory.getClass().getSimpleName()
                     + " (pass a host transport: host-in-jvm or host-shm)");
         }
-        return new ControlPlane(group, pads.sync(), memory, "device");
+        return new ControlPlane(group, pads.sync(), memory, "device-m" + memory.id());
     }
 
     /**
      * A control plane over the pads of a memory its caller owns and closes (the host communicator's
      * scratch, whose pads also carry its data plane's barriers and ring steps).
      *
-     * @param group this rank's group
-     * @param sync  this rank's synchronizer of that memory
+     * @param group  this rank's group
+     * @param sync   this rank's synchronizer of that memory
+     * @param memory that memory (its id names the communicator in flight-recorder dumps, equal on every rank)
      * @return this rank's control plane; closing it closes nothing
      */
-    public static ControlPlane over(Group group, PadSynchronizer sync) {
-        return new ControlPlane(group, sync, null, "host");
+    public static ControlPlane over(Group group, PadSynchronizer sync, SymmetricMemory memory) {
+        return new ControlPlane(group, sync, null, "host-m" + memory.id());
     }
 
     /** {@return this rank's synchronizer over the pads} */

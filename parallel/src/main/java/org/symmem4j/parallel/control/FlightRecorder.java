@@ -7,7 +7,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.util.Locale;
-import java.util.concurrent.atomic.AtomicInteger;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.Algorithm;
@@ -57,7 +56,6 @@ public final class FlightRecorder {
     }
 
     private static final Logger LOG = LoggerFactory.getLogger(FlightRecorder.class);
-    private static final AtomicInteger COMMUNICATORS = new AtomicInteger();
     private static final OpDescriptorLayout.Kind[] KINDS = OpDescriptorLayout.Kind.values();
     private static final State[] STATES = State.values();
 
@@ -103,11 +101,11 @@ public final class FlightRecorder {
      *
      * @param rank      this rank
      * @param worldSize the group's size
-     * @param kind      what the communicator is, for the dump's name ("host", "cuda")
+     * @param communicator the communicator's name, equal on every rank ("host-m3": its scratch memory's id)
      * @return the recorder, or null when recording is off
      */
-    public static FlightRecorder create(int rank, int worldSize, String kind) {
-        return create(rank, worldSize, kind, Configuration.FLIGHT_RECORDER_ENTRIES.get());
+    public static FlightRecorder create(int rank, int worldSize, String communicator) {
+        return create(rank, worldSize, communicator, Configuration.FLIGHT_RECORDER_ENTRIES.get());
     }
 
     /**
@@ -115,11 +113,11 @@ public final class FlightRecorder {
      *
      * @param rank      this rank
      * @param worldSize the group's size
-     * @param kind      what the communicator is, for the dump's name
-     * @param entries   how many collectives to keep, 0 for none
+     * @param communicator the communicator's name, equal on every rank
+     * @param entries      how many collectives to keep, 0 for none
      * @return the recorder, or null
      */
-    public static FlightRecorder create(int rank, int worldSize, String kind, int entries) {
+    public static FlightRecorder create(int rank, int worldSize, String communicator, int entries) {
         if (entries < 0) {
             throw new IllegalArgumentException("flight recorder entries=" + entries + ", expected >= 0 (0 turns it off)");
         }
@@ -130,7 +128,7 @@ public final class FlightRecorder {
         if (capacity < entries) {
             capacity <<= 1;
         }
-        return new FlightRecorder(rank, worldSize, kind + "-" + COMMUNICATORS.incrementAndGet(), capacity);
+        return new FlightRecorder(rank, worldSize, communicator, capacity);
     }
 
     /** {@return how many entries the ring keeps} */
@@ -230,7 +228,8 @@ public final class FlightRecorder {
         String run = Configuration.RUN_ID.get();
         Integer generation = Configuration.RESTART_GENERATION.get();
         String name = "flight-" + safe(run == null ? "local" : run) + (generation == null ? "" : "-g" + generation)
-                + "-rank" + rank + "-" + communicator + "-pid" + ProcessHandle.current().pid() + ".json";
+                + "-" + communicator + "-n" + worldSize + "-rank" + rank + "-pid" + ProcessHandle.current().pid() + "-t"
+                + System.currentTimeMillis() + ".json";
         try {
             Files.createDirectories(dir);
             Path file = dir.resolve(name);

@@ -535,9 +535,10 @@ public final class PadSynchronizer implements WaitSubject {
         if (!dead.isEmpty()) {
             String what = waitLabel();
             String msg = "rank=" + rank + " " + what + ": " + describe(dead)
-                    + " exited before arriving (its thread or process is gone); " + positions();
-            abort(dead.getFirst(), msg);
-            throw new PeerTimeoutException(msg, rank, dead, what, Reason.PEER_EXITED, waiter.timeout());
+                    + " exited before arriving (its thread or process is gone)";
+            abort(dead.getFirst(), msg); // the abort reason is short (a pad line): positions go to this rank's message
+            throw new PeerTimeoutException(msg + "; " + positions(), rank, dead, what, Reason.PEER_EXITED,
+                    waiter.timeout());
         }
     }
 
@@ -563,9 +564,9 @@ public final class PadSynchronizer implements WaitSubject {
             String what = waitLabel();
             String msg = "rank=" + rank + " " + what + ": " + describe(left) + " is closing its symmetric memory or"
                     + " communicators (it left the group) instead of arriving: its code failed or returned before this"
-                    + " collective; " + positions();
+                    + " collective";
             abort(left.getFirst(), msg);
-            throw new PeerTimeoutException(msg, rank, left, what, Reason.PEER_LEFT, waiter.timeout());
+            throw new PeerTimeoutException(msg + "; " + positions(), rank, left, what, Reason.PEER_LEFT, waiter.timeout());
         }
     }
 
@@ -633,9 +634,8 @@ public final class PadSynchronizer implements WaitSubject {
                     + " (stopped, hung, or busy outside collectives; raise GroupOptions.timeout if ranks legitimately"
                     + " lag this long)";
         }
-        msg += "; " + positions();
         abort(culprits.isEmpty() ? rank : culprits.getFirst(), msg);
-        return new PeerTimeoutException(msg, rank, culprits, what, Reason.DEADLINE_PASSED, timeout);
+        return new PeerTimeoutException(msg + "; " + positions(), rank, culprits, what, Reason.DEADLINE_PASSED, timeout);
     }
 
     /**
@@ -780,7 +780,8 @@ public final class PadSynchronizer implements WaitSubject {
         String msg = aborter == rank
                 ? "rank=" + rank + " " + what + ": this group was aborted because of this rank: " + reason
                         + " (create a new group)"
-                : "rank=" + rank + " " + what + ": group aborted because of rank " + aborter + ": " + reason;
+                : "rank=" + rank + " " + what + ": group aborted because of rank " + aborter + ": " + reason + "; "
+                        + positions();
         throw new PeerTimeoutException(msg, rank, aborter == rank ? List.of() : List.of(aborter), what,
                 Reason.PEER_ABORTED, waiter.timeout());
     }

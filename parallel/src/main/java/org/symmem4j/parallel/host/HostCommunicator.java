@@ -111,7 +111,7 @@ public final class HostCommunicator implements Communicator {
         }
         this.scratch = host;
         this.sync = scratch.sync();
-        this.control = ControlPlane.over(group, sync);
+        this.control = ControlPlane.over(group, sync, scratch);
         this.srcs = new MemorySegment[worldSize];
         this.srcOffsets = new long[worldSize];
         this.srcTypes = new DType[worldSize];
