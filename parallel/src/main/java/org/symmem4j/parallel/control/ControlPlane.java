@@ -209,6 +209,9 @@ public final class ControlPlane implements AutoCloseable {
      *         the same on every rank (the caller throws it as a {@link CollectiveMismatchException})
      */
     public String arriveAndCheck(Descriptor mine) {
+        if (recorder != null) {
+            recorder.arguments(mine);
+        }
         sync.arrive(mine);
         if (mine.problem() == Problem.NONE && buffersLargeEnough(mine, mine.bufferBytes(), mine.recvBytes())) {
             boolean agree = true;
@@ -266,7 +269,7 @@ public final class ControlPlane implements AutoCloseable {
      */
     public void started(Descriptor mine) {
         if (recorder != null) {
-            recorder.started(mine);
+            recorder.started(mine.seq());
         }
         if (event != null) {
             eventStarted(mine);

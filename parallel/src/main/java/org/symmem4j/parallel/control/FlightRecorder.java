@@ -30,7 +30,7 @@ import org.symmem4j.parallel.trace.CoarseClock;
  *  slot = seq &amp; (capacity - 1)          one entry per collective, overwritten capacity calls later
  *  seq[slot]      the control plane's sequence number (barriers inside collectives count too)
  *  what[slot]     the operation's name ("all-reduce", "cuda all-gather", "barrier")
- *  shape[slot]    kind | dtype+1 &lt;&lt; 8 | op+1 &lt;&lt; 16 | algorithm+1 &lt;&lt; 24 (0 where there is none)
+ *  shape[slot]    kind+1 | dtype+1 &lt;&lt; 8 | op+1 &lt;&lt; 16 | algorithm+1 &lt;&lt; 24 (0: none / not yet known)
  *  count, bytes, memoryId, memoryOffset
  *  state[slot]    SCHEDULED (begun, at the entry barrier) -&gt; STARTED (every rank arrived)
  *                 -&gt; COMPLETED, or FAILED
@@ -164,22 +164,34 @@ public final class FlightRecorder {
     }
 
     /**
-     * Collective {@code d.seq()} passed its entry barrier: every rank arrived with the same arguments.
+     * This rank's arguments of collective {@code d.seq()}, as it arrives at the entry barrier (recorded
+     * before the verdict, so a mismatch's dump shows what each rank passed).
      *
-     * @param d the agreed descriptor
+     * @param d this rank's descriptor
      */
-    public void started(OpDescriptorLayout.Descriptor d) {
+    public void arguments(OpDescriptorLayout.Descriptor d) {
         int i = (int) (d.seq() & mask);
         if (seq[i] != d.seq()) {
             return; // not begun through this recorder
         }
-        shape[i] = d.kind().ordinal() | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
+        shape[i] = d.kind().ordinal() + 1 | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
         count[i] = d.count();
         bytes[i] = d.bufferBytes();
         memoryId[i] = d.memoryId();
         memoryOffset[i] = d.memoryOffset();
-        state[i] = (byte) State.STARTED.ordinal();
-        startedMillis[i] = CoarseClock.millis();
+    }
+
+    /**
+     * Collective {@code s} passed its entry barrier: every rank arrived with the same arguments.
+     *
+     * @param s its sequence number
+     */
+    public void started(long s) {
+        int i = (int) (s & mask);
+        if (seq[i] == s && state[i] == State.SCHEDULED.ordinal()) {
+            state[i] = (byte) State.STARTED.ordinal();
+            startedMillis[i] = CoarseClock.millis();
+        }
     }
 
     /**
@@ -296,10 +308,10 @@ public final class FlightRecorder {
                 b.append(',');
             }
             int sh = shape[i];
-            boolean hasShape = state[i] != State.SCHEDULED.ordinal();
+            boolean hasShape = (sh & 0xff) != 0;
             b.append("{\"seq\":").append(seq[i])
                     .append(",\"op\":\"").append(ChromeTraceWriter.jsonEscape(what[i])).append('"')
-                    .append(",\"kind\":").append(hasShape ? "\"" + KINDS[sh & 0xff].name().toLowerCase(Locale.ROOT) + "\"" : "null")
+                    .append(",\"kind\":").append(hasShape ? "\"" + KINDS[(sh & 0xff) - 1].name().toLowerCase(Locale.ROOT) + "\"" : "null")
                     .append(",\"dtype\":").append(name(DType.values(), (sh >>> 8 & 0xff) - 1))
                     .append(",\"reduceOp\":").append(name(ReduceOp.values(), (sh >>> 16 & 0xff) - 1))
                     .append(",\"algorithm\":").append(name(Algorithm.values(), (sh >>> 24 & 0xff) - 1))

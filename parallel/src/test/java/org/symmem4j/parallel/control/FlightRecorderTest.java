@@ -51,9 +51,10 @@ class FlightRecorderTest {
         for (long s = 0; s < 10; s++) {
             r.begin(s, s % 2 == 0 ? "all-reduce" : "barrier");
             if (s < 9) {
-                r.started(d.set(s, s % 2 == 0 ? Kind.ALL_REDUCE : Kind.BARRIER, DType.BFLOAT16.ordinal(),
+                r.arguments(d.set(s, s % 2 == 0 ? Kind.ALL_REDUCE : Kind.BARRIER, DType.BFLOAT16.ordinal(),
                         ReduceOp.SUM.ordinal(), Algorithm.TWO_SHOT.ordinal(), -1, 100 + s, 2 * (100 + s), 7, 64, 0,
                         Problem.NONE));
+                r.started(s);
             }
             if (s < 8) {
                 r.completed(s);
@@ -79,7 +80,7 @@ class FlightRecorderTest {
         assertEquals(212.0, six.get("bytes"));
         assertEquals(7.0, six.get("memoryId"));
         Map<String, Object> nine = ops.getLast();
-        assertNull(nine.get("kind"), "never agreed: no arguments recorded");
+        assertNull(nine.get("kind"), "never arrived: no arguments recorded");
         assertEquals(-1.0, nine.get("count"));
         assertEquals("barrier#7 COMPLETED, all-reduce#8 STARTED, barrier#9 SCHEDULED", r.lastOps(3));
     }
