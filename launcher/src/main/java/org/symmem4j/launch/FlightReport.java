@@ -193,7 +193,9 @@ public final class FlightReport implements Callable<Integer> {
         long lowest = Long.MAX_VALUE;
         for (Dump d : byRank.values()) {
             Op o = d.lastOp();
-            String place = o == null ? "recorded no collective" : "at " + o.label() + " (" + o.state() + ")";
+            String place = o == null ? "recorded no collective"
+                    : o.kind() == null ? "at " + o.label() + " (" + o.state() + " before arriving)"
+                    : "at " + o.label() + " (" + o.state() + ")";
             places.computeIfAbsent(place, k -> new ArrayList<>()).add(d.rank());
             long s = o == null ? -1 : o.seq();
             highest = Math.max(highest, s);
@@ -239,21 +241,29 @@ public final class FlightReport implements Callable<Integer> {
             List<Integer> notEntered = new ArrayList<>();
             for (Dump d : byRank.values()) {
                 Op o = d.op(s);
-                if (o == null) {
+                if (o == null || o.kind() == null) { // no arguments: it never arrived at the entry barrier
                     notEntered.add(d.rank());
                 } else {
-                    entered.computeIfAbsent(o.kind() == null ? o.op() + " (failed before it arrived: no arguments)" : o.arguments(),
-                            k -> new ArrayList<>()).add(d.rank());
+                    entered.computeIfAbsent(o.arguments(), k -> new ArrayList<>()).add(d.rank());
                 }
             }
-            if (!notEntered.isEmpty()) {
+            if (!notEntered.isEmpty() && !entered.isEmpty()) {
                 List<Integer> in = entered.values().stream().flatMap(List::stream).sorted().toList();
                 String what = byRank.get(in.getFirst()).op(s).label();
                 StringBuilder why = new StringBuilder();
                 for (int r : notEntered) {
-                    Op lastOp = byRank.get(r).lastOp();
+                    Op lastIn = null;
+                    for (Op o : byRank.get(r).ops()) {
+                        if (o.kind() != null && o.seq() < s) {
+                            lastIn = o;
+                        }
+                    }
                     why.append(why.length() == 0 ? "" : "; ").append("rank ").append(r).append("'s last: ")
-                            .append(lastOp == null ? "none" : lastOp.label() + " " + lastOp.state());
+                            .append(lastIn == null ? "none" : lastIn.label() + " " + lastIn.state());
+                    Op later = byRank.get(r).op(s);
+                    if (later != null) {
+                        why.append(", then called ").append(later.label()).append(" after the group had failed");
+                    }
                 }
                 return ranks(in) + " entered " + what + ", " + ranks(notEntered) + " never did (" + why + ")";
             }

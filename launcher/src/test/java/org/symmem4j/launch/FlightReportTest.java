@@ -62,6 +62,27 @@ class FlightReportTest {
     }
 
     @Test
+    void aRankThatCallsTheCollectiveOnlyAfterTheGroupFailedDidNotEnterIt(@TempDir Path dir) throws Exception {
+        dump(dir, 0, 5, true, 256);
+        dump(dir, 1, 5, true, 256);
+        FlightRecorder late = FlightRecorder.create(2, 3, "host-m1", 16);
+        Descriptor d = new Descriptor();
+        for (long s = 0; s < 5; s++) {
+            late.begin(s, "all-reduce");
+            late.arguments(d.set(s, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
+                    Algorithm.TWO_SHOT.ordinal(), -1, 256, 1024, -1, 0, 0, Problem.NONE));
+            late.started(s);
+            late.completed(s);
+        }
+        late.begin(5, "all-reduce"); // finds the group aborted: never arrives, so no arguments
+        Files.writeString(dir.resolve("flight-job-g0-host-m1-n3-rank2-pid1-t1.json"), late.toJson("group aborted"));
+        String out = run(dir.toString());
+        assertTrue(out.contains("rank 2 at all-reduce#5 (SCHEDULED before arriving)"), out);
+        assertTrue(out.contains("ranks 0-1 entered all-reduce#5, rank 2 never did (rank 2's last: all-reduce#4 COMPLETED,"
+                + " then called all-reduce#5 after the group had failed)"), out);
+    }
+
+    @Test
     void aRankWithoutADumpIsPointedAt(@TempDir Path dir) throws Exception {
         dump(dir, 0, 5, true, 256);
         dump(dir, 2, 5, true, 256);

@@ -165,7 +165,8 @@ public final class FlightRecorder {
 
     /**
      * This rank's arguments of collective {@code d.seq()}, as it arrives at the entry barrier (recorded
-     * before the verdict, so a mismatch's dump shows what each rank passed).
+     * before the verdict, so a mismatch's dump shows what each rank passed). An entry without arguments
+     * never arrived: it failed before (the group was already aborted, or its own checks threw).
      *
      * @param d this rank's descriptor
      */
