@@ -2,7 +2,9 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs, reports and each report's raw
 # CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|probe|nvlink|limits|launch|ab|nvshmem|hierarchical|processshare] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|probe|nvlink|limits|launch|ab|nvshmem|hierarchical|processshare|fsdp] [extra all-reduce benchmark args]
+# (fsdp: issue #31, the MLP block's fully sharded training step, ours (FsdpMlpBench) against PyTorch FSDP2 in the same
+# call, 2 and 4 GPUs where there are; fsdp-table.md has the ratios; see the fsdp block below and docs/gpu-fsdp.md)
 # (tp: TensorParallelGemmBench, fused all-gather + matmul and matmul + reduce-scatter against cuBLAS + NCCL and
 # cuBLAS alone, and the tensor-parallel MLP block's overhead, one rank per GPU; also the last step of multi)
 # (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU on every rank count in
@@ -351,6 +353,47 @@ if [ "$what" = limits ]; then
     code=$?; rc=$(( rc | code ))
     echo "== torch anchors ($py): exit=$code"; tail -5 "$out/torch-anchors.txt"
   fi
+fi
+if [ "$what" = fsdp ]; then
+  # #31, in one call: the MLP block's fully sharded training step, ours (FsdpMlpBench: fsdp = sharded, per-layer gathers
+  # prefetched on a second stream, reduce-scatter, Adam on the shard; ddp = replicas, all-reduce) and PyTorch FSDP2
+  # (torch_anchors.py --what fsdp: fully_shard per Linear, bf16 MixedPrecisionPolicy, Adam), same shapes, same steps, on
+  # each GPU count in FSDP_GPUS (default "2 4": the counts the machine has), one rank per GPU; then fsdp-table.md (ratio
+  # ours/FSDP2 of step time and of used memory per rank). FSDP_SHAPES (tokens per rank x hidden x ffn, default the
+  # tensor-parallel table's), FSDP_BLOCKS (1), FSDP_WARMUP (3), FSDP_STEPS (5), FSDP_REPS (3), FSDP_LR (1e-4) go to both;
+  # FSDP_SKIP=ours|torch leaves one out; each run past FSDP_LIMIT s (default 280) is stopped.
+  gpus=$(nvidia-smi -L | grep -c '^GPU')
+  py=$(ls /opt/*/.venv/bin/python 2>/dev/null | head -1); py=${py:-python3}
+  shapes=${FSDP_SHAPES:-8192x4096x14336,16384x4096x14336,8192x8192x28672,16384x8192x28672}
+  common_blocks=${FSDP_BLOCKS:-1}
+  for g in ${FSDP_GPUS:-2 4}; do
+    [ "$g" -le "$gpus" ] || { echo "== fsdp on $g GPUs: skipped, the machine has $gpus" | tee -a "$out/fsdp-summary.txt"; continue; }
+    devs=$(seq -s, 0 $((g - 1)))
+    if [ "${FSDP_SKIP:-}" != ours ]; then
+      start=$(date +%s)
+      CUDA_VISIBLE_DEVICES=$devs timeout -s QUIT -k 20 "${FSDP_LIMIT:-280}" $java $flags -cp "$cp" \
+        org.symmem4j.benchmarks.FsdpMlpBench --shapes "$shapes" --blocks "$common_blocks" --warmup "${FSDP_WARMUP:-3}" \
+        --steps "${FSDP_STEPS:-5}" --reps "${FSDP_REPS:-3}" --lr "${FSDP_LR:-1e-4}" \
+        --out "$out/fsdp-ours-${g}gpus.md" --raw "$out/fsdp-ours-${g}gpus.csv" > "$out/fsdp-ours-${g}gpus.log" 2>&1
+      code=$?; rc=$(( rc | code ))
+      echo "== fsdp ours (FsdpMlpBench) on $g GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/fsdp-summary.txt"
+      grep -E '^\[rank 0\]|FAILED|Exception' "$out/fsdp-ours-${g}gpus.log" | head -20 | tee -a "$out/fsdp-summary.txt"
+    fi
+    if [ "${FSDP_SKIP:-}" != torch ]; then
+      start=$(date +%s)
+      CUDA_VISIBLE_DEVICES=$devs timeout -k 20 "${FSDP_LIMIT:-280}" "$py" -m torch.distributed.run --standalone \
+        --nproc_per_node="$g" bench/gpu/torch_anchors.py --what fsdp --fsdp-shapes "$shapes" --blocks "$common_blocks" \
+        --fsdp-warmup "${FSDP_WARMUP:-3}" --fsdp-steps "${FSDP_STEPS:-5}" --reps "${FSDP_REPS:-3}" --lr "${FSDP_LR:-1e-4}" \
+        --fsdp-out "$out/fsdp-torch-${g}gpus.csv" > "$out/fsdp-torch-${g}gpus.log" 2>&1
+      code=$?; rc=$(( rc | code ))
+      echo "== fsdp torch FSDP2 ($py) on $g GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/fsdp-summary.txt"
+      grep -E '^fsdp |Error|error' "$out/fsdp-torch-${g}gpus.log" | head -20 | tee -a "$out/fsdp-summary.txt"
+    fi
+  done
+  "$py" bench/gpu/fsdp_table.py --csv "$out/fsdp-table.csv" $(ls "$out"/fsdp-ours-*gpus.csv "$out"/fsdp-torch-*gpus.csv 2>/dev/null) \
+    | tee "$out/fsdp-table.md"
+  # the device tool brings back few files: the logs, the raw CSVs and the per-run reports in one archive
+  (cd "$out" && files=$(ls fsdp-ours-* fsdp-torch-* 2>/dev/null) && tar czf fsdp-raw.tar.gz $files && rm -f $files)
 fi
 if [ "$what" = launch ]; then
   timeout 300 .device/launch_idle_probe 2>&1 | tee "$out/launch-idle-probe.log"

@@ -22,6 +22,16 @@ tp: at M in --rows, (N, K) in --shapes, bf16:
         cublas       torch.matmul alone
   eager, as TensorParallelGemmBench times them: 3 warm-up calls, then --reps timings of --iters calls.
 
+fsdp: the MLP block's training step (tokens per rank x hidden x ffn in --fsdp-shapes, --blocks blocks: Linear(h, f),
+  ReLU, Linear(f, h), ReLU between blocks, no bias), data parallel over the ranks, PyTorch FSDP2: fully_shard on every
+  Linear, then on the model, MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16), float32 parameters,
+  torch.optim.Adam(lr=--lr, betas (0.9, 0.999), eps 1e-8), loss y.backward(dy) -- what FsdpMlpBench runs. Rows go to
+  --fsdp-out (columns: what,tokens,hidden,ffn,layers,variant,step_ms,spread,peak_allocated_bytes,peak_reserved_bytes,
+  device_used_bytes,world,device,torch): step time by CUDA events over --fsdp-steps steps after --fsdp-warmup, median of
+  --reps timings, slowest rank; memory per rank (largest over the ranks): torch.cuda.max_memory_allocated and
+  max_memory_reserved above what was allocated before the model, and the device's used bytes (torch.cuda.mem_get_info:
+  free before the model minus the least free seen after set-up and after the steps).
+
 Every cell's time is the largest over the ranks of their medians (the slowest rank bounds a collective).
 Rank 0 writes the CSV: what,op,dtype,bytes_or_m,n,k,variant,mode,us,world,device,torch.
 NVLink multicast stays off (TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NCCL_NVLS_ENABLE=0 are set before import).
@@ -153,6 +163,86 @@ def tp_cells(args, group_name, rows, world, device_name):
             torch.cuda.empty_cache()
 
 
+def fsdp_cells(args, world, device_name):
+    """The FSDP2 step of the MLP block at each shape; the rows for --fsdp-out (rank 0 writes them)."""
+    from torch import nn
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    rows = []
+    for shape in args.fsdp_shapes.split(","):
+        t, h, f = (int(x) for x in shape.lower().split("x"))
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        dist.barrier()
+        base = torch.cuda.memory_allocated()
+        free0 = torch.cuda.mem_get_info()[0]
+        layers = []
+        for b in range(args.blocks):
+            if b > 0:
+                layers.append(nn.ReLU())
+            layers += [nn.Linear(h, f, bias=False), nn.ReLU(), nn.Linear(f, h, bias=False)]
+        model = nn.Sequential(*layers)
+        # the same initial scale as FsdpMlpBench (uniform in +-1/sqrt(in)); initialized on the GPU, then sharded
+        model = model.cuda()
+        with torch.no_grad():
+            for m in model:
+                if isinstance(m, nn.Linear):
+                    m.weight.uniform_(-1 / m.in_features ** 0.5, 1 / m.in_features ** 0.5)
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
+        for m in model:
+            if isinstance(m, nn.Linear):
+                fully_shard(m, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+        opt = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
+        gen = torch.Generator(device="cuda").manual_seed(7000 + dist.get_rank())
+        x = (torch.rand(t, h, device="cuda", generator=gen, dtype=torch.float32) * 2 - 1).to(torch.bfloat16)
+        dy = ((torch.rand(t, h, device="cuda", generator=gen, dtype=torch.float32) * 2 - 1) * 0.01).to(torch.bfloat16)
+        least_free = torch.cuda.mem_get_info()[0]
+
+        def step():
+            y = model(x)
+            y.backward(dy)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return y
+
+        y = None
+        for _ in range(1 + args.fsdp_warmup):
+            y = step()
+        torch.cuda.synchronize()
+        least_free = min(least_free, torch.cuda.mem_get_info()[0])
+        finite = bool(torch.isfinite(y.float()).all().item())
+        dist.barrier()
+        times = []
+        for _ in range(args.reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(args.fsdp_steps):
+                step()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / args.fsdp_steps)
+        torch.cuda.synchronize()
+        least_free = min(least_free, torch.cuda.mem_get_info()[0])
+        med = statistics.median(times)
+        stats = torch.tensor([med, -med, float(torch.cuda.max_memory_allocated() - base),
+                              float(torch.cuda.max_memory_reserved()), float(free0 - least_free), 0.0 if finite else 1.0],
+                             device="cuda", dtype=torch.float64)
+        dist.all_reduce(stats, op=dist.ReduceOp.MAX)
+        slowest, fastest = stats[0].item(), -stats[1].item()
+        rows.append(("fsdp", t, h, f, 2 * args.blocks, "torch_fsdp2", f"{slowest:.3f}", f"{slowest / fastest - 1:.4f}",
+                     int(stats[2].item()), int(stats[3].item()), int(stats[4].item()), world, device_name))
+        if dist.get_rank() == 0:
+            print(f"fsdp {shape} blocks={args.blocks} torch_fsdp2 {slowest:8.2f} ms/step, peak allocated "
+                  f"{stats[2].item() / 2**30:.2f} GiB, reserved {stats[3].item() / 2**30:.2f} GiB, device used "
+                  f"{stats[4].item() / 2**30:.2f} GiB{'' if stats[5].item() == 0 else ', OUTPUT NOT FINITE'}", file=sys.stderr)
+        del model, opt, x, dy, y
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return rows
+
+
 def gather(shard, full):
     dist.all_gather_into_tensor(full, shard)
     return full
@@ -169,6 +259,13 @@ def main():
     p.add_argument("--tp-iters", type=int, default=5)
     p.add_argument("--shapes", default="1792x4096,3584x8192")
     p.add_argument("--rows", default="4096,8192,16384", help="M values (named so: torchrun takes --m for its own options)")
+    p.add_argument("--fsdp-shapes", default="8192x4096x14336,16384x4096x14336,8192x8192x28672,16384x8192x28672",
+                   help="tokens per rank x hidden x ffn of the fsdp cells")
+    p.add_argument("--blocks", type=int, default=1, help="MLP blocks stacked in the fsdp cells")
+    p.add_argument("--fsdp-warmup", type=int, default=3)
+    p.add_argument("--fsdp-steps", type=int, default=5)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--fsdp-out", default="torch-fsdp.csv")
     args = p.parse_args()
     local = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local)
@@ -185,7 +282,16 @@ def main():
         allreduce_cells(args, group_name, rows, world, device_name)
     if "tp" in what:
         tp_cells(args, group_name, rows, world, device_name)
-    if dist.get_rank() == 0:
+    if "fsdp" in what:
+        fsdp_rows = fsdp_cells(args, world, device_name)
+        if dist.get_rank() == 0:
+            with open(args.fsdp_out, "w") as f:
+                f.write("what,tokens,hidden,ffn,layers,variant,step_ms,spread,peak_allocated_bytes,peak_reserved_bytes,"
+                        "device_used_bytes,world,device,torch\n")
+                for r in fsdp_rows:
+                    f.write(",".join(str(x) for x in r) + f",{torch.__version__}\n")
+            print(f"wrote {args.fsdp_out}: {len(fsdp_rows)} cells", file=sys.stderr)
+    if dist.get_rank() == 0 and rows:
         with open(args.out, "w") as f:
             f.write("what,op,dtype,bytes_or_m,n,k,variant,mode,us,world,device,torch\n")
             for r in rows:

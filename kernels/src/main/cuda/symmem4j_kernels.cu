@@ -755,3 +755,38 @@ extern "C" __global__ void __launch_bounds__(512) symmem_relu_backward_f32(const
 extern "C" __global__ void __launch_bounds__(512) symmem_relu_backward_bf16(const void* grad, const void* pre, void* out, size_t count) {
     relu_backward<__nv_bfloat16>(grad, pre, out, count);
 }
+
+// out[i] = in[i] rounded to bfloat16 (round to nearest even, as torch's .to(torch.bfloat16)): a float32 master
+// shard cast into the block a fully sharded step all-gathers (FullyShardedMlp). Waits for nobody.
+extern "C" __global__ void __launch_bounds__(512) symmem_cast_f32_bf16(const float* in, __nv_bfloat16* out, size_t count) {
+    follow_stream_order_release_next();
+    size_t threads = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += threads) {
+        out[i] = __float2bfloat16_rn(in[i]);
+    }
+}
+
+// One Adam step on count float32 parameters, in torch.optim.Adam's arithmetic (no weight decay, no amsgrad):
+//   g = gradScale * grad[i] (bfloat16 gradient, e.g. a reduce-scattered sum, scaled by 1/world for the mean)
+//   m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
+//   param -= stepSize * m / (sqrt(v) / sqrtBias2 + eps),  stepSize = lr / (1 - beta1^t), sqrtBias2 = sqrt(1 - beta2^t)
+// (the bias corrections are computed on the host in double, as torch computes them in Python floats). When out is not
+// null it receives the updated parameters rounded to bfloat16 (a replica's compute copy). Waits for nobody.
+extern "C" __global__ void __launch_bounds__(512) symmem_adam_bf16(float* param, float* m, float* v, const __nv_bfloat16* grad,
+        __nv_bfloat16* out, size_t count, float gradScale, float beta1, float beta2, float stepSize, float sqrtBias2, float eps) {
+    follow_stream_order_release_next();
+    size_t threads = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += threads) {
+        float g = __bfloat162float(grad[i]) * gradScale;
+        float mi = m[i];
+        mi = mi + (1.0f - beta1) * (g - mi);
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        float p = param[i] - stepSize * (mi / (sqrtf(vi) / sqrtBias2 + eps));
+        m[i] = mi;
+        v[i] = vi;
+        param[i] = p;
+        if (out != nullptr) {
+            out[i] = __float2bfloat16_rn(p);
+        }
+    }
+}

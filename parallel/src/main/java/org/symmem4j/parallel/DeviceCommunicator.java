@@ -31,6 +31,15 @@ public interface DeviceCommunicator {
     int deviceOrdinal();
 
     /**
+     * Free and total memory of this rank's GPU as the driver counts them ({@code cuMemGetInfo}): every allocation on the
+     * device, of every process and every rank sharing it, and the contexts themselves. For reports of memory use: take
+     * the free bytes before and after, with one rank per GPU.
+     *
+     * @return {@code {freeBytes, totalBytes}}
+     */
+    long[] memoryInfo();
+
+    /**
      * Waits until everything enqueued on this rank's stream has run, then reports asynchronous errors
      * (NCCL's among them).
      */

@@ -169,6 +169,46 @@ public interface TensorParallelGemm {
      */
     void axpy(float alpha, MemorySegment x, MemorySegment y, long count);
 
+    /**
+     * Enqueues {@code out = bfloat16(in)} over {@code count} elements, rounded to nearest even (as torch's
+     * {@code .to(torch.bfloat16)}): a float32 master copy cast into the bfloat16 buffer the GEMMs read.
+     *
+     * @param in    float32 input, at least {@code count} elements
+     * @param out   bfloat16 output, at least {@code count} elements
+     * @param count elements (0 enqueues nothing)
+     * @throws IllegalArgumentException when a buffer is too small or {@code count} is negative
+     */
+    void castToBfloat16(MemorySegment in, MemorySegment out, long count);
+
+    /**
+     * Enqueues one Adam step (torch.optim.Adam's arithmetic, no weight decay, no amsgrad) on {@code count} float32
+     * parameters from a bfloat16 gradient:
+     * <pre>
+     *   g = gradientScale · gradient
+     *   m = m + (1 − β₁)(g − m);   v = β₂ v + (1 − β₂) g²
+     *   params −= lr / (1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)
+     * </pre>
+     * with the bias corrections computed in double on the host; {@code bf16Copy}, when not null, receives the updated
+     * parameters rounded to bfloat16.
+     *
+     * @param params        float32 parameters, updated
+     * @param m             float32 first moments (zero before step 1), updated
+     * @param v             float32 second moments (zero before step 1), updated
+     * @param gradient      bfloat16 gradient
+     * @param bf16Copy      receives the new parameters in bfloat16, or null
+     * @param count         elements (0 enqueues nothing)
+     * @param gradientScale factor on the gradient (e.g. 1 / world size for the mean of summed gradients)
+     * @param learningRate  lr
+     * @param beta1         β₁, in [0, 1)
+     * @param beta2         β₂, in [0, 1)
+     * @param epsilon       ε, positive
+     * @param step          t, the step number from 1
+     * @throws IllegalArgumentException when a buffer is too small, {@code count} is negative or a hyper-parameter is
+     *                                  out of its range
+     */
+    void adamStep(MemorySegment params, MemorySegment m, MemorySegment v, MemorySegment gradient, MemorySegment bf16Copy,
+                  long count, float gradientScale, float learningRate, float beta1, float beta2, float epsilon, long step);
+
     /** {@return the GEMM library in use, e.g. {@code cuBLAS (libcublas.so.13)}} */
     String gemmLibrary();
 

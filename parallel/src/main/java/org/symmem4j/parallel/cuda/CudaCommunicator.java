@@ -707,6 +707,12 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         return rank.deviceName;
     }
 
+    @Override
+    public long[] memoryInfo() {
+        driver.setCurrent(rank.context);
+        return driver.memoryInfo();
+    }
+
     /** {@return this rank's GPU ordinal (its group's local rank modulo the GPUs this process sees)} */
     @Override
     public int deviceOrdinal() {

@@ -244,6 +244,11 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     }
 
     @Override
+    public long[] memoryInfo() {
+        return intra.memoryInfo();
+    }
+
+    @Override
     public int deviceOrdinal() {
         return intra.deviceOrdinal();
     }

@@ -40,6 +40,14 @@ final class CudaLaunch {
         return this;
     }
 
+    /** A {@code float}. */
+    CudaLaunch floating(float value) {
+        MemorySegment s = arena.allocate(ValueLayout.JAVA_FLOAT);
+        s.set(ValueLayout.JAVA_FLOAT, 0, value);
+        slots.add(s);
+        return this;
+    }
+
     /** A struct of {@link CudaKernels#MAX_RANKS} pointers; unused entries are null. */
     CudaLaunch pointers(long[] values) {
         MemorySegment s = arena.allocate(MemoryLayout.sequenceLayout(CudaKernels.MAX_RANKS, ValueLayout.JAVA_LONG));

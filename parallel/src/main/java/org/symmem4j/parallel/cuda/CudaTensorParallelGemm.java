@@ -318,6 +318,57 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         Cublas.get().saxpy(handle, (int) count, alpha, x.address(), y.address());
     }
 
+    @Override
+    public synchronized void castToBfloat16(MemorySegment in, MemorySegment out, long count) {
+        checkOpen();
+        checkCount("castToBfloat16", count);
+        need("in", in, count, DType.FLOAT32);
+        need("out", out, count, DType.BFLOAT16);
+        if (count == 0) {
+            return;
+        }
+        driver.setCurrent(rank.context);
+        launchElementwise(Kernel.CAST_F32_BF16, count, l -> l.pointer(in.address()).pointer(out.address()).size(count));
+    }
+
+    @Override
+    public synchronized void adamStep(MemorySegment params, MemorySegment m, MemorySegment v, MemorySegment gradient,
+                                      MemorySegment bf16Copy, long count, float gradientScale, float learningRate,
+                                      float beta1, float beta2, float epsilon, long step) {
+        checkOpen();
+        checkCount("adamStep", count);
+        if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1) || !(epsilon > 0) || !Float.isFinite(learningRate)
+                || !Float.isFinite(gradientScale) || step < 1) {
+            throw new IllegalArgumentException("adamStep beta1=" + beta1 + " beta2=" + beta2 + " epsilon=" + epsilon
+                    + " learningRate=" + learningRate + " gradientScale=" + gradientScale + " step=" + step
+                    + ": expected 0 <= beta1, beta2 < 1, epsilon > 0, finite learningRate and gradientScale, step >= 1");
+        }
+        need("params", params, count, DType.FLOAT32);
+        need("m", m, count, DType.FLOAT32);
+        need("v", v, count, DType.FLOAT32);
+        need("gradient", gradient, count, DType.BFLOAT16);
+        if (bf16Copy != null) {
+            need("bf16Copy", bf16Copy, count, DType.BFLOAT16);
+        }
+        if (count == 0) {
+            return;
+        }
+        // torch computes the bias corrections in Python floats (double): so do we, then round once
+        float stepSize = (float) (learningRate / (1 - Math.pow(beta1, step)));
+        float sqrtBias2 = (float) Math.sqrt(1 - Math.pow(beta2, step));
+        long copy = bf16Copy == null ? 0 : bf16Copy.address();
+        driver.setCurrent(rank.context);
+        launchElementwise(Kernel.ADAM_BF16, count, l -> l.pointer(params.address()).pointer(m.address()).pointer(v.address())
+                .pointer(gradient.address()).pointer(copy).size(count).floating(gradientScale).floating(beta1).floating(beta2)
+                .floating(stepSize).floating(sqrtBias2).floating(epsilon));
+    }
+
+    private static void checkCount(String what, long count) {
+        if (count < 0) {
+            throw new IllegalArgumentException(what + " count=" + count + ": expected count >= 0");
+        }
+    }
+
     /** Closes the copy stream, the events, the cuBLAS handle and its workspace (after this rank's streams drain). */
     synchronized void close() {
         if (closed) {

@@ -41,7 +41,14 @@ enum Kernel {
     RELU_BF16("symmem_relu_bf16", Spread.ALL_RESIDENT),
     /** (grad, pre, out, count): grad where pre &gt; 0, else 0; waits for nobody. */
     RELU_BACKWARD_F32("symmem_relu_backward_f32", Spread.ALL_RESIDENT),
-    RELU_BACKWARD_BF16("symmem_relu_backward_bf16", Spread.ALL_RESIDENT);
+    RELU_BACKWARD_BF16("symmem_relu_backward_bf16", Spread.ALL_RESIDENT),
+    /** (in, out, count): float32 to bfloat16, round to nearest even; waits for nobody. */
+    CAST_F32_BF16("symmem_cast_f32_bf16", Spread.ALL_RESIDENT),
+    /**
+     * (param, m, v, grad, out, count, gradScale, beta1, beta2, stepSize, sqrtBias2, eps): one Adam step on float32
+     * parameters from a bfloat16 gradient, {@code out} (nullable) the updated parameters in bfloat16; waits for nobody.
+     */
+    ADAM_BF16("symmem_adam_bf16", Spread.ALL_RESIDENT);
 
     /** How many blocks a launch may use when only the GPU's size limits it. */
     enum Spread {

@@ -1,0 +1,597 @@
+package org.symmem4j.parallel.tensor;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Objects;
+import java.util.function.LongToDoubleFunction;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.DeviceCommunicator;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.ShardPartition;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.TensorParallelGemm;
+import org.symmem4j.parallel.tensor.ShardedStepPlan.Action;
+
+/**
+ * A ReLU MLP (the tensor-parallel MLP block's layers, {@code y = relu(x · W1) · W2}, or any chain of linear layers
+ * with ReLU between them) trained with data parallelism over the GPUs of a group, fully sharded as PyTorch's FSDP2
+ * ({@code fully_shard} per linear layer) or ZeRO stage 3 does: each rank holds only its 1/N shard of every layer's
+ * float32 master weight and Adam moments; a layer's weight is cast to bfloat16 and all-gathered into one of two working
+ * buffers on a second stream ahead of its use (the next layer's gather runs while this layer computes), forward and
+ * backward run as cuBLAS bfloat16 GEMMs, each layer's weight gradient (bfloat16) is reduce-scattered as soon as its
+ * backward is done, and Adam updates the shard. {@link Sharding#NONE} runs the same step on replicas (plain data
+ * parallelism: every rank holds the whole model, gradients all-reduced) as the baseline.
+ *
+ * <pre>
+ *  rank r, layer l (in × out weight, row-major), tokens T per rank, N ranks, b = l mod 2:
+ *   comm stream     cast master shard → block r of working[b]; all-gather working[b]      (prefetch, ahead of use)
+ *   compute stream  forward  z = a · W (bf16 GEMM), a' = relu(z)
+ *                   backward dW = aᵀ · dz → gradient[b];  da = dz · Wᵀ, dz' = da where a &gt; 0
+ *   comm stream     reduce-scatter gradient[b] (bf16, peers summed in rank order in float32);
+ *                   Adam on shard r: master, m, v (float32) from the mean gradient (sum / N)
+ * </pre>
+ * The order of the two streams' work and their waits is {@link ShardedStepPlan} (data, validated); the loss is
+ * {@code Σ y ⊙ dy} for the output gradient {@code dy} the caller writes (PyTorch's {@code y.backward(dy)}).
+ *
+ * <p>Numerics, as FSDP2 with {@code MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=bfloat16)} and
+ * {@code torch.optim.Adam}: bfloat16 weights, activations and gradients (GEMMs accumulate in float32), float32 master
+ * weights and moments. Sharded and replicated steps are bitwise equal: the reduce-scatter and the all-reduce
+ * ({@link Algorithm#TWO_SHOT} or {@link Algorithm#ONE_SHOT}) sum the same bits in the same order, and the same Adam
+ * kernel updates each element.
+ *
+ * <p>Memory per rank (P parameters, bf16 = 2 bytes): sharded {@code 12·P/N} (master, m, v) plus two working buffers and
+ * two gradient buffers of the largest layer; replicated {@code 14·P} (master, m, v, bf16 weights) plus two gradient
+ * buffers; both plus the activations. {@link #memory()} counts them.
+ *
+ * <p>Use: {@link #setWeights} for every layer, then per step write this rank's batch into {@link #input()} and the
+ * output's gradient into {@link #outputGradient()} through {@link #device()} (its copies wait for the previous step),
+ * and call {@link #step()}; {@link #output()} is the last step's output.
+ */
+public final class FullyShardedMlp implements AutoCloseable {
+
+    /** How the weights, gradients and optimizer state are held. */
+    public enum Sharding {
+        /** 1/N of everything per rank; weights all-gathered before use, gradients reduce-scattered (FSDP, ZeRO-3). */
+        FULL,
+        /** Everything on every rank; gradients all-reduced (plain data parallelism, DDP). */
+        NONE
+    }
+
+    /**
+     * Adam's hyper-parameters (torch.optim.Adam's names; no weight decay).
+     *
+     * @param learningRate lr, finite and positive
+     * @param beta1        β₁, in [0, 1)
+     * @param beta2        β₂, in [0, 1)
+     * @param epsilon      ε, positive
+     */
+    public record Adam(float learningRate, float beta1, float beta2, float epsilon) {
+
+        /** Checks the ranges. */
+        public Adam {
+            if (!(learningRate > 0) || !Float.isFinite(learningRate) || !(beta1 >= 0 && beta1 < 1)
+                    || !(beta2 >= 0 && beta2 < 1) || !(epsilon > 0) || !Float.isFinite(epsilon)) {
+                throw new IllegalArgumentException("Adam learningRate=" + learningRate + " beta1=" + beta1 + " beta2=" + beta2
+                        + " epsilon=" + epsilon + ": expected learningRate > 0, 0 <= beta1, beta2 < 1, epsilon > 0");
+            }
+        }
+
+        /** {@return torch.optim.Adam's defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8} */
+        public static Adam defaults() {
+            return new Adam(1e-3f, 0.9f, 0.999f, 1e-8f);
+        }
+    }
+
+    /**
+     * Device bytes this rank allocated for the model, by purpose (the communicators' scratch and cuBLAS's workspace not
+     * included: {@link DeviceCommunicator#memoryInfo()} sees them).
+     *
+     * @param state       float32 master weights and Adam's two moments (this rank's shards, or the replica)
+     * @param weights     bfloat16 weights: the two working buffers (sharded) or the replica's copy
+     * @param gradients   the two bfloat16 gradient buffers (symmetric memory)
+     * @param activations input, every layer's output, the output's gradient and the two backward buffers
+     */
+    public record Memory(long state, long weights, long gradients, long activations) {
+
+        /** {@return the sum} */
+        public long total() {
+            return state + weights + gradients + activations;
+        }
+    }
+
+    private static final DType BF16 = DType.BFLOAT16;
+    private static final long HOST_CHUNK = 16L << 20;
+
+    private final Group group;
+    private final int world;
+    private final int rank;
+    private final int tokens;
+    private final int[] widths;
+    private final int layers;
+    private final Sharding sharding;
+    private final Adam adam;
+    private final ShardedStepPlan plan;
+    private final long[] counts;
+    private final long[] partStart;
+    private final long[] partSize;
+    private final Algorithm[] allReduce;
+    private final List<AutoCloseable> owned = new ArrayList<>();
+    private final List<MemorySegment> deviceBuffers = new ArrayList<>();
+    private Group commGroup;
+    private Communicator compute;
+    private Communicator comm;
+    private DeviceCommunicator computeDevice;
+    private DeviceCommunicator commDevice;
+    private TensorParallelGemm computeOps;
+    private TensorParallelGemm commOps;
+    private MemorySegment[] master;
+    private MemorySegment[] moment1;
+    private MemorySegment[] moment2;
+    private MemorySegment[] replica;
+    private SymmetricMemory[] working;
+    private SymmetricMemory[] gradients;
+    private MemorySegment input;
+    private MemorySegment outputGradient;
+    private MemorySegment[] activations;
+    private MemorySegment[] backward;
+    private Memory memory;
+    private long steps;
+    private boolean closed;
+
+    /**
+     * Collective over {@code group}: checks the arguments, creates the two communicators (one on {@code group} for the
+     * GEMMs, one on a sub-group of the same ranks, with a stream of its own, for the collectives and the optimizer),
+     * allocates every buffer (moments zero; weights zero until {@link #setWeights}) and runs every GEMM shape once, so
+     * that cuBLAS loads its kernels before any collective can wait on the GPU.
+     *
+     * @param group    the data-parallel group, on a GPU transport
+     * @param tokens   rows of this rank's batch
+     * @param widths   the layers' widths: {@code widths[0]} the input's, {@code widths[l + 1]} layer l's output's
+     *                 ({@code {hidden, ffn, hidden}} for the MLP block)
+     * @param sharding {@link Sharding#FULL} or {@link Sharding#NONE}
+     * @param adam     the optimizer's hyper-parameters
+     * @throws IllegalArgumentException when a size is not positive, there are fewer than two widths, or a GEMM
+     *                                  dimension exceeds {@code int}
+     * @throws UnsupportedOperationException when the group's transport has no device memory, or no cuBLAS (says which)
+     */
+    public FullyShardedMlp(Group group, int tokens, int[] widths, Sharding sharding, Adam adam) {
+        this.group = Objects.requireNonNull(group, "group");
+        this.sharding = Objects.requireNonNull(sharding, "sharding");
+        this.adam = Objects.requireNonNull(adam, "adam");
+        Objects.requireNonNull(widths, "widths");
+        if (tokens <= 0 || widths.length < 2 || Arrays.stream(widths).anyMatch(w -> w <= 0)) {
+            throw new IllegalArgumentException("tokens=" + tokens + " widths=" + Arrays.toString(widths) + ": expected tokens > 0"
+                    + " and at least two positive widths (input, then each layer's output)");
+        }
+        if (!group.transport().deviceMemory()) {
+            throw new UnsupportedOperationException("FullyShardedMlp runs on GPUs: the group's transport "
+                    + group.transport().name() + " has no device memory (create the group on CudaTransport)");
+        }
+        this.world = group.worldSize();
+        this.rank = group.rank();
+        this.tokens = tokens;
+        this.widths = widths.clone();
+        this.layers = widths.length - 1;
+        this.plan = ShardedStepPlan.of(layers, sharding == Sharding.FULL);
+        this.counts = new long[layers];
+        this.partStart = new long[layers];
+        this.partSize = new long[layers];
+        this.allReduce = new Algorithm[layers];
+        for (int l = 0; l < layers; l++) {
+            counts[l] = (long) widths[l] * widths[l + 1];
+            if (sharding == Sharding.FULL) {
+                ShardPartition p = ShardPartition.of(counts[l], world, BF16);
+                partStart[l] = Math.min(p.start(rank), counts[l]);
+                partSize[l] = p.size(rank);
+            } else {
+                partSize[l] = counts[l];
+            }
+        }
+        try {
+            open();
+        } catch (RuntimeException | Error e) {
+            release(e);
+            throw e;
+        }
+    }
+
+    private void open() {
+        compute = Communicator.create(group);
+        owned.add(compute);
+        computeDevice = compute.unwrap(DeviceCommunicator.class).orElseThrow(() -> new UnsupportedOperationException(
+                "FullyShardedMlp runs on GPUs: the communicator of transport " + group.transport().name() + " has no device side"));
+        computeOps = compute.unwrap(TensorParallelGemm.class).orElseThrow(() -> new UnsupportedOperationException(
+                "FullyShardedMlp needs cuBLAS for its GEMMs, which did not load (see CudaTransport.cublasUnavailableReason())"));
+        // a sub-group of the same ranks: its communicator has a stream of its own (the collectives and the optimizer)
+        commGroup = group.split(0, rank, "fsdp-comm");
+        owned.add(0, commGroup);
+        comm = Communicator.create(commGroup);
+        owned.add(0, comm);
+        commDevice = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+        commOps = comm.unwrap(TensorParallelGemm.class).orElseThrow();
+        long maxCount = Arrays.stream(counts).max().orElseThrow();
+        boolean sharded = sharding == Sharding.FULL;
+        if (!sharded) {
+            for (int l = 0; l < layers; l++) {
+                allReduce[l] = pickAllReduce(counts[l]);
+            }
+        }
+        long stateBytes = 0;
+        master = new MemorySegment[layers];
+        moment1 = new MemorySegment[layers];
+        moment2 = new MemorySegment[layers];
+        for (int l = 0; l < layers; l++) {
+            master[l] = allocate(partSize[l] * 4);
+            moment1[l] = allocate(partSize[l] * 4);
+            moment2[l] = allocate(partSize[l] * 4);
+            zero(master[l]);
+            zero(moment1[l]);
+            zero(moment2[l]);
+            stateBytes += 3 * partSize[l] * 4;
+        }
+        long weightBytes = 0;
+        if (sharded) {
+            working = new SymmetricMemory[ShardedStepPlan.WORKING_BUFFERS];
+            for (int b = 0; b < working.length; b++) {
+                working[b] = symmetric(maxCount * 2);
+                weightBytes += maxCount * 2;
+            }
+        } else {
+            replica = new MemorySegment[layers];
+            for (int l = 0; l < layers; l++) {
+                replica[l] = allocate(counts[l] * 2);
+                zero(replica[l]);
+                weightBytes += counts[l] * 2;
+            }
+        }
+        gradients = new SymmetricMemory[ShardedStepPlan.GRADIENT_BUFFERS];
+        for (int g = 0; g < gradients.length; g++) {
+            gradients[g] = symmetric(maxCount * 2);
+        }
+        long activationBytes = 0;
+        input = allocate((long) tokens * widths[0] * 2);
+        outputGradient = allocate((long) tokens * widths[layers] * 2);
+        activationBytes += input.byteSize() + outputGradient.byteSize();
+        activations = new MemorySegment[layers];
+        for (int l = 0; l < layers; l++) {
+            activations[l] = allocate((long) tokens * widths[l + 1] * 2);
+            activationBytes += activations[l].byteSize();
+        }
+        backward = new MemorySegment[layers > 1 ? 2 : 0];
+        int inner = 0;
+        for (int l = 1; l < layers; l++) {
+            inner = Math.max(inner, widths[l]);
+        }
+        for (int b = 0; b < backward.length; b++) {
+            backward[b] = allocate((long) tokens * inner * 2);
+            activationBytes += backward[b].byteSize();
+        }
+        memory = new Memory(stateBytes, weightBytes, gradients.length * maxCount * 2, activationBytes);
+        // every GEMM shape once (on whatever the buffers hold: the outputs are overwritten before use), so that cuBLAS's
+        // lazy kernel loads happen now, while no rank's stream waits on the GPU for a peer (see TensorParallelMlp)
+        MemorySegment w = sharded ? working[0].local() : replica[0];
+        for (int l = 0; l < layers; l++) {
+            MemorySegment weight = sharded ? w : replica[l];
+            computeOps.matmul(activations[l], layerInput(l), false, weight, false, tokens, widths[l + 1], widths[l], false, BF16);
+            computeOps.matmul(gradients[0].local(), layerInput(l), true, outputGradientOf(l), false, widths[l], widths[l + 1],
+                    tokens, false, BF16);
+            if (l > 0) {
+                computeOps.matmul(outputGradientOf(l - 1), outputGradientOf(l), false, weight, true, tokens, widths[l],
+                        widths[l + 1], false, BF16);
+            }
+        }
+        computeDevice.synchronize();
+        commDevice.synchronize();
+        compute.barrier();
+    }
+
+    /** The all-reduce of a replica's gradient: our kernels (bitwise equal to the sharded reduce-scatter), else NCCL. */
+    private Algorithm pickAllReduce(long count) {
+        for (Algorithm a : List.of(Algorithm.TWO_SHOT, Algorithm.ONE_SHOT, Algorithm.NCCL)) {
+            if (comm.supports(a, BF16, ReduceOp.SUM, count)) {
+                return a;
+            }
+        }
+        throw new UnsupportedOperationException("no all-reduce of " + count + " bfloat16 elements on this group: TWO_SHOT,"
+                + " ONE_SHOT and NCCL all refuse it (were the kernels built?)");
+    }
+
+    private MemorySegment allocate(long bytes) {
+        MemorySegment m = computeDevice.allocateDevice(Math.max(bytes, 16));
+        deviceBuffers.add(m);
+        return m.asSlice(0, bytes);
+    }
+
+    private SymmetricMemory symmetric(long bytes) {
+        SymmetricMemory m = SymmetricMemory.allocate(commGroup, bytes);
+        owned.add(0, m);
+        return m;
+    }
+
+    /** Zeroes a device buffer from host zeros (at set-up; the comm stream's copies). */
+    private void zero(MemorySegment device) {
+        if (device.byteSize() == 0) {
+            return;
+        }
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment zeros = arena.allocate(Math.min(HOST_CHUNK, device.byteSize()), 16);
+            for (long at = 0; at < device.byteSize(); at += zeros.byteSize()) {
+                long n = Math.min(zeros.byteSize(), device.byteSize() - at);
+                commDevice.copyFromHost(device.asSlice(at, n), zeros.asSlice(0, n));
+            }
+        }
+    }
+
+    // ---- the step ----
+
+    /**
+     * Collective: enqueues one training step (forward, backward, gradient reduction, Adam) on this rank's two streams and
+     * returns; the compute stream ({@link #device()}) completes after the whole step. Reads {@link #input()} and
+     * {@link #outputGradient()}, writes {@link #output()}.
+     */
+    public void step() {
+        checkOpen();
+        steps++;
+        for (Action x : plan.actions()) {
+            run(x);
+        }
+    }
+
+    private void run(Action x) {
+        int l = x.layer();
+        switch (x.kind()) {
+            case COMPUTE_WAITS_COMM -> computeDevice.orderAfter(commDevice.stream());
+            case COMM_WAITS_COMPUTE -> commDevice.orderAfter(computeDevice.stream());
+            case GATHER -> {
+                SymmetricMemory w = working[x.weight()];
+                commOps.castToBfloat16(master[l], w.local().asSlice(partStart[l] * 2, partSize[l] * 2), partSize[l]);
+                comm.allGather(w, 0, counts[l], BF16);
+            }
+            case FORWARD -> {
+                computeOps.matmul(activations[l], layerInput(l), false, weight(x), false, tokens, widths[l + 1], widths[l],
+                        false, BF16);
+                if (l < layers - 1) {
+                    computeOps.relu(activations[l], activations[l], (long) tokens * widths[l + 1], BF16);
+                }
+            }
+            case BACKWARD -> {
+                MemorySegment dz = outputGradientOf(l);
+                // dW = aᵀ · dz (a: the layer's input)
+                computeOps.matmul(gradients[x.grad()].local(), layerInput(l), true, dz, false, widths[l], widths[l + 1], tokens,
+                        false, BF16);
+                if (l > 0) {
+                    // da = dz · Wᵀ, then dz of the layer below = da where its output (the ReLU's) is positive
+                    MemorySegment below = outputGradientOf(l - 1);
+                    computeOps.matmul(below, dz, false, weight(x), true, tokens, widths[l], widths[l + 1], false, BF16);
+                    computeOps.reluBackward(below, activations[l - 1], below, (long) tokens * widths[l], BF16);
+                }
+            }
+            case REDUCE -> {
+                if (sharding == Sharding.FULL) {
+                    comm.reduceScatter(gradients[x.grad()], 0, counts[l], BF16, ReduceOp.SUM);
+                } else {
+                    comm.allReduce(gradients[x.grad()], 0, counts[l], BF16, ReduceOp.SUM, allReduce[l]);
+                }
+            }
+            case OPTIMIZE -> commOps.adamStep(master[l], moment1[l], moment2[l],
+                    gradients[x.grad()].local().asSlice(partStart[l] * 2, partSize[l] * 2),
+                    sharding == Sharding.FULL ? null : replica[l], partSize[l], 1f / world, adam.learningRate(), adam.beta1(),
+                    adam.beta2(), adam.epsilon(), steps);
+        }
+    }
+
+    private MemorySegment weight(Action x) {
+        return sharding == Sharding.FULL ? working[x.weight()].local() : replica[x.weight()];
+    }
+
+    /** Layer l's input: the batch, or the layer below's (ReLU'd) output. */
+    private MemorySegment layerInput(int l) {
+        return l == 0 ? input : activations[l - 1];
+    }
+
+    /** Where the gradient of layer l's output lives during the backward pass. */
+    private MemorySegment outputGradientOf(int l) {
+        return l == layers - 1 ? outputGradient : backward[l % 2];
+    }
+
+    // ---- the caller's side ----
+
+    /**
+     * Sets layer {@code layer}'s weight (row-major, {@code widths[layer] × widths[layer + 1]}): this rank copies the
+     * elements it holds ({@link #heldStart}, {@link #heldCount}) from {@code valueAt(flat index)} as float32 into its
+     * master copy (and, replicated, its bfloat16 weight). Call before the first step; waits for the copies.
+     *
+     * @param layer   the layer
+     * @param valueAt the weight's element at a flat row-major index
+     */
+    public void setWeights(int layer, LongToDoubleFunction valueAt) {
+        checkOpen();
+        checkLayer(layer);
+        Objects.requireNonNull(valueAt, "valueAt");
+        long n = partSize[layer];
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment host = arena.allocate(Math.max(4, Math.min(HOST_CHUNK, n * 4)), 16);
+            long chunk = host.byteSize() / 4;
+            for (long at = 0; at < n; at += chunk) {
+                long len = Math.min(chunk, n - at);
+                for (long i = 0; i < len; i++) {
+                    host.setAtIndex(ValueLayout.JAVA_FLOAT, i, (float) valueAt.applyAsDouble(partStart[layer] + at + i));
+                }
+                commDevice.copyFromHost(master[layer].asSlice(at * 4, len * 4), host.asSlice(0, len * 4));
+            }
+        }
+        if (sharding == Sharding.NONE) {
+            commOps.castToBfloat16(master[layer], replica[layer], n);
+        }
+        commDevice.synchronize();
+        // the next step's compute stream must see the replica's weight: the plan's first wait orders it
+    }
+
+    /**
+     * This rank's float32 master copy of layer {@code layer}'s elements {@code [heldStart, heldStart + heldCount)} (after
+     * the steps enqueued so far: waits for them).
+     *
+     * @param layer the layer
+     * @return the elements
+     */
+    public float[] masterWeights(int layer) {
+        checkOpen();
+        checkLayer(layer);
+        computeDevice.synchronize();
+        long n = partSize[layer];
+        float[] out = new float[Math.toIntExact(n)];
+        if (n == 0) {
+            return out;
+        }
+        try (Arena arena = Arena.ofConfined()) {
+            MemorySegment host = arena.allocate(n * 4, 16);
+            commDevice.copyToHost(host, master[layer]);
+            MemorySegment.copy(host, ValueLayout.JAVA_FLOAT, 0, out, 0, out.length);
+        }
+        return out;
+    }
+
+    /**
+     * {@return the first flat index of layer {@code layer}'s weight that this rank holds (its shard's start; 0 replicated)}
+     *
+     * @param layer the layer
+     */
+    public long heldStart(int layer) {
+        checkLayer(layer);
+        return partStart[layer];
+    }
+
+    /**
+     * {@return how many elements of layer {@code layer}'s weight this rank holds (its shard's; all replicated)}
+     *
+     * @param layer the layer
+     */
+    public long heldCount(int layer) {
+        checkLayer(layer);
+        return partSize[layer];
+    }
+
+    /** {@return this rank's batch, {@code tokens × widths[0]} bfloat16, to write before a step through {@link #device()}} */
+    public MemorySegment input() {
+        return input;
+    }
+
+    /** {@return the gradient of the loss by the output, {@code tokens × widths[L]} bfloat16, written before a step} */
+    public MemorySegment outputGradient() {
+        return outputGradient;
+    }
+
+    /** {@return the last step's output (before its update), {@code tokens × widths[L]} bfloat16} */
+    public MemorySegment output() {
+        return activations[layers - 1];
+    }
+
+    /** {@return the compute stream's device side: copies in and out go through it, and it completes after each step} */
+    public DeviceCommunicator device() {
+        return computeDevice;
+    }
+
+    /** {@return the step's plan} */
+    public ShardedStepPlan plan() {
+        return plan;
+    }
+
+    /** {@return the device bytes this rank allocated, by purpose} */
+    public Memory memory() {
+        return memory;
+    }
+
+    /** {@return the all-reduce each layer's gradient uses (replicated), or null (sharded)} */
+    public List<Algorithm> allReduceAlgorithms() {
+        return sharding == Sharding.NONE ? List.of(allReduce) : null;
+    }
+
+    /** {@return how the model is held} */
+    public Sharding sharding() {
+        return sharding;
+    }
+
+    /** {@return the steps taken (Adam's t of the last one)} */
+    public long steps() {
+        return steps;
+    }
+
+    /** Waits for both streams. */
+    public void synchronize() {
+        checkOpen();
+        computeDevice.synchronize();
+        commDevice.synchronize();
+    }
+
+    private void checkLayer(int layer) {
+        if (layer < 0 || layer >= layers) {
+            throw new IndexOutOfBoundsException("layer=" + layer + ": expected 0 <= layer < " + layers);
+        }
+    }
+
+    private void checkOpen() {
+        if (closed) {
+            throw new IllegalStateException("FullyShardedMlp of rank " + rank + " is closed");
+        }
+    }
+
+    /**
+     * Collective: waits for both streams, meets the group (no peer's kernel can then wait for this rank), frees the
+     * buffers and closes the symmetric memories, the sub-group's communicator, the sub-group and the communicator.
+     */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        computeDevice.synchronize();
+        commDevice.synchronize();
+        compute.barrier();
+        release(null);
+    }
+
+    /** Frees what was made, newest first; the first failure is thrown (or added to {@code cause}). */
+    private void release(Throwable cause) {
+        Throwable first = cause;
+        if (computeDevice != null) {
+            for (MemorySegment m : deviceBuffers) {
+                try {
+                    computeDevice.freeDevice(m);
+                } catch (RuntimeException e) {
+                    first = add(first, e);
+                }
+            }
+        }
+        deviceBuffers.clear();
+        for (AutoCloseable c : owned) {
+            try {
+                c.close();
+            } catch (Exception e) {
+                first = add(first, e);
+            }
+        }
+        owned.clear();
+        if (cause == null && first != null) {
+            if (first instanceof RuntimeException r) {
+                throw r;
+            }
+            throw new IllegalStateException("closing FullyShardedMlp of rank " + rank, first);
+        }
+    }
+
+    private static Throwable add(Throwable first, Throwable next) {
+        if (first == null) {
+            return next;
+        }
+        first.addSuppressed(next);
+        return first;
+    }
+}

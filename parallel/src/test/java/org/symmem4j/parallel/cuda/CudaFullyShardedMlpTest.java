@@ -1,0 +1,365 @@
+package org.symmem4j.parallel.cuda;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.SplittableRandom;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ShardPartition;
+import org.symmem4j.parallel.cuda.ffi.Cublas;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.numeric.BFloat16;
+import org.symmem4j.parallel.tensor.FullyShardedMlp;
+import org.symmem4j.parallel.tensor.FullyShardedMlp.Adam;
+import org.symmem4j.parallel.tensor.FullyShardedMlp.Sharding;
+
+/**
+ * {@link FullyShardedMlp} on GPUs against a float64 host reference of the same steps: every rank its own batch, the
+ * float64 reference rounding to bfloat16 where the GPU stores bfloat16 (weights cast from the float32 masters, each
+ * GEMM's output, the summed gradient), so that only the GEMMs' float32 accumulation and Adam's float32 arithmetic
+ * differ. Checked: each step's output on every rank (before that step's update), and after the steps every rank's
+ * float32 master shard; the sharded and the replicated (plain data-parallel) steps bitwise equal to each other. Four
+ * layers of different widths (the backward pass regathers layers 0 and 1, each working buffer holds layers of two sizes)
+ * and the two-layer MLP block. Skipped without a GPU, the kernels or cuBLAS; on one GPU the ranks share it.
+ */
+@ExtendWith(GpuTestWatchdog.class)
+class CudaFullyShardedMlpTest {
+
+    static final GpuTestSupport.ClassTransport GPU = new GpuTestSupport.ClassTransport();
+
+    /** Streams a rank of one model keeps: the GEMMs', the collectives' sub-group's, and each communicator's copy stream. */
+    static final int STREAMS_PER_RANK = 4;
+
+    @BeforeEach
+    void needsAGpu() {
+        GpuTestSupport.assumeGpuAndKernels();
+        Assumptions.assumeTrue(Cublas.available(), "no cuBLAS: " + Cublas.unavailableReason());
+        GPU.open();
+        // ranks sharing a GPU each need their streams on hardware queues of their own: a collective kernel spinning for a
+        // peer must not sit in front of that peer's kernel in one queue (see LaunchBudget); two models' streams live here
+        int devices = CudaDriver.get().deviceCount();
+        int perGpu = (GPU.worldSize() + devices - 1) / devices;
+        String set = System.getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+        int connections = set == null ? 8 : Integer.parseInt(set.trim());
+        int needed = perGpu == 1 ? 1 : 2 * STREAMS_PER_RANK * perGpu + 1;
+        Assumptions.assumeTrue(connections >= needed, perGpu + " ranks share a GPU: their 2 x " + STREAMS_PER_RANK
+                + " streams each need CUDA_DEVICE_MAX_CONNECTIONS >= " + needed + ", found " + connections);
+    }
+
+    @AfterAll
+    static void closeTransport() {
+        GPU.close();
+    }
+
+    @Test
+    void fourLayersShardedAndReplicatedMatchTheReferenceAndEachOther() {
+        check(48, new int[] {48, 96, 64, 80, 32}, 3);
+    }
+
+    @Test
+    void theMlpBlockMatchesTheReference() {
+        check(64, new int[] {64, 256, 64}, 2);
+    }
+
+    private static void check(int tokens, int[] widths, int steps) {
+        int world = GPU.worldSize();
+        int layers = widths.length - 1;
+        Reference ref = new Reference(tokens, widths, world);
+        // ε at a tenth of the first step's RMS gradient: Adam's update is then smooth in the gradient (near-zero gradients
+        // whose sign a rounding could flip move their weight by far less than lr)
+        float eps = (float) (0.1 * ref.rmsOfFirstGradient());
+        Adam adam = new Adam(0.02f, 0.9f, 0.999f, eps);
+        for (int step = 1; step <= steps; step++) {
+            ref.step(step, adam);
+        }
+        List<Result> sharded = GPU.onEveryRank(group -> run(group, tokens, widths, steps, Sharding.FULL, adam));
+        List<Result> replicated = GPU.onEveryRank(group -> run(group, tokens, widths, steps, Sharding.NONE, adam));
+        for (int r = 0; r < world; r++) {
+            Result s = sharded.get(r);
+            Result p = replicated.get(r);
+            for (int step = 0; step < steps; step++) {
+                String what = "rank " + r + " step " + (step + 1) + " output";
+                assertClose(s.outputs.get(step), ref.outputs.get(step)[r], 0.01, what + " (sharded)");
+                assertTrue(Arrays.equals(s.outputs.get(step), p.outputs.get(step)), what + ": sharded and replicated differ");
+            }
+            for (int l = 0; l < layers; l++) {
+                long count = (long) widths[l] * widths[l + 1];
+                ShardPartition part = ShardPartition.of(count, world, DType.BFLOAT16);
+                assertEquals(Math.min(part.start(r), count), s.starts[l], "rank " + r + " layer " + l + " shard start");
+                assertEquals(part.size(r), s.masters.get(l).length, "rank " + r + " layer " + l + " shard size");
+                assertEquals(count, p.masters.get(l).length, "a replica holds the whole layer");
+                float[] shard = s.masters.get(l);
+                float[] whole = p.masters.get(l);
+                double tolerance = 0.1 * adam.learningRate() + 1e-6;
+                double moved = 0;
+                for (int i = 0; i < shard.length; i++) {
+                    int at = (int) s.starts[l] + i;
+                    String what = "rank " + r + " layer " + l + " weight " + at + " after " + steps + " steps";
+                    double expected = ref.w[l][at];
+                    assertTrue(Math.abs(shard[i] - expected) <= tolerance, what + ": " + shard[i] + " expected " + expected
+                            + " ± " + tolerance + " (started at " + ref.w0[l][at] + ")");
+                    moved = Math.max(moved, Math.abs(expected - ref.w0[l][at]));
+                    if (p.bitwiseComparable) {
+                        assertEquals(Float.floatToRawIntBits(whole[at]), Float.floatToRawIntBits(shard[i]),
+                                what + ": sharded " + shard[i] + " replicated " + whole[at]);
+                    }
+                }
+                // the check means something only if the weights moved by more than the tolerance
+                assertTrue(shard.length == 0 || moved > 5 * tolerance, "layer " + l + " moved only " + moved);
+            }
+        }
+    }
+
+    /** What one rank saw: each step's output, and its master elements after the steps. */
+    record Result(List<double[]> outputs, List<float[]> masters, long[] starts, boolean bitwiseComparable) {
+    }
+
+    private static Result run(org.symmem4j.parallel.Group group, int tokens, int[] widths, int steps, Sharding sharding,
+                              Adam adam) {
+        int rank = group.rank();
+        int layers = widths.length - 1;
+        try (FullyShardedMlp mlp = new FullyShardedMlp(group, tokens, widths, sharding, adam);
+             Arena arena = Arena.ofConfined()) {
+            for (int l = 0; l < layers; l++) {
+                double[] w = Reference.initialWeights(widths, l);
+                mlp.setWeights(l, i -> w[(int) i]);
+            }
+            List<double[]> outputs = new ArrayList<>();
+            for (int step = 1; step <= steps; step++) {
+                upload(mlp.device(), arena, mlp.input(), Reference.input(tokens, widths, step, rank));
+                upload(mlp.device(), arena, mlp.outputGradient(), Reference.outputGradient(tokens, widths, step, rank));
+                mlp.step();
+                outputs.add(download(mlp.device(), arena, mlp.output(), tokens * widths[layers]));
+            }
+            List<float[]> masters = new ArrayList<>();
+            long[] starts = new long[layers];
+            for (int l = 0; l < layers; l++) {
+                masters.add(mlp.masterWeights(l));
+                starts[l] = mlp.heldStart(l);
+                assertEquals(mlp.heldCount(l), masters.get(l).length);
+            }
+            long state = 0;
+            for (float[] m : masters) {
+                state += 12L * m.length;
+            }
+            assertEquals(state, mlp.memory().state(), "master + m + v, float32");
+            List<Algorithm> algorithms = mlp.allReduceAlgorithms();
+            boolean bitwise = algorithms == null || !algorithms.contains(Algorithm.NCCL);
+            return new Result(outputs, masters, starts, bitwise);
+        }
+    }
+
+    private static void upload(org.symmem4j.parallel.DeviceCommunicator device, Arena arena, MemorySegment dst, double[] v) {
+        MemorySegment host = arena.allocate((long) v.length * 2, 16);
+        for (int i = 0; i < v.length; i++) {
+            host.setAtIndex(java.lang.foreign.ValueLayout.JAVA_SHORT, i, BFloat16.fromFloat((float) v[i]));
+        }
+        device.copyFromHost(dst, host);
+    }
+
+    private static double[] download(org.symmem4j.parallel.DeviceCommunicator device, Arena arena, MemorySegment src, int count) {
+        MemorySegment host = arena.allocate((long) count * 2, 16);
+        device.copyToHost(host, src.asSlice(0, host.byteSize()));
+        double[] v = new double[count];
+        for (int i = 0; i < count; i++) {
+            v[i] = BFloat16.toFloat(host.getAtIndex(java.lang.foreign.ValueLayout.JAVA_SHORT, i));
+        }
+        return v;
+    }
+
+    private static void assertClose(double[] actual, double[] expected, double relative, String what) {
+        double scale = 0;
+        for (double e : expected) {
+            scale = Math.max(scale, Math.abs(e));
+        }
+        assertTrue(scale > 0, what + ": the reference is all zeros (the check would mean nothing)");
+        for (int i = 0; i < expected.length; i++) {
+            assertTrue(Math.abs(actual[i] - expected[i]) <= relative * scale, what + " [" + i + "]: " + actual[i]
+                    + " expected " + expected[i] + " ± " + relative * scale);
+        }
+    }
+
+    /**
+     * The steps in float64 on the host, every rank's batch, rounding to bfloat16 where the GPU stores bfloat16, the
+     * masters and moments to float32 where the GPU stores float32.
+     */
+    static final class Reference {
+        final int tokens;
+        final int[] widths;
+        final int world;
+        final int layers;
+        final double[][] w0;
+        final double[][] w;
+        final double[][] m;
+        final double[][] v;
+        final List<double[][]> outputs = new ArrayList<>();
+
+        Reference(int tokens, int[] widths, int world) {
+            this.tokens = tokens;
+            this.widths = widths;
+            this.world = world;
+            this.layers = widths.length - 1;
+            w0 = new double[layers][];
+            w = new double[layers][];
+            m = new double[layers][];
+            v = new double[layers][];
+            for (int l = 0; l < layers; l++) {
+                w0[l] = initialWeights(widths, l);
+                w[l] = w0[l].clone();
+                m[l] = new double[w[l].length];
+                v[l] = new double[w[l].length];
+            }
+        }
+
+        /** Layer l's initial weight, float32 values: uniform in ±1/√in. */
+        static double[] initialWeights(int[] widths, int l) {
+            SplittableRandom rnd = new SplittableRandom(1000 + l);
+            double[] x = new double[widths[l] * widths[l + 1]];
+            double scale = 1 / Math.sqrt(widths[l]);
+            for (int i = 0; i < x.length; i++) {
+                x[i] = (float) (rnd.nextDouble(-1, 1) * scale);
+            }
+            return x;
+        }
+
+        static double[] input(int tokens, int[] widths, int step, int rank) {
+            return bf16Random(2000 + 100L * step + rank, tokens * widths[0], 1);
+        }
+
+        static double[] outputGradient(int tokens, int[] widths, int step, int rank) {
+            return bf16Random(3000 + 100L * step + rank, tokens * widths[widths.length - 1], 0.5);
+        }
+
+        private static double[] bf16Random(long seed, int count, double scale) {
+            SplittableRandom rnd = new SplittableRandom(seed);
+            double[] x = new double[count];
+            for (int i = 0; i < count; i++) {
+                x[i] = bf16(rnd.nextDouble(-1, 1) * scale);
+            }
+            return x;
+        }
+
+        double rmsOfFirstGradient() {
+            double[][] g = gradients(1, null);
+            double sum = 0;
+            long n = 0;
+            for (double[] layer : g) {
+                for (double x : layer) {
+                    sum += x * x;
+                    n++;
+                }
+            }
+            return Math.sqrt(sum / n);
+        }
+
+        /** The mean gradient of every layer at the current weights (each rank's batch of {@code step}); outputs kept. */
+        double[][] gradients(int step, List<double[][]> keepOutputs) {
+            double[][] sum = new double[layers][];
+            double[][] ys = new double[world][];
+            double[][] wb = new double[layers][];
+            for (int l = 0; l < layers; l++) {
+                sum[l] = new double[w[l].length];
+                wb[l] = bf16(w[l].clone());
+            }
+            for (int r = 0; r < world; r++) {
+                double[] x = input(tokens, widths, step, r);
+                double[][] act = new double[layers][];
+                double[] in = x;
+                for (int l = 0; l < layers; l++) {
+                    double[] z = bf16(matmul(in, false, wb[l], false, tokens, widths[l + 1], widths[l]));
+                    if (l < layers - 1) {
+                        for (int i = 0; i < z.length; i++) {
+                            z[i] = Math.max(z[i], 0);
+                        }
+                    }
+                    act[l] = z;
+                    in = z;
+                }
+                ys[r] = act[layers - 1];
+                double[] dz = outputGradient(tokens, widths, step, r);
+                for (int l = layers - 1; l >= 0; l--) {
+                    double[] a = l == 0 ? x : act[l - 1];
+                    double[] dw = bf16(matmul(a, true, dz, false, widths[l], widths[l + 1], tokens));
+                    for (int i = 0; i < dw.length; i++) {
+                        sum[l][i] += dw[i];
+                    }
+                    if (l > 0) {
+                        double[] da = bf16(matmul(dz, false, wb[l], true, tokens, widths[l], widths[l + 1]));
+                        for (int i = 0; i < da.length; i++) {
+                            da[i] = a[i] > 0 ? da[i] : 0;
+                        }
+                        dz = da;
+                    }
+                }
+            }
+            if (keepOutputs != null) {
+                keepOutputs.add(ys);
+            }
+            double scale = 1f / world;
+            for (int l = 0; l < layers; l++) {
+                bf16(sum[l]); // the reduction's bfloat16 result
+                for (int i = 0; i < sum[l].length; i++) {
+                    sum[l][i] *= scale;
+                }
+            }
+            return sum;
+        }
+
+        /** One step: outputs at the current weights, then Adam (step t) from the mean gradient. */
+        void step(int t, Adam adam) {
+            double[][] g = gradients(t, outputs);
+            double b1 = adam.beta1();
+            double b2 = adam.beta2();
+            double stepSize = (float) (adam.learningRate() / (1 - Math.pow(b1, t)));
+            double sqrtBias2 = (float) Math.sqrt(1 - Math.pow(b2, t));
+            for (int l = 0; l < layers; l++) {
+                for (int i = 0; i < w[l].length; i++) {
+                    double mi = (float) (m[l][i] + (1 - b1) * (g[l][i] - m[l][i]));
+                    double vi = (float) (b2 * v[l][i] + (1 - b2) * g[l][i] * g[l][i]);
+                    m[l][i] = mi;
+                    v[l][i] = vi;
+                    w[l][i] = (float) (w[l][i] - stepSize * (mi / (Math.sqrt(vi) / sqrtBias2 + adam.epsilon())));
+                }
+            }
+        }
+
+        static double bf16(double x) {
+            return BFloat16.toFloat(BFloat16.fromFloat((float) x));
+        }
+
+        static double[] bf16(double[] x) {
+            for (int i = 0; i < x.length; i++) {
+                x[i] = bf16(x[i]);
+            }
+            return x;
+        }
+
+        /** Row-major {@code op(a) · op(b)}, {@code m × n}, inner {@code k}. */
+        static double[] matmul(double[] a, boolean transA, double[] b, boolean transB, int m, int n, int k) {
+            double[] c = new double[m * n];
+            for (int i = 0; i < m; i++) {
+                for (int p = 0; p < k; p++) {
+                    double x = transA ? a[p * m + i] : a[i * k + p];
+                    if (x == 0) {
+                        continue;
+                    }
+                    for (int j = 0; j < n; j++) {
+                        c[i * n + j] += x * (transB ? b[j * k + p] : b[p * n + j]);
+                    }
+                }
+            }
+            return c;
+        }
+    }
+}
