@@ -1,0 +1,54 @@
+package org.symmem4j.benchmarks;
+
+import java.util.concurrent.TimeUnit;
+import org.openjdk.jmh.annotations.Benchmark;
+import org.openjdk.jmh.annotations.BenchmarkMode;
+import org.openjdk.jmh.annotations.Fork;
+import org.openjdk.jmh.annotations.Measurement;
+import org.openjdk.jmh.annotations.Mode;
+import org.openjdk.jmh.annotations.OutputTimeUnit;
+import org.openjdk.jmh.annotations.Scope;
+import org.openjdk.jmh.annotations.State;
+import org.openjdk.jmh.annotations.Warmup;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.control.FlightRecorder;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Descriptor;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
+
+/**
+ * The flight recorder's own work per collective, alone: the four calls the control plane makes (begin,
+ * arguments, started, completed), against an empty baseline. {@link FlightRecorderCostBenchmark}
+ * measures the same cost inside a real all-reduce, where it drowns in run-to-run variation; this
+ * one bounds it: divide by a 1 KiB all-reduce's latency.
+ */
+@BenchmarkMode(Mode.AverageTime)
+@OutputTimeUnit(TimeUnit.NANOSECONDS)
+@Warmup(iterations = 3, time = 1)
+@Measurement(iterations = 5, time = 1)
+@Fork(value = 2, jvmArgsAppend = {"--enable-native-access=ALL-UNNAMED"})
+@State(Scope.Thread)
+public class FlightRecorderOpsBenchmark {
+
+    private final FlightRecorder recorder = FlightRecorder.create(0, 2, "bench", 1024);
+    private final Descriptor descriptor = new Descriptor();
+    private long seq;
+
+    @Benchmark
+    public long baseline() {
+        return seq++;
+    }
+
+    @Benchmark
+    public long recordOneCollective() {
+        long s = seq++;
+        recorder.begin(s, "all-reduce");
+        recorder.arguments(descriptor.set(s, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
+                Algorithm.TWO_SHOT.ordinal(), -1, 256, 1024, 3, 0, 0, Problem.NONE));
+        recorder.started(s);
+        recorder.completed(s);
+        return s;
+    }
+}
