@@ -71,6 +71,81 @@ class CudaFullyShardedMlpTest {
         check(64, new int[] {64, 256, 64}, 2);
     }
 
+    /**
+     * The two kernels the step adds, alone: the float32 → bfloat16 cast bitwise against the host's round-to-nearest-even,
+     * and one Adam step (t = 3, with the bfloat16 copy) against the same arithmetic in double on the host; a bad
+     * hyper-parameter refused before anything runs.
+     */
+    @Test
+    void castAndAdamKernelsMatchTheHostArithmetic() {
+        int n = 5000; // not a multiple of a block's threads
+        GPU.onEveryRank(group -> {
+            try (org.symmem4j.parallel.Communicator comm = org.symmem4j.parallel.Communicator.create(group);
+                 Arena arena = Arena.ofConfined()) {
+                org.symmem4j.parallel.DeviceCommunicator device = comm.unwrap(org.symmem4j.parallel.DeviceCommunicator.class)
+                        .orElseThrow();
+                org.symmem4j.parallel.TensorParallelGemm ops = comm.unwrap(org.symmem4j.parallel.TensorParallelGemm.class)
+                        .orElseThrow();
+                SplittableRandom rnd = new SplittableRandom(40 + group.rank());
+                double[] p = new double[n];
+                double[] m = new double[n];
+                double[] v = new double[n];
+                double[] g = new double[n];
+                for (int i = 0; i < n; i++) {
+                    p[i] = (float) rnd.nextDouble(-1, 1);
+                    m[i] = (float) rnd.nextDouble(-0.1, 0.1);
+                    v[i] = (float) rnd.nextDouble(0, 0.01);
+                    g[i] = Reference.bf16(rnd.nextDouble(-0.2, 0.2));
+                }
+                var dp = CudaTensorParallelTest.upload(device, arena, p, DType.FLOAT32);
+                var dm = CudaTensorParallelTest.upload(device, arena, m, DType.FLOAT32);
+                var dv = CudaTensorParallelTest.upload(device, arena, v, DType.FLOAT32);
+                var dg = CudaTensorParallelTest.upload(device, arena, g, DType.BFLOAT16);
+                var copy = device.allocateDevice((long) n * 2);
+                var cast = device.allocateDevice((long) n * 2);
+                try {
+                    ops.castToBfloat16(dp, cast, n);
+                    double[] casted = CudaTensorParallelTest.download(device, arena, cast, n, DType.BFLOAT16);
+                    for (int i = 0; i < n; i++) {
+                        assertEquals(BFloat16.toFloat(BFloat16.fromFloat((float) p[i])), casted[i], "cast " + i + " of " + p[i]);
+                    }
+                    float lr = 0.01f;
+                    float b1 = 0.9f;
+                    float b2 = 0.999f;
+                    float eps = 1e-3f;
+                    int t = 3;
+                    ops.adamStep(dp, dm, dv, dg, copy, n, 0.5f, lr, b1, b2, eps, t);
+                    double[] p2 = CudaTensorParallelTest.download(device, arena, dp, n, DType.FLOAT32);
+                    double[] m2 = CudaTensorParallelTest.download(device, arena, dm, n, DType.FLOAT32);
+                    double[] v2 = CudaTensorParallelTest.download(device, arena, dv, n, DType.FLOAT32);
+                    double[] c2 = CudaTensorParallelTest.download(device, arena, copy, n, DType.BFLOAT16);
+                    double stepSize = lr / (1 - Math.pow(b1, t));
+                    double sqrtBias2 = Math.sqrt(1 - Math.pow(b2, t));
+                    for (int i = 0; i < n; i++) {
+                        double gi = 0.5 * g[i];
+                        double mi = m[i] + (1 - b1) * (gi - m[i]);
+                        double vi = b2 * v[i] + (1 - b2) * gi * gi;
+                        double pi = p[i] - stepSize * mi / (Math.sqrt(vi) / sqrtBias2 + eps);
+                        assertEquals(mi, m2[i], 1e-6 * (Math.abs(mi) + 1e-3), "m " + i);
+                        assertEquals(vi, v2[i], 1e-6 * (Math.abs(vi) + 1e-6), "v " + i);
+                        assertEquals(pi, p2[i], 1e-6, "param " + i);
+                        assertTrue(Math.abs(pi - p[i]) > 1e-4, "the step moved param " + i);
+                        assertEquals(BFloat16.toFloat(BFloat16.fromFloat((float) p2[i])), c2[i], "bf16 copy " + i);
+                    }
+                    IllegalArgumentException e = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
+                            () -> ops.adamStep(dp, dm, dv, dg, null, n, 1f, lr, 1f, b2, eps, 1));
+                    assertTrue(e.getMessage().contains("beta1=1.0"), e.getMessage());
+                } finally {
+                    device.synchronize();
+                    for (var d : List.of(dp, dm, dv, dg, copy, cast)) {
+                        device.freeDevice(d);
+                    }
+                }
+            }
+            return null;
+        });
+    }
+
     private static void check(int tokens, int[] widths, int steps) {
         int world = GPU.worldSize();
         int layers = widths.length - 1;
