@@ -194,6 +194,11 @@ def fsdp_cells(args, world, device_name):
             if isinstance(m, nn.Linear):
                 fully_shard(m, mp_policy=mp)
         fully_shard(model, mp_policy=mp)
+        # the whole model existed on every GPU before fully_shard cut it: give that memory back and start the peak here,
+        # so that the peak is the sharded training's (the model's shards stay allocated, above base)
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
         opt = torch.optim.Adam(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8)
         gen = torch.Generator(device="cuda").manual_seed(7000 + dist.get_rank())
         x = (torch.rand(t, h, device="cuda", generator=gen, dtype=torch.float32) * 2 - 1).to(torch.bfloat16)

@@ -55,7 +55,7 @@ public final class FsdpMlpBench {
     /** The columns of {@code --raw}. */
     static final List<String> CSV_COLUMNS = List.of("gpus", "device", "tokens", "hidden", "ffn", "layers", "variant",
             "step_ms", "spread", "device_used_bytes", "accounted_bytes", "state_bytes", "weight_bytes", "gradient_bytes",
-            "activation_bytes", "output_crc", "check");
+            "activation_bytes", "runtime_bytes", "output_crc", "check");
 
     @Command(name = "FsdpMlpBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class,
             showDefaultValues = true, description = "The MLP block's fully sharded step (FSDP) against replicas (DDP), one"
@@ -92,7 +92,18 @@ public final class FsdpMlpBench {
         Cell failed(String why) {
             return new Cell(shape, layers, variant, stepMillis, deviceUsed, memory, outputCrc, bitwise, "FAILED: " + why);
         }
+
+        Cell checked(String what) {
+            return new Cell(shape, layers, variant, stepMillis, deviceUsed, memory, outputCrc, bitwise, what);
+        }
     }
+
+    /**
+     * Per rank, the device bytes of the runtime a model brings whatever its size (its two communicators with their NCCL
+     * communicators and staging, the cuBLAS handles and workspaces, the GEMM kernels loaded): measured with a tiny model
+     * before the cells; part of every cell's device-used bytes.
+     */
+    private static volatile long runtimeBytes;
 
     private FsdpMlpBench() {
     }
@@ -136,7 +147,8 @@ public final class FsdpMlpBench {
                     int[] thf = shape(c.shape());
                     csv.row(world, device, thf[0], thf[1], thf[2], c.layers(), c.variant(), RawCsv.num("%.3f", c.stepMillis()),
                             RawCsv.num("%.4f", spread(perRank, i)), c.deviceUsed(), c.memory().total(), c.memory().state(),
-                            c.memory().weights(), c.memory().gradients(), c.memory().activations(), Long.toHexString(c.outputCrc()),
+                            c.memory().weights(), c.memory().gradients(), c.memory().activations(), runtimeBytes,
+                            Long.toHexString(c.outputCrc()),
                             c.check());
                 }
             }
@@ -160,6 +172,16 @@ public final class FsdpMlpBench {
             if (group.rank() == 0) {
                 deviceName = device.deviceName();
             }
+            probe.barrier();
+            long before = device.memoryInfo()[0];
+            try (FullyShardedMlp tiny = new FullyShardedMlp(group, 64, new int[] {64, 64, 64}, Sharding.FULL, Adam.defaults())) {
+                tiny.step();
+                tiny.synchronize();
+                long used = before - device.memoryInfo()[0] - tiny.memory().total();
+                if (group.rank() == 0) {
+                    runtimeBytes = used;
+                }
+            }
             for (String shape : flags.shapes) {
                 int[] thf = shape(shape);
                 int[] widths = widths(thf[1], thf[2], flags.blocks);
@@ -176,9 +198,7 @@ public final class FsdpMlpBench {
                         first = cell;
                     } else if (cell.check().startsWith("ok") && first.bitwise() && cell.bitwise()) {
                         cell = cell.outputCrc() == first.outputCrc()
-                                ? new Cell(cell.shape(), cell.layers(), cell.variant(), cell.stepMillis(), cell.deviceUsed(),
-                                        cell.memory(), cell.outputCrc(), true, "ok (output after the steps bitwise "
-                                        + first.variant() + "'s)")
+                                ? cell.checked("ok (output after the steps bitwise " + first.variant() + "'s)")
                                 : cell.failed("output after the steps differs from " + first.variant() + "'s (crc "
                                         + Long.toHexString(cell.outputCrc()) + " vs " + Long.toHexString(first.outputCrc()) + ")");
                     }
@@ -419,8 +439,9 @@ public final class FsdpMlpBench {
         b.append("# Fully sharded MLP step (FSDP) vs replicas (DDP), ").append(world).append(" x ").append(device).append("\n\n");
         b.append(String.format(Locale.ROOT, "bf16 GEMMs (cuBLAS), float32 master weights and Adam (lr %g), %d block(s);"
                 + " %d warm-up steps, median of %d timings of %d steps (slowest rank); memory: the device's used bytes"
-                + " (cuMemGetInfo) and the model's own allocations, per rank.%n%n", flags.lr, flags.blocks, flags.warmup,
-                flags.reps, flags.steps));
+                + " (cuMemGetInfo) and the model's own allocations, per rank; of the device-used bytes, %.2f GiB are the"
+                + " runtime's whatever the model (two communicators with NCCL, cuBLAS workspaces; rank 0, measured with a"
+                + " tiny model).%n%n", flags.lr, flags.blocks, flags.warmup, flags.reps, flags.steps, runtimeBytes / GIB));
         b.append("| tokens/rank x hidden x ffn | variant | ms/step | device used GiB | accounted GiB | state | weights |"
                 + " gradients | activations | check |\n");
         b.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n");

@@ -180,6 +180,8 @@ public final class FullyShardedMlp implements AutoCloseable {
         this.widths = widths.clone();
         this.layers = widths.length - 1;
         this.plan = ShardedStepPlan.of(layers, sharding == Sharding.FULL);
+        // host-only and cheap: the plan this step interprets is proven race-free over consecutive steps before any use
+        plan.validate(3);
         this.counts = new long[layers];
         this.partStart = new long[layers];
         this.partSize = new long[layers];
