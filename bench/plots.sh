@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Draws the benchmark plots (PNG) into bench/results/plots/ from the raw CSVs committed in
+# Draws the benchmark plots (PNG) into docs/plots/ (where the documentation shows them) from the raw CSVs committed in
 # bench/results/ (org.symmem4j.benchmarks.Plots, XChart, headless): DL4J data-parallel throughput
 # against the single model and ParallelWrapper, the pipeline's measured bubble against the simulator's,
 # the host all-reduce against Open MPI, the GPU all-reduce against NCCL, ZeRO's optimizer-state and

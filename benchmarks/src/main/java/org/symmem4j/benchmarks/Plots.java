@@ -47,7 +47,7 @@ public final class Plots {
         @Option(names = "--results", paramLabel = "DIR", description = "directory holding the raw CSVs")
         Path results = Path.of("bench", "results");
         @Option(names = "--out", paramLabel = "DIR", description = "directory the PNGs are written to")
-        Path out = Path.of("bench", "results", "plots");
+        Path out = Path.of("docs", "plots");
     }
 
     private Plots() {
