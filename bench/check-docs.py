@@ -121,6 +121,8 @@ def nav_pages():
                 continue
             if in_nav and re.match(r'^\S', line):
                 break
+            if line.strip().startswith('#'):
+                continue  # a commented-out entry: a page not there yet
             m = re.search(r':\s*(\S+\.md)\s*$', line) or re.search(r'^\s*-\s*(\S+\.md)\s*$', line)
             if in_nav and m:
                 pages.add(m.group(1))
