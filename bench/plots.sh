@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Draws the benchmark plots (PNG) into bench/results/plots/ from the raw CSVs committed in
+# Draws the benchmark plots (PNG) into docs/plots/ (where the documentation shows them) from the raw CSVs committed in
 # bench/results/ (org.symmem4j.benchmarks.Plots, XChart, headless): DL4J data-parallel throughput
 # against the single model and ParallelWrapper, the pipeline's measured bubble against the simulator's,
 # the host all-reduce against Open MPI, the GPU all-reduce against NCCL, ZeRO's optimizer-state and
-# gradient bytes per worker against the worker count. Measures nothing.
+# gradient bytes per worker against the worker count; beside the raw ones, speed-up plots (symmem4j / the best
+# baseline: *-speedup.png, linear from zero with the 1x line). Log axes are labelled at every decade, latencies
+# in µs, rates from zero. Measures nothing.
 #
 #   bench/plots.sh [--results DIR] [--out DIR]       (SKIP_BUILD=1: use the jars already built)
 set -euo pipefail

@@ -47,7 +47,7 @@ public final class Plots {
         @Option(names = "--results", paramLabel = "DIR", description = "directory holding the raw CSVs")
         Path results = Path.of("bench", "results");
         @Option(names = "--out", paramLabel = "DIR", description = "directory the PNGs are written to")
-        Path out = Path.of("bench", "results", "plots");
+        Path out = Path.of("docs", "plots");
     }
 
     private Plots() {
@@ -102,13 +102,23 @@ public final class Plots {
         }
         XYChart chart = chart(title + ": DL4J data parallelism, 16-core H100 host", "workers (each 64 examples per step)",
                 "examples/s (median)");
-        chart.getStyler().setXAxisLogarithmic(true);
-        chart.getStyler().setXAxisDecimalPattern("0");
-        line(chart, "ideal: N x one worker alone", ideal, Color.GRAY, DASHED);
-        line(chart, "symmem4j", symmem, PALETTE[0], SOLID);
-        line(chart, "best single model (merged batch, fastest ND4J threads)", single, PALETTE[2], SOLID);
-        line(chart, "best ParallelWrapper mode", wrapper, PALETTE[1], SOLID);
-        return save(chart, out.resolve("data-parallel-" + model + ".png"));
+        workersAxis(chart);
+        chart.getStyler().setYAxisMin(0.0);   // a rate: from zero, so that heights compare
+        line(chart, "ideal: N x one worker alone", log2(ideal), Color.GRAY, DASHED);
+        line(chart, "symmem4j", log2(symmem), PALETTE[0], SOLID);
+        line(chart, "best single model (merged batch, fastest ND4J threads)", log2(single), PALETTE[2], SOLID);
+        line(chart, "best ParallelWrapper mode", log2(wrapper), PALETTE[1], SOLID);
+        Path raw = save(chart, out.resolve("data-parallel-" + model + ".png"));
+        TreeMap<Integer, Double> baseline = new TreeMap<>();
+        for (int n : symmem.keySet()) {
+            best(n, baseline, false, optional(single.get(n)), optional(wrapper.get(n)));
+        }
+        XYChart speedup = speedupChart(title + ": symmem4j / best baseline, 16-core H100 host",
+                "workers (each 64 examples per step)", "symmem4j examples/s / the better of the single model and ParallelWrapper");
+        workersAxis(speedup);
+        line(speedup, "symmem4j / best baseline", log2(ratio(symmem, baseline)), PALETTE[0], SOLID);
+        System.out.println("wrote " + save(breakEven(speedup), out.resolve("data-parallel-" + model + "-speedup.png")));
+        return raw;
     }
 
     /** Measured bubble against the simulator's for the same step's measured stage times, one point per run. */
@@ -152,30 +162,36 @@ public final class Plots {
         }
         XYChart chart = chart("Host all-reduce (float32 SUM, threads) vs Open MPI 4.1.6, 16-core H100 host"
                         + (left > 0 ? " (" + left + " marked cells left out)" : ""), "message size (KiB)",
-                "median latency (us)");
-        chart.getStyler().setXAxisLogarithmic(true);
-        chart.getStyler().setYAxisLogarithmic(true);
-        chart.getStyler().setYAxisDecimalPattern("#,##0");
-        chart.getStyler().setXAxisDecimalPattern("0");
+                "median latency (µs)");
+        logLog(chart);
+        XYChart speedup = speedupChart("Host all-reduce: Open MPI latency / symmem4j latency, 16-core H100 host",
+                "message size (KiB)", "speed-up over Open MPI (×)");
+        speedup.getStyler().setXAxisLogarithmic(true);
+        speedup.getStyler().setXAxisLogarithmicDecadeOnly(true);
+        speedup.getStyler().setXAxisDecimalPattern("#,##0");
         int i = 0;
         for (String ranks : mpi.keySet()) {
             Color c = PALETTE[i++ % PALETTE.length];
             if (symmem.containsKey(ranks)) {
                 line(chart, ranks + " ranks: symmem4j", symmem.get(ranks), c, SOLID);
+                line(speedup, ranks + " ranks", ratio(mpi.get(ranks), symmem.get(ranks)), c, SOLID);
             }
             line(chart, ranks + " ranks: Open MPI", mpi.get(ranks), c, DASHED);
         }
+        System.out.println("wrote " + save(breakEven(speedup), out.resolve("host-allreduce-speedup.png")));
         return save(chart, out.resolve("host-allreduce-vs-openmpi.png"));
     }
 
     /** bf16 graph-captured latency per GPU count: symmem4j's faster algorithm solid, NCCL's better mode dashed. */
     static Path gpuAllReduce(Path results, Path out) throws IOException {
         XYChart chart = chart("GPU all-reduce (bf16, graph-captured) vs NCCL 2.28.3, H200s over NVLink",
-                "message size (KiB)", "median latency (us)");
-        chart.getStyler().setXAxisLogarithmic(true);
-        chart.getStyler().setYAxisLogarithmic(true);
-        chart.getStyler().setYAxisDecimalPattern("#,##0");
-        chart.getStyler().setXAxisDecimalPattern("0");
+                "message size (KiB)", "median latency (µs)");
+        logLog(chart);
+        XYChart speedup = speedupChart("GPU all-reduce: NCCL latency / symmem4j latency (bf16, graph-captured), H200s",
+                "message size (KiB)", "speed-up over NCCL (×)");
+        speedup.getStyler().setXAxisLogarithmic(true);
+        speedup.getStyler().setXAxisLogarithmicDecadeOnly(true);
+        speedup.getStyler().setXAxisDecimalPattern("#,##0");
         int i = 0;
         for (int gpus : new int[] {2, 4, 8}) {
             Path csv = results.resolve("2026-11-22-gpu-allreduce-" + gpus + "xh200.csv");
@@ -195,7 +211,9 @@ public final class Plots {
             Color c = PALETTE[i++ % PALETTE.length];
             line(chart, gpus + " GPUs: symmem4j", symmem, c, SOLID);
             line(chart, gpus + " GPUs: NCCL", nccl, c, DASHED);
+            line(speedup, gpus + " GPUs", ratio(nccl, symmem), c, SOLID);
         }
+        System.out.println("wrote " + save(breakEven(speedup), out.resolve("gpu-allreduce-speedup.png")));
         return save(chart, out.resolve("gpu-allreduce-vs-nccl.png"));
     }
 
@@ -264,6 +282,84 @@ public final class Plots {
             return OptionalDouble.empty();
         }
         return OptionalDouble.of(v.length % 2 == 1 ? v[v.length / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2);
+    }
+
+    /**
+     * A worker-count axis: the points sit at log2(workers) on a linear axis, labelled 1, 2, 4, 8, 16 (a log
+     * axis labels only its decades, 1 and 10, which hides the counts measured).
+     */
+    private static void workersAxis(XYChart chart) {
+        chart.getStyler().setxAxisTickLabelsFormattingFunction(v -> {
+            long k = Math.round(v);
+            return Math.abs(v - k) < 1e-6 && k >= 0 && k < 31 ? Long.toString(1L << k) : "";
+        });
+    }
+
+    /** The same points at x = log2(x), for {@link #workersAxis}; x must be a power of two. */
+    private static TreeMap<Integer, Double> log2(TreeMap<Integer, Double> points) {
+        TreeMap<Integer, Double> out = new TreeMap<>();
+        points.forEach((x, v) -> {
+            if (Integer.bitCount(x) != 1) {
+                throw new IllegalArgumentException("worker count " + x + " is not a power of two: the workers axis"
+                        + " places counts at log2(count) (expected 1, 2, 4, 8, ...)");
+            }
+            out.put(Integer.numberOfTrailingZeros(x), v);
+        });
+        return out;
+    }
+
+    /** Both axes logarithmic, labelled at every decade (1, 10, 100, 1,000, ...; 0.1, 0.01 below one). */
+    private static void logLog(XYChart chart) {
+        chart.getStyler().setXAxisLogarithmic(true);
+        chart.getStyler().setYAxisLogarithmic(true);
+        chart.getStyler().setXAxisLogarithmicDecadeOnly(true);
+        chart.getStyler().setYAxisLogarithmicDecadeOnly(true);
+        // (a tick-label formatting function would turn XChart's log axes linear: patterns instead)
+        chart.getStyler().setXAxisDecimalPattern("#,##0");
+        chart.getStyler().setYAxisDecimalPattern("#,##0.##");
+    }
+
+    /** A speed-up chart: linear y from zero ({@link #breakEven} draws the 1× line once the series are in). */
+    private static XYChart speedupChart(String title, String x, String y) {
+        XYChart chart = chart(title, x, y);
+        chart.getStyler().setYAxisMin(0.0);
+        chart.getStyler().setYAxisDecimalPattern("0.0");
+        return chart;
+    }
+
+    /** {@code num / den} at every x where both have a point. */
+    private static TreeMap<Integer, Double> ratio(TreeMap<Integer, Double> num, TreeMap<Integer, Double> den) {
+        TreeMap<Integer, Double> r = new TreeMap<>();
+        num.forEach((x, v) -> {
+            Double d = den.get(x);
+            if (d != null && d > 0) {
+                r.put(x, v / d);
+            }
+        });
+        return r;
+    }
+
+    /** The 1× line under a speed-up chart's series, across their x range. */
+    private static XYChart breakEven(XYChart chart) {
+        double lo = Double.POSITIVE_INFINITY;
+        double hi = Double.NEGATIVE_INFINITY;
+        for (XYSeries s : chart.getSeriesMap().values()) {
+            for (double x : s.getXData()) {
+                lo = Math.min(lo, x);
+                hi = Math.max(hi, x);
+            }
+        }
+        if (lo <= hi) {
+            XYSeries even = chart.addSeries("1× (as fast as the baseline)", new double[] {lo, hi}, new double[] {1, 1});
+            even.setMarker(SeriesMarkers.NONE);
+            even.setLineColor(Color.GRAY);
+            even.setLineStyle(DASHED);
+        }
+        return chart;
+    }
+
+    private static OptionalDouble optional(Double v) {
+        return v == null ? OptionalDouble.empty() : OptionalDouble.of(v);
     }
 
     private static XYChart chart(String title, String x, String y) {

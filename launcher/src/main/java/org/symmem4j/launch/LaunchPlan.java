@@ -41,8 +41,12 @@ import java.util.regex.Pattern;
 record LaunchPlan(int worldSize, int localWorldSize, String runId, int generation, int masterPort, List<RankLaunch> ranks,
                   List<String> notes) {
 
-    /** The flags every JVM that runs symmem4j needs (FFM for the CUDA/NCCL bindings, the Vector API). */
-    static final List<String> JVM_FLAGS = List.of("--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector");
+    /**
+     * The flags {@code --java} gives every JVM: native access (FFM for the CUDA/NCCL/MPI bindings, JNI for ND4J's
+     * JavaCPP), the Vector API (the host reductions), {@code sun.misc.Unsafe} memory access (DL4J's JavaCPP).
+     */
+    static final List<String> JVM_FLAGS = List.of("--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
+            "--sun-misc-unsafe-memory-access=allow");
     /** As the runtime checks a run id ({@code JobIdentity.checkRunId}). */
     static final Pattern RUN_ID = Pattern.compile("[A-Za-z0-9._:@+-]{1,128}");
     /**

@@ -4,6 +4,8 @@ import java.io.IOException;
 import java.io.PrintStream;
 import java.io.PrintWriter;
 import java.io.UncheckedIOException;
+import java.net.InetAddress;
+import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -23,8 +25,10 @@ import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Model.CommandSpec;
 import picocli.CommandLine.Option;
 import picocli.CommandLine.Parameters;
+import picocli.CommandLine.Spec;
 
 /**
  * {@code symmem4j-run}: starts this machine's processes of a job — one per worker or GPU — with
@@ -34,7 +38,7 @@ import picocli.CommandLine.Parameters;
  * each process gets and {@link Supervisor} for how they are watched.
  *
  * <pre>
- *   symmem4j-run --nproc-per-node 4 --java -cp app.jar com.example.Train
+ *   symmem4j-run --standalone --nproc-per-node 4 --java -cp app.jar com.example.Train
  *   symmem4j-run --nproc-per-node gpu -- ./train.sh
  *   symmem4j-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 --java ...
  *   symmem4j-run -n 4 --max-restarts 3 --java -cp app.jar com.example.Train
@@ -49,9 +53,11 @@ import picocli.CommandLine.Parameters;
                 + " or is killed, stops the others (SIGTERM, then SIGKILL after the grace period) and exits with its"
                 + " code, naming it, unless --max-restarts lets it start the job again. SIGINT or SIGTERM to the"
                 + " launcher stops every process the same way.",
-                "", "A process's GPU is LOCAL_RANK mod the GPUs (every GPU stays visible: peer access and NCCL need them)."},
+                "", "A process's GPU is LOCAL_RANK mod the GPUs (every GPU stays visible: peer access and NCCL need them).",
+                "", "torchrun's spellings work too: --nproc_per_node, --node_rank, --master_addr, --master_port,"
+                + " --max_restarts, --rdzv-id/--rdzv_id (= --run-id), --log_dir."},
         footer = {"", "Examples:",
-                "  symmem4j-run --nproc-per-node 4 --java -cp app.jar com.example.Train --epochs 3",
+                "  symmem4j-run --standalone --nproc-per-node 4 --java -cp app.jar com.example.Train --epochs 3",
                 "  symmem4j-run -n gpu -- ./train.sh",
                 "  node 0: symmem4j-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 ...",
                 "  node 1: symmem4j-run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 ...",
@@ -60,24 +66,31 @@ import picocli.CommandLine.Parameters;
                 + " (with --max-restarts, of the last generation); 2 for a bad request."})
 public final class Launcher implements Callable<Integer> {
 
-    @Option(names = {"-n", "--nproc-per-node"}, paramLabel = "N|gpu|cpu", defaultValue = "1",
+    @Option(names = {"-n", "--nproc-per-node", "--nproc_per_node"}, paramLabel = "N|gpu|cpu", defaultValue = "1",
             description = "processes on this machine: a number, gpu (one per GPU) or cpu (one per CPU)")
     String nprocPerNode;
 
     @Option(names = "--nnodes", paramLabel = "N", defaultValue = "1", description = "machines in the job")
     int nnodes;
 
-    @Option(names = "--node-rank", paramLabel = "I", defaultValue = "0", description = "this machine's index, 0..nnodes-1")
+    @Option(names = {"--node-rank", "--node_rank"}, paramLabel = "I", defaultValue = "0", description = "this machine's index, 0..nnodes-1")
     int nodeRank;
 
-    @Option(names = "--master-addr", paramLabel = "ADDR", defaultValue = "127.0.0.1",
+    @Option(names = {"--master-addr", "--master_addr"}, paramLabel = "ADDR", defaultValue = "127.0.0.1",
             description = "where rank 0 hosts the rendezvous store (node 0's address)")
     String masterAddr;
 
-    @Option(names = "--master-port", paramLabel = "PORT", defaultValue = "29500", description = "the store's port")
+    @Option(names = {"--master-port", "--master_port"}, paramLabel = "PORT", defaultValue = "29500",
+            description = "the store's port")
     int masterPort;
 
-    @Option(names = "--run-id", paramLabel = "ID",
+    @Option(names = "--standalone",
+            description = "a job of this machine alone, as torchrun's --standalone: the store on 127.0.0.1 at a free"
+                    + " port the launcher picks (instead of --master-port) and a fresh run id; refused with"
+                    + " --nnodes > 1, --node-rank, --master-addr or --master-port")
+    boolean standalone;
+
+    @Option(names = {"--run-id", "--rdzv-id", "--rdzv_id"}, paramLabel = "ID",
             description = "the job's id, the same on every machine (default: SYMMEM4J_RUN_ID, else a fresh one; required"
                     + " with --nnodes > 1)")
     String runId;
@@ -95,17 +108,18 @@ public final class Launcher implements Callable<Integer> {
 
     @Option(names = "--java",
             description = "the command is arguments of this launcher's JDK: it runs <java.home>/bin/java with the flags"
-                    + " symmem4j needs (--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector)")
+                    + " symmem4j and DL4J need (--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector"
+                    + " --sun-misc-unsafe-memory-access=allow)")
     boolean java;
 
-    @Option(names = "--log-dir", paramLabel = "DIR", description = "also write each process's output to DIR/rank-N.log")
+    @Option(names = {"--log-dir", "--log_dir"}, paramLabel = "DIR", description = "also write each process's output to DIR/rank-N.log")
     Path logDir;
 
     @Option(names = "--grace-period", paramLabel = "SECONDS", defaultValue = "10",
             description = "how long stopped processes get after SIGTERM before SIGKILL")
     int graceSeconds;
 
-    @Option(names = "--max-restarts", paramLabel = "N", defaultValue = "0",
+    @Option(names = {"--max-restarts", "--max_restarts"}, paramLabel = "N", defaultValue = "0",
             description = "when a process fails, stop the others and start the job again, up to N times (torchrun's"
                     + " --max-restarts): same command, a new generation g with run id <run id>-g<g>, port"
                     + " --master-port + g and a new secret; SYMMEM4J_RESTART_GENERATION and TORCHELASTIC_RESTART_COUNT"
@@ -122,6 +136,9 @@ public final class Launcher implements Callable<Integer> {
     @Parameters(paramLabel = "COMMAND", arity = "0..*",
             description = "the program and its arguments (after --, or after the first word that is not an option)")
     List<String> command = new ArrayList<>();
+
+    @Spec
+    CommandSpec commandSpec;
 
     private final PrintStream out;
     private final PrintStream err;
@@ -223,6 +240,9 @@ public final class Launcher implements Callable<Integer> {
             throw new IllegalArgumentException("the command starts with '" + command.getFirst() + "', which is no option of"
                     + " the launcher (see --help): expected a program; put the launcher's options first and the program"
                     + " after them (or after --), or use --java to give arguments of java");
+        }
+        if (standalone) {
+            standalone();
         }
         if (logDir != null) {
             Files.createDirectories(logDir);
@@ -392,6 +412,35 @@ public final class Launcher implements Callable<Integer> {
             b.append(b.isEmpty() ? "" : " ").append(r.localRank()).append(':').append(CpuList.format(r.cpus()));
         }
         return b.toString();
+    }
+
+    /**
+     * {@code --standalone}: this machine alone, the store on loopback at a free port, a fresh run id (unless
+     * {@code --run-id} names one). Options that place the job elsewhere contradict it and are refused.
+     */
+    private void standalone() throws IOException {
+        List<String> contradicting = new ArrayList<>();
+        if (nnodes != 1) {
+            contradicting.add("--nnodes=" + nnodes);    // --nnodes=1, torchrun's usual companion, is fine
+        }
+        for (String option : List.of("--node-rank", "--master-addr", "--master-port")) {
+            if (commandSpec.commandLine().getParseResult().hasMatchedOption(option)) {
+                contradicting.add(option);
+            }
+        }
+        if (!contradicting.isEmpty()) {
+            throw new IllegalArgumentException("--standalone runs a job of this machine alone, on a store at a free"
+                    + " loopback port, but " + String.join(", ", contradicting) + " was given: drop "
+                    + (contradicting.size() == 1 ? "it" : "them") + ", or drop --standalone to place the store"
+                    + " yourself (--master-addr, --master-port) for a job of several machines");
+        }
+        masterAddr = "127.0.0.1";
+        try (ServerSocket probe = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            masterPort = probe.getLocalPort();
+        }
+        if (runId == null) {
+            runId = freshRunId();
+        }
     }
 
     private static String freshRunId() {

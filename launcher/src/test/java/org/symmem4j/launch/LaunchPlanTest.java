@@ -123,8 +123,8 @@ class LaunchPlanTest {
     void javaCommandsRunThisJdkWithSymmemsFlags() {
         LaunchPlan plan = LaunchPlan.of(spec("1", 1, 0, "127.0.0.1", null, LaunchSpec.CpuBind.NONE, true, "-cp", "a.jar", "Main"),
                 EIGHT_CPUS_TWO_GPUS, Map.of(), "/jdk/bin/java", SECRET, "run-1");
-        assertEquals(List.of("/jdk/bin/java", "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-cp",
-                "a.jar", "Main"), plan.ranks().getFirst().command());
+        assertEquals(List.of("/jdk/bin/java", "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
+                "--sun-misc-unsafe-memory-access=allow", "-cp", "a.jar", "Main"), plan.ranks().getFirst().command());
     }
 
     @Test

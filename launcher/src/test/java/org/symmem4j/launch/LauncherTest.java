@@ -166,6 +166,72 @@ class LauncherTest {
     }
 
     @Test
+    void torchrunsSpellingsAndTodaysNamesPlanTheSameJob(@TempDir Path tmp) {
+        String logs = tmp.resolve("logs").toString();
+        String[] torchrun = {"--dry-run", "--nproc_per_node", "2", "--nnodes", "2", "--node_rank", "1", "--master_addr",
+            "10.0.0.1", "--master_port", "29600", "--rdzv_id", "job7", "--max_restarts", "1", "--log_dir", logs,
+            "--secret-file", "/s", "--cpu-bind", "none", "--", "app", "x"};
+        String[] hyphens = {"--dry-run", "--nproc-per-node", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+            "10.0.0.1", "--master-port", "29600", "--rdzv-id", "job7", "--max-restarts", "1", "--log-dir", logs,
+            "--secret-file", "/s", "--cpu-bind", "none", "--", "app", "x"};
+        String[] todays = {"--dry-run", "-n", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr", "10.0.0.1",
+            "--master-port", "29600", "--run-id", "job7", "--max-restarts", "1", "--log-dir", logs, "--secret-file", "/s",
+            "--cpu-bind", "none", "--", "app", "x"};
+        Launcher.Result reference = launch(todays);
+        assertEquals(0, reference.status(), reference.err());
+        assertTrue(reference.out().contains("RANK=3") && reference.out().contains("MASTER_PORT=29600")
+                && reference.out().contains("MASTER_ADDR=10.0.0.1"), reference.out());
+        assertTrue(reference.err().contains("ranks 2..3 of 4, run id job7") && reference.err().contains("at most 1 restart"),
+                reference.err());
+        for (String[] spelling : List.of(torchrun, hyphens)) {
+            Launcher.Result r = launch(spelling);
+            assertEquals(0, r.status(), r.err());
+            assertEquals(reference.out(), r.out(), String.join(" ", spelling));
+            assertEquals(reference.err(), r.err(), String.join(" ", spelling));
+        }
+    }
+
+    @Test
+    void standaloneRunsOnAFreeLoopbackPortWithAFreshRunId() {
+        Launcher.Result r = launch("--standalone", "--nnodes", "1", "--nproc-per-node", "2", "--cpu-bind", "none", "--",
+                "sh", "-c", "echo \"$MASTER_ADDR $MASTER_PORT $SYMMEM4J_RUN_ID\"");
+        assertEquals(0, r.status(), r.err());
+        List<String> seen = r.out().lines().map(l -> l.replaceFirst("^\\[rank \\d\\] ", "")).distinct().toList();
+        assertEquals(1, seen.size(), "both ranks see one store and one run id: " + r.out());
+        String[] addrPortRun = seen.getFirst().split(" ");
+        assertEquals("127.0.0.1", addrPortRun[0], r.out());
+        int port = Integer.parseInt(addrPortRun[1]);
+        assertTrue(port > 0 && port < 65536, r.out());
+        assertTrue(r.err().contains("run id " + addrPortRun[2]), r.err());
+        Launcher.Result again = launch("--standalone", "-n", "1", "--cpu-bind", "none", "--", "sh", "-c",
+                "echo \"$SYMMEM4J_RUN_ID\"");
+        assertEquals(0, again.status(), again.err());
+        assertFalse(again.out().contains(addrPortRun[2]), "a second standalone job gets its own run id: " + again.out());
+    }
+
+    @Test
+    void standaloneRefusesOptionsThatPlaceTheJobElsewhere() {
+        for (List<String> contradicting : List.of(List.of("--nnodes", "2"), List.of("--master-port", "29600"),
+                List.of("--master_addr", "10.0.0.1"), List.of("--node-rank", "0"))) {
+            List<String> args = new ArrayList<>(List.of("--standalone", "-n", "1"));
+            args.addAll(contradicting);
+            args.addAll(List.of("--", "sh", "-c", "true"));
+            Launcher.Result r = launch(args.toArray(String[]::new));
+            assertEquals(2, r.status(), contradicting + ": " + r.err());
+            assertTrue(r.err().contains("--standalone runs a job of this machine alone")
+                    && r.err().contains(contradicting.getFirst().replace('_', '-')), contradicting + ": " + r.err());
+        }
+    }
+
+    @Test
+    void javaGivesEveryProcessTheThreeFlags() {
+        Launcher.Result r = launch("--dry-run", "-n", "1", "--cpu-bind", "none", "--java", "-cp", "a.jar", "Main");
+        assertEquals(0, r.status(), r.err());
+        assertTrue(r.out().contains("/bin/java --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector"
+                + " --sun-misc-unsafe-memory-access=allow -cp a.jar Main"), r.out());
+    }
+
+    @Test
     void badRequestsExitTwoSayingWhy() {
         Launcher.Result zero = launch("-n", "0", "--", "sh");
         assertEquals(2, zero.status());

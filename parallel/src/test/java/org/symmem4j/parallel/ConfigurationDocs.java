@@ -62,8 +62,9 @@ public final class ConfigurationDocs {
         md.append("- Names are dotted lowercase. The camelCase names of earlier versions still work as deprecated"
                 + " aliases (see the end); each logs a warning once per JVM.\n\n");
         md.append("The environment's own contract (torchrun's `RANK`, `WORLD_SIZE`, `MASTER_ADDR`, ..., Open MPI's"
-                + " `OMPI_COMM_WORLD_*`, CUDA's and NVSHMEM's variables) is in the README's"
-                + " \"System properties and environment variables\" section.\n\n");
+                + " `OMPI_COMM_WORLD_*`, CUDA's and NVSHMEM's variables) is on the [Environment](environment.md)"
+                + " page; the variables read only by the build, the tests and the scripts are in"
+                + " [The build's environment](dev/environment.md).\n\n");
         md.append("| property | environment variable | type | default | accepted | experimental | description |\n");
         md.append("|---|---|---|---|---|---|---|\n");
         for (Configuration.Setting<?> s : Configuration.all()) {
