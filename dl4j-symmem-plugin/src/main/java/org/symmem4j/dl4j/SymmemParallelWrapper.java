@@ -524,7 +524,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             model.copyStateFrom(ModelReplica.of(restored.model())); // the workers take it at the next fit
         } else {
             restored = ShardedCheckpoints.restore(dir, settings.workers(), workers.shards(), model.model(),
-                    CHECKPOINT_WORDS, checkpointAgreement());
+                    CHECKPOINT_WORDS, workers.checkpointReads(), checkpointAgreement());
             model.copyParamsAndCountersFrom(ModelReplica.of(restored.model()));
             for (ModelReplica replica : workers.replicas()) {
                 replica.copyParamsAndCountersFrom(model);
