@@ -121,6 +121,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private final CheckpointSchedule schedule;
     /** Batches the next fit reads and does not train: those of the epoch a restored checkpoint had trained. */
     private long batchesToSkip;
+    /** The examples of those batches, as the checkpoint recorded them; -1 when it did not. */
+    private long examplesToSkip = -1;
     /** The checkpoint the last restore read, or null. */
     private CheckpointDirectory.Checkpoint resumedFrom;
     /** fit() calls so far, successful or not: the timeline draws "between steps" only within one. */
@@ -313,6 +315,38 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return perWorker;
     }
 
+    /**
+     * After a resume, the batches the first fit skipped must be those the checkpointed run trained: as many, holding
+     * as many examples (when the checkpoint recorded them). Checked before any step; a refusal keeps the skip for the
+     * next fit.
+     */
+    private void checkResumePosition(long batches, long examples) {
+        if (batchesToSkip == 0) {
+            return;
+        }
+        String at = "the checkpoint " + (resumedFrom == null ? "" : resumedFrom.dir() + " ") + "was taken after batches="
+                + batchesToSkip + (examplesToSkip >= 0 ? " examples=" + examplesToSkip : "") + " of its epoch";
+        String fix = " (fix: pass fit the iterator of the run that wrote it, with the same batch size and order; the"
+                + " worker count may differ, every worker count deals the same batches in the same order)";
+        if (batches < batchesToSkip) {
+            throw new IllegalArgumentException("resume position: " + at + "; this iterator ended after " + batches
+                    + " batches" + fix);
+        }
+        if (examplesToSkip >= 0 && examples != examplesToSkip) {
+            throw new IllegalArgumentException("resume position: " + at + "; this iterator's first " + batches
+                    + " batches hold examples=" + examples + fix);
+        }
+    }
+
+    /** The iterator's examples in a step's work. */
+    private static long rawExamples(List<Object> work) {
+        long n = 0;
+        for (Object o : work) {
+            n += MicroBatches.examples(o);
+        }
+        return n;
+    }
+
     /** The iterator's batches in a step's work: one per entry, or a micro-batch list's size. */
     private static long rawBatches(List<Object> work) {
         long n = 0;
@@ -361,19 +395,25 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             // caller's thread (the iterator used by one thread only, as DL4J's fit does), or with a
             // prefetch buffer taken from the background reader.
             long batchesInEpoch = 0;
-            for (; batchesToSkip > 0 && source.next() != null; batchesToSkip--) {
+            long examplesInEpoch = 0;
+            Object skipped;
+            while (batchesInEpoch < batchesToSkip && (skipped = source.next()) != null) {
                 batchesInEpoch++; // trained before the checkpoint this wrapper resumed from
+                examplesInEpoch += MicroBatches.examples(skipped);
             }
+            checkResumePosition(batchesInEpoch, examplesInEpoch);
             batchesToSkip = 0;
+            examplesToSkip = -1;
             List<Object> batches = takeStep(source);
             while (!batches.isEmpty()) {
                 DataParallelSteps.StepOutcome outcome = steps.run(batches, listeners, () -> takeStep(source), fits);
                 batchesInEpoch += rawBatches(batches);
+                examplesInEpoch += rawExamples(batches);
                 if (outcome.report() != null) {
                     score = outcome.report().loss();
                     if (schedule != null && schedule.due(steps.stepsDone(), settings.group(), "symmem4j-wrapper-")) {
                         // workers are idle: the model takes their state, as between fits
-                        takePeriodicCheckpoint(batchesInEpoch);
+                        takePeriodicCheckpoint(batchesInEpoch, examplesInEpoch);
                     }
                 }
                 batches = outcome.following();
@@ -436,10 +476,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     // ------------------------------------------------------------------ checkpoints
 
     /** A periodic checkpoint after the step just done; a failure fails the fit (the model left as before it). */
-    private void takePeriodicCheckpoint(long batchesInEpoch) {
+    private void takePeriodicCheckpoint(long batchesInEpoch, long examplesInEpoch) {
         Path dir = CheckpointDirectory.stepDir(schedule.root(), steps.stepsDone());
         try {
-            writeCheckpoint(dir, batchesInEpoch);
+            writeCheckpoint(dir, batchesInEpoch, examplesInEpoch);
             if (settings.group() == null || settings.group().rank() == 0) {
                 CheckpointDirectory.prune(schedule.root(), schedule.keep());
             }
@@ -451,11 +491,11 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     }
 
     /** Writes what the next step would train from; workers started and idle. Collective in group mode. */
-    private void writeCheckpoint(Path dir, long batchesInEpoch) throws IOException {
+    private void writeCheckpoint(Path dir, long batchesInEpoch, long examplesInEpoch) throws IOException {
         workers.pullModelFromReplicas();
         boolean leader = settings.group() == null || settings.group().rank() == 0;
         CheckpointDirectory.Counters counters = new CheckpointDirectory.Counters(steps.stepsDone(), model.epochCount(),
-                model.iterationCount(), batchesInEpoch, settings.workers());
+                model.iterationCount(), batchesInEpoch, examplesInEpoch, settings.workers());
         if (settings.sharding() == null) {
             // every replica holds the same state: the model, written by rank 0, is the whole checkpoint
             ShardedCheckpoints.save(dir, 0, List.of(), leader, model.model(), counters, checkpointAgreement());
@@ -488,7 +528,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             throw new IllegalStateException("wrapper is closed; build a new one");
         }
         workers.ensureStarted(); // (the replicas take the model's state if it was changed since the last fit)
-        writeCheckpoint(dir, 0);
+        writeCheckpoint(dir, 0, 0);
     }
 
     /**
@@ -535,6 +575,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         if (c != null) {
             steps.resumeAt(c.step());
             batchesToSkip = c.batchesInEpoch();
+            examplesToSkip = c.examplesInEpoch();
             resumedFrom = new CheckpointDirectory.Checkpoint(dir, c);
         }
     }

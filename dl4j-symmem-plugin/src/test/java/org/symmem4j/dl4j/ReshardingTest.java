@@ -257,6 +257,101 @@ class ReshardingTest {
         assertSameState(referenceOnM(taken, consolidated, data, ZeroStage.GRADIENTS, 2), resumed, "ZeRO-1 on 3 -> ZeRO-2 on 2");
     }
 
+    /**
+     * The data position is the iterator's batches, whatever the worker count, and the checkpoint records their
+     * examples: a resume whose iterator holds other batches (another batch size, or fewer batches than were trained)
+     * is refused before any step, naming both positions, and keeps the skip for a fit with the right iterator.
+     */
+    @Test
+    void aResumeOnAnIteratorOfOtherBatchesIsRefusedBeforeAnyStep() throws IOException {
+        List<DataSet> data = Nets.batches(47, BATCHES, 6, DataType.DOUBLE);
+        Path ckpt = root.resolve("position");
+        CheckpointDirectory.Checkpoint taken = trainOnNAndDie(data, ZeroStage.GRADIENTS, 2, ckpt);
+        assertEquals(4, taken.counters().batchesInEpoch());
+        assertEquals(4 * 6, taken.counters().examplesInEpoch());
+        MultiLayerNetwork consolidated = ModelSerializer.restoreMultiLayerNetwork(
+                taken.dir().resolve(ShardCheckpoint.MODEL_FILE).toFile(), true);
+        MultiLayerNetwork resumed = start();
+        try (SymmemParallelWrapper w = builder(resumed, 3, ZeroStage.GRADIENTS).resumeFrom(ckpt).build()) {
+            // the same examples in batches of 4 instead of 6: the first 4 batches hold 16 examples, not 24
+            List<DataSet> rebatched = new ArrayList<>();
+            for (DataSet d : Nets.merged(data).batchBy(4)) {
+                rebatched.add(d);
+            }
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                    () -> w.fit(new BatchListIterator(rebatched)));
+            assertTrue(e.getMessage().contains("was taken after batches=4 examples=24 of its epoch; this iterator's first"
+                    + " 4 batches hold examples=16"), e.getMessage());
+            e = assertThrows(IllegalArgumentException.class, () -> w.fit(new BatchListIterator(data.subList(0, 3))));
+            assertTrue(e.getMessage().contains("this iterator ended after 3 batches"), e.getMessage());
+            assertSameState(consolidated, resumed, "the model after refused fits");
+            w.fit(new BatchListIterator(data)); // the right iterator: skips its first 4 batches
+        }
+        MultiLayerNetwork reference = consolidated.clone();
+        try (SymmemParallelWrapper w = builder(reference, 3, ZeroStage.GRADIENTS).build()) {
+            w.fit(new BatchListIterator(data.subList(4, data.size())));
+        }
+        assertSameState(reference, resumed, "resumed after the refusals");
+    }
+
+    /**
+     * Shard files of format 1 (one parameter range, no state ranges: written before format 2) still restore, onto the
+     * same worker count and onto another one: their state ranges are derived from DL4J's updater blocks.
+     */
+    @Test
+    void formatOneFilesStillRestoreOntoAnyWorkerCount() throws IOException {
+        List<DataSet> data = Nets.batches(46, BATCHES, 6, DataType.DOUBLE);
+        Path ckpt = root.resolve("v1");
+        CheckpointDirectory.Checkpoint taken = trainOnNAndDie(data, ZeroStage.OPTIMIZER_STATE, 2, ckpt);
+        for (String f : shardFiles(taken.dir())) {
+            rewriteAsFormatOne(taken.dir().resolve(f));
+        }
+        CheckpointDirectory.writeManifest(taken.dir(), taken.counters()); // over the rewritten files
+        assertEquals(1, ShardCheckpoint.readHeader(taken.dir().resolve(ShardCheckpoint.shardFileName(0, 2))).formatVersion());
+        MultiLayerNetwork consolidated = ModelSerializer.restoreMultiLayerNetwork(
+                taken.dir().resolve(ShardCheckpoint.MODEL_FILE).toFile(), true);
+        for (int m : new int[] {2, 3}) {
+            MultiLayerNetwork resumed = start();
+            resumed.params().addi(0.5);
+            try (SymmemParallelWrapper w = builder(resumed, m, ZeroStage.OPTIMIZER_STATE).build()) {
+                w.restoreCheckpoint(taken.dir());
+                assertRestoredExactly(consolidated, resumed, w.replicas(), w.workerMemory(), ZeroStage.OPTIMIZER_STATE,
+                        "format 1, 2->" + m);
+            }
+        }
+    }
+
+    /** Writes a shard file again in format 1, as symmem4j wrote it before format 2 (one range, no state ranges). */
+    private static void rewriteAsFormatOne(Path file) throws IOException {
+        ShardCheckpoint.Header h = ShardCheckpoint.readHeader(file);
+        assertEquals(1, h.paramRanges().size());
+        byte[] all = Files.readAllBytes(file);
+        byte[] state = java.util.Arrays.copyOfRange(all, (int) h.dataOffset(), all.length - Long.BYTES);
+        java.io.ByteArrayOutputStream bytes = new java.io.ByteArrayOutputStream();
+        java.util.zip.CRC32 crc = new java.util.zip.CRC32();
+        try (java.io.DataOutputStream out = new java.io.DataOutputStream(new java.util.zip.CheckedOutputStream(bytes, crc))) {
+            out.write("S4JSHARD".getBytes(java.nio.charset.StandardCharsets.US_ASCII));
+            out.writeInt(1);
+            out.writeInt(h.worldSize());
+            out.writeInt(h.rank());
+            out.writeUTF(h.stage());
+            out.writeUTF(h.dataType());
+            out.writeUTF(h.byteOrder());
+            out.writeLong(h.paramCount());
+            out.writeLong(h.paramRanges().getFirst().start());
+            out.writeLong(h.paramRanges().getFirst().end());
+            out.writeLong(h.stateElements());
+            out.writeInt(h.iterationCount());
+            out.writeInt(h.epochCount());
+            out.writeLong(h.layoutHash());
+            out.write(state);
+        }
+        java.io.ByteArrayOutputStream withCrc = new java.io.ByteArrayOutputStream();
+        withCrc.write(bytes.toByteArray());
+        new java.io.DataOutputStream(withCrc).writeLong(crc.getValue());
+        Files.write(file, withCrc.toByteArray());
+    }
+
     @Test
     void checkpointsOfAnotherStageLayoutOrTypeAreRefusedBeforeAnythingChanges() throws IOException {
         List<DataSet> data = Nets.batches(45, 4, 6, DataType.DOUBLE);
