@@ -32,9 +32,16 @@ import org.symmem4j.parallel.Group;
  * {@code model.zip} and, last, the manifest ({@link CheckpointDirectory}: the step, epoch and counters, every file's
  * size and CRC-32C). Every file is written to a temporary name, forced to disk and moved over the final one, so a crash
  * never leaves a torn file under a final name, and a checkpoint whose manifest is missing or does not match its files
- * is torn: never loaded. On restore everything is checked before anything changes: each shard's header against
- * the rank that reads it, equal counters in every shard, the model file's parameters and counters against the shards;
- * only then are the shards' states read. Across the processes of a group, an {@link Agreement} makes every rank learn
+ * is torn: never loaded. On restore everything is checked before anything changes: the stage that wrote the shards,
+ * every shard's header against the trainer's model and layout, equal counters in every shard, the model file's
+ * parameters and counters against the shards, and that the files' state ranges cover every range the trainer's shards
+ * hold; only then are the shards' states read.
+ *
+ * <p>Re-sharding: each file describes its shard by global flat ranges ({@link ShardCheckpoint}: the parameters it
+ * owns, and where its state lies in the trainer's flat updater-state space), so a checkpoint of N ranks restores onto
+ * M: every new shard lists its own state ranges, and each of its elements is copied from the one file that holds it
+ * (positional reads; with M = N, each rank's own file). Any cut writes the same format, one block per rank (ZeRO stages
+ * 1 and 2) or one block per layer per rank. Across the processes of a group, an {@link Agreement} makes every rank learn
  * that all files are written, or that some rank's restore failed (then every rank throws, each model as it was).
  *
  * <p>Knows nothing of the trainers: a trainer says which shards it holds ({@link Shard}), which DL4J model it trains,

@@ -88,7 +88,8 @@ import org.symmem4j.gradsync.SyncMetrics;
  * {@code .checkpointEvery(100, dir).resumeFrom(dir)}, runs {@code for (int e = model.getEpochCount(); e < epochs; e++)
  * wrapper.fit(iterator)}, and continues where the newest complete checkpoint stands (fresh when there is none).
  * Without sharding a checkpoint is {@code model.zip} (every replica holds the same state) and the manifest's
- * counters; with sharding also one shard file per worker.
+ * counters; with sharding also one shard file per worker. A checkpoint of N workers resumes on any other worker count
+ * M, re-sharding the updater state ({@link #restoreCheckpoint}).
  */
 public final class SymmemParallelWrapper implements AutoCloseable {
 
@@ -532,25 +533,35 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     }
 
     /**
-     * Restores a checkpoint written by {@link #saveCheckpoint} (or by {@link Builder#checkpointEvery}). With sharding,
-     * with the same worker count: each worker reads its own shard file; parameters and counters come from
-     * {@code model.zip} (its updater state is not read: the shards hold it). Without sharding: {@code model.zip} whole,
-     * updater state included (a sharded checkpoint's too, any worker count). Then the model holds the restored state
-     * as after a {@code fit()}. A directory with a manifest is verified against it first (a torn one is refused with
+     * Restores a checkpoint written by {@link #saveCheckpoint} (or by {@link Builder#checkpointEvery}), by any number
+     * of workers: N workers' checkpoint restores onto this wrapper's M. With sharding each worker takes the updater
+     * state of its own shard's parameter range from whichever shard files hold it (each file lists the global ranges
+     * of DL4J's updater state it holds: with M = N each worker reads its own file, otherwise the ranges are re-sliced,
+     * element for element, so the state is bitwise what the N workers held); a checkpoint of either ZeRO stage
+     * (OPTIMIZER_STATE and GRADIENTS keep the same state), and a plain one, whose {@code model.zip} holds the full
+     * state, cut into the shards; parameters and counters come from {@code model.zip}. Without sharding:
+     * {@code model.zip} whole, updater state included (a sharded checkpoint's too). Then the model holds the restored
+     * state as after a {@code fit()}. The data position is the iterator's: every worker count deals the same iterator's
+     * batches in the same order ({@code workers} consecutive batches per step, batch i to worker i mod workers; in group
+     * mode every rank reads them all), so the next {@code fit()} skips the batches of the epoch the checkpoint had
+     * trained and goes on with the next batch, on M workers as on N; it refuses, before any step, an iterator whose
+     * skipped batches hold other examples than the checkpoint recorded (another batch size) or that ends before them.
+     * The steps after the resume take M batches each: training on equals an uninterrupted M-worker run started from
+     * the checkpoint's consolidated {@code model.zip} on the rest of the data, bitwise (docs/resharding.md). A directory with a manifest is verified against it first (a torn one is refused with
      * {@link CheckpointDirectory.TornCheckpointException}, changing nothing); one without, written before manifests,
-     * is read as before. Everything is checked before anything changes (worker count, shard bounds, data type, DL4J's
-     * updater layout, equal counters in every file); a shard that fails its checksum leaves the model as it was, and
-     * the next {@code fit()} re-syncs the workers from the model. When the manifest says the checkpoint was taken
+     * is read with each shard file's own checksum verified first. Everything is checked before anything changes (the
+     * stage that wrote the shards — a pipeline trainer's are refused —, data type, parameter count, DL4J's updater
+     * layout, byte order, equal counters in every file, every state element covered); a refused restore leaves the
+     * model as it was. When the manifest says the checkpoint was taken
      * inside a {@code fit}, the wrapper's step counter goes on from its step and the next {@code fit()} skips the
      * batches of that epoch already trained. In group mode it is collective: every rank reads its own shard, and a
-     * rank whose files fail any check makes every rank throw, each model left as it was. For a different worker count
-     * with sharding, load {@code model.zip} with {@code ModelSerializer} (updater state included) and build a wrapper
-     * on that model: it shards the model's full state for any worker count.
+     * rank whose files fail any check makes every rank throw, each model left as it was; every rank must see every
+     * shard file (one directory they share), as re-slicing reads other ranks' files.
      *
      * @param dir a directory {@link #saveCheckpoint} wrote
      * @throws IOException              when a file cannot be read, is truncated, fails its checksum or the manifest
-     * @throws IllegalArgumentException when the checkpoint does not fit this wrapper (worker count, shard
-     *                                  bounds, data type, updater layout, mixed steps)
+     * @throws IllegalArgumentException when the checkpoint does not fit this wrapper (another stage's shards, data
+     *                                  type, parameter count, updater layout, mixed steps, missing shard files)
      * @throws IllegalStateException    when the wrapper is closed
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
