@@ -42,12 +42,8 @@ class ResumeOnAnotherWorkerCountTest {
 
     private static Launcher.Result launch(int ranks, Path checkpoints, Path model, int killAfter) throws IOException {
         List<String> args = new ArrayList<>(List.of("-n", Integer.toString(ranks), "--master-port",
-                Integer.toString(freePort()), "--",
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-                "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-cp", System.getProperty("java.class.path"),
-                RestartingTraining.class.getName(), checkpoints.toString(), model.toString(), Integer.toString(EVERY),
-                Integer.toString(EPOCHS), Integer.toString(killAfter), STAGE));
+                Integer.toString(RestartAfterKillTest.freePort()), "--"));
+        args.addAll(RestartAfterKillTest.restartingTraining(checkpoints, model, EVERY, EPOCHS, killAfter, STAGE));
         return Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
     }
 
@@ -89,26 +85,14 @@ class ResumeOnAnotherWorkerCountTest {
             }
         }
         MultiLayerNetwork result = ModelSerializer.restoreMultiLayerNetwork(finalModel.toFile(), true);
-        assertTrue(Arrays.equals(bits(reference.params().data().asFloat()), bits(result.params().data().asFloat())),
+        assertTrue(Arrays.equals(RestartAfterKillTest.bits(reference.params().data().asFloat()),
+                RestartAfterKillTest.bits(result.params().data().asFloat())),
                 "parameters bitwise as the uninterrupted 3-worker run's from the checkpoint");
-        assertTrue(Arrays.equals(bits(reference.getUpdater().getStateViewArray().data().asFloat()),
-                bits(result.getUpdater().getStateViewArray().data().asFloat())), "updater state bitwise");
+        assertTrue(Arrays.equals(RestartAfterKillTest.bits(reference.getUpdater().getStateViewArray().data().asFloat()),
+                RestartAfterKillTest.bits(result.getUpdater().getStateViewArray().data().asFloat())),
+                "updater state bitwise");
         assertEquals(reference.getIterationCount(), result.getIterationCount());
         assertEquals(reference.getEpochCount(), result.getEpochCount());
         assertTrue(Files.isRegularFile(finalModel));
-    }
-
-    private static int[] bits(float[] values) {
-        int[] bits = new int[values.length];
-        for (int i = 0; i < values.length; i++) {
-            bits[i] = Float.floatToRawIntBits(values[i]);
-        }
-        return bits;
-    }
-
-    private static int freePort() throws IOException {
-        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
-            return s.getLocalPort();
-        }
     }
 }
