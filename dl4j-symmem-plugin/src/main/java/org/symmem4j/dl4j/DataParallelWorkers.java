@@ -264,10 +264,24 @@ final class DataParallelWorkers {
             ShardedUpdater s = workers.get(j).sharded();
             ModelReplica replica = workers.get(j).replica();
             shards.add(new ShardedCheckpoints.Shard(settings.firstLocalRank() + j, s.stage().name(),
-                    replica.params().dataType(), s.layout().paramCount(), s.start(), s.end(), s.layout().fingerprint(),
-                    replica.iterationCount(), replica.epochCount(), s.state()));
+                    replica.params().dataType(), s.layout().paramCount(),
+                    List.of(new ShardedCheckpoints.Range(s.start(), s.end())), s.layout().stateCount(),
+                    s.layout().stateRanges(s.start(), s.end()), s.layout().fingerprint(), replica.iterationCount(),
+                    replica.epochCount(), s.state()));
         }
         return shards;
+    }
+
+    /**
+     * What this process's sharded workers restore from a checkpoint: ZeRO shards of either stage (stages 1 and 2 keep
+     * the same updater state, cut the same way) written by any worker count, format-1 files' state laid out by DL4J's
+     * updater blocks, and a model-only checkpoint's full state cut into the shards. Workers started, sharded.
+     */
+    ShardedCheckpoints.Reads checkpointReads() {
+        UpdaterLayout layout = workers.getFirst().sharded().layout();
+        return new ShardedCheckpoints.Reads(java.util.Set.of(ZeroStage.OPTIMIZER_STATE.name(), ZeroStage.GRADIENTS.name()),
+                "ZeRO shards of stage OPTIMIZER_STATE or GRADIENTS (the two keep the same updater state)",
+                r -> layout.stateRanges(r.start(), r.end()), true, false);
     }
 
     /** The end of a fit is an epoch, as in DL4J's fit(iterator): every replica counts it. */

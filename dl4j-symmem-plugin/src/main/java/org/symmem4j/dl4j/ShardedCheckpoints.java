@@ -2,16 +2,22 @@ package org.symmem4j.dl4j;
 
 import java.io.File;
 import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.nio.channels.FileChannel;
 import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
+import java.util.Set;
+import java.util.function.Function;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.util.ModelSerializer;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.train.CheckpointDirectory;
 import org.symmem4j.dl4j.train.RankAgreement;
 import org.symmem4j.parallel.Group;
@@ -26,9 +32,16 @@ import org.symmem4j.parallel.Group;
  * {@code model.zip} and, last, the manifest ({@link CheckpointDirectory}: the step, epoch and counters, every file's
  * size and CRC-32C). Every file is written to a temporary name, forced to disk and moved over the final one, so a crash
  * never leaves a torn file under a final name, and a checkpoint whose manifest is missing or does not match its files
- * is torn: never loaded. On restore everything is checked before anything changes: each shard's header against
- * the rank that reads it, equal counters in every shard, the model file's parameters and counters against the shards;
- * only then are the shards' states read. Across the processes of a group, an {@link Agreement} makes every rank learn
+ * is torn: never loaded. On restore everything is checked before anything changes: the stage that wrote the shards,
+ * every shard's header against the trainer's model and layout, equal counters in every shard, the model file's
+ * parameters and counters against the shards, and that the files' state ranges cover every range the trainer's shards
+ * hold; only then are the shards' states read.
+ *
+ * <p>Re-sharding: each file describes its shard by global flat ranges ({@link ShardCheckpoint}: the parameters it
+ * owns, and where its state lies in the trainer's flat updater-state space), so a checkpoint of N ranks restores onto
+ * M: every new shard lists its own state ranges, and each of its elements is copied from the one file that holds it
+ * (positional reads; with M = N, each rank's own file). Any cut writes the same format, one block per rank (ZeRO stages
+ * 1 and 2) or one block per layer per rank. Across the processes of a group, an {@link Agreement} makes every rank learn
  * that all files are written, or that some rank's restore failed (then every rank throws, each model as it was).
  *
  * <p>Knows nothing of the trainers: a trainer says which shards it holds ({@link Shard}), which DL4J model it trains,
@@ -37,26 +50,105 @@ import org.symmem4j.parallel.Group;
  */
 public final class ShardedCheckpoints {
 
+    private static final Logger LOG = LoggerFactory.getLogger(ShardedCheckpoints.class);
+
+    /**
+     * A range of elements of a flat vector, {@code [start, end)}: of the model's flat parameter vector, or of a
+     * trainer's flat updater-state space.
+     *
+     * @param start the first element
+     * @param end   one past the last
+     */
+    public record Range(long start, long end) {
+        public Range {
+            if (start < 0 || end < start) {
+                throw new IllegalArgumentException("range [" + start + "," + end + "): expected 0 <= start <= end");
+            }
+        }
+
+        /** {@return its elements} */
+        public long length() {
+            return end - start;
+        }
+
+        /**
+         * The elements of several ranges.
+         *
+         * @param ranges the ranges
+         * @return the sum of their lengths
+         */
+        public static long total(List<Range> ranges) {
+            long n = 0;
+            for (Range r : ranges) {
+                n += r.length();
+            }
+            return n;
+        }
+
+        @Override
+        public String toString() {
+            return "[" + start + "," + end + ")";
+        }
+    }
+
     /**
      * One rank's shard, as the trainer holds it: what its file's header says, and the state it saves or reads into.
+     * The shard is described by global flat ranges ({@link ShardCheckpoint}): the parameters it owns and where its
+     * state lies in the trainer's flat state space, in the order of {@code state}'s elements. A contiguous ZeRO shard
+     * has one parameter range and, per DL4J updater block it meets, one state range per state array (Adam's m, then
+     * v); a shard cut per layer lists one parameter range per layer.
      *
      * @param rank           the rank, from 0
-     * @param stage          ZeroStage name (informational in the file)
+     * @param stage          what holds the shard: a ZeroStage name, {@code PIPELINE}; decides which trainers read it
      * @param dataType       the model's data type (the state's)
-     * @param paramCount     elements of the flat parameter vector the state shards
-     * @param start          first parameter of the shard
-     * @param end            one past its last
-     * @param layoutHash     the fingerprint of DL4J's updater blocks ({@code UpdaterLayout.fingerprint()})
+     * @param paramCount     elements of the flat parameter vector
+     * @param paramRanges    the parameters the shard owns, ascending
+     * @param stateCount     elements of the whole state space ({@code stateRanges} lie in {@code [0, stateCount)})
+     * @param stateRanges    where {@code state}'s elements lie in the state space, in order
+     * @param layoutHash     the fingerprint of the state space's layout ({@code UpdaterLayout.fingerprint()})
      * @param iterationCount DL4J's iteration counter of the rank's model, saved in the header
      * @param epochCount     DL4J's epoch counter of the rank's model, saved in the header
      * @param state          the shard's updater state, contiguous; null when the updater keeps none
      */
-    public record Shard(int rank, String stage, DataType dataType, long paramCount, long start, long end,
-                        long layoutHash, int iterationCount, int epochCount, INDArray state) {
+    public record Shard(int rank, String stage, DataType dataType, long paramCount, List<Range> paramRanges,
+                        long stateCount, List<Range> stateRanges, long layoutHash, int iterationCount, int epochCount,
+                        INDArray state) {
+
+        public Shard {
+            paramRanges = List.copyOf(paramRanges);
+            stateRanges = List.copyOf(stateRanges);
+            long elements = state == null ? 0 : state.length();
+            if (Range.total(stateRanges) != elements) {
+                throw new IllegalArgumentException("shard " + rank + ": state ranges " + stateRanges + " hold "
+                        + Range.total(stateRanges) + " elements, its state " + elements);
+            }
+        }
 
         /** {@return the elements of the state, 0 when none} */
         long stateElements() {
             return state == null ? 0 : state.length();
+        }
+    }
+
+    /**
+     * What a trainer's restore reads: the shards of which stages (those that hold what its own shards hold), how a
+     * format-1 file laid out the state of its one parameter range, and whether a checkpoint without shard files (plain
+     * data parallelism: {@code model.zip} holds every rank's equal state) may be sharded from the model's full state.
+     *
+     * @param stages        the stage names ({@link Shard#stage()}) whose shards this trainer reads
+     * @param what          how the refusals name those shards ("ZeRO OPTIMIZER_STATE or GRADIENTS shards")
+     * @param stateRangesOf for a format-1 file: the state ranges of a parameter range, in the order the shard held them
+     * @param fromModel     whether a model-only checkpoint is read, its full updater state cut into this trainer's shards
+     * @param sameCut       whether the files must be cut as this trainer's shards are (same rank count, each file the
+     *                      parameter ranges of the shard of its rank): for a trainer whose state space depends on the
+     *                      cut (a pipeline's stages each keep their own updater layout); false re-shards N → M
+     */
+    public record Reads(Set<String> stages, String what, Function<Range, List<Range>> stateRangesOf, boolean fromModel,
+                        boolean sameCut) {
+        public Reads {
+            stages = Set.copyOf(stages);
+            Objects.requireNonNull(what, "what");
+            Objects.requireNonNull(stateRangesOf, "stateRangesOf");
         }
     }
 
@@ -112,10 +204,12 @@ public final class ShardedCheckpoints {
     /**
      * What a restore read: the saved model and, when the checkpoint has a manifest, where it stands.
      *
-     * @param model    the saved model (parameters and counters; with {@link #restoreModel} also its updater state)
-     * @param counters the manifest's counters, or null for a checkpoint written before manifests
+     * @param model      the saved model (parameters and counters; with {@link #restoreModel} also its updater state)
+     * @param counters   the manifest's counters, or null for a checkpoint written before manifests
+     * @param savedRanks the number of shard files the state was read from (the rank count that wrote them; 0 when
+     *                   it was cut from {@code model.zip}'s full state, and for {@link #restoreModel})
      */
-    public record Restored(Model model, CheckpointDirectory.Counters counters) {
+    public record Restored(Model model, CheckpointDirectory.Counters counters, int savedRanks) {
     }
 
     /**
@@ -156,8 +250,8 @@ public final class ShardedCheckpoints {
             int r = s.rank();
             ShardCheckpoint.write(dir.resolve(ShardCheckpoint.shardFileName(r, worldSize)), new ShardCheckpoint.Header(
                     ShardCheckpoint.FORMAT_VERSION, worldSize, r, s.stage(), s.dataType().name(),
-                    ByteOrder.nativeOrder().toString(), s.paramCount(), s.start(), s.end(), s.stateElements(),
-                    s.iterationCount(), s.epochCount(), s.layoutHash()), s.state());
+                    ByteOrder.nativeOrder().toString(), s.paramCount(), s.stateCount(), s.paramRanges(), s.stateRanges(),
+                    s.stateElements(), s.iterationCount(), s.epochCount(), s.layoutHash(), 0), s.state());
         }
         if (leader) {
             CheckpointDirectory.writeAtomically(dir.resolve(ShardCheckpoint.MODEL_FILE),
@@ -181,31 +275,39 @@ public final class ShardedCheckpoints {
     }
 
     /**
-     * Checks this process's part of a checkpoint {@link #save} wrote and reads its shards' states into
+     * Checks a checkpoint {@link #save} wrote against this process's shards and reads their states into
      * {@code shards}' arrays, then agrees with the other ranks ("checkpoint-restored"): a failure on any rank makes
-     * every rank throw. A directory with a manifest is verified against it first (a torn one is refused with a
-     * {@link CheckpointDirectory.TornCheckpointException}); one without (written before manifests) is read as before.
-     * Returns the saved model (parameters and counters; its updater state is not read: the shards hold it), which
-     * nothing has taken yet. A shard that fails its checksum leaves its array with the file's bytes.
+     * every rank throw. The checkpoint may have been written by any number of ranks: each shard file says which global
+     * ranges of the state space it holds, and each of {@code shards} takes its ranges from whichever files hold them
+     * (re-sharding N → M; with N = M each rank reads its own file). A checkpoint without shard files (plain data
+     * parallelism) is cut into the shards from {@code model.zip}'s full updater state when {@code reads} allows it.
+     * A directory with a manifest is verified against it first (a torn one is refused with a
+     * {@link CheckpointDirectory.TornCheckpointException}); one without (written before manifests) is read with each
+     * used file's own checksum verified first. Everything is checked before any array is written: the stage that wrote
+     * the shards, every header (data type, parameter count, state space and its layout, byte order), equal counters in
+     * every shard and the model file, and that the files' ranges cover every range of {@code shards} exactly once.
+     * Returns the saved model (parameters and counters; its updater state is not read when shards hold it), which
+     * nothing has taken yet.
      *
      * @param dir       a directory {@link #save} wrote
      * @param worldSize the number of shards (ranks) the trainer runs
-     * @param shards    the shards of the ranks this process runs, in rank order, each as it must be found in its file
+     * @param shards    the shards of the ranks this process runs, in rank order, each as it must be found in the files
      * @param model     the trainer's model: the saved one must hold as many parameters of the same type; its kind
      *                  ({@code MultiLayerNetwork} or {@code ComputationGraph}) says how to read {@code model.zip}
      * @param words     the trainer's words in the refusals
+     * @param reads     which shards this trainer reads, and how
      * @param agreement how this process's ranks agree with the others'
-     * @return the saved model, of {@code model}'s kind, and the manifest's counters
+     * @return the saved model, of {@code model}'s kind, the manifest's counters and the rank count that wrote it
      * @throws IOException              when a file cannot be read, is truncated, fails its checksum or the manifest
-     * @throws IllegalArgumentException when the checkpoint does not fit (world size, shard bounds, data type,
-     *                                  updater layout, mixed steps)
+     * @throws IllegalArgumentException when the checkpoint does not fit (another stage, data type, parameter count,
+     *                                  updater layout, mixed steps, ranges that do not cover the shards)
      */
-    public static Restored restore(Path dir, int worldSize, List<Shard> shards, Model model, Words words,
+    public static Restored restore(Path dir, int worldSize, List<Shard> shards, Model model, Words words, Reads reads,
                                    Agreement agreement) throws IOException {
         Restored saved;
         try {
             CheckpointDirectory.Counters counters = countersOf(dir);
-            saved = new Restored(read(dir, worldSize, shards, ModelReplica.of(model), words), counters);
+            saved = read(dir, worldSize, shards, ModelReplica.of(model), words, reads, counters);
         } catch (IOException | RuntimeException e) {
             agreement.failTogether("checkpoint-restored", e);
             throw e;
@@ -231,7 +333,7 @@ public final class ShardedCheckpoints {
         Restored saved;
         try {
             CheckpointDirectory.Counters counters = countersOf(dir);
-            saved = new Restored(readModel(dir, ModelReplica.of(model), words, true).model(), counters);
+            saved = new Restored(readModel(dir, ModelReplica.of(model), words, true).model(), counters, 0);
         } catch (IOException | RuntimeException e) {
             agreement.failTogether("checkpoint-restored", e);
             throw e;
@@ -258,44 +360,93 @@ public final class ShardedCheckpoints {
         if (saved.params().length() != model.params().length() || saved.params().dataType() != model.params().dataType()) {
             throw new IllegalArgumentException(modelFile + " holds " + saved.params().length() + " x "
                     + saved.params().dataType() + " parameters; this " + words.trainer() + "'s model "
-                    + model.params().length() + " x " + model.params().dataType());
+                    + model.params().length() + " x " + model.params().dataType() + " (restore into a " + words.trainer()
+                    + " built on the network configuration the checkpoint was saved from)");
         }
         return saved;
     }
 
-    private static Model read(Path dir, int n, List<Shard> shards, ModelReplica model, Words words) throws IOException {
-        List<ShardCheckpoint.Header> headers = new ArrayList<>();
-        for (Shard s : shards) {
-            int r = s.rank();
-            Path file = dir.resolve(ShardCheckpoint.shardFileName(r, n));
-            if (!Files.isRegularFile(file)) {
-                throw new IllegalArgumentException("checkpoint " + dir + " has no " + file.getFileName() + " for "
-                        + words.member() + "s=" + n + "; shard files found: " + shardFiles(dir) + " (build the "
-                        + words.trainer() + " with the " + words.member() + " count the checkpoint was saved with, or load "
-                        + ShardCheckpoint.MODEL_FILE + " with ModelSerializer and build a " + words.trainer() + " with any "
-                        + words.member() + " count on it)");
+    /** Where some of the state space's elements are read from: a shard file's run, or the model's full state. */
+    private interface Source {
+        /** Copies {@code bytes} bytes from byte {@code sourceByte} of the source's state into {@code target}. */
+        void copy(long sourceByte, MemorySegment target, long targetByte, long bytes) throws IOException;
+    }
+
+    /** Elements {@code [start, end)} of the state space lie at element {@code at} of {@code source}'s state. */
+    private record Run(long start, long end, Source source, long at, String from) {
+    }
+
+    /** One copy of a restore's plan: {@code bytes} bytes of a source into a shard's state. */
+    private record Copy(Source source, long sourceByte, MemorySegment target, long targetByte, long bytes) {
+    }
+
+    private static Restored read(Path dir, int m, List<Shard> shards, ModelReplica model, Words words, Reads reads,
+                                 CheckpointDirectory.Counters counters) throws IOException {
+        if (!Files.isDirectory(dir)) {
+            throw new IllegalArgumentException("checkpoint " + dir + " is not a directory (give the directory that"
+                    + " saveCheckpoint or checkpointEvery wrote)");
+        }
+        List<Path> files = savedShardFiles(dir, counters, words);
+        if (files.isEmpty()) {
+            if (!reads.fromModel()) {
+                throw new IllegalArgumentException("checkpoint " + dir + " has no shard files; this " + words.trainer()
+                        + " reads " + reads.what() + " (restore it into the trainer that wrote it)");
             }
+            return readFromModel(dir, shards, model, words, counters);
+        }
+        int n = files.size();
+        if (reads.sameCut() && n != m) {
+            throw new IllegalArgumentException("checkpoint " + dir + " has no " + ShardCheckpoint.shardFileName(0, m)
+                    + " for " + words.member() + "s=" + m + "; shard files found: " + shardFiles(dir) + " (restore into a "
+                    + words.trainer() + " with the " + words.member() + "s the checkpoint was saved with, or load "
+                    + ShardCheckpoint.MODEL_FILE + " with ModelSerializer and build a " + words.trainer() + " of any "
+                    + words.member() + " count on it)");
+        }
+        List<ShardCheckpoint.Header> headers = new ArrayList<>(n);
+        List<Run> runs = new ArrayList<>();
+        List<ChannelSource> sources = new ArrayList<>(n);
+        for (Path file : files) {
             ShardCheckpoint.Header h = ShardCheckpoint.readHeader(file);
-            String expected = "worldSize=" + n + " rank=" + r + " dataType=" + s.dataType() + " paramCount="
-                    + s.paramCount() + " shard=[" + s.start() + "," + s.end() + ") stateElements="
-                    + s.stateElements() + " layoutHash=" + s.layoutHash();
-            String found = "worldSize=" + h.worldSize() + " rank=" + h.rank() + " dataType=" + h.dataType() + " paramCount="
-                    + h.paramCount() + " shard=[" + h.shardStart() + "," + h.shardEnd() + ") stateElements="
-                    + h.stateElements() + " layoutHash=" + h.layoutHash();
-            if (!expected.equals(found)) {
-                throw new IllegalArgumentException(file + " does not fit this " + words.trainer() + "'s " + words.member()
-                        + " " + r + ": expected " + expected + ", found " + found + " (restore into a " + words.trainer()
-                        + " built on the same network configuration with the same " + words.member() + " count)");
+            checkStage(dir, file, h, words, reads);
+            if (reads.sameCut()) {
+                for (Shard s : shards) {
+                    if (s.rank() == h.rank() && !s.paramRanges().equals(h.paramRanges())) {
+                        throw new IllegalArgumentException(file + " does not fit this " + words.trainer() + "'s "
+                                + words.member() + " " + s.rank() + ": expected worldSize=" + m + " rank=" + s.rank()
+                                + " shard=" + ranges(s.paramRanges()) + ", found worldSize=" + h.worldSize() + " rank="
+                                + h.rank() + " shard=" + ranges(h.paramRanges()) + " (restore into a " + words.trainer()
+                                + " built on the same network configuration with the same " + words.member() + "s)");
+                    }
+                }
             }
-            if (!headers.isEmpty() && (h.iterationCount() != headers.getFirst().iterationCount()
-                    || h.epochCount() != headers.getFirst().epochCount())) {
-                throw new IllegalArgumentException("checkpoint " + dir + " mixes steps: shard "
-                        + shards.getFirst().rank() + " at iteration=" + headers.getFirst().iterationCount() + " epoch="
-                        + headers.getFirst().epochCount() + ", shard " + r + " at iteration=" + h.iterationCount() + " epoch="
-                        + h.epochCount() + " (save the checkpoint again)");
+            check(dir, file, h, n, shards, model, words, reads, headers);
+            List<Range> stateRanges = h.stateRanges() != null ? h.stateRanges() : reads.stateRangesOf().apply(
+                    h.paramRanges().getFirst());
+            if (Range.total(stateRanges) != h.stateElements()) {
+                throw new IllegalArgumentException(file + " holds stateElements=" + h.stateElements() + " for parameters "
+                        + h.paramRanges() + ", whose state in this " + words.trainer() + "'s layout is " + stateRanges
+                        + " (" + Range.total(stateRanges) + " elements) (restore into a " + words.trainer()
+                        + " built on the network configuration the checkpoint was saved from)");
+            }
+            ChannelSource source = new ChannelSource(file, h, counters == null);
+            sources.add(source);
+            long at = 0;
+            for (Range r : stateRanges) {
+                runs.add(new Run(r.start(), r.end(), source, at, file.getFileName().toString()));
+                at += r.length();
             }
             headers.add(h);
         }
+        runs.sort(java.util.Comparator.comparingLong(Run::start));
+        for (int i = 1; i < runs.size(); i++) {
+            if (runs.get(i).start() < runs.get(i - 1).end()) {
+                throw new IllegalArgumentException("checkpoint " + dir + ": " + runs.get(i - 1).from() + " and "
+                        + runs.get(i).from() + " both hold state elements [" + runs.get(i).start() + ","
+                        + Math.min(runs.get(i).end(), runs.get(i - 1).end()) + ") (files of different saves; save the"
+                        + " checkpoint again)");
+            }
+        }
+        List<Copy> plan = plan(dir, shards, runs, words);
         ModelReplica saved = readModel(dir, model, words, false);
         File modelFile = dir.resolve(ShardCheckpoint.MODEL_FILE).toFile();
         ShardCheckpoint.Header h0 = headers.getFirst();
@@ -304,10 +455,234 @@ public final class ShardedCheckpoints {
                     + saved.epochCount() + ", the shards at iteration=" + h0.iterationCount() + " epoch=" + h0.epochCount()
                     + " (files from different saves; save the checkpoint again)");
         }
-        for (Shard s : shards) {
-            ShardCheckpoint.readState(dir.resolve(ShardCheckpoint.shardFileName(s.rank(), n)), s.state());
+        try {
+            for (Copy c : plan) { // the files it reads: sizes, and checksums where no manifest vouched for them
+                if (c.source() instanceof ChannelSource cs) {
+                    cs.prepare();
+                }
+            }
+            for (Copy c : plan) { // every check passed: from here on the shards' arrays change
+                c.source().copy(c.sourceByte(), c.target(), c.targetByte(), c.bytes());
+            }
+        } finally {
+            for (ChannelSource s : sources) {
+                s.close();
+            }
         }
-        return saved.model();
+        if (n != m) {
+            LOG.info("symmem4j checkpoint: re-sharded {} from {} {}s to {} ({} copies)", dir, n, words.member(), m,
+                    plan.size());
+        }
+        return new Restored(saved.model(), counters, n);
+    }
+
+    /**
+     * The shard files of the checkpoint, in rank order: those of the rank count its manifest names (files of another
+     * count are not part of it), or, without a manifest, of the one rank count found; every rank's file present.
+     */
+    private static List<Path> savedShardFiles(Path dir, CheckpointDirectory.Counters counters, Words words)
+            throws IOException {
+        java.util.TreeMap<Integer, java.util.TreeMap<Integer, Path>> byWorld = new java.util.TreeMap<>();
+        try (var listing = Files.list(dir)) {
+            for (Path f : listing.toList()) {
+                int ws = ShardCheckpoint.worldSizeOf(f);
+                if (ws >= 0 && Files.isRegularFile(f)) {
+                    byWorld.computeIfAbsent(ws, k -> new java.util.TreeMap<>()).put(ShardCheckpoint.rankOf(f), f);
+                }
+            }
+        }
+        if (byWorld.isEmpty()) {
+            return List.of();
+        }
+        int n;
+        if (counters != null && byWorld.containsKey(counters.ranks())) {
+            n = counters.ranks();
+        } else if (counters != null) {
+            return List.of(); // a model-only checkpoint: stray shard files are not part of it
+        } else if (byWorld.size() == 1) {
+            n = byWorld.firstKey();
+        } else {
+            throw new IllegalArgumentException("checkpoint " + dir + " has shard files of " + byWorld.keySet()
+                    + " " + words.member() + "s and no manifest to say which are its own (save the checkpoint again)");
+        }
+        java.util.TreeMap<Integer, Path> files = byWorld.get(n);
+        List<Integer> missing = new ArrayList<>();
+        for (int r = 0; r < n; r++) {
+            if (!files.containsKey(r)) {
+                missing.add(r);
+            }
+        }
+        if (!missing.isEmpty() || files.size() != n) {
+            throw new IllegalArgumentException("checkpoint " + dir + " of " + words.member() + "s=" + n + " lacks the shard"
+                    + " files of " + words.member() + "s " + missing + "; found " + shardFiles(dir)
+                    + " (every shard file is needed to restore; save the checkpoint again)");
+        }
+        return List.copyOf(files.values());
+    }
+
+    /** Refuses the shards of a stage whose state this trainer does not keep, before anything else. */
+    private static void checkStage(Path dir, Path file, ShardCheckpoint.Header h, Words words, Reads reads) {
+        if (!reads.stages().contains(h.stage())) {
+            throw new IllegalArgumentException("checkpoint " + dir + " holds shards of stage=" + h.stage() + " (" + file
+                    .getFileName() + "); this " + words.trainer() + " reads " + reads.what() + " (restore it into a "
+                    + words.trainer() + " of the stage that wrote it, or load " + ShardCheckpoint.MODEL_FILE + " with"
+                    + " ModelSerializer, which holds the whole model with its updater state, and build the "
+                    + words.trainer() + " on that model)");
+        }
+    }
+
+    /** A shard file's header against the checkpoint and this trainer: everything before any state is read. */
+    private static void check(Path dir, Path file, ShardCheckpoint.Header h, int n, List<Shard> shards, ModelReplica model,
+                              Words words, Reads reads, List<ShardCheckpoint.Header> before) {
+        if (h.worldSize() != n || h.rank() != ShardCheckpoint.rankOf(file)) {
+            throw new IllegalArgumentException(file + " says worldSize=" + h.worldSize() + " rank=" + h.rank()
+                    + ", its name worldSize=" + n + " rank=" + ShardCheckpoint.rankOf(file)
+                    + " (a renamed file; save the checkpoint again)");
+        }
+        // the shard of the file's rank when this process runs it (a pipeline's stages each have their own layout),
+        // else any: a data-parallel trainer's shards share one layout
+        Shard s = shards.stream().filter(x -> x.rank() == h.rank()).findFirst()
+                .orElse(shards.isEmpty() ? null : shards.getFirst());
+        String expected = "dataType=" + model.params().dataType() + " paramCount=" + model.params().length()
+                + (s == null ? "" : " stateCount=" + s.stateCount() + " layoutHash=" + s.layoutHash())
+                + " byteOrder=" + ByteOrder.nativeOrder();
+        String found = "dataType=" + h.dataType() + " paramCount=" + h.paramCount()
+                + (s == null ? "" : " stateCount=" + (h.stateCount() < 0 ? s.stateCount() : h.stateCount())
+                + " layoutHash=" + h.layoutHash()) + " byteOrder=" + h.byteOrder();
+        if (!expected.equals(found)) {
+            throw new IllegalArgumentException(file + " does not fit this " + words.trainer() + "'s model: expected "
+                    + expected + ", found " + found + " (restore into a " + words.trainer() + " built on the network"
+                    + " configuration and data type the checkpoint was saved from; another byte order: load "
+                    + ShardCheckpoint.MODEL_FILE + " with ModelSerializer)");
+        }
+        if (!before.isEmpty() && (h.iterationCount() != before.getFirst().iterationCount()
+                || h.epochCount() != before.getFirst().epochCount())) {
+            throw new IllegalArgumentException("checkpoint " + dir + " mixes steps: shard 0 at iteration="
+                    + before.getFirst().iterationCount() + " epoch=" + before.getFirst().epochCount() + ", shard "
+                    + h.rank() + " at iteration=" + h.iterationCount() + " epoch=" + h.epochCount()
+                    + " (save the checkpoint again)");
+        }
+    }
+
+    /** The copies that fill every range of {@code shards} from {@code runs} (sorted, disjoint); refuses a gap. */
+    private static List<Copy> plan(Path dir, List<Shard> shards, List<Run> runs, Words words) {
+        List<Copy> plan = new ArrayList<>();
+        for (Shard s : shards) {
+            if (s.state() == null) {
+                continue;
+            }
+            MemorySegment target = ModelReplica.segmentOf(s.state());
+            long width = s.state().dataType().width();
+            long at = 0;
+            for (Range r : s.stateRanges()) {
+                long covered = 0;
+                int i = firstRunEndingAfter(runs, r.start());
+                for (; i < runs.size() && runs.get(i).start() < r.end(); i++) {
+                    Run run = runs.get(i);
+                    long a = Math.max(r.start(), run.start());
+                    long b = Math.min(r.end(), run.end());
+                    if (a < b) {
+                        plan.add(new Copy(run.source(), (run.at() + a - run.start()) * width, target,
+                                (at + a - r.start()) * width, (b - a) * width));
+                        covered += b - a;
+                    }
+                }
+                if (covered != r.length()) {
+                    throw new IllegalArgumentException("checkpoint " + dir + " does not hold every state element of "
+                            + words.member() + " " + s.rank() + "'s range " + r + " (" + covered + " of " + r.length()
+                            + " found in its shard files; files of different saves or layouts: save the checkpoint"
+                            + " again)");
+                }
+                at += r.length();
+            }
+        }
+        return plan;
+    }
+
+    private static String ranges(List<Range> ranges) {
+        return ranges.size() == 1 ? ranges.getFirst().toString() : ranges.toString();
+    }
+
+    private static int firstRunEndingAfter(List<Run> runs, long element) {
+        int lo = 0;
+        int hi = runs.size();
+        while (lo < hi) {
+            int mid = (lo + hi) >>> 1;
+            if (runs.get(mid).end() <= element) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        return lo;
+    }
+
+    /**
+     * A model-only checkpoint (plain data parallelism) into shards: {@code model.zip}'s full updater state, the one
+     * range {@code [0, stateCount)}, cut into the shards' ranges.
+     */
+    private static Restored readFromModel(Path dir, List<Shard> shards, ModelReplica model, Words words,
+                                          CheckpointDirectory.Counters counters) throws IOException {
+        ModelReplica saved = readModel(dir, model, words, true);
+        INDArray full = saved.updaterState();
+        long stateCount = shards.isEmpty() ? 0 : shards.getFirst().stateCount();
+        long found = full == null ? 0 : full.length();
+        if (!shards.isEmpty() && found != stateCount) {
+            throw new IllegalArgumentException(dir.resolve(ShardCheckpoint.MODEL_FILE) + " holds " + found
+                    + " updater-state elements; this " + words.trainer() + "'s model " + stateCount + " (restore into a "
+                    + words.trainer() + " built on the network configuration the checkpoint was saved from)");
+        }
+        List<Run> runs = new ArrayList<>();
+        if (found > 0) {
+            MemorySegment all = ModelReplica.segmentOf(full);
+            runs.add(new Run(0, found, (from, target, at, bytes) -> MemorySegment.copy(all, from, target, at, bytes), 0,
+                    ShardCheckpoint.MODEL_FILE));
+        }
+        for (Copy c : plan(dir, shards, runs, words)) {
+            c.source().copy(c.sourceByte(), c.target(), c.targetByte(), c.bytes());
+        }
+        return new Restored(saved.model(), counters, 0);
+    }
+
+    /** A shard file read by positional reads, opened (and, without a manifest, its checksum verified) on first use. */
+    private static final class ChannelSource implements Source {
+        private final Path file;
+        private final ShardCheckpoint.Header header;
+        private final boolean verifyFirst;
+        private FileChannel channel;
+
+        ChannelSource(Path file, ShardCheckpoint.Header header, boolean verifyFirst) {
+            this.file = file;
+            this.header = header;
+            this.verifyFirst = verifyFirst;
+        }
+
+        /** Verifies the checksum when no manifest did: before the plan writes anything. */
+        void prepare() throws IOException {
+            if (channel == null) {
+                if (verifyFirst) {
+                    ShardCheckpoint.verifyChecksum(file);
+                }
+                channel = ShardCheckpoint.open(file);
+                long expected = header.dataOffset() + ShardCheckpoint.elementBytes(file, header) + Long.BYTES;
+                if (channel.size() != expected) {
+                    throw new IOException(file + ": " + channel.size() + " bytes, its header says " + expected
+                            + " (truncated or damaged; save the checkpoint again)");
+                }
+            }
+        }
+
+        @Override
+        public void copy(long sourceByte, MemorySegment target, long targetByte, long bytes) throws IOException {
+            prepare();
+            ShardCheckpoint.readRun(channel, file, header, sourceByte, target, targetByte, bytes);
+        }
+
+        void close() throws IOException {
+            if (channel != null) {
+                channel.close();
+            }
+        }
     }
 
     private static List<String> shardFiles(Path dir) throws IOException {

@@ -88,7 +88,8 @@ import org.symmem4j.gradsync.SyncMetrics;
  * {@code .checkpointEvery(100, dir).resumeFrom(dir)}, runs {@code for (int e = model.getEpochCount(); e < epochs; e++)
  * wrapper.fit(iterator)}, and continues where the newest complete checkpoint stands (fresh when there is none).
  * Without sharding a checkpoint is {@code model.zip} (every replica holds the same state) and the manifest's
- * counters; with sharding also one shard file per worker.
+ * counters; with sharding also one shard file per worker. A checkpoint of N workers resumes on any other worker count
+ * M, re-sharding the updater state ({@link #restoreCheckpoint}).
  */
 public final class SymmemParallelWrapper implements AutoCloseable {
 
@@ -121,6 +122,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private final CheckpointSchedule schedule;
     /** Batches the next fit reads and does not train: those of the epoch a restored checkpoint had trained. */
     private long batchesToSkip;
+    /** The examples of those batches, as the checkpoint recorded them; -1 when it did not. */
+    private long examplesToSkip = -1;
     /** The checkpoint the last restore read, or null. */
     private CheckpointDirectory.Checkpoint resumedFrom;
     /** fit() calls so far, successful or not: the timeline draws "between steps" only within one. */
@@ -313,6 +316,38 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return perWorker;
     }
 
+    /**
+     * After a resume, the batches the first fit skipped must be those the checkpointed run trained: as many, holding
+     * as many examples (when the checkpoint recorded them). Checked before any step; a refusal keeps the skip for the
+     * next fit.
+     */
+    private void checkResumePosition(long batches, long examples) {
+        if (batchesToSkip == 0) {
+            return;
+        }
+        String at = "the checkpoint " + (resumedFrom == null ? "" : resumedFrom.dir() + " ") + "was taken after batches="
+                + batchesToSkip + (examplesToSkip >= 0 ? " examples=" + examplesToSkip : "") + " of its epoch";
+        String fix = " (fix: pass fit the iterator of the run that wrote it, with the same batch size and order; the"
+                + " worker count may differ, every worker count deals the same batches in the same order)";
+        if (batches < batchesToSkip) {
+            throw new IllegalArgumentException("resume position: " + at + "; this iterator ended after " + batches
+                    + " batches" + fix);
+        }
+        if (examplesToSkip >= 0 && examples != examplesToSkip) {
+            throw new IllegalArgumentException("resume position: " + at + "; this iterator's first " + batches
+                    + " batches hold examples=" + examples + fix);
+        }
+    }
+
+    /** The iterator's examples in a step's work. */
+    private static long rawExamples(List<Object> work) {
+        long n = 0;
+        for (Object o : work) {
+            n += MicroBatches.examples(o);
+        }
+        return n;
+    }
+
     /** The iterator's batches in a step's work: one per entry, or a micro-batch list's size. */
     private static long rawBatches(List<Object> work) {
         long n = 0;
@@ -361,19 +396,25 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             // caller's thread (the iterator used by one thread only, as DL4J's fit does), or with a
             // prefetch buffer taken from the background reader.
             long batchesInEpoch = 0;
-            for (; batchesToSkip > 0 && source.next() != null; batchesToSkip--) {
+            long examplesInEpoch = 0;
+            Object skipped;
+            while (batchesInEpoch < batchesToSkip && (skipped = source.next()) != null) {
                 batchesInEpoch++; // trained before the checkpoint this wrapper resumed from
+                examplesInEpoch += MicroBatches.examples(skipped);
             }
+            checkResumePosition(batchesInEpoch, examplesInEpoch);
             batchesToSkip = 0;
+            examplesToSkip = -1;
             List<Object> batches = takeStep(source);
             while (!batches.isEmpty()) {
                 DataParallelSteps.StepOutcome outcome = steps.run(batches, listeners, () -> takeStep(source), fits);
                 batchesInEpoch += rawBatches(batches);
+                examplesInEpoch += rawExamples(batches);
                 if (outcome.report() != null) {
                     score = outcome.report().loss();
                     if (schedule != null && schedule.due(steps.stepsDone(), settings.group(), "symmem4j-wrapper-")) {
                         // workers are idle: the model takes their state, as between fits
-                        takePeriodicCheckpoint(batchesInEpoch);
+                        takePeriodicCheckpoint(batchesInEpoch, examplesInEpoch);
                     }
                 }
                 batches = outcome.following();
@@ -436,10 +477,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     // ------------------------------------------------------------------ checkpoints
 
     /** A periodic checkpoint after the step just done; a failure fails the fit (the model left as before it). */
-    private void takePeriodicCheckpoint(long batchesInEpoch) {
+    private void takePeriodicCheckpoint(long batchesInEpoch, long examplesInEpoch) {
         Path dir = CheckpointDirectory.stepDir(schedule.root(), steps.stepsDone());
         try {
-            writeCheckpoint(dir, batchesInEpoch);
+            writeCheckpoint(dir, batchesInEpoch, examplesInEpoch);
             if (settings.group() == null || settings.group().rank() == 0) {
                 CheckpointDirectory.prune(schedule.root(), schedule.keep());
             }
@@ -451,11 +492,11 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     }
 
     /** Writes what the next step would train from; workers started and idle. Collective in group mode. */
-    private void writeCheckpoint(Path dir, long batchesInEpoch) throws IOException {
+    private void writeCheckpoint(Path dir, long batchesInEpoch, long examplesInEpoch) throws IOException {
         workers.pullModelFromReplicas();
         boolean leader = settings.group() == null || settings.group().rank() == 0;
         CheckpointDirectory.Counters counters = new CheckpointDirectory.Counters(steps.stepsDone(), model.epochCount(),
-                model.iterationCount(), batchesInEpoch, settings.workers());
+                model.iterationCount(), batchesInEpoch, examplesInEpoch, settings.workers());
         if (settings.sharding() == null) {
             // every replica holds the same state: the model, written by rank 0, is the whole checkpoint
             ShardedCheckpoints.save(dir, 0, List.of(), leader, model.model(), counters, checkpointAgreement());
@@ -488,29 +529,39 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             throw new IllegalStateException("wrapper is closed; build a new one");
         }
         workers.ensureStarted(); // (the replicas take the model's state if it was changed since the last fit)
-        writeCheckpoint(dir, 0);
+        writeCheckpoint(dir, 0, 0);
     }
 
     /**
-     * Restores a checkpoint written by {@link #saveCheckpoint} (or by {@link Builder#checkpointEvery}). With sharding,
-     * with the same worker count: each worker reads its own shard file; parameters and counters come from
-     * {@code model.zip} (its updater state is not read: the shards hold it). Without sharding: {@code model.zip} whole,
-     * updater state included (a sharded checkpoint's too, any worker count). Then the model holds the restored state
-     * as after a {@code fit()}. A directory with a manifest is verified against it first (a torn one is refused with
+     * Restores a checkpoint written by {@link #saveCheckpoint} (or by {@link Builder#checkpointEvery}), by any number
+     * of workers: N workers' checkpoint restores onto this wrapper's M. With sharding each worker takes the updater
+     * state of its own shard's parameter range from whichever shard files hold it (each file lists the global ranges
+     * of DL4J's updater state it holds: with M = N each worker reads its own file, otherwise the ranges are re-sliced,
+     * element for element, so the state is bitwise what the N workers held); a checkpoint of either ZeRO stage
+     * (OPTIMIZER_STATE and GRADIENTS keep the same state), and a plain one, whose {@code model.zip} holds the full
+     * state, cut into the shards; parameters and counters come from {@code model.zip}. Without sharding:
+     * {@code model.zip} whole, updater state included (a sharded checkpoint's too). Then the model holds the restored
+     * state as after a {@code fit()}. The data position is the iterator's: every worker count deals the same iterator's
+     * batches in the same order ({@code workers} consecutive batches per step, batch i to worker i mod workers; in group
+     * mode every rank reads them all), so the next {@code fit()} skips the batches of the epoch the checkpoint had
+     * trained and goes on with the next batch, on M workers as on N; it refuses, before any step, an iterator whose
+     * skipped batches hold other examples than the checkpoint recorded (another batch size) or that ends before them.
+     * The steps after the resume take M batches each: training on equals an uninterrupted M-worker run started from
+     * the checkpoint's consolidated {@code model.zip} on the rest of the data, bitwise (docs/resharding.md). A directory with a manifest is verified against it first (a torn one is refused with
      * {@link CheckpointDirectory.TornCheckpointException}, changing nothing); one without, written before manifests,
-     * is read as before. Everything is checked before anything changes (worker count, shard bounds, data type, DL4J's
-     * updater layout, equal counters in every file); a shard that fails its checksum leaves the model as it was, and
-     * the next {@code fit()} re-syncs the workers from the model. When the manifest says the checkpoint was taken
+     * is read with each shard file's own checksum verified first. Everything is checked before anything changes (the
+     * stage that wrote the shards — a pipeline trainer's are refused —, data type, parameter count, DL4J's updater
+     * layout, byte order, equal counters in every file, every state element covered); a refused restore leaves the
+     * model as it was. When the manifest says the checkpoint was taken
      * inside a {@code fit}, the wrapper's step counter goes on from its step and the next {@code fit()} skips the
      * batches of that epoch already trained. In group mode it is collective: every rank reads its own shard, and a
-     * rank whose files fail any check makes every rank throw, each model left as it was. For a different worker count
-     * with sharding, load {@code model.zip} with {@code ModelSerializer} (updater state included) and build a wrapper
-     * on that model: it shards the model's full state for any worker count.
+     * rank whose files fail any check makes every rank throw, each model left as it was; every rank must see every
+     * shard file (one directory they share), as re-slicing reads other ranks' files.
      *
      * @param dir a directory {@link #saveCheckpoint} wrote
      * @throws IOException              when a file cannot be read, is truncated, fails its checksum or the manifest
-     * @throws IllegalArgumentException when the checkpoint does not fit this wrapper (worker count, shard
-     *                                  bounds, data type, updater layout, mixed steps)
+     * @throws IllegalArgumentException when the checkpoint does not fit this wrapper (another stage's shards, data
+     *                                  type, parameter count, updater layout, mixed steps, missing shard files)
      * @throws IllegalStateException    when the wrapper is closed
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
@@ -524,7 +575,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             model.copyStateFrom(ModelReplica.of(restored.model())); // the workers take it at the next fit
         } else {
             restored = ShardedCheckpoints.restore(dir, settings.workers(), workers.shards(), model.model(),
-                    CHECKPOINT_WORDS, checkpointAgreement());
+                    CHECKPOINT_WORDS, workers.checkpointReads(), checkpointAgreement());
             model.copyParamsAndCountersFrom(ModelReplica.of(restored.model()));
             for (ModelReplica replica : workers.replicas()) {
                 replica.copyParamsAndCountersFrom(model);
@@ -535,6 +586,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         if (c != null) {
             steps.resumeAt(c.step());
             batchesToSkip = c.batchesInEpoch();
+            examplesToSkip = c.examplesInEpoch();
             resumedFrom = new CheckpointDirectory.Checkpoint(dir, c);
         }
     }

@@ -159,6 +159,37 @@ final class UpdaterLayout {
         return normalizations;
     }
 
+    /**
+     * Where the updater state of parameters {@code [start, end)} lies in DL4J's full updater-state view, in the order a
+     * shard of those parameters keeps it ({@code ShardedUpdater}): per block the range meets, in block order, one run
+     * per state array (Adam's m, then v), each {@code min(end, blockEnd) - max(start, blockStart)} elements; runs that
+     * follow each other in the view are merged. The ranges of a sharded checkpoint's files ({@code ShardCheckpoint}).
+     *
+     * @param start the first parameter
+     * @param end   one past the last
+     * @return the state ranges, in the shard's order; empty when no block there keeps state
+     */
+    List<ShardedCheckpoints.Range> stateRanges(long start, long end) {
+        List<ShardedCheckpoints.Range> out = new ArrayList<>();
+        for (Block block : blocks) {
+            long a = Math.max(block.start(), start);
+            long b = Math.min(block.end(), end);
+            if (a >= b) {
+                continue;
+            }
+            for (int j = 0; j < block.statesPerParam(); j++) {
+                long from = block.stateStart() + j * block.length() + (a - block.start());
+                long to = from + (b - a);
+                if (!out.isEmpty() && out.getLast().end() == from) {
+                    out.set(out.size() - 1, new ShardedCheckpoints.Range(out.getLast().start(), to));
+                } else {
+                    out.add(new ShardedCheckpoints.Range(from, to));
+                }
+            }
+        }
+        return out;
+    }
+
     /** Identifies the block structure (ranges and state sizes), for checkpoints. */
     long fingerprint() {
         CRC32 crc = new CRC32();

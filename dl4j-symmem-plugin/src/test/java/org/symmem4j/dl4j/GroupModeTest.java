@@ -227,7 +227,7 @@ class GroupModeTest {
             try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(fresh).group(group)
                     .sharding(ZeroStage.OPTIMIZER_STATE).ompThreadsPerWorker(1).checkpointEvery(3, root).resumeFrom(root)
                     .build()) {
-                assertEquals(new CheckpointDirectory.Counters(6, 1, 6, 4, 2), w.resumedFrom().counters());
+                assertEquals(new CheckpointDirectory.Counters(6, 1, 6, 4, 4 * 8, 2), w.resumedFrom().counters());
                 for (int e = fresh.getEpochCount(); e < 2; e++) {
                     w.fit(new BatchListIterator(data)); // skips the 4 batches trained before step 6's checkpoint
                 }

@@ -59,9 +59,9 @@ class PeriodicCheckpointTest {
         // steps 2, 4, 6, 8, 10 were taken; the two newest stay
         assertEquals(List.of("step-000000000008", "step-000000000010"), stepDirs(root));
         CheckpointDirectory.Counters c8 = CheckpointDirectory.verify(CheckpointDirectory.stepDir(root, 8));
-        assertEquals(new CheckpointDirectory.Counters(8, 1, 8, 6, WORKERS), c8);
+        assertEquals(new CheckpointDirectory.Counters(8, 1, 8, 6, 6 * 8, WORKERS), c8);
         CheckpointDirectory.Counters c10 = CheckpointDirectory.verify(CheckpointDirectory.stepDir(root, 10));
-        assertEquals(new CheckpointDirectory.Counters(10, 1, 10, BATCHES, WORKERS), c10);
+        assertEquals(new CheckpointDirectory.Counters(10, 1, 10, BATCHES, BATCHES * 8, WORKERS), c10);
         // plain data parallelism: the model is the checkpoint, as plain DL4J loads it
         MultiLayerNetwork loaded = ModelSerializer.restoreMultiLayerNetwork(
                 CheckpointDirectory.stepDir(root, 10).resolve("model.zip").toFile(), true);
@@ -108,7 +108,7 @@ class PeriodicCheckpointTest {
         resumed.params().addi(0.25); // only the restore can make the runs agree
         try (SymmemParallelWrapper w = builder(resumed, sharding).checkpointEvery(3, ckpt).resumeFrom(ckpt).build()) {
             CheckpointDirectory.Checkpoint from = w.resumedFrom();
-            assertEquals(new CheckpointDirectory.Counters(6, 1, 6, 2, WORKERS), from.counters(), sharding + ": resumed at");
+            assertEquals(new CheckpointDirectory.Counters(6, 1, 6, 2, 2 * 8, WORKERS), from.counters(), sharding + ": resumed at");
             assertEquals(1, resumed.getEpochCount());
             for (int e = resumed.getEpochCount(); e < epochs; e++) {
                 w.fit(new BatchListIterator(data)); // skips the epoch's first 2 batches, trained before the checkpoint
@@ -133,7 +133,7 @@ class PeriodicCheckpointTest {
             w.saveCheckpoint(dir);
             w.fit(new BatchListIterator(second));
         }
-        assertEquals(new CheckpointDirectory.Counters(2, 1, 2, 0, WORKERS), CheckpointDirectory.verify(dir));
+        assertEquals(new CheckpointDirectory.Counters(2, 1, 2, 0, 0, WORKERS), CheckpointDirectory.verify(dir));
         for (boolean withManifest : new boolean[] {true, false}) {
             if (!withManifest) {
                 Files.delete(dir.resolve(CheckpointDirectory.MANIFEST)); // as written before manifests

@@ -126,13 +126,18 @@ class ShardedCheckpointTest {
             w.saveCheckpoint(dir);
         }
 
-        // another worker count: named, with the fix
-        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(start.clone()).workers(3)
+        // another updater layout with as many parameters (Adam, Nesterov and SGD blocks instead of Adam's one):
+        // named, with the fix (another worker count is re-sharded: ReshardingTest)
+        MultiLayerNetwork mixed = Nets.mlp("mixed", DataType.DOUBLE, Nets.HIDDEN, 0);
+        MultiLayerNetwork mixedBefore = mixed.clone();
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(mixed).workers(3)
                 .sharding(ZeroStage.GRADIENTS).build()) {
             IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> w.restoreCheckpoint(dir));
-            assertTrue(e.getMessage().contains("workers=3") && e.getMessage().contains("shard-00000-of-00002.bin")
-                    && e.getMessage().contains("ModelSerializer"), e.getMessage());
+            assertTrue(e.getMessage().contains("shard-00000-of-00002.bin does not fit this wrapper's model: expected")
+                    && e.getMessage().contains("layoutHash=") && e.getMessage().contains("the network configuration"),
+                    e.getMessage());
         }
+        assertTrue(ModelReplica.bitwiseEqual(mixedBefore.params(), mixed.params()), "a refused restore changes nothing");
 
         // a damaged shard: the checksum catches it, the model is left as it was, and fit() goes on from the model
         Path shard1 = dir.resolve("shard-00001-of-00002.bin");

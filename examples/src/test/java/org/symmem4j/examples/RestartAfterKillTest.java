@@ -42,13 +42,21 @@ class RestartAfterKillTest {
 
     private static Launcher.Result launch(Path checkpoints, Path model, int killAfter) throws IOException {
         List<String> args = new ArrayList<>(List.of("-n", "2", "--master-port", Integer.toString(freePort()),
-                "--max-restarts", "1", "--restart-delay", "0", "--",
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--max-restarts", "1", "--restart-delay", "0", "--"));
+        args.addAll(restartingTraining(checkpoints, model, EVERY, EPOCHS, killAfter));
+        return Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+    }
+
+    /** The command of one {@link RestartingTraining} rank, for the launcher after its {@code --}. */
+    static List<String> restartingTraining(Path checkpoints, Path model, int every, int epochs, int killAfter,
+                                           String... more) {
+        List<String> command = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
                 "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-cp", System.getProperty("java.class.path"),
-                RestartingTraining.class.getName(), checkpoints.toString(), model.toString(), Integer.toString(EVERY),
-                Integer.toString(EPOCHS), Integer.toString(killAfter)));
-        return Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+                RestartingTraining.class.getName(), checkpoints.toString(), model.toString(), Integer.toString(every),
+                Integer.toString(epochs), Integer.toString(killAfter)));
+        command.addAll(List.of(more));
+        return command;
     }
 
     @Test
@@ -100,7 +108,7 @@ class RestartAfterKillTest {
         assertEquals(reference.getEpochCount(), restarted.getEpochCount());
     }
 
-    private static int[] bits(float[] values) {
+    static int[] bits(float[] values) {
         int[] bits = new int[values.length];
         for (int i = 0; i < values.length; i++) {
             bits[i] = Float.floatToRawIntBits(values[i]);
@@ -108,7 +116,7 @@ class RestartAfterKillTest {
         return bits;
     }
 
-    private static int freePort() throws IOException {
+    static int freePort() throws IOException {
         try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
             return s.getLocalPort();
         }

@@ -10,6 +10,7 @@ import org.deeplearning4j.util.ModelSerializer;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
+import org.symmem4j.dl4j.ZeroStage;
 import org.symmem4j.parallel.group.ProcessGroup;
 
 /**
@@ -20,7 +21,15 @@ import org.symmem4j.parallel.group.ProcessGroup;
  * (and when its main began, its group formed, its network was made and restored) and its first step; rank 0 writes
  * the final model with {@link ModelSerializer}.
  *
- * <pre>RestartingTraining checkpointDir modelFile everyK epochs killAfterStep(-1: none)</pre>
+ * <p>Resume on another worker count: start it again with another {@code -n} on the same checkpoint directory (as
+ * {@link ResumeOnAnotherWorkerCountTest} does after a failed 2-rank job, on 3): the wrapper re-shards the checkpoint of
+ * N ranks onto the M it runs and goes on at the same batch of the data (every rank count deals the same batches in
+ * the same order); it prints {@code RESHARDED from N to M ranks at step S} first.
+ *
+ * <pre>RestartingTraining checkpointDir modelFile everyK epochs killAfterStep(-1: none) [zeroStage]</pre>
+ *
+ * <p>With a ZeRO stage ({@code OPTIMIZER_STATE} or {@code GRADIENTS}) each rank keeps the updater state of its shard
+ * only, and the checkpoints hold one shard file per rank.
  */
 public final class RestartingTraining {
 
@@ -39,6 +48,7 @@ public final class RestartingTraining {
         int every = Integer.parseInt(args[2]);
         int epochs = Integer.parseInt(args[3]);
         long killAfter = Long.parseLong(args[4]);
+        ZeroStage sharding = args.length > 5 ? ZeroStage.valueOf(args[5]) : null;
         int generation = Integer.parseInt(System.getenv().getOrDefault("SYMMEM4J_RESTART_GENERATION", "0"));
         ProcessGroup group = ProcessGroup.fromEnvironment();
         long grouped = System.currentTimeMillis();
@@ -63,7 +73,15 @@ public final class RestartingTraining {
                         killMyself();
                     }
                 });
+        if (sharding != null) {
+            builder.sharding(sharding);
+        }
         try (group; SymmemParallelWrapper wrapper = builder.build()) {
+            if (wrapper.resumedFrom() != null && wrapper.resumedFrom().counters().ranks() != group.worldSize()) {
+                System.out.printf(Locale.ROOT, "RESHARDED from %d to %d ranks at step %d (batch %d of epoch %d)%n",
+                        wrapper.resumedFrom().counters().ranks(), group.worldSize(), wrapper.resumedFrom().counters().step(),
+                        wrapper.resumedFrom().counters().batchesInEpoch(), wrapper.resumedFrom().counters().epoch());
+            }
             if (wrapper.resumedFrom() != null) {
                 System.out.printf(Locale.ROOT, "RESUMED generation %d from step %d (epoch %d); main at %d ms, group at %d"
                                 + " ms, network at %d ms, restored at %d ms%n", generation,

@@ -4,10 +4,12 @@ import java.io.IOException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.function.IntPredicate;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.nd4j.linalg.api.ndarray.INDArray;
 import org.symmem4j.dl4j.ShardedCheckpoints;
 import org.symmem4j.dl4j.train.CheckpointDirectory;
 import org.symmem4j.parallel.Group;
@@ -55,14 +57,26 @@ final class PipelineCheckpoints {
     static CheckpointDirectory.Counters restore(Path dir, PipelineStageSplit split, PipelineModel model,
                                                 List<List<Dl4jPipelineStage>> replicas, Group group) throws IOException {
         List<Dl4jPipelineStage> stages = replicas.getFirst();
-        ShardedCheckpoints.Restored saved = ShardedCheckpoints.restore(dir, stages.size(),
-                shards(split, model, stages, s -> true), model.model(), WORDS, agreement(group));
+        List<ShardedCheckpoints.Shard> shards = shards(split, model, stages, s -> true);
+        ShardedCheckpoints.Restored saved = ShardedCheckpoints.restore(dir, stages.size(), shards, model.model(), WORDS,
+                reads(shards), agreement(group));
         model.restoreFrom(saved.model(), replicas);
         return saved.counters();
     }
 
+    /**
+     * The stages' shards. The pipeline's state space is the stages' updater states one after the other, in stage
+     * order (each stage's own DL4J layout): stage {@code s} holds one parameter range, its layers', and one state range,
+     * its whole state, after the states of the stages before it.
+     */
     private static List<ShardedCheckpoints.Shard> shards(PipelineStageSplit split, PipelineModel model,
                                                          List<Dl4jPipelineStage> stages, IntPredicate mine) {
+        long[] stateStart = new long[stages.size() + 1];
+        for (int s = 0; s < stages.size(); s++) {
+            Updater updater = stages.get(s).network().getUpdater(true);
+            INDArray state = updater == null ? null : updater.getStateViewArray();
+            stateStart[s + 1] = stateStart[s] + (state == null ? 0 : state.length());
+        }
         List<ShardedCheckpoints.Shard> shards = new ArrayList<>();
         for (int s = 0; s < stages.size(); s++) {
             if (!mine.test(s)) {
@@ -70,12 +84,27 @@ final class PipelineCheckpoints {
             }
             MultiLayerNetwork stage = stages.get(s).network();
             Updater updater = stage.getUpdater(true);
+            long start = split.parameterOffset(s);
             shards.add(new ShardedCheckpoints.Shard(s, KIND, split.dataType(), model.model().numParams(),
-                    split.parameterOffset(s), split.parameterOffset(s) + split.parameterCount(s),
-                    UpdaterStateCopy.fingerprint(updater), stage.getIterationCount(), stage.getEpochCount(),
-                    updater == null ? null : updater.getStateViewArray()));
+                    List.of(new ShardedCheckpoints.Range(start, start + split.parameterCount(s))), stateStart[stages.size()],
+                    stateStart[s + 1] > stateStart[s] ? List.of(new ShardedCheckpoints.Range(stateStart[s], stateStart[s + 1]))
+                            : List.of(), UpdaterStateCopy.fingerprint(updater), stage.getIterationCount(),
+                    stage.getEpochCount(), updater == null ? null : updater.getStateViewArray()));
         }
         return shards;
+    }
+
+    /**
+     * A pipeline reads pipeline shards of its own split only (a format-1 file's state is its stage's whole state, so
+     * its one parameter range must be a stage's); no model-only checkpoint: its stages' layouts are not the model's.
+     */
+    private static ShardedCheckpoints.Reads reads(List<ShardedCheckpoints.Shard> shards) {
+        return new ShardedCheckpoints.Reads(Set.of(KIND), "the shards of a pipeline trainer's stages (" + KIND + ")",
+                range -> shards.stream().filter(s -> s.paramRanges().getFirst().equals(range)).findFirst()
+                        .map(ShardedCheckpoints.Shard::stateRanges).orElseThrow(() -> new IllegalArgumentException(
+                                "a shard file holds parameters " + range + ", which are no stage's of this trainer's split"
+                                        + " (restore into a trainer with the split the checkpoint was saved with)")),
+                false, true);
     }
 
     private static ShardedCheckpoints.Agreement agreement(Group group) {

@@ -27,8 +27,8 @@ import org.slf4j.LoggerFactory;
 /**
  * Checkpoints that are complete or detected as torn, for every trainer: a checkpoint is a directory whose files are
  * each written to a temporary name, forced to disk ({@code FileChannel.force}) and renamed, and whose manifest
- * ({@value #MANIFEST}: the step, epoch, iteration, batches of the epoch already trained, rank count, and every file's
- * name, size and CRC-32C) is written last, the same way, before the directory itself is forced. A directory whose
+ * ({@value #MANIFEST}: the step, epoch, iteration, batches and examples of the epoch already trained, rank count, and
+ * every file's name, size and CRC-32C) is written last, the same way, before the directory itself is forced. A directory whose
  * manifest is missing, unreadable, or does not match its files (a file missing, of another size or checksum) is
  * torn: {@link #latestComplete} skips it with a log line and never returns it.
  *
@@ -54,11 +54,30 @@ public final class CheckpointDirectory {
      * @param step           the trainer's steps done (over every {@code fit}) when it was taken
      * @param epoch          the model's epoch counter ({@code fit(iterator)} calls completed)
      * @param iteration      the model's iteration counter
-     * @param batchesInEpoch batches of the epoch under way already trained (0 when taken between {@code fit} calls):
-     *                       the first {@code fit} after a resume skips that many from its iterator
-     * @param ranks          the trainer's ranks (workers, stages) that wrote it
+     * @param batchesInEpoch  batches of the epoch under way already trained (0 when taken between {@code fit} calls):
+     *                        the first {@code fit} after a resume skips that many from its iterator. A data-parallel
+     *                        trainer deals every step's batches out of one iterator that every rank reads whole, so
+     *                        this counts the iterator's batches, whatever the rank count: the same position on N
+     *                        ranks and on M
+     * @param examplesInEpoch the examples of those batches, which the resume checks against the batches it skips (a
+     *                        different batch size would put it elsewhere in the data); -1 when not recorded (a
+     *                        checkpoint written before it was, or a trainer that does not count them)
+     * @param ranks           the trainer's ranks (workers, stages) that wrote it
      */
-    public record Counters(long step, int epoch, int iteration, long batchesInEpoch, int ranks) {
+    public record Counters(long step, int epoch, int iteration, long batchesInEpoch, long examplesInEpoch, int ranks) {
+
+        /**
+         * Counters without the examples of the epoch's trained batches (-1: not recorded).
+         *
+         * @param step           the trainer's steps done
+         * @param epoch          the model's epoch counter
+         * @param iteration      the model's iteration counter
+         * @param batchesInEpoch batches of the epoch under way already trained
+         * @param ranks          the trainer's ranks that wrote it
+         */
+        public Counters(long step, int epoch, int iteration, long batchesInEpoch, int ranks) {
+            this(step, epoch, iteration, batchesInEpoch, -1, ranks);
+        }
     }
 
     /**
@@ -182,6 +201,9 @@ public final class CheckpointDirectory {
         text.append("epoch=").append(counters.epoch()).append('\n');
         text.append("iteration=").append(counters.iteration()).append('\n');
         text.append("batchesInEpoch=").append(counters.batchesInEpoch()).append('\n');
+        if (counters.examplesInEpoch() >= 0) {
+            text.append("examplesInEpoch=").append(counters.examplesInEpoch()).append('\n');
+        }
         text.append("ranks=").append(counters.ranks()).append('\n');
         for (Path f : files(dir)) {
             text.append(FILE_KEY).append(f.getFileName()).append('=').append(Files.size(f)).append(' ')
@@ -218,7 +240,7 @@ public final class CheckpointDirectory {
         try {
             counters = new Counters(Long.parseLong(p.getProperty("step")), Integer.parseInt(p.getProperty("epoch")),
                     Integer.parseInt(p.getProperty("iteration")), Long.parseLong(p.getProperty("batchesInEpoch")),
-                    Integer.parseInt(p.getProperty("ranks")));
+                    Long.parseLong(p.getProperty("examplesInEpoch", "-1")), Integer.parseInt(p.getProperty("ranks")));
         } catch (RuntimeException e) {
             throw new TornCheckpointException("checkpoint " + dir + " is torn: its manifest's counters do not parse ("
                     + e + ")");

@@ -210,8 +210,11 @@ public abstract class TrainerBuilder<B extends TrainerBuilder<B, L>, L> {
      * {@code for (int e = model.getEpochCount(); e < epochs; e++) trainer.fit(iterator)} runs the remaining epochs),
      * the trainer's step counter goes on from the checkpoint's, and the first {@code fit(iterator)} skips the batches
      * of the epoch that the checkpoint had already trained (read from the iterator, not trained): with the same data
-     * in the same order, the result equals an uninterrupted run's, bitwise. The trainer's {@code resumedFrom()} says
-     * what was restored. In group mode it is collective, and every rank must see the same checkpoints.
+     * in the same order, the result equals an uninterrupted run's, bitwise. The trainer may run another rank count
+     * than the one that wrote the checkpoint: the data-parallel wrapper re-shards a checkpoint of N workers onto M
+     * (the batches skipped are the same, the steps after it take M batches each), the pipeline trainer takes another
+     * {@code dataParallel} (docs/resharding.md). The trainer's {@code resumedFrom()} says what was restored. In group
+     * mode it is collective, and every rank must see the same checkpoints.
      *
      * @param root the run's checkpoint directory; need not exist yet
      * @return this builder

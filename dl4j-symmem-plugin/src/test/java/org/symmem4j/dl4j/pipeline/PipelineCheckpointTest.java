@@ -60,6 +60,40 @@ class PipelineCheckpointTest {
         PipelineNets.assertSameState(uninterrupted, restored, "restored and trained on");
     }
 
+    /**
+     * The pipeline's data-parallel replicas hold no shards of their own (every replica holds every stage, the
+     * checkpoint one file per stage): a checkpoint of 2 replicas restores into 1 or 3, and trained on equals, bitwise,
+     * an uninterrupted trainer of that many replicas built on the checkpoint's consolidated {@code model.zip}.
+     */
+    @Test
+    void aCheckpointOfTwoReplicasRestoresIntoOneOrThree(@TempDir Path dir) throws Exception {
+        List<DataSet> data = PipelineNets.batches(24, 3, 12, DataType.DOUBLE);
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(mlp()).ranks(2).microbatches(2)
+                .dataParallel(2).stageBoundaries(4).build()) {
+            trainer.fit(data.get(0));
+            trainer.saveCheckpoint(dir);
+        }
+        MultiLayerNetwork consolidated = ModelSerializer.restoreMultiLayerNetwork(dir.resolve("model.zip").toFile(), true);
+        for (int replicas : new int[] {1, 3}) {
+            MultiLayerNetwork restored = mlp();
+            restored.params().muli(0.5);
+            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(restored).ranks(2).microbatches(2)
+                    .dataParallel(replicas).stageBoundaries(4).build()) {
+                trainer.restoreCheckpoint(dir);
+                PipelineNets.assertSameState(consolidated, restored, replicas + " replicas, right after the restore");
+                trainer.fit(data.get(1));
+                trainer.fit(data.get(2));
+            }
+            MultiLayerNetwork reference = consolidated.clone();
+            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(reference).ranks(2).microbatches(2)
+                    .dataParallel(replicas).stageBoundaries(4).build()) {
+                trainer.fit(data.get(1));
+                trainer.fit(data.get(2));
+            }
+            PipelineNets.assertSameState(reference, restored, replicas + " replicas, trained on");
+        }
+    }
+
     @Test
     void aCheckpointOfAnotherSplitIsRefusedChangingNothing(@TempDir Path dir) throws Exception {
         List<DataSet> data = PipelineNets.batches(22, 1, 8, DataType.DOUBLE);
