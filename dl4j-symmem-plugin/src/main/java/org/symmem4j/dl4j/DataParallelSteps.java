@@ -58,8 +58,23 @@ final class DataParallelSteps {
         step = stepsDone;
     }
 
-    /** What {@link #run} did (null if the batches were empty) and the next step's batches, read meanwhile. */
-    record StepOutcome(StepReport report, List<Object> following) {
+    /**
+     * What {@link #run} did (null if the batches were empty, or if the step was lost), the next step's batches, read
+     * meanwhile, and, when workers failed under {@link WorkerFailure#SHRINK}, who ({@code lost}, else null).
+     */
+    record StepOutcome(StepReport report, List<Object> following, LostWorkers lost) {
+        StepOutcome(StepReport report, List<Object> following) {
+            this(report, following, null);
+        }
+    }
+
+    /**
+     * A step that failed under {@link WorkerFailure#SHRINK} because workers failed on their own (not echoes of
+     * another's failure): the step, the dead workers (rank order), what {@code fit} throws if the survivors are too
+     * few, the replicas' iteration count when the step was handed out (every replica's: the workers were idle), and
+     * when the wrapper's thread had every worker's outcome ({@link System#nanoTime()}).
+     */
+    record LostWorkers(long step, List<Integer> dead, RuntimeException failure, int iterationAtStart, long failedNanos) {
     }
 
     /**
@@ -87,6 +102,7 @@ final class DataParallelSteps {
         // this wrapper's ranks: every worker's (threads), or its own rank of the group (group mode)
         int first = settings.firstLocalRank();
         int local = workers.size();
+        int iterationAtStart = workers.getFirst().replica().iterationCount(); // idle workers: every replica's
         List<CompletableFuture<DataParallelWorker.Result>> results = new ArrayList<>(local);
         for (int j = 0; j < local; j++) {
             int i = first + j;
@@ -144,7 +160,12 @@ final class DataParallelSteps {
         if (!failures.isEmpty()) {
             RuntimeException failure = failure(failures, failedWorkers);
             metrics.recordFailure(failureReason(failure));
-            throw failure;
+            List<Integer> dead = settings.shrinks() ? deadWorkers(failures, failedWorkers) : List.of();
+            if (dead.isEmpty()) {
+                throw failure;
+            }
+            return new StepOutcome(null, following, new LostWorkers(step, dead, failure, iterationAtStart,
+                    System.nanoTime()));
         }
         // DL4J's score of one model on the merged batch: each worker's mean loss (its score less the
         // regularization term) weighted by its examples, plus the term once
@@ -188,7 +209,7 @@ final class DataParallelSteps {
     }
 
     /** The batches one model would see merged: with gradient accumulation, every micro-batch of every worker. */
-    private static List<Object> plainBatches(List<Object> batches) {
+    static List<Object> plainBatches(List<Object> batches) {
         List<Object> out = new ArrayList<>();
         for (Object b : batches) {
             if (b instanceof MicroBatches micro) {
@@ -258,6 +279,25 @@ final class DataParallelSteps {
                 pool.pushModelToReplicas();
             }
         }
+    }
+
+    /**
+     * The workers a shrink removes: those whose failure is their own, not an echo of another's (a peer's timeout or
+     * abort); none when the step's verdict is a non-finite gradient (the same on every worker, no worker lost) or when
+     * every failure is an echo (no worker to blame: the step fails as without SHRINK).
+     */
+    private static List<Integer> deadWorkers(List<Throwable> failures, List<Integer> failedWorkers) {
+        List<Integer> dead = new ArrayList<>();
+        for (int i = 0; i < failures.size(); i++) {
+            Throwable f = failures.get(i);
+            if (f instanceof NonFiniteGradientException) {
+                return List.of();
+            }
+            if (!(f instanceof PeerTimeoutException)) {
+                dead.add(failedWorkers.get(i));
+            }
+        }
+        return dead;
     }
 
     /** The exception that caused the others: a worker's own error before the peers' timeouts it triggered. */
