@@ -287,11 +287,21 @@ abstract sealed class DataParallelBuilder
      * one before it (the per-worker batch size is unchanged). {@link #ompThreadsPerWorker}, when not set, is shared
      * anew among the survivors, as a wrapper built for that many workers would.
      *
-     * <p>Not yet with {@link #sharding}: the dead worker's shard of the updater state is lost with it (refused at
-     * {@code build()}; restart from a checkpoint instead), nor in group mode (one JVM per worker), nor with
-     * {@link #recordTimeline}, whose tracks are the workers at build time. A worker that fails the same way on every
-     * batch (a bug, not a lost worker) shrinks the group one worker at a time down to {@code minWorkers}: set it to
-     * the fewest workers worth training on.
+     * <p>Group mode (one JVM per worker, {@link #group}): the group must be able to shrink
+     * ({@link org.symmem4j.parallel.Group#canShrink()}): a process group on its host transport whose processes
+     * {@code symmem4j-run --on-failure shrink} started. A rank whose step fails on its own (not on a peer's failure)
+     * throws from {@code fit} as with FAIL, and its program should exit: the launcher then announces it dead and the
+     * others shrink without it. The others' steps fail on the peer's death; each waits until the launcher names the
+     * dead ranks, the survivors form a new process group (re-ranked densely in their old order, its store hosted by
+     * the first survivor: whichever rank died, rank 0 included), agree over it on the iteration count they all
+     * completed (each rank keeps a copy of its state at every step's start for this, a copy of the parameters and
+     * updater state per step), and go on. The wrapper closes the group it formed; the group given to the builder
+     * stays the caller's to close (it is aborted: its close waits for nobody). GPU mode cannot shrink.
+     *
+     * <p>Not with {@link #sharding}: the dead worker's shard of the updater state is lost with it (refused at
+     * {@code build()}; restart from a checkpoint instead), nor with {@link #recordTimeline}, whose tracks are the
+     * workers at build time. A worker that fails the same way on every batch (a bug, not a lost worker) shrinks the
+     * group one worker at a time down to {@code minWorkers}: set it to the fewest workers worth training on.
      *
      * @param mode {@link WorkerFailure#FAIL} or {@link WorkerFailure#SHRINK}
      * @return this builder
@@ -456,11 +466,14 @@ abstract sealed class DataParallelBuilder
                     + ".resumeFrom(dir) under symmem4j-run --max-restarts N, which resumes from the newest complete"
                     + " checkpoint)");
         }
-        if (group != null) {
-            throw new IllegalArgumentException("onWorkerFailure=SHRINK with group(...): in-place shrink runs on the"
-                    + " wrapper's own worker threads of one JVM so far; a group of processes cannot shrink in place"
-                    + " yet (fix: workers(n) threads in one JVM, or recover by RESTART: onWorkerFailure(FAIL) with"
-                    + " checkpointEvery(k, dir).resumeFrom(dir) under symmem4j-run --max-restarts N)");
+        if (group != null && !group.canShrink()) {
+            throw new IllegalArgumentException("onWorkerFailure=SHRINK with group(...) of " + group + ", which cannot"
+                    + " shrink in place: expected a process group on its host transport started by symmem4j-run"
+                    + " --on-failure shrink (SYMMEM4J_MEMBERSHIP_FILE is " + (System.getenv("SYMMEM4J_MEMBERSHIP_FILE")
+                    == null ? "unset" : "set") + "), whose launcher names the dead ranks (fix: start the job with"
+                    + " symmem4j-run --on-failure shrink, train as workers(n) threads of one JVM, or recover by RESTART:"
+                    + " onWorkerFailure(FAIL) with checkpointEvery(k, dir).resumeFrom(dir) under symmem4j-run"
+                    + " --max-restarts N)");
         }
         if (options().timelineSteps() > 0) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK with recordTimeline: the timeline's tracks are"

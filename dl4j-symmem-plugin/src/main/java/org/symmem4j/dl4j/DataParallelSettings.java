@@ -25,6 +25,13 @@ record DataParallelSettings(int workers, long bucketBytes, AlgorithmPolicy polic
         return onWorkerFailure == WorkerFailure.SHRINK;
     }
 
+    /** The same settings on {@code survivors}, the group a shrink formed (group mode): one worker per rank. */
+    DataParallelSettings withGroup(Group survivors) {
+        return new DataParallelSettings(survivors.worldSize(), bucketBytes, policy, nonFiniteGradients, timeout,
+                ompThreadsPerWorker, sharding, overlap, accumulation, gradientTransfer, minBucketBytes, prefetchBuffer,
+                reportScoreAfterAveraging, workspaceMode, timelineSteps, survivors, onWorkerFailure, minWorkers);
+    }
+
     /** The same settings for {@code survivors} workers (thread mode's shrink), each with {@code ndThreads} ND4J threads. */
     DataParallelSettings withWorkers(int survivors, int ndThreads) {
         return new DataParallelSettings(survivors, bucketBytes, policy, nonFiniteGradients, timeout, ndThreads, sharding,

@@ -123,6 +123,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private DataParallelSteps steps;
     /** The shrinks so far, in order. */
     private final List<ShrinkReport> shrinks = new ArrayList<>();
+    /** Group mode: the survivors' group the last shrink formed, which the wrapper closes; null before any. */
+    private org.symmem4j.parallel.Group ownedGroup;
     /** The checkpoints the wrapper takes itself inside fit, or null. */
     private final CheckpointSchedule schedule;
     /** Batches the next fit reads and does not train: those of the epoch a restored checkpoint had trained. */
@@ -433,56 +435,23 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     }
 
     /**
-     * The in-place shrink ({@link WorkerFailure#SHRINK}) after a step that {@code lost.dead()} workers failed: the
-     * survivors' agreed state into the model, the old workers stopped (their world and symmetric memory released), a
-     * world of the survivors started from the model, and the failed step's batches (when redone) and those read ahead
-     * put back in front of the rest. Workers idle (every worker's outcome of the step is in).
+     * The in-place shrink ({@link WorkerFailure#SHRINK}) after a step that workers failed: the survivors agree on the
+     * state of the last step all of them completed, which the model takes; the old workers are stopped (thread mode:
+     * their world and its symmetric memory released; group mode: this rank's memories of the old group, which the
+     * group aborted); the survivors' workers start from the model (thread mode: a new world; group mode: the group
+     * {@link org.symmem4j.parallel.Group#shrink()} formed); the failed step's batches (when redone) and those read
+     * ahead go back in front of the rest. Workers idle (every worker's outcome of the step is in).
      *
      * @return the next step's batches, dealt to the survivors
-     * @throws DataParallelTrainingException when fewer than {@code minWorkers} would survive
+     * @throws DataParallelTrainingException when fewer than {@code minWorkers} would survive, or the group could not
+     *                                       shrink
      */
     private List<Object> shrink(DataParallelSteps.LostWorkers lost, List<Object> failed, List<Object> readAhead,
                                 java.util.Deque<Object> redealt, BatchSource source) {
-        List<DataParallelWorker> all = workers.all();
-        List<DataParallelWorker> survivors = new ArrayList<>();
-        for (int i = 0; i < all.size(); i++) {
-            if (!lost.dead().contains(settings.firstLocalRank() + i)) {
-                survivors.add(all.get(i));
-            }
-        }
+        int before = settings.workers();
         Throwable cause = lost.failure() instanceof DataParallelTrainingException t ? t.getCause() : lost.failure();
-        if (survivors.size() < settings.minWorkers()) {
-            DataParallelTrainingException e = new DataParallelTrainingException("data-parallel fit failed: worker(s) "
-                    + lost.dead() + " failed at step " + lost.step() + " (" + cause + "), leaving " + survivors.size()
-                    + " of " + all.size() + " workers; expected at least minWorkers=" + settings.minWorkers()
-                    + " to shrink in place (onWorkerFailure=SHRINK); the model is as it was before this fit (fix: find"
-                    + " why the workers fail, lower minWorkers, or restart from a checkpoint)",
-                    lost.dead().getFirst(), lost.step(), cause);
-            e.addSuppressed(lost.failure());
-            throw e;
-        }
-        // Who completed the step: a survivor stopped by the abort (its collective, the gradient sync, runs before
-        // the update) holds the step's start; one whose update ran, the step's end. Every survivor takes the state of
-        // the last step all of them completed: the step's start if any was stopped (the step is redone), else its end.
-        DataParallelWorker agreed = survivors.getFirst();
-        for (DataParallelWorker w : survivors) {
-            if (w.replica().iterationCount() < agreed.replica().iterationCount()) {
-                agreed = w;
-            }
-        }
-        int iteration = agreed.replica().iterationCount();
-        if (iteration != lost.iterationAtStart() && iteration != lost.iterationAtStart() + 1) {
-            throw new IllegalStateException("shrink after step " + lost.step() + ": a survivor's iteration count is "
-                    + iteration + ", expected " + lost.iterationAtStart() + " (step not done) or "
-                    + (lost.iterationAtStart() + 1) + " (done); this is a bug", lost.failure());
-        }
-        boolean redone = iteration == lost.iterationAtStart();
-        model.copyStateFrom(agreed.replica()); // the new replicas start from it; a failed fit puts the model back
-        int before = all.size();
-        workers.stop(); // every thread joined; the old world and its symmetric memory closed
-        settings = settings.withWorkers(survivors.size(), ndThreadsFor.applyAsInt(survivors.size()));
-        Nd4jThreadLimit.set(settings.ompThreadsPerWorker()); // until the fit's limit is restored at its end
-        workers = new DataParallelWorkers(model, settings, metrics);
+        Agreed agreed = settings.group() == null ? agreeAmongThreads(lost, cause) : agreeInGroup(lost, cause);
+        boolean redone = agreed.iteration() == lost.iterationAtStart();
         DataParallelSteps survivorsSteps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
         survivorsSteps.resumeAt(redone ? lost.step() : lost.step() + 1);
         steps = survivorsSteps;
@@ -496,15 +465,120 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             redealt.addFirst(pending.get(i));
         }
         List<Object> next = takeStep(source);
-        ShrinkReport report = new ShrinkReport(lost.step(), lost.dead(), before, survivors.size(), redone,
+        ShrinkReport report = new ShrinkReport(lost.step(), agreed.dead(), before, settings.workers(), redone,
                 String.valueOf(cause), lost.failedNanos(), System.nanoTime());
         shrinks.add(report);
-        LOG.warn("symmem4j: worker(s) " + lost.dead() + " failed at step " + lost.step() + ": " + cause + "; shrunk in"
-                + " place from " + before + " to " + survivors.size() + " workers (onWorkerFailure=SHRINK, minWorkers="
-                + settings.minWorkers() + "), " + (redone ? "step " + lost.step() + " redone on the survivors"
-                : "step " + lost.step() + " completed by every survivor, going on at step " + (lost.step() + 1))
-                + ", rebuilt in " + String.format(java.util.Locale.ROOT, "%.1f", report.rebuildMillis()) + " ms");
+        LOG.warn("symmem4j: worker(s) " + agreed.dead() + " failed at step " + lost.step() + " (" + cause + "); shrunk"
+                + " in place from " + before + " to " + settings.workers() + " workers (onWorkerFailure=SHRINK,"
+                + " minWorkers=" + settings.minWorkers() + (settings.group() == null ? ""
+                : ", this process now rank " + settings.group().rank()) + "), " + (redone ? "step " + lost.step()
+                + " redone on the survivors" : "step " + lost.step() + " completed by every survivor, going on at step "
+                + (lost.step() + 1)) + ", rebuilt in " + String.format(java.util.Locale.ROOT, "%.1f",
+                report.rebuildMillis()) + " ms");
         return next;
+    }
+
+    /** What the survivors agreed on: the dead workers (old numbering) and the iteration count they all go on from. */
+    private record Agreed(List<Integer> dead, int iteration) {
+    }
+
+    /**
+     * Thread mode: a survivor stopped by the abort (its collective, the gradient sync, runs before the update) holds
+     * the step's start; one whose update ran, the step's end. Every survivor takes the state of the last step all of
+     * them completed: the step's start if any was stopped (the step is redone), else its end. Then the old world is
+     * stopped and the settings, workers count the survivors.
+     */
+    private Agreed agreeAmongThreads(DataParallelSteps.LostWorkers lost, Throwable cause) {
+        List<DataParallelWorker> all = workers.all();
+        List<DataParallelWorker> survivors = new ArrayList<>();
+        for (int i = 0; i < all.size(); i++) {
+            if (!lost.dead().contains(settings.firstLocalRank() + i)) {
+                survivors.add(all.get(i));
+            }
+        }
+        requireMinWorkers(lost, lost.dead(), survivors.size(), all.size(), cause);
+        DataParallelWorker agreed = survivors.getFirst();
+        for (DataParallelWorker w : survivors) {
+            if (w.replica().iterationCount() < agreed.replica().iterationCount()) {
+                agreed = w;
+            }
+        }
+        int iteration = agreed.replica().iterationCount();
+        requireStartOrEnd(lost, iteration);
+        model.copyStateFrom(agreed.replica()); // the new replicas start from it; a failed fit puts the model back
+        workers.stop(); // every thread joined; the old world and its symmetric memory closed
+        settings = settings.withWorkers(survivors.size(), ndThreadsFor.applyAsInt(survivors.size()));
+        Nd4jThreadLimit.set(settings.ompThreadsPerWorker()); // until the fit's limit is restored at its end
+        workers = new DataParallelWorkers(model, settings, metrics);
+        return new Agreed(lost.dead(), iteration);
+    }
+
+    /**
+     * Group mode: this rank's worker stopped on a peer's failure. The group names the dead and forms the survivors'
+     * group ({@link org.symmem4j.parallel.Group#shrink()}); over it the survivors gather their iteration counts, and
+     * each goes on from the smallest: its replica's state, or the copy of the step's start it took (a survivor whose
+     * update ran while another's did not). The wrapper owns the new group (closed with it, or at the next shrink).
+     */
+    private Agreed agreeInGroup(DataParallelSteps.LostWorkers lost, Throwable cause) {
+        org.symmem4j.parallel.Group old = settings.group();
+        ModelReplica mine = workers.all().getFirst().replica();
+        workers.stop(); // this rank's memories of the old group freed (its worker ended with the failed step)
+        org.symmem4j.parallel.Group.Survivors survivors;
+        try {
+            survivors = old.shrink();
+        } catch (RuntimeException e) {
+            DataParallelTrainingException t = new DataParallelTrainingException("data-parallel fit failed: step "
+                    + lost.step() + " failed (" + cause + ") and the group could not shrink in place: " + e.getMessage()
+                    + "; the model is as it was before this fit", old.rank(), lost.step(), e);
+            t.addSuppressed(lost.failure());
+            throw t;
+        }
+        org.symmem4j.parallel.Group group = survivors.group();
+        try {
+            requireMinWorkers(lost, survivors.dead(), group.worldSize(), old.worldSize(), cause);
+            List<String> counts = org.symmem4j.dl4j.train.RankAgreement.allGather(group, "symmem4j-wrapper-shrink-"
+                    + lost.step(), Integer.toString(mine.iterationCount()));
+            int iteration = counts.stream().mapToInt(Integer::parseInt).min().orElseThrow();
+            requireStartOrEnd(lost, iteration);
+            if (mine.iterationCount() == iteration) {
+                model.copyStateFrom(mine);
+            } else {
+                lost.stepStart().restoreInto(model); // this rank's update ran, a survivor's did not: back to the start
+            }
+        } catch (RuntimeException e) {
+            org.symmem4j.dl4j.train.RankRuntime.closeQuietly(group);
+            throw e;
+        }
+        org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // a group an earlier shrink formed
+        ownedGroup = group;
+        settings = settings.withGroup(group);
+        workers = new DataParallelWorkers(model, settings, metrics);
+        return new Agreed(survivors.dead(), model.iterationCount());
+    }
+
+    /** Fails the fit when a shrink would leave fewer than {@code minWorkers}. */
+    private void requireMinWorkers(DataParallelSteps.LostWorkers lost, List<Integer> dead, int survivors, int before,
+                                   Throwable cause) {
+        if (survivors >= settings.minWorkers()) {
+            return;
+        }
+        DataParallelTrainingException e = new DataParallelTrainingException("data-parallel fit failed: worker(s) " + dead
+                + " failed at step " + lost.step() + " (" + cause + "), leaving " + survivors + " of " + before
+                + " workers; expected at least minWorkers=" + settings.minWorkers() + " to shrink in place"
+                + " (onWorkerFailure=SHRINK); the model is as it was before this fit (fix: find why the workers fail,"
+                + " lower minWorkers, or restart from a checkpoint)", dead.isEmpty() ? -1 : dead.getFirst(), lost.step(),
+                cause);
+        e.addSuppressed(lost.failure());
+        throw e;
+    }
+
+    /** The agreed iteration count is the failed step's start or end; anything else is a bug. */
+    private static void requireStartOrEnd(DataParallelSteps.LostWorkers lost, int iteration) {
+        if (iteration != lost.iterationAtStart() && iteration != lost.iterationAtStart() + 1) {
+            throw new IllegalStateException("shrink after step " + lost.step() + ": the survivors' agreed iteration count"
+                    + " is " + iteration + ", expected " + lost.iterationAtStart() + " (step not done) or "
+                    + (lost.iterationAtStart() + 1) + " (done); this is a bug", lost.failure());
+        }
     }
 
     /** Parameters, updater state, counters and score of the model, to put back after a failed fit. */
@@ -694,6 +768,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         if (!closed) {
             closed = true;
             workers.stop();
+            org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // after its memories, which the workers freed
         }
     }
 
