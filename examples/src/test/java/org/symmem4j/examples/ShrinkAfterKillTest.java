@@ -98,8 +98,43 @@ class ShrinkAfterKillTest {
         assertEquals(reference.getIterationCount(), shrunk.getIterationCount());
         assertEquals(reference.getEpochCount(), shrunk.getEpochCount());
 
+        assertNoSharedMemoryLeft(r.out(), log);
+    }
+
+    @org.junit.jupiter.api.Test
+    @Timeout(value = 10, unit = TimeUnit.MINUTES)
+    void aDeathDuringTheRebuildEndsTheJobWithAClearErrorAndNoResidue(@TempDir Path dir) throws IOException {
+        // rank 1 dies after step 4; rank 2 dies 1.5 s later, while rank 0 forms the survivors' group with it (or, had
+        // the launcher announced both before rank 0 read the membership, rank 0 alone is below minWorkers=2)
+        List<String> args = new ArrayList<>(List.of("-n", "3", "--master-port", Integer.toString(freePort()),
+                "--on-failure", "shrink", "--",
+                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
+                "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-Dsymmem4j.timeout.ms=30000",
+                "-cp", System.getProperty("java.class.path"), ShrinkingTraining.class.getName(),
+                dir.resolve("never.zip").toString(), "1", Integer.toString(KILL_AFTER), "2", "1500"));
+        Launcher.Result r = Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+        String log = r.err() + "\n" + r.out();
+        assertTrue(r.status() != 0, "no rank finished: " + log);
+        assertTrue(r.err().contains("no rank exited 0 (--on-failure shrink)"), log);
+        Matcher failed = Pattern.compile("\\[rank 0\\] FIT FAILED at (\\d+) ms: (.*)").matcher(r.out());
+        assertTrue(failed.find(), log);
+        String why = failed.group(2);
+        assertTrue(why.contains("could not shrink in place") && why.contains("exited before arriving")
+                || why.contains("minWorkers=2"), why);
+        Matcher second = Pattern.compile("KILL rank 2 1500 ms after step \\d+ at (\\d+) ms").matcher(r.out());
+        assertTrue(second.find(), log);
+        System.out.printf(Locale.ROOT, "ShrinkAfterKillTest: a death during the rebuild: rank 0's fit failed %.2f s"
+                + " after the second death: %s%n", (Long.parseLong(failed.group(1)) - Long.parseLong(second.group(1)))
+                / 1000.0, why);
+        assertTrue(!Files.exists(dir.resolve("never.zip")));
+        assertNoSharedMemoryLeft(r.out(), log);
+    }
+
+    /** No /dev/shm file of the job's processes (named by their pids) is left. */
+    private static void assertNoSharedMemoryLeft(String out, String log) throws IOException {
         List<String> pids = new ArrayList<>();
-        for (Matcher m = PID.matcher(r.out()); m.find(); ) {
+        for (Matcher m = PID.matcher(out); m.find(); ) {
             pids.add(m.group(1));
         }
         assertEquals(3, pids.size(), log);

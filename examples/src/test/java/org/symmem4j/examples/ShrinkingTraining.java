@@ -20,7 +20,10 @@ import org.symmem4j.parallel.group.ProcessGroup;
  * wall-clock milliseconds), each shrink it went through (the wall-clock time its next step was handed out), and the
  * survivor that is rank 0 at the end writes the final model with {@link ModelSerializer}.
  *
- * <pre>ShrinkingTraining modelFile killRank killAfterStep(-1: none)</pre>
+ * With two more arguments, rank {@code secondRank} kills itself {@code secondDelayMillis} after that same step, while
+ * the others rebuild their group without the first (a death during the rebuild).
+ *
+ * <pre>ShrinkingTraining modelFile killRank killAfterStep(-1: none) [secondRank secondDelayMillis]</pre>
  */
 public final class ShrinkingTraining {
 
@@ -41,6 +44,8 @@ public final class ShrinkingTraining {
         File model = new File(args[0]);
         int killRank = Integer.parseInt(args[1]);
         long killAfter = Long.parseLong(args[2]);
+        int secondRank = args.length > 4 ? Integer.parseInt(args[3]) : -1;
+        long secondDelay = args.length > 4 ? Long.parseLong(args[4]) : 0;
         System.out.println("PID " + ProcessHandle.current().pid());
         ProcessGroup group = ProcessGroup.fromEnvironment();
         int launchRank = group.rank();
@@ -54,9 +59,26 @@ public final class ShrinkingTraining {
                         System.out.flush();
                         killMyself();
                     }
+                    if (launchRank == secondRank && report.step() == killAfter) {
+                        try {
+                            Thread.sleep(secondDelay);
+                        } catch (InterruptedException e) {
+                            Thread.currentThread().interrupt();
+                        }
+                        System.out.printf(Locale.ROOT, "KILL rank %d %d ms after step %d at %d ms%n", launchRank,
+                                secondDelay, report.step(), System.currentTimeMillis());
+                        System.out.flush();
+                        killMyself();
+                    }
                 });
         try (group; SymmemParallelWrapper wrapper = builder.build()) {
-            wrapper.fit(new ListIterator(batches()));
+            try {
+                wrapper.fit(new ListIterator(batches()));
+            } catch (RuntimeException e) {
+                System.out.printf(Locale.ROOT, "FIT FAILED at %d ms: %s%n", System.currentTimeMillis(), e.getMessage());
+                System.out.flush();
+                throw e;
+            }
             long nowNanos = System.nanoTime();
             long nowMillis = System.currentTimeMillis();
             for (ShrinkReport s : wrapper.shrinks()) {

@@ -568,6 +568,10 @@ public final class ProcessGroup implements Group {
         if (peerPids[peer] != 0) {
             return isAlive(peer);
         }
+        java.nio.file.Path membership = Configuration.MEMBERSHIP_FILE.get();
+        if (membership != null && readDead(membership).contains(lineage.launchRanks().get(peer))) {
+            return false; // the launcher saw it exit (a death during a shrink's rebuild fails the join at once)
+        }
         long[] holder = server == null ? null : server.seatHolder(peer);
         return holder == null || ProcessLiveness.isRunning(holder[0], holder[1]);
     }
