@@ -100,7 +100,7 @@ class RestartAfterKillTest {
         assertEquals(reference.getEpochCount(), restarted.getEpochCount());
     }
 
-    private static int[] bits(float[] values) {
+    static int[] bits(float[] values) {
         int[] bits = new int[values.length];
         for (int i = 0; i < values.length; i++) {
             bits[i] = Float.floatToRawIntBits(values[i]);
@@ -108,7 +108,7 @@ class RestartAfterKillTest {
         return bits;
     }
 
-    private static int freePort() throws IOException {
+    static int freePort() throws IOException {
         try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
             return s.getLocalPort();
         }

@@ -1,6 +1,8 @@
 package org.symmem4j.examples;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.symmem4j.examples.RestartAfterKillTest.bits;
+import static org.symmem4j.examples.RestartAfterKillTest.freePort;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
@@ -43,20 +45,24 @@ class ShrinkAfterKillTest {
             + " redone (true|false) resumed at (\\d+) ms");
     private static final Pattern PID = Pattern.compile("\\[rank \\d\\] PID (\\d+)");
 
+    /** {@code symmem4j-run -n 3 --on-failure shrink} of {@link ShrinkingTraining} with {@code trainingArgs}. */
+    private static Launcher.Result launch(String... trainingArgs) throws IOException {
+        List<String> args = new ArrayList<>(List.of("-n", "3", "--master-port", Integer.toString(freePort()),
+                "--on-failure", "shrink", "--", Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
+                "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-Dsymmem4j.timeout.ms=30000",
+                "-cp", System.getProperty("java.class.path"), ShrinkingTraining.class.getName()));
+        args.addAll(List.of(trainingArgs));
+        return Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+    }
+
     @ParameterizedTest(name = "rank {0} killed")
     @ValueSource(ints = {0}) // rank 0 hosted the first store; rank 2 passes too (bench/results/2026-11-28-shrink.md)
     @Timeout(value = 10, unit = TimeUnit.MINUTES)
     void survivorsOfAKill9ShrinkInPlaceAndEndBitwiseAsTwoWorkersFromTheFailedStep(int killed, @TempDir Path dir)
             throws IOException {
         Path model = dir.resolve("shrunk.zip");
-        List<String> args = new ArrayList<>(List.of("-n", "3", "--master-port", Integer.toString(freePort()),
-                "--on-failure", "shrink", "--",
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-                "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-Dsymmem4j.timeout.ms=30000",
-                "-cp", System.getProperty("java.class.path"), ShrinkingTraining.class.getName(), model.toString(),
-                Integer.toString(killed), Integer.toString(KILL_AFTER)));
-        Launcher.Result r = Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+        Launcher.Result r = launch(model.toString(), Integer.toString(killed), Integer.toString(KILL_AFTER));
         String log = r.err() + "\n" + r.out();
         assertEquals(0, r.status(), log);
         assertTrue(r.err().contains("rank " + killed + " (local rank " + killed + ", pid ")
@@ -106,14 +112,7 @@ class ShrinkAfterKillTest {
     void aDeathDuringTheRebuildEndsTheJobWithAClearErrorAndNoResidue(@TempDir Path dir) throws IOException {
         // rank 1 dies after step 4; rank 2 dies 1.5 s later, while rank 0 forms the survivors' group with it (or, had
         // the launcher announced both before rank 0 read the membership, rank 0 alone is below minWorkers=2)
-        List<String> args = new ArrayList<>(List.of("-n", "3", "--master-port", Integer.toString(freePort()),
-                "--on-failure", "shrink", "--",
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-                "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-Dsymmem4j.timeout.ms=30000",
-                "-cp", System.getProperty("java.class.path"), ShrinkingTraining.class.getName(),
-                dir.resolve("never.zip").toString(), "1", Integer.toString(KILL_AFTER), "2", "1500"));
-        Launcher.Result r = Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+        Launcher.Result r = launch(dir.resolve("never.zip").toString(), "1", Integer.toString(KILL_AFTER), "2", "1500");
         String log = r.err() + "\n" + r.out();
         assertTrue(r.status() != 0, "no rank finished: " + log);
         assertTrue(r.err().contains("no rank exited 0 (--on-failure shrink)"), log);
@@ -142,20 +141,6 @@ class ShrinkAfterKillTest {
             List<String> left = shm.map(p -> p.getFileName().toString())
                     .filter(n -> pids.stream().anyMatch(pid -> n.startsWith("symmem4j-" + pid + "-"))).toList();
             assertEquals(List.of(), left, "the job's shared-memory files are gone");
-        }
-    }
-
-    private static int[] bits(float[] values) {
-        int[] bits = new int[values.length];
-        for (int i = 0; i < values.length; i++) {
-            bits[i] = Float.floatToRawIntBits(values[i]);
-        }
-        return bits;
-    }
-
-    private static int freePort() throws IOException {
-        try (java.net.ServerSocket s = new java.net.ServerSocket(0)) {
-            return s.getLocalPort();
         }
     }
 }

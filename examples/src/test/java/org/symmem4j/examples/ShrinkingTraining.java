@@ -57,7 +57,7 @@ public final class ShrinkingTraining {
                         System.out.printf(Locale.ROOT, "KILL rank %d after step %d at %d ms%n", launchRank, report.step(),
                                 System.currentTimeMillis());
                         System.out.flush();
-                        killMyself();
+                        RestartingTraining.killMyself();
                     }
                     if (launchRank == secondRank && report.step() == killAfter) {
                         try {
@@ -68,7 +68,7 @@ public final class ShrinkingTraining {
                         System.out.printf(Locale.ROOT, "KILL rank %d %d ms after step %d at %d ms%n", launchRank,
                                 secondDelay, report.step(), System.currentTimeMillis());
                         System.out.flush();
-                        killMyself();
+                        RestartingTraining.killMyself();
                     }
                 });
         try (group; SymmemParallelWrapper wrapper = builder.build()) {
@@ -97,16 +97,5 @@ public final class ShrinkingTraining {
     /** The lowest launch rank that is not {@code killed}: rank 0 of the survivors' group. */
     private static int firstSurvivor(int killed) {
         return killed == 0 ? 1 : 0;
-    }
-
-    /** kill -9 of this JVM's own pid: no shutdown hook, no close, as a crash or the OOM killer would. */
-    private static void killMyself() {
-        try {
-            new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid())).inheritIO().start().waitFor();
-            Thread.sleep(60_000); // the signal lands while this waits
-        } catch (IOException | InterruptedException e) {
-            // no kill(1): halt instead, as abruptly
-        }
-        Runtime.getRuntime().halt(137);
     }
 }
