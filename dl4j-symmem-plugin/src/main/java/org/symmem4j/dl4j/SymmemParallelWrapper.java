@@ -110,8 +110,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private static final ShardedCheckpoints.Words CHECKPOINT_WORDS = new ShardedCheckpoints.Words("wrapper", "worker");
 
     private final ModelReplica model;
-    /** The settings; a shrink ({@link WorkerFailure#SHRINK}) replaces them with the survivors' count. */
-    private DataParallelSettings settings;
+    /** The settings; a shrink ({@link WorkerFailure#SHRINK}) replaces them with the survivors' count (volatile: read by {@link #workers()} during a fit). */
+    private volatile DataParallelSettings settings;
     private final SyncMetrics metrics;
     private final DataParallelTimeline timeline;
     private final List<StepListener> stepListeners;
@@ -181,7 +181,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      *
      * @return worker threads, one replica each
      */
-    public synchronized int workers() {
+    public int workers() {
         return settings.workers();
     }
 

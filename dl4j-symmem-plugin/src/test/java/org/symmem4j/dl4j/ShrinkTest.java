@@ -222,5 +222,18 @@ class ShrinkTest {
                 .builder(net).workers(2).onWorkerFailure(WorkerFailure.SHRINK).recordTimeline(10).build());
         assertTrue(timeline.getMessage().contains("recordTimeline"), timeline.getMessage());
         assertThrows(IllegalArgumentException.class, () -> SymmemParallelWrapper.builder(net).minWorkers(0));
+        // a group that cannot shrink (no membership authority: not started by symmem4j-run --on-failure shrink)
+        List<String> refusals = org.symmem4j.parallel.group.InJvmWorld.runOnEveryRank(2,
+                org.symmem4j.parallel.GroupOptions.defaults(), group -> {
+                    assertFalse(group.canShrink());
+                    assertThrows(UnsupportedOperationException.class, group::shrink);
+                    return assertThrows(IllegalArgumentException.class, () -> SymmemParallelWrapper
+                            .builder(Nets.mlp(Nets.updater("adam"), DataType.FLOAT)).group(group)
+                            .onWorkerFailure(WorkerFailure.SHRINK).build()).getMessage();
+                });
+        for (String m : refusals) {
+            assertTrue(m.contains("cannot shrink in place") && m.contains("--on-failure shrink")
+                    && m.contains("RESTART"), m);
+        }
     }
 }
