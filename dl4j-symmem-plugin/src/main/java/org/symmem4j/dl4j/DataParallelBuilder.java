@@ -48,6 +48,9 @@ abstract sealed class DataParallelBuilder
     boolean reportScoreAfterAveraging;
     WorkspaceMode workspaceMode;
     boolean workspaceModeSet;
+    WorkerFailure onWorkerFailure = WorkerFailure.FAIL;
+    int minWorkers = 1;
+    boolean minWorkersSet;
 
     DataParallelBuilder(Model model) {
         this.model = ModelReplica.of(Objects.requireNonNull(model, "model"));
@@ -260,6 +263,74 @@ abstract sealed class DataParallelBuilder
     }
 
     /**
+     * What a worker's failure during a step does (default {@link WorkerFailure#FAIL}: {@code fit()} throws, the model
+     * left as before it).
+     *
+     * <p>{@link WorkerFailure#SHRINK}, in place, without a restart: the workers whose own step failed (an exception or
+     * error on the worker's thread) are dead; the others abort the step's collective at once (the failing worker
+     * aborts it, bounded by the timeout in any case), and the wrapper agrees on the membership from what each worker
+     * did: which survivors completed the step and which were stopped before their update (their state is the step's
+     * start). Every survivor takes the state of the last step that every survivor completed (a survivor's replica
+     * that holds it; one that went further is replaced), the old group is stopped and its symmetric memory released,
+     * a new in-JVM group of the survivors is formed (new threads, replicas and symmetric memory; the survivors keep
+     * their order, renumbered densely from 0), and the same {@code fit()} goes on. The failed step is redone on the
+     * survivors unless every survivor had completed it (the dead worker failed after the step's sync). Each shrink is
+     * logged and kept as a {@link ShrinkReport} ({@link SymmemParallelWrapper#shrinks()}). When a failure would
+     * leave fewer than {@link #minWorkers} workers, {@code fit()} throws {@link DataParallelTrainingException} saying
+     * so, with the dead worker's failure as its cause, and the model is left as it was before that {@code fit()}.
+     *
+     * <p>The data order: nothing is skipped. The batches of the failed step go back in front of the batches not yet
+     * trained, and from then on every step deals as many batches as there are survivors (times
+     * {@link #gradientAccumulation}) from that one stream: after the shrink the wrapper trains exactly as a wrapper
+     * with {@code workers(survivors)} would, started from the agreed state, on the batches from the failed step's
+     * first batch on. So the survivors split the global stream, and a step after the shrink has fewer examples than
+     * one before it (the per-worker batch size is unchanged). {@link #ompThreadsPerWorker}, when not set, is shared
+     * anew among the survivors, as a wrapper built for that many workers would.
+     *
+     * <p>Group mode (one JVM per worker, {@link #group}): the group must be able to shrink
+     * ({@link org.symmem4j.parallel.Group#canShrink()}): a process group on its host transport whose processes
+     * {@code symmem4j-run --on-failure shrink} started. A rank whose step fails on its own (not on a peer's failure)
+     * throws from {@code fit} as with FAIL, and its program should exit: the launcher then announces it dead and the
+     * others shrink without it. The others' steps fail on the peer's death; each waits until the launcher names the
+     * dead ranks, the survivors form a new process group (re-ranked densely in their old order, its store hosted by
+     * the first survivor: whichever rank died, rank 0 included), agree over it on the iteration count they all
+     * completed (each rank keeps a copy of its state at every step's start for this, a copy of the parameters and
+     * updater state per step), and go on. The wrapper closes the group it formed; the group given to the builder
+     * stays the caller's to close (it is aborted: its close waits for nobody). GPU mode cannot shrink.
+     *
+     * <p>Not with {@link #sharding}: the dead worker's shard of the updater state is lost with it (refused at
+     * {@code build()}; restart from a checkpoint instead), nor with {@link #recordTimeline}, whose tracks are the
+     * workers at build time. A worker that fails the same way on every batch (a bug, not a lost worker) shrinks the
+     * group one worker at a time down to {@code minWorkers}: set it to the fewest workers worth training on.
+     *
+     * @param mode {@link WorkerFailure#FAIL} or {@link WorkerFailure#SHRINK}
+     * @return this builder
+     */
+    public SymmemParallelWrapper.Builder onWorkerFailure(WorkerFailure mode) {
+        this.onWorkerFailure = Objects.requireNonNull(mode, "onWorkerFailure");
+        return self();
+    }
+
+    /**
+     * The fewest workers an {@link WorkerFailure#SHRINK} may leave (default 1): a failure that would leave fewer ends
+     * {@code fit()} with {@link DataParallelTrainingException}. Checked at {@code build()}: only with SHRINK, and at
+     * most {@link #workers}.
+     *
+     * @param minWorkers at least 1
+     * @return this builder
+     * @throws IllegalArgumentException when {@code minWorkers} is below 1
+     */
+    public SymmemParallelWrapper.Builder minWorkers(int minWorkers) {
+        if (minWorkers < 1) {
+            throw new IllegalArgumentException("minWorkers=" + minWorkers + ": expected >= 1 (the fewest workers a"
+                    + " shrink may leave; fix: minWorkers(1), the default)");
+        }
+        this.minWorkers = minWorkers;
+        this.minWorkersSet = true;
+        return self();
+    }
+
+    /**
      * Checks the settings against each other and the model, then attaches the builder's listeners to the model:
      * what {@code build()} does before it creates the wrapper.
      *
@@ -309,6 +380,7 @@ abstract sealed class DataParallelBuilder
             }
         }
         refuseLayersWithReplicaState(model);
+        checkWorkerFailure(group);
         checkParallelWrapperSettings();
         // refuses listeners it cannot call as fit() would (fit() checks again), then attaches the builder's
         attachListeners();
@@ -373,6 +445,44 @@ abstract sealed class DataParallelBuilder
         }
         if (Nd4jDeviceGradients.onCpuBackend()) {
             throw new IllegalArgumentException(Nd4jDeviceGradients.cpuBackendRefusal(mode));
+        }
+    }
+
+    /** {@link #onWorkerFailure} and {@link #minWorkers}: what SHRINK cannot do yet is refused before anything starts. */
+    private void checkWorkerFailure(Group group) {
+        if (onWorkerFailure != WorkerFailure.SHRINK) {
+            if (minWorkersSet) {
+                throw new IllegalArgumentException("minWorkers=" + minWorkers + " with onWorkerFailure="
+                        + onWorkerFailure + ": minWorkers bounds a shrink, which FAIL never does (fix:"
+                        + " onWorkerFailure(WorkerFailure.SHRINK), or leave minWorkers unset)");
+            }
+            return;
+        }
+        if (sharding != null) {
+            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=" + sharding + ": each worker"
+                    + " holds the only copy of its shard of the updater state, so a dead worker's shard is lost with it"
+                    + " and the survivors cannot go on in place; expected plain data parallelism with SHRINK (fix: drop"
+                    + " sharding(...), or recover by RESTART: onWorkerFailure(FAIL) with checkpointEvery(k, dir)"
+                    + ".resumeFrom(dir) under symmem4j-run --max-restarts N, which resumes from the newest complete"
+                    + " checkpoint)");
+        }
+        if (group != null && !group.canShrink()) {
+            throw new IllegalArgumentException("onWorkerFailure=SHRINK with group(...) of " + group + ", which cannot"
+                    + " shrink in place: expected a process group on its host transport started by symmem4j-run"
+                    + " --on-failure shrink (SYMMEM4J_MEMBERSHIP_FILE is " + (System.getenv("SYMMEM4J_MEMBERSHIP_FILE")
+                    == null ? "unset" : "set") + "), whose launcher names the dead ranks (fix: start the job with"
+                    + " symmem4j-run --on-failure shrink, train as workers(n) threads of one JVM, or recover by RESTART:"
+                    + " onWorkerFailure(FAIL) with checkpointEvery(k, dir).resumeFrom(dir) under symmem4j-run"
+                    + " --max-restarts N)");
+        }
+        if (options().timelineSteps() > 0) {
+            throw new IllegalArgumentException("onWorkerFailure=SHRINK with recordTimeline: the timeline's tracks are"
+                    + " the workers at build time and a shrink changes them; expected no timeline (fix: drop"
+                    + " recordTimeline, or onWorkerFailure(FAIL))");
+        }
+        if (minWorkers > workers) {
+            throw new IllegalArgumentException("minWorkers=" + minWorkers + " with workers=" + workers + ": expected"
+                    + " minWorkers <= workers (fix: minWorkers(" + workers + ") or fewer)");
         }
     }
 

@@ -11,13 +11,33 @@ import org.symmem4j.parallel.Group;
  * {@link org.symmem4j.gradsync.GradientBuckets#splitAtBoundaries}; {@code prefetchBuffer}: batches read ahead on a
  * background thread (0: on the caller's thread); {@code workspaceMode}: the replicas' training workspace mode, null
  * for the model's own; {@code timelineSteps}: steps a {@link DataParallelTimeline} keeps, 0 for no timeline (nothing
- * stamped).
+ * stamped); {@code onWorkerFailure}: fail or shrink ({@link WorkerFailure}); {@code minWorkers}: the fewest workers a
+ * shrink may leave.
  */
 record DataParallelSettings(int workers, long bucketBytes, AlgorithmPolicy policy, NonFiniteGradients nonFiniteGradients,
                             Duration timeout, int ompThreadsPerWorker, ZeroStage sharding, boolean overlap,
                             int accumulation, GradientTransfer gradientTransfer, long minBucketBytes, int prefetchBuffer,
                             boolean reportScoreAfterAveraging, WorkspaceMode workspaceMode, int timelineSteps,
-                            Group group) {
+                            Group group, WorkerFailure onWorkerFailure, int minWorkers) {
+
+    /** {@return whether a worker's failure shrinks the group instead of failing the fit} */
+    boolean shrinks() {
+        return onWorkerFailure == WorkerFailure.SHRINK;
+    }
+
+    /** The same settings on {@code survivors}, the group a shrink formed (group mode): one worker per rank. */
+    DataParallelSettings withGroup(Group survivors) {
+        return new DataParallelSettings(survivors.worldSize(), bucketBytes, policy, nonFiniteGradients, timeout,
+                ompThreadsPerWorker, sharding, overlap, accumulation, gradientTransfer, minBucketBytes, prefetchBuffer,
+                reportScoreAfterAveraging, workspaceMode, timelineSteps, survivors, onWorkerFailure, minWorkers);
+    }
+
+    /** The same settings for {@code survivors} workers (thread mode's shrink), each with {@code ndThreads} ND4J threads. */
+    DataParallelSettings withWorkers(int survivors, int ndThreads) {
+        return new DataParallelSettings(survivors, bucketBytes, policy, nonFiniteGradients, timeout, ndThreads, sharding,
+                overlap, accumulation, gradientTransfer, minBucketBytes, prefetchBuffer, reportScoreAfterAveraging,
+                workspaceMode, timelineSteps, group, onWorkerFailure, minWorkers);
+    }
 
     /** The ranks this process trains itself: every worker's in thread mode, the group's own rank in group mode. */
     int firstLocalRank() {

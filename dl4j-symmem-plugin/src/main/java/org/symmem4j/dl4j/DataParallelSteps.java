@@ -46,6 +46,7 @@ final class DataParallelSteps {
         this.stepListeners = List.copyOf(stepListeners);
         this.timeline = timeline;
         this.pool = pool;
+        this.stepStart = settings.shrinks() && settings.group() != null ? new StepStart() : null;
     }
 
     /** {@return the steps done so far, over every {@code fit}: the next step's number} */
@@ -58,9 +59,73 @@ final class DataParallelSteps {
         step = stepsDone;
     }
 
-    /** What {@link #run} did (null if the batches were empty) and the next step's batches, read meanwhile. */
-    record StepOutcome(StepReport report, List<Object> following) {
+    /**
+     * What {@link #run} did (null if the batches were empty, or if the step was lost), the next step's batches, read
+     * meanwhile, and, when workers failed under {@link WorkerFailure#SHRINK}, who ({@code lost}, else null).
+     */
+    record StepOutcome(StepReport report, List<Object> following, LostWorkers lost) {
+        StepOutcome(StepReport report, List<Object> following) {
+            this(report, following, null);
+        }
     }
+
+    /**
+     * A step that failed under {@link WorkerFailure#SHRINK} because workers failed on their own (not echoes of
+     * another's failure): the step, the dead workers (rank order; in group mode empty: this rank's failure only
+     * echoes a peer's, and the group's membership authority names the dead), what {@code fit} throws if the survivors
+     * are too few, the replicas' iteration count when the step was handed out (every replica's: the workers were
+     * idle), in group mode this rank's state at the step's start ({@code stepStart}, null in thread mode), and when
+     * the wrapper's thread had every worker's outcome ({@link System#nanoTime()}).
+     */
+    record LostWorkers(long step, List<Integer> dead, RuntimeException failure, int iterationAtStart,
+                       StepStart stepStart, long failedNanos) {
+    }
+
+    /**
+     * A rank's replica state at the start of a step (group mode under SHRINK): the survivors of a peer's death may
+     * have got past their update when others had not, and then every survivor goes back to the step's start, which
+     * only this copy still holds. Allocated once, overwritten at each step's start (a copy of the parameters and the
+     * updater state: memory bandwidth, no allocation).
+     */
+    static final class StepStart {
+        private INDArray params;
+        private INDArray updaterState;
+        private int iteration;
+        private int epoch;
+
+        void take(ModelReplica replica) {
+            if (params == null) {
+                try (org.nd4j.linalg.api.memory.MemoryWorkspace ws = Nd4j.getWorkspaceManager().scopeOutOfWorkspaces()) {
+                    params = replica.params().dup();
+                    updaterState = replica.updaterState() == null ? null : replica.updaterState().dup();
+                }
+            } else {
+                params.assign(replica.params());
+                if (updaterState != null) {
+                    updaterState.assign(replica.updaterState());
+                }
+            }
+            iteration = replica.iterationCount();
+            epoch = replica.epochCount();
+        }
+
+        int iteration() {
+            return iteration;
+        }
+
+        /** {@code target} takes this state: parameters, updater state, counters. */
+        void restoreInto(ModelReplica target) {
+            target.params().assign(params);
+            if (updaterState != null && target.updaterState() != null) {
+                target.updaterState().assign(updaterState);
+            }
+            target.setIterationCount(iteration);
+            target.setEpochCount(epoch);
+        }
+    }
+
+    /** Group mode under SHRINK: this rank's state at the current step's start; null otherwise. */
+    private final StepStart stepStart;
 
     /**
      * Runs one step on {@code batches} (one per worker, or fewer), then the user's listeners;
@@ -87,6 +152,10 @@ final class DataParallelSteps {
         // this wrapper's ranks: every worker's (threads), or its own rank of the group (group mode)
         int first = settings.firstLocalRank();
         int local = workers.size();
+        int iterationAtStart = workers.getFirst().replica().iterationCount(); // idle workers: every replica's
+        if (stepStart != null) {
+            stepStart.take(workers.getFirst().replica()); // (group mode: one worker, idle)
+        }
         List<CompletableFuture<DataParallelWorker.Result>> results = new ArrayList<>(local);
         for (int j = 0; j < local; j++) {
             int i = first + j;
@@ -144,7 +213,18 @@ final class DataParallelSteps {
         if (!failures.isEmpty()) {
             RuntimeException failure = failure(failures, failedWorkers);
             metrics.recordFailure(failureReason(failure));
-            throw failure;
+            if (!settings.shrinks()) {
+                throw failure;
+            }
+            List<Integer> dead = deadWorkers(failures, failedWorkers);
+            boolean echoes = failures.stream().allMatch(f -> f instanceof PeerTimeoutException);
+            if (settings.group() != null ? !echoes : dead.isEmpty()) {
+                // group mode: this rank's own failure ends its fit (its process exits; the launcher announces it dead
+                // and the peers shrink without it); threads: only echoes, no worker to drop
+                throw failure;
+            }
+            return new StepOutcome(null, following, new LostWorkers(step, settings.group() != null ? List.of() : dead,
+                    failure, iterationAtStart, stepStart, System.nanoTime()));
         }
         // DL4J's score of one model on the merged batch: each worker's mean loss (its score less the
         // regularization term) weighted by its examples, plus the term once
@@ -188,7 +268,7 @@ final class DataParallelSteps {
     }
 
     /** The batches one model would see merged: with gradient accumulation, every micro-batch of every worker. */
-    private static List<Object> plainBatches(List<Object> batches) {
+    static List<Object> plainBatches(List<Object> batches) {
         List<Object> out = new ArrayList<>();
         for (Object b : batches) {
             if (b instanceof MicroBatches micro) {
@@ -258,6 +338,25 @@ final class DataParallelSteps {
                 pool.pushModelToReplicas();
             }
         }
+    }
+
+    /**
+     * The workers a shrink removes: those whose failure is their own, not an echo of another's (a peer's timeout or
+     * abort); none when the step's verdict is a non-finite gradient (the same on every worker, no worker lost) or when
+     * every failure is an echo (no worker to blame: the step fails as without SHRINK).
+     */
+    private static List<Integer> deadWorkers(List<Throwable> failures, List<Integer> failedWorkers) {
+        List<Integer> dead = new ArrayList<>();
+        for (int i = 0; i < failures.size(); i++) {
+            Throwable f = failures.get(i);
+            if (f instanceof NonFiniteGradientException) {
+                return List.of();
+            }
+            if (!(f instanceof PeerTimeoutException)) {
+                dead.add(failedWorkers.get(i));
+            }
+        }
+        return dead;
     }
 
     /** The exception that caused the others: a worker's own error before the peers' timeouts it triggered. */

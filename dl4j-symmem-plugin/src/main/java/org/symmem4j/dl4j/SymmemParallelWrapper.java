@@ -111,13 +111,21 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private static final ShardedCheckpoints.Words CHECKPOINT_WORDS = new ShardedCheckpoints.Words("wrapper", "worker");
 
     private final ModelReplica model;
-    private final DataParallelSettings settings;
+    /** The settings; a shrink ({@link WorkerFailure#SHRINK}) replaces them with the survivors' count (volatile: read by {@link #workers()} during a fit). */
+    private volatile DataParallelSettings settings;
     private final SyncMetrics metrics;
     private final DataParallelTimeline timeline;
-    /** This process's workers and their replicas' sync with the model. */
-    private final DataParallelWorkers workers;
-    /** Runs the steps on the caller's thread, and counts them. */
-    private final DataParallelSteps steps;
+    private final List<StepListener> stepListeners;
+    /** ND4J's threads per worker for a number of workers: the builder's setting, or the cores shared. */
+    private final java.util.function.IntUnaryOperator ndThreadsFor;
+    /** This process's workers and their replicas' sync with the model; a shrink replaces them. */
+    private DataParallelWorkers workers;
+    /** Runs the steps on the caller's thread, and counts them; a shrink replaces it (the count goes on). */
+    private DataParallelSteps steps;
+    /** The shrinks so far, in order. */
+    private final List<ShrinkReport> shrinks = new ArrayList<>();
+    /** Group mode: the survivors' group the last shrink formed, which the wrapper closes; null before any. */
+    private org.symmem4j.parallel.Group ownedGroup;
     /** The checkpoints the wrapper takes itself inside fit, or null. */
     private final CheckpointSchedule schedule;
     /** Batches the next fit reads and does not train: those of the epoch a restored checkpoint had trained. */
@@ -136,13 +144,16 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 b.algorithm != null ? AlgorithmPolicy.forced(b.algorithm) : b.policy != null ? b.policy : AlgorithmPolicy.calibrated(),
                 b.nonFiniteGradients, o.timeout(), o.ndThreadsPerRank(o.group() == null ? b.workers : 1), b.sharding,
                 b.overlap, b.accumulation, b.gradientTransfer, b.minBucketBytes, b.prefetchBuffer,
-                b.reportScoreAfterAveraging, b.workspaceMode, o.timelineSteps(), o.group());
+                b.reportScoreAfterAveraging, b.workspaceMode, o.timelineSteps(), o.group(), b.onWorkerFailure,
+                b.minWorkers);
         this.metrics = o.bind(new SyncMetrics(o.transportName(), o.metricTags()));
         this.timeline = o.timelineSteps() == 0 ? null : new DataParallelTimeline(o.timelineSteps(), b.workers, b.overlap,
                 b.sharding == null ? (b.gradientTransfer == GradientTransfer.BFLOAT16 ? "all-reduce bf16" : "all-reduce")
                         : "sharded " + b.sharding);
+        this.stepListeners = List.copyOf(o.stepListeners());
+        this.ndThreadsFor = o::ndThreadsPerRank;
         this.workers = new DataParallelWorkers(model, settings, metrics);
-        this.steps = new DataParallelSteps(model, settings, metrics, o.stepListeners(), timeline, workers);
+        this.steps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
         this.schedule = o.checkpointSchedule();
     }
 
@@ -169,12 +180,23 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     }
 
     /**
-     * The number of workers.
+     * The number of workers: as built, or fewer after a shrink ({@link WorkerFailure#SHRINK}).
      *
      * @return worker threads, one replica each
      */
     public int workers() {
         return settings.workers();
+    }
+
+    /**
+     * The in-place shrinks so far ({@link WorkerFailure#SHRINK}), oldest first: the failed step, the dead workers,
+     * the workers before and after, whether the step was redone, and the time from the failure to the survivors'
+     * next step.
+     *
+     * @return a copy of the list; empty without shrinks
+     */
+    public synchronized List<ShrinkReport> shrinks() {
+        return List.copyOf(shrinks);
     }
 
     /**
@@ -381,12 +403,16 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         // prefetcher closes, with the try's resources (before its finally: before fit returns or throws)
         BatchPrefetcher prefetcher = settings.prefetchBuffer() == 0 ? null
                 : new BatchPrefetcher(iteratorSource::next, settings.prefetchBuffer(), settings.timeout());
-        BatchSource source = prefetcher == null ? iteratorSource : prefetcher::next;
+        BatchSource read = prefetcher == null ? iteratorSource : prefetcher::next;
+        // a shrink puts the batches of a failed step (and those read ahead) back in front of the rest
+        java.util.ArrayDeque<Object> redealt = new java.util.ArrayDeque<>();
+        BatchSource source = () -> redealt.isEmpty() ? read.next() : redealt.poll();
         try (prefetcher; Nd4jThreadLimit threads = Nd4jThreadLimit.of(settings.ompThreadsPerWorker())) {
             workers.ensureStarted();
             // listeners see the model change step by step: a failed fit must still leave it as it was
             // (and so must the periodic checkpoints, which pull the replicas' state into the model mid-fit)
-            before = listeners.isEmpty() && schedule == null ? null : ModelState.of(model);
+            // (and so must a shrink, which gives the model the survivors' agreed state mid-fit)
+            before = listeners.isEmpty() && schedule == null && !settings.shrinks() ? null : ModelState.of(model);
             if (!listeners.isEmpty()) {
                 model.exposeGradientView();
                 listeners.epochStart(model.model());
@@ -408,6 +434,14 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             List<Object> batches = takeStep(source);
             while (!batches.isEmpty()) {
                 DataParallelSteps.StepOutcome outcome = steps.run(batches, listeners, () -> takeStep(source), fits);
+                if (outcome.lost() != null) {
+                    List<Object> failed = batches;
+                    batches = shrink(outcome.lost(), failed, outcome.following(), redealt, source);
+                    if (!shrinks.getLast().redone()) {
+                        batchesInEpoch += rawBatches(failed); // every survivor had completed it
+                    }
+                    continue;
+                }
                 batchesInEpoch += rawBatches(batches);
                 examplesInEpoch += rawExamples(batches);
                 if (outcome.report() != null) {
@@ -439,6 +473,153 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         // The end of a fit is an epoch, as in DL4J's fit(iterator), counted after onEpochEnd as DL4J does
         workers.countEpoch();
         model.setEpochCount(model.epochCount() + 1);
+    }
+
+    /**
+     * The in-place shrink ({@link WorkerFailure#SHRINK}) after a step that workers failed: the survivors agree on the
+     * state of the last step all of them completed, which the model takes; the old workers are stopped (thread mode:
+     * their world and its symmetric memory released; group mode: this rank's memories of the old group, which the
+     * group aborted); the survivors' workers start from the model (thread mode: a new world; group mode: the group
+     * {@link org.symmem4j.parallel.Group#shrink()} formed); the failed step's batches (when redone) and those read
+     * ahead go back in front of the rest. Workers idle (every worker's outcome of the step is in).
+     *
+     * @return the next step's batches, dealt to the survivors
+     * @throws DataParallelTrainingException when fewer than {@code minWorkers} would survive, or the group could not
+     *                                       shrink
+     */
+    private List<Object> shrink(DataParallelSteps.LostWorkers lost, List<Object> failed, List<Object> readAhead,
+                                java.util.Deque<Object> redealt, BatchSource source) {
+        int before = settings.workers();
+        Throwable cause = lost.failure() instanceof DataParallelTrainingException t ? t.getCause() : lost.failure();
+        Agreed agreed = settings.group() == null ? agreeAmongThreads(lost, cause) : agreeInGroup(lost, cause);
+        boolean redone = agreed.iteration() == lost.iterationAtStart();
+        DataParallelSteps survivorsSteps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
+        survivorsSteps.resumeAt(redone ? lost.step() : lost.step() + 1);
+        steps = survivorsSteps;
+        workers.ensureStarted();
+        List<Object> pending = new ArrayList<>();
+        if (redone) {
+            pending.addAll(DataParallelSteps.plainBatches(failed));
+        }
+        pending.addAll(DataParallelSteps.plainBatches(readAhead));
+        for (int i = pending.size() - 1; i >= 0; i--) {
+            redealt.addFirst(pending.get(i));
+        }
+        List<Object> next = takeStep(source);
+        ShrinkReport report = new ShrinkReport(lost.step(), agreed.dead(), before, settings.workers(), redone,
+                String.valueOf(cause), lost.failedNanos(), System.nanoTime());
+        shrinks.add(report);
+        LOG.warn("symmem4j: worker(s) " + agreed.dead() + " failed at step " + lost.step() + " (" + cause + "); shrunk"
+                + " in place from " + before + " to " + settings.workers() + " workers (onWorkerFailure=SHRINK,"
+                + " minWorkers=" + settings.minWorkers() + (settings.group() == null ? ""
+                : ", this process now rank " + settings.group().rank()) + "), " + (redone ? "step " + lost.step()
+                + " redone on the survivors" : "step " + lost.step() + " completed by every survivor, going on at step "
+                + (lost.step() + 1)) + ", rebuilt in " + String.format(java.util.Locale.ROOT, "%.1f",
+                report.rebuildMillis()) + " ms");
+        return next;
+    }
+
+    /** What the survivors agreed on: the dead workers (old numbering) and the iteration count they all go on from. */
+    private record Agreed(List<Integer> dead, int iteration) {
+    }
+
+    /**
+     * Thread mode: a survivor stopped by the abort (its collective, the gradient sync, runs before the update) holds
+     * the step's start; one whose update ran, the step's end. Every survivor takes the state of the last step all of
+     * them completed: the step's start if any was stopped (the step is redone), else its end. Then the old world is
+     * stopped and the settings, workers count the survivors.
+     */
+    private Agreed agreeAmongThreads(DataParallelSteps.LostWorkers lost, Throwable cause) {
+        List<DataParallelWorker> all = workers.all();
+        List<DataParallelWorker> survivors = new ArrayList<>();
+        for (int i = 0; i < all.size(); i++) {
+            if (!lost.dead().contains(settings.firstLocalRank() + i)) {
+                survivors.add(all.get(i));
+            }
+        }
+        requireMinWorkers(lost, lost.dead(), survivors.size(), all.size(), cause);
+        DataParallelWorker agreed = survivors.getFirst();
+        for (DataParallelWorker w : survivors) {
+            if (w.replica().iterationCount() < agreed.replica().iterationCount()) {
+                agreed = w;
+            }
+        }
+        int iteration = agreed.replica().iterationCount();
+        requireStartOrEnd(lost, iteration);
+        model.copyStateFrom(agreed.replica()); // the new replicas start from it; a failed fit puts the model back
+        workers.stop(); // every thread joined; the old world and its symmetric memory closed
+        settings = settings.withWorkers(survivors.size(), ndThreadsFor.applyAsInt(survivors.size()));
+        Nd4jThreadLimit.set(settings.ompThreadsPerWorker()); // until the fit's limit is restored at its end
+        workers = new DataParallelWorkers(model, settings, metrics);
+        return new Agreed(lost.dead(), iteration);
+    }
+
+    /**
+     * Group mode: this rank's worker stopped on a peer's failure. The group names the dead and forms the survivors'
+     * group ({@link org.symmem4j.parallel.Group#shrink()}); over it the survivors gather their iteration counts, and
+     * each goes on from the smallest: its replica's state, or the copy of the step's start it took (a survivor whose
+     * update ran while another's did not). The wrapper owns the new group (closed with it, or at the next shrink).
+     */
+    private Agreed agreeInGroup(DataParallelSteps.LostWorkers lost, Throwable cause) {
+        org.symmem4j.parallel.Group old = settings.group();
+        ModelReplica mine = workers.all().getFirst().replica();
+        workers.stop(); // this rank's memories of the old group freed (its worker ended with the failed step)
+        org.symmem4j.parallel.Group.Survivors survivors;
+        try {
+            survivors = old.shrink();
+        } catch (RuntimeException e) {
+            DataParallelTrainingException t = new DataParallelTrainingException("data-parallel fit failed: step "
+                    + lost.step() + " failed (" + cause + ") and the group could not shrink in place: " + e.getMessage()
+                    + "; the model is as it was before this fit", old.rank(), lost.step(), e);
+            t.addSuppressed(lost.failure());
+            throw t;
+        }
+        org.symmem4j.parallel.Group group = survivors.group();
+        try {
+            requireMinWorkers(lost, survivors.dead(), group.worldSize(), old.worldSize(), cause);
+            List<String> counts = org.symmem4j.dl4j.train.RankAgreement.allGather(group, "symmem4j-wrapper-shrink-"
+                    + lost.step(), Integer.toString(mine.iterationCount()));
+            int iteration = counts.stream().mapToInt(Integer::parseInt).min().orElseThrow();
+            requireStartOrEnd(lost, iteration);
+            if (mine.iterationCount() == iteration) {
+                model.copyStateFrom(mine);
+            } else {
+                lost.stepStart().restoreInto(model); // this rank's update ran, a survivor's did not: back to the start
+            }
+        } catch (RuntimeException e) {
+            org.symmem4j.dl4j.train.RankRuntime.closeQuietly(group);
+            throw e;
+        }
+        org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // a group an earlier shrink formed
+        ownedGroup = group;
+        settings = settings.withGroup(group);
+        workers = new DataParallelWorkers(model, settings, metrics);
+        return new Agreed(survivors.dead(), model.iterationCount());
+    }
+
+    /** Fails the fit when a shrink would leave fewer than {@code minWorkers}. */
+    private void requireMinWorkers(DataParallelSteps.LostWorkers lost, List<Integer> dead, int survivors, int before,
+                                   Throwable cause) {
+        if (survivors >= settings.minWorkers()) {
+            return;
+        }
+        DataParallelTrainingException e = new DataParallelTrainingException("data-parallel fit failed: worker(s) " + dead
+                + " failed at step " + lost.step() + " (" + cause + "), leaving " + survivors + " of " + before
+                + " workers; expected at least minWorkers=" + settings.minWorkers() + " to shrink in place"
+                + " (onWorkerFailure=SHRINK); the model is as it was before this fit (fix: find why the workers fail,"
+                + " lower minWorkers, or restart from a checkpoint)", dead.isEmpty() ? -1 : dead.getFirst(), lost.step(),
+                cause);
+        e.addSuppressed(lost.failure());
+        throw e;
+    }
+
+    /** The agreed iteration count is the failed step's start or end; anything else is a bug. */
+    private static void requireStartOrEnd(DataParallelSteps.LostWorkers lost, int iteration) {
+        if (iteration != lost.iterationAtStart() && iteration != lost.iterationAtStart() + 1) {
+            throw new IllegalStateException("shrink after step " + lost.step() + ": the survivors' agreed iteration count"
+                    + " is " + iteration + ", expected " + lost.iterationAtStart() + " (step not done) or "
+                    + (lost.iterationAtStart() + 1) + " (done); this is a bug", lost.failure());
+        }
     }
 
     /** Parameters, updater state, counters and score of the model, to put back after a failed fit. */
@@ -639,6 +820,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         if (!closed) {
             closed = true;
             workers.stop();
+            org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // after its memories, which the workers freed
         }
     }
 

@@ -99,7 +99,7 @@ public final class RestartingTraining {
     }
 
     /** kill -9 of this JVM's own pid: no shutdown hook, no close, as a crash or the OOM killer would. */
-    private static void killMyself() {
+    static void killMyself() {
         try {
             new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid())).inheritIO().start().waitFor();
             Thread.sleep(60_000); // the signal lands while this waits

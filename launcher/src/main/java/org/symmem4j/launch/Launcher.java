@@ -34,14 +34,16 @@ import picocli.CommandLine.Spec;
  * {@code symmem4j-run}: starts this machine's processes of a job — one per worker or GPU — with
  * torchrun's variables, the job's id and secret, each bound to its own slice of the CPUs, and stops
  * them all when one fails, naming it; with {@code --max-restarts N} it then starts the job again, up to N
- * times, each time as a new generation with its own run id, port and secret. See {@link LaunchPlan} for what
- * each process gets and {@link Supervisor} for how they are watched.
+ * times, each time as a new generation with its own run id, port and secret; with {@code --on-failure shrink} the
+ * others go on without the dead process instead, told through a membership file, and re-form their group in place
+ * (docs/shrink.md). See {@link LaunchPlan} for what each process gets and {@link Supervisor} for how they are watched.
  *
  * <pre>
  *   symmem4j-run --standalone --nproc-per-node 4 --java -cp app.jar com.example.Train
  *   symmem4j-run --nproc-per-node gpu -- ./train.sh
  *   symmem4j-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 --java ...
  *   symmem4j-run -n 4 --max-restarts 3 --java -cp app.jar com.example.Train
+ *   symmem4j-run -n 4 --on-failure shrink --java -cp app.jar com.example.Train
  * </pre>
  */
 @Command(name = "symmem4j-run", mixinStandardHelpOptions = true, versionProvider = Launcher.Version.class,
@@ -62,6 +64,7 @@ import picocli.CommandLine.Spec;
                 "  node 0: symmem4j-run --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 ...",
                 "  node 1: symmem4j-run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 ...",
                 "  symmem4j-run -n 4 --max-restarts 3 --java -cp app.jar com.example.Train   # resumes from its checkpoints",
+                "  symmem4j-run -n 4 --on-failure shrink --java -cp app.jar com.example.Train   # survivors go on in place",
                 "", "Exit status: 0 when every process (of the last generation) exited 0; the first failed process's code"
                 + " (with --max-restarts, of the last generation); 2 for a bad request."})
 public final class Launcher implements Callable<Integer> {
@@ -125,6 +128,13 @@ public final class Launcher implements Callable<Integer> {
                     + " --master-port + g and a new secret; SYMMEM4J_RESTART_GENERATION and TORCHELASTIC_RESTART_COUNT"
                     + " say g. A program resumes from its newest complete checkpoint (the trainers' resumeFrom)")
     int maxRestarts;
+
+    @Option(names = "--on-failure", paramLabel = "stop|shrink", defaultValue = "stop",
+            description = "stop: when a process fails, stop the others (and restart with --max-restarts); shrink: the"
+                    + " others go on without it, told through a membership file (SYMMEM4J_MEMBERSHIP_FILE) that lists"
+                    + " the dead ranks, so that trainers built with onWorkerFailure(SHRINK) re-form their group in place;"
+                    + " the job exits 0 when a survivor exits 0. One machine, without --max-restarts")
+    String onFailure;
 
     @Option(names = "--restart-delay", paramLabel = "SECONDS", defaultValue = "1",
             description = "the pause between stopping a failed generation and starting the next")
@@ -244,6 +254,21 @@ public final class Launcher implements Callable<Integer> {
         if (standalone) {
             standalone();
         }
+        boolean shrink = switch (onFailure.strip().toLowerCase(Locale.ROOT)) {
+            case "stop" -> false;
+            case "shrink" -> true;
+            default -> throw new IllegalArgumentException("--on-failure=" + onFailure + ": expected stop or shrink");
+        };
+        if (shrink && maxRestarts > 0) {
+            throw new IllegalArgumentException("--on-failure shrink with --max-restarts " + maxRestarts + ": a shrinking job"
+                    + " goes on without its dead ranks instead of starting again; expected one of the two (fix: drop"
+                    + " --max-restarts, or --on-failure stop)");
+        }
+        if (shrink && nnodes > 1) {
+            throw new IllegalArgumentException("--on-failure shrink with --nnodes " + nnodes + ": the dead ranks are"
+                    + " announced in a file on this machine, which the other machines' processes cannot read; expected"
+                    + " --nnodes 1 (fix: --on-failure stop, with --max-restarts to restart)");
+        }
         if (logDir != null) {
             Files.createDirectories(logDir);
         }
@@ -251,7 +276,7 @@ public final class Launcher implements Callable<Integer> {
                 secretFile, java, command, maxRestarts);
         Machine machine = Machine.discover(env);
         boolean generateSecret = LaunchPlan.needsGeneratedSecret(spec, env);
-        Path secretDir = (generateSecret || maxRestarts > 0) && !dryRun ? privateDirectory() : null;
+        Path secretDir = (generateSecret || maxRestarts > 0 || shrink) && !dryRun ? privateDirectory() : null;
         Thread hook = null;
         try {
             Path generated = secretDir == null || !generateSecret ? null : writeSecret(secretDir, "secret");
@@ -261,7 +286,8 @@ public final class Launcher implements Callable<Integer> {
             err.println("symmem4j-run: " + plan.ranks().size() + " process(es) here, ranks " + plan.ranks().getFirst().rank()
                     + ".." + plan.ranks().getLast().rank() + " of " + plan.worldSize() + ", run id " + plan.runId()
                     + (plan.ranks().getFirst().cpus().isEmpty() ? "" : ", CPUs " + cpuSummary(plan))
-                    + (maxRestarts > 0 ? ", at most " + maxRestarts + " restart(s)" : ""));
+                    + (maxRestarts > 0 ? ", at most " + maxRestarts + " restart(s)" : "")
+                    + (shrink ? ", on failure the others go on without the dead rank (--on-failure shrink)" : ""));
             for (String note : plan.notes()) {
                 err.println("symmem4j-run: note: " + note);
             }
@@ -286,7 +312,8 @@ public final class Launcher implements Callable<Integer> {
             Path ownSecret = generated; // the secret file this launcher made for the generation that runs
             Path previousSecret = null;
             while (true) {
-                Supervisor supervisor = new Supervisor(plan, out, logDir, Duration.ofSeconds(graceSeconds), env);
+                Supervisor supervisor = new Supervisor(plan, out, logDir, Duration.ofSeconds(graceSeconds), env,
+                        shrink ? secretDir.resolve("membership") : null, err);
                 if (!generations.begin(supervisor)) {
                     return 130; // the hook stops what runs and says so
                 }

@@ -25,6 +25,14 @@ import java.util.concurrent.TimeUnit;
  * first and how. {@link #stop} does the same from a shutdown hook when the launcher itself is
  * interrupted or terminated; after it, nothing more starts. One supervisor watches one generation of the job
  * ({@link LaunchPlan#generation()}); the launcher makes the next.
+ *
+ * <p>With a membership file ({@code --on-failure shrink}) a failed process stops nobody: the supervisor adds its rank
+ * to the file (the dead ranks so far, one {@code dead <rank> <how>} line each, replaced atomically: written to a
+ * temporary file and renamed), which the surviving processes read to agree on who is gone and re-form their group
+ * without it ({@code SYMMEM4J_MEMBERSHIP_FILE}; the trainers' {@code onWorkerFailure(SHRINK)}). The supervisor is the
+ * membership authority because it sees each process end, whichever rank it was (rank 0, which hosts the first store,
+ * included). The job ends when every process has ended: 0 when at least one exited 0 (the survivors finished it),
+ * else the first failed rank's code.
  */
 final class Supervisor {
 
@@ -51,9 +59,29 @@ final class Supervisor {
     private final long start = System.nanoTime();
     /** Set once the processes are being stopped (a failure, or the launcher's own shutdown). */
     private volatile boolean stopping;
+    /** Where the dead ranks are announced with {@code --on-failure shrink}; null: a failure stops every process. */
+    private final Path membership;
+    /** The launcher's own messages ({@code --on-failure shrink} says each death as it happens). */
+    private final PrintStream err;
 
     Supervisor(LaunchPlan plan, PrintStream out, Path logDir, Duration grace, Map<String, String> env) {
+        this(plan, out, logDir, grace, env, null, null);
+    }
+
+    /**
+     * @param membership the membership file ({@code --on-failure shrink}), which every process finds in
+     *                   {@code SYMMEM4J_MEMBERSHIP_FILE}; null: a failure stops every process
+     * @param err        where the launcher's messages go (used with a membership file)
+     */
+    Supervisor(LaunchPlan plan, PrintStream out, Path logDir, Duration grace, Map<String, String> env, Path membership,
+               PrintStream err) {
         this.plan = plan;
+        this.membership = membership;
+        this.err = err;
+        if (membership != null) {
+            env = new java.util.HashMap<>(env);
+            env.put(MEMBERSHIP_FILE_ENV, membership.toString());
+        }
         this.env = env;
         this.out = out;
         this.logDir = logDir;
@@ -66,6 +94,13 @@ final class Supervisor {
      * @return the outcome: 0 when every rank exited 0, else the first failed rank's exit code (at least 1)
      */
     Outcome run() {
+        if (membership != null) {
+            try {
+                announceDead(); // the file exists, empty, before any process starts
+            } catch (IOException e) {
+                return new Outcome(1, "cannot write the membership file " + membership + ": " + e.getMessage(), -1, false);
+            }
+        }
         for (LaunchPlan.RankLaunch r : plan.ranks()) {
             ProcessBuilder pb = new ProcessBuilder(r.command()).redirectErrorStream(true);
             pb.environment().clear();
@@ -86,6 +121,9 @@ final class Supervisor {
                 processes.add(p);
             }
             pumps.add(Thread.ofPlatform().name("symmem4j-run-output-" + r.rank()).daemon().start(() -> pump(r.rank(), p)));
+        }
+        if (membership != null) {
+            return runShrinking();
         }
         int failed = -1;
         int code = 0;
@@ -123,6 +161,100 @@ final class Supervisor {
                 + processes.get(failed).pid() + ") " + how + " after " + at + "; "
                 + (stopped.isEmpty() ? "the other ranks had exited" : "stopped " + String.join(", ", stopped)), r.rank(),
                 !interrupted);
+    }
+
+    /** The variable that tells every process where the membership file is ({@code --on-failure shrink}). */
+    static final String MEMBERSHIP_FILE_ENV = "SYMMEM4J_MEMBERSHIP_FILE";
+
+    /** The dead ranks so far, in the order they died, and how (written to the membership file). */
+    private final List<String> deaths = new ArrayList<>();
+
+    /**
+     * {@code --on-failure shrink}: waits for every process to end; each that fails is announced in the membership
+     * file at once, and the others go on.
+     */
+    private Outcome runShrinking() {
+        boolean[] ended = new boolean[processes.size()];
+        int firstFailed = -1;
+        int firstCode = 0;
+        int succeeded = 0;
+        List<String> died = new ArrayList<>();
+        while (true) {
+            List<CompletableFuture<Process>> running = new ArrayList<>();
+            for (int i = 0; i < processes.size(); i++) {
+                Process p = processes.get(i);
+                if (p.isAlive()) {
+                    running.add(p.onExit());
+                    continue;
+                }
+                if (ended[i]) {
+                    continue;
+                }
+                ended[i] = true;
+                int code = p.exitValue();
+                if (code == 0) {
+                    succeeded++;
+                    continue;
+                }
+                LaunchPlan.RankLaunch r = plan.ranks().get(i);
+                String how = "rank " + r.rank() + " (local rank " + r.localRank() + ", pid " + p.pid() + ") "
+                        + describeExit(code) + " after " + elapsed();
+                died.add(how);
+                if (firstFailed < 0) {
+                    firstFailed = i;
+                    firstCode = code;
+                }
+                deaths.add("dead " + r.rank() + " " + describeExit(code));
+                try {
+                    announceDead();
+                } catch (IOException e) {
+                    synchronized (err) {
+                        err.println("symmem4j-run: " + how + "; cannot announce it in " + membership + " (" + e.getMessage()
+                                + "): stopping every rank");
+                    }
+                    stop();
+                    joinPumps();
+                    return new Outcome(Math.max(1, Math.min(code, 255)), how + "; the membership file could not be"
+                            + " written, every rank stopped", r.rank(), false);
+                }
+                synchronized (err) {
+                    err.println("symmem4j-run: " + how + "; --on-failure shrink: the other ranks go on without it");
+                }
+            }
+            if (running.isEmpty()) {
+                break;
+            }
+            if (stopping) {
+                return new Outcome(130, "interrupted", -1, false);
+            }
+            CompletableFuture.anyOf(running.toArray(CompletableFuture[]::new)).join();
+        }
+        joinPumps();
+        if (firstFailed < 0) {
+            return new Outcome(0, "all " + processes.size() + " ranks exited 0 after " + elapsed(), -1, false);
+        }
+        if (succeeded > 0) {
+            return new Outcome(0, succeeded + " of " + processes.size() + " ranks exited 0 after " + elapsed()
+                    + " (--on-failure shrink); died: " + String.join("; ", died), -1, false);
+        }
+        return new Outcome(Math.max(1, Math.min(firstCode, 255)), "no rank exited 0 (--on-failure shrink); died: "
+                + String.join("; ", died), plan.ranks().get(firstFailed).rank(), false);
+    }
+
+    /** Replaces the membership file with the dead ranks so far: a temporary file, forced to disk, renamed over it. */
+    private void announceDead() throws IOException {
+        Path tmp = membership.resolveSibling(membership.getFileName() + ".tmp");
+        try (java.nio.channels.FileChannel ch = java.nio.channels.FileChannel.open(tmp, StandardOpenOption.CREATE,
+                StandardOpenOption.TRUNCATE_EXISTING, StandardOpenOption.WRITE)) {
+            StringBuilder b = new StringBuilder();
+            for (String d : deaths) {
+                b.append(d).append('\n');
+            }
+            ch.write(java.nio.ByteBuffer.wrap(b.toString().getBytes(StandardCharsets.UTF_8)));
+            ch.force(true);
+        }
+        Files.move(tmp, membership, java.nio.file.StandardCopyOption.ATOMIC_MOVE,
+                java.nio.file.StandardCopyOption.REPLACE_EXISTING);
     }
 
     /**

@@ -26,7 +26,8 @@ import org.slf4j.LoggerFactory;
  * system property wins over the environment variable</b> when both are set. A few camelCase names of earlier
  * versions ({@code symmem4j.tp.chunkRows}, ...) still work as deprecated aliases: each logs a warning once per
  * JVM naming the new name. A blank value counts as unset. The job's identity and secret
- * ({@link #RUN_ID}, {@link #SECRET}, {@link #SECRET_FILE}, {@link #NODE_ID}, {@link #RESTART_GENERATION}) are
+ * ({@link #RUN_ID}, {@link #SECRET}, {@link #SECRET_FILE}, {@link #NODE_ID}, {@link #RESTART_GENERATION},
+ * {@link #MEMBERSHIP_FILE}) are
  * environment variables only, the contract between a launcher and its processes.
  *
  * <p><b>Bad values fail.</b> A value that is not one of those accepted fails with an
@@ -128,6 +129,15 @@ public final class Configuration {
                 }
                 return g;
             });
+
+    /** {@code SYMMEM4J_MEMBERSHIP_FILE}: where the launcher announces dead ranks with {@code --on-failure shrink}. */
+    public static final Setting<Path> MEMBERSHIP_FILE = Setting.environment("SYMMEM4J_MEMBERSHIP_FILE")
+            .type("path")
+            .accepts("a file the launcher writes")
+            .describedAs("where `symmem4j-run --on-failure shrink` lists the job's dead ranks (one `dead <rank> <how>`"
+                    + " line each, replaced atomically); a process group started with it can shrink in place"
+                    + " (`Group.shrink()`, the trainers' `onWorkerFailure(SHRINK)`)")
+            .build(null, "unset: groups cannot shrink in place", value -> Path.of(value.strip()));
 
     /** {@code symmem4j.pretend.ranks.per.node}: pretend every k consecutive ranks are one machine (null: unset). */
     public static final Setting<Integer> PRETEND_RANKS_PER_NODE = Setting.property("symmem4j.pretend.ranks.per.node")

@@ -173,6 +173,42 @@ public interface Group extends AutoCloseable {
      */
     Group split(int color, int key, String label);
 
+    /**
+     * The survivors of an in-place shrink ({@link #shrink()}).
+     *
+     * @param group the new group of the survivors, this rank's part of it (the caller closes it)
+     * @param dead  the ranks of the old group that are gone, ascending; the survivors keep their order and are
+     *              numbered densely from 0 in the new group
+     */
+    record Survivors(Group group, List<Integer> dead) {
+    }
+
+    /**
+     * Whether this group can shrink in place ({@link #shrink()}): a group with a membership authority that names
+     * its dead ranks (a process group started by {@code symmem4j-run --on-failure shrink}).
+     *
+     * @return false unless {@link #shrink()} is available
+     */
+    default boolean canShrink() {
+        return false;
+    }
+
+    /**
+     * In-place shrink, as NCCL's {@code ncclCommShrink}: collective over the surviving ranks, after a collective of
+     * this group failed because ranks died. Waits (at most the group's timeout) until the group's membership
+     * authority names the dead ranks, then forms a new group of the survivors (its own store, set-up exchange and
+     * memories) and aborts this one, whose teardown then waits for nobody. Every survivor must call it; a rank
+     * that dies during it makes the others fail within the timeout, naming it, instead of hanging.
+     *
+     * @return the survivors' new group and the dead ranks
+     * @throws UnsupportedOperationException when this group cannot shrink ({@link #canShrink()} is false)
+     * @throws SymmemException when no dead rank is named within the timeout, or the new group cannot form
+     */
+    default Survivors shrink() {
+        throw new UnsupportedOperationException(getClass().getSimpleName() + " cannot shrink in place: expected a"
+                + " process group started by symmem4j-run --on-failure shrink (a group with a membership authority)");
+    }
+
     /** Leaves the group. Close symmetric memory and communicators first. */
     @Override
     void close();

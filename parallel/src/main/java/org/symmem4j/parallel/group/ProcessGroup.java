@@ -88,12 +88,20 @@ public final class ProcessGroup implements Group {
     /** Where its memories and communicators live: {@link #hostTransport}, or the device transport it was joined on. */
     private final Transport transport;
     private final GroupAbort abortState = new GroupAbort();
+    /** Where this group comes from in the launch: the launcher's ranks of its ranks, for {@link #shrink()}. */
+    private final Lineage lineage;
     private long exchangeSeq;
     private String previousExchangeKey;
     private boolean closed;
 
     private ProcessGroup(ProcessGroupConfig config, GroupOptions options, StoreSecret secret, Transport deviceTransport) {
+        this(config, options, secret, deviceTransport, Lineage.launched(config));
+    }
+
+    private ProcessGroup(ProcessGroupConfig config, GroupOptions options, StoreSecret secret, Transport deviceTransport,
+                         Lineage lineage) {
         Configuration.validate(); // a bad -Dsymmem4j.* value fails here, not inside a collective
+        this.lineage = lineage;
         this.config = config;
         this.options = options;
         this.secret = secret;
@@ -560,6 +568,10 @@ public final class ProcessGroup implements Group {
         if (peerPids[peer] != 0) {
             return isAlive(peer);
         }
+        java.nio.file.Path membership = Configuration.MEMBERSHIP_FILE.get();
+        if (membership != null && readDead(membership).contains(lineage.launchRanks().get(peer))) {
+            return false; // the launcher saw it exit (a death during a shrink's rebuild fails the join at once)
+        }
         long[] holder = server == null ? null : server.seatHolder(peer);
         return holder == null || ProcessLiveness.isRunning(holder[0], holder[1]);
     }
@@ -692,5 +704,121 @@ public final class ProcessGroup implements Group {
     @Override
     public Group split(int color, int key, String label) {
         return GroupSplit.split(this, color, key, label);
+    }
+
+    /**
+     * The launch a group comes from: the launcher's run id and port, and the launcher's rank ({@code RANK}) of each
+     * of this group's ranks (the identity for the group the launcher started; the survivors' ranks after a shrink).
+     */
+    private record Lineage(String runId, int masterPort, List<Integer> launchRanks) {
+        static Lineage launched(ProcessGroupConfig config) {
+            List<Integer> ranks = new ArrayList<>(config.worldSize());
+            for (int r = 0; r < config.worldSize(); r++) {
+                ranks.add(r);
+            }
+            return new Lineage(config.runId(), config.masterPort(), List.copyOf(ranks));
+        }
+    }
+
+    /**
+     * True when the launcher announces dead ranks ({@code SYMMEM4J_MEMBERSHIP_FILE}, set by {@code symmem4j-run
+     * --on-failure shrink}) and the group lives on its host transport (a device transport's memory is not rebuilt
+     * here), on one machine.
+     */
+    @Override
+    public boolean canShrink() {
+        return Configuration.MEMBERSHIP_FILE.get() != null && transport == hostTransport
+                && config.localWorldSize() == config.worldSize();
+    }
+
+    /**
+     * In-place shrink ({@link Group#shrink()}): reads the launcher's membership file until it names ranks of this
+     * group (polled every 10 ms, at most the timeout), then the survivors join a new process group: run id
+     * {@code <launch run id>-without-<dead launch ranks>}, port {@code MASTER_PORT + d} where d counts the dead
+     * ranks of the launch so far (so each shrink of one job gets its own store; {@code --on-failure shrink} is not
+     * combined with restarts, which use {@code MASTER_PORT + g}), hosted by the first survivor; the same secret. The
+     * survivors keep their order. This group is aborted (its teardown waits for nobody). Two survivors that read the
+     * file at different moments of a second death name different groups and fail the join within the timeout.
+     */
+    @Override
+    public Survivors shrink() {
+        if (!canShrink()) {
+            return Group.super.shrink(); // says why not
+        }
+        java.nio.file.Path file = Configuration.MEMBERSHIP_FILE.get();
+        long deadline = System.nanoTime() + options.timeout().toNanos();
+        org.symmem4j.parallel.sync.IdleStrategy idle =
+                new org.symmem4j.parallel.sync.BackoffIdleStrategy(0, 0, 1_000_000, 10_000_000);
+        java.util.SortedSet<Integer> deadLaunchRanks;
+        List<Integer> dead = new ArrayList<>();
+        while (true) {
+            deadLaunchRanks = readDead(file);
+            dead.clear();
+            for (int r = 0; r < worldSize(); r++) {
+                if (deadLaunchRanks.contains(lineage.launchRanks().get(r))) {
+                    dead.add(r);
+                }
+            }
+            if (!dead.isEmpty()) {
+                break;
+            }
+            if (System.nanoTime() - deadline >= 0) {
+                throw new SymmemException("rank=" + rank() + " of " + identity + " cannot shrink: the launcher's membership"
+                        + " file " + file + " named no dead rank of this group within timeout=" + options.timeout()
+                        + " (expected a rank that exited; a rank that hangs is not dead: it is named by the peers'"
+                        + " timeouts, and the job fails instead of shrinking)");
+            }
+            idle.idle();
+        }
+        if (dead.contains(rank())) {
+            throw new SymmemException("rank=" + rank() + " of " + identity + " cannot shrink: the launcher announced this"
+                    + " rank (launch rank " + lineage.launchRanks().get(rank()) + ") dead in " + file + " while it runs");
+        }
+        List<Integer> survivors = new ArrayList<>();
+        for (int r = 0; r < worldSize(); r++) {
+            if (!dead.contains(r)) {
+                survivors.add(lineage.launchRanks().get(r));
+            }
+        }
+        int newRank = survivors.indexOf(lineage.launchRanks().get(rank()));
+        int port = lineage.masterPort() + deadLaunchRanks.size();
+        if (port > 65535) {
+            throw new SymmemException("rank=" + rank() + " cannot shrink: the new store's port " + port + " (MASTER_PORT "
+                    + lineage.masterPort() + " + " + deadLaunchRanks.size() + " dead ranks) is past 65535 (fix: a lower"
+                    + " --master-port)");
+        }
+        StringBuilder without = new StringBuilder();
+        for (int d : deadLaunchRanks) {
+            without.append(without.isEmpty() ? "" : "-").append(d);
+        }
+        ProcessGroupConfig next = new ProcessGroupConfig(newRank, survivors.size(), newRank, survivors.size(),
+                config.masterAddr(), port, lineage.runId() + "-without-" + without);
+        abortState.raise(dead.getFirst(), "rank=" + rank() + ": shrunk in place without ranks " + dead
+                + " of " + identity);
+        ProcessGroup shrunk = new ProcessGroup(next, options, secret, null,
+                new Lineage(lineage.runId(), lineage.masterPort(), List.copyOf(survivors)));
+        return new Survivors(shrunk, List.copyOf(dead));
+    }
+
+    /** The launch ranks the membership file names dead ({@code dead <rank> <how>} lines; others ignored). */
+    private static java.util.SortedSet<Integer> readDead(java.nio.file.Path file) {
+        java.util.SortedSet<Integer> dead = new java.util.TreeSet<>();
+        List<String> lines;
+        try {
+            lines = java.nio.file.Files.readAllLines(file, StandardCharsets.UTF_8);
+        } catch (java.io.IOException e) {
+            return dead; // not written yet (the launcher replaces it atomically: never half-written)
+        }
+        for (String line : lines) {
+            String[] words = line.strip().split(" ", 3);
+            if (words.length >= 2 && words[0].equals("dead")) {
+                try {
+                    dead.add(Integer.parseInt(words[1]));
+                } catch (NumberFormatException ignored) {
+                    // not a rank: not ours to read
+                }
+            }
+        }
+        return dead;
     }
 }

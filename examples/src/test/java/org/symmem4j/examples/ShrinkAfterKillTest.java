@@ -1,0 +1,146 @@
+package org.symmem4j.examples;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.symmem4j.examples.RestartAfterKillTest.bits;
+import static org.symmem4j.examples.RestartAfterKillTest.freePort;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Locale;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.util.ModelSerializer;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+import org.nd4j.linalg.dataset.DataSet;
+import org.symmem4j.dl4j.SymmemParallelWrapper;
+import org.symmem4j.launch.Launcher;
+
+/**
+ * In-place shrink across processes, end to end (issue 32): {@code symmem4j-run -n 3 --on-failure shrink} starts three
+ * JVMs of {@link ShrinkingTraining}, a data-parallel DL4J job in group mode with {@code onWorkerFailure(SHRINK)}. One
+ * rank kills itself ({@code kill -9}) after step {@value #KILL_AFTER}; the launcher announces it dead and stops nobody;
+ * the two survivors form a new group (whichever rank died: rank 0, which hosted the first store, too), redo the failed
+ * step and finish. The final model equals, bitwise, the plain data parallelism SHRINK documents: three workers for the
+ * steps before the failed one, then two workers on the rest of the batches from the failed step's first on (the
+ * reference runs as threads of this JVM: N processes train bitwise like N worker threads). No shared-memory file of
+ * the job is left in /dev/shm.
+ */
+class ShrinkAfterKillTest {
+
+    static final int KILL_AFTER = 4; // steps 0..4 done by three ranks; step 5 fails and is redone by two
+
+    private static final Pattern KILL = Pattern.compile("KILL rank (\\d) after step (\\d+) at (\\d+) ms");
+    private static final Pattern SHRUNK = Pattern.compile("\\[rank (\\d)\\] SHRUNK step (\\d+) dead \\[(\\d)\\] from 3 to 2"
+            + " redone (true|false) resumed at (\\d+) ms");
+    private static final Pattern PID = Pattern.compile("\\[rank \\d\\] PID (\\d+)");
+
+    /** {@code symmem4j-run -n 3 --on-failure shrink} of {@link ShrinkingTraining} with {@code trainingArgs}. */
+    private static Launcher.Result launch(String... trainingArgs) throws IOException {
+        List<String> args = new ArrayList<>(List.of("-n", "3", "--master-port", Integer.toString(freePort()),
+                "--on-failure", "shrink", "--", Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
+                "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-Dsymmem4j.timeout.ms=30000",
+                "-cp", System.getProperty("java.class.path"), ShrinkingTraining.class.getName()));
+        args.addAll(List.of(trainingArgs));
+        return Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+    }
+
+    @ParameterizedTest(name = "rank {0} killed")
+    @ValueSource(ints = {0}) // rank 0 hosted the first store; rank 2 passes too (bench/results/2026-11-28-shrink.md)
+    @Timeout(value = 10, unit = TimeUnit.MINUTES)
+    void survivorsOfAKill9ShrinkInPlaceAndEndBitwiseAsTwoWorkersFromTheFailedStep(int killed, @TempDir Path dir)
+            throws IOException {
+        Path model = dir.resolve("shrunk.zip");
+        Launcher.Result r = launch(model.toString(), Integer.toString(killed), Integer.toString(KILL_AFTER));
+        String log = r.err() + "\n" + r.out();
+        assertEquals(0, r.status(), log);
+        assertTrue(r.err().contains("rank " + killed + " (local rank " + killed + ", pid ")
+                && r.err().contains("was killed by signal 9 (SIGKILL)")
+                && r.err().contains("--on-failure shrink: the other ranks go on without it"), log);
+        assertTrue(r.err().contains("2 of 3 ranks exited 0"), log);
+
+        Matcher kill = KILL.matcher(r.out());
+        assertTrue(kill.find(), log);
+        long killedAt = Long.parseLong(kill.group(3));
+        int survivors = 0;
+        long latestResume = 0;
+        for (Matcher m = SHRUNK.matcher(r.out()); m.find(); survivors++) {
+            assertEquals(KILL_AFTER + 1, Integer.parseInt(m.group(2)), "the failed step: " + log);
+            assertEquals(killed, Integer.parseInt(m.group(3)), "the dead rank, as the old group numbered it: " + log);
+            assertEquals("true", m.group(4), "no survivor completed the failed step: it is redone: " + log);
+            latestResume = Math.max(latestResume, Long.parseLong(m.group(5)));
+        }
+        assertEquals(2, survivors, "both survivors shrank: " + log);
+        System.out.printf(Locale.ROOT, "ShrinkAfterKillTest: rank %d killed after step %d; the survivors' redone step"
+                + " handed out %.2f s after the kill (the later of the two)%n", killed, KILL_AFTER,
+                (latestResume - killedAt) / 1000.0);
+
+        List<DataSet> data = ShrinkingTraining.batches();
+        MultiLayerNetwork reference = ShrinkingTraining.network();
+        int before = 3 * (KILL_AFTER + 1);
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(reference).workers(3).ompThreadsPerWorker(1).build()) {
+            w.fit(new ListIterator(data.subList(0, before)));
+        }
+        reference.setEpochCount(0); // one fit in the shrinking run
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(reference).workers(2).ompThreadsPerWorker(1).build()) {
+            w.fit(new ListIterator(data.subList(before, data.size())));
+        }
+        MultiLayerNetwork shrunk = ModelSerializer.restoreMultiLayerNetwork(model.toFile(), true);
+        assertTrue(Arrays.equals(bits(reference.params().data().asFloat()), bits(shrunk.params().data().asFloat())),
+                "parameters bitwise as plain data parallelism on the survivors from the failed step");
+        assertTrue(Arrays.equals(bits(reference.getUpdater().getStateViewArray().data().asFloat()),
+                bits(shrunk.getUpdater().getStateViewArray().data().asFloat())), "updater state bitwise");
+        assertEquals(reference.getIterationCount(), shrunk.getIterationCount());
+        assertEquals(reference.getEpochCount(), shrunk.getEpochCount());
+
+        assertNoSharedMemoryLeft(r.out(), log);
+    }
+
+    @org.junit.jupiter.api.Test
+    @Timeout(value = 10, unit = TimeUnit.MINUTES)
+    void aDeathDuringTheRebuildEndsTheJobWithAClearErrorAndNoResidue(@TempDir Path dir) throws IOException {
+        // rank 1 dies after step 4; rank 2 dies 1.5 s later, while rank 0 forms the survivors' group with it (or, had
+        // the launcher announced both before rank 0 read the membership, rank 0 alone is below minWorkers=2)
+        Launcher.Result r = launch(dir.resolve("never.zip").toString(), "1", Integer.toString(KILL_AFTER), "2", "1500");
+        String log = r.err() + "\n" + r.out();
+        assertTrue(r.status() != 0, "no rank finished: " + log);
+        assertTrue(r.err().contains("no rank exited 0 (--on-failure shrink)"), log);
+        Matcher failed = Pattern.compile("\\[rank 0\\] FIT FAILED at (\\d+) ms: (.*)").matcher(r.out());
+        assertTrue(failed.find(), log);
+        String why = failed.group(2);
+        assertTrue(why.contains("could not shrink in place") && why.contains("exited before arriving")
+                || why.contains("minWorkers=2"), why);
+        Matcher second = Pattern.compile("KILL rank 2 1500 ms after step \\d+ at (\\d+) ms").matcher(r.out());
+        assertTrue(second.find(), log);
+        System.out.printf(Locale.ROOT, "ShrinkAfterKillTest: a death during the rebuild: rank 0's fit failed %.2f s"
+                + " after the second death: %s%n", (Long.parseLong(failed.group(1)) - Long.parseLong(second.group(1)))
+                / 1000.0, why);
+        assertTrue(!Files.exists(dir.resolve("never.zip")));
+        assertNoSharedMemoryLeft(r.out(), log);
+    }
+
+    /** No /dev/shm file of the job's processes (named by their pids) is left. */
+    private static void assertNoSharedMemoryLeft(String out, String log) throws IOException {
+        List<String> pids = new ArrayList<>();
+        for (Matcher m = PID.matcher(out); m.find(); ) {
+            pids.add(m.group(1));
+        }
+        assertEquals(3, pids.size(), log);
+        try (Stream<Path> shm = Files.list(Path.of("/dev/shm"))) {
+            List<String> left = shm.map(p -> p.getFileName().toString())
+                    .filter(n -> pids.stream().anyMatch(pid -> n.startsWith("symmem4j-" + pid + "-"))).toList();
+            assertEquals(List.of(), left, "the job's shared-memory files are gone");
+        }
+    }
+}

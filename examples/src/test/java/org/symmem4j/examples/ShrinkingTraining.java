@@ -1,0 +1,101 @@
+package org.symmem4j.examples;
+
+import java.io.File;
+import java.io.IOException;
+import java.util.List;
+import java.util.Locale;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.util.ModelSerializer;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.dataset.DataSet;
+import org.symmem4j.dl4j.ShrinkReport;
+import org.symmem4j.dl4j.SymmemParallelWrapper;
+import org.symmem4j.dl4j.WorkerFailure;
+import org.symmem4j.parallel.group.ProcessGroup;
+
+/**
+ * One rank of the data-parallel job {@link ShrinkAfterKillTest} starts with {@code symmem4j-run --on-failure shrink}:
+ * it trains the example's MLP in group mode with {@code onWorkerFailure(SHRINK)}; rank {@code killRank} kills itself
+ * with {@code kill -9} after step {@code killAfter} (0-based) when it is 0 or more. It prints its pid, the kill (with
+ * wall-clock milliseconds), each shrink it went through (the wall-clock time its next step was handed out), and the
+ * survivor that is rank 0 at the end writes the final model with {@link ModelSerializer}.
+ *
+ * With two more arguments, rank {@code secondRank} kills itself {@code secondDelayMillis} after that same step, while
+ * the others rebuild their group without the first (a death during the rebuild).
+ *
+ * <pre>ShrinkingTraining modelFile killRank killAfterStep(-1: none) [secondRank secondDelayMillis]</pre>
+ */
+public final class ShrinkingTraining {
+
+    private ShrinkingTraining() {
+    }
+
+    /** 48 batches of 16: 16 steps for 3 ranks, 24 for 2. */
+    static List<DataSet> batches() {
+        return new SyntheticData(64, 10, 1).batches(2, 48, 16, DataType.FLOAT);
+    }
+
+    /** The example's MLP, as every rank and the test's reference build it. */
+    static MultiLayerNetwork network() {
+        return DataParallelExample.mlp(64, 32, 10);
+    }
+
+    public static void main(String[] args) throws IOException {
+        File model = new File(args[0]);
+        int killRank = Integer.parseInt(args[1]);
+        long killAfter = Long.parseLong(args[2]);
+        int secondRank = args.length > 4 ? Integer.parseInt(args[3]) : -1;
+        long secondDelay = args.length > 4 ? Long.parseLong(args[4]) : 0;
+        System.out.println("PID " + ProcessHandle.current().pid());
+        ProcessGroup group = ProcessGroup.fromEnvironment();
+        int launchRank = group.rank();
+        MultiLayerNetwork net = network();
+        SymmemParallelWrapper.Builder builder = SymmemParallelWrapper.builder(net).group(group).ompThreadsPerWorker(1)
+                .onWorkerFailure(WorkerFailure.SHRINK).minWorkers(2)
+                .stepListener(report -> {
+                    if (launchRank == killRank && report.step() == killAfter) {
+                        System.out.printf(Locale.ROOT, "KILL rank %d after step %d at %d ms%n", launchRank, report.step(),
+                                System.currentTimeMillis());
+                        System.out.flush();
+                        RestartingTraining.killMyself();
+                    }
+                    if (launchRank == secondRank && report.step() == killAfter) {
+                        try {
+                            Thread.sleep(secondDelay);
+                        } catch (InterruptedException e) {
+                            Thread.currentThread().interrupt();
+                        }
+                        System.out.printf(Locale.ROOT, "KILL rank %d %d ms after step %d at %d ms%n", launchRank,
+                                secondDelay, report.step(), System.currentTimeMillis());
+                        System.out.flush();
+                        RestartingTraining.killMyself();
+                    }
+                });
+        try (group; SymmemParallelWrapper wrapper = builder.build()) {
+            try {
+                wrapper.fit(new ListIterator(batches()));
+            } catch (RuntimeException e) {
+                System.out.printf(Locale.ROOT, "FIT FAILED at %d ms: %s%n", System.currentTimeMillis(), e.getMessage());
+                System.out.flush();
+                throw e;
+            }
+            long nowNanos = System.nanoTime();
+            long nowMillis = System.currentTimeMillis();
+            for (ShrinkReport s : wrapper.shrinks()) {
+                System.out.printf(Locale.ROOT, "SHRUNK step %d dead %s from %d to %d redone %b resumed at %d ms%n",
+                        s.step(), s.dead(), s.workersBefore(), s.workersAfter(), s.redone(),
+                        nowMillis - (nowNanos - s.resumedNanos()) / 1_000_000);
+            }
+            System.out.printf(Locale.ROOT, "DONE launch rank %d, %d workers at the end, %d iterations%n", launchRank,
+                    wrapper.workers(), net.getIterationCount());
+            if (wrapper.shrinks().isEmpty() || launchRank == firstSurvivor(killRank)) {
+                ModelSerializer.writeModel(net, model, true);
+            }
+        }
+    }
+
+    /** The lowest launch rank that is not {@code killed}: rank 0 of the survivors' group. */
+    private static int firstSurvivor(int killed) {
+        return killed == 0 ? 1 : 0;
+    }
+}
