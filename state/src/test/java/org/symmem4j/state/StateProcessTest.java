@@ -16,4 +16,10 @@ class StateProcessTest {
         WorkerProcesses.runAndCheck(StateProcessWorker.class, 3, "STATE OK", Files.createDirectories(logs), 90,
                 Set.of(1), "ring-killed-producer");
     }
+
+    @Test
+    void mapWriterKilledHoldingASlotLeavesNoValidSlot(@TempDir Path logs) throws Exception {
+        WorkerProcesses.runAndCheck(StateProcessWorker.class, 3, "STATE OK", Files.createDirectories(logs), 90,
+                Set.of(2), "map-killed-writer");
+    }
 }

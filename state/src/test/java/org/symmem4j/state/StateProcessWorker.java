@@ -28,6 +28,7 @@ public final class StateProcessWorker {
     public static void main(String[] args) {
         WorkerProcesses.exitWith(() -> switch (args[0]) {
             case "ring-killed-producer" -> ringKilledProducer();
+            case "map-killed-writer" -> mapKilledWriter();
             default -> throw new IllegalArgumentException("unknown scenario " + args[0]);
         });
     }
@@ -59,14 +60,7 @@ public final class StateProcessWorker {
                 for (int i = 0; i < SURVIVOR_MESSAGES; i++) {
                     ring.put(SURVIVOR_TYPE, payload(2, i, max));
                 }
-                // rank 0 has checked everything; read without the group's abort check, as rank 0 aborts right after
-                long deadline = System.nanoTime() + 60_000_000_000L;
-                while (control.readSignal(1) < 1) {
-                    if (System.nanoTime() > deadline) {
-                        throw new IllegalStateException("rank 0 did not finish its checks within 60 s");
-                    }
-                    Thread.onSpinWait();
-                }
+                spinUntil(control, 1); // rank 0 has checked everything (and aborts right after)
             }
             default -> {
                 int[] next = new int[3];
@@ -99,5 +93,87 @@ public final class StateProcessWorker {
         control.close();
         group.close();
         return "STATE OK rank=" + group.rank();
+    }
+
+    static final int MAP_ROUNDS = 400;
+
+    /**
+     * Three ranks compute-increment 16 shared keys {@link #MAP_ROUNDS} times each, concurrently, and check the
+     * counts; then rank 2 dies by SIGKILL inside a compute on key 99 (holding its slot) and ranks 0 and 1 must find
+     * key 99 absent (its slot retired), never the half-computed value, and can put it again.
+     */
+    private static String mapKilledWriter() throws Exception {
+        ProcessGroup group = ProcessGroup.fromEnvironment();
+        SymmetricMemory control = SymmetricMemory.allocate(group, 0);
+        SymmetricHashMap map = SymmetricHashMap.create(group, 8, 64, 64);
+        MemorySegment dst = MemorySegment.ofArray(new long[8]);
+        for (int i = 0; i < MAP_ROUNDS * 16; i++) {
+            map.compute(i % 16, (cur, next) -> {
+                long n = (cur == null ? 0 : cur.get(ValueLayout.JAVA_LONG, 0)) + 1;
+                for (int b = 0; b < 64; b += 8) {
+                    next.set(ValueLayout.JAVA_LONG, b, n);
+                }
+                return true;
+            });
+        }
+        if (group.rank() == 0) {
+            map.put(99L, MemorySegment.ofArray(new long[] {11, 11, 11, 11, 11, 11, 11, 11}));
+        }
+        group.allGatherBytes("map-increments-done", new byte[0]);
+        for (long key = 0; key < 16; key++) {
+            if (!map.get(key, dst) || dst.get(ValueLayout.JAVA_LONG, 0) != 3L * MAP_ROUNDS) {
+                throw new AssertionError("key " + key + " count=" + dst.get(ValueLayout.JAVA_LONG, 0) + " expected "
+                        + 3L * MAP_ROUNDS);
+            }
+        }
+        group.allGatherBytes("map-counts-checked", new byte[0]);
+        if (group.rank() == 2) {
+            map.compute(99L, (cur, next) -> {
+                next.set(ValueLayout.JAVA_LONG, 0, 22);
+                control.signal(0, 0, 1, SignalOp.SET);
+                control.signal(1, 0, 1, SignalOp.SET);
+                try {
+                    new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid())).inheritIO().start().waitFor();
+                    Thread.sleep(60_000);
+                } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                }
+                throw new IllegalStateException("still alive after kill -9");
+            });
+        }
+        control.waitSignal(0, 1, 2); // rank 2 holds key 99's slot
+        if (map.get(99L, dst)) {
+            throw new AssertionError("key 99 read as valid while its writer died holding it: value "
+                    + dst.get(ValueLayout.JAVA_LONG, 0));
+        }
+        if (group.rank() == 0) {
+            spinUntil(control, 2); // rank 1 found key 99 absent too
+            map.put(99L, MemorySegment.ofArray(new long[] {33, 33, 33, 33, 33, 33, 33, 33}));
+            control.signal(1, 1, 1, SignalOp.SET);
+            spinUntil(control, 3); // rank 1 has read the new value
+        } else {
+            control.signal(0, 2, 1, SignalOp.SET);
+            spinUntil(control, 1);
+            if (!map.get(99L, dst) || dst.get(ValueLayout.JAVA_LONG, 56) != 33) {
+                throw new AssertionError("key 99 after the new put: " + dst.get(ValueLayout.JAVA_LONG, 56));
+            }
+            control.signal(0, 3, 1, SignalOp.SET);
+        }
+        group.abort("test over: rank 2 was killed on purpose");
+        map.close();
+        control.close();
+        group.close();
+        return "STATE OK rank=" + group.rank();
+    }
+
+    /** Waits for this rank's slot without the group's abort check (a peer may abort right after signalling). */
+    private static void spinUntil(SymmetricMemory control, int slot) {
+        long deadline = System.nanoTime() + 60_000_000_000L;
+        while (control.readSignal(slot) < 1) {
+            if (System.nanoTime() > deadline) {
+                throw new IllegalStateException("no signal in slot " + slot + " within 60 s");
+            }
+            Thread.onSpinWait();
+        }
     }
 }
