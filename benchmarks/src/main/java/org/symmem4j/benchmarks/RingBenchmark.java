@@ -30,7 +30,7 @@ import org.symmem4j.parallel.GroupOptions;
 @Warmup(iterations = 3, time = 1)
 @Measurement(iterations = 5, time = 1)
 @Fork(value = 1, jvmArgsAppend = {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-        "--sun-misc-unsafe-memory-access=allow", "-Xmx1g"})
+        "--sun-misc-unsafe-memory-access=allow", "--add-exports=java.base/jdk.internal.misc=ALL-UNNAMED", "-Xmx1g"})
 @State(Scope.Thread)
 public class RingBenchmark {
 
@@ -54,10 +54,15 @@ public class RingBenchmark {
         if (kind.agrona()) {
             RingPair.createAgronaFiles(files, CAPACITY);
         }
-        peer = PeerProcess.start(GroupOptions.defaults(), BenchPeer.RING, Integer.toString(CAPACITY), kind.name(),
-                files.toString());
-        rings = RingPair.open(kind, peer.group(), CAPACITY, files, (type, length) -> echoes++);
-        peer.group().allGatherBytes("ring-bench-ready", new byte[0]);
+        try {
+            peer = PeerProcess.start(GroupOptions.defaults(), BenchPeer.RING, Integer.toString(CAPACITY), kind.name(),
+                    files.toString());
+            rings = RingPair.open(kind, peer.group(), CAPACITY, files, (type, length) -> echoes++);
+            peer.group().allGatherBytes("ring-bench-ready", new byte[0]);
+        } catch (IOException | RuntimeException e) {
+            RingPair.deleteAgronaFiles(files);
+            throw e;
+        }
     }
 
     /** Messages per second one producer pushes through to a draining consumer (bounded ring: the consumer's rate). */
