@@ -59,8 +59,8 @@ public class RingBenchmark {
                     files.toString());
             rings = RingPair.open(kind, peer.group(), CAPACITY, files, (type, length) -> echoes++);
             peer.group().allGatherBytes("ring-bench-ready", new byte[0]);
-        } catch (IOException | RuntimeException e) {
-            RingPair.deleteAgronaFiles(files);
+        } catch (IOException | RuntimeException | Error e) {
+            RingPair.deleteAgronaFiles(files); // a failed set-up leaves no ring files in /dev/shm
             throw e;
         }
     }
