@@ -16,12 +16,16 @@ import picocli.CommandLine.Parameters;
  * <pre>
  *   BenchPeer allreduce &lt;bytes&gt; &lt;algorithm&gt;   ({@link ProcessAllReduceBenchmark})
  *   BenchPeer handoff &lt;bytes&gt; &lt;waits&gt;         ({@link StageLinkHandoffBenchmark})
+ *   BenchPeer ring &lt;capacity&gt; &lt;kind&gt; &lt;files&gt;   ({@link RingBenchmark})
+ *   BenchPeer map 0 &lt;kind&gt; &lt;file&gt;                ({@link MapBenchmark})
  * </pre>
  */
 public final class BenchPeer {
 
     static final String ALL_REDUCE = "allreduce";
     static final String HANDOFF = "handoff";
+    static final String RING = "ring";
+    static final String MAP = "map";
 
     private BenchPeer() {
     }
@@ -37,6 +41,9 @@ public final class BenchPeer {
         @Parameters(index = "2", paramLabel = "VARIANT",
                 description = "allreduce: the algorithm (ONE_SHOT, TWO_SHOT, RING); handoff: the waits (BACKOFF, SPIN)")
         String variant;
+        @Parameters(index = "3", arity = "0..1", paramLabel = "FILES",
+                description = "ring: the path prefix of Agrona's ring files")
+        String files;
     }
 
     public static void main(String[] args) {
@@ -45,13 +52,29 @@ public final class BenchPeer {
             switch (flags.workload) {
                 case ALL_REDUCE -> Algorithm.parse(flags.variant);
                 case HANDOFF -> StageLinkHandoffBenchmark.Waits.valueOf(flags.variant);
+                case RING -> RingPair.Kind.valueOf(flags.variant);
+                case MAP -> SharedMapPair.Kind.valueOf(flags.variant);
                 default -> throw new IllegalArgumentException("unknown benchmark peer workload=" + flags.workload
-                        + " expected=" + ALL_REDUCE + " or " + HANDOFF);
+                        + " expected=" + ALL_REDUCE + ", " + HANDOFF + ", " + RING + " or " + MAP);
             }
             return flags;
         });
         switch (f.workload) {
             case ALL_REDUCE -> allReduce(f.bytes, Algorithm.parse(f.variant));
+            case MAP -> {
+                try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
+                    SharedMapPair.serve(SharedMapPair.Kind.valueOf(f.variant), group, new java.io.File(f.files));
+                } catch (java.io.IOException e) {
+                    throw new java.io.UncheckedIOException(e);
+                }
+            }
+            case RING -> {
+                try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
+                    RingPair.serve(RingPair.Kind.valueOf(f.variant), group, (int) f.bytes, java.nio.file.Path.of(f.files));
+                } catch (java.io.IOException e) {
+                    throw new java.io.UncheckedIOException(e);
+                }
+            }
             default -> {
                 StageLinkHandoffBenchmark.Waits waits = StageLinkHandoffBenchmark.Waits.valueOf(f.variant);
                 try (ProcessGroup group = ProcessGroup.fromEnvironment(waits.options())) {

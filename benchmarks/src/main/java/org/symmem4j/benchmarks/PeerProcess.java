@@ -2,6 +2,7 @@ package org.symmem4j.benchmarks;
 
 import java.io.File;
 import java.io.IOException;
+import java.lang.management.ManagementFactory;
 import java.net.ServerSocket;
 import java.util.ArrayList;
 import java.util.List;
@@ -42,6 +43,11 @@ final class PeerProcess {
         String java = ProcessHandle.current().info().command().orElse("java");
         List<String> command = new ArrayList<>(List.of(java));
         command.addAll(JVM_FLAGS);
+        // the fork's own module openings (a benchmark of a library that needs them, e.g. Agrona, Chronicle Map)
+        ManagementFactory.getRuntimeMXBean().getInputArguments().stream()
+                .filter(a -> a.startsWith("--add-opens") || a.startsWith("--add-exports")
+                        || a.startsWith("--sun-misc-unsafe-memory-access") || a.startsWith("-Dchronicle."))
+                .forEach(command::add);
         command.addAll(List.of("-cp", System.getProperty("java.class.path"), BenchPeer.class.getName()));
         command.addAll(List.of(peerArgs));
         ProcessBuilder pb = new ProcessBuilder(command);

@@ -54,6 +54,25 @@ public final class WorkerProcesses {
 
     public static void runAndCheck(Class<?> worker, int ranks, String okLine, Path logs, int seconds, String... args)
             throws IOException, InterruptedException {
+        runAndCheck(worker, ranks, okLine, logs, seconds, java.util.Set.of(), args);
+    }
+
+    /**
+     * As {@link #runAndCheck(Class, int, String, Path, int, String...)}, where the ranks in {@code killedRanks}
+     * must end killed by SIGKILL (exit status 137, e.g. a rank that kills itself mid-write) instead of printing
+     * their success line.
+     *
+     * @param worker      the main class each rank runs
+     * @param ranks       how many processes
+     * @param okLine      what a surviving rank r prints on success, followed by {@code " rank=" + r}
+     * @param logs        where each rank's output goes
+     * @param seconds     how long the ranks may take
+     * @param killedRanks the ranks expected to die by SIGKILL
+     * @param args        the worker's arguments
+     */
+    public static void runAndCheck(Class<?> worker, int ranks, String okLine, Path logs, int seconds,
+                                   java.util.Set<Integer> killedRanks, String... args)
+            throws IOException, InterruptedException {
         int port;
         try (ServerSocket s = new ServerSocket(0)) {
             port = s.getLocalPort();
@@ -90,6 +109,10 @@ public final class WorkerProcesses {
         }
         System.out.println(all);
         for (int r = 0; r < ranks; r++) {
+            if (killedRanks.contains(r)) {
+                assertEquals(137, codes.get(r), "rank " + r + " was expected to die by SIGKILL (137):\n" + all);
+                continue;
+            }
             assertEquals(0, codes.get(r), "rank " + r + " failed (-1: still running after " + seconds + " s):\n" + all);
             assertTrue(Files.readString(outputs.get(r)).contains(okLine + " rank=" + r), all::toString);
         }

@@ -1,0 +1,107 @@
+package org.symmem4j.benchmarks;
+
+import java.io.IOException;
+import java.nio.file.Path;
+import java.util.concurrent.TimeUnit;
+
+import org.openjdk.jmh.annotations.Benchmark;
+import org.openjdk.jmh.annotations.BenchmarkMode;
+import org.openjdk.jmh.annotations.Fork;
+import org.openjdk.jmh.annotations.Level;
+import org.openjdk.jmh.annotations.Measurement;
+import org.openjdk.jmh.annotations.Mode;
+import org.openjdk.jmh.annotations.OutputTimeUnit;
+import org.openjdk.jmh.annotations.Param;
+import org.openjdk.jmh.annotations.Scope;
+import org.openjdk.jmh.annotations.Setup;
+import org.openjdk.jmh.annotations.State;
+import org.openjdk.jmh.annotations.TearDown;
+import org.openjdk.jmh.annotations.Warmup;
+import org.symmem4j.parallel.GroupOptions;
+
+/**
+ * Ring buffers between 2 JVM processes on one host: symmem4j's {@link org.symmem4j.state.SymmetricRingBuffer}
+ * (one-to-one, many-to-one) against Agrona's {@code OneToOneRingBuffer} / {@code ManyToOneRingBuffer} over files in
+ * {@code /dev/shm} mapped by both processes, in the same run. The JMH fork is rank 0 (the producer); rank 1 is a
+ * {@link BenchPeer} that drains ({@link #throughput}) or echoes ({@link #roundTrip}) with a busy-spinning poll.
+ * Both sides spin, so each needs a core of its own: on a machine with fewer idle cores the numbers measure the
+ * scheduler as much as the rings.
+ */
+@Warmup(iterations = 3, time = 1)
+@Measurement(iterations = 5, time = 1)
+@Fork(value = 1, jvmArgsAppend = {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
+        "--sun-misc-unsafe-memory-access=allow", "--add-exports=java.base/jdk.internal.misc=ALL-UNNAMED", "-Xmx1g"})
+@State(Scope.Thread)
+public class RingBenchmark {
+
+    /** Ring bytes: room for 256 messages of 4 KiB. */
+    static final int CAPACITY = 1 << 20;
+
+    @Param({"64", "4096"})
+    public int messageBytes;
+
+    @Param({"SYMMEM_ONE_TO_ONE", "AGRONA_ONE_TO_ONE", "SYMMEM_MANY_TO_ONE", "AGRONA_MANY_TO_ONE"})
+    public RingPair.Kind kind;
+
+    private PeerProcess peer;
+    private RingPair rings;
+    private Path files;
+    private int echoes;
+
+    @Setup(Level.Trial)
+    public void setUp() throws IOException {
+        files = Path.of("/dev/shm", "symmem4j-ring-bench-" + ProcessHandle.current().pid());
+        if (kind.agrona()) {
+            RingPair.createAgronaFiles(files, CAPACITY);
+        }
+        try {
+            peer = PeerProcess.start(GroupOptions.defaults(), BenchPeer.RING, Integer.toString(CAPACITY), kind.name(),
+                    files.toString());
+            rings = RingPair.open(kind, peer.group(), CAPACITY, files, (type, length) -> echoes++);
+            peer.group().allGatherBytes("ring-bench-ready", new byte[0]);
+        } catch (IOException | RuntimeException | Error e) {
+            RingPair.deleteAgronaFiles(files); // a failed set-up leaves no ring files in /dev/shm
+            throw e;
+        }
+    }
+
+    /** Messages per second one producer pushes through to a draining consumer (bounded ring: the consumer's rate). */
+    @Benchmark
+    @BenchmarkMode(Mode.Throughput)
+    @OutputTimeUnit(TimeUnit.SECONDS)
+    public void throughput() {
+        while (!rings.send(RingPair.DRAIN, messageBytes)) {
+            Thread.onSpinWait();
+        }
+    }
+
+    /** One message to the peer and its echo back: the round trip, sampled for p50/p99. */
+    @Benchmark
+    @BenchmarkMode(Mode.SampleTime)
+    @OutputTimeUnit(TimeUnit.MICROSECONDS)
+    public int roundTrip() {
+        int before = echoes;
+        while (!rings.send(RingPair.ECHO, messageBytes)) {
+            Thread.onSpinWait();
+        }
+        while (echoes == before) {
+            if (rings.receive() == 0) {
+                Thread.onSpinWait();
+            }
+        }
+        return echoes;
+    }
+
+    @TearDown(Level.Trial)
+    public void tearDown() throws Exception {
+        while (!rings.send(RingPair.STOP, 0)) {
+            Thread.onSpinWait();
+        }
+        peer.group().allGatherBytes("ring-bench-done", new byte[0]);
+        rings.close();
+        peer.close();
+        if (kind.agrona()) {
+            RingPair.deleteAgronaFiles(files);
+        }
+    }
+}

@@ -1,0 +1,290 @@
+package org.symmem4j.parallel.layout;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.VarHandle;
+import java.nio.charset.StandardCharsets;
+
+/**
+ * Layout of one rank's part of a parameter cache: a directory of named entries, a line of last-use ticks, and a
+ * heap of immutable data blocks. The rank owns its part: only it writes the directory and the heap; every rank
+ * reads them, and writes only the last-use ticks.
+ *
+ * <pre>
+ *  offset                       field                                          written by        read by
+ *  0                            HEADER: magic (int), version (int), slots      owner, once       every rank, verify
+ *                               (int), owner (int), heap bytes (long)
+ *  128 + 128*i                  SLOT i (a seqlock):                            owner             every rank
+ *                                 +0  word (long): even = stable, odd = being
+ *                                     written; +2 per change
+ *                                 +8  name hash (long); 0 = free slot
+ *                                 +16 current block (long offset in the heap, -1 none)
+ *                                 +24 current length (long bytes)
+ *                                 +32 previous block (long, -1 none)
+ *                                 +40 previous length (long)
+ *                                 +48 entry version (long, 1 at the first put)
+ *                                 +56 name length (int), +60 name (UTF-8, at most 68 bytes)
+ *  128 + 128*slots + 8*i        LAST USE of slot i (long tick, opaque)         any reader        owner (LRU)
+ *  heap = align64(that end)     BLOCKS, each 64-byte aligned:                  owner             every rank
+ *                                 +0  generation (long): odd while the block holds a published version,
+ *                                     +1 when it is freed (readers holding a view of it see it change)
+ *                                 +64 data
+ * </pre>
+ *
+ * A put writes its data into a fresh block, then publishes it by the slot's seqlock (the old current becomes the
+ * previous, the older previous is freed). So a reader's zero-copy view of a version stays valid across one
+ * replacement, and a reader can always tell afterwards whether its view was freed while it read.
+ */
+public final class ParameterCacheLayout {
+
+    /** Header magic, {@code "SYPC"}. */
+    public static final int MAGIC = 0x53595043;
+    /** Layout version. */
+    public static final int VERSION = 1;
+    /** Bytes of the header and of each slot. */
+    public static final int LINE_BYTES = 128;
+    /** Most UTF-8 bytes of a name. */
+    public static final int MAX_NAME_BYTES = 68;
+    /** Bytes of a block header; blocks and their data are 64-byte aligned. */
+    public static final int BLOCK_HEADER_BYTES = 64;
+
+    /** Slot field offsets. */
+    public static final int SLOT_WORD = 0;
+    /** Name hash. */
+    public static final int SLOT_HASH = 8;
+    /** Current block. */
+    public static final int SLOT_CURRENT = 16;
+    /** Current length. */
+    public static final int SLOT_CURRENT_LENGTH = 24;
+    /** Previous block. */
+    public static final int SLOT_PREVIOUS = 32;
+    /** Previous length. */
+    public static final int SLOT_PREVIOUS_LENGTH = 40;
+    /** Entry version. */
+    public static final int SLOT_VERSION = 48;
+    /** Name length. */
+    public static final int SLOT_NAME_LENGTH = 56;
+    /** Name bytes. */
+    public static final int SLOT_NAME = 60;
+
+    private static final VarHandle LONG = ValueLayout.JAVA_LONG.varHandle();
+
+    private ParameterCacheLayout() {
+    }
+
+    /**
+     * Byte offset of the heap.
+     *
+     * @param slots directory slots
+     * @return heap offset, 64-byte aligned
+     */
+    public static long heapOffset(int slots) {
+        return align64(LINE_BYTES + (long) LINE_BYTES * slots + 8L * slots);
+    }
+
+    /**
+     * Bytes of one rank's part.
+     *
+     * @param slots     directory slots
+     * @param heapBytes heap bytes
+     * @return total bytes
+     */
+    public static long totalBytes(int slots, long heapBytes) {
+        return heapOffset(slots) + heapBytes;
+    }
+
+    /**
+     * Byte offset of slot {@code i}.
+     *
+     * @param i the slot
+     * @return its offset
+     */
+    public static long slotOffset(int i) {
+        return LINE_BYTES + (long) LINE_BYTES * i;
+    }
+
+    /**
+     * Byte offset of slot {@code i}'s last-use tick.
+     *
+     * @param slots directory slots
+     * @param i     the slot
+     * @return its offset
+     */
+    public static long lastUseOffset(int slots, int i) {
+        return LINE_BYTES + (long) LINE_BYTES * slots + 8L * i;
+    }
+
+    /**
+     * {@code n} rounded up to 64.
+     *
+     * @param n bytes
+     * @return aligned bytes
+     */
+    public static long align64(long n) {
+        return (n + 63) & -64L;
+    }
+
+    /**
+     * Writes a fresh part's header and empties its directory (the owner, before the barrier that publishes it).
+     *
+     * @param part      the owner's buffer
+     * @param slots     directory slots
+     * @param heapBytes heap bytes
+     * @param owner     the owner's rank
+     */
+    public static void format(MemorySegment part, int slots, long heapBytes, int owner) {
+        part.asSlice(0, heapOffset(slots)).fill((byte) 0);
+        part.set(ValueLayout.JAVA_INT, 0, MAGIC);
+        part.set(ValueLayout.JAVA_INT, 4, VERSION);
+        part.set(ValueLayout.JAVA_INT, 8, slots);
+        part.set(ValueLayout.JAVA_INT, 12, owner);
+        part.set(ValueLayout.JAVA_LONG, 16, heapBytes);
+    }
+
+    /**
+     * Checks a part's header.
+     *
+     * @param part      a rank's buffer as mapped here
+     * @param slots     expected slots
+     * @param heapBytes expected heap bytes
+     * @param owner     expected owner
+     * @throws IllegalStateException naming the field that differs
+     */
+    public static void verify(MemorySegment part, int slots, long heapBytes, int owner) {
+        check(part.get(ValueLayout.JAVA_INT, 0) == MAGIC, "magic", part.get(ValueLayout.JAVA_INT, 0), MAGIC, owner,
+                " (not a parameter cache: memory of another structure)");
+        check(part.get(ValueLayout.JAVA_INT, 4) == VERSION, "version", part.get(ValueLayout.JAVA_INT, 4), VERSION, owner,
+                " (ranks run different symmem4j versions)");
+        check(part.get(ValueLayout.JAVA_INT, 8) == slots, "slots", part.get(ValueLayout.JAVA_INT, 8), slots, owner,
+                " (every rank must pass the same maxEntries)");
+        check(part.get(ValueLayout.JAVA_INT, 12) == owner, "owner", part.get(ValueLayout.JAVA_INT, 12), owner, owner,
+                " (the part belongs to another rank)");
+        check(part.get(ValueLayout.JAVA_LONG, 16) == heapBytes, "heapBytes", part.get(ValueLayout.JAVA_LONG, 16),
+                heapBytes, owner, " (every rank must pass the same byte budget)");
+    }
+
+    private static void check(boolean ok, String field, long found, long expected, int owner, String fix) {
+        if (!ok) {
+            throw new IllegalStateException("parameter cache header mismatch in rank " + owner + "'s part: field="
+                    + field + " found=" + found + " expected=" + expected + fix);
+        }
+    }
+
+    // ---- slot seqlock ----
+
+    /**
+     * A slot word with acquire: pairs with the owner's release in {@link #endWrite}; the fields are then seen.
+     *
+     * @param part the owner's buffer
+     * @param slot the slot's offset
+     * @return the word (odd while being written)
+     */
+    public static long wordAcquire(MemorySegment part, long slot) {
+        return (long) LONG.getAcquire(part, slot + SLOT_WORD);
+    }
+
+    /**
+     * A reader's second read of the word, after its field reads ({@link VarHandle#loadLoadFence} orders them).
+     *
+     * @param part the owner's buffer
+     * @param slot the slot's offset
+     * @return the word
+     */
+    public static long wordRecheck(MemorySegment part, long slot) {
+        VarHandle.loadLoadFence(); // the field reads before complete before the word is read again
+        return (long) LONG.getOpaque(part, slot + SLOT_WORD);
+    }
+
+    /**
+     * The owner starts changing a slot: the word turns odd before any field changes.
+     *
+     * @param part the owner's buffer
+     * @param slot the slot's offset
+     * @return the odd word
+     */
+    public static long beginWrite(MemorySegment part, long slot) {
+        long odd = (long) LONG.get(part, slot + SLOT_WORD) + 1;
+        LONG.setOpaque(part, slot + SLOT_WORD, odd);
+        VarHandle.storeStoreFence(); // the odd word is visible before any field store after it
+        return odd;
+    }
+
+    /**
+     * The owner ends a change: the word turns even.
+     *
+     * @param part the owner's buffer
+     * @param slot the slot's offset
+     * @param odd  what {@link #beginWrite} returned
+     */
+    public static void endWrite(MemorySegment part, long slot, long odd) {
+        // release: publishes the slot's fields (and the block data written before) to readers' acquire of the word
+        LONG.setRelease(part, slot + SLOT_WORD, odd + 1);
+    }
+
+    /**
+     * A block's generation with acquire: pairs with {@link #setGeneration}.
+     *
+     * @param part  the owner's buffer
+     * @param block the block's heap-relative offset
+     * @param heap  the heap's offset
+     * @return the generation
+     */
+    public static long generationAcquire(MemorySegment part, long heap, long block) {
+        return (long) LONG.getAcquire(part, heap + block);
+    }
+
+    /**
+     * Sets a block's generation (the owner: odd when it publishes data, even when it frees it).
+     *
+     * @param part       the owner's buffer
+     * @param heap       the heap's offset
+     * @param block      the block's heap-relative offset
+     * @param generation the new generation
+     */
+    public static void setGeneration(MemorySegment part, long heap, long block, long generation) {
+        // release: a freed block's readers see the change before the owner's later writes into it (a storeStore
+        // fence follows in the caller before data is reused); a published block's data precedes it
+        LONG.setRelease(part, heap + block, generation);
+        VarHandle.storeStoreFence();
+    }
+
+    /**
+     * A reader records that it used slot {@code i} now (for the owner's LRU); opaque: no data is published.
+     *
+     * @param part  the owner's buffer
+     * @param slots directory slots
+     * @param i     the slot
+     * @param tick  the time
+     */
+    public static void touch(MemorySegment part, int slots, int i, long tick) {
+        LONG.setOpaque(part, lastUseOffset(slots, i), tick);
+    }
+
+    /**
+     * The last-use tick of slot {@code i} (opaque).
+     *
+     * @param part  the owner's buffer
+     * @param slots directory slots
+     * @param i     the slot
+     * @return the tick
+     */
+    public static long lastUse(MemorySegment part, int slots, int i) {
+        return (long) LONG.getOpaque(part, lastUseOffset(slots, i));
+    }
+
+    /**
+     * A name's bytes, checked.
+     *
+     * @param name the name
+     * @return its UTF-8 bytes
+     * @throws IllegalArgumentException when empty or longer than {@link #MAX_NAME_BYTES}
+     */
+    public static byte[] nameBytes(String name) {
+        byte[] b = name.getBytes(StandardCharsets.UTF_8);
+        if (b.length == 0 || b.length > MAX_NAME_BYTES) {
+            throw new IllegalArgumentException("parameter cache name '" + name + "' is " + b.length
+                    + " UTF-8 bytes, expected 1.." + MAX_NAME_BYTES + " (use a shorter name)");
+        }
+        return b;
+    }
+}

@@ -1,0 +1,315 @@
+package org.symmem4j.parallel.layout;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.lang.invoke.VarHandle;
+
+/**
+ * Layout of a symmetric ring buffer in its consumer rank's buffer: a header, two position counters on lines of
+ * their own, and the data ring of records. Agrona's {@code RingBufferDescriptor} and {@code RecordDescriptor}
+ * are the model; the record header is one 64-bit word so that a record is published by one release store.
+ *
+ * <pre>
+ *  offset         field                                                written by            read by
+ *  0              HEADER: magic (int), version (int), kind (int:       consumer, once        every rank, verify
+ *                 1 one-to-one, 2 many-to-one), capacity (int),
+ *                 producer rank (int, -1 = any), consumer rank (int)
+ *  128            TAIL (long): bytes claimed since creation, only      producers (CAS, or    producers
+ *                 grows                                                the one producer)
+ *  256            HEAD (long): bytes consumed since creation, only     consumer (release)    producers (acquire)
+ *                 grows
+ *  384            DATA: capacity bytes (a power of two) of records,    producers, then       consumer
+ *                 each 8-byte aligned:                                 consumer zeroes
+ *                   +0 header word (long):
+ *                        low 32 bits:  record length (header + payload bytes); 0 = free,
+ *                                      negative = claimed and being written
+ *                        high 32 bits: committed: message type (&gt;= 1) or PADDING (-1);
+ *                                      being written: the producer's rank
+ *                   +8 payload
+ * </pre>
+ *
+ * A producer claims {@code align8(length)} bytes at TAIL, marks the record being written (negative length and
+ * its rank: a consumer that finds the producer dead skips the record as padding), writes the payload and
+ * publishes the record by one release store of the header word (positive length and the type); the consumer
+ * reads it with acquire, hands the payload out, zeroes the record and moves HEAD on with release, which frees
+ * the bytes for producers. A record that does not fit before the end of the ring is preceded by a PADDING
+ * record that fills the ring to its end.
+ */
+public final class RingBufferLayout {
+
+    /** Bytes per line: fields written by different ranks sit on lines of their own. */
+    public static final int LINE_BYTES = 128;
+    /** Header magic, {@code "SYRB"}. */
+    public static final int MAGIC = 0x53595242;
+    /** Layout version. */
+    public static final int VERSION = 1;
+    /** Kind: exactly one producer rank. */
+    public static final int KIND_ONE_TO_ONE = 1;
+    /** Kind: any rank produces, producers claim space by CAS on TAIL. */
+    public static final int KIND_MANY_TO_ONE = 2;
+
+    /** Byte offset of the magic (int). */
+    public static final long MAGIC_OFFSET = 0;
+    /** Byte offset of the version (int). */
+    public static final long VERSION_OFFSET = 4;
+    /** Byte offset of the kind (int). */
+    public static final long KIND_OFFSET = 8;
+    /** Byte offset of the data capacity (int). */
+    public static final long CAPACITY_OFFSET = 12;
+    /** Byte offset of the producer rank (int, -1 = any rank). */
+    public static final long PRODUCER_OFFSET = 16;
+    /** Byte offset of the consumer rank (int). */
+    public static final long CONSUMER_OFFSET = 20;
+    /** Byte offset of TAIL (long). */
+    public static final long TAIL_OFFSET = LINE_BYTES;
+    /** Byte offset of HEAD (long). */
+    public static final long HEAD_OFFSET = 2L * LINE_BYTES;
+    /** Byte offset of the data ring. */
+    public static final long DATA_OFFSET = 3L * LINE_BYTES;
+
+    /** Bytes of a record header (one long). */
+    public static final int RECORD_HEADER_BYTES = Long.BYTES;
+    /** Records start at multiples of this. */
+    public static final int RECORD_ALIGNMENT = 8;
+    /** Message type of a padding record (not handed out). */
+    public static final int PADDING_TYPE = -1;
+    /** Smallest data capacity. */
+    public static final int MIN_CAPACITY = 64;
+
+    private static final VarHandle LONG = ValueLayout.JAVA_LONG.varHandle();
+
+    private RingBufferLayout() {
+    }
+
+    /**
+     * Bytes a ring of {@code capacity} data bytes occupies.
+     *
+     * @param capacity data bytes, a power of two
+     * @return header and data bytes
+     */
+    public static long totalBytes(int capacity) {
+        return DATA_OFFSET + capacity;
+    }
+
+    /**
+     * The largest payload a ring of {@code capacity} takes: an eighth of the ring, as Agrona's, so one
+     * message never starves the others.
+     *
+     * @param capacity data bytes
+     * @return payload bytes
+     */
+    public static int maxPayload(int capacity) {
+        return capacity / 8 - RECORD_HEADER_BYTES;
+    }
+
+    /**
+     * {@code n} rounded up to {@link #RECORD_ALIGNMENT}.
+     *
+     * @param n bytes
+     * @return aligned bytes
+     */
+    public static int align(int n) {
+        return (n + RECORD_ALIGNMENT - 1) & -RECORD_ALIGNMENT;
+    }
+
+    /**
+     * Writes the header of a fresh ring (the consumer, at creation, before the barrier that publishes it).
+     *
+     * @param ring     the consumer's buffer
+     * @param kind     {@link #KIND_ONE_TO_ONE} or {@link #KIND_MANY_TO_ONE}
+     * @param capacity data bytes, a power of two
+     * @param producer the producer rank, or -1 for any
+     * @param consumer the consumer rank
+     */
+    public static void format(MemorySegment ring, int kind, int capacity, int producer, int consumer) {
+        ring.asSlice(0, DATA_OFFSET + capacity).fill((byte) 0);
+        ring.set(ValueLayout.JAVA_INT, MAGIC_OFFSET, MAGIC);
+        ring.set(ValueLayout.JAVA_INT, VERSION_OFFSET, VERSION);
+        ring.set(ValueLayout.JAVA_INT, KIND_OFFSET, kind);
+        ring.set(ValueLayout.JAVA_INT, CAPACITY_OFFSET, capacity);
+        ring.set(ValueLayout.JAVA_INT, PRODUCER_OFFSET, producer);
+        ring.set(ValueLayout.JAVA_INT, CONSUMER_OFFSET, consumer);
+    }
+
+    /**
+     * Checks that {@code ring} holds a ring of this layout with the expected facts.
+     *
+     * @param ring     the consumer's buffer as mapped here
+     * @param kind     the expected kind
+     * @param capacity the expected capacity
+     * @param producer the expected producer rank, -1 for any
+     * @param consumer the expected consumer rank
+     * @throws IllegalStateException naming the field that differs, what was found and what was expected
+     */
+    public static void verify(MemorySegment ring, int kind, int capacity, int producer, int consumer) {
+        if (ring.byteSize() < totalBytes(capacity)) {
+            throw new IllegalStateException("ring buffer: memory bytes=" + ring.byteSize() + " expected at least "
+                    + totalBytes(capacity) + " (header " + DATA_OFFSET + " + capacity " + capacity + ")");
+        }
+        expect(ring, MAGIC_OFFSET, "magic", MAGIC, " (not a ring buffer: memory of another structure or not formatted)");
+        expect(ring, VERSION_OFFSET, "version", VERSION, " (ranks run different symmem4j versions)");
+        expect(ring, KIND_OFFSET, "kind", kind, " (1 one-to-one, 2 many-to-one: every rank must create the same kind)");
+        expect(ring, CAPACITY_OFFSET, "capacity", capacity, " (every rank must pass the same capacity)");
+        expect(ring, PRODUCER_OFFSET, "producer", producer, " (every rank must name the same producer)");
+        expect(ring, CONSUMER_OFFSET, "consumer", consumer, " (every rank must name the same consumer)");
+    }
+
+    private static void expect(MemorySegment ring, long offset, String field, int expected, String fix) {
+        int found = ring.get(ValueLayout.JAVA_INT, offset);
+        if (found != expected) {
+            throw new IllegalStateException("ring buffer header mismatch: field=" + field + " found=" + found
+                    + " expected=" + expected + fix);
+        }
+    }
+
+    // ---- positions: the access mode is in the name ----
+
+    /**
+     * TAIL with acquire: pairs with a producer's CAS or release of TAIL.
+     *
+     * @param ring the consumer's buffer
+     * @return bytes claimed so far
+     */
+    public static long tailAcquire(MemorySegment ring) {
+        return (long) LONG.getAcquire(ring, TAIL_OFFSET);
+    }
+
+    /**
+     * TAIL with a plain read: for the one producer, which alone writes it.
+     *
+     * @param ring the consumer's buffer
+     * @return bytes claimed so far
+     */
+    public static long tailPlain(MemorySegment ring) {
+        return (long) LONG.get(ring, TAIL_OFFSET);
+    }
+
+    /**
+     * TAIL with release: the one producer's claim (read back only by itself; the consumer follows record headers).
+     *
+     * @param ring  the consumer's buffer
+     * @param value the new tail
+     */
+    public static void tailRelease(MemorySegment ring, long value) {
+        LONG.setRelease(ring, TAIL_OFFSET, value);
+    }
+
+    /**
+     * Claims bytes by CAS on TAIL (many producers): the linearization point of a claim.
+     *
+     * @param ring     the consumer's buffer
+     * @param expected the tail read before
+     * @param value    the new tail
+     * @return whether this producer won the bytes
+     */
+    public static boolean tailCompareAndSet(MemorySegment ring, long expected, long value) {
+        return LONG.compareAndSet(ring, TAIL_OFFSET, expected, value);
+    }
+
+    /**
+     * HEAD with acquire: pairs with the consumer's release in {@link #headRelease}; zeroed records are then seen.
+     *
+     * @param ring the consumer's buffer
+     * @return bytes consumed so far
+     */
+    public static long headAcquire(MemorySegment ring) {
+        return (long) LONG.getAcquire(ring, HEAD_OFFSET);
+    }
+
+    /**
+     * HEAD with a plain read: for the consumer, which alone writes it.
+     *
+     * @param ring the consumer's buffer
+     * @return bytes consumed so far
+     */
+    public static long headPlain(MemorySegment ring) {
+        return (long) LONG.get(ring, HEAD_OFFSET);
+    }
+
+    /**
+     * HEAD with release: publishes the zeroed records before it as free; producers read it in {@link #headAcquire}.
+     *
+     * @param ring  the consumer's buffer
+     * @param value the new head
+     */
+    public static void headRelease(MemorySegment ring, long value) {
+        LONG.setRelease(ring, HEAD_OFFSET, value);
+    }
+
+    // ---- records ----
+
+    /**
+     * A record's header word with acquire: pairs with the producer's release in {@link #commitRecord}.
+     *
+     * @param ring  the consumer's buffer
+     * @param index byte index of the record in the data ring
+     * @return the header word
+     */
+    public static long recordHeaderAcquire(MemorySegment ring, int index) {
+        return (long) LONG.getAcquire(ring, DATA_OFFSET + index);
+    }
+
+    /**
+     * Marks a claimed record as being written by {@code rank} (negative length): no data is published by it,
+     * but a consumer that later finds {@code rank} dead knows whose record it skips and how long it is.
+     *
+     * @param ring   the consumer's buffer
+     * @param index  byte index of the record
+     * @param length record length (header + payload)
+     * @param rank   the producer's rank
+     */
+    public static void markRecordInProgress(MemorySegment ring, int index, int length, int rank) {
+        // release: orders the mark after the claim; nothing reads data because of it (the consumer skips or waits)
+        LONG.setRelease(ring, DATA_OFFSET + index, headerWord(-length, rank));
+    }
+
+    /**
+     * Publishes a record: the linearization point of a write. Pairs with {@link #recordHeaderAcquire}.
+     *
+     * @param ring   the consumer's buffer
+     * @param index  byte index of the record
+     * @param length record length (header + payload)
+     * @param type   message type, or {@link #PADDING_TYPE}
+     */
+    public static void commitRecord(MemorySegment ring, int index, int length, int type) {
+        // release: publishes the payload written before it to the consumer's acquire of the header word
+        LONG.setRelease(ring, DATA_OFFSET + index, headerWord(length, type));
+    }
+
+    /**
+     * Turns the in-progress record of a dead producer into padding, by CAS so that it happens once.
+     *
+     * @param ring     the consumer's buffer
+     * @param index    byte index of the record
+     * @param observed the in-progress header word seen
+     * @return whether this call replaced it
+     */
+    public static boolean abandonRecord(MemorySegment ring, int index, long observed) {
+        int length = -recordLength(observed);
+        return LONG.compareAndSet(ring, DATA_OFFSET + index, observed, headerWord(length, PADDING_TYPE));
+    }
+
+    /**
+     * The length field of a header word.
+     *
+     * @param header the header word
+     * @return record length; 0 free, negative being written
+     */
+    public static int recordLength(long header) {
+        return (int) header;
+    }
+
+    /**
+     * The high field of a header word: the type of a committed record, the producer's rank of one being written.
+     *
+     * @param header the header word
+     * @return type or rank
+     */
+    public static int recordTypeOrRank(long header) {
+        return (int) (header >>> 32);
+    }
+
+    private static long headerWord(int length, int high) {
+        return ((long) high << 32) | (length & 0xFFFF_FFFFL);
+    }
+}

@@ -1,0 +1,513 @@
+package org.symmem4j.state;
+
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_HEADER_BYTES;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_CURRENT;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_CURRENT_LENGTH;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_HASH;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_NAME;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_NAME_LENGTH;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_PREVIOUS;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_PREVIOUS_LENGTH;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_VERSION;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Objects;
+import java.util.TreeMap;
+
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.layout.ParameterCacheLayout;
+import org.symmem4j.parallel.sync.WaitSubject;
+import org.symmem4j.parallel.sync.Waiter;
+
+/**
+ * Named, versioned byte arrays (weights, LoRA adapters, embeddings) in symmetric memory: each rank {@link #put}s
+ * entries into its own part within a byte budget, and every rank {@link #get}s them zero-copy, as a read-only view
+ * of the owner's memory. The parameter-server use: the owner hot-swaps an entry by putting a new version, readers
+ * switch to it with their next get, with no copy on their side.
+ *
+ * <pre>{@code
+ * try (ParameterCache cache = ParameterCache.create(group, 256L << 20, 64)) {      // collective
+ *     if (group.rank() == 0) cache.put("adapter/a", weights);                      // owner: copy in, publish
+ *     ParameterCache.Entry e = cache.get("adapter/a");                             // any rank: zero-copy
+ *     use(e.data());
+ *     if (!e.isValid()) { ... }   // freed while read (two newer versions since): get it again
+ * }
+ * }</pre>
+ *
+ * <ul>
+ *   <li><b>No torn entry</b>: a put writes a fresh block and then publishes it through the entry's seqlock; the
+ *       data of a published version is never written again. The version it replaced stays readable until the next
+ *       put of the name (a double buffer), so a reader that raced the writer reads the previous version whole. A
+ *       view whose block was freed afterwards says so ({@link Entry#isValid()}); {@link #copy} retries for you.</li>
+ *   <li><b>Budget</b>: each rank's part holds {@code budgetBytes} of data blocks (64-byte aligned, 64-byte header)
+ *       and {@code maxEntries} names; a put that does not fit first frees previous versions, then evicts the least
+ *       recently used entries (a get counts as a use).</li>
+ *   <li><b>Versions</b>: unique per owner, increasing with every put.</li>
+ * </ul>
+ *
+ * One thread per rank uses an instance. Where the group spans machines or its memory is GPU memory, creation is
+ * refused with the transport's reason.
+ */
+public final class ParameterCache implements AutoCloseable {
+
+    /** One version of an entry, as a zero-copy view of its owner's memory. */
+    public static final class Entry {
+        private final String name;
+        private final int owner;
+        private final long version;
+        private final MemorySegment data;
+        private final ParameterCache cache;
+        private final long block;
+        private final long generation;
+
+        private Entry(String name, int owner, long version, MemorySegment data, ParameterCache cache, long block,
+                      long generation) {
+            this.name = name;
+            this.owner = owner;
+            this.version = version;
+            this.data = data;
+            this.cache = cache;
+            this.block = block;
+            this.generation = generation;
+        }
+
+        /** {@return the entry's name} */
+        public String name() {
+            return name;
+        }
+
+        /** {@return the rank that put it} */
+        public int owner() {
+            return owner;
+        }
+
+        /** {@return this version (unique per owner, increasing with every put)} */
+        public long version() {
+            return version;
+        }
+
+        /** {@return the bytes, read-only, in the owner's memory (no copy)} */
+        public MemorySegment data() {
+            return data;
+        }
+
+        /**
+         * Whether the view still holds this version: false once its block was freed (two newer puts of the name,
+         * an eviction or a remove since). Check it after reading: what was read before a true answer is whole.
+         *
+         * @return true while the data is this version's
+         */
+        public boolean isValid() {
+            return cache.generation(owner, block) == generation;
+        }
+
+        @Override
+        public String toString() {
+            return "ParameterCache.Entry[" + name + ", owner=" + owner + ", version=" + version + ", bytes="
+                    + data.byteSize() + "]";
+        }
+    }
+
+    private static final long TOMBSTONE = -1;
+
+    private final Group group;
+    private final SymmetricMemory memory;
+    private final int slots;
+    private final long heapBytes;
+    private final long heap;
+    private final MemorySegment[] parts;
+    private final Waiter waiter;
+
+    // ---- owner side: this rank's part, known only here ----
+    private final MemorySegment mine;
+    private final Map<String, Integer> slotOf = new HashMap<>();
+    /** Free heap ranges: offset -> bytes. */
+    private final TreeMap<Long, Long> free = new TreeMap<>();
+    private long nextVersion = 1;
+
+    private ParameterCache(Group group, SymmetricMemory memory, int slots, long heapBytes) {
+        this.group = group;
+        this.memory = memory;
+        this.slots = slots;
+        this.heapBytes = heapBytes;
+        this.heap = ParameterCacheLayout.heapOffset(slots);
+        this.parts = new MemorySegment[group.worldSize()];
+        for (int r = 0; r < parts.length; r++) {
+            parts[r] = memory.peer(r);
+        }
+        this.mine = memory.local();
+        this.waiter = SharedMemories.waiter(group);
+        free.put(0L, heapBytes);
+    }
+
+    /**
+     * Collective: a cache in which every rank may own up to {@code maxEntries} entries of {@code budgetBytes} in all.
+     *
+     * @param group       this rank's group
+     * @param budgetBytes bytes of entry data (with a 64-byte header per block) each rank's part holds, at least 128
+     * @param maxEntries  names each rank's part holds, at least 1
+     * @return this rank's view; close it collectively
+     * @throws IllegalArgumentException for a bad budget or entry count (on every rank, before any allocation)
+     * @throws UnsupportedOperationException where the group's transport cannot carry the cache
+     */
+    public static ParameterCache create(Group group, long budgetBytes, int maxEntries) {
+        Objects.requireNonNull(group, "group");
+        if (budgetBytes < 2 * BLOCK_HEADER_BYTES || maxEntries < 1) {
+            throw new IllegalArgumentException("parameter cache budgetBytes=" + budgetBytes + " maxEntries=" + maxEntries
+                    + " expected budgetBytes >= " + 2 * BLOCK_HEADER_BYTES + " and maxEntries >= 1");
+        }
+        long heapBytes = ParameterCacheLayout.align64(budgetBytes);
+        SymmetricMemory memory = SharedMemories.allocate(group, ParameterCacheLayout.totalBytes(maxEntries, heapBytes),
+                "parameter cache");
+        try {
+            ParameterCacheLayout.format(memory.local(), maxEntries, heapBytes, group.rank());
+            memory.barrier(); // every part's header, written before it, is visible to every rank after it
+            for (int r = 0; r < group.worldSize(); r++) {
+                ParameterCacheLayout.verify(memory.peer(r), maxEntries, heapBytes, r);
+            }
+            return new ParameterCache(group, memory, maxEntries, heapBytes);
+        } catch (RuntimeException e) {
+            memory.close();
+            throw e;
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------ owner side
+
+    /**
+     * Puts a new version of {@code name} into this rank's part: copies {@code data} into a fresh block and
+     * publishes it; readers switch to it with their next get. Frees previous versions and evicts least recently
+     * used entries as needed.
+     *
+     * @param name the entry's name, 1..68 UTF-8 bytes
+     * @param data the bytes
+     * @return the new version
+     * @throws IllegalArgumentException for a bad name, or data that cannot fit the budget beside the version it
+     *         replaces (a hot swap keeps both until readers moved on)
+     */
+    public long put(String name, MemorySegment data) {
+        byte[] nameBytes = ParameterCacheLayout.nameBytes(name);
+        long need = blockBytes(data.byteSize());
+        Integer existing = slotOf.get(name);
+        long currentBytes = existing == null ? 0 : blockBytes(mine.get(ValueLayout.JAVA_LONG,
+                ParameterCacheLayout.slotOffset(existing) + SLOT_CURRENT_LENGTH));
+        if (need + currentBytes > heapBytes) {
+            throw new IllegalArgumentException("parameter cache entry '" + name + "' of bytes=" + data.byteSize()
+                    + " does not fit budgetBytes=" + heapBytes + " beside the version it replaces (bytes="
+                    + Math.max(0, currentBytes - BLOCK_HEADER_BYTES) + "; a hot swap keeps both): create the cache with"
+                    + " a budget of at least " + (need + currentBytes) + " bytes");
+        }
+        int slot = existing == null ? claimSlot(name) : existing;
+        long block = allocate(need, slot);
+        long version = nextVersion++;
+        MemorySegment.copy(data, 0, mine, heap + block + BLOCK_HEADER_BYTES, data.byteSize());
+        mine.set(ValueLayout.JAVA_LONG, heap + block + 8, version);
+        mine.set(ValueLayout.JAVA_LONG, heap + block + 16, data.byteSize());
+        long gen = (ParameterCacheLayout.generationAcquire(mine, heap, block) | 1) + 2; // odd: published
+        ParameterCacheLayout.setGeneration(mine, heap, block, gen);
+
+        long s = ParameterCacheLayout.slotOffset(slot);
+        long oldPrevious = mine.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS);
+        long odd = ParameterCacheLayout.beginWrite(mine, s);
+        mine.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, mine.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT));
+        mine.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS_LENGTH, mine.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH));
+        mine.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT, block);
+        mine.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH, data.byteSize());
+        mine.set(ValueLayout.JAVA_LONG, s + SLOT_VERSION, version);
+        ParameterCacheLayout.endWrite(mine, s, odd); // the linearization point of the swap
+        if (oldPrevious >= 0) {
+            release(oldPrevious);
+        }
+        ParameterCacheLayout.touch(mine, slots, slot, System.nanoTime());
+        return version;
+    }
+
+    /**
+     * Removes {@code name} from this rank's part; readers holding a view of it see {@link Entry#isValid()} false.
+     *
+     * @param name the entry's name
+     * @return true when it was there
+     */
+    public boolean remove(String name) {
+        Integer slot = slotOf.remove(name);
+        if (slot == null) {
+            return false;
+        }
+        evictSlot(slot);
+        return true;
+    }
+
+    private int claimSlot(String name) {
+        if (slotOf.size() == slots) {
+            evictLeastRecentlyUsed(-1);
+        }
+        byte[] nameBytes = ParameterCacheLayout.nameBytes(name);
+        long h = hash(nameBytes);
+        for (int i = 0; i < slots; i++) {
+            int slot = (int) Long.remainderUnsigned(h + i, slots);
+            long hs = mine.get(ValueLayout.JAVA_LONG, ParameterCacheLayout.slotOffset(slot) + SLOT_HASH);
+            if (hs == 0 || hs == TOMBSTONE) {
+                // the name, with no version yet: readers find it and answer absent until the put publishes one
+                long s = ParameterCacheLayout.slotOffset(slot);
+                long odd = ParameterCacheLayout.beginWrite(mine, s);
+                mine.set(ValueLayout.JAVA_LONG, s + SLOT_HASH, h);
+                mine.set(ValueLayout.JAVA_INT, s + SLOT_NAME_LENGTH, nameBytes.length);
+                MemorySegment.copy(MemorySegment.ofArray(nameBytes), 0, mine, s + SLOT_NAME, nameBytes.length);
+                mine.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT, -1);
+                mine.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH, 0);
+                mine.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, -1);
+                ParameterCacheLayout.endWrite(mine, s, odd);
+                slotOf.put(name, slot);
+                return slot;
+            }
+        }
+        throw new IllegalStateException("parameter cache: no free slot among maxEntries=" + slots + " after eviction");
+    }
+
+    private static long blockBytes(long dataBytes) {
+        return BLOCK_HEADER_BYTES + ParameterCacheLayout.align64(dataBytes);
+    }
+
+    /** A heap range of {@code bytes}, freeing previous versions and then LRU entries (never {@code keepSlot}). */
+    private long allocate(long bytes, int keepSlot) {
+        while (true) {
+            for (Map.Entry<Long, Long> f : free.entrySet()) {
+                if (f.getValue() >= bytes) {
+                    long off = f.getKey();
+                    free.remove(off);
+                    if (f.getValue() > bytes) {
+                        free.put(off + bytes, f.getValue() - bytes);
+                    }
+                    return off;
+                }
+            }
+            if (!freeOnePrevious() && !evictLeastRecentlyUsed(keepSlot)) {
+                // only keepSlot's current version is left: its previous was freed; compaction is not done, so the
+                // free ranges may be split: free keepSlot's previous (done) and report
+                throw new IllegalStateException("parameter cache: no contiguous range of bytes=" + bytes + " in budget="
+                        + heapBytes + " after freeing every other entry (the heap is fragmented): raise the budget");
+            }
+        }
+    }
+
+    private boolean freeOnePrevious() {
+        for (int slot : slotOf.values()) {
+            long s = ParameterCacheLayout.slotOffset(slot);
+            long previous = mine.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS);
+            if (previous >= 0) {
+                long odd = ParameterCacheLayout.beginWrite(mine, s);
+                mine.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, -1);
+                ParameterCacheLayout.endWrite(mine, s, odd);
+                release(previous);
+                return true;
+            }
+        }
+        return false;
+    }
+
+    private boolean evictLeastRecentlyUsed(int keepSlot) {
+        String victim = null;
+        long oldest = Long.MAX_VALUE;
+        for (Map.Entry<String, Integer> e : slotOf.entrySet()) {
+            if (e.getValue() == keepSlot) {
+                continue;
+            }
+            long t = ParameterCacheLayout.lastUse(mine, slots, e.getValue());
+            if (t < oldest || victim == null) {
+                oldest = t;
+                victim = e.getKey();
+            }
+        }
+        if (victim == null) {
+            return false;
+        }
+        evictSlot(slotOf.remove(victim));
+        return true;
+    }
+
+    private void evictSlot(int slot) {
+        long s = ParameterCacheLayout.slotOffset(slot);
+        long current = mine.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT);
+        long previous = mine.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS);
+        long odd = ParameterCacheLayout.beginWrite(mine, s);
+        mine.set(ValueLayout.JAVA_LONG, s + SLOT_HASH, TOMBSTONE);
+        mine.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT, -1);
+        mine.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, -1);
+        ParameterCacheLayout.endWrite(mine, s, odd);
+        if (current >= 0) {
+            release(current);
+        }
+        if (previous >= 0) {
+            release(previous);
+        }
+    }
+
+    /** Frees a block: its generation turns even first, so views of it read invalid, then the range is reusable. */
+    private void release(long block) {
+        long gen = ParameterCacheLayout.generationAcquire(mine, heap, block);
+        ParameterCacheLayout.setGeneration(mine, heap, block, gen + 1);
+        long bytes = blockBytes(mine.get(ValueLayout.JAVA_LONG, heap + block + 16));
+        Long afterBytes = free.remove(block + bytes); // coalesce with the free range right after
+        if (afterBytes != null) {
+            bytes += afterBytes;
+        }
+        long start = block;
+        Map.Entry<Long, Long> before = free.floorEntry(block); // and with the one right before
+        if (before != null && before.getKey() + before.getValue() == block) {
+            start = before.getKey();
+            bytes += before.getValue();
+        }
+        free.put(start, bytes);
+    }
+
+    // ------------------------------------------------------------------------------------------ reader side
+
+    /**
+     * The current version of {@code name}, looked up in this rank's part first, then in the other ranks' in rank
+     * order.
+     *
+     * @param name the entry's name
+     * @return the entry, or null when no rank has it
+     */
+    public Entry get(String name) {
+        byte[] nameBytes = ParameterCacheLayout.nameBytes(name);
+        long h = hash(nameBytes);
+        for (int i = 0; i < parts.length; i++) {
+            int owner = (group.rank() + i) % parts.length;
+            Entry e = lookup(owner, name, nameBytes, h);
+            if (e != null) {
+                return e;
+            }
+        }
+        return null;
+    }
+
+    /**
+     * The current version of {@code name} in rank {@code owner}'s part.
+     *
+     * @param owner the owner rank
+     * @param name  the entry's name
+     * @return the entry, or null when that rank does not have it
+     */
+    public Entry get(int owner, String name) {
+        Objects.checkIndex(owner, parts.length);
+        byte[] nameBytes = ParameterCacheLayout.nameBytes(name);
+        return lookup(owner, name, nameBytes, hash(nameBytes));
+    }
+
+    /**
+     * Copies the current version of {@code name} into {@code dst}, whole: retries while the owner frees what it read.
+     *
+     * @param name the entry's name
+     * @param dst  at least the entry's bytes
+     * @return the version copied, or -1 when no rank has the name
+     * @throws IllegalArgumentException when {@code dst} is smaller than the entry
+     */
+    public long copy(String name, MemorySegment dst) {
+        while (true) {
+            Entry e = get(name);
+            if (e == null) {
+                return -1;
+            }
+            if (dst.byteSize() < e.data().byteSize()) {
+                throw new IllegalArgumentException("parameter cache copy of '" + name + "': destination bytes="
+                        + dst.byteSize() + " expected at least " + e.data().byteSize());
+            }
+            MemorySegment.copy(e.data(), 0, dst, 0, e.data().byteSize());
+            if (e.isValid()) {
+                return e.version();
+            }
+        }
+    }
+
+    private Entry lookup(int owner, String name, byte[] nameBytes, long h) {
+        MemorySegment part = parts[owner];
+        for (int i = 0; i < slots; i++) {
+            int slot = (int) Long.remainderUnsigned(h + i, slots);
+            long s = ParameterCacheLayout.slotOffset(slot);
+            while (true) {
+                // acquire: pairs with the owner's release in endWrite; the slot's fields are seen after it
+                long w = ParameterCacheLayout.wordAcquire(part, s);
+                if ((w & 1) != 0) {
+                    awaitStable(part, s, w, owner);
+                    continue;
+                }
+                long hs = part.get(ValueLayout.JAVA_LONG, s + SLOT_HASH);
+                boolean match = hs == h && nameMatches(part, s, nameBytes);
+                long block = part.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT);
+                long length = part.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH);
+                long version = part.get(ValueLayout.JAVA_LONG, s + SLOT_VERSION);
+                if (ParameterCacheLayout.wordRecheck(part, s) != w) {
+                    continue; // the owner changed the slot while it was read
+                }
+                if (hs == 0) {
+                    return null; // a never-used slot ends the probe
+                }
+                if (!match) {
+                    break;
+                }
+                if (block < 0) {
+                    return null;
+                }
+                // acquire: pairs with the owner's release of the generation; the block's header and data are seen
+                long gen = ParameterCacheLayout.generationAcquire(part, heap, block);
+                if ((gen & 1) == 0 || part.get(ValueLayout.JAVA_LONG, heap + block + 8) != version
+                        || generation(owner, block) != gen) {
+                    continue; // freed or reused since the slot was read: read the slot again
+                }
+                ParameterCacheLayout.touch(part, slots, slot, System.nanoTime());
+                MemorySegment data = part.asSlice(heap + block + BLOCK_HEADER_BYTES, length).asReadOnly();
+                return new Entry(name, owner, version, data, this, block, gen);
+            }
+        }
+        return null;
+    }
+
+    long generation(int owner, long block) {
+        VarHandleFences.loadLoad(); // the caller's data reads complete before the generation is read again
+        return ParameterCacheLayout.generationAcquire(parts[owner], heap, block);
+    }
+
+    private void awaitStable(MemorySegment part, long s, long odd, int owner) {
+        WaitSubject subject = SharedMemories.waitFor(group, owner, "parameter cache get",
+                () -> "its entry being written (slot offset=" + s + ")", "an owner writes a slot this long only when"
+                        + " it is stopped: check that rank, or raise symmem4j.timeout.ms");
+        waiter.begin();
+        while (ParameterCacheLayout.wordAcquire(part, s) == odd) {
+            waiter.idle(subject);
+        }
+    }
+
+    private boolean nameMatches(MemorySegment part, long s, byte[] nameBytes) {
+        return part.get(ValueLayout.JAVA_INT, s + SLOT_NAME_LENGTH) == nameBytes.length
+                && MemorySegment.mismatch(part, s + SLOT_NAME, s + SLOT_NAME + nameBytes.length,
+                MemorySegment.ofArray(nameBytes), 0, nameBytes.length) == -1;
+    }
+
+    private static long hash(byte[] b) {
+        long h = SymmetricHashMap.hash(MemorySegment.ofArray(b));
+        return h == 0 || h == TOMBSTONE ? 1 : h;
+    }
+
+    /** {@return entries this rank owns now} */
+    public int ownEntries() {
+        return slotOf.size();
+    }
+
+    /** Collective: frees the cache's memory once every rank has stopped using it; views become unusable. */
+    @Override
+    public void close() {
+        memory.close();
+    }
+
+    /** The one fence a reader's validation needs, named. */
+    private static final class VarHandleFences {
+        static void loadLoad() {
+            java.lang.invoke.VarHandle.loadLoadFence();
+        }
+    }
+}

@@ -1,0 +1,119 @@
+package org.symmem4j.state;
+
+import java.time.Duration;
+import java.util.List;
+
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.TransportCapabilities;
+import org.symmem4j.parallel.TransportCapabilities.Capability;
+import org.symmem4j.parallel.sync.WaitSubject;
+import org.symmem4j.parallel.sync.Waiter;
+
+/** What every structure does the same way: refuse what cannot carry it, allocate, and wait for a peer. */
+final class SharedMemories {
+
+    private SharedMemories() {
+    }
+
+    /**
+     * Collective: checks that the group's transport maps every peer's memory into this process as host memory,
+     * then allocates {@code bytes} on every rank.
+     *
+     * @param group     this rank's group
+     * @param bytes     bytes per rank
+     * @param structure the structure's name, for the refusal
+     * @return the memory
+     * @throws UnsupportedOperationException where the transport cannot carry the structure, with its reason
+     */
+    static SymmetricMemory allocate(Group group, long bytes, String structure) {
+        TransportCapabilities caps = group.transport().capabilities(group);
+        if (caps.supports(Capability.DEVICE_MEMORY)) {
+            throw new UnsupportedOperationException(structure + " on transport=" + caps.transport()
+                    + ": its memory is GPU memory, and the GPU form of " + structure + " is not built yet (host"
+                    + " transports only: threads of one JVM, processes of one machine); create it on a host group");
+        }
+        if (!caps.supports(Capability.PEER_ACCESS)) {
+            throw new UnsupportedOperationException(structure + " on transport=" + caps.transport() + " needs every"
+                    + " rank's memory mapped in this process (loads, stores and CAS on peers' memory), which this group"
+                    + " refuses: " + caps.get(Capability.PEER_ACCESS).reason() + "; create it on a group of one machine"
+                    + " (a Group.split by machine)");
+        }
+        return SymmetricMemory.allocate(group, bytes);
+    }
+
+    /**
+     * A waiter bounded by the group's timeout, with its idle strategy.
+     *
+     * @param group the group
+     * @return a waiter to reuse
+     */
+    static Waiter waiter(Group group) {
+        return new Waiter(group.options().idleStrategy().get(), group.options().timeout());
+    }
+
+    /**
+     * A wait for rank {@code peer} (or any rank, -1): fails when the group is aborted or the peer is gone, and
+     * at the deadline with {@code what} and {@code fix} in the message.
+     *
+     * @param group     this rank's group
+     * @param peer      the rank waited for, -1 when any
+     * @param operation what this rank does, e.g. {@code "ring buffer put"}
+     * @param what      what it waits for, e.g. {@code "free bytes=4104 of capacity=65536"}
+     * @param fix       what the user can do
+     * @return the subject
+     */
+    static WaitSubject waitFor(Group group, int peer, String operation, java.util.function.Supplier<String> what,
+                               String fix) {
+        List<Integer> missing = peer >= 0 ? List.of(peer) : others(group);
+        return new WaitSubject() {
+            @Override
+            public void checkProgressPossible(long waitedNanos) {
+                if (group.abortState().isRaised()) {
+                    throw new PeerTimeoutException(operation + ": rank=" + group.rank() + " stopped waiting for "
+                            + who(group, peer) + ": the group was aborted (" + group.abortState().cause() + ")",
+                            group.rank(), missing, operation, PeerTimeoutException.Reason.PEER_ABORTED,
+                            group.options().timeout());
+                }
+                if (peer >= 0 && !group.isAlive(peer)) {
+                    throw new PeerTimeoutException(operation + ": rank=" + group.rank() + " waited for "
+                            + group.describe(peer) + ", which has exited, for " + what.get(),
+                            group.rank(), missing, operation, PeerTimeoutException.Reason.PEER_EXITED,
+                            group.options().timeout());
+                }
+            }
+
+            @Override
+            public RuntimeException deadlinePassed(Duration timeout) {
+                return new PeerTimeoutException(operation + ": rank=" + group.rank() + " waited timeout=" + timeout
+                        + " for " + who(group, peer) + ": " + what.get() + " (" + fix + ")", group.rank(), missing,
+                        operation, PeerTimeoutException.Reason.DEADLINE_PASSED, timeout);
+            }
+        };
+    }
+
+    private static String who(Group group, int peer) {
+        return peer >= 0 ? group.describe(peer) : "any of ranks " + others(group);
+    }
+
+    private static List<Integer> others(Group group) {
+        return java.util.stream.IntStream.range(0, group.worldSize()).filter(r -> r != group.rank()).boxed().toList();
+    }
+
+    /**
+     * Checks a rank argument.
+     *
+     * @param group the group
+     * @param rank  the rank given
+     * @param role  what the rank is, for the message
+     * @return the rank
+     */
+    static int checkRank(Group group, int rank, String role) {
+        if (rank < 0 || rank >= group.worldSize()) {
+            throw new IllegalArgumentException(role + " rank=" + rank + " is not a rank of the group (expected 0.."
+                    + (group.worldSize() - 1) + ")");
+        }
+        return rank;
+    }
+}

@@ -1,0 +1,533 @@
+package org.symmem4j.state;
+
+import static org.symmem4j.parallel.layout.RingBufferLayout.DATA_OFFSET;
+import static org.symmem4j.parallel.layout.RingBufferLayout.PADDING_TYPE;
+import static org.symmem4j.parallel.layout.RingBufferLayout.RECORD_HEADER_BYTES;
+
+import java.lang.foreign.MemorySegment;
+import java.util.Objects;
+
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.layout.RingBufferLayout;
+import org.symmem4j.parallel.sync.Waiter;
+
+/**
+ * A bounded ring buffer of variable-length messages between the ranks of a group, in the consumer rank's
+ * symmetric memory: producers write records straight into the consumer's mapped buffer and publish each by one
+ * release store of its header (a put with its signal in one word); the consumer reads records with acquire, in
+ * the order their space was claimed. Agrona's {@code OneToOneRingBuffer} and {@code ManyToOneRingBuffer} are the
+ * model, with the ring in symmetric memory so that it works between threads and between processes alike.
+ *
+ * <pre>{@code
+ * try (SymmetricRingBuffer ring = SymmetricRingBuffer.manyToOne(group, 0, 1 << 20)) {   // collective
+ *     if (group.rank() == 0) {
+ *         ring.take((type, buf, off, len) -> handle(buf.asSlice(off, len)), 100);      // bounded wait
+ *     } else {
+ *         ring.put(1, message);                       // waits (bounded) while the ring is full
+ *     }
+ * }
+ * }</pre>
+ *
+ * <ul>
+ *   <li><b>Kinds</b>: {@link #oneToOne one-to-one} (one producer rank, no CAS) and {@link #manyToOne many-to-one}
+ *       (any rank, space claimed by CAS on the tail).</li>
+ *   <li><b>Back-pressure</b>: {@link #offer} returns false when the ring is full; {@link #put} waits, bounded by
+ *       the group's timeout, and then throws a {@link org.symmem4j.parallel.PeerTimeoutException} naming the
+ *       consumer; it fails at once when the consumer has exited or the group was aborted.</li>
+ *   <li><b>Sizes</b>: a payload is 0..{@link #maxPayload()} bytes (an eighth of the capacity, less the 8-byte
+ *       header); a larger one is refused with an {@link IllegalArgumentException} before anything is written.</li>
+ *   <li><b>Crashes</b>: a record becomes visible only by its final release store, so a producer that dies while
+ *       writing never exposes a torn message. Its record was marked with its rank when claimed; once the consumer
+ *       finds that rank dead it skips the record ({@link #abandonedRecords()}) and the ring goes on. A many-to-one
+ *       producer that dies in the few instructions between winning its claim and marking it leaves an unmarked
+ *       gap that stalls the consumer (the consumer's {@link #take} then times out, naming every producer).</li>
+ * </ul>
+ *
+ * One thread per rank uses an instance (as with {@link Group}); the consumer is the only rank that polls.
+ * Where the group spans machines or its memory is GPU memory, creation is refused with the transport's reason.
+ */
+public final class SymmetricRingBuffer implements AutoCloseable {
+
+    /** The kinds of ring. */
+    public enum Kind {
+        /** Exactly one producer rank. */
+        ONE_TO_ONE,
+        /** Any rank produces; producers claim space by CAS. */
+        MANY_TO_ONE
+    }
+
+    private static final long STUCK_CHECK_NANOS = 1_000_000;
+
+    private final Group group;
+    private final SymmetricMemory memory;
+    private final Kind kind;
+    private final int producer;
+    private final int consumer;
+    private final int capacity;
+    private final int mask;
+    private final int maxPayload;
+    /** The consumer's buffer as mapped here: header, positions and data. */
+    private final MemorySegment ring;
+    /** The data ring alone, handed to handlers. */
+    private final MemorySegment data;
+    private final Waiter waiter;
+
+    /** Producer side: the last HEAD read, so that a producer reads the consumer's line only when it must. */
+    private long headCache;
+    /** Consumer side: an in-progress record seen at the head, and since when, to ask about its producer's life rarely. */
+    private long stuckHeader;
+    private long stuckSinceNanos;
+    private long abandoned;
+
+    private SymmetricRingBuffer(Group group, SymmetricMemory memory, Kind kind, int producer, int consumer,
+                                int capacity) {
+        this.group = group;
+        this.memory = memory;
+        this.kind = kind;
+        this.producer = producer;
+        this.consumer = consumer;
+        this.capacity = capacity;
+        this.mask = capacity - 1;
+        this.maxPayload = RingBufferLayout.maxPayload(capacity);
+        this.ring = memory.peer(consumer);
+        this.data = ring.asSlice(DATA_OFFSET, capacity);
+        this.waiter = SharedMemories.waiter(group);
+    }
+
+    /**
+     * Collective: a ring with one producer rank and one consumer rank.
+     *
+     * @param group    this rank's group
+     * @param producer the rank that offers, 0..worldSize-1
+     * @param consumer the rank that polls, 0..worldSize-1
+     * @param capacity data bytes, a power of two, at least 64
+     * @return this rank's view of the ring; close it collectively
+     * @throws IllegalArgumentException for a rank outside the group or a bad capacity (on every rank, before
+     *         anything is allocated)
+     * @throws UnsupportedOperationException where the group's transport cannot carry the ring
+     */
+    public static SymmetricRingBuffer oneToOne(Group group, int producer, int consumer, int capacity) {
+        SharedMemories.checkRank(group, producer, "ring buffer producer");
+        return create(group, Kind.ONE_TO_ONE, producer, consumer, capacity);
+    }
+
+    /**
+     * Collective: a ring into which any rank (the consumer too) offers and which one consumer rank polls.
+     *
+     * @param group    this rank's group
+     * @param consumer the rank that polls, 0..worldSize-1
+     * @param capacity data bytes, a power of two, at least 64
+     * @return this rank's view of the ring; close it collectively
+     * @throws IllegalArgumentException for a rank outside the group or a bad capacity
+     * @throws UnsupportedOperationException where the group's transport cannot carry the ring
+     */
+    public static SymmetricRingBuffer manyToOne(Group group, int consumer, int capacity) {
+        return create(group, Kind.MANY_TO_ONE, -1, consumer, capacity);
+    }
+
+    private static SymmetricRingBuffer create(Group group, Kind kind, int producer, int consumer, int capacity) {
+        Objects.requireNonNull(group, "group");
+        SharedMemories.checkRank(group, consumer, "ring buffer consumer");
+        if (capacity < RingBufferLayout.MIN_CAPACITY || Integer.bitCount(capacity) != 1) {
+            throw new IllegalArgumentException("ring buffer capacity=" + capacity + " expected a power of two >= "
+                    + RingBufferLayout.MIN_CAPACITY + " (e.g. " + Math.max(RingBufferLayout.MIN_CAPACITY,
+                    Integer.highestOneBit(Math.max(1, capacity)) << 1) + ")");
+        }
+        int kindCode = kind == Kind.ONE_TO_ONE ? RingBufferLayout.KIND_ONE_TO_ONE : RingBufferLayout.KIND_MANY_TO_ONE;
+        SymmetricMemory memory = SharedMemories.allocate(group, RingBufferLayout.totalBytes(capacity), "ring buffer");
+        try {
+            if (group.rank() == consumer) {
+                RingBufferLayout.format(memory.local(), kindCode, capacity, producer, consumer);
+            }
+            memory.barrier(); // the consumer's header, written before it, is visible to every rank after it
+            RingBufferLayout.verify(memory.peer(consumer), kindCode, capacity, producer, consumer);
+            return new SymmetricRingBuffer(group, memory, kind, producer, consumer, capacity);
+        } catch (RuntimeException e) {
+            memory.close();
+            throw e;
+        }
+    }
+
+    /** {@return the ring's kind} */
+    public Kind kind() {
+        return kind;
+    }
+
+    /** {@return the consumer's rank} */
+    public int consumer() {
+        return consumer;
+    }
+
+    /** {@return data bytes of the ring} */
+    public int capacity() {
+        return capacity;
+    }
+
+    /** {@return the largest payload an offer takes, in bytes: an eighth of the capacity less the record header} */
+    public int maxPayload() {
+        return maxPayload;
+    }
+
+    /**
+     * Bytes claimed and not yet consumed, as seen now (a snapshot; other ranks move it).
+     *
+     * @return bytes in the ring, records and padding, 0..capacity
+     */
+    public int size() {
+        long head = RingBufferLayout.headAcquire(ring);
+        long tail = RingBufferLayout.tailAcquire(ring);
+        return (int) Math.max(0, Math.min(capacity, tail - head));
+    }
+
+    // ------------------------------------------------------------------------------------------ producer side
+
+    /**
+     * Writes a message if the ring has room now.
+     *
+     * @param msgTypeId the message's type, at least 1, handed to the consumer's handler
+     * @param src       the bytes
+     * @param offset    where the payload starts in {@code src}
+     * @param length    payload bytes, 0..{@link #maxPayload()}
+     * @return true when written, false when the ring is full (nothing written)
+     * @throws IllegalArgumentException for a payload over {@link #maxPayload()} or a type below 1
+     * @throws IllegalStateException on a rank that is not this ring's producer
+     */
+    public boolean offer(int msgTypeId, MemorySegment src, long offset, int length) {
+        checkOffer(msgTypeId, length);
+        Objects.checkFromIndexSize(offset, length, src.byteSize());
+        int index = claim(length);
+        if (index < 0) {
+            return false;
+        }
+        MemorySegment.copy(src, offset, data, index + RECORD_HEADER_BYTES, length);
+        RingBufferLayout.commitRecord(ring, index, length + RECORD_HEADER_BYTES, msgTypeId);
+        return true;
+    }
+
+    /**
+     * Writes a whole array if the ring has room now.
+     *
+     * @param msgTypeId the message's type, at least 1
+     * @param src       the payload, at most {@link #maxPayload()} bytes
+     * @return true when written, false when the ring is full
+     */
+    public boolean offer(int msgTypeId, byte[] src) {
+        return offer(msgTypeId, MemorySegment.ofArray(src), 0, src.length);
+    }
+
+    /**
+     * Writes a message, waiting while the ring is full: bounded by the group's timeout.
+     *
+     * @param msgTypeId the message's type, at least 1
+     * @param src       the bytes
+     * @param offset    where the payload starts in {@code src}
+     * @param length    payload bytes, 0..{@link #maxPayload()}
+     * @throws IllegalArgumentException for a payload over {@link #maxPayload()} or a type below 1
+     * @throws org.symmem4j.parallel.PeerTimeoutException naming the consumer when it does not free room within
+     *         the timeout, has exited, or the group was aborted
+     */
+    public void put(int msgTypeId, MemorySegment src, long offset, int length) {
+        if (offer(msgTypeId, src, offset, length)) {
+            return;
+        }
+        int required = RingBufferLayout.align(length + RECORD_HEADER_BYTES);
+        var subject = SharedMemories.waitFor(group, consumer, "ring buffer put",
+                () -> "free room for a record of bytes=" + required + " (in the ring now: " + size() + " of capacity="
+                        + capacity + ")",
+                "the consumer does not poll: poll more often, give the ring more capacity, or raise symmem4j.timeout.ms");
+        waiter.begin();
+        while (!offer(msgTypeId, src, offset, length)) {
+            waiter.idle(subject);
+        }
+    }
+
+    /**
+     * Writes a whole array, waiting while the ring is full (see {@link #put(int, MemorySegment, long, int)}).
+     *
+     * @param msgTypeId the message's type, at least 1
+     * @param src       the payload
+     */
+    public void put(int msgTypeId, byte[] src) {
+        put(msgTypeId, MemorySegment.ofArray(src), 0, src.length);
+    }
+
+    /**
+     * Claims room for a payload of {@code length} bytes to be written in place (zero-copy): write it into
+     * {@link #buffer()} at the returned offset, then {@link #commit} or {@link #abort} it. Until then the
+     * consumer sees nothing of it, and records claimed after it wait behind it.
+     *
+     * @param length payload bytes, 0..{@link #maxPayload()}
+     * @return the payload's offset in {@link #buffer()}, or -1 when the ring is full
+     * @throws IllegalArgumentException for a payload over {@link #maxPayload()}
+     */
+    public long tryClaim(int length) {
+        checkOffer(1, length);
+        int index = claim(length);
+        return index < 0 ? -1 : index + RECORD_HEADER_BYTES;
+    }
+
+    /**
+     * Publishes a claimed payload.
+     *
+     * @param payloadOffset what {@link #tryClaim} returned
+     * @param msgTypeId     the message's type, at least 1
+     */
+    public void commit(long payloadOffset, int msgTypeId) {
+        checkType(msgTypeId);
+        finishClaim(payloadOffset, msgTypeId);
+    }
+
+    /**
+     * Gives a claim up: the consumer skips it as padding.
+     *
+     * @param payloadOffset what {@link #tryClaim} returned
+     */
+    public void abort(long payloadOffset) {
+        finishClaim(payloadOffset, PADDING_TYPE);
+    }
+
+    /**
+     * The ring's data as mapped in this process, where {@link #tryClaim} hands out room.
+     *
+     * @return the data ring, {@link #capacity()} bytes
+     */
+    public MemorySegment buffer() {
+        return data;
+    }
+
+    private void finishClaim(long payloadOffset, int type) {
+        int index = (int) payloadOffset - RECORD_HEADER_BYTES;
+        if (payloadOffset < RECORD_HEADER_BYTES || payloadOffset >= capacity) {
+            throw new IllegalArgumentException("ring buffer commit/abort: payloadOffset=" + payloadOffset
+                    + " is not an offset tryClaim returned (expected " + RECORD_HEADER_BYTES + ".." + (capacity - 1) + ")");
+        }
+        long header = RingBufferLayout.recordHeaderAcquire(ring, index);
+        int length = RingBufferLayout.recordLength(header);
+        if (length >= 0 || RingBufferLayout.recordTypeOrRank(header) != group.rank()) {
+            throw new IllegalStateException("ring buffer commit/abort: the record at payloadOffset=" + payloadOffset
+                    + " is not a claim of rank=" + group.rank() + " in progress (header length=" + length
+                    + "): commit or abort each claim once");
+        }
+        RingBufferLayout.commitRecord(ring, index, -length, type);
+    }
+
+    private void checkOffer(int msgTypeId, int length) {
+        checkType(msgTypeId);
+        if (length < 0 || length > maxPayload) {
+            throw new IllegalArgumentException("ring buffer message length=" + length + " bytes, expected 0.."
+                    + maxPayload + " (an eighth of capacity=" + capacity + " less the " + RECORD_HEADER_BYTES
+                    + "-byte header): split the message or create the ring with capacity >= "
+                    + Integer.highestOneBit(Math.max(1, (length + RECORD_HEADER_BYTES) * 8 - 1)) * 2L);
+        }
+        if (kind == Kind.ONE_TO_ONE && group.rank() != producer) {
+            throw new IllegalStateException("one-to-one ring buffer: rank=" + group.rank() + " offered, but its producer"
+                    + " is rank=" + producer + " (create a many-to-one ring for several producers)");
+        }
+    }
+
+    private static void checkType(int msgTypeId) {
+        if (msgTypeId < 1) {
+            throw new IllegalArgumentException("ring buffer msgTypeId=" + msgTypeId + " expected >= 1");
+        }
+    }
+
+    /**
+     * Claims room for a record and returns its index in the data ring, the record marked in progress (many-to-one)
+     * or still free (one-to-one, whose consumer waits for the one producer's commit); -1 when full.
+     */
+    private int claim(int length) {
+        int recordLength = length + RECORD_HEADER_BYTES;
+        int required = RingBufferLayout.align(recordLength);
+        return kind == Kind.ONE_TO_ONE ? claimOneToOne(recordLength, required) : claimManyToOne(recordLength, required);
+    }
+
+    private int claimOneToOne(int recordLength, int required) {
+        long tail = RingBufferLayout.tailPlain(ring); // only this rank writes TAIL
+        int tailIndex = (int) tail & mask;
+        int toEnd = capacity - tailIndex;
+        int padding = required > toEnd ? toEnd : 0;
+        if (required + padding > capacity - (tail - headCache)) {
+            // acquire: pairs with the consumer's release of HEAD; the records it zeroed before are seen as free
+            headCache = RingBufferLayout.headAcquire(ring);
+            if (required + padding > capacity - (tail - headCache)) {
+                return -1;
+            }
+        }
+        if (padding != 0) {
+            // release (inside commitRecord): the consumer's acquire of this header sees a record with nothing to read
+            RingBufferLayout.commitRecord(ring, tailIndex, padding, PADDING_TYPE);
+            tailIndex = 0;
+        }
+        // release: the producer's own position; the consumer follows record headers, not TAIL
+        RingBufferLayout.tailRelease(ring, tail + padding + required);
+        // marked even with one producer, so that commit/abort find the claim's length and a dead producer's claim is
+        // skipped; the mark publishes no data
+        RingBufferLayout.markRecordInProgress(ring, tailIndex, recordLength, group.rank());
+        return tailIndex;
+    }
+
+    private int claimManyToOne(int recordLength, int required) {
+        long head = headCache;
+        long tail;
+        int tailIndex;
+        int padding;
+        do {
+            // acquire: pairs with the winning CAS of another producer (the linearization point of its claim)
+            tail = RingBufferLayout.tailAcquire(ring);
+            tailIndex = (int) tail & mask;
+            int toEnd = capacity - tailIndex;
+            padding = required > toEnd ? toEnd : 0;
+            if (required + padding > capacity - (tail - head)) {
+                // acquire: pairs with the consumer's release of HEAD; the records it zeroed before are seen as free
+                head = RingBufferLayout.headAcquire(ring);
+                headCache = head;
+                if (required + padding > capacity - (tail - head)) {
+                    return -1;
+                }
+            }
+        } while (!RingBufferLayout.tailCompareAndSet(ring, tail, tail + padding + required)); // linearization point
+        if (padding != 0) {
+            // release: a padding record carries nothing; the consumer's acquire of its header skips it
+            RingBufferLayout.commitRecord(ring, tailIndex, padding, PADDING_TYPE);
+            tailIndex = 0;
+        }
+        RingBufferLayout.markRecordInProgress(ring, tailIndex, recordLength, group.rank());
+        return tailIndex;
+    }
+
+    // ------------------------------------------------------------------------------------------ consumer side
+
+    /**
+     * Hands up to {@code limit} messages that are in the ring now to {@code handler}, in order, and frees their
+     * room. Returns at once when there are none.
+     *
+     * @param handler receives each message (zero-copy, valid during the call)
+     * @param limit   the most messages handed out, at least 1
+     * @return messages handed out
+     * @throws IllegalStateException on a rank that is not the consumer
+     */
+    public int poll(MessageHandler handler, int limit) {
+        if (group.rank() != consumer) {
+            throw new IllegalStateException("ring buffer poll on rank=" + group.rank() + ": only the consumer rank="
+                    + consumer + " polls");
+        }
+        if (limit < 1) {
+            throw new IllegalArgumentException("ring buffer poll limit=" + limit + " expected >= 1");
+        }
+        int messages = pollContiguous(handler, limit);
+        if (messages < limit && readToEnd) {
+            messages += pollContiguous(handler, limit - messages); // the records after the wrap
+        }
+        return messages;
+    }
+
+    /** Whether the last {@link #pollContiguous} read up to the end of the ring. */
+    private boolean readToEnd;
+
+    /** Reads records from the head up to the end of the ring at most. */
+    private int pollContiguous(MessageHandler handler, int limit) {
+        long head = RingBufferLayout.headPlain(ring); // only the consumer writes HEAD
+        int headIndex = (int) head & mask;
+        int contiguous = capacity - headIndex;
+        int bytesRead = 0;
+        int messages = 0;
+        try {
+            while (bytesRead < contiguous && messages < limit) {
+                int index = headIndex + bytesRead;
+                // acquire: pairs with the producer's release in commitRecord; the payload written before it is seen
+                long header = RingBufferLayout.recordHeaderAcquire(ring, index);
+                int length = RingBufferLayout.recordLength(header);
+                if (length <= 0) {
+                    if (length < 0 && abandonIfProducerDead(index, header)) {
+                        continue; // now padding: read again
+                    }
+                    break;
+                }
+                bytesRead += RingBufferLayout.align(length);
+                int type = RingBufferLayout.recordTypeOrRank(header);
+                if (type != PADDING_TYPE) {
+                    messages++;
+                    handler.onMessage(type, data, index + RECORD_HEADER_BYTES, length - RECORD_HEADER_BYTES);
+                }
+            }
+        } finally {
+            readToEnd = bytesRead == contiguous;
+            if (bytesRead > 0) {
+                data.asSlice(headIndex, bytesRead).fill((byte) 0);
+                // release: publishes the zeroed records as free room to the producers' acquire of HEAD
+                RingBufferLayout.headRelease(ring, head + bytesRead);
+            }
+        }
+        return messages;
+    }
+
+    /**
+     * Waits until at least one message is in the ring, then hands up to {@code limit} to {@code handler}; bounded
+     * by the group's timeout.
+     *
+     * @param handler receives each message
+     * @param limit   the most messages handed out, at least 1
+     * @return messages handed out, at least 1
+     * @throws org.symmem4j.parallel.PeerTimeoutException when no message arrives within the timeout, naming the
+     *         producer (every other rank for a many-to-one ring), or when the one producer has exited
+     */
+    public int take(MessageHandler handler, int limit) {
+        int n = poll(handler, limit);
+        if (n > 0) {
+            return n;
+        }
+        var subject = SharedMemories.waitFor(group, kind == Kind.ONE_TO_ONE ? producer : -1, "ring buffer take",
+                () -> "a message (in the ring now: " + size() + " bytes claimed, not yet committed)",
+                "no producer offered: check that the producers run, or raise symmem4j.timeout.ms");
+        waiter.begin();
+        while ((n = poll(handler, limit)) == 0) {
+            waiter.idle(subject);
+        }
+        return n;
+    }
+
+    /**
+     * Records the consumer skipped because their producer died while writing them.
+     *
+     * @return the count on this (consumer) rank
+     */
+    public long abandonedRecords() {
+        return abandoned;
+    }
+
+    private boolean abandonIfProducerDead(int index, long header) {
+        long now = System.nanoTime();
+        if (header != stuckHeader) {
+            stuckHeader = header;
+            stuckSinceNanos = now;
+            return false;
+        }
+        if (now - stuckSinceNanos < STUCK_CHECK_NANOS) {
+            return false;
+        }
+        stuckSinceNanos = now;
+        int rank = RingBufferLayout.recordTypeOrRank(header);
+        if (rank < 0 || rank >= group.worldSize() || group.isAlive(rank)) {
+            return false;
+        }
+        // CAS: the dead producer writes no more; turning its record into padding happens once
+        if (RingBufferLayout.abandonRecord(ring, index, header)) {
+            abandoned++;
+        }
+        stuckHeader = 0;
+        return true;
+    }
+
+    /** Collective: frees the ring's memory once every rank has stopped using it. */
+    @Override
+    public void close() {
+        memory.close();
+    }
+
+    @Override
+    public String toString() {
+        return "SymmetricRingBuffer[" + kind + ", consumer=" + consumer + (kind == Kind.ONE_TO_ONE ? ", producer="
+                + producer : "") + ", capacity=" + capacity + ", rank=" + group.rank() + "]";
+    }
+}

@@ -1,0 +1,127 @@
+package org.symmem4j.state;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.time.Duration;
+
+import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.group.InJvmWorld;
+
+/** The parameter cache between threads: zero-copy gets, hot swaps under readers, LRU eviction, refusals. */
+class ParameterCacheTest {
+
+    private static final GroupOptions OPTIONS = GroupOptions.defaults().withTimeout(Duration.ofSeconds(30));
+
+    private static MemorySegment filled(long v, int bytes) {
+        MemorySegment s = MemorySegment.ofArray(new long[bytes / 8]);
+        for (int i = 0; i < bytes; i += 8) {
+            s.set(ValueLayout.JAVA_LONG, i, v);
+        }
+        return s;
+    }
+
+    @Test
+    void anyRankGetsTheOwnersEntryWithoutACopy() {
+        InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+            try (ParameterCache cache = ParameterCache.create(group, 1 << 16, 8)) {
+                if (group.rank() == 0) {
+                    assertEquals(1, cache.put("w", filled(7, 1024)));
+                    assertEquals(2, cache.put("b", filled(8, 64)));
+                }
+                group.allGatherBytes("put", new byte[0]);
+                ParameterCache.Entry w = cache.get("w");
+                assertNotNull(w);
+                assertEquals(0, w.owner());
+                assertEquals(1024, w.data().byteSize());
+                assertEquals(7, w.data().get(ValueLayout.JAVA_LONG, 1016));
+                assertTrue(w.data().isReadOnly());
+                assertTrue(w.isValid());
+                assertNull(cache.get("missing"));
+                assertNull(cache.get(1, "w"), "rank 1 owns no w");
+                MemorySegment dst = MemorySegment.ofArray(new long[8]);
+                assertEquals(2, cache.copy("b", dst));
+                assertEquals(8, dst.get(ValueLayout.JAVA_LONG, 56));
+                group.allGatherBytes("read", new byte[0]);
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void readersNeverSeeATornEntryWhileTheOwnerSwapsIt() {
+        int versions = 3_000;
+        int bytes = 4096;
+        InJvmWorld.runOnEveryRank(3, OPTIONS, group -> {
+            try (ParameterCache cache = ParameterCache.create(group, 4L * (bytes + 64), 4)) {
+                if (group.rank() == 0) {
+                    cache.put("model", filled(0, bytes));
+                }
+                group.allGatherBytes("seeded", new byte[0]);
+                if (group.rank() == 0) {
+                    for (long v = 1; v <= versions; v++) {
+                        cache.put("model", filled(v, bytes));
+                    }
+                } else {
+                    MemorySegment dst = MemorySegment.ofArray(new long[bytes / 8]);
+                    long lastSeen = -1;
+                    int validReads = 0;
+                    while (lastSeen < versions) {
+                        ParameterCache.Entry e = cache.get("model");
+                        long first = e.data().get(ValueLayout.JAVA_LONG, 0);
+                        boolean same = true;
+                        for (int i = 8; i < bytes; i += 8) {
+                            same &= e.data().get(ValueLayout.JAVA_LONG, i) == first;
+                        }
+                        if (e.isValid()) {
+                            assertTrue(same, "a view that is still valid was torn: version " + e.version());
+                            assertEquals(e.version() - 1, first, "the data belongs to the version");
+                            validReads++;
+                        }
+                        cache.copy("model", dst);
+                        long c = dst.get(ValueLayout.JAVA_LONG, 0);
+                        assertEquals(c, dst.get(ValueLayout.JAVA_LONG, bytes - 8), "copy is whole");
+                        assertTrue(c >= lastSeen, "versions go forward");
+                        lastSeen = c;
+                    }
+                    assertTrue(validReads > 0);
+                }
+                group.allGatherBytes("done", new byte[0]);
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void leastRecentlyUsedEntryIsEvictedToFitTheBudget() {
+        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+            try (ParameterCache cache = ParameterCache.create(group, 3 * (1024 + 64), 8)) {
+                cache.put("a", filled(1, 1024));
+                cache.put("b", filled(2, 1024));
+                cache.put("c", filled(3, 1024));
+                assertNotNull(cache.get("a")); // a is now used more recently than b
+                cache.put("d", filled(4, 1024));
+                assertNull(cache.get("b"), "b was the least recently used");
+                assertEquals(1, cache.get("a").data().get(ValueLayout.JAVA_LONG, 0));
+                assertEquals(3, cache.get("c").data().get(ValueLayout.JAVA_LONG, 0));
+                assertEquals(4, cache.get("d").data().get(ValueLayout.JAVA_LONG, 0));
+                ParameterCache.Entry c = cache.get("c");
+                assertTrue(cache.remove("c"));
+                assertTrue(!c.isValid(), "a removed entry's view says so");
+                assertEquals(2, cache.ownEntries());
+                IllegalArgumentException big = assertThrows(IllegalArgumentException.class,
+                        () -> cache.put("huge", filled(0, 4096)));
+                assertTrue(big.getMessage().contains("does not fit budgetBytes=3264"), big.getMessage());
+                assertThrows(IllegalArgumentException.class, () -> cache.put("x".repeat(69), filled(0, 8)));
+                assertThrows(IllegalArgumentException.class, () -> cache.put("", filled(0, 8)));
+            }
+            return null;
+        });
+    }
+}

@@ -1,0 +1,216 @@
+package org.symmem4j.state;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.SplittableRandom;
+
+import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.group.InJvmWorld;
+
+/** The ring buffer between threads of one JVM: order, wrap-around, back-pressure, sizes, many producers, refusals. */
+class SymmetricRingBufferTest {
+
+    private static final GroupOptions OPTIONS = GroupOptions.defaults().withTimeout(Duration.ofSeconds(30));
+
+    /** The payload of message {@code seq} from {@code rank}: its length varies, its bytes are a function of both. */
+    static byte[] payload(int rank, int seq, int maxPayload) {
+        SplittableRandom r = new SplittableRandom(rank * 1_000_003L + seq);
+        byte[] b = new byte[Math.max(8, r.nextInt(maxPayload + 1))];
+        r.nextBytes(b);
+        MemorySegment.ofArray(b).set(ValueLayout.JAVA_INT_UNALIGNED, 0, rank);
+        MemorySegment.ofArray(b).set(ValueLayout.JAVA_INT_UNALIGNED, 4, seq);
+        return b;
+    }
+
+    @Test
+    void oneToOneDeliversInOrderThroughManyWrapArounds() {
+        int messages = 5_000;
+        List<Integer> received = InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.oneToOne(group, 1, 0, 1024)) {
+                int max = ring.maxPayload();
+                if (group.rank() == 1) {
+                    SplittableRandom jitter = new SplittableRandom(7);
+                    for (int i = 0; i < messages; i++) {
+                        ring.put(1 + i % 5, payload(1, i, max));
+                        if (jitter.nextInt(500) == 0) {
+                            Thread.yield();
+                        }
+                    }
+                    return messages;
+                }
+                int[] next = {0};
+                while (next[0] < messages) {
+                    ring.take((type, buf, off, len) -> {
+                        byte[] expected = payload(1, next[0], max);
+                        assertEquals(1 + next[0] % 5, type, "type of message " + next[0]);
+                        assertArrayEquals(expected, buf.asSlice(off, len).toArray(ValueLayout.JAVA_BYTE),
+                                "bytes of message " + next[0]);
+                        next[0]++;
+                    }, 64);
+                }
+                assertEquals(0, ring.poll((t, b, o, l) -> { throw new AssertionError("extra message"); }, 1));
+                return next[0];
+            }
+        });
+        assertEquals(List.of(messages, messages), received);
+    }
+
+    @Test
+    void manyToOneKeepsEachProducersOrderAndLosesNothing() {
+        int producers = 3;
+        int messages = 3_000;
+        InJvmWorld.runOnEveryRank(producers + 1, OPTIONS, group -> {
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.manyToOne(group, 0, 2048)) {
+                int max = ring.maxPayload();
+                if (group.rank() != 0) {
+                    for (int i = 0; i < messages; i++) {
+                        ring.put(group.rank(), payload(group.rank(), i, max));
+                    }
+                    return null;
+                }
+                int[] next = new int[producers + 1];
+                int total = 0;
+                while (total < producers * messages) {
+                    total += ring.take((type, buf, off, len) -> {
+                        byte[] got = buf.asSlice(off, len).toArray(ValueLayout.JAVA_BYTE);
+                        int rank = MemorySegment.ofArray(got).get(ValueLayout.JAVA_INT_UNALIGNED, 0);
+                        assertEquals(type, rank, "type names the producer");
+                        assertArrayEquals(payload(rank, next[rank], max), got, "message " + next[rank] + " of rank " + rank);
+                        next[rank]++;
+                    }, 100);
+                }
+                for (int r = 1; r <= producers; r++) {
+                    assertEquals(messages, next[r], "messages of rank " + r);
+                }
+                return null;
+            }
+        });
+    }
+
+    @Test
+    void fullRingRefusesOfferUntilTheConsumerPolls() {
+        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+            for (SymmetricRingBuffer.Kind kind : SymmetricRingBuffer.Kind.values()) {
+                try (SymmetricRingBuffer ring = kind == SymmetricRingBuffer.Kind.ONE_TO_ONE
+                        ? SymmetricRingBuffer.oneToOne(group, 0, 0, 1024) : SymmetricRingBuffer.manyToOne(group, 0, 1024)) {
+                    byte[] msg = new byte[56]; // 64-byte records: exactly 16 fit in 1024 bytes
+                    for (int i = 0; i < 16; i++) {
+                        msg[0] = (byte) i;
+                        assertTrue(ring.offer(1, msg), kind + " offer " + i);
+                    }
+                    assertFalse(ring.offer(1, msg), kind + ": the 17th record does not fit");
+                    assertEquals(1024, ring.size());
+                    List<Byte> firsts = new ArrayList<>();
+                    assertEquals(1, ring.poll((t, b, o, l) -> firsts.add(b.get(ValueLayout.JAVA_BYTE, o)), 1));
+                    assertEquals(List.of((byte) 0), firsts);
+                    assertTrue(ring.offer(1, msg), kind + ": room again after one poll");
+                    assertFalse(ring.offer(1, new byte[0]), kind + ": full again");
+                    assertEquals(16, ring.poll((t, b, o, l) -> firsts.add(b.get(ValueLayout.JAVA_BYTE, o)), 100));
+                    assertEquals((byte) 15, firsts.get(15));
+                }
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void oversizedMessageIsRefusedBeforeAnythingIsWritten() {
+        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.manyToOne(group, 0, 4096)) {
+                assertEquals(4096 / 8 - 8, ring.maxPayload());
+                assertTrue(ring.offer(1, new byte[ring.maxPayload()]));
+                IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                        () -> ring.offer(1, new byte[ring.maxPayload() + 1]));
+                assertTrue(e.getMessage().contains("length=505") && e.getMessage().contains("expected 0..504")
+                        && e.getMessage().contains("capacity >= 8192"), e.getMessage());
+                assertThrows(IllegalArgumentException.class, () -> ring.put(0, new byte[1]), "type 0");
+                assertEquals(512, ring.size(), "only the first message is in the ring");
+                assertEquals(1, ring.poll((t, b, o, l) -> assertEquals(504, l), 10));
+            }
+            assertThrows(IllegalArgumentException.class, () -> SymmetricRingBuffer.manyToOne(group, 0, 1000));
+            assertThrows(IllegalArgumentException.class, () -> SymmetricRingBuffer.manyToOne(group, 1, 1024));
+            return null;
+        });
+    }
+
+    @Test
+    void claimCommitAndAbortWriteInPlace() {
+        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.manyToOne(group, 0, 1024)) {
+                long a = ring.tryClaim(16);
+                long b = ring.tryClaim(8);
+                ring.buffer().set(ValueLayout.JAVA_LONG, a, 42);
+                ring.buffer().set(ValueLayout.JAVA_LONG, b, 43);
+                assertEquals(0, ring.poll((t, buf, o, l) -> { }, 10), "nothing before the commit");
+                ring.abort(b);
+                assertEquals(0, ring.poll((t, buf, o, l) -> { }, 10), "b aborted, a still open ahead of it");
+                ring.commit(a, 5);
+                assertThrows(IllegalStateException.class, () -> ring.commit(a, 5), "a claim commits once");
+                List<Long> got = new ArrayList<>();
+                assertEquals(1, ring.poll((t, buf, o, l) -> got.add(t * 1000L + buf.get(ValueLayout.JAVA_LONG, o)), 10));
+                assertEquals(List.of(5042L), got);
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void wrongRanksAreRefused() {
+        InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.oneToOne(group, 1, 0, 1024)) {
+                if (group.rank() == 0) {
+                    IllegalStateException e = assertThrows(IllegalStateException.class, () -> ring.offer(1, new byte[4]));
+                    assertTrue(e.getMessage().contains("its producer is rank=1"), e.getMessage());
+                } else {
+                    IllegalStateException e = assertThrows(IllegalStateException.class, () -> ring.poll((t, b, o, l) -> { }, 1));
+                    assertTrue(e.getMessage().contains("only the consumer rank=0"), e.getMessage());
+                }
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void putOnAFullRingTimesOutNamingTheConsumer() throws Exception {
+        GroupOptions fast = GroupOptions.defaults().withTimeout(Duration.ofMillis(300));
+        java.util.concurrent.CountDownLatch gaveUp = new java.util.concurrent.CountDownLatch(1);
+        java.util.concurrent.atomic.AtomicReference<PeerTimeoutException> seen = new java.util.concurrent.atomic.AtomicReference<>();
+        InJvmWorld.runOnEveryRank(2, fast, group -> {
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.oneToOne(group, 1, 0, 1024)) {
+                if (group.rank() == 1) {
+                    try {
+                        for (int i = 0; i < 17; i++) {
+                            ring.put(1, new byte[56]); // 16 fit; the 17th waits for a consumer that does not poll
+                        }
+                    } catch (PeerTimeoutException e) {
+                        seen.set(e);
+                    } finally {
+                        gaveUp.countDown();
+                    }
+                } else {
+                    // the consumer stays alive without polling until the producer gave up, then meets it in close
+                    assertTrue(gaveUp.await(30, java.util.concurrent.TimeUnit.SECONDS));
+                }
+            }
+            return null;
+        });
+        PeerTimeoutException timeout = seen.get();
+        assertTrue(timeout != null, "the 17th put must time out");
+        assertEquals(1, timeout.rank());
+        assertEquals(List.of(0), timeout.missingRanks());
+        assertEquals(PeerTimeoutException.Reason.DEADLINE_PASSED, timeout.reason());
+        assertTrue(timeout.getMessage().contains("ring buffer put") && timeout.getMessage().contains("rank 0")
+                && timeout.getMessage().contains("bytes=64"), timeout.getMessage());
+    }
+}
