@@ -91,7 +91,10 @@ final class FullySharded implements AutoCloseable {
     private boolean idle;
     private long localBad = -1;
     private long gatherNanos;
-    private long gatheredBytesPeak;
+    /** Whether to measure resident bytes at every gather and reduce-scatter (tests, benchmarks: one mincore each). */
+    private volatile boolean measurePeaks;
+    private long peakParameterBytes;
+    private long peakGradientBytes;
 
     private FullySharded(ModelReplica.Mln replica, Network net, Communicator comm, SymmetricMemory params,
                          SymmetricMemory gradients) {
@@ -356,6 +359,9 @@ final class FullySharded implements AutoCloseable {
         comm.allGather(params, u.offset() * dtype.byteSize(), u.length(), dtype);
         gatherNanos += System.nanoTime() - t0;
         gathered[u.layer()] = true;
+        if (measurePeaks) {
+            peakParameterBytes = Math.max(peakParameterBytes, residentParameterBytes());
+        }
         if (!termKnown[u.layer()]) {
             // DL4J's own term for the layer, on the gathered values: what its calcRegularizationScore adds
             terms[u.layer()] = net.getLayer(u.layer()).calcRegularizationScore(true);
@@ -373,6 +379,9 @@ final class FullySharded implements AutoCloseable {
             if (bad >= 0 && (localBad < 0 || u.offset() + bad < localBad)) {
                 localBad = u.offset() + bad;
             }
+        }
+        if (measurePeaks) { // the unit's whole gradient is written now: the gradient's high-water mark
+            peakGradientBytes = Math.max(peakGradientBytes, residentGradientBytes());
         }
         comm.reduceScatter(gradients, u.offset() * ds, u.length(), dtype, ReduceOp.SUM);
         reduced[u.layer()] = true;
@@ -510,6 +519,30 @@ final class FullySharded implements AutoCloseable {
     /** Resident bytes of this rank's gradient memory now. */
     long residentGradientBytes() {
         return gradients.residentBytes(0, count * dtype.byteSize());
+    }
+
+    /** Measures, from now on, the resident bytes at every gather and reduce-scatter ({@link #peakParameterBytes}). */
+    void measurePeaks() {
+        measurePeaks = true;
+    }
+
+    /** The most resident parameter bytes seen at a gather since {@link #measurePeaks()}; read while the worker is idle. */
+    long peakParameterBytes() {
+        return peakParameterBytes;
+    }
+
+    /** The most resident gradient bytes seen at a reduce-scatter since {@link #measurePeaks()}. */
+    long peakGradientBytes() {
+        return peakGradientBytes;
+    }
+
+    /** The largest unit's bytes. */
+    long largestUnitBytes() {
+        long m = 0;
+        for (Unit u : units) {
+            m = Math.max(m, u.length());
+        }
+        return m * dtype.byteSize();
     }
 
     /** Bytes of this rank's own blocks (parameters, or gradient: the same). */

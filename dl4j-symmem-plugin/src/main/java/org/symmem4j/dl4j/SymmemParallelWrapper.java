@@ -193,6 +193,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return workers.memory();
     }
 
+    /** Stage 3's side of each worker, worker order (empty before the first fit, or without stage 3); tests and benchmarks. */
+    List<FullySharded> fullySharded() {
+        return workers.running() ? workers.all().stream().map(DataParallelWorker::fullySharded)
+                .filter(java.util.Objects::nonNull).toList() : List.of();
+    }
+
     /** The replicas, worker order (tests compare them after each step, while workers are idle). */
     List<ModelReplica> replicas() {
         return workers.replicas();
