@@ -48,11 +48,13 @@ import org.symmem4j.parallel.numeric.Reducer;
  * around every layer's input tell this class where DL4J is:
  * <ul>
  *   <li>before layer i's forward: the units of earlier layers are released (all but the own block),
- *       unit i is all-gathered in place, and its regularization term is computed on the gathered
- *       values (DL4J's own {@code calcRegularizationScore} of the layer, which reads them);</li>
+ *       unit i's all-gather (in place) is waited for, the next unit's started, and unit i's
+ *       regularization term is computed on the gathered values (DL4J's own
+ *       {@code calcRegularizationScore} of the layer, which reads them);</li>
  *   <li>after layer i's backprop: unit i's gradient is reduce-scattered in place (this rank's block
  *       summed over the ranks, in rank order as the all-reduce of plain data parallelism sums it), its
- *       non-own gradient and parameter pages released, and unit i-1 gathered for its backprop. The
+ *       non-own gradient and parameter pages released, and unit i-1's gather waited for (the one
+ *       below it started). The
  *       output layer's parameters stay until the gradient hook: DL4J scores the batch after backprop;</li>
  *   <li>in the gradient hook ({@link #finishBackward}): what is left (layer 0 has no hook of its own)
  *       is reduce-scattered, everything but the own blocks released.</li>
@@ -62,7 +64,11 @@ import org.symmem4j.parallel.numeric.Reducer;
  * The network's {@code calcRegularizationScore} returns the sum of the terms computed while each
  * layer was gathered, in DL4J's order, so the score is DL4J's to the bit.
  *
- * <p>Gathers are synchronous: the exposed gather time is the whole gather time (reported per step).
+ * <p>Every collective of a step runs on one communication thread per worker, in the order the
+ * hooks issue them (the same on every rank): the next layer's gather (forward: the layer after;
+ * backprop: the layer below the next one) runs while the current layer computes, and a layer's
+ * reduce-scatter while the layers below run their backprop. The worker waits only for a gather that
+ * has not ended when its layer needs it: that wait is the step's exposed gather time.
  */
 final class FullySharded implements AutoCloseable {
 
@@ -88,13 +94,20 @@ final class FullySharded implements AutoCloseable {
     private final List<INDArray> ownParams;
     private final List<INDArray> ownGradients;
     private final Reducer reducer = Reducer.forThisJvm();
-    private boolean idle;
-    private long localBad = -1;
-    private long gatherNanos;
+    /** Every collective of a step, in issue order: gathers (prefetched) and reduce-scatters. */
+    private final java.util.concurrent.ExecutorService commThread;
+    /** A unit's gather under way on the communication thread, by layer; null when none. */
+    private final java.util.concurrent.Future<?>[] pending;
+    // written by the worker before it submits, read by the communication thread (the submit orders them)
+    private volatile boolean idle;
+    // written by the communication thread, read by the worker once finishBackward drained it
+    private volatile long localBad = -1;
+    private volatile long gatherNanos;
+    private long exposedGatherNanos;
     /** Whether to measure resident bytes at every gather and reduce-scatter (tests, benchmarks: one mincore each). */
     private volatile boolean measurePeaks;
-    private long peakParameterBytes;
-    private long peakGradientBytes;
+    private volatile long peakParameterBytes;
+    private volatile long peakGradientBytes;
 
     private FullySharded(ModelReplica.Mln replica, Network net, Communicator comm, SymmetricMemory params,
                          SymmetricMemory gradients) {
@@ -136,6 +149,13 @@ final class FullySharded implements AutoCloseable {
         this.reduced = new boolean[layers.length];
         this.termKnown = new boolean[layers.length];
         this.terms = new double[layers.length];
+        this.pending = new java.util.concurrent.Future<?>[layers.length];
+        int r = rank;
+        this.commThread = java.util.concurrent.Executors.newSingleThreadExecutor(task -> {
+            Thread t = new Thread(task, "symmem4j-stage3-comm-" + r);
+            t.setDaemon(true);
+            return t;
+        });
         INDArray flatParams = net.params().reshape(count);
         INDArray flatGradients = net.getGradientsViewArray().reshape(count);
         List<INDArray> ps = new ArrayList<>();
@@ -279,20 +299,31 @@ final class FullySharded implements AutoCloseable {
 
     // ------------------------------------------------------------------ the step
 
-    /** Before the step's forward pass: the first layer (it has no hook of its own) is gathered. */
+    /**
+     * Before the step's forward pass: the first unit is gathered (layer 0 has no hook of its own) and
+     * the next one prefetched.
+     */
     void beginStep(boolean idleStep) {
         idle = idleStep;
         localBad = -1;
+        exposedGatherNanos = 0;
         gatherNanos = 0;
         Arrays.fill(reduced, false);
         Arrays.fill(termKnown, false);
         for (Unit u : units) {
-            if (gathered[u.layer()]) {
+            if (gathered[u.layer()] || pending[u.layer()] != null) {
                 throw new IllegalStateException("unit of layer " + u.layer() + " still gathered at the start of a step (a bug)");
             }
         }
-        if (unitOfLayer[0] != null) {
-            gather(unitOfLayer[0]);
+        if (units.isEmpty()) {
+            return;
+        }
+        Unit first = units.getFirst();
+        if (first.layer() == 0) {
+            awaitGather(first);
+            prefetch(unitAbove(0));
+        } else {
+            prefetch(first);
         }
     }
 
@@ -304,38 +335,47 @@ final class FullySharded implements AutoCloseable {
             }
         }
         Unit u = unitOfLayer[layer];
-        if (u != null && !gathered[layer]) {
-            gather(u);
+        if (u != null) {
+            awaitGather(u);
         }
+        prefetch(unitAbove(layer)); // gathered on the communication thread while this layer computes
     }
 
     /** Backprop hook: layer {@code layer} has written its gradient; layer - 1 runs its backprop next. */
     void backwardDone(int layer) {
         Unit u = unitOfLayer[layer];
         if (u != null) {
-            reduceScatter(u);
+            startReduceScatter(u); // on the communication thread while the next layers run their backprop
             if (layer != outputLayer) { // DL4J scores the batch with the output layer after backprop
                 releaseParams(u);
             }
         }
-        if (layer > 0 && unitOfLayer[layer - 1] != null && !gathered[layer - 1]) {
-            gather(unitOfLayer[layer - 1]);
+        Unit below = unitBelow(layer);
+        if (below != null && below.layer() == layer - 1) {
+            awaitGather(below); // layer - 1 runs its backprop next
+            prefetch(unitBelow(below.layer()));
+        } else {
+            prefetch(below); // a layer without parameters runs first: its hook waits
         }
     }
 
     /**
      * In the gradient hook, after DL4J's backprop and score: the units no hook reduced (layer 0's) are
-     * reduce-scattered, last layer first as backprop runs, and every unit is released to its own block.
-     * Collective.
+     * reduce-scattered, last layer first as backprop runs; every collective of the step has ended when
+     * it returns, and every unit is released to its own block. Collective.
      */
     void finishBackward() {
         for (int i = units.size() - 1; i >= 0; i--) {
             Unit u = units.get(i);
             if (!reduced[u.layer()]) {
-                reduceScatter(u);
+                startReduceScatter(u);
             }
         }
+        await(commThread.submit(() -> { })); // the communication thread runs in order: everything before has ended
         for (Unit u : units) {
+            if (pending[u.layer()] != null) {
+                throw new IllegalStateException("unit of layer " + u.layer() + " prefetched but never used (a bug)");
+            }
             if (gathered[u.layer()]) {
                 releaseParams(u);
             }
@@ -347,21 +387,68 @@ final class FullySharded implements AutoCloseable {
         return localBad;
     }
 
-    /** Nanoseconds this step spent in parameter all-gathers (all exposed: the gathers are not overlapped yet). */
+    /** Nanoseconds this step waited for parameter all-gathers (the part prefetching did not hide). */
     long takeGatherNanos() {
-        long n = gatherNanos;
-        gatherNanos = 0;
+        long n = exposedGatherNanos;
+        exposedGatherNanos = 0;
         return n;
     }
 
-    private void gather(Unit u) {
-        long t0 = System.nanoTime();
-        comm.allGather(params, u.offset() * dtype.byteSize(), u.length(), dtype);
-        gatherNanos += System.nanoTime() - t0;
-        gathered[u.layer()] = true;
-        if (measurePeaks) {
-            peakParameterBytes = Math.max(peakParameterBytes, residentParameterBytes());
+    /** Nanoseconds this step's parameter all-gathers took on the communication thread, hidden or not. */
+    long gatherNanos() {
+        return gatherNanos;
+    }
+
+    /** The unit of the nearest layer after {@code layer} that has parameters, or null. */
+    private Unit unitAbove(int layer) {
+        for (int i = layer + 1; i < unitOfLayer.length; i++) {
+            if (unitOfLayer[i] != null) {
+                return unitOfLayer[i];
+            }
         }
+        return null;
+    }
+
+    /** The unit of the nearest layer before {@code layer} that has parameters, or null. */
+    private Unit unitBelow(int layer) {
+        for (int i = layer - 1; i >= 0; i--) {
+            if (unitOfLayer[i] != null) {
+                return unitOfLayer[i];
+            }
+        }
+        return null;
+    }
+
+    /**
+     * Starts unit {@code u}'s all-gather on the communication thread unless it is gathered or under way.
+     * Every collective of the step goes through that one thread, in the order this worker's hooks
+     * issue them, which is the same on every rank (same network, same hooks).
+     */
+    private void prefetch(Unit u) {
+        if (u == null || gathered[u.layer()] || pending[u.layer()] != null) {
+            return;
+        }
+        pending[u.layer()] = commThread.submit(() -> {
+            long t0 = System.nanoTime();
+            comm.allGather(params, u.offset() * dtype.byteSize(), u.length(), dtype);
+            gatherNanos += System.nanoTime() - t0;
+            if (measurePeaks) {
+                peakParameterBytes = Math.max(peakParameterBytes, residentParameterBytes());
+            }
+        });
+    }
+
+    /** Waits for unit {@code u}'s gather (starting it if needed); then its regularization term, on the gathered values. */
+    private void awaitGather(Unit u) {
+        if (gathered[u.layer()]) {
+            return;
+        }
+        prefetch(u);
+        long t0 = System.nanoTime();
+        await(pending[u.layer()]);
+        exposedGatherNanos += System.nanoTime() - t0;
+        pending[u.layer()] = null;
+        gathered[u.layer()] = true;
         if (!termKnown[u.layer()]) {
             // DL4J's own term for the layer, on the gathered values: what its calcRegularizationScore adds
             terms[u.layer()] = net.getLayer(u.layer()).calcRegularizationScore(true);
@@ -369,23 +456,48 @@ final class FullySharded implements AutoCloseable {
         }
     }
 
-    private void reduceScatter(Unit u) {
-        long ds = dtype.byteSize();
-        MemorySegment local = gradients.local();
-        if (idle) {
-            local.asSlice(u.offset() * ds, u.length() * ds).fill((byte) 0); // contributes nothing
-        } else {
-            long bad = reducer.firstNonFinite(local, u.offset() * ds, dtype, u.length());
-            if (bad >= 0 && (localBad < 0 || u.offset() + bad < localBad)) {
-                localBad = u.offset() + bad;
-            }
-        }
-        if (measurePeaks) { // the unit's whole gradient is written now: the gradient's high-water mark
-            peakGradientBytes = Math.max(peakGradientBytes, residentGradientBytes());
-        }
-        comm.reduceScatter(gradients, u.offset() * ds, u.length(), dtype, ReduceOp.SUM);
+    /**
+     * On the communication thread: unit {@code u}'s local gradient checked (or zeroed on an idle worker),
+     * reduce-scattered in place, its pages outside this rank's block released. Nobody writes the unit's
+     * gradient after its backprop; the next layers write other pages.
+     */
+    private void startReduceScatter(Unit u) {
         reduced[u.layer()] = true;
-        releaseOutsideOwnBlock(gradients, u);
+        commThread.submit(() -> {
+            long ds = dtype.byteSize();
+            MemorySegment local = gradients.local();
+            if (idle) {
+                local.asSlice(u.offset() * ds, u.length() * ds).fill((byte) 0); // contributes nothing
+            } else {
+                long bad = reducer.firstNonFinite(local, u.offset() * ds, dtype, u.length());
+                if (bad >= 0 && (localBad < 0 || u.offset() + bad < localBad)) {
+                    localBad = u.offset() + bad;
+                }
+            }
+            if (measurePeaks) { // the unit's whole gradient is written now: the gradient's high-water mark
+                peakGradientBytes = Math.max(peakGradientBytes, residentGradientBytes());
+            }
+            comm.reduceScatter(gradients, u.offset() * ds, u.length(), dtype, ReduceOp.SUM);
+            releaseOutsideOwnBlock(gradients, u);
+        });
+    }
+
+    private static void await(java.util.concurrent.Future<?> f) {
+        try {
+            f.get();
+        } catch (java.util.concurrent.ExecutionException e) {
+            Throwable cause = e.getCause();
+            if (cause instanceof RuntimeException r) {
+                throw r;
+            }
+            if (cause instanceof Error err) {
+                throw err;
+            }
+            throw new IllegalStateException("stage 3 communication failed: " + cause, cause);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("interrupted while waiting for a stage-3 collective", e);
+        }
     }
 
     private void releaseParams(Unit u) {
@@ -554,9 +666,15 @@ final class FullySharded implements AutoCloseable {
         return n * dtype.byteSize();
     }
 
-    /** Closes the parameter memory (collective); the gradient memory is the worker's to close. */
+    /** Stops the communication thread and closes the parameter memory (collective); the gradient memory is the worker's. */
     @Override
     public void close() {
+        commThread.shutdownNow(); // after a failure a collective may still wait there: the worker aborted the communicator
+        try {
+            commThread.awaitTermination(10, java.util.concurrent.TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
         params.close();
     }
 

@@ -85,16 +85,16 @@ class FullyShardedBehaviourTest {
     @Test
     void eachWorkerHoldsItsBlocksAndAtMostTwoLayersAtATime() {
         int workers = 4;
-        // 4 layers: 12x400, 400x400, 400x400, 400x3 (~1.3 MB of FLOAT parameters)
-        MultiLayerConfiguration conf = new NeuralNetConfiguration.Builder()
+        // 12x300, five 300x300 layers, 300x3: ~2.2 MB of FLOAT parameters, no layer more than a sixth of them
+        NeuralNetConfiguration.ListBuilder list = new NeuralNetConfiguration.Builder()
                 .seed(3).dataType(DataType.FLOAT).updater(new Adam(0.01)).weightInit(WeightInit.XAVIER)
                 .list()
-                .layer(new DenseLayer.Builder().nIn(Nets.IN).nOut(400).activation(Activation.TANH).build())
-                .layer(new DenseLayer.Builder().nIn(400).nOut(400).activation(Activation.RELU).build())
-                .layer(new DenseLayer.Builder().nIn(400).nOut(400).activation(Activation.RELU).build())
-                .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(400).nOut(Nets.OUT)
-                        .activation(Activation.SOFTMAX).build())
-                .build();
+                .layer(new DenseLayer.Builder().nIn(Nets.IN).nOut(300).activation(Activation.TANH).build());
+        for (int i = 0; i < 5; i++) {
+            list.layer(new DenseLayer.Builder().nIn(300).nOut(300).activation(Activation.RELU).build());
+        }
+        MultiLayerConfiguration conf = list.layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(300)
+                .nOut(Nets.OUT).activation(Activation.SOFTMAX).build()).build();
         MultiLayerNetwork net = new MultiLayerNetwork(conf);
         net.init();
         long full = net.numParams() * 4;
@@ -121,14 +121,16 @@ class FullyShardedBehaviourTest {
                         + " resident after the step; own blocks " + own + " + boundary pages " + pages);
                 assertTrue(m.gradientBytes() <= own + pages, "worker " + r + ": " + m.gradientBytes() + " gradient bytes");
                 assertTrue(m.paramBytes() >= own - pages, "worker " + r + ": its blocks are resident");
-                // during the step: at most two layers gathered (the output layer and one other), one layer's gradient
-                long twoUnits = 2 * fs.largestUnitBytes();
+                // during the step: at most two layers gathered (the current one and the prefetched one) besides the
+                // small output layer, which DL4J needs until it scores the batch; two layers' gradients (the one
+                // being reduce-scattered while the next is written)
+                long twoUnits = 2 * fs.largestUnitBytes() + 4L * 300 * Nets.OUT + 4 * Nets.OUT;
                 assertTrue(fs.peakParameterBytes() <= own + twoUnits + pages, "worker " + r + ": parameter peak "
                         + fs.peakParameterBytes() + " > own " + own + " + two largest layers " + twoUnits + " + " + pages);
-                assertTrue(fs.peakParameterBytes() < full * 0.8, "a replica is " + full + " bytes; peak " + fs.peakParameterBytes());
+                assertTrue(fs.peakParameterBytes() < full * 0.7, "a replica is " + full + " bytes; peak " + fs.peakParameterBytes());
                 assertTrue(fs.peakParameterBytes() >= own + fs.largestUnitBytes() * 3 / 4 - pages,
                         "the peak must see a gathered layer for the bound to mean something: " + fs.peakParameterBytes());
-                assertTrue(fs.peakGradientBytes() <= own + fs.largestUnitBytes() + pages, "worker " + r + ": gradient peak "
+                assertTrue(fs.peakGradientBytes() <= own + twoUnits + pages, "worker " + r + ": gradient peak "
                         + fs.peakGradientBytes());
             }
         }
