@@ -308,7 +308,9 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             comm.abort("worker " + rank + " failed to start: " + cause);
         }
         RankRuntime.closeQuietly(lossMemory);
-        RankRuntime.closeQuietly(gradients != null ? gradients : gradientHome);
+        RankRuntime.closeQuietly(fullySharded); // stage 3's parameter memory (its gradient memory is gradients, if set)
+        RankRuntime.closeQuietly(gradients != null ? gradients
+                : fullySharded != null ? fullySharded.gradientMemory() : gradientHome);
         RankRuntime.closeQuietly(scalars != comm ? scalars : null);
         // after the abort a close fails fast instead of meeting the peers; it still frees this rank's scratch
         RankRuntime.closeQuietly(comm);
@@ -356,7 +358,8 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         List<GradientBuckets.Bucket> buckets = GradientBuckets.splitAtBoundaries(count, dtype, settings.bucketBytes(),
                 settings.minBucketBytes(), layers.stream().mapToLong(ModelReplica.LayerSlice::start).toArray());
         // stage 3 reduce-scatters layer by layer (FullySharded): no buckets
-        synchronizer = fullySharded != null ? null : new GradientSynchronizer(comm, gradients, 0, dtype, buckets, policy, metrics);
+        synchronizer = fullySharded != null ? null
+                : new GradientSynchronizer(comm, gradients, 0, dtype, buckets, policy, metrics);
         if (!stateEntries.isEmpty()) {
             stateReduction = new StateUpdateReduction(stateEntries, replica, comm);
         }

@@ -505,7 +505,10 @@ final class FullySharded implements AutoCloseable {
         gathered[u.layer()] = false;
     }
 
-    /** Gives back the pages of unit {@code u} outside this rank's block (pages it shares with the block, or with other units, stay). */
+    /**
+     * Gives back the pages of unit {@code u} outside this rank's block (pages it shares with the block,
+     * or with other units, stay).
+     */
     private void releaseOutsideOwnBlock(SymmetricMemory memory, Unit u) {
         long ds = dtype.byteSize();
         memory.decommit(u.offset() * ds, u.ownFrom() * ds);
@@ -689,7 +692,8 @@ final class FullySharded implements AutoCloseable {
 
         @Override
         public double calcRegularizationScore(boolean backpropParamsOnly) {
-            return owner == null ? super.calcRegularizationScore(backpropParamsOnly) : owner.regularizationScore(backpropParamsOnly);
+            return owner == null ? super.calcRegularizationScore(backpropParamsOnly)
+                    : owner.regularizationScore(backpropParamsOnly);
         }
     }
 
