@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ZeRO-style sharding benchmark: updater-state bytes and peak off-heap bytes per worker, and step
-# time, of plain data parallelism (the baseline) and ZeRO stages 1 and 2, for N = 1, 2, 4 workers,
+# time, of plain data parallelism (the baseline) and ZeRO stages 1, 2 and 3, for N = 1, 2, 4 workers,
 # every run in a fresh JVM; written as markdown to bench/results/<date>-zero-sharding.md and, one row
 # per run, as CSV beside it (<date>-zero-sharding.csv, which bench/plots.sh draws from; see
 # ZeroShardingBench for the method and flags).

@@ -15,7 +15,8 @@ import org.nd4j.linalg.api.ndarray.INDArray;
  * replica's layers (wrapping the preprocessor a layer already had, if any), it tells the worker
  * which parts of the gradient are final while backprop goes on, without changing any layer's type
  * (wrapping layers would: DL4J checks layer classes in many places). Forward passes and masks go
- * through the wrapped preprocessor, or unchanged.
+ * through the wrapped preprocessor, or unchanged; the forward pass also reports that its layer is about
+ * to run ({@link BackpropProgress#layerStarting}: stage 3 gathers the layer's parameters there).
  */
 final class BackpropSignalPreProcessor implements InputPreProcessor {
 
@@ -33,6 +34,9 @@ final class BackpropSignalPreProcessor implements InputPreProcessor {
 
     @Override
     public INDArray preProcess(INDArray input, int miniBatchSize, LayerWorkspaceMgr workspaceMgr) {
+        if (progress != null) {
+            progress.layerStarting(key); // the layer this preprocessor feeds runs its forward next
+        }
         return wrapped == null ? input : wrapped.preProcess(input, miniBatchSize, workspaceMgr);
     }
 

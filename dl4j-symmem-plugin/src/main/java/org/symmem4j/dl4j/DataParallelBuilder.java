@@ -138,10 +138,12 @@ abstract sealed class DataParallelBuilder
 
     /**
      * ZeRO-style sharding: each worker keeps updater state only for its 1/N shard of the flat
-     * parameter vector (see {@link ZeroStage}); training gives the same parameters as plain
+     * parameter vector (see {@link ZeroStage}); with stage 3 also only its block of every layer's
+     * parameters and gradient (docs/zero-stage-3.md). Training gives the same parameters as plain
      * data parallelism. Default: off.
      *
-     * @param stage {@link ZeroStage#OPTIMIZER_STATE} (stage 1) or {@link ZeroStage#GRADIENTS} (stage 2)
+     * @param stage {@link ZeroStage#OPTIMIZER_STATE} (stage 1), {@link ZeroStage#GRADIENTS} (stage 2) or
+     *              {@link ZeroStage#PARAMETERS} (stage 3: a MultiLayerNetwork on a host transport)
      * @return this builder
      */
     public SymmemParallelWrapper.Builder sharding(ZeroStage stage) {

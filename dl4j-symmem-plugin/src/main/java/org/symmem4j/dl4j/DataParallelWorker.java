@@ -141,8 +141,12 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         }
     }
 
-    /** What a sharded worker starts from: DL4J's updater layout and full state of the user's model. */
-    record ShardSource(UpdaterLayout layout, INDArray fullState) {
+    /**
+     * What a sharded worker starts from: DL4J's updater layout and full state of the user's model, and
+     * for stage 3 the model itself (its replica is built on the worker's thread, over symmetric memory
+     * allocated collectively there: {@link FullySharded#open}); null otherwise.
+     */
+    record ShardSource(UpdaterLayout layout, INDArray fullState, ModelReplica model) {
     }
 
     private final int rank;
@@ -163,7 +167,10 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
      * another process's heap); null to register the view in place. Closed by this worker.
      */
     private final SymmetricMemory gradientHome;
-    private final ModelReplica replica;
+    /** Given, or with stage 3 built in {@link #open()} (whose completion of {@link #ready()} publishes it). */
+    private ModelReplica replica;
+    /** Stage 3's layer-by-layer gathers and reduce-scatters (null otherwise); set in {@link #open()}. */
+    private FullySharded fullySharded;
     private final DataParallelSettings settings;
     private final SyncMetrics metrics;
     private final ShardSource shardSource;
@@ -236,6 +243,11 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         return replica;
     }
 
+    /** Stage 3's side of this worker (null otherwise); valid once {@link #ready()} completed. */
+    FullySharded fullySharded() {
+        return fullySharded;
+    }
+
     /** This worker's sharded updater (null without sharding); valid once {@link #ready()} completed. */
     ShardedUpdater sharded() {
         return sharded;
@@ -255,6 +267,13 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             // one float64 per rank: the step's loss terms, summed in rank order (see mergeLoss)
             lossMemory = settings.gpuMode() ? group.hostTransport().allocate(group, 64) : SymmetricMemory.allocate(group, 64);
             lossAlgorithm = AlgorithmPolicy.oneShotWhereItRuns(scalars, 1, DType.FLOAT64, ReduceOp.SUM);
+        }
+        if (settings.sharding() == ZeroStage.PARAMETERS) {
+            fullySharded = FullySharded.open((ModelReplica.Mln) shardSource.model(), group, comm);
+            replica = fullySharded.replica();
+            if (settings.workspaceMode() != null) {
+                replica.setTrainingWorkspaceMode(settings.workspaceMode());
+            }
         }
         INDArray view = replica.gradientView();
         dtype = ModelReplica.dtypeOf(view.dataType());
@@ -289,7 +308,9 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             comm.abort("worker " + rank + " failed to start: " + cause);
         }
         RankRuntime.closeQuietly(lossMemory);
-        RankRuntime.closeQuietly(gradients != null ? gradients : gradientHome);
+        RankRuntime.closeQuietly(fullySharded); // stage 3's parameter memory (its gradient memory is gradients, if set)
+        RankRuntime.closeQuietly(gradients != null ? gradients
+                : fullySharded != null ? fullySharded.gradientMemory() : gradientHome);
         RankRuntime.closeQuietly(scalars != comm ? scalars : null);
         // after the abort a close fails fast instead of meeting the peers; it still frees this rank's scratch
         RankRuntime.closeQuietly(comm);
@@ -306,6 +327,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         RankRuntime.closeQuietly(averaging);
         RankRuntime.closeQuietly(transferMemory);
         RankRuntime.closeQuietly(accumulationArena);
+        RankRuntime.closeQuietly(fullySharded); // its parameter memory; the gradient memory is gradients
         RankRuntime.closeQuietly(gradients);
         RankRuntime.closeQuietly(lossMemory);
         RankRuntime.closeQuietly(scalars != comm ? scalars : null);
@@ -319,7 +341,9 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
      */
     private void startHostSync(Group group, INDArray view) {
         gradientSegment = ModelReplica.segmentOf(view);
-        if (gradientHome == null) {
+        if (fullySharded != null) {
+            gradients = fullySharded.gradientMemory(); // backprop writes each layer's gradient where the peers read it
+        } else if (gradientHome == null) {
             gradients = SymmetricMemory.register(group, gradientSegment);
         } else {
             if (gradientHome.local().address() != gradientSegment.address()) {
@@ -333,7 +357,9 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         List<ModelReplica.LayerSlice> layers = replica.layerSlices();
         List<GradientBuckets.Bucket> buckets = GradientBuckets.splitAtBoundaries(count, dtype, settings.bucketBytes(),
                 settings.minBucketBytes(), layers.stream().mapToLong(ModelReplica.LayerSlice::start).toArray());
-        synchronizer = new GradientSynchronizer(comm, gradients, 0, dtype, buckets, policy, metrics);
+        // stage 3 reduce-scatters layer by layer (FullySharded): no buckets
+        synchronizer = fullySharded != null ? null
+                : new GradientSynchronizer(comm, gradients, 0, dtype, buckets, policy, metrics);
         if (!stateEntries.isEmpty()) {
             stateReduction = new StateUpdateReduction(stateEntries, replica, comm);
         }
@@ -342,8 +368,12 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         }
         if (shardSource != null) {
             ShardedUpdater s = new ShardedUpdater(settings.sharding(), shardSource.layout(), replica, comm, gradients,
-                    synchronizer, shardSource.fullState());
-            replica.installUpdater(s);
+                    synchronizer, shardSource.fullState(), fullySharded == null ? null : fullySharded.ownRanges());
+            if (fullySharded != null) {
+                fullySharded.install(s); // the updater, and the step that subtracts the own blocks only
+            } else {
+                replica.installUpdater(s);
+            }
             sharded = s;
         }
     }
@@ -432,6 +462,9 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
                 stateHook.arm(task); // before beginStep, whose volatile write publishes it to the sync thread
                 averaging.beginStep(task.idle(), task.stepExamples(), earlierGradients);
             }
+            if (fullySharded != null) {
+                fullySharded.beginStep(task.idle()); // gathers the first layer, which has no hook of its own
+            }
             if (batch instanceof DataSet ds) {
                 replica.fit(ds);
             } else {
@@ -456,6 +489,9 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         long stepNanos = end - start;
         if (sharded != null) {
             syncNanos += sharded.takeGatherNanos(); // the update's all-gather ran inside DL4J's updater call
+        }
+        if (fullySharded != null) {
+            syncNanos += fullySharded.takeGatherNanos(); // stage 3's parameter gathers, inside forward and backprop
         }
         metrics.recordWorkerStep(rank, stepNanos, syncNanos);
         double score = task.idle() ? 0 : score(earlierWeightedScore, earlierExamples, task);
@@ -597,6 +633,17 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             syncNanos = System.nanoTime() - start;
             if (outcome.reducedBad() >= 0) {
                 nonFinite(task, outcome.localBad(), outcome.reducedBad());
+            }
+            return;
+        }
+        if (fullySharded != null) {
+            // stage 3: the layers' gradients were reduce-scattered during backprop; what is left, then the shard
+            fullySharded.finishBackward();
+            sharded.divideShard(task.stepExamples());
+            long nonFiniteShards = sharded.agree();
+            syncNanos = System.nanoTime() - start;
+            if (nonFiniteShards > 0) {
+                nonFinite(task, fullySharded.localBad(), sharded.firstNonFiniteIndex());
             }
             return;
         }

@@ -82,10 +82,14 @@ final class DataParallelWorkers {
                 // DL4J's own updater of the user's model: its blocks are the layout, its full state
                 // view is where shards start from (and are gathered into after each fit)
                 UpdaterLayout layout = UpdaterLayout.of(model.dl4jUpdater(), model.params().length());
-                shardSource = new DataParallelWorker.ShardSource(layout, model.updaterState());
+                shardSource = new DataParallelWorker.ShardSource(layout, model.updaterState(),
+                        settings.sharding() == ZeroStage.PARAMETERS ? model : null);
             }
             List<StateUpdateReduction.Entry> stateEntries = StateUpdateReduction.find(
                     UpdaterLayout.variablesOf(model.dl4jUpdater()), model.trainables());
+            if (settings.sharding() == ZeroStage.PARAMETERS) {
+                FullySharded.check(model, stateEntries); // before any worker starts: what stage 3 cannot drive
+            }
             logStateEntries(stateEntries);
             if (settings.group() == null) {
                 world = threadWorld(settings.workers(), settings.timeout());
@@ -93,6 +97,13 @@ final class DataParallelWorkers {
             List<DataParallelWorker> started = new ArrayList<>();
             for (int r = settings.firstLocalRank(); r < settings.firstLocalRank() + settings.localWorkers(); r++) {
                 BackpropProgress progress = settings.overlap() ? new BackpropProgress() : null;
+                DataParallelWorker.GroupSource source = settings.group() == null ? DataParallelWorker.GroupSource.threadOf(world, r)
+                        : DataParallelWorker.GroupSource.member(settings.group());
+                if (settings.sharding() == ZeroStage.PARAMETERS) {
+                    // stage 3 builds its replica on the worker's thread, over memory the group allocates there
+                    started.add(new DataParallelWorker(r, source, null, null, settings, metrics, shardSource, stateEntries, null));
+                    continue;
+                }
                 // in group mode the gradient lives in symmetric memory of the group, where the peers (other
                 // processes, which cannot map this one's heap) read it: allocated collectively, here, on every rank;
                 // in GPU mode it stays in ND4J's device memory, which the collectives take as it is
@@ -104,8 +115,6 @@ final class DataParallelWorkers {
                     // as ParallelWrapper's trainers set it on their replicas' configurations; DL4J reads it at every fit
                     replica.setTrainingWorkspaceMode(settings.workspaceMode());
                 }
-                DataParallelWorker.GroupSource source = settings.group() == null ? DataParallelWorker.GroupSource.threadOf(world, r)
-                        : DataParallelWorker.GroupSource.member(settings.group());
                 started.add(new DataParallelWorker(r, source, replica, gradientHome,
                         settings, metrics, shardSource, stateEntries, progress));
             }
@@ -180,7 +189,20 @@ final class DataParallelWorkers {
             model.copyStateFrom(first);
             return;
         }
-        model.copyParamsAndCountersFrom(first);
+        if (settings.sharding() == ZeroStage.PARAMETERS) {
+            if (settings.group() != null) {
+                // group mode: the other blocks live in the other ranks' processes; gathered unit by unit (collective)
+                workers.getFirst().fullySharded().gatherInto(model.params());
+            } else {
+                for (DataParallelWorker w : workers) {
+                    w.fullySharded().copyOwnBlocksTo(model.params());
+                }
+            }
+            model.setIterationCount(first.iterationCount());
+            model.setEpochCount(first.epochCount());
+        } else {
+            model.copyParamsAndCountersFrom(first);
+        }
         INDArray full = model.updaterState();
         if (full != null) {
             if (settings.group() != null) {
@@ -200,7 +222,16 @@ final class DataParallelWorkers {
         if (settings.sharding() == null) {
             return first.sameStateAs(model);
         }
-        if (!first.sameParamsAndCountersAs(model)) {
+        if (settings.sharding() == ZeroStage.PARAMETERS) {
+            if (first.iterationCount() != model.iterationCount() || first.epochCount() != model.epochCount()) {
+                return false;
+            }
+            for (DataParallelWorker w : workers) {
+                if (!w.fullySharded().ownBlocksMatch(model.params())) {
+                    return false;
+                }
+            }
+        } else if (!first.sameParamsAndCountersAs(model)) {
             return false;
         }
         INDArray full = model.updaterState();
@@ -219,7 +250,13 @@ final class DataParallelWorkers {
             if (settings.sharding() == null) {
                 w.replica().copyStateFrom(model);
             } else {
-                w.replica().copyParamsAndCountersFrom(model);
+                if (settings.sharding() == ZeroStage.PARAMETERS) {
+                    w.fullySharded().copyOwnBlocksFrom(model.params());
+                    w.replica().setIterationCount(model.iterationCount());
+                    w.replica().setEpochCount(model.epochCount());
+                } else {
+                    w.replica().copyParamsAndCountersFrom(model);
+                }
                 if (full != null) {
                     w.sharded().importState(full);
                 }
@@ -244,6 +281,13 @@ final class DataParallelWorkers {
             long width = r.params().dataType().width();
             long count = r.params().length();
             ShardedUpdater s = w.sharded();
+            FullySharded fs = w.fullySharded();
+            if (fs != null) {
+                // stage 3: what the sparse views hold now, measured, not their size
+                out.add(new WorkerMemory(settings.firstLocalRank() + i, s.start(), s.end(), fs.residentParameterBytes(),
+                        fs.residentGradientBytes(), s.stateBytes()));
+                continue;
+            }
             INDArray state = s == null ? r.updaterState() : null;
             out.add(new WorkerMemory(settings.firstLocalRank() + i, s == null ? 0 : s.start(), s == null ? count : s.end(),
                     count * width, r.gradientView().length() * width,

@@ -145,7 +145,7 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
     }
 
     /** Sets a network's protected reference to its flat gradient view ({@link #placeGradientView}). */
-    private static void setFlattenedGradients(Object network, Class<?> type, INDArray view) {
+    static void setFlattenedGradients(Object network, Class<?> type, INDArray view) {
         try {
             java.lang.reflect.Field f = type.getDeclaredField("flattenedGradients");
             f.setAccessible(true);

@@ -35,7 +35,9 @@ import org.symmem4j.parallel.numeric.Reducer;
 /**
  * One worker's ZeRO-style sharded updater: this rank owns elements [start, end) of the flat
  * parameter vector ({@link ShardPartition} block {@code rank}, 64-byte aligned) and keeps DL4J
- * updater state for those elements only.
+ * updater state for those elements only. With stage 3 ({@link ZeroStage#PARAMETERS}) the rank owns
+ * several ranges instead, block {@code rank} of each layer's parameters ({@link FullySharded}); the
+ * updater works on their union alike, and leaves the subtraction to {@link FullySharded}'s step.
  *
  * <p>A step, on the worker's thread:
  * <ol>
@@ -84,7 +86,6 @@ final class ShardedUpdater {
 
     private final ZeroStage stage;
     private final UpdaterLayout layout;
-    private final ShardPartition partition;
     private final Communicator comm;
     private final SymmetricMemory gradients;
     private final GradientSynchronizer synchronizer;
@@ -92,9 +93,12 @@ final class ShardedUpdater {
     private final long count;
     private final long start;
     private final long end;
+    /** The elements this rank owns: [from, to) pairs, ascending; {@code {start, end}} for stages 1 and 2. */
+    private final long[] ranges;
     private final MemorySegment gradientSegment;
     private final INDArray flatGradient;
-    private final INDArray shardGradient;
+    /** The gradient of every owned range, or empty. */
+    private final List<INDArray> shardGradients;
     private final INDArray state;
     private final List<Piece> pieces;
     private final List<NormTerm> normTerms;
@@ -114,6 +118,15 @@ final class ShardedUpdater {
      */
     ShardedUpdater(ZeroStage stage, UpdaterLayout layout, ModelReplica replica, Communicator comm, SymmetricMemory gradients,
                    GradientSynchronizer synchronizer, INDArray initialState) {
+        this(stage, layout, replica, comm, gradients, synchronizer, initialState, null);
+    }
+
+    /**
+     * @param ownRanges the elements this rank owns, [from, to) pairs in ascending order (stage 3:
+     *                  {@link FullySharded#ownRanges()}); null for ShardPartition block {@code rank} of the whole vector
+     */
+    ShardedUpdater(ZeroStage stage, UpdaterLayout layout, ModelReplica replica, Communicator comm, SymmetricMemory gradients,
+                   GradientSynchronizer synchronizer, INDArray initialState, long[] ownRanges) {
         this.stage = stage;
         this.layout = layout;
         this.comm = comm;
@@ -126,36 +139,58 @@ final class ShardedUpdater {
             throw new IllegalStateException("replica has " + count + " parameters; the updater layout " + layout.paramCount());
         }
         int rank = comm.group().rank();
-        this.partition = ShardPartition.of(count, comm.group().worldSize(), dtype);
-        this.start = partition.start(rank);
-        this.end = partition.end(rank);
+        if ((stage == ZeroStage.PARAMETERS) != (ownRanges != null)) {
+            throw new IllegalArgumentException("stage " + stage + ": own ranges are given exactly for PARAMETERS");
+        }
+        if (ownRanges == null) {
+            ShardPartition partition = ShardPartition.of(count, comm.group().worldSize(), dtype);
+            this.ranges = new long[] {partition.start(rank), partition.end(rank)};
+        } else {
+            this.ranges = ownRanges.clone();
+            for (int i = 0; i < ranges.length; i += 2) {
+                if (ranges[i] > ranges[i + 1] || ranges[i] < (i == 0 ? 0 : ranges[i - 1]) || ranges[i + 1] > count) {
+                    throw new IllegalArgumentException("own ranges " + java.util.Arrays.toString(ownRanges)
+                            + ": expected ascending [from, to) pairs within [0, " + count + ")");
+                }
+            }
+        }
+        this.start = ranges.length == 0 ? 0 : ranges[0];
+        this.end = ranges.length == 0 ? 0 : ranges[ranges.length - 1];
         this.gradientSegment = ModelReplica.segmentOf(view);
         this.flatGradient = flatView(view, "gradient");
         INDArray flatParams = flatView(replica.params(), "parameter");
-        this.shardGradient = end > start ? slice(flatGradient, start, end) : null;
+        List<INDArray> slices = new ArrayList<>();
+        for (int i = 0; i < ranges.length; i += 2) {
+            if (ranges[i] < ranges[i + 1]) {
+                slices.add(slice(flatGradient, ranges[i], ranges[i + 1]));
+            }
+        }
+        this.shardGradients = List.copyOf(slices);
 
         Map<String, Trainable> trainables = replica.trainables();
         List<Piece> built = new ArrayList<>();
         long stateElements = 0;
         for (UpdaterLayout.Block block : layout.blocks()) {
-            long a = Math.max(block.start(), start);
-            long b = Math.min(block.end(), end);
-            if (a >= b) {
-                continue;
-            }
-            UpdaterLayout.Variable first = block.variables().getFirst();
-            IUpdater config = trainable(trainables, first.layer()).getConfig().getUpdaterByParam(first.param());
-            List<VariablePiece> vars = new ArrayList<>();
-            for (UpdaterLayout.Variable v : block.variables()) {
-                long va = Math.max(v.start(), a);
-                long vb = Math.min(v.end(), b);
-                List<Regularization> regs = trainable(trainables, v.layer()).getConfig().getRegularizationByParam(v.param());
-                if (va < vb && regs != null && !regs.isEmpty()) {
-                    vars.add(new VariablePiece(List.copyOf(regs), slice(flatParams, va, vb), slice(flatGradient, va, vb)));
+            for (int ri = 0; ri < ranges.length; ri += 2) {
+                long a = Math.max(block.start(), ranges[ri]);
+                long b = Math.min(block.end(), ranges[ri + 1]);
+                if (a >= b) {
+                    continue;
                 }
+                UpdaterLayout.Variable first = block.variables().getFirst();
+                IUpdater config = trainable(trainables, first.layer()).getConfig().getUpdaterByParam(first.param());
+                List<VariablePiece> vars = new ArrayList<>();
+                for (UpdaterLayout.Variable v : block.variables()) {
+                    long va = Math.max(v.start(), a);
+                    long vb = Math.min(v.end(), b);
+                    List<Regularization> regs = trainable(trainables, v.layer()).getConfig().getRegularizationByParam(v.param());
+                    if (va < vb && regs != null && !regs.isEmpty()) {
+                        vars.add(new VariablePiece(List.copyOf(regs), slice(flatParams, va, vb), slice(flatGradient, va, vb)));
+                    }
+                }
+                built.add(new Piece(block, a, b, stateElements, config, null, slice(flatGradient, a, b), vars));
+                stateElements += (long) block.statesPerParam() * (b - a);
             }
-            built.add(new Piece(block, a, b, stateElements, config, null, slice(flatGradient, a, b), vars));
-            stateElements += (long) block.statesPerParam() * (b - a);
         }
         // zeros, then DL4J's values: the state DL4J initialized (or trained) for these elements
         this.state = stateElements == 0 ? null : Nd4j.create(view.dataType(), stateElements);
@@ -200,12 +235,14 @@ final class ShardedUpdater {
         List<Long> ranges = new ArrayList<>();
         List<INDArray> slices = new ArrayList<>();
         for (UpdaterLayout.Variable v : vars) {
-            long a = Math.max(v.start(), start);
-            long b = Math.min(v.end(), end);
-            if (a < b) {
-                ranges.add(a);
-                ranges.add(b);
-                slices.add(slice(flatGradient, a, b));
+            for (int ri = 0; ri < this.ranges.length; ri += 2) {
+                long a = Math.max(v.start(), this.ranges[ri]);
+                long b = Math.min(v.end(), this.ranges[ri + 1]);
+                if (a < b) {
+                    ranges.add(a);
+                    ranges.add(b);
+                    slices.add(slice(flatGradient, a, b));
+                }
             }
         }
         return new NormTerm(kind, threshold, slot, ranges.stream().mapToLong(Long::longValue).toArray(), List.copyOf(slices));
@@ -240,6 +277,9 @@ final class ShardedUpdater {
         switch (stage) {
             case OPTIMIZER_STATE -> synchronizer.allReduce(ReduceOp.SUM);
             case GRADIENTS -> comm.reduceScatter(gradients, 0, count, dtype, ReduceOp.SUM);
+            case PARAMETERS -> {
+                // reduce-scattered layer by layer during backprop (FullySharded)
+            }
         }
     }
 
@@ -249,8 +289,8 @@ final class ShardedUpdater {
      * collective).
      */
     void divideShard(long stepExamples) {
-        if (shardGradient != null) {
-            shardGradient.divi(stepExamples);
+        for (INDArray g : shardGradients) {
+            g.divi(stepExamples);
         }
     }
 
@@ -263,8 +303,8 @@ final class ShardedUpdater {
      */
     long agree() {
         long dsize = dtype.byteSize();
-        long bad = end > start ? reducer.firstNonFinite(gradientSegment, start * dsize, dtype, end - start) : -1;
-        agreement.set(ValueLayout.JAVA_DOUBLE, 0, bad >= 0 ? 1 : 0);
+        boolean bad = firstNonFiniteOwned() >= 0;
+        agreement.set(ValueLayout.JAVA_DOUBLE, 0, bad ? 1 : 0);
         for (NormTerm t : normTerms) {
             if (t.slot() >= 0) {
                 agreement.set(ValueLayout.JAVA_DOUBLE, 8L * (1 + t.slot()), sumOfSquares(t.ranges()));
@@ -282,11 +322,24 @@ final class ShardedUpdater {
 
     /** Collective, only after {@link #agree} found a non-finite shard: the smallest such element index over all shards. */
     long firstNonFiniteIndex() {
-        long local = end > start ? reducer.firstNonFinite(gradientSegment, start * dtype.byteSize(), dtype, end - start) : -1;
-        agreement.set(ValueLayout.JAVA_DOUBLE, 0, local >= 0 ? start + local : Double.MAX_VALUE);
+        long local = firstNonFiniteOwned();
+        agreement.set(ValueLayout.JAVA_DOUBLE, 0, local >= 0 ? local : Double.MAX_VALUE);
         comm.allReduce(agreement, 1, DType.FLOAT64, ReduceOp.MIN,
                 AlgorithmPolicy.oneShotWhereItRuns(comm, 1, DType.FLOAT64, ReduceOp.MIN));
         return (long) agreement.get(ValueLayout.JAVA_DOUBLE, 0);
+    }
+
+    /** The first non-finite element this rank owns (its index in the flat vector), or -1. */
+    private long firstNonFiniteOwned() {
+        for (int i = 0; i < ranges.length; i += 2) {
+            if (ranges[i] < ranges[i + 1]) {
+                long bad = reducer.firstNonFinite(gradientSegment, ranges[i] * dtype.byteSize(), dtype, ranges[i + 1] - ranges[i]);
+                if (bad >= 0) {
+                    return ranges[i] + bad;
+                }
+            }
+        }
+        return -1;
     }
 
     private double sumOfSquares(long[] ranges) {
@@ -324,6 +377,9 @@ final class ShardedUpdater {
             regularize(p, Regularization.ApplyStep.BEFORE_UPDATER, lr, iteration, epoch);
             p.updater().applyUpdater(p.gradient(), iteration, epoch);
             regularize(p, Regularization.ApplyStep.POST_UPDATER, lr, iteration, epoch);
+        }
+        if (stage == ZeroStage.PARAMETERS) {
+            return; // every rank subtracts its own blocks' update from its own blocks (FullySharded's step)
         }
         long t0 = System.nanoTime();
         comm.allGather(gradients, 0, count, dtype);
@@ -401,8 +457,14 @@ final class ShardedUpdater {
         return state == null ? 0 : state.length() * state.dataType().width();
     }
 
+    /** The first owned element (stages 1 and 2: the shard is [start(), end())). */
     long start() {
         return start;
+    }
+
+    /** The owned elements, [from, to) pairs in ascending order. */
+    long[] ranges() {
+        return ranges.clone();
     }
 
     long end() {

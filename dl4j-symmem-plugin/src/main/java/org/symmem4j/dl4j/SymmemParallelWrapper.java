@@ -218,6 +218,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return workers.memory();
     }
 
+    /** Stage 3's side of each worker, worker order (empty before the first fit, or without stage 3); tests and benchmarks. */
+    List<FullySharded> fullySharded() {
+        return workers.running() ? workers.all().stream().map(DataParallelWorker::fullySharded)
+                .filter(java.util.Objects::nonNull).toList() : List.of();
+    }
+
     /** The replicas, worker order (tests compare them after each step, while workers are idle). */
     List<ModelReplica> replicas() {
         return workers.replicas();
@@ -390,6 +396,11 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                     + " each call the model must gather every rank's updater-state shard, a collective that every rank"
                     + " would have to run at every step, listeners or not; expected no listeners (fix: drop them, use a"
                     + " stepListener, which sees the step's report on every rank, or train as threads of one JVM)");
+        }
+        if (settings.sharding() == ZeroStage.PARAMETERS && !listeners.isEmpty()) {
+            throw new IllegalStateException("listeners with sharding=PARAMETERS: DL4J's listeners read the whole model"
+                    + " (parameters, gradient) at every step, which no worker holds in ZeRO stage 3; expected no listeners"
+                    + " (fix: drop them and use a stepListener, which sees the step's report, or sharding(GRADIENTS))");
         }
         if (settings.group() != null && listeners.needsActivations()) {
             throw new IllegalStateException("a listener that overrides onForwardPass in group mode: each rank holds only"
@@ -678,8 +689,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         boolean leader = settings.group() == null || settings.group().rank() == 0;
         CheckpointDirectory.Counters counters = new CheckpointDirectory.Counters(steps.stepsDone(), model.epochCount(),
                 model.iterationCount(), batchesInEpoch, examplesInEpoch, settings.workers());
-        if (settings.sharding() == null) {
-            // every replica holds the same state: the model, written by rank 0, is the whole checkpoint
+        if (settings.sharding() == null || settings.sharding() == ZeroStage.PARAMETERS) {
+            // every replica holds the same state, or with stage 3 the model holds it all (gathered unit by unit):
+            // the model, written by rank 0, is the whole checkpoint, restorable onto any worker count
             ShardedCheckpoints.save(dir, 0, List.of(), leader, model.model(), counters, checkpointAgreement());
         } else {
             ShardedCheckpoints.save(dir, settings.workers(), workers.shards(), leader, model.model(), counters,
@@ -751,7 +763,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         workers.ensureStarted();
         ShardedCheckpoints.Restored restored;
-        if (settings.sharding() == null) {
+        if (settings.sharding() == null || settings.sharding() == ZeroStage.PARAMETERS) {
             restored = ShardedCheckpoints.restoreModel(dir, model.model(), CHECKPOINT_WORDS, checkpointAgreement());
             model.copyStateFrom(ModelReplica.of(restored.model())); // the workers take it at the next fit
         } else {

@@ -5,7 +5,7 @@
  *   <li>{@link org.symmem4j.dl4j.SymmemParallelWrapper}: the one-builder-call replacement for DL4J's
  *       {@code ParallelWrapper} that averages raw gradients over symmetric memory before each
  *       replica's updater (exact, with BatchNorm's running statistics, the user's listeners, buckets,
- *       overlap, gradient accumulation, bf16 transfer, ZeRO stages 1 and 2), and its GPU mode for DL4J's CUDA
+ *       overlap, gradient accumulation, bf16 transfer, ZeRO stages 1, 2 and 3), and its GPU mode for DL4J's CUDA
  *       backend on Ampere/Ada GPUs: gradients summed in place on ND4J's device buffers, on ND4J's stream
  *       ({@link org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients}; not run on a GPU in this project).</li>
  *   <li>{@link org.symmem4j.dl4j.SymmemGradientsAccumulator}: the same exact all-reduce inside DL4J's

@@ -44,7 +44,9 @@ class GroupModeTest {
                 Arguments.of("batchnorm", 2, 5 * 2 + 1, false, null),
                 Arguments.of("adam", 2, 4 * 2, true, null),      // overlap of the sync with backprop
                 Arguments.of("adam", 3, 4 * 3 + 2, false, ZeroStage.OPTIMIZER_STATE),
-                Arguments.of("batchnorm", 2, 4 * 2, false, ZeroStage.GRADIENTS));
+                Arguments.of("batchnorm", 2, 4 * 2, false, ZeroStage.GRADIENTS),
+                Arguments.of("adam", 3, 4 * 3 + 1, false, ZeroStage.PARAMETERS), // stage 3, two ranks idle at the end
+                Arguments.of("adam", 2, 4 * 2, false, ZeroStage.PARAMETERS));
     }
 
     static MultiLayerNetwork net(String kind) {

@@ -41,7 +41,7 @@ import picocli.CommandLine.Option;
  *
  * <pre>
  *   DataParallelExample [--workers N] [--epochs E] [--batch B] [--hidden H] [--port P] [--linger-seconds S]
- *                       [--timeline FILE] [--timeline-steps N] [--sharding OPTIMIZER_STATE|GRADIENTS]
+ *                       [--timeline FILE] [--timeline-steps N] [--sharding OPTIMIZER_STATE|GRADIENTS|PARAMETERS]
  * </pre>
  * {@code --port 0} picks a free port, {@code --port -1} serves nothing; {@code --linger-seconds}
  * keeps serving metrics after training (for a Prometheus server to scrape). {@code --timeline FILE}
@@ -97,7 +97,8 @@ public final class DataParallelExample {
         @Option(names = "--timeline-steps", paramLabel = "N", description = "steps the timeline keeps")
         int timelineSteps = 1000;
         @Option(names = "--sharding", paramLabel = "STAGE",
-                description = "ZeRO sharding of the updater: OPTIMIZER_STATE (stage 1) or GRADIENTS (stage 2); default none")
+                description = "ZeRO sharding: OPTIMIZER_STATE (stage 1), GRADIENTS (stage 2) or PARAMETERS (stage 3,"
+                        + " fully sharded); default none")
         ZeroStage sharding;
     }
 

@@ -38,9 +38,12 @@ class ProcessModeExampleTest {
         return cmd;
     }
 
-    /** Plain data parallelism, and ZeRO stage 1 (each process keeps its shard; the state is gathered across processes). */
+    /**
+     * Plain data parallelism, ZeRO stage 1 (each process keeps its shard; the state is gathered across processes), and
+     * stage 3 (each process holds its blocks of every layer in a sparse /dev/shm file; layers gathered across processes).
+     */
     @ParameterizedTest(name = "sharding={0}")
-    @ValueSource(strings = {"none", "OPTIMIZER_STATE"})
+    @ValueSource(strings = {"none", "OPTIMIZER_STATE", "PARAMETERS"})
     void twoLaunchedProcessesTrainBitwiseLikeTwoWorkerThreads(String sharding) throws IOException, InterruptedException {
         // 2 worker threads in one JVM, each with half the CPUs for ND4J, as the launcher's processes get
         List<String> threads = javaCommand(sharding);

@@ -289,6 +289,46 @@ public interface SymmetricMemory extends AutoCloseable {
         return WorkClock.host();
     }
 
+    /**
+     * Gives the pages that lie fully inside bytes {@code [offsetBytes, offsetBytes + bytes)} of this
+     * rank's buffer back to the operating system: they read as zero afterwards and hold no memory
+     * until written again (on host memory allocated with {@link #allocate}, whose pages hold memory
+     * only once written). Bytes of the pages at either end that the range covers only in part keep
+     * their values. Not collective: only this rank's buffer changes, and no peer may touch the range
+     * meanwhile (in process groups the peers' mappings of it read zero afterwards too). What fully
+     * sharded training (ZeRO stage 3) releases a layer's working buffer with.
+     *
+     * @param offsetBytes first byte of the range in this rank's buffer
+     * @param bytes       length of the range
+     * @throws IndexOutOfBoundsException when the range falls outside this rank's buffer
+     * @throws UnsupportedOperationException where the memory cannot give pages back
+     *         ({@link TransportCapabilities.Capability#DECOMMIT}: registered memory, device memory, ...)
+     */
+    default void decommit(long offsetBytes, long bytes) {
+        throw new UnsupportedOperationException("decommit on " + this + ": this memory cannot give pages back to the"
+                + " operating system (see group.transport().capabilities(group), DECOMMIT); expected host memory"
+                + " allocated with SymmetricMemory.allocate on the " + Transport.HOST_IN_JVM + " or " + Transport.HOST_SHM
+                + " transport");
+    }
+
+    /**
+     * Bytes of this rank's buffer in {@code [offsetBytes, offsetBytes + bytes)} that hold memory now,
+     * counted in whole pages (every page the range touches that is resident): what {@link #decommit}
+     * saves, measured ({@code mincore} on Linux). For tests and memory reports. A page of private memory
+     * that was only read since it was decommitted counts too: the read mapped the kernel's one shared
+     * zero page there, which holds no memory of this process's own.
+     *
+     * @param offsetBytes first byte of the range in this rank's buffer
+     * @param bytes       length of the range
+     * @return resident bytes, a multiple of the page size
+     * @throws IndexOutOfBoundsException when the range falls outside this rank's buffer
+     * @throws UnsupportedOperationException where the memory cannot tell (as for {@link #decommit})
+     */
+    default long residentBytes(long offsetBytes, long bytes) {
+        throw new UnsupportedOperationException("residentBytes on " + this + ": this memory cannot count its resident"
+                + " pages (see group.transport().capabilities(group), DECOMMIT)");
+    }
+
     /** Collective: frees this rank's buffer once every rank has stopped using it. */
     @Override
     void close();

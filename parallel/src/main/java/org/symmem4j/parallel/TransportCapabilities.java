@@ -43,7 +43,12 @@ public record TransportCapabilities(String transport, Map<Capability, Support> e
         /** The memory is GPU memory ({@link Transport#deviceMemory()}): communicators take device buffers. */
         DEVICE_MEMORY("device memory"),
         /** The transport serves ranks that are processes of their own (one JVM per rank), not only threads of one JVM. */
-        CROSS_PROCESS("ranks as processes");
+        CROSS_PROCESS("ranks as processes"),
+        /**
+         * {@link SymmetricMemory#decommit} and {@link SymmetricMemory#residentBytes}: allocated memory is sparse (pages
+         * hold memory only once written) and gives pages back on request; what ZeRO stage 3 needs.
+         */
+        DECOMMIT("decommit pages (sparse memory)");
 
         private final String label;
 

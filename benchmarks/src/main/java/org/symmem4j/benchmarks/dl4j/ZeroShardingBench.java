@@ -32,8 +32,10 @@ import picocli.CommandLine.Option;
 
 /**
  * ZeRO-style sharding on the CPU: memory per worker and step time of plain data parallelism (the
- * baseline, measured in the same run) against ZeRO stage 1 ({@code OPTIMIZER_STATE}) and stage 2
- * ({@code GRADIENTS}), for N workers, the same model, data and steps. Every (repetition, N, mode)
+ * baseline, measured in the same run) against ZeRO stage 1 ({@code OPTIMIZER_STATE}), stage 2
+ * ({@code GRADIENTS}) and stage 3 ({@code PARAMETERS}: its parameter and gradient bytes per worker are
+ * what is resident, measured with mincore, and its sync time includes the parameter gathers that
+ * prefetching left exposed), for N workers, the same model, data and steps. Every (repetition, N, mode)
  * runs in a fresh JVM, so one run's freed native memory cannot hide the next one's peak; the runs
  * go round-robin over the modes, so slow stretches of a shared machine hit all modes alike.
  *
@@ -71,7 +73,8 @@ public final class ZeroShardingBench {
     enum Mode {
         PLAIN("plain", "plain data parallelism", null),
         ZERO1("zero1", "ZeRO-1 (OPTIMIZER_STATE)", ZeroStage.OPTIMIZER_STATE),
-        ZERO2("zero2", "ZeRO-2 (GRADIENTS)", ZeroStage.GRADIENTS);
+        ZERO2("zero2", "ZeRO-2 (GRADIENTS)", ZeroStage.GRADIENTS),
+        ZERO3("zero3", "ZeRO-3 (PARAMETERS)", ZeroStage.PARAMETERS);
 
         final String flag;
         final String label;
@@ -85,13 +88,13 @@ public final class ZeroShardingBench {
 
         static Mode ofFlag(String flag) {
             return Arrays.stream(values()).filter(m -> m.flag.equals(flag)).findFirst().orElseThrow(() ->
-                    new IllegalArgumentException("mode=" + flag + " expected one of plain, zero1, zero2"));
+                    new IllegalArgumentException("mode=" + flag + " expected one of plain, zero1, zero2, zero3"));
         }
     }
 
     @Command(name = "ZeroShardingBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
             description = "Updater-state bytes, peak off-heap bytes and step time per worker for plain data parallelism"
-                    + " and ZeRO stages 1 and 2, each run in a fresh JVM.")
+                    + " and ZeRO stages 1, 2 and 3, each run in a fresh JVM.")
     static final class Flags {
         @Option(names = "--workers", paramLabel = "N", split = ",", description = "worker counts")
         List<Integer> workers = new ArrayList<>(List.of(1, 2, 4));

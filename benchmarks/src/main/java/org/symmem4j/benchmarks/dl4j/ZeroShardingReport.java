@@ -57,8 +57,9 @@ final class ZeroShardingReport {
                         + " workspaces and full updater state), in every mode alike.\n", o.steps(), o.batch(), o.warmupSteps()));
         s.append("- modes: plain data parallelism (`SymmemParallelWrapper`, every worker keeps DL4J's whole updater state: the"
                 + " baseline), ZeRO-1 (`.sharding(ZeroStage.OPTIMIZER_STATE)`: gradient all-reduced, update all-gathered) and"
-                + " ZeRO-2 (`.sharding(ZeroStage.GRADIENTS)`: gradient reduce-scattered, update all-gathered); each worker"
-                + " updates only its 1/N shard.\n");
+                + " ZeRO-2 (`.sharding(ZeroStage.GRADIENTS)`: gradient reduce-scattered, update all-gathered) and ZeRO-3"
+                + " (`.sharding(ZeroStage.PARAMETERS)`: each worker holds its block of every layer, layers all-gathered before"
+                + " use and prefetched, gradients reduce-scattered per layer); each worker updates only its 1/N shard.\n");
         s.append(fmt("- every (repetition, N, mode) runs in a fresh JVM (`-Xms%s -Xmx%s -XX:+AlwaysPreTouch`), round-robin over"
                 + " the modes; %d repetitions; medians reported. ND4J threads per worker: cores ÷ N, at least 1.\n",
                 o.heap(), o.heap(), o.reps()));
@@ -73,7 +74,9 @@ final class ZeroShardingReport {
         s.append(fmt("- step time: per run, the median over steps %d..%d of the slowest worker's step (forward, backward,"
                 + " gradient sync, update, all-gather), from the wrapper's step reports; sync: the same for the slowest"
                 + " worker's time in collectives (plain: the all-reduce; ZeRO-1: all-reduce, norm/NaN all-reduce and the"
-                + " update's all-gather; ZeRO-2: reduce-scatter instead of the all-reduce).\n",
+                + " update's all-gather; ZeRO-2: reduce-scatter instead of the all-reduce; ZeRO-3: the parameter all-gathers"
+                + " that prefetching left exposed, the last layer's reduce-scatter and the norm/NaN all-reduce). For ZeRO-3"
+                + " the params + gradient column is what is resident after the fit (mincore), not the views' size.\n",
                 ZeroShardingBench.SKIPPED_STEPS + 1, o.steps()));
         if (o.workers().stream().anyMatch(n -> n > cores)) {
             s.append(fmt("- **N > %d is oversubscribed on this %d-core machine**: workers share cores and a worker waiting in a"
@@ -118,7 +121,8 @@ final class ZeroShardingReport {
         for (String t : targets) {
             s.append("- ").append(t).append('\n');
         }
-        s.append("- held-out loss: the three modes train bitwise-identical parameters (see `ShardedEquivalenceTest`), so the"
+        s.append("- held-out loss: all modes train bitwise-identical parameters (see `ShardedEquivalenceTest`,"
+                + " `FullyShardedEquivalenceTest`), so the"
                 + " loss column agrees within each N.\n\n");
 
         s.append("All runs, in the order they ran:\n\n");

@@ -352,7 +352,9 @@ public final class CudaTransport implements Transport, AutoCloseable {
         TransportCapabilities.Builder b = TransportCapabilities.of(NAME)
                 .yes(Capability.SUB_GROUPS, "each rank keeps its GPU")
                 .yes(Capability.DEVICE_MEMORY, "")
-                .yes(Capability.CROSS_PROCESS, "exported allocations passed over a Unix socket");
+                .yes(Capability.CROSS_PROCESS, "exported allocations passed over a Unix socket")
+                .no(Capability.DECOMMIT, "transport " + NAME + " holds device memory, allocated whole: it gives no pages"
+                        + " back (decommit is for host memory: the " + HOST_IN_JVM + " and " + HOST_SHM + " transports)");
         if (t.nodes() > 1) {
             String across = " the group's ranks are on " + t.nodes() + " machines (" + t.ranksPerNode() + " each) and GPU"
                     + " memory cannot be mapped across machines; allocate on a group within one machine (split the group by"

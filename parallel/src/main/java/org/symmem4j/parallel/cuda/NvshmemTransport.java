@@ -326,7 +326,10 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
                 .set(Capability.REGISTER, REGISTER_REFUSED)
                 .set(Capability.SUB_GROUPS, SUB_GROUPS_REFUSED)
                 .yes(Capability.DEVICE_MEMORY, "")
-                .yes(Capability.CROSS_PROCESS, "one process per GPU");
+                .yes(Capability.CROSS_PROCESS, "one process per GPU")
+                .no(Capability.DECOMMIT, "transport " + NAME + " holds NVSHMEM's symmetric heap, allocated whole: it gives"
+                        + " no pages back (decommit is for host memory: the " + HOST_IN_JVM + " and " + HOST_SHM
+                        + " transports)");
         if (nodes == 1) {
             return b.yes(Capability.PEER_ACCESS, "every peer NVSHMEM maps: nvshmem_ptr, peer access on this machine")
                     .yes(Capability.IN_PLACE_REDUCE_SCATTER, "").yes(Capability.IN_PLACE_ALL_GATHER, "").build();

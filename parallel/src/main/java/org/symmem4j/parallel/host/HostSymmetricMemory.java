@@ -23,15 +23,20 @@ public final class HostSymmetricMemory implements SymmetricMemory, SignalPads {
     private final MemorySegment[] data;
     private final PadSynchronizer sync;
     private final Runnable releaseLocal;
+    /** {@code madvise} advice that gives this rank's pages back ({@link Pages}), or -1 where the memory is not ours to give back. */
+    private final int decommitAdvice;
     private boolean closed;
 
     /**
      * @param data         every rank's buffer as mapped here, in rank order
      * @param pads         every rank's signal pad as mapped here, in rank order
      * @param releaseLocal frees or unmaps this rank's own mappings; run once by {@link #close()}
+     * @param decommitAdvice how {@link #decommit} gives pages back ({@link Pages#MADV_DONTNEED} for private anonymous
+     *                       memory, {@link Pages#MADV_REMOVE} for a shared file), or -1 where it may not (registered
+     *                       memory belongs to the caller)
      */
     HostSymmetricMemory(Group group, String transportName, long id, long byteSize, int signalSlots,
-                        MemorySegment[] data, MemorySegment[] pads, Runnable releaseLocal) {
+                        MemorySegment[] data, MemorySegment[] pads, Runnable releaseLocal, int decommitAdvice) {
         this.group = group;
         this.transportName = transportName;
         this.id = id;
@@ -40,6 +45,7 @@ public final class HostSymmetricMemory implements SymmetricMemory, SignalPads {
         this.data = data.clone();
         this.sync = new PadSynchronizer(group, pads.clone());
         this.releaseLocal = releaseLocal;
+        this.decommitAdvice = decommitAdvice;
     }
 
     @Override
@@ -81,6 +87,27 @@ public final class HostSymmetricMemory implements SymmetricMemory, SignalPads {
     @Override
     public int signalSlots() {
         return signalSlots;
+    }
+
+    @Override
+    public void decommit(long offsetBytes, long bytes) {
+        java.util.Objects.checkFromIndexSize(offsetBytes, bytes, byteSize);
+        if (decommitAdvice < 0) {
+            SymmetricMemory.super.decommit(offsetBytes, bytes); // throws: registered memory is the caller's
+        }
+        if (closed) {
+            throw new IllegalStateException("decommit on " + this + " after close");
+        }
+        Pages.advise(local(), offsetBytes, bytes, decommitAdvice, "decommit on " + this);
+    }
+
+    @Override
+    public long residentBytes(long offsetBytes, long bytes) {
+        java.util.Objects.checkFromIndexSize(offsetBytes, bytes, byteSize);
+        if (closed) {
+            throw new IllegalStateException("residentBytes on " + this + " after close");
+        }
+        return Pages.resident(local(), offsetBytes, bytes);
     }
 
     /** Whether this rank closed this memory (its part is freed). */

@@ -46,8 +46,15 @@ public final class InJvmTransport implements Transport {
             throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0");
         }
         Arena arena = Arena.ofShared();
-        MemorySegment data = arena.allocate(Math.max(bytes, 0), 4096);
-        return share(group, peers, arena, data, "allocate", null);
+        // reserved, not committed: pages hold memory once written, and decommit gives them back
+        MemorySegment data;
+        try {
+            data = bytes == 0 ? arena.allocate(0, 4096) : Pages.reserve(bytes, arena);
+        } catch (RuntimeException e) {
+            arena.close();
+            throw e;
+        }
+        return share(group, peers, arena, data, "allocate", null, bytes == 0 ? -1 : Pages.MADV_DONTNEED);
     }
 
     @Override
@@ -65,10 +72,11 @@ public final class InJvmTransport implements Transport {
                 : !buffer.isAccessibleBy(Thread.ofPlatform().unstarted(() -> { }))
                 ? "it is confined to one thread: accessibleByPeerThreads=false expected=true (peers' threads read it;"
                 + " register a segment of Arena.ofShared() or Arena.global())" : null;
-        return share(group, peers, Arena.ofShared(), buffer, "register", problem);
+        return share(group, peers, Arena.ofShared(), buffer, "register", problem, -1);
     }
 
-    private SymmetricMemory share(Group g, PeerThreads peers, Arena arena, MemorySegment data, String what, String problem) {
+    private SymmetricMemory share(Group g, PeerThreads peers, Arena arena, MemorySegment data, String what, String problem,
+                                  int decommitAdvice) {
         int n = g.worldSize();
         int slots = SignalPadLayout.DEFAULT_SIGNAL_SLOTS;
         MemorySegment pad;
@@ -119,7 +127,7 @@ public final class InJvmTransport implements Transport {
         return new HostSymmetricMemory(g, NAME, id, data.byteSize(), slots, datas, pads, () -> {
             peers.forget(tracked);
             tracked.close();
-        });
+        }, decommitAdvice);
     }
 
     /** Closes an arena once, whoever gets there first (its rank, or the world after the rank died). */
@@ -184,6 +192,8 @@ public final class InJvmTransport implements Transport {
                         + " memory create the group on the cuda transport")
                 .no(Capability.CROSS_PROCESS, "transport " + NAME + " serves ranks that are threads of one JVM"
                         + " (InJvmWorld); for one process per rank join a ProcessGroup (transport " + HOST_SHM + ")")
+                .yes(Capability.DECOMMIT, "allocated memory: reserved anonymous pages (MAP_NORESERVE), given back with"
+                        + " MADV_DONTNEED; not registered memory")
                 .build();
     }
 

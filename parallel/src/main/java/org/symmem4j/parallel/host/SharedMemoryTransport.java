@@ -148,7 +148,7 @@ public final class SharedMemoryTransport implements Transport {
             }
             SharedMemoryFiles.deleteQuietly(myName);
             unlinked = true;
-            return new HostSymmetricMemory(g, NAME, id, bytes, slots, datas, pads, arena::close);
+            return new HostSymmetricMemory(g, NAME, id, bytes, slots, datas, pads, arena::close, Pages.MADV_REMOVE);
         } catch (RuntimeException e) {
             if (!unlinked) {
                 SharedMemoryFiles.deleteQuietly(myName);
@@ -196,6 +196,7 @@ public final class SharedMemoryTransport implements Transport {
                 .no(Capability.DEVICE_MEMORY, "transport " + NAME + " holds host memory (/dev/shm files); for GPU"
                         + " memory join the process group on the cuda transport")
                 .yes(Capability.CROSS_PROCESS, "one machine")
+                .yes(Capability.DECOMMIT, "sparse /dev/shm files: pages given back with MADV_REMOVE (a hole in the file)")
                 .build();
     }
 

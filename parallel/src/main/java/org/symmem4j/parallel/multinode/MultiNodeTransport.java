@@ -122,6 +122,9 @@ public final class MultiNodeTransport implements Transport {
                 .no(Capability.DEVICE_MEMORY, "transport " + NAME + " holds host memory; for GPUs across machines"
                         + " create the group on the cuda transport (NCCL between machines)")
                 .yes(Capability.CROSS_PROCESS, "")
+                .no(Capability.DECOMMIT, "decommit across " + topology.nodes() + " machines: the memory of a group"
+                        + " across machines does not give pages back yet; on one machine use the " + HOST_SHM
+                        + " transport (a ProcessGroup)")
                 .build();
     }
 

@@ -1,0 +1,723 @@
+package org.symmem4j.dl4j;
+
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.conf.BackpropType;
+import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
+import org.deeplearning4j.nn.api.OptimizationAlgorithm;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.optimize.api.ConvexOptimizer;
+import org.deeplearning4j.optimize.api.StepFunction;
+import org.deeplearning4j.optimize.solvers.BaseOptimizer;
+import org.deeplearning4j.optimize.solvers.StochasticGradientDescent;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.indexing.NDArrayIndex;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.ShardPartition;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.TransportCapabilities;
+import org.symmem4j.parallel.numeric.Reducer;
+
+/**
+ * ZeRO stage 3 ({@link ZeroStage#PARAMETERS}) for one worker of a {@link MultiLayerNetwork}: no
+ * worker holds a whole replica.
+ *
+ * <p>Layout. The units are the layers with parameters; unit {@code i} is the {@code n_i} elements
+ * of DL4J's flat parameter vector at {@code o_i}, cut by {@code ShardPartition.of(n_i, N, dtype)}
+ * into N blocks, and this rank owns block {@code rank} of every unit (FSDP's layout: every
+ * collective is balanced). DL4J's flat parameter view and flat gradient view both lie in symmetric
+ * memory of the whole vector's size that is only reserved ({@link SymmetricMemory#decommit}): a page
+ * holds memory only while it is written, so the views cost what is in use, not their size.
+ * <pre>
+ *   flat vector:  | layer 0 (n_0)          | layer 1 (n_1)                 | layer 2 ... |
+ *   rank 0 owns:  |[b0]                    |[b0     ]                      |[b0]         |
+ *   rank 1 owns:  |     [b1]               |         [b1     ]             |    [b1]     |
+ *   resident:     own blocks, plus the one or two units gathered at a time
+ * </pre>
+ *
+ * <p>A step, on the worker's thread, runs DL4J's own {@code computeGradientAndScore} unchanged
+ * (which is what keeps it bitwise equal to plain data parallelism); {@link BackpropSignalPreProcessor}s
+ * around every layer's input tell this class where DL4J is:
+ * <ul>
+ *   <li>before layer i's forward: the units of earlier layers are released (all but the own block),
+ *       unit i's all-gather (in place) is waited for, the next unit's started, and unit i's
+ *       regularization term is computed on the gathered values (DL4J's own
+ *       {@code calcRegularizationScore} of the layer, which reads them);</li>
+ *   <li>after layer i's backprop: unit i's gradient is reduce-scattered in place (this rank's block
+ *       summed over the ranks, in rank order as the all-reduce of plain data parallelism sums it), its
+ *       non-own gradient and parameter pages released, and unit i-1's gather waited for (the one
+ *       below it started). The
+ *       output layer's parameters stay until the gradient hook: DL4J scores the batch after backprop;</li>
+ *   <li>in the gradient hook ({@link #finishBackward}): what is left (layer 0 has no hook of its own)
+ *       is reduce-scattered, everything but the own blocks released.</li>
+ * </ul>
+ * Then the {@link ShardedUpdater} runs on the own blocks, and this class's step function subtracts
+ * the update from the own blocks only, in place of DL4J's, which would write the whole view.
+ * The network's {@code calcRegularizationScore} returns the sum of the terms computed while each
+ * layer was gathered, in DL4J's order, so the score is DL4J's to the bit.
+ *
+ * <p>Every collective of a step runs on one communication thread per worker, in the order the
+ * hooks issue them (the same on every rank): the next layer's gather (forward: the layer after;
+ * backprop: the layer below the next one) runs while the current layer computes, and a layer's
+ * reduce-scatter while the layers below run their backprop. The worker waits only for a gather that
+ * has not ended when its layer needs it: that wait is the step's exposed gather time.
+ */
+final class FullySharded implements AutoCloseable {
+
+    /** One layer with parameters: elements [offset, offset + length); this rank owns [offset + ownFrom, offset + ownTo). */
+    record Unit(int layer, long offset, long length, long ownFrom, long ownTo) {
+    }
+
+    private final ModelReplica.Mln replica;
+    private final Network net;
+    private final Communicator comm;
+    private final SymmetricMemory params;
+    private final SymmetricMemory gradients;
+    private final DType dtype;
+    private final long count;
+    /** Units by layer index; null for a layer without parameters. */
+    private final Unit[] unitOfLayer;
+    private final List<Unit> units;
+    private final int outputLayer;
+    private final boolean[] gathered;
+    private final boolean[] reduced;
+    private final boolean[] termKnown;
+    private final double[] terms;
+    private final List<INDArray> ownParams;
+    private final List<INDArray> ownGradients;
+    private final Reducer reducer = Reducer.forThisJvm();
+    /** Every collective of a step, in issue order: gathers (prefetched) and reduce-scatters. */
+    private final java.util.concurrent.ExecutorService commThread;
+    /** A unit's gather under way on the communication thread, by layer; null when none. */
+    private final java.util.concurrent.Future<?>[] pending;
+    // written by the worker before it submits, read by the communication thread (the submit orders them)
+    private volatile boolean idle;
+    // written by the communication thread, read by the worker once finishBackward drained it
+    private volatile long localBad = -1;
+    private volatile long gatherNanos;
+    private long exposedGatherNanos;
+    /** Whether to measure resident bytes at every gather and reduce-scatter (tests, benchmarks: one mincore each). */
+    private volatile boolean measurePeaks;
+    private volatile long peakParameterBytes;
+    private volatile long peakGradientBytes;
+
+    private FullySharded(ModelReplica.Mln replica, Network net, Communicator comm, SymmetricMemory params,
+                         SymmetricMemory gradients) {
+        this.replica = replica;
+        this.net = net;
+        this.comm = comm;
+        this.params = params;
+        this.gradients = gradients;
+        this.dtype = ModelReplica.dtypeOf(net.params().dataType());
+        this.count = net.params().length();
+        Layer[] layers = net.getLayers();
+        this.unitOfLayer = new Unit[layers.length];
+        this.outputLayer = layers.length - 1;
+        int rank = comm.group().rank();
+        int n = comm.group().worldSize();
+        List<Unit> all = new ArrayList<>();
+        long next = 0;
+        for (int i = 0; i < layers.length; i++) {
+            INDArray p = layers[i].numParams() > 0 ? layers[i].params() : null;
+            if (p == null || p.length() == 0) {
+                continue;
+            }
+            long offset = ModelReplica.elementOffset(net.params(), p);
+            if (offset != next) {
+                throw new IllegalStateException("layer " + i + "'s parameters start at element " + offset + "; expected "
+                        + next + " (DL4J lays the layers out one after another in the flat vector)");
+            }
+            ShardPartition part = ShardPartition.of(p.length(), n, dtype);
+            Unit u = new Unit(i, offset, p.length(), part.start(rank), part.end(rank));
+            unitOfLayer[i] = u;
+            all.add(u);
+            next = offset + p.length();
+        }
+        if (next != count) {
+            throw new IllegalStateException("the layers' parameters cover " + next + " of " + count + " elements");
+        }
+        this.units = List.copyOf(all);
+        this.gathered = new boolean[layers.length];
+        this.reduced = new boolean[layers.length];
+        this.termKnown = new boolean[layers.length];
+        this.terms = new double[layers.length];
+        this.pending = new java.util.concurrent.Future<?>[layers.length];
+        int r = rank;
+        this.commThread = java.util.concurrent.Executors.newSingleThreadExecutor(task -> {
+            Thread t = new Thread(task, "symmem4j-stage3-comm-" + r);
+            t.setDaemon(true);
+            return t;
+        });
+        INDArray flatParams = net.params().reshape(count);
+        INDArray flatGradients = net.getGradientsViewArray().reshape(count);
+        List<INDArray> ps = new ArrayList<>();
+        List<INDArray> gs = new ArrayList<>();
+        for (Unit u : units) {
+            if (u.ownTo() > u.ownFrom()) {
+                ps.add(flatParams.get(NDArrayIndex.interval(u.offset() + u.ownFrom(), u.offset() + u.ownTo())));
+                gs.add(flatGradients.get(NDArrayIndex.interval(u.offset() + u.ownFrom(), u.offset() + u.ownTo())));
+            }
+        }
+        this.ownParams = List.copyOf(ps);
+        this.ownGradients = List.copyOf(gs);
+        net.owner = this;
+    }
+
+    // ------------------------------------------------------------------ checks before any step
+
+    /**
+     * Throws, naming what and the fix, when stage 3 cannot drive {@code model}: before any worker starts.
+     *
+     * @param stateEntries the gradient-view entries that hold state updates (BatchNormalization's running statistics)
+     */
+    static void check(ModelReplica model, List<StateUpdateReduction.Entry> stateEntries) {
+        if (!(model instanceof ModelReplica.Mln mln)) {
+            throw new IllegalArgumentException("sharding(PARAMETERS) with a " + model.model().getClass().getSimpleName()
+                    + ": ZeRO stage 3 drives a MultiLayerNetwork only so far (fix: sharding(GRADIENTS) or"
+                    + " sharding(OPTIMIZER_STATE), which shard a ComputationGraph's updater state and gradient)");
+        }
+        MultiLayerConfiguration conf = mln.net().getLayerWiseConfigurations();
+        if (conf.getBackpropType() == BackpropType.TruncatedBPTT) {
+            throw new IllegalArgumentException("sharding(PARAMETERS) with truncated backpropagation through time: several"
+                    + " updates per batch, each of which would need every layer gathered again (fix: BackpropType.Standard,"
+                    + " or sharding(GRADIENTS))");
+        }
+        for (int i = 0; i < conf.getConfs().size(); i++) {
+            NeuralNetConfiguration c = conf.getConf(i);
+            org.deeplearning4j.nn.conf.layers.Layer layer = c.getLayer();
+            if (c.getOptimizationAlgo() != OptimizationAlgorithm.STOCHASTIC_GRADIENT_DESCENT) {
+                throw new IllegalArgumentException("sharding(PARAMETERS) with optimizationAlgo=" + c.getOptimizationAlgo()
+                        + " (layer " + i + "): stage 3 replaces the step of DL4J's StochasticGradientDescent only (fix:"
+                        + " OptimizationAlgorithm.STOCHASTIC_GRADIENT_DESCENT, DL4J's default)");
+            }
+            if (layer != null && layer.getConstraints() != null && !layer.getConstraints().isEmpty()) {
+                throw new IllegalArgumentException("sharding(PARAMETERS): layer " + i + " (" + layer.getClass().getSimpleName()
+                        + ") has weight constraints " + layer.getConstraints() + ": DL4J applies them to whole rows or"
+                        + " columns of the full parameter array after each step, which no worker holds in stage 3 (fix:"
+                        + " train it with sharding(GRADIENTS), which keeps whole parameters, or replace the constraint by"
+                        + " an element-wise regularization: l2(...) or weightDecay(...))");
+            }
+        }
+        if (!stateEntries.isEmpty()) {
+            throw new IllegalArgumentException("sharding(PARAMETERS) with layers that write state updates into the gradient"
+                    + " view " + stateEntries + " (BatchNormalization's running statistics): stage 3 does not merge them yet"
+                    + " (fix: sharding(GRADIENTS) merges them as plain data parallelism does)");
+        }
+    }
+
+    /**
+     * On the worker's thread, collective: this rank's stage-3 replica of {@code source}: a network
+     * over fresh sparse symmetric memory for its parameter and gradient views, holding the own
+     * blocks of {@code source}'s parameters (the rest released), and its counters.
+     *
+     * @throws IllegalArgumentException when the group's transport cannot give pages back (named, with the fix)
+     */
+    static FullySharded open(ModelReplica.Mln source, Group group, Communicator comm) {
+        TransportCapabilities caps = group.transport().capabilities(group);
+        if (!caps.supports(TransportCapabilities.Capability.DECOMMIT)) {
+            throw new IllegalArgumentException("sharding(PARAMETERS) on transport " + group.transport().name() + ": "
+                    + caps.get(TransportCapabilities.Capability.DECOMMIT).reason() + " (stage 3 keeps DL4J's views in sparse"
+                    + " memory and gives each layer's pages back after use; fix: a thread world or a ProcessGroup on one"
+                    + " machine, or sharding(GRADIENTS))");
+        }
+        INDArray sourceParams = source.params();
+        DataType type = sourceParams.dataType();
+        long count = sourceParams.length();
+        long bytes = Math.max(64, count * type.width());
+        SymmetricMemory params = SymmetricMemory.allocate(group, bytes);
+        SymmetricMemory gradients = null;
+        try {
+            gradients = SymmetricMemory.allocate(group, bytes);
+            MultiLayerConfiguration conf = source.net().getLayerWiseConfigurations().clone();
+            BackpropProgress progress = new BackpropProgress();
+            for (int i = 0; i < conf.getConfs().size(); i++) {
+                // as for overlap (ModelReplica.Mln.blankCopyWithBackpropSignals): layer 0 only when it had one
+                if (i > 0 || conf.getInputPreProcess(0) != null) {
+                    conf.getInputPreProcessors().put(i, new BackpropSignalPreProcessor(conf.getInputPreProcess(i),
+                            Integer.toString(i), progress));
+                }
+            }
+            Network net = new Network(conf);
+            // DL4J's views over the sparse memory: init(params, false) wraps it without initializing (nothing written)
+            net.init(ModelReplica.arrayOver(params.local(), type, count), false);
+            INDArray gradientView = ModelReplica.arrayOver(gradients.local(), type, count);
+            net.setBackpropGradientsViewArray(gradientView);
+            ModelReplica.setFlattenedGradients(net, MultiLayerNetwork.class, gradientView);
+            ModelReplica.Mln replica = new ModelReplica.Mln(net);
+            replica.setIterationCount(source.iterationCount());
+            replica.setEpochCount(source.epochCount());
+            replica.disableMinibatchDivision();
+            FullySharded fs = new FullySharded(replica, net, comm, params, gradients);
+            fs.copyOwnBlocksFrom(sourceParams);
+            progress.listenForward(key -> fs.forwardStarting(Integer.parseInt(key)));
+            progress.listen(key -> fs.backwardDone(Integer.parseInt(key)));
+            return fs;
+        } catch (RuntimeException | Error e) {
+            comm.abort("stage 3 set-up failed on rank " + group.rank() + ": " + e);
+            closeQuietly(gradients);
+            closeQuietly(params);
+            throw e;
+        }
+    }
+
+    private static void closeQuietly(SymmetricMemory m) {
+        if (m != null) {
+            try {
+                m.close();
+            } catch (RuntimeException ignored) {
+                // after an abort: frees this rank's part
+            }
+        }
+    }
+
+    /** Installs the sharded updater and the own-blocks step in DL4J's optimizer of the replica. */
+    void install(ShardedUpdater updater) {
+        replica.installUpdater(updater);
+        ConvexOptimizer optimizer = net.getOptimizer();
+        if (!(optimizer instanceof StochasticGradientDescent sgd)) {
+            throw new IllegalStateException("expected DL4J's StochasticGradientDescent as the replica's optimizer; found "
+                    + (optimizer == null ? "none" : optimizer.getClass().getName()));
+        }
+        try {
+            java.lang.reflect.Field f = BaseOptimizer.class.getDeclaredField("stepFunction");
+            f.setAccessible(true);
+            f.set(sgd, new OwnBlocksStep(this));
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            throw new IllegalStateException("cannot set the step function of DL4J's optimizer (its protected field"
+                    + " BaseOptimizer.stepFunction is not as DL4J 1.0.0-M2.1 has it, or DL4J is on the module path: add"
+                    + " --add-opens org.deeplearning4j.nn/org.deeplearning4j.optimize.solvers=ALL-UNNAMED): " + e, e);
+        }
+    }
+
+    // ------------------------------------------------------------------ the step
+
+    /**
+     * Before the step's forward pass: the first unit is gathered (layer 0 has no hook of its own) and
+     * the next one prefetched.
+     */
+    void beginStep(boolean idleStep) {
+        idle = idleStep;
+        localBad = -1;
+        exposedGatherNanos = 0;
+        gatherNanos = 0;
+        Arrays.fill(reduced, false);
+        Arrays.fill(termKnown, false);
+        for (Unit u : units) {
+            if (gathered[u.layer()] || pending[u.layer()] != null) {
+                throw new IllegalStateException("unit of layer " + u.layer() + " still gathered at the start of a step (a bug)");
+            }
+        }
+        if (units.isEmpty()) {
+            return;
+        }
+        Unit first = units.getFirst();
+        if (first.layer() == 0) {
+            awaitGather(first);
+            prefetch(unitAbove(0));
+        } else {
+            prefetch(first);
+        }
+    }
+
+    /** Forward hook: layer {@code layer} runs its forward next. */
+    void forwardStarting(int layer) {
+        for (Unit u : units) {
+            if (u.layer() < layer && gathered[u.layer()]) {
+                releaseParams(u);
+            }
+        }
+        Unit u = unitOfLayer[layer];
+        if (u != null) {
+            awaitGather(u);
+        }
+        prefetch(unitAbove(layer)); // gathered on the communication thread while this layer computes
+    }
+
+    /** Backprop hook: layer {@code layer} has written its gradient; layer - 1 runs its backprop next. */
+    void backwardDone(int layer) {
+        Unit u = unitOfLayer[layer];
+        if (u != null) {
+            startReduceScatter(u); // on the communication thread while the next layers run their backprop
+            if (layer != outputLayer) { // DL4J scores the batch with the output layer after backprop
+                releaseParams(u);
+            }
+        }
+        Unit below = unitBelow(layer);
+        if (below != null && below.layer() == layer - 1) {
+            awaitGather(below); // layer - 1 runs its backprop next
+            prefetch(unitBelow(below.layer()));
+        } else {
+            prefetch(below); // a layer without parameters runs first: its hook waits
+        }
+    }
+
+    /**
+     * In the gradient hook, after DL4J's backprop and score: the units no hook reduced (layer 0's) are
+     * reduce-scattered, last layer first as backprop runs; every collective of the step has ended when
+     * it returns, and every unit is released to its own block. Collective.
+     */
+    void finishBackward() {
+        for (int i = units.size() - 1; i >= 0; i--) {
+            Unit u = units.get(i);
+            if (!reduced[u.layer()]) {
+                startReduceScatter(u);
+            }
+        }
+        await(commThread.submit(() -> { })); // the communication thread runs in order: everything before has ended
+        for (Unit u : units) {
+            if (pending[u.layer()] != null) {
+                throw new IllegalStateException("unit of layer " + u.layer() + " prefetched but never used (a bug)");
+            }
+            if (gathered[u.layer()]) {
+                releaseParams(u);
+            }
+        }
+    }
+
+    /** The first element of the flat vector whose local gradient was not finite this step (before the reduction), or -1. */
+    long localBad() {
+        return localBad;
+    }
+
+    /** Nanoseconds this step waited for parameter all-gathers (the part prefetching did not hide). */
+    long takeGatherNanos() {
+        long n = exposedGatherNanos;
+        exposedGatherNanos = 0;
+        return n;
+    }
+
+    /** Nanoseconds this step's parameter all-gathers took on the communication thread, hidden or not. */
+    long gatherNanos() {
+        return gatherNanos;
+    }
+
+    /** The unit of the nearest layer after {@code layer} that has parameters, or null. */
+    private Unit unitAbove(int layer) {
+        for (int i = layer + 1; i < unitOfLayer.length; i++) {
+            if (unitOfLayer[i] != null) {
+                return unitOfLayer[i];
+            }
+        }
+        return null;
+    }
+
+    /** The unit of the nearest layer before {@code layer} that has parameters, or null. */
+    private Unit unitBelow(int layer) {
+        for (int i = layer - 1; i >= 0; i--) {
+            if (unitOfLayer[i] != null) {
+                return unitOfLayer[i];
+            }
+        }
+        return null;
+    }
+
+    /**
+     * Starts unit {@code u}'s all-gather on the communication thread unless it is gathered or under way.
+     * Every collective of the step goes through that one thread, in the order this worker's hooks
+     * issue them, which is the same on every rank (same network, same hooks).
+     */
+    private void prefetch(Unit u) {
+        if (u == null || gathered[u.layer()] || pending[u.layer()] != null) {
+            return;
+        }
+        pending[u.layer()] = commThread.submit(() -> {
+            long t0 = System.nanoTime();
+            comm.allGather(params, u.offset() * dtype.byteSize(), u.length(), dtype);
+            gatherNanos += System.nanoTime() - t0;
+            if (measurePeaks) {
+                peakParameterBytes = Math.max(peakParameterBytes, residentParameterBytes());
+            }
+        });
+    }
+
+    /** Waits for unit {@code u}'s gather (starting it if needed); then its regularization term, on the gathered values. */
+    private void awaitGather(Unit u) {
+        if (gathered[u.layer()]) {
+            return;
+        }
+        prefetch(u);
+        long t0 = System.nanoTime();
+        await(pending[u.layer()]);
+        exposedGatherNanos += System.nanoTime() - t0;
+        pending[u.layer()] = null;
+        gathered[u.layer()] = true;
+        if (!termKnown[u.layer()]) {
+            // DL4J's own term for the layer, on the gathered values: what its calcRegularizationScore adds
+            terms[u.layer()] = net.getLayer(u.layer()).calcRegularizationScore(true);
+            termKnown[u.layer()] = true;
+        }
+    }
+
+    /**
+     * On the communication thread: unit {@code u}'s local gradient checked (or zeroed on an idle worker),
+     * reduce-scattered in place, its pages outside this rank's block released. Nobody writes the unit's
+     * gradient after its backprop; the next layers write other pages.
+     */
+    private void startReduceScatter(Unit u) {
+        reduced[u.layer()] = true;
+        commThread.submit(() -> {
+            long ds = dtype.byteSize();
+            MemorySegment local = gradients.local();
+            if (idle) {
+                local.asSlice(u.offset() * ds, u.length() * ds).fill((byte) 0); // contributes nothing
+            } else {
+                long bad = reducer.firstNonFinite(local, u.offset() * ds, dtype, u.length());
+                if (bad >= 0 && (localBad < 0 || u.offset() + bad < localBad)) {
+                    localBad = u.offset() + bad;
+                }
+            }
+            if (measurePeaks) { // the unit's whole gradient is written now: the gradient's high-water mark
+                peakGradientBytes = Math.max(peakGradientBytes, residentGradientBytes());
+            }
+            comm.reduceScatter(gradients, u.offset() * ds, u.length(), dtype, ReduceOp.SUM);
+            releaseOutsideOwnBlock(gradients, u);
+        });
+    }
+
+    private static void await(java.util.concurrent.Future<?> f) {
+        try {
+            f.get();
+        } catch (java.util.concurrent.ExecutionException e) {
+            Throwable cause = e.getCause();
+            if (cause instanceof RuntimeException r) {
+                throw r;
+            }
+            if (cause instanceof Error err) {
+                throw err;
+            }
+            throw new IllegalStateException("stage 3 communication failed: " + cause, cause);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("interrupted while waiting for a stage-3 collective", e);
+        }
+    }
+
+    private void releaseParams(Unit u) {
+        releaseOutsideOwnBlock(params, u);
+        gathered[u.layer()] = false;
+    }
+
+    /**
+     * Gives back the pages of unit {@code u} outside this rank's block (pages it shares with the block,
+     * or with other units, stay).
+     */
+    private void releaseOutsideOwnBlock(SymmetricMemory memory, Unit u) {
+        long ds = dtype.byteSize();
+        memory.decommit(u.offset() * ds, u.ownFrom() * ds);
+        memory.decommit((u.offset() + u.ownTo()) * ds, (u.length() - u.ownTo()) * ds);
+    }
+
+    /** DL4J's step, on the own blocks only: params -= update, element by element as DL4J's {@code subi} does. */
+    private void subtractOwnBlocks() {
+        for (int i = 0; i < ownParams.size(); i++) {
+            ownParams.get(i).subi(ownGradients.get(i));
+        }
+    }
+
+    /** The regularization term DL4J's {@code MultiLayerNetwork.calcRegularizationScore} computes, from the kept terms. */
+    private double regularizationScore(boolean backpropParamsOnly) {
+        if (!backpropParamsOnly) {
+            throw new UnsupportedOperationException("calcRegularizationScore(false) on a stage-3 replica: only the terms of"
+                    + " backprop parameters are kept (DL4J's training score uses those)");
+        }
+        Layer[] layers = net.getLayers();
+        double sum = 0.0;
+        for (int i = 0; i < layers.length; i++) {
+            if (unitOfLayer[i] == null) {
+                sum += layers[i].calcRegularizationScore(true);
+            } else if (termKnown[i]) {
+                sum += terms[i];
+            } else {
+                throw new IllegalStateException("the regularization score of a stage-3 replica is known during a step only"
+                        + " (layer " + i + "'s parameters were not gathered this step)");
+            }
+        }
+        return sum;
+    }
+
+    // ------------------------------------------------------------------ the replica's state, between steps
+
+    ModelReplica.Mln replica() {
+        return replica;
+    }
+
+    SymmetricMemory gradientMemory() {
+        return gradients;
+    }
+
+    /** The elements this rank owns, [from, to) pairs in ascending order. */
+    long[] ownRanges() {
+        long[] r = new long[2 * units.size()];
+        for (int i = 0; i < units.size(); i++) {
+            Unit u = units.get(i);
+            r[2 * i] = u.offset() + u.ownFrom();
+            r[2 * i + 1] = u.offset() + u.ownTo();
+        }
+        return r;
+    }
+
+    List<Unit> units() {
+        return units;
+    }
+
+    /** Copies this rank's blocks of {@code full} (a whole flat parameter vector) into its own blocks. */
+    void copyOwnBlocksFrom(INDArray full) {
+        copyOwnBlocks(ModelReplica.segmentOf(full), params.local());
+    }
+
+    /** Copies this rank's own blocks into the same elements of {@code full} (the others are left alone). */
+    void copyOwnBlocksTo(INDArray full) {
+        copyOwnBlocks(params.local(), ModelReplica.segmentOf(full));
+    }
+
+    /** Whether {@code full}'s elements in this rank's blocks are bitwise this rank's own blocks. */
+    boolean ownBlocksMatch(INDArray full) {
+        MemorySegment a = ModelReplica.segmentOf(full);
+        MemorySegment b = params.local();
+        long ds = dtype.byteSize();
+        checkLength(full);
+        for (Unit u : units) {
+            long from = (u.offset() + u.ownFrom()) * ds;
+            long to = (u.offset() + u.ownTo()) * ds;
+            if (from < to && MemorySegment.mismatch(a, from, to, b, from, to) != -1) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    private void copyOwnBlocks(MemorySegment from, MemorySegment to) {
+        long ds = dtype.byteSize();
+        for (Unit u : units) {
+            long at = (u.offset() + u.ownFrom()) * ds;
+            MemorySegment.copy(from, at, to, at, (u.ownTo() - u.ownFrom()) * ds);
+        }
+    }
+
+    private void checkLength(INDArray full) {
+        if (full.length() != count || ModelReplica.dtypeOf(full.dataType()) != dtype) {
+            throw new IllegalArgumentException("parameters: expected " + count + " x " + dtype + "; found " + full.length()
+                    + " x " + full.dataType());
+        }
+    }
+
+    /**
+     * Collective (every rank of the group, e.g. group mode's one worker per process, on the wrapper's
+     * thread while the worker is idle): every unit all-gathered in turn, copied into {@code full}, and
+     * released again, so {@code full} ends with the whole parameter vector while this rank holds at
+     * most one unit more than its blocks.
+     */
+    void gatherInto(INDArray full) {
+        checkLength(full);
+        MemorySegment target = ModelReplica.segmentOf(full);
+        long ds = dtype.byteSize();
+        for (Unit u : units) {
+            comm.allGather(params, u.offset() * ds, u.length(), dtype);
+            MemorySegment.copy(params.local(), u.offset() * ds, target, u.offset() * ds, u.length() * ds);
+            releaseOutsideOwnBlock(params, u);
+        }
+    }
+
+    /** Resident bytes of this rank's parameter memory now ({@code mincore}). */
+    long residentParameterBytes() {
+        return params.residentBytes(0, count * dtype.byteSize());
+    }
+
+    /** Resident bytes of this rank's gradient memory now. */
+    long residentGradientBytes() {
+        return gradients.residentBytes(0, count * dtype.byteSize());
+    }
+
+    /** Measures, from now on, the resident bytes at every gather and reduce-scatter ({@link #peakParameterBytes}). */
+    void measurePeaks() {
+        measurePeaks = true;
+    }
+
+    /** The most resident parameter bytes seen at a gather since {@link #measurePeaks()}; read while the worker is idle. */
+    long peakParameterBytes() {
+        return peakParameterBytes;
+    }
+
+    /** The most resident gradient bytes seen at a reduce-scatter since {@link #measurePeaks()}. */
+    long peakGradientBytes() {
+        return peakGradientBytes;
+    }
+
+    /** The largest unit's bytes. */
+    long largestUnitBytes() {
+        long m = 0;
+        for (Unit u : units) {
+            m = Math.max(m, u.length());
+        }
+        return m * dtype.byteSize();
+    }
+
+    /** Bytes of this rank's own blocks (parameters, or gradient: the same). */
+    long ownBytes() {
+        long n = 0;
+        for (Unit u : units) {
+            n += u.ownTo() - u.ownFrom();
+        }
+        return n * dtype.byteSize();
+    }
+
+    /** Stops the communication thread and closes the parameter memory (collective); the gradient memory is the worker's. */
+    @Override
+    public void close() {
+        commThread.shutdownNow(); // after a failure a collective may still wait there: the worker aborted the communicator
+        try {
+            commThread.awaitTermination(10, java.util.concurrent.TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        params.close();
+    }
+
+    /** The replica's network: DL4J's, with the regularization term read from the terms kept during the step. */
+    static final class Network extends MultiLayerNetwork {
+        private static final long serialVersionUID = 1L;
+        private transient FullySharded owner;
+
+        Network(MultiLayerConfiguration conf) {
+            super(conf);
+        }
+
+        @Override
+        public double calcRegularizationScore(boolean backpropParamsOnly) {
+            return owner == null ? super.calcRegularizationScore(backpropParamsOnly)
+                    : owner.regularizationScore(backpropParamsOnly);
+        }
+    }
+
+    /** DL4J's negative-gradient step on the own blocks: the rest of the views is not this rank's, nor resident. */
+    private static final class OwnBlocksStep implements StepFunction {
+        private static final long serialVersionUID = 1L;
+        private final transient FullySharded owner;
+
+        OwnBlocksStep(FullySharded owner) {
+            this.owner = owner;
+        }
+
+        @Override
+        public void step(INDArray x, INDArray line, double step) {
+            step(x, line);
+        }
+
+        @Override
+        public void step(INDArray x, INDArray line) {
+            owner.subtractOwnBlocks();
+        }
+
+        @Override
+        public void step() {
+        }
+    }
+}
