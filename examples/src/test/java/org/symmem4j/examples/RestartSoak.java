@@ -127,11 +127,14 @@ public final class RestartSoak {
     /** Launches the job; null when it did not come back within the watchdog (every process of it then killed). */
     private static RestartAfterKillTest.Job runBounded(Path dir, Duration watchdog, String[] faults) throws Exception {
         Files.createDirectories(dir);
-        CompletableFuture<RestartAfterKillTest.Job> job = CompletableFuture.supplyAsync(() -> {
+        // its own thread, not the common pool: the launcher waits for Process.onExit, which completes on the common
+        // pool, and a launcher blocking the common pool's only worker (2 CPUs) would wait for itself
+        CompletableFuture<RestartAfterKillTest.Job> job = new CompletableFuture<>();
+        Thread.ofPlatform().name("restart-soak-" + dir.getFileName()).daemon().start(() -> {
             try {
-                return RestartAfterKillTest.launch(dir, 1, faults);
-            } catch (IOException e) {
-                throw new java.io.UncheckedIOException(e);
+                job.complete(RestartAfterKillTest.launch(dir, 1, faults));
+            } catch (IOException | RuntimeException e) {
+                job.completeExceptionally(e);
             }
         });
         try {
@@ -146,6 +149,10 @@ public final class RestartSoak {
                 } catch (TimeoutException stillThere) {
                     // kill again
                 }
+            }
+            if (job.isDone() && !job.isCompletedExceptionally()) { // kept for a look: the work directory outlives the soak
+                Files.writeString(dir.resolveSibling(dir.getFileName() + "-hang.log"), job.get().log(),
+                        StandardCharsets.UTF_8);
             }
             return null;
         } catch (ExecutionException e) {
@@ -169,6 +176,7 @@ public final class RestartSoak {
             }
         }
         if (job == null) {
+            System.out.println("trial " + t + " hung: the job was killed after the watchdog's " + watchdog);
             return new Trial(t, rank, step, -1, -1, expectedFrom, -1, -1, Double.NaN, true, 0, tornLeft, false, false,
                     ProcessHandle.current().descendants().findAny().isPresent(), wall);
         }
@@ -196,6 +204,11 @@ public final class RestartSoak {
         }
         // a checkpoint newer than the newest one complete at the kill, or one loaded and trained on to another model
         boolean corrupt = from > expectedFrom || (job.result().status() == 0 && !equal);
+        if (job.result().status() != 0 || !equal || corrupt) { // kept for a look: the work directory outlives the soak
+            Path log = dir.resolveSibling(dir.getFileName() + ".log");
+            Files.writeString(log, job.log(), StandardCharsets.UTF_8);
+            System.out.println("trial " + t + ": exit " + job.result().status() + ", equal " + equal + "; log in " + log);
+        }
         return new Trial(t, rank, step, job.result().status(), from, expectedFrom, redoneLogged, step - from, killToFirst,
                 false, skipped, tornLeft, corrupt, equal, !RestartAfterKillTest.residue(job, 1).isEmpty(), wall);
     }

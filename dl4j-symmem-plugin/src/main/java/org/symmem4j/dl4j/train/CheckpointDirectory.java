@@ -439,7 +439,8 @@ public final class CheckpointDirectory {
     /**
      * {@link #latestComplete}, agreed across a group's ranks: every rank finds its own, and all must have found the
      * same step (one file system they share, or equal copies); in thread mode ({@code group} null) just this
-     * process's.
+     * process's. The leader (rank 0, or the one process) logs where the run resumes and how many steps it redoes
+     * ({@link #resumeLine}, from the {@link #progress} the run recorded before).
      *
      * @param root      the run's checkpoint root
      * @param group     the trainer's group, or null in thread mode
@@ -450,9 +451,10 @@ public final class CheckpointDirectory {
      */
     public static Optional<Checkpoint> latestComplete(Path root, org.symmem4j.parallel.Group group, String tagPrefix)
             throws IOException {
-        long progress = group == null || group.rank() == 0 ? progress(root) : -1; // before this run records any
+        boolean leader = group == null || group.rank() == 0; // it records the progress, and says what was redone
+        long progress = leader ? progress(root) : -1; // read before this run records any
         Optional<Checkpoint> mine = latestComplete(root);
-        if (progress >= 0 || mine.isPresent()) {
+        if (leader && (progress >= 0 || mine.isPresent())) {
             LOG.info("symmem4j checkpoint: {}", resumeLine(root, mine.orElse(null), progress));
         }
         if (group == null) {
