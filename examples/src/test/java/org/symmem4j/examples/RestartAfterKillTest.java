@@ -308,10 +308,12 @@ class RestartAfterKillTest {
             pids.add(Long.parseLong(m.group(3)));
         }
         List<String> left = new ArrayList<>();
+        String mine = job.checkpoints().toString(); // in the command line of every process of this job, only
         for (long pid : pids) {
-            if (ProcessHandle.of(pid).map(ProcessHandle::isAlive).orElse(false)) {
-                left.add("process " + pid);
-            }
+            // a pid the machine gave to another process since (it reuses them quickly when busy) is not the job's
+            ProcessHandle.of(pid).filter(ProcessHandle::isAlive)
+                    .filter(p -> p.info().commandLine().map(c -> c.contains(mine)).orElse(true))
+                    .ifPresent(p -> left.add("process " + pid + " " + p.info().commandLine().orElse("")));
         }
         try (Stream<Path> files = Files.list(SharedMemoryFiles.directory())) {
             files.map(f -> f.getFileName().toString())

@@ -204,13 +204,15 @@ public final class RestartSoak {
         }
         // a checkpoint newer than the newest one complete at the kill, or one loaded and trained on to another model
         boolean corrupt = from > expectedFrom || (job.result().status() == 0 && !equal);
-        if (job.result().status() != 0 || !equal || corrupt) { // kept for a look: the work directory outlives the soak
+        List<String> residue = RestartAfterKillTest.residue(job, 1);
+        if (job.result().status() != 0 || !equal || corrupt || !residue.isEmpty()) { // kept: the work directory stays
             Path log = dir.resolveSibling(dir.getFileName() + ".log");
-            Files.writeString(log, job.log(), StandardCharsets.UTF_8);
-            System.out.println("trial " + t + ": exit " + job.result().status() + ", equal " + equal + "; log in " + log);
+            Files.writeString(log, "left: " + residue + "\n" + job.log(), StandardCharsets.UTF_8);
+            System.out.println("trial " + t + ": exit " + job.result().status() + ", equal " + equal + ", left "
+                    + residue + "; log in " + log);
         }
         return new Trial(t, rank, step, job.result().status(), from, expectedFrom, redoneLogged, step - from, killToFirst,
-                false, skipped, tornLeft, corrupt, equal, !RestartAfterKillTest.residue(job, 1).isEmpty(), wall);
+                false, skipped, tornLeft, corrupt, equal, !residue.isEmpty(), wall);
     }
 
     private static List<Path> stepDirs(Path root) throws IOException {
