@@ -58,6 +58,7 @@ class RestartAfterKillTest {
     private static final Pattern REDONE = Pattern.compile("\\[rank 0\\] REDONE generation (\\d+): progress (-?\\d+),"
             + " resumed from step (\\d+), (\\d+) steps redone");
     private static final Pattern FIRST = Pattern.compile("\\[rank (\\d)\\] FIRST STEP (\\d+) of generation (\\d+) at (\\d+) ms");
+    private static final Pattern LAUNCHER_PID = Pattern.compile("\\(local rank \\d+, pid (\\d+)\\)");
     private static final Pattern START = Pattern.compile("\\[rank (\\d)\\] START rank \\d generation (\\d+) pid (\\d+)");
 
     @TempDir
@@ -286,12 +287,13 @@ class RestartAfterKillTest {
     }
 
     /**
-     * Nothing of the job is left once the launcher returned ({@link #residue}), and every process of every generation
-     * up to {@code lastGeneration} started.
+     * Nothing of the job is left once the launcher returned ({@link #residue}), and a process of every generation up
+     * to {@code lastGeneration} started (a rank stopped before its main printed anything, as a peer of a rank killed
+     * in set-up may be on a busy machine, has nothing to leave).
      */
     static void assertNoResidue(Job job, int lastGeneration) throws IOException {
-        assertEquals(2L * (lastGeneration + 1), START.matcher(job.result().out()).results().count(),
-                "every process of every generation started: " + job.log());
+        assertEquals(lastGeneration + 1, START.matcher(job.result().out()).results().map(m -> m.group(2)).distinct()
+                .count(), "a process of every generation started: " + job.log());
         List<String> left = residue(job, lastGeneration);
         assertTrue(left.isEmpty(), "left by the job: " + left + "\n" + job.log());
     }
@@ -306,6 +308,9 @@ class RestartAfterKillTest {
         List<Long> pids = new ArrayList<>();
         for (Matcher m = START.matcher(job.result().out()); m.find(); ) {
             pids.add(Long.parseLong(m.group(3)));
+        }
+        for (Matcher m = LAUNCHER_PID.matcher(job.result().err()); m.find(); ) { // the failed ones, named by the launcher
+            pids.add(Long.parseLong(m.group(1)));
         }
         List<String> left = new ArrayList<>();
         String mine = job.checkpoints().toString(); // in the command line of every process of this job, only
