@@ -211,8 +211,9 @@ class RestartAfterKillTest {
         String log = job.log();
         assertEquals(0, job.result().status(), log);
         assertTrue(job.result().out().contains("[rank 1] STOP rank 1 generation 0 after step " + stopped), log);
-        // rank 0's wait times out (the trainer's timeout), it fails; the launcher SIGKILLs the stopped rank 1 after
-        // the grace period (SIGTERM stays pending on a stopped process)
+        // rank 0's wait ends, it fails (today at the step's backstop, 3 x timeout + 30 s: the wait for the stopped peer
+        // does not honour the trainer's timeout in group mode); the launcher SIGKILLs the stopped rank 1 after the
+        // grace period (SIGTERM stays pending on a stopped process)
         assertTrue(job.result().err().contains("generation 0 failed: rank 0 (local rank 0, pid ")
                 && job.result().err().contains("stopped rank 1 (SIGKILL after 1 s)"), log);
         Resumption r = resumption(job, 1, stopped, log);
