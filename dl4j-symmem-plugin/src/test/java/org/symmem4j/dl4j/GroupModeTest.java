@@ -188,7 +188,7 @@ class GroupModeTest {
 
     private static List<String> stepDirs(Path root) throws IOException {
         try (java.util.stream.Stream<Path> s = Files.list(root)) {
-            return s.map(p -> p.getFileName().toString()).sorted().toList();
+            return s.map(p -> p.getFileName().toString()).filter(n -> n.startsWith("step-")).sorted().toList();
         }
     }
 

@@ -38,7 +38,7 @@ class PeriodicCheckpointTest {
 
     private static List<String> stepDirs(Path root) throws IOException {
         try (Stream<Path> s = Files.list(root)) {
-            return s.map(p -> p.getFileName().toString()).sorted().toList();
+            return s.map(p -> p.getFileName().toString()).filter(n -> n.startsWith("step-")).sorted().toList();
         }
     }
 
@@ -58,6 +58,7 @@ class PeriodicCheckpointTest {
         }
         // steps 2, 4, 6, 8, 10 were taken; the two newest stay
         assertEquals(List.of("step-000000000008", "step-000000000010"), stepDirs(root));
+        assertEquals(10, CheckpointDirectory.progress(root), "the progress of the last step, for a restart to read");
         CheckpointDirectory.Counters c8 = CheckpointDirectory.verify(CheckpointDirectory.stepDir(root, 8));
         assertEquals(new CheckpointDirectory.Counters(8, 1, 8, 6, 6 * 8, WORKERS), c8);
         CheckpointDirectory.Counters c10 = CheckpointDirectory.verify(CheckpointDirectory.stepDir(root, 10));
@@ -164,7 +165,8 @@ class PeriodicCheckpointTest {
                 .build()) {
             w.fit(new BatchListIterator(data));
         }
-        assertFalse(Files.exists(root.resolve("daily")), "no step was a day past the start");
+        assertEquals(List.of(), stepDirs(root.resolve("daily")), "no step was a day past the start");
+        assertEquals(3, CheckpointDirectory.progress(root.resolve("daily")), "its progress is recorded all the same");
     }
 
     @Test
@@ -205,6 +207,27 @@ class PeriodicCheckpointTest {
         }
         assertEquals(List.of("step-000000000002", "step-000000000003", "step-000000000004"), stepDirs(root));
         assertEquals(2, CheckpointDirectory.verify(CheckpointDirectory.stepDir(root, 2)).step());
+        assertEquals(2, CheckpointDirectory.progress(root), "the resumed run's progress replaces the earlier one's");
+    }
+
+    @Test
+    void aResumedRunSaysFromWhichStepAndHowManyStepsItRedoes() throws IOException {
+        assertEquals(-1, CheckpointDirectory.progress(root), "nothing recorded");
+        assertEquals("starting over from step 0 (no complete checkpoint under " + root + "); no earlier progress"
+                + " recorded under " + root + ": 0 steps redone", CheckpointDirectory.resumeLine(root, null, -1));
+        List<DataSet> data = Nets.batches(35, BATCHES, 8, DataType.DOUBLE);
+        MultiLayerNetwork model = Nets.mlp("adam", DataType.DOUBLE, Nets.HIDDEN, 0);
+        try (SymmemParallelWrapper w = builder(model, null).checkpointEvery(2, root).build()) {
+            w.fit(new BatchListIterator(data.subList(0, 6))); // steps 1..3, a checkpoint at 2
+        }
+        assertEquals(3, CheckpointDirectory.progress(root));
+        CheckpointDirectory.Checkpoint latest = CheckpointDirectory.latestComplete(root).orElseThrow();
+        assertEquals("resuming from step 2 (checkpoint " + CheckpointDirectory.stepDir(root, 2) + "); the run had"
+                + " reached step 3 before: 1 steps redone", CheckpointDirectory.resumeLine(root, latest, 3));
+        assertEquals("starting over from step 0 (no complete checkpoint under " + root + "); the run had reached step 3"
+                + " before: 3 steps redone", CheckpointDirectory.resumeLine(root, null, 3));
+        Files.writeString(root.resolve(CheckpointDirectory.PROGRESS), "garbage");
+        assertEquals(-1, CheckpointDirectory.progress(root), "an unreadable record is none");
     }
 
     private void assertResumesAt(long step) throws IOException {
@@ -242,7 +265,9 @@ class PeriodicCheckpointTest {
         e = assertThrows(IllegalArgumentException.class, () -> SymmemParallelWrapper.builder(model).resumeFrom(file));
         assertTrue(e.getMessage().contains("resumeFrom root=" + file + ": expected a readable directory"), e.getMessage());
         assertFalse(Files.exists(absent), "nothing written");
-        assertEquals(List.of("a-file"), stepDirs(root));
+        try (Stream<Path> s = Files.list(root)) {
+            assertEquals(List.of("a-file"), s.map(p -> p.getFileName().toString()).toList());
+        }
 
         // a valid root that does not exist yet is created by the first checkpoint, not by build()
         try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(model).workers(WORKERS)

@@ -3,42 +3,82 @@ package org.symmem4j.examples;
 import java.io.File;
 import java.io.IOException;
 import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.util.ModelSerializer;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.ZeroStage;
+import org.symmem4j.dl4j.train.CheckpointDirectory;
 import org.symmem4j.parallel.group.ProcessGroup;
 
 /**
- * One rank of the data-parallel job {@link RestartAfterKillTest} starts with {@code symmem4j-run --max-restarts 1}:
- * it trains the example's MLP with checkpoints every K steps that it resumes from
- * ({@code .checkpointEvery(K, dir).resumeFrom(dir)}); in generation 0, rank 1 kills itself with {@code kill -9} after
- * step S (S steps completed) when S is given. It prints, with wall-clock milliseconds, the kill, what it resumed from
- * (and when its main began, its group formed, its network was made and restored) and its first step; rank 0 writes
- * the final model with {@link ModelSerializer}.
+ * One rank of the data-parallel job that {@link RestartAfterKillTest} and {@link RestartSoak} start with
+ * {@code symmem4j-run --max-restarts N}: it trains the example's MLP with checkpoints every K steps that it resumes
+ * from ({@code .checkpointEvery(K, dir).resumeFrom(dir)}), and injects the faults it is given, each in one generation
+ * ({@code SYMMEM4J_RESTART_GENERATION}) on one rank:
+ * <ul>
+ *   <li>{@code kill@g<G>r<R>s<S>}: {@code kill -9} of itself after step S (S steps completed);</li>
+ *   <li>{@code stop@g<G>r<R>s<S>}: {@code kill -STOP} of itself after step S: a rank that hangs rather than dies;</li>
+ *   <li>{@code setup@g<G>r<R>}: {@code kill -9} of itself before it joins the group (its peers wait in the
+ *       rendezvous);</li>
+ *   <li>{@code halt@g<G>s<S>}: rank 0, which writes every checkpoint's manifest, halts in the middle of writing step
+ *       S's ({@link CheckpointDirectory#HALT_WRITING_PROPERTY}): a torn checkpoint, which the next generation must
+ *       skip.</li>
+ * </ul>
+ * It prints, with wall-clock milliseconds: its start and pid, each fault, the progress the previous generation
+ * recorded and what it resumed from, its first step; rank 0 writes the final model with {@link ModelSerializer}.
  *
  * <p>Resume on another worker count: start it again with another {@code -n} on the same checkpoint directory (as
  * {@link ResumeOnAnotherWorkerCountTest} does after a failed 2-rank job, on 3): the wrapper re-shards the checkpoint of
  * N ranks onto the M it runs and goes on at the same batch of the data (every rank count deals the same batches in
  * the same order); it prints {@code RESHARDED from N to M ranks at step S} first.
  *
- * <pre>RestartingTraining checkpointDir modelFile everyK epochs killAfterStep(-1: none) [zeroStage]</pre>
- *
- * <p>With a ZeRO stage ({@code OPTIMIZER_STATE} or {@code GRADIENTS}) each rank keeps the updater state of its shard
- * only, and the checkpoints hold one shard file per rank.
+ * <pre>RestartingTraining checkpointDir modelFile everyK epochs [timeout=MS] [ZERO_STAGE] [fault ...]</pre>
+ * (for compatibility, a lone number as the fifth argument is {@code kill@g0r1s<number>}, -1 none). With a ZeRO stage
+ * ({@code OPTIMIZER_STATE} or {@code GRADIENTS}) each rank keeps the updater state of its shard only, and the
+ * checkpoints hold one shard file per rank.
  */
 public final class RestartingTraining {
+
+    private static final Pattern FAULT = Pattern.compile("(kill|stop|setup|halt)@g(\\d+)(?:r(\\d+))?(?:s(\\d+))?");
+
+    /** A fault to inject: what, in which generation, on which rank, after which step (-1 where it has none). */
+    record Fault(String what, int generation, int rank, long step) {
+        static Fault parse(String spec) {
+            Matcher m = FAULT.matcher(spec);
+            if (!m.matches()) {
+                throw new IllegalArgumentException("fault '" + spec + "': expected kill@g<G>r<R>s<S>, stop@g<G>r<R>s<S>,"
+                        + " setup@g<G>r<R> or halt@g<G>s<S>");
+            }
+            String what = m.group(1);
+            boolean needsRank = !what.equals("halt");
+            boolean needsStep = !what.equals("setup");
+            if (needsRank != (m.group(3) != null) || needsStep != (m.group(4) != null)) {
+                throw new IllegalArgumentException("fault '" + spec + "': " + what + (needsRank ? " needs" : " takes no")
+                        + " r<rank> and " + (needsStep ? "needs" : "takes no") + " s<step>");
+            }
+            return new Fault(what, Integer.parseInt(m.group(2)), needsRank ? Integer.parseInt(m.group(3)) : 0,
+                    needsStep ? Long.parseLong(m.group(4)) : -1);
+        }
+
+        boolean here(String kind, int gen, int r) {
+            return what.equals(kind) && generation == gen && rank == r;
+        }
+    }
 
     private RestartingTraining() {
     }
 
-    /** 48 batches of 16: 24 steps per epoch for 2 ranks. */
+    /** 24 batches of 16: 12 steps per epoch for 2 ranks. */
     static List<DataSet> batches() {
-        return new SyntheticData(64, 10, 1).batches(2, 48, 16, DataType.FLOAT);
+        return new SyntheticData(64, 10, 1).batches(2, 24, 16, DataType.FLOAT);
     }
 
     public static void main(String[] args) throws IOException {
@@ -47,9 +87,39 @@ public final class RestartingTraining {
         File model = new File(args[1]);
         int every = Integer.parseInt(args[2]);
         int epochs = Integer.parseInt(args[3]);
-        long killAfter = Long.parseLong(args[4]);
-        ZeroStage sharding = args.length > 5 ? ZeroStage.valueOf(args[5]) : null;
+        Duration timeout = null;
+        ZeroStage sharding = null;
+        List<Fault> faults = new ArrayList<>();
+        for (int i = 4; i < args.length; i++) {
+            if (args[i].startsWith("timeout=")) {
+                timeout = Duration.ofMillis(Long.parseLong(args[i].substring("timeout=".length())));
+            } else if (isZeroStage(args[i])) {
+                sharding = ZeroStage.valueOf(args[i]);
+            } else if (args[i].matches("-?\\d+")) {
+                if (Long.parseLong(args[i]) >= 0) {
+                    faults.add(new Fault("kill", 0, 1, Long.parseLong(args[i])));
+                }
+            } else {
+                faults.add(Fault.parse(args[i]));
+            }
+        }
         int generation = Integer.parseInt(System.getenv().getOrDefault("SYMMEM4J_RESTART_GENERATION", "0"));
+        int envRank = Integer.parseInt(System.getenv().getOrDefault("RANK", "0"));
+        System.out.printf(Locale.ROOT, "START rank %d generation %d pid %d at %d ms%n", envRank, generation,
+                ProcessHandle.current().pid(), started);
+        for (Fault f : faults) {
+            if (f.here("setup", generation, envRank)) {
+                System.out.printf(Locale.ROOT, "KILL rank %d generation %d in setup at %d ms%n", envRank, generation,
+                        System.currentTimeMillis());
+                signalMyself("-9");
+            }
+            if (f.here("halt", generation, 0) && envRank == 0) {
+                // the writer halts in the middle of this step's manifest (this generation only: the next one writes it)
+                System.setProperty(CheckpointDirectory.HALT_WRITING_PROPERTY,
+                        CheckpointDirectory.stepDir(Path.of(""), f.step()).resolve(CheckpointDirectory.MANIFEST).toString());
+            }
+        }
+        long progress = CheckpointDirectory.progress(checkpoints); // what the previous generation reached
         ProcessGroup group = ProcessGroup.fromEnvironment();
         long grouped = System.currentTimeMillis();
         int rank = group.rank();
@@ -66,15 +136,19 @@ public final class RestartingTraining {
                         System.out.printf(Locale.ROOT, "FIRST STEP %d of generation %d at %d ms%n", step,
                                 generation, System.currentTimeMillis());
                     }
-                    if (generation == 0 && rank == 1 && step == killAfter) {
-                        System.out.printf(Locale.ROOT, "KILL rank 1 after step %d at %d ms%n", step,
-                                System.currentTimeMillis());
-                        System.out.flush();
-                        killMyself();
+                    for (Fault f : faults) {
+                        if (f.step() == step && (f.here("kill", generation, rank) || f.here("stop", generation, rank))) {
+                            System.out.printf(Locale.ROOT, "%s rank %d generation %d after step %d at %d ms%n",
+                                    f.what().toUpperCase(Locale.ROOT), rank, generation, step, System.currentTimeMillis());
+                            signalMyself(f.what().equals("kill") ? "-9" : "-STOP");
+                        }
                     }
                 });
         if (sharding != null) {
             builder.sharding(sharding);
+        }
+        if (timeout != null) {
+            builder.timeout(timeout);
         }
         try (group; SymmemParallelWrapper wrapper = builder.build()) {
             if (wrapper.resumedFrom() != null && wrapper.resumedFrom().counters().ranks() != group.worldSize()) {
@@ -88,6 +162,11 @@ public final class RestartingTraining {
                         wrapper.resumedFrom().counters().step(), wrapper.resumedFrom().counters().epoch(), started,
                         grouped, made, System.currentTimeMillis());
             }
+            if (rank == 0 && generation > 0) {
+                long from = wrapper.resumedFrom() == null ? 0 : wrapper.resumedFrom().counters().step();
+                System.out.printf(Locale.ROOT, "REDONE generation %d: progress %d, resumed from step %d, %d steps redone%n",
+                        generation, progress, from, Math.max(0, progress - from));
+            }
             for (int e = net.getEpochCount(); e < epochs; e++) {
                 wrapper.fit(new ListIterator(data));
             }
@@ -98,10 +177,31 @@ public final class RestartingTraining {
         }
     }
 
+    private static boolean isZeroStage(String arg) {
+        for (ZeroStage z : ZeroStage.values()) {
+            if (z.name().equals(arg)) {
+                return true;
+            }
+        }
+        return false;
+    }
+
     /** kill -9 of this JVM's own pid: no shutdown hook, no close, as a crash or the OOM killer would. */
     static void killMyself() {
+        signalMyself("-9");
+    }
+
+    /**
+     * {@code kill -9} (no shutdown hook, no close, as a crash or the OOM killer would) or {@code kill -STOP} (a hang)
+     * of this JVM's own pid; without kill(1), a halt, as abrupt as a kill.
+     */
+    private static void signalMyself(String signal) {
+        System.out.flush();
         try {
-            new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid())).inheritIO().start().waitFor();
+            new ProcessBuilder("kill", signal, Long.toString(ProcessHandle.current().pid())).inheritIO().start().waitFor();
+            if (signal.equals("-STOP")) {
+                return; // stopped until SIGCONT or SIGKILL; should it go on, it goes on training
+            }
             Thread.sleep(60_000); // the signal lands while this waits
         } catch (IOException | InterruptedException e) {
             // no kill(1): halt instead, as abruptly

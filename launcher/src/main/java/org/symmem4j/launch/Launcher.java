@@ -324,12 +324,14 @@ public final class Launcher implements Callable<Integer> {
                 int left = maxRestarts - plan.generation();
                 if (outcome.exitCode() == 0 || !outcome.restartable() || generations.interrupted()) {
                     return finish(hook, outcome, outcome.exitCode() == 0 || maxRestarts == 0 || !outcome.restartable() ? ""
-                            : "; interrupted, not restarted");
+                            : "; interrupted, not restarted", maxRestarts == 0 ? "" : "generation " + plan.generation()
+                            + (outcome.exitCode() == 0 ? ": " : " failed: "));
                 }
                 if (left == 0) {
                     return finish(hook, outcome, maxRestarts == 0 ? "" : "; no restarts left (--max-restarts "
                             + maxRestarts + ", all used): exiting with rank " + outcome.failedRank() + "'s code "
-                            + outcome.exitCode());
+                            + outcome.exitCode() + " (of generation " + plan.generation() + ")",
+                            maxRestarts == 0 ? "" : "generation " + plan.generation() + " failed: ");
                 }
                 long failedAt = System.nanoTime();
                 int next = plan.generation() + 1;
@@ -354,14 +356,18 @@ public final class Launcher implements Callable<Integer> {
         }
     }
 
-    /** The launcher's last word: the outcome (and what restarts had to do with it), and its exit status. */
-    private int finish(Thread hook, Supervisor.Outcome outcome, String restarts) {
+    /**
+     * The launcher's last word: the outcome (with {@code --max-restarts}, after the generation it ended in, as
+     * {@code generation 2 failed: rank 1 ... was killed by signal 9}), what restarts had to do with it, and its exit
+     * status.
+     */
+    private int finish(Thread hook, Supervisor.Outcome outcome, String restarts, String generation) {
         try {
             Runtime.getRuntime().removeShutdownHook(hook);
         } catch (IllegalStateException shuttingDown) {
             return outcome.exitCode(); // the hook stops the processes and says so
         }
-        err.println("symmem4j-run: " + outcome.message() + restarts);
+        err.println("symmem4j-run: " + generation + outcome.message() + restarts);
         return outcome.exitCode();
     }
 

@@ -412,7 +412,9 @@ class LauncherTest {
         assertEquals(5, r.status(), r.err());
         assertEquals(2, r.err().lines().filter(l -> l.contains("restarting as generation")).count(), r.err());
         assertTrue(r.err().contains("restarting as generation 2 (restart 2 of 2, 0 left after it)"), r.err());
-        assertTrue(r.err().contains("no restarts left (--max-restarts 2, all used): exiting with rank 1's code 5"), r.err());
+        assertTrue(r.err().contains("symmem4j-run: generation 2 failed: rank 1 (local rank 1, pid "), r.err());
+        assertTrue(r.err().contains("no restarts left (--max-restarts 2, all used): exiting with rank 1's code 5"
+                + " (of generation 2)"), r.err());
         List<Who> all = whos(r.out());
         assertEquals(3, all.stream().map(Who::run).distinct().count(), "three generations, three run ids: " + all);
         assertEquals(3, all.stream().map(Who::sum).distinct().count(), "and three secrets: " + all);

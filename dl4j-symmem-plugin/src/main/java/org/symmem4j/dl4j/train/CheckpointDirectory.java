@@ -43,6 +43,18 @@ public final class CheckpointDirectory {
 
     /** The manifest's file name inside a checkpoint directory. */
     public static final String MANIFEST = "manifest.properties";
+    /**
+     * The file under a run's checkpoint root that says the last step the run recorded as done ({@link #recordProgress}),
+     * so that a restarted run can say how many steps it does again.
+     */
+    public static final String PROGRESS = "progress";
+    /**
+     * Fault injection, for tests only: {@code -Dsymmem4j.faultInjection.haltWriting=step-000000000010/manifest.properties}
+     * (a path under the checkpoint root) makes {@link #writeAtomically} of that file write half of its bytes to the
+     * temporary file and halt the JVM ({@code Runtime.halt(137)}, no shutdown hooks), as a crash in the middle of the
+     * write would. Read at each write.
+     */
+    public static final String HALT_WRITING_PROPERTY = "symmem4j.faultInjection.haltWriting";
     private static final String FORMAT = "symmem4j-checkpoint-1";
     private static final Pattern STEP_DIR = Pattern.compile("step-(\\d{12})");
     private static final String FILE_KEY = "file.";
@@ -134,6 +146,7 @@ public final class CheckpointDirectory {
         Path tmp = target.resolveSibling(target.getFileName() + ".tmp");
         try {
             writer.write(tmp);
+            haltIfInjected(target, tmp);
             force(tmp);
             try {
                 Files.move(tmp, target, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
@@ -143,6 +156,82 @@ public final class CheckpointDirectory {
         } finally {
             Files.deleteIfExists(tmp);
         }
+    }
+
+    /** {@link #HALT_WRITING_PROPERTY}: when {@code target} is the file it names, tear {@code tmp} and halt. */
+    private static void haltIfInjected(Path target, Path tmp) throws IOException {
+        String what = System.getProperty(HALT_WRITING_PROPERTY);
+        if (what == null || what.isBlank() || !target.toAbsolutePath().normalize().endsWith(Path.of(what).normalize())) {
+            return;
+        }
+        long size = Files.size(tmp);
+        try (FileChannel ch = FileChannel.open(tmp, StandardOpenOption.WRITE)) {
+            ch.truncate(size / 2);
+            ch.force(true);
+        }
+        LOG.warn("symmem4j checkpoint: fault injection ({}={}): halting while writing {} ({} of {} bytes written)",
+                HALT_WRITING_PROPERTY, what, target, size / 2, size);
+        System.out.flush();
+        System.err.flush();
+        Runtime.getRuntime().halt(137);
+    }
+
+    /**
+     * Records that the run has done {@code step} steps: writes {@code root/}{@value #PROGRESS} (created with the root
+     * when absent; a temporary file renamed over it, not forced: it only informs). The trainers' leader calls it after
+     * every step when the run takes periodic checkpoints ({@link CheckpointSchedule#due}); a restarted run reads it
+     * ({@link #progress}) before it trains, to say how many steps it redoes.
+     *
+     * @param root the run's checkpoint root
+     * @param step the steps done
+     * @throws IOException when the file cannot be written
+     */
+    public static void recordProgress(Path root, long step) throws IOException {
+        Files.createDirectories(root);
+        Path tmp = root.resolve(PROGRESS + ".tmp");
+        Files.writeString(tmp, "step=" + step + "\n", StandardCharsets.ISO_8859_1);
+        try {
+            Files.move(tmp, root.resolve(PROGRESS), StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+        } catch (AtomicMoveNotSupportedException e) {
+            Files.move(tmp, root.resolve(PROGRESS), StandardCopyOption.REPLACE_EXISTING);
+        }
+    }
+
+    /**
+     * The last step the run under {@code root} recorded as done ({@link #recordProgress}): read before a resumed run
+     * trains, the step its previous generation had reached.
+     *
+     * @param root the run's checkpoint root
+     * @return the step, or -1 when nothing was recorded (or the file does not parse)
+     */
+    public static long progress(Path root) {
+        try {
+            String text = Files.readString(root.resolve(PROGRESS), StandardCharsets.ISO_8859_1).strip();
+            return text.startsWith("step=") ? Long.parseLong(text.substring("step=".length())) : -1;
+        } catch (IOException | NumberFormatException e) {
+            return -1;
+        }
+    }
+
+    /**
+     * The line a trainer logs when it resumes (or starts over) under {@code root}: from which step, and how many
+     * steps the run had done past it (by {@link #progress}), which it now does again.
+     *
+     * @param root     the run's checkpoint root
+     * @param resumed  the checkpoint it resumes from, or null when none is complete (it starts over from step 0)
+     * @param progress {@link #progress} read before the resume
+     * @return e.g. {@code resuming from step 30 (checkpoint .../step-000000000030); the run had reached step 33 before:
+     *         3 steps redone}
+     */
+    public static String resumeLine(Path root, Checkpoint resumed, long progress) {
+        long from = resumed == null ? 0 : resumed.counters().step();
+        String where = resumed == null ? "starting over from step 0 (no complete checkpoint under " + root + ")"
+                : "resuming from step " + from + " (checkpoint " + resumed.dir() + ")";
+        if (progress < 0) {
+            return where + "; no earlier progress recorded under " + root + ": 0 steps redone";
+        }
+        return where + "; the run had reached step " + progress + " before: " + Math.max(0, progress - from)
+                + " steps redone";
     }
 
     /**
@@ -372,7 +461,8 @@ public final class CheckpointDirectory {
     /**
      * {@link #latestComplete}, agreed across a group's ranks: every rank finds its own, and all must have found the
      * same step (one file system they share, or equal copies); in thread mode ({@code group} null) just this
-     * process's.
+     * process's. The leader (rank 0, or the one process) logs where the run resumes and how many steps it redoes
+     * ({@link #resumeLine}, from the {@link #progress} the run recorded before).
      *
      * @param root      the run's checkpoint root
      * @param group     the trainer's group, or null in thread mode
@@ -383,7 +473,12 @@ public final class CheckpointDirectory {
      */
     public static Optional<Checkpoint> latestComplete(Path root, org.symmem4j.parallel.Group group, String tagPrefix)
             throws IOException {
+        boolean leader = group == null || group.rank() == 0; // it records the progress, and says what was redone
+        long progress = leader ? progress(root) : -1; // read before this run records any
         Optional<Checkpoint> mine = latestComplete(root);
+        if (leader && (progress >= 0 || mine.isPresent())) {
+            LOG.info("symmem4j checkpoint: {}", resumeLine(root, mine.orElse(null), progress));
+        }
         if (group == null) {
             return mine;
         }

@@ -1,7 +1,10 @@
 package org.symmem4j.dl4j.train;
 
+import java.io.IOException;
 import java.nio.file.Path;
 import java.time.Duration;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.Group;
 
 /**
@@ -9,7 +12,9 @@ import org.symmem4j.parallel.Group;
  * {@link TrainerBuilder#checkpointEvery(Duration, Path)}): every {@code steps} steps, or at the first step boundary
  * {@code interval} after the last checkpoint (or the start), under {@code root}, keeping the newest {@code keep}
  * complete ones. In group mode every rank decides at the same step: by steps every rank counts the same; by time rank
- * 0's clock decides, told to every rank over the group's all-gather at each step boundary.
+ * 0's clock decides, told to every rank over the group's all-gather at each step boundary. At every step boundary the
+ * leader (rank 0, or the one process in thread mode) also records the steps done under the root
+ * ({@link CheckpointDirectory#recordProgress}), so that a restarted run says how many steps it redoes.
  */
 public final class CheckpointSchedule {
 
@@ -19,6 +24,8 @@ public final class CheckpointSchedule {
     private final int keep;
     private long lastNanos = System.nanoTime();
     private long exchanges;
+    private boolean progressWarned;
+    private static final Logger LOG = LoggerFactory.getLogger(CheckpointSchedule.class);
 
     CheckpointSchedule(int everySteps, Duration interval, Path root, int keep) {
         this.everySteps = everySteps;
@@ -39,7 +46,7 @@ public final class CheckpointSchedule {
 
     /**
      * Whether a checkpoint is due after a step; collective in group mode when by time (every rank calls it at every
-     * step boundary).
+     * step boundary). The leader also records the steps done ({@link CheckpointDirectory#recordProgress}).
      *
      * @param stepsDone the trainer's steps done, the one just finished included
      * @param group     the trainer's group, or null in thread mode
@@ -47,6 +54,17 @@ public final class CheckpointSchedule {
      * @return true when the trainer takes one now
      */
     public boolean due(long stepsDone, Group group, String tagPrefix) {
+        if (group == null || group.rank() == 0) {
+            try {
+                CheckpointDirectory.recordProgress(root, stepsDone);
+            } catch (IOException e) {
+                if (!progressWarned) {
+                    progressWarned = true;
+                    LOG.warn("symmem4j checkpoint: cannot record progress under {} ({}); training goes on, a restart"
+                            + " will not say how many steps it redoes", root, e.toString());
+                }
+            }
+        }
         boolean due = everySteps > 0 && stepsDone % everySteps == 0;
         if (interval != null) {
             boolean late = System.nanoTime() - lastNanos >= interval.toNanos();

@@ -35,7 +35,7 @@ class PipelinePeriodicCheckpointTest {
 
     private static List<String> stepDirs(Path root) throws Exception {
         try (Stream<Path> s = Files.list(root)) {
-            return s.map(p -> p.getFileName().toString()).sorted().toList();
+            return s.map(p -> p.getFileName().toString()).filter(n -> n.startsWith("step-")).sorted().toList();
         }
     }
 
