@@ -121,6 +121,7 @@ class CudaFullyShardedMlpTest {
                     double[] c2 = CudaTensorParallelTest.download(device, arena, copy, n, DType.BFLOAT16);
                     double stepSize = lr / (1 - Math.pow(b1, t));
                     double sqrtBias2 = Math.sqrt(1 - Math.pow(b2, t));
+                    int moved = 0;
                     for (int i = 0; i < n; i++) {
                         double gi = 0.5 * g[i];
                         double mi = m[i] + (1 - b1) * (gi - m[i]);
@@ -129,9 +130,12 @@ class CudaFullyShardedMlpTest {
                         assertEquals(mi, m2[i], 1e-6 * (Math.abs(mi) + 1e-3), "m " + i);
                         assertEquals(vi, v2[i], 1e-6 * (Math.abs(vi) + 1e-6), "v " + i);
                         assertEquals(pi, p2[i], 1e-6, "param " + i);
-                        assertTrue(Math.abs(pi - p[i]) > 1e-4, "the step moved param " + i);
+                        // random moments can cancel for a few elements (an update below 1e-4): the data must move
+                        // most of them, so that the equality above tests the update and not a no-op
+                        moved += Math.abs(pi - p[i]) > 1e-4 ? 1 : 0;
                         assertEquals(BFloat16.toFloat(BFloat16.fromFloat((float) p2[i])), c2[i], "bf16 copy " + i);
                     }
+                    assertTrue(moved >= n * 9 / 10, "the step moved " + moved + " of " + n + " params by more than 1e-4");
                     IllegalArgumentException e = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
                             () -> ops.adamStep(dp, dm, dv, dg, null, n, 1f, lr, 1f, b2, eps, 1));
                     assertTrue(e.getMessage().contains("beta1=1.0"), e.getMessage());
