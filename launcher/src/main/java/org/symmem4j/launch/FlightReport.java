@@ -208,7 +208,7 @@ public final class FlightReport implements Callable<Integer> {
             first = false;
         }
         if (!missing.isEmpty()) {
-            b.append("; ").append(ranks(missing)).append(missing.size() == 1 ? " left" : " left")
+            b.append("; ").append(ranks(missing)).append(" left")
                     .append(" no dump (never failed in a collective of this communicator: dead, hung, busy outside"
                             + " collectives, or writing to another directory)");
         }
