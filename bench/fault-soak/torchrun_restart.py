@@ -231,6 +231,11 @@ def run_job(a, trial_dir, faults):
         cmd += ["--fault", f]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # one machine: loopback, also where the host name does not resolve
+    # torchrun shares its rendezvous TCPStore with the workers' init_process_group by default (since torch 2.5), and a
+    # restarted generation can then read the previous generation's gloo/NCCL addresses and fail to connect
+    # (pytorch/pytorch#135712, #167288: "Connection refused" in connectFullMesh, seen here with torch 2.11). Its own
+    # workaround, a separate store per generation, is torchrun's working configuration for restarts.
+    env.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     t0 = time.time()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True,
                          text=True)
