@@ -30,7 +30,8 @@ import picocli.CommandLine.Option;
 /**
  * How close the executor's measured idle time comes to the simulator's, with stages that take a known
  * time (no model): each forward and backward waits {@code --forward-us} and {@code --backward-us}
- * (spinning, or parked so that more ranks than cores still run side by side) and hands on a
+ * (spinning, or parked so that more ranks than cores still run side by side; a split backward's halves
+ * half each, for ZB-H1) and hands on a
  * {@code --bytes} message. Per schedule it runs {@code --steps} steps (the first is a warm-up), each
  * started on every rank together (a barrier, as the simulator's time 0), and prints per step and rank
  * the measured idle fraction next to the simulator's for that step's measured pass and hand-off times,
@@ -121,7 +122,8 @@ public final class PipelineExecutorBubbleBench {
                 new Case("1f1b", PipelineShape.of(ranks, microbatches), ScheduleGenerators.oneFOneB(ranks, microbatches)),
                 new Case("interleaved v=2", new PipelineShape(ranks, microbatches, 2),
                         ScheduleGenerators.interleavedOneFOneB(ranks, microbatches, 2)),
-                new Case("gpipe", PipelineShape.of(ranks, microbatches), ScheduleGenerators.gpipe(ranks, microbatches)));
+                new Case("gpipe", PipelineShape.of(ranks, microbatches), ScheduleGenerators.gpipe(ranks, microbatches)),
+                new Case("zb-h1", PipelineShape.of(ranks, microbatches), ScheduleGenerators.zeroBubbleH1(ranks, microbatches)));
         for (Case c : cases) {
             List<List<StepTimeline>> byRank = run(c.shape(), c.schedule(), forwardUs * 1000, backwardUs * 1000, bytes,
                     steps, spin);
@@ -220,6 +222,18 @@ public final class PipelineExecutorBubbleBench {
         public MemorySegment backward(int microbatch, MemorySegment outputGradient) {
             waitFor(backwardNanos);
             return out;
+        }
+
+        /** A split backward's halves share its time as the simulator assumes (StageDurations.of). */
+        @Override
+        public MemorySegment backwardInput(int microbatch, MemorySegment outputGradient) {
+            waitFor(backwardNanos - backwardNanos / 2);
+            return out;
+        }
+
+        @Override
+        public void backwardWeight(int microbatch) {
+            waitFor(backwardNanos / 2);
         }
 
         @Override

@@ -203,6 +203,7 @@ public final class LinkPlan {
     private boolean completes(int slots) {
         int stages = shape.stageCount();
         // per receiving stage and direction: messages posted and released, as the executor counts them
+        // indexed by the link's type (ActionType.link()): an I's gradient travels on its B's link
         long[][] posted = new long[ActionType.values().length][stages];
         long[][] released = new long[ActionType.values().length][stages];
         int ranks = shape.ranks();
@@ -210,14 +211,15 @@ public final class LinkPlan {
         boolean[] computed = new boolean[ranks]; // the next action has run and holds its output, unposted
         boolean progressed = true;
         int done = 0;
-        int total = shape.actionCount();
+        int total = schedule.actionCount();
         while (progressed) {
             progressed = false;
             for (int rank = 0; rank < ranks; rank++) {
                 List<Action> actions = schedule.actions(rank);
                 while (next[rank] < actions.size()) {
                     Action action = actions.get(next[rank]);
-                    int type = action.type().ordinal();
+                    ActionType link = action.type().link();
+                    int type = link == null ? 0 : link.ordinal();
                     if (!computed[rank]) {
                         if (hasInput(action) && posted[type][action.stage()] == released[type][action.stage()]) {
                             break; // input not posted yet
@@ -245,14 +247,22 @@ public final class LinkPlan {
         return done == total;
     }
 
-    /** Whether the action takes a message: every F but stage 0's, every B but the last stage's. */
+    /** Whether the action takes a message: every F but stage 0's, every B or I but the last stage's, no W. */
     private boolean hasInput(Action action) {
-        return action.type() == ActionType.FORWARD ? action.stage() > 0 : action.stage() < shape.stageCount() - 1;
+        ActionType link = action.type().link();
+        if (link == null) {
+            return false;
+        }
+        return link == ActionType.FORWARD ? action.stage() > 0 : action.stage() < shape.stageCount() - 1;
     }
 
-    /** The stage the action's output goes to, or -1 (F of the last stage, B of stage 0). */
+    /** The stage the action's output goes to, or -1 (F of the last stage, B or I of stage 0, every W). */
     private int outputStage(Action action) {
-        int to = action.type() == ActionType.FORWARD ? action.stage() + 1 : action.stage() - 1;
+        ActionType link = action.type().link();
+        if (link == null) {
+            return -1;
+        }
+        int to = link == ActionType.FORWARD ? action.stage() + 1 : action.stage() - 1;
         return to >= 0 && to < shape.stageCount() ? to : -1;
     }
 

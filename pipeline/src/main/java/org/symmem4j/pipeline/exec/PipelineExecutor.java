@@ -72,7 +72,10 @@ public final class PipelineExecutor implements AutoCloseable {
     private final Arena arena = Arena.ofShared();
     /** By stage; null for stages of other ranks. */
     private final StageCompute[] stages;
-    /** By [type][stage]: where the action's input comes from and its output goes; null where there is none. */
+    /**
+     * By [link type][stage] ({@link ActionType#link()}: an I's gradient uses its B's link): where the
+     * action's input comes from and its output goes; null where there is none.
+     */
     private final LinkReceiver[][] receivers;
     private final LinkSender[][] senders;
     /** By [type][receiving stage]: same-rank hand-offs (only with one rank). */
@@ -307,8 +310,14 @@ public final class PipelineExecutor implements AutoCloseable {
         Action action = actions.get(index);
         int stage = action.stage();
         int mb = action.microbatch();
-        int t = action.type().ordinal();
+        ActionType link = action.type().link();
         StageCompute compute = stages[stage];
+        if (link == null) { // a weight gradient: no message in or out
+            long start = mark();
+            compute.backwardWeight(mb);
+            return record(events, encode(Kind.WEIGHT_GRADIENT, index), start);
+        }
+        int t = link.ordinal();
         LinkReceiver receiver = receivers[t][stage];
         MemorySegment input = EMPTY;
         long start = mark();
@@ -319,14 +328,21 @@ public final class PipelineExecutor implements AutoCloseable {
             input = localQueues[t][stage].removeFirst();
         }
         start = mark();
-        MemorySegment output = action.type() == ActionType.FORWARD ? compute.forward(mb, input)
-                : compute.backward(mb, input);
-        events = record(events, encode(action.type() == ActionType.FORWARD ? Kind.FORWARD : Kind.BACKWARD,
-                index), start);
+        MemorySegment output = switch (action.type()) {
+            case FORWARD -> compute.forward(mb, input);
+            case INPUT_GRADIENT -> compute.backwardInput(mb, input);
+            default -> compute.backward(mb, input);
+        };
+        Kind kind = switch (action.type()) {
+            case FORWARD -> Kind.FORWARD;
+            case INPUT_GRADIENT -> Kind.INPUT_GRADIENT;
+            default -> Kind.BACKWARD;
+        };
+        events = record(events, encode(kind, index), start);
         if (receiver != null) {
             receiver.release(); // the stage has read its input
         }
-        int to = action.type() == ActionType.FORWARD ? stage + 1 : stage - 1;
+        int to = link == ActionType.FORWARD ? stage + 1 : stage - 1;
         if (to < 0 || to >= shape.stageCount()) {
             return events;
         }

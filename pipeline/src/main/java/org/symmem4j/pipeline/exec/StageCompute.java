@@ -44,6 +44,34 @@ public interface StageCompute {
      */
     MemorySegment backward(int microbatch, MemorySegment outputGradient);
 
+    /**
+     * The input-gradient half of a split backward ({@link org.symmem4j.pipeline.schedule.ActionType#INPUT_GRADIENT},
+     * zero-bubble schedules): returns the gradient with respect to the stage's input, as
+     * {@link #backward} does, and keeps what {@link #backwardWeight} needs; the executor calls
+     * {@link #backwardWeight} for the microbatch later, on this thread.
+     *
+     * <p>The default runs the whole {@link #backward} here and leaves nothing for the weight half:
+     * the results are those of an unsplit backward, but the schedule's bubble saving needs a stage
+     * that computes only the input gradient here.
+     *
+     * @param microbatch the microbatch, in [0, microbatches)
+     * @param outputGradient as for {@link #backward}
+     * @return the gradient with respect to this stage's input, as for {@link #backward}
+     */
+    default MemorySegment backwardInput(int microbatch, MemorySegment outputGradient) {
+        return backward(microbatch, outputGradient);
+    }
+
+    /**
+     * The weight-gradient half of a split backward: adds the microbatch's parameter gradients to the
+     * accumulated gradient and frees what its forward and {@link #backwardInput} kept. The default does
+     * nothing, matching the default {@link #backwardInput}.
+     *
+     * @param microbatch the microbatch, in [0, microbatches), whose {@link #backwardInput} has run
+     */
+    default void backwardWeight(int microbatch) {
+    }
+
     /** After every microbatch of the step: one optimizer update from the accumulated gradient, which it then clears. */
     void step();
 }

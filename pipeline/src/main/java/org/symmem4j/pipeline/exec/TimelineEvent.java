@@ -21,6 +21,10 @@ public record TimelineEvent(int rank, Kind kind, int stage, int peerStage, int m
         FORWARD,
         /** A stage's backward pass (compute). */
         BACKWARD,
+        /** The input-gradient half of a split backward (compute). */
+        INPUT_GRADIENT,
+        /** The weight-gradient half of a split backward (compute). */
+        WEIGHT_GRADIENT,
         /** Waiting for a message from another stage (idle unless the message was already there). */
         RECEIVE,
         /** Posting a message to another stage, including any wait for a free slot (back-pressure). */
@@ -31,10 +35,10 @@ public record TimelineEvent(int rank, Kind kind, int stage, int peerStage, int m
         /**
          * Whether the kind is model compute: what the simulator's action durations stand for.
          *
-         * @return true for FORWARD and BACKWARD
+         * @return true for FORWARD, BACKWARD and a split backward's halves
          */
         public boolean isCompute() {
-            return this == FORWARD || this == BACKWARD;
+            return this == FORWARD || this == BACKWARD || this == INPUT_GRADIENT || this == WEIGHT_GRADIENT;
         }
     }
 

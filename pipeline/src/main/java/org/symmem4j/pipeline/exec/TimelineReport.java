@@ -7,6 +7,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
+import java.util.function.ToDoubleFunction;
 import org.symmem4j.pipeline.exec.TimelineEvent.Kind;
 import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.PipelineShape;
@@ -201,8 +202,17 @@ public final class TimelineReport {
      */
     public SimulationResult.Completed simulate(Schedule schedule, PipelineShape shape) {
         ActionDurations durations = new ActionDurations(Math.max(1, Math.round(meanNanos(Kind.FORWARD) / 1e3)),
-                Math.max(1, Math.round(meanNanos(Kind.BACKWARD) / 1e3)), Math.round(meanHandoffNanos() / 1e3));
+                Math.max(1, Math.round(wholeBackwardNanos(this::meanNanos) / 1e3)), Math.round(meanHandoffNanos() / 1e3));
         return ScheduleSimulator.simulate(schedule, shape, durations).requireCompleted();
+    }
+
+    /**
+     * A whole backward's mean time by {@code mean}: a B's, or, where the step split its backwards
+     * (zero-bubble schedules), an I's plus a W's.
+     */
+    private static double wholeBackwardNanos(ToDoubleFunction<Kind> mean) {
+        double whole = mean.applyAsDouble(Kind.BACKWARD);
+        return whole > 0 ? whole : mean.applyAsDouble(Kind.INPUT_GRADIENT) + mean.applyAsDouble(Kind.WEIGHT_GRADIENT);
     }
 
     /**
@@ -231,7 +241,8 @@ public final class TimelineReport {
         long[] backward = new long[stages];
         for (int s = 0; s < stages; s++) {
             forward[s] = Math.max(1, Math.round(stageMeanNanos(Kind.FORWARD, s) / 1e3));
-            backward[s] = Math.max(1, Math.round(stageMeanNanos(Kind.BACKWARD, s) / 1e3));
+            int stage = s;
+            backward[s] = Math.max(1, Math.round(wholeBackwardNanos(kind -> stageMeanNanos(kind, stage)) / 1e3));
         }
         return new StageDurations(forward, backward, Math.round(meanHandoffNanos() / 1e3));
     }
@@ -421,6 +432,8 @@ public final class TimelineReport {
         return switch (e.kind()) {
             case FORWARD -> e.stage() + "F" + e.microbatch();
             case BACKWARD -> e.stage() + "B" + e.microbatch();
+            case INPUT_GRADIENT -> e.stage() + "I" + e.microbatch();
+            case WEIGHT_GRADIENT -> e.stage() + "W" + e.microbatch();
             case RECEIVE -> "recv " + e.peerStage() + "->" + e.stage() + " mb" + e.microbatch();
             case SEND -> "send " + e.stage() + "->" + e.peerStage() + " mb" + e.microbatch();
             case OPTIMIZER_STEP -> "step stage " + e.stage();

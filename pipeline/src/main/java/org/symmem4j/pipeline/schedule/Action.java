@@ -5,18 +5,18 @@ import java.util.Objects;
 /**
  * One step of a pipeline schedule: run {@code type} for {@code microbatch} on {@code stage}.
  *
- * <p>Its text form is {@code <stage><F|B><microbatch>}, for example {@code 0F3} (stage 0, forward,
- * microbatch 3) or {@code 2B0}; {@link #toString()} writes it and {@link #parse(String)} reads it
- * back.
+ * <p>Its text form is {@code <stage><F|B|I|W><microbatch>}, for example {@code 0F3} (stage 0, forward,
+ * microbatch 3), {@code 2B0}, or {@code 1I2} and {@code 1W2} (the two halves of a split backward, see
+ * {@link ActionType}); {@link #toString()} writes it and {@link #parse(String)} reads it back.
  *
  * @param stage      pipeline stage, {@code >= 0}; stage {@code s} lives on rank {@code s % ranks}
- * @param type       forward or backward
+ * @param type       forward, backward, or a half of a split backward
  * @param microbatch microbatch index, {@code >= 0}
  */
 public record Action(int stage, ActionType type, int microbatch) {
 
     private static final String FORMAT_HINT =
-            "(an action is <stage><F|B><microbatch>, e.g. 0F3 or 2B0)";
+            "(an action is <stage><F|B|I|W><microbatch>, e.g. 0F3, 2B0 or 1I2)";
 
     /**
      * Checks the action.
@@ -59,7 +59,31 @@ public record Action(int stage, ActionType type, int microbatch) {
     }
 
     /**
-     * Reads the text form written by {@link #toString()}: decimal stage, {@code F} or {@code B},
+     * Input-gradient half of the backward of {@code microbatch} on {@code stage}.
+     *
+     * @param stage the stage, {@code >= 0}
+     * @param microbatch the microbatch, {@code >= 0}
+     * @return the action
+     * @throws IllegalArgumentException if either is negative
+     */
+    public static Action inputGradient(int stage, int microbatch) {
+        return new Action(stage, ActionType.INPUT_GRADIENT, microbatch);
+    }
+
+    /**
+     * Weight-gradient half of the backward of {@code microbatch} on {@code stage}.
+     *
+     * @param stage the stage, {@code >= 0}
+     * @param microbatch the microbatch, {@code >= 0}
+     * @return the action
+     * @throws IllegalArgumentException if either is negative
+     */
+    public static Action weightGradient(int stage, int microbatch) {
+        return new Action(stage, ActionType.WEIGHT_GRADIENT, microbatch);
+    }
+
+    /**
+     * Reads the text form written by {@link #toString()}: decimal stage, {@code F}, {@code B}, {@code I} or {@code W},
      * decimal microbatch, nothing else (no spaces, no signs).
      *
      * @param text the text form, for example {@code 3F12}
@@ -73,11 +97,11 @@ public record Action(int stage, ActionType type, int microbatch) {
             throw parseError(text, 0, "a stage number (digits)");
         }
         if (stageEnd == text.length()) {
-            throw parseError(text, stageEnd, "'F' or 'B'");
+            throw parseError(text, stageEnd, "'F', 'B', 'I' or 'W'");
         }
         ActionType type = ActionType.ofSymbol(text.charAt(stageEnd));
         if (type == null) {
-            throw parseError(text, stageEnd, "'F' or 'B'");
+            throw parseError(text, stageEnd, "'F', 'B', 'I' or 'W'");
         }
         int microbatchStart = stageEnd + 1;
         int microbatchEnd = digitsEnd(text, microbatchStart);

@@ -64,15 +64,13 @@ public record ActionDurations(long forward, long backward, long communicationLat
     }
 
     /**
-     * Duration of an action of {@code type}.
+     * Duration of an action of {@code type}; the halves of a split backward as in
+     * {@link StageDurations#of(ActionType, int)}.
      *
      * @param type the action type
      * @return the duration, in this record's time unit
      */
     public long of(ActionType type) {
-        return switch (type) {
-            case FORWARD -> forward;
-            case BACKWARD -> backward;
-        };
+        return StageDurations.uniform(1, this).of(type, 0);
     }
 }

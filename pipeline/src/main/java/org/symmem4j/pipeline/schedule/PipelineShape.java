@@ -62,7 +62,8 @@ public record PipelineShape(int ranks, int microbatches, int stagesPerRank) {
     }
 
     /**
-     * Number of actions in a complete schedule: one forward and one backward per stage and microbatch.
+     * Number of actions in a complete schedule whose backwards are whole: one forward and one backward
+     * per stage and microbatch ({@link Schedule#actionCount()} counts a split backward's two halves).
      *
      * @return the action count
      */

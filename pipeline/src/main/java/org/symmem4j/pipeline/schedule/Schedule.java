@@ -46,6 +46,16 @@ public record Schedule(List<List<Action>> actionsByRank) {
     }
 
     /**
+     * Number of actions over all ranks: {@code 2 × stages × microbatches} for a valid schedule whose
+     * backwards are whole, one more per split backward.
+     *
+     * @return the action count
+     */
+    public int actionCount() {
+        return actionsByRank.stream().mapToInt(List::size).sum();
+    }
+
+    /**
      * Rank {@code rank}'s actions, in run order.
      *
      * @param rank a rank in [0, {@link #rankCount()})

@@ -111,6 +111,54 @@ public final class ScheduleGenerators {
     }
 
     /**
+     * ZB-H1, the zero-bubble schedule of Qi et al. ("Zero Bubble Pipeline Parallelism", 2023) that keeps
+     * 1F1B's peak memory: every backward is split into its input-gradient half I, which the previous
+     * stage waits for, and its weight-gradient half W, which nobody waits for. Rank {@code r} warms up
+     * with 1F1B's {@code ranks - 1 - r} forwards, then repeats F, I, and a W once more than {@code r} of
+     * its Is are waiting for theirs (so rank r postpones r Ws), then drains the Is and the postponed Ws.
+     * The postponed Ws fill the cool-down that 1F1B leaves idle.
+     *
+     * <p>With F = I = W (the paper's model, {@code ActionDurations.of(1, 2)} here) each rank idles
+     * {@code (ranks - 1)} units, {@code (ranks - 1) · (F + I - W)}, against 1F1B's {@code (ranks - 1) · (F + B)}:
+     * a bubble of {@code (p - 1) / (3m)} of the work instead of {@code (p - 1) / m}. Every rank holds at
+     * most {@code ranks} activations (an activation lives until its W), 1F1B's peak on rank 0; a W on
+     * rank r frees what 1F1B's B would free, r microbatches later.
+     *
+     * @param ranks        pipeline size p, {@code >= 1} (one stage per rank)
+     * @param microbatches m, {@code >= 1}
+     * @return the schedule
+     * @throws IllegalArgumentException if an argument is out of range
+     */
+    public static Schedule zeroBubbleH1(int ranks, int microbatches) {
+        requireInputs("ZB-H1", ranks, microbatches, 1);
+        List<List<Action>> actionsByRank = new ArrayList<>(ranks);
+        for (int rank = 0; rank < ranks; rank++) {
+            List<Action> actions = new ArrayList<>(3 * microbatches);
+            int forwards = 0;
+            int inputs = 0;
+            int weights = 0;
+            int warmupForwards = Math.min(ranks - 1 - rank, microbatches);
+            while (forwards < warmupForwards) {
+                actions.add(Action.forward(rank, forwards++));
+            }
+            while (inputs < microbatches) {
+                if (forwards < microbatches) {
+                    actions.add(Action.forward(rank, forwards++));
+                }
+                actions.add(Action.inputGradient(rank, inputs++));
+                if (inputs - weights > rank) {
+                    actions.add(Action.weightGradient(rank, weights++));
+                }
+            }
+            while (weights < microbatches) {
+                actions.add(Action.weightGradient(rank, weights++));
+            }
+            actionsByRank.add(actions);
+        }
+        return new Schedule(actionsByRank);
+    }
+
+    /**
      * One rank's list: {@code warmupForwards} forwards, then forward/backward pairs while forwards
      * remain, then the remaining backwards. With one stage per rank the k-th forward and backward are
      * both microbatch k; with more, see {@link #interleavedOneFOneB(int, int, int)}.

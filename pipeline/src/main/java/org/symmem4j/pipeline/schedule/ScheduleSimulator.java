@@ -16,6 +16,8 @@ import java.util.Objects;
  * <ul>
  *   <li>F(s, mb) needs F(s - 1, mb) done (nothing for s = 0);</li>
  *   <li>B(s, mb) needs B(s + 1, mb) done; B of the last stage needs F(last, mb) done;</li>
+ *   <li>an I (input-gradient half of a split backward) needs what its B would, where a B of the next
+ *       stage may be that stage's I; W(s, mb) needs I(s, mb) done, on the same rank;</li>
  *   <li>an input made on another rank is ready {@code communicationLatency} after
  *       its action ends; one made on the same rank is ready when it ends.</li>
  * </ul>
@@ -79,6 +81,7 @@ public final class ScheduleSimulator {
                     + shape.stageCount() + " (" + shape + "): give one forward and one backward time per stage");
         }
         int ranks = shape.ranks();
+        boolean[][] split = splitBackwards(schedule, shape);
         // end time of every action, by [type][stage][microbatch]; NOT_RUN until it has run
         long[][][] endTimes = new long[ActionType.values().length][shape.stageCount()][shape.microbatches()];
         for (long[][] byStage : endTimes) {
@@ -101,7 +104,7 @@ public final class ScheduleSimulator {
                 List<Action> actions = schedule.actions(rank);
                 while (nextIndex[rank] < actions.size()) {
                     Action action = actions.get(nextIndex[rank]);
-                    Action input = inputOf(action, shape);
+                    Action input = inputOf(action, shape, split);
                     long start = rankFreeAt[rank];
                     if (input != null) {
                         long inputEnd = endTime(endTimes, input);
@@ -123,8 +126,8 @@ public final class ScheduleSimulator {
                 }
             }
         }
-        if (completedActions < shape.actionCount()) {
-            return deadlock(schedule, shape, nextIndex, completedActions);
+        if (completedActions < schedule.actionCount()) {
+            return deadlock(schedule, shape, split, nextIndex, completedActions);
         }
         long makespan = 0;
         for (long freeAt : rankFreeAt) {
@@ -139,33 +142,59 @@ public final class ScheduleSimulator {
     }
 
     /** The action whose output {@code action} consumes, or {@code null} for F of stage 0. */
-    private static Action inputOf(Action action, PipelineShape shape) {
+    private static Action inputOf(Action action, PipelineShape shape, boolean[][] split) {
         int lastStage = shape.stageCount() - 1;
+        int mb = action.microbatch();
         return switch (action.type()) {
-            case FORWARD -> action.stage() == 0 ? null : Action.forward(action.stage() - 1, action.microbatch());
-            case BACKWARD -> action.stage() == lastStage
-                    ? Action.forward(lastStage, action.microbatch())
-                    : Action.backward(action.stage() + 1, action.microbatch());
+            case FORWARD -> action.stage() == 0 ? null : Action.forward(action.stage() - 1, mb);
+            case BACKWARD, INPUT_GRADIENT -> {
+                if (action.stage() == lastStage) {
+                    yield Action.forward(lastStage, mb);
+                }
+                int next = action.stage() + 1;
+                yield split[next][mb] ? Action.inputGradient(next, mb) : Action.backward(next, mb);
+            }
+            case WEIGHT_GRADIENT -> Action.inputGradient(action.stage(), mb);
         };
+    }
+
+    /** {@code [stage][microbatch]}: whether the schedule splits that backward into I and W. */
+    private static boolean[][] splitBackwards(Schedule schedule, PipelineShape shape) {
+        boolean[][] split = new boolean[shape.stageCount()][shape.microbatches()];
+        for (int rank = 0; rank < schedule.rankCount(); rank++) {
+            for (Action action : schedule.actions(rank)) {
+                if (action.type() == ActionType.INPUT_GRADIENT) {
+                    split[action.stage()][action.microbatch()] = true;
+                }
+            }
+        }
+        return split;
     }
 
     private static long endTime(long[][][] endTimes, Action action) {
         return endTimes[action.type().ordinal()][action.stage()][action.microbatch()];
     }
 
-    /** Largest {@code #F - #B} over the prefixes of one rank's list. */
+    /**
+     * Largest {@code #F - #B - #W} over the prefixes of one rank's list: a split backward frees the
+     * activation only at its W, which still reads it.
+     */
     private static int peakInFlightActivations(List<Action> actions) {
         int inFlight = 0;
         int peak = 0;
         for (Action action : actions) {
-            inFlight += action.type() == ActionType.FORWARD ? 1 : -1;
+            inFlight += switch (action.type()) {
+                case FORWARD -> 1;
+                case BACKWARD, WEIGHT_GRADIENT -> -1;
+                case INPUT_GRADIENT -> 0;
+            };
             peak = Math.max(peak, inFlight);
         }
         return peak;
     }
 
-    private static SimulationResult.Deadlocked deadlock(Schedule schedule, PipelineShape shape, int[] nextIndex,
-                                                        int completedActions) {
+    private static SimulationResult.Deadlocked deadlock(Schedule schedule, PipelineShape shape, boolean[][] split,
+                                                        int[] nextIndex, int completedActions) {
         List<SimulationResult.StuckRank> stuck = new ArrayList<>();
         for (int rank = 0; rank < shape.ranks(); rank++) {
             List<Action> actions = schedule.actions(rank);
@@ -175,11 +204,11 @@ public final class ScheduleSimulator {
             Action action = actions.get(nextIndex[rank]);
             // a valid schedule holds the input exactly once, on its owner's list; it has not run,
             // else this rank would have gone on
-            Action input = inputOf(action, shape);
+            Action input = inputOf(action, shape, split);
             int inputRank = shape.rankOf(input.stage());
             int inputIndex = schedule.actions(inputRank).indexOf(input);
             stuck.add(new SimulationResult.StuckRank(rank, nextIndex[rank], action, input, inputRank, inputIndex));
         }
-        return new SimulationResult.Deadlocked(stuck, completedActions, shape.actionCount());
+        return new SimulationResult.Deadlocked(stuck, completedActions, schedule.actionCount());
     }
 }

@@ -15,18 +15,23 @@ import java.util.Objects;
  *   <li><b>range</b>: every stage in {@code [0, stageCount)}, every microbatch in
  *       {@code [0, microbatches)};</li>
  *   <li><b>owner</b>: every action on the rank that owns its stage ({@code stage % ranks});</li>
- *   <li><b>counts</b>: every (stage, type, microbatch) exactly once: no duplicate, none missing;</li>
+ *   <li><b>counts</b>: per stage and microbatch one F, and either one B or one I and one W (a split
+ *       backward, see {@link ActionType}): no duplicate, none missing, no B beside an I or a W;</li>
  *   <li><b>local order</b>: a microbatch's actions on one rank appear in pipeline order, forwards by
  *       ascending stage, then backwards by descending stage. Each action depends (through the stages
  *       between) on every action before it in that order, so a rank that lists them the other way
  *       round waits on itself forever. This covers B(s, mb) after F(s, mb) and, when interleaved,
- *       the order between a rank's virtual stages.</li>
+ *       the order between a rank's virtual stages. An I stands where its B would; a W comes after
+ *       its own I and nothing waits for it.</li>
  * </ul>
  *
  * Orders that are only wrong across ranks (two ranks each waiting on the other) pass here;
  * {@link ScheduleSimulator} finds them as deadlocks.
  */
 public final class ScheduleValidator {
+
+    /** What every stage runs per microbatch, as violations say it. */
+    private static final String ONCE = "each stage runs one F per microbatch and one B, or its halves one I and one W";
 
     private ScheduleValidator() {
     }
@@ -77,7 +82,7 @@ public final class ScheduleValidator {
                 Position first = firstSeen.putIfAbsent(action, here);
                 if (first != null) {
                     violations.add("duplicate action: " + here + " action=" + action + " first at " + first
-                            + " (each stage runs one F and one B per microbatch; remove one)");
+                            + " (" + ONCE + "; remove one)");
                     continue;
                 }
                 int owner = shape.rankOf(action.stage());
@@ -85,6 +90,17 @@ public final class ScheduleValidator {
                     violations.add("stage on wrong rank: " + here + " action=" + action + " expected rank="
                             + owner + " (stage s lives on rank s % ranks = " + action.stage() + " % "
                             + shape.ranks() + "; move it to rank " + owner + ")");
+                    continue;
+                }
+                if (action.type() == ActionType.WEIGHT_GRADIENT) {
+                    // needs only its own input-gradient half, which holds what it uses; nothing waits for it
+                    Action half = Action.inputGradient(action.stage(), action.microbatch());
+                    Position halfAt = firstSeen.get(half);
+                    if (halfAt == null || halfAt.rank() != rank) {
+                        violations.add("dependency order: " + here + " action=" + action + " comes before " + half
+                                + " (a weight gradient uses what its input gradient kept; move " + action + " after "
+                                + half + ")");
+                    }
                     continue;
                 }
                 Action furthest = furthestByMicrobatch.get(action.microbatch());
@@ -100,18 +116,33 @@ public final class ScheduleValidator {
                 furthestIndexByMicrobatch.put(action.microbatch(), index);
             }
         }
-        for (ActionType type : ActionType.values()) {
-            for (int stage = 0; stage < shape.stageCount(); stage++) {
-                for (int microbatch = 0; microbatch < shape.microbatches(); microbatch++) {
-                    Action expected = new Action(stage, type, microbatch);
-                    if (!firstSeen.containsKey(expected)) {
-                        violations.add("missing action: action=" + expected + " expected on rank="
-                                + shape.rankOf(stage) + " (each stage runs one F and one B per microbatch)");
-                    }
+        for (int stage = 0; stage < shape.stageCount(); stage++) {
+            for (int microbatch = 0; microbatch < shape.microbatches(); microbatch++) {
+                missing(violations, firstSeen, shape, Action.forward(stage, microbatch));
+                Action whole = Action.backward(stage, microbatch);
+                Action input = Action.inputGradient(stage, microbatch);
+                Action weight = Action.weightGradient(stage, microbatch);
+                boolean split = firstSeen.containsKey(input) || firstSeen.containsKey(weight);
+                if (split && firstSeen.containsKey(whole)) {
+                    violations.add("backward twice: action=" + whole + " and its halves " + input + "/" + weight
+                            + " on rank=" + shape.rankOf(stage) + " (" + ONCE + "; keep " + whole + " or the halves)");
+                } else if (split) {
+                    missing(violations, firstSeen, shape, input);
+                    missing(violations, firstSeen, shape, weight);
+                } else {
+                    missing(violations, firstSeen, shape, whole);
                 }
             }
         }
         return List.copyOf(violations);
+    }
+
+    private static void missing(List<String> violations, Map<Action, Position> seen, PipelineShape shape,
+                                Action expected) {
+        if (!seen.containsKey(expected)) {
+            violations.add("missing action: action=" + expected + " expected on rank=" + shape.rankOf(expected.stage())
+                    + " (" + ONCE + ")");
+        }
     }
 
     /**
@@ -131,13 +162,15 @@ public final class ScheduleValidator {
     }
 
     /**
-     * Position of an action in its microbatch's chain F(0) .. F(S-1), B(S-1) .. B(0): each action
-     * needs the one before it done first.
+     * Position of an action in its microbatch's chain F(0) .. F(S-1), B(S-1) .. B(0) (an I in its B's
+     * place): each action needs the one before it done first. A W is off the chain: it needs only its
+     * own I.
      */
     static int pipelineOrder(Action action, PipelineShape shape) {
         return switch (action.type()) {
             case FORWARD -> action.stage();
-            case BACKWARD -> 2 * shape.stageCount() - 1 - action.stage();
+            case BACKWARD, INPUT_GRADIENT -> 2 * shape.stageCount() - 1 - action.stage();
+            case WEIGHT_GRADIENT -> throw new IllegalArgumentException(action + " is not on the chain of its microbatch");
         };
     }
 }

@@ -71,7 +71,9 @@ public record StageDurations(long[] forward, long[] backward, long communication
     }
 
     /**
-     * Duration of an action of {@code type} on {@code stage}.
+     * Duration of an action of {@code type} on {@code stage}. The halves of a split backward
+     * ({@link ActionType#INPUT_GRADIENT}, {@link ActionType#WEIGHT_GRADIENT}) take half its time each,
+     * the input gradient the odd unit (so a weight gradient of a one-unit backward takes no time).
      *
      * @param type the action type
      * @param stage the stage
@@ -81,6 +83,10 @@ public record StageDurations(long[] forward, long[] backward, long communication
         return switch (type) {
             case FORWARD -> forward[stage];
             case BACKWARD -> backward[stage];
+            // a split backward's halves: each about one matmul per layer, as in the zero-bubble paper's
+            // model (F = I = W when B = 2F); the input gradient takes the odd unit
+            case INPUT_GRADIENT -> backward[stage] - backward[stage] / 2;
+            case WEIGHT_GRADIENT -> backward[stage] / 2;
         };
     }
 

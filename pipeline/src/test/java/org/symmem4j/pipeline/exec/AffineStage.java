@@ -30,6 +30,8 @@ public final class AffineStage implements StageCompute {
     private final long forwardNanos;
     private final long backwardNanos;
     private final Map<Integer, float[]> inputs = new HashMap<>();
+    /** By microbatch: x and the output gradient between a split backward's two halves. */
+    private final Map<Integer, float[][]> kept = new HashMap<>();
     private final float[] out;
     private final MemorySegment outSegment;
 
@@ -88,6 +90,14 @@ public final class AffineStage implements StageCompute {
 
     @Override
     public MemorySegment backward(int microbatch, MemorySegment outputGradient) {
+        MemorySegment inputGradient = backwardInput(microbatch, outputGradient);
+        backwardWeight(microbatch);
+        return inputGradient;
+    }
+
+    /** The split backward's first half: the input gradient {@code a * gy}; keeps x and gy for the weight half. */
+    @Override
+    public MemorySegment backwardInput(int microbatch, MemorySegment outputGradient) {
         float[] x = inputs.remove(microbatch);
         if (x == null) {
             throw new IllegalStateException("stage " + stage + " backward before forward for microbatch " + microbatch);
@@ -101,18 +111,35 @@ public final class AffineStage implements StageCompute {
             MemorySegment.copy(outputGradient, ValueLayout.JAVA_FLOAT, 0, gy, 0, width);
         }
         for (int i = 0; i < width; i++) {
-            gradA += (double) gy[i] * x[i];
-            gradB += gy[i];
             out[i] = a * gy[i];
         }
-        spend(backwardNanos);
+        kept.put(microbatch, new float[][] {x, gy});
+        spend(backwardNanos / 2);
         return outSegment;
+    }
+
+    /** The split backward's second half: the gradients of a and b from what {@link #backwardInput} kept. */
+    @Override
+    public void backwardWeight(int microbatch) {
+        float[][] xAndGy = kept.remove(microbatch);
+        if (xAndGy == null) {
+            throw new IllegalStateException("stage " + stage + " weight gradient before input gradient for microbatch "
+                    + microbatch);
+        }
+        float[] x = xAndGy[0];
+        float[] gy = xAndGy[1];
+        for (int i = 0; i < width; i++) {
+            gradA += (double) gy[i] * x[i];
+            gradB += gy[i];
+        }
+        spend(backwardNanos - backwardNanos / 2);
     }
 
     @Override
     public void step() {
-        if (!inputs.isEmpty()) {
-            throw new IllegalStateException("stage " + stage + " step with microbatches in flight: " + inputs.keySet());
+        if (!inputs.isEmpty() || !kept.isEmpty()) {
+            throw new IllegalStateException("stage " + stage + " step with microbatches in flight: " + inputs.keySet()
+                    + " awaiting their weight gradient: " + kept.keySet());
         }
         a -= (float) (LEARNING_RATE * gradA);
         b -= (float) (LEARNING_RATE * gradB);

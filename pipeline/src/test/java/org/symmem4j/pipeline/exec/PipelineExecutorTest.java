@@ -41,7 +41,10 @@ class PipelineExecutorTest {
                 Arguments.of("1f1b", PipelineShape.of(4, 8), ScheduleGenerators.oneFOneB(4, 8)),
                 Arguments.of("interleaved", new PipelineShape(2, 4, 2), ScheduleGenerators.interleavedOneFOneB(2, 4, 2)),
                 Arguments.of("interleaved", new PipelineShape(4, 8, 2), ScheduleGenerators.interleavedOneFOneB(4, 8, 2)),
-                Arguments.of("one rank, interleaved", new PipelineShape(1, 3, 3), ScheduleGenerators.interleavedOneFOneB(1, 3, 3)));
+                Arguments.of("one rank, interleaved", new PipelineShape(1, 3, 3), ScheduleGenerators.interleavedOneFOneB(1, 3, 3)),
+                Arguments.of("zb-h1", PipelineShape.of(2, 4), ScheduleGenerators.zeroBubbleH1(2, 4)),
+                Arguments.of("zb-h1", PipelineShape.of(4, 8), ScheduleGenerators.zeroBubbleH1(4, 8)),
+                Arguments.of("zb-h1, one rank", PipelineShape.of(1, 3), ScheduleGenerators.zeroBubbleH1(1, 3)));
     }
 
     /** Every rank trains its stages; the parameters equal the sequential reference bit for bit. */
@@ -56,7 +59,7 @@ class PipelineExecutorTest {
                     4L * WIDTH)) {
                 for (int step = 0; step < steps; step++) {
                     StepTimeline timeline = executor.runStep();
-                    assertEquals(2 * shape.stagesPerRank() * shape.microbatches(),
+                    assertEquals(schedule.actions(group.rank()).size(),
                             timeline.events().stream().filter(e -> e.kind().isCompute()).count());
                 }
             }
@@ -113,7 +116,7 @@ class PipelineExecutorTest {
                     }
                     previous = e;
                     if (e.kind().isCompute()) {
-                        String label = e.stage() + (e.kind() == TimelineEvent.Kind.FORWARD ? "F" : "B") + e.microbatch();
+                        String label = TimelineReport.label(e);
                         run.add(label);
                         passes.put(label, e);
                     }
@@ -127,13 +130,19 @@ class PipelineExecutorTest {
             for (int stage = 0; stage <= last; stage++) {
                 for (int mb = 0; mb < shape.microbatches(); mb++) {
                     TimelineEvent f = passes.get(stage + "F" + mb);
-                    TimelineEvent b = passes.get(stage + "B" + mb);
+                    // a whole backward, or the input-gradient half of a split one (its weight half after it)
+                    TimelineEvent b = passes.getOrDefault(stage + "B" + mb, passes.get(stage + "I" + mb));
                     if (stage > 0) {
                         TimelineEvent input = passes.get((stage - 1) + "F" + mb);
                         assertTrue(f.startNanos() >= input.endNanos(), "step " + step + ": " + f + " started before " + input + " ended");
                     }
-                    TimelineEvent gradient = stage == last ? f : passes.get((stage + 1) + "B" + mb);
+                    TimelineEvent gradient = stage == last ? f
+                            : passes.getOrDefault((stage + 1) + "B" + mb, passes.get((stage + 1) + "I" + mb));
                     assertTrue(b.startNanos() >= gradient.endNanos(), "step " + step + ": " + b + " started before " + gradient + " ended");
+                    TimelineEvent w = passes.get(stage + "W" + mb);
+                    if (w != null) {
+                        assertTrue(w.startNanos() >= b.endNanos(), "step " + step + ": " + w + " started before " + b + " ended");
+                    }
                 }
             }
             TimelineReport report = TimelineReport.of(ranks);
@@ -237,7 +246,8 @@ class PipelineExecutorTest {
         return Stream.of(
                 Arguments.of("1f1b", PipelineShape.of(4, 8), ScheduleGenerators.oneFOneB(4, 8)),
                 Arguments.of("interleaved", new PipelineShape(4, 8, 2), ScheduleGenerators.interleavedOneFOneB(4, 8, 2)),
-                Arguments.of("gpipe", PipelineShape.of(2, 4), ScheduleGenerators.gpipe(2, 4)));
+                Arguments.of("gpipe", PipelineShape.of(2, 4), ScheduleGenerators.gpipe(2, 4)),
+                Arguments.of("zb-h1", PipelineShape.of(4, 8), ScheduleGenerators.zeroBubbleH1(4, 8)));
     }
 
     /** A stage that throws: its rank reports the cause, every other rank stops at once, not at the timeout. */

@@ -37,13 +37,13 @@ class ActionTest {
 
     @Test
     void badTextNamesPositionExpectedAndFound() {
-        assertParseError("0X3", "position=1 expected='F' or 'B' found='X'");
-        assertParseError("0f3", "position=1 expected='F' or 'B' found='f'");
+        assertParseError("0X3", "position=1 expected='F', 'B', 'I' or 'W' found='X'");
+        assertParseError("0f3", "position=1 expected='F', 'B', 'I' or 'W' found='f'");
         assertParseError("", "position=0 expected=a stage number (digits) found=end of text");
         assertParseError("F3", "position=0 expected=a stage number (digits) found='F'");
         assertParseError(" 0F3", "position=0 expected=a stage number (digits) found=' '");
         assertParseError("-1F0", "position=0 expected=a stage number (digits) found='-'");
-        assertParseError("12", "position=2 expected='F' or 'B' found=end of text");
+        assertParseError("12", "position=2 expected='F', 'B', 'I' or 'W' found=end of text");
         assertParseError("0F", "position=2 expected=a microbatch number (digits) found=end of text");
         assertParseError("0F3x", "position=3 expected=end of action found='x'");
         assertParseError("0F3 ", "position=3 expected=end of action found=' '");

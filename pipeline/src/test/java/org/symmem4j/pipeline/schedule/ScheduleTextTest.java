@@ -67,7 +67,7 @@ class ScheduleTextTest {
     void badActionNamesLineRankAndToken() {
         String message = parseError("rank 0: 0F0 0B0\nrank 1: 1F0 1X0 1B0\n");
         assertTrue(message.startsWith("invalid schedule text: line=2 rank=1 token=2: invalid action: text=\"1X0\""
-                + " position=1 expected='F' or 'B' found='X'"), message);
+                + " position=1 expected='F', 'B', 'I' or 'W' found='X'"), message);
     }
 
     @Test

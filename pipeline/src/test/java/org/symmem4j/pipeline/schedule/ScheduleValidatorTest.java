@@ -40,7 +40,7 @@ class ScheduleValidatorTest {
                 rank 1: 1F0 1B0 1F1
                 """, TWO_RANKS_TWO_MICROBATCHES);
         assertEquals(List.of("missing action: action=1B1 expected on rank=1"
-                + " (each stage runs one F and one B per microbatch)"), violations);
+                + " (each stage runs one F per microbatch and one B, or its halves one I and one W)"), violations);
     }
 
     @Test
@@ -50,7 +50,7 @@ class ScheduleValidatorTest {
                 rank 1: 1F0 1B0 1F1 1B1
                 """, TWO_RANKS_TWO_MICROBATCHES);
         assertEquals(List.of("duplicate action: rank=0 index=4 action=0F1 first at rank=0 index=1"
-                + " (each stage runs one F and one B per microbatch; remove one)"), violations);
+                + " (each stage runs one F per microbatch and one B, or its halves one I and one W; remove one)"), violations);
     }
 
     @Test
