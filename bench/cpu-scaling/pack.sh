@@ -27,7 +27,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/p1/lib" "$stage/p2/lib"
 parts=${PACK_PARTS:-1 2}
-[[ " $parts " == *" 1 "* ]] && "$jdk/bin/jlink" --add-modules java.base,java.desktop,java.sql,java.management,java.logging,jdk.unsupported,jdk.incubator.vector,jdk.jfr \
+[[ " $parts " == *" 1 "* ]] && "$jdk/bin/jlink" --add-modules java.base,java.desktop,java.sql,java.management,java.logging,java.naming,java.net.http,java.xml,jdk.httpserver,jdk.management,jdk.unsupported,jdk.incubator.vector,jdk.jfr \
   --strip-debug --no-man-pages --no-header-files --output "$stage/p1/jre"
 
 restore() { # $1 jar, $2 destination folder: the same entries, stored
