@@ -66,7 +66,7 @@ abstract sealed class DataParallelBuilder
     public SymmemParallelWrapper.Builder workers(int workers) {
         if (workers < 1) {
             throw new IllegalArgumentException("workers=" + workers + " must be >= 1 (default: the number of cores, "
-                    + Runtime.getRuntime().availableProcessors() + ")");
+                    + Runtime.getRuntime().availableProcessors() + "; fix: pass a positive count, or leave workers unset)");
         }
         this.workers = workers;
         this.workersSet = true;
@@ -84,7 +84,8 @@ abstract sealed class DataParallelBuilder
      */
     public SymmemParallelWrapper.Builder bucketBytes(long bucketBytes) {
         if (bucketBytes < 64) {
-            throw new IllegalArgumentException("bucketBytes=" + bucketBytes + " must be >= 64 (default 4 MiB)");
+            throw new IllegalArgumentException("bucketBytes=" + bucketBytes + " must be >= 64 (default 4 MiB; fix: pass"
+                    + " a size in bytes, e.g. 4L << 20, or leave it unset)");
         }
         this.bucketBytes = bucketBytes;
         this.bucketBytesSet = true;
@@ -180,7 +181,8 @@ abstract sealed class DataParallelBuilder
      */
     public SymmemParallelWrapper.Builder gradientAccumulation(int microBatches) {
         if (microBatches < 1) {
-            throw new IllegalArgumentException("gradientAccumulation=" + microBatches + " must be >= 1 (1: none)");
+            throw new IllegalArgumentException("gradientAccumulation=" + microBatches + " must be >= 1 (1: none; fix: pass"
+                    + " the number of micro-batches per step, or leave it unset)");
         }
         this.accumulation = microBatches;
         return self();

@@ -244,7 +244,8 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
         };
         for (Trainable t : all) {
             if (t.numParams() > 0 && out.put(t.getConfig().getLayerName(), t) != null) {
-                throw new IllegalStateException("two layers are named " + t.getConfig().getLayerName());
+                throw new IllegalStateException("two layers are named " + t.getConfig().getLayerName() + "; expected"
+                        + " unique layer names (fix: give each layer its own .name(...) in the configuration)");
             }
         }
         return out;

@@ -387,7 +387,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     private void train(BatchSource iteratorSource) {
         if (closed) {
-            throw new IllegalStateException("wrapper is closed; build a new one");
+            throw new IllegalStateException("wrapper is closed: expected an open wrapper, found one after close()"
+                    + " (fix: build a new one with SymmemParallelWrapper.builder(model))");
         }
         ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
         refuseListenersThatNeedOnePass(settings.accumulation(), listeners);
@@ -719,7 +720,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      */
     public synchronized void saveCheckpoint(Path dir) throws IOException {
         if (closed) {
-            throw new IllegalStateException("wrapper is closed; build a new one");
+            throw new IllegalStateException("wrapper is closed: expected an open wrapper, found one after close()"
+                    + " (fix: build a new one with SymmemParallelWrapper.builder(model))");
         }
         workers.ensureStarted(); // (the replicas take the model's state if it was changed since the last fit)
         writeCheckpoint(dir, 0, 0);
@@ -759,7 +761,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
         if (closed) {
-            throw new IllegalStateException("wrapper is closed; build a new one");
+            throw new IllegalStateException("wrapper is closed: expected an open wrapper, found one after close()"
+                    + " (fix: build a new one with SymmemParallelWrapper.builder(model))");
         }
         workers.ensureStarted();
         ShardedCheckpoints.Restored restored;

@@ -32,7 +32,8 @@ final class CpuList {
                     int from = nonNegative(Integer.parseInt(p.substring(0, dash)), text);
                     int to = nonNegative(Integer.parseInt(p.substring(dash + 1)), text);
                     if (to < from) {
-                        throw new IllegalArgumentException("CPU list '" + text + "': range " + p + " runs backwards");
+                        throw new IllegalArgumentException("CPU list '" + text + "': range " + p + " runs backwards; expected"
+                                + " low-high (fix: write " + to + "-" + from + ")");
                     }
                     for (int c = from; c <= to; c++) {
                         cpus.add(c);
@@ -48,7 +49,8 @@ final class CpuList {
 
     private static int nonNegative(int cpu, String text) {
         if (cpu < 0) {
-            throw new IllegalArgumentException("CPU list '" + text + "': CPU " + cpu + " is negative");
+            throw new IllegalArgumentException("CPU list '" + text + "': CPU " + cpu + " is negative; expected CPU"
+                    + " numbers >= 0 as in /proc/cpuinfo, e.g. 0-3,8 (fix: list this machine's CPUs, `nproc` counts them)");
         }
         return cpu;
     }

@@ -134,7 +134,8 @@ public final class DeviceMesh implements AutoCloseable {
                         + " >= 1; found " + namesAndSizes[i + 1]);
             }
             if (shape.put(name, size) != null) {
-                throw new IllegalArgumentException("device mesh shape: dimension '" + name + "' named twice");
+                throw new IllegalArgumentException("device mesh shape: dimension '" + name + "' named twice; expected each"
+                        + " name once (fix: give every dimension its own name, e.g. \"dp\", 2, \"tp\", 4)");
             }
         }
         return shape;
@@ -228,7 +229,8 @@ public final class DeviceMesh implements AutoCloseable {
             int size = sizes.get(names.get(d));
             if (coordinates[d] < 0 || coordinates[d] >= size) {
                 throw new IllegalArgumentException("rankAt: coordinate " + names.get(d) + "=" + coordinates[d]
-                        + " outside [0, " + size + ")");
+                        + " outside [0, " + size + ") (expected a coordinate below the dimension's size; fix: pass 0 .. "
+                        + (size - 1) + " for " + names.get(d) + ")");
             }
             rank = rank * size + coordinates[d];
         }
@@ -238,14 +240,15 @@ public final class DeviceMesh implements AutoCloseable {
     private String known(String name) {
         if (!sizes.containsKey(name)) {
             throw new IllegalArgumentException("device mesh has no dimension '" + name + "'; dimensions are "
-                    + describeShape(sizes));
+                    + describeShape(sizes) + " (fix: use one of those names, as given to DeviceMesh.of)");
         }
         return name;
     }
 
     private void checkOpen() {
         if (closed) {
-            throw new IllegalStateException("device mesh " + describeShape(sizes) + " already closed");
+            throw new IllegalStateException("device mesh " + describeShape(sizes) + " already closed; expected an open mesh"
+                    + " (fix: use the mesh and its groups before close(), or build a new one)");
         }
     }
 

@@ -70,7 +70,8 @@ public final class PipelineParallelTrainerBuilder
      */
     public PipelineParallelTrainerBuilder ranks(int ranks) {
         if (ranks < 1) {
-            throw new IllegalArgumentException("ranks=" + ranks + " expected ranks >= 1");
+            throw new IllegalArgumentException("ranks=" + ranks + " expected ranks >= 1 (fix: pass the number of pipeline"
+                    + " ranks, e.g. ranks(2))");
         }
         this.ranks = ranks;
         return this;
@@ -109,7 +110,8 @@ public final class PipelineParallelTrainerBuilder
      */
     public PipelineParallelTrainerBuilder microbatches(int microbatches) {
         if (microbatches < 1) {
-            throw new IllegalArgumentException("microbatches=" + microbatches + " expected microbatches >= 1");
+            throw new IllegalArgumentException("microbatches=" + microbatches + " expected microbatches >= 1"
+                    + " (fix: pass how many microbatches a batch splits into, e.g. microbatches(8))");
         }
         this.microbatches = microbatches;
         return this;
@@ -162,7 +164,8 @@ public final class PipelineParallelTrainerBuilder
      */
     public PipelineParallelTrainerBuilder linkSlots(int slots) {
         if (slots < 1) {
-            throw new IllegalArgumentException("linkSlots=" + slots + " expected linkSlots >= 1");
+            throw new IllegalArgumentException("linkSlots=" + slots + " expected linkSlots >= 1 (fix: pass a positive"
+                    + " count, or leave it unset)");
         }
         this.linkSlots = slots;
         return this;

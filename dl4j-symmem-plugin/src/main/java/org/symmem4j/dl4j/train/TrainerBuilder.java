@@ -281,7 +281,8 @@ public abstract class TrainerBuilder<B extends TrainerBuilder<B, L>, L> {
      * @throws IllegalArgumentException when {@code threads} is below 1
      */
     protected final B ndThreadsPerRank(String setting, int threads) {
-        options.ndThreadsPerRank(setting, threads, "must be >= 1");
+        options.ndThreadsPerRank(setting, threads, "must be >= 1 (ND4J threads per rank; fix: pass a"
+                + " positive count, or leave it unset to share the cores)");
         return self();
     }
 

@@ -86,7 +86,8 @@ public final class TrainerOptions<L> {
     public static Duration requirePositive(Duration timeout) {
         if (timeout == null || timeout.isNegative() || timeout.isZero()) {
             throw new IllegalArgumentException("timeout=" + timeout + " must be positive (default "
-                    + GroupOptions.DEFAULT_TIMEOUT.toSeconds() + " s, or -Dsymmem4j.timeout.ms)");
+                    + GroupOptions.DEFAULT_TIMEOUT.toSeconds() + " s, or -Dsymmem4j.timeout.ms; fix: pass e.g."
+                    + " Duration.ofMinutes(2), or leave it unset)");
         }
         return timeout;
     }
@@ -219,7 +220,8 @@ public final class TrainerOptions<L> {
         }
         if (parent == null || !Files.isDirectory(parent) || !Files.isWritable(parent)) {
             throw new IllegalArgumentException(setting + " root=" + root + ": does not exist and cannot be created"
-                    + " (nearest existing ancestor=" + parent + " is not a writable directory)");
+                    + " (nearest existing ancestor=" + parent + " is not a writable directory); expected a directory this"
+                    + " process can create (fix: create it, or choose a path under a writable directory)");
         }
         return root;
     }

@@ -44,24 +44,28 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, int loc
      */
     public ProcessGroupConfig {
         if (worldSize < 1) {
-            throw new IllegalArgumentException("WORLD_SIZE=" + worldSize + " must be >= 1");
+            throw new IllegalArgumentException("WORLD_SIZE=" + worldSize + " must be >= 1 (the number of processes in the job;"
+                    + " fix: start the job with symmem4j-run -n N or torchrun --nproc-per-node N, which set it)");
         }
         if (rank < 0 || rank >= worldSize) {
-            throw new IllegalArgumentException("RANK=" + rank + " outside [0, WORLD_SIZE=" + worldSize + ")");
+            throw new IllegalArgumentException("RANK=" + rank + " outside [0, WORLD_SIZE=" + worldSize + ") (expected each process's own"
+                    + " index below the job's size; fix: let the launcher set RANK, or give the processes 0 .. WORLD_SIZE-1)");
         }
         if (localWorldSize < 1 || localWorldSize > worldSize) {
             throw new IllegalArgumentException("LOCAL_WORLD_SIZE=" + localWorldSize + " outside [1, WORLD_SIZE=" + worldSize
-                    + "] (the processes on this machine are some of the job's)");
+                    + "] (the processes on this machine are some of the job's; fix: set LOCAL_WORLD_SIZE to the number"
+                    + " started on this machine, or leave it unset when all run here)");
         }
         if (localRank < 0 || localRank >= localWorldSize) {
             throw new IllegalArgumentException("LOCAL_RANK=" + localRank + " outside [0, LOCAL_WORLD_SIZE=" + localWorldSize
-                    + ")");
+                    + ") (expected this process's index among those on this machine; fix: let the launcher set it)");
         }
         if (masterAddr == null || masterAddr.isBlank()) {
             throw new IllegalArgumentException("MASTER_ADDR is empty (set it to rank 0's address, e.g. 127.0.0.1)");
         }
         if (masterPort < 1 || masterPort > 65535) {
-            throw new IllegalArgumentException("MASTER_PORT=" + masterPort + " outside [1, 65535]");
+            throw new IllegalArgumentException("MASTER_PORT=" + masterPort + " outside [1, 65535] (expected the TCP port of"
+                    + " rank 0's store; fix: set MASTER_PORT to a free port, e.g. 29500, the same on every process)");
         }
         JobIdentity.checkRunId(runId);
     }
@@ -176,7 +180,8 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, int loc
         try {
             return Integer.parseInt(v.trim());
         } catch (NumberFormatException e) {
-            throw new IllegalArgumentException(name + "=" + v + " is not an integer", e);
+            throw new IllegalArgumentException(name + "=" + v + " is not an integer (expected a whole number, e.g. "
+                    + name + "=0; fix: set it as a launcher does, or unset it)", e);
         }
     }
 }
