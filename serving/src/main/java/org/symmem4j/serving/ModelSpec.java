@@ -82,6 +82,20 @@ public final class ModelSpec {
     }
 
     /**
+     * Any network over shared parameters, e.g. a SameDiff graph, or a wrapper that adds pre- or post-processing.
+     *
+     * @param factory      builds a new network object over a version's parameters (called once per worker thread
+     *                     that runs the version, and once at deploy to check it)
+     * @param dataType     the parameters' and features' data type
+     * @param exampleShape one example's shape
+     * @return the spec
+     */
+    public static ModelSpec of(Function<MemorySegment, Network> factory, DataType dataType, long... exampleShape) {
+        return new ModelSpec(Objects.requireNonNull(factory, "factory"), exampleShape,
+                Objects.requireNonNull(dataType, "dataType"), "custom network");
+    }
+
+    /**
      * A network over {@code params}.
      *
      * @param params the version's shared parameters
