@@ -90,10 +90,14 @@ public final class ServingExample {
             for (int i = 0; i < 30; i++) {
                 net.fit(train);
             }
-            System.out.println("deployed version " + router.deploy("blobs", net, FEATURES) + " while requests flow");
+            long v2 = router.deploy("blobs", net, FEATURES);
+            System.out.println("deployed version " + v2 + " while requests flow");
             sleep(f.seconds);
-            System.out.println("rolled back to version " + router.rollback("blobs"));
+            awaitAnswers(perVersion, v2, 64);
+            long back = router.rollback("blobs");
+            System.out.println("rolled back to version " + back);
             sleep(f.seconds);
+            awaitAnswers(perVersion, back, answers(perVersion, back) + 64);
             stop.set(true);
             client.join();
 
@@ -164,6 +168,21 @@ public final class ServingExample {
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
             }
+        }
+    }
+
+    private static long answers(Map<Long, long[]> perVersion, long version) {
+        synchronized (perVersion) {
+            long[] c = perVersion.get(version);
+            return c == null ? 0 : c[0];
+        }
+    }
+
+    /** Waits (at most a minute: a loaded machine answers slowly) until {@code version} has given {@code rows} answers. */
+    private static void awaitAnswers(Map<Long, long[]> perVersion, long version, long rows) throws InterruptedException {
+        long deadline = System.nanoTime() + 60_000_000_000L;
+        while (answers(perVersion, version) < rows && System.nanoTime() < deadline) {
+            Thread.sleep(20);
         }
     }
 
