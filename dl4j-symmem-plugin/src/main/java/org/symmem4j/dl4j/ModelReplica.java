@@ -118,19 +118,7 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
      * without owning (its buffer is externalized: ND4J never frees that memory).
      */
     static INDArray arrayOver(MemorySegment home, DataType type, long length) {
-        long bytes = length * type.width();
-        if (home.byteSize() < bytes) {
-            throw new IllegalArgumentException("gradient home of " + home.byteSize() + " bytes, expected at least " + bytes
-                    + " (" + length + " x " + type + ")");
-        }
-        org.bytedeco.javacpp.Pointer pointer = new org.bytedeco.javacpp.Pointer() {
-            {
-                address = home.address();
-                limit = bytes;
-                capacity = bytes;
-            }
-        };
-        return Nd4j.create(Nd4j.createBuffer(pointer, length, type), new long[] {1, length});
+        return org.symmem4j.dl4j.nd4j.SegmentArrays.over(home, type, length);
     }
 
     /** The zeroed array over {@code home} that replaces {@code old} as a network's flat gradient view ({@link #placeGradientView}). */

@@ -1,0 +1,584 @@
+package org.symmem4j.serving;
+
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.ArrayBlockingQueue;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Semaphore;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
+
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.DistributionSummary;
+import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Timer;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.factory.Nd4j;
+import org.nd4j.linalg.indexing.INDArrayIndex;
+import org.nd4j.linalg.indexing.NDArrayIndex;
+import org.symmem4j.serving.ServingException.Kind;
+import org.symmem4j.serving.weights.SharedWeights;
+
+/**
+ * Serves named, versioned DL4J models from {@link SharedWeights}: requests for a model wait in its bounded queue, a
+ * batcher per model joins them into batches (up to {@code maxBatch} rows, waiting at most {@code maxWait} after the
+ * first), and worker threads run each batch on a network object over the version's shared parameters (one copy of
+ * the weights however many workers run).
+ *
+ * <pre>{@code
+ * try (SharedWeights weights = SharedWeights.create(group, 0, 256L << 20, 16);
+ *      ModelRouter router = new ModelRouter(weights, RouterOptions.defaults(), registry)) {
+ *     router.deploy("mnist", ModelSpec.of(conf, 784), trained.params());     // version 1
+ *     Prediction p = router.predict("mnist", features).join();               // p.version() == 1
+ *     router.deploy("mnist", ModelSpec.of(conf, 784), retrained.params());   // version 2, while requests flow
+ *     router.rollback("mnist");                                              // back to version 1
+ * }
+ * }</pre>
+ *
+ * <ul>
+ *   <li><b>One whole version per request</b>: a batch takes a reference to one version before it starts and
+ *       computes every row with it; the answer names that version.</li>
+ *   <li><b>Hot swap</b>: {@link #deploy} publishes the new version, then makes it current; batches formed after
+ *       that use it, batches running finish on theirs. The version before stays kept for {@link #rollback}; the
+ *       one before that is retired, and its shared memory is freed when its last batch (or {@link Lease}) ends.</li>
+ *   <li><b>Back-pressure</b>: a full queue refuses a request at once ({@link Kind#OVERLOADED}); at most two batches
+ *       per worker are in flight, so a slow network fills the queue instead of memory.</li>
+ * </ul>
+ *
+ * The router runs on the weights' owner rank (it publishes and retires them).
+ */
+public final class ModelRouter implements AutoCloseable {
+
+    /**
+     * A reference to one version, for running code on it outside the router; the version's memory is not freed
+     * while a lease is open.
+     */
+    public final class Lease implements AutoCloseable {
+        private final ServedVersion served;
+        private boolean closed;
+
+        private Lease(ServedVersion served) {
+            this.served = served;
+        }
+
+        /** {@return the version held} */
+        public long version() {
+            return served.version;
+        }
+
+        /** {@return the version's shared parameters (valid until close)} */
+        public MemorySegment params() {
+            return served.params;
+        }
+
+        /** Drops the reference. */
+        @Override
+        public synchronized void close() {
+            if (!closed) {
+                closed = true;
+                served.release();
+            }
+        }
+    }
+
+    private record Request(INDArray features, long rows, long pinned, CompletableFuture<Prediction> answer,
+                           long arrivedNanos) {
+    }
+
+    private final class Model {
+        final String name;
+        final ArrayBlockingQueue<Request> queue;
+        volatile ServedVersion current;
+        ServedVersion previous;
+        long lastVersion;
+        final Thread batcher;
+        final Timer duration;
+        final Timer queued;
+        final DistributionSummary batchSize;
+        final Counter swaps;
+        final Map<String, Counter> outcomes = new ConcurrentHashMap<>();
+        Request carried;
+
+        Model(String name) {
+            this.name = name;
+            this.queue = new ArrayBlockingQueue<>(options.queueCapacity());
+            this.duration = Timer.builder(ServingMeters.REQUEST_DURATION.meterName()).tag("model", name)
+                    .description("request arrival to answer").publishPercentileHistogram().register(registry);
+            this.queued = Timer.builder(ServingMeters.QUEUE_DURATION.meterName()).tag("model", name)
+                    .description("request arrival to its batch's start").publishPercentileHistogram().register(registry);
+            this.batchSize = DistributionSummary.builder(ServingMeters.BATCH_SIZE.meterName()).tag("model", name)
+                    .description("rows per batch").publishPercentileHistogram().register(registry);
+            this.swaps = Counter.builder(ServingMeters.SWAPS.meterName()).tag("model", name)
+                    .description("versions made current").register(registry);
+            Gauge.builder(ServingMeters.QUEUE_DEPTH.meterName(), queue, ArrayBlockingQueue::size).tag("model", name)
+                    .description("requests waiting").register(registry);
+            Gauge.builder(ServingMeters.CURRENT_VERSION.meterName(), this, m -> m.current == null ? 0 : m.current.version)
+                    .tag("model", name).description("the version new requests go to").register(registry);
+            this.batcher = Thread.ofPlatform().daemon().name("symmem4j-batcher-" + name).unstarted(this::batchLoop);
+        }
+
+        void count(String outcome) {
+            outcomes.computeIfAbsent(outcome, o -> Counter.builder(ServingMeters.REQUESTS.meterName())
+                    .tag("model", name).tag("outcome", o).description("requests by outcome").register(registry))
+                    .increment();
+        }
+
+        private void batchLoop() {
+            try {
+                while (!closed) {
+                    Request first = carried != null ? carried : queue.poll(50, TimeUnit.MILLISECONDS);
+                    carried = null;
+                    if (first == null) {
+                        continue;
+                    }
+                    List<Request> batch = new ArrayList<>();
+                    batch.add(first);
+                    long rows = first.rows;
+                    long deadline = first.arrivedNanos + options.maxWait().toNanos();
+                    while (rows < options.maxBatch()) {
+                        long wait = deadline - System.nanoTime();
+                        Request next = wait > 0 ? queue.poll(wait, TimeUnit.NANOSECONDS) : queue.poll();
+                        if (next == null) {
+                            break;
+                        }
+                        if (rows + next.rows > options.maxBatch()) {
+                            carried = next; // starts the next batch
+                            break;
+                        }
+                        batch.add(next);
+                        rows += next.rows;
+                    }
+                    dispatch(this, batch);
+                }
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            } finally {
+                List<Request> left = new ArrayList<>();
+                if (carried != null) {
+                    left.add(carried);
+                }
+                queue.drainTo(left);
+                for (Request r : left) {
+                    fail(this, r, new ServingException(Kind.CLOSED, "model '" + name + "': the router closed"));
+                }
+            }
+        }
+    }
+
+    private final SharedWeights weights;
+    private final RouterOptions options;
+    private final MeterRegistry registry;
+    private final Map<String, Model> models = new ConcurrentHashMap<>();
+    private final ExecutorService workers;
+    private final Semaphore inFlight;
+    private final AtomicInteger freedVersions = new AtomicInteger();
+    private volatile boolean closed;
+
+    /**
+     * @param weights  where versions' parameters live; this rank must own them
+     * @param options  batching, queue and worker settings
+     * @param registry where the per-model meters go ({@link ServingMeters}); null for a private one
+     */
+    public ModelRouter(SharedWeights weights, RouterOptions options, MeterRegistry registry) {
+        this.weights = Objects.requireNonNull(weights, "weights");
+        this.options = Objects.requireNonNull(options, "options");
+        this.registry = registry != null ? registry : new SimpleMeterRegistry();
+        AtomicInteger ids = new AtomicInteger();
+        this.workers = Executors.newFixedThreadPool(options.workers(),
+                r -> Thread.ofPlatform().daemon().name("symmem4j-serving-worker-" + ids.getAndIncrement()).unstarted(r));
+        this.inFlight = new Semaphore(2 * options.workers());
+    }
+
+    // ------------------------------------------------------------------------------------------ versions
+
+    /**
+     * Publishes a new version of {@code model} (its first, or the next) and makes it current; the version that was
+     * current is kept for {@link #rollback}, the one kept before is retired (freed once its last reader leaves).
+     *
+     * @param model  the model's name ({@code [A-Za-z0-9._-]+})
+     * @param spec   how to build the network and the shape of one example
+     * @param params the flat parameters (copied once, into the shared weights)
+     * @return the new version
+     * @throws IllegalArgumentException when the parameters do not fit the configuration (nothing is served then)
+     */
+    public long deploy(String model, ModelSpec spec, INDArray params) {
+        SharedWeights.checkName(model);
+        Objects.requireNonNull(spec, "spec");
+        Objects.requireNonNull(params, "params");
+        if (params.dataType() != spec.dataType()) {
+            throw new IllegalArgumentException("model '" + model + "' parameters of dataType=" + params.dataType()
+                    + " expected " + spec.dataType() + " (the configuration's data type): cast them first");
+        }
+        checkOpen();
+        Model m = models.computeIfAbsent(model, this::startModel);
+        synchronized (m) {
+            long version = m.lastVersion + 1;
+            weights.publish(model, version, params);
+            MemorySegment shared = weights.open(model, version);
+            ServedVersion served = new ServedVersion(model, version, spec, shared, () -> free(model, version));
+            try {
+                served.giveBack(served.borrow()); // builds one network now: a bad configuration fails here
+            } catch (RuntimeException e) {
+                weights.retire(model, version);
+                throw e;
+            }
+            m.lastVersion = version;
+            ServedVersion retired = m.previous;
+            m.previous = m.current;
+            m.current = served; // the swap: batches formed from here on take this version
+            m.swaps.increment();
+            if (retired != null) {
+                retired.release(); // the router's reference; readers still on it keep it alive
+            }
+            return version;
+        }
+    }
+
+    /**
+     * Deploys a network's configuration and parameters as the next version of {@code model}.
+     *
+     * @param model        the model's name
+     * @param network      the network (its parameters are copied once into the shared weights)
+     * @param exampleShape one example's shape
+     * @return the new version
+     */
+    public long deploy(String model, MultiLayerNetwork network, long... exampleShape) {
+        return deploy(model, ModelSpec.of(network.getLayerWiseConfigurations(), exampleShape), network.params());
+    }
+
+    /**
+     * Deploys a graph's configuration and parameters as the next version of {@code model}.
+     *
+     * @param model        the model's name
+     * @param network      the graph (one input, one output)
+     * @param exampleShape one example's shape
+     * @return the new version
+     */
+    public long deploy(String model, ComputationGraph network, long... exampleShape) {
+        return deploy(model, ModelSpec.of(network.getConfiguration(), exampleShape), network.params());
+    }
+
+    /**
+     * Makes the version kept for rollback current again, and keeps the one it replaces for a roll forward (another
+     * rollback). Requests in flight finish on the version they took.
+     *
+     * @param model the model's name
+     * @return the version now current
+     * @throws ServingException of kind UNKNOWN_MODEL for an unknown model, IllegalStateException when no version is kept
+     */
+    public long rollback(String model) {
+        Model m = model(model);
+        synchronized (m) {
+            if (m.previous == null) {
+                throw new IllegalStateException("model '" + model + "' has no version kept for rollback (current="
+                        + m.current.version + " is its only one): deploy another version first");
+            }
+            ServedVersion back = m.previous;
+            m.previous = m.current;
+            m.current = back;
+            m.swaps.increment();
+            return back.version;
+        }
+    }
+
+    /**
+     * @param model the model's name
+     * @return the version new requests go to
+     */
+    public long currentVersion(String model) {
+        return model(model).current.version;
+    }
+
+    /**
+     * @param model the model's name
+     * @return the versions served (current first, then the one kept for rollback)
+     */
+    public List<Long> servedVersions(String model) {
+        Model m = model(model);
+        synchronized (m) {
+            return m.previous == null ? List.of(m.current.version) : List.of(m.current.version, m.previous.version);
+        }
+    }
+
+    /** {@return the models served, by name} */
+    public Set<String> models() {
+        return new TreeSet<>(models.keySet());
+    }
+
+    /** @param model the model's name @return its spec (of the current version) */
+    public ModelSpec spec(String model) {
+        return model(model).current.spec;
+    }
+
+    /** {@return versions whose shared memory was freed (retired and left by their last reader)} */
+    public int freedVersions() {
+        return freedVersions.get();
+    }
+
+    /**
+     * Holds a served version (current or kept for rollback) until the lease is closed.
+     *
+     * @param model   the model's name
+     * @param version the version, or 0 for the current one
+     * @return the lease
+     */
+    public Lease lease(String model, long version) {
+        return new Lease(acquire(model(model), version));
+    }
+
+    /** {@return true while the router is open and every model has a current version} */
+    public boolean isReady() {
+        return !closed && models.values().stream().allMatch(m -> m.current != null);
+    }
+
+    // ------------------------------------------------------------------------------------------ requests
+
+    /**
+     * Queues a request for the current version of {@code model}.
+     *
+     * @param model    the model's name
+     * @param features {@code [rows, ...exampleShape]}, at most {@code maxBatch} rows
+     * @return the answer; fails with a {@link ServingException}
+     */
+    public CompletableFuture<Prediction> predict(String model, INDArray features) {
+        return predict(model, 0, features);
+    }
+
+    /**
+     * Queues a request for one version of {@code model} (0: the current one).
+     *
+     * @param model    the model's name
+     * @param version  a served version, or 0 for the current one
+     * @param features {@code [rows, ...exampleShape]}, at most {@code maxBatch} rows
+     * @return the answer; fails with a {@link ServingException} (unknown model or version, bad input, overloaded,
+     *         timeout, closed, failed)
+     */
+    public CompletableFuture<Prediction> predict(String model, long version, INDArray features) {
+        long arrived = System.nanoTime();
+        Model m;
+        try {
+            m = model(model);
+            checkOpen();
+            if (version != 0) {
+                checkServed(m, version);
+            }
+        } catch (ServingException e) {
+            return CompletableFuture.failedFuture(e);
+        }
+        CompletableFuture<Prediction> answer = new CompletableFuture<>();
+        try {
+            Objects.requireNonNull(features, "features");
+            ModelSpec spec = m.current.spec;
+            long rows = spec.rowsOf(model, features);
+            if (rows > options.maxBatch()) {
+                throw new ServingException(Kind.BAD_INPUT, "model '" + model + "' request of rows=" + rows
+                        + " expected at most maxBatch=" + options.maxBatch() + " (split it, or raise maxBatch)");
+            }
+            INDArray input = features.dataType() == spec.dataType() ? features : features.castTo(spec.dataType());
+            if (!m.queue.offer(new Request(input, rows, version, answer, arrived))) {
+                throw new ServingException(Kind.OVERLOADED, "model '" + model + "' is overloaded: queue of capacity="
+                        + options.queueCapacity() + " is full (retry later, or add workers)");
+            }
+        } catch (ServingException e) {
+            m.count(outcome(e.kind()));
+            return CompletableFuture.failedFuture(e);
+        }
+        return answer.orTimeout(options.requestTimeout().toNanos(), TimeUnit.NANOSECONDS).exceptionallyCompose(t -> {
+            if (t instanceof TimeoutException) {
+                m.count("timeout");
+                return CompletableFuture.failedFuture(new ServingException(Kind.TIMEOUT, "model '" + model
+                        + "': no answer within requestTimeout=" + options.requestTimeout() + " (the workers are"
+                        + " behind: add workers, or raise the timeout)", t));
+            }
+            return CompletableFuture.failedFuture(t);
+        });
+    }
+
+    private void dispatch(Model m, List<Request> batch) throws InterruptedException {
+        Map<Long, List<Request>> byVersion = new LinkedHashMap<>();
+        for (Request r : batch) {
+            byVersion.computeIfAbsent(r.pinned, v -> new ArrayList<>()).add(r);
+        }
+        for (Map.Entry<Long, List<Request>> group : byVersion.entrySet()) {
+            ServedVersion served;
+            try {
+                served = acquire(m, group.getKey());
+            } catch (ServingException e) {
+                group.getValue().forEach(r -> fail(m, r, e));
+                continue;
+            }
+            inFlight.acquire(); // bounded: a slow network makes the queue fill, which refuses requests
+            try {
+                workers.execute(() -> {
+                    try {
+                        run(m, served, group.getValue());
+                    } finally {
+                        served.release();
+                        inFlight.release();
+                    }
+                });
+            } catch (RuntimeException e) { // rejected: the pool was shut down
+                served.release();
+                inFlight.release();
+                group.getValue().forEach(r -> fail(m, r, new ServingException(Kind.CLOSED, "model '" + m.name
+                        + "': the router closed")));
+            }
+        }
+    }
+
+    private void run(Model m, ServedVersion served, List<Request> requests) {
+        long start = System.nanoTime();
+        for (Request r : requests) {
+            m.queued.record(start - r.arrivedNanos, TimeUnit.NANOSECONDS);
+        }
+        INDArray out;
+        ModelSpec.Network net = null;
+        try {
+            INDArray features = requests.size() == 1 ? requests.get(0).features
+                    : Nd4j.concat(0, requests.stream().map(Request::features).toArray(INDArray[]::new));
+            net = served.borrow();
+            out = net.output(features);
+            m.batchSize.record(features.size(0));
+        } catch (RuntimeException e) {
+            ServingException failure = new ServingException(Kind.FAILED, "model '" + m.name + "' version="
+                    + served.version + " failed on a batch of requests=" + requests.size() + ": " + e, e);
+            requests.forEach(r -> fail(m, r, failure));
+            return;
+        } finally {
+            if (net != null) {
+                served.giveBack(net);
+            }
+        }
+        long row = 0;
+        for (Request r : requests) {
+            INDArray mine;
+            if (requests.size() == 1) {
+                mine = out;
+            } else {
+                INDArrayIndex[] idx = new INDArrayIndex[out.rank()];
+                idx[0] = NDArrayIndex.interval(row, row + r.rows);
+                for (int i = 1; i < idx.length; i++) {
+                    idx[i] = NDArrayIndex.all();
+                }
+                mine = out.get(idx).dup();
+            }
+            row += r.rows;
+            m.duration.record(System.nanoTime() - r.arrivedNanos, TimeUnit.NANOSECONDS);
+            if (r.answer.complete(new Prediction(m.name, served.version, mine))) {
+                m.count("ok");
+            }
+        }
+    }
+
+    private void fail(Model m, Request r, ServingException e) {
+        if (r.answer.completeExceptionally(e)) {
+            m.count(outcome(e.kind()));
+        }
+    }
+
+    private static String outcome(Kind kind) {
+        return kind.name().toLowerCase(java.util.Locale.ROOT);
+    }
+
+    private ServedVersion acquire(Model m, long version) {
+        while (true) {
+            ServedVersion v;
+            synchronized (m) {
+                v = version == 0 ? m.current : checkServed(m, version);
+            }
+            if (v.tryAcquire()) {
+                return v;
+            }
+            // retired and freed between the read and the acquire (only a pinned version can be): look again
+        }
+    }
+
+    private ServedVersion checkServed(Model m, long version) {
+        synchronized (m) {
+            if (m.current != null && m.current.version == version) {
+                return m.current;
+            }
+            if (m.previous != null && m.previous.version == version) {
+                return m.previous;
+            }
+            throw new ServingException(Kind.UNKNOWN_MODEL, "model '" + m.name + "' version=" + version
+                    + " is not served (served: " + (m.previous == null ? List.of(m.current.version)
+                    : List.of(m.current.version, m.previous.version)) + ")");
+        }
+    }
+
+    private Model model(String name) {
+        Model m = name == null ? null : models.get(name);
+        if (m == null || m.current == null) {
+            throw new ServingException(Kind.UNKNOWN_MODEL, "model '" + name + "' is not served (models: " + models()
+                    + ")");
+        }
+        return m;
+    }
+
+    private Model startModel(String name) {
+        Model m = new Model(name);
+        m.batcher.start();
+        return m;
+    }
+
+    private void free(String model, long version) {
+        weights.retire(model, version);
+        freedVersions.incrementAndGet();
+    }
+
+    private void checkOpen() {
+        if (closed) {
+            throw new ServingException(Kind.CLOSED, "the router is closed");
+        }
+    }
+
+    /** Stops taking requests, fails those still queued, lets running batches finish, then frees every version. */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        for (Model m : models.values()) {
+            m.batcher.interrupt();
+            try {
+                m.batcher.join(10_000);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }
+        workers.shutdown();
+        try {
+            if (!workers.awaitTermination(30, TimeUnit.SECONDS)) {
+                throw new IllegalStateException("model router: batches still running 30 s after close");
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        for (Model m : models.values()) {
+            synchronized (m) {
+                if (m.previous != null) {
+                    m.previous.release();
+                }
+                if (m.current != null) {
+                    m.current.release();
+                }
+            }
+        }
+    }
+}

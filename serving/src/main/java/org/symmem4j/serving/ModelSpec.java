@@ -1,0 +1,144 @@
+package org.symmem4j.serving;
+
+import java.lang.foreign.MemorySegment;
+import java.util.Arrays;
+import java.util.Objects;
+import java.util.function.Function;
+
+import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
+import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.symmem4j.serving.weights.SharedNetworks;
+
+/**
+ * What the router needs to serve a model version: how to build a network over shared parameters, and the shape of
+ * one input example (the features of a request are {@code [rows, ...exampleShape]}).
+ */
+public final class ModelSpec {
+
+    /** A network that maps a batch of features to a batch of outputs; used by one thread at a time. */
+    @FunctionalInterface
+    public interface Network {
+        /**
+         * @param features {@code [rows, ...exampleShape]}
+         * @return {@code [rows, ...]}
+         */
+        INDArray output(INDArray features);
+    }
+
+    private final Function<MemorySegment, Network> factory;
+    private final long[] exampleShape;
+    private final DataType dataType;
+    private final String kind;
+
+    private ModelSpec(Function<MemorySegment, Network> factory, long[] exampleShape, DataType dataType, String kind) {
+        if (exampleShape.length == 0 || Arrays.stream(exampleShape).anyMatch(d -> d < 1)) {
+            throw new IllegalArgumentException("example shape " + Arrays.toString(exampleShape) + " expected one or"
+                    + " more positive dimensions (the shape of one input row, without the batch dimension)");
+        }
+        this.factory = factory;
+        this.exampleShape = exampleShape.clone();
+        this.dataType = dataType;
+        this.kind = kind;
+    }
+
+    /**
+     * A multi-layer network.
+     *
+     * @param conf         its configuration
+     * @param exampleShape one example's shape, e.g. {@code 784} for an MLP or {@code 1, 28, 28} for a CNN
+     * @return the spec
+     */
+    public static ModelSpec of(MultiLayerConfiguration conf, long... exampleShape) {
+        Objects.requireNonNull(conf, "conf");
+        MultiLayerConfiguration c = conf.clone();
+        return new ModelSpec(params -> {
+            MultiLayerNetwork net = SharedNetworks.multiLayer(c, params);
+            return features -> net.output(features, false);
+        }, exampleShape, conf.getDataType(), "MultiLayerNetwork");
+    }
+
+    /**
+     * A computation graph with one input and one output.
+     *
+     * @param conf         its configuration
+     * @param exampleShape one example's shape
+     * @return the spec
+     */
+    public static ModelSpec of(ComputationGraphConfiguration conf, long... exampleShape) {
+        Objects.requireNonNull(conf, "conf");
+        if (conf.getNetworkInputs().size() != 1 || conf.getNetworkOutputs().size() != 1) {
+            throw new IllegalArgumentException("computation graph with inputs=" + conf.getNetworkInputs() + " outputs="
+                    + conf.getNetworkOutputs() + ": the router serves graphs of one input and one output");
+        }
+        ComputationGraphConfiguration c = conf.clone();
+        return new ModelSpec(params -> {
+            ComputationGraph net = SharedNetworks.graph(c, params);
+            return features -> net.outputSingle(false, features);
+        }, exampleShape, conf.getDataType(), "ComputationGraph");
+    }
+
+    /**
+     * Any network over shared parameters, e.g. a SameDiff graph, or a wrapper that adds pre- or post-processing.
+     *
+     * @param factory      builds a new network object over a version's parameters (called once per worker thread
+     *                     that runs the version, and once at deploy to check it)
+     * @param dataType     the parameters' and features' data type
+     * @param exampleShape one example's shape
+     * @return the spec
+     */
+    public static ModelSpec of(Function<MemorySegment, Network> factory, DataType dataType, long... exampleShape) {
+        return new ModelSpec(Objects.requireNonNull(factory, "factory"), exampleShape,
+                Objects.requireNonNull(dataType, "dataType"), "custom network");
+    }
+
+    /**
+     * A network over {@code params}.
+     *
+     * @param params the version's shared parameters
+     * @return a new network object sharing them
+     */
+    Network networkOver(MemorySegment params) {
+        return factory.apply(params);
+    }
+
+    /** {@return one example's shape (a copy)} */
+    public long[] exampleShape() {
+        return exampleShape.clone();
+    }
+
+    /** {@return the parameters' and features' data type} */
+    public DataType dataType() {
+        return dataType;
+    }
+
+    /**
+     * Checks a request's features.
+     *
+     * @param model    the model's name, for the message
+     * @param features the features
+     * @return the number of rows
+     * @throws ServingException of kind BAD_INPUT when the shape is not {@code [rows, ...exampleShape]}
+     */
+    long rowsOf(String model, INDArray features) {
+        long[] s = features.shape();
+        boolean ok = s.length == exampleShape.length + 1 && s[0] >= 1;
+        for (int i = 0; ok && i < exampleShape.length; i++) {
+            ok = s[i + 1] == exampleShape[i];
+        }
+        if (!ok) {
+            throw new ServingException(ServingException.Kind.BAD_INPUT, "model '" + model + "' features shape="
+                    + Arrays.toString(s) + " expected [rows, " + Arrays.toString(exampleShape).replaceAll("[\\[\\]]", "")
+                    + "] with rows >= 1");
+        }
+        return s[0];
+    }
+
+    @Override
+    public String toString() {
+        return kind + " exampleShape=" + Arrays.toString(exampleShape) + " dataType=" + dataType;
+    }
+}
