@@ -122,12 +122,16 @@ final class ConfigurationStart {
          * @throws IllegalArgumentException when the property is not a size
          */
         static Caps ofThisProcess() {
-            long max = Pointer.maxBytes();
+            // only when the user set it: JavaCPP's default (the heap's size) is no statement about ND4J's arrays, which
+            // ND4J's CPU backend allocates without JavaCPP counting them (so JavaCPP would not enforce it either)
+            boolean set = System.getProperty("org.bytedeco.javacpp.maxbytes") != null
+                    || System.getProperty("org.bytedeco.javacpp.maxBytes") != null;
+            long max = set ? Pointer.maxBytes() : 0;
             long nd4j = max <= 0 ? Long.MAX_VALUE : Math.max(0, max - Pointer.totalBytes());
             String s = System.getProperty(SYMMETRIC_PROPERTY);
             long symmetric = s == null || s.isBlank() ? Long.MAX_VALUE : parseSize(s.trim());
-            return new Caps(nd4j, "-Dorg.bytedeco.javacpp.maxbytes=" + max + " less " + Pointer.totalBytes()
-                    + " held now", symmetric, "-D" + SYMMETRIC_PROPERTY + "=" + (s == null ? "unset" : s));
+            return new Caps(nd4j, set ? "-Dorg.bytedeco.javacpp.maxbytes=" + max + " less " + Pointer.totalBytes()
+                    + " JavaCPP counts as held now" : "-Dorg.bytedeco.javacpp.maxbytes unset", symmetric, "-D" + SYMMETRIC_PROPERTY + "=" + (s == null ? "unset" : s));
         }
 
         static long parseSize(String s) {

@@ -253,10 +253,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             throw new IllegalStateException("wrapper is closed; build a new one");
         }
         if (!ConfigurationStart.isHollow(model)) {
-            if (workers.running()) {
-                workers.ensureStarted(); // the model is the replicas' after each fit
-            }
-            return model.params().dup();
+            return model.params().dup(); // the model holds the trained parameters after each fit
         }
         workers.ensureStarted();
         INDArray full = org.nd4j.linalg.factory.Nd4j.create(model.params().dataType(), model.params().length());
