@@ -73,7 +73,6 @@ public final class MemoryCapExample {
     }
 
     private static int train(Flags flags, ProcessGroup group) {
-        String who = group == null ? "" : "[rank " + group.rank() + "] ";
         SyntheticData data = new SyntheticData(64, 10, 1);
         int workers = group == null ? flags.workers : group.worldSize();
         List<DataSet> batches = data.batches(2, flags.steps * workers, flags.batch, DataType.FLOAT);
@@ -91,16 +90,16 @@ public final class MemoryCapExample {
         try {
             wrapper = builder.build(); // the model state is planned and checked against the caps here, before allocating
         } catch (IllegalStateException e) {
-            System.out.println(who + "refused before training: " + e.getMessage());
+            System.out.println("refused before training: " + e.getMessage()); // (the launcher prefixes each rank's lines)
             return 2;
         }
         try (wrapper) {
             wrapper.fit(new ListIterator(batches));
             for (WorkerMemory m : wrapper.workerMemory()) {
-                System.out.printf(Locale.ROOT, "%sworker %d holds parameters %d, gradient %d, updater state %d bytes%n",
-                        who, m.worker(), m.paramBytes(), m.gradientBytes(), m.updaterStateBytes());
+                System.out.printf(Locale.ROOT, "worker %d holds parameters %d, gradient %d, updater state %d bytes%n",
+                        m.worker(), m.paramBytes(), m.gradientBytes(), m.updaterStateBytes());
             }
-            System.out.printf(Locale.ROOT, "%strained %d steps with sharding=%s under the caps%n", who, flags.steps,
+            System.out.printf(Locale.ROOT, "trained %d steps with sharding=%s under the caps%n", flags.steps,
                     flags.sharding);
         }
         return 0;
