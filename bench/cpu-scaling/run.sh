@@ -21,7 +21,9 @@
 # 0.4 s), small16 (mlp-small at 16 workers against ParallelWrapper), zero1 (mlp-medium at 16 workers,
 # plain and ZeRO stage 1), pipeline (the DL4J pipeline trainer against the single model at 4 x 8 and
 # 8 x 16 ranks x microbatches, a core per rank, then the executor's idle time against the simulator:
-# the pipeline-speed target of issue #12; $OUT/pipeline.md, $OUT/pipeline-executor.txt).
+# the pipeline-speed target of issue #12; $OUT/pipeline.md, $OUT/pipeline-executor.txt), zero (the ZeRO
+# memory table of issue #31: plain / ZeRO-1 / 2 / 3 at 2, 4, 8, 16 workers, < 8 minutes;
+# $OUT/zero-memory.md): e.g. `run.sh bench zero`.
 # Results: $OUT/scaling.csv (every run, labelled), $OUT/main.md, $OUT/log.txt, $OUT/machine.txt,
 # $OUT/symmem16.jfr, $OUT/allreduce.txt. Render a label's report here with
 #   java ... ScalingBench --render-from scaling.csv --label small --machine "..." --out report.md
@@ -56,7 +58,7 @@ bench() {
     echo "== $step at ${SECONDS}s" | tee -a "$log"
     case $step in
       main) main ;; small) small ;; omp1) omp1 ;; twocore) twocore ;; mpi) mpi ;; cnn) cnn ;; small16) small16 ;;
-      zero1) zero1 ;; pipeline) pipeline ;;
+      zero1) zero1 ;; pipeline) pipeline ;; zero) zero ;;
       *) echo "unknown step $step" | tee -a "$log" ;;
     esac
     echo "$step exit $? at ${SECONDS}s" | tee -a "$log"
@@ -100,6 +102,15 @@ small16() {
 zero1() {
   timeout 30 "${scaling[@]}" --label zero1 --models mlp-medium --workers 16 --compare-workers 16 \
     --modes symmem,symmem-zero1 --seconds 1.5 --warmup-seconds 0.3 --reps 3 >> "$log" 2>&1
+}
+
+# The memory table of issue #31: each worker's model state (parameters, gradient, updater state; for ZeRO-3
+# what is resident, mincore) and peak off-heap growth per worker, plain / ZeRO-1 / 2 / 3 at 2, 4, 8, 16
+# workers, every run a fresh JVM (about 16 runs of 10-25 s on 16 cores); $OUT/zero-memory.md and .csv.
+zero() {
+  timeout 470 "${java[@]}" org.symmem4j.benchmarks.dl4j.ZeroShardingBench --workers 2,4,8,16 --reps 1 --steps 12 \
+    --out "$out/zero-memory.md" --raw "$out/zero-memory.csv" --commit "${COMMIT:-unknown}" \
+    --command "bench/cpu-scaling/run.sh bench zero" >> "$log" 2>&1
 }
 
 pipeline() {

@@ -32,6 +32,8 @@ abstract sealed class DataParallelBuilder
     static final long DEFAULT_MIN_BUCKET_BYTES = 256L << 10;
 
     final ModelReplica model;
+    /** The configuration the model was built from ({@link SymmemParallelWrapper#builder(org.deeplearning4j.nn.conf.MultiLayerConfiguration)}), or null. */
+    final org.deeplearning4j.nn.conf.MultiLayerConfiguration configuration;
     int workers = Runtime.getRuntime().availableProcessors();
     boolean workersSet;
     long bucketBytes = 4L << 20;
@@ -54,6 +56,7 @@ abstract sealed class DataParallelBuilder
 
     DataParallelBuilder(Model model) {
         this.model = ModelReplica.of(Objects.requireNonNull(model, "model"));
+        this.configuration = model instanceof ConfigurationStart.Network n ? n.getLayerWiseConfigurations() : null;
     }
 
     /**
@@ -356,6 +359,9 @@ abstract sealed class DataParallelBuilder
                     + ": expected none of these with sharding (its reduce-scatter runs in the gradient hook);"
                     + " fix: drop sharding, or these options");
         }
+        if (configuration != null) {
+            startFromConfiguration(group, gpuMode);
+        }
         ModelReplica.ensureInitialized(model);
         if (gpuMode) {
             checkGpuMode();
@@ -388,6 +394,31 @@ abstract sealed class DataParallelBuilder
         checkParallelWrapperSettings();
         // refuses listeners it cannot call as fit() would (fit() checks again), then attaches the builder's
         attachListeners();
+    }
+
+    /**
+     * A model built from a configuration ({@link ConfigurationStart}): the stage's model state is planned and checked
+     * against this process's caps before anything is allocated, then the model is initialised, hollow for stage 3.
+     */
+    private void startFromConfiguration(Group group, boolean gpuMode) {
+        if (sharding == ZeroStage.PARAMETERS && (options().checkpointSchedule() != null || options().resumeRoot() != null)) {
+            throw new IllegalArgumentException("builder(MultiLayerConfiguration) with sharding(PARAMETERS) and"
+                    + " checkpointEvery/resumeFrom: a stage-3 run started from a configuration holds no whole model to"
+                    + " write into model.zip, and stage 3's own sharded checkpoint format does not exist yet; expected"
+                    + " neither (fix: drop them, or build from an initialised network: builder(model))");
+        }
+        int local = group == null ? workers : 1;
+        boolean symmetricGradient = group != null && !gpuMode;
+        ModelStatePlan plan = ModelStatePlan.of(configuration, sharding, workers, local, symmetricGradient);
+        ModelStatePlan stage3 = sharding == ZeroStage.PARAMETERS ? null
+                : ModelStatePlan.of(configuration, ZeroStage.PARAMETERS, workers, local, symmetricGradient);
+        plan.check(ConfigurationStart.Caps.ofThisProcess(), stage3);
+        ConfigurationStart.Network net = (ConfigurationStart.Network) model.model();
+        if (sharding == ZeroStage.PARAMETERS) {
+            ConfigurationStart.makeHollow(net);
+        } else {
+            net.init();
+        }
     }
 
     /** Group mode's worker count is the group's size; what it cannot do yet is refused here, before anything starts. */

@@ -82,7 +82,9 @@ final class DataParallelWorkers {
                 // DL4J's own updater of the user's model: its blocks are the layout, its full state
                 // view is where shards start from (and are gathered into after each fit)
                 UpdaterLayout layout = UpdaterLayout.of(model.dl4jUpdater(), model.params().length());
-                shardSource = new DataParallelWorker.ShardSource(layout, model.updaterState(),
+                // (a hollow model, stage 3 from a configuration, has no state: each worker initialises its shard)
+                shardSource = new DataParallelWorker.ShardSource(layout, ConfigurationStart.isHollow(model) ? null
+                        : model.updaterState(),
                         settings.sharding() == ZeroStage.PARAMETERS ? model : null);
             }
             List<StateUpdateReduction.Entry> stateEntries = StateUpdateReduction.find(
@@ -189,6 +191,12 @@ final class DataParallelWorkers {
             model.copyStateFrom(first);
             return;
         }
+        if (ConfigurationStart.isHollow(model)) {
+            // stage 3 from a configuration: the parameters and updater state stay in the shards, the model takes the counters
+            model.setIterationCount(first.iterationCount());
+            model.setEpochCount(first.epochCount());
+            return;
+        }
         if (settings.sharding() == ZeroStage.PARAMETERS) {
             if (settings.group() != null) {
                 // group mode: the other blocks live in the other ranks' processes; gathered unit by unit (collective)
@@ -226,6 +234,9 @@ final class DataParallelWorkers {
             if (first.iterationCount() != model.iterationCount() || first.epochCount() != model.epochCount()) {
                 return false;
             }
+            if (ConfigurationStart.isHollow(model)) {
+                return true; // the model holds no parameters of its own: the shards are the model
+            }
             for (DataParallelWorker w : workers) {
                 if (!w.fullySharded().ownBlocksMatch(model.params())) {
                     return false;
@@ -250,6 +261,11 @@ final class DataParallelWorkers {
             if (settings.sharding() == null) {
                 w.replica().copyStateFrom(model);
             } else {
+                if (ConfigurationStart.isHollow(model)) {
+                    w.replica().setIterationCount(model.iterationCount());
+                    w.replica().setEpochCount(model.epochCount());
+                    continue; // the counters only: the shards are the model's parameters and state
+                }
                 if (settings.sharding() == ZeroStage.PARAMETERS) {
                     w.fullySharded().copyOwnBlocksFrom(model.params());
                     w.replica().setIterationCount(model.iterationCount());

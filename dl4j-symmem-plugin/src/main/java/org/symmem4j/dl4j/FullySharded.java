@@ -256,7 +256,11 @@ final class FullySharded implements AutoCloseable {
             replica.setEpochCount(source.epochCount());
             replica.disableMinibatchDivision();
             FullySharded fs = new FullySharded(replica, net, comm, params, gradients);
-            fs.copyOwnBlocksFrom(sourceParams);
+            if (ConfigurationStart.isHollow(source)) {
+                fs.initialiseOwnBlocks(); // a model started from a configuration: nobody holds it whole
+            } else {
+                fs.copyOwnBlocksFrom(sourceParams);
+            }
             progress.listenForward(key -> fs.forwardStarting(Integer.parseInt(key)));
             progress.listen(key -> fs.backwardDone(Integer.parseInt(key)));
             return fs;
@@ -265,6 +269,38 @@ final class FullySharded implements AutoCloseable {
             closeQuietly(gradients);
             closeQuietly(params);
             throw e;
+        }
+    }
+
+    /**
+     * Initialises this rank's blocks as DL4J's {@code MultiLayerNetwork.init()} initialises the whole vector, without
+     * ever holding it: DL4J seeds ND4J's random generator (this thread's) with the configuration's seed and
+     * instantiates every layer in order with {@code initializeParams=true}, each drawing its parameters from that
+     * generator into its view of the flat vector. Here each layer's view is its unit of the sparse parameter memory,
+     * the working buffer: once the layer has drawn its values, the pages outside this rank's block are given back
+     * before the next layer is drawn. The draws are DL4J's, in DL4J's order, so the blocks are bitwise those of
+     * {@code new MultiLayerNetwork(conf).init()}; the peak is the own blocks plus one layer.
+     */
+    void initialiseOwnBlocks() {
+        MultiLayerConfiguration conf = net.getLayerWiseConfigurations();
+        DataType type = conf.getDataType();
+        INDArray flat = net.params().reshape(count); // as DL4J's init cuts its flat vector: 1-D, a view per layer
+        org.nd4j.linalg.factory.Nd4j.getRandom().setSeed(net.getDefaultConfiguration().getSeed());
+        long at = 0;
+        for (int i = 0; i < conf.getConfs().size(); i++) {
+            NeuralNetConfiguration c = conf.getConf(i);
+            long n = c.getLayer().initializer().numParams(c);
+            INDArray view = n == 0 ? null : flat.get(NDArrayIndex.interval(at, at + n));
+            c.getLayer().instantiate(c, List.of(), i, view, true, type); // DL4J's own draws; the layer object is dropped
+            Unit u = unitOfLayer[i];
+            if (u != null) {
+                if (u.offset() != at || u.length() != n) {
+                    throw new IllegalStateException("layer " + i + " initialises elements [" + at + ", " + (at + n)
+                            + "); its unit is [" + u.offset() + ", " + (u.offset() + u.length()) + ") (a bug)");
+                }
+                releaseOutsideOwnBlock(params, u);
+            }
+            at += n;
         }
     }
 

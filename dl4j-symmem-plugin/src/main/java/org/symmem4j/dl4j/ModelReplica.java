@@ -52,6 +52,9 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
     static void ensureInitialized(ModelReplica replica) {
         switch (replica) {
             case Mln m -> {
+                if (ConfigurationStart.isHollow(m)) {
+                    return; // stage 3 from a configuration: its views lie over reserved memory (initGradientsView would fill one)
+                }
                 m.net().init();
                 m.net().initGradientsView();
             }

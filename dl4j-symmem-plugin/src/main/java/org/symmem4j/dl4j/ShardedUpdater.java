@@ -198,8 +198,9 @@ final class ShardedUpdater {
         for (Piece p : built) {
             INDArray stateView = p.block().statesPerParam() == 0 ? null
                     : state.get(NDArrayIndex.interval(p.stateOffset(), p.stateOffset() + p.block().statesPerParam() * p.length()));
-            // initialize=false: the values come from DL4J's own initialized state (importState)
-            GradientUpdater u = p.config().instantiate(stateView, false);
+            // with an initial state, its values come from DL4J's own initialized state (importState); without one
+            // (stage 3 started from a configuration) DL4J's updater initialises the shard as it would the whole state
+            GradientUpdater u = p.config().instantiate(stateView, initialState == null);
             withUpdaters.add(new Piece(p.block(), p.start(), p.end(), p.stateOffset(), p.config(), u, p.gradient(), p.variables()));
         }
         this.pieces = List.copyOf(withUpdaters);

@@ -169,6 +169,27 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     }
 
     /**
+     * Starts a builder from a configuration, for a model that a worker may not be able to hold whole. At
+     * {@code build()} the model state each process would hold is planned from {@code conf} for the chosen stage and
+     * checked against the process's caps (JavaCPP's {@code -Dorg.bytedeco.javacpp.maxbytes} for ND4J's arrays,
+     * {@code -Dsymmem4j.maxSymmetricBytes} for resident symmetric memory) before anything is allocated: a model that
+     * does not fit is refused with what it needs, what the cap leaves, and the fix ({@code
+     * sharding(ZeroStage.PARAMETERS)} when the stage keeps a whole replica per worker). Then plain data parallelism
+     * and stages 1 and 2 initialise the model with DL4J's {@code init()}; stage 3 never builds it whole: each worker
+     * initialises its shard layer by layer with DL4J's own initialisers, from the configuration's seed in DL4J's
+     * order, bitwise equal to {@code new MultiLayerNetwork(conf).init()}, and the wrapper's model stays hollow (its
+     * counters follow training; {@link #gatherParameters()} gathers the parameters on request). docs/zero-sharding.md
+     * has the details.
+     *
+     * @param conf the network's configuration (copied)
+     * @return a builder with the defaults
+     * @throws NullPointerException when {@code conf} is null
+     */
+    public static Builder builder(org.deeplearning4j.nn.conf.MultiLayerConfiguration conf) {
+        return new Builder(new ConfigurationStart.Network(Objects.requireNonNull(conf, "conf").clone()));
+    }
+
+    /**
      * Starts a builder for a {@link ComputationGraph}.
      *
      * @param model an initialized graph; after each {@code fit()} it holds the trained state
@@ -216,6 +237,35 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      */
     public synchronized List<WorkerMemory> workerMemory() {
         return workers.memory();
+    }
+
+    /**
+     * The model's whole parameter vector, a new array: the model's own parameters, or with ZeRO stage 3 gathered from
+     * the workers' shards, unit by unit (in group mode collective: every rank calls it). With stage 3 started from a
+     * configuration this is the one call that makes a process hold every parameter (saving the model, evaluating
+     * it); call it between fits.
+     *
+     * @return a copy of the parameters, DL4J's flat layout
+     * @throws IllegalStateException when the wrapper is closed
+     */
+    public synchronized INDArray gatherParameters() {
+        if (closed) {
+            throw new IllegalStateException("wrapper is closed; build a new one");
+        }
+        if (!ConfigurationStart.isHollow(model)) {
+            return model.params().dup(); // the model holds the trained parameters after each fit
+        }
+        workers.ensureStarted();
+        INDArray full = org.nd4j.linalg.factory.Nd4j.create(model.params().dataType(), model.params().length());
+        List<FullySharded> shards = fullySharded();
+        if (settings.group() != null) {
+            shards.getFirst().gatherInto(full);
+        } else {
+            for (FullySharded fs : shards) {
+                fs.copyOwnBlocksTo(full);
+            }
+        }
+        return full;
     }
 
     /** Stage 3's side of each worker, worker order (empty before the first fit, or without stage 3); tests and benchmarks. */
@@ -723,6 +773,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             throw new IllegalStateException("wrapper is closed: expected an open wrapper, found one after close()"
                     + " (fix: build a new one with SymmemParallelWrapper.builder(model))");
         }
+        refuseHollow("saveCheckpoint");
         workers.ensureStarted(); // (the replicas take the model's state if it was changed since the last fit)
         writeCheckpoint(dir, 0, 0);
     }
@@ -764,6 +815,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             throw new IllegalStateException("wrapper is closed: expected an open wrapper, found one after close()"
                     + " (fix: build a new one with SymmemParallelWrapper.builder(model))");
         }
+        refuseHollow("restoreCheckpoint");
         workers.ensureStarted();
         ShardedCheckpoints.Restored restored;
         if (settings.sharding() == null || settings.sharding() == ZeroStage.PARAMETERS) {
@@ -784,6 +836,16 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             batchesToSkip = c.batchesInEpoch();
             examplesToSkip = c.examplesInEpoch();
             resumedFrom = new CheckpointDirectory.Checkpoint(dir, c);
+        }
+    }
+
+    /** Checkpoints are consolidated (model.zip): a stage-3 run started from a configuration has no whole model for them. */
+    private void refuseHollow(String call) {
+        if (ConfigurationStart.isHollow(model)) {
+            throw new IllegalStateException(call + " on a stage-3 wrapper built from a configuration: checkpoints hold a"
+                    + " consolidated model.zip, which such a run never holds whole, and stage 3's own sharded format does"
+                    + " not exist yet; expected a wrapper built from an initialised network (fix: builder(model), or"
+                    + " gatherParameters() and save them yourself)");
         }
     }
 

@@ -213,7 +213,14 @@ public final class DataParallelExample {
 
     /** The example's MLP (Adam 1e-3, two ReLU layers, softmax), from a fixed seed; the benchmark trains the same one. */
     public static MultiLayerNetwork mlp(int in, int hidden, int out) {
-        MultiLayerConfiguration conf = new NeuralNetConfiguration.Builder()
+        MultiLayerNetwork net = new MultiLayerNetwork(mlpConfiguration(in, hidden, out));
+        net.init();
+        return net;
+    }
+
+    /** The configuration of {@link #mlp}: what {@code SymmemParallelWrapper.builder(conf)} starts from. */
+    public static MultiLayerConfiguration mlpConfiguration(int in, int hidden, int out) {
+        return new NeuralNetConfiguration.Builder()
                 .seed(12345).dataType(DataType.FLOAT).updater(new Adam(LEARNING_RATE)).weightInit(WeightInit.XAVIER)
                 .list()
                 .layer(new DenseLayer.Builder().nIn(in).nOut(hidden).activation(Activation.RELU).build())
@@ -221,9 +228,6 @@ public final class DataParallelExample {
                 .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(hidden).nOut(out)
                         .activation(Activation.SOFTMAX).build())
                 .build();
-        MultiLayerNetwork net = new MultiLayerNetwork(conf);
-        net.init();
-        return net;
     }
 
     /** CRC-32 of the network's parameters as stored (their bits), to compare runs. */

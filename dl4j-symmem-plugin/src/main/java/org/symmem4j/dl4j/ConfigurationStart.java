@@ -1,0 +1,157 @@
+package org.symmem4j.dl4j;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.Map;
+import org.bytedeco.javacpp.Pointer;
+import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.nn.updater.MultiLayerUpdater;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.symmem4j.parallel.host.ReservedMemory;
+
+/**
+ * Training that starts from a {@link MultiLayerConfiguration} ({@link SymmemParallelWrapper#builder(MultiLayerConfiguration)})
+ * rather than from an initialised network, so that with ZeRO stage 3 no process ever holds the whole model.
+ *
+ * <p>The wrapper's model is a {@link Network} of the configuration. At {@code build()} the memory each worker's
+ * stage would hold is planned from the configuration alone ({@link ModelStatePlan}) and checked against the
+ * process's caps, before anything is allocated; then the model is initialised:
+ * <ul>
+ *   <li>plain data parallelism and stages 1 and 2: by DL4J's own {@code init()} (each replica is whole anyway);</li>
+ *   <li>stage 3 ({@link ZeroStage#PARAMETERS}): <em>hollow</em>. Its parameter vector, gradient view and updater
+ *       state are DL4J arrays over reserved memory ({@link ReservedMemory}) that nothing ever writes, so they hold no
+ *       memory: DL4J gets the layer objects, the flat layout and its updater blocks (what the workers' layout is
+ *       read from) without a single element. Each worker then initialises its shard layer by layer
+ *       ({@link FullySharded#initialiseOwnBlocks}): DL4J's own initialiser of layer {@code i} writes the layer into
+ *       the worker's sparse parameter memory (its working buffer), the worker keeps its block and gives the other
+ *       pages back, and the next layer follows, from the one RNG that DL4J's {@code init()} seeds with the
+ *       configuration's seed and draws from in layer order. So the parameters are bitwise those of
+ *       {@code new MultiLayerNetwork(conf).init()}, and a worker holds at most its blocks plus one layer.</li>
+ * </ul>
+ * The hollow model's counters follow the replicas; its parameters stay in the workers' shards
+ * ({@link SymmemParallelWrapper#gatherParameters()} gathers them on request).
+ */
+final class ConfigurationStart {
+
+    private ConfigurationStart() {
+    }
+
+    /** The wrapper's model when built from a configuration; hollow for stage 3 (see the class comment). */
+    static final class Network extends MultiLayerNetwork {
+        private static final long serialVersionUID = 1L;
+        private transient boolean hollow;
+        /** The reservations under the hollow arrays: kept reachable as long as the network (DL4J's pointers do not). */
+        private transient MemorySegment[] reserved;
+
+        Network(MultiLayerConfiguration conf) {
+            super(conf);
+        }
+
+        boolean hollow() {
+            return hollow;
+        }
+    }
+
+    /** Whether {@code model} is a stage-3 model started from a configuration: its arrays hold nothing. */
+    static boolean isHollow(ModelReplica model) {
+        return model.model() instanceof Network n && n.hollow();
+    }
+
+    /** The parameter count DL4J's {@code init()} allocates for {@code conf}: the layers' initialisers' counts, in order. */
+    static long parameterCount(MultiLayerConfiguration conf) {
+        long n = 0;
+        for (int i = 0; i < conf.getConfs().size(); i++) {
+            NeuralNetConfiguration c = conf.getConf(i);
+            n += c.getLayer().initializer().numParams(c);
+        }
+        return n;
+    }
+
+    /**
+     * Makes {@code net} (not initialised) a hollow network: layers, flat parameter and gradient views and DL4J's
+     * updater, all over reserved memory that is never written. Reads none of it either.
+     */
+    static void makeHollow(Network net) {
+        MultiLayerConfiguration conf = net.getLayerWiseConfigurations();
+        DataType type = conf.getDataType();
+        long count = parameterCount(conf);
+        long bytes = Math.max(64, count * type.width());
+        Arena arena = Arena.ofAuto();
+        MemorySegment params = ReservedMemory.reserve(bytes, arena);
+        MemorySegment gradients = ReservedMemory.reserve(bytes, arena);
+        // initializeParams=false: DL4J only cuts the views (what FullySharded.open does over symmetric memory)
+        net.init(ModelReplica.arrayOver(params, type, count), false);
+        INDArray gradientView = ModelReplica.arrayOver(gradients, type, count);
+        net.setBackpropGradientsViewArray(gradientView);
+        ModelReplica.setFlattenedGradients(net, MultiLayerNetwork.class, gradientView);
+        // DL4J's updater, as getUpdater() makes it, but over a given (reserved) state view: DL4J then only cuts its
+        // blocks' views and leaves the values alone (the workers initialise their shards of the state)
+        long state = 0;
+        for (Layer layer : net.getLayers()) {
+            for (Map.Entry<String, INDArray> e : layer.paramTable(false).entrySet()) {
+                state += layer.getConfig().getUpdaterByParam(e.getKey()).stateSize(e.getValue().length());
+            }
+        }
+        MemorySegment stateMemory = ReservedMemory.reserve(Math.max(64, state * type.width()), arena);
+        if (state > 0) {
+            net.setUpdater(new MultiLayerUpdater(net, ModelReplica.arrayOver(stateMemory, type, state).reshape(state)));
+        }
+        net.reserved = new MemorySegment[] {params, gradients, stateMemory};
+        net.hollow = true;
+        long resident = ReservedMemory.residentBytes(params) + ReservedMemory.residentBytes(gradients)
+                + ReservedMemory.residentBytes(stateMemory);
+        if (resident > 3 * 4096L) {
+            throw new IllegalStateException("the hollow model holds " + resident + " bytes: DL4J wrote its reserved"
+                    + " arrays (a DL4J other than 1.0.0-M2.1?); expected none");
+        }
+    }
+
+    /** The caps the process runs under, as a plan checks them. */
+    record Caps(long nd4jAvailable, String nd4jSource, long symmetric, String symmetricSource) {
+
+        /** The system property that caps a process's resident symmetric memory (bytes; k, m, g suffixes). */
+        static final String SYMMETRIC_PROPERTY = "symmem4j.maxSymmetricBytes";
+
+        /**
+         * JavaCPP's {@code maxBytes} less what ND4J holds already, and {@value #SYMMETRIC_PROPERTY} (unbounded when unset).
+         *
+         * @throws IllegalArgumentException when the property is not a size
+         */
+        static Caps ofThisProcess() {
+            // only when the user set it: JavaCPP's default (the heap's size) is no statement about ND4J's arrays, which
+            // ND4J's CPU backend allocates without JavaCPP counting them (so JavaCPP would not enforce it either)
+            boolean set = System.getProperty("org.bytedeco.javacpp.maxbytes") != null
+                    || System.getProperty("org.bytedeco.javacpp.maxBytes") != null;
+            long max = set ? Pointer.maxBytes() : 0;
+            long nd4j = max <= 0 ? Long.MAX_VALUE : Math.max(0, max - Pointer.totalBytes());
+            String s = System.getProperty(SYMMETRIC_PROPERTY);
+            long symmetric = s == null || s.isBlank() ? Long.MAX_VALUE : parseSize(s.trim());
+            return new Caps(nd4j, set ? "-Dorg.bytedeco.javacpp.maxbytes=" + max + " less " + Pointer.totalBytes()
+                    + " JavaCPP counts as held now" : "-Dorg.bytedeco.javacpp.maxbytes unset", symmetric, "-D" + SYMMETRIC_PROPERTY + "=" + (s == null ? "unset" : s));
+        }
+
+        static long parseSize(String s) {
+            String t = s.toLowerCase(java.util.Locale.ROOT);
+            long unit = 1;
+            char last = t.isEmpty() ? ' ' : t.charAt(t.length() - 1);
+            if (last == 'k' || last == 'm' || last == 'g' || last == 't') {
+                unit = last == 'k' ? 1L << 10 : last == 'm' ? 1L << 20 : last == 'g' ? 1L << 30 : 1L << 40;
+                t = t.substring(0, t.length() - 1);
+            }
+            try {
+                long v = Long.parseLong(t);
+                if (v < 0) {
+                    throw new NumberFormatException("negative");
+                }
+                return Math.multiplyExact(v, unit);
+            } catch (NumberFormatException | ArithmeticException e) {
+                throw new IllegalArgumentException("-D" + SYMMETRIC_PROPERTY + "=" + s + ": expected a byte count such as"
+                        + " 268435456, 256m or 1g (fix: a non-negative size, or leave it unset for no cap)", e);
+            }
+        }
+    }
+}
