@@ -22,7 +22,14 @@ esac
 out=${OUT:-/tmp/symmem4j-state-out}
 mkdir -p "$out"
 cd "$out" || exit 1
-[ -x "$pack/jre/bin/java" ] || { echo "no runtime in $pack: run bench/shared-state/pack.sh first and carry it" >&2; exit 1; }
+[ -f "$pack/state.tar.xz" ] || { echo "no state.tar.xz in $pack: run bench/shared-state/pack.sh first and carry it" >&2; exit 1; }
+# the runtime and jars, unpacked once per machine into HOME_DIR (default /tmp/symmem4j-state)
+home=${HOME_DIR:-/tmp/symmem4j-state}
+if [ ! -x "$home/jre/bin/java" ] || [ "$pack/state.tar.xz" -nt "$home/commit" ]; then
+  rm -rf "$home" && mkdir -p "$home" && xz -dc "$pack/state.tar.xz" | tar -C "$home" -xf - \
+    || { echo "unpacking $pack/state.tar.xz into $home failed" >&2; exit 1; }
+fi
+pack=$home
 {
   date -u; echo "commit: $(cat "$pack/commit" 2>/dev/null || echo unknown)"; nproc; lscpu 2>/dev/null | head -20
   free -g; uptime
