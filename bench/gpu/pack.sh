@@ -23,7 +23,7 @@ mkdir -p .device/lib
 "$jdk/bin/jlink" --add-modules java.base,jdk.unsupported,java.management,java.logging,jdk.incubator.vector,jdk.jfr \
   --strip-debug --no-man-pages --no-header-files --compress=zip-6 --output .device/jre
 # examples: the benchmarks share its command-line helper (Cli)
-for module in kernels parallel gradsync pipeline examples benchmarks; do
+for module in kernels parallel gradsync pipeline state examples benchmarks; do
   cp "$module/target/symmem4j-$module-$version.jar" .device/lib/
 done
 # micrometer-core for the metrics; SLF4J's API (symmem4j logs through it) and its simple backend; picocli parses
@@ -34,6 +34,7 @@ done
 cp -r parallel/target/test-classes .device/test-classes
 cp -r pipeline/target/test-classes/. .device/test-classes/
 cp -r gradsync/target/test-classes/. .device/test-classes/
+cp -r state/target/test-classes/. .device/test-classes/
 mvn -q -B dependency:copy -Dartifact=org.junit.platform:junit-platform-console-standalone:1.11.4 \
   -DoutputDirectory="$root/.device/lib"
 # PROBES=1: the standalone CUDA probes too (about 4 MB: without them .device and the tree fit the device tool's

@@ -2,9 +2,13 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs, reports and each report's raw
 # CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|probe|nvlink|limits|launch|ab|nvshmem|hierarchical|processshare|fsdp] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|probe|nvlink|limits|launch|ab|nvshmem|hierarchical|processshare|fsdp|remoteshard] [extra all-reduce benchmark args]
 # (fsdp: issue #31, the MLP block's fully sharded training step, ours (FsdpMlpBench) against PyTorch FSDP2 in the same
 # call, 2 and 4 GPUs where there are; fsdp-table.md has the ratios; see the fsdp block below and docs/gpu-fsdp.md)
+# (remoteshard: issue #33, the distributed tensor's GPU test, then GpuRemoteShardBench on each GPU count in
+# REMOTE_GPUS (default "2 4": the counts the machine has): rank 0 reads 1 KiB-256 MiB of a peer's shard by a kernel's
+# zero-copy loads and by the copy engine, against NCCL send/recv of the same bytes, in the same run; extra args go to
+# the benchmark, e.g. --reps 9 or --max-bytes 67108864)
 # (tp: TensorParallelGemmBench, fused all-gather + matmul and matmul + reduce-scatter against cuBLAS + NCCL and
 # cuBLAS alone, and the tensor-parallel MLP block's overhead, one rank per GPU; also the last step of multi)
 # (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU on every rank count in
@@ -63,7 +67,7 @@ rc=0
 gpu_test_classes() {
   (cd .device/test-classes && ls org/symmem4j/parallel/cuda/*Test.class org/symmem4j/parallel/cuda/ffi/*Test.class \
     org/symmem4j/pipeline/exec/{Cuda,Nvshmem}*Test.class \
-    org/symmem4j/gradsync/*GpuTest.class) \
+    org/symmem4j/gradsync/*GpuTest.class org/symmem4j/state/Cuda*Test.class) \
     | sed 's/\.class$//; s:/:.:g' | grep -E "${GPU_TEST_FILTER:-.}"
 }
 run_gpu_tests() { # log file, seconds per class, extra JVM flags
@@ -394,6 +398,23 @@ if [ "$what" = fsdp ]; then
     | tee "$out/fsdp-table.md"
   # the device tool brings back few files: the logs, the raw CSVs and the per-run reports in one archive
   (cd "$out" && files=$(ls fsdp-ours-* fsdp-torch-* 2>/dev/null) && tar czf fsdp-raw.tar.gz $files && rm -f $files)
+fi
+if [ "$what" = remoteshard ]; then
+  GPU_TEST_FILTER=${GPU_TEST_FILTER:-CudaDistributedTensor} run_gpu_tests "$out/gpu-tests-remoteshard.log" 300 "" \
+    | tee "$out/remoteshard-summary.txt"
+  rc=${PIPESTATUS[0]}
+  gpus=$(nvidia-smi -L | grep -c '^GPU')
+  for g in ${REMOTE_GPUS:-2 4}; do
+    [ "$g" -le "$gpus" ] || { echo "== remote-shard benchmark on $g GPUs: skipped, the machine has $gpus" \
+      | tee -a "$out/remoteshard-summary.txt"; continue; }
+    start=$(date +%s)
+    timeout -s QUIT -k 20 "${REMOTE_LIMIT:-300}" $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuRemoteShardBench \
+      --gpus "$g" --out "$out/gpu-remote-shard-${g}gpus.md" --raw "$out/gpu-remote-shard-${g}gpus.csv" "$@" \
+      > "$out/gpu-remote-shard-${g}gpus.log" 2>&1
+    code=$?; rc=$(( rc | code ))
+    echo "== remote-shard benchmark on $g GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/remoteshard-summary.txt"
+    grep -E 'Exception|Error|^## The seed|^Met' "$out/gpu-remote-shard-${g}gpus.log" | head -10 | tee -a "$out/remoteshard-summary.txt"
+  done
 fi
 if [ "$what" = launch ]; then
   timeout 300 .device/launch_idle_probe 2>&1 | tee "$out/launch-idle-probe.log"

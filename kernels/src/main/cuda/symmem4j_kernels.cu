@@ -645,6 +645,39 @@ extern "C" __global__ void __launch_bounds__(512) symmem_put_signal(void* dst, c
     }
 }
 
+// ---- copy by loads and stores (a peer's shard read zero-copy) ----
+// Every thread of the grid copies 16-byte vectors from `src` to `dst`, grid-strided, with the bytes
+// the vectors leave (an unaligned or odd-sized range) copied byte by byte. Either side may be a peer's
+// buffer mapped on this GPU: reading a peer's memory this way is the kernel's own loads over NVLink,
+// not the copy engine. Waits for nobody; stream order alone orders it with the work around it.
+extern "C" __global__ void __launch_bounds__(512) symmem_copy(void* dst, const void* src, size_t bytes) {
+    follow_stream_order_release_next();
+    size_t threads = (size_t)gridDim.x * blockDim.x;
+    size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    bool vector = ((uintptr_t)src % 16) == 0 && ((uintptr_t)dst % 16) == 0;
+    size_t vecs = vector ? bytes / 16 : 0;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    // four independent loads in flight per thread before their stores: a remote read's latency is long
+    size_t v = tid;
+    for (; v + 3 * threads < vecs; v += 4 * threads) {
+        uint4 a = s[v];
+        uint4 b = s[v + threads];
+        uint4 c = s[v + 2 * threads];
+        uint4 e = s[v + 3 * threads];
+        d[v] = a;
+        d[v + threads] = b;
+        d[v + 2 * threads] = c;
+        d[v + 3 * threads] = e;
+    }
+    for (; v < vecs; v += threads) {
+        d[v] = s[v];
+    }
+    for (size_t i = vecs * 16 + tid; i < bytes; i += threads) {
+        ((char*)dst)[i] = ((const char*)src)[i];
+    }
+}
+
 extern "C" __global__ void symmem_wait_signal(unsigned long long* signal, unsigned long long value) {
     follow_stream_order_release_next();
     if (blockIdx.x == 0 && threadIdx.x == 0) {

@@ -23,10 +23,10 @@ import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;
 
 /**
- * A shared hash map under load from 2 processes: the JMH fork (rank 0) measures gets and puts of random keys while
- * rank 1, a {@link BenchPeer}, runs 50% gets / 50% puts on the same map; symmem4j's
+ * A shared hash map under load from 2 or 4 processes ({@link #processes}): the JMH fork (rank 0) measures gets and
+ * puts of random keys while ranks 1.., {@link BenchPeer}s, run 50% gets / 50% puts on the same map; symmem4j's
  * {@link org.symmem4j.state.SymmetricHashMap} against Chronicle Map persisted to {@code /dev/shm}, and
- * {@link java.util.concurrent.ConcurrentHashMap} in one JVM with a second thread as the load (the floor), in the
+ * {@link java.util.concurrent.ConcurrentHashMap} in one JVM with {@code processes - 1} threads as the load (the floor), in the
  * same run. Chronicle Map runs on JDK 25 with the module openings below.
  */
 @Warmup(iterations = 3, time = 1)
@@ -46,11 +46,15 @@ public class MapBenchmark {
     @Param({"SYMMEM", "CHRONICLE", "CONCURRENT_HASH_MAP"})
     public SharedMapPair.Kind kind;
 
+    /** Processes on the map: the JMH fork and processes - 1 peers under load (the floor: as many load threads). */
+    @Param({"2", "4"})
+    public int processes;
+
     private PeerProcess peer;
     private SymmetricMemory control;
     private SharedMapPair map;
     private File file;
-    private Thread floorLoad;
+    private final java.util.List<Thread> floorLoad = new java.util.ArrayList<>();
     private volatile boolean stop;
     private final SplittableRandom rnd = new SplittableRandom(0);
 
@@ -61,14 +65,17 @@ public class MapBenchmark {
         if (kind == SharedMapPair.Kind.CONCURRENT_HASH_MAP) {
             map = SharedMapPair.open(kind, null, file);
             map.fill();
-            floorLoad = new Thread(() -> map.load(() -> stop), "map-floor-load");
-            floorLoad.start();
+            for (int t = 1; t < processes; t++) {
+                Thread load = new Thread(() -> map.load(() -> stop), "map-floor-load-" + t);
+                load.start();
+                floorLoad.add(load);
+            }
             return;
         }
         if (kind == SharedMapPair.Kind.CHRONICLE) {
             map = SharedMapPair.open(kind, null, file); // rank 0 creates the file before the peer opens it
         }
-        peer = PeerProcess.start(GroupOptions.defaults(), BenchPeer.MAP, "0", kind.name(), file.getPath());
+        peer = PeerProcess.start(processes, GroupOptions.defaults(), BenchPeer.MAP, "0", kind.name(), file.getPath());
         if (map == null) {
             map = SharedMapPair.open(kind, peer.group(), file);
         }
@@ -96,11 +103,16 @@ public class MapBenchmark {
     @TearDown(Level.Trial)
     public void tearDown() throws InterruptedException {
         stop = true;
-        if (floorLoad != null) {
-            floorLoad.join();
+        if (kind == SharedMapPair.Kind.CONCURRENT_HASH_MAP) {
+            for (Thread load : floorLoad) {
+                load.join();
+            }
+            floorLoad.clear();
             return;
         }
-        control.signal(1, 0, 1, SignalOp.SET);
+        for (int r = 1; r < processes; r++) {
+            control.signal(r, 0, 1, SignalOp.SET); // release: ends peer r's load loop (it polls the slot)
+        }
         peer.group().allGatherBytes("map-bench-done", new byte[0]);
         // collective closes in the peer's order (reverse of opening)
         control.close();

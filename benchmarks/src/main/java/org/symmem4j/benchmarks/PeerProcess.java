@@ -13,9 +13,9 @@ import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.parallel.group.ProcessGroupConfig;
 
 /**
- * Rank 1 of a 2-process benchmark group, as a second JVM that a JMH fork (rank 0, which hosts the
+ * Ranks 1.. of a benchmark group of processes, as JVMs that a JMH fork (rank 0, which hosts the
  * rendezvous store) starts: {@link BenchPeer} with the given arguments, configured with torchrun's
- * variables, on the fork's class path and JVM flags. Its output is appended to {@code bench-peer.log}
+ * variables, on the fork's class path and JVM flags. Their output is appended to {@code bench-peer.log}
  * in the working directory.
  */
 final class PeerProcess {
@@ -23,11 +23,11 @@ final class PeerProcess {
     private static final List<String> JVM_FLAGS =
             List.of("--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Xmx1g");
 
-    private final Process process;
+    private final List<Process> processes;
     private final ProcessGroup group;
 
-    private PeerProcess(Process process, ProcessGroup group) {
-        this.process = process;
+    private PeerProcess(List<Process> processes, ProcessGroup group) {
+        this.processes = processes;
         this.group = group;
     }
 
@@ -36,6 +36,17 @@ final class PeerProcess {
      * (collective with the peer, which must join with the same options).
      */
     static PeerProcess start(GroupOptions options, String... peerArgs) throws IOException {
+        return start(2, options, peerArgs);
+    }
+
+    /**
+     * Starts {@code BenchPeer <peerArgs>} as ranks 1..world-1 and joins the group of {@code world} processes as
+     * rank 0 with {@code options} (collective with the peers, which must join with the same options).
+     */
+    static PeerProcess start(int world, GroupOptions options, String... peerArgs) throws IOException {
+        if (world < 2) {
+            throw new IllegalArgumentException("benchmark processes=" + world + " expected >= 2 (rank 0 and a peer)");
+        }
         int port;
         try (ServerSocket s = new ServerSocket(0)) {
             port = s.getLocalPort();
@@ -54,15 +65,19 @@ final class PeerProcess {
         // one run id for both ranks: the default (from each process's parent) differs between this
         // process and the peer it starts, and the store refuses a rank of another run
         String runId = "bench-" + ProcessHandle.current().pid() + "-" + port;
-        pb.environment().putAll(Map.of("RANK", "1", "WORLD_SIZE", "2", "LOCAL_RANK", "1",
-                "MASTER_ADDR", "127.0.0.1", "MASTER_PORT", Integer.toString(port), "SYMMEM4J_RUN_ID", runId));
         pb.redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.appendTo(new File("bench-peer.log")));
-        Process process = pb.start();
+        List<Process> started = new ArrayList<>();
         try {
-            return new PeerProcess(process,
-                    ProcessGroup.join(new ProcessGroupConfig(0, 2, 0, "127.0.0.1", port, runId), options));
-        } catch (RuntimeException e) {
-            process.destroyForcibly();
+            for (int rank = 1; rank < world; rank++) {
+                pb.environment().putAll(Map.of("RANK", Integer.toString(rank), "WORLD_SIZE", Integer.toString(world),
+                        "LOCAL_RANK", Integer.toString(rank), "MASTER_ADDR", "127.0.0.1",
+                        "MASTER_PORT", Integer.toString(port), "SYMMEM4J_RUN_ID", runId));
+                started.add(pb.start());
+            }
+            return new PeerProcess(started,
+                    ProcessGroup.join(new ProcessGroupConfig(0, world, 0, "127.0.0.1", port, runId), options));
+        } catch (RuntimeException | IOException e) {
+            started.forEach(Process::destroyForcibly);
             throw e;
         }
     }
@@ -72,16 +87,20 @@ final class PeerProcess {
         return group;
     }
 
-    /** Closes rank 0's group (collective: the peer closes its own) and waits for the peer to exit. */
+    /** Closes rank 0's group (collective: the peers close their own) and waits for the peers to exit. */
     void close() throws InterruptedException {
         group.close();
-        if (!process.waitFor(60, TimeUnit.SECONDS)) {
-            process.destroyForcibly();
-            throw new IllegalStateException("benchmark peer did not exit within 60 s; see bench-peer.log");
-        }
-        if (process.exitValue() != 0) {
-            throw new IllegalStateException("benchmark peer exited with status " + process.exitValue()
-                    + " (expected 0); see bench-peer.log");
+        for (int i = 0; i < processes.size(); i++) {
+            Process process = processes.get(i);
+            if (!process.waitFor(60, TimeUnit.SECONDS)) {
+                processes.forEach(Process::destroyForcibly);
+                throw new IllegalStateException("benchmark peer rank=" + (i + 1) + " did not exit within 60 s; see"
+                        + " bench-peer.log");
+            }
+            if (process.exitValue() != 0) {
+                throw new IllegalStateException("benchmark peer rank=" + (i + 1) + " exited with status "
+                        + process.exitValue() + " (expected 0); see bench-peer.log");
+            }
         }
     }
 }

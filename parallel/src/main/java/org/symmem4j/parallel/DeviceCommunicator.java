@@ -136,6 +136,20 @@ public interface DeviceCommunicator {
     void copyAsync(MemorySegment dst, MemorySegment src);
 
     /**
+     * Enqueues a device-to-device copy of {@code src.byteSize()} bytes done by a kernel on this rank's
+     * GPU — its threads load {@code src} and store {@code dst}, 16-byte vectors where both are 16-byte
+     * aligned — instead of the copy engine ({@link #copyAsync}). Either side may be a peer's symmetric
+     * buffer as mapped on this GPU ({@link SymmetricMemory#peer}): reading a peer's memory this way is
+     * zero-copy access over NVLink by the kernel's own loads. Waits for nobody; ordered with the rest of
+     * this rank's stream.
+     *
+     * @param dst destination device buffer, at least as large as {@code src}
+     * @param src source device buffer
+     * @throws IllegalArgumentException when {@code dst} is smaller than {@code src}
+     */
+    void copyByKernelAsync(MemorySegment dst, MemorySegment src);
+
+    /**
      * Copies host bytes into a device buffer of this rank; waits for this rank's stream first and
      * returns when the copy is done.
      *

@@ -44,6 +44,28 @@ final class SharedMemories {
     }
 
     /**
+     * Collective: as {@link #allocate}, but GPU memory is welcome too (the caller moves its bytes with copies and
+     * kernels, never host loads), as long as every peer's memory is mapped on this rank (host: in this process;
+     * GPU: on this rank's GPU through peer access).
+     *
+     * @param group     this rank's group
+     * @param bytes     bytes per rank
+     * @param structure the structure's name, for the refusal
+     * @return the memory
+     * @throws UnsupportedOperationException where peers' memory is not mapped here, with the reason
+     */
+    static SymmetricMemory allocateMapped(Group group, long bytes, String structure) {
+        TransportCapabilities caps = group.transport().capabilities(group);
+        if (!caps.supports(Capability.PEER_ACCESS)) {
+            throw new UnsupportedOperationException(structure + " on transport=" + caps.transport() + " needs every"
+                    + " rank's memory mapped on this rank (zero-copy views and copies from peers' shards), which this"
+                    + " group refuses: " + caps.get(Capability.PEER_ACCESS).reason() + "; create it on a group of one"
+                    + " machine (a Group.split by machine)");
+        }
+        return SymmetricMemory.allocate(group, bytes);
+    }
+
+    /**
      * A waiter bounded by the group's timeout, with its idle strategy.
      *
      * @param group the group

@@ -796,6 +796,11 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     }
 
     @Override
+    public void copyByKernelAsync(MemorySegment dst, MemorySegment src) {
+        device.copyByKernelAsync(dst, src);
+    }
+
+    @Override
     public void copyFromHost(MemorySegment dst, MemorySegment src) {
         device.copyFromHost(dst, src);
     }

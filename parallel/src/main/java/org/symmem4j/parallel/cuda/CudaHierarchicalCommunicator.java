@@ -313,6 +313,11 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     }
 
     @Override
+    public void copyByKernelAsync(MemorySegment dst, MemorySegment src) {
+        intra.copyByKernelAsync(dst, src);
+    }
+
+    @Override
     public void copyFromHost(MemorySegment dst, MemorySegment src) {
         intra.copyFromHost(dst, src);
     }

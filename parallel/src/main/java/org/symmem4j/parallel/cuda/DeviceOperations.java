@@ -120,6 +120,25 @@ final class DeviceOperations {
         driver.copyDeviceToDeviceAsync(dst.address(), src.address(), src.byteSize(), rank.stream);
     }
 
+    void copyByKernelAsync(MemorySegment dst, MemorySegment src) {
+        if (dst.byteSize() < src.byteSize()) {
+            throw new IllegalArgumentException("copyByKernelAsync: dst has " + dst.byteSize()
+                    + " bytes, expected at least src's " + src.byteSize());
+        }
+        long bytes = src.byteSize();
+        if (bytes == 0) {
+            return;
+        }
+        driver.setCurrent(rank.context);
+        // four 16-byte vectors per thread per pass; as many blocks as that needs, up to what the GPU holds at once
+        long perBlock = 4L * 16 * Kernel.COPY.blockThreads;
+        int blocks = rank.ownGrid(Kernel.COPY, Math.max(1, (bytes + perBlock - 1) / perBlock));
+        try (java.lang.foreign.Arena a = java.lang.foreign.Arena.ofConfined()) {
+            CudaLaunch params = new CudaLaunch(a).pointer(dst.address()).pointer(src.address()).size(bytes);
+            rank.launch(driver, Kernel.COPY, blocks, params.array());
+        }
+    }
+
     void copyFromHost(MemorySegment dst, MemorySegment src) {
         if (dst.byteSize() < src.byteSize()) {
             throw new IllegalArgumentException("copyFromHost: dst has " + dst.byteSize() + " bytes, expected at least src's "

@@ -29,6 +29,8 @@ enum Kernel {
     ALL_GATHER("symmem_all_gather", Spread.ONE_PER_MULTIPROCESSOR),
     /** (dst, src, bytes, done, signal, value, add): copies and signals; waits for nobody. */
     PUT_SIGNAL("symmem_put_signal", Spread.ONE_PER_MULTIPROCESSOR),
+    /** (dst, src, bytes): the grid's loads and stores copy; either side may be a peer's buffer; waits for nobody. */
+    COPY("symmem_copy", Spread.ALL_RESIDENT),
     /** (signal, value): one thread waits for a peer's signal. */
     WAIT_SIGNAL("symmem_wait_signal", Spread.SINGLE_BLOCK),
     /** (signal, value): waits, then takes the value off the slot. */

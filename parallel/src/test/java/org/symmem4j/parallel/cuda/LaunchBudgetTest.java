@@ -36,6 +36,8 @@ class LaunchBudgetTest {
                 case SUM_SLOTS_F32, SUM_SLOTS_BF16, RELU_F32, RELU_BF16, RELU_BACKWARD_F32, RELU_BACKWARD_BF16 -> 4;
                 // the fully sharded step's cast and optimizer (added 2026-11-28; 512 threads, 10 and 28 registers on sm_90)
                 case CAST_F32_BF16, ADAM_BF16 -> 4;
+                // the copy by loads and stores (added 2026-11-28 for the distributed tensor; 512 threads, 32 registers on sm_90)
+                case COPY -> 4;
                 case WAIT_SIGNAL, WAIT_SIGNAL_CONSUME -> 32;
             };
         }
