@@ -81,7 +81,7 @@ class DocsSnippetsTest {
 
     /** The modules whose packages fragments import: those on this module's class path. */
     private static final List<String> PRODUCT_MODULES = List.of("parallel", "gradsync", "pipeline",
-            "state", "dl4j-symmem-plugin", "prometheus", "launcher");
+            "state", "serving", "dl4j-symmem-plugin", "prometheus", "launcher");
 
     static List<Path> markdownFiles() {
         Path root = root();
