@@ -48,7 +48,7 @@ class RestartAfterKillTest {
     static final int STEPS = EPOCHS * 12;
     static final long DEFAULT_SEED = 33;
     /** The bound of a trainer's wait for a peer in the hang case: a stopped rank is detected by it. */
-    static final int HANG_TIMEOUT_MS = 5000;
+    static final int HANG_TIMEOUT_MS = 15000;
 
     private static final Pattern KILL = Pattern.compile("\\[rank (\\d)\\] (KILL|STOP) rank \\d generation (\\d+) after step (\\d+)"
             + " at (\\d+) ms");
@@ -73,10 +73,16 @@ class RestartAfterKillTest {
     }
 
     static Job launch(Path dir, int maxRestarts, String... faults) throws IOException {
+        return launch(dir, maxRestarts, List.of(), faults);
+    }
+
+    /** As {@link #launch(Path, int, String...)}, with more launcher options ({@code --cpu-bind none}) first. */
+    static Job launch(Path dir, int maxRestarts, List<String> launcherOptions, String... faults) throws IOException {
         Path checkpoints = dir.resolve("checkpoints");
         Path model = dir.resolve("model.zip");
         int port = freePort();
-        List<String> args = new ArrayList<>(List.of("-n", "2", "--master-port", Integer.toString(port),
+        List<String> args = new ArrayList<>(launcherOptions);
+        args.addAll(List.of("-n", "2", "--master-port", Integer.toString(port),
                 "--max-restarts", Integer.toString(maxRestarts), "--restart-delay", "0", "--grace-period", "1", "--",
                 Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
@@ -223,11 +229,15 @@ class RestartAfterKillTest {
         String log = job.log();
         assertEquals(0, job.result().status(), log);
         assertTrue(job.result().out().contains("[rank 1] STOP rank 1 generation 0 after step " + stopped), log);
-        // rank 0's wait ends, it fails (today at the step's backstop, 3 x timeout + 30 s: the wait for the stopped peer
-        // does not honour the trainer's timeout in group mode); the launcher SIGKILLs the stopped rank 1 after the
-        // grace period (SIGTERM stays pending on a stopped process)
+        // rank 0's wait in the group's all-reduce ends at the group's timeout, which the trainer takes (not at the
+        // trainer's backstop, three timeouts and 30 s, that only a wait ignoring the timeout reaches), naming rank 1;
+        // the launcher SIGKILLs the stopped rank 1 after the grace period (SIGTERM stays pending on a stopped process)
         assertTrue(job.result().err().contains("generation 0 failed: rank 0 (local rank 0, pid ")
                 && job.result().err().contains("stopped rank 1 (SIGKILL after 1 s)"), log);
+        String all = job.result().out() + job.result().err();
+        assertTrue(Pattern.compile("rank=0 [^\\n]*timed out after " + java.time.Duration.ofMillis(HANG_TIMEOUT_MS)
+                + " waiting for rank 1\\b").matcher(all).find(), "rank 0 names the timeout set and the stopped rank: " + log);
+        assertFalse(all.contains("a wait that ignores the timeout"), "not the trainer's backstop: " + log);
         Resumption r = resumption(job, 1, stopped, log);
         assertEquals(newestCheckpointBefore(stopped), r.from(), log);
         assertBitwiseAsReference(job, log);

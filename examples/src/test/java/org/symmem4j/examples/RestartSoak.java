@@ -70,7 +70,7 @@ public final class RestartSoak {
     public static void main(String[] args) throws Exception {
         Map<String, String> o = new LinkedHashMap<>(Map.of("trials", "100", "seed", "1", "minutes", "20",
                 "watchdog", "120", "csv", "restart-soak.csv", "md", "restart-soak.md", "work", "/tmp/restart-soak",
-                "note", ""));
+                "note", "", "parallel", "1"));
         for (String a : args) {
             int eq = a.indexOf('=');
             if (eq < 0 || !o.containsKey(a.substring(0, eq))) {
@@ -85,13 +85,21 @@ public final class RestartSoak {
         Path work = Path.of(o.get("work"));
         Path csv = Path.of(o.get("csv"));
         Path md = Path.of(o.get("md"));
+        int parallel = Integer.parseInt(o.get("parallel"));
+        if (parallel < 1) {
+            throw new IllegalArgumentException("parallel=" + parallel + ": expected >= 1 (trials at once; each job has 2"
+                    + " ranks of one ND4J thread, so about a third of the cores, e.g. parallel=5 on 16)");
+        }
+        // one job at a time: each launcher binds its ranks to CPU slices of its own; several at once: none, so the
+        // jobs' ranks do not all land on the first cores
+        List<String> launcherOptions = parallel == 1 ? List.of() : List.of("--cpu-bind", "none");
         deleteTree(work);
         Files.createDirectories(work);
         Instant began = Instant.now();
         String loadBefore = loadAverage();
 
         long refStart = System.nanoTime();
-        RestartAfterKillTest.Job plain = runBounded(work.resolve("reference"), watchdog, new String[0]);
+        RestartAfterKillTest.Job plain = runBounded(work.resolve("reference"), watchdog, launcherOptions, new String[0]);
         double refWall = (System.nanoTime() - refStart) / 1e9;
         if (plain == null || plain.result().status() != 0) {
             throw new IllegalStateException("the uninterrupted reference run failed: "
@@ -101,38 +109,72 @@ public final class RestartSoak {
         System.out.printf(Locale.ROOT, "reference run: %.1f s%n", refWall);
 
         List<Trial> done = new ArrayList<>();
+        java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(parallel,
+                Thread.ofPlatform().name("restart-soak-trial-", 0).daemon().factory());
         try (PrintWriter out = new PrintWriter(Files.newBufferedWriter(csv, StandardCharsets.UTF_8))) {
             out.println(Trial.HEADER);
+            List<java.util.concurrent.Future<Trial>> started = new ArrayList<>();
             for (int t = 0; t < trials; t++) {
-                if (Duration.between(began, Instant.now()).compareTo(budget) > 0) {
-                    System.out.printf(Locale.ROOT, "time budget of %s spent after %d trials%n", budget, t);
-                    break;
-                }
-                SplittableRandom rnd = new SplittableRandom(seed * 1_000_003L + t);
-                int rank = rnd.nextInt(2);
-                long step = 1 + rnd.nextLong(RestartAfterKillTest.STEPS - 1);
-                Trial trial = trial(t, rank, step, work.resolve("trial-" + t), watchdog, reference);
-                done.add(trial);
-                out.println(trial.csv());
-                out.flush();
-                System.out.println(trial.csv());
-                deleteTree(work.resolve("trial-" + t));
+                int n = t;
+                started.add(pool.submit(() -> {
+                    if (Duration.between(began, Instant.now()).compareTo(budget) > 0) {
+                        return null; // the time budget is spent: this trial does not start
+                    }
+                    SplittableRandom rnd = new SplittableRandom(seed * 1_000_003L + n);
+                    int rank = rnd.nextInt(2);
+                    long step = 1 + rnd.nextLong(RestartAfterKillTest.STEPS - 1);
+                    Trial trial = trial(n, rank, step, work.resolve("trial-" + n), watchdog, reference, launcherOptions);
+                    synchronized (out) {
+                        out.println(trial.csv());
+                        out.flush();
+                        System.out.println(trial.csv());
+                    }
+                    deleteTree(work.resolve("trial-" + n));
+                    return trial;
+                }));
             }
+            for (java.util.concurrent.Future<Trial> f : started) {
+                Trial trial = f.get();
+                if (trial != null) {
+                    done.add(trial);
+                }
+            }
+            if (done.size() < trials) {
+                System.out.printf(Locale.ROOT, "time budget of %s spent after %d trials%n", budget, done.size());
+            }
+        } finally {
+            pool.shutdownNow();
         }
         Files.writeString(md, summary(done, trials, seed, refWall, budget, watchdog, loadBefore, loadAverage(),
-                began, csv, o.get("note")), StandardCharsets.UTF_8);
+                began, csv, o.get("note") + (parallel == 1 ? "" : " (" + parallel + " trials at once, --cpu-bind none)")),
+                StandardCharsets.UTF_8);
         System.out.println("wrote " + csv + " and " + md);
+        System.out.println(summaryLine(done, parallel));
+    }
+
+    /**
+     * The soak in one line, for a device call's last words: trials, the slowest kill to first step, hangs, corrupt
+     * checkpoints loaded, final models not bitwise equal to the reference.
+     */
+    static String summaryLine(List<Trial> trials, int parallel) {
+        double max = trials.stream().filter(t -> !t.hang() && !Double.isNaN(t.killToFirstStepS()))
+                .mapToDouble(Trial::killToFirstStepS).max().orElse(Double.NaN);
+        return String.format(Locale.ROOT, "SUMMARY trials=%d max_kill_to_first_step_s=%.2f hangs=%d corrupt=%d unequal=%d"
+                        + " residue=%d parallel=%d", trials.size(), max, trials.stream().filter(Trial::hang).count(),
+                trials.stream().filter(Trial::corrupt).count(),
+                trials.stream().filter(t -> !t.hang() && !t.equal()).count(),
+                trials.stream().filter(Trial::residue).count(), parallel);
     }
 
     /** Launches the job; null when it did not come back within the watchdog (every process of it then killed). */
-    private static RestartAfterKillTest.Job runBounded(Path dir, Duration watchdog, String[] faults) throws Exception {
+    private static RestartAfterKillTest.Job runBounded(Path dir, Duration watchdog, List<String> launcherOptions,
+                                                       String[] faults) throws Exception {
         Files.createDirectories(dir);
-        // its own thread, not the common pool: the launcher waits for Process.onExit, which completes on the common
-        // pool, and a launcher blocking the common pool's only worker (2 CPUs) would wait for itself
+        // its own thread, so that the watchdog below can give up on a launcher that does not come back
         CompletableFuture<RestartAfterKillTest.Job> job = new CompletableFuture<>();
         Thread.ofPlatform().name("restart-soak-" + dir.getFileName()).daemon().start(() -> {
             try {
-                job.complete(RestartAfterKillTest.launch(dir, 1, faults));
+                job.complete(RestartAfterKillTest.launch(dir, 1, launcherOptions, faults));
             } catch (IOException | RuntimeException e) {
                 job.completeExceptionally(e);
             }
@@ -143,7 +185,9 @@ public final class RestartSoak {
             // the launcher restarts what it sees die: kill until it is back (its last generation ends)
             long deadline = System.nanoTime() + Duration.ofMinutes(2).toNanos();
             while (!job.isDone() && System.nanoTime() < deadline) {
-                ProcessHandle.current().descendants().forEach(ProcessHandle::destroyForcibly);
+                // this trial's processes only (their command names its directory): other trials may run beside it
+                ProcessHandle.current().descendants().filter(p -> p.info().commandLine().map(c -> c.contains(dir.toString()))
+                        .orElse(false)).forEach(ProcessHandle::destroyForcibly);
                 try {
                     job.get(1, TimeUnit.SECONDS);
                 } catch (TimeoutException stillThere) {
@@ -160,10 +204,11 @@ public final class RestartSoak {
         }
     }
 
-    private static Trial trial(int t, int rank, long step, Path dir, Duration watchdog, MultiLayerNetwork reference)
-            throws Exception {
+    private static Trial trial(int t, int rank, long step, Path dir, Duration watchdog, MultiLayerNetwork reference,
+                               List<String> launcherOptions) throws Exception {
         long started = System.nanoTime();
-        RestartAfterKillTest.Job job = runBounded(dir, watchdog, new String[] {"kill@g0r" + rank + "s" + step});
+        RestartAfterKillTest.Job job = runBounded(dir, watchdog, launcherOptions,
+                new String[] {"kill@g0r" + rank + "s" + step});
         double wall = (System.nanoTime() - started) / 1e9;
         long expectedFrom = RestartAfterKillTest.newestCheckpointBefore(step);
         Path root = dir.resolve("checkpoints");
@@ -178,7 +223,8 @@ public final class RestartSoak {
         if (job == null) {
             System.out.println("trial " + t + " hung: the job was killed after the watchdog's " + watchdog);
             return new Trial(t, rank, step, -1, -1, expectedFrom, -1, -1, Double.NaN, true, 0, tornLeft, false, false,
-                    ProcessHandle.current().descendants().findAny().isPresent(), wall);
+                    ProcessHandle.current().descendants().anyMatch(p -> p.info().commandLine()
+                            .map(c -> c.contains(dir.toString())).orElse(false)), wall);
         }
         String out = job.result().out();
         Matcher kill = KILL.matcher(out);

@@ -16,6 +16,7 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.ZeroStage;
 import org.symmem4j.dl4j.train.CheckpointDirectory;
+import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.group.ProcessGroup;
 
 /**
@@ -120,12 +121,15 @@ public final class RestartingTraining {
             }
         }
         long progress = CheckpointDirectory.progress(checkpoints); // what the previous generation reached
-        ProcessGroup group = ProcessGroup.fromEnvironment();
-        long grouped = System.currentTimeMillis();
-        int rank = group.rank();
         List<DataSet> data = batches();
         MultiLayerNetwork net = DataParallelExample.mlp(64, 32, 10);
         long made = System.currentTimeMillis(); // ND4J's native libraries load with the first network
+        // the group's collectives are where a rank waits for a peer: the timeout is the group's (the trainer takes
+        // it); it bounds the set-up exchanges too, so the ranks join once ND4J is loaded, the slow part of a start
+        ProcessGroup group = timeout == null ? ProcessGroup.fromEnvironment()
+                : ProcessGroup.fromEnvironment(GroupOptions.defaults().withTimeout(timeout));
+        long grouped = System.currentTimeMillis();
+        int rank = group.rank();
         boolean[] first = {true};
         SymmemParallelWrapper.Builder builder = SymmemParallelWrapper.builder(net).group(group).ompThreadsPerWorker(1)
                 .checkpointEvery(every, checkpoints).resumeFrom(checkpoints)
@@ -146,9 +150,6 @@ public final class RestartingTraining {
                 });
         if (sharding != null) {
             builder.sharding(sharding);
-        }
-        if (timeout != null) {
-            builder.timeout(timeout);
         }
         try (group; SymmemParallelWrapper wrapper = builder.build()) {
             if (wrapper.resumedFrom() != null && wrapper.resumedFrom().counters().ranks() != group.worldSize()) {

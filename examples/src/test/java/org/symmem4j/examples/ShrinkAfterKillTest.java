@@ -47,7 +47,12 @@ class ShrinkAfterKillTest {
 
     /** {@code symmem4j-run -n 3 --on-failure shrink} of {@link ShrinkingTraining} with {@code trainingArgs}. */
     private static Launcher.Result launch(String... trainingArgs) throws IOException {
-        List<String> args = new ArrayList<>(List.of("-n", "3", "--master-port", Integer.toString(freePort()),
+        return launch(freePort(), trainingArgs);
+    }
+
+    /** As {@link #launch(String...)}, on {@code MASTER_PORT} {@code port}. */
+    private static Launcher.Result launch(int port, String... trainingArgs) {
+        List<String> args = new ArrayList<>(List.of("-n", "3", "--master-port", Integer.toString(port),
                 "--on-failure", "shrink", "--", Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
                 "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-Dsymmem4j.timeout.ms=30000",
@@ -62,7 +67,29 @@ class ShrinkAfterKillTest {
     void survivorsOfAKill9ShrinkInPlaceAndEndBitwiseAsTwoWorkersFromTheFailedStep(int killed, @TempDir Path dir)
             throws IOException {
         Path model = dir.resolve("shrunk.zip");
-        Launcher.Result r = launch(model.toString(), Integer.toString(killed), Integer.toString(KILL_AFTER));
+        // another job's store holds MASTER_PORT + 1 throughout: the survivors' store must not need it (it binds a port
+        // the system chooses and publishes it beside the membership file)
+        try (java.net.ServerSocket other = holdPortAfterAFreeOne()) {
+            checkShrunk(launch(other.getLocalPort() - 1, model.toString(), Integer.toString(killed),
+                    Integer.toString(KILL_AFTER)), killed, model);
+        }
+    }
+
+    /** A socket bound to {@code p + 1} (as another job's store would be) where {@code p} is free for the launch. */
+    private static java.net.ServerSocket holdPortAfterAFreeOne() throws IOException {
+        while (true) {
+            int port = freePort();
+            if (port < 65535) {
+                try {
+                    return new java.net.ServerSocket(port + 1, 50, java.net.InetAddress.getLoopbackAddress());
+                } catch (IOException taken) {
+                    // port + 1 is someone's already: pick another
+                }
+            }
+        }
+    }
+
+    private static void checkShrunk(Launcher.Result r, int killed, Path model) throws IOException {
         String log = r.err() + "\n" + r.out();
         assertEquals(0, r.status(), log);
         assertTrue(r.err().contains("rank " + killed + " (local rank " + killed + ", pid ")

@@ -2,6 +2,7 @@ package org.symmem4j.it;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
@@ -33,8 +34,13 @@ class LauncherProcessTest {
 
     /** As {@link #launch(Path, int, String...)}, with more options of the launcher. */
     static Launcher.Result launch(Path logDir, int n, List<String> options, String... scenario) {
+        return launch(logDir, Integer.toString(n), options, scenario);
+    }
+
+    /** As {@link #launch(Path, int, List, String...)}, with {@code --nproc-per-node} as given ({@code MIN:MAX}). */
+    static Launcher.Result launch(Path logDir, String nproc, List<String> options, String... scenario) {
         List<String> args = new ArrayList<>(options);
-        args.addAll(List.of("-n", Integer.toString(n), "--log-dir", logDir.toString(),
+        args.addAll(List.of("-n", nproc, "--log-dir", logDir.toString(),
                 "--master-port", Integer.toString(Workers.freePort()), "--grace-period", "5", "--java", "-Xmx256m",
                 "-XX:+UseSerialGC", "-Dsymmem4j.timeout.ms=60000", "-cp", System.getProperty("java.class.path"),
                 ProcessWorker.class.getName()));
@@ -86,6 +92,30 @@ class LauncherProcessTest {
             assertTrue(log.indexOf("SUMS 1000") > restart, log);
         }
         assertTrue(Files.readString(logs.resolve("rank-1.log")).contains("HALT with code 7 at iteration 300"));
+    }
+
+    /**
+     * {@code --nproc-per-node 2:3}: rank 2 halts in every generation of 3 processes, so its slot fails again after its
+     * restart and is not refilled: the job goes on as 2 processes (a new group of world size 2) and finishes.
+     */
+    @Test
+    @Timeout(300)
+    void anElasticJobWhoseSlotCannotBeRefilledGoesOnWithFewerProcesses(@TempDir Path logs) throws IOException {
+        Launcher.Result r = launch(logs, "2:3", List.of("--max-restarts", "3", "--restart-delay", "0"),
+                "loop", "400", "2", "100", "halt");
+        String log = r.err() + "\n" + tail(r.out());
+        assertEquals(0, r.status(), log);
+        assertTrue(r.err().contains("generation 0 failed: rank 2 (local rank 2, pid ")
+                && r.err().contains("generation 1 failed: rank 2 (local rank 2, pid "), log);
+        assertTrue(r.err().contains("local rank 2's slot failed in generations 0 and 1: not refilled; generation 2 runs 2"
+                + " process(es) (--nproc-per-node 2:3;"), log);
+        assertTrue(r.err().contains("generation 2: all 2 ranks exited 0"), log);
+        assertFalse(r.err().contains("restarting as generation 3"), log);
+        for (int rank = 0; rank < 2; rank++) {
+            String out = Files.readString(logs.resolve("rank-" + rank + ".log"));
+            int g2 = out.indexOf("--- symmem4j-run: generation 2, run id ");
+            assertTrue(g2 > 0 && out.indexOf("SUMS 400", g2) > g2, "rank " + rank + " finishes in generation 2: " + out);
+        }
     }
 
     private static String[] checksums(String log) {

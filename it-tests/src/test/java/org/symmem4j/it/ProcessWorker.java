@@ -57,7 +57,8 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
  *       collective at {@code faultyIteration} (a local failure inside a collective; its peers arrive once
  *       it is freed); with a fifth argument {@code halt} it halts the JVM with code 7 there instead (a
  *       crash); {@code halt-once} does so in the launcher's first generation only
- *       ({@code SYMMEM4J_RESTART_GENERATION} 0), a restarted generation runs without the fault.</li>
+ *       ({@code SYMMEM4J_RESTART_GENERATION} 0), a restarted generation runs without the fault. A group too small
+ *       to have the faulty rank (a generation with fewer processes) runs without the fault.</li>
  *   <li>{@code refusals}: a read-only or freed destination on one rank, for every staged collective and
  *       algorithm, and closed symmetric memory on every rank, each refused by every rank before any byte
  *       moves; the group then computes correctly ({@code REFUSED ...} per case, {@code REFUSALS <n>}).</li>
@@ -372,6 +373,10 @@ public final class ProcessWorker {
             System.out.println(members);
             System.out.flush();
             int n = group.worldSize();
+            if (faultyRank >= n) { // a generation with fewer processes (--nproc-per-node MIN:MAX): the faulty one is gone
+                faultyRank = -1;
+                faultyIteration = -1;
+            }
             // a job's own data: salt + rank + 1 on every rank, so a group that mixes two jobs' ranks sums wrongly
             float salt = Integer.parseInt(System.getenv().getOrDefault(JOB_SALT_ENV, "0"));
             float expected = n * salt + n * (n + 1) / 2f;

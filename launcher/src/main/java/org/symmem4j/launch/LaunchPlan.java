@@ -124,11 +124,33 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
      */
     static LaunchPlan of(LaunchSpec spec, Machine machine, Map<String, String> env, String javaBin, Path secretFile,
                          String freshRunId, int generation) {
+        return of(spec, machine, env, javaBin, secretFile, freshRunId, generation,
+                processRange(spec.nprocPerNode(), machine)[1]);
+    }
+
+    /**
+     * As {@link #of(LaunchSpec, Machine, Map, String, Path, String, int)}, with {@code nproc} processes on this
+     * machine: within {@code --nproc-per-node MIN:MAX} ({@link #processRange}), fewer than MAX once a slot could not
+     * be refilled.
+     *
+     * @param nproc the processes of this generation on this machine
+     * @return the plan
+     * @throws IllegalArgumentException as the other {@code of}, and when {@code nproc} is outside the range asked for
+     */
+    static LaunchPlan of(LaunchSpec spec, Machine machine, Map<String, String> env, String javaBin, Path secretFile,
+                         String freshRunId, int generation, int nproc) {
         if (spec.command().isEmpty()) {
             throw new IllegalArgumentException("no command to start: expected the program after the options, e.g."
                     + " symmem4j-run --nproc-per-node 2 -- java -cp app.jar Main (or --java -cp app.jar Main)");
         }
-        int nproc = processesPerNode(spec.nprocPerNode(), machine);
+        int[] range = processRange(spec.nprocPerNode(), machine);
+        if (nproc < range[0] || nproc > range[1]) {
+            throw new IllegalArgumentException("generation " + generation + " with " + nproc + " processes: outside"
+                    + " --nproc-per-node=" + spec.nprocPerNode() + " [" + range[0] + ", " + range[1] + "]");
+        }
+        if (range[0] < range[1]) {
+            checkElastic(spec);
+        }
         if (spec.nnodes() < 1) {
             throw new IllegalArgumentException("--nnodes=" + spec.nnodes() + " must be >= 1");
         }
@@ -229,6 +251,55 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
         return base.substring(0, Math.min(base.length(), 128 - suffix.length())) + suffix;
     }
 
+    /**
+     * The processes a job may run on this machine: {@code [n, n]} for a number, {@code gpu} or {@code cpu}, and
+     * {@code [MIN, MAX]} for torchrun's elastic spelling {@code MIN:MAX} (as its {@code --nnodes=MIN:MAX}, for the
+     * processes of this one machine): the job starts with MAX and, when a process's slot cannot be refilled (the
+     * process started into it after a failure failed too), goes on with one process fewer, down to MIN.
+     *
+     * @param value   {@code --nproc-per-node}
+     * @param machine this machine's CPUs and GPUs
+     * @return {MIN, MAX}, equal unless a range was given
+     * @throws IllegalArgumentException when the value is none of these, or a range is not {@code 1 <= MIN <= MAX}
+     */
+    static int[] processRange(String value, Machine machine) {
+        String v = value == null ? "" : value.trim();
+        int colon = v.indexOf(':');
+        if (colon < 0) {
+            int n = processesPerNode(value, machine);
+            return new int[] {n, n};
+        }
+        int min;
+        int max;
+        try {
+            min = Integer.parseInt(v.substring(0, colon).trim());
+            max = Integer.parseInt(v.substring(colon + 1).trim());
+        } catch (NumberFormatException e) {
+            throw new IllegalArgumentException("--nproc-per-node=" + value + ": expected MIN:MAX, two whole numbers"
+                    + " (e.g. 2:4: start 4 processes, go on with fewer, down to 2, when a slot cannot be refilled)");
+        }
+        if (min < 1 || max < min) {
+            throw new IllegalArgumentException("--nproc-per-node=" + value + ": expected MIN:MAX with 1 <= MIN <= MAX,"
+                    + " found MIN=" + min + " MAX=" + max + " (fix: e.g. --nproc-per-node " + Math.max(1, Math.min(min, max))
+                    + ":" + Math.max(Math.max(1, min), max) + ")");
+        }
+        return new int[] {min, max};
+    }
+
+    /** What an elastic {@code --nproc-per-node MIN:MAX} needs: restarts, one machine, no in-place shrink. */
+    private static void checkElastic(LaunchSpec spec) {
+        if (spec.maxRestarts() < 1) {
+            throw new IllegalArgumentException("--nproc-per-node=" + spec.nprocPerNode() + " without --max-restarts: the"
+                    + " job goes on with fewer processes only when it restarts; expected --max-restarts >= 1 (fix: add"
+                    + " --max-restarts 3, or give one number)");
+        }
+        if (spec.nnodes() > 1) {
+            throw new IllegalArgumentException("--nproc-per-node=" + spec.nprocPerNode() + " with --nnodes "
+                    + spec.nnodes() + ": a range of processes is for one machine here (the machines would have to"
+                    + " agree on each one's count); expected --nnodes 1, or one number per machine");
+        }
+    }
+
     private static int processesPerNode(String value, Machine machine) {
         String v = value == null ? "" : value.trim();
         if (v.equals("gpu")) {
@@ -249,8 +320,8 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
         } catch (NumberFormatException e) {
             // the error below
         }
-        throw new IllegalArgumentException("--nproc-per-node=" + value + ": expected a number >= 1, gpu (one process per GPU)"
-                + " or cpu (one per CPU)");
+        throw new IllegalArgumentException("--nproc-per-node=" + value + ": expected a number >= 1, gpu (one process per GPU),"
+                + " cpu (one per CPU) or MIN:MAX (elastic, with --max-restarts)");
     }
 
     private static String runId(LaunchSpec spec, Map<String, String> env, String freshRunId) {

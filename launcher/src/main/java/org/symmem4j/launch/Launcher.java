@@ -69,8 +69,11 @@ import picocli.CommandLine.Spec;
                 + " (with --max-restarts, of the last generation); 2 for a bad request."})
 public final class Launcher implements Callable<Integer> {
 
-    @Option(names = {"-n", "--nproc-per-node", "--nproc_per_node"}, paramLabel = "N|gpu|cpu", defaultValue = "1",
-            description = "processes on this machine: a number, gpu (one per GPU) or cpu (one per CPU)")
+    @Option(names = {"-n", "--nproc-per-node", "--nproc_per_node"}, paramLabel = "N|gpu|cpu|MIN:MAX", defaultValue = "1",
+            description = "processes on this machine: a number, gpu (one per GPU), cpu (one per CPU), or MIN:MAX"
+                    + " (torchrun's elastic --nnodes=MIN:MAX, for this machine's processes; with --max-restarts): start"
+                    + " MAX; when a process's slot fails again after its restart, the next generation runs one fewer,"
+                    + " down to MIN, and the trainers resume from their checkpoints re-sharded")
     String nprocPerNode;
 
     @Option(names = "--nnodes", paramLabel = "N", defaultValue = "1", description = "machines in the job")
@@ -269,6 +272,12 @@ public final class Launcher implements Callable<Integer> {
                     + " announced in a file on this machine, which the other machines' processes cannot read; expected"
                     + " --nnodes 1 (fix: --on-failure stop, with --max-restarts to restart)");
         }
+        if (shrink && nprocPerNode != null && nprocPerNode.contains(":")) {
+            throw new IllegalArgumentException("--on-failure shrink with --nproc-per-node " + nprocPerNode + ": a shrinking"
+                    + " job already goes on with fewer processes, in place; a range is for restarts; expected one of the"
+                    + " two (fix: --nproc-per-node " + nprocPerNode.substring(nprocPerNode.indexOf(':') + 1).trim()
+                    + ", or --on-failure stop with --max-restarts)");
+        }
         if (logDir != null) {
             Files.createDirectories(logDir);
         }
@@ -311,6 +320,8 @@ public final class Launcher implements Callable<Integer> {
             String firstRunId = plan.runId();
             Path ownSecret = generated; // the secret file this launcher made for the generation that runs
             Path previousSecret = null;
+            int minProcesses = LaunchPlan.processRange(spec.nprocPerNode(), machine)[0];
+            int previousFailedSlot = -1; // the local rank whose process failed the generation before, -1: none
             while (true) {
                 Supervisor supervisor = new Supervisor(plan, out, logDir, Duration.ofSeconds(graceSeconds), env,
                         shrink ? secretDir.resolve("membership") : null, err);
@@ -345,7 +356,20 @@ public final class Launcher implements Callable<Integer> {
                 previousSecret = ownSecret;
                 ownSecret = generateSecret ? writeSecret(secretDir, "secret-g" + next)
                         : writeDerivedSecret(secretDir, "secret-g" + next, givenSecret, nextRunId);
-                plan = LaunchPlan.of(spec, machine, env, javaBin, ownSecret, freshRunId, next);
+                int slot = outcome.failedRank() - plan.ranks().getFirst().rank(); // its local rank
+                int processes = plan.ranks().size();
+                if (slot == previousFailedSlot && processes > minProcesses) {
+                    // the process started into the slot after its failure failed too: the slot is not refilled
+                    processes--;
+                    err.println("symmem4j-run: local rank " + slot + "'s slot failed in generations " + (plan.generation() - 1)
+                            + " and " + plan.generation() + ": not refilled; generation " + next + " runs " + processes
+                            + " process(es) (--nproc-per-node " + spec.nprocPerNode() + "; the trainers resume on "
+                            + processes + " workers from the newest checkpoint, re-sharded)");
+                    previousFailedSlot = -1;
+                } else {
+                    previousFailedSlot = slot;
+                }
+                plan = LaunchPlan.of(spec, machine, env, javaBin, ownSecret, freshRunId, next, processes);
                 err.println("symmem4j-run: generation " + next + ": run id " + plan.runId() + ", port " + plan.masterPort()
                         + ", a new secret; starting " + plan.ranks().size() + " process(es) "
                         + String.format(Locale.ROOT, "%.2f s", (System.nanoTime() - failedAt) / 1e9) + " after the failure"

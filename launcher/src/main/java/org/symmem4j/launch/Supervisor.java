@@ -14,7 +14,6 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
-import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -121,6 +120,7 @@ final class Supervisor {
                 processes.add(p);
             }
             pumps.add(Thread.ofPlatform().name("symmem4j-run-output-" + r.rank()).daemon().start(() -> pump(r.rank(), p)));
+            Thread.ofPlatform().name("symmem4j-run-exit-" + r.rank()).daemon().start(() -> watchExit(p));
         }
         if (membership != null) {
             return runShrinking();
@@ -128,11 +128,11 @@ final class Supervisor {
         int failed = -1;
         int code = 0;
         while (failed < 0) {
-            List<CompletableFuture<Process>> running = new ArrayList<>();
+            boolean running = false;
             for (int i = 0; i < processes.size() && failed < 0; i++) {
                 Process p = processes.get(i);
                 if (p.isAlive()) {
-                    running.add(p.onExit());
+                    running = true;
                 } else if (p.exitValue() != 0) {
                     failed = i;
                     code = p.exitValue();
@@ -141,15 +141,14 @@ final class Supervisor {
             if (failed >= 0) {
                 break;
             }
-            if (running.isEmpty()) {
+            if (!running) {
                 joinPumps();
                 return new Outcome(0, "all " + processes.size() + " ranks exited 0 after " + elapsed(), -1, false);
             }
             if (stopping) { // the launcher is shutting down: its hook stops the processes and reports
                 return new Outcome(130, "interrupted", -1, false);
             }
-            // wakes when any process exits (also one the shutdown hook stops); a job runs as long as it runs
-            CompletableFuture.anyOf(running.toArray(CompletableFuture[]::new)).join();
+            awaitAnExit(); // wakes when any process exits (also one the shutdown hook stops); a job runs as long as it runs
         }
         LaunchPlan.RankLaunch r = plan.ranks().get(failed);
         String how = describeExit(code);
@@ -162,6 +161,42 @@ final class Supervisor {
                 + (stopped.isEmpty() ? "the other ranks had exited" : "stopped " + String.join(", ", stopped)), r.rank(),
                 !interrupted);
     }
+
+    /**
+     * On a thread of its own, one per process: waits until {@code p} has exited, then wakes the supervisor. The
+     * supervisor does not wait through {@link Process#onExit()}, whose future completes through a task of the common
+     * {@link java.util.concurrent.ForkJoinPool}: called as a library from a thread of that pool (a parallel stream, a
+     * {@code CompletableFuture.supplyAsync}), the supervisor would block one of the pool's workers in a wait that needs
+     * another of them, and with every worker so blocked and no spare allowed the launch fails ("Thread limit exceeded
+     * replacing blocked worker") or never returns.
+     */
+    private void watchExit(Process p) {
+        boolean interrupted = false;
+        while (true) {
+            try {
+                p.waitFor();
+                break;
+            } catch (InterruptedException e) {
+                interrupted = true; // nobody interrupts these threads; go on waiting for the exit all the same
+            }
+        }
+        exits.release(); // the supervisor's loop looks at every process again
+        if (interrupted) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    /**
+     * Waits until a process exits (one permit per exit, {@link #watchExit}); the caller then looks at every process.
+     * An interrupt of the calling thread is kept, and the wait goes on: a job runs as long as it runs, and the
+     * launcher's shutdown hook ends it by stopping its processes.
+     */
+    private void awaitAnExit() {
+        exits.acquireUninterruptibly();
+    }
+
+    /** One permit per process that exited ({@link #watchExit}); the loops of {@link #run} take one per look. */
+    private final java.util.concurrent.Semaphore exits = new java.util.concurrent.Semaphore(0);
 
     /** The variable that tells every process where the membership file is ({@code --on-failure shrink}). */
     static final String MEMBERSHIP_FILE_ENV = "SYMMEM4J_MEMBERSHIP_FILE";
@@ -180,11 +215,11 @@ final class Supervisor {
         int succeeded = 0;
         List<String> died = new ArrayList<>();
         while (true) {
-            List<CompletableFuture<Process>> running = new ArrayList<>();
+            boolean running = false;
             for (int i = 0; i < processes.size(); i++) {
                 Process p = processes.get(i);
                 if (p.isAlive()) {
-                    running.add(p.onExit());
+                    running = true;
                     continue;
                 }
                 if (ended[i]) {
@@ -221,13 +256,13 @@ final class Supervisor {
                     err.println("symmem4j-run: " + how + "; --on-failure shrink: the other ranks go on without it");
                 }
             }
-            if (running.isEmpty()) {
+            if (!running) {
                 break;
             }
             if (stopping) {
                 return new Outcome(130, "interrupted", -1, false);
             }
-            CompletableFuture.anyOf(running.toArray(CompletableFuture[]::new)).join();
+            awaitAnExit();
         }
         joinPumps();
         if (firstFailed < 0) {

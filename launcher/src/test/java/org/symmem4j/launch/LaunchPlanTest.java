@@ -193,6 +193,37 @@ class LaunchPlanTest {
         assertFalse(LaunchPlan.needsGeneratedSecret(oneMachine("1", "a"), Map.of("SYMMEM4J_SECRET_FILE", "/s")));
     }
 
+    /** torchrun's elastic spelling for this machine's processes: MIN:MAX, checked before anything starts. */
+    @Test
+    void anElasticRangeStartsWithMaxAndBadRangesSayWhatWasExpected() {
+        Map<String, String> env = Map.of();
+        LaunchSpec elastic = new LaunchSpec("2:3", 1, 0, "127.0.0.1", 29500, null, LaunchSpec.CpuBind.NONE, null, false,
+                List.of("a"), 2);
+        assertEquals(3, LaunchPlan.of(elastic, EIGHT_CPUS_TWO_GPUS, env, "j", SECRET, "f").ranks().size(), "MAX first");
+        LaunchPlan fewer = LaunchPlan.of(elastic, EIGHT_CPUS_TWO_GPUS, env, "j", SECRET, "f", 2, 2);
+        assertEquals(2, fewer.worldSize());
+        assertEquals("2", fewer.ranks().getLast().env().get("WORLD_SIZE"));
+        IllegalArgumentException below = assertThrows(IllegalArgumentException.class,
+                () -> LaunchPlan.of(elastic, EIGHT_CPUS_TWO_GPUS, env, "j", SECRET, "f", 2, 1));
+        assertTrue(below.getMessage().contains("generation 2 with 1 processes: outside --nproc-per-node=2:3 [2, 3]"),
+                below.getMessage());
+        assertRefused("--nproc-per-node=3:2: expected MIN:MAX with 1 <= MIN <= MAX, found MIN=3 MAX=2 (fix: e.g."
+                + " --nproc-per-node 2:3)", oneMachine("3:2", "a"), EIGHT_CPUS_TWO_GPUS, env);
+        assertRefused("--nproc-per-node=0:2: expected MIN:MAX with 1 <= MIN <= MAX, found MIN=0 MAX=2",
+                oneMachine("0:2", "a"), EIGHT_CPUS_TWO_GPUS, env);
+        assertRefused("--nproc-per-node=gpu:4: expected MIN:MAX, two whole numbers", oneMachine("gpu:4", "a"),
+                EIGHT_CPUS_TWO_GPUS, env);
+        assertRefused("--nproc-per-node=2:: expected MIN:MAX, two whole numbers", oneMachine("2:", "a"),
+                EIGHT_CPUS_TWO_GPUS, env);
+        assertRefused("--nproc-per-node=1:4 without --max-restarts: the job goes on with fewer processes only when it"
+                + " restarts", oneMachine("1:4", "a"), EIGHT_CPUS_TWO_GPUS, env);
+        assertRefused("--nproc-per-node=1:4 with --nnodes 2: a range of processes is for one machine here",
+                new LaunchSpec("1:4", 2, 0, "10.0.0.1", 29500, "j", LaunchSpec.CpuBind.NONE, null, false, List.of("a"), 1),
+                EIGHT_CPUS_TWO_GPUS, env);
+        assertEquals(2, LaunchPlan.of(oneMachine("2:2", "a"), EIGHT_CPUS_TWO_GPUS, env, "j", SECRET, "f").ranks().size(),
+                "MIN = MAX: a fixed count, no restarts needed");
+    }
+
     private static void assertRefused(String expected, LaunchSpec spec, Machine machine, Map<String, String> env) {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> LaunchPlan.of(spec, machine, env, "j", SECRET, "f"));

@@ -101,6 +101,24 @@ class LauncherTest {
         assertTrue(r.err().contains("rank 2 (SIGKILL after 1 s)"), r.err());
     }
 
+    /**
+     * The launcher called as a library from the common ForkJoinPool's threads ({@link CommonPoolLaunches}), in a JVM
+     * whose pool has 2 workers and may add no spare: every launch ends with its job. A supervisor that waited through
+     * {@code Process.onExit()}, whose future completes through a task of that pool, blocked the pool's workers in
+     * waits only another worker could end ("Thread limit exceeded replacing blocked worker", or no end).
+     */
+    @Test
+    void theLauncherRunsAsALibraryFromCommonPoolThreadsWhichItDoesNotNeed() throws Exception {
+        Process p = new ProcessBuilder(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
+                "-Djava.util.concurrent.ForkJoinPool.common.parallelism=2",
+                "-Djava.util.concurrent.ForkJoinPool.common.maximumSpares=0", "-cp", System.getProperty("java.class.path"),
+                CommonPoolLaunches.class.getName(), "6").redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+        assertTrue(p.waitFor(3, java.util.concurrent.TimeUnit.MINUTES), out);
+        assertEquals(0, p.exitValue(), out);
+        assertTrue(out.contains("common pool parallelism 2, 0 of 6 launches failed"), out);
+    }
+
     @Test
     void aKilledRankIsNamedWithItsSignal() {
         Launcher.Result r = launch("-n", "1", "--cpu-bind", "none", "--", "sh", "-c", "kill -9 $$");

@@ -61,6 +61,11 @@ class ShrinkModeTest {
                 "0", "--run-id", "j", "--secret-file", "/nonexistent", "--", "true");
         assertEquals(2, nodes.status());
         assertTrue(nodes.err().contains("--on-failure shrink with --nnodes 2"), nodes.err());
+        Launcher.Result range = LauncherTest.launch("-n", "2:3", "--on-failure", "shrink", "--", "true");
+        assertEquals(2, range.status());
+        assertTrue(range.err().contains("--on-failure shrink with --nproc-per-node 2:3: a shrinking job already goes on"
+                + " with fewer processes, in place; a range is for restarts") && range.err().contains("(fix:"
+                + " --nproc-per-node 3, or --on-failure stop with --max-restarts)"), range.err());
         Launcher.Result unknown = LauncherTest.launch("-n", "1", "--on-failure", "restart", "--", "true");
         assertEquals(2, unknown.status());
         assertTrue(unknown.err().contains("--on-failure=restart: expected stop or shrink"), unknown.err());

@@ -59,7 +59,8 @@ public final class Configuration {
             .describedAs("the bound of every wait for a peer in groups made with `GroupOptions.defaults()`"
                     + " (`ProcessGroup.fromEnvironment()`, `InJvmWorld.create(n)`); a wait past it fails on every"
                     + " waiting rank with a `PeerTimeoutException` naming the missing ranks. The DL4J trainers'"
-                    + " builders default to it too (their `timeout(...)` overrides it)")
+                    + " builders default to it too (in thread mode their `timeout(...)` overrides it; in group mode"
+                    + " they take the group's timeout and refuse a different one)")
             .build(Duration.ofSeconds(60), "`60000` (60 s)", value -> {
                 long ms = Long.parseLong(value.strip());
                 if (ms <= 0) {

@@ -236,6 +236,7 @@ public final class PipelineParallelTrainerBuilder
     public PipelineParallelTrainer build() {
         Group group = options().group();
         if (group != null) {
+            options().timeout(); // refuses, before any exchange, a trainer's timeout that the group would not honour
             checkGroup();
         }
         if (ranks == 0) {

@@ -51,7 +51,9 @@ public abstract class TrainerBuilder<B extends TrainerBuilder<B, L>, L> {
 
     /**
      * How long a rank (a worker, a pipeline rank) waits for another before failing (default
-     * {@link TrainerOptions#defaultTimeout()}: 60 s, or {@code -Dsymmem4j.timeout.ms}).
+     * {@link TrainerOptions#defaultTimeout()}: 60 s, or {@code -Dsymmem4j.timeout.ms}). In group mode the default is
+     * the group's timeout ({@code group.options().timeout()}), which bounds the group's collectives; a different value
+     * here is refused when the trainer is built (create the group with the timeout wanted instead).
      *
      * @param timeout the bound of every wait for another rank; positive
      * @return this builder

@@ -25,6 +25,8 @@ public final class TrainerOptions<L> {
 
     private Group group;
     private Duration timeout = defaultTimeout();
+    /** Whether {@link #timeout(Duration)} was called: in group mode an unset timeout is the group's. */
+    private boolean timeoutSet;
     private MeterRegistry registry;
     private Iterable<Tag> metricTags = Tags.empty();
     private final List<L> stepListeners = new ArrayList<>();
@@ -63,6 +65,7 @@ public final class TrainerOptions<L> {
      */
     public void timeout(Duration timeout) {
         this.timeout = requirePositive(timeout);
+        this.timeoutSet = true;
     }
 
     /**
@@ -242,9 +245,30 @@ public final class TrainerOptions<L> {
         return group;
     }
 
-    /** {@return the bound of every wait for another rank (default {@link #defaultTimeout()})} */
+    /**
+     * The bound of every wait for another rank. In thread mode the one set, else {@link #defaultTimeout()}. In group
+     * mode the group's ({@code group.options().timeout()}): the group's collectives and signal waits, where a rank
+     * waits for a stopped or dead peer, are bounded by the timeout the group was created with, so a trainer's own
+     * timeout that differs from it would not be honoured there (the peer would only be caught by the trainer's
+     * backstop, {@link RankFailures#stepResultBound}); such a setting is refused.
+     *
+     * @return the bound of every wait for another rank
+     * @throws IllegalArgumentException in group mode, when the timeout set differs from the group's, naming both and
+     *                                  how to give the group the timeout wanted
+     */
     public Duration timeout() {
-        return timeout;
+        if (group == null) {
+            return timeout;
+        }
+        Duration groups = group.options().timeout();
+        if (timeoutSet && !timeout.equals(groups)) {
+            throw new IllegalArgumentException("timeout=" + timeout + " differs from the group's timeout=" + groups
+                    + ": in group mode every wait for another rank is one of the group's collectives, bounded by the"
+                    + " group's timeout (fix: create the group with that timeout, e.g. ProcessGroup.fromEnvironment("
+                    + "GroupOptions.defaults().withTimeout(Duration.ofMillis(" + timeout.toMillis() + "))) or"
+                    + " -Dsymmem4j.timeout.ms=" + timeout.toMillis() + ", and leave timeout(...) out or pass the same)");
+        }
+        return groups;
     }
 
     /** {@return the most steps the run's timeline keeps; 0 for no timeline} */

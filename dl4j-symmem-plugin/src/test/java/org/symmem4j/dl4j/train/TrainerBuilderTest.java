@@ -18,7 +18,9 @@ import org.symmem4j.dl4j.SymmemGradientsAccumulator;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.pipeline.PipelineParallelTrainer;
 import org.symmem4j.gradsync.SyncMetrics;
+import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 class TrainerBuilderTest {
 
@@ -98,6 +100,29 @@ class TrainerBuilderTest {
                 System.clearProperty(TIMEOUT_PROPERTY);
             } else {
                 System.setProperty(TIMEOUT_PROPERTY, before);
+            }
+        }
+    }
+    /**
+     * In group mode a rank waits for its peers inside the group's collectives, which the group's timeout bounds: the
+     * trainer takes that timeout, and refuses one of its own that differs (which those waits would not honour: a
+     * stopped peer was caught only by the trainer's backstop, three timeouts and 30 s later, not at the timeout set).
+     */
+    @Test
+    void inGroupModeTheTimeoutIsTheGroupsAndADifferentOneIsRefusedAtBuild() {
+        MultiLayerNetwork net = Nets.mlp(Nets.updater("sgd"), DataType.FLOAT);
+        try (InJvmWorld world = InJvmWorld.create(1, GroupOptions.defaults().withTimeout(Duration.ofSeconds(7)))) {
+            Group group = world.join(0);
+            assertEquals(Duration.ofSeconds(7), new Probe().group(group).seen().timeout(), "unset: the group's");
+            assertEquals(Duration.ofSeconds(7), new Probe().group(group).timeout(Duration.ofSeconds(7)).seen().timeout());
+            List<Supplier<AutoCloseable>> builds = List.of(
+                    () -> SymmemParallelWrapper.builder(net).group(group).timeout(Duration.ofSeconds(1)).build(),
+                    () -> PipelineParallelTrainer.builder(net).group(group).timeout(Duration.ofSeconds(1)).build());
+            for (Supplier<AutoCloseable> build : builds) {
+                String message = assertThrows(IllegalArgumentException.class, build::get).getMessage();
+                assertTrue(message.contains("timeout=PT1S differs from the group's timeout=PT7S")
+                        && message.contains("GroupOptions.defaults().withTimeout(Duration.ofMillis(1000))")
+                        && message.contains("-Dsymmem4j.timeout.ms=1000"), message);
             }
         }
     }

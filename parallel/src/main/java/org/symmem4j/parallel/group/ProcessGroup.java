@@ -115,7 +115,15 @@ public final class ProcessGroup implements Group {
         try {
             if (config.rank() == 0) {
                 served = secret.isHostSecret() ? StoreSecret.generateHostSecret() : secret.bytes();
-                srv = startServer(served);
+                srv = startServer(served, lineage.storePortFile() == null ? config.masterPort() : 0);
+                if (lineage.storePortFile() != null) {
+                    try {
+                        publishStorePort(lineage.storePortFile(), srv.port());
+                    } catch (RuntimeException e) {
+                        srv.close();
+                        throw e;
+                    }
+                }
                 if (secret.isHostSecret()) {
                     try {
                         secret.publish(served); // only once this process holds the port: a loser must not overwrite it
@@ -126,7 +134,9 @@ public final class ProcessGroup implements Group {
                 }
                 st = new LocalServerStore(srv);
             } else {
-                st = new TcpStoreClient(config.masterAddr(), config.masterPort(), identity, config.rank(), secret,
+                int port = lineage.storePortFile() == null ? config.masterPort()
+                        : awaitStorePort(lineage.storePortFile(), config, options);
+                st = new TcpStoreClient(config.masterAddr(), port, identity, config.rank(), secret,
                         options.timeout(), responseTimeout(options));
             }
         } catch (RuntimeException e) {
@@ -191,7 +201,7 @@ public final class ProcessGroup implements Group {
      * group on this port (this job's or another's) may still be serving its last peers. If the port
      * stays taken, the error names the job that holds it, as that job's store describes itself.
      */
-    private TcpStoreServer startServer(byte[] served) {
+    private TcpStoreServer startServer(byte[] served, int port) {
         Duration handshake = min(options.timeout(), Duration.ofSeconds(10));
         StoreLimits limits = StoreLimits.defaults(config.worldSize()).withHandshakeTimeout(handshake)
                 .withRequestTimeout(handshake);
@@ -200,7 +210,7 @@ public final class ProcessGroup implements Group {
                 new org.symmem4j.parallel.sync.BackoffIdleStrategy(0, 0, 10_000_000, 200_000_000);
         while (true) {
             try {
-                return new TcpStoreServer(config.masterAddr(), config.masterPort(), identity, served, limits);
+                return new TcpStoreServer(config.masterAddr(), port, identity, served, limits);
             } catch (SymmemException e) {
                 if (!(e.getCause() instanceof java.net.BindException) || System.nanoTime() - deadline >= 0) {
                     String holder = e.getCause() instanceof java.net.BindException
@@ -710,13 +720,69 @@ public final class ProcessGroup implements Group {
      * The launch a group comes from: the launcher's run id and port, and the launcher's rank ({@code RANK}) of each
      * of this group's ranks (the identity for the group the launcher started; the survivors' ranks after a shrink).
      */
-    private record Lineage(String runId, int masterPort, List<Integer> launchRanks) {
+    /**
+     * @param storePortFile where the store's port is published: null for a launched group, whose store listens on
+     *                      {@code MASTER_PORT}; for a shrunk group, a file beside the membership file, which its rank
+     *                      0 writes once its store is bound to a port the system chose (so no job's port is taken)
+     */
+    private record Lineage(String runId, int masterPort, List<Integer> launchRanks, java.nio.file.Path storePortFile) {
         static Lineage launched(ProcessGroupConfig config) {
             List<Integer> ranks = new ArrayList<>(config.worldSize());
             for (int r = 0; r < config.worldSize(); r++) {
                 ranks.add(r);
             }
-            return new Lineage(config.runId(), config.masterPort(), List.copyOf(ranks));
+            return new Lineage(config.runId(), config.masterPort(), List.copyOf(ranks), null);
+        }
+    }
+
+    /**
+     * A shrunk group's rank 0: publishes its store's port in {@code file}, atomically (a temporary file forced to
+     * disk, renamed over it), so the other survivors never read half a number.
+     */
+    private static void publishStorePort(java.nio.file.Path file, int port) {
+        java.nio.file.Path tmp = file.resolveSibling(file.getFileName() + ".tmp");
+        try {
+            try (java.nio.channels.FileChannel ch = java.nio.channels.FileChannel.open(tmp,
+                    java.nio.file.StandardOpenOption.CREATE, java.nio.file.StandardOpenOption.TRUNCATE_EXISTING,
+                    java.nio.file.StandardOpenOption.WRITE)) {
+                ch.write(java.nio.ByteBuffer.wrap((port + "\n").getBytes(StandardCharsets.UTF_8)));
+                ch.force(true);
+            }
+            java.nio.file.Files.move(tmp, file, java.nio.file.StandardCopyOption.ATOMIC_MOVE,
+                    java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+        } catch (java.io.IOException e) {
+            throw new SymmemException("rank=0 of a shrunk group cannot publish its store's port " + port + " in " + file
+                    + ": " + e.getMessage() + " (the membership file's directory must stay writable while the job runs)", e);
+        }
+    }
+
+    /**
+     * A shrunk group's other ranks: the port its rank 0 published in {@code file}, polled every 10 ms until the
+     * timeout.
+     */
+    private static int awaitStorePort(java.nio.file.Path file, ProcessGroupConfig config, GroupOptions options) {
+        long deadline = System.nanoTime() + options.timeout().toNanos();
+        org.symmem4j.parallel.sync.IdleStrategy idle =
+                new org.symmem4j.parallel.sync.BackoffIdleStrategy(0, 0, 1_000_000, 10_000_000);
+        while (true) {
+            try {
+                String text = java.nio.file.Files.readString(file, StandardCharsets.UTF_8).strip();
+                int port = Integer.parseInt(text);
+                if (port < 1 || port > 65535) {
+                    throw new SymmemException("rank=" + config.rank() + " of shrunk group " + config.runId() + ": " + file
+                            + " names port " + port + ", outside [1, 65535] (expected the port its rank 0's store bound)");
+                }
+                return port;
+            } catch (java.io.IOException | NumberFormatException notYet) {
+                // not published yet (it appears whole, by a rename)
+            }
+            if (System.nanoTime() - deadline >= 0) {
+                throw new PeerTimeoutException("rank=" + config.rank() + " of shrunk group " + config.runId() + ": its rank 0"
+                        + " did not publish its store's port in " + file + " within timeout=" + options.timeout()
+                        + " (rank 0 of the survivors died or is stuck before binding its store)", config.rank(),
+                        List.of(0), "shrink", PeerTimeoutException.Reason.DEADLINE_PASSED, options.timeout());
+            }
+            idle.idle();
         }
     }
 
@@ -734,9 +800,10 @@ public final class ProcessGroup implements Group {
     /**
      * In-place shrink ({@link Group#shrink()}): reads the launcher's membership file until it names ranks of this
      * group (polled every 10 ms, at most the timeout), then the survivors join a new process group: run id
-     * {@code <launch run id>-without-<dead launch ranks>}, port {@code MASTER_PORT + d} where d counts the dead
-     * ranks of the launch so far (so each shrink of one job gets its own store; {@code --on-failure shrink} is not
-     * combined with restarts, which use {@code MASTER_PORT + g}), hosted by the first survivor; the same secret. The
+     * {@code <launch run id>-without-<dead launch ranks>}, hosted by the first survivor, whose store binds a port the
+     * system chooses (so it cannot take another job's port) and publishes it in the file
+     * {@code <membership file>.store-<run id>} beside the membership file, where the other survivors read it; the
+     * same secret. The
      * survivors keep their order. This group is aborted (its teardown waits for nobody). Two survivors that read the
      * file at different moments of a second death name different groups and fail the join within the timeout.
      */
@@ -781,22 +848,20 @@ public final class ProcessGroup implements Group {
             }
         }
         int newRank = survivors.indexOf(lineage.launchRanks().get(rank()));
-        int port = lineage.masterPort() + deadLaunchRanks.size();
-        if (port > 65535) {
-            throw new SymmemException("rank=" + rank() + " cannot shrink: the new store's port " + port + " (MASTER_PORT "
-                    + lineage.masterPort() + " + " + deadLaunchRanks.size() + " dead ranks) is past 65535 (fix: a lower"
-                    + " --master-port)");
-        }
         StringBuilder without = new StringBuilder();
         for (int d : deadLaunchRanks) {
             without.append(without.isEmpty() ? "" : "-").append(d);
         }
+        // the new store binds a port the system chooses, which no other job holds, and its host publishes it beside
+        // the membership file; the config keeps the launch's MASTER_PORT as the group's name in identities and claims
+        String runId = lineage.runId() + "-without-" + without;
+        java.nio.file.Path portFile = file.resolveSibling(file.getFileName() + ".store-" + runId);
         ProcessGroupConfig next = new ProcessGroupConfig(newRank, survivors.size(), newRank, survivors.size(),
-                config.masterAddr(), port, lineage.runId() + "-without-" + without);
+                config.masterAddr(), lineage.masterPort(), runId);
         abortState.raise(dead.getFirst(), "rank=" + rank() + ": shrunk in place without ranks " + dead
                 + " of " + identity);
         ProcessGroup shrunk = new ProcessGroup(next, options, secret, null,
-                new Lineage(lineage.runId(), lineage.masterPort(), List.copyOf(survivors)));
+                new Lineage(lineage.runId(), lineage.masterPort(), List.copyOf(survivors), portFile));
         return new Survivors(shrunk, List.copyOf(dead));
     }
 
