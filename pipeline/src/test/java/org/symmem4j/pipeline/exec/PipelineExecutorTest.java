@@ -172,7 +172,7 @@ class PipelineExecutorTest {
         metrics.bindTo(registry);
         metrics.record(report);
         // 4 microbatches cross the one boundary each way
-        assertEquals(8, registry.get("symmem.pipeline.handoff.latency").timer().count());
+        assertEquals(8, registry.get("symmem.pipeline.handoff.duration").timer().count());
         assertEquals(report.bubbleFraction(), registry.get("symmem.pipeline.bubble.ratio").gauge().value(), 0.0);
         // The bubble's size depends on how the machine runs the two threads, so it is not asserted (the
         // benchmark PipelineExecutorBubbleBench measures it). What causality fixes is asserted instead:
@@ -190,7 +190,7 @@ class PipelineExecutorTest {
                 "simulated rank 1 idle " + simulated.rank(1).idleTime() + " us, expected at least stage 0's forward "
                         + measured.forward()[0] + " + backward " + measured.backward()[0] + " us");
         assertTrue(simulated.bubbleFraction() > 0 && simulated.bubbleFraction() < 1, "simulated " + simulated);
-        assertEquals(report.windowNanos(), registry.get("symmem.pipeline.step.latency").timer()
+        assertEquals(report.windowNanos(), registry.get("symmem.pipeline.step.duration").timer()
                 .totalTime(java.util.concurrent.TimeUnit.NANOSECONDS), 1.0);
         for (int rank = 0; rank < 2; rank++) {
             assertEquals(report.computeNanos(rank), registry.get("symmem.pipeline.rank.compute").tag("rank",
@@ -201,12 +201,12 @@ class PipelineExecutorTest {
                 new io.micrometer.prometheusmetrics.PrometheusMeterRegistry(io.micrometer.prometheusmetrics.PrometheusConfig.DEFAULT);
         metrics.bindTo(prometheus);
         metrics.record(report);
-        double[] bounds = prometheus.scrape().lines().filter(l -> l.startsWith("symmem_pipeline_handoff_latency_seconds_bucket"))
+        double[] bounds = prometheus.scrape().lines().filter(l -> l.startsWith("symmem_pipeline_handoff_duration_seconds_bucket"))
                 .map(l -> l.replaceAll(".*le=\"([^\"]+)\".*", "$1")).filter(le -> !le.equals("+Inf"))
                 .mapToDouble(Double::parseDouble).sorted().toArray();
         assertEquals(1e-6, bounds[0], 1e-15, "lowest hand-off bucket bound (s)");
         assertEquals(10.0, bounds[bounds.length - 1], 1e-9, "highest finite hand-off bucket bound (s)");
-        assertEquals(16, registry.get("symmem.pipeline.handoff.latency").timer().count(), "the first registry saw both steps");
+        assertEquals(16, registry.get("symmem.pipeline.handoff.duration").timer().count(), "the first registry saw both steps");
         String trace = report.chromeTraceJson();
         for (var action : schedule.actionsByRank().stream().flatMap(List::stream).toList()) {
             assertTrue(trace.contains("\"name\":\"" + action + "\""), "trace lacks " + action);
