@@ -154,6 +154,57 @@ class PipelineExecutorTest {
                 }).orElseThrow(() -> new AssertionError("no " + kind + " pass of microbatch " + microbatch));
     }
 
+    /**
+     * While a JFR recording enables {@code symmem4j.PipelineAction}, every action of every rank is one
+     * event, read back with {@code jdk.jfr.consumer}: its spelling, rank, stage, type, microbatch and
+     * step match the schedule, inputs and outputs have the microbatch's size except at the pipeline's ends.
+     */
+    @Test
+    void everyActionIsAJfrEventWhileARecordingEnablesIt(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir)
+            throws Exception {
+        PipelineShape shape = PipelineShape.of(2, 4);
+        Schedule schedule = ScheduleGenerators.oneFOneB(2, 4);
+        java.nio.file.Path file = dir.resolve("actions.jfr");
+        try (jdk.jfr.Recording recording = new jdk.jfr.Recording()) {
+            recording.enable("symmem4j.PipelineAction").withThreshold(Duration.ZERO);
+            recording.start();
+            InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+                try (PipelineExecutor executor = PipelineExecutor.create(group, schedule, shape,
+                        new HashMap<>(stagesOf(group, shape, 0, 0)), 2, 4L * WIDTH)) {
+                    executor.runStep();
+                    return executor.runStep();
+                }
+            });
+            recording.stop();
+            recording.dump(file);
+        }
+        List<jdk.jfr.consumer.RecordedEvent> events = jdk.jfr.consumer.RecordingFile.readAllEvents(file).stream()
+                .filter(e -> e.getEventType().getName().equals("symmem4j.PipelineAction")).toList();
+        List<String> expected = new java.util.ArrayList<>();
+        for (long step = 0; step < 2; step++) {
+            for (int rank = 0; rank < 2; rank++) {
+                for (var action : schedule.actionsByRank().get(rank)) {
+                    expected.add(step + " " + rank + " " + action);
+                }
+            }
+        }
+        List<String> seen = new java.util.ArrayList<>();
+        for (jdk.jfr.consumer.RecordedEvent e : events) {
+            String action = e.getString("action");
+            seen.add(e.getLong("step") + " " + e.getInt("rank") + " " + action);
+            int stage = e.getInt("stage");
+            boolean forward = e.getString("type").equals("FORWARD");
+            assertEquals(stage + (forward ? "F" : "B") + e.getInt("microbatch"), action, "fields agree with the spelling");
+            boolean first = forward ? stage == 0 : stage == shape.stageCount() - 1;
+            boolean last = forward ? stage == shape.stageCount() - 1 : stage == 0;
+            assertEquals(first ? 0 : WIDTH * 4L, e.getLong("inputBytes"), action + " input");
+            assertEquals(last ? 0 : WIDTH * 4L, e.getLong("outputBytes"), action + " output");
+        }
+        java.util.Collections.sort(expected);
+        java.util.Collections.sort(seen);
+        assertEquals(expected, seen, "one event per action per rank per step");
+    }
+
     /** The report's outputs: metrics from a real step, a Chrome trace naming every action, an SVG with one box per pass. */
     @Test
     void reportFeedsMetricsTraceAndPicture() {
