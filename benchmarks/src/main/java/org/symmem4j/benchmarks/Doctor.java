@@ -65,6 +65,11 @@ public final class Doctor implements Callable<Integer> {
         this.out = out;
     }
 
+    /**
+     * Runs the doctor; exits with 0, or 2 for bad arguments.
+     *
+     * @param args the options ({@code --help} lists them)
+     */
     public static void main(String[] args) {
         System.exit(new CommandLine(new Doctor(System.out)).execute(args));
     }
