@@ -127,6 +127,27 @@ final class DataParallelSteps {
     /** Group mode under SHRINK: this rank's state at the current step's start; null otherwise. */
     private final StepStart stepStart;
 
+    /** Commits the step's JFR events of the workers that returned a result (a failed worker's stays uncommitted). */
+    private void commitStepEvents(TrainingStepEvent[] events, DataParallelWorker.Result[] results, int first, int k,
+                                  long[] examples, long lastSyncStart) {
+        for (int j = 0; j < events.length; j++) {
+            DataParallelWorker.Result r = results[j];
+            if (r == null) {
+                continue;
+            }
+            TrainingStepEvent e = events[j];
+            e.end();
+            e.step = step;
+            e.worker = first + j;
+            e.examples = first + j < k ? examples[first + j] : 0;
+            e.sync = r.syncNanos();
+            e.compute = Math.max(0, r.stepNanos() - r.syncNanos());
+            e.waitForPeers = r.syncStart() == 0 ? 0 : Math.max(0, lastSyncStart - r.syncStart());
+            e.skipped = r.skipped();
+            e.commit();
+        }
+    }
+
     /**
      * Runs one step on {@code batches} (one per worker, or fewer), then the user's listeners;
      * reads the next step's batches from {@code next} while the workers compute.
@@ -156,6 +177,8 @@ final class DataParallelSteps {
         if (stepStart != null) {
             stepStart.take(workers.getFirst().replica()); // (group mode: one worker, idle)
         }
+        TrainingStepEvent[] jfr = TrainingStepEvent.beginAll(local); // null unless a JFR recording enables them
+        DataParallelWorker.Result[] jfrResults = jfr == null ? null : new DataParallelWorker.Result[local];
         List<CompletableFuture<DataParallelWorker.Result>> results = new ArrayList<>(local);
         for (int j = 0; j < local; j++) {
             int i = first + j;
@@ -195,6 +218,9 @@ final class DataParallelSteps {
             if (finished != null) {
                 finished.add(r);
             }
+            if (jfrResults != null) {
+                jfrResults[j] = r;
+            }
             if (i < k) {
                 scores[i] = r.score();
                 activations.add(r.activations());
@@ -210,6 +236,9 @@ final class DataParallelSteps {
             skipped |= r.skipped();
         }
         long collected = stamping ? System.nanoTime() : 0;
+        if (jfr != null) {
+            commitStepEvents(jfr, jfrResults, first, k, examples, lastSyncStart);
+        }
         if (!failures.isEmpty()) {
             RuntimeException failure = failure(failures, failedWorkers);
             metrics.recordFailure(failureReason(failure));

@@ -233,6 +233,54 @@ public final class ShardedCheckpoints {
      */
     public static void save(Path dir, int worldSize, List<Shard> shards, boolean leader, Model model,
                             CheckpointDirectory.Counters counters, Agreement agreement) throws IOException {
+        if (!CheckpointEvent.TYPE.isEnabled()) {
+            write(dir, worldSize, shards, leader, model, counters, agreement);
+            return;
+        }
+        CheckpointEvent event = new CheckpointEvent();
+        event.begin();
+        event.directory = dir.toString();
+        event.step = counters.step();
+        event.worldSize = worldSize;
+        event.shards = shards.size();
+        event.leader = leader;
+        try {
+            write(dir, worldSize, shards, leader, model, counters, agreement);
+            event.outcome = "COMPLETED";
+        } catch (IOException | RuntimeException | Error e) {
+            event.outcome = "FAILED";
+            event.failure = e.toString();
+            throw e;
+        } finally {
+            event.end();
+            event.bytes = bytesWritten(dir, worldSize, shards, leader);
+            event.commit();
+        }
+    }
+
+    /** The sizes of the files {@link #write} wrote for this process (those present: after a failure, fewer). */
+    private static long bytesWritten(Path dir, int worldSize, List<Shard> shards, boolean leader) {
+        List<Path> files = new ArrayList<>();
+        for (Shard s : shards) {
+            files.add(dir.resolve(ShardCheckpoint.shardFileName(s.rank(), worldSize)));
+        }
+        if (leader) {
+            files.add(dir.resolve(ShardCheckpoint.MODEL_FILE));
+            files.add(dir.resolve(CheckpointDirectory.MANIFEST));
+        }
+        long bytes = 0;
+        for (Path f : files) {
+            try {
+                bytes += Files.size(f);
+            } catch (IOException absent) {
+                // not written (the save failed before it): counts nothing
+            }
+        }
+        return bytes;
+    }
+
+    private static void write(Path dir, int worldSize, List<Shard> shards, boolean leader, Model model,
+                              CheckpointDirectory.Counters counters, Agreement agreement) throws IOException {
         if (leader) {
             CheckpointDirectory.begin(dir); // torn from here until the manifest is written
             try (var listing = Files.list(dir)) {

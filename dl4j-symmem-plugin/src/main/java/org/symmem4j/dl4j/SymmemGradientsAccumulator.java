@@ -194,7 +194,7 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
     }
 
     /**
-     * The all-reduce meters ({@code symmem.allreduce.latency} and {@code .bytes}, per algorithm and size
+     * The all-reduce meters ({@code symmem.allreduce.duration} and {@code .bytes}, per algorithm and size
      * class): bind them to a registry. No step meters: DL4J gives the hook no start of a step.
      *
      * @return the accumulator's all-reduce metrics

@@ -48,7 +48,7 @@ class DataParallelMetricsTest {
             assertEquals(3, sync.count());
             assertTrue(compute.totalTime(TimeUnit.NANOSECONDS) > 0 && sync.totalTime(TimeUnit.NANOSECONDS) > 0);
         }
-        assertEquals(6, registry.get("symmem.gradsync.step.latency").timer().count(), "per worker: 3 steps x 2");
+        assertEquals(6, registry.get("symmem.gradsync.step.duration").timer().count(), "per worker: 3 steps x 2");
         for (String reason : List.of("timeout", "non_finite", "error")) {
             assertEquals(0.0, registry.get("symmem.gradsync.failures").tag("reason", reason).counter().count(), reason);
         }

@@ -289,7 +289,7 @@ public final class DataParallelExample {
                 progress.totalSteps, progress.totalExamples, seconds, progress.totalExamples / seconds);
         System.out.println("sync latency (all-reduce of one gradient bucket, per worker):");
         System.out.printf(Locale.ROOT, "  %-10s %-8s %8s %12s %12s%n", "algorithm", "size", "count", "mean us", "max us");
-        List<Timer> timers = new ArrayList<>(registry.find("symmem.allreduce.latency").timers());
+        List<Timer> timers = new ArrayList<>(registry.find("symmem.allreduce.duration").timers());
         timers.sort(Comparator.comparing((Timer t) -> t.getId().getTag("algorithm"))
                 .thenComparing(t -> t.getId().getTag("size.class")));
         for (Timer t : timers) {

@@ -36,7 +36,7 @@ class GrafanaDashboardTest {
 
     static final Path DASHBOARD =
             Path.of(System.getProperty("basedir", "."), "grafana", "symmem4j-gradsync.json");
-    private static final Pattern METRIC = Pattern.compile("\\bsymmem_[a-z0-9_]+");
+    private static final Pattern METRIC = Pattern.compile("\\bsymmem(4j)?_[a-z0-9_]+");
     private static final Pattern BY = Pattern.compile("\\bby\\s*\\(([^)]*)\\)");
     /** Labels Prometheus adds at scrape time. */
     private static final Set<String> SCRAPE_LABELS = Set.of("instance", "job");
@@ -79,7 +79,7 @@ class GrafanaDashboardTest {
             for (Object t : targets) {
                 Map<String, Object> target = asObject(t, title + " target");
                 assertTrue(target.get("expr") instanceof String e && !e.isBlank(), title + " target without expr");
-                assertEquals("${DS_PROMETHEUS}", asObject(target.get("datasource"), title).get("uid"), title);
+                assertEquals("${datasource}", asObject(target.get("datasource"), title).get("uid"), title);
                 queried++;
             }
         }
@@ -89,15 +89,70 @@ class GrafanaDashboardTest {
                 "Pipeline bubble", "Pipeline compute per step, per rank")) {
             assertTrue(titles.contains(expected), "panel " + expected + " in " + titles);
         }
-        Map<String, Object> variable = variable(dashboard);
-        assertEquals("application", variable.get("name"), "the application variable (job is Prometheus' own label)");
+        assertEquals("query", variable(dashboard, "application").get("type"), "the application variable");
+        assertEquals("query", variable(dashboard, "job").get("type"), "the job variable (Prometheus' scrape job)");
+    }
+
+    /**
+     * File provisioning loads the JSON as it is, without the UI's import step that fills {@code __inputs}:
+     * so the board has no {@code __inputs} and no {@code ${DS_...}} placeholder, its data source is a
+     * {@code datasource} variable of type prometheus (which starts at the default data source), every
+     * panel and query uses that variable, and the provisioning files ship beside it.
+     */
+    @Test
+    void provisioningLoadsTheBoardWithoutTheImportStep() throws IOException {
+        assertFalse(dashboard.containsKey("__inputs"), "__inputs is resolved only by the UI import");
+        String text = Files.readString(DASHBOARD);
+        assertFalse(text.contains("${DS_"), "an import-only data source placeholder is left in the board");
+        Map<String, Object> ds = variable(dashboard, "datasource");
+        assertEquals("datasource", ds.get("type"));
+        assertEquals("prometheus", ds.get("query"));
+        for (Map<String, Object> p : panels()) {
+            if (!p.get("type").equals("row")) {
+                assertEquals("${datasource}", asObject(p.get("datasource"), "panel datasource").get("uid"), (String) p.get("title"));
+            }
+        }
+        Path provisioning = DASHBOARD.getParent().resolve("provisioning");
+        String provider = Files.readString(provisioning.resolve("dashboards/symmem4j.yaml"));
+        for (String line : List.of("apiVersion: 1", "type: file", "path: /var/lib/grafana/dashboards/symmem4j")) {
+            assertTrue(provider.contains(line), "dashboard provider lacks '" + line + "':\n" + provider);
+        }
+        String datasource = Files.readString(provisioning.resolve("datasources/prometheus.yaml"));
+        assertTrue(datasource.contains("type: prometheus") && datasource.contains("isDefault: true"), datasource);
+    }
+
+    /**
+     * No panel merges applications: every metric selector filters by the {@code job} and
+     * {@code application} variables, and every aggregation keeps both labels, so two applications (or
+     * two jobs with the same application tag) are never summed into one series.
+     */
+    @Test
+    void noQueryMergesApplicationsOrJobs() {
+        Pattern aggregation = Pattern.compile("\\b(sum|avg|max|min|count)\\s*(by\\s*\\(([^)]*)\\))?\\s*\\(");
+        Pattern selector = Pattern.compile("\\bsymmem_[a-z0-9_]+(\\{[^}]*\\})?");
+        for (String q : queries(dashboard)) {
+            Matcher a = aggregation.matcher(q);
+            while (a.find()) {
+                assertTrue(a.group(3) != null, "an aggregation without by(...) merges applications: " + q);
+                List<String> labels = List.of(a.group(3).split("\\s*,\\s*"));
+                assertTrue(labels.contains("job") && labels.contains("application"),
+                        "an aggregation that drops job or application: by (" + a.group(3) + ") in " + q);
+            }
+            Matcher m = selector.matcher(q);
+            while (m.find()) {
+                String labels = m.group(1) == null ? "" : m.group(1);
+                assertTrue(labels.contains("job=~\"$job\"") && labels.contains("application=~\"$application\""),
+                        "a selector not filtered by $job and $application: " + m.group() + " in " + q);
+            }
+        }
     }
 
     /** Every {@code symmem_*} name in every query exists in the scrape, and so does every label it groups by. */
     @Test
     void everyQueryNamesMetersAndLabelsThatExist() {
         List<String> queries = new ArrayList<>(queries(dashboard));
-        queries.add((String) variable(dashboard).get("definition"));
+        queries.add((String) variable(dashboard, "application").get("definition"));
+        queries.add((String) variable(dashboard, "job").get("definition"));
         Set<String> named = new TreeSet<>();
         for (String q : queries) {
             List<String> metrics = METRIC.matcher(q).results().map(java.util.regex.MatchResult::group).toList();
@@ -142,11 +197,18 @@ class GrafanaDashboardTest {
         return out;
     }
 
-    /** The dashboard's one template variable. */
-    static Map<String, Object> variable(Map<String, Object> dashboard) {
+    /** The dashboard's template variable {@code name}. */
+    static Map<String, Object> variable(Map<String, Object> dashboard, String name) {
         List<Object> list = asList(asObject(dashboard.get("templating"), "templating").get("list"), "templating.list");
-        assertEquals(1, list.size(), "template variables " + list);
-        return asObject(list.getFirst(), "variable");
+        List<String> names = new ArrayList<>();
+        for (Object v : list) {
+            Map<String, Object> variable = asObject(v, "variable");
+            if (name.equals(variable.get("name"))) {
+                return variable;
+            }
+            names.add((String) variable.get("name"));
+        }
+        throw new AssertionError("no template variable " + name + "; found " + names);
     }
 
     static Map<String, Object> readDashboard() throws IOException {

@@ -143,10 +143,10 @@ class PrometheusScrapeTest {
             direct = ExpositionSample.parse(get(metricsUrl));
 
             // Wait until Prometheus has scraped the final numbers: its total equals the endpoint's.
-            double expected = sumOf("symmem_allreduce_latency_seconds_count");
+            double expected = sumOf("symmem_allreduce_duration_seconds_count");
             assertTrue(expected > 0, "the endpoint reports no all-reduce at all:\n" + log);
-            await("prometheus to hold sum(symmem_allreduce_latency_seconds_count{" + EXAMPLE + "}) == " + expected,
-                    Duration.ofSeconds(30), () -> value("sum(symmem_allreduce_latency_seconds_count{" + EXAMPLE + "})")
+            await("prometheus to hold sum(symmem_allreduce_duration_seconds_count{" + EXAMPLE + "}) == " + expected,
+                    Duration.ofSeconds(30), () -> value("sum(symmem_allreduce_duration_seconds_count{" + EXAMPLE + "})")
                             .filter(v -> v == expected));
             await("prometheus to hold the in-process pipeline's " + pipelineExamples + " examples", Duration.ofSeconds(30),
                     () -> value("sum(symmem_pipeline_examples_total{application=\"" + PIPELINE_APPLICATION + "\"})")
@@ -194,13 +194,13 @@ class PrometheusScrapeTest {
     void prometheusHoldsTheFinalCounts() throws Exception {
         assumePrometheus();
         long syncs = steps * WORKERS; // one gradient sync per worker per step
-        assertEquals((double) syncs, scalar("sum(symmem_gradsync_sync_latency_seconds_count{" + EXAMPLE + "})").orElseThrow(),
+        assertEquals((double) syncs, scalar("sum(symmem_gradsync_sync_duration_seconds_count{" + EXAMPLE + "})").orElseThrow(),
                 "sync count = steps=" + steps + " x workers=" + WORKERS);
-        assertEquals((double) syncs, scalar("sum(symmem_gradsync_step_latency_seconds_count{" + EXAMPLE + "})").orElseThrow(),
+        assertEquals((double) syncs, scalar("sum(symmem_gradsync_step_duration_seconds_count{" + EXAMPLE + "})").orElseThrow(),
                 "step count = steps=" + steps + " x workers=" + WORKERS);
 
-        double allReduces = scalar("sum(symmem_allreduce_latency_seconds_count{" + EXAMPLE + "})").orElseThrow();
-        assertEquals(sumOf("symmem_allreduce_latency_seconds_count"), allReduces, "all-reduce count vs the endpoint");
+        double allReduces = scalar("sum(symmem_allreduce_duration_seconds_count{" + EXAMPLE + "})").orElseThrow();
+        assertEquals(sumOf("symmem_allreduce_duration_seconds_count"), allReduces, "all-reduce count vs the endpoint");
         assertEquals(allReduces, scalar("sum(symmem_allreduce_bytes_count{" + EXAMPLE + "})").orElseThrow(),
                 "one bytes observation per all-reduce");
         assertTrue(allReduces >= syncs, "at least one bucket per sync: allReduces=" + allReduces + " syncs=" + syncs);
@@ -244,7 +244,7 @@ class PrometheusScrapeTest {
     @Test
     void knownLatenciesReadBackThroughHistogramQuantile() throws Exception {
         assumePrometheus();
-        String buckets = "sum by (le) (symmem_allreduce_latency_seconds_bucket{application=\"" + LATENCY_PROBE
+        String buckets = "sum by (le) (symmem_allreduce_duration_seconds_bucket{application=\"" + LATENCY_PROBE
                 + "\",algorithm=\"%s\"})";
         double fastP50 = scalar("histogram_quantile(0.5, " + buckets.formatted("ONE_SHOT") + ")").orElseThrow();
         double fastP99 = scalar("histogram_quantile(0.99, " + buckets.formatted("ONE_SHOT") + ")").orElseThrow();
@@ -262,8 +262,8 @@ class PrometheusScrapeTest {
     void seriesCarryAlgorithmTransportAndApplication() throws Exception {
         assumePrometheus();
         List<PrometheusServer.Sample> series =
-                prometheus.query("symmem_allreduce_latency_seconds_count{transport=\"" + TRANSPORT + "\"," + EXAMPLE + "}");
-        assertFalse(series.isEmpty(), "no symmem_allreduce_latency_seconds_count{transport=\"" + TRANSPORT + "\"," + EXAMPLE + "}");
+                prometheus.query("symmem_allreduce_duration_seconds_count{transport=\"" + TRANSPORT + "\"," + EXAMPLE + "}");
+        assertFalse(series.isEmpty(), "no symmem_allreduce_duration_seconds_count{transport=\"" + TRANSPORT + "\"," + EXAMPLE + "}");
         Set<String> algorithmNames = Arrays.stream(Algorithm.values()).map(Enum::name).collect(Collectors.toSet());
         for (PrometheusServer.Sample s : series) {
             assertTrue(algorithmNames.contains(s.label("algorithm")), "algorithm label " + s.labels());
@@ -275,13 +275,13 @@ class PrometheusScrapeTest {
 
         // The algorithms that actually ran, per Prometheus and per the endpoint, with their counts.
         Map<String, Double> used = new TreeMap<>();
-        for (PrometheusServer.Sample s : prometheus.query("sum by (algorithm) (symmem_allreduce_latency_seconds_count{"
+        for (PrometheusServer.Sample s : prometheus.query("sum by (algorithm) (symmem_allreduce_duration_seconds_count{"
                 + "transport=\"" + TRANSPORT + "\"," + EXAMPLE + "}) > 0")) {
             used.put(s.label("algorithm"), s.value());
         }
         Map<String, Double> expected = new TreeMap<>();
         for (ExpositionSample s : direct) {
-            if (s.name().equals("symmem_allreduce_latency_seconds_count") && s.value() > 0) {
+            if (s.name().equals("symmem_allreduce_duration_seconds_count") && s.value() > 0) {
                 expected.merge(s.labels().get("algorithm"), s.value(), Double::sum);
             }
         }
@@ -295,14 +295,14 @@ class PrometheusScrapeTest {
     @Test
     void quantilesFromBuckets() throws Exception {
         assumePrometheus();
-        String buckets = "sum by (le) (symmem_allreduce_latency_seconds_bucket{transport=\"" + TRANSPORT + "\"," + EXAMPLE + "})";
+        String buckets = "sum by (le) (symmem_allreduce_duration_seconds_bucket{transport=\"" + TRANSPORT + "\"," + EXAMPLE + "})";
         double p50 = scalar("histogram_quantile(0.5, " + buckets + ")").orElseThrow();
         double p99 = scalar("histogram_quantile(0.99, " + buckets + ")").orElseThrow();
         // The smallest bucket bound that holds every observation: no quantile can lie above it.
-        double total = sumOf("symmem_allreduce_latency_seconds_count");
+        double total = sumOf("symmem_allreduce_duration_seconds_count");
         Map<Double, Double> cumulative = new TreeMap<>();
         for (ExpositionSample s : direct) {
-            if (s.name().equals("symmem_allreduce_latency_seconds_bucket")) {
+            if (s.name().equals("symmem_allreduce_duration_seconds_bucket")) {
                 cumulative.merge(PrometheusServer.parseValue(s.labels().get("le")), s.value(), Double::sum);
             }
         }
@@ -335,7 +335,8 @@ class PrometheusScrapeTest {
         assertTrue(queries.size() >= 20, "expected the dashboard's queries, found " + queries);
         String applications = APPLICATION + "|" + PIPELINE_APPLICATION;
         for (String q : queries) {
-            String promql = q.replace("$__rate_interval", "1m").replace("$application", applications);
+            String promql = q.replace("$__rate_interval", "1m").replace("$application", applications)
+                    .replace("$job", ".+");
             assertFalse(promql.contains("$"), "unsubstituted variable in " + q);
             List<PrometheusServer.Sample> r = await("a non-empty result for dashboard query " + promql,
                     Duration.ofSeconds(20), () -> {
@@ -345,8 +346,9 @@ class PrometheusScrapeTest {
             System.out.println("dashboard query " + promql + " -> " + r.size() + " series");
         }
         // the application variable: label_values(SELECTOR, application) lists both applications
-        Map<String, Object> variable = GrafanaDashboardTest.variable(GrafanaDashboardTest.readDashboard());
-        Matcher selector = Pattern.compile("label_values\\((.+), application\\)").matcher((String) variable.get("definition"));
+        Map<String, Object> variable = GrafanaDashboardTest.variable(GrafanaDashboardTest.readDashboard(), "application");
+        Matcher selector = Pattern.compile("label_values\\((.+), application\\)")
+                .matcher(((String) variable.get("definition")).replace("$job", ".+"));
         assertTrue(selector.matches(), "variable definition " + variable.get("definition"));
         Set<String> listed = new TreeSet<>();
         for (PrometheusServer.Sample s : query("count by (application) (" + selector.group(1) + ")")) {
@@ -497,8 +499,8 @@ class PrometheusScrapeTest {
                 out.add(new ExpositionSample(m.group(1), Map.copyOf(labels), PrometheusServer.parseValue(m.group(3))));
             }
             Set<String> names = out.stream().map(ExpositionSample::name).collect(Collectors.toCollection(TreeSet::new));
-            if (!names.contains("symmem_allreduce_latency_seconds_count")) {
-                throw new IllegalStateException("no symmem_allreduce_latency_seconds_count in the scrape; names=" + names);
+            if (!names.contains("symmem_allreduce_duration_seconds_count")) {
+                throw new IllegalStateException("no symmem_allreduce_duration_seconds_count in the scrape; names=" + names);
             }
             return List.copyOf(out);
         }

@@ -103,7 +103,7 @@ public final class GradientSynchronizer {
 
     /**
      * Collective: all-reduces bucket {@code i} alone; every rank must reduce the same buckets in the
-     * same order. Its time goes to the metrics' {@code symmem.allreduce.latency}.
+     * same order. Its time goes to the metrics' {@code symmem.allreduce.duration}.
      *
      * @param i  the bucket's index in {@link #buckets()}
      * @param op the reduction

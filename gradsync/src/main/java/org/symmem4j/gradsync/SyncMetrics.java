@@ -19,6 +19,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReferenceArray;
 import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.BuildInfo;
 
 /**
  * Gradient-sync metrics as a Micrometer {@link MeterBinder}: the caller passes its registries (no
@@ -27,14 +28,14 @@ import org.symmem4j.parallel.Algorithm;
  * <table>
  *   <caption>Meters (Prometheus names in brackets)</caption>
  *   <tr><th>name</th><th>type</th><th>tags</th><th>what</th></tr>
- *   <tr><td>{@code symmem.allreduce.latency}</td><td>timer, histogram</td><td>algorithm, transport, size.class</td>
- *       <td>one all-reduce call (one gradient bucket) on one worker [symmem_allreduce_latency_seconds]</td></tr>
+ *   <tr><td>{@code symmem.allreduce.duration}</td><td>timer, histogram</td><td>algorithm, transport, size.class</td>
+ *       <td>one all-reduce call (one gradient bucket) on one worker [symmem_allreduce_duration_seconds]</td></tr>
  *   <tr><td>{@code symmem.allreduce.bytes}</td><td>summary (bytes)</td><td>algorithm, transport, size.class</td>
  *       <td>the payload of one all-reduce call on one worker; every worker records its own call, so a
  *       group all-reduce of B bytes adds workers x B [symmem_allreduce_bytes]</td></tr>
- *   <tr><td>{@code symmem.gradsync.step.latency}</td><td>timer, histogram</td><td>transport</td>
+ *   <tr><td>{@code symmem.gradsync.step.duration}</td><td>timer, histogram</td><td>transport</td>
  *       <td>one training step of one worker, sync included (every worker records it)</td></tr>
- *   <tr><td>{@code symmem.gradsync.sync.latency}</td><td>timer, histogram</td><td>transport</td>
+ *   <tr><td>{@code symmem.gradsync.sync.duration}</td><td>timer, histogram</td><td>transport</td>
  *       <td>the gradient-sync part of one worker's step (all buckets, waiting for peers included)</td></tr>
  *   <tr><td>{@code symmem.gradsync.worker.compute}</td><td>timer</td><td>transport, worker</td>
  *       <td>one worker's step less its sync: a straggler has the longest [symmem_gradsync_worker_compute_seconds]</td></tr>
@@ -57,6 +58,8 @@ import org.symmem4j.parallel.Algorithm;
  *       <td>the last step's examples over its duration (its slowest worker's step); the rate of
  *       {@code symmem.gradsync.examples} also counts the time between steps
  *       [symmem_gradsync_throughput_examples_per_second]</td></tr>
+ *   <tr><td>{@code symmem4j.build.info}</td><td>gauge (always 1)</td><td>version, commit, java (no extra tags)</td>
+ *       <td>which build recorded these meters [symmem4j_build_info]</td></tr>
  *   <tr><td>{@code symmem.gradsync.loss}</td><td>gauge</td><td>transport</td>
  *       <td>the last step's mean example loss (NaN before the first step)</td></tr>
  * </table>
@@ -151,9 +154,10 @@ public final class SyncMetrics implements MeterBinder {
         Bound(MeterRegistry registry, Tags base) {
             this.registry = registry;
             this.base = base;
-            step = latencyTimer("symmem.gradsync.step.latency", "One worker's training step, sync included")
+            registerBuildInfo(registry);
+            step = durationTimer("symmem.gradsync.step.duration", "One worker's training step, sync included")
                     .tags(base).register(registry);
-            sync = latencyTimer("symmem.gradsync.sync.latency", "Gradient-sync part of one worker's step")
+            sync = durationTimer("symmem.gradsync.sync.duration", "Gradient-sync part of one worker's step")
                     .tags(base).register(registry);
             steps = Counter.builder("symmem.gradsync.steps").description("Steps the group finished, skipped ones included")
                     .baseUnit("steps").tags(base).register(registry);
@@ -184,14 +188,27 @@ public final class SyncMetrics implements MeterBinder {
         }
     }
 
-    private record AllReduceMeters(Timer latency, DistributionSummary bytes) {
+    private record AllReduceMeters(Timer duration, DistributionSummary bytes) {
     }
 
     private record WorkerMeters(Timer compute, Timer sync) {
     }
 
+    /**
+     * The {@code symmem4j.build.info} gauge (always 1; tags {@code version}, {@code commit}, {@code java}),
+     * without the extra tags: the pipeline metrics register the same gauge,
+     * and a registry answers the second registration with the first meter.
+     */
+    static void registerBuildInfo(MeterRegistry registry) {
+        Gauge.builder(BUILD_INFO, () -> 1).description("The symmem4j build: version, commit, Java runtime (value 1)")
+                .tags(BuildInfo.current().tags()).strongReference(true).register(registry);
+    }
+
+    /** The build-info gauge's name ({@code symmem4j_build_info} in Prometheus). */
+    public static final String BUILD_INFO = "symmem4j.build.info";
+
     /** A timer builder with this project's histogram range (shared by every timer here). */
-    private static Timer.Builder latencyTimer(String name, String description) {
+    private static Timer.Builder durationTimer(String name, String description) {
         return Timer.builder(name).description(description).publishPercentileHistogram()
                 .minimumExpectedValue(LATENCY_MIN).maximumExpectedValue(LATENCY_MAX);
     }
@@ -214,7 +231,7 @@ public final class SyncMetrics implements MeterBinder {
     public void recordAllReduce(Algorithm algorithm, long bytes, long nanos) {
         for (Bound b : bound) {
             AllReduceMeters m = meters(b, algorithm, SizeClass.of(bytes));
-            m.latency().record(nanos, TimeUnit.NANOSECONDS);
+            m.duration().record(nanos, TimeUnit.NANOSECONDS);
             m.bytes().record(bytes);
         }
     }
@@ -234,7 +251,7 @@ public final class SyncMetrics implements MeterBinder {
         }
         Tags t = b.base.and("algorithm", algorithm.name(), "size.class", c.tag());
         m = new AllReduceMeters(
-                latencyTimer("symmem.allreduce.latency", "One all-reduce call (one gradient bucket) on one worker")
+                durationTimer("symmem.allreduce.duration", "One all-reduce call (one gradient bucket) on one worker")
                         .tags(t).register(b.registry),
                 DistributionSummary.builder("symmem.allreduce.bytes")
                         .description("Payload of one all-reduce call on one worker (every worker records its own call)")

@@ -99,16 +99,16 @@ class GradientSyncTest {
         });
         assertEquals(chosen.get(0), chosen.get(1), "every rank must choose the same algorithms");
         assertEquals(10, chosen.getFirst().size(), "40000 bytes in 4096-byte buckets");
-        long recorded = registry.find("symmem.allreduce.latency").timers().stream().mapToLong(Timer::count).sum();
+        long recorded = registry.find("symmem.allreduce.duration").timers().stream().mapToLong(Timer::count).sum();
         assertEquals(3 * 10, recorded, "one latency sample per bucket per rank");
-        Timer t = registry.find("symmem.allreduce.latency").tag("size.class", "small").tag("application", "test").timers()
+        Timer t = registry.find("symmem.allreduce.duration").tag("size.class", "small").tag("application", "test").timers()
                 .stream().filter(x -> x.count() > 0).findFirst().orElseThrow();
         assertEquals("host-in-jvm", t.getId().getTag("transport"));
         assertEquals(3L * 4L * count, (long) registry.find("symmem.allreduce.bytes")
                 .summaries().stream().mapToDouble(s -> s.totalAmount()).sum(), "bytes synced");
         Gauge share = registry.find("symmem.gradsync.sync.share").gauge();
         assertEquals(0.25, share.value(), 1e-12);
-        assertEquals(3, registry.find("symmem.gradsync.step.latency").timer().count());
+        assertEquals(3, registry.find("symmem.gradsync.step.duration").timer().count());
     }
 
     @Test
@@ -117,17 +117,17 @@ class GradientSyncTest {
         SyncMetrics metrics = new SyncMetrics("host-in-jvm");
         metrics.recordAllReduce(Algorithm.RING, 1 << 20, 5_000); // before binding: dropped
         metrics.bindTo(registry);
-        assertEquals(0, registry.find("symmem.allreduce.latency").timers().size(), "no series before the first all-reduce");
+        assertEquals(0, registry.find("symmem.allreduce.duration").timers().size(), "no series before the first all-reduce");
         metrics.recordAllReduce(Algorithm.ONE_SHOT, 4096, 7_000);
         metrics.recordAllReduce(Algorithm.ONE_SHOT, 4096, 9_000);
         metrics.recordAllReduce(Algorithm.TWO_SHOT, 64L << 20, 1_000_000);
-        var timers = registry.find("symmem.allreduce.latency").timers();
+        var timers = registry.find("symmem.allreduce.duration").timers();
         assertEquals(2, timers.size(), "one series per (algorithm, size class) that ran: " + timers);
-        Timer small = registry.find("symmem.allreduce.latency").tag("algorithm", "ONE_SHOT").timer();
+        Timer small = registry.find("symmem.allreduce.duration").tag("algorithm", "ONE_SHOT").timer();
         assertEquals(2, small.count());
         assertEquals(16_000, small.totalTime(java.util.concurrent.TimeUnit.NANOSECONDS), 1e-6);
         assertEquals(SizeClass.of(4096).tag(), small.getId().getTag("size.class"));
-        assertEquals(0, registry.find("symmem.allreduce.latency").tag("algorithm", "NCCL").timers().size());
+        assertEquals(0, registry.find("symmem.allreduce.duration").tag("algorithm", "NCCL").timers().size());
         assertEquals(1, registry.find("symmem.allreduce.bytes").tag("algorithm", "TWO_SHOT").summary().count());
     }
 

@@ -16,6 +16,7 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
 import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.BuildInfo;
 
 /** What {@link SyncMetrics} puts into a Prometheus scrape: names, units, tags, and histograms that resolve microseconds. */
 class SyncMetricsTest {
@@ -35,8 +36,8 @@ class SyncMetricsTest {
             metrics.recordAllReduce(Algorithm.TWO_SHOT, 1 << 20, 750_000);
         }
         String scrape = registry.scrape();
-        Map<Double, Double> oneShot = buckets(scrape, "symmem_allreduce_latency_seconds_bucket", "ONE_SHOT");
-        Map<Double, Double> twoShot = buckets(scrape, "symmem_allreduce_latency_seconds_bucket", "TWO_SHOT");
+        Map<Double, Double> oneShot = buckets(scrape, "symmem_allreduce_duration_seconds_bucket", "ONE_SHOT");
+        Map<Double, Double> twoShot = buckets(scrape, "symmem_allreduce_duration_seconds_bucket", "TWO_SHOT");
         double p50fast = histogramQuantile(0.5, oneShot);
         double p99fast = histogramQuantile(0.99, oneShot);
         double p50slow = histogramQuantile(0.5, twoShot);
@@ -81,7 +82,7 @@ class SyncMetricsTest {
                 "the last step: 64 examples in 20 ms");
         assertTrue(Double.isNaN(value(scrape, "symmem_gradsync_loss", "")), "the last step's loss (NaN)");
         assertEquals(0.35, value(scrape, "symmem_gradsync_sync_share_ratio", ""), 1e-12, "(6+1+6+1) / 40 ms");
-        assertEquals(4.0, value(scrape, "symmem_gradsync_step_latency_seconds_count", ""), "two workers x two steps");
+        assertEquals(4.0, value(scrape, "symmem_gradsync_step_duration_seconds_count", ""), "two workers x two steps");
         assertEquals(0.018, value(scrape, "symmem_gradsync_worker_compute_seconds_sum", "worker=\"1\""), 1e-12);
         assertEquals(0.008, value(scrape, "symmem_gradsync_worker_compute_seconds_sum", "worker=\"0\""), 1e-12);
         assertEquals(0.012, value(scrape, "symmem_gradsync_worker_sync_seconds_sum", "worker=\"0\""), 1e-12);
@@ -106,11 +107,11 @@ class SyncMetricsTest {
         metrics.bindTo(b);
         metrics.recordAllReduce(Algorithm.RING, 1 << 20, 5_000);
         metrics.recordStep(10, 100, 1_000, 0.5, false);
-        assertEquals(2, a.get("symmem.allreduce.latency").timer().count());
-        assertEquals(1, b.get("symmem.allreduce.latency").timer().count(), "only what came after binding");
+        assertEquals(2, a.get("symmem.allreduce.duration").timer().count());
+        assertEquals(1, b.get("symmem.allreduce.duration").timer().count(), "only what came after binding");
         assertEquals(1.0, a.get("symmem.gradsync.steps").counter().count());
         assertEquals(1.0, b.get("symmem.gradsync.steps").counter().count());
-        assertEquals(5_000, b.get("symmem.allreduce.latency").timer().totalTime(TimeUnit.NANOSECONDS), 1e-9);
+        assertEquals(5_000, b.get("symmem.allreduce.duration").timer().totalTime(TimeUnit.NANOSECONDS), 1e-9);
     }
 
     /**
@@ -137,6 +138,27 @@ class SyncMetricsTest {
     }
 
     // ---------------------------------------------------------------------------------------------
+
+    /**
+     * {@code symmem4j_build_info} carries this build's version, commit and Java runtime with the value 1,
+     * once, although both a sync binder with extra tags and one without register it.
+     */
+    @Test
+    void buildInfoGaugeIsOneSeriesWithVersionCommitAndJava() {
+        PrometheusMeterRegistry registry = new PrometheusMeterRegistry(PrometheusConfig.DEFAULT);
+        new SyncMetrics("host-in-jvm", Tags.of("application", "unit")).bindTo(registry);
+        new SyncMetrics("host-processes", Tags.of("application", "unit")).bindTo(registry);
+        BuildInfo build = BuildInfo.current();
+        assertTrue(build.version().matches("\\d+\\.\\d+\\.\\d+.*"), "version from build-info.properties: " + build);
+        assertTrue(build.commit().matches("[0-9a-f]{12}(-dirty)?|unknown"), "commit: " + build);
+        List<String> lines = registry.scrape().lines().filter(l -> l.startsWith("symmem4j_build_info")).toList();
+        assertEquals(1, lines.size(), "one build-info series: " + lines);
+        String line = lines.get(0);
+        assertTrue(line.contains("version=\"" + build.version() + "\""), line);
+        assertTrue(line.contains("commit=\"" + build.commit() + "\""), line);
+        assertTrue(line.contains("java=\"" + System.getProperty("java.runtime.version") + "\""), line);
+        assertEquals(1.0, Double.parseDouble(line.substring(line.lastIndexOf(' ') + 1)), line);
+    }
 
     private static final Pattern SAMPLE = Pattern.compile("^([a-zA-Z_:][a-zA-Z0-9_:]*)\\{([^}]*)\\}\\s+(\\S+)$");
     private static final Pattern LE = Pattern.compile("le=\"([^\"]+)\"");

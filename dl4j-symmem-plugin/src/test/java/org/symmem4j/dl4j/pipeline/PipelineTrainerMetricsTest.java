@@ -37,7 +37,7 @@ class PipelineTrainerMetricsTest {
                 trainer.fit(batch);
             }
         }
-        var step = registry.get("symmem.pipeline.step.latency").tags("application", "unit", "schedule", "1f1b",
+        var step = registry.get("symmem.pipeline.step.duration").tags("application", "unit", "schedule", "1f1b",
                 "transport", "host-in-jvm").timer();
         assertEquals(3, step.count(), "one sample per step");
         long windows = reports.stream().mapToLong(r -> r.timelineReport().windowNanos()).sum();
@@ -46,7 +46,7 @@ class PipelineTrainerMetricsTest {
         assertEquals(reports.getLast().loss(), registry.get("symmem.pipeline.loss").gauge().value());
         TimelineReport last = reports.getLast().timelineReport();
         assertEquals(last.bubbleFraction(), registry.get("symmem.pipeline.bubble.ratio").gauge().value());
-        assertEquals(3 * 4 * 2, registry.get("symmem.pipeline.handoff.latency").timer().count(),
+        assertEquals(3 * 4 * 2, registry.get("symmem.pipeline.handoff.duration").timer().count(),
                 "4 microbatches cross the one rank boundary each way, every step");
         for (int rank = 0; rank < 2; rank++) {
             int r = rank;

@@ -27,15 +27,26 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * did before.
  *
  * <pre>
- *  slot = seq &amp; (capacity - 1)          one entry per collective, overwritten capacity calls later
- *  seq[slot]      the control plane's sequence number (barriers inside collectives count too)
- *  what[slot]     the operation's name ("all-reduce", "cuda all-gather", "barrier")
- *  shape[slot]    kind+1 | dtype+1 &lt;&lt; 8 | op+1 &lt;&lt; 16 | algorithm+1 &lt;&lt; 24 (0: none / not yet known)
- *  count, bytes, memoryId, memoryOffset
- *  state[slot]    SCHEDULED (begun, at the entry barrier) -&gt; STARTED (every rank arrived)
- *                 -&gt; COMPLETED, or FAILED
- *  begunMillis, startedMillis, endedMillis   epoch ms ({@link CoarseClock}: about 1 ms resolution)
+ *  slot = seq &amp; (capacity - 1)    one entry per collective, overwritten capacity calls later; entry
+ *                                  slot is the 8 longs (64 bytes) ring[8 * slot .. 8 * slot + 7]:
+ *  [0] SEQ            the control plane's sequence number (barriers inside collectives count too)
+ *  [1] COUNT          elements        \
+ *  [2] BYTES          buffer bytes     | written by arguments(); meaningless while SHAPE is 0
+ *  [3] MEMORY_ID      symmetric region | (the dump then shows -1, -1, -1, 0: never arrived)
+ *  [4] MEMORY_OFFSET                  /
+ *  [5] BEGUN          epoch ms when begun ({@link CoarseClock}: about 1 ms resolution)
+ *  [6] TIMES          started &lt;&lt; 32 | ended: each ms since BEGUN plus 1, 0 while not yet reached
+ *  [7] SHAPE_STATE    state &lt;&lt; 32 | shape, shape = kind+1 | dtype+1 &lt;&lt; 8 | op+1 &lt;&lt; 16 | algorithm+1 &lt;&lt; 24
+ *                     (0: no arguments yet); state SCHEDULED (begun, at the entry barrier) -&gt; STARTED
+ *                     (every rank arrived) -&gt; COMPLETED, or FAILED
+ *  what[slot]         the operation's name ("all-reduce", "cuda all-gather", "barrier"), stored only when it
+ *                     differs from the slot's last one (a constant: usually the same, and no GC barrier then)
  * </pre>
+ *
+ * <p>One array of entries rather than one array per field: a collective's four calls touch one or two
+ * cache lines and one array bounds check instead of eleven arrays (the cost per collective is what
+ * {@code FlightRecorderOpsBenchmark} measures). Times after the begin are kept as 32-bit deltas: an
+ * operation that runs longer than 24 days, or a wall clock that stepped back, is clamped.
  *
  * <p>Size and dump directory: {@link Configuration#FLIGHT_RECORDER_ENTRIES},
  * {@link Configuration#FLIGHT_RECORDER_DIR}. Not thread-safe: written by the rank's thread that runs
@@ -63,17 +74,20 @@ public final class FlightRecorder {
     private final int worldSize;
     private final String communicator;
     private final int mask;
-    private final long[] seq;
+    private static final int STRIDE = 8;
+    private static final int SEQ = 0;
+    private static final int COUNT = 1;
+    private static final int BYTES = 2;
+    private static final int MEMORY_ID = 3;
+    private static final int MEMORY_OFFSET = 4;
+    private static final int BEGUN = 5;
+    private static final int TIMES = 6;
+    private static final int SHAPE_STATE = 7;
+    private static final long SHAPE_MASK = 0xffff_ffffL;
+
+    /** Every entry's 8 longs, entry after entry (see the class comment). */
+    private final long[] ring;
     private final String[] what;
-    private final int[] shape;
-    private final long[] count;
-    private final long[] bytes;
-    private final long[] memoryId;
-    private final long[] memoryOffset;
-    private final byte[] state;
-    private final long[] begunMillis;
-    private final long[] startedMillis;
-    private final long[] endedMillis;
     private long recorded;
     private long lastDumpedFailureSeq = -1;
 
@@ -82,17 +96,8 @@ public final class FlightRecorder {
         this.worldSize = worldSize;
         this.communicator = communicator;
         this.mask = capacity - 1;
-        this.seq = new long[capacity];
+        this.ring = new long[capacity * STRIDE];
         this.what = new String[capacity];
-        this.shape = new int[capacity];
-        this.count = new long[capacity];
-        this.bytes = new long[capacity];
-        this.memoryId = new long[capacity];
-        this.memoryOffset = new long[capacity];
-        this.state = new byte[capacity];
-        this.begunMillis = new long[capacity];
-        this.startedMillis = new long[capacity];
-        this.endedMillis = new long[capacity];
     }
 
     /**
@@ -149,17 +154,15 @@ public final class FlightRecorder {
      */
     public void begin(long s, String operation) {
         int i = (int) (s & mask);
-        seq[i] = s;
-        what[i] = operation;
-        shape[i] = 0;
-        count[i] = -1;
-        bytes[i] = -1;
-        memoryId[i] = -1;
-        memoryOffset[i] = 0;
-        state[i] = (byte) State.SCHEDULED.ordinal();
-        begunMillis[i] = CoarseClock.millis();
-        startedMillis[i] = 0;
-        endedMillis[i] = 0;
+        int e = i * STRIDE;
+        long[] r = ring;
+        r[e + SEQ] = s;
+        r[e + BEGUN] = CoarseClock.millis();
+        r[e + TIMES] = 0;
+        r[e + SHAPE_STATE] = (long) State.SCHEDULED.ordinal() << 32; // shape 0: no arguments yet
+        if (what[i] != operation) {
+            what[i] = operation;
+        }
         recorded++;
     }
 
@@ -171,15 +174,17 @@ public final class FlightRecorder {
      * @param d this rank's descriptor
      */
     public void arguments(OpDescriptorLayout.Descriptor d) {
-        int i = (int) (d.seq() & mask);
-        if (seq[i] != d.seq()) {
+        int e = (int) (d.seq() & mask) * STRIDE;
+        long[] r = ring;
+        if (r[e + SEQ] != d.seq()) {
             return; // not begun through this recorder
         }
-        shape[i] = d.kind().ordinal() + 1 | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
-        count[i] = d.count();
-        bytes[i] = d.bufferBytes();
-        memoryId[i] = d.memoryId();
-        memoryOffset[i] = d.memoryOffset();
+        int shape = d.kind().ordinal() + 1 | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
+        r[e + COUNT] = d.count();
+        r[e + BYTES] = d.bufferBytes();
+        r[e + MEMORY_ID] = d.memoryId();
+        r[e + MEMORY_OFFSET] = d.memoryOffset();
+        r[e + SHAPE_STATE] = r[e + SHAPE_STATE] & ~SHAPE_MASK | shape & SHAPE_MASK;
     }
 
     /**
@@ -188,10 +193,11 @@ public final class FlightRecorder {
      * @param s its sequence number
      */
     public void started(long s) {
-        int i = (int) (s & mask);
-        if (seq[i] == s && state[i] == State.SCHEDULED.ordinal()) {
-            state[i] = (byte) State.STARTED.ordinal();
-            startedMillis[i] = CoarseClock.millis();
+        int e = (int) (s & mask) * STRIDE;
+        long[] r = ring;
+        if (r[e + SEQ] == s && state(r[e + SHAPE_STATE]) == State.SCHEDULED.ordinal()) {
+            r[e + SHAPE_STATE] = withState(r[e + SHAPE_STATE], State.STARTED);
+            r[e + TIMES] = r[e + TIMES] & 0xffff_ffffL | (long) sinceBegun(r[e + BEGUN]) << 32;
         }
     }
 
@@ -201,11 +207,30 @@ public final class FlightRecorder {
      * @param s its sequence number
      */
     public void completed(long s) {
-        int i = (int) (s & mask);
-        if (seq[i] == s && state[i] != State.FAILED.ordinal()) {
-            state[i] = (byte) State.COMPLETED.ordinal();
-            endedMillis[i] = CoarseClock.millis();
+        int e = (int) (s & mask) * STRIDE;
+        long[] r = ring;
+        if (r[e + SEQ] == s && state(r[e + SHAPE_STATE]) != State.FAILED.ordinal()) {
+            r[e + SHAPE_STATE] = withState(r[e + SHAPE_STATE], State.COMPLETED);
+            r[e + TIMES] = r[e + TIMES] & ~0xffff_ffffL | sinceBegun(r[e + BEGUN]);
         }
+    }
+
+    private static int state(long shapeState) {
+        return (int) (shapeState >>> 32);
+    }
+
+    private static long withState(long shapeState, State state) {
+        return shapeState & SHAPE_MASK | (long) state.ordinal() << 32;
+    }
+
+    /** Now, as milliseconds since {@code begun} plus 1 (0 means "not reached"), clamped to [1, Integer.MAX_VALUE]. */
+    private static int sinceBegun(long begun) {
+        return (int) Math.clamp(CoarseClock.millis() - begun + 1, 1L, Integer.MAX_VALUE);
+    }
+
+    /** A TIMES half back to epoch milliseconds: 0 when not reached. */
+    private static long millis(long begun, long delta) {
+        return delta == 0 ? 0 : begun + delta - 1;
     }
 
     /**
@@ -216,10 +241,11 @@ public final class FlightRecorder {
      * @return the dump's file, or null when it was dumped already or could not be written (logged)
      */
     public Path failed(long s, Throwable reason) {
-        int i = (int) (s & mask);
-        if (seq[i] == s) {
-            state[i] = (byte) State.FAILED.ordinal();
-            endedMillis[i] = CoarseClock.millis();
+        int e = (int) (s & mask) * STRIDE;
+        long[] r = ring;
+        if (r[e + SEQ] == s) {
+            r[e + SHAPE_STATE] = withState(r[e + SHAPE_STATE], State.FAILED);
+            r[e + TIMES] = r[e + TIMES] & ~0xffff_ffffL | sinceBegun(r[e + BEGUN]);
         }
         if (s == lastDumpedFailureSeq) {
             return null;
@@ -274,7 +300,8 @@ public final class FlightRecorder {
             if (b.length() > 0) {
                 b.append(", ");
             }
-            b.append(what[i]).append('#').append(seq[i]).append(' ').append(STATES[state[i]]);
+            int e = i * STRIDE;
+            b.append(what[i]).append('#').append(ring[e + SEQ]).append(' ').append(STATES[state(ring[e + SHAPE_STATE])]);
         }
         return b.length() == 0 ? "none" : b.toString();
     }
@@ -308,22 +335,25 @@ public final class FlightRecorder {
             if (k > first) {
                 b.append(',');
             }
-            int sh = shape[i];
+            int e = i * STRIDE;
+            long[] r = ring;
+            int sh = (int) (r[e + SHAPE_STATE] & SHAPE_MASK);
             boolean hasShape = (sh & 0xff) != 0;
-            b.append("{\"seq\":").append(seq[i])
+            long begun = r[e + BEGUN];
+            b.append("{\"seq\":").append(r[e + SEQ])
                     .append(",\"op\":\"").append(ChromeTraceWriter.jsonEscape(what[i])).append('"')
                     .append(",\"kind\":").append(hasShape ? "\"" + KINDS[(sh & 0xff) - 1].name().toLowerCase(Locale.ROOT) + "\"" : "null")
                     .append(",\"dtype\":").append(name(DType.values(), (sh >>> 8 & 0xff) - 1))
                     .append(",\"reduceOp\":").append(name(ReduceOp.values(), (sh >>> 16 & 0xff) - 1))
                     .append(",\"algorithm\":").append(name(Algorithm.values(), (sh >>> 24 & 0xff) - 1))
-                    .append(",\"count\":").append(count[i])
-                    .append(",\"bytes\":").append(bytes[i])
-                    .append(",\"memoryId\":").append(memoryId[i])
-                    .append(",\"memoryOffset\":").append(memoryOffset[i])
-                    .append(",\"state\":\"").append(STATES[state[i]]).append('"')
-                    .append(",\"begunMillis\":").append(begunMillis[i])
-                    .append(",\"startedMillis\":").append(startedMillis[i])
-                    .append(",\"endedMillis\":").append(endedMillis[i])
+                    .append(",\"count\":").append(hasShape ? r[e + COUNT] : -1)
+                    .append(",\"bytes\":").append(hasShape ? r[e + BYTES] : -1)
+                    .append(",\"memoryId\":").append(hasShape ? r[e + MEMORY_ID] : -1)
+                    .append(",\"memoryOffset\":").append(hasShape ? r[e + MEMORY_OFFSET] : 0)
+                    .append(",\"state\":\"").append(STATES[state(r[e + SHAPE_STATE])]).append('"')
+                    .append(",\"begunMillis\":").append(begun)
+                    .append(",\"startedMillis\":").append(millis(begun, r[e + TIMES] >>> 32))
+                    .append(",\"endedMillis\":").append(millis(begun, r[e + TIMES] & 0xffff_ffffL))
                     .append('}');
         }
         return b.append("]}").toString();

@@ -72,6 +72,12 @@ public final class PipelineExecutor implements AutoCloseable {
     private final Arena arena = Arena.ofShared();
     /** By stage; null for stages of other ranks. */
     private final StageCompute[] stages;
+    /** Steps begun by {@link #runStep}: the JFR events' step number is this less one. */
+    private long stepsRun;
+    /** The last action's input and output sizes, for its JFR event (plain fields: the executor runs on one thread). */
+    private long lastInputBytes;
+    private long lastOutputBytes;
+
     /**
      * By [link type][stage] ({@link ActionType#link()}: an I's gradient uses its B's link): where the
      * action's input comes from and its output goes; null where there is none.
@@ -232,6 +238,7 @@ public final class PipelineExecutor implements AutoCloseable {
                     + " failed in an earlier step; create a new one (and a new group)");
         }
         int events = 0;
+        stepsRun++;
         clock.restart();
         try {
             for (int index = 0; index < actions.size(); index++) {
@@ -306,13 +313,37 @@ public final class PipelineExecutor implements AutoCloseable {
         return clock.mark();
     }
 
+    /** Runs action {@code index}; a {@link PipelineActionEvent} spans it while a JFR recording enables one. */
     private int run(int index, int events) {
+        if (!PipelineActionEvent.TYPE.isEnabled()) {
+            return runAction(index, events);
+        }
+        PipelineActionEvent e = new PipelineActionEvent();
+        e.begin();
+        int recorded = runAction(index, events);
+        e.end();
+        Action action = actions.get(index);
+        e.action = action.toString();
+        e.rank = group.rank();
+        e.stage = action.stage();
+        e.type = action.type().name();
+        e.microbatch = action.microbatch();
+        e.step = stepsRun - 1;
+        e.inputBytes = lastInputBytes;
+        e.outputBytes = lastOutputBytes;
+        e.commit();
+        return recorded;
+    }
+
+    private int runAction(int index, int events) {
         Action action = actions.get(index);
         int stage = action.stage();
         int mb = action.microbatch();
         ActionType link = action.type().link();
         StageCompute compute = stages[stage];
         if (link == null) { // a weight gradient: no message in or out
+            lastInputBytes = 0;
+            lastOutputBytes = 0;
             long start = mark();
             compute.backwardWeight(mb);
             return record(events, encode(Kind.WEIGHT_GRADIENT, index), start);
@@ -327,6 +358,8 @@ public final class PipelineExecutor implements AutoCloseable {
         } else if (localQueues[t][stage] != null) {
             input = localQueues[t][stage].removeFirst();
         }
+        lastInputBytes = input.byteSize();
+        lastOutputBytes = 0;
         start = mark();
         MemorySegment output = switch (action.type()) {
             case FORWARD -> compute.forward(mb, input);
@@ -347,6 +380,7 @@ public final class PipelineExecutor implements AutoCloseable {
             return events;
         }
         Objects.requireNonNull(output, () -> "stage " + stage + " returned no output for " + action);
+        lastOutputBytes = output.byteSize();
         LinkSender sender = senders[t][stage];
         if (sender != null) {
             start = mark();

@@ -15,6 +15,7 @@ import java.util.Objects;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import org.symmem4j.parallel.BuildInfo;
 
 /**
  * Pipeline metrics as a Micrometer {@link MeterBinder}: the caller passes its registries (it may
@@ -26,15 +27,17 @@ import java.util.concurrent.atomic.AtomicLong;
  *   <tr><th>name</th><th>type</th><th>what</th></tr>
  *   <tr><td>{@code symmem.pipeline.bubble.ratio}</td><td>gauge (ratio)</td>
  *       <td>the last step's measured bubble: idle share of all ranks over the step's window</td></tr>
- *   <tr><td>{@code symmem.pipeline.handoff.latency}</td><td>timer, histogram</td>
+ *   <tr><td>{@code symmem.pipeline.handoff.duration}</td><td>timer, histogram</td>
  *       <td>one stage-to-stage message: post start to receipt when the receiver waited, else the post</td></tr>
- *   <tr><td>{@code symmem.pipeline.step.latency}</td><td>timer, histogram</td>
+ *   <tr><td>{@code symmem.pipeline.step.duration}</td><td>timer, histogram</td>
  *       <td>one step's window, first forward to last backward; its count is the steps</td></tr>
  *   <tr><td>{@code symmem.pipeline.rank.compute}</td><td>timer, tag {@code rank}</td>
  *       <td>one rank's forward and backward passes in one step: the slowest stage has the longest
  *       [symmem_pipeline_rank_compute_seconds]</td></tr>
  *   <tr><td>{@code symmem.pipeline.examples}</td><td>counter</td>
  *       <td>examples trained [symmem_pipeline_examples_total]</td></tr>
+ *   <tr><td>{@code symmem4j.build.info}</td><td>gauge (always 1), tags {@code version, commit, java} only</td>
+ *       <td>which build recorded these meters [symmem4j_build_info]</td></tr>
  *   <tr><td>{@code symmem.pipeline.loss}</td><td>gauge</td><td>the last step's loss (NaN before the first)</td></tr>
  *   <tr><td>{@code symmem.pipeline.failures}</td><td>counter, tag {@code reason}</td>
  *       <td>steps that failed: timeout or error [symmem_pipeline_failures_total]</td></tr>
@@ -93,15 +96,18 @@ public final class PipelineMetrics implements MeterBinder {
         Bound(MeterRegistry registry, Tags tags) {
             this.registry = registry;
             this.tags = tags;
+            // symmem4j_build_info, as the gradient-sync metrics register it (same name and tags: one meter)
+            Gauge.builder("symmem4j.build.info", () -> 1).description("The symmem4j build: version, commit, Java runtime (value 1)")
+                    .tags(BuildInfo.current().tags()).strongReference(true).register(registry);
             // strong references: the registry usually outlives the trainer, whose last values it keeps serving
             Gauge.builder("symmem.pipeline.bubble.ratio", bubbleBits, bits -> Double.longBitsToDouble(bits.get()))
                     .description("Idle share of the last pipeline step").baseUnit("ratio").tags(tags).strongReference(true)
                     .register(registry);
             Gauge.builder("symmem.pipeline.loss", lossBits, bits -> Double.longBitsToDouble(bits.get()))
                     .description("Loss of the last pipeline step").tags(tags).strongReference(true).register(registry);
-            handoff = latencyTimer("symmem.pipeline.handoff.latency", "One stage-to-stage hand-off").tags(tags)
+            handoff = durationTimer("symmem.pipeline.handoff.duration", "One stage-to-stage hand-off").tags(tags)
                     .register(registry);
-            step = latencyTimer("symmem.pipeline.step.latency", "One pipeline step, first forward to last backward")
+            step = durationTimer("symmem.pipeline.step.duration", "One pipeline step, first forward to last backward")
                     .tags(tags).register(registry);
             examples = Counter.builder("symmem.pipeline.examples").description("Examples trained by the pipeline")
                     .baseUnit("examples").tags(tags).register(registry);
@@ -112,7 +118,7 @@ public final class PipelineMetrics implements MeterBinder {
         }
     }
 
-    private static Timer.Builder latencyTimer(String name, String description) {
+    private static Timer.Builder durationTimer(String name, String description) {
         return Timer.builder(name).description(description).publishPercentileHistogram()
                 .minimumExpectedValue(LATENCY_MIN).maximumExpectedValue(LATENCY_MAX);
     }

@@ -163,6 +163,57 @@ class PipelineExecutorTest {
                 }).orElseThrow(() -> new AssertionError("no " + kind + " pass of microbatch " + microbatch));
     }
 
+    /**
+     * While a JFR recording enables {@code symmem4j.PipelineAction}, every action of every rank is one
+     * event, read back with {@code jdk.jfr.consumer}: its spelling, rank, stage, type, microbatch and
+     * step match the schedule, inputs and outputs have the microbatch's size except at the pipeline's ends.
+     */
+    @Test
+    void everyActionIsAJfrEventWhileARecordingEnablesIt(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir)
+            throws Exception {
+        PipelineShape shape = PipelineShape.of(2, 4);
+        Schedule schedule = ScheduleGenerators.oneFOneB(2, 4);
+        java.nio.file.Path file = dir.resolve("actions.jfr");
+        try (jdk.jfr.Recording recording = new jdk.jfr.Recording()) {
+            recording.enable("symmem4j.PipelineAction").withThreshold(Duration.ZERO);
+            recording.start();
+            InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+                try (PipelineExecutor executor = PipelineExecutor.create(group, schedule, shape,
+                        new HashMap<>(stagesOf(group, shape, 0, 0)), 2, 4L * WIDTH)) {
+                    executor.runStep();
+                    return executor.runStep();
+                }
+            });
+            recording.stop();
+            recording.dump(file);
+        }
+        List<jdk.jfr.consumer.RecordedEvent> events = jdk.jfr.consumer.RecordingFile.readAllEvents(file).stream()
+                .filter(e -> e.getEventType().getName().equals("symmem4j.PipelineAction")).toList();
+        List<String> expected = new java.util.ArrayList<>();
+        for (long step = 0; step < 2; step++) {
+            for (int rank = 0; rank < 2; rank++) {
+                for (var action : schedule.actionsByRank().get(rank)) {
+                    expected.add(step + " " + rank + " " + action);
+                }
+            }
+        }
+        List<String> seen = new java.util.ArrayList<>();
+        for (jdk.jfr.consumer.RecordedEvent e : events) {
+            String action = e.getString("action");
+            seen.add(e.getLong("step") + " " + e.getInt("rank") + " " + action);
+            int stage = e.getInt("stage");
+            boolean forward = e.getString("type").equals("FORWARD");
+            assertEquals(stage + (forward ? "F" : "B") + e.getInt("microbatch"), action, "fields agree with the spelling");
+            boolean first = forward ? stage == 0 : stage == shape.stageCount() - 1;
+            boolean last = forward ? stage == shape.stageCount() - 1 : stage == 0;
+            assertEquals(first ? 0 : WIDTH * 4L, e.getLong("inputBytes"), action + " input");
+            assertEquals(last ? 0 : WIDTH * 4L, e.getLong("outputBytes"), action + " output");
+        }
+        java.util.Collections.sort(expected);
+        java.util.Collections.sort(seen);
+        assertEquals(expected, seen, "one event per action per rank per step");
+    }
+
     /** The report's outputs: metrics from a real step, a Chrome trace naming every action, an SVG with one box per pass. */
     @Test
     void reportFeedsMetricsTraceAndPicture() {
@@ -181,7 +232,7 @@ class PipelineExecutorTest {
         metrics.bindTo(registry);
         metrics.record(report);
         // 4 microbatches cross the one boundary each way
-        assertEquals(8, registry.get("symmem.pipeline.handoff.latency").timer().count());
+        assertEquals(8, registry.get("symmem.pipeline.handoff.duration").timer().count());
         assertEquals(report.bubbleFraction(), registry.get("symmem.pipeline.bubble.ratio").gauge().value(), 0.0);
         // The bubble's size depends on how the machine runs the two threads, so it is not asserted (the
         // benchmark PipelineExecutorBubbleBench measures it). What causality fixes is asserted instead:
@@ -199,7 +250,7 @@ class PipelineExecutorTest {
                 "simulated rank 1 idle " + simulated.rank(1).idleTime() + " us, expected at least stage 0's forward "
                         + measured.forward()[0] + " + backward " + measured.backward()[0] + " us");
         assertTrue(simulated.bubbleFraction() > 0 && simulated.bubbleFraction() < 1, "simulated " + simulated);
-        assertEquals(report.windowNanos(), registry.get("symmem.pipeline.step.latency").timer()
+        assertEquals(report.windowNanos(), registry.get("symmem.pipeline.step.duration").timer()
                 .totalTime(java.util.concurrent.TimeUnit.NANOSECONDS), 1.0);
         for (int rank = 0; rank < 2; rank++) {
             assertEquals(report.computeNanos(rank), registry.get("symmem.pipeline.rank.compute").tag("rank",
@@ -210,12 +261,12 @@ class PipelineExecutorTest {
                 new io.micrometer.prometheusmetrics.PrometheusMeterRegistry(io.micrometer.prometheusmetrics.PrometheusConfig.DEFAULT);
         metrics.bindTo(prometheus);
         metrics.record(report);
-        double[] bounds = prometheus.scrape().lines().filter(l -> l.startsWith("symmem_pipeline_handoff_latency_seconds_bucket"))
+        double[] bounds = prometheus.scrape().lines().filter(l -> l.startsWith("symmem_pipeline_handoff_duration_seconds_bucket"))
                 .map(l -> l.replaceAll(".*le=\"([^\"]+)\".*", "$1")).filter(le -> !le.equals("+Inf"))
                 .mapToDouble(Double::parseDouble).sorted().toArray();
         assertEquals(1e-6, bounds[0], 1e-15, "lowest hand-off bucket bound (s)");
         assertEquals(10.0, bounds[bounds.length - 1], 1e-9, "highest finite hand-off bucket bound (s)");
-        assertEquals(16, registry.get("symmem.pipeline.handoff.latency").timer().count(), "the first registry saw both steps");
+        assertEquals(16, registry.get("symmem.pipeline.handoff.duration").timer().count(), "the first registry saw both steps");
         String trace = report.chromeTraceJson();
         for (var action : schedule.actionsByRank().stream().flatMap(List::stream).toList()) {
             assertTrue(trace.contains("\"name\":\"" + action + "\""), "trace lacks " + action);

@@ -1,0 +1,87 @@
+package org.symmem4j.benchmarks;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import org.junit.jupiter.api.Test;
+import org.symmem4j.gradsync.ThresholdTable;
+import org.symmem4j.parallel.BuildInfo;
+import org.symmem4j.parallel.Transport;
+import picocli.CommandLine;
+
+/** The doctor's output structure (sections, flags, tables, one benchmark row per size), never its timings. */
+class DoctorTest {
+
+    private record Run(int status, String out, String err) {
+    }
+
+    private static Run run(String... args) {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        ByteArrayOutputStream err = new ByteArrayOutputStream();
+        CommandLine cli = new CommandLine(new Doctor(new PrintStream(out, true, StandardCharsets.UTF_8)));
+        cli.setErr(new java.io.PrintWriter(err, true, StandardCharsets.UTF_8));
+        int status = cli.execute(args);
+        return new Run(status, out.toString(StandardCharsets.UTF_8), err.toString(StandardCharsets.UTF_8));
+    }
+
+    @Test
+    void printsEverySectionAndOneBenchmarkRowPerSize() {
+        Run r = run("--ranks", "2", "--sizes", "4096,1024");
+        assertEquals(0, r.status(), r.err());
+        List<String> sections = r.out().lines().filter(l -> l.startsWith("== ")).toList();
+        List<String> names = new ArrayList<>();
+        for (String s : sections) {
+            names.add(s.substring(3).split("[ (]")[0]);
+        }
+        assertEquals(List.of("build", "jvm", "machine", "native", "transports", "algorithm", "all-reduce", "not"), names,
+                r.out());
+        BuildInfo b = BuildInfo.current();
+        assertTrue(r.out().contains("version=" + b.version() + " commit=" + b.commit()), r.out());
+        for (String flag : List.of("--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
+                "--sun-misc-unsafe-memory-access=allow")) {
+            assertTrue(r.out().lines().anyMatch(l -> l.startsWith("flag " + flag + ": present")
+                    || l.startsWith("flag " + flag + ": MISSING (") && l.endsWith("fix: add " + flag + ")")), flag + "\n" + r.out());
+        }
+        assertTrue(r.out().contains("transport host-in-jvm\n") && r.out().contains("transport host-shm\n"), r.out());
+        for (String lib : List.of("libcuda.so.1: ", "libnccl.so.2: ", "libnvshmem_host.so.3: ", "libmpi.so.40 (Open MPI): ")) {
+            assertTrue(r.out().lines().anyMatch(l -> l.startsWith(lib) && (l.contains("available") || l.contains("absent"))), lib);
+        }
+        ThresholdTable table = ThresholdTable.load();
+        List<String> lines = r.out().lines().toList();
+        int header = lines.indexOf(lines.stream().filter(l -> l.startsWith("== all-reduce")).findFirst().orElseThrow());
+        // the column header, then one row per size, ascending
+        for (int i = 0; i < 2; i++) {
+            long bytes = i == 0 ? 1024 : 4096;
+            String[] cells = lines.get(header + 2 + i).trim().split("\\s+");
+            assertEquals(6, cells.length, lines.get(header + 2 + i));
+            assertEquals(bytes, Long.parseLong(cells[0]));
+            int measured = 0;
+            for (int a = 1; a <= 3; a++) {
+                if (!cells[a].equals("-")) {
+                    assertTrue(Double.parseDouble(cells[a]) > 0, cells[a]);
+                    measured++;
+                }
+            }
+            assertTrue(measured >= 1, "at least one algorithm runs on host-in-jvm: " + lines.get(header + 2 + i));
+            assertEquals(table.lookup(Transport.HOST_IN_JVM, 2, bytes).name(), cells[4], "the table's choice");
+        }
+    }
+
+    @Test
+    void noBenchmarkMeasuresNothingAndBadInputIsRefusedBeforeAnything() {
+        Run quick = run("--no-benchmark");
+        assertEquals(0, quick.status(), quick.err());
+        assertFalse(quick.out().contains("== all-reduce"), quick.out());
+        assertTrue(quick.out().contains("== algorithm table"), quick.out());
+        Run bad = run("--ranks", "1", "--sizes", "1000,6");
+        assertEquals(2, bad.status());
+        assertEquals("", bad.out(), "nothing printed before the refusal");
+        assertTrue(bad.err().contains("--ranks=1") && bad.err().contains("multiples of 4"), bad.err());
+    }
+}
