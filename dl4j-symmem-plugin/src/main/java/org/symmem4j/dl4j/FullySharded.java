@@ -59,7 +59,9 @@ import org.symmem4j.parallel.numeric.Reducer;
  *   <li>in the gradient hook ({@link #finishBackward}): what is left (layer 0 has no hook of its own)
  *       is reduce-scattered, everything but the own blocks released.</li>
  * </ul>
- * Then the {@link ShardedUpdater} runs on the own blocks, and this class's step function subtracts
+ * State updates in the gradient view (BatchNorm's running statistics) are copied before each unit's
+ * reduce-scatter and merged in the gradient hook as in plain data parallelism ({@link StateUpdateReduction}),
+ * over the own blocks. Then the {@link ShardedUpdater} runs on the own blocks, and this class's step function subtracts
  * the update from the own blocks only, in place of DL4J's, which would write the whole view.
  * The network's {@code calcRegularizationScore} returns the sum of the terms computed while each
  * layer was gathered, in DL4J's order, so the score is DL4J's to the bit.
@@ -94,6 +96,8 @@ final class FullySharded implements AutoCloseable {
     private final List<INDArray> ownParams;
     private final List<INDArray> ownGradients;
     private final Reducer reducer = Reducer.forThisJvm();
+    /** Where the state updates (BatchNorm's running statistics) are copied before each reduce-scatter; null if none. */
+    private StateUpdateReduction state;
     /** Every collective of a step, in issue order: gathers (prefetched) and reduce-scatters. */
     private final java.util.concurrent.ExecutorService commThread;
     /** A unit's gather under way on the communication thread, by layer; null when none. */
@@ -175,10 +179,10 @@ final class FullySharded implements AutoCloseable {
 
     /**
      * Throws, naming what and the fix, when stage 3 cannot drive {@code model}: before any worker starts.
-     *
-     * @param stateEntries the gradient-view entries that hold state updates (BatchNormalization's running statistics)
+     * State updates in the gradient view (BatchNormalization's running statistics, center-loss centers)
+     * are merged as in plain data parallelism ({@link #captureStateWith}).
      */
-    static void check(ModelReplica model, List<StateUpdateReduction.Entry> stateEntries) {
+    static void check(ModelReplica model) {
         if (!(model instanceof ModelReplica.Mln mln)) {
             throw new IllegalArgumentException("sharding(PARAMETERS) with a " + model.model().getClass().getSimpleName()
                     + ": ZeRO stage 3 drives a MultiLayerNetwork only so far (fix: sharding(GRADIENTS) or"
@@ -205,11 +209,6 @@ final class FullySharded implements AutoCloseable {
                         + " train it with sharding(GRADIENTS), which keeps whole parameters, or replace the constraint by"
                         + " an element-wise regularization: l2(...) or weightDecay(...))");
             }
-        }
-        if (!stateEntries.isEmpty()) {
-            throw new IllegalArgumentException("sharding(PARAMETERS) with layers that write state updates into the gradient"
-                    + " view " + stateEntries + " (BatchNormalization's running statistics): stage 3 does not merge them yet"
-                    + " (fix: sharding(GRADIENTS) merges them as plain data parallelism does)");
         }
     }
 
@@ -295,6 +294,15 @@ final class FullySharded implements AutoCloseable {
                     + " BaseOptimizer.stepFunction is not as DL4J 1.0.0-M2.1 has it, or DL4J is on the module path: add"
                     + " --add-opens org.deeplearning4j.nn/org.deeplearning4j.optimize.solvers=ALL-UNNAMED): " + e, e);
         }
+    }
+
+    /**
+     * Makes every unit's reduce-scatter first copy this worker's state updates into {@code reduction}
+     * ({@link StateUpdateReduction#capture}), which the gradient hook then merges as plain data
+     * parallelism does. Before the first step.
+     */
+    void captureStateWith(StateUpdateReduction reduction) {
+        this.state = reduction;
     }
 
     // ------------------------------------------------------------------ the step
@@ -463,6 +471,11 @@ final class FullySharded implements AutoCloseable {
      */
     private void startReduceScatter(Unit u) {
         reduced[u.layer()] = true;
+        if (state != null) {
+            // this worker's state updates (BatchNorm's running statistics) before the reduce-scatter sums them and
+            // the release drops the pages outside the own block; the parameters are still gathered here
+            state.capture(u.offset(), u.offset() + u.length());
+        }
         commThread.submit(() -> {
             long ds = dtype.byteSize();
             MemorySegment local = gradients.local();

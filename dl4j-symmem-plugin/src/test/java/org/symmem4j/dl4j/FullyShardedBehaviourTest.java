@@ -170,15 +170,6 @@ class FullyShardedBehaviourTest {
         assertTrue(e.getMessage().contains("weight constraints") && e.getMessage().contains("l2(...)"), e.getMessage());
         assertTrue(ModelReplica.bitwiseEqual(before.array(), constrained.params()), "nothing trained");
 
-        // BatchNormalization's running statistics
-        MultiLayerNetwork bn = StateNets.batchNormMlp(DataType.FLOAT, false, new Adam(0.01));
-        e = assertThrows(IllegalArgumentException.class, () -> {
-            try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(bn).workers(2).sharding(ZeroStage.PARAMETERS).build()) {
-                w.fit(new BatchListIterator(data));
-            }
-        });
-        assertTrue(e.getMessage().contains("state updates"), e.getMessage());
-
         // DL4J listeners read the whole model at every step
         MultiLayerNetwork listened = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
         listened.setListeners(new ScoreIterationListener(1));
