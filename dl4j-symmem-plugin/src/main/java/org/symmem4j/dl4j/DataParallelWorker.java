@@ -269,7 +269,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             lossAlgorithm = AlgorithmPolicy.oneShotWhereItRuns(scalars, 1, DType.FLOAT64, ReduceOp.SUM);
         }
         if (settings.sharding() == ZeroStage.PARAMETERS) {
-            fullySharded = FullySharded.open((ModelReplica.Mln) shardSource.model(), group, comm);
+            fullySharded = FullySharded.open(shardSource.model(), group, comm);
             replica = fullySharded.replica();
             if (settings.workspaceMode() != null) {
                 replica.setTrainingWorkspaceMode(settings.workspaceMode());

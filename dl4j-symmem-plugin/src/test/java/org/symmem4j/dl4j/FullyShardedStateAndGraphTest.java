@@ -4,10 +4,14 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import org.deeplearning4j.nn.api.Model;
+import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.graph.ElementWiseVertex;
+import org.deeplearning4j.nn.conf.graph.MergeVertex;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.conf.layers.BatchNormalization;
@@ -26,6 +30,8 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * ZeRO stage 3 on what needs more than a chain of layers: BatchNormalization's running statistics
@@ -116,5 +122,63 @@ class FullyShardedStateAndGraphTest {
         Model copy = original instanceof MultiLayerNetwork m ? m.clone() : ((ComputationGraph) original).clone();
         copy.setParams(run.params());
         return copy;
+    }
+
+    /**
+     * Two layers on the input (neither reports to stage 3's hooks: DL4J feeds them the caller's
+     * array), a skip connection added element-wise to a deeper layer, a merge, a BatchNorm, and the
+     * output layer, which DL4J's graph runs only in backprop; L2, so every layer's term counts.
+     */
+    static ComputationGraph skipGraph(DataType dtype) {
+        ComputationGraphConfiguration conf = new NeuralNetConfiguration.Builder()
+                .seed(31).dataType(dtype).updater(new Adam(0.01)).weightInit(WeightInit.XAVIER).l2(1e-3)
+                .graphBuilder()
+                .addInputs("in")
+                .addLayer("a", new DenseLayer.Builder().nIn(Nets.IN).nOut(20).activation(Activation.TANH).build(), "in")
+                .addLayer("skip", new DenseLayer.Builder().nIn(Nets.IN).nOut(20).activation(Activation.IDENTITY).build(), "in")
+                .addLayer("b", new DenseLayer.Builder().nIn(20).nOut(20).activation(Activation.RELU).build(), "a")
+                .addVertex("sum", new ElementWiseVertex(ElementWiseVertex.Op.Add), "b", "skip")
+                .addVertex("both", new MergeVertex(), "sum", "a")
+                .addLayer("c", new DenseLayer.Builder().nIn(40).nOut(16).activation(Activation.TANH).build(), "both")
+                .addLayer("bn", new BatchNormalization.Builder().nIn(16).nOut(16).decay(0.8).build(), "c")
+                .addLayer("out", new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(16).nOut(Nets.OUT)
+                        .activation(Activation.SOFTMAX).build(), "bn")
+                .setOutputs("out")
+                .build();
+        ComputationGraph g = new ComputationGraph(conf);
+        g.init();
+        return g;
+    }
+
+    @ParameterizedTest(name = "workers={0} {1}")
+    @CsvSource({"2, FLOAT", "3, DOUBLE"})
+    void aGraphWithSkipAndMergeEqualsPlainDataParallelismAndStagesOneAndTwoBitwise(int workers, DataType dtype) {
+        List<DataSet> data = Nets.batches(37, 3 * workers + 1, 8, dtype); // the last step leaves workers idle
+        assertStage3EqualsTheOthers(skipGraph(dtype), workers, data);
+    }
+
+    /** One rank per group member (group mode), against stage 3 in threads, which equals plain data parallelism. */
+    @ParameterizedTest(name = "ranks={0}")
+    @CsvSource({"3"})
+    void aGraphInGroupModeEqualsThreadsBitwise(int ranks) {
+        List<DataSet> data = Nets.batches(41, 2 * ranks + 1, 8, DataType.FLOAT);
+        ComputationGraph initial = skipGraph(DataType.FLOAT);
+        Run threads = train(initial, ranks, ZeroStage.PARAMETERS, data);
+        List<Run> perRank = InJvmWorld.runOnEveryRank(ranks, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
+                group -> {
+                    ComputationGraph mine = initial.clone();
+                    List<Double> losses = new ArrayList<>();
+                    try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(mine).group(group).ompThreadsPerWorker(1)
+                            .sharding(ZeroStage.PARAMETERS).stepListener(r -> losses.add(r.loss())).build()) {
+                        w.fit(new BatchListIterator(data));
+                    }
+                    return new Run(losses, mine.params().dup(), mine.getUpdater().getStateViewArray().dup());
+                });
+        for (int r = 0; r < ranks; r++) {
+            Run o = perRank.get(r);
+            assertTrue(ModelReplica.bitwiseEqual(threads.params(), o.params()), "rank " + r + ": parameters");
+            assertTrue(ModelReplica.bitwiseEqual(threads.updaterState(), o.updaterState()), "rank " + r + ": updater state");
+            assertEquals(threads.losses(), o.losses(), "rank " + r + ": every step's loss");
+        }
     }
 }
