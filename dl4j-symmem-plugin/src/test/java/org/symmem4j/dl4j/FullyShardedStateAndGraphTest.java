@@ -35,7 +35,8 @@ import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * ZeRO stage 3 on what needs more than a chain of layers: BatchNormalization's running statistics
- * (merged from each worker's batch as plain data parallelism merges them) and ComputationGraphs.
+ * and center-loss centers (merged from each worker's batch as plain data parallelism merges them) and
+ * ComputationGraphs.
  * Threads of one JVM; against plain data parallelism and stages 1 and 2, bitwise: every step's
  * loss, the parameters (running statistics included) and the updater state after the fit.
  */
@@ -60,7 +61,7 @@ class FullyShardedStateAndGraphTest {
         }
         INDArray state = copy instanceof MultiLayerNetwork m ? m.getUpdater().getStateViewArray()
                 : ((ComputationGraph) copy).getUpdater().getStateViewArray();
-        return new Run(losses, copy.params().dup(), state.dup());
+        return new Run(losses, copy.params().dup(), state == null ? null : state.dup()); // SGD keeps no state
     }
 
     /** Stage 3 and stages 1 and 2 against plain data parallelism, bitwise; and a run one step shorter differs. */
@@ -180,5 +181,12 @@ class FullyShardedStateAndGraphTest {
             assertTrue(ModelReplica.bitwiseEqual(threads.updaterState(), o.updaterState()), "rank " + r + ": updater state");
             assertEquals(threads.losses(), o.losses(), "rank " + r + ": every step's loss");
         }
+    }
+
+    /** Center-loss centers (a state update DL4J divides by the batch size) in a graph whose output layer holds them. */
+    @org.junit.jupiter.api.Test
+    void centerLossCentersInAGraphEqualPlainDataParallelismBitwise() {
+        List<DataSet> data = StateNets.shiftedBatches(43, new int[] {8, 6, 7, 5, 8}, DataType.DOUBLE);
+        assertStage3EqualsTheOthers(StateNets.centerLossGraph(DataType.DOUBLE), 2, data);
     }
 }
