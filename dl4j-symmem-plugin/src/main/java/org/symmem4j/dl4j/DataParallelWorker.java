@@ -269,7 +269,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             lossAlgorithm = AlgorithmPolicy.oneShotWhereItRuns(scalars, 1, DType.FLOAT64, ReduceOp.SUM);
         }
         if (settings.sharding() == ZeroStage.PARAMETERS) {
-            fullySharded = FullySharded.open((ModelReplica.Mln) shardSource.model(), group, comm);
+            fullySharded = FullySharded.open(shardSource.model(), group, comm);
             replica = fullySharded.replica();
             if (settings.workspaceMode() != null) {
                 replica.setTrainingWorkspaceMode(settings.workspaceMode());
@@ -361,7 +361,11 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         synchronizer = fullySharded != null ? null
                 : new GradientSynchronizer(comm, gradients, 0, dtype, buckets, policy, metrics);
         if (!stateEntries.isEmpty()) {
-            stateReduction = new StateUpdateReduction(stateEntries, replica, comm);
+            // stage 3 gives a layer's pages back once its gradient is reduce-scattered: the rules read copies
+            stateReduction = new StateUpdateReduction(stateEntries, replica, comm, fullySharded != null);
+            if (fullySharded != null) {
+                fullySharded.captureStateWith(stateReduction);
+            }
         }
         if (shardSource == null) {
             averaging = startAveraging(group, buckets, layers);
@@ -639,7 +643,18 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         if (fullySharded != null) {
             // stage 3: the layers' gradients were reduce-scattered during backprop; what is left, then the shard
             fullySharded.finishBackward();
+            if (stateReduction != null) {
+                // from the copies taken before each layer's reduce-scatter; collective, the communication thread is idle
+                stateReduction.reduce(task.examples(), task.stepExamples(), task.batch());
+            }
             sharded.divideShard(task.stepExamples());
+            if (stateReduction != null) {
+                // the merged state updates replace the summed-and-divided entries in the own blocks, as stage 2 does
+                long[] own = fullySharded.ownRanges();
+                for (int i = 0; i < own.length; i += 2) {
+                    stateReduction.write(own[i], own[i + 1]);
+                }
+            }
             long nonFiniteShards = sharded.agree();
             syncNanos = System.nanoTime() - start;
             if (nonFiniteShards > 0) {

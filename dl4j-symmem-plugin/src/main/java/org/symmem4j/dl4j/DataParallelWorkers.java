@@ -90,7 +90,7 @@ final class DataParallelWorkers {
             List<StateUpdateReduction.Entry> stateEntries = StateUpdateReduction.find(
                     UpdaterLayout.variablesOf(model.dl4jUpdater()), model.trainables());
             if (settings.sharding() == ZeroStage.PARAMETERS) {
-                FullySharded.check(model, stateEntries); // before any worker starts: what stage 3 cannot drive
+                FullySharded.check(model); // before any worker starts: what stage 3 cannot drive
             }
             logStateEntries(stateEntries);
             if (settings.group() == null) {

@@ -3,12 +3,17 @@ package org.symmem4j.dl4j;
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import org.deeplearning4j.nn.api.Layer;
-import org.deeplearning4j.nn.conf.BackpropType;
+import org.deeplearning4j.nn.api.OptimizationAlgorithm;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
-import org.deeplearning4j.nn.api.OptimizationAlgorithm;
+import org.deeplearning4j.nn.graph.vertex.GraphVertex;
+import org.deeplearning4j.nn.graph.vertex.impl.FrozenVertex;
+import org.deeplearning4j.nn.layers.FrozenLayer;
+import org.deeplearning4j.nn.layers.FrozenLayerWithBackprop;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.optimize.api.ConvexOptimizer;
 import org.deeplearning4j.optimize.api.StepFunction;
@@ -27,8 +32,10 @@ import org.symmem4j.parallel.TransportCapabilities;
 import org.symmem4j.parallel.numeric.Reducer;
 
 /**
- * ZeRO stage 3 ({@link ZeroStage#PARAMETERS}) for one worker of a {@link MultiLayerNetwork}: no
- * worker holds a whole replica.
+ * ZeRO stage 3 ({@link ZeroStage#PARAMETERS}) for one worker of a MultiLayerNetwork or a
+ * ComputationGraph: no worker holds a whole replica. {@link FullyShardedReplicas} builds the
+ * worker's network and says where DL4J runs each layer: a <em>position</em> is a layer's index, or
+ * a graph vertex's place in DL4J's topological order (backprop runs the positions in reverse).
  *
  * <p>Layout. The units are the layers with parameters; unit {@code i} is the {@code n_i} elements
  * of DL4J's flat parameter vector at {@code o_i}, cut by {@code ShardPartition.of(n_i, N, dtype)}
@@ -45,7 +52,9 @@ import org.symmem4j.parallel.numeric.Reducer;
  *
  * <p>A step, on the worker's thread, runs DL4J's own {@code computeGradientAndScore} unchanged
  * (which is what keeps it bitwise equal to plain data parallelism); {@link BackpropSignalPreProcessor}s
- * around every layer's input tell this class where DL4J is:
+ * around every layer's input tell this class where DL4J is (a layer fed by a network input has none:
+ * it is gathered when the step begins and, for backprop, by the hook above it; its gradient is
+ * reduce-scattered by the next hook below it, or in the gradient hook):
  * <ul>
  *   <li>before layer i's forward: the units of earlier layers are released (all but the own block),
  *       unit i's all-gather (in place) is waited for, the next unit's started, and unit i's
@@ -55,11 +64,14 @@ import org.symmem4j.parallel.numeric.Reducer;
  *       summed over the ranks, in rank order as the all-reduce of plain data parallelism sums it), its
  *       non-own gradient and parameter pages released, and unit i-1's gather waited for (the one
  *       below it started). The
- *       output layer's parameters stay until the gradient hook: DL4J scores the batch after backprop;</li>
+ *       output layers' parameters stay until the gradient hook: DL4J scores the batch after backprop
+ *       (a graph runs its output layers' forward inside their backprop: their gather is awaited there);</li>
  *   <li>in the gradient hook ({@link #finishBackward}): what is left (layer 0 has no hook of its own)
  *       is reduce-scattered, everything but the own blocks released.</li>
  * </ul>
- * Then the {@link ShardedUpdater} runs on the own blocks, and this class's step function subtracts
+ * State updates in the gradient view (BatchNorm's running statistics) are copied before each unit's
+ * reduce-scatter and merged in the gradient hook as in plain data parallelism ({@link StateUpdateReduction}),
+ * over the own blocks. Then the {@link ShardedUpdater} runs on the own blocks, and this class's step function subtracts
  * the update from the own blocks only, in place of DL4J's, which would write the whole view.
  * The network's {@code calcRegularizationScore} returns the sum of the terms computed while each
  * layer was gathered, in DL4J's order, so the score is DL4J's to the bit.
@@ -76,17 +88,17 @@ final class FullySharded implements AutoCloseable {
     record Unit(int layer, long offset, long length, long ownFrom, long ownTo) {
     }
 
-    private final ModelReplica.Mln replica;
-    private final Network net;
+    private final ModelReplica replica;
+    private final FullyShardedReplicas layout;
     private final Communicator comm;
     private final SymmetricMemory params;
     private final SymmetricMemory gradients;
     private final DType dtype;
     private final long count;
-    /** Units by layer index; null for a layer without parameters. */
+    /** Units by position (FullyShardedReplicas: layer index, or topological order); null where no parameters. */
     private final Unit[] unitOfLayer;
+    /** Units by offset in the flat vector. */
     private final List<Unit> units;
-    private final int outputLayer;
     private final boolean[] gathered;
     private final boolean[] reduced;
     private final boolean[] termKnown;
@@ -94,9 +106,11 @@ final class FullySharded implements AutoCloseable {
     private final List<INDArray> ownParams;
     private final List<INDArray> ownGradients;
     private final Reducer reducer = Reducer.forThisJvm();
+    /** Where the state updates (BatchNorm's running statistics) are copied before each reduce-scatter; null if none. */
+    private StateUpdateReduction state;
     /** Every collective of a step, in issue order: gathers (prefetched) and reduce-scatters. */
     private final java.util.concurrent.ExecutorService commThread;
-    /** A unit's gather under way on the communication thread, by layer; null when none. */
+    /** A unit's gather under way on the communication thread, by position; null when none. */
     private final java.util.concurrent.Future<?>[] pending;
     // written by the worker before it submits, read by the communication thread (the submit orders them)
     private volatile boolean idle;
@@ -109,37 +123,38 @@ final class FullySharded implements AutoCloseable {
     private volatile long peakParameterBytes;
     private volatile long peakGradientBytes;
 
-    private FullySharded(ModelReplica.Mln replica, Network net, Communicator comm, SymmetricMemory params,
-                         SymmetricMemory gradients) {
-        this.replica = replica;
-        this.net = net;
+    private FullySharded(FullyShardedReplicas layout, Communicator comm, SymmetricMemory params, SymmetricMemory gradients) {
+        this.replica = layout.replica();
+        this.layout = layout;
         this.comm = comm;
         this.params = params;
         this.gradients = gradients;
-        this.dtype = ModelReplica.dtypeOf(net.params().dataType());
-        this.count = net.params().length();
-        Layer[] layers = net.getLayers();
+        this.dtype = ModelReplica.dtypeOf(replica.params().dataType());
+        this.count = replica.params().length();
+        Layer[] layers = layout.layerAt();
         this.unitOfLayer = new Unit[layers.length];
-        this.outputLayer = layers.length - 1;
         int rank = comm.group().rank();
         int n = comm.group().worldSize();
         List<Unit> all = new ArrayList<>();
-        long next = 0;
         for (int i = 0; i < layers.length; i++) {
-            INDArray p = layers[i].numParams() > 0 ? layers[i].params() : null;
+            INDArray p = layers[i] != null && layers[i].numParams() > 0 ? layers[i].params() : null;
             if (p == null || p.length() == 0) {
                 continue;
             }
-            long offset = ModelReplica.elementOffset(net.params(), p);
-            if (offset != next) {
-                throw new IllegalStateException("layer " + i + "'s parameters start at element " + offset + "; expected "
-                        + next + " (DL4J lays the layers out one after another in the flat vector)");
-            }
+            long offset = ModelReplica.elementOffset(replica.params(), p);
             ShardPartition part = ShardPartition.of(p.length(), n, dtype);
             Unit u = new Unit(i, offset, p.length(), part.start(rank), part.end(rank));
             unitOfLayer[i] = u;
             all.add(u);
-            next = offset + p.length();
+        }
+        all.sort(java.util.Comparator.comparingLong(Unit::offset));
+        long next = 0;
+        for (Unit u : all) {
+            if (u.offset() != next) {
+                throw new IllegalStateException("the parameters of the layer at position " + u.layer() + " start at element "
+                        + u.offset() + "; expected " + next + " (DL4J lays the layers out one after another in the flat vector)");
+            }
+            next = u.offset() + u.length();
         }
         if (next != count) {
             throw new IllegalStateException("the layers' parameters cover " + next + " of " + count + " elements");
@@ -156,8 +171,8 @@ final class FullySharded implements AutoCloseable {
             t.setDaemon(true);
             return t;
         });
-        INDArray flatParams = net.params().reshape(count);
-        INDArray flatGradients = net.getGradientsViewArray().reshape(count);
+        INDArray flatParams = replica.params().reshape(count);
+        INDArray flatGradients = replica.gradientView().reshape(count);
         List<INDArray> ps = new ArrayList<>();
         List<INDArray> gs = new ArrayList<>();
         for (Unit u : units) {
@@ -168,48 +183,64 @@ final class FullySharded implements AutoCloseable {
         }
         this.ownParams = List.copyOf(ps);
         this.ownGradients = List.copyOf(gs);
-        net.owner = this;
+        layout.attach(this::regularizationScore);
     }
 
     // ------------------------------------------------------------------ checks before any step
 
     /**
      * Throws, naming what and the fix, when stage 3 cannot drive {@code model}: before any worker starts.
-     *
-     * @param stateEntries the gradient-view entries that hold state updates (BatchNormalization's running statistics)
+     * State updates in the gradient view (BatchNormalization's running statistics, center-loss centers)
+     * are merged as in plain data parallelism ({@link #captureStateWith}).
      */
-    static void check(ModelReplica model, List<StateUpdateReduction.Entry> stateEntries) {
-        if (!(model instanceof ModelReplica.Mln mln)) {
-            throw new IllegalArgumentException("sharding(PARAMETERS) with a " + model.model().getClass().getSimpleName()
-                    + ": ZeRO stage 3 drives a MultiLayerNetwork only so far (fix: sharding(GRADIENTS) or"
-                    + " sharding(OPTIMIZER_STATE), which shard a ComputationGraph's updater state and gradient)");
-        }
-        MultiLayerConfiguration conf = mln.net().getLayerWiseConfigurations();
-        if (conf.getBackpropType() == BackpropType.TruncatedBPTT) {
+    static void check(ModelReplica model) {
+        if (model.truncatedBptt()) {
             throw new IllegalArgumentException("sharding(PARAMETERS) with truncated backpropagation through time: several"
                     + " updates per batch, each of which would need every layer gathered again (fix: BackpropType.Standard,"
                     + " or sharding(GRADIENTS))");
         }
-        for (int i = 0; i < conf.getConfs().size(); i++) {
-            NeuralNetConfiguration c = conf.getConf(i);
+        Map<String, NeuralNetConfiguration> layers = new LinkedHashMap<>();
+        switch (model) {
+            case ModelReplica.Mln m -> {
+                MultiLayerConfiguration conf = m.net().getLayerWiseConfigurations();
+                for (int i = 0; i < conf.getConfs().size(); i++) {
+                    layers.put("layer " + i, conf.getConf(i));
+                }
+            }
+            case ModelReplica.Graph g -> {
+                for (GraphVertex v : g.net().getVertices()) {
+                    if (v.hasLayer()) {
+                        Layer l = v.getLayer();
+                        if (l instanceof FrozenLayer || l instanceof FrozenLayerWithBackprop) {
+                            throw new IllegalArgumentException("sharding(PARAMETERS): vertex " + v.getVertexName() + " is a "
+                                    + l.getClass().getSimpleName() + ", whose backprop DL4J skips or runs without its own"
+                                    + " gradient, which stage 3's per-layer reduce-scatter does not follow (fix:"
+                                    + " sharding(GRADIENTS), or unfreeze it with a zero learning rate: updater(new NoOp()))");
+                        }
+                        layers.put("vertex " + v.getVertexName(), l.conf());
+                    } else if (v.numParams() > 0 || v instanceof FrozenVertex) {
+                        throw new IllegalArgumentException("sharding(PARAMETERS): vertex " + v.getVertexName() + " ("
+                                + v.getClass().getSimpleName() + ") has parameters but is not a layer vertex, which stage 3"
+                                + " gathers before use (fix: a layer in its place, or sharding(GRADIENTS))");
+                    }
+                }
+            }
+        }
+        for (Map.Entry<String, NeuralNetConfiguration> e : layers.entrySet()) {
+            NeuralNetConfiguration c = e.getValue();
             org.deeplearning4j.nn.conf.layers.Layer layer = c.getLayer();
             if (c.getOptimizationAlgo() != OptimizationAlgorithm.STOCHASTIC_GRADIENT_DESCENT) {
                 throw new IllegalArgumentException("sharding(PARAMETERS) with optimizationAlgo=" + c.getOptimizationAlgo()
-                        + " (layer " + i + "): stage 3 replaces the step of DL4J's StochasticGradientDescent only (fix:"
+                        + " (" + e.getKey() + "): stage 3 replaces the step of DL4J's StochasticGradientDescent only (fix:"
                         + " OptimizationAlgorithm.STOCHASTIC_GRADIENT_DESCENT, DL4J's default)");
             }
             if (layer != null && layer.getConstraints() != null && !layer.getConstraints().isEmpty()) {
-                throw new IllegalArgumentException("sharding(PARAMETERS): layer " + i + " (" + layer.getClass().getSimpleName()
+                throw new IllegalArgumentException("sharding(PARAMETERS): " + e.getKey() + " (" + layer.getClass().getSimpleName()
                         + ") has weight constraints " + layer.getConstraints() + ": DL4J applies them to whole rows or"
                         + " columns of the full parameter array after each step, which no worker holds in stage 3 (fix:"
                         + " train it with sharding(GRADIENTS), which keeps whole parameters, or replace the constraint by"
                         + " an element-wise regularization: l2(...) or weightDecay(...))");
             }
-        }
-        if (!stateEntries.isEmpty()) {
-            throw new IllegalArgumentException("sharding(PARAMETERS) with layers that write state updates into the gradient"
-                    + " view " + stateEntries + " (BatchNormalization's running statistics): stage 3 does not merge them yet"
-                    + " (fix: sharding(GRADIENTS) merges them as plain data parallelism does)");
         }
     }
 
@@ -220,7 +251,7 @@ final class FullySharded implements AutoCloseable {
      *
      * @throws IllegalArgumentException when the group's transport cannot give pages back (named, with the fix)
      */
-    static FullySharded open(ModelReplica.Mln source, Group group, Communicator comm) {
+    static FullySharded open(ModelReplica source, Group group, Communicator comm) {
         TransportCapabilities caps = group.transport().capabilities(group);
         if (!caps.supports(TransportCapabilities.Capability.DECOMMIT)) {
             throw new IllegalArgumentException("sharding(PARAMETERS) on transport " + group.transport().name() + ": "
@@ -236,33 +267,22 @@ final class FullySharded implements AutoCloseable {
         SymmetricMemory gradients = null;
         try {
             gradients = SymmetricMemory.allocate(group, bytes);
-            MultiLayerConfiguration conf = source.net().getLayerWiseConfigurations().clone();
             BackpropProgress progress = new BackpropProgress();
-            for (int i = 0; i < conf.getConfs().size(); i++) {
-                // as for overlap (ModelReplica.Mln.blankCopyWithBackpropSignals): layer 0 only when it had one
-                if (i > 0 || conf.getInputPreProcess(0) != null) {
-                    conf.getInputPreProcessors().put(i, new BackpropSignalPreProcessor(conf.getInputPreProcess(i),
-                            Integer.toString(i), progress));
-                }
-            }
-            Network net = new Network(conf);
-            // DL4J's views over the sparse memory: init(params, false) wraps it without initializing (nothing written)
-            net.init(ModelReplica.arrayOver(params.local(), type, count), false);
-            INDArray gradientView = ModelReplica.arrayOver(gradients.local(), type, count);
-            net.setBackpropGradientsViewArray(gradientView);
-            ModelReplica.setFlattenedGradients(net, MultiLayerNetwork.class, gradientView);
-            ModelReplica.Mln replica = new ModelReplica.Mln(net);
+            // DL4J's views over the sparse memory, wrapped without initializing (nothing written)
+            FullyShardedReplicas layout = FullyShardedReplicas.build(source, progress,
+                    ModelReplica.arrayOver(params.local(), type, count), ModelReplica.arrayOver(gradients.local(), type, count));
+            ModelReplica replica = layout.replica();
             replica.setIterationCount(source.iterationCount());
             replica.setEpochCount(source.epochCount());
             replica.disableMinibatchDivision();
-            FullySharded fs = new FullySharded(replica, net, comm, params, gradients);
+            FullySharded fs = new FullySharded(layout, comm, params, gradients);
             if (ConfigurationStart.isHollow(source)) {
                 fs.initialiseOwnBlocks(); // a model started from a configuration: nobody holds it whole
             } else {
                 fs.copyOwnBlocksFrom(sourceParams);
             }
-            progress.listenForward(key -> fs.forwardStarting(Integer.parseInt(key)));
-            progress.listen(key -> fs.backwardDone(Integer.parseInt(key)));
+            progress.listenForward(key -> fs.forwardStarting(layout.positionOfKey().get(key)));
+            progress.listen(key -> fs.backwardDone(layout.positionOfKey().get(key)));
             return fs;
         } catch (RuntimeException | Error e) {
             comm.abort("stage 3 set-up failed on rank " + group.rank() + ": " + e);
@@ -282,6 +302,10 @@ final class FullySharded implements AutoCloseable {
      * {@code new MultiLayerNetwork(conf).init()}; the peak is the own blocks plus one layer.
      */
     void initialiseOwnBlocks() {
+        if (!(replica instanceof ModelReplica.Mln(MultiLayerNetwork net))) {
+            throw new IllegalStateException("a model started from a configuration is a MultiLayerNetwork; found "
+                    + replica.model().getClass().getName() + " (a bug)");
+        }
         MultiLayerConfiguration conf = net.getLayerWiseConfigurations();
         DataType type = conf.getDataType();
         INDArray flat = net.params().reshape(count); // as DL4J's init cuts its flat vector: 1-D, a view per layer
@@ -317,7 +341,7 @@ final class FullySharded implements AutoCloseable {
     /** Installs the sharded updater and the own-blocks step in DL4J's optimizer of the replica. */
     void install(ShardedUpdater updater) {
         replica.installUpdater(updater);
-        ConvexOptimizer optimizer = net.getOptimizer();
+        ConvexOptimizer optimizer = replica.model().getOptimizer();
         if (!(optimizer instanceof StochasticGradientDescent sgd)) {
             throw new IllegalStateException("expected DL4J's StochasticGradientDescent as the replica's optimizer; found "
                     + (optimizer == null ? "none" : optimizer.getClass().getName()));
@@ -333,10 +357,19 @@ final class FullySharded implements AutoCloseable {
         }
     }
 
+    /**
+     * Makes every unit's reduce-scatter first copy this worker's state updates into {@code reduction}
+     * ({@link StateUpdateReduction#capture}), which the gradient hook then merges as plain data
+     * parallelism does. Before the first step.
+     */
+    void captureStateWith(StateUpdateReduction reduction) {
+        this.state = reduction;
+    }
+
     // ------------------------------------------------------------------ the step
 
     /**
-     * Before the step's forward pass: the first unit is gathered (layer 0 has no hook of its own) and
+     * Before the step's forward pass: the units of layers without hooks (fed by a network input) are gathered and
      * the next one prefetched.
      */
     void beginStep(boolean idleStep) {
@@ -351,59 +384,80 @@ final class FullySharded implements AutoCloseable {
                 throw new IllegalStateException("unit of layer " + u.layer() + " still gathered at the start of a step (a bug)");
             }
         }
-        if (units.isEmpty()) {
-            return;
-        }
-        Unit first = units.getFirst();
-        if (first.layer() == 0) {
-            awaitGather(first);
-            prefetch(unitAbove(0));
-        } else {
-            prefetch(first);
-        }
-    }
-
-    /** Forward hook: layer {@code layer} runs its forward next. */
-    void forwardStarting(int layer) {
-        for (Unit u : units) {
-            if (u.layer() < layer && gathered[u.layer()]) {
-                releaseParams(u);
+        // the layers that report nothing (fed by a network input) are gathered now and stay until a later
+        // layer's forward; then the first layer that reports is prefetched
+        Unit firstHooked = null;
+        for (int p = 0; p < unitOfLayer.length; p++) {
+            Unit u = unitOfLayer[p];
+            if (u != null && !layout.hooked()[p]) {
+                awaitGather(u);
+            } else if (u != null && firstHooked == null) {
+                firstHooked = u;
             }
         }
-        Unit u = unitOfLayer[layer];
+        prefetch(firstHooked);
+    }
+
+    /** Forward hook: the layer at {@code position} runs its forward next. */
+    void forwardStarting(int position) {
+        Unit u = unitOfLayer[position];
+        if (layout.forwardInBackprop()[position]) {
+            // a graph's output layer: DL4J sets its input at the start of its backprop; its gather was prefetched
+            if (u != null) {
+                awaitGather(u);
+            }
+            return;
+        }
+        for (Unit done : units) {
+            if (done.layer() < position && gathered[done.layer()]) {
+                releaseParams(done);
+            }
+        }
         if (u != null) {
             awaitGather(u);
         }
-        prefetch(unitAbove(layer)); // gathered on the communication thread while this layer computes
+        prefetch(unitAbove(position)); // gathered on the communication thread while this layer computes
     }
 
-    /** Backprop hook: layer {@code layer} has written its gradient; layer - 1 runs its backprop next. */
-    void backwardDone(int layer) {
-        Unit u = unitOfLayer[layer];
-        if (u != null) {
-            startReduceScatter(u); // on the communication thread while the next layers run their backprop
-            if (layer != outputLayer) { // DL4J scores the batch with the output layer after backprop
-                releaseParams(u);
+    /**
+     * Backprop hook: the layer at {@code position} has written its gradient. Backprop runs the
+     * positions in reverse: every layer above has written its gradient too, so the ones that report
+     * nothing are reduce-scattered here; then the layers that run before the next hook are gathered.
+     */
+    void backwardDone(int position) {
+        for (int p = unitOfLayer.length - 1; p >= position; p--) {
+            Unit u = unitOfLayer[p];
+            if (u != null && !reduced[p] && (p == position || !layout.hooked()[p])) {
+                startReduceScatter(u); // on the communication thread while the next layers run their backprop
+                if (!layout.keep()[p]) { // DL4J scores the batch with the output layers after backprop
+                    releaseParams(u);
+                }
             }
         }
-        Unit below = unitBelow(layer);
-        if (below != null && below.layer() == layer - 1) {
-            awaitGather(below); // layer - 1 runs its backprop next
-            prefetch(unitBelow(below.layer()));
-        } else {
-            prefetch(below); // a layer without parameters runs first: its hook waits
+        int next = position - 1; // the next position that reports, or -1
+        while (next >= 0 && (layout.layerAt()[next] == null || !layout.hooked()[next])) {
+            next--;
+        }
+        for (int p = position - 1; p >= Math.max(next, 0); p--) {
+            if (unitOfLayer[p] != null) {
+                awaitGather(unitOfLayer[p]); // runs its backprop before the next hook
+            }
+        }
+        if (next >= 0) {
+            prefetch(unitBelow(next));
         }
     }
 
     /**
-     * In the gradient hook, after DL4J's backprop and score: the units no hook reduced (layer 0's) are
+     * In the gradient hook, after DL4J's backprop and score: the units no hook reduced (those of layers fed by a
+     * network input) are
      * reduce-scattered, last layer first as backprop runs; every collective of the step has ended when
      * it returns, and every unit is released to its own block. Collective.
      */
     void finishBackward() {
-        for (int i = units.size() - 1; i >= 0; i--) {
-            Unit u = units.get(i);
-            if (!reduced[u.layer()]) {
+        for (int p = unitOfLayer.length - 1; p >= 0; p--) { // as backprop ran: last position first
+            Unit u = unitOfLayer[p];
+            if (u != null && !reduced[p]) {
                 startReduceScatter(u);
             }
         }
@@ -487,7 +541,7 @@ final class FullySharded implements AutoCloseable {
         gathered[u.layer()] = true;
         if (!termKnown[u.layer()]) {
             // DL4J's own term for the layer, on the gathered values: what its calcRegularizationScore adds
-            terms[u.layer()] = net.getLayer(u.layer()).calcRegularizationScore(true);
+            terms[u.layer()] = layout.layerAt()[u.layer()].calcRegularizationScore(true);
             termKnown[u.layer()] = true;
         }
     }
@@ -499,6 +553,11 @@ final class FullySharded implements AutoCloseable {
      */
     private void startReduceScatter(Unit u) {
         reduced[u.layer()] = true;
+        if (state != null) {
+            // this worker's state updates (BatchNorm's running statistics) before the reduce-scatter sums them and
+            // the release drops the pages outside the own block; the parameters are still gathered here
+            state.capture(u.offset(), u.offset() + u.length());
+        }
         commThread.submit(() -> {
             long ds = dtype.byteSize();
             MemorySegment local = gradients.local();
@@ -564,16 +623,15 @@ final class FullySharded implements AutoCloseable {
             throw new UnsupportedOperationException("calcRegularizationScore(false) on a stage-3 replica: only the terms of"
                     + " backprop parameters are kept (DL4J's training score uses those)");
         }
-        Layer[] layers = net.getLayers();
         double sum = 0.0;
-        for (int i = 0; i < layers.length; i++) {
+        for (int i : layout.regularizationOrder()) { // DL4J's order, so the sum is DL4J's to the bit
             if (unitOfLayer[i] == null) {
-                sum += layers[i].calcRegularizationScore(true);
+                sum += layout.layerAt()[i].calcRegularizationScore(true);
             } else if (termKnown[i]) {
                 sum += terms[i];
             } else {
                 throw new IllegalStateException("the regularization score of a stage-3 replica is known during a step only"
-                        + " (layer " + i + "'s parameters were not gathered this step)");
+                        + " (the parameters of the layer at position " + i + " were not gathered this step)");
             }
         }
         return sum;
@@ -581,7 +639,7 @@ final class FullySharded implements AutoCloseable {
 
     // ------------------------------------------------------------------ the replica's state, between steps
 
-    ModelReplica.Mln replica() {
+    ModelReplica replica() {
         return replica;
     }
 
@@ -715,22 +773,6 @@ final class FullySharded implements AutoCloseable {
             Thread.currentThread().interrupt();
         }
         params.close();
-    }
-
-    /** The replica's network: DL4J's, with the regularization term read from the terms kept during the step. */
-    static final class Network extends MultiLayerNetwork {
-        private static final long serialVersionUID = 1L;
-        private transient FullySharded owner;
-
-        Network(MultiLayerConfiguration conf) {
-            super(conf);
-        }
-
-        @Override
-        public double calcRegularizationScore(boolean backpropParamsOnly) {
-            return owner == null ? super.calcRegularizationScore(backpropParamsOnly)
-                    : owner.regularizationScore(backpropParamsOnly);
-        }
     }
 
     /** DL4J's negative-gradient step on the own blocks: the rest of the views is not this rank's, nor resident. */

@@ -395,22 +395,31 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
         @Override
         public ModelReplica blankCopyWithBackpropSignals(BackpropProgress progress) {
             MultiLayerConfiguration conf = net.getLayerWiseConfigurations().clone();
-            int layers = conf.getConfs().size();
-            // Layer i's input preprocessor runs its backprop right after layer i's backprop. Layer 0
-            // gets none of its own: its input is the caller's array, outside DL4J's workspaces, and
-            // a preprocessor's output there fails DL4J's workspace check; its gradient is complete
-            // when the gradient hook runs anyway.
-            for (int i = 0; i < layers; i++) {
-                if (i > 0 || conf.getInputPreProcess(0) != null) {
-                    conf.getInputPreProcessors().put(i, new BackpropSignalPreProcessor(conf.getInputPreProcess(i),
-                            Integer.toString(i), progress));
-                }
-            }
+            installBackpropSignals(conf, progress);
             MultiLayerNetwork fresh = new MultiLayerNetwork(conf);
             fresh.init();
             fresh.initGradientsView();
             TensorParallel.copyAttachments(net, fresh);
             return new Mln(fresh);
+        }
+
+        /**
+         * Puts a {@link BackpropSignalPreProcessor} (keyed by the layer's index) in front of the layers
+         * of {@code conf} that can take one, and returns those keys. Layer i's input preprocessor runs
+         * its backprop right after layer i's backprop. Layer 0 gets none of its own: its input is the
+         * caller's array, outside DL4J's workspaces, and a preprocessor's output there fails DL4J's
+         * workspace check; its gradient is complete when the gradient hook runs anyway.
+         */
+        static java.util.Set<String> installBackpropSignals(MultiLayerConfiguration conf, BackpropProgress progress) {
+            java.util.Set<String> hooked = new java.util.LinkedHashSet<>();
+            for (int i = 0; i < conf.getConfs().size(); i++) {
+                if (i > 0 || conf.getInputPreProcess(0) != null) {
+                    conf.getInputPreProcessors().put(i, new BackpropSignalPreProcessor(conf.getInputPreProcess(i),
+                            Integer.toString(i), progress));
+                    hooked.add(Integer.toString(i));
+                }
+            }
+            return hooked;
         }
 
         @Override
@@ -576,22 +585,33 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
         @Override
         public ModelReplica blankCopyWithBackpropSignals(BackpropProgress progress) {
             ComputationGraphConfiguration conf = net.getConfiguration().clone();
-            for (Map.Entry<String, org.deeplearning4j.nn.conf.graph.GraphVertex> e : conf.getVertices().entrySet()) {
-                if (!(e.getValue() instanceof org.deeplearning4j.nn.conf.graph.LayerVertex lv)) {
-                    continue;
-                }
-                // As for a MultiLayerNetwork's layer 0: a vertex fed by a network input keeps what it had.
-                boolean fedByNetworkInput = conf.getVertexInputs().getOrDefault(e.getKey(), List.of()).stream()
-                        .anyMatch(conf.getNetworkInputs()::contains);
-                if (lv.getPreProcessor() != null || !fedByNetworkInput) {
-                    lv.setPreProcessor(new BackpropSignalPreProcessor(lv.getPreProcessor(), e.getKey(), progress));
-                }
-            }
+            installBackpropSignals(conf, progress);
             ComputationGraph fresh = new ComputationGraph(conf);
             fresh.init();
             fresh.initGradientsView();
             TensorParallel.copyAttachments(net, fresh);
             return new Graph(fresh);
+        }
+
+        /**
+         * Puts a {@link BackpropSignalPreProcessor} (keyed by the vertex name) in front of the layer
+         * vertices of {@code conf} that can take one, and returns those names. As for a
+         * MultiLayerNetwork's layer 0: a vertex fed by a network input keeps what it had.
+         */
+        static java.util.Set<String> installBackpropSignals(ComputationGraphConfiguration conf, BackpropProgress progress) {
+            java.util.Set<String> hooked = new java.util.LinkedHashSet<>();
+            for (Map.Entry<String, org.deeplearning4j.nn.conf.graph.GraphVertex> e : conf.getVertices().entrySet()) {
+                if (!(e.getValue() instanceof org.deeplearning4j.nn.conf.graph.LayerVertex lv)) {
+                    continue;
+                }
+                boolean fedByNetworkInput = conf.getVertexInputs().getOrDefault(e.getKey(), List.of()).stream()
+                        .anyMatch(conf.getNetworkInputs()::contains);
+                if (lv.getPreProcessor() != null || !fedByNetworkInput) {
+                    lv.setPreProcessor(new BackpropSignalPreProcessor(lv.getPreProcessor(), e.getKey(), progress));
+                    hooked.add(e.getKey());
+                }
+            }
+            return hooked;
         }
 
         @Override

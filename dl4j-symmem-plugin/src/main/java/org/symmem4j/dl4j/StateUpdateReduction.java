@@ -72,7 +72,9 @@ import org.symmem4j.parallel.numeric.BFloat16;
  * After the gradient view's reduction and division, {@link #write} puts the merged values over the
  * entries: what one model's gradient view holds at that point. All arithmetic is in double with
  * {@link StrictMath}, so every rank writes the same bits and replicas stay bitwise identical; ZeRO
- * stage 2 writes only its own shard.
+ * stage 2 writes only its own shard. Stage 3 holds a layer's elements only while the layer is in
+ * use, so its rules read copies taken before each layer's reduce-scatter ({@link #capture}), and it
+ * writes the merged values over its own blocks.
  *
  * <p>Not thread-safe: one per worker, used by its thread.
  */
@@ -137,6 +139,10 @@ final class StateUpdateReduction {
     private final Communicator comm;
     private final List<Entry> entries;
     private final FlatArray gradient;
+    private final FlatArray liveParams;
+    /** Stage 3: the copies the rules read, taken by {@link #capture}; null when the rules read the live views. */
+    private final Captured capturedGradient;
+    private final Captured capturedParams;
     private final List<Rule> rules;
     private final int firstSlots;
     private final int secondSlots;
@@ -155,10 +161,22 @@ final class StateUpdateReduction {
      * @param comm    the worker's communicator: {@link #reduce} is collective over it
      */
     StateUpdateReduction(List<Entry> entries, ModelReplica replica, Communicator comm) {
+        this(entries, replica, comm, false);
+    }
+
+    /**
+     * @param captured whether the rules read copies taken by {@link #capture} (stage 3, whose views
+     *                 hold a layer's elements only while the layer is in use) instead of the live views
+     */
+    StateUpdateReduction(List<Entry> entries, ModelReplica replica, Communicator comm, boolean captured) {
         this.comm = comm;
         this.entries = List.copyOf(entries);
         this.gradient = new FlatArray(replica.gradientView());
-        FlatArray params = new FlatArray(replica.params());
+        this.liveParams = new FlatArray(replica.params());
+        this.capturedGradient = captured ? new Captured(entries) : null;
+        this.capturedParams = captured ? new Captured(entries) : null;
+        Values gradient = captured ? capturedGradient : this.gradient;
+        Values params = captured ? capturedParams : liveParams;
         Map<String, Trainable> trainables = replica.trainables();
         Map<String, Entry[]> batchNorms = new LinkedHashMap<>();
         List<Rule> built = new ArrayList<>();
@@ -237,6 +255,21 @@ final class StateUpdateReduction {
         }
     }
 
+    /**
+     * Stage 3, on the worker's thread after a layer's backprop and before its gradient is
+     * reduce-scattered (its parameters still gathered): copies this worker's updates, and the
+     * parameters the rules read, of the entries' elements in [from, to).
+     */
+    void capture(long from, long to) {
+        if (capturedGradient == null) {
+            throw new IllegalStateException("capture on a reduction that reads the live views (a bug)");
+        }
+        if (overlaps(from, to)) {
+            capturedGradient.copy(gradient, from, to);
+            capturedParams.copy(liveParams, from, to);
+        }
+    }
+
     /** Whether any entry has elements in [from, to) of the gradient view. */
     boolean overlaps(long from, long to) {
         for (Entry e : entries) {
@@ -300,10 +333,10 @@ final class StateUpdateReduction {
     /** Σ n_w u_w / N: exact for an update that is a mean over the batch's examples. */
     private static final class WeightedAverage extends Rule {
         private final Entry entry;
-        private final FlatArray gradient;
+        private final Values gradient;
         private final double[] merged;
 
-        WeightedAverage(Entry entry, FlatArray gradient) {
+        WeightedAverage(Entry entry, Values gradient) {
             this.entry = entry;
             this.gradient = gradient;
             this.merged = new double[Math.toIntExact(entry.length())];
@@ -340,15 +373,15 @@ final class StateUpdateReduction {
         private final Entry mean;
         private final Entry spread;
         private final double oneMinusDecay;
-        private final FlatArray gradient;
-        private final FlatArray params;
+        private final Values gradient;
+        private final Values params;
         private final int channels;
         /** This worker's mean updates u_w, kept for the second contribution. */
         private final double[] localMean;
         private final double[] mergedMean;
         private final double[] mergedSpread;
 
-        BatchNormStatistics(Entry mean, Entry spread, double decay, FlatArray gradient, FlatArray params) {
+        BatchNormStatistics(Entry mean, Entry spread, double decay, Values gradient, Values params) {
             this.mean = mean;
             this.spread = spread;
             this.oneMinusDecay = 1 - decay; // as DL4J computes it: (1 - decay) in double
@@ -431,7 +464,7 @@ final class StateUpdateReduction {
      */
     private static final class Centers extends Rule {
         private final Entry entry;
-        private final FlatArray gradient;
+        private final Values gradient;
         private final int outputIndex;
         private final boolean perClassDenominator;
         private final int classes;
@@ -439,7 +472,7 @@ final class StateUpdateReduction {
         private final double[] undivided;
         private final double[] merged;
 
-        Centers(Entry entry, FlatArray gradient, Trainable trainable, int outputIndex) {
+        Centers(Entry entry, Values gradient, Trainable trainable, int outputIndex) {
             this.entry = entry;
             this.gradient = gradient;
             this.outputIndex = outputIndex;
@@ -511,7 +544,52 @@ final class StateUpdateReduction {
     }
 
     /** A flat DL4J array (parameters or gradient view) read and written element by element as double. */
-    private static final class FlatArray {
+    /** Element values by gradient-view index, as the merge rules read them. */
+    private interface Values {
+        double get(long e);
+    }
+
+    /**
+     * A copy of the entries' elements, taken while they are still this worker's (stage 3 gives a
+     * layer's pages back once its gradient is reduce-scattered): what the rules read instead of the
+     * live view.
+     */
+    private static final class Captured implements Values {
+        private final long[] starts;
+        private final double[][] values;
+
+        Captured(List<Entry> entries) {
+            List<Entry> sorted = entries.stream().sorted(java.util.Comparator.comparingLong(Entry::start)).toList();
+            this.starts = sorted.stream().mapToLong(Entry::start).toArray();
+            this.values = new double[sorted.size()][];
+            for (int i = 0; i < sorted.size(); i++) {
+                values[i] = new double[Math.toIntExact(sorted.get(i).length())];
+            }
+        }
+
+        /** Copies the entries' elements in [from, to) of {@code live}. */
+        void copy(Values live, long from, long to) {
+            for (int i = 0; i < starts.length; i++) {
+                long a = Math.max(from, starts[i]);
+                long b = Math.min(to, starts[i] + values[i].length);
+                for (long e = a; e < b; e++) {
+                    values[i][(int) (e - starts[i])] = live.get(e);
+                }
+            }
+        }
+
+        @Override
+        public double get(long e) {
+            int i = java.util.Arrays.binarySearch(starts, e);
+            i = i >= 0 ? i : -i - 2;
+            if (i < 0 || e - starts[i] >= values[i].length) {
+                throw new IllegalStateException("element " + e + " is in no state entry (a bug)");
+            }
+            return values[i][(int) (e - starts[i])];
+        }
+    }
+
+    private static final class FlatArray implements Values {
         @SuppressWarnings("unused") // keeps the memory behind the segment reachable
         private final INDArray array;
         private final MemorySegment segment;
@@ -531,7 +609,8 @@ final class StateUpdateReduction {
         }
 
         /** Gradient-view element {@code e}. */
-        double get(long e) {
+        @Override
+        public double get(long e) {
             long i = e - origin;
             return switch (dtype) {
                 case FLOAT64 -> segment.getAtIndex(ValueLayout.JAVA_DOUBLE_UNALIGNED, i);

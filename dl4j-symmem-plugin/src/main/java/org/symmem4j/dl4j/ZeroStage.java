@@ -28,6 +28,7 @@ public enum ZeroStage {
      * its forward and again before its backward and released after; its gradient is
      * reduce-scattered as soon as its backward is done; each worker updates and subtracts its own
      * blocks only. Bitwise equal to plain data parallelism and to stages 1 and 2. MultiLayerNetwork
+     * and ComputationGraph (BatchNorm's running statistics merged as plain data parallelism merges them)
      * on the host transports (threads, or one JVM per worker on one machine); see
      * docs/zero-stage-3.md for the layout, what is refused and why.
      */

@@ -46,7 +46,8 @@ class GroupModeTest {
                 Arguments.of("adam", 3, 4 * 3 + 2, false, ZeroStage.OPTIMIZER_STATE),
                 Arguments.of("batchnorm", 2, 4 * 2, false, ZeroStage.GRADIENTS),
                 Arguments.of("adam", 3, 4 * 3 + 1, false, ZeroStage.PARAMETERS), // stage 3, two ranks idle at the end
-                Arguments.of("adam", 2, 4 * 2, false, ZeroStage.PARAMETERS));
+                Arguments.of("adam", 2, 4 * 2, false, ZeroStage.PARAMETERS),
+                Arguments.of("batchnorm", 2, 4 * 2 + 1, false, ZeroStage.PARAMETERS)); // running statistics merged
     }
 
     static MultiLayerNetwork net(String kind) {
