@@ -18,7 +18,7 @@ class SteadyStateAllocationTest {
 
     private static final int WARMUP = 100_000;
     private static final int MEASURED = 50_000;
-    private static final int ROUNDS = 5;
+    private static final int ROUNDS = 20;
 
     @Test
     void smallCollectivesAllocateNothingPerOperation() {
