@@ -1,21 +1,21 @@
 package org.symmem4j.serving.session;
 
-import static org.symmem4j.serving.session.SessionCacheLayout.BLOCK_COUNT;
-import static org.symmem4j.serving.session.SessionCacheLayout.BYTES;
-import static org.symmem4j.serving.session.SessionCacheLayout.EMPTY;
-import static org.symmem4j.serving.session.SessionCacheLayout.EXPIRED;
-import static org.symmem4j.serving.session.SessionCacheLayout.FREE_COUNT;
-import static org.symmem4j.serving.session.SessionCacheLayout.FREE_STACK;
-import static org.symmem4j.serving.session.SessionCacheLayout.HASH;
-import static org.symmem4j.serving.session.SessionCacheLayout.ID;
-import static org.symmem4j.serving.session.SessionCacheLayout.ID_LENGTH;
-import static org.symmem4j.serving.session.SessionCacheLayout.LAST_USE;
-import static org.symmem4j.serving.session.SessionCacheLayout.LIVE;
-import static org.symmem4j.serving.session.SessionCacheLayout.LOST;
-import static org.symmem4j.serving.session.SessionCacheLayout.REMOVED;
-import static org.symmem4j.serving.session.SessionCacheLayout.STATE;
-import static org.symmem4j.serving.session.SessionCacheLayout.TABLE;
-import static org.symmem4j.serving.session.SessionCacheLayout.WRITER;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.BLOCK_COUNT;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.BYTES;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.EMPTY;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.EXPIRED;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.FREE_COUNT;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.FREE_STACK;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.HASH;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.ID;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.ID_LENGTH;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.LAST_USE;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.LIVE;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.LOST;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.REMOVED;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.STATE;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.TABLE;
+import static org.symmem4j.parallel.layout.SessionCacheLayout.WRITER;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -27,6 +27,7 @@ import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.TransportCapabilities;
 import org.symmem4j.parallel.TransportCapabilities.Capability;
+import org.symmem4j.parallel.layout.SessionCacheLayout;
 import org.symmem4j.parallel.sync.WaitSubject;
 import org.symmem4j.parallel.sync.Waiter;
 

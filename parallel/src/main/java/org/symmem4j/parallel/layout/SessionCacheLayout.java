@@ -1,11 +1,11 @@
-package org.symmem4j.serving.session;
+package org.symmem4j.parallel.layout;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.lang.invoke.VarHandle;
 
 /**
- * The shared layout of one rank's part of a {@link SessionCache}: a header with the part's lock, a free-block
+ * The shared layout of one rank's part of the serving module's {@code SessionCache}: a header with the part's lock, a free-block
  * stack, session slots (each with its seqlock word and block table) and the block pool. Every rank's part has the
  * same layout; a session lives in its home rank's part ({@code hash(id) % worldSize}) and any rank reads and
  * writes it there.
@@ -26,70 +26,102 @@ import java.lang.invoke.VarHandle;
  * Slots and the pool start on 64-byte boundaries. A slot's {@code LAST_USE} is written by readers too (a benign
  * race: a lost update only makes the LRU order approximate).
  */
-final class SessionCacheLayout {
+public final class SessionCacheLayout {
 
-    static final long MAGIC = 0x53455353494F4E31L; // "SESSION1"
+    /** Written last at format time ("SESSION1"); a part without it was never formatted. */
+    public static final long MAGIC = 0x53455353494F4E31L; // "SESSION1"
 
-    static final long H_MAGIC = 0;
-    static final long H_RANK = 8;
-    static final long H_BLOCK_BYTES = 12;
-    static final long H_BLOCKS = 16;
-    static final long H_SLOTS = 20;
-    static final long H_MAX_BLOCKS = 24;
-    static final long LOCK = 64;
-    static final long FREE_COUNT = 72;
-    static final long FREE_STACK = 128;
+    /** Header: offset of the magic (long). */
+    public static final long H_MAGIC = 0;
+    /** Header: offset of the owning rank (int). */
+    public static final long H_RANK = 8;
+    /** Header: offset of the bytes per block (int). */
+    public static final long H_BLOCK_BYTES = 12;
+    /** Header: offset of the block count (int). */
+    public static final long H_BLOCKS = 16;
+    /** Header: offset of the session slot count (int). */
+    public static final long H_SLOTS = 20;
+    /** Header: offset of the most blocks one session may hold (int). */
+    public static final long H_MAX_BLOCKS = 24;
+    /** Offset of the part's lock word (long): 0 free, holder's rank + 1 held. */
+    public static final long LOCK = 64;
+    /** Offset of the free-block count (int), written under the lock. */
+    public static final long FREE_COUNT = 72;
+    /** Offset of the free-block stack (int per block), written under the lock. */
+    public static final long FREE_STACK = 128;
 
     /** Slot states. */
-    static final int EMPTY = 0;
-    static final int LIVE = 1;
-    static final int EXPIRED = 2;
-    static final int LOST = 3;
-    static final int REMOVED = 4;
+    /** Slot state: never used or reused. */
+    public static final int EMPTY = 0;
+    /** Slot state: holds a readable session. */
+    public static final int LIVE = 1;
+    /** Slot state: evicted to free blocks; readers get "expired". */
+    public static final int EXPIRED = 2;
+    /** Slot state: its writer died mid-write; never readable. */
+    public static final int LOST = 3;
+    /** Slot state: removed by its owner. */
+    public static final int REMOVED = 4;
 
-    static final long SEQ = 0;
-    static final long STATE = 8;
-    static final long ID_LENGTH = 12;
-    static final long BYTES = 16;
-    static final long LAST_USE = 24;
-    static final long WRITER = 32;
-    static final long BLOCK_COUNT = 36;
-    static final long HASH = 40;
-    static final long ID = 48;
-    static final int MAX_ID_BYTES = 80;
-    static final long TABLE = ID + MAX_ID_BYTES;
+    /** Slot field: the seqlock word (long): even when stable, odd while written. */
+    public static final long SEQ = 0;
+    /** Slot field: one of the slot states (int). */
+    public static final long STATE = 8;
+    /** Slot field: bytes of the session id (int). */
+    public static final long ID_LENGTH = 12;
+    /** Slot field: bytes of the session's state (long). */
+    public static final long BYTES = 16;
+    /** Slot field: the part's clock at the last use, for LRU eviction (long). */
+    public static final long LAST_USE = 24;
+    /** Slot field: rank + 1 of the writer while the sequence is odd (int). */
+    public static final long WRITER = 32;
+    /** Slot field: blocks the session holds (int). */
+    public static final long BLOCK_COUNT = 36;
+    /** Slot field: the session id's hash (long). */
+    public static final long HASH = 40;
+    /** Slot field: the session id's UTF-8 bytes, at most {@link #MAX_ID_BYTES}. */
+    public static final long ID = 48;
+    /** Longest session id, in UTF-8 bytes. */
+    public static final int MAX_ID_BYTES = 80;
+    /** Slot field: the block table (an int per block the session holds). */
+    public static final long TABLE = ID + MAX_ID_BYTES;
 
     private static final VarHandle LONG = ValueLayout.JAVA_LONG.varHandle();
 
     private SessionCacheLayout() {
     }
 
-    static long align64(long v) {
+    /** {@code v} rounded up to a multiple of 64. */
+    public static long align64(long v) {
         return (v + 63) & ~63L;
     }
 
-    static long slotBytes(int maxBlocksPerSession) {
+    /** Bytes of one session slot for sessions of at most {@code maxBlocksPerSession} blocks, 64-byte aligned. */
+    public static long slotBytes(int maxBlocksPerSession) {
         return align64(TABLE + 4L * maxBlocksPerSession);
     }
 
-    static long slotsOffset(int blocks) {
+    /** Offset of slot 0 in a part of {@code blocks} blocks. */
+    public static long slotsOffset(int blocks) {
         return align64(FREE_STACK + 4L * blocks);
     }
 
-    static long slotOffset(int blocks, int maxBlocks, int slot) {
+    /** Offset of slot {@code slot}. */
+    public static long slotOffset(int blocks, int maxBlocks, int slot) {
         return slotsOffset(blocks) + slot * slotBytes(maxBlocks);
     }
 
-    static long poolOffset(int blocks, int slots, int maxBlocks) {
+    /** Offset of the block pool, after the slots. */
+    public static long poolOffset(int blocks, int slots, int maxBlocks) {
         return slotsOffset(blocks) + slots * slotBytes(maxBlocks);
     }
 
-    static long partBytes(int blockBytes, int blocks, int slots, int maxBlocks) {
+    /** Bytes of one rank's part with this geometry. */
+    public static long partBytes(int blockBytes, int blocks, int slots, int maxBlocks) {
         return poolOffset(blocks, slots, maxBlocks) + (long) blocks * blockBytes;
     }
 
     /** Writes a fresh part: every block free, every slot empty. */
-    static void format(MemorySegment part, int rank, int blockBytes, int blocks, int slots, int maxBlocks) {
+    public static void format(MemorySegment part, int rank, int blockBytes, int blocks, int slots, int maxBlocks) {
         part.asSlice(0, poolOffset(blocks, slots, maxBlocks)).fill((byte) 0);
         part.set(ValueLayout.JAVA_INT, H_RANK, rank);
         part.set(ValueLayout.JAVA_INT, H_BLOCK_BYTES, blockBytes);
@@ -105,7 +137,7 @@ final class SessionCacheLayout {
     }
 
     /** Checks that a peer's part was formatted with the same geometry, for that rank. */
-    static void verify(MemorySegment part, int rank, int blockBytes, int blocks, int slots, int maxBlocks) {
+    public static void verify(MemorySegment part, int rank, int blockBytes, int blocks, int slots, int maxBlocks) {
         long magic = (long) LONG.getAcquire(part, H_MAGIC);
         int r = part.get(ValueLayout.JAVA_INT, H_RANK);
         int bb = part.get(ValueLayout.JAVA_INT, H_BLOCK_BYTES);
@@ -123,30 +155,34 @@ final class SessionCacheLayout {
 
     // ---- the part's lock ----
 
-    static long lockAcquire(MemorySegment part) {
+    /** The part's lock word, read with acquire. */
+    public static long lockAcquire(MemorySegment part) {
         // acquire: pairs with the release in unlock; the previous holder's writes are seen after it
         return (long) LONG.getAcquire(part, LOCK);
     }
 
-    static boolean tryLock(MemorySegment part, long expected, int rank) {
+    /** Takes the part's lock for {@code rank} if it still holds {@code expected}. */
+    public static boolean tryLock(MemorySegment part, long expected, int rank) {
         // CAS (volatile): the linearization point of taking the part's lock
         return LONG.compareAndSet(part, LOCK, expected, rank + 1L);
     }
 
-    static void unlock(MemorySegment part) {
+    /** Gives the part's lock back. */
+    public static void unlock(MemorySegment part) {
         // release: publishes every write made under the lock; the next holder's lockAcquire/tryLock reads it
         LONG.setRelease(part, LOCK, 0L);
     }
 
     // ---- a slot's seqlock ----
 
-    static long seqAcquire(MemorySegment part, long slot) {
+    /** A reader's first read of a slot's sequence. */
+    public static long seqAcquire(MemorySegment part, long slot) {
         // acquire: pairs with the writer's release in endWrite; the slot's fields and blocks are seen after it
         return (long) LONG.getAcquire(part, slot + SEQ);
     }
 
     /** Makes the slot's sequence odd before anything of it is written. */
-    static long beginWrite(MemorySegment part, long slot) {
+    public static long beginWrite(MemorySegment part, long slot) {
         long odd = (long) LONG.getVolatile(part, slot + SEQ) + 1;
         // volatile store + full fence: readers see the odd sequence before any write of the slot or its blocks
         LONG.setVolatile(part, slot + SEQ, odd);
@@ -154,13 +190,14 @@ final class SessionCacheLayout {
         return odd;
     }
 
-    static void endWrite(MemorySegment part, long slot, long odd) {
+    /** Makes the slot's sequence even again after its writes. */
+    public static void endWrite(MemorySegment part, long slot, long odd) {
         // release: publishes the slot's fields and blocks; readers' seqAcquire/recheck read it
         LONG.setRelease(part, slot + SEQ, odd + 1);
     }
 
     /** A reader's second read of the sequence: its field and block reads complete before it. */
-    static long seqRecheck(MemorySegment part, long slot) {
+    public static long seqRecheck(MemorySegment part, long slot) {
         VarHandle.loadLoadFence(); // the copies above complete before the sequence is read again
         return (long) LONG.getAcquire(part, slot + SEQ);
     }
