@@ -51,8 +51,11 @@ class TrainerBuilderTest {
         assertEquals(3, o.ndThreadsPerRank(16));
         assertEquals(Tags.of("application", "t"), o.metricTags());
         o.bind(new SyncMetrics(o.transportName(), o.metricTags()));
-        assertTrue(registry.getMeters().stream().allMatch(m -> "t".equals(m.getId().getTag("application")))
-                && !registry.getMeters().isEmpty(), "the trainer's meters went into the registry with the tags");
+        // every meter of the trainer carries the tags; the process's build-info gauge (version, commit, java) is
+        // not the trainer's and carries no others, by design (SyncMetrics.registerBuildInfo)
+        var trainers = registry.getMeters().stream().filter(m -> !m.getId().getName().equals(SyncMetrics.BUILD_INFO)).toList();
+        assertTrue(trainers.stream().allMatch(m -> "t".equals(m.getId().getTag("application"))) && !trainers.isEmpty(),
+                "the trainer's meters went into the registry with the tags");
         assertEquals(0, new Probe().seen().timelineSteps(), "no timeline unless asked for");
     }
 
