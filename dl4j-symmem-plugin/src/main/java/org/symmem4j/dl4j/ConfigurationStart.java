@@ -2,6 +2,7 @@ package org.symmem4j.dl4j;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
+import java.util.List;
 import java.util.Map;
 import org.bytedeco.javacpp.Pointer;
 import org.deeplearning4j.nn.api.Layer;
@@ -11,7 +12,7 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.updater.MultiLayerUpdater;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
-import org.symmem4j.parallel.host.ReservedMemory;
+import org.symmem4j.parallel.memory.ReservedMemory;
 
 /**
  * Training that starts from a {@link MultiLayerConfiguration} ({@link SymmemParallelWrapper#builder(MultiLayerConfiguration)})
@@ -59,6 +60,35 @@ final class ConfigurationStart {
     /** Whether {@code model} is a stage-3 model started from a configuration: its arrays hold nothing. */
     static boolean isHollow(ModelReplica model) {
         return model.model() instanceof Network n && n.hollow();
+    }
+
+    /**
+     * Checkpoints are consolidated (model.zip): a stage-3 run started from a configuration has no whole model for
+     * them, and {@code call} is refused.
+     */
+    static void refuseHollow(ModelReplica model, String call) {
+        if (isHollow(model)) {
+            throw new IllegalStateException(call + " on a stage-3 wrapper built from a configuration: checkpoints hold a"
+                    + " consolidated model.zip, which such a run never holds whole, and stage 3's own sharded format does"
+                    + " not exist yet; expected a wrapper built from an initialised network (fix: builder(model), or"
+                    + " gatherParameters() and save them yourself)");
+        }
+    }
+
+    /**
+     * A hollow model's whole parameter vector, gathered from the workers' stage-3 shards: in group mode by the
+     * rank's one worker (collective), in thread mode from every worker's own blocks.
+     */
+    static INDArray gather(ModelReplica model, List<FullySharded> shards, boolean groupMode) {
+        INDArray full = org.nd4j.linalg.factory.Nd4j.create(model.params().dataType(), model.params().length());
+        if (groupMode) {
+            shards.getFirst().gatherInto(full);
+        } else {
+            for (FullySharded fs : shards) {
+                fs.copyOwnBlocksTo(full);
+            }
+        }
+        return full;
     }
 
     /** The parameter count DL4J's {@code init()} allocates for {@code conf}: the layers' initialisers' counts, in order. */

@@ -24,4 +24,13 @@ public record ShrinkReport(long step, List<Integer> dead, int workersBefore, int
     public double rebuildMillis() {
         return (resumedNanos - failedNanos) / 1e6;
     }
+
+    /** The warning the wrapper logs for this shrink ({@code rank}: this process's new rank, -1 in thread mode). */
+    String logLine(int minWorkers, int rank) {
+        return "symmem4j: worker(s) " + dead + " failed at step " + step + " (" + failure + "); shrunk in place from "
+                + workersBefore + " to " + workersAfter + " workers (onWorkerFailure=SHRINK, minWorkers=" + minWorkers
+                + (rank < 0 ? "" : ", this process now rank " + rank) + "), " + (redone ? "step " + step
+                + " redone on the survivors" : "step " + step + " completed by every survivor, going on at step "
+                + (step + 1)) + ", rebuilt in " + String.format(java.util.Locale.ROOT, "%.1f", rebuildMillis()) + " ms";
+    }
 }

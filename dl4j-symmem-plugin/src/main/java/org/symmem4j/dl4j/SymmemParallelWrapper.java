@@ -45,10 +45,8 @@ import org.symmem4j.gradsync.SyncMetrics;
  * BatchNormalization's running mean and variance (or log10 std), CenterLossOutputLayer's class
  * centers — is not a gradient and is merged on its own ({@link StateUpdateReduction}): the running
  * statistics equal those of one model trained on the merged batch, to rounding, with plain data
- * parallelism and with sharding. Training-mode normalization still uses each worker's own batch
- * statistics, as PyTorch's DistributedDataParallel without SyncBatchNorm does: in the forward pass
- * a BatchNorm normalizes with the mean and variance of the worker's batch, so gradients through it,
- * and the statistics a BatchNorm behind another one sees, are those of per-worker batches.
+ * parallelism and with sharding. Training-mode normalization uses each worker's own batch statistics,
+ * as PyTorch's DistributedDataParallel without SyncBatchNorm does.
  * OCNNOutputLayer, whose radius is reset from state outside the parameters, is refused at
  * {@code build()}.
  *
@@ -58,13 +56,9 @@ import org.symmem4j.gradsync.SyncMetrics;
  * {@code model.score()} is the last step's score. A network trained with truncated BPTT refuses
  * listeners at {@code build()}.
  *
- * <p>GPU mode, for DL4J's CUDA backend: {@code builder(model).group(group)} with a group on a GPU transport (one
- * process per GPU) keeps the model in ND4J's GPU memory, sums each step's gradient view over the group in place on
- * the device, on ND4J's own stream, by our kernels or NCCL ({@link Nd4jDeviceGradients}), and divides it by the step's
- * examples there: the same mean and the same non-finite checks as on the host. It needs {@code nd4j-cuda-11.6}
- * 1.0.0-M2.1 on an Ampere or Ada GPU (it has no code for Hopper) and does not take sharding, overlap, bf16 transfer,
- * gradient accumulation or layers with state in the gradient view ({@link Builder} says what and why). It has
- * not run on a GPU in this project: its GPU machines are H100/H200s, which cannot run ND4J's CUDA backend.
+ * <p>GPU mode ({@code builder(model).group(group)} on a GPU transport, one process per GPU, DL4J's CUDA backend
+ * on Ampere or Ada): the gradient view is summed over the group in place on ND4J's stream ({@link
+ * Nd4jDeviceGradients}); it has not run on a GPU in this project (docs/gpu.md says why and what it refuses).
  *
  * <p>Unlike DL4J's {@code ParallelWrapper}: {@code fit()} can be called repeatedly; updater state
  * (Adam moments, momentum) survives between calls, because the replicas live as long as the
@@ -81,15 +75,10 @@ import org.symmem4j.gradsync.SyncMetrics;
  * state at the start of the next {@code fit()}. A failed {@code fit()} leaves it as it was before
  * that call. {@link #close()} stops the workers.
  *
- * <p>Checkpoints: {@link #saveCheckpoint}/{@link #restoreCheckpoint} on demand, or taken by the wrapper itself inside
- * {@code fit} ({@link Builder#checkpointEvery}: every K steps or T seconds, atomic, with a manifest of checksums
- * written last, the newest complete ones kept), and resumed from at {@code build()} ({@link Builder#resumeFrom}): a
- * program that a launcher restarts ({@code symmem4j-run --max-restarts}) builds with
- * {@code .checkpointEvery(100, dir).resumeFrom(dir)}, runs {@code for (int e = model.getEpochCount(); e < epochs; e++)
- * wrapper.fit(iterator)}, and continues where the newest complete checkpoint stands (fresh when there is none).
- * Without sharding a checkpoint is {@code model.zip} (every replica holds the same state) and the manifest's
- * counters; with sharding also one shard file per worker. A checkpoint of N workers resumes on any other worker count
- * M, re-sharding the updater state ({@link #restoreCheckpoint}).
+ * <p>Checkpoints: {@link #saveCheckpoint}/{@link #restoreCheckpoint} on demand, or taken inside {@code fit}
+ * ({@link Builder#checkpointEvery}, atomic, manifest last) and resumed from at {@code build()}
+ * ({@link Builder#resumeFrom}), also on another worker count: a program that {@code symmem4j-run --max-restarts}
+ * restarts builds with {@code .checkpointEvery(100, dir).resumeFrom(dir)} (docs/checkpoints.md).
  */
 public final class SymmemParallelWrapper implements AutoCloseable {
 
@@ -170,16 +159,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /**
      * Starts a builder from a configuration, for a model that a worker may not be able to hold whole. At
-     * {@code build()} the model state each process would hold is planned from {@code conf} for the chosen stage and
-     * checked against the process's caps (JavaCPP's {@code -Dorg.bytedeco.javacpp.maxbytes} for ND4J's arrays,
-     * {@code -Dsymmem4j.maxSymmetricBytes} for resident symmetric memory) before anything is allocated: a model that
-     * does not fit is refused with what it needs, what the cap leaves, and the fix ({@code
-     * sharding(ZeroStage.PARAMETERS)} when the stage keeps a whole replica per worker). Then plain data parallelism
-     * and stages 1 and 2 initialise the model with DL4J's {@code init()}; stage 3 never builds it whole: each worker
-     * initialises its shard layer by layer with DL4J's own initialisers, from the configuration's seed in DL4J's
-     * order, bitwise equal to {@code new MultiLayerNetwork(conf).init()}, and the wrapper's model stays hollow (its
-     * counters follow training; {@link #gatherParameters()} gathers the parameters on request). docs/zero-sharding.md
-     * has the details.
+     * {@code build()} the model state each process would hold for the chosen stage is planned from {@code conf} and
+     * checked against the caps ({@code -Dorg.bytedeco.javacpp.maxbytes}, {@code -Dsymmem4j.maxSymmetricBytes}) before
+     * anything is allocated, a model that does not fit refused with the fix. With {@code sharding(PARAMETERS)} no
+     * process builds it whole: each worker initialises its shard layer by layer, bitwise equal to
+     * {@code new MultiLayerNetwork(conf).init()}, and {@link #gatherParameters()} gathers it on request; other stages
+     * initialise it with DL4J's {@code init()}. docs/zero-stage-3.md has the details.
      *
      * @param conf the network's configuration (copied)
      * @return a builder with the defaults
@@ -249,23 +234,19 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * @throws IllegalStateException when the wrapper is closed
      */
     public synchronized INDArray gatherParameters() {
-        if (closed) {
-            throw new IllegalStateException("wrapper is closed; build a new one");
-        }
+        requireOpen();
         if (!ConfigurationStart.isHollow(model)) {
             return model.params().dup(); // the model holds the trained parameters after each fit
         }
         workers.ensureStarted();
-        INDArray full = org.nd4j.linalg.factory.Nd4j.create(model.params().dataType(), model.params().length());
-        List<FullySharded> shards = fullySharded();
-        if (settings.group() != null) {
-            shards.getFirst().gatherInto(full);
-        } else {
-            for (FullySharded fs : shards) {
-                fs.copyOwnBlocksTo(full);
-            }
+        return ConfigurationStart.gather(model, fullySharded(), settings.group() != null);
+    }
+
+    private void requireOpen() {
+        if (closed) {
+            throw new IllegalStateException("wrapper is closed: expected an open wrapper, found one after close()"
+                    + " (fix: build a new one with SymmemParallelWrapper.builder(model))");
         }
-        return full;
     }
 
     /** Stage 3's side of each worker, worker order (empty before the first fit, or without stage 3); tests and benchmarks. */
@@ -436,10 +417,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     }
 
     private void train(BatchSource iteratorSource) {
-        if (closed) {
-            throw new IllegalStateException("wrapper is closed: expected an open wrapper, found one after close()"
-                    + " (fix: build a new one with SymmemParallelWrapper.builder(model))");
-        }
+        requireOpen();
         ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
         refuseListenersThatNeedOnePass(settings.accumulation(), listeners);
         if (settings.group() != null && settings.sharding() != null && !listeners.isEmpty()) {
@@ -538,12 +516,10 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     }
 
     /**
-     * The in-place shrink ({@link WorkerFailure#SHRINK}) after a step that workers failed: the survivors agree on the
-     * state of the last step all of them completed, which the model takes; the old workers are stopped (thread mode:
-     * their world and its symmetric memory released; group mode: this rank's memories of the old group, which the
-     * group aborted); the survivors' workers start from the model (thread mode: a new world; group mode: the group
-     * {@link org.symmem4j.parallel.Group#shrink()} formed); the failed step's batches (when redone) and those read
-     * ahead go back in front of the rest. Workers idle (every worker's outcome of the step is in).
+     * The in-place shrink ({@link WorkerFailure#SHRINK}) after a step that workers failed, with every worker idle:
+     * the survivors agree on the last step all of them completed, which the model takes; the old workers stop, the
+     * survivors' start from the model (a new world, or the group {@link org.symmem4j.parallel.Group#shrink()}
+     * formed), and the failed step's batches (when redone) and those read ahead go back in front (docs/shrink.md).
      *
      * @return the next step's batches, dealt to the survivors
      * @throws DataParallelTrainingException when fewer than {@code minWorkers} would survive, or the group could not
@@ -571,13 +547,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         ShrinkReport report = new ShrinkReport(lost.step(), agreed.dead(), before, settings.workers(), redone,
                 String.valueOf(cause), lost.failedNanos(), System.nanoTime());
         shrinks.add(report);
-        LOG.warn("symmem4j: worker(s) " + agreed.dead() + " failed at step " + lost.step() + " (" + cause + "); shrunk"
-                + " in place from " + before + " to " + settings.workers() + " workers (onWorkerFailure=SHRINK,"
-                + " minWorkers=" + settings.minWorkers() + (settings.group() == null ? ""
-                : ", this process now rank " + settings.group().rank()) + "), " + (redone ? "step " + lost.step()
-                + " redone on the survivors" : "step " + lost.step() + " completed by every survivor, going on at step "
-                + (lost.step() + 1)) + ", rebuilt in " + String.format(java.util.Locale.ROOT, "%.1f",
-                report.rebuildMillis()) + " ms");
+        LOG.warn(report.logLine(settings.minWorkers(), settings.group() == null ? -1 : settings.group().rank()));
         return next;
     }
 
@@ -751,71 +721,46 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     }
 
     /**
-     * Saves a checkpoint into {@code dir}, of what the next {@code fit()} would train from. With sharding: one file
-     * per worker with its updater-state shard and metadata ({@code shard-RRRRR-of-NNNNN.bin}: worker count, shard
-     * bounds, iteration and epoch counters, DL4J's updater layout, format version, checksum), plus {@code model.zip},
-     * written by DL4J's {@code ModelSerializer} with the full updater state gathered from the shards, which a plain
-     * DL4J user loads with {@code ModelSerializer.restoreMultiLayerNetwork(file, true)}. Without sharding every worker's
-     * replica holds the same state, so {@code model.zip} alone is the checkpoint. Last comes {@code
-     * manifest.properties}: the step, epoch and iteration counters, and every file's size and CRC-32C
-     * ({@link CheckpointDirectory}); every file is written to a temporary name, forced to disk and renamed, and until
-     * the manifest is written the directory is torn (a restore refuses it). Shard files of another worker count in
-     * {@code dir} are deleted. In group mode it is collective: every rank calls it with the same directory (on one
-     * machine, or a file system they share), writes its own shard file, rank 0 writes {@code model.zip}, deletes
-     * stale shard files and writes the manifest, and every rank returns once all files are written.
+     * Saves a checkpoint into {@code dir}, of what the next {@code fit()} would train from: {@code model.zip}
+     * (DL4J's {@code ModelSerializer}, full updater state, loadable by plain DL4J), with sharding one shard file per
+     * worker, and last {@code manifest.properties} with the counters and every file's size and CRC-32C; each file is
+     * written to a temporary name, forced and renamed, and until the manifest is written the directory is torn (a
+     * restore refuses it). In group mode it is collective: every rank calls it with the same directory (one machine,
+     * or a shared file system). docs/checkpoints.md has the format.
      *
      * @param dir the checkpoint directory; created when absent
      * @throws IOException           when a file cannot be written
      * @throws IllegalStateException when the wrapper is closed
      */
     public synchronized void saveCheckpoint(Path dir) throws IOException {
-        if (closed) {
-            throw new IllegalStateException("wrapper is closed: expected an open wrapper, found one after close()"
-                    + " (fix: build a new one with SymmemParallelWrapper.builder(model))");
-        }
-        refuseHollow("saveCheckpoint");
+        requireOpen();
+        ConfigurationStart.refuseHollow(model, "saveCheckpoint");
         workers.ensureStarted(); // (the replicas take the model's state if it was changed since the last fit)
         writeCheckpoint(dir, 0, 0);
     }
 
     /**
-     * Restores a checkpoint written by {@link #saveCheckpoint} (or by {@link Builder#checkpointEvery}), by any number
-     * of workers: N workers' checkpoint restores onto this wrapper's M. With sharding each worker takes the updater
-     * state of its own shard's parameter range from whichever shard files hold it (each file lists the global ranges
-     * of DL4J's updater state it holds: with M = N each worker reads its own file, otherwise the ranges are re-sliced,
-     * element for element, so the state is bitwise what the N workers held); a checkpoint of either ZeRO stage
-     * (OPTIMIZER_STATE and GRADIENTS keep the same state), and a plain one, whose {@code model.zip} holds the full
-     * state, cut into the shards; parameters and counters come from {@code model.zip}. Without sharding:
-     * {@code model.zip} whole, updater state included (a sharded checkpoint's too). Then the model holds the restored
-     * state as after a {@code fit()}. The data position is the iterator's: every worker count deals the same iterator's
-     * batches in the same order ({@code workers} consecutive batches per step, batch i to worker i mod workers; in group
-     * mode every rank reads them all), so the next {@code fit()} skips the batches of the epoch the checkpoint had
-     * trained and goes on with the next batch, on M workers as on N; it refuses, before any step, an iterator whose
-     * skipped batches hold other examples than the checkpoint recorded (another batch size) or that ends before them.
-     * The steps after the resume take M batches each: training on equals an uninterrupted M-worker run started from
-     * the checkpoint's consolidated {@code model.zip} on the rest of the data, bitwise (docs/resharding.md). A directory with a manifest is verified against it first (a torn one is refused with
-     * {@link CheckpointDirectory.TornCheckpointException}, changing nothing); one without, written before manifests,
-     * is read with each shard file's own checksum verified first. Everything is checked before anything changes (the
-     * stage that wrote the shards — a pipeline trainer's are refused —, data type, parameter count, DL4J's updater
-     * layout, byte order, equal counters in every file, every state element covered); a refused restore leaves the
-     * model as it was. When the manifest says the checkpoint was taken
-     * inside a {@code fit}, the wrapper's step counter goes on from its step and the next {@code fit()} skips the
-     * batches of that epoch already trained. In group mode it is collective: every rank reads its own shard, and a
-     * rank whose files fail any check makes every rank throw, each model left as it was; every rank must see every
-     * shard file (one directory they share), as re-slicing reads other ranks' files.
+     * Restores a checkpoint written by {@link #saveCheckpoint} (or by {@link Builder#checkpointEvery}) of any number
+     * of workers: N workers' checkpoint restores onto this wrapper's M, the ZeRO shards re-sliced element for element
+     * from the global ranges each shard file lists, parameters and counters from {@code model.zip}; a plain or either
+     * ZeRO stage's checkpoint fits either. The next {@code fit()} skips the batches of the epoch the checkpoint had
+     * trained (refusing, before any step, an iterator whose skipped batches differ), so training on equals an
+     * uninterrupted M-worker run from the checkpoint, bitwise. Everything is checked before anything changes (the
+     * manifest's sizes and CRC-32C, or each shard file's own checksum; stage, data type, parameter count, DL4J's
+     * updater layout, counters, coverage): a refused restore leaves the model as it was. In group mode it is
+     * collective, every rank must see every shard file, and one rank's failed check makes every rank throw.
+     * docs/checkpoints.md and docs/resharding.md have the details.
      *
      * @param dir a directory {@link #saveCheckpoint} wrote
      * @throws IOException              when a file cannot be read, is truncated, fails its checksum or the manifest
+     *                                  ({@link CheckpointDirectory.TornCheckpointException} for a torn one)
      * @throws IllegalArgumentException when the checkpoint does not fit this wrapper (another stage's shards, data
      *                                  type, parameter count, updater layout, mixed steps, missing shard files)
      * @throws IllegalStateException    when the wrapper is closed
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
-        if (closed) {
-            throw new IllegalStateException("wrapper is closed: expected an open wrapper, found one after close()"
-                    + " (fix: build a new one with SymmemParallelWrapper.builder(model))");
-        }
-        refuseHollow("restoreCheckpoint");
+        requireOpen();
+        ConfigurationStart.refuseHollow(model, "restoreCheckpoint");
         workers.ensureStarted();
         ShardedCheckpoints.Restored restored;
         if (settings.sharding() == null || settings.sharding() == ZeroStage.PARAMETERS) {
@@ -839,15 +784,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
     }
 
-    /** Checkpoints are consolidated (model.zip): a stage-3 run started from a configuration has no whole model for them. */
-    private void refuseHollow(String call) {
-        if (ConfigurationStart.isHollow(model)) {
-            throw new IllegalStateException(call + " on a stage-3 wrapper built from a configuration: checkpoints hold a"
-                    + " consolidated model.zip, which such a run never holds whole, and stage 3's own sharded format does"
-                    + " not exist yet; expected a wrapper built from an initialised network (fix: builder(model), or"
-                    + " gatherParameters() and save them yourself)");
-        }
-    }
 
     /**
      * Restores the newest complete checkpoint under {@code root} ({@code step-<n>} directories written by

@@ -2,6 +2,7 @@ package org.symmem4j.parallel.host;
 
 import java.lang.foreign.MemorySegment;
 import java.util.Objects;
+import org.symmem4j.parallel.memory.Pages;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SignalOp;
 import org.symmem4j.parallel.SymmetricMemory;

@@ -1,4 +1,4 @@
-package org.symmem4j.parallel.host;
+package org.symmem4j.parallel.memory;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;

@@ -1,4 +1,4 @@
-package org.symmem4j.parallel.host;
+package org.symmem4j.parallel.memory;
 
 import static java.lang.foreign.ValueLayout.ADDRESS;
 import static java.lang.foreign.ValueLayout.JAVA_BYTE;
@@ -19,18 +19,20 @@ import org.symmem4j.parallel.SymmemException;
  * Virtual memory of host symmetric memory, page by page, through the C library (Linux on 64-bit
  * CPUs): {@code mmap} of reserved, uncommitted anonymous memory, {@code madvise} to give pages back
  * to the operating system, {@code mincore} to count the pages that hold memory. What makes a
- * buffer sparse: only the pages written hold memory ({@link SymmetricMemory#decommit}).
+ * buffer sparse: only the pages written hold memory ({@link org.symmem4j.parallel.SymmetricMemory#decommit}). Shared by the host
+ * transports (their symmetric memory) and {@link ReservedMemory} (private reserved memory for the layers above),
+ * in a package of its own so that neither reaches into the other.
  */
-final class Pages {
+public final class Pages {
 
     private static final int PROT_READ_WRITE = 0x1 | 0x2;
     private static final int MAP_PRIVATE = 0x02;
     private static final int MAP_ANONYMOUS = 0x20;
     private static final int MAP_NORESERVE = 0x4000;
     /** Private anonymous memory: the pages are dropped and read as zero afterwards. */
-    static final int MADV_DONTNEED = 4;
+    public static final int MADV_DONTNEED = 4;
     /** Shared memory (a tmpfs file): the file's pages are freed (a hole) and read as zero in every mapping. */
-    static final int MADV_REMOVE = 9;
+    public static final int MADV_REMOVE = 9;
     private static final int SC_PAGESIZE = 30;
 
     private static final Linker LINKER = Linker.nativeLinker();
@@ -44,7 +46,7 @@ final class Pages {
     private static final MethodHandle SYSCONF = LINKER.downcallHandle(LINKER.defaultLookup().find("sysconf").orElseThrow(),
             FunctionDescriptor.of(JAVA_LONG, JAVA_INT));
     /** The system's page size in bytes. */
-    static final long PAGE = pageSize();
+    public static final long PAGE = pageSize();
 
     private Pages() {
     }
@@ -68,7 +70,7 @@ final class Pages {
      * {@code bytes} of private anonymous memory, reserved but not committed ({@code MAP_NORESERVE}):
      * zero when read, holding memory only once written; unmapped when {@code arena} closes.
      */
-    static MemorySegment reserve(long bytes, Arena arena) {
+    public static MemorySegment reserve(long bytes, Arena arena) {
         long length = Math.max(PAGE, (bytes + PAGE - 1) / PAGE * PAGE);
         MemorySegment address;
         int errno;
@@ -102,7 +104,7 @@ final class Pages {
     }
 
     /** The page-aligned range fully inside [from, from + bytes) of {@code segment}: {address, length}, length 0 if none. */
-    static long[] innerPages(MemorySegment segment, long from, long bytes) {
+    public static long[] innerPages(MemorySegment segment, long from, long bytes) {
         long a = segment.address() + from;
         long start = (a + PAGE - 1) / PAGE * PAGE;
         long end = (a + bytes) / PAGE * PAGE;
@@ -110,7 +112,7 @@ final class Pages {
     }
 
     /** {@code madvise(advice)} on the pages fully inside [from, from + bytes) of {@code segment}. */
-    static void advise(MemorySegment segment, long from, long bytes, int advice, String what) {
+    public static void advise(MemorySegment segment, long from, long bytes, int advice, String what) {
         long[] pages = innerPages(segment, from, bytes);
         if (pages[1] == 0) {
             return;
@@ -132,7 +134,7 @@ final class Pages {
     }
 
     /** Bytes of the pages touching [from, from + bytes) of {@code segment} that hold memory now ({@code mincore}). */
-    static long resident(MemorySegment segment, long from, long bytes) {
+    public static long resident(MemorySegment segment, long from, long bytes) {
         if (bytes <= 0) {
             return 0;
         }
