@@ -307,7 +307,13 @@ public final class ServingBench {
 
     /** One JVM of the memory phase: load, serve a little, wait for all, measure PSS, wait for all. */
     private static int memoryRank(Flags f) throws Exception {
-        ProcessGroup group = ProcessGroup.fromEnvironment();
+        // closed at the end: rank 0 hosts the rendezvous store and must serve it until every rank has left
+        try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
+            return memoryRank(f, group);
+        }
+    }
+
+    private static int memoryRank(Flags f, ProcessGroup group) throws Exception {
         INDArray x = Nd4j.rand(32, 784);
         List<Object> keep = new ArrayList<>();
         if (f.memoryRank.equals("symmem4j")) {
@@ -351,6 +357,8 @@ public final class ServingBench {
         for (Object o : keep) {
             if (o instanceof ParallelInference pi) {
                 pi.shutdown();
+            } else if (o instanceof AutoCloseable c) {
+                c.close(); // the shared weights, on every rank, before the group is closed
             }
         }
         return 0;
