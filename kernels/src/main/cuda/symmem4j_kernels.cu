@@ -113,9 +113,12 @@ template <typename T> struct Vec;
 
 template <> struct Vec<float> {
     static constexpr int N = 4;
+    __device__ static void unpack(const uint4& raw, float (&out)[8]) {
+        out[0] = __uint_as_float(raw.x); out[1] = __uint_as_float(raw.y);
+        out[2] = __uint_as_float(raw.z); out[3] = __uint_as_float(raw.w);
+    }
     __device__ static void load(const void* base, size_t v, float (&out)[8]) {
-        float4 x = reinterpret_cast<const float4*>(base)[v];
-        out[0] = x.x; out[1] = x.y; out[2] = x.z; out[3] = x.w;
+        unpack(reinterpret_cast<const uint4*>(base)[v], out);
     }
     __device__ static void store(void* base, size_t v, const float (&in)[8]) {
         reinterpret_cast<float4*>(base)[v] = make_float4(in[0], in[1], in[2], in[3]);
@@ -127,7 +130,9 @@ template <> struct Vec<float> {
 template <> struct Vec<__nv_bfloat16> {
     static constexpr int N = 8;
     __device__ static void load(const void* base, size_t v, float (&out)[8]) {
-        uint4 raw = reinterpret_cast<const uint4*>(base)[v];
+        unpack(reinterpret_cast<const uint4*>(base)[v], out);
+    }
+    __device__ static void unpack(const uint4& raw, float (&out)[8]) {
         const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
         for (int k = 0; k < 4; k++) {
@@ -153,17 +158,38 @@ template <> struct Vec<__nv_bfloat16> {
     }
 };
 
-// acc = sum over ranks, in rank order, of vector v; divided by `divisor` when > 0 (AVG). The rank
-// loops run to the compile-time MAX_RANKS with a guard, so every pointer index is a constant and
-// the pointers stay in registers (a run-time index would copy the struct to local memory).
-template <typename T>
-__device__ __forceinline__ void reduce_vector(const Peers& in, int world, size_t v, int divisor, float (&acc)[8]) {
-    Vec<T>::load(in.ptr[0], v, acc);
+// The ranks a rank loop covers: W > 0 is exactly W ranks, known at compile time (no guard left in
+// the code); W == 0 is `world` ranks, at most MAX_RANKS, known at run time. Rank loops run to the
+// compile-time bound with this guard, so every pointer index is a constant and the pointers stay in
+// registers (a run-time index would copy the struct to local memory).
+template <int W> struct Ranks {
+    static constexpr int BOUND = W > 0 ? W : MAX_RANKS;
+    __device__ static __forceinline__ bool has(int p, int world) { return W > 0 ? p < W : p < world; }
+};
+
+// Vector v of every rank's input, all loads issued before any is used. A load from a peer over
+// NVLink takes about a microsecond; summing inside the guarded rank loop made each rank's load wait
+// for the previous rank's (the compiler does not move a load above the branch that guards it), so a
+// thread paid world - 1 remote latencies in a row instead of one.
+template <int W>
+__device__ __forceinline__ void load_vectors(const Peers& in, int world, size_t v, uint4 (&raw)[Ranks<W>::BOUND]) {
 #pragma unroll
-    for (int p = 1; p < MAX_RANKS; p++) {
-        if (p < world) {
+    for (int p = 0; p < Ranks<W>::BOUND; p++) {
+        if (Ranks<W>::has(p, world)) {
+            raw[p] = reinterpret_cast<const uint4*>(in.ptr[p])[v];
+        }
+    }
+}
+
+// acc = sum over ranks, in rank order, of the loaded vectors; divided by `divisor` when > 0 (AVG).
+template <typename T, int W>
+__device__ __forceinline__ void sum_vectors(const uint4 (&raw)[Ranks<W>::BOUND], int world, int divisor, float (&acc)[8]) {
+    Vec<T>::unpack(raw[0], acc);
+#pragma unroll
+    for (int p = 1; p < Ranks<W>::BOUND; p++) {
+        if (Ranks<W>::has(p, world)) {
             float x[8];
-            Vec<T>::load(in.ptr[p], v, x);
+            Vec<T>::unpack(raw[p], x);
 #pragma unroll
             for (int k = 0; k < Vec<T>::N; k++) {
                 acc[k] += x[k];
@@ -176,6 +202,14 @@ __device__ __forceinline__ void reduce_vector(const Peers& in, int world, size_t
             acc[k] = acc[k] / (float)divisor;
         }
     }
+}
+
+// acc = sum over ranks, in rank order, of vector v; divided by `divisor` when > 0 (AVG).
+template <typename T, int W = 0>
+__device__ __forceinline__ void reduce_vector(const Peers& in, int world, size_t v, int divisor, float (&acc)[8]) {
+    uint4 raw[Ranks<W>::BOUND];
+    load_vectors<W>(in, world, v, raw);
+    sum_vectors<T, W>(raw, world, divisor, acc);
 }
 
 template <typename T>
@@ -396,7 +430,7 @@ __device__ __forceinline__ void two_shot_tail(const Peers& bufs, size_t count, s
 // writes are safe after the first barrier; the second barrier tells every rank that all chunks
 // pushed into its buffer have landed. The last rank also handles elements past the last vector.
 
-template <typename T>
+template <typename T, int W>
 __device__ void two_shot(const Peers& bufs, const Pads& pads, size_t count, int rank, int world, int divisor) {
     constexpr int N = Vec<T>::N;
     size_t nvec = count / N;
@@ -405,17 +439,28 @@ __device__ void two_shot(const Peers& bufs, const Pads& pads, size_t count, int 
     size_t hi = min(nvec, lo + chunk);
     size_t threads = (size_t)gridDim.x * blockDim.x;
     barrier_blocks(pads, rank, world);
-    // Two vectors per thread per iteration, both reduced before either is stored: the loads of
-    // both (from every peer, over NVLink) are in flight together.
+    // Two vectors per thread per iteration. Up to 4 ranks the loads of both (from every peer, over
+    // NVLink) are issued before either is summed, so they are all in flight together; beyond, both
+    // sets would take 64 registers and cut the blocks an SM holds, so the second set's loads follow
+    // the first set's sum.
     size_t v = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     for (; v + threads < hi; v += 2 * threads) {
         float a[8];
         float b[8];
-        reduce_vector<T>(bufs, world, v, divisor, a);
-        reduce_vector<T>(bufs, world, v + threads, divisor, b);
+        if constexpr (Ranks<W>::BOUND <= 4) {
+            uint4 ra[Ranks<W>::BOUND];
+            uint4 rb[Ranks<W>::BOUND];
+            load_vectors<W>(bufs, world, v, ra);
+            load_vectors<W>(bufs, world, v + threads, rb);
+            sum_vectors<T, W>(ra, world, divisor, a);
+            sum_vectors<T, W>(rb, world, divisor, b);
+        } else {
+            reduce_vector<T, W>(bufs, world, v, divisor, a);
+            reduce_vector<T, W>(bufs, world, v + threads, divisor, b);
+        }
 #pragma unroll
-        for (int p = 0; p < MAX_RANKS; p++) {
-            if (p < world) {
+        for (int p = 0; p < Ranks<W>::BOUND; p++) {
+            if (Ranks<W>::has(p, world)) {
                 Vec<T>::store(bufs.ptr[p], v, a);
                 Vec<T>::store(bufs.ptr[p], v + threads, b);
             }
@@ -423,10 +468,10 @@ __device__ void two_shot(const Peers& bufs, const Pads& pads, size_t count, int 
     }
     if (v < hi) {
         float a[8];
-        reduce_vector<T>(bufs, world, v, divisor, a);
+        reduce_vector<T, W>(bufs, world, v, divisor, a);
 #pragma unroll
-        for (int p = 0; p < MAX_RANKS; p++) {
-            if (p < world) {
+        for (int p = 0; p < Ranks<W>::BOUND; p++) {
+            if (Ranks<W>::has(p, world)) {
                 Vec<T>::store(bufs.ptr[p], v, a);
             }
         }
@@ -435,13 +480,24 @@ __device__ void two_shot(const Peers& bufs, const Pads& pads, size_t count, int 
     barrier_blocks(pads, rank, world);
 }
 
+// The common rank counts get code with the rank loops unrolled to exactly their ranks.
+template <typename T>
+__device__ void two_shot_any(const Peers& bufs, const Pads& pads, size_t count, int rank, int world, int divisor) {
+    switch (world) {
+        case 2: two_shot<T, 2>(bufs, pads, count, rank, world, divisor); break;
+        case 4: two_shot<T, 4>(bufs, pads, count, rank, world, divisor); break;
+        case 8: two_shot<T, 8>(bufs, pads, count, rank, world, divisor); break;
+        default: two_shot<T, 0>(bufs, pads, count, rank, world, divisor); break;
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(512) symmem_two_shot_f32(const __grid_constant__ Peers bufs, const __grid_constant__ Pads pads, size_t count, int rank, int world, int divisor) {
     follow_stream_order_release_next();
-    two_shot<float>(bufs, pads, count, rank, world, divisor);
+    two_shot_any<float>(bufs, pads, count, rank, world, divisor);
 }
 extern "C" __global__ void __launch_bounds__(512) symmem_two_shot_bf16(const __grid_constant__ Peers bufs, const __grid_constant__ Pads pads, size_t count, int rank, int world, int divisor) {
     follow_stream_order_release_next();
-    two_shot<__nv_bfloat16>(bufs, pads, count, rank, world, divisor);
+    two_shot_any<__nv_bfloat16>(bufs, pads, count, rank, world, divisor);
 }
 
 // ---- TWO_SHOT by writes only, through a scratch: for large messages ----

@@ -38,7 +38,7 @@ final class CollectiveKernels {
      * at 4 MiB (128 blocks against 64) 27.1 -> 29.5 us bf16, so two per thread there
      * (bench/results/2026-11-28-4xh200-limits.md). On 2 GPUs the policy picks ONE_SHOT where the two differ.
      */
-    static final long TWO_SHOT_ONE_PER_THREAD_BLOCKS = 64;
+    static final long TWO_SHOT_ONE_PER_THREAD_BLOCKS = Long.getLong("x38.oneBlocks", 64); // X38 TEMP
 
     private final Group group;
     private final CudaRank rank;
@@ -89,7 +89,7 @@ final class CollectiveKernels {
         this.oneShotScratch = (CudaSymmetricMemory) memory.allocate(group, 2L * worldSize * ONE_SHOT_SLOT_BYTES);
         this.llScratch = (CudaSymmetricMemory) memory.allocate(group, 2L * worldSize * LL_SLOT_WORDS * Long.BYTES);
         this.twoShotSlotBytes = TWO_SHOT_SCRATCH_BYTES / (2L * worldSize) / 16 * 16;
-        this.twoShotPushMinBytes = Protocol.pushMinBytes(worldSize);
+        this.twoShotPushMinBytes = Long.getLong("x38.pushMin", Protocol.pushMinBytes(worldSize)); // X38 TEMP
         this.twoShotScratch = (CudaSymmetricMemory) memory.allocate(group, TWO_SHOT_SCRATCH_BYTES);
         this.params = new AllReduceParameters(group.rank(), worldSize);
     }
