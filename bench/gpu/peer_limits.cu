@@ -14,6 +14,10 @@
 //   sm_pull_pair  SM loads from the peer's memory into local memory, one pair at a time, over grid sizes
 //   sm_push_all   every GPU's kernel stores into every peer at once (blocks split evenly over the peers)
 //   sm_pull_all   every GPU's kernel loads from every peer at once
+//   tma_push_pair bulk stores (cp.async.bulk, the Tensor Memory Accelerator) of a shared-memory tile into one
+//                 peer, one pair at a time, over grid sizes (grid = blocks of one warp; thread 0 issues, at most
+//                 8 bulk groups in flight per block): the store path that leaves the SMs free (sm_90+)
+//   tma_push_all  the same from every GPU into every peer at once (blocks split evenly over the peers)
 //   flag_rtt      one-way latency of a flag store seen by the peer (ping-pong of 10^4 round trips, 1 thread
 //                 a side, system-scope release/acquire): the floor of one barrier step
 // The bandwidth floor of a bandwidth-optimal all-reduce of S bytes (reduce-scatter + all-gather, every link
@@ -54,6 +58,35 @@ __global__ void pull_all_kernel(uint4* __restrict__ dst, Ptrs src, int peers, si
     const uint4* s = src.p[peer];
     uint4* d = dst + (size_t)peer * n;
     for (size_t i = (size_t)lane * blockDim.x + threadIdx.x; i < n; i += threads) d[i] = s[i];
+}
+
+
+// Bulk stores of one shared-memory tile (contents irrelevant: the probe measures the link) into the peers'
+// memory: block b serves peer (b % peers), tiles strided over the blocks of that peer.
+__global__ void tma_push_kernel(Ptrs dst, int peers, size_t bytesPerPeer, unsigned tile) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    extern __shared__ __align__(128) unsigned char smem[];
+    for (unsigned i = threadIdx.x; i < tile / 4; i += blockDim.x) reinterpret_cast<unsigned*>(smem)[i] = i;
+    __syncthreads();
+    // the bulk copy reads shared memory through the async proxy: order the generic-proxy writes before it
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int peer = blockIdx.x % peers;
+        size_t lane = blockIdx.x / peers;
+        size_t lanes = gridDim.x / peers;
+        char* d = reinterpret_cast<char*>(dst.p[peer]);
+        unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+        size_t tiles = bytesPerPeer / tile;
+        for (size_t t = lane; t < tiles; t += lanes) {
+            asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                         :: "l"(d + t * tile), "r"(s), "r"(tile) : "memory");
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            asm volatile("cp.async.bulk.wait_group.read 8;" ::: "memory");
+        }
+        asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    }
+#endif
 }
 
 // ping-pong: side 0 writes peer's flag = k, waits for own flag = k; side 1 mirrors. System-scope ordering.
@@ -193,6 +226,39 @@ int main(int argc, char** argv) {
             }
         });
         row("sm_pull_all", -1, -1, g, shareVec * sizeof(uint4) * peers, t);
+    }
+    // TMA bulk stores: one pair (0 -> 1), then every GPU into every peer at once, over tiles and grids
+    for (unsigned tile : {16384u, 32768u}) {
+        CK(cudaSetDevice(0));
+        for (int d = 0; d < ngpu; d++) {
+            CK(cudaSetDevice(d));
+            CK(cudaFuncSetAttribute(tma_push_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 65536));
+        }
+        for (int g : {32, 66, sms, 2 * sms}) {
+            CK(cudaSetDevice(0));
+            Ptrs one{};
+            one.p[0] = dst[1];
+            double t = time_batch([&] { CK(cudaSetDevice(0)); tma_push_kernel<<<g, 32, tile, stream[0]>>>(one, 1, bytes, tile); CK(cudaGetLastError()); });
+            char name[32];
+            snprintf(name, sizeof name, "tma_push_pair_%uk", tile / 1024);
+            row(name, 0, 1, g, bytes, t);
+        }
+        for (int g : {peers * 16, (sms / peers) * peers, 2 * (sms / peers) * peers, 4 * (sms / peers) * peers}) {
+            size_t share = shareVec * sizeof(uint4) / tile * tile;
+            double t = time_batch([&] {
+                for (int s = 0; s < ngpu; s++) {
+                    CK(cudaSetDevice(s));
+                    Ptrs p{};
+                    int k = 0;
+                    for (int d = 0; d < ngpu; d++) if (d != s) p.p[k++] = (uint4*)((char*)dst[d] + (size_t)(s < d ? s : s - 1) * share);
+                    tma_push_kernel<<<g, 32, tile, stream[s]>>>(p, peers, share, tile);
+                    CK(cudaGetLastError());
+                }
+            });
+            char name[32];
+            snprintf(name, sizeof name, "tma_push_all_%uk", tile / 1024);
+            row(name, -1, -1, g, share * peers, t);
+        }
     }
     // flag latency between GPU 0 and each peer
     const int rounds = 10000;

@@ -357,6 +357,11 @@ if [ "$what" = limits ]; then
     code=$?; rc=$(( rc | code ))
     echo "== torch anchors ($py): exit=$code"; tail -5 "$out/torch-anchors.txt"
   fi
+  # ours / the best anchor per size, dtype and mode (the table), when both sides ran
+  if [ -s "$out/gpu-allreduce.md" ] && [ -s "$out/torch-anchors.csv" ]; then
+    python3 bench/gpu/anchor_ratio.py --anchors "$out/torch-anchors.csv" --ours "$out/gpu-allreduce.md" \
+      | tee "$out/anchor-ratio.md"
+  fi
 fi
 if [ "$what" = fsdp ]; then
   # #31, in one call: the MLP block's fully sharded training step, ours (FsdpMlpBench: fsdp = sharded, per-layer gathers

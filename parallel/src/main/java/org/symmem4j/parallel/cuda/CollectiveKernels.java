@@ -37,8 +37,10 @@ final class CollectiveKernels {
      * On 4 x H200, graph-captured: one per thread at 1 MiB (32 blocks) 13.5 -> 12.4 us bf16, 10.9 -> 10.0 us fp32;
      * at 4 MiB (128 blocks against 64) 27.1 -> 29.5 us bf16, so two per thread there
      * (bench/results/2026-11-28-4xh200-limits.md). On 2 GPUs the policy picks ONE_SHOT where the two differ.
+     * Measured again once the kernel issued every peer's load before summing (2026-11-28-4xh200-allreduce-loads.md):
+     * 128 blocks at 4 MiB still no faster (26.5 against 25.9 us bf16).
      */
-    static final long TWO_SHOT_ONE_PER_THREAD_BLOCKS = Long.getLong("x38.oneBlocks", 64); // X38 TEMP
+    static final long TWO_SHOT_ONE_PER_THREAD_BLOCKS = 64;
 
     private final Group group;
     private final CudaRank rank;
@@ -89,7 +91,7 @@ final class CollectiveKernels {
         this.oneShotScratch = (CudaSymmetricMemory) memory.allocate(group, 2L * worldSize * ONE_SHOT_SLOT_BYTES);
         this.llScratch = (CudaSymmetricMemory) memory.allocate(group, 2L * worldSize * LL_SLOT_WORDS * Long.BYTES);
         this.twoShotSlotBytes = TWO_SHOT_SCRATCH_BYTES / (2L * worldSize) / 16 * 16;
-        this.twoShotPushMinBytes = Long.getLong("x38.pushMin", Protocol.pushMinBytes(worldSize)); // X38 TEMP
+        this.twoShotPushMinBytes = Protocol.pushMinBytes(worldSize);
         this.twoShotScratch = (CudaSymmetricMemory) memory.allocate(group, TWO_SHOT_SCRATCH_BYTES);
         this.params = new AllReduceParameters(group.rank(), worldSize);
     }
