@@ -11,11 +11,10 @@ import java.util.TreeSet;
 import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.Semaphore;
+import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
 import io.micrometer.core.instrument.Counter;
@@ -34,10 +33,11 @@ import org.symmem4j.serving.ServingException.Kind;
 import org.symmem4j.serving.weights.SharedWeights;
 
 /**
- * Serves named, versioned DL4J models from {@link SharedWeights}: requests for a model wait in its bounded queue, a
- * batcher per model joins them into batches (up to {@code maxBatch} rows, waiting at most {@code maxWait} after the
- * first), and worker threads run each batch on a network object over the version's shared parameters (one copy of
- * the weights however many workers run).
+ * Serves named, versioned DL4J models from {@link SharedWeights}: requests for a model wait in its bounded queue, and
+ * a free worker thread takes what is queued (up to {@code maxBatch} rows) as one batch and runs it on a network object
+ * over the version's shared parameters (one copy of the weights however many workers run). Batches form on their own:
+ * requests that arrive while the workers are busy queue up and leave together; with {@code maxWait > 0} a worker
+ * that finds fewer than {@code maxBatch} rows also waits that long after the first request for more.
  *
  * <pre>{@code
  * try (SharedWeights weights = SharedWeights.create(group, 0, 256L << 20, 16);
@@ -55,8 +55,12 @@ import org.symmem4j.serving.weights.SharedWeights;
  *   <li><b>Hot swap</b>: {@link #deploy} publishes the new version, then makes it current; batches formed after
  *       that use it, batches running finish on theirs. The version before stays kept for {@link #rollback}; the
  *       one before that is retired, and its shared memory is freed when its last batch (or {@link Lease}) ends.</li>
- *   <li><b>Back-pressure</b>: a full queue refuses a request at once ({@link Kind#OVERLOADED}); at most two batches
- *       per worker are in flight, so a slow network fills the queue instead of memory.</li>
+ *   <li><b>Back-pressure</b>: a full queue refuses a request at once ({@link Kind#OVERLOADED}); at most one batch per
+ *       worker is in flight, so a slow network fills the queue instead of memory.</li>
+ *   <li><b>Scheduling</b>: a model with queued requests is on the router's ready list at most once; the worker that
+ *       takes it from there forms one batch, puts the model back if requests are left (so the next free worker
+ *       forms the next batch at once, in parallel), then runs its batch. A request wakes a worker only when its
+ *       model was not on the list already, not once per request.</li>
  * </ul>
  *
  * The router runs on the weights' owner rank (it publishes and retires them).
@@ -105,12 +109,14 @@ public final class ModelRouter implements AutoCloseable {
         volatile ServedVersion current;
         ServedVersion previous;
         long lastVersion;
-        final Thread batcher;
         final Timer duration;
         final Timer queued;
         final DistributionSummary batchSize;
         final Counter swaps;
         final Map<String, Counter> outcomes = new ConcurrentHashMap<>();
+        /** True while the model is on the ready list or a worker forms its batch (the batching token). */
+        final AtomicBoolean scheduled = new AtomicBoolean();
+        /** A request that did not fit the last batch; starts the next one (read and written by the token holder). */
         Request carried;
 
         Model(String name) {
@@ -128,7 +134,6 @@ public final class ModelRouter implements AutoCloseable {
                     .description("requests waiting").register(registry);
             Gauge.builder(ServingMeters.CURRENT_VERSION.meterName(), this, m -> m.current == null ? 0 : m.current.version)
                     .tag("model", name).description("the version new requests go to").register(registry);
-            this.batcher = Thread.ofPlatform().daemon().name("symmem4j-batcher-" + name).unstarted(this::batchLoop);
         }
 
         void count(String outcome) {
@@ -136,56 +141,18 @@ public final class ModelRouter implements AutoCloseable {
                     .tag("model", name).tag("outcome", o).description("requests by outcome").register(registry))
                     .increment();
         }
-
-        private void batchLoop() {
-            try {
-                while (!closed) {
-                    Request first = carried != null ? carried : queue.poll(50, TimeUnit.MILLISECONDS);
-                    carried = null;
-                    if (first == null) {
-                        continue;
-                    }
-                    List<Request> batch = new ArrayList<>();
-                    batch.add(first);
-                    long rows = first.rows;
-                    long deadline = first.arrivedNanos + options.maxWait().toNanos();
-                    while (rows < options.maxBatch()) {
-                        long wait = deadline - System.nanoTime();
-                        Request next = wait > 0 ? queue.poll(wait, TimeUnit.NANOSECONDS) : queue.poll();
-                        if (next == null) {
-                            break;
-                        }
-                        if (rows + next.rows > options.maxBatch()) {
-                            carried = next; // starts the next batch
-                            break;
-                        }
-                        batch.add(next);
-                        rows += next.rows;
-                    }
-                    dispatch(this, batch);
-                }
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            } finally {
-                List<Request> left = new ArrayList<>();
-                if (carried != null) {
-                    left.add(carried);
-                }
-                queue.drainTo(left);
-                for (Request r : left) {
-                    fail(this, r, new ServingException(Kind.CLOSED, "model '" + name + "': the router closed"));
-                }
-            }
-        }
     }
 
     private final SharedWeights weights;
     private final RouterOptions options;
     private final MeterRegistry registry;
     private final Map<String, Model> models = new ConcurrentHashMap<>();
-    private final ExecutorService workers;
-    private final Semaphore inFlight;
+    /** Models with queued requests, each at most once; {@link #STOP} tells a worker to leave. */
+    private final LinkedBlockingQueue<Object> ready = new LinkedBlockingQueue<>();
+    private final List<Thread> workers = new ArrayList<>();
+    private final long maxWaitNanos;
     private final AtomicInteger freedVersions = new AtomicInteger();
+    private static final Object STOP = new Object();
     private volatile boolean closed;
 
     /**
@@ -197,10 +164,10 @@ public final class ModelRouter implements AutoCloseable {
         this.weights = Objects.requireNonNull(weights, "weights");
         this.options = Objects.requireNonNull(options, "options");
         this.registry = registry != null ? registry : new SimpleMeterRegistry();
-        AtomicInteger ids = new AtomicInteger();
-        this.workers = Executors.newFixedThreadPool(options.workers(),
-                r -> Thread.ofPlatform().daemon().name("symmem4j-serving-worker-" + ids.getAndIncrement()).unstarted(r));
-        this.inFlight = new Semaphore(2 * options.workers());
+        this.maxWaitNanos = options.maxWait().toNanos();
+        for (int i = 0; i < options.workers(); i++) {
+            workers.add(Thread.ofPlatform().daemon().name("symmem4j-serving-worker-" + i).start(this::workLoop));
+        }
     }
 
     // ------------------------------------------------------------------------------------------ versions
@@ -393,6 +360,10 @@ public final class ModelRouter implements AutoCloseable {
                 throw new ServingException(Kind.OVERLOADED, "model '" + model + "' is overloaded: queue of capacity="
                         + options.queueCapacity() + " is full (retry later, or add workers)");
             }
+            schedule(m);
+            if (closed) { // raced with close(): fail what close's last drain may have missed
+                failQueued(m);
+            }
         } catch (ServingException e) {
             m.count(outcome(e.kind()));
             return CompletableFuture.failedFuture(e);
@@ -408,35 +379,131 @@ public final class ModelRouter implements AutoCloseable {
         });
     }
 
-    private void dispatch(Model m, List<Request> batch) throws InterruptedException {
+    /** Puts {@code m} on the ready list unless it is there already or a worker is forming its batch. */
+    private void schedule(Model m) {
+        if (m.scheduled.compareAndSet(false, true)) {
+            ready.offer(m);
+        }
+    }
+
+    /**
+     * Gives back the batching token after a batch was formed: the model goes back on the ready list when requests
+     * are left, so another worker can form the next batch while this one runs its own.
+     */
+    private void unschedule(Model m) {
+        if (m.carried != null || !m.queue.isEmpty()) {
+            ready.offer(m); // still scheduled: the token passes to the next worker that takes it
+            return;
+        }
+        m.scheduled.set(false);
+        if (!m.queue.isEmpty()) { // a request arrived after the check and saw the token held: take it again
+            schedule(m);
+        }
+    }
+
+    private void workLoop() {
+        while (true) {
+            Object next;
+            try {
+                next = ready.take();
+            } catch (InterruptedException e) {
+                continue; // workers leave on STOP only (close sends one per worker): requests never lose a worker
+            }
+            if (next == STOP) {
+                return;
+            }
+            Model m = (Model) next;
+            List<Request> batch;
+            try {
+                batch = formBatch(m);
+            } finally {
+                unschedule(m);
+            }
+            if (batch.isEmpty()) {
+                continue;
+            }
+            if (closed) {
+                batch.forEach(r -> fail(m, r, closedFailure(m)));
+                continue;
+            }
+            runBatch(m, batch);
+        }
+    }
+
+    /**
+     * Takes up to {@code maxBatch} rows of queued requests (the carried one first), waiting for more until the
+     * first request's {@code maxWait} has passed; called by the worker holding the model's batching token.
+     */
+    private List<Request> formBatch(Model m) {
+        List<Request> batch = new ArrayList<>();
+        Request first = m.carried != null ? m.carried : m.queue.poll();
+        m.carried = null;
+        if (first == null) {
+            return batch;
+        }
+        batch.add(first);
+        long rows = first.rows;
+        long deadline = first.arrivedNanos + maxWaitNanos;
+        while (rows < options.maxBatch()) {
+            Request next = m.queue.poll();
+            if (next == null) {
+                long wait = deadline - System.nanoTime();
+                if (wait <= 0 || closed) {
+                    break;
+                }
+                try {
+                    next = m.queue.poll(wait, TimeUnit.NANOSECONDS);
+                } catch (InterruptedException e) {
+                    break; // run what was formed
+                }
+                if (next == null) {
+                    break;
+                }
+            }
+            if (rows + next.rows > options.maxBatch()) {
+                m.carried = next; // starts the next batch
+                break;
+            }
+            batch.add(next);
+            rows += next.rows;
+        }
+        return batch;
+    }
+
+    /** Runs a batch, one version group after another (requests pinned to a version run on that version). */
+    private void runBatch(Model m, List<Request> batch) {
+        long pinned = batch.get(0).pinned;
+        boolean oneVersion = true;
+        for (Request r : batch) {
+            oneVersion &= r.pinned == pinned;
+        }
+        if (oneVersion) {
+            runOn(m, pinned, batch);
+            return;
+        }
         Map<Long, List<Request>> byVersion = new LinkedHashMap<>();
         for (Request r : batch) {
             byVersion.computeIfAbsent(r.pinned, v -> new ArrayList<>()).add(r);
         }
-        for (Map.Entry<Long, List<Request>> group : byVersion.entrySet()) {
-            ServedVersion served;
-            try {
-                served = acquire(m, group.getKey());
-            } catch (ServingException e) {
-                group.getValue().forEach(r -> fail(m, r, e));
-                continue;
-            }
-            inFlight.acquire(); // bounded: a slow network makes the queue fill, which refuses requests
-            try {
-                workers.execute(() -> {
-                    try {
-                        run(m, served, group.getValue());
-                    } finally {
-                        served.release();
-                        inFlight.release();
-                    }
-                });
-            } catch (RuntimeException e) { // rejected: the pool was shut down
-                served.release();
-                inFlight.release();
-                group.getValue().forEach(r -> fail(m, r, new ServingException(Kind.CLOSED, "model '" + m.name
-                        + "': the router closed")));
-            }
+        byVersion.forEach((version, requests) -> runOn(m, version, requests));
+    }
+
+    private void runOn(Model m, long version, List<Request> requests) {
+        ServedVersion served;
+        try {
+            served = acquire(m, version);
+        } catch (ServingException e) {
+            requests.forEach(r -> fail(m, r, e));
+            return;
+        }
+        try {
+            run(m, served, requests);
+        } catch (RuntimeException | Error e) { // a worker never dies with requests unanswered
+            ServingException failure = new ServingException(Kind.FAILED, "model '" + m.name + "' version="
+                    + served.version + ": " + e, e);
+            requests.forEach(r -> fail(m, r, failure));
+        } finally {
+            served.release();
         }
     }
 
@@ -474,7 +541,7 @@ public final class ModelRouter implements AutoCloseable {
                 for (int i = 1; i < idx.length; i++) {
                     idx[i] = NDArrayIndex.all();
                 }
-                mine = out.get(idx).dup();
+                mine = out.get(idx); // a view: the batch's output array is this batch's alone
             }
             row += r.rows;
             m.duration.record(System.nanoTime() - r.arrivedNanos, TimeUnit.NANOSECONDS);
@@ -531,9 +598,7 @@ public final class ModelRouter implements AutoCloseable {
     }
 
     private Model startModel(String name) {
-        Model m = new Model(name);
-        m.batcher.start();
-        return m;
+        return new Model(name);
     }
 
     private void free(String model, long version) {
@@ -547,6 +612,19 @@ public final class ModelRouter implements AutoCloseable {
         }
     }
 
+    private ServingException closedFailure(Model m) {
+        return new ServingException(Kind.CLOSED, "model '" + m.name + "': the router closed");
+    }
+
+    /** Fails every request queued for {@code m} (after close). */
+    private void failQueued(Model m) {
+        List<Request> left = new ArrayList<>();
+        m.queue.drainTo(left);
+        for (Request r : left) {
+            fail(m, r, closedFailure(m));
+        }
+    }
+
     /** Stops taking requests, fails those still queued, lets running batches finish, then frees every version. */
     @Override
     public void close() {
@@ -554,23 +632,27 @@ public final class ModelRouter implements AutoCloseable {
             return;
         }
         closed = true;
-        for (Model m : models.values()) {
-            m.batcher.interrupt();
+        for (int i = 0; i < workers.size(); i++) {
+            ready.offer(STOP); // after the models already on the list: their queued requests fail as CLOSED
+        }
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        for (Thread w : workers) {
             try {
-                m.batcher.join(10_000);
+                w.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(deadline - System.nanoTime())));
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
+                break;
             }
-        }
-        workers.shutdown();
-        try {
-            if (!workers.awaitTermination(30, TimeUnit.SECONDS)) {
+            if (w.isAlive()) {
                 throw new IllegalStateException("model router: batches still running 30 s after close");
             }
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
         }
         for (Model m : models.values()) {
+            if (m.carried != null) { // the workers have left: nobody holds the token
+                fail(m, m.carried, closedFailure(m));
+                m.carried = null;
+            }
+            failQueued(m);
             synchronized (m) {
                 if (m.previous != null) {
                     m.previous.release();

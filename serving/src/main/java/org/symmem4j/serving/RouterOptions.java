@@ -6,9 +6,13 @@ import java.util.Objects;
 /**
  * The router's settings.
  *
- * @param workers        threads that run batches (each batch on one network object over the shared weights)
+ * @param workers        threads that run batches (each batch on one network object over the shared weights); a free
+ *                       worker takes the queued requests of a model (up to {@code maxBatch} rows) as one batch
  * @param maxBatch       most rows in one batch
- * @param maxWait        longest a request waits for others to join its batch
+ * @param maxWait        longest a worker that found fewer than {@code maxBatch} rows queued waits, after the first
+ *                       request arrived, for more to join; 0 starts the batch at once (batches still grow under load,
+ *                       from the requests that queue while the workers are busy), a positive wait trades latency at
+ *                       low load for larger batches
  * @param queueCapacity  requests a model's queue holds; a request beyond it is refused as overloaded
  * @param requestTimeout longest a request waits for its answer before it fails with a timeout
  */
@@ -26,9 +30,9 @@ public record RouterOptions(int workers, int maxBatch, Duration maxWait, int que
         }
     }
 
-    /** {@return 2 workers, batches of up to 32 rows, 2 ms wait, 1024 queued requests, 10 s timeout} */
+    /** {@return 2 workers, batches of up to 32 rows, no wait, 1024 queued requests, 10 s timeout} */
     public static RouterOptions defaults() {
-        return new RouterOptions(2, 32, Duration.ofMillis(2), 1024, Duration.ofSeconds(10));
+        return new RouterOptions(2, 32, Duration.ZERO, 1024, Duration.ofSeconds(10));
     }
 
     /** @param n workers @return a copy with that many workers */

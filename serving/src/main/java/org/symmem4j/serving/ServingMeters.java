@@ -10,7 +10,7 @@ public enum ServingMeters {
     REQUESTS("symmem.serving.requests", "symmem_serving_requests_total", "counter"),
     /** Time from a request's arrival at the router to its answer (a histogram with percentile buckets). */
     REQUEST_DURATION("symmem.serving.request.duration", "symmem_serving_request_duration_seconds", "timer"),
-    /** Time a request waited in the model's queue and batcher before a worker started its batch. */
+    /** Time a request waited in the model's queue before a worker started its batch. */
     QUEUE_DURATION("symmem.serving.queue.duration", "symmem_serving_queue_duration_seconds", "timer"),
     /** Rows per batch handed to a worker. */
     BATCH_SIZE("symmem.serving.batch.size", "symmem_serving_batch_size", "distribution summary"),

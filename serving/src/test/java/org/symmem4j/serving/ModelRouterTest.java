@@ -165,6 +165,85 @@ class ModelRouterTest {
         }
     }
 
+    /** A network over shared weights that records batch sizes and waits at a gate before computing. */
+    static ModelSpec gated(CountDownLatch gate, List<Long> entered) {
+        return ModelSpec.of(params -> {
+            MultiLayerNetwork net = SharedNetworks.multiLayer(Nets.mlp(1), params);
+            return features -> {
+                entered.add(features.size(0));
+                try {
+                    if (!gate.await(60, java.util.concurrent.TimeUnit.SECONDS)) {
+                        throw new IllegalStateException("gate never opened");
+                    }
+                } catch (InterruptedException e) {
+                    throw new IllegalStateException(e);
+                }
+                return net.output(features);
+            };
+        }, DataType.FLOAT, 8);
+    }
+
+    @Test
+    void requestsThatQueueWhileTheWorkerIsBusyLeaveAsOneBatchWithoutAnyWait() throws Exception {
+        CountDownLatch gate = new CountDownLatch(1);
+        List<Long> entered = java.util.Collections.synchronizedList(new ArrayList<>());
+        RouterOptions options = RouterOptions.defaults().withWorkers(1).withBatching(32, Duration.ZERO)
+                .withRequestTimeout(Duration.ofSeconds(60));
+        SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        try (SharedWeights weights = weights(); ModelRouter router = new ModelRouter(weights, options, registry)) {
+            router.deploy("m", gated(gate, entered), Nets.owning(Nets.mlp(1)).params());
+            INDArray inputs = Nets.features(3, 6, 8);
+            INDArray[] ref = new INDArray[6];
+            MultiLayerNetwork own = Nets.owning(Nets.mlp(1));
+            for (int i = 0; i < 6; i++) {
+                ref[i] = own.output(inputs.getRow(i, true));
+            }
+            List<CompletableFuture<Prediction>> answers = new ArrayList<>();
+            answers.add(router.predict("m", inputs.getRow(0, true).dup()));
+            awaitSize(entered, 1); // the only worker is inside the network with the first request
+            for (int i = 1; i < 6; i++) {
+                answers.add(router.predict("m", inputs.getRow(i, true).dup()));
+            }
+            gate.countDown();
+            for (int i = 0; i < 6; i++) {
+                assertTrue(answers.get(i).get().output().equalsWithEps(ref[i], 1e-5), "row " + i);
+            }
+            assertEquals(List.of(1L, 5L), entered, "the five that queued meanwhile ran as one batch");
+            var batch = registry.find(ServingMeters.BATCH_SIZE.meterName()).tag("model", "m").summary();
+            assertEquals(2, batch.count());
+        }
+    }
+
+    @Test
+    void aSecondWorkerRunsTheNextBatchWhileTheFirstIsStillRunning() throws Exception {
+        CountDownLatch gate = new CountDownLatch(1);
+        List<Long> entered = java.util.Collections.synchronizedList(new ArrayList<>());
+        RouterOptions options = RouterOptions.defaults().withWorkers(2).withBatching(32, Duration.ZERO)
+                .withRequestTimeout(Duration.ofSeconds(60));
+        try (SharedWeights weights = weights(); ModelRouter router = new ModelRouter(weights, options, null)) {
+            router.deploy("m", gated(gate, entered), Nets.owning(Nets.mlp(1)).params());
+            CompletableFuture<Prediction> first = router.predict("m", Nets.features(1, 2, 8));
+            awaitSize(entered, 1);
+            CompletableFuture<Prediction> second = router.predict("m", Nets.features(2, 3, 8));
+            awaitSize(entered, 2); // fails (times out) if the model's next batch waits for the running one
+            assertEquals(List.of(2L, 3L), entered);
+            gate.countDown();
+            assertEquals(2, first.get().output().size(0));
+            assertEquals(3, second.get().output().size(0));
+        }
+    }
+
+    private static void awaitSize(List<?> list, int size) throws InterruptedException {
+        long deadline = System.nanoTime() + 30_000_000_000L;
+        while (list.size() < size) {
+            if (System.nanoTime() > deadline) {
+                fail("expected " + size + " batches inside the network within 30 s, found " + list.size() + ": "
+                        + list);
+            }
+            Thread.sleep(2);
+        }
+    }
+
     @Test
     void aFullQueueRefusesAtOnceAsOverloadedAndTheAcceptedRequestsAreStillAnswered() throws Exception {
         CountDownLatch gate = new CountDownLatch(1);
