@@ -3,6 +3,9 @@
 # from what bench/shared-state/pack.sh packed (carry the folder; this script runs from inside it or the checkout):
 #   ring    RingBenchmark: 2 processes over /dev/shm, 64 B and 4 KiB messages, throughput and round trip (p50, p99),
 #           symmem4j's one-to-one and many-to-one rings against Agrona's over mapped files (~2.5 min)
+#   ringcost RingOpCostBenchmark: one message written and read back in one thread, 64 B and 4 KiB, symmem4j's rings
+#           (offer, and tryClaim/commit) against Agrona's (write, and tryClaim/commit): the CPU cost per message
+#           without cores or scheduling in it (~2 min; not in the default steps)
 #   map     MapBenchmark: get/put ops/s and latency percentiles at 2 and 4 processes, symmem4j's SymmetricHashMap
 #           against Chronicle Map persisted to /dev/shm and ConcurrentHashMap in one JVM (~3.5 min)
 #   cache   ParameterCacheBenchmark: lookup latency against a ConcurrentHashMap of segments (~20 s)
@@ -54,6 +57,7 @@ steps=("$@")
 for step in "${steps[@]}"; do
   case $step in
     ring) jmh ring "${RING_LIMIT:-170}" 'org.symmem4j.benchmarks.RingBenchmark' || rc=1 ;;
+    ringcost) jmh ringcost "${RINGCOST_LIMIT:-150}" 'org.symmem4j.benchmarks.RingOpCostBenchmark' || rc=1 ;;
     map) jmh map "${MAP_LIMIT:-230}" 'org.symmem4j.benchmarks.MapBenchmark' || rc=1 ;;
     cache) jmh cache "${CACHE_LIMIT:-40}" 'org.symmem4j.benchmarks.ParameterCacheBenchmark' || rc=1 ;;
     switch)
@@ -61,7 +65,7 @@ for step in "${steps[@]}"; do
       timeout -k 10 "${SWITCH_LIMIT:-40}" "${java[@]}" org.symmem4j.benchmarks.ParameterCacheSwitchBench \
         --bytes 100000000 --swaps "${SWAPS:-40}" --out "$out/switch.md" > switch.txt 2>&1 || rc=1
       cat switch.txt >> summary.txt ;;
-    *) echo "unknown step $step (expected ring, map, cache or switch)" | tee -a summary.txt; rc=1 ;;
+    *) echo "unknown step $step (expected ring, ringcost, map, cache or switch)" | tee -a summary.txt; rc=1 ;;
   esac
 done
 echo "== done at ${SECONDS}s, exit=$rc" | tee -a summary.txt

@@ -37,9 +37,15 @@ import org.symmem4j.parallel.sync.Waiter;
  *       consumer; it fails at once when the consumer has exited or the group was aborted.</li>
  *   <li><b>Sizes</b>: a payload is 0..{@link #maxPayload()} bytes (an eighth of the capacity, less the 8-byte
  *       header); a larger one is refused with an {@link IllegalArgumentException} before anything is written.</li>
+ *   <li><b>Cost</b>: a one-to-one message costs the consumer no writes in the ring (its producer zeroes the next
+ *       header instead, as Agrona 2's {@code OneToOneRingBuffer}); a many-to-one consumer zeroes what it read. For
+ *       large payloads, {@link #tryClaim}, writing in place and {@link #commit} save the copy {@link #offer}
+ *       makes.</li>
  *   <li><b>Crashes</b>: a record becomes visible only by its final release store, so a producer that dies while
- *       writing never exposes a torn message. Its record was marked with its rank when claimed; once the consumer
- *       finds that rank dead it skips the record ({@link #abandonedRecords()}) and the ring goes on. A many-to-one
+ *       writing never exposes a torn message. A many-to-one record (and a one-to-one {@link #tryClaim claim}) was
+ *       marked with its producer's rank when claimed; once the consumer finds that rank dead it skips the record
+ *       ({@link #abandonedRecords()}) and the ring goes on; a one-to-one consumer whose producer died times out in
+ *       {@link #take} naming it as exited. A many-to-one
  *       producer that dies in the few instructions between winning its claim and marking it leaves an unmarked
  *       gap that stalls the consumer (the consumer's {@link #take} then times out, naming every producer).</li>
  * </ul>
@@ -60,6 +66,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     private static final long STUCK_CHECK_NANOS = 1_000_000;
 
     private final Group group;
+    /** This rank, read once: offer and poll check it on every call. */
+    private final int rank;
     private final SymmetricMemory memory;
     private final Kind kind;
     private final int producer;
@@ -83,6 +91,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     private SymmetricRingBuffer(Group group, SymmetricMemory memory, Kind kind, int producer, int consumer,
                                 int capacity) {
         this.group = group;
+        this.rank = group.rank();
         this.memory = memory;
         this.kind = kind;
         this.producer = producer;
@@ -264,7 +273,14 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     public long tryClaim(int length) {
         checkOffer(1, length);
         int index = claim(length);
-        return index < 0 ? -1 : index + RECORD_HEADER_BYTES;
+        if (index < 0) {
+            return -1;
+        }
+        if (kind == Kind.ONE_TO_ONE) {
+            // many-to-one claims are marked already; the mark lets commit/abort check the claim and find its length
+            RingBufferLayout.markRecordInProgress(ring, index, length + RECORD_HEADER_BYTES, rank);
+        }
+        return index + RECORD_HEADER_BYTES;
     }
 
     /**
@@ -298,15 +314,18 @@ public final class SymmetricRingBuffer implements AutoCloseable {
 
     private void finishClaim(long payloadOffset, int type) {
         int index = (int) payloadOffset - RECORD_HEADER_BYTES;
-        if (payloadOffset < RECORD_HEADER_BYTES || payloadOffset >= capacity) {
+        // an empty payload in the ring's last 8 bytes starts at capacity itself
+        if (payloadOffset < RECORD_HEADER_BYTES || payloadOffset > capacity
+                || payloadOffset % RingBufferLayout.RECORD_ALIGNMENT != 0) {
             throw new IllegalArgumentException("ring buffer commit/abort: payloadOffset=" + payloadOffset
-                    + " is not an offset tryClaim returned (expected " + RECORD_HEADER_BYTES + ".." + (capacity - 1) + ")");
+                    + " is not an offset tryClaim returned (expected a multiple of " + RingBufferLayout.RECORD_ALIGNMENT
+                    + " in " + RECORD_HEADER_BYTES + ".." + capacity + ")");
         }
         long header = RingBufferLayout.recordHeaderAcquire(ring, index);
         int length = RingBufferLayout.recordLength(header);
-        if (length >= 0 || RingBufferLayout.recordTypeOrRank(header) != group.rank()) {
+        if (length >= 0 || RingBufferLayout.recordTypeOrRank(header) != rank) {
             throw new IllegalStateException("ring buffer commit/abort: the record at payloadOffset=" + payloadOffset
-                    + " is not a claim of rank=" + group.rank() + " in progress (header length=" + length
+                    + " is not a claim of rank=" + rank + " in progress (header length=" + length
                     + "): commit or abort each claim once");
         }
         RingBufferLayout.commitRecord(ring, index, -length, type);
@@ -320,8 +339,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
                     + "-byte header): split the message or create the ring with capacity >= "
                     + Integer.highestOneBit(Math.max(1, (length + RECORD_HEADER_BYTES) * 8 - 1)) * 2L);
         }
-        if (kind == Kind.ONE_TO_ONE && group.rank() != producer) {
-            throw new IllegalStateException("one-to-one ring buffer: rank=" + group.rank() + " offered, but its producer"
+        if (kind == Kind.ONE_TO_ONE && rank != producer) {
+            throw new IllegalStateException("one-to-one ring buffer: rank=" + rank + " offered, but its producer"
                     + " is rank=" + producer + " (create a many-to-one ring for several producers)");
         }
     }
@@ -347,23 +366,29 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         int tailIndex = (int) tail & mask;
         int toEnd = capacity - tailIndex;
         int padding = required > toEnd ? toEnd : 0;
-        if (required + padding > capacity - (tail - headCache)) {
-            // acquire: pairs with the consumer's release of HEAD; the records it zeroed before are seen as free
+        // the record, and the header word after it that this producer zeroes (see RingBufferLayout)
+        int needed = padding + required + RECORD_HEADER_BYTES;
+        if (needed > capacity - (tail - headCache)) {
+            // acquire: pairs with the consumer's release of HEAD; it has read the records before it, so their
+            // bytes may be written again
             headCache = RingBufferLayout.headAcquire(ring);
-            if (required + padding > capacity - (tail - headCache)) {
+            if (needed > capacity - (tail - headCache)) {
                 return -1;
             }
         }
         if (padding != 0) {
-            // release (inside commitRecord): the consumer's acquire of this header sees a record with nothing to read
+            // the record's header at 0 holds bytes of an earlier lap: zero it before the padding record, which
+            // leads the consumer there, is published
+            RingBufferLayout.zeroRecordHeader(ring, 0);
+            // release: publishes the zeroed header at 0 to the consumer's acquire of the padding record's header
             RingBufferLayout.commitRecord(ring, tailIndex, padding, PADDING_TYPE);
             tailIndex = 0;
         }
-        // release: the producer's own position; the consumer follows record headers, not TAIL
+        // the word after the record will be the next record's header: zeroed now, published by this record's
+        // commit (a release), so the consumer, which reads it only after that commit, never sees an earlier lap there
+        RingBufferLayout.zeroRecordHeader(ring, (tailIndex + required) & mask);
+        // release: the producer's own position (read back only by itself and size(); the consumer follows headers)
         RingBufferLayout.tailRelease(ring, tail + padding + required);
-        // marked even with one producer, so that commit/abort find the claim's length and a dead producer's claim is
-        // skipped; the mark publishes no data
-        RingBufferLayout.markRecordInProgress(ring, tailIndex, recordLength, group.rank());
         return tailIndex;
     }
 
@@ -392,7 +417,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
             RingBufferLayout.commitRecord(ring, tailIndex, padding, PADDING_TYPE);
             tailIndex = 0;
         }
-        RingBufferLayout.markRecordInProgress(ring, tailIndex, recordLength, group.rank());
+        RingBufferLayout.markRecordInProgress(ring, tailIndex, recordLength, rank);
         return tailIndex;
     }
 
@@ -408,8 +433,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
      * @throws IllegalStateException on a rank that is not the consumer
      */
     public int poll(MessageHandler handler, int limit) {
-        if (group.rank() != consumer) {
-            throw new IllegalStateException("ring buffer poll on rank=" + group.rank() + ": only the consumer rank="
+        if (rank != consumer) {
+            throw new IllegalStateException("ring buffer poll on rank=" + rank + ": only the consumer rank="
                     + consumer + " polls");
         }
         if (limit < 1) {
@@ -454,8 +479,13 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         } finally {
             readToEnd = bytesRead == contiguous;
             if (bytesRead > 0) {
-                data.asSlice(headIndex, bytesRead).fill((byte) 0);
-                // release: publishes the zeroed records as free room to the producers' acquire of HEAD
+                if (kind == Kind.MANY_TO_ONE) {
+                    // a many-to-one producer cannot zero the word after its record (another may own it already):
+                    // the consumer leaves the room it frees zeroed (see RingBufferLayout)
+                    data.asSlice(headIndex, bytesRead).fill((byte) 0);
+                }
+                // release: the records before it are read (and, many-to-one, zeroed); publishes their room as free
+                // to the producers' acquire of HEAD
                 RingBufferLayout.headRelease(ring, head + bytesRead);
             }
         }
@@ -528,6 +558,6 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     @Override
     public String toString() {
         return "SymmetricRingBuffer[" + kind + ", consumer=" + consumer + (kind == Kind.ONE_TO_ONE ? ", producer="
-                + producer : "") + ", capacity=" + capacity + ", rank=" + group.rank() + "]";
+                + producer : "") + ", capacity=" + capacity + ", rank=" + rank + "]";
     }
 }

@@ -18,22 +18,36 @@ import java.lang.invoke.VarHandle;
  *                 grows                                                the one producer)
  *  256            HEAD (long): bytes consumed since creation, only     consumer (release)    producers (acquire)
  *                 grows
- *  384            DATA: capacity bytes (a power of two) of records,    producers, then       consumer
- *                 each 8-byte aligned:                                 consumer zeroes
- *                   +0 header word (long):
+ *  384            DATA: capacity bytes (a power of two) of records,    producers (and, many- consumer
+ *                 each 8-byte aligned:                                 to-one, the consumer
+ *                   +0 header word (long):                             zeroes what it read)
  *                        low 32 bits:  record length (header + payload bytes); 0 = free,
  *                                      negative = claimed and being written
  *                        high 32 bits: committed: message type (&gt;= 1) or PADDING (-1);
  *                                      being written: the producer's rank
  *                   +8 payload
+ *
+ *  one-to-one, after the last record:  ... | record | 0 (next header word) | free ...
+ *                                                     ^ TAIL: zeroed by the producer before it commits the record
  * </pre>
  *
- * A producer claims {@code align8(length)} bytes at TAIL, marks the record being written (negative length and
- * its rank: a consumer that finds the producer dead skips the record as padding), writes the payload and
- * publishes the record by one release store of the header word (positive length and the type); the consumer
- * reads it with acquire, hands the payload out, zeroes the record and moves HEAD on with release, which frees
- * the bytes for producers. A record that does not fit before the end of the ring is preceded by a PADDING
- * record that fills the ring to its end.
+ * A producer claims {@code align8(length)} bytes at TAIL, writes the payload and publishes the record by one release
+ * store of the header word (positive length and the type); the consumer reads it with acquire, hands the payload out
+ * and moves HEAD on with release, which frees the bytes for producers. A record that does not fit before the end of
+ * the ring is preceded by a PADDING record that fills the ring to its end.
+ *
+ * <p>The word at TAIL must read as free (0) or in progress until its record is committed, never as stale bytes of
+ * an earlier lap. The two kinds keep that differently, as Agrona 2's rings do:
+ * <ul>
+ *   <li><b>one-to-one</b>: the one producer zeroes the header word after its record (at the new TAIL) before the
+ *       release that commits the record, so a claim needs {@link #RECORD_HEADER_BYTES} free bytes more than the
+ *       record. The consumer writes nothing in the data ring: no cache line of the data moves back to the producer
+ *       but the ones it writes next.</li>
+ *   <li><b>many-to-one</b>: another producer may already own the bytes after a record, so the consumer zeroes the
+ *       records it read before releasing HEAD. Producers mark a claim in progress (negative length and their rank)
+ *       right after winning it: a consumer that finds that rank dead skips the record as padding.</li>
+ * </ul>
+ * A one-to-one producer marks in progress only what {@code tryClaim} hands out (commit and abort check the mark).
  */
 public final class RingBufferLayout {
 
@@ -42,7 +56,7 @@ public final class RingBufferLayout {
     /** Header magic, {@code "SYRB"}. */
     public static final int MAGIC = 0x53595242;
     /** Layout version. */
-    public static final int VERSION = 1;
+    public static final int VERSION = 2;
     /** Kind: exactly one producer rank. */
     public static final int KIND_ONE_TO_ONE = 1;
     /** Kind: any rank produces, producers claim space by CAS on TAIL. */
@@ -261,6 +275,18 @@ public final class RingBufferLayout {
     public static void markRecordInProgress(MemorySegment ring, int index, int length, int rank) {
         // release: orders the mark after the claim; nothing reads data because of it (the consumer skips or waits)
         LONG.setRelease(ring, DATA_OFFSET + index, headerWord(-length, rank));
+    }
+
+    /**
+     * Zeroes a record header word with a plain store: the one-to-one producer's word after its record, and the
+     * header of a record placed at index 0 after a padding record. Published by the release of the record (or
+     * padding) header that follows in {@link #commitRecord}; the consumer reads the word only after that.
+     *
+     * @param ring  the consumer's buffer
+     * @param index byte index of the header word
+     */
+    public static void zeroRecordHeader(MemorySegment ring, int index) {
+        LONG.set(ring, DATA_OFFSET + index, 0L);
     }
 
     /**
