@@ -366,9 +366,19 @@ abstract sealed class DataParallelBuilder
         if (gpuMode) {
             checkGpuMode();
         }
-        if (group == null && workers > 1 && (model.model() instanceof MultiLayerNetwork m
-                && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(m)
-                || model.model() instanceof ComputationGraph g && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(g))) {
+        boolean tensorParallel = model.model() instanceof MultiLayerNetwork m && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(m)
+                || model.model() instanceof ComputationGraph g && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(g);
+        if (tensorParallel && (options().checkpointSchedule() != null || options().resumeRoot() != null)) {
+            // every tensor-parallel rank's data-parallel group would write its own shard as step-<n>/model.zip of one
+            // root, and a resume could read another rank's shard of the same shape: refused rather than mixed
+            throw new IllegalArgumentException("checkpointEvery/resumeFrom with a tensor-parallel network: the periodic"
+                    + " checkpoints hold one whole network per step, not tensor-parallel shards, so the data-parallel"
+                    + " groups of the tensor-parallel ranks would write their different shards into the same step"
+                    + " directories; expected neither (fix: drop them and save on demand: TensorParallel.gather(model,"
+                    + " tpCommunicator, unsharded), ModelSerializer.writeModel(unsharded, file, true) on one rank; resume"
+                    + " with TensorParallel.shard(restored, tpRank, tpSize, columnLayers), which carries the updater state)");
+        }
+        if (group == null && workers > 1 && tensorParallel) {
             throw new IllegalArgumentException("workers=" + workers + " threads with a tensor-parallel network: each"
                     + " worker would use this rank's tensor-parallel group at once; expected group mode, one worker per"
                     + " rank (fix: builder(model).group(dataParallelGroup), e.g. DeviceMesh.of(world, \"dp\", d, \"tp\", t)"

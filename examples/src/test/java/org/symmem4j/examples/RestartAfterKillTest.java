@@ -2,6 +2,7 @@ package org.symmem4j.examples;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
@@ -78,9 +79,14 @@ class RestartAfterKillTest {
 
     /** As {@link #launch(Path, int, String...)}, with more launcher options ({@code --cpu-bind none}) first. */
     static Job launch(Path dir, int maxRestarts, List<String> launcherOptions, String... faults) throws IOException {
+        return launch(dir, freePort(), maxRestarts, launcherOptions, faults);
+    }
+
+    /** As {@link #launch(Path, int, List, String...)}, with generation 0's store port given. */
+    static Job launch(Path dir, int port, int maxRestarts, List<String> launcherOptions, String... faults)
+            throws IOException {
         Path checkpoints = dir.resolve("checkpoints");
         Path model = dir.resolve("model.zip");
-        int port = freePort();
         List<String> args = new ArrayList<>(launcherOptions);
         args.addAll(List.of("-n", "2", "--master-port", Integer.toString(port),
                 "--max-restarts", Integer.toString(maxRestarts), "--restart-delay", "0", "--grace-period", "1", "--",
@@ -121,9 +127,17 @@ class RestartAfterKillTest {
     void aNonZeroRankKilledAtASeededRandomStepIsRestartedFromTheNewestCheckpoint(@TempDir Path dir) throws IOException {
         long seed = Long.getLong("restart.seed", DEFAULT_SEED);
         long step = 1 + new SplittableRandom(seed).nextLong(STEPS - 1); // 1..23: the last step, 24, ends the job
-        Job job = launch(dir, 1, "kill@g0r1s" + step);
+        int port = freePortWithFreeNext();
+        Job job;
+        try (java.net.ServerSocket squatter = new java.net.ServerSocket(port + 1)) {
+            // another program listens on --master-port + 1: generation 1's store takes a free port instead
+            job = launch(dir, port, 1, List.of(), "kill@g0r1s" + step);
+        }
         String log = "seed=" + seed + " kill after step " + step + "\n" + job.log();
         assertEquals(0, job.result().status(), log);
+        assertTrue(job.result().err().contains("generation 1: port " + (port + 1) + " (--master-port " + port
+                + " + 1) is in use on 127.0.0.1; taking port "), "the taken port is not used: " + log);
+        assertNotEquals(port + 1, generationPorts(job).get(1), log);
         assertTrue(job.result().err().contains("generation 0 failed: rank 1 (local rank 1, pid ")
                 && job.result().err().contains("was killed by signal 9 (SIGKILL)"), "the launcher names the dead rank: " + log);
         assertTrue(job.result().err().contains("restarting as generation 1"), log);
@@ -348,12 +362,26 @@ class RestartAfterKillTest {
                     .filter(n -> pids.stream().anyMatch(pid -> n.startsWith(SharedMemoryFiles.PREFIX + pid + "-")))
                     .forEach(n -> left.add(SharedMemoryFiles.directory().resolve(n).toString()));
         }
-        for (int g = 0; g <= lastGeneration; g++) {
-            if (listening(job.port() + g)) {
-                left.add("port " + (job.port() + g) + " (generation " + g + "'s store) listened on");
+        List<Integer> ports = generationPorts(job);
+        for (int g = 0; g < ports.size(); g++) {
+            if (listening(ports.get(g))) {
+                left.add("port " + ports.get(g) + " (generation " + g + "'s store) listened on");
             }
         }
         return left;
+    }
+
+    private static final Pattern GENERATION_PORT = Pattern.compile("symmem4j-run: generation (\\d+): run id \\S+, port"
+            + " (\\d+),");
+
+    /** Each generation's store port, as the launcher said it (generation 0's is the one given). */
+    static List<Integer> generationPorts(Job job) {
+        List<Integer> ports = new ArrayList<>(List.of(job.port()));
+        for (Matcher m = GENERATION_PORT.matcher(job.result().err()); m.find(); ) {
+            assertEquals(ports.size(), Integer.parseInt(m.group(1)), "generations in order: " + job.log());
+            ports.add(Integer.parseInt(m.group(2)));
+        }
+        return ports;
     }
 
     /** Whether a socket listens on {@code port}, by /proc/net/tcp and tcp6 (state 0A). */
@@ -380,6 +408,22 @@ class RestartAfterKillTest {
             bits[i] = Float.floatToRawIntBits(values[i]);
         }
         return bits;
+    }
+
+    /** A port free now whose next one is free too. */
+    static int freePortWithFreeNext() throws IOException {
+        for (int attempt = 0; ; attempt++) {
+            int port = freePort();
+            if (port < 65535 && !listening(port + 1)) {
+                try (java.net.ServerSocket next = new java.net.ServerSocket(port + 1)) {
+                    return port;
+                } catch (IOException taken) {
+                    if (attempt > 100) {
+                        throw taken;
+                    }
+                }
+            }
+        }
     }
 
     static int freePort() throws IOException {

@@ -24,11 +24,14 @@ import java.util.regex.Pattern;
  *
  * <p>A job started again after a failure ({@link LaunchSpec#maxRestarts()}) is a new <em>generation</em>
  * {@code g}: its run id is generation 0's with {@code -g<g>} appended, its store port is
- * {@code --master-port + g}, and the launcher hands it a new secret; every process gets
+ * {@code --master-port + g} (on one machine, when that port is in use, one the system chooses:
+ * {@link Launcher#restartPort}), and the launcher hands it a new secret; every process gets
  * {@code SYMMEM4J_RESTART_GENERATION} and torchrun's {@code TORCHELASTIC_RESTART_COUNT} (both {@code g}) and
- * {@code TORCHELASTIC_MAX_RESTARTS}. Both rules are functions of generation 0's values, so the launchers of
- * a job's machines agree on them without talking; a new port is taken because the old generation's store
- * port may still be held (a process past its {@code SIGKILL}, a socket in {@code TIME_WAIT}).
+ * {@code TORCHELASTIC_MAX_RESTARTS}. In a job of several machines both rules are functions of generation 0's
+ * values, so the launchers of a job's machines agree on them without talking (node 0's launcher checks that the
+ * port is free before it starts the generation, and ends the job saying so when it is not); a new port is taken
+ * because the old generation's store port may still be held (a process past its {@code SIGKILL}, a socket in
+ * {@code TIME_WAIT}).
  *
  * @param worldSize      processes in the job
  * @param localWorldSize processes on this machine
@@ -139,6 +142,24 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
      */
     static LaunchPlan of(LaunchSpec spec, Machine machine, Map<String, String> env, String javaBin, Path secretFile,
                          String freshRunId, int generation, int nproc) {
+        return of(spec, machine, env, javaBin, secretFile, freshRunId, generation, nproc,
+                spec.masterPort() + generation);
+    }
+
+    /**
+     * As {@link #of(LaunchSpec, Machine, Map, String, Path, String, int, int)}, with this generation's store port
+     * given: the launcher of a one-machine job takes a port the system chooses when {@code --master-port + g} is in
+     * use ({@link Launcher#restartPort}).
+     *
+     * @param port this generation's store port, in [1, 65535]
+     * @return the plan
+     * @throws IllegalArgumentException as the other {@code of}, and for a port outside [1, 65535]
+     */
+    static LaunchPlan of(LaunchSpec spec, Machine machine, Map<String, String> env, String javaBin, Path secretFile,
+                         String freshRunId, int generation, int nproc, int port) {
+        if (port < 1 || port > 65535) {
+            throw new IllegalArgumentException("generation " + generation + "'s store port " + port + " outside [1, 65535]");
+        }
         if (spec.command().isEmpty()) {
             throw new IllegalArgumentException("no command to start: expected the program after the options, e.g."
                     + " symmem4j-run --nproc-per-node 2 -- java -cp app.jar Main (or --java -cp app.jar Main)");
@@ -182,7 +203,6 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
                     + " the machines share");
         }
         String runId = generationRunId(runId(spec, env, freshRunId), generation);
-        int port = spec.masterPort() + generation;
         if (spec.secretFile() != null && secretFile == null) {
             secretFile = spec.secretFile();
         }

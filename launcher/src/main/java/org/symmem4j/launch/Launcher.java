@@ -5,6 +5,8 @@ import java.io.PrintStream;
 import java.io.PrintWriter;
 import java.io.UncheckedIOException;
 import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.NetworkInterface;
 import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -129,7 +131,9 @@ public final class Launcher implements Callable<Integer> {
             description = "when a process fails, stop the others and start the job again, up to N times (torchrun's"
                     + " --max-restarts): same command, a new generation g with run id <run id>-g<g>, port"
                     + " --master-port + g and a new secret; SYMMEM4J_RESTART_GENERATION and TORCHELASTIC_RESTART_COUNT"
-                    + " say g. A program resumes from its newest complete checkpoint (the trainers' resumeFrom)")
+                    + " say g (on one machine, when port --master-port + g is in use, a free one the system chooses; on node 0"
+                    + " of several machines, the job ends saying so). A program resumes from its newest complete checkpoint"
+                    + " (the trainers' resumeFrom)")
     int maxRestarts;
 
     @Option(names = "--on-failure", paramLabel = "stop|shrink", defaultValue = "stop",
@@ -369,7 +373,19 @@ public final class Launcher implements Callable<Integer> {
                 } else {
                     previousFailedSlot = slot;
                 }
-                plan = LaunchPlan.of(spec, machine, env, javaBin, ownSecret, freshRunId, next, processes);
+                int port;
+                try {
+                    port = restartPort(spec, next);
+                } catch (IllegalStateException portTaken) {
+                    return finish(hook, outcome, "; generation " + next + " cannot start: " + portTaken.getMessage(),
+                            "generation " + plan.generation() + " failed: ");
+                }
+                if (port != spec.masterPort() + next) {
+                    err.println("symmem4j-run: generation " + next + ": port " + (spec.masterPort() + next)
+                            + " (--master-port " + spec.masterPort() + " + " + next + ") is in use on " + spec.masterAddr()
+                            + "; taking port " + port + ", which the system chose free");
+                }
+                plan = LaunchPlan.of(spec, machine, env, javaBin, ownSecret, freshRunId, next, processes, port);
                 err.println("symmem4j-run: generation " + next + ": run id " + plan.runId() + ", port " + plan.masterPort()
                         + ", a new secret; starting " + plan.ranks().size() + " process(es) "
                         + String.format(Locale.ROOT, "%.2f s", (System.nanoTime() - failedAt) / 1e9) + " after the failure"
@@ -377,6 +393,62 @@ public final class Launcher implements Callable<Integer> {
             }
         } finally {
             deleteQuietly(secretDir);
+        }
+    }
+
+    /**
+     * Generation {@code g}'s store port, checked free where it can be: {@code --master-port + g} when it can be bound
+     * on {@code --master-addr} now (as rank 0's store binds it, with {@code SO_REUSEADDR}, so a socket of the old
+     * generation in {@code TIME_WAIT} does not count), or, when another program holds it, on a job of this machine
+     * alone a port the system chooses (bound to port 0, read, released: rank 0 binds it a moment later, as
+     * {@code --standalone} does for generation 0) and, on node 0 of a job of several machines, whose other launchers
+     * compute {@code --master-port + g} on their own, an error that names the port and the fix. Other machines' launchers
+     * and a {@code --master-addr} that is no address of this machine get {@code --master-port + g} unchecked (rank 0's
+     * store is elsewhere; it says so if it cannot bind).
+     *
+     * @param spec       the job
+     * @param generation the generation about to start, at least 1
+     * @return the port to hand the generation's processes
+     * @throws IllegalStateException on node 0 of a job of several machines, when {@code --master-port + g} is in use
+     */
+    static int restartPort(LaunchSpec spec, int generation) {
+        int ruled = spec.masterPort() + generation;
+        if (spec.nodeRank() != 0) {
+            return ruled;
+        }
+        InetAddress addr;
+        try {
+            addr = InetAddress.getByName(spec.masterAddr());
+            if (!addr.isLoopbackAddress() && !addr.isAnyLocalAddress()
+                    && NetworkInterface.getByInetAddress(addr) == null) {
+                return ruled; // not this machine's: rank 0's store is not here
+            }
+        } catch (IOException e) {
+            return ruled; // a name this machine cannot resolve: rank 0's store says what it finds
+        }
+        String taken;
+        try (ServerSocket probe = new ServerSocket()) {
+            probe.setReuseAddress(true);
+            probe.bind(new InetSocketAddress(addr, ruled), 1);
+            return ruled;
+        } catch (IOException e) {
+            taken = e.getMessage();
+        }
+        if (spec.nnodes() > 1) {
+            throw new IllegalStateException("its store port " + ruled + " (--master-port " + spec.masterPort() + " + "
+                    + "generation " + generation + ") is in use on " + spec.masterAddr() + " (" + taken + "), and the"
+                    + " launchers of the other " + (spec.nnodes() - 1) + " machine(s) expect the store there; expected"
+                    + " the ports " + spec.masterPort() + ".." + (spec.masterPort() + spec.maxRestarts()) + " free on node 0"
+                    + " (fix: a --master-port whose next " + spec.maxRestarts() + " ports no other program uses, on every"
+                    + " machine)");
+        }
+        try (ServerSocket probe = new ServerSocket()) {
+            probe.setReuseAddress(true);
+            probe.bind(new InetSocketAddress(addr, 0), 1);
+            return probe.getLocalPort();
+        } catch (IOException e) {
+            throw new IllegalStateException("its store port " + ruled + " is in use on " + spec.masterAddr() + " (" + taken
+                    + "), and no port the system chooses could be bound there either (" + e.getMessage() + ")", e);
         }
     }
 

@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
+import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -381,11 +382,30 @@ class LauncherTest {
                 .orElseThrow(() -> new AssertionError("no line of rank " + rank + " in generation " + gen + ": " + all));
     }
 
+    /** A port free now whose next one is free too (generation 0's and 1's, by the rule {@code --master-port + g}). */
+    static int freePortWithFreeNext() throws IOException {
+        for (int attempt = 0; ; attempt++) {
+            try (ServerSocket first = new ServerSocket(0)) {
+                int port = first.getLocalPort();
+                if (port < 65535) {
+                    try (ServerSocket next = new ServerSocket(port + 1)) {
+                        return port;
+                    } catch (IOException taken) {
+                        if (attempt > 100) {
+                            throw taken;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     @Test
     @Timeout(120)
-    void aRankThatFailsOnceIsRestartedWithANewRunIdPortAndSecret(@TempDir Path mark) {
-        Launcher.Result r = launch(Map.of("MARK", mark.toString()), "-n", "2", "--cpu-bind", "none", "--max-restarts", "1", "--restart-delay", "0", "--",
-                "sh", "-c", FAILS_ONCE);
+    void aRankThatFailsOnceIsRestartedWithANewRunIdPortAndSecret(@TempDir Path mark) throws IOException {
+        int port = freePortWithFreeNext();
+        Launcher.Result r = launch(Map.of("MARK", mark.toString()), "-n", "2", "--cpu-bind", "none", "--master-port",
+                Integer.toString(port), "--max-restarts", "1", "--restart-delay", "0", "--", "sh", "-c", FAILS_ONCE);
         assertEquals(0, r.status(), r.err() + r.out());
         assertTrue(r.err().contains("generation 0 failed: rank 1 (local rank 1, pid ") && r.err().contains("exited with code 3"),
                 r.err());
@@ -401,7 +421,7 @@ class LauncherTest {
             assertEquals(Integer.toString(gen), a.torch(), "torchrun's restart count is the generation");
             assertEquals("1", a.max());
             assertEquals("600", a.mode());
-            assertEquals(29500 + gen, a.port());
+            assertEquals(port + gen, a.port(), "--master-port + g, free");
         }
         Who g0 = who(all, 0, 0);
         Who g1 = who(all, 0, 1);
@@ -410,6 +430,64 @@ class LauncherTest {
         assertNotEquals(g0.sum(), g1.sum(), "a new secret");
         assertNotEquals(g0.file(), g1.file());
         assertFalse(Files.exists(Path.of(g0.file())) || Files.exists(Path.of(g1.file())), "every secret removed at the end");
+    }
+
+    @Test
+    @Timeout(120)
+    void aRestartWhosePortAnotherProgramHoldsTakesAFreeOneOnOneMachine(@TempDir Path mark) throws IOException {
+        int port = freePortWithFreeNext();
+        try (ServerSocket squatter = new ServerSocket(port + 1)) { // another program listens on generation 1's port
+            Launcher.Result r = launch(Map.of("MARK", mark.toString()), "-n", "2", "--cpu-bind", "none", "--master-port",
+                    Integer.toString(port), "--max-restarts", "1", "--restart-delay", "0", "--", "sh", "-c", FAILS_ONCE);
+            assertEquals(0, r.status(), r.err() + r.out());
+            assertTrue(r.err().contains("symmem4j-run: generation 1: port " + (port + 1) + " (--master-port " + port
+                    + " + 1) is in use on 127.0.0.1; taking port "), r.err());
+            List<Who> all = whos(r.out());
+            assertEquals(port, who(all, 0, 0).port(), "generation 0 keeps --master-port");
+            int taken = who(all, 0, 1).port();
+            assertNotEquals(port + 1, taken, "not the port in use");
+            assertEquals(taken, who(all, 1, 1).port(), "every process of generation 1 gets the same port");
+            assertTrue(r.err().contains("generation 1: run id " + who(all, 0, 1).run() + ", port " + taken + ","), r.err());
+            assertTrue(r.err().contains("all 2 ranks exited 0"), r.err());
+        }
+    }
+
+    @Test
+    void onNodeZeroOfSeveralMachinesATakenRestartPortIsAnErrorNamingItAndTheFix() throws IOException {
+        java.net.InetAddress own = null; // an address of this machine that is not loopback (a job of machines needs one)
+        for (java.net.NetworkInterface nif : java.util.Collections.list(java.net.NetworkInterface.getNetworkInterfaces())) {
+            for (java.net.InetAddress a : java.util.Collections.list(nif.getInetAddresses())) {
+                if (nif.isUp() && a instanceof java.net.Inet4Address && !a.isLoopbackAddress()) {
+                    own = a;
+                }
+            }
+        }
+        org.junit.jupiter.api.Assumptions.assumeTrue(own != null, "no non-loopback IPv4 address on this machine");
+        int port = freePortWithFreeNext();
+        LaunchSpec node0 = new LaunchSpec("2", 2, 0, own.getHostAddress(), port, "job7", LaunchSpec.CpuBind.NONE, null,
+                false, List.of("sh"), 3);
+        LaunchSpec node1 = new LaunchSpec("2", 2, 1, own.getHostAddress(), port, "job7", LaunchSpec.CpuBind.NONE, null,
+                false, List.of("sh"), 3);
+        assertEquals(port + 1, Launcher.restartPort(node0, 1), "free: the rule's port");
+        try (ServerSocket squatter = new ServerSocket(port + 1)) {
+            IllegalStateException e = org.junit.jupiter.api.Assertions.assertThrows(IllegalStateException.class,
+                    () -> Launcher.restartPort(node0, 1));
+            assertTrue(e.getMessage().startsWith("its store port " + (port + 1) + " (--master-port " + port
+                    + " + generation 1) is in use on " + own.getHostAddress()), e.getMessage());
+            assertTrue(e.getMessage().contains("expected the ports " + port + ".." + (port + 3) + " free on node 0 (fix: a"
+                    + " --master-port whose next 3 ports no other program uses, on every machine)"), e.getMessage());
+            assertEquals(port + 1, Launcher.restartPort(node1, 1), "another machine's launcher cannot check node 0's port");
+            LaunchSpec elsewhere = new LaunchSpec("2", 1, 0, "192.0.2.7", port, null, LaunchSpec.CpuBind.NONE, null,
+                    false, List.of("sh"), 3); // TEST-NET-1: no address of this machine
+            assertEquals(port + 1, Launcher.restartPort(elsewhere, 1), "a store elsewhere is not checked here");
+            LaunchSpec alone = new LaunchSpec("2", 1, 0, "127.0.0.1", port, null, LaunchSpec.CpuBind.NONE, null,
+                    false, List.of("sh"), 3);
+            int chosen = Launcher.restartPort(alone, 1);
+            assertNotEquals(port + 1, chosen, "one machine: a free port instead");
+            try (ServerSocket bindable = new ServerSocket(chosen, 1, java.net.InetAddress.getLoopbackAddress())) {
+                assertEquals(chosen, bindable.getLocalPort(), "the chosen port is free");
+            }
+        }
     }
 
     @Test

@@ -88,6 +88,27 @@ class TensorAndDataParallelTest {
     }
 
     @org.junit.jupiter.api.Test
+    void periodicCheckpointsOfATensorParallelNetworkAreRefusedBeforeAnythingIsWritten(
+            @org.junit.jupiter.api.io.TempDir java.nio.file.Path root) throws java.io.IOException {
+        MultiLayerNetwork mine = TensorParallel.shard(TensorParallelTest.unsharded(DataType.FLOAT, 0), 0, 2, 0);
+        for (boolean resume : new boolean[] {false, true}) {
+            SymmemParallelWrapper.Builder b = SymmemParallelWrapper.builder(mine).workers(1);
+            if (resume) {
+                b.resumeFrom(root);
+            } else {
+                b.checkpointEvery(4, root);
+            }
+            IllegalArgumentException e = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
+                    b::build);
+            assertTrue(e.getMessage().startsWith("checkpointEvery/resumeFrom with a tensor-parallel network:")
+                    && e.getMessage().contains("fix: drop them and save on demand: TensorParallel.gather("), e.getMessage());
+        }
+        try (var left = java.nio.file.Files.list(root)) {
+            assertTrue(left.findAny().isEmpty(), "nothing written");
+        }
+    }
+
+    @org.junit.jupiter.api.Test
     void workerThreadsSharingOneRanksTensorParallelGroupAreRefused() {
         MultiLayerNetwork mine = TensorParallel.shard(TensorParallelTest.unsharded(DataType.FLOAT, 0), 0, 2, 0);
         IllegalArgumentException e = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
