@@ -91,6 +91,8 @@ final class FullySharded implements AutoCloseable {
     private final ModelReplica replica;
     private final FullyShardedReplicas layout;
     private final Communicator comm;
+    /** Hybrid sharding's replica axis (comm is then the shard group's); null for stage 3 over every worker. */
+    private final HybridSharding hybrid;
     private final SymmetricMemory params;
     private final SymmetricMemory gradients;
     private final DType dtype;
@@ -123,10 +125,12 @@ final class FullySharded implements AutoCloseable {
     private volatile long peakParameterBytes;
     private volatile long peakGradientBytes;
 
-    private FullySharded(FullyShardedReplicas layout, Communicator comm, SymmetricMemory params, SymmetricMemory gradients) {
+    private FullySharded(FullyShardedReplicas layout, Communicator comm, HybridSharding hybrid, SymmetricMemory params,
+                         SymmetricMemory gradients) {
         this.replica = layout.replica();
         this.layout = layout;
         this.comm = comm;
+        this.hybrid = hybrid;
         this.params = params;
         this.gradients = gradients;
         this.dtype = ModelReplica.dtypeOf(replica.params().dataType());
@@ -252,6 +256,15 @@ final class FullySharded implements AutoCloseable {
      * @throws IllegalArgumentException when the group's transport cannot give pages back (named, with the fix)
      */
     static FullySharded open(ModelReplica source, Group group, Communicator comm) {
+        return open(source, group, comm, null);
+    }
+
+    /**
+     * As {@link #open(ModelReplica, Group, Communicator)}; with {@code hybrid} (HSDP), {@code group} and {@code comm}
+     * are its shard group's, the blocks are cut over that group, and each unit's reduce-scattered block is summed over
+     * the replicas ({@link HybridSharding#sumAcrossReplicas}).
+     */
+    static FullySharded open(ModelReplica source, Group group, Communicator comm, HybridSharding hybrid) {
         TransportCapabilities caps = group.transport().capabilities(group);
         if (!caps.supports(TransportCapabilities.Capability.DECOMMIT)) {
             throw new IllegalArgumentException("sharding(PARAMETERS) on transport " + group.transport().name() + ": "
@@ -275,7 +288,7 @@ final class FullySharded implements AutoCloseable {
             replica.setIterationCount(source.iterationCount());
             replica.setEpochCount(source.epochCount());
             replica.disableMinibatchDivision();
-            FullySharded fs = new FullySharded(layout, comm, params, gradients);
+            FullySharded fs = new FullySharded(layout, comm, hybrid, params, gradients);
             if (ConfigurationStart.isHollow(source)) {
                 fs.initialiseOwnBlocks(); // a model started from a configuration: nobody holds it whole
             } else {
@@ -573,6 +586,9 @@ final class FullySharded implements AutoCloseable {
                 peakGradientBytes = Math.max(peakGradientBytes, residentGradientBytes());
             }
             comm.reduceScatter(gradients, u.offset() * ds, u.length(), dtype, ReduceOp.SUM);
+            if (hybrid != null) { // HSDP: the block summed over its shard group, then over the replicas
+                hybrid.sumAcrossReplicas(local.asSlice((u.offset() + u.ownFrom()) * ds), u.ownTo() - u.ownFrom(), dtype);
+            }
             releaseOutsideOwnBlock(gradients, u);
         });
     }
@@ -645,6 +661,11 @@ final class FullySharded implements AutoCloseable {
 
     SymmetricMemory gradientMemory() {
         return gradients;
+    }
+
+    /** The communicator the blocks are cut over: the whole group's, or with hybrid sharding the shard group's. */
+    Communicator communicator() {
+        return comm;
     }
 
     /** The elements this rank owns, [from, to) pairs in ascending order. */
