@@ -49,6 +49,9 @@ import org.symmem4j.parallel.numeric.Reducer;
  *   rank 1 owns:  |     [b1]               |         [b1     ]             |    [b1]     |
  *   resident:     own blocks, plus the one or two units gathered at a time
  * </pre>
+ * With hybrid sharding ({@link HybridSharding}, HSDP) the group is the worker's shard group of S workers: the units
+ * are cut into S blocks, gathered and reduce-scattered inside that group, and each reduce-scattered block is then
+ * summed over the N / S replicas that own the same block.
  *
  * <p>A step, on the worker's thread, runs DL4J's own {@code computeGradientAndScore} unchanged
  * (which is what keeps it bitwise equal to plain data parallelism); {@link BackpropSignalPreProcessor}s

@@ -83,9 +83,9 @@ class HybridShardingTest {
      * against the same; a second run bitwise the same; a shorter run far outside the tolerance (it can fail).
      */
     @ParameterizedTest(name = "workers={0} shardGroupSize={1} {2} {3}")
-    @CsvSource({"4, 2, adam, DOUBLE, 1e-11", "6, 2, nesterov+l2, DOUBLE, 1e-11", "4, 2, adam+ClipL2PerLayer, DOUBLE, 1e-11",
-            "4, 2, mixed, FLOAT, 2e-4",
-            "6, 3, adamw, FLOAT, 2e-4"})
+    @CsvSource({"4, 2, adam, DOUBLE, 1e-13", "6, 2, nesterov+l2, DOUBLE, 1e-13", "4, 2, adam+ClipL2PerLayer, DOUBLE, 1e-13",
+            "4, 2, mixed, FLOAT, 1e-5",
+            "6, 3, adamw, FLOAT, 1e-5"})
     void hybridEqualsPlainDataParallelismToRoundingAndItselfBitwise(int workers, int shardGroupSize, String recipe,
                                                                   DataType dtype, double tol) {
         List<DataSet> data = Nets.batches(53, 3 * workers + 1, 8, dtype); // the last step leaves workers idle
@@ -114,7 +114,7 @@ class HybridShardingTest {
     void batchNormStatisticsMergeOverEveryWorker() {
         List<DataSet> data = StateNets.shiftedBatches(61, new int[] {8, 6, 7, 5, 8, 6, 7, 5}, DataType.DOUBLE);
         MultiLayerNetwork net = StateNets.batchNormMlp(DataType.DOUBLE, false, new org.nd4j.linalg.learning.config.Adam(0.01));
-        assertClose(train(net, 4, null, 0, data), train(net, 4, ZeroStage.PARAMETERS, 2, data), 1e-11,
+        assertClose(train(net, 4, null, 0, data), train(net, 4, ZeroStage.PARAMETERS, 2, data), 1e-13,
                 "HSDP with BatchNorm vs plain DP");
     }
 
