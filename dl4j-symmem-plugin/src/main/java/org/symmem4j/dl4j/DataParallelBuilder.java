@@ -42,6 +42,8 @@ abstract sealed class DataParallelBuilder
     AlgorithmPolicy policy;
     NonFiniteGradients nonFiniteGradients = NonFiniteGradients.FAIL;
     ZeroStage sharding;
+    /** Hybrid sharding's workers per shard group; 0: stage 3 over every worker. */
+    int shardGroupSize;
     boolean overlap;
     int accumulation = 1;
     GradientTransfer gradientTransfer = GradientTransfer.NETWORK_DTYPE;
@@ -152,6 +154,28 @@ abstract sealed class DataParallelBuilder
      */
     public SymmemParallelWrapper.Builder sharding(ZeroStage stage) {
         this.sharding = Objects.requireNonNull(stage, "stage");
+        return self();
+    }
+
+    /**
+     * Hybrid sharding (PyTorch FSDP2's HSDP) with {@code sharding(ZeroStage.PARAMETERS)}: the N workers form N / S
+     * replicas of S workers each (a {@code replicate × shard} mesh, neighbouring ranks in one shard group, e.g. the
+     * workers of one machine); stage 3 shards every layer inside each group, so a worker keeps 1/S of the parameters,
+     * gradient and updater state, and each layer's reduce-scattered block is then all-reduced over the N / S
+     * replicas (docs/zero-stage-3.md, "Hybrid sharding"). The result equals plain data parallelism to rounding (the
+     * gradient is summed in another order), bitwise the same in every run. Default: every worker in one shard group
+     * (S = N, plain stage 3).
+     *
+     * @param shardGroupSize S: a divisor of the worker count, at least 2 (checked at {@code build()})
+     * @return this builder
+     * @throws IllegalArgumentException when {@code shardGroupSize} is below 1
+     */
+    public SymmemParallelWrapper.Builder shardGroupSize(int shardGroupSize) {
+        if (shardGroupSize < 1) {
+            throw new IllegalArgumentException("shardGroupSize=" + shardGroupSize + ": expected at least 2 workers per"
+                    + " shard group (fix: a divisor of the worker count, e.g. the workers of one machine)");
+        }
+        this.shardGroupSize = shardGroupSize;
         return self();
     }
 
@@ -359,6 +383,7 @@ abstract sealed class DataParallelBuilder
                     + ": expected none of these with sharding (its reduce-scatter runs in the gradient hook);"
                     + " fix: drop sharding, or these options");
         }
+        checkShardGroupSize();
         if (configuration != null) {
             startFromConfiguration(group, gpuMode);
         }
@@ -406,6 +431,25 @@ abstract sealed class DataParallelBuilder
         attachListeners();
     }
 
+    /** Hybrid sharding's shard group size against the stage and the worker count (group mode's: the group's size). */
+    private void checkShardGroupSize() {
+        if (shardGroupSize == 0) {
+            return;
+        }
+        if (sharding != ZeroStage.PARAMETERS) {
+            throw new IllegalArgumentException("shardGroupSize=" + shardGroupSize + " with sharding=" + sharding + ":"
+                    + " expected sharding(ZeroStage.PARAMETERS), whose parameters, gradient and updater state are sharded"
+                    + " inside each group (fix: add .sharding(ZeroStage.PARAMETERS), or drop shardGroupSize)");
+        }
+        HybridSharding.check(workers, shardGroupSize);
+        if (shardGroupSize < workers && (options().checkpointSchedule() != null || options().resumeRoot() != null)) {
+            throw new IllegalArgumentException("shardGroupSize=" + shardGroupSize + " of workers=" + workers + " with"
+                    + " checkpointEvery/resumeFrom: checkpoints of hybrid sharding (a shard per shard-group rank, kept by"
+                    + " every replica) are not written yet; expected neither (fix: drop them, or shard over every worker:"
+                    + " leave shardGroupSize unset)");
+        }
+    }
+
     /**
      * A model built from a configuration ({@link ConfigurationStart}): the stage's model state is planned and checked
      * against this process's caps before anything is allocated, then the model is initialised, hollow for stage 3.
@@ -422,6 +466,10 @@ abstract sealed class DataParallelBuilder
         ModelStatePlan plan = ModelStatePlan.of(configuration, sharding, workers, local, symmetricGradient);
         ModelStatePlan stage3 = sharding == ZeroStage.PARAMETERS ? null
                 : ModelStatePlan.of(configuration, ZeroStage.PARAMETERS, workers, local, symmetricGradient);
+        if (sharding == ZeroStage.PARAMETERS && shardGroupSize > 0) {
+            // hybrid sharding: each worker holds 1/S, not 1/N (blocks cut over its shard group)
+            plan = ModelStatePlan.of(configuration, sharding, shardGroupSize, local, symmetricGradient);
+        }
         plan.check(ConfigurationStart.Caps.ofThisProcess(), stage3);
         ConfigurationStart.Network net = (ConfigurationStart.Network) model.model();
         if (sharding == ZeroStage.PARAMETERS) {

@@ -12,13 +12,14 @@ import org.symmem4j.parallel.Group;
  * background thread (0: on the caller's thread); {@code workspaceMode}: the replicas' training workspace mode, null
  * for the model's own; {@code timelineSteps}: steps a {@link DataParallelTimeline} keeps, 0 for no timeline (nothing
  * stamped); {@code onWorkerFailure}: fail or shrink ({@link WorkerFailure}); {@code minWorkers}: the fewest workers a
- * shrink may leave.
+ * shrink may leave; {@code shardGroupSize}: with stage 3, the workers per shard group of hybrid sharding
+ * ({@link HybridSharding}), 0 to shard over every worker.
  */
 record DataParallelSettings(int workers, long bucketBytes, AlgorithmPolicy policy, NonFiniteGradients nonFiniteGradients,
                             Duration timeout, int ompThreadsPerWorker, ZeroStage sharding, boolean overlap,
                             int accumulation, GradientTransfer gradientTransfer, long minBucketBytes, int prefetchBuffer,
                             boolean reportScoreAfterAveraging, WorkspaceMode workspaceMode, int timelineSteps,
-                            Group group, WorkerFailure onWorkerFailure, int minWorkers) {
+                            Group group, WorkerFailure onWorkerFailure, int minWorkers, int shardGroupSize) {
 
     /** {@return whether a worker's failure shrinks the group instead of failing the fit} */
     boolean shrinks() {
@@ -29,14 +30,20 @@ record DataParallelSettings(int workers, long bucketBytes, AlgorithmPolicy polic
     DataParallelSettings withGroup(Group survivors) {
         return new DataParallelSettings(survivors.worldSize(), bucketBytes, policy, nonFiniteGradients, timeout,
                 ompThreadsPerWorker, sharding, overlap, accumulation, gradientTransfer, minBucketBytes, prefetchBuffer,
-                reportScoreAfterAveraging, workspaceMode, timelineSteps, survivors, onWorkerFailure, minWorkers);
+                reportScoreAfterAveraging, workspaceMode, timelineSteps, survivors, onWorkerFailure, minWorkers,
+                shardGroupSize);
     }
 
     /** The same settings for {@code survivors} workers (thread mode's shrink), each with {@code ndThreads} ND4J threads. */
     DataParallelSettings withWorkers(int survivors, int ndThreads) {
         return new DataParallelSettings(survivors, bucketBytes, policy, nonFiniteGradients, timeout, ndThreads, sharding,
                 overlap, accumulation, gradientTransfer, minBucketBytes, prefetchBuffer, reportScoreAfterAveraging,
-                workspaceMode, timelineSteps, group, onWorkerFailure, minWorkers);
+                workspaceMode, timelineSteps, group, onWorkerFailure, minWorkers, shardGroupSize);
+    }
+
+    /** Whether stage 3 shards inside groups of {@link #shardGroupSize} workers and replicates across them (HSDP). */
+    boolean hybrid() {
+        return shardGroupSize > 0 && shardGroupSize < workers;
     }
 
     /** The ranks this process trains itself: every worker's in thread mode, the group's own rank in group mode. */

@@ -171,6 +171,8 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
     private ModelReplica replica;
     /** Stage 3's layer-by-layer gathers and reduce-scatters (null otherwise); set in {@link #open()}. */
     private FullySharded fullySharded;
+    /** Stage 3's replicate × shard mesh when it shards inside groups (HSDP); null otherwise. Set in {@link #open()}. */
+    private HybridSharding hybrid;
     private final DataParallelSettings settings;
     private final SyncMetrics metrics;
     private final ShardSource shardSource;
@@ -269,7 +271,12 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             lossAlgorithm = AlgorithmPolicy.oneShotWhereItRuns(scalars, 1, DType.FLOAT64, ReduceOp.SUM);
         }
         if (settings.sharding() == ZeroStage.PARAMETERS) {
-            fullySharded = FullySharded.open(shardSource.model(), group, comm);
+            if (settings.hybrid()) { // HSDP: the blocks cut over this worker's shard group, summed over the replicas
+                hybrid = HybridSharding.open(group, settings.shardGroupSize(), settings.policy());
+                fullySharded = FullySharded.open(shardSource.model(), hybrid.shardGroup(), hybrid.shard(), hybrid);
+            } else {
+                fullySharded = FullySharded.open(shardSource.model(), group, comm);
+            }
             replica = fullySharded.replica();
             if (settings.workspaceMode() != null) {
                 replica.setTrainingWorkspaceMode(settings.workspaceMode());
@@ -311,6 +318,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         RankRuntime.closeQuietly(fullySharded); // stage 3's parameter memory (its gradient memory is gradients, if set)
         RankRuntime.closeQuietly(gradients != null ? gradients
                 : fullySharded != null ? fullySharded.gradientMemory() : gradientHome);
+        RankRuntime.closeQuietly(hybrid); // after the shard group's memories
         RankRuntime.closeQuietly(scalars != comm ? scalars : null);
         // after the abort a close fails fast instead of meeting the peers; it still frees this rank's scratch
         RankRuntime.closeQuietly(comm);
@@ -329,6 +337,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         RankRuntime.closeQuietly(accumulationArena);
         RankRuntime.closeQuietly(fullySharded); // its parameter memory; the gradient memory is gradients
         RankRuntime.closeQuietly(gradients);
+        RankRuntime.closeQuietly(hybrid); // after the shard group's memories
         RankRuntime.closeQuietly(lossMemory);
         RankRuntime.closeQuietly(scalars != comm ? scalars : null);
         RankRuntime.closeQuietly(comm);
@@ -371,7 +380,10 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             averaging = startAveraging(group, buckets, layers);
         }
         if (shardSource != null) {
-            ShardedUpdater s = new ShardedUpdater(settings.sharding(), shardSource.layout(), replica, comm, gradients,
+            // stage 3's verdicts and norms over the communicator its blocks are cut over (with HSDP, the shard group's:
+            // each element once; the replicas hold the same bits, so every shard group agrees)
+            ShardedUpdater s = new ShardedUpdater(settings.sharding(), shardSource.layout(), replica,
+                    fullySharded != null ? fullySharded.communicator() : comm, gradients,
                     synchronizer, shardSource.fullState(), fullySharded == null ? null : fullySharded.ownRanges());
             if (fullySharded != null) {
                 fullySharded.install(s); // the updater, and the step that subtracts the own blocks only

@@ -49,6 +49,9 @@ import org.symmem4j.parallel.numeric.Reducer;
  *   rank 1 owns:  |     [b1]               |         [b1     ]             |    [b1]     |
  *   resident:     own blocks, plus the one or two units gathered at a time
  * </pre>
+ * With hybrid sharding ({@link HybridSharding}, HSDP) the group is the worker's shard group of S workers: the units
+ * are cut into S blocks, gathered and reduce-scattered inside that group, and each reduce-scattered block is then
+ * summed over the N / S replicas that own the same block.
  *
  * <p>A step, on the worker's thread, runs DL4J's own {@code computeGradientAndScore} unchanged
  * (which is what keeps it bitwise equal to plain data parallelism); {@link BackpropSignalPreProcessor}s
@@ -91,6 +94,8 @@ final class FullySharded implements AutoCloseable {
     private final ModelReplica replica;
     private final FullyShardedReplicas layout;
     private final Communicator comm;
+    /** Hybrid sharding's replica axis (comm is then the shard group's); null for stage 3 over every worker. */
+    private final HybridSharding hybrid;
     private final SymmetricMemory params;
     private final SymmetricMemory gradients;
     private final DType dtype;
@@ -123,10 +128,12 @@ final class FullySharded implements AutoCloseable {
     private volatile long peakParameterBytes;
     private volatile long peakGradientBytes;
 
-    private FullySharded(FullyShardedReplicas layout, Communicator comm, SymmetricMemory params, SymmetricMemory gradients) {
+    private FullySharded(FullyShardedReplicas layout, Communicator comm, HybridSharding hybrid, SymmetricMemory params,
+                         SymmetricMemory gradients) {
         this.replica = layout.replica();
         this.layout = layout;
         this.comm = comm;
+        this.hybrid = hybrid;
         this.params = params;
         this.gradients = gradients;
         this.dtype = ModelReplica.dtypeOf(replica.params().dataType());
@@ -252,6 +259,15 @@ final class FullySharded implements AutoCloseable {
      * @throws IllegalArgumentException when the group's transport cannot give pages back (named, with the fix)
      */
     static FullySharded open(ModelReplica source, Group group, Communicator comm) {
+        return open(source, group, comm, null);
+    }
+
+    /**
+     * As {@link #open(ModelReplica, Group, Communicator)}; with {@code hybrid} (HSDP), {@code group} and {@code comm}
+     * are its shard group's, the blocks are cut over that group, and each unit's reduce-scattered block is summed over
+     * the replicas ({@link HybridSharding#sumAcrossReplicas}).
+     */
+    static FullySharded open(ModelReplica source, Group group, Communicator comm, HybridSharding hybrid) {
         TransportCapabilities caps = group.transport().capabilities(group);
         if (!caps.supports(TransportCapabilities.Capability.DECOMMIT)) {
             throw new IllegalArgumentException("sharding(PARAMETERS) on transport " + group.transport().name() + ": "
@@ -275,7 +291,7 @@ final class FullySharded implements AutoCloseable {
             replica.setIterationCount(source.iterationCount());
             replica.setEpochCount(source.epochCount());
             replica.disableMinibatchDivision();
-            FullySharded fs = new FullySharded(layout, comm, params, gradients);
+            FullySharded fs = new FullySharded(layout, comm, hybrid, params, gradients);
             if (ConfigurationStart.isHollow(source)) {
                 fs.initialiseOwnBlocks(); // a model started from a configuration: nobody holds it whole
             } else {
@@ -573,6 +589,9 @@ final class FullySharded implements AutoCloseable {
                 peakGradientBytes = Math.max(peakGradientBytes, residentGradientBytes());
             }
             comm.reduceScatter(gradients, u.offset() * ds, u.length(), dtype, ReduceOp.SUM);
+            if (hybrid != null) { // HSDP: the block summed over its shard group, then over the replicas
+                hybrid.sumAcrossReplicas(local.asSlice((u.offset() + u.ownFrom()) * ds), u.ownTo() - u.ownFrom(), dtype);
+            }
             releaseOutsideOwnBlock(gradients, u);
         });
     }
@@ -645,6 +664,11 @@ final class FullySharded implements AutoCloseable {
 
     SymmetricMemory gradientMemory() {
         return gradients;
+    }
+
+    /** The communicator the blocks are cut over: the whole group's, or with hybrid sharding the shard group's. */
+    Communicator communicator() {
+        return comm;
     }
 
     /** The elements this rank owns, [from, to) pairs in ascending order. */

@@ -146,6 +146,32 @@ class MultiNodeDataParallelTest {
         assertTrue(relative < 1e-5, "parameters: relative L2 difference " + relative + " from 4 worker threads' (ZeRO-2)");
     }
 
+    /**
+     * Hybrid sharding across machines: stage 3 inside each machine (2 ranks, the host transport's sparse memory), the
+     * blocks all-reduced between the machines over the replica sub-group's own MPI communicator. Against the same
+     * HSDP on 4 worker threads of one JVM: the same sums (inside a shard group in rank order, then two replicas' sums,
+     * whose one addition has one result in either order), so the parameters and updater state are the same bits.
+     */
+    @Test
+    void hybridShardingWithAShardGroupPerMachineTrainsBitwiseLikeFourWorkerThreads(@TempDir Path out) throws Exception {
+        requireMpi();
+        assertTrainedHierarchically(mpirun(4, 2, out, MultiNodeDataParallelWorker.HSDP), 4);
+        MultiLayerNetwork model = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
+        GroupModeTest.Outcome threads = GroupModeTest.train(model, SymmemParallelWrapper.builder(model).workers(4)
+                .sharding(ZeroStage.PARAMETERS).shardGroupSize(2), Nets.batches(7, BATCHES, 8, DataType.FLOAT), 2);
+        INDArray params = Nd4j.readBinary(out.resolve("params.bin").toFile());
+        INDArray updater = Nd4j.readBinary(out.resolve("updater.bin").toFile());
+        System.out.println("HSDP, 2 machines x 2 ranks against 4 worker threads: relative L2 difference "
+                + relativeDifference(out, threads));
+        assertTrue(ModelReplica.bitwiseEqual(threads.params(), params), "parameters differ bitwise from 4 threads' HSDP");
+        assertTrue(ModelReplica.bitwiseEqual(threads.updaterState(), updater), "updater state differs bitwise");
+        List<Double> scores = scores(out);
+        assertEquals(threads.scores().size(), scores.size(), "steps");
+        for (int i = 0; i < scores.size(); i++) { // the loss is summed over the machines in the hierarchy's order
+            assertEquals(threads.scores().get(i), scores.get(i), 1e-6 * Math.abs(threads.scores().get(i)), "step " + i);
+        }
+    }
+
     static GroupModeTest.Outcome threads(int workers) {
         return threads(workers, null);
     }

@@ -27,6 +27,8 @@ public final class MultiNodeDataParallelWorker {
 
     /** The third argument for a dp x tp mesh: data parallelism across the machines, tensor parallelism inside each. */
     static final String DP_TP = "DP_TP";
+    /** The third argument for stage 3 with hybrid sharding: a shard group per machine of 2 ranks, replicas across them. */
+    static final String HSDP = "HSDP";
 
     private MultiNodeDataParallelWorker() {
     }
@@ -83,7 +85,9 @@ public final class MultiNodeDataParallelWorker {
             }
             MultiLayerNetwork model = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
             SymmemParallelWrapper.Builder builder = SymmemParallelWrapper.builder(model).group(group);
-            if (args.length > 2) {
+            if (args.length > 2 && args[2].equals(HSDP)) {
+                builder.sharding(ZeroStage.PARAMETERS).shardGroupSize(2);
+            } else if (args.length > 2) {
                 builder.sharding(ZeroStage.valueOf(args[2]));
             }
             GroupModeTest.Outcome o = GroupModeTest.train(model, builder, data, 2);
