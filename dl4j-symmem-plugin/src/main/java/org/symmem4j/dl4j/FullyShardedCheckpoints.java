@@ -81,10 +81,18 @@ final class FullyShardedCheckpoints {
         if (!hasParameterShards(dir) && Files.isRegularFile(dir.resolve(ShardCheckpoint.MODEL_FILE))) {
             ShardedCheckpoints.Restored restored = ShardedCheckpoints.restoreModel(dir, model.model(), words, agreement);
             ModelReplica saved = ModelReplica.of(restored.model());
+            long stateCount = workers.getFirst().sharded().layout().stateCount();
+            INDArray full = saved.updaterState();
+            if (workers.getFirst().sharded().state() != null && (full == null || full.length() != stateCount)) {
+                throw new IllegalArgumentException(dir.resolve(ShardCheckpoint.MODEL_FILE) + " holds "
+                        + (full == null ? "no" : full.length()) + " updater-state elements; this " + words.trainer()
+                        + "'s model " + stateCount + " (restore a model saved with its updater state, of the network"
+                        + " configuration this " + words.trainer() + " was built on)");
+            }
             for (DataParallelWorker w : workers) {
                 w.fullySharded().copyOwnBlocksFrom(saved.params());
                 if (w.sharded().state() != null) {
-                    w.sharded().importState(saved.updaterState());
+                    w.sharded().importState(full);
                 }
                 w.replica().setIterationCount(saved.iterationCount());
                 w.replica().setEpochCount(saved.epochCount());

@@ -44,6 +44,11 @@ import org.symmem4j.parallel.Group;
  * 1 and 2) or one block per layer per rank. Across the processes of a group, an {@link Agreement} makes every rank learn
  * that all files are written, or that some rank's restore failed (then every rank throws, each model as it was).
  *
+ * <p>ZeRO stage 3 ({@link FullyShardedCheckpoints}) writes each rank's parameters too, as a second file per rank in the
+ * same format ({@code params-RRRRR-of-NNNNN.bin}, its ranges elements of the flat parameter vector) and no
+ * {@code model.zip}: {@link #save} and {@link #restore} with parameter shards re-slice them as they do the states, so no
+ * rank holds the whole parameter vector for a checkpoint.
+ *
  * <p>Knows nothing of the trainers: a trainer says which shards it holds ({@link Shard}), which DL4J model it trains,
  * and how its ranks agree; the words of the refusals name the trainer and its ranks as the trainer calls them
  * ({@link Words}).

@@ -185,6 +185,34 @@ class FullyShardedCheckpointTest {
     }
 
     @Test
+    void aHollowRunResumesFromAConsolidatedCheckpointOfAnotherStage() throws IOException {
+        List<DataSet> first = Nets.batches(55, 8, 6, DataType.DOUBLE);
+        List<DataSet> second = Nets.batches(56, 6, 6, DataType.DOUBLE);
+        Path ckpt = root.resolve("ckpt");
+        MultiLayerNetwork net = new MultiLayerNetwork(conf(Nets.HIDDEN));
+        net.init();
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(net).workers(2).ompThreadsPerWorker(1)
+                .sharding(ZeroStage.OPTIMIZER_STATE).build()) {
+            w.fit(new BatchListIterator(first));
+            w.saveCheckpoint(ckpt); // stage 1: state shards and model.zip
+        }
+        MultiLayerNetwork consolidated = ModelSerializer.restoreMultiLayerNetwork(
+                ckpt.resolve(ShardCheckpoint.MODEL_FILE).toFile(), true);
+        Path restored = root.resolve("restored.zip");
+        INDArray trained;
+        try (SymmemParallelWrapper w = stage3(true, 3).build()) {
+            w.restoreCheckpoint(ckpt);
+            w.saveModel(restored);
+            w.fit(new BatchListIterator(second));
+            trained = w.gatherParameters();
+        }
+        assertSameModel(consolidated, ModelSerializer.restoreMultiLayerNetwork(restored.toFile(), true),
+                "stage 1 on 2 -> stage 3 on 3, right after the restore");
+        MultiLayerNetwork reference = plainFrom(consolidated, 3, second, new ArrayList<>());
+        assertTrue(ModelReplica.bitwiseEqual(reference.params(), trained), "trained on from the stage-1 checkpoint");
+    }
+
+    @Test
     void tornPartialAndForeignCheckpointsAreRefusedLeavingTheWrapperAsItWas() throws IOException {
         List<DataSet> data = Nets.batches(54, 4, 6, DataType.DOUBLE);
         Path ckpt = root.resolve("ckpt");
