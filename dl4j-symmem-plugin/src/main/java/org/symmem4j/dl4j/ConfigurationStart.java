@@ -63,19 +63,6 @@ final class ConfigurationStart {
     }
 
     /**
-     * Checkpoints are consolidated (model.zip): a stage-3 run started from a configuration has no whole model for
-     * them, and {@code call} is refused.
-     */
-    static void refuseHollow(ModelReplica model, String call) {
-        if (isHollow(model)) {
-            throw new IllegalStateException(call + " on a stage-3 wrapper built from a configuration: checkpoints hold a"
-                    + " consolidated model.zip, which such a run never holds whole, and stage 3's own sharded format does"
-                    + " not exist yet; expected a wrapper built from an initialised network (fix: builder(model), or"
-                    + " gatherParameters() and save them yourself)");
-        }
-    }
-
-    /**
      * A hollow model's whole parameter vector, gathered from the workers' stage-3 shards: in group mode by the
      * rank's one worker (collective), in thread mode from every worker's own blocks.
      */

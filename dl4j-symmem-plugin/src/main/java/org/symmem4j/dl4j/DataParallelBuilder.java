@@ -455,12 +455,6 @@ abstract sealed class DataParallelBuilder
      * against this process's caps before anything is allocated, then the model is initialised, hollow for stage 3.
      */
     private void startFromConfiguration(Group group, boolean gpuMode) {
-        if (sharding == ZeroStage.PARAMETERS && (options().checkpointSchedule() != null || options().resumeRoot() != null)) {
-            throw new IllegalArgumentException("builder(MultiLayerConfiguration) with sharding(PARAMETERS) and"
-                    + " checkpointEvery/resumeFrom: a stage-3 run started from a configuration holds no whole model to"
-                    + " write into model.zip, and stage 3's own sharded checkpoint format does not exist yet; expected"
-                    + " neither (fix: drop them, or build from an initialised network: builder(model))");
-        }
         int local = group == null ? workers : 1;
         boolean symmetricGradient = group != null && !gpuMode;
         ModelStatePlan plan = ModelStatePlan.of(configuration, sharding, workers, local, symmetricGradient);

@@ -73,6 +73,11 @@ final class ShardCheckpoint {
     static final String MODEL_FILE = "model.zip";
     private static final byte[] MAGIC = "S4JSHARD".getBytes(java.nio.charset.StandardCharsets.US_ASCII);
     private static final Pattern SHARD_FILE = Pattern.compile("shard-(\\d{5})-of-(\\d{5})\\.bin");
+    /**
+     * A rank's parameter shard ({@code params-RRRRR-of-NNNNN.bin}, ZeRO stage 3): the same format, its "state" the
+     * parameters it owns, its state ranges elements of the flat parameter vector.
+     */
+    private static final Pattern PARAMS_FILE = Pattern.compile("params-(\\d{5})-of-(\\d{5})\\.bin");
     private static final int CHUNK = 1 << 20;
 
     /**
@@ -95,15 +100,29 @@ final class ShardCheckpoint {
         return String.format("shard-%05d-of-%05d.bin", rank, worldSize);
     }
 
+    /** A parameter shard's file name (ZeRO stage 3). */
+    static String paramsFileName(int rank, int worldSize) {
+        return String.format("params-%05d-of-%05d.bin", rank, worldSize);
+    }
+
     /** The world size a shard file's name says, or -1 if it is not a shard file. */
     static int worldSizeOf(Path file) {
-        Matcher m = SHARD_FILE.matcher(file.getFileName().toString());
+        return worldSizeOf(file, false);
+    }
+
+    /** The world size a shard file's ({@code params}: a parameter shard file's) name says, or -1 if it is not one. */
+    static int worldSizeOf(Path file, boolean params) {
+        Matcher m = (params ? PARAMS_FILE : SHARD_FILE).matcher(file.getFileName().toString());
         return m.matches() ? Integer.parseInt(m.group(2)) : -1;
     }
 
-    /** The rank a shard file's name says, or -1 if it is not a shard file. */
+    /** The rank a shard or parameter shard file's name says, or -1 if it is neither. */
     static int rankOf(Path file) {
         Matcher m = SHARD_FILE.matcher(file.getFileName().toString());
+        if (m.matches()) {
+            return Integer.parseInt(m.group(1));
+        }
+        m = PARAMS_FILE.matcher(file.getFileName().toString());
         return m.matches() ? Integer.parseInt(m.group(1)) : -1;
     }
 

@@ -44,6 +44,11 @@ import org.symmem4j.parallel.Group;
  * 1 and 2) or one block per layer per rank. Across the processes of a group, an {@link Agreement} makes every rank learn
  * that all files are written, or that some rank's restore failed (then every rank throws, each model as it was).
  *
+ * <p>ZeRO stage 3 ({@link FullyShardedCheckpoints}) writes each rank's parameters too, as a second file per rank in the
+ * same format ({@code params-RRRRR-of-NNNNN.bin}, its ranges elements of the flat parameter vector) and no
+ * {@code model.zip}: {@link #save} and {@link #restore} with parameter shards re-slice them as they do the states, so no
+ * rank holds the whole parameter vector for a checkpoint.
+ *
  * <p>Knows nothing of the trainers: a trainer says which shards it holds ({@link Shard}), which DL4J model it trains,
  * and how its ranks agree; the words of the refusals name the trainer and its ranks as the trainer calls them
  * ({@link Words}).
@@ -233,8 +238,23 @@ public final class ShardedCheckpoints {
      */
     public static void save(Path dir, int worldSize, List<Shard> shards, boolean leader, Model model,
                             CheckpointDirectory.Counters counters, Agreement agreement) throws IOException {
+        save(dir, worldSize, shards, List.of(), leader, Objects.requireNonNull(model, "model"), counters, agreement);
+    }
+
+    /**
+     * {@link #save}, for ranks that also own a shard of the parameters (ZeRO stage 3): each shard of
+     * {@code paramShards} is written as {@code params-RRRRR-of-NNNNN.bin} in the same format, its state the
+     * parameters the rank owns (its state ranges elements of the flat parameter vector), so no rank ever holds the
+     * whole vector; with {@code model} null no {@code model.zip} is written (the leader deletes an earlier one, and
+     * parameter shard files when it writes none), and a restore reads the parameters from the parameter shards.
+     *
+     * @param paramShards the parameter shards of the ranks this process writes, in rank order (empty: none)
+     * @param model       the consolidated model, or null for none
+     */
+    public static void save(Path dir, int worldSize, List<Shard> shards, List<Shard> paramShards, boolean leader,
+                            Model model, CheckpointDirectory.Counters counters, Agreement agreement) throws IOException {
         if (!CheckpointEvent.TYPE.isEnabled()) {
-            write(dir, worldSize, shards, leader, model, counters, agreement);
+            write(dir, worldSize, shards, paramShards, leader, model, counters, agreement);
             return;
         }
         CheckpointEvent event = new CheckpointEvent();
@@ -245,7 +265,7 @@ public final class ShardedCheckpoints {
         event.shards = shards.size();
         event.leader = leader;
         try {
-            write(dir, worldSize, shards, leader, model, counters, agreement);
+            write(dir, worldSize, shards, paramShards, leader, model, counters, agreement);
             event.outcome = "COMPLETED";
         } catch (IOException | RuntimeException | Error e) {
             event.outcome = "FAILED";
@@ -253,16 +273,20 @@ public final class ShardedCheckpoints {
             throw e;
         } finally {
             event.end();
-            event.bytes = bytesWritten(dir, worldSize, shards, leader);
+            event.bytes = bytesWritten(dir, worldSize, shards, paramShards, leader);
             event.commit();
         }
     }
 
     /** The sizes of the files {@link #write} wrote for this process (those present: after a failure, fewer). */
-    private static long bytesWritten(Path dir, int worldSize, List<Shard> shards, boolean leader) {
+    private static long bytesWritten(Path dir, int worldSize, List<Shard> shards, List<Shard> paramShards,
+                                     boolean leader) {
         List<Path> files = new ArrayList<>();
         for (Shard s : shards) {
             files.add(dir.resolve(ShardCheckpoint.shardFileName(s.rank(), worldSize)));
+        }
+        for (Shard s : paramShards) {
+            files.add(dir.resolve(ShardCheckpoint.paramsFileName(s.rank(), worldSize)));
         }
         if (leader) {
             files.add(dir.resolve(ShardCheckpoint.MODEL_FILE));
@@ -279,14 +303,17 @@ public final class ShardedCheckpoints {
         return bytes;
     }
 
-    private static void write(Path dir, int worldSize, List<Shard> shards, boolean leader, Model model,
-                              CheckpointDirectory.Counters counters, Agreement agreement) throws IOException {
+    private static void write(Path dir, int worldSize, List<Shard> shards, List<Shard> paramShards, boolean leader,
+                              Model model, CheckpointDirectory.Counters counters, Agreement agreement) throws IOException {
         if (leader) {
             CheckpointDirectory.begin(dir); // torn from here until the manifest is written
+            boolean params = !paramShards.isEmpty();
             try (var listing = Files.list(dir)) {
                 for (Path stale : listing.filter(f -> {
                     int ws = ShardCheckpoint.worldSizeOf(f);
-                    return ws >= 0 && ws != worldSize;
+                    int wp = ShardCheckpoint.worldSizeOf(f, true);
+                    return ws >= 0 && ws != worldSize || wp >= 0 && (wp != worldSize || !params)
+                            || model == null && f.getFileName().toString().equals(ShardCheckpoint.MODEL_FILE);
                 }).toList()) {
                     Files.delete(stale);
                 }
@@ -295,13 +322,12 @@ public final class ShardedCheckpoints {
             Files.createDirectories(dir);
         }
         for (Shard s : shards) {
-            int r = s.rank();
-            ShardCheckpoint.write(dir.resolve(ShardCheckpoint.shardFileName(r, worldSize)), new ShardCheckpoint.Header(
-                    ShardCheckpoint.FORMAT_VERSION, worldSize, r, s.stage(), s.dataType().name(),
-                    ByteOrder.nativeOrder().toString(), s.paramCount(), s.stateCount(), s.paramRanges(), s.stateRanges(),
-                    s.stateElements(), s.iterationCount(), s.epochCount(), s.layoutHash(), 0), s.state());
+            writeShard(dir.resolve(ShardCheckpoint.shardFileName(s.rank(), worldSize)), worldSize, s);
         }
-        if (leader) {
+        for (Shard s : paramShards) {
+            writeShard(dir.resolve(ShardCheckpoint.paramsFileName(s.rank(), worldSize)), worldSize, s);
+        }
+        if (leader && model != null) {
             CheckpointDirectory.writeAtomically(dir.resolve(ShardCheckpoint.MODEL_FILE),
                     tmp -> ModelSerializer.writeModel(model, tmp.toFile(), true));
         }
@@ -320,6 +346,13 @@ public final class ShardedCheckpoints {
         } else if (failure != null) {
             throw (RuntimeException) failure;
         }
+    }
+
+    private static void writeShard(Path file, int worldSize, Shard s) throws IOException {
+        ShardCheckpoint.write(file, new ShardCheckpoint.Header(ShardCheckpoint.FORMAT_VERSION, worldSize, s.rank(),
+                s.stage(), s.dataType().name(), ByteOrder.nativeOrder().toString(), s.paramCount(), s.stateCount(),
+                s.paramRanges(), s.stateRanges(), s.stateElements(), s.iterationCount(), s.epochCount(), s.layoutHash(),
+                0), s.state());
     }
 
     /**
@@ -352,10 +385,26 @@ public final class ShardedCheckpoints {
      */
     public static Restored restore(Path dir, int worldSize, List<Shard> shards, Model model, Words words, Reads reads,
                                    Agreement agreement) throws IOException {
+        return restore(dir, worldSize, shards, List.of(), model, words, reads, agreement);
+    }
+
+    /**
+     * {@link #restore}, for ranks that also own a shard of the parameters (ZeRO stage 3): with {@code paramShards}
+     * not empty the parameters are read from the checkpoint's parameter shard files ({@code params-*-of-N.bin}) into
+     * them, re-sliced as the states are (any N), and no {@code model.zip} is read: the restored model is null, the
+     * counters the manifest's, which such a checkpoint must have (without one it is torn). Every parameter file is
+     * checked as the state files are, before any array is written.
+     *
+     * @param paramShards the parameter shards of the ranks this process runs, in rank order (empty: none)
+     */
+    public static Restored restore(Path dir, int worldSize, List<Shard> shards, List<Shard> paramShards, Model model,
+                                   Words words, Reads reads, Agreement agreement) throws IOException {
         Restored saved;
         try {
-            CheckpointDirectory.Counters counters = countersOf(dir);
-            saved = read(dir, worldSize, shards, ModelReplica.of(model), words, reads, counters);
+            // a stage-3 checkpoint is complete only with its manifest: without one it is torn
+            CheckpointDirectory.Counters counters = paramShards.isEmpty() || !Files.isDirectory(dir) ? countersOf(dir)
+                    : CheckpointDirectory.verify(dir);
+            saved = read(dir, worldSize, shards, paramShards, ModelReplica.of(model), words, reads, counters);
         } catch (IOException | RuntimeException e) {
             agreement.failTogether("checkpoint-restored", e);
             throw e;
@@ -400,7 +449,8 @@ public final class ShardedCheckpoints {
             throws IOException {
         File modelFile = dir.resolve(ShardCheckpoint.MODEL_FILE).toFile();
         if (!modelFile.isFile()) {
-            throw new IllegalArgumentException("checkpoint " + dir + " has no " + ShardCheckpoint.MODEL_FILE);
+            throw new IllegalArgumentException("checkpoint " + dir + " has no " + ShardCheckpoint.MODEL_FILE
+                    + stage3(dir, words));
         }
         ModelReplica saved = ModelReplica.of(model instanceof ModelReplica.Mln
                 ? ModelSerializer.restoreMultiLayerNetwork(modelFile, withUpdater)
@@ -428,15 +478,15 @@ public final class ShardedCheckpoints {
     private record Copy(Source source, long sourceByte, MemorySegment target, long targetByte, long bytes) {
     }
 
-    private static Restored read(Path dir, int m, List<Shard> shards, ModelReplica model, Words words, Reads reads,
-                                 CheckpointDirectory.Counters counters) throws IOException {
+    private static Restored read(Path dir, int m, List<Shard> shards, List<Shard> paramShards, ModelReplica model,
+                                 Words words, Reads reads, CheckpointDirectory.Counters counters) throws IOException {
         if (!Files.isDirectory(dir)) {
             throw new IllegalArgumentException("checkpoint " + dir + " is not a directory (give the directory that"
                     + " saveCheckpoint or checkpointEvery wrote)");
         }
-        List<Path> files = savedShardFiles(dir, counters, words);
+        List<Path> files = savedShardFiles(dir, counters, words, false);
         if (files.isEmpty()) {
-            if (!reads.fromModel()) {
+            if (!reads.fromModel() || !paramShards.isEmpty()) {
                 throw new IllegalArgumentException("checkpoint " + dir + " has no shard files; this " + words.trainer()
                         + " reads " + reads.what() + " (restore it into the trainer that wrote it)");
             }
@@ -451,8 +501,69 @@ public final class ShardedCheckpoints {
                     + words.member() + " count on it)");
         }
         List<ShardCheckpoint.Header> headers = new ArrayList<>(n);
-        List<Run> runs = new ArrayList<>();
         List<ChannelSource> sources = new ArrayList<>(n);
+        List<Copy> plan = plan(dir, shards, runsOf(dir, files, m, shards, model, words, reads, counters, headers,
+                sources), words);
+        ModelReplica saved = null;
+        ShardCheckpoint.Header h0 = headers.getFirst();
+        if (!paramShards.isEmpty()) {
+            List<Path> paramFiles = savedShardFiles(dir, counters, words, true);
+            if (paramFiles.size() != n) {
+                throw new IllegalArgumentException("checkpoint " + dir + " holds " + n + " state shard files and "
+                        + paramFiles.size() + " parameter shard files; this " + words.trainer() + " reads ZeRO stage 3's"
+                        + " parameter shards (" + ShardCheckpoint.paramsFileName(0, n) + " ...): found " + shardFiles(dir)
+                        + " (restore a checkpoint a sharding(PARAMETERS) " + words.trainer() + " saved; another stage's:"
+                        + " build a " + words.trainer() + " on its " + ShardCheckpoint.MODEL_FILE + ")");
+            }
+            plan.addAll(plan(dir, paramShards, runsOf(dir, paramFiles, m, paramShards, model, words, reads, counters,
+                    headers, sources), words));
+            if (counters.iteration() != h0.iterationCount() || counters.epoch() != h0.epochCount()) {
+                throw new IllegalArgumentException("checkpoint " + dir + "'s manifest is at iteration="
+                        + counters.iteration() + " epoch=" + counters.epoch() + ", its shards at iteration="
+                        + h0.iterationCount() + " epoch=" + h0.epochCount() + " (files from different saves; save the"
+                        + " checkpoint again)");
+            }
+        } else {
+            saved = readModel(dir, model, words, false);
+            File modelFile = dir.resolve(ShardCheckpoint.MODEL_FILE).toFile();
+            if (saved.iterationCount() != h0.iterationCount() || saved.epochCount() != h0.epochCount()) {
+                throw new IllegalArgumentException(modelFile + " is at iteration=" + saved.iterationCount() + " epoch="
+                        + saved.epochCount() + ", the shards at iteration=" + h0.iterationCount() + " epoch="
+                        + h0.epochCount() + " (files from different saves; save the checkpoint again)");
+            }
+        }
+        try {
+            for (Copy c : plan) { // the files it reads: sizes, and checksums where no manifest vouched for them
+                if (c.source() instanceof ChannelSource cs) {
+                    cs.prepare();
+                }
+            }
+            for (Copy c : plan) { // every check passed: from here on the shards' arrays change
+                c.source().copy(c.sourceByte(), c.target(), c.targetByte(), c.bytes());
+            }
+        } finally {
+            for (ChannelSource s : sources) {
+                s.close();
+            }
+        }
+        if (n != m) {
+            LOG.info("symmem4j checkpoint: re-sharded {} from {} {}s to {} ({} copies)", dir, n, words.member(), m,
+                    plan.size());
+        }
+        return new Restored(saved == null ? null : saved.model(), counters, n);
+    }
+
+    /**
+     * The runs of a checkpoint's shard files (state, or stage 3's parameter files): every header checked against the
+     * trainer's {@code shards} (appended to {@code headers}), every file a source (appended to {@code sources}, opened
+     * on first use), its ranges' runs sorted by start; refuses two files that hold the same element.
+     */
+    private static List<Run> runsOf(Path dir, List<Path> files, int m, List<Shard> shards, ModelReplica model,
+                                    Words words, Reads reads, CheckpointDirectory.Counters counters,
+                                    List<ShardCheckpoint.Header> headers, List<ChannelSource> sources)
+            throws IOException {
+        int n = files.size();
+        List<Run> runs = new ArrayList<>();
         for (Path file : files) {
             ShardCheckpoint.Header h = ShardCheckpoint.readHeader(file);
             checkStage(dir, file, h, words, reads);
@@ -494,46 +605,19 @@ public final class ShardedCheckpoints {
                         + " checkpoint again)");
             }
         }
-        List<Copy> plan = plan(dir, shards, runs, words);
-        ModelReplica saved = readModel(dir, model, words, false);
-        File modelFile = dir.resolve(ShardCheckpoint.MODEL_FILE).toFile();
-        ShardCheckpoint.Header h0 = headers.getFirst();
-        if (saved.iterationCount() != h0.iterationCount() || saved.epochCount() != h0.epochCount()) {
-            throw new IllegalArgumentException(modelFile + " is at iteration=" + saved.iterationCount() + " epoch="
-                    + saved.epochCount() + ", the shards at iteration=" + h0.iterationCount() + " epoch=" + h0.epochCount()
-                    + " (files from different saves; save the checkpoint again)");
-        }
-        try {
-            for (Copy c : plan) { // the files it reads: sizes, and checksums where no manifest vouched for them
-                if (c.source() instanceof ChannelSource cs) {
-                    cs.prepare();
-                }
-            }
-            for (Copy c : plan) { // every check passed: from here on the shards' arrays change
-                c.source().copy(c.sourceByte(), c.target(), c.targetByte(), c.bytes());
-            }
-        } finally {
-            for (ChannelSource s : sources) {
-                s.close();
-            }
-        }
-        if (n != m) {
-            LOG.info("symmem4j checkpoint: re-sharded {} from {} {}s to {} ({} copies)", dir, n, words.member(), m,
-                    plan.size());
-        }
-        return new Restored(saved.model(), counters, n);
+        return runs;
     }
 
     /**
      * The shard files of the checkpoint, in rank order: those of the rank count its manifest names (files of another
      * count are not part of it), or, without a manifest, of the one rank count found; every rank's file present.
      */
-    private static List<Path> savedShardFiles(Path dir, CheckpointDirectory.Counters counters, Words words)
-            throws IOException {
+    private static List<Path> savedShardFiles(Path dir, CheckpointDirectory.Counters counters, Words words,
+                                              boolean params) throws IOException {
         java.util.TreeMap<Integer, java.util.TreeMap<Integer, Path>> byWorld = new java.util.TreeMap<>();
         try (var listing = Files.list(dir)) {
             for (Path f : listing.toList()) {
-                int ws = ShardCheckpoint.worldSizeOf(f);
+                int ws = ShardCheckpoint.worldSizeOf(f, params);
                 if (ws >= 0 && Files.isRegularFile(f)) {
                     byWorld.computeIfAbsent(ws, k -> new java.util.TreeMap<>()).put(ShardCheckpoint.rankOf(f), f);
                 }
@@ -568,8 +652,29 @@ public final class ShardedCheckpoints {
         return List.copyOf(files.values());
     }
 
+    /**
+     * What to do with a checkpoint of ZeRO stage 3 (parameter shard files and no {@code model.zip}) in a trainer of
+     * another stage; empty when {@code dir} holds no parameter shards.
+     */
+    private static String stage3(Path dir, Words words) throws IOException {
+        try (var listing = Files.list(dir)) {
+            if (listing.noneMatch(f -> ShardCheckpoint.worldSizeOf(f, true) >= 0)) {
+                return "";
+            }
+        }
+        return ": it is a ZeRO stage-3 checkpoint (parameter shards " + shardFiles(dir) + ", no consolidated model);"
+                + " expected a " + words.trainer() + " with sharding(PARAMETERS) (fix: restore it into one, of any "
+                + words.member() + " count, and write the whole model with saveModel(file) to build this "
+                + words.trainer() + " on)";
+    }
+
     /** Refuses the shards of a stage whose state this trainer does not keep, before anything else. */
-    private static void checkStage(Path dir, Path file, ShardCheckpoint.Header h, Words words, Reads reads) {
+    private static void checkStage(Path dir, Path file, ShardCheckpoint.Header h, Words words, Reads reads)
+            throws IOException {
+        if (!reads.stages().contains(h.stage()) && !stage3(dir, words).isEmpty()) {
+            throw new IllegalArgumentException("checkpoint " + dir + " holds shards of stage=" + h.stage() + " ("
+                    + file.getFileName() + ") and no " + ShardCheckpoint.MODEL_FILE + stage3(dir, words));
+        }
         if (!reads.stages().contains(h.stage())) {
             throw new IllegalArgumentException("checkpoint " + dir + " holds shards of stage=" + h.stage() + " (" + file
                     .getFileName() + "); this " + words.trainer() + " reads " + reads.what() + " (restore it into a "
@@ -738,7 +843,7 @@ public final class ShardedCheckpoints {
             return List.of();
         }
         try (var listing = Files.list(dir)) {
-            return listing.filter(f -> ShardCheckpoint.worldSizeOf(f) >= 0).map(f -> f.getFileName().toString()).sorted()
+            return listing.filter(f -> ShardCheckpoint.rankOf(f) >= 0).map(f -> f.getFileName().toString()).sorted()
                     .toList();
         }
     }

@@ -96,9 +96,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     private static final Logger LOG = LoggerFactory.getLogger(SymmemParallelWrapper.class);
 
-    /** The refusals of a restore call the wrapper a wrapper and its ranks workers. */
-    private static final ShardedCheckpoints.Words CHECKPOINT_WORDS = new ShardedCheckpoints.Words("wrapper", "worker");
-
     private final ModelReplica model;
     /** The settings; a shrink ({@link WorkerFailure#SHRINK}) replaces them with the survivors' count (volatile: read by {@link #workers()} during a fit). */
     private volatile DataParallelSettings settings;
@@ -706,24 +703,14 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /** Writes what the next step would train from; workers started and idle. Collective in group mode. */
     private void writeCheckpoint(Path dir, long batchesInEpoch, long examplesInEpoch) throws IOException {
-        workers.pullModelFromReplicas();
-        boolean leader = settings.group() == null || settings.group().rank() == 0;
-        CheckpointDirectory.Counters counters = new CheckpointDirectory.Counters(steps.stepsDone(), model.epochCount(),
-                model.iterationCount(), batchesInEpoch, examplesInEpoch, settings.workers());
-        if (settings.sharding() == null || settings.sharding() == ZeroStage.PARAMETERS) {
-            // every replica holds the same state, or with stage 3 the model holds it all (gathered unit by unit):
-            // the model, written by rank 0, is the whole checkpoint, restorable onto any worker count
-            ShardedCheckpoints.save(dir, 0, List.of(), leader, model.model(), counters, checkpointAgreement());
-        } else {
-            ShardedCheckpoints.save(dir, settings.workers(), workers.shards(), leader, model.model(), counters,
-                    checkpointAgreement());
-        }
+        WrapperCheckpoints.write(dir, steps.stepsDone(), batchesInEpoch, examplesInEpoch, settings, workers, model);
     }
 
     /**
      * Saves a checkpoint into {@code dir}, of what the next {@code fit()} would train from: {@code model.zip}
      * (DL4J's {@code ModelSerializer}, full updater state, loadable by plain DL4J), with sharding one shard file per
-     * worker, and last {@code manifest.properties} with the counters and every file's size and CRC-32C; each file is
+     * worker (stage 3: no {@code model.zip}, each worker's parameter and updater-state blocks, nothing gathered; a
+     * consolidated file on request: {@link #saveModel}), and last {@code manifest.properties} with the counters and every file's size and CRC-32C; each file is
      * written to a temporary name, forced and renamed, and until the manifest is written the directory is torn (a
      * restore refuses it). In group mode it is collective: every rank calls it with the same directory (one machine,
      * or a shared file system). docs/checkpoints.md has the format.
@@ -734,7 +721,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      */
     public synchronized void saveCheckpoint(Path dir) throws IOException {
         requireOpen();
-        ConfigurationStart.refuseHollow(model, "saveCheckpoint");
         workers.ensureStarted(); // (the replicas take the model's state if it was changed since the last fit)
         writeCheckpoint(dir, 0, 0);
     }
@@ -743,7 +729,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * Restores a checkpoint written by {@link #saveCheckpoint} (or by {@link Builder#checkpointEvery}) of any number
      * of workers: N workers' checkpoint restores onto this wrapper's M, the ZeRO shards re-sliced element for element
      * from the global ranges each shard file lists, parameters and counters from {@code model.zip}; a plain or either
-     * ZeRO stage's checkpoint fits either. The next {@code fit()} skips the batches of the epoch the checkpoint had
+     * ZeRO stage's checkpoint fits either. Stage 3 reads its parameters from the parameter shard files as well (each
+     * worker only the byte ranges of its blocks), or a plain or stage 1/2 checkpoint's {@code model.zip}; a stage-3
+     * checkpoint (no {@code model.zip}) is refused by the other stages with the fix ({@link #saveModel}). The next {@code fit()} skips the batches of the epoch the checkpoint had
      * trained (refusing, before any step, an iterator whose skipped batches differ), so training on equals an
      * uninterrupted M-worker run from the checkpoint, bitwise. Everything is checked before anything changes (the
      * manifest's sizes and CRC-32C, or each shard file's own checksum; stage, data type, parameter count, DL4J's
@@ -760,22 +748,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
         requireOpen();
-        ConfigurationStart.refuseHollow(model, "restoreCheckpoint");
         workers.ensureStarted();
-        ShardedCheckpoints.Restored restored;
-        if (settings.sharding() == null || settings.sharding() == ZeroStage.PARAMETERS) {
-            restored = ShardedCheckpoints.restoreModel(dir, model.model(), CHECKPOINT_WORDS, checkpointAgreement());
-            model.copyStateFrom(ModelReplica.of(restored.model())); // the workers take it at the next fit
-        } else {
-            restored = ShardedCheckpoints.restore(dir, settings.workers(), workers.shards(), model.model(),
-                    CHECKPOINT_WORDS, workers.checkpointReads(), checkpointAgreement());
-            model.copyParamsAndCountersFrom(ModelReplica.of(restored.model()));
-            for (ModelReplica replica : workers.replicas()) {
-                replica.copyParamsAndCountersFrom(model);
-            }
-            workers.pullModelFromReplicas();
-        }
-        CheckpointDirectory.Counters c = restored.counters();
+        CheckpointDirectory.Counters c = WrapperCheckpoints.restore(dir, settings, workers, model);
         if (c != null) {
             steps.resumeAt(c.step());
             batchesToSkip = c.batchesInEpoch();
@@ -784,6 +758,22 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
     }
 
+    /**
+     * Writes the whole model, parameters and full updater state, as a {@code ModelSerializer} file that plain DL4J
+     * loads ({@code ModelSerializer.restoreMultiLayerNetwork(file, true)}), atomically (temporary file, forced,
+     * renamed), from rank 0's process. With stage 3 it is the one call that gathers the model whole, unit by unit:
+     * checkpoints of stage 3 hold only each rank's shards, and a wrapper of another stage is built on this file. In
+     * group mode collective: every rank calls it with the same file.
+     *
+     * @param file the file to write; its directory is created when absent
+     * @throws IOException           when the file cannot be written
+     * @throws IllegalStateException when the wrapper is closed
+     */
+    public synchronized void saveModel(Path file) throws IOException {
+        requireOpen();
+        workers.ensureStarted();
+        FullyShardedCheckpoints.saveModel(file, settings, workers, model, WrapperCheckpoints.agreement(settings));
+    }
 
     /**
      * Restores the newest complete checkpoint under {@code root} ({@code step-<n>} directories written by
@@ -816,15 +806,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      */
     public synchronized CheckpointDirectory.Checkpoint resumedFrom() {
         return resumedFrom;
-    }
-
-    /**
-     * Group mode: every rank learns whether every rank got here without a failure; a rank that did not makes the
-     * others throw naming it. In thread mode, where one process did it all, nothing to agree on. Workers must be idle
-     * (the group's exchange runs on the caller's thread).
-     */
-    private ShardedCheckpoints.Agreement checkpointAgreement() {
-        return ShardedCheckpoints.Agreement.over(settings.group(), "symmem4j-wrapper-");
     }
 
     /** Stops the workers. The model keeps the state of the last successful {@code fit()}. */

@@ -170,20 +170,30 @@ final class UpdaterLayout {
      * @return the state ranges, in the shard's order; empty when no block there keeps state
      */
     List<ShardedCheckpoints.Range> stateRanges(long start, long end) {
+        return stateRanges(new long[] {start, end});
+    }
+
+    /**
+     * Where the state of several owned ranges lies in the flat state space, in the order a stage-3
+     * {@code ShardedUpdater} keeps it: block by block, within a block range by range, within a range one run per state
+     * array (Adam's m, then v); adjacent runs merged.
+     *
+     * @param ranges the owned elements, [from, to) pairs in ascending order
+     * @return the state ranges, in the order of the shard's state elements
+     */
+    List<ShardedCheckpoints.Range> stateRanges(long[] ranges) {
         List<ShardedCheckpoints.Range> out = new ArrayList<>();
         for (Block block : blocks) {
-            long a = Math.max(block.start(), start);
-            long b = Math.min(block.end(), end);
-            if (a >= b) {
-                continue;
-            }
-            for (int j = 0; j < block.statesPerParam(); j++) {
-                long from = block.stateStart() + j * block.length() + (a - block.start());
-                long to = from + (b - a);
-                if (!out.isEmpty() && out.getLast().end() == from) {
-                    out.set(out.size() - 1, new ShardedCheckpoints.Range(out.getLast().start(), to));
-                } else {
-                    out.add(new ShardedCheckpoints.Range(from, to));
+            for (int i = 0; i < ranges.length; i += 2) {
+                long a = Math.max(block.start(), ranges[i]);
+                long b = Math.min(block.end(), ranges[i + 1]);
+                for (int j = 0; a < b && j < block.statesPerParam(); j++) {
+                    long from = block.stateStart() + j * block.length() + (a - block.start());
+                    if (!out.isEmpty() && out.getLast().end() == from) {
+                        out.set(out.size() - 1, new ShardedCheckpoints.Range(out.getLast().start(), from + (b - a)));
+                    } else {
+                        out.add(new ShardedCheckpoints.Range(from, from + (b - a)));
+                    }
                 }
             }
         }

@@ -135,19 +135,4 @@ class ConfigurationStartTest {
             System.clearProperty(ConfigurationStart.Caps.SYMMETRIC_PROPERTY);
         }
     }
-
-    @Test
-    void aHollowRunRefusesConsolidatedCheckpoints() {
-        MultiLayerConfiguration conf = conf(Nets.mlp("adam", DataType.FLOAT, 40, 0));
-        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> SymmemParallelWrapper
-                .builder(conf).workers(2).sharding(ZeroStage.PARAMETERS)
-                .checkpointEvery(10, java.nio.file.Path.of(System.getProperty("java.io.tmpdir"), "symmem4j-none")).build());
-        assertTrue(e.getMessage().contains("checkpointEvery"), e.getMessage());
-        try (SymmemParallelWrapper wrapper = SymmemParallelWrapper.builder(conf).workers(2)
-                .sharding(ZeroStage.PARAMETERS).build()) {
-            IllegalStateException s = assertThrows(IllegalStateException.class,
-                    () -> wrapper.saveCheckpoint(java.nio.file.Path.of("unused")));
-            assertTrue(s.getMessage().contains("gatherParameters"), s.getMessage());
-        }
-    }
 }

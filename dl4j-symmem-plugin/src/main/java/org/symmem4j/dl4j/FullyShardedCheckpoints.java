@@ -1,0 +1,263 @@
+package org.symmem4j.dl4j;
+
+import java.io.IOException;
+import java.lang.foreign.MemorySegment;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Set;
+import java.util.zip.CRC32;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.util.ModelSerializer;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.dl4j.train.CheckpointDirectory;
+
+/**
+ * Checkpoints of ZeRO stage 3 ({@link ZeroStage#PARAMETERS}): each rank writes only what it owns, and no rank ever
+ * holds the whole parameter vector for a save or a restore, also when the model was started from a configuration
+ * and is hollow ({@link ConfigurationStart}).
+ *
+ * <p>A stage-3 checkpoint directory holds, per rank r of N, two files of {@link ShardCheckpoint}'s format, written by
+ * {@link ShardedCheckpoints#save} (temporary name, forced, renamed; the manifest with every file's size and CRC-32C
+ * last, so a directory without it, or whose files do not match it, is torn and refused):
+ * <ul>
+ *   <li>{@code shard-r-of-N.bin}: the rank's updater state, stage {@code PARAMETERS}; its parameter ranges are the
+ *       rank's blocks of every unit ({@link FullySharded}: block r of each layer's parameters), its state ranges
+ *       where their state lies in DL4J's flat updater-state view ({@link UpdaterLayout#stateRanges(long[])});</li>
+ *   <li>{@code params-r-of-N.bin}: the same blocks' parameters, its state ranges elements of the flat parameter
+ *       vector.</li>
+ * </ul>
+ * No {@code model.zip}: {@link #saveModel} writes the consolidated model on request. Both kinds of file describe
+ * their contents by global flat ranges, and the cut is a pure function of the flat layout, so a checkpoint of N ranks
+ * restores onto M: each new rank lists its blocks and reads each element from the one file that holds it (positional
+ * reads of the byte ranges it needs, nothing else). A restore reads into arrays of the rank's own size and moves them
+ * into the shards only when every rank has read and checked everything, so a refused restore changes nothing. A
+ * stage-3 wrapper also restores a consolidated checkpoint (plain data parallelism's, stages 1 and 2's: their
+ * {@code model.zip}), each rank taking its blocks and its state from the whole model.
+ */
+final class FullyShardedCheckpoints {
+
+    private static final String STAGE = ZeroStage.PARAMETERS.name();
+
+    private FullyShardedCheckpoints() {
+    }
+
+    /**
+     * Writes this process's ranks' shards into {@code dir}; collective in group mode (every rank, same directory).
+     * Workers started and idle.
+     */
+    static void save(Path dir, DataParallelSettings settings, List<DataParallelWorker> workers,
+                     CheckpointDirectory.Counters counters, ShardedCheckpoints.Agreement agreement) throws IOException {
+        List<ShardedCheckpoints.Shard> states = new ArrayList<>();
+        List<ShardedCheckpoints.Shard> params = new ArrayList<>();
+        for (int j = 0; j < workers.size(); j++) {
+            DataParallelWorker w = workers.get(j);
+            int rank = settings.firstLocalRank() + j;
+            states.add(stateShard(rank, w, w.sharded().state()));
+            INDArray blocks = blocksArray(w);
+            if (blocks != null) {
+                copyBlocks(w, blocks, true);
+            }
+            params.add(paramShard(rank, w, blocks));
+        }
+        boolean leader = settings.group() == null || settings.group().rank() == 0;
+        ShardedCheckpoints.save(dir, settings.workers(), states, params, leader, null, counters, agreement);
+    }
+
+    /**
+     * Restores {@code dir} into this process's workers' shards: a stage-3 checkpoint of any rank count, or a
+     * consolidated one ({@code model.zip} without parameter shards). Collective in group mode; on any rank's refusal
+     * every rank throws with its shards unchanged. Workers started and idle; the caller then pulls the model from
+     * the replicas.
+     *
+     * @return the manifest's counters, or null for a consolidated checkpoint without a manifest
+     */
+    static CheckpointDirectory.Counters restore(Path dir, DataParallelSettings settings, List<DataParallelWorker> workers,
+                                                ModelReplica model, ShardedCheckpoints.Words words,
+                                                ShardedCheckpoints.Agreement agreement) throws IOException {
+        if (!hasParameterShards(dir) && Files.isRegularFile(dir.resolve(ShardCheckpoint.MODEL_FILE))) {
+            ShardedCheckpoints.Restored restored = ShardedCheckpoints.restoreModel(dir, model.model(), words, agreement);
+            ModelReplica saved = ModelReplica.of(restored.model());
+            long stateCount = workers.getFirst().sharded().layout().stateCount();
+            INDArray full = saved.updaterState();
+            if (workers.getFirst().sharded().state() != null && (full == null || full.length() != stateCount)) {
+                throw new IllegalArgumentException(dir.resolve(ShardCheckpoint.MODEL_FILE) + " holds "
+                        + (full == null ? "no" : full.length()) + " updater-state elements; this " + words.trainer()
+                        + "'s model " + stateCount + " (restore a model saved with its updater state, of the network"
+                        + " configuration this " + words.trainer() + " was built on)");
+            }
+            for (DataParallelWorker w : workers) {
+                w.fullySharded().copyOwnBlocksFrom(saved.params());
+                if (w.sharded().state() != null) {
+                    w.sharded().importState(full);
+                }
+                w.replica().setIterationCount(saved.iterationCount());
+                w.replica().setEpochCount(saved.epochCount());
+            }
+            return restored.counters();
+        }
+        // read into arrays of the rank's own size; the shards take them once every rank has checked everything
+        List<ShardedCheckpoints.Shard> states = new ArrayList<>();
+        List<ShardedCheckpoints.Shard> params = new ArrayList<>();
+        for (int j = 0; j < workers.size(); j++) {
+            DataParallelWorker w = workers.get(j);
+            int rank = settings.firstLocalRank() + j;
+            INDArray state = w.sharded().state();
+            states.add(stateShard(rank, w, state == null ? null : Nd4j.create(state.dataType(), state.length())));
+            params.add(paramShard(rank, w, blocksArray(w)));
+        }
+        UpdaterLayout layout = workers.getFirst().sharded().layout();
+        ShardedCheckpoints.Reads reads = new ShardedCheckpoints.Reads(Set.of(STAGE),
+                "ZeRO stage-3 shards (PARAMETERS: parameter and updater-state shards)",
+                r -> layout.stateRanges(r.start(), r.end()), false, false);
+        ShardedCheckpoints.Restored restored = ShardedCheckpoints.restore(dir, settings.workers(), states, params,
+                model.model(), words, reads, agreement);
+        CheckpointDirectory.Counters c = restored.counters();
+        for (int j = 0; j < workers.size(); j++) {
+            DataParallelWorker w = workers.get(j);
+            if (states.get(j).state() != null) {
+                INDArray read = states.get(j).state();
+                MemorySegment.copy(ModelReplica.segmentOf(read), 0, ModelReplica.segmentOf(w.sharded().state()), 0,
+                        read.length() * read.dataType().width());
+            }
+            if (params.get(j).state() != null) {
+                copyBlocks(w, params.get(j).state(), false);
+            }
+            w.replica().setIterationCount(c.iteration());
+            w.replica().setEpochCount(c.epoch());
+        }
+        return c;
+    }
+
+    /**
+     * Writes the whole model with its full updater state as a {@code ModelSerializer} file, from the process that
+     * runs rank 0, through a temporary file and a rename; in group mode collective (every rank gathers the model,
+     * unit by unit, and the state). With stage 3 from a configuration the whole model is built for this call only:
+     * DL4J's network of the configuration over the gathered parameters. Workers started and idle.
+     */
+    static void saveModel(Path file, DataParallelSettings settings, DataParallelWorkers workers, ModelReplica model,
+                          ShardedCheckpoints.Agreement agreement) throws IOException {
+        boolean leader = settings.group() == null || settings.group().rank() == 0;
+        org.deeplearning4j.nn.api.Model whole;
+        if (ConfigurationStart.isHollow(model)) {
+            List<FullySharded> shards = workers.all().stream().map(DataParallelWorker::fullySharded).toList();
+            INDArray full = ConfigurationStart.gather(model, shards, settings.group() != null);
+            MultiLayerNetwork net = new MultiLayerNetwork(
+                    ((MultiLayerNetwork) model.model()).getLayerWiseConfigurations().clone());
+            net.init(full, false);
+            ModelReplica replica = ModelReplica.of(net);
+            INDArray state = replica.updaterState();
+            if (state != null && settings.group() != null) {
+                workers.all().getFirst().sharded().gatherFullState(state);
+            } else if (state != null) {
+                for (DataParallelWorker w : workers.all()) {
+                    w.sharded().exportState(state);
+                }
+            }
+            ModelReplica first = workers.all().getFirst().replica();
+            replica.setIterationCount(first.iterationCount());
+            replica.setEpochCount(first.epochCount());
+            whole = net;
+        } else {
+            workers.pullModelFromReplicas();
+            whole = model.model();
+        }
+        Throwable failure = null;
+        if (leader) {
+            try {
+                if (file.getParent() != null) {
+                    Files.createDirectories(file.getParent());
+                }
+                CheckpointDirectory.writeAtomically(file, tmp -> ModelSerializer.writeModel(whole, tmp.toFile(), true));
+            } catch (IOException | RuntimeException e) {
+                failure = e;
+            }
+        }
+        agreement.failTogether("model-saved", failure);
+        if (failure instanceof IOException io) {
+            throw io;
+        } else if (failure != null) {
+            throw (RuntimeException) failure;
+        }
+    }
+
+    /** Whether {@code dir} holds stage-3 parameter shard files. */
+    static boolean hasParameterShards(Path dir) throws IOException {
+        if (!Files.isDirectory(dir)) {
+            return false;
+        }
+        try (var listing = Files.list(dir)) {
+            return listing.anyMatch(f -> ShardCheckpoint.worldSizeOf(f, true) >= 0);
+        }
+    }
+
+    /** The worker's updater-state shard as a checkpoint describes it, over {@code state} (its own, or a scratch copy). */
+    private static ShardedCheckpoints.Shard stateShard(int rank, DataParallelWorker w, INDArray state) {
+        ShardedUpdater s = w.sharded();
+        ModelReplica r = w.replica();
+        long[] own = s.ranges();
+        return new ShardedCheckpoints.Shard(rank, STAGE, r.params().dataType(), s.layout().paramCount(), ranges(own),
+                s.layout().stateCount(), s.layout().stateRanges(own), s.layout().fingerprint(), r.iterationCount(),
+                r.epochCount(), state);
+    }
+
+    /** The worker's parameter blocks as a checkpoint describes them: state space the flat parameter vector. */
+    private static ShardedCheckpoints.Shard paramShard(int rank, DataParallelWorker w, INDArray blocks) {
+        ModelReplica r = w.replica();
+        List<ShardedCheckpoints.Range> own = ranges(w.fullySharded().ownRanges());
+        long count = r.params().length();
+        return new ShardedCheckpoints.Shard(rank, STAGE, r.params().dataType(), count, own, count, own,
+                unitsFingerprint(w.fullySharded()), r.iterationCount(), r.epochCount(), blocks);
+    }
+
+    /** A contiguous array of the worker's own blocks' size, or null when it owns none. */
+    private static INDArray blocksArray(DataParallelWorker w) {
+        long n = ShardedCheckpoints.Range.total(ranges(w.fullySharded().ownRanges()));
+        return n == 0 ? null : Nd4j.create(w.replica().params().dataType(), n);
+    }
+
+    /** Copies the worker's own blocks into {@code blocks}, one after another ({@code out}), or back. */
+    private static void copyBlocks(DataParallelWorker w, INDArray blocks, boolean out) {
+        MemorySegment params = ModelReplica.segmentOf(w.replica().params());
+        MemorySegment flat = ModelReplica.segmentOf(blocks);
+        long width = blocks.dataType().width();
+        long at = 0;
+        for (ShardedCheckpoints.Range r : ranges(w.fullySharded().ownRanges())) {
+            long bytes = r.length() * width;
+            if (out) {
+                MemorySegment.copy(params, r.start() * width, flat, at, bytes);
+            } else {
+                MemorySegment.copy(flat, at, params, r.start() * width, bytes);
+            }
+            at += bytes;
+        }
+    }
+
+    /** [from, to) pairs as ranges, the empty ones left out. */
+    private static List<ShardedCheckpoints.Range> ranges(long[] pairs) {
+        List<ShardedCheckpoints.Range> out = new ArrayList<>();
+        for (int i = 0; i < pairs.length; i += 2) {
+            if (pairs[i] < pairs[i + 1]) {
+                out.add(new ShardedCheckpoints.Range(pairs[i], pairs[i + 1]));
+            }
+        }
+        return out;
+    }
+
+    /**
+     * The units' layout (each layer's elements of the flat vector), which decides how any rank count cuts the
+     * parameters: equal for the same network configuration, whatever the rank count.
+     */
+    static long unitsFingerprint(FullySharded fs) {
+        StringBuilder b = new StringBuilder("units");
+        for (FullySharded.Unit u : fs.units()) {
+            b.append(';').append(u.offset()).append('+').append(u.length());
+        }
+        CRC32 crc = new CRC32();
+        crc.update(b.toString().getBytes(StandardCharsets.UTF_8));
+        return crc.getValue();
+    }
+}
