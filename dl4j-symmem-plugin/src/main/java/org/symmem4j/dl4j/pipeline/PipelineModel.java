@@ -36,22 +36,36 @@ final class PipelineModel implements ListenedModel {
         this.split = split;
     }
 
-    /** The user's model takes the stages' state: parameters, updater state, iteration and epoch counters. */
-    void takeFrom(List<Dl4jPipelineStage> stages) {
-        split.copyStagesInto(networks(stages), network);
+    /**
+     * The user's model takes the stages' state: parameters, updater state, iteration and epoch counters. Thread mode
+     * copies them from the stages, which this process holds; in group mode {@code exchange} gathers every stage from
+     * the rank that trains it (collective).
+     */
+    void takeFrom(List<Dl4jPipelineStage> stages, GroupExchange exchange, int pipelineRanks) {
+        if (exchange == null) {
+            split.copyStagesInto(networks(stages), network);
+        } else {
+            exchange.gatherInto(split, stages, pipelineRanks, network);
+        }
         if (graph != null) {
             GraphChain.copyInto(network, graph);
         }
     }
 
-    /** Whether the stages hold the user's model's state bitwise (it was not changed since {@link #takeFrom}). */
+    /**
+     * Whether the stages this process holds hold the user's model's state bitwise (it was not changed since
+     * {@link #takeFrom}); in group mode each rank compares its own stages.
+     */
     boolean holds(List<Dl4jPipelineStage> stages) {
-        MultiLayerNetwork first = stages.getFirst().network();
+        MultiLayerNetwork first = stages.stream().filter(Dl4jPipelineStage::held).findFirst().orElseThrow().network();
         if (first.getIterationCount() != iterationCount() || first.getEpochCount() != epochCount()) {
             return false;
         }
         INDArray params = model().params();
         for (int s = 0; s < stages.size(); s++) {
+            if (!stages.get(s).held()) {
+                continue; // another rank's: it compares its own
+            }
             long from = split.parameterOffset(s);
             long count = split.parameterCount(s);
             MultiLayerNetwork stage = stages.get(s).network();
@@ -64,7 +78,7 @@ final class PipelineModel implements ListenedModel {
         return true;
     }
 
-    /** The stages take the user's model's state (parameters, updater state, counters). */
+    /** The stages this process holds take the user's model's state (parameters, updater state); every stage its counters. */
     void giveTo(List<Dl4jPipelineStage> stages) {
         giveTo(stages, true);
     }
@@ -75,7 +89,7 @@ final class PipelineModel implements ListenedModel {
             long from = split.parameterOffset(s);
             long count = split.parameterCount(s);
             MultiLayerNetwork stage = stages.get(s).network();
-            if (count > 0) {
+            if (count > 0 && stages.get(s).held()) {
                 stage.params().assign(PipelineStageSplit.slice(params, from, from + count));
                 if (withUpdaterState) {
                     UpdaterStateCopy.copy(updater(), stage.getUpdater(true), from, 0, count);
@@ -90,7 +104,7 @@ final class PipelineModel implements ListenedModel {
      * A checkpoint's restore: the model takes {@code saved}'s parameters and counters and the updater state that
      * {@code replicas}' first stages read from the shards; then every replica takes the model's whole state.
      */
-    void restoreFrom(Model saved, List<List<Dl4jPipelineStage>> replicas) {
+    void restoreFrom(Model saved, List<List<Dl4jPipelineStage>> replicas, GroupExchange exchange, int pipelineRanks) {
         model().params().assign(saved.params());
         boolean graphSaved = saved instanceof ComputationGraph;
         setIterationCount(graphSaved ? ((ComputationGraph) saved).getConfiguration().getIterationCount()
@@ -98,7 +112,7 @@ final class PipelineModel implements ListenedModel {
         setEpochCount(graphSaved ? ((ComputationGraph) saved).getConfiguration().getEpochCount()
                 : ((MultiLayerNetwork) saved).getEpochCount());
         giveTo(replicas.getFirst(), false); // parameters and counters beside the restored updater state
-        takeFrom(replicas.getFirst());
+        takeFrom(replicas.getFirst(), exchange, pipelineRanks);
         replicas.forEach(this::giveTo);
     }
 
@@ -172,7 +186,7 @@ final class PipelineModel implements ListenedModel {
 
             @Override
             public void syncModel() {
-                takeFrom(stages);
+                takeFrom(stages, null, 0);
                 gatherGradients(stages, false, gradientView()); // after DL4J's step the gradient view holds the update
             }
 

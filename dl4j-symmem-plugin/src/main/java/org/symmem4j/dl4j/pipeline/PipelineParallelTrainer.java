@@ -11,6 +11,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.function.Consumer;
+import java.util.function.IntPredicate;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
@@ -184,18 +186,14 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.ompThreadsPerRank = o.ndThreadsPerRank(group != null ? 1 : shape.ranks() * b.dataParallel);
         this.listeners = o.stepListeners();
         this.metrics = o.bind(new PipelineMetrics(b.schedule.tag(), o.transportName(), o.metricTags()));
-        // group mode: this process holds one replica's stage copies (it trains those of its rank; the others
-        // carry the configuration for mask propagation and receive the owners' state at copyParametersTo)
+        // group mode: this process holds its own stages of one replica (s % pp == its pipeline rank); the others are
+        // hollow, carrying the layouts for mask propagation and for the gather of the model from their ranks
         int copies = group == null ? dataParallel : 1;
+        IntPredicate held = group == null ? s -> true : s -> s % shape.ranks() == group.rank() % shape.ranks();
         List<List<Dl4jPipelineStage>> replicas = new ArrayList<>(copies);
         for (int d = 0; d < copies; d++) {
             // every replica starts from the same copy of the network's parameters, updater state and counters
-            List<MultiLayerNetwork> networks = split.buildStageNetworks();
-            List<Dl4jPipelineStage> built = new ArrayList<>(networks.size());
-            for (int s = 0; s < networks.size(); s++) {
-                built.add(new Dl4jPipelineStage(s, networks.size(), networks.get(s)));
-            }
-            replicas.add(List.copyOf(built));
+            replicas.add(split.buildStages(held));
         }
         this.replicaStages = List.copyOf(replicas);
         this.stages = replicaStages.getFirst();
@@ -311,12 +309,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 }
             }
         } catch (IllegalArgumentException refused) {
-            model.takeFrom(gatherStagesInGroup()); // a refused batch trained nothing: the steps before it count
+            modelTakesStages(); // a refused batch trained nothing: the steps before it count
             throw refused;
         } finally {
             model.setInputAndLabels(null); // DL4J's fit clears them too
         }
-        model.takeFrom(gatherStagesInGroup());
+        modelTakesStages();
         if (!Double.isNaN(score)) {
             model.setScore(score); // as after DL4J's fit: the last iteration's score
         }
@@ -386,8 +384,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void copyParametersTo(MultiLayerNetwork target) {
         requireCopyable();
-        gatherStagesInGroup();
-        split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), target);
+        withExchange(e -> {
+            if (e == null) {
+                split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), target);
+            } else {
+                e.gatherInto(split, stages, shape.ranks(), target);
+            }
+        });
     }
 
     /**
@@ -401,29 +404,54 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void copyParametersTo(ComputationGraph target) {
         requireCopyable();
-        gatherStagesInGroup();
         MultiLayerNetwork chain = GraphChain.toNetwork(target);
-        split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), chain);
+        copyParametersTo(chain);
         GraphChain.copyInto(chain, target);
     }
 
     /**
-     * Group mode: every stage copy of this process gets the state of the rank that trained it (collective).
+     * The bytes of model state this process holds for training: parameters, gradient views, accumulated gradients and
+     * updater state of the stages it trains. In group mode that is this rank's stages only (the others' are hollow and
+     * hold nothing); in thread mode every stage of every replica. The network given to the builder is the caller's
+     * and not counted.
      *
-     * @return replica 0's stages, now holding the whole network's state
+     * @return bytes of model state held by the trainer
      */
-    private List<Dl4jPipelineStage> gatherStagesInGroup() {
-        if (group == null) {
-            return stages;
-        }
-        if (exchange != null) {
-            exchange.gatherStages(stages, shape.ranks());
-        } else {
-            try (GroupExchange once = GroupExchange.open(group)) { // after close(), or before the first step
-                once.gatherStages(stages, shape.ranks());
+    public long modelBytesHeld() {
+        long bytes = 0;
+        for (List<Dl4jPipelineStage> replica : replicaStages) {
+            for (Dl4jPipelineStage stage : replica) {
+                bytes += stage.modelBytes();
             }
         }
-        return stages;
+        return bytes;
+    }
+
+    /**
+     * The parameters of the stages this process trains (group mode: this rank's; thread mode: every stage, once).
+     *
+     * @return parameter count held by the trainer
+     */
+    public long parametersHeld() {
+        return stages.stream().filter(Dl4jPipelineStage::held).mapToLong(s -> s.network().numParams()).sum();
+    }
+
+    /** The model takes the stages' state: copied in thread mode, gathered from every rank in group mode (collective). */
+    private void modelTakesStages() {
+        withExchange(e -> model.takeFrom(stages, e, shape.ranks()));
+    }
+
+    /** Runs {@code action} with the group's exchange (opened once for it after close()), or null in thread mode. */
+    private void withExchange(Consumer<GroupExchange> action) {
+        if (group == null) {
+            action.accept(null);
+        } else if (exchange != null || !closed) {
+            action.accept(exchange());
+        } else {
+            try (GroupExchange once = GroupExchange.open(group)) { // after close(): collective, every rank calls it
+                action.accept(once);
+            }
+        }
     }
 
     private GroupExchange exchange() {
@@ -444,7 +472,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private void takePeriodicCheckpoint(long batchesInEpoch) {
         Path dir = CheckpointDirectory.stepDir(checkpoints.root(), step);
         try {
-            model.takeFrom(gatherStagesInGroup());
+            modelTakesStages();
             writeCheckpoint(dir, batchesInEpoch);
             if (group == null || group.rank() == 0) {
                 CheckpointDirectory.prune(checkpoints.root(), checkpoints.keep());
@@ -501,7 +529,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
         requireUsable();
-        CheckpointDirectory.Counters c = PipelineCheckpoints.restore(dir, split, model, replicaStages, group);
+        CheckpointDirectory.Counters c = PipelineCheckpoints.restore(dir, split, model, replicaStages, group,
+                group == null ? null : exchange(), shape.ranks());
         if (c != null) {
             step = c.step();
             batchesToSkip = c.batchesInEpoch();
