@@ -82,6 +82,11 @@ class PipelineStageMemoryTest {
             assertEquals(run.expectedBytes(), run.modelBytesHeld(), "rank " + r + ": bytes held = its stage's state");
             assertEquals(0, run.hollowResident(), "rank " + r + ": the other stages' hollow arrays hold no page");
             total += run.parametersHeld();
+            // the raw data of bench/results/2026-11-28-pipeline-stage-memory.md
+            System.out.printf("stage-memory schedule=%s rank=%d parametersHeld=%d of %d (%.4f) modelBytesHeld=%d"
+                    + " expected=%d hollowResident=%d%n", schedule, r, run.parametersHeld(), initial.numParams(),
+                    (double) run.parametersHeld() / initial.numParams(), run.modelBytesHeld(), run.expectedBytes(),
+                    run.hollowResident());
             PipelineNets.assertSameState(threads, run.model(), "rank " + r + " (gathered after fit)");
         }
         assertEquals(initial.numParams(), total, "the ranks' shares add up to the network");
