@@ -63,8 +63,13 @@ public final class HollowNetworks {
         }
     }
 
-    /** The parameter count DL4J's {@code init()} allocates for {@code conf}: the layers' initialisers' counts, in order. */
-    static long parameterCount(MultiLayerConfiguration conf) {
+    /**
+     * The parameter count DL4J's {@code init()} allocates for {@code conf}: the layers' initialisers' counts, in order.
+     *
+     * @param conf a network configuration
+     * @return its parameter count, computed without allocating anything
+     */
+    public static long parameterCount(MultiLayerConfiguration conf) {
         long n = 0;
         for (int i = 0; i < conf.getConfs().size(); i++) {
             NeuralNetConfiguration c = conf.getConf(i);

@@ -286,6 +286,14 @@ final class GroupExchange implements AutoCloseable {
         return crc.getValue();
     }
 
+    /** A description of a configuration for {@link #agreeOnBuild}: layers, parameters and the CRC-32C of its JSON. */
+    static String describe(org.deeplearning4j.nn.conf.MultiLayerConfiguration conf) {
+        CRC32C crc = new CRC32C();
+        crc.update(conf.toJson().getBytes(StandardCharsets.UTF_8));
+        return "layers=" + conf.getConfs().size() + ", parameters=" + org.symmem4j.dl4j.HollowNetworks.parameterCount(conf)
+                + ", configurationCrc=" + Long.toHexString(crc.getValue());
+    }
+
     /** A description of {@code network} for {@link #agreeOnBuild}: layers, parameters and their CRC-32C. */
     static String describe(MultiLayerNetwork network) {
         List<String> parts = new ArrayList<>();

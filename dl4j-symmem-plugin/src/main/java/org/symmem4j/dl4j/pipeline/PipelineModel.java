@@ -11,6 +11,7 @@ import org.deeplearning4j.optimize.api.TrainingListener;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
+import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.dl4j.train.ListenedModel;
 import org.symmem4j.dl4j.train.ModelListeners;
@@ -30,10 +31,37 @@ final class PipelineModel implements ListenedModel {
     private final ComputationGraph graph;
     private final PipelineStageSplit split;
 
-    PipelineModel(MultiLayerNetwork network, ComputationGraph graph, PipelineStageSplit split) {
+    /** The reserved memory under a model started from a configuration (hollow: it never holds the network), or null. */
+    private final HollowNetworks.Reservation hollow;
+
+    PipelineModel(MultiLayerNetwork network, ComputationGraph graph, PipelineStageSplit split,
+                  HollowNetworks.Reservation hollow) {
         this.network = network;
         this.graph = graph;
         this.split = split;
+        this.hollow = hollow;
+    }
+
+    /**
+     * The reservation under a model started from a configuration ({@code PipelineParallelTrainer.builder(conf)}): its
+     * arrays hold nothing, the stages' state stays in the stages ({@code copyParametersTo} gathers it), and only its
+     * counters follow them. Null for a model given whole.
+     */
+    HollowNetworks.Reservation hollow() {
+        return hollow;
+    }
+
+    /**
+     * Refuses what needs the whole network in the model (checkpoints, whose model.zip is the whole network) when the
+     * model was started from a configuration.
+     */
+    void requireWhole(String call) {
+        if (hollow != null) {
+            throw new IllegalStateException(call + " on a pipeline trainer built from a configuration: checkpoints hold"
+                    + " the whole network (model.zip), which such a trainer never holds, on any rank; expected a trainer"
+                    + " built from a network (fix: PipelineParallelTrainer.builder(network), or copyParametersTo(network)"
+                    + " and save that network yourself)");
+        }
     }
 
     /**
@@ -42,6 +70,13 @@ final class PipelineModel implements ListenedModel {
      * the rank that trains it (collective).
      */
     void takeFrom(List<Dl4jPipelineStage> stages, GroupExchange exchange, int pipelineRanks) {
+        if (hollow != null) {
+            // nothing to hold: the counters only, which every held stage has alike after a step
+            MultiLayerNetwork held = stages.stream().filter(Dl4jPipelineStage::held).findFirst().orElseThrow().network();
+            network.setIterationCount(held.getIterationCount());
+            network.setEpochCount(held.getEpochCount());
+            return;
+        }
         if (exchange == null) {
             split.copyStagesInto(networks(stages), network);
         } else {
@@ -57,6 +92,9 @@ final class PipelineModel implements ListenedModel {
      * {@link #takeFrom}); in group mode each rank compares its own stages.
      */
     boolean holds(List<Dl4jPipelineStage> stages) {
+        if (hollow != null) {
+            return true; // the model holds no state of its own: the stages are the training state
+        }
         MultiLayerNetwork first = stages.stream().filter(Dl4jPipelineStage::held).findFirst().orElseThrow().network();
         if (first.getIterationCount() != iterationCount() || first.getEpochCount() != epochCount()) {
             return false;

@@ -13,6 +13,7 @@ import java.util.Objects;
 import java.util.Optional;
 import java.util.function.Consumer;
 import java.util.function.IntPredicate;
+import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
@@ -81,8 +82,11 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * holds the trained parameters, updater state, iteration and epoch counters and, as after DL4J's {@code fit},
  * {@code score()} the last step's score; if it was changed between calls, the stages take its state at the start
  * of the next {@code fit}. {@link #copyParametersTo} writes the same into another network of that configuration.
- * In group mode every rank's model gets the whole trained network: each stage's state is gathered from the rank
- * that trained it (a collective at the end of every {@code fit}, which every rank calls anyway).
+ * In group mode each rank's trainer holds only its own stages (the others are hollow: layouts over reserved memory,
+ * no values), and every rank's model gets the whole trained network: each stage's state is gathered from the rank
+ * that trained it (a collective at the end of every {@code fit}, which every rank calls anyway). Built from a
+ * configuration ({@link #builder(MultiLayerConfiguration)}) no rank holds the whole network until
+ * {@link #copyParametersTo} is called.
  *
  * <p>The DL4J listeners attached to the model ({@code ScoreIterationListener}, the UI's {@code StatsListener}
  * with its router, ...) are called as DL4J's {@code fit} calls them for one model trained on each step's batch,
@@ -193,7 +197,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         List<List<Dl4jPipelineStage>> replicas = new ArrayList<>(copies);
         for (int d = 0; d < copies; d++) {
             // every replica starts from the same copy of the network's parameters, updater state and counters
-            replicas.add(split.buildStages(held));
+            replicas.add(split.buildStages(held, model.hollow() != null));
         }
         this.replicaStages = List.copyOf(replicas);
         this.stages = replicaStages.getFirst();
@@ -209,6 +213,22 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public static PipelineParallelTrainerBuilder builder(MultiLayerNetwork network) {
         return new PipelineParallelTrainerBuilder(Objects.requireNonNull(network, "network"), null);
+    }
+
+    /**
+     * Starts a builder for a network given by its configuration alone, so that no rank ever holds the whole network:
+     * in group mode each rank initialises and trains only its own stages (their parameters bitwise those of
+     * {@code new MultiLayerNetwork(conf).init()}, drawn layer by layer in DL4J's order), and the trainer's model is
+     * hollow ({@link org.symmem4j.dl4j.HollowNetworks}). The trained network exists only when asked for:
+     * {@link #copyParametersTo} gathers it stage by stage into a network the caller gives. Checkpoints, DL4J listeners
+     * and a split by measured times need the whole network and are refused at {@code build()}.
+     *
+     * @param conf the network's configuration
+     * @return a builder; {@code microbatches} must be set (and {@code ranks} or a group)
+     */
+    public static PipelineParallelTrainerBuilder builder(MultiLayerConfiguration conf) {
+        MultiLayerNetwork hollow = new MultiLayerNetwork(Objects.requireNonNull(conf, "conf").clone());
+        return new PipelineParallelTrainerBuilder(hollow, null, org.symmem4j.dl4j.HollowNetworks.hollow(hollow));
     }
 
     /**
@@ -394,12 +414,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     /**
-     * As {@link #copyParametersTo(MultiLayerNetwork)}, into a graph: the one given to
-     * {@link #builder(ComputationGraph)}, or one with its configuration.
-     *
-     * @throws IllegalArgumentException when {@code target} is not that chain of layers
+     * As {@link #copyParametersTo(MultiLayerNetwork)}, into a graph: the one given to {@link #builder(ComputationGraph)}.
      *
      * @param target the graph given to the builder, or one with its configuration
+     * @throws IllegalArgumentException when {@code target} is not that chain of layers
      * @throws IllegalStateException    after a failed step (the stages may disagree on the step count)
      */
     public synchronized void copyParametersTo(ComputationGraph target) {
@@ -427,13 +445,14 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         return bytes;
     }
 
-    /**
-     * The parameters of the stages this process trains (group mode: this rank's; thread mode: every stage, once).
-     *
-     * @return parameter count held by the trainer
-     */
+    /** {@return the parameters of the stages this process trains (group mode: this rank's; thread mode: all, once)} */
     public long parametersHeld() {
         return stages.stream().filter(Dl4jPipelineStage::held).mapToLong(s -> s.network().numParams()).sum();
+    }
+
+    /** The resident bytes of the trainer's model started from a configuration (hollow), else -1. */
+    long modelResidentBytes() {
+        return model.hollow() == null ? -1 : model.hollow().residentBytes();
     }
 
     /** The model takes the stages' state: copied in thread mode, gathered from every rank in group mode (collective). */
@@ -506,6 +525,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void saveCheckpoint(Path dir) throws IOException {
         requireUsable();
+        model.requireWhole("saveCheckpoint");
         takeModelIfChanged();
         writeCheckpoint(dir, 0);
     }
@@ -529,6 +549,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
         requireUsable();
+        model.requireWhole("restoreCheckpoint");
         CheckpointDirectory.Counters c = PipelineCheckpoints.restore(dir, split, model, replicaStages, group,
                 group == null ? null : exchange(), shape.ranks());
         if (c != null) {
@@ -550,6 +571,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @throws IOException when the root cannot be listed or the checkpoint read
      */
     public synchronized Optional<CheckpointDirectory.Checkpoint> restoreLatest(Path root) throws IOException {
+        model.requireWhole("restoreLatest");
         Optional<CheckpointDirectory.Checkpoint> latest = CheckpointDirectory.latestComplete(root, group,
                 "symmem4j-pipeline-");
         if (latest.isPresent()) {

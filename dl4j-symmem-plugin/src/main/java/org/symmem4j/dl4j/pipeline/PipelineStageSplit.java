@@ -13,6 +13,7 @@ import org.deeplearning4j.nn.conf.CacheMode;
 import org.deeplearning4j.nn.conf.GradientNormalization;
 import org.deeplearning4j.nn.conf.InputPreProcessor;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.RNNFormat;
 import org.deeplearning4j.nn.conf.WorkspaceMode;
 import org.deeplearning4j.nn.conf.inputs.InputType;
@@ -425,11 +426,13 @@ public final class PipelineStageSplit {
      * @param held which stages this rank trains
      * @return every stage, in stage order
      */
-    List<Dl4jPipelineStage> buildStages(IntPredicate held) {
+    List<Dl4jPipelineStage> buildStages(IntPredicate held, boolean fromConfiguration) {
         List<Dl4jPipelineStage> stages = new ArrayList<>(stageCount());
+        MultiLayerNetwork[] initialised = new MultiLayerNetwork[stageCount()];
         for (int s = 0; s < stageCount(); s++) {
             if (held.test(s)) {
-                stages.add(new Dl4jPipelineStage(s, stageCount(), buildHeldStage(s)));
+                initialised[s] = fromConfiguration ? buildFreshStage(s) : buildHeldStage(s);
+                stages.add(new Dl4jPipelineStage(s, stageCount(), initialised[s]));
             } else {
                 MultiLayerNetwork hollow = new MultiLayerNetwork(stageConfiguration(s));
                 HollowNetworks.Reservation reservation = HollowNetworks.hollow(hollow);
@@ -439,7 +442,54 @@ public final class PipelineStageSplit {
                 stages.add(Dl4jPipelineStage.hollow(s, stageCount(), hollow, reservation));
             }
         }
+        if (fromConfiguration) {
+            initialiseAsDl4j(initialised);
+        }
         return List.copyOf(stages);
+    }
+
+    /** A held stage of a network started from its configuration: its own parameters, a fresh updater, counters 0. */
+    private MultiLayerNetwork buildFreshStage(int s) {
+        MultiLayerNetwork stage = new MultiLayerNetwork(stageConfiguration(s));
+        stage.init(); // its values are drawn again by initialiseAsDl4j, in the whole network's order
+        requireParameterCount(s, stage);
+        if (parameterCount(s) > 0) {
+            stage.initGradientsView();
+        }
+        stage.setIterationCount(network.getIterationCount());
+        stage.setEpochCount(network.getEpochCount());
+        return stage;
+    }
+
+    /**
+     * The held stages' parameters as {@code new MultiLayerNetwork(conf).init()} draws them, without holding the whole
+     * network: DL4J seeds ND4J's random generator (this thread's) with the configuration's seed and instantiates every
+     * layer in order with {@code initializeParams=true}, each drawing its parameters from that generator into its view
+     * of the flat vector. Here a held stage's layer draws into its view of the stage's parameters, any other layer into
+     * a scratch buffer of one layer, so the draws are DL4J's in DL4J's order ({@code FullySharded} does the same for
+     * ZeRO stage 3's shards), and the peak is the held stages plus the largest other layer.
+     */
+    private void initialiseAsDl4j(MultiLayerNetwork[] held) {
+        MultiLayerConfiguration conf = network.getLayerWiseConfigurations();
+        DataType type = conf.getDataType();
+        INDArray scratch = null;
+        org.nd4j.linalg.factory.Nd4j.getRandom().setSeed(network.getDefaultConfiguration().getSeed());
+        for (int i = 0; i < layerCount(); i++) {
+            NeuralNetConfiguration c = conf.getConf(i);
+            long n = paramOffset[i + 1] - paramOffset[i];
+            int s = Layout.stageOf(stageStart, i);
+            INDArray view = null;
+            if (n > 0 && held[s] != null) {
+                long at = paramOffset[i] - paramOffset[firstLayer(s)];
+                view = slice(held[s].params(), at, at + n);
+            } else if (n > 0) {
+                if (scratch == null || scratch.length() < n) {
+                    scratch = org.nd4j.linalg.factory.Nd4j.create(type, n);
+                }
+                view = scratch.get(NDArrayIndex.interval(0, n));
+            }
+            c.getLayer().instantiate(c, List.of(), i, view, true, type); // DL4J's own draws; the layer object is dropped
+        }
     }
 
     private MultiLayerNetwork buildHeldStage(int s) {

@@ -136,11 +136,53 @@ class PipelineStageMemoryTest {
         }
     }
 
+    /**
+     * From a configuration alone ({@code builder(conf)}), no rank holds the whole network at any time: each rank
+     * initialises its own stage (bitwise DL4J's init, drawn layer by layer), its model stays hollow, and the network
+     * gathered by copyParametersTo is bitwise what builder(network) trains in thread mode.
+     */
+    @Test
+    void fromAConfigurationNoRankEverHoldsTheWholeNetwork() {
+        List<DataSet> data = PipelineNets.batches(5, 2, 16, DataType.FLOAT);
+        MultiLayerNetwork initial = mlp();
+        MultiLayerNetwork threads = initial.clone();
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(threads).ranks(RANKS).microbatches(4)
+                .ompThreadsPerRank(1).build()) {
+            data.forEach(trainer::fit);
+        }
+        List<RankRun> runs = PipelineGroupModeTest.onEveryRank(RANKS, group -> {
+            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(initial.getLayerWiseConfigurations())
+                    .group(group).microbatches(4).ompThreadsPerRank(1).build()) {
+                data.forEach(trainer::fit);
+                long modelResident = trainer.modelResidentBytes();
+                MultiLayerNetwork gathered = new MultiLayerNetwork(initial.getLayerWiseConfigurations().clone());
+                gathered.init();
+                trainer.copyParametersTo(gathered); // the user asks for the whole network: gathered stage by stage
+                return new RankRun(trainer.parametersHeld(), trainer.modelBytesHeld(), 0, modelResident,
+                        trainer.split().toString(), gathered);
+            }
+        });
+        PipelineStageSplit split = PipelineStageSplit.balanced(initial, RANKS);
+        for (int r = 0; r < RANKS; r++) {
+            assertEquals(split.parameterCount(r), runs.get(r).parametersHeld(), "rank " + r + ": parameters held");
+            assertTrue(runs.get(r).hollowResident() <= 3 * 4096, "rank " + r + ": the trainer's model holds "
+                    + runs.get(r).hollowResident() + " bytes: expected none (a page per array at most)");
+            PipelineNets.assertSameState(threads, runs.get(r).model(), "rank " + r + " from a configuration");
+        }
+        String refused = PipelineGroupModeTest.onEveryRank(2, group -> assertThrows(IllegalStateException.class, () -> {
+            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(initial.getLayerWiseConfigurations())
+                    .group(group).microbatches(4).ompThreadsPerRank(1).build()) {
+                trainer.saveCheckpoint(Path.of("unused"));
+            }
+        }).getMessage()).getFirst();
+        assertTrue(refused.contains("saveCheckpoint on a pipeline trainer built from a configuration"), refused);
+    }
+
     @Test
     void aHollowStageRefusesToCompute() {
         MultiLayerNetwork net = mlp();
         PipelineStageSplit split = PipelineStageSplit.balanced(net, RANKS);
-        List<Dl4jPipelineStage> stages = split.buildStages(s -> s == 1);
+        List<Dl4jPipelineStage> stages = split.buildStages(s -> s == 1, false);
         assertTrue(stages.get(1).held());
         assertFalse(stages.get(0).held());
         assertEquals(split.parameterCount(0), stages.get(0).network().numParams(), "the hollow stage's layout");
