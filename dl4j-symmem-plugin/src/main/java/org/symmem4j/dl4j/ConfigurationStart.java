@@ -1,16 +1,9 @@
 package org.symmem4j.dl4j;
 
-import java.lang.foreign.Arena;
-import java.lang.foreign.MemorySegment;
 import java.util.List;
-import java.util.Map;
 import org.bytedeco.javacpp.Pointer;
-import org.deeplearning4j.nn.api.Layer;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
-import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
-import org.deeplearning4j.nn.updater.MultiLayerUpdater;
-import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.symmem4j.parallel.memory.ReservedMemory;
 
@@ -46,7 +39,7 @@ final class ConfigurationStart {
         private static final long serialVersionUID = 1L;
         private transient boolean hollow;
         /** The reservations under the hollow arrays: kept reachable as long as the network (DL4J's pointers do not). */
-        private transient MemorySegment[] reserved;
+        private transient HollowNetworks.Reservation reserved;
 
         Network(MultiLayerConfiguration conf) {
             super(conf);
@@ -80,51 +73,16 @@ final class ConfigurationStart {
 
     /** The parameter count DL4J's {@code init()} allocates for {@code conf}: the layers' initialisers' counts, in order. */
     static long parameterCount(MultiLayerConfiguration conf) {
-        long n = 0;
-        for (int i = 0; i < conf.getConfs().size(); i++) {
-            NeuralNetConfiguration c = conf.getConf(i);
-            n += c.getLayer().initializer().numParams(c);
-        }
-        return n;
+        return HollowNetworks.parameterCount(conf);
     }
 
     /**
-     * Makes {@code net} (not initialised) a hollow network: layers, flat parameter and gradient views and DL4J's
-     * updater, all over reserved memory that is never written. Reads none of it either.
+     * Makes {@code net} (not initialised) a hollow network ({@link HollowNetworks#hollow}): layers, flat parameter and
+     * gradient views and DL4J's updater, all over reserved memory that is never written. Reads none of it either.
      */
     static void makeHollow(Network net) {
-        MultiLayerConfiguration conf = net.getLayerWiseConfigurations();
-        DataType type = conf.getDataType();
-        long count = parameterCount(conf);
-        long bytes = Math.max(64, count * type.width());
-        Arena arena = Arena.ofAuto();
-        MemorySegment params = ReservedMemory.reserve(bytes, arena);
-        MemorySegment gradients = ReservedMemory.reserve(bytes, arena);
-        // initializeParams=false: DL4J only cuts the views (what FullySharded.open does over symmetric memory)
-        net.init(ModelReplica.arrayOver(params, type, count), false);
-        INDArray gradientView = ModelReplica.arrayOver(gradients, type, count);
-        net.setBackpropGradientsViewArray(gradientView);
-        ModelReplica.setFlattenedGradients(net, MultiLayerNetwork.class, gradientView);
-        // DL4J's updater, as getUpdater() makes it, but over a given (reserved) state view: DL4J then only cuts its
-        // blocks' views and leaves the values alone (the workers initialise their shards of the state)
-        long state = 0;
-        for (Layer layer : net.getLayers()) {
-            for (Map.Entry<String, INDArray> e : layer.paramTable(false).entrySet()) {
-                state += layer.getConfig().getUpdaterByParam(e.getKey()).stateSize(e.getValue().length());
-            }
-        }
-        MemorySegment stateMemory = ReservedMemory.reserve(Math.max(64, state * type.width()), arena);
-        if (state > 0) {
-            net.setUpdater(new MultiLayerUpdater(net, ModelReplica.arrayOver(stateMemory, type, state).reshape(state)));
-        }
-        net.reserved = new MemorySegment[] {params, gradients, stateMemory};
+        net.reserved = HollowNetworks.hollow(net);
         net.hollow = true;
-        long resident = ReservedMemory.residentBytes(params) + ReservedMemory.residentBytes(gradients)
-                + ReservedMemory.residentBytes(stateMemory);
-        if (resident > 3 * 4096L) {
-            throw new IllegalStateException("the hollow model holds " + resident + " bytes: DL4J wrote its reserved"
-                    + " arrays (a DL4J other than 1.0.0-M2.1?); expected none");
-        }
     }
 
     /** The caps the process runs under, as a plan checks them. */

@@ -19,6 +19,7 @@ import org.nd4j.common.primitives.Pair;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.pipeline.exec.StageCompute;
 
@@ -61,6 +62,8 @@ public final class Dl4jPipelineStage implements StageCompute {
     private final MultiLayerConfiguration conf;
     private final DataType dataType;
     private final LayerSupport.Kind[] kinds;
+    /** The reserved memory under a stage that another rank trains ({@link #held()} false), or null. */
+    private final HollowNetworks.Reservation hollow;
     private final List<MicrobatchDropout> dropouts = new ArrayList<>();
     private final List<BatchNormRunningStats> batchNorms = new ArrayList<>();
     /** Arrays outside any DL4J workspace: kept across calls (the network trains with WorkspaceMode.NONE too). */
@@ -92,6 +95,21 @@ public final class Dl4jPipelineStage implements StageCompute {
      * @param network    the stage's network: an output layer last exactly when this is the last stage
      */
     public Dl4jPipelineStage(int stage, int stageCount, MultiLayerNetwork network) {
+        this(stage, stageCount, network, null);
+    }
+
+    /**
+     * A stage that another rank trains, over a hollow network ({@link HollowNetworks}): it has the stage's layers,
+     * parameter layout, updater layout and mask propagation, and holds none of its memory. It cannot compute; the
+     * trainer reads its layouts (to gather the stage from the rank that trains it) and propagates masks through it.
+     */
+    static Dl4jPipelineStage hollow(int stage, int stageCount, MultiLayerNetwork network,
+                                    HollowNetworks.Reservation reservation) {
+        return new Dl4jPipelineStage(stage, stageCount, network, Objects.requireNonNull(reservation, "reservation"));
+    }
+
+    private Dl4jPipelineStage(int stage, int stageCount, MultiLayerNetwork network, HollowNetworks.Reservation hollow) {
+        this.hollow = hollow;
         if (stage < 0 || stage >= stageCount) {
             throw new IllegalArgumentException("stage=" + stage + " expected in [0, stageCount=" + stageCount + ")");
         }
@@ -134,11 +152,11 @@ public final class Dl4jPipelineStage implements StageCompute {
                         + layerConf.getIDropout() + " expected a MicrobatchDropout (build the stages with"
                         + " PipelineStageSplit.buildStageNetworks(), which gives each microbatch its own mask)");
             }
-            if (layers[i] instanceof BatchNormalization bn) {
+            if (layers[i] instanceof BatchNormalization bn && hollow == null) {
                 batchNorms.add(new BatchNormRunningStats(i, bn, dataType));
             }
         }
-        if (network.numParams() > 0) {
+        if (network.numParams() > 0 && hollow == null) {
             network.initGradientsView();
             INDArray view = network.getGradientsViewArray();
             this.accumulatedGradient = Nd4j.zeros(view.dataType(), view.shape());
@@ -287,6 +305,7 @@ public final class Dl4jPipelineStage implements StageCompute {
      */
     @Override
     public void step() {
+        requireHeld("step");
         if (plan == null || backwardsThisStep != plan.batch().count()) {
             throw new IllegalStateException("stage " + stage + " stepped after " + backwardsThisStep + " backward passes"
                     + " expected=" + (plan == null ? "beginStep() first" : plan.batch().count() + " (one per microbatch)"));
@@ -376,7 +395,42 @@ public final class Dl4jPipelineStage implements StageCompute {
         return regularizationScore;
     }
 
+    /**
+     * Whether this process holds the stage's memory and trains it; false for a stage another rank trains
+     * (group mode), whose network is hollow.
+     *
+     * @return true when this stage computes here
+     */
+    public boolean held() {
+        return hollow == null;
+    }
+
+    /**
+     * The bytes of parameters, gradient view, accumulated gradient and updater state this stage holds: 0 for a stage
+     * that is not {@link #held()} (its reserved memory's resident pages: none while nothing wrote them).
+     *
+     * @return bytes of model state
+     */
+    public long modelBytes() {
+        if (hollow != null) {
+            return hollow.residentBytes();
+        }
+        long elements = 2L * network.numParams() + (accumulatedGradient == null ? 0 : accumulatedGradient.length());
+        INDArray state = network.getUpdater(true) == null ? null : network.getUpdater(true).getStateViewArray();
+        elements += state == null ? 0 : state.length();
+        return elements * dataType.width();
+    }
+
+    private void requireHeld(String pass) {
+        if (hollow != null) {
+            throw new IllegalStateException("stage " + stage + " got a " + pass + " but this process does not hold it: another"
+                    + " rank trains it (group mode holds only a rank's own stages; the schedule must give this rank"
+                    + " only stages s with s % ranks == its pipeline rank)");
+        }
+    }
+
     private void requireStep(int microbatch, String pass) {
+        requireHeld(pass);
         if (plan == null) {
             throw new IllegalStateException("stage " + stage + " got a " + pass + " pass before beginStep()");
         }
@@ -422,6 +476,7 @@ public final class Dl4jPipelineStage implements StageCompute {
 
     @Override
     public String toString() {
-        return "Dl4jPipelineStage[stage=" + stage + ", layers=" + layers.length + ", params=" + network.numParams() + "]";
+        return "Dl4jPipelineStage[stage=" + stage + ", layers=" + layers.length + ", params=" + network.numParams()
+                + (hollow == null ? "" : ", hollow") + "]";
     }
 }

@@ -11,11 +11,12 @@ import java.util.Map;
 import java.util.WeakHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.zip.CRC32C;
+import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
-import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.api.shape.Shape;
 import org.nd4j.linalg.dataset.api.DataSet;
+import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.dl4j.train.RankAgreement;
 import org.symmem4j.parallel.Communicator;
@@ -38,8 +39,9 @@ import org.symmem4j.pipeline.exec.TimelineEvent;
  *   <li>after every step: each rank's part of the loss, added in the order thread mode adds them, so
  *       every rank reports the same bits as the trainer on threads, and replica 0's timelines, so every
  *       rank's report, metrics and trace show the whole pipeline as in thread mode;</li>
- *   <li>at {@code copyParametersTo}: each stage's parameters (batch normalization's running statistics
- *       among them), updater state and counters, broadcast from the rank that trained it.</li>
+ *   <li>after {@code fit} and at {@code copyParametersTo}: each stage's parameters (batch normalization's running
+ *       statistics among them), updater state and counters, broadcast from the rank that trained it into the
+ *       whole network the user gave ({@link #gatherInto}).</li>
  * </ul>
  *
  * <p>The per-step exchanges are three all-gathers of a few hundred words at most on the group's symmetric memory
@@ -174,26 +176,52 @@ final class GroupExchange implements AutoCloseable {
     private static final int EVENT_WORDS = 6;
 
     /**
-     * Collective: every stage copy of this rank gets the parameters, updater state and counters of the
-     * stage as replica 0's rank {@code s % pipelineRanks} trained it.
+     * Collective: {@code target} (a whole network of the split's configuration) gets every stage's parameters
+     * (batch normalization's running statistics among them), updater state and counters, broadcast stage by stage from
+     * replica 0's rank {@code s % pipelineRanks}, which trains stage {@code s}. A rank holds only its own stages: the
+     * others' state arrives straight into {@code target}'s parameters, and through one stage-sized buffer at a time into
+     * its updater state (the stage's updater layout differs from the whole network's where blocks meet at a boundary).
      */
-    void gatherStages(List<Dl4jPipelineStage> stages, int pipelineRanks) {
+    void gatherInto(PipelineStageSplit split, List<Dl4jPipelineStage> stages, int pipelineRanks, MultiLayerNetwork target) {
+        split.requireSameLayers(target);
+        INDArray targetParams = target.params();
         for (int s = 0; s < stages.size(); s++) {
-            int root = s % pipelineRanks;
-            MultiLayerNetwork network = stages.get(s).network();
-            broadcast(network.params(), root);
-            // the updater's state exists on every rank alike (same configuration): created here if it never trained
-            INDArray state = ((BaseMultiLayerUpdater<?>) network.getUpdater(true)).getStateViewArray();
-            if (state != null && state.length() > 0) {
-                broadcast(state, root);
+            long count = split.parameterCount(s);
+            if (count == 0) {
+                continue;
             }
-            MemorySegment counters = Arena.ofAuto().allocate(2 * Long.BYTES, Long.BYTES);
-            counters.setAtIndex(ValueLayout.JAVA_LONG, 0, network.getIterationCount());
-            counters.setAtIndex(ValueLayout.JAVA_LONG, 1, network.getEpochCount());
-            communicator.broadcast(counters, 2, DType.FLOAT64, root); // 64-bit words, copied as they are
-            network.setIterationCount(Math.toIntExact(counters.getAtIndex(ValueLayout.JAVA_LONG, 0)));
-            network.setEpochCount(Math.toIntExact(counters.getAtIndex(ValueLayout.JAVA_LONG, 1)));
+            int root = s % pipelineRanks;
+            Dl4jPipelineStage stage = stages.get(s);
+            boolean sends = group.rank() == root;
+            if (sends && !stage.held()) {
+                throw new IllegalStateException("rank " + root + " gathers stage " + s + " from itself but does not hold it");
+            }
+            long from = split.parameterOffset(s);
+            INDArray slice = PipelineStageSplit.slice(targetParams, from, from + count);
+            MultiLayerNetwork network = stage.network();
+            if (sends) {
+                broadcast(network.params(), root);
+                slice.assign(network.params());
+            } else {
+                broadcast(slice, root);
+            }
+            // the updater's state layout exists on every rank alike (same configuration), hollow where it is not held
+            Updater layout = network.getUpdater(true);
+            INDArray state = layout.getStateViewArray();
+            if (state != null && state.length() > 0) {
+                INDArray received = sends ? state : Nd4j.create(state.dataType(), state.length());
+                broadcast(received, root);
+                UpdaterStateCopy.copy(layout, received, target.getUpdater(true), 0, from, count);
+            }
         }
+        // every stage's counters are the step's: those of stage 0, which replica 0's rank 0 trains
+        Dl4jPipelineStage first = stages.getFirst();
+        MemorySegment counters = Arena.ofAuto().allocate(2 * Long.BYTES, Long.BYTES);
+        counters.setAtIndex(ValueLayout.JAVA_LONG, 0, first.network().getIterationCount());
+        counters.setAtIndex(ValueLayout.JAVA_LONG, 1, first.network().getEpochCount());
+        communicator.broadcast(counters, 2, DType.FLOAT64, 0); // 64-bit words, copied as they are
+        target.setIterationCount(Math.toIntExact(counters.getAtIndex(ValueLayout.JAVA_LONG, 0)));
+        target.setEpochCount(Math.toIntExact(counters.getAtIndex(ValueLayout.JAVA_LONG, 1)));
     }
 
     /** Broadcasts {@code array}'s bytes from {@code root} into every rank's {@code array} (copies through a row-major dup if needed). */
@@ -256,6 +284,14 @@ final class GroupExchange implements AutoCloseable {
         crc.update(rowMajor.dataType().ordinal());
         crc.update(ArrayCollectives.segmentOf(rowMajor).asByteBuffer());
         return crc.getValue();
+    }
+
+    /** A description of a configuration for {@link #agreeOnBuild}: layers, parameters and the CRC-32C of its JSON. */
+    static String describe(org.deeplearning4j.nn.conf.MultiLayerConfiguration conf) {
+        CRC32C crc = new CRC32C();
+        crc.update(conf.toJson().getBytes(StandardCharsets.UTF_8));
+        return "layers=" + conf.getConfs().size() + ", parameters=" + org.symmem4j.dl4j.HollowNetworks.parameterCount(conf)
+                + ", configurationCrc=" + Long.toHexString(crc.getValue());
     }
 
     /** A description of {@code network} for {@link #agreeOnBuild}: layers, parameters and their CRC-32C. */

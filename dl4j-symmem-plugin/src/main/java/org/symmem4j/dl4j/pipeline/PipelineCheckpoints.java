@@ -24,9 +24,10 @@ import org.symmem4j.parallel.Group;
  * split or stage count is refused, naming the stage and its expected and found bounds.
  *
  * <p>Who writes what: in thread mode this process writes every file; in group mode each rank of replica 0 writes its
- * own stages' files (every rank's copies of the stages are current after {@code fit}), rank 0 also {@code model.zip},
- * the other replicas' ranks only join the agreement. On restore every process reads every stage's shard (the files
- * must be where every rank sees them), so every rank's stages and model hold the whole restored network.
+ * own stages' files (the model, which rank 0 writes as {@code model.zip}, gathered the stages after {@code fit}), the
+ * other replicas' ranks only join the agreement. On restore each rank reads the shards of the stages it holds (the
+ * files must be where every rank sees them), then every rank's model gathers each stage from the rank that read it,
+ * so every rank's model holds the whole restored network and no rank more than its own stages.
  */
 final class PipelineCheckpoints {
 
@@ -55,12 +56,18 @@ final class PipelineCheckpoints {
      * group mode: a failure on any rank makes every rank throw.
      */
     static CheckpointDirectory.Counters restore(Path dir, PipelineStageSplit split, PipelineModel model,
-                                                List<List<Dl4jPipelineStage>> replicas, Group group) throws IOException {
+                                                List<List<Dl4jPipelineStage>> replicas, Group group,
+                                                GroupExchange exchange, int pipelineRanks) throws IOException {
         List<Dl4jPipelineStage> stages = replicas.getFirst();
         List<ShardedCheckpoints.Shard> shards = shards(split, model, stages, s -> true);
-        ShardedCheckpoints.Restored saved = ShardedCheckpoints.restore(dir, stages.size(), shards, model.model(), WORDS,
+        // a rank reads the shards of the stages it holds; the others' arrive from their ranks in restoreFrom's gather:
+        // their files are still checked against their layouts, and nothing is read into their hollow state
+        List<ShardedCheckpoints.Shard> held = shards.stream().map(x -> stages.get(x.rank()).held() ? x
+                : new ShardedCheckpoints.Shard(x.rank(), x.stage(), x.dataType(), x.paramCount(), x.paramRanges(),
+                        x.stateCount(), List.of(), x.layoutHash(), x.iterationCount(), x.epochCount(), null)).toList();
+        ShardedCheckpoints.Restored saved = ShardedCheckpoints.restore(dir, stages.size(), held, model.model(), WORDS,
                 reads(shards), agreement(group));
-        model.restoreFrom(saved.model(), replicas);
+        model.restoreFrom(saved.model(), replicas, exchange, pipelineRanks);
         return saved.counters();
     }
 

@@ -11,6 +11,7 @@ import org.deeplearning4j.optimize.api.TrainingListener;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
+import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.dl4j.train.ListenedModel;
 import org.symmem4j.dl4j.train.ModelListeners;
@@ -30,28 +31,79 @@ final class PipelineModel implements ListenedModel {
     private final ComputationGraph graph;
     private final PipelineStageSplit split;
 
-    PipelineModel(MultiLayerNetwork network, ComputationGraph graph, PipelineStageSplit split) {
+    /** The reserved memory under a model started from a configuration (hollow: it never holds the network), or null. */
+    private final HollowNetworks.Reservation hollow;
+
+    PipelineModel(MultiLayerNetwork network, ComputationGraph graph, PipelineStageSplit split,
+                  HollowNetworks.Reservation hollow) {
         this.network = network;
         this.graph = graph;
         this.split = split;
+        this.hollow = hollow;
     }
 
-    /** The user's model takes the stages' state: parameters, updater state, iteration and epoch counters. */
-    void takeFrom(List<Dl4jPipelineStage> stages) {
-        split.copyStagesInto(networks(stages), network);
+    /**
+     * The reservation under a model started from a configuration ({@code PipelineParallelTrainer.builder(conf)}): its
+     * arrays hold nothing, the stages' state stays in the stages ({@code copyParametersTo} gathers it), and only its
+     * counters follow them. Null for a model given whole.
+     */
+    HollowNetworks.Reservation hollow() {
+        return hollow;
+    }
+
+    /**
+     * Refuses what needs the whole network in the model (checkpoints, whose model.zip is the whole network) when the
+     * model was started from a configuration.
+     */
+    void requireWhole(String call) {
+        if (hollow != null) {
+            throw new IllegalStateException(call + " on a pipeline trainer built from a configuration: checkpoints hold"
+                    + " the whole network (model.zip), which such a trainer never holds, on any rank; expected a trainer"
+                    + " built from a network (fix: PipelineParallelTrainer.builder(network), or copyParametersTo(network)"
+                    + " and save that network yourself)");
+        }
+    }
+
+    /**
+     * The user's model takes the stages' state: parameters, updater state, iteration and epoch counters. Thread mode
+     * copies them from the stages, which this process holds; in group mode {@code exchange} gathers every stage from
+     * the rank that trains it (collective).
+     */
+    void takeFrom(List<Dl4jPipelineStage> stages, GroupExchange exchange, int pipelineRanks) {
+        if (hollow != null) {
+            // nothing to hold: the counters only, which every held stage has alike after a step
+            MultiLayerNetwork held = stages.stream().filter(Dl4jPipelineStage::held).findFirst().orElseThrow().network();
+            network.setIterationCount(held.getIterationCount());
+            network.setEpochCount(held.getEpochCount());
+            return;
+        }
+        if (exchange == null) {
+            split.copyStagesInto(networks(stages), network);
+        } else {
+            exchange.gatherInto(split, stages, pipelineRanks, network);
+        }
         if (graph != null) {
             GraphChain.copyInto(network, graph);
         }
     }
 
-    /** Whether the stages hold the user's model's state bitwise (it was not changed since {@link #takeFrom}). */
+    /**
+     * Whether the stages this process holds hold the user's model's state bitwise (it was not changed since
+     * {@link #takeFrom}); in group mode each rank compares its own stages.
+     */
     boolean holds(List<Dl4jPipelineStage> stages) {
-        MultiLayerNetwork first = stages.getFirst().network();
+        if (hollow != null) {
+            return true; // the model holds no state of its own: the stages are the training state
+        }
+        MultiLayerNetwork first = stages.stream().filter(Dl4jPipelineStage::held).findFirst().orElseThrow().network();
         if (first.getIterationCount() != iterationCount() || first.getEpochCount() != epochCount()) {
             return false;
         }
         INDArray params = model().params();
         for (int s = 0; s < stages.size(); s++) {
+            if (!stages.get(s).held()) {
+                continue; // another rank's: it compares its own
+            }
             long from = split.parameterOffset(s);
             long count = split.parameterCount(s);
             MultiLayerNetwork stage = stages.get(s).network();
@@ -64,7 +116,7 @@ final class PipelineModel implements ListenedModel {
         return true;
     }
 
-    /** The stages take the user's model's state (parameters, updater state, counters). */
+    /** The stages this process holds take the user's model's state (parameters, updater state); every stage its counters. */
     void giveTo(List<Dl4jPipelineStage> stages) {
         giveTo(stages, true);
     }
@@ -75,7 +127,7 @@ final class PipelineModel implements ListenedModel {
             long from = split.parameterOffset(s);
             long count = split.parameterCount(s);
             MultiLayerNetwork stage = stages.get(s).network();
-            if (count > 0) {
+            if (count > 0 && stages.get(s).held()) {
                 stage.params().assign(PipelineStageSplit.slice(params, from, from + count));
                 if (withUpdaterState) {
                     UpdaterStateCopy.copy(updater(), stage.getUpdater(true), from, 0, count);
@@ -90,7 +142,7 @@ final class PipelineModel implements ListenedModel {
      * A checkpoint's restore: the model takes {@code saved}'s parameters and counters and the updater state that
      * {@code replicas}' first stages read from the shards; then every replica takes the model's whole state.
      */
-    void restoreFrom(Model saved, List<List<Dl4jPipelineStage>> replicas) {
+    void restoreFrom(Model saved, List<List<Dl4jPipelineStage>> replicas, GroupExchange exchange, int pipelineRanks) {
         model().params().assign(saved.params());
         boolean graphSaved = saved instanceof ComputationGraph;
         setIterationCount(graphSaved ? ((ComputationGraph) saved).getConfiguration().getIterationCount()
@@ -98,7 +150,7 @@ final class PipelineModel implements ListenedModel {
         setEpochCount(graphSaved ? ((ComputationGraph) saved).getConfiguration().getEpochCount()
                 : ((MultiLayerNetwork) saved).getEpochCount());
         giveTo(replicas.getFirst(), false); // parameters and counters beside the restored updater state
-        takeFrom(replicas.getFirst());
+        takeFrom(replicas.getFirst(), exchange, pipelineRanks);
         replicas.forEach(this::giveTo);
     }
 
@@ -172,7 +224,7 @@ final class PipelineModel implements ListenedModel {
 
             @Override
             public void syncModel() {
-                takeFrom(stages);
+                takeFrom(stages, null, 0);
                 gatherGradients(stages, false, gradientView()); // after DL4J's step the gradient view holds the update
             }
 

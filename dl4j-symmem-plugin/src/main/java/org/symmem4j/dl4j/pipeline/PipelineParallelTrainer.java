@@ -11,6 +11,9 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.function.Consumer;
+import java.util.function.IntPredicate;
+import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
@@ -79,8 +82,11 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * holds the trained parameters, updater state, iteration and epoch counters and, as after DL4J's {@code fit},
  * {@code score()} the last step's score; if it was changed between calls, the stages take its state at the start
  * of the next {@code fit}. {@link #copyParametersTo} writes the same into another network of that configuration.
- * In group mode every rank's model gets the whole trained network: each stage's state is gathered from the rank
- * that trained it (a collective at the end of every {@code fit}, which every rank calls anyway).
+ * In group mode each rank's trainer holds only its own stages (the others are hollow: layouts over reserved memory,
+ * no values), and every rank's model gets the whole trained network: each stage's state is gathered from the rank
+ * that trained it (a collective at the end of every {@code fit}, which every rank calls anyway). Built from a
+ * configuration ({@link #builder(MultiLayerConfiguration)}) no rank holds the whole network until
+ * {@link #copyParametersTo} is called.
  *
  * <p>The DL4J listeners attached to the model ({@code ScoreIterationListener}, the UI's {@code StatsListener}
  * with its router, ...) are called as DL4J's {@code fit} calls them for one model trained on each step's batch,
@@ -184,18 +190,14 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.ompThreadsPerRank = o.ndThreadsPerRank(group != null ? 1 : shape.ranks() * b.dataParallel);
         this.listeners = o.stepListeners();
         this.metrics = o.bind(new PipelineMetrics(b.schedule.tag(), o.transportName(), o.metricTags()));
-        // group mode: this process holds one replica's stage copies (it trains those of its rank; the others
-        // carry the configuration for mask propagation and receive the owners' state at copyParametersTo)
+        // group mode: this process holds its own stages of one replica (s % pp == its pipeline rank); the others are
+        // hollow, carrying the layouts for mask propagation and for the gather of the model from their ranks
         int copies = group == null ? dataParallel : 1;
+        IntPredicate held = group == null ? s -> true : s -> s % shape.ranks() == group.rank() % shape.ranks();
         List<List<Dl4jPipelineStage>> replicas = new ArrayList<>(copies);
         for (int d = 0; d < copies; d++) {
             // every replica starts from the same copy of the network's parameters, updater state and counters
-            List<MultiLayerNetwork> networks = split.buildStageNetworks();
-            List<Dl4jPipelineStage> built = new ArrayList<>(networks.size());
-            for (int s = 0; s < networks.size(); s++) {
-                built.add(new Dl4jPipelineStage(s, networks.size(), networks.get(s)));
-            }
-            replicas.add(List.copyOf(built));
+            replicas.add(split.buildStages(held, model.hollow() != null));
         }
         this.replicaStages = List.copyOf(replicas);
         this.stages = replicaStages.getFirst();
@@ -211,6 +213,22 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public static PipelineParallelTrainerBuilder builder(MultiLayerNetwork network) {
         return new PipelineParallelTrainerBuilder(Objects.requireNonNull(network, "network"), null);
+    }
+
+    /**
+     * Starts a builder for a network given by its configuration alone, so that no rank ever holds the whole network:
+     * in group mode each rank initialises and trains only its own stages (their parameters bitwise those of
+     * {@code new MultiLayerNetwork(conf).init()}, drawn layer by layer in DL4J's order), and the trainer's model is
+     * hollow ({@link org.symmem4j.dl4j.HollowNetworks}). The trained network exists only when asked for:
+     * {@link #copyParametersTo} gathers it stage by stage into a network the caller gives. Checkpoints, DL4J listeners
+     * and a split by measured times need the whole network and are refused at {@code build()}.
+     *
+     * @param conf the network's configuration
+     * @return a builder; {@code microbatches} must be set (and {@code ranks} or a group)
+     */
+    public static PipelineParallelTrainerBuilder builder(MultiLayerConfiguration conf) {
+        MultiLayerNetwork hollow = new MultiLayerNetwork(Objects.requireNonNull(conf, "conf").clone());
+        return new PipelineParallelTrainerBuilder(hollow, null, org.symmem4j.dl4j.HollowNetworks.hollow(hollow));
     }
 
     /**
@@ -311,12 +329,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 }
             }
         } catch (IllegalArgumentException refused) {
-            model.takeFrom(gatherStagesInGroup()); // a refused batch trained nothing: the steps before it count
+            modelTakesStages(); // a refused batch trained nothing: the steps before it count
             throw refused;
         } finally {
             model.setInputAndLabels(null); // DL4J's fit clears them too
         }
-        model.takeFrom(gatherStagesInGroup());
+        modelTakesStages();
         if (!Double.isNaN(score)) {
             model.setScore(score); // as after DL4J's fit: the last iteration's score
         }
@@ -386,44 +404,73 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void copyParametersTo(MultiLayerNetwork target) {
         requireCopyable();
-        gatherStagesInGroup();
-        split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), target);
+        withExchange(e -> {
+            if (e == null) {
+                split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), target);
+            } else {
+                e.gatherInto(split, stages, shape.ranks(), target);
+            }
+        });
     }
 
     /**
-     * As {@link #copyParametersTo(MultiLayerNetwork)}, into a graph: the one given to
-     * {@link #builder(ComputationGraph)}, or one with its configuration.
-     *
-     * @throws IllegalArgumentException when {@code target} is not that chain of layers
+     * As {@link #copyParametersTo(MultiLayerNetwork)}, into a graph: the one given to {@link #builder(ComputationGraph)}.
      *
      * @param target the graph given to the builder, or one with its configuration
+     * @throws IllegalArgumentException when {@code target} is not that chain of layers
      * @throws IllegalStateException    after a failed step (the stages may disagree on the step count)
      */
     public synchronized void copyParametersTo(ComputationGraph target) {
         requireCopyable();
-        gatherStagesInGroup();
         MultiLayerNetwork chain = GraphChain.toNetwork(target);
-        split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), chain);
+        copyParametersTo(chain);
         GraphChain.copyInto(chain, target);
     }
 
     /**
-     * Group mode: every stage copy of this process gets the state of the rank that trained it (collective).
+     * The bytes of model state this process holds for training: parameters, gradient views, accumulated gradients and
+     * updater state of the stages it trains. In group mode that is this rank's stages only (the others' are hollow and
+     * hold nothing); in thread mode every stage of every replica. The network given to the builder is the caller's
+     * and not counted.
      *
-     * @return replica 0's stages, now holding the whole network's state
+     * @return bytes of model state held by the trainer
      */
-    private List<Dl4jPipelineStage> gatherStagesInGroup() {
-        if (group == null) {
-            return stages;
-        }
-        if (exchange != null) {
-            exchange.gatherStages(stages, shape.ranks());
-        } else {
-            try (GroupExchange once = GroupExchange.open(group)) { // after close(), or before the first step
-                once.gatherStages(stages, shape.ranks());
+    public long modelBytesHeld() {
+        long bytes = 0;
+        for (List<Dl4jPipelineStage> replica : replicaStages) {
+            for (Dl4jPipelineStage stage : replica) {
+                bytes += stage.modelBytes();
             }
         }
-        return stages;
+        return bytes;
+    }
+
+    /** {@return the parameters of the stages this process trains (group mode: this rank's; thread mode: all, once)} */
+    public long parametersHeld() {
+        return stages.stream().filter(Dl4jPipelineStage::held).mapToLong(s -> s.network().numParams()).sum();
+    }
+
+    /** The resident bytes of the trainer's model started from a configuration (hollow), else -1. */
+    long modelResidentBytes() {
+        return model.hollow() == null ? -1 : model.hollow().residentBytes();
+    }
+
+    /** The model takes the stages' state: copied in thread mode, gathered from every rank in group mode (collective). */
+    private void modelTakesStages() {
+        withExchange(e -> model.takeFrom(stages, e, shape.ranks()));
+    }
+
+    /** Runs {@code action} with the group's exchange (opened once for it after close()), or null in thread mode. */
+    private void withExchange(Consumer<GroupExchange> action) {
+        if (group == null) {
+            action.accept(null);
+        } else if (exchange != null || !closed) {
+            action.accept(exchange());
+        } else {
+            try (GroupExchange once = GroupExchange.open(group)) { // after close(): collective, every rank calls it
+                action.accept(once);
+            }
+        }
     }
 
     private GroupExchange exchange() {
@@ -444,7 +491,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private void takePeriodicCheckpoint(long batchesInEpoch) {
         Path dir = CheckpointDirectory.stepDir(checkpoints.root(), step);
         try {
-            model.takeFrom(gatherStagesInGroup());
+            modelTakesStages();
             writeCheckpoint(dir, batchesInEpoch);
             if (group == null || group.rank() == 0) {
                 CheckpointDirectory.prune(checkpoints.root(), checkpoints.keep());
@@ -478,6 +525,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void saveCheckpoint(Path dir) throws IOException {
         requireUsable();
+        model.requireWhole("saveCheckpoint");
         takeModelIfChanged();
         writeCheckpoint(dir, 0);
     }
@@ -501,7 +549,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
         requireUsable();
-        CheckpointDirectory.Counters c = PipelineCheckpoints.restore(dir, split, model, replicaStages, group);
+        model.requireWhole("restoreCheckpoint");
+        CheckpointDirectory.Counters c = PipelineCheckpoints.restore(dir, split, model, replicaStages, group,
+                group == null ? null : exchange(), shape.ranks());
         if (c != null) {
             step = c.step();
             batchesToSkip = c.batchesInEpoch();
@@ -521,6 +571,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @throws IOException when the root cannot be listed or the checkpoint read
      */
     public synchronized Optional<CheckpointDirectory.Checkpoint> restoreLatest(Path root) throws IOException {
+        model.requireWhole("restoreLatest");
         Optional<CheckpointDirectory.Checkpoint> latest = CheckpointDirectory.latestComplete(root, group,
                 "symmem4j-pipeline-");
         if (latest.isPresent()) {

@@ -5,6 +5,7 @@ import java.util.Arrays;
 import java.util.Objects;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
+import org.symmem4j.dl4j.HollowNetworks;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.symmem4j.dl4j.train.TrainerBuilder;
@@ -25,7 +26,7 @@ import org.symmem4j.pipeline.schedule.Schedule;
  * by {@code dataParallel}. Every rank runs the same program: it builds the same network (same seed
  * or file; checked at {@code build()}, with the other settings), and passes the same batches to
  * {@code fit} in the same order (checked before every step by a CRC-32C of each batch: a mismatch
- * fails on every rank before anything trains). Each rank trains only its own stages, on the
+ * fails on every rank before anything trains). Each rank trains and holds only its own stages, on the
  * caller's thread; every rank's {@link PipelineParallelTrainer#lastStep()} holds the same loss and
  * replica 0's timelines, gathered after each step, as in thread mode; at the end of every {@code fit} every
  * rank's model gets the whole trained network (a collective gather from the stages' owners). The result equals
@@ -56,9 +57,18 @@ public final class PipelineParallelTrainerBuilder
     private DataSet profileSample;
     private StageProfile profile;
 
+    /** A network started from a configuration: hollow ({@link HollowNetworks}), never holding its values; or null. */
+    private final HollowNetworks.Reservation fromConfiguration;
+
     PipelineParallelTrainerBuilder(MultiLayerNetwork network, ComputationGraph graph) {
+        this(network, graph, null);
+    }
+
+    PipelineParallelTrainerBuilder(MultiLayerNetwork network, ComputationGraph graph,
+                                   HollowNetworks.Reservation fromConfiguration) {
         this.network = network;
         this.graph = graph;
+        this.fromConfiguration = fromConfiguration;
     }
 
     /**
@@ -286,6 +296,9 @@ public final class PipelineParallelTrainerBuilder
             throw new IllegalArgumentException("stageBoundaries and a split by measured times were both given:"
                     + " expected one (boundaries fix the split; measured times choose it)");
         }
+        if (fromConfiguration != null) {
+            refuseWithoutWholeNetwork();
+        }
         StageProfile measured = profile;
         if (profileSample != null) {
             // a replica's microbatch is 1/(microbatches x replicas) of the batch
@@ -303,11 +316,31 @@ public final class PipelineParallelTrainerBuilder
         if (group != null) {
             split = agreeAcrossRanks(split, measured != null, slots);
         }
-        PipelineModel model = new PipelineModel(network, graph, split);
+        PipelineModel model = new PipelineModel(network, graph, split, fromConfiguration);
         // refuses what the trainer cannot call as fit() would, leaving the model's listeners as they were
-        listenerOptions().attachTo(model, l -> PipelineParallelTrainer.refuseInGroupMode(group, l));
+        listenerOptions().attachTo(model, l -> {
+            PipelineParallelTrainer.refuseInGroupMode(group, l);
+            if (fromConfiguration != null && !l.isEmpty()) {
+                throw new IllegalArgumentException("builder(MultiLayerConfiguration) with DL4J listeners: they are shown the"
+                        + " whole network after each step, which a trainer built from a configuration never holds; expected"
+                        + " none (fix: stepListener(...), or builder(network))");
+            }
+        });
         return resumed(new PipelineParallelTrainer(this, options(), model, split, generated, shape, slots, measured),
                 PipelineParallelTrainer::restoreLatest);
+    }
+
+    /** A trainer built from a configuration has no whole network to time, listen to or checkpoint: refused at build(). */
+    private void refuseWithoutWholeNetwork() {
+        String needs = profileSample != null || profile != null ? "splitByMeasuredTimes (it times the whole network's layers)"
+                : options().checkpointSchedule() != null ? "checkpointEvery (checkpoints hold the whole network, model.zip)"
+                : null;
+        if (needs != null) {
+            throw new IllegalArgumentException("builder(MultiLayerConfiguration) with " + needs + ": a trainer built from a"
+                    + " configuration never holds the whole network, on any rank; expected none of these (fix:"
+                    + " stageBoundaries(...) or the parameter-balanced split, stepListener(...), copyParametersTo(network)"
+                    + " to save; or builder(network))");
+        }
     }
 
     /** Group mode: a host transport, and ranks x dataParallel = the group's size (ranks defaulting to it). */
@@ -343,7 +376,8 @@ public final class PipelineParallelTrainerBuilder
         for (int s = 1; s < split.stageCount(); s++) {
             boundaries.append(s == 1 ? "" : ",").append(split.firstLayer(s));
         }
-        String description = GroupExchange.describe(network) + ", dataType=" + split.dataType() + ", schedule="
+        String description = (fromConfiguration != null ? GroupExchange.describe(network.getLayerWiseConfigurations())
+                : GroupExchange.describe(network)) + ", dataType=" + split.dataType() + ", schedule="
                 + schedule + ", stagesPerRank=" + stagesPerRank + ", ranks=" + ranks + ", dataParallel=" + dataParallel
                 + ", microbatches=" + microbatches + ", linkSlots=" + slots
                 + (measured ? ", split by measured times" : ", stage boundaries " + boundaries);

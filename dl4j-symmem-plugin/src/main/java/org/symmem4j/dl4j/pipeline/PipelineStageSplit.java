@@ -6,12 +6,14 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.function.IntPredicate;
 import org.deeplearning4j.nn.conf.BackpropType;
 import org.deeplearning4j.nn.conf.CNN2DFormat;
 import org.deeplearning4j.nn.conf.CacheMode;
 import org.deeplearning4j.nn.conf.GradientNormalization;
 import org.deeplearning4j.nn.conf.InputPreProcessor;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.RNNFormat;
 import org.deeplearning4j.nn.conf.WorkspaceMode;
 import org.deeplearning4j.nn.conf.inputs.InputType;
@@ -30,6 +32,7 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.indexing.NDArrayIndex;
+import org.symmem4j.dl4j.HollowNetworks;
 
 /**
  * How a {@link MultiLayerNetwork} is cut into pipeline stages: {@code stageCount} contiguous,
@@ -407,48 +410,138 @@ public final class PipelineStageSplit {
      *                               or state sizes differ, or one has state and the other none)
      */
     public List<MultiLayerNetwork> buildStageNetworks() {
-        MultiLayerConfiguration original = network.getLayerWiseConfigurations();
         List<MultiLayerNetwork> stages = new ArrayList<>(stageCount());
         for (int s = 0; s < stageCount(); s++) {
-            int first = firstLayer(s);
-            int end = endLayer(s);
-            MultiLayerConfiguration conf = original.clone();
-            conf.setConfs(new ArrayList<>(conf.getConfs().subList(first, end)));
-            Map<Integer, InputPreProcessor> preProcessors = new HashMap<>();
-            conf.getInputPreProcessors().forEach((layer, p) -> {
-                if (layer >= first && layer < end) {
-                    preProcessors.put(layer - first, p);
-                }
-            });
-            conf.setInputPreProcessors(preProcessors);
-            conf.setTrainingWorkspaceMode(WorkspaceMode.NONE);
-            conf.setInferenceWorkspaceMode(WorkspaceMode.NONE);
-            // no layer may keep a forward's results for the backward beyond what LayerSupport replays
-            conf.setCacheMode(CacheMode.NONE);
-            for (int i = 0; i < conf.getConfs().size(); i++) {
-                conf.getConf(i).setCacheMode(CacheMode.NONE);
-                Layer layer = conf.getConf(i).getLayer();
-                if (layer.getIDropout() != null) {
-                    layer.setIDropout(new MicrobatchDropout(layer.getIDropout(), conf.getConf(i).getSeed(), first + i));
-                }
-            }
-            MultiLayerNetwork stage = new MultiLayerNetwork(conf);
-            stage.init();
-            if (stage.numParams() != parameterCount(s)) {
-                throw new IllegalStateException("stage " + s + " network has numParams=" + stage.numParams() + " expected="
-                        + parameterCount(s) + " (layers [" + first + ", " + end + ") of the original): a DL4J layer"
-                        + " initialized differently on its own");
-            }
-            if (parameterCount(s) > 0) {
-                stage.initGradientsView();
-                stage.params().assign(slice(network.params(), paramOffset[first], paramOffset[end]));
-                UpdaterStateCopy.copy(network, paramOffset[first], stage, 0, parameterCount(s));
-            }
-            stage.setIterationCount(network.getIterationCount());
-            stage.setEpochCount(network.getEpochCount());
-            stages.add(stage);
+            stages.add(buildHeldStage(s));
         }
         return stages;
+    }
+
+    /**
+     * The pipeline stages one rank builds: those {@code held} selects as {@link #buildStageNetworks()} builds them
+     * (parameters, updater state, gradient views: the memory of their layers), every other one hollow
+     * ({@link HollowNetworks}): its layers, flat layout, updater blocks and mask propagation without a single element,
+     * so the rank holds only its own stages' share of the model.
+     *
+     * @param held which stages this rank trains
+     * @return every stage, in stage order
+     */
+    List<Dl4jPipelineStage> buildStages(IntPredicate held, boolean fromConfiguration) {
+        List<Dl4jPipelineStage> stages = new ArrayList<>(stageCount());
+        MultiLayerNetwork[] initialised = new MultiLayerNetwork[stageCount()];
+        for (int s = 0; s < stageCount(); s++) {
+            if (held.test(s)) {
+                initialised[s] = fromConfiguration ? buildFreshStage(s) : buildHeldStage(s);
+                stages.add(new Dl4jPipelineStage(s, stageCount(), initialised[s]));
+            } else {
+                MultiLayerNetwork hollow = new MultiLayerNetwork(stageConfiguration(s));
+                HollowNetworks.Reservation reservation = HollowNetworks.hollow(hollow);
+                requireParameterCount(s, hollow);
+                hollow.setIterationCount(network.getIterationCount());
+                hollow.setEpochCount(network.getEpochCount());
+                stages.add(Dl4jPipelineStage.hollow(s, stageCount(), hollow, reservation));
+            }
+        }
+        if (fromConfiguration) {
+            initialiseAsDl4j(initialised);
+        }
+        return List.copyOf(stages);
+    }
+
+    /** A held stage of a network started from its configuration: its own parameters, a fresh updater, counters 0. */
+    private MultiLayerNetwork buildFreshStage(int s) {
+        MultiLayerNetwork stage = new MultiLayerNetwork(stageConfiguration(s));
+        stage.init(); // its values are drawn again by initialiseAsDl4j, in the whole network's order
+        requireParameterCount(s, stage);
+        if (parameterCount(s) > 0) {
+            stage.initGradientsView();
+        }
+        stage.setIterationCount(network.getIterationCount());
+        stage.setEpochCount(network.getEpochCount());
+        return stage;
+    }
+
+    /**
+     * The held stages' parameters as {@code new MultiLayerNetwork(conf).init()} draws them, without holding the whole
+     * network: DL4J seeds ND4J's random generator (this thread's) with the configuration's seed and instantiates every
+     * layer in order with {@code initializeParams=true}, each drawing its parameters from that generator into its view
+     * of the flat vector. Here a held stage's layer draws into its view of the stage's parameters, any other layer into
+     * a scratch buffer of one layer, so the draws are DL4J's in DL4J's order ({@code FullySharded} does the same for
+     * ZeRO stage 3's shards), and the peak is the held stages plus the largest other layer.
+     */
+    private void initialiseAsDl4j(MultiLayerNetwork[] held) {
+        MultiLayerConfiguration conf = network.getLayerWiseConfigurations();
+        DataType type = conf.getDataType();
+        INDArray scratch = null;
+        org.nd4j.linalg.factory.Nd4j.getRandom().setSeed(network.getDefaultConfiguration().getSeed());
+        for (int i = 0; i < layerCount(); i++) {
+            NeuralNetConfiguration c = conf.getConf(i);
+            long n = paramOffset[i + 1] - paramOffset[i];
+            int s = Layout.stageOf(stageStart, i);
+            INDArray view = null;
+            if (n > 0 && held[s] != null) {
+                long at = paramOffset[i] - paramOffset[firstLayer(s)];
+                view = slice(held[s].params(), at, at + n);
+            } else if (n > 0) {
+                if (scratch == null || scratch.length() < n) {
+                    scratch = org.nd4j.linalg.factory.Nd4j.create(type, n);
+                }
+                view = scratch.get(NDArrayIndex.interval(0, n));
+            }
+            c.getLayer().instantiate(c, List.of(), i, view, true, type); // DL4J's own draws; the layer object is dropped
+        }
+    }
+
+    private MultiLayerNetwork buildHeldStage(int s) {
+        MultiLayerNetwork stage = new MultiLayerNetwork(stageConfiguration(s));
+        stage.init();
+        requireParameterCount(s, stage);
+        if (parameterCount(s) > 0) {
+            stage.initGradientsView();
+            stage.params().assign(slice(network.params(), paramOffset[firstLayer(s)], paramOffset[endLayer(s)]));
+            UpdaterStateCopy.copy(network, paramOffset[firstLayer(s)], stage, 0, parameterCount(s));
+        }
+        stage.setIterationCount(network.getIterationCount());
+        stage.setEpochCount(network.getEpochCount());
+        return stage;
+    }
+
+    private void requireParameterCount(int s, MultiLayerNetwork stage) {
+        if (stage.numParams() != parameterCount(s)) {
+            throw new IllegalStateException("stage " + s + " network has numParams=" + stage.numParams() + " expected="
+                    + parameterCount(s) + " (layers [" + firstLayer(s) + ", " + endLayer(s) + ") of the original): a DL4J"
+                    + " layer initialized differently on its own");
+        }
+    }
+
+    /**
+     * Stage {@code s}'s configuration: the original's layer configurations (cloned) of its range, the preprocessors
+     * in front of them, no workspaces, no cache, and a per-microbatch dropout where a layer has dropout.
+     */
+    private MultiLayerConfiguration stageConfiguration(int s) {
+        int first = firstLayer(s);
+        int end = endLayer(s);
+        MultiLayerConfiguration conf = network.getLayerWiseConfigurations().clone();
+        conf.setConfs(new ArrayList<>(conf.getConfs().subList(first, end)));
+        Map<Integer, InputPreProcessor> preProcessors = new HashMap<>();
+        conf.getInputPreProcessors().forEach((layer, p) -> {
+            if (layer >= first && layer < end) {
+                preProcessors.put(layer - first, p);
+            }
+        });
+        conf.setInputPreProcessors(preProcessors);
+        conf.setTrainingWorkspaceMode(WorkspaceMode.NONE);
+        conf.setInferenceWorkspaceMode(WorkspaceMode.NONE);
+        // no layer may keep a forward's results for the backward beyond what LayerSupport replays
+        conf.setCacheMode(CacheMode.NONE);
+        for (int i = 0; i < conf.getConfs().size(); i++) {
+            conf.getConf(i).setCacheMode(CacheMode.NONE);
+            Layer layer = conf.getConf(i).getLayer();
+            if (layer.getIDropout() != null) {
+                layer.setIDropout(new MicrobatchDropout(layer.getIDropout(), conf.getConf(i).getSeed(), first + i));
+            }
+        }
+        return conf;
     }
 
     /**
@@ -467,6 +560,30 @@ public final class PipelineStageSplit {
             throw new IllegalArgumentException("got " + stageNetworks.size() + " stage networks expected=" + stageCount()
                     + " (one per stage, from buildStageNetworks())");
         }
+        requireSameLayers(target);
+        for (int s = 0; s < stageCount(); s++) {
+            MultiLayerNetwork stage = stageNetworks.get(s);
+            if (stage.numParams() != parameterCount(s)) {
+                throw new IllegalArgumentException("stage network " + s + " has numParams=" + stage.numParams()
+                        + " expected=" + parameterCount(s) + " (pass the networks buildStageNetworks() returned, in order)");
+            }
+            if (parameterCount(s) == 0) {
+                continue;
+            }
+            slice(target.params(), parameterOffset(s), parameterOffset(s) + parameterCount(s)).assign(stage.params());
+            UpdaterStateCopy.copy(stage, 0, target, parameterOffset(s), parameterCount(s));
+        }
+        target.setIterationCount(stageNetworks.getFirst().getIterationCount());
+        target.setEpochCount(stageNetworks.getFirst().getEpochCount());
+    }
+
+    /**
+     * Checks that {@code target} (initialised here if it is not) has this split's layers with their widths and
+     * parameter counts: a network of the configuration the split was made from.
+     *
+     * @throws IllegalArgumentException when its layers or parameter counts differ
+     */
+    void requireSameLayers(MultiLayerNetwork target) {
         if (target.getLayers() == null) {
             target.init();
         }
@@ -484,20 +601,6 @@ public final class PipelineStageSplit {
                         + " (copy into a network with the configuration the pipeline was built from)");
             }
         }
-        for (int s = 0; s < stageCount(); s++) {
-            MultiLayerNetwork stage = stageNetworks.get(s);
-            if (stage.numParams() != parameterCount(s)) {
-                throw new IllegalArgumentException("stage network " + s + " has numParams=" + stage.numParams()
-                        + " expected=" + parameterCount(s) + " (pass the networks buildStageNetworks() returned, in order)");
-            }
-            if (parameterCount(s) == 0) {
-                continue;
-            }
-            slice(target.params(), parameterOffset(s), parameterOffset(s) + parameterCount(s)).assign(stage.params());
-            UpdaterStateCopy.copy(stage, 0, target, parameterOffset(s), parameterCount(s));
-        }
-        target.setIterationCount(stageNetworks.getFirst().getIterationCount());
-        target.setEpochCount(stageNetworks.getFirst().getEpochCount());
     }
 
     @Override

@@ -43,7 +43,15 @@ final class UpdaterStateCopy {
      * any two models (networks or graphs) whose parameters at those offsets are the same layers'.
      */
     static void copy(Updater from, Updater to, long fromOffset, long toOffset, long count) {
-        walk(from, to, fromOffset, toOffset, count, (source, target) -> {
+        copy(from, null, to, fromOffset, toOffset, count);
+    }
+
+    /**
+     * As {@link #copy(Updater, Updater, long, long, long)}, reading the source's state from {@code fromState} (laid
+     * out as {@code from}'s state view, which may be hollow) instead of {@code from}'s own view; null reads the view.
+     */
+    static void copy(Updater from, INDArray fromState, Updater to, long fromOffset, long toOffset, long count) {
+        walk(from, fromState, to, fromOffset, toOffset, count, (source, target) -> {
             target.assign(source);
             return true;
         });
@@ -55,7 +63,7 @@ final class UpdaterStateCopy {
      * trained (no updater yet) matches anything, as {@code copy} then leaves the target as it is.
      */
     static boolean same(Updater from, Updater to, long fromOffset, long toOffset, long count) {
-        return walk(from, to, fromOffset, toOffset, count, (source, target) -> ArrayCollectives.segmentOf(source)
+        return walk(from, null, to, fromOffset, toOffset, count, (source, target) -> ArrayCollectives.segmentOf(source)
                 .mismatch(ArrayCollectives.segmentOf(target)) == -1);
     }
 
@@ -66,7 +74,8 @@ final class UpdaterStateCopy {
     }
 
     /** Applies {@code action} to every run of state of the range's parameters; false when an action returned false. */
-    private static boolean walk(Updater from, Updater to, long fromOffset, long toOffset, long count, RunAction action) {
+    private static boolean walk(Updater from, INDArray fromState, Updater to, long fromOffset, long toOffset, long count,
+                                RunAction action) {
         BaseMultiLayerUpdater<?> source = blocks(from);
         if (source == null || source.getStateViewArray() == null || count == 0) {
             return true;
@@ -76,7 +85,7 @@ final class UpdaterStateCopy {
             throw new IllegalStateException("the source network has updater state but the target has none: their"
                     + " updater configurations differ (copy between networks with the same configuration)");
         }
-        INDArray sourceState = flat(source.getStateViewArray());
+        INDArray sourceState = flat(fromState != null ? fromState : source.getStateViewArray());
         INDArray targetState = flat(target.getStateViewArray());
         for (UpdaterBlock sourceBlock : source.getUpdaterBlocks()) {
             int sections = sections(sourceBlock);

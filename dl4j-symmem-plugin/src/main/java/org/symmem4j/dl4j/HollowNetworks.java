@@ -1,0 +1,128 @@
+package org.symmem4j.dl4j;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.util.Map;
+import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
+import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.nn.updater.MultiLayerUpdater;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.symmem4j.parallel.memory.ReservedMemory;
+
+/**
+ * DL4J networks whose arrays hold no memory: layers, flat parameter and gradient views and DL4J's updater, all over
+ * reserved address space ({@link ReservedMemory}) that is never written. Such a network has everything DL4J derives
+ * from a configuration (the layer objects, the flat parameter layout, the updater's blocks and state layout, mask
+ * propagation, input types) without a single element: what ZeRO stage 3's wrapper model is
+ * ({@link SymmemParallelWrapper#builder(org.deeplearning4j.nn.conf.MultiLayerConfiguration)}) and what a pipeline
+ * rank holds of the stages another rank trains ({@code org.symmem4j.dl4j.pipeline.PipelineParallelTrainer} in group
+ * mode). Reading an unwritten reserved page yields zeros; writing one makes it resident, so code that holds a hollow
+ * network must never write its arrays (and {@link Reservation#residentBytes()} tells whether something did).
+ */
+public final class HollowNetworks {
+
+    private HollowNetworks() {
+    }
+
+    /**
+     * The reserved memory under a hollow network's arrays: DL4J's arrays do not keep it reachable, so whoever holds
+     * the network holds this too (the reservations are unmapped once it is unreachable).
+     */
+    public static final class Reservation {
+        private final MemorySegment[] segments;
+        private final long parameters;
+
+        private Reservation(MemorySegment[] segments, long parameters) {
+            this.segments = segments;
+            this.parameters = parameters;
+        }
+
+        /**
+         * The pages of the reservations that hold memory now ({@code mincore}): 0 while nothing wrote them, at most
+         * a page each where DL4J touched the first element.
+         *
+         * @return resident bytes
+         */
+        public long residentBytes() {
+            long resident = 0;
+            for (MemorySegment s : segments) {
+                resident += ReservedMemory.residentBytes(s);
+            }
+            return resident;
+        }
+
+        /**
+         * The parameter count the network's views cover.
+         *
+         * @return the parameters the network has, though it holds none of them
+         */
+        public long parameters() {
+            return parameters;
+        }
+    }
+
+    /**
+     * The parameter count DL4J's {@code init()} allocates for {@code conf}: the layers' initialisers' counts, in order.
+     *
+     * @param conf a network configuration
+     * @return its parameter count, computed without allocating anything
+     */
+    public static long parameterCount(MultiLayerConfiguration conf) {
+        long n = 0;
+        for (int i = 0; i < conf.getConfs().size(); i++) {
+            NeuralNetConfiguration c = conf.getConf(i);
+            n += c.getLayer().initializer().numParams(c);
+        }
+        return n;
+    }
+
+    /**
+     * Makes {@code net}, not yet initialised, hollow: DL4J initialises it over reserved memory with
+     * {@code initializeParams=false} (it only cuts the views), its gradient view and updater state are reserved too.
+     * Reads none of it either.
+     *
+     * @param net a network of its configuration, not initialised
+     * @return the reservation, to keep as long as the network
+     * @throws IllegalStateException when {@code net} is initialised already, or DL4J wrote the reserved arrays (a
+     *                               DL4J other than 1.0.0-M2.1)
+     */
+    public static Reservation hollow(MultiLayerNetwork net) {
+        if (net.getLayers() != null) {
+            throw new IllegalStateException("a hollow network must be made before init(): this one is initialised already"
+                    + " (fix: pass new MultiLayerNetwork(conf) without calling init())");
+        }
+        MultiLayerConfiguration conf = net.getLayerWiseConfigurations();
+        DataType type = conf.getDataType();
+        long count = parameterCount(conf);
+        long bytes = Math.max(64, count * type.width());
+        Arena arena = Arena.ofAuto();
+        MemorySegment params = ReservedMemory.reserve(bytes, arena);
+        MemorySegment gradients = ReservedMemory.reserve(bytes, arena);
+        // initializeParams=false: DL4J only cuts the views (what FullySharded.open does over symmetric memory)
+        net.init(ModelReplica.arrayOver(params, type, count), false);
+        org.nd4j.linalg.api.ndarray.INDArray gradientView = ModelReplica.arrayOver(gradients, type, count);
+        net.setBackpropGradientsViewArray(gradientView);
+        ModelReplica.setFlattenedGradients(net, MultiLayerNetwork.class, gradientView);
+        // DL4J's updater, as getUpdater() makes it, but over a given (reserved) state view: DL4J then only cuts its
+        // blocks' views and leaves the values alone
+        long state = 0;
+        for (Layer layer : net.getLayers()) {
+            for (Map.Entry<String, org.nd4j.linalg.api.ndarray.INDArray> e : layer.paramTable(false).entrySet()) {
+                state += layer.getConfig().getUpdaterByParam(e.getKey()).stateSize(e.getValue().length());
+            }
+        }
+        MemorySegment stateMemory = ReservedMemory.reserve(Math.max(64, state * type.width()), arena);
+        if (state > 0) {
+            net.setUpdater(new MultiLayerUpdater(net, ModelReplica.arrayOver(stateMemory, type, state).reshape(state)));
+        }
+        Reservation reservation = new Reservation(new MemorySegment[] {params, gradients, stateMemory}, count);
+        long resident = reservation.residentBytes();
+        if (resident > 3 * 4096L) {
+            throw new IllegalStateException("the hollow network holds " + resident + " bytes: DL4J wrote its reserved"
+                    + " arrays (a DL4J other than 1.0.0-M2.1?); expected none");
+        }
+        return reservation;
+    }
+}
