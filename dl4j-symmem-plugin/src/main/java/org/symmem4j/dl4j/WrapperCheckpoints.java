@@ -28,9 +28,23 @@ final class WrapperCheckpoints {
         return ShardedCheckpoints.Agreement.over(settings.group(), "symmem4j-wrapper-");
     }
 
+    /**
+     * Hybrid sharding keeps one shard per shard-group rank in every replica; stage 3's files are cut over all the
+     * workers, so neither a save nor a restore may run (checked before anything is written or changed).
+     */
+    private static void refuseHybrid(DataParallelSettings settings, String what) {
+        if (settings.hybrid()) {
+            throw new IllegalStateException(what + " with shardGroupSize=" + settings.shardGroupSize() + " of workers="
+                    + settings.workers() + ": checkpoints of hybrid sharding (a shard per shard-group rank, kept by every"
+                    + " replica) are not written yet; expected stage 3 over every worker (fix: gather the model with"
+                    + " saveModel(file) and restart from it, or leave shardGroupSize unset)");
+        }
+    }
+
     /** Writes what the next step would train from; workers started and idle. Collective in group mode. */
     static void write(Path dir, long stepsDone, long batchesInEpoch, long examplesInEpoch, DataParallelSettings settings,
                       DataParallelWorkers workers, ModelReplica model) throws IOException {
+        refuseHybrid(settings, "saveCheckpoint");
         boolean stage3 = settings.sharding() == ZeroStage.PARAMETERS;
         if (!stage3) { // stage 3: each rank writes its own blocks, nobody gathers the model
             workers.pullModelFromReplicas();
@@ -58,6 +72,7 @@ final class WrapperCheckpoints {
      */
     static CheckpointDirectory.Counters restore(Path dir, DataParallelSettings settings, DataParallelWorkers workers,
                                                 ModelReplica model) throws IOException {
+        refuseHybrid(settings, "restoreCheckpoint");
         if (settings.sharding() == null) {
             ShardedCheckpoints.Restored restored = ShardedCheckpoints.restoreModel(dir, model.model(), WORDS,
                     agreement(settings));

@@ -129,6 +129,11 @@ class HybridShardingTest {
         try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(net.clone()).workers(workers)
                 .sharding(ZeroStage.PARAMETERS).shardGroupSize(s).build()) {
             w.fit(new BatchListIterator(data));
+            // a checkpoint's files are cut over every worker: with replicas, save and restore are refused, nothing written
+            Path ckpt = Path.of(System.getProperty("java.io.tmpdir"), "hsdp-refused-" + ProcessHandle.current().pid());
+            String save = assertThrows(IllegalStateException.class, () -> w.saveCheckpoint(ckpt)).getMessage();
+            assertTrue(save.contains("saveCheckpoint with shardGroupSize=2 of workers=4") && save.contains("fix:"), save);
+            assertTrue(!java.nio.file.Files.exists(ckpt), "a refused save wrote " + ckpt);
             List<WorkerMemory> memory = w.workerMemory();
             for (int r = 0; r < workers; r++) {
                 FullySharded fs = w.fullySharded().get(r);
