@@ -26,8 +26,8 @@ import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
- * All-reduce latency, 2 ranks as threads of one JVM: float32 SUM in place on symmetric memory.
- * The JMH thread is rank 0; rank 1 is a thread driven by {@link PeerDriver}.
+ * All-reduce latency, 2 ranks as threads of one JVM ({@link #ranks()}: a subclass may measure more): float32 SUM in
+ * place on symmetric memory. The JMH thread is rank 0; the other ranks are threads driven by {@link PeerDriver}.
  */
 @BenchmarkMode(Mode.SampleTime)
 @OutputTimeUnit(TimeUnit.MICROSECONDS)
@@ -50,29 +50,39 @@ public class HostAllReduceBenchmark {
     private long count;
     private final AtomicLong requested = new AtomicLong();
     private volatile boolean stop;
-    private Thread peer;
+    private Thread[] peers;
+
+    /** Ranks of the group, this thread included: 2 here; a subclass may measure more. */
+    protected int ranks() {
+        return 2;
+    }
 
     @Setup(Level.Trial)
     public void setUp() throws InterruptedException {
         count = bytes / 4;
-        world = InJvmWorld.create(2);
-        peer = Thread.ofPlatform().name("bench-rank-1").start(() -> {
-            try (Group g = world.join(1); Communicator c = Communicator.create(g);
-                 SymmetricMemory m = SymmetricMemory.allocate(g, bytes)) {
-                fill(m);
-                PeerDriver.serve(new PeerDriver.Channel() {
-                    @Override
-                    public long requested() {
-                        return requested.getAcquire();
-                    }
+        int ranks = ranks();
+        world = InJvmWorld.create(ranks);
+        peers = new Thread[ranks - 1];
+        for (int r = 1; r < ranks; r++) {
+            int rank = r;
+            peers[r - 1] = Thread.ofPlatform().name("bench-rank-" + r).start(() -> {
+                try (Group g = world.join(rank); Communicator c = Communicator.create(g);
+                     SymmetricMemory m = SymmetricMemory.allocate(g, bytes)) {
+                    fill(m);
+                    PeerDriver.serve(new PeerDriver.Channel() {
+                        @Override
+                        public long requested() {
+                            return requested.getAcquire();
+                        }
 
-                    @Override
-                    public boolean stopRequested() {
-                        return stop;
-                    }
-                }, () -> c.allReduce(m, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm));
-            }
-        });
+                        @Override
+                        public boolean stopRequested() {
+                            return stop;
+                        }
+                    }, () -> c.allReduce(m, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm));
+                }
+            });
+        }
         group = world.join(0);
         comm = Communicator.create(group);
         mem = SymmetricMemory.allocate(group, bytes);
@@ -89,7 +99,7 @@ public class HostAllReduceBenchmark {
     @Benchmark
     @OperationsPerInvocation(Sizes.OPS_PER_INVOCATION)
     public void allReduce() {
-        // release: the peer reads the new total with getAcquire and runs the same number of ops
+        // release: the peers read the new total with getAcquire and run the same number of ops
         requested.setRelease(requested.get() + Sizes.OPS_PER_INVOCATION);
         for (int i = 0; i < Sizes.OPS_PER_INVOCATION; i++) {
             comm.allReduce(mem, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
@@ -99,10 +109,12 @@ public class HostAllReduceBenchmark {
     @TearDown(Level.Trial)
     public void tearDown() throws InterruptedException {
         stop = true;
-        // close is collective: the peer closes memory then communicator when it stops; same order here
+        // close is collective: the peers close memory then communicator when they stop; same order here
         mem.close();
         comm.close();
-        peer.join();
+        for (Thread peer : peers) {
+            peer.join();
+        }
         group.close();
         world.close();
     }

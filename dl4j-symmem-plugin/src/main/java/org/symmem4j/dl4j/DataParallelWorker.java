@@ -286,7 +286,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         dtype = ModelReplica.dtypeOf(view.dataType());
         count = view.length();
         if (settings.gpuMode()) {
-            gpuAveraging = GpuGradientAveraging.forNd4j(comm, settings.policy(), view);
+            gpuAveraging = GpuGradientAveraging.forNd4j(comm, settings.policy(), view, metrics);
         } else {
             startHostSync(group, view);
         }

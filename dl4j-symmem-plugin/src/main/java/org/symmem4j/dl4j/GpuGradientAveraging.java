@@ -8,6 +8,7 @@ import org.nd4j.linalg.indexing.conditions.Conditions;
 import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.DeviceGradientAveraging;
+import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.gradsync.DeviceGradients;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceCommunicator;
@@ -46,9 +47,20 @@ final class GpuGradientAveraging {
      *                  anything that gives the view's elements)
      */
     GpuGradientAveraging(Communicator comm, AlgorithmPolicy policy, INDArray view, DeviceGradients gradients) {
+        this(comm, policy, view, gradients, null);
+    }
+
+    /**
+     * As above, with the all-reduce's GPU time and bytes recorded in {@code metrics} (CUDA events, read back at the
+     * next step: {@link DeviceGradientAveraging#DeviceGradientAveraging(Communicator, AlgorithmPolicy, SyncMetrics)}).
+     *
+     * @param metrics the wrapper's metrics, or null for none
+     */
+    GpuGradientAveraging(Communicator comm, AlgorithmPolicy policy, INDArray view, DeviceGradients gradients,
+                         SyncMetrics metrics) {
         this.view = Objects.requireNonNull(view, "view");
         this.gradients = Objects.requireNonNull(gradients, "gradients");
-        this.allReduce = new DeviceGradientAveraging(comm, policy);
+        this.allReduce = new DeviceGradientAveraging(comm, policy, metrics);
         if (gradients.dtype().byteSize() != view.dataType().width()) {
             throw new IllegalArgumentException("device gradients of " + gradients.dtype() + " for a gradient view of "
                     + view.dataType() + ": expected the view's own memory");
@@ -57,12 +69,13 @@ final class GpuGradientAveraging {
 
     /**
      * For the replica's gradient view on ND4J's CUDA backend, on the thread that trains: makes this thread's ND4J
-     * device the rank's GPU ({@link DeviceCommunicator#deviceOrdinal}), and checks that the view lives there.
+     * device the rank's GPU ({@link DeviceCommunicator#deviceOrdinal}), and checks that the view lives there. The
+     * all-reduce's GPU time and bytes go to {@code metrics} as the host path's do.
      *
      * @throws IllegalStateException when the communicator has no GPU side, the view lives on another GPU, or ND4J
      *                               runs its CPU backend ({@link Nd4jDeviceGradients#of})
      */
-    static GpuGradientAveraging forNd4j(Communicator comm, AlgorithmPolicy policy, INDArray view) {
+    static GpuGradientAveraging forNd4j(Communicator comm, AlgorithmPolicy policy, INDArray view, SyncMetrics metrics) {
         DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow(() -> new IllegalStateException(
                 "GPU mode: the communicator of transport=" + comm.transportName() + " has no DeviceCommunicator although"
                         + " the transport says its memory is a GPU's (Transport.deviceMemory()); expected a GPU"
@@ -77,7 +90,7 @@ final class GpuGradientAveraging {
                     + " expected ND4J to allocate the model on the rank's GPU (fix: before building the model, on the thread"
                     + " that builds it and calls fit, Nd4j.getAffinityManager().unsafeSetDevice(" + gpu + "))");
         }
-        return new GpuGradientAveraging(comm, policy, view, Nd4jDeviceGradients.of(view));
+        return new GpuGradientAveraging(comm, policy, view, Nd4jDeviceGradients.of(view), metrics);
     }
 
     /**

@@ -26,6 +26,9 @@ import org.symmem4j.parallel.ReduceOp;
  * to the caller, for gradients that are sums over examples and must be divided by the examples of the whole step
  * rather than by the ranks (ranks with batches of different sizes).
  *
+ * <p>With {@link SyncMetrics}, each all-reduce's GPU time goes to the same timer as the host's all-reduces, read
+ * from CUDA events after the GPU ran it (no added synchronisation).
+ *
  * <p>One per rank and communicator; not thread-safe (the rank's training thread calls it).
  */
 public final class DeviceGradientAveraging {
@@ -33,18 +36,43 @@ public final class DeviceGradientAveraging {
     private final Communicator comm;
     private final DeviceCommunicator device;
     private final AlgorithmPolicy policy;
+    /** Whether the communicator times the all-reduces into metrics: then each call first reports the finished ones. */
+    private final boolean timed;
 
     /**
+     * Without metrics.
+     *
      * @param comm   this rank's communicator on a GPU transport
      * @param policy picks the all-reduce for the gradient's size
      * @throws IllegalArgumentException when the communicator has no GPU side ({@code unwrap(DeviceCommunicator.class)})
      */
     public DeviceGradientAveraging(Communicator comm, AlgorithmPolicy policy) {
+        this(comm, policy, null);
+    }
+
+    /**
+     * With each all-reduce's GPU time and bytes recorded in {@code metrics} ({@link SyncMetrics#recordAllReduce}: the
+     * {@code symmem.allreduce.duration} timer and {@code symmem.allreduce.bytes} summary the host path feeds), from
+     * CUDA events read back off the critical path ({@link DeviceCommunicator#timeAllReduces}): each call first reports
+     * the all-reduces that have finished since the last one, without waiting; the communicator's {@code synchronize}
+     * and close report the rest. Construct it before the rank's first collective or after a synchronize every rank
+     * has passed (the first construction on a communicator creates its CUDA events).
+     *
+     * @param comm    this rank's communicator on a GPU transport
+     * @param policy  picks the all-reduce for the gradient's size
+     * @param metrics receives the timed all-reduces, or null for none
+     * @throws IllegalArgumentException when the communicator has no GPU side ({@code unwrap(DeviceCommunicator.class)})
+     */
+    public DeviceGradientAveraging(Communicator comm, AlgorithmPolicy policy, SyncMetrics metrics) {
         this.comm = Objects.requireNonNull(comm, "comm");
         this.policy = Objects.requireNonNull(policy, "policy");
         this.device = comm.unwrap(DeviceCommunicator.class).orElseThrow(() -> new IllegalArgumentException(
                 "device gradient averaging needs a GPU communicator; " + comm.transportName() + " has no DeviceCommunicator"
                         + " (create the group on CudaTransport, or average host gradients with GradientSynchronizer)"));
+        this.timed = metrics != null;
+        if (timed) {
+            device.timeAllReduces(metrics::recordAllReduce);
+        }
     }
 
     /**
@@ -79,6 +107,9 @@ public final class DeviceGradientAveraging {
         MemorySegment buffer = gradients.buffer();
         DType dtype = gradients.dtype();
         Algorithm algorithm = policy.choose(comm, count, dtype, op);
+        if (timed) {
+            device.harvestTimings(); // the earlier steps' all-reduces that have run: event queries, no wait
+        }
         device.orderAfter(gradients.stream());
         comm.allReduce(buffer, count, dtype, op, algorithm);
         device.orderBefore(gradients.stream());

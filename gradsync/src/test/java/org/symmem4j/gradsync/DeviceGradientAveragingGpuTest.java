@@ -31,7 +31,8 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * Each algorithm the communicator runs (ONE_SHOT, TWO_SHOT, NCCL, and the policy's pick), with AVG ({@code average})
  * and with SUM ({@code sum}, what the DL4J wrapper's GPU mode divides by the step's examples itself). Each rank's
  * communicator names the GPU it runs on as CudaTransport places ranks (its local rank modulo the GPUs), the ordinal
- * another library on the rank's thread must use. Skipped without a GPU.
+ * another library on the rank's thread must use. With metrics, each averaging's GPU time lands in the host path's
+ * meters. Skipped without a GPU.
  */
 class DeviceGradientAveragingGpuTest {
 
@@ -113,6 +114,78 @@ class DeviceGradientAveragingGpuTest {
                     for (MemorySegment s : List.of(gradient, mine, result, delayFrom, delayTo)) {
                         device.freeDevice(s);
                     }
+                    driver.destroyStream(writer);
+                }
+                cuda.release(group);
+                return String.join("\n", found);
+            });
+            for (String p : problems) {
+                assertEquals("", p);
+            }
+        }
+    }
+
+    /**
+     * With {@link SyncMetrics}, the GPU time and bytes of every averaging land in the host path's all-reduce meters,
+     * tagged with the algorithm used, without the host waiting: after {@code steps} averagings and one synchronize,
+     * each rank's timer counts {@code steps}, its bytes add to {@code steps} times the gradient's, and every sample
+     * is positive and fits inside the host's wall time around the steps.
+     */
+    @Test
+    void recordsEachAveragingsGpuTimeInTheHostPathsMeters() {
+        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
+        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
+        int ranks = Math.max(2, Math.min(4, CudaDriver.get().deviceCount()));
+        long count = 1_000_000;
+        long bytes = count * Float.BYTES;
+        int steps = 6;
+        try (CudaTransport cuda = CudaTransport.create()) {
+            List<String> problems = InJvmWorld.runOnEveryRank(ranks, GroupOptions.defaults().withTimeout(Duration.ofSeconds(120)),
+                    cuda, group -> {
+                List<String> found = new ArrayList<>();
+                try (Communicator comm = Communicator.create(group)) {
+                    DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                    CudaDriver driver = CudaDriver.get();
+                    io.micrometer.core.instrument.simple.SimpleMeterRegistry registry =
+                            new io.micrometer.core.instrument.simple.SimpleMeterRegistry();
+                    SyncMetrics metrics = new SyncMetrics("cuda");
+                    metrics.bindTo(registry);
+                    MemorySegment writer = driver.createStream(CudaDriver.STREAM_NON_BLOCKING);
+                    MemorySegment gradient = device.allocateDevice(bytes);
+                    DeviceGradientAveraging averaging = new DeviceGradientAveraging(comm, AlgorithmPolicy.calibrated(), metrics);
+                    DeviceGradients gradients = DeviceGradients.of(gradient, DType.FLOAT32, writer);
+                    comm.barrier();
+                    long wallStart = System.nanoTime();
+                    Algorithm used = null;
+                    for (int s = 0; s < steps; s++) {
+                        used = averaging.average(gradients);
+                    }
+                    driver.synchronize(writer);
+                    device.synchronize(); // reports what the steps have not
+                    long wall = System.nanoTime() - wallStart;
+                    io.micrometer.core.instrument.Timer timer = registry.find("symmem.allreduce.duration")
+                            .tags("algorithm", used.name(), "transport", "cuda").timer();
+                    io.micrometer.core.instrument.DistributionSummary summary = registry.find("symmem.allreduce.bytes")
+                            .tags("algorithm", used.name(), "transport", "cuda").summary();
+                    String me = "rank " + group.rank() + " " + used;
+                    if (timer == null || summary == null) {
+                        found.add(me + ": no all-reduce meters: " + registry.getMetersAsString());
+                    } else {
+                        if (timer.count() != steps) {
+                            found.add(me + ": timer count " + timer.count() + ", expected " + steps);
+                        }
+                        double total = timer.totalTime(java.util.concurrent.TimeUnit.NANOSECONDS);
+                        if (!(total > 0 && total <= wall)) {
+                            found.add(me + ": GPU time " + total + " ns over " + steps + " steps, expected in (0, " + wall + "]");
+                        }
+                        if (summary.totalAmount() != (double) steps * bytes) {
+                            found.add(me + ": bytes " + summary.totalAmount() + ", expected " + (double) steps * bytes);
+                        }
+                    }
+                    if (device.droppedTimings() != 0) {
+                        found.add(me + ": dropped " + device.droppedTimings());
+                    }
+                    device.freeDevice(gradient);
                     driver.destroyStream(writer);
                 }
                 cuda.release(group);

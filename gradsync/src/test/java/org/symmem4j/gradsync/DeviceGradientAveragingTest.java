@@ -4,17 +4,22 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.micrometer.core.instrument.DistributionSummary;
+import io.micrometer.core.instrument.Timer;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.lang.foreign.MemorySegment;
 import java.lang.reflect.Proxy;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Optional;
 import java.util.Set;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.DeviceCommunicator;
+import org.symmem4j.parallel.DeviceTimingListener;
 import org.symmem4j.parallel.Group;
 
 /**
@@ -96,10 +101,62 @@ class DeviceGradientAveragingTest {
     }
 
     /**
+     * With metrics, the communicator times the all-reduces and each call first reports the earlier ones that have run
+     * (before it orders anything): their GPU time and bytes land in the host path's {@code symmem.allreduce.duration}
+     * and {@code symmem.allreduce.bytes}, tagged with the algorithm and size class; without metrics, timing is never
+     * asked for.
+     */
+    @Test
+    void withMetricsTheAllReducesGpuTimeFeedsTheHostPathsTimerAtTheNextCall() {
+        List<String> calls = new ArrayList<>();
+        DeviceTimingListener[] listener = new DeviceTimingListener[1];
+        Communicator comm = recordingDeviceCommunicator(calls, listener);
+        SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        SyncMetrics metrics = new SyncMetrics("recording-gpu");
+        metrics.bindTo(registry);
+        DeviceGradientAveraging averaging = new DeviceGradientAveraging(comm, AlgorithmPolicy.forced(Algorithm.TWO_SHOT),
+                metrics);
+        assertEquals(List.of("timeAllReduces"), calls);
+        DeviceGradients gradients = DeviceGradients.of(MemorySegment.ofAddress(0x4000).reinterpret(64), DType.FLOAT32,
+                MemorySegment.ofAddress(0x77));
+        averaging.sum(gradients);
+        assertEquals(null, registry.find("symmem.allreduce.duration").timer(), "nothing has run yet");
+        averaging.sum(gradients);
+        assertEquals(List.of("timeAllReduces", "harvestTimings", "orderAfter 0x77",
+                "allReduce 0x4000 count=16 FLOAT32 SUM TWO_SHOT", "orderBefore 0x77", "harvestTimings", "orderAfter 0x77",
+                "allReduce 0x4000 count=16 FLOAT32 SUM TWO_SHOT", "orderBefore 0x77"), calls);
+        Timer timer = registry.find("symmem.allreduce.duration").tags("algorithm", "TWO_SHOT", "size.class", "small",
+                "transport", "recording-gpu").timer();
+        assertEquals(1, timer.count(), "the first call's all-reduce, reported by the second call");
+        assertEquals(5_000, timer.totalTime(TimeUnit.NANOSECONDS), 0.0);
+        comm.unwrap(DeviceCommunicator.class).orElseThrow().harvestTimings(); // what synchronize() does on a GPU
+        assertEquals(2, timer.count());
+        DistributionSummary bytes = registry.find("symmem.allreduce.bytes").tags("algorithm", "TWO_SHOT").summary();
+        assertEquals(2, bytes.count());
+        assertEquals(128, bytes.totalAmount(), 0.0);
+
+        List<String> untimed = new ArrayList<>();
+        DeviceGradientAveraging plain = new DeviceGradientAveraging(recordingDeviceCommunicator(untimed),
+                AlgorithmPolicy.forced(Algorithm.TWO_SHOT));
+        plain.sum(gradients);
+        assertTrue(untimed.stream().noneMatch(c -> c.contains("Timings") || c.contains("timeAll")), untimed.toString());
+    }
+
+    /**
      * A communicator of 2 ranks with a GPU side that records what is asked of it; nothing runs. For the order of
      * calls only: the collectives themselves are tested on GPUs.
      */
     private static Communicator recordingDeviceCommunicator(List<String> calls) {
+        return recordingDeviceCommunicator(calls, new DeviceTimingListener[1]);
+    }
+
+    /**
+     * As above; the device side also keeps the listener of {@code timeAllReduces} in {@code listener[0]} and, at each
+     * {@code harvestTimings}, reports the all-reduces enqueued before it as a GPU would that has run them since: 64
+     * bytes, 5 µs each.
+     */
+    private static Communicator recordingDeviceCommunicator(List<String> calls, DeviceTimingListener[] listener) {
+        List<Algorithm> enqueued = new ArrayList<>();
         Group group = (Group) Proxy.newProxyInstance(Group.class.getClassLoader(), new Class<?>[] {Group.class},
                 (proxy, method, args) -> switch (method.getName()) {
                     case "worldSize" -> 2;
@@ -112,6 +169,20 @@ class DeviceGradientAveragingTest {
                         calls.add(method.getName() + " 0x" + Long.toHexString(((MemorySegment) args[0]).address()));
                         yield null;
                     }
+                    case "timeAllReduces" -> {
+                        calls.add("timeAllReduces");
+                        listener[0] = (DeviceTimingListener) args[0];
+                        yield null;
+                    }
+                    case "harvestTimings" -> {
+                        calls.add("harvestTimings");
+                        int n = enqueued.size();
+                        for (Algorithm a : enqueued) {
+                            listener[0].allReduceTimed(a, 64, 5_000);
+                        }
+                        enqueued.clear();
+                        yield n;
+                    }
                     default -> throw new UnsupportedOperationException(method.getName());
                 });
         return (Communicator) Proxy.newProxyInstance(Communicator.class.getClassLoader(), new Class<?>[] {Communicator.class},
@@ -123,6 +194,7 @@ class DeviceGradientAveragingTest {
                     case "allReduce" -> {
                         calls.add("allReduce 0x" + Long.toHexString(((MemorySegment) args[0]).address()) + " count=" + args[1]
                                 + " " + args[2] + " " + args[3] + " " + args[4]);
+                        enqueued.add((Algorithm) args[4]);
                         yield null;
                     }
                     default -> throw new UnsupportedOperationException(method.getName());

@@ -65,6 +65,40 @@ public interface DeviceCommunicator {
     double elapsedMillis(Runnable body);
 
     /**
+     * Times every later all-reduce of this communicator on the GPU: an event pair (CUDA events, timing enabled) is
+     * recorded on this rank's stream around the work each all-reduce enqueues, and the pairs that have finished are
+     * reported to {@code listener} later ({@link #harvestTimings}, {@link #synchronize}, close, or an all-reduce that
+     * finds the pool of pairs half used), never by waiting for the GPU. All-reduces enqueued inside
+     * {@link #capture} are not timed (an event in a graph has no time). When every pair is still pending — the GPU
+     * is that many all-reduces behind the host — an all-reduce goes untimed and is counted in
+     * {@link #droppedTimings}.
+     *
+     * <p>The first call creates the pool, which may wait for the GPU's context: call it before the first collective
+     * or after a {@link #synchronize} that every rank has passed, not while a peer's kernel may be waiting for this
+     * rank. A later call replaces the listener (samples not yet reported go to the new one); {@code null} stops
+     * timing and drops the samples not yet reported. On the rank's thread, as the collectives.
+     *
+     * @param listener receives each timed all-reduce, or null to stop
+     */
+    void timeAllReduces(DeviceTimingListener listener);
+
+    /**
+     * Reports every timed all-reduce that has finished on the GPU, oldest first, to the listener of
+     * {@link #timeAllReduces}; never waits (one event query per finished pair and one for the first pending one).
+     * Call it where the host has time, at the start of a training step say.
+     *
+     * @return how many were reported (0 when timing is off)
+     */
+    int harvestTimings();
+
+    /**
+     * All-reduces that went untimed because every event pair of the pool was still pending on the GPU.
+     *
+     * @return the count since timing started
+     */
+    long droppedTimings();
+
+    /**
      * This rank's stream ({@code CUstream}), for work of the caller's own (its kernels, cuBLAS) that
      * must run in order with the collectives. Valid until the communicator is closed.
      *

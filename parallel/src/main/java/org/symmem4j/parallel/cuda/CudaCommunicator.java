@@ -88,6 +88,10 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     private final CudaSymmetricMemory staging;
     private final long stagingBytes;
     private final Reducer hostReducer = Reducer.forThisJvm();
+    /** Times the all-reduces on the GPU ({@link #timeAllReduces}); null while off. The rank's thread only. */
+    private AllReduceEventTimer timer;
+    /** All-reduces left untimed by timers stopped before this one. */
+    private long droppedBefore;
 
     CudaCommunicator(CudaTransport transport, Group group, CommunicatorOptions options) {
         this(transport, transport, null, group, options);
@@ -243,6 +247,15 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             return;
         }
         driver.setCurrent(rank.context);
+        boolean timed = beginTiming();
+        enqueueAllReduce(buffer, count, dtype, op, algorithm, piece);
+        if (timed) {
+            timer.end(algorithm, dtype.bytes(count));
+        }
+    }
+
+    /** The work of {@link #allReduce(MemorySegment, long, DType, ReduceOp, Algorithm)} once the ranks agreed. */
+    private void enqueueAllReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm, long piece) {
         if (algorithm == Algorithm.NCCL) {
             nccl.allReduce(buffer.address(), count, dtype, op);
             return;
@@ -285,6 +298,16 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             return;
         }
         driver.setCurrent(rank.context);
+        boolean timed = beginTiming();
+        enqueueAllReduce(mem, offsetBytes, count, dtype, op, algorithm);
+        if (timed) {
+            timer.end(algorithm, dtype.bytes(count));
+        }
+    }
+
+    /** The work of {@link #allReduce(SymmetricMemory, long, long, DType, ReduceOp, Algorithm)} once the ranks agreed. */
+    private void enqueueAllReduce(CudaSymmetricMemory mem, long offsetBytes, long count, DType dtype, ReduceOp op,
+                                  Algorithm algorithm) {
         long ptr = mem.dataPointer(group.rank()) + offsetBytes;
         if (algorithm == Algorithm.NVSHMEM) {
             // in place on the symmetric heap (problem() refused memory elsewhere); runs with one PE too
@@ -641,12 +664,52 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         return s;
     }
 
-    /** Waits for this rank's stream, then checks NCCL for asynchronous errors. */
+    /** Waits for this rank's stream, then checks NCCL for asynchronous errors and reports the timed all-reduces. */
     @Override
     public void synchronize() {
         driver.setCurrent(rank.context);
         driver.synchronize(rank.stream);
         nccl.checkAsyncError();
+        if (timer != null) {
+            timer.harvest();
+        }
+    }
+
+    /** Whether this all-reduce is timed: its start event recorded (the context current). */
+    private boolean beginTiming() {
+        return timer != null && !rank.capturing && timer.begin();
+    }
+
+    @Override
+    public void timeAllReduces(org.symmem4j.parallel.DeviceTimingListener listener) {
+        if (listener == null) {
+            if (timer != null) {
+                timer.stop();
+                droppedBefore += timer.dropped();
+                driver.setCurrent(rank.context);
+                timer.close();
+                timer = null;
+            }
+        } else if (timer == null) {
+            driver.setCurrent(rank.context);
+            timer = AllReduceEventTimer.cuda(driver, rank.stream, AllReduceEventTimer.DEFAULT_PAIRS, listener);
+        } else {
+            timer.listener(listener);
+        }
+    }
+
+    @Override
+    public int harvestTimings() {
+        if (timer == null) {
+            return 0;
+        }
+        driver.setCurrent(rank.context);
+        return timer.harvest();
+    }
+
+    @Override
+    public long droppedTimings() {
+        return timer == null ? droppedBefore : droppedBefore + timer.dropped();
     }
 
     @Override
@@ -819,7 +882,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     @Override
     public void close() {
         try {
-            synchronize();
+            synchronize(); // reports the timed all-reduces
             synchronized (this) {
                 if (tensorParallel != null) {
                     tensorParallel.close();
@@ -831,6 +894,11 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             }
             nccl.close();
         } finally {
+            if (timer != null) {
+                driver.setCurrent(rank.context);
+                timer.close();
+                timer = null;
+            }
             device.close();
             control.close();
             if (kernels != null) {

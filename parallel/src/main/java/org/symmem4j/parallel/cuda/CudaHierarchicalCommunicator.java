@@ -58,6 +58,10 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     private final CudaRank rank;
     /** NCCL over every rank of the group, for {@link Algorithm#NCCL} and point-to-point. */
     private final NcclLink flat;
+    /** Times the all-reduces on the GPU ({@link #timeAllReduces}); null while off. */
+    private AllReduceEventTimer timer;
+    /** All-reduces left untimed by timers stopped before this one. */
+    private long droppedBefore;
 
     private CudaHierarchicalCommunicator(HierarchicalSchedule<CudaCommunicator, NcclLink> schedule, CudaDriver driver) {
         this.schedule = schedule;
@@ -151,7 +155,12 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
                     + " group spans " + topology.nodes() + " machines: expected HIERARCHICAL or NCCL");
         }
         // AVG: each level divides by its own size (machine L, then NCCL's average over N): the average over L x N
+        boolean timed = timer != null && !rank.capturing && timer.begin();
         schedule.allReduce(buffer, count, dtype, op, algorithm);
+        if (timed) {
+            driver.setCurrent(rank.context);
+            timer.end(algorithm, dtype.bytes(count));
+        }
     }
 
     /** On device symmetric memory of this process (of any group: it cannot span machines), this rank's buffer from {@code offsetBytes}. */
@@ -254,8 +263,47 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     }
 
     @Override
-    public void synchronize() {
+    public synchronized void synchronize() {
         intra.synchronize();
+        if (timer != null) {
+            timer.harvest();
+        }
+    }
+
+    /**
+     * Times this communicator's all-reduces, each as a whole (the three levels of HIERARCHICAL, or the flat NCCL
+     * call), on the machine communicator's stream; see {@link DeviceCommunicator#timeAllReduces}.
+     */
+    @Override
+    public synchronized void timeAllReduces(org.symmem4j.parallel.DeviceTimingListener listener) {
+        if (listener == null) {
+            if (timer != null) {
+                timer.stop();
+                droppedBefore += timer.dropped();
+                driver.setCurrent(rank.context);
+                timer.close();
+                timer = null;
+            }
+        } else if (timer == null) {
+            driver.setCurrent(rank.context);
+            timer = AllReduceEventTimer.cuda(driver, intra.stream(), AllReduceEventTimer.DEFAULT_PAIRS, listener);
+        } else {
+            timer.listener(listener);
+        }
+    }
+
+    @Override
+    public synchronized int harvestTimings() {
+        if (timer == null) {
+            return 0;
+        }
+        driver.setCurrent(rank.context);
+        return timer.harvest();
+    }
+
+    @Override
+    public synchronized long droppedTimings() {
+        return timer == null ? droppedBefore : droppedBefore + timer.dropped();
     }
 
     @Override
@@ -330,7 +378,18 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     /** Frees the staging, destroys the NCCL communicators, closes the machine's communicator and sub-group (collective). */
     @Override
     public synchronized void close() {
-        schedule.close();
+        try {
+            if (timer != null && !schedule.isClosed()) {
+                synchronize(); // reports the timed all-reduces
+            }
+        } finally {
+            if (timer != null) {
+                driver.setCurrent(rank.context);
+                timer.close();
+                timer = null;
+            }
+            schedule.close();
+        }
     }
 
     private void requireUsable(DType dtype, ReduceOp op, MemorySegment buffer, long count, String what) {

@@ -131,6 +131,7 @@ public final class CudaDriver {
     private final MethodHandle cuEventRecord;
     private final MethodHandle cuStreamWaitEvent;
     private final MethodHandle cuEventSynchronize;
+    private final MethodHandle cuEventQuery;
     private final MethodHandle cuEventElapsedTime;
     private final MethodHandle cuEventDestroy;
     private final MethodHandle cuModuleLoadData;
@@ -195,6 +196,7 @@ public final class CudaDriver {
         cuEventRecord = lib.function("cuEventRecord", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
         cuStreamWaitEvent = lib.function("cuStreamWaitEvent", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_INT));
         cuEventSynchronize = lib.function("cuEventSynchronize", iA);
+        cuEventQuery = lib.function("cuEventQuery", iA);
         FunctionDescriptor elapsed = FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, ADDRESS);
         cuEventElapsedTime = lib.optionalFunction("cuEventElapsedTime_v2", elapsed)
                 .orElseGet(() -> lib.function("cuEventElapsedTime", elapsed));
@@ -679,6 +681,26 @@ public final class CudaDriver {
     public void synchronizeEvent(MemorySegment event) {
         try {
             check("cuEventSynchronize", (int) cuEventSynchronize.invokeExact(event));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /**
+     * Whether the work before {@code event}'s last record has completed (cuEventQuery); never blocks.
+     * An event never recorded counts as completed, as the driver has it.
+     *
+     * @param event the CUevent
+     * @return true once the event has completed, false while work before it is pending
+     */
+    public boolean eventDone(MemorySegment event) {
+        try {
+            int rc = (int) cuEventQuery.invokeExact(event);
+            if (rc == NOT_READY) {
+                return false;
+            }
+            check("cuEventQuery", rc);
+            return true;
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }
