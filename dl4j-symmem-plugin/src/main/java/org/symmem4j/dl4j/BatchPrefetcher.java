@@ -56,7 +56,8 @@ final class BatchPrefetcher implements AutoCloseable {
      */
     BatchPrefetcher(Supplier<Object> source, int capacity, Duration closeWait) {
         if (capacity < 1) {
-            throw new IllegalArgumentException("prefetch capacity=" + capacity + " must be >= 1");
+            throw new IllegalArgumentException("prefetch capacity=" + capacity + " must be >= 1 (fix: pass a"
+                    + " positive number of batches to read ahead, or leave it unset)");
         }
         this.queue = new ArrayBlockingQueue<>(capacity);
         this.source = source;

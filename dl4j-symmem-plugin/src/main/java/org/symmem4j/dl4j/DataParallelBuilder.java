@@ -229,7 +229,8 @@ abstract sealed class DataParallelBuilder
     /** Smallest bucket (default 256 KiB), see {@link org.symmem4j.gradsync.GradientBuckets#splitAtBoundaries}; tests use small ones. */
     SymmemParallelWrapper.Builder minBucketBytes(long bytes) {
         if (bytes < 0) {
-            throw new IllegalArgumentException("minBucketBytes=" + bytes + " must be >= 0");
+            throw new IllegalArgumentException("minBucketBytes=" + bytes + " must be >= 0 (fix: pass a size in"
+                    + " bytes, 0 for no minimum, or leave it unset)");
         }
         this.minBucketBytes = bytes;
         return self();
@@ -375,7 +376,7 @@ abstract sealed class DataParallelBuilder
         }
         if (!gpuMode && algorithm != null && algorithm.provider() == Provider.NCCL) {
             throw new IllegalArgumentException("algorithm=" + algorithm + " needs a GPU transport; workers here share host memory"
-                    + " (use ONE_SHOT, TWO_SHOT or RING, or leave the choice to the calibrated policy)");
+                    + " (fix: use ONE_SHOT, TWO_SHOT or RING, or leave the choice to the calibrated policy)");
         }
         if (sharding != null && (overlap || accumulation > 1 || gradientTransfer != GradientTransfer.NETWORK_DTYPE)) {
             throw new IllegalArgumentException("sharding=" + sharding + " with overlapSyncWithBackprop=" + overlap

@@ -805,7 +805,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             }
             throw new SkipStep();
         }
-        throw new NonFiniteGradientException(message + " (set nonFiniteGradients(SKIP_STEP) to skip such steps"
+        throw new NonFiniteGradientException(message + " (fix: set nonFiniteGradients(SKIP_STEP) to skip such steps"
                 + " instead, or lower the learning rate / clip gradients)", culprits, task.step());
     }
 }

@@ -158,7 +158,7 @@ final class GradientAveraging implements AutoCloseable {
                       boolean recordBucketTimes) {
         if (transfer != null && dtype != DType.FLOAT32) {
             throw new IllegalArgumentException("gradientTransfer=BFLOAT16 expected a FLOAT network, found dtype=" + dtype
-                    + " (train in FLOAT, or transfer gradients in the network's own type)");
+                    + " (fix: train in FLOAT, or transfer gradients in the network's own type)");
         }
         this.gradient = gradient;
         this.dtype = dtype;

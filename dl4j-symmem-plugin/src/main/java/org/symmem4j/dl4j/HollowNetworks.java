@@ -121,7 +121,8 @@ public final class HollowNetworks {
         long resident = reservation.residentBytes();
         if (resident > 3 * 4096L) {
             throw new IllegalStateException("the hollow network holds " + resident + " bytes: DL4J wrote its reserved"
-                    + " arrays (a DL4J other than 1.0.0-M2.1?); expected none");
+                    + " arrays (a DL4J other than 1.0.0-M2.1?); expected none (fix: use DL4J 1.0.0-M2.1, the version symmem4j is"
+                    + " built against)");
         }
         return reservation;
     }

@@ -146,7 +146,8 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
                     + " flattenedGradients is not as DL4J 1.0.0-M2.1 has it (" + e + ")", e);
         } catch (RuntimeException e) { // InaccessibleObjectException: DL4J on the module path, its package not open
             throw new IllegalStateException("cannot place the gradient view of a " + type.getSimpleName() + ": " + e
-                    + " (DL4J on the module path: add --add-opens " + type.getPackageName() + "=ALL-UNNAMED, or put DL4J"
+                    + " (DL4J on the module path; fix: add --add-opens"
+                    + " " + type.getPackageName() + "=ALL-UNNAMED, or put DL4J"
                     + " on the class path)", e);
         }
     }
@@ -372,7 +373,8 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
             case DOUBLE -> DType.FLOAT64;
             case BFLOAT16 -> DType.BFLOAT16;
             default -> throw new IllegalArgumentException("network data type=" + type
-                    + " is not supported for gradient sync (expected FLOAT, DOUBLE or BFLOAT16)");
+                    + " is not supported for gradient sync (expected FLOAT, DOUBLE or BFLOAT16; fix: build the"
+                    + " network with .dataType(DataType.FLOAT))");
         };
     }
 
@@ -510,7 +512,7 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
         @Override
         public void fit(MultiDataSet batch) {
             throw new IllegalArgumentException("a MultiLayerNetwork trains on DataSets; found a MultiDataSet"
-                    + " (use fit(DataSetIterator), or a ComputationGraph for multiple inputs/outputs)");
+                    + " (fix: use fit(DataSetIterator), or a ComputationGraph for multiple inputs/outputs)");
         }
 
         @Override

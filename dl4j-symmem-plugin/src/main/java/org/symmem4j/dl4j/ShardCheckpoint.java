@@ -223,7 +223,9 @@ final class ShardCheckpoint {
             in.readFully(magic);
             if (!Arrays.equals(magic, MAGIC)) {
                 throw new IOException(file + ": not a symmem4j shard file (magic " + new String(magic,
-                        java.nio.charset.StandardCharsets.ISO_8859_1) + ", expected S4JSHARD)");
+                        java.nio.charset.StandardCharsets.ISO_8859_1) + ", expected S4JSHARD; fix: give the"
+                                + " checkpoint directory that saveCheckpoint or checkpointEvery"
+                        + " wrote, without other files named shard-*)");
             }
             int version = in.readInt();
             if (version == 1) {
@@ -245,7 +247,8 @@ final class ShardCheckpoint {
             }
             if (version != FORMAT_VERSION) {
                 throw new IOException(file + ": shard format version=" + version + ", this symmem4j reads versions 1 and "
-                        + FORMAT_VERSION + " (restore with the symmem4j that wrote it, or load model.zip with ModelSerializer)");
+                        + FORMAT_VERSION + " (fix: restore with the symmem4j that wrote it, or load model.zip"
+                        + " with ModelSerializer)");
             }
             int worldSize = in.readInt();
             int rank = in.readInt();
@@ -259,12 +262,14 @@ final class ShardCheckpoint {
             long stateElements = in.readLong();
             if (stateElements != ShardedCheckpoints.Range.total(stateRanges)) {
                 throw new IOException(file + ": stateElements=" + stateElements + " but its state ranges hold "
-                        + ShardedCheckpoints.Range.total(stateRanges) + " (the file is damaged; save the checkpoint again)");
+                        + ShardedCheckpoints.Range.total(stateRanges) + " (the file is damaged; fix: save the"
+                        + " checkpoint again)");
             }
             return new Header(version, worldSize, rank, stage, dataType, byteOrder, paramCount, stateCount, paramRanges,
                     stateRanges, stateElements, in.readInt(), in.readInt(), in.readLong(), counting.count);
         } catch (EOFException e) {
-            throw new IOException(file + ": truncated inside its header", e);
+            throw new IOException(file + ": truncated inside its header (the file is damaged or still being written;"
+                    + " fix: save the checkpoint again)", e);
         }
     }
 
@@ -272,7 +277,8 @@ final class ShardCheckpoint {
             throws IOException {
         int n = in.readInt();
         if (n < 0 || n > (1 << 24)) {
-            throw new IOException(file + ": " + what + " count=" + n + " (the file is damaged; save the checkpoint again)");
+            throw new IOException(file + ": " + what + " count=" + n + " (the file is damaged; fix: save the"
+                    + " checkpoint again)");
         }
         List<ShardedCheckpoints.Range> ranges = new ArrayList<>(n);
         for (int i = 0; i < n; i++) {
@@ -280,7 +286,7 @@ final class ShardCheckpoint {
             long end = in.readLong();
             if (start < 0 || end < start) {
                 throw new IOException(file + ": " + what + "[" + i + "]=[" + start + "," + end + ") is not a range (the"
-                        + " file is damaged; save the checkpoint again)");
+                        + " file is damaged; fix: save the checkpoint again)");
             }
             ranges.add(new ShardedCheckpoints.Range(start, end));
         }
@@ -311,11 +317,13 @@ final class ShardCheckpoint {
             Header h = header(in, file);
             if (!checkOnly && !java.nio.ByteOrder.nativeOrder().toString().equals(h.byteOrder())) {
                 throw new IOException(file + ": state bytes are " + h.byteOrder() + ", this machine is "
-                        + java.nio.ByteOrder.nativeOrder() + " (load model.zip with ModelSerializer instead)");
+                        + java.nio.ByteOrder.nativeOrder() + " (fix: load model.zip with ModelSerializer instead)");
             }
             long elements = checkOnly ? h.stateElements() : state == null ? 0 : state.length();
             if (h.stateElements() != elements) {
-                throw new IOException(file + ": stateElements=" + h.stateElements() + " expected=" + elements);
+                throw new IOException(file + ": stateElements=" + h.stateElements() + " expected=" + elements
+                        + " (fix: restore into a trainer built on the network configuration the checkpoint was"
+                        + " saved from)");
             }
             long bytes = checkOnly ? elementBytes(file, h) : state == null ? 0 : state.length() * state.dataType().width();
             MemorySegment seg = checkOnly || state == null ? null : ModelReplica.segmentOf(state);
@@ -332,14 +340,15 @@ final class ShardCheckpoint {
             try {
                 stored = new DataInputStream(raw).readLong(); // past the checked bytes
             } catch (EOFException e) {
-                throw new IOException(file + ": truncated (no checksum after the state)", e);
+                throw new IOException(file + ": truncated (no checksum after the state; fix: save the"
+                        + " checkpoint again)", e);
             }
             if (stored != computed) {
                 throw new IOException(file + ": checksum mismatch: stored crc32=" + Long.toHexString(stored) + " computed="
-                        + Long.toHexString(computed) + " (the file is damaged; save the checkpoint again)");
+                        + Long.toHexString(computed) + " (the file is damaged; fix: save the checkpoint again)");
             }
         } catch (EOFException e) {
-            throw new IOException(file + ": truncated inside its state", e);
+            throw new IOException(file + ": truncated inside its state (fix: save the checkpoint again)", e);
         }
     }
 
@@ -348,7 +357,8 @@ final class ShardCheckpoint {
         try {
             return h.stateElements() * org.nd4j.linalg.api.buffer.DataType.valueOf(h.dataType()).width();
         } catch (IllegalArgumentException e) {
-            throw new IOException(file + ": dataType=" + h.dataType() + " is not a DL4J data type (the file is damaged)", e);
+            throw new IOException(file + ": dataType=" + h.dataType() + " is not a DL4J data type (the file is damaged;"
+                    + " fix: save the checkpoint again)", e);
         }
     }
 
@@ -364,7 +374,8 @@ final class ShardCheckpoint {
         while (dst.hasRemaining()) {
             int n = channel.read(dst, at);
             if (n < 0) {
-                throw new IOException(file + ": truncated inside its state (at byte " + at + ")");
+                throw new IOException(file + ": truncated inside its state (at byte " + at + "; fix: save the"
+                        + " checkpoint again)");
             }
             at += n;
         }

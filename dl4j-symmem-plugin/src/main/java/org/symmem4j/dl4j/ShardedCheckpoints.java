@@ -458,7 +458,8 @@ public final class ShardedCheckpoints {
         if (saved.params().length() != model.params().length() || saved.params().dataType() != model.params().dataType()) {
             throw new IllegalArgumentException(modelFile + " holds " + saved.params().length() + " x "
                     + saved.params().dataType() + " parameters; this " + words.trainer() + "'s model "
-                    + model.params().length() + " x " + model.params().dataType() + " (restore into a " + words.trainer()
+                    + model.params().length() + " x " + model.params().dataType() + " (fix: restore into a"
+                    + " " + words.trainer()
                     + " built on the network configuration the checkpoint was saved from)");
         }
         return saved;
@@ -481,21 +482,22 @@ public final class ShardedCheckpoints {
     private static Restored read(Path dir, int m, List<Shard> shards, List<Shard> paramShards, ModelReplica model,
                                  Words words, Reads reads, CheckpointDirectory.Counters counters) throws IOException {
         if (!Files.isDirectory(dir)) {
-            throw new IllegalArgumentException("checkpoint " + dir + " is not a directory (give the directory that"
+            throw new IllegalArgumentException("checkpoint " + dir + " is not a directory (fix: give the directory that"
                     + " saveCheckpoint or checkpointEvery wrote)");
         }
         List<Path> files = savedShardFiles(dir, counters, words, false);
         if (files.isEmpty()) {
             if (!reads.fromModel() || !paramShards.isEmpty()) {
                 throw new IllegalArgumentException("checkpoint " + dir + " has no shard files; this " + words.trainer()
-                        + " reads " + reads.what() + " (restore it into the trainer that wrote it)");
+                        + " reads " + reads.what() + " (fix: restore it into the trainer that wrote it)");
             }
             return readFromModel(dir, shards, model, words, counters);
         }
         int n = files.size();
         if (reads.sameCut() && n != m) {
             throw new IllegalArgumentException("checkpoint " + dir + " has no " + ShardCheckpoint.shardFileName(0, m)
-                    + " for " + words.member() + "s=" + m + "; shard files found: " + shardFiles(dir) + " (restore into a "
+                    + " for " + words.member() + "s=" + m + "; shard files found: " + shardFiles(dir) + " (fix:"
+                    + " restore into a "
                     + words.trainer() + " with the " + words.member() + "s the checkpoint was saved with, or load "
                     + ShardCheckpoint.MODEL_FILE + " with ModelSerializer and build a " + words.trainer() + " of any "
                     + words.member() + " count on it)");
@@ -520,7 +522,7 @@ public final class ShardedCheckpoints {
             if (counters.iteration() != h0.iterationCount() || counters.epoch() != h0.epochCount()) {
                 throw new IllegalArgumentException("checkpoint " + dir + "'s manifest is at iteration="
                         + counters.iteration() + " epoch=" + counters.epoch() + ", its shards at iteration="
-                        + h0.iterationCount() + " epoch=" + h0.epochCount() + " (files from different saves; save the"
+                        + h0.iterationCount() + " epoch=" + h0.epochCount() + " (files from different saves; fix: save the"
                         + " checkpoint again)");
             }
         } else {
@@ -529,7 +531,7 @@ public final class ShardedCheckpoints {
             if (saved.iterationCount() != h0.iterationCount() || saved.epochCount() != h0.epochCount()) {
                 throw new IllegalArgumentException(modelFile + " is at iteration=" + saved.iterationCount() + " epoch="
                         + saved.epochCount() + ", the shards at iteration=" + h0.iterationCount() + " epoch="
-                        + h0.epochCount() + " (files from different saves; save the checkpoint again)");
+                        + h0.epochCount() + " (files from different saves; fix: save the checkpoint again)");
             }
         }
         try {
@@ -573,7 +575,8 @@ public final class ShardedCheckpoints {
                         throw new IllegalArgumentException(file + " does not fit this " + words.trainer() + "'s "
                                 + words.member() + " " + s.rank() + ": expected worldSize=" + m + " rank=" + s.rank()
                                 + " shard=" + ranges(s.paramRanges()) + ", found worldSize=" + h.worldSize() + " rank="
-                                + h.rank() + " shard=" + ranges(h.paramRanges()) + " (restore into a " + words.trainer()
+                                + h.rank() + " shard=" + ranges(h.paramRanges()) + " (fix: restore into a"
+                                + " " + words.trainer()
                                 + " built on the same network configuration with the same " + words.member() + "s)");
                     }
                 }
@@ -584,7 +587,7 @@ public final class ShardedCheckpoints {
             if (Range.total(stateRanges) != h.stateElements()) {
                 throw new IllegalArgumentException(file + " holds stateElements=" + h.stateElements() + " for parameters "
                         + h.paramRanges() + ", whose state in this " + words.trainer() + "'s layout is " + stateRanges
-                        + " (" + Range.total(stateRanges) + " elements) (restore into a " + words.trainer()
+                        + " (" + Range.total(stateRanges) + " elements) (fix: restore into a " + words.trainer()
                         + " built on the network configuration the checkpoint was saved from)");
             }
             ChannelSource source = new ChannelSource(file, h, counters == null);
@@ -635,7 +638,8 @@ public final class ShardedCheckpoints {
             n = byWorld.firstKey();
         } else {
             throw new IllegalArgumentException("checkpoint " + dir + " has shard files of " + byWorld.keySet()
-                    + " " + words.member() + "s and no manifest to say which are its own (save the checkpoint again)");
+                    + " " + words.member() + "s and no manifest to say which are its own (fix: save the"
+                    + " checkpoint again)");
         }
         java.util.TreeMap<Integer, Path> files = byWorld.get(n);
         List<Integer> missing = new ArrayList<>();
@@ -647,7 +651,7 @@ public final class ShardedCheckpoints {
         if (!missing.isEmpty() || files.size() != n) {
             throw new IllegalArgumentException("checkpoint " + dir + " of " + words.member() + "s=" + n + " lacks the shard"
                     + " files of " + words.member() + "s " + missing + "; found " + shardFiles(dir)
-                    + " (every shard file is needed to restore; save the checkpoint again)");
+                    + " (every shard file is needed to restore; fix: save the checkpoint again)");
         }
         return List.copyOf(files.values());
     }
@@ -677,7 +681,8 @@ public final class ShardedCheckpoints {
         }
         if (!reads.stages().contains(h.stage())) {
             throw new IllegalArgumentException("checkpoint " + dir + " holds shards of stage=" + h.stage() + " (" + file
-                    .getFileName() + "); this " + words.trainer() + " reads " + reads.what() + " (restore it into a "
+                    .getFileName() + "); this " + words.trainer() + " reads " + reads.what() + " (fix: restore"
+                            + " it into a "
                     + words.trainer() + " of the stage that wrote it, or load " + ShardCheckpoint.MODEL_FILE + " with"
                     + " ModelSerializer, which holds the whole model with its updater state, and build the "
                     + words.trainer() + " on that model)");
@@ -690,7 +695,7 @@ public final class ShardedCheckpoints {
         if (h.worldSize() != n || h.rank() != ShardCheckpoint.rankOf(file)) {
             throw new IllegalArgumentException(file + " says worldSize=" + h.worldSize() + " rank=" + h.rank()
                     + ", its name worldSize=" + n + " rank=" + ShardCheckpoint.rankOf(file)
-                    + " (a renamed file; save the checkpoint again)");
+                    + " (a renamed file; fix: save the checkpoint again)");
         }
         // the shard of the file's rank when this process runs it (a pipeline's stages each have their own layout),
         // else any: a data-parallel trainer's shards share one layout
@@ -704,7 +709,8 @@ public final class ShardedCheckpoints {
                 + " layoutHash=" + h.layoutHash()) + " byteOrder=" + h.byteOrder();
         if (!expected.equals(found)) {
             throw new IllegalArgumentException(file + " does not fit this " + words.trainer() + "'s model: expected "
-                    + expected + ", found " + found + " (restore into a " + words.trainer() + " built on the network"
+                    + expected + ", found " + found + " (fix: restore into a " + words.trainer() + " built on"
+                    + " the network"
                     + " configuration and data type the checkpoint was saved from; another byte order: load "
                     + ShardCheckpoint.MODEL_FILE + " with ModelSerializer)");
         }
@@ -713,7 +719,7 @@ public final class ShardedCheckpoints {
             throw new IllegalArgumentException("checkpoint " + dir + " mixes steps: shard 0 at iteration="
                     + before.getFirst().iterationCount() + " epoch=" + before.getFirst().epochCount() + ", shard "
                     + h.rank() + " at iteration=" + h.iterationCount() + " epoch=" + h.epochCount()
-                    + " (save the checkpoint again)");
+                    + " (fix: save the checkpoint again)");
         }
     }
 
@@ -743,7 +749,7 @@ public final class ShardedCheckpoints {
                 if (covered != r.length()) {
                     throw new IllegalArgumentException("checkpoint " + dir + " does not hold every state element of "
                             + words.member() + " " + s.rank() + "'s range " + r + " (" + covered + " of " + r.length()
-                            + " found in its shard files; files of different saves or layouts: save the checkpoint"
+                            + " found in its shard files; files of different saves or layouts; fix: save the checkpoint"
                             + " again)");
                 }
                 at += r.length();
@@ -782,7 +788,8 @@ public final class ShardedCheckpoints {
         long found = full == null ? 0 : full.length();
         if (!shards.isEmpty() && found != stateCount) {
             throw new IllegalArgumentException(dir.resolve(ShardCheckpoint.MODEL_FILE) + " holds " + found
-                    + " updater-state elements; this " + words.trainer() + "'s model " + stateCount + " (restore into a "
+                    + " updater-state elements; this " + words.trainer() + "'s model " + stateCount + " (fix:"
+                    + " restore into a "
                     + words.trainer() + " built on the network configuration the checkpoint was saved from)");
         }
         List<Run> runs = new ArrayList<>();
@@ -820,7 +827,7 @@ public final class ShardedCheckpoints {
                 long expected = header.dataOffset() + ShardCheckpoint.elementBytes(file, header) + Long.BYTES;
                 if (channel.size() != expected) {
                     throw new IOException(file + ": " + channel.size() + " bytes, its header says " + expected
-                            + " (truncated or damaged; save the checkpoint again)");
+                            + " (truncated or damaged; fix: save the checkpoint again)");
                 }
             }
         }

@@ -590,7 +590,8 @@ final class ShardedUpdater {
         @Override
         public void setStateViewArray(Trainable layer, INDArray viewArray, boolean initialize) {
             throw new UnsupportedOperationException("a sharded replica's updater state is set per shard by the wrapper"
-                    + " (SymmemParallelWrapper copies the model's state into the shards at the next fit)");
+                    + " (fix: set it on the wrapper's model; SymmemParallelWrapper copies the model's state"
+                    + " into the shards at the next fit)");
         }
 
         @Override
@@ -638,7 +639,8 @@ final class ShardedUpdater {
         @Override
         public void setStateViewArray(INDArray viewArray) {
             throw new UnsupportedOperationException("a sharded replica's updater state is set per shard by the wrapper"
-                    + " (SymmemParallelWrapper copies the model's state into the shards at the next fit)");
+                    + " (fix: set it on the wrapper's model; SymmemParallelWrapper copies the model's state"
+                    + " into the shards at the next fit)");
         }
     }
 }

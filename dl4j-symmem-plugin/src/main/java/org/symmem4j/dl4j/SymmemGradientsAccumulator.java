@@ -247,7 +247,8 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
          */
         public Builder bucketBytes(long bytes) {
             if (bytes < 64) {
-                throw new IllegalArgumentException("bucketBytes=" + bytes + " must be >= 64 (default 4 MiB)");
+                throw new IllegalArgumentException("bucketBytes=" + bytes + " must be >= 64 (default 4 MiB;"
+                        + " fix: pass a size in bytes, e.g. 4L << 20, or leave it unset)");
             }
             this.bucketBytes = bytes;
             return this;
@@ -596,7 +597,8 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
                 if (!bad.isEmpty()) {
                     // every worker saw the same all-gather: all fail alike, before any updater runs
                     throw new NonFiniteGradientException("non-finite gradient at iteration=" + replica.iterationCount()
-                            + " before averaging on " + String.join(", ", bad) + " (lower the learning rate or clip"
+                            + " before averaging on " + String.join(", ", bad) + " (fix: lower the learning"
+                            + " rate or clip"
                             + " gradients)", badWorkers, steps);
                 }
                 synchronizer.allReduce(ReduceOp.SUM);

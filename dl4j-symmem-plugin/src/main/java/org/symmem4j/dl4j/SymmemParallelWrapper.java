@@ -315,7 +315,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         Objects.requireNonNull(iterator, "iterator");
         if (!(model instanceof ModelReplica.Graph)) {
             throw new IllegalArgumentException("fit(MultiDataSetIterator) needs a ComputationGraph; this wrapper holds a "
-                    + model.model().getClass().getSimpleName() + " (use fit(DataSetIterator))");
+                    + model.model().getClass().getSimpleName() + " (fix: use fit(DataSetIterator))");
         }
         requirePrefetchable(iterator.asyncSupported(), iterator);
         if (!iterator.hasNext() && iterator.resetSupported()) {
@@ -696,7 +696,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             }
         } catch (IOException e) {
             throw new UncheckedIOException("periodic checkpoint step=" + steps.stepsDone() + " dir=" + dir + " failed: "
-                    + e.getMessage() + " (the checkpoints before it are kept)", e);
+                    + e.getMessage() + " (the checkpoints before it are kept; fix: make the root writable with"
+                    + " room for a checkpoint,"
+                    + " then fit again)", e);
         }
         schedule.taken();
     }

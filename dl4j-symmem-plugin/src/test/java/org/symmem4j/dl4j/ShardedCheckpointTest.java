@@ -151,6 +151,7 @@ class ShardedCheckpointTest {
             // the manifest's CRC-32C catches it first: the checkpoint is torn
             IOException torn = assertThrows(CheckpointDirectory.TornCheckpointException.class, () -> w.restoreCheckpoint(dir));
             assertTrue(torn.getMessage().contains("is torn: file=shard-00001-of-00002.bin"), torn.getMessage());
+            assertTrue(torn.getMessage().contains("(fix: restore an earlier complete checkpoint"), torn.getMessage());
             // a checkpoint written before manifests: the shard's own checksum catches it
             Files.delete(dir.resolve(CheckpointDirectory.MANIFEST));
             IOException e = assertThrows(IOException.class, () -> w.restoreCheckpoint(dir));

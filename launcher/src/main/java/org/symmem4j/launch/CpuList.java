@@ -41,7 +41,7 @@ final class CpuList {
                 }
             } catch (NumberFormatException e) {
                 throw new IllegalArgumentException("CPU list '" + text + "': '" + p + "' is not a CPU number or range"
-                        + " (expected e.g. 0-3,8)", e);
+                        + " (expected e.g. 0-3,8; fix: list CPU numbers and low-high ranges, comma-separated)", e);
             }
         }
         return new ArrayList<>(cpus);

@@ -129,7 +129,8 @@ public final class FlightReport implements Callable<Integer> {
             JsonNode j = new ObjectMapper().readTree(Files.readString(file, StandardCharsets.UTF_8));
             if (!"symmem4j-flight-recorder/1".equals(j.path("format").asText())) {
                 throw new IllegalArgumentException(file + ": format=" + j.path("format").asText("missing")
-                        + ", expected symmem4j-flight-recorder/1 (a dump of another version, or not a dump)");
+                        + ", expected symmem4j-flight-recorder/1 (a dump of another version, or not a dump;"
+                        + " fix: give the flight-*.json files a symmem4j of this version dumped)");
             }
             List<Op> ops = new ArrayList<>();
             for (JsonNode o : j.path("ops")) {
@@ -142,7 +143,8 @@ public final class FlightReport implements Callable<Integer> {
                     j.path("worldSize").asInt(), j.path("rank").asInt(), j.path("reason").asText(),
                     j.path("dumpedAtMillis").asLong(), ops);
         } catch (IOException e) {
-            throw new UncheckedIOException(file + ": not readable as a flight-recorder dump: " + e.getMessage(), e);
+            throw new UncheckedIOException(file + ": not readable as a flight-recorder dump: " + e.getMessage()
+                    + " (fix: give the flight-*.json files the flight recorder dumped, whole)", e);
         }
     }
 

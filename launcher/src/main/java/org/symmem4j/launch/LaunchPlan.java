@@ -99,8 +99,9 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
         if (spec.nnodes() > 1) {
             throw new IllegalArgumentException("--nnodes=" + spec.nnodes() + " without a secret: every machine's processes"
                     + " must prove the same secret to rank 0's store, and one made here would not reach the others;"
-                    + " expected --secret-file FILE (mode 0600, the same content on every machine) or "
-                    + SECRET_ENV + "/" + SECRET_FILE_ENV + " in the environment");
+                    + " expected a shared secret (fix: pass --secret-file FILE, mode 0600, the same content on"
+                    + " every machine, or set "
+                    + SECRET_ENV + "/" + SECRET_FILE_ENV + " in the environment)");
         }
         return true;
     }
@@ -161,8 +162,9 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
             throw new IllegalArgumentException("generation " + generation + "'s store port " + port + " outside [1, 65535]");
         }
         if (spec.command().isEmpty()) {
-            throw new IllegalArgumentException("no command to start: expected the program after the options, e.g."
-                    + " symmem4j-run --nproc-per-node 2 -- java -cp app.jar Main (or --java -cp app.jar Main)");
+            throw new IllegalArgumentException("no command to start: expected the program after the options"
+                    + " (fix: add it, e.g."
+                    + " symmem4j-run --nproc-per-node 2 -- java -cp app.jar Main or --java -cp app.jar Main)");
         }
         int[] range = processRange(spec.nprocPerNode(), machine);
         if (nproc < range[0] || nproc > range[1]) {
@@ -173,14 +175,17 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
             checkElastic(spec);
         }
         if (spec.nnodes() < 1) {
-            throw new IllegalArgumentException("--nnodes=" + spec.nnodes() + " must be >= 1");
+            throw new IllegalArgumentException("--nnodes=" + spec.nnodes() + " must be >= 1 (the number of"
+                    + " machines; fix: pass e.g. --nnodes 2, or leave it unset for 1)");
         }
         if (spec.nodeRank() < 0 || spec.nodeRank() >= spec.nnodes()) {
             throw new IllegalArgumentException("--node-rank=" + spec.nodeRank() + " outside [0, --nnodes=" + spec.nnodes()
-                    + "): give each machine its own index, 0 on the machine whose address is --master-addr");
+                    + "); fix: give each machine its own index, 0 on the machine whose address is --master-addr");
         }
         if (spec.masterPort() < 1 || spec.masterPort() > 65535) {
-            throw new IllegalArgumentException("--master-port=" + spec.masterPort() + " outside [1, 65535]");
+            throw new IllegalArgumentException("--master-port=" + spec.masterPort() + " outside [1, 65535]"
+                    + " (fix: pass a free TCP port, e.g. 29500, the same"
+                    + " on every machine)");
         }
         if (spec.maxRestarts() < 0) {
             throw new IllegalArgumentException("--max-restarts=" + spec.maxRestarts() + " must be >= 0");
@@ -200,7 +205,7 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
         if (spec.nnodes() > 1 && isLoopback(spec.masterAddr())) {
             throw new IllegalArgumentException("--nnodes=" + spec.nnodes() + " with --master-addr=" + spec.masterAddr()
                     + ": the other machines cannot reach a loopback address; expected node 0's address on the network"
-                    + " the machines share");
+                    + " the machines share (fix: pass --master-addr with that address or host name)");
         }
         String runId = generationRunId(runId(spec, env, freshRunId), generation);
         if (spec.secretFile() != null && secretFile == null) {
@@ -325,7 +330,7 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
         if (v.equals("gpu")) {
             if (machine.gpus() == 0) {
                 throw new IllegalArgumentException("--nproc-per-node gpu: no GPU found (" + machine.gpuSource()
-                        + "); expected at least one, or give the number of processes");
+                        + "); expected at least one (fix: give the number of processes, e.g. --nproc-per-node 2)");
             }
             return machine.gpus();
         }
@@ -341,7 +346,7 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
             // the error below
         }
         throw new IllegalArgumentException("--nproc-per-node=" + value + ": expected a number >= 1, gpu (one process per GPU),"
-                + " cpu (one per CPU) or MIN:MAX (elastic, with --max-restarts)");
+                + " cpu (one per CPU) or MIN:MAX (elastic, with --max-restarts); fix: e.g. --nproc-per-node 2");
     }
 
     private static String runId(LaunchSpec spec, Map<String, String> env, String freshRunId) {
@@ -349,14 +354,15 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
         if (id == null) {
             if (spec.nnodes() > 1) {
                 throw new IllegalArgumentException("--nnodes=" + spec.nnodes() + " without --run-id: the launchers of the"
-                        + " job's machines must give their processes the same run id; expected --run-id ID (or "
-                        + RUN_ID_ENV + ") with the same value on every machine");
+                        + " job's machines must give their processes the same run id; expected one run id (fix:"
+                        + " pass --run-id ID,"
+                        + " or set " + RUN_ID_ENV + ", with the same value on every machine)");
             }
             id = freshRunId;
         }
         if (!RUN_ID.matcher(id).matches()) {
             throw new IllegalArgumentException("run id '" + id + "': expected 1 to 128 characters of letters, digits and"
-                    + " . _ : @ + -");
+                    + " . _ : @ + - (fix: pass e.g. --run-id job-42)");
         }
         return id;
     }

@@ -248,15 +248,16 @@ public final class Launcher implements Callable<Integer> {
     @Override
     public Integer call() throws IOException {
         if (graceSeconds < 0) {
-            throw new IllegalArgumentException("--grace-period=" + graceSeconds + " must be >= 0");
+            throw new IllegalArgumentException("--grace-period=" + graceSeconds + " must be >= 0 (seconds; fix:"
+                    + " pass e.g. --grace-period 30)");
         }
         if (!(restartDelaySeconds >= 0 && restartDelaySeconds <= 3600)) {
             throw new IllegalArgumentException("--restart-delay=" + restartDelaySeconds + " outside [0, 3600] seconds");
         }
         if (!java && !command.isEmpty() && command.getFirst().startsWith("-")) {
             throw new IllegalArgumentException("the command starts with '" + command.getFirst() + "', which is no option of"
-                    + " the launcher (see --help): expected a program; put the launcher's options first and the program"
-                    + " after them (or after --), or use --java to give arguments of java");
+                    + " the launcher (see --help): expected a program (fix: put the launcher's options first and the"
+                    + " program after them, or after --, or use --java to give arguments of java)");
         }
         if (standalone) {
             standalone();
@@ -559,9 +560,9 @@ public final class Launcher implements Callable<Integer> {
         }
         if (!contradicting.isEmpty()) {
             throw new IllegalArgumentException("--standalone runs a job of this machine alone, on a store at a free"
-                    + " loopback port, but " + String.join(", ", contradicting) + " was given: drop "
+                    + " loopback port, but " + String.join(", ", contradicting) + " was given (fix: drop "
                     + (contradicting.size() == 1 ? "it" : "them") + ", or drop --standalone to place the store"
-                    + " yourself (--master-addr, --master-port) for a job of several machines");
+                    + " yourself (--master-addr, --master-port) for a job of several machines)");
         }
         masterAddr = "127.0.0.1";
         try (ServerSocket probe = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {

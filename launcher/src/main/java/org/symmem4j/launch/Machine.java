@@ -27,7 +27,8 @@ record Machine(List<Integer> allowedCpus, int gpus, String gpuSource, Path tasks
     Machine {
         allowedCpus = List.copyOf(allowedCpus);
         if (allowedCpus.isEmpty()) {
-            throw new IllegalArgumentException("no CPU to run on");
+            throw new IllegalArgumentException("no CPU to run on: expected at least one CPU in this process's affinity"
+                    + " mask (fix: start the launcher with a CPU set that is not empty, e.g. taskset -c 0-3)");
         }
     }
 

@@ -24,6 +24,7 @@ class CpuListTest {
         for (String bad : List.of("a", "3-1", "1,,2", "-1")) {
             IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> CpuList.parse(bad));
             assertTrue(e.getMessage().contains("CPU list '" + bad + "'"), e.getMessage());
+            assertTrue(e.getMessage().contains("fix: "), "every refusal names the fix: " + e.getMessage());
         }
     }
 }

@@ -101,6 +101,8 @@ public enum Algorithm {
                 return a;
             }
         }
-        throw new IllegalArgumentException("algorithm=" + name + ": expected one of " + java.util.Arrays.toString(values()));
+        throw new IllegalArgumentException("algorithm=" + name + ": expected one of"
+                + " " + java.util.Arrays.toString(values())
+                    + " (fix: use one of those names, e.g. -Dsymmem4j.algorithm=RING)");
     }
 }

@@ -24,11 +24,13 @@ public record CommunicatorOptions(long stagingBytes, long ringSegmentBytes) {
     public CommunicatorOptions {
         if (stagingBytes < 4096 || stagingBytes % 64 != 0) {
             throw new IllegalArgumentException("stagingBytes=" + stagingBytes
-                    + " must be a multiple of 64 and >= 4096 (default " + DEFAULT_STAGING_BYTES + ")");
+                    + " must be a multiple of 64 and >= 4096 (default " + DEFAULT_STAGING_BYTES
+                    + "; fix: pass a multiple of 64 of at least 4096, or leave it unset)");
         }
         if (ringSegmentBytes < 512 || ringSegmentBytes % 64 != 0) {
             throw new IllegalArgumentException("ringSegmentBytes=" + ringSegmentBytes
-                    + " must be a multiple of 64 and >= 512 (default " + DEFAULT_RING_SEGMENT_BYTES + ")");
+                    + " must be a multiple of 64 and >= 512 (default " + DEFAULT_RING_SEGMENT_BYTES
+                    + "; fix: pass a multiple of 64 of at least 512, or leave it unset)");
         }
     }
 

@@ -80,7 +80,8 @@ public final class DeviceMesh implements AutoCloseable {
                         .append(shapes.get(r).replaceAll("[^\\x20-\\x7e]", "?"));
             }
             throw new IllegalArgumentException("device mesh shape mismatch: rank=" + group.rank() + " shape=" + mine
-                    + "; ranks passed " + each + " (every rank must pass the same names and sizes, in the same order)");
+                    + "; ranks passed " + each + " (fix: every rank must pass the same names and sizes, in the same"
+                    + " order)");
         }
         long product = 1;
         for (int size : shape.values()) {
@@ -88,7 +89,8 @@ public final class DeviceMesh implements AutoCloseable {
         }
         if (product != group.worldSize()) {
             throw new IllegalArgumentException("device mesh shape " + mine + " has " + product + " ranks but the group"
-                    + " has worldSize=" + group.worldSize() + " (the product of the sizes must equal the group's size)");
+                    + " has worldSize=" + group.worldSize() + " (the product of the sizes must equal the group's size;"
+                    + " fix: choose sizes whose product is " + group.worldSize() + ")");
         }
         List<String> names = new ArrayList<>(shape.keySet());
         int[] dims = shape.values().stream().mapToInt(Integer::intValue).toArray();
@@ -121,17 +123,20 @@ public final class DeviceMesh implements AutoCloseable {
     private static Map<String, Integer> parseShape(Object[] namesAndSizes) {
         if (namesAndSizes == null || namesAndSizes.length == 0 || namesAndSizes.length % 2 != 0) {
             throw new IllegalArgumentException("device mesh shape: expected name, size pairs such as (\"dp\", 2, \"pp\", 4);"
-                    + " found " + (namesAndSizes == null ? "null" : namesAndSizes.length + " arguments"));
+                    + " found " + (namesAndSizes == null ? "null" : namesAndSizes.length + " arguments")
+                    + " (fix: pass each dimension's name followed by its size)");
         }
         Map<String, Integer> shape = new LinkedHashMap<>();
         for (int i = 0; i < namesAndSizes.length; i += 2) {
             if (!(namesAndSizes[i] instanceof String name) || !LABEL.matcher(name).matches()) {
                 throw new IllegalArgumentException("device mesh shape: argument " + i + " must be a dimension name matching "
-                        + LABEL.pattern() + "; found " + namesAndSizes[i]);
+                        + LABEL.pattern() + "; found " + namesAndSizes[i] + " (fix: use a letter then up to 31"
+                        + " letters, digits, _ or -, e.g. \"dp\")");
             }
             if (!(namesAndSizes[i + 1] instanceof Integer size) || size < 1) {
                 throw new IllegalArgumentException("device mesh shape: the size of dimension '" + name + "' must be an int"
-                        + " >= 1; found " + namesAndSizes[i + 1]);
+                        + " >= 1; found " + namesAndSizes[i + 1] + " (fix: pass a positive int after the name,"
+                        + " e.g. \"dp\", 2)");
             }
             if (shape.put(name, size) != null) {
                 throw new IllegalArgumentException("device mesh shape: dimension '" + name + "' named twice; expected each"
@@ -222,7 +227,7 @@ public final class DeviceMesh implements AutoCloseable {
         List<String> names = dimensionNames();
         if (coordinates.length != names.size()) {
             throw new IllegalArgumentException("rankAt: expected " + names.size() + " coordinates " + names + "; found "
-                    + coordinates.length);
+                    + coordinates.length + " (fix: pass one coordinate per dimension, in that order)");
         }
         int rank = 0;
         for (int d = 0; d < coordinates.length; d++) {

@@ -39,10 +39,13 @@ public record GroupOptions(Duration timeout, Supplier<IdleStrategy> idleStrategy
         Objects.requireNonNull(idleStrategy, "idleStrategy");
         Objects.requireNonNull(livenessInterval, "livenessInterval");
         if (timeout.isNegative() || timeout.isZero()) {
-            throw new IllegalArgumentException("timeout=" + timeout + " must be positive (default " + DEFAULT_TIMEOUT + ")");
+            throw new IllegalArgumentException("timeout=" + timeout + " must be positive (default " + DEFAULT_TIMEOUT
+                    + "; fix: pass e.g. Duration.ofMinutes(2), or leave it unset)");
         }
         if (livenessInterval.isNegative() || livenessInterval.isZero()) {
-            throw new IllegalArgumentException("livenessInterval=" + livenessInterval + " must be positive");
+            throw new IllegalArgumentException("livenessInterval=" + livenessInterval + " must be positive"
+                    + " (fix: pass e.g."
+                    + " Duration.ofSeconds(1), or leave it unset)");
         }
     }
 

@@ -36,7 +36,7 @@ public enum Provider {
             case MPI -> Algorithm.MPI;
             case NVSHMEM -> Algorithm.NVSHMEM;
             case SYMMEM -> throw new IllegalArgumentException("provider=SYMMEM has several algorithms: expected one of"
-                    + " ONE_SHOT, TWO_SHOT, RING, HIERARCHICAL");
+                    + " ONE_SHOT, TWO_SHOT, RING, HIERARCHICAL (fix: name the algorithm, e.g. Algorithm.RING)");
         };
     }
 }

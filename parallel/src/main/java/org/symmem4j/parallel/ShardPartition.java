@@ -50,7 +50,8 @@ public record ShardPartition(long count, int worldSize, DType dtype, long blockE
     public static ShardPartition of(long count, int worldSize, DType dtype) {
         if (count < 0 || worldSize < 1 || dtype == null) {
             throw new IllegalArgumentException("count=" + count + " must be >= 0, worldSize=" + worldSize
-                    + " must be >= 1, dtype=" + dtype + " must not be null");
+                    + " must be >= 1, dtype=" + dtype + " must not be null (fix: pass the vector's element count, the"
+                    + " group's worldSize and the element type)");
         }
         long align = ALIGN_BYTES / dtype.byteSize();
         long perRank = (count + worldSize - 1) / worldSize;

@@ -72,7 +72,8 @@ public final class ModelSpec {
         Objects.requireNonNull(conf, "conf");
         if (conf.getNetworkInputs().size() != 1 || conf.getNetworkOutputs().size() != 1) {
             throw new IllegalArgumentException("computation graph with inputs=" + conf.getNetworkInputs() + " outputs="
-                    + conf.getNetworkOutputs() + ": the router serves graphs of one input and one output");
+                    + conf.getNetworkOutputs() + ": the router serves graphs of one input and one output (fix: serve a"
+                    + " graph with one input and one output, e.g. one that concatenates its inputs)");
         }
         ComputationGraphConfiguration c = conf.clone();
         return new ModelSpec(params -> {

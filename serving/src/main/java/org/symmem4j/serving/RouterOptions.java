@@ -26,7 +26,8 @@ public record RouterOptions(int workers, int maxBatch, Duration maxWait, int que
                 || requestTimeout.isZero()) {
             throw new IllegalArgumentException("router options workers=" + workers + " maxBatch=" + maxBatch
                     + " queueCapacity=" + queueCapacity + " maxWait=" + maxWait + " requestTimeout=" + requestTimeout
-                    + " expected workers, maxBatch, queueCapacity >= 1, maxWait >= 0 and requestTimeout > 0");
+                    + " expected workers, maxBatch, queueCapacity >= 1, maxWait >= 0 and requestTimeout > 0"
+                    + " (fix: pass values in those ranges, or start from RouterOptions.defaults())");
         }
     }
 

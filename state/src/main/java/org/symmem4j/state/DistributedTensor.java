@@ -127,8 +127,9 @@ public final class DistributedTensor implements AutoCloseable {
                 org.symmem4j.parallel.TransportCapabilities.Capability.DEVICE_MEMORY)) {
             throw new UnsupportedOperationException("distributed tensor on transport="
                     + group.transport().capabilities(group).transport() + ": its memory is GPU memory, whose copies run"
-                    + " on the rank's stream; create it with DistributedTensor.create(communicator, sharding, type,"
-                    + " shape) and a Communicator of this group");
+                    + " on the rank's stream (fix: create it with DistributedTensor.create(communicator,"
+                    + " sharding, type,"
+                    + " shape) and a Communicator of this group)");
         }
         return create(group, null, sharding, type, shape);
     }
@@ -160,13 +161,13 @@ public final class DistributedTensor implements AutoCloseable {
         Objects.requireNonNull(shape, "shape");
         if (shape.length == 0 || shape[0] < 0) {
             throw new IllegalArgumentException("distributed tensor shape=" + Arrays.toString(shape)
-                    + " expected at least one dimension, rows >= 0");
+                    + " expected at least one dimension, rows >= 0 (fix: pass e.g. new long[] {rows, columns})");
         }
         long cell = type.byteSize();
         for (int d = 1; d < shape.length; d++) {
             if (shape[d] < 1) {
                 throw new IllegalArgumentException("distributed tensor shape=" + Arrays.toString(shape) + ": dimension "
-                        + d + " is " + shape[d] + ", expected >= 1");
+                        + d + " is " + shape[d] + ", expected >= 1 (fix: pass positive sizes after the rows)");
             }
             if (d >= 2) {
                 cell = Math.multiplyExact(cell, shape[d]);
@@ -307,7 +308,7 @@ public final class DistributedTensor implements AutoCloseable {
     public int ownerOf(long row) {
         if (gridColumns != 1) {
             throw new IllegalStateException("distributed tensor sharded " + sharding + ": row " + row + " spans "
-                    + gridColumns + " ranks; use ownerOf(row, column)");
+                    + gridColumns + " ranks (fix: use ownerOf(row, column))");
         }
         return ownerOf(row, 0);
     }
@@ -594,7 +595,7 @@ public final class DistributedTensor implements AutoCloseable {
             if (Integer.parseInt(said.substring(0, bar)) != root) {
                 throw new IllegalArgumentException("distributed tensor gather: rank=" + r + " passed root="
                         + said.substring(0, bar) + ", rank=" + group.rank() + " root=" + root
-                        + " (every rank must name the same root)");
+                        + " (fix: every rank must name the same root)");
             }
             if (bar + 1 < said.length()) {
                 throw new IllegalArgumentException("distributed tensor gather to root=" + root + ":"
@@ -636,7 +637,7 @@ public final class DistributedTensor implements AutoCloseable {
         if (gpu != null && !seg.isNative()) {
             throw new IllegalArgumentException("distributed tensor " + what + " is a heap segment, but this tensor's"
                     + " shards are GPU memory: expected a device buffer of rank " + group.rank()
-                    + " (DeviceCommunicator.allocateDevice, or a shard)");
+                    + " (fix: DeviceCommunicator.allocateDevice, or a shard)");
         }
         return new Rect(row, rowCount, column, columnCount);
     }

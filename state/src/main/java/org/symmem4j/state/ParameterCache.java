@@ -158,7 +158,8 @@ public final class ParameterCache implements AutoCloseable {
         Objects.requireNonNull(group, "group");
         if (budgetBytes < 2 * BLOCK_HEADER_BYTES || maxEntries < 1) {
             throw new IllegalArgumentException("parameter cache budgetBytes=" + budgetBytes + " maxEntries=" + maxEntries
-                    + " expected budgetBytes >= " + 2 * BLOCK_HEADER_BYTES + " and maxEntries >= 1");
+                    + " expected budgetBytes >= " + 2 * BLOCK_HEADER_BYTES + " and maxEntries >= 1 (fix: size"
+                    + " the budget for the largest version twice, a hot swap keeps both)");
         }
         long heapBytes = ParameterCacheLayout.align64(budgetBytes);
         SymmetricMemory memory = SharedMemories.allocate(group, ParameterCacheLayout.totalBytes(maxEntries, heapBytes),
@@ -198,8 +199,9 @@ public final class ParameterCache implements AutoCloseable {
         if (need + currentBytes > heapBytes) {
             throw new IllegalArgumentException("parameter cache entry '" + name + "' of bytes=" + data.byteSize()
                     + " does not fit budgetBytes=" + heapBytes + " beside the version it replaces (bytes="
-                    + Math.max(0, currentBytes - BLOCK_HEADER_BYTES) + "; a hot swap keeps both): create the cache with"
-                    + " a budget of at least " + (need + currentBytes) + " bytes");
+                    + Math.max(0, currentBytes - BLOCK_HEADER_BYTES) + "; a hot swap keeps both; fix: create"
+                    + " the cache with"
+                    + " a budget of at least " + (need + currentBytes) + " bytes)");
         }
         int slot = existing == null ? claimSlot(name) : existing;
         long block = allocate(need, slot);
@@ -289,7 +291,8 @@ public final class ParameterCache implements AutoCloseable {
                 // only keepSlot's current version is left: its previous was freed; compaction is not done, so the
                 // free ranges may be split: free keepSlot's previous (done) and report
                 throw new IllegalStateException("parameter cache: no contiguous range of bytes=" + bytes + " in budget="
-                        + heapBytes + " after freeing every other entry (the heap is fragmented): raise the budget");
+                        + heapBytes + " after freeing every other entry (the heap is fragmented; fix: raise the"
+                        + " budget)");
             }
         }
     }

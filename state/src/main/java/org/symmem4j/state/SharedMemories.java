@@ -32,13 +32,15 @@ final class SharedMemories {
         if (caps.supports(Capability.DEVICE_MEMORY)) {
             throw new UnsupportedOperationException(structure + " on transport=" + caps.transport()
                     + ": its memory is GPU memory, and the GPU form of " + structure + " is not built yet (host"
-                    + " transports only: threads of one JVM, processes of one machine); create it on a host group");
+                    + " transports only: threads of one JVM, processes of one machine; fix: create it on a host"
+                    + " group)");
         }
         if (!caps.supports(Capability.PEER_ACCESS)) {
             throw new UnsupportedOperationException(structure + " on transport=" + caps.transport() + " needs every"
                     + " rank's memory mapped in this process (loads, stores and CAS on peers' memory), which this group"
-                    + " refuses: " + caps.get(Capability.PEER_ACCESS).reason() + "; create it on a group of one machine"
-                    + " (a Group.split by machine)");
+                    + " refuses: " + caps.get(Capability.PEER_ACCESS).reason() + " (fix: create it on a group"
+                    + " of one machine,"
+                    + " a Group.split by machine)");
         }
         return SymmetricMemory.allocate(group, bytes);
     }
@@ -59,8 +61,9 @@ final class SharedMemories {
         if (!caps.supports(Capability.PEER_ACCESS)) {
             throw new UnsupportedOperationException(structure + " on transport=" + caps.transport() + " needs every"
                     + " rank's memory mapped on this rank (zero-copy views and copies from peers' shards), which this"
-                    + " group refuses: " + caps.get(Capability.PEER_ACCESS).reason() + "; create it on a group of one"
-                    + " machine (a Group.split by machine)");
+                    + " group refuses: " + caps.get(Capability.PEER_ACCESS).reason() + " (fix: create it on a"
+                    + " group of one"
+                    + " machine, a Group.split by machine)");
         }
         return SymmetricMemory.allocate(group, bytes);
     }

@@ -114,14 +114,16 @@ public final class SymmetricHashMap implements AutoCloseable {
         Objects.requireNonNull(group, "group");
         if (keyBytes < 1 || valueBytes < 0) {
             throw new IllegalArgumentException("hash map keyBytes=" + keyBytes + " valueBytes=" + valueBytes
-                    + " expected keyBytes >= 1 and valueBytes >= 0");
+                    + " expected keyBytes >= 1 and valueBytes >= 0 (fix: pass the sizes of one key and one value)");
         }
         if (slotsPerRank < 1 || Integer.bitCount(slotsPerRank) != 1) {
-            throw new IllegalArgumentException("hash map slotsPerRank=" + slotsPerRank + " expected a power of two >= 1");
+            throw new IllegalArgumentException("hash map slotsPerRank=" + slotsPerRank + " expected a power of"
+                    + " two >= 1 (fix: pass e.g. 1024, about 1.5x the keys each rank holds)");
         }
         if (group.worldSize() > HashMapLayout.MAX_RANKS) {
             throw new IllegalArgumentException("hash map: worldSize=" + group.worldSize() + " expected at most "
-                    + HashMapLayout.MAX_RANKS);
+                    + HashMapLayout.MAX_RANKS
+                    + " (fix: create it on a smaller group, e.g. a Group.split by machine)");
         }
         long bytes = HashMapLayout.partitionBytes(keyBytes, valueBytes, slotsPerRank);
         SymmetricMemory memory = SharedMemories.allocate(group, bytes, "hash map");
@@ -374,7 +376,8 @@ public final class SymmetricHashMap implements AutoCloseable {
             }
         }
         throw new MapFullException("hash map full: key's owner rank=" + owner + " has no free slot among slotsPerRank="
-                + slots + " (keys keep their slots after remove); create the map with more slots per rank (keep it"
+                + slots + " (keys keep their slots after remove; fix: create the map with more slots per rank,"
+                + " and keep it"
                 + " at most ~70% full)", owner);
     }
 
@@ -476,7 +479,7 @@ public final class SymmetricHashMap implements AutoCloseable {
     private MemorySegment longKey(long key) {
         if (keyBytes != Long.BYTES) {
             throw new IllegalArgumentException("hash map key as a long (8 bytes), but the map's keyBytes=" + keyBytes
-                    + ": pass the key as a MemorySegment of " + keyBytes + " bytes");
+                    + " (fix: pass the key as a MemorySegment of " + keyBytes + " bytes)");
         }
         longKey.set(ValueLayout.JAVA_LONG, 0, key);
         return longKey;
@@ -485,14 +488,15 @@ public final class SymmetricHashMap implements AutoCloseable {
     private void checkKey(MemorySegment key) {
         if (key.byteSize() != keyBytes) {
             throw new IllegalArgumentException("hash map key bytes=" + key.byteSize() + " expected=" + keyBytes
-                    + " (the map was created with keyBytes=" + keyBytes + ")");
+                    + " (the map was created with keyBytes=" + keyBytes + "; fix: pass keys of that size)");
         }
     }
 
     private void checkValue(MemorySegment v, String what, boolean exact) {
         if (exact ? v.byteSize() != valueBytes : v.byteSize() < valueBytes) {
             throw new IllegalArgumentException("hash map " + what + " bytes=" + v.byteSize() + " expected "
-                    + (exact ? "" : "at least ") + valueBytes + " (the map was created with valueBytes=" + valueBytes + ")");
+                    + (exact ? "" : "at least ") + valueBytes + " (the map was created with valueBytes=" + valueBytes
+                    + "; fix: pass values of that size)");
         }
     }
 

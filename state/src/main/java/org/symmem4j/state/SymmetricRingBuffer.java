@@ -140,7 +140,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         SharedMemories.checkRank(group, consumer, "ring buffer consumer");
         if (capacity < RingBufferLayout.MIN_CAPACITY || Integer.bitCount(capacity) != 1) {
             throw new IllegalArgumentException("ring buffer capacity=" + capacity + " expected a power of two >= "
-                    + RingBufferLayout.MIN_CAPACITY + " (e.g. " + Math.max(RingBufferLayout.MIN_CAPACITY,
+                    + RingBufferLayout.MIN_CAPACITY + " (fix: pass e.g. " + Math.max(RingBufferLayout.MIN_CAPACITY,
                     Integer.highestOneBit(Math.max(1, capacity)) << 1) + ")");
         }
         int kindCode = kind == Kind.ONE_TO_ONE ? RingBufferLayout.KIND_ONE_TO_ONE : RingBufferLayout.KIND_MANY_TO_ONE;
@@ -326,7 +326,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         if (length >= 0 || RingBufferLayout.recordTypeOrRank(header) != rank) {
             throw new IllegalStateException("ring buffer commit/abort: the record at payloadOffset=" + payloadOffset
                     + " is not a claim of rank=" + rank + " in progress (header length=" + length
-                    + "): commit or abort each claim once");
+                    + "; fix: commit or abort each claim once)");
         }
         RingBufferLayout.commitRecord(ring, index, -length, type);
     }
@@ -336,18 +336,19 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         if (length < 0 || length > maxPayload) {
             throw new IllegalArgumentException("ring buffer message length=" + length + " bytes, expected 0.."
                     + maxPayload + " (an eighth of capacity=" + capacity + " less the " + RECORD_HEADER_BYTES
-                    + "-byte header): split the message or create the ring with capacity >= "
-                    + Integer.highestOneBit(Math.max(1, (length + RECORD_HEADER_BYTES) * 8 - 1)) * 2L);
+                    + "-byte header; fix: split the message or create the ring with capacity >= "
+                    + Integer.highestOneBit(Math.max(1, (length + RECORD_HEADER_BYTES) * 8 - 1)) * 2L + ")");
         }
         if (kind == Kind.ONE_TO_ONE && rank != producer) {
             throw new IllegalStateException("one-to-one ring buffer: rank=" + rank + " offered, but its producer"
-                    + " is rank=" + producer + " (create a many-to-one ring for several producers)");
+                    + " is rank=" + producer + " (fix: create a many-to-one ring for several producers)");
         }
     }
 
     private static void checkType(int msgTypeId) {
         if (msgTypeId < 1) {
-            throw new IllegalArgumentException("ring buffer msgTypeId=" + msgTypeId + " expected >= 1");
+            throw new IllegalArgumentException("ring buffer msgTypeId=" + msgTypeId + " expected >= 1 (fix:"
+                    + " pass a positive message type)");
         }
     }
 
@@ -435,10 +436,11 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     public int poll(MessageHandler handler, int limit) {
         if (rank != consumer) {
             throw new IllegalStateException("ring buffer poll on rank=" + rank + ": only the consumer rank="
-                    + consumer + " polls");
+                    + consumer + " polls (fix: poll on that rank only)");
         }
         if (limit < 1) {
-            throw new IllegalArgumentException("ring buffer poll limit=" + limit + " expected >= 1");
+            throw new IllegalArgumentException("ring buffer poll limit=" + limit + " expected >= 1 (fix: pass"
+                    + " how many messages to read at most, e.g. 16)");
         }
         int messages = pollContiguous(handler, limit);
         if (messages < limit && readToEnd) {

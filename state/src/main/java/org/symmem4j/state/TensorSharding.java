@@ -46,7 +46,8 @@ public final class TensorSharding {
     public static TensorSharding blocks(int gridRows, int gridColumns) {
         if (gridRows < 1 || gridColumns < 1) {
             throw new IllegalArgumentException("tensor sharding blocks(gridRows=" + gridRows + ", gridColumns="
-                    + gridColumns + "): expected both >= 1 (their product is the group's rank count)");
+                    + gridColumns + "): expected both >= 1 (their product is the group's rank count; fix: pass"
+                    + " e.g. blocks(2, 2) for 4 ranks)");
         }
         return new TensorSharding(gridRows, gridColumns);
     }
@@ -91,11 +92,11 @@ public final class TensorSharding {
         if ((long) gridRows * gridColumns != worldSize) {
             throw new IllegalArgumentException("tensor sharding " + this + " has " + (long) gridRows * gridColumns
                     + " blocks, expected one per rank of the group: worldSize=" + worldSize
-                    + " (choose gridRows * gridColumns == worldSize)");
+                    + " (fix: choose gridRows * gridColumns == worldSize)");
         }
         if (gridColumns > 1 && dims < 2) {
             throw new IllegalArgumentException("tensor sharding " + this + " splits columns (dimension 1), but the"
-                    + " tensor has dims=" + dims + " (use blocks(worldSize, 1) or rows() for a vector)");
+                    + " tensor has dims=" + dims + " (fix: use blocks(worldSize, 1) or rows() for a vector)");
         }
     }
 

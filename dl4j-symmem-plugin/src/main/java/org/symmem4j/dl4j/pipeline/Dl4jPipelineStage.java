@@ -131,7 +131,7 @@ public final class Dl4jPipelineStage implements StageCompute {
             throw new IllegalArgumentException("stage " + stage + " of " + stageCount + ": its network "
                     + (endsWithOutputLayer ? "ends with an output layer but it is not the last stage"
                     : "has no output layer but it is the last stage, which computes the loss")
-                    + " (build the stages with PipelineStageSplit.buildStageNetworks())");
+                    + " (fix: build the stages with PipelineStageSplit.buildStageNetworks())");
         }
         this.kinds = new LayerSupport.Kind[layers.length];
         for (int i = 0; i < layers.length; i++) {
@@ -143,13 +143,15 @@ public final class Dl4jPipelineStage implements StageCompute {
             if (kinds[i] == null) {
                 throw new IllegalArgumentException("stage " + stage + " layer " + i + " ("
                         + layerConf.getClass().getSimpleName() + ") is not supported in a pipeline stage: expected one of "
-                        + LayerSupport.supportedNames());
+                        + LayerSupport.supportedNames()
+                        + " (fix: build the stages with PipelineStageSplit.buildStageNetworks(), which refuses"
+                        + " such layers)");
             }
             if (layerConf.getIDropout() instanceof MicrobatchDropout d) {
                 dropouts.add(d);
             } else if (layerConf.getIDropout() != null) {
                 throw new IllegalArgumentException("stage " + stage + " layer " + i + " has dropout="
-                        + layerConf.getIDropout() + " expected a MicrobatchDropout (build the stages with"
+                        + layerConf.getIDropout() + " expected a MicrobatchDropout (fix: build the stages with"
                         + " PipelineStageSplit.buildStageNetworks(), which gives each microbatch its own mask)");
             }
             if (layers[i] instanceof BatchNormalization bn && hollow == null) {

@@ -47,7 +47,7 @@ final class GraphChain {
         if (conf.getNetworkInputs().size() != 1 || conf.getNetworkOutputs().size() != 1) {
             throw new IllegalArgumentException("the graph has inputs=" + conf.getNetworkInputs() + " outputs="
                     + conf.getNetworkOutputs() + ": expected one input and one output (the pipeline trains graphs whose"
-                    + " vertices form a chain)");
+                    + " vertices form a chain; fix: train this graph with SymmemParallelWrapper instead)");
         }
         GraphVertex[] vertices = graph.getVertices();
         int[] order = graph.topologicalSortOrder();
@@ -138,7 +138,7 @@ final class GraphChain {
         if (network.getnLayers() != chain.size() || network.numParams() != graph.numParams()) {
             throw new IllegalArgumentException("the graph has " + chain.size() + " layers and " + graph.numParams()
                     + " parameters but the network " + network.getnLayers() + " and " + network.numParams()
-                    + ": expected the same (copy between a graph and the network made from its configuration)");
+                    + ": expected the same (fix: copy between a graph and the network made from its configuration)");
         }
         for (int i = 0; i < chain.size(); i++) {
             Map<String, INDArray> theirs = chain.get(i).getLayer().paramTable();

@@ -81,7 +81,8 @@ final class GroupExchange implements AutoCloseable {
             String[] theirs = all.get(r).split("\n", 2);
             if (!theirs[1].equals(rank0[1])) {
                 throw new IllegalArgumentException("group mode: rank " + r + " built a different pipeline than rank 0:"
-                        + " rank 0 has " + rank0[1] + ", rank " + r + " has " + theirs[1] + " (every rank must build the same"
+                        + " rank 0 has " + rank0[1] + ", rank " + r + " has " + theirs[1] + " (fix: every rank"
+                        + " must build the same"
                         + " network, from the same seed or the same file, with the same builder settings)");
             }
         }

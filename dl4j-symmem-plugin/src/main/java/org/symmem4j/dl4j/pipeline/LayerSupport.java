@@ -108,31 +108,35 @@ final class LayerSupport {
             if (!OUTPUT.contains(layer.getClass())) {
                 throw new IllegalArgumentException(name + " is not supported as the last layer of a pipelined network:"
                         + " expected one of " + OUTPUT.stream().map(Class::getSimpleName).sorted().toList() + " found "
-                        + layer.getClass().getSimpleName() + " (the last stage computes the loss and its gradient)");
+                        + layer.getClass().getSimpleName() + " (the last stage computes the loss and its gradient;"
+                    + " fix: end the network with one of those)");
             }
         } else if (OUTPUT.contains(layer.getClass())) {
             throw new IllegalArgumentException(name + " computes a loss but is not the last layer: expected an output"
-                    + " layer only at the end of a pipelined network (stages pass activations on, not losses)");
+                    + " layer only at the end of a pipelined network (stages pass activations on, not losses;"
+                    + " fix: keep one output layer, the last)");
         } else if (!HIDDEN.containsKey(layer.getClass())) {
             String why = layer.getClass().getSimpleName().startsWith("Frozen")
                     ? " (frozen layers stop DL4J's backward pass, so the stages before them would get no gradient)"
                     : " (every supported layer is checked against plain DL4J training; this one is not)";
             throw new IllegalArgumentException(name + " is not supported in a pipeline stage: expected one of "
                     + supportedNames() + " found " + layer.getClass().getName() + why
-                    + "; train this network without the pipeline, or replace the layer");
+                    + "; fix: train this network without the pipeline, or replace the layer");
         }
         if (layer instanceof BaseWrapperLayer wrapper) {
             Layer inner = wrapper.getUnderlying();
             if (!WRAPPABLE.contains(inner.getClass())) {
                 throw new IllegalArgumentException(name + " wraps " + inner.getClass().getSimpleName()
-                        + ": expected LSTM or SimpleRnn inside " + layer.getClass().getSimpleName());
+                        + ": expected LSTM or SimpleRnn inside " + layer.getClass().getSimpleName()
+                    + " (fix: wrap an LSTM or SimpleRnn, or train without the pipeline)");
             }
             checkNoiseFree(name + " (its inner " + inner.getClass().getSimpleName() + ")", inner, true);
         }
         if (layer instanceof Bidirectional bidirectional) {
             if (!WRAPPABLE.contains(bidirectional.getFwd().getClass())) {
                 throw new IllegalArgumentException(name + " wraps " + bidirectional.getFwd().getClass().getSimpleName()
-                        + ": expected LSTM or SimpleRnn inside Bidirectional");
+                        + ": expected LSTM or SimpleRnn inside Bidirectional"
+                    + " (fix: wrap an LSTM or SimpleRnn, or train without the pipeline)");
             }
             checkNoiseFree(name + " (its forward layer)", bidirectional.getFwd(), true);
             checkNoiseFree(name + " (its backward layer)", bidirectional.getBwd(), true);
@@ -141,7 +145,8 @@ final class LayerSupport {
         if (layer instanceof BatchNormalization && normalization != null && normalization != GradientNormalization.None) {
             throw new IllegalArgumentException(name + " has gradientNormalization=" + normalization + ": expected None"
                     + " for BatchNormalization in a pipeline (DL4J normalizes the running statistics' update together"
-                    + " with the gradient, which has no per-microbatch meaning); remove gradient normalization from"
+                    + " with the gradient, which has no per-microbatch meaning); fix: remove gradient"
+                    + " normalization from"
                     + " this layer");
         }
     }
@@ -151,13 +156,13 @@ final class LayerSupport {
         if (nested && layer.getIDropout() != null) {
             throw new IllegalArgumentException(name + " has dropout=" + layer.getIDropout() + ": expected dropout only on"
                     + " the outer layer of a pipelined network (a stage gives each microbatch its own mask through the"
-                    + " layers it holds, not through wrapped ones); move the dropout to the wrapper layer");
+                    + " layers it holds, not through wrapped ones); fix: move the dropout to the wrapper layer");
         }
         if (layer instanceof BaseLayer base && base.getWeightNoise() != null) {
             throw new IllegalArgumentException(name + " has weightNoise=" + base.getWeightNoise() + ": not supported in"
                     + " pipeline stages, expected none (DL4J keeps one noise sample per layer, from its latest forward"
                     + " pass, and with several microbatches in flight a backward pass would use another microbatch's);"
-                    + " remove weight noise from the configuration");
+                    + " fix: remove weight noise from the configuration");
         }
     }
 }

@@ -93,7 +93,8 @@ public final class Microbatches {
         INDArray labels = batch.getLabels();
         if (features == null || labels == null) {
             throw new IllegalArgumentException("the batch has features=" + (features == null ? "null" : "set") + " labels="
-                    + (labels == null ? "null" : "set") + ": pipeline training needs both");
+                    + (labels == null ? "null" : "set") + ": pipeline training needs both (fix: give batches"
+                    + " with features and labels)");
         }
         long examples = features.size(0);
         requireExamples("label", labels, examples);
@@ -103,7 +104,7 @@ public final class Microbatches {
             long lower = examples / microbatches * microbatches;
             String sizes = lower == 0 ? String.valueOf(microbatches) : lower + " or " + (lower + microbatches);
             throw new IllegalArgumentException("batch size=" + examples + " is not divisible by microbatches="
-                    + microbatches + ": expected a multiple of " + microbatches + " (use batch size " + sizes
+                    + microbatches + ": expected a multiple of " + microbatches + " (fix: use batch size " + sizes
                     + ", or a microbatch count that divides " + examples + ")");
         }
         long size = examples / microbatches;
@@ -115,7 +116,7 @@ public final class Microbatches {
     private static void requireExamples(String what, INDArray array, long examples) {
         if (array != null && array.size(0) != examples) {
             throw new IllegalArgumentException("the batch has " + examples + " feature rows but " + array.size(0) + " "
-                    + what + " rows: expected the same example count");
+                    + what + " rows: expected the same example count (fix: give one label row per example)");
         }
     }
 

@@ -110,7 +110,8 @@ final class PipelineCheckpoints {
                 range -> shards.stream().filter(s -> s.paramRanges().getFirst().equals(range)).findFirst()
                         .map(ShardedCheckpoints.Shard::stateRanges).orElseThrow(() -> new IllegalArgumentException(
                                 "a shard file holds parameters " + range + ", which are no stage's of this trainer's split"
-                                        + " (restore into a trainer with the split the checkpoint was saved with)")),
+                                        + " (fix: restore into a trainer with the split the checkpoint was"
+                                        + " saved with)")),
                 false, true);
     }
 

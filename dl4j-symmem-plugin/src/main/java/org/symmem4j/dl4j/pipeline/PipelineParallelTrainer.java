@@ -289,7 +289,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         Objects.requireNonNull(iterator, "iterator");
         if (!(model.model() instanceof ComputationGraph)) {
             throw new IllegalArgumentException("fit(MultiDataSetIterator) needs a ComputationGraph; this trainer holds a "
-                    + model.model().getClass().getSimpleName() + " (use fit(DataSetIterator))");
+                    + model.model().getClass().getSimpleName() + " (fix: use fit(DataSetIterator))");
         }
         if (!iterator.hasNext() && iterator.resetSupported()) {
             iterator.reset();
@@ -376,7 +376,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         if (mds.numFeatureArrays() != 1 || mds.numLabelsArrays() != 1) {
             throw new IllegalArgumentException("a MultiDataSet with features=" + mds.numFeatureArrays() + " labels="
                     + mds.numLabelsArrays() + " arrays: expected features=1 labels=1 (a pipeline trains a chain graph of"
-                    + " one input and one output)");
+                    + " one input and one output; fix: train this graph with SymmemParallelWrapper instead)");
         }
         return new org.nd4j.linalg.dataset.DataSet(mds.getFeatures(0), mds.getLabels(0), mds.getFeaturesMaskArray(0),
                 mds.getLabelsMaskArray(0));
@@ -483,7 +483,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private void requireCopyable() {
         if (failed != null) {
             throw new IllegalStateException("the pipeline failed (" + failed + "): its stages may or may not have"
-                    + " applied the failed step, so their parameters are not copied; train again from a network you trust");
+                    + " applied the failed step, so their parameters are not copied; fix: train again from a"
+                    + " network you trust,"
+                    + " e.g. one restored from a checkpoint");
         }
     }
 
@@ -498,7 +500,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             }
         } catch (IOException e) {
             throw new UncheckedIOException("periodic checkpoint step=" + step + " dir=" + dir + " failed: "
-                    + e.getMessage() + " (the checkpoints before it are kept)", e);
+                    + e.getMessage() + " (the checkpoints before it are kept; fix: make the root writable with"
+                    + " room for a checkpoint,"
+                    + " then fit again)", e);
         }
         checkpoints.taken();
     }
@@ -702,10 +706,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     private void requireUsable() {
         if (failed != null) {
-            throw new IllegalStateException("the pipeline failed (" + failed + ") and was closed; build a new trainer");
+            throw new IllegalStateException("the pipeline failed (" + failed + ") and was closed; expected an"
+                    + " open trainer (fix: build a new one)");
         }
         if (closed) {
-            throw new IllegalStateException("the trainer is closed; build a new one");
+            throw new IllegalStateException("the trainer is closed: expected an open trainer, found one after"
+                    + " close() (fix: build a new"
+                    + " one with PipelineParallelTrainer.builder(network))");
         }
     }
 
@@ -724,14 +731,15 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         int pieces = m * dataParallel;
         if (batch.getFeatures() == null || batch.getLabels() == null) {
             throw new IllegalArgumentException("the batch has features=" + (batch.getFeatures() == null ? "null" : "set")
-                    + " labels=" + (batch.getLabels() == null ? "null" : "set") + ": pipeline training needs both");
+                    + " labels=" + (batch.getLabels() == null ? "null" : "set") + ": pipeline training needs"
+                    + " both (fix: give batches with features and labels)");
         }
         long examples = batch.getFeatures().size(0);
         if (examples < pieces || examples % pieces != 0) {
             long lower = examples / pieces * pieces;
             throw new IllegalArgumentException("batch size=" + examples + " is not divisible by microbatches=" + m
                     + " x dataParallel=" + dataParallel + ": expected a multiple of " + pieces + " (every replica trains on"
-                    + " an equal share cut into equal microbatches; use batch size "
+                    + " an equal share cut into equal microbatches; fix: use batch size "
                     + (lower == 0 ? String.valueOf(pieces) : lower + " or " + (lower + pieces)) + ")");
         }
         Microbatches all = Microbatches.split(batch, pieces, split.dataType());

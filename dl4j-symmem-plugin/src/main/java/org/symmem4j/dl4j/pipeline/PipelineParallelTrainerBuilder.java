@@ -105,7 +105,7 @@ public final class PipelineParallelTrainerBuilder
     public PipelineParallelTrainerBuilder dataParallel(int replicas) {
         if (replicas < 1) {
             throw new IllegalArgumentException("dataParallel=" + replicas + " expected dataParallel >= 1 (1: no"
-                    + " data parallelism)");
+                    + " data parallelism; fix: pass the number of pipeline replicas, or leave it unset)");
         }
         this.dataParallel = replicas;
         return this;
@@ -250,21 +250,24 @@ public final class PipelineParallelTrainerBuilder
             checkGroup();
         }
         if (ranks == 0) {
-            throw new IllegalArgumentException("ranks not set: call ranks(p) with the number of pipeline ranks"
-                    + " (threads), e.g. ranks(2)");
+            throw new IllegalArgumentException("ranks not set (fix: call ranks(p) with the number of pipeline ranks"
+                    + " (threads), e.g. ranks(2))");
         }
         if (microbatches == 0) {
-            throw new IllegalArgumentException("microbatches not set: call microbatches(m); every batch is cut into m"
+            throw new IllegalArgumentException("microbatches not set (fix: call microbatches(m), e.g."
+                    + " microbatches(8)); every batch is cut into m"
                     + " equal microbatches, and ranks idle for about (ranks - 1) / (m + ranks - 1) of a step, so"
                     + " take m several times ranks");
         }
         if (schedule == PipelineSchedule.INTERLEAVED && stagesPerRank < 2) {
             throw new IllegalArgumentException("schedule=INTERLEAVED with stagesPerRank=" + stagesPerRank
-                    + " expected stagesPerRank >= 2 (use schedule(INTERLEAVED, 2), or ONE_F_ONE_B for one stage per rank)");
+                    + " expected stagesPerRank >= 2 (fix: use schedule(INTERLEAVED, 2), or ONE_F_ONE_B for one"
+                    + " stage per rank)");
         }
         if (schedule != PipelineSchedule.INTERLEAVED && stagesPerRank != 1) {
             throw new IllegalArgumentException("schedule=" + schedule + " with stagesPerRank=" + stagesPerRank
-                    + " expected stagesPerRank=1 (" + schedule + " runs one stage per rank; use INTERLEAVED for more)");
+                    + " expected stagesPerRank=1 (" + schedule + " runs one stage per rank; fix: use"
+                    + " INTERLEAVED for more)");
         }
         if (graph != null) {
             network = GraphChain.toNetwork(graph); // refuses graphs that are not a chain, naming the vertex
@@ -273,13 +276,14 @@ public final class PipelineParallelTrainerBuilder
         int layers = network.getLayerWiseConfigurations().getConfs().size();
         if (stageCount > layers) {
             throw new IllegalArgumentException("stages=" + stageCount + " (ranks=" + ranks + " x stagesPerRank="
-                    + stagesPerRank + ") but the network has " + layers + " layers: use at most " + layers
+                    + stagesPerRank + ") but the network has " + layers + " layers; fix: use at most " + layers
                     + " stages (every stage needs at least one layer)");
         }
         if (stageBoundaries != null && stageBoundaries.length != stageCount - 1) {
             throw new IllegalArgumentException("stageBoundaries has " + stageBoundaries.length + " boundaries "
                     + Arrays.toString(stageBoundaries) + " expected " + (stageCount - 1) + " for stages=" + stageCount
-                    + " (ranks=" + ranks + " x stagesPerRank=" + stagesPerRank + "): give the first layer of stages 1.."
+                    + " (ranks=" + ranks + " x stagesPerRank=" + stagesPerRank + "); fix: give the first layer"
+                    + " of stages 1.."
                     + (stageCount - 1));
         }
         Schedule generated = schedule.generate(ranks, microbatches, stagesPerRank);
@@ -356,7 +360,7 @@ public final class PipelineParallelTrainerBuilder
             if (size % dataParallel != 0) {
                 throw new IllegalArgumentException("group(...) of worldSize=" + size + " with dataParallel=" + dataParallel
                         + ": expected a world size divisible by dataParallel (each replica has ranks = worldSize /"
-                        + " dataParallel pipeline ranks)");
+                        + " dataParallel pipeline ranks; fix: start worldSize = ranks x dataParallel processes)");
             }
             ranks = size / dataParallel;
         } else if (ranks * dataParallel != size) {

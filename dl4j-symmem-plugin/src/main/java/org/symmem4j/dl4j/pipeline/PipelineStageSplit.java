@@ -114,11 +114,12 @@ public final class PipelineStageSplit {
         requireStageCount(stages, layout.layers());
         if (layerCost.length != layout.layers()) {
             throw new IllegalArgumentException("layerCost has " + layerCost.length + " entries expected=" + layout.layers()
-                    + " (one per layer of the network)");
+                    + " (fix: pass one cost per layer of the network)");
         }
         for (int i = 0; i < layerCost.length; i++) {
             if (layerCost[i] < 0) {
-                throw new IllegalArgumentException("layerCost[" + i + "]=" + layerCost[i] + " expected >= 0");
+                throw new IllegalArgumentException("layerCost[" + i + "]=" + layerCost[i] + " expected >= 0"
+                        + " (fix: pass each layer's relative cost, e.g. its measured time, as a number >= 0)");
             }
         }
         return layout.split(network, balancedStarts(layerCost, stages));
@@ -163,7 +164,8 @@ public final class PipelineStageSplit {
             if (s > 0 && start <= stageStarts[s - 1]) {
                 throw new IllegalArgumentException("stage boundaries must be strictly increasing: boundary " + s + "="
                         + start + " expected > " + stageStarts[s - 1] + " (every stage needs at least one layer); found "
-                        + Arrays.toString(stageStarts));
+                        + Arrays.toString(stageStarts) + " (fix: list each stage's first layer once, in"
+                        + " increasing order)");
             }
             starts[s + 1] = start;
         }
@@ -174,11 +176,12 @@ public final class PipelineStageSplit {
     /** Checks a stage count against the layer count, with the fix. */
     static void requireStageCount(int stages, int layers) {
         if (stages < 1) {
-            throw new IllegalArgumentException("stages=" + stages + " expected stages >= 1");
+            throw new IllegalArgumentException("stages=" + stages + " expected stages >= 1 (fix: pass the"
+                    + " number of pipeline stages, e.g. 2)");
         }
         if (stages > layers) {
             throw new IllegalArgumentException("stages=" + stages + " but the network has " + layers
-                    + " layers: use at most " + layers + " stages (every stage needs at least one layer)");
+                    + " layers; fix: use at most " + layers + " stages (every stage needs at least one layer)");
         }
     }
 
@@ -329,7 +332,7 @@ public final class PipelineStageSplit {
         if (!Arrays.equals(expected, found)) {
             throw new IllegalArgumentException("the batch's features have per-example shape " + Arrays.toString(found)
                     + " expected=" + Arrays.toString(expected) + " (the builder's inputType " + declared
-                    + "): give features of that shape, or the input type that matches them");
+                    + "); fix: give features of that shape, or the input type that matches them");
         }
         return declared;
     }
@@ -367,7 +370,8 @@ public final class PipelineStageSplit {
             } catch (IllegalArgumentException | IllegalStateException | UnsupportedOperationException e) {
                 throw new IllegalArgumentException("layer " + i + " (" + layer.getClass().getSimpleName() + ") does not"
                         + " accept input type " + current + " (the network's input: " + input + "): " + e.getMessage()
-                        + " (check the features' shape, or give PipelineParallelTrainerBuilder.inputType(...))", e);
+                        + " (fix: check the features' shape, or give"
+                        + " PipelineParallelTrainerBuilder.inputType(...))", e);
             }
             if (i == endLayer(stage) - 1) {
                 shapes[stage++] = current.getShape(false);
@@ -558,14 +562,14 @@ public final class PipelineStageSplit {
         Objects.requireNonNull(target, "target");
         if (stageNetworks.size() != stageCount()) {
             throw new IllegalArgumentException("got " + stageNetworks.size() + " stage networks expected=" + stageCount()
-                    + " (one per stage, from buildStageNetworks())");
+                    + " (fix: pass one per stage, from buildStageNetworks())");
         }
         requireSameLayers(target);
         for (int s = 0; s < stageCount(); s++) {
             MultiLayerNetwork stage = stageNetworks.get(s);
             if (stage.numParams() != parameterCount(s)) {
                 throw new IllegalArgumentException("stage network " + s + " has numParams=" + stage.numParams()
-                        + " expected=" + parameterCount(s) + " (pass the networks buildStageNetworks() returned, in order)");
+                        + " expected=" + parameterCount(s) + " (fix: pass the networks buildStageNetworks() returned, in order)");
             }
             if (parameterCount(s) == 0) {
                 continue;
@@ -590,7 +594,7 @@ public final class PipelineStageSplit {
         Layout theirs = Layout.of(target);
         if (theirs.layers() != layerCount()) {
             throw new IllegalArgumentException("target network has " + theirs.layers() + " layers expected=" + layerCount()
-                    + " (copy into a network with the configuration the pipeline was built from)");
+                    + " (fix: copy into a network with the configuration the pipeline was built from)");
         }
         for (int i = 0; i < layerCount(); i++) {
             long expected = paramOffset[i + 1] - paramOffset[i];
@@ -598,7 +602,7 @@ public final class PipelineStageSplit {
                 throw new IllegalArgumentException("target layer " + i + " has nIn=" + theirs.nIn[i] + " nOut="
                         + theirs.nOut[i] + " numParams=" + theirs.layerParams[i] + " expected nIn=" + nIn[i] + " nOut="
                         + nOut[i] + " numParams=" + expected
-                        + " (copy into a network with the configuration the pipeline was built from)");
+                        + " (fix: copy into a network with the configuration the pipeline was built from)");
             }
         }
     }
@@ -684,11 +688,13 @@ public final class PipelineStageSplit {
             DataType type = conf.getDataType();
             if (type != DataType.FLOAT && type != DataType.DOUBLE) {
                 throw new IllegalArgumentException("network dataType=" + type + " is not supported by pipeline stages:"
-                        + " expected FLOAT or DOUBLE (build the network with .dataType(DataType.FLOAT))");
+                        + " expected FLOAT or DOUBLE (fix: build the network with .dataType(DataType.FLOAT))");
             }
             if (conf.getBackpropType() != BackpropType.Standard) {
                 throw new IllegalArgumentException("network backpropType=" + conf.getBackpropType()
-                        + " is not supported by pipeline stages: expected Standard (truncated BPTT is for recurrent layers)");
+                        + " is not supported by pipeline stages: expected Standard (truncated BPTT is for"
+                        + " recurrent layers; fix: remove"
+                    + " backpropType(TruncatedBPTT) from the configuration)");
             }
             int layers = conf.getConfs().size();
             long[] params = new long[layers];

@@ -75,7 +75,8 @@ public final class StageProfile {
         Objects.requireNonNull(network, "network");
         Objects.requireNonNull(sample, "sample");
         if (steps < 2) {
-            throw new IllegalArgumentException("profile steps=" + steps + " expected >= 2 (the first warms up)");
+            throw new IllegalArgumentException("profile steps=" + steps + " expected >= 2 (the first warms up;"
+                    + " fix: pass 2 or more, e.g. 5)");
         }
         int layers = PipelineStageSplit.maxStages(network);
         int[] everyLayer = new int[layers - 1];
@@ -221,7 +222,7 @@ public final class StageProfile {
     public StageDurations stageDurationsMicros(PipelineStageSplit split) {
         if (split.layerCount() != forwardNanos.length) {
             throw new IllegalArgumentException("the split has " + split.layerCount() + " layers but the profile "
-                    + forwardNanos.length + " (profile the network the split was made from)");
+                    + forwardNanos.length + " (fix: profile the network the split was made from)");
         }
         int stages = split.stageCount();
         long[] f = new long[stages];

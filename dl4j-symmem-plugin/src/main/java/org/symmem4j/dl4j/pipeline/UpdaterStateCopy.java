@@ -83,7 +83,7 @@ final class UpdaterStateCopy {
         BaseMultiLayerUpdater<?> target = blocks(to);
         if (target.getStateViewArray() == null) {
             throw new IllegalStateException("the source network has updater state but the target has none: their"
-                    + " updater configurations differ (copy between networks with the same configuration)");
+                    + " updater configurations differ (fix: copy between networks with the same configuration)");
         }
         INDArray sourceState = flat(fromState != null ? fromState : source.getStateViewArray());
         INDArray targetState = flat(target.getStateViewArray());

@@ -40,7 +40,8 @@ final class ShardedLayerConfig {
     /** A tensor-parallel size as the configurations store it. */
     static int requireSize(int tensorParallelSize) {
         if (tensorParallelSize < 1) {
-            throw new IllegalArgumentException("tensorParallelSize=" + tensorParallelSize + " expected >= 1");
+            throw new IllegalArgumentException("tensorParallelSize=" + tensorParallelSize + " expected >= 1"
+                    + " (fix: pass the tensor-parallel group's size)");
         }
         return tensorParallelSize;
     }

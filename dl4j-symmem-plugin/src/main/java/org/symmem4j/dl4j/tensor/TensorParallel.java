@@ -118,23 +118,27 @@ public final class TensorParallel {
         for (int c : columnLayers) {
             if (c < 0 || c + 1 >= confs.size()) {
                 throw new IllegalArgumentException("column-parallel layer " + c + ": expected 0 <= layer < " + (confs.size() - 1)
-                        + " (the layer after it becomes row-parallel; the network has " + confs.size() + " layers)");
+                        + " (the layer after it becomes row-parallel; the network has"
+                        + " " + confs.size() + " layers; fix: pass the index of a DenseLayer followed by"
+                        + " another DenseLayer)");
             }
             for (int l : new int[] {c, c + 1}) {
                 if (confs.get(l).getLayer().getClass() != DenseLayer.class) {
                     throw new IllegalArgumentException("layer " + l + " is a " + confs.get(l).getLayer().getClass().getSimpleName()
                             + ": a tensor-parallel block is two DenseLayers (layer " + c + " column-parallel, layer " + (c + 1)
-                            + " row-parallel); choose another layer");
+                            + " row-parallel); fix: choose another layer");
                 }
             }
             if (blocks.contains(c) || blocks.contains(c - 1) || blocks.contains(c + 1)) {
                 throw new IllegalArgumentException("column-parallel layers " + Arrays.toString(columnLayers) + " overlap at "
-                        + c + ": each block takes two layers of its own");
+                        + c + ": each block takes two layers of its own"
+                    + " (fix: list column-parallel layers at least two apart)");
             }
             DenseLayer column = (DenseLayer) confs.get(c).getLayer();
             if (column.getNOut() % size != 0) {
                 throw new IllegalArgumentException("layer " + c + " has nOut=" + column.getNOut() + ", not divisible by the"
-                        + " tensor-parallel size " + size + " (its outputs are split evenly; choose a width that is)");
+                        + " tensor-parallel size " + size + " (its outputs are split evenly; fix: choose a"
+                        + " width that is)");
             }
             blocks.add(c);
         }
@@ -146,7 +150,9 @@ public final class TensorParallel {
             org.deeplearning4j.nn.conf.layers.Layer embedding = confs.get(0).getLayer();
             if (embedding.getClass() != org.deeplearning4j.nn.conf.layers.EmbeddingLayer.class) {
                 throw new IllegalArgumentException("layer 0 is a " + embedding.getClass().getSimpleName() + ": a"
-                        + " vocabulary-parallel embedding replaces the network's first layer, which must be an EmbeddingLayer");
+                        + " vocabulary-parallel embedding replaces the network's first layer, which must be an"
+                        + " EmbeddingLayer"
+                    + " (fix: make layer 0 an EmbeddingLayer, or leave the embedding whole)");
             }
             confs.get(0).setLayer(VocabParallelEmbeddingLayer.shardOf((org.deeplearning4j.nn.conf.layers.EmbeddingLayer) embedding,
                     size));
@@ -156,7 +162,8 @@ public final class TensorParallel {
             org.deeplearning4j.nn.conf.layers.Layer output = confs.get(last).getLayer();
             if (output.getClass() != org.deeplearning4j.nn.conf.layers.OutputLayer.class) {
                 throw new IllegalArgumentException("layer " + last + " is a " + output.getClass().getSimpleName() + ": a"
-                        + " vocabulary-parallel output replaces the network's last layer, which must be an OutputLayer");
+                        + " vocabulary-parallel output replaces the network's last layer, which must be an OutputLayer"
+                    + " (fix: end the network with an OutputLayer, or leave the output whole)");
             }
             confs.get(last).setLayer(VocabParallelOutputLayer.shardOf((org.deeplearning4j.nn.conf.layers.OutputLayer) output,
                     size));
@@ -258,17 +265,21 @@ public final class TensorParallel {
                     || conf.getNetworkOutputs().contains(column)) {
                 throw new IllegalArgumentException("vertex '" + column + "' feeds " + consumers + (conf.getNetworkOutputs()
                         .contains(column) ? " and the graph's output" : "") + ": a tensor-parallel block is a dense layer"
-                        + " consumed by exactly one dense layer that takes only it (the row-parallel half)");
+                        + " consumed by exactly one dense layer that takes only it (the row-parallel half; fix:"
+                        + " choose a"
+                        + " column vertex whose only consumer is the next dense layer)");
             }
             String row = consumers.getFirst();
             denseOf(vertices, row);
             if (!used.add(column) || !used.add(row)) {
                 throw new IllegalArgumentException("column-parallel vertices " + Arrays.toString(columnVertices) + " overlap at '"
-                        + column + "': each block takes two vertices of its own");
+                        + column + "': each block takes two vertices of its own"
+                    + " (fix: list each vertex in one block only)");
             }
             if (columnLayer.getNOut() % size != 0) {
                 throw new IllegalArgumentException("vertex '" + column + "' has nOut=" + columnLayer.getNOut() + ", not divisible"
-                        + " by the tensor-parallel size " + size + " (its outputs are split evenly; choose a width that is)");
+                        + " by the tensor-parallel size " + size + " (its outputs are split evenly; fix: choose"
+                        + " a width that is)");
             }
             blocks.add(new String[] {column, row});
         }
@@ -287,7 +298,8 @@ public final class TensorParallel {
             }
             if (embeddings.isEmpty()) {
                 throw new IllegalArgumentException("no EmbeddingLayer vertex takes a graph input " + conf.getNetworkInputs()
-                        + ": a vocabulary-parallel embedding splits those");
+                        + ": a vocabulary-parallel embedding splits those (fix: feed a graph input into an"
+                        + " EmbeddingLayer, or leave the embedding whole)");
             }
             for (String name : embeddings) {
                 NeuralNetConfiguration layerConf = layerConfOf(vertices, name);
@@ -301,7 +313,7 @@ public final class TensorParallel {
                 if (layerConf.getLayer().getClass() != org.deeplearning4j.nn.conf.layers.OutputLayer.class) {
                     throw new IllegalArgumentException("graph output '" + name + "' is a " + layerConf.getLayer().getClass()
                             .getSimpleName() + ": a vocabulary-parallel output splits the graph's outputs, which must be"
-                            + " OutputLayers");
+                            + " OutputLayers (fix: make the outputs OutputLayers, or leave the output whole)");
                 }
                 layerConf.setLayer(VocabParallelOutputLayer.shardOf((org.deeplearning4j.nn.conf.layers.OutputLayer)
                         layerConf.getLayer(), size));
@@ -329,7 +341,9 @@ public final class TensorParallel {
 
     private static void requireRank(int rank, int size) {
         if (size < 1 || rank < 0 || rank >= size) {
-            throw new IllegalArgumentException("rank=" + rank + " size=" + size + " expected size >= 1 and 0 <= rank < size");
+            throw new IllegalArgumentException("rank=" + rank + " size=" + size + " expected size >= 1 and 0 <="
+                    + " rank < size (fix: pass the"
+                    + " communicator's rank and size)");
         }
     }
 
@@ -338,7 +352,7 @@ public final class TensorParallel {
         if (!(vertices.get(name) instanceof org.deeplearning4j.nn.conf.graph.LayerVertex v)) {
             throw new IllegalArgumentException("vertex '" + name + "' is " + (vertices.get(name) == null ? "not in the graph"
                     : "a " + vertices.get(name).getClass().getSimpleName()) + ": a tensor-parallel block is two DenseLayer"
-                    + " vertices; choose another vertex (the graph has " + new TreeSet<>(vertices.keySet()) + ")");
+                    + " vertices; fix: choose another vertex (the graph has " + new TreeSet<>(vertices.keySet()) + ")");
         }
         return v.getLayerConf();
     }
@@ -347,7 +361,7 @@ public final class TensorParallel {
         org.deeplearning4j.nn.conf.layers.Layer layer = layerConfOf(vertices, name).getLayer();
         if (layer.getClass() != DenseLayer.class) {
             throw new IllegalArgumentException("vertex '" + name + "' is a " + layer.getClass().getSimpleName() + ": a"
-                    + " tensor-parallel block is two DenseLayers; choose another vertex");
+                    + " tensor-parallel block is two DenseLayers; fix: choose another vertex");
         }
         return (DenseLayer) layer;
     }
@@ -477,7 +491,8 @@ public final class TensorParallel {
         }
         if (target.getnLayers() != network.getnLayers()) {
             throw new IllegalArgumentException("target has " + target.getnLayers() + " layers, the sharded network "
-                    + network.getnLayers() + ": expected the unsharded configuration");
+                    + network.getnLayers() + ": expected the unsharded configuration (fix: gather into a"
+                    + " network built from the configuration before TensorParallel sharded it)");
         }
         ArrayCollectives comm = new ArrayCollectives(communicator);
         for (int l = 0; l < network.getnLayers(); l++) {
@@ -511,8 +526,9 @@ public final class TensorParallel {
             String name = from.conf().getLayer().getLayerName();
             Layer to = target.getLayer(name);
             if (to == null) {
-                throw new IllegalArgumentException("target has no layer vertex '" + name + "': expected the unsharded"
-                        + " configuration");
+                throw new IllegalArgumentException("target has no layer vertex '" + name + "': expected the"
+                        + " unsharded configuration (fix: gather into a network built"
+                        + " from the configuration before TensorParallel sharded it)");
             }
             ShardTransfer.gatherLayer("vertex '" + name + "'", from, to, comm);
         }

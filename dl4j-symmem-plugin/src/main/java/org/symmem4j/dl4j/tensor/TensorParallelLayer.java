@@ -21,9 +21,9 @@ interface TensorParallelLayer {
     default ArrayCollectives requireComm(String layer) {
         ArrayCollectives comm = comm();
         if (comm == null) {
-            throw new IllegalStateException("tensor-parallel layer " + layer + " has no group: call"
+            throw new IllegalStateException("tensor-parallel layer " + layer + " has no group (fix: call"
                     + " TensorParallel.attach(network, communicator) on every rank before training or output (a network"
-                    + " built, loaded or cloned afresh needs it again)");
+                    + " built, loaded or cloned afresh needs it again))");
         }
         return comm;
     }

@@ -63,8 +63,9 @@ public class VocabParallelCrossEntropy implements ILossFunction {
 
     private ArrayCollectives requireComm() {
         if (comm == null) {
-            throw new IllegalStateException("vocabulary-parallel cross-entropy has no group: call TensorParallel.attach(network,"
-                    + " communicator) on every rank before training or scoring");
+            throw new IllegalStateException("vocabulary-parallel cross-entropy has no group (fix: call"
+                    + " TensorParallel.attach(network,"
+                    + " communicator) on every rank before training or scoring)");
         }
         return comm;
     }
@@ -76,7 +77,7 @@ public class VocabParallelCrossEntropy implements ILossFunction {
         if (labels.size(0) != logits.size(0) || labels.size(1) != k * requireComm().size()) {
             throw new IllegalArgumentException("labels of shape [" + labels.size(0) + ", " + labels.size(1) + "]: expected ["
                     + logits.size(0) + ", " + k * requireComm().size() + "] (the whole vocabulary, " + k + " columns on each of "
-                    + requireComm().size() + " ranks)");
+                    + requireComm().size() + " ranks; fix: give labels over the whole vocabulary)");
         }
         return labels.get(NDArrayIndex.all(), NDArrayIndex.interval(rank * k, (rank + 1) * k)).castTo(logits.dataType());
     }
@@ -84,7 +85,8 @@ public class VocabParallelCrossEntropy implements ILossFunction {
     private static void checkMask(INDArray mask) {
         if (mask != null && !mask.isColumnVectorOrScalar()) {
             throw new UnsupportedOperationException("vocabulary-parallel cross-entropy: per-output masks are not supported"
-                    + " (mask shape " + java.util.Arrays.toString(mask.shape()) + "); mask whole examples with a column vector");
+                    + " (mask shape " + java.util.Arrays.toString(mask.shape()) + "); fix: mask whole examples"
+                    + " with a column vector");
         }
     }
 

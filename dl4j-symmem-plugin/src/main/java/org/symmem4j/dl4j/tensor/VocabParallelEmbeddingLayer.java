@@ -36,7 +36,8 @@ public class VocabParallelEmbeddingLayer extends EmbeddingLayer {
     static VocabParallelEmbeddingLayer shardOf(EmbeddingLayer embedding, int size) {
         if (embedding.getNIn() % size != 0) {
             throw new IllegalArgumentException("embedding layer has nIn=" + embedding.getNIn() + " (its vocabulary), not"
-                    + " divisible by the tensor-parallel size " + size + " (its rows are split evenly; pad the vocabulary to"
+                    + " divisible by the tensor-parallel size " + size + " (its rows are split evenly; fix: pad"
+                    + " the vocabulary to"
                     + " a multiple)");
         }
         VocabParallelEmbeddingLayer shard = ShardedLayerConfig.copySettings(EmbeddingLayer.class, embedding,

@@ -42,15 +42,16 @@ public class VocabParallelOutputLayer extends OutputLayer {
         if (!(output.getActivationFn() instanceof ActivationSoftmax) || !(output.getLossFn() instanceof LossMCXENT mcxent)) {
             throw new IllegalArgumentException("output layer with activation " + output.getActivationFn() + " and loss "
                     + output.getLossFn() + ": a vocabulary-parallel output is softmax with LossMCXENT (multi-class"
-                    + " cross-entropy); keep this output layer whole");
+                    + " cross-entropy); fix: keep this output layer whole");
         }
         if (mcxent.getWeights() != null) {
             throw new IllegalArgumentException("output layer's LossMCXENT has class weights: not supported by the"
-                    + " vocabulary-parallel cross-entropy; keep this output layer whole");
+                    + " vocabulary-parallel cross-entropy; fix: keep this output layer whole");
         }
         if (output.getNOut() % size != 0) {
             throw new IllegalArgumentException("output layer has nOut=" + output.getNOut() + ", not divisible by the"
-                    + " tensor-parallel size " + size + " (its vocabulary is split evenly; pad the vocabulary to a multiple)");
+                    + " tensor-parallel size " + size + " (its vocabulary is split evenly; fix: pad the"
+                    + " vocabulary to a multiple)");
         }
         VocabParallelOutputLayer shard = ShardedLayerConfig.copySettings(OutputLayer.class, output, new VocabParallelOutputLayer());
         shard.setNOut(output.getNOut() / size);

@@ -101,10 +101,14 @@ public final class CheckpointDirectory {
     public record Checkpoint(Path dir, Counters counters) {
     }
 
-    /** A checkpoint directory that failed its verification: never loaded. */
+    /**
+     * A checkpoint directory that failed its verification: never loaded. Its message ends with the fix: an earlier
+     * complete checkpoint.
+     */
     public static final class TornCheckpointException extends IOException {
         TornCheckpointException(String message) {
-            super(message);
+            super(message + " (fix: restore an earlier complete checkpoint, or give the root to resumeFrom, which skips"
+                    + " torn ones)");
         }
     }
 
@@ -487,7 +491,8 @@ public final class CheckpointDirectory {
         if (all.stream().distinct().count() != 1) {
             throw new IllegalStateException("ranks found different newest complete checkpoints under root=" + root
                     + ": steps by rank=" + all + " (every rank must see the same checkpoint directory: a file system"
-                    + " they share)");
+                    + " they share; fix: put the checkpoint root on a shared file system, or give every rank"
+                    + " the same copy)");
         }
         return mine;
     }

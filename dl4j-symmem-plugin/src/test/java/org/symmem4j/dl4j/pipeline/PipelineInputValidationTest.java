@@ -52,7 +52,16 @@ class PipelineInputValidationTest {
                         .schedule(PipelineSchedule.INTERLEAVED, 3).build(),
                 "stages=6", "ranks=2 x stagesPerRank=3", "use at most 4 stages");
         assertMessage(IllegalArgumentException.class, () -> PipelineStageSplit.balanced(net, 5),
-                "stages=5 but the network has 4 layers: use at most 4 stages");
+                "stages=5 but the network has 4 layers; fix: use at most 4 stages");
+    }
+
+    @Test
+    void unsetRequiredSettingsNameTheCall() {
+        MultiLayerNetwork net = fourLayers();
+        assertMessage(IllegalArgumentException.class, () -> PipelineParallelTrainer.builder(net).microbatches(4).build(),
+                "ranks not set (fix: call ranks(p)");
+        assertMessage(IllegalArgumentException.class, () -> PipelineParallelTrainer.builder(net).ranks(2).build(),
+                "microbatches not set (fix: call microbatches(m)");
     }
 
     @Test

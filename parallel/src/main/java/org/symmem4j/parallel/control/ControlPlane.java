@@ -82,7 +82,7 @@ public final class ControlPlane implements AutoCloseable {
             memory.close();
             throw new IllegalArgumentException("control plane needs host symmetric memory; transport="
                     + hostTransport.name() + " gave " + memory.getClass().getSimpleName()
-                    + " (pass a host transport: host-in-jvm or host-shm)");
+                    + " (fix: pass a host transport: host-in-jvm or host-shm)");
         }
         return new ControlPlane(group, pads.sync(), memory, "device-m" + memory.id());
     }

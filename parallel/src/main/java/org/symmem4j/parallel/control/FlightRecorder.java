@@ -124,7 +124,8 @@ public final class FlightRecorder {
      */
     public static FlightRecorder create(int rank, int worldSize, String communicator, int entries) {
         if (entries < 0) {
-            throw new IllegalArgumentException("flight recorder entries=" + entries + ", expected >= 0 (0 turns it off)");
+            throw new IllegalArgumentException("flight recorder entries=" + entries + ", expected >= 0 (0 turns"
+                    + " it off; fix: pass a count >= 0, or leave it unset)");
         }
         if (entries == 0) {
             return null;

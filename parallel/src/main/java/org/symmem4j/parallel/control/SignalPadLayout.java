@@ -248,7 +248,8 @@ public final class SignalPadLayout {
         long token = pad.get(ValueLayout.JAVA_LONG, LAUNCH_TOKEN_OFFSET);
         if (token != launchToken) {
             throw new IllegalStateException(String.format("signal pad of rank %d belongs to another launch: launch token"
-                    + "=%016x expected=%016x (a process of another job with the same run id created it: give each job"
+                    + "=%016x expected=%016x (a process of another job with the same run id created it; fix:"
+                    + " give each job"
                     + " its own SYMMEM4J_RUN_ID and MASTER_PORT)", ownerRank, token, launchToken));
         }
     }

@@ -112,7 +112,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         this.worldSize = group.worldSize();
         if (worldSize > CudaKernels.MAX_RANKS) {
             throw new IllegalArgumentException("worldSize=" + worldSize + " exceeds the kernels' MAX_RANKS="
-                    + CudaKernels.MAX_RANKS + " (one machine's GPUs)");
+                    + CudaKernels.MAX_RANKS + " (one machine's GPUs; fix: split the group by machine)");
         }
         this.control = ControlPlane.open(group, group.hostTransport());
         // ranks share a GPU when two of them name the same one (host and PCI address: ordinals differ between processes
@@ -498,7 +498,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
                 : Problem.ofSegment(buffer, group.rank() != root); // the root only reads its buffer
         if (rank.capturing) {
             throw new IllegalStateException("cuda broadcast cannot be captured into a graph: its pieces are ordered by host"
-                    + " barriers (call it outside capture)");
+                    + " barriers (fix: call it outside capture)");
         }
         control.checkAgreement("cuda broadcast", Kind.BROADCAST, dtype, null, null, root, count,
                 buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
@@ -542,14 +542,14 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         if (rank.capturing) {
             throw new IllegalStateException("cuda " + what + " of dtype=" + dtype + " op=" + op + " reduces on the host,"
                     + " which a CUDA graph cannot capture; expected FLOAT32 or BFLOAT16 with SUM and 16-byte aligned offsets"
-                    + " inside a capture (call it outside capture)");
+                    + " inside a capture (fix: call it outside capture)");
         }
     }
 
     private void checkNotCapturingCopies(String what) {
         if (rank.capturing && rank.kernels == null) {
             throw new IllegalStateException("cuda " + what + " without the symmem4j kernels copies between host barriers,"
-                    + " which a CUDA graph cannot capture (call it outside capture, or build with the kernels)");
+                    + " which a CUDA graph cannot capture (fix: call it outside capture, or build with the kernels)");
         }
     }
 

@@ -49,7 +49,8 @@ final class CudaDeviceKernels implements DeviceKernels {
     public DeviceModule load(byte[] image) {
         Objects.requireNonNull(image, "image");
         if (image.length == 0) {
-            throw new IllegalArgumentException("module image of 0 bytes (expected PTX text, a cubin or a fatbin)");
+            throw new IllegalArgumentException("module image of 0 bytes (expected PTX text, a cubin or a"
+                    + " fatbin; fix: pass nvcc's output)");
         }
         rank.checkOpen("load a module");
         java.lang.foreign.MemorySegment module = collectively("load a module of " + image.length + " bytes", () -> {

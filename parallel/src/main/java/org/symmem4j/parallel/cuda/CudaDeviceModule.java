@@ -34,7 +34,7 @@ final class CudaDeviceModule implements DeviceModule {
                 return CudaKernels.loadFunctionFully(d, module, symbol);
             } catch (CudaException e) {
                 if (e.code() == CudaDeviceKernels.NOT_FOUND) {
-                    throw new SymmemException("kernel symbol=" + symbol + " not found in the module (declare it"
+                    throw new SymmemException("kernel symbol=" + symbol + " not found in the module (fix: declare it"
                             + " extern \"C\" __global__ so that its name is not mangled; a C++ name is exported mangled,"
                             + " e.g. _Z...)", e);
                 }
@@ -47,7 +47,8 @@ final class CudaDeviceModule implements DeviceModule {
     /** Throws unless the module is loaded and its rank open. */
     void checkLoaded(String what) {
         if (unloaded.get()) {
-            throw new IllegalStateException(what + ": the module was closed (load it again with DeviceKernels.load)");
+            throw new IllegalStateException(what + ": the module was closed (fix: load it again with"
+                    + " DeviceKernels.load)");
         }
         kernels.rank().checkOpen(what);
     }

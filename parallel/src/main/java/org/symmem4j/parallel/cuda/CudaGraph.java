@@ -29,7 +29,7 @@ public final class CudaGraph implements org.symmem4j.parallel.DeviceGraph {
     @Override
     public void replay() {
         if (destroyed.get()) {
-            throw new IllegalStateException("replay of a closed graph (capture it again)");
+            throw new IllegalStateException("replay of a closed graph (fix: capture it again)");
         }
         rank.makeCurrent("replay a graph");
         if (order == null) {

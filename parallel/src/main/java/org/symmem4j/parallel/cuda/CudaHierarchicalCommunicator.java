@@ -83,7 +83,8 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
                                                CommunicatorOptions options) {
         if (!Nccl.available()) {
             throw new CudaUnavailableException("a GPU group spanning " + topology.nodes() + " machines needs NCCL between"
-                    + " them: " + Nccl.unavailableReason() + " (install NCCL 2.27+ so libnccl.so.2 is on the library path)");
+                    + " them: " + Nccl.unavailableReason() + " (fix: install NCCL 2.27+ so libnccl.so.2 is on"
+                    + " the library path)");
         }
         HierarchicalSchedule<CudaCommunicator, NcclLink> schedule = HierarchicalSchedule.open(group, topology,
                 machine -> (CudaCommunicator) cuda.communicator(machine, options),

@@ -80,7 +80,8 @@ public final class CudaKernels {
             try (InputStream in = CudaKernels.class.getResourceAsStream(RESOURCE)) {
                 if (in == null) {
                     throw new CudaUnavailableException("symmem4j CUDA kernels are absent: " + RESOURCE + " is not on the class"
-                            + " path (the kernels module was built without nvcc; build on a machine with CUDA 13's nvcc,"
+                            + " path (the kernels module was built without nvcc; fix: build on a machine with"
+                            + " CUDA 13's nvcc,"
                             + " or use Algorithm.NCCL)");
                 }
                 i = in.readAllBytes();

@@ -176,7 +176,7 @@ final class CudaRank implements AutoCloseable {
         if (closed) {
             throw new IllegalStateException(what + ": the CUDA state of rank=" + rank + " (device " + ordinal
                     + ") is closed (its group was released from the CudaTransport, or the transport closed;"
-                    + " create a new group on an open transport)");
+                    + " fix: create a new group on an open transport)");
         }
     }
 
@@ -308,7 +308,9 @@ final class CudaRank implements AutoCloseable {
     CudaKernels kernels() {
         if (kernels == null) {
             throw new CudaUnavailableException("symmem4j CUDA kernels are absent (" + CudaKernels.RESOURCE
-                    + " missing from the class path: built without nvcc); only Algorithm.NCCL can run");
+                    + " missing from the class path: built without nvcc); only Algorithm.NCCL can run (fix:"
+                    + " build the kernels module with"
+                    + " CUDA 13's nvcc, or use Algorithm.NCCL)");
         }
         return kernels;
     }

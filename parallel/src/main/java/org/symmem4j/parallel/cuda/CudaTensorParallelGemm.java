@@ -572,7 +572,8 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         Objects.requireNonNull(memory, what);
         if (!(memory instanceof CudaSymmetricMemory cuda) || memory.group() != comm.group()) {
             throw new IllegalArgumentException(what + ": symmetric memory of this communicator's group expected, found one of "
-                    + memory.group() + " (allocate it with SymmetricMemory.allocate(group, bytes) on the same group)");
+                    + memory.group() + " (fix: allocate it with SymmetricMemory.allocate(group, bytes) on the"
+                    + " same group)");
         }
         if (memory.signalSlots() <= DONE_SLOT) {
             throw new IllegalArgumentException(what + ": " + memory.signalSlots() + " signal slots, the fused calls need "
@@ -584,7 +585,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     private void checkRows(int rows) {
         if (rows % world != 0) {
             throw new IllegalArgumentException("rows=" + rows + " does not split into " + world
-                    + " equal blocks: pad M to a multiple of the tensor-parallel size");
+                    + " equal blocks (fix: pad M to a multiple of the tensor-parallel size)");
         }
     }
 

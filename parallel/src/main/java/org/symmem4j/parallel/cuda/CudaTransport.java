@@ -133,7 +133,8 @@ public final class CudaTransport implements Transport, AutoCloseable {
     private void checkOpen(Group group) {
         if (closed) {
             throw new IllegalStateException("cuda transport closed: rank=" + (group == null ? "?" : group.rank())
-                    + " cannot use it (it released every rank's stream, context and kernels; create a new transport"
+                    + " cannot use it (it released every rank's stream, context and kernels; fix: create a new"
+                    + " transport"
                     + " with CudaTransport.create())");
         }
     }
@@ -262,7 +263,7 @@ public final class CudaTransport implements Transport, AutoCloseable {
         static Header of(byte[] b) {
             if (b.length != BYTES) {
                 throw new SymmemException("cuda transport: a peer's header has " + b.length + " bytes, expected "
-                        + BYTES + " (every rank must run the same symmem4j version)");
+                        + BYTES + " (fix: run the same symmem4j version on every rank)");
             }
             ByteBuffer in = ByteBuffer.wrap(b);
             return new Header(in.getLong(), (int) in.getLong(), in.getLong(), in.getLong(), in.getLong());
@@ -297,7 +298,8 @@ public final class CudaTransport implements Transport, AutoCloseable {
     @Override
     public SymmetricMemory allocate(Group group, long bytes) {
         if (bytes < 0) {
-            throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0");
+            throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0 (fix: pass the size to"
+                    + " allocate in bytes)");
         }
         CudaRank r = rank(group);
         refuseAcrossMachines(group, "allocate");
@@ -448,7 +450,8 @@ public final class CudaTransport implements Transport, AutoCloseable {
                 return PROCESS_PER_RANK;
             }
             throw new SymmemException("cuda transport needs the ranks of a group either all in one process (threads) or"
-                    + " each in a process of its own; found " + pids(headers) + " on rank=" + g.rank() + " (launch one"
+                    + " each in a process of its own; found " + pids(headers) + " on"
+                    + " rank=" + g.rank() + " (fix: launch one"
                     + " process per GPU, e.g. bin/symmem4j-run --nproc-per-node N, or run every rank as a thread of one JVM)");
         }
     }
@@ -470,7 +473,7 @@ public final class CudaTransport implements Transport, AutoCloseable {
         }
         if (!same) {
             throw new SymmemException("symmetric memory " + what + ": sizes differ across ranks: " + sizes
-                    + " (every rank must " + what + " the same number of bytes)");
+                    + " (fix: every rank must " + what + " the same number of bytes)");
         }
     }
 
@@ -551,7 +554,8 @@ public final class CudaTransport implements Transport, AutoCloseable {
         }
         if (!same) {
             throw new SymmemException("symmetric memory " + what + ": the ranks of the group use different CudaTransport"
-                    + " instances: " + found + " on rank=" + g.rank() + " (create one CudaTransport and let every rank of"
+                    + " instances: " + found + " on rank=" + g.rank() + " (fix: create one CudaTransport and"
+                    + " let every rank of"
                     + " the group use it, e.g. InJvmWorld.create(n, options, transport))");
         }
     }

@@ -61,7 +61,7 @@ final class CudaWorkClock implements WorkClock {
         }
         if (recorded == events.length) {
             throw new IllegalStateException("clock of " + (events.length - 1) + " marks per round: mark " + recorded
-                    + " does not fit (ask SymmetricMemory.clock for as many marks as a round takes)");
+                    + " does not fit (fix: ask SymmetricMemory.clock for as many marks as a round takes)");
         }
         driver.setCurrent(context);
         driver.record(events[recorded], stream);

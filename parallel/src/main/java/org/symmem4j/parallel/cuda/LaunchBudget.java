@@ -232,7 +232,7 @@ final class LaunchBudget {
         for (int[] l : allLimits) {
             if (l.length != min.length) {
                 throw new IllegalArgumentException("a rank's launch limits have " + l.length + " entries, expected one per"
-                        + " kernel: " + min.length + " (every rank must run the same symmem4j version)");
+                        + " kernel: " + min.length + " (fix: run the same symmem4j version on every rank)");
             }
             for (int k = 0; k < min.length; k++) {
                 min[k] = Math.min(min[k], l[k]);

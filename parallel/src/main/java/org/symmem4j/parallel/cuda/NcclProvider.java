@@ -157,7 +157,7 @@ final class NcclProvider {
     static long p2pCount(long bytes) {
         if (bytes % 4 != 0) {
             throw new IllegalArgumentException("NCCL send/recv here moves whole 4-byte words: bytes=" + bytes
-                    + " expected a multiple of 4 (pad the message)");
+                    + " expected a multiple of 4 (fix: pad the message)");
         }
         return bytes / 4;
     }

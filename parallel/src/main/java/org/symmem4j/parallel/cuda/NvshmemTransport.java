@@ -156,7 +156,7 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
     private void checkOpen(Group group) {
         if (closed) {
             throw new IllegalStateException("nvshmem transport closed: rank=" + (group == null ? "?" : group.rank())
-                    + " cannot use it (create a new one with NvshmemTransport.create())");
+                    + " cannot use it (fix: create a new one with NvshmemTransport.create())");
         }
     }
 
@@ -241,7 +241,8 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
     @Override
     public SymmetricMemory allocate(Group group, long bytes) {
         if (bytes < 0) {
-            throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0");
+            throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0 (fix: pass the size to"
+                    + " allocate in bytes)");
         }
         CudaRank r = rank(group);
         int n = group.worldSize();
@@ -258,7 +259,7 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
                 found.append(p == 0 ? "" : ", ").append("rank=").append(p).append(" bytes=").append(sizes[p]);
             }
             throw new SymmemException("symmetric memory allocate: sizes differ across ranks: " + found
-                    + " (every rank must allocate the same number of bytes)");
+                    + " (fix: every rank must allocate the same number of bytes)");
         }
         long id = ByteBuffer.wrap(headers.getFirst()).getLong(8);
         CudaDriver d = cuda.driver();

@@ -45,7 +45,8 @@ final class GroupSplit {
      */
     static Group split(Group parent, int color, int key, String label) {
         if (label == null || !DeviceMesh.LABEL.matcher(label).matches()) {
-            throw new IllegalArgumentException("split: label=" + label + " must match " + DeviceMesh.LABEL.pattern());
+            throw new IllegalArgumentException("split: label=" + label + " must match " + DeviceMesh.LABEL.pattern()
+                    + " (fix: use a letter then up to 31 letters, digits, _ or -, e.g. \"dp\")");
         }
         String proposal = String.format("%016x", ThreadLocalRandom.current().nextLong());
         List<byte[]> all = parent.allGatherBytes("split-" + label,
@@ -62,7 +63,8 @@ final class GroupSplit {
             }
             if (!m.group(4).equals(label)) {
                 throw new SymmemException("split mismatch: rank=" + parent.rank() + " called split '" + label + "' but "
-                        + parent.describe(r) + " called split '" + m.group(4) + "' (every rank must split the same group"
+                        + parent.describe(r) + " called split '" + m.group(4) + "' (fix: every rank must split"
+                        + " the same group"
                         + " in the same order)");
             }
             if (r == 0) {
@@ -73,7 +75,7 @@ final class GroupSplit {
         if (entries.stream().anyMatch(e -> e.color() < 0)) {
             // checked after the exchange, so every rank fails with the same message instead of the others timing out
             throw new IllegalArgumentException("split '" + label + "': colors must be >= 0 (every rank joins exactly one"
-                    + " sub-group); found "
+                    + " sub-group; fix: pass a color >= 0 on every rank); found "
                     + entries.stream().filter(e -> e.color() < 0).map(e -> "parent rank " + e.parentRank() + " color="
                     + e.color()).toList());
         }

@@ -199,7 +199,9 @@ public final class InJvmGroup implements Group, PeerThreads {
 
     private void checkOpen() {
         if (closed) {
-            throw new IllegalStateException("rank=" + rank + " group '" + label + "' already closed");
+            throw new IllegalStateException("rank=" + rank + " group '" + label + "' already closed; expected"
+                    + " an open group (fix: make every"
+                    + " call before close(), or create a new group)");
         }
     }
 

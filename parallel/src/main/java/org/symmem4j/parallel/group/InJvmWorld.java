@@ -75,7 +75,9 @@ public final class InJvmWorld implements AutoCloseable {
 
     private InJvmWorld(int worldSize, GroupOptions options, Transport transport) {
         if (worldSize < 1) {
-            throw new IllegalArgumentException("worldSize=" + worldSize + " must be >= 1");
+            throw new IllegalArgumentException("worldSize=" + worldSize + " must be >= 1 (the number of ranks;"
+                    + " fix: pass e.g."
+                    + " InJvmWorld.create(2))");
         }
         Configuration.validate(); // a bad -Dsymmem4j.* value fails here, not inside a collective
         this.worldSize = worldSize;
@@ -170,12 +172,14 @@ public final class InJvmWorld implements AutoCloseable {
      */
     public Group join(int rank) {
         if (rank < 0 || rank >= worldSize) {
-            throw new IllegalArgumentException("rank=" + rank + " outside [0, " + worldSize + ") for worldSize=" + worldSize);
+            throw new IllegalArgumentException("rank=" + rank + " outside [0, " + worldSize + ") for"
+                    + " worldSize=" + worldSize
+                    + " (fix: join ranks 0 .. " + (worldSize - 1) + ", each from its own thread)");
         }
         Thread me = Thread.currentThread();
         if (!owners.compareAndSet(rank, null, me)) {
             throw new IllegalStateException("rank=" + rank + " already joined by thread '" + owners.get(rank).getName()
-                    + "' (each rank joins once, from its own thread)");
+                    + "' (fix: join each rank once, from its own thread)");
         }
         return new InJvmGroup(this, rank);
     }
@@ -414,7 +418,8 @@ public final class InJvmWorld implements AutoCloseable {
                 if (now >= deadline) {
                     throw new PeerTimeoutException("rank=" + rank + " set-up exchange '" + key + "': timed out after "
                             + options.timeout() + " waiting for ranks " + missing
-                            + " (they never arrived; check that every rank calls the same collectives in the same order)",
+                            + " (they never arrived; fix: check that every rank calls the same collectives in"
+                            + " the same order)",
                             rank, missing, "exchange " + key, PeerTimeoutException.Reason.DEADLINE_PASSED, options.timeout());
                 }
                 exchangeChanged.await(Math.min(deadline, nextLivenessCheck) - now, TimeUnit.NANOSECONDS);

@@ -412,7 +412,9 @@ public final class ProcessGroup implements Group {
     @Override
     public List<byte[]> allGatherBytes(String tag, byte[] mine) {
         if (closed) {
-            throw new IllegalStateException("rank=" + rank() + " group already closed");
+            throw new IllegalStateException("rank=" + rank() + " group already closed; expected an open group"
+                    + " (fix: make"
+                    + " every call before close(), or create a new group)");
         }
         String prefix = "x/" + (exchangeSeq++) + "/" + tag + "/";
         List<byte[]> all;

@@ -61,7 +61,8 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, int loc
                     + ") (expected this process's index among those on this machine; fix: let the launcher set it)");
         }
         if (masterAddr == null || masterAddr.isBlank()) {
-            throw new IllegalArgumentException("MASTER_ADDR is empty (set it to rank 0's address, e.g. 127.0.0.1)");
+            throw new IllegalArgumentException("MASTER_ADDR is empty (fix: set it to rank 0's address, e.g."
+                    + " 127.0.0.1)");
         }
         if (masterPort < 1 || masterPort > 65535) {
             throw new IllegalArgumentException("MASTER_PORT=" + masterPort + " outside [1, 65535] (expected the TCP port of"
@@ -173,7 +174,9 @@ public record ProcessGroupConfig(int rank, int worldSize, int localRank, int loc
             if (fallback == null) {
                 throw new IllegalArgumentException(name + " is not set (a process group needs RANK and WORLD_SIZE, and"
                         + " MASTER_ADDR/MASTER_PORT for rank 0's store, as symmem4j-run and torchrun set them; under"
-                        + " mpirun, Open MPI's OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE)");
+                        + " mpirun, Open MPI's OMPI_COMM_WORLD_RANK and OMPI_COMM_WORLD_SIZE; fix: start the"
+                        + " job with symmem4j-run"
+                        + " or torchrun, or set them)");
             }
             return fallback;
         }

@@ -87,7 +87,9 @@ final class StoreSubGroup implements Group {
     @Override
     public List<byte[]> allGatherBytes(String tag, byte[] mine) {
         if (closed) {
-            throw new IllegalStateException("rank=" + rank + " group '" + label + "' already closed");
+            throw new IllegalStateException("rank=" + rank + " group '" + label + "' already closed; expected"
+                    + " an open group (fix: make every"
+                    + " call before close(), or split the group again)");
         }
         String prefix = "x/" + (exchangeSeq++) + "/" + tag + "/";
         List<byte[]> all;

@@ -107,7 +107,7 @@ public final class HostCommunicator implements Communicator {
             memory.close();
             throw new IllegalArgumentException("host communicator needs host symmetric memory; transport="
                     + hostTransport.name() + " gave " + memory.getClass().getSimpleName()
-                    + " (pass a host transport: host-in-jvm or host-shm)");
+                    + " (fix: pass a host transport: host-in-jvm or host-shm)");
         }
         this.scratch = host;
         this.sync = scratch.sync();

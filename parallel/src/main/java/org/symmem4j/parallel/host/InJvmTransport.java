@@ -44,7 +44,8 @@ public final class InJvmTransport implements Transport {
     public SymmetricMemory allocate(Group group, long bytes) {
         PeerThreads peers = inJvm(group);
         if (bytes < 0) {
-            throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0");
+            throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0 (fix: pass the size to"
+                    + " allocate in bytes)");
         }
         Arena arena = Arena.ofShared();
         // reserved, not committed: pages hold memory once written, and decommit gives them back
@@ -64,7 +65,7 @@ public final class InJvmTransport implements Transport {
         Objects.requireNonNull(buffer, "buffer");
         if (!buffer.isNative()) {
             throw new IllegalArgumentException("register needs an off-heap (native) segment; found a heap segment of "
-                    + buffer.byteSize() + " bytes (copy it off-heap, or allocate with SymmetricMemory.allocate)");
+                    + buffer.byteSize() + " bytes (fix: copy it off-heap, or allocate with SymmetricMemory.allocate)");
         }
         // Found here, refused on every rank after the exchange: peers' threads read this buffer, so one
         // confined to a thread (even this rank's own) or already freed could never be used by the group.
@@ -120,7 +121,7 @@ public final class InJvmTransport implements Transport {
         if (!sameSize) {
             arena.close();
             throw new SymmemException("symmetric memory " + what + ": sizes differ across ranks: " + sizes
-                    + " (every rank must " + what + " the same number of bytes)");
+                    + " (fix: every rank must " + what + " the same number of bytes)");
         }
         long id = ((Contribution) all[0]).idProposal();
         AutoCloseableArena tracked = new AutoCloseableArena(arena);
@@ -203,6 +204,7 @@ public final class InJvmTransport implements Transport {
             return peers;
         }
         throw new IllegalArgumentException("transport " + NAME + " needs a group whose ranks are threads of this JVM (PeerThreads: InJvmWorld's groups); found "
-                + (group == null ? "null" : group.getClass().getSimpleName()));
+                + (group == null ? "null" : group.getClass().getSimpleName())
+                    + " (fix: use group.transport() of an InJvmWorld group)");
     }
 }

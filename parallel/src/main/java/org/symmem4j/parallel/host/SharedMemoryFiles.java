@@ -97,7 +97,7 @@ public final class SharedMemoryFiles {
             createWithoutPosix(path);
         } catch (IOException e) {
             throw new SymmemException("cannot create shared-memory file " + path + ": " + e
-                    + " (is " + directory() + " writable? set -Dsymmem4j.shm.dir to another tmpfs)", e);
+                    + " (is " + directory() + " writable? fix: set -Dsymmem4j.shm.dir to another tmpfs)", e);
         }
         try (FileChannel ch = FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE,
                 LinkOption.NOFOLLOW_LINKS)) {
@@ -108,7 +108,8 @@ public final class SharedMemoryFiles {
         } catch (IOException e) {
             deleteQuietly(name);
             throw new SymmemException("cannot size or map shared-memory file " + path + " to " + bytes + " bytes: " + e
-                    + " (is " + directory() + " full? df -h " + directory() + ")", e);
+                    + " (is " + directory() + " full? df -h " + directory() + "; fix: free space there,"
+                    + " or set -Dsymmem4j.shm.dir to a larger tmpfs)", e);
         }
     }
 
@@ -134,7 +135,7 @@ public final class SharedMemoryFiles {
             long size = ch.size();
             if (size != bytes) {
                 throw new SymmemException("shared-memory file " + path + " has size=" + size + " expected=" + bytes
-                        + " (ranks must allocate the same number of bytes)");
+                        + " (fix: every rank must allocate the same number of bytes)");
             }
             return ch.map(FileChannel.MapMode.READ_WRITE, 0, bytes, arena);
         } catch (java.nio.file.NoSuchFileException e) {
@@ -163,7 +164,8 @@ public final class SharedMemoryFiles {
             if (owner != me || (mode & 0077) != 0) {
                 throw new SymmemException("shared-memory file " + path + " has owner uid=" + owner + " mode="
                         + Integer.toOctalString(mode & 0777) + "; expected owner uid=" + me + " mode=600 (a file that this"
-                        + " job's ranks did not create, or ranks running as different users: run every rank as one user)");
+                        + " job's ranks did not create, or ranks running as different users; fix: run every"
+                        + " rank as one user)");
             }
         } catch (UnsupportedOperationException | IllegalArgumentException e) {
             // no unix attributes on this file system (not Linux): nothing more to check

@@ -58,7 +58,8 @@ public final class SharedMemoryTransport implements Transport {
     public SymmetricMemory allocate(Group group, long bytes) {
         Group g = ownGroup(group);
         if (bytes < 0) {
-            throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0");
+            throw new IllegalArgumentException("bytes=" + bytes + " must be >= 0 (fix: pass the size to"
+                    + " allocate in bytes)");
         }
         SharedMemoryFiles.sweepStale();
         int n = g.worldSize();
@@ -103,7 +104,7 @@ public final class SharedMemoryTransport implements Transport {
             }
             if (!sameSize) {
                 throw new SymmemException("symmetric memory allocate: sizes differ across ranks: " + sizes
-                        + " (every rank must allocate the same number of bytes)");
+                        + " (fix: every rank must allocate the same number of bytes)");
             }
             // A peer's file that is gone is not reported at once: its owner may have removed it because it gave up
             // on the set-up (a peer died), or a sweep may have removed a dead peer's file. The exchange below finds
@@ -246,7 +247,7 @@ public final class SharedMemoryTransport implements Transport {
         if (group == null || (group.transport() != this && group.hostTransport() != this)) {
             throw new IllegalArgumentException("transport " + NAME + " serves the process group that created it; found "
                     + (group == null ? "null" : group.getClass().getSimpleName() + " with transport "
-                    + group.transport().name()) + " (use group.transport() or group.hostTransport(), or"
+                    + group.transport().name()) + " (fix: use group.transport() or group.hostTransport(), or"
                     + " SymmetricMemory.allocate(group, bytes))");
         }
         return group;

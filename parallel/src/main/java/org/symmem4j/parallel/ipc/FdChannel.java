@@ -76,7 +76,8 @@ public final class FdChannel implements AutoCloseable {
         byte[] name = path.toString().getBytes(StandardCharsets.UTF_8);
         if (name.length >= LibC.SUN_PATH_BYTES) {
             throw new IllegalArgumentException("socket path " + path + " has " + name.length + " bytes, expected at most "
-                    + (LibC.SUN_PATH_BYTES - 1) + " (a Unix socket's limit; point -Dsymmem4j.secret.dir or XDG_RUNTIME_DIR"
+                    + (LibC.SUN_PATH_BYTES - 1) + " (a Unix socket's limit; fix: point -Dsymmem4j.secret.dir or"
+                    + " XDG_RUNTIME_DIR"
                     + " at a shorter directory)");
         }
         try {

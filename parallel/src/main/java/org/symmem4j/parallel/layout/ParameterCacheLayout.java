@@ -283,7 +283,7 @@ public final class ParameterCacheLayout {
         byte[] b = name.getBytes(StandardCharsets.UTF_8);
         if (b.length == 0 || b.length > MAX_NAME_BYTES) {
             throw new IllegalArgumentException("parameter cache name '" + name + "' is " + b.length
-                    + " UTF-8 bytes, expected 1.." + MAX_NAME_BYTES + " (use a shorter name)");
+                    + " UTF-8 bytes, expected 1.." + MAX_NAME_BYTES + " (fix: use a shorter name)");
         }
         return b;
     }

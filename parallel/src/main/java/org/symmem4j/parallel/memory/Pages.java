@@ -84,7 +84,7 @@ public final class Pages {
         }
         if (address.address() == -1L) {
             throw new SymmemException("mmap of " + length + " bytes of reserved memory failed: errno=" + errno
-                    + " (address space or vm.overcommit_memory=2 refuses it: ask for less)");
+                    + " (address space or vm.overcommit_memory=2 refuses it; fix: ask for less)");
         }
         long start = address.address();
         return MemorySegment.ofAddress(start).reinterpret(bytes, arena, ignored -> unmap(start, length));
@@ -128,7 +128,8 @@ public final class Pages {
         }
         if (rc != 0) {
             throw new SymmemException(what + " of " + pages[1] + " bytes failed: madvise(" + advice + ") errno=" + errno
-                    + (advice == MADV_REMOVE ? " (the memory's file system cannot free pages: put symmem4j.shm.dir on"
+                    + (advice == MADV_REMOVE ? " (the memory's file system cannot free pages; fix: put"
+                    + " symmem4j.shm.dir on"
                     + " tmpfs, /dev/shm)" : ""));
         }
     }

@@ -26,7 +26,8 @@ public final class ReservedMemory {
      */
     public static MemorySegment reserve(long bytes, Arena arena) {
         if (bytes < 1) {
-            throw new IllegalArgumentException("reserved memory of " + bytes + " bytes: expected at least 1");
+            throw new IllegalArgumentException("reserved memory of " + bytes + " bytes: expected at least 1"
+                    + " (fix: reserve the bytes the model needs)");
         }
         return Pages.reserve(bytes, arena);
     }

@@ -68,7 +68,7 @@ public final class Mpi {
                 int rc = (int) mpi.initThread.invokeExact(MemorySegment.NULL, MemorySegment.NULL, MPI_THREAD_MULTIPLE, provided);
                 if (rc != OpenMpi.MPI_SUCCESS) {
                     throw new MpiUnavailableException("MPI_Init_thread failed: " + mpi.describe(rc) + " (MPI error " + rc
-                            + "; start the processes with mpirun, or check Open MPI's messages above)");
+                            + "; fix: start the processes with mpirun, or check Open MPI's messages above)");
                 }
                 int level = provided.get(JAVA_INT, 0);
                 if (level < OpenMpi.MPI_THREAD_SERIALIZED) {

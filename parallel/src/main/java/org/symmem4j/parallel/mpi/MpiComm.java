@@ -100,13 +100,14 @@ public final class MpiComm implements AutoCloseable {
         for (int r : ranks) {
             if (r < 0 || r >= size || !seen.add(r)) {
                 throw new IllegalArgumentException("ranks " + java.util.Arrays.toString(ranks) + ": expected distinct ranks"
-                        + " in [0, " + size + ")");
+                        + " in [0, " + size + ") (fix: list each rank of the new communicator once)");
             }
             mine |= r == rank;
         }
         if (!mine) {
             throw new IllegalArgumentException("ranks " + java.util.Arrays.toString(ranks) + " do not include this process's"
-                    + " rank " + rank + ": only the processes of the new communicator create it");
+                    + " rank " + rank + ": only the processes of the new communicator create it"
+                    + " (fix: call it only on the processes it lists)");
         }
         OpenMpi mpi = OpenMpi.get();
         return Mpi.call(() -> {
@@ -262,7 +263,8 @@ public final class MpiComm implements AutoCloseable {
 
     private static int intCount(long count, String what) {
         if (count < 0 || count > Integer.MAX_VALUE) {
-            throw new IllegalArgumentException(what + "=" + count + " expected 0 .. 2^31-1 elements (MPI counts are ints)");
+            throw new IllegalArgumentException(what + "=" + count + " expected 0 .. 2^31-1 elements (MPI counts"
+                    + " are ints; fix: split the call into pieces below 2^31)");
         }
         return (int) count;
     }
@@ -270,11 +272,12 @@ public final class MpiComm implements AutoCloseable {
     private static void requireFits(MemorySegment buffer, long count, DType dtype, String what) {
         if (buffer == null || !buffer.isNative()) {
             throw new IllegalArgumentException(what + " must be native memory (got " + buffer + "): MPI cannot read the"
-                    + " Java heap; allocate it with an Arena");
+                    + " Java heap (fix: allocate it with an Arena)");
         }
         if (count < 0 || buffer.byteSize() < dtype.bytes(count)) {
             throw new IllegalArgumentException(what + " holds " + buffer.byteSize() + " bytes, expected at least "
-                    + dtype.bytes(Math.max(0, count)) + " for " + count + " " + dtype + " elements");
+                    + dtype.bytes(Math.max(0, count)) + " for " + count + " " + dtype + " elements"
+                    + " (fix: pass a buffer of at least that size, or a smaller count)");
         }
     }
 
@@ -283,7 +286,7 @@ public final class MpiComm implements AutoCloseable {
             case FLOAT32 -> mpi.typeFloat;
             case FLOAT64 -> mpi.typeDouble;
             case BFLOAT16 -> throw new IllegalArgumentException("dtype=BFLOAT16: Open MPI has no bfloat16 type; expected"
-                    + " FLOAT32 or FLOAT64 (widen to FLOAT32 before the MPI step)");
+                    + " FLOAT32 or FLOAT64 (fix: widen to FLOAT32 before the MPI step)");
         };
     }
 
@@ -292,7 +295,8 @@ public final class MpiComm implements AutoCloseable {
             case SUM -> mpi.opSum;
             case MAX -> mpi.opMax;
             case MIN -> mpi.opMin;
-            case AVG -> throw new IllegalArgumentException("op=AVG: MPI has no average; expected SUM, MAX or MIN (sum,"
+            case AVG -> throw new IllegalArgumentException("op=AVG: MPI has no average; expected SUM, MAX or"
+                    + " MIN (fix: sum,"
                     + " then divide by the size)");
         };
     }

@@ -86,7 +86,8 @@ final class OpenMpi {
             throw new MpiUnavailableException(SONAME + " could not be opened: " + t);
         }
         if (handle.address() == 0) {
-            throw new MpiUnavailableException(SONAME + " is not installed (install Open MPI: Debian's openmpi-bin, which brings"
+            throw new MpiUnavailableException(SONAME + " is not installed (fix: install Open MPI: Debian's"
+                    + " openmpi-bin, which brings"
                     + " libopenmpi3, or your cluster's module)");
         }
         initialized = function("MPI_Initialized", FunctionDescriptor.of(JAVA_INT, ADDRESS));
@@ -137,7 +138,8 @@ final class OpenMpi {
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment s = (MemorySegment) dlsym.invokeExact(handle, arena.allocateFrom(name));
             if (s.address() == 0) {
-                throw new MpiUnavailableException(SONAME + " has no symbol " + name + ": not Open MPI's ABI (this binding"
+                throw new MpiUnavailableException(SONAME + " has no symbol " + name + ": not Open MPI's ABI"
+                        + " (fix: use Open MPI; this binding"
                         + " needs Open MPI 4 or 5; MPICH-family libraries are not supported)");
             }
             return s;

@@ -338,7 +338,7 @@ public final class HierarchicalCommunicator implements Communicator {
                         (long) field(r, 2)));
             }
             throw new CollectiveMismatchException(call + " arguments differ across ranks: " + each
-                    + " (all ranks must pass the same count, dtype, op, algorithm and root)");
+                    + " (fix: all ranks must pass the same count, dtype, op, algorithm and root)");
         }
     }
 

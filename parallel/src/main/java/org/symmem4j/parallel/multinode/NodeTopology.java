@@ -109,7 +109,8 @@ public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank)
             if (order.isEmpty() || !order.getLast().equals(id)) {
                 if (order.contains(id)) {
                     throw new IllegalArgumentException("the ranks of machine '" + id + "' are not consecutive: machines by"
-                            + " rank " + ids + " (start the processes machine by machine: symmem4j-run and torchrun do;"
+                            + " rank " + ids + " (fix: start the processes machine by machine: symmem4j-run and"
+                            + " torchrun do;"
                             + " with mpirun, map by slot)");
                 }
                 order.add(id);
@@ -120,7 +121,8 @@ public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank)
             long count = ids.stream().filter(id::equals).count();
             if (count != perNode) {
                 throw new IllegalArgumentException("machine '" + id + "' runs " + count + " ranks, expected " + perNode
-                        + " on every machine: machines by rank " + ids + " (start as many processes on each machine)");
+                        + " on every machine: machines by rank " + ids + " (fix: start as many processes on"
+                        + " each machine)");
             }
         }
         return new NodeTopology(order.size(), perNode, rank / perNode, rank % perNode);
@@ -137,7 +139,8 @@ public record NodeTopology(int nodes, int ranksPerNode, int node, int localRank)
             try {
                 return java.net.InetAddress.getLocalHost().getHostName();
             } catch (IOException e2) {
-                throw new IllegalStateException("cannot tell this machine's name (set " + NODE_ID_ENV + "): " + e2, e2);
+                throw new IllegalStateException("cannot tell this machine's name (fix: set"
+                        + " " + NODE_ID_ENV + "): " + e2, e2);
             }
         }
     }

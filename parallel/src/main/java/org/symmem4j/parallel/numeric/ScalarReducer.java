@@ -84,7 +84,8 @@ public final class ScalarReducer implements Reducer {
     static void checkDivisor(long divisor) {
         if (divisor < 1 || divisor > (1L << 24)) {
             throw new IllegalArgumentException("divisor=" + divisor + " expected 1.." + (1L << 24)
-                    + " (exact in FLOAT32, so every dtype divides by the same number)");
+                    + " (exact in FLOAT32, so every dtype divides by the same number;"
+                    + " fix: divide by a count in that range)");
         }
     }
 

@@ -42,7 +42,8 @@ public final class InMemoryStore implements RendezvousStore {
      */
     public InMemoryStore(long capacityBytes) {
         if (capacityBytes <= 0) {
-            throw new IllegalArgumentException("capacityBytes=" + capacityBytes + " must be positive");
+            throw new IllegalArgumentException("capacityBytes=" + capacityBytes + " must be positive (fix: pass"
+                    + " a capacity in bytes, e.g. 1 << 20)");
         }
         this.capacityBytes = capacityBytes;
     }

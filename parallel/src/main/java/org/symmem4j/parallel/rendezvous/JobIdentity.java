@@ -25,10 +25,12 @@ public record JobIdentity(String runId, long generation, int worldSize) {
     public JobIdentity {
         checkRunId(runId);
         if (generation < 0) {
-            throw new IllegalArgumentException("generation=" + generation + " must be >= 0");
+            throw new IllegalArgumentException("generation=" + generation + " must be >= 0 (fix: let the"
+                    + " launcher set SYMMEM4J_GENERATION, or unset it)");
         }
         if (worldSize < 1) {
-            throw new IllegalArgumentException("worldSize=" + worldSize + " must be >= 1");
+            throw new IllegalArgumentException("worldSize=" + worldSize + " must be >= 1 (fix: let the launcher"
+                    + " set WORLD_SIZE)");
         }
     }
 
@@ -43,7 +45,7 @@ public record JobIdentity(String runId, long generation, int worldSize) {
         if (runId == null || !RUN_ID.matcher(runId).matches()) {
             throw new IllegalArgumentException("run id=" + (runId == null ? "null" : "'" + runId + "'")
                     + " must be 1 to 128 characters of letters, digits and . _ : @ + -"
-                    + " (set SYMMEM4J_RUN_ID to such a value on every rank of the job)");
+                    + " (fix: set SYMMEM4J_RUN_ID to such a value on every rank of the job)");
         }
         return runId;
     }

@@ -48,18 +48,21 @@ public record StoreLimits(int maxKeyBytes, int maxValueBytes, long maxTotalBytes
         positive("maxConnections", maxConnections);
         positive("maxUnauthenticated", maxUnauthenticated);
         if (maxKeyBytes > 65_535) {
-            throw new IllegalArgumentException("maxKeyBytes=" + maxKeyBytes + " exceeds the wire format's 65535");
+            throw new IllegalArgumentException("maxKeyBytes=" + maxKeyBytes + " exceeds the wire format's 65535"
+                    + " (fix: pass at most 65535)");
         }
         if (handshakeTimeout.isNegative() || handshakeTimeout.isZero() || requestTimeout.isNegative()
                 || requestTimeout.isZero()) {
             throw new IllegalArgumentException("handshakeTimeout=" + handshakeTimeout + " and requestTimeout="
-                    + requestTimeout + " must be positive");
+                    + requestTimeout + " must be positive (fix: pass"
+                    + " positive durations, or use StoreLimits.defaults())");
         }
     }
 
     private static void positive(String name, long v) {
         if (v <= 0) {
-            throw new IllegalArgumentException(name + "=" + v + " must be positive");
+            throw new IllegalArgumentException(name + "=" + v + " must be positive (fix: pass a positive value,"
+                    + " or use StoreLimits.defaults())");
         }
     }
 

@@ -113,9 +113,9 @@ public final class StoreSecret {
         }
         if (!isLoopback(masterAddr)) {
             throw new SymmemException("rendezvous store at MASTER_ADDR=" + masterAddr + " is not a loopback address:"
-                    + " ranks on other hosts cannot read this host's generated secret. Set " + SECRET_ENV
-                    + " (at least " + MIN_BYTES + " bytes) or " + SECRET_FILE_ENV + " (a file of mode 0600) to the same"
-                    + " secret on every rank, or use MASTER_ADDR=127.0.0.1 for a single-host job");
+                    + " ranks on other hosts cannot read this host's generated secret (fix: set " + SECRET_ENV
+                    + ", at least " + MIN_BYTES + " bytes, or " + SECRET_FILE_ENV + ", a file of mode 0600, to the same"
+                    + " secret on every rank, or use MASTER_ADDR=127.0.0.1 for a single-host job)");
         }
         return new StoreSecret(Kind.HOST_FILE, null, hostDirectory().resolve(hostFileName(runId, port)));
     }
@@ -159,12 +159,13 @@ public final class StoreSecret {
         String[] lines = text.split("\n");
         if (lines.length < 2 || !lines[0].startsWith(HOST_FILE_HEADER + " ")) {
             throw new SymmemException(describe() + " is malformed (expected '" + HOST_FILE_HEADER
-                    + " <pid> <start>' and a base64 line; delete it and start the job again)");
+                    + " <pid> <start>' and a base64 line; fix: delete it and start the job again)");
         }
         try {
             return checkLength(Base64.getDecoder().decode(lines[1].trim()), describe());
         } catch (IllegalArgumentException e) {
-            throw new SymmemException(describe() + " holds no valid base64 secret (delete it and start the job again)", e);
+            throw new SymmemException(describe() + " holds no valid base64 secret (fix: delete it and start the"
+                    + " job again)", e);
         }
     }
 
@@ -210,7 +211,8 @@ public final class StoreSecret {
                 // best effort
             }
             throw new SymmemException("cannot write " + describe() + ": " + e
-                    + " (set -Dsymmem4j.secret.dir to a directory only this user can write, or set " + SECRET_ENV + ")", e);
+                    + " (fix: set -Dsymmem4j.secret.dir to a directory only this user can write, or set"
+                    + " " + SECRET_ENV + ")", e);
         }
     }
 
@@ -296,24 +298,24 @@ public final class StoreSecret {
             // checked below
         } catch (IOException e) {
             throw new SymmemException("cannot create the host secret directory " + dir + ": " + e
-                    + " (set -Dsymmem4j.secret.dir, or set " + SECRET_ENV + ")", e);
+                    + " (fix: set -Dsymmem4j.secret.dir, or set " + SECRET_ENV + ")", e);
         }
         try {
             if (!Files.isDirectory(dir, LinkOption.NOFOLLOW_LINKS)) {
                 throw new SymmemException("host secret directory " + dir + " is not a directory (or is a symbolic"
-                        + " link); remove it, or set -Dsymmem4j.secret.dir");
+                        + " link; fix: remove it, or set -Dsymmem4j.secret.dir)");
             }
             int owner = (Integer) Files.getAttribute(dir, "unix:uid", LinkOption.NOFOLLOW_LINKS);
             int mode = (Integer) Files.getAttribute(dir, "unix:mode", LinkOption.NOFOLLOW_LINKS);
             if (owner != currentUid() || (mode & 0077) != 0) {
                 throw new SymmemException("host secret directory " + dir + " has owner uid=" + owner + " mode="
                         + Integer.toOctalString(mode & 0777) + "; expected owner uid=" + currentUid()
-                        + " mode=700 (another user could read or replace secrets there: remove it, or set"
+                        + " mode=700 (another user could read or replace secrets there; fix: remove it, or set"
                         + " -Dsymmem4j.secret.dir to a directory of this user's)");
             }
         } catch (IOException | UnsupportedOperationException e) {
             throw new SymmemException("cannot check host secret directory " + dir + ": " + e
-                    + " (a POSIX file system is needed for host secrets; set " + SECRET_ENV + " instead)", e);
+                    + " (a POSIX file system is needed for host secrets; fix: set " + SECRET_ENV + " instead)", e);
         }
         return dir;
     }
@@ -328,20 +330,22 @@ public final class StoreSecret {
                 if (!Files.exists(f, LinkOption.NOFOLLOW_LINKS)) {
                     throw new SecretNotReadyException(what + " does not exist");
                 }
-                throw new SymmemException(what + " is not a regular file (symbolic links are refused)");
+                throw new SymmemException(what + " is not a regular file (symbolic links are refused; fix:"
+                        + " point it at the file itself)");
             }
             int owner = (Integer) Files.getAttribute(f, "unix:uid", LinkOption.NOFOLLOW_LINKS);
             int mode = (Integer) Files.getAttribute(f, "unix:mode", LinkOption.NOFOLLOW_LINKS);
             if (owner != currentUid() || (mode & 0077) != 0) {
                 throw new SymmemException(what + ": owner uid=" + owner + " mode=" + Integer.toOctalString(mode & 0777)
                         + "; expected owner uid=" + currentUid() + " and no access for group or others"
-                        + " (chmod 600 the file, as the user that runs the job)");
+                        + " (fix: chmod 600 the file, as the user that runs the job)");
             }
             return Files.readAllBytes(f);
         } catch (NoSuchFileException e) {
             throw new SecretNotReadyException(what + " does not exist");
         } catch (IOException | UnsupportedOperationException e) {
-            throw new SymmemException("cannot read " + what + ": " + e, e);
+            throw new SymmemException("cannot read " + what + ": " + e + " (fix: make it readable by the user"
+                    + " that runs the job)", e);
         }
     }
 
@@ -368,7 +372,7 @@ public final class StoreSecret {
     private static byte[] checkLength(byte[] secret, String what) {
         if (secret.length < MIN_BYTES) {
             throw new SymmemException(what + " holds " + secret.length + " bytes; a store secret needs at least "
-                    + MIN_BYTES + " (for example: openssl rand -hex 32)");
+                    + MIN_BYTES + " (fix: make a longer one, e.g. openssl rand -hex 32)");
         }
         return secret;
     }
@@ -406,7 +410,7 @@ public final class StoreSecret {
                 }
             } catch (IOException | UnsupportedOperationException e2) {
                 throw new SymmemException("cannot tell this process's user id (no /proc, no unix file attributes): "
-                        + e2 + "; set " + SECRET_ENV + " instead of relying on host secrets", e2);
+                        + e2 + "; fix: set " + SECRET_ENV + " instead of relying on host secrets", e2);
             }
         }
         uid = u;

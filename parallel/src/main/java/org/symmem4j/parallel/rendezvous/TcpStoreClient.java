@@ -147,7 +147,7 @@ public final class TcpStoreClient implements RendezvousStore {
             try {
                 s.connect(new InetSocketAddress(host, port), attemptMs);
             } catch (IOException e) {
-                throw new Retry("connect failed: " + e + " (rank 0 hosts the store: check that it started and that"
+                throw new Retry("connect failed: " + e + " (rank 0 hosts the store; fix: check that it started and that"
                         + " MASTER_ADDR/MASTER_PORT match on every rank)", e);
             }
             // the handshake must finish promptly: a listener that accepts and never answers is not a store
@@ -159,7 +159,8 @@ public final class TcpStoreClient implements RendezvousStore {
             return new Connection(s, i, o);
         } catch (SocketTimeoutException e) {
             throw new Retry("the process at " + host + ":" + port + " accepted the connection but did not answer the"
-                    + " symmem4j handshake in time (is something else listening on MASTER_PORT, or is rank 0 stopped?)", e);
+                    + " symmem4j handshake in time (is something else listening on MASTER_PORT, or is rank 0 stopped?"
+                        + " fix: give the job a free MASTER_PORT, or resume rank 0)", e);
         } catch (EOFException | SocketException e) {
             throw new Retry("the store at " + host + ":" + port + " closed the connection before the handshake completed"
                     + " (" + e + "; a store holding many unauthenticated connections closes the oldest to admit new ones,"
@@ -232,7 +233,8 @@ public final class TcpStoreClient implements RendezvousStore {
         int version = i.readInt();
         if (version != StoreHandshake.VERSION) {
             throw new SymmemException("the rendezvous store at " + host + ":" + port + " speaks protocol version " + version
-                    + "; this rank speaks " + StoreHandshake.VERSION + " (run the same symmem4j version on every rank)");
+                    + "; this rank speaks " + StoreHandshake.VERSION + " (fix: run the same symmem4j version on"
+                    + " every rank)");
         }
     }
 
@@ -367,11 +369,12 @@ public final class TcpStoreClient implements RendezvousStore {
         int keyBytes = key.getBytes(java.nio.charset.StandardCharsets.UTF_8).length;
         if (keyBytes > limits.maxKeyBytes()) {
             throw new IllegalArgumentException("rendezvous store key of " + keyBytes + " bytes; at most "
-                    + limits.maxKeyBytes() + " (keys name set-up values; keep them short)");
+                    + limits.maxKeyBytes() + " (keys name set-up values; fix: keep them short)");
         }
         if (value != null && value.length > limits.maxValueBytes()) {
             throw new IllegalArgumentException("rendezvous store value of " + value.length + " bytes for key " + key
-                    + "; at most " + limits.maxValueBytes() + " (the store carries set-up handles, not data)");
+                    + "; at most " + limits.maxValueBytes() + " (the store carries set-up handles, not data; fix: send"
+                    + " data through symmetric memory or a collective)");
         }
     }
 

@@ -129,8 +129,9 @@ public final class TcpStoreServer implements AutoCloseable {
             serverSocket.bind(new InetSocketAddress(host, port), ACCEPT_BACKLOG);
         } catch (IOException e) {
             throw new SymmemException("rendezvous store: cannot listen on " + host + ":" + port + " (" + e.getMessage()
-                    + "); another job may hold MASTER_PORT=" + port + ": give each job its own MASTER_PORT, or stop"
-                    + " the process holding it", e);
+                    + "); another job may hold MASTER_PORT=" + port + " (fix: give each job its own"
+                    + " MASTER_PORT, or stop"
+                    + " the process holding it)", e);
         }
         InetAddress bound = serverSocket.getInetAddress();
         if (bound.isAnyLocalAddress()) {

@@ -47,7 +47,8 @@ public final class BackoffIdleStrategy implements IdleStrategy {
         if (maxSpins < 0 || maxYields < 0 || minParkNanos < 1 || maxParkNanos < minParkNanos) {
             throw new IllegalArgumentException("invalid back-off: maxSpins=" + maxSpins + " maxYields=" + maxYields
                     + " minParkNanos=" + minParkNanos + " maxParkNanos=" + maxParkNanos
-                    + " (expected maxSpins>=0, maxYields>=0, 1<=minParkNanos<=maxParkNanos)");
+                    + " (expected maxSpins>=0, maxYields>=0, 1<=minParkNanos<=maxParkNanos; fix: pass values in"
+                    + " those ranges)");
         }
         this.maxSpins = maxSpins;
         this.maxYields = maxYields;

@@ -92,7 +92,8 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
     public ShardedStepPlan {
         actions = List.copyOf(actions);
         if (layers < 1) {
-            throw new IllegalArgumentException("layers=" + layers + ": expected at least 1");
+            throw new IllegalArgumentException("layers=" + layers + ": expected at least 1 (fix: pass the"
+                    + " number of layers of the model)");
         }
     }
 
@@ -110,7 +111,8 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
      */
     public static ShardedStepPlan of(int layers, boolean sharded) {
         if (layers < 1) {
-            throw new IllegalArgumentException("layers=" + layers + ": expected at least 1");
+            throw new IllegalArgumentException("layers=" + layers + ": expected at least 1 (fix: pass the"
+                    + " number of layers of the model)");
         }
         List<Action> a = new ArrayList<>();
         int last = layers - 1;

@@ -193,7 +193,7 @@ public final class TensorParallelMlp implements AutoCloseable {
         checkOpen();
         if (dtype != DType.FLOAT32) {
             throw new UnsupportedOperationException("sgdStep updates float32 weights; this block is " + dtype
-                    + " (keep float32 master weights for bfloat16 training)");
+                    + " (fix: keep float32 master weights for bfloat16 training)");
         }
         gemm.axpy(-learningRate, dw1, w1, (long) hidden * ffnShard);
         gemm.axpy(-learningRate, dw2, w2, (long) ffnShard * hidden);
@@ -201,7 +201,9 @@ public final class TensorParallelMlp implements AutoCloseable {
 
     private void checkOpen() {
         if (closed) {
-            throw new IllegalStateException("TensorParallelMlp of rank " + rank + " is closed");
+            throw new IllegalStateException("TensorParallelMlp of rank " + rank + " is closed; expected an open"
+                    + " block (fix: make every call before close(), or"
+                    + " build a new one)");
         }
     }
 

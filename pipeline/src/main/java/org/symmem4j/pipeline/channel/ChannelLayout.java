@@ -53,11 +53,13 @@ public record ChannelLayout(PipelineShape shape, int slots, long slotBytes) {
     public ChannelLayout {
         java.util.Objects.requireNonNull(shape, "shape");
         if (slots < 1) {
-            throw new IllegalArgumentException("invalid channel layout: slots=" + slots + " expected=slots >= 1");
+            throw new IllegalArgumentException("invalid channel layout: slots=" + slots + " expected=slots >= 1"
+                    + " (fix: pass a positive slot count, e.g. 2)");
         }
         if (slotBytes < 1) {
             throw new IllegalArgumentException("invalid channel layout: slotBytes=" + slotBytes
-                    + " expected=slotBytes >= 1 (the largest activation or gradient of one microbatch, in bytes)");
+                    + " expected=slotBytes >= 1 (the largest activation or gradient of one microbatch, in bytes;"
+                    + " fix: pass that size)");
         }
     }
 

@@ -113,7 +113,9 @@ public final class LinkPlan {
     public int minimumSlots() {
         if (!completes(shape.microbatches())) {
             throw new IllegalArgumentException("the schedule deadlocks for " + shape + " however many slots the links"
-                    + " have (ScheduleSimulator.simulate(...) names the ranks that wait on each other)");
+                    + " have (ScheduleSimulator.simulate(...) names the ranks that wait on each other; fix:"
+                    + " validate the"
+                    + " schedule with ScheduleValidator, or use a generated one)");
         }
         for (int slots = 1; slots < shape.microbatches(); slots++) {
             if (completes(slots)) {
@@ -133,7 +135,7 @@ public final class LinkPlan {
         if (slots < 1 || !completes(slots)) {
             int needed = minimumSlots();
             throw new IllegalArgumentException("stage links with slots=" + slots + " deadlock this schedule: expected"
-                    + " slots >= " + needed + " for " + shape + " (raise the link slots: 1F1B needs few, GPipe as"
+                    + " slots >= " + needed + " for " + shape + " (fix: raise the link slots: 1F1B needs few, GPipe as"
                     + " many as the microbatches one rank runs ahead)");
         }
     }

@@ -94,7 +94,7 @@ public final class StageLink {
             if (bytes > layout.slotBytes()) {
                 throw new IllegalArgumentException("message too large for the stage link " + this + ": payloadBytes="
                         + bytes + " expected=payloadBytes <= slotBytes=" + layout.slotBytes()
-                        + " (raise slotBytes to the largest activation or gradient of one microbatch)");
+                        + " (fix: raise slotBytes to the largest activation or gradient of one microbatch)");
             }
             long needReleased = sent - layout.slots() + 1;
             if (releasedSeen < needReleased) {

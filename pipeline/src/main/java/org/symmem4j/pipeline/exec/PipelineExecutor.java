@@ -113,12 +113,12 @@ public final class PipelineExecutor implements AutoCloseable {
             if (!memory.hostAddressable() && shape.ranks() == 1) {
                 throw new IllegalArgumentException("a one-rank pipeline has no links between ranks: its stages hand off"
                         + " through host queues, which cannot copy the device memory of " + transport.name()
-                        + ": run it on the host transport, or use ranks >= 2");
+                        + " (fix: run it on the host transport, or use ranks >= 2)");
             }
             if (memory.signalSlots() < layout.signalSlotsNeeded()) {
                 throw new IllegalArgumentException("the pipeline needs " + layout.signalSlotsNeeded()
                         + " signal slots per pad (4 per virtual stage) but the transport has " + memory.signalSlots()
-                        + " (use fewer virtual stages per rank: at most " + memory.signalSlots() / 4 + ")");
+                        + " (fix: use fewer virtual stages per rank: at most " + memory.signalSlots() / 4 + ")");
             }
             for (int stage : mine.keySet()) {
                 wire(stage, ActionType.FORWARD, stage - 1, stage + 1);
@@ -192,7 +192,7 @@ public final class PipelineExecutor implements AutoCloseable {
         Objects.requireNonNull(stages, "stages");
         if (group.worldSize() != shape.ranks()) {
             throw new IllegalArgumentException("the pipeline group has worldSize=" + group.worldSize() + " expected="
-                    + shape.ranks() + " ranks (" + shape + "; one rank per pipeline rank)");
+                    + shape.ranks() + " ranks (" + shape + "; fix: make the group of one rank per pipeline rank)");
         }
         LinkPlan.of(schedule, shape).requireSlots(slots);
         List<Integer> expected = new ArrayList<>();
@@ -202,7 +202,8 @@ public final class PipelineExecutor implements AutoCloseable {
         List<Integer> given = new ArrayList<>(new TreeMap<>(stages).keySet());
         if (!given.equals(expected) || stages.values().stream().anyMatch(Objects::isNull)) {
             throw new IllegalArgumentException("rank " + group.rank() + " was given stages " + given + " expected="
-                    + expected + " (stage s runs on rank s % " + shape.ranks() + "; every stage needs a StageCompute)");
+                    + expected + " (stage s runs on rank s % " + shape.ranks() + "; fix: give every rank a"
+                    + " StageCompute for each of its stages)");
         }
         return new PipelineExecutor(group, transport, schedule, shape, Map.copyOf(stages), slots, slotBytes);
     }
@@ -235,7 +236,7 @@ public final class PipelineExecutor implements AutoCloseable {
     public StepTimeline runStep() {
         if (failed) {
             throw new IllegalStateException("the pipeline executor of rank " + group.rank()
-                    + " failed in an earlier step; create a new one (and a new group)");
+                    + " failed in an earlier step (fix: create a new one, and a new group)");
         }
         int events = 0;
         stepsRun++;

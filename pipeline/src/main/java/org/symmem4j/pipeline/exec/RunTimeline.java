@@ -51,7 +51,8 @@ public final class RunTimeline {
      */
     public RunTimeline(int maxSteps) {
         if (maxSteps < 1) {
-            throw new IllegalArgumentException("maxSteps=" + maxSteps + " expected maxSteps >= 1");
+            throw new IllegalArgumentException("maxSteps=" + maxSteps + " expected maxSteps >= 1 (fix: pass how"
+                    + " many steps to record, e.g. 4)");
         }
         this.maxSteps = maxSteps;
     }

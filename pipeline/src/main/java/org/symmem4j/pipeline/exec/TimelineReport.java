@@ -63,7 +63,7 @@ public final class TimelineReport {
         for (int r = 0; r < ranks.size(); r++) {
             if (ranks.get(r).rank() != r) {
                 throw new IllegalArgumentException("timeline " + r + " is rank " + ranks.get(r).rank()
-                        + " expected=rank " + r + " (pass one timeline per rank, in rank order)");
+                        + " expected=rank " + r + " (fix: pass one timeline per rank, in rank order)");
             }
         }
         return new TimelineReport(List.copyOf(ranks));

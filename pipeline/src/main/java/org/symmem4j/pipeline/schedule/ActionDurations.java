@@ -19,15 +19,17 @@ public record ActionDurations(long forward, long backward, long communicationLat
      */
     public ActionDurations {
         if (forward < 1) {
-            throw new IllegalArgumentException("invalid action durations: forward=" + forward + " expected=forward >= 1");
+            throw new IllegalArgumentException("invalid action durations:"
+                    + " forward=" + forward + " expected=forward >= 1 (fix: round measured times up to one unit)");
         }
         if (backward < 1) {
             throw new IllegalArgumentException(
-                    "invalid action durations: backward=" + backward + " expected=backward >= 1");
+                    "invalid action durations: backward=" + backward + " expected=backward >= 1 (fix: round"
+                            + " measured times up to one unit)");
         }
         if (communicationLatency < 0) {
             throw new IllegalArgumentException("invalid action durations: communicationLatency="
-                    + communicationLatency + " expected=communicationLatency >= 0");
+                    + communicationLatency + " expected=communicationLatency >= 0 (fix: pass 0 or more time units)");
         }
     }
 

@@ -26,7 +26,7 @@ public record PipelineShape(int ranks, int microbatches, int stagesPerRank) {
         if (actions > Integer.MAX_VALUE - 8) {
             throw new IllegalArgumentException("invalid pipeline shape: ranks=" + ranks + " microbatches="
                     + microbatches + " stagesPerRank=" + stagesPerRank + " gives actions=" + actions
-                    + " expected=actions <= " + (Integer.MAX_VALUE - 8) + " (use fewer microbatches)");
+                    + " expected=actions <= " + (Integer.MAX_VALUE - 8) + " (fix: use fewer microbatches)");
         }
     }
 
@@ -79,7 +79,7 @@ public record PipelineShape(int ranks, int microbatches, int stagesPerRank) {
     private static void requireAtLeastOne(String name, int value) {
         if (value < 1) {
             throw new IllegalArgumentException("invalid pipeline shape: " + name + "=" + value
-                    + " expected=" + name + " >= 1");
+                    + " expected=" + name + " >= 1 (fix: pass a positive count)");
         }
     }
 }

@@ -133,7 +133,7 @@ public record Schedule(List<List<Action>> actionsByRank) {
         }
         if (actionsByRank.isEmpty()) {
             throw new IllegalArgumentException("invalid schedule text: expected=\"rank 0: <actions>\" found=no rank"
-                    + " lines (write one line per rank, e.g. \"rank 0: 0F0 0B0\")");
+                    + " lines (fix: write one line per rank, e.g. \"rank 0: 0F0 0B0\")");
         }
         return new Schedule(actionsByRank);
     }

@@ -207,7 +207,7 @@ public final class ScheduleGenerators {
     private static void requireAtLeastOne(String schedule, String name, int value) {
         if (value < 1) {
             throw new IllegalArgumentException("invalid " + schedule + " input: " + name + "=" + value
-                    + " expected=" + name + " >= 1");
+                    + " expected=" + name + " >= 1 (fix: pass a positive count)");
         }
     }
 }

@@ -78,7 +78,7 @@ public final class ScheduleSimulator {
         ScheduleValidator.requireValid(schedule, shape);
         if (durations.stageCount() != shape.stageCount()) {
             throw new IllegalArgumentException("stage durations for stages=" + durations.stageCount() + " expected="
-                    + shape.stageCount() + " (" + shape + "): give one forward and one backward time per stage");
+                    + shape.stageCount() + " (" + shape + "); fix: give one forward and one backward time per stage");
         }
         int ranks = shape.ranks();
         boolean[][] split = splitBackwards(schedule, shape);

@@ -32,12 +32,13 @@ public record StageDurations(long[] forward, long[] backward, long communication
         for (int s = 0; s < forward.length; s++) {
             if (forward[s] < 1 || backward[s] < 1) {
                 throw new IllegalArgumentException("invalid stage durations: stage=" + s + " forward=" + forward[s]
-                        + " backward=" + backward[s] + " expected both >= 1 (round measured times up to one unit)");
+                        + " backward=" + backward[s] + " expected both >= 1 (fix: round measured times up to"
+                        + " one unit)");
             }
         }
         if (communicationLatency < 0) {
             throw new IllegalArgumentException("invalid stage durations: communicationLatency=" + communicationLatency
-                    + " expected=communicationLatency >= 0");
+                    + " expected=communicationLatency >= 0 (fix: pass 0 or more time units)");
         }
     }
 
@@ -52,7 +53,8 @@ public record StageDurations(long[] forward, long[] backward, long communication
     public static StageDurations uniform(int stages, ActionDurations durations) {
         Objects.requireNonNull(durations, "durations");
         if (stages < 1) {
-            throw new IllegalArgumentException("stages=" + stages + " expected stages >= 1");
+            throw new IllegalArgumentException("stages=" + stages + " expected stages >= 1 (fix: pass the"
+                    + " number of pipeline stages)");
         }
         long[] f = new long[stages];
         long[] b = new long[stages];

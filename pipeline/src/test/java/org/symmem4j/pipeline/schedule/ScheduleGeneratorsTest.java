@@ -86,15 +86,15 @@ class ScheduleGeneratorsTest {
 
     @Test
     void badInputsAreRejectedWithExpectedValues() {
-        assertRejected("invalid gpipe input: ranks=0 expected=ranks >= 1", () -> ScheduleGenerators.gpipe(0, 4));
-        assertRejected("invalid gpipe input: microbatches=0 expected=microbatches >= 1",
+        assertRejected("invalid gpipe input: ranks=0 expected=ranks >= 1 (fix: pass a positive count)", () -> ScheduleGenerators.gpipe(0, 4));
+        assertRejected("invalid gpipe input: microbatches=0 expected=microbatches >= 1 (fix: pass a positive count)",
                 () -> ScheduleGenerators.gpipe(2, 0));
-        assertRejected("invalid 1F1B input: ranks=-1 expected=ranks >= 1", () -> ScheduleGenerators.oneFOneB(-1, 2));
-        assertRejected("invalid 1F1B input: microbatches=0 expected=microbatches >= 1",
+        assertRejected("invalid 1F1B input: ranks=-1 expected=ranks >= 1 (fix: pass a positive count)", () -> ScheduleGenerators.oneFOneB(-1, 2));
+        assertRejected("invalid 1F1B input: microbatches=0 expected=microbatches >= 1 (fix: pass a positive count)",
                 () -> ScheduleGenerators.oneFOneB(4, 0));
-        assertRejected("invalid interleaved 1F1B input: ranks=0 expected=ranks >= 1",
+        assertRejected("invalid interleaved 1F1B input: ranks=0 expected=ranks >= 1 (fix: pass a positive count)",
                 () -> ScheduleGenerators.interleavedOneFOneB(0, 4, 2));
-        assertRejected("invalid interleaved 1F1B input: stagesPerRank=0 expected=stagesPerRank >= 1",
+        assertRejected("invalid interleaved 1F1B input: stagesPerRank=0 expected=stagesPerRank >= 1 (fix: pass a positive count)",
                 () -> ScheduleGenerators.interleavedOneFOneB(2, 4, 0));
         assertRejected("invalid interleaved 1F1B input: microbatches=6 expected=a multiple of ranks=4"
                 + " (use microbatches=4 or 8)", () -> ScheduleGenerators.interleavedOneFOneB(4, 6, 2));
@@ -105,15 +105,15 @@ class ScheduleGeneratorsTest {
         String tooLarge = assertThrows(IllegalArgumentException.class,
                 () -> ScheduleGenerators.interleavedOneFOneB(1 << 10, 1 << 20, 4)).getMessage();
         assertEquals("invalid pipeline shape: ranks=1024 microbatches=1048576 stagesPerRank=4 gives"
-                + " actions=8589934592 expected=actions <= 2147483639 (use fewer microbatches)", tooLarge);
+                + " actions=8589934592 expected=actions <= 2147483639 (fix: use fewer microbatches)", tooLarge);
     }
 
     @Test
     void shapeRejectsNonPositiveSizes() {
-        assertRejected("invalid pipeline shape: ranks=0 expected=ranks >= 1", () -> new PipelineShape(0, 1, 1));
-        assertRejected("invalid pipeline shape: microbatches=-3 expected=microbatches >= 1",
+        assertRejected("invalid pipeline shape: ranks=0 expected=ranks >= 1 (fix: pass a positive count)", () -> new PipelineShape(0, 1, 1));
+        assertRejected("invalid pipeline shape: microbatches=-3 expected=microbatches >= 1 (fix: pass a positive count)",
                 () -> new PipelineShape(1, -3, 1));
-        assertRejected("invalid pipeline shape: stagesPerRank=0 expected=stagesPerRank >= 1",
+        assertRejected("invalid pipeline shape: stagesPerRank=0 expected=stagesPerRank >= 1 (fix: pass a positive count)",
                 () -> new PipelineShape(1, 1, 0));
         PipelineShape shape = new PipelineShape(4, 8, 2);
         assertEquals(8, shape.stageCount());

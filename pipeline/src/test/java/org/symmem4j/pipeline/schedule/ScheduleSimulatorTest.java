@@ -263,11 +263,13 @@ class ScheduleSimulatorTest {
 
     @Test
     void durationsRejectNonPositiveTimes() {
-        assertEquals("invalid action durations: forward=0 expected=forward >= 1",
+        assertEquals("invalid action durations: forward=0 expected=forward >= 1 (fix: round measured times up to one unit)",
                 assertThrows(IllegalArgumentException.class, () -> ActionDurations.of(0, 1)).getMessage());
-        assertEquals("invalid action durations: backward=-1 expected=backward >= 1",
+        assertEquals("invalid action durations: backward=-1 expected=backward >= 1 (fix: round measured times up"
+                + " to one unit)",
                 assertThrows(IllegalArgumentException.class, () -> ActionDurations.of(1, -1)).getMessage());
-        assertEquals("invalid action durations: communicationLatency=-2 expected=communicationLatency >= 0",
+        assertEquals("invalid action durations: communicationLatency=-2 expected=communicationLatency >= 0"
+                + " (fix: pass 0 or more time units)",
                 assertThrows(IllegalArgumentException.class,
                         () -> ActionDurations.unit().withCommunicationLatency(-2)).getMessage());
     }
@@ -304,7 +306,7 @@ class ScheduleSimulatorTest {
         assertEquals(List.of(0L, 1L, 8L, 15L), rank0Starts);
         assertThrows(IllegalArgumentException.class, () -> ScheduleSimulator.simulate(schedule, PipelineShape.of(2, 2),
                 new StageDurations(new long[] {1, 1, 1}, new long[] {1, 1, 1}, 0)));
-        assertEquals("invalid stage durations: stage=1 forward=0 backward=4 expected both >= 1 (round measured times up"
+        assertEquals("invalid stage durations: stage=1 forward=0 backward=4 expected both >= 1 (fix: round measured times up"
                         + " to one unit)",
                 assertThrows(IllegalArgumentException.class,
                         () -> new StageDurations(new long[] {1, 0}, new long[] {2, 4}, 0)).getMessage());

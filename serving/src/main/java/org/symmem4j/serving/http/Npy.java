@@ -41,7 +41,7 @@ public final class Npy {
     public static INDArray read(byte[] bytes) {
         if (bytes.length < 10 || !Arrays.equals(Arrays.copyOf(bytes, 6), MAGIC)) {
             throw new IllegalArgumentException(".npy payload of bytes=" + bytes.length + " does not start with the"
-                    + " magic \\x93NUMPY (write it with numpy.save)");
+                    + " magic \\x93NUMPY (fix: write it with numpy.save)");
         }
         int major = bytes[6];
         ByteBuffer b = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN);
@@ -70,10 +70,10 @@ public final class Npy {
             case "<f4", "=f4" -> DataType.FLOAT;
             case "<f8", "=f8" -> DataType.DOUBLE;
             default -> throw new IllegalArgumentException(".npy descr='" + descr + "' expected '<f4' or '<f8'"
-                    + " (little-endian float32 or float64: array.astype(numpy.float32))");
+                    + " (little-endian float32 or float64; fix: array.astype(numpy.float32))");
         };
         if (group(FORTRAN, header, "fortran_order").equals("True")) {
-            throw new IllegalArgumentException(".npy fortran_order=True expected False (C order:"
+            throw new IllegalArgumentException(".npy fortran_order=True expected False (C order; fix:"
                     + " numpy.ascontiguousarray(array))");
         }
         List<Long> dims = new ArrayList<>();

@@ -57,7 +57,8 @@ public final class ServingHttpServer implements AutoCloseable {
             Objects.requireNonNull(timeout, "timeout");
             if (port < 0 || port > 65535 || maxRequestBytes < 1 || timeout.isNegative() || timeout.isZero()) {
                 throw new IllegalArgumentException("http options port=" + port + " maxRequestBytes=" + maxRequestBytes
-                        + " timeout=" + timeout + " expected port 0..65535, maxRequestBytes >= 1, timeout > 0");
+                        + " timeout=" + timeout + " expected port 0..65535, maxRequestBytes >= 1, timeout > 0"
+                        + " (fix: pass values in those ranges)");
             }
         }
 

@@ -81,7 +81,7 @@ public final class SessionCache implements AutoCloseable {
         public Settings {
             if (blockBytes < 64 || blockBytes % 64 != 0) {
                 throw new IllegalArgumentException("session cache blockBytes=" + blockBytes
-                        + " expected a multiple of 64, at least 64");
+                        + " expected a multiple of 64, at least 64 (fix: pass e.g. 4096)");
             }
             if (budgetBytesPerRank < blockBytes || budgetBytesPerRank / blockBytes > Integer.MAX_VALUE / 4) {
                 throw new IllegalArgumentException("session cache budgetBytesPerRank=" + budgetBytesPerRank
@@ -93,7 +93,9 @@ public final class SessionCache implements AutoCloseable {
             }
             if (maxStateBytes < 1 || maxStateBytes > budgetBytesPerRank / blockBytes * blockBytes) {
                 throw new IllegalArgumentException("session cache maxStateBytes=" + maxStateBytes + " expected 1.."
-                        + budgetBytesPerRank / blockBytes * blockBytes + " (the per-rank budget in whole blocks)");
+                        + budgetBytesPerRank / blockBytes * blockBytes + " (the per-rank budget in whole"
+                        + " blocks; fix: raise the budget or"
+                        + " lower maxStateBytes)");
             }
         }
 
@@ -166,12 +168,13 @@ public final class SessionCache implements AutoCloseable {
         if (caps.supports(Capability.DEVICE_MEMORY)) {
             throw new UnsupportedOperationException("session cache on transport=" + caps.transport() + ": its memory"
                     + " is GPU memory, and the GPU form of the session cache is not built (host transports only:"
-                    + " threads of one JVM, processes of one machine); create it on a host group");
+                    + " threads of one JVM, processes of one machine; fix: create it on a host group)");
         }
         if (!caps.supports(Capability.PEER_ACCESS)) {
             throw new UnsupportedOperationException("session cache on transport=" + caps.transport() + " needs every"
                     + " rank's memory mapped in this process, which this group refuses: "
-                    + caps.get(Capability.PEER_ACCESS).reason() + "; create it on a group of one machine");
+                    + caps.get(Capability.PEER_ACCESS).reason() + " (fix: create it on a group of one machine,"
+                    + " a Group.split by machine)");
         }
         int blocks = settings.blocks();
         int maxBlocks = settings.maxBlocksPerSession();
@@ -222,7 +225,7 @@ public final class SessionCache implements AutoCloseable {
         long n = state.byteSize();
         if (n > settings.maxStateBytes()) {
             throw new IllegalArgumentException("session '" + id + "' state bytes=" + n + " expected at most maxStateBytes="
-                    + settings.maxStateBytes() + " (create the cache with a larger maxStateBytes)");
+                    + settings.maxStateBytes() + " (fix: create the cache with a larger maxStateBytes)");
         }
         long h = hash(idBytes);
         int home = (int) Long.remainderUnsigned(h, parts.length);
@@ -399,7 +402,7 @@ public final class SessionCache implements AutoCloseable {
             int holder = (int) word - 1;
             if (holder == group.rank()) {
                 throw new IllegalStateException(operation + ": rank=" + group.rank() + " already holds the lock of"
-                        + " rank=" + home + "'s part (one thread per rank uses a SessionCache)");
+                        + " rank=" + home + "'s part (fix: use a SessionCache from one thread per rank)");
             }
             if (++polls % LIVENESS_POLLS == 0 && !group.isAlive(holder)) {
                 if (SessionCacheLayout.tryLock(part, word, group.rank())) {
@@ -516,7 +519,7 @@ public final class SessionCache implements AutoCloseable {
                             continue;
                         }
                         throw new IllegalArgumentException("session '" + id + "' state bytes=" + bytes
-                                + " does not fit dst bytes=" + dst.byteSize() + " (size dst with stateBytes(id))");
+                                + " does not fit dst bytes=" + dst.byteSize() + " (fix: size dst with stateBytes(id))");
                     }
                     for (int b = 0; b < count; b++) {
                         scratchTable[b] = part.get(ValueLayout.JAVA_INT, s + TABLE + 4L * b);

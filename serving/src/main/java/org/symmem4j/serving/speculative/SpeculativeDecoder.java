@@ -72,7 +72,8 @@ public final class SpeculativeDecoder {
         this.vocab = Tokens.vocabOf(target, "target");
         int draftVocab = Tokens.vocabOf(draft, "draft");
         if (draftVocab != vocab) {
-            throw new IllegalArgumentException("draft vocabulary=" + draftVocab + " expected the target's=" + vocab);
+            throw new IllegalArgumentException("draft vocabulary=" + draftVocab + " expected the target's=" + vocab
+                    + " (fix: train the draft on the target's vocabulary)");
         }
         this.k = checkK(k);
         this.target = new TokenStream(target, vocab);
@@ -81,7 +82,8 @@ public final class SpeculativeDecoder {
 
     static int checkK(int k) {
         if (k < 1 || k > 64) {
-            throw new IllegalArgumentException("speculative k=" + k + " expected 1..64 proposals per round");
+            throw new IllegalArgumentException("speculative k=" + k + " expected 1..64 proposals per round"
+                    + " (fix: pass e.g. 4)");
         }
         return k;
     }

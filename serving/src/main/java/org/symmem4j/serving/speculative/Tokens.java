@@ -28,7 +28,7 @@ public final class Tokens {
         for (int t = 0; t < tokens.length; t++) {
             if (tokens[t] < 0 || tokens[t] >= vocab) {
                 throw new IllegalArgumentException("token=" + tokens[t] + " at position " + t + " expected 0.."
-                        + (vocab - 1) + " (the network's vocabulary)");
+                        + (vocab - 1) + " (the network's vocabulary; fix: encode the tokens with that vocabulary)");
             }
             v[tokens[t] * tokens.length + t] = 1f;
         }
@@ -93,7 +93,8 @@ public final class Tokens {
 
     static void checkPrompt(int[] prompt, int count) {
         if (prompt == null || prompt.length == 0) {
-            throw new IllegalArgumentException("prompt has no token (expected at least one)");
+            throw new IllegalArgumentException("prompt has no token (expected at least one; fix: start the"
+                    + " prompt with at least one token)");
         }
         if (count < 0) {
             throw new IllegalArgumentException("count=" + count + " expected >= 0");
@@ -105,7 +106,8 @@ public final class Tokens {
         long out = net.layerSize(net.getnLayers() - 1);
         if (in != out) {
             throw new IllegalArgumentException(role + " network takes inputs=" + in + " and gives outputs=" + out
-                    + " expected the same vocabulary size for both (one-hot tokens in, next-token distribution out)");
+                    + " expected the same vocabulary size for both (one-hot tokens in, next-token distribution out;"
+                    + " fix: give the network nIn equal to its output layer's nOut)");
         }
         return (int) in;
     }

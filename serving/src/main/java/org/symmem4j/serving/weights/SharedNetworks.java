@@ -40,7 +40,7 @@ public final class SharedNetworks {
         } catch (IllegalArgumentException | IllegalStateException e) {
             throw new IllegalArgumentException("shared parameters of elements=" + view.length() + " (" + conf.getDataType()
                     + ") do not fit this multi-layer configuration: " + e.getMessage()
-                    + " (publish the parameters of a network built from the same configuration)", e);
+                    + " (fix: publish the parameters of a network built from the same configuration)", e);
         }
         return net;
     }
@@ -62,7 +62,7 @@ public final class SharedNetworks {
         } catch (IllegalArgumentException | IllegalStateException e) {
             throw new IllegalArgumentException("shared parameters of elements=" + view.length() + " (" + conf.getDataType()
                     + ") do not fit this graph configuration: " + e.getMessage()
-                    + " (publish the parameters of a graph built from the same configuration)", e);
+                    + " (fix: publish the parameters of a graph built from the same configuration)", e);
         }
         return net;
     }

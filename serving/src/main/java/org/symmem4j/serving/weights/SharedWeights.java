@@ -52,7 +52,7 @@ public final class SharedWeights implements AutoCloseable {
         Objects.requireNonNull(group, "group");
         if (owner < 0 || owner >= group.worldSize()) {
             throw new IllegalArgumentException("shared weights owner=" + owner + " is not a rank of the group"
-                    + " (expected 0.." + (group.worldSize() - 1) + ")");
+                    + " (expected 0.." + (group.worldSize() - 1) + "; fix: pass the rank that publishes)");
         }
         return new SharedWeights(ParameterCache.create(group, budgetBytes, maxVersions), owner, group.rank(), true);
     }
@@ -80,12 +80,14 @@ public final class SharedWeights implements AutoCloseable {
     public static String key(String model, long version) {
         checkName(model);
         if (version < 1) {
-            throw new IllegalArgumentException("model '" + model + "' version=" + version + " expected >= 1");
+            throw new IllegalArgumentException("model '" + model + "' version=" + version + " expected >= 1"
+                    + " (fix: number versions from 1)");
         }
         String key = model + "@" + version;
         if (key.getBytes(StandardCharsets.UTF_8).length > MAX_KEY_BYTES) {
             throw new IllegalArgumentException("model name '" + model + "' is too long: name@version takes "
-                    + key.getBytes(StandardCharsets.UTF_8).length + " bytes, at most " + MAX_KEY_BYTES);
+                    + key.getBytes(StandardCharsets.UTF_8).length + " bytes, at most " + MAX_KEY_BYTES
+                    + " (fix: use a shorter model name)");
         }
         return key;
     }
@@ -100,7 +102,8 @@ public final class SharedWeights implements AutoCloseable {
     public static String checkName(String model) {
         Objects.requireNonNull(model, "model");
         if (model.isEmpty() || !model.matches("[A-Za-z0-9._-]+")) {
-            throw new IllegalArgumentException("model name '" + model + "' expected 1 or more of [A-Za-z0-9._-]");
+            throw new IllegalArgumentException("model name '" + model + "' expected 1 or more of [A-Za-z0-9._-]"
+                    + " (fix: use e.g. \"mnist-mlp\")");
         }
         return model;
     }
@@ -119,7 +122,7 @@ public final class SharedWeights implements AutoCloseable {
         Objects.requireNonNull(params, "params");
         if (cache.get(owner, key) != null) {
             throw new IllegalStateException("shared weights " + key + " are published already (versions are"
-                    + " immutable: publish a new version)");
+                    + " immutable; fix: publish a new version)");
         }
         INDArray flat = params.isView() || params.ordering() != 'c' ? params.dup('c') : params;
         long bytes = flat.length() * flat.dataType().width();
@@ -165,7 +168,7 @@ public final class SharedWeights implements AutoCloseable {
     private void checkOwner(String what) {
         if (rank != owner) {
             throw new IllegalStateException("shared weights: " + what + " on rank=" + rank + ", but rank=" + owner
-                    + " owns them (publish and retire on the owner; other ranks open)");
+                    + " owns them (fix: publish and retire on the owner; other ranks open)");
         }
     }
 

@@ -99,7 +99,7 @@ public final class CudaDriver {
     public static CudaDriver get() {
         if (HOLDER.driver == null) {
             throw new CudaUnavailableException("CUDA is not available: " + HOLDER.reason
-                    + " (GPU transports need an NVIDIA driver; host transports work without one)");
+                    + " (GPU transports need an NVIDIA driver; fix: install one, or use a host transport)");
         }
         return HOLDER.driver;
     }

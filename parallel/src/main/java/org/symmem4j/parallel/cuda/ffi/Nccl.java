@@ -85,7 +85,7 @@ public final class Nccl {
     public static Nccl get() {
         if (HOLDER.nccl == null) {
             throw new CudaUnavailableException("NCCL is not available: " + HOLDER.reason
-                    + " (install NCCL 2.27+ so libnccl.so.2 is on the library path)");
+                    + " (fix: install NCCL 2.27+ so libnccl.so.2 is on the library path)");
         }
         return HOLDER.nccl;
     }

@@ -252,7 +252,8 @@ public final class Nvshmem {
      */
     public static Nvshmem get() {
         if (HOLDER.nvshmem == null) {
-            throw new CudaUnavailableException("NVSHMEM is not available: " + HOLDER.reason + " (install NVSHMEM 3, e.g."
+            throw new CudaUnavailableException("NVSHMEM is not available: " + HOLDER.reason + " (fix: install"
+                    + " NVSHMEM 3, e.g."
                     + " the libnvshmem3 package or pip's nvidia-nvshmem-cu13, or pass -Dsymmem4j.nvshmem.library=PATH to"
                     + " libnvshmem_host.so.3)");
         }
@@ -406,7 +407,7 @@ public final class Nvshmem {
             int rc = (int) setenv.invokeExact(a.allocateFrom("NVSHMEM_DISABLE_NVLS"), a.allocateFrom("1"), 0);
             if (rc != 0) {
                 throw new CudaException("libc", "setenv(NVSHMEM_DISABLE_NVLS)", rc, "rc " + rc,
-                        "could not keep NVLink multicast off; set NVSHMEM_DISABLE_NVLS=1 before starting the JVM");
+                        "could not keep NVLink multicast off; fix: set NVSHMEM_DISABLE_NVLS=1 before starting the JVM");
             }
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
@@ -465,7 +466,8 @@ public final class Nvshmem {
             MemorySegment p = (MemorySegment) malloc.invokeExact(bytes);
             if (p.address() == 0) {
                 throw new CudaException("NVSHMEM", "nvshmem_malloc", -1, "NULL",
-                        "the symmetric heap could not hold " + bytes + " more bytes (raise NVSHMEM_SYMMETRIC_SIZE, or free"
+                        "the symmetric heap could not hold " + bytes + " more bytes (fix: raise"
+                                + " NVSHMEM_SYMMETRIC_SIZE, or free"
                                 + " memory; every PE must allocate the same sizes in the same order)");
             }
             return p.address();
