@@ -304,7 +304,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private void train(Iterator<?> batches, boolean epoch) {
         requireUsable();
         ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
-        refuseInGroupMode(group, listeners);
+        PipelineParallelTrainerBuilder.refuseInGroupMode(group, listeners);
         takeModelIfChanged();
         if (!listeners.isEmpty()) {
             model.ensureGradientView();
@@ -354,16 +354,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private void takeModelIfChanged() {
         if (!model.holds(stages)) {
             replicaStages.forEach(model::giveTo);
-        }
-    }
-
-    /** Group mode refuses listeners: before each call the model would have to gather every rank's stages. */
-    static void refuseInGroupMode(Group group, ModelListeners listeners) {
-        if (group != null && !listeners.isEmpty()) {
-            throw new IllegalStateException("listeners in group mode: before each call the model must gather every"
-                    + " rank's stages, a collective that every rank would have to run at every step, listeners or not;"
-                    + " expected no listeners (fix: drop them, use a stepListener, which sees the step's report on every"
-                    + " rank, or train as threads of one JVM)");
         }
     }
 

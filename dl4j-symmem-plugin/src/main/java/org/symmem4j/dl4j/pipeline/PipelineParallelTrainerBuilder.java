@@ -8,6 +8,7 @@ import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.symmem4j.dl4j.HollowNetworks;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.dataset.api.DataSet;
+import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.dl4j.train.TrainerBuilder;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.pipeline.channel.LinkPlan;
@@ -323,7 +324,7 @@ public final class PipelineParallelTrainerBuilder
         PipelineModel model = new PipelineModel(network, graph, split, fromConfiguration);
         // refuses what the trainer cannot call as fit() would, leaving the model's listeners as they were
         listenerOptions().attachTo(model, l -> {
-            PipelineParallelTrainer.refuseInGroupMode(group, l);
+            refuseInGroupMode(group, l);
             if (fromConfiguration != null && !l.isEmpty()) {
                 throw new IllegalArgumentException("builder(MultiLayerConfiguration) with DL4J listeners: they are shown the"
                         + " whole network after each step, which a trainer built from a configuration never holds; expected"
@@ -391,5 +392,15 @@ public final class PipelineParallelTrainerBuilder
         }
         int[] first = rank0.isEmpty() ? new int[0] : Arrays.stream(rank0.split(",")).mapToInt(Integer::parseInt).toArray();
         return PipelineStageSplit.atBoundaries(network, first);
+    }
+
+    /** Group mode refuses listeners: before each call the model would have to gather every rank's stages. */
+    static void refuseInGroupMode(Group group, ModelListeners listeners) {
+        if (group != null && !listeners.isEmpty()) {
+            throw new IllegalStateException("listeners in group mode: before each call the model must gather every"
+                    + " rank's stages, a collective that every rank would have to run at every step, listeners or not;"
+                    + " expected no listeners (fix: drop them, use a stepListener, which sees the step's report on every"
+                    + " rank, or train as threads of one JVM)");
+        }
     }
 }

@@ -88,10 +88,8 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
     private final CudaSymmetricMemory staging;
     private final long stagingBytes;
     private final Reducer hostReducer = Reducer.forThisJvm();
-    /** Times the all-reduces on the GPU ({@link #timeAllReduces}); null while off. The rank's thread only. */
-    private AllReduceEventTimer timer;
-    /** All-reduces left untimed by timers stopped before this one. */
-    private long droppedBefore;
+    /** Times the all-reduces on the GPU ({@link #timeAllReduces}). The rank's thread only. */
+    private final AllReduceTimings timings;
 
     CudaCommunicator(CudaTransport transport, Group group, CommunicatorOptions options) {
         this(transport, transport, null, group, options);
@@ -109,6 +107,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         this.group = group;
         this.rank = transport.rank(group);
         this.driver = transport.driver();
+        this.timings = new AllReduceTimings(driver, rank, rank.stream);
         this.worldSize = group.worldSize();
         if (worldSize > CudaKernels.MAX_RANKS) {
             throw new IllegalArgumentException("worldSize=" + worldSize + " exceeds the kernels' MAX_RANKS="
@@ -247,10 +246,10 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             return;
         }
         driver.setCurrent(rank.context);
-        boolean timed = beginTiming();
+        boolean timed = timings.begin();
         enqueueAllReduce(buffer, count, dtype, op, algorithm, piece);
         if (timed) {
-            timer.end(algorithm, dtype.bytes(count));
+            timings.end(algorithm, dtype.bytes(count));
         }
     }
 
@@ -298,10 +297,10 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             return;
         }
         driver.setCurrent(rank.context);
-        boolean timed = beginTiming();
+        boolean timed = timings.begin();
         enqueueAllReduce(mem, offsetBytes, count, dtype, op, algorithm);
         if (timed) {
-            timer.end(algorithm, dtype.bytes(count));
+            timings.end(algorithm, dtype.bytes(count));
         }
     }
 
@@ -670,46 +669,22 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         driver.setCurrent(rank.context);
         driver.synchronize(rank.stream);
         nccl.checkAsyncError();
-        if (timer != null) {
-            timer.harvest();
-        }
-    }
-
-    /** Whether this all-reduce is timed: its start event recorded (the context current). */
-    private boolean beginTiming() {
-        return timer != null && !rank.capturing && timer.begin();
+        timings.harvest();
     }
 
     @Override
     public void timeAllReduces(org.symmem4j.parallel.DeviceTimingListener listener) {
-        if (listener == null) {
-            if (timer != null) {
-                timer.stop();
-                droppedBefore += timer.dropped();
-                driver.setCurrent(rank.context);
-                timer.close();
-                timer = null;
-            }
-        } else if (timer == null) {
-            driver.setCurrent(rank.context);
-            timer = AllReduceEventTimer.cuda(driver, rank.stream, AllReduceEventTimer.DEFAULT_PAIRS, listener);
-        } else {
-            timer.listener(listener);
-        }
+        timings.listen(listener);
     }
 
     @Override
     public int harvestTimings() {
-        if (timer == null) {
-            return 0;
-        }
-        driver.setCurrent(rank.context);
-        return timer.harvest();
+        return timings.harvest();
     }
 
     @Override
     public long droppedTimings() {
-        return timer == null ? droppedBefore : droppedBefore + timer.dropped();
+        return timings.dropped();
     }
 
     @Override
@@ -894,11 +869,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
             }
             nccl.close();
         } finally {
-            if (timer != null) {
-                driver.setCurrent(rank.context);
-                timer.close();
-                timer = null;
-            }
+            timings.close();
             device.close();
             control.close();
             if (kernels != null) {

@@ -58,10 +58,8 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     private final CudaRank rank;
     /** NCCL over every rank of the group, for {@link Algorithm#NCCL} and point-to-point. */
     private final NcclLink flat;
-    /** Times the all-reduces on the GPU ({@link #timeAllReduces}); null while off. */
-    private AllReduceEventTimer timer;
-    /** All-reduces left untimed by timers stopped before this one. */
-    private long droppedBefore;
+    /** Times the all-reduces on the GPU ({@link #timeAllReduces}), on the machine communicator's stream. */
+    private final AllReduceTimings timings;
 
     private CudaHierarchicalCommunicator(HierarchicalSchedule<CudaCommunicator, NcclLink> schedule, CudaDriver driver) {
         this.schedule = schedule;
@@ -71,6 +69,7 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
         this.driver = driver;
         this.flat = schedule.flat();
         this.rank = flat.rank();
+        this.timings = new AllReduceTimings(driver, rank, intra.stream());
     }
 
     /**
@@ -156,11 +155,10 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
                     + " group spans " + topology.nodes() + " machines: expected HIERARCHICAL or NCCL");
         }
         // AVG: each level divides by its own size (machine L, then NCCL's average over N): the average over L x N
-        boolean timed = timer != null && !rank.capturing && timer.begin();
+        boolean timed = timings.begin();
         schedule.allReduce(buffer, count, dtype, op, algorithm);
         if (timed) {
-            driver.setCurrent(rank.context);
-            timer.end(algorithm, dtype.bytes(count));
+            timings.end(algorithm, dtype.bytes(count));
         }
     }
 
@@ -266,9 +264,7 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     @Override
     public synchronized void synchronize() {
         intra.synchronize();
-        if (timer != null) {
-            timer.harvest();
-        }
+        timings.harvest();
     }
 
     /**
@@ -277,34 +273,17 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
      */
     @Override
     public synchronized void timeAllReduces(org.symmem4j.parallel.DeviceTimingListener listener) {
-        if (listener == null) {
-            if (timer != null) {
-                timer.stop();
-                droppedBefore += timer.dropped();
-                driver.setCurrent(rank.context);
-                timer.close();
-                timer = null;
-            }
-        } else if (timer == null) {
-            driver.setCurrent(rank.context);
-            timer = AllReduceEventTimer.cuda(driver, intra.stream(), AllReduceEventTimer.DEFAULT_PAIRS, listener);
-        } else {
-            timer.listener(listener);
-        }
+        timings.listen(listener);
     }
 
     @Override
     public synchronized int harvestTimings() {
-        if (timer == null) {
-            return 0;
-        }
-        driver.setCurrent(rank.context);
-        return timer.harvest();
+        return timings.harvest();
     }
 
     @Override
     public synchronized long droppedTimings() {
-        return timer == null ? droppedBefore : droppedBefore + timer.dropped();
+        return timings.dropped();
     }
 
     @Override
@@ -380,15 +359,11 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     @Override
     public synchronized void close() {
         try {
-            if (timer != null && !schedule.isClosed()) {
+            if (timings.on() && !schedule.isClosed()) {
                 synchronize(); // reports the timed all-reduces
             }
         } finally {
-            if (timer != null) {
-                driver.setCurrent(rank.context);
-                timer.close();
-                timer = null;
-            }
+            timings.close();
             schedule.close();
         }
     }
