@@ -26,9 +26,10 @@ mkdir -p .device/lib
 for module in kernels parallel gradsync pipeline state examples benchmarks; do
   cp "$module/target/symmem4j-$module-$version.jar" .device/lib/
 done
-# micrometer-core for the metrics; SLF4J's API (symmem4j logs through it) and its simple backend; picocli parses
-# the benchmarks' options; JMH and its two libraries run the host benchmarks on the machine's cores
-for jar in micrometer-core slf4j-api slf4j-simple picocli jmh-core jopt-simple commons-math3; do
+# micrometer-core for the metrics, with micrometer-commons and -observation, which its registries load (a GPU test
+# that builds a SimpleMeterRegistry failed without them); SLF4J's API (symmem4j logs through it) and its simple
+# backend; picocli parses the benchmarks' options; JMH and its two libraries run the host benchmarks on the machine's cores
+for jar in micrometer-core micrometer-commons micrometer-observation slf4j-api slf4j-simple picocli jmh-core jopt-simple commons-math3; do
   cp "$(grep -o "[^:]*$jar-[0-9][^:]*\.jar" benchmarks/target/classpath.txt | head -1)" .device/lib/
 done
 cp -r parallel/target/test-classes .device/test-classes
