@@ -56,9 +56,8 @@ final class AllReduceTimings {
         return timer != null && !rank.capturing && timer.begin();
     }
 
-    /** Records the end event of an all-reduce that {@link #begin} timed. */
+    /** Records the end event of an all-reduce that {@link #begin} timed; the rank's context current. */
     void end(Algorithm algorithm, long bytes) {
-        driver.setCurrent(rank.context);
         timer.end(algorithm, bytes);
     }
 

@@ -158,6 +158,7 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
         boolean timed = timings.begin();
         schedule.allReduce(buffer, count, dtype, op, algorithm);
         if (timed) {
+            driver.setCurrent(rank.context); // the schedule's NCCL levels may leave another context current
             timings.end(algorithm, dtype.bytes(count));
         }
     }
