@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs, reports and each report's raw
 # CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|probe|nvlink|limits|launch|ab|nvshmem|hierarchical|processshare|fsdp|remoteshard] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|probe|nvlink|limits|launch|ab|nvshmem|hierarchical|processshare|fsdp|remoteshard|doctor] [extra all-reduce benchmark args]
 # (fsdp: issue #31, the MLP block's fully sharded training step, ours (FsdpMlpBench) against PyTorch FSDP2 in the same
 # call, 2 and 4 GPUs where there are; fsdp-table.md has the ratios; see the fsdp block below and docs/gpu-fsdp.md)
 # (remoteshard: issue #33, the distributed tensor's GPU test, then GpuRemoteShardBench on each GPU count in
@@ -251,6 +251,15 @@ if [ "$what" = targets ]; then
   # summary and the reports (the device tool brings back 8 files)
   (cd "$out" && files=$(ls *.log *.csv topology.txt gpu-thresholds.properties 2>/dev/null) \
     && tar czf targets-raw.tar.gz $files && rm -f $files)
+fi
+if [ "$what" = doctor ]; then
+  # symmem4j-doctor on this machine's GPUs (#36: "under a minute on a 2-GPU machine"): its whole output, the wall time,
+  # and the thresholds file it writes (DOCTOR_ARGS adds options, e.g. --gpu-sizes 1024,1048576)
+  start=$(date +%s%N)
+  timeout -s QUIT -k 20 "${DOCTOR_LIMIT:-180}" $java $flags -cp "$cp" org.symmem4j.benchmarks.Doctor \
+    --write-thresholds "$out/doctor-thresholds.properties" ${DOCTOR_ARGS:-} 2>&1 | tee "$out/doctor.txt"
+  rc=$(( rc | PIPESTATUS[0] ))
+  echo "doctor wall: $(( ($(date +%s%N) - start) / 1000000 )) ms" | tee -a "$out/doctor.txt"
 fi
 if [ "$what" = tp ]; then
   # the tensor-parallel GEMM benchmark alone (one rank per GPU; TP_ARGS adds options, e.g. --m 8192 --mlp none);

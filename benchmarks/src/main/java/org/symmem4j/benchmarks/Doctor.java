@@ -33,14 +33,16 @@ import picocli.CommandLine.ParameterException;
  * {@code symmem4j-doctor}: what symmem4j will choose on this machine, and how fast it is here. Prints,
  * in sections that start with {@code == }: the build; the JVM and the flags symmem4j needs (present or
  * missing, with the fix); cores, NUMA nodes and {@code /dev/shm}; which native libraries load (CUDA
- * driver, NCCL, NVSHMEM, Open MPI) and the GPUs; every host transport's capabilities; the threshold
- * table's algorithm per message size; and a short all-reduce benchmark on threads (every candidate
- * algorithm per size, median microseconds, with the table's choice beside the fastest). It ends with
- * what it did not measure. A few seconds with the default sizes.
+ * driver, NCCL, NVSHMEM, Open MPI); the GPUs, their peer access and links ({@link DoctorGpu#describe});
+ * every host transport's capabilities; the threshold table's algorithm per message size; a short all-reduce
+ * benchmark on threads (every candidate algorithm per size, median microseconds, with the table's choice beside
+ * the fastest); with 2 GPUs or more, the same on the GPUs against NCCL ({@link DoctorGpu#benchmark}), whose
+ * calibrated row {@code --write-thresholds} writes. It ends with what it did not measure.
  */
 @Command(name = "symmem4j-doctor", mixinStandardHelpOptions = true,
         description = "Prints what symmem4j will choose on this machine (transports, capabilities, algorithm table,"
-                + " JVM flags, /dev/shm, native libraries, GPUs) and times a short host all-reduce at a few sizes.")
+                + " JVM flags, /dev/shm, native libraries, GPUs and their links) and times a short host all-reduce at a"
+                + " few sizes, and the GPU all-reduce against NCCL where there are 2 GPUs or more.")
 public final class Doctor implements Callable<Integer> {
 
     private static final long KIB = 1024;
@@ -58,6 +60,15 @@ public final class Doctor implements Callable<Integer> {
     private List<Long> sizes = List.of(KIB, 64 * KIB, KIB * KIB, 16 * KIB * KIB);
     @Option(names = "--no-benchmark", description = "print what will be chosen, measure nothing")
     private boolean noBenchmark;
+    @Option(names = "--gpu-sizes", split = ",", paramLabel = "BYTES",
+            description = "message sizes of the GPU all-reduce benchmark, bytes, multiples of 4"
+                    + " (default: 1024,65536,1048576,16777216,67108864)")
+    private List<Long> gpuSizes = List.of(KIB, 64 * KIB, KIB * KIB, 16 * KIB * KIB, 64 * KIB * KIB);
+    @Option(names = "--gpu-reps", paramLabel = "R", description = "timings per GPU cell, the median is printed (default: 5)")
+    private int gpuReps = 5;
+    @Option(names = "--write-thresholds", paramLabel = "FILE",
+            description = "write the GPU all-reduce row the benchmark calibrates to FILE (a thresholds file to ship)")
+    private Path writeThresholds;
 
     private final PrintStream out;
 
@@ -78,23 +89,40 @@ public final class Doctor implements Callable<Integer> {
     public Integer call() throws IOException {
         if (ranks < 2 || sizes.isEmpty() || sizes.stream().anyMatch(b -> b < 4 || b % 4 != 0)) {
             throw new ParameterException(spec.commandLine(), "--ranks=" + ranks + " --sizes=" + sizes
-                    + " expected ranks >= 2 and sizes that are positive multiples of 4 bytes (float32 elements)");
+                    + " expected ranks >= 2 and sizes that are positive multiples of 4 bytes (float32 elements);"
+                    + " fix: e.g. --ranks 2 --sizes 1024,65536");
+        }
+        if (gpuReps < 1 || gpuSizes.isEmpty() || gpuSizes.stream().anyMatch(b -> b < 4 || b % 4 != 0)) {
+            throw new ParameterException(spec.commandLine(), "--gpu-reps=" + gpuReps + " --gpu-sizes=" + gpuSizes
+                    + " expected reps >= 1 and sizes that are positive multiples of 4 bytes;"
+                    + " fix: e.g. --gpu-reps 5 --gpu-sizes 1024,1048576");
+        }
+        if (writeThresholds != null && noBenchmark) {
+            throw new ParameterException(spec.commandLine(), "--write-thresholds " + writeThresholds + " with --no-benchmark:"
+                    + " the rows come from the GPU benchmark; fix: drop one of the two");
         }
         out.println("symmem4j doctor");
         build();
         jvm();
         machine();
         libraries();
+        int gpus = DoctorGpu.describe(out);
         transports();
         ThresholdTable table = ThresholdTable.load();
         decisionTable(table);
         if (!noBenchmark) {
             benchmark(table);
+            if (gpus >= 2) {
+                DoctorGpu.benchmark(out, gpus, gpuSizes.stream().sorted().toList(), gpuReps, table, writeThresholds);
+            }
         }
         out.println("== not measured");
         out.println("host processes (host-shm): bench/host-allreduce.sh times threads against processes and Open MPI");
-        out.println("GPU all-reduce against NCCL, NVLink topology: the GPU benchmark CLIs and bench/gpu/ (the doctor launches"
-                + " no GPU work yet)");
+        if (gpus < 2) {
+            out.println("GPU all-reduce against NCCL: needs 2 GPUs or more, this machine has " + gpus
+                    + (writeThresholds == null ? "" : " (so " + writeThresholds + " was not written)"));
+        }
+        out.println("fp32 and 128 MiB+ GPU rows, peer bandwidth: bench/gpu/ (GpuAllReduceBench --thresholds, peer_limits.cu)");
         return 0;
     }
 

@@ -39,8 +39,19 @@ class DoctorTest {
         for (String s : sections) {
             names.add(s.substring(3).split("[ (]")[0]);
         }
-        assertEquals(List.of("build", "jvm", "machine", "native", "transports", "algorithm", "all-reduce", "not"), names,
-                r.out());
+        boolean gpus = org.symmem4j.parallel.cuda.ffi.CudaDriver.available()
+                && org.symmem4j.parallel.cuda.ffi.CudaDriver.get().deviceCount() >= 2;
+        List<String> expected = new ArrayList<>(List.of("build", "jvm", "machine", "native", "gpus", "transports", "algorithm",
+                "all-reduce"));
+        if (gpus) {
+            expected.add("gpu");
+        }
+        expected.add("not");
+        assertEquals(expected, names, r.out());
+        if (!org.symmem4j.parallel.cuda.ffi.CudaDriver.available()) {
+            assertTrue(r.out().contains("== gpus\nnone ("), r.out());
+            assertTrue(r.out().contains("GPU all-reduce against NCCL: needs 2 GPUs or more, this machine has 0"), r.out());
+        }
         BuildInfo b = BuildInfo.current();
         assertTrue(r.out().contains("version=" + b.version() + " commit=" + b.commit()), r.out());
         for (String flag : List.of("--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
@@ -83,5 +94,19 @@ class DoctorTest {
         assertEquals(2, bad.status());
         assertEquals("", bad.out(), "nothing printed before the refusal");
         assertTrue(bad.err().contains("--ranks=1") && bad.err().contains("multiples of 4"), bad.err());
+        Run badGpu = run("--gpu-sizes", "6", "--no-benchmark");
+        assertEquals(2, badGpu.status());
+        assertEquals("", badGpu.out(), "nothing printed before the refusal");
+        assertTrue(badGpu.err().contains("--gpu-sizes=[6]") && badGpu.err().contains("fix:"), badGpu.err());
+        Run both = run("--no-benchmark", "--write-thresholds", "/nonexistent/rows.properties");
+        assertEquals(2, both.status());
+        assertTrue(both.err().contains("--write-thresholds") && both.err().contains("fix: drop one"), both.err());
+    }
+
+    @Test
+    void ncclVersionCodesReadAsNcclPrintsThem() {
+        assertEquals("2.28.3", DoctorGpu.ncclVersion(22803));
+        assertEquals("2.19.3", DoctorGpu.ncclVersion(21903));
+        assertEquals("2.8.4", DoctorGpu.ncclVersion(2804));
     }
 }
