@@ -182,8 +182,17 @@ public final class Doctor implements Callable<Integer> {
         out.println("libcuda.so.1: " + (cuda ? "available" : "absent (" + CudaDriver.unavailableReason() + ")"));
         out.println("libnccl.so.2: " + (Nccl.available() ? "available" : "absent (" + Nccl.unavailableReason() + ")"));
         out.println("libnvshmem_host.so.3: " + (Nvshmem.available() ? "available" : "absent"));
-        out.println("libmpi.so.40 (Open MPI): " + (Mpi.isAvailable() ? "available" : "absent"));
+        out.println("libmpi.so.40 (Open MPI): " + (Mpi.isAvailable() ? "available (" + mpiVersion() + ")" : "absent"));
         out.println("gpus=" + (cuda ? Integer.toString(CudaDriver.get().deviceCount()) : "0 (no CUDA driver)"));
+    }
+
+    /** The first line of the MPI library's own version string, or why it could not be read. */
+    private static String mpiVersion() {
+        try {
+            return Mpi.libraryVersion().lines().findFirst().orElse("no version string");
+        } catch (RuntimeException e) {
+            return "version unknown: " + e.getMessage();
+        }
     }
 
     private void transports() {
