@@ -36,7 +36,7 @@ import picocli.CommandLine.ParameterException;
  * driver, NCCL, NVSHMEM, Open MPI); the GPUs, their peer access and links ({@link DoctorGpu#describe});
  * every host transport's capabilities; the threshold table's algorithm per message size; a short all-reduce
  * benchmark on threads (every candidate algorithm per size, median microseconds, with the table's choice beside
- * the fastest); with 2 GPUs or more, the same on the GPUs against NCCL ({@link DoctorGpu#benchmark}), whose
+ * the fastest) and Open MPI's MPI_Allreduce between processes beside it ({@link DoctorMpi}); with 2 GPUs or more, the same on the GPUs against NCCL ({@link DoctorGpu#benchmark}), whose
  * calibrated row {@code --write-thresholds} writes. It ends with what it did not measure.
  */
 @Command(name = "symmem4j-doctor", mixinStandardHelpOptions = true,
@@ -111,13 +111,15 @@ public final class Doctor implements Callable<Integer> {
         ThresholdTable table = ThresholdTable.load();
         decisionTable(table);
         if (!noBenchmark) {
-            benchmark(table);
+            double[] ours = benchmark(table);
+            DoctorMpi.compare(out, ranks, sizes.stream().sorted().toList(), ours);
             if (gpus >= 2) {
                 DoctorGpu.benchmark(out, gpus, gpuSizes.stream().sorted().toList(), gpuReps, table, writeThresholds);
             }
         }
         out.println("== not measured");
-        out.println("host processes (host-shm): bench/host-allreduce.sh times threads against processes and Open MPI");
+        out.println("host processes (host-shm): bench/host-allreduce.sh times threads against processes and Open MPI with"
+                + " repetitions");
         if (gpus < 2) {
             out.println("GPU all-reduce against NCCL: needs 2 GPUs or more, this machine has " + gpus
                     + (writeThresholds == null ? "" : " (so " + writeThresholds + " was not written)"));
@@ -216,12 +218,14 @@ public final class Doctor implements Callable<Integer> {
         }
     }
 
-    private void benchmark(ThresholdTable table) {
+    /** Prints the host benchmark's table; returns the fastest time per size (ascending sizes), NaN where none ran. */
+    private double[] benchmark(ThresholdTable table) {
         out.println("== all-reduce host-in-jvm, " + ranks + " threads, float32 sum, median microseconds per call");
         out.println(String.format(Locale.ROOT, "%12s  %10s  %10s  %10s  %-10s  %-10s", "bytes", "ONE_SHOT", "TWO_SHOT",
                 "RING", "table", "fastest"));
         List<Long> sorted = sizes.stream().sorted().toList();
         double[][][] times = CalibrateThresholds.measure(ranks, sorted, 1);
+        double[] fastestTimes = new double[sorted.size()];
         for (int s = 0; s < sorted.size(); s++) {
             StringBuilder row = new StringBuilder(String.format(Locale.ROOT, "%12d", sorted.get(s)));
             int fastest = -1;
@@ -236,7 +240,9 @@ public final class Doctor implements Callable<Integer> {
             row.append(String.format(Locale.ROOT, "  %-10s  %-10s", table.lookup(Transport.HOST_IN_JVM, ranks, sorted.get(s)),
                     fastest < 0 ? "-" : CANDIDATES[fastest]));
             out.println(row);
+            fastestTimes[s] = fastest < 0 ? Double.NaN : times[s][fastest][0];
         }
         out.println("(one run per cell; bench/calibrate.sh measures repetitions and writes the table's rows)");
+        return fastestTimes;
     }
 }

@@ -42,12 +42,23 @@ class DoctorTest {
         boolean gpus = org.symmem4j.parallel.cuda.ffi.CudaDriver.available()
                 && org.symmem4j.parallel.cuda.ffi.CudaDriver.get().deviceCount() >= 2;
         List<String> expected = new ArrayList<>(List.of("build", "jvm", "machine", "native", "gpus", "transports", "algorithm",
-                "all-reduce"));
+                "all-reduce", "host"));
         if (gpus) {
             expected.add("gpu");
         }
         expected.add("not");
         assertEquals(expected, names, r.out());
+        // Open MPI's anchor: a row per size with both times when mpirun runs here (CI installs it), else the reason
+        int mpiHeader = r.out().lines().toList().indexOf(r.out().lines().filter(l -> l.startsWith("== host all-reduce against Open MPI"))
+                .findFirst().orElseThrow());
+        List<String> mpiLines = r.out().lines().skip(mpiHeader + 1).limit(3).toList();
+        if (System.getenv("SYMMEM4J_REQUIRE_MPI") != null || !mpiLines.getFirst().startsWith("not measured")) {
+            for (int i = 0; i < 2; i++) {
+                String[] cells = mpiLines.get(1 + i).trim().split("\\s+");
+                assertEquals(i == 0 ? 1024 : 4096, Long.parseLong(cells[0]), mpiLines.toString());
+                assertTrue(Double.parseDouble(cells[1]) > 0 && Double.parseDouble(cells[2]) > 0, mpiLines.toString());
+            }
+        }
         if (!org.symmem4j.parallel.cuda.ffi.CudaDriver.available()) {
             assertTrue(r.out().contains("== gpus\nnone ("), r.out());
             assertTrue(r.out().contains("GPU all-reduce against NCCL: needs 2 GPUs or more, this machine has 0"), r.out());
@@ -101,6 +112,13 @@ class DoctorTest {
         Run both = run("--no-benchmark", "--write-thresholds", "/nonexistent/rows.properties");
         assertEquals(2, both.status());
         assertTrue(both.err().contains("--write-thresholds") && both.err().contains("fix: drop one"), both.err());
+    }
+
+    @Test
+    void mpiLinesAreParsedInOrderAndOthersIgnored() {
+        var micros = DoctorMpi.parse("noise\ndoctor-mpi 1024 3.5\nWARNING x\ndoctor-mpi 4096 7.25\n");
+        assertEquals(List.of(1024L, 4096L), List.copyOf(micros.keySet()));
+        assertEquals(7.25, micros.get(4096L));
     }
 
     @Test
