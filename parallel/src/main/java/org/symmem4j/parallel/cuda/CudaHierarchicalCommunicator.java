@@ -153,7 +153,7 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
         if (algorithm != Algorithm.NCCL && algorithm != Algorithm.HIERARCHICAL) {
             throw new IllegalArgumentException("algorithm=" + algorithm + " needs symmetric memory across every rank, and this"
                     + " group spans " + topology.nodes() + " machines: expected HIERARCHICAL or NCCL (fix: pass"
-                    + " Algorithm.HIERARCHICAL or Algorithm.NCCL, or AUTO)");
+                    + " Algorithm.HIERARCHICAL or Algorithm.NCCL)");
         }
         // AVG: each level divides by its own size (machine L, then NCCL's average over N): the average over L x N
         boolean timed = timings.begin();

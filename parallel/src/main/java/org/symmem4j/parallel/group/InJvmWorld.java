@@ -239,8 +239,8 @@ public final class InJvmWorld implements AutoCloseable {
             if (!ended) {
                 SymmemException hang = new SymmemException("rank " + r + " still running after "
                         + Duration.ofNanos(joinBoundNanos) + " (expected every wait to end by the group's timeout;"
-                        + " fix: if the rank's own code blocks outside symmem4j, bound that wait; if its stack trace"
-                        + " below is in symmem4j, it is a bug: " + org.symmem4j.parallel.Invariants.HOW_TO_REPORT + ")");
+                        + " fix: if the rank's own code blocks outside symmem4j, bound that wait; if the stack trace"
+                        + " below is in symmem4j, " + Invariants.HOW_TO_REPORT + ")");
                 hang.setStackTrace(threads[r].getStackTrace());
                 throw hang;
             }

@@ -60,7 +60,7 @@ public final class InMemoryStore implements RendezvousStore {
             throw new StoreCapacityException("rendezvous store full: set(" + key + ") of " + value.length
                     + " bytes would hold " + next + " bytes; capacity=" + capacityBytes
                     + " (set-up values are small: a client storing this much is misbehaving; fix: store set-up values"
-                    + " only, or raise StoreLimits.capacityBytes)");
+                    + " only, or raise StoreLimits.maxTotalBytes)");
         }
         values.put(key, value);
         heldBytes = next;

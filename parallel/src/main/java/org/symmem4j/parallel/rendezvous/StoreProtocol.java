@@ -63,7 +63,7 @@ final class StoreProtocol {
         int n = in.readInt();
         if (n < 0 || n > maxBytes) {
             throw new IOException("rendezvous protocol: value length=" + n + " outside [0, " + maxBytes + "] (fix: store"
-                    + " set-up values only, or raise StoreLimits; only symmem4j ranks of one version may use MASTER_PORT)");
+                    + " set-up values only, or raise StoreLimits.maxValueBytes; only symmem4j ranks of one version may use MASTER_PORT)");
         }
         byte[] buf = new byte[Math.min(n, READ_CHUNK)];
         int have = 0;

@@ -193,7 +193,8 @@ public final class StoreSecret {
     public void publish(byte[] secret) {
         if (kind != Kind.HOST_FILE) {
             throw new IllegalStateException("only a host secret is published; this one comes from " + describe()
-                    + " (fix: publish only a secret of StoreSecret.forHost, and give the others to every rank yourself)");
+                    + " (fix: publish only the host secret StoreSecret.resolve makes when neither " + SECRET_ENV + " nor "
+                    + SECRET_FILE_ENV + " is set; give a set secret to every rank yourself)");
         }
         sweepStale(file.getParent());
         ProcessHandle self = ProcessHandle.current();

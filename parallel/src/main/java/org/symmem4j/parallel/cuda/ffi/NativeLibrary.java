@@ -38,7 +38,7 @@ final class NativeLibrary {
     MethodHandle function(String name, FunctionDescriptor descriptor) {
         return linker.downcallHandle(lookup.find(name).orElseThrow(() -> new UnsatisfiedLinkError(
                 soname + " has no symbol " + name + " (the installed version is too old?; fix: install a newer "
-                        + soname + ", see docs for the versions symmem4j needs)")), descriptor);
+                        + soname + " (docs/getting-started.md names the versions symmem4j needs))")), descriptor);
     }
 
     /** As {@link #function} but empty when the symbol is missing (optional features such as NCCL windows). */
