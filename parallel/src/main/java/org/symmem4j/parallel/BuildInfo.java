@@ -41,7 +41,9 @@ public record BuildInfo(String version, String commit, String java) {
                 p.load(in);
             }
         } catch (IOException e) {
-            throw new UncheckedIOException("build info unreadable: resource=" + RESOURCE, e);
+            throw new UncheckedIOException("build info unreadable: resource=" + RESOURCE + " is in the symmem4j-parallel"
+                    + " jar but could not be read (" + e.getMessage() + "); fix: the jar on the class path is damaged,"
+                    + " rebuild it (mvn -pl parallel package) or fetch it again", e);
         }
         return new BuildInfo(p.getProperty("version", "unknown"), p.getProperty("commit", "unknown"),
                 System.getProperty("java.runtime.version", Runtime.version().toString()));

@@ -64,6 +64,7 @@ public final class Configuration {
             .build(Duration.ofSeconds(60), "`60000` (60 s)", value -> {
                 long ms = Long.parseLong(value.strip());
                 if (ms <= 0) {
+                    // error-message: a parser's reason, wrapped by Setting.parse, whose message names the fix
                     throw new NumberFormatException("not positive");
                 }
                 return Duration.ofMillis(ms);
@@ -126,6 +127,7 @@ public final class Configuration {
             .build(0, "`0`", value -> {
                 int g = Integer.parseInt(value.strip());
                 if (g < 0) {
+                    // error-message: a parser's reason, wrapped by Setting.parse, whose message names the fix
                     throw new NumberFormatException("negative");
                 }
                 return g;
@@ -163,6 +165,7 @@ public final class Configuration {
             .build(1024, "`1024`", value -> {
                 int n = Integer.parseInt(value.strip());
                 if (n < 0 || n > 1 << 20) {
+                    // error-message: a parser's reason, wrapped by Setting.parse, whose message names the fix
                     throw new NumberFormatException("out of range");
                 }
                 return n;
@@ -257,6 +260,7 @@ public final class Configuration {
             .build(null, "whole blocks on 2 ranks, `1024` on more", value -> {
                 int rows = Integer.parseInt(value.strip());
                 if (rows < 0) {
+                    // error-message: a parser's reason, wrapped by Setting.parse, whose message names the fix
                     throw new NumberFormatException("negative");
                 }
                 return rows;
@@ -319,7 +323,8 @@ public final class Configuration {
             throw new IllegalArgumentException(problems.getFirst());
         }
         if (!problems.isEmpty()) {
-            throw new IllegalArgumentException(problems.size() + " invalid settings: " + String.join("; ", problems));
+            throw new IllegalArgumentException(problems.size() + " invalid settings: " + String.join("; ", problems)
+                    + " (fix: correct or unset each of them, as its message says)");
         }
     }
 
@@ -339,6 +344,7 @@ public final class Configuration {
         return switch (v) {
             case "true" -> true;
             case "false" -> false;
+            // error-message: a parser's reason, wrapped by Setting.parse, whose message names the fix
             default -> throw new IllegalArgumentException("not true or false");
         };
     }
@@ -348,6 +354,7 @@ public final class Configuration {
         return value -> {
             String v = value.strip().toLowerCase(Locale.ROOT);
             if (!choices.contains(v)) {
+                // error-message: a parser's reason, wrapped by Setting.parse, whose message names the fix
                 throw new IllegalArgumentException("not one of " + choices);
             }
             return v;
@@ -356,6 +363,7 @@ public final class Configuration {
 
     private static int positive(int value) {
         if (value < 1) {
+            // error-message: a parser's reason, wrapped by Setting.parse, whose message names the fix
             throw new NumberFormatException("not positive");
         }
         return value;
@@ -435,7 +443,8 @@ public final class Configuration {
 
         static Builder property(String name) {
             if (!name.matches("symmem4j(\\.[a-z0-9]+)+")) {
-                throw new IllegalArgumentException("property=" + name + " expected dotted lowercase symmem4j.*");
+                throw Invariants.violated("setting declared with property=" + name + ", expected dotted lowercase"
+                        + " symmem4j.*");
             }
             return new Builder(name, "SYMMEM4J_" + name.substring("symmem4j.".length())
                     .replace('.', '_').toUpperCase(Locale.ROOT));
@@ -548,7 +557,8 @@ public final class Configuration {
             } catch (RuntimeException e) {
                 String shown = env.equals("SYMMEM4J_SECRET") ? "<hidden>" : raw;
                 throw new IllegalArgumentException("invalid setting: " + where + "=" + shown + " expected=" + accepted
-                        + " (fix the value, or unset it for the default: " + defaultText.replace("`", "") + ")", e);
+                        + " (fix: correct the value, or unset it for the default: " + defaultText.replace("`", "") + ")",
+                        e);
             }
         }
 

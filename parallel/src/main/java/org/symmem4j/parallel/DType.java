@@ -34,7 +34,8 @@ public enum DType {
      */
     public long bytes(long count) {
         if (count < 0) {
-            throw new IllegalArgumentException("count=" + count + " must be >= 0");
+            throw new IllegalArgumentException("count=" + count + " must be >= 0 (an element count; fix: pass the"
+                    + " number of elements, 0 or more)");
         }
         return Math.multiplyExact(count, (long) byteSize);
     }

@@ -206,7 +206,9 @@ public interface Group extends AutoCloseable {
      */
     default Survivors shrink() {
         throw new UnsupportedOperationException(getClass().getSimpleName() + " cannot shrink in place: expected a"
-                + " process group started by symmem4j-run --on-failure shrink (a group with a membership authority)");
+                + " process group started by symmem4j-run --on-failure shrink (a group with a membership authority);"
+                + " fix: start the job with symmem4j-run --on-failure shrink, and call shrink() only when canShrink()"
+                + " is true");
     }
 
     /** Leaves the group. Close symmetric memory and communicators first. */

@@ -22,6 +22,7 @@ public final class Invariants {
      * @return an {@link IllegalStateException} whose message is {@code what} followed by {@link #HOW_TO_REPORT}
      */
     public static IllegalStateException violated(String what) {
+        // error-message: the invariant error itself; HOW_TO_REPORT says what to do in place of a fix
         return new IllegalStateException(what + " (" + HOW_TO_REPORT + ")");
     }
 
@@ -33,6 +34,7 @@ public final class Invariants {
      * @return an {@link IllegalStateException} whose message is {@code what} followed by {@link #HOW_TO_REPORT}
      */
     public static IllegalStateException violated(String what, Throwable cause) {
+        // error-message: the invariant error itself; HOW_TO_REPORT says what to do in place of a fix
         return new IllegalStateException(what + " (" + HOW_TO_REPORT + ")", cause);
     }
 }

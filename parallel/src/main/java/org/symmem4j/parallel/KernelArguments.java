@@ -100,7 +100,8 @@ public final class KernelArguments {
      */
     public KernelArguments struct(byte[] bytes) {
         if (bytes.length == 0) {
-            throw new IllegalArgumentException("struct argument of 0 bytes (a C struct has at least 1)");
+            throw new IllegalArgumentException("struct argument of 0 bytes, expected at least 1 (a C struct has at"
+                    + " least 1; fix: pass the struct's bytes as the kernel declares it)");
         }
         values.add(bytes.clone());
         kinds.add("struct");

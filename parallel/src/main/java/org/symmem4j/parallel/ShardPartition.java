@@ -34,7 +34,9 @@ public record ShardPartition(long count, int worldSize, DType dtype, long blockE
         if (count < 0 || worldSize < 1 || dtype == null || blockElements < 0
                 || (count > 0 && blockElements * (long) worldSize < count)) {
             throw new IllegalArgumentException("invalid partition: count=" + count + " worldSize=" + worldSize
-                    + " dtype=" + dtype + " blockElements=" + blockElements + " (use ShardPartition.of)");
+                    + " dtype=" + dtype + " blockElements=" + blockElements + " (expected count >= 0, worldSize >= 1,"
+                    + " a dtype and blockElements * worldSize >= count; fix: build it with"
+                    + " ShardPartition.of(count, worldSize, dtype))");
         }
     }
 
@@ -102,7 +104,8 @@ public record ShardPartition(long count, int worldSize, DType dtype, long blockE
 
     private void checkRank(int rank) {
         if (rank < 0 || rank >= worldSize) {
-            throw new IndexOutOfBoundsException("rank=" + rank + " is outside [0, worldSize=" + worldSize + ")");
+            throw new IndexOutOfBoundsException("rank=" + rank + " is outside [0, worldSize=" + worldSize + ") (fix:"
+                    + " pass a rank from 0 to " + (worldSize - 1) + ")");
         }
     }
 }

@@ -308,7 +308,8 @@ public interface SymmetricMemory extends AutoCloseable {
         throw new UnsupportedOperationException("decommit on " + this + ": this memory cannot give pages back to the"
                 + " operating system (see group.transport().capabilities(group), DECOMMIT); expected host memory"
                 + " allocated with SymmetricMemory.allocate on the " + Transport.HOST_IN_JVM + " or " + Transport.HOST_SHM
-                + " transport");
+                + " transport; fix: check group.transport().capabilities(group).supports(DECOMMIT) before calling,"
+                + " or allocate on one of those transports");
     }
 
     /**
@@ -326,7 +327,8 @@ public interface SymmetricMemory extends AutoCloseable {
      */
     default long residentBytes(long offsetBytes, long bytes) {
         throw new UnsupportedOperationException("residentBytes on " + this + ": this memory cannot count its resident"
-                + " pages (see group.transport().capabilities(group), DECOMMIT)");
+                + " pages (see group.transport().capabilities(group), DECOMMIT); fix: check"
+                + " group.transport().capabilities(group).supports(DECOMMIT) before calling");
     }
 
     /** Collective: frees this rank's buffer once every rank has stopped using it. */

@@ -108,7 +108,8 @@ public record TransportCapabilities(String transport, Map<Capability, Support> e
          */
         public UnsupportedOperationException exception() {
             if (supported) {
-                throw new IllegalStateException("a supported capability has no refusal to throw (" + reason + ")");
+                throw new IllegalStateException("a supported capability has no refusal to throw (" + reason + "); fix:"
+                        + " call exception() only when supported() is false");
             }
             return new UnsupportedOperationException(reason);
         }
@@ -127,7 +128,8 @@ public record TransportCapabilities(String transport, Map<Capability, Support> e
         for (Capability c : Capability.values()) {
             if (copy.get(c) == null) {
                 throw new IllegalArgumentException("transport " + transport + " capabilities: capability=" + c
-                        + " has no answer (every capability is supported or refused with a reason)");
+                        + " has no answer (every capability is supported or refused with a reason; fix: give every"
+                        + " Capability an entry, Support.yes(how) or Support.no(reason))");
             }
         }
         entries = java.util.Collections.unmodifiableMap(copy);
@@ -191,7 +193,7 @@ public record TransportCapabilities(String transport, Map<Capability, Support> e
      */
     public UnsupportedOperationException refusal(Capability capability) {
         if (supports(capability)) {
-            throw new IllegalStateException("transport " + transport + ": capability=" + capability + " is supported,"
+            throw Invariants.violated("transport " + transport + ": capability=" + capability + " is supported,"
                     + " expected refused (the refusal site and the capability record disagree)");
         }
         return get(capability).exception();

@@ -55,7 +55,7 @@ public final class ConfigurationDocs {
         md.append("- A value that is not accepted **fails** with an `IllegalArgumentException` naming the setting, the"
                 + " value found and what is accepted, at the first read and at the latest when a group is created"
                 + " (`InJvmWorld`, `ProcessGroup`), for example `invalid setting: -Dsymmem4j.timeout.ms=abc"
-                + " expected=a positive whole number of milliseconds (fix the value, or unset it for the default:"
+                + " expected=a positive whole number of milliseconds (fix: correct the value, or unset it for the default:"
                 + " 60000 (60 s))`.\n");
         md.append("- **Experimental** settings exist to reproduce a problem, compare an alternative or tune; their"
                 + " names and meanings may change without notice.\n");

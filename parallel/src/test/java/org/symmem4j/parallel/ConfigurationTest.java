@@ -50,7 +50,7 @@ class ConfigurationTest {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> Configuration.TIMEOUT.get(source(Map.of("symmem4j.timeout.ms", "abc"), Map.of())));
         assertEquals("invalid setting: -Dsymmem4j.timeout.ms=abc expected=a positive whole number of milliseconds"
-                + " (fix the value, or unset it for the default: 60000 (60 s))", e.getMessage());
+                + " (fix: correct the value, or unset it for the default: 60000 (60 s))", e.getMessage());
         e = assertThrows(IllegalArgumentException.class,
                 () -> Configuration.TIMEOUT.get(source(Map.of("symmem4j.timeout.ms", "0"), Map.of())));
         assertTrue(e.getMessage().contains("-Dsymmem4j.timeout.ms=0 expected=a positive"), e.getMessage());

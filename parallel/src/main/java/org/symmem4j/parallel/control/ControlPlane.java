@@ -8,6 +8,7 @@ import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.CollectiveMismatchException;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
@@ -236,7 +237,7 @@ public final class ControlPlane implements AutoCloseable {
         }
         String error = DescriptorCheck.check(all);
         if (error == null) {
-            throw new IllegalStateException("descriptor fast check and full check disagree: " + all);
+            throw Invariants.violated("descriptor fast check and full check disagree: " + all);
         }
         return error;
     }

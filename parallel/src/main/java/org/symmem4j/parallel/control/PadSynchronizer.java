@@ -537,8 +537,9 @@ public final class PadSynchronizer implements WaitSubject {
             String msg = "rank=" + rank + " " + what + ": " + describe(dead)
                     + " exited before arriving (its thread or process is gone)";
             abort(dead.getFirst(), msg); // the abort reason is short (a pad line): positions go to this rank's message
-            throw new PeerTimeoutException(msg + "; " + positions(), rank, dead, what, Reason.PEER_EXITED,
-                    waiter.timeout());
+            throw new PeerTimeoutException(msg + "; " + positions() + "; fix: read the exited rank's own error or"
+                    + " exit status (its log), which names the cause; this rank only waited for it", rank, dead, what,
+                    Reason.PEER_EXITED, waiter.timeout());
         }
     }
 
@@ -566,7 +567,9 @@ public final class PadSynchronizer implements WaitSubject {
                     + " communicators (it left the group) instead of arriving: its code failed or returned before this"
                     + " collective";
             abort(left.getFirst(), msg);
-            throw new PeerTimeoutException(msg + "; " + positions(), rank, left, what, Reason.PEER_LEFT, waiter.timeout());
+            throw new PeerTimeoutException(msg + "; " + positions() + "; fix: read that rank's own error (its log), or"
+                    + " make every rank run the same collectives before closing", rank, left, what, Reason.PEER_LEFT,
+                    waiter.timeout());
         }
     }
 
@@ -635,7 +638,10 @@ public final class PadSynchronizer implements WaitSubject {
                     + " lag this long)";
         }
         abort(culprits.isEmpty() ? rank : culprits.getFirst(), msg);
-        return new PeerTimeoutException(msg + "; " + positions(), rank, culprits, what, Reason.DEADLINE_PASSED, timeout);
+        return new PeerTimeoutException(msg + "; " + positions() + "; fix: make every rank call the same collectives"
+                + " in the same order (the positions above show where each one is), or raise symmem4j.timeout.ms"
+                + " (GroupOptions.timeout) above " + timeout.toMillis() + " ms if ranks legitimately lag this long",
+                rank, culprits, what, Reason.DEADLINE_PASSED, timeout);
     }
 
     /**
@@ -768,7 +774,8 @@ public final class PadSynchronizer implements WaitSubject {
         }
         if (word == ABORT_CLAIMED) {
             group.abortState().raise(-1, "aborted by a peer that did not finish writing its reason");
-            throw new PeerTimeoutException("rank=" + rank + " " + what + ": group aborted by a peer (reason being written)",
+            throw new PeerTimeoutException("rank=" + rank + " " + what + ": group aborted by a peer (reason being written;"
+                    + " fix: read the other ranks' errors, the aborting rank's names the cause)",
                     rank, List.of(), what, Reason.PEER_ABORTED, waiter.timeout());
         }
         int aborter = (int) word - 1;

@@ -228,7 +228,8 @@ public final class SignalPadLayout {
         long need = padBytes(worldSize, signalSlots);
         if (pad.byteSize() < need) {
             throw new IllegalStateException("signal pad of rank " + ownerRank + ": size=" + pad.byteSize()
-                    + " expected>=" + need);
+                    + " expected>=" + need + " (all ranks must run the same symmem4j version and allocate the same"
+                    + " size; fix: put the same symmem4j jars on every rank's class path and pass the same sizes)");
         }
         int magic = pad.get(ValueLayout.JAVA_INT, MAGIC_OFFSET);
         int version = pad.get(ValueLayout.JAVA_INT, VERSION_OFFSET);
@@ -241,7 +242,8 @@ public final class SignalPadLayout {
             throw new IllegalStateException(String.format(
                     "signal pad of rank %d does not match: magic=0x%x version=%d worldSize=%d owner=%d slots=%d"
                             + " dataBytes=%d expected magic=0x%x version=%d worldSize=%d owner=%d slots=%d dataBytes=%d"
-                            + " (all ranks must run the same symmem4j version and allocate the same size)",
+                            + " (all ranks must run the same symmem4j version and allocate the same size; fix: put the"
+                            + " same symmem4j jars on every rank's class path and pass the same sizes)",
                     ownerRank, magic, version, ws, owner, slots, bytes, MAGIC, VERSION, worldSize, ownerRank,
                     signalSlots, dataBytes));
         }

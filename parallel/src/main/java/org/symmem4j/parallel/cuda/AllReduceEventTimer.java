@@ -5,6 +5,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.DeviceTimingListener;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 
 /**
@@ -77,7 +78,7 @@ final class AllReduceEventTimer implements AutoCloseable {
      */
     AllReduceEventTimer(EventSource events, int capacity, DeviceTimingListener listener) {
         if (capacity < 1) {
-            throw new IllegalArgumentException("capacity=" + capacity + " expected >= 1 event pair");
+            throw Invariants.violated("capacity=" + capacity + " expected >= 1 event pair");
         }
         this.events = events;
         this.capacity = capacity;

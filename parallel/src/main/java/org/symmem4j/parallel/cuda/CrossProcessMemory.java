@@ -114,7 +114,8 @@ final class CrossProcessMemory implements AutoCloseable {
             closeQuietly(fd);
             unmapQuietly(vm, own);
             throw new SymmemException("cuda symmetric memory across processes: " + failed + " (seen by rank=" + me
-                    + "; nothing is left allocated on any rank)");
+                    + "; nothing is left allocated on any rank; fix: act on the failing rank's reason above, e.g. run"
+                    + " every rank as the same user with peer access between their GPUs)");
         }
         CudaVirtualMemory.Mapping[] mappings = new CudaVirtualMemory.Mapping[n];
         mappings[me] = own;
@@ -161,7 +162,8 @@ final class CrossProcessMemory implements AutoCloseable {
                 unmapQuietly(vm, m);
             }
             throw new SymmemException("cuda symmetric memory across processes: " + importFailures + " (seen by rank=" + me
-                    + "; nothing is left mapped on any rank)");
+                    + "; nothing is left mapped on any rank; fix: act on the failing rank's reason above, e.g. run"
+                    + " every rank as the same user with peer access between their GPUs)");
         }
         long[] data = new long[n];
         long[] pads = new long[n];

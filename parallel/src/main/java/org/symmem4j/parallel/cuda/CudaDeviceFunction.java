@@ -75,7 +75,8 @@ final class CudaDeviceFunction implements DeviceFunction {
         if (blockThreads < 1 || blockThreads > maxThreadsPerBlock || dynamicSharedBytes < 0) {
             throw new IllegalArgumentException("block of kernel " + symbol + ": blockThreads=" + blockThreads
                     + " dynamicSharedBytes=" + dynamicSharedBytes + " expected 1 <= blockThreads <= " + maxThreadsPerBlock
-                    + " (the kernel's maxThreadsPerBlock: its registers and __launch_bounds__) and dynamicSharedBytes >= 0");
+                    + " (the kernel's maxThreadsPerBlock: its registers and __launch_bounds__) and dynamicSharedBytes >= 0;"
+                    + " fix: launch blocks of at most " + maxThreadsPerBlock + " threads)");
         }
     }
 
@@ -85,7 +86,8 @@ final class CudaDeviceFunction implements DeviceFunction {
         module.checkLoaded("launch " + symbol);
         if (gridX < 1 || gridY < 1 || gridZ < 1 || blockX < 1 || blockY < 1 || blockZ < 1) {
             throw new IllegalArgumentException("launch of " + symbol + ": grid=" + gridX + "x" + gridY + "x" + gridZ
-                    + " block=" + blockX + "x" + blockY + "x" + blockZ + " expected every dimension >= 1");
+                    + " block=" + blockX + "x" + blockY + "x" + blockZ + " expected every dimension >= 1 (fix: pass 1"
+                    + " for a dimension the kernel does not use)");
         }
         long blockThreads = (long) blockX * blockY * blockZ;
         checkBlock((int) Math.min(Integer.MAX_VALUE, blockThreads), dynamicSharedBytes);
@@ -99,7 +101,7 @@ final class CudaDeviceFunction implements DeviceFunction {
                         + blocks + " (" + gridX + "x" + gridY + "x" + gridZ + ") at blockThreads=" + blockThreads
                         + " expected <= " + limit + " (ranksOnDevice=" + rank.ranksOnDevice + " on " + rank.deviceName
                         + ": every rank's grids must be resident at once, or a block waiting for a peer's block that"
-                        + " cannot start never ends; launch at most maxCoResidentBlocks(" + blockThreads + ", "
+                        + " cannot start never ends; fix: launch at most maxCoResidentBlocks(" + blockThreads + ", "
                         + dynamicSharedBytes + ") blocks and loop over the data)");
             }
         }
@@ -124,14 +126,16 @@ final class CudaDeviceFunction implements DeviceFunction {
         }
         if (arguments.count() != parameterSizes.length) {
             throw new IllegalArgumentException("arguments of " + symbol + ": count=" + arguments.count() + " expected="
-                    + parameterSizes.length + " (the kernel's parameters; found " + arguments + ")");
+                    + parameterSizes.length + " (the kernel's parameters; found " + arguments + "; fix: pass one"
+                        + " argument per kernel parameter, in the kernel's order)");
         }
         for (int i = 0; i < parameterSizes.length; i++) {
             if (arguments.byteSize(i) != parameterSizes[i]) {
                 throw new IllegalArgumentException("argument " + i + " of " + symbol + ": " + arguments.kind(i) + " of "
                         + arguments.byteSize(i) + " bytes, expected a parameter of " + parameterSizes[i] + " bytes"
                         + " (pointer/int64 are 8, int32/float32 4; the kernel's parameter sizes are "
-                        + Arrays.toString(parameterSizes) + ")");
+                        + Arrays.toString(parameterSizes) + "; fix: pass argument " + i + " with the type the"
+                            + " kernel declares)");
             }
         }
     }

@@ -61,7 +61,7 @@ final class CudaDeviceKernels implements DeviceKernels {
                 throw new SymmemException("module image refused by the driver: bytes=" + image.length + " format="
                         + format(image) + " device=" + rank.deviceName + " sm_" + computeCapability() + " error="
                         + e.getMessage() + " (expected PTX text, a cubin or a fatbin holding SASS for sm_"
-                        + computeCapability() + " or PTX of an equal or older compute capability; build it with"
+                        + computeCapability() + " or PTX of an equal or older compute capability; fix: build it with"
                         + " nvcc -fatbin -gencode arch=compute_" + computeCapability() + ",code=sm_" + computeCapability()
                         + ")", e);
             }
@@ -130,7 +130,8 @@ final class CudaDeviceKernels implements DeviceKernels {
         if (result != null) {
             undo.undo(result);
         }
-        SymmemException e = new SymmemException("cannot " + what + " on every rank: " + failed);
+        SymmemException e = new SymmemException("cannot " + what + " on every rank: " + failed + " (fix: act on"
+                    + " the failing ranks' reasons above; every rank must pass the same module image)");
         if (local != null) {
             e.addSuppressed(local);
         }

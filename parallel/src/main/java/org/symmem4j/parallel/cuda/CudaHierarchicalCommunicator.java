@@ -152,7 +152,8 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
         driver.setCurrent(rank.context);
         if (algorithm != Algorithm.NCCL && algorithm != Algorithm.HIERARCHICAL) {
             throw new IllegalArgumentException("algorithm=" + algorithm + " needs symmetric memory across every rank, and this"
-                    + " group spans " + topology.nodes() + " machines: expected HIERARCHICAL or NCCL");
+                    + " group spans " + topology.nodes() + " machines: expected HIERARCHICAL or NCCL (fix: pass"
+                    + " Algorithm.HIERARCHICAL or Algorithm.NCCL)");
         }
         // AVG: each level divides by its own size (machine L, then NCCL's average over N): the average over L x N
         boolean timed = timings.begin();
@@ -172,11 +173,14 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     private static MemorySegment ownBuffer(SymmetricMemory memory, long offsetBytes, long count, DType dtype, String op) {
         if (memory == null || memory.unwrap(DeviceMemory.class).isEmpty()) {
             throw new IllegalArgumentException(op + " on SymmetricMemory: device memory of this process expected (a group"
-                    + " within one machine, e.g. a machine's sub-group), found " + (memory == null ? "null" : "host memory"));
+                    + " within one machine, e.g. a machine's sub-group), found " + (memory == null ? "null" : "host memory")
+                    + " (fix: allocate it with SymmetricMemory.allocate on a machine's sub-group of the CUDA transport,"
+                    + " or pass the plain device buffer instead)");
         }
         if (dtype == null || offsetBytes < 0 || count < 0 || offsetBytes > memory.byteSize() - dtype.bytes(count)) {
             throw new IllegalArgumentException(op + ": " + count + " " + dtype + " elements at offsetBytes=" + offsetBytes
-                    + " do not fit the memory's " + memory.byteSize() + " bytes");
+                    + " do not fit the memory's " + memory.byteSize() + " bytes (fix: pass offsetBytes >= 0 and a count"
+                    + " whose bytes fit after it)");
         }
         return memory.local().asSlice(offsetBytes, dtype.bytes(count));
     }
@@ -227,7 +231,8 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     public synchronized void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
         requireUsable(dtype, ReduceOp.SUM, buffer, count, "buffer");
         if (root < 0 || root >= group.worldSize()) {
-            throw new IllegalArgumentException("root=" + root + " expected 0 .. " + (group.worldSize() - 1));
+            throw new IllegalArgumentException("root=" + root + " expected 0 .. " + (group.worldSize() - 1) + " (fix:"
+                    + " pass a rank of the group as root, the same on every rank)");
         }
         if (count == 0) {
             return;
@@ -371,14 +376,17 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
 
     private void requireUsable(DType dtype, ReduceOp op, MemorySegment buffer, long count, String what) {
         if (schedule.isClosed()) {
-            throw new IllegalStateException("the hierarchical GPU communicator is closed");
+            throw new IllegalStateException("the hierarchical GPU communicator is closed (expected an open one; fix:"
+                    + " call collectives before close(), or create a new communicator)");
         }
         if (dtype == null || op == null) {
-            throw new IllegalArgumentException("dtype and op must be given, found dtype=" + dtype + " op=" + op);
+            throw new IllegalArgumentException("dtype and op must be given, found dtype=" + dtype + " op=" + op
+                    + " (fix: pass a DType and a ReduceOp, not null)");
         }
         if (buffer == null || count < 0 || buffer.byteSize() < dtype.bytes(count)) {
             throw new IllegalArgumentException(what + "=" + buffer + " expected device memory of at least "
-                    + (count < 0 ? "0" : dtype.bytes(count)) + " bytes (" + count + " " + dtype + " elements)");
+                    + (count < 0 ? "0" : dtype.bytes(count)) + " bytes (" + count + " " + dtype + " elements; fix: pass"
+                    + " count >= 0 and a buffer that holds count elements)");
         }
     }
 }

@@ -7,6 +7,7 @@ import java.lang.foreign.MemorySegment;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Optional;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.CudaUnavailableException;
 
@@ -41,7 +42,7 @@ public final class CudaKernels {
 
     static {
         if (DONE_COUNTER_OFFSET + Long.BYTES > USER_PAD_OFFSET || USER_PAD_OFFSET % 16 != 0) {
-            throw new AssertionError("GPU signal-pad layout: done counter at " + DONE_COUNTER_OFFSET
+            throw Invariants.violated("GPU signal-pad layout: done counter at " + DONE_COUNTER_OFFSET
                     + " overlaps the user bytes at " + USER_PAD_OFFSET + " (or they are not 16-byte aligned)");
         }
     }
@@ -87,7 +88,8 @@ public final class CudaKernels {
                 i = in.readAllBytes();
                 image = i;
             } catch (IOException e) {
-                throw new CudaUnavailableException("cannot read " + RESOURCE + ": " + e);
+                throw new CudaUnavailableException("cannot read " + RESOURCE + ": " + e + " (the symmem4j-parallel jar"
+                        + " holds it; fix: the jar on the class path is damaged, rebuild it or fetch it again)");
             }
         }
         return i;
@@ -140,7 +142,7 @@ public final class CudaKernels {
      */
     static synchronized void release(CudaDriver driver, CudaKernels kernels) {
         if (kernels.users < 1) {
-            throw new IllegalStateException("symmem4j kernels of device " + kernels.ordinal + " released more often than"
+            throw Invariants.violated("symmem4j kernels of device " + kernels.ordinal + " released more often than"
                     + " acquired: users=" + kernels.users + " expected >= 1");
         }
         kernels.users--;
@@ -197,7 +199,7 @@ public final class CudaKernels {
         if (!driver.functionLoaded(f).orElse(true)) {
             throw new CudaUnavailableException("kernel " + symbol + " is not fully loaded after cuFuncLoad:"
                     + " expected=CU_FUNCTION_LOADING_STATE_LOADED found=UNLOADED (its first launch would load it, which"
-                    + " may wait for peers' running kernels; run with CUDA_MODULE_LOADING=EAGER)");
+                    + " may wait for peers' running kernels; fix: run with CUDA_MODULE_LOADING=EAGER)");
         }
         return f;
     }

@@ -83,7 +83,8 @@ final class CudaRank implements AutoCloseable {
         this.rank = rank;
         int count = driver.deviceCount();
         if (count < 1) {
-            throw new CudaUnavailableException("CUDA driver reports no devices");
+            throw new CudaUnavailableException("CUDA driver reports no devices, expected at least 1 (fix: run on a"
+                    + " machine with an NVIDIA GPU, check nvidia-smi and CUDA_VISIBLE_DEVICES, or use a host transport)");
         }
         this.ordinal = rank % count;
         this.device = driver.device(ordinal);
@@ -230,7 +231,8 @@ final class CudaRank implements AutoCloseable {
             throw new CudaException("CUDA", "close of rank=" + rank + " (device " + ordinal + ")", DEVICE_BUSY,
                     "STREAM_STILL_BUSY", "the rank's stream still runs after " + CLOSE_WAIT_NANOS / 1_000_000_000L
                     + " s (a kernel waiting for a peer that never came?): its stream, graphs, kernels and context are left"
-                    + " as they are rather than torn down under a running kernel; abort the group before releasing it");
+                    + " as they are rather than torn down under a running kernel; fix: abort the group before releasing"
+                    + " it");
         }
         List<Runnable> steps = new ArrayList<>();
         steps.add(eagerGraphs::close);
@@ -263,7 +265,7 @@ final class CudaRank implements AutoCloseable {
         MemorySegment function = kernels().function(kernel);
         if (gridX < 1 || gridX > budget.limit(kernel)) {
             throw new IllegalArgumentException("grid of " + kernel.symbol + ": gridX=" + gridX + " expected 1 <= gridX <= "
-                    + budget.limit(kernel) + " (this rank's launch budget; take grids from LaunchBudget.grid)");
+                    + budget.limit(kernel) + " (this rank's launch budget; fix: take grids from LaunchBudget.grid)");
         }
         if (programmaticLaunch) {
             driver.launchProgrammatic(function, gridX, kernel.blockThreads, stream, params, launchScratch);

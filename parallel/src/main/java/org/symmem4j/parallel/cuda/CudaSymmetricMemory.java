@@ -154,7 +154,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
 
     private UnsupportedOperationException unreachable(int peer) {
         return new UnsupportedOperationException("rank=" + peer + "'s memory is not mapped on rank=" + group.rank()
-                + "'s GPU (NVSHMEM gives no peer pointer: another node, or no peer access); reach it with putWithSignal and"
+                + "'s GPU (NVSHMEM gives no peer pointer: another node, or no peer access); fix: reach it with putWithSignal and"
                 + " signal, which NVSHMEM carries, or run the ranks on one machine for our kernels and peer()");
     }
 
@@ -197,12 +197,13 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
 
     private synchronized long pointerTables() {
         if (closed) {
-            throw new IllegalStateException("symmetric memory id=" + id + " is closed (its pointer tables were freed)");
+            throw new IllegalStateException("symmetric memory id=" + id + " is closed (its pointer tables were freed;"
+                    + " fix: use the memory before close(), or allocate a new one)");
         }
         if (pointerTables == 0) {
             if (rank.capturing) {
                 throw new IllegalStateException("the pointer tables of symmetric memory id=" + id + " are made at the first"
-                        + " call, which copies from the host and cannot be captured: call bufferPointerTable() or"
+                        + " call, which copies from the host and cannot be captured; fix: call bufferPointerTable() or"
                         + " signalPadPointerTable() once before DeviceCommunicator.capture");
             }
             CudaDriver d = transport.driver();
@@ -313,7 +314,7 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     private void checkRange(long offset, long bytes) {
         if (offset < 0 || bytes < 0 || offset > byteSize - bytes) {
             throw new IndexOutOfBoundsException("range offset=" + offset + " bytes=" + bytes + " outside symmetric memory of "
-                    + byteSize + " bytes");
+                    + byteSize + " bytes (fix: pass 0 <= offset and offset + bytes <= " + byteSize + ")");
         }
     }
 
@@ -348,7 +349,8 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         checkSlot(slot);
         if (dstOffset < 0 || dstOffset > byteSize - src.byteSize()) {
             throw new IndexOutOfBoundsException("put of " + src.byteSize() + " bytes at dstOffset=" + dstOffset
-                    + " outside symmetric memory of " + byteSize + " bytes");
+                    + " outside symmetric memory of " + byteSize + " bytes (fix: pass 0 <= dstOffset <= " + byteSize
+                    + " - src.byteSize())");
         }
         if (nvshmem != null) {
             // NVSHMEM delivers the data before the signal update (put-with-signal's ordering), the release a
@@ -540,7 +542,8 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
 
     private void checkSlot(int slot) {
         if (slot < 0 || slot >= CudaKernels.SIGNAL_SLOTS) {
-            throw new IndexOutOfBoundsException("signal slot=" + slot + " outside [0, " + CudaKernels.SIGNAL_SLOTS + ")");
+            throw new IndexOutOfBoundsException("signal slot=" + slot + " outside [0, " + CudaKernels.SIGNAL_SLOTS + ")"
+                    + " (fix: pass a slot 0 .. " + (CudaKernels.SIGNAL_SLOTS - 1) + ")");
         }
     }
 

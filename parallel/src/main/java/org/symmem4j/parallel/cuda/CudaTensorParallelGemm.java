@@ -139,7 +139,8 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     private void checkMode(Mode mode) {
         String why = unavailableReason(mode);
         if (why != null) {
-            throw new UnsupportedOperationException("tensor-parallel GEMM in mode " + mode + " cannot run here: " + why);
+            throw new UnsupportedOperationException("tensor-parallel GEMM in mode " + mode + " cannot run here: " + why
+                    + " (fix: ask unavailableReason(mode) first and pick a mode it returns null for)");
         }
     }
 
@@ -310,7 +311,8 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     public synchronized void axpy(float alpha, MemorySegment x, MemorySegment y, long count) {
         checkOpen();
         if (count < 0 || count > Integer.MAX_VALUE) {
-            throw new IllegalArgumentException("axpy count=" + count + ": expected 0 <= count <= " + Integer.MAX_VALUE);
+            throw new IllegalArgumentException("axpy count=" + count + ": expected 0 <= count <= " + Integer.MAX_VALUE
+                    + " (fix: split a larger update into calls of at most that many elements)");
         }
         need("x", x, count, DType.FLOAT32);
         need("y", y, count, DType.FLOAT32);
@@ -341,7 +343,8 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
                 || !Float.isFinite(gradientScale) || step < 1) {
             throw new IllegalArgumentException("adamStep beta1=" + beta1 + " beta2=" + beta2 + " epsilon=" + epsilon
                     + " learningRate=" + learningRate + " gradientScale=" + gradientScale + " step=" + step
-                    + ": expected 0 <= beta1, beta2 < 1, epsilon > 0, finite learningRate and gradientScale, step >= 1");
+                    + ": expected 0 <= beta1, beta2 < 1, epsilon > 0, finite learningRate and gradientScale, step >= 1"
+                    + " (fix: pass values in those ranges, e.g. beta1=0.9 beta2=0.999 epsilon=1e-8, step counted from 1)");
         }
         need("params", params, count, DType.FLOAT32);
         need("m", m, count, DType.FLOAT32);
@@ -365,7 +368,8 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
 
     private static void checkCount(String what, long count) {
         if (count < 0) {
-            throw new IllegalArgumentException(what + " count=" + count + ": expected count >= 0");
+            throw new IllegalArgumentException(what + " count=" + count + ": expected count >= 0 (fix: pass the number"
+                    + " of elements, 0 or more)");
         }
     }
 
@@ -424,7 +428,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         if (rank.capturing) {
             throw new IllegalStateException("tensor-parallel GEMM shapes " + fresh + " were never run before this graph capture:"
                     + " make the same calls once eagerly first (their first run loads cuBLAS's kernels and meets the group on"
-                    + " the host, which a capture cannot hold)");
+                    + " the host, which a capture cannot hold; fix: run those calls once outside the capture)");
         }
         for (int m : rowCounts) {
             String key = m + "x" + n + "x" + k + (transB ? "T" : "N") + dtype;
@@ -449,7 +453,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
             if (rank.capturing) {
                 throw new IllegalStateException("a fused tensor-parallel call in a graph capture before any eager one: make the"
                         + " same calls once eagerly first (the first fused call joins the ranks' enqueue order on the host,"
-                        + " which a capture cannot hold)");
+                        + " which a capture cannot hold; fix: run those calls once outside the capture)");
             }
             order = EnqueueOrder.join(comm.group(), "tensor-parallel-gemm");
             orderJoined = true;
@@ -460,7 +464,7 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         if (rank.capturing) {
             if (!FUSED_GRAPHS_IN_ONE_JVM) {
                 throw new IllegalStateException("fused tensor-parallel calls captured in a CUDA graph with the ranks as threads"
-                        + " of one JVM: such graphs deadlocked the GPUs (bench/results/2026-11-27-nvshmem.md); run one process"
+                        + " of one JVM: such graphs deadlocked the GPUs (bench/results/2026-11-27-nvshmem.md); fix: run one process"
                         + " per GPU (bin/symmem4j-run --nproc-per-node <GPUs>, ProcessGroup.fromEnvironment(options,"
                         + " CudaTransport.create())), capture Mode.NCCL or Mode.SYMMEM calls instead, or call fused eagerly;"
                         + " -Dsymmem4j.tp.fused.graphs.in.one.jvm=true captures them anyway");
@@ -513,7 +517,8 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         long elt = dtype.byteSize();
         if (offsetBytes < 0 || offsetBytes % elt != 0 || offsetBytes > memory.byteSize() - bytes) {
             throw new IllegalArgumentException(what + ": " + describes + " at offsetBytes=" + offsetBytes + " does not fit its "
-                    + memory.byteSize() + " bytes (or the offset is not a multiple of " + elt + ")");
+                    + memory.byteSize() + " bytes (or the offset is not a multiple of " + elt + "; fix: pass an offset"
+                    + " that is a multiple of " + elt + " and leaves room for " + bytes + " bytes)");
         }
     }
 
@@ -577,7 +582,8 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         }
         if (memory.signalSlots() <= DONE_SLOT) {
             throw new IllegalArgumentException(what + ": " + memory.signalSlots() + " signal slots, the fused calls need "
-                    + (DONE_SLOT + 1));
+                    + (DONE_SLOT + 1) + " (fix: allocate it with SymmetricMemory.allocate(group, bytes), which gives"
+                    + " the default number of slots)");
         }
         return cuda;
     }
@@ -595,23 +601,27 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
             if (p.start(r) != r * block || p.size(r) != block) {
                 throw new IllegalArgumentException("mode SYMMEM needs the collective's blocks to be the row blocks: rank " + r
                         + "'s block is [" + p.start(r) + ", " + p.end(r) + ") elements, the rows' [" + r * block + ", "
-                        + (r + 1) * block + ") (rows of " + ShardPartition.ALIGN_BYTES + "-byte multiples fit); use FUSED or NCCL");
+                        + (r + 1) * block + ") (rows of " + ShardPartition.ALIGN_BYTES + "-byte multiples fit); fix: use"
+                        + " FUSED or NCCL");
             }
         }
     }
 
     private static void checkDims(int m, int n, int k, DType dtype) {
         if (m <= 0 || n <= 0 || k <= 0) {
-            throw new IllegalArgumentException("GEMM dimensions m=" + m + " n=" + n + " k=" + k + ": expected all positive");
+            throw new IllegalArgumentException("GEMM dimensions m=" + m + " n=" + n + " k=" + k + ": expected all positive"
+                    + " (fix: pass the matrices' row and column counts, each >= 1)");
         }
         if (dtype != DType.FLOAT32 && dtype != DType.BFLOAT16) {
-            throw new IllegalArgumentException("GEMM dtype " + dtype + ": expected FLOAT32 or BFLOAT16");
+            throw new IllegalArgumentException("GEMM dtype " + dtype + ": expected FLOAT32 or BFLOAT16 (fix: convert"
+                    + " the operands to one of them)");
         }
     }
 
     private static void checkElementwise(DType dtype) {
         if (dtype != DType.FLOAT32 && dtype != DType.BFLOAT16) {
-            throw new IllegalArgumentException("dtype " + dtype + ": expected FLOAT32 or BFLOAT16");
+            throw new IllegalArgumentException("dtype " + dtype + ": expected FLOAT32 or BFLOAT16 (fix: convert the"
+                    + " operands to one of them)");
         }
     }
 
@@ -620,13 +630,14 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         long bytes = elements * dtype.byteSize();
         if (buffer.byteSize() < bytes) {
             throw new IllegalArgumentException(what + ": " + buffer.byteSize() + " bytes, expected at least " + bytes
-                    + " (" + elements + " " + dtype + " elements)");
+                    + " (" + elements + " " + dtype + " elements; fix: pass a buffer of at least " + bytes + " bytes)");
         }
     }
 
     private void checkOpen() {
         if (closed) {
-            throw new IllegalStateException("tensor-parallel GEMMs of rank " + me + " are closed (their communicator was closed)");
+            throw new IllegalStateException("tensor-parallel GEMMs of rank " + me + " are closed (their communicator was"
+                    + " closed; fix: call them before closing the communicator, or create new ones)");
         }
     }
 }

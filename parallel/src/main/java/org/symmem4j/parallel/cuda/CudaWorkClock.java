@@ -27,7 +27,8 @@ final class CudaWorkClock implements WorkClock {
 
     CudaWorkClock(CudaDriver driver, MemorySegment context, MemorySegment stream, int marksPerRound) {
         if (marksPerRound < 0) {
-            throw new IllegalArgumentException("marksPerRound=" + marksPerRound + " expected >= 0");
+            throw new IllegalArgumentException("marksPerRound=" + marksPerRound + " expected >= 0 (fix: ask"
+                    + " SymmetricMemory.clock for 0 or more marks)");
         }
         this.driver = driver;
         this.context = context;
@@ -57,7 +58,8 @@ final class CudaWorkClock implements WorkClock {
     public long mark() {
         checkOpen();
         if (recorded == 0) {
-            throw new IllegalStateException("mark() before restart(): a round starts with restart()");
+            throw new IllegalStateException("mark() before restart(): a round starts with restart() (fix: call"
+                    + " restart() at the start of each round)");
         }
         if (recorded == events.length) {
             throw new IllegalStateException("clock of " + (events.length - 1) + " marks per round: mark " + recorded
@@ -73,7 +75,8 @@ final class CudaWorkClock implements WorkClock {
     public long nanos(long mark) {
         checkOpen();
         if (mark < 1 || mark >= recorded) {
-            throw new IllegalArgumentException("mark=" + mark + " expected a mark of this round, 1.." + (recorded - 1));
+            throw new IllegalArgumentException("mark=" + mark + " expected a mark of this round, 1.." + (recorded - 1)
+                    + " (fix: pass a value mark() returned since the last restart())");
         }
         driver.setCurrent(context);
         return originNanos + Math.round(driver.elapsedMillis(events[0], events[(int) mark]) * 1e6);
@@ -98,7 +101,8 @@ final class CudaWorkClock implements WorkClock {
 
     private void checkOpen() {
         if (closed) {
-            throw new IllegalStateException("the clock is closed");
+            throw new IllegalStateException("the clock is closed (fix: use it before close(), or ask"
+                    + " SymmetricMemory.clock for a new one)");
         }
     }
 }

@@ -114,7 +114,7 @@ final class DeviceOperations {
     void copyAsync(MemorySegment dst, MemorySegment src) {
         if (dst.byteSize() < src.byteSize()) {
             throw new IllegalArgumentException("copyAsync: dst has " + dst.byteSize() + " bytes, expected at least src's "
-                    + src.byteSize());
+                    + src.byteSize() + " (fix: pass a dst at least as large as src, or copy a slice of src)");
         }
         driver.setCurrent(rank.context);
         driver.copyDeviceToDeviceAsync(dst.address(), src.address(), src.byteSize(), rank.stream);
@@ -123,7 +123,8 @@ final class DeviceOperations {
     void copyByKernelAsync(MemorySegment dst, MemorySegment src) {
         if (dst.byteSize() < src.byteSize()) {
             throw new IllegalArgumentException("copyByKernelAsync: dst has " + dst.byteSize()
-                    + " bytes, expected at least src's " + src.byteSize());
+                    + " bytes, expected at least src's " + src.byteSize() + " (fix: pass a dst at least as large as src,"
+                    + " or copy a slice of src)");
         }
         long bytes = src.byteSize();
         if (bytes == 0) {
@@ -142,7 +143,7 @@ final class DeviceOperations {
     void copyFromHost(MemorySegment dst, MemorySegment src) {
         if (dst.byteSize() < src.byteSize()) {
             throw new IllegalArgumentException("copyFromHost: dst has " + dst.byteSize() + " bytes, expected at least src's "
-                    + src.byteSize());
+                    + src.byteSize() + " (fix: pass a dst at least as large as src, or copy a slice of src)");
         }
         synchronize.run();
         driver.copyHostToDevice(dst.address(), src, src.byteSize());
@@ -151,7 +152,7 @@ final class DeviceOperations {
     void copyToHost(MemorySegment dst, MemorySegment src) {
         if (src.byteSize() < dst.byteSize()) {
             throw new IllegalArgumentException("copyToHost: src has " + src.byteSize() + " bytes, expected at least dst's "
-                    + dst.byteSize());
+                    + dst.byteSize() + " (fix: pass a dst no larger than src, e.g. a slice of it)");
         }
         synchronize.run();
         driver.copyDeviceToHost(dst, src.address(), dst.byteSize());

@@ -4,6 +4,7 @@ import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
 import java.util.List;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.multinode.StagingMemory;
 
@@ -74,7 +75,7 @@ final class DeviceStaging implements StagingMemory {
     /** NCCL averages between machines ({@code NcclLink.averages()}): the schedule never divides on a GPU. */
     @Override
     public void divide(MemorySegment buffer, long count, DType dtype, int by) {
-        throw new IllegalStateException("unreachable: NCCL averages between machines, the schedule does not divide");
+        throw Invariants.violated("unreachable: NCCL averages between machines, the schedule does not divide");
     }
 
     /** Waits for the stream, then frees the staging and the zeros. */

@@ -114,7 +114,8 @@ final class EnqueueOrder {
                 if (now - deadline > 0) {
                     throw new PeerTimeoutException(what + " call " + next + " on rank " + rank + ": ranks " + behind
                             + " have not enqueued call " + (next - 1) + " after " + timeout + " (every rank must make the"
-                            + " same fused calls in the same order; a rank that stopped making them leaves its peers here)",
+                            + " same fused calls in the same order; a rank that stopped making them leaves its peers here;"
+                            + " fix: make the same fused calls on every rank, and see the behind ranks' own errors)",
                             rank, behind, what + " call " + next, PeerTimeoutException.Reason.DEADLINE_PASSED, timeout);
                 }
                 if (now - spinUntil < 0) {

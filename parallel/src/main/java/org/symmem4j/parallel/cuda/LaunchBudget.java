@@ -1,5 +1,6 @@
 package org.symmem4j.parallel.cuda;
 
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.SymmemException;
 
 /**
@@ -72,7 +73,7 @@ final class LaunchBudget {
      */
     static int ranksOnDevice(int worldSize, int deviceCount, int ordinal) {
         if (worldSize < 1 || deviceCount < 1 || ordinal < 0 || ordinal >= deviceCount) {
-            throw new IllegalArgumentException("worldSize=" + worldSize + " deviceCount=" + deviceCount + " ordinal="
+            throw Invariants.violated("worldSize=" + worldSize + " deviceCount=" + deviceCount + " ordinal="
                     + ordinal + " expected worldSize >= 1, deviceCount >= 1, 0 <= ordinal < deviceCount");
         }
         return worldSize / deviceCount + (ordinal < worldSize % deviceCount ? 1 : 0);
@@ -101,7 +102,7 @@ final class LaunchBudget {
      */
     static int maxBlocks(int multiprocessors, int blocksPerMultiprocessor, int ranksOnDevice, int gridsInFlightPerStream) {
         if (multiprocessors < 1 || blocksPerMultiprocessor < 0 || ranksOnDevice < 1 || gridsInFlightPerStream < 1) {
-            throw new IllegalArgumentException("multiprocessors=" + multiprocessors + " blocksPerMultiprocessor="
+            throw Invariants.violated("multiprocessors=" + multiprocessors + " blocksPerMultiprocessor="
                     + blocksPerMultiprocessor + " ranksOnDevice=" + ranksOnDevice + " gridsInFlightPerStream="
                     + gridsInFlightPerStream + " expected multiprocessors >= 1, blocksPerMultiprocessor >= 0,"
                     + " ranksOnDevice >= 1, gridsInFlightPerStream >= 1");
@@ -148,7 +149,7 @@ final class LaunchBudget {
                          int busiestDeviceRanks, boolean programmaticLaunch, int maxConnections) {
         Kernel[] kernels = Kernel.values();
         if (blocksPerMultiprocessor.length != kernels.length) {
-            throw new IllegalArgumentException("blocksPerMultiprocessor has " + blocksPerMultiprocessor.length
+            throw Invariants.violated("blocksPerMultiprocessor has " + blocksPerMultiprocessor.length
                     + " entries, expected one per kernel: " + kernels.length);
         }
         this.device = device;
@@ -166,14 +167,14 @@ final class LaunchBudget {
         if (fewest < 1) {
             throw new SymmemException("kernel " + fewestKernel.symbol + " cannot run on " + device + ": blocksPerMultiprocessor="
                     + fewest + " at blockThreads=" + fewestKernel.blockThreads + " expected >= 1 (the kernels were built"
-                    + " for sm_80, sm_90 and sm_100; use Algorithm.NCCL on this GPU)");
+                    + " for sm_80, sm_90 and sm_100; fix: use Algorithm.NCCL on this GPU)");
         }
         int busiest = Math.max(ranksOnDevice, busiestDeviceRanks);
         if (busiest > 1 && busiest + 1 > maxConnections) {
             throw new SymmemException("ranks sharing a GPU need a hardware work queue each, and the host's copies one"
                     + " more: ranksOnDevice=" + busiest + " CUDA_DEVICE_MAX_CONNECTIONS=" + maxConnections
                     + " expected ranksOnDevice + 1 <= CUDA_DEVICE_MAX_CONNECTIONS (streams beyond it share queues, and"
-                    + " work queued behind a peer's kernel that waits for it never starts; set"
+                    + " work queued behind a peer's kernel that waits for it never starts; fix: set"
                     + " CUDA_DEVICE_MAX_CONNECTIONS=32 in the environment before the JVM starts, or run fewer ranks per GPU)");
         }
         int sharedLimit = maxBlocks(multiprocessors, fewest, busiest, gridsInFlight);
@@ -183,7 +184,7 @@ final class LaunchBudget {
                     + multiprocessors + " blocksPerMultiprocessor=" + fewest + " (" + fewestKernel.symbol + ") ranksOnDevice="
                     + busiest + " gridsInFlightPerRank=" + gridsInFlight + " expected=" + needed
                     + " grids of one block or more <= " + (long) multiprocessors * fewest + " slots found=" + needed
-                    + " grids needed (run fewer ranks per GPU" + (gridsInFlight > 1
+                    + " grids needed (fix: run fewer ranks per GPU" + (gridsInFlight > 1
                             ? ", or launch without programmatic dependent launch: -Dsymmem4j.cuda.pdl=false keeps one grid"
                             + " per rank in flight instead of two" : "") + ")");
         }

@@ -148,7 +148,9 @@ final class NcclProvider {
      */
     MemorySegment require() {
         if (comm == null) {
-            throw new CudaUnavailableException("NCCL unavailable: " + unavailable);
+            throw new CudaUnavailableException("NCCL unavailable: " + unavailable + " (fix: check"
+                    + " Communicator.supports(Algorithm.NCCL) first and use another algorithm, or run one GPU per rank"
+                    + " with NCCL 2.x's libnccl.so.2 on the library path)");
         }
         driver.setCurrent(rank.context);
         return comm;

@@ -179,7 +179,7 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
         String problem = placementProblem(all);
         if (problem != null) {
             throw new SymmemException("nvshmem transport: " + problem + " on rank=" + group.rank() + " (NVSHMEM needs one"
-                    + " process per GPU: launch one process per GPU, e.g. bin/symmem4j-run --nproc-per-node <GPUs>, or use"
+                    + " process per GPU; fix: launch one process per GPU, e.g. bin/symmem4j-run --nproc-per-node <GPUs>, or use"
                     + " the cuda transport for ranks that share a process or a GPU)");
         }
         byte[] id = group.rank() == 0 ? nvshmem.uniqueId() : new byte[Nvshmem.UNIQUE_ID_BYTES];
@@ -195,7 +195,9 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
                 nvshmem.finalizeHostlib();
                 throw new SymmemException("nvshmem transport: NVSHMEM started as PE " + pe + " of " + pes + " (status " + status
                         + ", expected " + Nvshmem.STATUS_INITIALIZED + ") for rank=" + group.rank() + " of "
-                        + group.worldSize() + " (status " + Nvshmem.STATUS_LIMITED_MPG + ": several processes on one GPU)");
+                        + group.worldSize() + " (status " + Nvshmem.STATUS_LIMITED_MPG + ": several processes on one GPU;"
+                        + " fix: launch one process per GPU, e.g. bin/symmem4j-run --nproc-per-node <GPUs>, with"
+                        + " CUDA_VISIBLE_DEVICES unset)");
             }
             world = group;
             LOG.debug("NVSHMEM started: PE {} of {} on device {}", pe, pes, r.ordinal);
@@ -206,7 +208,7 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
     private static void refuseSecondWorld() {
         if (world != null) {
             throw new IllegalStateException("NVSHMEM already runs in this process for another group (rank=" + world.rank()
-                    + " of " + world.worldSize() + "): NVSHMEM has one set of PEs per process; release that group"
+                    + " of " + world.worldSize() + "): NVSHMEM has one set of PEs per process; fix: release that group"
                     + " (NvshmemTransport.release) before using another, or use sub-groups on the CUDA transport");
         }
     }

@@ -5,6 +5,7 @@ import java.util.ArrayList;
 import java.util.List;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.CudaVirtualMemory;
 import org.symmem4j.parallel.cuda.ffi.EverySteps;
@@ -113,7 +114,7 @@ final class SymmetricAllocation {
     synchronized void join(CudaDriver driver, int rank, long data, long pad, boolean ownsData, int device,
                            List<CudaVirtualMemory.Mapping> mappings) {
         if (shares[rank] != null) {
-            throw new IllegalStateException("symmetric memory id=" + id + ": rank=" + rank + " joined twice");
+            throw Invariants.violated("symmetric memory id=" + id + ": rank=" + rank + " joined twice");
         }
         if (onePerProcess) {
             closed[rank] = false;
@@ -131,7 +132,7 @@ final class SymmetricAllocation {
      */
     synchronized void joinCollectivelyFreed(CudaDriver driver, int rank, long data, long pad, int device, Runnable freeMemory) {
         if (shares[rank] != null) {
-            throw new IllegalStateException("symmetric memory id=" + id + ": rank=" + rank + " joined twice");
+            throw Invariants.violated("symmetric memory id=" + id + ": rank=" + rank + " joined twice");
         }
         if (onePerProcess) {
             closed[rank] = false;

@@ -59,7 +59,9 @@ final class GroupSplit {
             if (!m.matches()) {
                 throw new SymmemException("split: rank=" + parent.rank() + " the split record of "
                         + parent.describe(r) + " is malformed: '" + value.replaceAll("[^\\x20-\\x7e]", "?")
-                        + "' (expected '<color> <key> <16 hex digits> <label>')");
+                        + "' (expected '<color> <key> <16 hex digits> <label>'; fix: run the same symmem4j version on"
+                        + " every rank, and give each job its own MASTER_PORT and SYMMEM4J_RUN_ID so no other job"
+                        + " writes to this store)");
             }
             if (!m.group(4).equals(label)) {
                 throw new SymmemException("split mismatch: rank=" + parent.rank() + " called split '" + label + "' but "

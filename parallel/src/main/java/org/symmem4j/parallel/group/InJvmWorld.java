@@ -17,6 +17,7 @@ import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupAbort;
 import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
@@ -231,11 +232,15 @@ public final class InJvmWorld implements AutoCloseable {
                 ended = threads[r].join(Duration.ofNanos(Math.max(1, left)));
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
-                throw new SymmemException("interrupted while waiting for rank threads", e);
+                throw new SymmemException("interrupted while waiting for rank threads (expected the caller's thread to"
+                        + " wait until every rank returned; fix: do not interrupt the thread that runs"
+                        + " InJvmWorld.run, or cancel the ranks' work by failing one rank)", e);
             }
             if (!ended) {
                 SymmemException hang = new SymmemException("rank " + r + " still running after "
-                        + Duration.ofNanos(joinBoundNanos) + " (a wait that ignores the timeout: this is a bug)");
+                        + Duration.ofNanos(joinBoundNanos) + " (expected every wait to end by the group's timeout;"
+                        + " fix: if the rank's own code blocks outside symmem4j, bound that wait; if the stack trace"
+                        + " below is in symmem4j, " + Invariants.HOW_TO_REPORT + ")");
                 hang.setStackTrace(threads[r].getStackTrace());
                 throw hang;
             }
@@ -244,9 +249,11 @@ public final class InJvmWorld implements AutoCloseable {
         for (int r = 0; r < n; r++) {
             if (failures[r] != null) {
                 if (first == null) {
-                    first = new SymmemException("rank " + r + " failed: " + failures[r], failures[r]);
+                    first = new SymmemException("rank " + r + " failed: " + failures[r] + " (fix: see that rank's"
+                            + " error, the cause below)", failures[r]);
                 } else {
-                    first.addSuppressed(new SymmemException("rank " + r + " failed: " + failures[r], failures[r]));
+                    first.addSuppressed(new SymmemException("rank " + r + " failed: " + failures[r] + " (fix: see that"
+                            + " rank's error, the cause below)", failures[r]));
                 }
             }
         }
@@ -372,7 +379,8 @@ public final class InJvmWorld implements AutoCloseable {
         GroupAbort.Cause aborted = abortOf(namespace, group);
         if (aborted != null) {
             throw new PeerTimeoutException("rank=" + rank + " set-up exchange '" + key + "': group aborted: "
-                    + aborted.reason(), rank, missing, "exchange " + key, PeerTimeoutException.Reason.PEER_ABORTED,
+                    + aborted.reason() + " (fix: see the aborting rank's error, which names the cause)", rank, missing,
+                    "exchange " + key, PeerTimeoutException.Reason.PEER_ABORTED,
                     options.timeout());
         }
     }
@@ -396,7 +404,7 @@ public final class InJvmWorld implements AutoCloseable {
             // to arrive would otherwise complete it as if nothing had happened
             failIfAborted(namespace, group, key, rank, ex.missing());
             if (ex.values[rank] != null) {
-                throw new IllegalStateException("rank=" + rank + " contributed twice to exchange '" + key + "'");
+                throw Invariants.violated("rank=" + rank + " contributed twice to exchange '" + key + "'");
             }
             ex.values[rank] = mine;
             ex.arrived++;
@@ -411,7 +419,8 @@ public final class InJvmWorld implements AutoCloseable {
                     List<Integer> dead = missing.stream().filter(p -> !group.isAlive(p)).toList();
                     if (!dead.isEmpty()) {
                         throw new PeerTimeoutException("rank=" + rank + " set-up exchange '" + key + "': "
-                                + describeAll(group, dead) + " exited before arriving", rank, dead,
+                                + describeAll(group, dead) + " exited before arriving (fix: see that rank's own error,"
+                                + " which names the cause)", rank, dead,
                                 "exchange " + key, PeerTimeoutException.Reason.PEER_EXITED, options.timeout());
                     }
                 }
@@ -431,7 +440,8 @@ public final class InJvmWorld implements AutoCloseable {
             return out;
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            throw new SymmemException("rank=" + rank + " interrupted in set-up exchange '" + key + "'", e);
+            throw new SymmemException("rank=" + rank + " interrupted in set-up exchange '" + key + "' (expected it to"
+                    + " wait for every rank; fix: do not interrupt a rank's thread during group set-up)", e);
         } finally {
             exchangeLock.unlock();
         }

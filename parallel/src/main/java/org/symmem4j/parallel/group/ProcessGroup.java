@@ -163,7 +163,9 @@ public final class ProcessGroup implements Group {
                     throw new SymmemException("rank=" + rank() + " set-up 'join' of " + identity + ": the member record of"
                             + " rank " + r + " is malformed: '" + abbreviate(value) + "' (expected '<pid> <startMillis>',"
                             + " and ' <launch token>' after it from rank 0 only; is something other than a symmem4j rank of"
-                            + " this job, or of another symmem4j version, writing to the store?)");
+                            + " this job, or of another symmem4j version, writing to the store? fix: run the same"
+                            + " symmem4j version on every rank, and give each job its own MASTER_PORT and"
+                            + " SYMMEM4J_RUN_ID)");
                 }
                 peerPids[r] = Long.parseLong(m.group(1));
                 peerStarts[r] = Long.parseLong(m.group(2));
@@ -219,7 +221,7 @@ public final class ProcessGroup implements Group {
                             : null;
                     throw holder == null ? e : new SymmemException("rank=0 of " + identity + " cannot host the rendezvous"
                             + " store: MASTER_PORT=" + config.masterPort() + " is still held after " + options.timeout()
-                            + " by " + holder + " (two jobs on one port: give each job its own MASTER_PORT)", e);
+                            + " by " + holder + " (two jobs on one port; fix: give each job its own MASTER_PORT)", e);
                 }
                 idle.idle();
             }
@@ -456,14 +458,16 @@ public final class ProcessGroup implements Group {
                         List<Integer> dead = missing.stream().filter(p -> !knownAlive(p)).toList();
                         if (!dead.isEmpty()) {
                             throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': "
-                                    + describeJoining(dead) + " exited before arriving", rank(), dead, what,
+                                    + describeJoining(dead) + " exited before arriving (fix: see that rank's own error"
+                                    + " or exit status, which names the cause)", rank(), dead, what,
                                     PeerTimeoutException.Reason.PEER_EXITED, options.timeout()));
                         }
                         if (deadlinePassed) {
                             throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "' of "
                                     + identity + ": timed out after " + options.timeout() + " waiting for ranks "
-                                    + missing + " (start every rank with the same WORLD_SIZE, MASTER_ADDR, MASTER_PORT"
-                                    + " and run id)", rank(), missing, what, PeerTimeoutException.Reason.DEADLINE_PASSED,
+                                    + missing + " (fix: start every rank with the same WORLD_SIZE, MASTER_ADDR,"
+                                    + " MASTER_PORT and run id, or raise symmem4j.timeout.ms if they start slowly)",
+                                    rank(), missing, what, PeerTimeoutException.Reason.DEADLINE_PASSED,
                                     options.timeout()));
                         }
                     });
@@ -484,7 +488,8 @@ public final class ProcessGroup implements Group {
             return e;
         }
         PeerTimeoutException gone = new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': " + describe(0)
-                + ", which hosts the rendezvous store, exited: " + e.getMessage(), rank(), List.of(0), what,
+                + ", which hosts the rendezvous store, exited: " + e.getMessage() + " (fix: see rank 0's own error or"
+                + " exit status, which names the cause)", rank(), List.of(0), what,
                 PeerTimeoutException.Reason.PEER_EXITED, options.timeout());
         gone.initCause(e);
         return gone;
@@ -503,7 +508,8 @@ public final class ProcessGroup implements Group {
             // rank 0 already gone: the error below says enough
         }
         throw new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': another rank gave up on the group: "
-                + f.reason(), rank(), f.culprits(), what, PeerTimeoutException.Reason.PEER_ABORTED, options.timeout());
+                + f.reason() + " (fix: see that rank's error, which names the cause)", rank(), f.culprits(), what,
+                PeerTimeoutException.Reason.PEER_ABORTED, options.timeout());
     }
 
     /** A set-up failure as published in the store: "culprit ranks\nmessage". */
@@ -754,7 +760,8 @@ public final class ProcessGroup implements Group {
                     java.nio.file.StandardCopyOption.REPLACE_EXISTING);
         } catch (java.io.IOException e) {
             throw new SymmemException("rank=0 of a shrunk group cannot publish its store's port " + port + " in " + file
-                    + ": " + e.getMessage() + " (the membership file's directory must stay writable while the job runs)", e);
+                    + ": " + e.getMessage() + " (the membership file's directory must stay writable while the job runs;"
+                    + " fix: give the launcher a writable, not-cleaned directory for it)", e);
         }
     }
 
@@ -772,7 +779,8 @@ public final class ProcessGroup implements Group {
                 int port = Integer.parseInt(text);
                 if (port < 1 || port > 65535) {
                     throw new SymmemException("rank=" + config.rank() + " of shrunk group " + config.runId() + ": " + file
-                            + " names port " + port + ", outside [1, 65535] (expected the port its rank 0's store bound)");
+                            + " names port " + port + ", outside [1, 65535] (expected the port its rank 0's store bound;"
+                        + " fix: let only the launcher and this job's rank 0 write that file)");
                 }
                 return port;
             } catch (java.io.IOException | NumberFormatException notYet) {
@@ -781,7 +789,8 @@ public final class ProcessGroup implements Group {
             if (System.nanoTime() - deadline >= 0) {
                 throw new PeerTimeoutException("rank=" + config.rank() + " of shrunk group " + config.runId() + ": its rank 0"
                         + " did not publish its store's port in " + file + " within timeout=" + options.timeout()
-                        + " (rank 0 of the survivors died or is stuck before binding its store)", config.rank(),
+                        + " (rank 0 of the survivors died or is stuck before binding its store; fix: see its error or"
+                        + " exit status, or raise symmem4j.timeout.ms if it starts slowly)", config.rank(),
                         List.of(0), "shrink", PeerTimeoutException.Reason.DEADLINE_PASSED, options.timeout());
             }
             idle.idle();
@@ -835,13 +844,16 @@ public final class ProcessGroup implements Group {
                 throw new SymmemException("rank=" + rank() + " of " + identity + " cannot shrink: the launcher's membership"
                         + " file " + file + " named no dead rank of this group within timeout=" + options.timeout()
                         + " (expected a rank that exited; a rank that hangs is not dead: it is named by the peers'"
-                        + " timeouts, and the job fails instead of shrinking)");
+                        + " timeouts, and the job fails instead of shrinking; fix: call shrink() after a peer exited,"
+                        + " under symmem4j-run --on-failure shrink, not on a timeout alone)");
             }
             idle.idle();
         }
         if (dead.contains(rank())) {
             throw new SymmemException("rank=" + rank() + " of " + identity + " cannot shrink: the launcher announced this"
-                    + " rank (launch rank " + lineage.launchRanks().get(rank()) + ") dead in " + file + " while it runs");
+                    + " rank (launch rank " + lineage.launchRanks().get(rank()) + ") dead in " + file + " while it runs"
+                    + " (expected only exited ranks in it; fix: let only symmem4j-run write the membership file, and"
+                    + " end this process: the survivors go on without it)");
         }
         List<Integer> survivors = new ArrayList<>();
         for (int r = 0; r < worldSize(); r++) {

@@ -16,6 +16,7 @@ import java.security.NoSuchAlgorithmException;
 import java.util.HexFormat;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.rendezvous.StoreSecret;
 
@@ -155,7 +156,7 @@ final class SeatClaim implements AutoCloseable {
         return new SymmemException("rank=" + rank + " seat claimed twice: " + seat + ": expected one process per rank,"
                 + " found pid " + ProcessHandle.current().pid() + " (this one) and " + other + " (two jobs were started"
                 + " with the same run id and MASTER_PORT; the default run id is the parent process, so one parent"
-                + " starting two jobs gives both the same one: give each job its own SYMMEM4J_RUN_ID and MASTER_PORT)");
+                + " starting two jobs gives both the same one; fix: give each job its own SYMMEM4J_RUN_ID and MASTER_PORT)");
     }
 
     /** Gives the seat up, with any notice left for it. */
@@ -187,7 +188,7 @@ final class SeatClaim implements AutoCloseable {
         try {
             return MessageDigest.getInstance("SHA-256").digest(s.getBytes(StandardCharsets.UTF_8));
         } catch (NoSuchAlgorithmException e) {
-            throw new IllegalStateException("SHA-256 is required of every Java platform", e);
+            throw Invariants.violated("SHA-256 is required of every Java platform, and this one has none", e);
         }
     }
 }

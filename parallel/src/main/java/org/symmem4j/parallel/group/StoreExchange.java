@@ -3,6 +3,7 @@ package org.symmem4j.parallel.group;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.RendezvousStore;
 import org.symmem4j.parallel.StoreTimeoutException;
 
@@ -59,7 +60,7 @@ final class StoreExchange {
                 boolean deadlinePassed = System.nanoTime() - deadline >= 0;
                 between.check(missing, deadlinePassed);
                 if (deadlinePassed) {
-                    throw new IllegalStateException("set-up exchange " + prefix + ": past its deadline with ranks "
+                    throw Invariants.violated("set-up exchange " + prefix + ": past its deadline with ranks "
                             + missing + " missing, and the group did not give up");
                 }
             }

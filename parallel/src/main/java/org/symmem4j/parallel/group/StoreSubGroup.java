@@ -114,20 +114,23 @@ final class StoreSubGroup implements Group {
             GroupAbort.Cause aborted = abortState.cause();
             if (aborted != null) {
                 throw new PeerTimeoutException("rank=" + rank + " set-up '" + what + "' of group '" + label
-                        + "': group aborted: " + aborted.reason(), rank, missing, what,
+                        + "': group aborted: " + aborted.reason() + " (fix: see the aborting rank's error, which names"
+                        + " the cause)", rank, missing, what,
                         PeerTimeoutException.Reason.PEER_ABORTED, timeout);
             }
             List<Integer> dead = missing.stream().filter(p -> !isAlive(p)).toList();
             if (!dead.isEmpty()) {
                 throw new PeerTimeoutException("rank=" + rank + " set-up '" + what + "' of group '" + label + "': "
-                        + String.join(", ", dead.stream().map(this::describe).toList()) + " exited before arriving",
+                        + String.join(", ", dead.stream().map(this::describe).toList()) + " exited before arriving"
+                        + " (fix: see that rank's own error or exit status, which names the cause)",
                         rank, dead, what, PeerTimeoutException.Reason.PEER_EXITED, timeout);
             }
             if (deadlinePassed) {
                 throw new PeerTimeoutException("rank=" + rank + " set-up '" + what + "' of group '" + label
                         + "': timed out after " + timeout + " waiting for "
                         + String.join(", ", missing.stream().map(this::describe).toList())
-                        + " (every rank of a sub-group must make the same set-up calls in the same order)",
+                        + " (fix: make every rank of a sub-group make the same set-up calls in the same order, or"
+                        + " raise symmem4j.timeout.ms if they legitimately lag)",
                         rank, missing, what, PeerTimeoutException.Reason.DEADLINE_PASSED, timeout);
             }
         });

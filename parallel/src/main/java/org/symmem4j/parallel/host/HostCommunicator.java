@@ -7,6 +7,7 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
@@ -228,7 +229,7 @@ public final class HostCommunicator implements Communicator {
                 case TWO_SHOT -> twoShot(scratch, half, dst, dstOffset, false, len, dtype, op);
                 case RING -> ring(scratch, half, dst, dstOffset, false, len, dtype, op);
                 case NCCL, NCCL_SYMMETRIC, MPI, HIERARCHICAL, NVSHMEM ->
-                        throw new IllegalStateException("unreachable: " + algorithm + " rejected at entry");
+                        throw Invariants.violated("unreachable: " + algorithm + " rejected at entry");
             }
         }
     }
@@ -733,7 +734,8 @@ public final class HostCommunicator implements Communicator {
         if (t instanceof Error e) {
             throw e;
         }
-        return new SymmemException("rank=" + rank + " failed inside " + sync.currentOp(), t);
+        return new SymmemException("rank=" + rank + " failed inside " + sync.currentOp() + " (fix: see the cause"
+                + " below; the group is aborted, so its peers stop too)", t);
     }
 
     @Override

@@ -97,7 +97,8 @@ public final class HostSymmetricMemory implements SymmetricMemory, SignalPads {
             SymmetricMemory.super.decommit(offsetBytes, bytes); // throws: registered memory is the caller's
         }
         if (closed) {
-            throw new IllegalStateException("decommit on " + this + " after close");
+            throw new IllegalStateException("decommit on " + this + " after close (expected an open memory; fix: call"
+                    + " decommit before close())");
         }
         Pages.advise(local(), offsetBytes, bytes, decommitAdvice, "decommit on " + this);
     }
@@ -106,7 +107,8 @@ public final class HostSymmetricMemory implements SymmetricMemory, SignalPads {
     public long residentBytes(long offsetBytes, long bytes) {
         java.util.Objects.checkFromIndexSize(offsetBytes, bytes, byteSize);
         if (closed) {
-            throw new IllegalStateException("residentBytes on " + this + " after close");
+            throw new IllegalStateException("residentBytes on " + this + " after close (expected an open memory; fix:"
+                    + " call residentBytes before close())");
         }
         return Pages.resident(local(), offsetBytes, bytes);
     }
@@ -139,7 +141,8 @@ public final class HostSymmetricMemory implements SymmetricMemory, SignalPads {
         Objects.requireNonNull(src, "src");
         if (dstOffset < 0 || dstOffset > byteSize - src.byteSize()) {
             throw new IndexOutOfBoundsException("put of " + src.byteSize() + " bytes at dstOffset=" + dstOffset
-                    + " outside symmetric memory of " + byteSize + " bytes");
+                    + " outside symmetric memory of " + byteSize + " bytes (fix: pass 0 <= dstOffset <= "
+                    + byteSize + " - src.byteSize())");
         }
         MemorySegment.copy(src, 0, data[peer], dstOffset, src.byteSize());
         sync.signal(peer, slot, value, op); // release: orders the copy above before the signal
@@ -167,13 +170,15 @@ public final class HostSymmetricMemory implements SymmetricMemory, SignalPads {
 
     private void checkPeer(int peer) {
         if (peer < 0 || peer >= data.length) {
-            throw new IndexOutOfBoundsException("peer=" + peer + " outside [0, " + data.length + ")");
+            throw new IndexOutOfBoundsException("peer=" + peer + " outside [0, " + data.length + ") (fix: pass a rank"
+                    + " of the group, 0 .. " + (data.length - 1) + ")");
         }
     }
 
     private void checkSlot(int slot) {
         if (slot < 0 || slot >= signalSlots) {
-            throw new IndexOutOfBoundsException("signal slot=" + slot + " outside [0, " + signalSlots + ")");
+            throw new IndexOutOfBoundsException("signal slot=" + slot + " outside [0, " + signalSlots + ") (fix: pass"
+                    + " a slot 0 .. " + (signalSlots - 1) + ")");
         }
     }
 

@@ -116,7 +116,8 @@ public final class InJvmTransport implements Transport {
         }
         if (!problems.isEmpty()) {
             arena.close();
-            throw new SymmemException("symmetric memory " + what + " refused on every rank: " + problems);
+            throw new SymmemException("symmetric memory " + what + " refused on every rank: " + problems
+                    + " (fix: register on every rank an open segment of Arena.ofShared() or Arena.global())");
         }
         if (!sameSize) {
             arena.close();

@@ -83,7 +83,8 @@ public final class SharedMemoryFiles {
         if (pid <= 0 || startMillis < 0 || rank < 0 || tag == null || !TAG.matcher(tag).matches()) {
             throw new SymmemException("shared-memory file name: pid=" + pid + " startMillis=" + startMillis + " tag="
                     + (tag == null ? "null" : "'" + tag.replaceAll("[^\\x20-\\x7e]", "?") + "'") + " rank=" + rank
-                    + " (expected a positive pid, a start time, 12 lowercase hex digits and a rank)");
+                    + " (expected a positive pid, a start time, 12 lowercase hex digits and a rank; fix: run the same"
+                    + " symmem4j version on every rank, and let no other job write to this job's store)");
         }
         return PREFIX + pid + "-" + startMillis + "-" + tag + "-r" + rank;
     }
@@ -117,7 +118,8 @@ public final class SharedMemoryFiles {
         try {
             Files.createFile(path);
         } catch (IOException e) {
-            throw new SymmemException("cannot create shared-memory file " + path + ": " + e, e);
+            throw new SymmemException("cannot create shared-memory file " + path + ": " + e + " (fix: point"
+                    + " symmem4j.shm.dir (SYMMEM4J_SHM_DIR) at a writable directory with room, e.g. /dev/shm)", e);
         }
     }
 
@@ -140,10 +142,11 @@ public final class SharedMemoryFiles {
             return ch.map(FileChannel.MapMode.READ_WRITE, 0, bytes, arena);
         } catch (java.nio.file.NoSuchFileException e) {
             throw new FileGoneException("peer shared-memory file " + path + " is gone (its owner gave up on the set-up,"
-                    + " or exited and its file was swept)", e);
+                    + " or exited and its file was swept; fix: see that rank's own error)", e);
         } catch (IOException e) {
             throw new SymmemException("cannot map peer shared-memory file " + path + ": " + e
-                    + " (the peer may have exited, or the ranks run as different users)", e);
+                    + " (the peer may have exited, or the ranks run as different users; fix: run every rank as the"
+                    + " same user with the same symmem4j.shm.dir, and see the peer's own error)", e);
         }
     }
 
@@ -152,11 +155,12 @@ public final class SharedMemoryFiles {
         try {
             if (!Files.exists(path, LinkOption.NOFOLLOW_LINKS)) {
                 throw new FileGoneException("peer shared-memory file " + path + " is gone (its owner gave up on the"
-                        + " set-up, or exited and its file was swept)", null);
+                        + " set-up, or exited and its file was swept; fix: see that rank's own error)", null);
             }
             if (!Files.isRegularFile(path, LinkOption.NOFOLLOW_LINKS)) {
                 throw new SymmemException("shared-memory file " + path + " is missing or not a regular file (symbolic"
-                        + " links are refused; the peer may have exited)");
+                        + " links are refused; the peer may have exited; fix: keep only symmem4j's own files in"
+                        + " symmem4j.shm.dir, and see the peer's own error)");
             }
             int owner = (Integer) Files.getAttribute(path, "unix:uid", LinkOption.NOFOLLOW_LINKS);
             int mode = (Integer) Files.getAttribute(path, "unix:mode", LinkOption.NOFOLLOW_LINKS);
@@ -170,7 +174,8 @@ public final class SharedMemoryFiles {
         } catch (UnsupportedOperationException | IllegalArgumentException e) {
             // no unix attributes on this file system (not Linux): nothing more to check
         } catch (IOException e) {
-            throw new SymmemException("cannot check shared-memory file " + path + ": " + e, e);
+            throw new SymmemException("cannot check shared-memory file " + path + ": " + e + " (fix: run every rank as"
+                    + " the same user, with symmem4j.shm.dir on a local file system such as /dev/shm)", e);
         }
     }
 

@@ -92,7 +92,8 @@ public final class SharedMemoryTransport implements Transport {
                     throw new SymmemException("rank=" + rank + " symmetric memory allocate: the record of rank " + r
                             + " is malformed: '" + value.replaceAll("[^\\x20-\\x7e]", "?") + "' (expected '<12 hex digits>"
                             + " <bytes> <id>', id -1 except on rank 0; is something other than a symmem4j rank of this job"
-                            + " writing to the store?)");
+                            + " writing to the store? fix: run the same symmem4j version on every rank, and give each job"
+                            + " its own MASTER_PORT and SYMMEM4J_RUN_ID)");
                 }
                 long peerBytes = Long.parseLong(m.group(2));
                 sameSize &= peerBytes == bytes;
@@ -142,7 +143,8 @@ public final class SharedMemoryTransport implements Transport {
             }
             if (!failures.isEmpty()) {
                 SymmemException e = new SymmemException("rank=" + rank + " symmetric memory allocate: every rank arrived,"
-                        + " but not every rank could map every peer's file: " + String.join("; ", failures));
+                        + " but not every rank could map every peer's file: " + String.join("; ", failures)
+                        + " (fix: run every rank as the same user on one machine, with the same symmem4j.shm.dir)");
                 if (mapFailure != null) {
                     e.addSuppressed(mapFailure);
                 }

@@ -83,7 +83,8 @@ public final class FdChannel implements AutoCloseable {
         try {
             Files.deleteIfExists(path);
         } catch (java.io.IOException e) {
-            throw new SymmemException("cannot remove " + path + " to bind a socket there: " + e, e);
+            throw new SymmemException("cannot remove " + path + " to bind a socket there: " + e + " (fix: remove it by"
+                    + " hand, or make its directory writable by this user)", e);
         }
         LibC.Result s = LibC.socket(LibC.AF_UNIX, LibC.SOCK_DGRAM | LibC.SOCK_CLOEXEC, 0);
         check(s, "socket(AF_UNIX, SOCK_DGRAM)");
@@ -198,7 +199,8 @@ public final class FdChannel implements AutoCloseable {
                     LibC.close(fd);
                 }
                 throw new PeerTimeoutException("fd channel " + path + ": tag=" + tag + " no descriptor from ranks " + missing
-                        + " within " + timeout, -1, missing, "receive descriptors", PeerTimeoutException.Reason.DEADLINE_PASSED,
+                        + " within " + timeout + " (fix: see those ranks' own errors, or raise symmem4j.timeout.ms if they"
+                        + " lag)", -1, missing, "receive descriptors", PeerTimeoutException.Reason.DEADLINE_PASSED,
                         timeout);
             }
             receiveOne(left);
@@ -309,7 +311,8 @@ public final class FdChannel implements AutoCloseable {
 
     private static void check(LibC.Result r, String what) {
         if (r.failed()) {
-            throw new SymmemException(what + " failed: errno=" + r.errno() + " (" + LibC.strerror(r.errno()) + ")");
+            throw new SymmemException(what + " failed: errno=" + r.errno() + " (" + LibC.strerror(r.errno()) + "; fix:"
+                    + " check the socket directory's permissions and free space, and the open-file limit, ulimit -n)");
         }
     }
 }

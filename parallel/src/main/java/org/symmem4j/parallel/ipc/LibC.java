@@ -11,6 +11,7 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.StructLayout;
 import java.lang.invoke.MethodHandle;
 import java.lang.invoke.VarHandle;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.SymmemException;
 
 /**
@@ -83,7 +84,9 @@ final class LibC {
 
     private static MethodHandle function(String name, FunctionDescriptor d) {
         MemorySegment symbol = LINKER.defaultLookup().find(name).orElseThrow(
-                () -> new SymmemException("libc has no " + name + " (symmem4j passes file descriptors on Linux only)"));
+                () -> new SymmemException("libc has no " + name + " (symmem4j passes file descriptors on Linux only;"
+                        + " fix: run on Linux, or use a transport that needs no descriptor passing, host-shm or"
+                        + " host-in-jvm)"));
         return LINKER.downcallHandle(symbol, d, CAPTURE_ERRNO);
     }
 
@@ -122,7 +125,7 @@ final class LibC {
         try {
             return (int) GETUID.invokeExact();
         } catch (Throwable t) {
-            throw new SymmemException("getuid failed: " + t, t);
+            throw Invariants.violated("getuid failed: " + t, t);
         }
     }
 
@@ -147,7 +150,7 @@ final class LibC {
             long v = c.invoke(state);
             return new Result(v, v < 0 ? (int) ERRNO.get(state, 0L) : 0);
         } catch (Throwable t) {
-            throw new SymmemException("libc call failed: " + t, t);
+            throw Invariants.violated("libc call failed: " + t, t);
         }
     }
 }

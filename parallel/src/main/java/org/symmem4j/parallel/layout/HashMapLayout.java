@@ -158,7 +158,8 @@ public final class HashMapLayout {
     public static void verify(MemorySegment part, int keyBytes, int valueBytes, int slots, int worldSize, int owner) {
         if (part.byteSize() < partitionBytes(keyBytes, valueBytes, slots)) {
             throw new IllegalStateException("hash map partition of rank " + owner + ": bytes=" + part.byteSize()
-                    + " expected at least " + partitionBytes(keyBytes, valueBytes, slots));
+                    + " expected at least " + partitionBytes(keyBytes, valueBytes, slots) + " (fix: create the map"
+                    + " on every rank with the same keyBytes, valueBytes and capacity)");
         }
         expect(part, MAGIC_OFFSET, "magic", MAGIC, owner, " (not a hash map: memory of another structure)");
         expect(part, VERSION_OFFSET, "version", VERSION, owner, " (ranks run different symmem4j versions)");
@@ -173,7 +174,8 @@ public final class HashMapLayout {
         int found = part.get(ValueLayout.JAVA_INT, offset);
         if (found != expected) {
             throw new IllegalStateException("hash map header mismatch in rank " + owner + "'s partition: field="
-                    + field + " found=" + found + " expected=" + expected + fix);
+                    + field + " found=" + found + " expected=" + expected + fix + "; fix: create the map on every rank"
+                    + " with the same arguments, from the same symmem4j version");
         }
     }
 

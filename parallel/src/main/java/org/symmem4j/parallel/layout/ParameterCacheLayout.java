@@ -166,7 +166,8 @@ public final class ParameterCacheLayout {
     private static void check(boolean ok, String field, long found, long expected, int owner, String fix) {
         if (!ok) {
             throw new IllegalStateException("parameter cache header mismatch in rank " + owner + "'s part: field="
-                    + field + " found=" + found + " expected=" + expected + fix);
+                    + field + " found=" + found + " expected=" + expected + fix + "; fix: create the cache on every"
+                    + " rank with the same arguments, from the same symmem4j version");
         }
     }
 

@@ -158,7 +158,8 @@ public final class RingBufferLayout {
     public static void verify(MemorySegment ring, int kind, int capacity, int producer, int consumer) {
         if (ring.byteSize() < totalBytes(capacity)) {
             throw new IllegalStateException("ring buffer: memory bytes=" + ring.byteSize() + " expected at least "
-                    + totalBytes(capacity) + " (header " + DATA_OFFSET + " + capacity " + capacity + ")");
+                    + totalBytes(capacity) + " (header " + DATA_OFFSET + " + capacity " + capacity + "; fix: give the"
+                    + " ring memory of at least that size, the same capacity on every rank)");
         }
         expect(ring, MAGIC_OFFSET, "magic", MAGIC, " (not a ring buffer: memory of another structure or not formatted)");
         expect(ring, VERSION_OFFSET, "version", VERSION, " (ranks run different symmem4j versions)");
@@ -172,7 +173,8 @@ public final class RingBufferLayout {
         int found = ring.get(ValueLayout.JAVA_INT, offset);
         if (found != expected) {
             throw new IllegalStateException("ring buffer header mismatch: field=" + field + " found=" + found
-                    + " expected=" + expected + fix);
+                    + " expected=" + expected + fix + "; fix: create the ring on every rank with the same"
+                    + " arguments, from the same symmem4j version");
         }
     }
 

@@ -149,7 +149,8 @@ public final class SessionCacheLayout {
                     + Long.toHexString(magic) + " rank=" + r + " blockBytes=" + bb + " blocks=" + n + " slots=" + s
                     + " maxBlocksPerSession=" + m + ", expected magic=0x" + Long.toHexString(MAGIC) + " rank=" + rank
                     + " blockBytes=" + blockBytes + " blocks=" + blocks + " slots=" + slots + " maxBlocksPerSession="
-                    + maxBlocks + " (every rank must create the cache with the same settings)");
+                    + maxBlocks + " (every rank must create the cache with the same settings; fix: pass the same"
+                    + " blockBytes, blocks, slots and maxBlocksPerSession on every rank, from the same symmem4j version)");
         }
     }
 

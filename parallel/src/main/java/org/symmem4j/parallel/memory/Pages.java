@@ -13,6 +13,7 @@ import java.lang.foreign.MemorySegment;
 import java.lang.foreign.StructLayout;
 import java.lang.invoke.MethodHandle;
 import java.lang.invoke.VarHandle;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.SymmemException;
 
 /**
@@ -53,7 +54,8 @@ public final class Pages {
 
     private static MethodHandle function(String name, FunctionDescriptor d) {
         MemorySegment symbol = LINKER.defaultLookup().find(name).orElseThrow(
-                () -> new SymmemException("libc has no " + name + " (sparse symmetric memory needs Linux)"));
+                () -> new SymmemException("libc has no " + name + " (sparse symmetric memory needs Linux; fix: run on"
+                        + " Linux, or allocate dense memory with SymmetricMemory.allocate)"));
         return LINKER.downcallHandle(symbol, d, Linker.Option.captureCallState("errno"));
     }
 
@@ -80,7 +82,7 @@ public final class Pages {
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0L);
             errno = (int) ERRNO.get(state, 0L);
         } catch (Throwable t) {
-            throw new SymmemException("mmap of " + length + " bytes failed: " + t, t);
+            throw Invariants.violated("mmap of " + length + " bytes failed: " + t, t);
         }
         if (address.address() == -1L) {
             throw new SymmemException("mmap of " + length + " bytes of reserved memory failed: errno=" + errno
@@ -94,12 +96,12 @@ public final class Pages {
         try (Arena a = Arena.ofConfined()) {
             int rc = (int) MUNMAP.invokeExact(a.allocate(CALL_STATE), MemorySegment.ofAddress(address), length);
             if (rc != 0) {
-                throw new SymmemException("munmap of " + length + " bytes at " + address + " failed");
+                throw Invariants.violated("munmap of " + length + " bytes at " + address + " failed");
             }
-        } catch (SymmemException e) {
+        } catch (IllegalStateException e) {
             throw e;
         } catch (Throwable t) {
-            throw new SymmemException("munmap failed: " + t, t);
+            throw Invariants.violated("munmap failed: " + t, t);
         }
     }
 
@@ -124,7 +126,7 @@ public final class Pages {
             rc = (int) MADVISE.invokeExact(state, MemorySegment.ofAddress(pages[0]), pages[1], advice);
             errno = (int) ERRNO.get(state, 0L);
         } catch (Throwable t) {
-            throw new SymmemException(what + " failed: " + t, t);
+            throw Invariants.violated(what + " failed: " + t, t);
         }
         if (rc != 0) {
             throw new SymmemException(what + " of " + pages[1] + " bytes failed: madvise(" + advice + ") errno=" + errno
@@ -157,10 +159,10 @@ public final class Pages {
                 }
             }
         } catch (Throwable t) {
-            throw new SymmemException("mincore failed: " + t, t);
+            throw Invariants.violated("mincore failed: " + t, t);
         }
         if (rc != 0) {
-            throw new SymmemException("mincore of " + (end - start) + " bytes failed: errno=" + errno);
+            throw Invariants.violated("mincore of " + (end - start) + " bytes failed: errno=" + errno);
         }
         return count * PAGE;
     }

@@ -9,6 +9,7 @@ import java.lang.foreign.Linker;
 import java.lang.foreign.MemorySegment;
 import java.lang.invoke.MethodHandle;
 import java.util.concurrent.locks.ReentrantLock;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * This process's MPI: initialized once ({@link #world()} does it), finalized at JVM exit (Open MPI's
@@ -56,7 +57,9 @@ public final class Mpi {
             MemorySegment flag = arena.allocate(JAVA_INT);
             mpi.check((int) mpi.finalized.invokeExact(flag), "MPI_Finalized");
             if (flag.get(JAVA_INT, 0) != 0) {
-                throw new MpiUnavailableException("MPI was finalized in this process already; it cannot be initialized again");
+                throw new MpiUnavailableException("MPI was finalized in this process already; it cannot be initialized again"
+                        + " (fix: create MPI groups and communicators before anything calls MPI_Finalize, once per"
+                        + " process)");
             }
             mpi.check((int) mpi.initialized.invokeExact(flag), "MPI_Initialized");
             boolean ours = flag.get(JAVA_INT, 0) == 0;
@@ -73,7 +76,8 @@ public final class Mpi {
                 int level = provided.get(JAVA_INT, 0);
                 if (level < OpenMpi.MPI_THREAD_SERIALIZED) {
                     throw new MpiUnavailableException("MPI provides thread level " + level + ", expected at least"
-                            + " MPI_THREAD_SERIALIZED (2): calls come from more than one thread, one at a time");
+                            + " MPI_THREAD_SERIALIZED (2): calls come from more than one thread, one at a time (fix:"
+                            + " use an Open MPI built with thread support, ompi_info | grep -i thread says)");
                 }
                 serialize = level < MPI_THREAD_MULTIPLE;
                 Runtime.getRuntime().addShutdownHook(Thread.ofPlatform().unstarted(Mpi::finalizeAtExit));
@@ -157,7 +161,7 @@ public final class Mpi {
         try (Arena arena = Arena.ofConfined()) {
             int rc = (int) setenv.invokeExact(arena.allocateFrom(name), arena.allocateFrom(value), 0);
             if (rc != 0) {
-                throw new MpiUnavailableException("setenv(" + name + ") failed before MPI_Init");
+                throw Invariants.violated("setenv(" + name + ") failed before MPI_Init");
             }
         }
     }

@@ -257,7 +257,8 @@ public final class MpiComm implements AutoCloseable {
 
     private void requireOpen() {
         if (closed) {
-            throw new IllegalStateException("the MPI communicator is closed");
+            throw new IllegalStateException("the MPI communicator is closed (fix: call it before close(), or create a"
+                    + " new one)");
         }
     }
 

@@ -83,7 +83,8 @@ final class OpenMpi {
         try (Arena arena = Arena.ofConfined()) {
             handle = (MemorySegment) dlopen.invokeExact(arena.allocateFrom(SONAME), RTLD_NOW | RTLD_GLOBAL);
         } catch (Throwable t) {
-            throw new MpiUnavailableException(SONAME + " could not be opened: " + t);
+            throw new MpiUnavailableException(SONAME + " could not be opened: " + t + " (fix: install Open MPI, e.g."
+                    + " Debian's openmpi-bin, so " + SONAME + " is on the library path)");
         }
         if (handle.address() == 0) {
             throw new MpiUnavailableException(SONAME + " is not installed (fix: install Open MPI: Debian's"
@@ -146,7 +147,8 @@ final class OpenMpi {
         } catch (MpiUnavailableException e) {
             throw e;
         } catch (Throwable t) {
-            throw new MpiUnavailableException("dlsym(" + name + ") failed: " + t);
+            throw new MpiUnavailableException("dlsym(" + name + ") failed: " + t + " (fix: install Open MPI 4 or newer,"
+                    + " so " + SONAME + " has " + name + ")");
         }
     }
 
@@ -169,7 +171,8 @@ final class OpenMpi {
     /** Throws an {@link MpiException} naming {@code call} unless {@code rc} is {@code MPI_SUCCESS}. */
     void check(int rc, String call) {
         if (rc != MPI_SUCCESS) {
-            throw new MpiException(call + " failed: " + describe(rc) + " (MPI error " + rc + ")", rc);
+            throw new MpiException(call + " failed: " + describe(rc) + " (MPI error " + rc + "; fix: act on MPI's"
+                    + " text; Open MPI's messages above say more)", rc);
         }
     }
 

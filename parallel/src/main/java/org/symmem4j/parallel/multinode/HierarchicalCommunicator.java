@@ -98,7 +98,7 @@ public final class HierarchicalCommunicator implements Communicator {
     private static HierarchicalCommunicator build(Group group, MpiComm world, boolean ownsWorld) {
         if (world.size() != group.worldSize() || world.rank() != group.rank()) {
             throw new IllegalArgumentException("MPI rank " + world.rank() + " of " + world.size() + " is group rank "
-                    + group.rank() + " of " + group.worldSize() + ": expected the same processes in the same order (join the"
+                    + group.rank() + " of " + group.worldSize() + ": expected the same processes in the same order (fix: join the"
                     + " group with ProcessGroup.fromEnvironment() in processes started by mpirun)");
         }
         NodeTopology topology = NodeTopology.of(group);
@@ -307,7 +307,8 @@ public final class HierarchicalCommunicator implements Communicator {
      */
     private void agree(String what, Problem mine, long count, DType dtype, ReduceOp op, Algorithm algorithm, int root) {
         if (schedule.isClosed()) {
-            throw new IllegalStateException("the hierarchical communicator is closed");
+            throw new IllegalStateException("the hierarchical communicator is closed (expected an open one; fix: call"
+                    + " collectives before close(), or create a new communicator)");
         }
         String call = what + "#" + seq++;
         int n = group.worldSize();
@@ -329,7 +330,8 @@ public final class HierarchicalCommunicator implements Communicator {
             differ |= field(r, 1) != field(0, 1) || field(r, 2) != field(0, 2);
         }
         if (!problems.isEmpty()) {
-            throw new CollectiveMismatchException(call + " rejected: " + problems);
+            throw new CollectiveMismatchException(call + " rejected: " + problems + " (fix: correct the arguments each"
+                    + " rank's problem names; every rank refuses the call together, so nothing was written)");
         }
         if (differ) {
             StringBuilder each = new StringBuilder();

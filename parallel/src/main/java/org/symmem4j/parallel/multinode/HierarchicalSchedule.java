@@ -6,6 +6,7 @@ import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 
@@ -186,7 +187,7 @@ public final class HierarchicalSchedule<C extends Communicator, L extends InterM
         } else if (algorithm == flat.provider().library()) {
             flat.allReduce(buffer, count, dtype, levelOp);
         } else {
-            throw new IllegalStateException("unreachable: algorithm=" + algorithm + " refused by the agreement");
+            throw Invariants.violated("unreachable: algorithm=" + algorithm + " refused by the agreement");
         }
         if (levelOp != op) {
             memory.divide(buffer, count, dtype, group.worldSize());

@@ -50,12 +50,14 @@ final class NodeLocalSymmetricMemory implements SymmetricMemory {
     /** The machine-local rank of group rank {@code rank}, or an exception naming both machines when it is elsewhere. */
     private int onThisMachine(int rank, String what) {
         if (rank < 0 || rank >= group.worldSize()) {
-            throw new IndexOutOfBoundsException(what + ": rank " + rank + " outside the group's 0.." + (group.worldSize() - 1));
+            throw new IndexOutOfBoundsException(what + ": rank " + rank + " outside the group's 0.." + (group.worldSize() - 1)
+                    + " (fix: pass a rank of the group)");
         }
         int node = rank / topology.ranksPerNode();
         if (node != topology.node()) {
             throw new UnsupportedOperationException(what + " towards rank " + rank + " (machine " + node + ") from rank "
-                    + group.rank() + " (machine " + topology.node() + "): " + STAYS_INSIDE_A_MACHINE);
+                    + group.rank() + " (machine " + topology.node() + "): " + STAYS_INSIDE_A_MACHINE + " (fix: reach"
+                    + " ranks on machine " + topology.node() + " only, or move the data with the communicator)");
         }
         return rank % topology.ranksPerNode();
     }

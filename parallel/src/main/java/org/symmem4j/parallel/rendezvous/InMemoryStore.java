@@ -59,7 +59,8 @@ public final class InMemoryStore implements RendezvousStore {
         if (next > capacityBytes) {
             throw new StoreCapacityException("rendezvous store full: set(" + key + ") of " + value.length
                     + " bytes would hold " + next + " bytes; capacity=" + capacityBytes
-                    + " (set-up values are small: a client storing this much is misbehaving)");
+                    + " (set-up values are small: a client storing this much is misbehaving; fix: store set-up values"
+                    + " only, or raise StoreLimits.maxTotalBytes)");
         }
         values.put(key, value);
         heldBytes = next;
@@ -123,7 +124,8 @@ public final class InMemoryStore implements RendezvousStore {
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            throw new IllegalStateException("interrupted while waiting for rendezvous keys " + keys, e);
+            throw new IllegalStateException("interrupted while waiting for rendezvous keys " + keys + " (fix: do not"
+                    + " interrupt a rank's thread during group set-up)", e);
         } finally {
             lock.unlock();
         }
@@ -136,7 +138,8 @@ public final class InMemoryStore implements RendezvousStore {
             byte[] old = values.get(key);
             if (old != null && old.length != Long.BYTES) {
                 throw new StoreCapacityException("rendezvous store: add(" + key + ") on a value of " + old.length
-                        + " bytes; a counter is 8 bytes (the key holds something else)");
+                        + " bytes; a counter is 8 bytes (the key holds something else; fix: use add() only on keys"
+                        + " that hold counters, and set() on others)");
             }
             long v = (old == null ? 0 : ByteBuffer.wrap(old).getLong()) + delta;
             putLocked(key, ByteBuffer.allocate(Long.BYTES).putLong(v).array());

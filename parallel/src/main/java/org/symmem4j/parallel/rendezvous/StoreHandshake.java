@@ -10,6 +10,7 @@ import java.security.MessageDigest;
 import java.security.SecureRandom;
 import javax.crypto.Mac;
 import javax.crypto.spec.SecretKeySpec;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * The first exchange on every store connection: mutual proof of the job's secret, and only then who
@@ -108,7 +109,8 @@ final class StoreHandshake {
         static Claim read(DataInputStream in) throws IOException {
             int len = in.readUnsignedShort();
             if (len > MAX_RUN_ID_BYTES) {
-                throw new IOException("rendezvous handshake: run id of " + len + " bytes (at most " + MAX_RUN_ID_BYTES + ")");
+                throw new IOException("rendezvous handshake: run id of " + len + " bytes (at most " + MAX_RUN_ID_BYTES
+                        + "; fix: set SYMMEM4J_RUN_ID to at most " + MAX_RUN_ID_BYTES + " bytes)");
             }
             byte[] framed = new byte[2 + len];
             framed[0] = (byte) (len >>> 8);
@@ -168,7 +170,7 @@ final class StoreHandshake {
             mac.init(new SecretKeySpec(secret, "HmacSHA256"));
             return mac.doFinal(transcript.toByteArray());
         } catch (IOException | GeneralSecurityException e) {
-            throw new IllegalStateException("HMAC-SHA256 unavailable in this JVM", e);
+            throw Invariants.violated("HMAC-SHA256 unavailable in this JVM, which every Java platform must have", e);
         }
     }
 }

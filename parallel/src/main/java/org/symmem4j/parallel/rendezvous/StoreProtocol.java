@@ -62,7 +62,8 @@ final class StoreProtocol {
     static byte[] readBytes(DataInputStream in, int maxBytes) throws IOException {
         int n = in.readInt();
         if (n < 0 || n > maxBytes) {
-            throw new IOException("rendezvous protocol: value length=" + n + " outside [0, " + maxBytes + "]");
+            throw new IOException("rendezvous protocol: value length=" + n + " outside [0, " + maxBytes + "] (fix: store"
+                    + " set-up values only, or raise StoreLimits.maxValueBytes; only symmem4j ranks of one version may use MASTER_PORT)");
         }
         byte[] buf = new byte[Math.min(n, READ_CHUNK)];
         int have = 0;
@@ -72,7 +73,8 @@ final class StoreProtocol {
             }
             int got = in.read(buf, have, buf.length - have);
             if (got < 0) {
-                throw new EOFException("rendezvous protocol: connection closed after " + have + " of " + n + " value bytes");
+                throw new EOFException("rendezvous protocol: connection closed after " + have + " of " + n + " value bytes"
+                        + " (the other side exited or dropped the connection; fix: see its own error)");
             }
             have += got;
         }
@@ -83,7 +85,8 @@ final class StoreProtocol {
     static String readKey(DataInputStream in, int maxKeyBytes) throws IOException {
         int len = in.readUnsignedShort();
         if (len > maxKeyBytes) {
-            throw new IOException("rendezvous protocol: key of " + len + " bytes (at most " + maxKeyBytes + ")");
+            throw new IOException("rendezvous protocol: key of " + len + " bytes (at most " + maxKeyBytes + "; fix: use"
+                    + " shorter keys, or raise StoreLimits.maxKeyBytes)");
         }
         byte[] framed = new byte[2 + len];
         framed[0] = (byte) (len >>> 8);
@@ -102,7 +105,8 @@ final class StoreProtocol {
     static List<String> readKeys(DataInputStream in, int maxKeyBytes) throws IOException {
         int n = in.readInt();
         if (n < 0 || n > MAX_KEYS_PER_REQUEST) {
-            throw new IOException("rendezvous protocol: key count=" + n + " outside [0, " + MAX_KEYS_PER_REQUEST + "]");
+            throw new IOException("rendezvous protocol: key count=" + n + " outside [0, " + MAX_KEYS_PER_REQUEST + "]"
+                    + " (fix: ask for at most " + MAX_KEYS_PER_REQUEST + " keys per call)");
         }
         List<String> keys = new ArrayList<>(Math.min(n, 1024));
         for (int i = 0; i < n; i++) {

@@ -24,6 +24,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.symmem4j.parallel.Configuration;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.sync.ProcessLiveness;
 
@@ -191,7 +192,9 @@ public final class StoreSecret {
      */
     public void publish(byte[] secret) {
         if (kind != Kind.HOST_FILE) {
-            throw new IllegalStateException("only a host secret is published; this one comes from " + describe());
+            throw new IllegalStateException("only a host secret is published; this one comes from " + describe()
+                    + " (fix: publish only the host secret StoreSecret.resolve makes when neither " + SECRET_ENV + " nor "
+                    + SECRET_FILE_ENV + " is set; give a set secret to every rank yourself)");
         }
         sweepStale(file.getParent());
         ProcessHandle self = ProcessHandle.current();
@@ -273,7 +276,7 @@ public final class StoreSecret {
             byte[] d = MessageDigest.getInstance("SHA-256").digest(runId.getBytes(StandardCharsets.UTF_8));
             return "store-" + port + "-" + HexFormat.of().formatHex(d, 0, 8) + ".secret";
         } catch (NoSuchAlgorithmException e) {
-            throw new IllegalStateException("SHA-256 missing from this JVM", e);
+            throw Invariants.violated("SHA-256 missing from this JVM, which every Java platform must have", e);
         }
     }
 
@@ -328,7 +331,8 @@ public final class StoreSecret {
         try {
             if (!Files.isRegularFile(f, LinkOption.NOFOLLOW_LINKS)) {
                 if (!Files.exists(f, LinkOption.NOFOLLOW_LINKS)) {
-                    throw new SecretNotReadyException(what + " does not exist");
+                    throw new SecretNotReadyException(what + " does not exist (fix: start rank 0, which writes it,"
+                            + " or create it with mode 0600)");
                 }
                 throw new SymmemException(what + " is not a regular file (symbolic links are refused; fix:"
                         + " point it at the file itself)");
@@ -342,7 +346,8 @@ public final class StoreSecret {
             }
             return Files.readAllBytes(f);
         } catch (NoSuchFileException e) {
-            throw new SecretNotReadyException(what + " does not exist");
+            throw new SecretNotReadyException(what + " does not exist (fix: start rank 0, which writes it, or create"
+                    + " it with mode 0600)");
         } catch (IOException | UnsupportedOperationException e) {
             throw new SymmemException("cannot read " + what + ": " + e + " (fix: make it readable by the user"
                     + " that runs the job)", e);

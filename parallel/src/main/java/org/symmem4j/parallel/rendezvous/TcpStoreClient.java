@@ -135,7 +135,9 @@ public final class TcpStoreClient implements RendezvousStore {
                 + (lastAnswer == null || lastAnswer.equals(last) ? "last attempt: " + last
                         : "last answer: " + lastAnswer + "; last attempt: " + last)
                 + (holder == null ? "" : "; the port is held by " + holder
-                        + " (two jobs on one MASTER_PORT: give each job its own MASTER_PORT)"), lastCause);
+                        + " (two jobs on one MASTER_PORT: give each job its own MASTER_PORT)")
+                + " (fix: check that rank 0 runs and that MASTER_ADDR:MASTER_PORT reaches it from this host, or raise"
+                + " symmem4j.timeout.ms if rank 0 starts late)", lastCause);
     }
 
     private Connection attempt(StoreSecret secret, Duration left) throws Retry {
@@ -215,7 +217,8 @@ public final class TcpStoreClient implements RendezvousStore {
             String theirs = readIdentity(i);
             String message = "refused by the store of " + theirs + ": " + i.readUTF() + hint(refusal);
             if (!refusal.retryable) {
-                throw new SymmemException("rank=" + rank + " of " + identity + " " + message);
+                throw new SymmemException("rank=" + rank + " of " + identity + " " + message + " (fix: start every rank"
+                        + " with the same WORLD_SIZE, a RANK in 0 .. WORLD_SIZE-1 and the same symmem4j version)");
             }
             throw new Retry(message, null, true, false, false);
         }
@@ -354,10 +357,10 @@ public final class TcpStoreClient implements RendezvousStore {
         if (e instanceof SocketTimeoutException) {
             return new SymmemException("rendezvous store " + host + ":" + port + " did not answer " + what + " within "
                     + responseTimeout + " beyond the requested wait (rank 0, which hosts the store, may be stopped or"
-                    + " overloaded)", e);
+                    + " overloaded; fix: see rank 0's own error, or raise symmem4j.timeout.ms if it is only slow)", e);
         }
         return new SymmemException("rendezvous store " + host + ":" + port + ": " + what + " failed: " + e
-                + " (rank 0, which hosts the store, may have exited)", e);
+                + " (rank 0, which hosts the store, may have exited; fix: see rank 0's own error or exit status)", e);
     }
 
     /**
@@ -380,7 +383,8 @@ public final class TcpStoreClient implements RendezvousStore {
 
     private void begin(byte op, Duration wait) throws IOException {
         if (broken != null) {
-            throw new SymmemException("rendezvous store " + host + ":" + port + ": connection unusable since " + broken);
+            throw new SymmemException("rendezvous store " + host + ":" + port + ": connection unusable since " + broken
+                    + " (fix: see the first failure, named here, and rank 0's own error)");
         }
         socket.setSoTimeout((int) Math.max(1, Math.min(Integer.MAX_VALUE, wait.plus(responseTimeout).toMillis())));
         out.writeInt(StoreProtocol.MAGIC);

@@ -332,7 +332,8 @@ public final class TcpStoreServer implements AutoCloseable {
                 int magic = (first << 24) | (in.readUnsignedByte() << 16) | (in.readUnsignedByte() << 8) | in.readUnsignedByte();
                 if (magic != StoreProtocol.MAGIC) {
                     throw new IOException("rendezvous protocol: bad magic 0x" + Integer.toHexString(magic) + " expected 0x"
-                            + Integer.toHexString(StoreProtocol.MAGIC));
+                            + Integer.toHexString(StoreProtocol.MAGIC) + " (fix: only symmem4j ranks of this job, of one"
+                            + " symmem4j version, may connect to MASTER_PORT)");
                 }
                 handle(in.readByte(), in, out);
                 out.flush();
@@ -369,7 +370,7 @@ public final class TcpStoreServer implements AutoCloseable {
         if (magic != StoreHandshake.MAGIC) {
             throw new IOException("bad magic 0x" + Integer.toHexString(magic) + " (expected 0x"
                     + Integer.toHexString(StoreHandshake.MAGIC) + "; is something other than a symmem4j rank connecting"
-                    + " to MASTER_PORT?)");
+                    + " to MASTER_PORT? fix: give this job a MASTER_PORT no other program uses)");
         }
         int version = in.readInt();
         out.writeInt(StoreHandshake.MAGIC);
@@ -475,7 +476,8 @@ public final class TcpStoreServer implements AutoCloseable {
                 List<String> keys = StoreProtocol.readKeys(in, limits.maxKeyBytes());
                 long timeoutMs = in.readLong();
                 if (timeoutMs < 0) {
-                    throw new IOException("rendezvous protocol: GET_ALL timeoutMs=" + timeoutMs + " must be >= 0");
+                    throw new IOException("rendezvous protocol: GET_ALL timeoutMs=" + timeoutMs + " must be >= 0 (fix:"
+                            + " only symmem4j ranks of one version may connect to MASTER_PORT)");
                 }
                 try {
                     List<byte[]> values = store.getAll(keys, Duration.ofMillis(timeoutMs));
@@ -514,7 +516,8 @@ public final class TcpStoreServer implements AutoCloseable {
                 out.writeByte(StoreProtocol.OK);
                 out.writeBoolean(had);
             }
-            default -> throw new IOException("rendezvous protocol: unknown op=" + op + " expected 1..5");
+            default -> throw new IOException("rendezvous protocol: unknown op=" + op + " expected 1..5 (fix: only"
+                    + " symmem4j ranks of one version may connect to MASTER_PORT)");
         }
     }
 
@@ -613,7 +616,9 @@ public final class TcpStoreServer implements AutoCloseable {
             }
             long left = deadlineNanos - System.nanoTime();
             if (left <= 0) {
-                throw new SocketTimeoutException("deadline passed");
+                throw new SocketTimeoutException("request deadline passed: the connection did not send its whole request"
+                        + " within StoreLimits.requestTimeout (fix: the client is stopped or too slow, see its side; or"
+                        + " raise StoreLimits.requestTimeout)");
             }
             socket.setSoTimeout((int) Math.max(1, Math.min(Integer.MAX_VALUE, (left + 999_999) / 1_000_000)));
         }
@@ -645,7 +650,8 @@ public final class TcpStoreServer implements AutoCloseable {
             count += n;
             if (count > limit) {
                 throw new IOException("connection sent " + count + " bytes, more than the " + limit
-                        + " one connection may send (StoreLimits.maxBytesPerConnection)");
+                        + " one connection may send (StoreLimits.maxBytesPerConnection; fix: store set-up values only,"
+                        + " or raise that limit)");
             }
         }
 

@@ -79,7 +79,8 @@ public final class FullyShardedMlp implements AutoCloseable {
             if (!(learningRate > 0) || !Float.isFinite(learningRate) || !(beta1 >= 0 && beta1 < 1)
                     || !(beta2 >= 0 && beta2 < 1) || !(epsilon > 0) || !Float.isFinite(epsilon)) {
                 throw new IllegalArgumentException("Adam learningRate=" + learningRate + " beta1=" + beta1 + " beta2=" + beta2
-                        + " epsilon=" + epsilon + ": expected learningRate > 0, 0 <= beta1, beta2 < 1, epsilon > 0");
+                        + " epsilon=" + epsilon + ": expected learningRate > 0, 0 <= beta1, beta2 < 1, epsilon > 0 (fix: pass"
+                        + " values in those ranges, e.g. learningRate=1e-3 beta1=0.9 beta2=0.999 epsilon=1e-8)");
             }
         }
 
@@ -168,11 +169,12 @@ public final class FullyShardedMlp implements AutoCloseable {
         Objects.requireNonNull(widths, "widths");
         if (tokens <= 0 || widths.length < 2 || Arrays.stream(widths).anyMatch(w -> w <= 0)) {
             throw new IllegalArgumentException("tokens=" + tokens + " widths=" + Arrays.toString(widths) + ": expected tokens > 0"
-                    + " and at least two positive widths (input, then each layer's output)");
+                    + " and at least two positive widths (input, then each layer's output; fix: pass e.g. tokens=64 and"
+                    + " widths {784, 256, 10})");
         }
         if (!group.transport().deviceMemory()) {
             throw new UnsupportedOperationException("FullyShardedMlp runs on GPUs: the group's transport "
-                    + group.transport().name() + " has no device memory (create the group on CudaTransport)");
+                    + group.transport().name() + " has no device memory (fix: create the group on CudaTransport)");
         }
         this.world = group.worldSize();
         this.rank = group.rank();
@@ -208,9 +210,11 @@ public final class FullyShardedMlp implements AutoCloseable {
         compute = Communicator.create(group);
         owned.add(compute);
         computeDevice = compute.unwrap(DeviceCommunicator.class).orElseThrow(() -> new UnsupportedOperationException(
-                "FullyShardedMlp runs on GPUs: the communicator of transport " + group.transport().name() + " has no device side"));
+                "FullyShardedMlp runs on GPUs: the communicator of transport " + group.transport().name() + " has no device side"
+                        + " (fix: create the group on CudaTransport)"));
         computeOps = compute.unwrap(TensorParallelGemm.class).orElseThrow(() -> new UnsupportedOperationException(
-                "FullyShardedMlp needs cuBLAS for its GEMMs, which did not load (see CudaTransport.cublasUnavailableReason())"));
+                "FullyShardedMlp needs cuBLAS for its GEMMs, which did not load (see CudaTransport.cublasUnavailableReason();"
+                        + " fix: install CUDA's cuBLAS, or point -Dsymmem4j.cublas.library at its libcublas.so)"));
         // a sub-group of the same ranks: its communicator has a stream of its own (the collectives and the optimizer)
         commGroup = group.split(0, rank, "fsdp-comm");
         owned.add(0, commGroup);
@@ -302,7 +306,8 @@ public final class FullyShardedMlp implements AutoCloseable {
             }
         }
         throw new UnsupportedOperationException("no all-reduce of " + count + " bfloat16 elements on this group: TWO_SHOT,"
-                + " ONE_SHOT and NCCL all refuse it (were the kernels built?)");
+                + " ONE_SHOT and NCCL all refuse it (were the kernels built?; fix: build the kernels module with nvcc on"
+                + " the path, or install NCCL so libnccl.so.2 is on the library path)");
     }
 
     private MemorySegment allocate(long bytes) {
@@ -534,13 +539,15 @@ public final class FullyShardedMlp implements AutoCloseable {
 
     private void checkLayer(int layer) {
         if (layer < 0 || layer >= layers) {
-            throw new IndexOutOfBoundsException("layer=" + layer + ": expected 0 <= layer < " + layers);
+            throw new IndexOutOfBoundsException("layer=" + layer + ": expected 0 <= layer < " + layers + " (fix: pass a"
+                    + " layer index 0 .. " + (layers - 1) + ")");
         }
     }
 
     private void checkOpen() {
         if (closed) {
-            throw new IllegalStateException("FullyShardedMlp of rank " + rank + " is closed");
+            throw new IllegalStateException("FullyShardedMlp of rank " + rank + " is closed (fix: use it before close(),"
+                    + " or create a new one)");
         }
     }
 
@@ -585,7 +592,8 @@ public final class FullyShardedMlp implements AutoCloseable {
             if (first instanceof RuntimeException r) {
                 throw r;
             }
-            throw new IllegalStateException("closing FullyShardedMlp of rank " + rank, first);
+            throw new IllegalStateException("closing FullyShardedMlp of rank " + rank + " failed: " + first + " (fix: see"
+                    + " the cause below and its suppressed failures)", first);
         }
     }
 

@@ -5,6 +5,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * What one training step of {@link FullyShardedMlp} enqueues, in enqueue order, as data: the actions on the two
@@ -280,7 +281,7 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
                     Access a = list.get(p);
                     Access b = list.get(q);
                     if ((a.writes() != null || b.writes() != null) && a.index() != b.index() && !c.ordered(a.index(), b.index())) {
-                        throw new IllegalStateException("race on " + a.buffer() + ": " + describe(c, a.index()) + " and "
+                        throw Invariants.violated("race on " + a.buffer() + ": " + describe(c, a.index()) + " and "
                                 + describe(c, b.index()) + " are not ordered (plan: " + this + ")");
                     }
                 }
@@ -298,13 +299,13 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
                     }
                 }
                 if (latest != null && !c.before(latest.index(), r.index())) {
-                    throw new IllegalStateException(describe(c, r.index()) + " reads " + r.buffer() + " before "
+                    throw Invariants.violated(describe(c, r.index()) + " reads " + r.buffer() + " before "
                             + describe(c, latest.index()) + " has written it (plan: " + this + ")");
                 }
                 boolean initial = r.reads().startsWith("master") || (!sharded && r.reads().startsWith("W "));
                 String seen = latest == null ? (initial ? r.reads() : "nothing") : latest.writes();
                 if (!Objects.equals(seen, r.reads())) {
-                    throw new IllegalStateException(describe(c, r.index()) + " reads " + r.buffer() + " expecting '" + r.reads()
+                    throw Invariants.violated(describe(c, r.index()) + " reads " + r.buffer() + " expecting '" + r.reads()
                             + "' but finds '" + seen + "'" + (latest == null ? "" : " written by " + describe(c, latest.index()))
                             + " (plan: " + this + ")");
                 }

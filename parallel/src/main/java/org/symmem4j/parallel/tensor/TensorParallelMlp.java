@@ -78,12 +78,15 @@ public final class TensorParallelMlp implements AutoCloseable {
         this.rank = group.rank();
         if (tokens <= 0 || hidden <= 0 || ffn <= 0 || tokens % world != 0 || ffn % world != 0) {
             throw new IllegalArgumentException("tokens=" + tokens + " hidden=" + hidden + " ffn=" + ffn + ": expected all positive,"
-                    + " tokens and ffn multiples of the tensor-parallel size " + world);
+                    + " tokens and ffn multiples of the tensor-parallel size " + world + " (fix: round tokens and ffn up"
+                    + " to multiples of " + world + ")");
         }
         this.device = communicator.unwrap(DeviceCommunicator.class).orElseThrow(() -> new UnsupportedOperationException(
-                "TensorParallelMlp runs on GPUs: the communicator's transport " + group.transport().name() + " has no device side"));
+                "TensorParallelMlp runs on GPUs: the communicator's transport " + group.transport().name() + " has no device side"
+                        + " (fix: create the group on CudaTransport)"));
         this.gemm = communicator.unwrap(TensorParallelGemm.class).orElseThrow(() -> new UnsupportedOperationException(
-                "the communicator has no tensor-parallel GEMMs (cuBLAS did not load: see CudaTransport.cublasUnavailableReason())"));
+                "the communicator has no tensor-parallel GEMMs (cuBLAS did not load: see CudaTransport.cublasUnavailableReason();"
+                        + " fix: install CUDA's cuBLAS, or point -Dsymmem4j.cublas.library at its libcublas.so)"));
         this.tokens = tokens;
         this.hidden = hidden;
         this.ffnShard = ffn / world;

@@ -202,7 +202,7 @@ class AllReduceEventTimerTest {
 
     @Test
     void rejectsAPoolWithoutPairs() {
-        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+        IllegalStateException e = assertThrows(IllegalStateException.class,
                 () -> new AllReduceEventTimer(new FakeStream(0), 0, (a, b, n) -> { }));
         assertTrue(e.getMessage().contains("capacity=0"), e.getMessage());
     }

@@ -65,7 +65,7 @@ class LaunchBudgetTest {
                 }
             }
         }
-        assertThrows(IllegalArgumentException.class, () -> LaunchBudget.ranksOnDevice(4, 2, 2));
+        assertThrows(IllegalStateException.class, () -> LaunchBudget.ranksOnDevice(4, 2, 2));
     }
 
     @Test

@@ -148,7 +148,8 @@ public final class Cublas {
     private void check(String function, int status) {
         if (status != 0) {
             throw new CudaException("cuBLAS", function, status, "cublasStatus_t " + status,
-                    NativeLibrary.statusText(cublasGetStatusString, status, 256));
+                    NativeLibrary.statusText(cublasGetStatusString, status, 256) + " (fix: act on cuBLAS's text;"
+                    + " bin/symmem4j-doctor checks the driver, the GPUs and the libraries)");
         }
     }
 
@@ -224,7 +225,8 @@ public final class Cublas {
         int type = switch (dtype) {
             case FLOAT32 -> CUDA_R_32F;
             case BFLOAT16 -> CUDA_R_16BF;
-            default -> throw new IllegalArgumentException("GEMM dtype " + dtype + ": expected FLOAT32 or BFLOAT16");
+            default -> throw new IllegalArgumentException("GEMM dtype " + dtype + ": expected FLOAT32 or BFLOAT16 (fix:"
+                    + " convert the operands to one of them)");
         };
         int lda = transA ? m : k;
         int ldb = transB ? k : n;

@@ -252,7 +252,9 @@ public final class CudaDriver {
     /** Throws {@link CudaException} unless {@code code} is CUDA_SUCCESS. */
     void check(String function, int code) {
         if (code != 0) {
-            throw new CudaException("CUDA", function, code, errorText(cuGetErrorName, code), errorText(cuGetErrorString, code));
+            throw new CudaException("CUDA", function, code, errorText(cuGetErrorName, code), errorText(cuGetErrorString, code)
+                    + " (fix: act on the driver's text; bin/symmem4j-doctor checks the driver, the GPUs and the"
+                    + " libraries)");
         }
     }
 

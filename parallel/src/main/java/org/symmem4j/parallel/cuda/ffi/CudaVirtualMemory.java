@@ -116,7 +116,8 @@ public final class CudaVirtualMemory {
 
     private Calls calls() {
         return calls.orElseThrow(() -> new CudaUnavailableException("CUDA virtual memory management unavailable: "
-                + unsupportedReason(0)));
+                + unsupportedReason(0) + " (fix: run ranks that share GPUs across processes with a driver of CUDA"
+                + " 10.2 or newer on a GPU that supports it, or run the ranks as threads of one JVM)"));
     }
 
     private static MemorySegment allocationProp(Arena a, int ordinal) {

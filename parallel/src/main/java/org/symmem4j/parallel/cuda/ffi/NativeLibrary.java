@@ -37,7 +37,8 @@ final class NativeLibrary {
     /** A downcall handle for {@code name}; throws naming the symbol if the library lacks it. */
     MethodHandle function(String name, FunctionDescriptor descriptor) {
         return linker.downcallHandle(lookup.find(name).orElseThrow(() -> new UnsatisfiedLinkError(
-                soname + " has no symbol " + name + " (the installed version is too old?)")), descriptor);
+                soname + " has no symbol " + name + " (the installed version is too old?; fix: install a newer "
+                        + soname + " (docs/getting-started.md names the versions symmem4j needs))")), descriptor);
     }
 
     /** As {@link #function} but empty when the symbol is missing (optional features such as NCCL windows). */

@@ -135,7 +135,8 @@ public final class Nccl {
     void check(String function, int code) {
         if (code != 0 && code != IN_PROGRESS) {
             throw new CudaException("NCCL", function, code, "ncclResult " + code,
-                    NativeLibrary.statusText(ncclGetErrorString, code, 4096));
+                    NativeLibrary.statusText(ncclGetErrorString, code, 4096) + " (fix: act on NCCL's text; NCCL_DEBUG=INFO"
+                    + " says more, and bin/symmem4j-doctor checks the driver, the GPUs and the libraries)");
         }
     }
 
@@ -377,7 +378,8 @@ public final class Nccl {
 
     private MethodHandle required(Optional<MethodHandle> h, String name) {
         return h.orElseThrow(() -> new CudaUnavailableException("this NCCL (version " + version() + ") has no " + name
-                + "; symmetric windows need NCCL 2.27 or newer"));
+                + "; symmetric windows need NCCL 2.27 or newer; fix: install NCCL 2.27+ so libnccl.so.2 is on the"
+                + " library path, or use Algorithm.NCCL without symmetric windows"));
     }
 
     /**

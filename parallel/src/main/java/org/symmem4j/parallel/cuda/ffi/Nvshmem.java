@@ -23,6 +23,7 @@ import java.util.Set;
 import java.util.function.Function;
 import java.util.stream.Stream;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SignalOp;
 
@@ -118,7 +119,7 @@ public final class Nvshmem {
 
     private static void check(String what, long found, long expected) {
         if (found != expected) {
-            throw new AssertionError("NVSHMEM layout " + what + ": " + found + " bytes, NVSHMEM 3's header says " + expected);
+            throw Invariants.violated("NVSHMEM layout " + what + ": " + found + " bytes, NVSHMEM 3's header says " + expected);
         }
     }
 
@@ -375,7 +376,8 @@ public final class Nvshmem {
      */
     public void initByUniqueId(int pe, int pes, byte[] uniqueId) {
         if (uniqueId.length != UNIQUE_ID_BYTES) {
-            throw new IllegalArgumentException("NVSHMEM unique id has " + uniqueId.length + " bytes, expected " + UNIQUE_ID_BYTES);
+            throw new IllegalArgumentException("NVSHMEM unique id has " + uniqueId.length + " bytes, expected " + UNIQUE_ID_BYTES
+                    + " (fix: pass the bytes rank 0's uniqueId() returned, unchanged)");
         }
         disableMulticastUnlessSet();
         try (Arena a = Arena.ofConfined()) {
@@ -608,7 +610,7 @@ public final class Nvshmem {
         MethodHandle h = reductions.get(dtype).get(op);
         if (h == null) {
             throw new IllegalArgumentException("NVSHMEM has no " + op + " reduction of " + dtype + " (SUM, MAX, MIN of"
-                    + " FLOAT32, FLOAT64, BFLOAT16)");
+                    + " FLOAT32, FLOAT64, BFLOAT16; fix: pass one of those, or use another algorithm for this dtype)");
         }
         try {
             int rc = (int) h.invokeExact(TEAM_WORLD, MemorySegment.ofAddress(dest), MemorySegment.ofAddress(src), count, stream);
@@ -624,7 +626,9 @@ public final class Nvshmem {
 
     private static void check(String function, int code, String context) {
         if (code != 0) {
-            throw new CudaException("NVSHMEM", function, code, "status " + code, "NVSHMEM call failed" + context);
+            throw new CudaException("NVSHMEM", function, code, "status " + code, "NVSHMEM call failed" + context
+                    + " (fix: NVSHMEM_DEBUG=INFO says why; bin/symmem4j-doctor checks the driver, the GPUs and the"
+                    + " libraries)");
         }
     }
 }
