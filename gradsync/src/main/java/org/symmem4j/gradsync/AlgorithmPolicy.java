@@ -120,7 +120,10 @@ public interface AlgorithmPolicy {
             }
         }
         throw new IllegalArgumentException("no algorithm of ONE_SHOT, NCCL, MPI, HIERARCHICAL runs an all-reduce of " + count
-                + " " + dtype + " " + op + " on " + comm.transportName());
+                + " " + dtype + " " + op + " on " + comm.transportName() + " (expected at least one of them to support"
+                + " this dtype, op and size; fix: reduce FLOAT32 or FLOAT64 with SUM, MIN or MAX in fewer elements per"
+                + " call, or create the group on a transport that runs one of them, e.g. host-shm, or with NCCL or MPI"
+                + " enabled)");
     }
 
     /**

@@ -68,7 +68,7 @@ public final class DeviceGradientAveraging {
         this.policy = Objects.requireNonNull(policy, "policy");
         this.device = comm.unwrap(DeviceCommunicator.class).orElseThrow(() -> new IllegalArgumentException(
                 "device gradient averaging needs a GPU communicator; " + comm.transportName() + " has no DeviceCommunicator"
-                        + " (create the group on CudaTransport, or average host gradients with GradientSynchronizer)"));
+                        + " (fix: create the group on CudaTransport, or average host gradients with GradientSynchronizer)"));
         this.timed = metrics != null;
         if (timed) {
             device.timeAllReduces(metrics::recordAllReduce);

@@ -76,7 +76,9 @@ public interface DeviceGradients {
         Objects.requireNonNull(stream, "stream");
         if (buffer.byteSize() % dtype.byteSize() != 0) {
             throw new IllegalArgumentException("a gradient of " + buffer.byteSize() + " bytes is not a whole number of " + dtype
-                    + " elements (" + dtype.byteSize() + " bytes each)");
+                    + " elements (" + dtype.byteSize() + " bytes each); fix: pass the dtype the buffer holds, or a buffer"
+                    + " of a multiple of " + dtype.byteSize() + " bytes (e.g. " + buffer.byteSize() / dtype.byteSize()
+                    + " elements: " + buffer.byteSize() / dtype.byteSize() * dtype.byteSize() + " bytes)");
         }
         return new DeviceGradients() {
             @Override

@@ -20,7 +20,9 @@ final class ForcedPolicy implements AlgorithmPolicy {
 
     ForcedPolicy(Algorithm algorithm) {
         if (algorithm == null) {
-            throw new IllegalArgumentException("forced algorithm is null (pass ONE_SHOT, TWO_SHOT, RING or NCCL)");
+            throw new IllegalArgumentException("forced algorithm is null, expected one of "
+                    + java.util.Arrays.toString(Algorithm.values()) + " (fix: pass one, e.g. Algorithm.ONE_SHOT, or use"
+                    + " AlgorithmPolicy.calibrated() to let the measured thresholds choose)");
         }
         this.algorithm = algorithm;
     }

@@ -56,10 +56,13 @@ public final class GradientBuckets {
      */
     public static List<Bucket> split(long count, DType dtype, long bucketBytes) {
         if (count < 0) {
-            throw new IllegalArgumentException("count=" + count + " must be >= 0");
+            throw new IllegalArgumentException("count=" + count + " expected count >= 0 (fix: pass the gradient's"
+                    + " element count, 0 for an empty gradient)");
         }
         if (bucketBytes < 64) {
-            throw new IllegalArgumentException("bucketBytes=" + bucketBytes + " must be >= 64");
+            throw new IllegalArgumentException("bucketBytes=" + bucketBytes + " expected bucketBytes >= 64 (one cache"
+                    + " line; fix: pass a bucket size of at least 64 bytes, e.g. 4 << 20 for 4 MiB buckets, the"
+                    + " wrapper's default)");
         }
         long perBucket = Math.max(1, (bucketBytes / 64) * 64 / dtype.byteSize());
         List<Bucket> buckets = new ArrayList<>();
@@ -94,11 +97,14 @@ public final class GradientBuckets {
     public static List<Bucket> splitAtBoundaries(long count, DType dtype, long bucketBytes, long minBucketBytes,
                                                  long[] layerStarts) {
         if (count < 0) {
-            throw new IllegalArgumentException("count=" + count + " must be >= 0");
+            throw new IllegalArgumentException("count=" + count + " expected count >= 0 (fix: pass the gradient's"
+                    + " element count, 0 for an empty gradient)");
         }
         if (bucketBytes < 64 || minBucketBytes < 0 || minBucketBytes > bucketBytes) {
             throw new IllegalArgumentException("bucketBytes=" + bucketBytes + " minBucketBytes=" + minBucketBytes
-                    + " expected bucketBytes >= 64 and 0 <= minBucketBytes <= bucketBytes");
+                    + " expected bucketBytes >= 64 and 0 <= minBucketBytes <= bucketBytes (fix: pass a bucket size of at"
+                    + " least 64 bytes and a minimum between 0 and it, e.g. 4 << 20 and 256 << 10, the wrapper's"
+                    + " defaults)");
         }
         long align = Math.max(1, 64 / dtype.byteSize());
         long perBucket = Math.max(1, (bucketBytes / 64) * 64 / dtype.byteSize());

@@ -64,14 +64,18 @@ public final class GradientSynchronizer {
         for (GradientBuckets.Bucket b : buckets) {
             if (b.firstElement() != next || b.count() < 1 || b.dtype() != dtype) {
                 throw new IllegalArgumentException("buckets must tile the gradient in order: expected a bucket of " + dtype
-                        + " starting at element " + next + ", found " + b);
+                        + " starting at element " + next + ", found " + b + " (fix: build the buckets with"
+                        + " GradientBuckets.split or splitAtBoundaries for this dtype, and pass them in order)");
             }
             next += b.count();
         }
         long count = next;
         if (offsetBytes < 0 || dtype.bytes(count) > gradients.byteSize() - offsetBytes) {
             throw new IllegalArgumentException("gradient of count=" + count + " x " + dtype + " at offsetBytes=" + offsetBytes
-                    + " does not fit symmetric memory of " + gradients.byteSize() + " bytes");
+                    + " does not fit symmetric memory of " + gradients.byteSize() + " bytes (expected offsetBytes >= 0"
+                    + " and offsetBytes + " + dtype.bytes(count) + " <= " + gradients.byteSize() + "; fix: allocate"
+                    + " symmetric memory of at least offsetBytes + " + dtype.bytes(count) + " bytes, or pass buckets"
+                    + " covering only the gradient's elements)");
         }
         this.comm = comm;
         this.gradients = gradients;

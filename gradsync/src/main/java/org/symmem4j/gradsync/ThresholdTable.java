@@ -82,11 +82,14 @@ public final class ThresholdTable {
     public static ThresholdTable defaults() {
         try (InputStream in = ThresholdTable.class.getResourceAsStream(DEFAULTS_RESOURCE)) {
             if (in == null) {
-                throw new IllegalStateException("missing resource " + DEFAULTS_RESOURCE + " next to " + ThresholdTable.class);
+                throw new IllegalStateException("missing resource " + DEFAULTS_RESOURCE + " next to " + ThresholdTable.class
+                        + " (expected in the symmem4j-gradsync jar; fix: put the unmodified symmem4j-gradsync jar on the"
+                        + " class path, or keep org/symmem4j/gradsync/" + DEFAULTS_RESOURCE + " when shading it)");
             }
             return parse(new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8), "shipped defaults");
         } catch (IOException e) {
-            throw new IllegalStateException("cannot read " + DEFAULTS_RESOURCE, e);
+            throw new IllegalStateException("cannot read " + DEFAULTS_RESOURCE + ": " + e + " (fix: put an unmodified,"
+                    + " uncorrupted symmem4j-gradsync jar on the class path)", e);
         }
     }
 
@@ -103,7 +106,7 @@ public final class ThresholdTable {
                 : Path.of(System.getProperty("user.home"), ".symmem4j", "thresholds.properties");
         if (configured != null && !Files.isReadable(file)) {
             throw new IllegalArgumentException("invalid setting: " + PROPERTY + "=" + configured + " is not a readable"
-                    + " file (set by -D" + PROPERTY + " or " + Configuration.THRESHOLDS.env() + "; write one with"
+                    + " file (set by -D" + PROPERTY + " or " + Configuration.THRESHOLDS.env() + "; fix: write one with"
                     + " CalibrateThresholds, or drop the setting to use the shipped defaults)");
         }
         if (Files.isReadable(file)) {
@@ -112,7 +115,9 @@ public final class ThresholdTable {
                 table = table.overlay(user);
                 LOG.info("all-reduce thresholds from " + file + " over the shipped defaults");
             } catch (IOException e) {
-                throw new IllegalArgumentException("cannot read threshold file " + file + ": " + e, e);
+                throw new IllegalArgumentException("cannot read threshold file " + file + ": " + e + " (fix: make it"
+                        + " readable, rewrite it with CalibrateThresholds (bench/calibrate.sh), or delete it to use the"
+                        + " shipped defaults)", e);
             }
         }
         return table;
@@ -131,7 +136,7 @@ public final class ThresholdTable {
         try (Reader r = new StringReader(text)) {
             p.load(r);
         } catch (IOException e) {
-            throw new IllegalArgumentException(source + ": " + e, e);
+            throw org.symmem4j.parallel.Invariants.violated(source + ": reading properties from a string failed: " + e, e);
         }
         Map<String, List<Threshold>> rows = new TreeMap<>();
         for (String key : p.stringPropertyNames()) {
@@ -147,13 +152,15 @@ public final class ThresholdTable {
             }
             if (dot <= 0) {
                 throw new IllegalArgumentException(source + ": key=" + key + " expected <transport>.<worldSize>"
-                        + " or <transport>.<worldSize>.<dtype>");
+                        + " or <transport>.<worldSize>.<dtype> (fix: name the row like host-in-jvm.2 or"
+                        + " cuda-nvidia-h200.4.float32, or rewrite the file with CalibrateThresholds)");
             }
             try {
                 Integer.parseInt(plainKey.substring(dot + 1));
             } catch (NumberFormatException e) {
                 throw new IllegalArgumentException(source + ": key=" + key + " world size is not a number (a dtype suffix"
-                        + " is one of " + java.util.Arrays.toString(DType.values()) + ")", e);
+                        + " is one of " + java.util.Arrays.toString(DType.values()) + "; fix: end the key with the world"
+                        + " size, optionally followed by a dtype, e.g. host-in-jvm.2 or cuda-nvidia-h200.4.float32)", e);
             }
             String rowKey = plainKey + dtypeSuffix;
             rows.put(rowKey, parseRow(source, key, p.getProperty(key)));
@@ -177,24 +184,28 @@ public final class ThresholdTable {
             String[] ab = part.trim().split(":");
             if (ab.length != 2) {
                 throw new IllegalArgumentException(source + ": " + key + "=" + value + " part=" + part
-                        + " expected <ALGORITHM>:<maxBytes|max>");
+                        + " expected <ALGORITHM>:<maxBytes|max> (fix: write the row as comma-separated pairs, e.g."
+                        + " ONE_SHOT:2048,TWO_SHOT:max)");
             }
             Algorithm a;
             try {
                 a = Algorithm.parse(ab[0]);
             } catch (IllegalArgumentException e) {
                 throw new IllegalArgumentException(source + ": " + key + " algorithm=" + ab[0] + " expected one of "
-                        + java.util.Arrays.toString(Algorithm.values()), e);
+                        + java.util.Arrays.toString(Algorithm.values()) + " (fix: spell the algorithm as one of these)", e);
             }
             long max = ab[1].trim().equals("max") ? Long.MAX_VALUE : Long.parseLong(ab[1].trim());
             if (max <= previous) {
-                throw new IllegalArgumentException(source + ": " + key + "=" + value + " thresholds must ascend");
+                throw new IllegalArgumentException(source + ": " + key + "=" + value + " thresholds must ascend, found "
+                        + max + " after " + previous + " (fix: list the pairs from the smallest maxBytes to max, e.g."
+                        + " ONE_SHOT:2048,TWO_SHOT:max)");
             }
             previous = max;
             row.add(new Threshold(max, a));
         }
         if (row.isEmpty() || row.getLast().maxBytes() != Long.MAX_VALUE) {
-            throw new IllegalArgumentException(source + ": " + key + "=" + value + " must end with <ALGORITHM>:max");
+            throw new IllegalArgumentException(source + ": " + key + "=" + value + " must end with <ALGORITHM>:max"
+                    + " (fix: end the row with the algorithm for every larger message, e.g. ...,TWO_SHOT:max)");
         }
         return List.copyOf(row);
     }

@@ -159,7 +159,8 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
     static LaunchPlan of(LaunchSpec spec, Machine machine, Map<String, String> env, String javaBin, Path secretFile,
                          String freshRunId, int generation, int nproc, int port) {
         if (port < 1 || port > 65535) {
-            throw new IllegalArgumentException("generation " + generation + "'s store port " + port + " outside [1, 65535]");
+            throw internal("generation " + generation + "'s store port " + port
+                    + " outside [1, 65535]");
         }
         if (spec.command().isEmpty()) {
             throw new IllegalArgumentException("no command to start: expected the program after the options"
@@ -168,8 +169,8 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
         }
         int[] range = processRange(spec.nprocPerNode(), machine);
         if (nproc < range[0] || nproc > range[1]) {
-            throw new IllegalArgumentException("generation " + generation + " with " + nproc + " processes: outside"
-                    + " --nproc-per-node=" + spec.nprocPerNode() + " [" + range[0] + ", " + range[1] + "]");
+            throw internal("generation " + generation + " with " + nproc + " processes:"
+                    + " outside --nproc-per-node=" + spec.nprocPerNode() + " [" + range[0] + ", " + range[1] + "]");
         }
         if (range[0] < range[1]) {
             checkElastic(spec);
@@ -188,19 +189,23 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
                     + " on every machine)");
         }
         if (spec.maxRestarts() < 0) {
-            throw new IllegalArgumentException("--max-restarts=" + spec.maxRestarts() + " must be >= 0");
+            throw new IllegalArgumentException("--max-restarts=" + spec.maxRestarts() + " must be >= 0 (fix: pass 0 for"
+                    + " no restarts, or how many times to restart a failed job, e.g. --max-restarts 3)");
         }
         if ((long) spec.masterPort() + spec.maxRestarts() > 65535) {
             throw new IllegalArgumentException("--master-port=" + spec.masterPort() + " with --max-restarts="
                     + spec.maxRestarts() + ": generation g uses port " + spec.masterPort() + " + g, past 65535; expected a"
-                    + " lower --master-port or fewer restarts");
+                    + " lower --master-port or fewer restarts (fix: pass --master-port "
+                    + Math.min(29500, 65535 - spec.maxRestarts()) + " or lower, or --max-restarts "
+                    + (65535 - spec.masterPort()) + " or fewer)");
         }
         if (generation < 0 || generation > spec.maxRestarts()) {
-            throw new IllegalArgumentException("generation " + generation + " outside [0, --max-restarts=" + spec.maxRestarts()
-                    + "]");
+            throw internal("generation " + generation + " outside [0, --max-restarts="
+                    + spec.maxRestarts() + "]");
         }
         if (generation > 0 && secretFile == null) {
-            throw new IllegalArgumentException("generation " + generation + " needs a secret of its own");
+            throw internal("generation " + generation + " needs a secret of its own,"
+                    + " found none");
         }
         if (spec.nnodes() > 1 && isLoopback(spec.masterAddr())) {
             throw new IllegalArgumentException("--nnodes=" + spec.nnodes() + " with --master-addr=" + spec.masterAddr()
@@ -301,7 +306,7 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
             max = Integer.parseInt(v.substring(colon + 1).trim());
         } catch (NumberFormatException e) {
             throw new IllegalArgumentException("--nproc-per-node=" + value + ": expected MIN:MAX, two whole numbers"
-                    + " (e.g. 2:4: start 4 processes, go on with fewer, down to 2, when a slot cannot be refilled)");
+                    + " (fix: e.g. 2:4: start 4 processes, go on with fewer, down to 2, when a slot cannot be refilled)");
         }
         if (min < 1 || max < min) {
             throw new IllegalArgumentException("--nproc-per-node=" + value + ": expected MIN:MAX with 1 <= MIN <= MAX,"
@@ -321,7 +326,9 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
         if (spec.nnodes() > 1) {
             throw new IllegalArgumentException("--nproc-per-node=" + spec.nprocPerNode() + " with --nnodes "
                     + spec.nnodes() + ": a range of processes is for one machine here (the machines would have to"
-                    + " agree on each one's count); expected --nnodes 1, or one number per machine");
+                    + " agree on each one's count); expected --nnodes 1, or one number per machine (fix: run on one"
+                    + " machine with --nnodes 1, or pass one number, e.g. --nproc-per-node "
+                    + spec.nprocPerNode().substring(spec.nprocPerNode().indexOf(':') + 1).trim() + ")");
         }
     }
 
@@ -400,5 +407,20 @@ record LaunchPlan(int worldSize, int localWorldSize, String runId, int generatio
         } catch (UnknownHostException e) {
             return false; // a name only the other machines resolve: theirs to check
         }
+    }
+
+    /**
+     * An error for a broken internal invariant of the launcher: a value the launcher computes itself (a generation, its
+     * port, its secret, its process count) that no command line can make wrong. The launcher runs without the
+     * {@code parallel} module, so it words these here, as {@code Invariants.violated} does there.
+     *
+     * @param what what was expected and what was found
+     * @return the exception, an {@link IllegalArgumentException} as the plan's other refusals
+     */
+    static IllegalArgumentException internal(String what) {
+        // error-message: the one place launcher invariants are worded; it says how to report them (no fix applies)
+        return new IllegalArgumentException(what + " (this is a symmem4j launcher bug, not a usage error: please report"
+                + " it with this message, its stack trace and the symmem4j-run command line; CONTRIBUTING.md,"
+                + " 'Reporting a bug')");
     }
 }

@@ -252,7 +252,8 @@ public final class Launcher implements Callable<Integer> {
                     + " pass e.g. --grace-period 30)");
         }
         if (!(restartDelaySeconds >= 0 && restartDelaySeconds <= 3600)) {
-            throw new IllegalArgumentException("--restart-delay=" + restartDelaySeconds + " outside [0, 3600] seconds");
+            throw new IllegalArgumentException("--restart-delay=" + restartDelaySeconds + " outside [0, 3600] seconds"
+                    + " (fix: pass e.g. --restart-delay 1, or 0 to restart at once)");
         }
         if (!java && !command.isEmpty() && command.getFirst().startsWith("-")) {
             throw new IllegalArgumentException("the command starts with '" + command.getFirst() + "', which is no option of"
@@ -265,7 +266,8 @@ public final class Launcher implements Callable<Integer> {
         boolean shrink = switch (onFailure.strip().toLowerCase(Locale.ROOT)) {
             case "stop" -> false;
             case "shrink" -> true;
-            default -> throw new IllegalArgumentException("--on-failure=" + onFailure + ": expected stop or shrink");
+            default -> throw new IllegalArgumentException("--on-failure=" + onFailure + ": expected stop or shrink (fix:"
+                    + " pass --on-failure stop, or --on-failure shrink to go on with the ranks left)");
         };
         if (shrink && maxRestarts > 0) {
             throw new IllegalArgumentException("--on-failure shrink with --max-restarts " + maxRestarts + ": a shrinking job"
@@ -449,7 +451,9 @@ public final class Launcher implements Callable<Integer> {
             return probe.getLocalPort();
         } catch (IOException e) {
             throw new IllegalStateException("its store port " + ruled + " is in use on " + spec.masterAddr() + " (" + taken
-                    + "), and no port the system chooses could be bound there either (" + e.getMessage() + ")", e);
+                    + "), and no port the system chooses could be bound there either (" + e.getMessage() + "; fix: find"
+                    + " what holds port " + ruled + ", e.g. with ss -ltnp, and stop it, or pass a --master-port whose"
+                    + " next " + spec.maxRestarts() + " ports are free)", e);
         }
     }
 
@@ -527,7 +531,8 @@ public final class Launcher implements Callable<Integer> {
             content = Files.readAllBytes(f);
         } catch (IOException e) {
             throw new IllegalArgumentException("--max-restarts derives each generation's secret from the job's, but its"
-                    + " file " + f + " cannot be read: " + e);
+                    + " file " + f + " cannot be read: " + e + " (fix: make the file readable by this user, or unset"
+                    + " " + LaunchPlan.SECRET_FILE_ENV + " to let the launcher generate a secret)");
         }
         int end = content.length;
         while (end > 0 && (content[end - 1] == '\n' || content[end - 1] == '\r')) {
@@ -604,6 +609,7 @@ public final class Launcher implements Callable<Integer> {
             return writePrivate(dir.resolve(name), HexFormat.of().formatHex(
                     mac.doFinal(("symmem4j-run restart " + what).getBytes(StandardCharsets.UTF_8))));
         } catch (GeneralSecurityException e) {
+            // error-message: every JDK has HmacSHA256 (Java SE requires it); no user input reaches here
             throw new IllegalStateException("HmacSHA256 is part of every JDK", e);
         }
     }

@@ -234,7 +234,8 @@ public final class PrometheusEndpoint implements AutoCloseable {
          */
         public Builder port(int port) {
             if (port < 0 || port > 65535) {
-                throw new IllegalArgumentException("port=" + port + " expected 0..65535 (0 picks a free port)");
+                throw new IllegalArgumentException("port=" + port + " expected 0..65535 (fix: pass a free TCP port,"
+                        + " e.g. 9404, or 0 to pick a free one)");
             }
             this.port = port;
             return this;
@@ -252,7 +253,7 @@ public final class PrometheusEndpoint implements AutoCloseable {
         public Builder maxRequests(int maxRequests) {
             if (maxRequests < 1) {
                 throw new IllegalArgumentException("maxRequests=" + maxRequests + " expected >= 1 (default "
-                        + DEFAULT_MAX_REQUESTS + ")");
+                        + DEFAULT_MAX_REQUESTS + "; fix: pass 1 or more, or leave it unset)");
             }
             this.maxRequests = maxRequests;
             return this;
@@ -269,7 +270,8 @@ public final class PrometheusEndpoint implements AutoCloseable {
         public Builder requestTimeout(Duration requestTimeout) {
             if (requestTimeout == null || requestTimeout.toMillis() < 1) {
                 throw new IllegalArgumentException("requestTimeout=" + requestTimeout
-                        + " expected at least 1 ms (default " + DEFAULT_REQUEST_TIMEOUT + ")");
+                        + " expected at least 1 ms (default " + DEFAULT_REQUEST_TIMEOUT + "; fix: pass e.g."
+                        + " Duration.ofSeconds(10), or leave it unset)");
             }
             this.requestTimeout = requestTimeout;
             return this;
@@ -289,7 +291,8 @@ public final class PrometheusEndpoint implements AutoCloseable {
                 address = InetAddress.getByName(host);
             } catch (UnknownHostException e) {
                 throw new IllegalArgumentException("metrics endpoint host=" + host + " does not resolve: " + e.getMessage()
-                        + " (use an address of this machine, " + LOOPBACK + " (the default) or 0.0.0.0 for every interface)", e);
+                        + " (fix: use an address of this machine, " + LOOPBACK + " (the default) or 0.0.0.0 for every"
+                        + " interface)", e);
             }
             System.getProperties().putIfAbsent(MAX_HEAD_PROPERTY, Integer.toString(MAX_REQUEST_HEAD_BYTES));
             RequestExecutor executor = new RequestExecutor("symmem4j-metrics-http", maxRequests, requestTimeout);
@@ -299,7 +302,7 @@ public final class PrometheusEndpoint implements AutoCloseable {
             } catch (IOException | RuntimeException e) {
                 executor.close();
                 throw new SymmemException("cannot serve metrics: host=" + host + " port=" + port + " error=" + e
-                        + " (pick another port, or 0 for any free port)", e);
+                        + " (fix: pick another port, or 0 for any free port)", e);
             }
             server.setExecutor(executor);
             // the Prometheus client's own handlers, as its HTTPServer registers them (without authentication);
@@ -340,7 +343,9 @@ public final class PrometheusEndpoint implements AutoCloseable {
                 server.stop(0);
                 executor.close();
                 throw new SymmemException("cannot serve metrics: host=" + host + " port=" + port
-                        + " the server did not start within " + START_TIMEOUT + " (or start() was interrupted)");
+                        + " the server did not start within " + START_TIMEOUT + " (or start() was interrupted; fix: call"
+                        + " start() again; if it keeps timing out, the JVM cannot start threads: check memory and"
+                        + " ulimit -u)");
             }
         }
     }

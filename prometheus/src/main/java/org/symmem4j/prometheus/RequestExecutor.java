@@ -86,6 +86,7 @@ final class RequestExecutor implements Executor {
         Exchange victim = null;
         synchronized (lock) {
             if (closed) {
+                // error-message: only the JDK server's dispatcher calls execute, and close() stops it first
                 throw new RejectedExecutionException("metrics endpoint " + name + " is closed");
             }
             inFlight.add(exchange);

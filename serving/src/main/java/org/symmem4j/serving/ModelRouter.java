@@ -188,7 +188,8 @@ public final class ModelRouter implements AutoCloseable {
         Objects.requireNonNull(params, "params");
         if (params.dataType() != spec.dataType()) {
             throw new IllegalArgumentException("model '" + model + "' parameters of dataType=" + params.dataType()
-                    + " expected " + spec.dataType() + " (the configuration's data type): cast them first");
+                    + " expected " + spec.dataType() + " (the configuration's data type; fix: cast them first,"
+                    + " params.castTo(DataType." + spec.dataType() + "))");
         }
         checkOpen();
         Model m = models.computeIfAbsent(model, this::startModel);
@@ -252,7 +253,7 @@ public final class ModelRouter implements AutoCloseable {
         synchronized (m) {
             if (m.previous == null) {
                 throw new IllegalStateException("model '" + model + "' has no version kept for rollback (current="
-                        + m.current.version + " is its only one): deploy another version first");
+                        + m.current.version + " is its only one; fix: deploy another version first)");
             }
             ServedVersion back = m.previous;
             m.previous = m.current;
@@ -353,12 +354,14 @@ public final class ModelRouter implements AutoCloseable {
             long rows = spec.rowsOf(model, features);
             if (rows > options.maxBatch()) {
                 throw new ServingException(Kind.BAD_INPUT, "model '" + model + "' request of rows=" + rows
-                        + " expected at most maxBatch=" + options.maxBatch() + " (split it, or raise maxBatch)");
+                        + " expected at most maxBatch=" + options.maxBatch() + " (fix: split it into requests of at most"
+                        + " " + options.maxBatch() + " rows, or raise RouterOptions.maxBatch)");
             }
             INDArray input = features.dataType() == spec.dataType() ? features : features.castTo(spec.dataType());
             if (!m.queue.offer(new Request(input, rows, version, answer, arrived))) {
                 throw new ServingException(Kind.OVERLOADED, "model '" + model + "' is overloaded: queue of capacity="
-                        + options.queueCapacity() + " is full (retry later, or add workers)");
+                        + options.queueCapacity() + " is full (fix: retry later, or raise RouterOptions.workers or"
+                        + " queueCapacity)");
             }
             schedule(m);
             if (closed) { // raced with close(): fail what close's last drain may have missed
@@ -373,7 +376,7 @@ public final class ModelRouter implements AutoCloseable {
                 m.count("timeout");
                 return CompletableFuture.failedFuture(new ServingException(Kind.TIMEOUT, "model '" + model
                         + "': no answer within requestTimeout=" + options.requestTimeout() + " (the workers are"
-                        + " behind: add workers, or raise the timeout)", t));
+                        + " behind; fix: raise RouterOptions.workers, or RouterOptions.requestTimeout)", t));
             }
             return CompletableFuture.failedFuture(t);
         });
@@ -500,7 +503,8 @@ public final class ModelRouter implements AutoCloseable {
             run(m, served, requests);
         } catch (RuntimeException | Error e) { // a worker never dies with requests unanswered
             ServingException failure = new ServingException(Kind.FAILED, "model '" + m.name + "' version="
-                    + served.version + ": " + e, e);
+                    + served.version + ": " + e + " (fix: act on this cause, the model's own failure; when only this"
+                    + " version fails, rollback(\"" + m.name + "\") serves the previous one)", e);
             requests.forEach(r -> fail(m, r, failure));
         } finally {
             served.release();
@@ -522,7 +526,9 @@ public final class ModelRouter implements AutoCloseable {
             m.batchSize.record(features.size(0));
         } catch (RuntimeException e) {
             ServingException failure = new ServingException(Kind.FAILED, "model '" + m.name + "' version="
-                    + served.version + " failed on a batch of requests=" + requests.size() + ": " + e, e);
+                    + served.version + " failed on a batch of requests=" + requests.size() + ": " + e + " (fix: act on"
+                    + " this cause, the model's own failure; when only this version fails, rollback(\"" + m.name
+                    + "\") serves the previous one)", e);
             requests.forEach(r -> fail(m, r, failure));
             return;
         } finally {
@@ -584,7 +590,8 @@ public final class ModelRouter implements AutoCloseable {
             }
             throw new ServingException(Kind.UNKNOWN_MODEL, "model '" + m.name + "' version=" + version
                     + " is not served (served: " + (m.previous == null ? List.of(m.current.version)
-                    : List.of(m.current.version, m.previous.version)) + ")");
+                    : List.of(m.current.version, m.previous.version)) + "; fix: ask for one of those, or for no"
+                    + " version to get the current one)");
         }
     }
 
@@ -592,7 +599,7 @@ public final class ModelRouter implements AutoCloseable {
         Model m = name == null ? null : models.get(name);
         if (m == null || m.current == null) {
             throw new ServingException(Kind.UNKNOWN_MODEL, "model '" + name + "' is not served (models: " + models()
-                    + ")");
+                    + "; fix: use one of those names, or deploy it first)");
         }
         return m;
     }
@@ -608,12 +615,14 @@ public final class ModelRouter implements AutoCloseable {
 
     private void checkOpen() {
         if (closed) {
-            throw new ServingException(Kind.CLOSED, "the router is closed");
+            throw new ServingException(Kind.CLOSED, "the router is closed (fix: use the router before close(), or"
+                    + " create a new one)");
         }
     }
 
     private ServingException closedFailure(Model m) {
-        return new ServingException(Kind.CLOSED, "model '" + m.name + "': the router closed");
+        return new ServingException(Kind.CLOSED, "model '" + m.name + "': the router closed before this request was"
+                + " answered (fix: close the router only after the answers you wait for arrived)");
     }
 
     /** Fails every request queued for {@code m} (after close). */
@@ -644,7 +653,9 @@ public final class ModelRouter implements AutoCloseable {
                 break;
             }
             if (w.isAlive()) {
-                throw new IllegalStateException("model router: batches still running 30 s after close");
+                throw new IllegalStateException("model router: batches still running 30 s after close, expected"
+                        + " them done (fix: find the model call that hangs, e.g. with jstack, or lower"
+                        + " RouterOptions.maxBatch so that one batch takes less)");
             }
         }
         for (Model m : models.values()) {

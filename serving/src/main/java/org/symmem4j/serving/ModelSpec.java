@@ -37,7 +37,8 @@ public final class ModelSpec {
     private ModelSpec(Function<MemorySegment, Network> factory, long[] exampleShape, DataType dataType, String kind) {
         if (exampleShape.length == 0 || Arrays.stream(exampleShape).anyMatch(d -> d < 1)) {
             throw new IllegalArgumentException("example shape " + Arrays.toString(exampleShape) + " expected one or"
-                    + " more positive dimensions (the shape of one input row, without the batch dimension)");
+                    + " more positive dimensions (fix: pass the shape of one input row, without the batch dimension,"
+                    + " e.g. 784 for MNIST)");
         }
         this.factory = factory;
         this.exampleShape = exampleShape.clone();
@@ -133,7 +134,7 @@ public final class ModelSpec {
         if (!ok) {
             throw new ServingException(ServingException.Kind.BAD_INPUT, "model '" + model + "' features shape="
                     + Arrays.toString(s) + " expected [rows, " + Arrays.toString(exampleShape).replaceAll("[\\[\\]]", "")
-                    + "] with rows >= 1");
+                    + "] with rows >= 1 (fix: send rows of this model's input shape)");
         }
         return s[0];
     }

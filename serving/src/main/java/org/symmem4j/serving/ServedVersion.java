@@ -50,8 +50,8 @@ final class ServedVersion {
             idle.clear();
             free.run();
         } else if (left < 0) {
-            throw new IllegalStateException("model " + model + " version=" + version + " released more often than"
-                    + " acquired");
+            throw org.symmem4j.parallel.Invariants.violated("model " + model + " version=" + version + " released"
+                    + " more often than acquired");
         }
     }
 

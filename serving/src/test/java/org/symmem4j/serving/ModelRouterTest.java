@@ -295,12 +295,12 @@ class ModelRouterTest {
             assertEquals(Kind.UNKNOWN_MODEL, refusal(router.predict("nope", Nets.features(1, 1, 8))).kind());
             ServingException v = refusal(router.predict("m", 7, Nets.features(1, 1, 8)));
             assertEquals(Kind.UNKNOWN_MODEL, v.kind());
-            assertTrue(v.getMessage().contains("version=7 is not served (served: [1])"), v.getMessage());
+            assertTrue(v.getMessage().contains("version=7 is not served (served: [1]; fix: ask for one of those"), v.getMessage());
             ServingException shape = refusal(router.predict("m", Nets.features(1, 2, 9)));
             assertEquals(Kind.BAD_INPUT, shape.kind());
             assertTrue(shape.getMessage().contains("shape=[2, 9] expected [rows, 8]"), shape.getMessage());
             ServingException rows = refusal(router.predict("m", Nets.features(1, 5, 8)));
-            assertTrue(rows.getMessage().contains("rows=5 expected at most maxBatch=4"), rows.getMessage());
+            assertTrue(rows.getMessage().contains("rows=5 expected at most maxBatch=4 (fix: split it into requests of at most 4 rows"), rows.getMessage());
             IllegalArgumentException type = assertThrows(IllegalArgumentException.class, () -> router.deploy("m",
                     ModelSpec.of(Nets.mlp(1), 8), Nd4j.zeros(DataType.DOUBLE, 1, 212)));
             assertTrue(type.getMessage().contains("dataType=DOUBLE expected FLOAT"), type.getMessage());

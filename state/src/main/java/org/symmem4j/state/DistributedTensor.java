@@ -175,7 +175,7 @@ public final class DistributedTensor implements AutoCloseable {
         }
         sharding.check(group.worldSize(), shape.length);
         agree(group, "distributed-tensor-create", type + " " + Arrays.toString(shape) + " " + sharding,
-                "every rank must create the tensor with the same element type, shape and sharding");
+                "create the tensor on every rank with the same element type, shape and sharding");
         int gr = sharding.gridRows(group.worldSize());
         int gc = sharding.gridColumns(group.worldSize());
         long cols = shape.length >= 2 ? shape[1] : 1;
@@ -213,8 +213,8 @@ public final class DistributedTensor implements AutoCloseable {
             String theirs = new String(all.get(r), StandardCharsets.UTF_8);
             if (!theirs.equals(new String(all.getFirst(), StandardCharsets.UTF_8))) {
                 throw new IllegalArgumentException("distributed tensor: rank=" + r + " passed " + theirs
-                        + ", expected " + new String(all.getFirst(), StandardCharsets.UTF_8) + " as rank=0 did (" + fix
-                        + ")");
+                        + ", expected " + new String(all.getFirst(), StandardCharsets.UTF_8) + " as rank=0 did (fix: "
+                        + fix + ")");
             }
         }
     }
@@ -599,7 +599,8 @@ public final class DistributedTensor implements AutoCloseable {
             }
             if (bar + 1 < said.length()) {
                 throw new IllegalArgumentException("distributed tensor gather to root=" + root + ":"
-                        + said.substring(bar + 1));
+                        + said.substring(bar + 1) + " (fix: on root, pass a destination of at least rows * rowBytes()"
+                        + " bytes" + (gpu != null ? ", a device buffer from DeviceCommunicator.allocateDevice" : "") + ")");
             }
         }
         memory.barrier(); // every rank's writes to its shard are visible to the root after it
@@ -632,7 +633,8 @@ public final class DistributedTensor implements AutoCloseable {
         if (seg.byteSize() < need) {
             throw new IllegalArgumentException("distributed tensor " + what + " bytes=" + seg.byteSize()
                     + " expected at least " + need + " (" + rowCount + " rows x " + columnCount + " columns of "
-                    + cellBytes + " bytes)");
+                    + cellBytes + " bytes; fix: pass a " + what + " of at least " + need + " bytes, or fewer rows or"
+                    + " columns)");
         }
         if (gpu != null && !seg.isNative()) {
             throw new IllegalArgumentException("distributed tensor " + what + " is a heap segment, but this tensor's"

@@ -267,7 +267,8 @@ public final class ParameterCache implements AutoCloseable {
                 return slot;
             }
         }
-        throw new IllegalStateException("parameter cache: no free slot among maxEntries=" + slots + " after eviction");
+        throw org.symmem4j.parallel.Invariants.violated("parameter cache: no free slot among maxEntries=" + slots
+                + " after eviction (entries=" + slotOf.size() + ")");
     }
 
     private static long blockBytes(long dataBytes) {
@@ -418,7 +419,8 @@ public final class ParameterCache implements AutoCloseable {
             }
             if (dst.byteSize() < e.data().byteSize()) {
                 throw new IllegalArgumentException("parameter cache copy of '" + name + "': destination bytes="
-                        + dst.byteSize() + " expected at least " + e.data().byteSize());
+                        + dst.byteSize() + " expected at least " + e.data().byteSize() + " (fix: pass a destination of"
+                        + " at least the entry's size, get(name).data().byteSize() bytes)");
             }
             MemorySegment.copy(e.data(), 0, dst, 0, e.data().byteSize());
             if (e.isValid()) {

@@ -97,13 +97,15 @@ final class SharedMemories {
             public void checkProgressPossible(long waitedNanos) {
                 if (group.abortState().isRaised()) {
                     throw new PeerTimeoutException(operation + ": rank=" + group.rank() + " stopped waiting for "
-                            + who(group, peer) + ": the group was aborted (" + group.abortState().cause() + ")",
+                            + who(group, peer) + ": the group was aborted (" + group.abortState().cause() + "; fix: act"
+                            + " on that cause on the rank that raised it, then create a new group)",
                             group.rank(), missing, operation, PeerTimeoutException.Reason.PEER_ABORTED,
                             group.options().timeout());
                 }
                 if (peer >= 0 && !group.isAlive(peer)) {
                     throw new PeerTimeoutException(operation + ": rank=" + group.rank() + " waited for "
-                            + group.describe(peer) + ", which has exited, for " + what.get(),
+                            + group.describe(peer) + ", which has exited, for " + what.get() + " (fix: see that rank's"
+                            + " output for why it exited, correct that, then start every rank again)",
                             group.rank(), missing, operation, PeerTimeoutException.Reason.PEER_EXITED,
                             group.options().timeout());
                 }
@@ -112,7 +114,7 @@ final class SharedMemories {
             @Override
             public RuntimeException deadlinePassed(Duration timeout) {
                 return new PeerTimeoutException(operation + ": rank=" + group.rank() + " waited timeout=" + timeout
-                        + " for " + who(group, peer) + ": " + what.get() + " (" + fix + ")", group.rank(), missing,
+                        + " for " + who(group, peer) + ": " + what.get() + " (fix: " + fix + ")", group.rank(), missing,
                         operation, PeerTimeoutException.Reason.DEADLINE_PASSED, timeout);
             }
         };
@@ -137,7 +139,8 @@ final class SharedMemories {
     static int checkRank(Group group, int rank, String role) {
         if (rank < 0 || rank >= group.worldSize()) {
             throw new IllegalArgumentException(role + " rank=" + rank + " is not a rank of the group (expected 0.."
-                    + (group.worldSize() - 1) + ")");
+                    + (group.worldSize() - 1) + "; fix: pass a rank below the group's worldSize=" + group.worldSize()
+                    + ")");
         }
         return rank;
     }

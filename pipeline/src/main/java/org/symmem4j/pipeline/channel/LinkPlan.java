@@ -79,7 +79,7 @@ public final class LinkPlan {
                         + " is sent for microbatch " + sent.get(at) + " (rank " + shape.rankOf(link.fromStage())
                         + ") but expected as microbatch " + received.get(at) + " (rank " + shape.rankOf(link.toStage())
                         + "); sent order=" + sent + " received order=" + received
-                        + " (links are FIFOs: list each stage's microbatches in the same order on both ranks)");
+                        + " (links are FIFOs; fix: list each stage's microbatches in the same order on both ranks)");
             }
         }
         return plan;

@@ -132,7 +132,8 @@ public final class StageLink {
         private long checkPoison(long value, String doing) {
             if (value >= POISON) {
                 throw new PipelineAbortedException("pipeline aborted by another rank while stage " + link.fromStage()
-                        + " was " + doing + " on the link to stage " + link.toStage() + " (the failing rank reports the cause)");
+                        + " was " + doing + " on the link to stage " + link.toStage() + " (the failing rank reports the cause;"
+                        + " fix: correct what the failing rank's error names, then create new links in a new group)");
             }
             return value;
         }
@@ -186,7 +187,8 @@ public final class StageLink {
         @Override
         public MemorySegment receive(int microbatch) {
             if (holding) {
-                throw new IllegalStateException("receive on " + this + " before release() of the previous message");
+                throw new IllegalStateException("receive on " + this + " before release() of the previous message"
+                        + " (fix: call release() once the previous message's payload is no longer read, then receive)");
             }
             if (postedSeen <= received) {
                 // acquire: pairs with the sender's release in Sender.send(), so the payload (and header)
@@ -195,7 +197,8 @@ public final class StageLink {
                 if (postedSeen >= POISON) {
                     throw new PipelineAbortedException("pipeline aborted by another rank while stage " + link.toStage()
                             + " waited for microbatch " + microbatch + " from stage " + link.fromStage()
-                            + " (the failing rank reports the cause)");
+                            + " (the failing rank reports the cause; fix: correct what the failing rank's error names,"
+                            + " then create new links in a new group)");
                 }
             }
             long offset = layout.slotOffset(link.region(), (int) (received % layout.slots()));
@@ -217,7 +220,8 @@ public final class StageLink {
                 throw new IllegalStateException("unexpected message on " + this + ": expected sequence=" + received
                         + " microbatch=" + microbatch + " fromStage=" + link.fromStage() + " found sequence=" + sequence
                         + " microbatch=" + foundMicrobatch + " fromStage=" + foundStage + " payloadBytes=" + bytes
-                        + " (the two ranks' schedules must list this link's microbatches in the same order)");
+                        + " (the two ranks' schedules must list this link's microbatches in the same order; fix: check"
+                        + " the schedule with ScheduleValidator.requireValid, and give both ranks the same schedule)");
             }
             return slot.asSlice(ChannelLayout.HEADER_BYTES, bytes);
         }
@@ -231,7 +235,8 @@ public final class StageLink {
         @Override
         public void release() {
             if (!holding) {
-                throw new IllegalStateException("release on " + this + " without a received message");
+                throw new IllegalStateException("release on " + this + " without a received message (fix: release"
+                        + " each message once, after receive(microbatch) returned it)");
             }
             holding = false;
             received++;
@@ -294,6 +299,7 @@ public final class StageLink {
             return Direction.GRADIENT;
         }
         throw new IllegalArgumentException("a stage link joins adjacent stages: fromStage=" + fromStage + " toStage="
-                + toStage + " expected toStage=" + (fromStage + 1) + " or " + (fromStage - 1));
+                + toStage + " expected toStage=" + (fromStage + 1) + " or " + (fromStage - 1) + " (fix: link only"
+                + " neighbouring stages; a message for a farther stage goes through the stages between)");
     }
 }

@@ -283,7 +283,8 @@ public final class PipelineExecutor implements AutoCloseable {
             return null;
         }
         PipelineAbortedException aborted = new PipelineAbortedException("pipeline aborted by another rank while rank "
-                + group.rank() + " ran its step (the failing rank reports the cause; this rank then failed with " + e + ")");
+                + group.rank() + " ran its step (the failing rank reports the cause; this rank then failed with " + e
+                + "; fix: correct what the failing rank's error names, then create a new executor and a new group)");
         aborted.addSuppressed(e);
         return aborted;
     }
@@ -301,11 +302,15 @@ public final class PipelineExecutor implements AutoCloseable {
             throw new PipelineAbortedException("rank " + group.rank() + ": the step's enqueued work did not finish within "
                     + group.options().timeout() + " (a peer stopped sending or releasing); aborting the pipeline"
                     + (landed ? "" : " (the abort signal itself did not land within the timeout either: a device queue is"
-                    + " blocked; peers stop at their own timeout)"));
+                    + " blocked; peers stop at their own timeout)")
+                    + "; fix: read the other ranks' errors for the one that stopped (a crash, an exception, a schedule"
+                    + " that differs), or, when a stage legitimately takes longer, raise the group's timeout"
+                    + " (GroupOptions, or -Dsymmem4j.timeout.ms), then create a new executor and a new group");
         }
         if (memory.enqueued() && StageLink.poisoned(memory, layout)) {
             throw new PipelineAbortedException("pipeline aborted by another rank during the step of rank "
-                    + group.rank() + " (the failing rank reports the cause)");
+                    + group.rank() + " (the failing rank reports the cause; fix: correct what the failing rank's error"
+                    + " names, then create a new executor and a new group)");
         }
     }
 

@@ -45,7 +45,9 @@ public final class TimelineReport {
             }
         }
         if (start == Long.MAX_VALUE) {
-            throw new IllegalArgumentException("the timelines hold no forward or backward pass");
+            throw new IllegalArgumentException("the timelines of " + ranks.size() + " ranks hold no forward or backward"
+                    + " pass, expected at least one (fix: pass the timelines PipelineExecutor recorded for a step that"
+                    + " ran at least one microbatch)");
         }
         this.windowStart = start;
         this.windowEnd = end;

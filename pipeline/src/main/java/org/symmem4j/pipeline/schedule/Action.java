@@ -15,9 +15,6 @@ import java.util.Objects;
  */
 public record Action(int stage, ActionType type, int microbatch) {
 
-    private static final String FORMAT_HINT =
-            "(an action is <stage><F|B|I|W><microbatch>, e.g. 0F3, 2B0 or 1I2)";
-
     /**
      * Checks the action.
      *
@@ -26,11 +23,13 @@ public record Action(int stage, ActionType type, int microbatch) {
     public Action {
         Objects.requireNonNull(type, "type");
         if (stage < 0) {
-            throw new IllegalArgumentException("invalid action: stage=" + stage + " expected=stage >= 0");
+            throw new IllegalArgumentException("invalid action: stage=" + stage + " expected=stage >= 0"
+                    + " (fix: number stages from 0)");
         }
         if (microbatch < 0) {
             throw new IllegalArgumentException(
-                    "invalid action: microbatch=" + microbatch + " expected=microbatch >= 0");
+                    "invalid action: microbatch=" + microbatch + " expected=microbatch >= 0 (fix: number microbatches"
+                    + " from 0)");
         }
     }
 
@@ -147,6 +146,7 @@ public record Action(int stage, ActionType type, int microbatch) {
 
     private static IllegalArgumentException parseError(String text, int position, String expected, String found) {
         return new IllegalArgumentException("invalid action: text=\"" + text + "\" position=" + position
-                + " expected=" + expected + " found=" + found + " " + FORMAT_HINT);
+                + " expected=" + expected + " found=" + found + " (fix: write it as <stage><F|B|I|W><microbatch>, e.g."
+                + " 0F3, 2B0 or 1I2)");
     }
 }

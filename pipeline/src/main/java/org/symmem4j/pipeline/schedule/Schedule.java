@@ -114,7 +114,8 @@ public record Schedule(List<List<Action>> actionsByRank) {
             if (!prefixThenSpace) {
                 throw new IllegalArgumentException("invalid schedule text: line=" + lineNumber
                         + " expected=\"" + prefix + " <actions>\" found=\"" + abbreviate(line)
-                        + "\" (one line per rank, ranks in order from 0)");
+                        + "\" (one line per rank, ranks in order from 0; fix: start line " + lineNumber + " with \""
+                        + prefix + "\")");
             }
             String body = line.substring(prefix.length()).strip();
             List<Action> actions = new ArrayList<>();
@@ -124,6 +125,7 @@ public record Schedule(List<List<Action>> actionsByRank) {
                     try {
                         actions.add(Action.parse(tokens[token]));
                     } catch (IllegalArgumentException e) {
+                        // error-message: wraps Action.parse's message, which names the fix, with where the token is
                         throw new IllegalArgumentException("invalid schedule text: line=" + lineNumber
                                 + " rank=" + rank + " token=" + (token + 1) + ": " + e.getMessage(), e);
                     }

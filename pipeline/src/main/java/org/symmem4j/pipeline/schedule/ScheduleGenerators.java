@@ -96,7 +96,7 @@ public final class ScheduleGenerators {
             String fix = lower == 0 ? "use microbatches=" + ranks
                     : "use microbatches=" + lower + " or " + (lower + ranks);
             throw new IllegalArgumentException("invalid interleaved 1F1B input: microbatches=" + microbatches
-                    + " expected=a multiple of ranks=" + ranks + " (" + fix + ")");
+                    + " expected=a multiple of ranks=" + ranks + " (fix: " + fix + ")");
         }
         int virtualMicrobatches = microbatches * stagesPerRank;
         List<List<Action>> actionsByRank = new ArrayList<>(ranks);

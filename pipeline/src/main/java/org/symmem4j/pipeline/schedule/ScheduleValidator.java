@@ -157,7 +157,8 @@ public final class ScheduleValidator {
         List<String> violations = violations(schedule, shape);
         if (!violations.isEmpty()) {
             throw new IllegalArgumentException("invalid schedule: violations=" + violations.size() + " (" + shape
-                    + "):\n  " + String.join("\n  ", violations));
+                    + "; fix: change the actions as each line says, or build the schedule with ScheduleGenerators):\n  "
+                    + String.join("\n  ", violations));
         }
     }
 
@@ -170,7 +171,8 @@ public final class ScheduleValidator {
         return switch (action.type()) {
             case FORWARD -> action.stage();
             case BACKWARD, INPUT_GRADIENT -> 2 * shape.stageCount() - 1 - action.stage();
-            case WEIGHT_GRADIENT -> throw new IllegalArgumentException(action + " is not on the chain of its microbatch");
+            case WEIGHT_GRADIENT -> throw org.symmem4j.parallel.Invariants.violated("pipelineOrder(" + action + "): a"
+                    + " weight gradient is not on the chain of its microbatch; violations() checks it apart");
         };
     }
 }

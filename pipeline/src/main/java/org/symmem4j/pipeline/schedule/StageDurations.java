@@ -25,7 +25,8 @@ public record StageDurations(long[] forward, long[] backward, long communication
         Objects.requireNonNull(backward, "backward");
         if (forward.length == 0 || forward.length != backward.length) {
             throw new IllegalArgumentException("invalid stage durations: forward has " + forward.length
-                    + " stages, backward " + backward.length + " expected the same count, at least 1");
+                    + " stages, backward " + backward.length + " expected the same count, at least 1 (fix: pass one"
+                    + " forward and one backward duration per stage)");
         }
         forward = forward.clone();
         backward = backward.clone();

@@ -61,8 +61,9 @@ class ActionTest {
     @Test
     void negativeNumbersAreRejected() {
         String stage = assertThrows(IllegalArgumentException.class, () -> Action.forward(-1, 0)).getMessage();
-        assertEquals("invalid action: stage=-1 expected=stage >= 0", stage);
+        assertEquals("invalid action: stage=-1 expected=stage >= 0 (fix: number stages from 0)", stage);
         String microbatch = assertThrows(IllegalArgumentException.class, () -> Action.backward(0, -2)).getMessage();
-        assertEquals("invalid action: microbatch=-2 expected=microbatch >= 0", microbatch);
+        assertEquals("invalid action: microbatch=-2 expected=microbatch >= 0 (fix: number microbatches from 0)",
+                microbatch);
     }
 }

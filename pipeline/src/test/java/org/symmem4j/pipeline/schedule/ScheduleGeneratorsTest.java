@@ -97,11 +97,11 @@ class ScheduleGeneratorsTest {
         assertRejected("invalid interleaved 1F1B input: stagesPerRank=0 expected=stagesPerRank >= 1 (fix: pass a positive count)",
                 () -> ScheduleGenerators.interleavedOneFOneB(2, 4, 0));
         assertRejected("invalid interleaved 1F1B input: microbatches=6 expected=a multiple of ranks=4"
-                + " (use microbatches=4 or 8)", () -> ScheduleGenerators.interleavedOneFOneB(4, 6, 2));
+                + " (fix: use microbatches=4 or 8)", () -> ScheduleGenerators.interleavedOneFOneB(4, 6, 2));
         assertRejected("invalid interleaved 1F1B input: microbatches=2 expected=a multiple of ranks=4"
-                + " (use microbatches=4)", () -> ScheduleGenerators.interleavedOneFOneB(4, 2, 2));
+                + " (fix: use microbatches=4)", () -> ScheduleGenerators.interleavedOneFOneB(4, 2, 2));
         assertRejected("invalid interleaved 1F1B input: microbatches=3 expected=a multiple of ranks=2"
-                + " (use microbatches=2 or 4)", () -> ScheduleGenerators.interleavedOneFOneB(2, 3, 1));
+                + " (fix: use microbatches=2 or 4)", () -> ScheduleGenerators.interleavedOneFOneB(2, 3, 1));
         String tooLarge = assertThrows(IllegalArgumentException.class,
                 () -> ScheduleGenerators.interleavedOneFOneB(1 << 10, 1 << 20, 4)).getMessage();
         assertEquals("invalid pipeline shape: ranks=1024 microbatches=1048576 stagesPerRank=4 gives"

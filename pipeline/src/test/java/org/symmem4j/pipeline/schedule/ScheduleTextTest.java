@@ -52,9 +52,11 @@ class ScheduleTextTest {
     @Test
     void ranksOutOfOrderNameTheLine() {
         assertEquals("invalid schedule text: line=1 expected=\"rank 0: <actions>\" found=\"rank 1: 1F0\""
-                + " (one line per rank, ranks in order from 0)", parseError("rank 1: 1F0\n"));
+                + " (one line per rank, ranks in order from 0; fix: start line 1 with \"rank 0:\")",
+                parseError("rank 1: 1F0\n"));
         assertEquals("invalid schedule text: line=3 expected=\"rank 1: <actions>\" found=\"rank 0: 1F0\""
-                + " (one line per rank, ranks in order from 0)", parseError("rank 0: 0F0\n\nrank 0: 1F0\n"));
+                + " (one line per rank, ranks in order from 0; fix: start line 3 with \"rank 1:\")",
+                parseError("rank 0: 0F0\n\nrank 0: 1F0\n"));
         String noSpace = parseError("rank 0:0F0");
         assertTrue(noSpace.contains("line=1 expected=\"rank 0: <actions>\" found=\"rank 0:0F0\""), noSpace);
         String tenIsNotOne = parseError("rank 0:\nrank 10: 0F0");

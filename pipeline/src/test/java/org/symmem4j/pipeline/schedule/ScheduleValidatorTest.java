@@ -127,7 +127,8 @@ class ScheduleValidatorTest {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> ScheduleValidator.requireValid(broken, TWO_RANKS_TWO_MICROBATCHES));
         String message = e.getMessage();
-        assertTrue(message.startsWith("invalid schedule: violations=3 (ranks=2 microbatches=2 stagesPerRank=1):\n"),
+        assertTrue(message.startsWith("invalid schedule: violations=3 (ranks=2 microbatches=2 stagesPerRank=1; fix: change"
+                + " the actions as each line says, or build the schedule with ScheduleGenerators):\n"),
                 message);
         assertTrue(message.contains("\n  stage on wrong rank: rank=0 index=1 action=1F0 expected rank=1"), message);
         assertTrue(message.contains("\n  duplicate action: rank=0 index=5 action=0F0 first at rank=0 index=0"), message);

@@ -53,16 +53,17 @@ public final class Npy {
         } else if (major == 2 || major == 3) {
             if (bytes.length < 12) {
                 throw new IllegalArgumentException(".npy version " + major + " payload of bytes=" + bytes.length
-                        + " is shorter than its preamble");
+                        + " is shorter than its preamble (fix: send the whole file numpy.save writes)");
             }
             headerLength = b.getInt(8) & 0xFFFFFFFFL;
             start = 12;
         } else {
-            throw new IllegalArgumentException(".npy version=" + major + "." + bytes[7] + " expected 1.0, 2.0 or 3.0");
+            throw new IllegalArgumentException(".npy version=" + major + "." + bytes[7] + " expected 1.0, 2.0 or 3.0"
+                    + " (fix: send the bytes numpy.save writes)");
         }
         if (start + headerLength > bytes.length) {
             throw new IllegalArgumentException(".npy header of bytes=" + headerLength + " runs past the payload of bytes="
-                    + bytes.length);
+                    + bytes.length + " (fix: send the whole file numpy.save writes)");
         }
         String header = new String(bytes, start, (int) headerLength, StandardCharsets.UTF_8);
         String descr = group(DESCR, header, "descr");
@@ -82,7 +83,8 @@ public final class Npy {
                 try {
                     dims.add(Long.parseLong(d.trim()));
                 } catch (NumberFormatException e) {
-                    throw new IllegalArgumentException(".npy shape entry '" + d.trim() + "' is not an integer");
+                    throw new IllegalArgumentException(".npy shape entry '" + d.trim() + "' is not an integer (fix:"
+                            + " send the bytes numpy.save writes)");
                 }
             }
         }
@@ -90,18 +92,20 @@ public final class Npy {
         long count = 1;
         for (long d : shape) {
             if (d < 0) {
-                throw new IllegalArgumentException(".npy shape=" + Arrays.toString(shape) + " has a negative dimension");
+                throw new IllegalArgumentException(".npy shape=" + Arrays.toString(shape) + " has a negative dimension"
+                        + " (fix: send the bytes numpy.save writes)");
             }
             count = Math.multiplyExact(count, d);
         }
         if (count == 0 || shape.length == 0) {
             throw new IllegalArgumentException(".npy shape=" + Arrays.toString(shape) + " holds no rows (expected"
-                    + " [rows, ...] with rows >= 1)");
+                    + " [rows, ...] with rows >= 1; fix: send at least one row)");
         }
         long dataBytes = bytes.length - start - headerLength;
         if (dataBytes != count * type.width()) {
             throw new IllegalArgumentException(".npy data of bytes=" + dataBytes + " expected " + count * type.width()
-                    + " for shape=" + Arrays.toString(shape) + " of " + descr);
+                    + " for shape=" + Arrays.toString(shape) + " of " + descr + " (fix: send the whole file numpy.save"
+                    + " writes)");
         }
         ByteBuffer data = ByteBuffer.wrap(bytes, (int) (start + headerLength), (int) dataBytes).order(ByteOrder.LITTLE_ENDIAN);
         if (type == DataType.FLOAT) {
@@ -147,7 +151,8 @@ public final class Npy {
     private static String group(Pattern p, String header, String key) {
         Matcher m = p.matcher(header);
         if (!m.find()) {
-            throw new IllegalArgumentException(".npy header has no '" + key + "' (header: " + header.strip() + ")");
+            throw new IllegalArgumentException(".npy header has no '" + key + "' (header: " + header.strip() + "; fix:"
+                    + " send the bytes numpy.save writes)");
         }
         return m.group(1);
     }

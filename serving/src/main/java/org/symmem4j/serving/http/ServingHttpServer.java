@@ -107,7 +107,8 @@ public final class ServingHttpServer implements AutoCloseable {
             cfg.routes.exception(ServingException.class, (e, ctx) -> error(ctx, e));
             cfg.routes.exception(HttpResponseException.class, (e, ctx) -> error(ctx, e.getStatus(),
                     e.getStatus() == 413 ? "TOO_LARGE" : "HTTP", e.getMessage() + (e.getStatus() == 413
-                            ? " (body over maxRequestBytes=" + options.maxRequestBytes() + ")" : "")));
+                            ? " (body over maxRequestBytes=" + options.maxRequestBytes() + "; fix: split the instances"
+                            + " over several requests, or start the server with a larger maxRequestBytes)" : "")));
         });
     }
 
@@ -143,7 +144,8 @@ public final class ServingHttpServer implements AutoCloseable {
         String spec = second == null ? first : second;
         if (!spec.endsWith(PREDICT)) {
             throw new ServingException(Kind.UNKNOWN_MODEL, "no route POST " + ctx.path() + " (expected"
-                    + " /v1/models/{name}:predict or /v1/models/{name}/versions/{v}:predict)");
+                    + " /v1/models/{name}:predict or /v1/models/{name}/versions/{v}:predict; fix: end the path with"
+                    + " :predict)");
         }
         String value = spec.substring(0, spec.length() - PREDICT.length());
         String model = second == null ? value : first;
@@ -155,11 +157,13 @@ public final class ServingHttpServer implements AutoCloseable {
                 version = -1;
             }
             if (version < 1) {
-                throw new ServingException(Kind.BAD_INPUT, "version '" + value + "' expected a positive integer");
+                throw new ServingException(Kind.BAD_INPUT, "version '" + value + "' expected a positive integer (fix:"
+                        + " name a version GET /v1/models lists, or leave out /versions/{v} for the current one)");
             }
         }
         String contentLength = ctx.header("Content-Length");
         if (contentLength != null && Long.parseLong(contentLength.trim()) > options.maxRequestBytes()) {
+            // error-message: a sentinel error() turns into the 413 answer, which says expected, found and the fix
             throw new ServingException(Kind.BAD_INPUT, "TOO_LARGE"); // answered 413 below
         }
         String type = ctx.contentType() == null ? "" : ctx.contentType().split(";")[0].trim().toLowerCase();
@@ -174,6 +178,7 @@ public final class ServingHttpServer implements AutoCloseable {
         try {
             features = npy ? Npy.read(body) : fromJson(body);
         } catch (IllegalArgumentException e) {
+            // error-message: wraps Npy.read's or fromJson's message, which names the fix
             throw new ServingException(Kind.BAD_INPUT, "bad " + (npy ? ".npy" : "JSON") + " payload: " + e.getMessage());
         }
         CompletableFuture<Prediction> answer = router.predict(model, version, features);
@@ -206,17 +211,23 @@ public final class ServingHttpServer implements AutoCloseable {
         try {
             root = JSON.readTree(new String(body, StandardCharsets.UTF_8));
         } catch (Exception e) {
-            throw new IllegalArgumentException("not JSON: " + e.getMessage().lines().findFirst().orElse(""));
+            throw new IllegalArgumentException("not JSON: " + e.getMessage().lines().findFirst().orElse("")
+                    + " (fix: send {\"instances\": [[...], ...]} with Content-Type application/json, or a .npy file"
+                    + " with Content-Type " + Npy.MEDIA_TYPE + ")");
         }
         JsonNode instances = root == null ? null : root.get("instances");
         if (instances == null || !instances.isArray() || instances.isEmpty()) {
-            throw new IllegalArgumentException("expected {\"instances\": [[...], ...]} with one or more rows");
+            throw new IllegalArgumentException("expected {\"instances\": [[...], ...]} with one or more rows, found "
+                    + (instances == null ? "no \"instances\"" : instances.isArray() ? "an empty array"
+                    : "a " + instances.getNodeType().name().toLowerCase()) + " (fix: put the rows, one array each,"
+                    + " under \"instances\")");
         }
         List<Long> shape = new ArrayList<>();
         JsonNode n = instances;
         while (n.isArray()) {
             if (n.isEmpty()) {
-                throw new IllegalArgumentException("an empty array at depth " + shape.size());
+                throw new IllegalArgumentException("an empty array at depth " + shape.size() + ", expected one or more"
+                        + " entries (fix: send at least one value per row)");
             }
             shape.add((long) n.size());
             n = n.get(0);
@@ -227,7 +238,8 @@ public final class ServingHttpServer implements AutoCloseable {
             count = Math.multiplyExact(count, d);
         }
         if (count > Integer.MAX_VALUE / 2) {
-            throw new IllegalArgumentException("too many numbers: " + count);
+            throw new IllegalArgumentException("too many numbers: " + count + ", expected at most "
+                    + Integer.MAX_VALUE / 2 + " (fix: split the instances over several requests)");
         }
         float[] values = new float[(int) count];
         int[] at = {0};
@@ -239,14 +251,15 @@ public final class ServingHttpServer implements AutoCloseable {
         if (depth == shape.length) {
             if (!node.isNumber()) {
                 throw new IllegalArgumentException(path + " is " + node.getNodeType().name().toLowerCase()
-                        + ", expected a number");
+                        + ", expected a number (fix: send only numbers in the rows)");
             }
             out[at[0]++] = node.floatValue();
             return;
         }
         if (!node.isArray() || node.size() != shape[depth]) {
             throw new IllegalArgumentException(path + " has " + (node.isArray() ? node.size() + " entries" : "no array")
-                    + ", expected " + shape[depth] + " (the instances must be a rectangular array)");
+                    + ", expected " + shape[depth] + " (fix: give every row the same shape: the instances must be a"
+                    + " rectangular array)");
         }
         for (int i = 0; i < node.size(); i++) {
             int len = path.length();
@@ -279,7 +292,8 @@ public final class ServingHttpServer implements AutoCloseable {
     private void error(Context ctx, ServingException e) {
         if ("TOO_LARGE".equals(e.getMessage())) {
             error(ctx, 413, "TOO_LARGE", "request body of Content-Length=" + ctx.header("Content-Length")
-                    + " expected at most maxRequestBytes=" + options.maxRequestBytes());
+                    + " expected at most maxRequestBytes=" + options.maxRequestBytes() + " (fix: split the instances"
+                    + " over several requests, or start the server with a larger maxRequestBytes)");
             return;
         }
         int status = switch (e.kind()) {

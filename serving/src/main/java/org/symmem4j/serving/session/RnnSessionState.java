@@ -80,7 +80,9 @@ public final class RnnSessionState {
                 data.position(Math.toIntExact(offset));
                 data.get(raw);
                 if (ByteOrder.nativeOrder() != ByteOrder.LITTLE_ENDIAN) {
-                    throw new UnsupportedOperationException("session state on a big-endian machine");
+                    throw new UnsupportedOperationException("session state on a " + ByteOrder.nativeOrder() + " machine,"
+                            + " expected LITTLE_ENDIAN (fix: serve sessions on a little-endian machine, e.g. x86-64 or"
+                            + " AArch64)");
                 }
                 buf.put(raw);
             }
@@ -134,7 +136,8 @@ public final class RnnSessionState {
             if (index < 0 || index >= net.getnLayers() || !(net.getLayer(index) instanceof RecurrentLayer)) {
                 throw new IllegalArgumentException("session state names layer=" + index + ", which is not a recurrent"
                         + " layer of this network (layers=" + net.getnLayers() + "): the state was captured from"
-                        + " another network configuration");
+                        + " another network configuration (fix: restore states only into a network of the configuration"
+                        + " that captured them, or start the session again)");
             }
             int entries = buf.getInt();
             Map<String, INDArray> m = new HashMap<>();
@@ -160,7 +163,8 @@ public final class RnnSessionState {
         }
         if (buf.hasRemaining()) {
             throw new IllegalArgumentException("session state has bytes=" + buf.remaining() + " after its last layer"
-                    + " (expected none): not a state written by RnnSessionState.capture");
+                    + " (expected none): not a state written by RnnSessionState.capture (fix: pass the bytes capture"
+                    + " returned, unchanged, or start the session again)");
         }
     }
 }

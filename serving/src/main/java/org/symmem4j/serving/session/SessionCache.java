@@ -86,10 +86,11 @@ public final class SessionCache implements AutoCloseable {
             if (budgetBytesPerRank < blockBytes || budgetBytesPerRank / blockBytes > Integer.MAX_VALUE / 4) {
                 throw new IllegalArgumentException("session cache budgetBytesPerRank=" + budgetBytesPerRank
                         + " expected at least blockBytes=" + blockBytes + " and at most " + (Integer.MAX_VALUE / 4)
-                        + " blocks");
+                        + " blocks (fix: pass a budget of at least one block, e.g. 64 << 20)");
             }
             if (sessionsPerRank < 1) {
-                throw new IllegalArgumentException("session cache sessionsPerRank=" + sessionsPerRank + " expected >= 1");
+                throw new IllegalArgumentException("session cache sessionsPerRank=" + sessionsPerRank + " expected >= 1"
+                        + " (fix: pass how many sessions one rank keeps, e.g. 1024)");
             }
             if (maxStateBytes < 1 || maxStateBytes > budgetBytesPerRank / blockBytes * blockBytes) {
                 throw new IllegalArgumentException("session cache maxStateBytes=" + maxStateBytes + " expected 1.."
@@ -344,8 +345,8 @@ public final class SessionCache implements AutoCloseable {
             int victim = leastRecentlyUsed(part, writing);
             if (victim < 0) {
                 // unreachable while maxStateBytes <= the budget: the session being written holds every block
-                throw new IllegalStateException("session cache: no free block in a part of blocks=" + blocks
-                        + " after evicting every other session");
+                throw org.symmem4j.parallel.Invariants.violated("session cache: no free block in a part of blocks="
+                        + blocks + " after evicting every other session");
             }
             retire(part, slotOffset(victim), EXPIRED);
         }
@@ -422,7 +423,8 @@ public final class SessionCache implements AutoCloseable {
                 if (group.abortState().isRaised()) {
                     throw new PeerTimeoutException(operation + ": rank=" + group.rank() + " stopped waiting for the"
                             + " lock of rank=" + home + "'s part: the group was aborted (" + group.abortState().cause()
-                            + ")", group.rank(), java.util.List.of(holder), operation,
+                            + "; fix: act on that cause on the rank that raised it, then create a new group)",
+                            group.rank(), java.util.List.of(holder), operation,
                             PeerTimeoutException.Reason.PEER_ABORTED, group.options().timeout());
                 }
             }
@@ -431,7 +433,7 @@ public final class SessionCache implements AutoCloseable {
             public RuntimeException deadlinePassed(java.time.Duration timeout) {
                 return new PeerTimeoutException(operation + ": rank=" + group.rank() + " waited timeout=" + timeout
                         + " for the lock of rank=" + home + "'s part, held by " + group.describe(holder) + " (a writer"
-                        + " holds it this long only when stopped: check that rank, or raise symmem4j.timeout.ms)",
+                        + " holds it this long only when stopped; fix: check that rank, or raise symmem4j.timeout.ms)",
                         group.rank(), java.util.List.of(holder), operation,
                         PeerTimeoutException.Reason.DEADLINE_PASSED, timeout);
             }
@@ -499,7 +501,7 @@ public final class SessionCache implements AutoCloseable {
                         if (idMatches(part, s, idBytes)) {
                             throw new SessionExpiredException(id, SessionExpiredException.Reason.WRITER_DIED,
                                     "session '" + id + "' is lost: its writer " + group.describe((int) lock - 1)
-                                            + " died while writing it (start the session again)");
+                                            + " died while writing it (fix: start the session again)");
                         }
                         break; // another session's slot, left mid-write: not ours, probe on
                     }
@@ -548,10 +550,10 @@ public final class SessionCache implements AutoCloseable {
                     }
                     case EXPIRED -> throw new SessionExpiredException(id, SessionExpiredException.Reason.EVICTED,
                             "session '" + id + "' expired: evicted from rank=" + home + "'s part (budget="
-                                    + (long) blocks * blockBytes + " bytes, least recently used first); start the"
-                                    + " session again, or give the cache a larger budget");
+                                    + (long) blocks * blockBytes + " bytes, least recently used first); fix: start the"
+                                    + " session again, or give the cache a larger budgetBytesPerRank");
                     case LOST -> throw new SessionExpiredException(id, SessionExpiredException.Reason.WRITER_DIED,
-                            "session '" + id + "' is lost: a writer died while writing it (start the session again)");
+                            "session '" + id + "' is lost: a writer died while writing it (fix: start the session again)");
                     default -> -1L;
                 };
             }
@@ -610,7 +612,7 @@ public final class SessionCache implements AutoCloseable {
         byte[] b = id.getBytes(StandardCharsets.UTF_8);
         if (b.length < 1 || b.length > SessionCacheLayout.MAX_ID_BYTES) {
             throw new IllegalArgumentException("session id '" + id + "' has UTF-8 bytes=" + b.length + " expected 1.."
-                    + SessionCacheLayout.MAX_ID_BYTES);
+                    + SessionCacheLayout.MAX_ID_BYTES + " (fix: use a shorter id, e.g. a UUID or a hash of it)");
         }
         return b;
     }

@@ -67,7 +67,8 @@ public final class SpeculativePair implements AutoCloseable {
         if (draftRank == targetRank || draftRank < 0 || targetRank < 0 || draftRank >= group.worldSize()
                 || targetRank >= group.worldSize()) {
             throw new IllegalArgumentException("speculative pair draftRank=" + draftRank + " targetRank=" + targetRank
-                    + " expected two different ranks of 0.." + (group.worldSize() - 1));
+                    + " expected two different ranks of 0.." + (group.worldSize() - 1) + " (fix: pass two different"
+                    + " ranks below the group's worldSize=" + group.worldSize() + ")");
         }
         SymmetricRingBuffer toTarget = SymmetricRingBuffer.oneToOne(group, draftRank, targetRank, 4096);
         try {
@@ -96,7 +97,8 @@ public final class SpeculativePair implements AutoCloseable {
         boolean isDraft = group.rank() == draftRank;
         if (!isDraft && group.rank() != targetRank) {
             throw new IllegalStateException("speculative decode on rank=" + group.rank() + ": only the draft rank="
-                    + draftRank + " and the target rank=" + targetRank + " decode");
+                    + draftRank + " and the target rank=" + targetRank + " decode (fix: call decode only on those two"
+                    + " ranks)");
         }
         int vocab = Tokens.vocabOf(net, isDraft ? "draft" : "target");
         Tokens.oneHot(prompt, vocab);
@@ -165,7 +167,8 @@ public final class SpeculativePair implements AutoCloseable {
         if (inboxType != type) {
             throw new IllegalStateException("speculative decode on rank=" + group.rank() + ": got message type="
                     + inboxType + " expected " + type + " (" + (inboxType == REFUSED ? inboxText : "the two ranks are"
-                    + " not in the same round: did one rank's earlier decode fail?") + ")");
+                    + " not in the same round: did one rank's earlier decode fail?") + "; fix: call decode on both"
+                    + " ranks with the same prompt, count and k; after a failed decode, create a new pair)");
         }
     }
 

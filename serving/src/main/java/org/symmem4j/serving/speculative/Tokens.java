@@ -50,7 +50,8 @@ public final class Tokens {
         int steps = tokens.length;
         if (p.length != vocab * steps) {
             throw new IllegalArgumentException("network output has values=" + p.length + " expected vocab=" + vocab
-                    + " x steps=" + steps + " (a [1, vocab, time] distribution over the next token)");
+                    + " x steps=" + steps + " (a [1, vocab, time] distribution over the next token; fix: end the network"
+                    + " with an RnnOutputLayer of nOut=vocab and a softmax)");
         }
         int[] best = new int[steps];
         for (int t = 0; t < steps; t++) {
@@ -97,7 +98,8 @@ public final class Tokens {
                     + " prompt with at least one token)");
         }
         if (count < 0) {
-            throw new IllegalArgumentException("count=" + count + " expected >= 0");
+            throw new IllegalArgumentException("count=" + count + " expected >= 0 (fix: pass how many tokens to"
+                    + " generate, 0 or more)");
         }
     }
 

@@ -72,7 +72,8 @@ public final class SharedNetworks {
         int width = type.width();
         if (params.byteSize() == 0 || params.byteSize() % width != 0) {
             throw new IllegalArgumentException("shared parameters for a " + what + " of bytes=" + params.byteSize()
-                    + " expected a positive multiple of " + width + " (" + type + " elements)");
+                    + " expected a positive multiple of " + width + " (" + type + " elements; fix: pass the parameters"
+                    + " SharedWeights published for this model, numParams x " + width + " bytes)");
         }
         return SegmentArrays.over(params, type, params.byteSize() / width);
     }
