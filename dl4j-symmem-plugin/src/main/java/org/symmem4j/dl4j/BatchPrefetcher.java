@@ -7,6 +7,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.function.Supplier;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.SymmemException;
 
 /**
@@ -116,12 +117,16 @@ final class BatchPrefetcher implements AutoCloseable {
             while ((item = queue.poll(100, TimeUnit.MILLISECONDS)) == null) {
                 if (!reader.isAlive() && queue.isEmpty()) {
                     finished = true;
-                    throw new SymmemException("the prefetch thread ended without a batch, an end or an error (a bug)");
+                    // error-message: an internal invariant kept a SymmemException (fit's callers catch it); its text ends with Invariants.HOW_TO_REPORT
+                    throw new SymmemException("the prefetch thread ended without a batch, an end or an error ("
+                            + Invariants.HOW_TO_REPORT + ")");
                 }
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            throw new SymmemException("interrupted while waiting for the prefetch thread's next batch", e);
+            throw new SymmemException("interrupted while waiting for the prefetch thread's next batch: expected the"
+                    + " thread that called fit() to run until fit() returns (fix: do not interrupt it; to stop training,"
+                    + " let fit() return and call close())", e);
         }
         if (item == END) {
             finished = true;
@@ -130,6 +135,7 @@ final class BatchPrefetcher implements AutoCloseable {
         if (item instanceof Failure f) {
             finished = true;
             Throwable cause = f.cause();
+            // error-message: a note on where the iterator's own failure was thrown; that failure says what went wrong
             cause.addSuppressed(new SymmemException("thrown by the iterator on thread symmem4j-prefetch reading batch "
                     + f.batchIndex() + " of this fit() (prefetchBuffer > 0); rethrown on the thread that called fit()"));
             if (cause instanceof RuntimeException r) {
@@ -138,7 +144,9 @@ final class BatchPrefetcher implements AutoCloseable {
             if (cause instanceof Error e) {
                 throw e;
             }
-            throw new SymmemException("the iterator failed reading batch " + f.batchIndex() + ": " + cause, cause);
+            throw new SymmemException("the iterator failed reading batch " + f.batchIndex() + ": " + cause + " (fix:"
+                    + " correct the iterator's failure the cause names; prefetchBuffer(0) reads it on fit()'s own thread)",
+                    cause);
         }
         return item;
     }

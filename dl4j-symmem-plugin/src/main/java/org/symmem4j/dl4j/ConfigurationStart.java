@@ -120,6 +120,7 @@ final class ConfigurationStart {
             try {
                 long v = Long.parseLong(t);
                 if (v < 0) {
+                    // error-message: caught just below and rethrown as the refusal with its fix
                     throw new NumberFormatException("negative");
                 }
                 return Math.multiplyExact(v, unit);

@@ -210,7 +210,9 @@ final class DataParallelSteps {
                 r = RankFailures.await(results.get(j), bound, "worker " + i, i, step, failures, failedWorkers);
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
-                throw new SymmemException("interrupted while waiting for workers at step " + step, e);
+                throw new SymmemException("interrupted while waiting for workers at step " + step + ": expected the"
+                        + " thread that called fit() to run until fit() returns (fix: do not interrupt it; to stop"
+                        + " training, let fit() return and call close())", e);
             }
             if (r == null) {
                 continue; // failed: its failure is among the failures
@@ -394,7 +396,10 @@ final class DataParallelSteps {
         Throwable cause = failures.get(origin);
         RuntimeException out = cause instanceof NonFiniteGradientException nf ? nf
                 : new DataParallelTrainingException("data-parallel fit failed: worker " + failedWorkers.get(origin)
-                        + " at step " + step + ": " + cause, failedWorkers.get(origin), step, cause);
+                        + " at step " + step + ": " + cause + " (fix: correct what the cause names and resume from the"
+                        + " newest complete checkpoint with checkpointEvery(k, dir).resumeFrom(dir), or build with"
+                        + " onWorkerFailure(WorkerFailure.SHRINK) to go on without a worker that died)",
+                        failedWorkers.get(origin), step, cause);
         return RankFailures.suppressOthers(out, failures, origin);
     }
 

@@ -26,6 +26,7 @@ import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
@@ -227,7 +228,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         // the wrapper rebuilds its workers after a failed step: the thread stops at the first one
         super("symmem4j-worker-" + rank, task -> task.batch() == null, AfterFailure.STOP);
         if ((settings.sharding() == null) != (shardSource == null)) {
-            throw new IllegalArgumentException("sharding=" + settings.sharding() + " needs a shard source exactly when set");
+            throw Invariants.violated("sharding=" + settings.sharding() + " needs a shard source exactly when set");
         }
         this.rank = rank;
         this.groupSource = groupSource;
@@ -356,8 +357,8 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             gradients = SymmetricMemory.register(group, gradientSegment);
         } else {
             if (gradientHome.local().address() != gradientSegment.address()) {
-                throw new IllegalStateException("the replica's gradient view is not in its symmetric memory (a bug:"
-                        + " ModelReplica.placeGradientView was not applied)");
+                throw Invariants.violated("the replica's gradient view is not in its symmetric memory"
+                        + " (ModelReplica.placeGradientView was not applied)");
             }
             gradients = gradientHome; // backprop writes the gradient where the peers read it
         }
@@ -705,7 +706,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             }
             return;
         }
-        throw new IllegalStateException("worker " + rank + " has neither a sharded updater nor averaging (a bug)");
+        throw Invariants.violated("worker " + rank + " has neither a sharded updater nor averaging");
     }
 
     /**

@@ -25,6 +25,7 @@ import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
@@ -158,13 +159,13 @@ final class FullySharded implements AutoCloseable {
         long next = 0;
         for (Unit u : all) {
             if (u.offset() != next) {
-                throw new IllegalStateException("the parameters of the layer at position " + u.layer() + " start at element "
+                throw Invariants.violated("the parameters of the layer at position " + u.layer() + " start at element "
                         + u.offset() + "; expected " + next + " (DL4J lays the layers out one after another in the flat vector)");
             }
             next = u.offset() + u.length();
         }
         if (next != count) {
-            throw new IllegalStateException("the layers' parameters cover " + next + " of " + count + " elements");
+            throw Invariants.violated("the layers' parameters cover " + next + " of " + count + " elements");
         }
         this.units = List.copyOf(all);
         this.gathered = new boolean[layers.length];
@@ -319,8 +320,8 @@ final class FullySharded implements AutoCloseable {
      */
     void initialiseOwnBlocks() {
         if (!(replica instanceof ModelReplica.Mln(MultiLayerNetwork net))) {
-            throw new IllegalStateException("a model started from a configuration is a MultiLayerNetwork; found "
-                    + replica.model().getClass().getName() + " (a bug)");
+            throw Invariants.violated("a model started from a configuration is a MultiLayerNetwork; found "
+                    + replica.model().getClass().getName());
         }
         MultiLayerConfiguration conf = net.getLayerWiseConfigurations();
         DataType type = conf.getDataType();
@@ -335,8 +336,8 @@ final class FullySharded implements AutoCloseable {
             Unit u = unitOfLayer[i];
             if (u != null) {
                 if (u.offset() != at || u.length() != n) {
-                    throw new IllegalStateException("layer " + i + " initialises elements [" + at + ", " + (at + n)
-                            + "); its unit is [" + u.offset() + ", " + (u.offset() + u.length()) + ") (a bug)");
+                    throw Invariants.violated("layer " + i + " initialises elements [" + at + ", " + (at + n)
+                            + "); its unit is [" + u.offset() + ", " + (u.offset() + u.length()) + ")");
                 }
                 releaseOutsideOwnBlock(params, u);
             }
@@ -359,7 +360,8 @@ final class FullySharded implements AutoCloseable {
         replica.installUpdater(updater);
         ConvexOptimizer optimizer = replica.model().getOptimizer();
         if (!(optimizer instanceof StochasticGradientDescent sgd)) {
-            throw new IllegalStateException("expected DL4J's StochasticGradientDescent as the replica's optimizer; found "
+            throw Invariants.violated("expected DL4J's StochasticGradientDescent as the replica's optimizer (the"
+                    + " configuration's optimizationAlgo was checked at the start); found "
                     + (optimizer == null ? "none" : optimizer.getClass().getName()));
         }
         try {
@@ -367,9 +369,10 @@ final class FullySharded implements AutoCloseable {
             f.setAccessible(true);
             f.set(sgd, new OwnBlocksStep(this));
         } catch (ReflectiveOperationException | RuntimeException e) {
-            throw new IllegalStateException("cannot set the step function of DL4J's optimizer (its protected field"
-                    + " BaseOptimizer.stepFunction is not as DL4J 1.0.0-M2.1 has it, or DL4J is on the module path: add"
-                    + " --add-opens org.deeplearning4j.nn/org.deeplearning4j.optimize.solvers=ALL-UNNAMED): " + e, e);
+            throw new IllegalStateException("cannot set the step function of DL4J's optimizer: expected the protected field"
+                    + " BaseOptimizer.stepFunction of DL4J 1.0.0-M2.1, open to symmem4j; found " + e + " (fix: use DL4J"
+                    + " 1.0.0-M2.1, and with DL4J on the module path add --add-opens"
+                    + " org.deeplearning4j.nn/org.deeplearning4j.optimize.solvers=ALL-UNNAMED)", e);
         }
     }
 
@@ -397,7 +400,7 @@ final class FullySharded implements AutoCloseable {
         Arrays.fill(termKnown, false);
         for (Unit u : units) {
             if (gathered[u.layer()] || pending[u.layer()] != null) {
-                throw new IllegalStateException("unit of layer " + u.layer() + " still gathered at the start of a step (a bug)");
+                throw Invariants.violated("unit of layer " + u.layer() + " still gathered at the start of a step");
             }
         }
         // the layers that report nothing (fed by a network input) are gathered now and stay until a later
@@ -480,7 +483,7 @@ final class FullySharded implements AutoCloseable {
         await(commThread.submit(() -> { })); // the communication thread runs in order: everything before has ended
         for (Unit u : units) {
             if (pending[u.layer()] != null) {
-                throw new IllegalStateException("unit of layer " + u.layer() + " prefetched but never used (a bug)");
+                throw Invariants.violated("unit of layer " + u.layer() + " prefetched but never used");
             }
             if (gathered[u.layer()]) {
                 releaseParams(u);
@@ -607,10 +610,14 @@ final class FullySharded implements AutoCloseable {
             if (cause instanceof Error err) {
                 throw err;
             }
-            throw new IllegalStateException("stage 3 communication failed: " + cause, cause);
+            throw new IllegalStateException("stage 3 communication failed: expected every rank of the group to take"
+                    + " part in the collective; found " + cause + " (fix: the cause names the rank or transport that"
+                    + " failed; restart the run and resume with SymmemParallelWrapper.restoreLatest(checkpointRoot))", cause);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            throw new IllegalStateException("interrupted while waiting for a stage-3 collective", e);
+            throw new IllegalStateException("interrupted while waiting for a stage-3 collective: expected the worker"
+                    + " thread to run until fit() returns; found it interrupted (fix: do not interrupt threads during fit();"
+                    + " to stop training, let fit() return and call close())", e);
         }
     }
 
@@ -640,7 +647,8 @@ final class FullySharded implements AutoCloseable {
     private double regularizationScore(boolean backpropParamsOnly) {
         if (!backpropParamsOnly) {
             throw new UnsupportedOperationException("calcRegularizationScore(false) on a stage-3 replica: only the terms of"
-                    + " backprop parameters are kept (DL4J's training score uses those)");
+                    + " backprop parameters are kept (DL4J's training score uses those); fix: call"
+                    + " calcRegularizationScore(true), or train with sharding(ZeroStage.GRADIENTS) to keep every term");
         }
         double sum = 0.0;
         for (int i : layout.regularizationOrder()) { // DL4J's order, so the sum is DL4J's to the bit
@@ -650,7 +658,9 @@ final class FullySharded implements AutoCloseable {
                 sum += terms[i];
             } else {
                 throw new IllegalStateException("the regularization score of a stage-3 replica is known during a step only"
-                        + " (the parameters of the layer at position " + i + " were not gathered this step)");
+                        + " (the parameters of the layer at position " + i + " were not gathered this step); fix: read"
+                        + " the score in a TrainingListener's iterationDone, or score the network"
+                        + " SymmemParallelWrapper.gatherParameters() returns");
             }
         }
         return sum;
@@ -722,7 +732,7 @@ final class FullySharded implements AutoCloseable {
 
     private void checkLength(INDArray full) {
         if (full.length() != count || ModelReplica.dtypeOf(full.dataType()) != dtype) {
-            throw new IllegalArgumentException("parameters: expected " + count + " x " + dtype + "; found " + full.length()
+            throw Invariants.violated("parameters: expected " + count + " x " + dtype + "; found " + full.length()
                     + " x " + full.dataType());
         }
     }

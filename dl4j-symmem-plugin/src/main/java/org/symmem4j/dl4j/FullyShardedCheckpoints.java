@@ -86,7 +86,7 @@ final class FullyShardedCheckpoints {
             if (workers.getFirst().sharded().state() != null && (full == null || full.length() != stateCount)) {
                 throw new IllegalArgumentException(dir.resolve(ShardCheckpoint.MODEL_FILE) + " holds "
                         + (full == null ? "no" : full.length()) + " updater-state elements; this " + words.trainer()
-                        + "'s model " + stateCount + " (restore a model saved with its updater state, of the network"
+                        + "'s model " + stateCount + " (fix: restore a model saved with its updater state, of the network"
                         + " configuration this " + words.trainer() + " was built on)");
             }
             for (DataParallelWorker w : workers) {

@@ -13,6 +13,7 @@ import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.graph.vertex.GraphVertex;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * The network a {@link FullySharded} worker trains, built over its sparse parameter and gradient
@@ -116,7 +117,7 @@ record FullyShardedReplicas(ModelReplica replica, Layer[] layerAt, boolean[] hoo
         for (Layer l : net.getLayers()) { // ComputationGraph.calcRegularizationScore: in its layers array's order
             Integer at = positionOfLayer.get(l);
             if (at == null) {
-                throw new IllegalStateException("layer " + l.conf().getLayer().getLayerName() + " belongs to no vertex (a bug)");
+                throw Invariants.violated("layer " + l.conf().getLayer().getLayerName() + " belongs to no vertex");
             }
             order.add(at);
         }

@@ -12,6 +12,7 @@ import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.gradsync.DeviceGradients;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceCommunicator;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * The wrapper's GPU mode's gradient sync, what {@link GradientAveraging} is on the host: run in the replica's
@@ -62,7 +63,7 @@ final class GpuGradientAveraging {
         this.gradients = Objects.requireNonNull(gradients, "gradients");
         this.allReduce = new DeviceGradientAveraging(comm, policy, metrics);
         if (gradients.dtype().byteSize() != view.dataType().width()) {
-            throw new IllegalArgumentException("device gradients of " + gradients.dtype() + " for a gradient view of "
+            throw Invariants.violated("device gradients of " + gradients.dtype() + " for a gradient view of "
                     + view.dataType() + ": expected the view's own memory");
         }
     }
@@ -76,7 +77,7 @@ final class GpuGradientAveraging {
      *                               runs its CPU backend ({@link Nd4jDeviceGradients#of})
      */
     static GpuGradientAveraging forNd4j(Communicator comm, AlgorithmPolicy policy, INDArray view, SyncMetrics metrics) {
-        DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow(() -> new IllegalStateException(
+        DeviceCommunicator device = comm.unwrap(DeviceCommunicator.class).orElseThrow(() -> Invariants.violated(
                 "GPU mode: the communicator of transport=" + comm.transportName() + " has no DeviceCommunicator although"
                         + " the transport says its memory is a GPU's (Transport.deviceMemory()); expected a GPU"
                         + " communicator (a bug of that transport)"));

@@ -11,6 +11,7 @@ import java.util.concurrent.locks.LockSupport;
 import org.symmem4j.gradsync.GradientBuckets;
 import org.symmem4j.gradsync.GradientSynchronizer;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.numeric.Reducer;
@@ -233,7 +234,7 @@ final class GradientAveraging implements AutoCloseable {
      */
     void beginStep(boolean idleWorker, long examples, MemorySegment accumulated) {
         if (stepOpen) {
-            throw new IllegalStateException("beginStep twice without finishStep or abandonStep (a bug)");
+            throw Invariants.violated("beginStep twice without finishStep or abandonStep");
         }
         this.worker = Thread.currentThread();
         this.idle = idleWorker;
@@ -266,7 +267,7 @@ final class GradientAveraging implements AutoCloseable {
     /** Worker thread, in the gradient hook: every bucket done when this returns; rethrows a bucket's failure. */
     Outcome finishStep() {
         if (!stepOpen) {
-            throw new IllegalStateException("finishStep without beginStep (a bug)");
+            throw Invariants.violated("finishStep without beginStep");
         }
         stepOpen = false;
         if (commThread == null) {
@@ -285,7 +286,9 @@ final class GradientAveraging implements AutoCloseable {
             throw e;
         }
         if (failure != null) {
-            throw new SymmemException("gradient sync failed: " + failure, failure);
+            throw new SymmemException("gradient sync failed: expected every bucket's collective to complete; found "
+                    + failure + " (fix: correct what the cause names, then resume from the newest complete checkpoint"
+                    + " with checkpointEvery(k, dir).resumeFrom(dir))", failure);
         }
         return new Outcome(localBad, reducedBad);
     }
@@ -317,9 +320,10 @@ final class GradientAveraging implements AutoCloseable {
                 LockSupport.parkNanos(this, 100_000); // the comm thread unparks this worker when it completes
             }
             if (System.nanoTime() - deadline > 0) {
+                // error-message: an internal invariant kept a SymmemException (callers treat it as a failed sync); its text ends with Invariants.HOW_TO_REPORT
                 throw new SymmemException("gradient sync thread of " + worker.getName() + " did not finish step epoch="
                         + epoch + " within " + timeout.multipliedBy(3).plusSeconds(30)
-                        + " (its collectives are bounded by the group timeout: this is a bug)");
+                        + " (its collectives are bounded by the group timeout; " + Invariants.HOW_TO_REPORT + ")");
             }
         }
     }

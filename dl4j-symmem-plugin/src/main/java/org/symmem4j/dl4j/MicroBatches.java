@@ -3,6 +3,7 @@ package org.symmem4j.dl4j;
 import java.util.List;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * One worker's batches of one optimizer step with gradient accumulation: their gradients are summed
@@ -11,7 +12,7 @@ import org.nd4j.linalg.dataset.api.MultiDataSet;
 record MicroBatches(List<Object> batches) {
     MicroBatches {
         if (batches.isEmpty()) {
-            throw new IllegalArgumentException("a worker's micro-batches must hold at least one batch");
+            throw Invariants.violated("a worker's micro-batches must hold at least one batch");
         }
         batches = List.copyOf(batches);
     }

@@ -27,6 +27,7 @@ import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * The operations the wrapper needs from a DL4J network, for {@link MultiLayerNetwork} and
@@ -43,7 +44,8 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
             return new Graph(g);
         }
         throw new IllegalArgumentException("expected a MultiLayerNetwork or ComputationGraph; found "
-                + (model == null ? "null" : model.getClass().getName()));
+                + (model == null ? "null" : model.getClass().getName())
+                + " (fix: build the model as a MultiLayerNetwork or ComputationGraph, the two DL4J models symmem4j trains)");
     }
 
     Model model();
@@ -127,7 +129,7 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
     /** The zeroed array over {@code home} that replaces {@code old} as a network's flat gradient view ({@link #placeGradientView}). */
     private static INDArray gradientViewIn(MemorySegment home, INDArray old, boolean updaterBuilt) {
         if (updaterBuilt) {
-            throw new IllegalStateException("placeGradientView after the updater was built: it keeps views of the old"
+            throw Invariants.violated("placeGradientView after the updater was built: it keeps views of the old"
                     + " gradient (place the view first)");
         }
         INDArray view = arrayOver(home, old.dataType(), old.length());
@@ -143,7 +145,8 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
             f.set(network, view);
         } catch (ReflectiveOperationException e) {
             throw new IllegalStateException("cannot place the gradient view of a " + type.getSimpleName() + ": its field"
-                    + " flattenedGradients is not as DL4J 1.0.0-M2.1 has it (" + e + ")", e);
+                    + " flattenedGradients is not as DL4J 1.0.0-M2.1 has it (" + e + "; fix: use DL4J 1.0.0-M2.1, the"
+                    + " version symmem4j is built and tested against)", e);
         } catch (RuntimeException e) { // InaccessibleObjectException: DL4J on the module path, its package not open
             throw new IllegalStateException("cannot place the gradient view of a " + type.getSimpleName() + ": " + e
                     + " (DL4J on the module path; fix: add --add-opens"
@@ -194,7 +197,7 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
         long width = whole.dataType().width();
         long delta = segmentOf(part).address() - segmentOf(whole).address();
         if (delta < 0 || delta % width != 0 || delta / width + part.length() > whole.length()) {
-            throw new IllegalStateException("a layer's gradient view lies outside the network's flat gradient view:"
+            throw Invariants.violated("a layer's gradient view lies outside the network's flat gradient view:"
                     + " offsetBytes=" + delta + " length=" + part.length() + " flatLength=" + whole.length()
                     + " (expected DL4J's layer views into the flat view)");
         }
@@ -221,7 +224,8 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
             return b;
         }
         throw new IllegalStateException("expected DL4J's own updater (MultiLayerUpdater or ComputationGraphUpdater) on the"
-                + " model; found " + (u == null ? "null" : u.getClass().getName()));
+                + " model; found " + (u == null ? "null" : u.getClass().getName())
+                + " (fix: leave the updater to DL4J: set it with the configuration's .updater(...), not model.setUpdater)");
     }
 
     /**
@@ -362,7 +366,8 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
      */
     static MemorySegment segmentOf(INDArray array) {
         if (!array.isView() && array.ordering() != 'c' && array.ordering() != 'f') {
-            throw new IllegalArgumentException("array is not contiguous");
+            throw Invariants.violated("array is not contiguous: expected a c- or f-ordered array or a view; found"
+                    + " ordering '" + array.ordering() + "'");
         }
         return ArrayCollectives.segmentOf(array);
     }
@@ -442,7 +447,8 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
         public void computeGradient(Object batch) {
             if (!(batch instanceof DataSet ds)) {
                 throw new IllegalArgumentException("a MultiLayerNetwork trains on DataSets; found "
-                        + (batch == null ? "null" : batch.getClass().getName()));
+                        + (batch == null ? "null" : batch.getClass().getName())
+                        + " (fix: fit a MultiLayerNetwork with a DataSetIterator, or train a ComputationGraph on MultiDataSets)");
             }
             net.setInput(ds.getFeatures());
             net.setLabels(ds.getLabels());
@@ -644,7 +650,8 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
                     net.setLayerMaskArrays(mds.getFeaturesMaskArrays(), mds.getLabelsMaskArrays());
                 }
                 default -> throw new IllegalArgumentException("a ComputationGraph trains on DataSets or MultiDataSets; found "
-                        + (batch == null ? "null" : batch.getClass().getName()));
+                        + (batch == null ? "null" : batch.getClass().getName())
+                        + " (fix: fit with a DataSetIterator or a MultiDataSetIterator)");
             }
             net.computeGradientAndScore();
             net.clearLayerMaskArrays();

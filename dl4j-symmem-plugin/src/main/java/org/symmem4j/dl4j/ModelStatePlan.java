@@ -127,11 +127,13 @@ record ModelStatePlan(ZeroStage stage, int workers, int localWorkers, boolean gr
                 + " process would need " + stage3.nd4jBytes() + " ND4J bytes and " + stage3.symmetricBytes()
                 + " symmetric bytes";
         if (nd4jBytes > caps.nd4jAvailable()) {
+            // error-message: the text ends with fix, built above for both refusals
             throw new IllegalStateException(what + " does not fit this process's memory cap: expected model state of at"
                     + " most " + caps.nd4jAvailable() + " ND4J bytes (" + caps.nd4jSource() + "); found it needs "
                     + nd4jBytes + " (" + parts + ") before any activation (" + fix + ")");
         }
         if (symmetricBytes > caps.symmetric()) {
+            // error-message: the text ends with fix, built above for both refusals
             throw new IllegalStateException(what + " does not fit this process's symmetric-memory cap: expected at most "
                     + caps.symmetric() + " resident symmetric bytes (" + caps.symmetricSource() + "); found it needs "
                     + symmetricBytes + " (" + parts + ") (" + fix + ")");

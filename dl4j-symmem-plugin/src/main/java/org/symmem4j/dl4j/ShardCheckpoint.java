@@ -27,6 +27,7 @@ import java.util.zip.CRC32;
 import java.util.zip.CheckedInputStream;
 import java.util.zip.CheckedOutputStream;
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * One rank's shard of a sharded checkpoint: a file {@code shard-RRRRR-of-NNNNN.bin} holding the rank's updater-state
@@ -133,7 +134,7 @@ final class ShardCheckpoint {
     static void write(Path file, Header h, INDArray state) throws IOException {
         long elements = state == null ? 0 : state.length();
         if (h.stateElements() != elements || ShardedCheckpoints.Range.total(h.stateRanges()) != elements) {
-            throw new IllegalArgumentException(file + ": stateElements=" + h.stateElements() + " and state ranges of "
+            throw Invariants.violated(file + ": stateElements=" + h.stateElements() + " and state ranges of "
                     + ShardedCheckpoints.Range.total(h.stateRanges()) + " elements, expected both = the state's "
                     + elements + " elements");
         }

@@ -67,7 +67,9 @@ public final class ShardedCheckpoints {
     public record Range(long start, long end) {
         public Range {
             if (start < 0 || end < start) {
-                throw new IllegalArgumentException("range [" + start + "," + end + "): expected 0 <= start <= end");
+                throw new IllegalArgumentException("range [" + start + "," + end + "): expected 0 <= start <= end (fix:"
+                        + " pass 0 <= start <= end; read from a checkpoint, its shard file is damaged: restore an earlier"
+                        + " checkpoint)");
             }
         }
 
@@ -125,7 +127,9 @@ public final class ShardedCheckpoints {
             long elements = state == null ? 0 : state.length();
             if (Range.total(stateRanges) != elements) {
                 throw new IllegalArgumentException("shard " + rank + ": state ranges " + stateRanges + " hold "
-                        + Range.total(stateRanges) + " elements, its state " + elements);
+                        + Range.total(stateRanges) + " elements, its state " + elements + " (fix: give state ranges that"
+                        + " cover exactly the state's elements; read from a checkpoint, its shard file is damaged:"
+                        + " restore an earlier checkpoint)");
             }
         }
 
@@ -199,7 +203,8 @@ public final class ShardedCheckpoints {
             }
             return (tag, failure) -> RankAgreement.failTogether(group, tagPrefix + tag, failure,
                     (r, theirs) -> new IllegalStateException(
-                            tag + " failed on rank " + r + ": " + theirs + " (every rank left its model as it was)"));
+                            tag + " failed on rank " + r + ": " + theirs + " (every rank left its model as it was; fix:"
+                                    + " correct what rank " + r + "'s error names, then retry on every rank)"));
         }
     }
 
@@ -450,7 +455,8 @@ public final class ShardedCheckpoints {
         File modelFile = dir.resolve(ShardCheckpoint.MODEL_FILE).toFile();
         if (!modelFile.isFile()) {
             throw new IllegalArgumentException("checkpoint " + dir + " has no " + ShardCheckpoint.MODEL_FILE
-                    + stage3(dir, words));
+                    + (stage3(dir, words).isEmpty() ? " (fix: pass the directory saveCheckpoint wrote, or restore an"
+                    + " earlier, complete checkpoint)" : stage3(dir, words)));
         }
         ModelReplica saved = ModelReplica.of(model instanceof ModelReplica.Mln
                 ? ModelSerializer.restoreMultiLayerNetwork(modelFile, withUpdater)
@@ -514,7 +520,7 @@ public final class ShardedCheckpoints {
                 throw new IllegalArgumentException("checkpoint " + dir + " holds " + n + " state shard files and "
                         + paramFiles.size() + " parameter shard files; this " + words.trainer() + " reads ZeRO stage 3's"
                         + " parameter shards (" + ShardCheckpoint.paramsFileName(0, n) + " ...): found " + shardFiles(dir)
-                        + " (restore a checkpoint a sharding(PARAMETERS) " + words.trainer() + " saved; another stage's:"
+                        + " (fix: restore a checkpoint a sharding(PARAMETERS) " + words.trainer() + " saved; another stage's:"
                         + " build a " + words.trainer() + " on its " + ShardCheckpoint.MODEL_FILE + ")");
             }
             plan.addAll(plan(dir, paramShards, runsOf(dir, paramFiles, m, paramShards, model, words, reads, counters,
@@ -604,8 +610,8 @@ public final class ShardedCheckpoints {
             if (runs.get(i).start() < runs.get(i - 1).end()) {
                 throw new IllegalArgumentException("checkpoint " + dir + ": " + runs.get(i - 1).from() + " and "
                         + runs.get(i).from() + " both hold state elements [" + runs.get(i).start() + ","
-                        + Math.min(runs.get(i).end(), runs.get(i - 1).end()) + ") (files of different saves; save the"
-                        + " checkpoint again)");
+                        + Math.min(runs.get(i).end(), runs.get(i - 1).end()) + ") (files of different saves; fix: save the"
+                        + " checkpoint again, or restore an earlier one)");
             }
         }
         return runs;
@@ -676,6 +682,7 @@ public final class ShardedCheckpoints {
     private static void checkStage(Path dir, Path file, ShardCheckpoint.Header h, Words words, Reads reads)
             throws IOException {
         if (!reads.stages().contains(h.stage()) && !stage3(dir, words).isEmpty()) {
+            // error-message: stage3(dir, words) is non-empty here and ends with the fix
             throw new IllegalArgumentException("checkpoint " + dir + " holds shards of stage=" + h.stage() + " ("
                     + file.getFileName() + ") and no " + ShardCheckpoint.MODEL_FILE + stage3(dir, words));
         }

@@ -26,6 +26,7 @@ import org.symmem4j.gradsync.GradientSynchronizer;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.SymmetricMemory;
@@ -136,11 +137,11 @@ final class ShardedUpdater {
         this.dtype = ModelReplica.dtypeOf(view.dataType());
         this.count = view.length();
         if (count != layout.paramCount()) {
-            throw new IllegalStateException("replica has " + count + " parameters; the updater layout " + layout.paramCount());
+            throw Invariants.violated("replica has " + count + " parameters; the updater layout " + layout.paramCount());
         }
         int rank = comm.group().rank();
         if ((stage == ZeroStage.PARAMETERS) != (ownRanges != null)) {
-            throw new IllegalArgumentException("stage " + stage + ": own ranges are given exactly for PARAMETERS");
+            throw Invariants.violated("stage " + stage + ": own ranges are given exactly for PARAMETERS");
         }
         if (ownRanges == null) {
             ShardPartition partition = ShardPartition.of(count, comm.group().worldSize(), dtype);
@@ -149,7 +150,7 @@ final class ShardedUpdater {
             this.ranges = ownRanges.clone();
             for (int i = 0; i < ranges.length; i += 2) {
                 if (ranges[i] > ranges[i + 1] || ranges[i] < (i == 0 ? 0 : ranges[i - 1]) || ranges[i + 1] > count) {
-                    throw new IllegalArgumentException("own ranges " + java.util.Arrays.toString(ownRanges)
+                    throw Invariants.violated("own ranges " + java.util.Arrays.toString(ownRanges)
                             + ": expected ascending [from, to) pairs within [0, " + count + ")");
                 }
             }
@@ -222,7 +223,9 @@ final class ShardedUpdater {
                 }
                 case ClipElementWiseAbsoluteValue -> terms.add(term(ln.kind(), ln.threshold(), -1, ln.variables()));
                 default -> throw new IllegalArgumentException("gradient normalization " + ln.kind() + " of layer "
-                        + ln.layer() + " is not supported by sharding (DL4J 1.0.0-M2.1 knows five kinds; this is new)");
+                        + ln.layer() + " is not supported by sharding: expected one of DL4J 1.0.0-M2.1's five kinds"
+                        + " (fix: use DL4J 1.0.0-M2.1 and one of RenormalizeL2PerLayer, RenormalizeL2PerParamType,"
+                        + " ClipL2PerLayer, ClipL2PerParamType, ClipElementWiseAbsoluteValue, or train without sharding(...))");
             }
         }
         this.normTerms = List.copyOf(terms);
@@ -252,7 +255,7 @@ final class ShardedUpdater {
     private static Trainable trainable(Map<String, Trainable> trainables, String layer) {
         Trainable t = trainables.get(layer);
         if (t == null) {
-            throw new IllegalStateException("layer " + layer + " of the updater layout is not in the replica (layers: "
+            throw Invariants.violated("layer " + layer + " of the updater layout is not in the replica (layers: "
                     + trainables.keySet() + ")");
         }
         return t;
@@ -262,7 +265,7 @@ final class ShardedUpdater {
     private static INDArray flatView(INDArray array, String what) {
         INDArray flat = array.reshape(array.length());
         if (ModelReplica.segmentOf(flat).address() != ModelReplica.segmentOf(array).address()) {
-            throw new IllegalStateException("the flat " + what + " view could not be reshaped without a copy");
+            throw Invariants.violated("the flat " + what + " view could not be reshaped without a copy");
         }
         return flat;
     }
@@ -366,7 +369,8 @@ final class ShardedUpdater {
         if (gradient != null && gradient.gradient() != null
                 && ModelReplica.segmentOf(gradient.gradient()).address() != gradientSegment.address()) {
             throw new IllegalStateException("DL4J passed a gradient other than the network's flat gradient view"
-                    + " (an external gradient, as RL4J uses); sharded updates need the view the workers registered");
+                    + " (an external gradient, as RL4J uses); sharded updates need the view the workers registered"
+                    + " (fix: train through SymmemParallelWrapper.fit(...), or train this model without sharding(...))");
         }
         normalize();
         for (Piece p : pieces) {
@@ -435,7 +439,7 @@ final class ShardedUpdater {
                         }
                     }
                 }
-                default -> throw new IllegalStateException("unreachable: rejected at construction: " + t.kind());
+                default -> throw Invariants.violated("unreachable: rejected at construction: " + t.kind());
             }
         }
     }
@@ -570,7 +574,7 @@ final class ShardedUpdater {
 
     private void checkFullState(INDArray fullState) {
         if (fullState == null || fullState.length() != layout.stateCount() || fullState.dataType() != state.dataType()) {
-            throw new IllegalArgumentException("full updater state: expected " + layout.stateCount() + " x "
+            throw Invariants.violated("full updater state: expected " + layout.stateCount() + " x "
                     + state.dataType() + " (DL4J's state view of this network); found "
                     + (fullState == null ? "null" : fullState.length() + " x " + fullState.dataType()));
         }

@@ -21,6 +21,7 @@ import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.numeric.BFloat16;
 
@@ -130,7 +131,7 @@ final class StateUpdateReduction {
     private static Trainable trainable(Map<String, Trainable> trainables, String layer) {
         Trainable t = trainables.get(layer);
         if (t == null) {
-            throw new IllegalStateException("layer " + layer + " of DL4J's updater is not in the network (layers: "
+            throw Invariants.violated("layer " + layer + " of DL4J's updater is not in the network (layers: "
                     + trainables.keySet() + ")");
         }
         return t;
@@ -193,7 +194,7 @@ final class StateUpdateReduction {
             Entry mean = bn.getValue()[0];
             Entry spread = bn.getValue()[1];
             if (mean == null || (spread != null && spread.length() != mean.length())) {
-                throw new IllegalStateException("BatchNormalization layer " + bn.getKey() + ": expected running mean and"
+                throw Invariants.violated("BatchNormalization layer " + bn.getKey() + ": expected running mean and"
                         + " variance (or log10 std) of the same length; found mean=" + mean + " spread=" + spread);
             }
             BatchNormalization conf = (BatchNormalization) trainable(trainables, bn.getKey()).getConfig();
@@ -222,7 +223,7 @@ final class StateUpdateReduction {
         if (replica instanceof ModelReplica.Graph g) {
             int index = g.net().getConfiguration().getNetworkOutputs().indexOf(layer);
             if (index < 0) {
-                throw new IllegalStateException("layer " + layer + " holds labels but is not among the graph's outputs "
+                throw Invariants.violated("layer " + layer + " holds labels but is not among the graph's outputs "
                         + g.net().getConfiguration().getNetworkOutputs());
             }
             return index;
@@ -262,7 +263,7 @@ final class StateUpdateReduction {
      */
     void capture(long from, long to) {
         if (capturedGradient == null) {
-            throw new IllegalStateException("capture on a reduction that reads the live views (a bug)");
+            throw Invariants.violated("capture on a reduction that reads the live views");
         }
         if (overlaps(from, to)) {
             capturedGradient.copy(gradient, from, to);
@@ -481,7 +482,7 @@ final class StateUpdateReduction {
             this.classes = Math.toIntExact(conf.getNOut());
             this.features = Math.toIntExact(conf.getNIn());
             if ((long) classes * features != entry.length()) {
-                throw new IllegalStateException("center-loss layer " + entry.layer() + ": expected nOut x nIn = " + classes
+                throw Invariants.violated("center-loss layer " + entry.layer() + ": expected nOut x nIn = " + classes
                         + " x " + features + " centers; found " + entry.length() + " elements");
             }
             this.undivided = new double[classes * features];
@@ -501,7 +502,8 @@ final class StateUpdateReduction {
                 INDArray labels = batch instanceof DataSet ds ? ds.getLabels() : ((MultiDataSet) batch).getLabels(outputIndex);
                 if (labels == null || labels.rank() != 2 || labels.size(1) != classes) {
                     throw new IllegalStateException("center-loss layer " + entry.layer() + ": expected labels [batch, "
-                            + classes + "]; found " + (labels == null ? "none" : java.util.Arrays.toString(labels.shape())));
+                            + classes + "]; found " + (labels == null ? "none" : java.util.Arrays.toString(labels.shape()))
+                            + " (fix: give the center-loss output layer one-hot labels of shape [batch, " + classes + "])");
                 }
                 counts = labels.castTo(DataType.DOUBLE).sum(0).toDoubleVector();
             }
@@ -583,7 +585,7 @@ final class StateUpdateReduction {
             int i = java.util.Arrays.binarySearch(starts, e);
             i = i >= 0 ? i : -i - 2;
             if (i < 0 || e - starts[i] >= values[i].length) {
-                throw new IllegalStateException("element " + e + " is in no state entry (a bug)");
+                throw Invariants.violated("element " + e + " is in no state entry");
             }
             return values[i][(int) (e - starts[i])];
         }

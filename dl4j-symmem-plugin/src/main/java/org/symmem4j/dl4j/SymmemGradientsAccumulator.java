@@ -320,7 +320,8 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
     @Override
     public synchronized void registerConsumers(int numConsumers) {
         if (numConsumers < 1) {
-            throw new IllegalArgumentException("registerConsumers: numConsumers=" + numConsumers + " expected >= 1");
+            throw new IllegalArgumentException("registerConsumers: numConsumers=" + numConsumers + " expected >= 1 (fix:"
+                    + " leave registerConsumers to ParallelWrapper 1.0.0-M2.1, which passes its trainer count)");
         }
         Round r = round;
         if (r != null && r.participants() == numConsumers) {
@@ -506,7 +507,8 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         if (rank >= r.participants()) {
             throw new IllegalStateException("SymmemGradientsAccumulator: trainer " + rank + " trained in a round that"
                     + " registered participants=" + r.participants() + " (trainers 0.." + (r.participants() - 1)
-                    + "); expected ParallelWrapper to feed trainers in order (a changed ParallelWrapper?)");
+                    + "); expected ParallelWrapper to feed trainers in order (a changed ParallelWrapper?; fix: use"
+                    + " deeplearning4j-parallel-wrapper 1.0.0-M2.1, the version symmem4j is tested against)");
         }
         if ((rank == 0) != (model == userModel)) {
             throw new IllegalStateException("SymmemGradientsAccumulator: trainer " + rank + " trains "
@@ -607,7 +609,8 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
                 long reducedBad = reducer.divideAndFindNonFinite(gradientSegment, 0, dtype, count, divisor);
                 if (reducedBad >= 0) {
                     throw new NonFiniteGradientException("non-finite gradient at iteration=" + replica.iterationCount()
-                            + ": no worker's gradient was, their sum overflowed (first element " + reducedBad + ")",
+                            + ": no worker's gradient was, their sum overflowed (first element " + reducedBad + "; fix:"
+                            + " lower the learning rate or clip gradients)",
                             List.of(), steps);
                 }
                 steps++;

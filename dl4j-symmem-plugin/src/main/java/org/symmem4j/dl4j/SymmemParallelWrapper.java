@@ -24,6 +24,7 @@ import org.symmem4j.dl4j.train.TrainerBuilder;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.SyncMetrics;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * Exact synchronous data parallelism for DL4J, as a drop-in for {@code ParallelWrapper}:
@@ -386,10 +387,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         String fix = " (fix: pass fit the iterator of the run that wrote it, with the same batch size and order; the"
                 + " worker count may differ, every worker count deals the same batches in the same order)";
         if (batches < batchesToSkip) {
+            // error-message: the text ends with fix, the fix for both resume-position errors, built above
             throw new IllegalArgumentException("resume position: " + at + "; this iterator ended after " + batches
                     + " batches" + fix);
         }
         if (examplesToSkip >= 0 && examples != examplesToSkip) {
+            // error-message: the text ends with fix, the fix for both resume-position errors, built above
             throw new IllegalArgumentException("resume position: " + at + "; this iterator's first " + batches
                     + " batches hold examples=" + examples + fix);
         }
@@ -599,7 +602,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         } catch (RuntimeException e) {
             DataParallelTrainingException t = new DataParallelTrainingException("data-parallel fit failed: step "
                     + lost.step() + " failed (" + cause + ") and the group could not shrink in place: " + e.getMessage()
-                    + "; the model is as it was before this fit", old.rank(), lost.step(), e);
+                    + "; the model is as it was before this fit (fix: restart the run, building with"
+                    + " checkpointEvery(k, dir).resumeFrom(dir) under symmem4j-run --max-restarts N so it resumes"
+                    + " from the newest complete checkpoint)", old.rank(), lost.step(), e);
             t.addSuppressed(lost.failure());
             throw t;
         }
@@ -645,9 +650,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     /** The agreed iteration count is the failed step's start or end; anything else is a bug. */
     private static void requireStartOrEnd(DataParallelSteps.LostWorkers lost, int iteration) {
         if (iteration != lost.iterationAtStart() && iteration != lost.iterationAtStart() + 1) {
-            throw new IllegalStateException("shrink after step " + lost.step() + ": the survivors' agreed iteration count"
+            throw Invariants.violated("shrink after step " + lost.step() + ": the survivors' agreed iteration count"
                     + " is " + iteration + ", expected " + lost.iterationAtStart() + " (step not done) or "
-                    + (lost.iterationAtStart() + 1) + " (done); this is a bug", lost.failure());
+                    + (lost.iterationAtStart() + 1) + " (done)", lost.failure());
         }
     }
 

@@ -12,6 +12,7 @@ import org.deeplearning4j.nn.api.TrainingConfig;
 import org.deeplearning4j.nn.conf.GradientNormalization;
 import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.deeplearning4j.nn.updater.UpdaterBlock;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * DL4J's updater layout of one network as plain data: the updater blocks of
@@ -98,7 +99,7 @@ final class UpdaterLayout {
             long stateLength = ub.getUpdaterViewOffsetEnd() - stateStart;
             long n = end - start;
             if (start != expectedStart || stateStart != state) {
-                throw new IllegalStateException("DL4J updater blocks are not contiguous: block " + blocks.size()
+                throw Invariants.violated("DL4J updater blocks are not contiguous: block " + blocks.size()
                         + " starts at param " + start + " / state " + stateStart + ", expected " + expectedStart + " / " + state);
             }
             if (n > 0 && stateLength % n != 0) {
@@ -106,7 +107,8 @@ final class UpdaterLayout {
                         .getUpdaterByParam(ub.getLayersAndVariablesInBlock().getFirst().getParamName()).getClass().getSimpleName();
                 throw new IllegalArgumentException("updater " + updaterName + " keeps " + stateLength + " state elements for "
                         + n + " parameters (block " + blocks.size() + "); sharding needs element-wise state, a multiple of the"
-                        + " parameter count (every DL4J 1.0.0-M2.1 updater has it)");
+                        + " parameter count (every DL4J 1.0.0-M2.1 updater has it; fix: use one of DL4J's updaters, e.g."
+                        + " Sgd, Nesterovs, Adam, AdamW, RmsProp or AdaGrad, or train without sharding(...))");
             }
             List<Variable> vars = new ArrayList<>();
             for (UpdaterBlock.ParamState ps : ub.getLayersAndVariablesInBlock()) {
@@ -121,7 +123,7 @@ final class UpdaterLayout {
             expectedStart = end;
         }
         if (expectedStart != paramCount) {
-            throw new IllegalStateException("DL4J updater blocks cover " + expectedStart + " parameters; the network has "
+            throw Invariants.violated("DL4J updater blocks cover " + expectedStart + " parameters; the network has "
                     + paramCount);
         }
         List<LayerNormalization> norms = new ArrayList<>();

@@ -171,7 +171,7 @@ public final class ArrayCollectives {
             case FLOAT -> DType.FLOAT32;
             case DOUBLE -> DType.FLOAT64;
             default -> throw new IllegalArgumentException("an ND4J array of type " + type + ": the group's sums and"
-                    + " gathers take FLOAT or DOUBLE (build the network with .dataType(DataType.FLOAT) or DOUBLE)");
+                    + " gathers take FLOAT or DOUBLE (fix: build the network with .dataType(DataType.FLOAT) or DOUBLE)");
         };
     }
 

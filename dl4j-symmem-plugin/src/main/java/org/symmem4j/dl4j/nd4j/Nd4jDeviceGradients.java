@@ -17,6 +17,7 @@ import org.nd4j.nativeblas.OpaqueDataBuffer;
 import org.symmem4j.gradsync.DeviceGradientAveraging;
 import org.symmem4j.gradsync.DeviceGradients;
 import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * An ND4J array in a GPU's memory as {@link DeviceGradients} — DL4J's flat gradient view on ND4J's CUDA backend
@@ -104,6 +105,7 @@ public final class Nd4jDeviceGradients implements DeviceGradients {
         DType dtype = dtypeOf(array);
         requireWholeBuffer(array);
         if (onCpuBackend()) {
+            // error-message: cpuBackendRefusal builds the text, with what was expected, what was found and the fix
             throw new IllegalStateException(cpuBackendRefusal("Nd4jDeviceGradients.of"));
         }
         NATIVE_BUFFER.get(array.data().getClass()); // a buffer class without it is refused now, not at the first sync
@@ -122,7 +124,8 @@ public final class Nd4jDeviceGradients implements DeviceGradients {
         if (address == 0) {
             throw new IllegalStateException("the array's device pointer is 0: ND4J has no device copy of its "
                     + array.length() + " " + array.dataType() + " elements (backend=" + Nd4j.getBackend().getClass().getName()
-                    + "); expected beforeSync() first, which makes the device copy current, on ND4J's CUDA backend");
+                    + "); expected beforeSync() first, which makes the device copy current, on ND4J's CUDA backend"
+                    + " (fix: call beforeSync() before buffer(), with nd4j-cuda-11.6 on the class path)");
         }
         return MemorySegment.ofAddress(address).reinterpret(bytes);
     }
@@ -197,7 +200,7 @@ public final class Nd4jDeviceGradients implements DeviceGradients {
         } catch (RuntimeException | Error e) {
             throw e;
         } catch (Throwable t) { // getOpaqueDataBuffer declares no checked exception
-            throw new IllegalStateException("getOpaqueDataBuffer() of " + buffer.getClass().getName() + " failed: " + t, t);
+            throw Invariants.violated("getOpaqueDataBuffer() of " + buffer.getClass().getName() + " failed: " + t, t);
         }
         if (nativeBuffer == null) {
             return 0;
@@ -217,7 +220,7 @@ public final class Nd4jDeviceGradients implements DeviceGradients {
         if (streamAddress == null || streamAddress.address() == 0) {
             throw new IllegalStateException("ND4J's launch context has no CUDA stream (lcExecutionStream gave a null"
                     + " cudaStream_t*; backend=" + Nd4j.getBackend().getClass().getName() + "); expected ND4J's CUDA backend,"
-                    + " nd4j-cuda-11.6");
+                    + " nd4j-cuda-11.6 (fix: put nd4j-cuda-11.6 1.0.0-M2.1 instead of nd4j-native on the class path)");
         }
         // libnd4j's LaunchContext::getCudaStream() is a cudaStream_t*: the handle is the 8 bytes it points to
         long stream = MemorySegment.ofAddress(streamAddress.address()).reinterpret(Long.BYTES)

@@ -30,7 +30,8 @@ public final class SegmentArrays {
         long bytes = length * type.width();
         if (home.byteSize() < bytes) {
             throw new IllegalArgumentException("array home of bytes=" + home.byteSize() + " expected at least " + bytes
-                    + " (" + length + " x " + type + ")");
+                    + " (" + length + " x " + type + "); fix: pass a home of at least " + bytes + " bytes, or a"
+                    + " smaller length");
         }
         org.bytedeco.javacpp.Pointer pointer = new org.bytedeco.javacpp.Pointer() {
             {

@@ -12,6 +12,7 @@ import org.nd4j.linalg.api.ops.impl.transforms.pairwise.arithmetic.SubOp;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.ops.transforms.Transforms;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * A {@code BatchNormalization} layer's running mean and variance in a pipeline stage.
@@ -82,7 +83,8 @@ final class BatchNormRunningStats {
             variances[microbatch] = input.var(false, dims);
         } else {
             throw new IllegalStateException("BatchNormalization layer " + layerIndex + " got a rank-" + input.rank()
-                    + " input: expected rank 2 or 4 (DL4J's BatchNormalization backpropagates only those)");
+                    + " input: expected rank 2 or 4 (DL4J's BatchNormalization backpropagates only those; fix: put"
+                    + " BatchNormalization only on dense or 2-D convolutional activations)");
         }
     }
 
@@ -97,7 +99,7 @@ final class BatchNormRunningStats {
         INDArray[] mine = new INDArray[2 * m];
         for (int k = 0; k < m; k++) {
             if (means[k] == null) {
-                throw new IllegalStateException("BatchNormalization layer " + layerIndex + " has no statistics for"
+                throw Invariants.violated("BatchNormalization layer " + layerIndex + " has no statistics for"
                         + " microbatch " + k + " at the step: expected one backward pass per microbatch");
             }
             mine[k] = means[k];
@@ -127,7 +129,7 @@ final class BatchNormRunningStats {
         INDArray mean = layer.getParam(BatchNormalizationParamInitializer.GLOBAL_MEAN);
         for (int k = 0; k < means.length; k++) {
             if (means[k] == null) {
-                throw new IllegalStateException("BatchNormalization layer " + layerIndex + " has no statistics for"
+                throw Invariants.violated("BatchNormalization layer " + layerIndex + " has no statistics for"
                         + " microbatch " + k + " at the step: expected one backward pass per microbatch");
             }
             // DL4J's backward: delta = (mean - batchMean) * (1 - decay); the NoOp updater and the step: mean -= delta

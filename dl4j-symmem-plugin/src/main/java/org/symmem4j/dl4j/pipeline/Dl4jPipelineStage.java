@@ -21,6 +21,7 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.pipeline.exec.StageCompute;
 
 /**
@@ -111,7 +112,8 @@ public final class Dl4jPipelineStage implements StageCompute {
     private Dl4jPipelineStage(int stage, int stageCount, MultiLayerNetwork network, HollowNetworks.Reservation hollow) {
         this.hollow = hollow;
         if (stage < 0 || stage >= stageCount) {
-            throw new IllegalArgumentException("stage=" + stage + " expected in [0, stageCount=" + stageCount + ")");
+            throw new IllegalArgumentException("stage=" + stage + " expected in [0, stageCount=" + stageCount + "); fix:"
+                    + " pass a stage from 0 to stageCount-1");
         }
         this.stage = stage;
         this.first = stage == 0;
@@ -241,7 +243,7 @@ public final class Dl4jPipelineStage implements StageCompute {
         requireStep(microbatch, "backward");
         INDArray x = stageInputs[microbatch];
         if (x == null) {
-            throw new IllegalStateException("stage " + stage + " got the backward of microbatch " + microbatch
+            throw Invariants.violated("stage " + stage + " got the backward of microbatch " + microbatch
                     + " before its forward (or twice): the schedule must run F before B for every microbatch");
         }
         selectMicrobatch(microbatch);
@@ -309,7 +311,7 @@ public final class Dl4jPipelineStage implements StageCompute {
     public void step() {
         requireHeld("step");
         if (plan == null || backwardsThisStep != plan.batch().count()) {
-            throw new IllegalStateException("stage " + stage + " stepped after " + backwardsThisStep + " backward passes"
+            throw Invariants.violated("stage " + stage + " stepped after " + backwardsThisStep + " backward passes"
                     + " expected=" + (plan == null ? "beginStep() first" : plan.batch().count() + " (one per microbatch)"));
         }
         // DL4J's score counts regularization at the parameters the gradient was computed at
@@ -425,7 +427,7 @@ public final class Dl4jPipelineStage implements StageCompute {
 
     private void requireHeld(String pass) {
         if (hollow != null) {
-            throw new IllegalStateException("stage " + stage + " got a " + pass + " but this process does not hold it: another"
+            throw Invariants.violated("stage " + stage + " got a " + pass + " but this process does not hold it: another"
                     + " rank trains it (group mode holds only a rank's own stages; the schedule must give this rank"
                     + " only stages s with s % ranks == its pipeline rank)");
         }
@@ -434,10 +436,10 @@ public final class Dl4jPipelineStage implements StageCompute {
     private void requireStep(int microbatch, String pass) {
         requireHeld(pass);
         if (plan == null) {
-            throw new IllegalStateException("stage " + stage + " got a " + pass + " pass before beginStep()");
+            throw Invariants.violated("stage " + stage + " got a " + pass + " pass before beginStep()");
         }
         if (microbatch < 0 || microbatch >= plan.batch().count()) {
-            throw new IllegalArgumentException("stage " + stage + " got a " + pass + " pass for microbatch=" + microbatch
+            throw Invariants.violated("stage " + stage + " got a " + pass + " pass for microbatch=" + microbatch
                     + " expected in [0, " + plan.batch().count() + ")");
         }
     }
@@ -467,7 +469,7 @@ public final class Dl4jPipelineStage implements StageCompute {
             throw new IllegalStateException("stage " + stage + "'s " + what + " for microbatch " + microbatch + " has shape "
                     + Arrays.toString(array.shape()) + " expected=" + Arrays.toString(expected) + " (from DL4J's input"
                     + " types for this batch's features; when they infer the wrong type, e.g. NHWC images or NWC"
-                    + " sequences, give PipelineParallelTrainerBuilder.inputType(...))");
+                    + " sequences; fix: give PipelineParallelTrainerBuilder.inputType(...))");
         }
     }
 

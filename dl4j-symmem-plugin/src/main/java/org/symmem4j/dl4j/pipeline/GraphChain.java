@@ -15,6 +15,7 @@ import org.deeplearning4j.nn.graph.vertex.GraphVertex;
 import org.deeplearning4j.nn.graph.vertex.VertexIndices;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * A {@link ComputationGraph} whose vertices form a chain, as the equivalent {@link MultiLayerNetwork},
@@ -56,7 +57,7 @@ final class GraphChain {
             GraphVertex v = vertices[order[position]];
             if (position == 0) {
                 if (!v.isInputVertex()) {
-                    throw new IllegalStateException("the graph's first vertex in topological order is " + v.getVertexName()
+                    throw Invariants.violated("the graph's first vertex in topological order is " + v.getVertexName()
                             + ", not its input");
                 }
                 continue;
@@ -80,7 +81,7 @@ final class GraphChain {
                 throw new IllegalArgumentException("graph vertex \"" + v.getVertexName() + "\" breaks the chain: " + why
                         + ". The pipeline trains ComputationGraphs whose vertices form a chain (one input each, the"
                         + " previous vertex's output; a linear stage order); branches such as residual connections or"
-                        + " merges are not supported: train this graph without the pipeline, or express it as a chain");
+                        + " merges are not supported; fix: train this graph without the pipeline, or express it as a chain");
             }
             chain.add(v);
         }
@@ -150,7 +151,7 @@ final class GraphChain {
                 same = theirs.get(theirKeys.get(k)).length() == mine.get(myKeys.get(k)).length();
             }
             if (!same) {
-                throw new IllegalStateException("graph vertex \"" + chain.get(i).getVertexName() + "\" flattens its"
+                throw Invariants.violated("graph vertex \"" + chain.get(i).getVertexName() + "\" flattens its"
                         + " parameters " + theirKeys + " but the equivalent network layer " + i + " " + myKeys
                         + ": expected the same layout (a DL4J layer initialized differently in a network and a graph)");
             }

@@ -22,6 +22,7 @@ import org.symmem4j.dl4j.train.RankAgreement;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.pipeline.exec.StepTimeline;
 import org.symmem4j.pipeline.exec.TimelineEvent;
 
@@ -107,7 +108,8 @@ final class GroupExchange implements AutoCloseable {
                             + " batch than rank 0 (its " + parts[i] + " differ" + (i == 0 ? ": " + (long) all[r][0] + " vs "
                             + (long) all[0][0] + " examples" : " by CRC-32C") + "); every rank must pass the same batches in"
                             + " the same order (the same iterator, the same shuffling seed): the first stage reads the"
-                            + " features and the last the labels. Nothing was trained in this step.");
+                            + " features and the last the labels. Nothing was trained in this step (fix: build every"
+                            + " rank's iterator alike, with the same data, batch size and shuffling seed).");
                 }
             }
         }
@@ -195,7 +197,7 @@ final class GroupExchange implements AutoCloseable {
             Dl4jPipelineStage stage = stages.get(s);
             boolean sends = group.rank() == root;
             if (sends && !stage.held()) {
-                throw new IllegalStateException("rank " + root + " gathers stage " + s + " from itself but does not hold it");
+                throw Invariants.violated("rank " + root + " gathers stage " + s + " from itself but does not hold it");
             }
             long from = split.parameterOffset(s);
             INDArray slice = PipelineStageSplit.slice(targetParams, from, from + count);
@@ -235,7 +237,7 @@ final class GroupExchange implements AutoCloseable {
             case 8 -> DType.FLOAT64;
             case 4 -> DType.FLOAT32;
             case 2 -> DType.BFLOAT16;
-            default -> throw new IllegalStateException("a " + buffer.dataType() + " array: expected 2, 4 or 8 bytes per element");
+            default -> throw Invariants.violated("a " + buffer.dataType() + " array: expected 2, 4 or 8 bytes per element");
         };
         communicator.broadcast(bytes, buffer.length(), words, root); // a copy: the bits arrive as they are
         if (!contiguous) {

@@ -35,7 +35,8 @@ final class Messages {
         if (bytes != expected) {
             throw new IllegalStateException(what + " has payloadBytes=" + bytes + " expected=" + expected + " for shape "
                     + java.util.Arrays.toString(shape) + " of " + type + ": the stages disagree on the shape or data"
-                    + " type between them");
+                    + " type between them (fix: build every rank's trainer from the same network configuration, data"
+                    + " type and inputType(...))");
         }
         INDArray array = Nd4j.createUninitialized(type, shape, 'c');
         MemorySegment.copy(message, 0, ArrayCollectives.segmentOf(array), 0, bytes);

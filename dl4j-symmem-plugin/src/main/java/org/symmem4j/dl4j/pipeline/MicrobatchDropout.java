@@ -6,6 +6,7 @@ import org.deeplearning4j.nn.conf.dropout.IDropout;
 import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * A layer's dropout (any DL4J {@link IDropout}: dropout, Gaussian dropout or noise, alpha dropout,
@@ -83,7 +84,7 @@ public final class MicrobatchDropout implements IDropout {
     /** Selects the microbatch whose mask the next calls draw and use. */
     void microbatch(int microbatch) {
         if (microbatch < 0) {
-            throw new IllegalArgumentException("microbatch=" + microbatch + " expected >= 0");
+            throw Invariants.violated("microbatch=" + microbatch + " expected >= 0");
         }
         if (microbatch >= perMicrobatch.length) {
             perMicrobatch = Arrays.copyOf(perMicrobatch, microbatch + 1);
@@ -142,7 +143,7 @@ public final class MicrobatchDropout implements IDropout {
 
     private IDropout current(String call) {
         if (microbatch < 0) {
-            throw new IllegalStateException("layer " + layer + " dropout: " + call + " before a microbatch was selected"
+            throw Invariants.violated("layer " + layer + " dropout: " + call + " before a microbatch was selected"
                     + " (a pipeline stage selects it before every pass)");
         }
         return perMicrobatch[microbatch];

@@ -40,7 +40,8 @@ public final class Microbatches {
         this.labelsMasks = labelsMasks == null ? null : List.copyOf(labelsMasks);
         if (this.features.isEmpty() || this.features.size() != this.labels.size()) {
             throw new IllegalArgumentException("microbatches: features=" + this.features.size() + " labels="
-                    + this.labels.size() + " expected the same count, at least 1");
+                    + this.labels.size() + " expected the same count, at least 1 (fix: pass one labels array per"
+                    + " features array, or cut a batch with Microbatches.split(batch, n, dataType))");
         }
         for (int mb = 0; mb < this.features.size(); mb++) {
             long rows = this.features.get(mb).size(0);
@@ -68,7 +69,8 @@ public final class Microbatches {
         if (arrays.size() <= mb || arrays.get(mb).size(0) != rows) {
             throw new IllegalArgumentException("microbatch " + mb + " has " + rows + " feature rows but "
                     + (arrays.size() <= mb ? "no " + what : arrays.get(mb).size(0) + " " + what + " rows")
-                    + ": expected the same example count");
+                    + ": expected the same example count (fix: give microbatch " + mb + " one " + what + " row per"
+                    + " example, or cut a batch with Microbatches.split(batch, n, dataType))");
         }
     }
 
@@ -87,7 +89,8 @@ public final class Microbatches {
     public static Microbatches split(DataSet batch, int microbatches, DataType dataType) {
         Objects.requireNonNull(batch, "batch");
         if (microbatches < 1) {
-            throw new IllegalArgumentException("microbatches=" + microbatches + " expected microbatches >= 1");
+            throw new IllegalArgumentException("microbatches=" + microbatches + " expected microbatches >= 1 (fix: pass"
+                    + " 1 for the whole batch, or more to cut it into that many parts)");
         }
         INDArray features = batch.getFeatures();
         INDArray labels = batch.getLabels();

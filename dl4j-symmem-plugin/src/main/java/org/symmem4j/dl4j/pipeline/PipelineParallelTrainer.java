@@ -853,7 +853,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 ? PipelineMetrics.FailureReason.TIMEOUT : PipelineMetrics.FailureReason.ERROR);
         failed = "rank " + failedRanks.get(origin) + " at step " + step + ": " + cause;
         PipelineTrainingException out = new PipelineTrainingException("pipeline step " + step + " failed on rank "
-                + failedRanks.get(origin) + ": " + cause, failedRanks.get(origin), step, cause);
+                + failedRanks.get(origin) + ": " + cause + " (fix: correct what the cause names and resume from the"
+                + " newest complete checkpoint with checkpointEvery(k, dir).resumeFrom(dir))", failedRanks.get(origin),
+                step, cause);
         RankFailures.suppressOthers(out, failures, origin);
         closed = true;
         stopWorkers();

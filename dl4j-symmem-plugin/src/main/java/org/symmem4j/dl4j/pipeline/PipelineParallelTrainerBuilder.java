@@ -299,7 +299,8 @@ public final class PipelineParallelTrainerBuilder
         }
         if (stageBoundaries != null && (profile != null || profileSample != null)) {
             throw new IllegalArgumentException("stageBoundaries and a split by measured times were both given:"
-                    + " expected one (boundaries fix the split; measured times choose it)");
+                    + " expected one (boundaries fix the split; measured times choose it); fix: drop stageBoundaries(...)"
+                    + " or drop splitByMeasuredTimes(...)/splitBy(...)");
         }
         if (fromConfiguration != null) {
             refuseWithoutWholeNetwork();

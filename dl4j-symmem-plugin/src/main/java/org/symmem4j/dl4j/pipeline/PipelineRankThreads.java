@@ -64,7 +64,9 @@ final class PipelineRankThreads {
                 timelines.add(RankFailures.await(results.get(rank), bound, "rank " + rank, rank, step, failures, failedRanks));
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
-                failures.add(new SymmemException("interrupted while waiting for rank " + rank + " at step " + step, e));
+                failures.add(new SymmemException("interrupted while waiting for rank " + rank + " at step " + step
+                        + ": expected the thread that called fit() to run until fit() returns (fix: do not interrupt it;"
+                        + " to stop training, let fit() return and call close())", e));
                 failedRanks.add(rank);
                 break;
             }

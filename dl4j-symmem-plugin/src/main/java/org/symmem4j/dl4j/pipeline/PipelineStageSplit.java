@@ -33,6 +33,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.dl4j.HollowNetworks;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * How a {@link MultiLayerNetwork} is cut into pipeline stages: {@code stageCount} contiguous,
@@ -159,7 +160,8 @@ public final class PipelineStageSplit {
                 throw new IllegalArgumentException("stage boundary " + s + " is layer " + start + ": expected a layer in [1, "
                         + (layers - 1) + "] (boundaries are the first layers of stages 1.." + stageStarts.length
                         + "; stage 0 starts at layer 0 and the network has " + layers + " layers); found boundaries "
-                        + Arrays.toString(stageStarts));
+                        + Arrays.toString(stageStarts) + " (fix: pass ascending boundaries in [1, " + (layers - 1)
+                        + "], or let PipelineStageSplit.balanced(network, stages) pick them)");
             }
             if (s > 0 && start <= stageStarts[s - 1]) {
                 throw new IllegalArgumentException("stage boundaries must be strictly increasing: boundary " + s + "="
@@ -317,7 +319,8 @@ public final class PipelineStageSplit {
                         : InputType.convolutional(features.size(2), features.size(3), features.size(1), CNN2DFormat.NCHW);
             }
             default -> throw new IllegalArgumentException("the batch's features have shape "
-                    + Arrays.toString(features.shape()) + ": expected rank 2 (dense), 3 (sequences) or 4 (images)");
+                    + Arrays.toString(features.shape()) + ": expected rank 2 (dense), 3 (sequences) or 4 (images)"
+                    + " (fix: give the iterator features of shape [batch, n], [batch, n, time] or [batch, c, h, w])");
         };
     }
 
@@ -391,11 +394,13 @@ public final class PipelineStageSplit {
         if (layer instanceof FeedForwardLayer ff && !(layer instanceof BatchNormalization) && ff.getNIn() > 0 && size >= 0
                 && size != ff.getNIn()) {
             throw new IllegalArgumentException("layer " + index + " has nIn=" + ff.getNIn() + " but gets size=" + size
-                    + " (" + in + ")");
+                    + " (" + in + "); fix: set layer " + index + "'s nIn(" + size + "), or setInputType(...) on the"
+                    + " configuration so DL4J sets every nIn");
         }
         if (layer instanceof BatchNormalization && in instanceof InputType.InputTypeRecurrent) {
             throw new IllegalArgumentException("DL4J's BatchNormalization backpropagates 2-D and 4-D activations only,"
-                    + " not sequences (" + in + ")");
+                    + " not sequences (" + in + "); fix: move the BatchNormalization to 2-D or 4-D activations (after"
+                    + " the recurrent part, e.g. behind a LastTimeStep), or remove it");
         }
     }
 
@@ -512,7 +517,7 @@ public final class PipelineStageSplit {
 
     private void requireParameterCount(int s, MultiLayerNetwork stage) {
         if (stage.numParams() != parameterCount(s)) {
-            throw new IllegalStateException("stage " + s + " network has numParams=" + stage.numParams() + " expected="
+            throw Invariants.violated("stage " + s + " network has numParams=" + stage.numParams() + " expected="
                     + parameterCount(s) + " (layers [" + firstLayer(s) + ", " + endLayer(s) + ") of the original): a DL4J"
                     + " layer initialized differently on its own");
         }
@@ -619,7 +624,8 @@ public final class PipelineStageSplit {
 
     private int checkStage(int stage) {
         if (stage < 0 || stage >= stageCount()) {
-            throw new IndexOutOfBoundsException("stage=" + stage + " expected in [0, " + stageCount() + ")");
+            throw new IndexOutOfBoundsException("stage=" + stage + " expected in [0, " + stageCount() + "); fix: pass a"
+                    + " stage from 0 to stageCount()-1=" + (stageCount() - 1));
         }
         return stage;
     }
@@ -723,7 +729,7 @@ public final class PipelineStageSplit {
                             + ") and stage " + stage + " (input width " + nIn[i] + ")"
                             : " inside stage " + stage;
                     throw new IllegalArgumentException("layer widths do not chain" + where + ": layer " + i + " has nIn="
-                            + nIn[i] + " expected nIn=" + nOut[i - 1] + " (layer " + (i - 1) + "'s nOut); fix nIn/nOut"
+                            + nIn[i] + " expected nIn=" + nOut[i - 1] + " (layer " + (i - 1) + "'s nOut); fix: set nIn/nOut"
                             + " in the network configuration (setInputType(InputType.feedForward(n)) sets every nIn)");
                 }
             }

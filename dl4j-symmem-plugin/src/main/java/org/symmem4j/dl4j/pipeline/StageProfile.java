@@ -43,7 +43,8 @@ public final class StageProfile {
         Objects.requireNonNull(backwardNanos, "backwardNanos");
         if (forwardNanos.length == 0 || forwardNanos.length != backwardNanos.length) {
             throw new IllegalArgumentException("profile: forward has " + forwardNanos.length + " layers, backward "
-                    + backwardNanos.length + " expected the same count, at least 1");
+                    + backwardNanos.length + " expected the same count, at least 1 (fix: pass one forward and one"
+                    + " backward time per layer, or measure them with StageProfile.measure)");
         }
         this.forwardNanos = forwardNanos.clone();
         this.backwardNanos = backwardNanos.clone();
@@ -100,13 +101,15 @@ public final class StageProfile {
             thread.join();
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            throw new IllegalStateException("interrupted while profiling the network's layers", e);
+            throw new IllegalStateException("interrupted while profiling the network's layers: expected the profile to"
+                    + " run to its end (fix: do not interrupt the thread that calls StageProfile.measure)", e);
         }
         if (result.get() instanceof RuntimeException e) {
             throw e;
         }
         if (result.get() instanceof Throwable t) {
-            throw new IllegalStateException("profiling the network's layers failed: " + t, t);
+            throw new IllegalStateException("profiling the network's layers failed: " + t + " (fix: correct what the"
+                    + " cause names; the profile runs the network's forward and backward on the sample given)", t);
         }
         return (StageProfile) result.get();
     }

@@ -60,7 +60,7 @@ record StepPlan(Microbatches batch, long[][] boundaryShapes, INDArray[][] inputM
             String nOut = outputLayer instanceof FeedForwardLayer f ? ", nOut=" + f.getNOut() : "";
             throw new IllegalArgumentException("the batch's labels have shape " + Arrays.toString(found) + " expected "
                     + expected + "] (the network's output for these features: layer " + (split.layerCount() - 1) + ", "
-                    + outputLayer.getClass().getSimpleName() + nOut + "); give labels of the output's shape");
+                    + outputLayer.getClass().getSimpleName() + nOut + "); fix: give labels of the output's shape");
         }
         int stageCount = split.stageCount();
         int count = batch.count();

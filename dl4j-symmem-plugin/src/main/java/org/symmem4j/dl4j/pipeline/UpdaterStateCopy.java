@@ -103,7 +103,8 @@ final class UpdaterStateCopy {
                 if (sections(targetBlock) != sections) {
                     throw new IllegalStateException("parameter " + param.getParamName() + " at offset " + start
                             + " keeps " + sections + " updater values per parameter in the source but "
-                            + sections(targetBlock) + " in the target: their updater configurations differ");
+                            + sections(targetBlock) + " in the target: their updater configurations differ (fix: build"
+                            + " the target from the same configuration as the stage networks, same updater per layer)");
                 }
                 long sourceIn = start - sourceBlock.getParamOffsetStart();
                 long targetIn = targetStart - targetBlock.getParamOffsetStart();
@@ -152,7 +153,8 @@ final class UpdaterStateCopy {
         if (!(updater instanceof BaseMultiLayerUpdater<?> base)) {
             throw new IllegalStateException("expected DL4J's MultiLayerUpdater or ComputationGraphUpdater found "
                     + updater.getClass().getName()
-                    + " (a custom updater's state layout is unknown, so it cannot be split between stages)");
+                    + " (a custom updater's state layout is unknown, so it cannot be split between stages; fix: leave"
+                    + " the updater to DL4J: set it with the configuration's .updater(...), not model.setUpdater)");
         }
         return base;
     }
@@ -167,7 +169,8 @@ final class UpdaterStateCopy {
         if (state % params != 0) {
             throw new IllegalStateException("updater block " + block + " has state=" + state + " values for params="
                     + params + ": expected a whole number of values per parameter (an updater whose state is not"
-                    + " per-parameter cannot be split between stages)");
+                    + " per-parameter cannot be split between stages; fix: use one of DL4J's per-parameter updaters,"
+                    + " e.g. Sgd, Nesterovs, Adam, AdamW, RmsProp or AdaGrad)");
         }
         return Math.toIntExact(state / params);
     }
@@ -179,7 +182,8 @@ final class UpdaterStateCopy {
             }
         }
         throw new IllegalStateException("no updater block of the target holds parameters [" + start + ", "
-                + (start + length) + "): the networks' parameter layouts differ");
+                + (start + length) + "): the networks' parameter layouts differ (fix: pass a target built from the"
+                + " same configuration as the network that was split)");
     }
 
     private static INDArray flat(INDArray array) {

@@ -52,7 +52,8 @@ final class ParameterUpdaterState {
         if (!(updater instanceof BaseMultiLayerUpdater<?> base)) {
             throw new IllegalStateException("expected DL4J's MultiLayerUpdater or ComputationGraphUpdater, found "
                     + (updater == null ? "none" : updater.getClass().getName())
-                    + " (a custom updater's state layout is unknown, so it cannot be split between ranks)");
+                    + " (a custom updater's state layout is unknown, so it cannot be split between ranks; fix: leave the"
+                    + " updater to DL4J: set it with the configuration's .updater(...), not model.setUpdater)");
         }
         Map<String, List<INDArray>> views = new LinkedHashMap<>();
         INDArray state = base.getStateViewArray();
@@ -69,7 +70,8 @@ final class ParameterUpdaterState {
             if (values % params != 0) {
                 throw new IllegalStateException("updater block " + block + " has state=" + values + " values for params="
                         + params + ": expected a whole number of values per parameter (an updater whose state is not"
-                        + " per-parameter cannot be split between ranks)");
+                        + " per-parameter cannot be split between ranks; fix: use one of DL4J's per-parameter updaters,"
+                        + " e.g. Sgd, Nesterovs, Adam, AdamW, RmsProp or AdaGrad)");
             }
             int sections = Math.toIntExact(values / params);
             for (UpdaterBlock.ParamState param : block.getLayersAndVariablesInBlock()) {
@@ -81,7 +83,8 @@ final class ParameterUpdaterState {
                 String layerKey = layerKeys.get(layer);
                 if (layerKey == null) {
                     throw new IllegalStateException("updater block " + block + " holds parameter " + param.getParamName()
-                            + " of " + layer + ", which is none of the model's layers: the updater does not belong to it");
+                            + " of " + layer + ", which is none of the model's layers: the updater does not belong to it"
+                            + " (fix: keep the updater DL4J built for this model; do not setUpdater another model's)");
                 }
                 String key = layerKey + "/" + param.getParamName();
                 long[] shape = layer.paramTable(false).get(param.getParamName()).shape();

@@ -49,7 +49,9 @@ public class RowParallelDenseLayerImpl extends TensorParallelDenseLayerImpl {
             throw new DL4JInvalidInputException("row-parallel layer input of shape " + Arrays.toString(x.shape())
                     + " expected [examples, " + w.rows() + "] (this rank's " + w.rows() + " of the layer's "
                     + w.rows() * ((RowParallelDenseLayer) layerConf()).getTensorParallelSize() + " input features: the"
-                    + " output of the column-parallel layer before it) " + layerId());
+                    + " output of the column-parallel layer before it) " + layerId() + " (fix: put this layer right after"
+                    + " a ColumnParallelDenseLayer of nOut="
+                    + w.rows() * ((RowParallelDenseLayer) layerConf()).getTensorParallelSize() + ")");
         }
         INDArray z = workspaceMgr.createUninitialized(ArrayType.ACTIVATIONS, w.dataType(), x.size(0), w.size(1));
         if (forBackprop && keptForInput == input && keptPreActivation != null

@@ -93,19 +93,21 @@ final class ShardTransfer {
         if (from != to) {
             throw new IllegalArgumentException(layer + " " + param + ": the updater keeps " + from + " values per parameter in"
                     + " the source but " + to + " in the target: their updater configurations differ (expected the"
-                    + " configuration the network was sharded from)");
+                    + " configuration the network was sharded from; fix: pass a target built from that configuration)");
         }
     }
 
     static void requireShape(String layer, String param, Layer to, INDArray gathered) {
         if (to.paramTable(false).get(param) == null) {
             throw new IllegalArgumentException(layer + " of target has no parameter " + param + " (it has "
-                    + to.paramTable(false).keySet() + "): expected the unsharded configuration");
+                    + to.paramTable(false).keySet() + "): expected the unsharded configuration (fix: pass a target built"
+                    + " from the configuration the network was sharded from)");
         }
         if (!Arrays.equals(to.getParam(param).shape(), gathered.shape())) {
             throw new IllegalArgumentException(layer + " " + param + " of target has shape "
                     + Arrays.toString(to.getParam(param).shape()) + ", the gathered shards " + Arrays.toString(gathered.shape())
-                    + ": expected the unsharded configuration");
+                    + ": expected the unsharded configuration (fix: pass a target built from the configuration the"
+                    + " network was sharded from)");
         }
     }
 

@@ -30,7 +30,8 @@ final class ShardedLayerConfig {
                     f.set(into, f.get(from));
                 } catch (IllegalAccessException e) {
                     throw new IllegalStateException("cannot copy DL4J layer setting " + c.getSimpleName() + "." + f.getName()
-                            + ": " + e.getMessage(), e);
+                            + ": " + e.getMessage() + " (fix: put DL4J on the class path, or add --add-opens "
+                            + c.getPackageName() + "=ALL-UNNAMED)", e);
                 }
             }
         }

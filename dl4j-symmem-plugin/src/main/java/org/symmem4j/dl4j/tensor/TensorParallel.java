@@ -16,6 +16,7 @@ import org.nd4j.linalg.activations.IActivation;
 import org.nd4j.linalg.activations.impl.ActivationSoftmax;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * Tensor parallelism for a DL4J {@link MultiLayerNetwork}, Megatron's way: each chosen dense layer
@@ -380,7 +381,7 @@ public final class TensorParallel {
                 case TensorParallelDenseLayer d -> d.getTensorParallelSize();
                 case VocabParallelOutputLayer o -> o.getTensorParallelSize();
                 case VocabParallelEmbeddingLayer e -> e.getTensorParallelSize();
-                default -> throw new IllegalStateException("unknown tensor-parallel layer configuration " + conf.getClass());
+                default -> throw Invariants.violated("unknown tensor-parallel layer configuration " + conf.getClass());
             };
             if (shardedFor != comm.size()) {
                 problems.add(kind + " was sharded for " + shardedFor + " ranks, the group has " + comm.size());
@@ -412,7 +413,7 @@ public final class TensorParallel {
                 }
             }
             throw new IllegalArgumentException("the network cannot be split exactly: " + String.join("; ", problems)
-                    + " (fix those layers' settings in the unsharded network and shard it again)");
+                    + " (fix: correct those layers' settings in the unsharded network and shard it again)");
         }
     }
 

@@ -51,7 +51,8 @@ public class VocabParallelEmbeddingLayerImpl extends EmbeddingLayer implements T
     private long[] indices() {
         if (input.columns() != 1 && !input.isRowVector()) {
             throw new DL4JInvalidInputException("vocabulary-parallel embedding " + layerId() + ": input of shape "
-                    + java.util.Arrays.toString(input.shape()) + ", expected [examples, 1] of integer indices");
+                    + java.util.Arrays.toString(input.shape()) + ", expected [examples, 1] of integer indices (fix: give"
+                    + " the layer one vocabulary index per example, as a column)");
         }
         long vocabulary = (long) layerConf().getNIn() * requireComm(layerId()).size();
         long[] indices = new long[Math.toIntExact(input.length())];
@@ -59,7 +60,8 @@ public class VocabParallelEmbeddingLayerImpl extends EmbeddingLayer implements T
             indices[i] = input.getLong(i);
             if (indices[i] < 0 || indices[i] >= vocabulary) {
                 throw new DL4JInvalidInputException("vocabulary-parallel embedding " + layerId() + ": index " + indices[i]
-                        + " for example " + i + ", expected 0 <= index < " + vocabulary + " (the whole vocabulary)");
+                        + " for example " + i + ", expected 0 <= index < " + vocabulary + " (the whole vocabulary; fix:"
+                        + " map the index into the vocabulary, or build the layer with a larger nIn)");
             }
         }
         return indices;

@@ -323,11 +323,13 @@ public final class CheckpointDirectory {
             p.load(in);
         } catch (NoSuchFileException e) {
             throw new TornCheckpointException("checkpoint " + dir + " is torn: manifest=" + MANIFEST
-                    + " missing (its write did not complete)");
+                    + " missing (its write did not complete); fix: restore the newest complete checkpoint with"
+                    + " restoreLatest(root), which skips torn ones, or pass an earlier step-<n> directory");
         }
         if (!FORMAT.equals(p.getProperty("format"))) {
             throw new TornCheckpointException("checkpoint " + dir + " is torn: format=" + p.getProperty("format")
-                    + ", expected format=" + FORMAT);
+                    + ", expected format=" + FORMAT + "; fix: restore the newest complete checkpoint with"
+                    + " restoreLatest(root), which skips torn ones, or pass an earlier step-<n> directory");
         }
         Counters counters;
         try {
@@ -336,7 +338,8 @@ public final class CheckpointDirectory {
                     Long.parseLong(p.getProperty("examplesInEpoch", "-1")), Integer.parseInt(p.getProperty("ranks")));
         } catch (RuntimeException e) {
             throw new TornCheckpointException("checkpoint " + dir + " is torn: its manifest's counters do not parse ("
-                    + e + ")");
+                    + e + "); fix: restore the newest complete checkpoint with restoreLatest(root), which skips torn"
+                    + " ones, or pass an earlier step-<n> directory");
         }
         Map<String, String> listed = new TreeMap<>();
         for (String key : p.stringPropertyNames()) {
@@ -345,18 +348,22 @@ public final class CheckpointDirectory {
             }
         }
         if (listed.isEmpty()) {
-            throw new TornCheckpointException("checkpoint " + dir + " is torn: its manifest lists no file");
+            throw new TornCheckpointException("checkpoint " + dir + " is torn: its manifest lists no file; fix: restore"
+                    + " the newest complete checkpoint with restoreLatest(root), which skips torn ones, or pass an"
+                    + " earlier step-<n> directory");
         }
         for (Map.Entry<String, String> e : listed.entrySet()) {
             Path f = dir.resolve(e.getKey());
             if (!Files.isRegularFile(f)) {
                 throw new TornCheckpointException("checkpoint " + dir + " is torn: file=" + e.getKey()
-                        + " missing, manifest says " + e.getValue());
+                        + " missing, manifest says " + e.getValue() + "; fix: restore the newest complete checkpoint"
+                        + " with restoreLatest(root), which skips torn ones, or pass an earlier step-<n> directory");
             }
             String found = Files.size(f) + " " + Long.toHexString(crc32c(f));
             if (!found.equals(e.getValue())) {
                 throw new TornCheckpointException("checkpoint " + dir + " is torn: file=" + e.getKey() + " size and crc32c="
-                        + found + ", manifest says " + e.getValue());
+                        + found + ", manifest says " + e.getValue() + "; fix: restore the newest complete checkpoint"
+                        + " with restoreLatest(root), which skips torn ones, or pass an earlier step-<n> directory");
             }
         }
         return counters;

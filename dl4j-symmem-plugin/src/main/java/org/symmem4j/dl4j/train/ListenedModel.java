@@ -107,7 +107,9 @@ public interface ListenedModel {
             field.set(model(), gradient);
         } catch (ReflectiveOperationException | RuntimeException e) {
             throw new IllegalStateException("cannot set " + type.getSimpleName() + ".gradient (expected DL4J 1.0.0-M2.1's"
-                    + " protected field; found " + e + "): listeners that read model.gradient() need it", e);
+                    + " protected field; found " + e + "): listeners that read model.gradient() need it (fix: use DL4J"
+                    + " 1.0.0-M2.1, and with DL4J on the module path add --add-opens " + type.getPackageName()
+                    + "=ALL-UNNAMED, or put DL4J on the class path)", e);
         }
     }
 }

@@ -109,7 +109,8 @@ public final class ModelListeners {
             Method m = listener.getClass().getMethod(method, parameters);
             return m.getDeclaringClass() != BaseTrainingListener.class;
         } catch (NoSuchMethodException e) {
-            throw new IllegalStateException("TrainingListener has no " + method + ": not DL4J 1.0.0-M2.1's interface", e);
+            throw new IllegalStateException("TrainingListener has no " + method + ": not DL4J 1.0.0-M2.1's interface"
+                    + " (fix: use DL4J 1.0.0-M2.1, the version symmem4j is built and tested against)", e);
         }
     }
 
@@ -266,7 +267,8 @@ public final class ModelListeners {
         for (INDArray p : parts) {
             if (p.rank() != parts[0].rank()) {
                 throw new IllegalStateException("activations of " + what + " differ in rank between workers: cannot form the"
-                        + " merged batch's activations for onForwardPass");
+                        + " merged batch's activations for onForwardPass (fix: give every batch of the iterator features"
+                        + " of the same rank)");
             }
         }
         return Nd4j.concat(0, parts);

@@ -7,6 +7,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.function.Predicate;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.SymmemException;
 
 /**
@@ -53,8 +54,9 @@ public final class RankFailures {
         } catch (ExecutionException e) {
             failures.add(e.getCause());
         } catch (TimeoutException e) {
+            // error-message: an internal invariant kept a SymmemException (it joins the step's failures); its text ends with Invariants.HOW_TO_REPORT
             failures.add(new SymmemException(who + " did not finish step " + step + " within " + bound
-                    + " (a wait that ignores the timeout: this is a bug)"));
+                    + " (a wait that ignores the timeout; " + Invariants.HOW_TO_REPORT + ")"));
         }
         failedRanks.add(rank);
         return null;

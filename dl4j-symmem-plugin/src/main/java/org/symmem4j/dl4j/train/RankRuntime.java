@@ -134,12 +134,15 @@ public abstract class RankRuntime<T> {
                     .get(timeout.toMillis() + 10_000, TimeUnit.MILLISECONDS);
         } catch (ExecutionException | TimeoutException e) {
             stop.run();
-            throw new SymmemException(what + " failed to start: " + e.getMessage(),
+            throw new SymmemException(what + " failed to start: " + e.getMessage() + " (fix: correct what the cause"
+                    + " names; after a timeout, check that every rank was started and is reachable, or raise the group"
+                    + " timeout with -Dsymmem4j.timeout.ms)",
                     e instanceof ExecutionException ? e.getCause() : e);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
             stop.run();
-            throw new SymmemException("interrupted while starting " + what, e);
+            throw new SymmemException("interrupted while starting " + what + ": expected the start to finish (fix: do"
+                    + " not interrupt the thread that builds the trainer)", e);
         }
     }
 

@@ -105,6 +105,7 @@ public final class TrainerOptions<L> {
      */
     public void ndThreadsPerRank(String setting, int threads, String expectation) {
         if (threads < 1) {
+            // error-message: the caller's expectation carries the rule and the fix (TrainerBuilder.ndThreadsPerRank)
             throw new IllegalArgumentException(setting + "=" + threads + " " + expectation);
         }
         this.ndThreadsPerRank = threads;
@@ -202,7 +203,9 @@ public final class TrainerOptions<L> {
         Objects.requireNonNull(root, "root");
         if (Files.exists(root) && !(Files.isDirectory(root) && Files.isReadable(root))) {
             throw new IllegalArgumentException("resumeFrom root=" + root + ": expected a readable directory (or none"
-                    + " yet, to start fresh), found " + (Files.isDirectory(root) ? "an unreadable directory" : "a file"));
+                    + " yet, to start fresh), found " + (Files.isDirectory(root) ? "an unreadable directory" : "a file")
+                    + " (fix: pass the checkpointEvery directory of the run, readable by this process, or a path that"
+                    + " does not exist yet)");
         }
         this.resumeRoot = root;
     }
@@ -213,7 +216,8 @@ public final class TrainerOptions<L> {
         if (Files.exists(abs)) {
             if (!Files.isDirectory(abs) || !Files.isWritable(abs)) {
                 throw new IllegalArgumentException(setting + " root=" + root + ": expected a writable directory, found "
-                        + (Files.isDirectory(abs) ? "a directory this process cannot write" : "a file"));
+                        + (Files.isDirectory(abs) ? "a directory this process cannot write" : "a file")
+                        + " (fix: pass a directory this process can write, or a path that does not exist yet)");
             }
             return root;
         }

@@ -122,7 +122,7 @@ class PipelineInputValidationTest {
         broken.init();
         assertMessage(IllegalArgumentException.class, () -> PipelineStageSplit.atBoundaries(broken, 2),
                 "at the boundary between stage 0 (output width 16) and stage 1 (input width 20)",
-                "layer 2 has nIn=20 expected nIn=16", "fix nIn/nOut");
+                "layer 2 has nIn=20 expected nIn=16", "fix: set nIn/nOut");
         assertMessage(IllegalArgumentException.class, () -> PipelineStageSplit.atBoundaries(broken, 1),
                 "inside stage 1", "layer 2 has nIn=20 expected nIn=16");
         assertMessage(IllegalArgumentException.class,
