@@ -443,12 +443,6 @@ abstract sealed class DataParallelBuilder
                     + " inside each group (fix: add .sharding(ZeroStage.PARAMETERS), or drop shardGroupSize)");
         }
         HybridSharding.check(workers, shardGroupSize);
-        if (shardGroupSize < workers && (options().checkpointSchedule() != null || options().resumeRoot() != null)) {
-            throw new IllegalArgumentException("shardGroupSize=" + shardGroupSize + " of workers=" + workers + " with"
-                    + " checkpointEvery/resumeFrom: checkpoints of hybrid sharding (a shard per shard-group rank, kept by"
-                    + " every replica) are not written yet; expected neither (fix: drop them, or shard over every worker:"
-                    + " leave shardGroupSize unset)");
-        }
     }
 
     /**
