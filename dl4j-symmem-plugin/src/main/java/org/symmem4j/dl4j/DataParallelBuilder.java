@@ -452,13 +452,11 @@ abstract sealed class DataParallelBuilder
     private void startFromConfiguration(Group group, boolean gpuMode) {
         int local = group == null ? workers : 1;
         boolean symmetricGradient = group != null && !gpuMode;
-        ModelStatePlan plan = ModelStatePlan.of(configuration, sharding, workers, local, symmetricGradient);
+        // with hybrid sharding each worker holds 1/S, not 1/N (blocks cut over its shard group)
+        ModelStatePlan plan = ModelStatePlan.of(configuration, sharding, workers, shardGroupSize, local,
+                symmetricGradient);
         ModelStatePlan stage3 = sharding == ZeroStage.PARAMETERS ? null
                 : ModelStatePlan.of(configuration, ZeroStage.PARAMETERS, workers, local, symmetricGradient);
-        if (sharding == ZeroStage.PARAMETERS && shardGroupSize > 0) {
-            // hybrid sharding: each worker holds 1/S, not 1/N (blocks cut over its shard group)
-            plan = ModelStatePlan.of(configuration, sharding, shardGroupSize, local, symmetricGradient);
-        }
         plan.check(ConfigurationStart.Caps.ofThisProcess(), stage3);
         ConfigurationStart.Network net = (ConfigurationStart.Network) model.model();
         if (sharding == ZeroStage.PARAMETERS) {
