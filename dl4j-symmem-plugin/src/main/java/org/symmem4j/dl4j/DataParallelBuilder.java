@@ -163,8 +163,9 @@ abstract sealed class DataParallelBuilder
      * workers of one machine); stage 3 shards every layer inside each group, so a worker keeps 1/S of the parameters,
      * gradient and updater state, and each layer's reduce-scattered block is then all-reduced over the N / S
      * replicas (docs/zero-stage-3.md, "Hybrid sharding"). The result equals plain data parallelism to rounding (the
-     * gradient is summed in another order), bitwise the same in every run. Default: every worker in one shard group
-     * (S = N, plain stage 3).
+     * gradient is summed in another order), bitwise the same in every run. Checkpoints are stage 3's, written by the
+     * first replica's S workers (a stage-3 checkpoint of S workers, restorable onto any worker count and shard group
+     * size). Default: every worker in one shard group (S = N, plain stage 3).
      *
      * @param shardGroupSize S: a divisor of the worker count, at least 2 (checked at {@code build()})
      * @return this builder
