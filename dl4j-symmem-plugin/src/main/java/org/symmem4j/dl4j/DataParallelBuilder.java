@@ -163,8 +163,9 @@ abstract sealed class DataParallelBuilder
      * workers of one machine); stage 3 shards every layer inside each group, so a worker keeps 1/S of the parameters,
      * gradient and updater state, and each layer's reduce-scattered block is then all-reduced over the N / S
      * replicas (docs/zero-stage-3.md, "Hybrid sharding"). The result equals plain data parallelism to rounding (the
-     * gradient is summed in another order), bitwise the same in every run. Default: every worker in one shard group
-     * (S = N, plain stage 3).
+     * gradient is summed in another order), bitwise the same in every run. Checkpoints are stage 3's, written by the
+     * first replica's S workers (a stage-3 checkpoint of S workers, restorable onto any worker count and shard group
+     * size). Default: every worker in one shard group (S = N, plain stage 3).
      *
      * @param shardGroupSize S: a divisor of the worker count, at least 2 (checked at {@code build()})
      * @return this builder
@@ -443,12 +444,6 @@ abstract sealed class DataParallelBuilder
                     + " inside each group (fix: add .sharding(ZeroStage.PARAMETERS), or drop shardGroupSize)");
         }
         HybridSharding.check(workers, shardGroupSize);
-        if (shardGroupSize < workers && (options().checkpointSchedule() != null || options().resumeRoot() != null)) {
-            throw new IllegalArgumentException("shardGroupSize=" + shardGroupSize + " of workers=" + workers + " with"
-                    + " checkpointEvery/resumeFrom: checkpoints of hybrid sharding (a shard per shard-group rank, kept by"
-                    + " every replica) are not written yet; expected neither (fix: drop them, or shard over every worker:"
-                    + " leave shardGroupSize unset)");
-        }
     }
 
     /**
@@ -458,13 +453,11 @@ abstract sealed class DataParallelBuilder
     private void startFromConfiguration(Group group, boolean gpuMode) {
         int local = group == null ? workers : 1;
         boolean symmetricGradient = group != null && !gpuMode;
-        ModelStatePlan plan = ModelStatePlan.of(configuration, sharding, workers, local, symmetricGradient);
+        // with hybrid sharding each worker holds 1/S, not 1/N (blocks cut over its shard group)
+        ModelStatePlan plan = ModelStatePlan.of(configuration, sharding, workers, shardGroupSize, local,
+                symmetricGradient);
         ModelStatePlan stage3 = sharding == ZeroStage.PARAMETERS ? null
                 : ModelStatePlan.of(configuration, ZeroStage.PARAMETERS, workers, local, symmetricGradient);
-        if (sharding == ZeroStage.PARAMETERS && shardGroupSize > 0) {
-            // hybrid sharding: each worker holds 1/S, not 1/N (blocks cut over its shard group)
-            plan = ModelStatePlan.of(configuration, sharding, shardGroupSize, local, symmetricGradient);
-        }
         plan.check(ConfigurationStart.Caps.ofThisProcess(), stage3);
         ConfigurationStart.Network net = (ConfigurationStart.Network) model.model();
         if (sharding == ZeroStage.PARAMETERS) {

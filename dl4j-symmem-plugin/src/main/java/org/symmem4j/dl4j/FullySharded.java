@@ -681,6 +681,24 @@ final class FullySharded implements AutoCloseable {
         return comm;
     }
 
+    /** This rank's place among the ranks its blocks are cut over (with hybrid sharding, in its shard group). */
+    int shardRank() {
+        return comm.group().rank();
+    }
+
+    /** The ranks the blocks are cut over: every worker, or with hybrid sharding the shard group's S. */
+    int shardCount() {
+        return comm.group().worldSize();
+    }
+
+    /**
+     * Whether this rank's blocks are the first replica's: always without hybrid sharding; with it, only in the mesh's
+     * first row (the other rows hold the same blocks bit for bit, so one row is the whole model state).
+     */
+    boolean firstReplica() {
+        return hybrid == null || hybrid.replica() == 0;
+    }
+
     /** The elements this rank owns, [from, to) pairs in ascending order. */
     long[] ownRanges() {
         long[] r = new long[2 * units.size()];

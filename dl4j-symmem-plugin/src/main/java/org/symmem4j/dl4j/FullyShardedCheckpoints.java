@@ -37,6 +37,13 @@ import org.symmem4j.dl4j.train.CheckpointDirectory;
  * into the shards only when every rank has read and checked everything, so a refused restore changes nothing. A
  * stage-3 wrapper also restores a consolidated checkpoint (plain data parallelism's, stages 1 and 2's: their
  * {@code model.zip}), each rank taking its blocks and its state from the whole model.
+ *
+ * <p>Hybrid sharding ({@link HybridSharding}, N workers in N / S replicas of S) writes the same format: the replicas
+ * hold the same blocks bit for bit, so only the first replica's S ranks write, each as rank s of S (its place in its
+ * shard group), and the checkpoint is a stage-3 checkpoint of S ranks (its manifest says {@code ranks=S}). A restore
+ * cuts by the restoring run's own blocks: every rank of every replica reads the blocks of its shard rank, so an HSDP
+ * run restores a stage-3 checkpoint of any rank count, an HSDP checkpoint of any N'/S', and stage 3 over every worker
+ * restores an HSDP checkpoint.
  */
 final class FullyShardedCheckpoints {
 
@@ -46,16 +53,22 @@ final class FullyShardedCheckpoints {
     }
 
     /**
-     * Writes this process's ranks' shards into {@code dir}; collective in group mode (every rank, same directory).
-     * Workers started and idle.
+     * Writes this process's ranks' shards into {@code dir}; collective in group mode (every rank, same directory,
+     * also the ranks that write nothing: hybrid sharding's replicas after the first). Workers started and idle.
+     *
+     * @param counters where the checkpoint stands; its rank count is replaced by the ranks that write (S under hybrid
+     *                 sharding)
      */
     static void save(Path dir, DataParallelSettings settings, List<DataParallelWorker> workers,
                      CheckpointDirectory.Counters counters, ShardedCheckpoints.Agreement agreement) throws IOException {
         List<ShardedCheckpoints.Shard> states = new ArrayList<>();
         List<ShardedCheckpoints.Shard> params = new ArrayList<>();
-        for (int j = 0; j < workers.size(); j++) {
-            DataParallelWorker w = workers.get(j);
-            int rank = settings.firstLocalRank() + j;
+        int ranks = workers.getFirst().fullySharded().shardCount();
+        for (DataParallelWorker w : workers) {
+            if (!w.fullySharded().firstReplica()) {
+                continue; // hybrid sharding: the first replica's blocks are these, bit for bit
+            }
+            int rank = w.fullySharded().shardRank();
             states.add(stateShard(rank, w, w.sharded().state()));
             INDArray blocks = blocksArray(w);
             if (blocks != null) {
@@ -63,20 +76,22 @@ final class FullyShardedCheckpoints {
             }
             params.add(paramShard(rank, w, blocks));
         }
-        boolean leader = settings.group() == null || settings.group().rank() == 0;
-        ShardedCheckpoints.save(dir, settings.workers(), states, params, leader, null, counters, agreement);
+        boolean leader = settings.group() == null || settings.group().rank() == 0; // rank 0: the first replica's
+        CheckpointDirectory.Counters written = new CheckpointDirectory.Counters(counters.step(), counters.epoch(),
+                counters.iteration(), counters.batchesInEpoch(), counters.examplesInEpoch(), ranks);
+        ShardedCheckpoints.save(dir, ranks, states, params, leader, null, written, agreement);
     }
 
     /**
-     * Restores {@code dir} into this process's workers' shards: a stage-3 checkpoint of any rank count, or a
-     * consolidated one ({@code model.zip} without parameter shards). Collective in group mode; on any rank's refusal
+     * Restores {@code dir} into this process's workers' shards: a stage-3 checkpoint of any rank count (hybrid
+     * sharding's included), or a consolidated one ({@code model.zip} without parameter shards); with hybrid sharding
+     * every replica reads its shard rank's blocks. Collective in group mode; on any rank's refusal
      * every rank throws with its shards unchanged. Workers started and idle; the caller then pulls the model from
      * the replicas.
      *
      * @return the manifest's counters, or null for a consolidated checkpoint without a manifest
      */
-    static CheckpointDirectory.Counters restore(Path dir, DataParallelSettings settings, List<DataParallelWorker> workers,
-                                                ModelReplica model, ShardedCheckpoints.Words words,
+    static CheckpointDirectory.Counters restore(Path dir, List<DataParallelWorker> workers, ModelReplica model, ShardedCheckpoints.Words words,
                                                 ShardedCheckpoints.Agreement agreement) throws IOException {
         if (!hasParameterShards(dir) && Files.isRegularFile(dir.resolve(ShardCheckpoint.MODEL_FILE))) {
             ShardedCheckpoints.Restored restored = ShardedCheckpoints.restoreModel(dir, model.model(), words, agreement);
@@ -102,9 +117,8 @@ final class FullyShardedCheckpoints {
         // read into arrays of the rank's own size; the shards take them once every rank has checked everything
         List<ShardedCheckpoints.Shard> states = new ArrayList<>();
         List<ShardedCheckpoints.Shard> params = new ArrayList<>();
-        for (int j = 0; j < workers.size(); j++) {
-            DataParallelWorker w = workers.get(j);
-            int rank = settings.firstLocalRank() + j;
+        for (DataParallelWorker w : workers) {
+            int rank = w.fullySharded().shardRank();
             INDArray state = w.sharded().state();
             states.add(stateShard(rank, w, state == null ? null : Nd4j.create(state.dataType(), state.length())));
             params.add(paramShard(rank, w, blocksArray(w)));
@@ -113,8 +127,8 @@ final class FullyShardedCheckpoints {
         ShardedCheckpoints.Reads reads = new ShardedCheckpoints.Reads(Set.of(STAGE),
                 "ZeRO stage-3 shards (PARAMETERS: parameter and updater-state shards)",
                 r -> layout.stateRanges(r.start(), r.end()), false, false);
-        ShardedCheckpoints.Restored restored = ShardedCheckpoints.restore(dir, settings.workers(), states, params,
-                model.model(), words, reads, agreement);
+        ShardedCheckpoints.Restored restored = ShardedCheckpoints.restore(dir,
+                workers.getFirst().fullySharded().shardCount(), states, params, model.model(), words, reads, agreement);
         CheckpointDirectory.Counters c = restored.counters();
         for (int j = 0; j < workers.size(); j++) {
             DataParallelWorker w = workers.get(j);

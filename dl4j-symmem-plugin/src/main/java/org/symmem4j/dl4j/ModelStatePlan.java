@@ -19,7 +19,8 @@ import org.symmem4j.parallel.DType;
  *   <li>plain, stages 1 and 2: the wrapper's model (parameters, gradient view, updater state: DL4J's {@code init()})
  *       and each local worker's replica (parameters; gradient view, in symmetric memory in group mode; updater state,
  *       1/N of it sharded);</li>
- *   <li>stage 3: per local worker its blocks (1/N of every layer) of the parameters and the gradient (symmetric),
+ *   <li>stage 3: per local worker its blocks (1/N of every layer; with hybrid sharding 1/S, S the shard group's
+ *       size) of the parameters and the gradient (symmetric),
  *       its shard of the updater state (ND4J), and the working set: the two largest layers' parameters (the one
  *       computing and the one prefetched) and gradients (the one written and the one reduce-scattered), plus the
  *       pages two units' boundaries share; the wrapper's model is hollow (nothing).</li>
@@ -28,20 +29,32 @@ import org.symmem4j.parallel.DType;
  *
  * @param stage        the stage, null for plain data parallelism
  * @param workers      workers of the run (N)
+ * @param shardGroupSize hybrid sharding's workers per shard group (S, the blocks cut over S), 0 for none
  * @param localWorkers workers in this process (all of them as threads, 1 in group mode)
  * @param groupMode    whether the gradient view lives in symmetric memory (one process per worker)
  * @param nd4jBytes    ND4J bytes this process holds for model state
  * @param symmetricBytes resident symmetric bytes this process holds for model state (at most)
  * @param parts        what makes up the two sums, for messages and reports
  */
-record ModelStatePlan(ZeroStage stage, int workers, int localWorkers, boolean groupMode, long nd4jBytes,
-                      long symmetricBytes, String parts) {
+record ModelStatePlan(ZeroStage stage, int workers, int shardGroupSize, int localWorkers, boolean groupMode,
+                      long nd4jBytes, long symmetricBytes, String parts) {
 
     private static final long PAGE = 4096;
 
     /** The plan of {@code conf} trained with {@code stage} by {@code workers} workers, {@code localWorkers} here. */
     static ModelStatePlan of(MultiLayerConfiguration conf, ZeroStage stage, int workers, int localWorkers,
                              boolean groupMode) {
+        return of(conf, stage, workers, 0, localWorkers, groupMode);
+    }
+
+    /**
+     * {@link #of(MultiLayerConfiguration, ZeroStage, int, int, boolean)} with hybrid sharding: stage 3's blocks cut
+     * over shard groups of {@code shardGroupSize} workers (0, or {@code workers}: over every worker).
+     */
+    static ModelStatePlan of(MultiLayerConfiguration conf, ZeroStage stage, int workers, int shardGroupSize,
+                             int localWorkers, boolean groupMode) {
+        int hybrid = stage == ZeroStage.PARAMETERS && shardGroupSize > 0 && shardGroupSize < workers ? shardGroupSize : 0;
+        int cut = hybrid > 0 ? hybrid : workers; // the ranks stage 3's blocks (and the state shards) are cut over
         int width = conf.getDataType().width();
         DType dtype = ModelReplica.dtypeOf(conf.getDataType());
         long params = 0;
@@ -63,9 +76,9 @@ record ModelStatePlan(ZeroStage stage, int workers, int localWorkers, boolean gr
             params += n;
             long k = statesPerParam(c);
             state += k * n;
-            ShardPartition part = ShardPartition.of(n, workers, dtype);
+            ShardPartition part = ShardPartition.of(n, cut, dtype);
             long most = 0;
-            for (int r = 0; r < workers; r++) {
+            for (int r = 0; r < cut; r++) {
                 most = Math.max(most, part.end(r) - part.start(r));
             }
             ownParams += most;
@@ -84,14 +97,14 @@ record ModelStatePlan(ZeroStage stage, int workers, int localWorkers, boolean gr
             long working = 2 * (largest + second) * width + 4L * units * PAGE;
             long sym = localWorkers * (2 * own + working);
             long nd = localWorkers * stateShard * width;
-            return new ModelStatePlan(stage, workers, localWorkers, groupMode, nd, sym, localWorkers + " x (parameter"
-                    + " blocks " + own + " + gradient blocks " + own + " + updater shard " + stateShard * width
+            return new ModelStatePlan(stage, workers, hybrid, localWorkers, groupMode, nd, sym, localWorkers
+                    + " x (parameter blocks " + own + " + gradient blocks " + own + " + updater shard " + stateShard * width
                     + " + working set of the two largest layers " + working + ") bytes; the model itself: nothing");
         }
         long replicaState = stage == null ? s : ceilDiv(state, workers) * width;
         long nd = (2 * p + s) + localWorkers * (p + (groupMode ? 0 : p) + replicaState);
         long sym = groupMode ? localWorkers * p : 0;
-        return new ModelStatePlan(stage, workers, localWorkers, groupMode, nd, sym, "the model (parameters " + p
+        return new ModelStatePlan(stage, workers, 0, localWorkers, groupMode, nd, sym, "the model (parameters " + p
                 + " + gradient " + p + " + updater state " + s + ") + " + localWorkers + " x replica (parameters " + p
                 + " + gradient " + p + (groupMode ? " in symmetric memory" : "") + " + updater state " + replicaState
                 + (stage == null ? "" : ", its shard") + ") bytes");
@@ -121,8 +134,12 @@ record ModelStatePlan(ZeroStage stage, int workers, int localWorkers, boolean gr
      * @param stage3 the plan of the same run with stage 3, for the message; null when this is it
      */
     void check(ConfigurationStart.Caps caps, ModelStatePlan stage3) {
-        String what = stage == null ? "plain data parallelism" : "sharding(" + stage + ")";
-        String fix = stage3 == null ? "fix: a larger cap, more workers, or a smaller model"
+        String what = stage == null ? "plain data parallelism" : "sharding(" + stage + ")" + (shardGroupSize == 0 ? ""
+                : " with shardGroupSize=" + shardGroupSize + " of workers=" + workers + " (each worker keeps 1/"
+                + shardGroupSize + " of the model state)");
+        String fix = shardGroupSize > 0 ? "fix: a larger shardGroupSize (up to workers=" + workers + ", where each"
+                + " worker keeps 1/" + workers + "), a larger cap, or a smaller model"
+                : stage3 == null ? "fix: a larger cap, more workers, or a smaller model"
                 : "fix: sharding(ZeroStage.PARAMETERS), where each worker keeps 1/" + workers + " of the model state: this"
                 + " process would need " + stage3.nd4jBytes() + " ND4J bytes and " + stage3.symmetricBytes()
                 + " symmetric bytes";

@@ -8,7 +8,8 @@ import org.symmem4j.dl4j.train.CheckpointDirectory;
 /**
  * What {@link SymmemParallelWrapper}'s checkpoints write and read, by stage: plain data parallelism's model-only
  * checkpoint ({@code model.zip}, every replica's equal state), stages 1 and 2's updater-state shards with the
- * consolidated model, and stage 3's parameter and updater-state shards without one ({@link FullyShardedCheckpoints}).
+ * consolidated model, and stage 3's parameter and updater-state shards without one ({@link FullyShardedCheckpoints}),
+ * hybrid sharding's too (its first replica's shards, a stage-3 checkpoint of the shard group's size).
  * The wrapper keeps the schedule, the step count and the resume position; this class the files.
  */
 final class WrapperCheckpoints {
@@ -28,23 +29,9 @@ final class WrapperCheckpoints {
         return ShardedCheckpoints.Agreement.over(settings.group(), "symmem4j-wrapper-");
     }
 
-    /**
-     * Hybrid sharding keeps one shard per shard-group rank in every replica; stage 3's files are cut over all the
-     * workers, so neither a save nor a restore may run (checked before anything is written or changed).
-     */
-    private static void refuseHybrid(DataParallelSettings settings, String what) {
-        if (settings.hybrid()) {
-            throw new IllegalStateException(what + " with shardGroupSize=" + settings.shardGroupSize() + " of workers="
-                    + settings.workers() + ": checkpoints of hybrid sharding (a shard per shard-group rank, kept by every"
-                    + " replica) are not written yet; expected stage 3 over every worker (fix: gather the model with"
-                    + " saveModel(file) and restart from it, or leave shardGroupSize unset)");
-        }
-    }
-
     /** Writes what the next step would train from; workers started and idle. Collective in group mode. */
     static void write(Path dir, long stepsDone, long batchesInEpoch, long examplesInEpoch, DataParallelSettings settings,
                       DataParallelWorkers workers, ModelReplica model) throws IOException {
-        refuseHybrid(settings, "saveCheckpoint");
         boolean stage3 = settings.sharding() == ZeroStage.PARAMETERS;
         if (!stage3) { // stage 3: each rank writes its own blocks, nobody gathers the model
             workers.pullModelFromReplicas();
@@ -72,7 +59,6 @@ final class WrapperCheckpoints {
      */
     static CheckpointDirectory.Counters restore(Path dir, DataParallelSettings settings, DataParallelWorkers workers,
                                                 ModelReplica model) throws IOException {
-        refuseHybrid(settings, "restoreCheckpoint");
         if (settings.sharding() == null) {
             ShardedCheckpoints.Restored restored = ShardedCheckpoints.restoreModel(dir, model.model(), WORDS,
                     agreement(settings));
@@ -80,7 +66,7 @@ final class WrapperCheckpoints {
             return restored.counters();
         }
         if (settings.sharding() == ZeroStage.PARAMETERS) {
-            CheckpointDirectory.Counters c = FullyShardedCheckpoints.restore(dir, settings, workers.all(), model, WORDS,
+            CheckpointDirectory.Counters c = FullyShardedCheckpoints.restore(dir, workers.all(), model, WORDS,
                     agreement(settings));
             workers.pullModelFromReplicas();
             return c;

@@ -122,6 +122,18 @@ class ConfigurationStartTest {
                 && e.getMessage().contains("found") && e.getMessage().contains("fix: sharding(ZeroStage.PARAMETERS)"),
                 e.getMessage());
         stage3.check(caps, null);
+        // hybrid sharding, 2 replicas of 2: each worker keeps 1/2 (more than stage 3's 1/4), and a refusal says so
+        ModelStatePlan hybrid = ModelStatePlan.of(conf, ZeroStage.PARAMETERS, workers, 2, 1, true);
+        ModelStatePlan half = ModelStatePlan.of(conf, ZeroStage.PARAMETERS, 2, 1, true);
+        assertEquals(half.nd4jBytes(), hybrid.nd4jBytes(), hybrid + " vs stage 3 on 2: " + half);
+        assertEquals(half.symmetricBytes(), hybrid.symmetricBytes());
+        assertTrue(hybrid.nd4jBytes() > stage3.nd4jBytes(), hybrid + " vs " + stage3);
+        ConfigurationStart.Caps between = new ConfigurationStart.Caps(stage3.nd4jBytes(), "test cap", Long.MAX_VALUE,
+                "unset");
+        stage3.check(between, null);
+        String h = assertThrows(IllegalStateException.class, () -> hybrid.check(between, null)).getMessage();
+        assertTrue(h.contains("shardGroupSize=2 of workers=4") && h.contains("keeps 1/2 of the model state")
+                && h.contains("fix: a larger shardGroupSize (up to workers=4, where each worker keeps 1/4)"), h);
         // the symmetric cap: the builder reads it from the system property, before anything is allocated
         System.setProperty(ConfigurationStart.Caps.SYMMETRIC_PROPERTY, "64k");
         try {
