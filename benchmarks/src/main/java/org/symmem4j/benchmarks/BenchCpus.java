@@ -84,7 +84,8 @@ final class BenchCpus {
                     + " unset)", e);
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
-            throw new IllegalStateException("pinning " + what + " to CPU " + cpus[slot] + " was interrupted", e);
+            throw new IllegalStateException("pinning " + what + " to CPU " + cpus[slot] + " was interrupted while"
+                    + " taskset ran (fix: do not interrupt the benchmark's set-up, or leave -D" + PROPERTY + " unset)", e);
         }
     }
 }

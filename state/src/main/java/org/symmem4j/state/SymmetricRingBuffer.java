@@ -341,7 +341,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
                 || payloadOffset % RingBufferLayout.RECORD_ALIGNMENT != 0) {
             throw new IllegalArgumentException("ring buffer commit/abort: payloadOffset=" + payloadOffset
                     + " is not an offset tryClaim returned (expected a multiple of " + RingBufferLayout.RECORD_ALIGNMENT
-                    + " in " + RECORD_HEADER_BYTES + ".." + capacity + ")");
+                    + " in " + RECORD_HEADER_BYTES + ".." + capacity + "; fix: pass tryClaim's return value unchanged)");
         }
         long header = RingBufferLayout.recordHeaderAcquire(ring, index);
         int length = RingBufferLayout.recordLength(header);
