@@ -9,6 +9,7 @@
 #           RING_I (4) measured iterations of 1 s. The producer, consumer and Aeron driver threads are pinned to
 #           RING_CPUS (default: three distinct cores sharing a last-level cache, not CPU 0's, from lscpu; RING_CPUS=none
 #           pins nothing). AERON_TERM_LENGTH: Aeron's IPC term buffer bytes (default 1 MiB, the rings' capacity).
+#           RING_ONE_TO_ONE_ONLY=1 leaves the many-to-one kinds out (~3.5 min).
 #           The table (each maker's msg/s with its error and its forks' spread, ratios, p50/p99, and whether the error
 #           bars are apart) goes to summary.txt and ring-summary.md. (~5.5 min)
 #   ringcost RingOpCostBenchmark: one message written and read back in one thread, 64 B and 4 KiB, symmem4j's rings
@@ -83,7 +84,7 @@ ring() {
   timeout -k 10 "${RING_LIMIT:-480}" "${java[@]}" ${cpus:+-Dsymmem4j.bench.cpus=$cpus} \
     ${AERON_TERM_LENGTH:+-Dsymmem4j.bench.aeronTermLength=$AERON_TERM_LENGTH} \
     org.symmem4j.benchmarks.RingSuite --out "$out" --forks "${RING_FORKS:-3}" --other-forks "${RING_OTHER_FORKS:-1}" \
-    --warmups "${RING_WI:-2}" --iterations "${RING_I:-4}" > ring.txt 2>&1
+    --warmups "${RING_WI:-2}" --iterations "${RING_I:-4}" ${RING_ONE_TO_ONE_ONLY:+--no-many-to-one} > ring.txt 2>&1
   local code=$?
   echo "== ring: exit=$code at ${SECONDS}s" | tee -a summary.txt
   sed -n '/^## Ring buffers/,$p' ring.txt >> summary.txt
