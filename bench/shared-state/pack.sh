@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs the shared-state benchmarks (issue #33) for the CPUs of a lent machine that has no Java and no network and
 # takes at most 64 MiB per call: a jlinked JDK 25 runtime and only the jars the host JMH suite needs (ours, JMH,
-# Agrona, Chronicle Map and its libraries, picocli, SLF4J; none of DL4J/ND4J), as one state.tar.xz in DEST (default
+# Agrona, Aeron's client and driver, Chronicle Map and its libraries, picocli, SLF4J; none of DL4J/ND4J), as one
+# state.tar.xz in DEST (default
 # .device-state, git-ignored), with run.sh beside it (it unpacks the archive first). Then, with the device tool:
 #   command='bash .device-state/run.sh', carry=['.device-state']
 # package, never install: ~/.m2 holds artifacts other checkouts use.
@@ -24,15 +25,20 @@ mkdir -p "$stage/lib"
 for module in parallel state examples benchmarks; do
   cp "$module/target/symmem4j-$module-$version.jar" "$stage/lib/"
 done
-# the class path's jars the suite needs: JMH and its two libraries, Agrona, the Chronicle libraries and theirs,
-# picocli, SLF4J; everything of DL4J, ND4J, JavaCPP and their natives stays out (hundreds of MB, unused here), and
-# aeron-all above all: DL4J's parameter server brings Aeron 1.39, which bundles Agrona 1.x classes that would shadow
-# the Agrona 2.6 the ring benchmark measures
-for jar in $(tr ':' '\n' < benchmarks/target/classpath.txt); do
+# the class path's jars the suite needs: JMH and its two libraries, Agrona, Aeron's client, driver and annotations,
+# the Chronicle libraries and theirs, picocli, SLF4J; everything of DL4J, ND4J, JavaCPP and their natives stays out
+# (hundreds of MB, unused here), and aeron-all above all (benchmarks/pom.xml excludes it; should it come back: DL4J's
+# parameter server brings Aeron 1.39, a shaded jar whose Agrona 1.x classes would shadow the Agrona 2 measured here)
+classpath=$(cat benchmarks/target/classpath.txt)
+# Aeron is built against an older Agrona 2.x than the one measured: every Agrona member its classes use must exist
+jar_of() { tr ':' '\n' <<< "$classpath" | grep "/$1-[0-9][^/]*\.jar\$" | head -1; }
+"$jdk/bin/java" bench/shared-state/AgronaLinkCheck.java "$(jar_of agrona)" "$(jar_of aeron-client)" "$(jar_of aeron-driver)" \
+  || { echo "Aeron's jars use Agrona members the packed Agrona lacks: align aeron.version and agrona.version" >&2; exit 1; }
+for jar in $(tr ':' '\n' <<< "$classpath"); do
   case "$(basename "$jar")" in
     symmem4j-*|deeplearning4j-*|nd4j-*|datavec-*|javacpp*|openblas*|opencv*|ffmpeg*|hdf5*|leptonica*|mkl*|\
     protobuf*|flatbuffers*|guava*|jackson*|commons-compress*|xchart*|VectorGraphics2D*|graphics2d*|animated-gif*|\
-    micrometer*|prometheus*|javalin*|jetty*|kotlin*|netty*|aeron*|fastutil*|freemarker*|httpclient*|httpcore*|\
+    micrometer*|prometheus*|javalin*|jetty*|kotlin*|netty*|aeron-all*|fastutil*|freemarker*|httpclient*|httpcore*|\
     joda-time*|threetenbp*|commons-collections4*|*-sources.jar) ;;
     *.jar) cp "$jar" "$stage/lib/" ;;
   esac

@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Runs the shared-state benchmarks of issue #33 on a lent machine's CPUs, in one call of under 8 minutes on 16 cores,
-# from what bench/shared-state/pack.sh packed (carry the folder; this script runs from inside it or the checkout):
-#   ring    RingBenchmark: 2 processes over /dev/shm, 64 B and 4 KiB messages, throughput and round trip (p50, p99),
-#           symmem4j's one-to-one and many-to-one rings against Agrona's over mapped files (~2.5 min)
+# Runs the shared-state benchmarks of issue #33 on a lent machine's CPUs, from what bench/shared-state/pack.sh packed
+# (carry the folder; this script runs from inside it or the checkout). One device call holds `ring` alone (~5.5 min on
+# 16 cores) or `map cache switch` (~4.5 min); `ringcost` fits beside either.
+#   ring    RingSuite (RingBenchmark): 2 processes over /dev/shm, 64 B and 4 KiB messages, throughput and round trip
+#           (p50, p99), symmem4j's one-to-one and many-to-one rings against Agrona's over mapped files and Aeron IPC
+#           (exclusive and concurrent publications, media driver embedded in rank 0: SHARED threading, busy spin);
+#           one-to-one throughput with RING_FORKS (3) forks, the rest RING_OTHER_FORKS (1); RING_WI (2) warm-up and
+#           RING_I (4) measured iterations of 1 s. The producer, consumer and Aeron driver threads are pinned to
+#           RING_CPUS (default: three distinct cores sharing a last-level cache, not CPU 0's, from lscpu; RING_CPUS=none
+#           pins nothing). AERON_TERM_LENGTH: Aeron's IPC term buffer bytes (default 1 MiB, the rings' capacity).
+#           RING_ONE_TO_ONE_ONLY=1 leaves the many-to-one kinds out (~3.5 min).
+#           The table (each maker's msg/s with its error and its forks' spread, ratios, p50/p99, and whether the error
+#           bars are apart) goes to summary.txt and ring-summary.md. (~5.5 min)
 #   ringcost RingOpCostBenchmark: one message written and read back in one thread, 64 B and 4 KiB, symmem4j's rings
 #           (offer, and tryClaim/commit) against Agrona's (write, and tryClaim/commit): the CPU cost per message
 #           without cores or scheduling in it (~2 min; not in the default steps)
@@ -11,9 +20,10 @@
 #   cache   ParameterCacheBenchmark: lookup latency against a ConcurrentHashMap of segments (~20 s)
 #   switch  ParameterCacheSwitchBench: a 100 MB entry swapped 40 times, the switch as a reader on another rank sees
 #           it, against that reader copying the entry (~15 s)
-#   bash run.sh [STEP..]       (default: ring map cache switch)
-# JMH settings: WI (2) warm-up iterations of W (1) s, I (3) iterations of R (1) s, one fork. Each step is bounded
-# by `timeout` (RING_LIMIT 170, MAP_LIMIT 230, CACHE_LIMIT 40, SWITCH_LIMIT 40 s) so the call ends in time.
+#   bash run.sh [STEP..]       (default: ring)
+# JMH settings of the other steps: WI (2) warm-up iterations of W (1) s, I (3) iterations of R (1) s, one fork. Each
+# step is bounded by `timeout` (RING_LIMIT 480, RINGCOST_LIMIT 150, MAP_LIMIT 230, CACHE_LIMIT 40, SWITCH_LIMIT 40 s).
+# Ring files and Aeron directories this script's benchmarks leave in /dev/shm are removed at the end.
 # Results in $OUT: machine.txt, <step>.txt (JMH's tables), <step>.json (JMH's results), switch.md, summary.txt,
 # bench-peer.log (the peer processes' output).
 set -uo pipefail
@@ -39,6 +49,22 @@ pack=$home
 } > machine.txt 2>&1
 java=("$pack/jre/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector
       --sun-misc-unsafe-memory-access=allow -Xmx2g -cp "$pack/lib/*")
+# CPUs for the ring's spinning threads: distinct cores that share a last-level cache, skipping CPU 0's core (the
+# kernel's housekeeping); up to three (producer, consumer, Aeron's driver), at least two, else none
+pick_cpus() {
+  lscpu -p=CPU,CORE,CACHE 2>/dev/null | awk -F, '
+    /^#/ { next }
+    { n = split($3, c, ":"); llc = c[n] }
+    $1 == 0 { skip[$2] = 1; next }
+    skip[$2] || used[$2]++ { next }
+    { count[llc]++; list[llc] = list[llc] (count[llc] > 1 ? "," : "") $1; if (count[llc] == 3 && best == "") best = list[llc] }
+    END { if (best == "") for (k in count) if (count[k] >= 2) { split(list[k], p, ","); best = p[1] "," p[2]; break }
+          print best }'
+}
+cleanup_shm() {
+  rm -rf /dev/shm/symmem4j-aeron-bench-* /dev/shm/symmem4j-ring-bench-* 2>/dev/null
+}
+trap cleanup_shm EXIT
 jmh() { # $1 step, $2 limit, $3 benchmark regex, then JMH flags
   local step=$1 limit=$2 regex=$3; shift 3
   echo "== $step at ${SECONDS}s" | tee -a summary.txt
@@ -51,12 +77,26 @@ jmh() { # $1 step, $2 limit, $3 benchmark regex, then JMH flags
   [ $code -eq 0 ] || grep -E 'Exception|Error|Result "' "$step.txt" | tail -20 >> summary.txt
   return $code
 }
+ring() {
+  local cpus=${RING_CPUS-$(pick_cpus)}
+  [ "$cpus" = none ] && cpus=
+  echo "== ring at ${SECONDS}s (cpus: ${cpus:-not pinned})" | tee -a summary.txt
+  timeout -k 10 "${RING_LIMIT:-480}" "${java[@]}" ${cpus:+-Dsymmem4j.bench.cpus=$cpus} \
+    ${AERON_TERM_LENGTH:+-Dsymmem4j.bench.aeronTermLength=$AERON_TERM_LENGTH} \
+    org.symmem4j.benchmarks.RingSuite --out "$out" --forks "${RING_FORKS:-3}" --other-forks "${RING_OTHER_FORKS:-1}" \
+    --warmups "${RING_WI:-2}" --iterations "${RING_I:-4}" ${RING_ONE_TO_ONE_ONLY:+--no-many-to-one} > ring.txt 2>&1
+  local code=$?
+  echo "== ring: exit=$code at ${SECONDS}s" | tee -a summary.txt
+  sed -n '/^## Ring buffers/,$p' ring.txt >> summary.txt
+  [ $code -eq 0 ] || { sed -n '/^Benchmark /,$p' ring.txt; grep -E 'Exception|Error|Result "' ring.txt | tail -20; } >> summary.txt
+  return $code
+}
 rc=0
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ring map cache switch)
+[ ${#steps[@]} -gt 0 ] || steps=(ring)
 for step in "${steps[@]}"; do
   case $step in
-    ring) jmh ring "${RING_LIMIT:-170}" 'org.symmem4j.benchmarks.RingBenchmark' || rc=1 ;;
+    ring) ring || rc=1 ;;
     ringcost) jmh ringcost "${RINGCOST_LIMIT:-150}" 'org.symmem4j.benchmarks.RingOpCostBenchmark' || rc=1 ;;
     map) jmh map "${MAP_LIMIT:-230}" 'org.symmem4j.benchmarks.MapBenchmark' || rc=1 ;;
     cache) jmh cache "${CACHE_LIMIT:-40}" 'org.symmem4j.benchmarks.ParameterCacheBenchmark' || rc=1 ;;

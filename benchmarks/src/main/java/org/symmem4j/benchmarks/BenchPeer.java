@@ -42,7 +42,7 @@ public final class BenchPeer {
                 description = "allreduce: the algorithm (ONE_SHOT, TWO_SHOT, RING); handoff: the waits (BACKOFF, SPIN)")
         String variant;
         @Parameters(index = "3", arity = "0..1", paramLabel = "FILES",
-                description = "ring: the path prefix of Agrona's ring files")
+                description = "ring: the path prefix of Agrona's ring files, or Aeron's directory")
         String files;
     }
 

@@ -57,7 +57,8 @@ final class PeerProcess {
         // the fork's own module openings (a benchmark of a library that needs them, e.g. Agrona, Chronicle Map)
         ManagementFactory.getRuntimeMXBean().getInputArguments().stream()
                 .filter(a -> a.startsWith("--add-opens") || a.startsWith("--add-exports")
-                        || a.startsWith("--sun-misc-unsafe-memory-access") || a.startsWith("-Dchronicle."))
+                        || a.startsWith("--sun-misc-unsafe-memory-access") || a.startsWith("-Dchronicle.")
+                        || a.startsWith("-Dsymmem4j.bench."))
                 .forEach(command::add);
         command.addAll(List.of("-cp", System.getProperty("java.class.path"), BenchPeer.class.getName()));
         command.addAll(List.of(peerArgs));

@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.nio.file.Path;
 import java.util.concurrent.TimeUnit;
 
+import io.aeron.driver.MediaDriver;
 import org.openjdk.jmh.annotations.Benchmark;
 import org.openjdk.jmh.annotations.BenchmarkMode;
 import org.openjdk.jmh.annotations.Fork;
@@ -22,15 +23,19 @@ import org.symmem4j.parallel.GroupOptions;
 /**
  * Ring buffers between 2 JVM processes on one host: symmem4j's {@link org.symmem4j.state.SymmetricRingBuffer}
  * (one-to-one, many-to-one) against Agrona's {@code OneToOneRingBuffer} / {@code ManyToOneRingBuffer} over files in
- * {@code /dev/shm} mapped by both processes, in the same run. The JMH fork is rank 0 (the producer); rank 1 is a
- * {@link BenchPeer} that drains ({@link #throughput}) or echoes ({@link #roundTrip}) with a busy-spinning poll.
- * Both sides spin, so each needs a core of its own: on a machine with fewer idle cores the numbers measure the
- * scheduler as much as the rings.
+ * {@code /dev/shm} mapped by both processes, and against Aeron IPC (an exclusive or a concurrent publication) through
+ * a media driver embedded in rank 0 ({@link RingPair#launchAeronDriver}), in the same run. The JMH fork is rank 0 (the
+ * producer); rank 1 is a {@link BenchPeer} that drains ({@link #throughput}) or echoes ({@link #roundTrip}) with a
+ * busy-spinning poll. Both sides spin, so each needs a core of its own: on a machine with fewer idle cores the numbers
+ * measure the scheduler as much as the rings. With {@code -Dsymmem4j.bench.cpus=A,B[,C]} the producer's thread runs
+ * on CPU A, the peer's on B and Aeron's driver on C ({@link BenchCpus}); {@link RingSuite} runs the whole comparison.
  */
 @Warmup(iterations = 3, time = 1)
 @Measurement(iterations = 5, time = 1)
 @Fork(value = 1, jvmArgsAppend = {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-        "--sun-misc-unsafe-memory-access=allow", "--add-exports=java.base/jdk.internal.misc=ALL-UNNAMED", "-Xmx1g"})
+        "--sun-misc-unsafe-memory-access=allow", "--add-exports=java.base/jdk.internal.misc=ALL-UNNAMED",
+        // Aeron's documented requirement on JDK 16+ (its build passes it to every JVM it runs)
+        "--add-opens=java.base/jdk.internal.misc=ALL-UNNAMED", "-Xmx1g"})
 @State(Scope.Thread)
 public class RingBenchmark {
 
@@ -40,28 +45,47 @@ public class RingBenchmark {
     @Param({"64", "4096"})
     public int messageBytes;
 
-    @Param({"SYMMEM_ONE_TO_ONE", "AGRONA_ONE_TO_ONE", "SYMMEM_MANY_TO_ONE", "AGRONA_MANY_TO_ONE"})
+    @Param({"SYMMEM_ONE_TO_ONE", "AGRONA_ONE_TO_ONE", "AERON_ONE_TO_ONE", "SYMMEM_MANY_TO_ONE", "AGRONA_MANY_TO_ONE",
+            "AERON_MANY_TO_ONE"})
     public RingPair.Kind kind;
 
     private PeerProcess peer;
     private RingPair rings;
+    /** Agrona's ring files' path prefix, or Aeron's directory. */
     private Path files;
+    private MediaDriver driver;
     private int echoes;
 
     @Setup(Level.Trial)
     public void setUp() throws IOException {
-        files = Path.of("/dev/shm", "symmem4j-ring-bench-" + ProcessHandle.current().pid());
-        if (kind.agrona()) {
-            RingPair.createAgronaFiles(files, CAPACITY);
-        }
+        BenchCpus.pinCurrentThread(BenchCpus.PRODUCER, "the benchmark's producer thread");
+        files = Path.of("/dev/shm", (kind.aeron() ? "symmem4j-aeron-bench-" : "symmem4j-ring-bench-")
+                + ProcessHandle.current().pid());
         try {
+            if (kind.agrona()) {
+                RingPair.createAgronaFiles(files, CAPACITY);
+            } else if (kind.aeron()) {
+                driver = RingPair.launchAeronDriver(files);
+            }
             peer = PeerProcess.start(GroupOptions.defaults(), BenchPeer.RING, Integer.toString(CAPACITY), kind.name(),
                     files.toString());
             rings = RingPair.open(kind, peer.group(), CAPACITY, files, (type, length) -> echoes++);
             peer.group().allGatherBytes("ring-bench-ready", new byte[0]);
         } catch (IOException | RuntimeException | Error e) {
-            RingPair.deleteAgronaFiles(files); // a failed set-up leaves no ring files in /dev/shm
+            removeFiles(); // a failed set-up leaves no ring files or driver directory in /dev/shm
             throw e;
+        }
+    }
+
+    private void removeFiles() throws IOException {
+        if (kind.agrona()) {
+            RingPair.deleteAgronaFiles(files);
+        } else if (kind.aeron()) {
+            if (driver != null) {
+                driver.close();
+                driver = null;
+            }
+            RingPair.deleteAeronDir(files);
         }
     }
 
@@ -99,9 +123,7 @@ public class RingBenchmark {
         }
         peer.group().allGatherBytes("ring-bench-done", new byte[0]);
         rings.close();
-        peer.close();
-        if (kind.agrona()) {
-            RingPair.deleteAgronaFiles(files);
-        }
+        peer.close(); // the peer's Aeron client is closed before the driver it talks to
+        removeFiles();
     }
 }

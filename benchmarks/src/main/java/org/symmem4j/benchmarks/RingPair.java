@@ -9,6 +9,16 @@ import java.nio.channels.FileChannel;
 import java.nio.file.Files;
 import java.nio.file.Path;
 
+import io.aeron.Aeron;
+import io.aeron.ChannelUriStringBuilder;
+import io.aeron.CommonContext;
+import io.aeron.Publication;
+import io.aeron.Subscription;
+import io.aeron.driver.MediaDriver;
+import io.aeron.driver.ThreadingMode;
+import io.aeron.logbuffer.FragmentHandler;
+import org.agrona.IoUtil;
+import org.agrona.concurrent.BusySpinIdleStrategy;
 import org.agrona.concurrent.UnsafeBuffer;
 import org.agrona.concurrent.ringbuffer.ManyToOneRingBuffer;
 import org.agrona.concurrent.ringbuffer.OneToOneRingBuffer;
@@ -20,7 +30,8 @@ import org.symmem4j.state.SymmetricRingBuffer;
 /**
  * Two rings between rank 0 (the JMH fork) and rank 1 (a {@link BenchPeer}): {@code out} carries this rank's
  * messages to the other, {@code in} the other's to this one; symmem4j's {@link SymmetricRingBuffer} or Agrona's
- * ring buffers over files in {@code /dev/shm} that both processes map, the way Agrona's users share them.
+ * ring buffers over files in {@code /dev/shm} that both processes map, the way Agrona's users share them, or Aeron
+ * IPC publications and subscriptions through a media driver embedded in rank 0 ({@link #launchAeronDriver}).
  * {@link RingBenchmark} measures through it; every kind is driven by the same calls.
  */
 public abstract class RingPair implements AutoCloseable {
@@ -35,13 +46,54 @@ public abstract class RingPair implements AutoCloseable {
         void accept(int type, int length);
     }
 
-    /** The ring kinds measured. */
+    /**
+     * The ring kinds measured. Aeron's one-to-one analogue is an {@code ExclusivePublication} (one producer, no
+     * atomic claim), its many-to-one one a concurrent {@code Publication} (producers claim by an atomic add).
+     */
     public enum Kind {
-        SYMMEM_ONE_TO_ONE, SYMMEM_MANY_TO_ONE, AGRONA_ONE_TO_ONE, AGRONA_MANY_TO_ONE;
+        SYMMEM_ONE_TO_ONE, SYMMEM_MANY_TO_ONE, AGRONA_ONE_TO_ONE, AGRONA_MANY_TO_ONE, AERON_ONE_TO_ONE,
+        AERON_MANY_TO_ONE;
 
         boolean agrona() {
             return name().startsWith("AGRONA");
         }
+
+        boolean aeron() {
+            return name().startsWith("AERON");
+        }
+
+        /** {@return whether it is one of the one-to-one kinds} */
+        boolean oneToOne() {
+            return name().endsWith("ONE_TO_ONE") && !name().endsWith("MANY_TO_ONE");
+        }
+
+        /** {@return who made it: symmem4j, Agrona or Aeron} */
+        String maker() {
+            return agrona() ? "Agrona" : aeron() ? "Aeron" : "symmem4j";
+        }
+    }
+
+    /** Aeron stream ids: messages to rank r travel on {@code AERON_STREAM + r}. */
+    static final int AERON_STREAM = 1000;
+
+    /**
+     * Aeron's term buffer length for the benchmark's IPC publications, from {@code symmem4j.bench.aeronTermLength}
+     * (bytes, a power of two from 64 KiB to 1 GiB); default 1 MiB, the rings' capacity, so that every anchor cycles
+     * through the same bytes (Aeron's own IPC default, 64 MiB, streams through memory that no cache holds).
+     */
+    static int aeronTermLength() {
+        String value = System.getProperty("symmem4j.bench.aeronTermLength", Integer.toString(RingBenchmark.CAPACITY));
+        int length;
+        try {
+            length = Integer.parseInt(value.trim());
+        } catch (NumberFormatException e) {
+            length = -1;
+        }
+        if (length < 64 * 1024 || Integer.bitCount(length) != 1) {
+            throw new IllegalArgumentException("symmem4j.bench.aeronTermLength=" + value + " expected a power of two"
+                    + " of bytes from 65536 to 1073741824 (fix: pass e.g. -Dsymmem4j.bench.aeronTermLength=1048576)");
+        }
+        return length;
     }
 
     /** Sends {@code length} bytes of a fixed source buffer as a message of {@code type}; false when full. */
@@ -63,8 +115,46 @@ public abstract class RingPair implements AutoCloseable {
      * @param sink     receives each inbound message
      */
     static RingPair open(Kind kind, Group group, int capacity, Path files, Sink sink) throws IOException {
+        if (kind.aeron()) {
+            return new AeronIpc(kind, group.rank(), files, sink);
+        }
         return kind.agrona() ? new Agrona(kind, group.rank(), capacity, files, sink) : new Symmem(kind, group, capacity, sink);
     }
+
+    /**
+     * Rank 0: starts Aeron's media driver embedded in this process, its directory {@code dir} (under
+     * {@code /dev/shm}), in the configuration that gives Aeron's IPC its best numbers: {@link ThreadingMode#SHARED}
+     * (the conductor, sender and receiver in one thread: IPC needs only the conductor, which moves each
+     * publication's limit as its subscriber reads) with a busy-spinning idle strategy, so that a back-pressured
+     * publisher sees room as soon as the subscriber has read; term buffers allocated whole (not sparse) so that no page
+     * fault lands in a measurement; an IPC MTU of 8 KiB so that a 4 KiB message is one frame (Aeron's default, 1408
+     * bytes, would fragment it). The driver thread is pinned to the third CPU of {@code symmem4j.bench.cpus}, if one is
+     * named ({@link BenchCpus}). Close it after every client has closed: it deletes its directory.
+     */
+    static MediaDriver launchAeronDriver(Path dir) {
+        MediaDriver.Context ctx = new MediaDriver.Context()
+                .aeronDirectoryName(dir.toString())
+                .dirDeleteOnStart(true)
+                .dirDeleteOnShutdown(true)
+                .threadingMode(ThreadingMode.SHARED)
+                .sharedIdleStrategy(new BusySpinIdleStrategy())
+                .sharedThreadFactory(task -> new Thread(() -> {
+                    BenchCpus.pinCurrentThread(BenchCpus.AERON_DRIVER, "Aeron's media driver");
+                    task.run();
+                }, "aeron-driver"))
+                .termBufferSparseFile(false)
+                .ipcTermBufferLength(aeronTermLength())
+                .ipcMtuLength(AERON_MTU);
+        return MediaDriver.launchEmbedded(ctx);
+    }
+
+    /** Rank 0: removes what is left of an Aeron directory (the driver deletes it at close; a failed start may not). */
+    static void deleteAeronDir(Path dir) {
+        IoUtil.delete(dir.toFile(), true);
+    }
+
+    /** IPC frame size: a 4 KiB message and its 32-byte header in one frame. */
+    static final int AERON_MTU = 8192;
 
     /** Rank 0: creates Agrona's two zeroed ring files before the peer maps them. */
     static void createAgronaFiles(Path files, int capacity) throws IOException {
@@ -177,6 +267,77 @@ public abstract class RingPair implements AutoCloseable {
     }
 
     /**
+     * Aeron IPC: a publication to the other rank's stream and a subscription to this rank's, through the media
+     * driver in {@code dir}. Aeron frames carry no message type, so the type travels in the payload's first 4 bytes
+     * (the handler reads it, as a user reads the first field of a message); a message shorter than 4 bytes (STOP)
+     * is sent as 4.
+     */
+    private static final class AeronIpc extends RingPair {
+        private static final long CONNECT_TIMEOUT_NANOS = 30_000_000_000L;
+        private final Aeron aeron;
+        private final Publication out;
+        private final Subscription in;
+        private final UnsafeBuffer src;
+        private final FragmentHandler handler;
+
+        AeronIpc(Kind kind, int rank, Path dir, Sink sink) {
+            aeron = Aeron.connect(new Aeron.Context().aeronDirectoryName(dir.toString()));
+            try {
+                String channel = new ChannelUriStringBuilder().media(CommonContext.IPC_MEDIA).build();
+                int toOther = AERON_STREAM + 1 - rank;
+                out = kind == Kind.AERON_ONE_TO_ONE ? aeron.addExclusivePublication(channel, toOther)
+                        : aeron.addPublication(channel, toOther);
+                in = aeron.addSubscription(channel, AERON_STREAM + rank);
+                if (out.maxPayloadLength() < 4096) {
+                    throw new IllegalStateException("Aeron IPC publication: maxPayloadLength=" + out.maxPayloadLength()
+                            + " expected >= 4096 so that a 4 KiB message is one frame (fix: ipcMtuLength >= "
+                            + (4096 + 32) + ")");
+                }
+                long deadline = System.nanoTime() + CONNECT_TIMEOUT_NANOS;
+                while (!out.isConnected() || !in.isConnected()) {
+                    if (System.nanoTime() - deadline > 0) {
+                        throw new IllegalStateException("Aeron IPC: rank " + rank + " found no peer on its streams after"
+                                + " 30 s (publication connected=" + out.isConnected() + ", subscription connected="
+                                + in.isConnected() + "; fix: check bench-peer.log for the peer's error)");
+                    }
+                    Thread.onSpinWait();
+                }
+            } catch (RuntimeException | Error e) {
+                aeron.close();
+                throw e;
+            }
+            src = new UnsafeBuffer(new byte[out.maxMessageLength()]);
+            handler = (buffer, offset, length, header) -> sink.accept(buffer.getInt(offset), length);
+        }
+
+        @Override
+        boolean send(int type, int length) {
+            src.putInt(0, type);
+            long result = out.offer(src, 0, Math.max(Integer.BYTES, length));
+            if (result > 0) {
+                return true;
+            }
+            if (result == Publication.BACK_PRESSURED || result == Publication.ADMIN_ACTION) {
+                return false;
+            }
+            throw new IllegalStateException("Aeron IPC offer: result=" + result + " (" + (result == Publication.CLOSED
+                    ? "closed" : result == Publication.NOT_CONNECTED ? "the peer's subscription is gone"
+                    : "the publication's maximum position is reached") + "), expected a position or back-pressure"
+                    + " (fix: check bench-peer.log for the peer's error)");
+        }
+
+        @Override
+        int receive() {
+            return in.poll(handler, 64);
+        }
+
+        @Override
+        public void close() {
+            aeron.close(); // its publication and subscription with it
+        }
+    }
+
+    /**
      * Rank 1's side: drains DRAIN messages, answers each ECHO with an ECHO of the same length, returns at STOP.
      *
      * @param kind     which rings
@@ -185,6 +346,7 @@ public abstract class RingPair implements AutoCloseable {
      * @param files    Agrona's ring files
      */
     static void serve(Kind kind, Group group, int capacity, Path files) throws IOException {
+        BenchCpus.pinCurrentThread(BenchCpus.CONSUMER, "the peer's consumer thread");
         boolean[] stop = {false};
         RingPair[] self = new RingPair[1];
         try (RingPair pair = open(kind, group, capacity, files, (type, length) -> {

@@ -81,8 +81,24 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     private final MemorySegment data;
     private final Waiter waiter;
 
+    /** Whether this rank may offer: any rank of a many-to-one ring, the producer of a one-to-one ring. */
+    private final boolean producerHere;
+    /** Whether this rank polls. */
+    private final boolean consumerHere;
+
     /** Producer side: the last HEAD read, so that a producer reads the consumer's line only when it must. */
     private long headCache;
+    /**
+     * One-to-one producer side: TAIL as this rank last wrote it. The one producer alone writes TAIL, so it never
+     * reads it back from the ring: a message costs the producer no load of the TAIL line (the store stays, for
+     * {@link #size()}).
+     */
+    private long tailPosition;
+    /**
+     * Consumer side: HEAD as this rank last wrote it. The consumer alone writes HEAD, so a poll starts from this field
+     * instead of a load of the HEAD line; the release store of HEAD after each poll stays (producers acquire it).
+     */
+    private long headPosition;
     /** Consumer side: an in-progress record seen at the head, and since when, to ask about its producer's life rarely. */
     private long stuckHeader;
     private long stuckSinceNanos;
@@ -102,6 +118,11 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         this.ring = memory.peer(consumer);
         this.data = ring.asSlice(DATA_OFFSET, capacity);
         this.waiter = SharedMemories.waiter(group);
+        this.producerHere = kind == Kind.MANY_TO_ONE || rank == producer;
+        this.consumerHere = rank == consumer;
+        // a fresh ring (creation formats it): both positions start at 0 on every rank
+        this.tailPosition = RingBufferLayout.tailPlain(ring);
+        this.headPosition = RingBufferLayout.headPlain(ring);
     }
 
     /**
@@ -204,6 +225,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
      */
     public boolean offer(int msgTypeId, MemorySegment src, long offset, int length) {
         checkOffer(msgTypeId, length);
+        // before the claim: a copy that failed after it would leave a claimed record that is never committed
         Objects.checkFromIndexSize(offset, length, src.byteSize());
         int index = claim(length);
         if (index < 0) {
@@ -332,7 +354,14 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         RingBufferLayout.commitRecord(ring, index, -length, type);
     }
 
+    /** One predictable branch per message; the reasons are sorted out on the way to the exception. */
     private void checkOffer(int msgTypeId, int length) {
+        if (Integer.compareUnsigned(length, maxPayload) > 0 | msgTypeId < 1 | !producerHere) {
+            refuseOffer(msgTypeId, length);
+        }
+    }
+
+    private void refuseOffer(int msgTypeId, int length) {
         checkType(msgTypeId);
         if (length < 0 || length > maxPayload) {
             throw new IllegalArgumentException("ring buffer message length=" + length + " bytes, expected 0.."
@@ -340,10 +369,12 @@ public final class SymmetricRingBuffer implements AutoCloseable {
                     + "-byte header; fix: split the message or create the ring with capacity >= "
                     + Integer.highestOneBit(Math.max(1, (length + RECORD_HEADER_BYTES) * 8 - 1)) * 2L + ")");
         }
-        if (kind == Kind.ONE_TO_ONE && rank != producer) {
+        if (!producerHere) {
             throw new IllegalStateException("one-to-one ring buffer: rank=" + rank + " offered, but its producer"
                     + " is rank=" + producer + " (fix: create a many-to-one ring for several producers)");
         }
+        throw org.symmem4j.parallel.Invariants.violated("ring buffer offer refused with nothing to refuse: msgTypeId="
+                + msgTypeId + " length=" + length + " maxPayload=" + maxPayload);
     }
 
     private static void checkType(int msgTypeId) {
@@ -364,7 +395,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     }
 
     private int claimOneToOne(int recordLength, int required) {
-        long tail = RingBufferLayout.tailPlain(ring); // only this rank writes TAIL
+        long tail = tailPosition; // only this rank writes TAIL: what it wrote last
         int tailIndex = (int) tail & mask;
         int toEnd = capacity - tailIndex;
         int padding = required > toEnd ? toEnd : 0;
@@ -389,8 +420,9 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         // the word after the record will be the next record's header: zeroed now, published by this record's
         // commit (a release), so the consumer, which reads it only after that commit, never sees an earlier lap there
         RingBufferLayout.zeroRecordHeader(ring, (tailIndex + required) & mask);
-        // release: the producer's own position (read back only by itself and size(); the consumer follows headers)
-        RingBufferLayout.tailRelease(ring, tail + padding + required);
+        // release: the producer's own position (read by size() only; the consumer follows headers)
+        tailPosition = tail + padding + required;
+        RingBufferLayout.tailRelease(ring, tailPosition);
         return tailIndex;
     }
 
@@ -435,13 +467,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
      * @throws IllegalStateException on a rank that is not the consumer
      */
     public int poll(MessageHandler handler, int limit) {
-        if (rank != consumer) {
-            throw new IllegalStateException("ring buffer poll on rank=" + rank + ": only the consumer rank="
-                    + consumer + " polls (fix: poll on that rank only)");
-        }
-        if (limit < 1) {
-            throw new IllegalArgumentException("ring buffer poll limit=" + limit + " expected >= 1 (fix: pass"
-                    + " how many messages to read at most, e.g. 16)");
+        if (!consumerHere | limit < 1) {
+            refusePoll(limit);
         }
         int messages = pollContiguous(handler, limit);
         if (messages < limit && readToEnd) {
@@ -450,12 +477,21 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         return messages;
     }
 
+    private void refusePoll(int limit) {
+        if (!consumerHere) {
+            throw new IllegalStateException("ring buffer poll on rank=" + rank + ": only the consumer rank="
+                    + consumer + " polls (fix: poll on that rank only)");
+        }
+        throw new IllegalArgumentException("ring buffer poll limit=" + limit + " expected >= 1 (fix: pass"
+                + " how many messages to read at most, e.g. 16)");
+    }
+
     /** Whether the last {@link #pollContiguous} read up to the end of the ring. */
     private boolean readToEnd;
 
     /** Reads records from the head up to the end of the ring at most. */
     private int pollContiguous(MessageHandler handler, int limit) {
-        long head = RingBufferLayout.headPlain(ring); // only the consumer writes HEAD
+        long head = headPosition; // only the consumer writes HEAD: what it wrote last
         int headIndex = (int) head & mask;
         int contiguous = capacity - headIndex;
         int bytesRead = 0;
@@ -489,7 +525,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
                 }
                 // release: the records before it are read (and, many-to-one, zeroed); publishes their room as free
                 // to the producers' acquire of HEAD
-                RingBufferLayout.headRelease(ring, head + bytesRead);
+                headPosition = head + bytesRead;
+                RingBufferLayout.headRelease(ring, headPosition);
             }
         }
         return messages;

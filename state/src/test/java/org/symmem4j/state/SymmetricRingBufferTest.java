@@ -151,6 +151,32 @@ class SymmetricRingBufferTest {
     }
 
     @Test
+    void offerOutsideItsSourceIsRefusedBeforeAnythingIsClaimed() {
+        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+            for (SymmetricRingBuffer.Kind kind : SymmetricRingBuffer.Kind.values()) {
+                try (SymmetricRingBuffer ring = kind == SymmetricRingBuffer.Kind.ONE_TO_ONE
+                        ? SymmetricRingBuffer.oneToOne(group, 0, 0, 1024) : SymmetricRingBuffer.manyToOne(group, 0, 1024)) {
+                    MemorySegment src = MemorySegment.ofArray(new byte[16]);
+                    assertThrows(IndexOutOfBoundsException.class, () -> ring.offer(1, src, 8, 16), kind + ": past the end");
+                    assertThrows(IndexOutOfBoundsException.class, () -> ring.offer(1, src, -1, 4), kind + ": before it");
+                    IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                            () -> ring.offer(1, src, 0, -1), kind + ": negative length");
+                    assertTrue(e.getMessage().contains("length=-1"), e.getMessage());
+                    assertEquals(0, ring.size(), kind + ": no claim left behind");
+                    // the ring goes on: a claim left open by a refused offer would hold every later message back
+                    src.set(ValueLayout.JAVA_BYTE, 8, (byte) 9);
+                    assertTrue(ring.offer(2, src, 8, 8));
+                    List<Integer> got = new ArrayList<>();
+                    assertEquals(1, ring.poll((t, b, o, l) -> got.add(t * 100 + l * 10 + b.get(ValueLayout.JAVA_BYTE, o)), 10));
+                    assertEquals(List.of(289), got, kind + ": type 2, 8 bytes, first byte 9");
+                    assertEquals(0, ring.size());
+                }
+            }
+            return null;
+        });
+    }
+
+    @Test
     void claimCommitAndAbortWriteInPlace() {
         InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
             try (SymmetricRingBuffer ring = SymmetricRingBuffer.manyToOne(group, 0, 1024)) {
