@@ -3,7 +3,8 @@
 
 An exception constructed with a string literal in its arguments (`new SomethingException("..." ...)`,
 `new SomethingError(...)`) in a product module's main sources must either
-  - name the fix: the message text contains "fix:" (what was expected, what was found, then the fix), or
+  - name the fix: the message text contains "fix:" (what was expected, what was found, then the fix), directly or
+    through a `static final String` constant of the same file whose text does, or
   - be an internal invariant: built by `Invariants.violated(...)`, whose message says how to report it,
 unless its line (or the line before) carries the marker comment `// error-message: <why no fix applies>`.
 Constructions without a string literal (rethrowing a cause, a message built by a helper method that is itself
@@ -19,6 +20,7 @@ PRODUCT_MODULES = ["parallel", "gradsync", "pipeline", "state", "serving", "laun
                    "dl4j-symmem-plugin", "prometheus"]
 CONSTRUCTION = re.compile(r"\bnew\s+([A-Z]\w*(?:Exception|Error))\s*\(")
 MARKER = "// error-message:"
+CONSTANT = re.compile(r"static\s+final\s+String\s+([A-Z][A-Z0-9_]*)\s*=\s*([^;]*);")
 
 
 def statement_args(text, open_paren):
@@ -96,6 +98,7 @@ def sites(root, module):
             with open(path, encoding="utf-8") as f:
                 text = strip_comments(f.read())
             lines = text.split("\n")
+            fix_constants = {c.group(1) for c in CONSTANT.finditer(text) if re.search(r"fix:", c.group(2), re.IGNORECASE)}
             for m in CONSTRUCTION.finditer(text):
                 args = statement_args(text, m.end() - 1)
                 if '"' not in args:
@@ -104,7 +107,8 @@ def sites(root, module):
                 window = lines[max(0, line - 2):line]
                 if any(MARKER in l for l in window):
                     kind = "marked"
-                elif re.search(r"fix:", args, re.IGNORECASE):
+                elif re.search(r"fix:", args, re.IGNORECASE) or any(re.search(r"\b" + c + r"\b", args)
+                                                                    for c in fix_constants):
                     kind = "fix"
                 else:
                     kind = "missing"

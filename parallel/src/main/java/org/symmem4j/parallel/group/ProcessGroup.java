@@ -56,6 +56,9 @@ import org.symmem4j.parallel.sync.ProcessLiveness;
  */
 public final class ProcessGroup implements Group {
 
+    /** The fix of a failure another rank caused: its own error says why (it names the cause where it happened). */
+    private static final String SEE_ITS_ERROR = " (fix: see that rank's own error or exit status, which names the cause)";
+
     private static final String MEMBER_KEY = "group/member/";
     private static final String CLOSED_KEY = "group/closed";
     private static final String ALL_CLOSED_KEY = "group/all-closed";
@@ -163,9 +166,8 @@ public final class ProcessGroup implements Group {
                     throw new SymmemException("rank=" + rank() + " set-up 'join' of " + identity + ": the member record of"
                             + " rank " + r + " is malformed: '" + abbreviate(value) + "' (expected '<pid> <startMillis>',"
                             + " and ' <launch token>' after it from rank 0 only; is something other than a symmem4j rank of"
-                            + " this job, or of another symmem4j version, writing to the store? fix: run the same"
-                            + " symmem4j version on every rank, and give each job its own MASTER_PORT and"
-                            + " SYMMEM4J_RUN_ID)");
+                            + " this job, or of another symmem4j version, writing to the store? fix: run the same symmem4j"
+                            + " version on every rank, and give each job its own MASTER_PORT and SYMMEM4J_RUN_ID)");
                 }
                 peerPids[r] = Long.parseLong(m.group(1));
                 peerStarts[r] = Long.parseLong(m.group(2));
@@ -328,20 +330,12 @@ public final class ProcessGroup implements Group {
                 config.masterPort()), java.util.Objects.requireNonNull(transport, "transport"));
     }
 
-    /**
-     * Where this rank sits and which job it belongs to.
-     *
-     * @return the configuration the group was joined with
-     */
+    /** {@return the configuration the group was joined with: where this rank sits and which job it belongs to} */
     public ProcessGroupConfig config() {
         return config;
     }
 
-    /**
-     * The run id, generation and size this group was created with.
-     *
-     * @return the group's identity in the store
-     */
+    /** {@return the group's identity in the store: the run id, generation and size it was created with} */
     public JobIdentity identity() {
         return identity;
     }
@@ -458,8 +452,7 @@ public final class ProcessGroup implements Group {
                         List<Integer> dead = missing.stream().filter(p -> !knownAlive(p)).toList();
                         if (!dead.isEmpty()) {
                             throw giveUp(new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': "
-                                    + describeJoining(dead) + " exited before arriving (fix: see that rank's own error"
-                                    + " or exit status, which names the cause)", rank(), dead, what,
+                                    + describeJoining(dead) + " exited before arriving" + SEE_ITS_ERROR, rank(), dead, what,
                                     PeerTimeoutException.Reason.PEER_EXITED, options.timeout()));
                         }
                         if (deadlinePassed) {
@@ -488,8 +481,7 @@ public final class ProcessGroup implements Group {
             return e;
         }
         PeerTimeoutException gone = new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': " + describe(0)
-                + ", which hosts the rendezvous store, exited: " + e.getMessage() + " (fix: see rank 0's own error or"
-                + " exit status, which names the cause)", rank(), List.of(0), what,
+                + ", which hosts the rendezvous store, exited: " + e.getMessage() + SEE_ITS_ERROR, rank(), List.of(0), what,
                 PeerTimeoutException.Reason.PEER_EXITED, options.timeout());
         gone.initCause(e);
         return gone;
@@ -508,8 +500,8 @@ public final class ProcessGroup implements Group {
             // rank 0 already gone: the error below says enough
         }
         throw new PeerTimeoutException("rank=" + rank() + " set-up '" + what + "': another rank gave up on the group: "
-                + f.reason() + " (fix: see that rank's error, which names the cause)", rank(), f.culprits(), what,
-                PeerTimeoutException.Reason.PEER_ABORTED, options.timeout());
+                + f.reason() + SEE_ITS_ERROR, rank(), f.culprits(), what, PeerTimeoutException.Reason.PEER_ABORTED,
+                options.timeout());
     }
 
     /** A set-up failure as published in the store: "culprit ranks\nmessage". */
