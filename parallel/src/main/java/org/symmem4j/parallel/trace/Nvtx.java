@@ -18,6 +18,7 @@ import java.util.List;
 import java.util.Optional;
 import java.util.Set;
 import org.symmem4j.parallel.Configuration;
+import org.symmem4j.parallel.DType;
 
 /**
  * NVTX ranges, so that an Nsight Systems profile ({@code nsys profile -t cuda,nvtx}) shows symmem4j's GPU
@@ -143,6 +144,20 @@ public final class Nvtx {
     public static void push(Range range, long bytes) {
         if (ON) {
             BINDING.push(range, bytes);
+        }
+    }
+
+    /**
+     * Opens a range on this thread carrying {@code count} elements of {@code dtype}, in bytes, as its payload (no-op
+     * without NVTX, where not even the product is computed). A collective's range carries its call's count argument.
+     *
+     * @param range the range's name
+     * @param count elements; negative: no payload
+     * @param dtype their type; null (a call about to fail its checks): no payload
+     */
+    public static void push(Range range, long count, DType dtype) {
+        if (ON) {
+            BINDING.push(range, dtype == null || count < 0 ? -1 : count * dtype.byteSize());
         }
     }
 
