@@ -20,9 +20,9 @@ import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 
 /**
  * The flight recorder's own work per collective, alone: the four calls the control plane makes (begin,
- * arguments, started, completed), against an empty baseline. {@link FlightRecorderCostBenchmark}
- * measures the same cost inside a real all-reduce, where it drowns in run-to-run variation; this
- * one bounds it: divide by a 1 KiB all-reduce's latency.
+ * arguments, started, completed), against an empty baseline. {@link FlightRecorderPairedBenchmark}
+ * measures the same cost inside a real all-reduce, recorder on and off in one JVM; this one bounds it:
+ * {@link FlightRecorderCostBench} runs both and divides this one's difference by the all-reduce's time.
  */
 @BenchmarkMode(Mode.AverageTime)
 @OutputTimeUnit(TimeUnit.NANOSECONDS)
