@@ -110,17 +110,8 @@ public class FlightRecorderPairedBenchmark {
                 try (Group g = world.join(rank); Pair c = Pair.create(g, onFirst, null);
                      SymmetricMemory m = SymmetricMemory.allocate(g, bytes)) {
                     HostAllReduceBenchmark.fill(m);
-                    PeerDriver.serve(new PeerDriver.Channel() {
-                        @Override
-                        public long requested() {
-                            return requested.getAcquire();
-                        }
-
-                        @Override
-                        public boolean stopRequested() {
-                            return stop;
-                        }
-                    }, () -> (peersOn ? c.on : c.off).allReduce(m, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm));
+                    PeerDriver.serve(PeerDriver.inJvm(requested, () -> stop), () -> (peersOn ? c.on : c.off)
+                            .allReduce(m, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm));
                 }
             });
         }
