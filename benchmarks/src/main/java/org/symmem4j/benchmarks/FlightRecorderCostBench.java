@@ -149,7 +149,8 @@ public final class FlightRecorderCostBench {
                 double[] s = forks.get(f);
                 if (s.length < 2 || s.length % 2 != 0) {
                     throw new IllegalArgumentException("fork " + f + " has " + s.length + " measurement iterations:"
-                            + " expected a positive even number (pairs of off and on)");
+                            + " expected a positive even number (pairs of off and on; fix: run FlightRecorderPairedBenchmark with"
+                            + " an even -i, as FlightRecorderCostBench does)");
                 }
                 double forkSum = 0;
                 for (int j = 0; j < s.length / 2; j++) {
@@ -210,7 +211,7 @@ public final class FlightRecorderCostBench {
             2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
             2.045, 2.042};
         if (df < 1) {
-            throw new IllegalArgumentException("df=" + df + ": expected >= 1");
+            throw new IllegalArgumentException("df=" + df + ": expected >= 1 (fix: at least two pairs)");
         }
         if (df <= table.length) {
             return table[df - 1];
