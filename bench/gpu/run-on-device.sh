@@ -2,7 +2,11 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs, reports and each report's raw
 # CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|probe|nvlink|limits|launch|ab|nvshmem|hierarchical|processshare|fsdp|remoteshard|doctor] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|nsys|probe|nvlink|limits|launch|ab|nvshmem|hierarchical|processshare|fsdp|remoteshard|doctor] [extra all-reduce benchmark args]
+# (nsys: issue #36, Nsight Systems profile (-t cuda,nvtx) of TensorParallelGemmBench, the tensor-parallel MLP block
+# included, on all visible GPUs in one JVM, eager: tp-mlp.nsys-rep, nsys-nvtx-sum.txt (symmem4j's NVTX ranges) and
+# nsys-kern-sum.txt (the kernels) in $OUT; NSYS_TP_ARGS replaces the benchmark's short default arguments, NSYS overrides
+# the nsys found; see docs/nvtx.md)
 # (fsdp: issue #31, the MLP block's fully sharded training step, ours (FsdpMlpBench) against PyTorch FSDP2 in the same
 # call, 2 and 4 GPUs where there are; fsdp-table.md has the ratios; see the fsdp block below and docs/gpu-fsdp.md)
 # (remoteshard: issue #33, the distributed tensor's GPU test, then GpuRemoteShardBench on each GPU count in
@@ -267,6 +271,41 @@ if [ "$what" = tp ]; then
   timeout -s QUIT -k 20 "${TP_LIMIT:-300}" $java $flags -cp "$cp" org.symmem4j.benchmarks.TensorParallelGemmBench \
     --out "$out/tp-gemm.md" --raw "$out/tp-gemm.csv" ${TP_ARGS:-} 2>&1 | tee "$out/tp-gemm.log"
   rc=$(( rc | PIPESTATUS[0] ))
+fi
+if [ "$what" = nsys ]; then
+  # Nsight Systems on the tensor-parallel benchmark (issue #36, docs/nvtx.md): symmem4j's NVTX ranges (domain
+  # "symmem4j": collectives, the fused GEMMs by mode, the MLP block's forward/backward) above the kernels they enqueue.
+  # Short by default (one GEMM shape, 3 x 10 eager calls per cell, then the MLP block) so the report stays small.
+  nsys=${NSYS:-$(command -v nsys || ls -d /usr/local/cuda/bin/nsys /usr/local/cuda-*/bin/nsys \
+    /opt/nvidia/nsight-systems/*/bin/nsys /opt/nvidia/nsight-systems-cli/*/bin/nsys 2>/dev/null | tail -1)}
+  if [ -z "$nsys" ] || [ ! -x "$nsys" ]; then
+    echo "nsys: Nsight Systems not found (tried PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems*/*/bin);" \
+      "fix: install it or pass NSYS=/path/to/nsys" | tee "$out/nsys-summary.txt"
+    rc=2
+  else
+    "$nsys" --version | tee "$out/nsys-summary.txt"
+    ls /usr/local/cuda/lib64/libnvtx3interop.so.1 /usr/local/cuda/lib/libnvtx3interop.so.1 2>/dev/null | tee -a "$out/nsys-summary.txt"
+    timeout -s INT -k 60 "${NSYS_LIMIT:-420}" "$nsys" profile -t cuda,nvtx --sample=none --cpuctxsw=none \
+      --force-overwrite=true -o "$out/tp-mlp" \
+      $java $flags -cp "$cp" org.symmem4j.benchmarks.TensorParallelGemmBench --out "$out/nsys-tp-gemm.md" \
+      ${NSYS_TP_ARGS:---shapes 1792x4096 --m 4096 --reps 3 --iters 10} > "$out/nsys-profile.log" 2>&1
+    code=$?
+    rc=$(( rc | code ))
+    echo "== nsys profile: exit=$code" | tee -a "$out/nsys-summary.txt"
+    grep -F 'NVTX ranges' "$out/nsys-tp-gemm.md" | tee -a "$out/nsys-summary.txt"
+    tail -5 "$out/nsys-profile.log"
+    if [ -f "$out/tp-mlp.nsys-rep" ]; then
+      # report names of nsys 2023.3 and later, then the older ones
+      ( "$nsys" stats --force-export=true --report nvtx_sum --format table "$out/tp-mlp.nsys-rep" \
+        || "$nsys" stats --report nvtxsum "$out/tp-mlp.nsys-rep" ) > "$out/nsys-nvtx-sum.txt" 2>&1
+      ( "$nsys" stats --report cuda_gpu_kern_sum --format table "$out/tp-mlp.nsys-rep" \
+        || "$nsys" stats --report gpukernsum "$out/tp-mlp.nsys-rep" ) 2>&1 | head -40 > "$out/nsys-kern-sum.txt"
+      rm -f "$out/tp-mlp.sqlite"
+      cat "$out/nsys-nvtx-sum.txt"
+      cat "$out/nsys-kern-sum.txt"
+      ls -la "$out/tp-mlp.nsys-rep" | tee -a "$out/nsys-summary.txt"
+    fi
+  fi
 fi
 if [ "$what" = tprepeat ]; then
   # The tensor-parallel benchmark's hang (bench/results/2026-11-26-gpu-4xh200.md): TP_RUNS runs (default 3) of each

@@ -20,6 +20,10 @@
 #   cache   ParameterCacheBenchmark: lookup latency against a ConcurrentHashMap of segments (~20 s)
 #   switch  ParameterCacheSwitchBench: a 100 MB entry swapped 40 times, the switch as a reader on another rank sees
 #           it, against that reader copying the entry (~15 s)
+#   recorder FlightRecorderCostBench (issue #36): the flight recorder's cost in a 1 KiB all-reduce, recorder off and
+#           on alternating in each JVM fork (FlightRecorderPairedBenchmark, 2 and 4 ranks, ONE_SHOT and TWO_SHOT,
+#           RECORDER_ARGS replaces its arguments), and its calls alone (FlightRecorderOpsBenchmark); recorder.md has
+#           the paired differences with 95 % intervals (~5.5 min; not in the default steps)
 #   bash run.sh [STEP..]       (default: ring)
 # JMH settings of the other steps: WI (2) warm-up iterations of W (1) s, I (3) iterations of R (1) s, one fork. Each
 # step is bounded by `timeout` (RING_LIMIT 480, RINGCOST_LIMIT 150, MAP_LIMIT 230, CACHE_LIMIT 40, SWITCH_LIMIT 40 s).
@@ -105,7 +109,16 @@ for step in "${steps[@]}"; do
       timeout -k 10 "${SWITCH_LIMIT:-40}" "${java[@]}" org.symmem4j.benchmarks.ParameterCacheSwitchBench \
         --bytes 100000000 --swaps "${SWAPS:-40}" --out "$out/switch.md" > switch.txt 2>&1 || rc=1
       cat switch.txt >> summary.txt ;;
-    *) echo "unknown step $step (expected ring, ringcost, map, cache or switch)" | tee -a summary.txt; rc=1 ;;
+    recorder)
+      echo "== recorder at ${SECONDS}s" | tee -a summary.txt
+      # shellcheck disable=SC2086
+      timeout -k 10 "${RECORDER_LIMIT:-480}" "${java[@]}" org.symmem4j.benchmarks.FlightRecorderCostBench \
+        --out "$out/recorder.md" ${RECORDER_ARGS:-} > recorder.txt 2>&1
+      code=$?
+      [ $code -eq 0 ] || rc=1
+      echo "== recorder: exit=$code at ${SECONDS}s" | tee -a summary.txt
+      if [ -f recorder.md ]; then cat recorder.md >> summary.txt; else tail -30 recorder.txt >> summary.txt; fi ;;
+    *) echo "unknown step $step (expected ring, ringcost, map, cache, switch or recorder)" | tee -a summary.txt; rc=1 ;;
   esac
 done
 echo "== done at ${SECONDS}s, exit=$rc" | tee -a summary.txt

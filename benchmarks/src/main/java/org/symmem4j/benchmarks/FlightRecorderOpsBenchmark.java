@@ -20,9 +20,10 @@ import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 
 /**
  * The flight recorder's own work per collective, alone: the four calls the control plane makes (begin,
- * arguments, started, completed), against an empty baseline. {@link FlightRecorderCostBenchmark}
- * measures the same cost inside a real all-reduce, where it drowns in run-to-run variation; this
- * one bounds it: divide by a 1 KiB all-reduce's latency.
+ * arguments, started, completed), against a baseline that numbers the collective and fills its descriptor as the
+ * control plane does with the recorder off. {@link FlightRecorderPairedBenchmark}
+ * measures the same cost inside a real all-reduce, recorder on and off in one JVM; this one bounds it:
+ * {@link FlightRecorderCostBench} runs both and divides this one's difference by the all-reduce's time.
  */
 @BenchmarkMode(Mode.AverageTime)
 @OutputTimeUnit(TimeUnit.NANOSECONDS)
@@ -36,19 +37,24 @@ public class FlightRecorderOpsBenchmark {
     private final Descriptor descriptor = new Descriptor();
     private long seq;
 
+    /** What the control plane does per collective with or without a recorder: number it and fill its descriptor. */
     @Benchmark
-    public long baseline() {
-        return seq++;
+    public Descriptor baseline() {
+        long s = seq++;
+        return descriptor.set(s, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
+                Algorithm.TWO_SHOT.ordinal(), -1, 256, 1024, 3, 0, 0, Problem.NONE);
     }
 
+    /** The same and the recorder's four calls: the difference is what the recorder adds. */
     @Benchmark
-    public long recordOneCollective() {
+    public Descriptor recordOneCollective() {
         long s = seq++;
         recorder.begin(s, "all-reduce");
-        recorder.arguments(descriptor.set(s, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
-                Algorithm.TWO_SHOT.ordinal(), -1, 256, 1024, 3, 0, 0, Problem.NONE));
+        Descriptor d = descriptor.set(s, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
+                Algorithm.TWO_SHOT.ordinal(), -1, 256, 1024, 3, 0, 0, Problem.NONE);
+        recorder.arguments(d);
         recorder.started(s);
         recorder.completed(s);
-        return s;
+        return d;
     }
 }

@@ -69,17 +69,8 @@ public class HostAllReduceBenchmark {
                 try (Group g = world.join(rank); Communicator c = Communicator.create(g);
                      SymmetricMemory m = SymmetricMemory.allocate(g, bytes)) {
                     fill(m);
-                    PeerDriver.serve(new PeerDriver.Channel() {
-                        @Override
-                        public long requested() {
-                            return requested.getAcquire();
-                        }
-
-                        @Override
-                        public boolean stopRequested() {
-                            return stop;
-                        }
-                    }, () -> c.allReduce(m, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm));
+                    PeerDriver.serve(PeerDriver.inJvm(requested, () -> stop),
+                            () -> c.allReduce(m, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm));
                 }
             });
         }

@@ -66,6 +66,28 @@ public final class PeerDriver {
     private PeerDriver() {
     }
 
+    /**
+     * A channel for ranks that are threads of one JVM: the count rank 0 raises with a release store, read with
+     * {@code getAcquire}, and its stop flag.
+     *
+     * @param requested the count (rank 0 raises it with {@code setRelease})
+     * @param stop      whether rank 0 asked the peers to stop (a volatile read)
+     * @return the channel
+     */
+    public static Channel inJvm(java.util.concurrent.atomic.AtomicLong requested, java.util.function.BooleanSupplier stop) {
+        return new Channel() {
+            @Override
+            public long requested() {
+                return requested.getAcquire();
+            }
+
+            @Override
+            public boolean stopRequested() {
+                return stop.getAsBoolean();
+            }
+        };
+    }
+
     /** The peer side: runs {@code op} once per requested operation until asked to stop while idle. */
     public static long serve(Channel channel, Runnable op) {
         IdleStrategy idle = new BackoffIdleStrategy(100_000, 1_000, 1_000, 100_000);

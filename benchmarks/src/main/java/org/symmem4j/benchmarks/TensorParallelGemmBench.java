@@ -427,6 +427,7 @@ public final class TensorParallelGemmBench {
         md.append("- GPUs: ").append(world).append(" × ").append(device).append(", one rank per GPU, ")
                 .append(flags.processes || flags.ranks.rankProcess ? "one process per GPU (--processes)" : "one JVM").append('\n');
         md.append("- GEMMs: ").append(library).append(", bf16 in and out, float32 accumulation\n");
+        md.append("- ").append(org.symmem4j.parallel.trace.Nvtx.describe()).append('\n');
         md.append("- a warm-up pass first (the first shape's cells at the first M, not recorded); each cell: 3 warm-up calls,"
                 + " then the median of ").append(flags.reps).append(" timings of ")
                 .append(flags.iters).append(flags.graph ? " calls captured into one CUDA graph and replayed" : " back-to-back eager calls")

@@ -180,6 +180,17 @@ public final class Configuration {
             .build(Path.of(System.getProperty("java.io.tmpdir"), "symmem4j-flight-recorder"),
                     "`${java.io.tmpdir}/symmem4j-flight-recorder`", Path::of);
 
+    /** {@code symmem4j.nvtx.library}: the NVTX library whose ranges Nsight Systems shows, or {@code off} (null: the search). */
+    public static final Setting<String> NVTX_LIBRARY = Setting.property("symmem4j.nvtx.library")
+            .type("library")
+            .accepts("a library file name or path, or `off`")
+            .describedAs("the NVTX library `org.symmem4j.parallel.trace.Nvtx` loads to mark GPU collectives, fused GEMMs,"
+                    + " the tensor-parallel MLP's steps and pipeline actions as ranges of the `symmem4j` domain in an"
+                    + " `nsys` profile; `off` loads none. Without a library every range costs one untaken branch;"
+                    + " `Nvtx.describe()` says what loaded or why not; read once per JVM")
+            .build(null, "unset: `libnvtx3interop.so.1`, `libnvToolsExt.so.1`, then both in `$CUDA_HOME/lib64`,"
+                    + " `$CUDA_HOME/lib`, `/usr/local/cuda/lib64` and `/usr/local/cuda/lib`", String::strip);
+
     // ---------------------------------------------------------------- host collectives
 
     /** {@code symmem4j.reducer}: {@code scalar} forces the scalar host reduction loops (read once per JVM). */

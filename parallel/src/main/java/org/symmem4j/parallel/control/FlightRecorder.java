@@ -48,6 +48,21 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * {@code FlightRecorderOpsBenchmark} measures). Times after the begin are kept as 32-bit deltas: an
  * operation that runs longer than 24 days, or a wall clock that stepped back, is clamped.
  *
+ * <p><b>Per collective</b> the control plane makes four calls ({@link #begin}, {@link #arguments}, {@link #started},
+ * {@link #completed}): plain stores into one or two cache lines of {@code ring}, three reads of the
+ * {@link CoarseClock} (a volatile load each, no clock call: neither {@code System.nanoTime} nor
+ * {@code currentTimeMillis}), no allocation. The abort check that precedes {@link #arguments} is the entry
+ * barrier's own, moved before it ({@code PadSynchronizer.arriveChecked}), not a second one.
+ * {@code FlightRecorderOpsBenchmark} measures the four calls alone, {@code FlightRecorderPairedBenchmark} an
+ * all-reduce with and without them in one JVM ({@code FlightRecorderCostBench} runs both and reports the paired
+ * difference).
+ *
+ * <p><b>Memory ordering.</b> None is needed, and there is no release store: every write and every read
+ * ({@link #dump}, {@link #lastOps}, {@link #toJson}: the failure path and timeout messages) happen on the one thread
+ * that runs the communicator's collectives, so program order is enough. A reader on another thread (a watchdog
+ * dumping a stuck rank) would need the writer to publish each entry with a release store of its {@code SEQ} last and
+ * to read it with an acquire load first; none exists.
+ *
  * <p>Size and dump directory: {@link Configuration#FLIGHT_RECORDER_ENTRIES},
  * {@link Configuration#FLIGHT_RECORDER_DIR}. Not thread-safe: written by the rank's thread that runs
  * the communicator; {@link #dump} runs on that thread too (from the failure path).

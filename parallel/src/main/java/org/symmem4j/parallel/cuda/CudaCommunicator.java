@@ -19,6 +19,7 @@ import org.symmem4j.parallel.cuda.ffi.Cublas;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.Nvshmem;
 import org.symmem4j.parallel.numeric.Reducer;
+import org.symmem4j.parallel.trace.Nvtx;
 
 /**
  * Collectives on GPU symmetric memory, the whole {@link Communicator} surface: all-reduce,
@@ -62,6 +63,12 @@ import org.symmem4j.parallel.numeric.Reducer;
  * ({@link EagerGraphCache}).
  */
 public final class CudaCommunicator implements Communicator, org.symmem4j.parallel.DeviceCommunicator {
+
+    /** NVTX ranges of the collectives (payload: the call's count in bytes); nothing without NVTX. */
+    private static final Nvtx.Range NVTX_ALL_REDUCE = Nvtx.range("symmem4j all_reduce");
+    private static final Nvtx.Range NVTX_REDUCE_SCATTER = Nvtx.range("symmem4j reduce_scatter");
+    private static final Nvtx.Range NVTX_ALL_GATHER = Nvtx.range("symmem4j all_gather");
+    private static final Nvtx.Range NVTX_BROADCAST = Nvtx.range("symmem4j broadcast");
 
     private final CudaTransport transport;
     private final Group group;
@@ -233,23 +240,28 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      */
     @Override
     public void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
-        long pieceBytes = algorithm == Algorithm.ONE_SHOT ? Math.min(stagingBytes, CollectiveKernels.ONE_SHOT_SLOT_BYTES)
-                : stagingBytes;
-        long piece = dtype == null ? 1 : Math.max(1, pieceBytes / dtype.byteSize());
-        Problem problem = buffer == null ? Problem.NULL_BUFFER : dtype == null || op == null || algorithm == null
-                ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
-                : !supports(algorithm, dtype, op, Math.min(count, piece)) ? Problem.UNSUPPORTED_ALGORITHM
-                : Problem.ofSegment(buffer, true);
-        control.checkAgreement("cuda all-reduce", Kind.ALL_REDUCE, dtype, op, algorithm, -1, count,
-                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
-        if (count == 0) {
-            return;
-        }
-        driver.setCurrent(rank.context);
-        boolean timed = timings.begin();
-        enqueueAllReduce(buffer, count, dtype, op, algorithm, piece);
-        if (timed) {
-            timings.end(algorithm, dtype.bytes(count));
+        Nvtx.push(NVTX_ALL_REDUCE, count, dtype);
+        try {
+            long pieceBytes = algorithm == Algorithm.ONE_SHOT ? Math.min(stagingBytes, CollectiveKernels.ONE_SHOT_SLOT_BYTES)
+                    : stagingBytes;
+            long piece = dtype == null ? 1 : Math.max(1, pieceBytes / dtype.byteSize());
+            Problem problem = buffer == null ? Problem.NULL_BUFFER : dtype == null || op == null || algorithm == null
+                    ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
+                    : !supports(algorithm, dtype, op, Math.min(count, piece)) ? Problem.UNSUPPORTED_ALGORITHM
+                    : Problem.ofSegment(buffer, true);
+            control.checkAgreement("cuda all-reduce", Kind.ALL_REDUCE, dtype, op, algorithm, -1, count,
+                    buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
+            if (count == 0) {
+                return;
+            }
+            driver.setCurrent(rank.context);
+            boolean timed = timings.begin();
+            enqueueAllReduce(buffer, count, dtype, op, algorithm, piece);
+            if (timed) {
+                timings.end(algorithm, dtype.bytes(count));
+            }
+        } finally {
+            Nvtx.pop();
         }
     }
 
@@ -288,19 +300,24 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
 
     @Override
     public void allReduce(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
-        CudaSymmetricMemory mem = memory instanceof CudaSymmetricMemory c && c.group() == group ? c : null;
-        Problem problem = problem(memory, mem, offsetBytes, count, dtype, op, algorithm);
-        long available = mem == null || offsetBytes < 0 || offsetBytes > mem.byteSize() ? -1 : mem.byteSize() - offsetBytes;
-        control.checkAgreement("cuda all-reduce", Kind.ALL_REDUCE, dtype, op, algorithm, -1, count, available,
-                memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
-        if (count == 0) {
-            return;
-        }
-        driver.setCurrent(rank.context);
-        boolean timed = timings.begin();
-        enqueueAllReduce(mem, offsetBytes, count, dtype, op, algorithm);
-        if (timed) {
-            timings.end(algorithm, dtype.bytes(count));
+        Nvtx.push(NVTX_ALL_REDUCE, count, dtype);
+        try {
+            CudaSymmetricMemory mem = memory instanceof CudaSymmetricMemory c && c.group() == group ? c : null;
+            Problem problem = problem(memory, mem, offsetBytes, count, dtype, op, algorithm);
+            long available = mem == null || offsetBytes < 0 || offsetBytes > mem.byteSize() ? -1 : mem.byteSize() - offsetBytes;
+            control.checkAgreement("cuda all-reduce", Kind.ALL_REDUCE, dtype, op, algorithm, -1, count, available,
+                    memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+            if (count == 0) {
+                return;
+            }
+            driver.setCurrent(rank.context);
+            boolean timed = timings.begin();
+            enqueueAllReduce(mem, offsetBytes, count, dtype, op, algorithm);
+            if (timed) {
+                timings.end(algorithm, dtype.bytes(count));
+            }
+        } finally {
+            Nvtx.pop();
         }
     }
 
@@ -368,30 +385,35 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      */
     @Override
     public void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
-        Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
-                : dtype == null || op == null ? Problem.NULL_ARGUMENT : recvCount < 0 ? Problem.NEGATIVE_COUNT
-                : Problem.ofSegment(send, false) != Problem.NONE ? Problem.ofSegment(send, false) : Problem.ofSegment(recv, true);
-        if (problem == Problem.NONE && !kernelReduces(dtype, op, 0)) {
-            checkNotCapturingHostPath(dtype, op, "reduce-scatter");
-        }
-        control.checkAgreement("cuda reduce-scatter", Kind.REDUCE_SCATTER, dtype, op, null, -1, recvCount,
-                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
-        if (recvCount == 0) {
-            return;
-        }
-        driver.setCurrent(rank.context);
-        long dsize = dtype.byteSize();
-        long piece = pieceElements(dsize);
-        long mine = staging.dataPointer(group.rank());
-        for (long start = 0; start < recvCount; start += piece) {
-            long len = Math.min(piece, recvCount - start);
-            for (int p = 0; p < worldSize; p++) {
-                driver.copyDeviceToDeviceAsync(mine + p * len * dsize, send.address() + (p * recvCount + start) * dsize,
-                        len * dsize, rank.stream);
+        Nvtx.push(NVTX_REDUCE_SCATTER, recvCount, dtype);
+        try {
+            Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
+                    : dtype == null || op == null ? Problem.NULL_ARGUMENT : recvCount < 0 ? Problem.NEGATIVE_COUNT
+                    : Problem.ofSegment(send, false) != Problem.NONE ? Problem.ofSegment(send, false) : Problem.ofSegment(recv, true);
+            if (problem == Problem.NONE && !kernelReduces(dtype, op, 0)) {
+                checkNotCapturingHostPath(dtype, op, "reduce-scatter");
             }
-            reduceBlocks(staging, 0, group.rank() * len * dsize, len, len, dtype, op);
-            driver.copyDeviceToDeviceAsync(recv.address() + start * dsize, mine + group.rank() * len * dsize, len * dsize,
-                    rank.stream);
+            control.checkAgreement("cuda reduce-scatter", Kind.REDUCE_SCATTER, dtype, op, null, -1, recvCount,
+                    send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
+            if (recvCount == 0) {
+                return;
+            }
+            driver.setCurrent(rank.context);
+            long dsize = dtype.byteSize();
+            long piece = pieceElements(dsize);
+            long mine = staging.dataPointer(group.rank());
+            for (long start = 0; start < recvCount; start += piece) {
+                long len = Math.min(piece, recvCount - start);
+                for (int p = 0; p < worldSize; p++) {
+                    driver.copyDeviceToDeviceAsync(mine + p * len * dsize, send.address() + (p * recvCount + start) * dsize,
+                            len * dsize, rank.stream);
+                }
+                reduceBlocks(staging, 0, group.rank() * len * dsize, len, len, dtype, op);
+                driver.copyDeviceToDeviceAsync(recv.address() + start * dsize, mine + group.rank() * len * dsize, len * dsize,
+                        rank.stream);
+            }
+        } finally {
+            Nvtx.pop();
         }
     }
 
@@ -402,26 +424,31 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      */
     @Override
     public void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
-        Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
-                : dtype == null ? Problem.NULL_ARGUMENT : sendCount < 0 ? Problem.NEGATIVE_COUNT
-                : Problem.ofSegment(send, false) != Problem.NONE ? Problem.ofSegment(send, false) : Problem.ofSegment(recv, true);
-        checkNotCapturingCopies("all-gather");
-        control.checkAgreement("cuda all-gather", Kind.ALL_GATHER, dtype, null, null, -1, sendCount,
-                send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
-        if (sendCount == 0) {
-            return;
-        }
-        driver.setCurrent(rank.context);
-        long dsize = dtype.byteSize();
-        long piece = pieceElements(dsize);
-        long mine = staging.dataPointer(group.rank());
-        for (long start = 0; start < sendCount; start += piece) {
-            long len = Math.min(piece, sendCount - start);
-            gatherBlocks(staging, 0, send.address() + start * dsize, equalStarts(len), equalSizes(len), len, dsize);
-            for (int q = 0; q < worldSize; q++) {
-                driver.copyDeviceToDeviceAsync(recv.address() + (q * sendCount + start) * dsize, mine + q * len * dsize,
-                        len * dsize, rank.stream);
+        Nvtx.push(NVTX_ALL_GATHER, sendCount, dtype);
+        try {
+            Problem problem = send == null || recv == null ? Problem.NULL_BUFFER
+                    : dtype == null ? Problem.NULL_ARGUMENT : sendCount < 0 ? Problem.NEGATIVE_COUNT
+                    : Problem.ofSegment(send, false) != Problem.NONE ? Problem.ofSegment(send, false) : Problem.ofSegment(recv, true);
+            checkNotCapturingCopies("all-gather");
+            control.checkAgreement("cuda all-gather", Kind.ALL_GATHER, dtype, null, null, -1, sendCount,
+                    send == null ? -1 : send.byteSize(), -1, 0, recv == null ? -1 : recv.byteSize(), problem);
+            if (sendCount == 0) {
+                return;
             }
+            driver.setCurrent(rank.context);
+            long dsize = dtype.byteSize();
+            long piece = pieceElements(dsize);
+            long mine = staging.dataPointer(group.rank());
+            for (long start = 0; start < sendCount; start += piece) {
+                long len = Math.min(piece, sendCount - start);
+                gatherBlocks(staging, 0, send.address() + start * dsize, equalStarts(len), equalSizes(len), len, dsize);
+                for (int q = 0; q < worldSize; q++) {
+                    driver.copyDeviceToDeviceAsync(recv.address() + (q * sendCount + start) * dsize, mine + q * len * dsize,
+                            len * dsize, rank.stream);
+                }
+            }
+        } finally {
+            Nvtx.pop();
         }
     }
 
@@ -437,24 +464,29 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      */
     @Override
     public void reduceScatter(SymmetricMemory memory, long offsetBytes, long count, DType dtype, ReduceOp op) {
-        CudaSymmetricMemory mem = memory instanceof CudaSymmetricMemory c && c.group() == group ? c : null;
-        Problem problem = memory == null ? Problem.NULL_BUFFER : mem == null ? Problem.FOREIGN_MEMORY
-                : mem.isClosed() ? Problem.FREED_BUFFER
-                : dtype == null || op == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
-                : offsetBytes < 0 || offsetBytes > mem.byteSize() ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
-        if (problem == Problem.NONE && !kernelReduces(dtype, op, offsetBytes)) {
-            checkNotCapturingHostPath(dtype, op, "reduce-scatter");
+        Nvtx.push(NVTX_REDUCE_SCATTER, count, dtype);
+        try {
+            CudaSymmetricMemory mem = memory instanceof CudaSymmetricMemory c && c.group() == group ? c : null;
+            Problem problem = memory == null ? Problem.NULL_BUFFER : mem == null ? Problem.FOREIGN_MEMORY
+                    : mem.isClosed() ? Problem.FREED_BUFFER
+                    : dtype == null || op == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
+                    : offsetBytes < 0 || offsetBytes > mem.byteSize() ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
+            if (problem == Problem.NONE && !kernelReduces(dtype, op, offsetBytes)) {
+                checkNotCapturingHostPath(dtype, op, "reduce-scatter");
+            }
+            control.checkAgreement("cuda reduce-scatter", Kind.REDUCE_SCATTER, dtype, op, null, -1, count,
+                    mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+            if (count == 0 || worldSize == 1) {
+                return; // one rank: its block already holds the result (x/1 == x for AVG)
+            }
+            driver.setCurrent(rank.context);
+            ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
+            long dsize = dtype.byteSize();
+            reduceBlocks(mem, offsetBytes, offsetBytes + blocks.start(group.rank()) * dsize, blocks.size(group.rank()),
+                    blocks.blockElements(), dtype, op);
+        } finally {
+            Nvtx.pop();
         }
-        control.checkAgreement("cuda reduce-scatter", Kind.REDUCE_SCATTER, dtype, op, null, -1, count,
-                mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
-        if (count == 0 || worldSize == 1) {
-            return; // one rank: its block already holds the result (x/1 == x for AVG)
-        }
-        driver.setCurrent(rank.context);
-        ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
-        long dsize = dtype.byteSize();
-        reduceBlocks(mem, offsetBytes, offsetBytes + blocks.start(group.rank()) * dsize, blocks.size(group.rank()),
-                blocks.blockElements(), dtype, op);
     }
 
     /**
@@ -465,23 +497,28 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      */
     @Override
     public void allGather(SymmetricMemory memory, long offsetBytes, long count, DType dtype) {
-        CudaSymmetricMemory mem = memory instanceof CudaSymmetricMemory c && c.group() == group ? c : null;
-        Problem problem = memory == null ? Problem.NULL_BUFFER : mem == null ? Problem.FOREIGN_MEMORY
-                : mem.isClosed() ? Problem.FREED_BUFFER
-                : dtype == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
-                : offsetBytes < 0 || offsetBytes > mem.byteSize() ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
-        checkNotCapturingCopies("all-gather");
-        control.checkAgreement("cuda all-gather", Kind.ALL_GATHER, dtype, null, null, -1, count,
-                mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
-        if (count == 0 || worldSize == 1) {
-            return;
+        Nvtx.push(NVTX_ALL_GATHER, count, dtype);
+        try {
+            CudaSymmetricMemory mem = memory instanceof CudaSymmetricMemory c && c.group() == group ? c : null;
+            Problem problem = memory == null ? Problem.NULL_BUFFER : mem == null ? Problem.FOREIGN_MEMORY
+                    : mem.isClosed() ? Problem.FREED_BUFFER
+                    : dtype == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
+                    : offsetBytes < 0 || offsetBytes > mem.byteSize() ? Problem.OFFSET_OUT_OF_RANGE : Problem.NONE;
+            checkNotCapturingCopies("all-gather");
+            control.checkAgreement("cuda all-gather", Kind.ALL_GATHER, dtype, null, null, -1, count,
+                    mem == null ? -1 : mem.byteSize() - offsetBytes, memory == null ? -1 : memory.id(), offsetBytes, 0, problem);
+            if (count == 0 || worldSize == 1) {
+                return;
+            }
+            driver.setCurrent(rank.context);
+            ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
+            long dsize = dtype.byteSize();
+            int me = group.rank();
+            gatherBlocks(mem, offsetBytes, mem.dataPointer(me) + offsetBytes + blocks.start(me) * dsize, starts(blocks),
+                    sizes(blocks), blocks.blockElements(), dsize);
+        } finally {
+            Nvtx.pop();
         }
-        driver.setCurrent(rank.context);
-        ShardPartition blocks = ShardPartition.of(count, worldSize, dtype);
-        long dsize = dtype.byteSize();
-        int me = group.rank();
-        gatherBlocks(mem, offsetBytes, mem.dataPointer(me) + offsetBytes + blocks.start(me) * dsize, starts(blocks),
-                sizes(blocks), blocks.blockElements(), dsize);
     }
 
     /**
@@ -492,36 +529,41 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
      */
     @Override
     public void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
-        Problem problem = buffer == null ? Problem.NULL_BUFFER : root < 0 || root >= worldSize ? Problem.ROOT_OUT_OF_RANGE
-                : dtype == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
-                : Problem.ofSegment(buffer, group.rank() != root); // the root only reads its buffer
-        if (rank.capturing) {
-            throw new IllegalStateException("cuda broadcast cannot be captured into a graph: its pieces are ordered by host"
-                    + " barriers (fix: call it outside capture)");
-        }
-        control.checkAgreement("cuda broadcast", Kind.BROADCAST, dtype, null, null, root, count,
-                buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
-        if (count == 0 || worldSize == 1) {
-            return;
-        }
-        driver.setCurrent(rank.context);
-        long dsize = dtype.byteSize();
-        long piece = Math.max(1, stagingBytes / dsize);
-        boolean isRoot = group.rank() == root;
-        for (long start = 0; start < count; start += piece) {
-            long bytes = Math.min(piece, count - start) * dsize;
-            if (isRoot) {
-                driver.copyDeviceToDeviceAsync(staging.dataPointer(root), buffer.address() + start * dsize, bytes, rank.stream);
+        Nvtx.push(NVTX_BROADCAST, count, dtype);
+        try {
+            Problem problem = buffer == null ? Problem.NULL_BUFFER : root < 0 || root >= worldSize ? Problem.ROOT_OUT_OF_RANGE
+                    : dtype == null ? Problem.NULL_ARGUMENT : count < 0 ? Problem.NEGATIVE_COUNT
+                    : Problem.ofSegment(buffer, group.rank() != root); // the root only reads its buffer
+            if (rank.capturing) {
+                throw new IllegalStateException("cuda broadcast cannot be captured into a graph: its pieces are ordered by host"
+                        + " barriers (fix: call it outside capture)");
             }
-            // every rank's stream is idle here: the root's piece is in its staging, and (from the
-            // second piece on) every rank has copied the previous piece out of it
-            driver.synchronize(rank.stream);
-            control.barrier();
-            if (!isRoot) {
-                driver.copyDeviceToDeviceAsync(buffer.address() + start * dsize, staging.dataPointer(root), bytes, rank.stream);
+            control.checkAgreement("cuda broadcast", Kind.BROADCAST, dtype, null, null, root, count,
+                    buffer == null ? -1 : buffer.byteSize(), -1, 0, 0, problem);
+            if (count == 0 || worldSize == 1) {
+                return;
             }
-            driver.synchronize(rank.stream);
-            control.barrier();
+            driver.setCurrent(rank.context);
+            long dsize = dtype.byteSize();
+            long piece = Math.max(1, stagingBytes / dsize);
+            boolean isRoot = group.rank() == root;
+            for (long start = 0; start < count; start += piece) {
+                long bytes = Math.min(piece, count - start) * dsize;
+                if (isRoot) {
+                    driver.copyDeviceToDeviceAsync(staging.dataPointer(root), buffer.address() + start * dsize, bytes, rank.stream);
+                }
+                // every rank's stream is idle here: the root's piece is in its staging, and (from the
+                // second piece on) every rank has copied the previous piece out of it
+                driver.synchronize(rank.stream);
+                control.barrier();
+                if (!isRoot) {
+                    driver.copyDeviceToDeviceAsync(buffer.address() + start * dsize, staging.dataPointer(root), bytes, rank.stream);
+                }
+                driver.synchronize(rank.stream);
+                control.barrier();
+            }
+        } finally {
+            Nvtx.pop();
         }
     }
 

@@ -17,6 +17,7 @@ import org.symmem4j.parallel.cuda.ffi.CudaUnavailableException;
 import org.symmem4j.parallel.cuda.ffi.Nccl;
 import org.symmem4j.parallel.multinode.HierarchicalSchedule;
 import org.symmem4j.parallel.multinode.NodeTopology;
+import org.symmem4j.parallel.trace.Nvtx;
 
 /**
  * Collectives of a GPU group that spans machines: our kernels on CUDA symmetric memory inside each machine
@@ -48,6 +49,12 @@ import org.symmem4j.parallel.multinode.NodeTopology;
  * they are not: a count that differs between machines makes NCCL wait or read past the shorter buffer.
  */
 final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunicator {
+
+    /** NVTX ranges around each level's ranges (payload: the call's count in bytes); nothing without NVTX. */
+    private static final Nvtx.Range NVTX_ALL_REDUCE = Nvtx.range("symmem4j hierarchical all_reduce");
+    private static final Nvtx.Range NVTX_REDUCE_SCATTER = Nvtx.range("symmem4j hierarchical reduce_scatter");
+    private static final Nvtx.Range NVTX_ALL_GATHER = Nvtx.range("symmem4j hierarchical all_gather");
+    private static final Nvtx.Range NVTX_BROADCAST = Nvtx.range("symmem4j hierarchical broadcast");
 
     /** The schedule: the machine's communicator (our kernels), NCCL between machines, device staging. */
     private final HierarchicalSchedule<CudaCommunicator, NcclLink> schedule;
@@ -145,22 +152,27 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
 
     @Override
     public synchronized void allReduce(MemorySegment buffer, long count, DType dtype, ReduceOp op, Algorithm algorithm) {
-        requireUsable(dtype, op, buffer, count, "buffer");
-        if (count == 0) {
-            return;
-        }
-        driver.setCurrent(rank.context);
-        if (algorithm != Algorithm.NCCL && algorithm != Algorithm.HIERARCHICAL) {
-            throw new IllegalArgumentException("algorithm=" + algorithm + " needs symmetric memory across every rank, and this"
-                    + " group spans " + topology.nodes() + " machines: expected HIERARCHICAL or NCCL (fix: pass"
-                    + " Algorithm.HIERARCHICAL or Algorithm.NCCL)");
-        }
-        // AVG: each level divides by its own size (machine L, then NCCL's average over N): the average over L x N
-        boolean timed = timings.begin();
-        schedule.allReduce(buffer, count, dtype, op, algorithm);
-        if (timed) {
-            driver.setCurrent(rank.context); // the schedule's NCCL levels may leave another context current
-            timings.end(algorithm, dtype.bytes(count));
+        Nvtx.push(NVTX_ALL_REDUCE, count, dtype);
+        try {
+            requireUsable(dtype, op, buffer, count, "buffer");
+            if (count == 0) {
+                return;
+            }
+            driver.setCurrent(rank.context);
+            if (algorithm != Algorithm.NCCL && algorithm != Algorithm.HIERARCHICAL) {
+                throw new IllegalArgumentException("algorithm=" + algorithm + " needs symmetric memory across every rank, and this"
+                        + " group spans " + topology.nodes() + " machines: expected HIERARCHICAL or NCCL (fix: pass"
+                        + " Algorithm.HIERARCHICAL or Algorithm.NCCL)");
+            }
+            // AVG: each level divides by its own size (machine L, then NCCL's average over N): the average over L x N
+            boolean timed = timings.begin();
+            schedule.allReduce(buffer, count, dtype, op, algorithm);
+            if (timed) {
+                driver.setCurrent(rank.context); // the schedule's NCCL levels may leave another context current
+                timings.end(algorithm, dtype.bytes(count));
+            }
+        } finally {
+            Nvtx.pop();
         }
     }
 
@@ -192,26 +204,36 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
      */
     @Override
     public synchronized void reduceScatter(MemorySegment send, MemorySegment recv, long recvCount, DType dtype, ReduceOp op) {
-        int world = group.worldSize();
-        requireUsable(dtype, op, send, recvCount * world, "send");
-        requireUsable(dtype, op, recv, recvCount, "recv");
-        if (recvCount == 0) {
-            return;
+        Nvtx.push(NVTX_REDUCE_SCATTER, recvCount, dtype);
+        try {
+            int world = group.worldSize();
+            requireUsable(dtype, op, send, recvCount * world, "send");
+            requireUsable(dtype, op, recv, recvCount, "recv");
+            if (recvCount == 0) {
+                return;
+            }
+            driver.setCurrent(rank.context);
+            schedule.reduceScatter(send, recv, recvCount, dtype, op);
+        } finally {
+            Nvtx.pop();
         }
-        driver.setCurrent(rank.context);
-        schedule.reduceScatter(send, recv, recvCount, dtype, op);
     }
 
     /** Inside each machine, then between machines: machine-major is rank order. */
     @Override
     public synchronized void allGather(MemorySegment send, MemorySegment recv, long sendCount, DType dtype) {
-        requireUsable(dtype, ReduceOp.SUM, send, sendCount, "send");
-        requireUsable(dtype, ReduceOp.SUM, recv, sendCount * group.worldSize(), "recv");
-        if (sendCount == 0) {
-            return;
+        Nvtx.push(NVTX_ALL_GATHER, sendCount, dtype);
+        try {
+            requireUsable(dtype, ReduceOp.SUM, send, sendCount, "send");
+            requireUsable(dtype, ReduceOp.SUM, recv, sendCount * group.worldSize(), "recv");
+            if (sendCount == 0) {
+                return;
+            }
+            driver.setCurrent(rank.context);
+            schedule.allGather(send, recv, sendCount, dtype);
+        } finally {
+            Nvtx.pop();
         }
-        driver.setCurrent(rank.context);
-        schedule.allGather(send, recv, sendCount, dtype);
     }
 
     /** The in-place forms over shards of symmetric memory need memory spanning the group: refused across machines. */
@@ -229,16 +251,21 @@ final class CudaHierarchicalCommunicator implements Communicator, DeviceCommunic
     /** From the root to the same local rank on every machine (NCCL), then inside each machine. */
     @Override
     public synchronized void broadcast(MemorySegment buffer, long count, DType dtype, int root) {
-        requireUsable(dtype, ReduceOp.SUM, buffer, count, "buffer");
-        if (root < 0 || root >= group.worldSize()) {
-            throw new IllegalArgumentException("root=" + root + " expected 0 .. " + (group.worldSize() - 1) + " (fix:"
-                    + " pass a rank of the group as root, the same on every rank)");
+        Nvtx.push(NVTX_BROADCAST, count, dtype);
+        try {
+            requireUsable(dtype, ReduceOp.SUM, buffer, count, "buffer");
+            if (root < 0 || root >= group.worldSize()) {
+                throw new IllegalArgumentException("root=" + root + " expected 0 .. " + (group.worldSize() - 1)
+                        + " (fix: pass a rank of the group as root, the same on every rank)");
+            }
+            if (count == 0) {
+                return;
+            }
+            driver.setCurrent(rank.context);
+            schedule.broadcast(buffer, count, dtype, root);
+        } finally {
+            Nvtx.pop();
         }
-        if (count == 0) {
-            return;
-        }
-        driver.setCurrent(rank.context);
-        schedule.broadcast(buffer, count, dtype, root);
     }
 
     /** The machine's barrier, the ranks' meeting through the group, the machine's barrier again. */

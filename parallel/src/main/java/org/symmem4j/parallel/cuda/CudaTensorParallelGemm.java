@@ -19,6 +19,7 @@ import org.symmem4j.parallel.TensorParallelGemm;
 import org.symmem4j.parallel.cuda.ffi.Cublas;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.Nccl;
+import org.symmem4j.parallel.trace.Nvtx;
 
 /**
  * {@link TensorParallelGemm} on the CUDA transport: cuBLAS for the GEMMs on the communicator's stream, a
@@ -56,6 +57,13 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
      * bench/results/2026-11-27-nvshmem.md), so the capture is refused with the way out instead.
      */
     static final boolean FUSED_GRAPHS_IN_ONE_JVM = Configuration.TP_FUSED_GRAPHS_IN_ONE_JVM.get();
+    /**
+     * NVTX ranges (nothing without NVTX): local GEMMs (payload: C's size), and the collective GEMMs by {@link Mode} in
+     * its order, then one for a null mode (payload: the gathered A's, or the reduced partial sums', size in bytes).
+     */
+    private static final Nvtx.Range NVTX_MATMUL = Nvtx.range("symmem4j matmul");
+    private static final Nvtx.Range[] NVTX_ALL_GATHER_MATMUL = byMode("symmem4j all_gather_matmul");
+    private static final Nvtx.Range[] NVTX_MATMUL_REDUCE_SCATTER = byMode("symmem4j matmul_reduce_scatter");
     /** At most this many chunks per peer block. */
     static final int MAX_CHUNKS = 8;
     /**
@@ -144,16 +152,35 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
         }
     }
 
+    private static Nvtx.Range[] byMode(String name) {
+        Mode[] modes = Mode.values();
+        Nvtx.Range[] ranges = new Nvtx.Range[modes.length + 1];
+        for (Mode mode : modes) {
+            ranges[mode.ordinal()] = Nvtx.range(name + " " + mode.name().toLowerCase(java.util.Locale.ROOT));
+        }
+        ranges[modes.length] = Nvtx.range(name);
+        return ranges;
+    }
+
+    private static Nvtx.Range nvtx(Nvtx.Range[] byMode, Mode mode) {
+        return byMode[mode == null ? byMode.length - 1 : mode.ordinal()];
+    }
+
     @Override
     public synchronized void matmul(MemorySegment c, MemorySegment a, boolean transA, MemorySegment b, boolean transB,
                                     int m, int n, int k, boolean accumulate, DType dtype) {
-        checkOpen();
-        checkDims(m, n, k, dtype);
-        need("c", c, (long) m * n, dtype);
-        need("a", a, (long) m * k, dtype);
-        need("b", b, (long) k * n, dtype);
-        driver.setCurrent(rank.context);
-        gemm(c.address(), a.address(), transA, b.address(), transB, m, n, k, accumulate, dtype);
+        Nvtx.push(NVTX_MATMUL, (long) m * n, dtype);
+        try {
+            checkOpen();
+            checkDims(m, n, k, dtype);
+            need("c", c, (long) m * n, dtype);
+            need("a", a, (long) m * k, dtype);
+            need("b", b, (long) k * n, dtype);
+            driver.setCurrent(rank.context);
+            gemm(c.address(), a.address(), transA, b.address(), transB, m, n, k, accumulate, dtype);
+        } finally {
+            Nvtx.pop();
+        }
     }
 
     private void gemm(long c, long a, boolean transA, long b, boolean transB, int m, int n, int k, boolean accumulate, DType dtype) {
@@ -163,57 +190,62 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     @Override
     public synchronized void allGatherMatmul(SymmetricMemory gathered, long offsetBytes, MemorySegment b, boolean transB,
                                              MemorySegment c, int rows, int n, int k, DType dtype, Mode mode) {
-        CudaSymmetricMemory memory = checkCollective(gathered, "gathered", rows, n, k, dtype, mode);
-        long elt = dtype.byteSize();
-        long rowBytes = k * elt;
-        checkFits("gathered", memory, offsetBytes, rows * rowBytes, dtype, "a " + rows + "×" + k + " " + dtype + " matrix");
-        need("b", b, (long) k * n, dtype);
-        need("c", c, (long) rows * n, dtype);
-        driver.setCurrent(rank.context);
-        int shardRows = rows / world;
-        long mine = memory.bufferPointer(me) + offsetBytes;
-        int chunks = chunksPerBlock(shardRows, chunkRows(world));
-        loadKernels(c.address(), mine, b.address(), transB, n, k, dtype, gemmRows(mode, rows, shardRows, chunks));
-        switch (mode) {
-            case NCCL -> {
-                // in place: NCCL's all-gather with sendbuff == recvbuff + rank * sendcount
-                Nccl.get().allGather(mine + me * shardRows * rowBytes, mine, (long) shardRows * k, dtype,
-                        comm.requireNccl(), rank.stream);
-                gemm(c.address(), mine, false, b.address(), transB, rows, n, k, false, dtype);
-            }
-            case SYMMEM -> {
-                checkEqualBlocks((long) rows * k, dtype, (long) shardRows * k);
-                comm.allGather(gathered, offsetBytes, (long) rows * k, dtype);
-                gemm(c.address(), mine, false, b.address(), transB, rows, n, k, false, dtype);
-            }
-            case FUSED -> {
-                EnqueueOrder.Seat seat = enterOrder();
-                meet(memory, READY_SLOT);
-                // fork: the copy stream starts after the meeting (every block is in place on its owner)
-                driver.record(fork, rank.stream);
-                driver.waitEvent(copyStream, fork);
-                long cRowBytes = n * elt;
-                gemm(c.address() + me * shardRows * cRowBytes, mine + me * shardRows * rowBytes, false, b.address(), transB,
-                        shardRows, n, k, false, dtype);
-                int e = 0;
-                for (int step = 1; step < world; step++) {
-                    int peer = (me + step) % world;
-                    long theirs = memory.bufferPointer(peer) + offsetBytes;
-                    for (int chunk = 0; chunk < chunks; chunk++) {
-                        int lo = peer * shardRows + chunkStart(shardRows, chunks, chunk);
-                        int count = chunkStart(shardRows, chunks, chunk + 1) - chunkStart(shardRows, chunks, chunk);
-                        MemorySegment event = chunkEvent(e++);
-                        driver.copyDeviceToDeviceAsync(mine + lo * rowBytes, theirs + lo * rowBytes, count * rowBytes, copyStream);
-                        driver.record(event, copyStream);
-                        // join: this chunk's GEMM reads what the copy wrote
-                        driver.waitEvent(rank.stream, event);
-                        gemm(c.address() + lo * cRowBytes, mine + lo * rowBytes, false, b.address(), transB, count, n, k, false, dtype);
-                    }
+        Nvtx.push(nvtx(NVTX_ALL_GATHER_MATMUL, mode), (long) rows * k, dtype);
+        try {
+            CudaSymmetricMemory memory = checkCollective(gathered, "gathered", rows, n, k, dtype, mode);
+            long elt = dtype.byteSize();
+            long rowBytes = k * elt;
+            checkFits("gathered", memory, offsetBytes, rows * rowBytes, dtype, "a " + rows + "×" + k + " " + dtype + " matrix");
+            need("b", b, (long) k * n, dtype);
+            need("c", c, (long) rows * n, dtype);
+            driver.setCurrent(rank.context);
+            int shardRows = rows / world;
+            long mine = memory.bufferPointer(me) + offsetBytes;
+            int chunks = chunksPerBlock(shardRows, chunkRows(world));
+            loadKernels(c.address(), mine, b.address(), transB, n, k, dtype, gemmRows(mode, rows, shardRows, chunks));
+            switch (mode) {
+                case NCCL -> {
+                    // in place: NCCL's all-gather with sendbuff == recvbuff + rank * sendcount
+                    Nccl.get().allGather(mine + me * shardRows * rowBytes, mine, (long) shardRows * k, dtype,
+                            comm.requireNccl(), rank.stream);
+                    gemm(c.address(), mine, false, b.address(), transB, rows, n, k, false, dtype);
                 }
-                // every copy of this rank has completed on the main stream's timeline (it waited for each)
-                meet(memory, DONE_SLOT);
-                exitOrder(seat);
+                case SYMMEM -> {
+                    checkEqualBlocks((long) rows * k, dtype, (long) shardRows * k);
+                    comm.allGather(gathered, offsetBytes, (long) rows * k, dtype);
+                    gemm(c.address(), mine, false, b.address(), transB, rows, n, k, false, dtype);
+                }
+                case FUSED -> {
+                    EnqueueOrder.Seat seat = enterOrder();
+                    meet(memory, READY_SLOT);
+                    // fork: the copy stream starts after the meeting (every block is in place on its owner)
+                    driver.record(fork, rank.stream);
+                    driver.waitEvent(copyStream, fork);
+                    long cRowBytes = n * elt;
+                    gemm(c.address() + me * shardRows * cRowBytes, mine + me * shardRows * rowBytes, false, b.address(), transB,
+                            shardRows, n, k, false, dtype);
+                    int e = 0;
+                    for (int step = 1; step < world; step++) {
+                        int peer = (me + step) % world;
+                        long theirs = memory.bufferPointer(peer) + offsetBytes;
+                        for (int chunk = 0; chunk < chunks; chunk++) {
+                            int lo = peer * shardRows + chunkStart(shardRows, chunks, chunk);
+                            int count = chunkStart(shardRows, chunks, chunk + 1) - chunkStart(shardRows, chunks, chunk);
+                            MemorySegment event = chunkEvent(e++);
+                            driver.copyDeviceToDeviceAsync(mine + lo * rowBytes, theirs + lo * rowBytes, count * rowBytes, copyStream);
+                            driver.record(event, copyStream);
+                            // join: this chunk's GEMM reads what the copy wrote
+                            driver.waitEvent(rank.stream, event);
+                            gemm(c.address() + lo * cRowBytes, mine + lo * rowBytes, false, b.address(), transB, count, n, k, false, dtype);
+                        }
+                    }
+                    // every copy of this rank has completed on the main stream's timeline (it waited for each)
+                    meet(memory, DONE_SLOT);
+                    exitOrder(seat);
+                }
             }
+        } finally {
+            Nvtx.pop();
         }
     }
 
@@ -221,66 +253,71 @@ final class CudaTensorParallelGemm implements TensorParallelGemm {
     public synchronized void matmulReduceScatter(MemorySegment a, MemorySegment b, boolean transB, SymmetricMemory partials,
                                                  long offsetBytes, MemorySegment out, int rows, int n, int k, DType dtype,
                                                  Mode mode) {
-        CudaSymmetricMemory memory = checkCollective(partials, "partials", rows, n, k, dtype, mode);
-        long elt = dtype.byteSize();
-        long need = TensorParallelGemm.partialsBytes(rows, n, dtype);
-        checkFits("partials", memory, offsetBytes, need, dtype, need + " bytes (TensorParallelGemm.partialsBytes(" + rows
-                + ", " + n + ", " + dtype + "))");
-        need("a", a, (long) rows * k, dtype);
-        need("b", b, (long) k * n, dtype);
-        int shardRows = rows / world;
-        need("out", out, (long) shardRows * n, dtype);
-        driver.setCurrent(rank.context);
-        long rowBytes = n * elt;
-        long slotBytes = shardRows * rowBytes;
-        long aRowBytes = k * elt;
-        long recv = memory.bufferPointer(me) + offsetBytes;
-        long send = recv + world * slotBytes;
-        int chunks = chunksPerBlock(shardRows, chunkRows(world));
-        loadKernels(send, a.address(), b.address(), transB, n, k, dtype, gemmRows(mode, rows, shardRows, chunks));
-        switch (mode) {
-            case NCCL -> {
-                gemm(send, a.address(), false, b.address(), transB, rows, n, k, false, dtype);
-                Nccl.get().reduceScatter(send, out.address(), (long) shardRows * n, dtype, ReduceOp.SUM, comm.requireNccl(),
-                        rank.stream);
-            }
-            case SYMMEM -> {
-                checkEqualBlocks((long) rows * n, dtype, (long) shardRows * n);
-                gemm(recv, a.address(), false, b.address(), transB, rows, n, k, false, dtype);
-                comm.reduceScatter(partials, offsetBytes, (long) rows * n, dtype, ReduceOp.SUM);
-                driver.copyDeviceToDeviceAsync(out.address(), recv + me * slotBytes, slotBytes, rank.stream);
-            }
-            case FUSED -> {
-                EnqueueOrder.Seat seat = enterOrder();
-                int e = 0;
-                for (int step = 1; step < world; step++) {
-                    int peer = (me + step) % world;
-                    long theirSlot = memory.bufferPointer(peer) + offsetBytes + me * slotBytes;
-                    long mySendSlot = send + peer * slotBytes;
-                    for (int chunk = 0; chunk < chunks; chunk++) {
-                        int lo = chunkStart(shardRows, chunks, chunk);
-                        int count = chunkStart(shardRows, chunks, chunk + 1) - lo;
-                        gemm(mySendSlot + lo * rowBytes, a.address() + ((long) peer * shardRows + lo) * aRowBytes, false,
-                                b.address(), transB, count, n, k, false, dtype);
-                        MemorySegment event = chunkEvent(e++);
-                        driver.record(event, rank.stream);
-                        // fork: the push reads what this GEMM wrote, while the next GEMM runs
-                        driver.waitEvent(copyStream, event);
-                        driver.copyDeviceToDeviceAsync(theirSlot + lo * rowBytes, mySendSlot + lo * rowBytes, count * rowBytes,
-                                copyStream);
-                    }
+        Nvtx.push(nvtx(NVTX_MATMUL_REDUCE_SCATTER, mode), (long) rows * n, dtype);
+        try {
+            CudaSymmetricMemory memory = checkCollective(partials, "partials", rows, n, k, dtype, mode);
+            long elt = dtype.byteSize();
+            long need = TensorParallelGemm.partialsBytes(rows, n, dtype);
+            checkFits("partials", memory, offsetBytes, need, dtype, need + " bytes (TensorParallelGemm.partialsBytes(" + rows
+                    + ", " + n + ", " + dtype + "))");
+            need("a", a, (long) rows * k, dtype);
+            need("b", b, (long) k * n, dtype);
+            int shardRows = rows / world;
+            need("out", out, (long) shardRows * n, dtype);
+            driver.setCurrent(rank.context);
+            long rowBytes = n * elt;
+            long slotBytes = shardRows * rowBytes;
+            long aRowBytes = k * elt;
+            long recv = memory.bufferPointer(me) + offsetBytes;
+            long send = recv + world * slotBytes;
+            int chunks = chunksPerBlock(shardRows, chunkRows(world));
+            loadKernels(send, a.address(), b.address(), transB, n, k, dtype, gemmRows(mode, rows, shardRows, chunks));
+            switch (mode) {
+                case NCCL -> {
+                    gemm(send, a.address(), false, b.address(), transB, rows, n, k, false, dtype);
+                    Nccl.get().reduceScatter(send, out.address(), (long) shardRows * n, dtype, ReduceOp.SUM, comm.requireNccl(),
+                            rank.stream);
                 }
-                gemm(recv + me * slotBytes, a.address() + (long) me * shardRows * aRowBytes, false, b.address(), transB,
-                        shardRows, n, k, false, dtype);
-                // join: the meeting below signals only after every push of this rank has landed
-                driver.record(fork, copyStream);
-                driver.waitEvent(rank.stream, fork);
-                meet(memory, READY_SLOT);
-                launchElementwise(Kernel.sumSlots(dtype == DType.FLOAT32), (long) shardRows * n, l -> l
-                        .pointer(recv).pointer(out.address()).size((long) shardRows * n).integer(world));
-                meet(memory, DONE_SLOT);
-                exitOrder(seat);
+                case SYMMEM -> {
+                    checkEqualBlocks((long) rows * n, dtype, (long) shardRows * n);
+                    gemm(recv, a.address(), false, b.address(), transB, rows, n, k, false, dtype);
+                    comm.reduceScatter(partials, offsetBytes, (long) rows * n, dtype, ReduceOp.SUM);
+                    driver.copyDeviceToDeviceAsync(out.address(), recv + me * slotBytes, slotBytes, rank.stream);
+                }
+                case FUSED -> {
+                    EnqueueOrder.Seat seat = enterOrder();
+                    int e = 0;
+                    for (int step = 1; step < world; step++) {
+                        int peer = (me + step) % world;
+                        long theirSlot = memory.bufferPointer(peer) + offsetBytes + me * slotBytes;
+                        long mySendSlot = send + peer * slotBytes;
+                        for (int chunk = 0; chunk < chunks; chunk++) {
+                            int lo = chunkStart(shardRows, chunks, chunk);
+                            int count = chunkStart(shardRows, chunks, chunk + 1) - lo;
+                            gemm(mySendSlot + lo * rowBytes, a.address() + ((long) peer * shardRows + lo) * aRowBytes, false,
+                                    b.address(), transB, count, n, k, false, dtype);
+                            MemorySegment event = chunkEvent(e++);
+                            driver.record(event, rank.stream);
+                            // fork: the push reads what this GEMM wrote, while the next GEMM runs
+                            driver.waitEvent(copyStream, event);
+                            driver.copyDeviceToDeviceAsync(theirSlot + lo * rowBytes, mySendSlot + lo * rowBytes, count * rowBytes,
+                                    copyStream);
+                        }
+                    }
+                    gemm(recv + me * slotBytes, a.address() + (long) me * shardRows * aRowBytes, false, b.address(), transB,
+                            shardRows, n, k, false, dtype);
+                    // join: the meeting below signals only after every push of this rank has landed
+                    driver.record(fork, copyStream);
+                    driver.waitEvent(rank.stream, fork);
+                    meet(memory, READY_SLOT);
+                    launchElementwise(Kernel.sumSlots(dtype == DType.FLOAT32), (long) shardRows * n, l -> l
+                            .pointer(recv).pointer(out.address()).size((long) shardRows * n).integer(world));
+                    meet(memory, DONE_SLOT);
+                    exitOrder(seat);
+                }
             }
+        } finally {
+            Nvtx.pop();
         }
     }
 

@@ -10,6 +10,7 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.TensorParallelGemm;
 import org.symmem4j.parallel.TensorParallelGemm.Mode;
+import org.symmem4j.parallel.trace.Nvtx;
 
 /**
  * Megatron's MLP block with sequence parallelism on the GPUs of a tensor-parallel group: {@code y = relu(x ·
@@ -32,6 +33,14 @@ import org.symmem4j.parallel.TensorParallelGemm.Mode;
  * process per GPU: with the ranks as threads of one JVM fused captures are refused, they deadlocked).
  */
 public final class TensorParallelMlp implements AutoCloseable {
+
+    /**
+     * NVTX ranges around each step, over the GEMMs' own ranges (nothing without NVTX). Payload: the whole input's
+     * ({@code tokens × hidden}) size in bytes for the passes, both weight shards' for the step.
+     */
+    private static final Nvtx.Range NVTX_FORWARD = Nvtx.range("symmem4j tp_mlp forward");
+    private static final Nvtx.Range NVTX_BACKWARD = Nvtx.range("symmem4j tp_mlp backward");
+    private static final Nvtx.Range NVTX_SGD_STEP = Nvtx.range("symmem4j tp_mlp sgd_step");
 
     private final Communicator communicator;
     private final DeviceCommunicator device;
@@ -159,10 +168,15 @@ public final class TensorParallelMlp implements AutoCloseable {
      * @param mode fused, or unfused with symmem4j's collectives or NCCL's
      */
     public void forward(Mode mode) {
-        checkOpen();
-        gemm.allGatherMatmul(xGathered, 0, w1, false, z, tokens, ffnShard, hidden, dtype, mode);
-        gemm.relu(z, a, (long) tokens * ffnShard, dtype);
-        gemm.matmulReduceScatter(a, w2, false, partials, 0, y, tokens, hidden, ffnShard, dtype, mode);
+        Nvtx.push(NVTX_FORWARD, (long) tokens * hidden, dtype);
+        try {
+            checkOpen();
+            gemm.allGatherMatmul(xGathered, 0, w1, false, z, tokens, ffnShard, hidden, dtype, mode);
+            gemm.relu(z, a, (long) tokens * ffnShard, dtype);
+            gemm.matmulReduceScatter(a, w2, false, partials, 0, y, tokens, hidden, ffnShard, dtype, mode);
+        } finally {
+            Nvtx.pop();
+        }
     }
 
     /**
@@ -172,19 +186,24 @@ public final class TensorParallelMlp implements AutoCloseable {
      * @param mode fused, or unfused with symmem4j's collectives or NCCL's
      */
     public void backward(Mode mode) {
-        checkOpen();
-        MemorySegment dyAll = dyGathered.local();
-        MemorySegment xAll = xGathered.local();
-        // da = dy · W2ᵀ (dy gathered on the way)
-        gemm.allGatherMatmul(dyGathered, 0, w2, true, da, tokens, ffnShard, hidden, dtype, mode);
-        // dW2 = aᵀ · dy
-        gemm.matmul(dw2, a, true, dyAll, false, ffnShard, hidden, tokens, false, dtype);
-        // dz = da where z > 0 (in place)
-        gemm.reluBackward(da, z, da, (long) tokens * ffnShard, dtype);
-        // dW1 = xᵀ · dz
-        gemm.matmul(dw1, xAll, true, da, false, hidden, ffnShard, tokens, false, dtype);
-        // dx = dz · W1ᵀ, reduce-scattered to this rank's rows
-        gemm.matmulReduceScatter(da, w1, true, partials, 0, dx, tokens, hidden, ffnShard, dtype, mode);
+        Nvtx.push(NVTX_BACKWARD, (long) tokens * hidden, dtype);
+        try {
+            checkOpen();
+            MemorySegment dyAll = dyGathered.local();
+            MemorySegment xAll = xGathered.local();
+            // da = dy · W2ᵀ (dy gathered on the way)
+            gemm.allGatherMatmul(dyGathered, 0, w2, true, da, tokens, ffnShard, hidden, dtype, mode);
+            // dW2 = aᵀ · dy
+            gemm.matmul(dw2, a, true, dyAll, false, ffnShard, hidden, tokens, false, dtype);
+            // dz = da where z > 0 (in place)
+            gemm.reluBackward(da, z, da, (long) tokens * ffnShard, dtype);
+            // dW1 = xᵀ · dz
+            gemm.matmul(dw1, xAll, true, da, false, hidden, ffnShard, tokens, false, dtype);
+            // dx = dz · W1ᵀ, reduce-scattered to this rank's rows
+            gemm.matmulReduceScatter(da, w1, true, partials, 0, dx, tokens, hidden, ffnShard, dtype, mode);
+        } finally {
+            Nvtx.pop();
+        }
     }
 
     /**
@@ -193,13 +212,18 @@ public final class TensorParallelMlp implements AutoCloseable {
      * @param learningRate the step size
      */
     public void sgdStep(float learningRate) {
-        checkOpen();
-        if (dtype != DType.FLOAT32) {
-            throw new UnsupportedOperationException("sgdStep updates float32 weights; this block is " + dtype
-                    + " (fix: keep float32 master weights for bfloat16 training)");
+        Nvtx.push(NVTX_SGD_STEP, (long) hidden * ffnShard * 2, DType.FLOAT32);
+        try {
+            checkOpen();
+            if (dtype != DType.FLOAT32) {
+                throw new UnsupportedOperationException("sgdStep updates float32 weights; this block is " + dtype
+                        + " (fix: keep float32 master weights for bfloat16 training)");
+            }
+            gemm.axpy(-learningRate, dw1, w1, (long) hidden * ffnShard);
+            gemm.axpy(-learningRate, dw2, w2, (long) ffnShard * hidden);
+        } finally {
+            Nvtx.pop();
         }
-        gemm.axpy(-learningRate, dw1, w1, (long) hidden * ffnShard);
-        gemm.axpy(-learningRate, dw2, w2, (long) ffnShard * hidden);
     }
 
     private void checkOpen() {

@@ -12,6 +12,7 @@ import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.WorkClock;
+import org.symmem4j.parallel.trace.Nvtx;
 import org.symmem4j.pipeline.channel.ChannelLayout;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.channel.LinkReceiver;
@@ -58,6 +59,9 @@ import org.symmem4j.pipeline.schedule.Schedule;
 public final class PipelineExecutor implements AutoCloseable {
 
     private static final MemorySegment EMPTY = MemorySegment.ofArray(new byte[0]);
+    /** NVTX ranges by {@link ActionType} (payload: the microbatch), and of a stage's optimizer step (payload: the stage). */
+    private static final Nvtx.Range[] NVTX_ACTIONS = nvtxActions();
+    private static final Nvtx.Range NVTX_STEP = Nvtx.range("symmem4j pipeline optimizer_step");
 
     private final Group group;
     private final PipelineShape shape;
@@ -247,7 +251,12 @@ public final class PipelineExecutor implements AutoCloseable {
             }
             for (int stage = group.rank(); stage < shape.stageCount(); stage += shape.ranks()) {
                 long start = mark();
-                stages[stage].step();
+                Nvtx.push(NVTX_STEP, stage);
+                try {
+                    stages[stage].step();
+                } finally {
+                    Nvtx.pop();
+                }
                 events = record(events, -1 - stage, start);
             }
             awaitWork();
@@ -314,13 +323,34 @@ public final class PipelineExecutor implements AutoCloseable {
         }
     }
 
+    private static Nvtx.Range[] nvtxActions() {
+        Nvtx.Range[] ranges = new Nvtx.Range[ActionType.values().length];
+        for (ActionType type : ActionType.values()) {
+            ranges[type.ordinal()] = Nvtx.range("symmem4j pipeline " + type.name().toLowerCase(java.util.Locale.ROOT));
+        }
+        return ranges;
+    }
+
     /** Now, as a timeline mark of the memory's clock (host nanoseconds, or an event on the stream). */
     private long mark() {
         return clock.mark();
     }
 
-    /** Runs action {@code index}; a {@link PipelineActionEvent} spans it while a JFR recording enables one. */
+    /**
+     * Runs action {@code index} inside an NVTX range of its type (payload: the microbatch; nothing without NVTX); a
+     * {@link PipelineActionEvent} spans it while a JFR recording enables one.
+     */
     private int run(int index, int events) {
+        Action action = actions.get(index);
+        Nvtx.push(NVTX_ACTIONS[action.type().ordinal()], action.microbatch());
+        try {
+            return runTraced(index, events);
+        } finally {
+            Nvtx.pop();
+        }
+    }
+
+    private int runTraced(int index, int events) {
         if (!PipelineActionEvent.TYPE.isEnabled()) {
             return runAction(index, events);
         }

@@ -1,0 +1,65 @@
+package org.symmem4j.benchmarks;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.List;
+import org.junit.jupiter.api.Test;
+
+/** The paired cost report's arithmetic, against hand-computed values. */
+class FlightRecorderCostBenchTest {
+
+    @Test
+    void iterationsAlternateInAbbaPairs() {
+        boolean[] expected = {false, true, true, false, false, true, true, false};
+        for (int k = 0; k < expected.length; k++) {
+            assertEquals(expected[k], FlightRecorderPairedBenchmark.recorderOn(k), "iteration " + k);
+        }
+    }
+
+    @Test
+    void pairsOnMinusOffWithinEachFork() {
+        // fork 0: (off 1000, on 1010), (on 1004, off 1000) -> diffs 10, 4; fork 1 slower by 10 %: (off 1100, on 1102),
+        // (on 1110, off 1100) -> diffs 2, 10. A fork effect far larger than the differences does not enter them.
+        FlightRecorderCostBench.Paired p = FlightRecorderCostBench.Paired.of(List.of(
+                new double[] {1000, 1010, 1004, 1000}, new double[] {1100, 1102, 1110, 1100}));
+        assertEquals(4, p.pairs());
+        assertEquals(6.5, p.diffMean(), 1e-12);
+        assertEquals((1000 + 1000 + 1100 + 1100) / 4.0, p.offMean(), 1e-12);
+        assertEquals((1010 + 1004 + 1102 + 1110) / 4.0, p.onMean(), 1e-12);
+        assertArrayEquals(new double[] {7, 6}, p.forkDiffs(), 1e-12);
+        // sample sd of {10, 4, 2, 10} = sqrt((3.5^2 + 2.5^2 + 4.5^2 + 3.5^2) / 3) = sqrt(17); t(3) = 3.182
+        assertEquals(3.182 * Math.sqrt(17.0 / 4), p.diffHalfWidth(), 1e-9);
+        assertEquals(100 * 6.5 / 1050, p.percent(), 1e-12);
+        assertTrue(p.verdict().startsWith("undecided"), p.verdict()); // 0.62 % ± 0.62 %: spans 1 %
+    }
+
+    @Test
+    void verdicts() {
+        // differences 1, 2, 1, 2 ns on 1000 ns: 0.15 % ± small: met
+        FlightRecorderCostBench.Paired met = FlightRecorderCostBench.Paired.of(List.of(
+                new double[] {1000, 1001, 1002, 1000, 1000, 1001, 1002, 1000}));
+        assertTrue(met.verdict().startsWith("≤ 1 %"), met.verdict());
+        // differences 50, 52, 50, 52 ns on 1000 ns: 5 %: missed
+        FlightRecorderCostBench.Paired missed = FlightRecorderCostBench.Paired.of(List.of(
+                new double[] {1000, 1050, 1052, 1000, 1000, 1050, 1052, 1000}));
+        assertTrue(missed.verdict().startsWith("> 1 %"), missed.verdict());
+    }
+
+    @Test
+    void refusesOddIterationCounts() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> FlightRecorderCostBench.Paired.of(List.of(new double[] {1, 2, 3})));
+        assertTrue(e.getMessage().contains("3 measurement iterations"), e.getMessage());
+    }
+
+    @Test
+    void studentT() {
+        assertEquals(12.706, FlightRecorderCostBench.t95(1));
+        assertEquals(2.045, FlightRecorderCostBench.t95(29));
+        assertEquals(1.960, FlightRecorderCostBench.t95(1000));
+        assertThrows(IllegalArgumentException.class, () -> FlightRecorderCostBench.t95(0));
+    }
+}
