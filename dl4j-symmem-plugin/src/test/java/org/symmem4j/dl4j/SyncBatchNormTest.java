@@ -4,6 +4,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.stream.Stream;
@@ -28,6 +29,8 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.learning.config.Adam;
 import org.nd4j.linalg.learning.config.Sgd;
 import org.nd4j.linalg.lossfunctions.LossFunctions;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * Synchronized BatchNorm ({@code syncBatchNorm(true)}): N workers train a BatchNorm network like one model fitted on
@@ -151,6 +154,58 @@ class SyncBatchNormTest {
         MultiLayerNetwork copy = initial.clone();
         copy.setParams(params.dup());
         return copy;
+    }
+
+    static Stream<Arguments> groupCases() {
+        return Stream.of(
+                Arguments.of("mlp", 2, true, true),
+                Arguments.of("mlp", 4, false, false),
+                Arguments.of("cnn", 2, false, false),
+                Arguments.of("cnn", 4, true, true));
+    }
+
+    /**
+     * Group mode: each rank its own wrapper with one worker on its rank of the group (threads of one JVM here, as the
+     * launcher's processes run the same code); every rank equals one model on the merged batch, and equals thread
+     * mode bitwise.
+     */
+    @ParameterizedTest(name = "{0}, {1} ranks, unequal={2}, short last step={3}")
+    @MethodSource("groupCases")
+    void ranksOfAGroupTrainLikeOneModelOnTheMergedBatch(String kind, int ranks, boolean unequal, boolean shortLast) {
+        List<DataSet> data = data(kind, ranks, 3, unequal, shortLast);
+        MultiLayerNetwork initial = net(kind);
+        List<INDArray> expected = reference(initial, data, ranks);
+        MultiLayerNetwork threadsModel = initial.clone();
+        List<INDArray> threads = DataParallelEquivalenceTest.trainParallel(SymmemParallelWrapper.builder(threadsModel)
+                .workers(ranks).ompThreadsPerWorker(1).syncBatchNorm(true), data);
+
+        List<INDArray> perRank = InJvmWorld.runOnEveryRank(ranks, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
+                group -> {
+                    MultiLayerNetwork mine = initial.clone();
+                    try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(mine).group(group).ompThreadsPerWorker(1)
+                            .syncBatchNorm(true).build()) {
+                        w.fit(new BatchListIterator(data));
+                    }
+                    return mine.params().dup();
+                });
+        for (int r = 0; r < ranks; r++) {
+            double diff = Nets.maxRelativeDifference(perRank.get(r), expected.getLast());
+            assertTrue(diff <= TOLERANCE, "rank " + r + ": max relative difference " + diff + " > " + TOLERANCE);
+            assertTrue(ModelReplica.bitwiseEqual(threads.getLast(), perRank.get(r)), "rank " + r
+                    + ": differs bitwise from thread mode");
+        }
+        // control: group mode without synchronization
+        List<INDArray> plain = InJvmWorld.runOnEveryRank(ranks, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
+                group -> {
+                    MultiLayerNetwork mine = initial.clone();
+                    try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(mine).group(group).ompThreadsPerWorker(1)
+                            .build()) {
+                        w.fit(new BatchListIterator(data));
+                    }
+                    return mine.params().dup();
+                });
+        double apart = Nets.maxRelativeDifference(plain.getFirst(), expected.getLast());
+        assertTrue(apart > 1e6 * TOLERANCE, "without syncBatchNorm the run should differ from one model: " + apart);
     }
 
     /**
