@@ -208,6 +208,41 @@ class SyncBatchNormTest {
         assertTrue(apart > 1e6 * TOLERANCE, "without syncBatchNorm the run should differ from one model: " + apart);
     }
 
+    /** A ComputationGraph: BatchNorm on the input and after a dense layer, merged for the output; Adam. */
+    @Test
+    void computationGraphTrainsLikeOneModelOnTheMergedBatch() {
+        org.deeplearning4j.nn.conf.ComputationGraphConfiguration conf = new NeuralNetConfiguration.Builder()
+                .seed(13).dataType(DataType.DOUBLE).updater(new Adam(0.01)).weightInit(WeightInit.XAVIER)
+                .graphBuilder()
+                .addInputs("in")
+                .addLayer("bnIn", new BatchNormalization.Builder().nOut(Nets.IN).useLogStd(false).decay(0.8).build(), "in")
+                .addLayer("dense", new DenseLayer.Builder().nIn(Nets.IN).nOut(Nets.HIDDEN).activation(Activation.TANH)
+                        .build(), "bnIn")
+                .addLayer("bnHidden", new BatchNormalization.Builder().nOut(Nets.HIDDEN).build(), "dense")
+                .addVertex("both", new org.deeplearning4j.nn.conf.graph.MergeVertex(), "bnIn", "bnHidden")
+                .addLayer("out", new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(Nets.IN + Nets.HIDDEN)
+                        .nOut(Nets.OUT).activation(Activation.SOFTMAX).build(), "both")
+                .setOutputs("out")
+                .build();
+        org.deeplearning4j.nn.graph.ComputationGraph initial = new org.deeplearning4j.nn.graph.ComputationGraph(conf);
+        initial.init();
+        List<DataSet> data = data("mlp", 2, 3, true, true);
+        org.deeplearning4j.nn.graph.ComputationGraph one = initial.clone();
+        org.deeplearning4j.nn.graph.ComputationGraph graph = initial.clone();
+        List<INDArray> synced = DataParallelEquivalenceTest.trainParallel(SymmemParallelWrapper.builder(graph).workers(2)
+                .ompThreadsPerWorker(1).syncBatchNorm(true), data);
+        for (int s = 0; s < synced.size(); s++) {
+            one.fit(Nets.merged(data.subList(2 * s, Math.min(data.size(), 2 * s + 2))));
+            double diff = Nets.maxRelativeDifference(synced.get(s), one.params());
+            assertTrue(diff <= TOLERANCE, "step " + s + ": max relative difference " + diff + " > " + TOLERANCE);
+        }
+        org.deeplearning4j.nn.graph.ComputationGraph unsynced = initial.clone();
+        List<INDArray> plain = DataParallelEquivalenceTest.trainParallel(SymmemParallelWrapper.builder(unsynced).workers(2)
+                .ompThreadsPerWorker(1), data);
+        double apart = Nets.maxRelativeDifference(plain.getLast(), one.params());
+        assertTrue(apart > 1e6 * TOLERANCE, "without syncBatchNorm the run should differ from one model: " + apart);
+    }
+
     /**
      * With the gradient sync overlapped with backprop (a communication thread all-reduces buckets while the worker's
      * backward pass runs the BatchNorm layers' own all-reduces) and with ZeRO stage 2: bitwise what the plain sync
