@@ -15,7 +15,6 @@ import org.deeplearning4j.nn.params.BatchNormalizationParamInitializer;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.Communicator;
-import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ReduceOp;
@@ -28,10 +27,10 @@ import org.symmem4j.parallel.SymmetricMemory;
  * swaps modules), over the same parameter and gradient views, so the parameters, the updater and checkpoints are
  * unchanged and the user's model never holds the synchronized layer.
  *
- * <p>The layers' collectives go through a host communicator of their own on the worker's group (the group's host
- * transport: threads of one JVM, or processes), summed with ONE_SHOT where it runs, so every worker gets the same
- * bits and the replicas stay identical. Per BatchNorm layer and step: two all-reduces in the forward pass (C + 1 and
- * C float64, C the channels) and one in the backward pass (2C).
+ * <p>The layers' collectives go through a communicator of their own on the worker's group (threads of one JVM,
+ * processes, or machines), summed with ONE_SHOT where it runs (else the group's engine of the same guarantee), so
+ * every worker gets the same bits and the replicas stay identical. Per BatchNorm layer and step: two all-reduces in
+ * the forward pass (C + 1 and C float64, C the channels) and one in the backward pass (2C).
  *
  * <p>Not thread-safe: one per worker, used by its thread.
  */
@@ -41,26 +40,24 @@ final class SyncBatchNorm implements AutoCloseable {
     private final SymmetricMemory memory;
     private final long capacity;
     private final Map<Integer, Algorithm> algorithms = new HashMap<>();
-    private final int layers;
     private boolean idle;
     private long nanos;
 
-    private SyncBatchNorm(Communicator comm, SymmetricMemory memory, long capacity, int layers) {
+    private SyncBatchNorm(Communicator comm, SymmetricMemory memory, long capacity) {
         this.comm = comm;
         this.memory = memory;
         this.capacity = capacity;
-        this.layers = layers;
     }
 
     /**
-     * At {@code build()}: the model's BatchNormalization layers, which the replicas will synchronize.
+     * At {@code build()}: checks that the model has BatchNormalization layers and that the replicas can synchronize
+     * every one.
      *
      * @param model the user's model
-     * @return the layers' names (the index where a layer has none), in configuration order
      * @throws IllegalArgumentException when the model has none, or one that the wrapper cannot swap (a frozen
      *         BatchNormalization, a subclass of DL4J's configuration with its own implementation)
      */
-    static List<String> check(ModelReplica model) {
+    static void check(ModelReplica model) {
         List<String> names = new ArrayList<>();
         List<org.deeplearning4j.nn.conf.layers.Layer> confs = model.layerConfigurations();
         for (int i = 0; i < confs.size(); i++) {
@@ -88,7 +85,6 @@ final class SyncBatchNorm implements AutoCloseable {
             throw new IllegalArgumentException("syncBatchNorm(true): expected BatchNormalization layers to synchronize,"
                     + " found none in the model (fix: drop syncBatchNorm, or check that this is the model you meant)");
         }
-        return names;
     }
 
     /**
@@ -106,16 +102,18 @@ final class SyncBatchNorm implements AutoCloseable {
             channels = Math.max(channels, s.layer().getParam(BatchNormalizationParamInitializer.GLOBAL_MEAN).length());
         }
         long capacity = 2 * channels + 1;
-        Communicator comm = group.hostTransport().communicator(group, CommunicatorOptions.defaults());
+        // a communicator of its own (the gradient's may be busy on the overlap thread while backprop runs these); on a
+        // group across machines, the group's hierarchical one
+        Communicator comm = Communicator.create(group);
         SymmetricMemory memory;
         try {
-            memory = group.hostTransport().allocate(group, Math.max(64, (capacity * 8 + 63) / 64 * 64));
+            memory = SymmetricMemory.allocate(group, Math.max(64, (capacity * 8 + 63) / 64 * 64));
         } catch (RuntimeException | Error e) {
             comm.abort("synchronized BatchNorm failed to start: " + e);
             comm.close();
             throw e;
         }
-        SyncBatchNorm sync = new SyncBatchNorm(comm, memory, capacity, swaps.size());
+        SyncBatchNorm sync = new SyncBatchNorm(comm, memory, capacity);
         for (Swap s : swaps) {
             s.install(new SyncBatchNormLayer(s.layer(), sync, s.name()));
         }
@@ -175,11 +173,6 @@ final class SyncBatchNorm implements AutoCloseable {
     private static String nameOf(Layer layer, int index) {
         String name = layer.conf().getLayer().getLayerName();
         return name != null ? name : String.valueOf(index);
-    }
-
-    /** {@return the number of BatchNorm layers this worker synchronizes} */
-    int layers() {
-        return layers;
     }
 
     /** The next step's role: an idle worker (a short last step) adds zeros to every sum. */
