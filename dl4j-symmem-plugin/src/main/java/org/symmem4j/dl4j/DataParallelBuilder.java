@@ -55,6 +55,7 @@ abstract sealed class DataParallelBuilder
     WorkerFailure onWorkerFailure = WorkerFailure.FAIL;
     int minWorkers = 1;
     boolean minWorkersSet;
+    boolean syncBatchNorm;
 
     DataParallelBuilder(Model model) {
         this.model = ModelReplica.of(Objects.requireNonNull(model, "model"));
@@ -177,6 +178,24 @@ abstract sealed class DataParallelBuilder
                     + " shard group (fix: a divisor of the worker count, e.g. the workers of one machine)");
         }
         this.shardGroupSize = shardGroupSize;
+        return self();
+    }
+
+    /**
+     * Synchronized BatchNorm (default off), as PyTorch's {@code SyncBatchNorm}: every {@code BatchNormalization}
+     * layer normalizes with the mean and variance of the whole step's batch — every worker's examples — instead of
+     * its worker's share, and backpropagates through those statistics, so a BatchNorm network trains like one model
+     * fitted on the merged batch, running statistics included. The configuration stays DL4J's: each worker's replica
+     * runs a synchronized implementation of the same layer over the same parameters ({@link SyncBatchNorm}). It costs
+     * three small all-reduces per BatchNorm layer and step (two in the forward pass, one in the backward). Batches
+     * of different sizes are fine (the counts are summed too). Dense (2-D) and convolution (4-D, NCHW or NHWC) input.
+     * Refused at {@code build()}: a model without BatchNormalization, a frozen one, ZeRO stage 3, GPU mode.
+     *
+     * @param sync true to synchronize the BatchNorm layers over the workers
+     * @return this builder
+     */
+    public SymmemParallelWrapper.Builder syncBatchNorm(boolean sync) {
+        this.syncBatchNorm = sync;
         return self();
     }
 
@@ -426,6 +445,9 @@ abstract sealed class DataParallelBuilder
                         + " (fix: gradientAccumulation(1) with larger batches)");
             }
         }
+        if (syncBatchNorm) {
+            checkSyncBatchNorm(gpuMode);
+        }
         refuseLayersWithReplicaState(model);
         checkWorkerFailure(group);
         checkParallelWrapperSettings();
@@ -590,6 +612,21 @@ abstract sealed class DataParallelBuilder
      */
     private void attachListeners() {
         listenerOptions().attachTo(model, l -> SymmemParallelWrapper.refuseListenersThatNeedOnePass(accumulation, l));
+    }
+
+    /** What synchronized BatchNorm cannot run with, and the model's layers it would synchronize. */
+    private void checkSyncBatchNorm(boolean gpuMode) {
+        if (gpuMode) {
+            throw new IllegalArgumentException("syncBatchNorm(true) in GPU mode: expected host memory; the synchronized"
+                    + " layers are not built for device arrays yet (fix: drop syncBatchNorm, or train on the host"
+                    + " transport)");
+        }
+        if (sharding == ZeroStage.PARAMETERS) {
+            throw new IllegalArgumentException("syncBatchNorm(true) with sharding=" + sharding + ": stage 3 builds its"
+                    + " replicas over gathered layers the synchronized BatchNorm does not replace; expected no sharding"
+                    + " or stage 1/2 (fix: sharding(ZeroStage.GRADIENTS), or drop syncBatchNorm)");
+        }
+        SyncBatchNorm.check(model);
     }
 
     /**

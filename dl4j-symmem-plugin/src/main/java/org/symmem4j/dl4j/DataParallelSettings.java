@@ -13,13 +13,15 @@ import org.symmem4j.parallel.Group;
  * for the model's own; {@code timelineSteps}: steps a {@link DataParallelTimeline} keeps, 0 for no timeline (nothing
  * stamped); {@code onWorkerFailure}: fail or shrink ({@link WorkerFailure}); {@code minWorkers}: the fewest workers a
  * shrink may leave; {@code shardGroupSize}: with stage 3, the workers per shard group of hybrid sharding
- * ({@link HybridSharding}), 0 to shard over every worker.
+ * ({@link HybridSharding}), 0 to shard over every worker; {@code syncBatchNorm}: BatchNormalization layers normalize
+ * with the statistics of every worker's batch ({@link SyncBatchNorm}).
  */
 record DataParallelSettings(int workers, long bucketBytes, AlgorithmPolicy policy, NonFiniteGradients nonFiniteGradients,
                             Duration timeout, int ompThreadsPerWorker, ZeroStage sharding, boolean overlap,
                             int accumulation, GradientTransfer gradientTransfer, long minBucketBytes, int prefetchBuffer,
                             boolean reportScoreAfterAveraging, WorkspaceMode workspaceMode, int timelineSteps,
-                            Group group, WorkerFailure onWorkerFailure, int minWorkers, int shardGroupSize) {
+                            Group group, WorkerFailure onWorkerFailure, int minWorkers, int shardGroupSize,
+                            boolean syncBatchNorm) {
 
     /** {@return whether a worker's failure shrinks the group instead of failing the fit} */
     boolean shrinks() {
@@ -31,14 +33,14 @@ record DataParallelSettings(int workers, long bucketBytes, AlgorithmPolicy polic
         return new DataParallelSettings(survivors.worldSize(), bucketBytes, policy, nonFiniteGradients, timeout,
                 ompThreadsPerWorker, sharding, overlap, accumulation, gradientTransfer, minBucketBytes, prefetchBuffer,
                 reportScoreAfterAveraging, workspaceMode, timelineSteps, survivors, onWorkerFailure, minWorkers,
-                shardGroupSize);
+                shardGroupSize, syncBatchNorm);
     }
 
     /** The same settings for {@code survivors} workers (thread mode's shrink), each with {@code ndThreads} ND4J threads. */
     DataParallelSettings withWorkers(int survivors, int ndThreads) {
         return new DataParallelSettings(survivors, bucketBytes, policy, nonFiniteGradients, timeout, ndThreads, sharding,
                 overlap, accumulation, gradientTransfer, minBucketBytes, prefetchBuffer, reportScoreAfterAveraging,
-                workspaceMode, timelineSteps, group, onWorkerFailure, minWorkers, shardGroupSize);
+                workspaceMode, timelineSteps, group, onWorkerFailure, minWorkers, shardGroupSize, syncBatchNorm);
     }
 
     /** Whether stage 3 shards inside groups of {@link #shardGroupSize} workers and replicates across them (HSDP). */

@@ -190,6 +190,8 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
      * memory, in GPU mode a host communicator of the group's host transport (the GPU one takes device buffers).
      */
     private Communicator scalars;
+    /** The synchronized BatchNorm layers' collectives ({@link DataParallelSettings#syncBatchNorm()}); null otherwise. */
+    private SyncBatchNorm batchNorm;
     /** GPU mode's sync (null otherwise): the gradient view summed and divided on the device. */
     private GpuGradientAveraging gpuAveraging;
     private SymmetricMemory gradients;
@@ -291,6 +293,9 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         } else {
             startHostSync(group, view);
         }
+        if (settings.syncBatchNorm()) {
+            batchNorm = SyncBatchNorm.install(replica, group); // collective: every worker opens it here
+        }
         replica.addListener(new BaseTrainingListener() {
             @Override
             public void onForwardPass(Model model, List<INDArray> activations) {
@@ -316,6 +321,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             comm.abort("worker " + rank + " failed to start: " + cause);
         }
         RankRuntime.closeQuietly(lossMemory);
+        RankRuntime.closeQuietly(batchNorm);
         RankRuntime.closeQuietly(fullySharded); // stage 3's parameter memory (its gradient memory is gradients, if set)
         RankRuntime.closeQuietly(gradients != null ? gradients
                 : fullySharded != null ? fullySharded.gradientMemory() : gradientHome);
@@ -340,6 +346,7 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         RankRuntime.closeQuietly(gradients);
         RankRuntime.closeQuietly(hybrid); // after the shard group's memories
         RankRuntime.closeQuietly(lossMemory);
+        RankRuntime.closeQuietly(batchNorm);
         RankRuntime.closeQuietly(scalars != comm ? scalars : null);
         RankRuntime.closeQuietly(comm);
         releaseQuietly(group);
@@ -482,6 +489,9 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             if (fullySharded != null) {
                 fullySharded.beginStep(task.idle()); // gathers the first layer, which has no hook of its own
             }
+            if (batchNorm != null) {
+                batchNorm.beginStep(task.idle()); // an idle worker adds zeros to the BatchNorm sums
+            }
             if (batch instanceof DataSet ds) {
                 replica.fit(ds);
             } else {
@@ -493,6 +503,9 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             if (!(e instanceof PeerTimeoutException) && !(e instanceof NonFiniteGradientException)) {
                 // Peers may be waiting for this worker inside the all-reduce: make them fail now.
                 comm.abort("worker " + rank + " failed at step " + task.step() + ": " + e);
+                if (batchNorm != null) {
+                    batchNorm.abort("worker " + rank + " failed at step " + task.step() + ": " + e);
+                }
             }
             if (averaging != null) {
                 averaging.abandonStep();
@@ -509,6 +522,9 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
         }
         if (fullySharded != null) {
             syncNanos += fullySharded.takeGatherNanos(); // stage 3's parameter gathers, inside forward and backprop
+        }
+        if (batchNorm != null) {
+            syncNanos += batchNorm.takeNanos(); // the BatchNorm statistics' all-reduces, inside forward and backprop
         }
         metrics.recordWorkerStep(rank, stepNanos, syncNanos);
         double score = task.idle() ? 0 : score(earlierWeightedScore, earlierExamples, task);

@@ -132,7 +132,8 @@ final class DataParallelWorkers {
                     + (settings.accumulation() > 1 ? ", " + settings.accumulation() + " micro-batches per worker per step" : "")
                     + (settings.gradientTransfer() == GradientTransfer.BFLOAT16 ? ", bf16 gradient transfer" : "")
                     + (settings.prefetchBuffer() > 0 ? ", " + settings.prefetchBuffer() + " batches prefetched" : "")
-                    + (settings.workspaceMode() != null ? ", training workspaces " + settings.workspaceMode() : ""));
+                    + (settings.workspaceMode() != null ? ", training workspaces " + settings.workspaceMode() : "")
+                    + (settings.syncBatchNorm() ? ", synchronized BatchNorm" : ""));
         } else if (!replicasMatchModel()) {
             pushModelToReplicas();
         }

@@ -132,7 +132,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 b.nonFiniteGradients, o.timeout(), o.ndThreadsPerRank(o.group() == null ? b.workers : 1), b.sharding,
                 b.overlap, b.accumulation, b.gradientTransfer, b.minBucketBytes, b.prefetchBuffer,
                 b.reportScoreAfterAveraging, b.workspaceMode, o.timelineSteps(), o.group(), b.onWorkerFailure,
-                b.minWorkers, b.shardGroupSize);
+                b.minWorkers, b.shardGroupSize, b.syncBatchNorm);
         this.metrics = o.bind(new SyncMetrics(o.transportName(), o.metricTags()));
         this.timeline = o.timelineSteps() == 0 ? null : new DataParallelTimeline(o.timelineSteps(), b.workers, b.overlap,
                 b.sharding == null ? (b.gradientTransfer == GradientTransfer.BFLOAT16 ? "all-reduce bf16" : "all-reduce")
