@@ -48,7 +48,8 @@ class TensorParallelCheckpointTest {
     Path tmp;
 
     /** What one rank ends with. */
-    private record Result(double[] params, double[] state, int iterations, int epochs, long resumedStep, Path resumedDir) {
+    private record Result(double[] params, double[] state, int iterations, int epochs, long resumedStep, Path resumedDir,
+                          MultiLayerNetwork net) {
     }
 
     /** Trains one rank's wrapper of {@code mine}, tp shard {@code tpRank}. */
@@ -65,11 +66,20 @@ class TensorParallelCheckpointTest {
     private static List<Result> mesh(int dp, int tp, double shift, Consumer<SymmemParallelWrapper.Builder> options,
                                      Body body) {
         MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        return mesh(dp, tp, (worldRank, tpRank) -> {
+            MultiLayerNetwork mine = TensorParallel.shard(initial, tpRank, tp, 0, 2);
+            mine.params().addi(shift);
+            return mine;
+        }, options, body);
+    }
+
+    /** {@link #mesh} on the networks {@code start} gives each rank (world rank, tp rank). */
+    private static List<Result> mesh(int dp, int tp, java.util.function.BiFunction<Integer, Integer, MultiLayerNetwork> start,
+                                     Consumer<SymmemParallelWrapper.Builder> options, Body body) {
         return InJvmWorld.runOnEveryRank(dp * tp, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
             try (DeviceMesh m = DeviceMesh.of(group, "dp", dp, "tp", tp)) {
                 Group tpGroup = m.group("tp");
-                MultiLayerNetwork mine = TensorParallel.shard(initial, tpGroup.rank(), tp, 0, 2);
-                mine.params().addi(shift);
+                MultiLayerNetwork mine = start.apply(group.rank(), tpGroup.rank());
                 try (Communicator c = Communicator.create(tpGroup)) {
                     TensorParallel.attach(mine, c);
                     SymmemParallelWrapper.Builder b = SymmemParallelWrapper.builder(mine).group(m.group("dp"))
@@ -81,7 +91,7 @@ class TensorParallelCheckpointTest {
                         return new Result(mine.params().dup().toDoubleVector(),
                                 mine.getUpdater().getStateViewArray().dup().toDoubleVector(), mine.getIterationCount(),
                                 mine.getEpochCount(), from == null ? -1 : from.counters().step(),
-                                from == null ? null : from.dir());
+                                from == null ? null : from.dir(), mine);
                     }
                 }
             }
@@ -159,6 +169,36 @@ class TensorParallelCheckpointTest {
             assertEquals(root.resolve("tp-" + r % 2 + "-of-2").resolve("step-000000000006"), resumed.get(r).resumedDir());
         }
         assertBitwiseEqual(expected, resumed, "sharding=" + stage);
+    }
+
+    /**
+     * The checkpoint of step 6 of dp 2 x tp 2 resumed on dp 1 x tp 2 (the ZeRO-1 shards of two dp ranks re-sliced onto
+     * one), against the same steps uninterrupted: dp 2 x tp 2 on the first 6 steps' batches, then dp 1 x tp 2 on those
+     * networks for the rest of the second epoch, one batch a step.
+     */
+    @Test
+    void resumedOnFewerDataParallelRanksEqualsTheUninterruptedRunOnThoseCounts() throws IOException {
+        ZeroStage sharding = ZeroStage.OPTIMIZER_STATE;
+        List<Result> first = mesh(2, 2, 0, b -> shard(b, sharding), (w, mine, t) -> {
+            w.fit(new BatchListIterator(DATA));
+            w.fit(new BatchListIterator(DATA.subList(0, 4)));
+            mine.setEpochCount(1); // as the checkpoint taken in the middle of the second epoch has it
+        });
+        // world rank d * 2 + t: replica 0's shards go on
+        List<Result> expected = mesh(1, 2, (worldRank, tpRank) -> first.get(tpRank).net(), b -> shard(b, sharding),
+                (w, mine, t) -> w.fit(new BatchListIterator(DATA.subList(4, BATCHES))));
+        Path root = tmp.resolve("fewer");
+        killedAfterStep7(root, sharding);
+        List<Result> resumed = mesh(1, 2, 0.25, b -> shard(b, sharding).checkpointEvery(3, root).resumeFrom(root),
+                (w, mine, t) -> {
+                    assertEquals(new CheckpointDirectory.Counters(6, 1, 6, 4, 4 * 8, 2), w.resumedFrom().counters(),
+                            "a checkpoint of 2 dp ranks");
+                    for (int e = mine.getEpochCount(); e < 2; e++) {
+                        w.fit(new BatchListIterator(DATA));
+                    }
+                });
+        assertBitwiseEqual(expected, resumed, "2 then 1 dp ranks");
+        assertEquals(10, resumed.getFirst().iterations());
     }
 
     @Test
