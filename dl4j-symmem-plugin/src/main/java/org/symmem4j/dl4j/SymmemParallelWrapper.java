@@ -707,9 +707,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /** Writes what the next step would train from; workers started and idle. Collective in group mode. */
     private void writeCheckpoint(Path dir, long batchesInEpoch, long examplesInEpoch) throws IOException {
-        if (settings.group() == null || settings.group().rank() == 0) {
-            CheckpointLayout.of(model.model()).begin(dir); // a tensor-parallel rank's marker, listed by the manifest
-        }
         WrapperCheckpoints.write(dir, steps.stepsDone(), batchesInEpoch, examplesInEpoch, settings, workers, model);
     }
 

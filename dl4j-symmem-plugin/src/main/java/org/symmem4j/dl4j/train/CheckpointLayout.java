@@ -143,15 +143,16 @@ public final class CheckpointLayout {
     }
 
     /**
-     * The leader's first step of a checkpoint ({@link CheckpointDirectory#begin}), then, for a tensor-parallel rank,
-     * {@value #MARKER} (atomically), which the manifest written last lists with the other files.
+     * A tensor-parallel rank's leader's first step of a checkpoint, once the save's checks passed:
+     * {@link CheckpointDirectory#begin} (the directory torn from here), then {@value #MARKER} (atomically), which the
+     * manifest written last lists with the other files. A plain run's: nothing (its writer begins the directory).
      *
      * @param dir the checkpoint directory
      * @throws IOException when it cannot be created or the marker written
      */
     public void begin(Path dir) throws IOException {
-        CheckpointDirectory.begin(dir);
         if (size > 0) {
+            CheckpointDirectory.begin(dir);
             byte[] text = ("rank=" + rank + "\nsize=" + size + "\n").getBytes(StandardCharsets.ISO_8859_1);
             CheckpointDirectory.writeAtomically(dir.resolve(MARKER), tmp -> Files.write(tmp, text));
         }
