@@ -9,6 +9,7 @@ import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
+import org.symmem4j.dl4j.train.CheckpointLayout;
 import org.symmem4j.dl4j.train.TrainerBuilder;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.parallel.Algorithm;
@@ -414,16 +415,7 @@ abstract sealed class DataParallelBuilder
         }
         boolean tensorParallel = model.model() instanceof MultiLayerNetwork m && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(m)
                 || model.model() instanceof ComputationGraph g && org.symmem4j.dl4j.tensor.TensorParallel.isSharded(g);
-        if (tensorParallel && (options().checkpointSchedule() != null || options().resumeRoot() != null)) {
-            // every tensor-parallel rank's data-parallel group would write its own shard as step-<n>/model.zip of one
-            // root, and a resume could read another rank's shard of the same shape: refused rather than mixed
-            throw new IllegalArgumentException("checkpointEvery/resumeFrom with a tensor-parallel network: the periodic"
-                    + " checkpoints hold one whole network per step, not tensor-parallel shards, so the data-parallel"
-                    + " groups of the tensor-parallel ranks would write their different shards into the same step"
-                    + " directories; expected neither (fix: drop them and save on demand: TensorParallel.gather(model,"
-                    + " tpCommunicator, unsharded), ModelSerializer.writeModel(unsharded, file, true) on one rank; resume"
-                    + " with TensorParallel.shard(restored, tpRank, tpSize, columnLayers), which carries the updater state)");
-        }
+        checkCheckpointRoots();
         if (group == null && workers > 1 && tensorParallel) {
             throw new IllegalArgumentException("workers=" + workers + " threads with a tensor-parallel network: each"
                     + " worker would use this rank's tensor-parallel group at once; expected group mode, one worker per"
@@ -453,6 +445,37 @@ abstract sealed class DataParallelBuilder
         checkParallelWrapperSettings();
         // refuses listeners it cannot call as fit() would (fit() checks again), then attaches the builder's
         attachListeners();
+    }
+
+    /**
+     * Periodic checkpoints and resumes: a tensor-parallel network's go to its rank's own {@code tp-R-of-S} directory
+     * ({@link CheckpointLayout}), so it must be attached (its rank known); a root written with another tensor-parallel
+     * degree, or by a plain run for a tensor-parallel one (and the reverse), is refused before anything is written.
+     */
+    private void checkCheckpointRoots() {
+        java.nio.file.Path written = options().checkpointSchedule() == null ? null : options().checkpointSchedule().root();
+        java.nio.file.Path read = options().resumeRoot();
+        if (written == null && read == null) {
+            return;
+        }
+        CheckpointLayout layout;
+        try {
+            layout = CheckpointLayout.of(model.model());
+        } catch (IllegalStateException e) {
+            throw new IllegalArgumentException("checkpointEvery/resumeFrom with a tensor-parallel network not attached to"
+                    + " its group: expected the communicator whose rank says which tp-R-of-S directory is this rank's,"
+                    + " found no layer attached (fix: call TensorParallel.attach(network, tpCommunicator) before"
+                    + " build())", e);
+        }
+        try {
+            for (java.nio.file.Path root : new java.nio.file.Path[] {written, read}) {
+                if (root != null) {
+                    layout.checkRoot(root);
+                }
+            }
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException("checkpoint root: " + e.getMessage(), e);
+        }
     }
 
     /** Hybrid sharding's shard group size against the stage and the worker count (group mode's: the group's size). */

@@ -18,6 +18,7 @@ import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import java.util.Optional;
 import org.symmem4j.dl4j.train.CheckpointDirectory;
+import org.symmem4j.dl4j.train.CheckpointLayout;
 import org.symmem4j.dl4j.train.CheckpointSchedule;
 import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.dl4j.train.TrainerBuilder;
@@ -693,11 +694,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
 
     /** A periodic checkpoint after the step just done; a failure fails the fit (the model left as before it). */
     private void takePeriodicCheckpoint(long batchesInEpoch, long examplesInEpoch) {
-        Path dir = CheckpointDirectory.stepDir(schedule.root(), steps.stepsDone());
+        CheckpointLayout layout = CheckpointLayout.of(model.model()); // a tensor-parallel rank's: root/tp-R-of-S
+        Path dir = layout.stepDir(schedule.root(), steps.stepsDone());
         try {
             writeCheckpoint(dir, batchesInEpoch, examplesInEpoch);
             if (settings.group() == null || settings.group().rank() == 0) {
-                CheckpointDirectory.prune(schedule.root(), schedule.keep());
+                layout.prune(schedule.root(), schedule.keep());
             }
         } catch (IOException e) {
             throw new UncheckedIOException("periodic checkpoint step=" + steps.stepsDone() + " dir=" + dir + " failed: "
@@ -720,7 +722,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * consolidated file on request: {@link #saveModel}), and last {@code manifest.properties} with the counters and every file's size and CRC-32C; each file is
      * written to a temporary name, forced and renamed, and until the manifest is written the directory is torn (a
      * restore refuses it). In group mode it is collective: every rank calls it with the same directory (one machine,
-     * or a shared file system). docs/checkpoints.md has the format.
+     * or a shared file system). A tensor-parallel network's rank writes its shard into {@code dir/tp-R-of-S}
+     * ({@link CheckpointLayout}). docs/checkpoints.md has the format.
      *
      * @param dir the checkpoint directory; created when absent
      * @throws IOException           when a file cannot be written
@@ -729,7 +732,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     public synchronized void saveCheckpoint(Path dir) throws IOException {
         requireOpen();
         workers.ensureStarted(); // (the replicas take the model's state if it was changed since the last fit)
-        writeCheckpoint(dir, 0, 0);
+        writeCheckpoint(CheckpointLayout.of(model.model()).ownRoot(dir), 0, 0);
     }
 
     /**
@@ -743,7 +746,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * uninterrupted M-worker run from the checkpoint, bitwise. Everything is checked before anything changes (the
      * manifest's sizes and CRC-32C, or each shard file's own checksum; stage, data type, parameter count, DL4J's
      * updater layout, counters, coverage): a refused restore leaves the model as it was. In group mode it is
-     * collective, every rank must see every shard file, and one rank's failed check makes every rank throw.
+     * collective, every rank must see every shard file, and one rank's failed check makes every rank throw. A
+     * tensor-parallel rank reads its own {@code tp-R-of-S} (another rank's shard or degree refused, before anything).
      * docs/checkpoints.md and docs/resharding.md have the details.
      *
      * @param dir a directory {@link #saveCheckpoint} wrote
@@ -756,6 +760,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
         requireOpen();
         workers.ensureStarted();
+        CheckpointLayout layout = CheckpointLayout.of(model.model());
+        dir = layout.restoreDir(dir); // a tensor-parallel rank's own tp-R-of-S, the degree checked
+        layout.checkShard(dir); // before anything is read into the model
         CheckpointDirectory.Counters c = WrapperCheckpoints.restore(dir, settings, workers, model);
         if (c != null) {
             steps.resumeAt(c.step());
@@ -794,8 +801,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * @throws IOException when the root cannot be listed or the checkpoint read
      */
     public synchronized Optional<CheckpointDirectory.Checkpoint> restoreLatest(Path root) throws IOException {
-        Optional<CheckpointDirectory.Checkpoint> latest = CheckpointDirectory.latestComplete(root, settings.group(),
-                "symmem4j-wrapper-");
+        Optional<CheckpointDirectory.Checkpoint> latest = CheckpointLayout.of(model.model()).latestComplete(root,
+                settings.group(), "symmem4j-wrapper-"); // a tensor-parallel run's: the newest step complete on every rank
         if (latest.isPresent()) {
             restoreCheckpoint(latest.get().dir());
             LOG.info("symmem4j: resumed from checkpoint " + latest.get().dir() + " at step=" + latest.get().counters().step()

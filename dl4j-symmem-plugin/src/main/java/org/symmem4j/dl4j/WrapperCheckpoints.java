@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.nio.file.Path;
 import java.util.List;
 import org.symmem4j.dl4j.train.CheckpointDirectory;
+import org.symmem4j.dl4j.train.CheckpointLayout;
 
 /**
  * What {@link SymmemParallelWrapper}'s checkpoints write and read, by stage: plain data parallelism's model-only
@@ -38,6 +39,9 @@ final class WrapperCheckpoints {
         }
         ModelReplica at = workers.replicas().getFirst(); // the model's counters (every replica has them)
         boolean leader = settings.group() == null || settings.group().rank() == 0;
+        if (leader) {
+            CheckpointLayout.of(model.model()).begin(dir); // a tensor-parallel rank's marker, which the manifest lists
+        }
         CheckpointDirectory.Counters counters = new CheckpointDirectory.Counters(stepsDone, at.epochCount(),
                 at.iterationCount(), batchesInEpoch, examplesInEpoch, settings.workers());
         if (stage3) {

@@ -444,6 +444,40 @@ public final class TensorParallel {
     }
 
     /**
+     * Where a sharded network stands in its tensor-parallel group: the rank of the communicator it is attached to and
+     * the group's size. Checkpoints keep each rank's shard apart by it ({@code tp-R-of-S}).
+     *
+     * @param rank this rank in the tensor-parallel group
+     * @param size the group's size (the tensor-parallel degree)
+     */
+    public record Placement(int rank, int size) {
+    }
+
+    /**
+     * This network's {@link Placement}, read from the communicator {@link #attach} bound to its layers.
+     *
+     * @param model a {@link MultiLayerNetwork} or {@link ComputationGraph}
+     * @return its placement, or null when it holds no tensor-parallel layer
+     * @throws IllegalStateException when it does but is not attached (no communicator tells its rank)
+     */
+    public static Placement placement(org.deeplearning4j.nn.api.Model model) {
+        boolean sharded = model instanceof MultiLayerNetwork m && isSharded(m)
+                || model instanceof ComputationGraph g && isSharded(g);
+        if (!sharded) {
+            return null;
+        }
+        Layer[] layers = model instanceof MultiLayerNetwork m ? m.getLayers() : ((ComputationGraph) model).getLayers();
+        for (Layer layer : layers == null ? new Layer[0] : layers) {
+            if (layer instanceof TensorParallelLayer tp && tp.comm() != null) {
+                return new Placement(tp.comm().rank(), tp.comm().size());
+            }
+        }
+        throw new IllegalStateException("tensor-parallel network without a group: expected it attached to its"
+                + " tensor-parallel communicator, found no layer attached, so its rank (which shard it holds) is unknown"
+                + " (fix: call TensorParallel.attach(network, tpCommunicator) before building the trainer)");
+    }
+
+    /**
      * Gives every tensor-parallel layer of {@code copy} the group of the same layer of {@code original}:
      * for trainers that train a copy of the user's network on this rank (the data-parallel wrapper's
      * worker). Nothing happens for networks without tensor-parallel layers.

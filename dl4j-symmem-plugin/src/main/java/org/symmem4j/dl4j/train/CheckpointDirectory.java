@@ -192,12 +192,17 @@ public final class CheckpointDirectory {
      */
     public static void recordProgress(Path root, long step) throws IOException {
         Files.createDirectories(root);
-        Path tmp = root.resolve(PROGRESS + ".tmp");
-        Files.writeString(tmp, "step=" + step + "\n", StandardCharsets.ISO_8859_1);
+        // a name of its own: every tensor-parallel rank's leader records the same step under one root
+        Path tmp = Files.createTempFile(root, PROGRESS + "-", ".tmp");
         try {
-            Files.move(tmp, root.resolve(PROGRESS), StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
-        } catch (AtomicMoveNotSupportedException e) {
-            Files.move(tmp, root.resolve(PROGRESS), StandardCopyOption.REPLACE_EXISTING);
+            Files.writeString(tmp, "step=" + step + "\n", StandardCharsets.ISO_8859_1);
+            try {
+                Files.move(tmp, root.resolve(PROGRESS), StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+            } catch (AtomicMoveNotSupportedException e) {
+                Files.move(tmp, root.resolve(PROGRESS), StandardCopyOption.REPLACE_EXISTING);
+            }
+        } finally {
+            Files.deleteIfExists(tmp);
         }
     }
 
@@ -375,9 +380,11 @@ public final class CheckpointDirectory {
      *
      * @param root the run's checkpoint root; absent means none
      * @return the newest complete checkpoint, or empty when there is none
-     * @throws IOException when the root cannot be listed
+     * @throws IOException              when the root cannot be listed
+     * @throws IllegalArgumentException when the root holds a tensor-parallel run's checkpoints ({@link CheckpointLayout})
      */
     public static Optional<Checkpoint> latestComplete(Path root) throws IOException {
+        CheckpointLayout.refuseTensorParallelRoot(root);
         for (Path dir : stepDirsNewestFirst(root)) {
             try {
                 return Optional.of(new Checkpoint(dir, verify(dir)));
@@ -414,7 +421,7 @@ public final class CheckpointDirectory {
         }
     }
 
-    private static List<Path> stepDirsNewestFirst(Path root) throws IOException {
+    static List<Path> stepDirsNewestFirst(Path root) throws IOException {
         if (!Files.isDirectory(root)) {
             return List.of();
         }
@@ -444,7 +451,7 @@ public final class CheckpointDirectory {
         return crc.getValue();
     }
 
-    private static void deleteTree(Path dir) throws IOException {
+    static void deleteTree(Path dir) throws IOException {
         try (Stream<Path> walk = Files.walk(dir)) {
             for (Path p : walk.sorted(Comparator.reverseOrder()).toList()) {
                 Files.deleteIfExists(p);
@@ -484,9 +491,24 @@ public final class CheckpointDirectory {
      */
     public static Optional<Checkpoint> latestComplete(Path root, org.symmem4j.parallel.Group group, String tagPrefix)
             throws IOException {
+        return agreed(root, group, tagPrefix, () -> latestComplete(root));
+    }
+
+    /** Finds this rank's newest complete checkpoint ({@link #agreed}). */
+    @FunctionalInterface
+    interface Finder {
+        Optional<Checkpoint> find() throws IOException;
+    }
+
+    /**
+     * {@link #latestComplete(Path, org.symmem4j.parallel.Group, String)} with another way of finding this rank's
+     * newest complete checkpoint ({@link CheckpointLayout}'s, over every tensor-parallel rank's directory).
+     */
+    static Optional<Checkpoint> agreed(Path root, org.symmem4j.parallel.Group group, String tagPrefix, Finder finder)
+            throws IOException {
         boolean leader = group == null || group.rank() == 0; // it records the progress, and says what was redone
         long progress = leader ? progress(root) : -1; // read before this run records any
-        Optional<Checkpoint> mine = latestComplete(root);
+        Optional<Checkpoint> mine = finder.find();
         if (leader && (progress >= 0 || mine.isPresent())) {
             LOG.info("symmem4j checkpoint: {}", resumeLine(root, mine.orElse(null), progress));
         }

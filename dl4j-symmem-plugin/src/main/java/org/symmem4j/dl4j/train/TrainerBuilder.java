@@ -165,7 +165,8 @@ public abstract class TrainerBuilder<B extends TrainerBuilder<B, L>, L> {
      * one is deleted only once a newer one is complete. In group mode it is collective (every rank counts the same
      * steps). With {@link #resumeFrom} on the same root, a restarted program resumes where the last complete one
      * stands: {@code .checkpointEvery(100, dir).resumeFrom(dir)}. What a checkpoint holds is the trainer's
-     * {@code saveCheckpoint}'s.
+     * {@code saveCheckpoint}'s; a tensor-parallel network's ranks write theirs apart, under {@code root/tp-R-of-S}, and
+     * resume from the newest step complete on every rank ({@link CheckpointLayout}).
      *
      * @param steps at least 1
      * @param root  the run's checkpoint directory: writable, or creatable (nothing is written before {@code fit})
@@ -215,7 +216,8 @@ public abstract class TrainerBuilder<B extends TrainerBuilder<B, L>, L> {
      * in the same order, the result equals an uninterrupted run's, bitwise. The trainer may run another rank count
      * than the one that wrote the checkpoint: the data-parallel wrapper re-shards a checkpoint of N workers onto M
      * (the batches skipped are the same, the steps after it take M batches each), the pipeline trainer takes another
-     * {@code dataParallel} (docs/resharding.md). The trainer's {@code resumedFrom()} says what was restored. In group
+     * {@code dataParallel} (docs/resharding.md); a tensor-parallel network needs the degree that wrote it (another is
+     * refused with the fix). The trainer's {@code resumedFrom()} says what was restored. In group
      * mode it is collective, and every rank must see the same checkpoints.
      *
      * @param root the run's checkpoint directory; need not exist yet

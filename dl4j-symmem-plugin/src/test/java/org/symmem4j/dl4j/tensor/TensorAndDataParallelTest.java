@@ -88,7 +88,7 @@ class TensorAndDataParallelTest {
     }
 
     @org.junit.jupiter.api.Test
-    void periodicCheckpointsOfATensorParallelNetworkAreRefusedBeforeAnythingIsWritten(
+    void periodicCheckpointsOfAnUnattachedTensorParallelNetworkAreRefusedBeforeAnythingIsWritten(
             @org.junit.jupiter.api.io.TempDir java.nio.file.Path root) throws java.io.IOException {
         MultiLayerNetwork mine = TensorParallel.shard(TensorParallelTest.unsharded(DataType.FLOAT, 0), 0, 2, 0);
         for (boolean resume : new boolean[] {false, true}) {
@@ -100,8 +100,11 @@ class TensorAndDataParallelTest {
             }
             IllegalArgumentException e = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
                     b::build);
-            assertTrue(e.getMessage().startsWith("checkpointEvery/resumeFrom with a tensor-parallel network:")
-                    && e.getMessage().contains("fix: drop them and save on demand: TensorParallel.gather("), e.getMessage());
+            // its rank, which says which tp-R-of-S directory is its own, comes from the communicator it is attached to
+            assertTrue(e.getMessage().startsWith("checkpointEvery/resumeFrom with a tensor-parallel network not attached")
+                    && e.getMessage().contains("found no layer attached")
+                    && e.getMessage().contains("fix: call TensorParallel.attach(network, tpCommunicator) before build()"),
+                    e.getMessage());
         }
         try (var left = java.nio.file.Files.list(root)) {
             assertTrue(left.findAny().isEmpty(), "nothing written");

@@ -1,0 +1,400 @@
+package org.symmem4j.dl4j.train;
+
+import java.io.IOException;
+import java.io.Reader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Optional;
+import java.util.Properties;
+import java.util.TreeSet;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import org.symmem4j.dl4j.tensor.TensorParallel;
+import org.symmem4j.parallel.Group;
+
+/**
+ * Where a trainer's checkpoints go under a root, and which of them it may load: a plain run's straight under the root
+ * ({@link CheckpointDirectory}'s {@code step-<n>} directories), a tensor-parallel run's apart per tensor-parallel rank.
+ *
+ * <pre>
+ * root/
+ *   progress                          the last step done (every tp rank's leader records the same)
+ *   tp-0-of-2/step-000000000020/      tp rank 0's shard: CheckpointDirectory's format, + tensor-parallel.properties
+ *   tp-0-of-2/step-000000000030/
+ *   tp-1-of-2/step-000000000020/      tp rank 1's shard
+ *   tp-1-of-2/step-000000000030/      (torn: its manifest missing)
+ * </pre>
+ *
+ * <p>Each tensor-parallel rank's checkpoint is written by its own data-parallel group, exactly as a plain run's (the
+ * group's rank 0 writes the model and the manifest, every rank its ZeRO shard), with {@value #MARKER} (the rank and the
+ * degree) among the files the manifest lists. A step is loadable only when it is complete under every rank's
+ * directory: {@link #latestComplete} picks the newest such step, so a step torn on one rank is skipped by all (above,
+ * step 20), and {@link #prune} keeps, in each rank's directory, the newest step complete on every rank until a newer
+ * one is. A root written with another degree, or by a plain run, is refused, as is a checkpoint directory of another
+ * rank's shard ({@link #checkShard}), before anything is loaded.
+ */
+public final class CheckpointLayout {
+
+    /** The file in a tensor-parallel rank's checkpoint that says whose shard it holds ({@code rank=R}, {@code size=S}). */
+    public static final String MARKER = "tensor-parallel.properties";
+    private static final Pattern TP_DIR = Pattern.compile("tp-(\\d+)-of-(\\d+)");
+    private static final Pattern STEP_DIR = Pattern.compile("step-\\d{12}");
+    private static final Logger LOG = LoggerFactory.getLogger(CheckpointLayout.class);
+    private static final CheckpointLayout PLAIN = new CheckpointLayout(0, 0);
+
+    /** This rank in the tensor-parallel group, 0 when plain. */
+    private final int rank;
+    /** The tensor-parallel degree, 0 when plain. */
+    private final int size;
+
+    private CheckpointLayout(int rank, int size) {
+        this.rank = rank;
+        this.size = size;
+    }
+
+    /** {@return the layout of a run that is not tensor-parallel: step directories straight under the root} */
+    public static CheckpointLayout plain() {
+        return PLAIN;
+    }
+
+    /**
+     * The layout of tensor-parallel rank {@code rank} of {@code size}.
+     *
+     * @param rank 0 .. size-1
+     * @param size the tensor-parallel degree, at least 1
+     * @return its layout
+     * @throws IllegalArgumentException when {@code rank} is not in {@code [0, size)}
+     */
+    public static CheckpointLayout tensorParallel(int rank, int size) {
+        if (size < 1 || rank < 0 || rank >= size) {
+            throw new IllegalArgumentException("tensor-parallel rank=" + rank + " size=" + size + ": expected"
+                    + " 0 <= rank < size (fix: pass the tensor-parallel group's rank and size)");
+        }
+        return new CheckpointLayout(rank, size);
+    }
+
+    /**
+     * The layout of a model's checkpoints: a tensor-parallel network's ({@link TensorParallel#shard}) by the rank and
+     * size of the communicator it is attached to, any other model's plain.
+     *
+     * @param model the trainer's model
+     * @return its layout
+     * @throws IllegalStateException when it is tensor-parallel but not attached (its rank is unknown)
+     */
+    public static CheckpointLayout of(org.deeplearning4j.nn.api.Model model) {
+        TensorParallel.Placement p = TensorParallel.placement(model);
+        return p == null ? PLAIN : tensorParallel(p.rank(), p.size());
+    }
+
+    /** {@return whether this is a tensor-parallel rank's layout} */
+    public boolean isTensorParallel() {
+        return size > 0;
+    }
+
+    /**
+     * The directory that holds this rank's checkpoints under {@code root}: the root itself when plain, else
+     * {@code root/tp-R-of-S}.
+     *
+     * @param root the run's checkpoint root, or a directory given to {@code saveCheckpoint}
+     * @return where this rank's files go
+     */
+    public Path ownRoot(Path root) {
+        return size == 0 ? root : root.resolve(tpDirName(rank, size));
+    }
+
+    /**
+     * The periodic checkpoint of {@code step}: {@code ownRoot(root)/step-<n>}.
+     *
+     * @param root the run's checkpoint root
+     * @param step the steps done
+     * @return its directory
+     */
+    public Path stepDir(Path root, long step) {
+        return CheckpointDirectory.stepDir(ownRoot(root), step);
+    }
+
+    /**
+     * The checkpoint directory a restore of {@code dir} reads: when {@code dir} holds tensor-parallel ranks'
+     * directories (a tensor-parallel {@code saveCheckpoint}'s), this rank's, after checking the degree; else
+     * {@code dir} itself ({@link #checkShard} then checks whose shard it is).
+     *
+     * @param dir a directory given to {@code restoreCheckpoint}
+     * @return the directory to read
+     * @throws IOException              when it cannot be listed
+     * @throws IllegalArgumentException when it holds another degree's ranks, or ranks' directories for a plain run
+     */
+    public Path restoreDir(Path dir) throws IOException {
+        if (size == 0) {
+            refuseTensorParallelRoot(dir);
+            return dir;
+        }
+        if (tpDirs(dir).isEmpty()) {
+            return dir;
+        }
+        checkDegree(dir);
+        return ownRoot(dir);
+    }
+
+    /**
+     * A tensor-parallel rank's leader's first step of a checkpoint, once the save's checks passed:
+     * {@link CheckpointDirectory#begin} (the directory torn from here), then {@value #MARKER} (atomically), which the
+     * manifest written last lists with the other files. A plain run's: nothing (its writer begins the directory).
+     *
+     * @param dir the checkpoint directory
+     * @throws IOException when it cannot be created or the marker written
+     */
+    public void begin(Path dir) throws IOException {
+        if (size > 0) {
+            CheckpointDirectory.begin(dir);
+            byte[] text = ("rank=" + rank + "\nsize=" + size + "\n").getBytes(StandardCharsets.ISO_8859_1);
+            CheckpointDirectory.writeAtomically(dir.resolve(MARKER), tmp -> Files.write(tmp, text));
+        }
+    }
+
+    /**
+     * Refuses, before anything is read into a model, a checkpoint directory that holds another shard than this rank's:
+     * another tensor-parallel rank's or degree's, a tensor-parallel shard for a plain run, or a plain (whole) network
+     * for a tensor-parallel rank.
+     *
+     * @param dir the checkpoint directory about to be restored
+     * @throws IOException              when its marker cannot be read
+     * @throws IllegalArgumentException when it holds another shard
+     */
+    public void checkShard(Path dir) throws IOException {
+        Properties p = new Properties();
+        try (Reader in = Files.newBufferedReader(dir.resolve(MARKER), StandardCharsets.ISO_8859_1)) {
+            p.load(in);
+        } catch (NoSuchFileException e) {
+            if (size > 0) {
+                throw new IllegalArgumentException("checkpoint " + dir + " holds no " + MARKER + ": expected tensor-parallel"
+                        + " rank=" + rank + " size=" + size + "'s shard, found a checkpoint of a network that is not"
+                        + " tensor-parallel (fix: restore it into the unsharded network, then shard it with"
+                        + " TensorParallel.shard(restored, tpRank, tpSize, columnLayers); or give this rank's directory,"
+                        + " " + tpDirName(rank, size) + ")");
+            }
+            return;
+        }
+        String found = "rank=" + p.getProperty("rank") + " size=" + p.getProperty("size");
+        if (size == 0) {
+            throw new IllegalArgumentException("checkpoint " + dir + " holds tensor-parallel " + found + "'s shard:"
+                    + " expected a whole network, this one is not tensor-parallel (fix: resume it on a tensor-parallel"
+                    + " run of size=" + p.getProperty("size") + ", or gather the shards there with TensorParallel.gather"
+                    + " and save the whole network)");
+        }
+        if (!found.equals("rank=" + rank + " size=" + size)) {
+            throw new IllegalArgumentException("checkpoint " + dir + " holds tensor-parallel " + found + "'s shard:"
+                    + " expected rank=" + rank + " size=" + size + "'s, this rank's (fix: restore "
+                    + tpDirName(rank, size) + " on this rank: give restoreCheckpoint the directory that holds every"
+                    + " rank's tp-R-of-S, or resumeFrom the run's root)");
+        }
+    }
+
+    /**
+     * The newest checkpoint complete under every tensor-parallel rank's directory (a plain run: under the root), agreed
+     * across {@code group}'s ranks as {@link CheckpointDirectory#latestComplete(Path, Group, String)} does; a step torn
+     * under one rank's directory is skipped, with a log line naming it, for every rank.
+     *
+     * @param root      the run's checkpoint root
+     * @param group     the trainer's (data-parallel) group, or null in thread mode
+     * @param tagPrefix makes the exchange's key unique to the trainer
+     * @return this rank's directory of that step, with its counters; empty when no step is complete on every rank
+     * @throws IOException              when a directory cannot be listed
+     * @throws IllegalArgumentException when the root was written with another tensor-parallel degree, or by a plain run
+     *                                  for a tensor-parallel one (or the reverse)
+     */
+    public Optional<CheckpointDirectory.Checkpoint> latestComplete(Path root, Group group, String tagPrefix)
+            throws IOException {
+        if (size == 0) {
+            return CheckpointDirectory.latestComplete(root, group, tagPrefix);
+        }
+        checkDegree(root);
+        return CheckpointDirectory.agreed(root, group, tagPrefix, () -> newestOnEveryRank(root));
+    }
+
+    private Optional<CheckpointDirectory.Checkpoint> newestOnEveryRank(Path root) throws IOException {
+        for (Path dir : CheckpointDirectory.stepDirsNewestFirst(ownRoot(root))) {
+            String step = dir.getFileName().toString();
+            CheckpointDirectory.Counters mine = verified(dir);
+            List<String> torn = new ArrayList<>();
+            for (int r = 0; r < size && mine != null; r++) {
+                if (r != rank && verified(root.resolve(tpDirName(r, size)).resolve(step)) == null) {
+                    torn.add(tpDirName(r, size));
+                }
+            }
+            if (mine != null && torn.isEmpty()) {
+                return Optional.of(new CheckpointDirectory.Checkpoint(dir, mine));
+            }
+            if (mine != null) {
+                LOG.warn("symmem4j checkpoint: skipping {} on every tensor-parallel rank: not complete under {}", step,
+                        torn);
+            }
+        }
+        return Optional.empty();
+    }
+
+    /** The counters of a complete checkpoint directory, or null (logged) when it is torn or absent. */
+    private static CheckpointDirectory.Counters verified(Path dir) {
+        if (!Files.isDirectory(dir)) {
+            return null;
+        }
+        try {
+            return CheckpointDirectory.verify(dir);
+        } catch (IOException e) {
+            LOG.warn("symmem4j checkpoint: skipping {}: {}", dir, e.getMessage());
+            return null;
+        }
+    }
+
+    /**
+     * After a periodic checkpoint: in this rank's directory keeps the {@code keep} newest complete checkpoints and,
+     * for a tensor-parallel rank, every one from the newest step complete on every rank on (the one a restart would
+     * load, while the other ranks still write the newer one), and deletes every other step directory older than
+     * those (complete or torn); torn ones newer than the newest complete one are left ({@link CheckpointDirectory#prune}).
+     *
+     * @param root the run's checkpoint root
+     * @param keep complete checkpoints kept, at least 1
+     * @throws IOException when a directory cannot be listed or deleted
+     */
+    public void prune(Path root, int keep) throws IOException {
+        if (size == 0) {
+            CheckpointDirectory.prune(root, keep);
+            return;
+        }
+        long floor = newestOnEveryRankQuietly(root);
+        if (floor < 0) {
+            return; // no step is complete on every rank yet: whatever this rank has may still be the one to load
+        }
+        TreeSet<String> kept = new TreeSet<>();
+        for (Path dir : CheckpointDirectory.stepDirsNewestFirst(ownRoot(root))) {
+            boolean complete = quietlyComplete(dir);
+            if (complete && kept.size() < keep) {
+                kept.add(dir.getFileName().toString());
+            }
+        }
+        String floorName = CheckpointDirectory.stepDir(root, floor).getFileName().toString();
+        for (Path dir : CheckpointDirectory.stepDirsNewestFirst(ownRoot(root))) {
+            String name = dir.getFileName().toString();
+            if (name.compareTo(floorName) < 0 && !kept.contains(name)) {
+                CheckpointDirectory.deleteTree(dir);
+            }
+        }
+    }
+
+    /** The newest step complete on every rank, without log lines (pruning runs at every checkpoint); -1 when none. */
+    private long newestOnEveryRankQuietly(Path root) throws IOException {
+        for (Path dir : CheckpointDirectory.stepDirsNewestFirst(ownRoot(root))) {
+            String step = dir.getFileName().toString();
+            boolean all = quietlyComplete(dir);
+            for (int r = 0; r < size && all; r++) {
+                all = r == rank || quietlyComplete(root.resolve(tpDirName(r, size)).resolve(step));
+            }
+            if (all) {
+                return Long.parseLong(step.substring("step-".length()));
+            }
+        }
+        return -1;
+    }
+
+    private static boolean quietlyComplete(Path dir) {
+        try {
+            return Files.isDirectory(dir) && CheckpointDirectory.verify(dir) != null;
+        } catch (IOException e) {
+            return false;
+        }
+    }
+
+    /**
+     * Refuses a root or checkpoint directory that holds tensor-parallel ranks' directories for a run that is not
+     * tensor-parallel: it would find no {@code step-<n>} there and start over silently.
+     *
+     * @param root a checkpoint root or directory
+     * @throws IOException              when it cannot be listed
+     * @throws IllegalArgumentException when it holds {@code tp-R-of-S} directories
+     */
+    static void refuseTensorParallelRoot(Path root) throws IOException {
+        List<String> tp = tpDirs(root);
+        if (!tp.isEmpty()) {
+            throw new IllegalArgumentException("checkpoint root " + root + " holds a tensor-parallel run's checkpoints "
+                    + tp + ": expected a network that is not tensor-parallel's (step-<n> directories), found tensor-parallel"
+                    + " degree " + degreeOf(tp.getFirst()) + " (fix: resume on a tensor-parallel run of that degree, each"
+                    + " rank's network sharded with TensorParallel.shard and attached before build(); or give this run a"
+                    + " new root)");
+        }
+    }
+
+    /**
+     * Refuses a checkpoint root this run may neither write into nor resume from: for a tensor-parallel rank one with
+     * another degree's {@code tp-R-of-S} directories or a plain run's {@code step-<n>}; for a plain run one with
+     * tensor-parallel ranks' directories. An absent root passes.
+     *
+     * @param root the run's checkpoint root
+     * @throws IOException              when it cannot be listed
+     * @throws IllegalArgumentException when it was written by another kind of run (named, with the fix)
+     */
+    public void checkRoot(Path root) throws IOException {
+        if (size == 0) {
+            refuseTensorParallelRoot(root);
+        } else {
+            checkDegree(root);
+        }
+    }
+
+    /** Refuses a root written with another degree than this run's, or by a plain run. */
+    private void checkDegree(Path root) throws IOException {
+        List<String> other = tpDirs(root).stream().filter(d -> degreeOf(d) != size).toList();
+        if (!other.isEmpty()) {
+            throw new IllegalArgumentException("checkpoint root " + root + " holds tensor-parallel degree "
+                    + degreeOf(other.getFirst()) + "'s shards " + other + ": expected this run's tensor-parallel degree "
+                    + size + " (each shard holds 1/degree of the sharded layers; fix: resume with a tensor-parallel group"
+                    + " of " + degreeOf(other.getFirst()) + " ranks, or gather the model on such a run with"
+                    + " TensorParallel.gather, save it, and shard it again for " + size + ")");
+        }
+        if (Files.isDirectory(root)) {
+            try (Stream<Path> listing = Files.list(root)) {
+                List<String> plain = listing.map(p -> p.getFileName().toString())
+                        .filter(n -> STEP_DIR.matcher(n).matches()).sorted().toList();
+                if (!plain.isEmpty()) {
+                    throw new IllegalArgumentException("checkpoint root " + root + " holds checkpoints of a network that"
+                            + " is not tensor-parallel " + plain + ": expected tensor-parallel degree " + size + "'s"
+                            + " (tp-R-of-" + size + " directories) (fix: restore the whole network with a plain run,"
+                            + " shard it with TensorParallel.shard(restored, tpRank, " + size + ", columnLayers), or give"
+                            + " this run a new root)");
+                }
+            }
+        }
+    }
+
+    private static List<String> tpDirs(Path root) throws IOException {
+        if (!Files.isDirectory(root)) {
+            return List.of();
+        }
+        try (Stream<Path> listing = Files.list(root)) {
+            return listing.filter(Files::isDirectory).map(p -> p.getFileName().toString())
+                    .filter(n -> TP_DIR.matcher(n).matches()).sorted().toList();
+        }
+    }
+
+    private static int degreeOf(String tpDir) {
+        Matcher m = TP_DIR.matcher(tpDir);
+        if (!m.matches()) {
+            throw org.symmem4j.parallel.Invariants.violated("tensor-parallel directory name " + tpDir);
+        }
+        return Integer.parseInt(m.group(2));
+    }
+
+    private static String tpDirName(int rank, int size) {
+        return "tp-" + rank + "-of-" + size;
+    }
+
+    @Override
+    public String toString() {
+        return size == 0 ? "plain" : tpDirName(rank, size);
+    }
+}

@@ -1,0 +1,277 @@
+package org.symmem4j.dl4j.tensor;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.List;
+import java.util.function.Consumer;
+import java.util.stream.Stream;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.dataset.DataSet;
+import org.symmem4j.dl4j.BatchListIterator;
+import org.symmem4j.dl4j.SymmemParallelWrapper;
+import org.symmem4j.dl4j.ZeroStage;
+import org.symmem4j.dl4j.train.CheckpointDirectory;
+import org.symmem4j.dl4j.train.CheckpointLayout;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DeviceMesh;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.group.InJvmWorld;
+
+/**
+ * Periodic checkpoints of a tensor-parallel network trained data-parallel on a {@code dp x tp = 2 x 2} mesh: each tp
+ * rank's shard goes to {@code root/tp-R-of-2/step-<n>}, written by its data-parallel group; a run killed after step 7
+ * and resumed from the root equals the uninterrupted run bitwise (plain and ZeRO-1 over dp); a step torn on one tp rank
+ * is skipped by every rank, which all resume from the step before; a root of another tensor-parallel degree, and
+ * another rank's shard, are refused before anything is read into the model.
+ */
+class TensorParallelCheckpointTest {
+
+    /** Batches per epoch: 4 steps of 2 data-parallel ranks. */
+    private static final int BATCHES = 8;
+    private static final List<DataSet> DATA = TensorParallelTest.batches(DataType.DOUBLE, BATCHES, 8);
+
+    @TempDir
+    Path tmp;
+
+    /** What one rank ends with. */
+    private record Result(double[] params, double[] state, int iterations, int epochs, long resumedStep, Path resumedDir,
+                          MultiLayerNetwork net) {
+    }
+
+    /** Trains one rank's wrapper of {@code mine}, tp shard {@code tpRank}. */
+    @FunctionalInterface
+    private interface Body {
+        void train(SymmemParallelWrapper wrapper, MultiLayerNetwork mine, int tpRank) throws Exception;
+    }
+
+    /**
+     * On a {@code dp x tp} mesh in this JVM: every rank shards the same initial network for its tp rank (its parameters
+     * shifted by {@code shift}: only a restore makes such a run agree with another), attaches it, builds a wrapper over
+     * its dp group with {@code options}, and trains with {@code body}.
+     */
+    private static List<Result> mesh(int dp, int tp, double shift, Consumer<SymmemParallelWrapper.Builder> options,
+                                     Body body) {
+        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        return mesh(dp, tp, (worldRank, tpRank) -> {
+            MultiLayerNetwork mine = TensorParallel.shard(initial, tpRank, tp, 0, 2);
+            mine.params().addi(shift);
+            return mine;
+        }, options, body);
+    }
+
+    /** {@link #mesh} on the networks {@code start} gives each rank (world rank, tp rank). */
+    private static List<Result> mesh(int dp, int tp, java.util.function.BiFunction<Integer, Integer, MultiLayerNetwork> start,
+                                     Consumer<SymmemParallelWrapper.Builder> options, Body body) {
+        return InJvmWorld.runOnEveryRank(dp * tp, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
+            try (DeviceMesh m = DeviceMesh.of(group, "dp", dp, "tp", tp)) {
+                Group tpGroup = m.group("tp");
+                MultiLayerNetwork mine = start.apply(group.rank(), tpGroup.rank());
+                try (Communicator c = Communicator.create(tpGroup)) {
+                    TensorParallel.attach(mine, c);
+                    SymmemParallelWrapper.Builder b = SymmemParallelWrapper.builder(mine).group(m.group("dp"))
+                            .ompThreadsPerWorker(1);
+                    options.accept(b);
+                    try (SymmemParallelWrapper w = b.build()) {
+                        body.train(w, mine, tpGroup.rank());
+                        CheckpointDirectory.Checkpoint from = w.resumedFrom();
+                        return new Result(mine.params().dup().toDoubleVector(),
+                                mine.getUpdater().getStateViewArray().dup().toDoubleVector(), mine.getIterationCount(),
+                                mine.getEpochCount(), from == null ? -1 : from.counters().step(),
+                                from == null ? null : from.dir(), mine);
+                    }
+                }
+            }
+        });
+    }
+
+    /** Two epochs, uninterrupted. */
+    private static List<Result> uninterrupted(ZeroStage sharding) {
+        return mesh(2, 2, 0, b -> shard(b, sharding), (w, mine, t) -> {
+            w.fit(new BatchListIterator(DATA));
+            w.fit(new BatchListIterator(DATA));
+        });
+    }
+
+    /** One epoch and 3 steps of the second with a checkpoint every 3 steps (at 3 and 6); "dies" after step 7. */
+    private static void killedAfterStep7(Path root, ZeroStage sharding) {
+        List<Result> dead = mesh(2, 2, 0, b -> shard(b, sharding).checkpointEvery(3, root).resumeFrom(root), (w, mine, t) -> {
+            assertNull(w.resumedFrom(), "nothing to resume from: a fresh start");
+            w.fit(new BatchListIterator(DATA));
+            w.fit(new BatchListIterator(DATA.subList(0, 6)));
+        });
+        assertEquals(4, dead.size());
+    }
+
+    /** The remaining epochs from the newest checkpoint complete on every tp rank. */
+    private static List<Result> resumed(Path root, ZeroStage sharding) {
+        return mesh(2, 2, 0.25, b -> shard(b, sharding).checkpointEvery(3, root).resumeFrom(root), (w, mine, t) -> {
+            // the model's counters are the checkpoint's: the loop runs what is left of 2 epochs
+            for (int e = mine.getEpochCount(); e < 2; e++) {
+                w.fit(new BatchListIterator(DATA));
+            }
+        });
+    }
+
+    private static SymmemParallelWrapper.Builder shard(SymmemParallelWrapper.Builder b, ZeroStage sharding) {
+        return sharding == null ? b : b.sharding(sharding);
+    }
+
+    private static List<String> list(Path dir) throws IOException {
+        try (Stream<Path> s = Files.list(dir)) {
+            return s.map(p -> p.getFileName().toString()).filter(n -> !n.startsWith("progress")).sorted().toList();
+        }
+    }
+
+    private static void assertBitwiseEqual(List<Result> expected, List<Result> actual, String what) {
+        for (int r = 0; r < expected.size(); r++) {
+            assertArrayEquals(expected.get(r).params(), actual.get(r).params(), what + ": rank " + r + " parameters");
+            assertArrayEquals(expected.get(r).state(), actual.get(r).state(), what + ": rank " + r + " Adam state");
+            assertEquals(expected.get(r).iterations(), actual.get(r).iterations(), what + ": rank " + r + " iterations");
+            assertEquals(expected.get(r).epochs(), actual.get(r).epochs(), what + ": rank " + r + " epochs");
+        }
+    }
+
+    @ParameterizedTest(name = "sharding={0}")
+    @ValueSource(strings = {"NONE", "OPTIMIZER_STATE"})
+    void killedAndResumedEqualsUninterruptedBitwise(String stage) throws IOException {
+        ZeroStage sharding = stage.equals("NONE") ? null : ZeroStage.valueOf(stage);
+        Path root = tmp.resolve(stage);
+        List<Result> expected = uninterrupted(sharding);
+        killedAfterStep7(root, sharding);
+        // each tp rank's shard apart, the newest two complete steps kept
+        assertEquals(List.of("tp-0-of-2", "tp-1-of-2"), list(root));
+        for (int t = 0; t < 2; t++) {
+            Path own = root.resolve("tp-" + t + "-of-2");
+            assertEquals(List.of("step-000000000003", "step-000000000006"), list(own));
+            assertEquals(new CheckpointDirectory.Counters(6, 1, 6, 4, 4 * 8, 2),
+                    CheckpointDirectory.verify(own.resolve("step-000000000006")));
+            assertEquals("rank=" + t + "\nsize=2\n", Files.readString(own.resolve("step-000000000006")
+                    .resolve(CheckpointLayout.MARKER)));
+        }
+        List<Result> resumed = resumed(root, sharding);
+        for (int r = 0; r < 4; r++) {
+            assertEquals(6, resumed.get(r).resumedStep(), "rank " + r + " resumed at");
+            // world rank d * 2 + t holds tp shard t
+            assertEquals(root.resolve("tp-" + r % 2 + "-of-2").resolve("step-000000000006"), resumed.get(r).resumedDir());
+        }
+        assertBitwiseEqual(expected, resumed, "sharding=" + stage);
+    }
+
+    /**
+     * The checkpoint of step 6 of dp 2 x tp 2 resumed on dp 1 x tp 2 (the ZeRO-1 shards of two dp ranks re-sliced onto
+     * one), against the same steps uninterrupted: dp 2 x tp 2 on the first 6 steps' batches, then dp 1 x tp 2 on those
+     * networks for the rest of the second epoch, one batch a step.
+     */
+    @Test
+    void resumedOnFewerDataParallelRanksEqualsTheUninterruptedRunOnThoseCounts() throws IOException {
+        ZeroStage sharding = ZeroStage.OPTIMIZER_STATE;
+        List<Result> first = mesh(2, 2, 0, b -> shard(b, sharding), (w, mine, t) -> {
+            w.fit(new BatchListIterator(DATA));
+            w.fit(new BatchListIterator(DATA.subList(0, 4)));
+            mine.setEpochCount(1); // as the checkpoint taken in the middle of the second epoch has it
+        });
+        // world rank d * 2 + t: replica 0's shards go on
+        List<Result> expected = mesh(1, 2, (worldRank, tpRank) -> first.get(tpRank).net(), b -> shard(b, sharding),
+                (w, mine, t) -> w.fit(new BatchListIterator(DATA.subList(4, BATCHES))));
+        Path root = tmp.resolve("fewer");
+        killedAfterStep7(root, sharding);
+        List<Result> resumed = mesh(1, 2, 0.25, b -> shard(b, sharding).checkpointEvery(3, root).resumeFrom(root),
+                (w, mine, t) -> {
+                    assertEquals(new CheckpointDirectory.Counters(6, 1, 6, 4, 4 * 8, 2), w.resumedFrom().counters(),
+                            "a checkpoint of 2 dp ranks");
+                    for (int e = mine.getEpochCount(); e < 2; e++) {
+                        w.fit(new BatchListIterator(DATA));
+                    }
+                });
+        assertBitwiseEqual(expected, resumed, "2 then 1 dp ranks");
+        assertEquals(10, resumed.getFirst().iterations());
+    }
+
+    @Test
+    void aStepTornOnOneTensorParallelRankIsSkippedByEveryRank() throws IOException {
+        Path root = tmp.resolve("torn");
+        List<Result> expected = uninterrupted(null);
+        killedAfterStep7(root, null);
+        // tp rank 1's step 6 lost its model half way: complete on tp rank 0 only
+        Path model = root.resolve("tp-1-of-2").resolve("step-000000000006").resolve("model.zip");
+        byte[] bytes = Files.readAllBytes(model);
+        Files.write(model, java.util.Arrays.copyOf(bytes, bytes.length / 2));
+        List<Result> resumed = resumed(root, null);
+        for (int r = 0; r < 4; r++) {
+            assertEquals(3, resumed.get(r).resumedStep(), "rank " + r + ": step 6 is torn on tp rank 1, so step 3 for all");
+        }
+        assertBitwiseEqual(expected, resumed, "resumed from step 3");
+    }
+
+    @Test
+    void aRootOfAnotherTensorParallelDegreeIsRefusedBeforeAnythingIsRead() throws IOException {
+        Path root = tmp.resolve("degree");
+        killedAfterStep7(root, null);
+        List<String> before = list(root.resolve("tp-0-of-2"));
+        // the same network on tp=1 (one rank holds every column) and dp=2: its degree is not the checkpoint's
+        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        List<String> refusals = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
+                group -> {
+                    try (DeviceMesh m = DeviceMesh.of(group, "dp", 2, "tp", 1);
+                         Communicator c = Communicator.create(m.group("tp"))) {
+                        MultiLayerNetwork mine = TensorParallel.shard(initial, 0, 1, 0, 2);
+                        TensorParallel.attach(mine, c);
+                        double[] params = mine.params().dup().toDoubleVector();
+                        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                                () -> SymmemParallelWrapper.builder(mine).group(m.group("dp")).ompThreadsPerWorker(1)
+                                        .checkpointEvery(3, root).resumeFrom(root).build());
+                        assertArrayEquals(params, mine.params().toDoubleVector(), "nothing read into the model");
+                        return e.getMessage();
+                    }
+                });
+        for (String message : refusals) {
+            assertTrue(message.contains("holds tensor-parallel degree 2's shards [tp-0-of-2, tp-1-of-2]")
+                    && message.contains("expected this run's tensor-parallel degree 1")
+                    && message.contains("fix: resume with a tensor-parallel group of 2 ranks"), message);
+        }
+        assertEquals(List.of("tp-0-of-2", "tp-1-of-2"), list(root), "nothing written");
+        assertEquals(before, list(root.resolve("tp-0-of-2")));
+        // a plain network on that root is refused too: it would find no step-<n> there and start over
+        MultiLayerNetwork plain = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> SymmemParallelWrapper.builder(plain).workers(1).resumeFrom(root).build());
+        assertTrue(e.getMessage().contains("holds a tensor-parallel run's checkpoints [tp-0-of-2, tp-1-of-2]")
+                && e.getMessage().contains("fix: resume on a tensor-parallel run of that degree"), e.getMessage());
+    }
+
+    @Test
+    void anotherRanksShardIsRefusedBeforeAnythingIsRead() throws IOException {
+        Path root = tmp.resolve("rank");
+        killedAfterStep7(root, null);
+        List<String> refusals = new java.util.concurrent.CopyOnWriteArrayList<>();
+        mesh(2, 2, 0.25, b -> { }, (w, mine, t) -> {
+            double[] params = mine.params().dup().toDoubleVector();
+            // a rank given the other tp rank's directory of step 6 (same shapes: only the marker tells them apart)
+            Path theirs = root.resolve("tp-" + (1 - t) + "-of-2").resolve("step-000000000006");
+            refusals.add(assertThrows(IllegalArgumentException.class, () -> w.restoreCheckpoint(theirs)).getMessage());
+            assertArrayEquals(params, mine.params().toDoubleVector(), "tp rank " + t + ": nothing read into the model");
+            // its own is restored
+            w.restoreCheckpoint(root.resolve("tp-" + t + "-of-2").resolve("step-000000000006"));
+            assertEquals(6, w.resumedFrom().counters().step());
+        });
+        assertEquals(4, refusals.size());
+        for (String message : refusals) {
+            assertTrue(message.matches("checkpoint .*tp-(\\d)-of-2.step-000000000006 holds tensor-parallel rank=\\1 size=2's"
+                    + " shard: expected rank=\\d size=2's, this rank's \\(fix: restore tp-\\d-of-2 on this rank.*"), message);
+        }
+    }
+}
