@@ -4,10 +4,13 @@ import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.Map;
 import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
+import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.updater.MultiLayerUpdater;
+import org.deeplearning4j.nn.updater.graph.ComputationGraphUpdater;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.symmem4j.parallel.memory.ReservedMemory;
 
@@ -96,28 +99,84 @@ public final class HollowNetworks {
         MultiLayerConfiguration conf = net.getLayerWiseConfigurations();
         DataType type = conf.getDataType();
         long count = parameterCount(conf);
-        long bytes = Math.max(64, count * type.width());
         Arena arena = Arena.ofAuto();
-        MemorySegment params = ReservedMemory.reserve(bytes, arena);
-        MemorySegment gradients = ReservedMemory.reserve(bytes, arena);
+        MemorySegment params = ReservedMemory.reserve(Math.max(64, count * type.width()), arena);
+        MemorySegment gradients = ReservedMemory.reserve(Math.max(64, count * type.width()), arena);
         // initializeParams=false: DL4J only cuts the views (what FullySharded.open does over symmetric memory)
         net.init(ModelReplica.arrayOver(params, type, count), false);
         org.nd4j.linalg.api.ndarray.INDArray gradientView = ModelReplica.arrayOver(gradients, type, count);
         net.setBackpropGradientsViewArray(gradientView);
         ModelReplica.setFlattenedGradients(net, MultiLayerNetwork.class, gradientView);
-        // DL4J's updater, as getUpdater() makes it, but over a given (reserved) state view: DL4J then only cuts its
-        // blocks' views and leaves the values alone
-        long state = 0;
-        for (Layer layer : net.getLayers()) {
-            for (Map.Entry<String, org.nd4j.linalg.api.ndarray.INDArray> e : layer.paramTable(false).entrySet()) {
-                state += layer.getConfig().getUpdaterByParam(e.getKey()).stateSize(e.getValue().length());
-            }
-        }
+        long state = stateCount(net.getLayers());
         MemorySegment stateMemory = ReservedMemory.reserve(Math.max(64, state * type.width()), arena);
         if (state > 0) {
             net.setUpdater(new MultiLayerUpdater(net, ModelReplica.arrayOver(stateMemory, type, state).reshape(state)));
         }
-        Reservation reservation = new Reservation(new MemorySegment[] {params, gradients, stateMemory}, count);
+        return checked(new Reservation(new MemorySegment[] {params, gradients, stateMemory}, count));
+    }
+
+    /**
+     * The parameter count DL4J's {@code ComputationGraph.init()} allocates for {@code conf}: its vertices' counts.
+     *
+     * @param conf a graph configuration
+     * @return its parameter count, computed without allocating anything
+     */
+    public static long parameterCount(ComputationGraphConfiguration conf) {
+        long n = 0;
+        for (org.deeplearning4j.nn.conf.graph.GraphVertex v : conf.getVertices().values()) {
+            v.setDataType(conf.getDataType()); // as ComputationGraph.init() does before it counts
+            n += v.numParams(true);
+        }
+        return n;
+    }
+
+    /**
+     * Makes {@code graph}, not yet initialised, hollow, as {@link #hollow(MultiLayerNetwork)} does a network: DL4J
+     * cuts its vertices' views over reserved memory ({@code init(params, false)}), the gradient view and the updater
+     * state are reserved too. Reads none of it either.
+     *
+     * @param graph a graph of its configuration, not initialised
+     * @return the reservation, to keep as long as the graph
+     * @throws IllegalStateException when {@code graph} is initialised already, or DL4J wrote the reserved arrays (a
+     *                               DL4J other than 1.0.0-M2.1)
+     */
+    public static Reservation hollow(ComputationGraph graph) {
+        if (graph.getVertices() != null) {
+            throw new IllegalStateException("a hollow graph must be made before init(): this one is initialised already"
+                    + " (fix: pass new ComputationGraph(conf) without calling init())");
+        }
+        ComputationGraphConfiguration conf = graph.getConfiguration();
+        DataType type = conf.getDataType();
+        long count = parameterCount(conf);
+        Arena arena = Arena.ofAuto();
+        MemorySegment params = ReservedMemory.reserve(Math.max(64, count * type.width()), arena);
+        MemorySegment gradients = ReservedMemory.reserve(Math.max(64, count * type.width()), arena);
+        graph.init(ModelReplica.arrayOver(params, type, count), false);
+        org.nd4j.linalg.api.ndarray.INDArray gradientView = ModelReplica.arrayOver(gradients, type, count);
+        graph.setBackpropGradientsViewArray(gradientView);
+        ModelReplica.setFlattenedGradients(graph, ComputationGraph.class, gradientView);
+        long state = stateCount(graph.getLayers());
+        MemorySegment stateMemory = ReservedMemory.reserve(Math.max(64, state * type.width()), arena);
+        if (state > 0) {
+            graph.setUpdater(new ComputationGraphUpdater(graph,
+                    ModelReplica.arrayOver(stateMemory, type, state).reshape(state)));
+        }
+        return checked(new Reservation(new MemorySegment[] {params, gradients, stateMemory}, count));
+    }
+
+    /** The updater state elements DL4J's updater keeps for {@code layers}, as {@code getUpdater()} sizes its view. */
+    private static long stateCount(Layer[] layers) {
+        long state = 0;
+        for (Layer layer : layers) {
+            for (Map.Entry<String, org.nd4j.linalg.api.ndarray.INDArray> e : layer.paramTable(false).entrySet()) {
+                state += layer.getConfig().getUpdaterByParam(e.getKey()).stateSize(e.getValue().length());
+            }
+        }
+        return state;
+    }
+
+    /** {@code reservation}, after checking that DL4J wrote none of it (a page each where it touched a first element). */
+    private static Reservation checked(Reservation reservation) {
         long resident = reservation.residentBytes();
         if (resident > 3 * 4096L) {
             throw new IllegalStateException("the hollow network holds " + resident + " bytes: DL4J wrote its reserved"

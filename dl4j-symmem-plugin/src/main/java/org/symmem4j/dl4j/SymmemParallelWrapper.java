@@ -173,6 +173,22 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     }
 
     /**
+     * Starts a builder from a graph's configuration, for a graph that a worker may not be able to hold whole: ZeRO
+     * stage 3 only ({@code sharding(ZeroStage.PARAMETERS)}, refused otherwise at {@code build()}). At {@code build()} the
+     * model state each process would hold is planned from {@code conf} and checked against the caps before anything is
+     * allocated; no process builds the graph whole: each worker initialises its shard vertex by vertex, bitwise equal
+     * to {@code new ComputationGraph(conf).init()}, and {@link #gatherParameters()} gathers it on request.
+     * docs/zero-stage-3.md has the details.
+     *
+     * @param conf the graph's configuration (copied)
+     * @return a builder with the defaults
+     * @throws NullPointerException when {@code conf} is null
+     */
+    public static Builder builder(org.deeplearning4j.nn.conf.ComputationGraphConfiguration conf) {
+        return new Builder(new GraphConfigurationStart.Graph(Objects.requireNonNull(conf, "conf").clone()));
+    }
+
+    /**
      * Starts a builder for a {@link ComputationGraph}.
      *
      * @param model an initialized graph; after each {@code fit()} it holds the trained state
