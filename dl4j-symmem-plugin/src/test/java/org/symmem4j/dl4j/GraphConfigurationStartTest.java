@@ -55,10 +55,28 @@ class GraphConfigurationStartTest {
         }
     }
 
-    @ParameterizedTest(name = "{0} workers={1}")
-    @CsvSource({"FLOAT, 2", "DOUBLE, 3"})
-    void theShardsAreDl4jsInitialisationBitwise(DataType dtype, int workers) {
-        ComputationGraphConfiguration conf = conf(dtype);
+    /**
+     * A graph whose vertices were added deepest first, so that DL4J's instantiation order (the order of addition, in
+     * which the random values are drawn) differs from its parameter layout (topological): a merge of two branches.
+     */
+    private static ComputationGraphConfiguration addedDeepestFirst(DataType dtype) {
+        return new NeuralNetConfiguration.Builder()
+                .seed(17).dataType(dtype).updater(new Adam(0.01)).weightInit(org.deeplearning4j.nn.weights.WeightInit.XAVIER)
+                .graphBuilder()
+                .addInputs("in")
+                .addLayer("out", new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(10).nOut(Nets.OUT)
+                        .activation(Activation.SOFTMAX).build(), "top")
+                .addLayer("top", new DenseLayer.Builder().nIn(16).nOut(10).activation(Activation.TANH).build(), "both")
+                .addVertex("both", new org.deeplearning4j.nn.conf.graph.MergeVertex(), "left", "right")
+                .addLayer("right", new DenseLayer.Builder().nIn(Nets.IN).nOut(8).activation(Activation.RELU).build(), "in")
+                .addLayer("left", new DenseLayer.Builder().nIn(Nets.IN).nOut(8).activation(Activation.TANH).build(), "in")
+                .setOutputs("out").build();
+    }
+
+    @ParameterizedTest(name = "{0} {1} workers={2}")
+    @CsvSource({"skip, FLOAT, 2", "skip, DOUBLE, 3", "deepest-first, FLOAT, 2", "deepest-first, DOUBLE, 3"})
+    void theShardsAreDl4jsInitialisationBitwise(String recipe, DataType dtype, int workers) {
+        ComputationGraphConfiguration conf = recipe.equals("skip") ? conf(dtype) : addedDeepestFirst(dtype);
         INDArray expected = dl4jInit(conf).params().dup();
         try (SymmemParallelWrapper wrapper = SymmemParallelWrapper.builder(conf).workers(workers)
                 .sharding(ZeroStage.PARAMETERS).build()) {
@@ -72,7 +90,7 @@ class GraphConfigurationStartTest {
             }
         }
         // the comparison can fail: another seed draws other values
-        ComputationGraphConfiguration other = conf(dtype);
+        ComputationGraphConfiguration other = recipe.equals("skip") ? conf(dtype) : addedDeepestFirst(dtype);
         other.getDefaultConfiguration().setSeed(7);
         assertFalse(ModelReplica.bitwiseEqual(expected, dl4jInit(other).params()));
     }
