@@ -122,6 +122,25 @@ class GraphConfigurationStartTest {
         }
     }
 
+    /** The consolidated save: DL4J's graph of the configuration over the gathered parameters, for ModelSerializer. */
+    @Test
+    void saveModelWritesTheWholeGraph(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) throws Exception {
+        ComputationGraphConfiguration conf = conf(DataType.FLOAT);
+        List<DataSet> data = Nets.batches(43, 4, 8, DataType.FLOAT);
+        java.nio.file.Path file = dir.resolve("model.zip");
+        INDArray params;
+        try (SymmemParallelWrapper wrapper = SymmemParallelWrapper.builder(conf).workers(2)
+                .sharding(ZeroStage.PARAMETERS).build()) {
+            wrapper.fit(new BatchListIterator(data));
+            params = wrapper.gatherParameters();
+            wrapper.saveModel(file);
+        }
+        ComputationGraph restored = org.deeplearning4j.util.ModelSerializer.restoreComputationGraph(file.toFile(), true);
+        assertTrue(ModelReplica.bitwiseEqual(params, restored.params()), "saved parameters");
+        assertFalse(ModelReplica.bitwiseEqual(dl4jInit(conf).params(), restored.params()), "training moved nothing");
+        assertEquals(2, restored.getIterationCount());
+    }
+
     /** One rank per group member: each rank holds its blocks only, and the result equals stage 3 in threads. */
     @Test
     void inGroupModeEachRankHoldsItsShardAndEqualsThreadsBitwise() {
