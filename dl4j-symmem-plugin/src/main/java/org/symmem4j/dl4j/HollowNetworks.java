@@ -3,6 +3,8 @@ package org.symmem4j.dl4j;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.Map;
+import java.util.function.Consumer;
+import java.util.function.Supplier;
 import org.deeplearning4j.nn.api.Layer;
 import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
@@ -12,6 +14,7 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.updater.MultiLayerUpdater;
 import org.deeplearning4j.nn.updater.graph.ComputationGraphUpdater;
 import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
 import org.symmem4j.parallel.memory.ReservedMemory;
 
 /**
@@ -97,22 +100,10 @@ public final class HollowNetworks {
                     + " (fix: pass new MultiLayerNetwork(conf) without calling init())");
         }
         MultiLayerConfiguration conf = net.getLayerWiseConfigurations();
-        DataType type = conf.getDataType();
-        long count = parameterCount(conf);
-        Arena arena = Arena.ofAuto();
-        MemorySegment params = ReservedMemory.reserve(Math.max(64, count * type.width()), arena);
-        MemorySegment gradients = ReservedMemory.reserve(Math.max(64, count * type.width()), arena);
-        // initializeParams=false: DL4J only cuts the views (what FullySharded.open does over symmetric memory)
-        net.init(ModelReplica.arrayOver(params, type, count), false);
-        org.nd4j.linalg.api.ndarray.INDArray gradientView = ModelReplica.arrayOver(gradients, type, count);
-        net.setBackpropGradientsViewArray(gradientView);
-        ModelReplica.setFlattenedGradients(net, MultiLayerNetwork.class, gradientView);
-        long state = stateCount(net.getLayers());
-        MemorySegment stateMemory = ReservedMemory.reserve(Math.max(64, state * type.width()), arena);
-        if (state > 0) {
-            net.setUpdater(new MultiLayerUpdater(net, ModelReplica.arrayOver(stateMemory, type, state).reshape(state)));
-        }
-        return checked(new Reservation(new MemorySegment[] {params, gradients, stateMemory}, count));
+        return hollow(conf.getDataType(), parameterCount(conf), params -> net.init(params, false), gradientView -> {
+            net.setBackpropGradientsViewArray(gradientView);
+            ModelReplica.setFlattenedGradients(net, MultiLayerNetwork.class, gradientView);
+        }, net::getLayers, state -> net.setUpdater(new MultiLayerUpdater(net, state)));
     }
 
     /**
@@ -146,29 +137,38 @@ public final class HollowNetworks {
                     + " (fix: pass new ComputationGraph(conf) without calling init())");
         }
         ComputationGraphConfiguration conf = graph.getConfiguration();
-        DataType type = conf.getDataType();
-        long count = parameterCount(conf);
+        return hollow(conf.getDataType(), parameterCount(conf), params -> graph.init(params, false), gradientView -> {
+            graph.setBackpropGradientsViewArray(gradientView);
+            ModelReplica.setFlattenedGradients(graph, ComputationGraph.class, gradientView);
+        }, graph::getLayers, state -> graph.setUpdater(new ComputationGraphUpdater(graph, state)));
+    }
+
+    /**
+     * A network of {@code count} parameters made hollow: {@code init} cuts the views over reserved parameter memory
+     * ({@code initializeParams=false}: DL4J writes nothing, what FullySharded.open does over symmetric memory),
+     * {@code gradients} takes the reserved gradient view, and {@code updater} DL4J's updater over a reserved state view,
+     * sized from the layers' parameters as {@code getUpdater()} sizes it (DL4J then only cuts its blocks' views).
+     */
+    private static Reservation hollow(DataType type, long count, Consumer<INDArray> init, Consumer<INDArray> gradients,
+                                      Supplier<Layer[]> layers, Consumer<INDArray> updater) {
         Arena arena = Arena.ofAuto();
         MemorySegment params = ReservedMemory.reserve(Math.max(64, count * type.width()), arena);
-        MemorySegment gradients = ReservedMemory.reserve(Math.max(64, count * type.width()), arena);
-        graph.init(ModelReplica.arrayOver(params, type, count), false);
-        org.nd4j.linalg.api.ndarray.INDArray gradientView = ModelReplica.arrayOver(gradients, type, count);
-        graph.setBackpropGradientsViewArray(gradientView);
-        ModelReplica.setFlattenedGradients(graph, ComputationGraph.class, gradientView);
-        long state = stateCount(graph.getLayers());
+        MemorySegment gradientMemory = ReservedMemory.reserve(Math.max(64, count * type.width()), arena);
+        init.accept(ModelReplica.arrayOver(params, type, count));
+        gradients.accept(ModelReplica.arrayOver(gradientMemory, type, count));
+        long state = stateCount(layers.get());
         MemorySegment stateMemory = ReservedMemory.reserve(Math.max(64, state * type.width()), arena);
         if (state > 0) {
-            graph.setUpdater(new ComputationGraphUpdater(graph,
-                    ModelReplica.arrayOver(stateMemory, type, state).reshape(state)));
+            updater.accept(ModelReplica.arrayOver(stateMemory, type, state).reshape(state));
         }
-        return checked(new Reservation(new MemorySegment[] {params, gradients, stateMemory}, count));
+        return checked(new Reservation(new MemorySegment[] {params, gradientMemory, stateMemory}, count));
     }
 
     /** The updater state elements DL4J's updater keeps for {@code layers}, as {@code getUpdater()} sizes its view. */
     private static long stateCount(Layer[] layers) {
         long state = 0;
         for (Layer layer : layers) {
-            for (Map.Entry<String, org.nd4j.linalg.api.ndarray.INDArray> e : layer.paramTable(false).entrySet()) {
+            for (Map.Entry<String, INDArray> e : layer.paramTable(false).entrySet()) {
                 state += layer.getConfig().getUpdaterByParam(e.getKey()).stateSize(e.getValue().length());
             }
         }
