@@ -173,12 +173,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     }
 
     /**
-     * Starts a builder from a graph's configuration, for a graph that a worker may not be able to hold whole: ZeRO
-     * stage 3 only ({@code sharding(ZeroStage.PARAMETERS)}, refused otherwise at {@code build()}). At {@code build()} the
-     * model state each process would hold is planned from {@code conf} and checked against the caps before anything is
-     * allocated; no process builds the graph whole: each worker initialises its shard vertex by vertex, bitwise equal
-     * to {@code new ComputationGraph(conf).init()}, and {@link #gatherParameters()} gathers it on request.
-     * docs/zero-stage-3.md has the details.
+     * Starts a builder from a graph's configuration, as {@link #builder(org.deeplearning4j.nn.conf.MultiLayerConfiguration)}
+     * does for a network, with {@code sharding(ZeroStage.PARAMETERS)} only (other stages refused at {@code build()}):
+     * each worker initialises its shard vertex by vertex, bitwise equal to {@code new ComputationGraph(conf).init()}.
      *
      * @param conf the graph's configuration (copied)
      * @return a builder with the defaults
