@@ -52,7 +52,8 @@ final class ConfigurationStart {
 
     /** Whether {@code model} is a stage-3 model started from a configuration: its arrays hold nothing. */
     static boolean isHollow(ModelReplica model) {
-        return model.model() instanceof Network n && n.hollow();
+        return model.model() instanceof Network n && n.hollow()
+                || model.model() instanceof GraphConfigurationStart.Graph g && g.hollow();
     }
 
     /**

@@ -408,6 +408,8 @@ abstract sealed class DataParallelBuilder
         checkShardGroupSize();
         if (configuration != null) {
             startFromConfiguration(group, gpuMode);
+        } else if (model.model() instanceof GraphConfigurationStart.Graph g) {
+            GraphConfigurationStart.start(g, sharding, workers, shardGroupSize, group, gpuMode);
         }
         ModelReplica.ensureInitialized(model);
         if (gpuMode) {

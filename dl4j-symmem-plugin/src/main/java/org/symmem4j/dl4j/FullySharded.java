@@ -319,9 +319,21 @@ final class FullySharded implements AutoCloseable {
      * {@code new MultiLayerNetwork(conf).init()}; the peak is the own blocks plus one layer.
      */
     void initialiseOwnBlocks() {
+        if (replica instanceof ModelReplica.Graph(org.deeplearning4j.nn.graph.ComputationGraph graph)) {
+            // DL4J's graph draws its vertices in index order into a topological layout: GraphConfigurationStart
+            GraphConfigurationStart.initialiseOwnBlocks(graph, (position, offset, length) -> {
+                Unit u = unitOfLayer[position];
+                if (u == null || u.offset() != offset || u.length() != length) {
+                    throw Invariants.violated("the vertex at position " + position + " initialises elements [" + offset
+                            + ", " + (offset + length) + "); its unit is " + u);
+                }
+                releaseOutsideOwnBlock(params, u);
+            });
+            return;
+        }
         if (!(replica instanceof ModelReplica.Mln(MultiLayerNetwork net))) {
-            throw Invariants.violated("a model started from a configuration is a MultiLayerNetwork; found "
-                    + replica.model().getClass().getName());
+            throw Invariants.violated("a model started from a configuration is a MultiLayerNetwork or a ComputationGraph;"
+                    + " found " + replica.model().getClass().getName());
         }
         MultiLayerConfiguration conf = net.getLayerWiseConfigurations();
         DataType type = conf.getDataType();

@@ -159,9 +159,15 @@ final class FullyShardedCheckpoints {
         if (ConfigurationStart.isHollow(model)) {
             List<FullySharded> shards = workers.all().stream().map(DataParallelWorker::fullySharded).toList();
             INDArray full = ConfigurationStart.gather(model, shards, settings.group() != null);
-            MultiLayerNetwork net = new MultiLayerNetwork(
-                    ((MultiLayerNetwork) model.model()).getLayerWiseConfigurations().clone());
-            net.init(full, false);
+            org.deeplearning4j.nn.api.Model net;
+            if (model.model() instanceof GraphConfigurationStart.Graph g) {
+                net = GraphConfigurationStart.wholeOver(g, full);
+            } else {
+                MultiLayerNetwork mln = new MultiLayerNetwork(
+                        ((MultiLayerNetwork) model.model()).getLayerWiseConfigurations().clone());
+                mln.init(full, false);
+                net = mln;
+            }
             ModelReplica replica = ModelReplica.of(net);
             INDArray state = replica.updaterState();
             if (state != null && settings.group() != null) {

@@ -3,12 +3,18 @@ package org.symmem4j.dl4j;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.Map;
+import java.util.function.Consumer;
+import java.util.function.Supplier;
 import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
+import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.updater.MultiLayerUpdater;
+import org.deeplearning4j.nn.updater.graph.ComputationGraphUpdater;
 import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
 import org.symmem4j.parallel.memory.ReservedMemory;
 
 /**
@@ -94,30 +100,83 @@ public final class HollowNetworks {
                     + " (fix: pass new MultiLayerNetwork(conf) without calling init())");
         }
         MultiLayerConfiguration conf = net.getLayerWiseConfigurations();
-        DataType type = conf.getDataType();
-        long count = parameterCount(conf);
-        long bytes = Math.max(64, count * type.width());
+        return hollow(conf.getDataType(), parameterCount(conf), params -> net.init(params, false), gradientView -> {
+            net.setBackpropGradientsViewArray(gradientView);
+            ModelReplica.setFlattenedGradients(net, MultiLayerNetwork.class, gradientView);
+        }, net::getLayers, state -> net.setUpdater(new MultiLayerUpdater(net, state)));
+    }
+
+    /**
+     * The parameter count DL4J's {@code ComputationGraph.init()} allocates for {@code conf}: its vertices' counts.
+     *
+     * @param conf a graph configuration
+     * @return its parameter count, computed without allocating anything
+     */
+    public static long parameterCount(ComputationGraphConfiguration conf) {
+        long n = 0;
+        for (org.deeplearning4j.nn.conf.graph.GraphVertex v : conf.getVertices().values()) {
+            v.setDataType(conf.getDataType()); // as ComputationGraph.init() does before it counts
+            n += v.numParams(true);
+        }
+        return n;
+    }
+
+    /**
+     * Makes {@code graph}, not yet initialised, hollow, as {@link #hollow(MultiLayerNetwork)} does a network: DL4J
+     * cuts its vertices' views over reserved memory ({@code init(params, false)}), the gradient view and the updater
+     * state are reserved too. Reads none of it either.
+     *
+     * @param graph a graph of its configuration, not initialised
+     * @return the reservation, to keep as long as the graph
+     * @throws IllegalStateException when {@code graph} is initialised already, or DL4J wrote the reserved arrays (a
+     *                               DL4J other than 1.0.0-M2.1)
+     */
+    public static Reservation hollow(ComputationGraph graph) {
+        if (graph.getVertices() != null) {
+            throw new IllegalStateException("a hollow graph must be made before init(): this one is initialised already"
+                    + " (fix: pass new ComputationGraph(conf) without calling init())");
+        }
+        ComputationGraphConfiguration conf = graph.getConfiguration();
+        return hollow(conf.getDataType(), parameterCount(conf), params -> graph.init(params, false), gradientView -> {
+            graph.setBackpropGradientsViewArray(gradientView);
+            ModelReplica.setFlattenedGradients(graph, ComputationGraph.class, gradientView);
+        }, graph::getLayers, state -> graph.setUpdater(new ComputationGraphUpdater(graph, state)));
+    }
+
+    /**
+     * A network of {@code count} parameters made hollow: {@code init} cuts the views over reserved parameter memory
+     * ({@code initializeParams=false}: DL4J writes nothing, what FullySharded.open does over symmetric memory),
+     * {@code gradients} takes the reserved gradient view, and {@code updater} DL4J's updater over a reserved state view,
+     * sized from the layers' parameters as {@code getUpdater()} sizes it (DL4J then only cuts its blocks' views).
+     */
+    private static Reservation hollow(DataType type, long count, Consumer<INDArray> init, Consumer<INDArray> gradients,
+                                      Supplier<Layer[]> layers, Consumer<INDArray> updater) {
         Arena arena = Arena.ofAuto();
-        MemorySegment params = ReservedMemory.reserve(bytes, arena);
-        MemorySegment gradients = ReservedMemory.reserve(bytes, arena);
-        // initializeParams=false: DL4J only cuts the views (what FullySharded.open does over symmetric memory)
-        net.init(ModelReplica.arrayOver(params, type, count), false);
-        org.nd4j.linalg.api.ndarray.INDArray gradientView = ModelReplica.arrayOver(gradients, type, count);
-        net.setBackpropGradientsViewArray(gradientView);
-        ModelReplica.setFlattenedGradients(net, MultiLayerNetwork.class, gradientView);
-        // DL4J's updater, as getUpdater() makes it, but over a given (reserved) state view: DL4J then only cuts its
-        // blocks' views and leaves the values alone
+        MemorySegment params = ReservedMemory.reserve(Math.max(64, count * type.width()), arena);
+        MemorySegment gradientMemory = ReservedMemory.reserve(Math.max(64, count * type.width()), arena);
+        init.accept(ModelReplica.arrayOver(params, type, count));
+        gradients.accept(ModelReplica.arrayOver(gradientMemory, type, count));
+        long state = stateCount(layers.get());
+        MemorySegment stateMemory = ReservedMemory.reserve(Math.max(64, state * type.width()), arena);
+        if (state > 0) {
+            updater.accept(ModelReplica.arrayOver(stateMemory, type, state).reshape(state));
+        }
+        return checked(new Reservation(new MemorySegment[] {params, gradientMemory, stateMemory}, count));
+    }
+
+    /** The updater state elements DL4J's updater keeps for {@code layers}, as {@code getUpdater()} sizes its view. */
+    private static long stateCount(Layer[] layers) {
         long state = 0;
-        for (Layer layer : net.getLayers()) {
-            for (Map.Entry<String, org.nd4j.linalg.api.ndarray.INDArray> e : layer.paramTable(false).entrySet()) {
+        for (Layer layer : layers) {
+            for (Map.Entry<String, INDArray> e : layer.paramTable(false).entrySet()) {
                 state += layer.getConfig().getUpdaterByParam(e.getKey()).stateSize(e.getValue().length());
             }
         }
-        MemorySegment stateMemory = ReservedMemory.reserve(Math.max(64, state * type.width()), arena);
-        if (state > 0) {
-            net.setUpdater(new MultiLayerUpdater(net, ModelReplica.arrayOver(stateMemory, type, state).reshape(state)));
-        }
-        Reservation reservation = new Reservation(new MemorySegment[] {params, gradients, stateMemory}, count);
+        return state;
+    }
+
+    /** {@code reservation}, after checking that DL4J wrote none of it (a page each where it touched a first element). */
+    private static Reservation checked(Reservation reservation) {
         long resident = reservation.residentBytes();
         if (resident > 3 * 4096L) {
             throw new IllegalStateException("the hollow network holds " + resident + " bytes: DL4J wrote its reserved"

@@ -61,6 +61,9 @@ sealed interface ModelReplica extends ListenedModel permits ModelReplica.Mln, Mo
                 m.net().initGradientsView();
             }
             case Graph g -> {
+                if (ConfigurationStart.isHollow(g)) {
+                    return; // stage 3 from a configuration, as above
+                }
                 g.net().init();
                 g.net().initGradientsView();
             }

@@ -2,9 +2,12 @@ package org.symmem4j.dl4j;
 
 import java.util.ArrayList;
 import java.util.List;
+import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
+import org.deeplearning4j.nn.conf.graph.LayerVertex;
 import org.deeplearning4j.nn.conf.layers.BaseLayer;
+import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.learning.config.IUpdater;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.DType;
@@ -53,10 +56,27 @@ record ModelStatePlan(ZeroStage stage, int workers, int shardGroupSize, int loca
      */
     static ModelStatePlan of(MultiLayerConfiguration conf, ZeroStage stage, int workers, int shardGroupSize,
                              int localWorkers, boolean groupMode) {
+        return of(conf.getConfs(), conf.getDataType(), stage, workers, shardGroupSize, localWorkers, groupMode);
+    }
+
+    /** The plan of graph {@code conf}: its layer vertices' parameters, as {@link #of(MultiLayerConfiguration, ZeroStage, int, int, boolean)}. */
+    static ModelStatePlan of(ComputationGraphConfiguration conf, ZeroStage stage, int workers, int localWorkers,
+                             boolean groupMode) {
+        List<NeuralNetConfiguration> layers = new ArrayList<>();
+        for (org.deeplearning4j.nn.conf.graph.GraphVertex v : conf.getVertices().values()) {
+            if (v instanceof LayerVertex l) {
+                layers.add(l.getLayerConf());
+            }
+        }
+        return of(layers, conf.getDataType(), stage, workers, 0, localWorkers, groupMode);
+    }
+
+    private static ModelStatePlan of(List<NeuralNetConfiguration> confs, DataType type, ZeroStage stage, int workers,
+                                     int shardGroupSize, int localWorkers, boolean groupMode) {
         int hybrid = stage == ZeroStage.PARAMETERS && shardGroupSize > 0 && shardGroupSize < workers ? shardGroupSize : 0;
         int cut = hybrid > 0 ? hybrid : workers; // the ranks stage 3's blocks (and the state shards) are cut over
-        int width = conf.getDataType().width();
-        DType dtype = ModelReplica.dtypeOf(conf.getDataType());
+        int width = type.width();
+        DType dtype = ModelReplica.dtypeOf(type);
         long params = 0;
         long state = 0;
         long stateShard = 0;
@@ -65,8 +85,7 @@ record ModelStatePlan(ZeroStage stage, int workers, int shardGroupSize, int loca
         long second = 0;
         int units = 0;
         List<Long> sizes = new ArrayList<>();
-        for (int i = 0; i < conf.getConfs().size(); i++) {
-            NeuralNetConfiguration c = conf.getConf(i);
+        for (NeuralNetConfiguration c : confs) {
             long n = c.getLayer().initializer().numParams(c);
             sizes.add(n);
             if (n == 0) {

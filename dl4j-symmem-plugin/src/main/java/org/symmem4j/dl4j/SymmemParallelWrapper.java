@@ -174,6 +174,19 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     }
 
     /**
+     * Starts a builder from a graph's configuration, as {@link #builder(org.deeplearning4j.nn.conf.MultiLayerConfiguration)}
+     * does for a network, with {@code sharding(ZeroStage.PARAMETERS)} only (other stages refused at {@code build()}):
+     * each worker initialises its shard vertex by vertex, bitwise equal to {@code new ComputationGraph(conf).init()}.
+     *
+     * @param conf the graph's configuration (copied)
+     * @return a builder with the defaults
+     * @throws NullPointerException when {@code conf} is null
+     */
+    public static Builder builder(org.deeplearning4j.nn.conf.ComputationGraphConfiguration conf) {
+        return new Builder(new GraphConfigurationStart.Graph(Objects.requireNonNull(conf, "conf").clone()));
+    }
+
+    /**
      * Starts a builder for a {@link ComputationGraph}.
      *
      * @param model an initialized graph; after each {@code fit()} it holds the trained state
