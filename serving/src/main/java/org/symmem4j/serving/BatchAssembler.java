@@ -8,7 +8,6 @@ import java.util.Map;
 
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
-import org.nd4j.linalg.api.shape.Shape;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.indexing.INDArrayIndex;
 import org.nd4j.linalg.indexing.NDArrayIndex;
@@ -38,7 +37,8 @@ public final class BatchAssembler {
     }
 
     private final int maxBatch;
-    private final Map<Key, INDArray> buffers = new HashMap<>();
+    /** Per key: the buffer of {@code maxBatch} rows at [0], and at [r] its view of the first r rows (made once). */
+    private final Map<Key, INDArray[]> buffers = new HashMap<>();
     /** The buffer the last batch was assembled in, or null after a concat or a single request. */
     private INDArray lastBuffer;
 
@@ -75,7 +75,8 @@ public final class BatchAssembler {
         if (rows > maxBatch) {
             return Nd4j.concat(0, features.toArray(INDArray[]::new));
         }
-        INDArray buffer = buffer(first.dataType(), example);
+        INDArray[] views = buffer(first.dataType(), example);
+        INDArray buffer = views[0];
         long rowElements = buffer.length() / maxBatch;
         long width = first.dataType().width();
         MemorySegment target = segment(buffer, buffer.length() * width);
@@ -91,7 +92,11 @@ public final class BatchAssembler {
             row += r;
         }
         lastBuffer = buffer;
-        return row == maxBatch ? buffer : rowsOf(buffer, 0, row);
+        int r = (int) row;
+        if (views[r] == null) { // ND4J's indexing costs tens of microseconds on 4-D arrays: one view per row count
+            views[r] = rowsOf(buffer, 0, row);
+        }
+        return views[r];
     }
 
     /**
@@ -109,9 +114,9 @@ public final class BatchAssembler {
         return outStart < end && start < outEnd ? output.dup() : output;
     }
 
-    private INDArray buffer(DataType dataType, long[] example) {
+    private INDArray[] buffer(DataType dataType, long[] example) {
         Key key = new Key(dataType, Arrays.stream(example).boxed().toList());
-        INDArray b = buffers.get(key);
+        INDArray[] b = buffers.get(key);
         if (b == null) {
             if (buffers.size() >= MAX_BUFFERS) {
                 buffers.clear();
@@ -119,15 +124,32 @@ public final class BatchAssembler {
             long[] shape = new long[example.length + 1];
             shape[0] = maxBatch;
             System.arraycopy(example, 0, shape, 1, example.length);
-            b = Nd4j.create(dataType, shape, 'c');
+            b = new INDArray[maxBatch + 1];
+            b[0] = Nd4j.create(dataType, shape, 'c');
+            b[maxBatch] = b[0];
             buffers.put(key, b);
         }
         return b;
     }
 
-    /** Whether {@code f}'s elements lie in memory in c order without gaps (one bulk copy moves them). */
+    /**
+     * Whether {@code f}'s elements lie in memory in c order without gaps (one bulk copy moves them): every dimension
+     * of more than one element has the c-order stride (ND4J's own check refuses e.g. {@code [8, 1, 28, 28]}).
+     */
     private static boolean contiguous(INDArray f) {
-        return f.ordering() == 'c' && Shape.hasDefaultStridesForShape(f) && !f.isEmpty();
+        if (f.isEmpty()) {
+            return false;
+        }
+        long[] shape = f.shape();
+        long[] stride = f.stride();
+        long expected = 1;
+        for (int i = shape.length - 1; i >= 0; i--) {
+            if (shape[i] != 1 && stride[i] != expected) {
+                return false;
+            }
+            expected *= shape[i];
+        }
+        return true;
     }
 
     /** The memory of {@code bytes} bytes where {@code a}'s first element lies. */
