@@ -26,7 +26,6 @@ import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
-import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.indexing.INDArrayIndex;
 import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.serving.ServingException.Kind;
@@ -405,6 +404,7 @@ public final class ModelRouter implements AutoCloseable {
     }
 
     private void workLoop() {
+        BatchAssembler assembler = new BatchAssembler(options.maxBatch());
         while (true) {
             Object next;
             try {
@@ -429,7 +429,7 @@ public final class ModelRouter implements AutoCloseable {
                 batch.forEach(r -> fail(m, r, closedFailure(m)));
                 continue;
             }
-            runBatch(m, batch);
+            runBatch(m, batch, assembler);
         }
     }
 
@@ -474,24 +474,24 @@ public final class ModelRouter implements AutoCloseable {
     }
 
     /** Runs a batch, one version group after another (requests pinned to a version run on that version). */
-    private void runBatch(Model m, List<Request> batch) {
+    private void runBatch(Model m, List<Request> batch, BatchAssembler assembler) {
         long pinned = batch.get(0).pinned;
         boolean oneVersion = true;
         for (Request r : batch) {
             oneVersion &= r.pinned == pinned;
         }
         if (oneVersion) {
-            runOn(m, pinned, batch);
+            runOn(m, pinned, batch, assembler);
             return;
         }
         Map<Long, List<Request>> byVersion = new LinkedHashMap<>();
         for (Request r : batch) {
             byVersion.computeIfAbsent(r.pinned, v -> new ArrayList<>()).add(r);
         }
-        byVersion.forEach((version, requests) -> runOn(m, version, requests));
+        byVersion.forEach((version, requests) -> runOn(m, version, requests, assembler));
     }
 
-    private void runOn(Model m, long version, List<Request> requests) {
+    private void runOn(Model m, long version, List<Request> requests, BatchAssembler assembler) {
         ServedVersion served;
         try {
             served = acquire(m, version);
@@ -500,7 +500,7 @@ public final class ModelRouter implements AutoCloseable {
             return;
         }
         try {
-            run(m, served, requests);
+            run(m, served, requests, assembler);
         } catch (RuntimeException | Error e) { // a worker never dies with requests unanswered
             ServingException failure = new ServingException(Kind.FAILED, "model '" + m.name + "' version="
                     + served.version + ": " + e + " (fix: act on this cause, the model's own failure; when only this"
@@ -511,7 +511,7 @@ public final class ModelRouter implements AutoCloseable {
         }
     }
 
-    private void run(Model m, ServedVersion served, List<Request> requests) {
+    private void run(Model m, ServedVersion served, List<Request> requests, BatchAssembler assembler) {
         long start = System.nanoTime();
         for (Request r : requests) {
             m.queued.record(start - r.arrivedNanos, TimeUnit.NANOSECONDS);
@@ -519,10 +519,15 @@ public final class ModelRouter implements AutoCloseable {
         INDArray out;
         ModelSpec.Network net = null;
         try {
-            INDArray features = requests.size() == 1 ? requests.get(0).features
-                    : Nd4j.concat(0, requests.stream().map(Request::features).toArray(INDArray[]::new));
+            long rows = 0;
+            List<INDArray> all = new ArrayList<>(requests.size());
+            for (Request r : requests) {
+                all.add(r.features);
+                rows += r.rows;
+            }
+            INDArray features = assembler.assemble(all, rows); // this thread's reused buffer: no concat
             net = served.borrow();
-            out = net.output(features);
+            out = assembler.detach(net.output(features)); // answers outlive the buffer's next batch
             m.batchSize.record(features.size(0));
         } catch (RuntimeException e) {
             ServingException failure = new ServingException(Kind.FAILED, "model '" + m.name + "' version="
