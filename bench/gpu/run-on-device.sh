@@ -277,7 +277,8 @@ if [ "$what" = nsys ]; then
   # "symmem4j": collectives, the fused GEMMs by mode, the MLP block's forward/backward) above the kernels they enqueue.
   # Short by default (one GEMM shape, 3 x 10 eager calls per cell, then the MLP block) so the report stays small.
   nsys=${NSYS:-$(command -v nsys || ls -d /usr/local/cuda/bin/nsys /usr/local/cuda-*/bin/nsys \
-    /opt/nvidia/nsight-systems/*/bin/nsys /opt/nvidia/nsight-systems-cli/*/bin/nsys 2>/dev/null | tail -1)}
+    /opt/nvidia/nsight-systems/*/bin/nsys /opt/nvidia/nsight-systems-cli/*/bin/nsys \
+    /opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys 2>/dev/null | tail -1)}
   if [ -z "$nsys" ] || [ ! -x "$nsys" ]; then
     echo "nsys: Nsight Systems not found (tried PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems*/*/bin);" \
       "fix: install it or pass NSYS=/path/to/nsys" | tee "$out/nsys-summary.txt"
@@ -294,6 +295,13 @@ if [ "$what" = nsys ]; then
     echo "== nsys profile: exit=$code" | tee -a "$out/nsys-summary.txt"
     grep -F 'NVTX ranges' "$out/nsys-tp-gemm.md" | tee -a "$out/nsys-summary.txt"
     tail -5 "$out/nsys-profile.log"
+    if [ ! -f "$out/tp-mlp.nsys-rep" ] && [ -f "$out/tp-mlp.qdstrm" ]; then
+      # the nsys Nsight Compute bundles leaves a .qdstrm when its importer cannot run (it needs libdw.so.1: package libdw1)
+      importer=$(ls "$(dirname "$(dirname "$nsys")")"/linux-desktop-*/QdstrmImporter 2>/dev/null | head -1)
+      [ -n "$importer" ] && "$importer" -i "$out/tp-mlp.qdstrm" >> "$out/nsys-profile.log" 2>&1 && rm -f "$out/tp-mlp.qdstrm"
+      [ -f "$out/tp-mlp.nsys-rep" ] || echo "nsys: only $out/tp-mlp.qdstrm (importer ${importer:-not found}; fix: install" \
+        "libdw1, or import it with Nsight Systems' QdstrmImporter elsewhere)" | tee -a "$out/nsys-summary.txt"
+    fi
     if [ -f "$out/tp-mlp.nsys-rep" ]; then
       # report names of nsys 2023.3 and later, then the older ones
       ( "$nsys" stats --force-export=true --report nvtx_sum --format table "$out/tp-mlp.nsys-rep" \
