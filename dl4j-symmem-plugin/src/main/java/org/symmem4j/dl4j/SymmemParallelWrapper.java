@@ -197,11 +197,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return new Builder(model);
     }
 
-    /**
-     * The number of workers: as built, or fewer after a shrink ({@link WorkerFailure#SHRINK}).
-     *
-     * @return worker threads, one replica each
-     */
+    /** {@return the number of workers, one replica each: as built, or fewer after a shrink ({@link WorkerFailure#SHRINK})} */
     public int workers() {
         return settings.workers();
     }
@@ -217,11 +213,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return List.copyOf(shrinks);
     }
 
-    /**
-     * The ZeRO stage this wrapper shards with.
-     *
-     * @return the stage, or null for plain data parallelism
-     */
+    /** {@return the ZeRO stage this wrapper shards with, or null for plain data parallelism} */
     public ZeroStage sharding() {
         return settings.sharding();
     }
@@ -272,12 +264,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return workers.replicas();
     }
 
-    /**
-     * The run's timeline ({@link Builder#recordTimeline}): every recorded step of every
-     * {@code fit()} so far, as one Chrome trace; null when not recording.
-     *
-     * @return the timeline, or null
-     */
+    /** {@return the run's timeline ({@link Builder#recordTimeline}): every recorded step of every fit() as one Chrome trace; null when not recording} */
     public DataParallelTimeline runTimeline() {
         return timeline;
     }

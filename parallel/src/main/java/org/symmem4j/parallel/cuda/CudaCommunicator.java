@@ -121,18 +121,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
                     + CudaKernels.MAX_RANKS + " (one machine's GPUs; fix: split the group by machine)");
         }
         this.control = ControlPlane.open(group, group.hostTransport());
-        // ranks share a GPU when two of them name the same one (host and PCI address: ordinals differ between processes
-        // bound to their GPUs, and a sub-group's ranks may sit on any of the machine's GPUs)
-        List<byte[]> gpus = group.allGatherBytes("cuda-device-identity",
-                deviceIdentity(driver, rank.device).getBytes(java.nio.charset.StandardCharsets.UTF_8));
-        String sharing = null;
-        for (int p = 0; p < worldSize && sharing == null; p++) {
-            for (int q = p + 1; q < worldSize && sharing == null; q++) {
-                if (java.util.Arrays.equals(gpus.get(p), gpus.get(q))) {
-                    sharing = "ranks " + p + " and " + q + " share GPU " + new String(gpus.get(p), java.nio.charset.StandardCharsets.UTF_8);
-                }
-            }
-        }
+        String sharing = SharedGpus.firstSharing(group, driver, rank.device); // null: every rank has a GPU of its own
         this.sharedDevice = sharing != null;
         LaunchBudget grids = rank.kernels == null ? null : CollectiveKernels.commonGrids(group, rank);
         this.nccl = new NcclProvider(group, driver, rank, sharing, options.stagingBytes());
@@ -141,19 +130,6 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         this.stagingBytes = options.stagingBytes();
         this.staging = (CudaSymmetricMemory) memory.allocate(group, stagingBytes);
         this.device = new DeviceOperations(driver, rank, this::synchronize);
-    }
-
-    /** {@return the machine's name and the PCI address of {@code device}: equal for two ranks exactly when they share the GPU} */
-    static String deviceIdentity(CudaDriver driver, int device) {
-        String host;
-        try {
-            host = java.net.InetAddress.getLocalHost().getHostName();
-        } catch (java.net.UnknownHostException e) {
-            host = System.getenv().getOrDefault("HOSTNAME", "localhost");
-        }
-        return host + "/" + String.format(java.util.Locale.ROOT, "%04x:%02x:%02x",
-                driver.attribute(device, CudaDriver.ATTRIBUTE_PCI_DOMAIN_ID), driver.attribute(device, CudaDriver.ATTRIBUTE_PCI_BUS_ID),
-                driver.attribute(device, CudaDriver.ATTRIBUTE_PCI_DEVICE_ID));
     }
 
     @Override

@@ -174,7 +174,7 @@ public final class NvshmemTransport implements Transport, AutoCloseable {
         }
         // the exchanges wait for the group's other ranks: outside the lock, which another rank's thread of this
         // process (a refused layout) would otherwise wait for instead of reaching the exchange and its clear refusal
-        String placement = ProcessHandle.current().pid() + " " + CudaCommunicator.deviceIdentity(cuda.driver(), r.device);
+        String placement = ProcessHandle.current().pid() + " " + SharedGpus.deviceIdentity(cuda.driver(), r.device);
         List<byte[]> all = group.allGatherBytes("nvshmem-placement", placement.getBytes(StandardCharsets.UTF_8));
         String problem = placementProblem(all);
         if (problem != null) {
