@@ -211,14 +211,11 @@ public final class ControlPlane implements AutoCloseable {
      */
     public String arriveAndCheck(Descriptor mine) {
         if (recorder != null) {
-            // a rank that finds the group aborted never arrives: its dump must not show it as having entered; the
-            // check is arrive()'s own, moved before the recording (so the recorder adds no second read of the word)
+            // a rank that finds the group aborted never arrives: its dump must not show it as having entered
             sync.checkNotAborted("entry");
             recorder.arguments(mine);
-            sync.arriveChecked(mine);
-        } else {
-            sync.arrive(mine);
         }
+        sync.arrive(mine);
         if (mine.problem() == Problem.NONE && buffersLargeEnough(mine, mine.bufferBytes(), mine.recvBytes())) {
             boolean agree = true;
             MemorySegment pad = sync.ownPad();

@@ -51,8 +51,10 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * <p><b>Per collective</b> the control plane makes four calls ({@link #begin}, {@link #arguments}, {@link #started},
  * {@link #completed}): plain stores into one or two cache lines of {@code ring}, three reads of the
  * {@link CoarseClock} (a volatile load each, no clock call: neither {@code System.nanoTime} nor
- * {@code currentTimeMillis}), no allocation. The abort check that precedes {@link #arguments} is the entry
- * barrier's own, moved before it ({@code PadSynchronizer.arriveChecked}), not a second one.
+ * {@code currentTimeMillis}), no allocation, and one read of the group's abort word before {@link #arguments} (so a
+ * rank that finds the group aborted is not recorded as having entered). Folding that read into the entry barrier's
+ * own check changed how C2 inlined the staged host all-reduce, whose vectors then stayed heap objects
+ * ({@code SteadyStateAllocationTest}): it stays a separate read.
  * {@code FlightRecorderOpsBenchmark} measures the four calls alone, {@code FlightRecorderPairedBenchmark} an
  * all-reduce with and without them in one JVM ({@code FlightRecorderCostBench} runs both and reports the paired
  * difference).

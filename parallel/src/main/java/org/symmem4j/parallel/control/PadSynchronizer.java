@@ -238,17 +238,6 @@ public final class PadSynchronizer implements WaitSubject {
      */
     public void arrive(OpDescriptorLayout.Descriptor descriptor) {
         checkNotAborted("entry");
-        arriveChecked(descriptor);
-    }
-
-    /**
-     * {@link #arrive} for a caller that has just called {@link #checkNotAborted checkNotAborted("entry")} itself (the
-     * control plane does, before it records the arguments in the flight recorder): the same, without reading the abort
-     * word a second time.
-     *
-     * @param descriptor this rank's descriptor of the operation
-     */
-    public void arriveChecked(OpDescriptorLayout.Descriptor descriptor) {
         long seq = descriptor.seq();
         long epoch = seq + 1;
         long myLine = SignalPadLayout.entryLineOffset(rank, seq);
