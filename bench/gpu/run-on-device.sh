@@ -4,8 +4,9 @@
 # CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
 #   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|nsys|probe|nvlink|limits|launch|ab|nvshmem|hierarchical|processshare|fsdp|remoteshard|doctor] [extra all-reduce benchmark args]
 # (nsys: issue #36, Nsight Systems profile (-t cuda,nvtx) of TensorParallelGemmBench, the tensor-parallel MLP block
-# included, on all visible GPUs in one JVM, eager: tp-mlp.nsys-rep, nsys-nvtx-sum.txt (symmem4j's NVTX ranges) and
-# nsys-kern-sum.txt (the kernels) in $OUT; NSYS_TP_ARGS replaces the benchmark's short default arguments, NSYS overrides
+# included, on all visible GPUs in one JVM, eager: tp-mlp.nsys-rep, nsys-nvtx-sum.txt (symmem4j's NVTX ranges),
+# nsys-kern-sum.txt (the kernels), tp-mlp-timeline.svg (one MLP step, bench/gpu/nsys_timeline.py) and the SQLite
+# export (tp-mlp.sqlite.gz) in $OUT; NSYS_TP_ARGS replaces the benchmark's short default arguments, NSYS overrides
 # the nsys found; see docs/nvtx.md)
 # (fsdp: issue #31, the MLP block's fully sharded training step, ours (FsdpMlpBench) against PyTorch FSDP2 in the same
 # call, 2 and 4 GPUs where there are; fsdp-table.md has the ratios; see the fsdp block below and docs/gpu-fsdp.md)
@@ -308,7 +309,10 @@ if [ "$what" = nsys ]; then
         || "$nsys" stats --report nvtxsum "$out/tp-mlp.nsys-rep" ) > "$out/nsys-nvtx-sum.txt" 2>&1
       ( "$nsys" stats --report cuda_gpu_kern_sum --format table "$out/tp-mlp.nsys-rep" \
         || "$nsys" stats --report gpukernsum "$out/tp-mlp.nsys-rep" ) 2>&1 | head -40 > "$out/nsys-kern-sum.txt"
-      rm -f "$out/tp-mlp.sqlite"
+      # one MLP step (forward, then backward) drawn from the SQLite export that nsys stats left: the docs' timeline
+      python3 bench/gpu/nsys_timeline.py "$out/tp-mlp.sqlite" "$out/tp-mlp-timeline.svg" \
+        --range "symmem4j tp_mlp forward" --until "symmem4j tp_mlp backward" 2>&1 | tee -a "$out/nsys-summary.txt"
+      gzip -f "$out/tp-mlp.sqlite"
       cat "$out/nsys-nvtx-sum.txt"
       cat "$out/nsys-kern-sum.txt"
       ls -la "$out/tp-mlp.nsys-rep" | tee -a "$out/nsys-summary.txt"

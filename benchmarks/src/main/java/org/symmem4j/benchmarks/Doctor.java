@@ -36,13 +36,17 @@ import picocli.CommandLine.ParameterException;
  * driver, NCCL, NVSHMEM, Open MPI); the GPUs, their peer access and links ({@link DoctorGpu#describe});
  * every host transport's capabilities; the threshold table's algorithm per message size; a short all-reduce
  * benchmark on threads (every candidate algorithm per size, median microseconds, with the table's choice beside
- * the fastest) and Open MPI's MPI_Allreduce between processes beside it ({@link DoctorMpi}); with 2 GPUs or more, the same on the GPUs against NCCL ({@link DoctorGpu#benchmark}), whose
- * calibrated row {@code --write-thresholds} writes. It ends with what it did not measure.
+ * the fastest) and Open MPI's MPI_Allreduce between processes beside it ({@link DoctorMpi}); the all-gather and
+ * the pipeline hand-off beside Open MPI's ({@link DoctorPatterns#host}); with 2 GPUs or more, the all-reduce on the
+ * GPUs against NCCL ({@link DoctorGpu#benchmark}), whose calibrated row {@code --write-thresholds} writes, and the
+ * hand-off and tensor-parallel activations against NCCL ({@link DoctorPatterns#gpu}). It ends with what it did not
+ * measure.
  */
 @Command(name = "symmem4j-doctor", mixinStandardHelpOptions = true,
         description = "Prints what symmem4j will choose on this machine (transports, capabilities, algorithm table,"
                 + " JVM flags, /dev/shm, native libraries, GPUs and their links) and times a short host all-reduce at a"
-                + " few sizes, and the GPU all-reduce against NCCL where there are 2 GPUs or more.")
+                + " few sizes, the all-gather and pipeline hand-off against Open MPI, and on 2 GPUs or more the all-reduce,"
+                + " the hand-off and the tensor-parallel activations against NCCL.")
 public final class Doctor implements Callable<Integer> {
 
     private static final long KIB = 1024;
@@ -66,6 +70,12 @@ public final class Doctor implements Callable<Integer> {
     private List<Long> gpuSizes = List.of(KIB, 64 * KIB, KIB * KIB, 16 * KIB * KIB, 64 * KIB * KIB);
     @Option(names = "--gpu-reps", paramLabel = "R", description = "timings per GPU cell, the median is printed (default: 5)")
     private int gpuReps = 5;
+    @Option(names = "--tp-shape", paramLabel = "NxK",
+            description = "the tensor-parallel GEMM's N x K timed in the GPU patterns (default: 1792x4096)")
+    private String tpShape = "1792x4096";
+    @Option(names = "--tp-rows", paramLabel = "M",
+            description = "the tensor-parallel GEMM's M, the group's rows (tokens), in the GPU patterns (default: 4096)")
+    private int tpRows = 4096;
     @Option(names = "--write-thresholds", paramLabel = "FILE",
             description = "write the GPU all-reduce row the benchmark calibrates to FILE (a thresholds file to ship)")
     private Path writeThresholds;
@@ -97,6 +107,11 @@ public final class Doctor implements Callable<Integer> {
                     + " expected reps >= 1 and sizes that are positive multiples of 4 bytes;"
                     + " fix: e.g. --gpu-reps 5 --gpu-sizes 1024,1048576");
         }
+        if (!tpShape.matches("[1-9][0-9]*x[1-9][0-9]*") || tpRows < 1) {
+            throw new ParameterException(spec.commandLine(), "--tp-shape=" + tpShape + " --tp-rows=" + tpRows
+                    + " expected N x K as two positive integers joined by x, and rows >= 1; fix: e.g. --tp-shape 1792x4096"
+                    + " --tp-rows 4096");
+        }
         if (writeThresholds != null && noBenchmark) {
             throw new ParameterException(spec.commandLine(), "--write-thresholds " + writeThresholds + " with --no-benchmark:"
                     + " the rows come from the GPU benchmark; fix: drop one of the two");
@@ -112,9 +127,14 @@ public final class Doctor implements Callable<Integer> {
         decisionTable(table);
         if (!noBenchmark) {
             double[] ours = benchmark(table);
-            DoctorMpi.compare(out, ranks, sizes.stream().sorted().toList(), ours);
+            List<Long> sorted = sizes.stream().sorted().toList();
+            DoctorMpi.Result mpi = DoctorMpi.measure(ranks, sorted);
+            DoctorMpi.compare(out, ranks, sorted, ours, mpi);
+            DoctorPatterns.host(out, ranks, sorted, mpi);
             if (gpus >= 2) {
-                DoctorGpu.benchmark(out, gpus, gpuSizes.stream().sorted().toList(), gpuReps, table, writeThresholds);
+                List<Long> gpuSorted = gpuSizes.stream().sorted().toList();
+                DoctorGpu.benchmark(out, gpus, gpuSorted, gpuReps, table, writeThresholds);
+                DoctorPatterns.gpu(out, gpus, gpuSorted, gpuReps, tpShape, tpRows);
             }
         }
         out.println("== not measured");

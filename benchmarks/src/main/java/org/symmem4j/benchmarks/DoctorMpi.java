@@ -21,7 +21,8 @@ import org.symmem4j.parallel.mpi.Mpi;
 import org.symmem4j.parallel.mpi.MpiComm;
 
 /**
- * The doctor's Open MPI anchor: {@code MPI_Allreduce} (float32 sum, in place) between processes of this machine,
+ * The doctor's Open MPI anchor: {@code MPI_Allreduce} (float32 sum, in place), {@code MPI_Allgather} and a
+ * {@code MPI_Send}/{@code MPI_Recv} ping-pong between processes of this machine,
  * started by {@code mpirun} with Open MPI's own choice of transport (shared memory on one host: its best
  * configuration), timed at the doctor's sizes, so the host all-reduce table can put symmem4j's time beside MPI's.
  * {@link #measure} launches the job and parses rank 0's lines; {@link #main} is what each MPI process runs.
@@ -36,8 +37,30 @@ final class DoctorMpi {
     private DoctorMpi() {
     }
 
-    /** Microseconds per MPI_Allreduce per size, or why there are none. */
-    record Result(Map<Long, Double> micros, String problem) {
+    /** The patterns each MPI job times, as its lines name them. */
+    static final List<String> PATTERNS = List.of(Pattern.ALL_REDUCE, Pattern.ALL_GATHER, Pattern.HAND_OFF);
+
+    /** Names of the patterns, shared by the MPI job's lines and the doctor's tables. */
+    static final class Pattern {
+        static final String ALL_REDUCE = "all-reduce";
+        static final String ALL_GATHER = "all-gather";
+        static final String HAND_OFF = "hand-off";
+
+        private Pattern() {
+        }
+    }
+
+    /**
+     * Microseconds per call per pattern and size (all-gather: per size of the gathered result; hand-off: one way,
+     * half a round trip), or why there are none.
+     */
+    record Result(Map<String, Map<Long, Double>> micros, String problem) {
+
+        /** The median microseconds of {@code pattern} at {@code bytes}, NaN where it was not timed. */
+        double of(String pattern, long bytes) {
+            Double t = micros.getOrDefault(pattern, Map.of()).get(bytes);
+            return t == null ? Double.NaN : t;
+        }
     }
 
     /**
@@ -80,11 +103,12 @@ final class DoctorMpi {
                 return new Result(Map.of(), "mpirun -np " + ranks + " did not end within " + LIMIT_SECONDS + " s (stopped)");
             }
             String out = text.get(30, TimeUnit.SECONDS);
-            Map<Long, Double> micros = parse(out);
-            if (p.exitValue() != 0 || micros.size() != sizes.size()) {
+            Map<String, Map<Long, Double>> micros = parse(out);
+            int timed = micros.getOrDefault(Pattern.ALL_REDUCE, Map.of()).size();
+            if (p.exitValue() != 0 || timed != sizes.size()) {
                 String tail = out.lines().skip(Math.max(0, out.lines().count() - 5)).reduce("", (a, b) -> a + "\n  " + b);
-                return new Result(Map.of(), "mpirun -np " + ranks + " exited " + p.exitValue() + " with " + micros.size()
-                        + " of " + sizes.size() + " sizes timed; its last lines:" + tail);
+                return new Result(Map.of(), "mpirun -np " + ranks + " exited " + p.exitValue() + " with " + timed
+                        + " of " + sizes.size() + " all-reduce sizes timed; its last lines:" + tail);
             }
             return new Result(micros, null);
         } catch (InterruptedException e) {
@@ -97,12 +121,12 @@ final class DoctorMpi {
         }
     }
 
-    /** Rank 0's lines {@code doctor-mpi <bytes> <microseconds>}, in order. */
-    static Map<Long, Double> parse(String out) {
-        Map<Long, Double> micros = new LinkedHashMap<>();
+    /** Rank 0's lines {@code doctor-mpi <pattern> <bytes> <microseconds>}, per pattern in order. */
+    static Map<String, Map<Long, Double>> parse(String out) {
+        Map<String, Map<Long, Double>> micros = new LinkedHashMap<>();
         out.lines().filter(l -> l.startsWith(LINE)).forEach(l -> {
             String[] f = l.substring(LINE.length()).trim().split("\\s+");
-            micros.put(Long.parseLong(f[0]), Double.parseDouble(f[1]));
+            micros.computeIfAbsent(f[0], k -> new LinkedHashMap<>()).put(Long.parseLong(f[1]), Double.parseDouble(f[2]));
         });
         return micros;
     }
@@ -115,17 +139,17 @@ final class DoctorMpi {
      * @param ranks   ranks of both sides
      * @param sizes   message sizes, ascending
      * @param ours    symmem4j's fastest microseconds per size (NaN where none ran)
+     * @param mpi     what {@link #measure} found
      */
-    static void compare(PrintStream out, int ranks, List<Long> sizes, double[] ours) {
+    static void compare(PrintStream out, int ranks, List<Long> sizes, double[] ours, Result mpi) {
         out.println("== host all-reduce against Open MPI, " + ranks + " ranks, float32 sum, median microseconds per call");
-        Result mpi = measure(ranks, sizes);
         if (mpi.problem() != null) {
             out.println("not measured: " + mpi.problem());
             return;
         }
         out.println(String.format(Locale.ROOT, "%12s  %14s  %14s  %10s", "bytes", "symmem4j", "MPI_Allreduce", "MPI/ours"));
         for (int s = 0; s < sizes.size(); s++) {
-            double theirs = mpi.micros().get(sizes.get(s));
+            double theirs = mpi.of(Pattern.ALL_REDUCE, sizes.get(s));
             out.println(String.format(Locale.ROOT, "%12d  %14.2f  %14.2f  %10.2f", sizes.get(s), ours[s], theirs,
                     theirs / ours[s]));
         }
@@ -134,40 +158,87 @@ final class DoctorMpi {
     }
 
     /**
-     * One process of the MPI job: times MPI_Allreduce at each size given and, on rank 0, prints
-     * {@code doctor-mpi <bytes> <median microseconds>}.
+     * One process of the MPI job: times, at each size given, MPI_Allreduce (float32 sum in place), MPI_Allgather
+     * (float32, a gathered result of that size: size / ranks bytes from each rank; not timed where that is not a whole
+     * number of elements) and a ping-pong of that many bytes between ranks 0 and 1 (MPI_Send, MPI_Recv; the others
+     * wait at the barrier); rank 0 prints {@code doctor-mpi <pattern> <bytes> <median microseconds>}, the hand-off as
+     * half a round trip, after checking that the echo came back byte for byte.
      *
      * @param args message sizes, bytes
      */
     public static void main(String[] args) {
         long[] sizes = Arrays.stream(args).mapToLong(Long::parseLong).toArray();
         MpiComm world = Mpi.world();
+        int me = world.rank();
+        int ranks = world.size();
         long max = Arrays.stream(sizes).max().orElse(4);
         try (Arena arena = Arena.ofConfined()) {
             MemorySegment buffer = arena.allocate(max, 64);
+            MemorySegment gathered = arena.allocate(max, 64);
+            MemorySegment payload = arena.allocate(max, 64);
+            MemorySegment echo = arena.allocate(max, 64);
             for (long i = 0; i < max / 4; i++) {
                 buffer.setAtIndex(ValueLayout.JAVA_FLOAT, i, (float) ((i % 7) * 1e-3));
+            }
+            for (long i = 0; i < max; i++) {
+                payload.set(ValueLayout.JAVA_BYTE, i, (byte) (i % 251 + 1)); // a misplaced byte fails the echo check
             }
             for (long bytes : sizes) {
                 long count = bytes / 4;
                 int batch = bytes >= (1L << 20) ? 10 : 200;
-                for (int w = 0; w < batch; w++) {
-                    world.allReduce(buffer, count, DType.FLOAT32, ReduceOp.SUM);
+                print(me, Pattern.ALL_REDUCE, bytes, time(world, batch,
+                        () -> world.allReduce(buffer, count, DType.FLOAT32, ReduceOp.SUM)));
+                if (count % ranks == 0) {
+                    long block = count / ranks;
+                    MemorySegment mine = buffer.asSlice(0, block * 4);
+                    print(me, Pattern.ALL_GATHER, bytes, time(world, batch,
+                            () -> world.allGather(mine, gathered, block, DType.FLOAT32)));
                 }
-                double[] reps = new double[REPS];
-                for (int r = 0; r < REPS; r++) {
-                    world.barrier();
-                    long t0 = System.nanoTime();
-                    for (int i = 0; i < batch; i++) {
-                        world.allReduce(buffer, count, DType.FLOAT32, ReduceOp.SUM);
-                    }
-                    reps[r] = (System.nanoTime() - t0) / 1e3 / batch;
+                MemorySegment out = payload.asSlice(0, bytes);
+                MemorySegment in = echo.asSlice(0, bytes);
+                Runnable roundTrip = switch (me) {
+                    case 0 -> () -> {
+                        world.send(out, 1, 0);
+                        world.recv(in, 1, 0);
+                    };
+                    case 1 -> () -> {
+                        world.recv(in, 0, 0);
+                        world.send(in, 0, 0);
+                    };
+                    default -> () -> { };
+                };
+                double roundTripMicros = time(world, batch, roundTrip);
+                if (me == 0 && in.mismatch(out) >= 0) {
+                    System.out.println("doctor-mpi: the ping-pong's echo of " + bytes + " bytes differs from what was sent"
+                            + " at byte " + in.mismatch(out));
+                    System.exit(1);
                 }
-                if (world.rank() == 0) {
-                    System.out.println(LINE + bytes + " " + RepetitionSpread.median(reps));
-                }
+                print(me, Pattern.HAND_OFF, bytes, roundTripMicros / 2);
             }
         }
         // MPI_Finalize runs in Mpi's shutdown hook (mpirun counts a process that skips it as failed)
+    }
+
+    /** The median of {@link #REPS} timings of {@code batch} calls, microseconds per call, after {@code batch} warm-ups. */
+    private static double time(MpiComm world, int batch, Runnable call) {
+        for (int w = 0; w < batch; w++) {
+            call.run();
+        }
+        double[] reps = new double[REPS];
+        for (int r = 0; r < REPS; r++) {
+            world.barrier();
+            long t0 = System.nanoTime();
+            for (int i = 0; i < batch; i++) {
+                call.run();
+            }
+            reps[r] = (System.nanoTime() - t0) / 1e3 / batch;
+        }
+        return RepetitionSpread.median(reps);
+    }
+
+    private static void print(int rank, String pattern, long bytes, double micros) {
+        if (rank == 0) {
+            System.out.println(LINE + pattern + " " + bytes + " " + micros);
+        }
     }
 }

@@ -179,10 +179,16 @@ public final class GpuHandoffBench {
      * NCCL send/recv), eager and graph-captured; the ranks not on a boundary only join the timing loop's barriers.
      */
     static List<Cell> measure(Group group, Map<String, SymmetricMemory> inboxes, int repeats, boolean programmatic) {
+        return measure(group, inboxes, repeats, programmatic, SIZES);
+    }
+
+    /** As {@link #measure(Group, Map, int, boolean)} at the given sizes (ascending; the inboxes hold the largest). */
+    static List<Cell> measure(Group group, Map<String, SymmetricMemory> inboxes, int repeats, boolean programmatic,
+                              long[] sizes) {
         List<Cell> cells = new ArrayList<>();
         int world = group.worldSize();
         int me = group.rank();
-        long maxBytes = SIZES[SIZES.length - 1];
+        long maxBytes = sizes[sizes.length - 1];
         try (Communicator comm = Communicator.create(group)) {
             DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
             deviceName = gpu.deviceName();
@@ -196,7 +202,7 @@ public final class GpuHandoffBench {
                 boolean first = me == from;
                 boolean second = me == from + 1;
                 int peer = first ? from + 1 : from;
-                for (long bytes : SIZES) {
+                for (long bytes : sizes) {
                     MemorySegment message = outbox.asSlice(0, bytes);
                     MemorySegment received = ncclInbox.asSlice(0, bytes);
                     Map<String, Runnable> variants = new LinkedHashMap<>();

@@ -235,7 +235,7 @@ public final class TensorParallelGemmBench {
                 Integer.parseInt(f[3]), f[4], Double.parseDouble(f[5]), Double.parseDouble(f[6]), Double.parseDouble(f[7])));
     }
 
-    private static String variantName(Mode mode) {
+    static String variantName(Mode mode) {
         return switch (mode) {
             case FUSED -> "fused";
             case NCCL -> "cuBLAS + NCCL";
@@ -397,7 +397,8 @@ public final class TensorParallelGemmBench {
         }
     }
 
-    private static List<Cell> slowestOverRanks(List<List<Cell>> perRank) {
+    /** Each cell as its slowest rank measured it (the ranks' lists hold the same cells in the same order). */
+    static List<Cell> slowestOverRanks(List<List<Cell>> perRank) {
         List<Cell> result = new ArrayList<>();
         for (int i = 0; i < perRank.get(0).size(); i++) {
             Cell worst = perRank.get(0).get(i);

@@ -42,9 +42,9 @@ class DoctorTest {
         boolean gpus = org.symmem4j.parallel.cuda.ffi.CudaDriver.available()
                 && org.symmem4j.parallel.cuda.ffi.CudaDriver.get().deviceCount() >= 2;
         List<String> expected = new ArrayList<>(List.of("build", "jvm", "machine", "native", "gpus", "transports", "algorithm",
-                "all-reduce", "host"));
+                "all-reduce", "host", "host"));
         if (gpus) {
-            expected.add("gpu");
+            expected.addAll(List.of("gpu", "gpu"));
         }
         expected.add("not");
         assertEquals(expected, names, r.out());
@@ -57,6 +57,24 @@ class DoctorTest {
                 String[] cells = mpiLines.get(1 + i).trim().split("\\s+");
                 assertEquals(i == 0 ? 1024 : 4096, Long.parseLong(cells[0]), mpiLines.toString());
                 assertTrue(Double.parseDouble(cells[1]) > 0 && Double.parseDouble(cells[2]) > 0, mpiLines.toString());
+            }
+        }
+        // the host patterns: a row per pattern and size, ours always timed, Open MPI's where it ran
+        List<String> all = r.out().lines().toList();
+        int patterns = all.indexOf(all.stream().filter(l -> l.startsWith("== host patterns")).findFirst().orElseThrow());
+        assertTrue(all.get(patterns + 1).startsWith("all-gather: ") && all.get(patterns + 2).startsWith("pipeline hand-off: "),
+                r.out());
+        List<String> rows = all.subList(patterns + 4, patterns + 8);
+        int row = 0;
+        for (String pattern : List.of("all-gather", "hand-off")) {
+            for (long bytes : List.of(1024L, 4096L)) {
+                String[] cells = rows.get(row++).trim().split("\\s+");
+                assertEquals(pattern, cells[0], rows.toString());
+                assertEquals(bytes, Long.parseLong(cells[1]), rows.toString());
+                assertTrue(Double.parseDouble(cells[2]) > 0, "symmem4j's time: " + rows);
+                if (!mpiLines.getFirst().startsWith("not measured")) {
+                    assertTrue(Double.parseDouble(cells[3]) > 0 && Double.parseDouble(cells[4]) > 0, "Open MPI's: " + rows);
+                }
             }
         }
         if (!org.symmem4j.parallel.cuda.ffi.CudaDriver.available()) {
@@ -116,9 +134,14 @@ class DoctorTest {
 
     @Test
     void mpiLinesAreParsedInOrderAndOthersIgnored() {
-        var micros = DoctorMpi.parse("noise\ndoctor-mpi 1024 3.5\nWARNING x\ndoctor-mpi 4096 7.25\n");
-        assertEquals(List.of(1024L, 4096L), List.copyOf(micros.keySet()));
-        assertEquals(7.25, micros.get(4096L));
+        var micros = DoctorMpi.parse("noise\ndoctor-mpi all-reduce 1024 3.5\nWARNING x\ndoctor-mpi all-reduce 4096 7.25\n"
+                + "doctor-mpi hand-off 1024 1.5\n");
+        assertEquals(List.of("all-reduce", "hand-off"), List.copyOf(micros.keySet()));
+        assertEquals(List.of(1024L, 4096L), List.copyOf(micros.get("all-reduce").keySet()));
+        assertEquals(7.25, micros.get("all-reduce").get(4096L));
+        DoctorMpi.Result result = new DoctorMpi.Result(micros, null);
+        assertEquals(1.5, result.of("hand-off", 1024));
+        assertTrue(Double.isNaN(result.of("all-gather", 1024)), "a pattern not timed reads as NaN");
     }
 
     @Test

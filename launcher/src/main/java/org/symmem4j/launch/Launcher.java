@@ -67,6 +67,9 @@ import picocli.CommandLine.Spec;
                 "  node 1: symmem4j-run --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --run-id job7 --secret-file s -n 8 ...",
                 "  symmem4j-run -n 4 --max-restarts 3 --java -cp app.jar com.example.Train   # resumes from its checkpoints",
                 "  symmem4j-run -n 4 --on-failure shrink --java -cp app.jar com.example.Train   # survivors go on in place",
+                "", "Subcommands (the first argument; symmem4j-run -- doctor runs a program named doctor):",
+                "  symmem4j-run doctor [--help]          what symmem4j will choose here and how fast it is (docs/doctor.md)",
+                "  symmem4j-run flight-report DUMP...    merges the flight-recorder dumps of every rank (docs/flight-recorder.md)",
                 "", "Exit status: 0 when every process (of the last generation) exited 0; the first failed process's code"
                 + " (with --max-restarts, of the last generation); 2 for a bad request."})
 public final class Launcher implements Callable<Integer> {
@@ -189,6 +192,10 @@ public final class Launcher implements Callable<Integer> {
      *         2 for a bad request
      */
     public static int run(String[] args, PrintStream out, PrintStream err, Map<String, String> env) {
+        java.util.OptionalInt subcommand = Subcommands.run(args, out, err, env);
+        if (subcommand.isPresent()) {
+            return subcommand.getAsInt();
+        }
         // the command is everything from its first word on, options of its own included (java -cp ...)
         CommandLine cl = new CommandLine(new Launcher(out, err, env)).setStopAtPositional(true)
                 .setUnmatchedOptionsArePositionalParams(true);

@@ -227,6 +227,58 @@ public final class MpiComm implements AutoCloseable {
         });
     }
 
+    /**
+     * Point-to-point {@code MPI_Send} of {@code message}'s bytes to rank {@code dest} (blocking: returns once the
+     * buffer may be reused). Pairs with a {@link #recv} of the same length and tag on {@code dest}.
+     *
+     * @param message native memory, at most 2^31-1 bytes
+     * @param dest    the receiving rank of this communicator
+     * @param tag     the message's tag, 0 .. 32767 (the least upper bound MPI guarantees)
+     */
+    public void send(MemorySegment message, int dest, int tag) {
+        requireOpen();
+        int bytes = pointToPoint(message, dest, tag, "message", "dest");
+        OpenMpi mpi = OpenMpi.get();
+        Mpi.call(() -> {
+            mpi.check((int) mpi.send.invokeExact(message, bytes, mpi.typeByte, dest, tag, handle), "MPI_Send");
+            return null;
+        });
+    }
+
+    /**
+     * Point-to-point {@code MPI_Recv} of exactly {@code into}'s length in bytes from rank {@code source} (blocking).
+     *
+     * @param into   native memory, at most 2^31-1 bytes, filled with the message
+     * @param source the sending rank of this communicator
+     * @param tag    the message's tag, 0 .. 32767
+     */
+    public void recv(MemorySegment into, int source, int tag) {
+        requireOpen();
+        int bytes = pointToPoint(into, source, tag, "into", "source");
+        OpenMpi mpi = OpenMpi.get();
+        Mpi.call(() -> {
+            // MPI_STATUS_IGNORE is ((MPI_Status *) 0) in Open MPI's mpi.h
+            mpi.check((int) mpi.recv.invokeExact(into, bytes, mpi.typeByte, source, tag, handle, MemorySegment.NULL),
+                    "MPI_Recv");
+            return null;
+        });
+    }
+
+    /** Checks a send's or receive's arguments; returns the buffer's length as MPI's int count of bytes. */
+    private int pointToPoint(MemorySegment buffer, int peer, int tag, String what, String peerName) {
+        requireFits(buffer, 0, DType.FLOAT32, what);
+        int bytes = intCount(buffer.byteSize(), what + " bytes");
+        if (peer < 0 || peer >= size || peer == rank) {
+            throw new IllegalArgumentException(peerName + "=" + peer + " expected another rank of this communicator,"
+                    + " 0 .. " + (size - 1) + " except " + rank + " (fix: pass the peer's rank in this communicator)");
+        }
+        if (tag < 0 || tag > 32767) {
+            throw new IllegalArgumentException("tag=" + tag + " expected 0 .. 32767 (MPI_TAG_UB is at least 32767;"
+                    + " fix: use a smaller tag)");
+        }
+        return bytes;
+    }
+
     /** Collective {@code MPI_Barrier}. */
     public void barrier() {
         requireOpen();

@@ -62,12 +62,15 @@ final class OpenMpi {
     final MethodHandle reduceScatterBlock;
     final MethodHandle allgather;
     final MethodHandle bcast;
+    final MethodHandle send;
+    final MethodHandle recv;
     final MethodHandle barrier;
     final MethodHandle errorString;
     final MethodHandle libraryVersion;
     final MemorySegment commWorld;
     final MemorySegment typeFloat;
     final MemorySegment typeDouble;
+    final MemorySegment typeByte;
     final MemorySegment opSum;
     final MemorySegment opMax;
     final MemorySegment opMin;
@@ -110,12 +113,16 @@ final class OpenMpi {
         allgather = function("MPI_Allgather",
                 FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, ADDRESS, ADDRESS, JAVA_INT, ADDRESS, ADDRESS));
         bcast = function("MPI_Bcast", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, ADDRESS, JAVA_INT, ADDRESS));
+        send = function("MPI_Send", FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, ADDRESS));
+        recv = function("MPI_Recv",
+                FunctionDescriptor.of(JAVA_INT, ADDRESS, JAVA_INT, ADDRESS, JAVA_INT, JAVA_INT, ADDRESS, ADDRESS));
         barrier = function("MPI_Barrier", FunctionDescriptor.of(JAVA_INT, ADDRESS));
         errorString = function("MPI_Error_string", FunctionDescriptor.of(JAVA_INT, JAVA_INT, ADDRESS, ADDRESS));
         libraryVersion = function("MPI_Get_library_version", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
         commWorld = symbol("ompi_mpi_comm_world");
         typeFloat = symbol("ompi_mpi_float");
         typeDouble = symbol("ompi_mpi_double");
+        typeByte = symbol("ompi_mpi_byte");
         opSum = symbol("ompi_mpi_op_sum");
         opMax = symbol("ompi_mpi_op_max");
         opMin = symbol("ompi_mpi_op_min");
