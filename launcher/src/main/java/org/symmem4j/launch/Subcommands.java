@@ -127,11 +127,11 @@ final class Subcommands {
             return given;
         }
         Path root = checkoutRoot(codeSource);
-        String fix = "fix: run 'mvn -q -B -DskipTests package -pl benchmarks -am' in " + (root == null ? "the checkout" : root)
+        String build = "run 'mvn -q -B -DskipTests package -pl benchmarks -am' in " + (root == null ? "the checkout" : root)
                 + ", or set " + DOCTOR_CLASSPATH + " to the doctor's class path";
         if (root == null) {
             throw new IllegalStateException("the doctor ships in symmem4j's benchmarks module, and this launcher does not"
-                    + " run from a checkout's launcher/target (found " + codeSource + "); " + fix);
+                    + " run from a checkout's launcher/target (found " + codeSource + "); fix: " + build);
         }
         Path target = root.resolve("benchmarks").resolve("target");
         Path list = target.resolve("classpath.txt");
@@ -141,19 +141,19 @@ final class Subcommands {
                 jar = files.filter(f -> f.getFileName().toString().matches("symmem4j-benchmarks-.*\\.jar")
                         && !f.getFileName().toString().matches(".*-(sources|javadoc|tests)\\.jar")).findFirst().orElse(null);
             } catch (IOException e) {
-                throw new IllegalStateException("cannot list " + target + " (" + e.getMessage() + "); " + fix, e);
+                throw new IllegalStateException("cannot list " + target + " (" + e.getMessage() + "); fix: " + build, e);
             }
         }
         if (jar == null || !Files.isRegularFile(list)) {
             throw new IllegalStateException("the doctor ships in the benchmarks module, which is not built: expected"
                     + " " + target + "/symmem4j-benchmarks-<version>.jar and " + list + ", found "
                     + (jar == null ? "no jar" : jar.getFileName()) + (Files.isRegularFile(list) ? "" : " and no classpath.txt")
-                    + "; " + fix);
+                    + "; fix: " + build);
         }
         try {
             return Files.readString(list, StandardCharsets.UTF_8).strip() + java.io.File.pathSeparator + jar;
         } catch (IOException e) {
-            throw new IllegalStateException("cannot read " + list + " (" + e.getMessage() + "); " + fix, e);
+            throw new IllegalStateException("cannot read " + list + " (" + e.getMessage() + "); fix: " + build, e);
         }
     }
 
