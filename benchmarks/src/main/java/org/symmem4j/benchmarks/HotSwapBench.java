@@ -312,7 +312,9 @@ public final class HotSwapBench {
                 throw new Overloaded(new String(r.body(), StandardCharsets.UTF_8));
             }
             if (r.statusCode() != 200) {
-                throw new IOException("HTTP " + r.statusCode() + ": " + new String(r.body(), StandardCharsets.UTF_8));
+                throw new IOException("HTTP " + r.statusCode() + " from " + uri + ", expected 200 or 503: "
+                        + new String(r.body(), StandardCharsets.UTF_8) + " (fix: act on the server's error above; it"
+                        + " counts as a failed request)");
             }
             long version = Long.parseLong(r.headers().firstValue("X-Model-Version").orElse("-1"));
             return new Prediction(MODEL, version, Npy.read(r.body()));
