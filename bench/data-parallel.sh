@@ -12,19 +12,7 @@
 # other checkouts use). The single model runs at its fastest ND4J thread count (a sweep over 1..cores
 # first). For scaling over many cores see bench/cpu-scaling/ (ScalingBench).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-. bench/jdk25.sh
-jdk=$(find_jdk25)
-
-mvn -q -B -o -pl benchmarks -am -DskipTests package
-cp="$(cat benchmarks/target/classpath.txt):$(ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)"
-
-commit=$(git rev-parse --short HEAD)
-if [ -n "$(git status --porcelain -- . ':!bench/results' ':!bench/tmp')" ]; then
-  commit="$commit (plus uncommitted changes)"
-fi
-mkdir -p bench/results
+. "$(dirname "$0")/lib/preamble.sh" # cd to the root; sets root, jdk, cp, commit (builds the benchmarks jar)
 report="bench/results/$(date -u +%Y-%m-%d)-data-parallel.md"
 raw="${report%.md}.csv"
 rm -f "$raw" # the benchmark appends to an existing CSV; this run's report replaces the day's, so does its CSV

@@ -8,19 +8,7 @@
 # A few minutes. Builds with `package` inside this checkout (never `install`: that would replace the artifacts in
 # ~/.m2 that other checkouts use). Run it on an otherwise idle machine.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-. bench/jdk25.sh
-jdk=$(find_jdk25)
-
-mvn -q -B -o -pl benchmarks -am -DskipTests package
-cp="$(cat benchmarks/target/classpath.txt):$(ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)"
-
-commit=$(git rev-parse --short HEAD)
-if [ -n "$(git status --porcelain -- . ':!bench/results' ':!bench/tmp')" ]; then
-  commit="$commit (plus uncommitted changes)"
-fi
-mkdir -p bench/results
+. "$(dirname "$0")/lib/preamble.sh" # cd to the root; sets root, jdk, cp, commit (builds the benchmarks jar)
 report="bench/results/$(date -u +%Y-%m-%d)-sync-batchnorm.md"
 {
   echo "# Synchronized BatchNorm: cost per BatchNorm layer"

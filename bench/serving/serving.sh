@@ -10,19 +10,7 @@
 # on an otherwise idle machine; pin ND4J to one thread per worker (OMP_NUM_THREADS=1, as below) so that worker
 # counts mean cores.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
-. bench/jdk25.sh
-jdk=$(find_jdk25)
-
-mvn -q -B -o -pl benchmarks -am -DskipTests package
-cp="$(cat benchmarks/target/classpath.txt):$(ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)"
-
-commit=$(git rev-parse --short HEAD)
-if [ -n "$(git status --porcelain -- . ':!bench/results' ':!bench/tmp')" ]; then
-  commit="$commit (plus uncommitted changes)"
-fi
-mkdir -p bench/results
+. "$(dirname "$0")/../lib/preamble.sh" # cd to the root; sets root, jdk, cp, commit (builds the benchmarks jar)
 report="${SERVING_REPORT:-bench/results/$(date -u +%Y-%m-%d)-serving.txt}"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)  commit: $commit"

@@ -5,6 +5,8 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
 
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
@@ -25,20 +27,45 @@ import org.nd4j.linalg.indexing.NDArrayIndex;
  * <p>Because the buffer is reused, an output must never alias it: {@link #detach} copies an output that shares the
  * buffer's memory (a network that returns its input or a view of it; DL4J's networks return fresh arrays).
  *
+ * <p>A buffer lives until {@link #retainOnly} drops its shape (the router calls it when the last served version of
+ * that data type and example shape is freed), {@link #close}, or more than {@value #MAX_BUFFERS} shapes pile up
+ * (then all are dropped); a dropped buffer's memory is freed at once, not left to the garbage collector.
+ *
  * <p>Not thread-safe: one instance per worker thread. {@link ModelRouter}'s workers each hold one; it is public so
  * that a benchmark (BatchAssemblyBenchmark) or a caller that batches on its own can use the same assembly.
  */
-public final class BatchAssembler {
+public final class BatchAssembler implements AutoCloseable {
 
     /** Beyond this many (data type, example shape) buffers, the thread drops them all and starts over. */
     private static final int MAX_BUFFERS = 16;
 
-    private record Key(DataType dataType, List<Long> exampleShape) {
+    /**
+     * What a buffer is for: one data type and example shape (all but the row dimension).
+     *
+     * @param dataType     the features' data type
+     * @param exampleShape one example's shape
+     */
+    public record Shape(DataType dataType, List<Long> exampleShape) {
+
+        /** Checks and copies the shape. */
+        public Shape {
+            Objects.requireNonNull(dataType, "dataType");
+            exampleShape = List.copyOf(exampleShape);
+        }
+
+        /**
+         * @param dataType     the features' data type
+         * @param exampleShape one example's shape
+         * @return the shape
+         */
+        public static Shape of(DataType dataType, long... exampleShape) {
+            return new Shape(dataType, Arrays.stream(exampleShape).boxed().toList());
+        }
     }
 
     private final int maxBatch;
     /** Per key: the buffer of {@code maxBatch} rows at [0], and at [r] its view of the first r rows (made once). */
-    private final Map<Key, INDArray[]> buffers = new HashMap<>();
+    private final Map<Shape, INDArray[]> buffers = new HashMap<>();
     /** The buffer the last batch was assembled in, or null after a concat or a single request. */
     private INDArray lastBuffer;
 
@@ -115,11 +142,11 @@ public final class BatchAssembler {
     }
 
     private INDArray[] buffer(DataType dataType, long[] example) {
-        Key key = new Key(dataType, Arrays.stream(example).boxed().toList());
+        Shape key = Shape.of(dataType, example);
         INDArray[] b = buffers.get(key);
         if (b == null) {
             if (buffers.size() >= MAX_BUFFERS) {
-                buffers.clear();
+                retainOnly(Set.of());
             }
             long[] shape = new long[example.length + 1];
             shape[0] = maxBatch;
@@ -130,6 +157,54 @@ public final class BatchAssembler {
             buffers.put(key, b);
         }
         return b;
+    }
+
+    /**
+     * Frees the buffers of every shape not in {@code live} (a later batch of such a shape makes a new one).
+     *
+     * @param live the shapes whose buffers stay
+     * @return the buffers freed
+     */
+    public int retainOnly(Set<Shape> live) {
+        int freed = 0;
+        for (var it = buffers.entrySet().iterator(); it.hasNext(); ) {
+            var e = it.next();
+            if (!live.contains(e.getKey())) {
+                it.remove();
+                free(e.getValue()[0]);
+                freed++;
+            }
+        }
+        return freed;
+    }
+
+    /** {@return the shapes this assembler holds a buffer for} */
+    public Set<Shape> shapes() {
+        return Set.copyOf(buffers.keySet());
+    }
+
+    /** {@return the bytes of the buffers held} */
+    public long bufferBytes() {
+        long bytes = 0;
+        for (INDArray[] b : buffers.values()) {
+            bytes += b[0].length() * b[0].dataType().width();
+        }
+        return bytes;
+    }
+
+    /** Frees every buffer. */
+    @Override
+    public void close() {
+        retainOnly(Set.of());
+    }
+
+    private void free(INDArray buffer) {
+        if (buffer == lastBuffer) {
+            lastBuffer = null; // detach() must not read a freed buffer's address
+        }
+        if (buffer.closeable()) {
+            buffer.close(); // its row views go with it: nothing refers to them any more
+        }
     }
 
     /**

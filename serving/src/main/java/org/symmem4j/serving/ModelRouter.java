@@ -106,7 +106,7 @@ public final class ModelRouter implements AutoCloseable {
         final String name;
         final ArrayBlockingQueue<Request> queue;
         volatile ServedVersion current;
-        ServedVersion previous;
+        volatile ServedVersion previous;
         long lastVersion;
         final Timer duration;
         final Timer queued;
@@ -149,6 +149,8 @@ public final class ModelRouter implements AutoCloseable {
     /** Models with queued requests, each at most once; {@link #STOP} tells a worker to leave. */
     private final LinkedBlockingQueue<Object> ready = new LinkedBlockingQueue<>();
     private final List<Thread> workers = new ArrayList<>();
+    /** Each worker's batch buffers, by worker index. */
+    private final List<WorkerBuffers> workerBuffers = new ArrayList<>();
     private final long maxWaitNanos;
     private final AtomicInteger freedVersions = new AtomicInteger();
     private static final Object STOP = new Object();
@@ -165,7 +167,11 @@ public final class ModelRouter implements AutoCloseable {
         this.registry = registry != null ? registry : new SimpleMeterRegistry();
         this.maxWaitNanos = options.maxWait().toNanos();
         for (int i = 0; i < options.workers(); i++) {
-            workers.add(Thread.ofPlatform().daemon().name("symmem4j-serving-worker-" + i).start(this::workLoop));
+            workerBuffers.add(new WorkerBuffers(new BatchAssembler(options.maxBatch())));
+        }
+        for (int i = 0; i < options.workers(); i++) {
+            WorkerBuffers mine = workerBuffers.get(i);
+            workers.add(Thread.ofPlatform().daemon().name("symmem4j-serving-worker-" + i).start(() -> workLoop(mine)));
         }
     }
 
@@ -403,8 +409,7 @@ public final class ModelRouter implements AutoCloseable {
         }
     }
 
-    private void workLoop() {
-        BatchAssembler assembler = new BatchAssembler(options.maxBatch());
+    private void workLoop(WorkerBuffers assembler) {
         while (true) {
             Object next;
             try {
@@ -413,6 +418,12 @@ public final class ModelRouter implements AutoCloseable {
                 continue; // workers leave on STOP only (close sends one per worker): requests never lose a worker
             }
             if (next == STOP) {
+                assembler.lock.lock();
+                try {
+                    assembler.assembler.close(); // the router is closing: free this worker's buffers now
+                } finally {
+                    assembler.lock.unlock();
+                }
                 return;
             }
             Model m = (Model) next;
@@ -430,6 +441,7 @@ public final class ModelRouter implements AutoCloseable {
                 continue;
             }
             runBatch(m, batch, assembler);
+            sweep(assembler); // a sweep asked for while the batch held the buffers
         }
     }
 
@@ -474,7 +486,7 @@ public final class ModelRouter implements AutoCloseable {
     }
 
     /** Runs a batch, one version group after another (requests pinned to a version run on that version). */
-    private void runBatch(Model m, List<Request> batch, BatchAssembler assembler) {
+    private void runBatch(Model m, List<Request> batch, WorkerBuffers assembler) {
         long pinned = batch.get(0).pinned;
         boolean oneVersion = true;
         for (Request r : batch) {
@@ -491,7 +503,7 @@ public final class ModelRouter implements AutoCloseable {
         byVersion.forEach((version, requests) -> runOn(m, version, requests, assembler));
     }
 
-    private void runOn(Model m, long version, List<Request> requests, BatchAssembler assembler) {
+    private void runOn(Model m, long version, List<Request> requests, WorkerBuffers assembler) {
         ServedVersion served;
         try {
             served = acquire(m, version);
@@ -511,13 +523,15 @@ public final class ModelRouter implements AutoCloseable {
         }
     }
 
-    private void run(Model m, ServedVersion served, List<Request> requests, BatchAssembler assembler) {
+    private void run(Model m, ServedVersion served, List<Request> requests, WorkerBuffers buffers) {
         long start = System.nanoTime();
         for (Request r : requests) {
             m.queued.record(start - r.arrivedNanos, TimeUnit.NANOSECONDS);
         }
         INDArray out;
         ModelSpec.Network net = null;
+        BatchAssembler assembler = buffers.assembler;
+        buffers.lock.lock(); // no sweep frees the buffer while the batch uses it
         try {
             long rows = 0;
             List<INDArray> all = new ArrayList<>(requests.size());
@@ -537,6 +551,7 @@ public final class ModelRouter implements AutoCloseable {
             requests.forEach(r -> fail(m, r, failure));
             return;
         } finally {
+            buffers.lock.unlock();
             if (net != null) {
                 served.giveBack(net);
             }
@@ -616,6 +631,74 @@ public final class ModelRouter implements AutoCloseable {
     private void free(String model, long version) {
         weights.retire(model, version);
         freedVersions.incrementAndGet();
+        for (WorkerBuffers w : workerBuffers) {
+            w.sweep = true; // before the try: a worker that holds the lock sees it when it lets go
+            sweep(w);
+        }
+    }
+
+    /**
+     * One worker's batch buffers. A batch holds {@link #lock} while it assembles and runs; a sweep (after a version
+     * was freed) takes it only with {@code tryLock}, so freeing never waits for a batch: a busy worker's sweep is left
+     * in {@link #sweep} and done by whoever lets go of the lock next (the worker after its batch, or the sweeper).
+     */
+    private static final class WorkerBuffers {
+        final BatchAssembler assembler;
+        final java.util.concurrent.locks.ReentrantLock lock = new java.util.concurrent.locks.ReentrantLock();
+        volatile boolean sweep;
+
+        WorkerBuffers(BatchAssembler assembler) {
+            this.assembler = assembler;
+        }
+    }
+
+    /**
+     * Frees the worker's buffers of shapes no served version has, if it is asked to and its buffers are not in use;
+     * every holder of the lock calls this after letting go, so no request is left behind while the lock is free.
+     */
+    private void sweep(WorkerBuffers w) {
+        while (w.sweep && w.lock.tryLock()) {
+            try {
+                if (w.sweep) {
+                    w.sweep = false;
+                    w.assembler.retainOnly(liveShapes());
+                }
+            } finally {
+                w.lock.unlock();
+            }
+        }
+    }
+
+    /**
+     * The (data type, example shape) of every version a model serves now (current or kept for rollback); read
+     * without the models' monitors, since a free may run inside one model's deploy. A version retired a moment ago
+     * may still be running a batch: that worker holds its lock, so its buffer is not swept under it, and a buffer
+     * swept too early is only made again.
+     */
+    private Set<BatchAssembler.Shape> liveShapes() {
+        Set<BatchAssembler.Shape> live = new java.util.HashSet<>();
+        for (Model m : models.values()) {
+            for (ServedVersion v : new ServedVersion[] {m.current, m.previous}) {
+                if (v != null) {
+                    live.add(BatchAssembler.Shape.of(v.spec.dataType(), v.spec.exampleShape()));
+                }
+            }
+        }
+        return live;
+    }
+
+    /** {@return the shapes the workers hold batch buffers for (waits for running batches)} */
+    Set<BatchAssembler.Shape> batchBufferShapes() {
+        Set<BatchAssembler.Shape> all = new java.util.HashSet<>();
+        for (WorkerBuffers w : workerBuffers) {
+            w.lock.lock();
+            try {
+                all.addAll(w.assembler.shapes());
+            } finally {
+                w.lock.unlock();
+            }
+        }
+        return all;
     }
 
     private void checkOpen() {

@@ -2,6 +2,7 @@ package org.symmem4j.serving;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotSame;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -9,6 +10,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
@@ -135,6 +137,78 @@ class BatchAssemblerTest {
                 }
             }
         }
+    }
+
+    @Test
+    void retainOnlyFreesTheOtherShapesBuffersAtOnceAndAFreedShapeGetsANewBuffer() {
+        BatchAssembler assembler = new BatchAssembler(16);
+        List<INDArray> flat = requests(41, 8);
+        List<INDArray> images = requests(42, 1, 4, 4);
+        INDArray flatBatch = assembler.assemble(flat, rows(flat));
+        INDArray imageBatch = assembler.assemble(images, rows(images));
+        BatchAssembler.Shape flatShape = BatchAssembler.Shape.of(DataType.FLOAT, 8);
+        BatchAssembler.Shape imageShape = BatchAssembler.Shape.of(DataType.FLOAT, 1, 4, 4);
+        assertEquals(Set.of(flatShape, imageShape), assembler.shapes());
+        assertEquals(16L * (8 + 16) * 4, assembler.bufferBytes());
+
+        assertEquals(1, assembler.retainOnly(Set.of(flatShape)));
+        assertEquals(Set.of(flatShape), assembler.shapes());
+        assertEquals(16L * 8 * 4, assembler.bufferBytes());
+        assertTrue(imageBatch.wasClosed(), "the dropped buffer's memory is freed, not left to the garbage collector");
+        assertFalse(flatBatch.wasClosed(), "a kept shape's buffer stays");
+
+        INDArray again = assembler.assemble(images, rows(images)); // the freed shape comes back: a new buffer
+        assertBitwise(Nd4j.concat(0, images.toArray(INDArray[]::new)), again, "after the free");
+        assertEquals(Set.of(flatShape, imageShape), assembler.shapes());
+        assembler.close();
+        assertEquals(Set.of(), assembler.shapes());
+        assertTrue(again.wasClosed() && flatBatch.wasClosed(), "close frees every buffer");
+    }
+
+    /**
+     * A worker's buffer for a shape lives while a served version (current or kept for rollback) has that shape, and
+     * is freed when the last such version is freed: not while a lease still reads it, at once when the lease closes.
+     */
+    @Test
+    void theRoutersBatchBufferOfAShapeIsFreedWithTheLastVersionOfThatShape() {
+        INDArray params = Nd4j.ones(DataType.FLOAT, 4);
+        ModelSpec images = ModelSpec.of(p -> features -> features.mul(2), DataType.FLOAT, 1, 4, 4);
+        ModelSpec flat = ModelSpec.of(p -> features -> features.mul(3), DataType.FLOAT, 8);
+        BatchAssembler.Shape imageShape = BatchAssembler.Shape.of(DataType.FLOAT, 1, 4, 4);
+        BatchAssembler.Shape flatShape = BatchAssembler.Shape.of(DataType.FLOAT, 8);
+        // requests(...) sends 11 rows: a batch of maxBatch=11 leaves as soon as they are all queued, one per call
+        RouterOptions options = RouterOptions.defaults().withWorkers(1).withBatching(11, Duration.ofSeconds(30));
+        ModelRouter router;
+        try (SharedWeights weights = ModelRouterTest.weights()) {
+            router = new ModelRouter(weights, options, new SimpleMeterRegistry());
+            try (router) {
+                router.deploy("m", images, params); // v1
+                answers(router, "m", requests(51, 1, 4, 4));
+                router.deploy("other", flat, params);
+                answers(router, "other", requests(52, 8));
+                assertEquals(Set.of(imageShape, flatShape), router.batchBufferShapes());
+
+                router.deploy("m", flat, params); // v2: a new input shape; v1 is kept for rollback
+                answers(router, "m", requests(53, 8));
+                assertEquals(Set.of(imageShape, flatShape), router.batchBufferShapes(), "v1 can be rolled back to");
+                ModelRouter.Lease reader = router.lease("m", 1);
+                router.deploy("m", flat, params); // v3 retires v1, which the lease still reads
+                assertEquals(Set.of(imageShape, flatShape), router.batchBufferShapes(), "v1 is not freed yet");
+                reader.close(); // v1 freed: no served version has its shape any more
+                assertEquals(1, router.freedVersions());
+                assertEquals(Set.of(flatShape), router.batchBufferShapes(), "v1's shape's buffer went with it");
+
+                router.deploy("m", flat, params); // v4 retires v2: "other" and v3, v4 still have its shape
+                assertEquals(2, router.freedVersions());
+                assertEquals(Set.of(flatShape), router.batchBufferShapes(), "a shape still served keeps its buffer");
+                List<INDArray> in = requests(54, 8);
+                List<Prediction> out = answers(router, "m", in);
+                for (int i = 0; i < in.size(); i++) {
+                    assertBitwise(in.get(i).mul(3), out.get(i).output(), "answer " + i + " after the frees");
+                }
+            }
+        }
+        assertEquals(Set.of(), router.batchBufferShapes(), "close frees the workers' buffers");
     }
 
     private static List<Prediction> answers(ModelRouter router, String model, List<INDArray> inputs) {
