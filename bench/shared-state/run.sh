@@ -3,18 +3,21 @@
 # (carry the folder; this script runs from inside it or the checkout). One device call holds `ring` alone (~5.5 min on
 # 16 cores) or `map cache switch` (~4.5 min); `ringcost` fits beside either.
 #   ring    RingSuite (RingBenchmark): 2 processes over /dev/shm, 64 B and 4 KiB messages, throughput and round trip
-#           (p50, p99), symmem4j's one-to-one and many-to-one rings against Agrona's over mapped files and Aeron IPC
-#           (exclusive and concurrent publications, media driver embedded in rank 0: SHARED threading, busy spin);
+#           (p50, p99), symmem4j's one-to-one and many-to-one rings (offer, and tryClaim/commit) against Agrona's over
+#           mapped files (write, and tryClaim/commit) and Aeron IPC (exclusive and concurrent publications, media
+#           driver embedded in rank 0: SHARED threading, busy spin); RING_KINDS (comma-separated RingPair.Kind names,
+#           default all ten) narrows the kinds, e.g. to fit one call: each trial takes ~9.5 s on 16 cores;
 #           one-to-one throughput with RING_FORKS (3) forks, the rest RING_OTHER_FORKS (1); RING_WI (2) warm-up and
 #           RING_I (4) measured iterations of 1 s. The producer, consumer and Aeron driver threads are pinned to
 #           RING_CPUS (default: three distinct cores sharing a last-level cache, not CPU 0's, from lscpu; RING_CPUS=none
 #           pins nothing). AERON_TERM_LENGTH: Aeron's IPC term buffer bytes (default 1 MiB, the rings' capacity).
-#           RING_ONE_TO_ONE_ONLY=1 leaves the many-to-one kinds out (~3.5 min).
+#           RING_ONE_TO_ONE_ONLY=1 leaves the many-to-one kinds out (~6.5 min with the claim kinds, 40 trials).
 #           The table (each maker's msg/s with its error and its forks' spread, ratios, p50/p99, and whether the error
-#           bars are apart) goes to summary.txt and ring-summary.md. (~5.5 min)
+#           bars are apart) goes to summary.txt and ring-summary.md. (all kinds: ~9.5 min, over one call's 10 min
+#           with the unpacking: split it with RING_ONE_TO_ONE_ONLY=1, then RING_KINDS=<the many-to-one kinds>)
 #   ringcost RingOpCostBenchmark: one message written and read back in one thread, 64 B and 4 KiB, symmem4j's rings
-#           (offer, and tryClaim/commit) against Agrona's (write, and tryClaim/commit): the CPU cost per message
-#           without cores or scheduling in it (~2 min; not in the default steps)
+#           (offer, and tryClaim/commit) against Agrona's (write, and tryClaim/commit), one-to-one and many-to-one:
+#           the CPU cost per message without cores or scheduling in it (~2.5 min, RINGCOST_LIMIT; not in the defaults)
 #   map     MapBenchmark: get/put ops/s and latency percentiles at 2 and 4 processes, symmem4j's SymmetricHashMap
 #           against Chronicle Map persisted to /dev/shm and ConcurrentHashMap in one JVM (~3.5 min)
 #   cache   ParameterCacheBenchmark: lookup latency against a ConcurrentHashMap of segments (~20 s)
@@ -26,7 +29,7 @@
 #           the paired differences with 95 % intervals (~5.5 min; not in the default steps)
 #   bash run.sh [STEP..]       (default: ring)
 # JMH settings of the other steps: WI (2) warm-up iterations of W (1) s, I (3) iterations of R (1) s, one fork. Each
-# step is bounded by `timeout` (RING_LIMIT 480, RINGCOST_LIMIT 150, MAP_LIMIT 230, CACHE_LIMIT 40, SWITCH_LIMIT 40 s).
+# step is bounded by `timeout` (RING_LIMIT 480, RINGCOST_LIMIT 200, MAP_LIMIT 230, CACHE_LIMIT 40, SWITCH_LIMIT 40 s).
 # Ring files and Aeron directories this script's benchmarks leave in /dev/shm are removed at the end.
 # Results in $OUT: machine.txt, <step>.txt (JMH's tables), <step>.json (JMH's results), switch.md, summary.txt,
 # bench-peer.log (the peer processes' output).
@@ -88,7 +91,8 @@ ring() {
   timeout -k 10 "${RING_LIMIT:-480}" "${java[@]}" ${cpus:+-Dsymmem4j.bench.cpus=$cpus} \
     ${AERON_TERM_LENGTH:+-Dsymmem4j.bench.aeronTermLength=$AERON_TERM_LENGTH} \
     org.symmem4j.benchmarks.RingSuite --out "$out" --forks "${RING_FORKS:-3}" --other-forks "${RING_OTHER_FORKS:-1}" \
-    --warmups "${RING_WI:-2}" --iterations "${RING_I:-4}" ${RING_ONE_TO_ONE_ONLY:+--no-many-to-one} > ring.txt 2>&1
+    --warmups "${RING_WI:-2}" --iterations "${RING_I:-4}" ${RING_ONE_TO_ONE_ONLY:+--no-many-to-one} \
+    ${RING_KINDS:+--kinds "$RING_KINDS"} > ring.txt 2>&1
   local code=$?
   echo "== ring: exit=$code at ${SECONDS}s" | tee -a summary.txt
   sed -n '/^## Ring buffers/,$p' ring.txt >> summary.txt
@@ -101,7 +105,7 @@ steps=("$@")
 for step in "${steps[@]}"; do
   case $step in
     ring) ring || rc=1 ;;
-    ringcost) jmh ringcost "${RINGCOST_LIMIT:-150}" 'org.symmem4j.benchmarks.RingOpCostBenchmark' || rc=1 ;;
+    ringcost) jmh ringcost "${RINGCOST_LIMIT:-200}" 'org.symmem4j.benchmarks.RingOpCostBenchmark' || rc=1 ;;
     map) jmh map "${MAP_LIMIT:-230}" 'org.symmem4j.benchmarks.MapBenchmark' || rc=1 ;;
     cache) jmh cache "${CACHE_LIMIT:-40}" 'org.symmem4j.benchmarks.ParameterCacheBenchmark' || rc=1 ;;
     switch)

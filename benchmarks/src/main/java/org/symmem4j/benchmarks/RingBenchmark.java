@@ -22,7 +22,8 @@ import org.symmem4j.parallel.GroupOptions;
 
 /**
  * Ring buffers between 2 JVM processes on one host: symmem4j's {@link org.symmem4j.state.SymmetricRingBuffer}
- * (one-to-one, many-to-one) against Agrona's {@code OneToOneRingBuffer} / {@code ManyToOneRingBuffer} over files in
+ * (one-to-one, many-to-one; messages copied in by {@code offer} or written in place through {@code tryClaim}) against
+ * Agrona's {@code OneToOneRingBuffer} / {@code ManyToOneRingBuffer} ({@code write}, or {@code tryClaim}) over files in
  * {@code /dev/shm} mapped by both processes, and against Aeron IPC (an exclusive or a concurrent publication) through
  * a media driver embedded in rank 0 ({@link RingPair#launchAeronDriver}), in the same run. The JMH fork is rank 0 (the
  * producer); rank 1 is a {@link BenchPeer} that drains ({@link #throughput}) or echoes ({@link #roundTrip}) with a
@@ -45,8 +46,9 @@ public class RingBenchmark {
     @Param({"64", "4096"})
     public int messageBytes;
 
-    @Param({"SYMMEM_ONE_TO_ONE", "AGRONA_ONE_TO_ONE", "AERON_ONE_TO_ONE", "SYMMEM_MANY_TO_ONE", "AGRONA_MANY_TO_ONE",
-            "AERON_MANY_TO_ONE"})
+    @Param({"SYMMEM_ONE_TO_ONE", "SYMMEM_ONE_TO_ONE_CLAIM", "AGRONA_ONE_TO_ONE", "AGRONA_ONE_TO_ONE_CLAIM",
+            "AERON_ONE_TO_ONE", "SYMMEM_MANY_TO_ONE", "SYMMEM_MANY_TO_ONE_CLAIM", "AGRONA_MANY_TO_ONE",
+            "AGRONA_MANY_TO_ONE_CLAIM", "AERON_MANY_TO_ONE"})
     public RingPair.Kind kind;
 
     private PeerProcess peer;

@@ -33,7 +33,8 @@ import org.symmem4j.state.SymmetricRingBuffer;
  * fills), symmem4j's {@link SymmetricRingBuffer} against Agrona's rings over native memory, in the same run. It
  * leaves out what {@link RingBenchmark} measures besides (cache lines moving between cores, the other side's
  * scheduling), so it shows where each ring spends its instructions and runs steadily on a loaded machine.
- * {@code CLAIM} writes the payload in place ({@code tryClaim}/{@code commit}); the others copy it from a heap array.
+ * {@code CLAIM} copies the same payload into the claimed room ({@code tryClaim}, then {@code commit}); the others
+ * hand the heap array to {@code offer} / {@code write}, which copy it.
  */
 @Warmup(iterations = 3, time = 1)
 @Measurement(iterations = 5, time = 1)
@@ -47,7 +48,11 @@ public class RingOpCostBenchmark {
     /** The ring kinds measured in one thread. */
     public enum Kind {
         SYMMEM_ONE_TO_ONE, SYMMEM_ONE_TO_ONE_CLAIM, AGRONA_ONE_TO_ONE, AGRONA_ONE_TO_ONE_CLAIM,
-        SYMMEM_MANY_TO_ONE, AGRONA_MANY_TO_ONE
+        SYMMEM_MANY_TO_ONE, SYMMEM_MANY_TO_ONE_CLAIM, AGRONA_MANY_TO_ONE, AGRONA_MANY_TO_ONE_CLAIM;
+
+        boolean manyToOne() {
+            return name().contains("MANY_TO_ONE");
+        }
     }
 
     static final int CAPACITY = 1 << 20;
@@ -56,7 +61,7 @@ public class RingOpCostBenchmark {
     public int messageBytes;
 
     @Param({"SYMMEM_ONE_TO_ONE", "SYMMEM_ONE_TO_ONE_CLAIM", "AGRONA_ONE_TO_ONE", "AGRONA_ONE_TO_ONE_CLAIM",
-            "SYMMEM_MANY_TO_ONE", "AGRONA_MANY_TO_ONE"})
+            "SYMMEM_MANY_TO_ONE", "SYMMEM_MANY_TO_ONE_CLAIM", "AGRONA_MANY_TO_ONE", "AGRONA_MANY_TO_ONE_CLAIM"})
     public Kind kind;
 
     private InJvmWorld world;
@@ -77,17 +82,17 @@ public class RingOpCostBenchmark {
         src = MemorySegment.ofArray(bytes);
         agronaSrc = new UnsafeBuffer(bytes);
         switch (kind) {
-            case SYMMEM_ONE_TO_ONE, SYMMEM_ONE_TO_ONE_CLAIM, SYMMEM_MANY_TO_ONE -> {
+            case SYMMEM_ONE_TO_ONE, SYMMEM_ONE_TO_ONE_CLAIM, SYMMEM_MANY_TO_ONE, SYMMEM_MANY_TO_ONE_CLAIM -> {
                 world = InJvmWorld.create(1);
                 group = world.join(0);
-                symmem = kind == Kind.SYMMEM_MANY_TO_ONE ? SymmetricRingBuffer.manyToOne(group, 0, CAPACITY)
+                symmem = kind.manyToOne() ? SymmetricRingBuffer.manyToOne(group, 0, CAPACITY)
                         : SymmetricRingBuffer.oneToOne(group, 0, 0, CAPACITY);
             }
             default -> {
                 arena = Arena.ofShared();
                 MemorySegment memory = arena.allocate(CAPACITY + RingBufferDescriptor.TRAILER_LENGTH, 4096);
                 UnsafeBuffer buffer = new UnsafeBuffer(memory.address(), (int) memory.byteSize());
-                agrona = kind == Kind.AGRONA_MANY_TO_ONE ? new ManyToOneRingBuffer(buffer) : new OneToOneRingBuffer(buffer);
+                agrona = kind.manyToOne() ? new ManyToOneRingBuffer(buffer) : new OneToOneRingBuffer(buffer);
             }
         }
     }
@@ -102,13 +107,13 @@ public class RingOpCostBenchmark {
                 }
                 symmem.poll(symmemHandler, 64);
             }
-            case SYMMEM_ONE_TO_ONE_CLAIM -> {
-                long at = symmem.tryClaim(messageBytes);
-                MemorySegment.copy(src, 0, symmem.buffer(), at, messageBytes);
-                symmem.commit(at, 1);
+            case SYMMEM_ONE_TO_ONE_CLAIM, SYMMEM_MANY_TO_ONE_CLAIM -> {
+                SymmetricRingBuffer.Claim claim = symmem.tryClaim(1, messageBytes);
+                MemorySegment.copy(src, 0, claim.buffer(), claim.offset(), messageBytes);
+                claim.commit();
                 symmem.poll(symmemHandler, 64);
             }
-            case AGRONA_ONE_TO_ONE_CLAIM -> {
+            case AGRONA_ONE_TO_ONE_CLAIM, AGRONA_MANY_TO_ONE_CLAIM -> {
                 int at = agrona.tryClaim(1, messageBytes);
                 agrona.buffer().putBytes(at, agronaSrc, 0, messageBytes);
                 agrona.commit(at);

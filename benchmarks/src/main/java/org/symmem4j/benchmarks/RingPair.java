@@ -47,12 +47,16 @@ public abstract class RingPair implements AutoCloseable {
     }
 
     /**
-     * The ring kinds measured. Aeron's one-to-one analogue is an {@code ExclusivePublication} (one producer, no
-     * atomic claim), its many-to-one one a concurrent {@code Publication} (producers claim by an atomic add).
+     * The ring kinds measured, in the order of the summary table. Aeron's one-to-one analogue is an
+     * {@code ExclusivePublication} (one producer, no atomic claim), its many-to-one one a concurrent
+     * {@code Publication} (producers claim by an atomic add). The {@code _CLAIM} kinds write the same bytes from the
+     * same source array, in place: symmem4j's {@code tryClaim(type, length)} then {@code Claim.commit()}, Agrona's
+     * {@code tryClaim(type, length)}, {@code putBytes} into its buffer, then {@code commit(index)}; the others copy
+     * them in through {@code offer} / {@code write}.
      */
     public enum Kind {
-        SYMMEM_ONE_TO_ONE, SYMMEM_MANY_TO_ONE, AGRONA_ONE_TO_ONE, AGRONA_MANY_TO_ONE, AERON_ONE_TO_ONE,
-        AERON_MANY_TO_ONE;
+        SYMMEM_ONE_TO_ONE, SYMMEM_ONE_TO_ONE_CLAIM, AGRONA_ONE_TO_ONE, AGRONA_ONE_TO_ONE_CLAIM, AERON_ONE_TO_ONE,
+        SYMMEM_MANY_TO_ONE, SYMMEM_MANY_TO_ONE_CLAIM, AGRONA_MANY_TO_ONE, AGRONA_MANY_TO_ONE_CLAIM, AERON_MANY_TO_ONE;
 
         boolean agrona() {
             return name().startsWith("AGRONA");
@@ -62,14 +66,24 @@ public abstract class RingPair implements AutoCloseable {
             return name().startsWith("AERON");
         }
 
-        /** {@return whether it is one of the one-to-one kinds} */
-        boolean oneToOne() {
-            return name().endsWith("ONE_TO_ONE") && !name().endsWith("MANY_TO_ONE");
+        boolean symmem() {
+            return name().startsWith("SYMMEM");
         }
 
-        /** {@return who made it: symmem4j, Agrona or Aeron} */
+        /** {@return whether it writes in place through a claim} */
+        boolean claim() {
+            return name().endsWith("_CLAIM");
+        }
+
+        /** {@return whether it is one of the one-to-one kinds} */
+        boolean oneToOne() {
+            return !name().contains("MANY_TO_ONE");
+        }
+
+        /** {@return who made it and how it is written: "symmem4j offer", "Agrona tryClaim", "Aeron offer"} */
         String maker() {
-            return agrona() ? "Agrona" : aeron() ? "Aeron" : "symmem4j";
+            return (agrona() ? "Agrona" : aeron() ? "Aeron" : "symmem4j") + (claim() ? " tryClaim"
+                    : agrona() ? " write" : " offer");
         }
     }
 
@@ -180,14 +194,17 @@ public abstract class RingPair implements AutoCloseable {
     private static final class Symmem extends RingPair {
         private final SymmetricRingBuffer out;
         private final SymmetricRingBuffer in;
+        /** Whether messages are written in place through a claim. */
+        private final boolean claim;
         private final MemorySegment src;
         private final org.symmem4j.state.MessageHandler handler;
 
         Symmem(Kind kind, Group group, int capacity, Sink sink) {
             int me = group.rank();
-            SymmetricRingBuffer toRank1 = kind == Kind.SYMMEM_ONE_TO_ONE
+            claim = kind.claim();
+            SymmetricRingBuffer toRank1 = kind.oneToOne()
                     ? SymmetricRingBuffer.oneToOne(group, 0, 1, capacity) : SymmetricRingBuffer.manyToOne(group, 1, capacity);
-            SymmetricRingBuffer toRank0 = kind == Kind.SYMMEM_ONE_TO_ONE
+            SymmetricRingBuffer toRank0 = kind.oneToOne()
                     ? SymmetricRingBuffer.oneToOne(group, 1, 0, capacity) : SymmetricRingBuffer.manyToOne(group, 0, capacity);
             out = me == 0 ? toRank1 : toRank0;
             in = me == 0 ? toRank0 : toRank1;
@@ -200,7 +217,16 @@ public abstract class RingPair implements AutoCloseable {
 
         @Override
         boolean send(int type, int length) {
-            return out.offer(type, src, 0, length);
+            if (!claim) {
+                return out.offer(type, src, 0, length);
+            }
+            SymmetricRingBuffer.Claim room = out.tryClaim(type, length);
+            if (room == null) {
+                return false;
+            }
+            MemorySegment.copy(src, 0, room.buffer(), room.offset(), length);
+            room.commit();
+            return true;
         }
 
         @Override
@@ -224,10 +250,13 @@ public abstract class RingPair implements AutoCloseable {
     private static final class Agrona extends RingPair {
         private final RingBuffer out;
         private final RingBuffer in;
+        /** Whether messages are written in place through a claim. */
+        private final boolean claim;
         private final UnsafeBuffer src;
         private final org.agrona.concurrent.MessageHandler handler;
 
         Agrona(Kind kind, int rank, int capacity, Path files, Sink sink) throws IOException {
+            claim = kind.claim();
             out = ring(kind, map(file(files, 1 - rank), capacity));
             in = ring(kind, map(file(files, rank), capacity));
             src = new UnsafeBuffer(new byte[out.maxMsgLength()]);
@@ -238,7 +267,7 @@ public abstract class RingPair implements AutoCloseable {
         }
 
         private static RingBuffer ring(Kind kind, UnsafeBuffer buffer) {
-            return kind == Kind.AGRONA_ONE_TO_ONE ? new OneToOneRingBuffer(buffer) : new ManyToOneRingBuffer(buffer);
+            return kind.oneToOne() ? new OneToOneRingBuffer(buffer) : new ManyToOneRingBuffer(buffer);
         }
 
         private static UnsafeBuffer map(Path file, int capacity) throws IOException {
@@ -252,7 +281,16 @@ public abstract class RingPair implements AutoCloseable {
 
         @Override
         boolean send(int type, int length) {
-            return out.write(type, src, 0, length);
+            if (!claim) {
+                return out.write(type, src, 0, length);
+            }
+            int index = out.tryClaim(type, length);
+            if (index < 0) {
+                return false; // RingBuffer.INSUFFICIENT_CAPACITY
+            }
+            out.buffer().putBytes(index, src, 0, length);
+            out.commit(index);
+            return true;
         }
 
         @Override

@@ -37,6 +37,7 @@ import picocli.CommandLine.Option;
  *
  * <pre>
  *   RingSuite [--out DIR] [--forks 3] [--other-forks 1] [--warmups 2] [--iterations 4] [--sizes 64,4096]
+ *             [--kinds SYMMEM_ONE_TO_ONE,SYMMEM_ONE_TO_ONE_CLAIM,...] [--no-many-to-one]
  * </pre>
  */
 public final class RingSuite {
@@ -63,6 +64,10 @@ public final class RingSuite {
         int[] sizes = {64, 4096};
         @Option(names = "--no-many-to-one", description = "measure the one-to-one kinds only")
         boolean noManyToOne;
+        @Option(names = "--kinds", paramLabel = "KIND", split = ",", description = "the ring kinds to measure"
+                + " (RingPair.Kind names; default all: symmem4j offer and tryClaim, Agrona write and tryClaim, Aeron"
+                + " IPC, one-to-one and many-to-one)")
+        RingPair.Kind[] kinds = RingPair.Kind.values();
     }
 
     /** One kind at one size: its throughput and round-trip results, either absent when not measured. */
@@ -84,14 +89,22 @@ public final class RingSuite {
             return flags;
         });
         Files.createDirectories(f.out);
-        List<RingPair.Kind> oneToOne = Arrays.stream(RingPair.Kind.values()).filter(RingPair.Kind::oneToOne).toList();
-        List<RingPair.Kind> manyToOne = Arrays.stream(RingPair.Kind.values()).filter(k -> !k.oneToOne()).toList();
+        // in the enum's order (the table's), whatever the order on the command line
+        List<RingPair.Kind> chosen = Arrays.stream(RingPair.Kind.values()).filter(k -> Arrays.asList(f.kinds).contains(k))
+                .toList();
+        List<RingPair.Kind> oneToOne = chosen.stream().filter(RingPair.Kind::oneToOne).toList();
+        List<RingPair.Kind> manyToOne = f.noManyToOne ? List.of() : chosen.stream().filter(k -> !k.oneToOne()).toList();
         List<RingPair.Kind> all = new ArrayList<>(oneToOne);
-        if (!f.noManyToOne) {
-            all.addAll(manyToOne);
+        all.addAll(manyToOne);
+        if (all.isEmpty()) {
+            throw new IllegalArgumentException("--kinds " + Arrays.toString(f.kinds) + " with --no-many-to-one leaves"
+                    + " nothing to measure (fix: name a one-to-one kind, or drop --no-many-to-one)");
         }
-        List<RunResult> throughput = new ArrayList<>(run(f, "throughput", oneToOne, f.forks, "ring-throughput-one-to-one"));
-        if (!f.noManyToOne) {
+        List<RunResult> throughput = new ArrayList<>();
+        if (!oneToOne.isEmpty()) {
+            throughput.addAll(run(f, "throughput", oneToOne, f.forks, "ring-throughput-one-to-one"));
+        }
+        if (!manyToOne.isEmpty()) {
             throughput.addAll(run(f, "throughput", manyToOne, f.otherForks, "ring-throughput-many-to-one"));
         }
         Collection<RunResult> roundTrip = run(f, "roundTrip", all, f.otherForks, "ring-round-trip");
@@ -130,45 +143,71 @@ public final class RingSuite {
         return null;
     }
 
-    /** The markdown table: per family and size, each maker's throughput, its ratio to symmem4j's, p50 and p99. */
+    /**
+     * The markdown table: per family and size, each ring's throughput, symmem4j's (offer, and tryClaim) over it, p50
+     * and p99; then one verdict line per pair of symmem4j and another maker.
+     */
     static String table(List<Row> rows, Flags f) {
         StringBuilder sb = new StringBuilder();
         sb.append(String.format(Locale.ROOT, "%n## Ring buffers, 2 processes: symmem4j, Agrona, Aeron IPC in one run%n%n"
                 + "cpus: %s; throughput forks: one-to-one %d, many-to-one %d; %d warm-up + %d measured iterations"
-                + " of 1 s per fork; Aeron term length %d bytes%n%n", System.getProperty(BenchCpus.PROPERTY, "not pinned"),
-                f.forks, f.otherForks, f.warmups, f.iterations, RingPair.aeronTermLength()));
-        sb.append("| kind | bytes | ring | msg/s | ± 99.9 % | forks' means, lowest–highest | symmem4j / it"
-                + " | RTT p50 µs | RTT p99 µs |\n|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
+                + " of 1 s per fork; Aeron term length %d bytes; tryClaim rows write the same bytes in place%n%n",
+                System.getProperty(BenchCpus.PROPERTY, "not pinned"), f.forks, f.otherForks, f.warmups, f.iterations,
+                RingPair.aeronTermLength()));
+        sb.append("| kind | bytes | ring | msg/s | ± 99.9 % | forks' means, lowest–highest | symmem4j offer / it"
+                + " | symmem4j tryClaim / it | RTT p50 µs | RTT p99 µs |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
         List<String> verdicts = new ArrayList<>();
         for (Row row : rows) {
-            Row ours = rows.stream().filter(r -> r.bytes == row.bytes && !r.kind.agrona() && !r.kind.aeron()
-                    && r.kind.oneToOne() == row.kind.oneToOne()).findFirst().orElse(null);
+            Row offer = ours(rows, row, false);
+            Row claim = ours(rows, row, true);
             Result<?> t = row.throughput == null ? null : row.throughput.getPrimaryResult();
-            String ratio = "";
-            if (t != null && ours != null && ours.throughput != null && ours != row) {
-                Result<?> o = ours.throughput.getPrimaryResult();
-                ratio = String.format(Locale.ROOT, "%.2f", o.getScore() / t.getScore());
-                boolean apart = Math.abs(o.getScore() - t.getScore()) > o.getScoreError() + t.getScoreError();
-                String p50 = "";
-                if (row.roundTrip != null && ours.roundTrip != null) {
-                    double op = p(ours.roundTrip, 50);
-                    double tp = p(row.roundTrip, 50);
-                    p50 = String.format(Locale.ROOT, "; RTT p50 %.3f vs %.3f µs (%s)", op, tp, op <= tp ? "≤" : ">");
+            if (!row.kind.symmem()) {
+                for (Row o : new Row[] {offer, claim}) {
+                    if (o != null && o.throughput != null && t != null) {
+                        verdicts.add(verdict(o, row));
+                    }
                 }
-                verdicts.add(String.format(Locale.ROOT, "- %s, %d B: throughput %.2f × %s's, %s%s",
-                        row.kind.oneToOne() ? "one-to-one" : "many-to-one", row.bytes, o.getScore() / t.getScore(),
-                        row.kind.maker(), apart ? "error bars apart (the difference is measured)"
-                                : "error bars overlap (the difference is not measured)", p50));
             }
-            sb.append(String.format(Locale.ROOT, "| %s | %d | %s | %s | %s | %s | %s | %s | %s |%n",
+            sb.append(String.format(Locale.ROOT, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |%n",
                     row.kind.oneToOne() ? "one-to-one" : "many-to-one", row.bytes, row.kind.maker(),
                     t == null ? "—" : mega(t.getScore()), t == null ? "—" : mega(t.getScoreError()),
-                    row.throughput == null ? "—" : forkMeans(row.throughput), ratio,
+                    row.throughput == null ? "—" : forkMeans(row.throughput), ratio(offer, row), ratio(claim, row),
                     row.roundTrip == null ? "—" : String.format(Locale.ROOT, "%.3f", p(row.roundTrip, 50)),
                     row.roundTrip == null ? "—" : String.format(Locale.ROOT, "%.3f", p(row.roundTrip, 99))));
         }
         sb.append('\n').append(String.join("\n", verdicts)).append('\n');
         return sb.toString();
+    }
+
+    /** symmem4j's row of the same family and size, written by offer or by tryClaim; null when not measured. */
+    private static Row ours(List<Row> rows, Row row, boolean claim) {
+        return rows.stream().filter(r -> r.bytes == row.bytes && r.kind.symmem() && r.kind.claim() == claim
+                && r.kind.oneToOne() == row.kind.oneToOne()).findFirst().orElse(null);
+    }
+
+    /** {@code ours}'s throughput over {@code it}'s, blank for a ring against itself or what was not measured. */
+    private static String ratio(Row ours, Row it) {
+        if (ours == null || ours == it || ours.throughput == null || it.throughput == null) {
+            return "";
+        }
+        return String.format(Locale.ROOT, "%.2f", ours.throughput.getPrimaryResult().getScore()
+                / it.throughput.getPrimaryResult().getScore());
+    }
+
+    private static String verdict(Row ours, Row it) {
+        Result<?> o = ours.throughput.getPrimaryResult();
+        Result<?> t = it.throughput.getPrimaryResult();
+        boolean apart = Math.abs(o.getScore() - t.getScore()) > o.getScoreError() + t.getScoreError();
+        String p50 = "";
+        if (it.roundTrip != null && ours.roundTrip != null) {
+            double op = p(ours.roundTrip, 50);
+            double tp = p(it.roundTrip, 50);
+            p50 = String.format(Locale.ROOT, "; RTT p50 %.3f vs %.3f µs (%s)", op, tp, op <= tp ? "≤" : ">");
+        }
+        return String.format(Locale.ROOT, "- %s, %d B: %s %.2f × %s's throughput, %s%s",
+                it.kind.oneToOne() ? "one-to-one" : "many-to-one", it.bytes, ours.kind.maker(),
+                o.getScore() / t.getScore(), it.kind.maker(), apart ? "error bars apart (the difference is measured)"
+                        : "error bars overlap (the difference is not measured)", p50);
     }
 
     private static double p(RunResult r, double percentile) {

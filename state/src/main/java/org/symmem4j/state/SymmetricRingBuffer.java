@@ -10,6 +10,7 @@ import java.util.Objects;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.layout.RingBufferLayout;
+import org.symmem4j.parallel.sync.WaitSubject;
 import org.symmem4j.parallel.sync.Waiter;
 
 /**
@@ -38,12 +39,17 @@ import org.symmem4j.parallel.sync.Waiter;
  *   <li><b>Sizes</b>: a payload is 0..{@link #maxPayload()} bytes (an eighth of the capacity, less the 8-byte
  *       header); a larger one is refused with an {@link IllegalArgumentException} before anything is written.</li>
  *   <li><b>Cost</b>: a one-to-one message costs the consumer no writes in the ring (its producer zeroes the next
- *       header instead, as Agrona 2's {@code OneToOneRingBuffer}); a many-to-one consumer zeroes what it read. For
- *       large payloads, {@link #tryClaim}, writing in place and {@link #commit} save the copy {@link #offer}
- *       makes.</li>
+ *       header instead, as Agrona 2's {@code OneToOneRingBuffer}); a many-to-one consumer zeroes what it read. The
+ *       consumer moves HEAD once per {@link #poll}, the producer reads HEAD only when its cached copy says the ring is
+ *       full, and TAIL, HEAD and the data sit on lines of their own ({@link RingBufferLayout}).</li>
+ *   <li><b>Zero-copy writes</b>: {@link #tryClaim(int, int)} hands out the room of one record as a {@link Claim};
+ *       encode the message straight into it ({@link Claim#buffer()} at {@link Claim#offset()}, or
+ *       {@link Claim#segment()}), then {@link Claim#commit()} publishes it with one release store, or
+ *       {@link Claim#abort()} turns it into padding the consumer skips. That saves {@link #offer}'s copy from a
+ *       staging buffer; records claimed after an open claim wait behind it.</li>
  *   <li><b>Crashes</b>: a record becomes visible only by its final release store, so a producer that dies while
- *       writing never exposes a torn message. A many-to-one record (and a one-to-one {@link #tryClaim claim}) was
- *       marked with its producer's rank when claimed; once the consumer finds that rank dead it skips the record
+ *       writing never exposes a torn message. A many-to-one record (offered or claimed) is marked with its
+ *       producer's rank when its room is won; once the consumer finds that rank dead it skips the record
  *       ({@link #abandonedRecords()}) and the ring goes on; a one-to-one consumer whose producer died times out in
  *       {@link #take} naming it as exited. A many-to-one
  *       producer that dies in the few instructions between winning its claim and marking it leaves an unmarked
@@ -64,6 +70,11 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     }
 
     private static final long STUCK_CHECK_NANOS = 1_000_000;
+    /**
+     * Polls that find the same record in progress between two reads of the clock: a consumer spinning on a record
+     * its producer is still writing (the common case, the producer commits within a microsecond) reads no clock.
+     */
+    private static final int STUCK_POLLS_PER_CLOCK = 64;
 
     private final Group group;
     /** This rank, read once: offer and poll check it on every call. */
@@ -80,6 +91,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     /** The data ring alone, handed to handlers. */
     private final MemorySegment data;
     private final Waiter waiter;
+    /** The claim {@link #tryClaim(int, int)} and {@link #claim} hand out, reused message after message. */
+    private final Claim ownClaim = new Claim();
 
     /** Whether this rank may offer: any rank of a many-to-one ring, the producer of a one-to-one ring. */
     private final boolean producerHere;
@@ -101,6 +114,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     private long headPosition;
     /** Consumer side: an in-progress record seen at the head, and since when, to ask about its producer's life rarely. */
     private long stuckHeader;
+    private int stuckIndex = -1;
+    private int stuckPolls;
     private long stuckSinceNanos;
     private long abandoned;
 
@@ -227,7 +242,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         checkOffer(msgTypeId, length);
         // before the claim: a copy that failed after it would leave a claimed record that is never committed
         Objects.checkFromIndexSize(offset, length, src.byteSize());
-        int index = claim(length);
+        int index = reserve(length);
         if (index < 0) {
             return false;
         }
@@ -262,15 +277,19 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         if (offer(msgTypeId, src, offset, length)) {
             return;
         }
-        int required = RingBufferLayout.align(length + RECORD_HEADER_BYTES);
-        var subject = SharedMemories.waitFor(group, consumer, "ring buffer put",
-                () -> "free room for a record of bytes=" + required + " (in the ring now: " + size() + " of capacity="
-                        + capacity + ")",
-                "the consumer does not poll: poll more often, give the ring more capacity, or raise symmem4j.timeout.ms");
+        var subject = waitForRoom(length, "ring buffer put");
         waiter.begin();
         while (!offer(msgTypeId, src, offset, length)) {
             waiter.idle(subject);
         }
+    }
+
+    private WaitSubject waitForRoom(int length, String what) {
+        int required = RingBufferLayout.align(length + RECORD_HEADER_BYTES);
+        return SharedMemories.waitFor(group, consumer, what,
+                () -> "free room for a record of bytes=" + required + " (in the ring now: " + size() + " of capacity="
+                        + capacity + ")",
+                "the consumer does not poll: poll more often, give the ring more capacity, or raise symmem4j.timeout.ms");
     }
 
     /**
@@ -284,74 +303,194 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     }
 
     /**
-     * Claims room for a payload of {@code length} bytes to be written in place (zero-copy): write it into
-     * {@link #buffer()} at the returned offset, then {@link #commit} or {@link #abort} it. Until then the
-     * consumer sees nothing of it, and records claimed after it wait behind it.
+     * Claims the room of one record for a payload of {@code length} bytes, to be written in place (zero-copy):
+     * encode the message into {@link Claim#buffer()} at {@link Claim#offset()} (or into {@link Claim#segment()}),
+     * then {@link Claim#commit()} or {@link Claim#abort()} it. Until then the consumer sees nothing of it, and
+     * records written after it wait behind it. The claim is this ring's own, reused by the next call: commit or
+     * abort it first (several claims open at once take a {@link Claim} each, {@link #tryClaim(int, int, Claim)}).
      *
-     * @param length payload bytes, 0..{@link #maxPayload()}
-     * @return the payload's offset in {@link #buffer()}, or -1 when the ring is full
-     * @throws IllegalArgumentException for a payload over {@link #maxPayload()}
+     * <pre>{@code
+     * SymmetricRingBuffer.Claim claim = ring.tryClaim(7, 16);
+     * if (claim != null) {
+     *     claim.buffer().set(ValueLayout.JAVA_LONG_UNALIGNED, claim.offset(), orderId);
+     *     claim.buffer().set(ValueLayout.JAVA_LONG_UNALIGNED, claim.offset() + 8, price);
+     *     claim.commit();
+     * }
+     * }</pre>
+     *
+     * @param msgTypeId the message's type, at least 1, handed to the consumer's handler
+     * @param length    payload bytes, 0..{@link #maxPayload()}
+     * @return the open claim, or null when the ring is full (nothing claimed)
+     * @throws IllegalArgumentException for a payload over {@link #maxPayload()} or a type below 1
+     * @throws IllegalStateException on a rank that is not this ring's producer, or while this ring's own claim is
+     *         still open
      */
-    public long tryClaim(int length) {
-        checkOffer(1, length);
-        int index = claim(length);
+    public Claim tryClaim(int msgTypeId, int length) {
+        return tryClaim(msgTypeId, length, ownClaim) ? ownClaim : null;
+    }
+
+    /**
+     * As {@link #tryClaim(int, int)}, into a claim of the caller's ({@code new SymmetricRingBuffer.Claim()}, reused
+     * from one message to the next), so that several claims may be open at once; the consumer reads them in the
+     * order they were claimed.
+     *
+     * @param msgTypeId the message's type, at least 1
+     * @param length    payload bytes, 0..{@link #maxPayload()}
+     * @param claim     a claim that is not open
+     * @return true when {@code claim} now holds room in this ring, false when the ring is full
+     * @throws IllegalArgumentException for a payload over {@link #maxPayload()} or a type below 1
+     * @throws IllegalStateException on a rank that is not this ring's producer, or when {@code claim} is open
+     */
+    public boolean tryClaim(int msgTypeId, int length, Claim claim) {
+        checkOffer(msgTypeId, length);
+        if (Objects.requireNonNull(claim, "claim").ring != null) {
+            throw new IllegalStateException("ring buffer tryClaim: the claim is still open (payload bytes="
+                    + claim.length + " at offset=" + claim.offset() + "; fix: commit() or abort() it first, or pass"
+                    + " another Claim to keep several open)");
+        }
+        int index = reserve(length);
         if (index < 0) {
-            return -1;
+            return false;
         }
-        if (kind == Kind.ONE_TO_ONE) {
-            // many-to-one claims are marked already; the mark lets commit/abort check the claim and find its length
-            RingBufferLayout.markRecordInProgress(ring, index, length + RECORD_HEADER_BYTES, rank);
-        }
-        return index + RECORD_HEADER_BYTES;
+        // a one-to-one claim stays unmarked: its header word is 0 (zeroed by the record before it), so the consumer
+        // waits at it as at an offer being copied; a many-to-one claim was marked with this rank by reserve
+        claim.open(this, index, length, msgTypeId);
+        return true;
     }
 
     /**
-     * Publishes a claimed payload.
+     * Claims room as {@link #tryClaim(int, int)}, waiting while the ring is full: bounded by the group's timeout.
      *
-     * @param payloadOffset what {@link #tryClaim} returned
-     * @param msgTypeId     the message's type, at least 1
+     * @param msgTypeId the message's type, at least 1
+     * @param length    payload bytes, 0..{@link #maxPayload()}
+     * @return this ring's own claim, open
+     * @throws IllegalArgumentException for a payload over {@link #maxPayload()} or a type below 1
+     * @throws IllegalStateException while this ring's own claim is still open
+     * @throws org.symmem4j.parallel.PeerTimeoutException naming the consumer when it does not free room within
+     *         the timeout, has exited, or the group was aborted
      */
-    public void commit(long payloadOffset, int msgTypeId) {
-        checkType(msgTypeId);
-        finishClaim(payloadOffset, msgTypeId);
+    public Claim claim(int msgTypeId, int length) {
+        if (tryClaim(msgTypeId, length, ownClaim)) {
+            return ownClaim;
+        }
+        var subject = waitForRoom(length, "ring buffer claim");
+        waiter.begin();
+        while (!tryClaim(msgTypeId, length, ownClaim)) {
+            waiter.idle(subject);
+        }
+        return ownClaim;
     }
 
     /**
-     * Gives a claim up: the consumer skips it as padding.
-     *
-     * @param payloadOffset what {@link #tryClaim} returned
+     * The room of one record handed out by {@link #tryClaim(int, int)}: write the payload into it, then
+     * {@link #commit()} or {@link #abort()} it, once. A claim object is reused: after its commit or abort it holds
+     * nothing until the next {@code tryClaim}. Like its ring, one thread uses it.
      */
-    public void abort(long payloadOffset) {
-        finishClaim(payloadOffset, PADDING_TYPE);
-    }
+    public static final class Claim {
+        /** The ring of the open claim; null when the claim holds nothing. */
+        private SymmetricRingBuffer ring;
+        /** Byte index of the record (its header word) in the data ring. */
+        private int index;
+        private int length;
+        private int type;
 
-    /**
-     * The ring's data as mapped in this process, where {@link #tryClaim} hands out room.
-     *
-     * @return the data ring, {@link #capacity()} bytes
-     */
-    public MemorySegment buffer() {
-        return data;
-    }
+        /** An empty claim, for {@link SymmetricRingBuffer#tryClaim(int, int, Claim)}. */
+        public Claim() {
+        }
 
-    private void finishClaim(long payloadOffset, int type) {
-        int index = (int) payloadOffset - RECORD_HEADER_BYTES;
-        // an empty payload in the ring's last 8 bytes starts at capacity itself
-        if (payloadOffset < RECORD_HEADER_BYTES || payloadOffset > capacity
-                || payloadOffset % RingBufferLayout.RECORD_ALIGNMENT != 0) {
-            throw new IllegalArgumentException("ring buffer commit/abort: payloadOffset=" + payloadOffset
-                    + " is not an offset tryClaim returned (expected a multiple of " + RingBufferLayout.RECORD_ALIGNMENT
-                    + " in " + RECORD_HEADER_BYTES + ".." + capacity + "; fix: pass the offset the last tryClaim"
-                    + " returned, and commit or abort each claim once)");
+        private void open(SymmetricRingBuffer ring, int index, int length, int type) {
+            this.index = index;
+            this.length = length;
+            this.type = type;
+            this.ring = ring;
         }
-        long header = RingBufferLayout.recordHeaderAcquire(ring, index);
-        int length = RingBufferLayout.recordLength(header);
-        if (length >= 0 || RingBufferLayout.recordTypeOrRank(header) != rank) {
-            throw new IllegalStateException("ring buffer commit/abort: the record at payloadOffset=" + payloadOffset
-                    + " is not a claim of rank=" + rank + " in progress (header length=" + length
-                    + "; fix: commit or abort each claim once)");
+
+        /** {@return whether the claim holds room not yet committed or aborted} */
+        public boolean isOpen() {
+            return ring != null;
         }
-        RingBufferLayout.commitRecord(ring, index, -length, type);
+
+        /**
+         * The ring's data as mapped in this process; the claimed payload is {@link #length()} bytes at
+         * {@link #offset()}. Writing outside them corrupts other records: {@link #segment()} is the bounded view.
+         *
+         * @return the data ring
+         * @throws IllegalStateException when the claim is not open
+         */
+        public MemorySegment buffer() {
+            return openRing().data;
+        }
+
+        /**
+         * Where the payload starts in {@link #buffer()}.
+         *
+         * @return byte offset
+         * @throws IllegalStateException when the claim is not open
+         */
+        public long offset() {
+            openRing();
+            return (long) index + RECORD_HEADER_BYTES;
+        }
+
+        /**
+         * {@return payload bytes claimed}
+         *
+         * @throws IllegalStateException when the claim is not open
+         */
+        public int length() {
+            openRing();
+            return length;
+        }
+
+        /**
+         * The payload's room as a segment of its own (a new view per call; for the hottest loops write through
+         * {@link #buffer()} at {@link #offset()}, which creates none).
+         *
+         * @return {@link #length()} bytes
+         * @throws IllegalStateException when the claim is not open
+         */
+        public MemorySegment segment() {
+            return openRing().data.asSlice((long) index + RECORD_HEADER_BYTES, length);
+        }
+
+        /**
+         * Publishes the message: one release store of its header word, as {@link SymmetricRingBuffer#offer} does.
+         *
+         * @throws IllegalStateException when the claim is not open (committed or aborted already)
+         */
+        public void commit() {
+            SymmetricRingBuffer r = openRing();
+            ring = null;
+            // release: publishes the payload the caller wrote into the claim to the consumer's acquire of the header
+            RingBufferLayout.commitRecord(r.ring, index, length + RECORD_HEADER_BYTES, type);
+        }
+
+        /**
+         * Gives the room up: the record becomes padding, which the consumer skips and frees; nothing of it is read.
+         *
+         * @throws IllegalStateException when the claim is not open (committed or aborted already)
+         */
+        public void abort() {
+            SymmetricRingBuffer r = openRing();
+            ring = null;
+            // release: the padding header, read by the consumer's acquire; it frees the record without reading it
+            RingBufferLayout.commitRecord(r.ring, index, length + RECORD_HEADER_BYTES, PADDING_TYPE);
+        }
+
+        private SymmetricRingBuffer openRing() {
+            SymmetricRingBuffer r = ring;
+            if (r == null) {
+                throw new IllegalStateException("ring buffer claim: not open (committed or aborted already, or never"
+                        + " claimed; fix: tryClaim again, and commit or abort each claim once)");
+            }
+            return r;
+        }
+
+        @Override
+        public String toString() {
+            return ring == null ? "Claim[closed]" : "Claim[offset=" + ((long) index + RECORD_HEADER_BYTES) + ", length="
+                    + length + ", type=" + type + "]";
+        }
     }
 
     /** One predictable branch per message; the reasons are sorted out on the way to the exception. */
@@ -385,10 +524,10 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     }
 
     /**
-     * Claims room for a record and returns its index in the data ring, the record marked in progress (many-to-one)
+     * Reserves room for a record and returns its index in the data ring, the record marked in progress (many-to-one)
      * or still free (one-to-one, whose consumer waits for the one producer's commit); -1 when full.
      */
-    private int claim(int length) {
+    private int reserve(int length) {
         int recordLength = length + RECORD_HEADER_BYTES;
         int required = RingBufferLayout.align(recordLength);
         return kind == Kind.ONE_TO_ONE ? claimOneToOne(recordLength, required) : claimManyToOne(recordLength, required);
@@ -567,10 +706,18 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     }
 
     private boolean abandonIfProducerDead(int index, long header) {
+        if (header != stuckHeader || index != stuckIndex) {
+            stuckHeader = header; // a record newly seen in progress: count polls, no clock yet
+            stuckIndex = index;
+            stuckPolls = 0;
+            return false;
+        }
+        if (++stuckPolls % STUCK_POLLS_PER_CLOCK != 0) {
+            return false;
+        }
         long now = System.nanoTime();
-        if (header != stuckHeader) {
-            stuckHeader = header;
-            stuckSinceNanos = now;
+        if (stuckPolls == STUCK_POLLS_PER_CLOCK) {
+            stuckSinceNanos = now; // stuck for a while: from here it has to stay so for STUCK_CHECK_NANOS
             return false;
         }
         if (now - stuckSinceNanos < STUCK_CHECK_NANOS) {
@@ -586,6 +733,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
             abandoned++;
         }
         stuckHeader = 0;
+        stuckIndex = -1;
         return true;
     }
 

@@ -46,10 +46,10 @@ public final class StateProcessWorker {
         switch (group.rank()) {
             case 1 -> {
                 ring.put(KILLED_TYPE, payload(1, 0, max));
-                long claim = ring.tryClaim(64);
-                ring.buffer().asSlice(claim, 32).fill((byte) 0xAB);
+                SymmetricRingBuffer.Claim claim = ring.tryClaim(KILLED_TYPE, 64);
+                claim.segment().asSlice(0, 32).fill((byte) 0xAB);
                 control.signal(2, 0, 1, SignalOp.SET); // rank 2 may go: the torn record sits ahead of its messages
-                System.out.println("claimed at " + claim + ", killing myself");
+                System.out.println("claimed " + claim + ", killing myself");
                 System.out.flush();
                 new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid())).inheritIO().start().waitFor();
                 Thread.sleep(60_000);

@@ -55,16 +55,16 @@ class SymmetricRingBufferModelTest {
     void oneToOneClaimIsCheckedAtCommitAndAbort() {
         InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
             try (SymmetricRingBuffer ring = SymmetricRingBuffer.oneToOne(group, 0, 0, 1024)) {
-                long a = ring.tryClaim(24);
-                ring.buffer().set(ValueLayout.JAVA_LONG, a, 7);
+                SymmetricRingBuffer.Claim a = ring.tryClaim(3, 24);
+                a.buffer().set(ValueLayout.JAVA_LONG, a.offset(), 7);
                 assertEquals(0, ring.poll((t, b, o, l) -> { }, 10), "nothing before the commit");
-                ring.commit(a, 3);
-                assertThrows(IllegalStateException.class, () -> ring.commit(a, 3), "a claim commits once");
-                assertThrows(IllegalStateException.class, () -> ring.abort(a), "a committed claim is not aborted");
-                long b = ring.tryClaim(8);
-                ring.abort(b);
-                assertThrows(IllegalStateException.class, () -> ring.abort(b), "a claim aborts once");
-                assertThrows(IllegalArgumentException.class, () -> ring.commit(3, 1), "not an offset tryClaim returned");
+                a.commit();
+                assertThrows(IllegalStateException.class, a::commit, "a claim commits once");
+                assertThrows(IllegalStateException.class, a::abort, "a committed claim is not aborted");
+                assertThrows(IllegalStateException.class, a::offset, "a committed claim hands out no room");
+                SymmetricRingBuffer.Claim b = ring.tryClaim(1, 8);
+                b.abort();
+                assertThrows(IllegalStateException.class, b::abort, "a claim aborts once");
                 List<Long> got = new ArrayList<>();
                 assertEquals(1, ring.poll((t, buf, o, l) -> got.add(t * 1000L + l * 100L + buf.get(ValueLayout.JAVA_LONG, o)), 10));
                 assertEquals(List.of(3000L + 2400L + 7L), got);
@@ -101,14 +101,14 @@ class SymmetricRingBufferModelTest {
                         if (how == 0) {
                             written = ring.offer(type, payload);
                         } else {
-                            long offset = ring.tryClaim(length);
-                            written = offset >= 0;
+                            SymmetricRingBuffer.Claim claim = ring.tryClaim(type, length);
+                            written = claim != null;
                             if (written) {
-                                MemorySegment.copy(MemorySegment.ofArray(payload), 0, ring.buffer(), offset, length);
+                                MemorySegment.copy(MemorySegment.ofArray(payload), 0, claim.segment(), 0, length);
                                 if (how == 1) {
-                                    ring.commit(offset, type);
+                                    claim.commit();
                                 } else {
-                                    ring.abort(offset);
+                                    claim.abort();
                                 }
                             }
                         }

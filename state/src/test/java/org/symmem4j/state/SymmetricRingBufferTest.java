@@ -180,15 +180,16 @@ class SymmetricRingBufferTest {
     void claimCommitAndAbortWriteInPlace() {
         InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
             try (SymmetricRingBuffer ring = SymmetricRingBuffer.manyToOne(group, 0, 1024)) {
-                long a = ring.tryClaim(16);
-                long b = ring.tryClaim(8);
-                ring.buffer().set(ValueLayout.JAVA_LONG, a, 42);
-                ring.buffer().set(ValueLayout.JAVA_LONG, b, 43);
+                SymmetricRingBuffer.Claim a = ring.tryClaim(5, 16);
+                SymmetricRingBuffer.Claim b = new SymmetricRingBuffer.Claim();
+                assertTrue(ring.tryClaim(6, 8, b), "a second claim open beside the first");
+                a.buffer().set(ValueLayout.JAVA_LONG, a.offset(), 42);
+                b.segment().set(ValueLayout.JAVA_LONG, 0, 43);
                 assertEquals(0, ring.poll((t, buf, o, l) -> { }, 10), "nothing before the commit");
-                ring.abort(b);
+                b.abort();
                 assertEquals(0, ring.poll((t, buf, o, l) -> { }, 10), "b aborted, a still open ahead of it");
-                ring.commit(a, 5);
-                assertThrows(IllegalStateException.class, () -> ring.commit(a, 5), "a claim commits once");
+                a.commit();
+                assertThrows(IllegalStateException.class, a::commit, "a claim commits once");
                 List<Long> got = new ArrayList<>();
                 assertEquals(1, ring.poll((t, buf, o, l) -> got.add(t * 1000L + buf.get(ValueLayout.JAVA_LONG, o)), 10));
                 assertEquals(List.of(5042L), got);

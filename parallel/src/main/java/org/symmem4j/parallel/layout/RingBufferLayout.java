@@ -47,7 +47,9 @@ import java.lang.invoke.VarHandle;
  *       records it read before releasing HEAD. Producers mark a claim in progress (negative length and their rank)
  *       right after winning it: a consumer that finds that rank dead skips the record as padding.</li>
  * </ul>
- * A one-to-one producer marks in progress only what {@code tryClaim} hands out (commit and abort check the mark).
+ * A one-to-one producer marks nothing in progress, not even a claim written in place: the word at its record reads 0
+ * until the commit, and the consumer waits there (a dead one-to-one producer is reported by the consumer's bounded
+ * wait, not skipped: no record could follow it).
  */
 public final class RingBufferLayout {
 
