@@ -86,8 +86,8 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * In group mode each rank's trainer holds only its own stages (the others are hollow: layouts over reserved memory,
  * no values), and every rank's model gets the whole trained network: each stage's state is gathered from the rank
  * that trained it (a collective at the end of every {@code fit}, which every rank calls anyway). Built from a
- * configuration ({@link #builder(MultiLayerConfiguration)}) no rank holds the whole network until
- * {@link #copyParametersTo} is called.
+ * configuration ({@link #builder(MultiLayerConfiguration)}, {@link #builder(ComputationGraphConfiguration)}) no rank
+ * holds the whole network until {@link #copyParametersTo} is called.
  *
  * <p>The DL4J listeners attached to the model ({@code ScoreIterationListener}, the UI's {@code StatsListener}
  * with its router, ...) are called as DL4J's {@code fit} calls them for one model trained on each step's batch,
