@@ -310,50 +310,34 @@ final class FullySharded implements AutoCloseable {
     }
 
     /**
-     * Initialises this rank's blocks as DL4J's {@code MultiLayerNetwork.init()} initialises the whole vector, without
-     * ever holding it: DL4J seeds ND4J's random generator (this thread's) with the configuration's seed and
-     * instantiates every layer in order with {@code initializeParams=true}, each drawing its parameters from that
-     * generator into its view of the flat vector. Here each layer's view is its unit of the sparse parameter memory,
-     * the working buffer: once the layer has drawn its values, the pages outside this rank's block are given back
-     * before the next layer is drawn. The draws are DL4J's, in DL4J's order, so the blocks are bitwise those of
-     * {@code new MultiLayerNetwork(conf).init()}; the peak is the own blocks plus one layer.
+     * Initialises this rank's blocks as DL4J's {@code init()} initialises the whole vector, without ever holding it
+     * ({@link InitialisationReplay}: DL4J's own draws, in DL4J's order). Each layer's (vertex's) view is its unit of
+     * the sparse parameter memory, the working buffer: once it has drawn its values, the pages outside this rank's
+     * block are given back before the next one draws. So the blocks are bitwise those of
+     * {@code new MultiLayerNetwork(conf).init()} (or the graph's), and the peak is the own blocks plus one layer.
      */
     void initialiseOwnBlocks() {
-        if (replica instanceof ModelReplica.Graph(org.deeplearning4j.nn.graph.ComputationGraph graph)) {
-            // DL4J's graph draws its vertices in index order into a topological layout: GraphConfigurationStart
-            GraphConfigurationStart.initialiseOwnBlocks(graph, (position, offset, length) -> {
+        INDArray flat = replica.params().reshape(count); // as DL4J's init cuts its flat vector: 1-D, a view per layer
+        InitialisationReplay.Target target = new InitialisationReplay.Target() {
+            @Override
+            public INDArray view(int position, long offset, long length) {
+                return flat.get(NDArrayIndex.interval(offset, offset + length));
+            }
+
+            @Override
+            public void drawn(int position, long offset, long length) {
                 Unit u = unitOfLayer[position];
                 if (u == null || u.offset() != offset || u.length() != length) {
-                    throw Invariants.violated("the vertex at position " + position + " initialises elements [" + offset
+                    throw Invariants.violated("the layer at position " + position + " initialises elements [" + offset
                             + ", " + (offset + length) + "); its unit is " + u);
                 }
                 releaseOutsideOwnBlock(params, u);
-            });
-            return;
-        }
-        if (!(replica instanceof ModelReplica.Mln(MultiLayerNetwork net))) {
-            throw Invariants.violated("a model started from a configuration is a MultiLayerNetwork or a ComputationGraph;"
-                    + " found " + replica.model().getClass().getName());
-        }
-        MultiLayerConfiguration conf = net.getLayerWiseConfigurations();
-        DataType type = conf.getDataType();
-        INDArray flat = net.params().reshape(count); // as DL4J's init cuts its flat vector: 1-D, a view per layer
-        org.nd4j.linalg.factory.Nd4j.getRandom().setSeed(net.getDefaultConfiguration().getSeed());
-        long at = 0;
-        for (int i = 0; i < conf.getConfs().size(); i++) {
-            NeuralNetConfiguration c = conf.getConf(i);
-            long n = c.getLayer().initializer().numParams(c);
-            INDArray view = n == 0 ? null : flat.get(NDArrayIndex.interval(at, at + n));
-            c.getLayer().instantiate(c, List.of(), i, view, true, type); // DL4J's own draws; the layer object is dropped
-            Unit u = unitOfLayer[i];
-            if (u != null) {
-                if (u.offset() != at || u.length() != n) {
-                    throw Invariants.violated("layer " + i + " initialises elements [" + at + ", " + (at + n)
-                            + "); its unit is [" + u.offset() + ", " + (u.offset() + u.length()) + ")");
-                }
-                releaseOutsideOwnBlock(params, u);
             }
-            at += n;
+        };
+        switch (replica) {
+            case ModelReplica.Graph(org.deeplearning4j.nn.graph.ComputationGraph graph) ->
+                    InitialisationReplay.replay(graph, target);
+            case ModelReplica.Mln(MultiLayerNetwork net) -> InitialisationReplay.replay(net, target);
         }
     }
 

@@ -1,12 +1,8 @@
 package org.symmem4j.dl4j;
 
-import java.util.Map;
 import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
 import org.deeplearning4j.nn.graph.ComputationGraph;
-import org.deeplearning4j.nn.graph.vertex.GraphVertex;
-import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
-import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.parallel.Group;
 
 /**
@@ -17,12 +13,11 @@ import org.symmem4j.parallel.Group;
  * <p>At {@code build()} the stage-3 model state of each process is planned from the configuration alone
  * ({@link ModelStatePlan}) and checked against the process's caps before anything is allocated; the wrapper's graph is
  * then made hollow ({@link HollowNetworks#hollow(ComputationGraph)}). Each worker initialises its own blocks
- * ({@link #initialiseOwnBlocks}) as DL4J's {@code ComputationGraph.init()} initialises the whole vector: the flat
- * layout is the vertices in topological order, but DL4J instantiates (and so draws the random values of) the vertices
- * in their index order, the network inputs first and then the configuration's vertices in the order they were added,
- * from the one generator it seeds with the configuration's seed. Doing the same, vertex by vertex into the worker's
- * sparse parameter memory and giving back the pages outside its blocks after each, gives bitwise the parameters of
- * {@code new ComputationGraph(conf).init()} with at most the own blocks plus one layer resident.
+ * ({@code FullySharded.initialiseOwnBlocks}) by replaying DL4J's {@code ComputationGraph.init()}
+ * ({@link InitialisationReplay#replay(ComputationGraph, InitialisationReplay.Target)}: the vertices' draws in their
+ * index order, each into its topological place) vertex by vertex into the worker's sparse parameter memory, giving
+ * back the pages outside its blocks after each: bitwise the parameters of {@code new ComputationGraph(conf).init()}
+ * with at most the own blocks plus one layer resident.
  *
  * <p>What stage 3 cannot drive ({@link FullySharded#check}) is refused at {@code build()}. Only stage 3 starts a graph
  * from its configuration: the other stages hold a whole replica per worker anyway
@@ -47,11 +42,6 @@ final class GraphConfigurationStart {
         boolean hollow() {
             return hollow;
         }
-    }
-
-    /** Receives each vertex's values once DL4J drew them: its position (topological), its elements in the flat vector. */
-    interface Drawn {
-        void drawn(int position, long offset, long length);
     }
 
     /**
@@ -81,51 +71,6 @@ final class GraphConfigurationStart {
         // what stage 3 cannot drive (a frozen vertex, a vertex with parameters but no layer, truncated BPTT), refused
         // at build() from the hollow graph's vertices rather than at the first fit: nothing is written either way
         FullySharded.check(ModelReplica.of(graph));
-    }
-
-    /**
-     * Draws the parameters of {@code net}'s vertices as DL4J's {@code ComputationGraph.init()} does, into
-     * {@code net}'s flat parameter view (a worker's sparse parameter memory), telling {@code drawn} after each vertex
-     * so that it gives back what the worker does not keep before the next vertex draws (see the class comment).
-     *
-     * @param net a stage-3 replica of the graph: its views cut, nothing initialised
-     */
-    static void initialiseOwnBlocks(ComputationGraph net, Drawn drawn) {
-        ComputationGraphConfiguration conf = net.getConfiguration();
-        DataType type = conf.getDataType();
-        long count = net.params().length();
-        INDArray flat = net.params().reshape(count); // as DL4J's init cuts its flat vector: 1-D, a view per vertex
-        GraphVertex[] vertices = net.getVertices();
-        int[] topological = net.topologicalSortOrder();
-        Map<String, org.deeplearning4j.nn.conf.graph.GraphVertex> confVertices = conf.getVertices();
-        long[] offsetOf = new long[vertices.length];
-        long[] lengthOf = new long[vertices.length];
-        int[] positionOf = new int[vertices.length];
-        long at = 0;
-        for (int p = 0; p < topological.length; p++) {
-            int v = topological[p];
-            org.deeplearning4j.nn.conf.graph.GraphVertex c = confVertices.get(vertices[v].getVertexName());
-            long n = c == null ? 0 : c.numParams(true); // network inputs have no configuration vertex
-            offsetOf[v] = at;
-            lengthOf[v] = n;
-            positionOf[v] = p;
-            at += n;
-        }
-        if (at != count) {
-            throw org.symmem4j.parallel.Invariants.violated("the graph's vertices have " + at + " parameters; its flat"
-                    + " vector " + count);
-        }
-        org.nd4j.linalg.factory.Nd4j.getRandom().setSeed(conf.getDefaultConfiguration().getSeed());
-        int inputs = conf.getNetworkInputs().size();
-        for (int v = inputs; v < vertices.length; v++) { // DL4J's instantiation order: vertex indices, not topological
-            String name = vertices[v].getVertexName();
-            long n = lengthOf[v];
-            INDArray view = n == 0 ? null : flat.get(NDArrayIndex.interval(offsetOf[v], offsetOf[v] + n));
-            confVertices.get(name).instantiate(net, name, v, view, true, type); // DL4J's own draws; the vertex is dropped
-            if (n > 0) {
-                drawn.drawn(positionOf[v], offsetOf[v], n);
-            }
-        }
     }
 
     /** DL4J's graph of {@code hollow}'s configuration over {@code full}, the gathered parameters (a consolidated save). */

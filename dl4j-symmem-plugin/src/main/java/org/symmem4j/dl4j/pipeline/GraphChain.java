@@ -15,6 +15,7 @@ import org.deeplearning4j.nn.graph.vertex.GraphVertex;
 import org.deeplearning4j.nn.graph.vertex.VertexIndices;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.parallel.Invariants;
 
 /**
@@ -94,6 +95,40 @@ final class GraphChain {
      */
     static MultiLayerNetwork toNetwork(ComputationGraph graph) {
         List<GraphVertex> chain = layerVertices(graph);
+        MultiLayerNetwork network = new MultiLayerNetwork(networkConfiguration(graph, chain));
+        network.init();
+        requireSameLayout(graph, chain, network);
+        if (network.numParams() > 0) {
+            network.params().assign(graph.params());
+            UpdaterStateCopy.copy(graph.getUpdater(false), network.getUpdater(true), 0, 0, network.numParams());
+        }
+        ComputationGraphConfiguration conf = graph.getConfiguration();
+        network.setIterationCount(conf.getIterationCount());
+        network.setEpochCount(conf.getEpochCount());
+        return network;
+    }
+
+    /** The equivalent network of a hollow chain graph, hollow too: its layout, no values. */
+    record Hollow(MultiLayerNetwork network, HollowNetworks.Reservation reservation) {
+    }
+
+    /**
+     * The multi-layer network equivalent to {@code graph}, a hollow graph started from its configuration
+     * ({@link HollowNetworks#hollow(ComputationGraph)}): hollow as well, so that neither ever holds a value; checked
+     * as {@link #toNetwork} checks (a chain, the same flat layout).
+     *
+     * @throws IllegalArgumentException naming the vertex that breaks the chain, and why
+     */
+    static Hollow hollowNetwork(ComputationGraph graph) {
+        List<GraphVertex> chain = layerVertices(graph);
+        MultiLayerNetwork network = new MultiLayerNetwork(networkConfiguration(graph, chain));
+        HollowNetworks.Reservation reservation = HollowNetworks.hollow(network);
+        requireSameLayout(graph, chain, network);
+        return new Hollow(network, reservation);
+    }
+
+    /** The configuration of the network equivalent to {@code graph}, whose layer vertices are {@code chain}. */
+    private static MultiLayerConfiguration networkConfiguration(ComputationGraph graph, List<GraphVertex> chain) {
         ComputationGraphConfiguration conf = graph.getConfiguration();
         List<NeuralNetConfiguration> confs = new ArrayList<>();
         Map<Integer, InputPreProcessor> preProcessors = new HashMap<>();
@@ -110,16 +145,9 @@ final class GraphChain {
         networkConf.setBackpropType(conf.getBackpropType());
         networkConf.setTrainingWorkspaceMode(conf.getTrainingWorkspaceMode());
         networkConf.setInferenceWorkspaceMode(conf.getInferenceWorkspaceMode());
-        MultiLayerNetwork network = new MultiLayerNetwork(networkConf);
-        network.init();
-        requireSameLayout(graph, chain, network);
-        if (network.numParams() > 0) {
-            network.params().assign(graph.params());
-            UpdaterStateCopy.copy(graph.getUpdater(false), network.getUpdater(true), 0, 0, network.numParams());
-        }
-        network.setIterationCount(conf.getIterationCount());
-        network.setEpochCount(conf.getEpochCount());
-        return network;
+        networkConf.setIterationCount(conf.getIterationCount());
+        networkConf.setEpochCount(conf.getEpochCount());
+        return networkConf;
     }
 
     /** Writes {@code network}'s parameters, updater state and counters into {@code graph}, the chain it stands for. */

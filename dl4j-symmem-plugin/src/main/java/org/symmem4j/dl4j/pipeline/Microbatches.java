@@ -116,6 +116,55 @@ public final class Microbatches {
                 cut(batch.getLabelsMaskArray(), microbatches, size, null));
     }
 
+    /**
+     * The shares of data-parallel replicas {@code [firstReplica, endReplica)} of {@code batch}: the batch is cut into
+     * {@code microbatches x dataParallel} equal pieces and replica {@code d}'s microbatch {@code k} is piece
+     * {@code k * dataParallel + d}, so the replicas' microbatch {@code k} together are the batch's {@code k}-th
+     * {@code 1/microbatches}.
+     *
+     * @throws IllegalArgumentException when features or labels are missing, or the batch size is not a multiple of
+     *                                  {@code microbatches x dataParallel}
+     */
+    static List<Microbatches> replicaShares(DataSet batch, int microbatches, int dataParallel, int firstReplica,
+                                            int endReplica, DataType dataType) {
+        int m = microbatches;
+        int pieces = m * dataParallel;
+        if (batch.getFeatures() == null || batch.getLabels() == null) {
+            throw new IllegalArgumentException("the batch has features=" + (batch.getFeatures() == null ? "null" : "set")
+                    + " labels=" + (batch.getLabels() == null ? "null" : "set") + ": pipeline training needs"
+                    + " both (fix: give batches with features and labels)");
+        }
+        long examples = batch.getFeatures().size(0);
+        if (examples < pieces || examples % pieces != 0) {
+            long lower = examples / pieces * pieces;
+            throw new IllegalArgumentException("batch size=" + examples + " is not divisible by microbatches=" + m
+                    + " x dataParallel=" + dataParallel + ": expected a multiple of " + pieces + " (every replica trains on"
+                    + " an equal share cut into equal microbatches; fix: use batch size "
+                    + (lower == 0 ? String.valueOf(pieces) : lower + " or " + (lower + pieces)) + ")");
+        }
+        Microbatches all = split(batch, pieces, dataType);
+        List<Microbatches> shares = new ArrayList<>(endReplica - firstReplica);
+        for (int d = firstReplica; d < endReplica; d++) {
+            List<INDArray> features = new ArrayList<>(m);
+            List<INDArray> labels = new ArrayList<>(m);
+            List<INDArray> featuresMasks = batch.getFeaturesMaskArray() == null ? null : new ArrayList<>(m);
+            List<INDArray> labelsMasks = batch.getLabelsMaskArray() == null ? null : new ArrayList<>(m);
+            for (int k = 0; k < m; k++) {
+                int piece = k * dataParallel + d;
+                features.add(all.features().get(piece));
+                labels.add(all.labels().get(piece));
+                if (featuresMasks != null) {
+                    featuresMasks.add(all.featuresMask(piece));
+                }
+                if (labelsMasks != null) {
+                    labelsMasks.add(all.labelsMask(piece));
+                }
+            }
+            shares.add(new Microbatches(features, labels, featuresMasks, labelsMasks));
+        }
+        return shares;
+    }
+
     private static void requireExamples(String what, INDArray array, long examples) {
         if (array != null && array.size(0) != examples) {
             throw new IllegalArgumentException("the batch has " + examples + " feature rows but " + array.size(0) + " "

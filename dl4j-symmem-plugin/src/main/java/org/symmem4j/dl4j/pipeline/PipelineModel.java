@@ -2,6 +2,7 @@ package org.symmem4j.dl4j.pipeline;
 
 import java.util.Collection;
 import java.util.List;
+import java.util.function.Consumer;
 import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.conf.BackpropType;
@@ -12,6 +13,7 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.symmem4j.dl4j.HollowNetworks;
+import org.symmem4j.dl4j.InitialisationReplay;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.dl4j.train.ListenedModel;
 import org.symmem4j.dl4j.train.ModelListeners;
@@ -31,24 +33,40 @@ final class PipelineModel implements ListenedModel {
     private final ComputationGraph graph;
     private final PipelineStageSplit split;
 
-    /** The reserved memory under a model started from a configuration (hollow: it never holds the network), or null. */
-    private final HollowNetworks.Reservation hollow;
+    /** A model started from a configuration (hollow: it never holds the network), or null. */
+    private final FromConfiguration hollow;
 
-    PipelineModel(MultiLayerNetwork network, ComputationGraph graph, PipelineStageSplit split,
-                  HollowNetworks.Reservation hollow) {
+    /**
+     * A model started from its configuration ({@code PipelineParallelTrainer.builder(conf)}): its arrays hold nothing,
+     * the stages' state stays in the stages ({@code copyParametersTo} gathers it), and only its counters follow them.
+     *
+     * @param reserved the reservations under the hollow network (and graph): kept reachable as long as the model
+     * @param draws    the replay of DL4J's {@code init()} of the model ({@link InitialisationReplay}), from which each
+     *                 rank draws its stages' parameters
+     */
+    record FromConfiguration(List<HollowNetworks.Reservation> reserved, Consumer<InitialisationReplay.Target> draws) {
+
+        /** The pages of the hollow arrays that hold memory now: 0 while nothing wrote them (a page per array at most). */
+        long residentBytes() {
+            return reserved.stream().mapToLong(HollowNetworks.Reservation::residentBytes).sum();
+        }
+    }
+
+    PipelineModel(MultiLayerNetwork network, ComputationGraph graph, PipelineStageSplit split, FromConfiguration hollow) {
         this.network = network;
         this.graph = graph;
         this.split = split;
         this.hollow = hollow;
     }
 
-    /**
-     * The reservation under a model started from a configuration ({@code PipelineParallelTrainer.builder(conf)}): its
-     * arrays hold nothing, the stages' state stays in the stages ({@code copyParametersTo} gathers it), and only its
-     * counters follow them. Null for a model given whole.
-     */
-    HollowNetworks.Reservation hollow() {
+    /** The model started from its configuration (see {@link FromConfiguration}), or null for a model given whole. */
+    FromConfiguration hollow() {
         return hollow;
+    }
+
+    /** How the stages draw their parameters: null to copy them from the model given whole (see {@link #hollow}). */
+    Consumer<InitialisationReplay.Target> draws() {
+        return hollow == null ? null : hollow.draws();
     }
 
     /**
@@ -73,8 +91,8 @@ final class PipelineModel implements ListenedModel {
         if (hollow != null) {
             // nothing to hold: the counters only, which every held stage has alike after a step
             MultiLayerNetwork held = stages.stream().filter(Dl4jPipelineStage::held).findFirst().orElseThrow().network();
-            network.setIterationCount(held.getIterationCount());
-            network.setEpochCount(held.getEpochCount());
+            setIterationCount(held.getIterationCount());
+            setEpochCount(held.getEpochCount());
             return;
         }
         if (exchange == null) {

@@ -13,17 +13,18 @@ import java.util.Objects;
 import java.util.Optional;
 import java.util.function.Consumer;
 import java.util.function.IntPredicate;
+import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
-import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.train.CheckpointDirectory;
 import org.symmem4j.dl4j.train.CheckpointSchedule;
@@ -85,8 +86,8 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * In group mode each rank's trainer holds only its own stages (the others are hollow: layouts over reserved memory,
  * no values), and every rank's model gets the whole trained network: each stage's state is gathered from the rank
  * that trained it (a collective at the end of every {@code fit}, which every rank calls anyway). Built from a
- * configuration ({@link #builder(MultiLayerConfiguration)}) no rank holds the whole network until
- * {@link #copyParametersTo} is called.
+ * configuration ({@link #builder(MultiLayerConfiguration)}, {@link #builder(ComputationGraphConfiguration)}) no rank
+ * holds the whole network until {@link #copyParametersTo} is called.
  *
  * <p>The DL4J listeners attached to the model ({@code ScoreIterationListener}, the UI's {@code StatsListener}
  * with its router, ...) are called as DL4J's {@code fit} calls them for one model trained on each step's batch,
@@ -197,7 +198,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         List<List<Dl4jPipelineStage>> replicas = new ArrayList<>(copies);
         for (int d = 0; d < copies; d++) {
             // every replica starts from the same copy of the network's parameters, updater state and counters
-            replicas.add(split.buildStages(held, model.hollow() != null));
+            replicas.add(split.buildStages(held, model.draws()));
         }
         this.replicaStages = List.copyOf(replicas);
         this.stages = replicaStages.getFirst();
@@ -228,7 +229,22 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public static PipelineParallelTrainerBuilder builder(MultiLayerConfiguration conf) {
         MultiLayerNetwork hollow = new MultiLayerNetwork(Objects.requireNonNull(conf, "conf").clone());
-        return new PipelineParallelTrainerBuilder(hollow, null, org.symmem4j.dl4j.HollowNetworks.hollow(hollow));
+        return new PipelineParallelTrainerBuilder(hollow, null, HollowNetworks.hollow(hollow));
+    }
+
+    /**
+     * As {@link #builder(MultiLayerConfiguration)}, for a chain {@link ComputationGraph} (see
+     * {@link #builder(ComputationGraph)}) given by its configuration: each rank initialises only its own stages, their
+     * parameters bitwise those of {@code new ComputationGraph(conf).init()} (DL4J's draws in its vertex order), and
+     * the trainer's graph is hollow; {@link #copyParametersTo(ComputationGraph)} gathers the trained graph on request.
+     * A configuration that is not a chain is refused at {@code build()}, naming the vertex.
+     *
+     * @param conf the graph's configuration
+     * @return a builder; {@code microbatches} must be set (and {@code ranks} or a group)
+     */
+    public static PipelineParallelTrainerBuilder builder(ComputationGraphConfiguration conf) {
+        ComputationGraph hollow = new ComputationGraph(Objects.requireNonNull(conf, "conf").clone());
+        return new PipelineParallelTrainerBuilder(null, hollow, HollowNetworks.hollow(hollow));
     }
 
     /**
@@ -708,9 +724,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /**
      * The cut into microbatches, then the checks of features and labels against the network and the
-     * step's plan, one per data-parallel replica: the batch is cut into {@code microbatches x dp}
-     * equal pieces and replica {@code d}'s microbatch {@code k} is piece {@code k * dp + d}, so the
-     * replicas' microbatch {@code k} together are the batch's {@code k}-th {@code 1/microbatches}.
+     * step's plan, one per data-parallel replica this process runs, each on its share of the batch
+     * ({@link Microbatches#replicaShares}).
      */
     private List<StepPlan> prepare(DataSet batch) {
         Objects.requireNonNull(batch, "batch");
@@ -718,42 +733,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         if (dataParallel == 1) {
             return List.of(StepPlan.of(split, stages, Microbatches.split(batch, m, split.dataType()), inputType));
         }
-        int pieces = m * dataParallel;
-        if (batch.getFeatures() == null || batch.getLabels() == null) {
-            throw new IllegalArgumentException("the batch has features=" + (batch.getFeatures() == null ? "null" : "set")
-                    + " labels=" + (batch.getLabels() == null ? "null" : "set") + ": pipeline training needs"
-                    + " both (fix: give batches with features and labels)");
-        }
-        long examples = batch.getFeatures().size(0);
-        if (examples < pieces || examples % pieces != 0) {
-            long lower = examples / pieces * pieces;
-            throw new IllegalArgumentException("batch size=" + examples + " is not divisible by microbatches=" + m
-                    + " x dataParallel=" + dataParallel + ": expected a multiple of " + pieces + " (every replica trains on"
-                    + " an equal share cut into equal microbatches; fix: use batch size "
-                    + (lower == 0 ? String.valueOf(pieces) : lower + " or " + (lower + pieces)) + ")");
-        }
-        Microbatches all = Microbatches.split(batch, pieces, split.dataType());
-        List<StepPlan> plans = new ArrayList<>(dataParallel);
         // group mode: this process's replica only
         int firstReplica = group == null ? 0 : group.rank() / shape.ranks();
-        int endReplica = group == null ? dataParallel : firstReplica + 1;
-        for (int d = firstReplica; d < endReplica; d++) {
-            List<INDArray> features = new ArrayList<>(m);
-            List<INDArray> labels = new ArrayList<>(m);
-            List<INDArray> featuresMasks = batch.getFeaturesMaskArray() == null ? null : new ArrayList<>(m);
-            List<INDArray> labelsMasks = batch.getLabelsMaskArray() == null ? null : new ArrayList<>(m);
-            for (int k = 0; k < m; k++) {
-                int piece = k * dataParallel + d;
-                features.add(all.features().get(piece));
-                labels.add(all.labels().get(piece));
-                if (featuresMasks != null) {
-                    featuresMasks.add(all.featuresMask(piece));
-                }
-                if (labelsMasks != null) {
-                    labelsMasks.add(all.labelsMask(piece));
-                }
-            }
-            plans.add(StepPlan.of(split, group == null ? replicaStages.get(d) : stages, new Microbatches(features, labels, featuresMasks, labelsMasks),
+        List<Microbatches> shares = Microbatches.replicaShares(batch, m, dataParallel, firstReplica,
+                group == null ? dataParallel : firstReplica + 1, split.dataType());
+        List<StepPlan> plans = new ArrayList<>(shares.size());
+        for (int i = 0; i < shares.size(); i++) {
+            plans.add(StepPlan.of(split, group == null ? replicaStages.get(firstReplica + i) : stages, shares.get(i),
                     inputType));
         }
         return plans;

@@ -2,10 +2,12 @@ package org.symmem4j.dl4j.pipeline;
 
 import java.io.UncheckedIOException;
 import java.util.Arrays;
+import java.util.List;
 import java.util.Objects;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.symmem4j.dl4j.HollowNetworks;
+import org.symmem4j.dl4j.InitialisationReplay;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.symmem4j.dl4j.train.ModelListeners;
@@ -58,7 +60,10 @@ public final class PipelineParallelTrainerBuilder
     private DataSet profileSample;
     private StageProfile profile;
 
-    /** A network started from a configuration: hollow ({@link HollowNetworks}), never holding its values; or null. */
+    /**
+     * A network (or graph) started from a configuration: the reservation under it, hollow ({@link HollowNetworks}),
+     * never holding its values; or null.
+     */
     private final HollowNetworks.Reservation fromConfiguration;
 
     PipelineParallelTrainerBuilder(MultiLayerNetwork network, ComputationGraph graph) {
@@ -270,8 +275,19 @@ public final class PipelineParallelTrainerBuilder
                     + " expected stagesPerRank=1 (" + schedule + " runs one stage per rank; fix: use"
                     + " INTERLEAVED for more)");
         }
-        if (graph != null) {
+        PipelineModel.FromConfiguration start = null;
+        if (graph != null && fromConfiguration != null) {
+            // refuses graphs that are not a chain, naming the vertex; neither the graph nor its chain holds a value
+            GraphChain.Hollow chain = GraphChain.hollowNetwork(graph);
+            network = chain.network();
+            start = new PipelineModel.FromConfiguration(List.of(fromConfiguration, chain.reservation()),
+                    target -> InitialisationReplay.replay(graph, target)); // DL4J's graph draws: vertex index order
+        } else if (graph != null) {
             network = GraphChain.toNetwork(graph); // refuses graphs that are not a chain, naming the vertex
+        } else if (fromConfiguration != null) {
+            MultiLayerNetwork hollow = network;
+            start = new PipelineModel.FromConfiguration(List.of(fromConfiguration),
+                    target -> InitialisationReplay.replay(hollow, target));
         }
         int stageCount = Math.multiplyExact(ranks, stagesPerRank);
         int layers = network.getLayerWiseConfigurations().getConfs().size();
@@ -322,12 +338,12 @@ public final class PipelineParallelTrainerBuilder
         if (group != null) {
             split = agreeAcrossRanks(split, measured != null, slots);
         }
-        PipelineModel model = new PipelineModel(network, graph, split, fromConfiguration);
+        PipelineModel model = new PipelineModel(network, graph, split, start);
         // refuses what the trainer cannot call as fit() would, leaving the model's listeners as they were
         listenerOptions().attachTo(model, l -> {
             refuseInGroupMode(group, l);
             if (fromConfiguration != null && !l.isEmpty()) {
-                throw new IllegalArgumentException("builder(MultiLayerConfiguration) with DL4J listeners: they are shown the"
+                throw new IllegalArgumentException(startedFrom() + " with DL4J listeners: they are shown the"
                         + " whole network after each step, which a trainer built from a configuration never holds; expected"
                         + " none (fix: stepListener(...), or builder(network))");
             }
@@ -342,11 +358,16 @@ public final class PipelineParallelTrainerBuilder
                 : options().checkpointSchedule() != null ? "checkpointEvery (checkpoints hold the whole network, model.zip)"
                 : null;
         if (needs != null) {
-            throw new IllegalArgumentException("builder(MultiLayerConfiguration) with " + needs + ": a trainer built from a"
+            throw new IllegalArgumentException(startedFrom() + " with " + needs + ": a trainer built from a"
                     + " configuration never holds the whole network, on any rank; expected none of these (fix:"
                     + " stageBoundaries(...) or the parameter-balanced split, stepListener(...), copyParametersTo(network)"
                     + " to save; or builder(network))");
         }
+    }
+
+    /** The builder call of a model started from its configuration, as errors name it. */
+    private String startedFrom() {
+        return graph != null ? "builder(ComputationGraphConfiguration)" : "builder(MultiLayerConfiguration)";
     }
 
     /** Group mode: a host transport, and ranks x dataParallel = the group's size (ranks defaulting to it). */

@@ -6,6 +6,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.function.Consumer;
 import java.util.function.IntPredicate;
 import org.deeplearning4j.nn.conf.BackpropType;
 import org.deeplearning4j.nn.conf.CNN2DFormat;
@@ -13,7 +14,6 @@ import org.deeplearning4j.nn.conf.CacheMode;
 import org.deeplearning4j.nn.conf.GradientNormalization;
 import org.deeplearning4j.nn.conf.InputPreProcessor;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
-import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.RNNFormat;
 import org.deeplearning4j.nn.conf.WorkspaceMode;
 import org.deeplearning4j.nn.conf.inputs.InputType;
@@ -33,6 +33,7 @@ import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.dl4j.HollowNetworks;
+import org.symmem4j.dl4j.InitialisationReplay;
 import org.symmem4j.parallel.Invariants;
 
 /**
@@ -69,6 +70,8 @@ public final class PipelineStageSplit {
     private final long[] paramOffset;
     private final long[] nIn;
     private final long[] nOut;
+    /** See {@link #parameterElementsAllocated()}. */
+    private long parameterElementsAllocated;
 
     private PipelineStageSplit(MultiLayerNetwork network, int[] stageStart, long[] paramOffset, long[] nIn, long[] nOut) {
         this.network = network;
@@ -421,7 +424,7 @@ public final class PipelineStageSplit {
     public List<MultiLayerNetwork> buildStageNetworks() {
         List<MultiLayerNetwork> stages = new ArrayList<>(stageCount());
         for (int s = 0; s < stageCount(); s++) {
-            stages.add(buildHeldStage(s));
+            stages.add(buildHeldStage(s, true));
         }
         return stages;
     }
@@ -432,15 +435,20 @@ public final class PipelineStageSplit {
      * ({@link HollowNetworks}): its layers, flat layout, updater blocks and mask propagation without a single element,
      * so the rank holds only its own stages' share of the model.
      *
-     * @param held which stages this rank trains
+     * @param held  which stages this rank trains
+     * @param draws null to copy the held stages' state from the split's network; for a model started from its
+     *              configuration, the replay of DL4J's initialisation of that model
+     *              ({@link InitialisationReplay}), which draws the held stages' parameters as DL4J's {@code init()}
+     *              of the whole model would: fresh updater state, the network's counters
      * @return every stage, in stage order
      */
-    List<Dl4jPipelineStage> buildStages(IntPredicate held, boolean fromConfiguration) {
+    List<Dl4jPipelineStage> buildStages(IntPredicate held, Consumer<InitialisationReplay.Target> draws) {
         List<Dl4jPipelineStage> stages = new ArrayList<>(stageCount());
         MultiLayerNetwork[] initialised = new MultiLayerNetwork[stageCount()];
         for (int s = 0; s < stageCount(); s++) {
             if (held.test(s)) {
-                initialised[s] = fromConfiguration ? buildFreshStage(s) : buildHeldStage(s);
+                initialised[s] = buildHeldStage(s, draws == null);
+                parameterElementsAllocated += initialised[s].numParams();
                 stages.add(new Dl4jPipelineStage(s, stageCount(), initialised[s]));
             } else {
                 MultiLayerNetwork hollow = new MultiLayerNetwork(stageConfiguration(s));
@@ -451,64 +459,75 @@ public final class PipelineStageSplit {
                 stages.add(Dl4jPipelineStage.hollow(s, stageCount(), hollow, reservation));
             }
         }
-        if (fromConfiguration) {
-            initialiseAsDl4j(initialised);
+        if (draws != null) {
+            initialiseAsDl4j(initialised, draws);
         }
         return List.copyOf(stages);
     }
 
-    /** A held stage of a network started from its configuration: its own parameters, a fresh updater, counters 0. */
-    private MultiLayerNetwork buildFreshStage(int s) {
-        MultiLayerNetwork stage = new MultiLayerNetwork(stageConfiguration(s));
-        stage.init(); // its values are drawn again by initialiseAsDl4j, in the whole network's order
-        requireParameterCount(s, stage);
-        if (parameterCount(s) > 0) {
-            stage.initGradientsView();
-        }
-        stage.setIterationCount(network.getIterationCount());
-        stage.setEpochCount(network.getEpochCount());
-        return stage;
+    /**
+     * The parameter elements {@link #buildStages} allocated so far: the held stages' parameter vectors and the
+     * replay's scratch buffer (one layer: the largest of those not held), never the whole model's vector. What a rank
+     * of a model started from its configuration ever holds of the model's parameters.
+     */
+    long parameterElementsAllocated() {
+        return parameterElementsAllocated;
     }
 
     /**
-     * The held stages' parameters as {@code new MultiLayerNetwork(conf).init()} draws them, without holding the whole
-     * network: DL4J seeds ND4J's random generator (this thread's) with the configuration's seed and instantiates every
-     * layer in order with {@code initializeParams=true}, each drawing its parameters from that generator into its view
-     * of the flat vector. Here a held stage's layer draws into its view of the stage's parameters, any other layer into
-     * a scratch buffer of one layer, so the draws are DL4J's in DL4J's order ({@code FullySharded} does the same for
-     * ZeRO stage 3's shards), and the peak is the held stages plus the largest other layer.
+     * The held stages' parameters as DL4J's {@code init()} of the whole model draws them, without holding the whole
+     * model: {@code draws} replays DL4J's draws in DL4J's order ({@link InitialisationReplay}); a held stage's layer
+     * draws into its view of the stage's parameters, any other layer into a scratch buffer of one layer. The peak is
+     * the held stages plus the largest other layer.
      */
-    private void initialiseAsDl4j(MultiLayerNetwork[] held) {
-        MultiLayerConfiguration conf = network.getLayerWiseConfigurations();
-        DataType type = conf.getDataType();
-        INDArray scratch = null;
-        org.nd4j.linalg.factory.Nd4j.getRandom().setSeed(network.getDefaultConfiguration().getSeed());
-        for (int i = 0; i < layerCount(); i++) {
-            NeuralNetConfiguration c = conf.getConf(i);
-            long n = paramOffset[i + 1] - paramOffset[i];
-            int s = Layout.stageOf(stageStart, i);
-            INDArray view = null;
-            if (n > 0 && held[s] != null) {
-                long at = paramOffset[i] - paramOffset[firstLayer(s)];
-                view = slice(held[s].params(), at, at + n);
-            } else if (n > 0) {
-                if (scratch == null || scratch.length() < n) {
-                    scratch = org.nd4j.linalg.factory.Nd4j.create(type, n);
+    private void initialiseAsDl4j(MultiLayerNetwork[] held, Consumer<InitialisationReplay.Target> draws) {
+        DataType type = network.getLayerWiseConfigurations().getDataType();
+        draws.accept(new InitialisationReplay.Target() {
+            private INDArray scratch;
+
+            @Override
+            public INDArray view(int position, long offset, long length) {
+                int i = layerAt(offset, length);
+                int s = Layout.stageOf(stageStart, i);
+                if (held[s] != null) {
+                    long at = offset - paramOffset[firstLayer(s)];
+                    return slice(held[s].params(), at, at + length);
                 }
-                view = scratch.get(NDArrayIndex.interval(0, n));
+                if (scratch == null || scratch.length() < length) {
+                    parameterElementsAllocated += length - (scratch == null ? 0 : scratch.length());
+                    scratch = org.nd4j.linalg.factory.Nd4j.create(type, length);
+                }
+                return scratch.get(NDArrayIndex.interval(0, length));
             }
-            c.getLayer().instantiate(c, List.of(), i, view, true, type); // DL4J's own draws; the layer object is dropped
-        }
+        });
     }
 
-    private MultiLayerNetwork buildHeldStage(int s) {
+    /** The layer whose parameters are elements {@code [offset, offset + length)} of the flat vector ({@code length > 0}). */
+    private int layerAt(long offset, long length) {
+        for (int i = 0; i < layerCount(); i++) {
+            if (paramOffset[i] == offset && paramOffset[i + 1] - paramOffset[i] == length) {
+                return i;
+            }
+        }
+        throw Invariants.violated("DL4J's initialisation drew elements [" + offset + ", " + (offset + length) + "),"
+                + " which are no layer's parameters in the split's layout " + Arrays.toString(paramOffset));
+    }
+
+    /**
+     * Stage {@code s}'s network with its own parameters, updater state and gradient view, and the network's counters;
+     * its state copied from the network when {@code copied}, else as drawn here (drawn again by
+     * {@link #initialiseAsDl4j}, in the whole model's order) with a fresh updater.
+     */
+    private MultiLayerNetwork buildHeldStage(int s, boolean copied) {
         MultiLayerNetwork stage = new MultiLayerNetwork(stageConfiguration(s));
         stage.init();
         requireParameterCount(s, stage);
         if (parameterCount(s) > 0) {
             stage.initGradientsView();
-            stage.params().assign(slice(network.params(), paramOffset[firstLayer(s)], paramOffset[endLayer(s)]));
-            UpdaterStateCopy.copy(network, paramOffset[firstLayer(s)], stage, 0, parameterCount(s));
+            if (copied) {
+                stage.params().assign(slice(network.params(), paramOffset[firstLayer(s)], paramOffset[endLayer(s)]));
+                UpdaterStateCopy.copy(network, paramOffset[firstLayer(s)], stage, 0, parameterCount(s));
+            }
         }
         stage.setIterationCount(network.getIterationCount());
         stage.setEpochCount(network.getEpochCount());

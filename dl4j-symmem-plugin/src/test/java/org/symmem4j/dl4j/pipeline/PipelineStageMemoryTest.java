@@ -182,7 +182,7 @@ class PipelineStageMemoryTest {
     void aHollowStageRefusesToCompute() {
         MultiLayerNetwork net = mlp();
         PipelineStageSplit split = PipelineStageSplit.balanced(net, RANKS);
-        List<Dl4jPipelineStage> stages = split.buildStages(s -> s == 1, false);
+        List<Dl4jPipelineStage> stages = split.buildStages(s -> s == 1, null);
         assertTrue(stages.get(1).held());
         assertFalse(stages.get(0).held());
         assertEquals(split.parameterCount(0), stages.get(0).network().numParams(), "the hollow stage's layout");
