@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# ZeRO-style sharding benchmark: updater-state bytes and peak off-heap bytes per worker, and step
-# time, of plain data parallelism (the baseline) and ZeRO stages 1, 2 and 3, for N = 1, 2, 4 workers,
-# every run in a fresh JVM; written as markdown to bench/results/<date>-zero-sharding.md and, one row
-# per run, as CSV beside it (<date>-zero-sharding.csv, which bench/plots.sh draws from; see
-# ZeroShardingBench for the method and flags).
+# ZeRO-style and hybrid sharding benchmark: parameter, gradient and optimizer-state bytes and peak
+# off-heap bytes per rank, and step time (median, p90), of plain data parallelism (the baseline), ZeRO
+# stages 1, 2 and 3 and HSDP (stage 3 in groups of S ranks, replicated across groups: --shard-groups),
+# for N = 1, 2, 4 ranks, every run in fresh JVMs; the MLP by default, the CNN with --models mlp,cnn;
+# ranks as threads by default, as one JVM per rank with --placements threads,processes. Written as
+# markdown to bench/results/<date>-zero-sharding.md and, one row per run, as CSV beside it
+# (<date>-zero-sharding.csv, which bench/plots.sh draws from; see ZeroShardingBench for the method).
 #
 #   bench/zero-sharding.sh [extra ZeroShardingBench flags, e.g. --reps 1 --steps 20 for a quick look]
 #

@@ -23,7 +23,8 @@
 # 8 x 16 ranks x microbatches, a core per rank, then the executor's idle time against the simulator:
 # the pipeline-speed target of issue #12; $OUT/pipeline.md, $OUT/pipeline-executor.txt), zero (the ZeRO
 # memory table of issue #31: plain / ZeRO-1 / 2 / 3 at 2, 4, 8, 16 workers, < 8 minutes;
-# $OUT/zero-memory.md): e.g. `run.sh bench zero`.
+# $OUT/zero-memory.md), hsdp-threads and hsdp-processes (the same with hybrid sharding, MLP and CNN, ranks as
+# threads or as processes, one call each; $OUT/hsdp-*.md): e.g. `run.sh bench zero`.
 # Results: $OUT/scaling.csv (every run, labelled), $OUT/main.md, $OUT/log.txt, $OUT/machine.txt,
 # $OUT/symmem16.jfr, $OUT/allreduce.txt. Render a label's report here with
 #   java ... ScalingBench --render-from scaling.csv --label small --machine "..." --out report.md
@@ -58,7 +59,7 @@ bench() {
     echo "== $step at ${SECONDS}s" | tee -a "$log"
     case $step in
       main) main ;; small) small ;; omp1) omp1 ;; twocore) twocore ;; mpi) mpi ;; cnn) cnn ;; small16) small16 ;;
-      zero1) zero1 ;; pipeline) pipeline ;; zero) zero ;;
+      zero1) zero1 ;; pipeline) pipeline ;; zero) zero ;; hsdp-threads) hsdp threads ;; hsdp-processes) hsdp processes ;;
       *) echo "unknown step $step" | tee -a "$log" ;;
     esac
     echo "$step exit $? at ${SECONDS}s" | tee -a "$log"
@@ -111,6 +112,16 @@ zero() {
   timeout 470 "${java[@]}" org.symmem4j.benchmarks.dl4j.ZeroShardingBench --workers 2,4,8,16 --reps 1 --steps 12 \
     --out "$out/zero-memory.md" --raw "$out/zero-memory.csv" --commit "${COMMIT:-unknown}" \
     --command "bench/cpu-scaling/run.sh bench zero" >> "$log" 2>&1
+}
+
+# Hybrid sharding beside plain / ZeRO-1 / 2 / 3 (issue #31's HSDP rows, the MLP and the CNN): 4 ranks as 2x2, 8 as
+# 4x2 and 2x4, 16 as 8x2 and 4x4; one placement per step ($1: threads or processes, one JVM per rank through the
+# launcher), so that each fits one device call (about 34 runs of 8-15 s on 16 cores); $OUT/hsdp-$1.md and .csv.
+hsdp() {
+  timeout 560 "${java[@]}" org.symmem4j.benchmarks.dl4j.ZeroShardingBench --workers 4,8,16 --shard-groups 2,4 \
+    --models mlp,cnn --placements "$1" --reps 1 --steps 20 --warmup-steps 5 \
+    --out "$out/hsdp-$1.md" --raw "$out/hsdp-$1.csv" --commit "${COMMIT:-unknown}" \
+    --command "bench/cpu-scaling/run.sh bench hsdp-$1" >> "$log" 2>&1
 }
 
 pipeline() {

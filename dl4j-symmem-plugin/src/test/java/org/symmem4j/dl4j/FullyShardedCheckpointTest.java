@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
-import java.io.RandomAccessFile;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -222,28 +221,8 @@ class FullyShardedCheckpointTest {
         }
         try (SymmemParallelWrapper w = stage3(true, 2).build()) {
             INDArray before = w.gatherParameters();
-            // torn: no manifest (a save that died before its last write)
-            Path noManifest = copy(ckpt, "no-manifest");
-            Files.delete(noManifest.resolve(CheckpointDirectory.MANIFEST));
-            IOException e = assertThrows(CheckpointDirectory.TornCheckpointException.class,
-                    () -> w.restoreCheckpoint(noManifest));
-            assertTrue(e.getMessage().contains("torn") && e.getMessage().contains(CheckpointDirectory.MANIFEST),
-                    e.getMessage());
-            // torn: a parameter file cut short after the manifest was written
-            Path truncated = copy(ckpt, "truncated");
-            try (RandomAccessFile f = new RandomAccessFile(truncated.resolve(ShardCheckpoint.paramsFileName(1, 2))
-                    .toFile(), "rw")) {
-                f.setLength(f.length() - 16);
-            }
-            e = assertThrows(CheckpointDirectory.TornCheckpointException.class, () -> w.restoreCheckpoint(truncated));
-            assertTrue(e.getMessage().contains(ShardCheckpoint.paramsFileName(1, 2)), e.getMessage());
-            // partial: a parameter file missing from a complete-looking directory
-            Path partial = copy(ckpt, "partial");
-            Files.delete(partial.resolve(ShardCheckpoint.paramsFileName(1, 2)));
-            CheckpointDirectory.writeManifest(partial, CheckpointDirectory.verify(ckpt));
-            IllegalArgumentException p = assertThrows(IllegalArgumentException.class, () -> w.restoreCheckpoint(partial));
-            assertTrue(p.getMessage().contains("lacks the shard files of workers [1]")
-                    && p.getMessage().contains(ShardCheckpoint.paramsFileName(0, 2)), p.getMessage());
+            IllegalArgumentException p = CheckpointRefusals.assertTornAndPartialRefused(w, ckpt, root, 2);
+            assertTrue(p.getMessage().contains(ShardCheckpoint.paramsFileName(0, 2)), p.getMessage());
             assertTrue(ModelReplica.bitwiseEqual(before, w.gatherParameters()), "a refused restore changed the shards");
         }
         // another stage: refused with the fix, nothing changed
@@ -266,16 +245,5 @@ class FullyShardedCheckpointTest {
             assertTrue(s.getMessage().contains("does not fit") && s.getMessage().contains("expected")
                     && s.getMessage().contains("found"), s.getMessage());
         }
-    }
-
-    private Path copy(Path dir, String name) throws IOException {
-        Path to = root.resolve(name);
-        Files.createDirectories(to);
-        try (var listing = Files.list(dir)) {
-            for (Path f : listing.toList()) {
-                Files.copy(f, to.resolve(f.getFileName()));
-            }
-        }
-        return to;
     }
 }

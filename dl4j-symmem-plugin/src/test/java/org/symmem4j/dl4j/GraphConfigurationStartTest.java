@@ -141,6 +141,67 @@ class GraphConfigurationStartTest {
         assertEquals(2, restored.getIterationCount());
     }
 
+    /**
+     * Checkpoints of a graph that no process ever held whole: stage 3 from the configuration on {@code n} workers saves
+     * its shards; a new wrapper from the configuration on {@code m} workers (the same count, fewer, more) restores them
+     * and trains on. Every step's loss, the parameters, the updater state and the counters equal, bitwise, the
+     * uninterrupted run: one graph of DL4J's {@code init()} trained by plain data parallelism on {@code n} workers and
+     * then on {@code m}, never saved. (The graph has BatchNorm, whose running statistics are parameters.)
+     */
+    @ParameterizedTest(name = "{0} -> {1} workers")
+    @CsvSource({"2, 2", "3, 2", "2, 3"})
+    void checkpointsResumeOnAnyWorkerCountBitwiseAsTheUninterruptedRun(int n, int m,
+                                                                      @org.junit.jupiter.api.io.TempDir java.nio.file.Path dir)
+            throws Exception {
+        ComputationGraphConfiguration conf = conf(DataType.DOUBLE);
+        List<DataSet> first = Nets.batches(47, 2 * n + 1, 8, DataType.DOUBLE); // the last step leaves workers idle
+        List<DataSet> second = Nets.batches(48, 2 * m, 8, DataType.DOUBLE);
+        ComputationGraph uninterrupted = dl4jInit(conf);
+        List<Double> expectedLosses = new ArrayList<>();
+        for (int[] part : new int[][] {{n, 0}, {m, 1}}) {
+            try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(uninterrupted).workers(part[0])
+                    .stepListener(r -> expectedLosses.add(r.loss())).build()) {
+                w.fit(new BatchListIterator(part[1] == 0 ? first : second));
+            }
+        }
+        java.nio.file.Path ckpt = dir.resolve("ckpt");
+        List<Double> losses = new ArrayList<>();
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(conf).workers(n).sharding(ZeroStage.PARAMETERS)
+                .stepListener(r -> losses.add(r.loss())).build()) {
+            w.fit(new BatchListIterator(first));
+            w.saveCheckpoint(ckpt);
+            assertNoWorkerHoldsTheGraph(w, w.gatherParameters().length() * 8L);
+        }
+        assertFalse(java.nio.file.Files.exists(ckpt.resolve(ShardCheckpoint.MODEL_FILE)), "a stage-3 checkpoint of a"
+                + " graph started from its configuration holds no model.zip");
+        for (int r = 0; r < n; r++) {
+            assertTrue(java.nio.file.Files.isRegularFile(ckpt.resolve(ShardCheckpoint.paramsFileName(r, n))), "rank " + r);
+        }
+        java.nio.file.Path resumed = dir.resolve("resumed.zip");
+        INDArray params;
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(conf).workers(m).sharding(ZeroStage.PARAMETERS)
+                .stepListener(r -> losses.add(r.loss())).build()) {
+            w.restoreCheckpoint(ckpt);
+            w.fit(new BatchListIterator(second));
+            params = w.gatherParameters();
+            w.saveModel(resumed);
+        }
+        String what = n + " -> " + m + " workers";
+        assertEquals(expectedLosses.size(), losses.size(), what + ": steps");
+        for (int s = 0; s < losses.size(); s++) {
+            assertEquals(Double.doubleToRawLongBits(expectedLosses.get(s)), Double.doubleToRawLongBits(losses.get(s)),
+                    what + ": step " + s + " loss " + losses.get(s) + ", uninterrupted " + expectedLosses.get(s));
+        }
+        assertTrue(ModelReplica.bitwiseEqual(uninterrupted.params(), params), what + ": parameters; max relative"
+                + " difference " + Nets.maxRelativeDifference(params, uninterrupted.params()));
+        ComputationGraph saved = org.deeplearning4j.util.ModelSerializer.restoreComputationGraph(resumed.toFile(), true);
+        assertTrue(ModelReplica.bitwiseEqual(uninterrupted.getUpdater().getStateViewArray(),
+                saved.getUpdater().getStateViewArray()), what + ": updater state");
+        assertEquals(uninterrupted.getIterationCount(), saved.getIterationCount(), what + ": iterations");
+        assertEquals(uninterrupted.getEpochCount(), saved.getEpochCount(), what + ": epochs");
+        assertFalse(ModelReplica.bitwiseEqual(dl4jInit(conf).params(), params), what + ": training moved nothing");
+    }
+
     /** One rank per group member: each rank holds its blocks only, and the result equals stage 3 in threads. */
     @Test
     void inGroupModeEachRankHoldsItsShardAndEqualsThreadsBitwise() {

@@ -2,11 +2,9 @@ package org.symmem4j.dl4j;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
-import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
-import java.io.RandomAccessFile;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -197,24 +195,7 @@ class HybridShardingCheckpointTest {
         }
         try (SymmemParallelWrapper w = fsdp(4, 2).build()) {
             INDArray before = w.gatherParameters();
-            Path noManifest = copy(ckpt, "no-manifest");
-            Files.delete(noManifest.resolve(CheckpointDirectory.MANIFEST));
-            IOException e = assertThrows(CheckpointDirectory.TornCheckpointException.class,
-                    () -> w.restoreCheckpoint(noManifest));
-            assertTrue(e.getMessage().contains("torn") && e.getMessage().contains(CheckpointDirectory.MANIFEST),
-                    e.getMessage());
-            Path truncated = copy(ckpt, "truncated");
-            try (RandomAccessFile f = new RandomAccessFile(truncated.resolve(ShardCheckpoint.paramsFileName(1, 2))
-                    .toFile(), "rw")) {
-                f.setLength(f.length() - 16);
-            }
-            e = assertThrows(CheckpointDirectory.TornCheckpointException.class, () -> w.restoreCheckpoint(truncated));
-            assertTrue(e.getMessage().contains(ShardCheckpoint.paramsFileName(1, 2)), e.getMessage());
-            Path partial = copy(ckpt, "partial");
-            Files.delete(partial.resolve(ShardCheckpoint.paramsFileName(1, 2)));
-            CheckpointDirectory.writeManifest(partial, CheckpointDirectory.verify(ckpt));
-            IllegalArgumentException p = assertThrows(IllegalArgumentException.class, () -> w.restoreCheckpoint(partial));
-            assertTrue(p.getMessage().contains("lacks the shard files of workers [1]"), p.getMessage());
+            CheckpointRefusals.assertTornAndPartialRefused(w, ckpt, root, 2);
             assertTrue(ModelReplica.bitwiseEqual(before, w.gatherParameters()), "a refused restore changed the shards");
             for (int r = 0; r < 4; r++) {
                 assertTrue(w.fullySharded().get(r).ownBlocksMatch(before), "worker " + r + "'s blocks changed");
@@ -267,16 +248,5 @@ class HybridShardingCheckpointTest {
         for (int r = 0; r < n; r++) {
             assertTrue(ModelReplica.bitwiseEqual(reference, trained.get(r)), "rank " + r + " trained on");
         }
-    }
-
-    private Path copy(Path dir, String name) throws IOException {
-        Path to = root.resolve(name);
-        Files.createDirectories(to);
-        try (var listing = Files.list(dir)) {
-            for (Path f : listing.toList()) {
-                Files.copy(f, to.resolve(f.getFileName()));
-            }
-        }
-        return to;
     }
 }

@@ -3,6 +3,7 @@ package org.symmem4j.benchmarks.dl4j;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.io.InputStreamReader;
+import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -18,6 +19,7 @@ import java.util.concurrent.atomic.AtomicLong;
 import org.bytedeco.javacpp.Pointer;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.benchmarks.RawCsv;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
@@ -27,54 +29,61 @@ import org.symmem4j.dl4j.ZeroStage;
 import org.symmem4j.examples.Cli;
 import org.symmem4j.examples.DataParallelExample;
 import org.symmem4j.examples.SyntheticData;
+import org.symmem4j.launch.Launcher;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.group.ProcessGroup;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
 /**
- * ZeRO-style sharding on the CPU: memory per worker and step time of plain data parallelism (the
- * baseline, measured in the same run) against ZeRO stage 1 ({@code OPTIMIZER_STATE}), stage 2
- * ({@code GRADIENTS}) and stage 3 ({@code PARAMETERS}: its parameter and gradient bytes per worker are
- * what is resident, measured with mincore, and its sync time includes the parameter gathers that
- * prefetching left exposed), for N workers, the same model, data and steps. Every (repetition, N, mode)
- * runs in a fresh JVM, so one run's freed native memory cannot hide the next one's peak; the runs
- * go round-robin over the modes, so slow stretches of a shared machine hit all modes alike.
+ * ZeRO-style sharding on the CPU: memory per rank and step time of plain data parallelism (the baseline, measured in
+ * the same run) against ZeRO stage 1 ({@code OPTIMIZER_STATE}), stage 2 ({@code GRADIENTS}), stage 3
+ * ({@code PARAMETERS}: its parameter and gradient bytes per rank are what is resident, measured with mincore, and its
+ * sync time includes the parameter gathers that prefetching left exposed) and hybrid sharding (HSDP: stage 3 with
+ * {@code shardGroupSize(S)}, shards inside groups of S ranks, replicas across the N ÷ S groups), for N ranks, the same
+ * model, data and steps; an MLP and a small CNN; ranks as threads of one JVM or as one JVM per rank started by the
+ * launcher ({@code symmem4j-run}'s {@link Launcher}, {@code builder(model).group(ProcessGroup.fromEnvironment())}).
+ * Every (repetition, model, placement, N, mode) runs in fresh JVMs, so one run's freed native memory cannot hide the
+ * next one's peak; the runs go round-robin over the modes, so slow stretches of a shared machine hit all modes alike.
  *
- * <p>What a child run measures:
+ * <p>What a run measures:
  * <ul>
- *   <li>updater-state bytes per worker: from the workers' actual state arrays
- *       ({@link SymmemParallelWrapper#workerMemory()});</li>
- *   <li>peak off-heap bytes per worker: the process's resident set ({@code Pointer.physicalBytes()},
- *       JavaCPP's reading of {@code /proc/self/statm}) sampled every millisecond during
- *       {@code fit()}, minus its value just before the wrapper was built, divided by N. The heap is
- *       fixed and pre-touched ({@code -Xms = -Xmx}, {@code -XX:+AlwaysPreTouch}), so what grows is
- *       native memory: the replicas' ND4J arrays and workspaces, symmetric scratch memory, thread
- *       stacks, and code the JIT compiles during the run. (JavaCPP's {@code totalBytes()} and ND4J's
- *       {@code allocatedMemory()} stay near zero on the CPU backend: ND4J allocates its buffers
- *       without telling them; the resident set is the number that is real.)</li>
- *   <li>step time: the median over the run's steps (after the first three) of the slowest
- *       worker's step time (forward, backward, sync, update) from the wrapper's step reports.</li>
+ *   <li>parameter, gradient and optimizer-state bytes per rank, from each rank's actual arrays
+ *       ({@link SymmemParallelWrapper#workerMemory()}: the replica's parameter and gradient views, whose
+ *       resident pages stage 3 and HSDP count with mincore, and the updater state or its shard); the largest
+ *       rank's, and the largest rank's sum of the three;</li>
+ *   <li>peak off-heap bytes per rank: the process's resident set ({@code Pointer.physicalBytes()},
+ *       JavaCPP's reading of {@code /proc/self/statm}) sampled every millisecond during {@code fit()}, minus its
+ *       value just before the wrapper was built; divided by N for threads, each process's own for processes (the
+ *       largest). The heap is fixed and pre-touched ({@code -Xms = -Xmx}, {@code -XX:+AlwaysPreTouch}), so what
+ *       grows is native memory;</li>
+ *   <li>step time: per step, the slowest rank's step (forward, backward, sync, update) from the wrapper's step
+ *       reports (for processes: each rank's reports, the slowest per step); the median and the 90th percentile over
+ *       the run's steps after the first three.</li>
  * </ul>
  *
  * <pre>
- *   ZeroShardingBench [--workers 1,2,4] [--hidden H] [--batch B] [--steps S] [--warmup-steps W]
- *                     [--reps R] [--heap 768m] [--out report.md] [--raw runs.csv] [--commit C] [--command TEXT]
+ *   ZeroShardingBench [--workers 1,2,4] [--shard-groups 2] [--models mlp] [--placements threads]
+ *                     [--hidden H] [--batch B] [--steps S] [--warmup-steps W] [--reps R] [--heap 768m]
+ *                     [--cpu-bind auto|none] [--out report.md] [--raw runs.csv] [--commit C] [--command TEXT]
  * </pre>
- * {@code --raw} writes one CSV row per child run, as it ends: every number of the report's tables of
- * all runs (bench/plots.sh draws the memory per worker against N from it).
+ * {@code --raw} writes one CSV row per run, as it ends: every number of the report's tables of all runs
+ * (bench/plots.sh draws the memory per worker against N from it).
  */
 public final class ZeroShardingBench {
 
     static final int FEATURES = DataParallelBench.FEATURES;
     static final int CLASSES = DataParallelBench.CLASSES;
-    /** Steps at the start of a run left out of the median step time (workers starting, first calls). */
+    /** Steps at the start of a run left out of the step-time statistics (workers starting, first calls). */
     static final int SKIPPED_STEPS = 3;
 
-    /** The three ways to train, baseline first. */
+    /** The ways to train, baseline first. */
     enum Mode {
         PLAIN("plain", "plain data parallelism", null),
         ZERO1("zero1", "ZeRO-1 (OPTIMIZER_STATE)", ZeroStage.OPTIMIZER_STATE),
         ZERO2("zero2", "ZeRO-2 (GRADIENTS)", ZeroStage.GRADIENTS),
-        ZERO3("zero3", "ZeRO-3 (PARAMETERS)", ZeroStage.PARAMETERS);
+        ZERO3("zero3", "ZeRO-3 (PARAMETERS)", ZeroStage.PARAMETERS),
+        HSDP("hsdp", "HSDP (PARAMETERS, shardGroupSize)", ZeroStage.PARAMETERS);
 
         final String flag;
         final String label;
@@ -88,21 +97,79 @@ public final class ZeroShardingBench {
 
         static Mode ofFlag(String flag) {
             return Arrays.stream(values()).filter(m -> m.flag.equals(flag)).findFirst().orElseThrow(() ->
-                    new IllegalArgumentException("mode=" + flag + " expected one of plain, zero1, zero2, zero3"));
+                    new IllegalArgumentException("mode=" + flag + " expected one of plain, zero1, zero2, zero3, hsdp;"
+                            + " fix: pass one of them"));
+        }
+    }
+
+    /** The models: the MLP of {@code --hidden} and ScalingBench's LeNet-style CNN. */
+    enum Model {
+        MLP("mlp"), CNN("cnn");
+
+        final String flag;
+
+        Model(String flag) {
+            this.flag = flag;
+        }
+
+        static Model ofFlag(String flag) {
+            return Arrays.stream(values()).filter(m -> m.flag.equals(flag)).findFirst().orElseThrow(() ->
+                    new IllegalArgumentException("--models: found " + flag + ", expected mlp or cnn;"
+                            + " fix: pass --models mlp,cnn or one of them"));
+        }
+
+        MultiLayerNetwork build(int hidden) {
+            return this == MLP ? DataParallelExample.mlp(FEATURES, hidden, CLASSES) : ScalingBench.lenet();
+        }
+
+        int features() {
+            return this == MLP ? FEATURES : ScalingBench.IMAGE * ScalingBench.IMAGE;
+        }
+
+        String describe(int hidden) {
+            return this == MLP
+                    ? String.format(Locale.ROOT, "MLP %d-%d-%d-%d (ReLU, ReLU, softmax; MCXENT)", FEATURES, hidden, hidden, CLASSES)
+                    : "CNN 28x28x1: conv5x5x20-maxpool-conv5x5x50-maxpool-dense500-10 (ScalingBench's)";
+        }
+    }
+
+    /** Where the ranks run. */
+    enum Placement {
+        THREADS("threads"), PROCESSES("processes");
+
+        final String flag;
+
+        Placement(String flag) {
+            this.flag = flag;
+        }
+
+        static Placement ofFlag(String flag) {
+            return Arrays.stream(values()).filter(p -> p.flag.equals(flag)).findFirst().orElseThrow(() ->
+                    new IllegalArgumentException("--placements: found " + flag + ", expected threads or processes;"
+                            + " fix: pass --placements threads,processes or one of them"));
         }
     }
 
     @Command(name = "ZeroShardingBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
-            description = "Updater-state bytes, peak off-heap bytes and step time per worker for plain data parallelism"
-                    + " and ZeRO stages 1, 2 and 3, each run in a fresh JVM.")
+            description = "Parameter, gradient and optimizer-state bytes, peak off-heap bytes and step time per rank for plain"
+                    + " data parallelism, ZeRO stages 1, 2 and 3 and hybrid sharding (HSDP), threads or one JVM per rank,"
+                    + " each run in fresh JVMs.")
     static final class Flags {
-        @Option(names = "--workers", paramLabel = "N", split = ",", description = "worker counts")
+        @Option(names = "--workers", paramLabel = "N", split = ",", description = "rank counts")
         List<Integer> workers = new ArrayList<>(List.of(1, 2, 4));
+        @Option(names = "--shard-groups", paramLabel = "S", split = ",", description = "HSDP shard group sizes: for every N"
+                + " that S divides with 1 < S < N, an HSDP run of N ÷ S replicas × S shards (0: none)")
+        List<Integer> shardGroups = new ArrayList<>(List.of(2));
+        @Option(names = "--models", paramLabel = "MODEL", split = ",", description = "mlp, cnn")
+        List<String> models = new ArrayList<>(List.of("mlp"));
+        @Option(names = "--placements", paramLabel = "P", split = ",", description = "threads (one JVM), processes (one JVM per"
+                + " rank, through the launcher)")
+        List<String> placements = new ArrayList<>(List.of("threads"));
         @Option(names = "--hidden", paramLabel = "H", description = "width of the MLP's hidden layers")
         int hidden = 1400;
-        @Option(names = "--batch", paramLabel = "B", description = "examples per worker per step")
+        @Option(names = "--batch", paramLabel = "B", description = "examples per rank per step")
         int batch = 32;
-        @Option(names = "--steps", paramLabel = "S", description = "steps per run (the first ones are left out of the median)")
+        @Option(names = "--steps", paramLabel = "S", description = "steps per run (the first ones are left out of the statistics)")
         int steps = 60;
         @Option(names = "--warmup-steps", paramLabel = "W", description = "untimed steps first")
         int warmupSteps = 10;
@@ -110,9 +177,11 @@ public final class ZeroShardingBench {
         int reps = 3;
         @Option(names = "--heap", paramLabel = "SIZE", description = "-Xmx of each child JVM")
         String heap = "768m";
+        @Option(names = "--cpu-bind", paramLabel = "auto|none", description = "the launcher's --cpu-bind for processes")
+        String cpuBind = "auto";
         @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE (default: stdout only)")
         Path out;
-        @Option(names = "--raw", paramLabel = "FILE", description = "write every child run as a CSV row to FILE (appended under the"
+        @Option(names = "--raw", paramLabel = "FILE", description = "write every run as a CSV row to FILE (appended under the"
                 + " same header; default: none)")
         Path raw;
         @Option(names = "--commit", paramLabel = "C", description = "commit named in the report")
@@ -121,8 +190,9 @@ public final class ZeroShardingBench {
         String command;
     }
 
-    record Options(List<Integer> workers, int hidden, int batch, int steps, int warmupSteps, int reps, String heap,
-                   Path out, Path raw, String commit, String command) {
+    record Options(List<Integer> workers, List<Integer> shardGroups, List<Model> models, List<Placement> placements,
+                   int hidden, int batch, int steps, int warmupSteps, int reps, String heap, String cpuBind, Path out,
+                   Path raw, String commit, String command) {
 
         static Options parse(String[] args) {
             return Cli.parse(new Flags(), args, f -> build(f, args));
@@ -135,52 +205,103 @@ public final class ZeroShardingBench {
             int steps = Cli.positive("--steps", f.steps);
             int warmup = Cli.positive("--warmup-steps", f.warmupSteps);
             int reps = Cli.positive("--reps", f.reps);
-            String heap = f.heap;
-            Path out = f.out;
-            String commit = f.commit;
-            String command = f.command;
             if (steps <= SKIPPED_STEPS) {
                 throw new IllegalArgumentException("--steps=" + steps + " must be > " + SKIPPED_STEPS
-                        + " (the first steps are left out of the median)");
+                        + " (the first steps are left out of the median); fix: pass --steps " + (SKIPPED_STEPS + 10) + " or more");
             }
             for (int n : workers) {
                 if (n < 1) {
-                    throw new IllegalArgumentException("--workers: " + n + " must be >= 1");
+                    throw new IllegalArgumentException("--workers: found " + n + ", expected counts >= 1; fix: e.g. --workers 1,2,4");
                 }
             }
+            List<Integer> groups = f.shardGroups.stream().filter(s -> s != 0).toList();
+            for (int s : groups) {
+                if (s < 2) {
+                    throw new IllegalArgumentException("--shard-groups: found " + s + ", expected sizes >= 2 (or 0: no HSDP);"
+                            + " fix: e.g. --shard-groups 2,4");
+                }
+            }
+            if (!f.cpuBind.equals("auto") && !f.cpuBind.equals("none")) {
+                throw new IllegalArgumentException("--cpu-bind: found " + f.cpuBind + ", expected auto or none; fix: pass one of them");
+            }
+            List<Model> models = f.models.stream().map(Model::ofFlag).distinct().toList();
+            List<Placement> placements = f.placements.stream().map(Placement::ofFlag).distinct().toList();
+            String command = f.command;
             if (command == null) {
                 command = "java " + ZeroShardingBench.class.getName() + (args.length == 0 ? "" : " " + String.join(" ", args));
             }
-            return new Options(workers, hidden, batch, steps, warmup, reps, heap, out, f.raw, commit, command);
+            return new Options(workers, groups, models, placements, hidden, batch, steps, warmup, reps, f.heap, f.cpuBind,
+                    f.out, f.raw, f.commit, command);
         }
 
+        /** The runs of one repetition, in order: per model, placement and N, the modes, then HSDP per shard group. */
+        List<Run> runs() {
+            List<Run> runs = new ArrayList<>();
+            for (Model model : models) {
+                for (Placement placement : placements) {
+                    for (int n : workers) {
+                        for (Mode m : Mode.values()) {
+                            if (m != Mode.HSDP) {
+                                runs.add(new Run(model, placement, n, m, 0));
+                            }
+                        }
+                        for (int s : shardGroups) {
+                            if (s < n && n % s == 0) {
+                                runs.add(new Run(model, placement, n, Mode.HSDP, s));
+                            }
+                        }
+                    }
+                }
+            }
+            return runs;
+        }
     }
 
-    /** One child run's measurements. */
-    record Result(Mode mode, int workers, int rep, long params, long unshardedStateBytes, long maxStateBytes,
-                  long sumStateBytes, long paramBytes, long gradientBytes, long baselineRss, long peakRss,
-                  double medianStepMs, double medianSyncMs, double fitSeconds, double finalLoss) {
+    /** One configuration: {@code shardGroup} is S for HSDP, 0 otherwise. */
+    record Run(Model model, Placement placement, int workers, Mode mode, int shardGroup) {
 
-        /** (peak − baseline) ÷ N. */
-        double offHeapPerWorker() {
-            return (double) (peakRss - baselineRss) / workers;
+        /** The mode's label; HSDP with its mesh, replicas × shards. */
+        String label() {
+            return mode == Mode.HSDP ? String.format(Locale.ROOT, "HSDP %d×%d (replicas × shards)", workers / shardGroup,
+                    shardGroup) : mode.label;
         }
 
-        /** The largest worker's state over 1/N of the unsharded state. */
-        double stateRatio() {
-            return maxStateBytes / (unshardedStateBytes / (double) workers);
+        /** Over how many ranks the sharded modes divide the state: S for HSDP, N otherwise. */
+        int shards() {
+            return mode == Mode.HSDP ? shardGroup : workers;
         }
     }
 
     /**
-     * The columns of {@code --raw}, one row per child run: the mode ({@code plain}, {@code zero1},
-     * {@code zero2}), the configuration, and the run's measurements; bytes per worker are the largest
-     * worker's (state) or every worker's (parameters, gradient: DL4J allocates both whole in every mode).
+     * One run's measurements; bytes per rank are the largest rank's ({@code maxModelStateBytes}: the largest sum of
+     * one rank's parameter, gradient and optimizer-state bytes), {@code offHeapPerWorker} as described in the class.
+     */
+    record Result(Run run, int rep, long params, long unshardedStateBytes, long maxStateBytes, long sumStateBytes,
+                  long maxParamBytes, long maxGradientBytes, long maxModelStateBytes, long baselineRss, long peakRss,
+                  double offHeapPerWorker, double medianStepMs, double p90StepMs, double medianSyncMs, double fitSeconds,
+                  double finalLoss) {
+
+        /** The largest rank's state over 1/shards of the unsharded state. */
+        double stateRatio() {
+            return maxStateBytes / (unshardedStateBytes / (double) run.shards());
+        }
+
+        /** A whole replica's parameters, gradient and optimizer state (fp32). */
+        long replicaBytes() {
+            return 2 * params * 4 + unshardedStateBytes;
+        }
+    }
+
+    /**
+     * The columns of {@code --raw}, one row per run: the mode ({@code plain}, {@code zero1}, {@code zero2},
+     * {@code zero3}, {@code hsdp}), the configuration, and the run's measurements; bytes per rank are the largest
+     * rank's. The first columns are those of earlier versions, in their order.
      */
     static final List<String> CSV_COLUMNS = List.of("rep", "workers", "mode", "cores", "hidden", "batch_per_worker",
             "steps", "params", "unsharded_state_bytes", "state_bytes_per_worker", "state_over_unsharded_per_worker",
             "state_bytes_all_workers", "param_bytes_per_worker", "gradient_bytes_per_worker", "baseline_rss_bytes",
-            "peak_rss_bytes", "off_heap_bytes_per_worker", "median_step_ms", "median_sync_ms", "fit_s", "held_out_loss");
+            "peak_rss_bytes", "off_heap_bytes_per_worker", "median_step_ms", "median_sync_ms", "fit_s", "held_out_loss",
+            "model", "placement", "shard_group", "model_state_bytes_per_worker", "p90_step_ms");
 
     private ZeroShardingBench() {
     }
@@ -191,27 +312,29 @@ public final class ZeroShardingBench {
             return;
         }
         Options o = Options.parse(args);
-        log("ZeRO sharding bench: workers=%s hidden=%d batch=%d steps=%d warmup=%d reps=%d cores=%d", o.workers(), o.hidden(),
-                o.batch(), o.steps(), o.warmupSteps(), o.reps(), Runtime.getRuntime().availableProcessors());
+        int cores = Runtime.getRuntime().availableProcessors();
+        log("ZeRO sharding bench: workers=%s shard groups=%s models=%s placements=%s hidden=%d batch=%d steps=%d warmup=%d"
+                        + " reps=%d cores=%d", o.workers(), o.shardGroups(), o.models(), o.placements(), o.hidden(), o.batch(),
+                o.steps(), o.warmupSteps(), o.reps(), cores);
         List<Result> results = new ArrayList<>();
         RawCsv raw = o.raw() == null ? null : RawCsv.open(o.raw(), CSV_COLUMNS);
-        int cores = Runtime.getRuntime().availableProcessors();
         for (int rep = 1; rep <= o.reps(); rep++) {
-            for (int n : o.workers()) {
-                for (Mode m : Mode.values()) {
-                    Result r = spawn(o, m, n, rep);
-                    results.add(r);
-                    if (raw != null) {
-                        raw.row(rep, n, m.flag, cores, o.hidden(), o.batch(), o.steps(), r.params(), r.unshardedStateBytes(),
-                                r.maxStateBytes(), RawCsv.num("%.6f", r.stateRatio()), r.sumStateBytes(), r.paramBytes(),
-                                r.gradientBytes(), r.baselineRss(), r.peakRss(), RawCsv.num("%.0f", r.offHeapPerWorker()),
-                                RawCsv.num("%.4f", r.medianStepMs()), RawCsv.num("%.4f", r.medianSyncMs()),
-                                RawCsv.num("%.4f", r.fitSeconds()), RawCsv.num("%.6f", r.finalLoss()));
-                    }
-                    log("rep %d N=%d %-26s step %8.2f ms (sync %6.2f)  state/worker %,12d B (%.4f of 1/N)  off-heap/worker %,14.0f B"
-                                    + "  loss %.4f", rep, n, m.label, r.medianStepMs(), r.medianSyncMs(), r.maxStateBytes(), r.stateRatio(),
-                            r.offHeapPerWorker(), r.finalLoss());
+            for (Run run : o.runs()) {
+                Result r = spawn(o, run, rep, cores);
+                results.add(r);
+                if (raw != null) {
+                    raw.row(rep, run.workers(), run.mode().flag, cores, o.hidden(), o.batch(), o.steps(), r.params(),
+                            r.unshardedStateBytes(), r.maxStateBytes(), RawCsv.num("%.6f", r.stateRatio()), r.sumStateBytes(),
+                            r.maxParamBytes(), r.maxGradientBytes(), r.baselineRss(), r.peakRss(),
+                            RawCsv.num("%.0f", r.offHeapPerWorker()), RawCsv.num("%.4f", r.medianStepMs()),
+                            RawCsv.num("%.4f", r.medianSyncMs()), RawCsv.num("%.4f", r.fitSeconds()),
+                            RawCsv.num("%.6f", r.finalLoss()), run.model().flag, run.placement().flag, run.shardGroup(),
+                            r.maxModelStateBytes(), RawCsv.num("%.4f", r.p90StepMs()));
                 }
+                log("rep %d %s %s N=%d %-34s step %8.2f ms (p90 %8.2f, sync %6.2f)  model state/rank %,12d B  off-heap/rank"
+                                + " %,14.0f B  loss %.4f", rep, run.model().flag, run.placement().flag, run.workers(), run.label(),
+                        r.medianStepMs(), r.p90StepMs(), r.medianSyncMs(), r.maxModelStateBytes(), r.offHeapPerWorker(),
+                        r.finalLoss());
             }
         }
         if (raw != null) {
@@ -231,8 +354,9 @@ public final class ZeroShardingBench {
         }
     }
 
-    /** Runs one child JVM with this JVM's flags and class path; parses its RESULT line. */
-    private static Result spawn(Options o, Mode m, int n, int rep) throws IOException, InterruptedException {
+    /** Runs one configuration in a fresh JVM, or one per rank through the launcher; parses the RESULT lines. */
+    private static Result spawn(Options o, Run run, int rep, int cores) throws IOException, InterruptedException {
+        int threads = Math.max(1, cores / run.workers());
         List<String> cmd = new ArrayList<>();
         cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
         cmd.add("--enable-native-access=ALL-UNNAMED");
@@ -244,52 +368,124 @@ public final class ZeroShardingBench {
         cmd.add("-cp");
         cmd.add(System.getProperty("java.class.path"));
         cmd.add(ZeroShardingBench.class.getName());
-        cmd.addAll(List.of("--child", m.flag, Integer.toString(n), Integer.toString(o.hidden()), Integer.toString(o.batch()),
-                Integer.toString(o.steps()), Integer.toString(o.warmupSteps())));
-        Process p = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT).start();
-        String resultLine = null;
-        try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
-            for (String line; (line = r.readLine()) != null; ) {
-                if (line.startsWith("RESULT ")) {
-                    resultLine = line;
+        cmd.addAll(List.of("--child", run.model().flag, run.placement().flag, run.mode().flag,
+                Integer.toString(run.workers()), Integer.toString(run.shardGroup()), Integer.toString(threads),
+                Integer.toString(o.hidden()), Integer.toString(o.batch()), Integer.toString(o.steps()),
+                Integer.toString(o.warmupSteps())));
+        List<String> resultLines = new ArrayList<>();
+        String failure;
+        if (run.placement() == Placement.PROCESSES) {
+            List<String> args = new ArrayList<>(List.of("-n", Integer.toString(run.workers()), "--cpu-bind", o.cpuBind(),
+                    "--master-port", Integer.toString(freePort()), "--"));
+            args.addAll(cmd);
+            Launcher.Result r = Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));
+            r.out().lines().filter(l -> l.contains("RESULT ")).forEach(l -> resultLines.add(l.substring(l.indexOf("RESULT "))));
+            failure = r.status() != 0 || resultLines.size() != run.workers()
+                    ? "launcher exit " + r.status() + ", " + resultLines.size() + " of " + run.workers() + " RESULT lines;"
+                    + " output:\n" + r.out() + r.err() : null;
+        } else {
+            Process p = new ProcessBuilder(cmd).redirectError(ProcessBuilder.Redirect.INHERIT).start();
+            try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+                for (String line; (line = r.readLine()) != null; ) {
+                    if (line.startsWith("RESULT ")) {
+                        resultLines.add(line);
+                    }
                 }
             }
+            boolean ended = p.waitFor(30, TimeUnit.MINUTES);
+            failure = !ended || p.exitValue() != 0 || resultLines.size() != 1
+                    ? "exit " + (ended ? p.exitValue() : "still running") + ", " + resultLines.size() + " RESULT lines" : null;
         }
-        if (!p.waitFor(30, TimeUnit.MINUTES) || p.exitValue() != 0 || resultLine == null) {
-            throw new IllegalStateException("child run mode=" + m.flag + " workers=" + n + " rep=" + rep + " failed: exit="
-                    + (p.isAlive() ? "still running" : p.exitValue()) + " result=" + resultLine);
+        if (failure != null) {
+            throw new IllegalStateException(run + " rep " + rep + " failed: " + failure + "; expected a RESULT line per rank;"
+                    + " fix: see the run's output above for the cause");
         }
+        return combine(run, rep, resultLines.stream().map(ZeroShardingBench::fields).toList());
+    }
+
+    private static Map<String, String> fields(String resultLine) {
         Map<String, String> kv = new LinkedHashMap<>();
-        for (String part : resultLine.substring("RESULT ".length()).split(" ")) {
+        for (String part : resultLine.substring("RESULT ".length()).trim().split(" ")) {
             int eq = part.indexOf('=');
             kv.put(part.substring(0, eq), part.substring(eq + 1));
         }
-        return new Result(m, n, rep, Long.parseLong(kv.get("params")), Long.parseLong(kv.get("unshardedStateBytes")),
-                Long.parseLong(kv.get("maxStateBytes")), Long.parseLong(kv.get("sumStateBytes")),
-                Long.parseLong(kv.get("paramBytes")), Long.parseLong(kv.get("gradientBytes")),
-                Long.parseLong(kv.get("baselineRss")), Long.parseLong(kv.get("peakRss")),
-                Double.parseDouble(kv.get("medianStepMs")), Double.parseDouble(kv.get("medianSyncMs")),
-                Double.parseDouble(kv.get("fitSeconds")),
-                Double.parseDouble(kv.get("finalLoss")));
+        return kv;
     }
 
-    /** {@code --child MODE N HIDDEN BATCH STEPS WARMUP}: one measured run; prints one RESULT line. */
-    private static void child(String[] args) throws InterruptedException {
-        Mode mode = Mode.ofFlag(args[1]);
-        int n = Integer.parseInt(args[2]);
-        int hidden = Integer.parseInt(args[3]);
-        int batch = Integer.parseInt(args[4]);
-        int steps = Integer.parseInt(args[5]);
-        int warmup = Integer.parseInt(args[6]);
-        int cores = Runtime.getRuntime().availableProcessors();
-        int threads = Math.max(1, cores / n);
+    /**
+     * One run's result from its JVMs' RESULT lines (one for threads, one per rank for processes): bytes per rank the
+     * largest, steps the slowest rank's per step, the loss rank 0's (every rank's model is the same).
+     */
+    static Result combine(Run run, int rep, List<Map<String, String>> ranks) {
+        long maxState = 0;
+        long sumState = 0;
+        long maxParam = 0;
+        long maxGrad = 0;
+        long maxModel = 0;
+        long baseline = 0;
+        long peak = 0;
+        double offHeap = 0;
+        double fit = 0;
+        long[] step = null;
+        long[] sync = null;
+        for (Map<String, String> kv : ranks) {
+            maxState = Math.max(maxState, Long.parseLong(kv.get("maxStateBytes")));
+            sumState += Long.parseLong(kv.get("sumStateBytes"));
+            maxParam = Math.max(maxParam, Long.parseLong(kv.get("maxParamBytes")));
+            maxGrad = Math.max(maxGrad, Long.parseLong(kv.get("maxGradientBytes")));
+            maxModel = Math.max(maxModel, Long.parseLong(kv.get("maxModelStateBytes")));
+            baseline = Math.max(baseline, Long.parseLong(kv.get("baselineRss")));
+            peak = Math.max(peak, Long.parseLong(kv.get("peakRss")));
+            offHeap = Math.max(offHeap, Double.parseDouble(kv.get("offHeapPerWorker")));
+            fit = Math.max(fit, Double.parseDouble(kv.get("fitSeconds")));
+            step = slowest(step, kv.get("stepNanos"));
+            sync = slowest(sync, kv.get("syncNanos"));
+        }
+        Map<String, String> first = ranks.getFirst();
+        return new Result(run, rep, Long.parseLong(first.get("params")), Long.parseLong(first.get("unshardedStateBytes")),
+                maxState, sumState, maxParam, maxGrad, maxModel, baseline, peak, offHeap,
+                quantileAfterStart(step, 0.5) / 1e6, quantileAfterStart(step, 0.9) / 1e6,
+                quantileAfterStart(sync, 0.5) / 1e6, fit, Double.parseDouble(first.get("finalLoss")));
+    }
+
+    /** Per step, the larger of {@code sofar} and the comma-separated {@code values}. */
+    private static long[] slowest(long[] sofar, String values) {
+        long[] v = Arrays.stream(values.split(",")).mapToLong(Long::parseLong).toArray();
+        if (sofar == null) {
+            return v;
+        }
+        if (sofar.length != v.length) {
+            throw new IllegalStateException("the ranks reported " + sofar.length + " and " + v.length + " steps; expected"
+                    + " the same count (every rank takes every step); fix: see the ranks' output for the one that failed");
+        }
+        for (int i = 0; i < v.length; i++) {
+            v[i] = Math.max(v[i], sofar[i]);
+        }
+        return v;
+    }
+
+    /**
+     * {@code --child MODEL PLACEMENT MODE N S THREADS HIDDEN BATCH STEPS WARMUP}: one measured run (threads), or one
+     * rank of it (processes, under the launcher); prints one RESULT line.
+     */
+    private static void child(String[] args) throws Exception {
+        Model model = Model.ofFlag(args[1]);
+        Placement placement = Placement.ofFlag(args[2]);
+        Mode mode = Mode.ofFlag(args[3]);
+        int n = Integer.parseInt(args[4]);
+        int shardGroup = Integer.parseInt(args[5]);
+        int threads = Integer.parseInt(args[6]);
+        int hidden = Integer.parseInt(args[7]);
+        int batch = Integer.parseInt(args[8]);
+        int steps = Integer.parseInt(args[9]);
+        int warmup = Integer.parseInt(args[10]);
         Nd4jThreadLimit.set(threads);
 
-        MultiLayerNetwork net = DataParallelExample.mlp(FEATURES, hidden, CLASSES);
-        SyntheticData gen = new SyntheticData(FEATURES, CLASSES, 1);
+        MultiLayerNetwork net = model.build(hidden);
+        SyntheticData gen = new SyntheticData(model.features(), CLASSES, 1);
         List<DataSet> warm = gen.batches(5, warmup, batch * n, DataType.FLOAT);
         List<DataSet> train = gen.batches(6, steps * n, batch, DataType.FLOAT);
-        DataSet heldOut = gen.batches(7, 1, 2048, DataType.FLOAT).getFirst();
+        DataSet heldOut = gen.batches(7, 1, model == Model.MLP ? 2048 : 256, DataType.FLOAT).getFirst();
         // The user's model trains a few steps itself first: DL4J's forward and backward code is
         // compiled, and the model's own workspaces, gradient view and full updater state exist
         // before the baseline, in every mode alike.
@@ -297,6 +493,7 @@ public final class ZeroShardingBench {
             net.fit(d);
         }
         net.getUpdater(true);
+        ProcessGroup group = placement == Placement.PROCESSES ? ProcessGroup.fromEnvironment(GroupOptions.defaults()) : null;
         System.gc();
         Thread.sleep(200);
         System.gc();
@@ -321,47 +518,73 @@ public final class ZeroShardingBench {
         });
         List<Long> stepNanos = new ArrayList<>();
         List<Long> syncNanos = new ArrayList<>();
-        SymmemParallelWrapper.Builder b = SymmemParallelWrapper.builder(net).workers(n).ompThreadsPerWorker(threads)
+        SymmemParallelWrapper.Builder b = SymmemParallelWrapper.builder(net).ompThreadsPerWorker(threads)
                 .stepListener(r -> {
                     stepNanos.add(r.stepNanos());
                     syncNanos.add(r.syncNanos());
                 });
+        b = group == null ? b.workers(n) : b.group(group);
         if (mode.stage != null) {
             b.sharding(mode.stage);
         }
+        if (mode == Mode.HSDP) {
+            b.shardGroupSize(shardGroup);
+        }
         List<WorkerMemory> memory;
+        INDArray trained;
         long t0 = System.nanoTime();
+        double fitSeconds;
         try (SymmemParallelWrapper w = b.build()) {
             w.fit(new NoPrefetchIterator(train));
+            fitSeconds = (System.nanoTime() - t0) / 1e9;
             memory = w.workerMemory();
             sampling.set(false);
+            trained = w.gatherParameters(); // collective in group mode; the held-out loss is the trained model's
         }
-        double fitSeconds = (System.nanoTime() - t0) / 1e9;
         sampler.join();
-        peak.accumulateAndGet(Pointer.physicalBytes(), Math::max);
-        if (net.getIterationCount() != warmup + steps || stepNanos.size() != steps) {
-            throw new IllegalStateException("mode=" + mode.flag + " N=" + n + ": iterations=" + net.getIterationCount()
-                    + " steps reported=" + stepNanos.size() + " expected " + (warmup + steps) + " / " + steps);
+        if (group != null) {
+            group.close();
         }
-        double medianMs = medianAfterStart(stepNanos) / 1e6;
-        double medianSyncMs = medianAfterStart(syncNanos) / 1e6;
+        if (stepNanos.size() != steps || memory.size() != (group == null ? n : 1)) {
+            throw new IllegalStateException("mode=" + mode.flag + " N=" + n + ": steps reported=" + stepNanos.size()
+                    + " expected " + steps + "; ranks measured=" + memory.size() + "; fix: see the wrapper's log above");
+        }
+        net.setParams(trained);
         long maxState = memory.stream().mapToLong(WorkerMemory::updaterStateBytes).max().orElseThrow();
         long sumState = memory.stream().mapToLong(WorkerMemory::updaterStateBytes).sum();
+        long maxParam = memory.stream().mapToLong(WorkerMemory::paramBytes).max().orElseThrow();
+        long maxGrad = memory.stream().mapToLong(WorkerMemory::gradientBytes).max().orElseThrow();
+        long maxModel = memory.stream().mapToLong(m -> m.paramBytes() + m.gradientBytes() + m.updaterStateBytes()).max()
+                .orElseThrow();
         long unsharded = net.getUpdater().getStateViewArray().length() * 4L;
+        double offHeap = (double) (peak.get() - baseline) / (group == null ? n : 1);
         System.out.println(String.format(Locale.ROOT, "RESULT params=%d unshardedStateBytes=%d maxStateBytes=%d"
-                        + " sumStateBytes=%d paramBytes=%d gradientBytes=%d baselineRss=%d peakRss=%d medianStepMs=%.4f"
-                        + " medianSyncMs=%.4f fitSeconds=%.4f finalLoss=%.6f", net.numParams(), unsharded, maxState, sumState,
-                memory.getFirst().paramBytes(), memory.getFirst().gradientBytes(), baseline, peak.get(), medianMs,
-                medianSyncMs, fitSeconds, net.score(heldOut)));
+                        + " sumStateBytes=%d maxParamBytes=%d maxGradientBytes=%d maxModelStateBytes=%d baselineRss=%d"
+                        + " peakRss=%d offHeapPerWorker=%.0f fitSeconds=%.4f finalLoss=%.6f stepNanos=%s syncNanos=%s",
+                net.numParams(), unsharded, maxState, sumState, maxParam, maxGrad, maxModel, baseline, peak.get(), offHeap,
+                fitSeconds, net.score(heldOut), join(stepNanos), join(syncNanos)));
         System.out.flush();
         System.exit(0); // ND4J leaves non-daemon threads behind
     }
 
-    /** The median of a run's per-step values, leaving out the first {@link #SKIPPED_STEPS}. */
-    private static long medianAfterStart(List<Long> perStep) {
-        List<Long> v = new ArrayList<>(perStep.subList(SKIPPED_STEPS, perStep.size()));
-        v.sort(null);
-        return v.get(v.size() / 2);
+    private static String join(List<Long> values) {
+        return String.join(",", values.stream().map(String::valueOf).toList());
+    }
+
+    /**
+     * The q-quantile of a run's per-step values, leaving out the first {@link #SKIPPED_STEPS}: the sorted values'
+     * element {@code floor(q · count)} (for q = 0.5 the upper median, as earlier versions reported).
+     */
+    static long quantileAfterStart(long[] perStep, double q) {
+        long[] v = Arrays.copyOfRange(perStep, SKIPPED_STEPS, perStep.length);
+        Arrays.sort(v);
+        return v[Math.min(v.length - 1, (int) Math.floor(q * v.length))];
+    }
+
+    private static int freePort() throws IOException {
+        try (ServerSocket s = new ServerSocket(0)) {
+            return s.getLocalPort();
+        }
     }
 
     static void log(String format, Object... args) {

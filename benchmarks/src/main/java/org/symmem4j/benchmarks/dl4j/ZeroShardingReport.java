@@ -11,8 +11,10 @@ import java.util.List;
 import java.util.Locale;
 import java.util.function.ToDoubleFunction;
 import org.symmem4j.benchmarks.dl4j.ZeroShardingBench.Mode;
+import org.symmem4j.benchmarks.dl4j.ZeroShardingBench.Model;
 import org.symmem4j.benchmarks.dl4j.ZeroShardingBench.Options;
 import org.symmem4j.benchmarks.dl4j.ZeroShardingBench.Result;
+import org.symmem4j.benchmarks.dl4j.ZeroShardingBench.Run;
 import org.symmem4j.examples.DataParallelExample;
 
 /** The markdown report of one {@link ZeroShardingBench} run: setup, method, the table per N, targets, every run. */
@@ -31,15 +33,14 @@ final class ZeroShardingReport {
 
     String render() {
         int cores = Runtime.getRuntime().availableProcessors();
-        Result any = results.getFirst();
         StringBuilder s = new StringBuilder();
-        s.append("# ZeRO-style sharding benchmark: updater state, off-heap memory and step time per worker (CPU)\n\n");
+        s.append("# ZeRO-style and hybrid sharding benchmark: model state, off-heap memory and step time per rank (CPU)\n\n");
         s.append("- date: ").append(Instant.now().truncatedTo(ChronoUnit.MINUTES)).append(" (UTC)\n");
         s.append("- machine: ").append(MachineInfo.cpuModel()).append(", ").append(cores).append(" cores, ").append(MachineInfo.ramGiB()).append(" RAM, ")
                 .append(System.getProperty("os.name")).append(' ').append(System.getProperty("os.version")).append('\n');
         s.append("- JDK: ").append(System.getProperty("java.vm.vendor")).append(' ').append(System.getProperty("java.vm.name"))
                 .append(' ').append(System.getProperty("java.runtime.version")).append('\n');
-        s.append("- DL4J/ND4J: 1.0.0-M2.1, nd4j-native (CPU); sharding runs on the host transport (threads of one JVM)\n");
+        s.append("- DL4J/ND4J: 1.0.0-M2.1, nd4j-native (CPU); the host transport\n");
         s.append("- commit: ").append(o.commit()).append('\n');
         s.append("- command: `").append(o.command()).append("`\n");
         if (o.raw() != null) {
@@ -48,96 +49,121 @@ final class ZeroShardingReport {
         s.append('\n');
 
         s.append("## Setup and method\n\n");
-        s.append(fmt("- model: MLP %d-%d-%d-%d (ReLU, ReLU, softmax; MCXENT), Adam(lr %s) on every layer, fp32, %,d parameters"
-                        + " (%,d bytes); Adam keeps two state elements per parameter, so the unsharded updater state is %,d bytes.\n",
-                ZeroShardingBench.FEATURES, o.hidden(), o.hidden(), ZeroShardingBench.CLASSES, DataParallelExample.LEARNING_RATE,
-                any.params(), any.paramBytes(), any.unshardedStateBytes()));
+        for (Model model : o.models()) {
+            results.stream().filter(r -> r.run().model() == model).findFirst().ifPresent(r -> s.append(fmt(
+                    "- model: %s, Adam(lr %s) on every layer, fp32, %,d parameters (%,d bytes); Adam keeps two state"
+                            + " elements per parameter, so the unsharded updater state is %,d bytes and a whole replica's"
+                            + " parameters + gradient + optimizer state %,d bytes.\n", model.describe(o.hidden()),
+                    DataParallelExample.LEARNING_RATE, r.params(), r.params() * 4, r.unshardedStateBytes(), r.replicaBytes())));
+        }
         s.append(fmt("- data: generated (`SyntheticData`), %d optimizer steps of N × %d examples per run; before the measured"
                         + " `fit()`, the user's model trains %d steps by itself (compiles DL4J's code, allocates its own"
                         + " workspaces and full updater state), in every mode alike.\n", o.steps(), o.batch(), o.warmupSteps()));
-        s.append("- modes: plain data parallelism (`SymmemParallelWrapper`, every worker keeps DL4J's whole updater state: the"
-                + " baseline), ZeRO-1 (`.sharding(ZeroStage.OPTIMIZER_STATE)`: gradient all-reduced, update all-gathered) and"
-                + " ZeRO-2 (`.sharding(ZeroStage.GRADIENTS)`: gradient reduce-scattered, update all-gathered) and ZeRO-3"
-                + " (`.sharding(ZeroStage.PARAMETERS)`: each worker holds its block of every layer, layers all-gathered before"
-                + " use and prefetched, gradients reduce-scattered per layer); each worker updates only its 1/N shard.\n");
-        s.append(fmt("- every (repetition, N, mode) runs in a fresh JVM (`-Xms%s -Xmx%s -XX:+AlwaysPreTouch`), round-robin over"
-                + " the modes; %d repetitions; medians reported. ND4J threads per worker: cores ÷ N, at least 1.\n",
-                o.heap(), o.heap(), o.reps()));
-        s.append("- updater state per worker: from the workers' state arrays (`wrapper.workerMemory()`); the largest worker's.\n");
-        s.append("- off-heap per worker: (peak − baseline) ÷ N of the process's resident set (`Pointer.physicalBytes()`, read"
-                + " from `/proc/self/statm`), sampled every 1 ms during `fit()`; the baseline is taken just before the wrapper"
-                + " is built. With the heap fixed and pre-touched, the growth is native memory: each replica's parameters,"
-                + " gradient view, updater state (or shard) and DL4J workspaces, symmetric scratch memory touched by the"
-                + " collectives, worker thread stacks, and code compiled during the run. JavaCPP's `Pointer.totalBytes()`"
-                + " and ND4J's `MemoryManager.allocatedMemory()` were tried and report near zero on the CPU backend (ND4J's"
-                + " buffers bypass them), so the resident set is used.\n");
-        s.append(fmt("- step time: per run, the median over steps %d..%d of the slowest worker's step (forward, backward,"
-                + " gradient sync, update, all-gather), from the wrapper's step reports; sync: the same for the slowest"
-                + " worker's time in collectives (plain: the all-reduce; ZeRO-1: all-reduce, norm/NaN all-reduce and the"
-                + " update's all-gather; ZeRO-2: reduce-scatter instead of the all-reduce; ZeRO-3: the parameter all-gathers"
-                + " that prefetching left exposed, the last layer's reduce-scatter and the norm/NaN all-reduce). For ZeRO-3"
-                + " the params + gradient column is what is resident after the fit (mincore), not the views' size.\n",
-                ZeroShardingBench.SKIPPED_STEPS + 1, o.steps()));
+        s.append("- modes: plain data parallelism (`SymmemParallelWrapper`, every rank keeps DL4J's whole updater state: the"
+                + " baseline), ZeRO-1 (`.sharding(ZeroStage.OPTIMIZER_STATE)`: gradient all-reduced, update all-gathered),"
+                + " ZeRO-2 (`.sharding(ZeroStage.GRADIENTS)`: gradient reduce-scattered, update all-gathered), ZeRO-3"
+                + " (`.sharding(ZeroStage.PARAMETERS)`: each rank holds its block of every layer, layers all-gathered before"
+                + " use and prefetched, gradients reduce-scattered per layer) and HSDP R×S (`.sharding(ZeroStage.PARAMETERS)"
+                + ".shardGroupSize(S)`: stage 3 inside each group of S ranks, the R = N ÷ S replicas all-reduce their shards);"
+                + " each rank updates only its shard.\n");
+        s.append(fmt("- placements: %s. threads: the N ranks are worker threads of one JVM (`workers(N)`); processes: one JVM"
+                + " per rank started by the launcher (`symmem4j-run`'s `Launcher`, `--cpu-bind %s`),"
+                + " `builder(model).group(ProcessGroup.fromEnvironment())`.\n",
+                String.join(", ", o.placements().stream().map(p -> p.flag).toList()), o.cpuBind()));
+        s.append(fmt("- every (repetition, model, placement, N, mode) runs in fresh JVMs (`-Xms%s -Xmx%s -XX:+AlwaysPreTouch`),"
+                + " round-robin over the modes; %d repetitions; medians of the runs reported. ND4J threads per rank: cores ÷ N,"
+                + " at least 1.\n", o.heap(), o.heap(), o.reps()));
+        s.append("- parameters, gradient and optimizer state per rank: from each rank's actual arrays"
+                + " (`wrapper.workerMemory()`): the replica's parameter and gradient views (ZeRO-3 and HSDP: the bytes of"
+                + " them that are resident after the fit, measured with mincore: the rank's blocks and edge pages) and the"
+                + " updater state or the rank's shard of it; the largest rank's. The model-state column is the largest"
+                + " sum of one rank's three.\n");
+        s.append("- off-heap per rank: the process's resident set (`Pointer.physicalBytes()`, `/proc/self/statm`) sampled every"
+                + " 1 ms during `fit()`, peak − the value just before the wrapper was built; threads: ÷ N; processes: the"
+                + " largest process's. With the heap fixed and pre-touched, the growth is native memory: replicas,"
+                + " workspaces, symmetric memory touched by the collectives, thread stacks, code compiled during the run.\n");
+        s.append(fmt("- step time: per step the slowest rank's (forward, backward, gradient sync, update, all-gather) from the"
+                + " wrapper's step reports (processes: every rank's reports, the slowest per step); per run the median and"
+                + " the 90th percentile (p90) over steps %d..%d; sync: the median of the slowest rank's time in"
+                + " collectives (ZeRO-3 and HSDP: the parameter all-gathers that prefetching left exposed, reduce-scatters,"
+                + " HSDP's replica all-reduce, the norm/NaN all-reduce).\n", ZeroShardingBench.SKIPPED_STEPS + 1, o.steps()));
         if (o.workers().stream().anyMatch(n -> n > cores)) {
-            s.append(fmt("- **N > %d is oversubscribed on this %d-core machine**: workers share cores and a worker waiting in a"
+            s.append(fmt("- **N > %d is oversubscribed on this %d-core machine**: ranks share cores and a rank waiting in a"
                     + " collective yields its core; its step times measure contention, not sharding.\n", cores, cores));
         }
         s.append('\n');
 
-        s.append("## Results (medians)\n\n");
-        s.append("| N | mode | updater state / worker (B) | ÷ (unsharded ÷ N) | params + gradient / worker (B) | peak off-heap / worker (B) |"
-                + " vs plain | step (ms) | vs plain | sync (ms) | held-out loss |\n");
-        s.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         List<String> targets = new ArrayList<>();
-        for (int n : o.workers()) {
-            List<Result> plainRuns = of(Mode.PLAIN, n);
-            double plainOffHeap = median(plainRuns, Result::offHeapPerWorker);
-            double plainStep = median(plainRuns, Result::medianStepMs);
-            for (Mode m : Mode.values()) {
-                List<Result> runs = of(m, n);
-                if (runs.isEmpty()) {
-                    continue;
+        for (Model model : o.models()) {
+            for (ZeroShardingBench.Placement placement : o.placements()) {
+                s.append(fmt("## Results: %s, %s (medians)\n\n", model.flag, placement.flag));
+                s.append("| N | mode | params / rank (B) | gradient / rank (B) | optimizer / rank (B) | model state / rank (B) |"
+                        + " ÷ (replica ÷ shards) | vs plain | peak off-heap / rank (B) | vs plain | step median (ms) | step p90 (ms) |"
+                        + " vs plain | sync (ms) | held-out loss |\n");
+                s.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                for (int n : o.workers()) {
+                    List<Result> plainRuns = of(model, placement, n, Mode.PLAIN, 0);
+                    double plainOffHeap = median(plainRuns, Result::offHeapPerWorker);
+                    double plainStep = median(plainRuns, Result::medianStepMs);
+                    double plainState = median(plainRuns, r -> r.maxModelStateBytes());
+                    for (Run run : runsOf(model, placement, n)) {
+                        List<Result> runs = of(model, placement, n, run.mode(), run.shardGroup());
+                        Result first = runs.getFirst();
+                        boolean plain = run.mode() == Mode.PLAIN;
+                        double offHeap = median(runs, Result::offHeapPerWorker);
+                        double step = median(runs, Result::medianStepMs);
+                        double state = median(runs, r -> r.maxModelStateBytes());
+                        s.append(fmt("| %d%s | %s | %,.0f | %,.0f | %,.0f | %,.0f | %.4f | %s | %,.0f | %s | %.2f | %.2f | %s |"
+                                        + " %.2f | %.4f |\n", n, n > cores ? " (oversubscribed)" : "", run.label(),
+                                median(runs, r -> r.maxParamBytes()), median(runs, r -> r.maxGradientBytes()),
+                                median(runs, r -> r.maxStateBytes()), state,
+                                state / (first.replicaBytes() / (double) (plain ? 1 : run.shards())),
+                                plain ? "1.00×" : fmt("%.2f×", state / plainState), offHeap,
+                                plain ? "1.00×" : fmt("%.2f×", offHeap / plainOffHeap), step,
+                                median(runs, Result::p90StepMs), plain ? "1.00×" : fmt("%.2f×", step / plainStep),
+                                median(runs, Result::medianSyncMs), median(runs, Result::finalLoss)));
+                        if (!plain) {
+                            boolean met = first.stateRatio() <= STATE_TARGET;
+                            targets.add(fmt("%s %s N=%d %s: largest rank's optimizer state %,d B = %.4f × (unsharded ÷ %d),"
+                                            + " target ≤ %.2f: %s; the shards sum to %,d B (unsharded: %,d B%s)", model.flag,
+                                    placement.flag, n, run.label(), first.maxStateBytes(), first.stateRatio(), run.shards(),
+                                    STATE_TARGET, met ? "met" : "NOT met", first.sumStateBytes(), first.unshardedStateBytes(),
+                                    run.mode() == Mode.HSDP ? fmt(", held %d times: once per replica", n / run.shards()) : ""));
+                        }
+                    }
                 }
-                Result first = runs.getFirst();
-                double offHeap = median(runs, Result::offHeapPerWorker);
-                double step = median(runs, Result::medianStepMs);
-                s.append(fmt("| %d%s | %s | %,d | %.4f | %,d | %,.0f | %s | %.2f | %s | %.2f | %.4f |\n", n,
-                        n > cores ? " (oversubscribed)" : "", m.label, first.maxStateBytes(), first.stateRatio(),
-                        first.paramBytes() + first.gradientBytes(), offHeap,
-                        m == Mode.PLAIN ? "1.00×" : fmt("%.2f×", offHeap / plainOffHeap), step,
-                        m == Mode.PLAIN ? "1.00×" : fmt("%.2f×", step / plainStep), median(runs, Result::medianSyncMs),
-                        median(runs, Result::finalLoss)));
-                if (m != Mode.PLAIN) {
-                    boolean met = first.stateRatio() <= STATE_TARGET;
-                    targets.add(fmt("N=%d %s: largest worker's state %,d B = %.4f × (unsharded ÷ N), target ≤ %.2f: %s;"
-                                    + " the shards sum to %,d B (unsharded: %,d B)", n, m.label, first.maxStateBytes(),
-                            first.stateRatio(), STATE_TARGET, met ? "met" : "NOT met", first.sumStateBytes(),
-                            first.unshardedStateBytes()));
-                }
+                s.append('\n');
             }
         }
-        s.append('\n');
         s.append("Targets and checks:\n\n");
         for (String t : targets) {
             s.append("- ").append(t).append('\n');
         }
         s.append("- held-out loss: all modes train bitwise-identical parameters (see `ShardedEquivalenceTest`,"
-                + " `FullyShardedEquivalenceTest`), so the"
-                + " loss column agrees within each N.\n\n");
+                + " `FullyShardedEquivalenceTest`, `HybridShardingTest`), so the loss column agrees within each model and N.\n\n");
 
         s.append("All runs, in the order they ran:\n\n");
-        s.append("| rep | N | mode | state / worker (B) | baseline RSS (B) | peak RSS (B) | off-heap / worker (B) | step (ms) | sync (ms) | fit (s) | loss |\n");
-        s.append("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        s.append("| rep | model | placement | N | mode | model state / rank (B) | baseline RSS (B) | peak RSS (B) |"
+                + " off-heap / rank (B) | step median (ms) | p90 (ms) | sync (ms) | fit (s) | loss |\n");
+        s.append("|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (Result r : results) {
-            s.append(fmt("| %d | %d | %s | %,d | %,d | %,d | %,.0f | %.2f | %.2f | %.2f | %.4f |\n", r.rep(), r.workers(),
-                    r.mode().label, r.maxStateBytes(), r.baselineRss(), r.peakRss(), r.offHeapPerWorker(), r.medianStepMs(),
-                    r.medianSyncMs(), r.fitSeconds(), r.finalLoss()));
+            s.append(fmt("| %d | %s | %s | %d | %s | %,d | %,d | %,d | %,.0f | %.2f | %.2f | %.2f | %.2f | %.4f |\n", r.rep(),
+                    r.run().model().flag, r.run().placement().flag, r.run().workers(), r.run().label(), r.maxModelStateBytes(),
+                    r.baselineRss(), r.peakRss(), r.offHeapPerWorker(), r.medianStepMs(), r.p90StepMs(), r.medianSyncMs(),
+                    r.fitSeconds(), r.finalLoss()));
         }
         return s.toString();
     }
 
-    private List<Result> of(Mode m, int n) {
-        return results.stream().filter(r -> r.mode() == m && r.workers() == n).toList();
+    /** The configurations that ran for (model, placement, N), in run order. */
+    private List<Run> runsOf(Model model, ZeroShardingBench.Placement placement, int n) {
+        return results.stream().map(Result::run).filter(r -> r.model() == model && r.placement() == placement
+                && r.workers() == n).distinct().toList();
+    }
+
+    private List<Result> of(Model model, ZeroShardingBench.Placement placement, int n, Mode m, int shardGroup) {
+        return results.stream().filter(r -> r.run().model() == model && r.run().placement() == placement
+                && r.run().workers() == n && r.run().mode() == m && r.run().shardGroup() == shardGroup).toList();
     }
 
     private static double median(List<Result> runs, ToDoubleFunction<Result> f) {

@@ -1,0 +1,60 @@
+package org.symmem4j.benchmarks.dl4j;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import java.util.List;
+import java.util.Map;
+import org.junit.jupiter.api.Test;
+import org.symmem4j.benchmarks.dl4j.ZeroShardingBench.Mode;
+import org.symmem4j.benchmarks.dl4j.ZeroShardingBench.Model;
+import org.symmem4j.benchmarks.dl4j.ZeroShardingBench.Placement;
+import org.symmem4j.benchmarks.dl4j.ZeroShardingBench.Run;
+
+/** {@link ZeroShardingBench}'s plan of runs (HSDP where S divides N) and how it combines the ranks' RESULT lines. */
+class ZeroShardingBenchTest {
+
+    @Test
+    void hsdpRunsOnlyWhereTheShardGroupDividesNAndIsSmaller() {
+        List<Run> runs = ZeroShardingBench.Options.parse(new String[] {"--workers", "2,4,6", "--shard-groups", "2,3",
+                "--models", "mlp,cnn", "--placements", "threads,processes"}).runs();
+        List<Run> hsdp = runs.stream().filter(r -> r.mode() == Mode.HSDP).toList();
+        // per model and placement: N=4 as 2×2, N=6 as 3×2 and 2×3; N=2 none (S=2 is not smaller)
+        assertEquals(4 * 3, hsdp.size(), hsdp.toString());
+        assertEquals(4 * 3 * 4 + hsdp.size(), runs.size());
+        Run r = new Run(Model.MLP, Placement.THREADS, 6, Mode.HSDP, 3);
+        assertEquals(3, r.shards());
+        assertEquals("HSDP 2×3 (replicas × shards)", r.label());
+        assertEquals(6, new Run(Model.CNN, Placement.PROCESSES, 6, Mode.ZERO3, 0).shards());
+        assertEquals(List.of(), ZeroShardingBench.Options.parse(new String[] {"--workers", "4", "--shard-groups", "0"})
+                .runs().stream().filter(x -> x.mode() == Mode.HSDP).toList());
+    }
+
+    @Test
+    void ranksCombineAsTheSlowestPerStepAndTheLargestRank() {
+        Run run = new Run(Model.MLP, Placement.PROCESSES, 2, Mode.HSDP, 2);
+        // 3 skipped steps, then 10 measured: rank 0 slower on the even ones, rank 1 on the odd ones
+        String steps0 = "9,9,9,10,30,10,30,10,30,10,30,10,30";
+        String steps1 = "9,9,9,20,20,20,20,20,20,20,20,20,99";
+        ZeroShardingBench.Result c = ZeroShardingBench.combine(run, 1, List.of(rank(steps0, 100, 7), rank(steps1, 120, 5)));
+        // slowest per step: 20,30,20,30,20,30,20,30,20,99 -> sorted 20×5, 30×4, 99: upper median 30, p90 99
+        assertEquals(30e-6, c.medianStepMs(), 1e-12);
+        assertEquals(99e-6, c.p90StepMs(), 1e-12);
+        assertEquals(120, c.maxModelStateBytes());
+        assertEquals(7 + 5, c.sumStateBytes());
+        assertEquals(7, c.maxStateBytes());
+        assertEquals(7 / (40 / 2.0), c.stateRatio(), 1e-12); // the divisor is S for HSDP
+        IllegalStateException e = assertThrows(IllegalStateException.class, () -> ZeroShardingBench.combine(run, 1,
+                List.of(rank(steps0, 1, 1), rank("1,2,3,4,5", 1, 1))));
+        assertEquals(true, e.getMessage().contains("13 and 5 steps"), e.getMessage());
+    }
+
+    private static Map<String, String> rank(String stepNanos, long modelState, long state) {
+        return Map.ofEntries(Map.entry("params", "10"), Map.entry("unshardedStateBytes", "40"),
+                Map.entry("maxStateBytes", Long.toString(state)), Map.entry("sumStateBytes", Long.toString(state)),
+                Map.entry("maxParamBytes", "20"), Map.entry("maxGradientBytes", "20"),
+                Map.entry("maxModelStateBytes", Long.toString(modelState)), Map.entry("baselineRss", "1000"),
+                Map.entry("peakRss", "2000"), Map.entry("offHeapPerWorker", "1000"), Map.entry("fitSeconds", "1.5"),
+                Map.entry("finalLoss", "0.5"), Map.entry("stepNanos", stepNanos), Map.entry("syncNanos", stepNanos));
+    }
+}
