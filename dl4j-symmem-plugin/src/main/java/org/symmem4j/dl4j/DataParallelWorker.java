@@ -369,6 +369,13 @@ final class DataParallelWorker extends RankRuntime<DataParallelWorker.Task> {
             }
             gradients = gradientHome; // backprop writes the gradient where the peers read it
         }
+        MemorySegment home = gradients.local();
+        if (home.address() == gradientSegment.address() && home.byteSize() >= gradientSegment.byteSize()) {
+            // Java reads the view through the memory's own segment, not ND4J's address reinterpreted to the global
+            // scope: should the memory be freed while a thread of this rank still reads it (the sync thread outliving
+            // its bounded join, say), the read fails with IllegalStateException instead of crashing the JVM (SIGSEGV)
+            gradientSegment = home.asSlice(0, gradientSegment.byteSize());
+        }
         AlgorithmPolicy policy = settings.policy();
         // buckets start at layer boundaries, so each can be reduced once its layers are written
         List<ModelReplica.LayerSlice> layers = replica.layerSlices();

@@ -22,6 +22,7 @@ import org.deeplearning4j.parallelism.ParallelWrapper;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.dl4j.train.TrainerOptions;
 import org.symmem4j.gradsync.AlgorithmPolicy;
 import org.symmem4j.gradsync.GradientSynchronizer;
@@ -335,7 +336,8 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         if (r != null) {
             log.debug("round of {} workers follows rounds of {}: new group (a short last round)", numConsumers,
                     r.participants());
-            r.world().close(); // frees every rank's pads and scratch (tracked by the world); the trainers are idle
+            // aborts the old groups (the trainers are idle); each trainer frees its part as it joins the new one
+            r.world().close();
         }
         InJvmWorld world = DataParallelWorkers.threadWorld(numConsumers, timeout);
         // release: publishes the new world to the trainers' acquire read of `round` in the hook
@@ -421,7 +423,7 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         // release: a later hook call (a plain fit) sees no round and does nothing
         round = null;
         if (r != null) {
-            r.world().close();
+            r.world().close(); // aborts the groups; each worker's close below frees its part
         }
         synchronized (workers) {
             for (WorkerState w : workers.values()) {
@@ -543,7 +545,9 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
         private long generation = -1;
         private int worldSize;
         private MemorySegment all;
+        private Group group;
         private Communicator comm;
+        private SymmetricMemory gradients;
         private GradientSynchronizer synchronizer;
         private long steps;
         /** Set by the hook, cleared by storeUpdate; both on this replica's trainer thread. */
@@ -567,10 +571,11 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
             if (generation == r.generation()) {
                 return;
             }
-            // the previous group, if any, was closed by registerConsumers on ParallelWrapper's thread
-            Group group = r.world().join(rank);
+            // the previous world, if any, was closed by registerConsumers on ParallelWrapper's thread
+            leaveGroup();
+            group = r.world().join(rank);
             comm = Communicator.create(group);
-            SymmetricMemory gradients = SymmetricMemory.register(group, gradientSegment);
+            gradients = SymmetricMemory.register(group, gradientSegment);
             synchronizer = new GradientSynchronizer(comm, gradients, 0, count, dtype, bucketBytes, policy, metrics);
             worldSize = r.participants();
             all = exchangeArena.allocate(16L * worldSize, 64);
@@ -626,7 +631,25 @@ public final class SymmemGradientsAccumulator implements GradientsAccumulator, R
             }
         }
 
+        /**
+         * Frees this rank's part of its group: the pad of its registered gradient view and its communicator's scratch.
+         * Called once the world's close aborted the group (InJvmWorld.close aborts a group whose ranks still hold
+         * memory, and never frees memory under them), so nothing here waits for peers; on the trainer's thread, or on
+         * ParallelWrapper's once the trainers stopped.
+         */
+        private void leaveGroup() {
+            RankRuntime.closeQuietly(gradients);
+            RankRuntime.closeQuietly(comm);
+            RankRuntime.closeQuietly(group);
+            gradients = null;
+            comm = null;
+            group = null;
+            synchronizer = null;
+        }
+
+        /** ParallelWrapper's thread, after the world's close, the trainers stopped: frees what this worker holds. */
         void close() {
+            leaveGroup();
             exchangeArena.close();
         }
     }

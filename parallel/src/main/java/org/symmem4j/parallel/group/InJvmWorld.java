@@ -332,7 +332,8 @@ public final class InJvmWorld implements AutoCloseable {
     }
 
     /**
-     * Keeps {@code resource} to close with the world, in case its rank dies without closing it.
+     * Keeps {@code resource} to close with the world, in case its rank has not closed it by then (see
+     * {@link #close()}: a resource's close on the world closer's thread never frees what a rank's thread may read).
      *
      * @param resource a memory or communicator of one of the world's ranks
      */
@@ -451,7 +452,13 @@ public final class InJvmWorld implements AutoCloseable {
         return String.join(", ", ranks.stream().map(group::describe).toList());
     }
 
-    /** Closes resources whose ranks did not close them (for example after a rank's thread died). */
+    /**
+     * Closes the world: tells every resource its rank has not closed (for example after the rank's thread died, or
+     * while a trainer's worker threads still finish after a failure). Such a symmetric memory is not freed under
+     * threads that may still read it (its part is unmapped by its rank's own close, or once nothing holds it): its
+     * group is aborted instead, so every later collective of the rank and its peers fails at once with an error that
+     * says the world was closed.
+     */
     @Override
     public void close() {
         List<AutoCloseable> left;

@@ -1,6 +1,8 @@
 package org.symmem4j.parallel.host;
 
 import java.lang.foreign.Arena;
+import java.lang.ref.Cleaner;
+import java.lang.ref.WeakReference;
 import java.lang.foreign.MemorySegment;
 import java.util.Objects;
 import java.util.concurrent.atomic.AtomicLong;
@@ -8,6 +10,7 @@ import org.symmem4j.parallel.memory.Pages;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.CommunicatorOptions;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupAbort;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
@@ -125,28 +128,93 @@ public final class InJvmTransport implements Transport {
                     + " (fix: every rank must " + what + " the same number of bytes)");
         }
         long id = ((Contribution) all[0]).idProposal();
-        AutoCloseableArena tracked = new AutoCloseableArena(arena);
-        peers.keepUntilWorldCloses(tracked);
-        return new HostSymmetricMemory(g, NAME, id, data.byteSize(), slots, datas, pads, () -> {
-            peers.forget(tracked);
-            tracked.close();
+        RankPart part = new RankPart(arena, g, id);
+        HostSymmetricMemory memory = new HostSymmetricMemory(g, NAME, id, data.byteSize(), slots, datas, pads, () -> {
+            peers.forget(part);
+            part.release();
         }, decommitAdvice);
+        part.owner = new WeakReference<>(memory);
+        peers.keepUntilWorldCloses(part);
+        return memory;
     }
 
-    /** Closes an arena once, whoever gets there first (its rank, or the world after the rank died). */
-    private static final class AutoCloseableArena implements AutoCloseable {
-        private final Arena arena;
-        private boolean closed;
+    /** Frees what a closed world orphaned once nothing holds its memory object ({@link RankPart#close()}). */
+    private static final Cleaner ORPHANS = Cleaner.create(Thread.ofPlatform().daemon().name("symmem4j-orphaned-memory")
+            .factory());
 
-        AutoCloseableArena(Arena arena) {
+    /**
+     * One rank's part of a symmetric memory (its arena: the pad, and the buffer when allocated here), freed once by
+     * whoever may free it: the rank's own {@link HostSymmetricMemory#close()}, or, for a part its rank never closed,
+     * the {@link Cleaner} once the memory object is unreachable after the world closed.
+     *
+     * <p>Never by the world's close on another thread while the memory is open: the rank's threads read their own
+     * part through segments without a lifetime check (an ND4J gradient view placed in the memory, and segments
+     * reinterpreted over it to the global scope), and unmapping it under them crashed the JVM with SIGSEGV
+     * ({@code ClosedWorldMemorySafetyTest}). The world's close aborts the group instead, naming the rank, so every
+     * later collective fails with a Java exception, and leaves the part mapped.
+     *
+     * <p>Memory ordering: {@link #release()} and {@link #close()} run on different threads (the rank's, the world
+     * closer's, the cleaner's) and decide under this object's monitor: a monitor exit releases and the next enter
+     * acquires, so whichever comes second sees {@code released}/{@code orphaned} as the first left them. The rank's own
+     * accesses precede its close in program order, so they happen-before the unmap that close performs.
+     */
+    private static final class RankPart implements AutoCloseable {
+        private final Arena arena;
+        private final int rank;
+        private final long id;
+        /**
+         * The memory whose part this is: written once before {@code keepUntilWorldCloses} publishes the part (under
+         * the world's lock: that lock's release there and acquire in the world's close order this write before the
+         * closer's read). Weak: the part, and the cleaner's action that holds it, must not keep the memory reachable.
+         */
+        private WeakReference<HostSymmetricMemory> owner;
+        /** The rank's abort record; dropped once used or freed (guarded by this object's monitor). */
+        private GroupAbort abort;
+        private boolean released;
+        private boolean orphaned;
+
+        RankPart(Arena arena, Group group, long id) {
             this.arena = arena;
+            this.rank = group.rank();
+            this.id = id;
+            this.abort = group.abortState();
         }
 
-        @Override
-        public synchronized void close() {
-            if (!closed) {
-                closed = true;
+        /** The rank's close (or the cleaner): frees the part, once. */
+        synchronized void release() {
+            if (!released) {
+                released = true;
+                abort = null;
                 arena.close();
+            }
+        }
+
+        /**
+         * The world closes with this part still open: the rank, or a thread working for it (a trainer's worker), may
+         * still read it, so it is not freed here. The group is aborted, so the rank's next collective and its peers'
+         * fail at once with this reason; the part is freed by the rank's own close, or once its memory object is
+         * unreachable.
+         */
+        @Override
+        public void close() {
+            GroupAbort toRaise;
+            synchronized (this) {
+                if (released || orphaned) {
+                    return;
+                }
+                orphaned = true;
+                toRaise = abort;
+                abort = null;
+            }
+            // short enough for the pad's reason line (SignalPadLayout.ABORT_REASON_MAX_BYTES), so peers read all of it
+            toRaise.raise(rank, "the world was closed while rank " + rank + " still had symmetric memory id=" + id
+                    + " open (fix: close the trainer, or the rank's memories, before InJvmWorld.close; retry a failed run"
+                    + " on a new world)");
+            HostSymmetricMemory memory = owner.get();
+            if (memory == null) {
+                release(); // nothing holds the memory object, so no rank thread reads its part through it
+            } else {
+                ORPHANS.register(memory, this::release);
             }
         }
     }
