@@ -154,7 +154,8 @@ public class FlightRecorderPairedBenchmark {
         HostAllReduceBenchmark.fill(mem);
         ready.await();
         if (peerFailure.get() != null) {
-            throw new IllegalStateException("a peer rank failed to set up", peerFailure.get());
+            throw new IllegalStateException("a peer rank failed to set up: expected every rank's communicator and"
+                    + " memory, found " + peerFailure.get() + " (fix: see the cause below)", peerFailure.get());
         }
         System.out.println("flight recorder paired benchmark: one communicator per rank, recorder of "
                 + ENTRIES_ON + " entries switched per iteration; ranks " + (pin ? "pinned to CPUs "

@@ -56,8 +56,8 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * own check changed how C2 inlined the staged host all-reduce, whose vectors then stayed heap objects
  * ({@code SteadyStateAllocationTest}): it stays a separate read.
  * {@code FlightRecorderOpsBenchmark} measures the four calls alone, {@code FlightRecorderPairedBenchmark} an
- * all-reduce with and without them in one JVM ({@code FlightRecorderCostBench} runs both and reports the paired
- * difference).
+ * all-reduce on one communicator whose recorder is switched off and on between blocks ({@link FlightRecording};
+ * {@code FlightRecorderCostBench} runs both and reports the paired difference).
  *
  * <p><b>Memory ordering.</b> None is needed, and there is no release store: every write and every read
  * ({@link #dump}, {@link #lastOps}, {@link #toJson}: the failure path and timeout messages) happen on the one thread
