@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# The flight recorder's cost in a 1 KiB host all-reduce (issue #36: at most 1 %), paired in one JVM per fork:
+# The flight recorder's cost in a 1 KiB host all-reduce (issue #36: at most 1 %), paired on one communicator:
 # FlightRecorderCostBench runs FlightRecorderOpsBenchmark (the recorder's four calls per collective alone) and
-# FlightRecorderPairedBenchmark (every rank holds a recorder-off and a recorder-on communicator; iterations alternate
-# off, on, on, off, ... in the same fork), then prints per (algorithm, ranks) the mean paired difference with its 95 %
-# confidence interval, as ns and as % of the recorder-off all-reduce, each fork's mean difference, the verdict
-# against 1 %, and the recorder's own ns per collective against the all-reduce of the same run.
+# FlightRecorderPairedBenchmark (one communicator per rank whose recorder is switched off and on between 40 ms blocks,
+# off, on, on, off, ... in the same fork, so the communicator's memory and threads are the same in both), then prints
+# per (algorithm, ranks) the off and on times, the mean paired difference with its 95 % t and bootstrap intervals, as
+# ns and as % of the recorder-off all-reduce, each fork's mean difference, the verdict against 1 %, and the recorder's
+# own ns per collective against the all-reduce of the same run.
 # The report, JMH's log and the header go to bench/tmp/flight-recorder-cost-<stamp>/.
 #
-#   bench/flight-recorder-cost.sh [FlightRecorderCostBench args; default: --forks 3 --pairs 10, ranks 2 and 4,
-#                                  ONE_SHOT and TWO_SHOT, 1024 bytes]   (about 5.5 minutes)
+#   [CPUS=1,2,3,4] bench/flight-recorder-cost.sh [FlightRecorderCostBench args; default: --forks 2 --pairs 200
+#                  --block-ms 40 --warmups 100, ranks 2 and 4, ONE_SHOT and TWO_SHOT, 1024 bytes]   (about 3.5 minutes)
 #
+# CPUS pins rank r to the r-th CPU listed (one per rank of the largest --ranks; fewer: nothing is pinned).
 # Needs at least 4 idle cores (every rank spins on a core of its own). On a lent machine (no Java there) use the
 # shared-state pack instead: bench/shared-state/pack.sh, then the device tool with
-#   command='bash .device-state/run.sh recorder', carry=['.device-state']
+#   command='RECORDER_LIMIT=300 bash .device-state/run.sh recorder', carry=['.device-state']
 # Builds with `mvn -pl benchmarks -am package` (no install; MVN_FLAGS=-o offline, SKIP_BUILD=1 to reuse a build).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,10 +36,10 @@ mkdir -p "$out"
   echo "machine: $(nproc) cores; $(lscpu | sed -n 's/^Model name: *//p' | head -1); load $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "commit: $(git rev-parse --short HEAD)"
   echo "JDK: $("$jdk/bin/java" -version 2>&1 | sed -n 2p)"
-  echo "args: $*"
+  echo "args: $*; cpus: ${CPUS:-not pinned}"
 } | tee "$out/header.txt"
 
-"$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector -cp "$cp" \
+"$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector ${CPUS:+-Dsymmem4j.bench.cpus=$CPUS} -cp "$cp" \
   org.symmem4j.benchmarks.FlightRecorderCostBench --out "$out/report.md" "$@" > "$out/jmh.log" 2>&1 \
   || { tail -40 "$out/jmh.log" >&2; exit 1; }
 cat "$out/report.md"

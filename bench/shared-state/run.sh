@@ -23,13 +23,17 @@
 #   cache   ParameterCacheBenchmark: lookup latency against a ConcurrentHashMap of segments (~20 s)
 #   switch  ParameterCacheSwitchBench: a 100 MB entry swapped 40 times, the switch as a reader on another rank sees
 #           it, against that reader copying the entry (~15 s)
-#   recorder FlightRecorderCostBench (issue #36): the flight recorder's cost in a 1 KiB all-reduce, recorder off and
-#           on alternating in each JVM fork (FlightRecorderPairedBenchmark, 2 and 4 ranks, ONE_SHOT and TWO_SHOT,
-#           RECORDER_ARGS replaces its arguments), and its calls alone (FlightRecorderOpsBenchmark); recorder.md has
-#           the paired differences with 95 % intervals (~5.5 min; not in the default steps)
+#   recorder FlightRecorderCostBench (issue #36): the flight recorder's cost in a 1 KiB all-reduce on one communicator
+#           per rank whose recorder is switched off and on between 40 ms blocks (FlightRecorderPairedBenchmark, 2 and 4
+#           ranks, ONE_SHOT and TWO_SHOT, 2 forks x 200 pairs; RECORDER_ARGS replaces its arguments), and its calls
+#           alone (FlightRecorderOpsBenchmark); the ranks are pinned to RECORDER_CPUS (default: four distinct cores
+#           sharing a last-level cache, not CPU 0's, from lscpu; RECORDER_CPUS=none pins nothing); recorder.md has the
+#           off and on times, the paired differences with 95 % t and bootstrap intervals, as % of the off time
+#           (~3.5 min on 16 cores; not in the default steps)
 #   bash run.sh [STEP..]       (default: ring)
 # JMH settings of the other steps: WI (2) warm-up iterations of W (1) s, I (3) iterations of R (1) s, one fork. Each
-# step is bounded by `timeout` (RING_LIMIT 480, RINGCOST_LIMIT 200, MAP_LIMIT 230, CACHE_LIMIT 40, SWITCH_LIMIT 40 s).
+# step is bounded by `timeout` (RING_LIMIT 480, RINGCOST_LIMIT 200, MAP_LIMIT 230, CACHE_LIMIT 40, SWITCH_LIMIT 40,
+# RECORDER_LIMIT 300 s).
 # Ring files and Aeron directories this script's benchmarks leave in /dev/shm are removed at the end.
 # Results in $OUT: machine.txt, <step>.txt (JMH's tables), <step>.json (JMH's results), switch.md, summary.txt,
 # bench-peer.log (the peer processes' output).
@@ -56,16 +60,17 @@ pack=$home
 } > machine.txt 2>&1
 java=("$pack/jre/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector
       --sun-misc-unsafe-memory-access=allow -Xmx2g -cp "$pack/lib/*")
-# CPUs for the ring's spinning threads: distinct cores that share a last-level cache, skipping CPU 0's core (the
-# kernel's housekeeping); up to three (producer, consumer, Aeron's driver), at least two, else none
+# CPUs for spinning threads: distinct cores that share a last-level cache, skipping CPU 0's core (the kernel's
+# housekeeping); `pick_cpus WANT MIN`: WANT of them, else MIN (or none); the ring takes 3 (producer, consumer, Aeron's
+# driver) or at least 2, the recorder one per rank, 4
 pick_cpus() {
-  lscpu -p=CPU,CORE,CACHE 2>/dev/null | awk -F, '
+  lscpu -p=CPU,CORE,CACHE 2>/dev/null | awk -F, -v want="${1:-3}" -v min="${2:-2}" '
     /^#/ { next }
     { n = split($3, c, ":"); llc = c[n] }
     $1 == 0 { skip[$2] = 1; next }
     skip[$2] || used[$2]++ { next }
-    { count[llc]++; list[llc] = list[llc] (count[llc] > 1 ? "," : "") $1; if (count[llc] == 3 && best == "") best = list[llc] }
-    END { if (best == "") for (k in count) if (count[k] >= 2) { split(list[k], p, ","); best = p[1] "," p[2]; break }
+    { count[llc]++; list[llc] = list[llc] (count[llc] > 1 ? "," : "") $1; if (count[llc] == want && best == "") best = list[llc] }
+    END { if (best == "") for (k in count) if (count[k] >= min) { split(list[k], p, ","); best = p[1]; for (i = 2; i <= min; i++) best = best "," p[i]; break }
           print best }'
 }
 cleanup_shm() {
@@ -85,7 +90,7 @@ jmh() { # $1 step, $2 limit, $3 benchmark regex, then JMH flags
   return $code
 }
 ring() {
-  local cpus=${RING_CPUS-$(pick_cpus)}
+  local cpus=${RING_CPUS-$(pick_cpus 3 2)}
   [ "$cpus" = none ] && cpus=
   echo "== ring at ${SECONDS}s (cpus: ${cpus:-not pinned})" | tee -a summary.txt
   timeout -k 10 "${RING_LIMIT:-480}" "${java[@]}" ${cpus:+-Dsymmem4j.bench.cpus=$cpus} \
@@ -114,10 +119,12 @@ for step in "${steps[@]}"; do
         --bytes 100000000 --swaps "${SWAPS:-40}" --out "$out/switch.md" > switch.txt 2>&1 || rc=1
       cat switch.txt >> summary.txt ;;
     recorder)
-      echo "== recorder at ${SECONDS}s" | tee -a summary.txt
+      cpus=${RECORDER_CPUS-$(pick_cpus 4 4)}
+      [ "$cpus" = none ] && cpus=
+      echo "== recorder at ${SECONDS}s (cpus: ${cpus:-not pinned})" | tee -a summary.txt
       # shellcheck disable=SC2086
-      timeout -k 10 "${RECORDER_LIMIT:-480}" "${java[@]}" org.symmem4j.benchmarks.FlightRecorderCostBench \
-        --out "$out/recorder.md" ${RECORDER_ARGS:-} > recorder.txt 2>&1
+      timeout -k 10 "${RECORDER_LIMIT:-300}" "${java[@]}" ${cpus:+-Dsymmem4j.bench.cpus=$cpus} \
+        org.symmem4j.benchmarks.FlightRecorderCostBench --out "$out/recorder.md" ${RECORDER_ARGS:-} > recorder.txt 2>&1
       code=$?
       [ $code -eq 0 ] || rc=1
       echo "== recorder: exit=$code at ${SECONDS}s" | tee -a summary.txt

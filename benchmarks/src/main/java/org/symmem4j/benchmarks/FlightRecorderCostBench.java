@@ -8,6 +8,7 @@ import java.util.ArrayList;
 import java.util.Collection;
 import java.util.List;
 import java.util.Locale;
+import java.util.SplittableRandom;
 import org.openjdk.jmh.results.BenchmarkResult;
 import org.openjdk.jmh.results.IterationResult;
 import org.openjdk.jmh.results.RunResult;
@@ -21,38 +22,50 @@ import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
 /**
- * Is the flight recorder within 1 % of a 1 KiB all-reduce (issue #36)? Runs, in one call, {@link FlightRecorderOpsBenchmark}
- * (the recorder's four calls per collective alone, and an empty baseline) and {@link FlightRecorderPairedBenchmark} (the
- * all-reduce with the recorder off and on, alternating within each fork), then writes a markdown report: per algorithm
- * and rank count, the off and on means, the mean paired difference (on − off of iterations 2j and 2j + 1 of one fork)
- * with its 95 % confidence interval, the same as a percentage of the off mean, each fork's mean difference, and the
- * verdict against 1 %; and the ops benchmark's ns per collective as a percentage of the off all-reduce measured in the
- * same run.
+ * Is the flight recorder within 1 % of a 1 KiB all-reduce (issue #36)? Runs, in one call,
+ * {@link FlightRecorderPairedBenchmark} (the all-reduce on one communicator per rank whose recorder is switched off and
+ * on between short blocks, off, on, on, off ...; one JMH run per cell, the report rewritten to {@code --out} after each,
+ * so that a run stopped by a time limit keeps its finished cells) and then {@link FlightRecorderOpsBenchmark} (the
+ * recorder's four calls per collective alone, and a baseline that fills the same descriptor), and prints a markdown
+ * report: per algorithm and rank count, the
+ * all-reduce's time with the recorder off and on, the mean paired difference (on − off of blocks 2j and 2j + 1 of one
+ * fork) with its 95 % t interval and a 95 % bootstrap interval (pairs resampled within each fork), both as ns and as a
+ * percentage of the off time, each fork's mean difference, the lag-1 autocorrelation of the differences, and the
+ * verdict against 1 %; then the recorder's own ns per collective against the off all-reduce of the same run.
  *
  * <pre>
- *   FlightRecorderCostBench [--out report.md] [--forks 3] [--pairs 10] [--warmups 4] [--ranks 2,4]
- *                           [--algorithms ONE_SHOT,TWO_SHOT] [--bytes 1024]
+ *   FlightRecorderCostBench [--out report.md] [--forks 2] [--pairs 200] [--block-ms 40] [--warmups 100]
+ *                           [--ranks 2,4] [--algorithms ONE_SHOT,TWO_SHOT] [--bytes 1024] [--ops-forks 2]
  * </pre>
- * Needs at least {@code max(ranks)} idle cores. With the defaults: about 4 × 3 × 24 s for the all-reduce and 30 s for
- * the ops, about 5.5 minutes.
+ * Needs at least {@code max(ranks)} idle cores; {@code -Dsymmem4j.bench.cpus=A,B,C,D} pins rank r to the r-th CPU
+ * ({@link BenchCpus}). With the defaults: 4 cells × 2 forks × (100 + 400) blocks of 40 ms, about 180 s with the
+ * forks' start-up, and about 35 s for the ops (2 forks × 2 benchmarks × 8 s), about 3.6 minutes on 16 cores.
  */
 public final class FlightRecorderCostBench {
+
+    /** Bootstrap resamples. */
+    static final int RESAMPLES = 4000;
+    /** The bootstrap's seed: the same data give the same interval. */
+    static final long SEED = 36;
 
     private FlightRecorderCostBench() {
     }
 
     @Command(name = "FlightRecorderCostBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class,
-            showDefaultValues = true, description = "The flight recorder's cost in a host all-reduce, on and off paired in"
-                    + " one JVM, and its own calls alone, in one run; writes a markdown report.")
+            showDefaultValues = true, description = "The flight recorder's cost in a host all-reduce: switched off and"
+                    + " on between short blocks on one communicator, paired; and its own calls alone, in one run;"
+                    + " prints a markdown report.")
     static final class Flags {
         @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE")
         Path out;
         @Option(names = "--forks", paramLabel = "F", description = "JVM forks per (algorithm, ranks)")
-        int forks = 3;
-        @Option(names = "--pairs", paramLabel = "P", description = "off/on pairs of 1 s iterations per fork")
-        int pairs = 10;
-        @Option(names = "--warmups", paramLabel = "W", description = "warm-up iterations per fork (alternating too)")
-        int warmups = 4;
+        int forks = 2;
+        @Option(names = "--pairs", paramLabel = "P", description = "off/on pairs of blocks per fork")
+        int pairs = 200;
+        @Option(names = "--block-ms", paramLabel = "MS", description = "one block's length (a JMH iteration)")
+        int blockMs = 40;
+        @Option(names = "--warmups", paramLabel = "W", description = "warm-up blocks per fork (alternating too)")
+        int warmups = 100;
         @Option(names = "--ranks", split = ",", paramLabel = "N", description = "ranks (threads of one JVM)")
         List<Integer> ranks = List.of(2, 4);
         @Option(names = "--algorithms", split = ",", paramLabel = "ALG", description = "host all-reduce algorithms")
@@ -67,19 +80,54 @@ public final class FlightRecorderCostBench {
         Flags flags = Cli.parse(new Flags(), args);
         Cli.positive("--forks", flags.forks);
         Cli.positive("--pairs", flags.pairs);
+        Cli.positive("--block-ms", flags.blockMs);
         Cli.positive("--ops-forks", flags.opsForks);
         if (flags.warmups < 0 || flags.bytes < 4 || flags.bytes % 4 != 0) {
             throw new IllegalArgumentException("--warmups=" + flags.warmups + " --bytes=" + flags.bytes + ": expected"
                     + " warm-ups >= 0 and bytes a positive multiple of 4 (float32 elements) (fix: e.g. --bytes 1024)");
         }
+        if (flags.pairs < 2) {
+            throw new IllegalArgumentException("--pairs=" + flags.pairs + " expected >= 2: an interval needs two pairs"
+                    + " (fix: e.g. --pairs 200)");
+        }
+        // one JMH run per cell, the report rewritten after each: a run stopped by a time limit keeps its finished cells
+        List<Row> rows = new ArrayList<>();
+        for (String algorithm : flags.algorithms) {
+            for (int ranks : flags.ranks) {
+                Options paired = new OptionsBuilder()
+                        .include("\\.FlightRecorderPairedBenchmark\\.allReduce$")
+                        .param("bytes", Long.toString(flags.bytes))
+                        .param("algorithm", algorithm)
+                        .param("ranks", Integer.toString(ranks))
+                        .forks(flags.forks)
+                        .warmupIterations(flags.warmups)
+                        .warmupTime(TimeValue.milliseconds(flags.blockMs))
+                        .measurementIterations(2 * flags.pairs)
+                        .measurementTime(TimeValue.milliseconds(flags.blockMs))
+                        .build();
+                for (RunResult r : new Runner(paired).run()) {
+                    List<double[]> forks = new ArrayList<>();
+                    for (BenchmarkResult fork : r.getBenchmarkResults()) {
+                        Collection<IterationResult> its = fork.getIterationResults();
+                        double[] scores = new double[its.size()];
+                        int k = 0;
+                        for (IterationResult it : its) {
+                            scores[k++] = it.getPrimaryResult().getScore();
+                        }
+                        forks.add(scores);
+                    }
+                    rows.add(new Row(algorithm, ranks, Paired.of(forks)));
+                }
+                write(flags, report(flags, Double.NaN, Double.NaN, rows));
+            }
+        }
         Options ops = new OptionsBuilder()
                 .include("\\.FlightRecorderOpsBenchmark\\.")
                 .forks(flags.opsForks)
                 .build();
-        Collection<RunResult> opsResults = new Runner(ops).run();
         double baseline = Double.NaN;
         double record = Double.NaN;
-        for (RunResult r : opsResults) {
+        for (RunResult r : new Runner(ops).run()) {
             String method = r.getParams().getBenchmark();
             double score = r.getPrimaryResult().getScore();
             if (method.endsWith(".baseline")) {
@@ -88,35 +136,12 @@ public final class FlightRecorderCostBench {
                 record = score;
             }
         }
-        Options paired = new OptionsBuilder()
-                .include("\\.FlightRecorderPairedBenchmark\\.allReduce$")
-                .param("bytes", Long.toString(flags.bytes))
-                .param("algorithm", flags.algorithms.toArray(String[]::new))
-                .param("ranks", flags.ranks.stream().map(String::valueOf).toArray(String[]::new))
-                .forks(flags.forks)
-                .warmupIterations(flags.warmups)
-                .warmupTime(TimeValue.seconds(1))
-                .measurementIterations(2 * flags.pairs)
-                .measurementTime(TimeValue.seconds(1))
-                .build();
-        Collection<RunResult> pairedResults = new Runner(paired).run();
-        List<Row> rows = new ArrayList<>();
-        for (RunResult r : pairedResults) {
-            List<double[]> forks = new ArrayList<>();
-            for (BenchmarkResult fork : r.getBenchmarkResults()) {
-                Collection<IterationResult> its = fork.getIterationResults();
-                double[] scores = new double[its.size()];
-                int k = 0;
-                for (IterationResult it : its) {
-                    scores[k++] = it.getPrimaryResult().getScore();
-                }
-                forks.add(scores);
-            }
-            rows.add(new Row(r.getParams().getParam("algorithm"), Integer.parseInt(r.getParams().getParam("ranks")),
-                    Paired.of(forks)));
-        }
         String report = report(flags, baseline, record, rows);
         System.out.println(report);
+        write(flags, report);
+    }
+
+    private static void write(Flags flags, String report) throws IOException {
         if (flags.out != null) {
             Files.writeString(flags.out, report);
         }
@@ -127,24 +152,30 @@ public final class FlightRecorderCostBench {
     }
 
     /**
-     * The paired comparison of one cell: every fork's measurement iterations in order, iteration {@code k} with the
-     * recorder on when {@link FlightRecorderPairedBenchmark#recorderOn recorderOn(k)}; pair {@code j} is iterations
-     * {@code 2j} and {@code 2j + 1}.
+     * The paired comparison of one cell: every fork's measured blocks in order, block {@code k} with the recorder on
+     * when {@link FlightRecorderPairedBenchmark#recorderOn recorderOn(k)}; pair {@code j} is blocks {@code 2j} and
+     * {@code 2j + 1}.
      *
-     * @param pairs        pairs in all
-     * @param offMean      mean ns per all-reduce without the recorder
-     * @param onMean       with it
-     * @param diffMean     mean of on − off over the pairs
-     * @param diffHalfWidth half-width of the 95 % confidence interval of {@code diffMean} (Student's t over the pairs)
-     * @param forkDiffs    each fork's mean difference
+     * @param pairs         pairs in all
+     * @param offMean       mean ns per all-reduce without the recorder
+     * @param onMean        with it
+     * @param diffMean      mean of on − off over the pairs
+     * @param diffHalfWidth half-width of the 95 % t interval of {@code diffMean} (Student's t over the pairs)
+     * @param bootLow       2.5th percentile of the bootstrap means (pairs resampled with replacement within each fork)
+     * @param bootHigh      97.5th percentile
+     * @param forkDiffs     each fork's mean difference
+     * @param forkHalfWidths each fork's 95 % t half-width
+     * @param lag1          lag-1 autocorrelation of the differences within the forks (near 0: pairs independent, as
+     *                      both intervals assume)
      */
-    record Paired(int pairs, double offMean, double onMean, double diffMean, double diffHalfWidth, double[] forkDiffs) {
+    record Paired(int pairs, double offMean, double onMean, double diffMean, double diffHalfWidth, double bootLow,
+                  double bootHigh, double[] forkDiffs, double[] forkHalfWidths, double lag1) {
 
         static Paired of(List<double[]> forks) {
-            List<Double> diffs = new ArrayList<>();
+            List<double[]> diffsPerFork = new ArrayList<>();
             double offSum = 0;
             double onSum = 0;
-            double[] forkDiffs = new double[forks.size()];
+            int n = 0;
             for (int f = 0; f < forks.size(); f++) {
                 double[] s = forks.get(f);
                 if (s.length < 2 || s.length % 2 != 0) {
@@ -152,30 +183,41 @@ public final class FlightRecorderCostBench {
                             + " expected a positive even number (pairs of off and on; fix: run FlightRecorderPairedBenchmark with"
                             + " an even -i, as FlightRecorderCostBench does)");
                 }
-                double forkSum = 0;
-                for (int j = 0; j < s.length / 2; j++) {
+                double[] d = new double[s.length / 2];
+                for (int j = 0; j < d.length; j++) {
                     boolean firstOn = FlightRecorderPairedBenchmark.recorderOn(2 * j);
                     double on = firstOn ? s[2 * j] : s[2 * j + 1];
                     double off = firstOn ? s[2 * j + 1] : s[2 * j];
-                    diffs.add(on - off);
-                    forkSum += on - off;
+                    d[j] = on - off;
                     offSum += off;
                     onSum += on;
                 }
-                forkDiffs[f] = forkSum / (s.length / 2);
+                n += d.length;
+                diffsPerFork.add(d);
             }
-            int n = diffs.size();
-            double mean = 0;
-            for (double d : diffs) {
-                mean += d;
+            double[] all = new double[n];
+            double[] forkDiffs = new double[forks.size()];
+            double[] forkHalf = new double[forks.size()];
+            int at = 0;
+            double lagNum = 0;
+            double lagDen = 0;
+            for (int f = 0; f < diffsPerFork.size(); f++) {
+                double[] d = diffsPerFork.get(f);
+                System.arraycopy(d, 0, all, at, d.length);
+                at += d.length;
+                forkDiffs[f] = mean(d);
+                forkHalf[f] = halfWidth(d);
+                for (int j = 0; j < d.length; j++) {
+                    double c = d[j] - forkDiffs[f];
+                    lagDen += c * c;
+                    if (j > 0) {
+                        lagNum += c * (d[j - 1] - forkDiffs[f]);
+                    }
+                }
             }
-            mean /= n;
-            double var = 0;
-            for (double d : diffs) {
-                var += (d - mean) * (d - mean);
-            }
-            double half = n < 2 ? Double.NaN : t95(n - 1) * Math.sqrt(var / (n - 1) / n);
-            return new Paired(n, offSum / n, onSum / n, mean, half, forkDiffs);
+            double[] boot = bootstrap(diffsPerFork, n, RESAMPLES, SEED);
+            return new Paired(n, offSum / n, onSum / n, mean(all), halfWidth(all), boot[0], boot[1], forkDiffs,
+                    forkHalf, lagDen == 0 ? 0 : lagNum / lagDen);
         }
 
         double percent() {
@@ -190,19 +232,78 @@ public final class FlightRecorderCostBench {
             return 100 * (diffMean - diffHalfWidth) / offMean;
         }
 
-        /** Against the 1 % target: shown met, shown missed, or not decided by this run. */
+        double bootPercentLow() {
+            return 100 * bootLow / offMean;
+        }
+
+        double bootPercentHigh() {
+            return 100 * bootHigh / offMean;
+        }
+
+        /** Against the 1 % target, by both intervals: shown met, shown missed, or not decided by this run. */
         String verdict() {
             if (Double.isNaN(diffHalfWidth)) {
                 return "undecided (one pair)";
             }
-            if (percentHigh() <= 1) {
+            if (percentHigh() <= 1 && bootPercentHigh() <= 1) {
                 return "≤ 1 % (met)";
             }
-            if (percentLow() > 1) {
+            if (percentLow() > 1 && bootPercentLow() > 1) {
                 return "> 1 % (missed)";
             }
-            return "undecided (the interval spans 1 %)";
+            return "undecided (an interval reaches past 1 %)";
         }
+    }
+
+    static double mean(double[] x) {
+        double s = 0;
+        for (double v : x) {
+            s += v;
+        }
+        return s / x.length;
+    }
+
+    /** Half-width of the 95 % t interval of {@code x}'s mean; NaN for fewer than two values. */
+    static double halfWidth(double[] x) {
+        if (x.length < 2) {
+            return Double.NaN;
+        }
+        double m = mean(x);
+        double var = 0;
+        for (double v : x) {
+            var += (v - m) * (v - m);
+        }
+        return t95(x.length - 1) * Math.sqrt(var / (x.length - 1) / x.length);
+    }
+
+    /**
+     * Percentile bootstrap of the mean difference: {@code resamples} times, each fork's differences resampled with
+     * replacement (as many as it has, so every fork weighs what it weighs in the mean), the overall mean taken.
+     *
+     * @return {2.5th, 97.5th percentile} of those means
+     */
+    static double[] bootstrap(List<double[]> perFork, int n, int resamples, long seed) {
+        SplittableRandom random = new SplittableRandom(seed);
+        double[] means = new double[resamples];
+        for (int b = 0; b < resamples; b++) {
+            double s = 0;
+            for (double[] d : perFork) {
+                for (int j = 0; j < d.length; j++) {
+                    s += d[random.nextInt(d.length)];
+                }
+            }
+            means[b] = s / n;
+        }
+        java.util.Arrays.sort(means);
+        return new double[] {quantile(means, 0.025), quantile(means, 0.975)};
+    }
+
+    /** The {@code q} quantile of sorted {@code x}, linearly interpolated between order statistics. */
+    static double quantile(double[] sorted, double q) {
+        double pos = q * (sorted.length - 1);
+        int lo = (int) Math.floor(pos);
+        int hi = Math.min(lo + 1, sorted.length - 1);
+        return sorted[lo] + (pos - lo) * (sorted[hi] - sorted[lo]);
     }
 
     /** Student's t, two-sided 95 %, for {@code df} degrees of freedom. */
@@ -221,36 +322,52 @@ public final class FlightRecorderCostBench {
 
     static String report(Flags flags, double baseline, double record, List<Row> rows) {
         StringBuilder md = new StringBuilder();
-        md.append("# Flight recorder cost in a ").append(flags.bytes).append("-byte host all-reduce (paired, one JVM)\n\n");
+        md.append("# Flight recorder cost in a ").append(flags.bytes)
+                .append("-byte host all-reduce (one communicator, recorder switched per block, paired)\n\n");
         md.append("- date: ").append(Instant.now()).append('\n');
         md.append("- machine: ").append(Runtime.getRuntime().availableProcessors()).append(" cores; JDK ")
-                .append(System.getProperty("java.vm.version")).append('\n');
+                .append(System.getProperty("java.vm.version")).append("; ranks pinned to CPUs: ")
+                .append(System.getProperty(BenchCpus.PROPERTY, "none (no -D" + BenchCpus.PROPERTY + ")")).append('\n');
         md.append("- FlightRecorderPairedBenchmark: ").append(flags.forks).append(" forks × ").append(flags.pairs)
-                .append(" pairs of 1 s iterations (off, on, on, off, ...; after ").append(flags.warmups)
-                .append(" alternating warm-ups), recorder on = ").append(FlightRecorderPairedBenchmark.ENTRIES_ON)
-                .append(" entries; float32 SUM in place, ranks as threads\n\n");
-        md.append("| algorithm | ranks | off ns/op | on ns/op | on − off ns (95 % CI) | on − off % of off (95 % CI) |"
-                + " each fork's mean difference, ns | ≤ 1 %? |\n");
-        md.append("|---|---:|---:|---:|---:|---:|---|---|\n");
+                .append(" pairs of ").append(flags.blockMs).append(" ms blocks (off, on, on, off, ...; after ")
+                .append(flags.warmups).append(" alternating warm-up blocks), one communicator per rank, recorder of ")
+                .append(FlightRecorderPairedBenchmark.ENTRIES_ON)
+                .append(" entries switched between blocks; float32 SUM in place, ranks as threads\n\n");
+        md.append("| algorithm | ranks | off ns/op | on ns/op | on − off ns, 95 % t | 95 % bootstrap |"
+                + " on − off % of off, t | bootstrap % | ≤ 1 %? |\n");
+        md.append("|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
         double offForOps = Double.NaN;
+        StringBuilder details = new StringBuilder();
         for (Row row : rows) {
             Paired p = row.paired();
+            md.append(String.format(Locale.ROOT, "| %s | %d | %.1f | %.1f | %+.2f (%+.2f … %+.2f) | %+.2f … %+.2f |"
+                            + " %+.3f %% (%+.3f … %+.3f) | %+.3f … %+.3f %% | %s |%n", row.algorithm(), row.ranks(),
+                    p.offMean(), p.onMean(), p.diffMean(), p.diffMean() - p.diffHalfWidth(),
+                    p.diffMean() + p.diffHalfWidth(), p.bootLow(), p.bootHigh(), p.percent(), p.percentLow(),
+                    p.percentHigh(), p.bootPercentLow(), p.bootPercentHigh(), p.verdict()));
             StringBuilder forks = new StringBuilder();
-            for (double d : p.forkDiffs()) {
-                forks.append(forks.isEmpty() ? "" : ", ").append(String.format(Locale.ROOT, "%+.1f", d));
+            for (int f = 0; f < p.forkDiffs().length; f++) {
+                forks.append(forks.isEmpty() ? "" : ", ").append(String.format(Locale.ROOT, "%+.2f ± %.2f",
+                        p.forkDiffs()[f], p.forkHalfWidths()[f]));
             }
-            md.append(String.format(Locale.ROOT, "| %s | %d | %.1f | %.1f | %+.1f (%+.1f … %+.1f) | %+.2f %% (%+.2f … %+.2f) |"
-                            + " %s | %s |%n", row.algorithm(), row.ranks(), p.offMean(), p.onMean(), p.diffMean(),
-                    p.diffMean() - p.diffHalfWidth(), p.diffMean() + p.diffHalfWidth(), p.percent(), p.percentLow(),
-                    p.percentHigh(), forks, p.verdict()));
+            details.append(String.format(Locale.ROOT, "- %s, %d ranks: %d pairs; each fork's mean difference (ns, 95 %% t):"
+                    + " %s; lag-1 autocorrelation of the differences %+.2f%n", row.algorithm(), row.ranks(), p.pairs(),
+                    forks, p.lag1()));
             if (Double.isNaN(offForOps) || p.offMean() < offForOps) {
                 offForOps = p.offMean();
             }
         }
-        md.append("\nThe interval is Student's t over every pair of every fork. Each fork's mean difference shows the spread"
-                + " between forks (the two communicators' placement differs per fork, their creation order is random).\n\n");
+        md.append("\nBoth runs of a pair are the same communicator on the same threads, one block apart: what differs"
+                + " is the recorder. The t interval is over every pair of every fork; the bootstrap resamples pairs"
+                + " within each fork (").append(RESAMPLES).append(" resamples). Both assume independent pairs; a lag-1"
+                + " autocorrelation far from 0 says they are not. The verdict needs both intervals on one side of 1 %.\n\n");
+        md.append(details).append('\n');
         md.append("## The recorder's calls alone (FlightRecorderOpsBenchmark, same run)\n\n");
         double perCollective = record - baseline;
+        if (Double.isNaN(perCollective)) {
+            md.append("- not measured yet (it runs after the all-reduces)\n");
+            return md.toString();
+        }
         md.append(String.format(Locale.ROOT, "- recordOneCollective %.2f ns/op, baseline %.2f ns/op: %.2f ns per collective"
                 + " (begin, arguments, started, completed)%n", record, baseline, perCollective));
         if (!Double.isNaN(offForOps)) {

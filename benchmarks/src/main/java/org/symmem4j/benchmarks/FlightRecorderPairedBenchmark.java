@@ -1,8 +1,9 @@
 package org.symmem4j.benchmarks;
 
-import java.util.concurrent.ThreadLocalRandom;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 import org.openjdk.jmh.annotations.Benchmark;
 import org.openjdk.jmh.annotations.BenchmarkMode;
 import org.openjdk.jmh.annotations.Fork;
@@ -26,36 +27,47 @@ import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.control.FlightRecording;
 import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
- * The flight recorder's cost in a host all-reduce (issue #36: at most 1 % of a 1 KiB one), measured on and off in
- * the same JVM, so that fork-to-fork variation (up to 18 % between forks of one setting on 16 cores) cancels: every
- * rank holds two communicators on one group, one made with {@code symmem4j.flight.recorder.entries=0} (no recorder)
- * and one with 1024 entries, and each iteration runs one of them, in the order off, on, on, off, off, on, on, off ...
- * ({@link #recorderOn}: pairs in ABBA order, so a linear drift within the fork cancels too). Both run the same
- * symmetric buffer. {@code FlightRecorderCostBench} runs this, pairs iteration 2j with 2j+1 and reports the mean
- * paired difference with its confidence interval. The communicators are created in a random order per fork, so
- * whatever differs between two communicators of one group besides the recorder (their scratch memory's placement)
- * varies from fork to fork instead of biasing every fork the same way.
+ * The flight recorder's cost in a host all-reduce (issue #36: at most 1 % of a 1 KiB one), on ONE communicator per
+ * rank whose recorder is switched off and on between short iterations ({@link FlightRecording}, through
+ * {@code unwrap}), so that everything but the recorder stays put: the scratch memory's placement, the ranks' threads
+ * and CPUs, the JIT's code. Iterations (blocks of all-reduces, 40 ms by default) alternate off, on, on, off, off, on
+ * ... ({@link #recorderOn}: pairs in ABBA order, so a linear drift within the fork cancels too); every rank switches
+ * its own recorder at the block's first all-reduce. {@code FlightRecorderCostBench} pairs iteration 2j with 2j+1 and
+ * reports the mean paired difference with a t and a bootstrap interval.
  *
- * <p>The JIT sees both communicators, so the off runs execute the recorder's {@code null} checks as real branches
- * (a production JVM with the recorder off would compile them away): four untaken branches per collective, which
- * makes the measured difference, if anything, smaller than the true one by well under a nanosecond.
+ * <p>The earlier design (two communicators per rank, one made with the recorder and one without) measured which of
+ * the two a fork had placed better: −3.8 % to +8.7 % across cells, intervals excluding zero in both directions,
+ * against 9.6 ns of recorder work per collective ({@code 2026-11-28-recorder-and-ring-16core.md}).
+ *
+ * <p>The switch is the control plane's reference to its recorder, which the hot path reads anyway (null: off), so
+ * switching adds no work to a collective. The JIT sees both states during the alternating warm-up, so both runs
+ * execute the recorder's null checks as real branches (a JVM whose recorder is always off would compile them away):
+ * four untaken branches per collective, so the difference is, if anything, smaller than the true one by well under
+ * a nanosecond.
  *
  * <p>On a machine with at least {@code ranks} idle cores (each rank spins on its own; fewer cores measure the
- * scheduler). The JMH thread is rank 0; the other ranks are threads driven by {@link PeerDriver}.
+ * scheduler). The JMH thread is rank 0; the other ranks are threads driven by {@link PeerDriver}. With
+ * {@code -Dsymmem4j.bench.cpus=A,B,C,D} naming at least {@code ranks} CPUs ({@link BenchCpus}) rank r is pinned to
+ * the r-th; with fewer, no rank is pinned.
  */
 @BenchmarkMode(Mode.AverageTime)
 @OutputTimeUnit(TimeUnit.NANOSECONDS)
-@Warmup(iterations = 4, time = 1)
-@Measurement(iterations = 20, time = 1)
-@Fork(value = 3, jvmArgsAppend = {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Xmx1g"})
+@Warmup(iterations = 100, time = 40, timeUnit = TimeUnit.MILLISECONDS)
+@Measurement(iterations = 400, time = 40, timeUnit = TimeUnit.MILLISECONDS)
+@Fork(value = 2, jvmArgsAppend = {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Xmx1g",
+        "-D" + FlightRecorderPairedBenchmark.ENTRIES_PROPERTY + "=" + FlightRecorderPairedBenchmark.ENTRIES_ON})
 @State(Scope.Thread)
 public class FlightRecorderPairedBenchmark {
 
-    /** The recorder's size in the "on" communicator (the default). */
+    /** The recorder's size (the default), set on the forks' command line. */
     public static final int ENTRIES_ON = 1024;
+
+    /** {@link Configuration#FLIGHT_RECORDER_ENTRIES}'s property, as a constant for the annotation. */
+    static final String ENTRIES_PROPERTY = "symmem4j.flight.recorder.entries";
 
     @Param({"1024"})
     public long bytes;
@@ -68,13 +80,11 @@ public class FlightRecorderPairedBenchmark {
 
     private InJvmWorld world;
     private Group group;
-    private Communicator off;
-    private Communicator on;
+    private Communicator comm;
+    private FlightRecording recording;
     private SymmetricMemory mem;
     private long count;
-    /** The communicator of this iteration (rank 0's; written between iterations only). */
-    private Communicator current;
-    /** Which communicator the peers use: written by rank 0 before it requests the iteration's operations. */
+    /** Whether the peers record: written by rank 0 before it requests the iteration's operations. */
     private volatile boolean peersOn;
     private final AtomicLong requested = new AtomicLong();
     private volatile boolean stop;
@@ -87,7 +97,7 @@ public class FlightRecorderPairedBenchmark {
      * on, off, off, on, on, off ... Iterations {@code 2j} and {@code 2j + 1} form pair {@code j}, one of each.
      *
      * @param k the iteration
-     * @return true for the recorder-on communicator
+     * @return true for the recorder on
      */
     public static boolean recorderOn(int k) {
         boolean firstOfPair = k % 2 == 0;
@@ -97,96 +107,101 @@ public class FlightRecorderPairedBenchmark {
 
     @Setup(Level.Trial)
     public void setUp() throws InterruptedException {
+        if (!ENTRIES_PROPERTY.equals(Configuration.FLIGHT_RECORDER_ENTRIES.property())) {
+            throw new IllegalStateException("the recorder's property is " + Configuration.FLIGHT_RECORDER_ENTRIES.property()
+                    + ", expected " + ENTRIES_PROPERTY + " (fix: update ENTRIES_PROPERTY)");
+        }
         count = bytes / 4;
-        boolean onFirst = ThreadLocalRandom.current().nextBoolean();
-        String property = Configuration.FLIGHT_RECORDER_ENTRIES.property();
-        String before = System.getProperty(property);
-        System.setProperty(property, onFirst ? Integer.toString(ENTRIES_ON) : "0");
+        int[] cpus = BenchCpus.cpus();
+        boolean pin = cpus.length >= ranks;
+        if (pin) {
+            BenchCpus.pinCurrentThread(0, "rank 0 (the JMH thread)");
+        }
         world = InJvmWorld.create(ranks);
         peers = new Thread[ranks - 1];
+        CountDownLatch ready = new CountDownLatch(ranks - 1);
+        AtomicReference<Throwable> peerFailure = new AtomicReference<>();
         for (int r = 1; r < ranks; r++) {
             int rank = r;
             peers[r - 1] = Thread.ofPlatform().name("bench-rank-" + r).start(() -> {
-                try (Group g = world.join(rank); Pair c = Pair.create(g, onFirst, null);
-                     SymmetricMemory m = SymmetricMemory.allocate(g, bytes)) {
-                    HostAllReduceBenchmark.fill(m);
-                    PeerDriver.serve(PeerDriver.inJvm(requested, () -> stop), () -> (peersOn ? c.on : c.off)
-                            .allReduce(m, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm));
+                try {
+                    if (pin) {
+                        BenchCpus.pinCurrentThread(rank, "rank " + rank);
+                    }
+                    try (Group g = world.join(rank); Communicator c = Communicator.create(g);
+                         SymmetricMemory m = SymmetricMemory.allocate(g, bytes)) {
+                        FlightRecording sw = switchOf(c);
+                        HostAllReduceBenchmark.fill(m);
+                        ready.countDown();
+                        PeerDriver.serve(PeerDriver.inJvm(requested, () -> stop), () -> {
+                            boolean on = peersOn;
+                            if (on != sw.isRecording()) {
+                                sw.setRecording(on); // the block's first all-reduce on this rank
+                            }
+                            c.allReduce(m, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
+                        });
+                    }
+                } catch (Throwable t) {
+                    peerFailure.set(t);
+                    ready.countDown();
                 }
             });
         }
         group = world.join(0);
-        Pair pair = Pair.create(group, onFirst, () -> System.setProperty(property, onFirst ? "0" : Integer.toString(ENTRIES_ON)));
-        if (before == null) {
-            System.clearProperty(property);
-        } else {
-            System.setProperty(property, before);
-        }
-        off = pair.off;
-        on = pair.on;
+        comm = Communicator.create(group);
+        recording = switchOf(comm);
         mem = SymmetricMemory.allocate(group, bytes);
         HostAllReduceBenchmark.fill(mem);
-        System.out.println("flight recorder paired benchmark: communicators created " + (onFirst ? "on, off" : "off, on"));
+        ready.await();
+        if (peerFailure.get() != null) {
+            throw new IllegalStateException("a peer rank failed to set up: expected every rank's communicator and"
+                    + " memory, found " + peerFailure.get() + " (fix: see the cause below)", peerFailure.get());
+        }
+        System.out.println("flight recorder paired benchmark: one communicator per rank, recorder of "
+                + ENTRIES_ON + " entries switched per iteration; ranks " + (pin ? "pinned to CPUs "
+                + java.util.Arrays.toString(java.util.Arrays.copyOf(cpus, ranks)) : "not pinned (-D" + BenchCpus.PROPERTY
+                + " names " + cpus.length + " CPUs, " + ranks + " needed)"));
+    }
+
+    private static FlightRecording switchOf(Communicator c) {
+        return c.unwrap(FlightRecording.class).orElseThrow(() -> new IllegalStateException("communicator " + c
+                + " has no flight recorder to switch: expected " + ENTRIES_PROPERTY + " > 0, found "
+                + System.getProperty(ENTRIES_PROPERTY) + " (fix: run the benchmark through JMH's fork, which sets "
+                + ENTRIES_PROPERTY + "=" + ENTRIES_ON + ", or set it yourself)"));
     }
 
     /**
-     * One rank's two communicators, created in the order given: the first under the property as it is, then (after
-     * every rank has made its first, and rank 0 has run {@code between}) the second.
-     */
-    private record Pair(Communicator off, Communicator on) implements AutoCloseable {
-        static Pair create(Group g, boolean onFirst, Runnable between) {
-            Communicator first = Communicator.create(g);
-            first.barrier(); // every rank made its first communicator under the first setting
-            if (between != null) {
-                between.run();
-            }
-            first.barrier(); // rank 0 changed the setting
-            Communicator second = Communicator.create(g);
-            return onFirst ? new Pair(second, first) : new Pair(first, second);
-        }
-
-        @Override
-        public void close() {
-            // collective, the same order on every rank
-            off.close();
-            on.close();
-        }
-    }
-
-    /**
-     * Chooses this iteration's communicator ({@link #recorderOn}), warm-up and measurement counted apart.
+     * Switches this iteration's recorder ({@link #recorderOn}), warm-up and measurement counted apart.
      *
      * @param params which kind of iteration comes
      */
     @Setup(Level.Iteration)
     public void choose(IterationParams params) {
         int k = params.getType() == IterationType.WARMUP ? warmups++ : measured++;
-        boolean withRecorder = recorderOn(k);
-        current = withRecorder ? on : off;
+        boolean on = recorderOn(k);
+        recording.setRecording(on); // rank 0's own, between its collectives
         // volatile write, before allReduce() publishes the iteration's request count (release): a peer that sees the
         // new count sees this choice; every peer has begun the previous iteration's last operation already (rank 0's
-        // last one could not pass its entry barrier before), so none runs an old operation on the new communicator
-        peersOn = withRecorder;
+        // last one could not pass its entry barrier before), so none switches inside an old iteration
+        peersOn = on;
     }
 
     @Benchmark
     @OperationsPerInvocation(Sizes.OPS_PER_INVOCATION)
     public void allReduce() {
-        Communicator c = current;
         // release: the peers read the new total with getAcquire and run the same number of ops
         requested.setRelease(requested.get() + Sizes.OPS_PER_INVOCATION);
         for (int i = 0; i < Sizes.OPS_PER_INVOCATION; i++) {
-            c.allReduce(mem, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
+            comm.allReduce(mem, 0, count, DType.FLOAT32, ReduceOp.SUM, algorithm);
         }
     }
 
     @TearDown(Level.Trial)
     public void tearDown() throws InterruptedException {
         stop = true;
-        // close is collective: the peers close memory, then their communicators (off, on), when they stop; same order
+        // close is collective: the peers close memory, then their communicator, when they stop; same order
         mem.close();
-        off.close();
-        on.close();
+        comm.close();
         for (Thread peer : peers) {
             peer.join();
         }

@@ -49,6 +49,51 @@ class FlightRecorderCostBenchTest {
     }
 
     @Test
+    void theBootstrapResamplesWithinEachFork() {
+        // fork 0's differences are all 0 ns, fork 1's all 10 ns: each fork's resampled mean is fixed, so the
+        // bootstrap of the overall mean is exactly 5 (a pooled resampling would spread it from 0 to 10)
+        FlightRecorderCostBench.Paired p = FlightRecorderCostBench.Paired.of(List.of(
+                new double[] {1000, 1000, 1000, 1000, 1000, 1000}, new double[] {1000, 1010, 1010, 1000, 1000, 1010}));
+        assertEquals(5, p.diffMean(), 1e-12);
+        assertEquals(5, p.bootLow(), 1e-12);
+        assertEquals(5, p.bootHigh(), 1e-12);
+        assertArrayEquals(new double[] {0, 10}, p.forkDiffs(), 1e-12);
+        assertArrayEquals(new double[] {0, 0}, p.forkHalfWidths(), 1e-12);
+    }
+
+    @Test
+    void bootstrapIntervalOfAlternatingDifferences() {
+        // 400 pairs whose differences alternate +1, -1 ns: mean 0, the mean's standard error 1 / sqrt(400) = 0.05, so a
+        // 95 % interval of about ±1.96 × 0.05 = ±0.098; successive differences are perfectly anticorrelated
+        double[] s = new double[800];
+        for (int j = 0; j < 400; j++) {
+            boolean firstOn = FlightRecorderPairedBenchmark.recorderOn(2 * j);
+            double on = 1000 + (j % 2 == 0 ? 1 : -1);
+            s[2 * j] = firstOn ? on : 1000;
+            s[2 * j + 1] = firstOn ? 1000 : on;
+        }
+        FlightRecorderCostBench.Paired p = FlightRecorderCostBench.Paired.of(List.of(s));
+        assertEquals(0, p.diffMean(), 1e-12);
+        assertTrue(p.bootLow() < -0.085 && p.bootLow() > -0.11, "bootstrap low " + p.bootLow());
+        assertTrue(p.bootHigh() > 0.085 && p.bootHigh() < 0.11, "bootstrap high " + p.bootHigh());
+        assertEquals(1.960 * Math.sqrt(400.0 / 399 / 400), p.diffHalfWidth(), 1e-12); // t(399) taken as 1.960
+        assertEquals(-399.0 / 400, p.lag1(), 1e-12);
+        // the same data, the same interval: the seed is fixed
+        FlightRecorderCostBench.Paired again = FlightRecorderCostBench.Paired.of(List.of(s));
+        assertEquals(p.bootLow(), again.bootLow());
+        assertEquals(p.bootHigh(), again.bootHigh());
+    }
+
+    @Test
+    void quantileInterpolates() {
+        double[] sorted = {0, 10, 20, 30, 40};
+        assertEquals(0, FlightRecorderCostBench.quantile(sorted, 0));
+        assertEquals(40, FlightRecorderCostBench.quantile(sorted, 1));
+        assertEquals(20, FlightRecorderCostBench.quantile(sorted, 0.5));
+        assertEquals(1, FlightRecorderCostBench.quantile(sorted, 0.025), 1e-12); // position 0.1
+    }
+
+    @Test
     void refusesOddIterationCounts() {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> FlightRecorderCostBench.Paired.of(List.of(new double[] {1, 2, 3})));

@@ -50,8 +50,17 @@ public final class ControlPlane implements AutoCloseable {
     private final SymmetricMemory owned;
     /** The descriptor of {@link #checkAgreement} and {@link #barrier}, reused: the hot path allocates nothing. */
     private final Descriptor call = new Descriptor();
-    /** This rank's ring of its last collectives; null when {@code symmem4j.flight.recorder.entries} is 0. */
-    private final FlightRecorder recorder;
+    /**
+     * This rank's ring of its last collectives; null when {@code symmem4j.flight.recorder.entries} is 0, or while
+     * {@link #recording} has it off. Read at each of the hot path's four checks, a plain load as when it was final
+     * (the JIT folds no instance field of an ordinary class into a constant, final or not), and written only by the
+     * {@link #recording()} switch.
+     */
+    private FlightRecorder recorder;
+    /** The recorder this control plane was made with (null when entries is 0): what {@link #recording()} turns on. */
+    private final FlightRecorder made;
+    /** The switch {@link #recording()} hands out; null without a recorder. */
+    private final FlightRecording recording;
 
     private long seq;
     /** The JFR event of the collective in progress; null while no recording enables {@link CollectiveEvent}. */
@@ -62,7 +71,9 @@ public final class ControlPlane implements AutoCloseable {
         this.worldSize = group.worldSize();
         this.sync = sync;
         this.owned = owned;
-        this.recorder = FlightRecorder.create(rank, worldSize, kind);
+        this.made = FlightRecorder.create(rank, worldSize, kind);
+        this.recorder = made;
+        this.recording = made == null ? null : new Switch();
         sync.describePositionsWith(this::lastOps);
     }
 
@@ -158,6 +169,30 @@ public final class ControlPlane implements AutoCloseable {
     /** {@return this rank's flight recorder, or null when recording is off} */
     public FlightRecorder recorder() {
         return recorder;
+    }
+
+    /**
+     * {@return the switch that turns this rank's flight recorder off and on between collectives, or null when this
+     * control plane was made without one} For benchmarks of the recorder's cost; see {@link FlightRecording}.
+     */
+    public FlightRecording recording() {
+        return recording;
+    }
+
+    /** {@link FlightRecording} over {@link #recorder}: the only place that writes it after construction. */
+    private final class Switch implements FlightRecording {
+        @Override
+        public boolean isRecording() {
+            return recorder != null;
+        }
+
+        @Override
+        public void setRecording(boolean on) {
+            if (on && recorder == null) {
+                made.restartAt(seq); // the collectives in between were not recorded: its dump starts here
+            }
+            recorder = on ? made : null;
+        }
     }
 
     /** This rank's last collectives in words, for timeout messages ({@link PadSynchronizer}). */

@@ -56,8 +56,8 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * own check changed how C2 inlined the staged host all-reduce, whose vectors then stayed heap objects
  * ({@code SteadyStateAllocationTest}): it stays a separate read.
  * {@code FlightRecorderOpsBenchmark} measures the four calls alone, {@code FlightRecorderPairedBenchmark} an
- * all-reduce with and without them in one JVM ({@code FlightRecorderCostBench} runs both and reports the paired
- * difference).
+ * all-reduce on one communicator whose recorder is switched off and on between blocks ({@link FlightRecording};
+ * {@code FlightRecorderCostBench} runs both and reports the paired difference).
  *
  * <p><b>Memory ordering.</b> None is needed, and there is no release store: every write and every read
  * ({@link #dump}, {@link #lastOps}, {@link #toJson}: the failure path and timeout messages) happen on the one thread
@@ -106,6 +106,8 @@ public final class FlightRecorder {
     private final long[] ring;
     private final String[] what;
     private long recorded;
+    /** The sequence number of the first collective recorded since creation or {@link #restartAt}. */
+    private long firstSeq;
     private long lastDumpedFailureSeq = -1;
 
     private FlightRecorder(int rank, int worldSize, String communicator, int capacity) {
@@ -159,9 +161,21 @@ public final class FlightRecorder {
         return mask + 1;
     }
 
-    /** {@return the number of collectives recorded so far} */
+    /** {@return the number of collectives recorded so far (since the last {@link #restartAt}, if any)} */
     public long recorded() {
         return recorded;
+    }
+
+    /**
+     * Recording resumes at collective {@code seq} after a pause ({@link FlightRecording#setRecording}): the entries
+     * before the pause are dropped from {@link #lastOps} and the dumps, since the collectives during it are missing.
+     * The ring itself is not cleared: its entries carry their sequence numbers, and every read goes through them.
+     *
+     * @param seq the control plane's next sequence number
+     */
+    void restartAt(long seq) {
+        firstSeq = seq;
+        recorded = 0;
     }
 
     /**
@@ -379,8 +393,8 @@ public final class FlightRecorder {
 
     /** The slot of the k-th recorded collective (0-based): sequence numbers are consecutive per control plane. */
     private int slotOfRecorded(long k) {
-        // the control plane numbers collectives 0, 1, 2 ...: the k-th recorded one is seq k
-        return (int) (k & mask);
+        // the control plane numbers collectives 0, 1, 2 ... and records each: the k-th recorded one since (re)start
+        return (int) ((firstSeq + k) & mask);
     }
 
     private static String name(Enum<?>[] values, int ordinal) {

@@ -15,6 +15,7 @@ import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.Transport;
 import org.symmem4j.parallel.control.ControlPlane;
+import org.symmem4j.parallel.control.FlightRecording;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Descriptor;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
@@ -741,6 +742,20 @@ public final class HostCommunicator implements Communicator {
     @Override
     public void abort(String reason) {
         control.abort(reason);
+    }
+
+    /**
+     * {@inheritDoc}
+     *
+     * <p>Also {@link FlightRecording}: turns this rank's flight recorder off and on between collectives, for
+     * benchmarks of its cost (empty when this communicator was made without one).
+     */
+    @Override
+    public <T> java.util.Optional<T> unwrap(Class<T> type) {
+        if (type == FlightRecording.class) {
+            return java.util.Optional.ofNullable(control.recording()).map(type::cast);
+        }
+        return Communicator.super.unwrap(type);
     }
 
     @Override

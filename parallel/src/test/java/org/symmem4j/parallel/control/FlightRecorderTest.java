@@ -25,6 +25,7 @@ import jdk.jfr.consumer.RecordingFile;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.CollectiveMismatchException;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
@@ -90,6 +91,101 @@ class FlightRecorderTest {
         assertNull(FlightRecorder.create(0, 2, "host", 0));
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> FlightRecorder.create(0, 2, "host", -1));
         assertTrue(e.getMessage().contains("0 turns it off"), e.getMessage());
+    }
+
+    @Test
+    void restartingDropsTheEntriesBeforeThePause() {
+        FlightRecorder r = FlightRecorder.create(0, 2, "host", 4);
+        for (long s = 0; s < 3; s++) {
+            r.begin(s, "all-reduce");
+            r.completed(s);
+        }
+        r.restartAt(5); // 3 and 4 ran unrecorded
+        assertEquals(0, r.recorded());
+        assertEquals("none", r.lastOps(4));
+        for (long s = 5; s < 7; s++) {
+            r.begin(s, "barrier");
+            r.completed(s);
+        }
+        assertEquals("barrier#5 COMPLETED, barrier#6 COMPLETED", r.lastOps(4));
+        for (long s = 7; s < 11; s++) { // wraps: slot of 5 is reused by 9
+            r.begin(s, "all-reduce");
+        }
+        @SuppressWarnings("unchecked")
+        List<Map<String, Object>> ops = (List<Map<String, Object>>) ((Map<String, Object>) Json.parse(r.toJson("x"))).get("ops");
+        assertEquals(List.of(7.0, 8.0, 9.0, 10.0), ops.stream().map(o -> o.get("seq")).toList());
+        assertEquals(6, r.recorded());
+    }
+
+    /**
+     * The switch a benchmark turns the recorder off and on with: while off a failing collective dumps nothing; back
+     * on, the dump holds only what came after, numbered as the control plane numbers it; a communicator made without
+     * a recorder has no switch.
+     */
+    @Test
+    void theSwitchPausesRecordingOnOneCommunicator(@TempDir Path dir) throws Exception {
+        String oldDir = System.getProperty("symmem4j.flight.recorder.dir");
+        System.setProperty("symmem4j.flight.recorder.dir", dir.toString());
+        try {
+            List<String> perRank = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> {
+                try (Communicator comm = Communicator.create(group)) {
+                    FlightRecording recording = comm.unwrap(FlightRecording.class).orElseThrow();
+                    assertTrue(recording.isRecording());
+                    MemorySegment buf = Arena.ofAuto().allocate(4L * 64, 64);
+                    comm.allReduce(buf, 64, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT); // #0
+                    recording.setRecording(false);
+                    assertTrue(!recording.isRecording());
+                    comm.allReduce(buf, 64, DType.FLOAT32, ReduceOp.SUM, Algorithm.TWO_SHOT); // #1
+                    // #2: the ranks disagree on the count; unrecorded, so no dump
+                    assertThrows(CollectiveMismatchException.class, () -> comm.allReduce(buf, 32 + 32 * group.rank(),
+                            DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT));
+                    try (Stream<Path> files = Files.list(dir)) {
+                        assertEquals(0, files.count(), "no dump while the recorder is off");
+                    }
+                    comm.barrier(); // #3: both ranks have looked
+                    recording.setRecording(true);
+                    comm.allReduce(buf, 64, DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT); // #4
+                    assertThrows(CollectiveMismatchException.class, () -> comm.allReduce(buf, 32 + 32 * group.rank(),
+                            DType.FLOAT32, ReduceOp.SUM, Algorithm.ONE_SHOT)); // #5
+                }
+                return "";
+            });
+            assertEquals(List.of("", ""), perRank);
+            List<Path> dumps;
+            try (Stream<Path> files = Files.list(dir)) {
+                dumps = files.filter(f -> f.getFileName().toString().endsWith(".json")).toList();
+            }
+            assertEquals(2, dumps.size(), "one dump per rank, of #5: " + dumps);
+            for (Path f : dumps) {
+                @SuppressWarnings("unchecked")
+                List<Map<String, Object>> ops = (List<Map<String, Object>>) ((Map<String, Object>) Json.parse(
+                        Files.readString(f))).get("ops");
+                assertEquals(List.of(4.0, 5.0), ops.stream().map(o -> o.get("seq")).toList(), f.toString());
+                assertEquals(List.of("COMPLETED", "FAILED"), ops.stream().map(o -> o.get("state")).toList(), f.toString());
+            }
+        } finally {
+            restore("symmem4j.flight.recorder.dir", oldDir);
+        }
+        String oldEntries = System.getProperty("symmem4j.flight.recorder.entries");
+        System.setProperty("symmem4j.flight.recorder.entries", "0");
+        try {
+            List<Boolean> present = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> {
+                try (Communicator comm = Communicator.create(group)) {
+                    return comm.unwrap(FlightRecording.class).isPresent();
+                }
+            });
+            assertEquals(List.of(false, false), present, "made without a recorder: no switch");
+        } finally {
+            restore("symmem4j.flight.recorder.entries", oldEntries);
+        }
+    }
+
+    private static void restore(String property, String old) {
+        if (old == null) {
+            System.clearProperty(property);
+        } else {
+            System.setProperty(property, old);
+        }
     }
 
     /**
