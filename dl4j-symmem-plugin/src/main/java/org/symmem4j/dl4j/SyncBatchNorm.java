@@ -23,10 +23,11 @@ import org.symmem4j.parallel.SymmetricMemory;
 /**
  * Synchronized BatchNorm for the data-parallel wrapper ({@code SymmemParallelWrapper.Builder.syncBatchNorm(true)})
  * and the pipeline trainer's data-parallel axis ({@code PipelineParallelTrainerBuilder.syncBatchNorm(true)}): one
- * worker's side. Public for the plugin's pipeline package only; users turn it on through those builders. The user's configuration stays DL4J's {@code BatchNormalization}; each worker's replica gets
- * {@link SyncBatchNormLayer} in place of DL4J's layer implementation (as PyTorch's {@code convert_sync_batchnorm}
- * swaps modules), over the same parameter and gradient views, so the parameters, the updater and checkpoints are
- * unchanged and the user's model never holds the synchronized layer.
+ * worker's side. Public for the plugin's pipeline package only; users turn it on through those builders. The user's
+ * configuration stays DL4J's {@code BatchNormalization}; each worker's replica gets {@link SyncBatchNormLayer} in
+ * place of DL4J's layer implementation (as PyTorch's {@code convert_sync_batchnorm} swaps modules), over the same
+ * parameter and gradient views, so the parameters, the updater and checkpoints are unchanged and the user's model
+ * never holds the synchronized layer.
  *
  * <p>The layers' collectives go through a communicator of their own on the worker's group (threads of one JVM,
  * processes, or machines), summed with ONE_SHOT where it runs (else the group's engine of the same guarantee), so
@@ -258,12 +259,8 @@ public final class SyncBatchNorm implements AutoCloseable {
         nanos += System.nanoTime() - start;
     }
 
-    /**
-     * The worker failed: peers waiting in a BatchNorm all-reduce fail now instead of at the timeout.
-     *
-     * @param reason what failed, for the peers' exceptions
-     */
-    public void abort(String reason) {
+    /** The worker failed: peers waiting in a BatchNorm all-reduce fail now instead of at the timeout. */
+    void abort(String reason) {
         comm.abort(reason);
     }
 
