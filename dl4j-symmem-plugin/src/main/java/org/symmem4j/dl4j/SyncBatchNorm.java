@@ -21,11 +21,13 @@ import org.symmem4j.parallel.ReduceOp;
 import org.symmem4j.parallel.SymmetricMemory;
 
 /**
- * Synchronized BatchNorm for the data-parallel wrapper ({@code SymmemParallelWrapper.Builder.syncBatchNorm(true)}):
- * one worker's side. The user's configuration stays DL4J's {@code BatchNormalization}; each worker's replica gets
- * {@link SyncBatchNormLayer} in place of DL4J's layer implementation (as PyTorch's {@code convert_sync_batchnorm}
- * swaps modules), over the same parameter and gradient views, so the parameters, the updater and checkpoints are
- * unchanged and the user's model never holds the synchronized layer.
+ * Synchronized BatchNorm for the data-parallel wrapper ({@code SymmemParallelWrapper.Builder.syncBatchNorm(true)})
+ * and the pipeline trainer's data-parallel axis ({@code PipelineParallelTrainerBuilder.syncBatchNorm(true)}): one
+ * worker's side. Public for the plugin's pipeline package only; users turn it on through those builders. The user's
+ * configuration stays DL4J's {@code BatchNormalization}; each worker's replica gets {@link SyncBatchNormLayer} in
+ * place of DL4J's layer implementation (as PyTorch's {@code convert_sync_batchnorm} swaps modules), over the same
+ * parameter and gradient views, so the parameters, the updater and checkpoints are unchanged and the user's model
+ * never holds the synchronized layer.
  *
  * <p>The layers' collectives go through a communicator of their own on the worker's group (threads of one JVM,
  * processes, or machines), summed with ONE_SHOT where it runs (else the group's engine of the same guarantee), so
@@ -34,7 +36,7 @@ import org.symmem4j.parallel.SymmetricMemory;
  *
  * <p>Not thread-safe: one per worker, used by its thread.
  */
-final class SyncBatchNorm implements AutoCloseable {
+public final class SyncBatchNorm implements AutoCloseable {
 
     private final Communicator comm;
     private final SymmetricMemory memory;
@@ -58,8 +60,19 @@ final class SyncBatchNorm implements AutoCloseable {
      *         BatchNormalization, a subclass of DL4J's configuration with its own implementation)
      */
     static void check(ModelReplica model) {
+        check(model.layerConfigurations());
+    }
+
+    /**
+     * At {@code build()}: checks that the layers have BatchNormalization layers and that every one can be
+     * synchronized.
+     *
+     * @param confs the model's layer configurations, in order (a layer's name, or else its index, names it)
+     * @throws IllegalArgumentException when there is none, or one that cannot be swapped (a frozen
+     *         BatchNormalization, a subclass of DL4J's configuration with its own implementation)
+     */
+    public static void check(List<org.deeplearning4j.nn.conf.layers.Layer> confs) {
         List<String> names = new ArrayList<>();
-        List<org.deeplearning4j.nn.conf.layers.Layer> confs = model.layerConfigurations();
         for (int i = 0; i < confs.size(); i++) {
             org.deeplearning4j.nn.conf.layers.Layer conf = confs.get(i);
             String name = conf.getLayerName() != null ? conf.getLayerName() : String.valueOf(i);
@@ -96,7 +109,35 @@ final class SyncBatchNorm implements AutoCloseable {
      * @return the worker's side, to close when the worker stops
      */
     static SyncBatchNorm install(ModelReplica replica, Group group) {
-        List<Swap> swaps = swaps(replica);
+        return installSwaps(swaps(replica), group);
+    }
+
+    /**
+     * On the rank's thread, collectively with the group's other ranks (which hold the same networks' layers): opens
+     * one communicator on {@code group} and puts {@link SyncBatchNormLayer} in place of every DL4J
+     * BatchNormalization layer of {@code networks}. The pipeline trainer calls it with a rank's stage networks, in
+     * stage order, and the stage's data-parallel sub-group; the layers then all-reduce over that group in the order
+     * in which they run, which must be the same on every rank of it.
+     *
+     * @param networks the networks whose BatchNormalization layers to swap (initialized, their gradient views placed)
+     * @param group    the ranks whose batches the statistics merge
+     * @return the rank's side, to close (collectively) when the rank stops
+     * @throws IllegalArgumentException when the networks have no DL4J BatchNormalization layer
+     */
+    public static SyncBatchNorm install(List<org.deeplearning4j.nn.multilayer.MultiLayerNetwork> networks, Group group) {
+        List<Swap> swaps = new ArrayList<>();
+        for (org.deeplearning4j.nn.multilayer.MultiLayerNetwork network : networks) {
+            swaps.addAll(mlnSwaps(network.getLayers()));
+        }
+        if (swaps.isEmpty()) {
+            throw new IllegalArgumentException("syncBatchNorm(true): expected BatchNormalization layers to synchronize,"
+                    + " found none in " + networks.size() + " networks (fix: drop syncBatchNorm, or check that these"
+                    + " are the networks you meant)");
+        }
+        return installSwaps(swaps, group);
+    }
+
+    private static SyncBatchNorm installSwaps(List<Swap> swaps, Group group) {
         long channels = 1;
         for (Swap s : swaps) {
             channels = Math.max(channels, s.layer().getParam(BatchNormalizationParamInitializer.GLOBAL_MEAN).length());
@@ -131,16 +172,7 @@ final class SyncBatchNorm implements AutoCloseable {
     private static List<Swap> swaps(ModelReplica replica) {
         List<Swap> swaps = new ArrayList<>();
         switch (replica) {
-            case ModelReplica.Mln m -> {
-                Layer[] layers = m.net().getLayers();
-                for (int i = 0; i < layers.length; i++) {
-                    if (isDl4jBatchNorm(layers[i])) {
-                        int index = i;
-                        swaps.add(new Swap((org.deeplearning4j.nn.layers.normalization.BatchNormalization) layers[i],
-                                nameOf(layers[i], i), l -> layers[index] = l));
-                    }
-                }
-            }
+            case ModelReplica.Mln m -> swaps.addAll(mlnSwaps(m.net().getLayers()));
             case ModelReplica.Graph g -> {
                 Layer[] layers = g.net().getLayers();
                 for (int i = 0; i < layers.length; i++) {
@@ -162,6 +194,19 @@ final class SyncBatchNorm implements AutoCloseable {
         if (swaps.isEmpty()) {
             throw org.symmem4j.parallel.Invariants.violated("syncBatchNorm: the replica has no DL4J BatchNormalization"
                     + " layer although build() found some in the model");
+        }
+        return swaps;
+    }
+
+    /** A MultiLayerNetwork's swaps: its layer array, which the network and its users read, takes the replacement. */
+    private static List<Swap> mlnSwaps(Layer[] layers) {
+        List<Swap> swaps = new ArrayList<>();
+        for (int i = 0; i < layers.length; i++) {
+            if (isDl4jBatchNorm(layers[i])) {
+                int index = i;
+                swaps.add(new Swap((org.deeplearning4j.nn.layers.normalization.BatchNormalization) layers[i],
+                        nameOf(layers[i], i), l -> layers[index] = l));
+            }
         }
         return swaps;
     }

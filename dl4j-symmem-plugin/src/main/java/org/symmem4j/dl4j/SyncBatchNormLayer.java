@@ -45,8 +45,11 @@ import org.symmem4j.parallel.Invariants;
  *
  * <p>2-D input (after a dense layer) and 4-D input in either {@link CNN2DFormat} are normalized per channel, as DL4J
  * does; DL4J's BatchNormalization takes no other rank.
+ *
+ * <p>Public for the plugin's pipeline package, whose stages apply the running statistics' updates themselves, one
+ * microbatch after another, from {@link #batchMean()} and {@link #batchVariance()}; built only by {@link SyncBatchNorm}.
  */
-final class SyncBatchNormLayer extends BatchNormalization {
+public final class SyncBatchNormLayer extends BatchNormalization {
 
     /** DL4J's {@code BatchNormalization.ONE_ON_2LOGE_10}: log10(x) / 2 = ln(x) * this. */
     private static final double ONE_ON_2LOGE_10 = 1.0 / (2 * Math.log(10.0));
@@ -74,6 +77,35 @@ final class SyncBatchNormLayer extends BatchNormalization {
         setParamTable(original.paramTable(false));
         if (original.getGradientsViewArray() != null) {
             setBackpropGradientsViewArray(original.getGradientsViewArray());
+        }
+    }
+
+    /**
+     * The merged batch's per-channel mean in the last training forward pass (every rank's examples of that pass).
+     *
+     * @return a copy, float64, one value per channel
+     * @throws IllegalStateException before a training forward pass
+     */
+    public double[] batchMean() {
+        requireStatistics();
+        return mean.clone();
+    }
+
+    /**
+     * The merged batch's per-channel biased variance in the last training forward pass, as DL4J computes a batch's.
+     *
+     * @return a copy, float64, one value per channel
+     * @throws IllegalStateException before a training forward pass
+     */
+    public double[] batchVariance() {
+        requireStatistics();
+        return variance.clone();
+    }
+
+    private void requireStatistics() {
+        if (mean == null) {
+            throw Invariants.violated("BatchNormalization layer " + name + ": its merged statistics were read before"
+                    + " any training forward pass");
         }
     }
 

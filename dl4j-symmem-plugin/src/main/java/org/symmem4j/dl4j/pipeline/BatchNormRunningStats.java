@@ -11,6 +11,7 @@ import org.nd4j.linalg.api.ops.impl.transforms.pairwise.arithmetic.DivOp;
 import org.nd4j.linalg.api.ops.impl.transforms.pairwise.arithmetic.SubOp;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.ops.transforms.Transforms;
+import org.symmem4j.dl4j.SyncBatchNormLayer;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.parallel.Invariants;
 
@@ -33,6 +34,10 @@ import org.symmem4j.parallel.Invariants;
  * size, a {@code NoOp} updater), computed from the statistics before the step. A stage instead
  * records each microbatch's statistics during its backward pass and, at the step, applies the updates
  * in order and zeroes those gradient entries, so the updater leaves the running statistics alone.
+ *
+ * <p>A synchronized layer ({@link SyncBatchNormLayer}, {@link PipelineSyncBatchNorm}) normalizes a microbatch with
+ * the statistics of every replica's microbatch together: its recorded statistics are those merged ones, the same on
+ * every replica, and each microbatch updates the running statistics once.
  */
 final class BatchNormRunningStats {
 
@@ -73,6 +78,12 @@ final class BatchNormRunningStats {
      * that microbatch's training pass), as DL4J's backward pass computes them.
      */
     void record(int microbatch) {
+        if (layer instanceof SyncBatchNormLayer sync) {
+            // the merged microbatch's statistics, float64 like the all-reduce that gave them
+            means[microbatch] = Nd4j.createFromArray(sync.batchMean()).castTo(dataType);
+            variances[microbatch] = Nd4j.createFromArray(sync.batchVariance()).castTo(dataType);
+            return;
+        }
         INDArray input = layer.input().castTo(dataType);
         if (input.rank() == 2) {
             means[microbatch] = input.mean(0);
@@ -92,9 +103,13 @@ final class BatchNormRunningStats {
      * Data-parallel replicas: replaces this replica's recorded statistics by every replica's, in the
      * order of the global batch's pieces (replica {@code d}'s microbatch {@code k} is piece
      * {@code k * replicas + d}), so that {@link #applyInOrder} updates the running statistics with
-     * every piece in order, the same on every replica.
+     * every piece in order, the same on every replica. A synchronized layer's statistics are already the merged
+     * microbatches', the same on every replica: they stay as they are.
      */
     void gatherAcross(ArrayCollectives dp) {
+        if (layer instanceof SyncBatchNormLayer) {
+            return;
+        }
         int m = means.length;
         INDArray[] mine = new INDArray[2 * m];
         for (int k = 0; k < m; k++) {

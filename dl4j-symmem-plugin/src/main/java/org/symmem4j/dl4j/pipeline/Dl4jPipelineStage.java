@@ -185,6 +185,21 @@ public final class Dl4jPipelineStage implements StageCompute {
         this.dataParallel = Objects.requireNonNull(dp, "dp");
     }
 
+    /**
+     * After {@link PipelineSyncBatchNorm#install} put synchronized layers in place of this stage's BatchNormalization
+     * layers (in the network's layer array, which this stage shares): their running statistics follow the merged
+     * microbatches ({@link BatchNormRunningStats}), and like every layer they keep their input unchanged.
+     */
+    void batchNormLayersSwapped() {
+        batchNorms.clear();
+        for (int i = 0; i < layers.length; i++) {
+            if (layers[i] instanceof BatchNormalization bn) {
+                bn.allowInputModification(false);
+                batchNorms.add(new BatchNormRunningStats(i, bn, dataType));
+            }
+        }
+    }
+
     /** Hands the stage the next step's plan (stage 0 reads features, the last stage labels) and resets its step state. */
     void beginStep(StepPlan plan) {
         this.plan = Objects.requireNonNull(plan, "plan");

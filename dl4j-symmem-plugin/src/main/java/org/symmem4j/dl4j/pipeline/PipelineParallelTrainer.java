@@ -5,7 +5,6 @@ import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
@@ -57,7 +56,8 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * trains two replicas of a 4-stage pipeline on 8 threads laid out as a {@code dp x pp = 2 x 4}
  * {@link org.symmem4j.parallel.DeviceMesh}; each replica trains on its half of every batch, and each
  * stage's gradients are summed over its two replicas before the update, which is then the update of
- * the whole batch.
+ * the whole batch. With {@link PipelineParallelTrainerBuilder#syncBatchNorm} a BatchNormalization layer normalizes
+ * each microbatch with the statistics of every replica's microbatch together ({@link PipelineSyncBatchNorm}).
  *
  * <p>The network is cut into {@code ranks x stagesPerRank} stages of consecutive layers
  * ({@link PipelineStageSplit}: balanced by parameter count, by measured pass times with
@@ -143,6 +143,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     /** Every data-parallel replica's stages, replica 0's first; one list when {@code dataParallel == 1}. */
     private final List<List<Dl4jPipelineStage>> replicaStages;
     private final int dataParallel;
+    private final boolean syncBatchNorm;
     private final PipelineSchedule scheduleKind;
     private final Schedule schedule;
     private final PipelineShape shape;
@@ -186,6 +187,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.linkSlots = linkSlots;
         this.timeout = o.timeout();
         this.dataParallel = b.dataParallel;
+        this.syncBatchNorm = b.syncBatchNorm;
         this.group = o.group();
         // in group mode this process runs one rank: ND4J's threads are the process's (the launcher sizes them)
         this.ompThreadsPerRank = o.ndThreadsPerRank(group != null ? 1 : shape.ranks() * b.dataParallel);
@@ -816,17 +818,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
-    /**
-     * What world rank {@code rank} runs, of its replica's stages {@code replica}: pipeline rank {@code rank % pp} runs
-     * stages {@code rank % pp}, {@code rank % pp + pp}, ...
-     */
+    /** What world rank {@code rank} runs, of its replica's stages {@code replica} ({@link PipelineRank.Spec#ofRank}). */
     private PipelineRank.Spec specOfRank(List<Dl4jPipelineStage> replica, int rank) {
-        int pp = shape.ranks();
-        Map<Integer, Dl4jPipelineStage> mine = new HashMap<>();
-        for (int s = rank % pp; s < replica.size(); s += pp) {
-            mine.put(s, replica.get(s));
-        }
-        return new PipelineRank.Spec(dataParallel, schedule, shape, linkSlots, mine);
+        return PipelineRank.Spec.ofRank(rank, replica, dataParallel, schedule, shape, linkSlots, syncBatchNorm);
     }
 
     /** Closes the trainer after a failed step; the exception carries the rank that caused the others to stop. */

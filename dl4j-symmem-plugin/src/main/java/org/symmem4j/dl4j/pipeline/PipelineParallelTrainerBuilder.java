@@ -51,6 +51,7 @@ public final class PipelineParallelTrainerBuilder
     private final ComputationGraph graph;
     private int ranks;
     int dataParallel = 1;
+    boolean syncBatchNorm;
     private int microbatches;
     PipelineSchedule schedule = PipelineSchedule.ONE_F_ONE_B;
     private int stagesPerRank = 1;
@@ -114,6 +115,26 @@ public final class PipelineParallelTrainerBuilder
                     + " data parallelism; fix: pass the number of pipeline replicas, or leave it unset)");
         }
         this.dataParallel = replicas;
+        return this;
+    }
+
+    /**
+     * Synchronized BatchNorm on the data-parallel axis (default off), as PyTorch's {@code SyncBatchNorm}: every
+     * {@code BatchNormalization} layer normalizes replica {@code d}'s microbatch {@code k} with the mean and variance of
+     * every replica's microbatch {@code k} together, all-reduced over the stage's {@code dp} sub-group in the forward
+     * pass, and all-reduces the two sums its input gradient needs in the backward pass; the running statistics take
+     * one update per merged microbatch. One step then equals one pipeline step with {@code microbatches} microbatches
+     * on the whole batch, the replicas' microbatch {@code k} together making microbatch {@code k}. The model keeps
+     * DL4J's layers: the stages run the plugin's synchronized implementation over the same parameters
+     * ({@link PipelineSyncBatchNorm}). It costs three small all-reduces per BatchNormalization layer and microbatch,
+     * plus two for the forward a stage's backward re-runs. Refused at {@link #build()}: {@code dataParallel} below 2,
+     * a network without BatchNormalization, a frozen one or a subclass of DL4J's configuration.
+     *
+     * @param sync whether BatchNormalization synchronizes over the data-parallel replicas
+     * @return this builder
+     */
+    public PipelineParallelTrainerBuilder syncBatchNorm(boolean sync) {
+        this.syncBatchNorm = sync;
         return this;
     }
 
@@ -305,6 +326,9 @@ public final class PipelineParallelTrainerBuilder
         }
         Schedule generated = schedule.generate(ranks, microbatches, stagesPerRank);
         PipelineShape shape = new PipelineShape(ranks, microbatches, stagesPerRank);
+        if (syncBatchNorm) {
+            PipelineSyncBatchNorm.check(network, dataParallel, generated, shape);
+        }
         LinkPlan plan = LinkPlan.of(generated, shape);
         int slots;
         if (linkSlots > 0) {
@@ -406,6 +430,7 @@ public final class PipelineParallelTrainerBuilder
         String description = (fromConfiguration != null ? GroupExchange.describe(network.getLayerWiseConfigurations())
                 : GroupExchange.describe(network)) + ", dataType=" + split.dataType() + ", schedule="
                 + schedule + ", stagesPerRank=" + stagesPerRank + ", ranks=" + ranks + ", dataParallel=" + dataParallel
+                + ", syncBatchNorm=" + syncBatchNorm
                 + ", microbatches=" + microbatches + ", linkSlots=" + slots
                 + (measured ? ", split by measured times" : ", stage boundaries " + boundaries);
         String rank0 = GroupExchange.agreeOnBuild(options().group(), boundaries.toString(), description);

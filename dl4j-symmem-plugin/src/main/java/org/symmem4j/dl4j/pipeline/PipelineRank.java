@@ -1,6 +1,9 @@
 package org.symmem4j.dl4j.pipeline;
 
+import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
+import org.symmem4j.dl4j.SyncBatchNorm;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.parallel.Communicator;
@@ -18,7 +21,9 @@ import org.symmem4j.pipeline.schedule.Schedule;
  * <p>With data-parallel replicas ({@code replicas > 1}) the world is a {@code dp x pp}
  * {@link DeviceMesh} (world rank {@code d * pp + p} is pipeline rank {@code p} of replica {@code d}):
  * the executor runs on the rank's {@code pp} sub-group, and its stages share their gradients with the
- * other replicas over its {@code dp} sub-group ({@link ArrayCollectives} on its communicator).
+ * other replicas over its {@code dp} sub-group ({@link ArrayCollectives} on its communicator); with
+ * {@link Spec#syncBatchNorm()} its BatchNormalization layers merge their statistics over that sub-group too
+ * ({@link PipelineSyncBatchNorm}, a communicator of their own).
  *
  * <p>The executor's links are sized for the largest message they carry, which depends on the
  * microbatch size; a step whose messages are larger than the links' slots recreates the executor
@@ -31,11 +36,27 @@ final class PipelineRank implements AutoCloseable {
 
     /**
      * What one rank runs: its stages (stage index to stage) in a {@code replicas x shape.ranks()} world, the
-     * schedule, and the messages per link.
+     * schedule, the messages per link, and whether its BatchNormalization layers synchronize over the replicas
+     * ({@link PipelineSyncBatchNorm}).
      */
-    record Spec(int replicas, Schedule schedule, PipelineShape shape, int slots, Map<Integer, Dl4jPipelineStage> stages) {
+    record Spec(int replicas, Schedule schedule, PipelineShape shape, int slots, Map<Integer, Dl4jPipelineStage> stages,
+                boolean syncBatchNorm) {
         Spec {
             stages = Map.copyOf(stages);
+        }
+
+        /**
+         * What world rank {@code rank} runs, of its replica's stages {@code replica}: pipeline rank {@code rank % pp}
+         * runs stages {@code rank % pp}, {@code rank % pp + pp}, ...
+         */
+        static Spec ofRank(int rank, List<Dl4jPipelineStage> replica, int replicas, Schedule schedule,
+                           PipelineShape shape, int slots, boolean syncBatchNorm) {
+            int pp = shape.ranks();
+            Map<Integer, Dl4jPipelineStage> mine = new HashMap<>();
+            for (int s = rank % pp; s < replica.size(); s += pp) {
+                mine.put(s, replica.get(s));
+            }
+            return new Spec(replicas, schedule, shape, slots, mine, syncBatchNorm);
         }
     }
 
@@ -44,14 +65,17 @@ final class PipelineRank implements AutoCloseable {
     private final DeviceMesh mesh;
     /** The communicator over this stage's replicas (the {@code dp} sub-group), or null without replicas. */
     private final Communicator dataParallel;
+    /** The synchronized BatchNorm layers' collectives over the {@code dp} sub-group, or null. */
+    private final SyncBatchNorm batchNorm;
     private final Group pipelineGroup;
     private PipelineExecutor executor;
 
-    private PipelineRank(Group world, Spec spec, DeviceMesh mesh, Communicator dataParallel) {
+    private PipelineRank(Group world, Spec spec, DeviceMesh mesh, Communicator dataParallel, SyncBatchNorm batchNorm) {
         this.world = world;
         this.spec = spec;
         this.mesh = mesh;
         this.dataParallel = dataParallel;
+        this.batchNorm = batchNorm;
         this.pipelineGroup = mesh == null ? world : mesh.group("pp");
     }
 
@@ -61,18 +85,24 @@ final class PipelineRank implements AutoCloseable {
      */
     static PipelineRank open(Group world, Spec spec) {
         if (spec.replicas() == 1) {
-            return new PipelineRank(world, spec, null, null);
+            return new PipelineRank(world, spec, null, null, null);
         }
         DeviceMesh mesh = DeviceMesh.of(world, "dp", spec.replicas(), "pp", spec.shape().ranks());
         Communicator dataParallel = null;
+        SyncBatchNorm batchNorm = null;
         try {
             dataParallel = Communicator.create(mesh.group("dp"));
             ArrayCollectives replicaSums = new ArrayCollectives(dataParallel);
             for (Dl4jPipelineStage stage : spec.stages().values()) {
                 stage.dataParallel(replicaSums);
             }
-            return new PipelineRank(world, spec, mesh, dataParallel);
+            if (spec.syncBatchNorm()) {
+                // collective over the dp sub-group, whose ranks hold the same stages
+                batchNorm = PipelineSyncBatchNorm.install(spec.stages().values(), mesh.group("dp"));
+            }
+            return new PipelineRank(world, spec, mesh, dataParallel, batchNorm);
         } catch (RuntimeException | Error e) {
+            RankRuntime.closeQuietly(batchNorm);
             RankRuntime.closeQuietly(dataParallel);
             RankRuntime.closeQuietly(mesh);
             throw e;
@@ -112,6 +142,7 @@ final class PipelineRank implements AutoCloseable {
     public void close() {
         RankRuntime.closeQuietly(executor);
         executor = null;
+        RankRuntime.closeQuietly(batchNorm);
         RankRuntime.closeQuietly(dataParallel);
         RankRuntime.closeQuietly(mesh);
     }
