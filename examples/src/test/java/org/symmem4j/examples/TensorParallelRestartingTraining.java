@@ -29,7 +29,7 @@ import org.symmem4j.parallel.group.ProcessGroup;
  * its dp group, with a periodic checkpoint every K steps that it resumes from
  * ({@code .checkpointEvery(K, dir).resumeFrom(dir)}: each tp rank's shard under {@code dir/tp-R-of-S}). It injects the
  * {@code kill@g<G>r<R>s<S>} faults it is given ({@link RestartingTraining.Fault}: {@code kill -9} of world rank R
- * after step S of generation G).
+ * after step S of generation G; {@code stop@...} too).
  *
  * <p>It prints (the launcher prefixes {@code [rank N]}) its start and pid, each kill, where it resumed, its first step,
  * and at the end writes {@code out/rank-<world rank>.bin}: its shard's parameters and updater state as raw IEEE bits,
@@ -101,13 +101,7 @@ public final class TensorParallelRestartingTraining {
                                 System.out.printf(Locale.ROOT, "FIRST STEP %d of generation %d at %d ms%n", step,
                                         generation, System.currentTimeMillis());
                             }
-                            for (RestartingTraining.Fault f : faults) {
-                                if (f.step() == step && f.here("kill", generation, rank)) {
-                                    System.out.printf(Locale.ROOT, "KILL rank %d generation %d after step %d at %d ms%n",
-                                            rank, generation, step, System.currentTimeMillis());
-                                    RestartingTraining.killMyself();
-                                }
-                            }
+                            RestartingTraining.injectAfterStep(faults, generation, rank, step);
                         });
                 try (SymmemParallelWrapper wrapper = builder.build()) {
                     CheckpointDirectory.Checkpoint from = wrapper.resumedFrom();

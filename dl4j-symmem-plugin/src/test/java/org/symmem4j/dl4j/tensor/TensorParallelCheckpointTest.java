@@ -127,6 +127,30 @@ class TensorParallelCheckpointTest {
         });
     }
 
+    /**
+     * On a {@code dp x tp} mesh in this JVM: every rank's wrapper, resuming from and checkpointing into {@code root}, is
+     * refused at {@code build()} with an {@link IllegalArgumentException}, nothing read into its network.
+     *
+     * @return each rank's message, in world rank order
+     */
+    private static List<String> refusedAtBuild(int dp, int tp, Path root) {
+        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        return InJvmWorld.runOnEveryRank(dp * tp, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
+            try (DeviceMesh m = DeviceMesh.of(group, "dp", dp, "tp", tp);
+                 Communicator c = Communicator.create(m.group("tp"))) {
+                MultiLayerNetwork mine = TensorParallel.shard(initial, m.group("tp").rank(), tp, 0, 2);
+                mine.params().addi(0.25); // only a restore would make it the checkpoint's
+                TensorParallel.attach(mine, c);
+                double[] params = mine.params().dup().toDoubleVector();
+                IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                        () -> SymmemParallelWrapper.builder(mine).group(m.group("dp")).ompThreadsPerWorker(1)
+                                .checkpointEvery(3, root).resumeFrom(root).build());
+                assertArrayEquals(params, mine.params().toDoubleVector(), "nothing read into the model");
+                return e.getMessage();
+            }
+        });
+    }
+
     private static SymmemParallelWrapper.Builder shard(SymmemParallelWrapper.Builder b, ZeroStage sharding) {
         return sharding == null ? b : b.sharding(sharding);
     }
@@ -224,21 +248,7 @@ class TensorParallelCheckpointTest {
         killedAfterStep7(root, null);
         List<String> before = list(root.resolve("tp-0-of-2"));
         // the same network on tp=1 (one rank holds every column) and dp=2: its degree is not the checkpoint's
-        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
-        List<String> refusals = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
-                group -> {
-                    try (DeviceMesh m = DeviceMesh.of(group, "dp", 2, "tp", 1);
-                         Communicator c = Communicator.create(m.group("tp"))) {
-                        MultiLayerNetwork mine = TensorParallel.shard(initial, 0, 1, 0, 2);
-                        TensorParallel.attach(mine, c);
-                        double[] params = mine.params().dup().toDoubleVector();
-                        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
-                                () -> SymmemParallelWrapper.builder(mine).group(m.group("dp")).ompThreadsPerWorker(1)
-                                        .checkpointEvery(3, root).resumeFrom(root).build());
-                        assertArrayEquals(params, mine.params().toDoubleVector(), "nothing read into the model");
-                        return e.getMessage();
-                    }
-                });
+        List<String> refusals = refusedAtBuild(2, 1, root);
         for (String message : refusals) {
             assertTrue(message.contains("holds tensor-parallel degree 2's shards [tp-0-of-2, tp-1-of-2]")
                     && message.contains("expected this run's tensor-parallel degree 1")
@@ -302,22 +312,7 @@ class TensorParallelCheckpointTest {
         for (String name : list(root.resolve("tp-0-of-2").resolve("step-000000000006"))) {
             Files.copy(root.resolve("tp-0-of-2").resolve("step-000000000006").resolve(name), theirs.resolve(name));
         }
-        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
-        List<String> refusals = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
-                group -> {
-                    try (DeviceMesh m = DeviceMesh.of(group, "dp", 2, "tp", 2);
-                         Communicator c = Communicator.create(m.group("tp"))) {
-                        MultiLayerNetwork mine = TensorParallel.shard(initial, m.group("tp").rank(), 2, 0, 2);
-                        mine.params().addi(0.25);
-                        TensorParallel.attach(mine, c);
-                        double[] params = mine.params().dup().toDoubleVector();
-                        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
-                                () -> SymmemParallelWrapper.builder(mine).group(m.group("dp")).ompThreadsPerWorker(1)
-                                        .checkpointEvery(3, root).resumeFrom(root).build());
-                        assertArrayEquals(params, mine.params().toDoubleVector(), "nothing read into the model");
-                        return e.getMessage();
-                    }
-                });
+        List<String> refusals = refusedAtBuild(2, 2, root);
         for (String message : refusals) {
             assertEquals(refusals.getFirst(), message, "every rank the same refusal");
             assertTrue(message.startsWith("checkpoint restore refused on every tensor-parallel rank"
