@@ -38,7 +38,8 @@ import org.symmem4j.parallel.Group;
  * directory: {@link #latestComplete} picks the newest such step, so a step torn on one rank is skipped by all (above,
  * step 20), and {@link #prune} keeps, in each rank's directory, the newest step complete on every rank until a newer
  * one is. A root written with another degree, or by a plain run, is refused, as is a checkpoint directory of another
- * rank's shard ({@link #checkShard}), before anything is loaded.
+ * rank's shard ({@link #checkShard}), before anything is loaded. The tp ranks {@linkplain #agree agree} on these checks'
+ * outcome, and on the step to load, before any of them reads or writes: a mismatch one rank sees is refused by all.
  */
 public final class CheckpointLayout {
 
@@ -235,7 +236,8 @@ public final class CheckpointLayout {
      * @return this rank's directory of that step, with its counters; empty when no step is complete on every rank
      * @throws IOException              when a directory cannot be listed
      * @throws IllegalArgumentException when the root was written with another tensor-parallel degree, or by a plain run
-     *                                  for a tensor-parallel one (or the reverse)
+     *                                  for a tensor-parallel one (or the reverse); on every tp rank when one found it
+     * @throws IllegalStateException    when tp ranks found different newest steps, or one failed to read its directory
      */
     public Optional<CheckpointDirectory.Checkpoint> latestComplete(Path root, Group group, String tagPrefix)
             throws IOException {
