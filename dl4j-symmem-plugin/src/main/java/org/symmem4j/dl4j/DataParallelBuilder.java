@@ -469,12 +469,19 @@ abstract sealed class DataParallelBuilder
                     + " found no layer attached (fix: call TensorParallel.attach(network, tpCommunicator) before"
                     + " build())", e);
         }
+        Exception mismatch = null;
         try {
             for (java.nio.file.Path root : new java.nio.file.Path[] {written, read}) {
                 if (root != null) {
                     layout.checkRoot(root);
                 }
             }
+        } catch (java.io.IOException | IllegalArgumentException e) {
+            mismatch = e;
+        }
+        try {
+            // a tensor-parallel run's ranks refuse together, before anything is written: none waits for the others
+            layout.agree("checkpoint root " + (written != null ? written : read), mismatch);
         } catch (java.io.IOException e) {
             throw new java.io.UncheckedIOException("checkpoint root: " + e.getMessage(), e);
         }

@@ -140,13 +140,7 @@ public final class RestartingTraining {
                         System.out.printf(Locale.ROOT, "FIRST STEP %d of generation %d at %d ms%n", step,
                                 generation, System.currentTimeMillis());
                     }
-                    for (Fault f : faults) {
-                        if (f.step() == step && (f.here("kill", generation, rank) || f.here("stop", generation, rank))) {
-                            System.out.printf(Locale.ROOT, "%s rank %d generation %d after step %d at %d ms%n",
-                                    f.what().toUpperCase(Locale.ROOT), rank, generation, step, System.currentTimeMillis());
-                            signalMyself(f.what().equals("kill") ? "-9" : "-STOP");
-                        }
-                    }
+                    injectAfterStep(faults, generation, rank, step);
                 });
         if (sharding != null) {
             builder.sharding(sharding);
@@ -175,6 +169,20 @@ public final class RestartingTraining {
         if (rank == 0) {
             ModelSerializer.writeModel(net, model, true);
             System.out.printf(Locale.ROOT, "DONE generation %d, %d iterations%n", generation, net.getIterationCount());
+        }
+    }
+
+    /**
+     * The {@code kill} and {@code stop} faults of {@code rank} in {@code generation} after {@code step}: each printed
+     * ({@code KILL rank R generation G after step S at T ms}), then its signal sent to this JVM.
+     */
+    static void injectAfterStep(List<Fault> faults, int generation, int rank, long step) {
+        for (Fault f : faults) {
+            if (f.step() == step && (f.here("kill", generation, rank) || f.here("stop", generation, rank))) {
+                System.out.printf(Locale.ROOT, "%s rank %d generation %d after step %d at %d ms%n",
+                        f.what().toUpperCase(Locale.ROOT), rank, generation, step, System.currentTimeMillis());
+                signalMyself(f.what().equals("kill") ? "-9" : "-STOP");
+            }
         }
     }
 

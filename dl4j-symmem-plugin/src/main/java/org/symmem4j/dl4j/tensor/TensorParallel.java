@@ -445,12 +445,14 @@ public final class TensorParallel {
 
     /**
      * Where a sharded network stands in its tensor-parallel group: the rank of the communicator it is attached to and
-     * the group's size. Checkpoints keep each rank's shard apart by it ({@code tp-R-of-S}).
+     * the group's size. Checkpoints keep each rank's shard apart by it ({@code tp-R-of-S}), and agree over the group
+     * before a restore reads anything.
      *
-     * @param rank this rank in the tensor-parallel group
-     * @param size the group's size (the tensor-parallel degree)
+     * @param rank  this rank in the tensor-parallel group
+     * @param size  the group's size (the tensor-parallel degree)
+     * @param group the tensor-parallel group (its communicator's)
      */
-    public record Placement(int rank, int size) {
+    public record Placement(int rank, int size, org.symmem4j.parallel.Group group) {
     }
 
     /**
@@ -469,7 +471,7 @@ public final class TensorParallel {
         Layer[] layers = model instanceof MultiLayerNetwork m ? m.getLayers() : ((ComputationGraph) model).getLayers();
         for (Layer layer : layers == null ? new Layer[0] : layers) {
             if (layer instanceof TensorParallelLayer tp && tp.comm() != null) {
-                return new Placement(tp.comm().rank(), tp.comm().size());
+                return new Placement(tp.comm().rank(), tp.comm().size(), tp.comm().group());
             }
         }
         throw new IllegalStateException("tensor-parallel network without a group: expected it attached to its"

@@ -38,7 +38,8 @@ import org.symmem4j.parallel.Group;
  * directory: {@link #latestComplete} picks the newest such step, so a step torn on one rank is skipped by all (above,
  * step 20), and {@link #prune} keeps, in each rank's directory, the newest step complete on every rank until a newer
  * one is. A root written with another degree, or by a plain run, is refused, as is a checkpoint directory of another
- * rank's shard ({@link #checkShard}), before anything is loaded.
+ * rank's shard ({@link #checkShard}), before anything is loaded. The tp ranks {@linkplain #agree agree} on these checks'
+ * outcome, and on the step to load, before any of them reads or writes: a mismatch one rank sees is refused by all.
  */
 public final class CheckpointLayout {
 
@@ -47,16 +48,25 @@ public final class CheckpointLayout {
     private static final Pattern TP_DIR = Pattern.compile("tp-(\\d+)-of-(\\d+)");
     private static final Pattern STEP_DIR = Pattern.compile("step-\\d{12}");
     private static final Logger LOG = LoggerFactory.getLogger(CheckpointLayout.class);
-    private static final CheckpointLayout PLAIN = new CheckpointLayout(0, 0);
+    private static final CheckpointLayout PLAIN = new CheckpointLayout(0, 0, null);
+    /** The prefix of the tensor-parallel group's exchanges ({@link #agree}). */
+    private static final String TAG = "symmem4j-tp-checkpoint-";
+    /** What a rank contributes to an exchange when all fit ({@code ok:<value>}), or when it found a mismatch. */
+    private static final String OK = "ok:";
+    private static final String MISMATCH = "mismatch:";
+    private static final String FAILED = "failed:";
 
     /** This rank in the tensor-parallel group, 0 when plain. */
     private final int rank;
     /** The tensor-parallel degree, 0 when plain. */
     private final int size;
+    /** The tensor-parallel group, over which the ranks agree ({@link #agree}); null when plain or not known. */
+    private final Group group;
 
-    private CheckpointLayout(int rank, int size) {
+    private CheckpointLayout(int rank, int size, Group group) {
         this.rank = rank;
         this.size = size;
+        this.group = group;
     }
 
     /** {@return the layout of a run that is not tensor-parallel: step directories straight under the root} */
@@ -73,11 +83,30 @@ public final class CheckpointLayout {
      * @throws IllegalArgumentException when {@code rank} is not in {@code [0, size)}
      */
     public static CheckpointLayout tensorParallel(int rank, int size) {
+        return tensorParallel(rank, size, null);
+    }
+
+    /**
+     * The layout of tensor-parallel rank {@code rank} of {@code size}, whose checks {@linkplain #agree agree} over
+     * {@code group}.
+     *
+     * @param rank  0 .. size-1
+     * @param size  the tensor-parallel degree, at least 1
+     * @param group the tensor-parallel group, or null (then every rank checks alone)
+     * @return its layout
+     * @throws IllegalArgumentException when {@code rank} is not in {@code [0, size)}, or not the group's rank and size
+     */
+    public static CheckpointLayout tensorParallel(int rank, int size, Group group) {
         if (size < 1 || rank < 0 || rank >= size) {
             throw new IllegalArgumentException("tensor-parallel rank=" + rank + " size=" + size + ": expected"
                     + " 0 <= rank < size (fix: pass the tensor-parallel group's rank and size)");
         }
-        return new CheckpointLayout(rank, size);
+        if (group != null && (group.rank() != rank || group.worldSize() != size)) {
+            throw new IllegalArgumentException("tensor-parallel rank=" + rank + " size=" + size + " with a group of"
+                    + " rank=" + group.rank() + " size=" + group.worldSize() + ": expected the group's own rank and size"
+                    + " (fix: pass the tensor-parallel group's rank and size with it)");
+        }
+        return new CheckpointLayout(rank, size, group);
     }
 
     /**
@@ -90,7 +119,7 @@ public final class CheckpointLayout {
      */
     public static CheckpointLayout of(org.deeplearning4j.nn.api.Model model) {
         TensorParallel.Placement p = TensorParallel.placement(model);
-        return p == null ? PLAIN : tensorParallel(p.rank(), p.size());
+        return p == null ? PLAIN : tensorParallel(p.rank(), p.size(), p.group());
     }
 
     /** {@return whether this is a tensor-parallel rank's layout} */
@@ -207,15 +236,100 @@ public final class CheckpointLayout {
      * @return this rank's directory of that step, with its counters; empty when no step is complete on every rank
      * @throws IOException              when a directory cannot be listed
      * @throws IllegalArgumentException when the root was written with another tensor-parallel degree, or by a plain run
-     *                                  for a tensor-parallel one (or the reverse)
+     *                                  for a tensor-parallel one (or the reverse); on every tp rank when one found it
+     * @throws IllegalStateException    when tp ranks found different newest steps, or one failed to read its directory
      */
     public Optional<CheckpointDirectory.Checkpoint> latestComplete(Path root, Group group, String tagPrefix)
             throws IOException {
         if (size == 0) {
             return CheckpointDirectory.latestComplete(root, group, tagPrefix);
         }
-        checkDegree(root);
-        return CheckpointDirectory.agreed(root, group, tagPrefix, () -> newestOnEveryRank(root));
+        return CheckpointDirectory.agreed(root, group, tagPrefix, () -> {
+            Optional<CheckpointDirectory.Checkpoint> mine = Optional.empty();
+            Exception failure = null;
+            try {
+                checkDegree(root);
+                mine = newestOnEveryRank(root);
+            } catch (IOException | IllegalArgumentException e) {
+                failure = e;
+            }
+            // every tp rank the same verdict and the same step, before any rank reads a byte of one
+            List<String> steps = exchange("latest", "resume from checkpoint root=" + root, failure,
+                    mine.map(c -> Long.toString(c.counters().step())).orElse("none"));
+            if (steps.stream().distinct().count() != 1) {
+                throw new IllegalStateException("tensor-parallel ranks found different newest steps complete on every"
+                        + " tp rank under root=" + root + ": steps by tp rank=" + steps + ", expected one (each tp rank"
+                        + " lists every tp rank's directory: a file system that shows them otherwise to some ranks;"
+                        + " fix: put the checkpoint root on a file system every rank shares, then resume again)");
+            }
+            return mine;
+        });
+    }
+
+    /**
+     * Collective over the tensor-parallel group: every tp rank learns what every other found at this point of a
+     * checkpoint's save or restore, before any of them reads or writes a byte of it. A mismatch that only some tp ranks
+     * see (another rank's shard in this rank's directory, a root a rank's file system shows otherwise) is refused on
+     * every tp rank with the same error, naming the ranks that found it and what each found, rather than on those ranks
+     * alone while the others go on into the next collective and wait for them until their timeout. With no group to
+     * agree over (a plain run, a group of one, a layout made without its group) this rank's own failure is thrown as it
+     * is.
+     *
+     * @param what    the operation, for the message ({@code "restore of checkpoint <dir>"})
+     * @param failure what this rank found ({@link IllegalArgumentException} for a mismatch), or null when all fits
+     * @throws IOException              this rank's own, when there is no group to agree over
+     * @throws IllegalArgumentException on every tp rank, when one or more found a mismatch (and none failed otherwise)
+     * @throws IllegalStateException    on every tp rank, when one or more failed otherwise (a file that could not be
+     *                                  read)
+     */
+    public void agree(String what, Exception failure) throws IOException {
+        exchange("agree", what, failure, "");
+    }
+
+    /**
+     * {@link #agree}, and every rank's {@code value} (in tp rank order) when no rank failed: one exchange over the
+     * group's byte all-gather ({@link RankAgreement#allGather}); without a group, this rank's value alone.
+     */
+    private List<String> exchange(String tag, String what, Exception failure, String value) throws IOException {
+        if (group == null || size < 2) {
+            if (failure instanceof IOException e) {
+                throw e;
+            }
+            if (failure instanceof RuntimeException e) {
+                throw e;
+            }
+            return List.of(value);
+        }
+        String mine = failure == null ? OK + value
+                : (failure instanceof IllegalArgumentException ? MISMATCH : FAILED) + failure.getMessage();
+        List<String> all = RankAgreement.allGather(group, TAG + tag, mine);
+        List<Integer> found = new ArrayList<>();
+        StringBuilder whatFound = new StringBuilder();
+        boolean mismatchOnly = true;
+        List<String> values = new ArrayList<>(all.size());
+        for (int r = 0; r < all.size(); r++) {
+            String text = all.get(r);
+            if (text.startsWith(OK)) {
+                values.add(text.substring(OK.length()));
+                continue;
+            }
+            boolean mismatch = text.startsWith(MISMATCH);
+            mismatchOnly &= mismatch;
+            found.add(r);
+            whatFound.append(whatFound.isEmpty() ? "" : "; ").append("tp rank ").append(r)
+                    .append(mismatch ? " found: " : " failed: ")
+                    .append(text.substring(mismatch ? MISMATCH.length() : FAILED.length()));
+        }
+        if (found.isEmpty()) {
+            return values;
+        }
+        String message = what + " refused on every tensor-parallel rank (" + size + "): tp rank(s) " + found
+                + (mismatchOnly ? " found a checkpoint that does not fit" : " failed") + ", expected every tp rank's to"
+                + " fit; nothing was read into or written from any tp rank's model. " + whatFound + " (fix: what tp rank "
+                + found.getFirst() + "'s message says, then retry on every rank)";
+        RuntimeException refusal = mismatchOnly ? new IllegalArgumentException(message, failure)
+                : new IllegalStateException(message, failure);
+        throw refusal;
     }
 
     private Optional<CheckpointDirectory.Checkpoint> newestOnEveryRank(Path root) throws IOException {

@@ -2,6 +2,7 @@ package org.symmem4j.dl4j.tensor;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -126,6 +127,30 @@ class TensorParallelCheckpointTest {
         });
     }
 
+    /**
+     * On a {@code dp x tp} mesh in this JVM: every rank's wrapper, resuming from and checkpointing into {@code root}, is
+     * refused at {@code build()} with an {@link IllegalArgumentException}, nothing read into its network.
+     *
+     * @return each rank's message, in world rank order
+     */
+    private static List<String> refusedAtBuild(int dp, int tp, Path root) {
+        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        return InJvmWorld.runOnEveryRank(dp * tp, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
+            try (DeviceMesh m = DeviceMesh.of(group, "dp", dp, "tp", tp);
+                 Communicator c = Communicator.create(m.group("tp"))) {
+                MultiLayerNetwork mine = TensorParallel.shard(initial, m.group("tp").rank(), tp, 0, 2);
+                mine.params().addi(0.25); // only a restore would make it the checkpoint's
+                TensorParallel.attach(mine, c);
+                double[] params = mine.params().dup().toDoubleVector();
+                IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                        () -> SymmemParallelWrapper.builder(mine).group(m.group("dp")).ompThreadsPerWorker(1)
+                                .checkpointEvery(3, root).resumeFrom(root).build());
+                assertArrayEquals(params, mine.params().toDoubleVector(), "nothing read into the model");
+                return e.getMessage();
+            }
+        });
+    }
+
     private static SymmemParallelWrapper.Builder shard(SymmemParallelWrapper.Builder b, ZeroStage sharding) {
         return sharding == null ? b : b.sharding(sharding);
     }
@@ -223,21 +248,7 @@ class TensorParallelCheckpointTest {
         killedAfterStep7(root, null);
         List<String> before = list(root.resolve("tp-0-of-2"));
         // the same network on tp=1 (one rank holds every column) and dp=2: its degree is not the checkpoint's
-        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
-        List<String> refusals = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
-                group -> {
-                    try (DeviceMesh m = DeviceMesh.of(group, "dp", 2, "tp", 1);
-                         Communicator c = Communicator.create(m.group("tp"))) {
-                        MultiLayerNetwork mine = TensorParallel.shard(initial, 0, 1, 0, 2);
-                        TensorParallel.attach(mine, c);
-                        double[] params = mine.params().dup().toDoubleVector();
-                        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
-                                () -> SymmemParallelWrapper.builder(mine).group(m.group("dp")).ompThreadsPerWorker(1)
-                                        .checkpointEvery(3, root).resumeFrom(root).build());
-                        assertArrayEquals(params, mine.params().toDoubleVector(), "nothing read into the model");
-                        return e.getMessage();
-                    }
-                });
+        List<String> refusals = refusedAtBuild(2, 1, root);
         for (String message : refusals) {
             assertTrue(message.contains("holds tensor-parallel degree 2's shards [tp-0-of-2, tp-1-of-2]")
                     && message.contains("expected this run's tensor-parallel degree 1")
@@ -270,8 +281,47 @@ class TensorParallelCheckpointTest {
         });
         assertEquals(4, refusals.size());
         for (String message : refusals) {
-            assertTrue(message.matches("checkpoint .*tp-(\\d)-of-2.step-000000000006 holds tensor-parallel rank=\\1 size=2's"
-                    + " shard: expected rank=\\d size=2's, this rank's \\(fix: restore tp-\\d-of-2 on this rank.*"), message);
+            // every rank the same refusal, naming both tp ranks and what each found
+            assertEquals(refusals.getFirst(), message);
+            assertTrue(message.startsWith("checkpoint restore refused on every tensor-parallel rank (2): tp rank(s) [0, 1]"
+                    + " found a checkpoint that does not fit"), message);
+            for (int t = 0; t < 2; t++) {
+                assertTrue(java.util.regex.Pattern.compile("tp rank " + t + " found: checkpoint \\S*tp-" + (1 - t)
+                        + "-of-2.step-000000000006 holds tensor-parallel rank=" + (1 - t) + " size=2's shard: expected"
+                        + " rank=" + t + " size=2's, this rank's \\(fix: restore tp-" + t + "-of-2 on this rank")
+                        .matcher(message).find(), message);
+            }
+        }
+    }
+
+    /**
+     * A mismatch only one tp rank sees: tp rank 1's directory of step 6 replaced, manifest and all, by tp rank 0's (a
+     * complete checkpoint, so the step is the newest complete on every rank). Only tp rank 1 finds, reading its marker,
+     * that it holds another rank's shard; every rank of both dp replicas refuses at {@code build()} with the same error
+     * naming tp rank 1 and what it found, nothing read into any model: tp rank 0 does not go on to train and wait for
+     * tp rank 1 until its timeout.
+     */
+    @Test
+    void aShardMismatchOnlyOneTensorParallelRankSeesIsRefusedByEveryRankAlike() throws IOException {
+        Path root = tmp.resolve("one-rank");
+        killedAfterStep7(root, null);
+        Path theirs = root.resolve("tp-1-of-2").resolve("step-000000000006");
+        for (String name : list(theirs)) {
+            Files.delete(theirs.resolve(name));
+        }
+        for (String name : list(root.resolve("tp-0-of-2").resolve("step-000000000006"))) {
+            Files.copy(root.resolve("tp-0-of-2").resolve("step-000000000006").resolve(name), theirs.resolve(name));
+        }
+        List<String> refusals = refusedAtBuild(2, 2, root);
+        for (String message : refusals) {
+            assertEquals(refusals.getFirst(), message, "every rank the same refusal");
+            assertTrue(message.startsWith("checkpoint restore refused on every tensor-parallel rank"
+                    + " (2): tp rank(s) [1] found a checkpoint that does not fit, expected every tp rank's to fit;"
+                    + " nothing was read into or written from any tp rank's model. tp rank 1 found: checkpoint " + theirs
+                    + " holds tensor-parallel rank=0 size=2's shard: expected rank=1 size=2's, this rank's (fix: restore"
+                    + " tp-1-of-2 on this rank"), message);
+            assertTrue(message.endsWith("(fix: what tp rank 1's message says, then retry on every rank)"), message);
+            assertFalse(message.contains("tp rank 0 found"), message);
         }
     }
 }
