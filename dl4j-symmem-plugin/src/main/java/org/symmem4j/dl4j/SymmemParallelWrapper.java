@@ -761,15 +761,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         requireOpen();
         workers.ensureStarted();
         CheckpointLayout layout = CheckpointLayout.of(model.model());
-        Exception mismatch = null;
-        try {
-            dir = layout.restoreDir(dir); // a tensor-parallel rank's own tp-R-of-S, the degree checked
-            layout.checkShard(dir); // before anything is read into the model
-        } catch (IOException | IllegalArgumentException e) {
-            mismatch = e;
-        }
-        // every tp rank refuses if one found its shard does not fit, before any reads: none waits for the others
-        layout.agree("checkpoint restore", mismatch); // (each tp rank's own directory: the failing ranks name theirs)
+        dir = layout.checkedRestoreDir(dir); // every tp rank refuses if one's shard does not fit, before any reads
         CheckpointDirectory.Counters c = WrapperCheckpoints.restore(dir, settings, workers, model);
         if (c != null) {
             steps.resumeAt(c.step());

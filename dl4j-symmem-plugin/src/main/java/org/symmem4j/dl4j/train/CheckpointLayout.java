@@ -172,6 +172,28 @@ public final class CheckpointLayout {
     }
 
     /**
+     * {@link #restoreDir} then {@link #checkShard}, agreed on by every tp rank ({@link #agree}): when any rank's checks
+     * fail, every rank refuses with the same message before anything is read, so none waits for the others.
+     *
+     * @param dir a directory given to {@code restoreCheckpoint}
+     * @return this rank's directory to read, checked
+     * @throws IOException              when a rank could not list or read its directory
+     * @throws IllegalArgumentException when a rank's directory holds another degree's or rank's shard
+     */
+    public Path checkedRestoreDir(Path dir) throws IOException {
+        Path own = dir;
+        Exception mismatch = null;
+        try {
+            own = restoreDir(dir); // a tensor-parallel rank's own tp-R-of-S, the degree checked
+            checkShard(own); // before anything is read into the model
+        } catch (IOException | IllegalArgumentException e) {
+            mismatch = e;
+        }
+        agree("checkpoint restore", mismatch); // each tp rank's own directory: the failing ranks name theirs
+        return own;
+    }
+
+    /**
      * A tensor-parallel rank's leader's first step of a checkpoint, once the save's checks passed:
      * {@link CheckpointDirectory#begin} (the directory torn from here), then {@value #MARKER} (atomically), which the
      * manifest written last lists with the other files. A plain run's: nothing (its writer begins the directory).
