@@ -511,19 +511,26 @@ public final class ModelRouter implements AutoCloseable {
             requests.forEach(r -> fail(m, r, e));
             return;
         }
+        INDArray out = null;
         try {
-            run(m, served, requests, assembler);
+            out = run(m, served, requests, assembler);
         } catch (RuntimeException | Error e) { // a worker never dies with requests unanswered
             ServingException failure = new ServingException(Kind.FAILED, "model '" + m.name + "' version="
                     + served.version + ": " + e + " (fix: act on this cause, the model's own failure; when only this"
                     + " version fails, rollback(\"" + m.name + "\") serves the previous one)", e);
             requests.forEach(r -> fail(m, r, failure));
         } finally {
+            // before any answer completes: a client that has its answer knows this worker has left the version (a
+            // retired version is freed by then unless another reader holds it); the outputs are the batch's own
             served.release();
+        }
+        if (out != null) {
+            answer(m, served.version, requests, out);
         }
     }
 
-    private void run(Model m, ServedVersion served, List<Request> requests, WorkerBuffers buffers) {
+    /** The batch's outputs (the model's own array, no view of the weights), or null when it failed the requests. */
+    private INDArray run(Model m, ServedVersion served, List<Request> requests, WorkerBuffers buffers) {
         long start = System.nanoTime();
         for (Request r : requests) {
             m.queued.record(start - r.arrivedNanos, TimeUnit.NANOSECONDS);
@@ -549,13 +556,18 @@ public final class ModelRouter implements AutoCloseable {
                     + " this cause, the model's own failure; when only this version fails, rollback(\"" + m.name
                     + "\") serves the previous one)", e);
             requests.forEach(r -> fail(m, r, failure));
-            return;
+            return null;
         } finally {
             buffers.lock.unlock();
             if (net != null) {
                 served.giveBack(net);
             }
         }
+        return out;
+    }
+
+    /** Completes each request's answer with its rows of the batch's outputs, computed by {@code version}. */
+    private void answer(Model m, long version, List<Request> requests, INDArray out) {
         long row = 0;
         for (Request r : requests) {
             INDArray mine;
@@ -571,7 +583,7 @@ public final class ModelRouter implements AutoCloseable {
             }
             row += r.rows;
             m.duration.record(System.nanoTime() - r.arrivedNanos, TimeUnit.NANOSECONDS);
-            if (r.answer.complete(new Prediction(m.name, served.version, mine))) {
+            if (r.answer.complete(new Prediction(m.name, version, mine))) {
                 m.count("ok");
             }
         }
