@@ -68,23 +68,6 @@ class FullyShardedCheckpointTest {
         return net;
     }
 
-    private static void assertSameModel(MultiLayerNetwork expected, MultiLayerNetwork actual, String what) {
-        assertTrue(ModelReplica.bitwiseEqual(expected.params(), actual.params()), what + ": parameters; max relative"
-                + " difference " + Nets.maxRelativeDifference(actual.params(), expected.params()));
-        assertTrue(ModelReplica.bitwiseEqual(expected.getUpdater().getStateViewArray(),
-                actual.getUpdater().getStateViewArray()), what + ": updater state");
-        assertEquals(expected.getIterationCount(), actual.getIterationCount(), what + ": iterations");
-        assertEquals(expected.getEpochCount(), actual.getEpochCount(), what + ": epochs");
-    }
-
-    private static void assertSameLosses(List<Double> expected, List<Double> actual, String what) {
-        assertEquals(expected.size(), actual.size(), what + ": steps");
-        for (int s = 0; s < expected.size(); s++) {
-            assertEquals(Double.doubleToRawLongBits(expected.get(s)), Double.doubleToRawLongBits(actual.get(s)),
-                    what + ": step " + s + " loss " + actual.get(s) + ", plain data parallelism " + expected.get(s));
-        }
-    }
-
     @ParameterizedTest(name = "{0} -> {1} workers, hollow={2}")
     @CsvSource({"4, 2, true", "4, 3, true", "2, 4, false"})
     void restoresOnAnotherWorkerCountAndTrainsAsPlainDataParallelismFromTheConsolidatedModel(int n, int m,
@@ -128,15 +111,16 @@ class FullyShardedCheckpointTest {
             w.saveModel(after);
         }
         String what = n + " -> " + m + " workers";
-        assertSameModel(consolidated, ModelSerializer.restoreMultiLayerNetwork(restored.toFile(), true),
+        SameTraining.assertSameModel(consolidated, ModelSerializer.restoreMultiLayerNetwork(restored.toFile(), true),
                 what + ", right after the restore");
         List<Double> expectedLosses = new ArrayList<>();
         MultiLayerNetwork reference = plainFrom(ModelSerializer.restoreMultiLayerNetwork(saved.toFile(), true), m, second,
                 expectedLosses);
-        assertSameLosses(expectedLosses, losses, what);
+        SameTraining.assertSameLosses(expectedLosses, losses, what);
         assertTrue(ModelReplica.bitwiseEqual(reference.params(), trained), what + ", trained on: parameters; max"
                 + " relative difference " + Nets.maxRelativeDifference(trained, reference.params()));
-        assertSameModel(reference, ModelSerializer.restoreMultiLayerNetwork(after.toFile(), true), what + ", trained on");
+        SameTraining.assertSameModel(reference, ModelSerializer.restoreMultiLayerNetwork(after.toFile(), true),
+                what + ", trained on");
     }
 
     @Test
@@ -174,7 +158,7 @@ class FullyShardedCheckpointTest {
         // the 3 ranks' state at their last step, the checkpointed one (their fit then counted the epoch it left)
         MultiLayerNetwork last = ModelSerializer.restoreMultiLayerNetwork(atDeath.toFile(), true);
         last.setEpochCount(taken.counters().epoch());
-        assertSameModel(last, ModelSerializer.restoreMultiLayerNetwork(restored.toFile(), true),
+        SameTraining.assertSameModel(last, ModelSerializer.restoreMultiLayerNetwork(restored.toFile(), true),
                 "3 -> 2 ranks, right after the restore");
         MultiLayerNetwork reference = plainFrom(last, m, data.subList(6, BATCHES), new ArrayList<>());
         for (int r = 0; r < m; r++) {
@@ -205,7 +189,7 @@ class FullyShardedCheckpointTest {
             w.fit(new BatchListIterator(second));
             trained = w.gatherParameters();
         }
-        assertSameModel(consolidated, ModelSerializer.restoreMultiLayerNetwork(restored.toFile(), true),
+        SameTraining.assertSameModel(consolidated, ModelSerializer.restoreMultiLayerNetwork(restored.toFile(), true),
                 "stage 1 on 2 -> stage 3 on 3, right after the restore");
         MultiLayerNetwork reference = plainFrom(consolidated, 3, second, new ArrayList<>());
         assertTrue(ModelReplica.bitwiseEqual(reference.params(), trained), "trained on from the stage-1 checkpoint");

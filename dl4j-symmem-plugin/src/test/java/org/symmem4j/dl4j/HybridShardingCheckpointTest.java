@@ -68,23 +68,6 @@ class HybridShardingCheckpointTest {
         }
     }
 
-    private static void assertSameModel(MultiLayerNetwork expected, MultiLayerNetwork actual, String what) {
-        assertTrue(ModelReplica.bitwiseEqual(expected.params(), actual.params()), what + ": parameters; max relative"
-                + " difference " + Nets.maxRelativeDifference(actual.params(), expected.params()));
-        assertTrue(ModelReplica.bitwiseEqual(expected.getUpdater().getStateViewArray(),
-                actual.getUpdater().getStateViewArray()), what + ": updater state");
-        assertEquals(expected.getIterationCount(), actual.getIterationCount(), what + ": iterations");
-        assertEquals(expected.getEpochCount(), actual.getEpochCount(), what + ": epochs");
-    }
-
-    private static void assertSameLosses(List<Double> expected, List<Double> actual, String what) {
-        assertEquals(expected.size(), actual.size(), what + ": steps");
-        for (int s = 0; s < expected.size(); s++) {
-            assertEquals(Double.doubleToRawLongBits(expected.get(s)), Double.doubleToRawLongBits(actual.get(s)),
-                    what + ": step " + s + " loss " + actual.get(s) + ", expected " + expected.get(s));
-        }
-    }
-
     /** The checkpoint holds S parameter and S state files (the first replica's), covering the vector once. */
     private static void assertFirstReplicaOnly(Path ckpt, int s, long count) throws IOException {
         assertFalse(Files.exists(ckpt.resolve(ShardCheckpoint.MODEL_FILE)), "an HSDP checkpoint holds no model.zip");
@@ -140,9 +123,9 @@ class HybridShardingCheckpointTest {
                 assertTrue(w.fullySharded().get(r).ownBlocksMatch(trained), "worker " + r + "'s blocks");
             }
         }
-        assertSameLosses(uninterruptedLosses, losses, "HSDP 4/2 saved and restored");
+        SameTraining.assertSameLosses(uninterruptedLosses, losses, "HSDP 4/2 saved and restored");
         assertTrue(ModelReplica.bitwiseEqual(uninterrupted, trained), "HSDP 4/2 saved and restored: parameters");
-        assertSameModel(ModelSerializer.restoreMultiLayerNetwork(end.toFile(), true),
+        SameTraining.assertSameModel(ModelSerializer.restoreMultiLayerNetwork(end.toFile(), true),
                 ModelSerializer.restoreMultiLayerNetwork(resumed.toFile(), true), "HSDP 4/2 saved and restored");
     }
 
@@ -175,12 +158,12 @@ class HybridShardingCheckpointTest {
             w.fit(new BatchListIterator(second));
             trained = w.gatherParameters();
         }
-        assertSameModel(ModelSerializer.restoreMultiLayerNetwork(saved.toFile(), true),
+        SameTraining.assertSameModel(ModelSerializer.restoreMultiLayerNetwork(saved.toFile(), true),
                 ModelSerializer.restoreMultiLayerNetwork(restored.toFile(), true), what + ", right after the restore");
         List<Double> expectedLosses = new ArrayList<>();
         INDArray reference = trainedFrom(ModelSerializer.restoreMultiLayerNetwork(saved.toFile(), true), m,
                 t > 0 ? t : -1, second, expectedLosses);
-        assertSameLosses(expectedLosses, losses, what + ", trained on");
+        SameTraining.assertSameLosses(expectedLosses, losses, what + ", trained on");
         assertTrue(ModelReplica.bitwiseEqual(reference, trained), what + ", trained on: parameters; max relative"
                 + " difference " + Nets.maxRelativeDifference(trained, reference));
     }
@@ -242,7 +225,7 @@ class HybridShardingCheckpointTest {
         });
         MultiLayerNetwork last = ModelSerializer.restoreMultiLayerNetwork(atDeath.toFile(), true);
         last.setEpochCount(taken.counters().epoch());
-        assertSameModel(last, ModelSerializer.restoreMultiLayerNetwork(restored.toFile(), true),
+        SameTraining.assertSameModel(last, ModelSerializer.restoreMultiLayerNetwork(restored.toFile(), true),
                 "HSDP 4/2 resumed, right after the restore");
         INDArray reference = trainedFrom(last, n, 2, data.subList(8, 16), new ArrayList<>());
         for (int r = 0; r < n; r++) {
