@@ -74,6 +74,10 @@ public final class FlightRecorderCostBench {
         long bytes = 1024;
         @Option(names = "--ops-forks", paramLabel = "F", description = "forks of the recorder-calls benchmark")
         int opsForks = 2;
+        @Option(names = "--entries", paramLabel = "E", description = "the recorder's entries while on (the default is"
+                + " the product's default, " + FlightRecorderPairedBenchmark.ENTRIES_ON + "; a smaller ring tests"
+                + " whether its cache footprint is the cost)")
+        int entries = FlightRecorderPairedBenchmark.ENTRIES_ON;
     }
 
     public static void main(String[] args) throws IOException, RunnerException {
@@ -82,6 +86,7 @@ public final class FlightRecorderCostBench {
         Cli.positive("--pairs", flags.pairs);
         Cli.positive("--block-ms", flags.blockMs);
         Cli.positive("--ops-forks", flags.opsForks);
+        Cli.positive("--entries", flags.entries);
         if (flags.warmups < 0 || flags.bytes < 4 || flags.bytes % 4 != 0) {
             throw new IllegalArgumentException("--warmups=" + flags.warmups + " --bytes=" + flags.bytes + ": expected"
                     + " warm-ups >= 0 and bytes a positive multiple of 4 (float32 elements) (fix: e.g. --bytes 1024)");
@@ -104,6 +109,7 @@ public final class FlightRecorderCostBench {
                         .warmupTime(TimeValue.milliseconds(flags.blockMs))
                         .measurementIterations(2 * flags.pairs)
                         .measurementTime(TimeValue.milliseconds(flags.blockMs))
+                        .jvmArgsAppend(FlightRecorderPairedBenchmark.forkFlags(flags.entries))
                         .build();
                 for (RunResult r : new Runner(paired).run()) {
                     List<double[]> forks = new ArrayList<>();
@@ -123,6 +129,7 @@ public final class FlightRecorderCostBench {
         }
         Options ops = new OptionsBuilder()
                 .include("\\.FlightRecorderOpsBenchmark\\.")
+                .param("entries", Integer.toString(flags.entries))
                 .forks(flags.opsForks)
                 .build();
         double baseline = Double.NaN;
@@ -331,7 +338,7 @@ public final class FlightRecorderCostBench {
         md.append("- FlightRecorderPairedBenchmark: ").append(flags.forks).append(" forks × ").append(flags.pairs)
                 .append(" pairs of ").append(flags.blockMs).append(" ms blocks (off, on, on, off, ...; after ")
                 .append(flags.warmups).append(" alternating warm-up blocks), one communicator per rank, recorder of ")
-                .append(FlightRecorderPairedBenchmark.ENTRIES_ON)
+                .append(flags.entries)
                 .append(" entries switched between blocks; float32 SUM in place, ranks as threads\n\n");
         md.append("| algorithm | ranks | off ns/op | on ns/op | on − off ns, 95 % t | 95 % bootstrap |"
                 + " on − off % of off, t | bootstrap % | ≤ 1 %? |\n");

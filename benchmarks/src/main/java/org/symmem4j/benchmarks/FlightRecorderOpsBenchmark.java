@@ -7,7 +7,9 @@ import org.openjdk.jmh.annotations.Fork;
 import org.openjdk.jmh.annotations.Measurement;
 import org.openjdk.jmh.annotations.Mode;
 import org.openjdk.jmh.annotations.OutputTimeUnit;
+import org.openjdk.jmh.annotations.Param;
 import org.openjdk.jmh.annotations.Scope;
+import org.openjdk.jmh.annotations.Setup;
 import org.openjdk.jmh.annotations.State;
 import org.openjdk.jmh.annotations.Warmup;
 import org.symmem4j.parallel.Algorithm;
@@ -33,9 +35,18 @@ import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 @State(Scope.Thread)
 public class FlightRecorderOpsBenchmark {
 
-    private final FlightRecorder recorder = FlightRecorder.create(0, 2, "bench", 1024);
+    /** The ring's entries (FlightRecorderCostBench passes its {@code --entries}). */
+    @Param({"1024"})
+    public int entries;
+
+    private FlightRecorder recorder;
     private final Descriptor descriptor = new Descriptor();
     private long seq;
+
+    @Setup
+    public void setUp() {
+        recorder = FlightRecorder.create(0, 2, "bench", entries);
+    }
 
     /** What the control plane does per collective with or without a recorder: number it and fill its descriptor. */
     @Benchmark

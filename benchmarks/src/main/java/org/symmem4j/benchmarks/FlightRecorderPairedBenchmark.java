@@ -60,6 +60,7 @@ import org.symmem4j.parallel.group.InJvmWorld;
 @Measurement(iterations = 400, time = 40, timeUnit = TimeUnit.MILLISECONDS)
 @Fork(value = 2, jvmArgsAppend = {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Xmx1g",
         "-D" + FlightRecorderPairedBenchmark.ENTRIES_PROPERTY + "=" + FlightRecorderPairedBenchmark.ENTRIES_ON})
+// FlightRecorderCostBench replaces these flags with forkFlags(entries): keep the two lists the same
 @State(Scope.Thread)
 public class FlightRecorderPairedBenchmark {
 
@@ -68,6 +69,18 @@ public class FlightRecorderPairedBenchmark {
 
     /** {@link Configuration#FLIGHT_RECORDER_ENTRIES}'s property, as a constant for the annotation. */
     static final String ENTRIES_PROPERTY = "symmem4j.flight.recorder.entries";
+
+    /**
+     * The forks' JVM flags (the annotation's) with a recorder of {@code entries} entries: JMH's options replace the
+     * annotation's list as a whole.
+     *
+     * @param entries the recorder's size while on
+     * @return the flags
+     */
+    static String[] forkFlags(int entries) {
+        return new String[] {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Xmx1g",
+            "-D" + ENTRIES_PROPERTY + "=" + entries};
+    }
 
     @Param({"1024"})
     public long bytes;
@@ -158,7 +171,7 @@ public class FlightRecorderPairedBenchmark {
                     + " memory, found " + peerFailure.get() + " (fix: see the cause below)", peerFailure.get());
         }
         System.out.println("flight recorder paired benchmark: one communicator per rank, recorder of "
-                + ENTRIES_ON + " entries switched per iteration; ranks " + (pin ? "pinned to CPUs "
+                + Configuration.FLIGHT_RECORDER_ENTRIES.get() + " entries switched per iteration; ranks " + (pin ? "pinned to CPUs "
                 + java.util.Arrays.toString(java.util.Arrays.copyOf(cpus, ranks)) : "not pinned (-D" + BenchCpus.PROPERTY
                 + " names " + cpus.length + " CPUs, " + ranks + " needed)"));
     }

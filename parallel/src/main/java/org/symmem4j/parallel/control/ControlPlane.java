@@ -245,12 +245,7 @@ public final class ControlPlane implements AutoCloseable {
      *         the same on every rank (the caller throws it as a {@link CollectiveMismatchException})
      */
     public String arriveAndCheck(Descriptor mine) {
-        if (recorder != null) {
-            // a rank that finds the group aborted never arrives: its dump must not show it as having entered
-            sync.checkNotAborted("entry");
-            recorder.arguments(mine);
-        }
-        sync.arrive(mine);
+        sync.arrive(mine, recorder); // records mine once published, while the peers' entry lines travel
         if (mine.problem() == Problem.NONE && buffersLargeEnough(mine, mine.bufferBytes(), mine.recvBytes())) {
             boolean agree = true;
             MemorySegment pad = sync.ownPad();

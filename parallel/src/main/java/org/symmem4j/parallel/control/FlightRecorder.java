@@ -51,10 +51,10 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * <p><b>Per collective</b> the control plane makes four calls ({@link #begin}, {@link #arguments}, {@link #started},
  * {@link #completed}): plain stores into one or two cache lines of {@code ring}, three reads of the
  * {@link CoarseClock} (a volatile load each, no clock call: neither {@code System.nanoTime} nor
- * {@code currentTimeMillis}), no allocation, and one read of the group's abort word before {@link #arguments} (so a
- * rank that finds the group aborted is not recorded as having entered). Folding that read into the entry barrier's
- * own check changed how C2 inlined the staged host all-reduce, whose vectors then stayed heap objects
- * ({@code SteadyStateAllocationTest}): it stays a separate read.
+ * {@code currentTimeMillis}), no allocation. {@link #arguments} is called by the entry barrier itself
+ * ({@link PadSynchronizer#arrive}) after this rank's descriptor is published and before it waits for the peers': the
+ * stores then overlap the peers' lines' transfer instead of holding back the publish, and a rank that finds the group
+ * aborted (it throws before publishing) is not recorded as having entered.
  * {@code FlightRecorderOpsBenchmark} measures the four calls alone, {@code FlightRecorderPairedBenchmark} an
  * all-reduce on one communicator whose recorder is switched off and on between blocks ({@link FlightRecording};
  * {@code FlightRecorderCostBench} runs both and reports the paired difference).
@@ -199,7 +199,7 @@ public final class FlightRecorder {
     }
 
     /**
-     * This rank's arguments of collective {@code d.seq()}, as it arrives at the entry barrier (recorded
+     * This rank's arguments of collective {@code d.seq()}, once it has published them at the entry barrier (recorded
      * before the verdict, so a mismatch's dump shows what each rank passed). An entry without arguments
      * never arrived: it failed before (the group was already aborted, or its own checks threw).
      *

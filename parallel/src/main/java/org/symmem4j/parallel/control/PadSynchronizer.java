@@ -233,10 +233,17 @@ public final class PadSynchronizer implements WaitSubject {
      * descriptor, readable with plain loads. This is a barrier: the release store of the epoch
      * publishes everything this rank wrote before arriving (its data too).
      *
+     * <p>{@code recorder} (null: none) records the descriptor between the publishing and the waiting: the peers'
+     * entry lines are then in flight to this core anyway (a cross-core transfer takes longer than the recording), so
+     * the recorder's stores neither delay this rank's publish (x86 commits stores in order: stores queued before the
+     * release store would hold it back) nor lengthen its wait. A rank that finds the group aborted throws before it
+     * publishes, and so before it records: its dump shows that it never arrived.
+     *
      * @param descriptor this rank's arguments of the collective, in the descriptor layout
+     * @param recorder   this rank's flight recorder, or null when recording is off
      * @throws PeerTimeoutException when a peer does not arrive in time, is gone, or the group was aborted
      */
-    public void arrive(OpDescriptorLayout.Descriptor descriptor) {
+    public void arrive(OpDescriptorLayout.Descriptor descriptor, FlightRecorder recorder) {
         checkNotAborted("entry");
         long seq = descriptor.seq();
         long epoch = seq + 1;
@@ -246,6 +253,9 @@ public final class PadSynchronizer implements WaitSubject {
             descriptor.write(pad, myLine);
             // release: publishes the descriptor above and this rank's earlier writes; acquired below by p
             LONG.setRelease(pad, myLine + OpDescriptorLayout.EPOCH, epoch);
+        }
+        if (recorder != null) {
+            recorder.arguments(descriptor);
         }
         for (int p = 0; p < worldSize; p++) {
             if (p != rank) {
