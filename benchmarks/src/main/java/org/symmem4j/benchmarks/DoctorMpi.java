@@ -221,19 +221,7 @@ final class DoctorMpi {
 
     /** The median of {@link #REPS} timings of {@code batch} calls, microseconds per call, after {@code batch} warm-ups. */
     private static double time(MpiComm world, int batch, Runnable call) {
-        for (int w = 0; w < batch; w++) {
-            call.run();
-        }
-        double[] reps = new double[REPS];
-        for (int r = 0; r < REPS; r++) {
-            world.barrier();
-            long t0 = System.nanoTime();
-            for (int i = 0; i < batch; i++) {
-                call.run();
-            }
-            reps[r] = (System.nanoTime() - t0) / 1e3 / batch;
-        }
-        return RepetitionSpread.median(reps);
+        return RepetitionSpread.medianMicrosPerCall(REPS, batch, world::barrier, call);
     }
 
     private static void print(int rank, String pattern, long bytes, double micros) {

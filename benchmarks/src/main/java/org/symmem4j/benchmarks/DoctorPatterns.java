@@ -116,19 +116,7 @@ final class DoctorPatterns {
 
     /** The median of {@link #REPS} timings of {@code batch} calls after {@code batch} warm-ups, microseconds per call. */
     private static double median(Communicator comm, int batch, Runnable call) {
-        for (int w = 0; w < batch; w++) {
-            call.run();
-        }
-        double[] reps = new double[REPS];
-        for (int r = 0; r < REPS; r++) {
-            comm.barrier();
-            long t0 = System.nanoTime();
-            for (int i = 0; i < batch; i++) {
-                call.run();
-            }
-            reps[r] = (System.nanoTime() - t0) / 1e3 / batch;
-        }
-        return RepetitionSpread.median(reps);
+        return RepetitionSpread.medianMicrosPerCall(REPS, batch, comm::barrier, call);
     }
 
     /**

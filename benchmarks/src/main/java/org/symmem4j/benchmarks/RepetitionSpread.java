@@ -26,6 +26,33 @@ public final class RepetitionSpread {
     }
 
     /**
+     * Times {@code call} the way the doctor's calibrations do: {@code batch} calls to warm up, then {@code reps}
+     * repetitions of {@code batch} calls, each started after {@code barrier} so every rank starts it together; the
+     * median repetition's time per call.
+     *
+     * @param reps    repetitions (at least 1)
+     * @param batch   calls per repetition (at least 1)
+     * @param barrier lines the ranks up before each repetition (the group's barrier: MPI's, or a communicator's)
+     * @param call    one call of the pattern timed
+     * @return microseconds per call, the median repetition's
+     */
+    public static double medianMicrosPerCall(int reps, int batch, Runnable barrier, Runnable call) {
+        for (int w = 0; w < batch; w++) {
+            call.run();
+        }
+        double[] times = new double[reps];
+        for (int r = 0; r < reps; r++) {
+            barrier.run();
+            long t0 = System.nanoTime();
+            for (int i = 0; i < batch; i++) {
+                call.run();
+            }
+            times[r] = (System.nanoTime() - t0) / 1e3 / batch;
+        }
+        return median(times);
+    }
+
+    /**
      * The median of the repetitions: the middle value (of an even count, the upper middle, as the
      * calibrations have always taken it).
      *
