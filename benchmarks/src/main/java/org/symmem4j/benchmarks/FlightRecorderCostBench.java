@@ -26,7 +26,7 @@ import picocli.CommandLine.Option;
  * {@link FlightRecorderPairedBenchmark} (the all-reduce on one communicator per rank whose recorder is switched off and
  * on between short blocks, off, on, on, off ...; one JMH run per cell, the report rewritten to {@code --out} after each,
  * so that a run stopped by a time limit keeps its finished cells) and then {@link FlightRecorderOpsBenchmark} (the
- * recorder's four calls per collective alone, and a baseline that fills the same descriptor), and prints a markdown
+ * recorder's three calls per collective alone, and a baseline that fills the same descriptor), and prints a markdown
  * report: per algorithm and rank count, the
  * all-reduce's time with the recorder off and on, the mean paired difference (on − off of blocks 2j and 2j + 1 of one
  * fork) with its 95 % t interval and a 95 % bootstrap interval (pairs resampled within each fork), both as ns and as a
@@ -376,7 +376,7 @@ public final class FlightRecorderCostBench {
             return md.toString();
         }
         md.append(String.format(Locale.ROOT, "- recordOneCollective %.2f ns/op, baseline %.2f ns/op: %.2f ns per collective"
-                + " (begin, arguments, started, completed)%n", record, baseline, perCollective));
+                + " (arrived, started, completed)%n", record, baseline, perCollective));
         if (!Double.isNaN(offForOps)) {
             md.append(String.format(Locale.ROOT, "- against the fastest recorder-off all-reduce above (%.1f ns): %.2f %%%n",
                     offForOps, 100 * perCollective / offForOps));

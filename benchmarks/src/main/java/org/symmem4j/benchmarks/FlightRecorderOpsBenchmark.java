@@ -21,8 +21,8 @@ import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 
 /**
- * The flight recorder's own work per collective, alone: the four calls the control plane makes (begin,
- * arguments, started, completed), against a baseline that numbers the collective and fills its descriptor as the
+ * The flight recorder's own work per collective, alone: the three calls the control plane makes (arrived,
+ * started, completed), against a baseline that numbers the collective and fills its descriptor as the
  * control plane does with the recorder off. {@link FlightRecorderPairedBenchmark}
  * measures the same cost inside a real all-reduce, recorder on and off in one JVM; this one bounds it:
  * {@link FlightRecorderCostBench} runs both and divides this one's difference by the all-reduce's time.
@@ -56,14 +56,13 @@ public class FlightRecorderOpsBenchmark {
                 Algorithm.TWO_SHOT.ordinal(), -1, 256, 1024, 3, 0, 0, Problem.NONE);
     }
 
-    /** The same and the recorder's four calls: the difference is what the recorder adds. */
+    /** The same and the recorder's three calls: the difference is what the recorder adds. */
     @Benchmark
     public Descriptor recordOneCollective() {
         long s = seq++;
-        recorder.begin(s, "all-reduce");
         Descriptor d = descriptor.set(s, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
                 Algorithm.TWO_SHOT.ordinal(), -1, 256, 1024, 3, 0, 0, Problem.NONE);
-        recorder.arguments(d);
+        recorder.arrived(d, "all-reduce");
         recorder.started(s);
         recorder.completed(s);
         return d;

@@ -1,6 +1,7 @@
 package org.symmem4j.launch;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -29,10 +30,9 @@ class FlightReportTest {
         FlightRecorder r = FlightRecorder.create(rank, 3, "host-m1", 16);
         Descriptor d = new Descriptor();
         for (long s = 0; s < completed + (failsNext ? 1 : 0); s++) {
-            r.begin(s, "all-reduce");
             long count = s == completed ? countOfNext : 256;
-            r.arguments(d.set(s, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
-                    Algorithm.TWO_SHOT.ordinal(), -1, count, 4 * count, -1, 0, 0, Problem.NONE));
+            r.arrived(d.set(s, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
+                    Algorithm.TWO_SHOT.ordinal(), -1, count, 4 * count, -1, 0, 0, Problem.NONE), "all-reduce");
             if (s < completed) {
                 r.started(s);
                 r.completed(s);
@@ -68,16 +68,26 @@ class FlightReportTest {
         FlightRecorder late = FlightRecorder.create(2, 3, "host-m1", 16);
         Descriptor d = new Descriptor();
         for (long s = 0; s < 5; s++) {
-            late.begin(s, "all-reduce");
-            late.arguments(d.set(s, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
-                    Algorithm.TWO_SHOT.ordinal(), -1, 256, 1024, -1, 0, 0, Problem.NONE));
+            late.arrived(d.set(s, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
+                    Algorithm.TWO_SHOT.ordinal(), -1, 256, 1024, -1, 0, 0, Problem.NONE), "all-reduce");
             late.started(s);
             late.completed(s);
         }
-        late.begin(5, "all-reduce"); // finds the group aborted: never arrives, so no arguments
-        Files.writeString(dir.resolve("flight-job-g0-host-m1-n3-rank2-pid1-t1.json"), late.toJson("group aborted"));
+        // #5 finds the group aborted: it throws before arriving, so its entry (written by the failure, which dumps
+        // the ring into the directory the report reads) has no arguments
+        String oldDir = System.getProperty("symmem4j.flight.recorder.dir");
+        System.setProperty("symmem4j.flight.recorder.dir", dir.toString());
+        try {
+            assertNotNull(late.failed(5, "all-reduce", new IllegalStateException("group aborted")));
+        } finally {
+            if (oldDir == null) {
+                System.clearProperty("symmem4j.flight.recorder.dir");
+            } else {
+                System.setProperty("symmem4j.flight.recorder.dir", oldDir);
+            }
+        }
         String out = run(dir.toString());
-        assertTrue(out.contains("rank 2 at all-reduce#5 (SCHEDULED before arriving)"), out);
+        assertTrue(out.contains("rank 2 at all-reduce#5 (FAILED before arriving)"), out);
         assertTrue(out.contains("ranks 0-1 entered all-reduce#5, rank 2 never did (rank 2's last: all-reduce#4 COMPLETED,"
                 + " then called all-reduce#5 after the group had failed)"), out);
     }

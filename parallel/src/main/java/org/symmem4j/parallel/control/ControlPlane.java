@@ -125,10 +125,7 @@ public final class ControlPlane implements AutoCloseable {
      */
     public long begin(String what) {
         long s = seq++;
-        sync.beginOp(what, s);
-        if (recorder != null) {
-            recorder.begin(s, what);
-        }
+        sync.beginOp(what, s); // the recorder takes the name from there when this rank arrives
         if (CollectiveEvent.TYPE.isEnabled()) {
             beginEvent(s, what);
         }
@@ -159,7 +156,7 @@ public final class ControlPlane implements AutoCloseable {
     public void failed(Throwable failure) {
         long s = seq - 1;
         if (recorder != null) {
-            recorder.failed(s, failure);
+            recorder.failed(s, sync.opName(), failure);
         }
         if (event != null) {
             commitEvent(s, "FAILED", failure);

@@ -31,33 +31,36 @@ import org.symmem4j.parallel.trace.CoarseClock;
  *                                  slot is the 8 longs (64 bytes) ring[8 * slot .. 8 * slot + 7]:
  *  [0] SEQ            the control plane's sequence number (barriers inside collectives count too)
  *  [1] COUNT          elements        \
- *  [2] BYTES          buffer bytes     | written by arguments(); meaningless while SHAPE is 0
- *  [3] MEMORY_ID      symmetric region | (the dump then shows -1, -1, -1, 0: never arrived)
+ *  [2] BYTES          buffer bytes     | written by arrived(); meaningless while SHAPE is 0
+ *  [3] MEMORY_ID      symmetric region | (the dump then shows -1, -1, -1, 0: failed before arriving)
  *  [4] MEMORY_OFFSET                  /
- *  [5] BEGUN          epoch ms when begun ({@link CoarseClock}: about 1 ms resolution)
- *  [6] TIMES          started &lt;&lt; 32 | ended: each ms since BEGUN plus 1, 0 while not yet reached
- *  [7] SHAPE_STATE    state &lt;&lt; 32 | shape, shape = kind+1 | dtype+1 &lt;&lt; 8 | op+1 &lt;&lt; 16 | algorithm+1 &lt;&lt; 24
- *                     (0: no arguments yet); state SCHEDULED (begun, at the entry barrier) -&gt; STARTED
- *                     (every rank arrived) -&gt; COMPLETED, or FAILED
+ *  [5] BEGUN          epoch ms when this rank arrived ({@link CoarseClock}: about 1 ms resolution)
+ *  [6] ENDED          epoch ms when it returned or failed here, 0 while neither
+ *  [7] SHAPE_FAILED   failed &lt;&lt; 32 | shape, shape = kind+1 | dtype+1 &lt;&lt; 8 | op+1 &lt;&lt; 16 | algorithm+1 &lt;&lt; 24
+ *                     (shape 0: failed before it arrived)
  *  what[slot]         the operation's name ("all-reduce", "cuda all-gather", "barrier"), stored only when it
  *                     differs from the slot's last one (a constant: usually the same, and no GC barrier then)
+ *  state, derived when read: FAILED if flagged; else COMPLETED if ENDED; else STARTED if the entry barrier
+ *                     passed (startedSeq, one field); else SCHEDULED (arrived, waiting for the others)
  * </pre>
  *
- * <p>One array of entries rather than one array per field: a collective's four calls touch one or two
- * cache lines and one array bounds check instead of eleven arrays (the cost per collective is what
- * {@code FlightRecorderOpsBenchmark} measures). Times after the begin are kept as 32-bit deltas: an
- * operation that runs longer than 24 days, or a wall clock that stepped back, is clamped.
+ * <p><b>Per collective, one write of its entry, in the entry barrier's shadow.</b> {@link PadSynchronizer#arrive}
+ * calls {@link #arrived} after this rank's descriptor is published and before it waits for the peers': the 64-byte
+ * entry is written while the peers' entry lines travel to this core (a cross-core transfer takes longer than the
+ * writing), instead of in front of the publish (x86 commits stores in order, so stores queued before the release
+ * store would hold it back) or after a wait's exit (where the rank's next step waits for it). The barrier's verdict
+ * then costs one field store ({@link #started}) and the return one guarded store of a clock stamp
+ * ({@link #completed}); the state is derived when read. A rank that finds the group aborted throws before it
+ * publishes, so it records no arrival; {@link #failed} then writes the entry itself, without arguments.
  *
- * <p><b>Per collective</b> the control plane makes four calls ({@link #begin}, {@link #arguments}, {@link #started},
- * {@link #completed}): plain stores into one or two cache lines of {@code ring}, three reads of the
- * {@link CoarseClock} (a volatile load each, no clock call: neither {@code System.nanoTime} nor
- * {@code currentTimeMillis}), no allocation. {@link #arguments} is called by the entry barrier itself
- * ({@link PadSynchronizer#arrive}) after this rank's descriptor is published and before it waits for the peers': the
- * stores then overlap the peers' lines' transfer instead of holding back the publish, and a rank that finds the group
- * aborted (it throws before publishing) is not recorded as having entered.
- * {@code FlightRecorderOpsBenchmark} measures the four calls alone, {@code FlightRecorderPairedBenchmark} an
- * all-reduce on one communicator whose recorder is switched off and on between blocks ({@link FlightRecording};
- * {@code FlightRecorderCostBench} runs both and reports the paired difference).
+ * <p>Why ({@code FlightRecorderCostBench}, 16 cores, 1 KiB host all-reduce, the recorder switched on and off between
+ * blocks on one communicator): the earlier design wrote the entry in four calls (at the begin, before the publish,
+ * after the verdict, at the return) and cost 22–29 ns on 2 ranks, three times its calls alone (7.7 ns); a ring of 64
+ * entries instead of 1,024 cost as much, so the ring's cache footprint was not it (docs/flight-recorder.md has the
+ * measurements of this design).
+ *
+ * <p>One array of entries rather than one array per field: a collective touches one cache line of {@code ring} and
+ * one array bounds check instead of eight arrays.
  *
  * <p><b>Memory ordering.</b> None is needed, and there is no release store: every write and every read
  * ({@link #dump}, {@link #lastOps}, {@link #toJson}: the failure path and timeout messages) happen on the one thread
@@ -73,7 +76,7 @@ public final class FlightRecorder {
 
     /** Where a recorded collective got to. */
     public enum State {
-        /** Begun: this rank is at the entry barrier (or checking its own arguments). */
+        /** Arrived: this rank published its arguments at the entry barrier and waits for the others'. */
         SCHEDULED,
         /** Every rank arrived at the entry barrier and agreed: data moves. */
         STARTED,
@@ -85,7 +88,6 @@ public final class FlightRecorder {
 
     private static final Logger LOG = LoggerFactory.getLogger(FlightRecorder.class);
     private static final OpDescriptorLayout.Kind[] KINDS = OpDescriptorLayout.Kind.values();
-    private static final State[] STATES = State.values();
 
     private final int rank;
     private final int worldSize;
@@ -98,16 +100,20 @@ public final class FlightRecorder {
     private static final int MEMORY_ID = 3;
     private static final int MEMORY_OFFSET = 4;
     private static final int BEGUN = 5;
-    private static final int TIMES = 6;
-    private static final int SHAPE_STATE = 7;
+    private static final int ENDED = 6;
+    private static final int SHAPE_FAILED = 7;
     private static final long SHAPE_MASK = 0xffff_ffffL;
+    private static final long FAILED_FLAG = 1L << 32;
 
     /** Every entry's 8 longs, entry after entry (see the class comment). */
     private final long[] ring;
     private final String[] what;
-    private long recorded;
     /** The sequence number of the first collective recorded since creation or {@link #restartAt}. */
     private long firstSeq;
+    /** The newest collective recorded; firstSeq - 1 while none. */
+    private long lastSeq = -1;
+    /** The newest collective whose entry barrier passed (every rank agreed); -1 while none. */
+    private long startedSeq = -1;
     private long lastDumpedFailureSeq = -1;
 
     private FlightRecorder(int rank, int worldSize, String communicator, int capacity) {
@@ -161,9 +167,12 @@ public final class FlightRecorder {
         return mask + 1;
     }
 
-    /** {@return the number of collectives recorded so far (since the last {@link #restartAt}, if any)} */
+    /**
+     * {@return the number of collectives recorded so far (since the last {@link #restartAt}, if any)}: those that
+     * arrived at their entry barrier or failed before.
+     */
     public long recorded() {
-        return recorded;
+        return Math.max(0, lastSeq - firstSeq + 1);
     }
 
     /**
@@ -175,48 +184,35 @@ public final class FlightRecorder {
      */
     void restartAt(long seq) {
         firstSeq = seq;
-        recorded = 0;
+        lastSeq = seq - 1;
     }
 
     /**
-     * Collective {@code s} begins on this rank.
+     * This rank arrived at collective {@code d.seq()}'s entry barrier with these arguments: its entry, written once
+     * (before the verdict, so a mismatch's dump shows what each rank passed). Called by {@link PadSynchronizer#arrive}
+     * once the descriptor is published, before the wait.
      *
-     * @param s         its sequence number
-     * @param operation its name, a constant ("all-reduce")
+     * @param d         this rank's descriptor
+     * @param operation the collective's name, a constant ("all-reduce")
      */
-    public void begin(long s, String operation) {
+    public void arrived(OpDescriptorLayout.Descriptor d, String operation) {
+        long s = d.seq();
         int i = (int) (s & mask);
         int e = i * STRIDE;
         long[] r = ring;
-        r[e + SEQ] = s;
-        r[e + BEGUN] = CoarseClock.millis();
-        r[e + TIMES] = 0;
-        r[e + SHAPE_STATE] = (long) State.SCHEDULED.ordinal() << 32; // shape 0: no arguments yet
-        if (what[i] != operation) {
-            what[i] = operation;
-        }
-        recorded++;
-    }
-
-    /**
-     * This rank's arguments of collective {@code d.seq()}, once it has published them at the entry barrier (recorded
-     * before the verdict, so a mismatch's dump shows what each rank passed). An entry without arguments
-     * never arrived: it failed before (the group was already aborted, or its own checks threw).
-     *
-     * @param d this rank's descriptor
-     */
-    public void arguments(OpDescriptorLayout.Descriptor d) {
-        int e = (int) (d.seq() & mask) * STRIDE;
-        long[] r = ring;
-        if (r[e + SEQ] != d.seq()) {
-            return; // not begun through this recorder
-        }
         int shape = d.kind().ordinal() + 1 | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
+        r[e + SEQ] = s;
         r[e + COUNT] = d.count();
         r[e + BYTES] = d.bufferBytes();
         r[e + MEMORY_ID] = d.memoryId();
         r[e + MEMORY_OFFSET] = d.memoryOffset();
-        r[e + SHAPE_STATE] = r[e + SHAPE_STATE] & ~SHAPE_MASK | shape & SHAPE_MASK;
+        r[e + BEGUN] = CoarseClock.millis();
+        r[e + ENDED] = 0;
+        r[e + SHAPE_FAILED] = shape & SHAPE_MASK;
+        if (what[i] != operation) {
+            what[i] = operation;
+        }
+        lastSeq = s;
     }
 
     /**
@@ -225,12 +221,7 @@ public final class FlightRecorder {
      * @param s its sequence number
      */
     public void started(long s) {
-        int e = (int) (s & mask) * STRIDE;
-        long[] r = ring;
-        if (r[e + SEQ] == s && state(r[e + SHAPE_STATE]) == State.SCHEDULED.ordinal()) {
-            r[e + SHAPE_STATE] = withState(r[e + SHAPE_STATE], State.STARTED);
-            r[e + TIMES] = r[e + TIMES] & 0xffff_ffffL | (long) sinceBegun(r[e + BEGUN]) << 32;
-        }
+        startedSeq = s;
     }
 
     /**
@@ -241,44 +232,46 @@ public final class FlightRecorder {
     public void completed(long s) {
         int e = (int) (s & mask) * STRIDE;
         long[] r = ring;
-        if (r[e + SEQ] == s && state(r[e + SHAPE_STATE]) != State.FAILED.ordinal()) {
-            r[e + SHAPE_STATE] = withState(r[e + SHAPE_STATE], State.COMPLETED);
-            r[e + TIMES] = r[e + TIMES] & ~0xffff_ffffL | sinceBegun(r[e + BEGUN]);
+        if (r[e + SEQ] == s && r[e + ENDED] == 0) {
+            r[e + ENDED] = CoarseClock.millis();
         }
     }
 
-    private static int state(long shapeState) {
-        return (int) (shapeState >>> 32);
-    }
-
-    private static long withState(long shapeState, State state) {
-        return shapeState & SHAPE_MASK | (long) state.ordinal() << 32;
-    }
-
-    /** Now, as milliseconds since {@code begun} plus 1 (0 means "not reached"), clamped to [1, Integer.MAX_VALUE]. */
-    private static int sinceBegun(long begun) {
-        return (int) Math.clamp(CoarseClock.millis() - begun + 1, 1L, Integer.MAX_VALUE);
-    }
-
-    /** A TIMES half back to epoch milliseconds: 0 when not reached. */
-    private static long millis(long begun, long delta) {
-        return delta == 0 ? 0 : begun + delta - 1;
+    /** The state of the entry at {@code e} (see the class comment). */
+    private State stateOf(int e) {
+        long[] r = ring;
+        if ((r[e + SHAPE_FAILED] & FAILED_FLAG) != 0) {
+            return State.FAILED;
+        }
+        if (r[e + ENDED] != 0) {
+            return State.COMPLETED;
+        }
+        return r[e + SEQ] <= startedSeq ? State.STARTED : State.SCHEDULED;
     }
 
     /**
-     * Collective {@code s} failed on this rank: marks it and dumps the ring (once per failed collective).
+     * Collective {@code s} failed on this rank: marks it (writing its entry, without arguments, when it failed
+     * before arriving) and dumps the ring (once per failed collective).
      *
-     * @param s      its sequence number
-     * @param reason the failure
+     * @param s         its sequence number
+     * @param operation its name, a constant ("all-reduce")
+     * @param reason    the failure
      * @return the dump's file, or null when it was dumped already or could not be written (logged)
      */
-    public Path failed(long s, Throwable reason) {
-        int e = (int) (s & mask) * STRIDE;
+    public Path failed(long s, String operation, Throwable reason) {
+        int i = (int) (s & mask);
+        int e = i * STRIDE;
         long[] r = ring;
-        if (r[e + SEQ] == s) {
-            r[e + SHAPE_STATE] = withState(r[e + SHAPE_STATE], State.FAILED);
-            r[e + TIMES] = r[e + TIMES] & ~0xffff_ffffL | sinceBegun(r[e + BEGUN]);
+        long now = CoarseClock.millis();
+        if (r[e + SEQ] != s || s < firstSeq || s > lastSeq) {
+            r[e + SEQ] = s;
+            r[e + BEGUN] = now;
+            r[e + SHAPE_FAILED] = 0; // no arguments: it never arrived
+            what[i] = operation;
+            lastSeq = Math.max(lastSeq, s);
         }
+        r[e + SHAPE_FAILED] |= FAILED_FLAG;
+        r[e + ENDED] = now;
         if (s == lastDumpedFailureSeq) {
             return null;
         }
@@ -326,14 +319,18 @@ public final class FlightRecorder {
      */
     public String lastOps(int n) {
         StringBuilder b = new StringBuilder();
-        long first = Math.max(0, recorded - Math.min(n, capacity()));
-        for (long k = first; k < recorded; k++) {
-            int i = slotOfRecorded(k);
+        long recorded = recorded();
+        for (long k = Math.max(0, recorded - Math.min(n, capacity())); k < recorded; k++) {
+            long q = firstSeq + k;
+            int i = (int) (q & mask);
+            int e = i * STRIDE;
+            if (ring[e + SEQ] != q) {
+                continue; // began but neither arrived nor failed: not recorded
+            }
             if (b.length() > 0) {
                 b.append(", ");
             }
-            int e = i * STRIDE;
-            b.append(what[i]).append('#').append(ring[e + SEQ]).append(' ').append(STATES[state(ring[e + SHAPE_STATE])]);
+            b.append(what[i]).append('#').append(q).append(' ').append(stateOf(e));
         }
         return b.length() == 0 ? "none" : b.toString();
     }
@@ -346,6 +343,7 @@ public final class FlightRecorder {
      * @return the JSON text
      */
     public String toJson(String reason) {
+        long recorded = recorded();
         StringBuilder b = new StringBuilder(256 + 200 * (int) Math.min(recorded, capacity()));
         String run = Configuration.RUN_ID.get();
         Integer generation = Configuration.RESTART_GENERATION.get();
@@ -361,18 +359,22 @@ public final class FlightRecorder {
                 .append(",\"reason\":\"").append(ChromeTraceWriter.jsonEscape(reason == null ? "" : reason)).append('"')
                 .append(",\"recorded\":").append(recorded)
                 .append(",\"ops\":[");
-        long first = Math.max(0, recorded - capacity());
-        for (long k = first; k < recorded; k++) {
-            int i = slotOfRecorded(k);
-            if (k > first) {
+        boolean first = true;
+        long[] r = ring;
+        for (long k = Math.max(0, recorded - capacity()); k < recorded; k++) {
+            long q = firstSeq + k;
+            int i = (int) (q & mask);
+            int e = i * STRIDE;
+            if (r[e + SEQ] != q) {
+                continue; // began but neither arrived nor failed: not recorded
+            }
+            if (!first) {
                 b.append(',');
             }
-            int e = i * STRIDE;
-            long[] r = ring;
-            int sh = (int) (r[e + SHAPE_STATE] & SHAPE_MASK);
+            first = false;
+            int sh = (int) (r[e + SHAPE_FAILED] & SHAPE_MASK);
             boolean hasShape = (sh & 0xff) != 0;
-            long begun = r[e + BEGUN];
-            b.append("{\"seq\":").append(r[e + SEQ])
+            b.append("{\"seq\":").append(q)
                     .append(",\"op\":\"").append(ChromeTraceWriter.jsonEscape(what[i])).append('"')
                     .append(",\"kind\":").append(hasShape ? "\"" + KINDS[(sh & 0xff) - 1].name().toLowerCase(Locale.ROOT) + "\"" : "null")
                     .append(",\"dtype\":").append(name(DType.values(), (sh >>> 8 & 0xff) - 1))
@@ -382,19 +384,12 @@ public final class FlightRecorder {
                     .append(",\"bytes\":").append(hasShape ? r[e + BYTES] : -1)
                     .append(",\"memoryId\":").append(hasShape ? r[e + MEMORY_ID] : -1)
                     .append(",\"memoryOffset\":").append(hasShape ? r[e + MEMORY_OFFSET] : 0)
-                    .append(",\"state\":\"").append(STATES[state(r[e + SHAPE_STATE])]).append('"')
-                    .append(",\"begunMillis\":").append(begun)
-                    .append(",\"startedMillis\":").append(millis(begun, r[e + TIMES] >>> 32))
-                    .append(",\"endedMillis\":").append(millis(begun, r[e + TIMES] & 0xffff_ffffL))
+                    .append(",\"state\":\"").append(stateOf(e)).append('"')
+                    .append(",\"begunMillis\":").append(r[e + BEGUN])
+                    .append(",\"endedMillis\":").append(r[e + ENDED])
                     .append('}');
         }
         return b.append("]}").toString();
-    }
-
-    /** The slot of the k-th recorded collective (0-based): sequence numbers are consecutive per control plane. */
-    private int slotOfRecorded(long k) {
-        // the control plane numbers collectives 0, 1, 2 ... and records each: the k-th recorded one since (re)start
-        return (int) ((firstSeq + k) & mask);
     }
 
     private static String name(Enum<?>[] values, int ordinal) {

@@ -199,6 +199,11 @@ public final class PadSynchronizer implements WaitSubject {
                 : String.join(", ", ranks.stream().map(String::valueOf).toList()));
     }
 
+    /** {@return the name of this rank's latest collective ("all-reduce"), as {@link #beginOp} was given it} */
+    String opName() {
+        return opKind;
+    }
+
     /**
      * The operation in progress, for error messages.
      *
@@ -255,7 +260,7 @@ public final class PadSynchronizer implements WaitSubject {
             LONG.setRelease(pad, myLine + OpDescriptorLayout.EPOCH, epoch);
         }
         if (recorder != null) {
-            recorder.arguments(descriptor);
+            recorder.arrived(descriptor, opKind);
         }
         for (int p = 0; p < worldSize; p++) {
             if (p != rank) {

@@ -50,11 +50,10 @@ class FlightRecorderTest {
         assertEquals(4, r.capacity());
         Descriptor d = new Descriptor();
         for (long s = 0; s < 10; s++) {
-            r.begin(s, s % 2 == 0 ? "all-reduce" : "barrier");
+            r.arrived(d.set(s, s % 2 == 0 ? Kind.ALL_REDUCE : Kind.BARRIER, DType.BFLOAT16.ordinal(),
+                    ReduceOp.SUM.ordinal(), Algorithm.TWO_SHOT.ordinal(), -1, 100 + s, 2 * (100 + s), 7, 64, 0,
+                    Problem.NONE), s % 2 == 0 ? "all-reduce" : "barrier");
             if (s < 9) {
-                r.arguments(d.set(s, s % 2 == 0 ? Kind.ALL_REDUCE : Kind.BARRIER, DType.BFLOAT16.ordinal(),
-                        ReduceOp.SUM.ordinal(), Algorithm.TWO_SHOT.ordinal(), -1, 100 + s, 2 * (100 + s), 7, 64, 0,
-                        Problem.NONE));
                 r.started(s);
             }
             if (s < 8) {
@@ -81,9 +80,51 @@ class FlightRecorderTest {
         assertEquals(212.0, six.get("bytes"));
         assertEquals(7.0, six.get("memoryId"));
         Map<String, Object> nine = ops.getLast();
-        assertNull(nine.get("kind"), "never arrived: no arguments recorded");
-        assertEquals(-1.0, nine.get("count"));
+        assertEquals("barrier", nine.get("kind"), "arrived: its arguments are recorded before the verdict");
+        assertEquals(0.0, nine.get("endedMillis"));
+        assertTrue((Double) six.get("endedMillis") >= (Double) six.get("begunMillis"), six.toString());
         assertEquals("barrier#7 COMPLETED, all-reduce#8 STARTED, barrier#9 SCHEDULED", r.lastOps(3));
+    }
+
+    /**
+     * A collective that fails before this rank arrives (its own checks threw, or the group was aborted) is written by
+     * the failure itself, without arguments; one that fails after arriving keeps its arguments; a completion after a
+     * failure does not turn it back; each failed collective is dumped once.
+     */
+    @Test
+    void aFailureBeforeArrivingIsRecordedWithoutArgumentsAndAfterWithThem(@TempDir Path dir) throws Exception {
+        String oldDir = System.getProperty("symmem4j.flight.recorder.dir");
+        System.setProperty("symmem4j.flight.recorder.dir", dir.toString());
+        try {
+            FlightRecorder r = FlightRecorder.create(0, 2, "host", 8);
+            Descriptor d = new Descriptor();
+            r.arrived(d.set(0, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
+                    Algorithm.ONE_SHOT.ordinal(), -1, 64, 256, -1, 0, 0, Problem.NONE), "all-reduce");
+            r.started(0);
+            assertNotNull(r.failed(0, "all-reduce", new IllegalStateException("peer 1 died")));
+            r.completed(0); // the communicator's finally: stays failed
+            assertNull(r.failed(0, "all-reduce", new IllegalStateException("again")), "dumped once per collective");
+            assertNotNull(r.failed(1, "barrier", new IllegalStateException("group aborted")));
+            assertEquals(2, r.recorded());
+            assertEquals("all-reduce#0 FAILED, barrier#1 FAILED", r.lastOps(4));
+            @SuppressWarnings("unchecked")
+            List<Map<String, Object>> ops = (List<Map<String, Object>>) ((Map<String, Object>) Json.parse(r.toJson("x")))
+                    .get("ops");
+            assertEquals("all_reduce", ops.get(0).get("kind"));
+            assertEquals(64.0, ops.get(0).get("count"));
+            assertNull(ops.get(1).get("kind"), "never arrived: no arguments recorded");
+            assertEquals(-1.0, ops.get(1).get("count"));
+            assertTrue((Double) ops.get(1).get("endedMillis") > 0, ops.get(1).toString());
+            try (Stream<Path> files = Files.list(dir)) {
+                assertEquals(2, files.filter(f -> f.toString().endsWith(".json")).count());
+            }
+        } finally {
+            if (oldDir == null) {
+                System.clearProperty("symmem4j.flight.recorder.dir");
+            } else {
+                System.setProperty("symmem4j.flight.recorder.dir", oldDir);
+            }
+        }
     }
 
     @Test
@@ -96,25 +137,30 @@ class FlightRecorderTest {
     @Test
     void restartingDropsTheEntriesBeforeThePause() {
         FlightRecorder r = FlightRecorder.create(0, 2, "host", 4);
+        Descriptor d = new Descriptor();
         for (long s = 0; s < 3; s++) {
-            r.begin(s, "all-reduce");
+            arrive(r, d, s, "all-reduce");
             r.completed(s);
         }
         r.restartAt(5); // 3 and 4 ran unrecorded
         assertEquals(0, r.recorded());
         assertEquals("none", r.lastOps(4));
         for (long s = 5; s < 7; s++) {
-            r.begin(s, "barrier");
+            arrive(r, d, s, "barrier");
             r.completed(s);
         }
         assertEquals("barrier#5 COMPLETED, barrier#6 COMPLETED", r.lastOps(4));
         for (long s = 7; s < 11; s++) { // wraps: slot of 5 is reused by 9
-            r.begin(s, "all-reduce");
+            arrive(r, d, s, "all-reduce");
         }
         @SuppressWarnings("unchecked")
         List<Map<String, Object>> ops = (List<Map<String, Object>>) ((Map<String, Object>) Json.parse(r.toJson("x"))).get("ops");
         assertEquals(List.of(7.0, 8.0, 9.0, 10.0), ops.stream().map(o -> o.get("seq")).toList());
         assertEquals(6, r.recorded());
+    }
+
+    private static void arrive(FlightRecorder r, Descriptor d, long s, String operation) {
+        r.arrived(d.set(s, Kind.BARRIER, -1, -1, -1, -1, 0, 0, -1, 0, 0, Problem.NONE), operation);
     }
 
     /**
