@@ -609,9 +609,13 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         if (!consumerHere | limit < 1) {
             refusePoll(limit);
         }
+        long before = headPosition;
         int messages = pollContiguous(handler, limit);
-        if (messages < limit && readToEnd) {
-            messages += pollContiguous(handler, limit - messages); // the records after the wrap
+        // the first pass read up to the end of the ring (HEAD moved onto a multiple of the capacity): the records
+        // after the wrap, in the same call. Decided from the position, so that a poll, empty ones included, stores
+        // nothing but HEAD (and that only when it read something)
+        if (messages < limit && headPosition != before && ((int) headPosition & mask) == 0) {
+            messages += pollContiguous(handler, limit - messages);
         }
         return messages;
     }
@@ -624,9 +628,6 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         throw new IllegalArgumentException("ring buffer poll limit=" + limit + " expected >= 1 (fix: pass"
                 + " how many messages to read at most, e.g. 16)");
     }
-
-    /** Whether the last {@link #pollContiguous} read up to the end of the ring. */
-    private boolean readToEnd;
 
     /** Reads records from the head up to the end of the ring at most. */
     private int pollContiguous(MessageHandler handler, int limit) {
@@ -655,20 +656,27 @@ public final class SymmetricRingBuffer implements AutoCloseable {
                 }
             }
         } finally {
-            readToEnd = bytesRead == contiguous;
             if (bytesRead > 0) {
-                if (kind == Kind.MANY_TO_ONE) {
-                    // a many-to-one producer cannot zero the word after its record (another may own it already):
-                    // the consumer leaves the room it frees zeroed (see RingBufferLayout)
-                    data.asSlice(headIndex, bytesRead).fill((byte) 0);
-                }
-                // release: the records before it are read (and, many-to-one, zeroed); publishes their room as free
-                // to the producers' acquire of HEAD
-                headPosition = head + bytesRead;
-                RingBufferLayout.headRelease(ring, headPosition);
+                free(head, headIndex, bytesRead);
             }
         }
         return messages;
+    }
+
+    /**
+     * Frees the {@code bytesRead} bytes read from {@code head} (at {@code headIndex}): out of {@link #pollContiguous}'s
+     * loop, so that the loop a spinning consumer runs on every empty poll stays small enough to be inlined.
+     */
+    private void free(long head, int headIndex, int bytesRead) {
+        if (kind == Kind.MANY_TO_ONE) {
+            // a many-to-one producer cannot zero the word after its record (another may own it already): the consumer
+            // leaves the room it frees zeroed (see RingBufferLayout)
+            data.asSlice(headIndex, bytesRead).fill((byte) 0);
+        }
+        // release: the records before it are read (and, many-to-one, zeroed); publishes their room as free to the
+        // producers' acquire of HEAD
+        headPosition = head + bytesRead;
+        RingBufferLayout.headRelease(ring, headPosition);
     }
 
     /**
