@@ -157,10 +157,13 @@ public final class RingSuite {
     static String table(List<Row> rows, Flags f) {
         StringBuilder sb = new StringBuilder();
         sb.append(String.format(Locale.ROOT, "%n## Ring buffers, 2 processes: symmem4j, Agrona, Aeron IPC in one run%n%n"
-                + "cpus: %s; throughput forks: one-to-one %d, many-to-one %d; %d warm-up + %d measured iterations"
-                + " of 1 s per fork; Aeron term length %d bytes; tryClaim rows write the same bytes in place%n%n",
-                System.getProperty(BenchCpus.PROPERTY, "not pinned"), f.forks, f.otherForks, f.warmups, f.iterations,
-                RingPair.aeronTermLength()));
+                + "cpus: %s; symmem4j.ring.touchAhead=%s; %s; %d warm-up + %d measured iterations of 1 s per fork;"
+                + " Aeron term length %d bytes; tryClaim rows write the same bytes in place%n%n",
+                System.getProperty(BenchCpus.PROPERTY, "not pinned"),
+                System.getProperty("symmem4j.ring.touchAhead", "true (default)"), f.roundTripOnly
+                        ? "round trips only, " + f.otherForks + " forks per kind and size"
+                        : "throughput forks: one-to-one " + f.forks + ", many-to-one " + f.otherForks
+                        + "; round-trip forks " + f.otherForks, f.warmups, f.iterations, RingPair.aeronTermLength()));
         sb.append("| kind | bytes | ring | msg/s | ± 99.9 % | forks' means, lowest–highest | symmem4j offer / it"
                 + " | symmem4j tryClaim / it | RTT p50 µs | RTT p99 µs |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
         List<String> verdicts = new ArrayList<>();
