@@ -161,7 +161,7 @@ public final class RingSuite {
                 + " Aeron term length %d bytes; tryClaim rows write the same bytes in place%n%n",
                 System.getProperty(BenchCpus.PROPERTY, "not pinned"),
                 System.getProperty("symmem4j.ring.touchAhead", "true (default)"), f.roundTripOnly
-                        ? "round trips only, " + f.otherForks + " forks per kind and size"
+                        ? "round trips only, " + f.otherForks + (f.otherForks == 1 ? " fork" : " forks") + " per kind and size"
                         : "throughput forks: one-to-one " + f.forks + ", many-to-one " + f.otherForks
                         + "; round-trip forks " + f.otherForks, f.warmups, f.iterations, RingPair.aeronTermLength()));
         sb.append("| kind | bytes | ring | msg/s | ± 99.9 % | forks' means, lowest–highest | symmem4j offer / it"
@@ -226,7 +226,7 @@ public final class RingSuite {
     private static String roundTripVerdict(Row ours, Row it) {
         double op = p(ours.roundTrip, 50);
         double tp = p(it.roundTrip, 50);
-        return String.format(Locale.ROOT, "- %s, %d B: RTT p50 %s %.3f µs (forks %s) vs %s %.3f µs (forks %s): %s",
+        return String.format(Locale.ROOT, "- %s, %d B: RTT p50 %s %.3f µs (%s) vs %s %.3f µs (%s): %s",
                 it.kind.oneToOne() ? "one-to-one" : "many-to-one", it.bytes, ours.kind.maker(), op,
                 forkP50s(ours.roundTrip), it.kind.maker(), tp, forkP50s(it.roundTrip), op <= tp ? "≤" : ">");
     }
@@ -241,7 +241,7 @@ public final class RingSuite {
             hi = Math.max(hi, p50);
         }
         return r.getBenchmarkResults().size() < 2 ? "1 fork"
-                : String.format(Locale.ROOT, "%.3f–%.3f", lo, hi);
+                : String.format(Locale.ROOT, "forks' p50 %.3f–%.3f", lo, hi);
     }
 
     private static double p(RunResult r, double percentile) {
