@@ -37,8 +37,12 @@ import picocli.CommandLine.Option;
  *
  * <pre>
  *   RingSuite [--out DIR] [--forks 3] [--other-forks 1] [--warmups 2] [--iterations 4] [--sizes 64,4096]
- *             [--kinds SYMMEM_ONE_TO_ONE,SYMMEM_ONE_TO_ONE_CLAIM,...] [--no-many-to-one]
+ *             [--kinds SYMMEM_ONE_TO_ONE,SYMMEM_ONE_TO_ONE_CLAIM,...] [--no-many-to-one] [--round-trip-only]
  * </pre>
+ *
+ * With {@code --round-trip-only} only the third run is made (its forks {@code --other-forks}): a p50 comparison of a
+ * few kinds over several forks fits one device call that way, e.g. {@code --kinds SYMMEM_ONE_TO_ONE,AGRONA_ONE_TO_ONE
+ * --sizes 64 --other-forks 5}.
  */
 public final class RingSuite {
 
@@ -64,6 +68,9 @@ public final class RingSuite {
         int[] sizes = {64, 4096};
         @Option(names = "--no-many-to-one", description = "measure the one-to-one kinds only")
         boolean noManyToOne;
+        @Option(names = "--round-trip-only", description = "measure round trips only (no throughput runs), over"
+                + " --other-forks forks per kind and size")
+        boolean roundTripOnly;
         @Option(names = "--kinds", paramLabel = "KIND", split = ",", description = "the ring kinds to measure"
                 + " (RingPair.Kind names; default all: symmem4j offer and tryClaim, Agrona write and tryClaim, Aeron"
                 + " IPC, one-to-one and many-to-one)")
@@ -101,10 +108,10 @@ public final class RingSuite {
                     + " nothing to measure (fix: name a one-to-one kind, or drop --no-many-to-one)");
         }
         List<RunResult> throughput = new ArrayList<>();
-        if (!oneToOne.isEmpty()) {
+        if (!oneToOne.isEmpty() && !f.roundTripOnly) {
             throughput.addAll(run(f, "throughput", oneToOne, f.forks, "ring-throughput-one-to-one"));
         }
-        if (!manyToOne.isEmpty()) {
+        if (!manyToOne.isEmpty() && !f.roundTripOnly) {
             throughput.addAll(run(f, "throughput", manyToOne, f.otherForks, "ring-throughput-many-to-one"));
         }
         Collection<RunResult> roundTrip = run(f, "roundTrip", all, f.otherForks, "ring-round-trip");
@@ -150,10 +157,13 @@ public final class RingSuite {
     static String table(List<Row> rows, Flags f) {
         StringBuilder sb = new StringBuilder();
         sb.append(String.format(Locale.ROOT, "%n## Ring buffers, 2 processes: symmem4j, Agrona, Aeron IPC in one run%n%n"
-                + "cpus: %s; throughput forks: one-to-one %d, many-to-one %d; %d warm-up + %d measured iterations"
-                + " of 1 s per fork; Aeron term length %d bytes; tryClaim rows write the same bytes in place%n%n",
-                System.getProperty(BenchCpus.PROPERTY, "not pinned"), f.forks, f.otherForks, f.warmups, f.iterations,
-                RingPair.aeronTermLength()));
+                + "cpus: %s; symmem4j.ring.touchAhead=%s; %s; %d warm-up + %d measured iterations of 1 s per fork;"
+                + " Aeron term length %d bytes; tryClaim rows write the same bytes in place%n%n",
+                System.getProperty(BenchCpus.PROPERTY, "not pinned"),
+                System.getProperty("symmem4j.ring.touchAhead", "true (default)"), f.roundTripOnly
+                        ? "round trips only, " + f.otherForks + (f.otherForks == 1 ? " fork" : " forks") + " per kind and size"
+                        : "throughput forks: one-to-one " + f.forks + ", many-to-one " + f.otherForks
+                        + "; round-trip forks " + f.otherForks, f.warmups, f.iterations, RingPair.aeronTermLength()));
         sb.append("| kind | bytes | ring | msg/s | ± 99.9 % | forks' means, lowest–highest | symmem4j offer / it"
                 + " | symmem4j tryClaim / it | RTT p50 µs | RTT p99 µs |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|\n");
         List<String> verdicts = new ArrayList<>();
@@ -165,6 +175,8 @@ public final class RingSuite {
                 for (Row o : new Row[] {offer, claim}) {
                     if (o != null && o.throughput != null && t != null) {
                         verdicts.add(verdict(o, row));
+                    } else if (o != null && o.roundTrip != null && row.roundTrip != null) {
+                        verdicts.add(roundTripVerdict(o, row));
                     }
                 }
             }
@@ -208,6 +220,28 @@ public final class RingSuite {
                 it.kind.oneToOne() ? "one-to-one" : "many-to-one", it.bytes, ours.kind.maker(),
                 o.getScore() / t.getScore(), it.kind.maker(), apart ? "error bars apart (the difference is measured)"
                         : "error bars overlap (the difference is not measured)", p50);
+    }
+
+    /** A round trip's p50 against another's, for a run without throughput: with each fork's p50, lowest–highest. */
+    private static String roundTripVerdict(Row ours, Row it) {
+        double op = p(ours.roundTrip, 50);
+        double tp = p(it.roundTrip, 50);
+        return String.format(Locale.ROOT, "- %s, %d B: RTT p50 %s %.3f µs (%s) vs %s %.3f µs (%s): %s",
+                it.kind.oneToOne() ? "one-to-one" : "many-to-one", it.bytes, ours.kind.maker(), op,
+                forkP50s(ours.roundTrip), it.kind.maker(), tp, forkP50s(it.roundTrip), op <= tp ? "≤" : ">");
+    }
+
+    /** The lowest and highest p50 of one fork's samples, in µs. */
+    private static String forkP50s(RunResult r) {
+        double lo = Double.POSITIVE_INFINITY;
+        double hi = Double.NEGATIVE_INFINITY;
+        for (BenchmarkResult fork : r.getBenchmarkResults()) {
+            double p50 = fork.getPrimaryResult().getStatistics().getPercentile(50);
+            lo = Math.min(lo, p50);
+            hi = Math.max(hi, p50);
+        }
+        return r.getBenchmarkResults().size() < 2 ? "1 fork"
+                : String.format(Locale.ROOT, "forks' p50 %.3f–%.3f", lo, hi);
     }
 
     private static double p(RunResult r, double percentile) {

@@ -41,7 +41,10 @@ import org.symmem4j.parallel.sync.Waiter;
  *   <li><b>Cost</b>: a one-to-one message costs the consumer no writes in the ring (its producer zeroes the next
  *       header instead, as Agrona 2's {@code OneToOneRingBuffer}); a many-to-one consumer zeroes what it read. The
  *       consumer moves HEAD once per {@link #poll}, the producer reads HEAD only when its cached copy says the ring is
- *       full, and TAIL, HEAD and the data sit on lines of their own ({@link RingBufferLayout}).</li>
+ *       full, and TAIL, HEAD and the data sit on lines of their own ({@link RingBufferLayout}). After each commit a
+ *       one-to-one producer stores a zero one cache line ahead in the free room, so that the line its next record
+ *       continues into is already fetched for writing when that record is published (system property
+ *       {@code symmem4j.ring.touchAhead=false} turns it off).</li>
  *   <li><b>Zero-copy writes</b>: {@link #tryClaim(int, int)} hands out the room of one record as a {@link Claim};
  *       encode the message straight into it ({@link Claim#buffer()} at {@link Claim#offset()}, or
  *       {@link Claim#segment()}), then {@link Claim#commit()} publishes it with one release store, or
@@ -71,6 +74,15 @@ public final class SymmetricRingBuffer implements AutoCloseable {
 
     private static final long STUCK_CHECK_NANOS = 1_000_000;
     /**
+     * Whether a one-to-one producer, after each commit, stores a zero into the free room one cache line past the next
+     * header ({@link #touchAhead()}); system property {@code symmem4j.ring.touchAhead}, default true ({@code false}
+     * turns it off, for a benchmark that measures both).
+     */
+    static final boolean TOUCH_AHEAD = !"false".equalsIgnoreCase(System.getProperty("symmem4j.ring.touchAhead",
+            "true").trim());
+    /** How far past the next header the touched word lies: one cache line, the line a small record continues into. */
+    private static final int TOUCH_AHEAD_BYTES = 64;
+    /**
      * Polls that find the same record in progress between two reads of the clock: a consumer spinning on a record
      * its producer is still writing (the common case, the producer commits within a microsecond) reads no clock.
      */
@@ -98,6 +110,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     private final boolean producerHere;
     /** Whether this rank polls. */
     private final boolean consumerHere;
+    /** Whether commits touch the line ahead: one-to-one producers, unless {@link #TOUCH_AHEAD} is off. */
+    private final boolean touchAhead;
 
     /** Producer side: the last HEAD read, so that a producer reads the consumer's line only when it must. */
     private long headCache;
@@ -135,6 +149,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         this.waiter = SharedMemories.waiter(group);
         this.producerHere = kind == Kind.MANY_TO_ONE || rank == producer;
         this.consumerHere = rank == consumer;
+        this.touchAhead = TOUCH_AHEAD && kind == Kind.ONE_TO_ONE;
         // a fresh ring (creation formats it): both positions start at 0 on every rank
         this.tailPosition = RingBufferLayout.tailPlain(ring);
         this.headPosition = RingBufferLayout.headPlain(ring);
@@ -248,7 +263,29 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         }
         MemorySegment.copy(src, offset, data, index + RECORD_HEADER_BYTES, length);
         RingBufferLayout.commitRecord(ring, index, length + RECORD_HEADER_BYTES, msgTypeId);
+        if (touchAhead) {
+            touchAhead();
+        }
         return true;
+    }
+
+    /**
+     * One-to-one producer, after a commit: a plain store of 0 into the free room one cache line past the next header,
+     * so that the line the next record continues into (last written a lap ago, by now in a far cache) is fetched
+     * for writing while the consumer reads this record, not while the next record's header waits behind it (x86
+     * stores become visible in order: a header waits for every store before it). Skipped when the head cache says
+     * that word is not free.
+     *
+     * <p>Safe without ordering: the word lies in [TAIL, HEAD + capacity), room that holds no unread record (HEAD is
+     * at least the cached head) and that the consumer reads nothing of until a record committed over it (whose header
+     * this producer zeroes, and whose release publishes, as for every record). A stale byte of an earlier lap turned
+     * to 0 changes nothing: free room reads as free or as whatever is written over it next.
+     */
+    private void touchAhead() {
+        long word = tailPosition + TOUCH_AHEAD_BYTES;
+        if (word + RECORD_HEADER_BYTES <= headCache + capacity) {
+            RingBufferLayout.zeroRecordHeader(ring, (int) word & mask);
+        }
     }
 
     /**
@@ -463,6 +500,9 @@ public final class SymmetricRingBuffer implements AutoCloseable {
             ring = null;
             // release: publishes the payload the caller wrote into the claim to the consumer's acquire of the header
             RingBufferLayout.commitRecord(r.ring, index, length + RECORD_HEADER_BYTES, type);
+            if (r.touchAhead) {
+                r.touchAhead(); // after the commit: see offer
+            }
         }
 
         /**
@@ -609,9 +649,13 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         if (!consumerHere | limit < 1) {
             refusePoll(limit);
         }
+        long before = headPosition;
         int messages = pollContiguous(handler, limit);
-        if (messages < limit && readToEnd) {
-            messages += pollContiguous(handler, limit - messages); // the records after the wrap
+        // the first pass read up to the end of the ring (HEAD moved onto a multiple of the capacity): the records
+        // after the wrap, in the same call. Decided from the position, so that a poll, empty ones included, stores
+        // nothing but HEAD (and that only when it read something)
+        if (messages < limit && headPosition != before && ((int) headPosition & mask) == 0) {
+            messages += pollContiguous(handler, limit - messages);
         }
         return messages;
     }
@@ -624,9 +668,6 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         throw new IllegalArgumentException("ring buffer poll limit=" + limit + " expected >= 1 (fix: pass"
                 + " how many messages to read at most, e.g. 16)");
     }
-
-    /** Whether the last {@link #pollContiguous} read up to the end of the ring. */
-    private boolean readToEnd;
 
     /** Reads records from the head up to the end of the ring at most. */
     private int pollContiguous(MessageHandler handler, int limit) {
@@ -655,20 +696,27 @@ public final class SymmetricRingBuffer implements AutoCloseable {
                 }
             }
         } finally {
-            readToEnd = bytesRead == contiguous;
             if (bytesRead > 0) {
-                if (kind == Kind.MANY_TO_ONE) {
-                    // a many-to-one producer cannot zero the word after its record (another may own it already):
-                    // the consumer leaves the room it frees zeroed (see RingBufferLayout)
-                    data.asSlice(headIndex, bytesRead).fill((byte) 0);
-                }
-                // release: the records before it are read (and, many-to-one, zeroed); publishes their room as free
-                // to the producers' acquire of HEAD
-                headPosition = head + bytesRead;
-                RingBufferLayout.headRelease(ring, headPosition);
+                free(head, headIndex, bytesRead);
             }
         }
         return messages;
+    }
+
+    /**
+     * Frees the {@code bytesRead} bytes read from {@code head} (at {@code headIndex}): out of {@link #pollContiguous}'s
+     * loop, so that the loop a spinning consumer runs on every empty poll stays small enough to be inlined.
+     */
+    private void free(long head, int headIndex, int bytesRead) {
+        if (kind == Kind.MANY_TO_ONE) {
+            // a many-to-one producer cannot zero the word after its record (another may own it already): the consumer
+            // leaves the room it frees zeroed (see RingBufferLayout)
+            data.asSlice(headIndex, bytesRead).fill((byte) 0);
+        }
+        // release: the records before it are read (and, many-to-one, zeroed); publishes their room as free to the
+        // producers' acquire of HEAD
+        headPosition = head + bytesRead;
+        RingBufferLayout.headRelease(ring, headPosition);
     }
 
     /**

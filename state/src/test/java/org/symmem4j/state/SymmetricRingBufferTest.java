@@ -66,6 +66,119 @@ class SymmetricRingBufferTest {
         assertEquals(List.of(messages, messages), received);
     }
 
+    /**
+     * A record that ends exactly at the end of the ring, then records from index 0: one poll hands out both sides of
+     * the wrap in order when its limit allows, and stops at the end of the ring when the limit is spent there (the
+     * next poll starts after the wrap). Both kinds; one thread, so every position is known.
+     */
+    @Test
+    void aPollReadsAcrossTheWrapOnlyWithinItsLimit() {
+        for (SymmetricRingBuffer.Kind kind : SymmetricRingBuffer.Kind.values()) {
+            InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+                try (SymmetricRingBuffer ring = kind == SymmetricRingBuffer.Kind.ONE_TO_ONE
+                        ? SymmetricRingBuffer.oneToOne(group, 0, 0, 256) : SymmetricRingBuffer.manyToOne(group, 0, 256)) {
+                    int payload = ring.maxPayload(); // 24 bytes: 32-byte records, 8 of them fill the ring
+                    assertEquals(24, payload);
+                    List<Integer> got = new ArrayList<>();
+                    MessageHandler collect = (type, buf, off, len) -> {
+                        assertEquals(payload, len, kind + ": payload bytes");
+                        assertEquals(type, buf.get(ValueLayout.JAVA_INT_UNALIGNED, off), kind + ": bytes of type " + type);
+                        got.add(type);
+                    };
+                    int seq = 1;
+                    long tail = 0; // 32-byte records never need padding in a 256-byte ring
+                    for (int round = 0; round < 3; round++) {
+                        // records up to 32 bytes before the end of the ring, read back
+                        int before = (int) ((224 - tail % 256 + 256) % 256) / 32;
+                        for (int i = 0; i < before; i++) {
+                            assertTrue(ring.offer(seq, message(seq++, payload)), kind + " round " + round);
+                        }
+                        tail += 32L * before;
+                        assertEquals(before, ring.poll(collect, 100), kind + " round " + round);
+                        // one record fills the ring to its end (no padding), three more start at index 0
+                        for (int i = 0; i < 4; i++) {
+                            assertTrue(ring.offer(seq, message(seq++, payload)), kind + " round " + round + " record " + i);
+                        }
+                        tail += 4 * 32;
+                        if (round == 1) {
+                            // the limit is spent at the end of the ring: the records after the wrap stay for the next poll
+                            assertEquals(1, ring.poll(collect, 1), kind + ": the record before the end only");
+                            assertEquals(3 * 32, ring.size(), kind + ": the three after the wrap are still there");
+                            assertEquals(3, ring.poll(collect, 100), kind + ": the records after the wrap");
+                        } else {
+                            assertEquals(4, ring.poll(collect, 100), kind + ": both sides of the wrap in one poll");
+                        }
+                        assertEquals(0, ring.size(), kind + " round " + round);
+                        assertEquals(0, ring.poll(collect, 100), kind + ": nothing more");
+                    }
+                    List<Integer> expected = new ArrayList<>();
+                    for (int i = 1; i < seq; i++) {
+                        expected.add(i);
+                    }
+                    assertEquals(expected, got, kind + ": every message once, in order");
+                }
+                return null;
+            });
+        }
+    }
+
+    /**
+     * A one-to-one producer's store one line ahead after each commit ({@link SymmetricRingBuffer#TOUCH_AHEAD}) lands
+     * in free room only: the ring is filled to full lap after lap (32-byte records in 256 bytes, so that the word one
+     * line past the next header is an unread record's header when the ring is nearly full, and the producer's head
+     * cache is a lap old), through offers and claims, and every record is read back whole and in order. A touch
+     * that missed its bound would zero a header and cut the poll short.
+     */
+    @Test
+    void aOneToOneProducerTouchesOnlyFreeRoomAhead() {
+        assertTrue(SymmetricRingBuffer.TOUCH_AHEAD, "the default is on (symmem4j.ring.touchAhead unset)");
+        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.oneToOne(group, 0, 0, 256)) {
+                int payload = ring.maxPayload(); // 24: 32-byte records; 7 fill the ring (8 bytes stay free)
+                int seq = 1;
+                int next = 1;
+                for (int lap = 0; lap < 12; lap++) {
+                    int offered = 0;
+                    while (true) {
+                        boolean written;
+                        if (seq % 2 == 0) {
+                            written = ring.offer(seq, message(seq, payload));
+                        } else {
+                            SymmetricRingBuffer.Claim claim = ring.tryClaim(seq, payload);
+                            written = claim != null;
+                            if (written) {
+                                claim.buffer().set(ValueLayout.JAVA_INT_UNALIGNED, claim.offset(), seq);
+                                claim.commit();
+                            }
+                        }
+                        if (!written) {
+                            break;
+                        }
+                        seq++;
+                        offered++;
+                    }
+                    assertEquals(7, offered, "lap " + lap + ": records that fit a ring of 256 bytes");
+                    int[] expect = {next};
+                    int got = ring.poll((type, buf, off, len) -> {
+                        assertEquals(expect[0], type, "type of the next record");
+                        assertEquals(expect[0], buf.get(ValueLayout.JAVA_INT_UNALIGNED, off), "its bytes");
+                        expect[0]++;
+                    }, 100);
+                    assertEquals(7, got, "lap " + lap + ": every record of a full ring read back");
+                    next = expect[0];
+                }
+            }
+            return null;
+        });
+    }
+
+    /** {@code bytes} bytes whose first int is {@code seq}. */
+    private static byte[] message(int seq, int bytes) {
+        byte[] b = new byte[bytes];
+        MemorySegment.ofArray(b).set(ValueLayout.JAVA_INT_UNALIGNED, 0, seq);
+        return b;
+    }
+
     @Test
     void manyToOneKeepsEachProducersOrderAndLosesNothing() {
         int producers = 3;

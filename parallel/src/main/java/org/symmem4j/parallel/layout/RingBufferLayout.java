@@ -284,7 +284,9 @@ public final class RingBufferLayout {
     /**
      * Zeroes a record header word with a plain store: the one-to-one producer's word after its record, and the
      * header of a record placed at index 0 after a padding record. Published by the release of the record (or
-     * padding) header that follows in {@link #commitRecord}; the consumer reads the word only after that.
+     * padding) header that follows in {@link #commitRecord}; the consumer reads the word only after that. A one-to-one
+     * producer also zeroes a word of free room one line ahead after a commit (to own that line before its next record
+     * needs it): free room holds no unread record, and the consumer reads none of it before a later commit.
      *
      * @param ring  the consumer's buffer
      * @param index byte index of the header word
