@@ -231,6 +231,8 @@ public final class ModelRouter implements AutoCloseable {
     private final AtomicInteger freedVersions = new AtomicInteger();
     private static final Object STOP = new Object();
     private volatile boolean closed;
+    /** Where batches run when not on this JVM's threads; null for worker threads. */
+    private final ProcessWorkers processes;
 
     /**
      * @param weights  where versions' parameters live; this rank must own them
@@ -238,6 +240,21 @@ public final class ModelRouter implements AutoCloseable {
      * @param registry where the per-model meters go ({@link ServingMeters}); null for a private one
      */
     public ModelRouter(SharedWeights weights, RouterOptions options, MeterRegistry registry) {
+        this(weights, options, registry, null);
+    }
+
+    /**
+     * A router whose batches run in worker processes: its {@code options.workers()} threads form batches as ever,
+     * and each hands its batch to a worker process through {@code processes}' rings and waits for the reply.
+     *
+     * @param weights   where versions' parameters live; this rank must own them
+     * @param options   batching, queue and worker settings ({@code workers}: batches in flight at once)
+     * @param registry  where the per-model meters go; null for a private one
+     * @param processes the worker processes (the caller closes them, after the router); null for worker threads
+     */
+    public ModelRouter(SharedWeights weights, RouterOptions options, MeterRegistry registry,
+                       ProcessWorkers processes) {
+        this.processes = processes;
         this.weights = Objects.requireNonNull(weights, "weights");
         this.options = Objects.requireNonNull(options, "options");
         this.registry = registry != null ? registry : new SimpleMeterRegistry();
@@ -273,6 +290,12 @@ public final class ModelRouter implements AutoCloseable {
                     + " params.castTo(DataType." + spec.dataType() + "))");
         }
         checkOpen();
+        if (processes != null && spec.configJson() == null) {
+            throw new IllegalArgumentException("model '" + model + "': a " + spec.kind() + " cannot run in worker"
+                    + " processes, which build each version's network from its configuration (fix: deploy a"
+                    + " MultiLayerConfiguration or ComputationGraphConfiguration spec, or serve custom networks from a"
+                    + " router with worker threads)");
+        }
         while (true) {
             Model m = models.computeIfAbsent(model, this::startModel);
             synchronized (m) {
@@ -680,6 +703,10 @@ public final class ModelRouter implements AutoCloseable {
             requests.forEach(r -> fail(m, r, e));
             return;
         }
+        if (processes != null) {
+            runInProcess(m, served, requests, assembler);
+            return;
+        }
         INDArray out = null;
         try {
             out = run(m, served, requests, assembler);
@@ -696,6 +723,52 @@ public final class ModelRouter implements AutoCloseable {
         if (out != null) {
             answer(m, served.version, requests, out);
         }
+    }
+
+    /**
+     * Sends the batch to a worker process and answers from its reply; the dispatch takes over {@code served}'s
+     * reference (dropped when the worker has answered or exited), or this method drops it when nothing was sent.
+     */
+    private void runInProcess(Model m, ServedVersion served, List<Request> requests, WorkerBuffers buffers) {
+        long start = System.nanoTime();
+        for (Request r : requests) {
+            m.queued.record(start - r.arrivedNanos, TimeUnit.NANOSECONDS);
+        }
+        ProcessWorkers.Dispatch sent;
+        buffers.lock.lock(); // no sweep frees the buffer while the batch is encoded from it
+        try {
+            long rows = 0;
+            List<INDArray> all = new ArrayList<>(requests.size());
+            for (Request r : requests) {
+                all.add(r.features);
+                rows += r.rows;
+            }
+            INDArray features = buffers.assembler.assemble(all, rows);
+            sent = processes.submit(m.name, served, features); // copies the features into the message
+            m.batchSize.record(rows);
+        } catch (ServingException e) {
+            served.release();
+            requests.forEach(r -> fail(m, r, e));
+            return;
+        } catch (RuntimeException e) {
+            served.release();
+            ServingException failure = new ServingException(Kind.FAILED, "model '" + m.name + "' version="
+                    + served.version + ": the batch could not be sent to a worker process: " + e + " (fix: act on"
+                    + " this cause)", e);
+            requests.forEach(r -> fail(m, r, failure));
+            return;
+        } finally {
+            buffers.lock.unlock();
+            sweep(buffers);
+        }
+        INDArray out;
+        try {
+            out = sent.await(m.name, options.requestTimeout());
+        } catch (ServingException e) {
+            requests.forEach(r -> fail(m, r, e));
+            return;
+        }
+        answer(m, served.version, requests, out); // the reply thread released the version before completing
     }
 
     /** The batch's outputs (the model's own array, no view of the weights), or null when it failed the requests. */
