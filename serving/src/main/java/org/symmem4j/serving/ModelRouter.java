@@ -730,22 +730,12 @@ public final class ModelRouter implements AutoCloseable {
      * reference (dropped when the worker has answered or exited), or this method drops it when nothing was sent.
      */
     private void runInProcess(Model m, ServedVersion served, List<Request> requests, WorkerBuffers buffers) {
-        long start = System.nanoTime();
-        for (Request r : requests) {
-            m.queued.record(start - r.arrivedNanos, TimeUnit.NANOSECONDS);
-        }
         ProcessWorkers.Dispatch sent;
         buffers.lock.lock(); // no sweep frees the buffer while the batch is encoded from it
         try {
-            long rows = 0;
-            List<INDArray> all = new ArrayList<>(requests.size());
-            for (Request r : requests) {
-                all.add(r.features);
-                rows += r.rows;
-            }
-            INDArray features = buffers.assembler.assemble(all, rows);
+            INDArray features = assemble(m, requests, buffers.assembler);
             sent = processes.submit(m.name, served, features); // copies the features into the message
-            m.batchSize.record(rows);
+            m.batchSize.record(features.size(0));
         } catch (ServingException e) {
             served.release();
             requests.forEach(r -> fail(m, r, e));
@@ -773,22 +763,12 @@ public final class ModelRouter implements AutoCloseable {
 
     /** The batch's outputs (the model's own array, no view of the weights), or null when it failed the requests. */
     private INDArray run(Model m, ServedVersion served, List<Request> requests, WorkerBuffers buffers) {
-        long start = System.nanoTime();
-        for (Request r : requests) {
-            m.queued.record(start - r.arrivedNanos, TimeUnit.NANOSECONDS);
-        }
         INDArray out;
         ModelSpec.Network net = null;
         BatchAssembler assembler = buffers.assembler;
         buffers.lock.lock(); // no sweep frees the buffer while the batch uses it
         try {
-            long rows = 0;
-            List<INDArray> all = new ArrayList<>(requests.size());
-            for (Request r : requests) {
-                all.add(r.features);
-                rows += r.rows;
-            }
-            INDArray features = assembler.assemble(all, rows); // this thread's reused buffer: no concat
+            INDArray features = assemble(m, requests, assembler); // this thread's reused buffer: no concat
             net = served.borrow();
             out = assembler.detach(net.output(features)); // answers outlive the buffer's next batch
             m.batchSize.record(features.size(0));
@@ -806,6 +786,19 @@ public final class ModelRouter implements AutoCloseable {
             }
         }
         return out;
+    }
+
+    /** Records the requests' time in the queue and assembles their features; the caller holds the buffers' lock. */
+    private static INDArray assemble(Model m, List<Request> requests, BatchAssembler assembler) {
+        long start = System.nanoTime();
+        long rows = 0;
+        List<INDArray> all = new ArrayList<>(requests.size());
+        for (Request r : requests) {
+            m.queued.record(start - r.arrivedNanos, TimeUnit.NANOSECONDS);
+            all.add(r.features);
+            rows += r.rows;
+        }
+        return assembler.assemble(all, rows);
     }
 
     /** Completes each request's answer with its rows of the batch's outputs, computed by {@code version}. */
