@@ -198,7 +198,11 @@ public final class ProcessWorkers implements AutoCloseable {
         }
         List<Worker> order = new ArrayList<>(workers);
         java.util.Collections.rotate(order, (int) (turn.getAndIncrement() % order.size()));
-        order.sort(Comparator.comparingInt(this::load)); // stable: round robin among equally loaded workers
+        Map<Worker, Integer> loads = new HashMap<>(); // read once: other threads change them while this one sorts
+        for (Worker w : order) {
+            loads.put(w, load(w));
+        }
+        order.sort(Comparator.comparingInt(loads::get)); // stable: round robin among equally loaded workers
         boolean anyAlive = false;
         for (Worker w : order) {
             synchronized (w) {
