@@ -16,10 +16,12 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.DistributionSummary;
 import io.micrometer.core.instrument.Gauge;
+import io.micrometer.core.instrument.Meter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Timer;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
@@ -60,6 +62,10 @@ import org.symmem4j.serving.weights.SharedWeights;
  *       takes it from there forms one batch, puts the model back if requests are left (so the next free worker
  *       forms the next batch at once, in parallel), then runs its batch. A request wakes a worker only when its
  *       model was not on the list already, not once per request.</li>
+ *   <li><b>Undeploy</b>: {@link #undeploy} refuses the model's new requests at once ({@link Kind#UNKNOWN_MODEL}),
+ *       lets the requests it admitted before finish on the versions they run on, then drops the router's references
+ *       to the model's versions; each is freed when its last reader leaves, as a retired version is. A later
+ *       {@link #deploy} of the same name starts a new model whose versions count on from the last one.</li>
  * </ul>
  *
  * The router runs on the weights' owner rank (it publishes and retires them).
@@ -103,6 +109,8 @@ public final class ModelRouter implements AutoCloseable {
     }
 
     private final class Model {
+        /** The sign bit of {@link #admitted}: set by {@link #undeploy}, after which no request is admitted. */
+        static final long NO_ADMISSION = Long.MIN_VALUE;
         final String name;
         final ArrayBlockingQueue<Request> queue;
         volatile ServedVersion current;
@@ -117,9 +125,25 @@ public final class ModelRouter implements AutoCloseable {
         final AtomicBoolean scheduled = new AtomicBoolean();
         /** A request that did not fit the last batch; starts the next one (read and written by the token holder). */
         Request carried;
+        /**
+         * Requests admitted and not yet answered (or refused, or timed out), plus {@link #NO_ADMISSION} once the model
+         * is undeployed: whoever brings it to exactly {@code NO_ADMISSION} (the last request to leave, or undeploy
+         * when none is in) drops the router's references to the versions.
+         */
+        final AtomicLong admitted = new AtomicLong();
+        /** Set (under the model's monitor) by {@link #undeploy}; a deploy that finds it takes a new model object. */
+        boolean undeployed;
+        /** Completes when an undeployed model has let go of its versions. */
+        final CompletableFuture<Void> released = new CompletableFuture<>();
+        /** The meters registered for this model, removed from the registry by {@link #undeploy}. */
+        final List<Meter> meters = new ArrayList<>();
+        /** Guards {@link #metersRemoved} against a first-time outcome counter registering after the removal. */
+        private final Object meterLock = new Object();
+        private boolean metersRemoved;
 
         Model(String name) {
             this.name = name;
+            this.lastVersion = lastVersions.getOrDefault(name, 0L);
             this.queue = new ArrayBlockingQueue<>(options.queueCapacity());
             this.duration = Timer.builder(ServingMeters.REQUEST_DURATION.meterName()).tag("model", name)
                     .description("request arrival to answer").publishPercentileHistogram().register(registry);
@@ -129,16 +153,64 @@ public final class ModelRouter implements AutoCloseable {
                     .description("rows per batch").publishPercentileHistogram().register(registry);
             this.swaps = Counter.builder(ServingMeters.SWAPS.meterName()).tag("model", name)
                     .description("versions made current").register(registry);
-            Gauge.builder(ServingMeters.QUEUE_DEPTH.meterName(), queue, ArrayBlockingQueue::size).tag("model", name)
-                    .description("requests waiting").register(registry);
-            Gauge.builder(ServingMeters.CURRENT_VERSION.meterName(), this, m -> m.current == null ? 0 : m.current.version)
-                    .tag("model", name).description("the version new requests go to").register(registry);
+            meters.addAll(List.of(duration, queued, batchSize, swaps));
+            meters.add(Gauge.builder(ServingMeters.QUEUE_DEPTH.meterName(), queue, ArrayBlockingQueue::size)
+                    .tag("model", name).description("requests waiting").register(registry));
+            meters.add(Gauge.builder(ServingMeters.CURRENT_VERSION.meterName(), this,
+                    m -> m.current == null ? 0 : m.current.version)
+                    .tag("model", name).description("the version new requests go to").register(registry));
         }
 
         void count(String outcome) {
-            outcomes.computeIfAbsent(outcome, o -> Counter.builder(ServingMeters.REQUESTS.meterName())
-                    .tag("model", name).tag("outcome", o).description("requests by outcome").register(registry))
-                    .increment();
+            Counter c = outcomes.get(outcome);
+            if (c == null) {
+                synchronized (meterLock) {
+                    if (metersRemoved) {
+                        return; // undeployed: its answers still complete, but nothing registers again
+                    }
+                    c = outcomes.computeIfAbsent(outcome, o -> Counter.builder(ServingMeters.REQUESTS.meterName())
+                            .tag("model", name).tag("outcome", o).description("requests by outcome")
+                            .register(registry));
+                }
+            }
+            c.increment(); // after removal this counts into a meter no registry reports: harmless
+        }
+
+        /** Takes the registry's meters of this model away (a redeploy of the name registers new ones). */
+        void removeMeters() {
+            synchronized (meterLock) {
+                metersRemoved = true;
+                meters.forEach(registry::remove);
+                outcomes.values().forEach(registry::remove);
+            }
+        }
+
+        /** {@return true when a request may enter (the model is not undeployed); pair it with {@link #leave}} */
+        boolean admit() {
+            while (true) {
+                long c = admitted.get();
+                if (c < 0) {
+                    return false;
+                }
+                if (admitted.compareAndSet(c, c + 1)) {
+                    return true;
+                }
+            }
+        }
+
+        /** An admitted request has its answer (or refusal); the last one out of an undeployed model lets go. */
+        void leave() {
+            if (admitted.decrementAndGet() == NO_ADMISSION) {
+                letGo(this);
+            }
+        }
+
+        /** Admits nobody from now on; lets go of the versions at once when no admitted request is left. */
+        void stopAdmitting() {
+            long before = admitted.getAndUpdate(c -> c | NO_ADMISSION);
+            if (before == 0) {
+                letGo(this);
+            }
         }
     }
 
@@ -146,6 +218,10 @@ public final class ModelRouter implements AutoCloseable {
     private final RouterOptions options;
     private final MeterRegistry registry;
     private final Map<String, Model> models = new ConcurrentHashMap<>();
+    /** The last version number given per model name, kept across undeploy so that a redeploy counts on. */
+    private final Map<String, Long> lastVersions = new ConcurrentHashMap<>();
+    /** Undeployed models whose admitted requests are still being answered. */
+    private final Set<Model> draining = ConcurrentHashMap.newKeySet();
     /** Models with queued requests, each at most once; {@link #STOP} tells a worker to leave. */
     private final LinkedBlockingQueue<Object> ready = new LinkedBlockingQueue<>();
     private final List<Thread> workers = new ArrayList<>();
@@ -155,6 +231,8 @@ public final class ModelRouter implements AutoCloseable {
     private final AtomicInteger freedVersions = new AtomicInteger();
     private static final Object STOP = new Object();
     private volatile boolean closed;
+    /** Where batches run when not on this JVM's threads; null for worker threads. */
+    private final ProcessWorkers processes;
 
     /**
      * @param weights  where versions' parameters live; this rank must own them
@@ -162,6 +240,21 @@ public final class ModelRouter implements AutoCloseable {
      * @param registry where the per-model meters go ({@link ServingMeters}); null for a private one
      */
     public ModelRouter(SharedWeights weights, RouterOptions options, MeterRegistry registry) {
+        this(weights, options, registry, null);
+    }
+
+    /**
+     * A router whose batches run in worker processes: its {@code options.workers()} threads form batches as ever,
+     * and each hands its batch to a worker process through {@code processes}' rings and waits for the reply.
+     *
+     * @param weights   where versions' parameters live; this rank must own them
+     * @param options   batching, queue and worker settings ({@code workers}: batches in flight at once)
+     * @param registry  where the per-model meters go; null for a private one
+     * @param processes the worker processes (the caller closes them, after the router); null for worker threads
+     */
+    public ModelRouter(SharedWeights weights, RouterOptions options, MeterRegistry registry,
+                       ProcessWorkers processes) {
+        this.processes = processes;
         this.weights = Objects.requireNonNull(weights, "weights");
         this.options = Objects.requireNonNull(options, "options");
         this.registry = registry != null ? registry : new SimpleMeterRegistry();
@@ -197,28 +290,46 @@ public final class ModelRouter implements AutoCloseable {
                     + " params.castTo(DataType." + spec.dataType() + "))");
         }
         checkOpen();
-        Model m = models.computeIfAbsent(model, this::startModel);
-        synchronized (m) {
-            long version = m.lastVersion + 1;
-            weights.publish(model, version, params);
-            MemorySegment shared = weights.open(model, version);
-            ServedVersion served = new ServedVersion(model, version, spec, shared, () -> free(model, version));
-            try {
-                served.giveBack(served.borrow()); // builds one network now: a bad configuration fails here
-            } catch (RuntimeException e) {
-                weights.retire(model, version);
-                throw e;
-            }
-            m.lastVersion = version;
-            ServedVersion retired = m.previous;
-            m.previous = m.current;
-            m.current = served; // the swap: batches formed from here on take this version
-            m.swaps.increment();
-            if (retired != null) {
-                retired.release(); // the router's reference; readers still on it keep it alive
-            }
-            return version;
+        if (processes != null && spec.configJson() == null) {
+            throw new IllegalArgumentException("model '" + model + "': a " + spec.kind() + " cannot run in worker"
+                    + " processes, which build each version's network from its configuration (fix: deploy a"
+                    + " MultiLayerConfiguration or ComputationGraphConfiguration spec, or serve custom networks from a"
+                    + " router with worker threads)");
         }
+        while (true) {
+            Model m = models.computeIfAbsent(model, this::startModel);
+            synchronized (m) {
+                if (m.undeployed) {
+                    continue; // undeployed since the lookup: the name now takes a new model object
+                }
+                return deploy(m, spec, params);
+            }
+        }
+    }
+
+    /** Publishes and swaps in the next version of {@code m}; the caller holds its monitor. */
+    private long deploy(Model m, ModelSpec spec, INDArray params) {
+        String model = m.name;
+        long version = m.lastVersion + 1;
+        weights.publish(model, version, params);
+        MemorySegment shared = weights.open(model, version);
+        ServedVersion served = new ServedVersion(model, version, spec, shared, () -> free(model, version));
+        try {
+            served.giveBack(served.borrow()); // builds one network now: a bad configuration fails here
+        } catch (RuntimeException e) {
+            weights.retire(model, version);
+            throw e;
+        }
+        m.lastVersion = version;
+        lastVersions.put(model, version);
+        ServedVersion retired = m.previous;
+        m.previous = m.current;
+        m.current = served; // the swap: batches formed from here on take this version
+        m.swaps.increment();
+        if (retired != null) {
+            retired.release(); // the router's reference; readers still on it keep it alive
+        }
+        return version;
     }
 
     /**
@@ -256,6 +367,9 @@ public final class ModelRouter implements AutoCloseable {
     public long rollback(String model) {
         Model m = model(model);
         synchronized (m) {
+            if (m.current == null) {
+                throw unknownModel(model); // undeployed since the lookup
+            }
             if (m.previous == null) {
                 throw new IllegalStateException("model '" + model + "' has no version kept for rollback (current="
                         + m.current.version + " is its only one; fix: deploy another version first)");
@@ -269,11 +383,64 @@ public final class ModelRouter implements AutoCloseable {
     }
 
     /**
+     * Stops serving {@code model}: requests that arrive from now on are refused as {@link Kind#UNKNOWN_MODEL} (HTTP
+     * 404), those admitted before are answered on the version they run on, and then the router lets go of the
+     * model's versions (current and kept for rollback): each one's shared memory is freed when its last reader (a
+     * running batch, a {@link Lease}) leaves, as a retired version's is. The model's meters are removed from the
+     * registry now. Deploying the same name again starts a new model, whose first version numbers on from the last
+     * one (an answer's version always names one set of parameters).
+     *
+     * @param model the model's name
+     * @return completes once every request admitted before this call has its answer and the router has let go of
+     *         the versions (a version a lease still holds is freed when the lease closes)
+     * @throws ServingException UNKNOWN_MODEL when the model is not served, CLOSED after {@link #close}
+     */
+    public CompletableFuture<Void> undeploy(String model) {
+        checkOpen();
+        Model m = model(model);
+        synchronized (m) {
+            if (m.undeployed) { // a concurrent undeploy won
+                throw unknownModel(model);
+            }
+            m.undeployed = true;
+            draining.add(m);
+            models.remove(model, m); // from here on, model(name) refuses new requests
+            m.removeMeters();
+        }
+        m.stopAdmitting();
+        return m.released.copy();
+    }
+
+    /**
+     * The last admitted request of an undeployed model has left (or none was in): drop the router's references to
+     * its versions and fail what a timed-out request left in the queue (its answer is complete already).
+     */
+    private void letGo(Model m) {
+        ServedVersion current;
+        ServedVersion previous;
+        synchronized (m) {
+            current = m.current;
+            previous = m.previous;
+            m.current = null; // a batch formed from leftovers finds no version and fails (its answers are complete)
+            m.previous = null;
+        }
+        failQueued(m);
+        draining.remove(m);
+        if (previous != null) {
+            previous.release();
+        }
+        if (current != null) {
+            current.release();
+        }
+        m.released.complete(null);
+    }
+
+    /**
      * @param model the model's name
      * @return the version new requests go to
      */
     public long currentVersion(String model) {
-        return model(model).current.version;
+        return current(model).version;
     }
 
     /**
@@ -283,6 +450,9 @@ public final class ModelRouter implements AutoCloseable {
     public List<Long> servedVersions(String model) {
         Model m = model(model);
         synchronized (m) {
+            if (m.current == null) {
+                throw unknownModel(model); // undeployed since the lookup
+            }
             return m.previous == null ? List.of(m.current.version) : List.of(m.current.version, m.previous.version);
         }
     }
@@ -294,7 +464,15 @@ public final class ModelRouter implements AutoCloseable {
 
     /** @param model the model's name @return its spec (of the current version) */
     public ModelSpec spec(String model) {
-        return model(model).current.spec;
+        return current(model).spec;
+    }
+
+    private ServedVersion current(String model) {
+        ServedVersion v = model(model).current;
+        if (v == null) {
+            throw unknownModel(model); // undeployed since the lookup
+        }
+        return v;
     }
 
     /** {@return versions whose shared memory was freed (retired and left by their last reader)} */
@@ -352,10 +530,18 @@ public final class ModelRouter implements AutoCloseable {
         } catch (ServingException e) {
             return CompletableFuture.failedFuture(e);
         }
+        if (!m.admit()) {
+            return CompletableFuture.failedFuture(unknownModel(model)); // undeployed since the lookup
+        }
         CompletableFuture<Prediction> answer = new CompletableFuture<>();
+        boolean queued = false;
         try {
             Objects.requireNonNull(features, "features");
-            ModelSpec spec = m.current.spec;
+            ServedVersion current = m.current;
+            if (current == null) {
+                throw unknownModel(model); // undeployed and let go since the lookup
+            }
+            ModelSpec spec = current.spec;
             long rows = spec.rowsOf(model, features);
             if (rows > options.maxBatch()) {
                 throw new ServingException(Kind.BAD_INPUT, "model '" + model + "' request of rows=" + rows
@@ -368,6 +554,8 @@ public final class ModelRouter implements AutoCloseable {
                         + options.queueCapacity() + " is full (fix: retry later, or raise RouterOptions.workers or"
                         + " queueCapacity)");
             }
+            queued = true;
+            answer.whenComplete((p, t) -> m.leave()); // answered, failed or timed out: the request has left
             schedule(m);
             if (closed) { // raced with close(): fail what close's last drain may have missed
                 failQueued(m);
@@ -375,6 +563,10 @@ public final class ModelRouter implements AutoCloseable {
         } catch (ServingException e) {
             m.count(outcome(e.kind()));
             return CompletableFuture.failedFuture(e);
+        } finally {
+            if (!queued) {
+                m.leave();
+            }
         }
         return answer.orTimeout(options.requestTimeout().toNanos(), TimeUnit.NANOSECONDS).exceptionallyCompose(t -> {
             if (t instanceof TimeoutException) {
@@ -511,6 +703,10 @@ public final class ModelRouter implements AutoCloseable {
             requests.forEach(r -> fail(m, r, e));
             return;
         }
+        if (processes != null) {
+            runInProcess(m, served, requests, assembler);
+            return;
+        }
         INDArray out = null;
         try {
             out = run(m, served, requests, assembler);
@@ -529,24 +725,50 @@ public final class ModelRouter implements AutoCloseable {
         }
     }
 
+    /**
+     * Sends the batch to a worker process and answers from its reply; the dispatch takes over {@code served}'s
+     * reference (dropped when the worker has answered or exited), or this method drops it when nothing was sent.
+     */
+    private void runInProcess(Model m, ServedVersion served, List<Request> requests, WorkerBuffers buffers) {
+        ProcessWorkers.Dispatch sent;
+        buffers.lock.lock(); // no sweep frees the buffer while the batch is encoded from it
+        try {
+            INDArray features = assemble(m, requests, buffers.assembler);
+            sent = processes.submit(m.name, served, features); // copies the features into the message
+            m.batchSize.record(features.size(0));
+        } catch (ServingException e) {
+            served.release();
+            requests.forEach(r -> fail(m, r, e));
+            return;
+        } catch (RuntimeException e) {
+            served.release();
+            ServingException failure = new ServingException(Kind.FAILED, "model '" + m.name + "' version="
+                    + served.version + ": the batch could not be sent to a worker process: " + e + " (fix: act on"
+                    + " this cause)", e);
+            requests.forEach(r -> fail(m, r, failure));
+            return;
+        } finally {
+            buffers.lock.unlock();
+            sweep(buffers);
+        }
+        INDArray out;
+        try {
+            out = sent.await(m.name, options.requestTimeout());
+        } catch (ServingException e) {
+            requests.forEach(r -> fail(m, r, e));
+            return;
+        }
+        answer(m, served.version, requests, out); // the reply thread released the version before completing
+    }
+
     /** The batch's outputs (the model's own array, no view of the weights), or null when it failed the requests. */
     private INDArray run(Model m, ServedVersion served, List<Request> requests, WorkerBuffers buffers) {
-        long start = System.nanoTime();
-        for (Request r : requests) {
-            m.queued.record(start - r.arrivedNanos, TimeUnit.NANOSECONDS);
-        }
         INDArray out;
         ModelSpec.Network net = null;
         BatchAssembler assembler = buffers.assembler;
         buffers.lock.lock(); // no sweep frees the buffer while the batch uses it
         try {
-            long rows = 0;
-            List<INDArray> all = new ArrayList<>(requests.size());
-            for (Request r : requests) {
-                all.add(r.features);
-                rows += r.rows;
-            }
-            INDArray features = assembler.assemble(all, rows); // this thread's reused buffer: no concat
+            INDArray features = assemble(m, requests, assembler); // this thread's reused buffer: no concat
             net = served.borrow();
             out = assembler.detach(net.output(features)); // answers outlive the buffer's next batch
             m.batchSize.record(features.size(0));
@@ -564,6 +786,19 @@ public final class ModelRouter implements AutoCloseable {
             }
         }
         return out;
+    }
+
+    /** Records the requests' time in the queue and assembles their features; the caller holds the buffers' lock. */
+    private static INDArray assemble(Model m, List<Request> requests, BatchAssembler assembler) {
+        long start = System.nanoTime();
+        long rows = 0;
+        List<INDArray> all = new ArrayList<>(requests.size());
+        for (Request r : requests) {
+            m.queued.record(start - r.arrivedNanos, TimeUnit.NANOSECONDS);
+            all.add(r.features);
+            rows += r.rows;
+        }
+        return assembler.assemble(all, rows);
     }
 
     /** Completes each request's answer with its rows of the batch's outputs, computed by {@code version}. */
@@ -605,6 +840,9 @@ public final class ModelRouter implements AutoCloseable {
             synchronized (m) {
                 v = version == 0 ? m.current : checkServed(m, version);
             }
+            if (v == null) {
+                throw unknownModel(m.name); // undeployed, and let go of its versions
+            }
             if (v.tryAcquire()) {
                 return v;
             }
@@ -614,6 +852,9 @@ public final class ModelRouter implements AutoCloseable {
 
     private ServedVersion checkServed(Model m, long version) {
         synchronized (m) {
+            if (m.current == null) {
+                throw unknownModel(m.name);
+            }
             if (m.current != null && m.current.version == version) {
                 return m.current;
             }
@@ -630,10 +871,14 @@ public final class ModelRouter implements AutoCloseable {
     private Model model(String name) {
         Model m = name == null ? null : models.get(name);
         if (m == null || m.current == null) {
-            throw new ServingException(Kind.UNKNOWN_MODEL, "model '" + name + "' is not served (models: " + models()
-                    + "; fix: use one of those names, or deploy it first)");
+            throw unknownModel(name);
         }
         return m;
+    }
+
+    private ServingException unknownModel(String name) {
+        return new ServingException(Kind.UNKNOWN_MODEL, "model '" + name + "' is not served (models: " + models()
+                + "; fix: use one of those names, or deploy it first)");
     }
 
     private Model startModel(String name) {
@@ -758,13 +1003,18 @@ public final class ModelRouter implements AutoCloseable {
                         + " RouterOptions.maxBatch so that one batch takes less)");
             }
         }
-        for (Model m : models.values()) {
+        List<Model> all = new ArrayList<>(models.values());
+        all.addAll(draining);
+        for (Model m : all) {
             if (m.carried != null) { // the workers have left: nobody holds the token
                 fail(m, m.carried, closedFailure(m));
                 m.carried = null;
             }
-            failQueued(m);
+            failQueued(m); // an undeployed model's last request to leave lets go of its versions
             synchronized (m) {
+                if (m.undeployed) {
+                    continue;
+                }
                 if (m.previous != null) {
                     m.previous.release();
                 }

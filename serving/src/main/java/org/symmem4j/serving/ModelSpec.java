@@ -33,8 +33,15 @@ public final class ModelSpec {
     private final long[] exampleShape;
     private final DataType dataType;
     private final String kind;
+    /** The configuration as JSON, for worker processes to build the same network; null for a custom network. */
+    private final String configJson;
 
     private ModelSpec(Function<MemorySegment, Network> factory, long[] exampleShape, DataType dataType, String kind) {
+        this(factory, exampleShape, dataType, kind, null);
+    }
+
+    private ModelSpec(Function<MemorySegment, Network> factory, long[] exampleShape, DataType dataType, String kind,
+                      String configJson) {
         if (exampleShape.length == 0 || Arrays.stream(exampleShape).anyMatch(d -> d < 1)) {
             throw new IllegalArgumentException("example shape " + Arrays.toString(exampleShape) + " expected one or"
                     + " more positive dimensions (fix: pass the shape of one input row, without the batch dimension,"
@@ -44,6 +51,7 @@ public final class ModelSpec {
         this.exampleShape = exampleShape.clone();
         this.dataType = dataType;
         this.kind = kind;
+        this.configJson = configJson;
     }
 
     /**
@@ -59,7 +67,7 @@ public final class ModelSpec {
         return new ModelSpec(params -> {
             MultiLayerNetwork net = SharedNetworks.multiLayer(c, params);
             return features -> net.output(features, false);
-        }, exampleShape, conf.getDataType(), "MultiLayerNetwork");
+        }, exampleShape, conf.getDataType(), MULTI_LAYER, c.toJson());
     }
 
     /**
@@ -80,7 +88,7 @@ public final class ModelSpec {
         return new ModelSpec(params -> {
             ComputationGraph net = SharedNetworks.graph(c, params);
             return features -> net.outputSingle(false, features);
-        }, exampleShape, conf.getDataType(), "ComputationGraph");
+        }, exampleShape, conf.getDataType(), GRAPH, c.toJson());
     }
 
     /**
@@ -95,6 +103,36 @@ public final class ModelSpec {
     public static ModelSpec of(Function<MemorySegment, Network> factory, DataType dataType, long... exampleShape) {
         return new ModelSpec(Objects.requireNonNull(factory, "factory"), exampleShape,
                 Objects.requireNonNull(dataType, "dataType"), "custom network");
+    }
+
+    static final String MULTI_LAYER = "MultiLayerNetwork";
+    static final String GRAPH = "ComputationGraph";
+
+    /** {@return the configuration's JSON, or null for a custom network (which only worker threads can build)} */
+    String configJson() {
+        return configJson;
+    }
+
+    /** {@return "MultiLayerNetwork", "ComputationGraph" or "custom network"} */
+    String kind() {
+        return kind;
+    }
+
+    /**
+     * The spec a worker process builds from what the router sent: the same configuration, from its JSON.
+     *
+     * @param kind         {@link #MULTI_LAYER} or {@link #GRAPH}
+     * @param configJson   the configuration's JSON
+     * @param exampleShape one example's shape
+     * @return the spec
+     */
+    static ModelSpec fromJson(String kind, String configJson, long... exampleShape) {
+        return switch (kind) {
+            case MULTI_LAYER -> of(MultiLayerConfiguration.fromJson(configJson), exampleShape);
+            case GRAPH -> of(ComputationGraphConfiguration.fromJson(configJson), exampleShape);
+            default -> throw org.symmem4j.parallel.Invariants.violated("a batch for a worker process names network"
+                    + " kind='" + kind + "', expected " + MULTI_LAYER + " or " + GRAPH);
+        };
     }
 
     /**

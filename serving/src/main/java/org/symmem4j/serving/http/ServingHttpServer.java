@@ -134,8 +134,14 @@ public final class ServingHttpServer implements AutoCloseable {
     private void listModels(Context ctx) throws Exception {
         ObjectNode out = JSON.createObjectNode();
         for (String m : router.models()) {
+            List<Long> served;
+            try {
+                served = router.servedVersions(m);
+            } catch (ServingException e) {
+                continue; // undeployed between the two calls: no longer served
+            }
             ArrayNode versions = out.putArray(m);
-            router.servedVersions(m).forEach(versions::add);
+            served.forEach(versions::add);
         }
         ctx.contentType("application/json").result(JSON.writeValueAsString(out));
     }

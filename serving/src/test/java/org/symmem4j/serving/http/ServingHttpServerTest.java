@@ -136,6 +136,25 @@ class ServingHttpServerTest {
         assertEquals(200, post("/v1/models/mlp:predict", Npy.MEDIA_TYPE, Npy.write(Nets.features(1, 1, 8))).statusCode());
     }
 
+    @Test
+    void anUndeployedModelIsA404AndLeavesTheListingUntilItIsDeployedAgain() throws Exception {
+        router.deploy("mlp", v1, 8);
+        router.deploy("other", v2, 8);
+        byte[] x = Npy.write(Nets.features(1, 1, 8));
+        assertEquals(200, post("/v1/models/mlp:predict", Npy.MEDIA_TYPE, x).statusCode());
+        router.undeploy("mlp").get();
+        assertError(post("/v1/models/mlp:predict", Npy.MEDIA_TYPE, x), 404, "UNKNOWN_MODEL",
+                "model 'mlp' is not served (models: [other]");
+        assertError(post("/v1/models/mlp/versions/1:predict", Npy.MEDIA_TYPE, x), 404, "UNKNOWN_MODEL",
+                "model 'mlp' is not served");
+        assertEquals("{\"other\":[1]}", get("/v1/models").body());
+        assertEquals(200, get("/ready").statusCode(), "the other model is still served");
+        router.deploy("mlp", v2, 8);
+        HttpResponse<byte[]> again = post("/v1/models/mlp:predict", Npy.MEDIA_TYPE, x);
+        assertEquals(200, again.statusCode(), new String(again.body()));
+        assertEquals("2", again.headers().firstValue("X-Model-Version").orElseThrow(), "versions number on");
+    }
+
     private static void assertError(HttpResponse<byte[]> r, int status, String kind, String message) throws Exception {
         String text = new String(r.body());
         assertEquals(status, r.statusCode(), text);

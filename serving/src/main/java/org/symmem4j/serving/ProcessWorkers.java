@@ -1,0 +1,373 @@
+package org.symmem4j.serving;
+
+import java.lang.foreign.MemorySegment;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
+
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.serving.ServingException.Kind;
+import org.symmem4j.state.SymmetricRingBuffer;
+
+/**
+ * The router side of worker processes: a {@link ModelRouter} made with one hands each batch it forms to a worker JVM
+ * of the same host group through the state module's {@link SymmetricRingBuffer}s (a request ring to each worker, a
+ * reply ring back), instead of running it on its own threads. The workers ({@link WorkerProcess#serve}) run the
+ * network over the router's shared weights, which they open zero-copy, so K worker processes hold one copy of each
+ * version.
+ *
+ * <pre>{@code
+ * // rank 0 of the host group: the router, owner of the weights
+ * try (SharedWeights weights = SharedWeights.create(group, 0, 256L << 20, 16);   // collective
+ *      ProcessWorkers workers = ProcessWorkers.create(group, 1 << 22);           // collective with the workers' serve
+ *      ModelRouter router = new ModelRouter(weights, RouterOptions.defaults().withWorkers(4), registry, workers)) {
+ *     router.deploy("mnist", trained, 784);
+ *     router.predict("mnist", features).join();                                  // computed in a worker process
+ * }
+ * }</pre>
+ *
+ * <ul>
+ *   <li><b>Versions across processes</b>: the router takes a reference to the batch's version before it sends the
+ *       batch and drops it only when that worker's reply has arrived, or the worker has exited: the version's reader
+ *       count covers every process that reads it, so a retired version is freed only when no process reads it.</li>
+ *   <li><b>Choice of worker</b>: the live worker with the fewest batches in flight (round robin among equals).</li>
+ *   <li><b>Back-pressure</b>: a router worker thread waits for its batch's reply, so at most
+ *       {@code RouterOptions.workers} batches are in flight; when every live worker's request ring is full the
+ *       batch's requests are refused as {@link Kind#OVERLOADED}, the thread path's answer to a full queue.</li>
+ *   <li><b>A worker process that dies</b>: a reply thread checks the workers' lives every few milliseconds; the
+ *       batches in flight to a dead worker fail as {@link Kind#FAILED} with a message naming it, their versions are
+ *       released, and later batches go to the workers left. A worker that lives but does not answer makes its
+ *       requests time out ({@code requestTimeout}); its batch's version stays held until it answers or exits.</li>
+ * </ul>
+ *
+ * Close it after the router, collectively with the workers (it sends them stop). When a worker has died, abort the
+ * group before closing (the rings' collective close would wait for the dead rank).
+ */
+public final class ProcessWorkers implements AutoCloseable {
+
+    /** One worker process as the router sees it. */
+    private static final class Worker {
+        final int rank;
+        final SymmetricRingBuffer requests;
+        final SymmetricRingBuffer replies;
+        /** Guarded by this: batches sent and not yet answered, by id. */
+        final Map<Long, Dispatch> inFlight = new HashMap<>();
+        /** Written under this; read without it by the reply thread (a stale true only polls once more). */
+        volatile boolean alive = true;
+        volatile long batches;
+        String deathNote;
+
+        Worker(int rank, SymmetricRingBuffer requests, SymmetricRingBuffer replies) {
+            this.rank = rank;
+            this.requests = requests;
+            this.replies = replies;
+        }
+    }
+
+    /** One batch sent to a worker process: holds its version until the reply (or the worker's death). */
+    static final class Dispatch {
+        final ServedVersion served;
+        final int rank;
+        final CompletableFuture<INDArray> result = new CompletableFuture<>();
+
+        Dispatch(ServedVersion served, int rank) {
+            this.served = served;
+            this.rank = rank;
+        }
+
+        /** The worker has stopped reading the version: drop it, then complete (a client holding its answer knows). */
+        void finish(INDArray out, ServingException failure) {
+            served.release();
+            if (failure != null) {
+                result.completeExceptionally(failure);
+            } else {
+                result.complete(out);
+            }
+        }
+
+        /**
+         * The batch's outputs, waiting at most {@code timeout}.
+         *
+         * @throws ServingException FAILED (the worker failed or died), TIMEOUT (no answer in time)
+         */
+        INDArray await(String model, Duration timeout) {
+            try {
+                return result.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
+            } catch (ExecutionException e) {
+                if (e.getCause() instanceof ServingException se) {
+                    throw se;
+                }
+                throw new ServingException(Kind.FAILED, "model '" + model + "' worker process rank=" + rank + ": "
+                        + e.getCause() + " (fix: act on this cause)", e.getCause());
+            } catch (TimeoutException e) {
+                throw new ServingException(Kind.TIMEOUT, "model '" + model + "': worker process rank=" + rank
+                        + " gave no answer within requestTimeout=" + timeout + "; it is still alive, and the batch's"
+                        + " version=" + served.version + " stays held until it answers or exits (fix: look at that"
+                        + " process, e.g. with jstack, or raise RouterOptions.requestTimeout)", e);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new ServingException(Kind.FAILED, "model '" + model + "': interrupted while waiting for worker"
+                        + " process rank=" + rank + " (fix: do not interrupt the router's threads)", e);
+            }
+        }
+    }
+
+    private static final long LIFE_CHECK_NANOS = TimeUnit.MILLISECONDS.toNanos(2);
+
+    private final Group group;
+    private final WorkerRings rings;
+    private final List<Worker> workers = new ArrayList<>();
+    private final int ringCapacity;
+    private final AtomicLong ids = new AtomicLong();
+    private final AtomicLong turn = new AtomicLong();
+    private final Thread replyThread;
+    private volatile boolean stopReplies;
+    private volatile Throwable replyFailure;
+    private boolean closed;
+
+    private ProcessWorkers(Group group, WorkerRings rings, int ringCapacity) {
+        this.group = group;
+        this.rings = rings;
+        this.ringCapacity = ringCapacity;
+        for (int i = 0; i < rings.workers.size(); i++) {
+            workers.add(new Worker(rings.workers.get(i), rings.requests.get(i), rings.replies.get(i)));
+        }
+        this.replyThread = Thread.ofPlatform().daemon().name("symmem4j-serving-replies").start(this::readReplies);
+    }
+
+    /**
+     * Collective with {@link WorkerProcess#serve} on every other rank of the group: makes the rings; this rank is the
+     * router (and must own the shared weights).
+     *
+     * @param group        the host group: this rank and the worker processes
+     * @param ringCapacity bytes of each ring, a power of two; a batch's message (its features and the network's
+     *                     configuration) must fit an eighth of it
+     * @return the workers, for {@link ModelRouter#ModelRouter(org.symmem4j.serving.weights.SharedWeights,
+     *         RouterOptions, io.micrometer.core.instrument.MeterRegistry, ProcessWorkers)}
+     */
+    public static ProcessWorkers create(Group group, int ringCapacity) {
+        Objects.requireNonNull(group, "group");
+        return new ProcessWorkers(group, WorkerRings.create(group, group.rank(), ringCapacity), ringCapacity);
+    }
+
+    /** {@return the worker ranks still alive} */
+    public List<Integer> liveWorkers() {
+        return workers.stream().filter(w -> w.alive).map(w -> w.rank).toList();
+    }
+
+    /** {@return every worker rank} */
+    public List<Integer> workers() {
+        return workers.stream().map(w -> w.rank).toList();
+    }
+
+    /**
+     * @param rank a worker rank
+     * @return the batches it answered
+     */
+    public long batchesAnswered(int rank) {
+        return workers.stream().filter(w -> w.rank == rank).mapToLong(w -> w.batches).sum();
+    }
+
+    /**
+     * Sends a batch to a live worker; the dispatch now holds {@code served}'s reference (the caller's).
+     *
+     * @throws ServingException OVERLOADED when every live worker's ring is full, FAILED when none lives or the batch
+     *         does not fit a ring (the caller still holds the reference then)
+     */
+    Dispatch submit(String model, ServedVersion served, INDArray features) {
+        long id = ids.incrementAndGet();
+        byte[] message = BatchWire.batch(id, served.version, model, served.spec.kind(), served.spec.configJson(),
+                features);
+        int maxPayload = workers.get(0).requests.maxPayload();
+        if (message.length > maxPayload) {
+            throw new ServingException(Kind.FAILED, "model '" + model + "' batch of rows=" + features.size(0)
+                    + " takes bytes=" + message.length + " on the ring, more than its maxPayload=" + maxPayload
+                    + " (ringCapacity=" + ringCapacity + "; fix: create ProcessWorkers with ringCapacity >= "
+                    + Integer.highestOneBit(message.length * 8 + 64) * 2 + ", or lower RouterOptions.maxBatch)");
+        }
+        List<Worker> order = new ArrayList<>(workers);
+        java.util.Collections.rotate(order, (int) (turn.getAndIncrement() % order.size()));
+        Map<Worker, Integer> loads = new HashMap<>(); // read once: other threads change them while this one sorts
+        for (Worker w : order) {
+            loads.put(w, load(w));
+        }
+        order.sort(Comparator.comparingInt(loads::get)); // stable: round robin among equally loaded workers
+        boolean anyAlive = false;
+        for (Worker w : order) {
+            synchronized (w) {
+                if (!w.alive) {
+                    continue;
+                }
+                anyAlive = true;
+                Dispatch d = new Dispatch(served, w.rank);
+                w.inFlight.put(id, d); // before the offer: the reply may come before offer returns
+                if (w.requests.offer(BatchWire.BATCH, message)) {
+                    return d;
+                }
+                w.inFlight.remove(id);
+            }
+        }
+        if (!anyAlive) {
+            throw new ServingException(Kind.FAILED, "model '" + model + "': no worker process is alive ("
+                    + deathNotes() + "; fix: see those processes' output for why they exited, then start the router"
+                    + " and its workers again)");
+        }
+        throw new ServingException(Kind.OVERLOADED, "model '" + model + "' is overloaded: the request ring of every"
+                + " live worker process (ranks " + liveWorkers() + ", ringCapacity=" + ringCapacity + ") is full (fix:"
+                + " retry later, or start more worker processes, or create ProcessWorkers with a larger ringCapacity)");
+    }
+
+    private int load(Worker w) {
+        synchronized (w) {
+            return w.alive ? w.inFlight.size() : Integer.MAX_VALUE;
+        }
+    }
+
+    private String deathNotes() {
+        List<String> notes = new ArrayList<>();
+        for (Worker w : workers) {
+            synchronized (w) {
+                if (!w.alive) {
+                    notes.add(w.deathNote);
+                }
+            }
+        }
+        return String.join("; ", notes);
+    }
+
+    // ------------------------------------------------------------------------------------------ reply thread
+
+    private void readReplies() {
+        int idle = 0;
+        long nextLifeCheck = System.nanoTime() + LIFE_CHECK_NANOS;
+        try {
+            while (!stopReplies) {
+                int got = 0;
+                for (Worker w : workers) {
+                    if (w.alive) {
+                        got += w.replies.poll((type, buf, off, len) -> onReply(w, type, buf, off, len), 16);
+                    }
+                }
+                if (got > 0) {
+                    idle = 0;
+                } else if (++idle > 256) {
+                    LockSupport.parkNanos(20_000); // idle: yield the core (a reply waits at most this long)
+                } else {
+                    Thread.onSpinWait();
+                }
+                long now = System.nanoTime();
+                if (now - nextLifeCheck >= 0) {
+                    nextLifeCheck = now + LIFE_CHECK_NANOS;
+                    for (Worker w : workers) {
+                        if (w.alive && !group.isAlive(w.rank)) {
+                            buried(w);
+                        }
+                    }
+                }
+            }
+        } catch (Throwable t) { // fail what waits instead of leaving it to time out
+            replyFailure = t;
+            for (Worker w : workers) {
+                failInFlight(w, "the router's reply thread failed: " + t);
+            }
+        }
+    }
+
+    private void onReply(Worker w, int type, MemorySegment buffer, long offset, int length) {
+        long id = BatchWire.replyId(buffer, offset);
+        Dispatch d;
+        synchronized (w) {
+            d = w.inFlight.remove(id);
+        }
+        if (d == null) {
+            throw org.symmem4j.parallel.Invariants.violated("a reply from worker process rank=" + w.rank + " for"
+                    + " batch id=" + id + ", which is not in flight to it");
+        }
+        if (type == BatchWire.OUTPUT) {
+            INDArray out = BatchWire.readOutput(buffer, offset, length); // copied out of the ring
+            w.batches++; // only this thread writes it
+            d.finish(out, null);
+        } else {
+            d.finish(null, new ServingException(Kind.FAILED, "model version=" + d.served.version + " failed in "
+                    + BatchWire.readError(buffer, offset, length) + " (fix: act on this cause, the model's own"
+                    + " failure; when only this version fails, rollback serves the previous one)"));
+        }
+    }
+
+    /** A worker exited: read what it answered before, then fail what it never will. */
+    private void buried(Worker w) {
+        w.replies.poll((type, buf, off, len) -> onReply(w, type, buf, off, len), Integer.MAX_VALUE);
+        failInFlight(w, null);
+    }
+
+    private void failInFlight(Worker w, String why) {
+        List<Dispatch> lost;
+        String note;
+        synchronized (w) {
+            if (w.alive) {
+                w.alive = false;
+                w.deathNote = why != null ? why : "worker process " + group.describe(w.rank) + " exited";
+            }
+            note = w.deathNote;
+            lost = new ArrayList<>(w.inFlight.values());
+            w.inFlight.clear();
+        }
+        for (Dispatch d : lost) {
+            d.finish(null, new ServingException(Kind.FAILED, note + " with this batch of version="
+                    + d.served.version + " in flight (its requests are not answered; fix: retry them: the router"
+                    + " goes on with worker processes " + liveWorkers() + ")"));
+        }
+    }
+
+    /**
+     * Collective with the workers: sends each live worker stop (after the batches it has), waits for the replies
+     * in flight (bounded by the group's timeout), then frees the rings. Close the router first.
+     */
+    @Override
+    public synchronized void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        for (Worker w : workers) {
+            synchronized (w) {
+                if (w.alive) {
+                    w.requests.put(BatchWire.STOP, new byte[0]); // waits (bounded) while its ring is full
+                }
+            }
+        }
+        long deadline = System.nanoTime() + group.options().timeout().toNanos();
+        while (replyFailure == null && workers.stream().anyMatch(this::busy) && System.nanoTime() < deadline) {
+            LockSupport.parkNanos(100_000);
+        }
+        stopReplies = true;
+        try {
+            replyThread.join(TimeUnit.NANOSECONDS.toMillis(group.options().timeout().toNanos()) + 1);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        for (Worker w : workers) {
+            if (busy(w)) {
+                failInFlight(w, "worker process " + group.describe(w.rank) + " did not answer before close");
+            }
+        }
+        rings.close();
+    }
+
+    private boolean busy(Worker w) {
+        synchronized (w) {
+            return w.alive && !w.inFlight.isEmpty();
+        }
+    }
+}
