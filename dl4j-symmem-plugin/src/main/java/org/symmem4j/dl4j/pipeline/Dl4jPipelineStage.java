@@ -21,6 +21,7 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
+import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.symmem4j.parallel.Invariants;
 import org.symmem4j.pipeline.exec.StageCompute;
 
@@ -74,6 +75,8 @@ public final class Dl4jPipelineStage implements StageCompute {
 
     /** The other replicas of this stage (data parallelism), or null when this stage has none. */
     private ArrayCollectives dataParallel;
+    /** This stage's rank in its tensor-parallel group (a shard's stage), or -1 for a stage of the whole network. */
+    private int tensorParallelRank = -1;
     private StepPlan plan;
     /** By microbatch: the stage's input, from forward until backward. */
     private INDArray[] stageInputs = new INDArray[0];
@@ -183,6 +186,15 @@ public final class Dl4jPipelineStage implements StageCompute {
      */
     void dataParallel(ArrayCollectives dp) {
         this.dataParallel = Objects.requireNonNull(dp, "dp");
+    }
+
+    /**
+     * Makes this a stage of tensor-parallel shard {@code rank} ({@link PipelineTensorParallel}): its
+     * {@link #regularizationScore()} is then this rank's share of the unsharded stage's
+     * ({@link TensorParallel#regularizationShare}), so the shares of every rank add up to it. Set before the first step.
+     */
+    void tensorParallelRank(int rank) {
+        this.tensorParallelRank = rank;
     }
 
     /**
@@ -330,7 +342,8 @@ public final class Dl4jPipelineStage implements StageCompute {
                     + " expected=" + (plan == null ? "beginStep() first" : plan.batch().count() + " (one per microbatch)"));
         }
         // DL4J's score counts regularization at the parameters the gradient was computed at
-        regularizationScore = network.calcRegularizationScore(true);
+        regularizationScore = tensorParallelRank < 0 ? network.calcRegularizationScore(true)
+                : TensorParallel.regularizationShare(network, tensorParallelRank);
         long examples = plan.batch().examples();
         if (dataParallel != null) {
             // every replica holds an equal share: the global batch is the replicas' examples together

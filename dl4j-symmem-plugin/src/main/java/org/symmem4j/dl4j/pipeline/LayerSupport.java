@@ -65,6 +65,10 @@ final class LayerSupport {
 
     static {
         HIDDEN.put(DenseLayer.class, Kind.INPUT_ONLY);
+        // tensor-parallel blocks (PipelineParallelTrainerBuilder.tensorParallel): the row-parallel layer's backward
+        // recomputes its pre-activation's all-reduce unless its last forward was this microbatch's, on every tp rank alike
+        HIDDEN.put(org.symmem4j.dl4j.tensor.ColumnParallelDenseLayer.class, Kind.INPUT_ONLY);
+        HIDDEN.put(org.symmem4j.dl4j.tensor.RowParallelDenseLayer.class, Kind.INPUT_ONLY);
         HIDDEN.put(ActivationLayer.class, Kind.INPUT_ONLY);
         HIDDEN.put(DropoutLayer.class, Kind.INPUT_ONLY);
         HIDDEN.put(ConvolutionLayer.class, Kind.INPUT_ONLY);

@@ -113,11 +113,21 @@ final class PipelineModel implements ListenedModel {
         if (hollow != null) {
             return true; // the model holds no state of its own: the stages are the training state
         }
+        return stagesHold(model().params(), updater(), iterationCount(), epochCount(), split, stages);
+    }
+
+    /** As {@link #holds}, for {@code source} (a network cut by {@code split}) instead of the user's model. */
+    static boolean stagesHold(MultiLayerNetwork source, PipelineStageSplit split, List<Dl4jPipelineStage> stages) {
+        return stagesHold(source.params(), source.getUpdater(true), source.getIterationCount(), source.getEpochCount(),
+                split, stages);
+    }
+
+    private static boolean stagesHold(INDArray params, Updater updater, int iterations, int epochs,
+                                      PipelineStageSplit split, List<Dl4jPipelineStage> stages) {
         MultiLayerNetwork first = stages.stream().filter(Dl4jPipelineStage::held).findFirst().orElseThrow().network();
-        if (first.getIterationCount() != iterationCount() || first.getEpochCount() != epochCount()) {
+        if (first.getIterationCount() != iterations || first.getEpochCount() != epochs) {
             return false;
         }
-        INDArray params = model().params();
         for (int s = 0; s < stages.size(); s++) {
             if (!stages.get(s).held()) {
                 continue; // another rank's: it compares its own
@@ -127,7 +137,7 @@ final class PipelineModel implements ListenedModel {
             MultiLayerNetwork stage = stages.get(s).network();
             if (count > 0 && (ArrayCollectives.segmentOf(PipelineStageSplit.slice(params, from, from + count))
                     .mismatch(ArrayCollectives.segmentOf(stage.params())) != -1
-                    || !UpdaterStateCopy.same(updater(), stage.getUpdater(true), from, 0, count))) {
+                    || !UpdaterStateCopy.same(updater, stage.getUpdater(true), from, 0, count))) {
                 return false;
             }
         }
@@ -140,7 +150,18 @@ final class PipelineModel implements ListenedModel {
     }
 
     private void giveTo(List<Dl4jPipelineStage> stages, boolean withUpdaterState) {
-        INDArray params = model().params();
+        giveStages(model().params(), updater(), iterationCount(), epochCount(), split, stages, withUpdaterState);
+    }
+
+    /** As {@link #giveTo}, from {@code source} (a network cut by {@code split}) instead of the user's model. */
+    static void giveStages(MultiLayerNetwork source, PipelineStageSplit split, List<Dl4jPipelineStage> stages,
+                           boolean withUpdaterState) {
+        giveStages(source.params(), source.getUpdater(true), source.getIterationCount(), source.getEpochCount(), split,
+                stages, withUpdaterState);
+    }
+
+    private static void giveStages(INDArray params, Updater updater, int iterations, int epochs, PipelineStageSplit split,
+                                   List<Dl4jPipelineStage> stages, boolean withUpdaterState) {
         for (int s = 0; s < stages.size(); s++) {
             long from = split.parameterOffset(s);
             long count = split.parameterCount(s);
@@ -148,11 +169,11 @@ final class PipelineModel implements ListenedModel {
             if (count > 0 && stages.get(s).held()) {
                 stage.params().assign(PipelineStageSplit.slice(params, from, from + count));
                 if (withUpdaterState) {
-                    UpdaterStateCopy.copy(updater(), stage.getUpdater(true), from, 0, count);
+                    UpdaterStateCopy.copy(updater, stage.getUpdater(true), from, 0, count);
                 }
             }
-            stage.setIterationCount(iterationCount());
-            stage.setEpochCount(epochCount());
+            stage.setIterationCount(iterations);
+            stage.setEpochCount(epochs);
         }
     }
 

@@ -56,7 +56,9 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * trains two replicas of a 4-stage pipeline on 8 threads laid out as a {@code dp x pp = 2 x 4}
  * {@link org.symmem4j.parallel.DeviceMesh}; each replica trains on its half of every batch, and each
  * stage's gradients are summed over its two replicas before the update, which is then the update of
- * the whole batch. With {@link PipelineParallelTrainerBuilder#syncBatchNorm} a BatchNormalization layer normalizes
+ * the whole batch. With {@link PipelineParallelTrainerBuilder#tensorParallel} every pipeline rank becomes several
+ * tensor-parallel ranks, a {@code dp x pp x tp} mesh whose stages hold Megatron blocks split over the {@code tp}
+ * sub-group ({@link PipelineTensorParallel}). With {@link PipelineParallelTrainerBuilder#syncBatchNorm} a BatchNormalization layer normalizes
  * each microbatch with the statistics of every replica's microbatch together ({@link PipelineSyncBatchNorm}).
  *
  * <p>The network is cut into {@code ranks x stagesPerRank} stages of consecutive layers
@@ -140,9 +142,16 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private final PipelineModel model;
     /** Replica 0's stages: the ones whose state the model takes (every replica's is the same). */
     private final List<Dl4jPipelineStage> stages;
-    /** Every data-parallel replica's stages, replica 0's first; one list when {@code dataParallel == 1}. */
+    /**
+     * Every data-parallel replica's stages, replica 0's first; one list when {@code dataParallel == 1}. With tensor
+     * parallelism, replica {@code d}'s shard {@code t} at {@code d * tensorParallel + t}.
+     */
     private final List<List<Dl4jPipelineStage>> replicaStages;
     private final int dataParallel;
+    /** The stages' tensor-parallel shards ({@link PipelineParallelTrainerBuilder#tensorParallel}), or null. */
+    private final PipelineTensorParallel tensorShards;
+    /** Tensor-parallel ranks per pipeline rank; 1 without tensor parallelism. */
+    private final int tensorParallel;
     private final boolean syncBatchNorm;
     private final PipelineSchedule scheduleKind;
     private final Schedule schedule;
@@ -187,20 +196,24 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.linkSlots = linkSlots;
         this.timeout = o.timeout();
         this.dataParallel = b.dataParallel;
+        this.tensorShards = b.tensorShards;
+        this.tensorParallel = tensorShards == null ? 1 : tensorShards.size();
         this.syncBatchNorm = b.syncBatchNorm;
         this.group = o.group();
         // in group mode this process runs one rank: ND4J's threads are the process's (the launcher sizes them)
-        this.ompThreadsPerRank = o.ndThreadsPerRank(group != null ? 1 : shape.ranks() * b.dataParallel);
+        this.ompThreadsPerRank = o.ndThreadsPerRank(group != null ? 1 : shape.ranks() * b.dataParallel * tensorParallel);
         this.listeners = o.stepListeners();
         this.metrics = o.bind(new PipelineMetrics(b.schedule.tag(), o.transportName(), o.metricTags()));
         // group mode: this process holds its own stages of one replica (s % pp == its pipeline rank); the others are
         // hollow, carrying the layouts for mask propagation and for the gather of the model from their ranks
         int copies = group == null ? dataParallel : 1;
         IntPredicate held = group == null ? s -> true : s -> s % shape.ranks() == group.rank() % shape.ranks();
-        List<List<Dl4jPipelineStage>> replicas = new ArrayList<>(copies);
+        List<List<Dl4jPipelineStage>> replicas = new ArrayList<>(copies * tensorParallel);
         for (int d = 0; d < copies; d++) {
             // every replica starts from the same copy of the network's parameters, updater state and counters
-            replicas.add(split.buildStages(held, model.draws()));
+            for (int t = 0; t < tensorParallel; t++) {
+                replicas.add(tensorShards == null ? split.buildStages(held, model.draws()) : tensorShards.buildStages(t));
+            }
         }
         this.replicaStages = List.copyOf(replicas);
         this.stages = replicaStages.getFirst();
@@ -323,6 +336,11 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         requireUsable();
         ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
         PipelineParallelTrainerBuilder.refuseInGroupMode(group, listeners);
+        if (tensorShards != null && !listeners.isEmpty()) {
+            throw new IllegalStateException("DL4J listeners on the model of a trainer with tensorParallel("
+                    + tensorParallel + ", ...): not built yet (each step would join the shards for them); expected none"
+                    + " (fix: remove them from the model and use a stepListener, or train without tensor parallelism)");
+        }
         takeModelIfChanged();
         if (!listeners.isEmpty()) {
             model.ensureGradientView();
@@ -370,7 +388,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** If the model was changed since the last fit, the stages take its state. */
     private void takeModelIfChanged() {
-        if (!model.holds(stages)) {
+        if (tensorShards != null) {
+            tensorShards.giveIfChanged((MultiLayerNetwork) model.model(), replicaStages);
+        } else if (!model.holds(stages)) {
             replicaStages.forEach(model::giveTo);
         }
     }
@@ -412,6 +432,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void copyParametersTo(MultiLayerNetwork target) {
         requireCopyable();
+        if (tensorShards != null) {
+            tensorShards.takeInto(replicaStages.subList(0, tensorParallel), target);
+            return;
+        }
         withExchange(e -> {
             if (e == null) {
                 split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), target);
@@ -453,9 +477,14 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         return bytes;
     }
 
-    /** {@return the parameters of the stages this process trains (group mode: this rank's; thread mode: all, once)} */
+    /**
+     * {@return the parameters of the stages this process trains (group mode: this rank's; thread mode: all, once; with
+     * tensor parallelism every shard's, a replicated parameter once per shard)}
+     */
     public long parametersHeld() {
-        return stages.stream().filter(Dl4jPipelineStage::held).mapToLong(s -> s.network().numParams()).sum();
+        // every tensor-parallel shard of one replica: the whole network's parameters, once, in thread mode
+        return replicaStages.subList(0, tensorParallel).stream().flatMap(List::stream).filter(Dl4jPipelineStage::held)
+                .mapToLong(s -> s.network().numParams()).sum();
     }
 
     /** The resident bytes of the trainer's model started from a configuration (hollow), else -1. */
@@ -465,6 +494,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** The model takes the stages' state: copied in thread mode, gathered from every rank in group mode (collective). */
     private void modelTakesStages() {
+        if (tensorShards != null) {
+            tensorShards.takeInto(replicaStages.subList(0, tensorParallel), (MultiLayerNetwork) model.model());
+            return;
+        }
         withExchange(e -> model.takeFrom(stages, e, shape.ranks()));
     }
 
@@ -537,6 +570,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void saveCheckpoint(Path dir) throws IOException {
         requireUsable();
+        refuseWithTensorParallel("saveCheckpoint");
         model.requireWhole("saveCheckpoint");
         takeModelIfChanged();
         writeCheckpoint(dir, 0);
@@ -561,6 +595,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
         requireUsable();
+        refuseWithTensorParallel("restoreCheckpoint");
         model.requireWhole("restoreCheckpoint");
         CheckpointDirectory.Counters c = PipelineCheckpoints.restore(dir, split, model, replicaStages, group,
                 group == null ? null : exchange(), shape.ranks());
@@ -583,6 +618,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @throws IOException when the root cannot be listed or the checkpoint read
      */
     public synchronized Optional<CheckpointDirectory.Checkpoint> restoreLatest(Path root) throws IOException {
+        refuseWithTensorParallel("restoreLatest");
         model.requireWhole("restoreLatest");
         Optional<CheckpointDirectory.Checkpoint> latest = CheckpointDirectory.latestComplete(root, group,
                 "symmem4j-pipeline-");
@@ -677,9 +713,23 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         return dataParallel;
     }
 
-    /** Replica {@code d}'s stages (tests compare the replicas bitwise). */
+    /** Replica {@code d}'s stages (tests compare the replicas bitwise); with tensor parallelism, its shard 0's. */
     List<Dl4jPipelineStage> replicaStages(int d) {
-        return replicaStages.get(d);
+        return replicaStages.get(d * tensorParallel);
+    }
+
+    /** Replica {@code d}'s stages of tensor-parallel shard {@code t}. */
+    List<Dl4jPipelineStage> replicaStages(int d, int t) {
+        return replicaStages.get(d * tensorParallel + t);
+    }
+
+    /**
+     * Tensor-parallel ranks per pipeline rank ({@link PipelineParallelTrainerBuilder#tensorParallel}).
+     *
+     * @return the tensor-parallel degree, 1 without tensor parallelism
+     */
+    public int tensorParallel() {
+        return tensorParallel;
     }
 
     /**
@@ -712,6 +762,16 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
+    /** Checkpoints of tensor-parallel stages are not built yet: refused with the way to keep the network. */
+    private void refuseWithTensorParallel(String call) {
+        if (tensorShards != null) {
+            throw new IllegalStateException(call + " with tensorParallel(" + tensorParallel + ", ...): not built yet"
+                    + " (the stage shards' files would hold shards); expected a trainer without tensor parallelism (fix:"
+                    + " after fit the model given to the builder holds the whole network with its updater state: save it"
+                    + " with ModelSerializer.writeModel(model, file, true), and build a new trainer from the loaded one)");
+        }
+    }
+
     private void requireUsable() {
         if (failed != null) {
             throw new IllegalStateException("the pipeline failed (" + failed + ") and was closed; expected an"
@@ -741,8 +801,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 group == null ? dataParallel : firstReplica + 1, split.dataType());
         List<StepPlan> plans = new ArrayList<>(shares.size());
         for (int i = 0; i < shares.size(); i++) {
-            plans.add(StepPlan.of(split, group == null ? replicaStages.get(firstReplica + i) : stages, shares.get(i),
-                    inputType));
+            // a replica's tensor-parallel ranks share its plan: their stages see the same (whole) activations
+            plans.add(StepPlan.of(split, group == null ? replicaStages.get((firstReplica + i) * tensorParallel) : stages,
+                    shares.get(i), inputType));
         }
         return plans;
     }
@@ -761,10 +822,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         double loss;
         if (group == null) {
             timelines = runOnThreads(plans, slotBytes);
-            // DL4J's score: the data loss plus every layer's regularization term, at the pre-update parameters
+            // DL4J's score: the data loss plus every layer's regularization term, at the pre-update parameters (with
+            // tensor parallelism every shard's share: a replicated parameter's term counts on shard 0 only)
             loss = stages.getLast().dataLoss();
-            for (Dl4jPipelineStage stage : stages) {
-                loss += stage.regularizationScore();
+            for (List<Dl4jPipelineStage> shard : replicaStages.subList(0, tensorParallel)) {
+                for (Dl4jPipelineStage stage : shard) {
+                    loss += stage.regularizationScore();
+                }
             }
         } else {
             GroupExchange.StepOutcome outcome = exchange().afterStep(stages, shape.ranks(),
@@ -798,8 +862,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         if (!failures.isEmpty()) {
             throw fail(failures, failedRanks);
         }
-        // replica 0's pipeline ranks: every replica runs the same schedule
-        return List.copyOf(timelines.subList(0, shape.ranks()));
+        // replica 0's pipeline ranks (tensor-parallel rank 0's): every replica runs the same schedule
+        List<StepTimeline> pipeline = new ArrayList<>(shape.ranks());
+        for (int p = 0; p < shape.ranks(); p++) {
+            pipeline.add(timelines.get(p * tensorParallel));
+        }
+        return List.copyOf(pipeline);
     }
 
     /** Group mode: this process's rank runs the step on the caller's thread; its own timeline. */
@@ -820,7 +888,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** What world rank {@code rank} runs, of its replica's stages {@code replica} ({@link PipelineRank.Spec#ofRank}). */
     private PipelineRank.Spec specOfRank(List<Dl4jPipelineStage> replica, int rank) {
-        return PipelineRank.Spec.ofRank(rank, replica, dataParallel, schedule, shape, linkSlots, syncBatchNorm);
+        return PipelineRank.Spec.ofRank(rank, replica, dataParallel, tensorParallel, schedule, shape, linkSlots,
+                syncBatchNorm);
     }
 
     /** Closes the trainer after a failed step; the exception carries the rank that caused the others to stop. */
@@ -848,14 +917,15 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
         // every rank runs ND4J ops at once: each gets its share of the cores (op and BLAS threads, process-wide)
         Nd4jThreadLimit.set(ompThreadsPerRank);
-        int pp = shape.ranks();
-        List<PipelineRank.Spec> specs = new ArrayList<>(dataParallel * pp);
-        for (int rank = 0; rank < dataParallel * pp; rank++) {
-            // row-major dp x pp mesh: world rank d * pp + p runs pipeline rank p of replica d
-            specs.add(specOfRank(replicaStages.get(rank / pp), rank));
+        int perReplica = shape.ranks() * tensorParallel;
+        List<PipelineRank.Spec> specs = new ArrayList<>(dataParallel * perReplica);
+        for (int rank = 0; rank < dataParallel * perReplica; rank++) {
+            // row-major dp x pp x tp mesh: world rank (d * pp + p) * tp + t runs pipeline rank p of replica d, shard t
+            specs.add(specOfRank(replicaStages.get(rank / perReplica * tensorParallel + rank % tensorParallel), rank));
         }
-        threads = PipelineRankThreads.start(specs, pp, timeout);
+        threads = PipelineRankThreads.start(specs, perReplica, timeout);
         LOG.info("symmem4j pipeline: " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")
+                + (tensorParallel > 1 ? " x " + tensorParallel + " tensor-parallel ranks" : "")
                 + ", schedule " + scheduleKind + ", link slots "
                 + linkSlots + ", ND4J threads per rank " + ompThreadsPerRank + ", " + split);
     }

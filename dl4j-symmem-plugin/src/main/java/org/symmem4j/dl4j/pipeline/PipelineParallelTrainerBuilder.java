@@ -11,6 +11,7 @@ import org.symmem4j.dl4j.InitialisationReplay;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.symmem4j.dl4j.train.ModelListeners;
+import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.symmem4j.dl4j.train.TrainerBuilder;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.pipeline.channel.LinkPlan;
@@ -51,6 +52,11 @@ public final class PipelineParallelTrainerBuilder
     private final ComputationGraph graph;
     private int ranks;
     int dataParallel = 1;
+    /** The tensor-parallel degree; 1 without tensor parallelism. */
+    private int tensorParallel = 1;
+    private int[] tensorParallelColumns = new int[0];
+    /** Made at build() when tensorParallel > 1: the shards and their splits, read by the trainer's constructor. */
+    PipelineTensorParallel tensorShards;
     boolean syncBatchNorm;
     private int microbatches;
     PipelineSchedule schedule = PipelineSchedule.ONE_F_ONE_B;
@@ -115,6 +121,46 @@ public final class PipelineParallelTrainerBuilder
                     + " data parallelism; fix: pass the number of pipeline replicas, or leave it unset)");
         }
         this.dataParallel = replicas;
+        return this;
+    }
+
+    /**
+     * Tensor parallelism inside the stages (default 1: none): every pipeline rank becomes {@code size} ranks, a
+     * {@code dp x pp x tp} {@link org.symmem4j.parallel.DeviceMesh} of {@code dataParallel x ranks x size} threads (world
+     * rank {@code (d * pp + p) * tp + t}), and each layer {@code c} of {@code columnLayers} with the layer after it
+     * becomes a Megatron block split over the {@code tp} sub-group, as {@link org.symmem4j.dl4j.tensor.TensorParallel#shard}
+     * makes it: {@code c} column-parallel, {@code c + 1} row-parallel, one all-reduce forward and one backward per block
+     * and microbatch. Tensor-parallel rank {@code t} trains shard {@code t} of every stage of its pipeline rank; the
+     * activations crossing a stage boundary are whole (the same on every tp rank), gradients of a shard are summed over
+     * its {@code dp} sub-group only, and replicated parameters stay bitwise equal over {@code tp} without a sum. One step
+     * equals one {@code fit} of the unsharded network on the whole batch, to rounding. The model given to the builder
+     * stays unsharded: after every {@code fit} it holds the shards joined.
+     *
+     * <p>Refused at {@link #build()}, with the fix: a layer of a block that is not a {@code DenseLayer}, overlapping
+     * blocks, a column-parallel width not divisible by {@code size}, settings a block cannot split exactly (dropout,
+     * weight noise, layer normalization, gradient normalization by norm, softmax on the column-parallel layer), a stage
+     * boundary inside a block ({@link #stageBoundaries}; the trainer's own splits keep blocks in one stage), a network
+     * that is already sharded; and, not built yet with tensor parallelism: group mode, graphs, a model started from its
+     * configuration, DL4J listeners, checkpoints (save the model after {@code fit}, which holds the whole network).
+     *
+     * @param size         tensor-parallel ranks per pipeline rank, at least 1 (1: none, {@code columnLayers} ignored)
+     * @param columnLayers the column-parallel layer of every block, each followed by its row-parallel layer
+     * @return this builder
+     * @throws IllegalArgumentException when {@code size} is below 1, or above 1 without a block
+     */
+    public PipelineParallelTrainerBuilder tensorParallel(int size, int... columnLayers) {
+        Objects.requireNonNull(columnLayers, "columnLayers");
+        if (size < 1) {
+            throw new IllegalArgumentException("tensorParallel size=" + size + " expected size >= 1 (1: no tensor"
+                    + " parallelism; fix: pass the tensor-parallel ranks per pipeline rank, e.g. tensorParallel(2, 0))");
+        }
+        if (size > 1 && columnLayers.length == 0) {
+            throw new IllegalArgumentException("tensorParallel size=" + size + " without blocks: expected at least one"
+                    + " column-parallel layer (fix: name the first layer of each dense pair to split, e.g."
+                    + " tensorParallel(" + size + ", 0, 2) for blocks 0-1 and 2-3)");
+        }
+        this.tensorParallel = size;
+        this.tensorParallelColumns = size > 1 ? columnLayers.clone() : new int[0];
         return this;
     }
 
@@ -310,6 +356,14 @@ public final class PipelineParallelTrainerBuilder
             start = new PipelineModel.FromConfiguration(List.of(fromConfiguration),
                     target -> InitialisationReplay.replay(hollow, target));
         }
+        if (TensorParallel.isSharded(network)) {
+            throw new IllegalArgumentException("the network already holds tensor-parallel layers (made by"
+                    + " TensorParallel.shard): expected the unsharded network, which the pipeline shards itself (fix:"
+                    + " pass the network before sharding and tensorParallel(size, columnLayers...))");
+        }
+        if (tensorParallel > 1) {
+            refuseWithTensorParallel();
+        }
         int stageCount = Math.multiplyExact(ranks, stagesPerRank);
         int layers = network.getLayerWiseConfigurations().getConfs().size();
         if (stageCount > layers) {
@@ -351,21 +405,31 @@ public final class PipelineParallelTrainerBuilder
             measured = StageProfile.measure(network, profileSample, microbatches * dataParallel, PROFILE_STEPS,
                     options().ndThreadsPerRank(ranks * dataParallel), inputType);
         }
+        // a tensor-parallel block stays in one stage: only its row-parallel layer's all-reduce makes its output whole
+        java.util.function.IntPredicate canStart = PipelineTensorParallel.canStartStage(tensorParallelColumns);
         PipelineStageSplit split;
         if (stageBoundaries != null) {
             split = PipelineStageSplit.atBoundaries(network, stageBoundaries);
         } else if (measured != null) {
-            split = PipelineStageSplit.byCost(network, stageCount, measured.layerNanos());
+            split = PipelineStageSplit.byCost(network, stageCount, measured.layerNanos(), canStart);
         } else {
-            split = PipelineStageSplit.balanced(network, stageCount);
+            split = PipelineStageSplit.balanced(network, stageCount, canStart);
         }
         if (group != null) {
             split = agreeAcrossRanks(split, measured != null, slots);
         }
+        tensorShards = tensorParallel > 1 ? PipelineTensorParallel.of(network, tensorParallel, tensorParallelColumns, split)
+                : null;
         PipelineModel model = new PipelineModel(network, graph, split, start);
         // refuses what the trainer cannot call as fit() would, leaving the model's listeners as they were
         listenerOptions().attachTo(model, l -> {
             refuseInGroupMode(group, l);
+            if (tensorParallel > 1 && !l.isEmpty()) {
+                throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with DL4J listeners: not"
+                        + " built yet (listeners are shown the whole network after each step, which would be joined"
+                        + " from the shards at every step); expected none (fix: stepListener(...), which sees every"
+                        + " step's report, or train without tensor parallelism)");
+            }
             if (fromConfiguration != null && !l.isEmpty()) {
                 throw new IllegalArgumentException(startedFrom() + " with DL4J listeners: they are shown the"
                         + " whole network after each step, which a trainer built from a configuration never holds; expected"
@@ -374,6 +438,20 @@ public final class PipelineParallelTrainerBuilder
         });
         return resumed(new PipelineParallelTrainer(this, options(), model, split, generated, shape, slots, measured),
                 PipelineParallelTrainer::restoreLatest);
+    }
+
+    /** What tensor parallelism in the stages does not support yet: refused at build(), before anything is built. */
+    private void refuseWithTensorParallel() {
+        String other = options().group() != null ? "group(...) (one process per rank)"
+                : graph != null ? "a ComputationGraph" : fromConfiguration != null ? startedFrom()
+                : options().checkpointSchedule() != null ? "checkpointEvery(...)"
+                : options().resumeRoot() != null ? "resumeFrom(...)" : null;
+        if (other != null) {
+            throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with " + other + ": not built"
+                    + " yet; expected a MultiLayerNetwork given whole, trained as threads of this JVM, without the"
+                    + " trainer's checkpoints (fix: drop " + other + ", or tensorParallel; to keep the trained network,"
+                    + " save the model after fit: it holds the whole network, updater state included)");
+        }
     }
 
     /** A trainer built from a configuration has no whole network to time, listen to or checkpoint: refused at build(). */
@@ -403,18 +481,21 @@ public final class PipelineParallelTrainerBuilder
                     + " host memory (fix: ProcessGroup.fromEnvironment(), or the group's host transport)");
         }
         int size = group.worldSize();
+        // the dp x pp x tp mesh must factor the world: every rank of the group is one rank of the mesh
+        int others = dataParallel * tensorParallel;
+        String mesh = "dataParallel=" + dataParallel + (tensorParallel > 1 ? " x tensorParallel=" + tensorParallel : "");
         if (ranks == 0) {
-            if (size % dataParallel != 0) {
-                throw new IllegalArgumentException("group(...) of worldSize=" + size + " with dataParallel=" + dataParallel
-                        + ": expected a world size divisible by dataParallel (each replica has ranks = worldSize /"
-                        + " dataParallel pipeline ranks; fix: start worldSize = ranks x dataParallel processes)");
+            if (size % others != 0) {
+                throw new IllegalArgumentException("group(...) of worldSize=" + size + " with " + mesh + ": expected a"
+                        + " world size divisible by " + others + " (each replica has ranks = worldSize / " + others
+                        + " pipeline ranks; fix: start worldSize = ranks x " + others + " processes)");
             }
-            ranks = size / dataParallel;
-        } else if (ranks * dataParallel != size) {
-            throw new IllegalArgumentException("ranks=" + ranks + " x dataParallel=" + dataParallel + " = "
-                    + ranks * dataParallel + " with group(...) of worldSize=" + size + ": in group mode every rank of"
-                    + " the group is one pipeline rank of one replica (fix: leave ranks unset, or start "
-                    + ranks * dataParallel + " processes)");
+            ranks = size / others;
+        } else if (ranks * others != size) {
+            throw new IllegalArgumentException("ranks=" + ranks + " x " + mesh + " = " + ranks * others + " with group(...)"
+                    + " of worldSize=" + size + ": expected the dp x pp x tp mesh to factor the group, every rank of"
+                    + " the group one rank of the mesh (fix: leave ranks unset, or start " + ranks * others
+                    + " processes)");
         }
     }
 

@@ -5,6 +5,7 @@ import java.util.List;
 import java.util.Map;
 import org.symmem4j.dl4j.SyncBatchNorm;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
+import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceMesh;
@@ -19,7 +20,9 @@ import org.symmem4j.pipeline.schedule.Schedule;
  * world ({@link PipelineRankWorker}) or the caller's thread in group mode (one process per rank).
  *
  * <p>With data-parallel replicas ({@code replicas > 1}) the world is a {@code dp x pp}
- * {@link DeviceMesh} (world rank {@code d * pp + p} is pipeline rank {@code p} of replica {@code d}):
+ * {@link DeviceMesh} (world rank {@code d * pp + p} is pipeline rank {@code p} of replica {@code d}; with
+ * tensor-parallel shards a {@code dp x pp x tp} mesh, world rank {@code (d * pp + p) * tp + t}, whose stages' blocks
+ * are attached to a communicator over the rank's {@code tp} sub-group, {@link PipelineTensorParallel}):
  * the executor runs on the rank's {@code pp} sub-group, and its stages share their gradients with the
  * other replicas over its {@code dp} sub-group ({@link ArrayCollectives} on its communicator); with
  * {@link Spec#syncBatchNorm()} its BatchNormalization layers merge their statistics over that sub-group too
@@ -39,24 +42,30 @@ final class PipelineRank implements AutoCloseable {
      * schedule, the messages per link, and whether its BatchNormalization layers synchronize over the replicas
      * ({@link PipelineSyncBatchNorm}).
      */
-    record Spec(int replicas, Schedule schedule, PipelineShape shape, int slots, Map<Integer, Dl4jPipelineStage> stages,
-                boolean syncBatchNorm) {
+    record Spec(int replicas, int tensorParallel, Schedule schedule, PipelineShape shape, int slots,
+                Map<Integer, Dl4jPipelineStage> stages, boolean syncBatchNorm) {
         Spec {
             stages = Map.copyOf(stages);
         }
 
         /**
-         * What world rank {@code rank} runs, of its replica's stages {@code replica}: pipeline rank {@code rank % pp}
-         * runs stages {@code rank % pp}, {@code rank % pp + pp}, ...
+         * What world rank {@code rank} runs, of its replica's (its tensor-parallel shard's) stages {@code replica}: world
+         * rank {@code (d * pp + p) * tp + t} is pipeline rank {@code p}, which runs stages {@code p}, {@code p + pp}, ...
          */
-        static Spec ofRank(int rank, List<Dl4jPipelineStage> replica, int replicas, Schedule schedule,
+        static Spec ofRank(int rank, List<Dl4jPipelineStage> replica, int replicas, int tensorParallel, Schedule schedule,
                            PipelineShape shape, int slots, boolean syncBatchNorm) {
             int pp = shape.ranks();
+            int p = rank / tensorParallel % pp;
             Map<Integer, Dl4jPipelineStage> mine = new HashMap<>();
-            for (int s = rank % pp; s < replica.size(); s += pp) {
+            for (int s = p; s < replica.size(); s += pp) {
                 mine.put(s, replica.get(s));
             }
-            return new Spec(replicas, schedule, shape, slots, mine, syncBatchNorm);
+            return new Spec(replicas, tensorParallel, schedule, shape, slots, mine, syncBatchNorm);
+        }
+
+        /** Whether the rank's world is a mesh (data-parallel replicas, or tensor-parallel shards), not one pipeline. */
+        boolean meshed() {
+            return replicas > 1 || tensorParallel > 1;
         }
     }
 
@@ -67,15 +76,19 @@ final class PipelineRank implements AutoCloseable {
     private final Communicator dataParallel;
     /** The synchronized BatchNorm layers' collectives over the {@code dp} sub-group, or null. */
     private final SyncBatchNorm batchNorm;
+    /** The communicator of the stages' tensor-parallel layers (the {@code tp} sub-group), or null without them. */
+    private final Communicator tensorParallel;
     private final Group pipelineGroup;
     private PipelineExecutor executor;
 
-    private PipelineRank(Group world, Spec spec, DeviceMesh mesh, Communicator dataParallel, SyncBatchNorm batchNorm) {
+    private PipelineRank(Group world, Spec spec, DeviceMesh mesh, Communicator dataParallel, SyncBatchNorm batchNorm,
+                         Communicator tensorParallel) {
         this.world = world;
         this.spec = spec;
         this.mesh = mesh;
         this.dataParallel = dataParallel;
         this.batchNorm = batchNorm;
+        this.tensorParallel = tensorParallel;
         this.pipelineGroup = mesh == null ? world : mesh.group("pp");
     }
 
@@ -84,24 +97,38 @@ final class PipelineRank implements AutoCloseable {
      * Collective over {@code world} when {@code replicas > 1} (the mesh's split).
      */
     static PipelineRank open(Group world, Spec spec) {
-        if (spec.replicas() == 1) {
-            return new PipelineRank(world, spec, null, null, null);
+        if (!spec.meshed()) {
+            return new PipelineRank(world, spec, null, null, null, null);
         }
-        DeviceMesh mesh = DeviceMesh.of(world, "dp", spec.replicas(), "pp", spec.shape().ranks());
+        DeviceMesh mesh = spec.tensorParallel() == 1
+                ? DeviceMesh.of(world, "dp", spec.replicas(), "pp", spec.shape().ranks())
+                : DeviceMesh.of(world, "dp", spec.replicas(), "pp", spec.shape().ranks(), "tp", spec.tensorParallel());
         Communicator dataParallel = null;
         SyncBatchNorm batchNorm = null;
+        Communicator tensorParallel = null;
         try {
-            dataParallel = Communicator.create(mesh.group("dp"));
-            ArrayCollectives replicaSums = new ArrayCollectives(dataParallel);
-            for (Dl4jPipelineStage stage : spec.stages().values()) {
-                stage.dataParallel(replicaSums);
+            if (spec.replicas() > 1) {
+                // the dp sub-group's ranks hold the same shard of the same stages: their gradients are summed
+                dataParallel = Communicator.create(mesh.group("dp"));
+                ArrayCollectives replicaSums = new ArrayCollectives(dataParallel);
+                for (Dl4jPipelineStage stage : spec.stages().values()) {
+                    stage.dataParallel(replicaSums);
+                }
+                if (spec.syncBatchNorm()) {
+                    // collective over the dp sub-group, whose ranks hold the same stages
+                    batchNorm = PipelineSyncBatchNorm.install(spec.stages().values(), mesh.group("dp"));
+                }
             }
-            if (spec.syncBatchNorm()) {
-                // collective over the dp sub-group, whose ranks hold the same stages
-                batchNorm = PipelineSyncBatchNorm.install(spec.stages().values(), mesh.group("dp"));
+            if (spec.tensorParallel() > 1) {
+                // the tp sub-group's ranks hold the shards of the same stages: the blocks' all-reduces run over it
+                tensorParallel = Communicator.create(mesh.group("tp"));
+                for (Dl4jPipelineStage stage : spec.stages().values()) {
+                    TensorParallel.attach(stage.network(), tensorParallel);
+                }
             }
-            return new PipelineRank(world, spec, mesh, dataParallel, batchNorm);
+            return new PipelineRank(world, spec, mesh, dataParallel, batchNorm, tensorParallel);
         } catch (RuntimeException | Error e) {
+            RankRuntime.closeQuietly(tensorParallel);
             RankRuntime.closeQuietly(batchNorm);
             RankRuntime.closeQuietly(dataParallel);
             RankRuntime.closeQuietly(mesh);
@@ -130,7 +157,7 @@ final class PipelineRank implements AutoCloseable {
             }
             return executor.runStep();
         } catch (RuntimeException | Error e) {
-            if (spec.replicas() > 1) {
+            if (spec.meshed()) {
                 world.abort("pipeline step failed on world rank " + world.rank() + ": " + e);
             }
             throw e;
@@ -142,6 +169,7 @@ final class PipelineRank implements AutoCloseable {
     public void close() {
         RankRuntime.closeQuietly(executor);
         executor = null;
+        RankRuntime.closeQuietly(tensorParallel);
         RankRuntime.closeQuietly(batchNorm);
         RankRuntime.closeQuietly(dataParallel);
         RankRuntime.closeQuietly(mesh);

@@ -12,20 +12,22 @@ import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.pipeline.exec.StepTimeline;
 
 /**
- * Thread mode's ranks: an in-JVM world of {@code dp x pp} rank threads, one {@link PipelineRankWorker} per world rank
- * (world rank {@code d * pp + p} is pipeline rank {@code p} of replica {@code d}), started together and stopped
+ * Thread mode's ranks: an in-JVM world of {@code dp x pp x tp} rank threads, one {@link PipelineRankWorker} per world
+ * rank (world rank {@code (d * pp + p) * tp + t} is pipeline rank {@code p} of replica {@code d}, tensor-parallel rank
+ * {@code t}), started together and stopped
  * together (a collective close). Group mode runs its one rank on the caller's thread instead ({@link PipelineRank}).
  */
 final class PipelineRankThreads {
 
     private final InJvmWorld world;
     private final List<PipelineRankWorker> workers;
-    private final int pipelineRanks;
+    /** World ranks per data-parallel replica: pipeline ranks times tensor-parallel ranks. */
+    private final int ranksPerReplica;
 
-    private PipelineRankThreads(InJvmWorld world, List<PipelineRankWorker> workers, int pipelineRanks) {
+    private PipelineRankThreads(InJvmWorld world, List<PipelineRankWorker> workers, int ranksPerReplica) {
         this.world = world;
         this.workers = workers;
-        this.pipelineRanks = pipelineRanks;
+        this.ranksPerReplica = ranksPerReplica;
     }
 
     /**
@@ -33,13 +35,13 @@ final class PipelineRankThreads {
      *
      * @throws SymmemException when a rank failed to open (the others are stopped)
      */
-    static PipelineRankThreads start(List<PipelineRank.Spec> specs, int pipelineRanks, Duration timeout) {
+    static PipelineRankThreads start(List<PipelineRank.Spec> specs, int ranksPerReplica, Duration timeout) {
         InJvmWorld world = InJvmWorld.create(specs.size(), GroupOptions.defaults().withTimeout(timeout));
         List<PipelineRankWorker> workers = new ArrayList<>(specs.size());
         for (int rank = 0; rank < specs.size(); rank++) {
             workers.add(new PipelineRankWorker(rank, world, specs.get(rank)));
         }
-        PipelineRankThreads threads = new PipelineRankThreads(world, List.copyOf(workers), pipelineRanks);
+        PipelineRankThreads threads = new PipelineRankThreads(world, List.copyOf(workers), ranksPerReplica);
         RankRuntime.startAll(threads.workers, timeout, "pipeline ranks", threads::stop);
         return threads;
     }
@@ -54,8 +56,8 @@ final class PipelineRankThreads {
         for (int w = 0; w < workers.size(); w++) {
             CompletableFuture<StepTimeline> result = new CompletableFuture<>();
             results.add(result);
-            // world rank w is pipeline rank w % pp of replica w / pp
-            workers.get(w).submit(new PipelineRankWorker.Task(plans.get(w / pipelineRanks), slotBytes, result));
+            // world rank w belongs to replica w / (pp x tp); a replica's tensor-parallel ranks share its plan
+            workers.get(w).submit(new PipelineRankWorker.Task(plans.get(w / ranksPerReplica), slotBytes, result));
         }
         List<StepTimeline> timelines = new ArrayList<>(workers.size());
         Duration bound = RankFailures.stepResultBound(timeout);

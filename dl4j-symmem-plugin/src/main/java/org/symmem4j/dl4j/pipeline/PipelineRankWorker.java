@@ -17,7 +17,7 @@ final class PipelineRankWorker extends RankRuntime<PipelineRankWorker.Task> {
     record Task(StepPlan plan, long slotBytes, CompletableFuture<StepTimeline> result) {
     }
 
-    /** This thread's rank in the world: {@code replica * pipelineRanks + pipelineRank}. */
+    /** This thread's rank in the world: {@code (replica * pipelineRanks + pipelineRank) * tp + tensorParallelRank}. */
     private final int rank;
     private final InJvmWorld world;
     private final PipelineRank.Spec spec;
@@ -27,12 +27,20 @@ final class PipelineRankWorker extends RankRuntime<PipelineRankWorker.Task> {
     private PipelineRank pipelineRank;
 
     PipelineRankWorker(int rank, InJvmWorld world, PipelineRank.Spec spec) {
-        super(spec.replicas() == 1 ? "symmem4j-pipeline-rank-" + rank
-                : "symmem4j-pipeline-dp" + rank / spec.shape().ranks() + "-pp" + rank % spec.shape().ranks(),
-                task -> task.plan() == null, AfterFailure.CONTINUE_UNTIL_SHUTDOWN);
+        super(threadName(rank, spec), task -> task.plan() == null, AfterFailure.CONTINUE_UNTIL_SHUTDOWN);
         this.rank = rank;
         this.world = world;
         this.spec = spec;
+    }
+
+    /** {@code symmem4j-pipeline-rank-R}, or on a mesh {@code symmem4j-pipeline-dpD-ppP} (and {@code -tpT}). */
+    private static String threadName(int rank, PipelineRank.Spec spec) {
+        if (!spec.meshed()) {
+            return "symmem4j-pipeline-rank-" + rank;
+        }
+        int tp = spec.tensorParallel();
+        int pp = spec.shape().ranks();
+        return "symmem4j-pipeline-dp" + rank / (tp * pp) + "-pp" + rank / tp % pp + (tp > 1 ? "-tp" + rank % tp : "");
     }
 
     /** Joins the world and opens the rank's {@link PipelineRank}; {@link #ready()} completes after it. */

@@ -8,6 +8,7 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.function.Consumer;
 import java.util.function.IntPredicate;
+import java.util.stream.IntStream;
 import org.deeplearning4j.nn.conf.BackpropType;
 import org.deeplearning4j.nn.conf.CNN2DFormat;
 import org.deeplearning4j.nn.conf.CacheMode;
@@ -94,9 +95,19 @@ public final class PipelineStageSplit {
      * @return the split
      */
     public static PipelineStageSplit balanced(MultiLayerNetwork network, int stages) {
+        return balanced(network, stages, layer -> true);
+    }
+
+    /**
+     * As {@link #balanced(MultiLayerNetwork, int)}, with stages starting only at layers {@code canStart} accepts (layer 0
+     * always): the best balance among those splits. For layers that must stay in one stage (a tensor-parallel block).
+     *
+     * @throws IllegalArgumentException when no such split has {@code stages} non-empty stages
+     */
+    static PipelineStageSplit balanced(MultiLayerNetwork network, int stages, IntPredicate canStart) {
         Layout layout = Layout.of(network);
         requireStageCount(stages, layout.layers());
-        return layout.split(network, balancedStarts(layout.layerParams, stages));
+        return layout.split(network, balancedStarts(layout.layerParams, stages, canStart));
     }
 
     /**
@@ -113,6 +124,14 @@ public final class PipelineStageSplit {
      * @return the split
      */
     public static PipelineStageSplit byCost(MultiLayerNetwork network, int stages, long[] layerCost) {
+        return byCost(network, stages, layerCost, layer -> true);
+    }
+
+    /**
+     * As {@link #byCost(MultiLayerNetwork, int, long[])}, with stages starting only at layers {@code canStart} accepts
+     * (see {@link #balanced(MultiLayerNetwork, int, IntPredicate)}).
+     */
+    static PipelineStageSplit byCost(MultiLayerNetwork network, int stages, long[] layerCost, IntPredicate canStart) {
         Objects.requireNonNull(layerCost, "layerCost");
         Layout layout = Layout.of(network);
         requireStageCount(stages, layout.layers());
@@ -126,7 +145,7 @@ public final class PipelineStageSplit {
                         + " (fix: pass each layer's relative cost, e.g. its measured time, as a number >= 0)");
             }
         }
-        return layout.split(network, balancedStarts(layerCost, stages));
+        return layout.split(network, balancedStarts(layerCost, stages, canStart));
     }
 
     /**
@@ -660,6 +679,15 @@ public final class PipelineStageSplit {
      * later stages, which also hold the loss, get the fewer layers).
      */
     static int[] balancedStarts(long[] layerParams, int stages) {
+        return balancedStarts(layerParams, stages, layer -> true);
+    }
+
+    /**
+     * As {@link #balancedStarts(long[], int)}, every stage after the first starting at a layer {@code canStart} accepts.
+     *
+     * @throws IllegalArgumentException when too few layers may start a stage
+     */
+    static int[] balancedStarts(long[] layerParams, int stages, IntPredicate canStart) {
         int layers = layerParams.length;
         long[] prefix = new long[layers + 1];
         for (int i = 0; i < layers; i++) {
@@ -673,11 +701,17 @@ public final class PipelineStageSplit {
         for (int s = 1; s <= stages; s++) {
             for (int i = s; i <= layers; i++) {
                 for (int j = s - 1; j < i; j++) {
-                    if (best[s - 1][j] != Long.MAX_VALUE) {
+                    if (best[s - 1][j] != Long.MAX_VALUE && (j == 0 || canStart.test(j))) {
                         best[s][i] = Math.min(best[s][i], Math.max(best[s - 1][j], prefix[i] - prefix[j]));
                     }
                 }
             }
+        }
+        if (best[stages][layers] == Long.MAX_VALUE) {
+            throw new IllegalArgumentException("stages=" + stages + " expected at most " + (1 + IntStream.range(1, layers)
+                    .filter(canStart).count()) + ": only that many of the network's " + layers + " layers may start a"
+                    + " stage (the others are inside a tensor-parallel block, which stays in one stage); fix: use at most " + (1 + IntStream.range(1, layers)
+                    .filter(canStart).count()) + " stages");
         }
         int[] starts = new int[stages + 1];
         starts[stages] = layers;
@@ -686,7 +720,8 @@ public final class PipelineStageSplit {
             long target = best[s][end];
             int chosen = -1;
             for (int j = end - 1; j >= s - 1; j--) {
-                if (best[s - 1][j] != Long.MAX_VALUE && Math.max(best[s - 1][j], prefix[end] - prefix[j]) == target) {
+                if (best[s - 1][j] != Long.MAX_VALUE && (j == 0 || canStart.test(j))
+                        && Math.max(best[s - 1][j], prefix[end] - prefix[j]) == target) {
                     chosen = j;
                     break;
                 }

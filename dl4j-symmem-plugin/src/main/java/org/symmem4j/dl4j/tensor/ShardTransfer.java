@@ -114,15 +114,52 @@ final class ShardTransfer {
     /** Every rank's {@code shard} (same shape), concatenated in rank order along {@code axis}: an all-gather, bit for bit. */
     static INDArray gatherBlocks(ArrayCollectives comm, INDArray shard, int size, int axis) {
         INDArray[][] gathered = comm.allGather(new INDArray[] {shard});
+        List<INDArray> blocks = new java.util.ArrayList<>(size);
+        for (int r = 0; r < size; r++) {
+            blocks.add(gathered[r][0]);
+        }
+        return joinBlocks(blocks, axis);
+    }
+
+    /** {@code blocks} (every rank's, same shape) concatenated in rank order along {@code axis}. */
+    static INDArray joinBlocks(List<INDArray> blocks, int axis) {
+        INDArray shard = blocks.getFirst();
         long[] shape = shard.shape().clone();
         int along = Math.min(axis, shape.length - 1); // DL4J's biases are vectors
         long k = shape[along];
-        shape[along] = k * size;
+        shape[along] = k * blocks.size();
         INDArray all = Nd4j.createUninitialized(shard.dataType(), shape, 'c');
-        for (int r = 0; r < size; r++) {
-            block(all, axis, r * k, (r + 1) * k).assign(gathered[r][0]);
+        for (int r = 0; r < blocks.size(); r++) {
+            block(all, axis, r * k, (r + 1) * k).assign(blocks.get(r));
         }
         return all;
+    }
+
+    /** As {@link #gatherLayer}, with every rank's layer {@code from} in this process (rank order); replicated from rank 0. */
+    static void joinLayer(String name, List<Layer> from, Layer to) {
+        Layer first = from.getFirst();
+        for (Map.Entry<String, INDArray> p : first.paramTable(false).entrySet()) {
+            int axis = splitAxis(first, p.getKey());
+            INDArray whole = axis < 0 ? p.getValue()
+                    : joinBlocks(from.stream().map(l -> l.getParam(p.getKey())).toList(), axis);
+            requireShape(name, p.getKey(), to, whole);
+            to.getParam(p.getKey()).assign(whole);
+        }
+    }
+
+    /** As {@link #gatherState}, with every rank's updater state in this process (rank order). */
+    static void joinState(String name, String key, Layer first, List<ParameterUpdaterState> fromStates,
+                          ParameterUpdaterState toState) {
+        for (String p : first.paramTable(false).keySet()) {
+            List<INDArray> target = toState.of(key, p);
+            requireSameSections(name, p, fromStates.getFirst().of(key, p).size(), target.size());
+            int axis = splitAxis(first, p);
+            for (int k = 0; k < target.size(); k++) {
+                int section = k;
+                target.get(k).assign(axis < 0 ? fromStates.getFirst().of(key, p).get(k)
+                        : joinBlocks(fromStates.stream().map(s -> s.of(key, p).get(section)).toList(), axis));
+            }
+        }
     }
 
     /** Indices {@code [from, to)} of {@code array} along {@code axis} (rows 0, columns 1; a vector's own axis). */

@@ -171,18 +171,7 @@ public final class TensorParallel {
         }
         MultiLayerNetwork sharded = new MultiLayerNetwork(conf);
         sharded.init();
-        for (int l = 0; l < confs.size(); l++) {
-            ShardTransfer.copyShard(unsharded.getLayer(l), sharded.getLayer(l), rank);
-        }
-        if (unsharded.getUpdater(false) != null) {
-            ParameterUpdaterState from = ParameterUpdaterState.of(unsharded);
-            ParameterUpdaterState to = ParameterUpdaterState.of(sharded);
-            for (int l = 0; l < confs.size(); l++) {
-                ShardTransfer.copyStateShard("layer " + l, String.valueOf(l), sharded.getLayer(l), from, to, rank);
-            }
-        }
-        sharded.setIterationCount(unsharded.getIterationCount());
-        sharded.setEpochCount(unsharded.getEpochCount());
+        reshardInto(unsharded, rank, sharded);
         return sharded;
     }
 
@@ -369,9 +358,35 @@ public final class TensorParallel {
 
     private static void attachLayers(Layer[] layers, Communicator communicator) {
         ArrayCollectives comm = new ArrayCollectives(communicator);
+        requireSplittable(layers, comm.size());
+        for (Layer layer : layers) {
+            if (layer instanceof TensorParallelLayer tp) {
+                tp.attach(comm);
+            }
+        }
+    }
+
+    /**
+     * Checks, without a group, what {@link #attach} checks before it binds: that every tensor-parallel layer of
+     * {@code network} was sharded for {@code size} ranks and can be split exactly (no dropout or weight noise, no layer
+     * normalization, no gradient normalization by a layer's norm, an element-wise activation on a column-parallel
+     * layer). For trainers that shard a network themselves and refuse bad settings before any rank starts.
+     *
+     * @param network a network made by {@link #shard}
+     * @param size    the tensor-parallel group's size it will be attached to
+     * @throws IllegalArgumentException naming every layer that cannot be split exactly, and the fix
+     */
+    public static void requireSplittable(MultiLayerNetwork network, int size) {
+        if (network.getLayers() == null) {
+            network.init();
+        }
+        requireSplittable(network.getLayers(), size);
+    }
+
+    private static void requireSplittable(Layer[] layers, int size) {
         List<String> problems = new ArrayList<>();
         for (Layer layer : layers) {
-            if (!(layer instanceof TensorParallelLayer tp)) {
+            if (!(layer instanceof TensorParallelLayer)) {
                 continue;
             }
             org.deeplearning4j.nn.conf.layers.BaseLayer conf = (org.deeplearning4j.nn.conf.layers.BaseLayer) layer.conf().getLayer();
@@ -383,8 +398,8 @@ public final class TensorParallel {
                 case VocabParallelEmbeddingLayer e -> e.getTensorParallelSize();
                 default -> throw Invariants.violated("unknown tensor-parallel layer configuration " + conf.getClass());
             };
-            if (shardedFor != comm.size()) {
-                problems.add(kind + " was sharded for " + shardedFor + " ranks, the group has " + comm.size());
+            if (shardedFor != size) {
+                problems.add(kind + " was sharded for " + shardedFor + " ranks, the group has " + size);
             }
             if (conf.getIDropout() != null) {
                 problems.add(kind + " has dropout on its input (each rank would draw its own mask)");
@@ -404,17 +419,109 @@ public final class TensorParallel {
                 problems.add(kind + " has activation " + activation + " (across features; a column-parallel layer's"
                         + " activation must be element-wise)");
             }
-            tp.attach(comm);
         }
         if (!problems.isEmpty()) {
-            for (Layer layer : layers) {
-                if (layer instanceof TensorParallelLayer tp) {
-                    tp.attach(null);
-                }
-            }
             throw new IllegalArgumentException("the network cannot be split exactly: " + String.join("; ", problems)
                     + " (fix: correct those layers' settings in the unsharded network and shard it again)");
         }
+    }
+
+    /**
+     * Writes {@code unsharded}'s parameters, updater state and counters into {@code shard}, an existing shard of rank
+     * {@code rank} (made by {@link #shard(MultiLayerNetwork, int, int, int...)} from a network of that configuration):
+     * what {@code shard} makes, without building a new network. The updater state is copied only where
+     * {@code unsharded} has an updater.
+     *
+     * @param unsharded the whole network
+     * @param rank      the shard's rank in the tensor-parallel group
+     * @param shard     the shard to overwrite
+     * @throws IllegalArgumentException when the layer counts differ (another configuration)
+     */
+    public static void reshardInto(MultiLayerNetwork unsharded, int rank, MultiLayerNetwork shard) {
+        if (unsharded.getLayers() == null) {
+            unsharded.init();
+        }
+        if (unsharded.getnLayers() != shard.getnLayers()) {
+            throw new IllegalArgumentException("the shard has " + shard.getnLayers() + " layers, the network "
+                    + unsharded.getnLayers() + ": expected the configuration the shard was made from (fix: shard that"
+                    + " network with TensorParallel.shard)");
+        }
+        for (int l = 0; l < shard.getnLayers(); l++) {
+            ShardTransfer.copyShard(unsharded.getLayer(l), shard.getLayer(l), rank);
+        }
+        if (unsharded.getUpdater(false) != null) {
+            ParameterUpdaterState from = ParameterUpdaterState.of(unsharded);
+            ParameterUpdaterState to = ParameterUpdaterState.of(shard);
+            for (int l = 0; l < shard.getnLayers(); l++) {
+                ShardTransfer.copyStateShard("layer " + l, String.valueOf(l), shard.getLayer(l), from, to, rank);
+            }
+        }
+        shard.setIterationCount(unsharded.getIterationCount());
+        shard.setEpochCount(unsharded.getEpochCount());
+    }
+
+    /**
+     * As {@link #gather(MultiLayerNetwork, Communicator, MultiLayerNetwork)} with every rank's shard in this process
+     * (trainers whose tensor-parallel ranks are threads of one JVM): writes the whole network into {@code target},
+     * the shards joined in rank order, the replicated layers from rank 0's shard, the updater state likewise, and rank
+     * 0's counters. Not collective; bit for bit what {@code gather} writes.
+     *
+     * @param shards every rank's shard, in rank order ({@code shards.size()} is the tensor-parallel size)
+     * @param target an unsharded network of the configuration the shards were made from
+     * @throws IllegalArgumentException when {@code target}'s layers do not match the shards'
+     */
+    public static void join(List<MultiLayerNetwork> shards, MultiLayerNetwork target) {
+        if (target.getLayers() == null) {
+            target.init();
+        }
+        MultiLayerNetwork first = shards.getFirst();
+        if (target.getnLayers() != first.getnLayers()) {
+            throw new IllegalArgumentException("target has " + target.getnLayers() + " layers, the sharded network "
+                    + first.getnLayers() + ": expected the unsharded configuration (fix: join into a"
+                    + " network built from the configuration before TensorParallel sharded it)");
+        }
+        for (int l = 0; l < first.getnLayers(); l++) {
+            int layer = l;
+            ShardTransfer.joinLayer("layer " + l, shards.stream().map(s -> s.getLayer(layer)).toList(), target.getLayer(l));
+        }
+        List<ParameterUpdaterState> from = shards.stream().map(ParameterUpdaterState::of).toList();
+        ParameterUpdaterState to = ParameterUpdaterState.of(target);
+        for (int l = 0; l < first.getnLayers(); l++) {
+            ShardTransfer.joinState("layer " + l, String.valueOf(l), first.getLayer(l), from, to);
+        }
+        target.setIterationCount(first.getIterationCount());
+        target.setEpochCount(first.getEpochCount());
+    }
+
+    /**
+     * This rank's share of DL4J's regularization score (L1, L2, weight decay) of the unsharded network: the terms of
+     * the parameters this rank holds a block of on every rank, those of replicated parameters on rank 0 only, so that
+     * the ranks' shares add up to the unsharded network's {@code calcRegularizationScore(true)} (to the rounding of the
+     * sum's order). DL4J's own score of a shard counts the replicated terms on every rank.
+     *
+     * @param shard a network made by {@link #shard}, or a contiguous range of its layers
+     * @param rank  the shard's rank in the tensor-parallel group
+     * @return the share, 0 without regularization
+     */
+    public static double regularizationShare(MultiLayerNetwork shard, int rank) {
+        double score = 0;
+        for (Layer layer : shard.getLayers()) {
+            if (!(layer.conf().getLayer() instanceof org.deeplearning4j.nn.conf.layers.BaseLayer conf)) {
+                score += layer.calcRegularizationScore(true);
+                continue;
+            }
+            for (java.util.Map.Entry<String, org.nd4j.linalg.api.ndarray.INDArray> p : layer.paramTable(true).entrySet()) {
+                if (rank != 0 && ShardTransfer.splitAxis(layer, p.getKey()) < 0) {
+                    continue; // replicated: counted once, on rank 0
+                }
+                List<org.nd4j.linalg.learning.regularization.Regularization> terms = conf.getRegularizationByParam(p.getKey());
+                for (org.nd4j.linalg.learning.regularization.Regularization r : terms == null ? List.<org.nd4j.linalg
+                        .learning.regularization.Regularization>of() : terms) {
+                    score += r.score(p.getValue(), layer.getIterationCount(), layer.getEpochCount());
+                }
+            }
+        }
+        return score;
     }
 
     /**

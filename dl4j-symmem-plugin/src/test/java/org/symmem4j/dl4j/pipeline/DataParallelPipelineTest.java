@@ -94,11 +94,20 @@ class DataParallelPipelineTest {
                 "the tolerance cannot tell one replica's share from the whole batch");
     }
 
-    /** Every replica's stages hold the same parameters, updater state and counters, bit for bit. */
+    /**
+     * Every replica's stages hold the same parameters, updater state and counters, bit for bit (with tensor parallelism,
+     * every replica's shard {@code t} as replica 0's).
+     */
     static void assertReplicasBitwiseEqual(PipelineParallelTrainer trainer, int dp) {
-        List<Dl4jPipelineStage> first = trainer.replicaStages(0);
+        for (int t = 0; t < trainer.tensorParallel(); t++) {
+            assertReplicasBitwiseEqual(trainer, dp, t);
+        }
+    }
+
+    private static void assertReplicasBitwiseEqual(PipelineParallelTrainer trainer, int dp, int t) {
+        List<Dl4jPipelineStage> first = trainer.replicaStages(0, t);
         for (int d = 1; d < dp; d++) {
-            List<Dl4jPipelineStage> other = trainer.replicaStages(d);
+            List<Dl4jPipelineStage> other = trainer.replicaStages(d, t);
             for (int s = 0; s < first.size(); s++) {
                 MultiLayerNetwork a = first.get(s).network();
                 MultiLayerNetwork b = other.get(s).network();

@@ -1,0 +1,132 @@
+package org.symmem4j.dl4j.pipeline;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.function.IntPredicate;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.symmem4j.dl4j.tensor.TensorParallel;
+
+/**
+ * The tensor-parallel side of a pipeline on a {@code dp x pp x tp} mesh
+ * ({@link PipelineParallelTrainerBuilder#tensorParallel}): the user's unsharded network cut into {@code tp} shards by
+ * {@link TensorParallel#shard} (Megatron's column- then row-parallel dense blocks), every shard cut into stages at the
+ * same boundaries, which never fall inside a block. Tensor-parallel rank {@code t} of every pipeline rank trains shard
+ * {@code t}'s stages; the activations and gradients crossing a stage boundary are whole (a block's output is summed over
+ * the {@code tp} ranks inside its row-parallel layer), so every tp rank's pipeline sends the same messages over its own
+ * {@code pp} sub-group, and the blocks' two all-reduces per microbatch run over the {@code tp} sub-group. Gradients of a
+ * shard are summed over its {@code dp} sub-group only (the ranks holding that shard of that stage); replicated
+ * parameters get the same gradient on every tp rank, bit for bit, and need no sum over {@code tp}.
+ *
+ * <p>The user's model is joined from the shards after every {@code fit} ({@link #takeInto}); a model changed between
+ * fits is cut into the shards again and given to every replica ({@link #giveIfChanged}). Thread mode only: every shard
+ * of every stage is in this process.
+ */
+final class PipelineTensorParallel {
+
+    private final int size;
+    private final int[] columnLayers;
+    /** Shard {@code t} of the whole network: the stages' state joined per shard, before the shards are joined. */
+    private final List<MultiLayerNetwork> shards;
+    /** Shard {@code t} cut into the trainer's stages. */
+    private final List<PipelineStageSplit> splits;
+
+    private PipelineTensorParallel(int size, int[] columnLayers, List<MultiLayerNetwork> shards,
+                                   List<PipelineStageSplit> splits) {
+        this.size = size;
+        this.columnLayers = columnLayers;
+        this.shards = shards;
+        this.splits = splits;
+    }
+
+    /**
+     * The layers a stage may start at: any but the row-parallel layer of a block ({@code c + 1} for every column-parallel
+     * layer {@code c}), so that a block stays in one stage.
+     */
+    static IntPredicate canStartStage(int[] columnLayers) {
+        return layer -> Arrays.stream(columnLayers).noneMatch(c -> layer == c + 1);
+    }
+
+    /**
+     * Checks the blocks ({@link TensorParallel#shard}: dense pairs, not overlapping, widths divisible by {@code size};
+     * {@link TensorParallel#requireSplittable}: settings that split exactly) and that no stage of {@code split} starts
+     * inside one, then shards {@code network} {@code size} ways and cuts every shard at {@code split}'s boundaries.
+     *
+     * @throws IllegalArgumentException naming the layer or boundary that does not fit, and the fix
+     */
+    static PipelineTensorParallel of(MultiLayerNetwork network, int size, int[] columnLayers, PipelineStageSplit split) {
+        for (int s = 1; s < split.stageCount(); s++) {
+            int first = split.firstLayer(s);
+            for (int c : columnLayers) {
+                if (first == c + 1) {
+                    throw new IllegalArgumentException("stage " + s + " starts at layer " + first + ", inside the"
+                            + " tensor-parallel block of layers " + c + "-" + (c + 1) + " (column-parallel " + c
+                            + ", row-parallel " + (c + 1) + "): expected every block inside one stage, since only its"
+                            + " row-parallel layer's all-reduce makes the activation whole; found stage boundaries "
+                            + Arrays.toString(split.stageStarts()) + " (fix: start the stage at layer " + c + " or "
+                            + (c + 2) + ", or leave stageBoundaries unset: the trainer's own splits keep blocks whole)");
+                }
+            }
+        }
+        List<MultiLayerNetwork> shards = new ArrayList<>(size);
+        List<PipelineStageSplit> splits = new ArrayList<>(size);
+        for (int t = 0; t < size; t++) {
+            MultiLayerNetwork shard = TensorParallel.shard(network, t, size, columnLayers);
+            if (t == 0) {
+                TensorParallel.requireSplittable(shard, size); // dropout, weight noise, ... refused before any rank runs
+            }
+            shards.add(shard);
+            splits.add(PipelineStageSplit.atBoundaries(shard, split.stageStarts()));
+        }
+        return new PipelineTensorParallel(size, columnLayers.clone(), List.copyOf(shards), List.copyOf(splits));
+    }
+
+    /** The tensor-parallel degree. */
+    int size() {
+        return size;
+    }
+
+    /** The column-parallel layers of the blocks. */
+    int[] columnLayers() {
+        return columnLayers.clone();
+    }
+
+    /** Shard {@code t}'s stages, with shard {@code t}'s parameters and updater state; bound to a group when a rank opens. */
+    List<Dl4jPipelineStage> buildStages(int t) {
+        List<Dl4jPipelineStage> stages = splits.get(t).buildStages(s -> true, null);
+        for (Dl4jPipelineStage stage : stages) {
+            stage.tensorParallelRank(t);
+        }
+        return stages;
+    }
+
+    /**
+     * {@code target} (the unsharded configuration) takes the state of {@code byRank}: one replica's stages of every
+     * tensor-parallel rank, in rank order: each shard joined from its stages, then the shards joined
+     * ({@link TensorParallel#join}).
+     */
+    void takeInto(List<List<Dl4jPipelineStage>> byRank, MultiLayerNetwork target) {
+        for (int t = 0; t < size; t++) {
+            splits.get(t).copyStagesInto(byRank.get(t).stream().map(Dl4jPipelineStage::network).toList(), shards.get(t));
+        }
+        TensorParallel.join(shards, target);
+    }
+
+    /**
+     * If {@code model} no longer holds what the stages hold (the user changed it between fits), every replica's stages
+     * take its state, cut into the shards again. {@code replicaStages} is indexed {@code d * size + t}.
+     */
+    void giveIfChanged(MultiLayerNetwork model, List<List<Dl4jPipelineStage>> replicaStages) {
+        boolean holds = true;
+        for (int t = 0; t < size; t++) {
+            TensorParallel.reshardInto(model, t, shards.get(t));
+            holds &= PipelineModel.stagesHold(shards.get(t), splits.get(t), replicaStages.get(t));
+        }
+        if (holds) {
+            return;
+        }
+        for (int r = 0; r < replicaStages.size(); r++) {
+            PipelineModel.giveStages(shards.get(r % size), splits.get(r % size), replicaStages.get(r), true);
+        }
+    }
+}

@@ -1,0 +1,220 @@
+package org.symmem4j.dl4j.pipeline;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.time.Duration;
+import java.util.List;
+import java.util.stream.Stream;
+import org.deeplearning4j.nn.conf.dropout.Dropout;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.dataset.DataSet;
+import org.symmem4j.dl4j.Nets;
+import org.symmem4j.dl4j.tensor.ColumnParallelDenseLayer;
+import org.symmem4j.dl4j.tensor.RowParallelDenseLayer;
+import org.symmem4j.dl4j.tensor.TensorParallel;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.group.InJvmWorld;
+
+/**
+ * DP x PP x TP ({@link PipelineParallelTrainerBuilder#tensorParallel}): the stages of a pipeline hold Megatron blocks
+ * split over the {@code tp} sub-group of a {@code dp x pp x tp} mesh, and a step equals plain {@code fit} of the
+ * unsharded network on the whole batch (fp64, {@link PipelineEquivalenceTest}'s tolerance), as
+ * {@link DataParallelPipelineTest} checks DP x PP: parameters, loss, updater state after every step; the replicas of
+ * every shard bitwise equal, the replicated layers bitwise equal over the tensor-parallel ranks. And what cannot train
+ * so is refused at {@code build()}, naming it.
+ */
+class TensorParallelPipelineTest {
+
+    static final int STEPS = DataParallelPipelineTest.STEPS;
+    static final int BATCH = DataParallelPipelineTest.BATCH;
+    /** Blocks of {@link PipelineNets#mlp}: layers 0-1 (16-32-48), 2-3 (48-64-48), 4-5 (48-32-24); 6 dense, 7 output. */
+    static final int[] BLOCKS = {0, 2, 4};
+
+    static Stream<Arguments> cases() {
+        return Stream.of(
+                // dp, pp, tp, schedule, stagesPerRank, microbatches, updater, l2
+                Arguments.of(2, 2, 2, PipelineSchedule.ONE_F_ONE_B, 1, 2, "adam", 1e-3),
+                Arguments.of(2, 2, 2, PipelineSchedule.GPIPE, 1, 2, "sgd", 0.0),
+                Arguments.of(1, 2, 2, PipelineSchedule.ONE_F_ONE_B, 1, 4, "adam", 1e-3),
+                Arguments.of(1, 2, 2, PipelineSchedule.GPIPE, 1, 4, "adam", 0.0),
+                Arguments.of(1, 2, 2, PipelineSchedule.INTERLEAVED, 2, 4, "sgd", 1e-3));
+    }
+
+    @ParameterizedTest(name = "dp={0} pp={1} tp={2} {3} v={4} m={5} {6} l2={7}")
+    @MethodSource("cases")
+    void matchesPlainFitOfTheUnshardedNetwork(int dp, int pp, int tp, PipelineSchedule schedule, int stagesPerRank,
+                                              int microbatches, String updater, double l2) {
+        DataType dtype = DataType.DOUBLE;
+        MultiLayerNetwork base = PipelineNets.mlp(PipelineNets.updater(updater), l2, dtype);
+        MultiLayerNetwork reference = base.clone();
+        MultiLayerNetwork model = base.clone();
+        MultiLayerNetwork copied = base.clone();
+        List<DataSet> data = PipelineNets.batches(11, STEPS, BATCH, dtype);
+        double tol = PipelineEquivalenceTest.tolerance(dtype, updater);
+        double worst = 0;
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(model).ranks(pp).dataParallel(dp)
+                .tensorParallel(tp, BLOCKS).microbatches(microbatches).schedule(schedule, stagesPerRank).build()) {
+            assertEquals(tp, trainer.tensorParallel());
+            assertBlocksInsideStages(trainer.split());
+            for (int s = 0; s < STEPS; s++) {
+                if (s == 2) {
+                    // a model changed between fits is taken by every shard of every replica
+                    model.params().muli(0.5);
+                    reference.params().muli(0.5);
+                }
+                trainer.fit(data.get(s));
+                reference.fit(data.get(s));
+                double diff = Nets.maxRelativeDifference(model.params(), reference.params());
+                worst = Math.max(worst, diff);
+                assertTrue(diff <= tol, "step " + s + ": the model's parameters differ from plain fit of the unsharded"
+                        + " network on the whole batch by " + diff + " > " + tol);
+                if (reference.getUpdater().getStateViewArray() != null) {
+                    double state = Nets.maxRelativeDifference(model.getUpdater().getStateViewArray(),
+                            reference.getUpdater().getStateViewArray());
+                    assertTrue(state <= tol, "step " + s + ": updater state differs by " + state);
+                }
+                double loss = trainer.lastStep().loss();
+                assertTrue(Math.abs(loss - reference.score()) / (1 + Math.abs(reference.score()))
+                        <= PipelineEquivalenceTest.lossTolerance(dtype), "step " + s + ": loss " + loss + " vs score "
+                        + reference.score());
+                assertEquals(BATCH, trainer.lastStep().examples());
+                DataParallelPipelineTest.assertReplicasBitwiseEqual(trainer, dp);
+                assertReplicatedLayersBitwiseEqualOverTensorParallelRanks(trainer, tp);
+            }
+            assertEquals(STEPS, model.getIterationCount());
+            assertEquals(pp, trainer.lastStep().timelines().size(), "one timeline per pipeline rank");
+            trainer.copyParametersTo(copied);
+            if (model.getUpdater().getStateViewArray() != null) {
+                PipelineNets.assertSameState(model, copied, "copyParametersTo");
+            } else {
+                assertTrue(PipelineNets.bitwiseEqual(model.params(), copied.params()), "copyParametersTo: parameters");
+            }
+            long shards = 0;
+            for (int t = 0; t < tp; t++) {
+                shards += TensorParallel.shard(base, t, tp, BLOCKS).numParams();
+            }
+            assertEquals(shards, trainer.parametersHeld(), "every shard of one replica, replicated parameters in each");
+        }
+        System.out.printf("dp=%d pp=%d tp=%d %s v=%d m=%d %s l2=%s: params %.3g%n", dp, pp, tp, schedule, stagesPerRank,
+                microbatches, updater, l2, worst);
+    }
+
+    /** No stage starts at a block's row-parallel layer: the trainer's own split keeps blocks whole. */
+    private static void assertBlocksInsideStages(PipelineStageSplit split) {
+        for (int s = 1; s < split.stageCount(); s++) {
+            for (int c : BLOCKS) {
+                assertTrue(split.firstLayer(s) != c + 1, "stage " + s + " starts inside block " + c + ": " + split);
+            }
+        }
+    }
+
+    /**
+     * Every tensor-parallel rank holds the replicated parameters (layers outside the blocks, the row-parallel layers'
+     * bias) bit for bit alike, and the blocks' column-parallel shards differ (each holds its own columns).
+     */
+    private static void assertReplicatedLayersBitwiseEqualOverTensorParallelRanks(PipelineParallelTrainer trainer, int tp) {
+        List<Dl4jPipelineStage> first = trainer.replicaStages(0, 0);
+        for (int t = 1; t < tp; t++) {
+            List<Dl4jPipelineStage> other = trainer.replicaStages(0, t);
+            for (int s = 0; s < first.size(); s++) {
+                MultiLayerNetwork a = first.get(s).network();
+                MultiLayerNetwork b = other.get(s).network();
+                for (int l = 0; l < a.getnLayers(); l++) {
+                    Object conf = a.getLayer(l).conf().getLayer();
+                    String where = "tp rank " + t + " stage " + s + " layer " + l;
+                    if (conf instanceof ColumnParallelDenseLayer) {
+                        assertTrue(!PipelineNets.bitwiseEqual(a.getLayer(l).getParam("W").ravel(), b.getLayer(l).getParam("W").ravel()),
+                                where + ": column-parallel shards should hold different columns");
+                    } else if (conf instanceof RowParallelDenseLayer) {
+                        assertTrue(PipelineNets.bitwiseEqual(a.getLayer(l).getParam("b").ravel(), b.getLayer(l).getParam("b").ravel()),
+                                where + ": row-parallel bias");
+                    } else if (a.getLayer(l).numParams() > 0) {
+                        assertTrue(PipelineNets.bitwiseEqual(a.getLayer(l).params().ravel(), b.getLayer(l).params().ravel()),
+                                where + ": replicated parameters");
+                    }
+                }
+            }
+        }
+    }
+
+    @Test
+    void aStageBoundaryInsideABlockIsRefused() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer
+                .builder(mlp()).ranks(2).tensorParallel(2, BLOCKS).microbatches(2).stageBoundaries(3).build());
+        assertTrue(e.getMessage().contains("stage 1 starts at layer 3, inside the tensor-parallel block of layers 2-3")
+                && e.getMessage().contains("fix: start the stage at layer 2 or 4"), e.getMessage());
+    }
+
+    @Test
+    void moreStagesThanTheBlocksLeaveAreRefused() {
+        // 8 layers, blocks 0-1, 2-3, 4-5: stages can start at layers 2, 4, 6 and 7 only
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer
+                .builder(mlp()).ranks(6).tensorParallel(2, BLOCKS).microbatches(6).build());
+        assertTrue(e.getMessage().contains("stages=6 expected at most 5"), e.getMessage());
+    }
+
+    @Test
+    void aWidthNotDivisibleByTheTensorParallelSizeIsRefused() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer
+                .builder(mlp()).ranks(2).tensorParallel(3, 0).microbatches(2).build());
+        assertTrue(e.getMessage().contains("layer 0 has nOut=32, not divisible by the tensor-parallel size 3"),
+                e.getMessage());
+    }
+
+    @Test
+    void aBlockThatIsNotTwoDenseLayersIsRefused() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer
+                .builder(mlp()).ranks(2).tensorParallel(2, 6).microbatches(2).build());
+        assertTrue(e.getMessage().contains("layer 7 is a OutputLayer: a tensor-parallel block is two DenseLayers"),
+                e.getMessage());
+    }
+
+    @Test
+    void aBlockThatCannotSplitExactlyIsRefused() {
+        MultiLayerNetwork net = mlp();
+        net.getLayerWiseConfigurations().getConf(2).getLayer().setIDropout(new Dropout(0.8));
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer
+                .builder(net).ranks(2).tensorParallel(2, BLOCKS).microbatches(2).build());
+        assertTrue(e.getMessage().contains("has dropout on its input (each rank would draw its own mask)"), e.getMessage());
+    }
+
+    @Test
+    void anAlreadyShardedNetworkAndAMissingBlockAreRefused() {
+        MultiLayerNetwork sharded = TensorParallel.shard(mlp(), 0, 2, 0);
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer
+                .builder(sharded).ranks(2).microbatches(2).build());
+        assertTrue(e.getMessage().contains("the network already holds tensor-parallel layers"), e.getMessage());
+        e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer.builder(mlp()).tensorParallel(2));
+        assertTrue(e.getMessage().contains("expected at least one column-parallel layer"), e.getMessage());
+    }
+
+    /** A mesh that does not factor the group is refused on every rank; one that does, in group mode, is not built yet. */
+    @Test
+    void aMeshThatDoesNotFactorTheWorldIsRefused() {
+        List<String> messages = InJvmWorld.runOnEveryRank(6, GroupOptions.defaults().withTimeout(Duration.ofSeconds(30)),
+                group -> assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer.builder(mlp())
+                        .group(group).dataParallel(2).tensorParallel(2, BLOCKS).microbatches(2).build()).getMessage());
+        for (String message : messages) {
+            assertTrue(message.contains("group(...) of worldSize=6 with dataParallel=2 x tensorParallel=2: expected a"
+                    + " world size divisible by 4"), message);
+        }
+        messages = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(30)),
+                group -> assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer.builder(mlp())
+                        .group(group).tensorParallel(2, BLOCKS).microbatches(2).build()).getMessage());
+        for (String message : messages) {
+            assertTrue(message.contains("tensorParallel(2, ...) with group(...) (one process per rank): not built yet"),
+                    message);
+        }
+    }
+
+    private static MultiLayerNetwork mlp() {
+        return PipelineNets.mlp(PipelineNets.updater("sgd"), 0, DataType.DOUBLE);
+    }
+}
