@@ -28,7 +28,7 @@ fi
 cap=${CAP:-512m}
 main=org.symmem4j.examples.PipelineMemoryCapExample
 jvm=(--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector --sun-misc-unsafe-memory-access=allow
-  -Xms128m -Xmx128m -XX:+AlwaysPreTouch -Dorg.deeplearning4j.crash.dump.enabled=false)
+  -Xms128m -Xmx128m -XX:+AlwaysPreTouch -Dorg.deeplearning4j.crash.reporting.enabled=false)
 capped=(-Dorg.bytedeco.javacpp.maxbytes="$cap" -Dorg.bytedeco.javacpp.maxphysicalbytes="$cap")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
