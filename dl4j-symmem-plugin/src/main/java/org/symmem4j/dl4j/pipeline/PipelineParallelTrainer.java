@@ -17,10 +17,12 @@ import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.inputs.InputType;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
+import org.nd4j.linalg.factory.Nd4j;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.HollowNetworks;
@@ -485,6 +487,36 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         // every tensor-parallel shard of one replica: the whole network's parameters, once, in thread mode
         return replicaStages.subList(0, tensorParallel).stream().flatMap(List::stream).filter(Dl4jPipelineStage::held)
                 .mapToLong(s -> s.network().numParams()).sum();
+    }
+
+    /**
+     * A copy of the trained parameters of stage {@code stage}, one this process trains: its layers' flat parameter
+     * vector in DL4J's order (the slice {@code [split().parameterOffset(stage), + split().parameterCount(stage))} of
+     * the whole network's {@code params()}). In group mode that is one of this rank's stages ({@code stage % ranks}
+     * equal to its pipeline rank), of its replica; in thread mode any stage, of replica 0. It reads no other rank's
+     * memory and gathers nothing, so a rank started from a configuration can compare or record its stages without the
+     * whole network ever being held ({@link #copyParametersTo} gathers all of it).
+     *
+     * @param stage the stage, {@code 0 .. split().stageCount() - 1}
+     * @return a new array with the stage's parameters (empty for a stage without parameters)
+     * @throws IllegalArgumentException when {@code stage} is out of range or another rank trains it
+     * @throws IllegalStateException    after a failed step (the stage may or may not have applied it)
+     */
+    public synchronized INDArray stageParameters(int stage) {
+        requireCopyable();
+        if (stage < 0 || stage >= stages.size()) {
+            throw new IllegalArgumentException("stageParameters: stage=" + stage + " expected a stage in [0, "
+                    + stages.size() + ") (fix: a stage index of split(), which has " + stages.size() + " stages)");
+        }
+        Dl4jPipelineStage s = stages.get(stage);
+        if (!s.held()) {
+            throw new IllegalArgumentException("stageParameters: stage=" + stage + " is trained by pipeline rank "
+                    + stage % shape.ranks() + ", expected one of this rank's stages (rank=" + group.rank() % shape.ranks()
+                    + ", stages s with s % " + shape.ranks() + " == " + group.rank() % shape.ranks()
+                    + "; fix: ask the rank that trains it, or copyParametersTo(network) on every rank for all of them)");
+        }
+        INDArray params = s.network().params();
+        return params == null ? Nd4j.create(split.dataType(), 0) : params.dup();
     }
 
     /** The resident bytes of the trainer's model started from a configuration (hollow), else -1. */

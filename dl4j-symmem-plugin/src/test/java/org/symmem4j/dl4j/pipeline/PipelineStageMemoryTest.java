@@ -1,5 +1,6 @@
 package org.symmem4j.dl4j.pipeline;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -7,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.File;
 import java.nio.file.Path;
+import java.util.Arrays;
 import java.util.List;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.util.ModelSerializer;
@@ -155,6 +157,18 @@ class PipelineStageMemoryTest {
                     .group(group).microbatches(4).ompThreadsPerRank(1).build()) {
                 data.forEach(trainer::fit);
                 long modelResident = trainer.modelResidentBytes();
+                // its own stage without gathering anything: the slice of thread mode's trained network, bitwise
+                int own = group.rank();
+                int offset = Math.toIntExact(trainer.split().parameterOffset(own));
+                float[] expected = Arrays.copyOfRange(threads.params().toFloatVector(), offset,
+                        offset + Math.toIntExact(trainer.split().parameterCount(own)));
+                assertArrayEquals(expected, trainer.stageParameters(own).toFloatVector(),
+                        "rank " + own + ": stageParameters(" + own + ")");
+                int other = (own + 1) % RANKS;
+                String notHeld = assertThrows(IllegalArgumentException.class, () -> trainer.stageParameters(other))
+                        .getMessage();
+                assertTrue(notHeld.contains("stage=" + other + " is trained by pipeline rank " + other), notHeld);
+                assertThrows(IllegalArgumentException.class, () -> trainer.stageParameters(RANKS));
                 MultiLayerNetwork gathered = new MultiLayerNetwork(initial.getLayerWiseConfigurations().clone());
                 gathered.init();
                 trainer.copyParametersTo(gathered); // the user asks for the whole network: gathered stage by stage
