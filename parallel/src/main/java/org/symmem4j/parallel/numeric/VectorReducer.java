@@ -28,6 +28,32 @@ final class VectorReducer implements Reducer {
     private static final VectorSpecies<Short> SS =
             VectorSpecies.of(short.class, VectorShape.forBitSize(FS.vectorBitSize() / 2));
     private static final VectorSpecies<Double> DS = DoubleVector.SPECIES_PREFERRED;
+    /*
+     * Exact receivers. C2 keeps a vector in a register only when it inlines every Vector API call
+     * down to its intrinsic, and most of those calls (add, max, intoMemorySegment) dispatch on the
+     * vector's concrete class (Float512Vector, ...). A vector fresh from a load or an operation has
+     * that class statically; one carried through a loop (the accumulator over the sources) or merged
+     * after a branch has only the declared type, FloatVector, because the loop's phi is typed before
+     * its back edge is parsed. There C2 inlines only by speculating on the call site's receiver type
+     * profile, which is shared by every caller in the JVM and not guaranteed: the tiered policy may
+     * run a method in C1 without type profiling (tier 2, seen here on the loaded 2-core machine),
+     * another caller may pollute it, and after failed class checks C2 stops speculating. Without it
+     * the call stays virtual and the vectors are heap objects: a virtual DoubleVector.max boxes three
+     * 96-byte vectors per iteration, 4,608 bytes per staged two-shot all-reduce of 256 doubles, the
+     * figure of SteadyStateAllocationTest's intermittent CI failure (about one run in four);
+     * -XX:-UseTypeProfile made every host vector path allocate, every time. So every loop-carried or
+     * merged vector is cast to its concrete class ({@code FV.cast(acc)}) before it is a receiver:
+     * Class.cast of a constant final class is a C2 intrinsic that types its result exactly (one class
+     * compare, removed where the type is known), so the calls bind without any profile. The sum and
+     * max/min loops also call no helper of their own with a vector argument (the NaN blend is written
+     * out): a helper C2 declines to inline (already compiled into a big method, inlining budget) boxes
+     * its vectors too. The bf16 loop keeps load() and storeBf16(); the test without type profiles
+     * measures it allocation-free.
+     */
+    @SuppressWarnings("unchecked")
+    private static final Class<? extends FloatVector> FV = (Class<? extends FloatVector>) FS.vectorType();
+    @SuppressWarnings("unchecked")
+    private static final Class<? extends DoubleVector> DV = (Class<? extends DoubleVector>) DS.vectorType();
 
     private VectorReducer() {
     }
@@ -196,28 +222,37 @@ final class VectorReducer implements Reducer {
             for (int k = 1; k < nsrc; k++) {
                 MemorySegment s = srcs[k];
                 long o = offs[k] + b;
-                a0 = a0.add(FloatVector.fromMemorySegment(FS, s, o, LE));
-                a1 = a1.add(FloatVector.fromMemorySegment(FS, s, o + vbytes, LE));
-                a2 = a2.add(FloatVector.fromMemorySegment(FS, s, o + 2 * vbytes, LE));
-                a3 = a3.add(FloatVector.fromMemorySegment(FS, s, o + 3 * vbytes, LE));
+                a0 = FV.cast(a0).add(FloatVector.fromMemorySegment(FS, s, o, LE));
+                a1 = FV.cast(a1).add(FloatVector.fromMemorySegment(FS, s, o + vbytes, LE));
+                a2 = FV.cast(a2).add(FloatVector.fromMemorySegment(FS, s, o + 2 * vbytes, LE));
+                a3 = FV.cast(a3).add(FloatVector.fromMemorySegment(FS, s, o + 3 * vbytes, LE));
             }
+            // loop-carried and merged vectors: exact again before each use (see FV)
+            a0 = FV.cast(a0);
+            a1 = FV.cast(a1);
+            a2 = FV.cast(a2);
+            a3 = FV.cast(a3);
             if (divisor > 0) {
                 a0 = a0.div(scale);
                 a1 = a1.div(scale);
                 a2 = a2.div(scale);
                 a3 = a3.div(scale);
             }
-            if (canonicalNaN) {
-                a0 = canonical(a0);
-                a1 = canonical(a1);
-                a2 = canonical(a2);
-                a3 = canonical(a3);
+            a0 = FV.cast(a0);
+            a1 = FV.cast(a1);
+            a2 = FV.cast(a2);
+            a3 = FV.cast(a3);
+            if (canonicalNaN) { // NaN lanes become the canonical NaN, as in the scalar loop
+                a0 = a0.blend(Float.NaN, a0.test(VectorOperators.IS_NAN));
+                a1 = a1.blend(Float.NaN, a1.test(VectorOperators.IS_NAN));
+                a2 = a2.blend(Float.NaN, a2.test(VectorOperators.IS_NAN));
+                a3 = a3.blend(Float.NaN, a3.test(VectorOperators.IS_NAN));
             }
             long d = dstOffset + b;
-            a0.intoMemorySegment(dst, d, LE);
-            a1.intoMemorySegment(dst, d + vbytes, LE);
-            a2.intoMemorySegment(dst, d + 2 * vbytes, LE);
-            a3.intoMemorySegment(dst, d + 3 * vbytes, LE);
+            FV.cast(a0).intoMemorySegment(dst, d, LE);
+            FV.cast(a1).intoMemorySegment(dst, d + vbytes, LE);
+            FV.cast(a2).intoMemorySegment(dst, d + 2 * vbytes, LE);
+            FV.cast(a3).intoMemorySegment(dst, d + 3 * vbytes, LE);
         }
         return upper;
     }
@@ -230,9 +265,11 @@ final class VectorReducer implements Reducer {
             FloatVector acc = FloatVector.fromMemorySegment(FS, srcs[0], offs[0] + i * 4, LE);
             for (int k = 1; k < nsrc; k++) {
                 FloatVector v = FloatVector.fromMemorySegment(FS, srcs[k], offs[k] + i * 4, LE);
-                acc = max ? acc.max(v) : acc.min(v);
+                acc = max ? FV.cast(acc).max(v) : FV.cast(acc).min(v);
             }
-            canonical(acc).intoMemorySegment(dst, dstOffset + i * 4, LE);
+            acc = FV.cast(acc); // loop-carried: exact again (see FV)
+            // NaN lanes become the canonical NaN, as in the scalar loop
+            acc.blend(Float.NaN, acc.test(VectorOperators.IS_NAN)).intoMemorySegment(dst, dstOffset + i * 4, LE);
         }
         return upper;
     }
@@ -253,28 +290,37 @@ final class VectorReducer implements Reducer {
             for (int k = 1; k < nsrc; k++) {
                 MemorySegment s = srcs[k];
                 long o = offs[k] + b;
-                a0 = a0.add(DoubleVector.fromMemorySegment(DS, s, o, LE));
-                a1 = a1.add(DoubleVector.fromMemorySegment(DS, s, o + vbytes, LE));
-                a2 = a2.add(DoubleVector.fromMemorySegment(DS, s, o + 2 * vbytes, LE));
-                a3 = a3.add(DoubleVector.fromMemorySegment(DS, s, o + 3 * vbytes, LE));
+                a0 = DV.cast(a0).add(DoubleVector.fromMemorySegment(DS, s, o, LE));
+                a1 = DV.cast(a1).add(DoubleVector.fromMemorySegment(DS, s, o + vbytes, LE));
+                a2 = DV.cast(a2).add(DoubleVector.fromMemorySegment(DS, s, o + 2 * vbytes, LE));
+                a3 = DV.cast(a3).add(DoubleVector.fromMemorySegment(DS, s, o + 3 * vbytes, LE));
             }
+            // loop-carried and merged vectors: exact again before each use (see FV)
+            a0 = DV.cast(a0);
+            a1 = DV.cast(a1);
+            a2 = DV.cast(a2);
+            a3 = DV.cast(a3);
             if (divisor > 0) {
                 a0 = a0.div(scale);
                 a1 = a1.div(scale);
                 a2 = a2.div(scale);
                 a3 = a3.div(scale);
             }
-            if (canonicalNaN) {
-                a0 = canonical(a0);
-                a1 = canonical(a1);
-                a2 = canonical(a2);
-                a3 = canonical(a3);
+            a0 = DV.cast(a0);
+            a1 = DV.cast(a1);
+            a2 = DV.cast(a2);
+            a3 = DV.cast(a3);
+            if (canonicalNaN) { // NaN lanes become the canonical NaN, as in the scalar loop
+                a0 = a0.blend(Double.NaN, a0.test(VectorOperators.IS_NAN));
+                a1 = a1.blend(Double.NaN, a1.test(VectorOperators.IS_NAN));
+                a2 = a2.blend(Double.NaN, a2.test(VectorOperators.IS_NAN));
+                a3 = a3.blend(Double.NaN, a3.test(VectorOperators.IS_NAN));
             }
             long d = dstOffset + b;
-            a0.intoMemorySegment(dst, d, LE);
-            a1.intoMemorySegment(dst, d + vbytes, LE);
-            a2.intoMemorySegment(dst, d + 2 * vbytes, LE);
-            a3.intoMemorySegment(dst, d + 3 * vbytes, LE);
+            DV.cast(a0).intoMemorySegment(dst, d, LE);
+            DV.cast(a1).intoMemorySegment(dst, d + vbytes, LE);
+            DV.cast(a2).intoMemorySegment(dst, d + 2 * vbytes, LE);
+            DV.cast(a3).intoMemorySegment(dst, d + 3 * vbytes, LE);
         }
         return upper;
     }
@@ -287,20 +333,13 @@ final class VectorReducer implements Reducer {
             DoubleVector acc = DoubleVector.fromMemorySegment(DS, srcs[0], offs[0] + i * 8, LE);
             for (int k = 1; k < nsrc; k++) {
                 DoubleVector v = DoubleVector.fromMemorySegment(DS, srcs[k], offs[k] + i * 8, LE);
-                acc = max ? acc.max(v) : acc.min(v);
+                acc = max ? DV.cast(acc).max(v) : DV.cast(acc).min(v);
             }
-            canonical(acc).intoMemorySegment(dst, dstOffset + i * 8, LE);
+            acc = DV.cast(acc); // loop-carried: exact again (see FV)
+            // NaN lanes become the canonical NaN, as in the scalar loop
+            acc.blend(Double.NaN, acc.test(VectorOperators.IS_NAN)).intoMemorySegment(dst, dstOffset + i * 8, LE);
         }
         return upper;
-    }
-
-    /** NaN lanes become the canonical NaN, as in the scalar loop. */
-    private static FloatVector canonical(FloatVector v) {
-        return v.blend(Float.NaN, v.test(VectorOperators.IS_NAN));
-    }
-
-    private static DoubleVector canonical(DoubleVector v) {
-        return v.blend(Double.NaN, v.test(VectorOperators.IS_NAN));
     }
 
     /** Any mix of BFLOAT16 and FLOAT32 operands, accumulated in FLOAT32. */
@@ -310,19 +349,23 @@ final class VectorReducer implements Reducer {
         int lanes = FS.length();
         long upper = count - count % lanes;
         for (long i = 0; i < upper; i += lanes) {
-            FloatVector acc = load(srcs[0], srcOffsets[0], srcTypes[0], i);
+            // load() merges two branches, the accumulator is loop-carried: exact before each use (see FV)
+            FloatVector acc = FV.cast(load(srcs[0], srcOffsets[0], srcTypes[0], i));
             for (int k = 1; k < nsrc; k++) {
-                FloatVector v = load(srcs[k], srcOffsets[k], srcTypes[k], i);
+                FloatVector v = FV.cast(load(srcs[k], srcOffsets[k], srcTypes[k], i));
+                acc = FV.cast(acc);
                 acc = switch (op) {
                     case SUM, AVG -> acc.add(v);
                     case MAX -> acc.max(v);
                     case MIN -> acc.min(v);
                 };
             }
+            acc = FV.cast(acc);
             if (divisor > 0) {
                 acc = acc.div(divisor);
             }
-            acc = canonical(acc);
+            acc = FV.cast(acc);
+            acc = acc.blend(Float.NaN, acc.test(VectorOperators.IS_NAN)); // the canonical NaN, as in the scalar loop
             if (dstType == DType.FLOAT32) {
                 acc.intoMemorySegment(dst, dstOffset + i * 4, LE);
             } else {
