@@ -761,7 +761,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         requireOpen();
         workers.ensureStarted();
         CheckpointLayout layout = CheckpointLayout.of(model.model());
-        dir = layout.checkedRestoreDir(dir); // every tp rank refuses if one's shard does not fit, before any reads
+        // every rank (each tp rank of each replica) refuses if one's shard does not fit, before any reads
+        dir = layout.checkedRestoreDir(dir, settings.group());
         CheckpointDirectory.Counters c = WrapperCheckpoints.restore(dir, settings, workers, model);
         if (c != null) {
             steps.resumeAt(c.step());
