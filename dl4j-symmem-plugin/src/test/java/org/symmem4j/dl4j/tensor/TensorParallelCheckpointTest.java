@@ -379,6 +379,53 @@ class TensorParallelCheckpointTest {
         assertEquals(before, tree(root), "nothing written under the root");
     }
 
+    /**
+     * A shard torn under one tp rank's directory only ({@code saveCheckpoint}'s {@code tp-1-of-2/model.zip} cut in
+     * half), restored with {@code restoreCheckpoint}: tp rank 1's data-parallel group finds it, tp rank 0's does not.
+     * Agreed over the data-parallel group alone, tp rank 0's ranks read their shard into their models and went on while
+     * tp rank 1's refused; now every rank of every replica refuses before any applies what it read: nothing changes in
+     * any model, and tp rank 0's ranks name tp rank 1's failure.
+     */
+    @Test
+    void aShardTornUnderOneTensorParallelRankOnlyIsRestoredByNoRank() throws IOException {
+        Path dir = tmp.resolve("saved");
+        mesh(2, 2, 0, b -> { }, (w, mine, t) -> {
+            w.fit(new BatchListIterator(DATA.subList(0, 4)));
+            w.saveCheckpoint(dir);
+        });
+        Path model = dir.resolve("tp-1-of-2").resolve("model.zip");
+        byte[] bytes = Files.readAllBytes(model);
+        Files.write(model, java.util.Arrays.copyOf(bytes, bytes.length / 2));
+        List<String> before = tree(dir);
+        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        List<String> failures = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(5)),
+                group -> {
+                    try (DeviceMesh m = DeviceMesh.of(group, "dp", 2, "tp", 2);
+                         Communicator c = Communicator.create(m.group("tp"))) {
+                        int t = m.group("tp").rank();
+                        MultiLayerNetwork mine = TensorParallel.shard(initial, t, 2, 0, 2);
+                        TensorParallel.attach(mine, c);
+                        double[] params = mine.params().dup().toDoubleVector();
+                        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(mine).group(m.group("dp"))
+                                .ompThreadsPerWorker(1).build()) {
+                            Exception e = assertThrows(Exception.class, () -> w.restoreCheckpoint(dir), "tp " + t);
+                            assertArrayEquals(params, mine.params().toDoubleVector(), "tp " + t + ": nothing read");
+                            assertNull(w.resumedFrom());
+                            return t + " " + e;
+                        }
+                    }
+                });
+        for (String f : failures) {
+            if (f.startsWith("0 ")) {
+                assertTrue(f.contains("checkpoint-restored failed on tp rank 1 of this data-parallel replica")
+                        && f.contains("model.zip"), f);
+            } else {
+                assertTrue(f.contains("model.zip"), f);
+            }
+        }
+        assertEquals(before, tree(dir), "nothing written");
+    }
+
     /** Every file under {@code root}, with its size and last change, in path order. */
     private static List<String> tree(Path root) throws IOException {
         try (Stream<Path> s = Files.walk(root)) {
