@@ -78,7 +78,13 @@ final class WrapperCheckpoints {
         ModelReplica at = workers.replicas().getFirst(); // the model's counters (every replica has them)
         boolean leader = settings.group() == null || settings.group().rank() == 0;
         if (leader) {
-            CheckpointLayout.of(model.model()).begin(dir); // a tensor-parallel rank's marker, which the manifest lists
+            try {
+                CheckpointLayout.of(model.model()).begin(dir); // a tensor-parallel rank's marker, which the manifest lists
+            } catch (IOException | RuntimeException e) {
+                // the others learn of it at the save's first agreement point, rather than wait there until their timeout
+                agreement(settings, model).failTogether("checkpoint-saved", e);
+                throw e;
+            }
         }
         CheckpointDirectory.Counters counters = new CheckpointDirectory.Counters(stepsDone, at.epochCount(),
                 at.iterationCount(), batchesInEpoch, examplesInEpoch, settings.workers());
