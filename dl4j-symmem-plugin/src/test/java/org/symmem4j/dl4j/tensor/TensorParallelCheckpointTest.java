@@ -340,30 +340,12 @@ class TensorParallelCheckpointTest {
         Path root = tmp.resolve("replicas");
         killedAfterStep7(root, null);
         List<String> before = tree(root);
-        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
         // a short timeout: without the agreement across replicas, replica 0's ranks wait this long, then fail otherwise
-        List<String> refusals = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(5)),
-                group -> {
-                    try (DeviceMesh m = DeviceMesh.of(group, "dp", 2, "tp", 2);
-                         Communicator c = Communicator.create(m.group("tp"))) {
-                        int t = m.group("tp").rank();
-                        int d = m.group("dp").rank();
-                        MultiLayerNetwork mine = TensorParallel.shard(initial, t, 2, 0, 2);
-                        mine.params().addi(0.25); // only a restore would make it the checkpoint's
-                        TensorParallel.attach(mine, c);
-                        double[] params = mine.params().dup().toDoubleVector();
-                        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(mine).group(m.group("dp"))
-                                .ompThreadsPerWorker(1).build()) {
-                            Path dir = root.resolve("tp-" + (d == 0 ? t : 1 - t) + "-of-2").resolve("step-000000000006");
-                            IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
-                                    () -> w.restoreCheckpoint(dir), "dp " + d + " tp " + t);
-                            assertArrayEquals(params, mine.params().toDoubleVector(), "dp " + d + " tp " + t
-                                    + ": nothing read into the model");
-                            assertNull(w.resumedFrom());
-                            return e.getMessage();
-                        }
-                    }
-                });
+        List<String> refusals = restoredOnShortTimeoutMesh(0.25, (w, d, t) -> {
+            Path dir = root.resolve("tp-" + (d == 0 ? t : 1 - t) + "-of-2").resolve("step-000000000006");
+            return assertThrows(IllegalArgumentException.class, () -> w.restoreCheckpoint(dir), "dp " + d + " tp " + t)
+                    .getMessage();
+        });
         assertEquals(4, refusals.size());
         for (String message : refusals) {
             assertEquals(refusals.getFirst(), message, "every rank of every replica the same refusal");
@@ -397,24 +379,8 @@ class TensorParallelCheckpointTest {
         byte[] bytes = Files.readAllBytes(model);
         Files.write(model, java.util.Arrays.copyOf(bytes, bytes.length / 2));
         List<String> before = tree(dir);
-        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
-        List<String> failures = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(5)),
-                group -> {
-                    try (DeviceMesh m = DeviceMesh.of(group, "dp", 2, "tp", 2);
-                         Communicator c = Communicator.create(m.group("tp"))) {
-                        int t = m.group("tp").rank();
-                        MultiLayerNetwork mine = TensorParallel.shard(initial, t, 2, 0, 2);
-                        TensorParallel.attach(mine, c);
-                        double[] params = mine.params().dup().toDoubleVector();
-                        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(mine).group(m.group("dp"))
-                                .ompThreadsPerWorker(1).build()) {
-                            Exception e = assertThrows(Exception.class, () -> w.restoreCheckpoint(dir), "tp " + t);
-                            assertArrayEquals(params, mine.params().toDoubleVector(), "tp " + t + ": nothing read");
-                            assertNull(w.resumedFrom());
-                            return t + " " + e;
-                        }
-                    }
-                });
+        List<String> failures = restoredOnShortTimeoutMesh(0, (w, d, t) -> t + " "
+                + assertThrows(Exception.class, () -> w.restoreCheckpoint(dir), "dp " + d + " tp " + t));
         for (String f : failures) {
             if (f.startsWith("0 ")) {
                 assertTrue(f.contains("checkpoint-restored failed on tp rank 1 of this data-parallel replica")
@@ -424,6 +390,42 @@ class TensorParallelCheckpointTest {
             }
         }
         assertEquals(before, tree(dir), "nothing written");
+    }
+
+    /** What one rank of {@link #restoredOnShortTimeoutMesh} does with its wrapper: a restore that must fail. */
+    @FunctionalInterface
+    private interface FailedRestore {
+        String run(SymmemParallelWrapper wrapper, int dpRank, int tpRank) throws Exception;
+    }
+
+    /**
+     * On a {@code dp x tp = 2 x 2} mesh in this JVM with a 5 s group timeout (a rank left waiting for the others fails
+     * soon, otherwise than the test expects): every rank builds a wrapper over its tp shard of the initial network
+     * (shifted by {@code shift}), runs {@code restore}, and checks that nothing was read into its model.
+     *
+     * @return what each rank's {@code restore} returned, in world rank order
+     */
+    private static List<String> restoredOnShortTimeoutMesh(double shift, FailedRestore restore) {
+        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        return InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(5)), group -> {
+            try (DeviceMesh m = DeviceMesh.of(group, "dp", 2, "tp", 2);
+                 Communicator c = Communicator.create(m.group("tp"))) {
+                int t = m.group("tp").rank();
+                int d = m.group("dp").rank();
+                MultiLayerNetwork mine = TensorParallel.shard(initial, t, 2, 0, 2);
+                mine.params().addi(shift);
+                TensorParallel.attach(mine, c);
+                double[] params = mine.params().dup().toDoubleVector();
+                try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(mine).group(m.group("dp"))
+                        .ompThreadsPerWorker(1).build()) {
+                    String outcome = restore.run(w, d, t);
+                    assertArrayEquals(params, mine.params().toDoubleVector(), "dp " + d + " tp " + t
+                            + ": nothing read into the model");
+                    assertNull(w.resumedFrom(), "dp " + d + " tp " + t);
+                    return outcome;
+                }
+            }
+        });
     }
 
     /** Every file under {@code root}, with its size and last change, in path order. */
