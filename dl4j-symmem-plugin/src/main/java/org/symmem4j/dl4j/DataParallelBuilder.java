@@ -421,16 +421,16 @@ abstract sealed class DataParallelBuilder
     }
 
     /**
-     * The checkpoint layout of the model, for the ranks' agreement; a tensor-parallel network not attached to its group
-     * is refused (it has no rank to agree over or to find its directory by).
+     * The checkpoint layout of the model, for its checkpoint roots; a tensor-parallel network not attached to its group
+     * is refused (it has no rank to find its directory by).
      */
     private static CheckpointLayout layoutOf(ModelReplica model) {
         try {
             return CheckpointLayout.of(model.model());
         } catch (IllegalStateException e) {
-            throw new IllegalArgumentException("a tensor-parallel network not attached to its group: expected the"
-                    + " communicator whose rank says which shard this rank holds and which tp-R-of-S checkpoint directory"
-                    + " is its, found no layer attached (fix: call TensorParallel.attach(network, tpCommunicator) before"
+            throw new IllegalArgumentException("checkpointEvery/resumeFrom with a tensor-parallel network not attached to"
+                    + " its group: expected the communicator whose rank says which tp-R-of-S directory is this rank's,"
+                    + " found no layer attached (fix: call TensorParallel.attach(network, tpCommunicator) before"
                     + " build())", e);
         }
     }
@@ -503,6 +503,9 @@ abstract sealed class DataParallelBuilder
     private void checkCheckpointRoots() {
         java.nio.file.Path written = options().checkpointSchedule() == null ? null : options().checkpointSchedule().root();
         java.nio.file.Path read = options().resumeRoot();
+        if (written == null && read == null) {
+            return;
+        }
         CheckpointLayout layout = layoutOf(model); // check() agrees what any rank refused here with every other
         try {
             for (java.nio.file.Path root : new java.nio.file.Path[] {written, read}) {
