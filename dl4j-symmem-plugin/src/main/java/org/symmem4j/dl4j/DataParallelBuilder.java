@@ -387,10 +387,56 @@ abstract sealed class DataParallelBuilder
      * Checks the settings against each other and the model, then attaches the builder's listeners to the model:
      * what {@code build()} does before it creates the wrapper.
      *
-     * @throws IllegalArgumentException when settings conflict or the model cannot be trained this way
+     * <p>In group mode every rank's verdict is agreed before any rank goes on ({@link CheckpointLayout#agreeRefusal},
+     * over every tp rank of every data-parallel replica): each rank checks its own settings, model and checkpoint roots,
+     * and when any rank refused, every rank throws the same error naming the ranks that refused and why, instead of
+     * the others going on into the wrapper's first collective and waiting there for the refusing ones until their
+     * timeout.
+     *
+     * @throws IllegalArgumentException when settings conflict or the model cannot be trained this way (on every rank,
+     *                                  in group mode, when one rank's did or could not)
      */
     final void check() {
         Group group = options().group();
+        RuntimeException refusal = null;
+        CheckpointLayout layout;
+        try {
+            layout = CheckpointLayout.of(model.model()); // a tensor-parallel rank's: the agreement spans its tp group
+        } catch (IllegalStateException notAttached) {
+            layout = CheckpointLayout.plain(); // its tp group unknown: agreed over the trainer's group alone
+        }
+        try {
+            checkAlone(group);
+        } catch (IllegalArgumentException | IllegalStateException | java.io.UncheckedIOException e) {
+            refusal = e;
+        }
+        if (group != null || layout.isTensorParallel()) {
+            // every rank the same verdict before any allocates or joins a collective: none waits for a refusing one
+            layout.agreeRefusal("build()", refusal, group);
+        } else if (refusal != null) {
+            throw refusal;
+        }
+        // refused listeners are refused above (checkAlone); attaches the builder's
+        attachListeners();
+    }
+
+    /**
+     * The checkpoint layout of the model, for its checkpoint roots; a tensor-parallel network not attached to its group
+     * is refused (it has no rank to find its directory by).
+     */
+    private static CheckpointLayout layoutOf(ModelReplica model) {
+        try {
+            return CheckpointLayout.of(model.model());
+        } catch (IllegalStateException e) {
+            throw new IllegalArgumentException("checkpointEvery/resumeFrom with a tensor-parallel network not attached to"
+                    + " its group: expected the communicator whose rank says which tp-R-of-S directory is this rank's,"
+                    + " found no layer attached (fix: call TensorParallel.attach(network, tpCommunicator) before"
+                    + " build())", e);
+        }
+    }
+
+    /** {@link #check}'s checks on this rank alone: throws what this rank refuses, agreeing with no other. */
+    private void checkAlone(Group group) {
         boolean gpuMode = DataParallelSettings.gpuMode(group);
         if (group != null) {
             checkGroupMode();
@@ -445,8 +491,8 @@ abstract sealed class DataParallelBuilder
         refuseLayersWithReplicaState(model);
         checkWorkerFailure(group);
         checkParallelWrapperSettings();
-        // refuses listeners it cannot call as fit() would (fit() checks again), then attaches the builder's
-        attachListeners();
+        // refuses listeners it cannot call as fit() would (fit() checks again); check() attaches them once agreed
+        listenerOptions().check(model, l -> SymmemParallelWrapper.refuseListenersThatNeedOnePass(accumulation, l));
     }
 
     /**
@@ -460,30 +506,17 @@ abstract sealed class DataParallelBuilder
         if (written == null && read == null) {
             return;
         }
-        CheckpointLayout layout;
-        try {
-            layout = CheckpointLayout.of(model.model());
-        } catch (IllegalStateException e) {
-            throw new IllegalArgumentException("checkpointEvery/resumeFrom with a tensor-parallel network not attached to"
-                    + " its group: expected the communicator whose rank says which tp-R-of-S directory is this rank's,"
-                    + " found no layer attached (fix: call TensorParallel.attach(network, tpCommunicator) before"
-                    + " build())", e);
-        }
-        Exception mismatch = null;
+        CheckpointLayout layout = layoutOf(model); // check() agrees what any rank refused here with every other
         try {
             for (java.nio.file.Path root : new java.nio.file.Path[] {written, read}) {
                 if (root != null) {
                     layout.checkRoot(root);
                 }
             }
-        } catch (java.io.IOException | IllegalArgumentException e) {
-            mismatch = e;
-        }
-        try {
-            // a tensor-parallel run's ranks refuse together, before anything is written: none waits for the others
-            layout.agree("checkpoint root " + (written != null ? written : read), mismatch);
         } catch (java.io.IOException e) {
-            throw new java.io.UncheckedIOException("checkpoint root: " + e.getMessage(), e);
+            throw new java.io.UncheckedIOException("checkpoint root " + (written != null ? written : read) + ": "
+                    + e.getMessage() + " (expected a directory this rank can list; fix: make it readable, or give"
+                    + " another root)", e);
         }
     }
 

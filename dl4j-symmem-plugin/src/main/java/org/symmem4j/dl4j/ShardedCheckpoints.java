@@ -310,6 +310,33 @@ public final class ShardedCheckpoints {
 
     private static void write(Path dir, int worldSize, List<Shard> shards, List<Shard> paramShards, boolean leader,
                               Model model, CheckpointDirectory.Counters counters, Agreement agreement) throws IOException {
+        try {
+            writeFiles(dir, worldSize, shards, paramShards, leader, model);
+        } catch (IOException | RuntimeException e) {
+            // the others learn of it here, rather than wait for this rank at "checkpoint-saved" until their timeout
+            agreement.failTogether("checkpoint-saved", e);
+            throw e;
+        }
+        agreement.failTogether("checkpoint-saved", null); // every rank's file is in place before the manifest
+        Throwable failure = null;
+        if (leader) {
+            try {
+                CheckpointDirectory.writeManifest(dir, counters);
+            } catch (IOException | RuntimeException e) {
+                failure = e;
+            }
+        }
+        agreement.failTogether("checkpoint-complete", failure);
+        if (failure instanceof IOException io) {
+            throw io;
+        } else if (failure != null) {
+            throw (RuntimeException) failure;
+        }
+    }
+
+    /** {@link #write}'s files of this process, before the ranks agree that every rank's are in place. */
+    private static void writeFiles(Path dir, int worldSize, List<Shard> shards, List<Shard> paramShards, boolean leader,
+                                   Model model) throws IOException {
         if (leader) {
             CheckpointDirectory.begin(dir); // torn from here until the manifest is written
             boolean params = !paramShards.isEmpty();
@@ -335,21 +362,6 @@ public final class ShardedCheckpoints {
         if (leader && model != null) {
             CheckpointDirectory.writeAtomically(dir.resolve(ShardCheckpoint.MODEL_FILE),
                     tmp -> ModelSerializer.writeModel(model, tmp.toFile(), true));
-        }
-        agreement.failTogether("checkpoint-saved", null); // every rank's file is in place before the manifest
-        Throwable failure = null;
-        if (leader) {
-            try {
-                CheckpointDirectory.writeManifest(dir, counters);
-            } catch (IOException | RuntimeException e) {
-                failure = e;
-            }
-        }
-        agreement.failTogether("checkpoint-complete", failure);
-        if (failure instanceof IOException io) {
-            throw io;
-        } else if (failure != null) {
-            throw (RuntimeException) failure;
         }
     }
 

@@ -487,7 +487,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 examplesInEpoch += rawExamples(batches);
                 if (outcome.report() != null) {
                     score = outcome.report().loss();
-                    if (schedule != null && schedule.due(steps.stepsDone(), settings.group(), "symmem4j-wrapper-")) {
+                    if (schedule != null && schedule.due(steps.stepsDone(), settings.group(), tensorParallelGroup(),
+                            "symmem4j-wrapper-")) {
                         // workers are idle: the model takes their state, as between fits
                         takePeriodicCheckpoint(batchesInEpoch, examplesInEpoch);
                     }
@@ -710,6 +711,20 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         schedule.taken();
     }
 
+    /**
+     * The tensor-parallel group of the model, over which a periodic checkpoint's time is agreed too; null when the
+     * model is not tensor-parallel (or not attached: refused at build()).
+     */
+    private org.symmem4j.parallel.Group tensorParallelGroup() {
+        try {
+            org.symmem4j.dl4j.tensor.TensorParallel.Placement p = org.symmem4j.dl4j.tensor.TensorParallel.placement(
+                    model.model());
+            return p == null ? null : p.group();
+        } catch (IllegalStateException notAttached) {
+            return null;
+        }
+    }
+
     /** Writes what the next step would train from; workers started and idle. Collective in group mode. */
     private void writeCheckpoint(Path dir, long batchesInEpoch, long examplesInEpoch) throws IOException {
         WrapperCheckpoints.write(dir, steps.stepsDone(), batchesInEpoch, examplesInEpoch, settings, workers, model);
@@ -761,7 +776,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         requireOpen();
         workers.ensureStarted();
         CheckpointLayout layout = CheckpointLayout.of(model.model());
-        dir = layout.checkedRestoreDir(dir); // every tp rank refuses if one's shard does not fit, before any reads
+        // every rank (each tp rank of each replica) refuses if one's shard does not fit, before any reads
+        dir = layout.checkedRestoreDir(dir, settings.group());
         CheckpointDirectory.Counters c = WrapperCheckpoints.restore(dir, settings, workers, model);
         if (c != null) {
             steps.resumeAt(c.step());
@@ -785,7 +801,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     public synchronized void saveModel(Path file) throws IOException {
         requireOpen();
         workers.ensureStarted();
-        FullyShardedCheckpoints.saveModel(file, settings, workers, model, WrapperCheckpoints.agreement(settings));
+        FullyShardedCheckpoints.saveModel(file, settings, workers, model, WrapperCheckpoints.agreement(settings, model));
     }
 
     /**

@@ -184,4 +184,30 @@ class ShardedCheckpointTest {
                     && e.getMessage().contains("different saves"), e.getMessage());
         }
     }
+
+    /**
+     * A save that fails on one rank only, before the ranks agree that every rank's files are in place: rank 0 (which
+     * writes {@code model.zip}) cannot rename it into place (a directory of that name is in the way), rank 1 has nothing
+     * to write. Rank 1 used to wait for rank 0 at that agreement until the group's timeout; now it learns of rank 0's
+     * failure there and throws naming it, and no manifest is written (the directory stays torn, never loaded).
+     */
+    @Test
+    void aSaveFailingOnOneRankOnlyFailsOnEveryRank() throws IOException {
+        Path blocked = dir.resolve("blocked");
+        Files.createDirectories(blocked.resolve("model.zip").resolve("in-the-way"));
+        MultiLayerNetwork initial = Nets.mlp(Nets.updater("adam"), DataType.DOUBLE);
+        List<String> failures = org.symmem4j.parallel.group.InJvmWorld.runOnEveryRank(2,
+                org.symmem4j.parallel.GroupOptions.defaults().withTimeout(java.time.Duration.ofSeconds(5)), group -> {
+                    MultiLayerNetwork mine = initial.clone();
+                    try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(mine).group(group)
+                            .ompThreadsPerWorker(1).build()) {
+                        Exception e = assertThrows(Exception.class, () -> w.saveCheckpoint(blocked), "rank " + group.rank());
+                        return group.rank() + " " + e;
+                    }
+                });
+        assertTrue(failures.get(0).startsWith("0 java.nio.file."), failures.get(0));
+        assertTrue(failures.get(1).startsWith("1 java.lang.IllegalStateException: checkpoint-saved failed on rank 0: "
+                + "java.nio.file.") && failures.get(1).contains("fix:"), failures.get(1));
+        assertTrue(!Files.exists(blocked.resolve(CheckpointDirectory.MANIFEST)), "no manifest: the directory stays torn");
+    }
 }

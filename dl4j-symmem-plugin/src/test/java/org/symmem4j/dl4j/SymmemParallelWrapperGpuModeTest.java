@@ -22,7 +22,10 @@ import org.symmem4j.parallel.Transport;
  */
 class SymmemParallelWrapperGpuModeTest {
 
-    /** Rank 0 of 2 on a transport named {@code fake-gpu} whose memory is a GPU's; anything else it is asked throws. */
+    /**
+     * Rank 0 of 2 on a transport named {@code fake-gpu} whose memory is a GPU's; its one exchange, build()'s agreement on
+     * what each rank refused, answers as if rank 1 had refused alike; anything else it is asked throws.
+     */
     static Group gpuGroup() {
         Transport transport = (Transport) Proxy.newProxyInstance(Transport.class.getClassLoader(),
                 new Class<?>[] {Transport.class}, (proxy, method, args) -> switch (method.getName()) {
@@ -35,6 +38,7 @@ class SymmemParallelWrapperGpuModeTest {
                     case "worldSize" -> 2;
                     case "rank" -> 0;
                     case "transport" -> transport;
+                    case "allGatherBytes" -> java.util.List.of((byte[]) args[1], (byte[]) args[1]);
                     default -> throw new UnsupportedOperationException("build() must not " + method.getName());
                 });
     }

@@ -298,4 +298,37 @@ class SyncBatchNormTest {
         assertTrue(frozenBn.getMessage().contains("layer layer1") && frozenBn.getMessage().contains("frozen"),
                 frozenBn.getMessage());
     }
+
+    /**
+     * A refusal only one rank of a group reaches: rank 0 asks for synchronized BatchNorm on a network without
+     * BatchNormalization, rank 1 does not ask. Rank 1's own checks pass; without the agreement at {@code build()} it
+     * built its wrapper, and its first {@code fit()} would wait in the first collective for rank 0 until the group's
+     * timeout. Every rank refuses at {@code build()} instead, with the same message naming rank 0 and what it refused;
+     * nothing is read into either model and no checkpoint is written.
+     */
+    @Test
+    void aRefusalOnlyOneRankReachesIsRefusedOnEveryRankAtBuild(@org.junit.jupiter.api.io.TempDir java.nio.file.Path tmp) {
+        MultiLayerNetwork initial = Nets.mlp(Nets.updater("sgd"), DataType.DOUBLE);
+        java.nio.file.Path root = tmp.resolve("checkpoints");
+        List<String> refusals = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults().withTimeout(Duration.ofSeconds(5)),
+                group -> {
+                    MultiLayerNetwork mine = initial.clone();
+                    double[] params = mine.params().dup().toDoubleVector();
+                    SymmemParallelWrapper.Builder b = SymmemParallelWrapper.builder(mine).group(group)
+                            .ompThreadsPerWorker(1).checkpointEvery(1, root).syncBatchNorm(group.rank() == 0);
+                    IllegalArgumentException e = assertThrows(IllegalArgumentException.class, b::build,
+                            "rank " + group.rank());
+                    org.junit.jupiter.api.Assertions.assertArrayEquals(params, mine.params().toDoubleVector(),
+                            "rank " + group.rank() + ": nothing read into the model");
+                    return e.getMessage();
+                });
+        for (String m : refusals) {
+            assertEquals(refusals.getFirst(), m, "every rank the same refusal");
+            assertTrue(m.startsWith("build() refused on every rank (2): rank(s) [0] refused it, expected every rank to"
+                    + " accept it; nothing was read into or written from any rank's model. rank 0 refused:"
+                    + " syncBatchNorm(true): expected BatchNormalization layers to synchronize, found none"), m);
+            assertTrue(m.endsWith("(fix: what rank 0's message says, then retry on every rank)"), m);
+        }
+        assertTrue(!java.nio.file.Files.exists(root), "nothing written: " + root);
+    }
 }

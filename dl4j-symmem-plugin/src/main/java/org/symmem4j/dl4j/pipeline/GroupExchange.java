@@ -69,17 +69,24 @@ final class GroupExchange implements AutoCloseable {
     /**
      * Collective at {@code build()}: every rank's {@code description} must equal rank 0's, else every
      * rank throws naming the first rank that differs and both descriptions. Returns rank 0's
-     * {@code boundaries} (the split every rank then uses).
+     * {@code boundaries} (the split every rank then uses). A rank whose own checks refused the build passes its
+     * {@code refusal} instead (boundaries and description null): then every rank throws the same error, naming the
+     * ranks that refused and what each refused, so that none goes on to wait for them in the pipeline's first
+     * collective until its timeout (an {@link IllegalArgumentException} when every refusal was one, else an
+     * {@link IllegalStateException}; when every rank refused alike, its own error as it is).
      */
-    static String agreeOnBuild(Group group, String boundaries, String description) {
+    static String agreeOnBuild(Group group, String boundaries, String description, RuntimeException refusal) {
         int build;
         synchronized (BUILDS) {
             build = BUILDS.computeIfAbsent(group, g -> new AtomicInteger()).getAndIncrement();
         }
-        List<String> all = RankAgreement.allGather(group, "symmem4j-pipeline-build-" + build, boundaries + "\n" + description);
-        String[] rank0 = all.getFirst().split("\n", 2);
+        String mine = refusal == null ? ACCEPTED + boundaries + "\n" + description
+                : (refusal instanceof IllegalArgumentException ? REFUSED : FAILED) + refusal.getMessage();
+        List<String> all = RankAgreement.allGather(group, "symmem4j-pipeline-build-" + build, mine);
+        refuseTogether(all, refusal);
+        String[] rank0 = all.getFirst().substring(ACCEPTED.length()).split("\n", 2);
         for (int r = 1; r < all.size(); r++) {
-            String[] theirs = all.get(r).split("\n", 2);
+            String[] theirs = all.get(r).substring(ACCEPTED.length()).split("\n", 2);
             if (!theirs[1].equals(rank0[1])) {
                 throw new IllegalArgumentException("group mode: rank " + r + " built a different pipeline than rank 0:"
                         + " rank 0 has " + rank0[1] + ", rank " + r + " has " + theirs[1] + " (fix: every rank"
@@ -88,6 +95,40 @@ final class GroupExchange implements AutoCloseable {
             }
         }
         return rank0[0];
+    }
+
+    /** What a rank contributes to {@link #agreeOnBuild}: its pipeline, or its refusal. */
+    private static final String ACCEPTED = "accepted\n";
+    private static final String REFUSED = "refused\n";
+    private static final String FAILED = "failed\n";
+
+    /** Throws on every rank when any rank refused its build ({@link #agreeOnBuild}). */
+    private static void refuseTogether(List<String> all, RuntimeException mine) {
+        List<Integer> refusing = new ArrayList<>();
+        StringBuilder what = new StringBuilder();
+        boolean argumentsOnly = true;
+        for (int r = 0; r < all.size(); r++) {
+            String text = all.get(r);
+            if (text.startsWith(ACCEPTED)) {
+                continue;
+            }
+            boolean refused = text.startsWith(REFUSED);
+            argumentsOnly &= refused;
+            refusing.add(r);
+            what.append(what.isEmpty() ? "" : "; ").append("rank ").append(r).append(refused ? " refused: " : " failed: ")
+                    .append(text.substring(refused ? REFUSED.length() : FAILED.length()));
+        }
+        if (refusing.isEmpty()) {
+            return;
+        }
+        if (mine != null && refusing.size() == all.size() && all.stream().distinct().count() == 1) {
+            throw mine; // every rank refused alike: its own message says it for all
+        }
+        String message = "group mode: build() refused on every rank (" + all.size() + "): rank(s) " + refusing
+                + (argumentsOnly ? " refused it" : " failed") + ", expected every rank to accept the same pipeline;"
+                + " nothing was built or linked on any rank. " + what + " (fix: what rank " + refusing.getFirst()
+                + "'s message says; every rank must build the same pipeline with the same builder settings)";
+        throw argumentsOnly ? new IllegalArgumentException(message, mine) : new IllegalStateException(message, mine);
     }
 
     /**

@@ -14,6 +14,7 @@ import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.symmem4j.dl4j.train.TrainerBuilder;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.Invariants;
 import org.symmem4j.pipeline.channel.LinkPlan;
 import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.PipelineShape;
@@ -318,6 +319,40 @@ public final class PipelineParallelTrainerBuilder
      */
     public PipelineParallelTrainer build() {
         Group group = options().group();
+        Plan plan = null;
+        RuntimeException refusal = null;
+        try {
+            plan = plan(group);
+        } catch (IllegalArgumentException | IllegalStateException e) {
+            if (group == null) {
+                throw e;
+            }
+            refusal = e; // agreed below: the other ranks would otherwise wait for this one in the agreement
+        }
+        PipelineStageSplit split = plan == null ? null : plan.split();
+        if (group != null) {
+            // every rank's verdict and pipeline agreed before any rank allocates or links: a refusal on one is on all
+            split = agreeAcrossRanks(plan, refusal);
+        }
+        tensorShards = tensorParallel > 1 ? PipelineTensorParallel.of(network, tensorParallel, tensorParallelColumns, split)
+                : null;
+        PipelineModel model = new PipelineModel(network, graph, split, plan.start());
+        // checked in plan(): attaches the builder's listeners (the same verdict as there, on every rank)
+        listenerOptions().attachTo(model, l -> refuseListeners(group, l));
+        return resumed(new PipelineParallelTrainer(this, options(), model, split, plan.generated(), plan.shape(),
+                plan.slots(), plan.measured()), PipelineParallelTrainer::restoreLatest);
+    }
+
+    /** What {@link #plan} decided on this rank: how the network starts, the schedule, the links and the split. */
+    private record Plan(PipelineModel.FromConfiguration start, Schedule generated, PipelineShape shape, int slots,
+                        StageProfile measured, PipelineStageSplit split) {
+    }
+
+    /**
+     * {@link #build}'s checks and split on this rank alone, agreeing with no other: throws what this rank refuses
+     * (group mode: {@link #build} agrees it with every rank before any goes on).
+     */
+    private Plan plan(Group group) {
         if (group != null) {
             options().timeout(); // refuses, before any exchange, a trainer's timeout that the group would not honour
             checkGroup();
@@ -415,29 +450,25 @@ public final class PipelineParallelTrainerBuilder
         } else {
             split = PipelineStageSplit.balanced(network, stageCount, canStart);
         }
-        if (group != null) {
-            split = agreeAcrossRanks(split, measured != null, slots);
+        // refuses what the trainer cannot call as fit() would; attached in build() once every rank accepted
+        listenerOptions().check(new PipelineModel(network, graph, split, start), l -> refuseListeners(group, l));
+        return new Plan(start, generated, shape, slots, measured, split);
+    }
+
+    /** The listeners the trainer cannot call: any in group mode, DL4J's on a model started from a configuration. */
+    private void refuseListeners(Group group, ModelListeners l) {
+        refuseInGroupMode(group, l);
+        if (tensorParallel > 1 && !l.isEmpty()) {
+            throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with DL4J listeners: not"
+                    + " built yet (listeners are shown the whole network after each step, which would be joined"
+                    + " from the shards at every step); expected none (fix: stepListener(...), which sees every"
+                    + " step's report, or train without tensor parallelism)");
         }
-        tensorShards = tensorParallel > 1 ? PipelineTensorParallel.of(network, tensorParallel, tensorParallelColumns, split)
-                : null;
-        PipelineModel model = new PipelineModel(network, graph, split, start);
-        // refuses what the trainer cannot call as fit() would, leaving the model's listeners as they were
-        listenerOptions().attachTo(model, l -> {
-            refuseInGroupMode(group, l);
-            if (tensorParallel > 1 && !l.isEmpty()) {
-                throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with DL4J listeners: not"
-                        + " built yet (listeners are shown the whole network after each step, which would be joined"
-                        + " from the shards at every step); expected none (fix: stepListener(...), which sees every"
-                        + " step's report, or train without tensor parallelism)");
-            }
-            if (fromConfiguration != null && !l.isEmpty()) {
-                throw new IllegalArgumentException(startedFrom() + " with DL4J listeners: they are shown the"
-                        + " whole network after each step, which a trainer built from a configuration never holds; expected"
-                        + " none (fix: stepListener(...), or builder(network))");
-            }
-        });
-        return resumed(new PipelineParallelTrainer(this, options(), model, split, generated, shape, slots, measured),
-                PipelineParallelTrainer::restoreLatest);
+        if (fromConfiguration != null && !l.isEmpty()) {
+            throw new IllegalArgumentException(startedFrom() + " with DL4J listeners: they are shown the"
+                    + " whole network after each step, which a trainer built from a configuration never holds; expected"
+                    + " none (fix: stepListener(...), or builder(network))");
+        }
     }
 
     /** What tensor parallelism in the stages does not support yet: refused at build(), before anything is built. */
@@ -501,9 +532,17 @@ public final class PipelineParallelTrainerBuilder
 
     /**
      * Group mode, collective: every rank must have built the same pipeline; a split by measured times
-     * is rank 0's on every rank.
+     * is rank 0's on every rank. When this rank refused its build ({@code refusal}), or another did, every rank throws
+     * the same error naming the refusing ranks ({@link GroupExchange#agreeOnBuild}).
      */
-    private PipelineStageSplit agreeAcrossRanks(PipelineStageSplit split, boolean measured, int slots) {
+    private PipelineStageSplit agreeAcrossRanks(Plan plan, RuntimeException refusal) {
+        if (refusal != null) {
+            GroupExchange.agreeOnBuild(options().group(), null, null, refusal); // throws on every rank
+            throw Invariants.violated("the build agreement returned after this rank's refusal " + refusal);
+        }
+        PipelineStageSplit split = plan.split();
+        boolean measured = plan.measured() != null;
+        int slots = plan.slots();
         StringBuilder boundaries = new StringBuilder();
         for (int s = 1; s < split.stageCount(); s++) {
             boundaries.append(s == 1 ? "" : ",").append(split.firstLayer(s));
@@ -514,7 +553,7 @@ public final class PipelineParallelTrainerBuilder
                 + ", syncBatchNorm=" + syncBatchNorm
                 + ", microbatches=" + microbatches + ", linkSlots=" + slots
                 + (measured ? ", split by measured times" : ", stage boundaries " + boundaries);
-        String rank0 = GroupExchange.agreeOnBuild(options().group(), boundaries.toString(), description);
+        String rank0 = GroupExchange.agreeOnBuild(options().group(), boundaries.toString(), description, null);
         if (!measured || rank0.contentEquals(boundaries)) {
             return split;
         }

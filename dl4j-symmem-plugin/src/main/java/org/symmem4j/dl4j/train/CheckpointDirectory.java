@@ -486,13 +486,48 @@ public final class CheckpointDirectory {
      * @param group     the trainer's group, or null in thread mode
      * @param tagPrefix makes the exchange's key unique to the trainer
      * @return the newest complete checkpoint, or empty when there is none
-     * @throws IOException           when the root cannot be listed
-     * @throws IllegalStateException when ranks found different checkpoints (naming each rank's)
+     * @throws IOException              when the root cannot be listed, in thread mode
+     * @throws IllegalArgumentException on every rank, when one or more found a tensor-parallel run's root (naming them)
+     * @throws IllegalStateException    when ranks found different checkpoints (naming each rank's), or on every rank
+     *                                  when one or more could not list the root (naming them)
      */
     public static Optional<Checkpoint> latestComplete(Path root, org.symmem4j.parallel.Group group, String tagPrefix)
             throws IOException {
         return agreed(root, group, tagPrefix, () -> latestComplete(root));
     }
+
+    /**
+     * The error every rank throws when one or more failed to find its newest checkpoint: a rank's own when every rank
+     * failed alike (a failure the ranks agreed on already, as {@link CheckpointLayout}'s), else one naming the ranks
+     * that failed and what each found, the same on every rank: an {@link IllegalArgumentException} when every failure
+     * was one (a root of another kind of run), else an {@link IllegalStateException}.
+     */
+    private static RuntimeException failedTogether(Path root, List<String> all, Exception mine) {
+        if (mine instanceof RuntimeException own && all.stream().distinct().count() == 1) {
+            return own; // every rank the same failure, already agreed: its message as it is
+        }
+        List<Integer> failed = new java.util.ArrayList<>();
+        StringBuilder found = new StringBuilder();
+        boolean refusedOnly = true;
+        for (int r = 0; r < all.size(); r++) {
+            boolean refused = all.get(r).startsWith(REFUSED);
+            if (refused || all.get(r).startsWith(FAILED)) {
+                refusedOnly &= refused;
+                failed.add(r);
+                found.append(found.isEmpty() ? "" : "; ").append("rank ").append(r).append(" found: ")
+                        .append(all.get(r).substring(refused ? REFUSED.length() : FAILED.length()));
+            }
+        }
+        String message = "resume from checkpoint root=" + root + " refused on every rank (" + all.size() + "): rank(s) "
+                + failed + " could not find a checkpoint to resume from, expected every rank to; nothing was read into"
+                + " any rank's model. " + found + " (fix: what rank " + failed.getFirst() + "'s message says, then"
+                + " resume again on every rank)";
+        return refusedOnly ? new IllegalArgumentException(message, mine) : new IllegalStateException(message, mine);
+    }
+
+    /** What a rank that could not find its newest checkpoint contributes to {@link #agreed}'s exchange. */
+    private static final String REFUSED = "refused: ";
+    private static final String FAILED = "failed: ";
 
     /** Finds this rank's newest complete checkpoint ({@link #agreed}). */
     @FunctionalInterface
@@ -508,15 +543,28 @@ public final class CheckpointDirectory {
             throws IOException {
         boolean leader = group == null || group.rank() == 0; // it records the progress, and says what was redone
         long progress = leader ? progress(root) : -1; // read before this run records any
-        Optional<Checkpoint> mine = finder.find();
-        if (leader && (progress >= 0 || mine.isPresent())) {
+        Optional<Checkpoint> mine = Optional.empty();
+        Exception failure = null;
+        try {
+            mine = finder.find();
+        } catch (IOException | RuntimeException e) {
+            if (group == null) {
+                throw e;
+            }
+            failure = e; // agreed below: the other ranks would otherwise wait for this one in the exchange
+        }
+        if (leader && failure == null && (progress >= 0 || mine.isPresent())) {
             LOG.info("symmem4j checkpoint: {}", resumeLine(root, mine.orElse(null), progress));
         }
         if (group == null) {
             return mine;
         }
-        String step = mine.map(c -> Long.toString(c.counters().step())).orElse("none");
+        String step = failure != null ? (failure instanceof IllegalArgumentException ? REFUSED : FAILED)
+                + failure.getMessage() : mine.map(c -> Long.toString(c.counters().step())).orElse("none");
         List<String> all = RankAgreement.allGather(group, tagPrefix + "checkpoint-latest", step);
+        if (all.stream().anyMatch(s -> s.startsWith(REFUSED) || s.startsWith(FAILED))) {
+            throw failedTogether(root, all, failure);
+        }
         if (all.stream().distinct().count() != 1) {
             throw new IllegalStateException("ranks found different newest complete checkpoints under root=" + root
                     + ": steps by rank=" + all + " (every rank must see the same checkpoint directory: a file system"

@@ -38,8 +38,9 @@ import org.symmem4j.parallel.Group;
  * directory: {@link #latestComplete} picks the newest such step, so a step torn on one rank is skipped by all (above,
  * step 20), and {@link #prune} keeps, in each rank's directory, the newest step complete on every rank until a newer
  * one is. A root written with another degree, or by a plain run, is refused, as is a checkpoint directory of another
- * rank's shard ({@link #checkShard}), before anything is loaded. The tp ranks {@linkplain #agree agree} on these checks'
- * outcome, and on the step to load, before any of them reads or writes: a mismatch one rank sees is refused by all.
+ * rank's shard ({@link #checkShard}), before anything is loaded. Every rank of the trainer, every tp rank of every
+ * data-parallel replica, {@linkplain #agree agrees} on these checks' outcome, and on the step to load, before any of
+ * them reads or writes: a mismatch one rank sees is refused by all.
  */
 public final class CheckpointLayout {
 
@@ -55,6 +56,9 @@ public final class CheckpointLayout {
     private static final String OK = "ok:";
     private static final String MISMATCH = "mismatch:";
     private static final String FAILED = "failed:";
+    /** How {@link #exchange}'s refusal says what was found, what was expected, and what each rank found. */
+    private static final String[] CHECKPOINT = {" found a checkpoint that does not fit", "'s to fit", " found: "};
+    private static final String[] BUILD = {" refused it", " to accept it", " refused: "};
 
     /** This rank in the tensor-parallel group, 0 when plain. */
     private final int rank;
@@ -172,15 +176,19 @@ public final class CheckpointLayout {
     }
 
     /**
-     * {@link #restoreDir} then {@link #checkShard}, agreed on by every tp rank ({@link #agree}): when any rank's checks
-     * fail, every rank refuses with the same message before anything is read, so none waits for the others.
+     * {@link #restoreDir} then {@link #checkShard}, agreed on by every rank that takes part in the restore
+     * ({@link #agree}: every tp rank of every data-parallel replica): when any rank's checks fail, every rank refuses
+     * with the same message before anything is read, so none waits for the others.
      *
-     * @param dir a directory given to {@code restoreCheckpoint}
+     * @param dir     a directory given to {@code restoreCheckpoint}
+     * @param trainer the trainer's (data-parallel) group, or null in thread mode
      * @return this rank's directory to read, checked
-     * @throws IOException              when a rank could not list or read its directory
+     * @throws IOException              when this rank could not list or read its directory and there is no group to
+     *                                  agree over
      * @throws IllegalArgumentException when a rank's directory holds another degree's or rank's shard
+     * @throws IllegalStateException    when a rank could not list or read its directory
      */
-    public Path checkedRestoreDir(Path dir) throws IOException {
+    public Path checkedRestoreDir(Path dir, Group trainer) throws IOException {
         Path own = dir;
         Exception mismatch = null;
         try {
@@ -189,7 +197,7 @@ public final class CheckpointLayout {
         } catch (IOException | IllegalArgumentException e) {
             mismatch = e;
         }
-        agree("checkpoint restore", mismatch); // each tp rank's own directory: the failing ranks name theirs
+        agree("checkpoint restore", mismatch, trainer); // each rank's own directory: the failing ranks name theirs
         return own;
     }
 
@@ -249,71 +257,101 @@ public final class CheckpointLayout {
 
     /**
      * The newest checkpoint complete under every tensor-parallel rank's directory (a plain run: under the root), agreed
-     * across {@code group}'s ranks as {@link CheckpointDirectory#latestComplete(Path, Group, String)} does; a step torn
-     * under one rank's directory is skipped, with a log line naming it, for every rank.
+     * across every rank of the trainer (every tp rank of every replica of {@code group}) as
+     * {@link CheckpointDirectory#latestComplete(Path, Group, String)} does; a step torn under one rank's directory is
+     * skipped, with a log line naming it, for every rank.
      *
      * @param root      the run's checkpoint root
      * @param group     the trainer's (data-parallel) group, or null in thread mode
      * @param tagPrefix makes the exchange's key unique to the trainer
      * @return this rank's directory of that step, with its counters; empty when no step is complete on every rank
-     * @throws IOException              when a directory cannot be listed
+     * @throws IOException              when a directory cannot be listed (and there is no group to agree over)
      * @throws IllegalArgumentException when the root was written with another tensor-parallel degree, or by a plain run
-     *                                  for a tensor-parallel one (or the reverse); on every tp rank when one found it
-     * @throws IllegalStateException    when tp ranks found different newest steps, or one failed to read its directory
+     *                                  for a tensor-parallel one (or the reverse); on every rank when one found it
+     * @throws IllegalStateException    when ranks found different newest steps, or one failed to read its directory
      */
     public Optional<CheckpointDirectory.Checkpoint> latestComplete(Path root, Group group, String tagPrefix)
             throws IOException {
-        if (size == 0) {
-            return CheckpointDirectory.latestComplete(root, group, tagPrefix);
-        }
         return CheckpointDirectory.agreed(root, group, tagPrefix, () -> {
             Optional<CheckpointDirectory.Checkpoint> mine = Optional.empty();
             Exception failure = null;
             try {
-                checkDegree(root);
-                mine = newestOnEveryRank(root);
+                if (size == 0) {
+                    mine = CheckpointDirectory.latestComplete(root);
+                } else {
+                    checkDegree(root);
+                    mine = newestOnEveryRank(root);
+                }
             } catch (IOException | IllegalArgumentException e) {
                 failure = e;
             }
-            // every tp rank the same verdict and the same step, before any rank reads a byte of one
+            // every rank the same verdict and the same step, before any rank reads a byte of one
             List<String> steps = exchange("latest", "resume from checkpoint root=" + root, failure,
-                    mine.map(c -> Long.toString(c.counters().step())).orElse("none"));
+                    mine.map(c -> Long.toString(c.counters().step())).orElse("none"), group, CHECKPOINT);
             if (steps.stream().distinct().count() != 1) {
-                throw new IllegalStateException("tensor-parallel ranks found different newest steps complete on every"
-                        + " tp rank under root=" + root + ": steps by tp rank=" + steps + ", expected one (each tp rank"
-                        + " lists every tp rank's directory: a file system that shows them otherwise to some ranks;"
-                        + " fix: put the checkpoint root on a file system every rank shares, then resume again)");
+                throw new IllegalStateException("ranks found different newest steps complete on every tensor-parallel"
+                        + " rank under root=" + root + ": steps by " + ranksOf(group) + "=" + steps + ", expected one"
+                        + " (each rank lists every tp rank's directory: a file system that shows them otherwise to some"
+                        + " ranks; fix: put the checkpoint root on a file system every rank shares, then resume again)");
             }
             return mine;
         });
     }
 
     /**
-     * Collective over the tensor-parallel group: every tp rank learns what every other found at this point of a
-     * checkpoint's save or restore, before any of them reads or writes a byte of it. A mismatch that only some tp ranks
-     * see (another rank's shard in this rank's directory, a root a rank's file system shows otherwise) is refused on
-     * every tp rank with the same error, naming the ranks that found it and what each found, rather than on those ranks
-     * alone while the others go on into the next collective and wait for them until their timeout. With no group to
-     * agree over (a plain run, a group of one, a layout made without its group) this rank's own failure is thrown as it
-     * is.
+     * Collective over every rank of the trainer: the tensor-parallel group (when this is a tensor-parallel rank's
+     * layout) and then the trainer's data-parallel group, so every tp rank of every data-parallel replica learns what
+     * every other found at this point of a checkpoint's save or restore, before any of them reads or writes a byte of
+     * it. A mismatch that only some ranks see (another rank's shard in this rank's directory, a root a rank's file
+     * system shows otherwise, a replica given another directory) is refused on every rank with the same error, naming
+     * the ranks that found it and what each found, rather than on those ranks alone while the others go on into the
+     * next collective and wait for them until their timeout. When every rank found the same (one message), or there is
+     * no group to agree over (thread mode and not tensor-parallel, or groups of one), this rank's own failure is thrown
+     * as it is.
      *
-     * @param what    the operation, for the message ({@code "restore of checkpoint <dir>"})
+     * @param what    the operation, for the message ({@code "checkpoint restore"})
      * @param failure what this rank found ({@link IllegalArgumentException} for a mismatch), or null when all fits
+     * @param trainer the trainer's (data-parallel) group, or null in thread mode
      * @throws IOException              this rank's own, when there is no group to agree over
-     * @throws IllegalArgumentException on every tp rank, when one or more found a mismatch (and none failed otherwise)
-     * @throws IllegalStateException    on every tp rank, when one or more failed otherwise (a file that could not be
+     * @throws IllegalArgumentException on every rank, when one or more found a mismatch (and none failed otherwise)
+     * @throws IllegalStateException    on every rank, when one or more failed otherwise (a file that could not be
      *                                  read)
      */
-    public void agree(String what, Exception failure) throws IOException {
-        exchange("agree", what, failure, "");
+    public void agree(String what, Exception failure, Group trainer) throws IOException {
+        exchange("agree", what, failure, "", trainer, CHECKPOINT);
     }
 
     /**
-     * {@link #agree}, and every rank's {@code value} (in tp rank order) when no rank failed: one exchange over the
-     * group's byte all-gather ({@link RankAgreement#allGather}); without a group, this rank's value alone.
+     * {@link #agree}'s exchange for a trainer's {@code build()}: what this rank's checks refused (its settings or model,
+     * a checkpoint root), learned by every rank of the trainer before any of them allocates, writes or joins a
+     * collective of training, so a refusal only some ranks reach (settings given to one rank only, a file system one
+     * rank sees otherwise) is thrown on every rank with the same message naming them and what each refused, rather than
+     * on those alone while the others wait for them in the trainer's first collective until their timeout.
+     *
+     * @param what    the operation, for the message ({@code "build()"})
+     * @param refusal what this rank refused ({@link IllegalArgumentException}), or null when it accepted everything
+     * @param trainer the trainer's (data-parallel) group, or null in thread mode
+     * @throws IllegalArgumentException on every rank, when one or more refused (and none failed otherwise)
+     * @throws IllegalStateException    on every rank, when one or more failed otherwise
      */
-    private List<String> exchange(String tag, String what, Exception failure, String value) throws IOException {
-        if (group == null || size < 2) {
+    public void agreeRefusal(String what, RuntimeException refusal, Group trainer) {
+        try {
+            exchange("refusal", what, refusal, "", trainer, BUILD);
+        } catch (IOException e) {
+            throw org.symmem4j.parallel.Invariants.violated("an exchange of a runtime refusal threw " + e);
+        }
+    }
+
+    /**
+     * {@link #agree}, and every rank's {@code value} (replica by replica, tp rank order within each) when no rank
+     * failed: one exchange over the tensor-parallel group's byte all-gather ({@link RankAgreement#allGather}), then one
+     * of those rows over the trainer's group; without groups, this rank's value alone.
+     */
+    private List<String> exchange(String tag, String what, Exception failure, String value, Group trainer,
+                                  String[] wording) throws IOException {
+        boolean overTp = group != null && size >= 2;
+        boolean overDp = trainer != null && trainer.worldSize() >= 2;
+        if (!overTp && !overDp) {
             if (failure instanceof IOException e) {
                 throw e;
             }
@@ -324,34 +362,83 @@ public final class CheckpointLayout {
         }
         String mine = failure == null ? OK + value
                 : (failure instanceof IllegalArgumentException ? MISMATCH : FAILED) + failure.getMessage();
-        List<String> all = RankAgreement.allGather(group, TAG + tag, mine);
-        List<Integer> found = new ArrayList<>();
+        List<String> row = overTp ? RankAgreement.allGather(group, TAG + tag, mine) : List.of(mine);
+        List<List<String>> grid = new ArrayList<>();
+        if (overDp) {
+            for (String replica : RankAgreement.allGather(trainer, TAG + tag + "-dp", encode(row))) {
+                grid.add(decode(replica));
+            }
+        } else {
+            grid.add(row);
+        }
+        List<String> found = new ArrayList<>();
         StringBuilder whatFound = new StringBuilder();
         boolean mismatchOnly = true;
-        List<String> values = new ArrayList<>(all.size());
-        for (int r = 0; r < all.size(); r++) {
-            String text = all.get(r);
-            if (text.startsWith(OK)) {
-                values.add(text.substring(OK.length()));
-                continue;
+        List<String> values = new ArrayList<>();
+        for (int d = 0; d < grid.size(); d++) {
+            for (int t = 0; t < grid.get(d).size(); t++) {
+                String text = grid.get(d).get(t);
+                if (text.startsWith(OK)) {
+                    values.add(text.substring(OK.length()));
+                    continue;
+                }
+                boolean mismatch = text.startsWith(MISMATCH);
+                mismatchOnly &= mismatch;
+                String id = overTp && overDp ? "dp " + d + " tp " + t : Integer.toString(overTp ? t : d);
+                found.add(id);
+                whatFound.append(whatFound.isEmpty() ? "" : "; ").append(overDp ? "rank " : "tp rank ").append(id)
+                        .append(mismatch ? wording[2] : " failed: ")
+                        .append(text.substring(mismatch ? MISMATCH.length() : FAILED.length()));
             }
-            boolean mismatch = text.startsWith(MISMATCH);
-            mismatchOnly &= mismatch;
-            found.add(r);
-            whatFound.append(whatFound.isEmpty() ? "" : "; ").append("tp rank ").append(r)
-                    .append(mismatch ? " found: " : " failed: ")
-                    .append(text.substring(mismatch ? MISMATCH.length() : FAILED.length()));
         }
         if (found.isEmpty()) {
             return values;
         }
-        String message = what + " refused on every tensor-parallel rank (" + size + "): tp rank(s) " + found
-                + (mismatchOnly ? " found a checkpoint that does not fit" : " failed") + ", expected every tp rank's to"
-                + " fit; nothing was read into or written from any tp rank's model. " + whatFound + " (fix: what tp rank "
-                + found.getFirst() + "'s message says, then retry on every rank)";
-        RuntimeException refusal = mismatchOnly ? new IllegalArgumentException(message, failure)
-                : new IllegalStateException(message, failure);
-        throw refusal;
+        if (failure instanceof RuntimeException own && values.isEmpty()
+                && grid.stream().flatMap(List::stream).distinct().count() == 1) {
+            throw own; // every rank found the same: its own message says it for all
+        }
+        if (failure instanceof IOException own && values.isEmpty()
+                && grid.stream().flatMap(List::stream).distinct().count() == 1) {
+            throw own;
+        }
+        String label = overDp ? "rank" : "tp rank";
+        String every = overDp ? "every rank (" + grid.size() * row.size()
+                + (overTp ? " = dp " + grid.size() + " x tp " + row.size() : "") + ")"
+                : "every tensor-parallel rank (" + size + ")";
+        String message = what + " refused on " + every + ": " + label + "(s) " + found
+                + (mismatchOnly ? wording[0] : " failed") + ", expected every " + label + wording[1]
+                + "; nothing was read into or written from any " + label + "'s model. " + whatFound
+                + " (fix: what " + label + " " + found.getFirst() + "'s message says, then retry on every rank)";
+        throw mismatchOnly ? new IllegalArgumentException(message, failure) : new IllegalStateException(message, failure);
+    }
+
+    /** Who a list of values of {@link #exchange} is by, for messages. */
+    private String ranksOf(Group trainer) {
+        boolean overDp = trainer != null && trainer.worldSize() >= 2;
+        return overDp ? (size >= 2 ? "rank (dp replica by replica, tp rank within each)" : "rank") : "tp rank";
+    }
+
+    /** Texts as one: each as its length, a colon, and itself. */
+    private static String encode(List<String> texts) {
+        StringBuilder b = new StringBuilder();
+        for (String t : texts) {
+            b.append(t.length()).append(':').append(t);
+        }
+        return b.toString();
+    }
+
+    /** {@link #encode}'s texts back. */
+    private static List<String> decode(String joined) {
+        List<String> texts = new ArrayList<>();
+        int at = 0;
+        while (at < joined.length()) {
+            int colon = joined.indexOf(':', at);
+            int length = Integer.parseInt(joined.substring(at, colon));
+            texts.add(joined.substring(colon + 1, colon + 1 + length));
+            at = colon + 1 + length;
+        }
+        return texts;
     }
 
     private Optional<CheckpointDirectory.Checkpoint> newestOnEveryRank(Path root) throws IOException {

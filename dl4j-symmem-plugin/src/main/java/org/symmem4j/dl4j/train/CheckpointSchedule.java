@@ -54,6 +54,21 @@ public final class CheckpointSchedule {
      * @return true when the trainer takes one now
      */
     public boolean due(long stepsDone, Group group, String tagPrefix) {
+        return due(stepsDone, group, null, tagPrefix);
+    }
+
+    /**
+     * {@link #due(long, Group, String)} for a tensor-parallel rank: by time, the verdict of the data-parallel group's
+     * rank 0 is then agreed over {@code tensorParallel} too (every rank takes tp rank 0's), so every tp rank of every
+     * replica takes its checkpoint at the same step, by one clock, rather than each data-parallel group by its own.
+     *
+     * @param stepsDone      the trainer's steps done, the one just finished included
+     * @param group          the trainer's (data-parallel) group, or null in thread mode
+     * @param tensorParallel the tensor-parallel group, or null when not tensor-parallel
+     * @param tagPrefix      makes the exchange's key unique to the trainer
+     * @return true when the trainer takes one now
+     */
+    public boolean due(long stepsDone, Group group, Group tensorParallel, String tagPrefix) {
         if (group == null || group.rank() == 0) {
             try {
                 CheckpointDirectory.recordProgress(root, stepsDone);
@@ -69,9 +84,14 @@ public final class CheckpointSchedule {
         if (interval != null) {
             boolean late = System.nanoTime() - lastNanos >= interval.toNanos();
             if (group != null) {
-                late = RankAgreement.allGather(group, tagPrefix + "checkpoint-due-" + exchanges++, late ? "1" : "0")
+                late = RankAgreement.allGather(group, tagPrefix + "checkpoint-due-" + exchanges, late ? "1" : "0")
                         .getFirst().equals("1");
             }
+            if (tensorParallel != null && tensorParallel.worldSize() > 1) {
+                late = RankAgreement.allGather(tensorParallel, tagPrefix + "tp-checkpoint-due-" + exchanges,
+                        late ? "1" : "0").getFirst().equals("1");
+            }
+            exchanges++;
             due |= late;
         }
         return due;

@@ -53,6 +53,27 @@ public final class ListenerOptions {
     }
 
     /**
+     * {@link #attachTo}'s checks alone, attaching nothing: a trainer in group mode runs them before its ranks agree on
+     * what each refused, and attaches only once every rank accepted.
+     *
+     * @param model  the model the listeners would be attached to
+     * @param refuse throws for a listener the trainer cannot call
+     * @return the model's listeners, then those this would add
+     * @throws IllegalArgumentException when a null was given, or {@code refuse} refuses
+     */
+    public List<TrainingListener> check(ListenedModel model, Consumer<ModelListeners> refuse) {
+        if (hadNull) {
+            throw new IllegalArgumentException("listeners(...) was given null: expected TrainingListener instances"
+                    + " (fix: leave the null out)");
+        }
+        List<TrainingListener> all = new ArrayList<>(model.listeners());
+        List<TrainingListener> adding = listeners.stream().filter(l -> all.stream().noneMatch(x -> x == l)).toList();
+        all.addAll(adding);
+        refuse.accept(ModelListeners.of(model, all)); // ModelListeners.of refuses truncated BPTT with any
+        return all;
+    }
+
+    /**
      * Attaches the listeners to {@code model} and routes the reporting ones, after checking everything
      * ({@link ModelListeners#of(ListenedModel, List)}, then {@code refuse} with the model's and these listeners
      * together, then the routing), so a refusal leaves the model's listeners as they were.
@@ -62,14 +83,8 @@ public final class ListenerOptions {
      * @throws IllegalArgumentException when a listener was null, or a routing listener has no router
      */
     public void attachTo(ListenedModel model, Consumer<ModelListeners> refuse) {
-        if (hadNull) {
-            throw new IllegalArgumentException("listeners(...) was given null: expected TrainingListener instances"
-                    + " (fix: leave the null out)");
-        }
-        List<TrainingListener> all = new ArrayList<>(model.listeners());
-        List<TrainingListener> adding = listeners.stream().filter(l -> all.stream().noneMatch(x -> x == l)).toList();
-        all.addAll(adding);
-        refuse.accept(ModelListeners.of(model, all)); // ModelListeners.of refuses truncated BPTT with any
+        List<TrainingListener> all = check(model, refuse);
+        List<TrainingListener> adding = List.copyOf(all.subList(model.listeners().size(), all.size()));
         StatsRouting.route(router, all);
         for (TrainingListener l : adding) {
             model.model().addListeners(l);

@@ -190,4 +190,30 @@ class PipelineSyncBatchNormTest {
         assertTrue(e.getMessage().contains("pipeline rank 0 of replica 1") && e.getMessage().contains("position 2")
                 && e.getMessage().contains("fix:"), e.getMessage());
     }
+
+    /**
+     * A refusal only one rank of a group reaches: rank 0 asks for synchronized BatchNorm with one replica
+     * ({@code dataParallel=1}), which is refused; rank 1 does not ask, and its own checks pass. Without the agreement
+     * rank 1 would wait for rank 0 in the build agreement until the group's timeout (short here); every rank refuses
+     * instead with the same message naming rank 0 and what it refused, and no checkpoint is written.
+     */
+    @Test
+    void syncBatchNormRefusedOnOneRankOnlyIsRefusedOnEveryRank(@org.junit.jupiter.api.io.TempDir java.nio.file.Path tmp) {
+        MultiLayerNetwork initial = PipelineModels.denseBatchNorm(new Adam(0.01), false);
+        java.nio.file.Path root = tmp.resolve("checkpoints");
+        List<String> errors = org.symmem4j.parallel.group.InJvmWorld.runOnEveryRank(2,
+                org.symmem4j.parallel.GroupOptions.defaults().withTimeout(java.time.Duration.ofSeconds(5)), group -> {
+                    MultiLayerNetwork mine = initial.clone();
+                    PipelineParallelTrainerBuilder b = PipelineParallelTrainer.builder(mine).group(group).microbatches(2)
+                            .checkpointEvery(1, root).syncBatchNorm(group.rank() == 0);
+                    return assertThrows(IllegalArgumentException.class, b::build, "rank " + group.rank()).getMessage();
+                });
+        for (String m : errors) {
+            assertEquals(errors.getFirst(), m, "every rank the same refusal");
+            assertTrue(m.startsWith("group mode: build() refused on every rank (2): rank(s) [0] refused it, expected"
+                    + " every rank to accept the same pipeline; nothing was built or linked on any rank. rank 0 refused:"
+                    + " syncBatchNorm(true) with dataParallel=1: expected dataParallel >= 2"), m);
+        }
+        assertTrue(!java.nio.file.Files.exists(root), "nothing written: " + root);
+    }
 }

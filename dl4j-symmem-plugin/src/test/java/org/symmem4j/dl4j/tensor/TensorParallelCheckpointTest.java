@@ -283,10 +283,12 @@ class TensorParallelCheckpointTest {
         for (String message : refusals) {
             // every rank the same refusal, naming both tp ranks and what each found
             assertEquals(refusals.getFirst(), message);
-            assertTrue(message.startsWith("checkpoint restore refused on every tensor-parallel rank (2): tp rank(s) [0, 1]"
-                    + " found a checkpoint that does not fit"), message);
-            for (int t = 0; t < 2; t++) {
-                assertTrue(java.util.regex.Pattern.compile("tp rank " + t + " found: checkpoint \\S*tp-" + (1 - t)
+            // every tp rank of both replicas found it: all named, by replica and tp rank
+            assertTrue(message.startsWith("checkpoint restore refused on every rank (4 = dp 2 x tp 2): rank(s)"
+                    + " [dp 0 tp 0, dp 0 tp 1, dp 1 tp 0, dp 1 tp 1] found a checkpoint that does not fit"), message);
+            for (int n = 0; n < 4; n++) {
+                int t = n % 2;
+                assertTrue(java.util.regex.Pattern.compile("rank dp " + n / 2 + " tp " + t + " found: checkpoint \\S*tp-" + (1 - t)
                         + "-of-2.step-000000000006 holds tensor-parallel rank=" + (1 - t) + " size=2's shard: expected"
                         + " rank=" + t + " size=2's, this rank's \\(fix: restore tp-" + t + "-of-2 on this rank")
                         .matcher(message).find(), message);
@@ -315,13 +317,127 @@ class TensorParallelCheckpointTest {
         List<String> refusals = refusedAtBuild(2, 2, root);
         for (String message : refusals) {
             assertEquals(refusals.getFirst(), message, "every rank the same refusal");
-            assertTrue(message.startsWith("checkpoint restore refused on every tensor-parallel rank"
-                    + " (2): tp rank(s) [1] found a checkpoint that does not fit, expected every tp rank's to fit;"
-                    + " nothing was read into or written from any tp rank's model. tp rank 1 found: checkpoint " + theirs
+            assertTrue(message.startsWith("checkpoint restore refused on every rank (4 = dp 2 x tp 2): rank(s)"
+                    + " [dp 0 tp 1, dp 1 tp 1] found a checkpoint that does not fit, expected every rank's to fit;"
+                    + " nothing was read into or written from any rank's model. rank dp 0 tp 1 found: checkpoint " + theirs
                     + " holds tensor-parallel rank=0 size=2's shard: expected rank=1 size=2's, this rank's (fix: restore"
                     + " tp-1-of-2 on this rank"), message);
-            assertTrue(message.endsWith("(fix: what tp rank 1's message says, then retry on every rank)"), message);
-            assertFalse(message.contains("tp rank 0 found"), message);
+            assertTrue(message.endsWith("(fix: what rank dp 0 tp 1's message says, then retry on every rank)"), message);
+            assertFalse(message.contains("tp 0 found"), message);
+        }
+    }
+
+    /**
+     * The data-parallel replicas disagree (as when each node restores its own copy of the checkpoint): replica 0's tp
+     * ranks are given their own directories of step 6, replica 1's each the other tp rank's. Only replica 1's tp ranks
+     * find the mismatch; replica 0's tp group alone would pass and go on into the restore's collectives over the dp
+     * groups, waiting for replica 1's until their timeout. Every rank of both replicas refuses instead, with the same
+     * error naming replica 1's two ranks and what each found, within a short timeout; nothing is read into any model
+     * and nothing is written under the root.
+     */
+    @Test
+    void aRestoreOnlyOneDataParallelReplicaRefusesIsRefusedByEveryRankOfEveryReplica() throws IOException {
+        Path root = tmp.resolve("replicas");
+        killedAfterStep7(root, null);
+        List<String> before = tree(root);
+        // a short timeout: without the agreement across replicas, replica 0's ranks wait this long, then fail otherwise
+        List<String> refusals = restoredOnShortTimeoutMesh(0.25, (w, d, t) -> {
+            Path dir = root.resolve("tp-" + (d == 0 ? t : 1 - t) + "-of-2").resolve("step-000000000006");
+            return assertThrows(IllegalArgumentException.class, () -> w.restoreCheckpoint(dir), "dp " + d + " tp " + t)
+                    .getMessage();
+        });
+        assertEquals(4, refusals.size());
+        for (String message : refusals) {
+            assertEquals(refusals.getFirst(), message, "every rank of every replica the same refusal");
+            assertTrue(message.startsWith("checkpoint restore refused on every rank (4 = dp 2 x tp 2): rank(s)"
+                    + " [dp 1 tp 0, dp 1 tp 1] found a checkpoint that does not fit"), message);
+            for (int t = 0; t < 2; t++) {
+                assertTrue(java.util.regex.Pattern.compile("rank dp 1 tp " + t + " found: checkpoint \\S*tp-" + (1 - t)
+                        + "-of-2.step-000000000006 holds tensor-parallel rank=" + (1 - t) + " size=2's shard: expected"
+                        + " rank=" + t + " size=2's").matcher(message).find(), message);
+            }
+            assertFalse(message.contains("dp 0 tp"), "replica 0 found nothing: " + message);
+        }
+        assertEquals(before, tree(root), "nothing written under the root");
+    }
+
+    /**
+     * A shard torn under one tp rank's directory only ({@code saveCheckpoint}'s {@code tp-1-of-2/model.zip} cut in
+     * half), restored with {@code restoreCheckpoint}: tp rank 1's data-parallel group finds it, tp rank 0's does not.
+     * Agreed over the data-parallel group alone, tp rank 0's ranks read their shard into their models and went on while
+     * tp rank 1's refused; now every rank of every replica refuses before any applies what it read: nothing changes in
+     * any model, and tp rank 0's ranks name tp rank 1's failure.
+     */
+    @Test
+    void aShardTornUnderOneTensorParallelRankOnlyIsRestoredByNoRank() throws IOException {
+        Path dir = tmp.resolve("saved");
+        mesh(2, 2, 0, b -> { }, (w, mine, t) -> {
+            w.fit(new BatchListIterator(DATA.subList(0, 4)));
+            w.saveCheckpoint(dir);
+        });
+        Path model = dir.resolve("tp-1-of-2").resolve("model.zip");
+        byte[] bytes = Files.readAllBytes(model);
+        Files.write(model, java.util.Arrays.copyOf(bytes, bytes.length / 2));
+        List<String> before = tree(dir);
+        List<String> failures = restoredOnShortTimeoutMesh(0, (w, d, t) -> t + " "
+                + assertThrows(Exception.class, () -> w.restoreCheckpoint(dir), "dp " + d + " tp " + t));
+        for (String f : failures) {
+            if (f.startsWith("0 ")) {
+                assertTrue(f.contains("checkpoint-restored failed on tp rank 1 of this data-parallel replica")
+                        && f.contains("model.zip"), f);
+            } else {
+                assertTrue(f.contains("model.zip"), f);
+            }
+        }
+        assertEquals(before, tree(dir), "nothing written");
+    }
+
+    /** What one rank of {@link #restoredOnShortTimeoutMesh} does with its wrapper: a restore that must fail. */
+    @FunctionalInterface
+    private interface FailedRestore {
+        String run(SymmemParallelWrapper wrapper, int dpRank, int tpRank) throws Exception;
+    }
+
+    /**
+     * On a {@code dp x tp = 2 x 2} mesh in this JVM with a 5 s group timeout (a rank left waiting for the others fails
+     * soon, otherwise than the test expects): every rank builds a wrapper over its tp shard of the initial network
+     * (shifted by {@code shift}), runs {@code restore}, and checks that nothing was read into its model.
+     *
+     * @return what each rank's {@code restore} returned, in world rank order
+     */
+    private static List<String> restoredOnShortTimeoutMesh(double shift, FailedRestore restore) {
+        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        return InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(5)), group -> {
+            try (DeviceMesh m = DeviceMesh.of(group, "dp", 2, "tp", 2);
+                 Communicator c = Communicator.create(m.group("tp"))) {
+                int t = m.group("tp").rank();
+                int d = m.group("dp").rank();
+                MultiLayerNetwork mine = TensorParallel.shard(initial, t, 2, 0, 2);
+                mine.params().addi(shift);
+                TensorParallel.attach(mine, c);
+                double[] params = mine.params().dup().toDoubleVector();
+                try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(mine).group(m.group("dp"))
+                        .ompThreadsPerWorker(1).build()) {
+                    String outcome = restore.run(w, d, t);
+                    assertArrayEquals(params, mine.params().toDoubleVector(), "dp " + d + " tp " + t
+                            + ": nothing read into the model");
+                    assertNull(w.resumedFrom(), "dp " + d + " tp " + t);
+                    return outcome;
+                }
+            }
+        });
+    }
+
+    /** Every file under {@code root}, with its size and last change, in path order. */
+    private static List<String> tree(Path root) throws IOException {
+        try (Stream<Path> s = Files.walk(root)) {
+            return s.filter(Files::isRegularFile).sorted().map(p -> {
+                try {
+                    return root.relativize(p) + " " + Files.size(p) + " " + Files.getLastModifiedTime(p);
+                } catch (IOException e) {
+                    throw new java.io.UncheckedIOException(e);
+                }
+            }).toList();
         }
     }
 }
