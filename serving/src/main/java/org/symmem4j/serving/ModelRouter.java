@@ -2,34 +2,23 @@ package org.symmem4j.serving;
 
 import java.lang.foreign.MemorySegment;
 import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
 import java.util.TreeSet;
-import java.util.concurrent.ArrayBlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
-import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.concurrent.atomic.AtomicLong;
 
-import io.micrometer.core.instrument.Counter;
-import io.micrometer.core.instrument.DistributionSummary;
-import io.micrometer.core.instrument.Gauge;
-import io.micrometer.core.instrument.Meter;
 import io.micrometer.core.instrument.MeterRegistry;
-import io.micrometer.core.instrument.Timer;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
-import org.nd4j.linalg.indexing.INDArrayIndex;
-import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.serving.ServingException.Kind;
 import org.symmem4j.serving.weights.SharedWeights;
 
@@ -68,7 +57,10 @@ import org.symmem4j.serving.weights.SharedWeights;
  *       {@link #deploy} of the same name starts a new model whose versions count on from the last one.</li>
  * </ul>
  *
- * The router runs on the weights' owner rank (it publishes and retires them).
+ * The router runs on the weights' owner rank (it publishes and retires them). This class keeps the model table,
+ * the versions, admission and scheduling; each model's queue, meters and admission count are a {@code ServedModel},
+ * and running a formed batch (on worker threads or in worker processes, with the workers' batch buffers) is the
+ * {@code BatchRunner}'s.
  */
 public final class ModelRouter implements AutoCloseable {
 
@@ -104,135 +96,23 @@ public final class ModelRouter implements AutoCloseable {
         }
     }
 
-    private record Request(INDArray features, long rows, long pinned, CompletableFuture<Prediction> answer,
-                           long arrivedNanos) {
-    }
-
-    private final class Model {
-        /** The sign bit of {@link #admitted}: set by {@link #undeploy}, after which no request is admitted. */
-        static final long NO_ADMISSION = Long.MIN_VALUE;
-        final String name;
-        final ArrayBlockingQueue<Request> queue;
-        volatile ServedVersion current;
-        volatile ServedVersion previous;
-        long lastVersion;
-        final Timer duration;
-        final Timer queued;
-        final DistributionSummary batchSize;
-        final Counter swaps;
-        final Map<String, Counter> outcomes = new ConcurrentHashMap<>();
-        /** True while the model is on the ready list or a worker forms its batch (the batching token). */
-        final AtomicBoolean scheduled = new AtomicBoolean();
-        /** A request that did not fit the last batch; starts the next one (read and written by the token holder). */
-        Request carried;
-        /**
-         * Requests admitted and not yet answered (or refused, or timed out), plus {@link #NO_ADMISSION} once the model
-         * is undeployed: whoever brings it to exactly {@code NO_ADMISSION} (the last request to leave, or undeploy
-         * when none is in) drops the router's references to the versions.
-         */
-        final AtomicLong admitted = new AtomicLong();
-        /** Set (under the model's monitor) by {@link #undeploy}; a deploy that finds it takes a new model object. */
-        boolean undeployed;
-        /** Completes when an undeployed model has let go of its versions. */
-        final CompletableFuture<Void> released = new CompletableFuture<>();
-        /** The meters registered for this model, removed from the registry by {@link #undeploy}. */
-        final List<Meter> meters = new ArrayList<>();
-        /** Guards {@link #metersRemoved} against a first-time outcome counter registering after the removal. */
-        private final Object meterLock = new Object();
-        private boolean metersRemoved;
-
-        Model(String name) {
-            this.name = name;
-            this.lastVersion = lastVersions.getOrDefault(name, 0L);
-            this.queue = new ArrayBlockingQueue<>(options.queueCapacity());
-            this.duration = Timer.builder(ServingMeters.REQUEST_DURATION.meterName()).tag("model", name)
-                    .description("request arrival to answer").publishPercentileHistogram().register(registry);
-            this.queued = Timer.builder(ServingMeters.QUEUE_DURATION.meterName()).tag("model", name)
-                    .description("request arrival to its batch's start").publishPercentileHistogram().register(registry);
-            this.batchSize = DistributionSummary.builder(ServingMeters.BATCH_SIZE.meterName()).tag("model", name)
-                    .description("rows per batch").publishPercentileHistogram().register(registry);
-            this.swaps = Counter.builder(ServingMeters.SWAPS.meterName()).tag("model", name)
-                    .description("versions made current").register(registry);
-            meters.addAll(List.of(duration, queued, batchSize, swaps));
-            meters.add(Gauge.builder(ServingMeters.QUEUE_DEPTH.meterName(), queue, ArrayBlockingQueue::size)
-                    .tag("model", name).description("requests waiting").register(registry));
-            meters.add(Gauge.builder(ServingMeters.CURRENT_VERSION.meterName(), this,
-                    m -> m.current == null ? 0 : m.current.version)
-                    .tag("model", name).description("the version new requests go to").register(registry));
-        }
-
-        void count(String outcome) {
-            Counter c = outcomes.get(outcome);
-            if (c == null) {
-                synchronized (meterLock) {
-                    if (metersRemoved) {
-                        return; // undeployed: its answers still complete, but nothing registers again
-                    }
-                    c = outcomes.computeIfAbsent(outcome, o -> Counter.builder(ServingMeters.REQUESTS.meterName())
-                            .tag("model", name).tag("outcome", o).description("requests by outcome")
-                            .register(registry));
-                }
-            }
-            c.increment(); // after removal this counts into a meter no registry reports: harmless
-        }
-
-        /** Takes the registry's meters of this model away (a redeploy of the name registers new ones). */
-        void removeMeters() {
-            synchronized (meterLock) {
-                metersRemoved = true;
-                meters.forEach(registry::remove);
-                outcomes.values().forEach(registry::remove);
-            }
-        }
-
-        /** {@return true when a request may enter (the model is not undeployed); pair it with {@link #leave}} */
-        boolean admit() {
-            while (true) {
-                long c = admitted.get();
-                if (c < 0) {
-                    return false;
-                }
-                if (admitted.compareAndSet(c, c + 1)) {
-                    return true;
-                }
-            }
-        }
-
-        /** An admitted request has its answer (or refusal); the last one out of an undeployed model lets go. */
-        void leave() {
-            if (admitted.decrementAndGet() == NO_ADMISSION) {
-                letGo(this);
-            }
-        }
-
-        /** Admits nobody from now on; lets go of the versions at once when no admitted request is left. */
-        void stopAdmitting() {
-            long before = admitted.getAndUpdate(c -> c | NO_ADMISSION);
-            if (before == 0) {
-                letGo(this);
-            }
-        }
-    }
-
     private final SharedWeights weights;
     private final RouterOptions options;
     private final MeterRegistry registry;
-    private final Map<String, Model> models = new ConcurrentHashMap<>();
+    private final Map<String, ServedModel> models = new ConcurrentHashMap<>();
     /** The last version number given per model name, kept across undeploy so that a redeploy counts on. */
     private final Map<String, Long> lastVersions = new ConcurrentHashMap<>();
     /** Undeployed models whose admitted requests are still being answered. */
-    private final Set<Model> draining = ConcurrentHashMap.newKeySet();
+    private final Set<ServedModel> draining = ConcurrentHashMap.newKeySet();
     /** Models with queued requests, each at most once; {@link #STOP} tells a worker to leave. */
     private final LinkedBlockingQueue<Object> ready = new LinkedBlockingQueue<>();
     private final List<Thread> workers = new ArrayList<>();
-    /** Each worker's batch buffers, by worker index. */
-    private final List<WorkerBuffers> workerBuffers = new ArrayList<>();
+    /** Runs the batches the workers form, on worker threads or in worker processes, and keeps their buffers. */
+    private final BatchRunner batches;
     private final long maxWaitNanos;
     private final AtomicInteger freedVersions = new AtomicInteger();
     private static final Object STOP = new Object();
     private volatile boolean closed;
-    /** Where batches run when not on this JVM's threads; null for worker threads. */
-    private final ProcessWorkers processes;
 
     /**
      * @param weights  where versions' parameters live; this rank must own them
@@ -254,16 +134,13 @@ public final class ModelRouter implements AutoCloseable {
      */
     public ModelRouter(SharedWeights weights, RouterOptions options, MeterRegistry registry,
                        ProcessWorkers processes) {
-        this.processes = processes;
         this.weights = Objects.requireNonNull(weights, "weights");
         this.options = Objects.requireNonNull(options, "options");
         this.registry = registry != null ? registry : new SimpleMeterRegistry();
         this.maxWaitNanos = options.maxWait().toNanos();
+        this.batches = new BatchRunner(options, processes, this::acquire, this::liveShapes);
         for (int i = 0; i < options.workers(); i++) {
-            workerBuffers.add(new WorkerBuffers(new BatchAssembler(options.maxBatch())));
-        }
-        for (int i = 0; i < options.workers(); i++) {
-            WorkerBuffers mine = workerBuffers.get(i);
+            BatchRunner.WorkerBuffers mine = batches.buffers(i);
             workers.add(Thread.ofPlatform().daemon().name("symmem4j-serving-worker-" + i).start(() -> workLoop(mine)));
         }
     }
@@ -290,14 +167,14 @@ public final class ModelRouter implements AutoCloseable {
                     + " params.castTo(DataType." + spec.dataType() + "))");
         }
         checkOpen();
-        if (processes != null && spec.configJson() == null) {
+        if (batches.inProcesses() && spec.configJson() == null) {
             throw new IllegalArgumentException("model '" + model + "': a " + spec.kind() + " cannot run in worker"
                     + " processes, which build each version's network from its configuration (fix: deploy a"
                     + " MultiLayerConfiguration or ComputationGraphConfiguration spec, or serve custom networks from a"
                     + " router with worker threads)");
         }
         while (true) {
-            Model m = models.computeIfAbsent(model, this::startModel);
+            ServedModel m = models.computeIfAbsent(model, this::startModel);
             synchronized (m) {
                 if (m.undeployed) {
                     continue; // undeployed since the lookup: the name now takes a new model object
@@ -308,7 +185,7 @@ public final class ModelRouter implements AutoCloseable {
     }
 
     /** Publishes and swaps in the next version of {@code m}; the caller holds its monitor. */
-    private long deploy(Model m, ModelSpec spec, INDArray params) {
+    private long deploy(ServedModel m, ModelSpec spec, INDArray params) {
         String model = m.name;
         long version = m.lastVersion + 1;
         weights.publish(model, version, params);
@@ -365,7 +242,7 @@ public final class ModelRouter implements AutoCloseable {
      * @throws ServingException of kind UNKNOWN_MODEL for an unknown model, IllegalStateException when no version is kept
      */
     public long rollback(String model) {
-        Model m = model(model);
+        ServedModel m = model(model);
         synchronized (m) {
             if (m.current == null) {
                 throw unknownModel(model); // undeployed since the lookup
@@ -397,7 +274,7 @@ public final class ModelRouter implements AutoCloseable {
      */
     public CompletableFuture<Void> undeploy(String model) {
         checkOpen();
-        Model m = model(model);
+        ServedModel m = model(model);
         synchronized (m) {
             if (m.undeployed) { // a concurrent undeploy won
                 throw unknownModel(model);
@@ -415,7 +292,7 @@ public final class ModelRouter implements AutoCloseable {
      * The last admitted request of an undeployed model has left (or none was in): drop the router's references to
      * its versions and fail what a timed-out request left in the queue (its answer is complete already).
      */
-    private void letGo(Model m) {
+    private void letGo(ServedModel m) {
         ServedVersion current;
         ServedVersion previous;
         synchronized (m) {
@@ -448,7 +325,7 @@ public final class ModelRouter implements AutoCloseable {
      * @return the versions served (current first, then the one kept for rollback)
      */
     public List<Long> servedVersions(String model) {
-        Model m = model(model);
+        ServedModel m = model(model);
         synchronized (m) {
             if (m.current == null) {
                 throw unknownModel(model); // undeployed since the lookup
@@ -520,7 +397,7 @@ public final class ModelRouter implements AutoCloseable {
      */
     public CompletableFuture<Prediction> predict(String model, long version, INDArray features) {
         long arrived = System.nanoTime();
-        Model m;
+        ServedModel m;
         try {
             m = model(model);
             checkOpen();
@@ -549,7 +426,7 @@ public final class ModelRouter implements AutoCloseable {
                         + " " + options.maxBatch() + " rows, or raise RouterOptions.maxBatch)");
             }
             INDArray input = features.dataType() == spec.dataType() ? features : features.castTo(spec.dataType());
-            if (!m.queue.offer(new Request(input, rows, version, answer, arrived))) {
+            if (!m.queue.offer(new QueuedRequest(input, rows, version, answer, arrived))) {
                 throw new ServingException(Kind.OVERLOADED, "model '" + model + "' is overloaded: queue of capacity="
                         + options.queueCapacity() + " is full (fix: retry later, or raise RouterOptions.workers or"
                         + " queueCapacity)");
@@ -561,7 +438,7 @@ public final class ModelRouter implements AutoCloseable {
                 failQueued(m);
             }
         } catch (ServingException e) {
-            m.count(outcome(e.kind()));
+            m.count(ServedModel.outcome(e.kind()));
             return CompletableFuture.failedFuture(e);
         } finally {
             if (!queued) {
@@ -580,7 +457,7 @@ public final class ModelRouter implements AutoCloseable {
     }
 
     /** Puts {@code m} on the ready list unless it is there already or a worker is forming its batch. */
-    private void schedule(Model m) {
+    private void schedule(ServedModel m) {
         if (m.scheduled.compareAndSet(false, true)) {
             ready.offer(m);
         }
@@ -590,7 +467,7 @@ public final class ModelRouter implements AutoCloseable {
      * Gives back the batching token after a batch was formed: the model goes back on the ready list when requests
      * are left, so another worker can form the next batch while this one runs its own.
      */
-    private void unschedule(Model m) {
+    private void unschedule(ServedModel m) {
         if (m.carried != null || !m.queue.isEmpty()) {
             ready.offer(m); // still scheduled: the token passes to the next worker that takes it
             return;
@@ -601,7 +478,7 @@ public final class ModelRouter implements AutoCloseable {
         }
     }
 
-    private void workLoop(WorkerBuffers assembler) {
+    private void workLoop(BatchRunner.WorkerBuffers assembler) {
         while (true) {
             Object next;
             try {
@@ -610,16 +487,11 @@ public final class ModelRouter implements AutoCloseable {
                 continue; // workers leave on STOP only (close sends one per worker): requests never lose a worker
             }
             if (next == STOP) {
-                assembler.lock.lock();
-                try {
-                    assembler.assembler.close(); // the router is closing: free this worker's buffers now
-                } finally {
-                    assembler.lock.unlock();
-                }
+                assembler.close(); // the router is closing: free this worker's buffers now
                 return;
             }
-            Model m = (Model) next;
-            List<Request> batch;
+            ServedModel m = (ServedModel) next;
+            List<QueuedRequest> batch;
             try {
                 batch = formBatch(m);
             } finally {
@@ -629,11 +501,10 @@ public final class ModelRouter implements AutoCloseable {
                 continue;
             }
             if (closed) {
-                batch.forEach(r -> fail(m, r, closedFailure(m)));
+                batch.forEach(r -> m.fail(r, closedFailure(m)));
                 continue;
             }
-            runBatch(m, batch, assembler);
-            sweep(assembler); // a sweep asked for while the batch held the buffers
+            batches.runBatch(m, batch, assembler);
         }
     }
 
@@ -641,18 +512,18 @@ public final class ModelRouter implements AutoCloseable {
      * Takes up to {@code maxBatch} rows of queued requests (the carried one first), waiting for more until the
      * first request's {@code maxWait} has passed; called by the worker holding the model's batching token.
      */
-    private List<Request> formBatch(Model m) {
-        List<Request> batch = new ArrayList<>();
-        Request first = m.carried != null ? m.carried : m.queue.poll();
+    private List<QueuedRequest> formBatch(ServedModel m) {
+        List<QueuedRequest> batch = new ArrayList<>();
+        QueuedRequest first = m.carried != null ? m.carried : m.queue.poll();
         m.carried = null;
         if (first == null) {
             return batch;
         }
         batch.add(first);
-        long rows = first.rows;
-        long deadline = first.arrivedNanos + maxWaitNanos;
+        long rows = first.rows();
+        long deadline = first.arrivedNanos() + maxWaitNanos;
         while (rows < options.maxBatch()) {
-            Request next = m.queue.poll();
+            QueuedRequest next = m.queue.poll();
             if (next == null) {
                 long wait = deadline - System.nanoTime();
                 if (wait <= 0 || closed) {
@@ -667,174 +538,18 @@ public final class ModelRouter implements AutoCloseable {
                     break;
                 }
             }
-            if (rows + next.rows > options.maxBatch()) {
+            if (rows + next.rows() > options.maxBatch()) {
                 m.carried = next; // starts the next batch
                 break;
             }
             batch.add(next);
-            rows += next.rows;
+            rows += next.rows();
         }
         return batch;
     }
 
-    /** Runs a batch, one version group after another (requests pinned to a version run on that version). */
-    private void runBatch(Model m, List<Request> batch, WorkerBuffers assembler) {
-        long pinned = batch.get(0).pinned;
-        boolean oneVersion = true;
-        for (Request r : batch) {
-            oneVersion &= r.pinned == pinned;
-        }
-        if (oneVersion) {
-            runOn(m, pinned, batch, assembler);
-            return;
-        }
-        Map<Long, List<Request>> byVersion = new LinkedHashMap<>();
-        for (Request r : batch) {
-            byVersion.computeIfAbsent(r.pinned, v -> new ArrayList<>()).add(r);
-        }
-        byVersion.forEach((version, requests) -> runOn(m, version, requests, assembler));
-    }
 
-    private void runOn(Model m, long version, List<Request> requests, WorkerBuffers assembler) {
-        ServedVersion served;
-        try {
-            served = acquire(m, version);
-        } catch (ServingException e) {
-            requests.forEach(r -> fail(m, r, e));
-            return;
-        }
-        if (processes != null) {
-            runInProcess(m, served, requests, assembler);
-            return;
-        }
-        INDArray out = null;
-        try {
-            out = run(m, served, requests, assembler);
-        } catch (RuntimeException | Error e) { // a worker never dies with requests unanswered
-            ServingException failure = new ServingException(Kind.FAILED, "model '" + m.name + "' version="
-                    + served.version + ": " + e + " (fix: act on this cause, the model's own failure; when only this"
-                    + " version fails, rollback(\"" + m.name + "\") serves the previous one)", e);
-            requests.forEach(r -> fail(m, r, failure));
-        } finally {
-            // before any answer completes: a client that has its answer knows this worker has left the version (a
-            // retired version is freed by then unless another reader holds it); the outputs are the batch's own
-            served.release();
-        }
-        if (out != null) {
-            answer(m, served.version, requests, out);
-        }
-    }
-
-    /**
-     * Sends the batch to a worker process and answers from its reply; the dispatch takes over {@code served}'s
-     * reference (dropped when the worker has answered or exited), or this method drops it when nothing was sent.
-     */
-    private void runInProcess(Model m, ServedVersion served, List<Request> requests, WorkerBuffers buffers) {
-        ProcessWorkers.Dispatch sent;
-        buffers.lock.lock(); // no sweep frees the buffer while the batch is encoded from it
-        try {
-            INDArray features = assemble(m, requests, buffers.assembler);
-            sent = processes.submit(m.name, served, features); // copies the features into the message
-            m.batchSize.record(features.size(0));
-        } catch (ServingException e) {
-            served.release();
-            requests.forEach(r -> fail(m, r, e));
-            return;
-        } catch (RuntimeException e) {
-            served.release();
-            ServingException failure = new ServingException(Kind.FAILED, "model '" + m.name + "' version="
-                    + served.version + ": the batch could not be sent to a worker process: " + e + " (fix: act on"
-                    + " this cause)", e);
-            requests.forEach(r -> fail(m, r, failure));
-            return;
-        } finally {
-            buffers.lock.unlock();
-            sweep(buffers);
-        }
-        INDArray out;
-        try {
-            out = sent.await(m.name, options.requestTimeout());
-        } catch (ServingException e) {
-            requests.forEach(r -> fail(m, r, e));
-            return;
-        }
-        answer(m, served.version, requests, out); // the reply thread released the version before completing
-    }
-
-    /** The batch's outputs (the model's own array, no view of the weights), or null when it failed the requests. */
-    private INDArray run(Model m, ServedVersion served, List<Request> requests, WorkerBuffers buffers) {
-        INDArray out;
-        ModelSpec.Network net = null;
-        BatchAssembler assembler = buffers.assembler;
-        buffers.lock.lock(); // no sweep frees the buffer while the batch uses it
-        try {
-            INDArray features = assemble(m, requests, assembler); // this thread's reused buffer: no concat
-            net = served.borrow();
-            out = assembler.detach(net.output(features)); // answers outlive the buffer's next batch
-            m.batchSize.record(features.size(0));
-        } catch (RuntimeException e) {
-            ServingException failure = new ServingException(Kind.FAILED, "model '" + m.name + "' version="
-                    + served.version + " failed on a batch of requests=" + requests.size() + ": " + e + " (fix: act on"
-                    + " this cause, the model's own failure; when only this version fails, rollback(\"" + m.name
-                    + "\") serves the previous one)", e);
-            requests.forEach(r -> fail(m, r, failure));
-            return null;
-        } finally {
-            buffers.lock.unlock();
-            if (net != null) {
-                served.giveBack(net);
-            }
-        }
-        return out;
-    }
-
-    /** Records the requests' time in the queue and assembles their features; the caller holds the buffers' lock. */
-    private static INDArray assemble(Model m, List<Request> requests, BatchAssembler assembler) {
-        long start = System.nanoTime();
-        long rows = 0;
-        List<INDArray> all = new ArrayList<>(requests.size());
-        for (Request r : requests) {
-            m.queued.record(start - r.arrivedNanos, TimeUnit.NANOSECONDS);
-            all.add(r.features);
-            rows += r.rows;
-        }
-        return assembler.assemble(all, rows);
-    }
-
-    /** Completes each request's answer with its rows of the batch's outputs, computed by {@code version}. */
-    private void answer(Model m, long version, List<Request> requests, INDArray out) {
-        long row = 0;
-        for (Request r : requests) {
-            INDArray mine;
-            if (requests.size() == 1) {
-                mine = out;
-            } else {
-                INDArrayIndex[] idx = new INDArrayIndex[out.rank()];
-                idx[0] = NDArrayIndex.interval(row, row + r.rows);
-                for (int i = 1; i < idx.length; i++) {
-                    idx[i] = NDArrayIndex.all();
-                }
-                mine = out.get(idx); // a view: the batch's output array is this batch's alone
-            }
-            row += r.rows;
-            m.duration.record(System.nanoTime() - r.arrivedNanos, TimeUnit.NANOSECONDS);
-            if (r.answer.complete(new Prediction(m.name, version, mine))) {
-                m.count("ok");
-            }
-        }
-    }
-
-    private void fail(Model m, Request r, ServingException e) {
-        if (r.answer.completeExceptionally(e)) {
-            m.count(outcome(e.kind()));
-        }
-    }
-
-    private static String outcome(Kind kind) {
-        return kind.name().toLowerCase(java.util.Locale.ROOT);
-    }
-
-    private ServedVersion acquire(Model m, long version) {
+    private ServedVersion acquire(ServedModel m, long version) {
         while (true) {
             ServedVersion v;
             synchronized (m) {
@@ -850,7 +565,7 @@ public final class ModelRouter implements AutoCloseable {
         }
     }
 
-    private ServedVersion checkServed(Model m, long version) {
+    private ServedVersion checkServed(ServedModel m, long version) {
         synchronized (m) {
             if (m.current == null) {
                 throw unknownModel(m.name);
@@ -868,8 +583,8 @@ public final class ModelRouter implements AutoCloseable {
         }
     }
 
-    private Model model(String name) {
-        Model m = name == null ? null : models.get(name);
+    private ServedModel model(String name) {
+        ServedModel m = name == null ? null : models.get(name);
         if (m == null || m.current == null) {
             throw unknownModel(name);
         }
@@ -881,50 +596,17 @@ public final class ModelRouter implements AutoCloseable {
                 + "; fix: use one of those names, or deploy it first)");
     }
 
-    private Model startModel(String name) {
-        return new Model(name);
+    private ServedModel startModel(String name) {
+        return new ServedModel(name, lastVersions.getOrDefault(name, 0L), options.queueCapacity(), registry,
+                this::letGo);
     }
 
     private void free(String model, long version) {
         weights.retire(model, version);
         freedVersions.incrementAndGet();
-        for (WorkerBuffers w : workerBuffers) {
-            w.sweep = true; // before the try: a worker that holds the lock sees it when it lets go
-            sweep(w);
-        }
+        batches.versionFreed();
     }
 
-    /**
-     * One worker's batch buffers. A batch holds {@link #lock} while it assembles and runs; a sweep (after a version
-     * was freed) takes it only with {@code tryLock}, so freeing never waits for a batch: a busy worker's sweep is left
-     * in {@link #sweep} and done by whoever lets go of the lock next (the worker after its batch, or the sweeper).
-     */
-    private static final class WorkerBuffers {
-        final BatchAssembler assembler;
-        final java.util.concurrent.locks.ReentrantLock lock = new java.util.concurrent.locks.ReentrantLock();
-        volatile boolean sweep;
-
-        WorkerBuffers(BatchAssembler assembler) {
-            this.assembler = assembler;
-        }
-    }
-
-    /**
-     * Frees the worker's buffers of shapes no served version has, if it is asked to and its buffers are not in use;
-     * every holder of the lock calls this after letting go, so no request is left behind while the lock is free.
-     */
-    private void sweep(WorkerBuffers w) {
-        while (w.sweep && w.lock.tryLock()) {
-            try {
-                if (w.sweep) {
-                    w.sweep = false;
-                    w.assembler.retainOnly(liveShapes());
-                }
-            } finally {
-                w.lock.unlock();
-            }
-        }
-    }
 
     /**
      * The (data type, example shape) of every version a model serves now (current or kept for rollback); read
@@ -934,7 +616,7 @@ public final class ModelRouter implements AutoCloseable {
      */
     private Set<BatchAssembler.Shape> liveShapes() {
         Set<BatchAssembler.Shape> live = new java.util.HashSet<>();
-        for (Model m : models.values()) {
+        for (ServedModel m : models.values()) {
             for (ServedVersion v : new ServedVersion[] {m.current, m.previous}) {
                 if (v != null) {
                     live.add(BatchAssembler.Shape.of(v.spec.dataType(), v.spec.exampleShape()));
@@ -946,16 +628,7 @@ public final class ModelRouter implements AutoCloseable {
 
     /** {@return the shapes the workers hold batch buffers for (waits for running batches)} */
     Set<BatchAssembler.Shape> batchBufferShapes() {
-        Set<BatchAssembler.Shape> all = new java.util.HashSet<>();
-        for (WorkerBuffers w : workerBuffers) {
-            w.lock.lock();
-            try {
-                all.addAll(w.assembler.shapes());
-            } finally {
-                w.lock.unlock();
-            }
-        }
-        return all;
+        return batches.batchBufferShapes();
     }
 
     private void checkOpen() {
@@ -965,17 +638,17 @@ public final class ModelRouter implements AutoCloseable {
         }
     }
 
-    private ServingException closedFailure(Model m) {
+    private ServingException closedFailure(ServedModel m) {
         return new ServingException(Kind.CLOSED, "model '" + m.name + "': the router closed before this request was"
                 + " answered (fix: close the router only after the answers you wait for arrived)");
     }
 
     /** Fails every request queued for {@code m} (after close). */
-    private void failQueued(Model m) {
-        List<Request> left = new ArrayList<>();
+    private void failQueued(ServedModel m) {
+        List<QueuedRequest> left = new ArrayList<>();
         m.queue.drainTo(left);
-        for (Request r : left) {
-            fail(m, r, closedFailure(m));
+        for (QueuedRequest r : left) {
+            m.fail(r, closedFailure(m));
         }
     }
 
@@ -1003,11 +676,11 @@ public final class ModelRouter implements AutoCloseable {
                         + " RouterOptions.maxBatch so that one batch takes less)");
             }
         }
-        List<Model> all = new ArrayList<>(models.values());
+        List<ServedModel> all = new ArrayList<>(models.values());
         all.addAll(draining);
-        for (Model m : all) {
+        for (ServedModel m : all) {
             if (m.carried != null) { // the workers have left: nobody holds the token
-                fail(m, m.carried, closedFailure(m));
+                m.fail(m.carried, closedFailure(m));
                 m.carried = null;
             }
             failQueued(m); // an undeployed model's last request to leave lets go of its versions
