@@ -11,7 +11,6 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.function.Consumer;
-import java.util.function.IntPredicate;
 import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.inputs.InputType;
@@ -22,7 +21,6 @@ import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
-import org.nd4j.linalg.factory.Nd4j;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.HollowNetworks;
@@ -142,16 +140,11 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private final PipelineStageSplit split;
     /** The network (or graph) given to the builder: it holds the stages' state after every {@code fit}. */
     private final PipelineModel model;
-    /** Replica 0's stages: the ones whose state the model takes (every replica's is the same). */
+    /** The stages this process trains, of every data-parallel replica and tensor-parallel shard it runs. */
+    private final StageReplicas replicas;
+    /** Replica 0's stages ({@link StageReplicas#first}). */
     private final List<Dl4jPipelineStage> stages;
-    /**
-     * Every data-parallel replica's stages, replica 0's first; one list when {@code dataParallel == 1}. With tensor
-     * parallelism, replica {@code d}'s shard {@code t} at {@code d * tensorParallel + t}.
-     */
-    private final List<List<Dl4jPipelineStage>> replicaStages;
     private final int dataParallel;
-    /** The stages' tensor-parallel shards ({@link PipelineParallelTrainerBuilder#tensorParallel}), or null. */
-    private final PipelineTensorParallel tensorShards;
     /** Tensor-parallel ranks per pipeline rank; 1 without tensor parallelism. */
     private final int tensorParallel;
     private final boolean syncBatchNorm;
@@ -198,27 +191,16 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.linkSlots = linkSlots;
         this.timeout = o.timeout();
         this.dataParallel = b.dataParallel;
-        this.tensorShards = b.tensorShards;
-        this.tensorParallel = tensorShards == null ? 1 : tensorShards.size();
+        this.tensorParallel = b.tensorShards == null ? 1 : b.tensorShards.size();
         this.syncBatchNorm = b.syncBatchNorm;
         this.group = o.group();
         // in group mode this process runs one rank: ND4J's threads are the process's (the launcher sizes them)
         this.ompThreadsPerRank = o.ndThreadsPerRank(group != null ? 1 : shape.ranks() * b.dataParallel * tensorParallel);
         this.listeners = o.stepListeners();
         this.metrics = o.bind(new PipelineMetrics(b.schedule.tag(), o.transportName(), o.metricTags()));
-        // group mode: this process holds its own stages of one replica (s % pp == its pipeline rank); the others are
-        // hollow, carrying the layouts for mask propagation and for the gather of the model from their ranks
-        int copies = group == null ? dataParallel : 1;
-        IntPredicate held = group == null ? s -> true : s -> s % shape.ranks() == group.rank() % shape.ranks();
-        List<List<Dl4jPipelineStage>> replicas = new ArrayList<>(copies * tensorParallel);
-        for (int d = 0; d < copies; d++) {
-            // every replica starts from the same copy of the network's parameters, updater state and counters
-            for (int t = 0; t < tensorParallel; t++) {
-                replicas.add(tensorShards == null ? split.buildStages(held, model.draws()) : tensorShards.buildStages(t));
-            }
-        }
-        this.replicaStages = List.copyOf(replicas);
-        this.stages = replicaStages.getFirst();
+        // group mode: this process holds its own stages of one replica (s % pp == its pipeline rank), the others hollow
+        this.replicas = new StageReplicas(split, model, dataParallel, b.tensorShards, shape.ranks(), group);
+        this.stages = replicas.first();
         this.model = model;
         this.checkpoints = o.checkpointSchedule();
     }
@@ -338,12 +320,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         requireUsable();
         ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
         PipelineParallelTrainerBuilder.refuseInGroupMode(group, listeners);
-        if (tensorShards != null && !listeners.isEmpty()) {
-            throw new IllegalStateException("DL4J listeners on the model of a trainer with tensorParallel("
-                    + tensorParallel + ", ...): not built yet (each step would join the shards for them); expected none"
-                    + " (fix: remove them from the model and use a stepListener, or train without tensor parallelism)");
-        }
-        takeModelIfChanged();
+        replicas.refuseListenersWithTensorParallel(!listeners.isEmpty());
+        replicas.takeModelIfChanged(model);
         if (!listeners.isEmpty()) {
             model.ensureGradientView();
             model.exposeGradientView();
@@ -378,22 +356,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
         if (epoch) {
             listeners.epochEnd(model.model());
-            // the end of a fit(iterator) is an epoch, counted after onEpochEnd as DL4J does
-            for (List<Dl4jPipelineStage> replica : replicaStages) {
-                for (Dl4jPipelineStage stage : replica) {
-                    stage.network().incrementEpochCount();
-                }
-            }
+            replicas.incrementEpochCount(); // the end of a fit(iterator) is an epoch, counted after onEpochEnd as DL4J does
             model.setEpochCount(model.epochCount() + 1);
-        }
-    }
-
-    /** If the model was changed since the last fit, the stages take its state. */
-    private void takeModelIfChanged() {
-        if (tensorShards != null) {
-            tensorShards.giveIfChanged((MultiLayerNetwork) model.model(), replicaStages);
-        } else if (!model.holds(stages)) {
-            replicaStages.forEach(model::giveTo);
         }
     }
 
@@ -434,17 +398,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void copyParametersTo(MultiLayerNetwork target) {
         requireCopyable();
-        if (tensorShards != null) {
-            tensorShards.takeInto(replicaStages.subList(0, tensorParallel), target);
-            return;
-        }
-        withExchange(e -> {
-            if (e == null) {
-                split.copyStagesInto(stages.stream().map(Dl4jPipelineStage::network).toList(), target);
-            } else {
-                e.gatherInto(split, stages, shape.ranks(), target);
-            }
-        });
+        withExchange(e -> replicas.copyInto(target, e)); // tensor parallelism: thread mode, e == null
     }
 
     /**
@@ -470,13 +424,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @return bytes of model state held by the trainer
      */
     public long modelBytesHeld() {
-        long bytes = 0;
-        for (List<Dl4jPipelineStage> replica : replicaStages) {
-            for (Dl4jPipelineStage stage : replica) {
-                bytes += stage.modelBytes();
-            }
-        }
-        return bytes;
+        return replicas.modelBytes();
     }
 
     /**
@@ -484,9 +432,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * tensor parallelism every shard's, a replicated parameter once per shard)}
      */
     public long parametersHeld() {
-        // every tensor-parallel shard of one replica: the whole network's parameters, once, in thread mode
-        return replicaStages.subList(0, tensorParallel).stream().flatMap(List::stream).filter(Dl4jPipelineStage::held)
-                .mapToLong(s -> s.network().numParams()).sum();
+        return replicas.parameters();
     }
 
     /**
@@ -504,19 +450,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized INDArray stageParameters(int stage) {
         requireCopyable();
-        if (stage < 0 || stage >= stages.size()) {
-            throw new IllegalArgumentException("stageParameters: stage=" + stage + " expected a stage in [0, "
-                    + stages.size() + ") (fix: a stage index of split(), which has " + stages.size() + " stages)");
-        }
-        Dl4jPipelineStage s = stages.get(stage);
-        if (!s.held()) {
-            throw new IllegalArgumentException("stageParameters: stage=" + stage + " is trained by pipeline rank "
-                    + stage % shape.ranks() + ", expected one of this rank's stages (rank=" + group.rank() % shape.ranks()
-                    + ", stages s with s % " + shape.ranks() + " == " + group.rank() % shape.ranks()
-                    + "; fix: ask the rank that trains it, or copyParametersTo(network) on every rank for all of them)");
-        }
-        INDArray params = s.network().params();
-        return params == null ? Nd4j.create(split.dataType(), 0) : params.dup();
+        return replicas.parametersOf(stage);
     }
 
     /** The resident bytes of the trainer's model started from a configuration (hollow), else -1. */
@@ -526,11 +460,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** The model takes the stages' state: copied in thread mode, gathered from every rank in group mode (collective). */
     private void modelTakesStages() {
-        if (tensorShards != null) {
-            tensorShards.takeInto(replicaStages.subList(0, tensorParallel), (MultiLayerNetwork) model.model());
-            return;
-        }
-        withExchange(e -> model.takeFrom(stages, e, shape.ranks()));
+        withExchange(e -> replicas.giveTo(model, e)); // tensor parallelism: thread mode, e == null
     }
 
     /** Runs {@code action} with the group's exchange (opened once for it after close()), or null in thread mode. */
@@ -602,9 +532,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void saveCheckpoint(Path dir) throws IOException {
         requireUsable();
-        refuseWithTensorParallel("saveCheckpoint");
+        replicas.refuseWithTensorParallel("saveCheckpoint");
         model.requireWhole("saveCheckpoint");
-        takeModelIfChanged();
+        replicas.takeModelIfChanged(model);
         writeCheckpoint(dir, 0);
     }
 
@@ -627,9 +557,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
         requireUsable();
-        refuseWithTensorParallel("restoreCheckpoint");
+        replicas.refuseWithTensorParallel("restoreCheckpoint");
         model.requireWhole("restoreCheckpoint");
-        CheckpointDirectory.Counters c = PipelineCheckpoints.restore(dir, split, model, replicaStages, group,
+        CheckpointDirectory.Counters c = PipelineCheckpoints.restore(dir, split, model, replicas.all(), group,
                 group == null ? null : exchange(), shape.ranks());
         if (c != null) {
             step = c.step();
@@ -650,7 +580,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @throws IOException when the root cannot be listed or the checkpoint read
      */
     public synchronized Optional<CheckpointDirectory.Checkpoint> restoreLatest(Path root) throws IOException {
-        refuseWithTensorParallel("restoreLatest");
+        replicas.refuseWithTensorParallel("restoreLatest");
         model.requireWhole("restoreLatest");
         Optional<CheckpointDirectory.Checkpoint> latest = CheckpointDirectory.latestComplete(root, group,
                 "symmem4j-pipeline-");
@@ -747,12 +677,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** Replica {@code d}'s stages (tests compare the replicas bitwise); with tensor parallelism, its shard 0's. */
     List<Dl4jPipelineStage> replicaStages(int d) {
-        return replicaStages.get(d * tensorParallel);
+        return replicas.replica(d, 0);
     }
 
     /** Replica {@code d}'s stages of tensor-parallel shard {@code t}. */
     List<Dl4jPipelineStage> replicaStages(int d, int t) {
-        return replicaStages.get(d * tensorParallel + t);
+        return replicas.replica(d, t);
     }
 
     /**
@@ -794,16 +724,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
-    /** Checkpoints of tensor-parallel stages are not built yet: refused with the way to keep the network. */
-    private void refuseWithTensorParallel(String call) {
-        if (tensorShards != null) {
-            throw new IllegalStateException(call + " with tensorParallel(" + tensorParallel + ", ...): not built yet"
-                    + " (the stage shards' files would hold shards); expected a trainer without tensor parallelism (fix:"
-                    + " after fit the model given to the builder holds the whole network with its updater state: save it"
-                    + " with ModelSerializer.writeModel(model, file, true), and build a new trainer from the loaded one)");
-        }
-    }
-
     private void requireUsable() {
         if (failed != null) {
             throw new IllegalStateException("the pipeline failed (" + failed + ") and was closed; expected an"
@@ -816,37 +736,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
-    /**
-     * The cut into microbatches, then the checks of features and labels against the network and the
-     * step's plan, one per data-parallel replica this process runs, each on its share of the batch
-     * ({@link Microbatches#replicaShares}).
-     */
-    private List<StepPlan> prepare(DataSet batch) {
-        Objects.requireNonNull(batch, "batch");
-        int m = shape.microbatches();
-        if (dataParallel == 1) {
-            return List.of(StepPlan.of(split, stages, Microbatches.split(batch, m, split.dataType()), inputType));
-        }
-        // group mode: this process's replica only
-        int firstReplica = group == null ? 0 : group.rank() / shape.ranks();
-        List<Microbatches> shares = Microbatches.replicaShares(batch, m, dataParallel, firstReplica,
-                group == null ? dataParallel : firstReplica + 1, split.dataType());
-        List<StepPlan> plans = new ArrayList<>(shares.size());
-        for (int i = 0; i < shares.size(); i++) {
-            // a replica's tensor-parallel ranks share its plan: their stages see the same (whole) activations
-            plans.add(StepPlan.of(split, group == null ? replicaStages.get((firstReplica + i) * tensorParallel) : stages,
-                    shares.get(i), inputType));
-        }
-        return plans;
-    }
-
     /** One step on {@code batch} ({@code original} as the caller gave it), then the listeners; the step's loss. */
     private double runStep(DataSet batch, Object original, ModelListeners modelListeners) {
         if (group != null) {
             Objects.requireNonNull(batch, "batch");
             exchange().agreeOnBatch(batch, step); // collective: every rank, or none, goes on with this batch
         }
-        List<StepPlan> plans = prepare(batch);
+        List<StepPlan> plans = replicas.plans(Objects.requireNonNull(batch, "batch"), shape.microbatches(), inputType);
         // every replica's share is the same size: its examples and its largest message
         long examples = plans.getFirst().batch().examples() * dataParallel;
         long slotBytes = plans.getFirst().largestMessageBytes(split.dataType().width());
@@ -854,14 +750,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         double loss;
         if (group == null) {
             timelines = runOnThreads(plans, slotBytes);
-            // DL4J's score: the data loss plus every layer's regularization term, at the pre-update parameters (with
-            // tensor parallelism every shard's share: a replicated parameter's term counts on shard 0 only)
-            loss = stages.getLast().dataLoss();
-            for (List<Dl4jPipelineStage> shard : replicaStages.subList(0, tensorParallel)) {
-                for (Dl4jPipelineStage stage : shard) {
-                    loss += stage.regularizationScore();
-                }
-            }
+            loss = replicas.score(); // DL4J's: data loss plus regularization, at the pre-update parameters
         } else {
             GroupExchange.StepOutcome outcome = exchange().afterStep(stages, shape.ranks(),
                     runInGroup(plans.getFirst(), slotBytes));
@@ -877,7 +766,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         step++;
         lastStep = report;
         if (!modelListeners.isEmpty()) {
-            modelListeners.step(model, model.step(original, loss, replicaStages));
+            modelListeners.step(model, model.step(original, loss, replicas.all()));
         }
         for (StepListener listener : listeners) {
             listener.onStep(report);
@@ -952,8 +841,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         int perReplica = shape.ranks() * tensorParallel;
         List<PipelineRank.Spec> specs = new ArrayList<>(dataParallel * perReplica);
         for (int rank = 0; rank < dataParallel * perReplica; rank++) {
-            // row-major dp x pp x tp mesh: world rank (d * pp + p) * tp + t runs pipeline rank p of replica d, shard t
-            specs.add(specOfRank(replicaStages.get(rank / perReplica * tensorParallel + rank % tensorParallel), rank));
+            specs.add(specOfRank(replicas.ofWorldRank(rank), rank)); // row-major dp x pp x tp mesh
         }
         threads = PipelineRankThreads.start(specs, perReplica, timeout);
         LOG.info("symmem4j pipeline: " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")

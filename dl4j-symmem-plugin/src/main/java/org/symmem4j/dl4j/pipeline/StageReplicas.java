@@ -1,0 +1,226 @@
+package org.symmem4j.dl4j.pipeline;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.function.IntPredicate;
+import org.deeplearning4j.nn.conf.inputs.InputType;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.dataset.api.DataSet;
+import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.parallel.Group;
+
+/**
+ * The stages a {@link PipelineParallelTrainer} trains in this process, one list per data-parallel replica and
+ * tensor-parallel shard of its {@code dp x pp x tp} mesh, and everything read or written across all of them: which
+ * stages a world rank runs, each replica's step plan, the step's regularization score, the epoch counters, the model's
+ * state given to them and taken from them (joined from the shards with tensor parallelism,
+ * {@link PipelineTensorParallel}), and the parameters and bytes they hold.
+ *
+ * <p>Thread mode holds every replica and shard; group mode one replica, whose stages of other pipeline ranks are hollow
+ * (layouts over reserved memory, no values). The rank threads, the group's exchange and the step's order stay with
+ * the trainer.
+ */
+final class StageReplicas {
+
+    private final PipelineStageSplit split;
+    /** Replica 0's stages (shard 0's with tensor parallelism): the ones whose state the model takes. */
+    private final List<Dl4jPipelineStage> first;
+    /**
+     * Every data-parallel replica's stages, replica 0's first; one list when {@code dataParallel == 1}. With tensor
+     * parallelism, replica {@code d}'s shard {@code t} at {@code d * tensorParallel + t}.
+     */
+    private final List<List<Dl4jPipelineStage>> all;
+    private final int dataParallel;
+    /** The stages' tensor-parallel shards ({@link PipelineParallelTrainerBuilder#tensorParallel}), or null. */
+    private final PipelineTensorParallel tensorShards;
+    /** Tensor-parallel ranks per pipeline rank; 1 without tensor parallelism. */
+    private final int tensorParallel;
+    private final int pipelineRanks;
+    /** Group mode: this process's rank of the user's group; null in thread mode. */
+    private final Group group;
+
+    /**
+     * Builds the stages: every replica (thread mode) or this process's one (group mode, whose stages of other pipeline
+     * ranks are hollow, carrying the layouts for mask propagation and for the gather of the model from their ranks),
+     * each from the same copy of the network's parameters, updater state and counters.
+     */
+    StageReplicas(PipelineStageSplit split, PipelineModel model, int dataParallel, PipelineTensorParallel tensorShards,
+                  int pipelineRanks, Group group) {
+        this.split = split;
+        this.dataParallel = dataParallel;
+        this.tensorShards = tensorShards;
+        this.tensorParallel = tensorShards == null ? 1 : tensorShards.size();
+        this.pipelineRanks = pipelineRanks;
+        this.group = group;
+        int copies = group == null ? dataParallel : 1;
+        IntPredicate held = group == null ? s -> true : s -> s % pipelineRanks == group.rank() % pipelineRanks;
+        List<List<Dl4jPipelineStage>> replicas = new ArrayList<>(copies * tensorParallel);
+        for (int d = 0; d < copies; d++) {
+            for (int t = 0; t < tensorParallel; t++) {
+                replicas.add(tensorShards == null ? split.buildStages(held, model.draws()) : tensorShards.buildStages(t));
+            }
+        }
+        this.all = List.copyOf(replicas);
+        this.first = all.getFirst();
+    }
+
+    /** Replica 0's stages (shard 0's): the ones whose state the model takes (every replica's is the same). */
+    List<Dl4jPipelineStage> first() {
+        return first;
+    }
+
+    /** Replica {@code d}'s stages of tensor-parallel shard {@code t}. */
+    List<Dl4jPipelineStage> replica(int d, int t) {
+        return all.get(d * tensorParallel + t);
+    }
+
+    /** Every replica's stages, replica {@code d}'s shard {@code t} at {@code d * tensorParallel + t}. */
+    List<List<Dl4jPipelineStage>> all() {
+        return all;
+    }
+
+    int tensorParallel() {
+        return tensorParallel;
+    }
+
+    /**
+     * Thread mode: the stages world rank {@code rank} runs in the row-major {@code dp x pp x tp} mesh, where world rank
+     * {@code (d * pp + p) * tp + t} runs pipeline rank {@code p} of replica {@code d}, shard {@code t}.
+     */
+    List<Dl4jPipelineStage> ofWorldRank(int rank) {
+        int perReplica = pipelineRanks * tensorParallel;
+        return replica(rank / perReplica, rank % tensorParallel);
+    }
+
+    /**
+     * The cut into microbatches, then the checks of features and labels against the network and the
+     * step's plan, one per data-parallel replica this process runs, each on its share of the batch
+     * ({@link Microbatches#replicaShares}).
+     */
+    List<StepPlan> plans(DataSet batch, int microbatches, InputType inputType) {
+        if (dataParallel == 1) {
+            return List.of(StepPlan.of(split, first, Microbatches.split(batch, microbatches, split.dataType()), inputType));
+        }
+        // group mode: this process's replica only
+        int firstReplica = group == null ? 0 : group.rank() / pipelineRanks;
+        List<Microbatches> shares = Microbatches.replicaShares(batch, microbatches, dataParallel, firstReplica,
+                group == null ? dataParallel : firstReplica + 1, split.dataType());
+        List<StepPlan> plans = new ArrayList<>(shares.size());
+        for (int i = 0; i < shares.size(); i++) {
+            // a replica's tensor-parallel ranks share its plan: their stages see the same (whole) activations
+            plans.add(StepPlan.of(split, group == null ? replica(firstReplica + i, 0) : first, shares.get(i), inputType));
+        }
+        return plans;
+    }
+
+    /**
+     * Thread mode: DL4J's score of the step just run, the data loss plus every layer's regularization term at the
+     * pre-update parameters (with tensor parallelism every shard's share: a replicated parameter's term counts on
+     * shard 0 only).
+     */
+    double score() {
+        double loss = first.getLast().dataLoss();
+        for (List<Dl4jPipelineStage> shard : all.subList(0, tensorParallel)) {
+            for (Dl4jPipelineStage stage : shard) {
+                loss += stage.regularizationScore();
+            }
+        }
+        return loss;
+    }
+
+    /** The end of an epoch: every stage's network counts it. */
+    void incrementEpochCount() {
+        for (List<Dl4jPipelineStage> replica : all) {
+            for (Dl4jPipelineStage stage : replica) {
+                stage.network().incrementEpochCount();
+            }
+        }
+    }
+
+    /** If the model was changed since the last fit, the stages take its state. */
+    void takeModelIfChanged(PipelineModel model) {
+        if (tensorShards != null) {
+            tensorShards.giveIfChanged((MultiLayerNetwork) model.model(), all);
+        } else if (!model.holds(first)) {
+            all.forEach(model::giveTo);
+        }
+    }
+
+    /**
+     * The model takes the stages' state: copied in thread mode (joined from the shards with tensor parallelism),
+     * gathered from every rank through {@code exchange} in group mode (collective).
+     */
+    void giveTo(PipelineModel model, GroupExchange exchange) {
+        if (tensorShards != null) {
+            tensorShards.takeInto(all.subList(0, tensorParallel), (MultiLayerNetwork) model.model());
+        } else {
+            model.takeFrom(first, exchange, pipelineRanks);
+        }
+    }
+
+    /** {@code target} takes the stages' state, as {@link #giveTo(PipelineModel, GroupExchange)}. */
+    void copyInto(MultiLayerNetwork target, GroupExchange exchange) {
+        if (tensorShards != null) {
+            tensorShards.takeInto(all.subList(0, tensorParallel), target);
+        } else if (exchange == null) {
+            split.copyStagesInto(first.stream().map(Dl4jPipelineStage::network).toList(), target);
+        } else {
+            exchange.gatherInto(split, first, pipelineRanks, target);
+        }
+    }
+
+    /** The bytes of model state of every stage held ({@link PipelineParallelTrainer#modelBytesHeld}). */
+    long modelBytes() {
+        long bytes = 0;
+        for (List<Dl4jPipelineStage> replica : all) {
+            for (Dl4jPipelineStage stage : replica) {
+                bytes += stage.modelBytes();
+            }
+        }
+        return bytes;
+    }
+
+    /** The parameters of the stages held ({@link PipelineParallelTrainer#parametersHeld}). */
+    long parameters() {
+        // every tensor-parallel shard of one replica: the whole network's parameters, once, in thread mode
+        return all.subList(0, tensorParallel).stream().flatMap(List::stream).filter(Dl4jPipelineStage::held)
+                .mapToLong(s -> s.network().numParams()).sum();
+    }
+
+    /** A copy of stage {@code stage}'s parameters ({@link PipelineParallelTrainer#stageParameters}). */
+    INDArray parametersOf(int stage) {
+        if (stage < 0 || stage >= first.size()) {
+            throw new IllegalArgumentException("stageParameters: stage=" + stage + " expected a stage in [0, "
+                    + first.size() + ") (fix: a stage index of split(), which has " + first.size() + " stages)");
+        }
+        Dl4jPipelineStage s = first.get(stage);
+        if (!s.held()) {
+            throw new IllegalArgumentException("stageParameters: stage=" + stage + " is trained by pipeline rank "
+                    + stage % pipelineRanks + ", expected one of this rank's stages (rank=" + group.rank() % pipelineRanks
+                    + ", stages s with s % " + pipelineRanks + " == " + group.rank() % pipelineRanks
+                    + "; fix: ask the rank that trains it, or copyParametersTo(network) on every rank for all of them)");
+        }
+        INDArray params = s.network().params();
+        return params == null ? Nd4j.create(split.dataType(), 0) : params.dup();
+    }
+
+    /** Checkpoints of tensor-parallel stages are not built yet: refused with the way to keep the network. */
+    void refuseWithTensorParallel(String call) {
+        if (tensorShards != null) {
+            throw new IllegalStateException(call + " with tensorParallel(" + tensorParallel + ", ...): not built yet"
+                    + " (the stage shards' files would hold shards); expected a trainer without tensor parallelism (fix:"
+                    + " after fit the model given to the builder holds the whole network with its updater state: save it"
+                    + " with ModelSerializer.writeModel(model, file, true), and build a new trainer from the loaded one)");
+        }
+    }
+
+    /** DL4J listeners on the model of a tensor-parallel trainer are not built yet: refused with the way around. */
+    void refuseListenersWithTensorParallel(boolean listeners) {
+        if (tensorShards != null && listeners) {
+            throw new IllegalStateException("DL4J listeners on the model of a trainer with tensorParallel("
+                    + tensorParallel + ", ...): not built yet (each step would join the shards for them); expected none"
+                    + " (fix: remove them from the model and use a stepListener, or train without tensor parallelism)");
+        }
+    }
+}
