@@ -15,8 +15,6 @@
 #           RING_SIZES (default 64,4096) narrows the message sizes; RING_RTT_ONLY=1 measures round trips only, with
 #           RING_OTHER_FORKS forks per kind and size (a p50 comparison over forks, e.g. RING_KINDS=SYMMEM_ONE_TO_ONE,
 #           AGRONA_ONE_TO_ONE RING_SIZES=64 RING_RTT_ONLY=1 RING_OTHER_FORKS=6: 12 trials, ~2 min).
-#           RING_TOUCH_AHEAD=false turns off the one-to-one producer's store one line ahead after each commit
-#           (-Dsymmem4j.ring.touchAhead, on by default): run twice to measure both.
 #           The table (each maker's msg/s with its error and its forks' spread, ratios, p50/p99, and whether the error
 #           bars are apart) goes to summary.txt and ring-summary.md. (all kinds: ~9.5 min, over one call's 10 min
 #           with the unpacking: split it with RING_ONE_TO_ONE_ONLY=1, then RING_KINDS=<the many-to-one kinds>)
@@ -100,7 +98,6 @@ ring() {
   echo "== ring at ${SECONDS}s (cpus: ${cpus:-not pinned})" | tee -a summary.txt
   timeout -k 10 "${RING_LIMIT:-480}" "${java[@]}" ${cpus:+-Dsymmem4j.bench.cpus=$cpus} \
     ${AERON_TERM_LENGTH:+-Dsymmem4j.bench.aeronTermLength=$AERON_TERM_LENGTH} \
-    ${RING_TOUCH_AHEAD:+-Dsymmem4j.ring.touchAhead=$RING_TOUCH_AHEAD} \
     org.symmem4j.benchmarks.RingSuite --out "$out" --forks "${RING_FORKS:-3}" --other-forks "${RING_OTHER_FORKS:-1}" \
     --warmups "${RING_WI:-2}" --iterations "${RING_I:-4}" ${RING_ONE_TO_ONE_ONLY:+--no-many-to-one} \
     ${RING_KINDS:+--kinds "$RING_KINDS"} ${RING_SIZES:+--sizes "$RING_SIZES"} ${RING_RTT_ONLY:+--round-trip-only} \

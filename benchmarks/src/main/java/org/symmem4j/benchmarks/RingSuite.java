@@ -157,10 +157,9 @@ public final class RingSuite {
     static String table(List<Row> rows, Flags f) {
         StringBuilder sb = new StringBuilder();
         sb.append(String.format(Locale.ROOT, "%n## Ring buffers, 2 processes: symmem4j, Agrona, Aeron IPC in one run%n%n"
-                + "cpus: %s; symmem4j.ring.touchAhead=%s; %s; %d warm-up + %d measured iterations of 1 s per fork;"
+                + "cpus: %s; %s; %d warm-up + %d measured iterations of 1 s per fork;"
                 + " Aeron term length %d bytes; tryClaim rows write the same bytes in place%n%n",
-                System.getProperty(BenchCpus.PROPERTY, "not pinned"),
-                System.getProperty("symmem4j.ring.touchAhead", "true (default)"), f.roundTripOnly
+                System.getProperty(BenchCpus.PROPERTY, "not pinned"), f.roundTripOnly
                         ? "round trips only, " + f.otherForks + (f.otherForks == 1 ? " fork" : " forks") + " per kind and size"
                         : "throughput forks: one-to-one " + f.forks + ", many-to-one " + f.otherForks
                         + "; round-trip forks " + f.otherForks, f.warmups, f.iterations, RingPair.aeronTermLength()));

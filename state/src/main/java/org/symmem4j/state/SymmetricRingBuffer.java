@@ -41,10 +41,7 @@ import org.symmem4j.parallel.sync.Waiter;
  *   <li><b>Cost</b>: a one-to-one message costs the consumer no writes in the ring (its producer zeroes the next
  *       header instead, as Agrona 2's {@code OneToOneRingBuffer}); a many-to-one consumer zeroes what it read. The
  *       consumer moves HEAD once per {@link #poll}, the producer reads HEAD only when its cached copy says the ring is
- *       full, and TAIL, HEAD and the data sit on lines of their own ({@link RingBufferLayout}). After each commit a
- *       one-to-one producer stores a zero one cache line ahead in the free room, so that the line its next record
- *       continues into is already fetched for writing when that record is published (system property
- *       {@code symmem4j.ring.touchAhead=false} turns it off).</li>
+ *       full, and TAIL, HEAD and the data sit on lines of their own ({@link RingBufferLayout}).</li>
  *   <li><b>Zero-copy writes</b>: {@link #tryClaim(int, int)} hands out the room of one record as a {@link Claim};
  *       encode the message straight into it ({@link Claim#buffer()} at {@link Claim#offset()}, or
  *       {@link Claim#segment()}), then {@link Claim#commit()} publishes it with one release store, or
@@ -74,15 +71,6 @@ public final class SymmetricRingBuffer implements AutoCloseable {
 
     private static final long STUCK_CHECK_NANOS = 1_000_000;
     /**
-     * Whether a one-to-one producer, after each commit, stores a zero into the free room one cache line past the next
-     * header ({@link #touchAhead()}); system property {@code symmem4j.ring.touchAhead}, default true ({@code false}
-     * turns it off, for a benchmark that measures both).
-     */
-    static final boolean TOUCH_AHEAD = !"false".equalsIgnoreCase(System.getProperty("symmem4j.ring.touchAhead",
-            "true").trim());
-    /** How far past the next header the touched word lies: one cache line, the line a small record continues into. */
-    private static final int TOUCH_AHEAD_BYTES = 64;
-    /**
      * Polls that find the same record in progress between two reads of the clock: a consumer spinning on a record
      * its producer is still writing (the common case, the producer commits within a microsecond) reads no clock.
      */
@@ -110,8 +98,6 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     private final boolean producerHere;
     /** Whether this rank polls. */
     private final boolean consumerHere;
-    /** Whether commits touch the line ahead: one-to-one producers, unless {@link #TOUCH_AHEAD} is off. */
-    private final boolean touchAhead;
 
     /** Producer side: the last HEAD read, so that a producer reads the consumer's line only when it must. */
     private long headCache;
@@ -149,7 +135,6 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         this.waiter = SharedMemories.waiter(group);
         this.producerHere = kind == Kind.MANY_TO_ONE || rank == producer;
         this.consumerHere = rank == consumer;
-        this.touchAhead = TOUCH_AHEAD && kind == Kind.ONE_TO_ONE;
         // a fresh ring (creation formats it): both positions start at 0 on every rank
         this.tailPosition = RingBufferLayout.tailPlain(ring);
         this.headPosition = RingBufferLayout.headPlain(ring);
@@ -263,29 +248,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         }
         MemorySegment.copy(src, offset, data, index + RECORD_HEADER_BYTES, length);
         RingBufferLayout.commitRecord(ring, index, length + RECORD_HEADER_BYTES, msgTypeId);
-        if (touchAhead) {
-            touchAhead();
-        }
         return true;
-    }
-
-    /**
-     * One-to-one producer, after a commit: a plain store of 0 into the free room one cache line past the next header,
-     * so that the line the next record continues into (last written a lap ago, by now in a far cache) is fetched
-     * for writing while the consumer reads this record, not while the next record's header waits behind it (x86
-     * stores become visible in order: a header waits for every store before it). Skipped when the head cache says
-     * that word is not free.
-     *
-     * <p>Safe without ordering: the word lies in [TAIL, HEAD + capacity), room that holds no unread record (HEAD is
-     * at least the cached head) and that the consumer reads nothing of until a record committed over it (whose header
-     * this producer zeroes, and whose release publishes, as for every record). A stale byte of an earlier lap turned
-     * to 0 changes nothing: free room reads as free or as whatever is written over it next.
-     */
-    private void touchAhead() {
-        long word = tailPosition + TOUCH_AHEAD_BYTES;
-        if (word + RECORD_HEADER_BYTES <= headCache + capacity) {
-            RingBufferLayout.zeroRecordHeader(ring, (int) word & mask);
-        }
     }
 
     /**
@@ -500,9 +463,6 @@ public final class SymmetricRingBuffer implements AutoCloseable {
             ring = null;
             // release: publishes the payload the caller wrote into the claim to the consumer's acquire of the header
             RingBufferLayout.commitRecord(r.ring, index, length + RECORD_HEADER_BYTES, type);
-            if (r.touchAhead) {
-                r.touchAhead(); // after the commit: see offer
-            }
         }
 
         /**

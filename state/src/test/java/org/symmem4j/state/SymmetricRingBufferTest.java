@@ -122,56 +122,6 @@ class SymmetricRingBufferTest {
         }
     }
 
-    /**
-     * A one-to-one producer's store one line ahead after each commit ({@link SymmetricRingBuffer#TOUCH_AHEAD}) lands
-     * in free room only: the ring is filled to full lap after lap (32-byte records in 256 bytes, so that the word one
-     * line past the next header is an unread record's header when the ring is nearly full, and the producer's head
-     * cache is a lap old), through offers and claims, and every record is read back whole and in order. A touch
-     * that missed its bound would zero a header and cut the poll short.
-     */
-    @Test
-    void aOneToOneProducerTouchesOnlyFreeRoomAhead() {
-        assertTrue(SymmetricRingBuffer.TOUCH_AHEAD, "the default is on (symmem4j.ring.touchAhead unset)");
-        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
-            try (SymmetricRingBuffer ring = SymmetricRingBuffer.oneToOne(group, 0, 0, 256)) {
-                int payload = ring.maxPayload(); // 24: 32-byte records; 7 fill the ring (8 bytes stay free)
-                int seq = 1;
-                int next = 1;
-                for (int lap = 0; lap < 12; lap++) {
-                    int offered = 0;
-                    while (true) {
-                        boolean written;
-                        if (seq % 2 == 0) {
-                            written = ring.offer(seq, message(seq, payload));
-                        } else {
-                            SymmetricRingBuffer.Claim claim = ring.tryClaim(seq, payload);
-                            written = claim != null;
-                            if (written) {
-                                claim.buffer().set(ValueLayout.JAVA_INT_UNALIGNED, claim.offset(), seq);
-                                claim.commit();
-                            }
-                        }
-                        if (!written) {
-                            break;
-                        }
-                        seq++;
-                        offered++;
-                    }
-                    assertEquals(7, offered, "lap " + lap + ": records that fit a ring of 256 bytes");
-                    int[] expect = {next};
-                    int got = ring.poll((type, buf, off, len) -> {
-                        assertEquals(expect[0], type, "type of the next record");
-                        assertEquals(expect[0], buf.get(ValueLayout.JAVA_INT_UNALIGNED, off), "its bytes");
-                        expect[0]++;
-                    }, 100);
-                    assertEquals(7, got, "lap " + lap + ": every record of a full ring read back");
-                    next = expect[0];
-                }
-            }
-            return null;
-        });
-    }
-
     /** {@code bytes} bytes whose first int is {@code seq}. */
     private static byte[] message(int seq, int bytes) {
         byte[] b = new byte[bytes];
