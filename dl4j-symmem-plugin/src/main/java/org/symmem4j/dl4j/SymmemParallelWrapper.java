@@ -17,6 +17,7 @@ import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.nd4j.Nd4jDeviceGradients;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import java.util.Optional;
+import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.symmem4j.dl4j.train.CheckpointDirectory;
 import org.symmem4j.dl4j.train.CheckpointLayout;
 import org.symmem4j.dl4j.train.CheckpointSchedule;
@@ -487,7 +488,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 examplesInEpoch += rawExamples(batches);
                 if (outcome.report() != null) {
                     score = outcome.report().loss();
-                    if (schedule != null && schedule.due(steps.stepsDone(), settings.group(), tensorParallelGroup(),
+                    if (schedule != null && schedule.due(steps.stepsDone(), settings.group(), TensorParallel.groupOrNull(model.model()),
                             "symmem4j-wrapper-")) {
                         // workers are idle: the model takes their state, as between fits
                         takePeriodicCheckpoint(batchesInEpoch, examplesInEpoch);
@@ -709,20 +710,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                     + " then fit again)", e);
         }
         schedule.taken();
-    }
-
-    /**
-     * The tensor-parallel group of the model, over which a periodic checkpoint's time is agreed too; null when the
-     * model is not tensor-parallel (or not attached: refused at build()).
-     */
-    private org.symmem4j.parallel.Group tensorParallelGroup() {
-        try {
-            org.symmem4j.dl4j.tensor.TensorParallel.Placement p = org.symmem4j.dl4j.tensor.TensorParallel.placement(
-                    model.model());
-            return p == null ? null : p.group();
-        } catch (IllegalStateException notAttached) {
-            return null;
-        }
     }
 
     /** Writes what the next step would train from; workers started and idle. Collective in group mode. */

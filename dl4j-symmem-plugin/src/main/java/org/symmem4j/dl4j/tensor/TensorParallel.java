@@ -563,6 +563,22 @@ public final class TensorParallel {
     }
 
     /**
+     * The tensor-parallel group of {@code model}, or null when it is not tensor-parallel or not attached (callers
+     * that need it attached refuse that themselves, as the wrapper's build() does).
+     *
+     * @param model a network
+     * @return its tensor-parallel group, or null
+     */
+    public static org.symmem4j.parallel.Group groupOrNull(org.deeplearning4j.nn.api.Model model) {
+        try {
+            Placement p = placement(model);
+            return p == null ? null : p.group();
+        } catch (IllegalStateException notAttached) {
+            return null;
+        }
+    }
+
+    /**
      * This network's {@link Placement}, read from the communicator {@link #attach} bound to its layers.
      *
      * @param model a {@link MultiLayerNetwork} or {@link ComputationGraph}
