@@ -130,18 +130,9 @@ public final class RestartingTraining {
                 : ProcessGroup.fromEnvironment(GroupOptions.defaults().withTimeout(timeout));
         long grouped = System.currentTimeMillis();
         int rank = group.rank();
-        boolean[] first = {true};
         SymmemParallelWrapper.Builder builder = SymmemParallelWrapper.builder(net).group(group).ompThreadsPerWorker(1)
                 .checkpointEvery(every, checkpoints).resumeFrom(checkpoints)
-                .stepListener(report -> {
-                    long step = report.step() + 1; // steps completed, as a checkpoint counts them
-                    if (first[0]) {
-                        first[0] = false;
-                        System.out.printf(Locale.ROOT, "FIRST STEP %d of generation %d at %d ms%n", step,
-                                generation, System.currentTimeMillis());
-                    }
-                    injectAfterStep(faults, generation, rank, step);
-                });
+                .stepListener(faultsAfterSteps(faults, generation, rank));
         if (sharding != null) {
             builder.sharding(sharding);
         }
@@ -170,6 +161,23 @@ public final class RestartingTraining {
             ModelSerializer.writeModel(net, model, true);
             System.out.printf(Locale.ROOT, "DONE generation %d, %d iterations%n", generation, net.getIterationCount());
         }
+    }
+
+    /**
+     * The step listener of a restarting run: prints the generation's first step ({@code FIRST STEP S of generation G at
+     * T ms}) and injects {@code rank}'s faults after each step ({@link #injectAfterStep}).
+     */
+    static SymmemParallelWrapper.StepListener faultsAfterSteps(List<Fault> faults, int generation, int rank) {
+        boolean[] first = {true};
+        return report -> {
+            long step = report.step() + 1; // steps completed, as a checkpoint counts them
+            if (first[0]) {
+                first[0] = false;
+                System.out.printf(Locale.ROOT, "FIRST STEP %d of generation %d at %d ms%n", step, generation,
+                        System.currentTimeMillis());
+            }
+            injectAfterStep(faults, generation, rank, step);
+        };
     }
 
     /**

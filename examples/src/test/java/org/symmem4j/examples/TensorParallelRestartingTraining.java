@@ -91,18 +91,9 @@ public final class TensorParallelRestartingTraining {
             MultiLayerNetwork mine = TensorParallel.shard(unsharded, tpGroup.rank(), tp, 0);
             try (Communicator c = Communicator.create(tpGroup)) {
                 TensorParallel.attach(mine, c);
-                boolean[] first = {true};
                 SymmemParallelWrapper.Builder builder = SymmemParallelWrapper.builder(mine).group(mesh.group("dp"))
                         .ompThreadsPerWorker(1).checkpointEvery(every, checkpoints).resumeFrom(checkpoints)
-                        .stepListener(report -> {
-                            long step = report.step() + 1; // steps completed, as a checkpoint counts them
-                            if (first[0]) {
-                                first[0] = false;
-                                System.out.printf(Locale.ROOT, "FIRST STEP %d of generation %d at %d ms%n", step,
-                                        generation, System.currentTimeMillis());
-                            }
-                            RestartingTraining.injectAfterStep(faults, generation, rank, step);
-                        });
+                        .stepListener(RestartingTraining.faultsAfterSteps(faults, generation, rank));
                 try (SymmemParallelWrapper wrapper = builder.build()) {
                     CheckpointDirectory.Checkpoint from = wrapper.resumedFrom();
                     if (from != null) {
