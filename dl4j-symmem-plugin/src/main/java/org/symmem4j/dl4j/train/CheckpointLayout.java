@@ -394,13 +394,14 @@ public final class CheckpointLayout {
         if (found.isEmpty()) {
             return values;
         }
-        if (failure instanceof RuntimeException own && values.isEmpty()
-                && grid.stream().flatMap(List::stream).distinct().count() == 1) {
-            throw own; // every rank found the same: its own message says it for all
-        }
-        if (failure instanceof IOException own && values.isEmpty()
-                && grid.stream().flatMap(List::stream).distinct().count() == 1) {
-            throw own;
+        if (values.isEmpty() && grid.stream().flatMap(List::stream).distinct().count() == 1) {
+            // every rank found the same: its own message says it for all
+            if (failure instanceof RuntimeException own) {
+                throw own;
+            }
+            if (failure instanceof IOException own) {
+                throw own;
+            }
         }
         String label = overDp ? "rank" : "tp rank";
         String every = overDp ? "every rank (" + grid.size() * row.size()
