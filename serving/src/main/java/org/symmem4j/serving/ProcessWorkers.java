@@ -18,6 +18,7 @@ import java.util.concurrent.locks.LockSupport;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.serving.ServingException.Kind;
+import org.symmem4j.state.MessageHandler;
 import org.symmem4j.state.SymmetricRingBuffer;
 
 /**
@@ -67,6 +68,8 @@ public final class ProcessWorkers implements AutoCloseable {
         volatile boolean alive = true;
         volatile long batches;
         String deathNote;
+        /** Reads one of this worker's replies; made once, before the reply thread starts (not per poll). */
+        MessageHandler onReply;
 
         Worker(int rank, SymmetricRingBuffer requests, SymmetricRingBuffer replies) {
             this.rank = rank;
@@ -141,7 +144,9 @@ public final class ProcessWorkers implements AutoCloseable {
         this.rings = rings;
         this.ringCapacity = ringCapacity;
         for (int i = 0; i < rings.workers.size(); i++) {
-            workers.add(new Worker(rings.workers.get(i), rings.requests.get(i), rings.replies.get(i)));
+            Worker w = new Worker(rings.workers.get(i), rings.requests.get(i), rings.replies.get(i));
+            w.onReply = (type, buf, off, len) -> onReply(w, type, buf, off, len);
+            workers.add(w);
         }
         this.replyThread = Thread.ofPlatform().daemon().name("symmem4j-serving-replies").start(this::readReplies);
     }
@@ -256,7 +261,7 @@ public final class ProcessWorkers implements AutoCloseable {
                 int got = 0;
                 for (Worker w : workers) {
                     if (w.alive) {
-                        got += w.replies.poll((type, buf, off, len) -> onReply(w, type, buf, off, len), 16);
+                        got += w.replies.poll(w.onReply, 16);
                     }
                 }
                 if (got > 0) {
@@ -307,7 +312,7 @@ public final class ProcessWorkers implements AutoCloseable {
 
     /** A worker exited: read what it answered before, then fail what it never will. */
     private void buried(Worker w) {
-        w.replies.poll((type, buf, off, len) -> onReply(w, type, buf, off, len), Integer.MAX_VALUE);
+        w.replies.poll(w.onReply, Integer.MAX_VALUE);
         failInFlight(w, null);
     }
 
