@@ -12,6 +12,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
 import io.micrometer.core.instrument.MeterRegistry;
@@ -411,6 +412,7 @@ public final class ModelRouter implements AutoCloseable {
             return CompletableFuture.failedFuture(unknownModel(model)); // undeployed since the lookup
         }
         CompletableFuture<Prediction> answer = new CompletableFuture<>();
+        AtomicBoolean claimed = new AtomicBoolean();
         boolean queued = false;
         try {
             Objects.requireNonNull(features, "features");
@@ -426,7 +428,7 @@ public final class ModelRouter implements AutoCloseable {
                         + " " + options.maxBatch() + " rows, or raise RouterOptions.maxBatch)");
             }
             INDArray input = features.dataType() == spec.dataType() ? features : features.castTo(spec.dataType());
-            if (!m.queue.offer(new QueuedRequest(input, rows, version, answer, arrived))) {
+            if (!m.queue.offer(new QueuedRequest(input, rows, version, answer, arrived, claimed))) {
                 throw new ServingException(Kind.OVERLOADED, "model '" + model + "' is overloaded: queue of capacity="
                         + options.queueCapacity() + " is full (fix: retry later, or raise RouterOptions.workers or"
                         + " queueCapacity)");
@@ -445,15 +447,19 @@ public final class ModelRouter implements AutoCloseable {
                 m.leave();
             }
         }
-        return answer.orTimeout(options.requestTimeout().toNanos(), TimeUnit.NANOSECONDS).exceptionallyCompose(t -> {
-            if (t instanceof TimeoutException) {
+        // The timeout settles the request like a worker does (claim, count, complete), so no answer is counted
+        // twice or seen before it is counted; the timer is a future of its own, cancelled when the answer comes.
+        CompletableFuture<Void> timer = new CompletableFuture<>();
+        answer.whenComplete((p, t) -> timer.complete(null));
+        timer.orTimeout(options.requestTimeout().toNanos(), TimeUnit.NANOSECONDS).whenComplete((v, t) -> {
+            if (t instanceof TimeoutException && claimed.compareAndSet(false, true)) {
                 m.count("timeout");
-                return CompletableFuture.failedFuture(new ServingException(Kind.TIMEOUT, "model '" + model
+                answer.completeExceptionally(new ServingException(Kind.TIMEOUT, "model '" + model
                         + "': no answer within requestTimeout=" + options.requestTimeout() + " (the workers are"
                         + " behind; fix: raise RouterOptions.workers, or RouterOptions.requestTimeout)", t));
             }
-            return CompletableFuture.failedFuture(t);
         });
+        return answer.copy(); // the caller's own future: cancelling it does not settle the queued request
     }
 
     /** Puts {@code m} on the ready list unless it is there already or a worker is forming its batch. */

@@ -111,10 +111,11 @@ final class ServedModel {
         return kind.name().toLowerCase(Locale.ROOT);
     }
 
-    /** Fails {@code r} with {@code e} and counts its outcome, unless it has its answer already. */
+    /** Counts the outcome of {@code e} and fails {@code r} with it, unless it was settled already. */
     void fail(QueuedRequest r, ServingException e) {
-        if (r.answer().completeExceptionally(e)) {
+        if (r.claim()) {
             count(outcome(e.kind()));
+            r.answer().completeExceptionally(e);
         }
     }
 

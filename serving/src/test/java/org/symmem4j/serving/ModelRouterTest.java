@@ -245,6 +245,38 @@ class ModelRouterTest {
     }
 
     @Test
+    void aTimedOutRequestIsCountedOnceAsATimeoutBeforeItsCallerSeesItAndTheLateAnswerIsDropped() throws Exception {
+        CountDownLatch gate = new CountDownLatch(1);
+        List<Long> entered = java.util.Collections.synchronizedList(new ArrayList<>());
+        RouterOptions options = RouterOptions.defaults().withWorkers(1).withBatching(1, Duration.ZERO)
+                .withRequestTimeout(Duration.ofMillis(200));
+        SimpleMeterRegistry registry = new SimpleMeterRegistry();
+        try (SharedWeights weights = weights()) {
+            ModelRouter router = new ModelRouter(weights, options, registry);
+            try {
+                router.deploy("m", gated(gate, entered), Nets.owning(Nets.mlp(1)).params());
+                CompletableFuture<Prediction> running = router.predict("m", Nets.features(1, 1, 8));
+                awaitSize(entered, 1); // the only worker waits at the gate with it
+                CompletableFuture<Prediction> queued = router.predict("m", Nets.features(2, 1, 8));
+                for (CompletableFuture<Prediction> f : List.of(running, queued)) {
+                    ServingException e = (ServingException) assertThrows(ExecutionException.class, f::get).getCause();
+                    assertEquals(Kind.TIMEOUT, e.kind());
+                    assertTrue(e.getMessage().contains("no answer within requestTimeout=PT0.2S"), e.getMessage());
+                }
+                assertEquals(2.0, registry.find(ServingMeters.REQUESTS.meterName()).tag("outcome", "timeout").counter()
+                        .count(), "counted before the callers saw their failures");
+            } finally {
+                gate.countDown();
+                router.close(); // the late answer (and the queued request's batch or refusal) settles nothing
+            }
+            assertNull(registry.find(ServingMeters.REQUESTS.meterName()).tag("outcome", "ok").counter(),
+                    "a late answer is not counted");
+            assertEquals(2.0, registry.find(ServingMeters.REQUESTS.meterName()).counter().count(),
+                    "each request counted once");
+        }
+    }
+
+    @Test
     void aFullQueueRefusesAtOnceAsOverloadedAndTheAcceptedRequestsAreStillAnswered() throws Exception {
         CountDownLatch gate = new CountDownLatch(1);
         ModelSpec slow = ModelSpec.of(params -> {
