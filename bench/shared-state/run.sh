@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the shared-state benchmarks of issue #33 on a lent machine's CPUs, from what bench/shared-state/pack.sh packed
 # (carry the folder; this script runs from inside it or the checkout). One device call holds `ring` alone (~5.5 min on
-# 16 cores) or `map cache switch` (~4.5 min); `ringcost` fits beside either.
+# 16 cores) or `map cache switch` (~4.5 min) or `ring-fill` (~4.5 min) or `chronicle-p99 map` (~5 min); `ringcost`
+# fits beside `ring` or `map cache switch`, `chronicle-p99` beside `ring-fill` only with RINGFILL_FORKS=2.
 #   ring    RingSuite (RingBenchmark): 2 processes over /dev/shm, 64 B and 4 KiB messages, throughput and round trip
 #           (p50, p99), symmem4j's one-to-one and many-to-one rings (offer, and tryClaim/commit) against Agrona's over
 #           mapped files (write, and tryClaim/commit) and Aeron IPC (exclusive and concurrent publications, media
@@ -18,6 +19,21 @@
 #           The table (each maker's msg/s with its error and its forks' spread, ratios, p50/p99, and whether the error
 #           bars are apart) goes to summary.txt and ring-summary.md. (all kinds: ~9.5 min, over one call's 10 min
 #           with the unpacking: split it with RING_ONE_TO_ONE_ONLY=1, then RING_KINDS=<the many-to-one kinds>)
+#   ring-fill RingFillSuite (RingFillBenchmark): ring throughput, 2 processes, with the ring HELD at fixed fill levels
+#           (a credit window with a floor: the producer stops at T+2B messages in the ring, the consumer reads batches
+#           of B=64 only while T remain; no empty ring, no full ring, so the two regimes of `ring`'s many-to-one forks
+#           cannot occur), symmem4j's rings (offer, tryClaim) against Agrona's (write, tryClaim), one-to-one and
+#           many-to-one, in one JMH run; table with each ring's msg/s, error, forks' lowest–highest mean and spread, and
+#           the verdicts (error bars apart?) in ring-fill-summary.md. RINGFILL_FORKS (3) forks per trial,
+#           RINGFILL_WI (1) warm-up and RINGFILL_I (3) measured iterations of 1 s, RINGFILL_SIZES (64; e.g. 64,256,1024
+#           for ~3× the time), RINGFILL_FILLS (25,75 % of the messages the ring holds), RINGFILL_KINDS (comma-separated
+#           RingPair.Kind names, default the 8 of symmem4j and Agrona), RINGFILL_GC=1 adds JMH's GC profiler. The two
+#           threads are pinned to RINGFILL_CPUS (default: two distinct cores sharing a last-level cache, not CPU 0's;
+#           none pins nothing). Defaults: 16 trials × 3 forks, ~4.5 min on 16 cores (RINGFILL_LIMIT 330 s)
+#   chronicle-p99 MapLatencySuite (MapBenchmark in sample-time mode): get and put latency p50/p90/p99/p99.9 at 2
+#           processes on one map, symmem4j's SymmetricHashMap against Chronicle Map persisted to /dev/shm, in one run,
+#           with the forks' p99 range; table in map-latency-summary.md. P99_FORKS (3), P99_WI (2), P99_I (3),
+#           P99_FLOOR=1 adds ConcurrentHashMap in one JVM. ~1.5 min (P99_LIMIT 200 s)
 #   ringcost RingOpCostBenchmark: one message written and read back in one thread, 64 B and 4 KiB, symmem4j's rings
 #           (offer, and tryClaim/commit) against Agrona's (write, and tryClaim/commit), one-to-one and many-to-one:
 #           the CPU cost per message without cores or scheduling in it (~2.5 min, RINGCOST_LIMIT; not in the defaults)
@@ -39,6 +55,7 @@
 # RECORDER_LIMIT 300 s).
 # Ring files and Aeron directories this script's benchmarks leave in /dev/shm are removed at the end.
 # Results in $OUT: machine.txt, <step>.txt (JMH's tables), <step>.json (JMH's results), switch.md, summary.txt,
+# ring-fill.json and ring-fill-summary.md, map-latency.json and map-latency-summary.md,
 # bench-peer.log (the peer processes' output).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -77,7 +94,7 @@ pick_cpus() {
           print best }'
 }
 cleanup_shm() {
-  rm -rf /dev/shm/symmem4j-aeron-bench-* /dev/shm/symmem4j-ring-bench-* 2>/dev/null
+  rm -rf /dev/shm/symmem4j-aeron-bench-* /dev/shm/symmem4j-ring-bench-* /dev/shm/symmem4j-map-bench-* 2>/dev/null
 }
 trap cleanup_shm EXIT
 jmh() { # $1 step, $2 limit, $3 benchmark regex, then JMH flags
@@ -90,6 +107,32 @@ jmh() { # $1 step, $2 limit, $3 benchmark regex, then JMH flags
   # the result tables JMH prints at the end (partial runs: the per-trial lines)
   sed -n '/^Benchmark /,$p' "$step.txt" >> summary.txt
   [ $code -eq 0 ] || grep -E 'Exception|Error|Result "' "$step.txt" | tail -20 >> summary.txt
+  return $code
+}
+ring_fill() {
+  local cpus=${RINGFILL_CPUS-$(pick_cpus 2 2)}
+  [ "$cpus" = none ] && cpus=
+  echo "== ring-fill at ${SECONDS}s (cpus: ${cpus:-not pinned})" | tee -a summary.txt
+  timeout -k 10 "${RINGFILL_LIMIT:-330}" "${java[@]}" ${cpus:+-Dsymmem4j.bench.cpus=$cpus} \
+    org.symmem4j.benchmarks.RingFillSuite --out "$out" --forks "${RINGFILL_FORKS:-3}" --warmups "${RINGFILL_WI:-1}" \
+    --iterations "${RINGFILL_I:-3}" --sizes "${RINGFILL_SIZES:-64}" --fills "${RINGFILL_FILLS:-25,75}" \
+    ${RINGFILL_KINDS:+--kinds "$RINGFILL_KINDS"} ${RINGFILL_GC:+--gc} > ring-fill.txt 2>&1
+  local code=$?
+  echo "== ring-fill: exit=$code at ${SECONDS}s" | tee -a summary.txt
+  sed -n '/^## Ring throughput at a held fill level/,$p' ring-fill.txt >> summary.txt
+  grep -h '^ring-fill ' bench-peer.log 2>/dev/null | sort | uniq -c | sort -rn | head -5 >> summary.txt
+  [ $code -eq 0 ] || { sed -n '/^Benchmark /,$p' ring-fill.txt; grep -E 'Exception|Error|Result "' ring-fill.txt | tail -20; } >> summary.txt
+  return $code
+}
+chronicle_p99() {
+  echo "== chronicle-p99 at ${SECONDS}s" | tee -a summary.txt
+  timeout -k 10 "${P99_LIMIT:-200}" "${java[@]}" -Dchronicle.analytics.disable=true \
+    org.symmem4j.benchmarks.MapLatencySuite --out "$out" --forks "${P99_FORKS:-3}" --warmups "${P99_WI:-2}" \
+    --iterations "${P99_I:-3}" ${P99_FLOOR:+--with-floor} > map-latency.txt 2>&1
+  local code=$?
+  echo "== chronicle-p99: exit=$code at ${SECONDS}s" | tee -a summary.txt
+  sed -n '/^## Hash map latency/,$p' map-latency.txt >> summary.txt
+  [ $code -eq 0 ] || { sed -n '/^Benchmark /,$p' map-latency.txt; grep -E 'Exception|Error|Result "' map-latency.txt | tail -20; } >> summary.txt
   return $code
 }
 ring() {
@@ -114,6 +157,8 @@ steps=("$@")
 for step in "${steps[@]}"; do
   case $step in
     ring) ring || rc=1 ;;
+    ring-fill) ring_fill || rc=1 ;;
+    chronicle-p99) chronicle_p99 || rc=1 ;;
     ringcost) jmh ringcost "${RINGCOST_LIMIT:-200}" 'org.symmem4j.benchmarks.RingOpCostBenchmark' || rc=1 ;;
     map) jmh map "${MAP_LIMIT:-230}" 'org.symmem4j.benchmarks.MapBenchmark' || rc=1 ;;
     cache) jmh cache "${CACHE_LIMIT:-40}" 'org.symmem4j.benchmarks.ParameterCacheBenchmark' || rc=1 ;;
@@ -133,7 +178,7 @@ for step in "${steps[@]}"; do
       [ $code -eq 0 ] || rc=1
       echo "== recorder: exit=$code at ${SECONDS}s" | tee -a summary.txt
       if [ -f recorder.md ]; then cat recorder.md >> summary.txt; else tail -30 recorder.txt >> summary.txt; fi ;;
-    *) echo "unknown step $step (expected ring, ringcost, map, cache, switch or recorder)" | tee -a summary.txt; rc=1 ;;
+    *) echo "unknown step $step (expected ring, ring-fill, chronicle-p99, ringcost, map, cache, switch or recorder)" | tee -a summary.txt; rc=1 ;;
   esac
 done
 echo "== done at ${SECONDS}s, exit=$rc" | tee -a summary.txt

@@ -17,6 +17,7 @@ import picocli.CommandLine.Parameters;
  *   BenchPeer allreduce &lt;bytes&gt; &lt;algorithm&gt;   ({@link ProcessAllReduceBenchmark})
  *   BenchPeer handoff &lt;bytes&gt; &lt;waits&gt;         ({@link StageLinkHandoffBenchmark})
  *   BenchPeer ring &lt;capacity&gt; &lt;kind&gt; &lt;files&gt;   ({@link RingBenchmark})
+ *   BenchPeer ringfill &lt;capacity&gt; &lt;kind&gt; &lt;files&gt;   ({@link RingFillBenchmark})
  *   BenchPeer map 0 &lt;kind&gt; &lt;file&gt;                ({@link MapBenchmark})
  * </pre>
  */
@@ -25,6 +26,7 @@ public final class BenchPeer {
     static final String ALL_REDUCE = "allreduce";
     static final String HANDOFF = "handoff";
     static final String RING = "ring";
+    static final String RING_FILL = "ringfill";
     static final String MAP = "map";
 
     private BenchPeer() {
@@ -42,7 +44,8 @@ public final class BenchPeer {
                 description = "allreduce: the algorithm (ONE_SHOT, TWO_SHOT, RING); handoff: the waits (BACKOFF, SPIN)")
         String variant;
         @Parameters(index = "3", arity = "0..1", paramLabel = "FILES",
-                description = "ring: the path prefix of Agrona's ring files, or Aeron's directory")
+                description = "ring, ringfill: the path prefix of Agrona's ring files (and ringfill's pacing file), or"
+                        + " Aeron's directory")
         String files;
     }
 
@@ -52,10 +55,10 @@ public final class BenchPeer {
             switch (flags.workload) {
                 case ALL_REDUCE -> Algorithm.parse(flags.variant);
                 case HANDOFF -> StageLinkHandoffBenchmark.Waits.valueOf(flags.variant);
-                case RING -> RingPair.Kind.valueOf(flags.variant);
+                case RING, RING_FILL -> RingPair.Kind.valueOf(flags.variant);
                 case MAP -> SharedMapPair.Kind.valueOf(flags.variant);
                 default -> throw new IllegalArgumentException("unknown benchmark peer workload=" + flags.workload
-                        + " expected=" + ALL_REDUCE + ", " + HANDOFF + ", " + RING + " or " + MAP);
+                        + " expected=" + ALL_REDUCE + ", " + HANDOFF + ", " + RING + ", " + RING_FILL + " or " + MAP);
             }
             return flags;
         });
@@ -71,6 +74,14 @@ public final class BenchPeer {
             case RING -> {
                 try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
                     RingPair.serve(RingPair.Kind.valueOf(f.variant), group, (int) f.bytes, java.nio.file.Path.of(f.files));
+                } catch (java.io.IOException e) {
+                    throw new java.io.UncheckedIOException(e);
+                }
+            }
+            case RING_FILL -> {
+                try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
+                    RingFillBenchmark.serve(RingPair.Kind.valueOf(f.variant), group, (int) f.bytes,
+                            java.nio.file.Path.of(f.files));
                 } catch (java.io.IOException e) {
                     throw new java.io.UncheckedIOException(e);
                 }

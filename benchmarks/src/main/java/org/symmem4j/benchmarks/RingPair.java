@@ -113,8 +113,19 @@ public abstract class RingPair implements AutoCloseable {
     /** Sends {@code length} bytes of a fixed source buffer as a message of {@code type}; false when full. */
     abstract boolean send(int type, int length);
 
-    /** Hands every message in the inbound ring (up to a limit) to the sink; returns how many. */
-    abstract int receive();
+    /** The most messages one {@link #receive()} hands out: the consumer's batch, the same for every kind. */
+    static final int RECEIVE_LIMIT = 64;
+
+    /** Hands every message in the inbound ring, up to {@link #RECEIVE_LIMIT}, to the sink; returns how many. */
+    final int receive() {
+        return receive(RECEIVE_LIMIT);
+    }
+
+    /**
+     * Hands up to {@code limit} messages of the inbound ring to the sink in one poll ({@code poll(handler, limit)},
+     * Agrona's {@code read(handler, limit)}, Aeron's {@code poll(handler, limit)}); returns how many.
+     */
+    abstract int receive(int limit);
 
     @Override
     public abstract void close();
@@ -230,8 +241,8 @@ public abstract class RingPair implements AutoCloseable {
         }
 
         @Override
-        int receive() {
-            return in.poll(handler, 64);
+        int receive(int limit) {
+            return in.poll(handler, limit);
         }
 
         @Override
@@ -294,8 +305,8 @@ public abstract class RingPair implements AutoCloseable {
         }
 
         @Override
-        int receive() {
-            return in.read(handler, 64);
+        int receive(int limit) {
+            return in.read(handler, limit);
         }
 
         @Override
@@ -365,8 +376,8 @@ public abstract class RingPair implements AutoCloseable {
         }
 
         @Override
-        int receive() {
-            return in.poll(handler, 64);
+        int receive(int limit) {
+            return in.poll(handler, limit);
         }
 
         @Override

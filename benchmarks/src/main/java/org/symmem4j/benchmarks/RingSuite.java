@@ -262,7 +262,7 @@ public final class RingSuite {
                 .orElse(Double.NaN));
     }
 
-    private static String mega(double perSecond) {
+    static String mega(double perSecond) {
         return String.format(Locale.ROOT, "%.2f M", perSecond / 1e6);
     }
 }
