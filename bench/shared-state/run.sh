@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the shared-state benchmarks of issue #33 on a lent machine's CPUs, from what bench/shared-state/pack.sh packed
 # (carry the folder; this script runs from inside it or the checkout). One device call holds `ring` alone (~5.5 min on
-# 16 cores) or `map cache switch` (~4.5 min) or `ring-fill` (~4.5 min) or `chronicle-p99 map` (~5 min); `ringcost`
-# fits beside `ring` or `map cache switch`, `chronicle-p99` beside `ring-fill` only with RINGFILL_FORKS=2.
+# 16 cores) or `map cache switch` (~4.5 min) or `ring-fill` (~4 min) or `chronicle-p99 map` (~5.5 min); `ringcost`
+# fits beside `ring` or `map cache switch`, `chronicle-p99` beside `ring-fill` (~6 min).
 #   ring    RingSuite (RingBenchmark): 2 processes over /dev/shm, 64 B and 4 KiB messages, throughput and round trip
 #           (p50, p99), symmem4j's one-to-one and many-to-one rings (offer, and tryClaim/commit) against Agrona's over
 #           mapped files (write, and tryClaim/commit) and Aeron IPC (exclusive and concurrent publications, media
@@ -24,16 +24,17 @@
 #           of B=64 only while T remain; no empty ring, no full ring, so the two regimes of `ring`'s many-to-one forks
 #           cannot occur), symmem4j's rings (offer, tryClaim) against Agrona's (write, tryClaim), one-to-one and
 #           many-to-one, in one JMH run; table with each ring's msg/s, error, forks' lowest–highest mean and spread, and
-#           the verdicts (error bars apart?) in ring-fill-summary.md. RINGFILL_FORKS (3) forks per trial,
+#           the verdicts (error bars apart?) in ring-fill-summary.md. RINGFILL_FORKS (2) forks per trial,
 #           RINGFILL_WI (1) warm-up and RINGFILL_I (3) measured iterations of 1 s, RINGFILL_SIZES (64; e.g. 64,256,1024
 #           for ~3× the time), RINGFILL_FILLS (25,75 % of the messages the ring holds), RINGFILL_KINDS (comma-separated
 #           RingPair.Kind names, default the 8 of symmem4j and Agrona), RINGFILL_GC=1 adds JMH's GC profiler. The two
 #           threads are pinned to RINGFILL_CPUS (default: two distinct cores sharing a last-level cache, not CPU 0's;
-#           none pins nothing). Defaults: 16 trials × 3 forks, ~4.5 min on 16 cores (RINGFILL_LIMIT 330 s)
+#           none pins nothing). Defaults: 16 trials × 2 forks of ~7.5 s, ~4 min on 16 cores (RINGFILL_LIMIT 330 s;
+#           RINGFILL_FORKS=3 takes ~6 min: a call of its own, with RINGFILL_LIMIT=420)
 #   chronicle-p99 MapLatencySuite (MapBenchmark in sample-time mode): get and put latency p50/p90/p99/p99.9 at 2
 #           processes on one map, symmem4j's SymmetricHashMap against Chronicle Map persisted to /dev/shm, in one run,
 #           with the forks' p99 range; table in map-latency-summary.md. P99_FORKS (3), P99_WI (2), P99_I (3),
-#           P99_FLOOR=1 adds ConcurrentHashMap in one JVM. ~1.5 min (P99_LIMIT 200 s)
+#           P99_FLOOR=1 adds ConcurrentHashMap in one JVM. ~2 min (P99_LIMIT 240 s)
 #   ringcost RingOpCostBenchmark: one message written and read back in one thread, 64 B and 4 KiB, symmem4j's rings
 #           (offer, and tryClaim/commit) against Agrona's (write, and tryClaim/commit), one-to-one and many-to-one:
 #           the CPU cost per message without cores or scheduling in it (~2.5 min, RINGCOST_LIMIT; not in the defaults)
@@ -114,7 +115,7 @@ ring_fill() {
   [ "$cpus" = none ] && cpus=
   echo "== ring-fill at ${SECONDS}s (cpus: ${cpus:-not pinned})" | tee -a summary.txt
   timeout -k 10 "${RINGFILL_LIMIT:-330}" "${java[@]}" ${cpus:+-Dsymmem4j.bench.cpus=$cpus} \
-    org.symmem4j.benchmarks.RingFillSuite --out "$out" --forks "${RINGFILL_FORKS:-3}" --warmups "${RINGFILL_WI:-1}" \
+    org.symmem4j.benchmarks.RingFillSuite --out "$out" --forks "${RINGFILL_FORKS:-2}" --warmups "${RINGFILL_WI:-1}" \
     --iterations "${RINGFILL_I:-3}" --sizes "${RINGFILL_SIZES:-64}" --fills "${RINGFILL_FILLS:-25,75}" \
     ${RINGFILL_KINDS:+--kinds "$RINGFILL_KINDS"} ${RINGFILL_GC:+--gc} > ring-fill.txt 2>&1
   local code=$?
@@ -126,7 +127,7 @@ ring_fill() {
 }
 chronicle_p99() {
   echo "== chronicle-p99 at ${SECONDS}s" | tee -a summary.txt
-  timeout -k 10 "${P99_LIMIT:-200}" "${java[@]}" -Dchronicle.analytics.disable=true \
+  timeout -k 10 "${P99_LIMIT:-240}" "${java[@]}" -Dchronicle.analytics.disable=true \
     org.symmem4j.benchmarks.MapLatencySuite --out "$out" --forks "${P99_FORKS:-3}" --warmups "${P99_WI:-2}" \
     --iterations "${P99_I:-3}" ${P99_FLOOR:+--with-floor} > map-latency.txt 2>&1
   local code=$?

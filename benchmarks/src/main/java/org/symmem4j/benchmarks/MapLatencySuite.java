@@ -36,7 +36,7 @@ import picocli.CommandLine.Option;
  *
  * Trials: 2 operations × 2 maps (3 with {@code --with-floor}, {@code ConcurrentHashMap} in one JVM with a load
  * thread), each {@code forks × (warmups + iterations)} s plus ~2 s per fork to start the JVMs and fill the map: the
- * defaults take ~1.5 min.
+ * defaults take ~2 min (~3.5 min on a loaded 2-core machine).
  */
 public final class MapLatencySuite {
 
