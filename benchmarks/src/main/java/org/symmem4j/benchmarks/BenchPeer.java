@@ -58,7 +58,8 @@ public final class BenchPeer {
                 case RING, RING_FILL -> RingPair.Kind.valueOf(flags.variant);
                 case MAP -> SharedMapPair.Kind.valueOf(flags.variant);
                 default -> throw new IllegalArgumentException("unknown benchmark peer workload=" + flags.workload
-                        + " expected=" + ALL_REDUCE + ", " + HANDOFF + ", " + RING + ", " + RING_FILL + " or " + MAP);
+                        + " expected=" + ALL_REDUCE + ", " + HANDOFF + ", " + RING + ", " + RING_FILL + " or " + MAP
+                        + " (fix: BenchPeer is started by the benchmarks themselves; pass one of those)");
             }
             return flags;
         });
