@@ -627,12 +627,7 @@ abstract sealed class DataParallelBuilder
             return;
         }
         if (sharding != null) {
-            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=" + sharding + ": each worker"
-                    + " holds the only copy of its shard of the updater state, so a dead worker's shard is lost with it"
-                    + " and the survivors cannot go on in place; expected plain data parallelism with SHRINK (fix: drop"
-                    + " sharding(...), or recover by RESTART: onWorkerFailure(FAIL) with checkpointEvery(k, dir)"
-                    + ".resumeFrom(dir) under symmem4j-run --max-restarts N, which resumes from the newest complete"
-                    + " checkpoint)");
+            ShardedShrink.checkBuild(sharding, group, options().checkpointSchedule() != null);
         }
         if (group != null && !group.canShrink()) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK with group(...) of " + group + ", which cannot"
