@@ -12,15 +12,15 @@ import org.symmem4j.gradsync.SyncMetrics;
 import org.symmem4j.parallel.Invariants;
 
 /**
- * The in-place shrink of a ZeRO-sharded wrapper ({@link WorkerFailure#SHRINK} with {@code sharding(OPTIMIZER_STATE)} or
- * {@code sharding(GRADIENTS)}), in thread mode. Each worker holds the only copy of its shard of the updater state, so
- * a dead worker's shard is treated as lost with it (as it is when the worker is a process): the survivors cannot go on
- * from their own state as plain data parallelism does. They go back, in place, to the newest state that is whole:
+ * The in-place shrink of a ZeRO-sharded wrapper ({@link WorkerFailure#SHRINK} with any {@link ZeroStage}; stage 3 on
+ * an initialised model, without hybrid sharding), in thread mode. Each worker holds the only copy of its shard of the
+ * updater state (and with stage 3 of its parameter blocks), so a dead worker's shard is treated as lost with it (as it
+ * is when the worker is a process): the survivors cannot go on from their own state as plain data parallelism does. They go back, in place, to the newest state that is whole:
  *
  * <ul>
  *   <li>the newest complete periodic checkpoint taken in this {@code fit} ({@code checkpointEvery}), read back from its
  *       directory and re-sliced onto the survivors by the N → M restore ({@link WrapperCheckpoints#restore}, the one a
- *       resume on another worker count uses: docs/resharding.md), checksums checked;</li>
+ *       resume on another worker count uses: docs/resharding.md; stage 3's parameter shards too), checksums checked;</li>
  *   <li>or, when none was taken yet in this fit, the state at the fit's start, which the model holds whole (the
  *       wrapper gathers every shard into it after each fit, and keeps a copy to put back if the fit fails).</li>
  * </ul>
@@ -167,18 +167,28 @@ final class ShardedShrink {
      * {@code build()}'s refusals of SHRINK with {@code sharding}: what the sharded shrink cannot do is refused before
      * anything starts, each with the fix.
      *
-     * @param sharding     the ZeRO stage (not null)
-     * @param group        the wrapper's group, or null in thread mode
-     * @param checkpoints  whether periodic checkpoints are configured ({@code checkpointEvery})
+     * @param sharding       the ZeRO stage (not null)
+     * @param group          the wrapper's group, or null in thread mode
+     * @param checkpoints    whether periodic checkpoints are configured ({@code checkpointEvery})
+     * @param hollow         whether the model was started from a configuration (stage 3: no process holds it whole)
+     * @param shardGroupSize stage 3's shard group size (0 unset)
      */
-    static void checkBuild(ZeroStage sharding, org.symmem4j.parallel.Group group, boolean checkpoints) {
+    static void checkBuild(ZeroStage sharding, org.symmem4j.parallel.Group group, boolean checkpoints, boolean hollow,
+                           int shardGroupSize) {
         String restart = "recover by RESTART: onWorkerFailure(FAIL) with checkpointEvery(k, dir).resumeFrom(dir) under"
                 + " symmem4j-run --max-restarts N, which resumes from the newest complete checkpoint";
-        if (sharding == ZeroStage.PARAMETERS) {
-            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=PARAMETERS: ZeRO stage 3's"
-                    + " survivors cannot go back in place yet (its parameters are sharded too, and a model built from a"
-                    + " configuration holds none to go back to); expected sharding(OPTIMIZER_STATE) or"
-                    + " sharding(GRADIENTS) with SHRINK (fix: one of those stages, or " + restart + ")");
+        if (sharding == ZeroStage.PARAMETERS && hollow) {
+            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=PARAMETERS on a model started from"
+                    + " its configuration (builder(conf)): before a fit's first checkpoint the survivors go back to the"
+                    + " fit's start, which only the model holds whole, and this one holds no parameters; expected"
+                    + " builder(model) with an initialised model (fix: build on new MultiLayerNetwork(conf).init(), use"
+                    + " sharding(GRADIENTS), or " + restart + ")");
+        }
+        if (sharding == ZeroStage.PARAMETERS && shardGroupSize > 0) {
+            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=PARAMETERS and shardGroupSize="
+                    + shardGroupSize + " (hybrid sharding): the survivors of a shrink are no longer a multiple of the"
+                    + " shard group size; expected stage 3 without shardGroupSize (fix: drop shardGroupSize, or "
+                    + restart + ")");
         }
         if (group != null) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=" + sharding + " in group mode"

@@ -26,12 +26,13 @@ import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
- * In-place shrink with ZeRO sharding ({@link WorkerFailure#SHRINK}, stages 1 and 2), threads of one JVM: the dead
- * worker's shard of the updater state is lost with it, so the survivors go back to the newest complete periodic
- * checkpoint of the fit, re-sliced from 3 onto 2 workers, and redo the steps since it with the failed step's batches.
- * The result equals, bitwise, a fresh 2-worker run resumed from that checkpoint's consolidated {@code model.zip} on the
- * batches after it (the reference the re-sharding tests use). The model has three updater blocks (Adam, Nesterov,
- * SGD), so shard boundaries fall inside blocks for 3 and for 2 workers.
+ * In-place shrink with ZeRO sharding ({@link WorkerFailure#SHRINK}, stages 1, 2 and 3), threads of one JVM: the dead
+ * worker's shard of the updater state (stage 3: and of the parameters) is lost with it, so the survivors go back to
+ * the newest complete periodic checkpoint of the fit, re-sliced from 3 onto 2 workers, and redo the steps since it
+ * with the failed step's batches. The result equals, bitwise, a fresh 2-worker run resumed from that checkpoint (and,
+ * stages 1 and 2, one started from its consolidated {@code model.zip} on the batches after it, the reference the
+ * re-sharding tests use). Before the fit's first checkpoint they go back to the fit's start. The model has three
+ * updater blocks (Adam, Nesterov, SGD), so shard boundaries fall inside blocks for 3 and for 2 workers.
  */
 class ShardedShrinkTest {
 
@@ -59,7 +60,7 @@ class ShardedShrinkTest {
     }
 
     @ParameterizedTest(name = "{0}: 3 -> 2 workers")
-    @EnumSource(value = ZeroStage.class, names = {"OPTIMIZER_STATE", "GRADIENTS"})
+    @EnumSource(ZeroStage.class)
     void theSurvivorsGoBackToTheNewestCheckpointReslicedAndEqualARunResumedFromItOnTwoWorkers(ZeroStage stage)
             throws IOException {
         List<DataSet> data = Nets.batches(51, BATCHES, 6, DataType.DOUBLE);
@@ -95,13 +96,22 @@ class ShardedShrinkTest {
         assertEquals(10, at.step(), "the survivors go on checkpointing every 2 steps");
         assertEquals(2, at.ranks(), "with two shard files");
 
-        MultiLayerNetwork consolidated = ModelSerializer.restoreMultiLayerNetwork(
-                s.checkpoint().resolve(ShardCheckpoint.MODEL_FILE).toFile(), true);
-        MultiLayerNetwork reference = consolidated.clone();
-        try (SymmemParallelWrapper w = builder(reference, 2, stage).build()) {
-            w.fit(new BatchListIterator(data.subList(12, BATCHES)));
+        // the reference: a fresh two-worker run resumed from that checkpoint (it skips the 12 batches before it)
+        MultiLayerNetwork resumed = start();
+        resumed.params().addi(0.5); // only the restore can make the runs agree
+        try (SymmemParallelWrapper w = builder(resumed, 2, stage).build()) {
+            w.restoreCheckpoint(s.checkpoint());
+            w.fit(new BatchListIterator(data));
         }
-        assertSameState(reference, net, stage + " shrunk 3 -> 2");
+        assertSameState(resumed, net, stage + " shrunk 3 -> 2, against a run resumed on 2 workers");
+        if (stage != ZeroStage.PARAMETERS) { // and one started from its consolidated model.zip (stage 3 writes none)
+            MultiLayerNetwork reference = ModelSerializer.restoreMultiLayerNetwork(
+                    s.checkpoint().resolve(ShardCheckpoint.MODEL_FILE).toFile(), true);
+            try (SymmemParallelWrapper w = builder(reference, 2, stage).build()) {
+                w.fit(new BatchListIterator(data.subList(12, BATCHES)));
+            }
+            assertSameState(reference, net, stage + " shrunk 3 -> 2, against its model.zip on 2 workers");
+        }
         // and the rollback mattered: going on from the survivors' own state at step 5 (as plain data parallelism's
         // shrink does) trains step 4 on three workers, and ends elsewhere
         MultiLayerNetwork fromStep5 = start();
@@ -115,8 +125,9 @@ class ShardedShrinkTest {
         assertFalse(ModelReplica.bitwiseEqual(fromStep5.params(), net.params()));
     }
 
-    @Test
-    void beforeTheFitsFirstCheckpointTheSurvivorsGoBackToTheFitsStart() {
+    @ParameterizedTest(name = "{0}")
+    @EnumSource(value = ZeroStage.class, names = {"OPTIMIZER_STATE", "PARAMETERS"})
+    void beforeTheFitsFirstCheckpointTheSurvivorsGoBackToTheFitsStart(ZeroStage stage) {
         List<DataSet> data = Nets.batches(52, 12, 6, DataType.DOUBLE);
         List<DataSet> faulty = new ArrayList<>(data);
         // second fit: steps 4 (batches 0-2) and 5 (3-5); a checkpoint is due after 6 steps; worker 2 fails on batch 5
@@ -124,7 +135,7 @@ class ShardedShrinkTest {
         MultiLayerNetwork net = start();
         MultiLayerNetwork begin = net.clone();
         ShrinkReport s;
-        try (SymmemParallelWrapper wrapper = builder(net, 3, ZeroStage.OPTIMIZER_STATE)
+        try (SymmemParallelWrapper wrapper = builder(net, 3, stage)
                 .onWorkerFailure(WorkerFailure.SHRINK).checkpointEvery(3, root.resolve("ckpt")).build()) {
             wrapper.fit(new BatchListIterator(data)); // 4 steps, a checkpoint after 3 (older than the next fit's start)
             wrapper.fit(new BatchListIterator(faulty));
@@ -136,10 +147,10 @@ class ShardedShrinkTest {
         assertEquals(4, s.resumedAt(), "back to the second fit's start");
         assertNull(s.checkpoint());
         MultiLayerNetwork reference = begin.clone();
-        try (SymmemParallelWrapper w = builder(reference, 3, ZeroStage.OPTIMIZER_STATE).build()) {
+        try (SymmemParallelWrapper w = builder(reference, 3, stage).build()) {
             w.fit(new BatchListIterator(data));
         }
-        try (SymmemParallelWrapper w = builder(reference, 2, ZeroStage.OPTIMIZER_STATE).build()) {
+        try (SymmemParallelWrapper w = builder(reference, 2, stage).build()) {
             w.fit(new BatchListIterator(data));
         }
         assertSameState(reference, net, "shrunk 3 -> 2 in the second fit");
@@ -184,11 +195,15 @@ class ShardedShrinkTest {
         assertTrue(noCheckpoints.getMessage().contains("sharding=OPTIMIZER_STATE and no periodic checkpoints")
                 && noCheckpoints.getMessage().contains("checkpointEvery(k, dir)")
                 && noCheckpoints.getMessage().contains("--max-restarts"), noCheckpoints.getMessage());
-        IllegalArgumentException stage3 = assertThrows(IllegalArgumentException.class, () -> SymmemParallelWrapper
-                .builder(net).workers(2).sharding(ZeroStage.PARAMETERS).onWorkerFailure(WorkerFailure.SHRINK)
-                .checkpointEvery(2, root).build());
-        assertTrue(stage3.getMessage().contains("sharding=PARAMETERS")
-                && stage3.getMessage().contains("sharding(GRADIENTS)"), stage3.getMessage());
+        IllegalArgumentException hollow = assertThrows(IllegalArgumentException.class, () -> SymmemParallelWrapper
+                .builder(net.getLayerWiseConfigurations()).workers(2).sharding(ZeroStage.PARAMETERS)
+                .onWorkerFailure(WorkerFailure.SHRINK).checkpointEvery(2, root).build());
+        assertTrue(hollow.getMessage().contains("sharding=PARAMETERS on a model started from its configuration")
+                && hollow.getMessage().contains("fix:"), hollow.getMessage());
+        IllegalArgumentException hybrid = assertThrows(IllegalArgumentException.class, () -> SymmemParallelWrapper
+                .builder(net).workers(4).sharding(ZeroStage.PARAMETERS).shardGroupSize(2)
+                .onWorkerFailure(WorkerFailure.SHRINK).checkpointEvery(2, root).build());
+        assertTrue(hybrid.getMessage().contains("shardGroupSize=2 (hybrid sharding)"), hybrid.getMessage());
         // group mode: refused on every rank, before the group is asked whether it can shrink
         List<String> refusals = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> assertThrows(
                 IllegalArgumentException.class, () -> SymmemParallelWrapper.builder(Nets.mlp(Nets.updater("adam"),
