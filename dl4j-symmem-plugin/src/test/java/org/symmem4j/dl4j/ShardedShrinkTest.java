@@ -125,6 +125,41 @@ class ShardedShrinkTest {
         assertFalse(ModelReplica.bitwiseEqual(fromStep5.params(), net.params()));
     }
 
+    @Test
+    void aSecondDeathInTheRedoneStepsGoesBackToTheSameCheckpointAgain() throws IOException {
+        List<DataSet> data = Nets.batches(54, BATCHES, 6, DataType.DOUBLE);
+        List<DataSet> faulty = new ArrayList<>(data);
+        // as above, worker 1 fails on batch 16 at step 5, and the two survivors go back to the checkpoint after step 4;
+        // they redo step 4 (batches 12, 13), then step 5 deals 14, 15: batch 14, read by another thread at step 4 of
+        // the three workers, fails on the new worker 0, before the next checkpoint (due after 6 steps)
+        faulty.set(16, new ShrinkTest.FailsOnceOnAWorker(data.get(16), () -> new IllegalStateException("first fault")));
+        faulty.set(14, new ShrinkTest.FailsOnAnotherThread(data.get(14)));
+        MultiLayerNetwork net = start();
+        Path ckpt = root.resolve("ckpt");
+        List<Long> reported = new ArrayList<>();
+        List<ShrinkReport> shrinks;
+        try (SymmemParallelWrapper wrapper = builder(net, 3, ZeroStage.GRADIENTS).onWorkerFailure(WorkerFailure.SHRINK)
+                .checkpointEvery(2, ckpt).keepCheckpoints(20).stepListener(r -> reported.add(r.step())).build()) {
+            wrapper.fit(new BatchListIterator(faulty));
+            assertEquals(1, wrapper.workers());
+            shrinks = wrapper.shrinks();
+        }
+        assertEquals(2, shrinks.size(), shrinks.toString());
+        assertEquals(List.of(0), shrinks.get(1).dead());
+        assertEquals(5, shrinks.get(1).step());
+        assertEquals(2, shrinks.get(1).workersBefore());
+        assertEquals(4, shrinks.get(1).resumedAt());
+        assertEquals(CheckpointDirectory.stepDir(ckpt, 4), shrinks.get(1).checkpoint());
+        // steps 0-4 on three workers, step 4 on two, then from step 4 on one: batches 12-23
+        assertEquals(List.of(0L, 1L, 2L, 3L, 4L, 4L, 4L, 5L, 6L, 7L, 8L, 9L, 10L, 11L, 12L, 13L, 14L, 15L), reported);
+        MultiLayerNetwork reference = ModelSerializer.restoreMultiLayerNetwork(
+                shrinks.get(1).checkpoint().resolve(ShardCheckpoint.MODEL_FILE).toFile(), true);
+        try (SymmemParallelWrapper w = builder(reference, 1, ZeroStage.GRADIENTS).build()) {
+            w.fit(new BatchListIterator(data.subList(12, BATCHES)));
+        }
+        assertSameState(reference, net, "shrunk 3 -> 2 -> 1");
+    }
+
     @ParameterizedTest(name = "{0}")
     @EnumSource(value = ZeroStage.class, names = {"OPTIMIZER_STATE", "PARAMETERS"})
     void beforeTheFitsFirstCheckpointTheSurvivorsGoBackToTheFitsStart(ZeroStage stage) {
