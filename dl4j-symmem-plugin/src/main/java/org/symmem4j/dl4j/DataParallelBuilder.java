@@ -351,8 +351,12 @@ abstract sealed class DataParallelBuilder
      * updater state per step), and go on. The wrapper closes the group it formed; the group given to the builder
      * stays the caller's to close (it is aborted: its close waits for nobody). GPU mode cannot shrink.
      *
-     * <p>Not with {@link #sharding}: the dead worker's shard of the updater state is lost with it (refused at
-     * {@code build()}; restart from a checkpoint instead), nor with {@link #recordTimeline}, whose tracks are the
+     * <p>With {@link #sharding} (threads of one JVM; refused in group mode) the dead worker's shard is lost with it,
+     * so the survivors go back instead to the newest complete periodic checkpoint of the {@code fit} (required:
+     * {@code checkpointEvery}, refused at {@code build()} without it), re-sliced onto them, or to the fit's start
+     * before its first checkpoint, and redo the steps since it with the failed step's batches: the result equals a
+     * run resumed from that checkpoint on the survivors, bitwise; listeners see the redone steps again (docs/shrink.md).
+     * Not with {@link #recordTimeline}, whose tracks are the
      * workers at build time. A worker that fails the same way on every batch (a bug, not a lost worker) shrinks the
      * group one worker at a time down to {@code minWorkers}: set it to the fewest workers worth training on.
      *
@@ -627,12 +631,8 @@ abstract sealed class DataParallelBuilder
             return;
         }
         if (sharding != null) {
-            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=" + sharding + ": each worker"
-                    + " holds the only copy of its shard of the updater state, so a dead worker's shard is lost with it"
-                    + " and the survivors cannot go on in place; expected plain data parallelism with SHRINK (fix: drop"
-                    + " sharding(...), or recover by RESTART: onWorkerFailure(FAIL) with checkpointEvery(k, dir)"
-                    + ".resumeFrom(dir) under symmem4j-run --max-restarts N, which resumes from the newest complete"
-                    + " checkpoint)");
+            ShardedShrink.checkBuild(sharding, group, options().checkpointSchedule() != null,
+                    ConfigurationStart.isHollow(model), shardGroupSize);
         }
         if (group != null && !group.canShrink()) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK with group(...) of " + group + ", which cannot"

@@ -1,5 +1,6 @@
 package org.symmem4j.dl4j;
 
+import java.nio.file.Path;
 import java.util.List;
 
 /**
@@ -11,26 +12,45 @@ import java.util.List;
  * @param workersBefore  workers before the shrink
  * @param workersAfter   workers after it (the survivors, numbered densely 0.. in their old order)
  * @param redone         whether the survivors redo {@code step} (true when a survivor had not completed it; false
- *                       when every survivor had completed it: the dead worker failed after the step's sync)
+ *                       when every survivor had completed it: the dead worker failed after the step's sync; always
+ *                       true with ZeRO sharding, which goes back to {@code resumedAt})
  * @param failure        the dead worker's failure, as {@code toString()} gives it
  * @param failedNanos    {@link System#nanoTime()} when the wrapper's thread had every worker's outcome of the step
  * @param resumedNanos   {@link System#nanoTime()} when the survivors' group was built and the next step was handed
  *                       out to it
+ * @param resumedAt      the first step the survivors train: {@code step} when it is redone, else {@code step + 1};
+ *                       with ZeRO sharding the step of the state they went back to (the checkpoint's, or the fit's
+ *                       first), so that steps {@code resumedAt} to {@code step} are redone
+ * @param checkpoint     with ZeRO sharding, the periodic checkpoint the survivors went back to (re-sliced onto them),
+ *                       or null when they went back to the fit's start (none taken yet in it); null without sharding
  */
 public record ShrinkReport(long step, List<Integer> dead, int workersBefore, int workersAfter, boolean redone,
-                           String failure, long failedNanos, long resumedNanos) {
+                           String failure, long failedNanos, long resumedNanos, long resumedAt, Path checkpoint) {
 
     /** {@return milliseconds from the failed step's outcome to the survivors' next step} */
     public double rebuildMillis() {
         return (resumedNanos - failedNanos) / 1e6;
     }
 
+    /** {@return the steps the survivors train again: from {@code resumedAt} to {@code step}, the failed one included} */
+    public long redoneSteps() {
+        return redone ? step - resumedAt + 1 : 0;
+    }
+
     /** The warning the wrapper logs for this shrink ({@code rank}: this process's new rank, -1 in thread mode). */
     String logLine(int minWorkers, int rank) {
+        String goesOn;
+        if (checkpoint != null || resumedAt < step) {
+            goesOn = "went back to " + (checkpoint == null ? "the fit's start" : "checkpoint " + checkpoint)
+                    + " (step " + resumedAt + ", re-sliced onto the survivors: ZeRO sharding lost the dead worker's"
+                    + " shard), steps " + resumedAt + ".." + step + " redone on the survivors";
+        } else {
+            goesOn = redone ? "step " + step + " redone on the survivors"
+                    : "step " + step + " completed by every survivor, going on at step " + (step + 1);
+        }
         return "symmem4j: worker(s) " + dead + " failed at step " + step + " (" + failure + "); shrunk in place from "
                 + workersBefore + " to " + workersAfter + " workers (onWorkerFailure=SHRINK, minWorkers=" + minWorkers
-                + (rank < 0 ? "" : ", this process now rank " + rank) + "), " + (redone ? "step " + step
-                + " redone on the survivors" : "step " + step + " completed by every survivor, going on at step "
-                + (step + 1)) + ", rebuilt in " + String.format(java.util.Locale.ROOT, "%.1f", rebuildMillis()) + " ms";
+                + (rank < 0 ? "" : ", this process now rank " + rank) + "), " + goesOn + ", rebuilt in "
+                + String.format(java.util.Locale.ROOT, "%.1f", rebuildMillis()) + " ms";
     }
 }

@@ -117,6 +117,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private org.symmem4j.parallel.Group ownedGroup;
     /** The checkpoints the wrapper takes itself inside fit, or null. */
     private final CheckpointSchedule schedule;
+    /** ZeRO sharding with SHRINK: the rollback point and the batches since it; null otherwise. */
+    private final ShardedShrink sharded;
     /** Batches the next fit reads and does not train: those of the epoch a restored checkpoint had trained. */
     private long batchesToSkip;
     /** The examples of those batches, as the checkpoint recorded them; -1 when it did not. */
@@ -144,6 +146,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         this.workers = new DataParallelWorkers(model, settings, metrics);
         this.steps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
         this.schedule = o.checkpointSchedule();
+        this.sharded = settings.shrinks() && settings.sharding() != null ? new ShardedShrink(model, metrics, ndThreadsFor) : null;
     }
 
     /**
@@ -473,9 +476,19 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             checkResumePosition(batchesInEpoch, examplesInEpoch);
             batchesToSkip = 0;
             examplesToSkip = -1;
+            if (sharded != null) {
+                sharded.fitStarted(before, steps.stepsDone(), batchesInEpoch, examplesInEpoch);
+            }
             List<Object> batches = takeStep(source);
             while (!batches.isEmpty()) {
                 DataParallelSteps.StepOutcome outcome = steps.run(batches, listeners, () -> takeStep(source), fits);
+                if (outcome.lost() != null && sharded != null) { // back to the newest whole state (docs/shrink.md)
+                    ShardedShrink.Rebuilt r = rollBack(outcome.lost(), batches, outcome.following(), redealt);
+                    batchesInEpoch = r.batchesInEpoch();
+                    examplesInEpoch = r.examplesInEpoch();
+                    batches = takeStep(source);
+                    continue;
+                }
                 if (outcome.lost() != null) {
                     List<Object> failed = batches;
                     batches = shrink(outcome.lost(), failed, outcome.following(), redealt, source);
@@ -486,6 +499,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 }
                 batchesInEpoch += rawBatches(batches);
                 examplesInEpoch += rawExamples(batches);
+                if (sharded != null) {
+                    sharded.trained(batches);
+                }
                 if (outcome.report() != null) {
                     score = outcome.report().loss();
                     if (schedule != null && schedule.due(steps.stepsDone(), settings.group(), TensorParallel.groupOrNull(model.model()),
@@ -548,10 +564,23 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         List<Object> next = takeStep(source);
         ShrinkReport report = new ShrinkReport(lost.step(), agreed.dead(), before, settings.workers(), redone,
-                String.valueOf(cause), lost.failedNanos(), System.nanoTime());
+                String.valueOf(cause), lost.failedNanos(), System.nanoTime(), redone ? lost.step() : lost.step() + 1, null);
         shrinks.add(report);
         LOG.warn(report.logLine(settings.minWorkers(), settings.group() == null ? -1 : settings.group().rank()));
         return next;
+    }
+
+    /** ZeRO sharding's shrink ({@link ShardedShrink}): the survivors' workers go on from the rollback point. */
+    private ShardedShrink.Rebuilt rollBack(DataParallelSteps.LostWorkers lost, List<Object> failed, List<Object> readAhead,
+                                           java.util.Deque<Object> redealt) {
+        ShardedShrink.Rebuilt r = sharded.rollBack(lost, failed, readAhead, redealt, settings, workers);
+        settings = r.settings();
+        workers = r.workers();
+        steps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
+        steps.resumeAt(r.step());
+        shrinks.add(r.report());
+        LOG.warn(r.report().logLine(settings.minWorkers(), -1));
+        return r;
     }
 
     /** What the survivors agreed on: the dead workers (old numbering) and the iteration count they all go on from. */
@@ -572,7 +601,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 survivors.add(all.get(i));
             }
         }
-        requireMinWorkers(lost, lost.dead(), survivors.size(), all.size(), cause);
+        ShardedShrink.requireMinWorkers(lost, lost.dead(), survivors.size(), all.size(), cause, settings.minWorkers());
         DataParallelWorker agreed = survivors.getFirst();
         for (DataParallelWorker w : survivors) {
             if (w.replica().iterationCount() < agreed.replica().iterationCount()) {
@@ -613,7 +642,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         }
         org.symmem4j.parallel.Group group = survivors.group();
         try {
-            requireMinWorkers(lost, survivors.dead(), group.worldSize(), old.worldSize(), cause);
+            ShardedShrink.requireMinWorkers(lost, survivors.dead(), group.worldSize(), old.worldSize(), cause,
+                    settings.minWorkers());
             List<String> counts = org.symmem4j.dl4j.train.RankAgreement.allGather(group, "symmem4j-wrapper-shrink-"
                     + lost.step(), Integer.toString(mine.iterationCount()));
             int iteration = counts.stream().mapToInt(Integer::parseInt).min().orElseThrow();
@@ -634,47 +664,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return new Agreed(survivors.dead(), model.iterationCount());
     }
 
-    /** Fails the fit when a shrink would leave fewer than {@code minWorkers}. */
-    private void requireMinWorkers(DataParallelSteps.LostWorkers lost, List<Integer> dead, int survivors, int before,
-                                   Throwable cause) {
-        if (survivors >= settings.minWorkers()) {
-            return;
-        }
-        DataParallelTrainingException e = new DataParallelTrainingException("data-parallel fit failed: worker(s) " + dead
-                + " failed at step " + lost.step() + " (" + cause + "), leaving " + survivors + " of " + before
-                + " workers; expected at least minWorkers=" + settings.minWorkers() + " to shrink in place"
-                + " (onWorkerFailure=SHRINK); the model is as it was before this fit (fix: find why the workers fail,"
-                + " lower minWorkers, or restart from a checkpoint)", dead.isEmpty() ? -1 : dead.getFirst(), lost.step(),
-                cause);
-        e.addSuppressed(lost.failure());
-        throw e;
-    }
-
     /** The agreed iteration count is the failed step's start or end; anything else is a bug. */
     private static void requireStartOrEnd(DataParallelSteps.LostWorkers lost, int iteration) {
         if (iteration != lost.iterationAtStart() && iteration != lost.iterationAtStart() + 1) {
             throw Invariants.violated("shrink after step " + lost.step() + ": the survivors' agreed iteration count"
                     + " is " + iteration + ", expected " + lost.iterationAtStart() + " (step not done) or "
                     + (lost.iterationAtStart() + 1) + " (done)", lost.failure());
-        }
-    }
-
-    /** Parameters, updater state, counters and score of the model, to put back after a failed fit. */
-    private record ModelState(INDArray params, INDArray updaterState, int iterations, int epochs, double score) {
-        static ModelState of(ModelReplica model) {
-            INDArray state = model.updaterState();
-            return new ModelState(model.params().dup(), state == null ? null : state.dup(), model.iterationCount(),
-                    model.epochCount(), model.score());
-        }
-
-        void restore(ModelReplica model) {
-            model.params().assign(params);
-            if (updaterState != null) {
-                model.updaterState().assign(updaterState);
-            }
-            model.setIterationCount(iterations);
-            model.setEpochCount(epochs);
-            model.setScore(score);
         }
     }
 
@@ -700,6 +695,9 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         Path dir = layout.stepDir(schedule.root(), steps.stepsDone());
         try {
             writeCheckpoint(dir, batchesInEpoch, examplesInEpoch);
+            if (sharded != null) {
+                sharded.checkpointTaken(dir, steps.stepsDone());
+            }
             if (settings.group() == null || settings.group().rank() == 0) {
                 layout.prune(schedule.root(), schedule.keep());
             }

@@ -17,7 +17,8 @@ public enum WorkerFailure {
      * a new group of the survivors is formed (new symmetric memory; the old group's is released), the failed step is
      * redone on the survivors and training goes on with fewer workers, inside the same {@code fit()}, until fewer than
      * {@code minWorkers} are left (then {@code fit()} throws as with {@link #FAIL}). From the failed step on the result
-     * is bitwise that of plain data parallelism on the survivors over the same batches. See
+     * is bitwise that of plain data parallelism on the survivors over the same batches. With ZeRO sharding the
+     * survivors go back to the newest periodic checkpoint instead, re-sliced onto them, and redo the steps since it. See
      * {@link SymmemParallelWrapper.Builder#onWorkerFailure} for the data order and what it cannot do yet.
      */
     SHRINK

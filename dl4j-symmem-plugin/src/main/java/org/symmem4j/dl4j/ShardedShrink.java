@@ -1,0 +1,227 @@
+package org.symmem4j.dl4j;
+
+import java.io.IOException;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Deque;
+import java.util.List;
+import java.util.function.IntUnaryOperator;
+import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
+import org.symmem4j.dl4j.train.CheckpointDirectory;
+import org.symmem4j.gradsync.SyncMetrics;
+import org.symmem4j.parallel.Invariants;
+
+/**
+ * The in-place shrink of a ZeRO-sharded wrapper ({@link WorkerFailure#SHRINK} with any {@link ZeroStage}; stage 3 on
+ * an initialised model, without hybrid sharding), in thread mode. Each worker holds the only copy of its shard of the
+ * updater state (and with stage 3 of its parameter blocks), so a dead worker's shard is treated as lost with it (as it
+ * is when the worker is a process): the survivors cannot go on from their own state as plain data parallelism does. They go back, in place, to the newest state that is whole:
+ *
+ * <ul>
+ *   <li>the newest complete periodic checkpoint taken in this {@code fit} ({@code checkpointEvery}), read back from its
+ *       directory and re-sliced onto the survivors by the N → M restore ({@link WrapperCheckpoints#restore}, the one a
+ *       resume on another worker count uses: docs/resharding.md; stage 3's parameter shards too), checksums checked;</li>
+ *   <li>or, when none was taken yet in this fit, the state at the fit's start, which the model holds whole (the
+ *       wrapper gathers every shard into it after each fit, and keeps a copy to put back if the fit fails).</li>
+ * </ul>
+ *
+ * <p>The batches the wrapper dealt since that point are kept (references: the iterator's batches must stay valid after
+ * {@code next()}, as DL4J's iterators' do), and go back in front of the failed step's and those read ahead, so the
+ * survivors redo every step since the point, dealt as a wrapper of the survivors' size deals them: the result equals a
+ * run resumed from that checkpoint on the survivors (bitwise). At most the steps between two checkpoints are kept and
+ * redone. docs/shrink.md#zero-sharding has the user's side.
+ */
+final class ShardedShrink {
+
+    private final ModelReplica model;
+    private final SyncMetrics metrics;
+    private final IntUnaryOperator ndThreadsFor;
+
+    /** The state at the current fit's start (the wrapper's copy), and the position there. */
+    private ModelState fitStart;
+    private long fitStartStep;
+    private long fitStartBatches;
+    private long fitStartExamples;
+    /** The newest complete periodic checkpoint of this fit, or null before the fit's first. */
+    private Path checkpoint;
+    private long checkpointStep;
+    /** The plain batches dealt since the rollback point, in the iterator's order. */
+    private final List<Object> since = new ArrayList<>();
+
+    /**
+     * @param model        the wrapper's model
+     * @param metrics      the wrapper's metrics, for the survivors' workers
+     * @param ndThreadsFor ND4J's threads per worker for a number of workers
+     */
+    ShardedShrink(ModelReplica model, SyncMetrics metrics, IntUnaryOperator ndThreadsFor) {
+        this.model = model;
+        this.metrics = metrics;
+        this.ndThreadsFor = ndThreadsFor;
+    }
+
+    /**
+     * A fit starts: its start (after the batches a resume skips) is the rollback point until its first checkpoint.
+     *
+     * @param state    the model's state at the fit's start (the copy a failed fit puts back)
+     * @param step     the steps done before the fit
+     * @param batches  the batches of the epoch already trained (those a resume skipped)
+     * @param examples their examples
+     */
+    void fitStarted(ModelState state, long step, long batches, long examples) {
+        fitStart = state;
+        fitStartStep = step;
+        fitStartBatches = batches;
+        fitStartExamples = examples;
+        checkpoint = null;
+        since.clear();
+    }
+
+    /** A step trained (its update done, or skipped for a non-finite gradient): its batches are kept until the next checkpoint. */
+    void trained(List<Object> work) {
+        since.addAll(DataParallelSteps.plainBatches(work));
+    }
+
+    /** A periodic checkpoint of everything trained so far is complete in {@code dir}: the new rollback point. */
+    void checkpointTaken(Path dir, long step) {
+        checkpoint = dir;
+        checkpointStep = step;
+        since.clear();
+    }
+
+    /** What the survivors go on with: their settings, workers, the step and epoch position they redo from, the report. */
+    record Rebuilt(DataParallelSettings settings, DataParallelWorkers workers, long step, long batchesInEpoch,
+                   long examplesInEpoch, ShrinkReport report) {
+    }
+
+    /**
+     * Thread mode, every worker idle after a step that {@code lost.dead()} failed: stops the old world, starts the
+     * survivors' workers on the rollback point's state (re-sliced onto them), and puts the batches since that point,
+     * the failed step's and those read ahead back in front of {@code redealt}.
+     *
+     * @throws DataParallelTrainingException when fewer than {@code minWorkers} survive, or the checkpoint cannot be read
+     *                                       back (the wrapper then puts the model back as it was before the fit)
+     */
+    Rebuilt rollBack(DataParallelSteps.LostWorkers lost, List<Object> failed, List<Object> readAhead,
+                     Deque<Object> redealt, DataParallelSettings settings, DataParallelWorkers workers) {
+        if (fitStart == null) {
+            throw Invariants.violated("sharded shrink at step " + lost.step() + " before the fit's start was recorded",
+                    lost.failure());
+        }
+        Throwable cause = lost.failure() instanceof DataParallelTrainingException t ? t.getCause() : lost.failure();
+        int before = settings.workers();
+        int survivors = before - lost.dead().size();
+        requireMinWorkers(lost, lost.dead(), survivors, before, cause, settings.minWorkers());
+        workers.stop(); // every thread joined; the old world, its symmetric memory and the shards closed
+        DataParallelSettings after = settings.withWorkers(survivors, ndThreadsFor.applyAsInt(survivors));
+        Nd4jThreadLimit.set(after.ompThreadsPerWorker()); // until the fit's limit is restored at its end
+        DataParallelWorkers rebuilt = new DataParallelWorkers(model, after, metrics);
+        long step;
+        long batches;
+        long examples;
+        try {
+            if (checkpoint == null) {
+                fitStart.restore(model); // whole: the new workers cut their shards from it
+                rebuilt.ensureStarted();
+                step = fitStartStep;
+                batches = fitStartBatches;
+                examples = fitStartExamples;
+            } else {
+                rebuilt.ensureStarted();
+                CheckpointDirectory.Counters c = WrapperCheckpoints.restore(checkpoint, after, rebuilt, model);
+                if (c == null || c.step() != checkpointStep) {
+                    throw Invariants.violated("sharded shrink: the checkpoint " + checkpoint + " taken after step "
+                            + checkpointStep + " reads back as " + c, lost.failure());
+                }
+                step = c.step();
+                batches = c.batchesInEpoch();
+                examples = c.examplesInEpoch();
+            }
+        } catch (IOException | RuntimeException e) {
+            rebuilt.stop();
+            DataParallelTrainingException t = new DataParallelTrainingException("data-parallel fit failed: worker(s) "
+                    + lost.dead() + " failed at step " + lost.step() + " (" + cause + ") and the survivors could not go"
+                    + " back to " + (checkpoint == null ? "the fit's start" : "the checkpoint " + checkpoint) + ": " + e
+                    + "; the model is as it was before this fit (fix: restore a complete checkpoint with"
+                    + " restoreLatest(root), or restart the run with resumeFrom(root))", lost.dead().getFirst(),
+                    lost.step(), e);
+            t.addSuppressed(lost.failure());
+            throw t;
+        }
+        List<Object> pending = new ArrayList<>(since);
+        pending.addAll(DataParallelSteps.plainBatches(failed));
+        pending.addAll(DataParallelSteps.plainBatches(readAhead));
+        for (int i = pending.size() - 1; i >= 0; i--) {
+            redealt.addFirst(pending.get(i));
+        }
+        if (step > lost.step()) {
+            throw Invariants.violated("sharded shrink at step " + lost.step() + " back to the later step " + step,
+                    lost.failure());
+        }
+        since.clear(); // the redo deals them again, and they are kept again as it trains them
+        ShrinkReport report = new ShrinkReport(lost.step(), lost.dead(), before, survivors, true, String.valueOf(cause),
+                lost.failedNanos(), System.nanoTime(), step, checkpoint);
+        return new Rebuilt(after, rebuilt, step, batches, examples, report);
+    }
+
+    /**
+     * {@code build()}'s refusals of SHRINK with {@code sharding}: what the sharded shrink cannot do is refused before
+     * anything starts, each with the fix.
+     *
+     * @param sharding       the ZeRO stage (not null)
+     * @param group          the wrapper's group, or null in thread mode
+     * @param checkpoints    whether periodic checkpoints are configured ({@code checkpointEvery})
+     * @param hollow         whether the model was started from a configuration (stage 3: no process holds it whole)
+     * @param shardGroupSize stage 3's shard group size (0 unset)
+     */
+    static void checkBuild(ZeroStage sharding, org.symmem4j.parallel.Group group, boolean checkpoints, boolean hollow,
+                           int shardGroupSize) {
+        String restart = "recover by RESTART: onWorkerFailure(FAIL) with checkpointEvery(k, dir).resumeFrom(dir) under"
+                + " symmem4j-run --max-restarts N, which resumes from the newest complete checkpoint";
+        if (sharding == ZeroStage.PARAMETERS && hollow) {
+            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=PARAMETERS on a model started from"
+                    + " its configuration (builder(conf)): before a fit's first checkpoint the survivors go back to the"
+                    + " fit's start, which only the model holds whole, and this one holds no parameters; expected"
+                    + " builder(model) with an initialised model (fix: build on new MultiLayerNetwork(conf).init(), use"
+                    + " sharding(GRADIENTS), or " + restart + ")");
+        }
+        if (sharding == ZeroStage.PARAMETERS && shardGroupSize > 0) {
+            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=PARAMETERS and shardGroupSize="
+                    + shardGroupSize + " (hybrid sharding): the survivors of a shrink are no longer a multiple of the"
+                    + " shard group size; expected stage 3 without shardGroupSize (fix: drop shardGroupSize, or "
+                    + restart + ")");
+        }
+        if (group != null) {
+            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=" + sharding + " in group mode"
+                    + " (group(...)): the survivors' in-place rollback to the newest checkpoint runs only for workers"
+                    + " that are threads of one JVM yet; expected workers(n) threads (fix: train as workers(n) threads,"
+                    + " drop sharding(...) to shrink plain data parallelism across processes, or " + restart + ")");
+        }
+        if (!checkpoints) {
+            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=" + sharding + " and no periodic"
+                    + " checkpoints: each worker holds the only copy of its shard of the updater state, so the survivors"
+                    + " go back to the newest complete checkpoint, re-sliced onto them, and redo the steps since it;"
+                    + " expected checkpointEvery(k, dir) or checkpointEvery(interval, dir) (fix: configure one, which"
+                    + " bounds the steps redone to k; or drop sharding(...) to shrink plain data parallelism, which goes"
+                    + " on from the survivors' own state; or " + restart + ")");
+        }
+    }
+
+    /**
+     * Fails the fit when a shrink would leave fewer than {@code minWorkers} (every shrink: plain and sharded, threads
+     * and processes).
+     */
+    static void requireMinWorkers(DataParallelSteps.LostWorkers lost, List<Integer> dead, int survivors, int before,
+                                  Throwable cause, int minWorkers) {
+        if (survivors >= minWorkers) {
+            return;
+        }
+        DataParallelTrainingException e = new DataParallelTrainingException("data-parallel fit failed: worker(s) " + dead
+                + " failed at step " + lost.step() + " (" + cause + "), leaving " + survivors + " of " + before
+                + " workers; expected at least minWorkers=" + minWorkers + " to shrink in place"
+                + " (onWorkerFailure=SHRINK); the model is as it was before this fit (fix: find why the workers fail,"
+                + " lower minWorkers, or restart from a checkpoint)", dead.isEmpty() ? -1 : dead.getFirst(), lost.step(),
+                cause);
+        e.addSuppressed(lost.failure());
+        throw e;
+    }
+}
