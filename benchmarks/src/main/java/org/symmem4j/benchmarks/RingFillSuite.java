@@ -61,7 +61,7 @@ public final class RingFillSuite {
         int iterations = 3;
         @Option(names = "--sizes", paramLabel = "B", split = ",", description = "message bytes")
         int[] sizes = {64};
-        @Option(names = "--fills", paramLabel = "PERCENT", split = ",", description = "fill levels held, in % of the"
+        @Option(names = "--fills", paramLabel = "PERCENT", split = ",", description = "fill levels held, in %% of the"
                 + " messages the ring holds")
         int[] fills = {25, 75};
         @Option(names = "--kinds", paramLabel = "KIND", split = ",", description = "the ring kinds (RingPair.Kind"
