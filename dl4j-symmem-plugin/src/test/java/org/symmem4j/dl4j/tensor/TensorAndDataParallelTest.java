@@ -121,25 +121,10 @@ class TensorAndDataParallelTest {
      */
     @org.junit.jupiter.api.Test
     void aTensorParallelNetworkLeftUnattachedOnOneRankIsRefusedOnEveryRankOfTheMesh() {
-        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
         String refusal = "a tensor-parallel network not attached to its group: expected its tensor-parallel layers"
                 + " bound to the tp group's communicator";
-        List<String> messages = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(5)),
-                group -> {
-                    try (DeviceMesh m = DeviceMesh.of(group, "dp", 2, "tp", 2);
-                         Communicator c = Communicator.create(m.group("tp"))) {
-                        int d = m.group("dp").rank();
-                        int t = m.group("tp").rank();
-                        MultiLayerNetwork mine = TensorParallel.shard(initial, t, 2, 0, 2);
-                        if (d != 0 || t != 1) {
-                            TensorParallel.attach(mine, c);
-                        }
-                        RuntimeException e = org.junit.jupiter.api.Assertions.assertThrows(RuntimeException.class,
-                                () -> SymmemParallelWrapper.builder(mine).group(m.group("dp")).ompThreadsPerWorker(1)
-                                        .build(), "dp " + d + " tp " + t);
-                        return "dp " + d + " tp " + t + ": " + e.getClass().getSimpleName() + ": " + e.getMessage();
-                    }
-                });
+        List<String> messages = builtOnShortTimeoutMesh((d, t) -> d != 0 || t != 1, (b, d, t) -> { },
+                RuntimeException.class);
         for (String m : messages) {
             assertTrue(m.contains(refusal) && !m.contains("timed out"), m);
         }
@@ -163,31 +148,57 @@ class TensorAndDataParallelTest {
      */
     @org.junit.jupiter.api.Test
     void aSettingThatDiffersOnOneRankOfTheMeshIsRefusedOnEveryRank() {
-        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
-        List<String> messages = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(5)),
-                group -> {
-                    try (DeviceMesh m = DeviceMesh.of(group, "dp", 2, "tp", 2);
-                         Communicator c = Communicator.create(m.group("tp"))) {
-                        int d = m.group("dp").rank();
-                        int t = m.group("tp").rank();
-                        MultiLayerNetwork mine = TensorParallel.shard(initial, t, 2, 0, 2);
-                        TensorParallel.attach(mine, c);
-                        SymmemParallelWrapper.Builder b = SymmemParallelWrapper.builder(mine).group(m.group("dp"))
-                                .ompThreadsPerWorker(1);
-                        if (d == 1 && t == 1) {
-                            b.sharding(ZeroStage.GRADIENTS);
-                        }
-                        return org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class, b::build,
-                                "dp " + d + " tp " + t).getMessage();
-                    }
-                });
+        List<String> messages = builtOnShortTimeoutMesh((d, t) -> true, (b, d, t) -> {
+            if (d == 1 && t == 1) {
+                b.sharding(ZeroStage.GRADIENTS);
+            }
+        }, IllegalArgumentException.class);
         for (String m : messages) {
-            org.junit.jupiter.api.Assertions.assertEquals(messages.getFirst(), m, "every rank the same refusal");
+            String text = m.substring(m.indexOf(": IllegalArgumentException: ") + 1);
+            org.junit.jupiter.api.Assertions.assertEquals(messages.getFirst().substring(
+                    messages.getFirst().indexOf(": IllegalArgumentException: ") + 1), text, "every rank the same refusal");
+            assertTrue(text.startsWith(" IllegalArgumentException: build() refused on every rank (4 = dp 2 x tp 2): the"
+                    + " ranks were built with different settings"), m);
+            assertTrue(text.contains(" sharding differs: none on rank(s) [dp 0 tp 0, dp 0 tp 1, dp 1 tp 0], GRADIENTS on"
+                    + " rank(s) [dp 1 tp 1] (fix: "), m);
         }
-        assertTrue(messages.getFirst().startsWith("build() refused on every rank (4 = dp 2 x tp 2): the ranks were built"
-                + " with different settings"), messages.getFirst());
-        assertTrue(messages.getFirst().contains(" sharding differs: none on rank(s) [dp 0 tp 0, dp 0 tp 1, dp 1 tp 0],"
-                + " GRADIENTS on rank(s) [dp 1 tp 1] (fix: "), messages.getFirst());
+    }
+
+    /** Which ranks attach their network to the tp group. */
+    private interface Attached {
+        boolean at(int d, int t);
+    }
+
+    /** Each rank's builder settings. */
+    private interface Settings {
+        void apply(SymmemParallelWrapper.Builder b, int d, int t);
+    }
+
+    /**
+     * On a {@code dp x tp = 2 x 2} mesh in this JVM with a 5 s group timeout (a rank left waiting for the others fails
+     * soon): every rank builds a wrapper over its tp shard, attached or not, with its settings, and must refuse.
+     *
+     * @return each rank's {@code "dp D tp T: ExceptionClass: message"}, in world rank order
+     */
+    private static List<String> builtOnShortTimeoutMesh(Attached attached, Settings settings,
+                                                        Class<? extends RuntimeException> refusal) {
+        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        return InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(5)), group -> {
+            try (DeviceMesh m = DeviceMesh.of(group, "dp", 2, "tp", 2);
+                 Communicator c = Communicator.create(m.group("tp"))) {
+                int d = m.group("dp").rank();
+                int t = m.group("tp").rank();
+                MultiLayerNetwork mine = TensorParallel.shard(initial, t, 2, 0, 2);
+                if (attached.at(d, t)) {
+                    TensorParallel.attach(mine, c);
+                }
+                SymmemParallelWrapper.Builder b = SymmemParallelWrapper.builder(mine).group(m.group("dp"))
+                        .ompThreadsPerWorker(1);
+                settings.apply(b, d, t);
+                RuntimeException e = org.junit.jupiter.api.Assertions.assertThrows(refusal, b::build, "dp " + d + " tp " + t);
+                return "dp " + d + " tp " + t + ": " + e.getClass().getSimpleName() + ": " + e.getMessage();
+            }
+        });
     }
 
     @org.junit.jupiter.api.Test
