@@ -391,11 +391,12 @@ abstract sealed class DataParallelBuilder
      * Checks the settings against each other and the model, then attaches the builder's listeners to the model:
      * what {@code build()} does before it creates the wrapper.
      *
-     * <p>In group mode every rank's verdict is agreed before any rank goes on ({@link CheckpointLayout#agreeRefusal},
+     * <p>In group mode every rank's verdict is agreed before any rank goes on ({@link CheckpointLayout#agreeOnBuild},
      * over every tp rank of every data-parallel replica): each rank checks its own settings, model and checkpoint roots,
      * and when any rank refused, every rank throws the same error naming the ranks that refused and why, instead of
      * the others going on into the wrapper's first collective and waiting there for the refusing ones until their
-     * timeout.
+     * timeout. In the same exchange every rank learns every other's settings ({@link WrapperSettingsAgreement}): when
+     * they differ, every rank throws one error naming each setting that differs and each rank's value.
      *
      * @throws IllegalArgumentException when settings conflict or the model cannot be trained this way (on every rank,
      *                                  in group mode, when one rank's did or could not)
@@ -403,20 +404,20 @@ abstract sealed class DataParallelBuilder
     final void check() {
         Group group = options().group();
         RuntimeException refusal = null;
-        CheckpointLayout layout;
-        try {
-            layout = CheckpointLayout.of(model.model()); // a tensor-parallel rank's: the agreement spans its tp group
-        } catch (IllegalStateException notAttached) {
-            layout = CheckpointLayout.plain(); // its tp group unknown: agreed over the trainer's group alone
-        }
+        // a tensor-parallel rank's: the agreement spans its tp group (one not attached, refused, leaves it by an abort)
+        CheckpointLayout layout = CheckpointLayout.forBuild(model.model());
+        boolean agreed = group != null || layout.isTensorParallel();
+        String settings = null;
         try {
             checkAlone(group);
+            settings = agreed ? WrapperSettingsAgreement.describe(this, options().checkpointSchedule(),
+                    options().resumeRoot() != null) : null;
         } catch (IllegalArgumentException | IllegalStateException | java.io.UncheckedIOException e) {
             refusal = e;
         }
-        if (group != null || layout.isTensorParallel()) {
-            // every rank the same verdict before any allocates or joins a collective: none waits for a refusing one
-            layout.agreeRefusal("build()", refusal, group);
+        if (agreed) {
+            // every rank the same verdict and settings before any allocates or joins a collective: none waits for one
+            WrapperSettingsAgreement.requireSame(layout.agreeOnBuild("build()", refusal, settings, group));
         } else if (refusal != null) {
             throw refusal;
         }
@@ -436,6 +437,21 @@ abstract sealed class DataParallelBuilder
                     + " its group: expected the communicator whose rank says which tp-R-of-S directory is this rank's,"
                     + " found no layer attached (fix: call TensorParallel.attach(network, tpCommunicator) before"
                     + " build())", e);
+        }
+    }
+
+    /**
+     * A tensor-parallel network's layers run collectives over its tp group in every forward and backward pass: one not
+     * attached to the group cannot train (and its tp peers would wait for it).
+     */
+    private void requireAttached() {
+        try {
+            org.symmem4j.dl4j.tensor.TensorParallel.placement(model.model());
+        } catch (IllegalStateException e) {
+            throw new IllegalArgumentException("a tensor-parallel network not attached to its group: expected its"
+                    + " tensor-parallel layers bound to the tp group's communicator (their forward and backward passes"
+                    + " run collectives over it), found no layer attached (fix: call TensorParallel.attach(network,"
+                    + " tpCommunicator) on every rank before build())", e);
         }
     }
 
@@ -473,6 +489,9 @@ abstract sealed class DataParallelBuilder
                     + " worker would use this rank's tensor-parallel group at once; expected group mode, one worker per"
                     + " rank (fix: builder(model).group(dataParallelGroup), e.g. DeviceMesh.of(world, \"dp\", d, \"tp\", t)"
                     + ".group(\"dp\"))");
+        }
+        if (tensorParallel) {
+            requireAttached();
         }
         if (gradientTransfer == GradientTransfer.BFLOAT16 && model.params().dataType() != DataType.FLOAT) {
             throw new IllegalArgumentException("gradientTransfer=BFLOAT16 expected a FLOAT network, found dataType="

@@ -49,7 +49,9 @@ public final class CheckpointLayout {
     private static final Pattern TP_DIR = Pattern.compile("tp-(\\d+)-of-(\\d+)");
     private static final Pattern STEP_DIR = Pattern.compile("step-\\d{12}");
     private static final Logger LOG = LoggerFactory.getLogger(CheckpointLayout.class);
-    private static final CheckpointLayout PLAIN = new CheckpointLayout(0, 0, null);
+    private static final CheckpointLayout PLAIN = new CheckpointLayout(0, 0, null, false);
+    /** A tensor-parallel network's whose layers are not attached to their group ({@link #forBuild}). */
+    private static final CheckpointLayout UNATTACHED = new CheckpointLayout(0, 0, null, true);
     /** The prefix of the tensor-parallel group's exchanges ({@link #agree}). */
     private static final String TAG = "symmem4j-tp-checkpoint-";
     /** What a rank contributes to an exchange when all fit ({@code ok:<value>}), or when it found a mismatch. */
@@ -66,11 +68,14 @@ public final class CheckpointLayout {
     private final int size;
     /** The tensor-parallel group, over which the ranks agree ({@link #agree}); null when plain or not known. */
     private final Group group;
+    /** A tensor-parallel network not attached to its group: it agrees over the trainer's group alone ({@link #forBuild}). */
+    private final boolean unattached;
 
-    private CheckpointLayout(int rank, int size, Group group) {
+    private CheckpointLayout(int rank, int size, Group group, boolean unattached) {
         this.rank = rank;
         this.size = size;
         this.group = group;
+        this.unattached = unattached;
     }
 
     /** {@return the layout of a run that is not tensor-parallel: step directories straight under the root} */
@@ -110,7 +115,7 @@ public final class CheckpointLayout {
                     + " rank=" + group.rank() + " size=" + group.worldSize() + ": expected the group's own rank and size"
                     + " (fix: pass the tensor-parallel group's rank and size with it)");
         }
-        return new CheckpointLayout(rank, size, group);
+        return new CheckpointLayout(rank, size, group, false);
     }
 
     /**
@@ -124,6 +129,25 @@ public final class CheckpointLayout {
     public static CheckpointLayout of(org.deeplearning4j.nn.api.Model model) {
         TensorParallel.Placement p = TensorParallel.placement(model);
         return p == null ? PLAIN : tensorParallel(p.rank(), p.size(), p.group());
+    }
+
+    /**
+     * The layout a trainer's {@code build()} agrees over ({@link #agreeOnBuild}): {@link #of}, or for a tensor-parallel
+     * network not attached to its group (which {@code build()} refuses) one that knows no tensor-parallel group. That
+     * rank takes part in the agreement's data-parallel round only; its tensor-parallel peers then wait for it in the
+     * tensor-parallel round, which it cannot join, so once it has thrown the agreed refusal it aborts the trainer's
+     * group: the abort crosses to every group it shares with them (a sub-group's abort reaches its parent and the
+     * parent's other sub-groups: {@code Group#split}), and they fail at once instead of at their timeout.
+     *
+     * @param model the trainer's model
+     * @return its layout
+     */
+    public static CheckpointLayout forBuild(org.deeplearning4j.nn.api.Model model) {
+        try {
+            return of(model);
+        } catch (IllegalStateException notAttached) {
+            return UNATTACHED;
+        }
     }
 
     /** {@return whether this is a tensor-parallel rank's layout} */
@@ -299,8 +323,8 @@ public final class CheckpointLayout {
     }
 
     /**
-     * Collective over every rank of the trainer: the tensor-parallel group (when this is a tensor-parallel rank's
-     * layout) and then the trainer's data-parallel group, so every tp rank of every data-parallel replica learns what
+     * Collective over every rank of the trainer: the trainer's data-parallel group and then the tensor-parallel group
+     * (when this is a tensor-parallel rank's layout), so every tp rank of every data-parallel replica learns what
      * every other found at this point of a checkpoint's save or restore, before any of them reads or writes a byte of
      * it. A mismatch that only some ranks see (another rank's shard in this rank's directory, a root a rank's file
      * system shows otherwise, a replica given another directory) is refused on every rank with the same error, naming
@@ -326,17 +350,28 @@ public final class CheckpointLayout {
      * a checkpoint root), learned by every rank of the trainer before any of them allocates, writes or joins a
      * collective of training, so a refusal only some ranks reach (settings given to one rank only, a file system one
      * rank sees otherwise) is thrown on every rank with the same message naming them and what each refused, rather than
-     * on those alone while the others wait for them in the trainer's first collective until their timeout.
+     * on those alone while the others wait for them in the trainer's first collective until their timeout. When no rank
+     * refused, every rank's {@code description} (of its settings, for the caller to compare) comes back, from the same
+     * exchange.
      *
-     * @param what    the operation, for the message ({@code "build()"})
-     * @param refusal what this rank refused ({@link IllegalArgumentException}), or null when it accepted everything
-     * @param trainer the trainer's (data-parallel) group, or null in thread mode
+     * <p>The data-parallel round goes first, so a tensor-parallel rank whose network is not attached ({@link #forBuild})
+     * takes part in it: the replicas of its tp rank learn its refusal there and tell their own replicas in the
+     * tensor-parallel round; its own replica's other tp ranks, who wait for it in that round, fail at once on its
+     * abort (in one JVM; across processes when its process exits, else at the group's timeout), with its message.
+     *
+     * @param what        the operation, for the message ({@code "build()"})
+     * @param refusal     what this rank refused ({@link IllegalArgumentException}), or null when it accepted everything
+     * @param description this rank's settings (when it refused, ignored)
+     * @param trainer     the trainer's (data-parallel) group, or null in thread mode
+     * @return every rank's description, replica by replica (the trainer's rank order), each replica's in tp rank order;
+     *         one replica of one rank without groups to agree over
      * @throws IllegalArgumentException on every rank, when one or more refused (and none failed otherwise)
-     * @throws IllegalStateException    on every rank, when one or more failed otherwise
+     * @throws IllegalStateException    on every rank, when one or more failed otherwise, or (on a tp peer of a rank
+     *                                  whose network is not attached) when a peer left the agreement
      */
-    public void agreeRefusal(String what, RuntimeException refusal, Group trainer) {
+    public List<List<String>> agreeOnBuild(String what, RuntimeException refusal, String description, Group trainer) {
         try {
-            exchange("refusal", what, refusal, "", trainer, BUILD);
+            return exchangeGrid("refusal", what, refusal, description, trainer, BUILD);
         } catch (IOException e) {
             throw org.symmem4j.parallel.Invariants.violated("an exchange of a runtime refusal threw " + e);
         }
@@ -344,11 +379,36 @@ public final class CheckpointLayout {
 
     /**
      * {@link #agree}, and every rank's {@code value} (replica by replica, tp rank order within each) when no rank
-     * failed: one exchange over the tensor-parallel group's byte all-gather ({@link RankAgreement#allGather}), then one
-     * of those rows over the trainer's group; without groups, this rank's value alone.
+     * failed; without groups, this rank's value alone.
      */
     private List<String> exchange(String tag, String what, Exception failure, String value, Group trainer,
                                   String[] wording) throws IOException {
+        return exchangeGrid(tag, what, failure, value, trainer, wording).stream().flatMap(List::stream).toList();
+    }
+
+    /**
+     * {@link #exchange}, every rank's value as replicas (rows) of tp ranks. A rank whose network is not attached
+     * ({@link #forBuild}) aborts the trainer's group when it throws, as its tp peers wait for it.
+     */
+    private List<List<String>> exchangeGrid(String tag, String what, Exception failure, String value, Group trainer,
+                                            String[] wording) throws IOException {
+        try {
+            return agreed(tag, what, failure, value, trainer, wording);
+        } catch (IOException | RuntimeException e) {
+            if (unattached && trainer != null) {
+                // its tp peers wait for it in the tp round, which it cannot join: the abort reaches them (Group#split)
+                trainer.abort(e.getMessage());
+            }
+            throw e;
+        }
+    }
+
+    /**
+     * The exchange: one round over the trainer's group (each rank's text), then one of those columns over the
+     * tensor-parallel group ({@link RankAgreement#allGather}); then every rank decides alike from the same grid.
+     */
+    private List<List<String>> agreed(String tag, String what, Exception failure, String value, Group trainer,
+                                      String[] wording) throws IOException {
         boolean overTp = group != null && size >= 2;
         boolean overDp = trainer != null && trainer.worldSize() >= 2;
         if (!overTp && !overDp) {
@@ -358,28 +418,39 @@ public final class CheckpointLayout {
             if (failure instanceof RuntimeException e) {
                 throw e;
             }
-            return List.of(value);
+            return List.of(List.of(value));
         }
         String mine = failure == null ? OK + value
                 : (failure instanceof IllegalArgumentException ? MISMATCH : FAILED) + failure.getMessage();
-        List<String> row = overTp ? RankAgreement.allGather(group, TAG + tag, mine) : List.of(mine);
-        List<List<String>> grid = new ArrayList<>();
-        if (overDp) {
-            for (String replica : RankAgreement.allGather(trainer, TAG + tag + "-dp", encode(row))) {
-                grid.add(decode(replica));
+        // first over the trainer's group, which every rank has (a tp rank not attached too), then over the tp group
+        List<String> column = overDp ? RankAgreement.allGather(trainer, TAG + tag + "-dp", mine) : List.of(mine);
+        List<List<String>> grid = new ArrayList<>(); // replica by replica, tp ranks within each
+        for (int d = 0; d < column.size(); d++) {
+            grid.add(new ArrayList<>());
+        }
+        if (overTp) {
+            for (String tpRank : tpRound(tag, what, encode(column), wording)) {
+                List<String> replicas = decode(tpRank);
+                for (int d = 0; d < replicas.size(); d++) {
+                    grid.get(d).add(replicas.get(d));
+                }
             }
         } else {
-            grid.add(row);
+            for (int d = 0; d < column.size(); d++) {
+                grid.get(d).add(column.get(d));
+            }
         }
+        List<String> row = grid.getFirst();
         List<String> found = new ArrayList<>();
         StringBuilder whatFound = new StringBuilder();
         boolean mismatchOnly = true;
-        List<String> values = new ArrayList<>();
+        List<List<String>> values = new ArrayList<>();
         for (int d = 0; d < grid.size(); d++) {
+            values.add(new ArrayList<>());
             for (int t = 0; t < grid.get(d).size(); t++) {
                 String text = grid.get(d).get(t);
                 if (text.startsWith(OK)) {
-                    values.add(text.substring(OK.length()));
+                    values.get(d).add(text.substring(OK.length()));
                     continue;
                 }
                 boolean mismatch = text.startsWith(MISMATCH);
@@ -394,7 +465,7 @@ public final class CheckpointLayout {
         if (found.isEmpty()) {
             return values;
         }
-        if (values.isEmpty() && grid.stream().flatMap(List::stream).distinct().count() == 1) {
+        if (values.stream().allMatch(List::isEmpty) && grid.stream().flatMap(List::stream).distinct().count() == 1) {
             // every rank found the same: its own message says it for all
             if (failure instanceof RuntimeException own) {
                 throw own;
@@ -412,6 +483,24 @@ public final class CheckpointLayout {
                 + "; nothing was read into or written from any " + label + "'s model. " + whatFound
                 + " (fix: what " + label + " " + found.getFirst() + "'s message says, then retry on every rank)";
         throw mismatchOnly ? new IllegalArgumentException(message, failure) : new IllegalStateException(message, failure);
+    }
+
+    /**
+     * The tensor-parallel round of {@link #agreed}: every tp rank's column of the trainer's texts. At {@code build()} a
+     * tp peer that left the agreement (its network not attached: {@link #forBuild}) is said to be one.
+     */
+    private List<String> tpRound(String tag, String what, String mine, String[] wording) {
+        try {
+            return RankAgreement.allGather(group, TAG + tag, mine);
+        } catch (org.symmem4j.parallel.PeerTimeoutException e) {
+            if (wording != BUILD) {
+                throw e;
+            }
+            throw new IllegalStateException(what + " refused on tensor-parallel rank " + rank + " of " + size + ": a"
+                    + " peer of its tensor-parallel group left the agreement, expected every tp rank to take part ("
+                    + e.getMessage() + "); nothing was read into or written from this rank's model (fix: what the"
+                    + " aborting rank's message says, then retry on every rank)", e);
+        }
     }
 
     /** Who a list of values of {@link #exchange} is by, for messages. */

@@ -45,6 +45,15 @@ public final class CheckpointSchedule {
     }
 
     /**
+     * {@return when checkpoints are taken and how many are kept, without the root (a path each rank may mount
+     * elsewhere): what every rank of a trainer in group mode must have alike, or their checkpoints' collectives part}
+     */
+    public String describe() {
+        return (everySteps > 0 ? "every " + everySteps + " steps" : "") + (everySteps > 0 && interval != null ? " or " : "")
+                + (interval != null ? "every " + interval : "") + ", keep " + keep;
+    }
+
+    /**
      * Whether a checkpoint is due after a step; collective in group mode when by time (every rank calls it at every
      * step boundary). The leader also records the steps done ({@link CheckpointDirectory#recordProgress}).
      *

@@ -111,6 +111,96 @@ class TensorAndDataParallelTest {
         }
     }
 
+    /**
+     * On a {@code dp x tp = 2 x 2} mesh with a 5 s group timeout, rank dp 0 tp 1 leaves its network unattached. Before
+     * the build agreement's data-parallel round went first, that rank agreed over its dp group alone (it knows no tp
+     * group): without checkpoints it was not even refused, and its tp peer dp 0 tp 0 waited for it in the agreement's
+     * tp round until the timeout. Now the unattached rank refuses, its dp peer learns it in the dp round and tells its
+     * own replica in the tp round, and its tp peer fails on its abort at once: every rank throws, naming the refusal,
+     * none a timeout.
+     */
+    @org.junit.jupiter.api.Test
+    void aTensorParallelNetworkLeftUnattachedOnOneRankIsRefusedOnEveryRankOfTheMesh() {
+        String refusal = "a tensor-parallel network not attached to its group: expected its tensor-parallel layers"
+                + " bound to the tp group's communicator";
+        List<String> messages = builtOnShortTimeoutMesh((d, t) -> d != 0 || t != 1, (b, d, t) -> { },
+                RuntimeException.class);
+        for (String m : messages) {
+            assertTrue(m.contains(refusal) && !m.contains("timed out"), m);
+        }
+        // world rank d * 2 + t: the rank itself, over its dp group (it knows no other)
+        assertTrue(messages.get(1).startsWith("dp 0 tp 1: IllegalArgumentException: build() refused on every rank (2):"
+                + " rank(s) [0] refused it"), messages.get(1));
+        // the other replica, and the unattached rank's dp peer, over the whole mesh
+        for (int r : new int[] {2, 3}) {
+            assertTrue(messages.get(r).contains(": IllegalArgumentException: build() refused on every rank (4 = dp 2 x"
+                    + " tp 2): rank(s) [dp 0 tp 1] refused it"), messages.get(r));
+        }
+        // its tp peer, which waited for it in the tp round: told by its abort
+        assertTrue(messages.get(0).startsWith("dp 0 tp 0: IllegalStateException: build() refused on tensor-parallel"
+                + " rank 0 of 2: a peer of its tensor-parallel group left the agreement"), messages.get(0));
+    }
+
+    /**
+     * On a {@code dp x tp = 2 x 2} mesh, one rank asks for another ZeRO stage: every rank refuses with the same message,
+     * naming the ranks mesh-wise. The tp ranks' shards are compared among the replicas of each tp rank only (the
+     * dp x tp tests above build alike and train).
+     */
+    @org.junit.jupiter.api.Test
+    void aSettingThatDiffersOnOneRankOfTheMeshIsRefusedOnEveryRank() {
+        List<String> messages = builtOnShortTimeoutMesh((d, t) -> true, (b, d, t) -> {
+            if (d == 1 && t == 1) {
+                b.sharding(ZeroStage.GRADIENTS);
+            }
+        }, IllegalArgumentException.class);
+        for (String m : messages) {
+            String text = m.substring(m.indexOf(": IllegalArgumentException: ") + 1);
+            org.junit.jupiter.api.Assertions.assertEquals(messages.getFirst().substring(
+                    messages.getFirst().indexOf(": IllegalArgumentException: ") + 1), text, "every rank the same refusal");
+            assertTrue(text.startsWith(" IllegalArgumentException: build() refused on every rank (4 = dp 2 x tp 2): the"
+                    + " ranks were built with different settings"), m);
+            assertTrue(text.contains(" sharding differs: none on rank(s) [dp 0 tp 0, dp 0 tp 1, dp 1 tp 0], GRADIENTS on"
+                    + " rank(s) [dp 1 tp 1] (fix: "), m);
+        }
+    }
+
+    /** Which ranks attach their network to the tp group. */
+    private interface Attached {
+        boolean at(int d, int t);
+    }
+
+    /** Each rank's builder settings. */
+    private interface Settings {
+        void apply(SymmemParallelWrapper.Builder b, int d, int t);
+    }
+
+    /**
+     * On a {@code dp x tp = 2 x 2} mesh in this JVM with a 5 s group timeout (a rank left waiting for the others fails
+     * soon): every rank builds a wrapper over its tp shard, attached or not, with its settings, and must refuse.
+     *
+     * @return each rank's {@code "dp D tp T: ExceptionClass: message"}, in world rank order
+     */
+    private static List<String> builtOnShortTimeoutMesh(Attached attached, Settings settings,
+                                                        Class<? extends RuntimeException> refusal) {
+        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        return InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(5)), group -> {
+            try (DeviceMesh m = DeviceMesh.of(group, "dp", 2, "tp", 2);
+                 Communicator c = Communicator.create(m.group("tp"))) {
+                int d = m.group("dp").rank();
+                int t = m.group("tp").rank();
+                MultiLayerNetwork mine = TensorParallel.shard(initial, t, 2, 0, 2);
+                if (attached.at(d, t)) {
+                    TensorParallel.attach(mine, c);
+                }
+                SymmemParallelWrapper.Builder b = SymmemParallelWrapper.builder(mine).group(m.group("dp"))
+                        .ompThreadsPerWorker(1);
+                settings.apply(b, d, t);
+                RuntimeException e = org.junit.jupiter.api.Assertions.assertThrows(refusal, b::build, "dp " + d + " tp " + t);
+                return "dp " + d + " tp " + t + ": " + e.getClass().getSimpleName() + ": " + e.getMessage();
+            }
+        });
+    }
+
     @org.junit.jupiter.api.Test
     void workerThreadsSharingOneRanksTensorParallelGroupAreRefused() {
         MultiLayerNetwork mine = TensorParallel.shard(TensorParallelTest.unsharded(DataType.FLOAT, 0), 0, 2, 0);
