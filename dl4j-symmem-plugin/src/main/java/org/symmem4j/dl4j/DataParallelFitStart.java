@@ -60,19 +60,17 @@ final class DataParallelFitStart {
      * This rank's checks, then every rank's verdict agreed (collective in group mode, once per fit). An iterator with no
      * next batch is reset first, as DL4J's {@code fit} does, once its other checks passed.
      *
-     * @param requireOpen    throws when the wrapper is closed
      * @param batchesToSkip  batches of the epoch the checkpoint resumed from had trained, 0 when none
      * @param examplesToSkip their examples, -1 when not recorded
      * @param resumedFrom    that checkpoint's directory, or null
      * @throws IllegalArgumentException on every rank when any refused (thread mode: this rank's own refusal)
      * @throws IllegalStateException    on every rank when any failed otherwise, or refused a listener
      */
-    static Agreed agree(Given given, Runnable requireOpen, DataParallelSettings settings, ModelReplica model,
+    static Agreed agree(Given given, DataParallelSettings settings, ModelReplica model,
                         long batchesToSkip, long examplesToSkip, Path resumedFrom) {
         FitAgreement start = new FitAgreement(settings.group(), layoutOf(model), batchesToSkip, examplesToSkip,
                 resumedFrom);
         ModelListeners listeners = start.agree(() -> {
-            requireOpen.run();
             if (given.wrongFit() != null) {
                 throw new IllegalArgumentException(given.wrongFit());
             }

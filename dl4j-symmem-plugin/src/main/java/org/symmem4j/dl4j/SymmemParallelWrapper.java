@@ -372,7 +372,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * that depend on what this rank was given, and the batches a restored checkpoint had trained, skipped).
      */
     private void train(DataParallelFitStart.Given given) {
-        DataParallelFitStart.Agreed agreed = DataParallelFitStart.agree(given, this::requireOpen, settings, model,
+        requireOpen(); // this rank's own state, not what it was given: a closed wrapper's group may be closed too
+        DataParallelFitStart.Agreed agreed = DataParallelFitStart.agree(given, settings, model,
                 batchesToSkip, examplesToSkip, resumedFrom == null ? null : resumedFrom.dir());
         ModelListeners listeners = agreed.listeners();
         batchesToSkip = 0; // skipped: the iterator stands after them

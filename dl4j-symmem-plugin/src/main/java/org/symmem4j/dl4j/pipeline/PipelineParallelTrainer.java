@@ -323,10 +323,10 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @param wrongFit the refusal of the fit called for this model, or null
      */
     private void train(Iterator<?> batches, boolean epoch, Runnable reset, String wrongFit) {
+        requireUsable(); // this rank's own state: after a failed step every rank failed, and the group is aborted
         FitAgreement start = new FitAgreement(group, CheckpointLayout.plain(), epoch ? batchesToSkip : 0, -1,
                 resumedFrom == null ? null : resumedFrom.dir());
         ModelListeners listeners = start.agree(() -> {
-            requireUsable();
             if (wrongFit != null) {
                 throw new IllegalArgumentException(wrongFit);
             }
@@ -355,7 +355,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         try {
             while (batches.hasNext()) {
                 Object batch = batches.next();
-                score = runStep(asDataSet(batch), batch, listeners);
+                score = runStep(batch, listeners);
                 batchesInEpoch += epoch ? 1 : 0;
                 if (checkpoints != null && checkpoints.due(step, group, "symmem4j-pipeline-")) {
                     takePeriodicCheckpoint(batchesInEpoch);
@@ -378,19 +378,28 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
-    /** A batch as the stages take it: a DataSet, or a MultiDataSet of one input and one output. */
-    private static DataSet asDataSet(Object batch) {
+    /**
+     * A batch as the stages take it: a DataSet, or a MultiDataSet of one input and one output.
+     *
+     * @throws IllegalArgumentException when it is a MultiDataSet of more arrays ({@link #notOneInputOneOutput})
+     */
+    static DataSet asDataSet(Object batch) {
         if (batch instanceof DataSet ds) {
             return ds;
         }
         MultiDataSet mds = (MultiDataSet) batch;
         if (mds.numFeatureArrays() != 1 || mds.numLabelsArrays() != 1) {
-            throw new IllegalArgumentException("a MultiDataSet with features=" + mds.numFeatureArrays() + " labels="
-                    + mds.numLabelsArrays() + " arrays: expected features=1 labels=1 (a pipeline trains a chain graph of"
-                    + " one input and one output; fix: train this graph with SymmemParallelWrapper instead)");
+            throw new IllegalArgumentException(notOneInputOneOutput(mds.numFeatureArrays(), mds.numLabelsArrays()));
         }
         return new org.nd4j.linalg.dataset.DataSet(mds.getFeatures(0), mds.getLabels(0), mds.getFeaturesMaskArray(0),
                 mds.getLabelsMaskArray(0));
+    }
+
+    /** The refusal of a MultiDataSet of {@code features} and {@code labels} arrays ({@link #asDataSet}). */
+    static String notOneInputOneOutput(long features, long labels) {
+        return "a MultiDataSet with features=" + features + " labels=" + labels + " arrays: expected features=1 labels=1"
+                + " (a pipeline trains a chain graph of one input and one output; fix: train this graph with"
+                + " SymmemParallelWrapper instead)";
     }
 
     /**
@@ -753,12 +762,11 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
-    /** One step on {@code batch} ({@code original} as the caller gave it), then the listeners; the step's loss. */
-    private double runStep(DataSet batch, Object original, ModelListeners modelListeners) {
-        if (group != null) {
-            Objects.requireNonNull(batch, "batch");
-            exchange().agreeOnBatch(batch, step); // collective: every rank, or none, goes on with this batch
-        }
+    /** One step on {@code original} (as the caller gave it), then the listeners; the step's loss. */
+    private double runStep(Object original, ModelListeners modelListeners) {
+        Objects.requireNonNull(original, "batch");
+        // group mode: collective, every rank, or none, goes on with this batch (a refused one refused by all)
+        DataSet batch = group != null ? exchange().agreeOnBatch(original, step) : asDataSet(original);
         List<StepPlan> plans = replicas.plans(Objects.requireNonNull(batch, "batch"), shape.microbatches(), inputType);
         // every replica's share is the same size: its examples and its largest message
         long examples = plans.getFirst().batch().examples() * dataParallel;

@@ -9,12 +9,17 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
+import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.optimize.listeners.ScoreIterationListener;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
+import org.nd4j.linalg.dataset.MultiDataSet;
+import org.nd4j.linalg.dataset.adapter.MultiDataSetIteratorAdapter;
+import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
 import org.symmem4j.dl4j.BatchListIterator;
 import org.symmem4j.dl4j.train.CheckpointDirectory;
 import org.symmem4j.parallel.GroupOptions;
@@ -27,7 +32,8 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * waited in the step's batch agreement until the group's timeout; the second was not refused at all (that rank
  * trained nothing and went on to gather the stages while the other waited in the batch agreement). Every rank now
  * throws the same error naming the refusing rank and what it found, before any step, and a thread-mode trainer refuses
- * an iterator that ends before the resume position as the data-parallel wrapper does.
+ * an iterator that ends before the resume position as the data-parallel wrapper does. A batch one rank alone refuses
+ * (a MultiDataSet of two inputs) is refused by every rank in the step's batch agreement, which every step runs anyway.
  */
 class PipelineFitAgreementTest {
 
@@ -115,5 +121,40 @@ class PipelineFitAgreementTest {
         });
         assertAgreed(messages, "refused", "resume position: the checkpoint " + checkpoint.dir() + " was taken after"
                 + " batches=2 of its epoch; this iterator ended after 1 batches");
+    }
+
+    @Test
+    void aBatchOneRankRefusesIsRefusedOnEveryRankInTheStepsBatchAgreement() {
+        ComputationGraph initial = PipelineUserContractTest.chainGraph();
+        List<DataSet> data = PipelineNets.batches(17, 2, 8, DataType.DOUBLE);
+        List<String> messages = InJvmWorld.runOnEveryRank(2, SHORT, group -> {
+            ComputationGraph mine = initial.clone();
+            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(mine).group(group).microbatches(4)
+                    .ompThreadsPerRank(1).build()) {
+                MultiDataSetIterator twoInputs = new MultiDataSetIteratorAdapter(new BatchListIterator(data)) {
+                    @Override
+                    public org.nd4j.linalg.dataset.api.MultiDataSet next() {
+                        DataSet b = data.getFirst();
+                        return new MultiDataSet(new INDArray[] {b.getFeatures(), b.getFeatures()},
+                                new INDArray[] {b.getLabels()});
+                    }
+                };
+                MultiDataSetIterator it = group.rank() == 0 ? twoInputs
+                        : new MultiDataSetIteratorAdapter(new BatchListIterator(data));
+                IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> trainer.fit(it),
+                        "rank " + group.rank());
+                assertNull(trainer.lastStep(), "rank " + group.rank() + ": nothing trained");
+                trainer.fit(new MultiDataSetIteratorAdapter(new BatchListIterator(data))); // fixed: both train
+                assertEquals(1, trainer.lastStep().step());
+                return e.getMessage();
+            }
+        });
+        for (String m : messages) {
+            assertEquals(messages.getFirst(), m, "every rank the same error");
+            assertTrue(m.startsWith("group mode, step 0: rank(s) [0] refused the batch they were given, so no rank trains"
+                    + " it; rank 0 was given a MultiDataSet with features=2 labels=1 arrays: expected features=1"
+                    + " labels=1"), m);
+            assertTrue(m.contains("fix: "), m);
+        }
     }
 }
