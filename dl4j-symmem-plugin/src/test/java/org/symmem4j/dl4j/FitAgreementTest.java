@@ -24,10 +24,11 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * The refusals of {@link SymmemParallelWrapper#fit} that depend on what one rank was given, in group mode (ranks as
  * threads of this JVM, a 5 s group timeout): one rank's iterator that cannot be read ahead with {@code prefetchBuffer},
  * one rank's iterator that does not reach the resume position, a listener added to one rank's model after
- * {@code build()}. Each used to be thrown on that rank alone while the other went on into the first step's collective
- * and waited there until the group's timeout, then failed with a timeout naming the refusing rank as missing; every
- * rank now throws the same error naming the refusing rank and what it found, before any batch is read (or, after a
- * resume, before any is trained), each model left as it was.
+ * {@code build()}. Each used to be thrown on that rank alone while the other went on into the first step's collective:
+ * it failed there when the refusing rank left the group (a rank that stays waits until the group's timeout), or it
+ * paired its fit with the refusing rank's next one and trained on (run against the code before the agreement, the
+ * prefetch case did that); every rank now throws the same error naming the refusing rank and what it found, before any
+ * batch is read (or, after a resume, before any is trained), each model left as it was.
  */
 class FitAgreementTest {
 

@@ -29,8 +29,9 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * The pipeline trainer's {@code fit()} refusals that depend on what one rank was given, in group mode (ranks as threads
  * of this JVM, a 5 s group timeout): a listener added to one rank's model after {@code build()}, and one rank's
  * iterator that does not reach the resume position. The first used to be thrown on that rank alone while the other
- * waited in the step's batch agreement until the group's timeout; the second was not refused at all (that rank
- * trained nothing and went on to gather the stages while the other waited in the batch agreement). Every rank now
+ * went on into the step's batch agreement (there it paired with the refusing rank's next fit and trained on); the
+ * second was not refused at all (that rank trained nothing and went on to gather the stages while the other was in
+ * the batch agreement: a collective mismatch, or a wait until the group's timeout). Every rank now
  * throws the same error naming the refusing rank and what it found, before any step, and a thread-mode trainer refuses
  * an iterator that ends before the resume position as the data-parallel wrapper does. A batch one rank alone refuses
  * (a MultiDataSet of two inputs) is refused by every rank in the step's batch agreement, which every step runs anyway.
