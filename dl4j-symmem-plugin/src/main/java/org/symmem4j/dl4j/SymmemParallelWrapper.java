@@ -290,20 +290,19 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * there is thrown here when training reaches that batch, as if it had been read here (then, as
      * after any failed fit, the model is as it was before this call).
      *
+     * In group mode the refusals that depend on what one rank was given (this iterator, the model's listeners, the
+     * resume position) are agreed before any data moves: every rank throws the same error, naming the refusing ranks
+     * ({@link DataParallelFitStart}; one small exchange per call).
+     *
      * @param iterator the batches, dealt to the workers in order
      * @throws IllegalArgumentException     when the iterator cannot be read ahead ({@code prefetchBuffer} with
-     *                                      {@code asyncSupported() == false})
+     *                                      {@code asyncSupported() == false}), or does not reach the resume position
      * @throws NonFiniteGradientException   when a step's gradient has a NaN or infinity (unless
      *                                      {@code nonFiniteGradients(SKIP_STEP)})
      * @throws DataParallelTrainingException when a worker fails; the cause is its exception
      */
     public synchronized void fit(DataSetIterator iterator) {
-        Objects.requireNonNull(iterator, "iterator");
-        requirePrefetchable(iterator.asyncSupported(), iterator);
-        if (!iterator.hasNext() && iterator.resetSupported()) {
-            iterator.reset();
-        }
-        train(() -> iterator.hasNext() ? iterator.next() : null);
+        train(DataParallelFitStart.Given.of(Objects.requireNonNull(iterator, "iterator")));
     }
 
     /**
@@ -318,32 +317,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
      * @throws DataParallelTrainingException when a worker fails; the cause is its exception
      */
     public synchronized void fit(MultiDataSetIterator iterator) {
-        Objects.requireNonNull(iterator, "iterator");
-        if (!(model instanceof ModelReplica.Graph)) {
-            throw new IllegalArgumentException("fit(MultiDataSetIterator) needs a ComputationGraph; this wrapper holds a "
-                    + model.model().getClass().getSimpleName() + " (fix: use fit(DataSetIterator))");
-        }
-        requirePrefetchable(iterator.asyncSupported(), iterator);
-        if (!iterator.hasNext() && iterator.resetSupported()) {
-            iterator.reset();
-        }
-        train(() -> iterator.hasNext() ? iterator.next() : null);
-    }
-
-    /**
-     * Refuses to prefetch from an iterator that says it must not be read from another thread
-     * ({@code asyncSupported() == false}: it is asynchronous itself, like DL4J's
-     * {@code AsyncDataSetIterator}, or shielded from it, like {@code AsyncShieldDataSetIterator}).
-     * ParallelWrapper silently reads such an iterator on the caller's thread instead.
-     */
-    private void requirePrefetchable(boolean asyncSupported, Object iterator) {
-        if (settings.prefetchBuffer() > 0 && !asyncSupported) {
-            throw new IllegalArgumentException("prefetchBuffer=" + settings.prefetchBuffer() + " reads the iterator on a"
-                    + " background thread, but iterator=" + iterator.getClass().getSimpleName() + " has asyncSupported()=false"
-                    + " (it is asynchronous already or must be read from one thread); expected an iterator that supports"
-                    + " asynchronous reading (fix: prefetchBuffer(0), which reads the next step's batches on the calling"
-                    + " thread while the workers compute, or pass the iterator it wraps)");
-        }
+        train(DataParallelFitStart.Given.of(Objects.requireNonNull(iterator, "iterator"), model));
     }
 
     private interface BatchSource {
@@ -378,31 +352,6 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return perWorker;
     }
 
-    /**
-     * After a resume, the batches the first fit skipped must be those the checkpointed run trained: as many, holding
-     * as many examples (when the checkpoint recorded them). Checked before any step; a refusal keeps the skip for the
-     * next fit.
-     */
-    private void checkResumePosition(long batches, long examples) {
-        if (batchesToSkip == 0) {
-            return;
-        }
-        String at = "the checkpoint " + (resumedFrom == null ? "" : resumedFrom.dir() + " ") + "was taken after batches="
-                + batchesToSkip + (examplesToSkip >= 0 ? " examples=" + examplesToSkip : "") + " of its epoch";
-        String fix = " (fix: pass fit the iterator of the run that wrote it, with the same batch size and order; the"
-                + " worker count may differ, every worker count deals the same batches in the same order)";
-        if (batches < batchesToSkip) {
-            // error-message: the text ends with fix, the fix for both resume-position errors, built above
-            throw new IllegalArgumentException("resume position: " + at + "; this iterator ended after " + batches
-                    + " batches" + fix);
-        }
-        if (examplesToSkip >= 0 && examples != examplesToSkip) {
-            // error-message: the text ends with fix, the fix for both resume-position errors, built above
-            throw new IllegalArgumentException("resume position: " + at + "; this iterator's first " + batches
-                    + " batches hold examples=" + examples + fix);
-        }
-    }
-
     /** The iterator's examples in a step's work. */
     private static long rawExamples(List<Object> work) {
         long n = 0;
@@ -421,26 +370,19 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         return n;
     }
 
-    private void train(BatchSource iteratorSource) {
-        requireOpen();
-        ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
-        refuseListenersThatNeedOnePass(settings.accumulation(), listeners);
-        if (settings.group() != null && settings.sharding() != null && !listeners.isEmpty()) {
-            throw new IllegalStateException("listeners with sharding=" + settings.sharding() + " in group mode: before"
-                    + " each call the model must gather every rank's updater-state shard, a collective that every rank"
-                    + " would have to run at every step, listeners or not; expected no listeners (fix: drop them, use a"
-                    + " stepListener, which sees the step's report on every rank, or train as threads of one JVM)");
-        }
-        if (settings.sharding() == ZeroStage.PARAMETERS && !listeners.isEmpty()) {
-            throw new IllegalStateException("listeners with sharding=PARAMETERS: DL4J's listeners read the whole model"
-                    + " (parameters, gradient) at every step, which no worker holds in ZeRO stage 3; expected no listeners"
-                    + " (fix: drop them and use a stepListener, which sees the step's report, or sharding(GRADIENTS))");
-        }
-        if (settings.group() != null && listeners.needsActivations()) {
-            throw new IllegalStateException("a listener that overrides onForwardPass in group mode: each rank holds only"
-                    + " its own batch's activations, not the step's merged batch's; expected listeners that read the score,"
-                    + " gradient, parameters and counters (fix: drop that listener, or train as threads of one JVM)");
-        }
+    /**
+     * Trains on {@code given}'s batches once every rank agreed on its start ({@link DataParallelFitStart}: the checks
+     * that depend on what this rank was given, and the batches a restored checkpoint had trained, skipped).
+     */
+    private void train(DataParallelFitStart.Given given) {
+        requireOpen(); // this rank's own state, not what it was given: a closed wrapper's group may be closed too
+        DataParallelFitStart.Agreed agreed = DataParallelFitStart.agree(given, settings, model,
+                batchesToSkip, examplesToSkip, resumedFrom == null ? null : resumedFrom.dir());
+        ModelListeners listeners = agreed.listeners();
+        batchesToSkip = 0; // skipped: the iterator stands after them
+        examplesToSkip = -1;
+        java.util.Iterator<?> iterator = given.batches();
+        BatchSource iteratorSource = () -> iterator.hasNext() ? iterator.next() : null;
         fits++;
         boolean completed = false;
         ModelState before = null;
@@ -466,16 +408,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             // The next step's batches are taken while the workers compute this one: read on the
             // caller's thread (the iterator used by one thread only, as DL4J's fit does), or with a
             // prefetch buffer taken from the background reader.
-            long batchesInEpoch = 0;
-            long examplesInEpoch = 0;
-            Object skipped;
-            while (batchesInEpoch < batchesToSkip && (skipped = source.next()) != null) {
-                batchesInEpoch++; // trained before the checkpoint this wrapper resumed from
-                examplesInEpoch += MicroBatches.examples(skipped);
-            }
-            checkResumePosition(batchesInEpoch, examplesInEpoch);
-            batchesToSkip = 0;
-            examplesToSkip = -1;
+            long batchesInEpoch = agreed.batchesSkipped(); // trained before the checkpoint this wrapper resumed from
+            long examplesInEpoch = agreed.examplesSkipped();
             if (sharded != null) {
                 sharded.fitStarted(before, steps.stepsDone(), batchesInEpoch, examplesInEpoch);
             }

@@ -132,15 +132,26 @@ final class GroupExchange implements AutoCloseable {
     }
 
     /**
-     * Collective before a step: every rank must have been given the same batch. Throws an
-     * {@link IllegalArgumentException} on every rank otherwise (nothing has trained; the trainer stays usable).
+     * Collective before a step: every rank must have been given the same batch, one the stages take
+     * ({@link PipelineParallelTrainer#asDataSet}). Throws an {@link IllegalArgumentException} on every rank otherwise
+     * (nothing has trained; the trainer stays usable), also when one rank alone was given a batch it refuses.
+     *
+     * @param given the batch as the caller gave it: a DataSet or a MultiDataSet
+     * @return it as a DataSet
      */
-    void agreeOnBatch(DataSet batch, long step) {
-        double[] mine = {
-            batch.getFeatures() == null ? -1 : batch.getFeatures().size(0),
-            crc(batch.getFeatures()), crc(batch.getLabels()), crc(batch.getFeaturesMaskArray()), crc(batch.getLabelsMaskArray())
-        };
+    DataSet agreeOnBatch(Object given, long step) {
+        org.nd4j.linalg.dataset.api.MultiDataSet refused = given instanceof org.nd4j.linalg.dataset.api.MultiDataSet m
+                && (m.numFeatureArrays() != 1 || m.numLabelsArrays() != 1) ? m : null;
+        DataSet batch = refused == null ? PipelineParallelTrainer.asDataSet(given) : null;
+        double[] mine = refused != null
+                ? new double[] {REFUSED_BATCH, refused.numFeatureArrays(), refused.numLabelsArrays(), 0, 0}
+                : new double[] {
+                    batch.getFeatures() == null ? -1 : batch.getFeatures().size(0),
+                    crc(batch.getFeatures()), crc(batch.getLabels()), crc(batch.getFeaturesMaskArray()),
+                    crc(batch.getLabelsMaskArray())
+                };
         double[][] all = allGather(mine);
+        refuseTogether(all, step);
         String[] parts = {"example count", "features", "labels", "features mask", "labels mask"};
         for (int r = 1; r < all.length; r++) {
             for (int i = 0; i < mine.length; i++) {
@@ -153,6 +164,27 @@ final class GroupExchange implements AutoCloseable {
                             + " rank's iterator alike, with the same data, batch size and shuffling seed).");
                 }
             }
+        }
+        return batch;
+    }
+
+    /** What a rank given a batch it refuses contributes to {@link #agreeOnBatch} for its example count. */
+    private static final double REFUSED_BATCH = -2;
+
+    /** Throws on every rank, the same error, when any rank was given a batch it refuses ({@link #agreeOnBatch}). */
+    private static void refuseTogether(double[][] all, long step) {
+        List<Integer> refusing = new ArrayList<>();
+        for (int r = 0; r < all.length; r++) {
+            if (all[r][0] == REFUSED_BATCH) {
+                refusing.add(r);
+            }
+        }
+        if (!refusing.isEmpty()) {
+            int first = refusing.getFirst();
+            // error-message: the text ends with notOneInputOneOutput's, which says what was expected and the fix
+            throw new IllegalArgumentException("group mode, step " + step + ": rank(s) " + refusing + " refused the"
+                    + " batch they were given, so no rank trains it; rank " + first + " was given "
+                    + PipelineParallelTrainer.notOneInputOneOutput((long) all[first][1], (long) all[first][2]));
         }
     }
 

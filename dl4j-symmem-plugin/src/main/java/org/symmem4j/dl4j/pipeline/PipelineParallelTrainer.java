@@ -26,7 +26,9 @@ import org.slf4j.LoggerFactory;
 import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.train.CheckpointDirectory;
+import org.symmem4j.dl4j.train.CheckpointLayout;
 import org.symmem4j.dl4j.train.CheckpointSchedule;
+import org.symmem4j.dl4j.train.FitAgreement;
 import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.dl4j.train.RankFailures;
 import org.symmem4j.dl4j.train.RankRuntime;
@@ -271,24 +273,26 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @param batch features and labels (and masks); its size a multiple of the microbatch count
      */
     public synchronized void fit(DataSet batch) {
-        train(List.<Object>of(Objects.requireNonNull(batch, "batch")).iterator(), false);
+        train(List.<Object>of(Objects.requireNonNull(batch, "batch")).iterator(), false, null, null);
     }
 
     /**
      * One step per batch of {@code iterator} (reset first if it is exhausted and resettable), then the
      * epoch counter advances, as DL4J's {@code fit(DataSetIterator)} does. A batch that fails the checks
-     * of {@link #fit(DataSet)} stops the loop with that exception; the batches before it were trained.
+     * of {@link #fit(DataSet)} stops the loop with that exception; the batches before it were trained. After a
+     * resume the first call skips the batches of the epoch the checkpoint had trained, and refuses an iterator that
+     * ends before them. In group mode the refusals that depend on what one rank was given (the model's listeners,
+     * the resume position) are agreed before any data moves: every rank throws the same error, naming the refusing
+     * ranks (one small exchange per call).
      *
      * @param iterator the batches
-     * @throws IllegalArgumentException  when a batch fails the checks of {@link #fit(DataSet)}
+     * @throws IllegalArgumentException  when a batch fails the checks of {@link #fit(DataSet)}, or the iterator does
+     *                                   not reach the resume position
      * @throws PipelineTrainingException when a rank failed during a step (the trainer is closed)
      */
     public synchronized void fit(DataSetIterator iterator) {
         Objects.requireNonNull(iterator, "iterator");
-        if (!iterator.hasNext() && iterator.resetSupported()) {
-            iterator.reset();
-        }
-        train(iterator, true);
+        train(iterator, true, iterator.resetSupported() ? iterator::reset : null, null);
     }
 
     /**
@@ -302,25 +306,39 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void fit(MultiDataSetIterator iterator) {
         Objects.requireNonNull(iterator, "iterator");
-        if (!(model.model() instanceof ComputationGraph)) {
-            throw new IllegalArgumentException("fit(MultiDataSetIterator) needs a ComputationGraph; this trainer holds a "
-                    + model.model().getClass().getSimpleName() + " (fix: use fit(DataSetIterator))");
-        }
-        if (!iterator.hasNext() && iterator.resetSupported()) {
-            iterator.reset();
-        }
-        train(iterator, true);
+        train(iterator, true, iterator.resetSupported() ? iterator::reset : null,
+                model.model() instanceof ComputationGraph ? null : "fit(MultiDataSetIterator) needs a ComputationGraph;"
+                        + " this trainer holds a " + model.model().getClass().getSimpleName()
+                        + " (fix: use fit(DataSetIterator))");
     }
 
     /**
      * Trains on every batch of {@code batches} (DataSets or MultiDataSets); an epoch when {@code epoch}. The user's
      * model then holds the stages' state, also when a batch failed its checks (the batches before it were trained).
+     * First the checks that depend on what this rank was given (the fit called, the model's listeners, the resume
+     * position, which skips the batches a restored checkpoint had trained) are agreed by every rank in group mode
+     * ({@link FitAgreement}), before any data moves.
+     *
+     * @param reset    resets the iterator, or null when it cannot be (or for one batch)
+     * @param wrongFit the refusal of the fit called for this model, or null
      */
-    private void train(Iterator<?> batches, boolean epoch) {
-        requireUsable();
-        ModelListeners listeners = ModelListeners.of(model); // refuses what it cannot honour before anything changes
-        PipelineParallelTrainerBuilder.refuseInGroupMode(group, listeners);
-        replicas.refuseListenersWithTensorParallel(!listeners.isEmpty());
+    private void train(Iterator<?> batches, boolean epoch, Runnable reset, String wrongFit) {
+        requireUsable(); // this rank's own state: after a failed step every rank failed, and the group is aborted
+        FitAgreement start = new FitAgreement(group, CheckpointLayout.plain(), epoch ? batchesToSkip : 0, -1,
+                resumedFrom == null ? null : resumedFrom.dir());
+        ModelListeners listeners = start.agree(() -> {
+            if (wrongFit != null) {
+                throw new IllegalArgumentException(wrongFit);
+            }
+            ModelListeners l = ModelListeners.of(model); // refuses what it cannot honour before anything changes
+            PipelineParallelTrainerBuilder.refuseInGroupMode(group, l);
+            replicas.refuseListenersWithTensorParallel(!l.isEmpty());
+            if (reset != null && !batches.hasNext()) {
+                reset.run(); // as DL4J's fit: an exhausted iterator is reset first
+            }
+            start.skip(batches, b -> 0); // the pipeline's checkpoints record batches, not their examples
+            return l;
+        }, reset);
         replicas.takeModelIfChanged(model);
         if (!listeners.isEmpty()) {
             model.ensureGradientView();
@@ -330,15 +348,14 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             listeners.epochStart(model.model());
         }
         double score = Double.NaN;
-        long batchesInEpoch = 0;
+        long batchesInEpoch = start.skipped(); // trained before the resumed checkpoint
         if (epoch) {
-            batchesInEpoch = CheckpointDirectory.skip(batches, batchesToSkip); // trained before the resumed checkpoint
             batchesToSkip = 0;
         }
         try {
             while (batches.hasNext()) {
                 Object batch = batches.next();
-                score = runStep(asDataSet(batch), batch, listeners);
+                score = runStep(batch, listeners);
                 batchesInEpoch += epoch ? 1 : 0;
                 if (checkpoints != null && checkpoints.due(step, group, "symmem4j-pipeline-")) {
                     takePeriodicCheckpoint(batchesInEpoch);
@@ -361,19 +378,28 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
-    /** A batch as the stages take it: a DataSet, or a MultiDataSet of one input and one output. */
-    private static DataSet asDataSet(Object batch) {
+    /**
+     * A batch as the stages take it: a DataSet, or a MultiDataSet of one input and one output.
+     *
+     * @throws IllegalArgumentException when it is a MultiDataSet of more arrays ({@link #notOneInputOneOutput})
+     */
+    static DataSet asDataSet(Object batch) {
         if (batch instanceof DataSet ds) {
             return ds;
         }
         MultiDataSet mds = (MultiDataSet) batch;
         if (mds.numFeatureArrays() != 1 || mds.numLabelsArrays() != 1) {
-            throw new IllegalArgumentException("a MultiDataSet with features=" + mds.numFeatureArrays() + " labels="
-                    + mds.numLabelsArrays() + " arrays: expected features=1 labels=1 (a pipeline trains a chain graph of"
-                    + " one input and one output; fix: train this graph with SymmemParallelWrapper instead)");
+            throw new IllegalArgumentException(notOneInputOneOutput(mds.numFeatureArrays(), mds.numLabelsArrays()));
         }
         return new org.nd4j.linalg.dataset.DataSet(mds.getFeatures(0), mds.getLabels(0), mds.getFeaturesMaskArray(0),
                 mds.getLabelsMaskArray(0));
+    }
+
+    /** The refusal of a MultiDataSet of {@code features} and {@code labels} arrays ({@link #asDataSet}). */
+    static String notOneInputOneOutput(long features, long labels) {
+        return "a MultiDataSet with features=" + features + " labels=" + labels + " arrays: expected features=1 labels=1"
+                + " (a pipeline trains a chain graph of one input and one output; fix: train this graph with"
+                + " SymmemParallelWrapper instead)";
     }
 
     /**
@@ -736,12 +762,11 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
-    /** One step on {@code batch} ({@code original} as the caller gave it), then the listeners; the step's loss. */
-    private double runStep(DataSet batch, Object original, ModelListeners modelListeners) {
-        if (group != null) {
-            Objects.requireNonNull(batch, "batch");
-            exchange().agreeOnBatch(batch, step); // collective: every rank, or none, goes on with this batch
-        }
+    /** One step on {@code original} (as the caller gave it), then the listeners; the step's loss. */
+    private double runStep(Object original, ModelListeners modelListeners) {
+        Objects.requireNonNull(original, "batch");
+        // group mode: collective, every rank, or none, goes on with this batch (a refused one refused by all)
+        DataSet batch = group != null ? exchange().agreeOnBatch(original, step) : asDataSet(original);
         List<StepPlan> plans = replicas.plans(Objects.requireNonNull(batch, "batch"), shape.microbatches(), inputType);
         // every replica's share is the same size: its examples and its largest message
         long examples = plans.getFirst().batch().examples() * dataParallel;

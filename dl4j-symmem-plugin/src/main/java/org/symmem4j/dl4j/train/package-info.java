@@ -23,6 +23,9 @@
  *       stops at its first failed step, the pipeline rank runs on until its shutdown task.</li>
  *   <li>{@link org.symmem4j.dl4j.train.RankAgreement}: agreement across a group's ranks in group mode (the same
  *       build, no rank failed), over the group's byte all-gather.</li>
+ *   <li>{@link org.symmem4j.dl4j.train.FitAgreement}: the start of a {@code fit()} call, the checks that depend on
+ *       what one rank was given (its iterator, its model's listeners, its resume position, whose trained batches it
+ *       skips) agreed by every rank before any data moves.</li>
  *   <li>{@link org.symmem4j.dl4j.train.CheckpointDirectory} and {@link org.symmem4j.dl4j.train.CheckpointSchedule}:
  *       the checkpoints a run takes itself ({@code checkpointEvery}, {@code resumeFrom}): one directory per step, every
  *       file written atomically and forced, a manifest of sizes and CRC-32Cs written last, torn directories skipped,

@@ -166,7 +166,7 @@ class PipelineUserContractTest {
         assertTrue(model.getListeners() == null || model.getListeners().isEmpty(), "nothing attached after a refusal");
     }
 
-    private static ComputationGraph chainGraph() {
+    static ComputationGraph chainGraph() {
         ComputationGraphConfiguration conf = new NeuralNetConfiguration.Builder().seed(3).dataType(DataType.DOUBLE)
                 .updater(new Adam(0.01)).weightInit(WeightInit.XAVIER).graphBuilder().addInputs("in")
                 .addLayer("a", new DenseLayer.Builder().nIn(PipelineNets.WIDTHS[0]).nOut(12).activation(Activation.TANH)
