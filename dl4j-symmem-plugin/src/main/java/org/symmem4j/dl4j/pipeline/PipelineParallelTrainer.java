@@ -191,7 +191,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.linkSlots = linkSlots;
         this.timeout = o.timeout();
         this.dataParallel = b.dataParallel;
-        this.tensorParallel = b.tensorShards == null ? 1 : b.tensorShards.size();
+        this.tensorParallel = b.tensorParallel;
         this.syncBatchNorm = b.syncBatchNorm;
         this.group = o.group();
         // in group mode this process runs one rank: ND4J's threads are the process's (the launcher sizes them)
@@ -199,7 +199,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.listeners = o.stepListeners();
         this.metrics = o.bind(new PipelineMetrics(b.schedule.tag(), o.transportName(), o.metricTags()));
         // group mode: this process holds its own stages of one replica (s % pp == its pipeline rank), the others hollow
-        this.replicas = new StageReplicas(split, model, dataParallel, b.tensorShards, shape.ranks(), group);
+        this.replicas = new StageReplicas(split, model, dataParallel, b.tensorShards, tensorParallel,
+                b.tensorParallelColumns, shape.ranks(), group);
         this.stages = replicas.first();
         this.model = model;
         this.checkpoints = o.checkpointSchedule();
@@ -752,7 +753,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             timelines = runOnThreads(plans, slotBytes);
             loss = replicas.score(); // DL4J's: data loss plus regularization, at the pre-update parameters
         } else {
-            GroupExchange.StepOutcome outcome = exchange().afterStep(stages, shape.ranks(),
+            GroupExchange.StepOutcome outcome = exchange().afterStep(stages, shape.ranks(), tensorParallel,
                     runInGroup(plans.getFirst(), slotBytes));
             timelines = outcome.timelines(); // replica 0's pipeline ranks, as in thread mode
             loss = outcome.loss(); // the same sum, the same order, on every rank
@@ -798,6 +799,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             local = PipelineRank.open(group, specOfRank(stages, group.rank()));
             LOG.info("symmem4j pipeline: rank " + group.rank() + " of " + group.worldSize() + " (" + group.transport().name()
                     + "), " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")
+                    + (tensorParallel > 1 ? " x " + tensorParallel + " tensor-parallel ranks" : "")
                     + ", schedule " + scheduleKind + ", link slots " + linkSlots + ", " + split);
         }
         try {
