@@ -43,7 +43,8 @@ import org.symmem4j.pipeline.exec.TimelineEvent;
  *       rank's report, metrics and trace show the whole pipeline as in thread mode;</li>
  *   <li>after {@code fit} and at {@code copyParametersTo}: each stage's parameters (batch normalization's running
  *       statistics among them), updater state and counters, broadcast from the rank that trained it into the
- *       whole network the user gave ({@link #gatherInto}).</li>
+ *       whole network the user gave ({@link #gatherInto}); with tensor parallelism every shard of each stage,
+ *       joined ({@link #gatherShardsInto}).</li>
  * </ul>
  *
  * <p>The per-step exchanges are three all-gathers of a few hundred words at most on the group's symmetric memory

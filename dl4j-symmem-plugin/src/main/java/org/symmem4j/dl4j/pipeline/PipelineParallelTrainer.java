@@ -399,7 +399,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void copyParametersTo(MultiLayerNetwork target) {
         requireCopyable();
-        withExchange(e -> replicas.copyInto(target, e)); // tensor parallelism: thread mode, e == null
+        withExchange(e -> replicas.copyInto(target, e)); // thread mode: e == null
     }
 
     /**
@@ -440,8 +440,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * A copy of the trained parameters of stage {@code stage}, one this process trains: its layers' flat parameter
      * vector in DL4J's order (the slice {@code [split().parameterOffset(stage), + split().parameterCount(stage))} of
      * the whole network's {@code params()}). In group mode that is one of this rank's stages ({@code stage % ranks}
-     * equal to its pipeline rank), of its replica; in thread mode any stage, of replica 0. It reads no other rank's
-     * memory and gathers nothing, so a rank started from a configuration can compare or record its stages without the
+     * equal to its pipeline rank), of its replica; in thread mode any stage, of replica 0. With tensor parallelism it is
+     * the stage's shard, in the shard's layout: this rank's shard in group mode, shard 0 in thread mode. It reads no
+     * other rank's memory and gathers nothing, so a rank started from a configuration can compare or record its stages without the
      * whole network ever being held ({@link #copyParametersTo} gathers all of it).
      *
      * @param stage the stage, {@code 0 .. split().stageCount() - 1}
@@ -461,7 +462,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** The model takes the stages' state: copied in thread mode, gathered from every rank in group mode (collective). */
     private void modelTakesStages() {
-        withExchange(e -> replicas.giveTo(model, e)); // tensor parallelism: thread mode, e == null
+        withExchange(e -> replicas.giveTo(model, e)); // thread mode: e == null
     }
 
     /** Runs {@code action} with the group's exchange (opened once for it after close()), or null in thread mode. */

@@ -27,8 +27,9 @@ import org.symmem4j.pipeline.schedule.Schedule;
  *
  * <p>Group mode ({@link #group}): this process (or thread) is one rank of {@code group}, which runs
  * {@code dataParallel x ranks} ranks laid out as in thread mode (world rank {@code d * pp + p} is
- * pipeline rank {@code p} of replica {@code d}); {@code ranks} defaults to the group's size divided
- * by {@code dataParallel}. Every rank runs the same program: it builds the same network (same seed
+ * pipeline rank {@code p} of replica {@code d}; with {@link #tensorParallel} {@code dataParallel x ranks x size} ranks,
+ * world rank {@code (d * pp + p) * tp + t}); {@code ranks} defaults to the group's size divided
+ * by {@code dataParallel} (and the tensor-parallel size). Every rank runs the same program: it builds the same network (same seed
  * or file; checked at {@code build()}, with the other settings), and passes the same batches to
  * {@code fit} in the same order (checked before every step by a CRC-32C of each batch: a mismatch
  * fails on every rank before anything trains). Each rank trains and holds only its own stages, on the

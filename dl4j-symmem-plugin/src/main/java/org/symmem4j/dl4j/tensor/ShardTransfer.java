@@ -153,13 +153,10 @@ final class ShardTransfer {
         }
     }
 
-    /** As {@link #gatherState}, with every rank's updater state in this process (rank order). */
-    static void joinState(String name, String key, Layer first, List<ParameterUpdaterState> fromStates,
-                          ParameterUpdaterState toState) {
-        joinState(name, key, key, first, fromStates, toState);
-    }
-
-    /** As above, the layer keyed {@code fromKey} in the shards' states and {@code toKey} in {@code toState}. */
+    /**
+     * As {@link #gatherState}, with every rank's updater state in this process (rank order): the layer keyed {@code fromKey}
+     * in the shards' states, {@code toKey} in {@code toState}.
+     */
     static void joinState(String name, String fromKey, String toKey, Layer first, List<ParameterUpdaterState> fromStates,
                           ParameterUpdaterState toState) {
         for (String p : first.paramTable(false).keySet()) {

@@ -471,18 +471,7 @@ public final class TensorParallel {
                     + unsharded.getnLayers() + ": expected the configuration the shard was made from (fix: shard that"
                     + " network with TensorParallel.shard)");
         }
-        for (int l = 0; l < shard.getnLayers(); l++) {
-            ShardTransfer.copyShard(unsharded.getLayer(l), shard.getLayer(l), rank);
-        }
-        if (unsharded.getUpdater(false) != null) {
-            ParameterUpdaterState from = ParameterUpdaterState.of(unsharded);
-            ParameterUpdaterState to = ParameterUpdaterState.of(shard);
-            for (int l = 0; l < shard.getnLayers(); l++) {
-                ShardTransfer.copyStateShard("layer " + l, String.valueOf(l), shard.getLayer(l), from, to, rank);
-            }
-        }
-        shard.setIterationCount(unsharded.getIterationCount());
-        shard.setEpochCount(unsharded.getEpochCount());
+        reshardInto(unsharded, rank, shard, 0);
     }
 
     /**
@@ -575,15 +564,7 @@ public final class TensorParallel {
                     + first.getnLayers() + ": expected the unsharded configuration (fix: join into a"
                     + " network built from the configuration before TensorParallel sharded it)");
         }
-        for (int l = 0; l < first.getnLayers(); l++) {
-            int layer = l;
-            ShardTransfer.joinLayer("layer " + l, shards.stream().map(s -> s.getLayer(layer)).toList(), target.getLayer(l));
-        }
-        List<ParameterUpdaterState> from = shards.stream().map(ParameterUpdaterState::of).toList();
-        ParameterUpdaterState to = ParameterUpdaterState.of(target);
-        for (int l = 0; l < first.getnLayers(); l++) {
-            ShardTransfer.joinState("layer " + l, String.valueOf(l), first.getLayer(l), from, to);
-        }
+        joinInto(shards, target, 0);
         target.setIterationCount(first.getIterationCount());
         target.setEpochCount(first.getEpochCount());
     }

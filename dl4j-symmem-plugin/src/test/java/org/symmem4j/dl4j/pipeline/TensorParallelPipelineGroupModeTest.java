@@ -7,11 +7,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.stream.Stream;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
@@ -41,16 +39,6 @@ class TensorParallelPipelineGroupModeTest {
                    long parametersHeld, String split, int[] stageStarts) {
     }
 
-    static Stream<Arguments> cases() {
-        return Stream.of(
-                // dp, pp, tp, schedule, stagesPerRank, microbatches, updater, l2
-                Arguments.of(2, 2, 2, PipelineSchedule.ONE_F_ONE_B, 1, 2, "adam", 1e-3),
-                Arguments.of(2, 2, 2, PipelineSchedule.GPIPE, 1, 2, "sgd", 0.0),
-                Arguments.of(1, 2, 2, PipelineSchedule.ONE_F_ONE_B, 1, 4, "adam", 1e-3),
-                Arguments.of(1, 2, 2, PipelineSchedule.GPIPE, 1, 4, "adam", 0.0),
-                Arguments.of(1, 2, 2, PipelineSchedule.INTERLEAVED, 2, 4, "sgd", 1e-3));
-    }
-
     /** Trains {@code model} step by step on {@code data}, halving its parameters before step 2 (a change between fits). */
     static Outcome train(MultiLayerNetwork model, PipelineParallelTrainerBuilder builder, List<DataSet> data) {
         List<Double> losses = new ArrayList<>();
@@ -74,7 +62,7 @@ class TensorParallelPipelineGroupModeTest {
     }
 
     @ParameterizedTest(name = "dp={0} pp={1} tp={2} {3} v={4} m={5} {6} l2={7}")
-    @MethodSource("cases")
+    @MethodSource("org.symmem4j.dl4j.pipeline.TensorParallelPipelineTest#cases") // thread mode's cases, as groups
     void ranksOfAGroupTrainBitwiseLikeRankThreadsAndAsThePlainFit(int dp, int pp, int tp, PipelineSchedule schedule,
                                                                   int stagesPerRank, int microbatches, String updater,
                                                                   double l2) {
