@@ -124,6 +124,56 @@ class TensorParallelPipelineGroupModeTest {
         System.out.printf("group dp=%d pp=%d tp=%d %s: params vs plain fit %.3g%n", dp, pp, tp, schedule, diff);
     }
 
+    /**
+     * What a group-mode rank builds from and gathers into, layer range by layer range, is what the whole shards hold:
+     * {@link TensorParallel#reshardInto(MultiLayerNetwork, int, MultiLayerNetwork, int)} of a stage's layers equals that
+     * stage of {@link TensorParallel#shard}, and {@link TensorParallel#joinInto} of every stage's shards equals
+     * {@link TensorParallel#join} of the whole shards, parameters and Adam's state bitwise.
+     */
+    @Test
+    void stageRangesReshardAndJoinBitwiseAsTheWholeShards() {
+        int tp = 2;
+        MultiLayerNetwork trained = PipelineNets.mlp(PipelineNets.updater("adam"), 1e-3, DataType.DOUBLE);
+        PipelineNets.batches(3, 2, BATCH, DataType.DOUBLE).forEach(trained::fit); // Adam's moments are non-zero
+        int[] starts = {2, 6};
+        List<MultiLayerNetwork> shards = new ArrayList<>();
+        List<List<MultiLayerNetwork>> stagesByShard = new ArrayList<>();
+        for (int t = 0; t < tp; t++) {
+            MultiLayerNetwork shard = TensorParallel.shard(trained, t, tp, BLOCKS);
+            shards.add(shard);
+            PipelineStageSplit split = PipelineStageSplit.atBoundaries(shard, starts);
+            List<MultiLayerNetwork> expected = split.buildStageNetworks();
+            List<MultiLayerNetwork> ranged = new ArrayList<>();
+            for (int s = 0; s < split.stageCount(); s++) {
+                MultiLayerNetwork stage = split.newStageNetwork(s);
+                TensorParallel.reshardInto(trained, t, stage, split.firstLayer(s));
+                assertTrue(PipelineNets.bitwiseEqual(expected.get(s).params(), stage.params()), "shard " + t + " stage "
+                        + s + ": parameters");
+                assertTrue(PipelineNets.bitwiseEqual(expected.get(s).getUpdater().getStateViewArray(),
+                        stage.getUpdater().getStateViewArray()), "shard " + t + " stage " + s + ": updater state");
+                ranged.add(stage);
+            }
+            stagesByShard.add(ranged);
+        }
+        MultiLayerNetwork joined = PipelineNets.mlp(PipelineNets.updater("adam"), 1e-3, DataType.DOUBLE);
+        TensorParallel.join(shards, joined);
+        MultiLayerNetwork byStage = PipelineNets.mlp(PipelineNets.updater("adam"), 1e-3, DataType.DOUBLE);
+        PipelineStageSplit split = PipelineStageSplit.atBoundaries(shards.getFirst(), starts);
+        for (int s = 0; s < split.stageCount(); s++) {
+            int stage = s;
+            TensorParallel.joinInto(stagesByShard.stream().map(l -> l.get(stage)).toList(), byStage, split.firstLayer(s));
+        }
+        assertTrue(PipelineNets.bitwiseEqual(trained.params(), byStage.params()), "joined by stage: the trained network");
+        assertTrue(PipelineNets.bitwiseEqual(joined.getUpdater().getStateViewArray(),
+                byStage.getUpdater().getStateViewArray()), "joined by stage: updater state as join's");
+        assertTrue(PipelineNets.bitwiseEqual(trained.getUpdater().getStateViewArray(),
+                byStage.getUpdater().getStateViewArray()), "joined by stage: the trained network's updater state");
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> TensorParallel.reshardInto(trained, 0, stagesByShard.getFirst().get(1), 5));
+        assertTrue(e.getMessage().contains("layers [5, 9) of a network of 8 layers: expected a range inside it"),
+                e.getMessage());
+    }
+
     @Test
     void aMeshThatDoesNotFactorTheWorldIsRefusedOnEveryRank() {
         List<String> messages = onEveryRank(6, group -> assertThrows(IllegalArgumentException.class,
