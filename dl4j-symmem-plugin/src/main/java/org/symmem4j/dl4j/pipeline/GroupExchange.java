@@ -18,6 +18,7 @@ import org.nd4j.linalg.api.shape.Shape;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
+import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.symmem4j.dl4j.train.RankAgreement;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DType;
@@ -42,7 +43,8 @@ import org.symmem4j.pipeline.exec.TimelineEvent;
  *       rank's report, metrics and trace show the whole pipeline as in thread mode;</li>
  *   <li>after {@code fit} and at {@code copyParametersTo}: each stage's parameters (batch normalization's running
  *       statistics among them), updater state and counters, broadcast from the rank that trained it into the
- *       whole network the user gave ({@link #gatherInto}).</li>
+ *       whole network the user gave ({@link #gatherInto}); with tensor parallelism every shard of each stage,
+ *       joined ({@link #gatherShardsInto}).</li>
  * </ul>
  *
  * <p>The per-step exchanges are three all-gathers of a few hundred words at most on the group's symmetric memory
@@ -194,27 +196,32 @@ final class GroupExchange implements AutoCloseable {
 
     /**
      * Collective after a step: the step's loss as thread mode computes it from replica 0's stages (the
-     * last stage's data loss plus every stage's regularization term, in stage order), and the timelines
-     * of replica 0's pipeline ranks, as thread mode reports them. The ranks' clocks are comparable:
-     * {@code System.nanoTime} is the machine's monotonic clock in every process of one machine.
+     * last stage's data loss plus every stage's regularization term, in stage order; with {@code tensorParallel > 1}
+     * shard 0's data loss plus every shard's regularization share, shard by shard, as thread mode adds them), and the
+     * timelines of replica 0's pipeline ranks (their tensor-parallel rank 0's), as thread mode reports them. World rank
+     * {@code (d * pp + p) * tp + t} is pipeline rank {@code p} of replica {@code d}, shard {@code t}. The ranks' clocks
+     * are comparable: {@code System.nanoTime} is the machine's monotonic clock in every process of one machine.
      */
-    StepOutcome afterStep(List<Dl4jPipelineStage> stages, int pipelineRanks, StepTimeline mine) {
+    StepOutcome afterStep(List<Dl4jPipelineStage> stages, int pipelineRanks, int tensorParallel, StepTimeline mine) {
         int stageCount = stages.size();
         int rank = group.rank();
+        int pipelineRank = rank / tensorParallel % pipelineRanks;
         double[] parts = new double[stageCount + 2];
-        if (rank < pipelineRanks) { // replica 0
-            for (int s = rank; s < stageCount; s += pipelineRanks) {
+        if (rank < pipelineRanks * tensorParallel) { // replica 0
+            for (int s = pipelineRank; s < stageCount; s += pipelineRanks) {
                 parts[s] = stages.get(s).regularizationScore();
             }
-            if ((stageCount - 1) % pipelineRanks == rank) {
+            if ((stageCount - 1) % pipelineRanks == pipelineRank && rank % tensorParallel == 0) {
                 parts[stageCount] = stages.getLast().dataLoss();
             }
         }
         parts[stageCount + 1] = mine.events().size();
         double[][] all = allGather(parts);
-        double loss = all[(stageCount - 1) % pipelineRanks][stageCount];
-        for (int s = 0; s < stageCount; s++) {
-            loss += all[s % pipelineRanks][s];
+        double loss = all[(stageCount - 1) % pipelineRanks * tensorParallel][stageCount];
+        for (int t = 0; t < tensorParallel; t++) {
+            for (int s = 0; s < stageCount; s++) {
+                loss += all[s % pipelineRanks * tensorParallel + t][s];
+            }
         }
         int most = 0;
         for (double[] theirs : all) {
@@ -235,10 +242,11 @@ final class GroupExchange implements AutoCloseable {
         List<StepTimeline> timelines = new ArrayList<>(pipelineRanks);
         TimelineEvent.Kind[] kinds = TimelineEvent.Kind.values();
         for (int r = 0; r < pipelineRanks; r++) {
-            int count = (int) all[r][stageCount + 1];
+            int from = r * tensorParallel; // pipeline rank r of replica 0, shard 0
+            int count = (int) all[from][stageCount + 1];
             List<TimelineEvent> list = new ArrayList<>(count);
             for (int i = 0; i < count; i++) {
-                long[] w = gathered[r];
+                long[] w = gathered[from];
                 int at = i * EVENT_WORDS;
                 list.add(new TimelineEvent(r, kinds[(int) w[at]], (int) w[at + 1], (int) w[at + 2], (int) w[at + 3],
                         w[at + 4], w[at + 5]));
@@ -290,8 +298,46 @@ final class GroupExchange implements AutoCloseable {
                 UpdaterStateCopy.copy(layout, received, target.getUpdater(true), 0, from, count);
             }
         }
-        // every stage's counters are the step's: those of stage 0, which replica 0's rank 0 trains
-        Dl4jPipelineStage first = stages.getFirst();
+        broadcastCounters(stages.getFirst(), target);
+    }
+
+    /**
+     * Collective, the group-mode gather of a tensor-parallel pipeline: {@code target} (a whole network of the unsharded
+     * configuration) gets every stage's shards joined ({@link TensorParallel#joinInto}): parameters and updater state,
+     * broadcast shard by shard from replica 0's rank {@code (s % pp) * tp + t}, which trains shard {@code t} of stage
+     * {@code s}, into a scratch network of one stage's shard (this rank's own stage where it is that rank), then the
+     * counters. A rank holds one stage's shards at a time besides its own stages; {@code stages} is this rank's shard
+     * (its own stages held, the others hollow), {@code split} the shard's.
+     */
+    void gatherShardsInto(PipelineStageSplit split, List<Dl4jPipelineStage> stages, int pipelineRanks,
+                          int tensorParallel, MultiLayerNetwork target) {
+        for (int s = 0; s < stages.size(); s++) {
+            if (split.parameterCount(s) == 0) {
+                continue;
+            }
+            List<MultiLayerNetwork> shards = new ArrayList<>(tensorParallel);
+            for (int t = 0; t < tensorParallel; t++) {
+                int root = s % pipelineRanks * tensorParallel + t;
+                boolean sends = group.rank() == root;
+                if (sends && !stages.get(s).held()) {
+                    throw Invariants.violated("rank " + root + " gathers shard " + t + " of stage " + s + " from itself"
+                            + " but does not hold it");
+                }
+                MultiLayerNetwork shard = sends ? stages.get(s).network() : split.newStageNetwork(s);
+                broadcast(shard.params(), root);
+                INDArray state = shard.getUpdater(true).getStateViewArray();
+                if (state != null && state.length() > 0) {
+                    broadcast(state, root);
+                }
+                shards.add(shard);
+            }
+            TensorParallel.joinInto(shards, target, split.firstLayer(s));
+        }
+        broadcastCounters(stages.getFirst(), target);
+    }
+
+    /** Every stage's counters are the step's: those of stage 0, which world rank 0 (replica 0's) trains. */
+    private void broadcastCounters(Dl4jPipelineStage first, MultiLayerNetwork target) {
         MemorySegment counters = Arena.ofAuto().allocate(2 * Long.BYTES, Long.BYTES);
         counters.setAtIndex(ValueLayout.JAVA_LONG, 0, first.network().getIterationCount());
         counters.setAtIndex(ValueLayout.JAVA_LONG, 1, first.network().getEpochCount());

@@ -193,7 +193,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.linkSlots = linkSlots;
         this.timeout = o.timeout();
         this.dataParallel = b.dataParallel;
-        this.tensorParallel = b.tensorShards == null ? 1 : b.tensorShards.size();
+        this.tensorParallel = b.tensorParallel;
         this.syncBatchNorm = b.syncBatchNorm;
         this.group = o.group();
         // in group mode this process runs one rank: ND4J's threads are the process's (the launcher sizes them)
@@ -201,7 +201,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.listeners = o.stepListeners();
         this.metrics = o.bind(new PipelineMetrics(b.schedule.tag(), o.transportName(), o.metricTags()));
         // group mode: this process holds its own stages of one replica (s % pp == its pipeline rank), the others hollow
-        this.replicas = new StageReplicas(split, model, dataParallel, b.tensorShards, shape.ranks(), group);
+        this.replicas = new StageReplicas(split, model, dataParallel, b.tensorShards, tensorParallel,
+                b.tensorParallelColumns, shape.ranks(), group);
         this.stages = replicas.first();
         this.model = model;
         this.checkpoints = o.checkpointSchedule();
@@ -424,7 +425,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void copyParametersTo(MultiLayerNetwork target) {
         requireCopyable();
-        withExchange(e -> replicas.copyInto(target, e)); // tensor parallelism: thread mode, e == null
+        withExchange(e -> replicas.copyInto(target, e)); // thread mode: e == null
     }
 
     /**
@@ -465,8 +466,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * A copy of the trained parameters of stage {@code stage}, one this process trains: its layers' flat parameter
      * vector in DL4J's order (the slice {@code [split().parameterOffset(stage), + split().parameterCount(stage))} of
      * the whole network's {@code params()}). In group mode that is one of this rank's stages ({@code stage % ranks}
-     * equal to its pipeline rank), of its replica; in thread mode any stage, of replica 0. It reads no other rank's
-     * memory and gathers nothing, so a rank started from a configuration can compare or record its stages without the
+     * equal to its pipeline rank), of its replica; in thread mode any stage, of replica 0. With tensor parallelism it is
+     * the stage's shard, in the shard's layout: this rank's shard in group mode, shard 0 in thread mode. It reads no
+     * other rank's memory and gathers nothing, so a rank started from a configuration can compare or record its stages without the
      * whole network ever being held ({@link #copyParametersTo} gathers all of it).
      *
      * @param stage the stage, {@code 0 .. split().stageCount() - 1}
@@ -486,7 +488,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /** The model takes the stages' state: copied in thread mode, gathered from every rank in group mode (collective). */
     private void modelTakesStages() {
-        withExchange(e -> replicas.giveTo(model, e)); // tensor parallelism: thread mode, e == null
+        withExchange(e -> replicas.giveTo(model, e)); // thread mode: e == null
     }
 
     /** Runs {@code action} with the group's exchange (opened once for it after close()), or null in thread mode. */
@@ -777,7 +779,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             timelines = runOnThreads(plans, slotBytes);
             loss = replicas.score(); // DL4J's: data loss plus regularization, at the pre-update parameters
         } else {
-            GroupExchange.StepOutcome outcome = exchange().afterStep(stages, shape.ranks(),
+            GroupExchange.StepOutcome outcome = exchange().afterStep(stages, shape.ranks(), tensorParallel,
                     runInGroup(plans.getFirst(), slotBytes));
             timelines = outcome.timelines(); // replica 0's pipeline ranks, as in thread mode
             loss = outcome.loss(); // the same sum, the same order, on every rank
@@ -823,6 +825,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             local = PipelineRank.open(group, specOfRank(stages, group.rank()));
             LOG.info("symmem4j pipeline: rank " + group.rank() + " of " + group.worldSize() + " (" + group.transport().name()
                     + "), " + shape + (dataParallel > 1 ? " x " + dataParallel + " data-parallel replicas" : "")
+                    + (tensorParallel > 1 ? " x " + tensorParallel + " tensor-parallel ranks" : "")
                     + ", schedule " + scheduleKind + ", link slots " + linkSlots + ", " + split);
         }
         try {

@@ -27,8 +27,9 @@ import org.symmem4j.pipeline.schedule.Schedule;
  *
  * <p>Group mode ({@link #group}): this process (or thread) is one rank of {@code group}, which runs
  * {@code dataParallel x ranks} ranks laid out as in thread mode (world rank {@code d * pp + p} is
- * pipeline rank {@code p} of replica {@code d}); {@code ranks} defaults to the group's size divided
- * by {@code dataParallel}. Every rank runs the same program: it builds the same network (same seed
+ * pipeline rank {@code p} of replica {@code d}; with {@link #tensorParallel} {@code dataParallel x ranks x size} ranks,
+ * world rank {@code (d * pp + p) * tp + t}); {@code ranks} defaults to the group's size divided
+ * by {@code dataParallel} (and the tensor-parallel size). Every rank runs the same program: it builds the same network (same seed
  * or file; checked at {@code build()}, with the other settings), and passes the same batches to
  * {@code fit} in the same order (checked before every step by a CRC-32C of each batch: a mismatch
  * fails on every rank before anything trains). Each rank trains and holds only its own stages, on the
@@ -54,9 +55,12 @@ public final class PipelineParallelTrainerBuilder
     private int ranks;
     int dataParallel = 1;
     /** The tensor-parallel degree; 1 without tensor parallelism. */
-    private int tensorParallel = 1;
-    private int[] tensorParallelColumns = new int[0];
-    /** Made at build() when tensorParallel > 1: the shards and their splits, read by the trainer's constructor. */
+    int tensorParallel = 1;
+    int[] tensorParallelColumns = new int[0];
+    /**
+     * Made at build() when tensorParallel > 1 in thread mode: the shards and their splits, read by the trainer's
+     * constructor (group mode: each rank builds its own shard of its stages there, {@link PipelineTensorParallelRank}).
+     */
     PipelineTensorParallel tensorShards;
     boolean syncBatchNorm;
     private int microbatches;
@@ -137,11 +141,19 @@ public final class PipelineParallelTrainerBuilder
      * equals one {@code fit} of the unsharded network on the whole batch, to rounding. The model given to the builder
      * stays unsharded: after every {@code fit} it holds the shards joined.
      *
+     * <p>In group mode ({@link #group}, one process per rank) the group's {@code worldSize} must be
+     * {@code dataParallel x ranks x size}, and world rank {@code (d * pp + p) * tp + t} builds and trains only shard
+     * {@code t} of pipeline rank {@code p}'s stages: their parameters, gradients and updater state; the other stages and
+     * the other shards are never built on it (the whole shard exists only as a hollow layout). The blocks' all-reduces
+     * run over the rank's {@code tp} sub-group, the stages' messages over its {@code pp} sub-group, the gradient sums
+     * over its {@code dp} sub-group; at the end of every {@code fit} every rank's model gets the whole network, each
+     * stage's shards gathered from replica 0's ranks and joined (collective). The result is thread mode's, bitwise.
+     *
      * <p>Refused at {@link #build()}, with the fix: a layer of a block that is not a {@code DenseLayer}, overlapping
      * blocks, a column-parallel width not divisible by {@code size}, settings a block cannot split exactly (dropout,
      * weight noise, layer normalization, gradient normalization by norm, softmax on the column-parallel layer), a stage
      * boundary inside a block ({@link #stageBoundaries}; the trainer's own splits keep blocks in one stage), a network
-     * that is already sharded; and, not built yet with tensor parallelism: group mode, graphs, a model started from its
+     * that is already sharded; and, not built yet with tensor parallelism: graphs, a model started from its
      * configuration, DL4J listeners, checkpoints (save the model after {@code fit}, which holds the whole network).
      *
      * @param size         tensor-parallel ranks per pipeline rank, at least 1 (1: none, {@code columnLayers} ignored)
@@ -334,8 +346,8 @@ public final class PipelineParallelTrainerBuilder
             // every rank's verdict and pipeline agreed before any rank allocates or links: a refusal on one is on all
             split = agreeAcrossRanks(plan, refusal);
         }
-        tensorShards = tensorParallel > 1 ? PipelineTensorParallel.of(network, tensorParallel, tensorParallelColumns, split)
-                : null;
+        tensorShards = tensorParallel > 1 && group == null
+                ? PipelineTensorParallel.of(network, tensorParallel, tensorParallelColumns, split) : null;
         PipelineModel model = new PipelineModel(network, graph, split, plan.start());
         // checked in plan(): attaches the builder's listeners (the same verdict as there, on every rank)
         listenerOptions().attachTo(model, l -> refuseListeners(group, l));
@@ -450,6 +462,10 @@ public final class PipelineParallelTrainerBuilder
         } else {
             split = PipelineStageSplit.balanced(network, stageCount, canStart);
         }
+        if (tensorParallel > 1) {
+            // blocks, widths, settings and boundaries: refused here, so that a group's ranks agree on the refusal
+            PipelineTensorParallel.check(network, tensorParallel, tensorParallelColumns, split);
+        }
         // refuses what the trainer cannot call as fit() would; attached in build() once every rank accepted
         listenerOptions().check(new PipelineModel(network, graph, split, start), l -> refuseListeners(group, l));
         return new Plan(start, generated, shape, slots, measured, split);
@@ -473,13 +489,12 @@ public final class PipelineParallelTrainerBuilder
 
     /** What tensor parallelism in the stages does not support yet: refused at build(), before anything is built. */
     private void refuseWithTensorParallel() {
-        String other = options().group() != null ? "group(...) (one process per rank)"
-                : graph != null ? "a ComputationGraph" : fromConfiguration != null ? startedFrom()
+        String other = graph != null ? "a ComputationGraph" : fromConfiguration != null ? startedFrom()
                 : options().checkpointSchedule() != null ? "checkpointEvery(...)"
                 : options().resumeRoot() != null ? "resumeFrom(...)" : null;
         if (other != null) {
             throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with " + other + ": not built"
-                    + " yet; expected a MultiLayerNetwork given whole, trained as threads of this JVM, without the"
+                    + " yet; expected a MultiLayerNetwork given whole, trained without the"
                     + " trainer's checkpoints (fix: drop " + other + ", or tensorParallel; to keep the trained network,"
                     + " save the model after fit: it holds the whole network, updater state included)");
         }
@@ -550,7 +565,8 @@ public final class PipelineParallelTrainerBuilder
         String description = (fromConfiguration != null ? GroupExchange.describe(network.getLayerWiseConfigurations())
                 : GroupExchange.describe(network)) + ", dataType=" + split.dataType() + ", schedule="
                 + schedule + ", stagesPerRank=" + stagesPerRank + ", ranks=" + ranks + ", dataParallel=" + dataParallel
-                + ", syncBatchNorm=" + syncBatchNorm
+                + ", syncBatchNorm=" + syncBatchNorm + ", tensorParallel=" + tensorParallel
+                + (tensorParallel > 1 ? ", columnLayers=" + Arrays.toString(tensorParallelColumns) : "")
                 + ", microbatches=" + microbatches + ", linkSlots=" + slots
                 + (measured ? ", split by measured times" : ", stage boundaries " + boundaries);
         String rank0 = GroupExchange.agreeOnBuild(options().group(), boundaries.toString(), description, null);

@@ -485,6 +485,14 @@ public final class PipelineStageSplit {
     }
 
     /**
+     * A new network of stage {@code s} with its own parameters, updater state and gradient view (values as DL4J
+     * initialises them, not the split's network's): scratch for a stage's state received from the rank that trains it.
+     */
+    MultiLayerNetwork newStageNetwork(int s) {
+        return buildHeldStage(s, false);
+    }
+
+    /**
      * The parameter elements {@link #buildStages} allocated so far: the held stages' parameter vectors and the
      * replay's scratch buffer (one layer: the largest of those not held), never the whole model's vector. What a rank
      * of a model started from its configuration ever holds of the model's parameters.

@@ -5,6 +5,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.function.IntPredicate;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.tensor.TensorParallel;
 
 /**
@@ -19,8 +20,9 @@ import org.symmem4j.dl4j.tensor.TensorParallel;
  * parameters get the same gradient on every tp rank, bit for bit, and need no sum over {@code tp}.
  *
  * <p>The user's model is joined from the shards after every {@code fit} ({@link #takeInto}); a model changed between
- * fits is cut into the shards again and given to every replica ({@link #giveIfChanged}). Thread mode only: every shard
- * of every stage is in this process.
+ * fits is cut into the shards again and given to every replica ({@link #giveIfChanged}). Thread mode: every shard
+ * of every stage is in this process; in group mode each rank holds only its shard of its stages
+ * ({@link PipelineTensorParallelRank}).
  */
 final class PipelineTensorParallel {
 
@@ -48,13 +50,14 @@ final class PipelineTensorParallel {
     }
 
     /**
-     * Checks the blocks ({@link TensorParallel#shard}: dense pairs, not overlapping, widths divisible by {@code size};
-     * {@link TensorParallel#requireSplittable}: settings that split exactly) and that no stage of {@code split} starts
-     * inside one, then shards {@code network} {@code size} ways and cuts every shard at {@code split}'s boundaries.
+     * Checks the blocks ({@link TensorParallel#shardConfiguration}: dense pairs, not overlapping, widths divisible by
+     * {@code size}; {@link TensorParallel#requireSplittable}: settings that split exactly, on a hollow shard that holds no
+     * value) and that no stage of {@code split} starts inside one. What {@code build()} refuses on one rank alone, before
+     * the ranks of a group agree and anything is built.
      *
      * @throws IllegalArgumentException naming the layer or boundary that does not fit, and the fix
      */
-    static PipelineTensorParallel of(MultiLayerNetwork network, int size, int[] columnLayers, PipelineStageSplit split) {
+    static void check(MultiLayerNetwork network, int size, int[] columnLayers, PipelineStageSplit split) {
         for (int s = 1; s < split.stageCount(); s++) {
             int first = split.firstLayer(s);
             for (int c : columnLayers) {
@@ -68,13 +71,25 @@ final class PipelineTensorParallel {
                 }
             }
         }
+        MultiLayerNetwork hollow = new MultiLayerNetwork(TensorParallel.shardConfiguration(
+                network.getLayerWiseConfigurations(), size, columnLayers));
+        HollowNetworks.Reservation reserved = HollowNetworks.hollow(hollow);
+        TensorParallel.requireSplittable(hollow, size); // dropout, weight noise, ... refused before any rank runs
+        java.lang.ref.Reference.reachabilityFence(reserved);
+    }
+
+    /**
+     * Shards {@code network} {@code size} ways and cuts every shard at {@code split}'s boundaries (checked by
+     * {@link #check} first).
+     *
+     * @throws IllegalArgumentException naming the layer or boundary that does not fit, and the fix
+     */
+    static PipelineTensorParallel of(MultiLayerNetwork network, int size, int[] columnLayers, PipelineStageSplit split) {
+        check(network, size, columnLayers, split);
         List<MultiLayerNetwork> shards = new ArrayList<>(size);
         List<PipelineStageSplit> splits = new ArrayList<>(size);
         for (int t = 0; t < size; t++) {
             MultiLayerNetwork shard = TensorParallel.shard(network, t, size, columnLayers);
-            if (t == 0) {
-                TensorParallel.requireSplittable(shard, size); // dropout, weight noise, ... refused before any rank runs
-            }
             shards.add(shard);
             splits.add(PipelineStageSplit.atBoundaries(shard, split.stageStarts()));
         }

@@ -17,8 +17,8 @@ import org.symmem4j.parallel.Group;
  * state given to them and taken from them (joined from the shards with tensor parallelism,
  * {@link PipelineTensorParallel}), and the parameters and bytes they hold.
  *
- * <p>Thread mode holds every replica and shard; group mode one replica, whose stages of other pipeline ranks are hollow
- * (layouts over reserved memory, no values). The rank threads, the group's exchange and the step's order stay with
+ * <p>Thread mode holds every replica and shard; group mode one replica (with tensor parallelism, this rank's shard of
+ * it), whose stages of other pipeline ranks are hollow (layouts over reserved memory, no values). The rank threads, the group's exchange and the step's order stay with
  * the trainer.
  */
 final class StageReplicas {
@@ -32,8 +32,10 @@ final class StageReplicas {
      */
     private final List<List<Dl4jPipelineStage>> all;
     private final int dataParallel;
-    /** The stages' tensor-parallel shards ({@link PipelineParallelTrainerBuilder#tensorParallel}), or null. */
+    /** Thread mode: the stages' tensor-parallel shards ({@link PipelineParallelTrainerBuilder#tensorParallel}), or null. */
     private final PipelineTensorParallel tensorShards;
+    /** Group mode: this rank's tensor-parallel shard of its stages, or null. */
+    private final PipelineTensorParallelRank tensorRank;
     /** Tensor-parallel ranks per pipeline rank; 1 without tensor parallelism. */
     private final int tensorParallel;
     private final int pipelineRanks;
@@ -43,18 +45,30 @@ final class StageReplicas {
     /**
      * Builds the stages: every replica (thread mode) or this process's one (group mode, whose stages of other pipeline
      * ranks are hollow, carrying the layouts for mask propagation and for the gather of the model from their ranks),
-     * each from the same copy of the network's parameters, updater state and counters.
+     * each from the same copy of the network's parameters, updater state and counters. With tensor parallelism in
+     * group mode ({@code tensorColumns} non-null there) this rank's shard of its stages only
+     * ({@link PipelineTensorParallelRank}).
      */
     StageReplicas(PipelineStageSplit split, PipelineModel model, int dataParallel, PipelineTensorParallel tensorShards,
-                  int pipelineRanks, Group group) {
+                  int tensorParallel, int[] tensorColumns, int pipelineRanks, Group group) {
         this.split = split;
         this.dataParallel = dataParallel;
         this.tensorShards = tensorShards;
-        this.tensorParallel = tensorShards == null ? 1 : tensorShards.size();
+        this.tensorParallel = tensorParallel;
         this.pipelineRanks = pipelineRanks;
         this.group = group;
         int copies = group == null ? dataParallel : 1;
-        IntPredicate held = group == null ? s -> true : s -> s % pipelineRanks == group.rank() % pipelineRanks;
+        // world rank (d * pp + p) * tp + t trains the stages s with s % pp == p
+        IntPredicate held = group == null ? s -> true
+                : s -> s % pipelineRanks == group.rank() / tensorParallel % pipelineRanks;
+        if (group != null && tensorParallel > 1) {
+            this.tensorRank = PipelineTensorParallelRank.of((MultiLayerNetwork) model.model(), tensorParallel,
+                    group.rank() % tensorParallel, tensorColumns, split, held);
+            this.all = List.of(tensorRank.stages());
+            this.first = all.getFirst();
+            return;
+        }
+        this.tensorRank = null;
         List<List<Dl4jPipelineStage>> replicas = new ArrayList<>(copies * tensorParallel);
         for (int d = 0; d < copies; d++) {
             for (int t = 0; t < tensorParallel; t++) {
@@ -103,7 +117,7 @@ final class StageReplicas {
             return List.of(StepPlan.of(split, first, Microbatches.split(batch, microbatches, split.dataType()), inputType));
         }
         // group mode: this process's replica only
-        int firstReplica = group == null ? 0 : group.rank() / pipelineRanks;
+        int firstReplica = group == null ? 0 : group.rank() / (pipelineRanks * tensorParallel);
         List<Microbatches> shares = Microbatches.replicaShares(batch, microbatches, dataParallel, firstReplica,
                 group == null ? dataParallel : firstReplica + 1, split.dataType());
         List<StepPlan> plans = new ArrayList<>(shares.size());
@@ -140,7 +154,9 @@ final class StageReplicas {
 
     /** If the model was changed since the last fit, the stages take its state. */
     void takeModelIfChanged(PipelineModel model) {
-        if (tensorShards != null) {
+        if (tensorRank != null) {
+            tensorRank.giveFrom((MultiLayerNetwork) model.model()); // the same bits when unchanged: see giveFrom
+        } else if (tensorShards != null) {
             tensorShards.giveIfChanged((MultiLayerNetwork) model.model(), all);
         } else if (!model.holds(first)) {
             all.forEach(model::giveTo);
@@ -152,7 +168,9 @@ final class StageReplicas {
      * gathered from every rank through {@code exchange} in group mode (collective).
      */
     void giveTo(PipelineModel model, GroupExchange exchange) {
-        if (tensorShards != null) {
+        if (tensorRank != null) {
+            copyInto((MultiLayerNetwork) model.model(), exchange);
+        } else if (tensorShards != null) {
             tensorShards.takeInto(all.subList(0, tensorParallel), (MultiLayerNetwork) model.model());
         } else {
             model.takeFrom(first, exchange, pipelineRanks);
@@ -161,7 +179,10 @@ final class StageReplicas {
 
     /** {@code target} takes the stages' state, as {@link #giveTo(PipelineModel, GroupExchange)}. */
     void copyInto(MultiLayerNetwork target, GroupExchange exchange) {
-        if (tensorShards != null) {
+        if (tensorRank != null) {
+            split.requireSameLayers(target);
+            exchange.gatherShardsInto(tensorRank.split(), first, pipelineRanks, tensorParallel, target);
+        } else if (tensorShards != null) {
             tensorShards.takeInto(all.subList(0, tensorParallel), target);
         } else if (exchange == null) {
             split.copyStagesInto(first.stream().map(Dl4jPipelineStage::network).toList(), target);
@@ -183,8 +204,9 @@ final class StageReplicas {
 
     /** The parameters of the stages held ({@link PipelineParallelTrainer#parametersHeld}). */
     long parameters() {
-        // every tensor-parallel shard of one replica: the whole network's parameters, once, in thread mode
-        return all.subList(0, tensorParallel).stream().flatMap(List::stream).filter(Dl4jPipelineStage::held)
+        // every tensor-parallel shard of one replica: the whole network's parameters, once, in thread mode; group mode:
+        // this rank's shard of its stages
+        return all.subList(0, group == null ? tensorParallel : 1).stream().flatMap(List::stream).filter(Dl4jPipelineStage::held)
                 .mapToLong(s -> s.network().numParams()).sum();
     }
 
@@ -196,9 +218,10 @@ final class StageReplicas {
         }
         Dl4jPipelineStage s = first.get(stage);
         if (!s.held()) {
+            int mine = group.rank() / tensorParallel % pipelineRanks;
             throw new IllegalArgumentException("stageParameters: stage=" + stage + " is trained by pipeline rank "
-                    + stage % pipelineRanks + ", expected one of this rank's stages (rank=" + group.rank() % pipelineRanks
-                    + ", stages s with s % " + pipelineRanks + " == " + group.rank() % pipelineRanks
+                    + stage % pipelineRanks + ", expected one of this rank's stages (pipeline rank=" + mine
+                    + ", stages s with s % " + pipelineRanks + " == " + mine
                     + "; fix: ask the rank that trains it, or copyParametersTo(network) on every rank for all of them)");
         }
         INDArray params = s.network().params();
@@ -207,7 +230,7 @@ final class StageReplicas {
 
     /** Checkpoints of tensor-parallel stages are not built yet: refused with the way to keep the network. */
     void refuseWithTensorParallel(String call) {
-        if (tensorShards != null) {
+        if (tensorParallel > 1) {
             throw new IllegalStateException(call + " with tensorParallel(" + tensorParallel + ", ...): not built yet"
                     + " (the stage shards' files would hold shards); expected a trainer without tensor parallelism (fix:"
                     + " after fit the model given to the builder holds the whole network with its updater state: save it"
@@ -217,7 +240,7 @@ final class StageReplicas {
 
     /** DL4J listeners on the model of a tensor-parallel trainer are not built yet: refused with the way around. */
     void refuseListenersWithTensorParallel(boolean listeners) {
-        if (tensorShards != null && listeners) {
+        if (tensorParallel > 1 && listeners) {
             throw new IllegalStateException("DL4J listeners on the model of a trainer with tensorParallel("
                     + tensorParallel + ", ...): not built yet (each step would join the shards for them); expected none"
                     + " (fix: remove them from the model and use a stepListener, or train without tensor parallelism)");

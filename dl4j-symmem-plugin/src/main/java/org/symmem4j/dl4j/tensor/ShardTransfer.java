@@ -55,9 +55,15 @@ final class ShardTransfer {
     /** Copies the updater state of {@code layer}'s parameters from the unsharded model's, or this rank's shard of it. */
     static void copyStateShard(String name, String key, Layer layer, ParameterUpdaterState from, ParameterUpdaterState to,
                                        int rank) {
+        copyStateShard(name, key, key, layer, from, to, rank);
+    }
+
+    /** As above, the layer keyed {@code fromKey} in {@code from} and {@code toKey} in {@code to} (a range of the layers). */
+    static void copyStateShard(String name, String fromKey, String toKey, Layer layer, ParameterUpdaterState from,
+                               ParameterUpdaterState to, int rank) {
         for (String p : layer.paramTable(false).keySet()) {
-            List<INDArray> source = from.of(key, p);
-            List<INDArray> target = to.of(key, p);
+            List<INDArray> source = from.of(fromKey, p);
+            List<INDArray> target = to.of(toKey, p);
             requireSameSections(name, p, source.size(), target.size());
             for (int k = 0; k < target.size(); k++) {
                 target.get(k).assign(cut(source.get(k), target.get(k), splitAxis(layer, p), rank));
@@ -147,17 +153,20 @@ final class ShardTransfer {
         }
     }
 
-    /** As {@link #gatherState}, with every rank's updater state in this process (rank order). */
-    static void joinState(String name, String key, Layer first, List<ParameterUpdaterState> fromStates,
+    /**
+     * As {@link #gatherState}, with every rank's updater state in this process (rank order): the layer keyed {@code fromKey}
+     * in the shards' states, {@code toKey} in {@code toState}.
+     */
+    static void joinState(String name, String fromKey, String toKey, Layer first, List<ParameterUpdaterState> fromStates,
                           ParameterUpdaterState toState) {
         for (String p : first.paramTable(false).keySet()) {
-            List<INDArray> target = toState.of(key, p);
-            requireSameSections(name, p, fromStates.getFirst().of(key, p).size(), target.size());
+            List<INDArray> target = toState.of(toKey, p);
+            requireSameSections(name, p, fromStates.getFirst().of(fromKey, p).size(), target.size());
             int axis = splitAxis(first, p);
             for (int k = 0; k < target.size(); k++) {
                 int section = k;
-                target.get(k).assign(axis < 0 ? fromStates.getFirst().of(key, p).get(k)
-                        : joinBlocks(fromStates.stream().map(s -> s.of(key, p).get(section)).toList(), axis));
+                target.get(k).assign(axis < 0 ? fromStates.getFirst().of(fromKey, p).get(k)
+                        : joinBlocks(fromStates.stream().map(s -> s.of(fromKey, p).get(section)).toList(), axis));
             }
         }
     }

@@ -113,7 +113,35 @@ public final class TensorParallel {
         if (unsharded.getLayers() == null) {
             unsharded.init();
         }
-        MultiLayerConfiguration conf = unsharded.getLayerWiseConfigurations().clone();
+        MultiLayerNetwork sharded = new MultiLayerNetwork(shardConfiguration(unsharded.getLayerWiseConfigurations(), size,
+                vocabularyParallel, columnLayers));
+        sharded.init();
+        reshardInto(unsharded, rank, sharded);
+        return sharded;
+    }
+
+    /**
+     * The configuration of every rank's shard of a network of configuration {@code unsharded} (the same for every rank:
+     * only the values a rank holds differ), as {@link #shard(MultiLayerNetwork, int, int, int...)} makes it, with its
+     * checks, without building or initialising a network: for trainers that build only some of a shard's layers (a
+     * pipeline rank's stages) and fill them with {@link #reshardInto(MultiLayerNetwork, int, MultiLayerNetwork, int)}.
+     *
+     * @param unsharded    the whole network's configuration (not changed)
+     * @param size         the tensor-parallel group's size, at least 1
+     * @param columnLayers indices of the dense layers to make column-parallel; each followed by a dense layer
+     * @return a new configuration, the shards'
+     * @throws IllegalArgumentException as {@link #shard(MultiLayerNetwork, int, int, int...)}
+     */
+    public static MultiLayerConfiguration shardConfiguration(MultiLayerConfiguration unsharded, int size,
+                                                             int... columnLayers) {
+        requireRank(0, size);
+        return shardConfiguration(unsharded, size, java.util.EnumSet.noneOf(VocabularyParallel.class), columnLayers);
+    }
+
+    private static MultiLayerConfiguration shardConfiguration(MultiLayerConfiguration unsharded, int size,
+                                                              java.util.EnumSet<VocabularyParallel> vocabularyParallel,
+                                                              int... columnLayers) {
+        MultiLayerConfiguration conf = unsharded.clone();
         List<NeuralNetConfiguration> confs = conf.getConfs();
         TreeSet<Integer> blocks = new TreeSet<>();
         for (int c : columnLayers) {
@@ -169,10 +197,7 @@ public final class TensorParallel {
             confs.get(last).setLayer(VocabParallelOutputLayer.shardOf((org.deeplearning4j.nn.conf.layers.OutputLayer) output,
                     size));
         }
-        MultiLayerNetwork sharded = new MultiLayerNetwork(conf);
-        sharded.init();
-        reshardInto(unsharded, rank, sharded);
-        return sharded;
+        return conf;
     }
 
     /**
@@ -446,18 +471,77 @@ public final class TensorParallel {
                     + unsharded.getnLayers() + ": expected the configuration the shard was made from (fix: shard that"
                     + " network with TensorParallel.shard)");
         }
-        for (int l = 0; l < shard.getnLayers(); l++) {
-            ShardTransfer.copyShard(unsharded.getLayer(l), shard.getLayer(l), rank);
+        reshardInto(unsharded, rank, shard, 0);
+    }
+
+    /**
+     * As {@link #reshardInto(MultiLayerNetwork, int, MultiLayerNetwork)}, into {@code shardLayers}, a network of a
+     * contiguous range of the shard's layers starting at layer {@code firstLayer} (a pipeline stage of the shard): its
+     * layer {@code l} takes rank {@code rank}'s block of {@code unsharded}'s layer {@code firstLayer + l}, parameters and
+     * updater state (where {@code unsharded} has an updater), and the counters.
+     *
+     * @param unsharded   the whole network
+     * @param rank        the shard's rank in the tensor-parallel group
+     * @param shardLayers the layers to overwrite, of the shard configuration ({@link #shardConfiguration})
+     * @param firstLayer  the index in {@code unsharded} of {@code shardLayers}' first layer
+     * @throws IllegalArgumentException when the range does not lie inside {@code unsharded}'s layers
+     */
+    public static void reshardInto(MultiLayerNetwork unsharded, int rank, MultiLayerNetwork shardLayers, int firstLayer) {
+        if (unsharded.getLayers() == null) {
+            unsharded.init();
+        }
+        requireRange(firstLayer, shardLayers.getnLayers(), unsharded.getnLayers());
+        for (int l = 0; l < shardLayers.getnLayers(); l++) {
+            ShardTransfer.copyShard(unsharded.getLayer(firstLayer + l), shardLayers.getLayer(l), rank);
         }
         if (unsharded.getUpdater(false) != null) {
             ParameterUpdaterState from = ParameterUpdaterState.of(unsharded);
-            ParameterUpdaterState to = ParameterUpdaterState.of(shard);
-            for (int l = 0; l < shard.getnLayers(); l++) {
-                ShardTransfer.copyStateShard("layer " + l, String.valueOf(l), shard.getLayer(l), from, to, rank);
+            ParameterUpdaterState to = ParameterUpdaterState.of(shardLayers);
+            for (int l = 0; l < shardLayers.getnLayers(); l++) {
+                ShardTransfer.copyStateShard("layer " + (firstLayer + l), String.valueOf(firstLayer + l),
+                        String.valueOf(l), shardLayers.getLayer(l), from, to, rank);
             }
         }
-        shard.setIterationCount(unsharded.getIterationCount());
-        shard.setEpochCount(unsharded.getEpochCount());
+        shardLayers.setIterationCount(unsharded.getIterationCount());
+        shardLayers.setEpochCount(unsharded.getEpochCount());
+    }
+
+    /**
+     * As {@link #join}, for a contiguous range of the layers: {@code shards} are every rank's network of the same range
+     * (a pipeline stage of each shard, in rank order), written into {@code target}'s layers {@code firstLayer ..}
+     * (parameters and updater state; not the counters, which the caller sets once for the whole network). Bit for bit
+     * what {@link #join} writes into those layers.
+     *
+     * @param shards     every rank's network of the range, in rank order
+     * @param target     an unsharded network of the configuration the shards were made from
+     * @param firstLayer the index in {@code target} of the range's first layer
+     * @throws IllegalArgumentException when the range does not lie inside {@code target}'s layers
+     */
+    public static void joinInto(List<MultiLayerNetwork> shards, MultiLayerNetwork target, int firstLayer) {
+        if (target.getLayers() == null) {
+            target.init();
+        }
+        MultiLayerNetwork first = shards.getFirst();
+        requireRange(firstLayer, first.getnLayers(), target.getnLayers());
+        for (int l = 0; l < first.getnLayers(); l++) {
+            int layer = l;
+            ShardTransfer.joinLayer("layer " + (firstLayer + l), shards.stream().map(s -> s.getLayer(layer)).toList(),
+                    target.getLayer(firstLayer + l));
+        }
+        List<ParameterUpdaterState> from = shards.stream().map(ParameterUpdaterState::of).toList();
+        ParameterUpdaterState to = ParameterUpdaterState.of(target);
+        for (int l = 0; l < first.getnLayers(); l++) {
+            ShardTransfer.joinState("layer " + (firstLayer + l), String.valueOf(l), String.valueOf(firstLayer + l),
+                    first.getLayer(l), from, to);
+        }
+    }
+
+    private static void requireRange(int firstLayer, int layers, int networkLayers) {
+        if (firstLayer < 0 || firstLayer + layers > networkLayers) {
+            throw new IllegalArgumentException("layers [" + firstLayer + ", " + (firstLayer + layers) + ") of a network"
+                    + " of " + networkLayers + " layers: expected a range inside it (fix: pass the index of the range's"
+                    + " first layer in the unsharded network, and a range of its shard configuration)");
+        }
     }
 
     /**
@@ -480,15 +564,7 @@ public final class TensorParallel {
                     + first.getnLayers() + ": expected the unsharded configuration (fix: join into a"
                     + " network built from the configuration before TensorParallel sharded it)");
         }
-        for (int l = 0; l < first.getnLayers(); l++) {
-            int layer = l;
-            ShardTransfer.joinLayer("layer " + l, shards.stream().map(s -> s.getLayer(layer)).toList(), target.getLayer(l));
-        }
-        List<ParameterUpdaterState> from = shards.stream().map(ParameterUpdaterState::of).toList();
-        ParameterUpdaterState to = ParameterUpdaterState.of(target);
-        for (int l = 0; l < first.getnLayers(); l++) {
-            ShardTransfer.joinState("layer " + l, String.valueOf(l), first.getLayer(l), from, to);
-        }
+        joinInto(shards, target, 0);
         target.setIterationCount(first.getIterationCount());
         target.setEpochCount(first.getEpochCount());
     }

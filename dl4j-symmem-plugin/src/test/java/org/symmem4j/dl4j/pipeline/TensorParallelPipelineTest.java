@@ -4,7 +4,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.time.Duration;
 import java.util.List;
 import java.util.stream.Stream;
 import org.deeplearning4j.nn.conf.dropout.Dropout;
@@ -19,8 +18,6 @@ import org.symmem4j.dl4j.Nets;
 import org.symmem4j.dl4j.tensor.ColumnParallelDenseLayer;
 import org.symmem4j.dl4j.tensor.RowParallelDenseLayer;
 import org.symmem4j.dl4j.tensor.TensorParallel;
-import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * DP x PP x TP ({@link PipelineParallelTrainerBuilder#tensorParallel}): the stages of a pipeline hold Megatron blocks
@@ -193,25 +190,6 @@ class TensorParallelPipelineTest {
         assertTrue(e.getMessage().contains("the network already holds tensor-parallel layers"), e.getMessage());
         e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer.builder(mlp()).tensorParallel(2));
         assertTrue(e.getMessage().contains("expected at least one column-parallel layer"), e.getMessage());
-    }
-
-    /** A mesh that does not factor the group is refused on every rank; one that does, in group mode, is not built yet. */
-    @Test
-    void aMeshThatDoesNotFactorTheWorldIsRefused() {
-        List<String> messages = InJvmWorld.runOnEveryRank(6, GroupOptions.defaults().withTimeout(Duration.ofSeconds(30)),
-                group -> assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer.builder(mlp())
-                        .group(group).dataParallel(2).tensorParallel(2, BLOCKS).microbatches(2).build()).getMessage());
-        for (String message : messages) {
-            assertTrue(message.contains("group(...) of worldSize=6 with dataParallel=2 x tensorParallel=2: expected a"
-                    + " world size divisible by 4"), message);
-        }
-        messages = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(30)),
-                group -> assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer.builder(mlp())
-                        .group(group).tensorParallel(2, BLOCKS).microbatches(2).build()).getMessage());
-        for (String message : messages) {
-            assertTrue(message.contains("tensorParallel(2, ...) with group(...) (one process per rank): not built yet"),
-                    message);
-        }
     }
 
     private static MultiLayerNetwork mlp() {
