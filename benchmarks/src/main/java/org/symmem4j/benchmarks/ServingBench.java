@@ -93,12 +93,7 @@ public final class ServingBench {
     }
 
     static MultiLayerConfiguration mlp(long seed) {
-        return new NeuralNetConfiguration.Builder().seed(seed).list()
-                .layer(new DenseLayer.Builder().nIn(784).nOut(256).activation(Activation.RELU).build())
-                .layer(new DenseLayer.Builder().nIn(256).nOut(256).activation(Activation.RELU).build())
-                .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(256).nOut(10)
-                        .activation(Activation.SOFTMAX).build())
-                .build();
+        return ServingProcessBench.mlp(256, seed);
     }
 
     static MultiLayerConfiguration cnn(long seed) {

@@ -325,7 +325,8 @@ public final class ServingProcessBench {
             case "threads" -> threads(f);
             case "processes" -> processes(f);
             case "pi" -> parallelInference(f);
-            default -> throw new IllegalArgumentException("--side " + f.side + ", expected one of " + SIDES);
+            default -> throw new IllegalArgumentException("--side " + f.side + ", expected one of " + SIDES
+                    + " (fix: leave --side out; the benchmark passes it to the JVMs it starts)");
         };
     }
 
