@@ -24,7 +24,10 @@
 # the pipeline-speed target of issue #12; $OUT/pipeline.md, $OUT/pipeline-executor.txt), zero (the ZeRO
 # memory table of issue #31: plain / ZeRO-1 / 2 / 3 at 2, 4, 8, 16 workers, < 8 minutes;
 # $OUT/zero-memory.md), hsdp-threads and hsdp-processes (the same with hybrid sharding, MLP and CNN, ranks as
-# threads or as processes, one call each; $OUT/hsdp-*.md): e.g. `run.sh bench zero`.
+# threads or as processes, one call each; $OUT/hsdp-*.md), serving (issue #34: the router with 8 worker threads, with 8
+# worker processes and ParallelInference, an MLP and a CNN, 3 reps; $OUT/serving-processes.md, < 6 minutes) and
+# serving-memory (the same at 8 models of which 4 MLPs of 20 M parameters, 1 rep, for the PSS table;
+# $OUT/serving-memory.md): e.g. `run.sh bench zero`.
 # Results: $OUT/scaling.csv (every run, labelled), $OUT/main.md, $OUT/log.txt, $OUT/machine.txt,
 # $OUT/symmem16.jfr, $OUT/allreduce.txt. Render a label's report here with
 #   java ... ScalingBench --render-from scaling.csv --label small --machine "..." --out report.md
@@ -60,6 +63,7 @@ bench() {
     case $step in
       main) main ;; small) small ;; omp1) omp1 ;; twocore) twocore ;; mpi) mpi ;; cnn) cnn ;; small16) small16 ;;
       zero1) zero1 ;; pipeline) pipeline ;; zero) zero ;; hsdp-threads) hsdp threads ;; hsdp-processes) hsdp processes ;;
+      serving) serving ;; serving-memory) serving_memory ;;
       *) echo "unknown step $step" | tee -a "$log" ;;
     esac
     echo "$step exit $? at ${SECONDS}s" | tee -a "$log"
@@ -122,6 +126,20 @@ hsdp() {
     --models mlp,cnn --placements "$1" --reps 1 --steps 20 --warmup-steps 5 \
     --out "$out/hsdp-$1.md" --raw "$out/hsdp-$1.csv" --commit "${COMMIT:-unknown}" \
     --command "bench/cpu-scaling/run.sh bench hsdp-$1" >> "$log" 2>&1
+}
+
+# Serving (issue #34): K = 8 worker threads, 8 worker JVMs (ProcessWorkers) and ParallelInference (BATCHED, 8 workers
+# per model), an MLP and a CNN, 32 closed-loop clients; the side JVMs inherit OMP_NUM_THREADS=1 and the flags above.
+serving() {
+  OMP_NUM_THREADS=1 timeout 560 "${java[@]}" org.symmem4j.benchmarks.ServingProcessBench --workers 8 --models 2 \
+    --clients 32 --seconds 8 --reps 3 > "$out/serving-processes.md" 2>&1
+}
+
+# The memory side of it: 8 models (4 MLPs of 784-4096-4096-10, 20 M parameters each, and 4 CNNs), 8 workers, short
+# windows: the PSS of the router and its 8 worker JVMs against one JVM with 8 x 8 ParallelInference copies.
+serving_memory() {
+  OMP_NUM_THREADS=1 timeout 560 "${java[@]}" org.symmem4j.benchmarks.ServingProcessBench --workers 8 --models 8 \
+    --mlp-hidden 4096 --clients 16 --seconds 2 --reps 1 --ring-mib 8 > "$out/serving-memory.md" 2>&1
 }
 
 pipeline() {

@@ -9,7 +9,10 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Function;
 
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
@@ -90,12 +93,7 @@ public final class ServingBench {
     }
 
     static MultiLayerConfiguration mlp(long seed) {
-        return new NeuralNetConfiguration.Builder().seed(seed).list()
-                .layer(new DenseLayer.Builder().nIn(784).nOut(256).activation(Activation.RELU).build())
-                .layer(new DenseLayer.Builder().nIn(256).nOut(256).activation(Activation.RELU).build())
-                .layer(new OutputLayer.Builder(LossFunctions.LossFunction.MCXENT).nIn(256).nOut(10)
-                        .activation(Activation.SOFTMAX).build())
-                .build();
+        return ServingProcessBench.mlp(256, seed);
     }
 
     static MultiLayerConfiguration cnn(long seed) {
@@ -206,21 +204,33 @@ public final class ServingBench {
 
     private static Cell closedLoop(Flags f, String model, String side, int workers, Function<INDArray, INDArray> call) {
         long[] example = model.equals("mlp") ? new long[] {1, 784} : new long[] {1, 1, 28, 28};
-        long warmupNanos = (long) (f.seconds * 0.25e9);
-        long measureNanos = (long) (f.seconds * 1e9);
+        return closedLoop(f.clients, f.seconds, example, model, side, workers, call);
+    }
+
+    /**
+     * {@code clients} closed-loop threads, each sending one request of shape {@code request} at a time through
+     * {@code call}, for a quarter of {@code seconds} (warm-up, not counted; at least until every client has had an
+     * answer, so that a model's first, slow, requests are never measured) and then {@code seconds} (measured).
+     */
+    static Cell closedLoop(int clients, double seconds, long[] request, String model, String side, int workers,
+                           Function<INDArray, INDArray> call) {
+        long[] example = request;
+        long warmupNanos = (long) (seconds * 0.25e9);
+        long measureNanos = (long) (seconds * 1e9);
         AtomicBoolean stop = new AtomicBoolean();
-        List<long[]> latencies = new ArrayList<>();
-        long[] counts = new long[f.clients];
-        long[] failures = new long[f.clients];
+        List<long[][]> latencies = new ArrayList<>(); // per client, grown as needed (its memory counts in PSS)
+        long[] counts = new long[clients];
+        long[] failures = new long[clients];
         List<Thread> threads = new ArrayList<>();
-        long start = System.nanoTime();
-        long measureFrom = start + warmupNanos;
-        for (int c = 0; c < f.clients; c++) {
+        CountDownLatch answered = new CountDownLatch(clients);
+        AtomicLong measureFromHolder = new AtomicLong(Long.MAX_VALUE);
+        for (int c = 0; c < clients; c++) {
             int client = c;
-            long[] mine = new long[1 << 20];
+            long[][] mine = {new long[4096]};
             latencies.add(mine);
             threads.add(Thread.ofPlatform().daemon().start(() -> {
                 INDArray x = Nd4j.rand(example);
+                boolean hadAnswer = false;
                 while (!stop.get()) {
                     long t0 = System.nanoTime();
                     try {
@@ -230,13 +240,27 @@ public final class ServingBench {
                         continue;
                     }
                     long t1 = System.nanoTime();
-                    if (t0 >= measureFrom && counts[client] < mine.length) {
-                        mine[(int) counts[client]++] = t1 - t0;
+                    if (!hadAnswer) {
+                        hadAnswer = true;
+                        answered.countDown();
+                    }
+                    if (t0 >= measureFromHolder.get()) {
+                        if (counts[client] == mine[0].length) {
+                            mine[0] = Arrays.copyOf(mine[0], 2 * mine[0].length);
+                        }
+                        mine[0][(int) counts[client]++] = t1 - t0;
                     }
                 }
             }));
         }
-        sleepNanos(warmupNanos + measureNanos);
+        sleepNanos(warmupNanos);
+        try {
+            answered.await(120, TimeUnit.SECONDS); // bounded: a side that never answers fails
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        measureFromHolder.set(System.nanoTime());
+        sleepNanos(measureNanos);
         stop.set(true);
         // bounded: a request a side never answers (ParallelInference loses one now and then under heavy load: its
         // client waits forever) must not stop the benchmark; such a client counts as one failure
@@ -259,14 +283,14 @@ public final class ServingBench {
         long total = Arrays.stream(counts).sum();
         long[] merged = new long[(int) total];
         int at = 0;
-        for (int c = 0; c < f.clients; c++) {
-            System.arraycopy(latencies.get(c), 0, merged, at, (int) counts[c]);
+        for (int c = 0; c < clients; c++) {
+            System.arraycopy(latencies.get(c)[0], 0, merged, at, (int) counts[c]);
             at += (int) counts[c];
         }
         Arrays.sort(merged);
         double p50 = merged.length == 0 ? Double.NaN : merged[merged.length / 2] / 1e3;
         double p99 = merged.length == 0 ? Double.NaN : merged[Math.min(merged.length - 1, (int) (merged.length * 0.99))] / 1e3;
-        Cell cell = new Cell(model, side, workers, total / f.seconds, p50, p99, Arrays.stream(failures).sum() + stuck);
+        Cell cell = new Cell(model, side, workers, total / seconds, p50, p99, Arrays.stream(failures).sum() + stuck);
         System.err.printf(Locale.ROOT, "%s %s workers=%d: %.0f req/s p50=%.0fus p99=%.0fus%n", model, side, workers,
                 cell.requestsPerSecond, p50, p99);
         return cell;
@@ -378,11 +402,17 @@ public final class ServingBench {
 
     /** {@return this process's proportional set size in KiB, from /proc/self/smaps_rollup} */
     static long pssKb() throws IOException {
-        for (String line : Files.readAllLines(Path.of("/proc/self/smaps_rollup"))) {
+        return pssKb("self");
+    }
+
+    /** {@return the proportional set size in KiB of process {@code pid} ("self" for this one), from its smaps_rollup} */
+    static long pssKb(String pid) throws IOException {
+        Path rollup = Path.of("/proc", pid, "smaps_rollup");
+        for (String line : Files.readAllLines(rollup)) {
             if (line.startsWith("Pss:")) {
                 return Long.parseLong(line.replaceAll("[^0-9]", ""));
             }
         }
-        throw new IOException("/proc/self/smaps_rollup has no Pss line");
+        throw new IOException(rollup + " has no Pss line, expected one (fix: run on Linux 4.14 or later)");
     }
 }

@@ -13,7 +13,7 @@ import org.nd4j.linalg.factory.Nd4j;
  * alignment assumed):
  *
  * <pre>
- *  BATCH  (router to worker)  id:long  version:long  model:str  kind:str  config:str  array
+ *  BATCH  (router to worker)  id:long  version:long  model:str  carried:int  [kind:str  config:str]  array
  *  OUTPUT (worker to router)  id:long  array
  *  ERROR  (worker to router)  id:long  message:str
  *  STOP   (router to worker)  (empty)
@@ -22,7 +22,9 @@ import org.nd4j.linalg.factory.Nd4j;
  *  array = dataType:str  rank:int  shape:long[rank]  elements in C order (length x dataType width bytes)
  * </pre>
  *
- * Both ends run the same build, so the data type travels as its enum name.
+ * A BATCH carries its version's network kind and configuration only when {@code carried} is 1: the first batch of
+ * a version to a worker, or the first after the worker dropped it ({@link WireConfigs}); with 0 the worker takes them
+ * from its cache. Both ends run the same build, so the data type travels as its enum name.
  */
 final class BatchWire {
 
@@ -37,23 +39,36 @@ final class BatchWire {
     private BatchWire() {
     }
 
-    /** A decoded batch. */
-    record Batch(long id, long version, String model, String kind, String config, INDArray features) {
+    /**
+     * A decoded batch.
+     *
+     * @param config the configuration it carried, or null when it refers to the worker's cached one
+     */
+    record Batch(long id, long version, String model, WireConfigs.Config config, INDArray features) {
     }
 
-    /** {@return the bytes of a BATCH message} */
-    static byte[] batch(long id, long version, String model, String kind, String config, INDArray features) {
+    /**
+     * {@return the bytes of a BATCH message}
+     *
+     * @param config the version's configuration to carry, or null to refer to the one the worker holds
+     */
+    static byte[] batch(long id, long version, String model, WireConfigs.Config config, INDArray features) {
         byte[] m = utf8(model);
-        byte[] k = utf8(kind);
-        byte[] c = utf8(config);
+        byte[] k = config == null ? new byte[0] : utf8(config.kind());
+        byte[] c = config == null ? new byte[0] : utf8(config.json());
         INDArray f = contiguous(features);
-        byte[] out = new byte[Math.toIntExact(16 + 12 + m.length + k.length + c.length + arrayBytes(f))];
+        long configBytes = config == null ? 0 : 8 + k.length + c.length;
+        byte[] out = new byte[Math.toIntExact(16 + 4 + m.length + 4 + configBytes + arrayBytes(f))];
         MemorySegment s = MemorySegment.ofArray(out);
         s.set(LONG, 0, id);
         s.set(LONG, 8, version);
         long at = putString(s, 16, m);
-        at = putString(s, at, k);
-        at = putString(s, at, c);
+        s.set(INT, at, config == null ? 0 : 1);
+        at += 4;
+        if (config != null) {
+            at = putString(s, at, k);
+            at = putString(s, at, c);
+        }
         putArray(s, at, f);
         return out;
     }
@@ -63,9 +78,17 @@ final class BatchWire {
         MemorySegment s = buffer.asSlice(offset, length);
         long[] at = {16};
         String model = getString(s, at);
-        String kind = getString(s, at);
-        String config = getString(s, at);
-        return new Batch(s.get(LONG, 0), s.get(LONG, 8), model, kind, config, getArray(s, at));
+        int carried = s.get(INT, at[0]);
+        at[0] += 4;
+        WireConfigs.Config config = null;
+        if (carried == 1) {
+            String kind = getString(s, at);
+            config = new WireConfigs.Config(kind, getString(s, at));
+        } else if (carried != 0) {
+            throw org.symmem4j.parallel.Invariants.violated("a BATCH message with carried=" + carried
+                    + ", expected 0 or 1");
+        }
+        return new Batch(s.get(LONG, 0), s.get(LONG, 8), model, config, getArray(s, at));
     }
 
     /** {@return the bytes of an OUTPUT message} */

@@ -64,6 +64,8 @@ public final class ProcessWorkers implements AutoCloseable {
         final SymmetricRingBuffer replies;
         /** Guarded by this: batches sent and not yet answered, by id. */
         final Map<Long, Dispatch> inFlight = new HashMap<>();
+        /** Guarded by this: the mirror of the configurations the worker holds, updated in its ring's order. */
+        final WireConfigs configs = new WireConfigs();
         /** Written under this; read without it by the reply thread (a stale true only polls once more). */
         volatile boolean alive = true;
         volatile long batches;
@@ -134,6 +136,7 @@ public final class ProcessWorkers implements AutoCloseable {
     private final int ringCapacity;
     private final AtomicLong ids = new AtomicLong();
     private final AtomicLong turn = new AtomicLong();
+    private final AtomicLong configsCarried = new AtomicLong();
     private final Thread replyThread;
     private volatile boolean stopReplies;
     private volatile Throwable replyFailure;
@@ -192,15 +195,12 @@ public final class ProcessWorkers implements AutoCloseable {
      */
     Dispatch submit(String model, ServedVersion served, INDArray features) {
         long id = ids.incrementAndGet();
-        byte[] message = BatchWire.batch(id, served.version, model, served.spec.kind(), served.spec.configJson(),
-                features);
+        String key = org.symmem4j.serving.weights.SharedWeights.key(model, served.version);
+        WireConfigs.Config config = new WireConfigs.Config(served.spec.kind(), served.spec.configJson());
+        byte[] referring = BatchWire.batch(id, served.version, model, null, features); // the usual message
+        byte[] carrying = null; // made when a worker first needs this version's configuration
         int maxPayload = workers.get(0).requests.maxPayload();
-        if (message.length > maxPayload) {
-            throw new ServingException(Kind.FAILED, "model '" + model + "' batch of rows=" + features.size(0)
-                    + " takes bytes=" + message.length + " on the ring, more than its maxPayload=" + maxPayload
-                    + " (ringCapacity=" + ringCapacity + "; fix: create ProcessWorkers with ringCapacity >= "
-                    + Integer.highestOneBit(message.length * 8 + 64) * 2 + ", or lower RouterOptions.maxBatch)");
-        }
+        checkFits(model, features, referring.length, maxPayload);
         List<Worker> order = new ArrayList<>(workers);
         java.util.Collections.rotate(order, (int) (turn.getAndIncrement() % order.size()));
         Map<Worker, Integer> loads = new HashMap<>(); // read once: other threads change them while this one sorts
@@ -210,14 +210,23 @@ public final class ProcessWorkers implements AutoCloseable {
         order.sort(Comparator.comparingInt(loads::get)); // stable: round robin among equally loaded workers
         boolean anyAlive = false;
         for (Worker w : order) {
-            synchronized (w) {
+            synchronized (w) { // the mirror changes in the order the ring takes the messages
                 if (!w.alive) {
                     continue;
                 }
                 anyAlive = true;
+                boolean carry = w.configs.mustCarry(key, config);
+                if (carry && carrying == null) {
+                    carrying = BatchWire.batch(id, served.version, model, config, features);
+                    checkFits(model, features, carrying.length, maxPayload);
+                }
                 Dispatch d = new Dispatch(served, w.rank);
                 w.inFlight.put(id, d); // before the offer: the reply may come before offer returns
-                if (w.requests.offer(BatchWire.BATCH, message)) {
+                if (w.requests.offer(BatchWire.BATCH, carry ? carrying : referring)) {
+                    w.configs.sent(key, config, carry);
+                    if (carry) {
+                        configsCarried.incrementAndGet();
+                    }
                     return d;
                 }
                 w.inFlight.remove(id);
@@ -231,6 +240,23 @@ public final class ProcessWorkers implements AutoCloseable {
         throw new ServingException(Kind.OVERLOADED, "model '" + model + "' is overloaded: the request ring of every"
                 + " live worker process (ranks " + liveWorkers() + ", ringCapacity=" + ringCapacity + ") is full (fix:"
                 + " retry later, or start more worker processes, or create ProcessWorkers with a larger ringCapacity)");
+    }
+
+    private void checkFits(String model, INDArray features, int bytes, int maxPayload) {
+        if (bytes > maxPayload) {
+            throw new ServingException(Kind.FAILED, "model '" + model + "' batch of rows=" + features.size(0)
+                    + " takes bytes=" + bytes + " on the ring, more than its maxPayload=" + maxPayload
+                    + " (ringCapacity=" + ringCapacity + "; fix: create ProcessWorkers with ringCapacity >= "
+                    + Integer.highestOneBit(bytes * 8 + 64) * 2 + ", or lower RouterOptions.maxBatch)");
+        }
+    }
+
+    /**
+     * {@return the batches sent with their version's configuration: one per version and worker, unless a worker
+     * dropped a configuration it held (more than {@value WireConfigs#CAPACITY} versions since its last use)}
+     */
+    long configurationsCarried() {
+        return configsCarried.get();
     }
 
     private int load(Worker w) {
@@ -327,6 +353,7 @@ public final class ProcessWorkers implements AutoCloseable {
             note = w.deathNote;
             lost = new ArrayList<>(w.inFlight.values());
             w.inFlight.clear();
+            w.configs.clear(); // its cache died with it
         }
         for (Dispatch d : lost) {
             d.finish(null, new ServingException(Kind.FAILED, note + " with this batch of version="

@@ -23,8 +23,10 @@ import org.symmem4j.state.SymmetricRingBuffer;
  * }
  * }</pre>
  *
- * The network of each version is built once, from the configuration the batch carries, over the version's shared
- * parameters, and kept for the next batches of that version (the {@value #KEPT_NETWORKS} most recently used). A
+ * The network of each version is built once, from the version's configuration, over the version's shared
+ * parameters, and kept for the next batches of that version (the {@value #KEPT_NETWORKS} most recently used). The
+ * configuration travels once per version: the first batch of a version to this worker carries it, later ones refer
+ * to the copy this worker keeps ({@link WireConfigs}, the router mirrors it). A
  * version is read only between taking a batch and putting its reply: the router holds the version for the batch
  * until the reply arrives (or this process is gone), so the owner never frees memory a worker reads. A network that
  * fails answers an error message, which the router hands to the batch's requests; the worker goes on.
@@ -55,6 +57,7 @@ public final class WorkerProcess {
             return size() > KEPT_NETWORKS;
         }
     };
+    private final WireConfigs configs = new WireConfigs();
     private boolean stopped;
     private long batches;
 
@@ -133,11 +136,16 @@ public final class WorkerProcess {
                     + " type=" + type + ", expected BATCH or STOP");
         }
         BatchWire.Batch b = BatchWire.readBatch(buffer, offset, length); // copies the features out of the ring
+        String key = SharedWeights.key(b.model(), b.version());
+        if (b.config() != null && configs.mustCarry(key, b.config())) {
+            networks.remove(key); // another router reuses this version number for another configuration
+        }
+        WireConfigs.Config config = configs.received(key, b.config()); // in ring order, as the router's mirror
         byte[] reply;
         int replyType = BatchWire.OUTPUT;
         try {
             listener.beforeBatch(b.model(), b.version(), b.features().size(0));
-            INDArray out = network(b).output(b.features());
+            INDArray out = network(b, key, config).output(b.features());
             reply = BatchWire.output(b.id(), out);
             batches++;
             if (reply.length > replies.maxPayload()) {
@@ -154,8 +162,7 @@ public final class WorkerProcess {
         replies.put(replyType, reply); // waits (bounded) while the router's reply thread catches up
     }
 
-    private ModelSpec.Network network(BatchWire.Batch b) {
-        String key = SharedWeights.key(b.model(), b.version());
+    private ModelSpec.Network network(BatchWire.Batch b, String key, WireConfigs.Config config) {
         ModelSpec.Network net = networks.get(key);
         if (net == null) {
             MemorySegment params = weights.open(b.model(), b.version());
@@ -164,7 +171,7 @@ public final class WorkerProcess {
                         + " router to hold it for this batch; fix: report this as a bug)");
             }
             long[] shape = b.features().shape();
-            net = ModelSpec.fromJson(b.kind(), b.config(), java.util.Arrays.copyOfRange(shape, 1, shape.length))
+            net = ModelSpec.fromJson(config.kind(), config.json(), java.util.Arrays.copyOfRange(shape, 1, shape.length))
                     .networkOver(params);
             networks.put(key, net);
         }

@@ -7,6 +7,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
@@ -18,6 +20,8 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.junit.jupiter.api.Test;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.indexing.INDArrayIndex;
+import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.serving.ServingException.Kind;
@@ -26,9 +30,10 @@ import org.symmem4j.serving.weights.SharedNetworks;
 import org.symmem4j.serving.weights.SharedWeights;
 
 /**
- * The worker-process path with its worker on a thread (a group of 2 ranks in one JVM, the same rings): a worker
+ * The worker-process path with its workers on threads (a group of ranks in one JVM, the same rings): a worker
  * whose request ring is full makes the router answer OVERLOADED, as a full queue does on the thread path, and the
- * batches the ring took are still answered.
+ * batches the ring took are still answered; a version's configuration travels once per worker through hot swap,
+ * rollback and undeploy.
  */
 class ProcessWorkersRingTest {
 
@@ -53,10 +58,11 @@ class ProcessWorkersRingTest {
             }
         });
         Group g = world.join(0);
-        INDArray inputs = Nets.features(3, 12, 8);
+        INDArray inputs = Nets.features(3, 64, 8);
         MultiLayerNetwork owner = Nets.owning(Nets.mlp(4));
         SimpleMeterRegistry registry = new SimpleMeterRegistry();
-        RouterOptions options = RouterOptions.defaults().withWorkers(32).withBatching(1, Duration.ZERO)
+        // requests of 48 rows (1.6 KB on the ring) and 64 router threads: more bytes in flight than the ring holds
+        RouterOptions options = RouterOptions.defaults().withWorkers(64).withBatching(48, Duration.ZERO)
                 .withRequestTimeout(Duration.ofSeconds(60));
         try (SharedWeights weights = SharedWeights.create(g, 0, 1 << 20, 8);
              ProcessWorkers workers = ProcessWorkers.create(g, ring);
@@ -67,11 +73,11 @@ class ProcessWorkersRingTest {
             assertTrue(custom.getMessage().contains("cannot run in worker processes"), custom.getMessage());
             router.deploy("m", owner, 8);
             List<CompletableFuture<Prediction>> answers = new ArrayList<>();
-            answers.add(router.predict("m", inputs.getRow(0, true).dup()));
+            answers.add(router.predict("m", rows(inputs, 0, 48)));
             assertTrue(entered.await(60, TimeUnit.SECONDS), "the worker took the first batch");
             ServingException overloaded = null;
             for (int i = 1; i < 400 && overloaded == null; i++) {
-                CompletableFuture<Prediction> f = router.predict("m", inputs.getRow(i % 12, true).dup());
+                CompletableFuture<Prediction> f = router.predict("m", rows(inputs, i % 16, 48));
                 answers.add(f);
                 for (CompletableFuture<Prediction> a : answers) {
                     if (a.isCompletedExceptionally()) {
@@ -91,7 +97,7 @@ class ProcessWorkersRingTest {
             for (int i = 0; i < answers.size(); i++) {
                 try {
                     Prediction p = answers.get(i).get(60, TimeUnit.SECONDS);
-                    INDArray x = inputs.getRow(i % 12, true).dup();
+                    INDArray x = rows(inputs, i % 16, 48);
                     assertEquals(owner.output(x), p.output(), "request " + i);
                     answered++;
                 } catch (ExecutionException e) {
@@ -104,5 +110,80 @@ class ProcessWorkersRingTest {
         }
         worker.join(60_000);
         assertTrue(served.get() > 1, "worker ran batches=" + served.get());
+    }
+
+    @Test
+    void aVersionsConfigurationTravelsOncePerWorkerThroughSwapRollbackAndUndeploy() throws Exception {
+        int ranks = 3;
+        InJvmWorld world = InJvmWorld.create(ranks);
+        int ring = 1 << 18;
+        Set<String> firstBatches = ConcurrentHashMap.newKeySet(); // (worker rank, model@version) that ran a batch
+        List<Thread> threads = new ArrayList<>();
+        for (int r = 1; r < ranks; r++) {
+            int rank = r;
+            threads.add(Thread.ofPlatform().start(() -> {
+                Group g = world.join(rank);
+                try (SharedWeights weights = SharedWeights.create(g, 0, 1 << 20, 8)) {
+                    WorkerProcess.serve(g, weights, 0, ring, (model, version, rows) ->
+                            firstBatches.add(rank + ":" + model + "@" + version));
+                }
+            }));
+        }
+        Group g = world.join(0);
+        INDArray inputs = Nets.features(5, 12, 8);
+        INDArray images = Nets.features(6, 12, 1, 8, 8);
+        MultiLayerNetwork a1 = Nets.owning(Nets.mlp(1));
+        MultiLayerNetwork a2 = Nets.owning(Nets.mlp(2));
+        MultiLayerNetwork b1 = Nets.owning(Nets.cnn(3));
+        RouterOptions options = RouterOptions.defaults().withWorkers(4).withBatching(4, Duration.ZERO)
+                .withRequestTimeout(Duration.ofSeconds(60));
+        try (SharedWeights weights = SharedWeights.create(g, 0, 1 << 20, 8);
+             ProcessWorkers workers = ProcessWorkers.create(g, ring);
+             ModelRouter router = new ModelRouter(weights, options, null, workers)) {
+            router.deploy("a", a1, 8);
+            router.deploy("b", b1, 1, 8, 8);
+            expectAnswers(router, "a", 1, a1, inputs);
+            expectAnswers(router, "b", 1, b1, images);
+            router.deploy("a", a2, 8); // hot swap: version 2 is new to every worker
+            expectAnswers(router, "a", 2, a2, inputs);
+            assertEquals(1, router.rollback("a")); // version 1 again: the workers still hold its configuration
+            expectAnswers(router, "a", 1, a1, inputs);
+            router.undeploy("b").get(60, TimeUnit.SECONDS);
+            router.deploy("b", b1, 1, 8, 8); // version 2 of b (the numbers go on), same network
+            expectAnswers(router, "b", 2, b1, images);
+            assertEquals(firstBatches.size(), workers.configurationsCarried(),
+                    "one configuration per (worker, version) that ran a batch: " + firstBatches);
+            assertTrue(firstBatches.size() >= 4, "every version ran: " + firstBatches);
+            assertTrue(firstBatches.size() <= 2 * 4, "4 versions on 2 workers: " + firstBatches);
+        }
+        for (Thread t : threads) {
+            t.join(60_000);
+        }
+    }
+
+    /** Sends 24 one-row requests, 8 at a time (batched), and checks each answer against the owner's network. */
+    private static void expectAnswers(ModelRouter router, String model, long version, MultiLayerNetwork owner,
+                                      INDArray inputs) throws Exception {
+        for (int round = 0; round < 3; round++) {
+            List<CompletableFuture<Prediction>> answers = new ArrayList<>();
+            for (int i = 0; i < 8; i++) {
+                answers.add(router.predict(model, rows(inputs, i + round, 1)));
+            }
+            for (int i = 0; i < 8; i++) {
+                Prediction p = answers.get(i).get(60, TimeUnit.SECONDS);
+                assertEquals(version, p.version(), model + " request " + i);
+                INDArray expected = owner.output(rows(inputs, i + round, 1));
+                assertTrue(expected.equalsWithEps(p.output(), 1e-5), model + " request " + i + ": " + p.output()
+                        + " expected " + expected);
+            }
+        }
+    }
+
+    /** {@return rows [from, from + n) of {@code a}, any rank, as a new array} */
+    private static INDArray rows(INDArray a, int from, int n) {
+        INDArrayIndex[] at = new INDArrayIndex[a.rank()];
+        java.util.Arrays.fill(at, NDArrayIndex.all());
+        at[0] = NDArrayIndex.interval(from, from + n);
+        return a.get(at).dup();
     }
 }
