@@ -49,9 +49,14 @@ class ZeroBubblePipelineTest {
 
     private static Run train(MultiLayerNetwork network, PipelineSchedule schedule, int ranks, int microbatches,
                              List<DataSet> data) {
+        return train(network, schedule, ranks, 1, microbatches, data);
+    }
+
+    private static Run train(MultiLayerNetwork network, PipelineSchedule schedule, int ranks, int dataParallel,
+                             int microbatches, List<DataSet> data) {
         List<Double> losses = new ArrayList<>();
         try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(network).ranks(ranks)
-                .microbatches(microbatches).schedule(schedule).build()) {
+                .dataParallel(dataParallel).microbatches(microbatches).schedule(schedule).build()) {
             for (DataSet batch : data) {
                 trainer.fit(batch);
                 losses.add(trainer.lastStep().loss());
@@ -136,6 +141,17 @@ class ZeroBubblePipelineTest {
             s.weightGradient(d);
         }
         assertTrue(PipelineNets.bitwiseEqual(expected, net.getGradientsViewArray()), "weight pass gradient vs unsplit");
+    }
+
+    /** DP x PP: two replicas of a 2-rank ZB-H1 pipeline, their gradients summed at the step, bitwise 1F1B's. */
+    @Test
+    void dataParallelReplicasEqualOneFOneBBitwise() {
+        MultiLayerNetwork base = PipelineNets.mlp(new Adam(0.01), 1e-3, DataType.DOUBLE);
+        List<DataSet> data = PipelineNets.batches(13, 3, BATCH, DataType.DOUBLE);
+        Run zb = train(base.clone(), PipelineSchedule.ZERO_BUBBLE_H1, 2, 2, 4, data);
+        Run oneFOneB = train(base.clone(), PipelineSchedule.ONE_F_ONE_B, 2, 2, 4, data);
+        PipelineNets.assertSameState(oneFOneB.network(), zb.network(), "dp=2 ZB-H1 against dp=2 1F1B");
+        assertEquals(oneFOneB.losses(), zb.losses(), "losses");
     }
 
     /** Dropout on dense inputs, a DropoutLayer and noise on the output layer's input: each microbatch's masks reused. */
