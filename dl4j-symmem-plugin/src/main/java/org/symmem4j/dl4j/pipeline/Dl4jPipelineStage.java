@@ -50,6 +50,11 @@ import org.symmem4j.pipeline.exec.StageCompute;
  * where DL4J computes the loss. Masks reach the stage as {@link StepPlan#inputMasks()}; messages are
  * row-major arrays whose shapes the plan gives ({@link Messages}).
  *
+ * <p><b>Split backward (ZB-H1).</b> {@link #backwardInput} and {@link #backwardWeight} split the backward for
+ * {@link PipelineSchedule#ZERO_BUBBLE_H1}: the stage's dense and output layers become {@link SplitBackward}'s, which
+ * leave {@code dW} and {@code db} to the weight pass; each layer's gradient joins the step's sum when it is computed,
+ * in microbatch order, so the step equals 1F1B's bitwise.
+ *
  * <p>Call {@link #beginStep} before every step; then the executor calls forward and backward for every
  * microbatch and {@link #step()} once, all on one thread.
  */

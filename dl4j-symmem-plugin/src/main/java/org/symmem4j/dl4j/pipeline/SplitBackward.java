@@ -48,17 +48,42 @@ final class SplitBackward {
     record Deferred(INDArray input, INDArray delta) {
     }
 
+    /** Whether a split layer defers, and what its last deferred backward kept. */
+    static final class DeferredSlot {
+        private boolean deferring;
+        private Deferred kept;
+    }
+
     /** A layer whose backward splits: DL4J's, with its weight gradient deferred while {@link #defer} is on. */
     interface Splittable {
+
+        /** The layer's deferring state. */
+        DeferredSlot slot();
 
         /**
          * Turns deferring on or off: on, {@code backpropGradient} computes the input gradient only and keeps what the
          * weight gradient needs ({@link #takeDeferred}); off, it is DL4J's.
          */
-        void defer(boolean on);
+        default void defer(boolean on) {
+            slot().deferring = on;
+        }
+
+        /** Whether the next backward defers its weight gradient. */
+        default boolean deferring() {
+            return slot().deferring;
+        }
+
+        /** Keeps what the weight half needs, until {@link #takeDeferred}. */
+        default void keep(Deferred deferred) {
+            slot().kept = deferred;
+        }
 
         /** What the last deferred backward kept, handed over once; null when none is held. */
-        Deferred takeDeferred();
+        default Deferred takeDeferred() {
+            Deferred d = slot().kept;
+            slot().kept = null;
+            return d;
+        }
 
         /** The weight half of a deferred backward: {@code dW} and {@code db} into the layer's gradient views. */
         void weightGradient(Deferred deferred);
@@ -139,28 +164,20 @@ final class SplitBackward {
     /** DL4J's dense layer; deferring, {@code BaseLayer.backpropGradient} without its weight gradient. */
     static final class Dense extends org.deeplearning4j.nn.layers.feedforward.dense.DenseLayer implements Splittable {
 
-        private boolean deferring;
-        private Deferred deferred;
+        private final DeferredSlot slot = new DeferredSlot();
 
         Dense(NeuralNetConfiguration conf, org.nd4j.linalg.api.buffer.DataType dataType) {
             super(conf, dataType);
         }
 
         @Override
-        public void defer(boolean on) {
-            deferring = on;
-        }
-
-        @Override
-        public Deferred takeDeferred() {
-            Deferred d = deferred;
-            deferred = null;
-            return d;
+        public DeferredSlot slot() {
+            return slot;
         }
 
         @Override
         public Pair<Gradient, INDArray> backpropGradient(INDArray epsilon, LayerWorkspaceMgr workspaceMgr) {
-            if (!deferring) {
+            if (!deferring()) {
                 return super.backpropGradient(epsilon, workspaceMgr);
             }
             // BaseLayer.backpropGradient of DL4J 1.0.0-M2.1, in its order, the weight gradient left out
@@ -182,7 +199,7 @@ final class SplitBackward {
                     gradientViews.get(DefaultParamInitializer.WEIGHT_KEY));
             weightNoiseParams.clear();
             epsilonNext = backpropDropOutIfPresent(epsilonNext);
-            deferred = new Deferred(input, delta);
+            keep(new Deferred(input, delta));
             return new Pair<>(ret, epsilonNext);
         }
 
@@ -199,28 +216,20 @@ final class SplitBackward {
     /** DL4J's output layer; deferring, {@code BaseOutputLayer.backpropGradient} without its weight gradient. */
     static final class Output extends org.deeplearning4j.nn.layers.OutputLayer implements Splittable {
 
-        private boolean deferring;
-        private Deferred deferred;
+        private final DeferredSlot slot = new DeferredSlot();
 
         Output(NeuralNetConfiguration conf, org.nd4j.linalg.api.buffer.DataType dataType) {
             super(conf, dataType);
         }
 
         @Override
-        public void defer(boolean on) {
-            deferring = on;
-        }
-
-        @Override
-        public Deferred takeDeferred() {
-            Deferred d = deferred;
-            deferred = null;
-            return d;
+        public DeferredSlot slot() {
+            return slot;
         }
 
         @Override
         public Pair<Gradient, INDArray> backpropGradient(INDArray epsilon, LayerWorkspaceMgr workspaceMgr) {
-            if (!deferring) {
+            if (!deferring()) {
                 return super.backpropGradient(epsilon, workspaceMgr);
             }
             // BaseOutputLayer.backpropGradient and getGradientsAndDelta of DL4J 1.0.0-M2.1, the weight gradient left out
@@ -242,7 +251,7 @@ final class SplitBackward {
                     new long[]{w.size(0), delta.size(0)}, 'f');
             epsilonNext = w.mmuli(delta.transpose(), epsilonNext).transpose();
             epsilonNext = backpropDropOutIfPresent(epsilonNext);
-            deferred = new Deferred(input, delta);
+            keep(new Deferred(input, delta));
             return new Pair<>(gradient, epsilonNext);
         }
 
