@@ -58,7 +58,7 @@ import picocli.CommandLine.Option;
  * <pre>
  *   PipelineBench [--ranks 2,4,8] [--microbatches-per-rank 4] [--batch-per-microbatch 128] [--hidden 512]
  *                 [--layers 8] [--steps 40] [--warmup 10] [--reps 3] [--threads 1]
- *                 [--schedules 1f1b,interleaved] [--splits params,time] [--out FILE] [--raw FILE.csv] [--commit C]
+ *                 [--schedules 1f1b,interleaved,gpipe,zb-h1] [--splits params,time] [--out FILE] [--raw FILE.csv] [--commit C]
  *                 [--command TEXT] [--machine TEXT]
  * </pre>
  */
@@ -92,7 +92,7 @@ public final class PipelineBench {
         int reps = 3;
         @Option(names = "--threads", paramLabel = "T", description = "ND4J threads per rank and for the single model")
         int threads = 1;
-        @Option(names = "--schedules", paramLabel = "SCHEDULE", split = ",", description = "schedules: 1f1b, interleaved, gpipe")
+        @Option(names = "--schedules", paramLabel = "SCHEDULE", split = ",", description = "schedules: 1f1b, interleaved, gpipe, zb-h1")
         List<String> schedules = new ArrayList<>(List.of("1f1b", "interleaved"));
         @Option(names = "--splits", paramLabel = "SPLIT", split = ",", description = "how stages are balanced: params, time")
         List<String> splits = new ArrayList<>(List.of("params", "time"));
@@ -125,8 +125,9 @@ public final class PipelineBench {
                 case "1f1b" -> PipelineSchedule.ONE_F_ONE_B;
                 case "interleaved" -> PipelineSchedule.INTERLEAVED;
                 case "gpipe" -> PipelineSchedule.GPIPE;
+                case "zb-h1" -> PipelineSchedule.ZERO_BUBBLE_H1;
                 default -> throw new IllegalArgumentException("--schedules: unknown schedule=" + s
-                        + " expected 1f1b, interleaved or gpipe");
+                        + " expected 1f1b, interleaved, gpipe or zb-h1");
             }).toList();
             List<String> splits = f.splits.stream().map(String::trim).toList();
             for (String s : splits) {
@@ -332,6 +333,7 @@ public final class PipelineBench {
             case GPIPE -> ScheduleGenerators.gpipe(config.ranks(), microbatches);
             case ONE_F_ONE_B -> ScheduleGenerators.oneFOneB(config.ranks(), microbatches);
             case INTERLEAVED -> ScheduleGenerators.interleavedOneFOneB(config.ranks(), microbatches, config.stagesPerRank());
+            case ZERO_BUBBLE_H1 -> ScheduleGenerators.zeroBubbleH1(config.ranks(), microbatches);
         };
     }
 

@@ -19,6 +19,7 @@ import org.nd4j.common.primitives.Pair;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
+import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.dl4j.tensor.TensorParallel;
@@ -48,6 +49,11 @@ import org.symmem4j.pipeline.exec.StageCompute;
  * ({@link LayerSupport}). The last stage keeps only its input and runs its forward inside backward,
  * where DL4J computes the loss. Masks reach the stage as {@link StepPlan#inputMasks()}; messages are
  * row-major arrays whose shapes the plan gives ({@link Messages}).
+ *
+ * <p><b>Split backward (ZB-H1).</b> {@link #backwardInput} and {@link #backwardWeight} split the backward for
+ * {@link PipelineSchedule#ZERO_BUBBLE_H1}: the stage's dense and output layers become {@link SplitBackward}'s, which
+ * leave {@code dW} and {@code db} to the weight pass; each layer's gradient joins the step's sum when it is computed,
+ * in microbatch order, so the step equals 1F1B's bitwise.
  *
  * <p>Call {@link #beginStep} before every step; then the executor calls forward and backward for every
  * microbatch and {@link #step()} once, all on one thread.
@@ -83,6 +89,13 @@ public final class Dl4jPipelineStage implements StageCompute {
     /** By microbatch and layer: each layer's input (after its preprocessor), from forward until backward. */
     private INDArray[][] layerInputs = new INDArray[0][];
     private int backwardsThisStep;
+    /** By layer: how many microbatches' gradients of the layer the step's gradient holds. */
+    private int[] layerSums = new int[0];
+    /** By layer, once the stage ran an input-gradient pass: the split implementation in DL4J's place, or null. */
+    private SplitBackward.Splittable[] splits;
+    /** By microbatch and layer: what the weight-gradient pass needs, from the input-gradient pass until it runs. */
+    private SplitBackward.Deferred[][] deferred = new SplitBackward.Deferred[0][];
+    private long weightPasses;
     /** The gradient DL4J's backprop returned: per-parameter views of the flat gradient view, which the updater expects. */
     private Gradient gradientViews;
     /** The last array handed out as a message: keeps its memory alive until the next call. */
@@ -219,7 +232,9 @@ public final class Dl4jPipelineStage implements StageCompute {
         if (stageInputs.length != count) {
             stageInputs = new INDArray[count];
             layerInputs = new INDArray[count][];
+            deferred = new SplitBackward.Deferred[count][];
         }
+        layerSums = new int[layers.length];
         for (BatchNormRunningStats bn : batchNorms) {
             bn.beginStep(count);
         }
@@ -268,6 +283,104 @@ public final class Dl4jPipelineStage implements StageCompute {
     @Override
     public MemorySegment backward(int microbatch, MemorySegment outputGradient) {
         requireStep(microbatch, "backward");
+        Pair<Gradient, INDArray> result = backprop(microbatch, outputGradient);
+        accumulate(null);
+        return finishBackward(microbatch, result);
+    }
+
+    /**
+     * The input-gradient half of the backward ({@link PipelineSchedule#ZERO_BUBBLE_H1}): DL4J's backward with the
+     * weight gradients of the layers that split ({@link SplitBackward}) left for {@link #backwardWeight}, which
+     * gets what they need (each one's input and {@code dZ}). Layers that do not split run their whole backward here;
+     * their gradients are accumulated now.
+     */
+    @Override
+    public MemorySegment backwardInput(int microbatch, MemorySegment outputGradient) {
+        requireStep(microbatch, "input-gradient");
+        if (splits == null) {
+            installSplit();
+        }
+        if (deferred[microbatch] != null) {
+            throw Invariants.violated("stage " + stage + " got the input gradient of microbatch " + microbatch
+                    + " twice before its weight gradient");
+        }
+        Pair<Gradient, INDArray> result;
+        setDeferring(true);
+        try {
+            result = backprop(microbatch, outputGradient);
+        } finally {
+            setDeferring(false);
+        }
+        SplitBackward.Deferred[] kept = new SplitBackward.Deferred[layers.length];
+        boolean[] now = new boolean[layers.length];
+        for (int i = 0; i < layers.length; i++) {
+            if (splits[i] == null) {
+                now[i] = true;
+            } else if ((kept[i] = splits[i].takeDeferred()) == null) {
+                throw Invariants.violated("stage " + stage + " layer " + i + " kept nothing for its weight gradient"
+                        + " in the input-gradient pass of microbatch " + microbatch);
+            }
+        }
+        deferred[microbatch] = kept;
+        accumulate(now);
+        return finishBackward(microbatch, result);
+    }
+
+    /**
+     * The weight-gradient half ({@link PipelineSchedule#ZERO_BUBBLE_H1}): {@code dW = inputᵀ · dZ} and
+     * {@code db = sum(dZ)} of every split layer from what {@link #backwardInput} kept, into the gradient views DL4J's
+     * backward writes, then added to the step's gradient.
+     */
+    @Override
+    public void backwardWeight(int microbatch) {
+        requireStep(microbatch, "weight-gradient");
+        SplitBackward.Deferred[] kept = deferred[microbatch];
+        if (kept == null) {
+            throw Invariants.violated("stage " + stage + " got the weight gradient of microbatch " + microbatch
+                    + " before its input gradient (or twice): the schedule must run I before W");
+        }
+        deferred[microbatch] = null;
+        boolean[] now = new boolean[layers.length];
+        for (int i = 0; i < layers.length; i++) {
+            if (kept[i] != null) {
+                splits[i].weightGradient(kept[i]);
+                now[i] = true;
+            }
+        }
+        accumulate(now);
+        weightPasses++;
+    }
+
+    /**
+     * How many weight-gradient passes ({@link #backwardWeight}) this stage has run since it was made: each computed its
+     * split layers' weight gradients apart from the input gradient.
+     */
+    long weightPasses() {
+        return weightPasses;
+    }
+
+    /** Puts the split layers in place of DL4J's (in the network's layer array, which this stage shares). */
+    private void installSplit() {
+        splits = new SplitBackward.Splittable[layers.length];
+        for (int i = 0; i < layers.length; i++) {
+            Layer split = SplitBackward.splitOf(layers[i]);
+            if (split != null) {
+                layers[i] = split;
+                splits[i] = (SplitBackward.Splittable) split;
+            }
+        }
+    }
+
+    private void setDeferring(boolean on) {
+        for (SplitBackward.Splittable s : splits) {
+            if (s != null) {
+                s.defer(on);
+            }
+        }
+    }
+
+    /** DL4J's backward of the microbatch (each split layer's as {@link SplitBackward} sets it), with the gradient views filled. */
+    private Pair<Gradient, INDArray> backprop(int microbatch, MemorySegment outputGradient) {
         INDArray x = stageInputs[microbatch];
         if (x == null) {
             throw Invariants.violated("stage " + stage + " got the backward of microbatch " + microbatch
@@ -308,14 +421,54 @@ public final class Dl4jPipelineStage implements StageCompute {
         for (BatchNormRunningStats bn : batchNorms) {
             bn.record(microbatch);
         }
-        if (accumulatedGradient != null) {
-            INDArray gradient = network.getGradientsViewArray();
-            if (backwardsThisStep == 0) {
+        return result;
+    }
+
+    /**
+     * Adds the gradient views of the layers {@code which} marks (every layer: null) to the step's gradient: the
+     * first microbatch's assigned, the later ones added, element by element, as one backward's whole view would be.
+     */
+    private void accumulate(boolean[] which) {
+        if (accumulatedGradient == null) {
+            return;
+        }
+        INDArray gradient = network.getGradientsViewArray();
+        boolean aligned = which == null;
+        for (int i = 1; aligned && i < layerSums.length; i++) {
+            aligned = layerSums[i] == layerSums[0];
+        }
+        if (aligned) {
+            // every layer has the same microbatches summed: the whole view at once
+            if (layerSums[0] == 0) {
                 accumulatedGradient.assign(gradient);
             } else {
                 accumulatedGradient.addi(gradient);
             }
+            for (int i = 0; i < layerSums.length; i++) {
+                layerSums[i]++;
+            }
+            return;
         }
+        long offset = 0;
+        for (int i = 0; i < layers.length; i++) {
+            long n = layers[i].numParams();
+            if ((which == null || which[i]) && n > 0) {
+                INDArray sum = accumulatedGradient.get(NDArrayIndex.all(), NDArrayIndex.interval(offset, offset + n));
+                INDArray g = gradient.get(NDArrayIndex.all(), NDArrayIndex.interval(offset, offset + n));
+                if (layerSums[i] == 0) {
+                    sum.assign(g);
+                } else {
+                    sum.addi(g);
+                }
+            }
+            if (which == null || which[i]) {
+                layerSums[i]++;
+            }
+            offset += n;
+        }
+    }
+
+    private MemorySegment finishBackward(int microbatch, Pair<Gradient, INDArray> result) {
         backwardsThisStep++;
         gradientViews = result.getFirst();
         stageInputs[microbatch] = null;
@@ -340,6 +493,12 @@ public final class Dl4jPipelineStage implements StageCompute {
         if (plan == null || backwardsThisStep != plan.batch().count()) {
             throw Invariants.violated("stage " + stage + " stepped after " + backwardsThisStep + " backward passes"
                     + " expected=" + (plan == null ? "beginStep() first" : plan.batch().count() + " (one per microbatch)"));
+        }
+        for (int k = 0; k < deferred.length; k++) {
+            if (deferred[k] != null) {
+                throw Invariants.violated("stage " + stage + " stepped before the weight gradient of microbatch " + k
+                        + " (its input gradient ran): the schedule must run every W before the step");
+            }
         }
         // DL4J's score counts regularization at the parameters the gradient was computed at
         regularizationScore = tensorParallelRank < 0 ? network.calcRegularizationScore(true)
@@ -377,6 +536,7 @@ public final class Dl4jPipelineStage implements StageCompute {
         network.setIterationCount(iteration + 1);
         network.applyConstraints(iteration + 1, epoch);
         backwardsThisStep = 0;
+        layerSums = new int[layers.length];
         message = null;
     }
 

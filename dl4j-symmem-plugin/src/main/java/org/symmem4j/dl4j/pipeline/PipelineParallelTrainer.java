@@ -152,6 +152,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private final boolean syncBatchNorm;
     private final PipelineSchedule scheduleKind;
     private final Schedule schedule;
+    private final List<String> unsplitBackwardLayers;
     private final PipelineShape shape;
     private final int linkSlots;
     private final Duration timeout;
@@ -189,6 +190,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.runTimeline = o.timelineSteps() > 0 ? new RunTimeline(o.timelineSteps()) : null;
         this.scheduleKind = b.schedule;
         this.schedule = schedule;
+        this.unsplitBackwardLayers = b.schedule.splitsBackward()
+                ? SplitBackward.unsplitLayers(b.network.getLayerWiseConfigurations()) : List.of();
         this.shape = shape;
         this.linkSlots = linkSlots;
         this.timeout = o.timeout();
@@ -674,6 +677,18 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public Schedule schedule() {
         return schedule;
+    }
+
+    /**
+     * Under {@link PipelineSchedule#ZERO_BUBBLE_H1}: the layers whose backward does not split, which run it whole
+     * (weight gradient included) in the input-gradient action, each as {@code layer i (Kind "name"): why}. Their
+     * results are exact; only the schedule's saving is smaller. Empty for the other schedules and when every layer
+     * with parameters splits.
+     *
+     * @return the unsplit layers, in layer order
+     */
+    public List<String> unsplitBackwardLayers() {
+        return unsplitBackwardLayers;
     }
 
     /**

@@ -50,7 +50,7 @@ public final class PipelineParallelTrainerBuilder
     static final int PROFILE_STEPS = 4;
 
     /** The network to train; for a graph, the chain network made from it at build(). */
-    private MultiLayerNetwork network;
+    MultiLayerNetwork network;
     private final ComputationGraph graph;
     private int ranks;
     int dataParallel = 1;
@@ -489,6 +489,12 @@ public final class PipelineParallelTrainerBuilder
 
     /** What tensor parallelism in the stages does not support yet: refused at build(), before anything is built. */
     private void refuseWithTensorParallel() {
+        if (schedule.splitsBackward()) {
+            throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with schedule=" + schedule
+                    + ": not built yet (the tensor-parallel layers' backward does not split, and the combination is"
+                    + " not checked against the unsharded network); expected GPIPE, ONE_F_ONE_B or INTERLEAVED with"
+                    + " tensor parallelism (fix: schedule(ONE_F_ONE_B), or drop tensorParallel)");
+        }
         String other = graph != null ? "a ComputationGraph" : fromConfiguration != null ? startedFrom()
                 : options().checkpointSchedule() != null ? "checkpointEvery(...)"
                 : options().resumeRoot() != null ? "resumeFrom(...)" : null;

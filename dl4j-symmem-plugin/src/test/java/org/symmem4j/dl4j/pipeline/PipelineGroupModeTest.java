@@ -47,6 +47,7 @@ class PipelineGroupModeTest {
                 Arguments.of("mlp-adam", 1, 2, PipelineSchedule.ONE_F_ONE_B, 1, 4),
                 Arguments.of("mlp-adam", 1, 3, PipelineSchedule.GPIPE, 1, 3),
                 Arguments.of("mlp-adam", 1, 2, PipelineSchedule.INTERLEAVED, 2, 4),
+                Arguments.of("mlp-adam", 1, 2, PipelineSchedule.ZERO_BUBBLE_H1, 1, 4),
                 Arguments.of("mlp-adam", 2, 2, PipelineSchedule.ONE_F_ONE_B, 1, 2),
                 Arguments.of("batchnorm", 1, 2, PipelineSchedule.ONE_F_ONE_B, 1, 4),
                 Arguments.of("batchnorm", 2, 2, PipelineSchedule.ONE_F_ONE_B, 1, 2));
