@@ -346,6 +346,20 @@ public final class CheckpointLayout {
     }
 
     /**
+     * {@link #agreeOnBuild} without descriptions, for a check made again later (each {@code fit()}'s start): what
+     * this rank refused is learned by every rank of the trainer before any data moves.
+     *
+     * @param what    the operation, for the message ({@code "fit()"})
+     * @param refusal what this rank refused, or null when it accepted everything
+     * @param trainer the trainer's (data-parallel) group, or null in thread mode
+     * @throws IllegalArgumentException on every rank, when one or more refused (and none failed otherwise)
+     * @throws IllegalStateException    on every rank, when one or more failed otherwise
+     */
+    public void agreeRefusal(String what, RuntimeException refusal, Group trainer) {
+        agreeOnBuild(what, refusal, "", trainer);
+    }
+
+    /**
      * {@link #agree}'s exchange for a trainer's {@code build()}: what this rank's checks refused (its settings or model,
      * a checkpoint root), learned by every rank of the trainer before any of them allocates, writes or joins a
      * collective of training, so a refusal only some ranks reach (settings given to one rank only, a file system one
