@@ -135,7 +135,7 @@ final class GroupExchange implements AutoCloseable {
 
     /**
      * Collective before a step: every rank must have been given the same batch, one the stages take
-     * ({@link PipelineParallelTrainer#asDataSet}). Throws an {@link IllegalArgumentException} on every rank otherwise
+     * ({@link PipelineBatches#asDataSet}). Throws an {@link IllegalArgumentException} on every rank otherwise
      * (nothing has trained; the trainer stays usable), also when one rank alone was given a batch it refuses.
      *
      * @param given the batch as the caller gave it: a DataSet or a MultiDataSet
@@ -144,7 +144,7 @@ final class GroupExchange implements AutoCloseable {
     DataSet agreeOnBatch(Object given, long step) {
         org.nd4j.linalg.dataset.api.MultiDataSet refused = given instanceof org.nd4j.linalg.dataset.api.MultiDataSet m
                 && (m.numFeatureArrays() != 1 || m.numLabelsArrays() != 1) ? m : null;
-        DataSet batch = refused == null ? PipelineParallelTrainer.asDataSet(given) : null;
+        DataSet batch = refused == null ? PipelineBatches.asDataSet(given) : null;
         double[] mine = refused != null
                 ? new double[] {REFUSED_BATCH, refused.numFeatureArrays(), refused.numLabelsArrays(), 0, 0}
                 : new double[] {
@@ -186,7 +186,7 @@ final class GroupExchange implements AutoCloseable {
             // error-message: the text ends with notOneInputOneOutput's, which says what was expected and the fix
             throw new IllegalArgumentException("group mode, step " + step + ": rank(s) " + refusing + " refused the"
                     + " batch they were given, so no rank trains it; rank " + first + " was given "
-                    + PipelineParallelTrainer.notOneInputOneOutput((long) all[first][1], (long) all[first][2]));
+                    + PipelineBatches.notOneInputOneOutput((long) all[first][1], (long) all[first][2]));
         }
     }
 

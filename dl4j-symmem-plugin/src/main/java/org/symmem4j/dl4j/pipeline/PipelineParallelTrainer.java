@@ -18,7 +18,6 @@ import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
-import org.nd4j.linalg.dataset.api.MultiDataSet;
 import org.nd4j.linalg.dataset.api.iterator.DataSetIterator;
 import org.nd4j.linalg.dataset.api.iterator.MultiDataSetIterator;
 import org.slf4j.Logger;
@@ -380,30 +379,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             replicas.incrementEpochCount(); // the end of a fit(iterator) is an epoch, counted after onEpochEnd as DL4J does
             model.setEpochCount(model.epochCount() + 1);
         }
-    }
-
-    /**
-     * A batch as the stages take it: a DataSet, or a MultiDataSet of one input and one output.
-     *
-     * @throws IllegalArgumentException when it is a MultiDataSet of more arrays ({@link #notOneInputOneOutput})
-     */
-    static DataSet asDataSet(Object batch) {
-        if (batch instanceof DataSet ds) {
-            return ds;
-        }
-        MultiDataSet mds = (MultiDataSet) batch;
-        if (mds.numFeatureArrays() != 1 || mds.numLabelsArrays() != 1) {
-            throw new IllegalArgumentException(notOneInputOneOutput(mds.numFeatureArrays(), mds.numLabelsArrays()));
-        }
-        return new org.nd4j.linalg.dataset.DataSet(mds.getFeatures(0), mds.getLabels(0), mds.getFeaturesMaskArray(0),
-                mds.getLabelsMaskArray(0));
-    }
-
-    /** The refusal of a MultiDataSet of {@code features} and {@code labels} arrays ({@link #asDataSet}). */
-    static String notOneInputOneOutput(long features, long labels) {
-        return "a MultiDataSet with features=" + features + " labels=" + labels + " arrays: expected features=1 labels=1"
-                + " (a pipeline trains a chain graph of one input and one output; fix: train this graph with"
-                + " SymmemParallelWrapper instead)";
     }
 
     /**
@@ -783,7 +758,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     private double runStep(Object original, ModelListeners modelListeners) {
         Objects.requireNonNull(original, "batch");
         // group mode: collective, every rank, or none, goes on with this batch (a refused one refused by all)
-        DataSet batch = group != null ? exchange().agreeOnBatch(original, step) : asDataSet(original);
+        DataSet batch = group != null ? exchange().agreeOnBatch(original, step) : PipelineBatches.asDataSet(original);
         List<StepPlan> plans = replicas.plans(Objects.requireNonNull(batch, "batch"), shape.microbatches(), inputType);
         // every replica's share is the same size: its examples and its largest message
         long examples = plans.getFirst().batch().examples() * dataParallel;
