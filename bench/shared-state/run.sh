@@ -157,6 +157,15 @@ steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(ring)
 for step in "${steps[@]}"; do
   case $step in
+    map|chronicle-p99)
+      if ! compgen -G "$pack/lib/chronicle-map-*.jar" > /dev/null; then
+        echo "step $step: expected Chronicle Map in the pack, found a pack made with WITHOUT_CHRONICLE=1 (fix: pack" \
+          "again without it, and carry less beside it)" | tee -a summary.txt
+        rc=1
+        continue
+      fi ;;
+  esac
+  case $step in
     ring) ring || rc=1 ;;
     ring-fill) ring_fill || rc=1 ;;
     chronicle-p99) chronicle_p99 || rc=1 ;;
