@@ -17,6 +17,8 @@ import java.util.concurrent.locks.LockSupport;
 
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.sync.BackoffIdleStrategy;
+import org.symmem4j.parallel.sync.IdleStrategy;
 import org.symmem4j.serving.ServingException.Kind;
 import org.symmem4j.state.MessageHandler;
 import org.symmem4j.state.SymmetricRingBuffer;
@@ -50,12 +52,45 @@ import org.symmem4j.state.SymmetricRingBuffer;
  *       batches in flight to a dead worker fail as {@link Kind#FAILED} with a message naming it, their versions are
  *       released, and later batches go to the workers left. A worker that lives but does not answer makes its
  *       requests time out ({@code requestTimeout}); its batch's version stays held until it answers or exits.</li>
+ *   <li><b>Idle waiting</b>: the router's reply thread and each worker process poll their rings; when a poll finds
+ *       nothing they follow an {@link IdleStrategy}, by default {@link #defaultIdleStrategy()}: {@value #IDLE_SPINS}
+ *       busy polls, then {@value #IDLE_YIELDS} yields, then parks from {@value #IDLE_MIN_PARK_NANOS} ns doubling up
+ *       to {@value #IDLE_MAX_PARK_NANOS} ns, back to spinning at the next message. An idle server thus wakes each
+ *       thread about a thousand times a second instead of burning a core, and a busy one hands batches over at
+ *       spinning latency. Nothing wakes a parked thread (no unpark crosses processes): it polls again when its park
+ *       ends, so a message published while it parks is seen within one park, at most the cap. Pass another strategy
+ *       to {@link #create(Group, int, IdleStrategy)} and to
+ *       {@link WorkerProcess#serve(Group, org.symmem4j.serving.weights.SharedWeights, int, int, IdleStrategy,
+ *       WorkerProcess.BatchListener)} (a lower cap for latency on dedicated cores, pure spinning with
+ *       {@code maxSpins = Integer.MAX_VALUE}).</li>
  * </ul>
  *
  * Close it after the router, collectively with the workers (it sends them stop). When a worker has died, abort the
  * group before closing (the rings' collective close would wait for the dead rank).
  */
 public final class ProcessWorkers implements AutoCloseable {
+
+    /** Busy polls of the default idle strategy before it yields. */
+    public static final int IDLE_SPINS = 256;
+    /** {@code Thread.yield()} polls of the default idle strategy before it parks. */
+    public static final int IDLE_YIELDS = 16;
+    /** The default idle strategy's first park, in nanoseconds (1 µs); each further park doubles it. */
+    public static final long IDLE_MIN_PARK_NANOS = 1_000;
+    /**
+     * The default idle strategy's longest park, in nanoseconds (1 ms): the most a message waits for a thread that
+     * has been idle for a while, and the rate (about 1,000 wakes a second) at which an idle thread polls.
+     */
+    public static final long IDLE_MAX_PARK_NANOS = 1_000_000;
+
+    /**
+     * The idle strategy the reply thread and the worker processes use unless given another: spin, yield, then park
+     * with exponential back-off, as the constants above say.
+     *
+     * @return a new strategy (one per waiting thread: strategies keep per-thread state)
+     */
+    public static IdleStrategy defaultIdleStrategy() {
+        return new BackoffIdleStrategy(IDLE_SPINS, IDLE_YIELDS, IDLE_MIN_PARK_NANOS, IDLE_MAX_PARK_NANOS);
+    }
 
     /** One worker process as the router sees it. */
     private static final class Worker {
@@ -137,15 +172,17 @@ public final class ProcessWorkers implements AutoCloseable {
     private final AtomicLong ids = new AtomicLong();
     private final AtomicLong turn = new AtomicLong();
     private final AtomicLong configsCarried = new AtomicLong();
+    private final IdleStrategy idle;
     private final Thread replyThread;
     private volatile boolean stopReplies;
     private volatile Throwable replyFailure;
     private boolean closed;
 
-    private ProcessWorkers(Group group, WorkerRings rings, int ringCapacity) {
+    private ProcessWorkers(Group group, WorkerRings rings, int ringCapacity, IdleStrategy idle) {
         this.group = group;
         this.rings = rings;
         this.ringCapacity = ringCapacity;
+        this.idle = idle;
         for (int i = 0; i < rings.workers.size(); i++) {
             Worker w = new Worker(rings.workers.get(i), rings.requests.get(i), rings.replies.get(i));
             w.onReply = (type, buf, off, len) -> onReply(w, type, buf, off, len);
@@ -165,8 +202,22 @@ public final class ProcessWorkers implements AutoCloseable {
      *         RouterOptions, io.micrometer.core.instrument.MeterRegistry, ProcessWorkers)}
      */
     public static ProcessWorkers create(Group group, int ringCapacity) {
+        return create(group, ringCapacity, defaultIdleStrategy());
+    }
+
+    /**
+     * As {@link #create(Group, int)}, with the idle strategy of the reply thread (see the class comment).
+     *
+     * @param group        the host group: this rank and the worker processes
+     * @param ringCapacity bytes of each ring, a power of two
+     * @param idle         what the reply thread does after a poll of every reply ring found nothing; used by that
+     *                     thread alone (do not share it with another thread)
+     * @return the workers
+     */
+    public static ProcessWorkers create(Group group, int ringCapacity, IdleStrategy idle) {
         Objects.requireNonNull(group, "group");
-        return new ProcessWorkers(group, WorkerRings.create(group, group.rank(), ringCapacity), ringCapacity);
+        Objects.requireNonNull(idle, "idle");
+        return new ProcessWorkers(group, WorkerRings.create(group, group.rank(), ringCapacity), ringCapacity, idle);
     }
 
     /** {@return the worker ranks still alive} */
@@ -280,7 +331,7 @@ public final class ProcessWorkers implements AutoCloseable {
     // ------------------------------------------------------------------------------------------ reply thread
 
     private void readReplies() {
-        int idle = 0;
+        idle.reset();
         long nextLifeCheck = System.nanoTime() + LIFE_CHECK_NANOS;
         try {
             while (!stopReplies) {
@@ -291,11 +342,9 @@ public final class ProcessWorkers implements AutoCloseable {
                     }
                 }
                 if (got > 0) {
-                    idle = 0;
-                } else if (++idle > 256) {
-                    LockSupport.parkNanos(20_000); // idle: yield the core (a reply waits at most this long)
+                    idle.reset();
                 } else {
-                    Thread.onSpinWait();
+                    idle.idle(); // parks at most the strategy's cap, then polls again: no wake-up to lose
                 }
                 long now = System.nanoTime();
                 if (now - nextLifeCheck >= 0) {

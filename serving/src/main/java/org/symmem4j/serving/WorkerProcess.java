@@ -4,10 +4,11 @@ import java.lang.foreign.MemorySegment;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import java.util.Objects;
-import java.util.concurrent.locks.LockSupport;
+import java.util.concurrent.TimeUnit;
 
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.sync.IdleStrategy;
 import org.symmem4j.serving.weights.SharedWeights;
 import org.symmem4j.state.SymmetricRingBuffer;
 
@@ -29,9 +30,14 @@ import org.symmem4j.state.SymmetricRingBuffer;
  * to the copy this worker keeps ({@link WireConfigs}, the router mirrors it). A
  * version is read only between taking a batch and putting its reply: the router holds the version for the batch
  * until the reply arrives (or this process is gone), so the owner never frees memory a worker reads. A network that
- * fails answers an error message, which the router hands to the batch's requests; the worker goes on.
+ * fails answers an error message, which the router hands to the batch's requests; the worker goes on. Between
+ * batches the worker waits on its request ring with an {@link IdleStrategy} ({@link ProcessWorkers#defaultIdleStrategy()}
+ * unless given another): spin, yield, then park with back-off, so an idle worker does not burn a core.
  */
 public final class WorkerProcess {
+
+    /** How often an idle worker checks that the router's process still lives. */
+    private static final long LIFE_CHECK_NANOS = TimeUnit.MILLISECONDS.toNanos(2);
 
     /** Networks kept per worker, by version (least recently used dropped). */
     public static final int KEPT_NETWORKS = 8;
@@ -83,7 +89,8 @@ public final class WorkerProcess {
     }
 
     /**
-     * As {@link #serve(Group, SharedWeights, int, int)}, calling {@code listener} before each batch.
+     * As {@link #serve(Group, SharedWeights, int, int, BatchListener)}, with the default idle strategy
+     * ({@link ProcessWorkers#defaultIdleStrategy()}).
      *
      * @param group        the host group
      * @param weights      the shared weights
@@ -94,8 +101,27 @@ public final class WorkerProcess {
      */
     public static long serve(Group group, SharedWeights weights, int router, int ringCapacity,
                              BatchListener listener) {
+        return serve(group, weights, router, ringCapacity, ProcessWorkers.defaultIdleStrategy(), listener);
+    }
+
+    /**
+     * As {@link #serve(Group, SharedWeights, int, int)}, waiting between batches with {@code idle} and calling
+     * {@code listener} before each batch.
+     *
+     * @param group        the host group
+     * @param weights      the shared weights
+     * @param router       the router's rank
+     * @param ringCapacity the rings' capacity
+     * @param idle         what this worker does after a poll of its request ring found nothing (see
+     *                     {@link ProcessWorkers}' class comment); used by the calling thread alone
+     * @param listener     called before each batch runs
+     * @return the batches this worker ran
+     */
+    public static long serve(Group group, SharedWeights weights, int router, int ringCapacity, IdleStrategy idle,
+                             BatchListener listener) {
         Objects.requireNonNull(group, "group");
         Objects.requireNonNull(weights, "weights");
+        Objects.requireNonNull(idle, "idle");
         Objects.requireNonNull(listener, "listener");
         if (group.rank() == router) {
             throw new IllegalArgumentException("WorkerProcess.serve on rank=" + router + ", the router's rank"
@@ -105,22 +131,23 @@ public final class WorkerProcess {
             int me = rings.indexOf(group.rank());
             SymmetricRingBuffer requests = rings.requests.get(me);
             WorkerProcess worker = new WorkerProcess(group, weights, listener, rings.replies.get(me));
-            int idle = 0;
+            idle.reset();
+            long nextLifeCheck = System.nanoTime() + LIFE_CHECK_NANOS;
             while (!worker.stopped) {
                 if (requests.poll(worker::onMessage, 1) > 0) {
-                    idle = 0;
+                    idle.reset();
                     continue;
                 }
-                if (++idle % 1024 == 0 && !group.isAlive(router)) {
-                    throw new IllegalStateException("worker process rank=" + group.rank() + ": the router "
-                            + group.describe(router) + " exited without stopping this worker (fix: see the router's"
-                            + " output for why it exited; close its ProcessWorkers before it ends)");
+                long now = System.nanoTime();
+                if (now - nextLifeCheck >= 0) {
+                    nextLifeCheck = now + LIFE_CHECK_NANOS;
+                    if (!group.isAlive(router)) {
+                        throw new IllegalStateException("worker process rank=" + group.rank() + ": the router "
+                                + group.describe(router) + " exited without stopping this worker (fix: see the"
+                                + " router's output for why it exited; close its ProcessWorkers before it ends)");
+                    }
                 }
-                if (idle > 256) {
-                    LockSupport.parkNanos(20_000); // idle: yield the core (a batch waits at most this long)
-                } else {
-                    Thread.onSpinWait();
-                }
+                idle.idle(); // parks at most the strategy's cap, then polls again: no wake-up to lose
             }
             return worker.batches;
         }

@@ -24,6 +24,9 @@ import org.nd4j.linalg.indexing.INDArrayIndex;
 import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.group.InJvmWorld;
+import org.symmem4j.parallel.sync.BackoffIdleStrategy;
+import org.symmem4j.parallel.sync.BackoffIdleStrategy.Phase;
+import org.symmem4j.parallel.sync.IdleStrategy;
 import org.symmem4j.serving.ServingException.Kind;
 import org.symmem4j.serving.weights.Nets;
 import org.symmem4j.serving.weights.SharedNetworks;
@@ -112,6 +115,91 @@ class ProcessWorkersRingTest {
         assertTrue(served.get() > 1, "worker ran batches=" + served.get());
     }
 
+    /** Records the phases of a back-off between resets, and whether it parks now (since its last reset). */
+    private static final class RecordingIdle implements IdleStrategy {
+        final BackoffIdleStrategy backoff = new BackoffIdleStrategy(4, 2, 1_000, 1_000_000);
+        final List<Phase> run = new ArrayList<>();
+        volatile boolean parking;
+        volatile String badRun;
+        volatile long resets;
+        volatile long parks;
+
+        @Override
+        public void idle() {
+            Phase phase = backoff.phase();
+            run.add(phase);
+            if (phase == Phase.PARK) {
+                parks++;
+                parking = true;
+            }
+            backoff.idle();
+        }
+
+        @Override
+        public void reset() {
+            int spins = (int) run.stream().filter(p -> p == Phase.SPIN).count();
+            int yields = (int) run.stream().filter(p -> p == Phase.YIELD).count();
+            // a run is a prefix of SPIN x4, YIELD x2, PARK...
+            for (int i = 0; i < run.size(); i++) {
+                Phase expected = i < 4 ? Phase.SPIN : i < 6 ? Phase.YIELD : Phase.PARK;
+                if (run.get(i) != expected && badRun == null) {
+                    badRun = "idle " + i + " was " + run.get(i) + ", expected " + expected + " (spins=" + spins
+                            + ", yields=" + yields + ")";
+                }
+            }
+            run.clear();
+            parking = false;
+            resets++;
+            backoff.reset();
+        }
+
+        @Override
+        public boolean isParking() {
+            return backoff.isParking();
+        }
+    }
+
+    @Test
+    void aParkedWorkerAndReplyThreadSeeABatchSentWhileTheyParkAndSpinAgainAfterIt() throws Exception {
+        InJvmWorld world = InJvmWorld.create(2);
+        int ring = 1 << 16;
+        RecordingIdle workerIdle = new RecordingIdle();
+        RecordingIdle replyIdle = new RecordingIdle();
+        AtomicLong served = new AtomicLong();
+        Thread worker = Thread.ofPlatform().start(() -> {
+            Group g = world.join(1);
+            try (SharedWeights weights = SharedWeights.create(g, 0, 1 << 20, 8)) {
+                served.set(WorkerProcess.serve(g, weights, 0, ring, workerIdle, (model, version, rows) -> { }));
+            }
+        });
+        Group g = world.join(0);
+        INDArray inputs = Nets.features(5, 16, 8);
+        MultiLayerNetwork owner = Nets.owning(Nets.mlp(4));
+        RouterOptions options = RouterOptions.defaults().withWorkers(1).withRequestTimeout(Duration.ofSeconds(60));
+        try (SharedWeights weights = SharedWeights.create(g, 0, 1 << 20, 8);
+             ProcessWorkers workers = ProcessWorkers.create(g, ring, replyIdle);
+             ModelRouter router = new ModelRouter(weights, options, new SimpleMeterRegistry(), workers)) {
+            router.deploy("m", owner, 8);
+            for (int i = 0; i < 3; i++) {
+                // nothing flows: both sides back off to parking; nothing unparks them, they must poll again
+                awaitTrue(() -> workerIdle.parking, "the idle worker parks");
+                awaitTrue(() -> replyIdle.parking, "the idle reply thread parks");
+                long workerResets = workerIdle.resets;
+                long replyResets = replyIdle.resets;
+                INDArray x = rows(inputs, i * 4, 4);
+                assertEquals(owner.output(x), router.predict("m", x).get(60, TimeUnit.SECONDS).output(), "batch " + i);
+                assertTrue(workerIdle.resets > workerResets, "the batch reset the worker's back-off");
+                awaitTrue(() -> replyIdle.resets > replyResets, "the reply reset the reply thread's back-off");
+            }
+            assertTrue(workerIdle.parks > 0 && replyIdle.parks > 0);
+        }
+        worker.join(60_000);
+        assertEquals(3, served.get(), "batches the worker ran");
+        assertEquals(null, workerIdle.badRun, "the worker's phases");
+        assertEquals(null, replyIdle.badRun, "the reply thread's phases");
+        assertTrue(replyIdle.resets >= 3, "each reply reset the reply thread's back-off: " + replyIdle.resets);
+    }
+
     @Test
     void aVersionsConfigurationTravelsOncePerWorkerThroughSwapRollbackAndUndeploy() throws Exception {
         int ranks = 3;
@@ -180,6 +268,15 @@ class ProcessWorkersRingTest {
     }
 
     /** {@return rows [from, from + n) of {@code a}, any rank, as a new array} */
+    private static void awaitTrue(java.util.function.BooleanSupplier condition, String what)
+            throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (!condition.getAsBoolean()) {
+            assertTrue(System.nanoTime() < deadline, what + " within 60 s");
+            Thread.sleep(1);
+        }
+    }
+
     private static INDArray rows(INDArray a, int from, int n) {
         INDArrayIndex[] at = new INDArrayIndex[a.rank()];
         java.util.Arrays.fill(at, NDArrayIndex.all());

@@ -11,6 +11,16 @@ import java.util.concurrent.locks.LockSupport;
  */
 public final class BackoffIdleStrategy implements IdleStrategy {
 
+    /** What the next {@link #idle()} does. */
+    public enum Phase {
+        /** A busy poll: {@code Thread.onSpinWait()}. */
+        SPIN,
+        /** {@code Thread.yield()}. */
+        YIELD,
+        /** {@code LockSupport.parkNanos(nextParkNanos())}. */
+        PARK
+    }
+
     /** Busy polls before yielding. Defaults tuned for one rank per core; see the class comment. */
     public static final int DEFAULT_MAX_SPINS = 2_000;
     /** {@code Thread.yield()} polls before parking. */
@@ -81,6 +91,16 @@ public final class BackoffIdleStrategy implements IdleStrategy {
     @Override
     public boolean isParking() {
         return spins >= maxSpins && yields >= maxYields;
+    }
+
+    /** {@return what the next {@link #idle()} does} */
+    public Phase phase() {
+        return spins < maxSpins ? Phase.SPIN : yields < maxYields ? Phase.YIELD : Phase.PARK;
+    }
+
+    /** {@return the length of the next park in nanoseconds (while spinning or yielding, the first park's)} */
+    public long nextParkNanos() {
+        return parkNanos;
     }
 
     @Override
