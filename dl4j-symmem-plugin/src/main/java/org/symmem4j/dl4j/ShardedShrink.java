@@ -171,12 +171,11 @@ final class ShardedShrink {
             rebuilt.stop();
             RankRuntime.closeQuietly(formed); // null in thread mode
             DataParallelTrainingException t = new DataParallelTrainingException("data-parallel fit failed: worker(s) "
-                    + lost.dead() + " failed at step " + lost.step() + " (" + cause + ") and the survivors could not go"
+                    + dead + " failed at step " + lost.step() + " (" + cause + ") and the survivors could not go"
                     + " back to " + (checkpoint == null ? "the fit's start" : "the checkpoint " + checkpoint) + ": " + e
                     + "; the model is as it was before this fit (fix: restore a complete checkpoint with"
                     + " restoreLatest(root), or restart the run with resumeFrom(root))",
-                    dead.isEmpty() ? -1 : dead.getFirst(),
-                    lost.step(), e);
+                    dead.isEmpty() ? -1 : dead.getFirst(), lost.step(), e);
             t.addSuppressed(lost.failure());
             throw t;
         }
