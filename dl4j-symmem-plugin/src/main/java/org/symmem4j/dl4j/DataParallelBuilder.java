@@ -348,14 +348,16 @@ abstract sealed class DataParallelBuilder
      * dead ranks, the survivors form a new process group (re-ranked densely in their old order, its store hosted by
      * the first survivor: whichever rank died, rank 0 included), agree over it on the iteration count they all
      * completed (each rank keeps a copy of its state at every step's start for this, a copy of the parameters and
-     * updater state per step), and go on. The wrapper closes the group it formed; the group given to the builder
-     * stays the caller's to close (it is aborted: its close waits for nobody). GPU mode cannot shrink.
+     * updater state per step; not with {@link #sharding}, which goes back to a checkpoint instead), and go on. The
+     * wrapper closes the group it formed; the group given to the builder stays the caller's to close (it is aborted: its close waits for nobody). GPU mode cannot shrink.
      *
-     * <p>With {@link #sharding} (threads of one JVM; refused in group mode) the dead worker's shard is lost with it,
-     * so the survivors go back instead to the newest complete periodic checkpoint of the {@code fit} (required:
+     * <p>With {@link #sharding} (threads of one JVM, or in group mode stages 1 and 2; stage 3 in group mode is refused)
+     * the dead worker's shard is lost with it, so the survivors go back instead to the newest complete periodic checkpoint of the {@code fit} (required:
      * {@code checkpointEvery}, refused at {@code build()} without it), re-sliced onto them, or to the fit's start
      * before its first checkpoint, and redo the steps since it with the failed step's batches: the result equals a
      * run resumed from that checkpoint on the survivors, bitwise; listeners see the redone steps again (docs/shrink.md).
+     * In group mode the survivors' group restores the checkpoint collectively (its directory must be one every rank
+     * reads: one machine, or a shared file system).
      * Not with {@link #recordTimeline}, whose tracks are the
      * workers at build time. A worker that fails the same way on every batch (a bug, not a lost worker) shrinks the
      * group one worker at a time down to {@code minWorkers}: set it to the fewest workers worth training on.

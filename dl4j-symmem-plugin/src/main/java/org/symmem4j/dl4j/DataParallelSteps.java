@@ -46,7 +46,9 @@ final class DataParallelSteps {
         this.stepListeners = List.copyOf(stepListeners);
         this.timeline = timeline;
         this.pool = pool;
-        this.stepStart = settings.shrinks() && settings.group() != null ? new StepStart() : null;
+        // ZeRO's shrink goes back to a checkpoint (ShardedShrink), never to the step's start: no copy
+        this.stepStart = settings.shrinks() && settings.group() != null && settings.sharding() == null
+                ? new StepStart() : null;
     }
 
     /** {@return the steps done so far, over every {@code fit}: the next step's number} */
@@ -74,8 +76,9 @@ final class DataParallelSteps {
      * another's failure): the step, the dead workers (rank order; in group mode empty: this rank's failure only
      * echoes a peer's, and the group's membership authority names the dead), what {@code fit} throws if the survivors
      * are too few, the replicas' iteration count when the step was handed out (every replica's: the workers were
-     * idle), in group mode this rank's state at the step's start ({@code stepStart}, null in thread mode), and when
-     * the wrapper's thread had every worker's outcome ({@link System#nanoTime()}).
+     * idle), in group mode this rank's state at the step's start ({@code stepStart}; null in thread mode, and with ZeRO
+     * sharding, whose shrink goes back to a checkpoint), and when the wrapper's thread had every worker's outcome
+     * ({@link System#nanoTime()}).
      */
     record LostWorkers(long step, List<Integer> dead, RuntimeException failure, int iterationAtStart,
                        StepStart stepStart, long failedNanos) {

@@ -8,12 +8,17 @@ import java.util.List;
 import java.util.function.IntUnaryOperator;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.train.CheckpointDirectory;
+import org.symmem4j.dl4j.train.RankAgreement;
+import org.symmem4j.dl4j.train.RankRuntime;
 import org.symmem4j.gradsync.SyncMetrics;
+import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.Invariants;
 
 /**
  * The in-place shrink of a ZeRO-sharded wrapper ({@link WorkerFailure#SHRINK} with any {@link ZeroStage}; stage 3 on
- * an initialised model, without hybrid sharding), in thread mode. Each worker holds the only copy of its shard of the
+ * an initialised model, without hybrid sharding, in thread mode only), with workers that are threads of one JVM or
+ * processes of a group (stages 1 and 2; the survivors' group is formed by {@link Group#shrink()} and the restore runs
+ * collectively over it). Each worker holds the only copy of its shard of the
  * updater state (and with stage 3 of its parameter blocks), so a dead worker's shard is treated as lost with it (as it
  * is when the worker is a process): the survivors cannot go on from their own state as plain data parallelism does. They go back, in place, to the newest state that is whole:
  *
@@ -88,18 +93,24 @@ final class ShardedShrink {
         since.clear();
     }
 
-    /** What the survivors go on with: their settings, workers, the step and epoch position they redo from, the report. */
+    /**
+     * What the survivors go on with: their settings, workers, the step and epoch position they redo from, the report,
+     * and in group mode the survivors' group (the wrapper owns it; null in thread mode).
+     */
     record Rebuilt(DataParallelSettings settings, DataParallelWorkers workers, long step, long batchesInEpoch,
-                   long examplesInEpoch, ShrinkReport report) {
+                   long examplesInEpoch, ShrinkReport report, Group formed) {
     }
 
     /**
-     * Thread mode, every worker idle after a step that {@code lost.dead()} failed: stops the old world, starts the
-     * survivors' workers on the rollback point's state (re-sliced onto them), and puts the batches since that point,
-     * the failed step's and those read ahead back in front of {@code redealt}.
+     * Every worker idle after a step that workers failed: stops the old world, starts the survivors' workers on the
+     * rollback point's state (re-sliced onto them), and puts the batches since that point, the failed step's and those
+     * read ahead back in front of {@code redealt}. Thread mode: {@code lost.dead()} failed. Group mode: this rank's
+     * worker stopped on a peer's death; the group names the dead and forms the survivors' group, over which the
+     * survivors check that they go back to the same checkpoint and restore it collectively.
      *
-     * @throws DataParallelTrainingException when fewer than {@code minWorkers} survive, or the checkpoint cannot be read
-     *                                       back (the wrapper then puts the model back as it was before the fit)
+     * @throws DataParallelTrainingException when fewer than {@code minWorkers} survive, the group cannot shrink, or the
+     *                                       checkpoint cannot be read back (the wrapper then puts the model back as it
+     *                                       was before the fit)
      */
     Rebuilt rollBack(DataParallelSteps.LostWorkers lost, List<Object> failed, List<Object> readAhead,
                      Deque<Object> redealt, DataParallelSettings settings, DataParallelWorkers workers) {
@@ -109,11 +120,31 @@ final class ShardedShrink {
         }
         Throwable cause = lost.failure() instanceof DataParallelTrainingException t ? t.getCause() : lost.failure();
         int before = settings.workers();
-        int survivors = before - lost.dead().size();
-        requireMinWorkers(lost, lost.dead(), survivors, before, cause, settings.minWorkers());
-        workers.stop(); // every thread joined; the old world, its symmetric memory and the shards closed
-        DataParallelSettings after = settings.withWorkers(survivors, ndThreadsFor.applyAsInt(survivors));
-        Nd4jThreadLimit.set(after.ompThreadsPerWorker()); // until the fit's limit is restored at its end
+        List<Integer> dead;
+        DataParallelSettings after;
+        Group formed = null;
+        if (settings.group() == null) {
+            dead = lost.dead();
+            int survivors = before - dead.size();
+            requireMinWorkers(lost, dead, survivors, before, cause, settings.minWorkers());
+            workers.stop(); // every thread joined; the old world, its symmetric memory and the shards closed
+            after = settings.withWorkers(survivors, ndThreadsFor.applyAsInt(survivors));
+            Nd4jThreadLimit.set(after.ompThreadsPerWorker()); // until the fit's limit is restored at its end
+        } else {
+            workers.stop(); // this rank's memories and shards of the old group freed (its worker ended with the step)
+            Group.Survivors s = shrinkGroup(settings.group(), lost, cause);
+            formed = s.group();
+            dead = s.dead();
+            try {
+                requireMinWorkers(lost, dead, formed.worldSize(), before, cause, settings.minWorkers());
+                requireSameRollbackPoint(formed, lost, before);
+            } catch (RuntimeException e) {
+                RankRuntime.closeQuietly(formed);
+                throw e;
+            }
+            after = settings.withGroup(formed);
+        }
+        int survivors = after.workers();
         DataParallelWorkers rebuilt = new DataParallelWorkers(model, after, metrics);
         long step;
         long batches;
@@ -138,12 +169,13 @@ final class ShardedShrink {
             }
         } catch (IOException | RuntimeException e) {
             rebuilt.stop();
+            RankRuntime.closeQuietly(formed); // null in thread mode
             DataParallelTrainingException t = new DataParallelTrainingException("data-parallel fit failed: worker(s) "
-                    + lost.dead() + " failed at step " + lost.step() + " (" + cause + ") and the survivors could not go"
+                    + dead + " failed at step " + lost.step() + " (" + cause + ") and the survivors could not go"
                     + " back to " + (checkpoint == null ? "the fit's start" : "the checkpoint " + checkpoint) + ": " + e
                     + "; the model is as it was before this fit (fix: restore a complete checkpoint with"
-                    + " restoreLatest(root), or restart the run with resumeFrom(root))", lost.dead().getFirst(),
-                    lost.step(), e);
+                    + " restoreLatest(root), or restart the run with resumeFrom(root))",
+                    dead.isEmpty() ? -1 : dead.getFirst(), lost.step(), e);
             t.addSuppressed(lost.failure());
             throw t;
         }
@@ -158,9 +190,44 @@ final class ShardedShrink {
                     lost.failure());
         }
         since.clear(); // the redo deals them again, and they are kept again as it trains them
-        ShrinkReport report = new ShrinkReport(lost.step(), lost.dead(), before, survivors, true, String.valueOf(cause),
+        ShrinkReport report = new ShrinkReport(lost.step(), dead, before, survivors, true, String.valueOf(cause),
                 lost.failedNanos(), System.nanoTime(), step, checkpoint);
-        return new Rebuilt(after, rebuilt, step, batches, examples, report);
+        return new Rebuilt(after, rebuilt, step, batches, examples, report, formed);
+    }
+
+    /**
+     * Group mode: the group names the dead and forms the survivors' group ({@link Group#shrink()}); every shrink, plain
+     * and sharded.
+     *
+     * @throws DataParallelTrainingException when the group cannot shrink (a death during the rebuild, a timeout)
+     */
+    static Group.Survivors shrinkGroup(Group old, DataParallelSteps.LostWorkers lost, Throwable cause) {
+        try {
+            return old.shrink();
+        } catch (RuntimeException e) {
+            DataParallelTrainingException t = new DataParallelTrainingException("data-parallel fit failed: step "
+                    + lost.step() + " failed (" + cause + ") and the group could not shrink in place: " + e.getMessage()
+                    + "; the model is as it was before this fit (fix: restart the run, building with"
+                    + " checkpointEvery(k, dir).resumeFrom(dir) under symmem4j-run --max-restarts N so it resumes"
+                    + " from the newest complete checkpoint)", old.rank(), lost.step(), e);
+            t.addSuppressed(lost.failure());
+            throw t;
+        }
+    }
+
+    /**
+     * Group mode: every survivor must go back to the same point (the same checkpoint, or each the fit's start), since
+     * the restore is collective. They took the same checkpoints (a periodic checkpoint completes on every rank or fails
+     * the fit), so a difference is a bug.
+     */
+    private void requireSameRollbackPoint(Group survivors, DataParallelSteps.LostWorkers lost, int before) {
+        String mine = checkpoint == null ? "fit-start" : Long.toString(checkpointStep);
+        List<String> all = RankAgreement.allGather(survivors, "symmem4j-wrapper-zero-shrink-" + lost.step() + "-of-"
+                + before, mine);
+        if (all.stream().anyMatch(p -> !p.equals(mine))) {
+            throw Invariants.violated("sharded shrink at step " + lost.step() + ": the survivors' rollback points differ"
+                    + " (newest checkpoint's step, by new rank: " + all + ")", lost.failure());
+        }
     }
 
     /**
@@ -173,7 +240,7 @@ final class ShardedShrink {
      * @param hollow         whether the model was started from a configuration (stage 3: no process holds it whole)
      * @param shardGroupSize stage 3's shard group size (0 unset)
      */
-    static void checkBuild(ZeroStage sharding, org.symmem4j.parallel.Group group, boolean checkpoints, boolean hollow,
+    static void checkBuild(ZeroStage sharding, Group group, boolean checkpoints, boolean hollow,
                            int shardGroupSize) {
         String restart = "recover by RESTART: onWorkerFailure(FAIL) with checkpointEvery(k, dir).resumeFrom(dir) under"
                 + " symmem4j-run --max-restarts N, which resumes from the newest complete checkpoint";
@@ -190,11 +257,12 @@ final class ShardedShrink {
                     + " shard group size; expected stage 3 without shardGroupSize (fix: drop shardGroupSize, or "
                     + restart + ")");
         }
-        if (group != null) {
-            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=" + sharding + " in group mode"
-                    + " (group(...)): the survivors' in-place rollback to the newest checkpoint runs only for workers"
-                    + " that are threads of one JVM yet; expected workers(n) threads (fix: train as workers(n) threads,"
-                    + " drop sharding(...) to shrink plain data parallelism across processes, or " + restart + ")");
+        if (sharding == ZeroStage.PARAMETERS && group != null) {
+            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=PARAMETERS in group mode"
+                    + " (group(...)): stage 3's in-place rollback (its parameter shards re-sliced onto the survivors)"
+                    + " runs only for workers that are threads of one JVM yet; expected sharding(OPTIMIZER_STATE) or"
+                    + " sharding(GRADIENTS) across processes, or workers(n) threads (fix: use stage 1 or 2, train as"
+                    + " workers(n) threads, or " + restart + ")");
         }
         if (!checkpoints) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=" + sharding + " and no periodic"

@@ -512,8 +512,12 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         workers = r.workers();
         steps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
         steps.resumeAt(r.step());
+        if (r.formed() != null) { // group mode: the wrapper owns the survivors' group
+            org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // a group an earlier shrink formed
+            ownedGroup = r.formed();
+        }
         shrinks.add(r.report());
-        LOG.warn(r.report().logLine(settings.minWorkers(), -1));
+        LOG.warn(r.report().logLine(settings.minWorkers(), settings.group() == null ? -1 : settings.group().rank()));
         return r;
     }
 
@@ -562,18 +566,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         org.symmem4j.parallel.Group old = settings.group();
         ModelReplica mine = workers.all().getFirst().replica();
         workers.stop(); // this rank's memories of the old group freed (its worker ended with the failed step)
-        org.symmem4j.parallel.Group.Survivors survivors;
-        try {
-            survivors = old.shrink();
-        } catch (RuntimeException e) {
-            DataParallelTrainingException t = new DataParallelTrainingException("data-parallel fit failed: step "
-                    + lost.step() + " failed (" + cause + ") and the group could not shrink in place: " + e.getMessage()
-                    + "; the model is as it was before this fit (fix: restart the run, building with"
-                    + " checkpointEvery(k, dir).resumeFrom(dir) under symmem4j-run --max-restarts N so it resumes"
-                    + " from the newest complete checkpoint)", old.rank(), lost.step(), e);
-            t.addSuppressed(lost.failure());
-            throw t;
-        }
+        org.symmem4j.parallel.Group.Survivors survivors = ShardedShrink.shrinkGroup(old, lost, cause);
         org.symmem4j.parallel.Group group = survivors.group();
         try {
             ShardedShrink.requireMinWorkers(lost, survivors.dead(), group.worldSize(), old.worldSize(), cause,

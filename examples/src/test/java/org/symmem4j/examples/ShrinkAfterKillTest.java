@@ -24,6 +24,7 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
+import org.symmem4j.dl4j.ZeroStage;
 import org.symmem4j.launch.Launcher;
 
 /**
@@ -39,6 +40,8 @@ import org.symmem4j.launch.Launcher;
 class ShrinkAfterKillTest {
 
     static final int KILL_AFTER = 4; // steps 0..4 done by three ranks; step 5 fails and is redone by two
+    /** With ZeRO: a checkpoint every 3 steps, so the survivors go back to the one after step 2 and redo steps 3-5. */
+    static final int ZERO_EVERY = 3;
 
     private static final Pattern KILL = Pattern.compile("KILL rank (\\d) after step (\\d+) at (\\d+) ms");
     private static final Pattern SHRUNK = Pattern.compile("\\[rank (\\d)\\] SHRUNK step (\\d+) dead \\[(\\d)\\] from 3 to 2"
@@ -132,6 +135,73 @@ class ShrinkAfterKillTest {
         assertEquals(reference.getEpochCount(), shrunk.getEpochCount());
 
         assertNoSharedMemoryLeft(r.out(), log);
+    }
+
+    /**
+     * ZeRO stage 2 ({@code sharding(GRADIENTS)}) across processes, checkpoints every {@value #ZERO_EVERY} steps: rank 0
+     * (the first store's host) dies after step {@value #KILL_AFTER}; its shard of the updater state is lost with it,
+     * so the two survivors go back to the checkpoint after {@value #ZERO_EVERY} steps, restore it re-sliced from 3
+     * onto 2 (collectively, over their new group), redo the steps since it and finish. The final model equals, bitwise,
+     * a fresh two-worker run (threads) resumed from that checkpoint, and one started from its consolidated
+     * {@code model.zip} on the batches after it.
+     */
+    @org.junit.jupiter.api.Test
+    @Timeout(value = 10, unit = TimeUnit.MINUTES)
+    void withZeroShardingTheSurvivorsGoBackToTheNewestCheckpointAndEndBitwiseAsARunResumedFromIt(@TempDir Path dir)
+            throws IOException {
+        Path model = dir.resolve("shrunk.zip");
+        Path ckpt = dir.resolve("ckpt");
+        int killed = 0;
+        Launcher.Result r = launch(model.toString(), Integer.toString(killed), Integer.toString(KILL_AFTER),
+                "zero=GRADIENTS", ckpt.toString(), Integer.toString(ZERO_EVERY));
+        String log = r.err() + "\n" + r.out();
+        assertEquals(0, r.status(), log);
+        assertTrue(r.err().contains("was killed by signal 9 (SIGKILL)") && r.err().contains("2 of 3 ranks exited 0"), log);
+        Path checkpoint = org.symmem4j.dl4j.train.CheckpointDirectory.stepDir(ckpt, ZERO_EVERY);
+        Matcher m = Pattern.compile("\\[rank (\\d)\\] SHRUNK step (\\d+) dead \\[(\\d)\\] from 3 to 2 redone true"
+                + " resumed at (\\d+) ms back to step (\\d+) checkpoint (\\S+)").matcher(r.out());
+        Matcher kill = KILL.matcher(r.out());
+        assertTrue(kill.find(), log);
+        long latestResume = 0;
+        int survivors = 0;
+        for (; m.find(); survivors++) {
+            latestResume = Math.max(latestResume, Long.parseLong(m.group(4)));
+            assertEquals(KILL_AFTER + 1, Integer.parseInt(m.group(2)), "the failed step: " + log);
+            assertEquals(killed, Integer.parseInt(m.group(3)), log);
+            assertEquals(ZERO_EVERY, Integer.parseInt(m.group(5)), "back to the newest checkpoint: " + log);
+            assertEquals(checkpoint.toString(), m.group(6), log);
+        }
+        assertEquals(2, survivors, "both survivors went back: " + log);
+        System.out.printf(Locale.ROOT, "ShrinkAfterKillTest: ZeRO stage 2, rank %d killed after step %d; the survivors'"
+                + " first step after the checkpoint's restore handed out %.2f s after the kill (the later of the two)%n",
+                killed, KILL_AFTER, (latestResume - Long.parseLong(kill.group(3))) / 1000.0);
+
+        List<DataSet> data = ShrinkingTraining.batches();
+        MultiLayerNetwork resumed = ShrinkingTraining.network();
+        resumed.params().addi(0.5f); // only the restore can make the runs agree
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(resumed).workers(2).ompThreadsPerWorker(1)
+                .sharding(ZeroStage.GRADIENTS).build()) {
+            w.restoreCheckpoint(checkpoint);
+            w.fit(new ListIterator(data));
+        }
+        MultiLayerNetwork shrunk = ModelSerializer.restoreMultiLayerNetwork(model.toFile(), true);
+        assertSameState(resumed, shrunk, "against a two-worker run resumed from the checkpoint");
+        MultiLayerNetwork fromZip = ModelSerializer.restoreMultiLayerNetwork(checkpoint.resolve("model.zip").toFile(), true);
+        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(fromZip).workers(2).ompThreadsPerWorker(1)
+                .sharding(ZeroStage.GRADIENTS).build()) {
+            w.fit(new ListIterator(data.subList(3 * ZERO_EVERY, data.size())));
+        }
+        assertSameState(fromZip, shrunk, "against the checkpoint's model.zip trained on two workers");
+        assertNoSharedMemoryLeft(r.out(), log);
+    }
+
+    private static void assertSameState(MultiLayerNetwork expected, MultiLayerNetwork actual, String what) {
+        assertTrue(Arrays.equals(bits(expected.params().data().asFloat()), bits(actual.params().data().asFloat())),
+                what + ": parameters bitwise");
+        assertTrue(Arrays.equals(bits(expected.getUpdater().getStateViewArray().data().asFloat()),
+                bits(actual.getUpdater().getStateViewArray().data().asFloat())), what + ": updater state bitwise");
+        assertEquals(expected.getIterationCount(), actual.getIterationCount(), what + ": iterations");
+        assertEquals(expected.getEpochCount(), actual.getEpochCount(), what + ": epochs");
     }
 
     @org.junit.jupiter.api.Test

@@ -2,6 +2,7 @@ package org.symmem4j.examples;
 
 import java.io.File;
 import java.io.IOException;
+import java.nio.file.Path;
 import java.util.List;
 import java.util.Locale;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
@@ -11,6 +12,7 @@ import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.dl4j.ShrinkReport;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.WorkerFailure;
+import org.symmem4j.dl4j.ZeroStage;
 import org.symmem4j.parallel.group.ProcessGroup;
 
 /**
@@ -21,9 +23,12 @@ import org.symmem4j.parallel.group.ProcessGroup;
  * survivor that is rank 0 at the end writes the final model with {@link ModelSerializer}.
  *
  * With two more arguments, rank {@code secondRank} kills itself {@code secondDelayMillis} after that same step, while
- * the others rebuild their group without the first (a death during the rebuild).
+ * the others rebuild their group without the first (a death during the rebuild). With {@code zero=STAGE} instead, it
+ * trains with ZeRO {@code sharding(STAGE)} and a periodic checkpoint every {@code every} steps into
+ * {@code checkpointDir} (all kept), to which the survivors of a death go back.
  *
- * <pre>ShrinkingTraining modelFile killRank killAfterStep(-1: none) [secondRank secondDelayMillis]</pre>
+ * <pre>ShrinkingTraining modelFile killRank killAfterStep(-1: none) [secondRank secondDelayMillis]
+ * ShrinkingTraining modelFile killRank killAfterStep zero=STAGE checkpointDir every</pre>
  */
 public final class ShrinkingTraining {
 
@@ -44,8 +49,9 @@ public final class ShrinkingTraining {
         File model = new File(args[0]);
         int killRank = Integer.parseInt(args[1]);
         long killAfter = Long.parseLong(args[2]);
-        int secondRank = args.length > 4 ? Integer.parseInt(args[3]) : -1;
-        long secondDelay = args.length > 4 ? Long.parseLong(args[4]) : 0;
+        boolean zero = args.length > 3 && args[3].startsWith("zero=");
+        int secondRank = args.length > 4 && !zero ? Integer.parseInt(args[3]) : -1;
+        long secondDelay = args.length > 4 && !zero ? Long.parseLong(args[4]) : 0;
         System.out.println("PID " + ProcessHandle.current().pid());
         ProcessGroup group = ProcessGroup.fromEnvironment();
         int launchRank = group.rank();
@@ -71,6 +77,10 @@ public final class ShrinkingTraining {
                         RestartingTraining.killMyself();
                     }
                 });
+        if (zero) {
+            builder.sharding(ZeroStage.valueOf(args[3].substring("zero=".length())))
+                    .checkpointEvery(Integer.parseInt(args[5]), Path.of(args[4])).keepCheckpoints(1000);
+        }
         try (group; SymmemParallelWrapper wrapper = builder.build()) {
             try {
                 wrapper.fit(new ListIterator(batches()));
@@ -82,9 +92,10 @@ public final class ShrinkingTraining {
             long nowNanos = System.nanoTime();
             long nowMillis = System.currentTimeMillis();
             for (ShrinkReport s : wrapper.shrinks()) {
-                System.out.printf(Locale.ROOT, "SHRUNK step %d dead %s from %d to %d redone %b resumed at %d ms%n",
-                        s.step(), s.dead(), s.workersBefore(), s.workersAfter(), s.redone(),
-                        nowMillis - (nowNanos - s.resumedNanos()) / 1_000_000);
+                System.out.printf(Locale.ROOT, "SHRUNK step %d dead %s from %d to %d redone %b resumed at %d ms"
+                        + " back to step %d checkpoint %s%n", s.step(), s.dead(), s.workersBefore(), s.workersAfter(),
+                        s.redone(), nowMillis - (nowNanos - s.resumedNanos()) / 1_000_000, s.resumedAt(),
+                        s.checkpoint());
             }
             System.out.printf(Locale.ROOT, "DONE launch rank %d, %d workers at the end, %d iterations%n", launchRank,
                     wrapper.workers(), net.getIterationCount());
