@@ -25,19 +25,24 @@ import org.symmem4j.parallel.SymmetricMemory;
  * <p>Not thread-safe: {@link #step} runs on the replica's thread; {@link #materialize} and {@link #shardAgain} while
  * every replica is idle.
  */
-public final class OptimizerStateShard {
+public final class OptimizerStateShard implements AutoCloseable {
 
     private final MultiLayerNetwork network;
     private final ModelReplica replica;
     private final ShardedUpdater sharded;
+    /** The gradient view registered over the group, for the update's in-place all-gather. */
+    private final SymmetricMemory gradients;
     private final boolean miniBatch;
+    private boolean closed;
     /** Whether the network holds DL4J's full updater (between {@link #materialize} and {@link #shardAgain}). */
     private boolean materialized;
 
-    private OptimizerStateShard(MultiLayerNetwork network, ModelReplica replica, ShardedUpdater sharded) {
+    private OptimizerStateShard(MultiLayerNetwork network, ModelReplica replica, ShardedUpdater sharded,
+                                SymmetricMemory gradients) {
         this.network = network;
         this.replica = replica;
         this.sharded = sharded;
+        this.gradients = gradients;
         this.miniBatch = network.getLayerWiseConfigurations().getConf(0).isMiniBatch();
     }
 
@@ -60,7 +65,7 @@ public final class OptimizerStateShard {
         ShardedUpdater sharded = new ShardedUpdater(ZeroStage.OPTIMIZER_STATE, layout, replica, comm, gradients, null,
                 dl4j.getStateViewArray());
         replica.installUpdater(sharded);
-        return new OptimizerStateShard(network, replica, sharded);
+        return new OptimizerStateShard(network, replica, sharded, gradients);
     }
 
     /**
@@ -75,6 +80,9 @@ public final class OptimizerStateShard {
      * @param epoch     the network's epoch count
      */
     public void step(long examples, int iteration, int epoch) {
+        if (closed) {
+            throw Invariants.violated("a sharded step after close(): the trainer's ranks were stopped");
+        }
         if (materialized) {
             throw Invariants.violated("a sharded step while the network holds DL4J's full updater (shardAgain first)");
         }
@@ -83,6 +91,18 @@ public final class OptimizerStateShard {
         }
         sharded.agree(); // the norms gradient normalization needs; non-finite values go on as DL4J's updater lets them
         sharded.update(null, iteration, epoch);
+    }
+
+    /**
+     * Releases the gradient view's registration over the group; collective (every replica, when its rank stops).
+     * The block of state stays readable: {@link #materialize} still gathers it.
+     */
+    @Override
+    public void close() {
+        if (!closed) {
+            closed = true;
+            gradients.close();
+        }
     }
 
     /** {@return the bytes of updater state this replica holds: its block's} */

@@ -561,6 +561,13 @@ public final class Dl4jPipelineStage implements StageCompute {
         this.shardOptimizerState = true;
     }
 
+    /** Collective over the replicas, when the rank stops: releases the shard's registration (its state stays). */
+    void closeOptimizerShard() {
+        if (optimizerShard != null) {
+            optimizerShard.close();
+        }
+    }
+
     /** This replica's block of the updater state ({@link #shardOptimizerState()}), or null before the first step. */
     OptimizerStateShard optimizerShard() {
         return optimizerShard;

@@ -31,24 +31,26 @@ final class PipelineZero {
         if (stage == null) {
             return;
         }
-        String fix = " (fix: drop sharding(...), or ";
         if (stage != ZeroStage.OPTIMIZER_STATE) {
             throw new IllegalArgumentException("sharding(" + stage + ") on the pipeline trainer: not built; expected"
-                    + " OPTIMIZER_STATE (ZeRO stage 1: each dp replica of a stage holds 1/dp of its updater state)" + fix
-                    + "sharding(ZeroStage.OPTIMIZER_STATE); stages 2 and 3 are the wrapper's, SymmemParallelWrapper)");
+                    + " OPTIMIZER_STATE (ZeRO stage 1: each dp replica of a stage holds 1/dp of its updater state)"
+                    + " (fix: sharding(ZeroStage.OPTIMIZER_STATE), or drop sharding(...); stages 2 and 3 are the"
+                    + " wrapper's, SymmemParallelWrapper)");
         }
         if (dataParallel < 2) {
-            throw new IllegalArgumentException("sharding(" + stage + ") with dataParallel=" + dataParallel + ": expected"
-                    + " dataParallel >= 2 (the updater state is cut over a stage's dp replicas)" + fix
-                    + "dataParallel(2) or more)");
+            throw new IllegalArgumentException("sharding(" + stage + ") with dataParallel=" + dataParallel
+                    + ": expected dataParallel >= 2 (the updater state is cut over a stage's dp replicas)"
+                    + " (fix: dataParallel(2) or more, or drop sharding(...))");
         }
         if (tensorParallel > 1) {
             throw new IllegalArgumentException("sharding(" + stage + ") with tensorParallel(" + tensorParallel
-                    + ", ...): not built yet; expected a pipeline without tensor parallelism" + fix + "drop tensorParallel)");
+                    + ", ...): not built yet; expected a pipeline without tensor parallelism"
+                    + " (fix: drop sharding(...), or drop tensorParallel)");
         }
         if (other != null) {
             throw new IllegalArgumentException("sharding(" + stage + ") with " + other + ": not built yet (thread mode,"
-                    + " without the trainer's checkpoints, is); expected neither" + fix + "drop " + other
+                    + " without the trainer's checkpoints, is); expected neither"
+                    + " (fix: drop sharding(...), or drop " + other
                     + "; after fit the model given to the builder holds the whole network and its whole updater state:"
                     + " save it with ModelSerializer.writeModel(model, file, true))");
         }
@@ -57,8 +59,8 @@ final class PipelineZero {
             if (layers.get(i) instanceof BatchNormalization) {
                 throw new IllegalArgumentException("sharding(" + stage + ") with a BatchNormalization layer (layer " + i
                         + "): not built yet (its running statistics are updates, not gradients, which DL4J's updater"
-                        + " leaves undivided); expected a network without BatchNormalization" + fix
-                        + "remove the layer)");
+                        + " leaves undivided); expected a network without BatchNormalization"
+                        + " (fix: drop sharding(...), or remove the layer)");
             }
         }
     }
@@ -73,7 +75,8 @@ final class PipelineZero {
      * @param whole  the replicas whose stages {@code action} reads or writes whole
      * @param action the hand-over
      */
-    static void withWholeState(List<List<Dl4jPipelineStage>> all, List<List<Dl4jPipelineStage>> whole, Runnable action) {
+    static void withWholeState(List<List<Dl4jPipelineStage>> all, List<List<Dl4jPipelineStage>> whole,
+                               Runnable action) {
         int stages = all.getFirst().size();
         List<OptimizerStateShard> gathered = new ArrayList<>();
         try {

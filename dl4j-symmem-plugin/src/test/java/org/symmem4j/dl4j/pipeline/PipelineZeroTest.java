@@ -43,10 +43,12 @@ class PipelineZeroTest {
 
     @ParameterizedTest(name = "{0} {1} l2={2}")
     @MethodSource("cases")
-    void bitwiseTheUnshardedPipelineWithAReplicasShareOfTheState(PipelineSchedule schedule, IUpdater updater, double l2) {
+    void bitwiseTheUnshardedPipelineWithAReplicasShareOfTheState(PipelineSchedule schedule, IUpdater updater,
+                                                                 double l2) {
         int dp = 2;
         MultiLayerNetwork base = PipelineNets.mlp(updater, l2, DataType.DOUBLE, WIDTHS);
-        List<DataSet> data = PipelineNets.batches(5, STEPS, BATCH, WIDTHS[0], WIDTHS[WIDTHS.length - 1], DataType.DOUBLE);
+        List<DataSet> data = PipelineNets.batches(5, STEPS, BATCH, WIDTHS[0], WIDTHS[WIDTHS.length - 1],
+                DataType.DOUBLE);
         MultiLayerNetwork plainModel = base.clone();
         MultiLayerNetwork shardedModel = base.clone();
         try (PipelineParallelTrainer plain = PipelineParallelTrainer.builder(plainModel).ranks(2).dataParallel(dp)
@@ -57,7 +59,7 @@ class PipelineZeroTest {
             MultiLayerNetwork b = base.clone();
             for (int s = 0; s < STEPS; s++) {
                 if (s == 2) {
-                    // the model changed between fits: both trainers' stages take it (the sharded ones into their blocks)
+                    // the model changed between fits: both trainers' stages take it (sharded: into their blocks)
                     plainModel.params().muli(0.75);
                     shardedModel.params().muli(0.75);
                 }
