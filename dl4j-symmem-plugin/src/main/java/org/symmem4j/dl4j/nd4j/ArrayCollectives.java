@@ -50,6 +50,11 @@ public final class ArrayCollectives {
         return communicator.group().rank();
     }
 
+    /** {@return the communicator these collectives run over (not closed by this class)} */
+    public Communicator communicator() {
+        return communicator;
+    }
+
     /** {@return the group these collectives run over (for set-up exchanges among its ranks)} */
     public org.symmem4j.parallel.Group group() {
         return communicator.group();

@@ -21,6 +21,7 @@ import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.dl4j.HollowNetworks;
+import org.symmem4j.dl4j.OptimizerStateShard;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.symmem4j.parallel.Invariants;
@@ -81,6 +82,10 @@ public final class Dl4jPipelineStage implements StageCompute {
 
     /** The other replicas of this stage (data parallelism), or null when this stage has none. */
     private ArrayCollectives dataParallel;
+    /** ZeRO stage 1 over the replicas ({@link #shardOptimizerState()}): installed at the first step, then kept. */
+    private boolean shardOptimizerState;
+    /** This replica's block of the stage's updater state once {@link #shardOptimizerState} installed it, or null. */
+    private OptimizerStateShard optimizerShard;
     /** This stage's rank in its tensor-parallel group (a shard's stage), or -1 for a stage of the whole network. */
     private int tensorParallelRank = -1;
     private StepPlan plan;
@@ -528,8 +533,15 @@ public final class Dl4jPipelineStage implements StageCompute {
             for (BatchNormRunningStats bn : batchNorms) {
                 bn.applyInOrder(gradientViews);
             }
-            network.getUpdater(true).update(network, gradientViews, iteration, epoch, Math.toIntExact(examples),
-                    workspaces);
+            if (shardOptimizerState && dataParallel != null) {
+                if (optimizerShard == null) { // collective over the replicas, which all reach their first step here
+                    optimizerShard = OptimizerStateShard.install(network, dataParallel.communicator());
+                }
+                optimizerShard.step(examples, iteration, epoch); // this replica's block, then the update all-gathered
+            } else {
+                network.getUpdater(true).update(network, gradientViews, iteration, epoch, Math.toIntExact(examples),
+                        workspaces);
+            }
             // StochasticGradientDescent's step: parameters minus the update the updater left in the gradient view
             network.params().subi(gradient.reshape(gradient.length()));
         }
@@ -538,6 +550,27 @@ public final class Dl4jPipelineStage implements StageCompute {
         backwardsThisStep = 0;
         layerSums = new int[layers.length];
         message = null;
+    }
+
+    /**
+     * ZeRO stage 1 over this stage's data-parallel replicas (the pipeline trainer's
+     * {@code sharding(ZeroStage.OPTIMIZER_STATE)}): from the first step on, this replica keeps the updater state of its
+     * 1/N block of the stage's parameters only ({@link OptimizerStateShard}). Set before the first step.
+     */
+    void shardOptimizerState() {
+        this.shardOptimizerState = true;
+    }
+
+    /** Collective over the replicas, when the rank stops: releases the shard's registration (its state stays). */
+    void closeOptimizerShard() {
+        if (optimizerShard != null) {
+            optimizerShard.close();
+        }
+    }
+
+    /** This replica's block of the updater state ({@link #shardOptimizerState()}), or null before the first step. */
+    OptimizerStateShard optimizerShard() {
+        return optimizerShard;
     }
 
     /**

@@ -204,7 +204,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.metrics = o.bind(new PipelineMetrics(b.schedule.tag(), o.transportName(), o.metricTags()));
         // group mode: this process holds its own stages of one replica (s % pp == its pipeline rank), the others hollow
         this.replicas = new StageReplicas(split, model, dataParallel, b.tensorShards, tensorParallel,
-                b.tensorParallelColumns, shape.ranks(), group);
+                b.tensorParallelColumns, shape.ranks(), group, b.sharding != null);
         this.stages = replicas.first();
         this.model = model;
         this.checkpoints = o.checkpointSchedule();

@@ -13,6 +13,7 @@ import org.nd4j.linalg.dataset.api.DataSet;
 import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.symmem4j.dl4j.train.TrainerBuilder;
+import org.symmem4j.dl4j.ZeroStage;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.Invariants;
 import org.symmem4j.pipeline.channel.LinkPlan;
@@ -63,6 +64,8 @@ public final class PipelineParallelTrainerBuilder
      */
     PipelineTensorParallel tensorShards;
     boolean syncBatchNorm;
+    /** ZeRO on the data-parallel axis ({@link #sharding}), or null. */
+    ZeroStage sharding;
     private int microbatches;
     PipelineSchedule schedule = PipelineSchedule.ONE_F_ONE_B;
     private int stagesPerRank = 1;
@@ -194,6 +197,24 @@ public final class PipelineParallelTrainerBuilder
      */
     public PipelineParallelTrainerBuilder syncBatchNorm(boolean sync) {
         this.syncBatchNorm = sync;
+        return this;
+    }
+
+    /**
+     * ZeRO on the data-parallel axis (default none): with {@link ZeroStage#OPTIMIZER_STATE} (stage 1) each of a
+     * stage's {@code dataParallel} replicas keeps the updater state (Adam's moments, momentum...) of its 1/dp block of
+     * the stage's parameters only, applies DL4J's updater to that block after the replicas' gradient sum, and the
+     * update is all-gathered, so every replica subtracts the same whole update: bitwise the unsharded pipeline's
+     * training. The blocks are cut at the first step; {@link PipelineParallelTrainer#modelBytesHeld()} counts each
+     * replica's block from then on. The model given to the builder still gets the whole updater state after each
+     * {@code fit} (gathered from the blocks for the copy). Refused at {@link #build()}: other stages, {@code
+     * dataParallel} below 2, group mode, tensor parallelism, checkpoints and BatchNormalization layers (not built yet).
+     *
+     * @param stage {@link ZeroStage#OPTIMIZER_STATE}, or null for none
+     * @return this builder
+     */
+    public PipelineParallelTrainerBuilder sharding(ZeroStage stage) {
+        this.sharding = stage;
         return this;
     }
 
@@ -411,6 +432,9 @@ public final class PipelineParallelTrainerBuilder
         if (tensorParallel > 1) {
             refuseWithTensorParallel();
         }
+        PipelineZero.check(sharding, dataParallel, tensorParallel, options().group() != null ? "group mode"
+                : options().checkpointSchedule() != null ? "checkpointEvery(...)"
+                : options().resumeRoot() != null ? "resumeFrom(...)" : null, network);
         int stageCount = Math.multiplyExact(ranks, stagesPerRank);
         int layers = network.getLayerWiseConfigurations().getConfs().size();
         if (stageCount > layers) {

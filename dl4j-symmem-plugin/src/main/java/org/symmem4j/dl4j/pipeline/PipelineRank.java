@@ -171,6 +171,9 @@ final class PipelineRank implements AutoCloseable {
         executor = null;
         RankRuntime.closeQuietly(tensorParallel);
         RankRuntime.closeQuietly(batchNorm);
+        for (Dl4jPipelineStage stage : spec.stages().values()) {
+            RankRuntime.closeQuietly(stage::closeOptimizerShard); // collective over dp, the stages in the same order
+        }
         RankRuntime.closeQuietly(dataParallel);
         RankRuntime.closeQuietly(mesh);
     }

@@ -41,6 +41,8 @@ final class StageReplicas {
     private final int pipelineRanks;
     /** Group mode: this process's rank of the user's group; null in thread mode. */
     private final Group group;
+    /** ZeRO stage 1 on the dp axis ({@link PipelineZero}): the model's hand-overs gather the stages' updater state. */
+    private final boolean shardedState;
 
     /**
      * Builds the stages: every replica (thread mode) or this process's one (group mode, whose stages of other pipeline
@@ -50,8 +52,9 @@ final class StageReplicas {
      * ({@link PipelineTensorParallelRank}).
      */
     StageReplicas(PipelineStageSplit split, PipelineModel model, int dataParallel, PipelineTensorParallel tensorShards,
-                  int tensorParallel, int[] tensorColumns, int pipelineRanks, Group group) {
+                  int tensorParallel, int[] tensorColumns, int pipelineRanks, Group group, boolean shardedState) {
         this.split = split;
+        this.shardedState = shardedState;
         this.dataParallel = dataParallel;
         this.tensorShards = tensorShards;
         this.tensorParallel = tensorParallel;
@@ -77,6 +80,9 @@ final class StageReplicas {
         }
         this.all = List.copyOf(replicas);
         this.first = all.getFirst();
+        if (shardedState) {
+            all.forEach(r -> r.forEach(Dl4jPipelineStage::shardOptimizerState));
+        }
     }
 
     /** Replica 0's stages (shard 0's): the ones whose state the model takes (every replica's is the same). */
@@ -158,8 +164,12 @@ final class StageReplicas {
             tensorRank.giveFrom((MultiLayerNetwork) model.model()); // the same bits when unchanged: see giveFrom
         } else if (tensorShards != null) {
             tensorShards.giveIfChanged((MultiLayerNetwork) model.model(), all);
-        } else if (!model.holds(first)) {
-            all.forEach(model::giveTo);
+        } else {
+            withWholeState(all, () -> {
+                if (!model.holds(first)) {
+                    all.forEach(model::giveTo);
+                }
+            });
         }
     }
 
@@ -173,7 +183,7 @@ final class StageReplicas {
         } else if (tensorShards != null) {
             tensorShards.takeInto(all.subList(0, tensorParallel), (MultiLayerNetwork) model.model());
         } else {
-            model.takeFrom(first, exchange, pipelineRanks);
+            withWholeState(List.of(first), () -> model.takeFrom(first, exchange, pipelineRanks));
         }
     }
 
@@ -185,9 +195,19 @@ final class StageReplicas {
         } else if (tensorShards != null) {
             tensorShards.takeInto(all.subList(0, tensorParallel), target);
         } else if (exchange == null) {
-            split.copyStagesInto(first.stream().map(Dl4jPipelineStage::network).toList(), target);
+            withWholeState(List.of(first),
+                    () -> split.copyStagesInto(first.stream().map(Dl4jPipelineStage::network).toList(), target));
         } else {
             exchange.gatherInto(split, first, pipelineRanks, target);
+        }
+    }
+
+    /** Runs {@code action} with the whole updater state in {@code whole}'s stages when it is sharded ({@link PipelineZero}). */
+    private void withWholeState(List<List<Dl4jPipelineStage>> whole, Runnable action) {
+        if (shardedState) {
+            PipelineZero.withWholeState(all, whole, action);
+        } else {
+            action.run();
         }
     }
 

@@ -1,0 +1,152 @@
+package org.symmem4j.dl4j;
+
+import java.util.List;
+import org.deeplearning4j.nn.api.Updater;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.Invariants;
+import org.symmem4j.parallel.SymmetricMemory;
+
+/**
+ * ZeRO stage 1 ({@link ZeroStage#OPTIMIZER_STATE}) for one network among data-parallel replicas that each hold all of
+ * it: this replica keeps DL4J updater state (Adam moments, momentum, ...) only for its 1/N block of the flat parameter
+ * vector ({@code ShardPartition} block {@code rank} of the communicator's group, as the wrapper's stage 1 cuts it),
+ * runs DL4J's updater arithmetic on that block (the wrapper's {@link ShardedUpdater}), and all-gathers the update, so
+ * every replica subtracts the same whole update. Used by the pipeline trainer for each stage's dp replicas
+ * ({@code PipelineParallelTrainerBuilder.sharding}); the wrapper's own stage 1 does not go through this class.
+ *
+ * <p>While installed, the network's updater is the shard's ({@code getUpdater().getStateViewArray()} is the shard's
+ * state, 1/N of DL4J's), and DL4J's full updater state is not held. {@link #materialize} gives the network DL4J's own
+ * updater back, its state written from every shard, for a hand-over of the whole state (the model after fit);
+ * {@link #shardAgain} takes it back into the shard.
+ *
+ * <p>Not thread-safe: {@link #step} runs on the replica's thread; {@link #materialize} and {@link #shardAgain} while
+ * every replica is idle.
+ */
+public final class OptimizerStateShard implements AutoCloseable {
+
+    private final MultiLayerNetwork network;
+    private final ModelReplica replica;
+    private final ShardedUpdater sharded;
+    /** The gradient view registered over the group, for the update's in-place all-gather. */
+    private final SymmetricMemory gradients;
+    private final boolean miniBatch;
+    private boolean closed;
+    /** Whether the network holds DL4J's full updater (between {@link #materialize} and {@link #shardAgain}). */
+    private boolean materialized;
+
+    private OptimizerStateShard(MultiLayerNetwork network, ModelReplica replica, ShardedUpdater sharded,
+                                SymmetricMemory gradients) {
+        this.network = network;
+        this.replica = replica;
+        this.sharded = sharded;
+        this.gradients = gradients;
+        this.miniBatch = network.getLayerWiseConfigurations().getConf(0).isMiniBatch();
+    }
+
+    /**
+     * Shards {@code network}'s updater state over {@code comm}'s group: takes this replica's block of DL4J's current
+     * state, then replaces DL4J's updater (and its full state) by the shard's. Collective over the group (the network's
+     * gradient view is registered as symmetric memory): every replica calls it with its own network, all alike.
+     *
+     * @param network a replica of the network: the same configuration and updater state on every rank
+     * @param comm    the replicas' communicator (not closed here)
+     * @return the installed shard
+     */
+    public static OptimizerStateShard install(MultiLayerNetwork network, Communicator comm) {
+        ModelReplica replica = ModelReplica.of(network);
+        BaseMultiLayerUpdater<?> dl4j = replica.dl4jUpdater();
+        UpdaterLayout layout = UpdaterLayout.of(dl4j, network.numParams());
+        INDArray view = replica.gradientView();
+        SymmetricMemory gradients = SymmetricMemory.register(comm.group(), ModelReplica.segmentOf(view));
+        // stage 1 without the synchronizer: the caller has summed the gradient over the replicas already
+        ShardedUpdater sharded = new ShardedUpdater(ZeroStage.OPTIMIZER_STATE, layout, replica, comm, gradients, null,
+                dl4j.getStateViewArray());
+        replica.installUpdater(sharded);
+        return new OptimizerStateShard(network, replica, sharded, gradients);
+    }
+
+    /**
+     * One update, where DL4J's updater would run, once the gradient view holds the gradient summed over every replica's
+     * examples: this block divided by {@code examples} (minibatch training, as DL4J's updater divides), gradient
+     * normalization with norms agreed over the group, regularization and the updater on this block, then the in-place
+     * all-gather, after which the gradient view holds the whole update (the caller subtracts it from the parameters).
+     * Collective over the group.
+     *
+     * @param examples  the step's examples over every replica
+     * @param iteration the network's iteration count
+     * @param epoch     the network's epoch count
+     */
+    public void step(long examples, int iteration, int epoch) {
+        if (closed) {
+            throw Invariants.violated("a sharded step after close(): the trainer's ranks were stopped");
+        }
+        if (materialized) {
+            throw Invariants.violated("a sharded step while the network holds DL4J's full updater (shardAgain first)");
+        }
+        if (miniBatch) {
+            sharded.divideShard(examples);
+        }
+        sharded.agree(); // the norms gradient normalization needs; non-finite values go on as DL4J's updater lets them
+        sharded.update(null, iteration, epoch);
+    }
+
+    /**
+     * Releases the gradient view's registration over the group; collective (every replica, when its rank stops).
+     * The block of state stays readable: {@link #materialize} still gathers it.
+     */
+    @Override
+    public void close() {
+        if (!closed) {
+            closed = true;
+            gradients.close();
+        }
+    }
+
+    /** {@return the bytes of updater state this replica holds: its block's} */
+    public long stateBytes() {
+        return sharded.stateBytes();
+    }
+
+    /**
+     * Gives each shard's network DL4J's own updater again, its whole state written from every shard of
+     * {@code replicas} (all in this process: thread mode). Not collective; every replica idle.
+     *
+     * @param toMaterialize the shards whose networks get the whole state
+     * @param replicas      every replica's shard of the same network, in rank order
+     */
+    public static void materialize(List<OptimizerStateShard> toMaterialize, List<OptimizerStateShard> replicas) {
+        for (OptimizerStateShard s : toMaterialize) {
+            if (s.materialized) {
+                continue;
+            }
+            s.network.setUpdater(null);
+            Updater fresh = s.network.getUpdater(true); // DL4J's updater with its full state view
+            INDArray full = fresh.getStateViewArray();
+            if (full != null) {
+                for (OptimizerStateShard r : replicas) {
+                    r.sharded.exportState(full); // every element is one shard's: together they write all of it
+                }
+            }
+            s.materialized = true;
+        }
+    }
+
+    /**
+     * After {@link #materialize}: takes this replica's block of the (possibly changed) whole state back into the shard
+     * and drops DL4J's updater with its full state. Not collective.
+     */
+    public void shardAgain() {
+        if (!materialized) {
+            return;
+        }
+        INDArray full = replica.dl4jUpdater().getStateViewArray();
+        if (full != null) {
+            sharded.importState(full);
+        }
+        replica.installUpdater(sharded);
+        materialized = false;
+    }
+}

@@ -1,0 +1,130 @@
+package org.symmem4j.dl4j.pipeline;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.file.Path;
+import java.util.List;
+import java.util.stream.Stream;
+import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.dataset.DataSet;
+import org.nd4j.linalg.learning.config.Adam;
+import org.nd4j.linalg.learning.config.IUpdater;
+import org.nd4j.linalg.learning.config.Nesterovs;
+import org.nd4j.linalg.learning.config.Sgd;
+import org.symmem4j.dl4j.ZeroStage;
+
+/**
+ * ZeRO stage 1 on the pipeline's data-parallel axis ({@link PipelineParallelTrainerBuilder#sharding}): bitwise the
+ * unsharded DP x PP pipeline, step by step, with each replica holding only its block of each stage's updater state;
+ * what is not built is refused at build().
+ */
+class PipelineZeroTest {
+
+    private static final int STEPS = 4;
+    private static final int BATCH = 16;
+    /** Odd widths: the stages' flat vectors do not split evenly, so the blocks differ in length. */
+    private static final int[] WIDTHS = {10, 13, 11, 9, 7, 3};
+
+    static Stream<Arguments> cases() {
+        return Stream.of(
+                Arguments.of(PipelineSchedule.GPIPE, new Adam(0.01), 1e-3),
+                Arguments.of(PipelineSchedule.ONE_F_ONE_B, new Adam(0.01), 1e-3),
+                Arguments.of(PipelineSchedule.ONE_F_ONE_B, new Nesterovs(0.05, 0.9), 0.0));
+    }
+
+    @ParameterizedTest(name = "{0} {1} l2={2}")
+    @MethodSource("cases")
+    void bitwiseTheUnshardedPipelineWithAReplicasShareOfTheState(PipelineSchedule schedule, IUpdater updater,
+                                                                 double l2) {
+        int dp = 2;
+        MultiLayerNetwork base = PipelineNets.mlp(updater, l2, DataType.DOUBLE, WIDTHS);
+        List<DataSet> data = PipelineNets.batches(5, STEPS, BATCH, WIDTHS[0], WIDTHS[WIDTHS.length - 1],
+                DataType.DOUBLE);
+        MultiLayerNetwork plainModel = base.clone();
+        MultiLayerNetwork shardedModel = base.clone();
+        try (PipelineParallelTrainer plain = PipelineParallelTrainer.builder(plainModel).ranks(2).dataParallel(dp)
+                .microbatches(2).schedule(schedule).build();
+             PipelineParallelTrainer sharded = PipelineParallelTrainer.builder(shardedModel).ranks(2).dataParallel(dp)
+                .microbatches(2).schedule(schedule).sharding(ZeroStage.OPTIMIZER_STATE).build()) {
+            MultiLayerNetwork a = base.clone();
+            MultiLayerNetwork b = base.clone();
+            for (int s = 0; s < STEPS; s++) {
+                if (s == 2) {
+                    // the model changed between fits: both trainers' stages take it (sharded: into their blocks)
+                    plainModel.params().muli(0.75);
+                    shardedModel.params().muli(0.75);
+                }
+                plain.fit(data.get(s));
+                sharded.fit(data.get(s));
+                plain.copyParametersTo(a);
+                sharded.copyParametersTo(b);
+                PipelineNets.assertSameState(a, b, "step " + s + " copyParametersTo");
+                PipelineNets.assertSameState(plainModel, shardedModel, "step " + s + " the builder's model");
+                assertEquals(plain.lastStep().loss(), sharded.lastStep().loss(), "step " + s + " loss");
+                for (int st = 0; st < sharded.replicaStages(0, 0).size(); st++) {
+                    assertTrue(PipelineNets.bitwiseEqual(sharded.replicaStages(0, 0).get(st).network().params(),
+                            sharded.replicaStages(1, 0).get(st).network().params()), "step " + s + " stage " + st
+                            + ": the replicas' parameters after the all-gathered update");
+                }
+            }
+            // each replica of each stage holds its block: together the whole state, once
+            long wholeState = 0;
+            for (int st = 0; st < sharded.replicaStages(0, 0).size(); st++) {
+                long blocks = 0;
+                for (int d = 0; d < dp; d++) {
+                    INDArray state = sharded.replicaStages(d, 0).get(st).network().getUpdater().getStateViewArray();
+                    INDArray full = plain.replicaStages(d, 0).get(st).network().getUpdater().getStateViewArray();
+                    assertTrue(state.length() < full.length(), "stage " + st + " replica " + d + " holds "
+                            + state.length() + " of " + full.length() + " state elements");
+                    blocks += state.length();
+                }
+                long full = plain.replicaStages(0, 0).get(st).network().getUpdater().getStateViewArray().length();
+                assertEquals(full, blocks, "stage " + st + ": the replicas' blocks cover the state once");
+                wholeState += full * Double.BYTES;
+            }
+            long saved = plain.modelBytesHeld() - sharded.modelBytesHeld();
+            assertEquals((dp - 1) * wholeState, saved, "the updater state held once instead of dp times");
+            System.out.printf("pipeline ZeRO-1 %s %s: model bytes held %d unsharded, %d sharded (updater state %d"
+                    + " bytes per replica unsharded, %d sharded)%n", schedule, updater.getClass().getSimpleName(),
+                    plain.modelBytesHeld(), sharded.modelBytesHeld(), wholeState, wholeState / dp);
+        }
+        // the comparison can fail: one step on half the batch is not the step the unsharded pipeline took
+        MultiLayerNetwork half = base.clone();
+        half.fit(PipelineNets.rows(data.getFirst(), 0, BATCH / 2));
+        MultiLayerNetwork whole = base.clone();
+        whole.fit(data.getFirst());
+        assertTrue(!PipelineNets.bitwiseEqual(whole.params(), half.params()), "half a batch took the same step");
+    }
+
+    @Test
+    void refusesWhatItDoesNotBuildAtBuild(@TempDir Path dir) {
+        MultiLayerNetwork net = PipelineNets.mlp(new Sgd(0.1), 0.0, DataType.DOUBLE, WIDTHS);
+        assertRefused(() -> PipelineParallelTrainer.builder(net).ranks(2).dataParallel(2).microbatches(2)
+                .sharding(ZeroStage.GRADIENTS).build(), "sharding(GRADIENTS)", "OPTIMIZER_STATE");
+        assertRefused(() -> PipelineParallelTrainer.builder(net).ranks(2).dataParallel(2).microbatches(2)
+                .sharding(ZeroStage.PARAMETERS).build(), "sharding(PARAMETERS)", "fix:");
+        assertRefused(() -> PipelineParallelTrainer.builder(net).ranks(2).microbatches(2)
+                .sharding(ZeroStage.OPTIMIZER_STATE).build(), "dataParallel=1", "dataParallel >= 2");
+        assertRefused(() -> PipelineParallelTrainer.builder(net).ranks(2).dataParallel(2).microbatches(2)
+                .sharding(ZeroStage.OPTIMIZER_STATE).checkpointEvery(1, dir).build(), "checkpointEvery", "fix:");
+        MultiLayerNetwork bn = PipelineModels.convBatchNorm(new Sgd(0.1), true);
+        assertRefused(() -> PipelineParallelTrainer.builder(bn).ranks(2).dataParallel(2).microbatches(2)
+                .sharding(ZeroStage.OPTIMIZER_STATE).build(), "BatchNormalization", "fix:");
+    }
+
+    private static void assertRefused(org.junit.jupiter.api.function.Executable build, String... parts) {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, build);
+        for (String p : parts) {
+            assertTrue(e.getMessage().contains(p), "message lacks '" + p + "': " + e.getMessage());
+        }
+    }
+}
