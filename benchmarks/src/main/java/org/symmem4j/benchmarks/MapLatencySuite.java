@@ -1,7 +1,6 @@
 package org.symmem4j.benchmarks;
 
 import java.nio.file.Files;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collection;
@@ -14,7 +13,6 @@ import org.openjdk.jmh.results.RunResult;
 import org.openjdk.jmh.results.format.ResultFormatType;
 import org.openjdk.jmh.runner.Runner;
 import org.openjdk.jmh.runner.options.OptionsBuilder;
-import org.openjdk.jmh.runner.options.TimeValue;
 import org.openjdk.jmh.util.Statistics;
 import org.symmem4j.examples.Cli;
 import picocli.CommandLine.Command;
@@ -46,15 +44,7 @@ public final class MapLatencySuite {
     @Command(name = "MapLatencySuite", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class,
             showDefaultValues = true, description = "Hash map get/put latency percentiles at 2 processes: symmem4j's"
                     + " SymmetricHashMap against Chronicle Map in one run, one table.")
-    static final class Flags {
-        @Option(names = "--out", paramLabel = "DIR", description = "where JMH's JSON and map-latency-summary.md go")
-        Path out = Path.of(".");
-        @Option(names = "--forks", paramLabel = "N", description = "forks per trial")
-        int forks = 3;
-        @Option(names = "--warmups", paramLabel = "N", description = "warm-up iterations of 1 s per fork")
-        int warmups = 2;
-        @Option(names = "--iterations", paramLabel = "N", description = "measured iterations of 1 s per fork")
-        int iterations = 3;
+    static final class Flags extends JmhSuiteFlags {
         @Option(names = "--with-floor", description = "also ConcurrentHashMap in one JVM (the floor)")
         boolean withFloor;
     }
@@ -63,9 +53,7 @@ public final class MapLatencySuite {
 
     public static void main(String[] args) throws Exception {
         Flags f = Cli.parse(new Flags(), args, flags -> {
-            Cli.positive("--forks", flags.forks);
-            Cli.positive("--warmups", flags.warmups);
-            Cli.positive("--iterations", flags.iterations);
+            flags.checkCounts();
             return flags;
         });
         Files.createDirectories(f.out);
@@ -74,15 +62,12 @@ public final class MapLatencySuite {
         if (f.withFloor) {
             kinds.add(SharedMapPair.Kind.CONCURRENT_HASH_MAP);
         }
-        Collection<RunResult> results = new Runner(new OptionsBuilder()
+        Collection<RunResult> results = new Runner(f.timing(new OptionsBuilder()
                 .include(MapBenchmark.class.getName() + "\\.(get|put)$")
                 .mode(Mode.SampleTime)
                 .param("kind", kinds.stream().map(Enum::name).toArray(String[]::new))
                 .param("processes", "2")
-                .warmupIterations(f.warmups).warmupTime(TimeValue.seconds(1))
-                .measurementIterations(f.iterations).measurementTime(TimeValue.seconds(1))
-                .forks(f.forks)
-                .resultFormat(ResultFormatType.JSON).result(f.out.resolve("map-latency.json").toString())
+                .resultFormat(ResultFormatType.JSON).result(f.out.resolve("map-latency.json").toString()))
                 .build()).run();
         String table = table(results, kinds, f);
         System.out.print(table);

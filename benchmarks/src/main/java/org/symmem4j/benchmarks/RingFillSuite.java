@@ -1,7 +1,6 @@
 package org.symmem4j.benchmarks;
 
 import java.nio.file.Files;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collection;
@@ -17,7 +16,6 @@ import org.openjdk.jmh.results.format.ResultFormatType;
 import org.openjdk.jmh.runner.Runner;
 import org.openjdk.jmh.runner.options.ChainedOptionsBuilder;
 import org.openjdk.jmh.runner.options.OptionsBuilder;
-import org.openjdk.jmh.runner.options.TimeValue;
 import org.symmem4j.examples.Cli;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
@@ -50,15 +48,7 @@ public final class RingFillSuite {
     @Command(name = "RingFillSuite", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class,
             showDefaultValues = true, description = "Ring throughput between 2 processes with the ring held at fixed"
                     + " fill levels: symmem4j against Agrona in one run, one summary table with the forks' spread.")
-    static final class Flags {
-        @Option(names = "--out", paramLabel = "DIR", description = "where JMH's JSON and ring-fill-summary.md go")
-        Path out = Path.of(".");
-        @Option(names = "--forks", paramLabel = "N", description = "forks per trial")
-        int forks = 3;
-        @Option(names = "--warmups", paramLabel = "N", description = "warm-up iterations of 1 s per fork")
-        int warmups = 2;
-        @Option(names = "--iterations", paramLabel = "N", description = "measured iterations of 1 s per fork")
-        int iterations = 3;
+    static final class Flags extends JmhSuiteFlags {
         @Option(names = "--sizes", paramLabel = "B", split = ",", description = "message bytes")
         int[] sizes = {64};
         @Option(names = "--fills", paramLabel = "PERCENT", split = ",", description = "fill levels held, in %% of the"
@@ -77,9 +67,7 @@ public final class RingFillSuite {
 
     public static void main(String[] args) throws Exception {
         Flags f = Cli.parse(new Flags(), args, flags -> {
-            Cli.positive("--forks", flags.forks);
-            Cli.positive("--warmups", flags.warmups);
-            Cli.positive("--iterations", flags.iterations);
+            flags.checkCounts();
             for (RingPair.Kind k : flags.kinds) {
                 if (k.aeron()) {
                     throw new IllegalArgumentException("--kinds " + k + ": Aeron IPC has no ring to hold at a fill"
@@ -105,10 +93,8 @@ public final class RingFillSuite {
                 .param("kind", chosen.stream().map(Enum::name).toArray(String[]::new))
                 .param("messageBytes", Arrays.stream(f.sizes).mapToObj(Integer::toString).toArray(String[]::new))
                 .param("fillPercent", Arrays.stream(f.fills).mapToObj(Integer::toString).toArray(String[]::new))
-                .warmupIterations(f.warmups).warmupTime(TimeValue.seconds(1))
-                .measurementIterations(f.iterations).measurementTime(TimeValue.seconds(1))
-                .forks(f.forks)
                 .resultFormat(ResultFormatType.JSON).result(f.out.resolve("ring-fill.json").toString());
+        f.timing(options);
         if (f.gc) {
             options.addProfiler(GCProfiler.class);
         }
