@@ -116,15 +116,8 @@ public final class RingFillSuite {
     }
 
     private static RunResult find(Collection<RunResult> results, RingPair.Kind kind, int bytes, int fill) {
-        for (RunResult r : results) {
-            var params = r.getParams();
-            if (params.getParam("kind").equals(kind.name())
-                    && params.getParam("messageBytes").equals(Integer.toString(bytes))
-                    && params.getParam("fillPercent").equals(Integer.toString(fill))) {
-                return r;
-            }
-        }
-        return null;
+        return JmhResults.withParams(results, "kind", kind.name(), "messageBytes", Integer.toString(bytes),
+                "fillPercent", Integer.toString(fill));
     }
 
     /** The markdown table and the verdicts (see the class comment). */

@@ -140,14 +140,7 @@ public final class RingSuite {
     }
 
     private static RunResult find(Collection<RunResult> results, RingPair.Kind kind, int bytes) {
-        for (RunResult r : results) {
-            var params = r.getParams();
-            if (params.getParam("kind").equals(kind.name())
-                    && params.getParam("messageBytes").equals(Integer.toString(bytes))) {
-                return r;
-            }
-        }
-        return null;
+        return JmhResults.withParams(results, "kind", kind.name(), "messageBytes", Integer.toString(bytes));
     }
 
     /**
