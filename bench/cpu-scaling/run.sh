@@ -25,9 +25,10 @@
 # memory table of issue #31: plain / ZeRO-1 / 2 / 3 at 2, 4, 8, 16 workers, < 8 minutes;
 # $OUT/zero-memory.md), hsdp-threads and hsdp-processes (the same with hybrid sharding, MLP and CNN, ranks as
 # threads or as processes, one call each; $OUT/hsdp-*.md), serving (issue #34: the router with 8 worker threads, with 8
-# worker processes and ParallelInference, an MLP and a CNN, 3 reps; $OUT/serving-processes.md, < 6 minutes) and
+# worker processes and ParallelInference, an MLP and a CNN, 3 reps; $OUT/serving-processes.md, < 6 minutes),
 # serving-memory (the same at 8 models of which 4 MLPs of 20 M parameters, 1 rep, for the PSS table;
-# $OUT/serving-memory.md): e.g. `run.sh bench zero`.
+# $OUT/serving-memory.md) and zb-h1 (issue #35: the DL4J pipeline with ZB-H1 against 1F1B at 4 and 8 ranks, split by
+# measured times, < 5 minutes; $OUT/zb-h1.md): e.g. `run.sh bench zero`.
 # Results: $OUT/scaling.csv (every run, labelled), $OUT/main.md, $OUT/log.txt, $OUT/machine.txt,
 # $OUT/symmem16.jfr, $OUT/allreduce.txt. Render a label's report here with
 #   java ... ScalingBench --render-from scaling.csv --label small --machine "..." --out report.md
@@ -63,7 +64,7 @@ bench() {
     case $step in
       main) main ;; small) small ;; omp1) omp1 ;; twocore) twocore ;; mpi) mpi ;; cnn) cnn ;; small16) small16 ;;
       zero1) zero1 ;; pipeline) pipeline ;; zero) zero ;; hsdp-threads) hsdp threads ;; hsdp-processes) hsdp processes ;;
-      serving) serving ;; serving-memory) serving_memory ;;
+      serving) serving ;; serving-memory) serving_memory ;; zb-h1) zb_h1 ;;
       *) echo "unknown step $step" | tee -a "$log" ;;
     esac
     echo "$step exit $? at ${SECONDS}s" | tee -a "$log"
@@ -154,6 +155,17 @@ pipeline() {
     OMP_NUM_THREADS=1 timeout 40 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 8 \
       --microbatches 16 --forward-us 1000 --backward-us 2000 --wait spin
   } > "$out/pipeline-executor.txt" 2>&1
+}
+
+# ZB-H1 against 1F1B (issue #35): the DL4J pipeline at 4 and 8 ranks, a core per rank, stages split by measured pass
+# times, both schedules in the same run beside the single model; $OUT/zb-h1.md and .csv.
+zb_h1() {
+  local machine
+  machine="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM"
+  OMP_NUM_THREADS=1 timeout 300 "${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineBench --ranks 4,8 \
+    --microbatches-per-rank 2 --schedules 1f1b,zb-h1 --splits time --reps 2 --out "$out/zb-h1.md" \
+    --raw "$out/zb-h1.csv" --commit "${COMMIT:-unknown}" --machine "$machine" \
+    --command "bench/cpu-scaling/run.sh bench zb-h1" >> "$log" 2>&1
 }
 
 mpi() {
