@@ -34,17 +34,21 @@ import org.symmem4j.parallel.Invariants;
  * {@code backpropGradient} except the weight gradient's: for a {@link Dense} layer those of {@code BaseLayer}
  * (pre-activation with dropout on the input, the activation's backprop {@code dZ}, the mask, the input gradient
  * {@code W · dZᵀ}, dropout's backprop); for an {@link Output} layer those of {@code BaseOutputLayer} ({@code dZ} from
- * the loss function). It keeps what the weight gradient needs, the layer's input (after dropout) and {@code dZ}; the
- * {@linkplain Splittable#weightGradient weight half} later computes {@code db = sum(dZ, 0)} and
- * {@code dW = inputᵀ · dZ} with DL4J's own calls ({@code INDArray.sum} into the bias view, {@code Nd4j.gemm} into the
- * weight view) into the same gradient views. Same operations on the same arrays: the gradients are bitwise those of
- * the unsplit backward. Not deferring, the layers are DL4J's.
+ * the loss function); for a {@link Conv2d} layer those of {@code ConvolutionLayer} (im2col, {@code dZ}, the input
+ * gradient by col2im). It keeps what the weight gradient needs, the two operands of its product: the layer's input
+ * (after dropout; a convolution's im2col patches) and {@code dZ}; the {@linkplain Splittable#weightGradient weight
+ * half} later computes {@code db = sum(dZ)} and {@code dW} with DL4J's own calls ({@code INDArray.sum} into the bias
+ * view, {@code Nd4j.gemm} into the weight view, with DL4J's operand order and transposes) into the same gradient views.
+ * Same operations on the same arrays: the gradients are bitwise those of the unsplit backward. Not deferring, the
+ * layers are DL4J's.
  *
- * <p>What splits: {@code DenseLayer} without layer normalization and {@code OutputLayer} (with or without bias).
- * Layers without parameters (activation, dropout, pooling, {@code LossLayer} and the other loss layers) have no weight
- * gradient: their whole backward is the input gradient. Every other layer with parameters (convolution, LSTM,
- * SimpleRnn, BatchNormalization, the recurrent wrappers, {@code RnnOutputLayer}, a dense layer with layer
- * normalization) runs its whole backward, weight gradient included, in the input-gradient action:
+ * <p>What splits: {@code DenseLayer} without layer normalization, {@code OutputLayer} and the 2-D
+ * {@code ConvolutionLayer} (with or without bias; without weight noise, and without DL4J's cuDNN/oneDNN helpers, which
+ * are off unless {@code org.eclipse.deeplearning4j.helpers.disable=false}). Layers without parameters (activation,
+ * dropout, pooling and subsampling, {@code LossLayer} and the other loss layers) have no weight gradient: their whole
+ * backward is the input gradient. Every other layer with parameters ({@code Convolution1DLayer} and the other
+ * convolution kinds, LSTM, SimpleRnn, BatchNormalization, the recurrent wrappers, {@code RnnOutputLayer}, a dense
+ * layer with layer normalization) runs its whole backward, weight gradient included, in the input-gradient action:
  * exact, without the saving for that layer ({@link #unsplitLayers} names them).
  */
 final class SplitBackward {
@@ -55,7 +59,10 @@ final class SplitBackward {
     private SplitBackward() {
     }
 
-    /** What the weight half of one layer's backward needs: the layer's input (after dropout) and {@code dZ}. */
+    /**
+     * What the weight half of one layer's backward needs, the operands of {@code dW}'s product: the layer's input
+     * (after dropout; a convolution's im2col patches) and {@code dZ} (a convolution's as {@code [outDepth, rows]}).
+     */
     record Deferred(INDArray input, INDArray delta) {
     }
 
