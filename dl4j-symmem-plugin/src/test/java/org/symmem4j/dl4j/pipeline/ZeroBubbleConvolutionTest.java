@@ -1,6 +1,7 @@
 package org.symmem4j.dl4j.pipeline;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
@@ -48,7 +49,7 @@ import org.symmem4j.pipeline.exec.TimelineEvent;
  * Truncate and Same modes, strides, padding, dilation, with and without bias, ReLU, tanh and identity activations, fp64
  * and fp32, with BatchNorm (which stays unsplit) and dropout: the I pass leaves the weight views untouched (NaN stays
  * NaN) and W then writes exactly the unsplit gradients; a 2-rank pipeline trains bitwise as 1F1B does, with I and W
- * actions on the convolution stages.
+ * actions on the convolution stages, and in group mode bitwise as in thread mode.
  */
 class ZeroBubbleConvolutionTest {
 
@@ -236,6 +237,32 @@ class ZeroBubbleConvolutionTest {
             double diff = Nets.maxRelativeDifference(zb.network().params(), reference.params());
             assertTrue(diff <= 1e-11, cnn + ": ZB-H1 differs from one plain fit by " + diff);
         }
+    }
+
+    /**
+     * Group mode (a rank per group member, each swapping the convolutions of the stage it holds): every rank ends
+     * bitwise where the rank threads of one trainer do, ZB-H1 on both.
+     */
+    @Test
+    void groupModeRanksEqualRankThreadsBitwise() {
+        Cnn cnn = cnns().getFirst();
+        MultiLayerNetwork threadsModel = cnn.network().clone();
+        PipelineGroupModeTest.Outcome threads = PipelineGroupModeTest.train(threadsModel,
+                PipelineParallelTrainer.builder(threadsModel).ranks(2).microbatches(MICROBATCHES)
+                        .schedule(PipelineSchedule.ZERO_BUBBLE_H1).stageBoundaries(cnn.boundary()), cnn.data());
+        List<PipelineGroupModeTest.Outcome> perRank = PipelineGroupModeTest.onEveryRank(2, group -> {
+            MultiLayerNetwork mine = cnn.network().clone();
+            return PipelineGroupModeTest.train(mine, PipelineParallelTrainer.builder(mine).group(group)
+                    .microbatches(MICROBATCHES).schedule(PipelineSchedule.ZERO_BUBBLE_H1)
+                    .stageBoundaries(cnn.boundary()), cnn.data());
+        });
+        for (int r = 0; r < 2; r++) {
+            PipelineGroupModeTest.Outcome o = perRank.get(r);
+            assertTrue(PipelineNets.bitwiseEqual(threads.params(), o.params()), "rank " + r + ": parameters");
+            assertTrue(PipelineNets.bitwiseEqual(threads.updaterState(), o.updaterState()), "rank " + r + ": updater state");
+            assertEquals(threads.losses(), o.losses(), "rank " + r + ": every step's loss, bitwise (as doubles)");
+        }
+        assertFalse(PipelineNets.bitwiseEqual(cnn.network().params(), threads.params()), "training changed the parameters");
     }
 
     /** What one training run left: the network, every step's loss, the unsplit layers, the last step's timelines. */
