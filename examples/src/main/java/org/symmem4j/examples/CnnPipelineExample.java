@@ -43,10 +43,14 @@ import picocli.CommandLine.Option;
  * Batch normalization sees microbatches (each normalized with its own statistics, the running
  * statistics updated per microbatch in order) and dropout draws one mask per microbatch, so the
  * pipeline does not equal the single model's fit on the whole batch here; the example trains both and
- * prints their test accuracy. Writes the timed run as a Chrome trace and the median step as an SVG.
+ * prints their test accuracy. Writes the timed run as a Chrome trace and the median step as an SVG. With
+ * {@code --schedule zb-h1} the convolution, dense and output layers split their backward into input- and
+ * weight-gradient actions (batch normalization runs its whole backward in the input-gradient action, as the
+ * printed unsplit layers say).
  *
  * <pre>
- *   CnnPipelineExample [--ranks P] [--microbatches M] [--batch B] [--warmup-epochs W] [--epochs E] [--out DIR]
+ *   CnnPipelineExample [--ranks P] [--microbatches M] [--batch B] [--warmup-epochs W] [--epochs E]
+ *                      [--schedule 1f1b|zb-h1] [--out DIR]
  * </pre>
  */
 public final class CnnPipelineExample {
@@ -59,7 +63,8 @@ public final class CnnPipelineExample {
 
     @Command(name = "CnnPipelineExample", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class, showDefaultValues = true,
             description = "A CNN (convolution, batch normalization and pooling twice, dense with dropout) trained in a"
-                    + " 1F1B pipeline against the single model; writes a Chrome trace and an SVG of the median step.")
+                    + " 1F1B (or ZB-H1) pipeline against the single model; writes a Chrome trace and an SVG of the median"
+                    + " step.")
     static final class Flags {
         @Option(names = "--ranks", paramLabel = "P", description = "pipeline ranks (threads)")
         int ranks = 2;
@@ -73,6 +78,8 @@ public final class CnnPipelineExample {
         int warmupEpochs = 1;
         @Option(names = "--epochs", paramLabel = "E", description = "timed passes over the training batches, after the warm-up")
         int epochs = 2;
+        @Option(names = "--schedule", paramLabel = "SCHEDULE", description = "pipeline schedule: 1f1b or zb-h1")
+        String schedule = "1f1b";
         @Option(names = "--out", paramLabel = "DIR", description = "directory for the trace and SVG (relative to the working directory)")
         Path out = Path.of("target", "pipeline-example");
     }
@@ -83,6 +90,10 @@ public final class CnnPipelineExample {
             Cli.positive("--microbatches", f.microbatches);
             Cli.positive("--batch", f.batch);
             Cli.positive("--epochs", f.epochs);
+            if (!f.schedule.equals(PipelineSchedule.ONE_F_ONE_B.tag())
+                    && !f.schedule.equals(PipelineSchedule.ZERO_BUBBLE_H1.tag())) {
+                throw new IllegalArgumentException("--schedule=" + f.schedule + " expected 1f1b or zb-h1 (fix: one of those)");
+            }
             if (f.warmupEpochs < 0) {
                 throw new IllegalArgumentException("--warmup-epochs=" + f.warmupEpochs + " expected >= 0");
             }
@@ -94,6 +105,9 @@ public final class CnnPipelineExample {
         int warmupEpochs = flags.warmupEpochs;
         int epochs = flags.epochs;
         Path out = flags.out;
+        PipelineSchedule schedule = flags.schedule.equals(PipelineSchedule.ZERO_BUBBLE_H1.tag())
+                ? PipelineSchedule.ZERO_BUBBLE_H1 : PipelineSchedule.ONE_F_ONE_B;
+        String label = schedule == PipelineSchedule.ZERO_BUBBLE_H1 ? "ZB-H1" : "1F1B";
         Files.createDirectories(out);
         List<DataSet> train = strokes(31, 40, batch);
         List<DataSet> test = strokes(32, 4, 256);
@@ -123,13 +137,16 @@ public final class CnnPipelineExample {
         List<PipelineStepReport> steps = new ArrayList<>();
         try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(net).ranks(ranks)
                 .ompThreadsPerRank(threads).microbatches(microbatches)
-                .schedule(PipelineSchedule.ONE_F_ONE_B).splitByMeasuredTimes(train.getFirst())
+                .schedule(schedule).splitByMeasuredTimes(train.getFirst())
                 .recordTimeline((warmupEpochs + epochs) * train.size()).stepListener(steps::add).build()) {
             PipelineStageSplit split = trainer.split();
             for (int s = 0; s < split.stageCount(); s++) {
                 System.out.printf(Locale.ROOT, "  stage %d: layers %d-%d (%s), %,d parameters, profiled F+B %.2f ms per"
                                 + " microbatch%n", s, split.firstLayer(s), split.endLayer(s) - 1, layerNames(net, split, s),
                         split.parameterCount(s), trainer.predictedStageDurations().total(s) / 1e3);
+            }
+            if (!trainer.unsplitBackwardLayers().isEmpty()) {
+                System.out.println("  backward not split (whole in I): " + trainer.unsplitBackwardLayers());
             }
             for (int epoch = 0; epoch < warmupEpochs; epoch++) {
                 trainer.fit(new ListIterator(train));
@@ -140,7 +157,7 @@ public final class CnnPipelineExample {
             }
             double rate = (double) epochs * train.size() * batch / ((System.nanoTime() - start) / 1e9);
             // net, given to the builder, holds the trained network after every fit
-            System.out.printf(Locale.ROOT, "%-30s loss %.4f  %7.0f examples/s  test accuracy %.3f%n", "pipeline 1F1B",
+            System.out.printf(Locale.ROOT, "%-30s loss %.4f  %7.0f examples/s  test accuracy %.3f%n", "pipeline " + label,
                     trainer.lastStep().loss(), rate, net.evaluate(new ListIterator(test)).accuracy());
 
             List<TimelineReport> reports = new ArrayList<>();
@@ -157,8 +174,8 @@ public final class CnnPipelineExample {
                             + " simulated for its measured stage times %.1f%%, ideal %.1f%%%n", 100 * predicted,
                     100 * median.bubbleFraction(),
                     100 * median.simulatePerStage(trainer.schedule(), trainer.shape()).bubbleFraction(), 100 * ideal);
-            Path run = out.resolve("cnn-1f1b.run.trace.json");
-            Path svg = out.resolve("cnn-1f1b.svg");
+            Path run = out.resolve("cnn-" + schedule.tag() + ".run.trace.json");
+            Path svg = out.resolve("cnn-" + schedule.tag() + ".svg");
             trainer.runTimeline().writeChromeTrace(run);
             Files.writeString(svg, median.svg("CNN, " + ranks + " ranks, " + microbatches + " microbatches (median step)"));
             // absolute paths: under `mvn -Pexample` the working directory is examples/, not where mvn was started

@@ -52,9 +52,9 @@ import org.symmem4j.pipeline.exec.StageCompute;
  * row-major arrays whose shapes the plan gives ({@link Messages}).
  *
  * <p><b>Split backward (ZB-H1).</b> {@link #backwardInput} and {@link #backwardWeight} split the backward for
- * {@link PipelineSchedule#ZERO_BUBBLE_H1}: the stage's dense and output layers become {@link SplitBackward}'s, which
- * leave {@code dW} and {@code db} to the weight pass; each layer's gradient joins the step's sum when it is computed,
- * in microbatch order, so the step equals 1F1B's bitwise.
+ * {@link PipelineSchedule#ZERO_BUBBLE_H1}: the stage's dense, output and 2-D convolution layers become
+ * {@link SplitBackward}'s, which leave {@code dW} and {@code db} to the weight pass; each layer's gradient joins the
+ * step's sum when it is computed, in microbatch order, so the step equals 1F1B's bitwise.
  *
  * <p>Call {@link #beginStep} before every step; then the executor calls forward and backward for every
  * microbatch and {@link #step()} once, all on one thread.
@@ -296,8 +296,8 @@ public final class Dl4jPipelineStage implements StageCompute {
     /**
      * The input-gradient half of the backward ({@link PipelineSchedule#ZERO_BUBBLE_H1}): DL4J's backward with the
      * weight gradients of the layers that split ({@link SplitBackward}) left for {@link #backwardWeight}, which
-     * gets what they need (each one's input and {@code dZ}). Layers that do not split run their whole backward here;
-     * their gradients are accumulated now.
+     * gets what they need (each one's input or im2col patches, and {@code dZ}). Layers that do not split run their
+     * whole backward here; their gradients are accumulated now.
      */
     @Override
     public MemorySegment backwardInput(int microbatch, MemorySegment outputGradient) {
@@ -332,9 +332,9 @@ public final class Dl4jPipelineStage implements StageCompute {
     }
 
     /**
-     * The weight-gradient half ({@link PipelineSchedule#ZERO_BUBBLE_H1}): {@code dW = inputᵀ · dZ} and
-     * {@code db = sum(dZ)} of every split layer from what {@link #backwardInput} kept, into the gradient views DL4J's
-     * backward writes, then added to the step's gradient.
+     * The weight-gradient half ({@link PipelineSchedule#ZERO_BUBBLE_H1}): {@code dW = inputᵀ · dZ} (a
+     * convolution's input as im2col patches) and {@code db = sum(dZ)} of every split layer from what
+     * {@link #backwardInput} kept, into the gradient views DL4J's backward writes, then added to the step's gradient.
      */
     @Override
     public void backwardWeight(int microbatch) {

@@ -3,18 +3,26 @@ package org.symmem4j.dl4j.pipeline;
 import java.util.ArrayList;
 import java.util.List;
 import org.deeplearning4j.nn.api.Layer;
+import org.deeplearning4j.nn.conf.CNN2DFormat;
+import org.deeplearning4j.nn.conf.ConvolutionMode;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
 import org.deeplearning4j.nn.conf.layers.BaseLayer;
 import org.deeplearning4j.nn.gradient.DefaultGradient;
 import org.deeplearning4j.nn.gradient.Gradient;
+import org.deeplearning4j.nn.params.ConvolutionParamInitializer;
 import org.deeplearning4j.nn.params.DefaultParamInitializer;
 import org.deeplearning4j.nn.workspace.ArrayType;
 import org.deeplearning4j.nn.workspace.LayerWorkspaceMgr;
+import org.deeplearning4j.util.ConvolutionUtils;
 import org.nd4j.common.primitives.Pair;
+import org.nd4j.linalg.activations.IActivation;
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.api.shape.Shape;
+import org.nd4j.linalg.convolution.Convolution;
 import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.lossfunctions.ILossFunction;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * The backward pass of DL4J layers split into its two products for the zero-bubble schedule
@@ -26,25 +34,35 @@ import org.nd4j.linalg.lossfunctions.ILossFunction;
  * {@code backpropGradient} except the weight gradient's: for a {@link Dense} layer those of {@code BaseLayer}
  * (pre-activation with dropout on the input, the activation's backprop {@code dZ}, the mask, the input gradient
  * {@code W · dZᵀ}, dropout's backprop); for an {@link Output} layer those of {@code BaseOutputLayer} ({@code dZ} from
- * the loss function). It keeps what the weight gradient needs, the layer's input (after dropout) and {@code dZ}; the
- * {@linkplain Splittable#weightGradient weight half} later computes {@code db = sum(dZ, 0)} and
- * {@code dW = inputᵀ · dZ} with DL4J's own calls ({@code INDArray.sum} into the bias view, {@code Nd4j.gemm} into the
- * weight view) into the same gradient views. Same operations on the same arrays: the gradients are bitwise those of
- * the unsplit backward. Not deferring, the layers are DL4J's.
+ * the loss function); for a {@link Conv2d} layer those of {@code ConvolutionLayer} (im2col, {@code dZ}, the input
+ * gradient by col2im). It keeps what the weight gradient needs, the two operands of its product: the layer's input
+ * (after dropout; a convolution's im2col patches) and {@code dZ}; the {@linkplain Splittable#weightGradient weight
+ * half} later computes {@code db = sum(dZ)} and {@code dW} with DL4J's own calls ({@code INDArray.sum} into the bias
+ * view, {@code Nd4j.gemm} into the weight view, with DL4J's operand order and transposes) into the same gradient views.
+ * Same operations on the same arrays: the gradients are bitwise those of the unsplit backward. Not deferring, the
+ * layers are DL4J's.
  *
- * <p>What splits: {@code DenseLayer} without layer normalization and {@code OutputLayer} (with or without bias).
- * Layers without parameters (activation, dropout, pooling, {@code LossLayer} and the other loss layers) have no weight
- * gradient: their whole backward is the input gradient. Every other layer with parameters (convolution, LSTM,
- * SimpleRnn, BatchNormalization, the recurrent wrappers, {@code RnnOutputLayer}, a dense layer with layer
- * normalization) runs its whole backward, weight gradient included, in the input-gradient action:
+ * <p>What splits: {@code DenseLayer} without layer normalization, {@code OutputLayer} and the 2-D
+ * {@code ConvolutionLayer} (with or without bias; without weight noise, and without DL4J's cuDNN/oneDNN helpers, which
+ * are off unless {@code org.eclipse.deeplearning4j.helpers.disable=false}). Layers without parameters (activation,
+ * dropout, pooling and subsampling, {@code LossLayer} and the other loss layers) have no weight gradient: their whole
+ * backward is the input gradient. Every other layer with parameters ({@code Convolution1DLayer} and the other
+ * convolution kinds, LSTM, SimpleRnn, BatchNormalization, the recurrent wrappers, {@code RnnOutputLayer}, a dense
+ * layer with layer normalization) runs its whole backward, weight gradient included, in the input-gradient action:
  * exact, without the saving for that layer ({@link #unsplitLayers} names them).
  */
 final class SplitBackward {
 
+    /** DL4J's switch for its cuDNN and oneDNN layer helpers (true, the default: no helpers). */
+    private static final String HELPERS_DISABLED = "org.eclipse.deeplearning4j.helpers.disable";
+
     private SplitBackward() {
     }
 
-    /** What the weight half of one layer's backward needs: the layer's input (after dropout) and {@code dZ}. */
+    /**
+     * What the weight half of one layer's backward needs, the operands of {@code dW}'s product: the layer's input
+     * (after dropout; a convolution's im2col patches) and {@code dZ} (a convolution's as {@code [outDepth, rows]}).
+     */
     record Deferred(INDArray input, INDArray delta) {
     }
 
@@ -102,6 +120,11 @@ final class SplitBackward {
                 && whyUnsplit(layer.conf().getLayer()) == null) {
             return copyState(layer, new Output(layer.conf(), ((org.deeplearning4j.nn.layers.AbstractLayer<?>) layer).getDataType()));
         }
+        if (layer.getClass() == org.deeplearning4j.nn.layers.convolution.ConvolutionLayer.class
+                && whyUnsplit(layer.conf().getLayer()) == null
+                && ((org.deeplearning4j.nn.layers.convolution.ConvolutionLayer) layer).getHelper() == null) {
+            return copyState(layer, new Conv2d(layer.conf(), ((org.deeplearning4j.nn.layers.AbstractLayer<?>) layer).getDataType()));
+        }
         return null;
     }
 
@@ -122,10 +145,20 @@ final class SplitBackward {
             }
             return null;
         }
+        if (layer.getClass() == org.deeplearning4j.nn.conf.layers.ConvolutionLayer.class) {
+            if (((BaseLayer) layer).getWeightNoise() != null) {
+                return "weight noise keeps one sample per layer between forward and backward";
+            }
+            if (!Boolean.parseBoolean(System.getProperty(HELPERS_DISABLED, "true"))) {
+                return "DL4J's cuDNN/oneDNN helpers are enabled (" + HELPERS_DISABLED + "=false): a helper's"
+                        + " backward computes the input and weight gradients in one call";
+            }
+            return null;
+        }
         if (layer.initializer().numParams(layer) == 0) {
             return null;
         }
-        return "the split is built for DenseLayer and OutputLayer only";
+        return "the split is built for DenseLayer, OutputLayer and ConvolutionLayer only";
     }
 
     /**
@@ -261,6 +294,135 @@ final class SplitBackward {
             Nd4j.gemm(d.input().castTo(weightGrad.dataType()), d.delta(), weightGrad, true, false, 1.0, 0.0);
             if (hasBias()) {
                 d.delta().sum(gradientViews.get(DefaultParamInitializer.BIAS_KEY), 0);
+            }
+        }
+    }
+
+    /**
+     * DL4J's 2-D convolution layer; deferring, {@code ConvolutionLayer.backpropGradient} of DL4J 1.0.0-M2.1 without
+     * its weight gradient. DL4J computes that backward with im2col and two matrix products (no helper on the CPU
+     * backend: {@code org.eclipse.deeplearning4j.helpers.disable} defaults to true, and a layer with a cuDNN or oneDNN
+     * helper is not split): {@code dW = gemm(im2col2d, delta2d)} into the weight view and {@code db = sum(delta2d, 1)}
+     * into the bias view are the weight half, whose operands the input half keeps ({@link Deferred#input} the
+     * forward's im2col patches {@code [miniBatch·outH·outW, inDepth·kH·kW]}, {@link Deferred#delta} {@code dZ} as
+     * {@code [outDepth, miniBatch·outH·outW]}); the input gradient {@code col2im(w2d · delta2d)} is computed here as
+     * DL4J does. NCHW and NHWC (DL4J permutes NHWC to NCHW around the same arithmetic), Truncate, Same and Strict
+     * modes, any stride, padding and dilation, with or without bias.
+     */
+    static final class Conv2d extends org.deeplearning4j.nn.layers.convolution.ConvolutionLayer
+            implements Splittable {
+
+        private final DeferredSlot slot = new DeferredSlot();
+
+        Conv2d(NeuralNetConfiguration conf, org.nd4j.linalg.api.buffer.DataType dataType) {
+            super(conf, dataType);
+        }
+
+        @Override
+        public DeferredSlot slot() {
+            return slot;
+        }
+
+        @Override
+        public Pair<Gradient, INDArray> backpropGradient(INDArray epsilon, LayerWorkspaceMgr workspaceMgr) {
+            if (!deferring()) {
+                return super.backpropGradient(epsilon, workspaceMgr);
+            }
+            if (helper != null) {
+                throw Invariants.violated("layer " + index + " has DL4J's " + helper.getClass().getSimpleName()
+                        + ", whose backward computes both gradients in one call: it must not have been split");
+            }
+            // ConvolutionLayer.backpropGradient of DL4J 1.0.0-M2.1 without a helper, in its order, the weight
+            // gradient (gemm into the weight view, sum into the bias view) left out
+            assertInputSet(true);
+            INDArray weights = getParamWithNoise(ConvolutionParamInitializer.WEIGHT_KEY, true, workspaceMgr);
+            getParamWithNoise(ConvolutionParamInitializer.BIAS_KEY, true, workspaceMgr);
+            INDArray in = this.input.castTo(dataType);
+            if (epsilon.dataType() != dataType) {
+                epsilon = epsilon.castTo(dataType);
+            }
+            CNN2DFormat format = layerConf().getCnn2dDataFormat();
+            if (format != CNN2DFormat.NCHW) {
+                in = in.permute(0, 3, 1, 2);
+                epsilon = epsilon.permute(0, 3, 1, 2);
+            }
+            long miniBatch = in.size(0);
+            int inH = (int) in.size(2);
+            int inW = (int) in.size(3);
+            long outDepth = weights.size(0);
+            long inDepth = weights.size(1);
+            int kH = (int) weights.size(2);
+            int kW = (int) weights.size(3);
+            int[] dilation = layerConf().getDilation();
+            int[] kernel = layerConf().getKernelSize();
+            int[] strides = layerConf().getStride();
+            int[] pad;
+            int[] outSize;
+            if (convolutionMode == ConvolutionMode.Same) {
+                outSize = ConvolutionUtils.getOutputSize(in, kernel, strides, null, convolutionMode, dilation,
+                        CNN2DFormat.NCHW);
+                pad = ConvolutionUtils.getSameModeTopLeftPadding(outSize, new int[]{inH, inW}, kernel, strides,
+                        dilation);
+            } else {
+                pad = layerConf().getPadding();
+                outSize = ConvolutionUtils.getOutputSize(in, kernel, strides, pad, convolutionMode, dilation,
+                        CNN2DFormat.NCHW);
+            }
+            int outH = outSize[0];
+            int outW = outSize[1];
+            INDArray biasGradView = gradientViews.get(ConvolutionParamInitializer.BIAS_KEY);
+            INDArray weightGradView = gradientViews.get(ConvolutionParamInitializer.WEIGHT_KEY);
+            IActivation afn = layerConf().getActivationFn();
+            Pair<INDArray, INDArray> p = preOutput4d(true, true, workspaceMgr);
+            INDArray z = p.getFirst();
+            if (format != CNN2DFormat.NCHW) {
+                z = z.permute(0, 3, 1, 2);
+            }
+            INDArray delta = afn.backprop(z, epsilon).getFirst();
+            delta = delta.permute(1, 0, 2, 3);
+            INDArray delta2d = delta.reshape('c', outDepth, miniBatch * outH * outW);
+            INDArray im2col2d = p.getSecond();
+            if (im2col2d == null) {
+                INDArray col = Nd4j.createUninitialized(dataType, new long[]{miniBatch, outH, outW, inDepth, kH, kW}, 'c');
+                INDArray col2 = col.permute(0, 3, 4, 5, 1, 2);
+                Convolution.im2col(in, kH, kW, strides[0], strides[1], pad[0], pad[1], dilation[0], dilation[1],
+                        convolutionMode == ConvolutionMode.Same, col2);
+                im2col2d = col.reshape('c', miniBatch * outH * outW, inDepth * kH * kW);
+            }
+            // here DL4J runs Nd4j.gemm(im2col2d, delta2d, weightGradView2df, true, true, 1.0, 0.0): the weight half
+            INDArray w2d = weights.permute(3, 2, 1, 0).reshape('f', inDepth * kH * kW, outDepth);
+            INDArray epsNext2d = w2d.mmul(delta2d);
+            INDArray eps6d = Shape.newShapeNoCopy(epsNext2d, new long[]{kW, kH, inDepth, outW, outH, miniBatch}, true);
+            eps6d = eps6d.permute(5, 2, 1, 0, 4, 3);
+            INDArray epsNextOrig = workspaceMgr.createUninitialized(ArrayType.ACTIVATION_GRAD, eps6d.dataType(),
+                    new long[]{inDepth, miniBatch, inH, inW}, 'c');
+            INDArray epsNext = epsNextOrig.permute(1, 0, 2, 3);
+            Convolution.col2im(eps6d, epsNext, strides[0], strides[1], pad[0], pad[1], inH, inW, dilation[0],
+                    dilation[1]);
+            Gradient ret = new DefaultGradient();
+            if (layerConf().hasBias()) {
+                // here DL4J runs delta2d.sum(biasGradView, 1): the weight half
+                ret.setGradientFor(ConvolutionParamInitializer.BIAS_KEY, biasGradView);
+            }
+            ret.setGradientFor(ConvolutionParamInitializer.WEIGHT_KEY, weightGradView, 'c');
+            weightNoiseParams.clear();
+            epsNext = backpropDropOutIfPresent(epsNext);
+            if (format != CNN2DFormat.NCHW) {
+                epsNext = epsNext.permute(0, 2, 3, 1);
+            }
+            keep(new Deferred(im2col2d, delta2d));
+            return new Pair<>(ret, epsNext);
+        }
+
+        @Override
+        public void weightGradient(Deferred d) {
+            INDArray weightGradView = gradientViews.get(ConvolutionParamInitializer.WEIGHT_KEY);
+            long[] shape = weightGradView.shape(); // [outDepth, inDepth, kH, kW], c order
+            INDArray weightGradView2df = Shape.newShapeNoCopy(weightGradView,
+                    new long[]{shape[0], shape[1] * shape[2] * shape[3]}, false).transpose();
+            Nd4j.gemm(d.input(), d.delta(), weightGradView2df, true, true, 1.0, 0.0);
+            if (layerConf().hasBias()) {
+                d.delta().sum(gradientViews.get(ConvolutionParamInitializer.BIAS_KEY), 1);
             }
         }
     }
