@@ -879,3 +879,112 @@ extern "C" __global__ void __launch_bounds__(512) symmem_adam_bf16(float* param,
         }
     }
 }
+
+// ---- ring buffer append, on the producer's stream (org.symmem4j.state.DeviceRingBuffer) ----
+// The ring lives in the consumer's buffer (mapped on this GPU), laid out as RingBufferLayout /
+// DeviceRingLayout say: TAIL at RING_TAIL, HEAD at RING_HEAD, the records from RING_DATA; a record is
+// one 64-bit header word (low 32 bits: header + payload bytes, high 32 bits: the message type, or
+// RING_PADDING for a filler up to the ring's end) and the payload, 8-byte aligned. A header word reads
+// 0 until its record is published: the consumer zeroes the records it read before it moves HEAD.
+//
+// One block. Thread 0 claims room: it waits (bounded by `wait_ns` of the GPU's global timer) until
+// HEAD leaves room, then takes it (one-to-one: the one producer stores TAIL; many-to-one: atomicCAS
+// at system scope on TAIL, retried on a lost race). Every thread copies the payload, then fences at
+// system scope, and thread 0 publishes the record with one release store of the header word (and,
+// after it, the padding's header, so a consumer that skips the padding finds the record published).
+// A claim that times out writes nothing into the ring; it counts itself in `*status` (this rank's own
+// word), and every later append on this stream with a non-zero status drops its message the same
+// way, so the consumer never sees a later message without an earlier one. The host reads the count
+// after a synchronize and raises the timeout naming the consumer.
+#define RING_TAIL 128
+#define RING_HEAD 256
+#define RING_DATA 384
+#define RING_PADDING 0xFFFFFFFFu
+
+extern "C" __global__ void __launch_bounds__(32) symmem_ring_put(unsigned char* ring, const unsigned char* src,
+        unsigned int length, unsigned int type, unsigned int capacity, int many, unsigned long long wait_ns,
+        unsigned long long* status) {
+    follow_stream_order_release_next();
+    __shared__ unsigned long long claimed;   // where the record starts (a position, not yet masked)
+    __shared__ long long padding;            // where the padding starts, -1 for none
+    __shared__ int ok;
+    unsigned long long mask = capacity - 1;
+    unsigned long long record = ((unsigned long long)length + 8 + 7) & ~7ull;
+    if (threadIdx.x == 0) {
+        ok = 0;
+        SysU64 st(*status);
+        // relaxed: only this stream writes the word, and its kernels run in order
+        if (st.load(cuda::memory_order_relaxed) != 0) {
+            st.fetch_add(1ull, cuda::memory_order_relaxed);
+        } else {
+            SysU64 tail_word(*reinterpret_cast<unsigned long long*>(ring + RING_TAIL));
+            SysU64 head_word(*reinterpret_cast<unsigned long long*>(ring + RING_HEAD));
+            unsigned long long start = 0;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+            for (;;) {
+                unsigned long long tail = tail_word.load(cuda::memory_order_relaxed);
+                // acquire at system scope: pairs with the consumer's release of HEAD (host copies in
+                // order: the zeroing of the records it read, then HEAD), so the room taken below reads 0
+                unsigned long long head = head_word.load(cuda::memory_order_acquire);
+                unsigned long long index = tail & mask;
+                unsigned long long to_end = capacity - index;
+                unsigned long long pad = to_end < record ? to_end : 0;
+                if (tail + pad + record - head <= capacity) {
+                    bool won = true;
+                    if (many) {
+                        // system-scope CAS: producers on this and other GPUs race for the same TAIL
+                        unsigned long long expected = tail;
+                        won = tail_word.compare_exchange_strong(expected, tail + pad + record,
+                                cuda::memory_order_relaxed);
+                    } else {
+                        // relaxed: the one producer alone writes TAIL; the consumer never reads it
+                        tail_word.store(tail + pad + record, cuda::memory_order_relaxed);
+                    }
+                    if (won) {
+                        claimed = tail + pad;
+                        padding = pad != 0 ? (long long)tail : -1;
+                        ok = 1;
+                        break;
+                    }
+                    continue;
+                }
+                unsigned long long now = 0;
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+                if (now - start >= wait_ns) {
+                    st.fetch_add(1ull, cuda::memory_order_relaxed);
+                    break;
+                }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+                __nanosleep(256);
+#endif
+            }
+        }
+    }
+    __syncthreads();
+    if (!ok) {
+        return;
+    }
+    unsigned char* data = ring + RING_DATA;
+    unsigned long long at = claimed & mask;
+    unsigned char* dst = data + at + 8;
+    for (unsigned int i = threadIdx.x; i < length; i += blockDim.x) {
+        dst[i] = src[i];
+    }
+    // release, part 1: every thread's payload stores are performed at system scope before the barrier,
+    // so thread 0's header store below cannot be seen before them (by the consumer's host copies or by
+    // a peer GPU)
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long header = ((unsigned long long)type << 32) | (unsigned long long)(length + 8);
+        SysU64 h(*reinterpret_cast<unsigned long long*>(data + at));
+        // release, part 2: the record's header word, published once; pairs with the consumer's read of it
+        h.store(header, cuda::memory_order_release);
+        if (padding >= 0) {
+            unsigned long long p = (unsigned long long)padding & mask;
+            SysU64 ph(*reinterpret_cast<unsigned long long*>(data + p));
+            // release after the record's: a consumer that skips the padding finds the record published
+            ph.store(((unsigned long long)RING_PADDING << 32) | (capacity - p), cuda::memory_order_release);
+        }
+    }
+}

@@ -15,6 +15,8 @@ import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.WorkClock;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.Nvshmem;
+import org.symmem4j.parallel.layout.DeviceRingLayout;
+import org.symmem4j.parallel.layout.RingBufferLayout;
 
 /**
  * Symmetric memory on GPUs: each rank's buffer and signal pad in its device's memory, every peer's
@@ -28,7 +30,8 @@ import org.symmem4j.parallel.cuda.ffi.Nvshmem;
  * run. {@link #storeSignalsNow} bypasses the rank's stream (aborts), {@link #awaitWork} waits for
  * it with a bound, and {@link #clock} times it with events.
  */
-public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.parallel.DeviceMemory {
+public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.parallel.DeviceMemory,
+        org.symmem4j.parallel.DeviceRings {
 
     private static final Logger LOG = LoggerFactory.getLogger(CudaSymmetricMemory.class);
 
@@ -309,6 +312,47 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         transport.driver().setCurrent(rank.context);
         transport.driver().synchronize(rank.stream);
         transport.driver().memset(data[group.rank()], value, byteSize);
+    }
+
+    @Override
+    public void enqueueAppend(int consumer, int capacity, boolean manyToOne, int type, MemorySegment src, Duration wait) {
+        if (type < 1 || src.byteSize() > RingBufferLayout.maxPayload(capacity)) {
+            throw new IllegalArgumentException("ring append: type=" + type + " payload bytes=" + src.byteSize()
+                    + " expected type >= 1 and at most " + RingBufferLayout.maxPayload(capacity) + " bytes (an eighth of"
+                    + " capacity=" + capacity + " less the 8-byte header; fix: a larger ring, or split the message)");
+        }
+        checkRange(0, DeviceRingLayout.totalBytes(capacity));
+        long ring = peerData(consumer);
+        long status = data[group.rank()] + DeviceRingLayout.statusOffset(capacity);
+        CudaDriver d = transport.driver();
+        d.setCurrent(rank.context);
+        try (Arena a = Arena.ofConfined()) {
+            CudaLaunch params = new CudaLaunch(a).pointer(ring).pointer(src.address()).integer((int) src.byteSize())
+                    .integer(type).integer(capacity).integer(manyToOne ? 1 : 0)
+                    .size(Math.max(0, wait.toNanos())).pointer(status);
+            rank.launch(d, Kernel.RING_PUT, 1, params.array());
+        }
+    }
+
+    @Override
+    public void readNow(long offset, MemorySegment dst) {
+        checkRange(offset, dst.byteSize());
+        transport.driver().setCurrent(rank.context);
+        // the default (legacy) stream, not this rank's: a peer's kernel wrote the bytes, and this stream may be busy
+        transport.driver().copyDeviceToHost(dst, data[group.rank()] + offset, dst.byteSize());
+    }
+
+    @Override
+    public void writeNow(MemorySegment src, long offset) {
+        copyFromHost(src, offset);
+    }
+
+    @Override
+    public void zeroNow(long offset, long bytes) {
+        checkRange(offset, bytes);
+        transport.driver().setCurrent(rank.context);
+        // on the default (legacy) stream, as readNow's and writeNow's copies: performed before the next of them
+        transport.driver().memset(data[group.rank()] + offset, (byte) 0, bytes);
     }
 
     private void checkRange(long offset, long bytes) {
