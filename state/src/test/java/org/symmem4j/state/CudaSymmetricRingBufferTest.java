@@ -34,7 +34,8 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * messages whose bytes a copy on the producer's stream writes just before the append (no host synchronize in
  * between) arrive in order with exact bytes, across several wraps of the ring; a full ring refuses an offer and
  * drops a timed-out append (reported by flush, naming the consumer); an oversized message and a type below 1 are
- * refused; many-to-one from two producers racing on TAIL (atomicCAS at system scope) and the consumer itself.
+ * refused; many-to-one from two (or more) producers racing on TAIL (atomicCAS at system scope) and the consumer
+ * itself, three ranks at least.
  * Payload byte {@code j} of message {@code i} of rank {@code r} is {@code (r * 131 + i * 31 + j * 7) & 0xFF}.
  * Skipped without a GPU.
  */
@@ -248,7 +249,9 @@ class CudaSymmetricRingBufferTest {
         int capacity = 8192;
         int perProducer = 200;
         int own = 10; // the consumer's own messages, appended (and flushed) before the others start
-        InJvmWorld.runOnEveryRank(3, OPTIONS, gpuTransport(), group -> {
+        // at least two producers besides the consumer, so that two race on TAIL; -Dsymmem4j.test.cudaRanks=N for more
+        int world = Math.max(3, Integer.getInteger("symmem4j.test.cudaRanks", 3));
+        InJvmWorld.runOnEveryRank(world, OPTIONS, gpuTransport(), group -> {
             int me = group.rank();
             try (Communicator comm = Communicator.create(group);
                  DeviceRingBuffer ring = DeviceRingBuffer.manyToOne(comm, 0, capacity)) {
@@ -274,19 +277,22 @@ class CudaSymmetricRingBufferTest {
                 } else {
                     List<Received> got = new ArrayList<>();
                     MessageHandler handler = collect(gpu, got);
-                    int total = own + 2 * perProducer;
+                    int total = own + (world - 1) * perProducer;
                     while (got.size() < total) {
                         ring.take(handler, 32);
                     }
                     assertEquals(total, got.size());
-                    int[] next = new int[3];
+                    int[] next = new int[world];
                     for (Received r : got) {
                         int from = r.type() - 1;
                         int i = next[from]++;
                         assertArrayEquals(payload(from, i, length(i, max)), r.bytes(),
                                 "message " + i + " of rank " + from + " (in its order)");
                     }
-                    assertArrayEquals(new int[] {own, perProducer, perProducer}, next);
+                    int[] expected = new int[world];
+                    java.util.Arrays.fill(expected, perProducer);
+                    expected[0] = own;
+                    assertArrayEquals(expected, next, "messages per rank");
                 }
                 hostBarrier(group, "many-done");
                 for (MemorySegment s : sources) {
