@@ -244,6 +244,20 @@ class CudaSymmetricRingBufferTest {
         });
     }
 
+    /** What has no GPU form is refused on a GPU group with the reason, before anything is allocated, on every rank. */
+    @Test
+    void theHashMapAndTheParameterCacheAreRefusedOnAGpuGroup() {
+        InJvmWorld.runOnEveryRank(2, OPTIONS, gpuTransport(), group -> {
+            UnsupportedOperationException map = assertThrows(UnsupportedOperationException.class,
+                    () -> SymmetricHashMap.create(group, 8, 8, 64));
+            assertTrue(map.getMessage().contains("GPU memory") && map.getMessage().contains("fix:"), map.getMessage());
+            UnsupportedOperationException cache = assertThrows(UnsupportedOperationException.class,
+                    () -> ParameterCache.create(group, 1 << 20, 16));
+            assertTrue(cache.getMessage().contains("GPU memory"), cache.getMessage());
+            return null;
+        });
+    }
+
     @Test
     void manyToOneProducersRaceOnTheTailAndEachOneKeepsItsOrder() {
         int capacity = 8192;
