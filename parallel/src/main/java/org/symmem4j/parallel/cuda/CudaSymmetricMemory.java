@@ -34,6 +34,8 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         org.symmem4j.parallel.DeviceRings {
 
     private static final Logger LOG = LoggerFactory.getLogger(CudaSymmetricMemory.class);
+    /** Longer waits of {@link #enqueueAppend} are forever (the GPU clock's nanoseconds, unsigned, never overflow). */
+    private static final Duration MAX_APPEND_WAIT = Duration.ofDays(365);
 
     private final Group group;
     private final CudaTransport transport;
@@ -329,7 +331,8 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         try (Arena a = Arena.ofConfined()) {
             CudaLaunch params = new CudaLaunch(a).pointer(ring).pointer(src.address()).integer((int) src.byteSize())
                     .integer(type).integer(capacity).integer(manyToOne ? 1 : 0)
-                    .size(Math.max(0, wait.toNanos())).pointer(status);
+                    .size(wait.isNegative() ? 0 : wait.compareTo(MAX_APPEND_WAIT) > 0 ? Long.MAX_VALUE : wait.toNanos())
+                    .pointer(status);
             rank.launch(d, Kernel.RING_PUT, 1, params.array());
         }
     }
