@@ -244,13 +244,17 @@ class CudaSymmetricRingBufferTest {
         });
     }
 
-    /** What has no GPU form is refused on a GPU group with the reason, before anything is allocated, on every rank. */
+    /**
+     * On a GPU group the host hash map is refused naming its GPU form ({@link DeviceHashMap}), and what has no GPU form
+     * (the parameter cache) is refused with the reason; before anything is allocated, on every rank.
+     */
     @Test
-    void theHashMapAndTheParameterCacheAreRefusedOnAGpuGroup() {
+    void theHostHashMapNamesItsGpuFormAndTheParameterCacheIsRefusedOnAGpuGroup() {
         InJvmWorld.runOnEveryRank(2, OPTIONS, gpuTransport(), group -> {
             UnsupportedOperationException map = assertThrows(UnsupportedOperationException.class,
                     () -> SymmetricHashMap.create(group, 8, 8, 64));
-            assertTrue(map.getMessage().contains("GPU memory") && map.getMessage().contains("fix:"), map.getMessage());
+            assertTrue(map.getMessage().contains("GPU memory") && map.getMessage().contains("DeviceHashMap.create")
+                    && map.getMessage().contains("fix:"), map.getMessage());
             UnsupportedOperationException cache = assertThrows(UnsupportedOperationException.class,
                     () -> ParameterCache.create(group, 1 << 20, 16));
             assertTrue(cache.getMessage().contains("GPU memory"), cache.getMessage());

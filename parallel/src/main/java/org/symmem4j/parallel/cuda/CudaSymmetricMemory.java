@@ -16,6 +16,7 @@ import org.symmem4j.parallel.WorkClock;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.Nvshmem;
 import org.symmem4j.parallel.layout.DeviceRingLayout;
+import org.symmem4j.parallel.layout.HashMapLayout;
 import org.symmem4j.parallel.layout.RingBufferLayout;
 
 /**
@@ -31,7 +32,7 @@ import org.symmem4j.parallel.layout.RingBufferLayout;
  * it with a bound, and {@link #clock} times it with events.
  */
 public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.parallel.DeviceMemory,
-        org.symmem4j.parallel.DeviceRings {
+        org.symmem4j.parallel.DeviceRings, org.symmem4j.parallel.DeviceMaps {
 
     private static final Logger LOG = LoggerFactory.getLogger(CudaSymmetricMemory.class);
     /** Longer waits of {@link #enqueueAppend} are forever (the GPU clock's nanoseconds, unsigned, never overflow). */
@@ -335,6 +336,33 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
                     .pointer(status);
             rank.launch(d, Kernel.RING_PUT, 1, params.array());
         }
+    }
+
+    @Override
+    public void runMapOperation(Operation operation, MemorySegment inline, long outOffset, MemorySegment out) {
+        if (inline.byteSize() > HashMapLayout.DEVICE_INLINE_BYTES || inline.byteSize() % Long.BYTES != 0) {
+            throw new IllegalArgumentException("hash map operation: key and value bytes=" + inline.byteSize()
+                    + " expected a multiple of 8 of at most " + HashMapLayout.DEVICE_INLINE_BYTES + " (fix: check"
+                    + " HashMapLayout.checkDeviceSizes when the map is created)");
+        }
+        checkRange(outOffset, out.byteSize());
+        long part = peerData(operation.owner());
+        if (part == 0) {
+            throw new UnsupportedOperationException("hash map operation: rank=" + operation.owner() + "'s memory is not"
+                    + " mapped on rank=" + group.rank() + " (fix: a group whose GPUs map each other's memory)");
+        }
+        CudaDriver d = transport.driver();
+        d.setCurrent(rank.context);
+        try (Arena a = Arena.ofConfined()) {
+            CudaLaunch params = new CudaLaunch(a).pointer(part).pointer(data[group.rank()] + outOffset)
+                    .bytes(inline, HashMapLayout.DEVICE_INLINE_BYTES).size(operation.hash()).integer(operation.op())
+                    .integer(group.rank()).size(operation.slotOffset()).size(operation.word())
+                    .integer(operation.state()).size(Math.max(0, operation.waitNanos()));
+            rank.launch(d, Kernel.MAP_OP, 1, params.array());
+        }
+        d.synchronize(rank.stream);
+        // after the synchronize: the kernel's stores of the result are complete; a synchronous copy reads them
+        d.copyDeviceToHost(out, data[group.rank()] + outOffset, out.byteSize());
     }
 
     @Override
