@@ -27,6 +27,13 @@ import java.lang.invoke.VarHandle;
  * key stays: the slot is its key's for good, a later put of the same key revives it), {@link #LOCKED} (a writer
  * holds it), {@link #DEAD} (its writer died while holding it: retired, its key and value are gone). A key, once
  * written to a slot, is never overwritten by another key, so two puts of one key always meet at the same slot.
+ *
+ * <p>The GPU form ({@code org.symmem4j.state.DeviceHashMap}) keeps this partition unchanged in each rank's GPU memory
+ * and adds, on the next line after it, the rank's own result area ({@link #deviceOutOffset}): four result words (the
+ * code, a slot offset, a slot word, the state before) and, from {@link #DEVICE_OUT_VALUE}, one value. Its kernel
+ * ({@code symmem_map_op} in {@code symmem4j_kernels.cu}) hard-codes the header offsets, the slot offsets, the states,
+ * the operations ({@code OP_*}) and the results ({@code RESULT_*}) as {@code MAP_*} #defines, checked against these
+ * by {@code HashMapLayoutDeviceTest}; key and value reach it in its launch parameters ({@link #packInline}).
  */
 public final class HashMapLayout {
 
