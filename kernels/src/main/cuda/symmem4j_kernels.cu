@@ -879,3 +879,394 @@ extern "C" __global__ void __launch_bounds__(512) symmem_adam_bf16(float* param,
         }
     }
 }
+
+// ---- ring buffer append, on the producer's stream (org.symmem4j.state.DeviceRingBuffer) ----
+// The ring lives in the consumer's buffer (mapped on this GPU), laid out as RingBufferLayout /
+// DeviceRingLayout say: TAIL at RING_TAIL, HEAD at RING_HEAD, the records from RING_DATA; a record is
+// one 64-bit header word (low 32 bits: header + payload bytes, high 32 bits: the message type, or
+// RING_PADDING for a filler up to the ring's end) and the payload, 8-byte aligned. A header word reads
+// 0 until its record is published: the consumer zeroes the records it read before it moves HEAD.
+//
+// One block. Thread 0 claims room: it waits (bounded by `wait_ns` of the GPU's global timer) until
+// HEAD leaves room, then takes it (one-to-one: the one producer stores TAIL; many-to-one: atomicCAS
+// at system scope on TAIL, retried on a lost race). Every thread copies the payload, then fences at
+// system scope, and thread 0 publishes the record with one release store of the header word (and,
+// after it, the padding's header, so a consumer that skips the padding finds the record published).
+// A claim that times out writes nothing into the ring; it counts itself in `*status` (this rank's own
+// word), and every later append on this stream with a non-zero status drops its message the same
+// way, so the consumer never sees a later message without an earlier one. The host reads the count
+// after a synchronize and raises the timeout naming the consumer.
+#define RING_TAIL 128
+#define RING_HEAD 256
+#define RING_DATA 384
+#define RING_PADDING 0xFFFFFFFFu
+
+extern "C" __global__ void __launch_bounds__(32) symmem_ring_put(unsigned char* ring, const unsigned char* src,
+        unsigned int length, unsigned int type, unsigned int capacity, int many, unsigned long long wait_ns,
+        unsigned long long* status) {
+    follow_stream_order_release_next();
+    __shared__ unsigned long long claimed;   // where the record starts (a position, not yet masked)
+    __shared__ long long padding;            // where the padding starts, -1 for none
+    __shared__ int ok;
+    unsigned long long mask = capacity - 1;
+    unsigned long long record = ((unsigned long long)length + 8 + 7) & ~7ull;
+    if (threadIdx.x == 0) {
+        ok = 0;
+        SysU64 st(*status);
+        // relaxed: only this stream writes the word, and its kernels run in order
+        if (st.load(cuda::memory_order_relaxed) != 0) {
+            st.fetch_add(1ull, cuda::memory_order_relaxed);
+        } else {
+            SysU64 tail_word(*reinterpret_cast<unsigned long long*>(ring + RING_TAIL));
+            SysU64 head_word(*reinterpret_cast<unsigned long long*>(ring + RING_HEAD));
+            unsigned long long start = 0;
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+            for (;;) {
+                unsigned long long tail = tail_word.load(cuda::memory_order_relaxed);
+                // acquire at system scope: pairs with the consumer's release of HEAD (host copies in
+                // order: the zeroing of the records it read, then HEAD), so the room taken below reads 0
+                unsigned long long head = head_word.load(cuda::memory_order_acquire);
+                unsigned long long index = tail & mask;
+                unsigned long long to_end = capacity - index;
+                unsigned long long pad = to_end < record ? to_end : 0;
+                if (tail + pad + record - head <= capacity) {
+                    bool won = true;
+                    if (many) {
+                        // system-scope CAS: producers on this and other GPUs race for the same TAIL
+                        unsigned long long expected = tail;
+                        won = tail_word.compare_exchange_strong(expected, tail + pad + record,
+                                cuda::memory_order_relaxed);
+                    } else {
+                        // relaxed: the one producer alone writes TAIL; the consumer never reads it
+                        tail_word.store(tail + pad + record, cuda::memory_order_relaxed);
+                    }
+                    if (won) {
+                        claimed = tail + pad;
+                        padding = pad != 0 ? (long long)tail : -1;
+                        ok = 1;
+                        break;
+                    }
+                    continue;
+                }
+                unsigned long long now = 0;
+                asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+                if (now - start >= wait_ns) {
+                    st.fetch_add(1ull, cuda::memory_order_relaxed);
+                    break;
+                }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+                __nanosleep(256);
+#endif
+            }
+        }
+    }
+    __syncthreads();
+    if (!ok) {
+        return;
+    }
+    unsigned char* data = ring + RING_DATA;
+    unsigned long long at = claimed & mask;
+    unsigned char* dst = data + at + 8;
+    for (unsigned int i = threadIdx.x; i < length; i += blockDim.x) {
+        dst[i] = src[i];
+    }
+    // release, part 1: every thread's payload stores are performed at system scope before the barrier,
+    // so thread 0's header store below cannot be seen before them (by the consumer's host copies or by
+    // a peer GPU)
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long header = ((unsigned long long)type << 32) | (unsigned long long)(length + 8);
+        SysU64 h(*reinterpret_cast<unsigned long long*>(data + at));
+        // release, part 2: the record's header word, published once; pairs with the consumer's read of it
+        h.store(header, cuda::memory_order_release);
+        if (padding >= 0) {
+            unsigned long long p = (unsigned long long)padding & mask;
+            SysU64 ph(*reinterpret_cast<unsigned long long*>(data + p));
+            // release after the record's: a consumer that skips the padding finds the record published
+            ph.store(((unsigned long long)RING_PADDING << 32) | (capacity - p), cuda::memory_order_release);
+        }
+    }
+}
+
+// ---- hash map operations, on the caller's stream (org.symmem4j.state.DeviceHashMap) ----
+// The owner's partition (mapped on this GPU) is laid out as HashMapLayout says: the header (key bytes,
+// value bytes and slots read from it here), then slots of one 64-bit word (bits 0-2 the state, 3-23 the
+// writer's rank while LOCKED, 24-63 the version, +1 at every unlock), the key hash, the key and the
+// value (each padded to 8 bytes). The key and the value come in the launch's parameters (`in`: key
+// words, then value words, zero-padded); the result goes to this rank's own `out`: out[0] the code,
+// out[1] the slot's offset, out[2] the word (LOCKED by this rank after MAP_OP_LOCK; the holder's word
+// after MAP_BUSY), out[3] the state before, and the value from MAP_OUT_VALUE bytes on.
+//
+// One block. Thread 0 probes (linearly from the hash) and takes the slot with one system-scope CAS of
+// its word; every thread copies words; the writer fences at system scope and thread 0 unlocks with one
+// release store of the next version. A reader (MAP_OP_GET) copies the value between an acquire read of
+// the word and a second read after a system fence, and starts over when they differ (seqlock): it never
+// returns a torn value. A LOCKED slot is waited for at most `wait_ns` (the GPU's global timer), then the
+// kernel answers MAP_BUSY with the holder's word and writes nothing: the host checks the holder is alive
+// (else it retires the slot with MAP_OP_RETIRE: LOCKED -> DEAD by CAS, never readable as valid) and
+// launches again, bounded by the group's timeout. MAP_OP_LOCK and MAP_OP_UNLOCK are the two halves of a
+// host-driven compute: the slot stays LOCKED by this rank while the host applies its function.
+#define MAP_KEY_BYTES 8
+#define MAP_VALUE_BYTES 12
+#define MAP_SLOTS 16
+#define MAP_HEADER 128
+#define MAP_SLOT_HASH 8
+#define MAP_SLOT_KEY 16
+#define MAP_INLINE_BYTES 2048
+#define MAP_OUT_VALUE 64
+#define MAP_EMPTY 0
+#define MAP_FULL 1
+#define MAP_REMOVED 2
+#define MAP_LOCKED 3
+#define MAP_DEAD 4
+#define MAP_OP_GET 1
+#define MAP_OP_PUT 2
+#define MAP_OP_PUT_IF_ABSENT 3
+#define MAP_OP_REMOVE 4
+#define MAP_OP_LOCK 5
+#define MAP_OP_UNLOCK 6
+#define MAP_OP_RETIRE 7
+#define MAP_UNLOCK_WRITE 256
+#define MAP_ABSENT 1
+#define MAP_PRESENT 2
+#define MAP_BUSY 3
+#define MAP_NO_SLOT 4
+
+#define MAP_ACT_DONE 0
+#define MAP_ACT_READ 1
+#define MAP_ACT_WRITE 2
+#define MAP_ACT_RETRY 3
+
+struct MapInline {
+    unsigned long long w[MAP_INLINE_BYTES / 8];
+};
+
+__device__ __forceinline__ unsigned long long map_word(unsigned long long state, unsigned long long rank,
+        unsigned long long version) {
+    return (version << 24) | (rank << 3) | state;
+}
+
+__device__ __forceinline__ unsigned long long map_now() {
+    unsigned long long t = 0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Thread 0: finds the key's slot (or the first never-used slot of its probe) and does what it can alone.
+// Returns what every thread does next; sets *off, *word (the word read, or the LOCKED word set) and *before.
+__device__ int map_find(unsigned char* part, unsigned long long* out, const MapInline& in, unsigned long long hash,
+        int op, int rank, unsigned int key_words, unsigned long long slot_bytes, unsigned int slots,
+        unsigned long long wait_ns, unsigned long long* off_out, unsigned long long* word_out, int* before_out) {
+    unsigned long long start_time = map_now();
+    unsigned int start = (unsigned int)hash & (slots - 1);
+    for (unsigned int i = 0; i < slots; i++) {
+        unsigned long long off = MAP_HEADER + (unsigned long long)((start + i) & (slots - 1)) * slot_bytes;
+        SysU64 w(*reinterpret_cast<unsigned long long*>(part + off));
+        for (;;) {
+            // acquire at system scope: pairs with the release store that unlocked the slot (this or another
+            // GPU's kernel); the key and value written under that lock are seen after it
+            unsigned long long word = w.load(cuda::memory_order_acquire);
+            int st = (int)(word & 7);
+            if (st == MAP_LOCKED) {
+                if (map_now() - start_time >= wait_ns) {
+                    out[0] = MAP_BUSY;
+                    out[1] = off;
+                    out[2] = word;
+                    return MAP_ACT_DONE;
+                }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+                __nanosleep(256);
+#endif
+                continue;
+            }
+            if (st == MAP_EMPTY) {
+                if (op == MAP_OP_GET || op == MAP_OP_REMOVE) {
+                    out[0] = MAP_ABSENT; // a never-used slot ends the probe: the key is nowhere
+                    return MAP_ACT_DONE;
+                }
+            } else {
+                // FULL or REMOVED: the key was published before the word just acquired and never changes
+                bool match = st != MAP_DEAD
+                        && *reinterpret_cast<volatile unsigned long long*>(part + off + MAP_SLOT_HASH) == hash;
+                for (unsigned int k = 0; match && k < key_words; k++) {
+                    match = reinterpret_cast<volatile unsigned long long*>(part + off + MAP_SLOT_KEY)[k] == in.w[k];
+                }
+                if (!match) {
+                    break; // another key's slot, or a retired one: probe on
+                }
+            }
+            *off_out = off;
+            *before_out = st;
+            if (op == MAP_OP_GET) {
+                if (st != MAP_FULL) {
+                    out[0] = MAP_ABSENT; // the key's own slot, removed: it is nowhere else
+                    return MAP_ACT_DONE;
+                }
+                *word_out = word;
+                return MAP_ACT_READ;
+            }
+            if (op == MAP_OP_REMOVE) {
+                if (st != MAP_FULL) {
+                    out[0] = MAP_ABSENT;
+                    return MAP_ACT_DONE;
+                }
+                unsigned long long expected = word;
+                // CAS at system scope, release: FULL -> REMOVED with the next version, in one step (nothing
+                // is written under a lock); readers that copied the value re-read the word and retry
+                if (w.compare_exchange_strong(expected, map_word(MAP_REMOVED, 0, (word >> 24) + 1),
+                        cuda::memory_order_acq_rel)) {
+                    out[0] = MAP_PRESENT;
+                    return MAP_ACT_DONE;
+                }
+                continue;
+            }
+            if (op == MAP_OP_PUT_IF_ABSENT && st == MAP_FULL) {
+                out[0] = MAP_PRESENT; // present at the acquire above: nothing to write
+                return MAP_ACT_DONE;
+            }
+            unsigned long long locked = map_word(MAP_LOCKED, (unsigned long long)rank, word >> 24);
+            unsigned long long expected = word;
+            // CAS at system scope: the linearization point of the write; fails when the slot changed since
+            // the read (another rank's writer, on this GPU or another)
+            if (!w.compare_exchange_strong(expected, locked, cuda::memory_order_acq_rel)) {
+                continue;
+            }
+            // the LOCKED word is performed at system scope before any thread's slot stores (after the
+            // barrier that follows): a reader that sees one of them re-reads the word as changed
+            __threadfence_system();
+            *word_out = locked;
+            if (op == MAP_OP_LOCK) {
+                out[0] = st == MAP_FULL ? MAP_PRESENT : MAP_ABSENT;
+                out[1] = off;
+                out[2] = locked;
+                out[3] = (unsigned long long)st;
+                return st == MAP_FULL ? MAP_ACT_READ : MAP_ACT_DONE;
+            }
+            return MAP_ACT_WRITE; // PUT, PUT_IF_ABSENT
+        }
+    }
+    out[0] = (op == MAP_OP_GET || op == MAP_OP_REMOVE) ? MAP_ABSENT : MAP_NO_SLOT;
+    return MAP_ACT_DONE;
+}
+
+extern "C" __global__ void __launch_bounds__(32) symmem_map_op(unsigned char* part, unsigned long long* out,
+        MapInline in, unsigned long long hash, int op, int rank, unsigned long long slot_off,
+        unsigned long long seen, int state, unsigned long long wait_ns) {
+    follow_stream_order_release_next();
+    __shared__ unsigned long long s_off;
+    __shared__ unsigned long long s_word;
+    __shared__ int s_before;
+    __shared__ int s_action;
+    // the header, written once by the owner before the barrier that ended the map's creation
+    unsigned int key_bytes = *reinterpret_cast<volatile unsigned int*>(part + MAP_KEY_BYTES);
+    unsigned int value_bytes = *reinterpret_cast<volatile unsigned int*>(part + MAP_VALUE_BYTES);
+    unsigned int slots = *reinterpret_cast<volatile unsigned int*>(part + MAP_SLOTS);
+    unsigned int key_words = (key_bytes + 7) / 8;
+    unsigned int value_words = (value_bytes + 7) / 8;
+    unsigned long long slot_bytes = MAP_SLOT_KEY + 8ull * (key_words + value_words);
+    unsigned int value_at = MAP_SLOT_KEY + 8 * key_words;
+    volatile unsigned long long* out_value = reinterpret_cast<volatile unsigned long long*>(
+            reinterpret_cast<unsigned char*>(out) + MAP_OUT_VALUE);
+
+    if (op == MAP_OP_RETIRE) {
+        if (threadIdx.x == 0) {
+            SysU64 w(*reinterpret_cast<unsigned long long*>(part + slot_off));
+            unsigned long long expected = seen;
+            // CAS at system scope: the holder of `seen` is dead and writes no more; retiring happens once
+            bool won = w.compare_exchange_strong(expected, map_word(MAP_DEAD, 0, (seen >> 24) + 1),
+                    cuda::memory_order_acq_rel);
+            out[0] = won ? MAP_PRESENT : MAP_ABSENT;
+        }
+        return;
+    }
+    if (op == MAP_OP_UNLOCK) {
+        // the slot is this rank's (LOCKED by its MAP_OP_LOCK as `seen`): write the entry when asked
+        // (MAP_UNLOCK_WRITE: the function kept a value), then leave the state given
+        unsigned long long* slot = reinterpret_cast<unsigned long long*>(part + slot_off);
+        bool write = (state & MAP_UNLOCK_WRITE) != 0;
+        state &= MAP_UNLOCK_WRITE - 1;
+        if (write) {
+            if (threadIdx.x == 0) {
+                slot[MAP_SLOT_HASH / 8] = hash;
+            }
+            for (unsigned int k = threadIdx.x; k < key_words; k += blockDim.x) {
+                slot[MAP_SLOT_KEY / 8 + k] = in.w[k];
+            }
+            for (unsigned int k = threadIdx.x; k < value_words; k += blockDim.x) {
+                slot[value_at / 8 + k] = in.w[key_words + k];
+            }
+        }
+        // release, part 1: every thread's stores are performed at system scope before the barrier
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            // release, part 2: the unlock with the next version; pairs with readers' and writers' acquire
+            SysU64(*slot).store(map_word((unsigned long long)state, 0, (seen >> 24) + 1), cuda::memory_order_release);
+            out[0] = MAP_PRESENT;
+        }
+        return;
+    }
+    for (;;) {
+        if (threadIdx.x == 0) {
+            s_action = map_find(part, out, in, hash, op, rank, key_words, slot_bytes, slots, wait_ns, &s_off, &s_word,
+                    &s_before);
+        }
+        __syncthreads();
+        int action = s_action;
+        if (action == MAP_ACT_DONE) {
+            return;
+        }
+        const unsigned char* slot = part + s_off;
+        if (action == MAP_ACT_WRITE) {
+            unsigned long long* w = reinterpret_cast<unsigned long long*>(part + s_off);
+            if (s_before == MAP_EMPTY) {
+                if (threadIdx.x == 0) {
+                    w[MAP_SLOT_HASH / 8] = hash;
+                }
+                for (unsigned int k = threadIdx.x; k < key_words; k += blockDim.x) {
+                    w[MAP_SLOT_KEY / 8 + k] = in.w[k];
+                }
+            }
+            for (unsigned int k = threadIdx.x; k < value_words; k += blockDim.x) {
+                w[value_at / 8 + k] = in.w[key_words + k];
+            }
+            // release, part 1: every thread's slot stores are performed at system scope before the barrier
+            __threadfence_system();
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                // release, part 2: FULL with the next version; pairs with the acquire of readers and writers
+                SysU64(*w).store(map_word(MAP_FULL, 0, (s_word >> 24) + 1), cuda::memory_order_release);
+                out[0] = s_before == MAP_FULL ? MAP_PRESENT : MAP_ABSENT;
+            }
+            return;
+        }
+        // MAP_ACT_READ: copy the value out (GET between two reads of the word; LOCK under this rank's lock)
+        const volatile unsigned long long* value = reinterpret_cast<const volatile unsigned long long*>(slot + value_at);
+        for (unsigned int k = threadIdx.x; k < value_words; k += blockDim.x) {
+            out_value[k] = value[k];
+        }
+        // acquire side of the seqlock: every thread's value loads complete before thread 0 reads the word again
+        __threadfence_system();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            if (op == MAP_OP_GET) {
+                unsigned long long again = SysU64(*reinterpret_cast<unsigned long long*>(part + s_off))
+                        .load(cuda::memory_order_relaxed);
+                if (again == s_word) {
+                    out[0] = MAP_PRESENT;
+                    s_action = MAP_ACT_DONE;
+                } else {
+                    s_action = MAP_ACT_RETRY; // a writer came in between: the copy may be torn, take it again
+                }
+            } else {
+                s_action = MAP_ACT_DONE;
+            }
+        }
+        __syncthreads();
+        if (s_action == MAP_ACT_DONE) {
+            return;
+        }
+        __syncthreads(); // every thread has read s_action before thread 0 sets it again
+    }
+}

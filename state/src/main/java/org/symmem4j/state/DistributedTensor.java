@@ -63,7 +63,6 @@ public final class DistributedTensor implements AutoCloseable {
         KERNEL
     }
 
-    private static final long ZERO_CHUNK = 1L << 20;
 
     private final Group group;
     private final SymmetricMemory memory;
@@ -174,7 +173,8 @@ public final class DistributedTensor implements AutoCloseable {
             }
         }
         sharding.check(group.worldSize(), shape.length);
-        agree(group, "distributed-tensor-create", type + " " + Arrays.toString(shape) + " " + sharding,
+        SharedMemories.agree(group, "distributed tensor", "distributed-tensor-create",
+                type + " " + Arrays.toString(shape) + " " + sharding,
                 "create the tensor on every rank with the same element type, shape and sharding");
         int gr = sharding.gridRows(group.worldSize());
         int gc = sharding.gridColumns(group.worldSize());
@@ -187,36 +187,10 @@ public final class DistributedTensor implements AutoCloseable {
         if (memory.hostAddressable()) {
             memory.local().fill((byte) 0);
         } else {
-            zeroOnDevice(memory);
+            SharedMemories.zeroOnDevice(memory);
         }
         memory.barrier(); // zeroed shards, before any rank writes into a peer's
         return new DistributedTensor(group, memory, gpu, type, sharding, shape.clone(), cell);
-    }
-
-    private static void zeroOnDevice(SymmetricMemory memory) {
-        long bytes = memory.byteSize();
-        if (bytes == 0) {
-            return;
-        }
-        MemorySegment zeros = java.lang.foreign.Arena.ofAuto().allocate(Math.min(bytes, ZERO_CHUNK));
-        for (long at = 0; at < bytes; at += zeros.byteSize()) {
-            memory.copyFromHost(zeros.asSlice(0, Math.min(zeros.byteSize(), bytes - at)), at);
-        }
-    }
-
-    /**
-     * Collective, set-up only: every rank's {@code mine} must be equal; else every rank throws the same message.
-     */
-    private static void agree(Group group, String tag, String mine, String fix) {
-        List<byte[]> all = group.allGatherBytes(tag, mine.getBytes(StandardCharsets.UTF_8));
-        for (int r = 0; r < all.size(); r++) {
-            String theirs = new String(all.get(r), StandardCharsets.UTF_8);
-            if (!theirs.equals(new String(all.getFirst(), StandardCharsets.UTF_8))) {
-                throw new IllegalArgumentException("distributed tensor: rank=" + r + " passed " + theirs
-                        + ", expected " + new String(all.getFirst(), StandardCharsets.UTF_8) + " as rank=0 did (fix: "
-                        + fix + ")");
-            }
-        }
     }
 
     /** {@return the global shape (a copy)} */

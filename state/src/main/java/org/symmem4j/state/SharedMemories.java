@@ -1,5 +1,6 @@
 package org.symmem4j.state;
 
+import java.lang.foreign.MemorySegment;
 import java.time.Duration;
 import java.util.List;
 
@@ -28,12 +29,28 @@ final class SharedMemories {
      * @throws UnsupportedOperationException where the transport cannot carry the structure, with its reason
      */
     static SymmetricMemory allocate(Group group, long bytes, String structure) {
+        return allocate(group, bytes, structure, null);
+    }
+
+    /**
+     * As {@link #allocate(Group, long, String)}, where the structure has a GPU form of its own: the refusal on GPU
+     * memory names it.
+     *
+     * @param group     this rank's group
+     * @param bytes     bytes per rank
+     * @param structure the structure's name, for the refusal
+     * @param gpuForm   what to create on a GPU group instead, or null when there is none yet
+     * @return the memory
+     * @throws UnsupportedOperationException where the transport cannot carry the structure, with its reason
+     */
+    static SymmetricMemory allocate(Group group, long bytes, String structure, String gpuForm) {
         TransportCapabilities caps = group.transport().capabilities(group);
         if (caps.supports(Capability.DEVICE_MEMORY)) {
             throw new UnsupportedOperationException(structure + " on transport=" + caps.transport()
-                    + ": its memory is GPU memory, and the GPU form of " + structure + " is not built yet (host"
-                    + " transports only: threads of one JVM, processes of one machine; fix: create it on a host"
-                    + " group)");
+                    + ": its memory is GPU memory, which the host cannot load from or CAS in place" + (gpuForm == null
+                    ? ", and the GPU form of " + structure + " is not built yet (host transports only: threads of one"
+                    + " JVM, processes of one machine; fix: create it on a host group)"
+                    : " (fix: " + gpuForm + ", or create it on a host group)"));
         }
         if (!caps.supports(Capability.PEER_ACCESS)) {
             throw new UnsupportedOperationException(structure + " on transport=" + caps.transport() + " needs every"
@@ -126,6 +143,48 @@ final class SharedMemories {
 
     private static List<Integer> others(Group group) {
         return java.util.stream.IntStream.range(0, group.worldSize()).filter(r -> r != group.rank()).boxed().toList();
+    }
+
+    /** Bytes of host zeros {@link #zeroOnDevice} copies at a time. */
+    private static final long ZERO_CHUNK = 1L << 20;
+
+    /**
+     * Zeroes this rank's part of memory the host cannot write in place (GPU memory), by synchronous copies of host
+     * zeros.
+     *
+     * @param memory the memory, this rank's whole buffer
+     */
+    static void zeroOnDevice(SymmetricMemory memory) {
+        long bytes = memory.byteSize();
+        if (bytes == 0) {
+            return;
+        }
+        MemorySegment zeros = java.lang.foreign.Arena.ofAuto().allocate(Math.min(bytes, ZERO_CHUNK));
+        for (long at = 0; at < bytes; at += zeros.byteSize()) {
+            memory.copyFromHost(zeros.asSlice(0, Math.min(zeros.byteSize(), bytes - at)), at);
+        }
+    }
+
+    /**
+     * Collective, set-up only: every rank's {@code mine} must be equal; else every rank throws the same message.
+     *
+     * @param group     this rank's group
+     * @param structure the structure's name, for the message
+     * @param tag       the exchange's tag
+     * @param mine      this rank's arguments, as text
+     * @param fix       what the user can do
+     * @throws IllegalArgumentException on every rank, naming the first rank that differs from rank 0
+     */
+    static void agree(Group group, String structure, String tag, String mine, String fix) {
+        List<byte[]> all = group.allGatherBytes(tag, mine.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        String first = new String(all.getFirst(), java.nio.charset.StandardCharsets.UTF_8);
+        for (int r = 0; r < all.size(); r++) {
+            String theirs = new String(all.get(r), java.nio.charset.StandardCharsets.UTF_8);
+            if (!theirs.equals(first)) {
+                throw new IllegalArgumentException(structure + ": rank=" + r + " passed " + theirs + ", expected " + first
+                        + " as rank=0 did (fix: " + fix + ")");
+            }
+        }
     }
 
     /**

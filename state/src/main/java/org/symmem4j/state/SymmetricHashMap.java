@@ -49,8 +49,9 @@ import org.symmem4j.parallel.sync.Waiter;
  *       sizes are refused before anything is written.</li>
  * </ul>
  *
- * One thread per rank uses an instance. Where the group spans machines or its memory is GPU memory, creation is
- * refused with the transport's reason.
+ * One thread per rank uses an instance. Where the group spans machines, creation is refused with the transport's
+ * reason; on a group of GPU memory it is refused with the GPU form to use instead, {@link DeviceHashMap} (the same
+ * slots and words, operated by kernels on the caller's stream).
  */
 public final class SymmetricHashMap implements AutoCloseable {
 
@@ -111,6 +112,25 @@ public final class SymmetricHashMap implements AutoCloseable {
      * @throws UnsupportedOperationException where the group's transport cannot carry the map
      */
     public static SymmetricHashMap create(Group group, int keyBytes, int valueBytes, int slotsPerRank) {
+        checkArguments(group, keyBytes, valueBytes, slotsPerRank);
+        long bytes = HashMapLayout.partitionBytes(keyBytes, valueBytes, slotsPerRank);
+        SymmetricMemory memory = SharedMemories.allocate(group, bytes, "hash map", "DeviceHashMap.create with the"
+                + " group: a map in GPU memory whose operations are kernels on the caller's stream");
+        try {
+            HashMapLayout.format(memory.local(), keyBytes, valueBytes, slotsPerRank, group.worldSize(), group.rank());
+            memory.barrier(); // every partition's header, written before it, is visible to every rank after it
+            for (int r = 0; r < group.worldSize(); r++) {
+                HashMapLayout.verify(memory.peer(r), keyBytes, valueBytes, slotsPerRank, group.worldSize(), r);
+            }
+            return new SymmetricHashMap(group, memory, keyBytes, valueBytes, slotsPerRank);
+        } catch (RuntimeException e) {
+            memory.close();
+            throw e;
+        }
+    }
+
+    /** The argument checks of {@link #create}, shared with {@link DeviceHashMap#create}. */
+    static void checkArguments(Group group, int keyBytes, int valueBytes, int slotsPerRank) {
         Objects.requireNonNull(group, "group");
         if (keyBytes < 1 || valueBytes < 0) {
             throw new IllegalArgumentException("hash map keyBytes=" + keyBytes + " valueBytes=" + valueBytes
@@ -124,19 +144,6 @@ public final class SymmetricHashMap implements AutoCloseable {
             throw new IllegalArgumentException("hash map: worldSize=" + group.worldSize() + " expected at most "
                     + HashMapLayout.MAX_RANKS
                     + " (fix: create it on a smaller group, e.g. a Group.split by machine)");
-        }
-        long bytes = HashMapLayout.partitionBytes(keyBytes, valueBytes, slotsPerRank);
-        SymmetricMemory memory = SharedMemories.allocate(group, bytes, "hash map");
-        try {
-            HashMapLayout.format(memory.local(), keyBytes, valueBytes, slotsPerRank, group.worldSize(), group.rank());
-            memory.barrier(); // every partition's header, written before it, is visible to every rank after it
-            for (int r = 0; r < group.worldSize(); r++) {
-                HashMapLayout.verify(memory.peer(r), keyBytes, valueBytes, slotsPerRank, group.worldSize(), r);
-            }
-            return new SymmetricHashMap(group, memory, keyBytes, valueBytes, slotsPerRank);
-        } catch (RuntimeException e) {
-            memory.close();
-            throw e;
         }
     }
 
@@ -375,10 +382,14 @@ public final class SymmetricHashMap implements AutoCloseable {
                 return writeLocked(part, off, locked, state, hash, key, fn);
             }
         }
-        throw new MapFullException("hash map full: key's owner rank=" + owner + " has no free slot among slotsPerRank="
+        throw full(owner, slots);
+    }
+
+    /** The full-map error (the GPU form's too). */
+    static MapFullException full(int owner, int slots) {
+        return new MapFullException("hash map full: key's owner rank=" + owner + " has no free slot among slotsPerRank="
                 + slots + " (keys keep their slots after remove; fix: create the map with more slots per rank,"
-                + " and keep it"
-                + " at most ~70% full)", owner);
+                + " and keep it at most ~70% full)", owner);
     }
 
     private boolean writeLocked(MemorySegment part, long off, long locked, int before, long hash, MemorySegment key,
@@ -473,19 +484,35 @@ public final class SymmetricHashMap implements AutoCloseable {
     }
 
     private int ownerOf(long hash) {
-        return (int) Long.remainderUnsigned(hash >>> 32, partitions.length);
+        return ownerOf(hash, partitions.length);
+    }
+
+    /** The owner rank of a key hash among {@code worldSize} partitions (the GPU form's too). */
+    static int ownerOf(long hash, int worldSize) {
+        return (int) Long.remainderUnsigned(hash >>> 32, worldSize);
     }
 
     private MemorySegment longKey(long key) {
+        return longKey(longKey, keyBytes, key);
+    }
+
+    /** A long key as its 8 little-endian bytes in {@code scratch}; refused when the map's keys are not 8 bytes. */
+    static MemorySegment longKey(MemorySegment scratch, int keyBytes, long key) {
         if (keyBytes != Long.BYTES) {
             throw new IllegalArgumentException("hash map key as a long (8 bytes), but the map's keyBytes=" + keyBytes
                     + " (fix: pass the key as a MemorySegment of " + keyBytes + " bytes)");
         }
-        longKey.set(ValueLayout.JAVA_LONG, 0, key);
-        return longKey;
+        scratch.set(ValueLayout.JAVA_LONG, 0, key);
+        return scratch;
     }
 
     private void checkKey(MemorySegment key) {
+        checkKey(key, keyBytes);
+    }
+
+    /** Refuses a key of another size than the map's. */
+    static void checkKey(MemorySegment key, int keyBytes) {
+        Objects.requireNonNull(key, "key");
         if (key.byteSize() != keyBytes) {
             throw new IllegalArgumentException("hash map key bytes=" + key.byteSize() + " expected=" + keyBytes
                     + " (the map was created with keyBytes=" + keyBytes + "; fix: pass keys of that size)");
@@ -493,6 +520,12 @@ public final class SymmetricHashMap implements AutoCloseable {
     }
 
     private void checkValue(MemorySegment v, String what, boolean exact) {
+        checkValue(v, what, exact, valueBytes);
+    }
+
+    /** Refuses a value (exact) or destination (at least) of another size than the map's. */
+    static void checkValue(MemorySegment v, String what, boolean exact, int valueBytes) {
+        Objects.requireNonNull(v, what);
         if (exact ? v.byteSize() != valueBytes : v.byteSize() < valueBytes) {
             throw new IllegalArgumentException("hash map " + what + " bytes=" + v.byteSize() + " expected "
                     + (exact ? "" : "at least ") + valueBytes + " (the map was created with valueBytes=" + valueBytes

@@ -57,7 +57,8 @@ import org.symmem4j.parallel.sync.Waiter;
  * </ul>
  *
  * One thread per rank uses an instance (as with {@link Group}); the consumer is the only rank that polls.
- * Where the group spans machines or its memory is GPU memory, creation is refused with the transport's reason.
+ * Where the group spans machines, creation is refused with the transport's reason; on a group of GPU memory it is
+ * refused with the GPU form to use instead, {@link DeviceRingBuffer} (producers append on their streams).
  */
 public final class SymmetricRingBuffer implements AutoCloseable {
 
@@ -174,13 +175,11 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     private static SymmetricRingBuffer create(Group group, Kind kind, int producer, int consumer, int capacity) {
         Objects.requireNonNull(group, "group");
         SharedMemories.checkRank(group, consumer, "ring buffer consumer");
-        if (capacity < RingBufferLayout.MIN_CAPACITY || Integer.bitCount(capacity) != 1) {
-            throw new IllegalArgumentException("ring buffer capacity=" + capacity + " expected a power of two >= "
-                    + RingBufferLayout.MIN_CAPACITY + " (fix: pass e.g. " + Math.max(RingBufferLayout.MIN_CAPACITY,
-                    Integer.highestOneBit(Math.max(1, capacity)) << 1) + ")");
-        }
+        checkCapacity(capacity);
         int kindCode = kind == Kind.ONE_TO_ONE ? RingBufferLayout.KIND_ONE_TO_ONE : RingBufferLayout.KIND_MANY_TO_ONE;
-        SymmetricMemory memory = SharedMemories.allocate(group, RingBufferLayout.totalBytes(capacity), "ring buffer");
+        SymmetricMemory memory = SharedMemories.allocate(group, RingBufferLayout.totalBytes(capacity), "ring buffer",
+                "DeviceRingBuffer.oneToOne or manyToOne with the group's Communicator: a ring in GPU memory whose"
+                        + " producers append on their streams");
         try {
             if (group.rank() == consumer) {
                 RingBufferLayout.format(memory.local(), kindCode, capacity, producer, consumer);
@@ -191,6 +190,15 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         } catch (RuntimeException e) {
             memory.close();
             throw e;
+        }
+    }
+
+    /** Refuses a capacity that is not a power of two of at least {@link RingBufferLayout#MIN_CAPACITY}. */
+    static void checkCapacity(int capacity) {
+        if (capacity < RingBufferLayout.MIN_CAPACITY || Integer.bitCount(capacity) != 1) {
+            throw new IllegalArgumentException("ring buffer capacity=" + capacity + " expected a power of two >= "
+                    + RingBufferLayout.MIN_CAPACITY + " (fix: pass e.g. " + Math.max(RingBufferLayout.MIN_CAPACITY,
+                    Integer.highestOneBit(Math.max(1, capacity)) << 1) + ")");
         }
     }
 

@@ -33,6 +33,22 @@ class SymmetricRingBufferTest {
         return b;
     }
 
+    /** The GPU form of the ring is refused on a host communicator, with the host ring as the fix, on every rank. */
+    @Test
+    void theDeviceRingIsRefusedOnAHostCommunicator() {
+        InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+            try (org.symmem4j.parallel.Communicator comm = org.symmem4j.parallel.Communicator.create(group)) {
+                UnsupportedOperationException e = assertThrows(UnsupportedOperationException.class,
+                        () -> DeviceRingBuffer.oneToOne(comm, 1, 0, 1024));
+                assertTrue(e.getMessage().contains("not a GPU communicator")
+                        && e.getMessage().contains("SymmetricRingBuffer.oneToOne"), e.getMessage());
+                assertThrows(IllegalArgumentException.class, () -> DeviceRingBuffer.manyToOne(comm, 0, 1000));
+                assertThrows(IllegalArgumentException.class, () -> DeviceRingBuffer.oneToOne(comm, 2, 0, 1024));
+            }
+            return null;
+        });
+    }
+
     @Test
     void oneToOneDeliversInOrderThroughManyWrapArounds() {
         int messages = 5_000;

@@ -58,6 +58,14 @@ final class CudaLaunch {
         return this;
     }
 
+    /** A struct of {@code slotBytes} bytes passed by value: {@code bytes} at its start, zeros after. */
+    CudaLaunch bytes(MemorySegment bytes, int slotBytes) {
+        MemorySegment s = arena.allocate(slotBytes, Long.BYTES);
+        MemorySegment.copy(bytes, 0, s, 0, Math.min(bytes.byteSize(), slotBytes));
+        slots.add(s);
+        return this;
+    }
+
     /** The {@code void**} array. */
     MemorySegment array() {
         MemorySegment arr = arena.allocate(ValueLayout.ADDRESS, slots.size());

@@ -15,6 +15,9 @@ import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.WorkClock;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.cuda.ffi.Nvshmem;
+import org.symmem4j.parallel.layout.DeviceRingLayout;
+import org.symmem4j.parallel.layout.HashMapLayout;
+import org.symmem4j.parallel.layout.RingBufferLayout;
 
 /**
  * Symmetric memory on GPUs: each rank's buffer and signal pad in its device's memory, every peer's
@@ -28,9 +31,12 @@ import org.symmem4j.parallel.cuda.ffi.Nvshmem;
  * run. {@link #storeSignalsNow} bypasses the rank's stream (aborts), {@link #awaitWork} waits for
  * it with a bound, and {@link #clock} times it with events.
  */
-public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.parallel.DeviceMemory {
+public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.parallel.DeviceMemory,
+        org.symmem4j.parallel.DeviceRings, org.symmem4j.parallel.DeviceMaps {
 
     private static final Logger LOG = LoggerFactory.getLogger(CudaSymmetricMemory.class);
+    /** Longer waits of {@link #enqueueAppend} are forever (the GPU clock's nanoseconds, unsigned, never overflow). */
+    private static final Duration MAX_APPEND_WAIT = Duration.ofDays(365);
 
     private final Group group;
     private final CudaTransport transport;
@@ -309,6 +315,75 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         transport.driver().setCurrent(rank.context);
         transport.driver().synchronize(rank.stream);
         transport.driver().memset(data[group.rank()], value, byteSize);
+    }
+
+    @Override
+    public void enqueueAppend(int consumer, int capacity, boolean manyToOne, int type, MemorySegment src, Duration wait) {
+        if (type < 1 || src.byteSize() > RingBufferLayout.maxPayload(capacity)) {
+            throw new IllegalArgumentException("ring append: type=" + type + " payload bytes=" + src.byteSize()
+                    + " expected type >= 1 and at most " + RingBufferLayout.maxPayload(capacity) + " bytes (an eighth of"
+                    + " capacity=" + capacity + " less the 8-byte header; fix: a larger ring, or split the message)");
+        }
+        checkRange(0, DeviceRingLayout.totalBytes(capacity));
+        long ring = peerData(consumer);
+        long status = data[group.rank()] + DeviceRingLayout.statusOffset(capacity);
+        CudaDriver d = transport.driver();
+        d.setCurrent(rank.context);
+        try (Arena a = Arena.ofConfined()) {
+            CudaLaunch params = new CudaLaunch(a).pointer(ring).pointer(src.address()).integer((int) src.byteSize())
+                    .integer(type).integer(capacity).integer(manyToOne ? 1 : 0)
+                    .size(wait.isNegative() ? 0 : wait.compareTo(MAX_APPEND_WAIT) > 0 ? Long.MAX_VALUE : wait.toNanos())
+                    .pointer(status);
+            rank.launch(d, Kernel.RING_PUT, 1, params.array());
+        }
+    }
+
+    @Override
+    public void runMapOperation(Operation operation, MemorySegment inline, long outOffset, MemorySegment out) {
+        if (inline.byteSize() > HashMapLayout.DEVICE_INLINE_BYTES || inline.byteSize() % Long.BYTES != 0) {
+            throw new IllegalArgumentException("hash map operation: key and value bytes=" + inline.byteSize()
+                    + " expected a multiple of 8 of at most " + HashMapLayout.DEVICE_INLINE_BYTES + " (fix: check"
+                    + " HashMapLayout.checkDeviceSizes when the map is created)");
+        }
+        checkRange(outOffset, out.byteSize());
+        long part = peerData(operation.owner());
+        if (part == 0) {
+            throw new UnsupportedOperationException("hash map operation: rank=" + operation.owner() + "'s memory is not"
+                    + " mapped on rank=" + group.rank() + " (fix: a group whose GPUs map each other's memory)");
+        }
+        CudaDriver d = transport.driver();
+        d.setCurrent(rank.context);
+        try (Arena a = Arena.ofConfined()) {
+            CudaLaunch params = new CudaLaunch(a).pointer(part).pointer(data[group.rank()] + outOffset)
+                    .bytes(inline, HashMapLayout.DEVICE_INLINE_BYTES).size(operation.hash()).integer(operation.op())
+                    .integer(group.rank()).size(operation.slotOffset()).size(operation.word())
+                    .integer(operation.state()).size(Math.max(0, operation.waitNanos()));
+            rank.launch(d, Kernel.MAP_OP, 1, params.array());
+        }
+        d.synchronize(rank.stream);
+        // after the synchronize: the kernel's stores of the result are complete; a synchronous copy reads them
+        d.copyDeviceToHost(out, data[group.rank()] + outOffset, out.byteSize());
+    }
+
+    @Override
+    public void readNow(long offset, MemorySegment dst) {
+        checkRange(offset, dst.byteSize());
+        transport.driver().setCurrent(rank.context);
+        // the default (legacy) stream, not this rank's: a peer's kernel wrote the bytes, and this stream may be busy
+        transport.driver().copyDeviceToHost(dst, data[group.rank()] + offset, dst.byteSize());
+    }
+
+    @Override
+    public void writeNow(MemorySegment src, long offset) {
+        copyFromHost(src, offset);
+    }
+
+    @Override
+    public void zeroNow(long offset, long bytes) {
+        checkRange(offset, bytes);
+        transport.driver().setCurrent(rank.context);
+        // on the default (legacy) stream, as readNow's and writeNow's copies: performed before the next of them
+        transport.driver().memset(data[group.rank()] + offset, (byte) 0, bytes);
     }
 
     private void checkRange(long offset, long bytes) {

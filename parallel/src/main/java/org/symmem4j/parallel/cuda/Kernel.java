@@ -50,7 +50,13 @@ enum Kernel {
      * (param, m, v, grad, out, count, gradScale, beta1, beta2, stepSize, sqrtBias2, eps): one Adam step on float32
      * parameters from a bfloat16 gradient, {@code out} (nullable) the updated parameters in bfloat16; waits for nobody.
      */
-    ADAM_BF16("symmem_adam_bf16", Spread.ALL_RESIDENT);
+    ADAM_BF16("symmem_adam_bf16", Spread.ALL_RESIDENT),
+    RING_PUT("symmem_ring_put", Spread.SINGLE_BLOCK),
+    /**
+     * (part, out, MapInline in, hash, op, rank, slotOff, seen, state, waitNs): one hash-map operation on the owner's
+     * partition (system-scope CAS of a slot word, seqlock read); waits for a locked slot at most waitNs.
+     */
+    MAP_OP("symmem_map_op", Spread.SINGLE_BLOCK);
 
     /** How many blocks a launch may use when only the GPU's size limits it. */
     enum Spread {

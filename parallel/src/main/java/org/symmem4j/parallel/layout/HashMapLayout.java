@@ -27,6 +27,13 @@ import java.lang.invoke.VarHandle;
  * key stays: the slot is its key's for good, a later put of the same key revives it), {@link #LOCKED} (a writer
  * holds it), {@link #DEAD} (its writer died while holding it: retired, its key and value are gone). A key, once
  * written to a slot, is never overwritten by another key, so two puts of one key always meet at the same slot.
+ *
+ * <p>The GPU form ({@code org.symmem4j.state.DeviceHashMap}) keeps this partition unchanged in each rank's GPU memory
+ * and adds, on the next line after it, the rank's own result area ({@link #deviceOutOffset}): four result words (the
+ * code, a slot offset, a slot word, the state before) and, from {@link #DEVICE_OUT_VALUE}, one value. Its kernel
+ * ({@code symmem_map_op} in {@code symmem4j_kernels.cu}) hard-codes the header offsets, the slot offsets, the states,
+ * the operations ({@code OP_*}) and the results ({@code RESULT_*}) as {@code MAP_*} #defines, checked against these
+ * by {@code HashMapLayoutDeviceTest}; key and value reach it in its launch parameters ({@link #packInline}).
  */
 public final class HashMapLayout {
 
@@ -135,6 +142,22 @@ public final class HashMapLayout {
      */
     public static void format(MemorySegment part, int keyBytes, int valueBytes, int slots, int worldSize, int owner) {
         part.asSlice(0, partitionBytes(keyBytes, valueBytes, slots)).fill((byte) 0);
+        formatHeader(part, keyBytes, valueBytes, slots, worldSize, owner);
+    }
+
+    /**
+     * Writes the header fields only (not the slots): for a partition in GPU memory, zeroed by copies and whose
+     * header is staged in host memory first ({@code DeviceHashMap}).
+     *
+     * @param part       at least {@link #HEADER_BYTES} bytes
+     * @param keyBytes   key size
+     * @param valueBytes value size
+     * @param slots      slots
+     * @param worldSize  ranks
+     * @param owner      the owner's rank
+     */
+    public static void formatHeader(MemorySegment part, int keyBytes, int valueBytes, int slots, int worldSize,
+                                    int owner) {
         part.set(ValueLayout.JAVA_INT, MAGIC_OFFSET, MAGIC);
         part.set(ValueLayout.JAVA_INT, VERSION_OFFSET, VERSION);
         part.set(ValueLayout.JAVA_INT, KEY_BYTES_OFFSET, keyBytes);
@@ -161,6 +184,23 @@ public final class HashMapLayout {
                     + " expected at least " + partitionBytes(keyBytes, valueBytes, slots) + " (fix: create the map"
                     + " on every rank with the same keyBytes, valueBytes and capacity)");
         }
+        verifyHeader(part, keyBytes, valueBytes, slots, worldSize, owner);
+    }
+
+    /**
+     * Checks the header fields only, as {@link #verify} does after its size check: for a header copied out of
+     * memory the host cannot read in place (GPU memory).
+     *
+     * @param part       at least {@link #HEADER_BYTES} bytes: the header
+     * @param keyBytes   expected key size
+     * @param valueBytes expected value size
+     * @param slots      expected slots
+     * @param worldSize  expected ranks
+     * @param owner      expected owner
+     * @throws IllegalStateException naming the field that differs
+     */
+    public static void verifyHeader(MemorySegment part, int keyBytes, int valueBytes, int slots, int worldSize,
+                                    int owner) {
         expect(part, MAGIC_OFFSET, "magic", MAGIC, owner, " (not a hash map: memory of another structure)");
         expect(part, VERSION_OFFSET, "version", VERSION, owner, " (ranks run different symmem4j versions)");
         expect(part, KEY_BYTES_OFFSET, "keyBytes", keyBytes, owner, " (every rank must pass the same key size)");
@@ -177,6 +217,133 @@ public final class HashMapLayout {
                     + field + " found=" + found + " expected=" + expected + fix + "; fix: create the map on every rank"
                     + " with the same arguments, from the same symmem4j version");
         }
+    }
+
+    // ---- the GPU form: the kernel symmem_map_op of symmem4j_kernels.cu (its MAP_* #defines are these) ----
+
+    /** Bytes of key and value a GPU map operation carries in its launch parameters ({@code MAP_INLINE_BYTES}). */
+    public static final int DEVICE_INLINE_BYTES = 2048;
+    /** Where the value starts in a GPU rank's result area ({@code MAP_OUT_VALUE}); result words before it. */
+    public static final int DEVICE_OUT_VALUE = 64;
+    /** GPU operation: copy a key's value out (seqlock read). */
+    public static final int OP_GET = 1;
+    /** GPU operation: insert or replace. */
+    public static final int OP_PUT = 2;
+    /** GPU operation: insert when absent. */
+    public static final int OP_PUT_IF_ABSENT = 3;
+    /** GPU operation: FULL to REMOVED by one CAS. */
+    public static final int OP_REMOVE = 4;
+    /** GPU operation: lock the key's slot for a host-driven compute, copying its value out. */
+    public static final int OP_LOCK = 5;
+    /** GPU operation: write (or not) and unlock a slot locked by {@link #OP_LOCK}. */
+    public static final int OP_UNLOCK = 6;
+    /** GPU operation: LOCKED by a dead holder to DEAD, by CAS. */
+    public static final int OP_RETIRE = 7;
+    /** Added to the state of {@link #OP_UNLOCK} to write the key and value before the unlock ({@code MAP_UNLOCK_WRITE}). */
+    public static final int UNLOCK_WRITE = 256;
+    /** GPU result: the key was absent (get, remove), or was absent and is now written (put, lock). */
+    public static final int RESULT_ABSENT = 1;
+    /** GPU result: the key was present (its value copied out for get and lock); unlock and retire done. */
+    public static final int RESULT_PRESENT = 2;
+    /** GPU result: a slot stayed LOCKED past the kernel's wait; result word 1 its offset, word 2 its word. */
+    public static final int RESULT_BUSY = 3;
+    /** GPU result: no slot for a new key. */
+    public static final int RESULT_NO_SLOT = 4;
+
+    /**
+     * Bytes of key and value in a GPU operation's parameters.
+     *
+     * @param keyBytes   key size
+     * @param valueBytes value size
+     * @return the key's and the value's bytes, each padded to 8
+     */
+    public static int inlineBytes(int keyBytes, int valueBytes) {
+        return align8(keyBytes) + align8(valueBytes);
+    }
+
+    /**
+     * Refuses key and value sizes that a GPU operation cannot carry.
+     *
+     * @param keyBytes   key size
+     * @param valueBytes value size
+     * @throws IllegalArgumentException when the padded key and value exceed {@link #DEVICE_INLINE_BYTES}
+     */
+    public static void checkDeviceSizes(int keyBytes, int valueBytes) {
+        if ((long) align8(keyBytes) + align8(valueBytes) > DEVICE_INLINE_BYTES) {
+            throw new IllegalArgumentException("GPU hash map keyBytes=" + keyBytes + " valueBytes=" + valueBytes
+                    + ": key and value padded to 8 bytes each come to " + ((long) align8(keyBytes) + align8(valueBytes))
+                    + " bytes, expected at most " + DEVICE_INLINE_BYTES + " (they travel in the kernel's launch"
+                    + " parameters; fix: store larger values elsewhere, e.g. in a DistributedTensor, and keep their"
+                    + " index as the value)");
+        }
+    }
+
+    /**
+     * Where a GPU rank's result area starts in its own buffer: after its partition, on a line of its own.
+     *
+     * @param keyBytes   key size
+     * @param valueBytes value size
+     * @param slots      slots per rank
+     * @return byte offset
+     */
+    public static long deviceOutOffset(int keyBytes, int valueBytes, int slots) {
+        return lineUp(partitionBytes(keyBytes, valueBytes, slots));
+    }
+
+    /**
+     * Bytes of a GPU rank's result area: the result words and one value.
+     *
+     * @param valueBytes value size
+     * @return bytes
+     */
+    public static int deviceOutBytes(int valueBytes) {
+        return DEVICE_OUT_VALUE + align8(valueBytes);
+    }
+
+    /**
+     * Bytes every rank allocates for a GPU map: its partition, then its result area.
+     *
+     * @param keyBytes   key size
+     * @param valueBytes value size
+     * @param slots      slots per rank
+     * @return bytes
+     */
+    public static long deviceTotalBytes(int keyBytes, int valueBytes, int slots) {
+        return lineUp(deviceOutOffset(keyBytes, valueBytes, slots) + deviceOutBytes(valueBytes));
+    }
+
+    /**
+     * Packs a GPU operation's parameters: the key, zero-padded to 8, then the value (or zeros), zero-padded.
+     *
+     * @param inline     at least {@link #inlineBytes} bytes
+     * @param key        the key, {@code keyBytes} bytes
+     * @param value      the value, {@code valueBytes} bytes, or null for none
+     * @param keyBytes   key size
+     * @param valueBytes value size
+     */
+    public static void packInline(MemorySegment inline, MemorySegment key, MemorySegment value, int keyBytes,
+                                  int valueBytes) {
+        inline.asSlice(0, inlineBytes(keyBytes, valueBytes)).fill((byte) 0);
+        MemorySegment.copy(key, 0, inline, 0, keyBytes);
+        if (value != null) {
+            MemorySegment.copy(value, 0, inline, align8(keyBytes), valueBytes);
+        }
+    }
+
+    private static long lineUp(long n) {
+        return (n + HEADER_BYTES - 1) / HEADER_BYTES * HEADER_BYTES;
+    }
+
+    /**
+     * A slot word (for the GPU form's host side and tests).
+     *
+     * @param state   EMPTY, FULL, REMOVED, LOCKED or DEAD
+     * @param rank    the writer's rank while LOCKED, else 0
+     * @param version the version
+     * @return the word
+     */
+    public static long slotWord(int state, int rank, long version) {
+        return word(state, rank, version);
     }
 
     // ---- the slot word ----

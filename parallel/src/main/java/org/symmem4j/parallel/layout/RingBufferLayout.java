@@ -139,6 +139,20 @@ public final class RingBufferLayout {
      */
     public static void format(MemorySegment ring, int kind, int capacity, int producer, int consumer) {
         ring.asSlice(0, DATA_OFFSET + capacity).fill((byte) 0);
+        formatHeader(ring, kind, capacity, producer, consumer);
+    }
+
+    /**
+     * Writes the HEADER fields only (not TAIL, HEAD or the data): for a ring whose bytes are zeroed elsewhere and
+     * whose header is staged in host memory first ({@link DeviceRingLayout}).
+     *
+     * @param ring     at least {@link #DATA_OFFSET} bytes: the header
+     * @param kind     {@link #KIND_ONE_TO_ONE} or {@link #KIND_MANY_TO_ONE}
+     * @param capacity data bytes, a power of two
+     * @param producer the producer rank, or -1 for any
+     * @param consumer the consumer rank
+     */
+    public static void formatHeader(MemorySegment ring, int kind, int capacity, int producer, int consumer) {
         ring.set(ValueLayout.JAVA_INT, MAGIC_OFFSET, MAGIC);
         ring.set(ValueLayout.JAVA_INT, VERSION_OFFSET, VERSION);
         ring.set(ValueLayout.JAVA_INT, KIND_OFFSET, kind);
@@ -163,6 +177,21 @@ public final class RingBufferLayout {
                     + totalBytes(capacity) + " (header " + DATA_OFFSET + " + capacity " + capacity + "; fix: give the"
                     + " ring memory of at least that size, the same capacity on every rank)");
         }
+        verifyHeader(ring, kind, capacity, producer, consumer);
+    }
+
+    /**
+     * Checks the HEADER fields only, as {@link #verify} does after its size check: for a header copied out of memory
+     * the host cannot read in place ({@link DeviceRingLayout}).
+     *
+     * @param ring     at least {@link #DATA_OFFSET} bytes: the header
+     * @param kind     the expected kind
+     * @param capacity the expected capacity
+     * @param producer the expected producer rank, -1 for any
+     * @param consumer the expected consumer rank
+     * @throws IllegalStateException naming the field that differs, what was found and what was expected
+     */
+    public static void verifyHeader(MemorySegment ring, int kind, int capacity, int producer, int consumer) {
         expect(ring, MAGIC_OFFSET, "magic", MAGIC, " (not a ring buffer: memory of another structure or not formatted)");
         expect(ring, VERSION_OFFSET, "version", VERSION, " (ranks run different symmem4j versions)");
         expect(ring, KIND_OFFSET, "kind", kind, " (1 one-to-one, 2 many-to-one: every rank must create the same kind)");
@@ -341,7 +370,7 @@ public final class RingBufferLayout {
         return (int) (header >>> 32);
     }
 
-    private static long headerWord(int length, int high) {
+    static long headerWord(int length, int high) {
         return ((long) high << 32) | (length & 0xFFFF_FFFFL);
     }
 }

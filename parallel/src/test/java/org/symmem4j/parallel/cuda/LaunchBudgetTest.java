@@ -39,6 +39,10 @@ class LaunchBudgetTest {
                 // the copy by loads and stores (added 2026-11-28 for the distributed tensor; 512 threads, 32 registers on sm_90)
                 case COPY -> 4;
                 case WAIT_SIGNAL, WAIT_SIGNAL_CONSUME -> 32;
+                // the ring buffer's append on the producer's stream (added 2026-11-29; one block of 32 threads)
+                case RING_PUT -> 32;
+                // the hash map's operations on the caller's stream (added 2026-11-29; one block of 32 threads)
+                case MAP_OP -> 32;
             };
         }
         return occ;
