@@ -351,8 +351,9 @@ abstract sealed class DataParallelBuilder
      * updater state per step; not with {@link #sharding}, which goes back to a checkpoint instead), and go on. The
      * wrapper closes the group it formed; the group given to the builder stays the caller's to close (it is aborted: its close waits for nobody). GPU mode cannot shrink.
      *
-     * <p>With {@link #sharding} (threads of one JVM, or in group mode stages 1 and 2; stage 3 in group mode is refused)
-     * the dead worker's shard is lost with it, so the survivors go back instead to the newest complete periodic checkpoint of the {@code fit} (required:
+     * <p>With {@link #sharding} (threads of one JVM or group mode, every stage; stage 3 not with
+     * {@link #shardGroupSize(int)} nor on a model started from its configuration) the dead worker's shard is lost
+     * with it, so the survivors go back instead to the newest complete periodic checkpoint of the {@code fit} (required:
      * {@code checkpointEvery}, refused at {@code build()} without it), re-sliced onto them, or to the fit's start
      * before its first checkpoint, and redo the steps since it with the failed step's batches: the result equals a
      * run resumed from that checkpoint on the survivors, bitwise; listeners see the redone steps again (docs/shrink.md).

@@ -16,9 +16,10 @@ import org.symmem4j.parallel.Invariants;
 
 /**
  * The in-place shrink of a ZeRO-sharded wrapper ({@link WorkerFailure#SHRINK} with any {@link ZeroStage}; stage 3 on
- * an initialised model, without hybrid sharding, in thread mode only), with workers that are threads of one JVM or
- * processes of a group (stages 1 and 2; the survivors' group is formed by {@link Group#shrink()} and the restore runs
- * collectively over it). Each worker holds the only copy of its shard of the
+ * an initialised model, without hybrid sharding), with workers that are threads of one JVM or processes of a group
+ * (the survivors' group is formed by {@link Group#shrink()} and the restore runs collectively over it; with stage 3
+ * each survivor's new worker allocates its sparse parameter and gradient buffers on that group, the old group's freed
+ * by {@link DataParallelWorkers#stop()}). Each worker holds the only copy of its shard of the
  * updater state (and with stage 3 of its parameter blocks), so a dead worker's shard is treated as lost with it (as it
  * is when the worker is a process): the survivors cannot go on from their own state as plain data parallelism does. They go back, in place, to the newest state that is whole:
  *
@@ -256,13 +257,6 @@ final class ShardedShrink {
                     + shardGroupSize + " (hybrid sharding): the survivors of a shrink are no longer a multiple of the"
                     + " shard group size; expected stage 3 without shardGroupSize (fix: drop shardGroupSize, or "
                     + restart + ")");
-        }
-        if (sharding == ZeroStage.PARAMETERS && group != null) {
-            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=PARAMETERS in group mode"
-                    + " (group(...)): stage 3's in-place rollback (its parameter shards re-sliced onto the survivors)"
-                    + " runs only for workers that are threads of one JVM yet; expected sharding(OPTIMIZER_STATE) or"
-                    + " sharding(GRADIENTS) across processes, or workers(n) threads (fix: use stage 1 or 2, train as"
-                    + " workers(n) threads, or " + restart + ")");
         }
         if (!checkpoints) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=" + sharding + " and no periodic"

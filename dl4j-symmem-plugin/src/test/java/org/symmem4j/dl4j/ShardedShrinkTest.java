@@ -239,22 +239,24 @@ class ShardedShrinkTest {
                 .builder(net).workers(4).sharding(ZeroStage.PARAMETERS).shardGroupSize(2)
                 .onWorkerFailure(WorkerFailure.SHRINK).checkpointEvery(2, root).build());
         assertTrue(hybrid.getMessage().contains("shardGroupSize=2 (hybrid sharding)"), hybrid.getMessage());
-        // group mode: stage 3 refused on every rank, before the group is asked whether it can shrink
-        List<String> refusals = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> assertThrows(
+        // group mode: hybrid sharding refused on every rank, before the group is asked whether it can shrink
+        List<String> refusals = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults(), group -> assertThrows(
                 IllegalArgumentException.class, () -> SymmemParallelWrapper.builder(Nets.mlp(Nets.updater("adam"),
-                        DataType.FLOAT)).group(group).sharding(ZeroStage.PARAMETERS).onWorkerFailure(WorkerFailure.SHRINK)
-                        .checkpointEvery(2, root.resolve("g")).build()).getMessage());
+                        DataType.FLOAT)).group(group).sharding(ZeroStage.PARAMETERS).shardGroupSize(2)
+                        .onWorkerFailure(WorkerFailure.SHRINK).checkpointEvery(2, root.resolve("g")).build()).getMessage());
         for (String m : refusals) {
-            assertTrue(m.contains("sharding=PARAMETERS in group mode") && m.contains("sharding(GRADIENTS)"), m);
+            assertTrue(m.contains("shardGroupSize=2 (hybrid sharding)") && m.contains("fix:"), m);
         }
-        // stages 1 and 2 shrink across processes (examples' ShrinkAfterKillTest): an in-JVM world, which cannot
+        // stages 1, 2 and 3 shrink across processes (examples' ShrinkAfterKillTest): an in-JVM world, which cannot
         // shrink, gets the refusal every group-mode SHRINK gets, not a ZeRO one
-        List<String> cannot = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> assertThrows(
-                IllegalArgumentException.class, () -> SymmemParallelWrapper.builder(Nets.mlp(Nets.updater("adam"),
-                        DataType.FLOAT)).group(group).sharding(ZeroStage.GRADIENTS).onWorkerFailure(WorkerFailure.SHRINK)
-                        .checkpointEvery(2, root.resolve("h")).build()).getMessage());
-        for (String m : cannot) {
-            assertTrue(m.contains("which cannot shrink in place") && !m.contains("sharding="), m);
+        for (ZeroStage stage : List.of(ZeroStage.OPTIMIZER_STATE, ZeroStage.GRADIENTS, ZeroStage.PARAMETERS)) {
+            List<String> cannot = InJvmWorld.runOnEveryRank(2, GroupOptions.defaults(), group -> assertThrows(
+                    IllegalArgumentException.class, () -> SymmemParallelWrapper.builder(Nets.mlp(Nets.updater("adam"),
+                            DataType.FLOAT)).group(group).sharding(stage).onWorkerFailure(WorkerFailure.SHRINK)
+                            .checkpointEvery(2, root.resolve("h")).build()).getMessage());
+            for (String m : cannot) {
+                assertTrue(m.contains("which cannot shrink in place") && !m.contains("sharding="), stage + ": " + m);
+            }
         }
     }
 }

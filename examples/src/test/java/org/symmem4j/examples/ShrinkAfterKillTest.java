@@ -21,6 +21,7 @@ import org.deeplearning4j.util.ModelSerializer;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
 import org.junit.jupiter.params.provider.ValueSource;
 import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
@@ -46,7 +47,7 @@ class ShrinkAfterKillTest {
     private static final Pattern KILL = Pattern.compile("KILL rank (\\d) after step (\\d+) at (\\d+) ms");
     private static final Pattern SHRUNK = Pattern.compile("\\[rank (\\d)\\] SHRUNK step (\\d+) dead \\[(\\d)\\] from 3 to 2"
             + " redone (true|false) resumed at (\\d+) ms");
-    private static final Pattern PID = Pattern.compile("\\[rank \\d\\] PID (\\d+)");
+    private static final Pattern PID = Pattern.compile("\\[rank (\\d)\\] PID (\\d+)");
 
     /** {@code symmem4j-run -n 3 --on-failure shrink} of {@link ShrinkingTraining} with {@code trainingArgs}. */
     private static Launcher.Result launch(String... trainingArgs) throws IOException {
@@ -134,26 +135,28 @@ class ShrinkAfterKillTest {
         assertEquals(reference.getIterationCount(), shrunk.getIterationCount());
         assertEquals(reference.getEpochCount(), shrunk.getEpochCount());
 
-        assertNoSharedMemoryLeft(r.out(), log);
+        assertNoSharedMemoryLeft(r.out(), log, killed);
     }
 
     /**
-     * ZeRO stage 2 ({@code sharding(GRADIENTS)}) across processes, checkpoints every {@value #ZERO_EVERY} steps: rank 0
-     * (the first store's host) dies after step {@value #KILL_AFTER}; its shard of the updater state is lost with it,
-     * so the two survivors go back to the checkpoint after {@value #ZERO_EVERY} steps, restore it re-sliced from 3
-     * onto 2 (collectively, over their new group), redo the steps since it and finish. The final model equals, bitwise,
-     * a fresh two-worker run (threads) resumed from that checkpoint, and one started from its consolidated
-     * {@code model.zip} on the batches after it.
+     * ZeRO across processes, checkpoints every {@value #ZERO_EVERY} steps, each stage: rank 0 (the first store's host)
+     * dies after step {@value #KILL_AFTER}; its shard of the updater state (stage 3: of the parameters too) is lost with
+     * it, so the two survivors go back to the checkpoint after {@value #ZERO_EVERY} steps, restore it re-sliced from 3
+     * onto 2 (collectively, over their new group; stage 3 into new sparse /dev/shm working buffers of that group), redo
+     * the steps since it and finish. The final model equals, bitwise, a fresh two-worker run (threads) resumed from that
+     * checkpoint, and for stages 1 and 2 one started from its consolidated {@code model.zip} on the batches after it
+     * (stage 3 writes none). One JVM launch per stage: the three stages share this one test's shape.
      */
-    @org.junit.jupiter.api.Test
+    @ParameterizedTest(name = "{0}")
+    @EnumSource(ZeroStage.class)
     @Timeout(value = 10, unit = TimeUnit.MINUTES)
-    void withZeroShardingTheSurvivorsGoBackToTheNewestCheckpointAndEndBitwiseAsARunResumedFromIt(@TempDir Path dir)
-            throws IOException {
+    void withZeroShardingTheSurvivorsGoBackToTheNewestCheckpointAndEndBitwiseAsARunResumedFromIt(ZeroStage stage,
+            @TempDir Path dir) throws IOException {
         Path model = dir.resolve("shrunk.zip");
         Path ckpt = dir.resolve("ckpt");
         int killed = 0;
         Launcher.Result r = launch(model.toString(), Integer.toString(killed), Integer.toString(KILL_AFTER),
-                "zero=GRADIENTS", ckpt.toString(), Integer.toString(ZERO_EVERY));
+                "zero=" + stage.name(), ckpt.toString(), Integer.toString(ZERO_EVERY));
         String log = r.err() + "\n" + r.out();
         assertEquals(0, r.status(), log);
         assertTrue(r.err().contains("was killed by signal 9 (SIGKILL)") && r.err().contains("2 of 3 ranks exited 0"), log);
@@ -172,27 +175,30 @@ class ShrinkAfterKillTest {
             assertEquals(checkpoint.toString(), m.group(6), log);
         }
         assertEquals(2, survivors, "both survivors went back: " + log);
-        System.out.printf(Locale.ROOT, "ShrinkAfterKillTest: ZeRO stage 2, rank %d killed after step %d; the survivors'"
+        System.out.printf(Locale.ROOT, "ShrinkAfterKillTest: ZeRO %s, rank %d killed after step %d; the survivors'"
                 + " first step after the checkpoint's restore handed out %.2f s after the kill (the later of the two)%n",
-                killed, KILL_AFTER, (latestResume - Long.parseLong(kill.group(3))) / 1000.0);
+                stage, killed, KILL_AFTER, (latestResume - Long.parseLong(kill.group(3))) / 1000.0);
 
         List<DataSet> data = ShrinkingTraining.batches();
         MultiLayerNetwork resumed = ShrinkingTraining.network();
         resumed.params().addi(0.5f); // only the restore can make the runs agree
         try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(resumed).workers(2).ompThreadsPerWorker(1)
-                .sharding(ZeroStage.GRADIENTS).build()) {
+                .sharding(stage).build()) {
             w.restoreCheckpoint(checkpoint);
             w.fit(new ListIterator(data));
         }
         MultiLayerNetwork shrunk = ModelSerializer.restoreMultiLayerNetwork(model.toFile(), true);
-        assertSameState(resumed, shrunk, "against a two-worker run resumed from the checkpoint");
-        MultiLayerNetwork fromZip = ModelSerializer.restoreMultiLayerNetwork(checkpoint.resolve("model.zip").toFile(), true);
-        try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(fromZip).workers(2).ompThreadsPerWorker(1)
-                .sharding(ZeroStage.GRADIENTS).build()) {
-            w.fit(new ListIterator(data.subList(3 * ZERO_EVERY, data.size())));
+        assertSameState(resumed, shrunk, stage + ": against a two-worker run resumed from the checkpoint");
+        if (stage != ZeroStage.PARAMETERS) { // stage 3's checkpoints hold no consolidated model.zip
+            MultiLayerNetwork fromZip = ModelSerializer.restoreMultiLayerNetwork(checkpoint.resolve("model.zip").toFile(),
+                    true);
+            try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(fromZip).workers(2).ompThreadsPerWorker(1)
+                    .sharding(stage).build()) {
+                w.fit(new ListIterator(data.subList(3 * ZERO_EVERY, data.size())));
+            }
+            assertSameState(fromZip, shrunk, stage + ": against the checkpoint's model.zip trained on two workers");
         }
-        assertSameState(fromZip, shrunk, "against the checkpoint's model.zip trained on two workers");
-        assertNoSharedMemoryLeft(r.out(), log);
+        assertNoSharedMemoryLeft(r.out(), log, killed);
     }
 
     private static void assertSameState(MultiLayerNetwork expected, MultiLayerNetwork actual, String what) {
@@ -231,7 +237,7 @@ class ShrinkAfterKillTest {
     private static void assertNoSharedMemoryLeft(String out, String log) throws IOException {
         List<String> pids = new ArrayList<>();
         for (Matcher m = PID.matcher(out); m.find(); ) {
-            pids.add(m.group(1));
+            pids.add(m.group(2));
         }
         assertEquals(3, pids.size(), log);
         try (Stream<Path> shm = Files.list(Path.of("/dev/shm"))) {
@@ -239,5 +245,42 @@ class ShrinkAfterKillTest {
                     .filter(n -> pids.stream().anyMatch(pid -> n.startsWith("symmem4j-" + pid + "-"))).toList();
             assertEquals(List.of(), left, "the job's shared-memory files are gone");
         }
+    }
+
+    /**
+     * As {@link #assertNoSharedMemoryLeft(String, String)}, and the two survivors of the kill of {@code killed} hold
+     * no mapping of its shared-memory files once their fit is done (the files are unlinked once mapped: a mapping is
+     * what would keep the dead rank's pages, the old group's buffers, in /dev/shm), nor any at all once closed.
+     */
+    private static void assertNoSharedMemoryLeft(String out, String log, int killed) throws IOException {
+        assertNoSharedMemoryLeft(out, log);
+        String deadPid = null;
+        List<String> survivorPids = new ArrayList<>();
+        for (Matcher m = PID.matcher(out); m.find(); ) {
+            if (Integer.parseInt(m.group(1)) == killed) {
+                deadPid = m.group(2);
+            } else {
+                survivorPids.add(m.group(2));
+            }
+        }
+        assertTrue(deadPid != null, log);
+        Matcher afterFit = Pattern.compile("\\[rank (\\d)\\] MAPPED after fit \\[([0-9, ]*)\\]").matcher(out);
+        int survivors = 0;
+        for (; afterFit.find(); survivors++) {
+            List<String> owners = Arrays.asList(afterFit.group(2).split(", "));
+            assertTrue(!owners.contains(deadPid), "rank " + afterFit.group(1) + " still maps shared memory of the"
+                    + " dead rank (pid " + deadPid + "): " + owners + "\n" + log);
+            // the probe sees mappings: the survivors' group's memory is mapped until the wrapper closes
+            assertTrue(!owners.getFirst().isEmpty() && survivorPids.containsAll(owners), "rank " + afterFit.group(1)
+                    + " maps shared memory of " + owners + ", expected some of the survivors' " + survivorPids + "\n"
+                    + log);
+        }
+        assertEquals(2, survivors, log);
+        Matcher afterClose = Pattern.compile("\\[rank (\\d)\\] MAPPED after close \\[([0-9, ]*)\\]").matcher(out);
+        for (survivors = 0; afterClose.find(); survivors++) {
+            assertEquals("", afterClose.group(2), "rank " + afterClose.group(1) + " maps shared memory after close: "
+                    + log);
+        }
+        assertEquals(2, survivors, log);
     }
 }

@@ -20,7 +20,8 @@ import org.symmem4j.parallel.group.ProcessGroup;
  * it trains the example's MLP in group mode with {@code onWorkerFailure(SHRINK)}; rank {@code killRank} kills itself
  * with {@code kill -9} after step {@code killAfter} (0-based) when it is 0 or more. It prints its pid, the kill (with
  * wall-clock milliseconds), each shrink it went through (the wall-clock time its next step was handed out), and the
- * survivor that is rank 0 at the end writes the final model with {@link ModelSerializer}.
+ * survivor that is rank 0 at the end writes the final model with {@link ModelSerializer}. After its fit, and again
+ * once closed, it prints the pids whose shared-memory files it still maps ({@code MAPPED after fit [..]}).
  *
  * With two more arguments, rank {@code secondRank} kills itself {@code secondDelayMillis} after that same step, while
  * the others rebuild their group without the first (a death during the rebuild). With {@code zero=STAGE} instead, it
@@ -99,10 +100,29 @@ public final class ShrinkingTraining {
             }
             System.out.printf(Locale.ROOT, "DONE launch rank %d, %d workers at the end, %d iterations%n", launchRank,
                     wrapper.workers(), net.getIterationCount());
+            System.out.println("MAPPED after fit " + mappedSharedMemoryOwners());
             if (wrapper.shrinks().isEmpty() || launchRank == firstSurvivor(killRank)) {
                 ModelSerializer.writeModel(net, model, true);
             }
         }
+        System.out.println("MAPPED after close " + mappedSharedMemoryOwners());
+    }
+
+    /**
+     * The pids whose shared-memory files this process still maps ({@code /proc/self/maps}; the files themselves are
+     * unlinked once mapped, so a mapping is what keeps their pages in /dev/shm): after a shrink, no file of the dead
+     * rank's, nor of the old group's.
+     */
+    static java.util.SortedSet<Long> mappedSharedMemoryOwners() throws IOException {
+        java.util.SortedSet<Long> owners = new java.util.TreeSet<>();
+        java.util.regex.Pattern file = java.util.regex.Pattern.compile("/symmem4j-(\\d+)-");
+        for (String line : java.nio.file.Files.readAllLines(Path.of("/proc/self/maps"))) {
+            java.util.regex.Matcher m = file.matcher(line);
+            if (m.find()) {
+                owners.add(Long.parseLong(m.group(1)));
+            }
+        }
+        return owners;
     }
 
     /** The lowest launch rank that is not {@code killed}: rank 0 of the survivors' group. */
