@@ -517,8 +517,13 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     private void writeCheckpoint(Path dir, long batchesInEpoch) throws IOException {
-        PipelineCheckpoints.save(dir, split, model, stages, group, shape.ranks(), new CheckpointDirectory.Counters(step,
-                model.epochCount(), model.iterationCount(), batchesInEpoch, stages.size()));
+        CheckpointDirectory.Counters counters = new CheckpointDirectory.Counters(step, model.epochCount(),
+                model.iterationCount(), batchesInEpoch, stages.size());
+        if (tensorParallel > 1) { // a file per stage shard
+            PipelineTensorParallelCheckpoints.save(dir, split, model, replicas, group, shape.ranks(), counters);
+        } else {
+            PipelineCheckpoints.save(dir, split, model, stages, group, shape.ranks(), counters);
+        }
     }
 
     /**
@@ -538,7 +543,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void saveCheckpoint(Path dir) throws IOException {
         requireUsable();
-        replicas.refuseWithTensorParallel("saveCheckpoint");
         model.requireWhole("saveCheckpoint");
         replicas.takeModelIfChanged(model);
         writeCheckpoint(dir, 0);
@@ -563,10 +567,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
         requireUsable();
-        replicas.refuseWithTensorParallel("restoreCheckpoint");
         model.requireWhole("restoreCheckpoint");
-        CheckpointDirectory.Counters c = PipelineCheckpoints.restore(dir, split, model, replicas.all(), group,
-                group == null ? null : exchange(), shape.ranks());
+        CheckpointDirectory.Counters c = tensorParallel > 1 // stage shards: PipelineTensorParallelCheckpoints
+                ? PipelineTensorParallelCheckpoints.restore(dir, split, model, replicas, group,
+                        group == null ? null : exchange(), shape.ranks())
+                : PipelineCheckpoints.restore(dir, split, model, replicas.all(), group,
+                        group == null ? null : exchange(), shape.ranks());
         if (c != null) {
             step = c.step();
             batchesToSkip = c.batchesInEpoch();
@@ -586,7 +592,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @throws IOException when the root cannot be listed or the checkpoint read
      */
     public synchronized Optional<CheckpointDirectory.Checkpoint> restoreLatest(Path root) throws IOException {
-        replicas.refuseWithTensorParallel("restoreLatest");
         model.requireWhole("restoreLatest");
         Optional<CheckpointDirectory.Checkpoint> latest = CheckpointDirectory.latestComplete(root, group,
                 "symmem4j-pipeline-");

@@ -157,7 +157,11 @@ public final class PipelineParallelTrainerBuilder
      * weight noise, layer normalization, gradient normalization by norm, softmax on the column-parallel layer), a stage
      * boundary inside a block ({@link #stageBoundaries}; the trainer's own splits keep blocks in one stage), a network
      * that is already sharded; and, not built yet with tensor parallelism: graphs, a model started from its
-     * configuration, DL4J listeners, checkpoints (save the model after {@code fit}, which holds the whole network).
+     * configuration, DL4J listeners.
+     *
+     * <p>Checkpoints ({@link #checkpointEvery}, {@link #resumeFrom}, {@code saveCheckpoint}) hold one file per stage
+     * shard, each shard's parameters and updater state, and {@code model.zip}, the whole unsharded network joined from
+     * the shards ({@link PipelineTensorParallelCheckpoints}); a resumed run equals the uninterrupted one bitwise.
      *
      * @param size         tensor-parallel ranks per pipeline rank, at least 1 (1: none, {@code columnLayers} ignored)
      * @param columnLayers the column-parallel layer of every block, each followed by its row-parallel layer
@@ -519,14 +523,11 @@ public final class PipelineParallelTrainerBuilder
                     + " not checked against the unsharded network); expected GPIPE, ONE_F_ONE_B or INTERLEAVED with"
                     + " tensor parallelism (fix: schedule(ONE_F_ONE_B), or drop tensorParallel)");
         }
-        String other = graph != null ? "a ComputationGraph" : fromConfiguration != null ? startedFrom()
-                : options().checkpointSchedule() != null ? "checkpointEvery(...)"
-                : options().resumeRoot() != null ? "resumeFrom(...)" : null;
+        String other = graph != null ? "a ComputationGraph" : fromConfiguration != null ? startedFrom() : null;
         if (other != null) {
             throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with " + other + ": not built"
-                    + " yet; expected a MultiLayerNetwork given whole, trained without the"
-                    + " trainer's checkpoints (fix: drop " + other + ", or tensorParallel; to keep the trained network,"
-                    + " save the model after fit: it holds the whole network, updater state included)");
+                    + " yet; expected a MultiLayerNetwork given whole (fix: builder(network) with the network, or"
+                    + " drop tensorParallel)");
         }
     }
 

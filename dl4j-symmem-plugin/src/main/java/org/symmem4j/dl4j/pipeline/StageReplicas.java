@@ -248,16 +248,6 @@ final class StageReplicas {
         return params == null ? Nd4j.create(split.dataType(), 0) : params.dup();
     }
 
-    /** Checkpoints of tensor-parallel stages are not built yet: refused with the way to keep the network. */
-    void refuseWithTensorParallel(String call) {
-        if (tensorParallel > 1) {
-            throw new IllegalStateException(call + " with tensorParallel(" + tensorParallel + ", ...): not built yet"
-                    + " (the stage shards' files would hold shards); expected a trainer without tensor parallelism (fix:"
-                    + " after fit the model given to the builder holds the whole network with its updater state: save it"
-                    + " with ModelSerializer.writeModel(model, file, true), and build a new trainer from the loaded one)");
-        }
-    }
-
     /** DL4J listeners on the model of a tensor-parallel trainer are not built yet: refused with the way around. */
     void refuseListenersWithTensorParallel(boolean listeners) {
         if (tensorParallel > 1 && listeners) {
