@@ -100,7 +100,8 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * org.deeplearning4j.optimize.api.TrainingListener...)}. The stages keep no whole-batch activations: a listener
  * that overrides {@code onForwardPass} gets the model's own forward pass on the batch, in inference mode, at the
  * parameters before the step (the training pass's activations where the network has no dropout or batch
- * normalization). Group mode refuses listeners (every step would need a collective gather): use a
+ * normalization). With tensor parallelism the model shows the shards joined (the unsharded network), its gradient
+ * the shards' joined. Group mode refuses listeners (every step would need a collective gather): use a
  * {@link StepListener}.
  *
  * Everything that can be checked is checked at {@code build()} (supported layers, stage count,
@@ -335,7 +336,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             }
             ModelListeners l = ModelListeners.of(model); // refuses what it cannot honour before anything changes
             PipelineParallelTrainerBuilder.refuseInGroupMode(group, l);
-            replicas.refuseListenersWithTensorParallel(!l.isEmpty());
             if (reset != null && !batches.hasNext()) {
                 reset.run(); // as DL4J's fit: an exhausted iterator is reset first
             }
@@ -788,7 +788,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         step++;
         lastStep = report;
         if (!modelListeners.isEmpty()) {
-            modelListeners.step(model, model.step(original, loss, replicas.all()));
+            modelListeners.step(model, replicas.listenerStep(model, original, loss));
         }
         for (StepListener listener : listeners) {
             listener.onStep(report);

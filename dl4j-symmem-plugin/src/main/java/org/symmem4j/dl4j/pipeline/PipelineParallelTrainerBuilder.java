@@ -157,7 +157,11 @@ public final class PipelineParallelTrainerBuilder
      * weight noise, layer normalization, gradient normalization by norm, softmax on the column-parallel layer), a stage
      * boundary inside a block ({@link #stageBoundaries}; the trainer's own splits keep blocks in one stage), a network
      * that is already sharded; and, not built yet with tensor parallelism: graphs, a model started from its
-     * configuration, DL4J listeners.
+     * configuration.
+     *
+     * <p>The model's DL4J listeners (thread mode) are called as without tensor parallelism: they see the unsharded
+     * model holding the shards joined after each step, {@code model.gradient()} the shards' gradients joined
+     * ({@link PipelineTensorParallel#listenerStep}); a model a listener changes is cut into the shards again.
      *
      * <p>Checkpoints ({@link #checkpointEvery}, {@link #resumeFrom}, {@code saveCheckpoint}) hold one file per stage
      * shard, each shard's parameters and updater state, and {@code model.zip}, the whole unsharded network joined from
@@ -502,12 +506,6 @@ public final class PipelineParallelTrainerBuilder
     /** The listeners the trainer cannot call: any in group mode, DL4J's on a model started from a configuration. */
     private void refuseListeners(Group group, ModelListeners l) {
         refuseInGroupMode(group, l);
-        if (tensorParallel > 1 && !l.isEmpty()) {
-            throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with DL4J listeners: not"
-                    + " built yet (listeners are shown the whole network after each step, which would be joined"
-                    + " from the shards at every step); expected none (fix: stepListener(...), which sees every"
-                    + " step's report, or train without tensor parallelism)");
-        }
         if (fromConfiguration != null && !l.isEmpty()) {
             throw new IllegalArgumentException(startedFrom() + " with DL4J listeners: they are shown the"
                     + " whole network after each step, which a trainer built from a configuration never holds; expected"

@@ -5,8 +5,10 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.function.IntPredicate;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.nd4j.linalg.api.ndarray.INDArray;
 import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.tensor.TensorParallel;
+import org.symmem4j.dl4j.train.ModelListeners;
 
 /**
  * The tensor-parallel side of a pipeline on a {@code dp x pp x tp} mesh
@@ -32,6 +34,9 @@ final class PipelineTensorParallel {
     private final List<MultiLayerNetwork> shards;
     /** Shard {@code t} cut into the trainer's stages. */
     private final List<PipelineStageSplit> splits;
+    /** DL4J listeners: scratch networks of each shard's and of the unsharded layout, for gradients; made when first used. */
+    private List<MultiLayerNetwork> gradientShards;
+    private MultiLayerNetwork gradientWhole;
 
     private PipelineTensorParallel(int size, int[] columnLayers, List<MultiLayerNetwork> shards,
                                    List<PipelineStageSplit> splits) {
@@ -143,5 +148,89 @@ final class PipelineTensorParallel {
         for (int r = 0; r < replicaStages.size(); r++) {
             PipelineModel.giveStages(shards.get(r % size), splits.get(r % size), replicaStages.get(r), true);
         }
+    }
+
+    /**
+     * A finished step as the model's DL4J listeners see it ({@link ModelListeners}, thread mode; group mode refuses
+     * listeners): the model, already holding the state before the step, gives {@code onForwardPass} its own forward
+     * pass on the batch; {@code onGradientCalculation} sees replica 0's stages' gradients before the update joined from
+     * the shards into the unsharded layout (a replicated parameter's from shard 0: every shard holds it bitwise alike),
+     * and {@code iterationDone} the model holding the shards' state joined after the step, its gradient view the update
+     * the step applied, joined likewise. A model a listener changed is cut into the shards and given to every replica
+     * before the next step ({@link #giveIfChanged}).
+     *
+     * @param replicaStages every replica's stages, indexed {@code d * size + t}
+     */
+    ModelListeners.Step listenerStep(PipelineModel model, Object batch, double score,
+                                     List<List<Dl4jPipelineStage>> replicaStages) {
+        List<List<Dl4jPipelineStage>> byRank = replicaStages.subList(0, size);
+        MultiLayerNetwork network = (MultiLayerNetwork) model.model();
+        return new ModelListeners.Step() {
+            @Override
+            public List<Object> batches() {
+                return List.of(batch);
+            }
+
+            @Override
+            public List<Object> activations() {
+                return List.of(model.activations(batch)); // the model still holds the state before the step
+            }
+
+            @Override
+            public double score() {
+                return score;
+            }
+
+            @Override
+            public void assembleGradient(INDArray target) {
+                joinGradients(byRank, true, network, target);
+            }
+
+            @Override
+            public void syncModel() {
+                takeInto(byRank, network);
+                joinGradients(byRank, false, network, model.gradientView()); // after DL4J's step: the update
+            }
+
+            @Override
+            public void syncReplicasIfChanged() {
+                giveIfChanged(network, replicaStages);
+            }
+        };
+    }
+
+    /**
+     * Writes {@code byRank}'s gradients (one replica's stages of every shard, in rank order), before the update or the
+     * update itself, into {@code target}, a gradient view of the unsharded network {@code model}: each shard's stages'
+     * gradients laid into a scratch network of the shard's layout, these joined as {@link TensorParallel#join} joins
+     * parameters (a gradient view mirrors its parameters' layout), into a scratch unsharded network. The scratch networks
+     * are made at the first call.
+     */
+    private void joinGradients(List<List<Dl4jPipelineStage>> byRank, boolean beforeUpdate, MultiLayerNetwork model,
+                               INDArray target) {
+        if (gradientShards == null) {
+            gradientShards = new ArrayList<>(size);
+            for (MultiLayerNetwork shard : shards) {
+                MultiLayerNetwork scratch = new MultiLayerNetwork(shard.getLayerWiseConfigurations().clone());
+                scratch.init();
+                gradientShards.add(scratch);
+            }
+            gradientWhole = new MultiLayerNetwork(model.getLayerWiseConfigurations().clone());
+            gradientWhole.init();
+        }
+        for (int t = 0; t < size; t++) {
+            PipelineStageSplit split = splits.get(t);
+            INDArray flat = gradientShards.get(t).params();
+            for (int s = 0; s < split.stageCount(); s++) {
+                Dl4jPipelineStage stage = byRank.get(t).get(s);
+                INDArray part = beforeUpdate ? stage.gradientBeforeUpdate() : stage.network().getGradientsViewArray();
+                if (part != null && split.parameterCount(s) > 0) {
+                    long from = split.parameterOffset(s);
+                    PipelineStageSplit.slice(flat, from, from + split.parameterCount(s)).assign(part.reshape(part.length()));
+                }
+            }
+        }
+        TensorParallel.join(gradientShards, gradientWhole);
+        target.assign(gradientWhole.params().reshape(target.shape()));
     }
 }

@@ -8,6 +8,7 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.parallel.Group;
 
 /**
@@ -248,12 +249,11 @@ final class StageReplicas {
         return params == null ? Nd4j.create(split.dataType(), 0) : params.dup();
     }
 
-    /** DL4J listeners on the model of a tensor-parallel trainer are not built yet: refused with the way around. */
-    void refuseListenersWithTensorParallel(boolean listeners) {
-        if (tensorParallel > 1 && listeners) {
-            throw new IllegalStateException("DL4J listeners on the model of a trainer with tensorParallel("
-                    + tensorParallel + ", ...): not built yet (each step would join the shards for them); expected none"
-                    + " (fix: remove them from the model and use a stepListener, or train without tensor parallelism)");
-        }
+    /**
+     * A finished step as the model's DL4J listeners see it (thread mode): the model shows replica 0's stages, joined
+     * from the shards with tensor parallelism ({@link PipelineTensorParallel#listenerStep}).
+     */
+    ModelListeners.Step listenerStep(PipelineModel model, Object batch, double score) {
+        return tensorShards != null ? tensorShards.listenerStep(model, batch, score, all) : model.step(batch, score, all);
     }
 }
