@@ -156,8 +156,9 @@ public final class PipelineParallelTrainerBuilder
      * blocks, a column-parallel width not divisible by {@code size}, settings a block cannot split exactly (dropout,
      * weight noise, layer normalization, gradient normalization by norm, softmax on the column-parallel layer), a stage
      * boundary inside a block ({@link #stageBoundaries}; the trainer's own splits keep blocks in one stage), a network
-     * that is already sharded; and, not built yet with tensor parallelism: graphs, a model started from its
-     * configuration.
+     * that is already sharded; and, not built yet with tensor parallelism: graphs. Started from a configuration
+     * ({@link PipelineParallelTrainer#builder(org.deeplearning4j.nn.conf.MultiLayerConfiguration)}) each shard takes its
+     * block of its stages as DL4J's {@code init()} of the whole network draws them, and no rank holds the whole network.
      *
      * <p>The model's DL4J listeners (thread mode) are called as without tensor parallelism: they see the unsharded
      * model holding the shards joined after each step, {@code model.gradient()} the shards' gradients joined
@@ -376,7 +377,8 @@ public final class PipelineParallelTrainerBuilder
             split = agreeAcrossRanks(plan, refusal);
         }
         tensorShards = tensorParallel > 1 && group == null
-                ? PipelineTensorParallel.of(network, tensorParallel, tensorParallelColumns, split) : null;
+                ? PipelineTensorParallel.of(network, tensorParallel, tensorParallelColumns, split,
+                fromConfiguration != null) : null;
         PipelineModel model = new PipelineModel(network, graph, split, plan.start());
         // checked in plan(): attaches the builder's listeners (the same verdict as there, on every rank)
         listenerOptions().attachTo(model, l -> refuseListeners(group, l));
@@ -521,11 +523,11 @@ public final class PipelineParallelTrainerBuilder
                     + " not checked against the unsharded network); expected GPIPE, ONE_F_ONE_B or INTERLEAVED with"
                     + " tensor parallelism (fix: schedule(ONE_F_ONE_B), or drop tensorParallel)");
         }
-        String other = graph != null ? "a ComputationGraph" : fromConfiguration != null ? startedFrom() : null;
-        if (other != null) {
-            throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with " + other + ": not built"
-                    + " yet; expected a MultiLayerNetwork given whole (fix: builder(network) with the network, or"
-                    + " drop tensorParallel)");
+        if (graph != null) {
+            throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with a ComputationGraph"
+                    + (fromConfiguration != null ? " configuration" : "") + ": not built yet; expected a"
+                    + " MultiLayerNetwork or its configuration (fix: build the chain as a MultiLayerNetwork, or drop"
+                    + " tensorParallel)");
         }
     }
 

@@ -85,16 +85,24 @@ final class PipelineTensorParallel {
 
     /**
      * Shards {@code network} {@code size} ways and cuts every shard at {@code split}'s boundaries (checked by
-     * {@link #check} first).
+     * {@link #check} first); a {@code hollow} network (started from its configuration) is not read: the shards are
+     * initialised networks of the shard configuration, whose stages then take the draws ({@link #takeDrawn}).
      *
      * @throws IllegalArgumentException naming the layer or boundary that does not fit, and the fix
      */
-    static PipelineTensorParallel of(MultiLayerNetwork network, int size, int[] columnLayers, PipelineStageSplit split) {
+    static PipelineTensorParallel of(MultiLayerNetwork network, int size, int[] columnLayers, PipelineStageSplit split,
+                                     boolean hollow) {
         check(network, size, columnLayers, split);
         List<MultiLayerNetwork> shards = new ArrayList<>(size);
         List<PipelineStageSplit> splits = new ArrayList<>(size);
         for (int t = 0; t < size; t++) {
-            MultiLayerNetwork shard = TensorParallel.shard(network, t, size, columnLayers);
+            // a hollow network (started from its configuration) is never read: its shards' values come from the draws
+            MultiLayerNetwork shard = hollow ? new MultiLayerNetwork(TensorParallel.shardConfiguration(
+                    network.getLayerWiseConfigurations(), size, columnLayers)) : TensorParallel.shard(network, t, size,
+                    columnLayers);
+            if (hollow) {
+                shard.init();
+            }
             shards.add(shard);
             splits.add(PipelineStageSplit.atBoundaries(shard, split.stageStarts()));
         }
@@ -118,6 +126,22 @@ final class PipelineTensorParallel {
             stage.tensorParallelRank(t);
         }
         return stages;
+    }
+
+    /**
+     * A model started from its configuration ({@link PipelineParallelTrainer#builder(org.deeplearning4j.nn.conf.MultiLayerConfiguration)}):
+     * the held stages of {@code shardStages}, shard {@code t}'s, take their block of {@code drawn}, the same stages of
+     * the unsharded network initialised as DL4J's {@code init()} of the whole network draws them
+     * ({@link PipelineStageSplit#buildStages} with the model's draws), held where {@code shardStages}' are. So every
+     * shard holds its block of {@code new MultiLayerNetwork(conf).init()}'s parameters, bitwise, and the whole network is
+     * never built: a rank holds its stages unsharded only while they are cut.
+     */
+    static void takeDrawn(List<Dl4jPipelineStage> drawn, int t, List<Dl4jPipelineStage> shardStages) {
+        for (int s = 0; s < shardStages.size(); s++) {
+            if (shardStages.get(s).held()) {
+                TensorParallel.reshardInto(drawn.get(s).network(), t, shardStages.get(s).network(), 0);
+            }
+        }
     }
 
     /**

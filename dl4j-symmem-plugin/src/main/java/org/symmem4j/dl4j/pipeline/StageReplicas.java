@@ -67,7 +67,7 @@ final class StageReplicas {
                 : s -> s % pipelineRanks == group.rank() / tensorParallel % pipelineRanks;
         if (group != null && tensorParallel > 1) {
             this.tensorRank = PipelineTensorParallelRank.of((MultiLayerNetwork) model.model(), tensorParallel,
-                    group.rank() % tensorParallel, tensorColumns, split, held);
+                    group.rank() % tensorParallel, tensorColumns, split, held, model.draws());
             this.all = List.of(tensorRank.stages());
             this.first = all.getFirst();
             return;
@@ -77,6 +77,13 @@ final class StageReplicas {
         for (int d = 0; d < copies; d++) {
             for (int t = 0; t < tensorParallel; t++) {
                 replicas.add(tensorShards == null ? split.buildStages(held, model.draws()) : tensorShards.buildStages(t));
+            }
+        }
+        if (tensorShards != null && model.draws() != null) {
+            // a model started from its configuration: every shard takes its block of the stages DL4J's init draws
+            List<Dl4jPipelineStage> drawn = split.buildStages(s -> true, model.draws());
+            for (int i = 0; i < replicas.size(); i++) {
+                PipelineTensorParallel.takeDrawn(drawn, i % tensorParallel, replicas.get(i));
             }
         }
         this.all = List.copyOf(replicas);
@@ -161,6 +168,9 @@ final class StageReplicas {
 
     /** If the model was changed since the last fit, the stages take its state. */
     void takeModelIfChanged(PipelineModel model) {
+        if (model.hollow() != null) {
+            return; // started from a configuration: the model holds nothing, the stages are the training state
+        }
         if (tensorRank != null) {
             tensorRank.giveFrom((MultiLayerNetwork) model.model()); // the same bits when unchanged: see giveFrom
         } else if (tensorShards != null) {
@@ -179,7 +189,9 @@ final class StageReplicas {
      * gathered from every rank through {@code exchange} in group mode (collective).
      */
     void giveTo(PipelineModel model, GroupExchange exchange) {
-        if (tensorRank != null) {
+        if (tensorParallel > 1 && model.hollow() != null) {
+            model.takeFrom(first, exchange, pipelineRanks); // started from a configuration: the counters only
+        } else if (tensorRank != null) {
             copyInto((MultiLayerNetwork) model.model(), exchange);
         } else if (tensorShards != null) {
             tensorShards.takeInto(all.subList(0, tensorParallel), (MultiLayerNetwork) model.model());
