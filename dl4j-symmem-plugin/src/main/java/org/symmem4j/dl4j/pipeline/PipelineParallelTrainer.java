@@ -530,7 +530,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * Saves a checkpoint into {@code dir} (created when absent), of what the next {@code fit} would train from:
      * one shard file per stage with its updater state, {@code model.zip}, the whole network (or graph) with its
      * updater state, which plain DL4J loads with {@code ModelSerializer.restoreMultiLayerNetwork(file, true)}
-     * ({@link PipelineCheckpoints}), and last {@code manifest.properties}, the step and counters and every file's size
+     * ({@link PipelineCheckpoints}; with tensor parallelism a file per stage shard, its parameters and updater state,
+     * and the shards joined in {@code model.zip}: {@link PipelineTensorParallelCheckpoints}), and last
+     * {@code manifest.properties}, the step and counters and every file's size
      * and CRC-32C ({@link CheckpointDirectory}); every file is written to a temporary name, forced to disk and renamed.
      * Shard files of another stage count in {@code dir} are deleted. In group mode it is collective: every rank calls
      * it with the same directory (one machine, or a file system they share); each rank of the first replica writes its

@@ -15,6 +15,8 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.util.ModelSerializer;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.dl4j.BatchListIterator;
@@ -162,21 +164,24 @@ class TensorParallelPipelineCheckpointTest {
     }
 
     /**
-     * Group mode (one trainer per rank of a dp 1 x pp 2 x tp 2 group, the ranks threads of one JVM as one process per
-     * rank runs them): each rank writes its own stage shard, rank 0 model.zip; a group that dies after 3 steps resumes
-     * in fresh trainers from the step-2 checkpoint and ends, on every rank, bitwise as thread mode's uninterrupted run.
+     * Group mode (one trainer per rank of a dp x pp 2 x tp 2 group, the ranks threads of one JVM as one process per
+     * rank runs them): replica 0's ranks each write their own stage shard, rank 0 model.zip; a group that dies after 3
+     * steps resumes in fresh trainers from the step-2 checkpoint (every replica's ranks reading their shards) and ends,
+     * on every rank, bitwise as thread mode's uninterrupted run.
      */
-    @Test
-    void groupModeResumesEveryRankBitwiseAsThreadModeUninterrupted(@TempDir Path root) throws Exception {
+    @ParameterizedTest(name = "dp={0}")
+    @ValueSource(ints = {1, 2})
+    void groupModeResumesEveryRankBitwiseAsThreadModeUninterrupted(int dp, @TempDir Path root) throws Exception {
         List<DataSet> data = PipelineNets.batches(43, BATCHES, 8, DataType.DOUBLE);
         MultiLayerNetwork uninterrupted = mlp();
-        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(uninterrupted).ranks(2)
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(uninterrupted).ranks(2).dataParallel(dp)
                 .tensorParallel(2, BLOCKS).microbatches(2).ompThreadsPerRank(1).build()) {
             trainer.fit(new BatchListIterator(data));
         }
-        TensorParallelPipelineGroupModeTest.onEveryRank(4, group -> {
+        int world = dp * 4;
+        TensorParallelPipelineGroupModeTest.onEveryRank(world, group -> {
             MultiLayerNetwork mine = mlp();
-            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(mine).group(group)
+            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(mine).group(group).dataParallel(dp)
                     .tensorParallel(2, BLOCKS).microbatches(2).ompThreadsPerRank(1).checkpointEvery(2, root).build()) {
                 trainer.fit(new BatchListIterator(data.subList(0, 3))); // "dies" after step 3
             }
@@ -184,10 +189,10 @@ class TensorParallelPipelineCheckpointTest {
         });
         assertEquals(new CheckpointDirectory.Counters(2, 0, 2, 2, 4),
                 CheckpointDirectory.verify(CheckpointDirectory.stepDir(root, 2)));
-        List<MultiLayerNetwork> resumed = TensorParallelPipelineGroupModeTest.onEveryRank(4, group -> {
+        List<MultiLayerNetwork> resumed = TensorParallelPipelineGroupModeTest.onEveryRank(world, group -> {
             MultiLayerNetwork mine = mlp();
             mine.params().muli(0.5); // only the restore can make the runs agree
-            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(mine).group(group)
+            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(mine).group(group).dataParallel(dp)
                     .tensorParallel(2, BLOCKS).microbatches(2).ompThreadsPerRank(1).checkpointEvery(2, root)
                     .resumeFrom(root).build()) {
                 assertEquals(2, trainer.resumedFrom().counters().step(), "rank " + group.rank());
