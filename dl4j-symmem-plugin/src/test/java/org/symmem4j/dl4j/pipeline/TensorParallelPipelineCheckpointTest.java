@@ -91,6 +91,13 @@ class TensorParallelPipelineCheckpointTest {
             PipelineNets.assertSameState(consolidated, copied, "copyParametersTo after the restore");
             DataParallelPipelineTest.assertReplicasBitwiseEqual(trainer, 2);
         }
+        // a checkpoint belongs to the split and the tensor-parallel degree, not to the data-parallel count
+        MultiLayerNetwork oneReplica = mlp();
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(oneReplica).ranks(2)
+                .tensorParallel(2, BLOCKS).microbatches(2).ompThreadsPerRank(1).build()) {
+            trainer.restoreCheckpoint(step8);
+            PipelineNets.assertSameState(consolidated, oneReplica, "restored on dp 1");
+        }
 
         // step 8's last stage shard truncated: torn, refused by name, and the resume takes step 6
         Path shard = step8.resolve("shard-00003-of-00004.bin");
@@ -148,6 +155,18 @@ class TensorParallelPipelineCheckpointTest {
             assertTrue(torn.getMessage().contains("shard-00001-of-00004.bin"), torn.getMessage());
             PipelineNets.assertSameState(before, model, "the model as it was after the refusals");
             trainer.fit(data.getFirst()); // and the trainer still trains
+        }
+        // another split of the same degree: as many files, other stage ranges
+        Path balanced = root.resolve("balanced");
+        try (PipelineParallelTrainer saver = threads(mlp()).build()) {
+            saver.saveCheckpoint(balanced);
+            int other = saver.split().firstLayer(1) == 4 ? 6 : 4;
+            try (PipelineParallelTrainer trainer = threads(mlp()).stageBoundaries(other).build()) {
+                IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                        () -> trainer.restoreCheckpoint(balanced));
+                assertTrue(e.getMessage().contains("does not fit this trainer's stage shard 0: expected worldSize=4"
+                        + " rank=0") && e.getMessage().contains("fix:"), e.getMessage());
+            }
         }
         // another tensor-parallel degree: 8 files where this trainer has 4
         Path tp4Dir = root.resolve("tp4");
