@@ -224,5 +224,23 @@ class TensorParallelPipelineCheckpointTest {
         for (int r = 0; r < resumed.size(); r++) {
             PipelineNets.assertSameState(uninterrupted, resumed.get(r), "rank " + r + " resumed vs uninterrupted");
         }
+
+        // one stage shard of the newest checkpoint (step 6) damaged: every rank refuses it, its model as it was
+        Path step6 = CheckpointDirectory.stepDir(root, 6);
+        Path shard = step6.resolve("shard-00002-of-00004.bin");
+        byte[] bytes = Files.readAllBytes(shard);
+        bytes[bytes.length / 2] ^= 1;
+        Files.write(shard, bytes);
+        List<String> refusals = TensorParallelPipelineGroupModeTest.onEveryRank(world, group -> {
+            MultiLayerNetwork mine = mlp();
+            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(mine).group(group).dataParallel(dp)
+                    .tensorParallel(2, BLOCKS).microbatches(2).ompThreadsPerRank(1).build()) {
+                CheckpointDirectory.TornCheckpointException e = assertThrows(
+                        CheckpointDirectory.TornCheckpointException.class, () -> trainer.restoreCheckpoint(step6));
+                PipelineNets.assertSameState(mlp(), mine, "rank " + group.rank() + ": the model as it was");
+                return e.getMessage();
+            }
+        });
+        refusals.forEach(m -> assertTrue(m.contains("shard-00002-of-00004.bin") && m.contains("fix:"), m));
     }
 }
