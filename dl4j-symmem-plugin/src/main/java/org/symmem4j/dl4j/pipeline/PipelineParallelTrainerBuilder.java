@@ -156,7 +156,7 @@ public final class PipelineParallelTrainerBuilder
      * blocks, a column-parallel width not divisible by {@code size}, settings a block cannot split exactly (dropout,
      * weight noise, layer normalization, gradient normalization by norm, softmax on the column-parallel layer), a stage
      * boundary inside a block ({@link #stageBoundaries}; the trainer's own splits keep blocks in one stage), a network
-     * that is already sharded; and, not built yet with tensor parallelism: graphs. Started from a configuration
+     * that is already sharded. A chain graph trains as its network (its layer indices name the blocks). Started from a configuration
      * ({@link PipelineParallelTrainer#builder(org.deeplearning4j.nn.conf.MultiLayerConfiguration)}) each shard takes its
      * block of its stages as DL4J's {@code init()} of the whole network draws them, and no rank holds the whole network.
      *
@@ -522,12 +522,6 @@ public final class PipelineParallelTrainerBuilder
                     + ": not built yet (the tensor-parallel layers' backward does not split, and the combination is"
                     + " not checked against the unsharded network); expected GPIPE, ONE_F_ONE_B or INTERLEAVED with"
                     + " tensor parallelism (fix: schedule(ONE_F_ONE_B), or drop tensorParallel)");
-        }
-        if (graph != null) {
-            throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with a ComputationGraph"
-                    + (fromConfiguration != null ? " configuration" : "") + ": not built yet; expected a"
-                    + " MultiLayerNetwork or its configuration (fix: build the chain as a MultiLayerNetwork, or drop"
-                    + " tensorParallel)");
         }
     }
 

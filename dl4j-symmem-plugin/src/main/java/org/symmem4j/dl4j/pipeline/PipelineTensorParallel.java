@@ -188,7 +188,7 @@ final class PipelineTensorParallel {
     ModelListeners.Step listenerStep(PipelineModel model, Object batch, double score,
                                      List<List<Dl4jPipelineStage>> replicaStages) {
         List<List<Dl4jPipelineStage>> byRank = replicaStages.subList(0, size);
-        MultiLayerNetwork network = (MultiLayerNetwork) model.model();
+        MultiLayerNetwork network = model.network(); // a graph's chain network, which the graph then takes
         return new ModelListeners.Step() {
             @Override
             public List<Object> batches() {
@@ -213,11 +213,13 @@ final class PipelineTensorParallel {
             @Override
             public void syncModel() {
                 takeInto(byRank, network);
+                model.graphFromNetwork();
                 joinGradients(byRank, false, network, model.gradientView()); // after DL4J's step: the update
             }
 
             @Override
             public void syncReplicasIfChanged() {
+                model.networkFromGraph();
                 giveIfChanged(network, replicaStages);
             }
         };

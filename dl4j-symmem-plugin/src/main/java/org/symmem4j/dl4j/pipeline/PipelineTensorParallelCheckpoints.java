@@ -12,6 +12,7 @@ import java.util.Set;
 import java.util.zip.CRC32;
 import org.deeplearning4j.nn.api.Layer;
 import org.deeplearning4j.nn.api.Updater;
+import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.factory.Nd4j;
@@ -129,11 +130,15 @@ final class PipelineTensorParallelCheckpoints {
                 reads, ShardedCheckpoints.Agreement.over(group, "symmem4j-pipeline-"));
         // every rank read and checked everything: from here on the stages change
         take.forEach(Runnable::run);
-        MultiLayerNetwork savedModel = (MultiLayerNetwork) saved.model();
+        // model.zip's counters (checked equal to every file's): of a network, or of the chain graph given to the builder
+        int iteration = saved.model() instanceof MultiLayerNetwork n ? n.getIterationCount()
+                : ((ComputationGraph) saved.model()).getConfiguration().getIterationCount();
+        int epoch = saved.model() instanceof MultiLayerNetwork n ? n.getEpochCount()
+                : ((ComputationGraph) saved.model()).getConfiguration().getEpochCount();
         for (Held h : held) {
             for (Dl4jPipelineStage stage : h.stages()) {
-                stage.network().setIterationCount(savedModel.getIterationCount());
-                stage.network().setEpochCount(savedModel.getEpochCount());
+                stage.network().setIterationCount(iteration);
+                stage.network().setEpochCount(epoch);
             }
         }
         replicas.giveTo(model, exchange); // joined from the shards, or gathered from every rank: collective

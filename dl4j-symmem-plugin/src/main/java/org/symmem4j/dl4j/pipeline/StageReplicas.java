@@ -66,7 +66,7 @@ final class StageReplicas {
         IntPredicate held = group == null ? s -> true
                 : s -> s % pipelineRanks == group.rank() / tensorParallel % pipelineRanks;
         if (group != null && tensorParallel > 1) {
-            this.tensorRank = PipelineTensorParallelRank.of((MultiLayerNetwork) model.model(), tensorParallel,
+            this.tensorRank = PipelineTensorParallelRank.of(model.network(), tensorParallel,
                     group.rank() % tensorParallel, tensorColumns, split, held, model.draws());
             this.all = List.of(tensorRank.stages());
             this.first = all.getFirst();
@@ -172,9 +172,11 @@ final class StageReplicas {
             return; // started from a configuration: the model holds nothing, the stages are the training state
         }
         if (tensorRank != null) {
-            tensorRank.giveFrom((MultiLayerNetwork) model.model()); // the same bits when unchanged: see giveFrom
+            model.networkFromGraph();
+            tensorRank.giveFrom(model.network()); // the same bits when unchanged: see giveFrom
         } else if (tensorShards != null) {
-            tensorShards.giveIfChanged((MultiLayerNetwork) model.model(), all);
+            model.networkFromGraph();
+            tensorShards.giveIfChanged(model.network(), all);
         } else {
             withWholeState(all, () -> {
                 if (!model.holds(first)) {
@@ -191,10 +193,9 @@ final class StageReplicas {
     void giveTo(PipelineModel model, GroupExchange exchange) {
         if (tensorParallel > 1 && model.hollow() != null) {
             model.takeFrom(first, exchange, pipelineRanks); // started from a configuration: the counters only
-        } else if (tensorRank != null) {
-            copyInto((MultiLayerNetwork) model.model(), exchange);
-        } else if (tensorShards != null) {
-            tensorShards.takeInto(all.subList(0, tensorParallel), (MultiLayerNetwork) model.model());
+        } else if (tensorParallel > 1) {
+            copyInto(model.network(), exchange); // joined, or gathered from every rank
+            model.graphFromNetwork();
         } else {
             withWholeState(List.of(first), () -> model.takeFrom(first, exchange, pipelineRanks));
         }

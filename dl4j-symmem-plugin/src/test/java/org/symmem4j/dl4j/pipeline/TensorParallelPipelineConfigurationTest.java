@@ -1,13 +1,16 @@
 package org.symmem4j.dl4j.pipeline;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.nio.file.Path;
 import java.util.List;
+import org.deeplearning4j.nn.conf.ComputationGraphConfiguration;
+import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
 import org.symmem4j.dl4j.tensor.TensorParallel;
@@ -16,7 +19,7 @@ import org.symmem4j.dl4j.tensor.TensorParallel;
  * DP x PP x TP started from a configuration ({@code builder(conf).tensorParallel(...)}): every shard takes its block of
  * its stages as DL4J's {@code init()} of the whole network draws them, the trainer's model stays hollow, and the network
  * {@code copyParametersTo} gathers is bitwise what the trainer given {@code new MultiLayerNetwork(conf).init()} trains:
- * in thread mode and in group mode (each rank its shard of its stages only).
+ * in thread mode and in group mode (each rank its shard of its stages only); a chain graph likewise.
  */
 class TensorParallelPipelineConfigurationTest {
 
@@ -86,13 +89,66 @@ class TensorParallelPipelineConfigurationTest {
         }
     }
 
+    /**
+     * A chain graph trains as its network: given whole (thread mode, with a checkpoint saved and restored into a fresh
+     * trainer) bitwise as the network's trainer, and from its configuration in group mode bitwise as the trainer given
+     * {@code new ComputationGraph(conf).init()} on threads.
+     */
     @Test
-    void aGraphWithTensorParallelismIsStillRefused() {
-        MultiLayerNetwork net = PipelineNets.mlp(PipelineNets.updater("sgd"), 0, DataType.DOUBLE);
-        org.deeplearning4j.nn.graph.ComputationGraph graph = net.toComputationGraph();
-        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer
-                .builder(graph).ranks(2).tensorParallel(2, BLOCKS).microbatches(2).build());
-        assertTrue(e.getMessage().contains("tensorParallel(2, ...) with a ComputationGraph: not built yet")
-                && e.getMessage().contains("fix:"), e.getMessage());
+    void aChainGraphTrainsAsItsNetworkGivenWholeOrFromItsConfiguration(@TempDir Path dir) throws Exception {
+        List<DataSet> data = PipelineNets.batches(31, STEPS, 8, DataType.DOUBLE);
+        MultiLayerNetwork network = new MultiLayerNetwork(conf().clone());
+        network.init();
+        ComputationGraph graph = network.clone().toComputationGraph();
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(network).ranks(2).dataParallel(2)
+                .tensorParallel(2, BLOCKS).microbatches(2).ompThreadsPerRank(1).build()) {
+            data.forEach(trainer::fit);
+        }
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(graph).ranks(2).dataParallel(2)
+                .tensorParallel(2, BLOCKS).microbatches(2).ompThreadsPerRank(1).build()) {
+            data.forEach(trainer::fit);
+            trainer.saveCheckpoint(dir);
+        }
+        assertSameState(network, graph, "the graph given whole vs its network");
+        ComputationGraph restored = network.clone().toComputationGraph();
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(restored).ranks(2)
+                .tensorParallel(2, BLOCKS).microbatches(2).ompThreadsPerRank(1).build()) {
+            trainer.restoreCheckpoint(dir);
+        }
+        assertSameState(network, restored, "the graph restored from its stage shards");
+
+        ComputationGraphConfiguration graphConf = graph.getConfiguration().clone();
+        graphConf.setIterationCount(0);
+        graphConf.setEpochCount(0);
+        ComputationGraph initialised = new ComputationGraph(graphConf.clone());
+        initialised.init();
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(initialised).ranks(2)
+                .tensorParallel(2, BLOCKS).microbatches(2).ompThreadsPerRank(1).build()) {
+            data.forEach(trainer::fit);
+        }
+        List<ComputationGraph> gathered = TensorParallelPipelineGroupModeTest.onEveryRank(4, group -> {
+            try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(graphConf.clone()).group(group)
+                    .tensorParallel(2, BLOCKS).microbatches(2).ompThreadsPerRank(1).build()) {
+                data.forEach(trainer::fit);
+                ComputationGraph target = new ComputationGraph(graphConf.clone());
+                target.init();
+                trainer.copyParametersTo(target);
+                return target;
+            }
+        });
+        for (int r = 0; r < gathered.size(); r++) {
+            assertTrue(PipelineNets.bitwiseEqual(initialised.params(), gathered.get(r).params()), "rank " + r
+                    + ": the graph from its configuration, parameters");
+            assertTrue(PipelineNets.bitwiseEqual(initialised.getUpdater().getStateViewArray(),
+                    gathered.get(r).getUpdater().getStateViewArray()), "rank " + r + ": updater state");
+        }
+    }
+
+    private static void assertSameState(MultiLayerNetwork expected, ComputationGraph actual, String what) {
+        assertTrue(PipelineNets.bitwiseEqual(expected.params(), actual.params()), what + ": parameters");
+        assertTrue(PipelineNets.bitwiseEqual(expected.getUpdater().getStateViewArray(),
+                actual.getUpdater().getStateViewArray()), what + ": updater state");
+        assertEquals(expected.getIterationCount(), actual.getConfiguration().getIterationCount(), what + ": iterations");
+        assertEquals(expected.getEpochCount(), actual.getConfiguration().getEpochCount(), what + ": epochs");
     }
 }
