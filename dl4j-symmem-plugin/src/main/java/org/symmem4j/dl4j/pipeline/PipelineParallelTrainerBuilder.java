@@ -156,9 +156,10 @@ public final class PipelineParallelTrainerBuilder
      * blocks, a column-parallel width not divisible by {@code size}, settings a block cannot split exactly (dropout,
      * weight noise, layer normalization, gradient normalization by norm, softmax on the column-parallel layer), a stage
      * boundary inside a block ({@link #stageBoundaries}; the trainer's own splits keep blocks in one stage), a network
-     * that is already sharded. A chain graph trains as its network (its layer indices name the blocks). Started from a configuration
-     * ({@link PipelineParallelTrainer#builder(org.deeplearning4j.nn.conf.MultiLayerConfiguration)}) each shard takes its
-     * block of its stages as DL4J's {@code init()} of the whole network draws them, and no rank holds the whole network.
+     * that is already sharded. A chain graph trains as its network (its layer indices name the blocks). Started from
+     * a configuration ({@link PipelineParallelTrainer#builder(org.deeplearning4j.nn.conf.MultiLayerConfiguration)})
+     * each shard takes its block of its stages as DL4J's {@code init()} of the whole network draws them, and no rank
+     * holds the whole network.
      *
      * <p>The model's DL4J listeners (thread mode) are called as without tensor parallelism: they see the unsharded
      * model holding the shards joined after each step, {@code model.gradient()} the shards' gradients joined
