@@ -162,6 +162,17 @@ final class GraphChain {
         graph.getConfiguration().setEpochCount(network.getEpochCount());
     }
 
+    /** Writes {@code graph}'s parameters, updater state and counters into {@code network}, the chain standing for it. */
+    static void copyFrom(ComputationGraph graph, MultiLayerNetwork network) {
+        requireSameLayout(graph, layerVertices(graph), network);
+        if (network.numParams() > 0) {
+            network.params().assign(graph.params());
+            UpdaterStateCopy.copy(graph.getUpdater(false), network.getUpdater(true), 0, 0, network.numParams());
+        }
+        network.setIterationCount(graph.getConfiguration().getIterationCount());
+        network.setEpochCount(graph.getConfiguration().getEpochCount());
+    }
+
     /** Both flatten the same parameters in the same order: layer by layer, each layer's parameters in one order. */
     private static void requireSameLayout(ComputationGraph graph, List<GraphVertex> chain, MultiLayerNetwork network) {
         if (network.getnLayers() != chain.size() || network.numParams() != graph.numParams()) {

@@ -59,6 +59,28 @@ final class PipelineModel implements ListenedModel {
         this.hollow = hollow;
     }
 
+    /**
+     * The unsharded network the tensor-parallel shards are cut from and joined into: the user's network, or the chain
+     * network standing for the user's graph ({@link #networkFromGraph}, {@link #graphFromNetwork} keep them equal).
+     */
+    MultiLayerNetwork network() {
+        return network;
+    }
+
+    /** A graph given whole: its chain network takes the graph's state (the user may have changed the graph). */
+    void networkFromGraph() {
+        if (graph != null && hollow == null) {
+            GraphChain.copyFrom(graph, network);
+        }
+    }
+
+    /** A graph given whole: the graph takes its chain network's state, written by the trainer. */
+    void graphFromNetwork() {
+        if (graph != null && hollow == null) {
+            GraphChain.copyInto(network, graph);
+        }
+    }
+
     /** The model started from its configuration (see {@link FromConfiguration}), or null for a model given whole. */
     FromConfiguration hollow() {
         return hollow;

@@ -100,7 +100,8 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * org.deeplearning4j.optimize.api.TrainingListener...)}. The stages keep no whole-batch activations: a listener
  * that overrides {@code onForwardPass} gets the model's own forward pass on the batch, in inference mode, at the
  * parameters before the step (the training pass's activations where the network has no dropout or batch
- * normalization). Group mode refuses listeners (every step would need a collective gather): use a
+ * normalization). With tensor parallelism the model shows the shards joined (the unsharded network), its gradient
+ * the shards' joined. Group mode refuses listeners (every step would need a collective gather): use a
  * {@link StepListener}.
  *
  * Everything that can be checked is checked at {@code build()} (supported layers, stage count,
@@ -335,7 +336,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             }
             ModelListeners l = ModelListeners.of(model); // refuses what it cannot honour before anything changes
             PipelineParallelTrainerBuilder.refuseInGroupMode(group, l);
-            replicas.refuseListenersWithTensorParallel(!l.isEmpty());
             if (reset != null && !batches.hasNext()) {
                 reset.run(); // as DL4J's fit: an exhausted iterator is reset first
             }
@@ -517,15 +517,22 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     private void writeCheckpoint(Path dir, long batchesInEpoch) throws IOException {
-        PipelineCheckpoints.save(dir, split, model, stages, group, shape.ranks(), new CheckpointDirectory.Counters(step,
-                model.epochCount(), model.iterationCount(), batchesInEpoch, stages.size()));
+        CheckpointDirectory.Counters counters = new CheckpointDirectory.Counters(step, model.epochCount(),
+                model.iterationCount(), batchesInEpoch, stages.size());
+        if (tensorParallel > 1) { // a file per stage shard
+            PipelineTensorParallelCheckpoints.save(dir, split, model, replicas, group, shape.ranks(), counters);
+        } else {
+            PipelineCheckpoints.save(dir, split, model, stages, group, shape.ranks(), counters);
+        }
     }
 
     /**
      * Saves a checkpoint into {@code dir} (created when absent), of what the next {@code fit} would train from:
      * one shard file per stage with its updater state, {@code model.zip}, the whole network (or graph) with its
      * updater state, which plain DL4J loads with {@code ModelSerializer.restoreMultiLayerNetwork(file, true)}
-     * ({@link PipelineCheckpoints}), and last {@code manifest.properties}, the step and counters and every file's size
+     * ({@link PipelineCheckpoints}; with tensor parallelism a file per stage shard, its parameters and updater state,
+     * and the shards joined in {@code model.zip}: {@link PipelineTensorParallelCheckpoints}), and last
+     * {@code manifest.properties}, the step and counters and every file's size
      * and CRC-32C ({@link CheckpointDirectory}); every file is written to a temporary name, forced to disk and renamed.
      * Shard files of another stage count in {@code dir} are deleted. In group mode it is collective: every rank calls
      * it with the same directory (one machine, or a file system they share); each rank of the first replica writes its
@@ -538,7 +545,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void saveCheckpoint(Path dir) throws IOException {
         requireUsable();
-        replicas.refuseWithTensorParallel("saveCheckpoint");
         model.requireWhole("saveCheckpoint");
         replicas.takeModelIfChanged(model);
         writeCheckpoint(dir, 0);
@@ -563,10 +569,12 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
         requireUsable();
-        replicas.refuseWithTensorParallel("restoreCheckpoint");
         model.requireWhole("restoreCheckpoint");
-        CheckpointDirectory.Counters c = PipelineCheckpoints.restore(dir, split, model, replicas.all(), group,
-                group == null ? null : exchange(), shape.ranks());
+        CheckpointDirectory.Counters c = tensorParallel > 1 // stage shards: PipelineTensorParallelCheckpoints
+                ? PipelineTensorParallelCheckpoints.restore(dir, split, model, replicas, group,
+                        group == null ? null : exchange(), shape.ranks())
+                : PipelineCheckpoints.restore(dir, split, model, replicas.all(), group,
+                        group == null ? null : exchange(), shape.ranks());
         if (c != null) {
             step = c.step();
             batchesToSkip = c.batchesInEpoch();
@@ -586,7 +594,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      * @throws IOException when the root cannot be listed or the checkpoint read
      */
     public synchronized Optional<CheckpointDirectory.Checkpoint> restoreLatest(Path root) throws IOException {
-        replicas.refuseWithTensorParallel("restoreLatest");
         model.requireWhole("restoreLatest");
         Optional<CheckpointDirectory.Checkpoint> latest = CheckpointDirectory.latestComplete(root, group,
                 "symmem4j-pipeline-");
@@ -783,7 +790,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         step++;
         lastStep = report;
         if (!modelListeners.isEmpty()) {
-            modelListeners.step(model, model.step(original, loss, replicas.all()));
+            modelListeners.step(model, replicas.listenerStep(model, original, loss));
         }
         for (StepListener listener : listeners) {
             listener.onStep(report);

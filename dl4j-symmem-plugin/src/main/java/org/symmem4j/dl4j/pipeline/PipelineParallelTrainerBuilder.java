@@ -156,8 +156,18 @@ public final class PipelineParallelTrainerBuilder
      * blocks, a column-parallel width not divisible by {@code size}, settings a block cannot split exactly (dropout,
      * weight noise, layer normalization, gradient normalization by norm, softmax on the column-parallel layer), a stage
      * boundary inside a block ({@link #stageBoundaries}; the trainer's own splits keep blocks in one stage), a network
-     * that is already sharded; and, not built yet with tensor parallelism: graphs, a model started from its
-     * configuration, DL4J listeners, checkpoints (save the model after {@code fit}, which holds the whole network).
+     * that is already sharded. A chain graph trains as its network (its layer indices name the blocks). Started from
+     * a configuration ({@link PipelineParallelTrainer#builder(org.deeplearning4j.nn.conf.MultiLayerConfiguration)})
+     * each shard takes its block of its stages as DL4J's {@code init()} of the whole network draws them, and no rank
+     * holds the whole network.
+     *
+     * <p>The model's DL4J listeners (thread mode) are called as without tensor parallelism: they see the unsharded
+     * model holding the shards joined after each step, {@code model.gradient()} the shards' gradients joined
+     * ({@link PipelineTensorParallel#listenerStep}); a model a listener changes is cut into the shards again.
+     *
+     * <p>Checkpoints ({@link #checkpointEvery}, {@link #resumeFrom}, {@code saveCheckpoint}) hold one file per stage
+     * shard, each shard's parameters and updater state, and {@code model.zip}, the whole unsharded network joined from
+     * the shards ({@link PipelineTensorParallelCheckpoints}); a resumed run equals the uninterrupted one bitwise.
      *
      * @param size         tensor-parallel ranks per pipeline rank, at least 1 (1: none, {@code columnLayers} ignored)
      * @param columnLayers the column-parallel layer of every block, each followed by its row-parallel layer
@@ -368,7 +378,8 @@ public final class PipelineParallelTrainerBuilder
             split = agreeAcrossRanks(plan, refusal);
         }
         tensorShards = tensorParallel > 1 && group == null
-                ? PipelineTensorParallel.of(network, tensorParallel, tensorParallelColumns, split) : null;
+                ? PipelineTensorParallel.of(network, tensorParallel, tensorParallelColumns, split,
+                fromConfiguration != null) : null;
         PipelineModel model = new PipelineModel(network, graph, split, plan.start());
         // checked in plan(): attaches the builder's listeners (the same verdict as there, on every rank)
         listenerOptions().attachTo(model, l -> refuseListeners(group, l));
@@ -498,12 +509,6 @@ public final class PipelineParallelTrainerBuilder
     /** The listeners the trainer cannot call: any in group mode, DL4J's on a model started from a configuration. */
     private void refuseListeners(Group group, ModelListeners l) {
         refuseInGroupMode(group, l);
-        if (tensorParallel > 1 && !l.isEmpty()) {
-            throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with DL4J listeners: not"
-                    + " built yet (listeners are shown the whole network after each step, which would be joined"
-                    + " from the shards at every step); expected none (fix: stepListener(...), which sees every"
-                    + " step's report, or train without tensor parallelism)");
-        }
         if (fromConfiguration != null && !l.isEmpty()) {
             throw new IllegalArgumentException(startedFrom() + " with DL4J listeners: they are shown the"
                     + " whole network after each step, which a trainer built from a configuration never holds; expected"
@@ -518,15 +523,6 @@ public final class PipelineParallelTrainerBuilder
                     + ": not built yet (the tensor-parallel layers' backward does not split, and the combination is"
                     + " not checked against the unsharded network); expected GPIPE, ONE_F_ONE_B or INTERLEAVED with"
                     + " tensor parallelism (fix: schedule(ONE_F_ONE_B), or drop tensorParallel)");
-        }
-        String other = graph != null ? "a ComputationGraph" : fromConfiguration != null ? startedFrom()
-                : options().checkpointSchedule() != null ? "checkpointEvery(...)"
-                : options().resumeRoot() != null ? "resumeFrom(...)" : null;
-        if (other != null) {
-            throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with " + other + ": not built"
-                    + " yet; expected a MultiLayerNetwork given whole, trained without the"
-                    + " trainer's checkpoints (fix: drop " + other + ", or tensorParallel; to keep the trained network,"
-                    + " save the model after fit: it holds the whole network, updater state included)");
         }
     }
 

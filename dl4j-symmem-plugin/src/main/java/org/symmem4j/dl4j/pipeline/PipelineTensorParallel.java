@@ -5,8 +5,10 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.function.IntPredicate;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.nd4j.linalg.api.ndarray.INDArray;
 import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.tensor.TensorParallel;
+import org.symmem4j.dl4j.train.ModelListeners;
 
 /**
  * The tensor-parallel side of a pipeline on a {@code dp x pp x tp} mesh
@@ -32,6 +34,9 @@ final class PipelineTensorParallel {
     private final List<MultiLayerNetwork> shards;
     /** Shard {@code t} cut into the trainer's stages. */
     private final List<PipelineStageSplit> splits;
+    /** DL4J listeners: scratch networks of each shard's and of the unsharded layout, for gradients; made when first used. */
+    private List<MultiLayerNetwork> gradientShards;
+    private MultiLayerNetwork gradientWhole;
 
     private PipelineTensorParallel(int size, int[] columnLayers, List<MultiLayerNetwork> shards,
                                    List<PipelineStageSplit> splits) {
@@ -80,16 +85,24 @@ final class PipelineTensorParallel {
 
     /**
      * Shards {@code network} {@code size} ways and cuts every shard at {@code split}'s boundaries (checked by
-     * {@link #check} first).
+     * {@link #check} first); a {@code hollow} network (started from its configuration) is not read: the shards are
+     * initialised networks of the shard configuration, whose stages then take the draws ({@link #takeDrawn}).
      *
      * @throws IllegalArgumentException naming the layer or boundary that does not fit, and the fix
      */
-    static PipelineTensorParallel of(MultiLayerNetwork network, int size, int[] columnLayers, PipelineStageSplit split) {
+    static PipelineTensorParallel of(MultiLayerNetwork network, int size, int[] columnLayers, PipelineStageSplit split,
+                                     boolean hollow) {
         check(network, size, columnLayers, split);
         List<MultiLayerNetwork> shards = new ArrayList<>(size);
         List<PipelineStageSplit> splits = new ArrayList<>(size);
         for (int t = 0; t < size; t++) {
-            MultiLayerNetwork shard = TensorParallel.shard(network, t, size, columnLayers);
+            // a hollow network (started from its configuration) is never read: its shards' values come from the draws
+            MultiLayerNetwork shard = hollow ? new MultiLayerNetwork(TensorParallel.shardConfiguration(
+                    network.getLayerWiseConfigurations(), size, columnLayers)) : TensorParallel.shard(network, t, size,
+                    columnLayers);
+            if (hollow) {
+                shard.init();
+            }
             shards.add(shard);
             splits.add(PipelineStageSplit.atBoundaries(shard, split.stageStarts()));
         }
@@ -113,6 +126,22 @@ final class PipelineTensorParallel {
             stage.tensorParallelRank(t);
         }
         return stages;
+    }
+
+    /**
+     * A model started from its configuration ({@link PipelineParallelTrainer#builder(org.deeplearning4j.nn.conf.MultiLayerConfiguration)}):
+     * the held stages of {@code shardStages}, shard {@code t}'s, take their block of {@code drawn}, the same stages of
+     * the unsharded network initialised as DL4J's {@code init()} of the whole network draws them
+     * ({@link PipelineStageSplit#buildStages} with the model's draws), held where {@code shardStages}' are. So every
+     * shard holds its block of {@code new MultiLayerNetwork(conf).init()}'s parameters, bitwise, and the whole network is
+     * never built: a rank holds its stages unsharded only while they are cut.
+     */
+    static void takeDrawn(List<Dl4jPipelineStage> drawn, int t, List<Dl4jPipelineStage> shardStages) {
+        for (int s = 0; s < shardStages.size(); s++) {
+            if (shardStages.get(s).held()) {
+                TensorParallel.reshardInto(drawn.get(s).network(), t, shardStages.get(s).network(), 0);
+            }
+        }
     }
 
     /**
@@ -143,5 +172,91 @@ final class PipelineTensorParallel {
         for (int r = 0; r < replicaStages.size(); r++) {
             PipelineModel.giveStages(shards.get(r % size), splits.get(r % size), replicaStages.get(r), true);
         }
+    }
+
+    /**
+     * A finished step as the model's DL4J listeners see it ({@link ModelListeners}, thread mode; group mode refuses
+     * listeners): the model, already holding the state before the step, gives {@code onForwardPass} its own forward
+     * pass on the batch; {@code onGradientCalculation} sees replica 0's stages' gradients before the update joined from
+     * the shards into the unsharded layout (a replicated parameter's from shard 0: every shard holds it bitwise alike),
+     * and {@code iterationDone} the model holding the shards' state joined after the step, its gradient view the update
+     * the step applied, joined likewise. A model a listener changed is cut into the shards and given to every replica
+     * before the next step ({@link #giveIfChanged}).
+     *
+     * @param replicaStages every replica's stages, indexed {@code d * size + t}
+     */
+    ModelListeners.Step listenerStep(PipelineModel model, Object batch, double score,
+                                     List<List<Dl4jPipelineStage>> replicaStages) {
+        List<List<Dl4jPipelineStage>> byRank = replicaStages.subList(0, size);
+        MultiLayerNetwork network = model.network(); // a graph's chain network, which the graph then takes
+        return new ModelListeners.Step() {
+            @Override
+            public List<Object> batches() {
+                return List.of(batch);
+            }
+
+            @Override
+            public List<Object> activations() {
+                return List.of(model.activations(batch)); // the model still holds the state before the step
+            }
+
+            @Override
+            public double score() {
+                return score;
+            }
+
+            @Override
+            public void assembleGradient(INDArray target) {
+                joinGradients(byRank, true, network, target);
+            }
+
+            @Override
+            public void syncModel() {
+                takeInto(byRank, network);
+                model.graphFromNetwork();
+                joinGradients(byRank, false, network, model.gradientView()); // after DL4J's step: the update
+            }
+
+            @Override
+            public void syncReplicasIfChanged() {
+                model.networkFromGraph();
+                giveIfChanged(network, replicaStages);
+            }
+        };
+    }
+
+    /**
+     * Writes {@code byRank}'s gradients (one replica's stages of every shard, in rank order), before the update or the
+     * update itself, into {@code target}, a gradient view of the unsharded network {@code model}: each shard's stages'
+     * gradients laid into a scratch network of the shard's layout, these joined as {@link TensorParallel#join} joins
+     * parameters (a gradient view mirrors its parameters' layout), into a scratch unsharded network. The scratch networks
+     * are made at the first call.
+     */
+    private void joinGradients(List<List<Dl4jPipelineStage>> byRank, boolean beforeUpdate, MultiLayerNetwork model,
+                               INDArray target) {
+        if (gradientShards == null) {
+            gradientShards = new ArrayList<>(size);
+            for (MultiLayerNetwork shard : shards) {
+                MultiLayerNetwork scratch = new MultiLayerNetwork(shard.getLayerWiseConfigurations().clone());
+                scratch.init();
+                gradientShards.add(scratch);
+            }
+            gradientWhole = new MultiLayerNetwork(model.getLayerWiseConfigurations().clone());
+            gradientWhole.init();
+        }
+        for (int t = 0; t < size; t++) {
+            PipelineStageSplit split = splits.get(t);
+            INDArray flat = gradientShards.get(t).params();
+            for (int s = 0; s < split.stageCount(); s++) {
+                Dl4jPipelineStage stage = byRank.get(t).get(s);
+                INDArray part = beforeUpdate ? stage.gradientBeforeUpdate() : stage.network().getGradientsViewArray();
+                if (part != null && split.parameterCount(s) > 0) {
+                    long from = split.parameterOffset(s);
+                    PipelineStageSplit.slice(flat, from, from + split.parameterCount(s)).assign(part.reshape(part.length()));
+                }
+            }
+        }
+        TensorParallel.join(gradientShards, gradientWhole);
+        target.assign(gradientWhole.params().reshape(target.shape()));
     }
 }

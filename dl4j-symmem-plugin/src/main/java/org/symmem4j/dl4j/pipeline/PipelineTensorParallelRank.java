@@ -1,10 +1,12 @@
 package org.symmem4j.dl4j.pipeline;
 
 import java.util.List;
+import java.util.function.Consumer;
 import java.util.function.IntPredicate;
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.symmem4j.dl4j.HollowNetworks;
+import org.symmem4j.dl4j.InitialisationReplay;
 import org.symmem4j.dl4j.tensor.TensorParallel;
 
 /**
@@ -46,9 +48,12 @@ final class PipelineTensorParallelRank {
      * Builds tensor-parallel rank {@code rank}'s stages of {@code network} cut at {@code unsharded}'s boundaries: those
      * {@code held} selects with this rank's block of the network's parameters, updater state and counters, the others
      * hollow. The blocks and the boundaries were checked by {@link PipelineTensorParallel#check} at {@code build()}.
+     * With {@code draws} (a model started from its configuration, {@code network} hollow) the held stages take their
+     * block of the stages as DL4J's {@code init()} draws them ({@link PipelineTensorParallel#takeDrawn}).
      */
     static PipelineTensorParallelRank of(MultiLayerNetwork network, int size, int rank, int[] columnLayers,
-                                         PipelineStageSplit unsharded, IntPredicate held) {
+                                         PipelineStageSplit unsharded, IntPredicate held,
+                                         Consumer<InitialisationReplay.Target> draws) {
         MultiLayerConfiguration conf = TensorParallel.shardConfiguration(network.getLayerWiseConfigurations(), size,
                 columnLayers);
         MultiLayerNetwork hollow = new MultiLayerNetwork(conf);
@@ -57,12 +62,17 @@ final class PipelineTensorParallelRank {
         hollow.setEpochCount(network.getEpochCount());
         PipelineStageSplit split = PipelineStageSplit.atBoundaries(hollow, unsharded.stageStarts());
         // held stages are built fresh (no copy from the hollow network) and take their blocks of the network below
-        List<Dl4jPipelineStage> stages = split.buildStages(held, draws -> { });
+        List<Dl4jPipelineStage> stages = split.buildStages(held, target -> { });
         for (Dl4jPipelineStage stage : stages) {
             stage.tensorParallelRank(rank);
         }
         PipelineTensorParallelRank built = new PipelineTensorParallelRank(size, rank, split, stages, reservation);
-        built.giveFrom(network);
+        if (draws == null) {
+            built.giveFrom(network);
+        } else {
+            // a model started from its configuration (hollow): this rank's unsharded stages drawn as DL4J's init, cut
+            PipelineTensorParallel.takeDrawn(unsharded.buildStages(held, draws), rank, stages);
+        }
         return built;
     }
 

@@ -8,6 +8,7 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.parallel.Group;
 
 /**
@@ -65,8 +66,8 @@ final class StageReplicas {
         IntPredicate held = group == null ? s -> true
                 : s -> s % pipelineRanks == group.rank() / tensorParallel % pipelineRanks;
         if (group != null && tensorParallel > 1) {
-            this.tensorRank = PipelineTensorParallelRank.of((MultiLayerNetwork) model.model(), tensorParallel,
-                    group.rank() % tensorParallel, tensorColumns, split, held);
+            this.tensorRank = PipelineTensorParallelRank.of(model.network(), tensorParallel,
+                    group.rank() % tensorParallel, tensorColumns, split, held, model.draws());
             this.all = List.of(tensorRank.stages());
             this.first = all.getFirst();
             return;
@@ -76,6 +77,13 @@ final class StageReplicas {
         for (int d = 0; d < copies; d++) {
             for (int t = 0; t < tensorParallel; t++) {
                 replicas.add(tensorShards == null ? split.buildStages(held, model.draws()) : tensorShards.buildStages(t));
+            }
+        }
+        if (tensorShards != null && model.draws() != null) {
+            // a model started from its configuration: every shard takes its block of the stages DL4J's init draws
+            List<Dl4jPipelineStage> drawn = split.buildStages(s -> true, model.draws());
+            for (int i = 0; i < replicas.size(); i++) {
+                PipelineTensorParallel.takeDrawn(drawn, i % tensorParallel, replicas.get(i));
             }
         }
         this.all = List.copyOf(replicas);
@@ -160,10 +168,15 @@ final class StageReplicas {
 
     /** If the model was changed since the last fit, the stages take its state. */
     void takeModelIfChanged(PipelineModel model) {
+        if (model.hollow() != null) {
+            return; // started from a configuration: the model holds nothing, the stages are the training state
+        }
         if (tensorRank != null) {
-            tensorRank.giveFrom((MultiLayerNetwork) model.model()); // the same bits when unchanged: see giveFrom
+            model.networkFromGraph();
+            tensorRank.giveFrom(model.network()); // the same bits when unchanged: see giveFrom
         } else if (tensorShards != null) {
-            tensorShards.giveIfChanged((MultiLayerNetwork) model.model(), all);
+            model.networkFromGraph();
+            tensorShards.giveIfChanged(model.network(), all);
         } else {
             withWholeState(all, () -> {
                 if (!model.holds(first)) {
@@ -178,10 +191,11 @@ final class StageReplicas {
      * gathered from every rank through {@code exchange} in group mode (collective).
      */
     void giveTo(PipelineModel model, GroupExchange exchange) {
-        if (tensorRank != null) {
-            copyInto((MultiLayerNetwork) model.model(), exchange);
-        } else if (tensorShards != null) {
-            tensorShards.takeInto(all.subList(0, tensorParallel), (MultiLayerNetwork) model.model());
+        if (tensorParallel > 1 && model.hollow() != null) {
+            model.takeFrom(first, exchange, pipelineRanks); // started from a configuration: the counters only
+        } else if (tensorParallel > 1) {
+            copyInto(model.network(), exchange); // joined, or gathered from every rank
+            model.graphFromNetwork();
         } else {
             withWholeState(List.of(first), () -> model.takeFrom(first, exchange, pipelineRanks));
         }
@@ -248,22 +262,11 @@ final class StageReplicas {
         return params == null ? Nd4j.create(split.dataType(), 0) : params.dup();
     }
 
-    /** Checkpoints of tensor-parallel stages are not built yet: refused with the way to keep the network. */
-    void refuseWithTensorParallel(String call) {
-        if (tensorParallel > 1) {
-            throw new IllegalStateException(call + " with tensorParallel(" + tensorParallel + ", ...): not built yet"
-                    + " (the stage shards' files would hold shards); expected a trainer without tensor parallelism (fix:"
-                    + " after fit the model given to the builder holds the whole network with its updater state: save it"
-                    + " with ModelSerializer.writeModel(model, file, true), and build a new trainer from the loaded one)");
-        }
-    }
-
-    /** DL4J listeners on the model of a tensor-parallel trainer are not built yet: refused with the way around. */
-    void refuseListenersWithTensorParallel(boolean listeners) {
-        if (tensorParallel > 1 && listeners) {
-            throw new IllegalStateException("DL4J listeners on the model of a trainer with tensorParallel("
-                    + tensorParallel + ", ...): not built yet (each step would join the shards for them); expected none"
-                    + " (fix: remove them from the model and use a stepListener, or train without tensor parallelism)");
-        }
+    /**
+     * A finished step as the model's DL4J listeners see it (thread mode): the model shows replica 0's stages, joined
+     * from the shards with tensor parallelism ({@link PipelineTensorParallel#listenerStep}).
+     */
+    ModelListeners.Step listenerStep(PipelineModel model, Object batch, double score) {
+        return tensorShards != null ? tensorShards.listenerStep(model, batch, score, all) : model.step(batch, score, all);
     }
 }

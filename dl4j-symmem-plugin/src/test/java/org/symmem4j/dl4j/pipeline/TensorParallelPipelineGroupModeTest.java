@@ -205,16 +205,6 @@ class TensorParallelPipelineGroupModeTest {
                 && m.contains("stage 1 starts at layer 3, inside the tensor-parallel block of layers 2-3"), m));
     }
 
-    /** What is not built yet with tensor parallelism stays refused in group mode too, on every rank, with the fix. */
-    @Test
-    void checkpointsWithTensorParallelismAreRefusedInGroupMode() {
-        java.nio.file.Path dir = java.nio.file.Path.of(System.getProperty("java.io.tmpdir"), "symmem4j-tp-group-ckpt");
-        List<String> messages = onEveryRank(4, group -> assertThrows(IllegalArgumentException.class,
-                () -> PipelineParallelTrainer.builder(mlp()).group(group).tensorParallel(2, BLOCKS).microbatches(2)
-                        .checkpointEvery(1, dir).build()).getMessage());
-        messages.forEach(m -> assertTrue(m.contains("tensorParallel(2, ...) with checkpointEvery(...): not built yet"), m));
-    }
-
     private static MultiLayerNetwork mlp() {
         return PipelineNets.mlp(PipelineNets.updater("sgd"), 0, DataType.DOUBLE);
     }
