@@ -58,17 +58,19 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * FlightRecorderCostBench}, the recorder switched on and off between blocks on one communicator): in the shadow, the
  * 1 KiB one-shot all-reduce on 2 ranks cost 20–30 ns more than the recorder's own 5 ns, with a ring of 64 entries as
  * with 1,024, while the two-shot one met 1 % ({@code bench/results/2026-11-29-recorder-shadow-16core.md}). The account
- * of it: on x86 a store holds a store-buffer entry from issue to commit, and stores commit in program order. At a
- * one-shot entry barrier the buffer already holds stores that wait on the other core: the previous reduction's stores
- * into the caller's buffer (their data comes from the peer's staged lines), the staged 1 KiB and the descriptor line
- * (lines the peer still shares, to be invalidated first), then the wait's own bookkeeping: by a count of the path,
- * 90–110 entries of the 114 a Golden Cove / Raptor Cove core has. The entry's 9 stores came on top, and a full buffer
- * stops the issue of everything behind it: the wait loop's loads and the first reads of the peer's data. An in-place
- * two-shot all-reduce (as measured) stages nothing and reaches its entry barrier right after its previous call's
- * closing barrier, whose wait drained the buffer: there the shadow is one. After the
- * wait the buffer has drained; the entry's stores hit L1 and commit at once, overlapping the reads of the peer's
- * staged data. {@code symmem4j.flight.recorder.arrival=in-shadow} keeps the old placement so that a run can measure
- * both ({@code FlightRecorderCostBench --arrivals after-wait,in-shadow}).
+ * of it: on x86 an instruction holds a reorder-buffer entry from issue to retirement and a store also a store-buffer
+ * entry until it commits, both in program order (512 and 114 entries on a Golden Cove / Raptor Cove core). At a
+ * one-shot entry barrier both already hold work that waits on the other core: the previous reduction's stores into the
+ * caller's buffer (their data comes from the peer's staged lines), the staged 1 KiB and the descriptor line (lines the
+ * peer still shares, to be invalidated first), then the wait's own bookkeeping, by a count of the path some 90–110
+ * stores. Whatever is added there (the entry's 9 stores and their 20-odd other instructions) queues behind it, and
+ * once either buffer is full nothing behind it issues: not the wait loop's loads, not the first reads of the peer's
+ * data. An in-place two-shot all-reduce (as measured) stages nothing and reaches its entry barrier right after its
+ * previous call's closing barrier, whose wait drained both: there the shadow is one. After the wait they have
+ * drained; the entry's stores hit L1 and commit at once, overlapping the reads of the peer's staged data. This is an
+ * account, not a measurement (the lent machines have no hardware counters): {@code
+ * symmem4j.flight.recorder.arrival=in-shadow} keeps the old placement so that one run measures both ({@code
+ * FlightRecorderCostBench --arrivals after-wait,in-shadow}).
  *
  * <p>One array of entries rather than one array per field: a collective touches one cache line of {@code ring} and
  * one array bounds check instead of eight arrays.

@@ -238,14 +238,13 @@ public final class PadSynchronizer implements WaitSubject {
      * descriptor, readable with plain loads. This is a barrier: the release store of the epoch
      * publishes everything this rank wrote before arriving (its data too).
      *
-     * <p>Nothing is stored between the publishing and the waiting (unless {@code shadowRecorder} is given): those
-     * stores are not free. On x86 every store takes a store-buffer entry in program order and leaves it in program
-     * order; here the buffer already holds stores that wait for other cores (the staged data and the peers' entry
-     * lines, whose lines the peers still share, and in one-shot the previous reduction's stores, whose data comes from
-     * the peer), so a store queued here waits with them, and once the buffer is full the wait loop's loads, and the
-     * instructions after them, are not even issued until it drains. The flight recorder therefore writes its entry
-     * after the wait ({@link ControlPlane#arriveAndCheck}); a failure during the wait records it then
-     * ({@link #published}).
+     * <p>Nothing is written between the publishing and the waiting (unless {@code shadowRecorder} is given): work
+     * there is not free. On x86 instructions retire and stores commit in program order; here the reorder and store
+     * buffers already hold work that waits on other cores (the staged data and the peers' entry lines, which the peers
+     * still share, and in one-shot the previous reduction's stores, whose data came from the peer), so what is added
+     * here queues with it, and once a buffer is full the wait loop's loads, and the reads after them, are not even
+     * issued until it drains. The flight recorder therefore writes its entry after the wait
+     * ({@link ControlPlane#arriveAndCheck}); a failure during the wait records it then ({@link #published}).
      *
      * @param descriptor     this rank's arguments of the collective, in the descriptor layout
      * @param shadowRecorder a flight recorder to write the entry into between the publishing and the waiting (the
