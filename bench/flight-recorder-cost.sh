@@ -11,6 +11,10 @@
 #   [CPUS=1,2,3,4] bench/flight-recorder-cost.sh [FlightRecorderCostBench args; default: --forks 2 --pairs 200
 #                  --block-ms 40 --warmups 100, ranks 2 and 4, ONE_SHOT and TWO_SHOT, 1024 bytes]   (about 3.5 minutes)
 #
+# Where the recorder writes its entry, after the entry barrier's wait (the default) or in its shadow (the earlier
+# placement), both in one run, one-shot and two-shot on 2 ranks (4 cells x 3 forks x 500 blocks, about 5 minutes):
+#   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --forks 3 --pairs 200 --arrivals after-wait,in-shadow --ops-forks 1
+#
 # CPUS pins rank r to the r-th CPU listed (one per rank of the largest --ranks; fewer: nothing is pinned).
 # Needs at least 4 idle cores (every rank spins on a core of its own). On a lent machine (no Java there) use the
 # shared-state pack instead: bench/shared-state/pack.sh, then the device tool with

@@ -36,7 +36,12 @@ import picocli.CommandLine.Option;
  * <pre>
  *   FlightRecorderCostBench [--out report.md] [--forks 2] [--pairs 200] [--block-ms 40] [--warmups 100]
  *                           [--ranks 2,4] [--algorithms ONE_SHOT,TWO_SHOT] [--bytes 1024] [--ops-forks 2]
+ *                           [--entries 1024] [--arrivals after-wait[,in-shadow]]
  * </pre>
+ * {@code --arrivals after-wait,in-shadow} measures, in one run, the recorder writing its entry after the entry
+ * barrier's wait (the default) and in the barrier's shadow (the earlier placement,
+ * {@code -Dsymmem4j.flight.recorder.arrival=in-shadow} in the forks): one cell each per algorithm and rank count, the
+ * two placements of one algorithm next to each other, so a run stopped by a time limit has both of the first.
  * Needs at least {@code max(ranks)} idle cores; {@code -Dsymmem4j.bench.cpus=A,B,C,D} pins rank r to the r-th CPU
  * ({@link BenchCpus}). With the defaults: 4 cells × 2 forks × (100 + 400) blocks of 40 ms, about 180 s with the
  * forks' start-up, and about 35 s for the ops (2 forks × 2 benchmarks × 8 s), about 3.6 minutes on 16 cores.
@@ -78,6 +83,10 @@ public final class FlightRecorderCostBench {
                 + " the product's default, " + FlightRecorderPairedBenchmark.ENTRIES_ON + "; a smaller ring tests"
                 + " whether its cache footprint is the cost)")
         int entries = FlightRecorderPairedBenchmark.ENTRIES_ON;
+        @Option(names = "--arrivals", split = ",", paramLabel = "WHERE", description = "where the recorder writes a"
+                + " collective's entry, one cell each: after-wait (the default: once the entry barrier passed),"
+                + " in-shadow (between the publish and the wait, the earlier placement)")
+        List<String> arrivals = List.of(FlightRecorderPairedBenchmark.ARRIVAL_DEFAULT);
     }
 
     public static void main(String[] args) throws IOException, RunnerException {
@@ -87,6 +96,13 @@ public final class FlightRecorderCostBench {
         Cli.positive("--block-ms", flags.blockMs);
         Cli.positive("--ops-forks", flags.opsForks);
         Cli.positive("--entries", flags.entries);
+        for (String arrival : flags.arrivals) {
+            if (!FlightRecorderPairedBenchmark.ARRIVALS.contains(arrival)) {
+                throw new IllegalArgumentException("--arrivals=" + flags.arrivals + ": expected each of "
+                        + FlightRecorderPairedBenchmark.ARRIVALS + ", found " + arrival
+                        + " (fix: e.g. --arrivals after-wait,in-shadow)");
+            }
+        }
         if (flags.warmups < 0 || flags.bytes < 4 || flags.bytes % 4 != 0) {
             throw new IllegalArgumentException("--warmups=" + flags.warmups + " --bytes=" + flags.bytes + ": expected"
                     + " warm-ups >= 0 and bytes a positive multiple of 4 (float32 elements) (fix: e.g. --bytes 1024)");
@@ -99,32 +115,10 @@ public final class FlightRecorderCostBench {
         List<Row> rows = new ArrayList<>();
         for (String algorithm : flags.algorithms) {
             for (int ranks : flags.ranks) {
-                Options paired = new OptionsBuilder()
-                        .include("\\.FlightRecorderPairedBenchmark\\.allReduce$")
-                        .param("bytes", Long.toString(flags.bytes))
-                        .param("algorithm", algorithm)
-                        .param("ranks", Integer.toString(ranks))
-                        .forks(flags.forks)
-                        .warmupIterations(flags.warmups)
-                        .warmupTime(TimeValue.milliseconds(flags.blockMs))
-                        .measurementIterations(2 * flags.pairs)
-                        .measurementTime(TimeValue.milliseconds(flags.blockMs))
-                        .jvmArgsAppend(FlightRecorderPairedBenchmark.forkFlags(flags.entries))
-                        .build();
-                for (RunResult r : new Runner(paired).run()) {
-                    List<double[]> forks = new ArrayList<>();
-                    for (BenchmarkResult fork : r.getBenchmarkResults()) {
-                        Collection<IterationResult> its = fork.getIterationResults();
-                        double[] scores = new double[its.size()];
-                        int k = 0;
-                        for (IterationResult it : its) {
-                            scores[k++] = it.getPrimaryResult().getScore();
-                        }
-                        forks.add(scores);
-                    }
-                    rows.add(new Row(algorithm, ranks, Paired.of(forks)));
+                for (String arrival : flags.arrivals) {
+                    rows.add(runCell(flags, algorithm, ranks, arrival));
+                    write(flags, report(flags, Double.NaN, Double.NaN, rows));
                 }
-                write(flags, report(flags, Double.NaN, Double.NaN, rows));
             }
         }
         Options ops = new OptionsBuilder()
@@ -148,14 +142,43 @@ public final class FlightRecorderCostBench {
         write(flags, report);
     }
 
+    /** One cell: {@link FlightRecorderPairedBenchmark} in its own JMH run, its forks' blocks paired. */
+    private static Row runCell(Flags flags, String algorithm, int ranks, String arrival) throws RunnerException {
+        Options paired = new OptionsBuilder()
+                .include("\\.FlightRecorderPairedBenchmark\\.allReduce$")
+                .param("bytes", Long.toString(flags.bytes))
+                .param("algorithm", algorithm)
+                .param("ranks", Integer.toString(ranks))
+                .forks(flags.forks)
+                .warmupIterations(flags.warmups)
+                .warmupTime(TimeValue.milliseconds(flags.blockMs))
+                .measurementIterations(2 * flags.pairs)
+                .measurementTime(TimeValue.milliseconds(flags.blockMs))
+                .jvmArgsAppend(FlightRecorderPairedBenchmark.forkFlags(flags.entries, arrival))
+                .build();
+        List<double[]> forks = new ArrayList<>();
+        for (RunResult r : new Runner(paired).run()) {
+            for (BenchmarkResult fork : r.getBenchmarkResults()) {
+                Collection<IterationResult> its = fork.getIterationResults();
+                double[] scores = new double[its.size()];
+                int k = 0;
+                for (IterationResult it : its) {
+                    scores[k++] = it.getPrimaryResult().getScore();
+                }
+                forks.add(scores);
+            }
+        }
+        return new Row(algorithm, ranks, arrival, Paired.of(forks));
+    }
+
     private static void write(Flags flags, String report) throws IOException {
         if (flags.out != null) {
             Files.writeString(flags.out, report);
         }
     }
 
-    /** One (algorithm, ranks) cell's paired result. */
-    record Row(String algorithm, int ranks, Paired paired) {
+    /** One (algorithm, ranks, where the entry is written) cell's paired result. */
+    record Row(String algorithm, int ranks, String arrival, Paired paired) {
     }
 
     /**
@@ -340,16 +363,16 @@ public final class FlightRecorderCostBench {
                 .append(flags.warmups).append(" alternating warm-up blocks), one communicator per rank, recorder of ")
                 .append(flags.entries)
                 .append(" entries switched between blocks; float32 SUM in place, ranks as threads\n\n");
-        md.append("| algorithm | ranks | off ns/op | on ns/op | on − off ns, 95 % t | 95 % bootstrap |"
+        md.append("| algorithm | ranks | entry written | off ns/op | on ns/op | on − off ns, 95 % t | 95 % bootstrap |"
                 + " on − off % of off, t | bootstrap % | ≤ 1 %? |\n");
-        md.append("|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
+        md.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
         double offForOps = Double.NaN;
         StringBuilder details = new StringBuilder();
         for (Row row : rows) {
             Paired p = row.paired();
-            md.append(String.format(Locale.ROOT, "| %s | %d | %.1f | %.1f | %+.2f (%+.2f … %+.2f) | %+.2f … %+.2f |"
+            md.append(String.format(Locale.ROOT, "| %s | %d | %s | %.1f | %.1f | %+.2f (%+.2f … %+.2f) | %+.2f … %+.2f |"
                             + " %+.3f %% (%+.3f … %+.3f) | %+.3f … %+.3f %% | %s |%n", row.algorithm(), row.ranks(),
-                    p.offMean(), p.onMean(), p.diffMean(), p.diffMean() - p.diffHalfWidth(),
+                    row.arrival(), p.offMean(), p.onMean(), p.diffMean(), p.diffMean() - p.diffHalfWidth(),
                     p.diffMean() + p.diffHalfWidth(), p.bootLow(), p.bootHigh(), p.percent(), p.percentLow(),
                     p.percentHigh(), p.bootPercentLow(), p.bootPercentHigh(), p.verdict()));
             StringBuilder forks = new StringBuilder();
@@ -357,9 +380,9 @@ public final class FlightRecorderCostBench {
                 forks.append(forks.isEmpty() ? "" : ", ").append(String.format(Locale.ROOT, "%+.2f ± %.2f",
                         p.forkDiffs()[f], p.forkHalfWidths()[f]));
             }
-            details.append(String.format(Locale.ROOT, "- %s, %d ranks: %d pairs; each fork's mean difference (ns, 95 %% t):"
-                    + " %s; lag-1 autocorrelation of the differences %+.2f%n", row.algorithm(), row.ranks(), p.pairs(),
-                    forks, p.lag1()));
+            details.append(String.format(Locale.ROOT, "- %s, %d ranks, entry %s: %d pairs; each fork's mean difference"
+                    + " (ns, 95 %% t): %s; lag-1 autocorrelation of the differences %+.2f%n", row.algorithm(), row.ranks(),
+                    row.arrival(), p.pairs(), forks, p.lag1()));
             if (Double.isNaN(offForOps) || p.offMean() < offForOps) {
                 offForOps = p.offMean();
             }

@@ -60,7 +60,7 @@ import org.symmem4j.parallel.group.InJvmWorld;
 @Measurement(iterations = 400, time = 40, timeUnit = TimeUnit.MILLISECONDS)
 @Fork(value = 2, jvmArgsAppend = {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Xmx1g",
         "-D" + FlightRecorderPairedBenchmark.ENTRIES_PROPERTY + "=" + FlightRecorderPairedBenchmark.ENTRIES_ON})
-// FlightRecorderCostBench replaces these flags with forkFlags(entries): keep the two lists the same
+// FlightRecorderCostBench replaces these flags with forkFlags(entries, arrival): keep the two lists the same
 @State(Scope.Thread)
 public class FlightRecorderPairedBenchmark {
 
@@ -70,16 +70,24 @@ public class FlightRecorderPairedBenchmark {
     /** {@link Configuration#FLIGHT_RECORDER_ENTRIES}'s property, as a constant for the annotation. */
     static final String ENTRIES_PROPERTY = "symmem4j.flight.recorder.entries";
 
+    /** {@link Configuration#FLIGHT_RECORDER_ARRIVAL}'s property. */
+    static final String ARRIVAL_PROPERTY = "symmem4j.flight.recorder.arrival";
+    /** Where the recorder writes a collective's entry by default: after the entry barrier's wait. */
+    static final String ARRIVAL_DEFAULT = "after-wait";
+    /** The placements {@link #ARRIVAL_PROPERTY} accepts. */
+    static final java.util.List<String> ARRIVALS = java.util.List.of(ARRIVAL_DEFAULT, "in-shadow");
+
     /**
-     * The forks' JVM flags (the annotation's) with a recorder of {@code entries} entries: JMH's options replace the
-     * annotation's list as a whole.
+     * The forks' JVM flags (the annotation's) with a recorder of {@code entries} entries that writes its entries
+     * where {@code arrival} says: JMH's options replace the annotation's list as a whole.
      *
      * @param entries the recorder's size while on
+     * @param arrival {@code after-wait} or {@code in-shadow} ({@link Configuration#FLIGHT_RECORDER_ARRIVAL})
      * @return the flags
      */
-    static String[] forkFlags(int entries) {
+    static String[] forkFlags(int entries, String arrival) {
         return new String[] {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Xmx1g",
-            "-D" + ENTRIES_PROPERTY + "=" + entries};
+            "-D" + ENTRIES_PROPERTY + "=" + entries, "-D" + ARRIVAL_PROPERTY + "=" + arrival};
     }
 
     @Param({"1024"})
@@ -120,6 +128,11 @@ public class FlightRecorderPairedBenchmark {
 
     @Setup(Level.Trial)
     public void setUp() throws InterruptedException {
+        if (!ARRIVAL_PROPERTY.equals(Configuration.FLIGHT_RECORDER_ARRIVAL.property())) {
+            throw new IllegalStateException("the recorder's placement property is "
+                    + Configuration.FLIGHT_RECORDER_ARRIVAL.property() + ", expected " + ARRIVAL_PROPERTY
+                    + " (fix: update ARRIVAL_PROPERTY)");
+        }
         if (!ENTRIES_PROPERTY.equals(Configuration.FLIGHT_RECORDER_ENTRIES.property())) {
             throw new IllegalStateException("the recorder's property is " + Configuration.FLIGHT_RECORDER_ENTRIES.property()
                     + ", expected " + ENTRIES_PROPERTY + " (fix: update ENTRIES_PROPERTY)");
@@ -171,7 +184,8 @@ public class FlightRecorderPairedBenchmark {
                     + " memory, found " + peerFailure.get() + " (fix: see the cause below)", peerFailure.get());
         }
         System.out.println("flight recorder paired benchmark: one communicator per rank, recorder of "
-                + Configuration.FLIGHT_RECORDER_ENTRIES.get() + " entries switched per iteration; ranks " + (pin ? "pinned to CPUs "
+                + Configuration.FLIGHT_RECORDER_ENTRIES.get() + " entries switched per iteration, entry written "
+                + Configuration.FLIGHT_RECORDER_ARRIVAL.get() + "; ranks " + (pin ? "pinned to CPUs "
                 + java.util.Arrays.toString(java.util.Arrays.copyOf(cpus, ranks)) : "not pinned (-D" + BenchCpus.PROPERTY
                 + " names " + cpus.length + " CPUs, " + ranks + " needed)"));
     }

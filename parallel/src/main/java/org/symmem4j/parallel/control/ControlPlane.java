@@ -6,6 +6,7 @@ import java.util.ArrayList;
 import java.util.List;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.CollectiveMismatchException;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.DType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.Invariants;
@@ -41,6 +42,12 @@ import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 public final class ControlPlane implements AutoCloseable {
 
     private static final DType[] DTYPES = DType.values();
+    /**
+     * Whether the recorder writes a collective's entry in the entry barrier's shadow (between this rank's publish and
+     * its wait: the earlier placement, kept to measure against) instead of after the wait (the default);
+     * {@link Configuration#FLIGHT_RECORDER_ARRIVAL}, read once per JVM, so C2 folds the branches it guards.
+     */
+    private static final boolean RECORD_IN_SHADOW = "in-shadow".equals(Configuration.FLIGHT_RECORDER_ARRIVAL.get());
     private static final Algorithm[] ALGORITHMS = Algorithm.values();
 
     private final int rank;
@@ -156,6 +163,7 @@ public final class ControlPlane implements AutoCloseable {
     public void failed(Throwable failure) {
         long s = seq - 1;
         if (recorder != null) {
+            recordPendingArrival(s); // failed while waiting at its entry barrier: the entry carries its arguments
             recorder.failed(s, sync.opName(), failure);
         }
         if (event != null) {
@@ -194,7 +202,24 @@ public final class ControlPlane implements AutoCloseable {
 
     /** This rank's last collectives in words, for timeout messages ({@link PadSynchronizer}). */
     private String lastOps() {
-        return recorder == null ? null : recorder.lastOps(3);
+        if (recorder == null) {
+            return null;
+        }
+        recordPendingArrival(seq - 1); // built during the entry barrier's wait: its entry is written after the wait
+        return recorder.lastOps(3);
+    }
+
+    /**
+     * Failure and message paths: writes collective {@code s}'s entry, with this rank's arguments as it published them,
+     * when this rank arrived at its entry barrier but the entry is not written yet: {@link #arriveAndCheck} writes it
+     * once the wait is over, and the wait threw, or a message is built inside it. A rank that failed before publishing
+     * stays without arguments ({@link FlightRecorder#failed} writes that entry). Allocates: never on the hot path.
+     */
+    private void recordPendingArrival(long s) {
+        FlightRecorder r = recorder;
+        if (r != null && s >= 0 && r.lacksEntry(s) && sync.published(s)) {
+            r.arrived(sync.publishedDescriptor(s), sync.opName());
+        }
     }
 
     private void beginEvent(long s, String what) {
@@ -235,14 +260,21 @@ public final class ControlPlane implements AutoCloseable {
     /**
      * Arrives at the entry barrier with this rank's descriptor and checks every rank's. All ranks
      * read the same descriptors, so all reach the same verdict: all proceed, or all get the same
-     * message.
+     * message. Once the barrier's wait is over (not between the publish and the wait: see
+     * {@link PadSynchronizer#arrive}) the flight recorder writes this rank's entry.
      *
      * @param mine this rank's descriptor of the collective {@link #begin} numbered
      * @return null when every rank agrees and every buffer is large enough; else the mismatch's message,
      *         the same on every rank (the caller throws it as a {@link CollectiveMismatchException})
      */
     public String arriveAndCheck(Descriptor mine) {
-        sync.arrive(mine, recorder); // records mine once published, while the peers' entry lines travel
+        FlightRecorder rec = recorder;
+        sync.arrive(mine, RECORD_IN_SHADOW ? rec : null);
+        if (rec != null && !RECORD_IN_SHADOW) {
+            // after the wait, not in its shadow (PadSynchronizer.arrive says why); a wait that throws leaves the entry
+            // to failed(), which writes it from this rank's published descriptor
+            rec.arrived(mine, sync.opName());
+        }
         if (mine.problem() == Problem.NONE && buffersLargeEnough(mine, mine.bufferBytes(), mine.recvBytes())) {
             boolean agree = true;
             MemorySegment pad = sync.ownPad();

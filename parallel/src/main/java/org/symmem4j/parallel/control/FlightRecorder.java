@@ -44,20 +44,33 @@ import org.symmem4j.parallel.trace.CoarseClock;
  *                     passed (startedSeq, one field); else SCHEDULED (arrived, waiting for the others)
  * </pre>
  *
- * <p><b>Per collective, one write of its entry, in the entry barrier's shadow.</b> {@link PadSynchronizer#arrive}
- * calls {@link #arrived} after this rank's descriptor is published and before it waits for the peers': the 64-byte
- * entry is written while the peers' entry lines travel to this core (a cross-core transfer takes longer than the
- * writing), instead of in front of the publish (x86 commits stores in order, so stores queued before the release
- * store would hold it back) or after a wait's exit (where the rank's next step waits for it). The barrier's verdict
- * then costs one field store ({@link #started}) and the return one guarded store of a clock stamp
- * ({@link #completed}); the state is derived when read. A rank that finds the group aborted throws before it
- * publishes, so it records no arrival; {@link #failed} then writes the entry itself, without arguments.
+ * <p><b>Per collective, one write of its entry, after the entry barrier's wait.</b> {@link ControlPlane#arriveAndCheck}
+ * calls {@link #arrived} once every peer's descriptor is here, before the agreement check and before any data moves;
+ * the barrier's verdict then costs one field store ({@link #started}) and the return one guarded store of a clock stamp
+ * ({@link #completed}); the state is derived when read. A rank whose wait throws (timeout, dead or aborting peer) has
+ * its entry written by the failure path from the descriptor it published ({@link ControlPlane#failed}), and a timeout
+ * message built inside the wait writes it first too, so the dump and the message show it arrived (SCHEDULED, with its
+ * arguments). A rank that finds the group aborted throws before it publishes: {@link #failed} writes its entry
+ * without arguments.
  *
- * <p>Why ({@code FlightRecorderCostBench}, 16 cores, 1 KiB host all-reduce, the recorder switched on and off between
- * blocks on one communicator): the earlier design wrote the entry in four calls (at the begin, before the publish,
- * after the verdict, at the return) and cost 22–29 ns on 2 ranks, three times its calls alone (7.7 ns); a ring of 64
- * entries instead of 1,024 cost as much, so the ring's cache footprint was not it (docs/flight-recorder.md has the
- * measurements of this design).
+ * <p>Why after the wait and not in its shadow (between this rank's publish and its wait, where the entry was written
+ * before, on the argument that the peers' lines travel then anyway). Measured on 16 cores ({@code
+ * FlightRecorderCostBench}, the recorder switched on and off between blocks on one communicator): in the shadow, the
+ * 1 KiB one-shot all-reduce on 2 ranks cost 20–30 ns more than the recorder's own 5 ns, with a ring of 64 entries as
+ * with 1,024, while the two-shot one met 1 % ({@code bench/results/2026-11-29-recorder-shadow-16core.md}). The account
+ * of it: on x86 an instruction holds a reorder-buffer entry from issue to retirement and a store also a store-buffer
+ * entry until it commits, both in program order (512 and 114 entries on a Golden Cove / Raptor Cove core). At a
+ * one-shot entry barrier both already hold work that waits on the other core: the previous reduction's stores into the
+ * caller's buffer (their data comes from the peer's staged lines), the staged 1 KiB and the descriptor line (lines the
+ * peer still shares, to be invalidated first), then the wait's own bookkeeping, by a count of the path some 90–110
+ * stores. Whatever is added there (the entry's 9 stores and their 20-odd other instructions) queues behind it, and
+ * once either buffer is full nothing behind it issues: not the wait loop's loads, not the first reads of the peer's
+ * data. An in-place two-shot all-reduce (as measured) stages nothing and reaches its entry barrier right after its
+ * previous call's closing barrier, whose wait drained both: there the shadow is one. After the wait they have
+ * drained; the entry's stores hit L1 and commit at once, overlapping the reads of the peer's staged data. This is an
+ * account, not a measurement (the lent machines have no hardware counters): {@code
+ * symmem4j.flight.recorder.arrival=in-shadow} keeps the old placement so that one run measures both ({@code
+ * FlightRecorderCostBench --arrivals after-wait,in-shadow}).
  *
  * <p>One array of entries rather than one array per field: a collective touches one cache line of {@code ring} and
  * one array bounds check instead of eight arrays.
@@ -189,8 +202,9 @@ public final class FlightRecorder {
 
     /**
      * This rank arrived at collective {@code d.seq()}'s entry barrier with these arguments: its entry, written once
-     * (before the verdict, so a mismatch's dump shows what each rank passed). Called by {@link PadSynchronizer#arrive}
-     * once the descriptor is published, before the wait.
+     * (before the verdict, so a mismatch's dump shows what each rank passed). Called by
+     * {@link ControlPlane#arriveAndCheck} once the entry barrier's wait is over, or by the failure path when the wait
+     * threw after this rank published (see the class comment).
      *
      * @param d         this rank's descriptor
      * @param operation the collective's name, a constant ("all-reduce")
@@ -213,6 +227,17 @@ public final class FlightRecorder {
             what[i] = operation;
         }
         lastSeq = s;
+    }
+
+    /**
+     * Whether collective {@code s} belongs to what this recorder records (at or after {@link #restartAt}) but has no
+     * entry yet: it began and has neither arrived nor failed here.
+     *
+     * @param s a sequence number
+     * @return true when {@code s}'s entry is still to be written
+     */
+    boolean lacksEntry(long s) {
+        return s >= firstSeq && (s > lastSeq || ring[(int) (s & mask) * STRIDE + SEQ] != s);
     }
 
     /**

@@ -238,17 +238,21 @@ public final class PadSynchronizer implements WaitSubject {
      * descriptor, readable with plain loads. This is a barrier: the release store of the epoch
      * publishes everything this rank wrote before arriving (its data too).
      *
-     * <p>{@code recorder} (null: none) records the descriptor between the publishing and the waiting: the peers'
-     * entry lines are then in flight to this core anyway (a cross-core transfer takes longer than the recording), so
-     * the recorder's stores neither delay this rank's publish (x86 commits stores in order: stores queued before the
-     * release store would hold it back) nor lengthen its wait. A rank that finds the group aborted throws before it
-     * publishes, and so before it records: its dump shows that it never arrived.
+     * <p>Nothing is written between the publishing and the waiting (unless {@code shadowRecorder} is given): work
+     * there is not free. On x86 instructions retire and stores commit in program order; here the reorder and store
+     * buffers already hold work that waits on other cores (the staged data and the peers' entry lines, which the peers
+     * still share, and in one-shot the previous reduction's stores, whose data came from the peer), so what is added
+     * here queues with it, and once a buffer is full the wait loop's loads, and the reads after them, are not even
+     * issued until it drains. The flight recorder therefore writes its entry after the wait
+     * ({@link ControlPlane#arriveAndCheck}); a failure during the wait records it then ({@link #published}).
      *
-     * @param descriptor this rank's arguments of the collective, in the descriptor layout
-     * @param recorder   this rank's flight recorder, or null when recording is off
+     * @param descriptor     this rank's arguments of the collective, in the descriptor layout
+     * @param shadowRecorder a flight recorder to write the entry into between the publishing and the waiting (the
+     *                       earlier placement, kept to measure against: {@code symmem4j.flight.recorder.arrival=in-shadow}),
+     *                       or null (the default: nothing is written there)
      * @throws PeerTimeoutException when a peer does not arrive in time, is gone, or the group was aborted
      */
-    public void arrive(OpDescriptorLayout.Descriptor descriptor, FlightRecorder recorder) {
+    public void arrive(OpDescriptorLayout.Descriptor descriptor, FlightRecorder shadowRecorder) {
         checkNotAborted("entry");
         long seq = descriptor.seq();
         long epoch = seq + 1;
@@ -259,8 +263,8 @@ public final class PadSynchronizer implements WaitSubject {
             // release: publishes the descriptor above and this rank's earlier writes; acquired below by p
             LONG.setRelease(pad, myLine + OpDescriptorLayout.EPOCH, epoch);
         }
-        if (recorder != null) {
-            recorder.arrived(descriptor, opKind);
+        if (shadowRecorder != null) {
+            shadowRecorder.arrived(descriptor, opKind);
         }
         for (int p = 0; p < worldSize; p++) {
             if (p != rank) {
@@ -271,6 +275,31 @@ public final class PadSynchronizer implements WaitSubject {
                 }
             }
         }
+    }
+
+    /**
+     * Whether this rank published its descriptor of collective {@code seq} ({@link #arrive} got past its abort check
+     * and wrote the epoch): read from this rank's own entry line in its own pad, which only this thread writes, so
+     * the hot path keeps no flag for it. Failure paths only.
+     *
+     * @param seq the collective's sequence number
+     * @return true once this rank arrived at {@code seq}'s entry barrier
+     */
+    boolean published(long seq) {
+        // plain: this rank's own line in its own pad, written by this thread in arrive()
+        return ownPad.get(ValueLayout.JAVA_LONG, SignalPadLayout.entryLineOffset(rank, seq) + OpDescriptorLayout.EPOCH)
+                == seq + 1;
+    }
+
+    /**
+     * This rank's own descriptor of collective {@code seq} as {@link #arrive} published it (valid while
+     * {@link #published} says so). Failure paths only: it allocates.
+     *
+     * @param seq the collective's sequence number
+     * @return a fresh copy of the descriptor
+     */
+    OpDescriptorLayout.Descriptor publishedDescriptor(long seq) {
+        return OpDescriptorLayout.Descriptor.read(ownPad, SignalPadLayout.entryLineOffset(rank, seq));
     }
 
     /**

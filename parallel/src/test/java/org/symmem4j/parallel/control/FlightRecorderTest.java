@@ -281,6 +281,9 @@ class FlightRecorderTest {
                 PeerTimeoutException e = assertInstanceOf(PeerTimeoutException.class, thrown[r], "rank " + r);
                 assertTrue(e.getMessage().contains("rank 2 last entered all-reduce#0"), e.getMessage());
                 assertTrue(e.getMessage().contains("ranks 0-1 at all-reduce#1"), e.getMessage());
+                // its entry is written after the entry barrier's wait; a message built inside the wait writes it first
+                assertTrue(e.getMessage().contains("this rank's last collectives: all-reduce#0 COMPLETED, all-reduce#1"
+                        + " SCHEDULED"), e.getMessage());
             }
             assertInstanceOf(PeerTimeoutException.class, thrown[2], "rank 2 finds the group aborted");
             List<Path> dumps;
@@ -299,6 +302,14 @@ class FlightRecorderTest {
                 assertEquals(1.0, last.get("seq"), f + ": the failed collective is all-reduce#1");
                 assertEquals("FAILED", last.get("state"), f.toString());
                 assertEquals("COMPLETED", ops.get(ops.size() - 2).get("state"), f.toString());
+                if ((Double) json.get("rank") < 2) {
+                    // arrived and waited: the failure path wrote the entry from the descriptor it published
+                    assertEquals("all_reduce", last.get("kind"), f + ": " + last);
+                    assertEquals(256.0, last.get("count"), f + ": " + last);
+                    assertEquals("TWO_SHOT", last.get("algorithm"), f + ": " + last);
+                } else {
+                    assertNull(last.get("kind"), f + ": rank 2 never arrived at #1: " + last);
+                }
             }
             assertEquals(List.of(0.0, 1.0, 2.0), ranks.stream().sorted().toList());
         } finally {
