@@ -342,7 +342,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             start.skip(batches, b -> 0); // the pipeline's checkpoints record batches, not their examples
             return l;
         }, reset);
-        replicas.takeModelIfChanged(model);
+        withExchange(e -> replicas.takeModelIfChanged(model, e));
         if (!listeners.isEmpty()) {
             model.ensureGradientView();
             model.exposeGradientView();
@@ -517,8 +517,9 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     }
 
     private void writeCheckpoint(Path dir, long batchesInEpoch) throws IOException {
-        PipelineCheckpoints.save(dir, split, model, stages, group, shape.ranks(), new CheckpointDirectory.Counters(step,
-                model.epochCount(), model.iterationCount(), batchesInEpoch, stages.size()));
+        PipelineCheckpoints.save(dir, split, model, replicas, group, group == null ? null : exchange(), shape.ranks(),
+                new CheckpointDirectory.Counters(step, model.epochCount(), model.iterationCount(), batchesInEpoch,
+                        PipelineCheckpoints.files(replicas)));
     }
 
     /**
@@ -540,7 +541,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         requireUsable();
         replicas.refuseWithTensorParallel("saveCheckpoint");
         model.requireWhole("saveCheckpoint");
-        replicas.takeModelIfChanged(model);
+        withExchange(e -> replicas.takeModelIfChanged(model, e));
         writeCheckpoint(dir, 0);
     }
 
@@ -565,7 +566,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         requireUsable();
         replicas.refuseWithTensorParallel("restoreCheckpoint");
         model.requireWhole("restoreCheckpoint");
-        CheckpointDirectory.Counters c = PipelineCheckpoints.restore(dir, split, model, replicas.all(), group,
+        CheckpointDirectory.Counters c = PipelineCheckpoints.restore(dir, split, model, replicas, group,
                 group == null ? null : exchange(), shape.ranks());
         if (c != null) {
             step = c.step();

@@ -432,9 +432,7 @@ public final class PipelineParallelTrainerBuilder
         if (tensorParallel > 1) {
             refuseWithTensorParallel();
         }
-        PipelineZero.check(sharding, dataParallel, tensorParallel, options().group() != null ? "group mode"
-                : options().checkpointSchedule() != null ? "checkpointEvery(...)"
-                : options().resumeRoot() != null ? "resumeFrom(...)" : null, network);
+        PipelineZero.check(sharding, dataParallel, tensorParallel, options().group(), network);
         int stageCount = Math.multiplyExact(ranks, stagesPerRank);
         int layers = network.getLayerWiseConfigurations().getConfs().size();
         if (stageCount > layers) {
