@@ -100,7 +100,10 @@ final class PipelineCheckpoints {
                                                              GroupExchange exchange, int pipelineRanks)
             throws IOException {
         List<Dl4jPipelineStage> stages = replicas.first();
-        int blocks = replicas.shardedState() ? replicas.dataParallel() : 1;
+        // read in the cut it was saved in (a file per stage, or per stage and replica: any dp, sharded or not), into
+        // the stages' whole state, which each replica's block takes afterwards (withWholeState)
+        int saved = CheckpointDirectory.savedRanks(dir);
+        int blocks = saved > 0 && saved % stages.size() == 0 ? saved / stages.size() : files(replicas) / stages.size();
         List<ShardedCheckpoints.Shard> shards = shards(split, model, stages, s -> true);
         // a rank reads the shards of the stages it holds; the others' arrive from their ranks in restoreFrom's gather:
         // their files are still checked against their layouts, and nothing is read into their hollow state
@@ -110,8 +113,8 @@ final class PipelineCheckpoints {
         List<List<ShardedCheckpoints.Shard>> byStage = held.stream().map(x -> blocks == 1 ? List.of(x)
                 : PipelineZero.blocksOf(x, stages.get(x.rank()).network(), blocks, -1)).toList();
         List<ShardedCheckpoints.Shard> read = byStage.stream().flatMap(List::stream).toList();
-        ShardedCheckpoints.Restored saved = ShardedCheckpoints.restore(dir, stages.size() * blocks, read, model.model(),
-                WORDS, reads(read), agreement(group));
+        ShardedCheckpoints.Restored restored = ShardedCheckpoints.restore(dir, stages.size() * blocks, read,
+                model.model(), WORDS, reads(read), agreement(group));
         if (blocks > 1) {
             for (int s = 0; s < stages.size(); s++) {
                 MultiLayerNetwork stage = stages.get(s).network();
@@ -121,8 +124,8 @@ final class PipelineCheckpoints {
                 }
             }
         }
-        model.restoreFrom(saved.model(), replicas.all(), exchange, pipelineRanks);
-        return saved.counters();
+        model.restoreFrom(restored.model(), replicas.all(), exchange, pipelineRanks);
+        return restored.counters();
     }
 
     /**

@@ -1,7 +1,6 @@
 package org.symmem4j.dl4j.pipeline;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.File;
@@ -25,7 +24,8 @@ import org.symmem4j.dl4j.train.CheckpointDirectory;
  * replica's block of each stage's updater state is a shard file of its own ({@code stages x dp} files) beside the
  * consolidated {@code model.zip}, and a run that "dies", resumes in a fresh trainer from the newest complete checkpoint
  * and trains on equals the uninterrupted unsharded run bitwise (parameters, updater state, counters), on threads and in
- * group mode (one trainer per rank). A sharded checkpoint in a trainer without sharding is refused with the fix.
+ * group mode (one trainer per rank). A checkpoint is read in the cut it was saved in: a trainer with or without
+ * sharding resumes from either.
  */
 class PipelineZeroCheckpointTest {
 
@@ -106,17 +106,31 @@ class PipelineZeroCheckpointTest {
         assertEquals(mlp().getUpdater(true).getStateViewArray().length(),
                 consolidated.getUpdater().getStateViewArray().length(), "model.zip: the whole updater state");
 
+        // the blocks are read in the cut they were saved in: a trainer without sharding resumes from them too
+        MultiLayerNetwork unsharded = halved();
+        resume(PipelineParallelTrainer.builder(unsharded).ranks(PP).dataParallel(DP).microbatches(2)
+                .ompThreadsPerRank(1).resumeFrom(root), unsharded, data);
+        PipelineNets.assertSameState(reference, unsharded, "an unsharded trainer resumed from the blocks");
+
         MultiLayerNetwork resumed = halved();
         resume(sharded(resumed).ranks(PP).checkpointEvery(2, root).resumeFrom(root), resumed, data);
         PipelineNets.assertSameState(reference, resumed, "resumed on threads vs the uninterrupted unsharded run");
+    }
 
-        // the blocks are this cut's: a trainer without sharding is refused, before anything changes, with the fix
-        MultiLayerNetwork unsharded = halved();
-        Exception e = assertThrows(Exception.class, () -> PipelineParallelTrainer.builder(unsharded).ranks(PP)
-                .dataParallel(DP).microbatches(2).resumeFrom(root).build());
-        System.out.println("sharded checkpoint into an unsharded trainer: " + e);
-        assertTrue(String.valueOf(e.getMessage()).contains("fix"), "the refusal says the fix: " + e.getMessage());
-        assertTrue(PipelineNets.bitwiseEqual(halved().params(), unsharded.params()), "the refused model is unchanged");
+    @Test
+    void aShardedTrainerResumesFromAnUnshardedCheckpoint(@TempDir Path root) {
+        List<DataSet> data = data();
+        MultiLayerNetwork reference = uninterrupted(data);
+        trainAndDie(PipelineParallelTrainer.builder(mlp()).ranks(PP).dataParallel(DP).microbatches(2)
+                .ompThreadsPerRank(1).checkpointEvery(2, root), data);
+        MultiLayerNetwork resumed = halved();
+        try (PipelineParallelTrainer trainer = sharded(resumed).ranks(PP).resumeFrom(root).build()) {
+            assertEquals(4, trainer.resumedFrom().counters().step(), "resumed from step 4");
+            for (int e = resumed.getEpochCount(); e < EPOCHS; e++) {
+                trainer.fit(new BatchListIterator(data));
+            }
+        }
+        PipelineNets.assertSameState(reference, resumed, "a sharded trainer resumed from a file per stage");
     }
 
     @Test
