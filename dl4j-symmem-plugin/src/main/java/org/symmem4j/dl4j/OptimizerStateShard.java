@@ -9,9 +9,11 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.TransportCapabilities;
 
 /**
  * ZeRO stage 1 ({@link ZeroStage#OPTIMIZER_STATE}) for one network among data-parallel replicas that each hold all of
@@ -53,7 +55,9 @@ public final class OptimizerStateShard implements AutoCloseable {
     /**
      * Shards {@code network}'s updater state over {@code comm}'s group: takes this replica's block of DL4J's current
      * state, then replaces DL4J's updater (and its full state) by the shard's. Collective over the group (the network's
-     * gradient view is registered as symmetric memory): every replica calls it with its own network, all alike.
+     * gradient view is registered as symmetric memory; on a transport that cannot register, as the processes of one
+     * machine, it is moved into symmetric memory instead, zeroed: call it before the gradient view is written): every
+     * replica calls it with its own network, all alike.
      *
      * @param network a replica of the network: the same configuration and updater state on every rank
      * @param comm    the replicas' communicator (not closed here)
@@ -62,12 +66,27 @@ public final class OptimizerStateShard implements AutoCloseable {
     public static OptimizerStateShard install(MultiLayerNetwork network, Communicator comm) {
         ModelReplica replica = ModelReplica.of(network);
         BaseMultiLayerUpdater<?> dl4j = replica.dl4jUpdater();
-        UpdaterLayout layout = UpdaterLayout.of(dl4j, network.numParams());
+        INDArray initialState = dl4j.getStateViewArray();
         INDArray view = replica.gradientView();
-        SymmetricMemory gradients = SymmetricMemory.register(comm.group(), ModelReplica.segmentOf(view));
+        Group group = comm.group();
+        SymmetricMemory gradients;
+        if (group.transport().capabilities(group).supports(TransportCapabilities.Capability.REGISTER)) {
+            gradients = SymmetricMemory.register(group, ModelReplica.segmentOf(view));
+        } else {
+            // processes (/dev/shm): no private buffer can be shared, so the gradient view moves into symmetric memory
+            // (zeroed; the caller writes the step's gradient after install), as the wrapper's gradientHome; DL4J's
+            // updater keeps views of the old one, so it is dropped first and rebuilt over the new view
+            long bytes = view.length() * view.dataType().width();
+            gradients = SymmetricMemory.allocate(group, Math.max(64, bytes));
+            initialState = initialState == null ? null : initialState.dup();
+            network.setUpdater(null);
+            replica.placeGradientView(gradients.local().asSlice(0, bytes));
+            dl4j = replica.dl4jUpdater();
+        }
+        UpdaterLayout layout = UpdaterLayout.of(dl4j, network.numParams());
         // stage 1 without the synchronizer: the caller has summed the gradient over the replicas already
         ShardedUpdater sharded = new ShardedUpdater(ZeroStage.OPTIMIZER_STATE, layout, replica, comm, gradients, null,
-                dl4j.getStateViewArray());
+                initialState);
         replica.installUpdater(sharded);
         return new OptimizerStateShard(network, replica, sharded, gradients);
     }

@@ -432,7 +432,7 @@ public final class PipelineParallelTrainerBuilder
         if (tensorParallel > 1) {
             refuseWithTensorParallel();
         }
-        PipelineZero.check(sharding, dataParallel, tensorParallel, options().group(), network);
+        PipelineZero.check(sharding, dataParallel, tensorParallel, network);
         int stageCount = Math.multiplyExact(ranks, stagesPerRank);
         int layers = network.getLayerWiseConfigurations().getConfs().size();
         if (stageCount > layers) {

@@ -11,8 +11,6 @@ import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.dl4j.OptimizerStateShard;
 import org.symmem4j.dl4j.ShardedCheckpoints;
 import org.symmem4j.dl4j.ZeroStage;
-import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.TransportCapabilities;
 
 /**
  * ZeRO on the pipeline's data-parallel axis ({@link PipelineParallelTrainerBuilder#sharding}): stage 1
@@ -28,13 +26,10 @@ final class PipelineZero {
     }
 
     /**
-     * Refuses at build() what pipeline sharding does not build: stages 2 and 3, one replica, tensor parallelism,
-     * BatchNorm layers, and, in group mode, a transport that cannot register a stage's gradient view as symmetric
-     * memory (the update's in-place all-gather runs on it).
-     *
-     * @param group the trainer's group in group mode, or null in thread mode
+     * Refuses at build() what pipeline sharding does not build: stages 2 and 3, one replica, tensor parallelism and
+     * BatchNorm layers.
      */
-    static void check(ZeroStage stage, int dataParallel, int tensorParallel, Group group, MultiLayerNetwork network) {
+    static void check(ZeroStage stage, int dataParallel, int tensorParallel, MultiLayerNetwork network) {
         if (stage == null) {
             return;
         }
@@ -53,14 +48,6 @@ final class PipelineZero {
             throw new IllegalArgumentException("sharding(" + stage + ") with tensorParallel(" + tensorParallel
                     + ", ...): not built yet; expected a pipeline without tensor parallelism"
                     + " (fix: drop sharding(...), or drop tensorParallel)");
-        }
-        if (group != null && !group.transport().capabilities(group).supports(TransportCapabilities.Capability.REGISTER)) {
-            throw new IllegalArgumentException("sharding(" + stage + ") in group mode on transport "
-                    + group.transport().name() + ": not built yet (its ranks cannot register a stage's gradient view as"
-                    + " symmetric memory, where the update is all-gathered in place); expected a transport that"
-                    + " registers buffers (in-JVM threads) (fix: drop sharding(...), or train the ranks as threads of"
-                    + " one JVM: PipelineParallelTrainer.builder(model).ranks(pp).dataParallel(dp)"
-                    + ".sharding(ZeroStage.OPTIMIZER_STATE))");
         }
         List<Layer> layers = network.getLayerWiseConfigurations().getConfs().stream().map(c -> c.getLayer()).toList();
         for (int i = 0; i < layers.size(); i++) {

@@ -3,8 +3,13 @@ package org.symmem4j.dl4j.pipeline;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
 import java.util.stream.Stream;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -17,6 +22,11 @@ import org.nd4j.linalg.learning.config.IUpdater;
 import org.nd4j.linalg.learning.config.Nesterovs;
 import org.symmem4j.dl4j.BatchListIterator;
 import org.symmem4j.dl4j.ZeroStage;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.TransportCapabilities;
+import org.symmem4j.parallel.group.ProcessGroup;
+import org.symmem4j.parallel.group.ProcessGroupConfig;
+import org.symmem4j.parallel.rendezvous.StoreSecret;
 
 /**
  * ZeRO stage 1 on the pipeline's dp axis in group mode ({@code .group(group)}, one trainer per rank of a
@@ -104,5 +114,51 @@ class PipelineZeroGroupModeTest {
                     + " updater state once (each rank holds its block only)");
         }
         assertTrue(!PipelineNets.bitwiseEqual(base.params(), plain.copied().params()), "training changed the parameters");
+    }
+
+    /**
+     * The ranks as members of a {@link ProcessGroup} on the {@code /dev/shm} transport (threads of this JVM here, as
+     * one JVM per rank joins it under the launcher), which cannot register a stage's gradient view: the view moves into
+     * symmetric memory at the first step, and the result is still bitwise the unsharded pipeline's.
+     */
+    @org.junit.jupiter.api.Test
+    void ranksOfAProcessGroupOnDevShmShardBitwiseLikeTheUnshardedPipeline() throws Exception {
+        MultiLayerNetwork base = PipelineNets.mlp(new Adam(0.01), 1e-3, DataType.DOUBLE, WIDTHS);
+        List<DataSet> data = PipelineNets.batches(11, 4, 16, WIDTHS[0], WIDTHS[WIDTHS.length - 1], DataType.DOUBLE);
+        MultiLayerNetwork plainModel = base.clone();
+        Run plain = run(base, PipelineParallelTrainer.builder(plainModel).ranks(PP).dataParallel(DP).microbatches(2)
+                .schedule(PipelineSchedule.ONE_F_ONE_B), plainModel, data);
+        int port;
+        try (java.net.ServerSocket free = new java.net.ServerSocket(0)) {
+            port = free.getLocalPort();
+        }
+        String runId = "pipeline-zero-shm-" + ProcessHandle.current().pid() + "-" + System.nanoTime();
+        GroupOptions options = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
+        byte[] secret = "pipeline-zero-group-mode-test".getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        ExecutorService pool = Executors.newFixedThreadPool(DP * PP);
+        try {
+            List<Future<Run>> ranks = new ArrayList<>();
+            for (int r = 0; r < DP * PP; r++) {
+                ProcessGroupConfig config = new ProcessGroupConfig(r, DP * PP, r, "127.0.0.1", port, runId);
+                ranks.add(pool.submit(() -> {
+                    try (ProcessGroup group = ProcessGroup.join(config, options, StoreSecret.of(secret))) {
+                        assertTrue(!group.transport().capabilities(group).supports(
+                                TransportCapabilities.Capability.REGISTER), "a transport that cannot register");
+                        MultiLayerNetwork mine = base.clone();
+                        return run(base, PipelineParallelTrainer.builder(mine).group(group).dataParallel(DP)
+                                .microbatches(2).schedule(PipelineSchedule.ONE_F_ONE_B)
+                                .sharding(ZeroStage.OPTIMIZER_STATE), mine, data);
+                    }
+                }));
+            }
+            for (int r = 0; r < ranks.size(); r++) {
+                Run o = ranks.get(r).get(180, TimeUnit.SECONDS);
+                PipelineNets.assertSameState(plain.copied(), o.copied(), "/dev/shm rank " + r + " copyParametersTo");
+                PipelineNets.assertSameState(plain.model(), o.model(), "/dev/shm rank " + r + " the builder's model");
+                assertEquals(plain.losses(), o.losses(), "/dev/shm rank " + r + ": every step's loss");
+            }
+        } finally {
+            pool.shutdownNow();
+        }
     }
 }
