@@ -26,7 +26,8 @@ import org.symmem4j.parallel.TransportCapabilities;
  * <p>While installed, the network's updater is the shard's ({@code getUpdater().getStateViewArray()} is the shard's
  * state, 1/N of DL4J's), and DL4J's full updater state is not held. {@link #materialize} gives the network DL4J's own
  * updater back, its state written from every shard, for a hand-over of the whole state (the model after fit);
- * {@link #shardAgain} takes it back into the shard.
+ * {@link #shardAgain} takes it back into the shard. In group mode the caller gathers the whole state over the group
+ * ({@link #sumOfBlocks} of every rank's {@link #exportBlock}) and gives it to {@link #materialize(INDArray)}.
  *
  * <p>Not thread-safe: {@link #step} runs on the replica's thread; {@link #materialize} and {@link #shardAgain} while
  * every replica is idle.

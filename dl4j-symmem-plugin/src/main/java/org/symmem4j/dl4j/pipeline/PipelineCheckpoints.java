@@ -21,11 +21,14 @@ import org.symmem4j.parallel.Group;
  * {@code model.zip}, the whole network (or chain graph) with its full updater state, which plain DL4J loads with
  * {@code ModelSerializer}. A checkpoint belongs to a split, not to a rank layout: it restores into any trainer whose
  * stages are the same layers of the same network (the rank count, schedule and data parallelism may differ); another
- * split or stage count is refused, naming the stage and its expected and found bounds.
+ * split or stage count is refused, naming the stage and its expected and found bounds. With ZeRO stage 1 on the dp
+ * axis ({@link PipelineZero}) each stage's shard is cut into its replicas' blocks, a file each ({@code stages x dp}
+ * files); a restore reads a checkpoint in the cut the manifest names, so either kind restores into a trainer with or
+ * without sharding.
  *
  * <p>Who writes what: in thread mode this process writes every file; in group mode each rank of replica 0 writes its
  * own stages' files (the model, which rank 0 writes as {@code model.zip}, gathered the stages after {@code fit}), the
- * other replicas' ranks only join the agreement. On restore each rank reads the shards of the stages it holds (the
+ * other replicas' ranks only join the agreement (with ZeRO every rank writes its own blocks of its stages). On restore each rank reads the shards of the stages it holds (the
  * files must be where every rank sees them), then every rank's model gathers each stage from the rank that read it,
  * so every rank's model holds the whole restored network and no rank more than its own stages.
  */

@@ -524,7 +524,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     /**
      * Saves a checkpoint into {@code dir} (created when absent), of what the next {@code fit} would train from:
-     * one shard file per stage with its updater state, {@code model.zip}, the whole network (or graph) with its
+     * one shard file per stage with its updater state (per stage and dp replica, its block, with {@code sharding}),
+     * {@code model.zip}, the whole network (or graph) with its
      * updater state, which plain DL4J loads with {@code ModelSerializer.restoreMultiLayerNetwork(file, true)}
      * ({@link PipelineCheckpoints}), and last {@code manifest.properties}, the step and counters and every file's size
      * and CRC-32C ({@link CheckpointDirectory}); every file is written to a temporary name, forced to disk and renamed.

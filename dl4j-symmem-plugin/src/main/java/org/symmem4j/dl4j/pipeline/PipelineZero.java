@@ -18,7 +18,9 @@ import org.symmem4j.dl4j.ZeroStage;
  * stage's parameters ({@link OptimizerStateShard}, installed by each stage at its first step). This class holds what
  * is refused at build() and the hand-over of the whole state: the model takes (and gives) the stages' whole updater
  * state, so around those copies each stage's shards are gathered into DL4J's updater of the replicas concerned
- * ({@link #withWholeState}) and taken back afterwards.
+ * ({@link #withWholeState} in thread mode, from the shards in this process; {@link #withWholeStateInGroup} in group
+ * mode, over the group) and taken back afterwards; and the cut of a stage's checkpoint shard into its replicas'
+ * blocks ({@link #blocksOf}), a file each.
  */
 final class PipelineZero {
 
