@@ -1,13 +1,19 @@
 package org.symmem4j.dl4j;
 
+import java.lang.foreign.MemorySegment;
+import java.util.ArrayList;
 import java.util.List;
+import java.util.function.Consumer;
 import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.deeplearning4j.nn.updater.BaseMultiLayerUpdater;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.ShardPartition;
 import org.symmem4j.parallel.Invariants;
 import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.TransportCapabilities;
 
 /**
  * ZeRO stage 1 ({@link ZeroStage#OPTIMIZER_STATE}) for one network among data-parallel replicas that each hold all of
@@ -20,7 +26,8 @@ import org.symmem4j.parallel.SymmetricMemory;
  * <p>While installed, the network's updater is the shard's ({@code getUpdater().getStateViewArray()} is the shard's
  * state, 1/N of DL4J's), and DL4J's full updater state is not held. {@link #materialize} gives the network DL4J's own
  * updater back, its state written from every shard, for a hand-over of the whole state (the model after fit);
- * {@link #shardAgain} takes it back into the shard.
+ * {@link #shardAgain} takes it back into the shard. In group mode the caller gathers the whole state over the group
+ * ({@link #sumOfBlocks} of every rank's {@link #exportBlock}) and gives it to {@link #materialize(INDArray)}.
  *
  * <p>Not thread-safe: {@link #step} runs on the replica's thread; {@link #materialize} and {@link #shardAgain} while
  * every replica is idle.
@@ -49,7 +56,9 @@ public final class OptimizerStateShard implements AutoCloseable {
     /**
      * Shards {@code network}'s updater state over {@code comm}'s group: takes this replica's block of DL4J's current
      * state, then replaces DL4J's updater (and its full state) by the shard's. Collective over the group (the network's
-     * gradient view is registered as symmetric memory): every replica calls it with its own network, all alike.
+     * gradient view is registered as symmetric memory; on a transport that cannot register, as the processes of one
+     * machine, it is moved into symmetric memory instead, zeroed: call it before the gradient view is written): every
+     * replica calls it with its own network, all alike.
      *
      * @param network a replica of the network: the same configuration and updater state on every rank
      * @param comm    the replicas' communicator (not closed here)
@@ -58,12 +67,27 @@ public final class OptimizerStateShard implements AutoCloseable {
     public static OptimizerStateShard install(MultiLayerNetwork network, Communicator comm) {
         ModelReplica replica = ModelReplica.of(network);
         BaseMultiLayerUpdater<?> dl4j = replica.dl4jUpdater();
-        UpdaterLayout layout = UpdaterLayout.of(dl4j, network.numParams());
+        INDArray initialState = dl4j.getStateViewArray();
         INDArray view = replica.gradientView();
-        SymmetricMemory gradients = SymmetricMemory.register(comm.group(), ModelReplica.segmentOf(view));
+        Group group = comm.group();
+        SymmetricMemory gradients;
+        if (group.transport().capabilities(group).supports(TransportCapabilities.Capability.REGISTER)) {
+            gradients = SymmetricMemory.register(group, ModelReplica.segmentOf(view));
+        } else {
+            // processes (/dev/shm): no private buffer can be shared, so the gradient view moves into symmetric memory
+            // (zeroed; the caller writes the step's gradient after install), as the wrapper's gradientHome; DL4J's
+            // updater keeps views of the old one, so it is dropped first and rebuilt over the new view
+            long bytes = view.length() * view.dataType().width();
+            gradients = SymmetricMemory.allocate(group, Math.max(64, bytes));
+            initialState = initialState == null ? null : initialState.dup();
+            network.setUpdater(null);
+            replica.placeGradientView(gradients.local().asSlice(0, bytes));
+            dl4j = replica.dl4jUpdater();
+        }
+        UpdaterLayout layout = UpdaterLayout.of(dl4j, network.numParams());
         // stage 1 without the synchronizer: the caller has summed the gradient over the replicas already
         ShardedUpdater sharded = new ShardedUpdater(ZeroStage.OPTIMIZER_STATE, layout, replica, comm, gradients, null,
-                dl4j.getStateViewArray());
+                initialState);
         replica.installUpdater(sharded);
         return new OptimizerStateShard(network, replica, sharded, gradients);
     }
@@ -132,6 +156,129 @@ public final class OptimizerStateShard implements AutoCloseable {
             }
             s.materialized = true;
         }
+    }
+
+    /** {@return the elements of DL4J's whole updater state of the network: every replica's blocks together} */
+    public long wholeStateLength() {
+        return sharded.layout().stateCount();
+    }
+
+    /**
+     * Writes this replica's block of the state into {@code whole}, DL4J's whole updater-state layout of the network
+     * (the other replicas' elements are left alone). Not collective.
+     *
+     * @param whole an array of {@link #wholeStateLength()} elements of the network's type
+     */
+    public void exportBlock(INDArray whole) {
+        sharded.exportState(whole);
+    }
+
+    /**
+     * As {@link #materialize(List, List)} for a group whose replicas are not all in this process (group mode): the
+     * network gets DL4J's own updater again, its state {@code whole}, which the caller gathered from every replica
+     * ({@link #sumOfBlocks}). Not collective; {@link #shardAgain} takes the block back.
+     *
+     * @param whole DL4J's whole updater state of the network, {@link #wholeStateLength()} elements
+     */
+    public void materialize(INDArray whole) {
+        if (materialized) {
+            throw Invariants.violated("materialize while the network already holds DL4J's updater (shardAgain first)");
+        }
+        network.setUpdater(null);
+        INDArray full = network.getUpdater(true).getStateViewArray(); // DL4J's updater with its whole state view
+        if (full != null) {
+            if (full.length() != whole.length() || full.dataType() != whole.dataType()) {
+                throw Invariants.violated("whole updater state: expected " + full.length() + " x " + full.dataType()
+                        + ", found " + whole.length() + " x " + whole.dataType());
+            }
+            MemorySegment.copy(ModelReplica.segmentOf(whole), 0, ModelReplica.segmentOf(full), 0,
+                    full.length() * full.dataType().width()); // the bits as gathered, NaN payloads and -0.0 included
+        }
+        materialized = true;
+    }
+
+    /**
+     * The sum over ranks of arrays in which every element has one owner, bitwise as the owner wrote it: {@code whole}
+     * (contiguous) is filled with -0.0, {@code writeOwn} writes this rank's elements (its blocks, or nothing), and
+     * {@code sum} adds every rank's array in place; x + -0.0 == x exactly, -0.0 and NaN included (as
+     * {@code gatherFullState} of the wrapper's group mode). Collective as {@code sum} is.
+     *
+     * @param whole    a contiguous array, overwritten with the gathered elements
+     * @param writeOwn writes this rank's elements into the array it is given
+     * @param sum      the in-place sum over the ranks, in rank order, of the array it is given
+     */
+    public static void sumOfBlocks(INDArray whole, Consumer<INDArray> writeOwn, Consumer<INDArray> sum) {
+        ShardedUpdater.fillNegativeZero(ModelReplica.segmentOf(whole), ModelReplica.dtypeOf(whole.dataType()),
+                whole.length());
+        writeOwn.accept(whole);
+        sum.accept(whole);
+    }
+
+    /**
+     * Replica {@code replica}'s block of {@code network}'s state as ZeRO stage 1 over {@code replicas} cuts it (the
+     * block {@link #install} keeps on that rank): its parameter range and where its state lies in DL4J's whole
+     * updater state, for checkpoints that save and read each replica's block on its own.
+     *
+     * @param paramStart the block's first parameter
+     * @param paramEnd   one past its last parameter
+     * @param stateRuns  {@code {start, length}} runs of DL4J's whole state, in the order the block keeps them
+     */
+    public record Block(long paramStart, long paramEnd, List<long[]> stateRuns) {
+        public Block {
+            stateRuns = List.copyOf(stateRuns);
+        }
+
+        /** {@return the block's state elements} */
+        public long stateElements() {
+            long n = 0;
+            for (long[] r : stateRuns) {
+                n += r[1];
+            }
+            return n;
+        }
+
+        /** Copies the block's state out of DL4J's whole state {@code whole} into {@code block}, contiguous. */
+        public void copyOut(INDArray whole, INDArray block) {
+            copy(whole, block, true);
+        }
+
+        /** Copies {@code block} (contiguous) into its runs of DL4J's whole state {@code whole}. */
+        public void copyIn(INDArray block, INDArray whole) {
+            copy(whole, block, false);
+        }
+
+        private void copy(INDArray whole, INDArray block, boolean out) {
+            MemorySegment w = ModelReplica.segmentOf(whole);
+            MemorySegment b = ModelReplica.segmentOf(block);
+            long width = whole.dataType().width();
+            long at = 0;
+            for (long[] r : stateRuns) {
+                if (out) {
+                    MemorySegment.copy(w, r[0] * width, b, at * width, r[1] * width);
+                } else {
+                    MemorySegment.copy(b, at * width, w, r[0] * width, r[1] * width);
+                }
+                at += r[1];
+            }
+        }
+    }
+
+    /**
+     * Replica {@code replica}'s block of ZeRO stage 1 over {@code replicas} (see {@link Block}).
+     *
+     * @param network  the network, holding DL4J's own updater (not sharded now, or materialized)
+     * @param replicas the replicas the state is cut over
+     * @param replica  the replica, {@code 0 .. replicas - 1}
+     * @return the block
+     */
+    public static Block blockOf(MultiLayerNetwork network, int replicas, int replica) {
+        ModelReplica r = ModelReplica.of(network);
+        UpdaterLayout layout = UpdaterLayout.of(r.dl4jUpdater(), network.numParams());
+        ShardPartition partition = ShardPartition.of(network.numParams(), replicas,
+                ModelReplica.dtypeOf(network.params().dataType()));
+        long from = partition.start(replica);
+        long to = partition.end(replica);
+        return new Block(from, to, new ArrayList<>(ShardedUpdater.stateRuns(layout, from, to)));
     }
 
     /**

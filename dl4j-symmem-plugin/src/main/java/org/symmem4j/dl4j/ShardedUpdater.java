@@ -510,17 +510,42 @@ final class ShardedUpdater {
         DType type = ModelReplica.dtypeOf(fullState.dataType());
         try (SymmetricMemory all = SymmetricMemory.allocate(comm.group(), Math.max(64, type.bytes(n)))) {
             MemorySegment mine = all.local().asSlice(0, type.bytes(n));
-            for (long i = 0; i < n; i++) { // -0.0, bit for bit (a sign bit alone)
-                switch (type) {
-                    case FLOAT64 -> mine.setAtIndex(ValueLayout.JAVA_LONG, i, Long.MIN_VALUE);
-                    case FLOAT32 -> mine.setAtIndex(ValueLayout.JAVA_INT, i, Integer.MIN_VALUE);
-                    case BFLOAT16 -> mine.setAtIndex(ValueLayout.JAVA_SHORT, i, Short.MIN_VALUE);
-                }
-            }
+            fillNegativeZero(mine, type, n);
             exportState(ModelReplica.arrayOver(mine, fullState.dataType(), n).reshape(fullState.shape()));
             comm.allReduce(all, 0, n, type, ReduceOp.SUM, AlgorithmPolicy.oneShotWhereItRuns(comm, n, type, ReduceOp.SUM));
             MemorySegment.copy(mine, 0, ModelReplica.segmentOf(fullState), 0, type.bytes(n));
         }
+    }
+
+    /**
+     * Fills {@code n} elements of {@code segment} with -0.0, bit for bit (a sign bit alone): the start of a sum over
+     * ranks in which every element has one owner ({@link #gatherFullState}), since x + -0.0 == x exactly.
+     */
+    static void fillNegativeZero(MemorySegment segment, DType type, long n) {
+        for (long i = 0; i < n; i++) {
+            switch (type) {
+                case FLOAT64 -> segment.setAtIndex(ValueLayout.JAVA_LONG, i, Long.MIN_VALUE);
+                case FLOAT32 -> segment.setAtIndex(ValueLayout.JAVA_INT, i, Integer.MIN_VALUE);
+                case BFLOAT16 -> segment.setAtIndex(ValueLayout.JAVA_SHORT, i, Short.MIN_VALUE);
+            }
+        }
+    }
+
+    /**
+     * Where the state of parameters {@code [from, to)} lies in DL4J's full updater state of {@code layout}, in the
+     * order a shard of that range keeps it contiguously (block by block, per block one run per state array: Adam's m,
+     * then v): {@code {start, length}} pairs, as {@link #forEachStateRun} walks a shard's pieces.
+     */
+    static List<long[]> stateRuns(UpdaterLayout layout, long from, long to) {
+        List<long[]> runs = new ArrayList<>();
+        for (UpdaterLayout.Block block : layout.blocks()) {
+            long a = Math.max(block.start(), from);
+            long b = Math.min(block.end(), to);
+            for (int j = 0; a < b && j < block.statesPerParam(); j++) {
+                runs.add(new long[] {block.stateStart() + j * block.length() + (a - block.start()), b - a});
+            }
+        }
+        return runs;
     }
 
     /** Whether DL4J's full state holds exactly this shard's state, bitwise. */

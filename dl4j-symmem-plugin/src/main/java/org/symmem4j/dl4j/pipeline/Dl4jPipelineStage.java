@@ -528,15 +528,17 @@ public final class Dl4jPipelineStage implements StageCompute {
         int iteration = network.getIterationCount();
         int epoch = network.getEpochCount();
         if (accumulatedGradient != null) {
+            if (shardOptimizerState && dataParallel != null && optimizerShard == null) {
+                // collective over the replicas, which all reach their first step here; before the gradient view is
+                // written: on processes it moves into symmetric memory
+                optimizerShard = OptimizerStateShard.install(network, dataParallel.communicator());
+            }
             INDArray gradient = network.getGradientsViewArray();
             gradient.assign(accumulatedGradient);
             for (BatchNormRunningStats bn : batchNorms) {
                 bn.applyInOrder(gradientViews);
             }
-            if (shardOptimizerState && dataParallel != null) {
-                if (optimizerShard == null) { // collective over the replicas, which all reach their first step here
-                    optimizerShard = OptimizerStateShard.install(network, dataParallel.communicator());
-                }
+            if (optimizerShard != null) {
                 optimizerShard.step(examples, iteration, epoch); // this replica's block, then the update all-gathered
             } else {
                 network.getUpdater(true).update(network, gradientViews, iteration, epoch, Math.toIntExact(examples),

@@ -364,6 +364,15 @@ final class GroupExchange implements AutoCloseable {
         }
     }
 
+    /**
+     * Collective: {@code array} (the same shape on every rank) becomes its sum over the group's ranks, added in rank
+     * order, the same bits on every rank (ZeRO's gather of a stage's updater state from its replicas' blocks,
+     * {@link PipelineZero}).
+     */
+    void sumInPlace(INDArray array) {
+        new ArrayCollectives(communicator).sumInPlace(array);
+    }
+
     private double[][] allGather(double[] mine) {
         long[] words = new long[mine.length];
         for (int i = 0; i < mine.length; i++) {

@@ -21,11 +21,14 @@ import org.symmem4j.parallel.Group;
  * {@code model.zip}, the whole network (or chain graph) with its full updater state, which plain DL4J loads with
  * {@code ModelSerializer}. A checkpoint belongs to a split, not to a rank layout: it restores into any trainer whose
  * stages are the same layers of the same network (the rank count, schedule and data parallelism may differ); another
- * split or stage count is refused, naming the stage and its expected and found bounds.
+ * split or stage count is refused, naming the stage and its expected and found bounds. With ZeRO stage 1 on the dp
+ * axis ({@link PipelineZero}) each stage's shard is cut into its replicas' blocks, a file each ({@code stages x dp}
+ * files); a restore reads a checkpoint in the cut the manifest names, so either kind restores into a trainer with or
+ * without sharding.
  *
  * <p>Who writes what: in thread mode this process writes every file; in group mode each rank of replica 0 writes its
  * own stages' files (the model, which rank 0 writes as {@code model.zip}, gathered the stages after {@code fit}), the
- * other replicas' ranks only join the agreement. On restore each rank reads the shards of the stages it holds (the
+ * other replicas' ranks only join the agreement (with ZeRO every rank writes its own blocks of its stages). On restore each rank reads the shards of the stages it holds (the
  * files must be where every rank sees them), then every rank's model gathers each stage from the rank that read it,
  * so every rank's model holds the whole restored network and no rank more than its own stages.
  */
@@ -38,37 +41,94 @@ final class PipelineCheckpoints {
     private PipelineCheckpoints() {
     }
 
-    /** Saves the stages' state and the model (which holds the same); collective in group mode. */
-    static void save(Path dir, PipelineStageSplit split, PipelineModel model, List<Dl4jPipelineStage> stages,
-                     Group group, int pipelineRanks, CheckpointDirectory.Counters counters) throws IOException {
-        // replica 0's pipeline rank p writes its stages p, p + pp, ...; thread mode writes them all
+    /**
+     * Saves the stages' state and the model (which holds the same); collective in group mode. With ZeRO on the dp axis
+     * ({@link PipelineZero}) each replica's block of each stage is a shard file of its own ({@link PipelineZero#blocksOf}:
+     * {@code stages x dp} files, stage {@code s}'s block {@code d} the file {@code s * dp + d}), which the rank that
+     * keeps it writes; {@code model.zip} holds the whole state, gathered.
+     */
+    static void save(Path dir, PipelineStageSplit split, PipelineModel model, StageReplicas replicas, Group group,
+                     GroupExchange exchange, int pipelineRanks, CheckpointDirectory.Counters counters)
+            throws IOException {
+        List<Dl4jPipelineStage> stages = replicas.first();
+        int blocks = files(replicas) / stages.size();
+        // replica 0's pipeline rank p writes its stages p, p + pp, ... (with blocks every replica its own); thread mode
+        // writes them all
         IntPredicate writes = group == null ? s -> true
-                : s -> group.rank() < pipelineRanks && s % pipelineRanks == group.rank();
-        List<ShardedCheckpoints.Shard> shards = shards(split, model, stages, writes);
-        // another replica's rank writes nothing: replica 0's ranks write the (bitwise equal) stages; it only agrees
-        ShardedCheckpoints.save(dir, stages.size(), shards, group == null || group.rank() == 0, model.model(), counters,
-                agreement(group));
+                : s -> (blocks > 1 || group.rank() < pipelineRanks) && s % pipelineRanks == group.rank() % pipelineRanks;
+        List<ShardedCheckpoints.Shard> shards = new ArrayList<>();
+        replicas.withWholeState(List.of(stages), exchange, () -> {
+            for (ShardedCheckpoints.Shard stage : shards(split, model, stages, writes)) {
+                shards.addAll(blocks == 1 ? List.of(stage) : PipelineZero.blocksOf(stage,
+                        stages.get(stage.rank()).network(), blocks, group == null ? -1 : replicas.ownReplica()));
+            }
+        });
+        // another replica's rank writes nothing but its blocks: replica 0's ranks write the (bitwise equal) stages
+        ShardedCheckpoints.save(dir, stages.size() * blocks, shards, group == null || group.rank() == 0, model.model(),
+                counters, agreement(group));
+    }
+
+    /** {@return the shard files a checkpoint of {@code replicas} has: one per stage, or per stage and replica with ZeRO} */
+    static int files(StageReplicas replicas) {
+        return replicas.first().size() * (replicas.shardedState() ? replicas.dataParallel() : 1);
     }
 
     /**
      * Reads every stage's shard into replica 0's stages, checked first; then the model takes the saved parameters and
      * counters with the stages' restored updater state, and every replica takes the model's state. Collective in
-     * group mode: a failure on any rank makes every rank throw.
+     * group mode: a failure on any rank makes every rank throw. With ZeRO on the dp axis the stages' whole state is
+     * read from their replicas' block files, and each replica then takes its block.
      */
     static CheckpointDirectory.Counters restore(Path dir, PipelineStageSplit split, PipelineModel model,
-                                                List<List<Dl4jPipelineStage>> replicas, Group group,
-                                                GroupExchange exchange, int pipelineRanks) throws IOException {
-        List<Dl4jPipelineStage> stages = replicas.getFirst();
+                                                StageReplicas replicas, Group group, GroupExchange exchange,
+                                                int pipelineRanks) throws IOException {
+        CheckpointDirectory.Counters[] counters = new CheckpointDirectory.Counters[1];
+        IOException[] failed = new IOException[1];
+        replicas.withWholeState(replicas.all(), exchange, () -> {
+            try {
+                counters[0] = restoreWhole(dir, split, model, replicas, group, exchange, pipelineRanks);
+            } catch (IOException e) {
+                failed[0] = e;
+            }
+        });
+        if (failed[0] != null) {
+            throw failed[0];
+        }
+        return counters[0];
+    }
+
+    /** {@link #restore} while every stage holds DL4J's updater with its whole state. */
+    private static CheckpointDirectory.Counters restoreWhole(Path dir, PipelineStageSplit split, PipelineModel model,
+                                                             StageReplicas replicas, Group group,
+                                                             GroupExchange exchange, int pipelineRanks)
+            throws IOException {
+        List<Dl4jPipelineStage> stages = replicas.first();
+        // read in the cut it was saved in (a file per stage, or per stage and replica: any dp, sharded or not), into
+        // the stages' whole state, which each replica's block takes afterwards (withWholeState)
+        int saved = CheckpointDirectory.savedRanks(dir);
+        int blocks = saved > 0 && saved % stages.size() == 0 ? saved / stages.size() : files(replicas) / stages.size();
         List<ShardedCheckpoints.Shard> shards = shards(split, model, stages, s -> true);
         // a rank reads the shards of the stages it holds; the others' arrive from their ranks in restoreFrom's gather:
         // their files are still checked against their layouts, and nothing is read into their hollow state
         List<ShardedCheckpoints.Shard> held = shards.stream().map(x -> stages.get(x.rank()).held() ? x
                 : new ShardedCheckpoints.Shard(x.rank(), x.stage(), x.dataType(), x.paramCount(), x.paramRanges(),
                         x.stateCount(), List.of(), x.layoutHash(), x.iterationCount(), x.epochCount(), null)).toList();
-        ShardedCheckpoints.Restored saved = ShardedCheckpoints.restore(dir, stages.size(), held, model.model(), WORDS,
-                reads(shards), agreement(group));
-        model.restoreFrom(saved.model(), replicas, exchange, pipelineRanks);
-        return saved.counters();
+        List<List<ShardedCheckpoints.Shard>> byStage = held.stream().map(x -> blocks == 1 ? List.of(x)
+                : PipelineZero.blocksOf(x, stages.get(x.rank()).network(), blocks, -1)).toList();
+        List<ShardedCheckpoints.Shard> read = byStage.stream().flatMap(List::stream).toList();
+        ShardedCheckpoints.Restored restored = ShardedCheckpoints.restore(dir, stages.size() * blocks, read,
+                model.model(), WORDS, reads(read), agreement(group));
+        if (blocks > 1) {
+            for (int s = 0; s < stages.size(); s++) {
+                MultiLayerNetwork stage = stages.get(s).network();
+                Updater updater = stage.getUpdater(true);
+                if (stages.get(s).held() && updater != null && updater.getStateViewArray() != null) {
+                    PipelineZero.blocksInto(byStage.get(s), stage, blocks, updater.getStateViewArray());
+                }
+            }
+        }
+        model.restoreFrom(restored.model(), replicas.all(), exchange, pipelineRanks);
+        return restored.counters();
     }
 
     /**

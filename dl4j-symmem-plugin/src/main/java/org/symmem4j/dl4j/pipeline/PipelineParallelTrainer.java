@@ -342,7 +342,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             start.skip(batches, b -> 0); // the pipeline's checkpoints record batches, not their examples
             return l;
         }, reset);
-        replicas.takeModelIfChanged(model);
+        withExchange(e -> replicas.takeModelIfChanged(model, e));
         if (!listeners.isEmpty()) {
             model.ensureGradientView();
             model.exposeGradientView();
@@ -518,17 +518,19 @@ public final class PipelineParallelTrainer implements AutoCloseable {
 
     private void writeCheckpoint(Path dir, long batchesInEpoch) throws IOException {
         CheckpointDirectory.Counters counters = new CheckpointDirectory.Counters(step, model.epochCount(),
-                model.iterationCount(), batchesInEpoch, stages.size());
+                model.iterationCount(), batchesInEpoch, PipelineCheckpoints.files(replicas));
         if (tensorParallel > 1) { // a file per stage shard
             PipelineTensorParallelCheckpoints.save(dir, split, model, replicas, group, shape.ranks(), counters);
         } else {
-            PipelineCheckpoints.save(dir, split, model, stages, group, shape.ranks(), counters);
+            PipelineCheckpoints.save(dir, split, model, replicas, group, group == null ? null : exchange(),
+                    shape.ranks(), counters);
         }
     }
 
     /**
      * Saves a checkpoint into {@code dir} (created when absent), of what the next {@code fit} would train from:
-     * one shard file per stage with its updater state, {@code model.zip}, the whole network (or graph) with its
+     * one shard file per stage with its updater state (per stage and dp replica, its block, with {@code sharding}),
+     * {@code model.zip}, the whole network (or graph) with its
      * updater state, which plain DL4J loads with {@code ModelSerializer.restoreMultiLayerNetwork(file, true)}
      * ({@link PipelineCheckpoints}; with tensor parallelism a file per stage shard, its parameters and updater state,
      * and the shards joined in {@code model.zip}: {@link PipelineTensorParallelCheckpoints}), and last
@@ -546,7 +548,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     public synchronized void saveCheckpoint(Path dir) throws IOException {
         requireUsable();
         model.requireWhole("saveCheckpoint");
-        replicas.takeModelIfChanged(model);
+        withExchange(e -> replicas.takeModelIfChanged(model, e));
         writeCheckpoint(dir, 0);
     }
 
@@ -573,7 +575,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         CheckpointDirectory.Counters c = tensorParallel > 1 // stage shards: PipelineTensorParallelCheckpoints
                 ? PipelineTensorParallelCheckpoints.restore(dir, split, model, replicas, group,
                         group == null ? null : exchange(), shape.ranks())
-                : PipelineCheckpoints.restore(dir, split, model, replicas.all(), group,
+                : PipelineCheckpoints.restore(dir, split, model, replicas, group,
                         group == null ? null : exchange(), shape.ranks());
         if (c != null) {
             step = c.step();

@@ -217,8 +217,9 @@ public final class PipelineParallelTrainerBuilder
      * update is all-gathered, so every replica subtracts the same whole update: bitwise the unsharded pipeline's
      * training. The blocks are cut at the first step; {@link PipelineParallelTrainer#modelBytesHeld()} counts each
      * replica's block from then on. The model given to the builder still gets the whole updater state after each
-     * {@code fit} (gathered from the blocks for the copy). Refused at {@link #build()}: other stages, {@code
-     * dataParallel} below 2, group mode, tensor parallelism, checkpoints and BatchNormalization layers (not built yet).
+     * {@code fit} (gathered from the blocks for the copy). In group mode too, and with checkpoints (a shard file per
+     * stage and replica). Refused at {@link #build()}: other stages, {@code dataParallel} below 2, tensor parallelism
+     * and BatchNormalization layers (not built yet).
      *
      * @param stage {@link ZeroStage#OPTIMIZER_STATE}, or null for none
      * @return this builder
@@ -443,9 +444,7 @@ public final class PipelineParallelTrainerBuilder
         if (tensorParallel > 1) {
             refuseWithTensorParallel();
         }
-        PipelineZero.check(sharding, dataParallel, tensorParallel, options().group() != null ? "group mode"
-                : options().checkpointSchedule() != null ? "checkpointEvery(...)"
-                : options().resumeRoot() != null ? "resumeFrom(...)" : null, network);
+        PipelineZero.check(sharding, dataParallel, tensorParallel, network);
         int stageCount = Math.multiplyExact(ranks, stagesPerRank);
         int layers = network.getLayerWiseConfigurations().getConfs().size();
         if (stageCount > layers) {

@@ -2,10 +2,14 @@ package org.symmem4j.dl4j.pipeline;
 
 import java.util.ArrayList;
 import java.util.List;
+import org.deeplearning4j.nn.api.Updater;
 import org.deeplearning4j.nn.conf.layers.BatchNormalization;
 import org.deeplearning4j.nn.conf.layers.Layer;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.nd4j.linalg.api.ndarray.INDArray;
+import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.dl4j.OptimizerStateShard;
+import org.symmem4j.dl4j.ShardedCheckpoints;
 import org.symmem4j.dl4j.ZeroStage;
 
 /**
@@ -14,7 +18,9 @@ import org.symmem4j.dl4j.ZeroStage;
  * stage's parameters ({@link OptimizerStateShard}, installed by each stage at its first step). This class holds what
  * is refused at build() and the hand-over of the whole state: the model takes (and gives) the stages' whole updater
  * state, so around those copies each stage's shards are gathered into DL4J's updater of the replicas concerned
- * ({@link #withWholeState}) and taken back afterwards.
+ * ({@link #withWholeState} in thread mode, from the shards in this process; {@link #withWholeStateInGroup} in group
+ * mode, over the group) and taken back afterwards; and the cut of a stage's checkpoint shard into its replicas'
+ * blocks ({@link #blocksOf}), a file each.
  */
 final class PipelineZero {
 
@@ -22,12 +28,10 @@ final class PipelineZero {
     }
 
     /**
-     * Refuses at build() what pipeline sharding does not build: stages 2 and 3, one replica, group mode, tensor
-     * parallelism, the trainer's checkpoints and BatchNorm layers.
-     *
-     * @param other the other setting in the way ("group mode", "checkpointEvery(...)", ...), or null
+     * Refuses at build() what pipeline sharding does not build: stages 2 and 3, one replica, tensor parallelism and
+     * BatchNorm layers.
      */
-    static void check(ZeroStage stage, int dataParallel, int tensorParallel, String other, MultiLayerNetwork network) {
+    static void check(ZeroStage stage, int dataParallel, int tensorParallel, MultiLayerNetwork network) {
         if (stage == null) {
             return;
         }
@@ -46,13 +50,6 @@ final class PipelineZero {
             throw new IllegalArgumentException("sharding(" + stage + ") with tensorParallel(" + tensorParallel
                     + ", ...): not built yet; expected a pipeline without tensor parallelism"
                     + " (fix: drop sharding(...), or drop tensorParallel)");
-        }
-        if (other != null) {
-            throw new IllegalArgumentException("sharding(" + stage + ") with " + other + ": not built yet (thread mode,"
-                    + " without the trainer's checkpoints, is); expected neither"
-                    + " (fix: drop sharding(...), or drop " + other
-                    + "; after fit the model given to the builder holds the whole network and its whole updater state:"
-                    + " save it with ModelSerializer.writeModel(model, file, true))");
         }
         List<Layer> layers = network.getLayerWiseConfigurations().getConfs().stream().map(c -> c.getLayer()).toList();
         for (int i = 0; i < layers.size(); i++) {
@@ -96,5 +93,108 @@ final class PipelineZero {
                 s.shardAgain();
             }
         }
+    }
+
+    /**
+     * Group mode's {@link #withWholeState}: runs {@code action} while this rank's stages that hold a shard hold DL4J's
+     * updater with the stage's whole state, gathered from every replica's block over the group ({@code exchange}, the
+     * world: each stage's state is summed over every rank, its holders writing their blocks, every other element
+     * -0.0, {@link OptimizerStateShard#sumOfBlocks}); afterwards each takes its block back. Before the first step (no
+     * shard yet) replica 0's holders write the stage's whole state and nothing is materialized. Collective: every rank
+     * calls it with its stages (held or hollow), in stage order, each stage's state the same length on every rank.
+     *
+     * @param stages      this rank's stages: those it holds, and the others hollow
+     * @param replicaZero whether this rank belongs to replica 0
+     */
+    static void withWholeStateInGroup(List<Dl4jPipelineStage> stages, GroupExchange exchange, boolean replicaZero,
+                                      Runnable action) {
+        List<OptimizerStateShard> gathered = new ArrayList<>();
+        try {
+            for (Dl4jPipelineStage stage : stages) {
+                OptimizerStateShard shard = stage.held() ? stage.optimizerShard() : null;
+                INDArray dl4j = shard != null ? null : stateOf(stage.network().getUpdater(true));
+                long length = shard != null ? shard.wholeStateLength() : dl4j == null ? 0 : dl4j.length();
+                if (length == 0) {
+                    continue; // the same on every rank: the stage's layout, held or hollow
+                }
+                INDArray whole = Nd4j.create(stage.network().params().dataType(), length);
+                OptimizerStateShard.sumOfBlocks(whole, w -> {
+                    if (shard != null) {
+                        shard.exportBlock(w);
+                    } else if (stage.held() && replicaZero) {
+                        w.assign(dl4j); // not sharded yet: every replica holds it whole, replica 0's counts
+                    }
+                }, exchange::sumInPlace);
+                if (shard != null) {
+                    shard.materialize(whole);
+                    gathered.add(shard);
+                }
+            }
+            action.run();
+        } finally {
+            for (OptimizerStateShard s : gathered) {
+                s.shardAgain();
+            }
+        }
+    }
+
+    /**
+     * A stage's checkpoint shard (its whole state, {@link PipelineCheckpoints}) cut into its replicas' blocks, as ZeRO
+     * stage 1 over {@code replicas} keeps them: shard {@code stage * replicas + d} is replica {@code d}'s block, its
+     * parameter range and state runs in the checkpoint's flat spaces, its state copied out of the stage's ({@code null}
+     * state: the ranges only, for a stage another rank holds). So each replica's block is a file of its own, and a
+     * restore reads each block from its own file.
+     *
+     * @param stageShard the stage's shard, its rank the stage's index
+     * @param network    the stage's network, holding DL4J's updater (its layout; not sharded now, or materialized)
+     * @param replicas   the replicas the state is cut over
+     * @param only       the one replica whose block to return (a group-mode rank's own), or -1 for every replica's
+     */
+    static List<ShardedCheckpoints.Shard> blocksOf(ShardedCheckpoints.Shard stageShard, MultiLayerNetwork network,
+                                                   int replicas, int only) {
+        List<ShardedCheckpoints.Shard> blocks = new ArrayList<>(replicas);
+        long paramStart = stageShard.paramRanges().getFirst().start();
+        long stateStart = stageShard.stateRanges().isEmpty() ? 0 : stageShard.stateRanges().getFirst().start();
+        for (int d = 0; d < replicas; d++) {
+            if (only >= 0 && d != only) {
+                continue;
+            }
+            OptimizerStateShard.Block block = network.numParams() == 0 ? null
+                    : OptimizerStateShard.blockOf(network, replicas, d);
+            List<ShardedCheckpoints.Range> stateRanges = new ArrayList<>();
+            INDArray state = null;
+            if (block != null && !stageShard.stateRanges().isEmpty()) {
+                for (long[] run : block.stateRuns()) {
+                    stateRanges.add(new ShardedCheckpoints.Range(stateStart + run[0], stateStart + run[0] + run[1]));
+                }
+                if (stageShard.state() != null && block.stateElements() > 0) {
+                    state = Nd4j.create(stageShard.dataType(), block.stateElements());
+                    block.copyOut(stageShard.state(), state);
+                }
+            }
+            if (state == null) {
+                stateRanges.clear(); // nothing kept (SGD), or another rank's stage: its ranges are read by that rank
+            }
+            ShardedCheckpoints.Range params = block == null ? stageShard.paramRanges().getFirst()
+                    : new ShardedCheckpoints.Range(paramStart + block.paramStart(), paramStart + block.paramEnd());
+            blocks.add(new ShardedCheckpoints.Shard(stageShard.rank() * replicas + d, stageShard.stage(),
+                    stageShard.dataType(), stageShard.paramCount(), List.of(params), stageShard.stateCount(), stateRanges,
+                    stageShard.layoutHash(), stageShard.iterationCount(), stageShard.epochCount(), state));
+        }
+        return blocks;
+    }
+
+    /** After a restore read {@code blocks} ({@link #blocksOf} of a stage): their states into the stage's whole state. */
+    static void blocksInto(List<ShardedCheckpoints.Shard> blocks, MultiLayerNetwork network, int replicas,
+                           INDArray whole) {
+        for (ShardedCheckpoints.Shard b : blocks) {
+            if (b.state() != null) {
+                OptimizerStateShard.blockOf(network, replicas, b.rank() % replicas).copyIn(b.state(), whole);
+            }
+        }
+    }
+
+    private static INDArray stateOf(Updater updater) {
+        return updater == null ? null : updater.getStateViewArray();
     }
 }

@@ -131,7 +131,7 @@ final class StageReplicas {
             return List.of(StepPlan.of(split, first, Microbatches.split(batch, microbatches, split.dataType()), inputType));
         }
         // group mode: this process's replica only
-        int firstReplica = group == null ? 0 : group.rank() / (pipelineRanks * tensorParallel);
+        int firstReplica = ownReplica();
         List<Microbatches> shares = Microbatches.replicaShares(batch, microbatches, dataParallel, firstReplica,
                 group == null ? dataParallel : firstReplica + 1, split.dataType());
         List<StepPlan> plans = new ArrayList<>(shares.size());
@@ -166,8 +166,11 @@ final class StageReplicas {
         }
     }
 
-    /** If the model was changed since the last fit, the stages take its state. */
-    void takeModelIfChanged(PipelineModel model) {
+    /**
+     * If the model was changed since the last fit, the stages take its state (group mode: each rank compares and takes
+     * its own stages; with sharded state a collective over {@code exchange}, null in thread mode).
+     */
+    void takeModelIfChanged(PipelineModel model, GroupExchange exchange) {
         if (model.hollow() != null) {
             return; // started from a configuration: the model holds nothing, the stages are the training state
         }
@@ -178,7 +181,7 @@ final class StageReplicas {
             model.networkFromGraph();
             tensorShards.giveIfChanged(model.network(), all);
         } else {
-            withWholeState(all, () -> {
+            withWholeState(all, exchange, () -> {
                 if (!model.holds(first)) {
                     all.forEach(model::giveTo);
                 }
@@ -197,7 +200,7 @@ final class StageReplicas {
             copyInto(model.network(), exchange); // joined, or gathered from every rank
             model.graphFromNetwork();
         } else {
-            withWholeState(List.of(first), () -> model.takeFrom(first, exchange, pipelineRanks));
+            withWholeState(List.of(first), exchange, () -> model.takeFrom(first, exchange, pipelineRanks));
         }
     }
 
@@ -209,20 +212,40 @@ final class StageReplicas {
         } else if (tensorShards != null) {
             tensorShards.takeInto(all.subList(0, tensorParallel), target);
         } else if (exchange == null) {
-            withWholeState(List.of(first),
+            withWholeState(List.of(first), null,
                     () -> split.copyStagesInto(first.stream().map(Dl4jPipelineStage::network).toList(), target));
         } else {
-            exchange.gatherInto(split, first, pipelineRanks, target);
+            withWholeState(List.of(first), exchange, () -> exchange.gatherInto(split, first, pipelineRanks, target));
         }
     }
 
-    /** Runs {@code action} with the whole updater state in {@code whole}'s stages when it is sharded ({@link PipelineZero}). */
-    private void withWholeState(List<List<Dl4jPipelineStage>> whole, Runnable action) {
-        if (shardedState) {
+    /**
+     * Runs {@code action} with the whole updater state in {@code whole}'s stages when it is sharded ({@link PipelineZero}):
+     * gathered from the replicas in this process (thread mode), or over {@code exchange} (group mode, collective; this
+     * rank's stages, whatever {@code whole} says).
+     */
+    void withWholeState(List<List<Dl4jPipelineStage>> whole, GroupExchange exchange, Runnable action) {
+        if (!shardedState) {
+            action.run();
+        } else if (group == null) {
             PipelineZero.withWholeState(all, whole, action);
         } else {
-            action.run();
+            PipelineZero.withWholeStateInGroup(first, exchange, group.rank() < pipelineRanks * tensorParallel, action);
         }
+    }
+
+    /** Whether the stages' updater state is cut over the replicas (ZeRO stage 1, {@link PipelineZero}). */
+    boolean shardedState() {
+        return shardedState;
+    }
+
+    int dataParallel() {
+        return dataParallel;
+    }
+
+    /** This process's replica in group mode (its rank's row of the {@code dp x pp x tp} mesh); 0 in thread mode. */
+    int ownReplica() {
+        return group == null ? 0 : group.rank() / (pipelineRanks * tensorParallel);
     }
 
     /** The bytes of model state of every stage held ({@link PipelineParallelTrainer#modelBytesHeld}). */

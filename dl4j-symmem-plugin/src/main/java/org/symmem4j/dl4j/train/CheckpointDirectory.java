@@ -313,6 +313,23 @@ public final class CheckpointDirectory {
     }
 
     /**
+     * The rank count (shard files) a checkpoint's manifest names, read without verifying its files (for a trainer
+     * that reads the checkpoint in the cut it was saved in; the restore verifies it).
+     *
+     * @param dir a checkpoint directory
+     * @return its manifest's {@code ranks}, or -1 when it has no readable manifest
+     */
+    public static int savedRanks(Path dir) {
+        Properties p = new Properties();
+        try (Reader in = Files.newBufferedReader(dir.resolve(MANIFEST), StandardCharsets.ISO_8859_1)) {
+            p.load(in);
+            return Integer.parseInt(p.getProperty("ranks", "-1").trim());
+        } catch (IOException | RuntimeException e) {
+            return -1; // no manifest, or a torn one: the restore's own verification says what is wrong
+        }
+    }
+
+    /**
      * Checks {@code dir} against its manifest: every file it names exists with its size and CRC-32C (a file it does
      * not name is not part of the checkpoint, and nothing reads it).
      *
