@@ -41,7 +41,8 @@ import org.symmem4j.parallel.sync.Waiter;
  *   <li><b>Cost</b>: a one-to-one message costs the consumer no writes in the ring (its producer zeroes the next
  *       header instead, as Agrona 2's {@code OneToOneRingBuffer}); a many-to-one consumer zeroes what it read. The
  *       consumer moves HEAD once per {@link #poll}, the producer reads HEAD only when its cached copy says the ring is
- *       full, and TAIL, HEAD and the data sit on lines of their own ({@link RingBufferLayout}).</li>
+ *       full, and TAIL, HEAD and the data sit on lines of their own ({@link RingBufferLayout}). A many-to-one claim is
+ *       one CAS on TAIL from the TAIL the producer last left, with no load of TAIL before it.</li>
  *   <li><b>Zero-copy writes</b>: {@link #tryClaim(int, int)} hands out the room of one record as a {@link Claim};
  *       encode the message straight into it ({@link Claim#buffer()} at {@link Claim#offset()}, or
  *       {@link Claim#segment()}), then {@link Claim#commit()} publishes it with one release store, or
