@@ -18,7 +18,7 @@
 # CPUS pins rank r to the r-th CPU listed (one per rank of the largest --ranks; fewer: nothing is pinned).
 # Needs at least 4 idle cores (every rank spins on a core of its own). On a lent machine (no Java there) use the
 # shared-state pack instead: bench/shared-state/pack.sh, then the device tool with
-#   command='RECORDER_LIMIT=300 bash .device-state/run.sh recorder', carry=['.device-state']
+#   command='RECORDER_LIMIT=300 bash .device-state/a/run.sh recorder', carry=['.device-state/a']
 # Builds with `mvn -pl benchmarks -am package` (no install; MVN_FLAGS=-o offline, SKIP_BUILD=1 to reuse a build).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

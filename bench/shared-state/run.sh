@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# Runs the shared-state benchmarks of issue #33 on a lent machine's CPUs, from what bench/shared-state/pack.sh packed
-# (carry the folder; this script runs from inside it or the checkout). One device call holds `ring` alone (~5.5 min on
-# 16 cores) or `map cache switch` (~4.5 min) or `ring-fill` (~4 min) or `chronicle-p99 map` (~5.5 min); `ringcost`
-# fits beside `ring` or `map cache switch`, `chronicle-p99` beside `ring-fill` (~6 min).
+# Runs the shared-state benchmarks of issue #33 on a lent machine's CPUs, from the two parts bench/shared-state/pack.sh
+# packed (DEST/a: the runtime, our jars, JMH, Agrona, Aeron; DEST/b: Chronicle Map and its libraries), one part carried
+# per device call, each with this script beside it. Every call first unpacks the part beside this script into HOME_DIR
+# (default /tmp/symmem4j-state, outside the repository, kept while the machine stays warm): part a replaces HOME_DIR,
+# part b adds its jars to it. Then it runs the steps named:
+#   bash .device-state/a/run.sh unpack                first call, carry ['.device-state/a']: unpacks only
+#   bash .device-state/b/run.sh STEP..                second call, carry ['.device-state/b'], while the machine is
+#                                                     still warm: unpacks Chronicle Map's jars, then runs the steps
+#   bash .device-state/a/run.sh STEP..                one call for the steps without Chronicle Map (all but `map` and
+#                                                     `chronicle-p99`; a pack of part a alone, WITHOUT_CHRONICLE=1)
+# A step that needs part a or b and does not find it in HOME_DIR fails with what to carry. One device call holds `ring`
+# alone (~5.5 min on 16 cores) or `map cache switch` (~4.5 min) or `ring-fill` (~4 min) or `chronicle-p99 map`
+# (~5.5 min); `ringcost` fits beside `ring` or `map cache switch`, `chronicle-p99` beside `ring-fill` (~6 min).
 #   ring    RingSuite (RingBenchmark): 2 processes over /dev/shm, 64 B and 4 KiB messages, throughput and round trip
 #           (p50, p99), symmem4j's one-to-one and many-to-one rings (offer, and tryClaim/commit) against Agrona's over
 #           mapped files (write, and tryClaim/commit) and Aeron IPC (exclusive and concurrent publications, media
@@ -50,7 +59,7 @@
 #           sharing a last-level cache, not CPU 0's, from lscpu; RECORDER_CPUS=none pins nothing); recorder.md has the
 #           off and on times, the paired differences with 95 % t and bootstrap intervals, as % of the off time
 #           (~3.5 min on 16 cores; not in the default steps)
-#   bash run.sh [STEP..]       (default: ring)
+#   bash run.sh [unpack] [STEP..]       (default: ring; `unpack` alone unpacks and runs nothing)
 # JMH settings of the other steps: WI (2) warm-up iterations of W (1) s, I (3) iterations of R (1) s, one fork. Each
 # step is bounded by `timeout` (RING_LIMIT 480, RINGCOST_LIMIT 200, MAP_LIMIT 230, CACHE_LIMIT 40, SWITCH_LIMIT 40,
 # RECORDER_LIMIT 300 s).
@@ -60,23 +69,48 @@
 # bench-peer.log (the peer processes' output).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# the parts: beside this script (a carried part), or, run from the checkout, in .device-state/a and .device-state/b
 case "$here" in
-  */bench/shared-state) pack="$here/../../.device-state" ;;
-  *) pack=$here ;;
+  */bench/shared-state) parts_dirs=("$here/../../.device-state/a" "$here/../../.device-state/b") ;;
+  *) parts_dirs=("$here") ;;
 esac
 out=${OUT:-/tmp/symmem4j-state-out}
 mkdir -p "$out"
 cd "$out" || exit 1
-[ -f "$pack/state.tar.xz" ] || { echo "no state.tar.xz in $pack: run bench/shared-state/pack.sh first and carry it" >&2; exit 1; }
-# the runtime and jars, unpacked once per machine into HOME_DIR (default /tmp/symmem4j-state)
+# the runtime and jars, unpacked once per call into HOME_DIR; part a first (it replaces the folder), then part b
 home=${HOME_DIR:-/tmp/symmem4j-state}
-if [ ! -x "$home/jre/bin/java" ] || [ "$pack/state.tar.xz" -nt "$home/commit" ]; then
-  rm -rf "$home" && mkdir -p "$home" && xz -dc "$pack/state.tar.xz" | tar -C "$home" -xf - \
-    || { echo "unpacking $pack/state.tar.xz into $home failed" >&2; exit 1; }
+for part in a b; do
+  for dir in "${parts_dirs[@]}"; do
+    archive="$dir/state-$part.tar.xz"
+    [ -f "$archive" ] || continue
+    t0=$SECONDS
+    if [ $part = a ]; then
+      rm -rf "$home" && mkdir -p "$home"
+    else
+      mkdir -p "$home" && rm -f "$home"/lib/chronicle*.jar "$home/commit-b"
+    fi
+    xz -dc "$archive" | tar -C "$home" -xf - || { echo "unpacking $archive into $home failed" >&2; exit 1; }
+    echo "unpacked part $part ($(stat -c %s "$archive") bytes, commit $(cat "$home/commit-$part" 2>/dev/null)) into $home" \
+      "in $((SECONDS - t0)) s"
+  done
+done
+if [ -f "$home/commit-a" ] && [ -f "$home/commit-b" ] && [ "$(cat "$home/commit-a")" != "$(cat "$home/commit-b")" ]; then
+  echo "note: part a was packed at $(cat "$home/commit-a"), part b at $(cat "$home/commit-b") (Chronicle Map's jars" \
+    "follow pom.xml's chronicle.map.version, not our code)"
 fi
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(ring)
+if [ "${steps[*]}" = unpack ]; then
+  du -sh "$home" 2>/dev/null
+  echo "unpacked; now the second call (same warm machine): bash .device-state/b/run.sh STEP.. with carry ['.device-state/b']"
+  exit 0
+fi
+[ -x "$home/jre/bin/java" ] || { echo "no runtime in $home: part a was not unpacked on this machine (fix: first a call" \
+  "'bash .device-state/a/run.sh unpack' with carry ['.device-state/a'], then this one while the machine is warm)" >&2; exit 1; }
 pack=$home
 {
-  date -u; echo "commit: $(cat "$pack/commit" 2>/dev/null || echo unknown)"; nproc; lscpu 2>/dev/null | head -20
+  date -u; echo "commit: $(cat "$pack/commit-a" 2>/dev/null || echo unknown) (Chronicle part: $(cat "$pack/commit-b" 2>/dev/null \
+    || echo none))"; nproc; lscpu 2>/dev/null | head -20
   free -g; uptime
 } > machine.txt 2>&1
 java=("$pack/jre/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector
@@ -153,14 +187,13 @@ ring() {
   return $code
 }
 rc=0
-steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(ring)
 for step in "${steps[@]}"; do
   case $step in
     map|chronicle-p99)
       if ! compgen -G "$pack/lib/chronicle-map-*.jar" > /dev/null; then
-        echo "step $step: expected Chronicle Map in the pack, found a pack made with WITHOUT_CHRONICLE=1 (fix: pack" \
-          "again without it, and carry less beside it)" | tee -a summary.txt
+        echo "step $step: expected Chronicle Map's jars (part b) in $pack/lib, found none (fix: run it in a call" \
+          "carrying .device-state/b, 'bash .device-state/b/run.sh $step', after the call that unpacked part a on the" \
+          "same warm machine; pack.sh packs part b unless PACK_PARTS=a or WITHOUT_CHRONICLE=1)" | tee -a summary.txt
         rc=1
         continue
       fi ;;
@@ -188,7 +221,8 @@ for step in "${steps[@]}"; do
       [ $code -eq 0 ] || rc=1
       echo "== recorder: exit=$code at ${SECONDS}s" | tee -a summary.txt
       if [ -f recorder.md ]; then cat recorder.md >> summary.txt; else tail -30 recorder.txt >> summary.txt; fi ;;
-    *) echo "unknown step $step (expected ring, ring-fill, chronicle-p99, ringcost, map, cache, switch or recorder)" | tee -a summary.txt; rc=1 ;;
+    unpack) ;;
+    *) echo "unknown step $step (expected unpack, ring, ring-fill, chronicle-p99, ringcost, map, cache, switch or recorder)" | tee -a summary.txt; rc=1 ;;
   esac
 done
 echo "== done at ${SECONDS}s, exit=$rc" | tee -a summary.txt

@@ -41,7 +41,8 @@ import org.symmem4j.parallel.sync.Waiter;
  *   <li><b>Cost</b>: a one-to-one message costs the consumer no writes in the ring (its producer zeroes the next
  *       header instead, as Agrona 2's {@code OneToOneRingBuffer}); a many-to-one consumer zeroes what it read. The
  *       consumer moves HEAD once per {@link #poll}, the producer reads HEAD only when its cached copy says the ring is
- *       full, and TAIL, HEAD and the data sit on lines of their own ({@link RingBufferLayout}).</li>
+ *       full, and TAIL, HEAD and the data sit on lines of their own ({@link RingBufferLayout}). A many-to-one claim is
+ *       one CAS on TAIL from the TAIL the producer last left, with no load of TAIL before it.</li>
  *   <li><b>Zero-copy writes</b>: {@link #tryClaim(int, int)} hands out the room of one record as a {@link Claim};
  *       encode the message straight into it ({@link Claim#buffer()} at {@link Claim#offset()}, or
  *       {@link Claim#segment()}), then {@link Claim#commit()} publishes it with one release store, or
@@ -103,9 +104,12 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     /** Producer side: the last HEAD read, so that a producer reads the consumer's line only when it must. */
     private long headCache;
     /**
-     * One-to-one producer side: TAIL as this rank last wrote it. The one producer alone writes TAIL, so it never
-     * reads it back from the ring: a message costs the producer no load of the TAIL line (the store stays, for
-     * {@link #size()}).
+     * Producer side: TAIL as this rank last wrote it. The one producer of a one-to-one ring alone writes TAIL, so it
+     * never reads it back from the ring: a message costs the producer no load of the TAIL line (the store stays, for
+     * {@link #size()}). A many-to-one producer starts its CAS from it (the TAIL its last claim left, or the one its
+     * last failed CAS found), so a producer whose last claim was the latest claims with the CAS alone: no load of TAIL
+     * before it, and, where producers on other cores claim too, one transfer of the TAIL line per claim instead of two
+     * (a load fetches the line shared, the CAS then needs it exclusive).
      */
     private long tailPosition;
     /**
@@ -351,7 +355,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
      */
     public boolean tryClaim(int msgTypeId, int length, Claim claim) {
         checkOffer(msgTypeId, length);
-        if (Objects.requireNonNull(claim, "claim").ring != null) {
+        if (Objects.requireNonNull(claim, "claim").open) {
             throw new IllegalStateException("ring buffer tryClaim: the claim is still open (payload bytes="
                     + claim.length + " at offset=" + claim.offset() + "; fix: commit() or abort() it first, or pass"
                     + " another Claim to keep several open)");
@@ -395,8 +399,13 @@ public final class SymmetricRingBuffer implements AutoCloseable {
      * nothing until the next {@code tryClaim}. Like its ring, one thread uses it.
      */
     public static final class Claim {
-        /** The ring of the open claim; null when the claim holds nothing. */
+        /**
+         * The ring of the last claim, kept after its commit or abort: a claim reused on the same ring (the common case)
+         * writes no reference per message, so it costs no garbage collector's write barrier.
+         */
         private SymmetricRingBuffer ring;
+        /** Whether the claim holds room not yet committed or aborted. */
+        private boolean open;
         /** Byte index of the record (its header word) in the data ring. */
         private int index;
         private int length;
@@ -410,12 +419,15 @@ public final class SymmetricRingBuffer implements AutoCloseable {
             this.index = index;
             this.length = length;
             this.type = type;
-            this.ring = ring;
+            if (this.ring != ring) {
+                this.ring = ring;
+            }
+            this.open = true;
         }
 
         /** {@return whether the claim holds room not yet committed or aborted} */
         public boolean isOpen() {
-            return ring != null;
+            return open;
         }
 
         /**
@@ -468,7 +480,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
          */
         public void commit() {
             SymmetricRingBuffer r = openRing();
-            ring = null;
+            open = false;
             // release: publishes the payload the caller wrote into the claim to the consumer's acquire of the header
             RingBufferLayout.commitRecord(r.ring, index, length + RECORD_HEADER_BYTES, type);
         }
@@ -480,23 +492,22 @@ public final class SymmetricRingBuffer implements AutoCloseable {
          */
         public void abort() {
             SymmetricRingBuffer r = openRing();
-            ring = null;
+            open = false;
             // release: the padding header, read by the consumer's acquire; it frees the record without reading it
             RingBufferLayout.commitRecord(r.ring, index, length + RECORD_HEADER_BYTES, PADDING_TYPE);
         }
 
         private SymmetricRingBuffer openRing() {
-            SymmetricRingBuffer r = ring;
-            if (r == null) {
+            if (!open) {
                 throw new IllegalStateException("ring buffer claim: not open (committed or aborted already, or never"
                         + " claimed; fix: tryClaim again, and commit or abort each claim once)");
             }
-            return r;
+            return ring;
         }
 
         @Override
         public String toString() {
-            return ring == null ? "Claim[closed]" : "Claim[offset=" + ((long) index + RECORD_HEADER_BYTES) + ", length="
+            return !open ? "Claim[closed]" : "Claim[offset=" + ((long) index + RECORD_HEADER_BYTES) + ", length="
                     + length + ", type=" + type + "]";
         }
     }
@@ -575,15 +586,15 @@ public final class SymmetricRingBuffer implements AutoCloseable {
 
     private int claimManyToOne(int recordLength, int required) {
         long head = headCache;
-        long tail;
+        long tail = tailPosition; // TAIL as this rank's last claim left it or found it: right unless another rank claimed
         int tailIndex;
         int padding;
-        do {
-            // acquire: pairs with the winning CAS of another producer (the linearization point of its claim)
-            tail = RingBufferLayout.tailAcquire(ring);
+        while (true) {
             tailIndex = (int) tail & mask;
             int toEnd = capacity - tailIndex;
             padding = required > toEnd ? toEnd : 0;
+            // a stale tail is at most TAIL (it only grows): full with it is full with TAIL; room with it is checked again
+            // by the CAS below, which fails unless the tail is TAIL itself
             if (required + padding > capacity - (tail - head)) {
                 // acquire: pairs with the consumer's release of HEAD; the records it zeroed before are seen as free
                 head = RingBufferLayout.headAcquire(ring);
@@ -592,7 +603,16 @@ public final class SymmetricRingBuffer implements AutoCloseable {
                     return -1;
                 }
             }
-        } while (!RingBufferLayout.tailCompareAndSet(ring, tail, tail + padding + required)); // linearization point
+            long next = tail + padding + required;
+            // volatile CAS, the linearization point of the claim; on failure it returns the TAIL another rank's claim
+            // (its winning CAS, which it pairs with) left, so that the retry needs no load of TAIL of its own
+            long found = RingBufferLayout.tailCompareAndExchange(ring, tail, next);
+            if (found == tail) {
+                tailPosition = next;
+                break;
+            }
+            tail = found;
+        }
         if (padding != 0) {
             // release: a padding record carries nothing; the consumer's acquire of its header skips it
             RingBufferLayout.commitRecord(ring, tailIndex, padding, PADDING_TYPE);
@@ -679,7 +699,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         if (kind == Kind.MANY_TO_ONE) {
             // a many-to-one producer cannot zero the word after its record (another may own it already): the consumer
             // leaves the room it frees zeroed (see RingBufferLayout)
-            data.asSlice(headIndex, bytesRead).fill((byte) 0);
+            RingBufferLayout.zeroData(ring, headIndex, bytesRead);
         }
         // release: the records before it are read (and, many-to-one, zeroed); publishes their room as free to the
         // producers' acquire of HEAD

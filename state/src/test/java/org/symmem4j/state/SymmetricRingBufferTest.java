@@ -178,6 +178,72 @@ class SymmetricRingBufferTest {
     }
 
     @Test
+    void aManyToOneProducerWhoseLastClaimIsLapsOldClaimsAtTheTail() {
+        // a many-to-one producer starts its CAS from the TAIL it last left: here rank 1's is 5 laps behind TAIL (and
+        // HEAD) when it offers again, after rank 2 lapped the ring; its claims must land at TAIL, in order, and a full
+        // ring must still refuse it; then rank 2, behind by rank 1's claims, claims at TAIL too
+        int lap = 16; // 64-byte records: 16 fill the 1024-byte ring
+        InJvmWorld.runOnEveryRank(3, OPTIONS, group -> {
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.manyToOne(group, 0, 1024)) {
+                int rank = group.rank();
+                byte[] msg = new byte[56];
+                List<String> got = new ArrayList<>();
+                MessageHandler record = (type, buf, off, len) -> got.add(type + ":" + buf.get(ValueLayout.JAVA_BYTE, off));
+                if (rank == 1) {
+                    assertTrue(ring.offer(1, msg), "rank 1's first message");
+                }
+                group.allGatherBytes("first", new byte[0]);
+                if (rank == 0) {
+                    assertEquals(1, ring.poll(record, 100));
+                }
+                for (int l = 0; l < 5; l++) {
+                    group.allGatherBytes("lap " + l, new byte[0]);
+                    if (rank == 2) {
+                        for (int i = 0; i < lap; i++) {
+                            assertTrue(ring.offer(2, msg), "rank 2, lap " + l + ", message " + i);
+                        }
+                    }
+                    group.allGatherBytes("lapped " + l, new byte[0]);
+                    if (rank == 0) {
+                        assertEquals(lap, ring.poll(record, 100), "lap " + l);
+                    }
+                }
+                group.allGatherBytes("stale", new byte[0]);
+                if (rank == 1) {
+                    for (int i = 0; i < lap; i++) {
+                        msg[0] = (byte) i;
+                        assertTrue(ring.offer(1, msg), "rank 1 from a stale tail, message " + i);
+                    }
+                    assertFalse(ring.offer(1, msg), "rank 1: the ring is full");
+                }
+                group.allGatherBytes("refilled", new byte[0]);
+                if (rank == 0) {
+                    got.clear();
+                    assertEquals(lap, ring.poll(record, 100));
+                    List<String> expected = new ArrayList<>();
+                    for (int i = 0; i < lap; i++) {
+                        expected.add("1:" + i);
+                    }
+                    assertEquals(expected, got, "rank 1's messages in order, whole");
+                }
+                group.allGatherBytes("drained", new byte[0]);
+                if (rank == 2) {
+                    msg[0] = 42;
+                    assertTrue(ring.offer(2, msg), "rank 2 from a stale tail");
+                }
+                group.allGatherBytes("last", new byte[0]);
+                if (rank == 0) {
+                    got.clear();
+                    assertEquals(1, ring.poll(record, 100));
+                    assertEquals(List.of("2:42"), got);
+                    assertEquals(0, ring.size());
+                }
+                return null;
+            }
+        });
+    }
+
+    @Test
     void fullRingRefusesOfferUntilTheConsumerPolls() {
         InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
             for (SymmetricRingBuffer.Kind kind : SymmetricRingBuffer.Kind.values()) {
