@@ -240,9 +240,10 @@ public final class ServingProcessBench {
         }
         System.out.printf(Locale.ROOT, "weights of all models: %.1f MiB; ParallelInference holds K x M copies"
                 + " (plus each model's original), the router one%n%n", paramBytes / 1048576.0);
-        if (f.sides.contains("processes") && !workerFlags(f, 1).equals(workerFlags(f, 2))) {
-            // worker 1 writes the CDS archive when it exits if it is missing or stale: let an unreported run do it, so
-            // that every measured worker JVM maps the same archive, whatever its worker count
+        if (f.sides.contains("processes") && !workerFlags(f, 1).equals(workerFlags(f, 2))
+                && !Files.exists(WorkerJvm.sharedArchive(System.getProperty("java.class.path")))) {
+            // worker 1 writes the CDS archive when it exits if it is missing: let an unreported run do it, so that every
+            // measured worker JVM maps the same archive, whatever its worker count
             System.out.println("(an unreported processes run at K=1 first, so that the worker JVMs' CDS archive is"
                     + " there: " + WorkerJvm.sharedArchive(System.getProperty("java.class.path")) + ")");
             runSide(f, args, "processes", 1);

@@ -17,9 +17,10 @@ import java.util.Map;
  * memory small. A worker JVM runs networks over the router's shared weights, so its own footprint is the JVM, its
  * loaded classes, and ND4J's native state; these settings cut that (measured in {@code docs/serving.md}):
  * <ul>
- *   <li>{@code -XX:+UseSerialGC -Xms8m -Xmx512m}: a worker's heap holds configurations and network objects, not
+ *   <li>{@code -XX:+UseSerialGC -Xms8m -Xmx512m -Xmn6m}: a worker's heap holds configurations and network objects, not
  *       arrays (those are off-heap), so a small heap that grows on demand, without G1's regions, remembered sets and
- *       large default young generation (1/64 of the host's memory at start), is enough;</li>
+ *       large default young generation (1/64 of the host's memory at start), is enough; a young generation of 6 MiB keeps the pages that
+ *       garbage touches between collections few;</li>
  *   <li>{@code -XX:TieredStopAtLevel=1}: the C1 compiler only (the work runs in ND4J's native code), a smaller code
  *       cache and no C2 compiler threads; {@code -Xss512k} for the threads' stacks;</li>
  *   <li>a dynamic CDS archive, {@link #sharedArchive}: the classes of the class path (DL4J, ND4J, symmem4j) parsed
@@ -42,7 +43,7 @@ public final class WorkerJvm {
 
     /** The flags every worker JVM gets by default, besides the CDS archive's. */
     public static final List<String> DEFAULT_FLAGS = List.of("-XX:+UseSerialGC", "-Xms8m", "-Xmx512m",
-            "-XX:TieredStopAtLevel=1", "-Xss512k");
+            "-Xmn6m", "-XX:TieredStopAtLevel=1", "-Xss512k");
 
     /** The environment variables a worker JVM gets by default, unless set. */
     public static final Map<String, String> DEFAULT_ENVIRONMENT = Map.of("MALLOC_ARENA_MAX", "2",
@@ -105,12 +106,24 @@ public final class WorkerJvm {
 
     /**
      * {@return the worker JVMs' dynamic CDS archive for {@code classPath}}: in the temporary directory, named after a
-     * hash of this JDK and the class path, so that checkouts and JDKs keep archives of their own
+     * hash of this JDK, the class path and each entry's size and modification time, so that checkouts and JDKs keep
+     * archives of their own and a rebuilt jar gets a new archive (the JVM refuses an archive whose jars changed, and
+     * does not always write it again)
      */
     public static Path sharedArchive(String classPath) {
+        StringBuilder key = new StringBuilder(System.getProperty("java.home")).append('\n')
+                .append(System.getProperty("java.vm.version"));
+        for (String entry : classPath.split(File.pathSeparator)) {
+            Path p = Path.of(entry);
+            key.append('\n').append(entry);
+            try {
+                key.append(' ').append(Files.size(p)).append(' ').append(Files.getLastModifiedTime(p).toMillis());
+            } catch (java.io.IOException | RuntimeException missing) {
+                key.append(" -"); // not there: the JVM skips it too
+            }
+        }
         try {
-            byte[] hash = MessageDigest.getInstance("SHA-256").digest((System.getProperty("java.home") + "\n"
-                    + System.getProperty("java.vm.version") + "\n" + classPath).getBytes(StandardCharsets.UTF_8));
+            byte[] hash = MessageDigest.getInstance("SHA-256").digest(key.toString().getBytes(StandardCharsets.UTF_8));
             return Path.of(System.getProperty("java.io.tmpdir"),
                     "symmem4j-worker-" + HexFormat.of().formatHex(hash, 0, 8) + ".jsa");
         } catch (NoSuchAlgorithmException e) {
