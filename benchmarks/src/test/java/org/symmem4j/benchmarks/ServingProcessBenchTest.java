@@ -32,6 +32,10 @@ class ServingProcessBenchTest {
         assertEquals(List.of("threads", "processes", "pi"), runs.stream().map(ServingProcessBench.SideRun::side).toList());
         for (ServingProcessBench.SideRun r : runs) {
             assertAnsweredAndMeasured(r);
+            for (ServingBench.Cell c : r.cells()) {
+                assertTrue(c.requestsPerSecond() > 0, r.side() + " " + c);
+                assertTrue(c.p50Micros() > 0 && c.p99Micros() >= c.p50Micros(), r.side() + " " + c);
+            }
         }
         assertEquals(Set.of("router"), runs.get(0).memory().keySet());
         assertEquals(Set.of("router", "worker1"), runs.get(1).memory().keySet(), "the router and its worker JVM");
@@ -85,10 +89,8 @@ class ServingProcessBenchTest {
 
     private static void assertAnsweredAndMeasured(ServingProcessBench.SideRun r) {
         assertEquals(List.of("mlp0", "cnn1"), r.cells().stream().map(ServingBench.Cell::model).toList(), r.side());
-        for (ServingBench.Cell c : r.cells()) {
-            assertTrue(c.requestsPerSecond() > 0, r.side() + " " + c);
-            assertEquals(0, c.failures(), r.side() + " " + c);
-            assertTrue(c.p50Micros() > 0 && c.p99Micros() >= c.p50Micros(), r.side() + " " + c);
+        for (ServingBench.Cell c : r.cells()) { // requests/s may be 0: at K = 2 on a loaded machine, 0.3 s can pass
+            assertEquals(0, c.failures(), r.side() + " " + c); // without an answer (then p50 is NaN)
         }
         assertEquals(r.memory().keySet(), r.cpuTicks().keySet(), r.side());
         r.memory().forEach((jvm, m) -> {
