@@ -44,14 +44,18 @@ import picocli.CommandLine.Option;
  * <p>Every side runs in fresh JVMs (the processes side: a router JVM and K worker JVMs), which load all M models,
  * then serve each model in turn to closed-loop clients sending one-row requests (a quarter of {@code --seconds}
  * warm-up, then {@code --seconds} measured): requests/s and p50/p99 latency per model. Right after, with every model
- * loaded and served, each side's resident memory: the PSS ({@code /proc/<pid>/smaps_rollup}) summed over its JVMs,
- * the router's and its workers' for the processes side. Sides run round robin per repetition; the report gives the
- * median of the repetitions, the ratios to {@code ParallelInference}, the machine's load average before and after,
- * and every repetition's raw numbers.
+ * loaded and served, and after an idle window ({@code --idle-seconds}), each side's resident memory: the PSS summed
+ * over its JVMs (the router's and its workers' for the processes side), split by what it holds ({@link ProcFootprint}),
+ * and each JVM's CPU time under load and over the idle window. With {@code --compare-workers 1,8} every side runs at
+ * each worker count, and the report sets the memory at the largest against the smallest. Worker JVMs start with
+ * {@link WorkerJvm}'s flags and environment ({@code --worker-jvm bare}: the router's flags only). Sides run round
+ * robin per repetition; the report ({@link ServingProcessReport}) gives the median of the repetitions, the ratios to
+ * {@code ParallelInference}, the machine's load average before and after, and every repetition's raw numbers.
  *
  * <pre>
  *   ServingProcessBench [--workers K] [--models M] [--clients C] [--seconds S] [--reps R] [--max-batch B]
  *                       [--mlp-hidden H] [--sides threads,processes,pi] [--inflight-per-worker N]
+ *                       [--compare-workers 1,8] [--idle-seconds S] [--worker-jvm default|bare]
  * </pre>
  */
 public final class ServingProcessBench {
@@ -230,8 +234,9 @@ public final class ServingProcessBench {
                 + "worker JVMs: %s%n", Instant.now(), Runtime.getRuntime().availableProcessors(), loadAverage(),
                 System.getenv("OMP_NUM_THREADS"), workerCounts(f), f.models, f.clients, f.seconds, f.seconds / 4,
                 f.idleSeconds, f.maxBatch, f.reps, f.mlpHidden, f.inflightPerWorker, f.workerJvm.equals("bare")
-                        ? "bare (the router's flags)" : "flags " + workerFlags(f, 1) + " (worker 1; the others without"
-                        + " -XX:+AutoCreateSharedArchive), environment " + workerEnvironment(f));
+                        ? "bare (the router's flags)" : "flags " + workerFlags(f, 1) + (workerFlags(f, 1).equals(
+                        workerFlags(f, 2)) ? "" : " (worker 1; the others without -XX:+AutoCreateSharedArchive)")
+                        + ", environment " + workerEnvironment(f));
         long paramBytes = 0;
         for (int i = 0; i < f.models; i++) {
             long n = network(f, i).numParams();
