@@ -26,9 +26,11 @@
 # $OUT/zero-memory.md), hsdp-threads and hsdp-processes (the same with hybrid sharding, MLP and CNN, ranks as
 # threads or as processes, one call each; $OUT/hsdp-*.md), serving (issue #34: the router with 8 worker threads, with 8
 # worker processes and ParallelInference, an MLP and a CNN, 3 reps; $OUT/serving-processes.md, < 6 minutes),
-# serving-memory (the same at 8 models of which 4 MLPs of 20 M parameters, 1 rep, for the PSS table;
-# $OUT/serving-memory.md) and zb-h1 (issue #35: the DL4J pipeline with ZB-H1 against 1F1B at 4 and 8 ranks, split by
-# measured times, < 5 minutes; $OUT/zb-h1.md): e.g. `run.sh bench zero`.
+# serving-memory (8 workers against 1 on every side, at 8 models of which 4 MLPs of 20 M parameters, 1 rep: the PSS
+# split by what it holds and each JVM's CPU under load and over 10 idle seconds; then the worker processes again with
+# bare worker JVMs, the before of the worker JVM defaults; $OUT/serving-memory.md, $OUT/serving-memory-bare.md,
+# < 9 minutes) and zb-h1 (issue #35: the DL4J pipeline with ZB-H1 against 1F1B at 4 and 8 ranks, split by measured
+# times, < 5 minutes; $OUT/zb-h1.md): e.g. `run.sh bench zero`.
 # Results: $OUT/scaling.csv (every run, labelled), $OUT/main.md, $OUT/log.txt, $OUT/machine.txt,
 # $OUT/symmem16.jfr, $OUT/allreduce.txt. Render a label's report here with
 #   java ... ScalingBench --render-from scaling.csv --label small --machine "..." --out report.md
@@ -136,11 +138,17 @@ serving() {
     --clients 32 --seconds 8 --reps 3 > "$out/serving-processes.md" 2>&1
 }
 
-# The memory side of it: 8 models (4 MLPs of 784-4096-4096-10, 20 M parameters each, and 4 CNNs), 8 workers, short
-# windows: the PSS of the router and its 8 worker JVMs against one JVM with 8 x 8 ParallelInference copies.
+# The memory side of it: 8 models (4 MLPs of 784-4096-4096-10, 20 M parameters each, and 4 CNNs), 1 and 8 workers
+# on every side, short windows: the PSS of each side at 8 workers against 1 (the router with threads, with worker
+# JVMs started with WorkerJvm's defaults, ParallelInference), split by what it holds, and every JVM's CPU under load
+# and idle; then the worker JVMs bare (the router's flags only), the before of those defaults.
 serving_memory() {
-  OMP_NUM_THREADS=1 timeout 560 "${java[@]}" org.symmem4j.benchmarks.ServingProcessBench --workers 8 --models 8 \
-    --mlp-hidden 4096 --clients 16 --seconds 2 --reps 1 --ring-mib 8 > "$out/serving-memory.md" 2>&1
+  local m=(--compare-workers 1,8 --models 8 --mlp-hidden 4096 --clients 16 --seconds 2 --idle-seconds 10 --reps 1
+           --ring-mib 8)
+  OMP_NUM_THREADS=1 timeout 400 "${java[@]}" org.symmem4j.benchmarks.ServingProcessBench "${m[@]}" \
+    > "$out/serving-memory.md" 2>&1
+  OMP_NUM_THREADS=1 timeout 150 "${java[@]}" org.symmem4j.benchmarks.ServingProcessBench "${m[@]}" \
+    --sides processes --worker-jvm bare > "$out/serving-memory-bare.md" 2>&1
 }
 
 pipeline() {

@@ -23,6 +23,7 @@ import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
+import java.util.function.IntFunction;
 import org.symmem4j.parallel.group.ProcessGroupConfig;
 import org.symmem4j.parallel.rendezvous.StoreSecret;
 
@@ -70,6 +71,15 @@ final class ChildJvms {
      */
     static void runRanks(List<String> command, int n, String runId, Path secretFile, Duration limit)
             throws IOException, InterruptedException {
+        runRanks(rank -> command, rank -> Map.of(), n, runId, secretFile, limit);
+    }
+
+    /**
+     * {@link #runRanks(List, int, String, Path, Duration)} with a command and extra environment variables per rank
+     * (a router and its worker JVMs, started with other flags).
+     */
+    static void runRanks(IntFunction<List<String>> command, IntFunction<Map<String, String>> extraEnv, int n,
+                         String runId, Path secretFile, Duration limit) throws IOException, InterruptedException {
         int port;
         try (ServerSocket socket = new ServerSocket(0)) {
             port = socket.getLocalPort();
@@ -77,7 +87,8 @@ final class ChildJvms {
         List<ProcessBuilder> builders = new ArrayList<>();
         List<String> labels = new ArrayList<>();
         for (int r = 0; r < n; r++) {
-            ProcessBuilder pb = new ProcessBuilder(command);
+            ProcessBuilder pb = new ProcessBuilder(command.apply(r));
+            pb.environment().putAll(extraEnv.apply(r));
             childEnvironment(pb.environment(), r, n, port, runId, secretFile);
             builders.add(pb);
             labels.add("rank " + r);

@@ -133,7 +133,8 @@ public final class ServingBench {
             MultiLayerConfiguration conf = switch (model) {
                 case "mlp" -> mlp(1);
                 case "cnn" -> cnn(1);
-                default -> throw new IllegalArgumentException("--models entry '" + model + "' expected mlp or cnn");
+                default -> throw new IllegalArgumentException("--models entry '" + model + "', expected mlp or cnn"
+                        + " (fix: pass e.g. --models mlp,cnn)");
             };
             long[] example = model.equals("mlp") ? new long[] {784} : new long[] {1, 28, 28};
             MultiLayerNetwork net = new MultiLayerNetwork(conf);

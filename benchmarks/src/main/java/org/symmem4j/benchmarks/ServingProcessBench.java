@@ -11,6 +11,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.concurrent.Callable;
 
 import org.deeplearning4j.nn.conf.MultiLayerConfiguration;
 import org.deeplearning4j.nn.conf.NeuralNetConfiguration;
@@ -27,6 +28,7 @@ import org.symmem4j.parallel.group.ProcessGroup;
 import org.symmem4j.serving.ModelRouter;
 import org.symmem4j.serving.ProcessWorkers;
 import org.symmem4j.serving.RouterOptions;
+import org.symmem4j.serving.WorkerJvm;
 import org.symmem4j.serving.WorkerProcess;
 import org.symmem4j.serving.weights.SharedWeights;
 import picocli.CommandLine.Command;
@@ -42,14 +44,18 @@ import picocli.CommandLine.Option;
  * <p>Every side runs in fresh JVMs (the processes side: a router JVM and K worker JVMs), which load all M models,
  * then serve each model in turn to closed-loop clients sending one-row requests (a quarter of {@code --seconds}
  * warm-up, then {@code --seconds} measured): requests/s and p50/p99 latency per model. Right after, with every model
- * loaded and served, each side's resident memory: the PSS ({@code /proc/<pid>/smaps_rollup}) summed over its JVMs,
- * the router's and its workers' for the processes side. Sides run round robin per repetition; the report gives the
- * median of the repetitions, the ratios to {@code ParallelInference}, the machine's load average before and after,
- * and every repetition's raw numbers.
+ * loaded and served, and after an idle window ({@code --idle-seconds}), each side's resident memory: the PSS summed
+ * over its JVMs (the router's and its workers' for the processes side), split by what it holds ({@link ProcFootprint}),
+ * and each JVM's CPU time under load and over the idle window. With {@code --compare-workers 1,8} every side runs at
+ * each worker count, and the report sets the memory at the largest against the smallest. Worker JVMs start with
+ * {@link WorkerJvm}'s flags and environment ({@code --worker-jvm bare}: the router's flags only). Sides run round
+ * robin per repetition; the report ({@link ServingProcessReport}) gives the median of the repetitions, the ratios to
+ * {@code ParallelInference}, the machine's load average before and after, and every repetition's raw numbers.
  *
  * <pre>
  *   ServingProcessBench [--workers K] [--models M] [--clients C] [--seconds S] [--reps R] [--max-batch B]
  *                       [--mlp-hidden H] [--sides threads,processes,pi] [--inflight-per-worker N]
+ *                       [--compare-workers 1,8] [--idle-seconds S] [--worker-jvm default|bare]
  * </pre>
  */
 public final class ServingProcessBench {
@@ -86,8 +92,21 @@ public final class ServingProcessBench {
         @Option(names = "--ring-mib", paramLabel = "MIB", description = "each worker ring's capacity in MiB (a power"
                 + " of two)")
         int ringMib = 4;
+        @Option(names = "--compare-workers", split = ",", paramLabel = "K", description = "run every side at each"
+                + " of these worker counts instead of --workers (e.g. 1,8) and report the memory at the largest"
+                + " against the smallest (the target: 8 workers within 1.2x one worker's)")
+        List<Integer> compareWorkers;
+        @Option(names = "--idle-seconds", paramLabel = "S", description = "after serving, the idle window (no"
+                + " requests) over which each JVM's CPU time is measured")
+        double idleSeconds = 10;
+        @Option(names = "--worker-jvm", paramLabel = "default|bare", description = "default: worker JVMs start with"
+                + " WorkerJvm's flags and environment (SYMMEM4J_WORKER_JVM_FLAGS overrides the flags); bare: with the"
+                + " router's flags only")
+        String workerJvm = "default";
         @Option(names = "--side", hidden = true, description = "internal: this JVM runs one side")
         String side;
+        @Option(names = "--side-workers", hidden = true, description = "internal: the side's worker count")
+        Integer sideWorkers;
         @Option(names = "--out", hidden = true, description = "internal: where a side writes its results")
         Path out;
     }
@@ -99,6 +118,9 @@ public final class ServingProcessBench {
         Flags f = Cli.parse(new Flags(), args);
         check(f);
         if (f.side != null) {
+            if (f.sideWorkers != null) {
+                f.workers = f.sideWorkers;
+            }
             ChildJvms.exitAsRank(() -> side(f));
             return;
         }
@@ -120,6 +142,19 @@ public final class ServingProcessBench {
         }
         if (!(f.seconds > 0)) {
             throw new IllegalArgumentException("--seconds " + f.seconds + ", expected > 0 (fix: pass e.g. --seconds 6)");
+        }
+        if (!(f.idleSeconds >= 0)) {
+            throw new IllegalArgumentException("--idle-seconds " + f.idleSeconds + ", expected >= 0 (fix: pass e.g."
+                    + " --idle-seconds 10)");
+        }
+        if (!List.of("default", "bare").contains(f.workerJvm)) {
+            throw new IllegalArgumentException("--worker-jvm " + f.workerJvm + ", expected default or bare (fix: pass"
+                    + " --worker-jvm bare to start worker JVMs with the router's flags only)");
+        }
+        if (f.compareWorkers != null && (f.compareWorkers.isEmpty()
+                || f.compareWorkers.stream().anyMatch(k -> k == null || k < 1))) {
+            throw new IllegalArgumentException("--compare-workers " + f.compareWorkers + ", expected worker counts >= 1"
+                    + " (fix: pass e.g. --compare-workers 1,8)");
         }
         if (f.sides.isEmpty() || !SIDES.containsAll(f.sides)) {
             throw new IllegalArgumentException("--sides " + f.sides + ", expected some of " + SIDES + " (fix: pass e.g."
@@ -165,123 +200,146 @@ public final class ServingProcessBench {
 
     // ------------------------------------------------------------------------------------------ the parent
 
-    /** One side's result in one repetition: a cell per model and the PSS of each of its JVMs. */
-    record SideRun(String side, List<ServingBench.Cell> cells, Map<String, Long> pssKb) {
-        long pssSumKb() {
-            return pssKb.values().stream().mapToLong(Long::longValue).sum();
+    /**
+     * One side's result in one repetition at one worker count: a cell per model, and per JVM ({@code router},
+     * {@code worker1}...; {@code jvm} for ParallelInference) its memory after serving and idling, and the CPU ticks it
+     * used while serving ({@code loadSeconds}: every model's warm-up and measured window) and while idle.
+     */
+    record SideRun(String side, int workers, List<ServingBench.Cell> cells, Map<String, ProcFootprint.Memory> memory,
+                   Map<String, long[]> cpuTicks, double loadSeconds, double idleSeconds) {
+
+        /** {@return each JVM's PSS in KiB} */
+        Map<String, Long> pssKb() {
+            Map<String, Long> out = new LinkedHashMap<>();
+            memory.forEach((jvm, m) -> out.put(jvm, m.pssKb()));
+            return out;
+        }
+
+        /** {@return the memory of all the side's JVMs together} */
+        ProcFootprint.Memory total() {
+            return ProcFootprint.Memory.sum(List.copyOf(memory.values()));
         }
     }
 
-    /** {@return every side's run, each repetition; prints the report} */
+    /** {@return the worker counts every side runs at: --compare-workers, else --workers} */
+    static List<Integer> workerCounts(Flags f) {
+        return f.compareWorkers == null ? List.of(f.workers) : List.copyOf(f.compareWorkers);
+    }
+
+    /** {@return every side's run, each repetition and worker count; prints the report} */
     static List<SideRun> run(Flags f, String[] args) throws IOException, InterruptedException {
         System.out.printf(Locale.ROOT, "# ServingProcessBench%n%ndate: %s%nmachine: %d cores; load average before: %s"
-                + "%nOMP_NUM_THREADS=%s%nK=%d workers, M=%d models, clients=%d, seconds=%.1f per model (+%.1f warm-up),"
-                + " maxBatch=%d, reps=%d, MLP hidden=%d, router threads per worker process=%d%n", Instant.now(),
-                Runtime.getRuntime().availableProcessors(), loadAverage(), System.getenv("OMP_NUM_THREADS"),
-                f.workers, f.models, f.clients, f.seconds, f.seconds / 4, f.maxBatch, f.reps, f.mlpHidden,
-                f.inflightPerWorker);
+                + "%nOMP_NUM_THREADS=%s%nK=%s workers, M=%d models, clients=%d, seconds=%.1f per model (+%.1f warm-up),"
+                + " idle window=%.1f s, maxBatch=%d, reps=%d, MLP hidden=%d, router threads per worker process=%d%n"
+                + "worker JVMs: %s%n", Instant.now(), Runtime.getRuntime().availableProcessors(), loadAverage(),
+                System.getenv("OMP_NUM_THREADS"), workerCounts(f), f.models, f.clients, f.seconds, f.seconds / 4,
+                f.idleSeconds, f.maxBatch, f.reps, f.mlpHidden, f.inflightPerWorker, f.workerJvm.equals("bare")
+                        ? "bare (the router's flags)" : "flags " + workerFlags(f, 1) + (workerFlags(f, 1).equals(
+                        workerFlags(f, 2)) ? "" : " (worker 1; the others without -XX:+AutoCreateSharedArchive)")
+                        + ", environment " + workerEnvironment(f));
         long paramBytes = 0;
         for (int i = 0; i < f.models; i++) {
             long n = network(f, i).numParams();
             paramBytes += 4 * n;
             System.out.printf(Locale.ROOT, "model %s: %,d parameters (%.1f MiB)%n", name(i), n, 4 * n / 1048576.0);
         }
-        System.out.printf(Locale.ROOT, "weights of all models: %.1f MiB; ParallelInference holds K x M = %d copies"
-                + " (plus each model's original), the router one%n%n", paramBytes / 1048576.0, f.workers * f.models);
+        System.out.printf(Locale.ROOT, "weights of all models: %.1f MiB; ParallelInference holds K x M copies"
+                + " (plus each model's original), the router one%n%n", paramBytes / 1048576.0);
+        if (f.sides.contains("processes") && !workerFlags(f, 1).equals(workerFlags(f, 2))
+                && !Files.exists(WorkerJvm.sharedArchive(System.getProperty("java.class.path")))) {
+            // worker 1 writes the CDS archive when it exits if it is missing: let an unreported run do it, so that every
+            // measured worker JVM maps the same archive, whatever its worker count
+            System.out.println("(an unreported processes run at K=1 first, so that the worker JVMs' CDS archive is"
+                    + " there: " + WorkerJvm.sharedArchive(System.getProperty("java.class.path")) + ")");
+            runSide(f, args, "processes", 1);
+        }
         List<SideRun> runs = new ArrayList<>();
         for (int r = 0; r < f.reps; r++) {
-            for (String side : f.sides) { // round robin: every side sees the same machine state
-                runs.add(runSide(f, args, side));
+            for (int k : workerCounts(f)) {
+                for (String side : f.sides) { // round robin: every side sees the same machine state
+                    runs.add(runSide(f, args, side, k));
+                }
             }
         }
-        report(f, runs);
+        ServingProcessReport.report(f, runs, paramBytes);
         System.out.printf("%nload average after: %s%n", loadAverage());
         return runs;
     }
 
-    static SideRun runSide(Flags f, String[] args, String side) throws IOException, InterruptedException {
+    /** {@return the JVM flags worker JVM {@code worker} (from 1) starts with, besides the router's own} */
+    static List<String> workerFlags(Flags f, int worker) {
+        return f.workerJvm.equals("bare") ? List.of()
+                : WorkerJvm.flags(System.getenv(), System.getProperty("java.class.path"), worker);
+    }
+
+    /** {@return the environment variables the worker JVMs get besides this JVM's} */
+    static Map<String, String> workerEnvironment(Flags f) {
+        Map<String, String> extra = new LinkedHashMap<>();
+        if (f.workerJvm.equals("default")) {
+            WorkerJvm.DEFAULT_ENVIRONMENT.forEach((k, v) -> {
+                if (System.getenv(k) == null) {
+                    extra.put(k, v);
+                }
+            });
+        }
+        return extra;
+    }
+
+    static SideRun runSide(Flags f, String[] args, String side, int workers) throws IOException, InterruptedException {
         Path dir = Files.createTempDirectory("symmem4j-serving-processes-"); // mode 0700
         try {
             List<String> childArgs = new ArrayList<>(List.of(args));
-            childArgs.addAll(List.of("--side", side, "--out", dir.toString()));
-            List<String> command = ChildJvms.javaCommand(ChildJvms.childJvmFlags(
-                    ManagementFactory.getRuntimeMXBean().getInputArguments()), ServingProcessBench.class, childArgs);
-            Duration limit = Duration.ofSeconds(120 + (long) (f.models * f.seconds * 1.25 * 3));
+            childArgs.addAll(List.of("--side", side, "--side-workers", Integer.toString(workers), "--out",
+                    dir.toString()));
+            List<String> jvmFlags = new ArrayList<>(ChildJvms.childJvmFlags(
+                    ManagementFactory.getRuntimeMXBean().getInputArguments()));
+            jvmFlags.add(ProcFootprint.heapLogFlag(dir)); // the heap's range, for its share of the PSS
+            // JVM starts and warm-ups, slow on a loaded machine (K worker JVMs load ND4J at once), then the windows
+            Duration limit = Duration.ofSeconds(120 + 20L * workers + (long) (f.models * f.seconds * 1.25 * 3
+                    + f.idleSeconds));
             if (side.equals("processes")) {
                 Path secret = ChildJvms.writeSecret(dir.resolve("store.secret"));
-                ChildJvms.runRanks(command, f.workers + 1, "serving-processes-" + ProcessHandle.current().pid() + "-"
-                        + System.nanoTime(), secret, limit);
+                Map<String, String> workerEnv = workerEnvironment(f);
+                ChildJvms.runRanks(rank -> {
+                    List<String> flags = new ArrayList<>(jvmFlags);
+                    if (rank > 0) {
+                        flags.addAll(workerFlags(f, rank));
+                    }
+                    return ChildJvms.javaCommand(flags, ServingProcessBench.class, childArgs);
+                }, rank -> rank == 0 ? Map.of() : workerEnv, workers + 1, "serving-processes-"
+                        + ProcessHandle.current().pid() + "-" + System.nanoTime(), secret, limit);
             } else {
-                ChildJvms.runOne(command, side, limit);
+                ChildJvms.runOne(ChildJvms.javaCommand(jvmFlags, ServingProcessBench.class, childArgs), side, limit);
             }
-            return readSide(side, dir.resolve("result"));
+            return readSide(side, workers, dir.resolve("result"));
         } finally {
             ChildJvms.deleteTree(dir);
         }
     }
 
-    /** The result file: {@code cell model side workers req/s p50 p99 failures} and {@code pss jvm kb} lines. */
-    static SideRun readSide(String side, Path file) throws IOException {
+    /**
+     * The result file: {@code cell model side workers req/s p50 p99 failures}, {@code mem jvm pss shm heap file other
+     * rss} (KiB), {@code cpu jvm loadTicks idleTicks} and {@code window loadSeconds idleSeconds} lines.
+     */
+    static SideRun readSide(String side, int workers, Path file) throws IOException {
         List<ServingBench.Cell> cells = new ArrayList<>();
-        Map<String, Long> pss = new LinkedHashMap<>();
+        Map<String, ProcFootprint.Memory> memory = new LinkedHashMap<>();
+        Map<String, long[]> cpu = new LinkedHashMap<>();
+        double[] window = {0, 0};
         for (String line : Files.readAllLines(file)) {
             String[] p = line.split(" ");
-            if (p[0].equals("cell")) {
-                cells.add(new ServingBench.Cell(p[1], p[2], Integer.parseInt(p[3]), Double.parseDouble(p[4]),
-                        Double.parseDouble(p[5]), Double.parseDouble(p[6]), Long.parseLong(p[7])));
-            } else if (p[0].equals("pss")) {
-                pss.put(p[1], Long.parseLong(p[2]));
+            switch (p[0]) {
+                case "cell" -> cells.add(new ServingBench.Cell(p[1], p[2], Integer.parseInt(p[3]),
+                        Double.parseDouble(p[4]), Double.parseDouble(p[5]), Double.parseDouble(p[6]),
+                        Long.parseLong(p[7])));
+                case "mem" -> memory.put(p[1], ProcFootprint.Memory.parse(p, 2));
+                case "cpu" -> cpu.put(p[1], new long[] {Long.parseLong(p[2]), Long.parseLong(p[3])});
+                case "window" -> window = new double[] {Double.parseDouble(p[1]), Double.parseDouble(p[2])};
+                default -> throw new IOException(file + ": line '" + line + "', expected cell, mem, cpu or window"
+                        + " (fix: the side JVM and this one run the same build)");
             }
         }
-        return new SideRun(side, cells, pss);
-    }
-
-    static void report(Flags f, List<SideRun> runs) {
-        System.out.printf("## Throughput and latency (one-row requests, %d clients, median of %d reps)%n%n"
-                + "| model | side | workers | requests/s | p50 us | p99 us | failed | req/s vs ParallelInference |"
-                + " all reps req/s |%n|---|---|---|---|---|---|---|---|---|%n", f.clients, f.reps);
-        for (int i = 0; i < f.models; i++) {
-            String model = name(i);
-            Map<String, ServingBench.Cell> medians = new LinkedHashMap<>();
-            for (String side : f.sides) {
-                medians.put(side, median(cellsOf(runs, side, model)));
-            }
-            ServingBench.Cell pi = medians.get("pi");
-            for (String side : f.sides) {
-                List<ServingBench.Cell> all = cellsOf(runs, side, model);
-                ServingBench.Cell m = medians.get(side);
-                System.out.printf(Locale.ROOT, "| %s | %s | %d | %.0f | %.0f | %.0f | %d | %s | %s |%n", model,
-                        label(side), m.workers(), m.requestsPerSecond(), m.p50Micros(), m.p99Micros(),
-                        all.stream().mapToLong(ServingBench.Cell::failures).sum(),
-                        pi == null ? "-" : String.format(Locale.ROOT, "%.2fx", m.requestsPerSecond()
-                                / pi.requestsPerSecond()),
-                        all.stream().map(c -> String.format(Locale.ROOT, "%.0f", c.requestsPerSecond())).toList());
-            }
-        }
-        System.out.printf("%n## Resident memory after serving (PSS, summed over each side's JVMs, median of %d reps)"
-                + "%n%n| side | JVMs | PSS MiB | vs ParallelInference | each JVM MiB (last rep) |%n|---|---|---|---|---|%n",
-                f.reps);
-        Double piPss = null;
-        if (f.sides.contains("pi")) {
-            piPss = medianPss(runs, "pi");
-        }
-        for (String side : f.sides) {
-            double pss = medianPss(runs, side);
-            SideRun last = runs.stream().filter(r -> r.side.equals(side)).reduce((a, b) -> b).orElseThrow();
-            System.out.printf(Locale.ROOT, "| %s | %d | %.1f | %s | %s |%n", label(side), last.pssKb.size(),
-                    pss / 1024, piPss == null ? "-" : String.format(Locale.ROOT, "%.2fx", pss / piPss),
-                    last.pssKb.entrySet().stream().map(e -> String.format(Locale.ROOT, "%s %.1f", e.getKey(),
-                            e.getValue() / 1024.0)).toList());
-        }
-        System.out.printf("%n## Raw (every rep)%n%n");
-        for (SideRun r : runs) {
-            for (ServingBench.Cell c : r.cells) {
-                System.out.printf(Locale.ROOT, "raw %s %s workers=%d req/s=%.1f p50us=%.1f p99us=%.1f failed=%d%n",
-                        r.side, c.model(), c.workers(), c.requestsPerSecond(), c.p50Micros(), c.p99Micros(),
-                        c.failures());
-            }
-            System.out.printf("raw %s pssKb=%s%n", r.side, r.pssKb);
-        }
+        return new SideRun(side, workers, cells, memory, cpu, window[0], window[1]);
     }
 
     static String label(String side) {
@@ -291,22 +349,6 @@ public final class ServingProcessBench {
             case "pi" -> "ParallelInference BATCHED";
             default -> throw org.symmem4j.parallel.Invariants.violated("side " + side);
         };
-    }
-
-    private static List<ServingBench.Cell> cellsOf(List<SideRun> runs, String side, String model) {
-        return runs.stream().filter(r -> r.side.equals(side)).flatMap(r -> r.cells.stream())
-                .filter(c -> c.model().equals(model)).toList();
-    }
-
-    private static ServingBench.Cell median(List<ServingBench.Cell> cells) {
-        List<ServingBench.Cell> sorted = new ArrayList<>(cells);
-        sorted.sort((a, b) -> Double.compare(a.requestsPerSecond(), b.requestsPerSecond()));
-        return sorted.get(sorted.size() / 2);
-    }
-
-    private static double medianPss(List<SideRun> runs, String side) {
-        double[] v = runs.stream().filter(r -> r.side.equals(side)).mapToDouble(SideRun::pssSumKb).sorted().toArray();
-        return v[v.length / 2];
     }
 
     static String loadAverage() {
@@ -359,33 +401,32 @@ public final class ServingProcessBench {
         return cells;
     }
 
-    private static int threads(Flags f) throws IOException {
+    private static int threads(Flags f) throws Exception {
         try (SharedWeights weights = SharedWeights.create(InJvmWorld.create(1).join(0), 0, weightBudget(f),
                 2 * f.models + 2);
              ModelRouter router = new ModelRouter(weights, options(f, f.workers), null)) {
             deployAll(f, router);
-            List<ServingBench.Cell> cells = serveAll(f, "threads", router);
-            System.gc();
-            write(f, cells, Map.of("router", ServingBench.pssKb()));
+            serveAndMeasure(f, Map.of("router", ProcessHandle.current().pid()), () -> serveAll(f, "threads", router));
         }
         return 0;
     }
 
-    private static int parallelInference(Flags f) throws IOException {
+    private static int parallelInference(Flags f) throws Exception {
         List<ParallelInference> pis = new ArrayList<>();
         try {
             for (int i = 0; i < f.models; i++) {
                 pis.add(new ParallelInference.Builder(network(f, i)).inferenceMode(InferenceMode.BATCHED)
                         .batchLimit(f.maxBatch).queueLimit(Math.max(1024, 4 * f.clients)).workers(f.workers).build());
             }
-            List<ServingBench.Cell> cells = new ArrayList<>();
-            for (int i = 0; i < f.models; i++) {
-                ParallelInference pi = pis.get(i);
-                cells.add(ServingBench.closedLoop(f.clients, f.seconds, request(i), name(i), "pi", f.workers,
-                        pi::output));
-            }
-            System.gc();
-            write(f, cells, Map.of("jvm", ServingBench.pssKb()));
+            serveAndMeasure(f, Map.of("jvm", ProcessHandle.current().pid()), () -> {
+                List<ServingBench.Cell> cells = new ArrayList<>();
+                for (int i = 0; i < f.models; i++) {
+                    ParallelInference pi = pis.get(i);
+                    cells.add(ServingBench.closedLoop(f.clients, f.seconds, request(i), name(i), "pi", f.workers,
+                            pi::output));
+                }
+                return cells;
+            });
         } finally {
             pis.forEach(ParallelInference::shutdown);
         }
@@ -406,34 +447,64 @@ public final class ServingProcessBench {
                     WorkerProcess.serve(group, weights, 0, ring);
                     return 0;
                 }
-                try (ProcessWorkers workers = ProcessWorkers.create(group, ring)) {
-                    List<ServingBench.Cell> cells;
-                    try (ModelRouter router = new ModelRouter(weights, options(f, f.workers * f.inflightPerWorker),
-                            null, workers)) {
-                        deployAll(f, router);
-                        cells = serveAll(f, "processes", router);
-                        System.gc();
-                        Map<String, Long> pss = new LinkedHashMap<>();
-                        pss.put("router", ServingBench.pssKb());
-                        for (int r = 1; r <= f.workers; r++) { // alive: they stop when the router closes its workers
-                            String pid = Files.readString(f.out.resolve("pid-" + r)).trim();
-                            pss.put("worker" + r, ServingBench.pssKb(pid));
-                        }
-                        write(f, cells, pss);
+                // the workers wrote their pids before their part of this collective
+                try (ProcessWorkers workers = ProcessWorkers.create(group, ring);
+                     ModelRouter router = new ModelRouter(weights, options(f, f.workers * f.inflightPerWorker), null,
+                             workers)) {
+                    Map<String, Long> pids = new LinkedHashMap<>();
+                    pids.put("router", ProcessHandle.current().pid());
+                    for (int r = 1; r <= f.workers; r++) { // alive: they stop when the router closes its workers
+                        pids.put("worker" + r, Long.parseLong(Files.readString(f.out.resolve("pid-" + r)).trim()));
                     }
+                    deployAll(f, router);
+                    serveAndMeasure(f, pids, () -> serveAll(f, "processes", router));
                 }
             }
         }
         return 0;
     }
 
-    private static void write(Flags f, List<ServingBench.Cell> cells, Map<String, Long> pssKb) throws IOException {
+    /**
+     * Serves (every model in turn: the load window), collects this JVM's garbage, waits {@code --idle-seconds} without
+     * requests (the idle window), then takes the memory of each of the side's JVMs; writes the result file with the
+     * CPU ticks each JVM used in each window.
+     */
+    private static void serveAndMeasure(Flags f, Map<String, Long> pids, Callable<List<ServingBench.Cell>> serve)
+            throws Exception {
+        long[] t0 = cpuTicks(pids);
+        long start = System.nanoTime();
+        List<ServingBench.Cell> cells = serve.call();
+        long[] t1 = cpuTicks(pids);
+        double loadSeconds = (System.nanoTime() - start) / 1e9;
+        System.gc();
+        long[] t2 = cpuTicks(pids);
+        long idleStart = System.nanoTime();
+        Thread.sleep(Duration.ofNanos((long) (f.idleSeconds * 1e9)));
+        long[] t3 = cpuTicks(pids);
+        double idleSeconds = (System.nanoTime() - idleStart) / 1e9;
         StringBuilder out = new StringBuilder();
         for (ServingBench.Cell c : cells) {
             out.append(String.format(Locale.ROOT, "cell %s %s %d %.3f %.3f %.3f %d%n", c.model(), c.side(),
                     c.workers(), c.requestsPerSecond(), c.p50Micros(), c.p99Micros(), c.failures()));
         }
-        pssKb.forEach((jvm, kb) -> out.append("pss ").append(jvm).append(' ').append(kb).append('\n'));
+        int i = 0;
+        for (Map.Entry<String, Long> e : pids.entrySet()) {
+            out.append("mem ").append(e.getKey()).append(' ').append(ProcFootprint.memory(e.getValue(), f.out)
+                    .format()).append('\n');
+            out.append("cpu ").append(e.getKey()).append(' ').append(t1[i] - t0[i]).append(' ').append(t3[i] - t2[i])
+                    .append('\n');
+            i++;
+        }
+        out.append(String.format(Locale.ROOT, "window %.3f %.3f%n", loadSeconds, idleSeconds));
         Files.writeString(f.out.resolve("result"), out);
+    }
+
+    private static long[] cpuTicks(Map<String, Long> pids) throws IOException {
+        long[] ticks = new long[pids.size()];
+        int i = 0;
+        for (long pid : pids.values()) {
+            ticks[i++] = ProcFootprint.cpuTicks(pid);
+        }
+        return ticks;
     }
 }
