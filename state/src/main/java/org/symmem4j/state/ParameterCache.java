@@ -15,7 +15,6 @@ import java.lang.foreign.ValueLayout;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Objects;
-import java.util.TreeMap;
 
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmetricMemory;
@@ -49,8 +48,8 @@ import org.symmem4j.parallel.sync.Waiter;
  *   <li><b>Versions</b>: unique per owner, increasing with every put.</li>
  * </ul>
  *
- * One thread per rank uses an instance. Where the group spans machines or its memory is GPU memory, creation is
- * refused with the transport's reason.
+ * One thread per rank uses an instance. Where the group spans machines, creation is refused with the transport's
+ * reason; on a group of GPU memory it is refused naming the GPU form, {@link DeviceParameterCache}.
  */
 public final class ParameterCache implements AutoCloseable {
 
@@ -112,7 +111,7 @@ public final class ParameterCache implements AutoCloseable {
         }
     }
 
-    private static final long TOMBSTONE = -1;
+    static final long TOMBSTONE = -1;
 
     private final Group group;
     private final SymmetricMemory memory;
@@ -125,8 +124,7 @@ public final class ParameterCache implements AutoCloseable {
     // ---- owner side: this rank's part, known only here ----
     private final MemorySegment mine;
     private final Map<String, Integer> slotOf = new HashMap<>();
-    /** Free heap ranges: offset -> bytes. */
-    private final TreeMap<Long, Long> free = new TreeMap<>();
+    private final HeapRanges free;
     private long nextVersion = 1;
 
     private ParameterCache(Group group, SymmetricMemory memory, int slots, long heapBytes) {
@@ -141,7 +139,7 @@ public final class ParameterCache implements AutoCloseable {
         }
         this.mine = memory.local();
         this.waiter = SharedMemories.waiter(group);
-        free.put(0L, heapBytes);
+        this.free = new HeapRanges(heapBytes);
     }
 
     /**
@@ -156,14 +154,10 @@ public final class ParameterCache implements AutoCloseable {
      */
     public static ParameterCache create(Group group, long budgetBytes, int maxEntries) {
         Objects.requireNonNull(group, "group");
-        if (budgetBytes < 2 * BLOCK_HEADER_BYTES || maxEntries < 1) {
-            throw new IllegalArgumentException("parameter cache budgetBytes=" + budgetBytes + " maxEntries=" + maxEntries
-                    + " expected budgetBytes >= " + 2 * BLOCK_HEADER_BYTES + " and maxEntries >= 1 (fix: size"
-                    + " the budget for the largest version twice, a hot swap keeps both)");
-        }
+        checkArguments(budgetBytes, maxEntries);
         long heapBytes = ParameterCacheLayout.align64(budgetBytes);
         SymmetricMemory memory = SharedMemories.allocate(group, ParameterCacheLayout.totalBytes(maxEntries, heapBytes),
-                "parameter cache");
+                "parameter cache", "DeviceParameterCache.create with a Communicator of the group");
         try {
             ParameterCacheLayout.format(memory.local(), maxEntries, heapBytes, group.rank());
             memory.barrier(); // every part's header, written before it, is visible to every rank after it
@@ -174,6 +168,15 @@ public final class ParameterCache implements AutoCloseable {
         } catch (RuntimeException e) {
             memory.close();
             throw e;
+        }
+    }
+
+    /** The argument checks of {@link #create}, shared with {@link DeviceParameterCache#create}. */
+    static void checkArguments(long budgetBytes, int maxEntries) {
+        if (budgetBytes < 2 * BLOCK_HEADER_BYTES || maxEntries < 1) {
+            throw new IllegalArgumentException("parameter cache budgetBytes=" + budgetBytes + " maxEntries=" + maxEntries
+                    + " expected budgetBytes >= " + 2 * BLOCK_HEADER_BYTES + " and maxEntries >= 1 (fix: size"
+                    + " the budget for the largest version twice, a hot swap keeps both)");
         }
     }
 
@@ -271,22 +274,16 @@ public final class ParameterCache implements AutoCloseable {
                 + " after eviction (entries=" + slotOf.size() + ")");
     }
 
-    private static long blockBytes(long dataBytes) {
+    static long blockBytes(long dataBytes) {
         return BLOCK_HEADER_BYTES + ParameterCacheLayout.align64(dataBytes);
     }
 
     /** A heap range of {@code bytes}, freeing previous versions and then LRU entries (never {@code keepSlot}). */
     private long allocate(long bytes, int keepSlot) {
         while (true) {
-            for (Map.Entry<Long, Long> f : free.entrySet()) {
-                if (f.getValue() >= bytes) {
-                    long off = f.getKey();
-                    free.remove(off);
-                    if (f.getValue() > bytes) {
-                        free.put(off + bytes, f.getValue() - bytes);
-                    }
-                    return off;
-                }
+            long off = free.take(bytes);
+            if (off >= 0) {
+                return off;
             }
             if (!freeOnePrevious() && !evictLeastRecentlyUsed(keepSlot)) {
                 // only keepSlot's current version is left: its previous was freed; compaction is not done, so the
@@ -354,18 +351,7 @@ public final class ParameterCache implements AutoCloseable {
     private void release(long block) {
         long gen = ParameterCacheLayout.generationAcquire(mine, heap, block);
         ParameterCacheLayout.setGeneration(mine, heap, block, gen + 1);
-        long bytes = blockBytes(mine.get(ValueLayout.JAVA_LONG, heap + block + 16));
-        Long afterBytes = free.remove(block + bytes); // coalesce with the free range right after
-        if (afterBytes != null) {
-            bytes += afterBytes;
-        }
-        long start = block;
-        Map.Entry<Long, Long> before = free.floorEntry(block); // and with the one right before
-        if (before != null && before.getKey() + before.getValue() == block) {
-            start = before.getKey();
-            bytes += before.getValue();
-        }
-        free.put(start, bytes);
+        free.give(block, blockBytes(mine.get(ValueLayout.JAVA_LONG, heap + block + 16)));
     }
 
     // ------------------------------------------------------------------------------------------ reader side
@@ -493,7 +479,7 @@ public final class ParameterCache implements AutoCloseable {
                 MemorySegment.ofArray(nameBytes), 0, nameBytes.length) == -1;
     }
 
-    private static long hash(byte[] b) {
+    static long hash(byte[] b) {
         long h = SymmetricHashMap.hash(MemorySegment.ofArray(b));
         return h == 0 || h == TOMBSTONE ? 1 : h;
     }

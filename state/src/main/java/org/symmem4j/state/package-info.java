@@ -12,7 +12,9 @@
  * with a {@link org.symmem4j.parallel.Communicator}: the tensor (device shards) and
  * {@link org.symmem4j.state.DeviceRingBuffer} (a ring in GPU memory whose producers append on their streams); on a
  * GPU group, {@link org.symmem4j.state.DeviceHashMap} (the hash map's slots in GPU memory, operated by kernels on the
- * caller's stream with system-scope CAS; {@code compute} host-driven); the parameter cache is refused there. The shared layouts live in {@link org.symmem4j.parallel.layout}. See
+ * caller's stream with system-scope CAS; {@code compute} host-driven) and
+ * {@link org.symmem4j.state.DeviceParameterCache} (the cache's parts in GPU memory, zero-copy device views). The
+ * shared layouts live in {@link org.symmem4j.parallel.layout}. See
  * {@code docs/shared-state.md}.
  */
 package org.symmem4j.state;

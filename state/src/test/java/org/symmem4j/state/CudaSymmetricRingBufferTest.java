@@ -249,7 +249,7 @@ class CudaSymmetricRingBufferTest {
      * (the parameter cache) is refused with the reason; before anything is allocated, on every rank.
      */
     @Test
-    void theHostHashMapNamesItsGpuFormAndTheParameterCacheIsRefusedOnAGpuGroup() {
+    void theHostHashMapAndTheParameterCacheNameTheirGpuFormsOnAGpuGroup() {
         InJvmWorld.runOnEveryRank(2, OPTIONS, gpuTransport(), group -> {
             UnsupportedOperationException map = assertThrows(UnsupportedOperationException.class,
                     () -> SymmetricHashMap.create(group, 8, 8, 64));
@@ -257,7 +257,9 @@ class CudaSymmetricRingBufferTest {
                     && map.getMessage().contains("fix:"), map.getMessage());
             UnsupportedOperationException cache = assertThrows(UnsupportedOperationException.class,
                     () -> ParameterCache.create(group, 1 << 20, 16));
-            assertTrue(cache.getMessage().contains("GPU memory"), cache.getMessage());
+            assertTrue(cache.getMessage().contains("GPU memory")
+                    && cache.getMessage().contains("DeviceParameterCache.create")
+                    && cache.getMessage().contains("fix:"), cache.getMessage());
             return null;
         });
     }

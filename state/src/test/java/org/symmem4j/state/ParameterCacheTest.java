@@ -11,6 +11,7 @@ import java.lang.foreign.ValueLayout;
 import java.time.Duration;
 
 import org.junit.jupiter.api.Test;
+import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.group.InJvmWorld;
 
@@ -120,6 +121,20 @@ class ParameterCacheTest {
                 assertTrue(big.getMessage().contains("does not fit budgetBytes=3264"), big.getMessage());
                 assertThrows(IllegalArgumentException.class, () -> cache.put("x".repeat(69), filled(0, 8)));
                 assertThrows(IllegalArgumentException.class, () -> cache.put("", filled(0, 8)));
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void theGpuFormIsRefusedOnAHostCommunicatorNamingTheHostCache() {
+        InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+            try (Communicator comm = Communicator.create(group)) {
+                UnsupportedOperationException e = assertThrows(UnsupportedOperationException.class,
+                        () -> DeviceParameterCache.create(comm, 1 << 20, 8));
+                assertTrue(e.getMessage().contains("ParameterCache.create") && e.getMessage().contains("fix:"),
+                        e.getMessage());
+                assertThrows(IllegalArgumentException.class, () -> DeviceParameterCache.create(comm, 64, 8));
             }
             return null;
         });

@@ -31,6 +31,12 @@ import java.nio.charset.StandardCharsets;
  *                                 +64 data
  * </pre>
  *
+ * The GPU form ({@code org.symmem4j.state.DeviceParameterCache}) lays out every rank's part in GPU memory the same
+ * way; the owner keeps a host copy of its header and directory and writes each change into GPU memory by synchronous
+ * copies in the seqlock's order (word odd, fields, word even), and the block's header fields ({@link #BLOCK_VERSION},
+ * {@link #BLOCK_LENGTH}, then {@link #BLOCK_GENERATION}) after its data; readers read them by copies from the
+ * owner's memory as mapped on their GPU. The last-use ticks are unused there (no LRU on GPUs).
+ *
  * A put writes its data into a fresh block, then publishes it by the slot's seqlock (the old current becomes the
  * previous, the older previous is freed). So a reader's zero-copy view of a version stays valid across one
  * replacement, and a reader can always tell afterwards whether its view was freed while it read.
@@ -66,6 +72,12 @@ public final class ParameterCacheLayout {
     public static final int SLOT_NAME_LENGTH = 56;
     /** Name bytes. */
     public static final int SLOT_NAME = 60;
+    /** Block header field: the generation (long), odd while published. */
+    public static final int BLOCK_GENERATION = 0;
+    /** Block header field: the entry version it holds (long). */
+    public static final int BLOCK_VERSION = 8;
+    /** Block header field: its data bytes (long). */
+    public static final int BLOCK_LENGTH = 16;
 
     private static final VarHandle LONG = ValueLayout.JAVA_LONG.varHandle();
 

@@ -1,0 +1,566 @@
+package org.symmem4j.state;
+
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_GENERATION;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_HEADER_BYTES;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_LENGTH;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_VERSION;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.LINE_BYTES;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_CURRENT;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_CURRENT_LENGTH;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_HASH;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_NAME;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_NAME_LENGTH;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_PREVIOUS;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_PREVIOUS_LENGTH;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_VERSION;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_WORD;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.Objects;
+
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DeviceCommunicator;
+import org.symmem4j.parallel.DeviceMemory;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.SymmetricMemory;
+import org.symmem4j.parallel.layout.ParameterCacheLayout;
+import org.symmem4j.parallel.sync.WaitSubject;
+import org.symmem4j.parallel.sync.Waiter;
+
+/**
+ * The GPU form of {@link ParameterCache}: named, versioned entries in the owner's GPU symmetric memory within a byte
+ * budget, laid out as the host cache's parts ({@link ParameterCacheLayout}: the same directory, seqlock words and
+ * blocks). The owner {@link #put}s an entry from host or device memory; any rank {@link #get}s a zero-copy
+ * {@link View} of the owner's current version: its device address, as mapped on the reader's GPU, its length and
+ * version, for the reader's kernels to read in place.
+ *
+ * <pre>{@code
+ * try (DeviceParameterCache cache = DeviceParameterCache.create(comm, 256L << 20, 64)) {   // collective
+ *     if (comm.group().rank() == 0) cache.putFromDevice("adapter/a", weightsOnGpu);       // owner, synchronous
+ *     DeviceParameterCache.View v = cache.get("adapter/a");                               // any rank, zero-copy
+ *     launchMyKernel(v.data());  gpu.synchronize();                                        // read in place
+ *     if (!v.isValid()) { ... }   // freed while read (two newer versions since): get it again
+ * }
+ * }</pre>
+ *
+ * <ul>
+ *   <li><b>No torn entry (versioned double buffer, checked after use)</b>: a put writes its data into a fresh block
+ *       (never the one readers see), then the block's version and length, then its generation (odd: published),
+ *       then the slot under its seqlock (word odd, fields, word even). The version it replaced stays untouched until
+ *       the next put of the name, so a reader holding a view across one replacement still reads the old bytes whole.
+ *       A view does not pin its block: the reader re-checks with {@link View#isValid()} after its reads completed
+ *       (after its stream's synchronize); true means what it read was that version, whole; false means a second put
+ *       (or a remove) freed it, and the reader gets the entry again.</li>
+ *   <li><b>How the bytes move</b>: with no kernel: every write of the owner and every read of a directory slot or
+ *       block header is a synchronous copy (host to device, device to host, or device to device on the owner's
+ *       stream followed by its synchronize), performed in the order issued; a reader's copies read the owner's
+ *       memory as mapped on its own GPU. The ordering of the seqlock and of the generation rests on that order: a
+ *       copy is complete before the next one of the same rank starts.</li>
+ *   <li><b>Puts are synchronous</b>: {@link #put} copies host bytes in; {@link #putFromDevice} copies device bytes
+ *       on this rank's stream (after the work enqueued there, e.g. the kernel that produced them) and waits for the
+ *       stream; both return once the new version is published.</li>
+ *   <li><b>Budget, no LRU on GPUs</b>: each rank's part holds {@code budgetBytes} of blocks (64-byte header, data
+ *       64-byte aligned) and {@code maxEntries} names. A put that does not fit frees previous versions, then is
+ *       refused with an {@link IllegalStateException} naming the budget (no least-recently-used eviction: remove
+ *       entries yourself); a new name beyond {@code maxEntries} is refused the same way.</li>
+ * </ul>
+ *
+ * One thread per rank uses an instance. Created on a GPU {@link Communicator} whose ranks map each other's memory
+ * (CUDA on one machine); refused elsewhere (on a host group use {@link ParameterCache}).
+ */
+public final class DeviceParameterCache implements AutoCloseable {
+
+    /** One version of an entry, as a zero-copy view of its owner's GPU memory. */
+    public static final class View {
+        private final String name;
+        private final int owner;
+        private final long version;
+        private final MemorySegment data;
+        private final DeviceParameterCache cache;
+        private final long block;
+        private final long generation;
+
+        private View(String name, int owner, long version, MemorySegment data, DeviceParameterCache cache, long block,
+                     long generation) {
+            this.name = name;
+            this.owner = owner;
+            this.version = version;
+            this.data = data;
+            this.cache = cache;
+            this.block = block;
+            this.generation = generation;
+        }
+
+        /** {@return the entry's name} */
+        public String name() {
+            return name;
+        }
+
+        /** {@return the rank that put it} */
+        public int owner() {
+            return owner;
+        }
+
+        /** {@return this version (unique per owner, increasing with every put)} */
+        public long version() {
+            return version;
+        }
+
+        /** {@return the bytes: the owner's device memory as mapped on this rank's GPU (address and length), no copy} */
+        public MemorySegment data() {
+            return data;
+        }
+
+        /** {@return the device address of the bytes on this rank's GPU} */
+        public long deviceAddress() {
+            return data.address();
+        }
+
+        /**
+         * Whether the view still holds this version: false once its block was freed (two newer puts of the name, or
+         * a remove). Call it after the reads completed (after your stream's synchronize): what was read before a
+         * true answer is this version, whole. One 8-byte copy from the owner's memory.
+         *
+         * @return true while the data is this version's
+         */
+        public boolean isValid() {
+            return cache.generation(owner, block) == generation;
+        }
+
+        @Override
+        public String toString() {
+            return "DeviceParameterCache.View[" + name + ", owner=" + owner + ", version=" + version + ", bytes="
+                    + data.byteSize() + "]";
+        }
+    }
+
+    private final Group group;
+    private final SymmetricMemory memory;
+    private final DeviceCommunicator gpu;
+    private final int slots;
+    private final long heapBytes;
+    private final long heap;
+    /** Every rank's buffer as mapped on this rank's GPU. */
+    private final long[] parts;
+    private final Waiter waiter;
+    private final Arena arena = Arena.ofShared();
+    /** Staging for the reader's copies: one slot, one block header, one word. */
+    private final MemorySegment slotCopy;
+    private final MemorySegment header;
+    private final MemorySegment word;
+
+    // ---- owner side: this rank's part, known only here ----
+    /** The host copy of this rank's header and directory; every change is copied into GPU memory. */
+    private final MemorySegment directory;
+    private final Map<String, Integer> slotOf = new HashMap<>();
+    private final Map<Long, Long> generations = new HashMap<>();
+    private final HeapRanges free;
+    private long nextVersion = 1;
+
+    private DeviceParameterCache(Group group, SymmetricMemory memory, DeviceCommunicator gpu, DeviceMemory device,
+                                 int slots, long heapBytes, MemorySegment directory) {
+        this.group = group;
+        this.memory = memory;
+        this.gpu = gpu;
+        this.slots = slots;
+        this.heapBytes = heapBytes;
+        this.heap = ParameterCacheLayout.heapOffset(slots);
+        this.parts = new long[group.worldSize()];
+        for (int r = 0; r < parts.length; r++) {
+            parts[r] = device.bufferPointer(r);
+        }
+        this.waiter = SharedMemories.waiter(group);
+        this.slotCopy = arena.allocate(LINE_BYTES, Long.BYTES);
+        this.header = arena.allocate(BLOCK_HEADER_BYTES, Long.BYTES);
+        this.word = arena.allocate(Long.BYTES, Long.BYTES);
+        this.directory = arena.allocate(directory.byteSize(), Long.BYTES);
+        this.directory.copyFrom(directory);
+        this.free = new HeapRanges(heapBytes);
+    }
+
+    /**
+     * Collective: a cache in which every rank may own up to {@code maxEntries} entries of {@code budgetBytes} in all,
+     * in its GPU memory.
+     *
+     * @param comm        this rank's communicator, of a GPU transport whose ranks map each other's memory
+     * @param budgetBytes bytes of entry data (with a 64-byte header per block) each rank's part holds, at least 128
+     * @param maxEntries  names each rank's part holds, at least 1
+     * @return this rank's view; close it collectively
+     * @throws IllegalArgumentException for a bad budget or entry count, or ranks that disagree on them (on every
+     *         rank, before anything is allocated)
+     * @throws UnsupportedOperationException on a host communicator, or where peers' GPU memory is not mapped here
+     */
+    public static DeviceParameterCache create(Communicator comm, long budgetBytes, int maxEntries) {
+        Objects.requireNonNull(comm, "comm");
+        Group group = comm.group();
+        ParameterCache.checkArguments(budgetBytes, maxEntries);
+        DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow(() ->
+                new UnsupportedOperationException("device parameter cache on communicator=" + comm + ": not a GPU"
+                        + " communicator (fix: ParameterCache.create with the group, for a cache in host memory)"));
+        SharedMemories.agree(group, "device parameter cache", "device-cache-create", "budgetBytes=" + budgetBytes
+                + " maxEntries=" + maxEntries, "create the cache on every rank with the same budget and entries");
+        long heapBytes = ParameterCacheLayout.align64(budgetBytes);
+        SymmetricMemory memory = SharedMemories.allocateMapped(group,
+                ParameterCacheLayout.totalBytes(maxEntries, heapBytes), "device parameter cache");
+        try {
+            DeviceMemory device = memory.unwrap(DeviceMemory.class).orElseThrow(() ->
+                    new UnsupportedOperationException("device parameter cache on transport="
+                            + group.transport().capabilities(group).transport() + ": its symmetric memory is not GPU"
+                            + " memory (fix: ParameterCache.create on a host group, or a CUDA group)"));
+            SharedMemories.zeroOnDevice(memory); // every block's generation 0: never published
+            MemorySegment directory;
+            try (Arena a = Arena.ofConfined()) {
+                directory = a.allocate(ParameterCacheLayout.heapOffset(maxEntries), Long.BYTES);
+                ParameterCacheLayout.format(directory, maxEntries, heapBytes, group.rank());
+                memory.copyFromHost(directory, 0);
+                memory.barrier(); // every part's header and directory copied in, before any rank reads a peer's
+                DeviceParameterCache cache = new DeviceParameterCache(group, memory, gpu, device, maxEntries,
+                        heapBytes, directory);
+                MemorySegment back = a.allocate(LINE_BYTES, Long.BYTES);
+                for (int r = 0; r < group.worldSize(); r++) {
+                    cache.read(r, 0, back);
+                    ParameterCacheLayout.verify(back, maxEntries, heapBytes, r);
+                }
+                return cache;
+            }
+        } catch (RuntimeException e) {
+            memory.close();
+            throw e;
+        }
+    }
+
+    // ------------------------------------------------------------------------------------------ owner side
+
+    /**
+     * Puts a new version of {@code name} into this rank's part from host memory; synchronous: returns once the
+     * version is published.
+     *
+     * @param name the entry's name, 1..68 UTF-8 bytes
+     * @param data host bytes
+     * @return the new version
+     * @throws IllegalArgumentException for a bad name, or data that cannot fit the budget beside the version it
+     *         replaces
+     * @throws IllegalStateException when the budget or the entries are used up (no LRU eviction on GPUs)
+     */
+    public long put(String name, MemorySegment data) {
+        return put(name, data, false);
+    }
+
+    /**
+     * Puts a new version of {@code name} into this rank's part from this rank's device memory: the copy runs on this
+     * rank's stream, after the work enqueued there before (the kernel that produced the bytes), and the call waits
+     * for the stream; synchronous: returns once the version is published.
+     *
+     * @param name the entry's name, 1..68 UTF-8 bytes
+     * @param data device memory of this rank (address and length)
+     * @return the new version
+     * @throws IllegalArgumentException for a bad name, or data that cannot fit the budget beside the version it
+     *         replaces
+     * @throws IllegalStateException when the budget or the entries are used up (no LRU eviction on GPUs)
+     */
+    public long putFromDevice(String name, MemorySegment data) {
+        return put(name, data, true);
+    }
+
+    private long put(String name, MemorySegment data, boolean onDevice) {
+        Objects.requireNonNull(data, "data");
+        ParameterCacheLayout.nameBytes(name); // a bad name is refused before anything is written
+        long need = ParameterCache.blockBytes(data.byteSize());
+        Integer existing = slotOf.get(name);
+        long currentBytes = existing == null ? 0 : ParameterCache.blockBytes(directory.get(ValueLayout.JAVA_LONG,
+                ParameterCacheLayout.slotOffset(existing) + SLOT_CURRENT_LENGTH));
+        if (need + currentBytes > heapBytes) {
+            throw new IllegalArgumentException("device parameter cache entry '" + name + "' of bytes="
+                    + data.byteSize() + " does not fit budgetBytes=" + heapBytes + " beside the version it replaces"
+                    + " (bytes=" + Math.max(0, currentBytes - BLOCK_HEADER_BYTES) + "; a hot swap keeps both; fix:"
+                    + " create the cache with a budget of at least " + (need + currentBytes) + " bytes)");
+        }
+        if (existing == null && slotOf.size() == slots) {
+            throw new IllegalStateException("device parameter cache: entry '" + name + "' would be entry "
+                    + (slots + 1) + " of maxEntries=" + slots + " on rank=" + group.rank() + " (no LRU eviction on"
+                    + " GPUs; fix: remove an entry first, or create the cache with more entries)");
+        }
+        long block = allocate(need, name);
+        int slot = existing == null ? claimSlot(name) : existing;
+        long version = nextVersion++;
+        long dataAt = parts[group.rank()] + heap + block + BLOCK_HEADER_BYTES;
+        if (data.byteSize() > 0) {
+            MemorySegment dst = MemorySegment.ofAddress(dataAt).reinterpret(data.byteSize());
+            if (onDevice) {
+                gpu.copyAsync(dst, data);
+                gpu.synchronize(); // the data is in the block before its header says so
+            } else {
+                gpu.copyFromHost(dst, data);
+            }
+        }
+        header.set(ValueLayout.JAVA_LONG, BLOCK_VERSION, version);
+        header.set(ValueLayout.JAVA_LONG, BLOCK_LENGTH, data.byteSize());
+        write(header.asSlice(BLOCK_VERSION, 16), heap + block + BLOCK_VERSION);
+        long gen = (generations.getOrDefault(block, 0L) | 1) + 2; // odd: published
+        generations.put(block, gen);
+        // release (copy order): the data and header copies above completed before this one starts; a reader that
+        // reads this odd generation after reading the slot reads the data it publishes
+        writeWord(gen, heap + block + BLOCK_GENERATION);
+
+        long s = ParameterCacheLayout.slotOffset(slot);
+        long oldPrevious = directory.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS);
+        long oldPreviousLength = directory.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS_LENGTH);
+        long odd = beginWrite(s);
+        directory.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, directory.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT));
+        directory.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS_LENGTH,
+                directory.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH));
+        directory.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT, block);
+        directory.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH, data.byteSize());
+        directory.set(ValueLayout.JAVA_LONG, s + SLOT_VERSION, version);
+        endWrite(s, odd); // the linearization point of the swap
+        if (oldPrevious >= 0) {
+            release(oldPrevious, oldPreviousLength);
+        }
+        return version;
+    }
+
+    /**
+     * Removes {@code name} from this rank's part; readers holding a view of it see {@link View#isValid()} false.
+     *
+     * @param name the entry's name
+     * @return true when it was there
+     */
+    public boolean remove(String name) {
+        Integer slot = slotOf.remove(name);
+        if (slot == null) {
+            return false;
+        }
+        long s = ParameterCacheLayout.slotOffset(slot);
+        long current = directory.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT);
+        long currentLength = directory.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH);
+        long previous = directory.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS);
+        long previousLength = directory.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS_LENGTH);
+        long odd = beginWrite(s);
+        directory.set(ValueLayout.JAVA_LONG, s + SLOT_HASH, ParameterCache.TOMBSTONE);
+        directory.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT, -1);
+        directory.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, -1);
+        endWrite(s, odd);
+        if (current >= 0) {
+            release(current, currentLength);
+        }
+        if (previous >= 0) {
+            release(previous, previousLength);
+        }
+        return true;
+    }
+
+    private int claimSlot(String name) {
+        byte[] nameBytes = ParameterCacheLayout.nameBytes(name);
+        long h = ParameterCache.hash(nameBytes);
+        for (int i = 0; i < slots; i++) {
+            int slot = (int) Long.remainderUnsigned(h + i, slots);
+            long s = ParameterCacheLayout.slotOffset(slot);
+            long hs = directory.get(ValueLayout.JAVA_LONG, s + SLOT_HASH);
+            if (hs == 0 || hs == ParameterCache.TOMBSTONE) {
+                long odd = beginWrite(s);
+                directory.set(ValueLayout.JAVA_LONG, s + SLOT_HASH, h);
+                directory.set(ValueLayout.JAVA_INT, s + SLOT_NAME_LENGTH, nameBytes.length);
+                MemorySegment.copy(MemorySegment.ofArray(nameBytes), 0, directory, s + SLOT_NAME, nameBytes.length);
+                directory.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT, -1);
+                directory.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH, 0);
+                directory.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, -1);
+                endWrite(s, odd);
+                slotOf.put(name, slot);
+                return slot;
+            }
+        }
+        throw org.symmem4j.parallel.Invariants.violated("device parameter cache: no free slot among maxEntries="
+                + slots + " (entries=" + slotOf.size() + ")");
+    }
+
+    /** A heap range of {@code bytes}, freeing previous versions as needed; refused when the budget is used up. */
+    private long allocate(long bytes, String name) {
+        while (true) {
+            long off = free.take(bytes);
+            if (off >= 0) {
+                return off;
+            }
+            if (!freeOnePrevious()) {
+                throw new IllegalStateException("device parameter cache: no free range of bytes=" + bytes + " for '"
+                        + name + "' in budgetBytes=" + heapBytes + " on rank=" + group.rank() + " after freeing every"
+                        + " previous version (entries=" + slotOf.size() + "; no LRU eviction on GPUs; fix: remove"
+                        + " entries first, or create the cache with a larger budget)");
+            }
+        }
+    }
+
+    private boolean freeOnePrevious() {
+        for (int slot : slotOf.values()) {
+            long s = ParameterCacheLayout.slotOffset(slot);
+            long previous = directory.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS);
+            if (previous >= 0) {
+                long length = directory.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS_LENGTH);
+                long odd = beginWrite(s);
+                directory.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, -1);
+                endWrite(s, odd);
+                release(previous, length);
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /** Frees a block: its generation turns even first, so views of it read invalid, then the range is reusable. */
+    private void release(long block, long length) {
+        long gen = generations.get(block) + 1;
+        generations.put(block, gen);
+        writeWord(gen, heap + block + BLOCK_GENERATION); // complete before any later copy reuses the range
+        free.give(block, ParameterCache.blockBytes(length));
+    }
+
+    /** The slot's word turns odd in GPU memory before any field changes there. */
+    private long beginWrite(long s) {
+        long odd = ParameterCacheLayout.beginWrite(directory, s);
+        writeWord(odd, s + SLOT_WORD);
+        return odd;
+    }
+
+    /** The slot's fields, then its even word: two copies, in that order. */
+    private void endWrite(long s, long odd) {
+        write(directory.asSlice(s + Long.BYTES, LINE_BYTES - Long.BYTES), s + Long.BYTES);
+        ParameterCacheLayout.endWrite(directory, s, odd);
+        // release (copy order): the fields' copy completed before the even word's copy starts
+        writeWord(odd + 1, s + SLOT_WORD);
+    }
+
+    private void writeWord(long value, long offset) {
+        word.set(ValueLayout.JAVA_LONG, 0, value);
+        write(word, offset);
+    }
+
+    private void write(MemorySegment src, long offset) {
+        gpu.copyFromHost(MemorySegment.ofAddress(parts[group.rank()] + offset).reinterpret(src.byteSize()), src);
+    }
+
+    // ------------------------------------------------------------------------------------------ reader side
+
+    /**
+     * The current version of {@code name}, looked up in this rank's part first, then in the other ranks' in rank
+     * order.
+     *
+     * @param name the entry's name
+     * @return a view of it, or null when no rank has it
+     */
+    public View get(String name) {
+        byte[] nameBytes = ParameterCacheLayout.nameBytes(name);
+        long h = ParameterCache.hash(nameBytes);
+        for (int i = 0; i < parts.length; i++) {
+            int owner = (group.rank() + i) % parts.length;
+            View v = lookup(owner, name, nameBytes, h);
+            if (v != null) {
+                return v;
+            }
+        }
+        return null;
+    }
+
+    /**
+     * The current version of {@code name} in rank {@code owner}'s part.
+     *
+     * @param owner the owner rank
+     * @param name  the entry's name
+     * @return a view of it, or null when that rank does not have it
+     */
+    public View get(int owner, String name) {
+        Objects.checkIndex(owner, parts.length);
+        byte[] nameBytes = ParameterCacheLayout.nameBytes(name);
+        return lookup(owner, name, nameBytes, ParameterCache.hash(nameBytes));
+    }
+
+    private View lookup(int owner, String name, byte[] nameBytes, long h) {
+        for (int i = 0; i < slots; i++) {
+            int slot = (int) Long.remainderUnsigned(h + i, slots);
+            long s = ParameterCacheLayout.slotOffset(slot);
+            while (true) {
+                // acquire (copy order): pairs with the owner's even-word copy, which follows its fields' copy
+                long w = readWord(owner, s + SLOT_WORD);
+                if ((w & 1) != 0) {
+                    awaitStable(owner, s, w);
+                    continue;
+                }
+                read(owner, s, slotCopy);
+                if (readWord(owner, s + SLOT_WORD) != w) {
+                    continue; // the owner changed the slot while it was read
+                }
+                long hs = slotCopy.get(ValueLayout.JAVA_LONG, SLOT_HASH);
+                if (hs == 0) {
+                    return null; // a never-used slot ends the probe
+                }
+                if (hs != h || !nameMatches(nameBytes)) {
+                    break;
+                }
+                long block = slotCopy.get(ValueLayout.JAVA_LONG, SLOT_CURRENT);
+                long length = slotCopy.get(ValueLayout.JAVA_LONG, SLOT_CURRENT_LENGTH);
+                long version = slotCopy.get(ValueLayout.JAVA_LONG, SLOT_VERSION);
+                if (block < 0) {
+                    return null;
+                }
+                // acquire (copy order): the generation is read first, then the version it publishes
+                long gen = generation(owner, block);
+                read(owner, heap + block, header.asSlice(0, 24));
+                if ((gen & 1) == 0 || header.get(ValueLayout.JAVA_LONG, BLOCK_VERSION) != version
+                        || generation(owner, block) != gen) {
+                    continue; // freed or reused since the slot was read: read the slot again
+                }
+                MemorySegment data = MemorySegment.ofAddress(parts[owner] + heap + block + BLOCK_HEADER_BYTES)
+                        .reinterpret(length);
+                return new View(name, owner, version, data, this, block, gen);
+            }
+        }
+        return null;
+    }
+
+    long generation(int owner, long block) {
+        return readWord(owner, heap + block + BLOCK_GENERATION);
+    }
+
+    private long readWord(int owner, long offset) {
+        read(owner, offset, word);
+        return word.get(ValueLayout.JAVA_LONG, 0);
+    }
+
+    /** One synchronous copy of rank {@code owner}'s memory, as mapped on this rank's GPU, to the host. */
+    private void read(int owner, long offset, MemorySegment dst) {
+        gpu.copyToHost(dst, MemorySegment.ofAddress(parts[owner] + offset).reinterpret(dst.byteSize()));
+    }
+
+    private void awaitStable(int owner, long s, long odd) {
+        WaitSubject subject = SharedMemories.waitFor(group, owner, "device parameter cache get",
+                () -> "its entry being written (slot offset=" + s + ")", "an owner writes a slot this long only when"
+                        + " it is stopped: check that rank, or raise symmem4j.timeout.ms");
+        waiter.begin();
+        while (readWord(owner, s + SLOT_WORD) == odd) {
+            waiter.idle(subject);
+        }
+    }
+
+    private boolean nameMatches(byte[] nameBytes) {
+        return slotCopy.get(ValueLayout.JAVA_INT, SLOT_NAME_LENGTH) == nameBytes.length
+                && MemorySegment.mismatch(slotCopy, SLOT_NAME, SLOT_NAME + nameBytes.length,
+                MemorySegment.ofArray(nameBytes), 0, nameBytes.length) == -1;
+    }
+
+    /** {@return entries this rank owns now} */
+    public int ownEntries() {
+        return slotOf.size();
+    }
+
+    /** Collective: frees the cache's memory once every rank has stopped using it; views become unusable. */
+    @Override
+    public void close() {
+        try {
+            memory.close();
+        } finally {
+            arena.close();
+        }
+    }
+}
