@@ -181,18 +181,18 @@ public final class Configuration {
                     "`${java.io.tmpdir}/symmem4j-flight-recorder`", Path::of);
 
     /**
-     * {@code symmem4j.flight.recorder.arrival}: where the flight recorder writes a collective's entry, after the
-     * entry barrier's wait (the default) or in its shadow (the earlier placement, kept to measure against).
+     * {@code symmem4j.flight.recorder.arrival}: where the flight recorder writes a collective's entry, in the entry
+     * barrier's shadow (the default: measured cheaper on 16 cores) or after its wait.
      */
     public static final Setting<String> FLIGHT_RECORDER_ARRIVAL = Setting.property("symmem4j.flight.recorder.arrival")
             .type("choice")
             .accepts("`after-wait`, `in-shadow`")
             .experimental()
-            .describedAs("where the flight recorder writes a collective's entry: `after-wait` once the entry barrier"
-                    + " passed (a rank that fails while waiting writes it on the failure path), `in-shadow` between"
-                    + " this rank's publish and its wait (the earlier placement, to compare their cost in"
-                    + " `FlightRecorderCostBench --arrivals`); read once per JVM")
-            .build("after-wait", "`after-wait`", choice("after-wait", "in-shadow"));
+            .describedAs("where the flight recorder writes a collective's entry: `in-shadow` between this rank's"
+                    + " publish and its wait (measured cheaper: bench/results/2026-11-29-recorder-placement-16core.md),"
+                    + " `after-wait` once the entry barrier passed (a rank that fails while waiting writes it on the"
+                    + " failure path; to compare their cost in `FlightRecorderCostBench --arrivals`); read once per JVM")
+            .build("in-shadow", "`in-shadow`", choice("after-wait", "in-shadow"));
 
     /** {@code symmem4j.nvtx.library}: the NVTX library whose ranges Nsight Systems shows, or {@code off} (null: the search). */
     public static final Setting<String> NVTX_LIBRARY = Setting.property("symmem4j.nvtx.library")

@@ -68,9 +68,11 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * data. An in-place two-shot all-reduce (as measured) stages nothing and reaches its entry barrier right after its
  * previous call's closing barrier, whose wait drained both: there the shadow is one. After the wait they have
  * drained; the entry's stores hit L1 and commit at once, overlapping the reads of the peer's staged data. This is an
- * account, not a measurement (the lent machines have no hardware counters): {@code
- * symmem4j.flight.recorder.arrival=in-shadow} keeps the old placement so that one run measures both ({@code
- * FlightRecorderCostBench --arrivals after-wait,in-shadow}).
+ * account, not a measurement (the lent machines have no hardware counters), and the measurement refuted it: on 16
+ * idle cores, one-shot 1 KiB on 2 ranks, after the wait cost +60 ns against +45 ns in the shadow, intervals apart
+ * ({@code bench/results/2026-11-29-recorder-placement-16core.md}). So the default stays in the shadow ({@code
+ * symmem4j.flight.recorder.arrival=in-shadow}); {@code after-wait} is kept so that one run measures both ({@code
+ * FlightRecorderCostBench --arrivals after-wait,in-shadow}). Where the one-shot cost comes from is still not found.
  *
  * <p>One array of entries rather than one array per field: a collective touches one cache line of {@code ring} and
  * one array bounds check instead of eight arrays.
