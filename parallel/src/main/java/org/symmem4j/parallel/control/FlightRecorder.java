@@ -130,6 +130,8 @@ public final class FlightRecorder {
     /** The newest collective whose entry barrier passed (every rank agreed); -1 while none. */
     private long startedSeq = -1;
     private long lastDumpedFailureSeq = -1;
+    /** Dumps written by this process, numbering the file names: two dumps in one millisecond must not overwrite. */
+    private static final java.util.concurrent.atomic.AtomicLong DUMPS = new java.util.concurrent.atomic.AtomicLong();
 
     private FlightRecorder(int rank, int worldSize, String communicator, int capacity) {
         this.rank = rank;
@@ -320,7 +322,7 @@ public final class FlightRecorder {
         Integer generation = Configuration.RESTART_GENERATION.get();
         String name = "flight-" + safe(run == null ? "local" : run) + (generation == null ? "" : "-g" + generation)
                 + "-" + communicator + "-n" + worldSize + "-rank" + rank + "-pid" + ProcessHandle.current().pid() + "-t"
-                + System.currentTimeMillis() + ".json";
+                + System.currentTimeMillis() + "-d" + DUMPS.incrementAndGet() + ".json"; // -d: two in one ms differ
         try {
             Files.createDirectories(dir);
             Path file = dir.resolve(name);
