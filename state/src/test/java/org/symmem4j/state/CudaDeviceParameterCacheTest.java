@@ -11,22 +11,12 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.time.Duration;
 
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceCommunicator;
-import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.Transport;
-import org.symmem4j.parallel.cuda.CudaKernels;
-import org.symmem4j.parallel.cuda.CudaTransport;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
-import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
@@ -38,40 +28,8 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * Skipped without a GPU.
  */
 @ExtendWith(GpuTestWatchdog.class)
-class CudaDeviceParameterCacheTest {
+class CudaDeviceParameterCacheTest extends CudaStateTestBase {
 
-    private static final GroupOptions OPTIONS = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
-    private static CudaTransport cuda;
-
-    @BeforeEach
-    void needsAGpu() {
-        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
-        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
-    }
-
-    @AfterAll
-    static void closeTransport() {
-        if (cuda != null) {
-            cuda.close();
-            cuda = null;
-        }
-    }
-
-    static synchronized Transport gpuTransport() {
-        if (cuda == null) {
-            cuda = CudaTransport.create();
-        }
-        return cuda;
-    }
-
-    private static int world() {
-        return Math.max(2, Integer.getInteger("symmem4j.test.cudaRanks", 2));
-    }
-
-    /** A host-only rendezvous: no work on any stream. */
-    private static void hostBarrier(Group group, String tag) {
-        group.allGatherBytes(tag, new byte[0]);
-    }
 
     /** Distinct bytes per (version, index), unaligned lengths included. */
     private static byte[] bytes(int version, int length) {

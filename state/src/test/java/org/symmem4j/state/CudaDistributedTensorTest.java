@@ -7,21 +7,13 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.time.Duration;
 
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceCommunicator;
-import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.Transport;
-import org.symmem4j.parallel.cuda.CudaKernels;
-import org.symmem4j.parallel.cuda.CudaTransport;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
-import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.state.DistributedTensor.Transfer;
 
@@ -32,35 +24,12 @@ import org.symmem4j.state.DistributedTensor.Transfer;
  * {@code row * 1000 + column}, read back to the host. Skipped without a GPU.
  */
 @ExtendWith(GpuTestWatchdog.class)
-class CudaDistributedTensorTest {
+class CudaDistributedTensorTest extends CudaStateTestBase {
 
-    private static final GroupOptions OPTIONS = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
     private static final long ROWS = 37;
     private static final long COLS = 11;
-    private static CudaTransport cuda;
-
-    @BeforeEach
-    void needsAGpu() {
-        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
-        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
-    }
-
-    @AfterAll
-    static void closeTransport() {
-        if (cuda != null) {
-            cuda.close();
-            cuda = null;
-        }
-    }
 
     /** Where the GPU memory comes from (every rank of a group must get the same instance). */
-    static synchronized Transport gpuTransport() {
-        if (cuda == null) {
-            cuda = CudaTransport.create();
-        }
-        return cuda;
-    }
-
     private static double value(long row, long column) {
         return row * 1000.0 + column;
     }

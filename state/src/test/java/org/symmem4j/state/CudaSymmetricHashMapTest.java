@@ -20,19 +20,11 @@ import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
-import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
-import org.symmem4j.parallel.Transport;
-import org.symmem4j.parallel.cuda.CudaKernels;
-import org.symmem4j.parallel.cuda.CudaTransport;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
-import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
@@ -44,40 +36,8 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * GPU group are refused; a slot held past the timeout names its holder. Skipped without a GPU.
  */
 @ExtendWith(GpuTestWatchdog.class)
-class CudaSymmetricHashMapTest {
+class CudaSymmetricHashMapTest extends CudaStateTestBase {
 
-    private static final GroupOptions OPTIONS = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
-    private static CudaTransport cuda;
-
-    @BeforeEach
-    void needsAGpu() {
-        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
-        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
-    }
-
-    @AfterAll
-    static void closeTransport() {
-        if (cuda != null) {
-            cuda.close();
-            cuda = null;
-        }
-    }
-
-    static synchronized Transport gpuTransport() {
-        if (cuda == null) {
-            cuda = CudaTransport.create();
-        }
-        return cuda;
-    }
-
-    private static int world() {
-        return Math.max(2, Integer.getInteger("symmem4j.test.cudaRanks", 2));
-    }
-
-    /** A host-only rendezvous: no work on any stream. */
-    private static void hostBarrier(Group group, String tag) {
-        group.allGatherBytes(tag, new byte[0]);
-    }
 
     private static MemorySegment key(Arena a, long k) {
         MemorySegment s = a.allocate(Long.BYTES, Long.BYTES);

@@ -12,21 +12,12 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceCommunicator;
-import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
-import org.symmem4j.parallel.Transport;
-import org.symmem4j.parallel.cuda.CudaKernels;
-import org.symmem4j.parallel.cuda.CudaTransport;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
-import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
@@ -40,31 +31,8 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * Skipped without a GPU.
  */
 @ExtendWith(GpuTestWatchdog.class)
-class CudaSymmetricRingBufferTest {
+class CudaSymmetricRingBufferTest extends CudaStateTestBase {
 
-    private static final GroupOptions OPTIONS = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
-    private static CudaTransport cuda;
-
-    @BeforeEach
-    void needsAGpu() {
-        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
-        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
-    }
-
-    @AfterAll
-    static void closeTransport() {
-        if (cuda != null) {
-            cuda.close();
-            cuda = null;
-        }
-    }
-
-    static synchronized Transport gpuTransport() {
-        if (cuda == null) {
-            cuda = CudaTransport.create();
-        }
-        return cuda;
-    }
 
     private static byte[] payload(int rank, int message, int length) {
         byte[] b = new byte[length];
@@ -78,11 +46,6 @@ class CudaSymmetricRingBufferTest {
     private static int length(int message, int maxPayload) {
         int[] cycle = {0, 1, 7, 8, 9, 63, maxPayload, 200 % (maxPayload + 1), 5, maxPayload - 1};
         return cycle[message % cycle.length];
-    }
-
-    /** A host-only rendezvous: no work on any stream, so it never waits behind a kernel. */
-    private static void hostBarrier(Group group, String tag) {
-        group.allGatherBytes(tag, new byte[0]);
     }
 
     /** Copies host bytes to a fresh device buffer (synchronously). */
