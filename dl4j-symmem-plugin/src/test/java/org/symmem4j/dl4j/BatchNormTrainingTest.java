@@ -127,7 +127,10 @@ class BatchNormTrainingTest {
         double singleAccuracy = accuracy(single, test);
         double wrappedAccuracy = accuracy(wrapped, test);
         assertTrue(singleAccuracy >= 0.95, "the task must be learnable for the comparison to mean something: " + singleAccuracy);
-        assertTrue(Math.abs(wrappedAccuracy - singleAccuracy) <= 0.03, "held-out inference accuracy through the wrapper "
-                + wrappedAccuracy + " vs one model on the merged batch " + singleAccuracy + " (margin 0.03)");
+        // The workers' dropout masks come from their threads' ND4J generators, seeded by ND4J, not by the test: the
+        // wrapped accuracy varies from run to run (0.966-1.0 seen, 0.966 once in CI). Without the merged running
+        // statistics it is 0.34, so a margin of 0.05 still fails far from the line when the merge breaks.
+        assertTrue(Math.abs(wrappedAccuracy - singleAccuracy) <= 0.05, "held-out inference accuracy through the wrapper "
+                + wrappedAccuracy + " vs one model on the merged batch " + singleAccuracy + " (margin 0.05)");
     }
 }
