@@ -10,21 +10,5 @@
 # otherwise idle machine.
 set -euo pipefail
 . "$(dirname "$0")/lib/preamble.sh" # cd to the root; sets root, jdk, cp, commit (builds the benchmarks jar)
-report="bench/results/$(date -u +%Y-%m-%d)-pipeline-zero.md"
-{
-  echo "# Pipeline ZeRO stage 1 on the dp axis: step time and model bytes"
-  echo
-  echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $commit; command: bench/pipeline-zero.sh $*; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo
-  echo '```'
-  nproc
-  lscpu | head
-  echo '```'
-  echo
-  "$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector \
-    --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.benchmarks.dl4j.PipelineZeroBench "$@" \
-    2>/dev/null | grep -v '^ \|^[A-Z_]*:\|^HAVE_\|^STD version'
-  echo
-  echo "Load after: $(cut -d' ' -f1-3 /proc/loadavg)"
-} > "$report"
-echo "wrote $report" >&2
+. "$root/bench/lib/cli-report.sh"
+cli_report "bench/results/$(date -u +%Y-%m-%d)-pipeline-zero.md" "Pipeline ZeRO stage 1 on the dp axis: step time and model bytes" "bench/pipeline-zero.sh" org.symmem4j.benchmarks.dl4j.PipelineZeroBench "$@"

@@ -9,19 +9,5 @@
 # ~/.m2 that other checkouts use). Run it on an otherwise idle machine.
 set -euo pipefail
 . "$(dirname "$0")/lib/preamble.sh" # cd to the root; sets root, jdk, cp, commit (builds the benchmarks jar)
-report="bench/results/$(date -u +%Y-%m-%d)-sync-batchnorm.md"
-{
-  echo "# Synchronized BatchNorm: cost per BatchNorm layer"
-  echo
-  echo "Date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $commit; command: bench/sync-batchnorm.sh $*"
-  echo
-  echo '```'
-  nproc
-  lscpu | head
-  echo '```'
-  echo
-  "$jdk/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector \
-    --sun-misc-unsafe-memory-access=allow -cp "$cp" org.symmem4j.benchmarks.dl4j.SyncBatchNormBench "$@" \
-    2>/dev/null | grep -v '^ \|^[A-Z_]*:\|^HAVE_\|^STD version'
-} > "$report"
-echo "wrote $report" >&2
+. "$root/bench/lib/cli-report.sh"
+cli_report "bench/results/$(date -u +%Y-%m-%d)-sync-batchnorm.md" "Synchronized BatchNorm: cost per BatchNorm layer" "bench/sync-batchnorm.sh" org.symmem4j.benchmarks.dl4j.SyncBatchNormBench "$@"
