@@ -55,6 +55,17 @@ public final class Cli {
         return value;
     }
 
+    /**
+     * Checks that a run of {@code steps} steps keeps some after its {@code warmup} (flags {@code --steps} and
+     * {@code --warmup}); otherwise an error with the fix, for {@link #parse}'s build step.
+     */
+    public static void stepsBeyondWarmup(int steps, int warmup) {
+        if (steps <= warmup) {
+            throw new IllegalArgumentException("--steps=" + steps + " must exceed --warmup=" + warmup
+                    + " (fix: more steps, or a shorter warm-up)");
+        }
+    }
+
     private static void exitWithUsage(CommandLine cl, String message) {
         PrintWriter err = new PrintWriter(System.err, true);
         err.println(cl.getColorScheme().errorText("error: " + message));

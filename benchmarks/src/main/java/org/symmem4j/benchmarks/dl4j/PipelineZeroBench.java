@@ -87,10 +87,7 @@ public final class PipelineZeroBench {
                         + " --microbatches = " + flags.dp * flags.microbatches + " (fix: --batch "
                         + flags.dp * flags.microbatches * Math.max(1, flags.batch / (flags.dp * flags.microbatches)) + ")");
             }
-            if (flags.steps <= flags.warmup) {
-                throw new IllegalArgumentException("--steps=" + flags.steps + " must exceed --warmup=" + flags.warmup
-                        + " (fix: more steps, or a shorter warm-up)");
-            }
+            Cli.stepsBeyondWarmup(flags.steps, flags.warmup);
             if (flags.layers + 1 < flags.pp) {
                 throw new IllegalArgumentException("--pp=" + flags.pp + " stages need at least as many layers; found "
                         + (flags.layers + 1) + " (fix: --layers " + (flags.pp - 1) + " or more)");

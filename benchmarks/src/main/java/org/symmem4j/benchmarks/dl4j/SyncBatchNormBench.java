@@ -82,10 +82,7 @@ public final class SyncBatchNormBench {
             Cli.positive("--channels", flags.channels);
             Cli.positive("--batch", flags.batch);
             Cli.positive("--reps", flags.reps);
-            if (flags.steps <= flags.warmup) {
-                throw new IllegalArgumentException("--steps=" + flags.steps + " must exceed --warmup=" + flags.warmup
-                        + " (fix: more steps, or a shorter warm-up)");
-            }
+            Cli.stepsBeyondWarmup(flags.steps, flags.warmup);
             for (String m : flags.models) {
                 if (!m.equals("mlp") && !m.equals("cnn")) {
                     throw new IllegalArgumentException("--models: expected mlp or cnn, found " + m + " (fix: --models mlp,cnn)");
