@@ -11,9 +11,11 @@
 # after 30 s idle) put part2 in place of part1 and call run.sh bench in the second. See run.sh.
 #
 #   bench/cpu-scaling/pack.sh [DEST]     (default DEST: .device-dp in this checkout, git-ignored by the caller)
+#   XZ_LEVEL=-3 SPLIT_PART1=2 PACK_PARTS=1 bench/cpu-scaling/pack.sh DEST   part1 only, fast, in 2 chunks
 #   PACK_PARTS=2 bench/cpu-scaling/pack.sh DEST   only part2 (our code changed; the runtime and ND4J's
 #                                                 natives did not), into an existing DEST
-# xz -9 of part1 takes minutes on 2 busy cores.
+# xz -9 of part1 takes minutes on 2 idle cores and half an hour on busy ones: XZ_LEVEL=-3 packs in a few minutes,
+# larger (part1 then needs splitting into two carries: see run.sh's unpack-part1).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -47,10 +49,13 @@ for jar in $cp_entries; do
 done
 mkdir -p "$dest"
 if [[ " $parts " == *" 1 "* ]]; then
-  (cd "$stage/p1" && tar -cf - jre lib) | xz -9 -T2 > "$dest/part1.tar.xz"
+  (cd "$stage/p1" && tar -cf - jre lib) | xz "${XZ_LEVEL:--9}" -T2 > "$dest/part1.tar.xz"
+fi
+if [[ " $parts " == *" 1 "* && -n "${SPLIT_PART1:-}" ]]; then # into N chunks that each fit a call beside the tree
+  (cd "$dest" && split -n "$SPLIT_PART1" part1.tar.xz part1.tar.xz. && rm part1.tar.xz && echo "$SPLIT_PART1" > part1.chunks)
 fi
 if [[ " $parts " == *" 2 "* ]]; then
-  (cd "$stage/p2" && tar -cf - lib) | xz -9 -T2 > "$dest/part2.tar.xz"
+  (cd "$stage/p2" && tar -cf - lib) | xz "${XZ_LEVEL:--9}" -T2 > "$dest/part2.tar.xz"
 fi
 cp bench/cpu-scaling/run.sh "$dest/"
 ls -l "$dest"

@@ -2,7 +2,8 @@
 # Runs the CPU scaling benchmark on a lent GPU machine's CPUs, from what bench/cpu-scaling/pack.sh
 # packed into .device-dp/ (carried by the device tool; commands run from the sent checkout's root).
 #
-#   bash .device-dp/run.sh unpack-part1   first call: unpacks the JDK runtime and ND4J's native jar
+#   bash .device-dp/run.sh unpack-part1   first call: unpacks the JDK runtime and ND4J's native jar (split into
+#                                         chunks: one call per chunk, each keeps its chunk, the last unpacks)
 #   bash .device-dp/run.sh bench [STEP..] second call (carrying part2 instead of part1, while the
 #                                         machine is still warm): unpacks the other jars and runs the
 #                                         steps (default: main small omp1 twocore mpi)
@@ -195,7 +196,23 @@ mpi() {
 }
 
 case "${1:-}" in
-  unpack-part1) unpack part1.tar.xz ;;
+  unpack-part1)
+    if [ -f "$here/part1.tar.xz" ]; then
+      unpack part1.tar.xz
+    else # part1 split by pack.sh (SPLIT_PART1=N) into chunks carried in N calls: keep each, unpack once all are here
+      mkdir -p "$home/chunks"
+      cp "$here"/part1.tar.xz.?? "$home/chunks/" 2>/dev/null
+      want=$(cat "$here/part1.chunks" 2>/dev/null || echo 0)
+      have=$(ls "$home/chunks"/part1.tar.xz.?? 2>/dev/null | wc -l)
+      if [ "$want" -gt 0 ] && [ "$have" -ge "$want" ]; then
+        t0=$SECONDS
+        cat "$home/chunks"/part1.tar.xz.?? | xz -dc | tar -C "$home" -xf - || { echo "unpack part1 chunks failed" >&2; exit 1; }
+        rm -rf "$home/chunks"
+        echo "unpacked part1 ($have chunks) into $home in $((SECONDS - t0)) s" | tee -a "$log"
+      else
+        echo "part1: $have of $want chunks here; carry the next one and call unpack-part1 again (same warm machine)"
+      fi
+    fi ;;
   bench) shift; unpack part2.tar.xz; bench "$@" ;;
   all) shift; unpack part1.tar.xz; unpack part2.tar.xz; bench "$@" ;;
   *) echo "usage: run.sh unpack-part1 | bench | all" >&2; exit 2 ;;
