@@ -27,9 +27,12 @@ final class HeapRanges {
         for (Map.Entry<Long, Long> f : free.entrySet()) {
             if (f.getValue() >= bytes) {
                 long off = f.getKey();
+                long size = f.getValue();
+                // read before the remove: TreeMap's remove of a node with two children moves its successor's key
+                // and value into that node, so f would answer the successor's afterwards
                 free.remove(off);
-                if (f.getValue() > bytes) {
-                    free.put(off + bytes, f.getValue() - bytes);
+                if (size > bytes) {
+                    free.put(off + bytes, size - bytes);
                 }
                 return off;
             }
