@@ -5,8 +5,9 @@ import java.util.TreeMap;
 
 /**
  * The free ranges of a parameter cache's heap, known only to its owner: first-fit allocation and coalescing
- * release. Shared by {@link ParameterCache} (host memory) and {@link DeviceParameterCache} (GPU memory), whose heaps
- * have the same layout ({@link org.symmem4j.parallel.layout.ParameterCacheLayout}).
+ * release. Held by {@link CacheDirectory}, the owner's side of {@link ParameterCache} (host memory) and
+ * {@link DeviceParameterCache} (GPU memory), whose heaps have the same layout
+ * ({@link org.symmem4j.parallel.layout.ParameterCacheLayout}).
  */
 final class HeapRanges {
 
