@@ -82,6 +82,9 @@ final class CacheDirectory {
     private final Part part;
     private final Map<String, Integer> slotOf = new HashMap<>();
     private final HeapRanges free;
+    /** XORed into every generation (bit 0 clear, so parity is kept): a freed block's word is not a small number. */
+    private final long generationSalt = new java.util.SplittableRandom().nextLong() & ~1L;
+    private long generations;
 
     CacheDirectory(String structure, int rank, int slots, long heapBytes, MemorySegment directory, Part part) {
         this.structure = structure;
@@ -91,6 +94,18 @@ final class CacheDirectory {
         this.directory = directory;
         this.part = part;
         this.free = new HeapRanges(heapBytes);
+    }
+
+    /**
+     * The generation a put publishes its fresh block with: odd, and never given before in this part, so that a view of
+     * an older block at the same offset, or of a block whose header word a later block's data has overwritten since,
+     * cannot read it as its own (salted: data bytes equal it only by a 2^-63 coincidence, where a small counter would
+     * equal a small integer of the data). Freeing the block adds 1 (even).
+     *
+     * @return the generation, odd
+     */
+    long nextGeneration() {
+        return generationSalt ^ (2 * ++generations + 1);
     }
 
     /** {@return names this rank owns now} */

@@ -119,6 +119,7 @@ public final class DeviceParameterCache implements AutoCloseable {
     /** The host copy of this rank's header and directory; every change is copied into GPU memory. */
     private final MemorySegment hostDirectory;
     private final CacheDirectory directory;
+    /** The generation of every live block, by heap offset (this rank's GPU memory is not read back for it). */
     private final Map<Long, Long> generations = new HashMap<>();
     private long nextVersion = 1;
 
@@ -247,7 +248,7 @@ public final class DeviceParameterCache implements AutoCloseable {
         header.set(ValueLayout.JAVA_LONG, BLOCK_VERSION, version);
         header.set(ValueLayout.JAVA_LONG, BLOCK_LENGTH, data.byteSize());
         write(header.asSlice(BLOCK_VERSION, 16), heap + block + BLOCK_VERSION);
-        long gen = (generations.getOrDefault(block, 0L) | 1) + 2; // odd: published
+        long gen = directory.nextGeneration(); // odd: published
         generations.put(block, gen);
         // release (copy order): the data and header copies above completed before this one starts; a reader that
         // reads this odd generation after reading the slot reads the data it publishes
@@ -292,8 +293,7 @@ public final class DeviceParameterCache implements AutoCloseable {
         /** The block's generation turns even in GPU memory, complete before any later copy reuses the range. */
         @Override
         public void retire(long block) {
-            long gen = generations.get(block) + 1;
-            generations.put(block, gen);
+            long gen = generations.remove(block) + 1; // even: freed
             // release (copy order): this copy completes before the next put's data copy into the range starts;
             // pairs with the reader's generation copy after its reads (View.isValid)
             writeWord(gen, heap + block + BLOCK_GENERATION);

@@ -149,8 +149,8 @@ public final class ParameterCache implements AutoCloseable {
         MemorySegment.copy(data, 0, mine, heap + block + BLOCK_HEADER_BYTES, data.byteSize());
         mine.set(ValueLayout.JAVA_LONG, heap + block + BLOCK_VERSION, version);
         mine.set(ValueLayout.JAVA_LONG, heap + block + BLOCK_LENGTH, data.byteSize());
-        long gen = (ParameterCacheLayout.generationAcquire(mine, heap, block) | 1) + 2; // odd: published
-        ParameterCacheLayout.setGeneration(mine, heap, block, gen);
+        // release (inside): the data and header stores above are seen before the odd generation that publishes them
+        ParameterCacheLayout.setGeneration(mine, heap, block, directory.nextGeneration());
         directory.publish(room.slot(), block, data.byteSize(), version);
         return version;
     }

@@ -191,6 +191,32 @@ class ParameterCacheTest {
         });
     }
 
+    /**
+     * A held view whose block was freed and then overwritten by a later entry's data says invalid even when that data
+     * holds small integers (the generation a fresh block got was once a small counter: 3 for the first publish at an
+     * offset, which data of 3s at the block's header word then repeated).
+     */
+    @Test
+    void aHeldViewStaysInvalidWhenALaterEntrysDataCoversItsBlockHeader() {
+        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+            try (ParameterCache cache = ParameterCache.create(group, 4096, 8)) {
+                cache.put("p", filled(1, 64));   // block at 0
+                cache.put("a", filled(2, 64));   // block at 128: the view's generation word
+                ParameterCache.Entry held = cache.get("a");
+                assertTrue(held.isValid());
+                assertTrue(cache.remove("p"));
+                assertTrue(cache.remove("a"));
+                assertTrue(!held.isValid());
+                for (long v = 0; v < 64; v++) {
+                    cache.put("big", filled(v, 1024)); // from 0: its data covers offset 128 with v
+                    assertTrue(!held.isValid(), "a's view reads valid again under data of " + v + "s");
+                    assertTrue(cache.remove("big"));
+                }
+            }
+            return null;
+        });
+    }
+
     @Test
     void theGpuFormIsRefusedOnAHostCommunicatorNamingTheHostCache() {
         InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {

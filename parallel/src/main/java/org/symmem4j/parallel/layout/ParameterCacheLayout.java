@@ -27,7 +27,8 @@ import java.nio.charset.StandardCharsets;
  *  128 + 128*slots + 8*i        LAST USE of slot i (long tick, opaque)         any reader        owner (LRU)
  *  heap = align64(that end)     BLOCKS, each 64-byte aligned:                  owner             every rank
  *                                 +0  generation (long): odd while the block holds a published version,
- *                                     +1 when it is freed (readers holding a view of it see it change)
+ *                                     +1 when it is freed (readers holding a view of it see it change);
+ *                                     never reused within a part (a salted counter of the owner's)
  *                                 +64 data
  * </pre>
  *
