@@ -10,8 +10,6 @@ import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_CURRENT_LEN
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_HASH;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_NAME;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_NAME_LENGTH;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_PREVIOUS;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_PREVIOUS_LENGTH;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_VERSION;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_WORD;
 
@@ -53,8 +51,8 @@ import org.symmem4j.parallel.sync.Waiter;
  *       then the slot under its seqlock (word odd, fields, word even). The version it replaced stays untouched until
  *       the next put of the name, so a reader holding a view across one replacement still reads the old bytes whole.
  *       A view does not pin its block: the reader re-checks with {@link View#isValid()} after its reads completed
- *       (after its stream's synchronize); true means what it read was that version, whole; false means a second put
- *       (or a remove) freed it, and the reader gets the entry again.</li>
+ *       (after its stream's synchronize); true means what it read was that version, whole; false means a second put,
+ *       an eviction or a remove freed it, and the reader gets the entry again.</li>
  *   <li><b>How the bytes move</b>: with no kernel: every write of the owner and every read of a directory slot or
  *       block header is a synchronous copy (host to device, device to host, or device to device on the owner's
  *       stream followed by its synchronize), performed in the order issued; a reader's copies read the owner's
@@ -63,10 +61,20 @@ import org.symmem4j.parallel.sync.Waiter;
  *   <li><b>Puts are synchronous</b>: {@link #put} copies host bytes in; {@link #putFromDevice} copies device bytes
  *       on this rank's stream (after the work enqueued there, e.g. the kernel that produced them) and waits for the
  *       stream; both return once the new version is published.</li>
- *   <li><b>Budget, no LRU on GPUs</b>: each rank's part holds {@code budgetBytes} of blocks (64-byte header, data
- *       64-byte aligned) and {@code maxEntries} names. A put that does not fit frees previous versions, then is
- *       refused with an {@link IllegalStateException} naming the budget (no least-recently-used eviction: remove
- *       entries yourself); a new name beyond {@code maxEntries} is refused the same way.</li>
+ *   <li><b>Budget, LRU as on the host</b>: each rank's part holds {@code budgetBytes} of blocks (64-byte header,
+ *       data 64-byte aligned) and {@code maxEntries} names, with the host cache's policy, written once for both
+ *       ({@code CacheDirectory}): a put that does not fit first frees previous versions, then evicts the least
+ *       recently used entries (never the one being put); a new name beyond {@code maxEntries} evicts the least
+ *       recently used entry. A get counts as a use: the reader copies the time into the entry's last-use tick in the
+ *       owner's memory (one 8-byte copy more per get), the owner reads all ticks (one copy) when it evicts. A version
+ *       that cannot fit the budget beside the one it replaces is refused with an {@link IllegalArgumentException}
+ *       before anything is written; a heap too fragmented to take a block after every other entry was freed with an
+ *       {@link IllegalStateException}.</li>
+ *   <li><b>Readers of an evicted entry</b>: as on the host, a view pins nothing. An eviction turns the block's
+ *       generation even before its range is reused, so {@link View#isValid()} answers false from then on; the
+ *       memory stays mapped (it is part of the cache's symmetric allocation, freed only by {@link #close}), so a
+ *       kernel reading a stale view never reads freed memory, only bytes that may belong to a newer entry, which
+ *       the check after use reports.</li>
  * </ul>
  *
  * One thread per rank uses an instance. Created on a GPU {@link Communicator} whose ranks map each other's memory
@@ -74,67 +82,19 @@ import org.symmem4j.parallel.sync.Waiter;
  */
 public final class DeviceParameterCache implements AutoCloseable {
 
-    /** One version of an entry, as a zero-copy view of its owner's GPU memory. */
-    public static final class View {
-        private final String name;
-        private final int owner;
-        private final long version;
-        private final MemorySegment data;
-        private final DeviceParameterCache cache;
-        private final long block;
-        private final long generation;
-
+    /**
+     * One version of an entry, as a zero-copy view of its owner's GPU memory: name, owner, version, the bytes (the
+     * owner's memory as mapped on this rank's GPU, address and length) and {@link #isValid()}, the check after use.
+     */
+    public static final class View extends CachedVersion {
         private View(String name, int owner, long version, MemorySegment data, DeviceParameterCache cache, long block,
                      long generation) {
-            this.name = name;
-            this.owner = owner;
-            this.version = version;
-            this.data = data;
-            this.cache = cache;
-            this.block = block;
-            this.generation = generation;
-        }
-
-        /** {@return the entry's name} */
-        public String name() {
-            return name;
-        }
-
-        /** {@return the rank that put it} */
-        public int owner() {
-            return owner;
-        }
-
-        /** {@return this version (unique per owner, increasing with every put)} */
-        public long version() {
-            return version;
-        }
-
-        /** {@return the bytes: the owner's device memory as mapped on this rank's GPU (address and length), no copy} */
-        public MemorySegment data() {
-            return data;
+            super("DeviceParameterCache.View", name, owner, version, data, cache::generation, block, generation);
         }
 
         /** {@return the device address of the bytes on this rank's GPU} */
         public long deviceAddress() {
-            return data.address();
-        }
-
-        /**
-         * Whether the view still holds this version: false once its block was freed (two newer puts of the name, or
-         * a remove). Call it after the reads completed (after your stream's synchronize): what was read before a
-         * true answer is this version, whole. One 8-byte copy from the owner's memory.
-         *
-         * @return true while the data is this version's
-         */
-        public boolean isValid() {
-            return cache.generation(owner, block) == generation;
-        }
-
-        @Override
-        public String toString() {
-            return "DeviceParameterCache.View[" + name + ", owner=" + owner + ", version=" + version + ", bytes="
-                    + data.byteSize() + "]";
+            return data().address();
         }
     }
 
@@ -142,7 +102,6 @@ public final class DeviceParameterCache implements AutoCloseable {
     private final SymmetricMemory memory;
     private final DeviceCommunicator gpu;
     private final int slots;
-    private final long heapBytes;
     private final long heap;
     /** Every rank's buffer as mapped on this rank's GPU. */
     private final long[] parts;
@@ -153,12 +112,15 @@ public final class DeviceParameterCache implements AutoCloseable {
     private final MemorySegment header;
     private final MemorySegment word;
 
+    /** Staging for the owner's read of its part's last-use ticks (LRU). */
+    private final MemorySegment ticks;
+
     // ---- owner side: this rank's part, known only here ----
     /** The host copy of this rank's header and directory; every change is copied into GPU memory. */
-    private final MemorySegment directory;
-    private final Map<String, Integer> slotOf = new HashMap<>();
+    private final MemorySegment hostDirectory;
+    private final CacheDirectory directory;
+    /** The generation of every live block, by heap offset (this rank's GPU memory is not read back for it). */
     private final Map<Long, Long> generations = new HashMap<>();
-    private final HeapRanges free;
     private long nextVersion = 1;
 
     private DeviceParameterCache(Group group, SymmetricMemory memory, DeviceCommunicator gpu, DeviceMemory device,
@@ -167,7 +129,6 @@ public final class DeviceParameterCache implements AutoCloseable {
         this.memory = memory;
         this.gpu = gpu;
         this.slots = slots;
-        this.heapBytes = heapBytes;
         this.heap = ParameterCacheLayout.heapOffset(slots);
         this.parts = new long[group.worldSize()];
         for (int r = 0; r < parts.length; r++) {
@@ -177,9 +138,11 @@ public final class DeviceParameterCache implements AutoCloseable {
         this.slotCopy = arena.allocate(LINE_BYTES, Long.BYTES);
         this.header = arena.allocate(BLOCK_HEADER_BYTES, Long.BYTES);
         this.word = arena.allocate(Long.BYTES, Long.BYTES);
-        this.directory = arena.allocate(directory.byteSize(), Long.BYTES);
-        this.directory.copyFrom(directory);
-        this.free = new HeapRanges(heapBytes);
+        this.ticks = arena.allocate(8L * slots, Long.BYTES);
+        this.hostDirectory = arena.allocate(directory.byteSize(), Long.BYTES);
+        this.hostDirectory.copyFrom(directory);
+        this.directory = new CacheDirectory("device parameter cache", group.rank(), slots, heapBytes, hostDirectory,
+                new DevicePart());
     }
 
     /**
@@ -237,14 +200,14 @@ public final class DeviceParameterCache implements AutoCloseable {
 
     /**
      * Puts a new version of {@code name} into this rank's part from host memory; synchronous: returns once the
-     * version is published.
+     * version is published. Frees previous versions and evicts least recently used entries as needed.
      *
      * @param name the entry's name, 1..68 UTF-8 bytes
      * @param data host bytes
      * @return the new version
      * @throws IllegalArgumentException for a bad name, or data that cannot fit the budget beside the version it
      *         replaces
-     * @throws IllegalStateException when the budget or the entries are used up (no LRU eviction on GPUs)
+     * @throws IllegalStateException when no contiguous range is left after every other entry was freed (fragmented)
      */
     public long put(String name, MemorySegment data) {
         return put(name, data, false);
@@ -260,7 +223,7 @@ public final class DeviceParameterCache implements AutoCloseable {
      * @return the new version
      * @throws IllegalArgumentException for a bad name, or data that cannot fit the budget beside the version it
      *         replaces
-     * @throws IllegalStateException when the budget or the entries are used up (no LRU eviction on GPUs)
+     * @throws IllegalStateException when no contiguous range is left after every other entry was freed (fragmented)
      */
     public long putFromDevice(String name, MemorySegment data) {
         return put(name, data, true);
@@ -268,24 +231,9 @@ public final class DeviceParameterCache implements AutoCloseable {
 
     private long put(String name, MemorySegment data, boolean onDevice) {
         Objects.requireNonNull(data, "data");
-        ParameterCacheLayout.nameBytes(name); // a bad name is refused before anything is written
-        long need = ParameterCache.blockBytes(data.byteSize());
-        Integer existing = slotOf.get(name);
-        long currentBytes = existing == null ? 0 : ParameterCache.blockBytes(directory.get(ValueLayout.JAVA_LONG,
-                ParameterCacheLayout.slotOffset(existing) + SLOT_CURRENT_LENGTH));
-        if (need + currentBytes > heapBytes) {
-            throw new IllegalArgumentException("device parameter cache entry '" + name + "' of bytes="
-                    + data.byteSize() + " does not fit budgetBytes=" + heapBytes + " beside the version it replaces"
-                    + " (bytes=" + Math.max(0, currentBytes - BLOCK_HEADER_BYTES) + "; a hot swap keeps both; fix:"
-                    + " create the cache with a budget of at least " + (need + currentBytes) + " bytes)");
-        }
-        if (existing == null && slotOf.size() == slots) {
-            throw new IllegalStateException("device parameter cache: entry '" + name + "' would be entry "
-                    + (slots + 1) + " of maxEntries=" + slots + " on rank=" + group.rank() + " (no LRU eviction on"
-                    + " GPUs; fix: remove an entry first, or create the cache with more entries)");
-        }
-        long block = allocate(need, name);
-        int slot = existing == null ? claimSlot(name) : existing;
+        byte[] nameBytes = ParameterCacheLayout.nameBytes(name); // a bad name is refused before anything is written
+        CacheDirectory.Room room = directory.makeRoom(name, nameBytes, data.byteSize());
+        long block = room.block();
         long version = nextVersion++;
         long dataAt = parts[group.rank()] + heap + block + BLOCK_HEADER_BYTES;
         if (data.byteSize() > 0) {
@@ -300,26 +248,12 @@ public final class DeviceParameterCache implements AutoCloseable {
         header.set(ValueLayout.JAVA_LONG, BLOCK_VERSION, version);
         header.set(ValueLayout.JAVA_LONG, BLOCK_LENGTH, data.byteSize());
         write(header.asSlice(BLOCK_VERSION, 16), heap + block + BLOCK_VERSION);
-        long gen = (generations.getOrDefault(block, 0L) | 1) + 2; // odd: published
+        long gen = directory.nextGeneration(); // odd: published
         generations.put(block, gen);
         // release (copy order): the data and header copies above completed before this one starts; a reader that
         // reads this odd generation after reading the slot reads the data it publishes
         writeWord(gen, heap + block + BLOCK_GENERATION);
-
-        long s = ParameterCacheLayout.slotOffset(slot);
-        long oldPrevious = directory.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS);
-        long oldPreviousLength = directory.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS_LENGTH);
-        long odd = beginWrite(s);
-        directory.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, directory.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT));
-        directory.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS_LENGTH,
-                directory.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH));
-        directory.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT, block);
-        directory.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH, data.byteSize());
-        directory.set(ValueLayout.JAVA_LONG, s + SLOT_VERSION, version);
-        endWrite(s, odd); // the linearization point of the swap
-        if (oldPrevious >= 0) {
-            release(oldPrevious, oldPreviousLength);
-        }
+        directory.publish(room.slot(), block, data.byteSize(), version);
         return version;
     }
 
@@ -330,106 +264,52 @@ public final class DeviceParameterCache implements AutoCloseable {
      * @return true when it was there
      */
     public boolean remove(String name) {
-        Integer slot = slotOf.remove(name);
-        if (slot == null) {
-            return false;
-        }
-        long s = ParameterCacheLayout.slotOffset(slot);
-        long current = directory.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT);
-        long currentLength = directory.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH);
-        long previous = directory.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS);
-        long previousLength = directory.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS_LENGTH);
-        long odd = beginWrite(s);
-        directory.set(ValueLayout.JAVA_LONG, s + SLOT_HASH, ParameterCache.TOMBSTONE);
-        directory.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT, -1);
-        directory.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, -1);
-        endWrite(s, odd);
-        if (current >= 0) {
-            release(current, currentLength);
-        }
-        if (previous >= 0) {
-            release(previous, previousLength);
-        }
-        return true;
+        return directory.remove(name);
     }
 
-    private int claimSlot(String name) {
-        byte[] nameBytes = ParameterCacheLayout.nameBytes(name);
-        long h = ParameterCache.hash(nameBytes);
-        for (int i = 0; i < slots; i++) {
-            int slot = (int) Long.remainderUnsigned(h + i, slots);
-            long s = ParameterCacheLayout.slotOffset(slot);
-            long hs = directory.get(ValueLayout.JAVA_LONG, s + SLOT_HASH);
-            if (hs == 0 || hs == ParameterCache.TOMBSTONE) {
-                long odd = beginWrite(s);
-                directory.set(ValueLayout.JAVA_LONG, s + SLOT_HASH, h);
-                directory.set(ValueLayout.JAVA_INT, s + SLOT_NAME_LENGTH, nameBytes.length);
-                MemorySegment.copy(MemorySegment.ofArray(nameBytes), 0, directory, s + SLOT_NAME, nameBytes.length);
-                directory.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT, -1);
-                directory.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH, 0);
-                directory.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, -1);
-                endWrite(s, odd);
-                slotOf.put(name, slot);
-                return slot;
-            }
+    /**
+     * This rank's part in GPU memory: every change of the host copy of the directory is written there by synchronous
+     * copies, in the seqlock's order; a copy completes before the next one starts.
+     */
+    private final class DevicePart implements CacheDirectory.Part {
+        /** The slot's word turns odd in GPU memory before any field changes there. */
+        @Override
+        public long beginWrite(long slot) {
+            long odd = ParameterCacheLayout.beginWrite(hostDirectory, slot);
+            writeWord(odd, slot + SLOT_WORD);
+            return odd;
         }
-        throw org.symmem4j.parallel.Invariants.violated("device parameter cache: no free slot among maxEntries="
-                + slots + " (entries=" + slotOf.size() + ")");
-    }
 
-    /** A heap range of {@code bytes}, freeing previous versions as needed; refused when the budget is used up. */
-    private long allocate(long bytes, String name) {
-        while (true) {
-            long off = free.take(bytes);
-            if (off >= 0) {
-                return off;
-            }
-            if (!freeOnePrevious()) {
-                throw new IllegalStateException("device parameter cache: no free range of bytes=" + bytes + " for '"
-                        + name + "' in budgetBytes=" + heapBytes + " on rank=" + group.rank() + " after freeing every"
-                        + " previous version (entries=" + slotOf.size() + "; no LRU eviction on GPUs; fix: remove"
-                        + " entries first, or create the cache with a larger budget)");
-            }
+        /** The slot's fields, then its even word: two copies, in that order. */
+        @Override
+        public void endWrite(long slot, long odd) {
+            write(hostDirectory.asSlice(slot + Long.BYTES, LINE_BYTES - Long.BYTES), slot + Long.BYTES);
+            ParameterCacheLayout.endWrite(hostDirectory, slot, odd);
+            // release (copy order): the fields' copy completed before the even word's copy starts; pairs with the
+            // reader's first word copy in lookup
+            writeWord(odd + 1, slot + SLOT_WORD);
         }
-    }
 
-    private boolean freeOnePrevious() {
-        for (int slot : slotOf.values()) {
-            long s = ParameterCacheLayout.slotOffset(slot);
-            long previous = directory.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS);
-            if (previous >= 0) {
-                long length = directory.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS_LENGTH);
-                long odd = beginWrite(s);
-                directory.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, -1);
-                endWrite(s, odd);
-                release(previous, length);
-                return true;
-            }
+        /** The block's generation turns even in GPU memory, complete before any later copy reuses the range. */
+        @Override
+        public void retire(long block) {
+            long gen = generations.remove(block) + 1; // even: freed
+            // release (copy order): this copy completes before the next put's data copy into the range starts;
+            // pairs with the reader's generation copy after its reads (View.isValid)
+            writeWord(gen, heap + block + BLOCK_GENERATION);
         }
-        return false;
-    }
 
-    /** Frees a block: its generation turns even first, so views of it read invalid, then the range is reusable. */
-    private void release(long block, long length) {
-        long gen = generations.get(block) + 1;
-        generations.put(block, gen);
-        writeWord(gen, heap + block + BLOCK_GENERATION); // complete before any later copy reuses the range
-        free.give(block, ParameterCache.blockBytes(length));
-    }
+        @Override
+        public void touch(int i) {
+            writeWord(System.nanoTime(), ParameterCacheLayout.lastUseOffset(slots, i)); // no ordering: a hint
+        }
 
-    /** The slot's word turns odd in GPU memory before any field changes there. */
-    private long beginWrite(long s) {
-        long odd = ParameterCacheLayout.beginWrite(directory, s);
-        writeWord(odd, s + SLOT_WORD);
-        return odd;
-    }
-
-    /** The slot's fields, then its even word: two copies, in that order. */
-    private void endWrite(long s, long odd) {
-        write(directory.asSlice(s + Long.BYTES, LINE_BYTES - Long.BYTES), s + Long.BYTES);
-        ParameterCacheLayout.endWrite(directory, s, odd);
-        // release (copy order): the fields' copy completed before the even word's copy starts
-        writeWord(odd + 1, s + SLOT_WORD);
+        /** Every slot's tick, one copy (readers' ticks may race it: a tick is a hint, never published data). */
+        @Override
+        public long[] lastUses() {
+            read(group.rank(), ParameterCacheLayout.lastUseOffset(slots, 0), ticks);
+            return ticks.toArray(ValueLayout.JAVA_LONG);
+        }
     }
 
     private void writeWord(long value, long offset) {
@@ -511,6 +391,7 @@ public final class DeviceParameterCache implements AutoCloseable {
                         || generation(owner, block) != gen) {
                     continue; // freed or reused since the slot was read: read the slot again
                 }
+                touch(owner, slot);
                 MemorySegment data = MemorySegment.ofAddress(parts[owner] + heap + block + BLOCK_HEADER_BYTES)
                         .reinterpret(length);
                 return new View(name, owner, version, data, this, block, gen);
@@ -521,6 +402,17 @@ public final class DeviceParameterCache implements AutoCloseable {
 
     long generation(int owner, long block) {
         return readWord(owner, heap + block + BLOCK_GENERATION);
+    }
+
+    /**
+     * Records this get as the entry's latest use, for its owner's LRU: one 8-byte copy of the time into the owner's
+     * last-use tick, as mapped on this rank's GPU. No ordering: a tick is a hint the owner reads when it evicts, never
+     * data it publishes; a tick lost to a race only changes which entry goes first.
+     */
+    private void touch(int owner, int slot) {
+        word.set(ValueLayout.JAVA_LONG, 0, System.nanoTime());
+        long at = parts[owner] + ParameterCacheLayout.lastUseOffset(slots, slot);
+        gpu.copyFromHost(MemorySegment.ofAddress(at).reinterpret(Long.BYTES), word);
     }
 
     private long readWord(int owner, long offset) {
@@ -551,7 +443,7 @@ public final class DeviceParameterCache implements AutoCloseable {
 
     /** {@return entries this rank owns now} */
     public int ownEntries() {
-        return slotOf.size();
+        return directory.size();
     }
 
     /** Collective: frees the cache's memory once every rank has stopped using it; views become unusable. */

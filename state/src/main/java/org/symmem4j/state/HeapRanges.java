@@ -5,8 +5,9 @@ import java.util.TreeMap;
 
 /**
  * The free ranges of a parameter cache's heap, known only to its owner: first-fit allocation and coalescing
- * release. Shared by {@link ParameterCache} (host memory) and {@link DeviceParameterCache} (GPU memory), whose heaps
- * have the same layout ({@link org.symmem4j.parallel.layout.ParameterCacheLayout}).
+ * release. Held by {@link CacheDirectory}, the owner's side of {@link ParameterCache} (host memory) and
+ * {@link DeviceParameterCache} (GPU memory), whose heaps have the same layout
+ * ({@link org.symmem4j.parallel.layout.ParameterCacheLayout}).
  */
 final class HeapRanges {
 
@@ -27,9 +28,12 @@ final class HeapRanges {
         for (Map.Entry<Long, Long> f : free.entrySet()) {
             if (f.getValue() >= bytes) {
                 long off = f.getKey();
+                long size = f.getValue();
+                // read before the remove: TreeMap's remove of a node with two children moves its successor's key
+                // and value into that node, so f would answer the successor's afterwards
                 free.remove(off);
-                if (f.getValue() > bytes) {
-                    free.put(off + bytes, f.getValue() - bytes);
+                if (size > bytes) {
+                    free.put(off + bytes, size - bytes);
                 }
                 return off;
             }

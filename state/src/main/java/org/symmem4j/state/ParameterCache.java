@@ -1,19 +1,17 @@
 package org.symmem4j.state;
 
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_HEADER_BYTES;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_LENGTH;
+import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_VERSION;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_CURRENT;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_CURRENT_LENGTH;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_HASH;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_NAME;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_NAME_LENGTH;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_PREVIOUS;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_PREVIOUS_LENGTH;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_VERSION;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.util.HashMap;
-import java.util.Map;
 import java.util.Objects;
 
 import org.symmem4j.parallel.Group;
@@ -53,61 +51,14 @@ import org.symmem4j.parallel.sync.Waiter;
  */
 public final class ParameterCache implements AutoCloseable {
 
-    /** One version of an entry, as a zero-copy view of its owner's memory. */
-    public static final class Entry {
-        private final String name;
-        private final int owner;
-        private final long version;
-        private final MemorySegment data;
-        private final ParameterCache cache;
-        private final long block;
-        private final long generation;
-
+    /**
+     * One version of an entry, as a zero-copy view of its owner's memory: name, owner, version, the bytes (read-only)
+     * and {@link #isValid()}, the check after reading.
+     */
+    public static final class Entry extends CachedVersion {
         private Entry(String name, int owner, long version, MemorySegment data, ParameterCache cache, long block,
                       long generation) {
-            this.name = name;
-            this.owner = owner;
-            this.version = version;
-            this.data = data;
-            this.cache = cache;
-            this.block = block;
-            this.generation = generation;
-        }
-
-        /** {@return the entry's name} */
-        public String name() {
-            return name;
-        }
-
-        /** {@return the rank that put it} */
-        public int owner() {
-            return owner;
-        }
-
-        /** {@return this version (unique per owner, increasing with every put)} */
-        public long version() {
-            return version;
-        }
-
-        /** {@return the bytes, read-only, in the owner's memory (no copy)} */
-        public MemorySegment data() {
-            return data;
-        }
-
-        /**
-         * Whether the view still holds this version: false once its block was freed (two newer puts of the name,
-         * an eviction or a remove since). Check it after reading: what was read before a true answer is whole.
-         *
-         * @return true while the data is this version's
-         */
-        public boolean isValid() {
-            return cache.generation(owner, block) == generation;
-        }
-
-        @Override
-        public String toString() {
-            return "ParameterCache.Entry[" + name + ", owner=" + owner + ", version=" + version + ", bytes="
-                    + data.byteSize() + "]";
+            super("ParameterCache.Entry", name, owner, version, data, cache::generation, block, generation);
         }
     }
 
@@ -116,22 +67,19 @@ public final class ParameterCache implements AutoCloseable {
     private final Group group;
     private final SymmetricMemory memory;
     private final int slots;
-    private final long heapBytes;
     private final long heap;
     private final MemorySegment[] parts;
     private final Waiter waiter;
 
     // ---- owner side: this rank's part, known only here ----
     private final MemorySegment mine;
-    private final Map<String, Integer> slotOf = new HashMap<>();
-    private final HeapRanges free;
+    private final CacheDirectory directory;
     private long nextVersion = 1;
 
     private ParameterCache(Group group, SymmetricMemory memory, int slots, long heapBytes) {
         this.group = group;
         this.memory = memory;
         this.slots = slots;
-        this.heapBytes = heapBytes;
         this.heap = ParameterCacheLayout.heapOffset(slots);
         this.parts = new MemorySegment[group.worldSize()];
         for (int r = 0; r < parts.length; r++) {
@@ -139,7 +87,7 @@ public final class ParameterCache implements AutoCloseable {
         }
         this.mine = memory.local();
         this.waiter = SharedMemories.waiter(group);
-        this.free = new HeapRanges(heapBytes);
+        this.directory = new CacheDirectory("parameter cache", group.rank(), slots, heapBytes, mine, new HostPart());
     }
 
     /**
@@ -195,39 +143,15 @@ public final class ParameterCache implements AutoCloseable {
      */
     public long put(String name, MemorySegment data) {
         byte[] nameBytes = ParameterCacheLayout.nameBytes(name);
-        long need = blockBytes(data.byteSize());
-        Integer existing = slotOf.get(name);
-        long currentBytes = existing == null ? 0 : blockBytes(mine.get(ValueLayout.JAVA_LONG,
-                ParameterCacheLayout.slotOffset(existing) + SLOT_CURRENT_LENGTH));
-        if (need + currentBytes > heapBytes) {
-            throw new IllegalArgumentException("parameter cache entry '" + name + "' of bytes=" + data.byteSize()
-                    + " does not fit budgetBytes=" + heapBytes + " beside the version it replaces (bytes="
-                    + Math.max(0, currentBytes - BLOCK_HEADER_BYTES) + "; a hot swap keeps both; fix: create"
-                    + " the cache with"
-                    + " a budget of at least " + (need + currentBytes) + " bytes)");
-        }
-        int slot = existing == null ? claimSlot(name) : existing;
-        long block = allocate(need, slot);
+        CacheDirectory.Room room = directory.makeRoom(name, nameBytes, data.byteSize());
+        long block = room.block();
         long version = nextVersion++;
         MemorySegment.copy(data, 0, mine, heap + block + BLOCK_HEADER_BYTES, data.byteSize());
-        mine.set(ValueLayout.JAVA_LONG, heap + block + 8, version);
-        mine.set(ValueLayout.JAVA_LONG, heap + block + 16, data.byteSize());
-        long gen = (ParameterCacheLayout.generationAcquire(mine, heap, block) | 1) + 2; // odd: published
-        ParameterCacheLayout.setGeneration(mine, heap, block, gen);
-
-        long s = ParameterCacheLayout.slotOffset(slot);
-        long oldPrevious = mine.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS);
-        long odd = ParameterCacheLayout.beginWrite(mine, s);
-        mine.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, mine.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT));
-        mine.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS_LENGTH, mine.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH));
-        mine.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT, block);
-        mine.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH, data.byteSize());
-        mine.set(ValueLayout.JAVA_LONG, s + SLOT_VERSION, version);
-        ParameterCacheLayout.endWrite(mine, s, odd); // the linearization point of the swap
-        if (oldPrevious >= 0) {
-            release(oldPrevious);
-        }
-        ParameterCacheLayout.touch(mine, slots, slot, System.nanoTime());
+        mine.set(ValueLayout.JAVA_LONG, heap + block + BLOCK_VERSION, version);
+        mine.set(ValueLayout.JAVA_LONG, heap + block + BLOCK_LENGTH, data.byteSize());
+        // release (inside): the data and header stores above are seen before the odd generation that publishes them
+        ParameterCacheLayout.setGeneration(mine, heap, block, directory.nextGeneration());
+        directory.publish(room.slot(), block, data.byteSize(), version);
         return version;
     }
 
@@ -238,120 +162,45 @@ public final class ParameterCache implements AutoCloseable {
      * @return true when it was there
      */
     public boolean remove(String name) {
-        Integer slot = slotOf.remove(name);
-        if (slot == null) {
-            return false;
-        }
-        evictSlot(slot);
-        return true;
-    }
-
-    private int claimSlot(String name) {
-        if (slotOf.size() == slots) {
-            evictLeastRecentlyUsed(-1);
-        }
-        byte[] nameBytes = ParameterCacheLayout.nameBytes(name);
-        long h = hash(nameBytes);
-        for (int i = 0; i < slots; i++) {
-            int slot = (int) Long.remainderUnsigned(h + i, slots);
-            long hs = mine.get(ValueLayout.JAVA_LONG, ParameterCacheLayout.slotOffset(slot) + SLOT_HASH);
-            if (hs == 0 || hs == TOMBSTONE) {
-                // the name, with no version yet: readers find it and answer absent until the put publishes one
-                long s = ParameterCacheLayout.slotOffset(slot);
-                long odd = ParameterCacheLayout.beginWrite(mine, s);
-                mine.set(ValueLayout.JAVA_LONG, s + SLOT_HASH, h);
-                mine.set(ValueLayout.JAVA_INT, s + SLOT_NAME_LENGTH, nameBytes.length);
-                MemorySegment.copy(MemorySegment.ofArray(nameBytes), 0, mine, s + SLOT_NAME, nameBytes.length);
-                mine.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT, -1);
-                mine.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH, 0);
-                mine.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, -1);
-                ParameterCacheLayout.endWrite(mine, s, odd);
-                slotOf.put(name, slot);
-                return slot;
-            }
-        }
-        throw org.symmem4j.parallel.Invariants.violated("parameter cache: no free slot among maxEntries=" + slots
-                + " after eviction (entries=" + slotOf.size() + ")");
+        return directory.remove(name);
     }
 
     static long blockBytes(long dataBytes) {
         return BLOCK_HEADER_BYTES + ParameterCacheLayout.align64(dataBytes);
     }
 
-    /** A heap range of {@code bytes}, freeing previous versions and then LRU entries (never {@code keepSlot}). */
-    private long allocate(long bytes, int keepSlot) {
-        while (true) {
-            long off = free.take(bytes);
-            if (off >= 0) {
-                return off;
-            }
-            if (!freeOnePrevious() && !evictLeastRecentlyUsed(keepSlot)) {
-                // only keepSlot's current version is left: its previous was freed; compaction is not done, so the
-                // free ranges may be split: free keepSlot's previous (done) and report
-                throw new IllegalStateException("parameter cache: no contiguous range of bytes=" + bytes + " in budget="
-                        + heapBytes + " after freeing every other entry (the heap is fragmented; fix: raise the"
-                        + " budget)");
-            }
+    /** This rank's part in host memory: the directory's changes are stores into it, with the layout's orderings. */
+    private final class HostPart implements CacheDirectory.Part {
+        @Override
+        public long beginWrite(long slot) {
+            return ParameterCacheLayout.beginWrite(mine, slot);
         }
-    }
 
-    private boolean freeOnePrevious() {
-        for (int slot : slotOf.values()) {
-            long s = ParameterCacheLayout.slotOffset(slot);
-            long previous = mine.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS);
-            if (previous >= 0) {
-                long odd = ParameterCacheLayout.beginWrite(mine, s);
-                mine.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, -1);
-                ParameterCacheLayout.endWrite(mine, s, odd);
-                release(previous);
-                return true;
-            }
+        @Override
+        public void endWrite(long slot, long odd) {
+            ParameterCacheLayout.endWrite(mine, slot, odd); // release: inside, pairs with lookup's wordAcquire
         }
-        return false;
-    }
 
-    private boolean evictLeastRecentlyUsed(int keepSlot) {
-        String victim = null;
-        long oldest = Long.MAX_VALUE;
-        for (Map.Entry<String, Integer> e : slotOf.entrySet()) {
-            if (e.getValue() == keepSlot) {
-                continue;
-            }
-            long t = ParameterCacheLayout.lastUse(mine, slots, e.getValue());
-            if (t < oldest || victim == null) {
-                oldest = t;
-                victim = e.getKey();
-            }
+        @Override
+        public void retire(long block) {
+            long gen = ParameterCacheLayout.generationAcquire(mine, heap, block);
+            // release (inside, with a storeStore fence): views read invalid before the range is written again
+            ParameterCacheLayout.setGeneration(mine, heap, block, gen + 1);
         }
-        if (victim == null) {
-            return false;
-        }
-        evictSlot(slotOf.remove(victim));
-        return true;
-    }
 
-    private void evictSlot(int slot) {
-        long s = ParameterCacheLayout.slotOffset(slot);
-        long current = mine.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT);
-        long previous = mine.get(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS);
-        long odd = ParameterCacheLayout.beginWrite(mine, s);
-        mine.set(ValueLayout.JAVA_LONG, s + SLOT_HASH, TOMBSTONE);
-        mine.set(ValueLayout.JAVA_LONG, s + SLOT_CURRENT, -1);
-        mine.set(ValueLayout.JAVA_LONG, s + SLOT_PREVIOUS, -1);
-        ParameterCacheLayout.endWrite(mine, s, odd);
-        if (current >= 0) {
-            release(current);
+        @Override
+        public void touch(int i) {
+            ParameterCacheLayout.touch(mine, slots, i, System.nanoTime());
         }
-        if (previous >= 0) {
-            release(previous);
-        }
-    }
 
-    /** Frees a block: its generation turns even first, so views of it read invalid, then the range is reusable. */
-    private void release(long block) {
-        long gen = ParameterCacheLayout.generationAcquire(mine, heap, block);
-        ParameterCacheLayout.setGeneration(mine, heap, block, gen + 1);
-        free.give(block, blockBytes(mine.get(ValueLayout.JAVA_LONG, heap + block + 16)));
+        @Override
+        public long[] lastUses() {
+            long[] t = new long[slots];
+            for (int i = 0; i < slots; i++) {
+                t[i] = ParameterCacheLayout.lastUse(mine, slots, i);
+            }
+            return t;
+        }
     }
 
     // ------------------------------------------------------------------------------------------ reader side
@@ -486,7 +335,7 @@ public final class ParameterCache implements AutoCloseable {
 
     /** {@return entries this rank owns now} */
     public int ownEntries() {
-        return slotOf.size();
+        return directory.size();
     }
 
     /** Collective: frees the cache's memory once every rank has stopped using it; views become unusable. */

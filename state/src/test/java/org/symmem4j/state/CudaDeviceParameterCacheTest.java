@@ -23,9 +23,11 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * The parameter cache in GPU memory ({@link DeviceParameterCache}), ranks as threads sharing GPU 0 where there is
  * one GPU (2 by default, {@code -Dsymmem4j.test.cudaRanks=N} for more): the owner puts from host and from device
  * memory and every other rank copies its zero-copy device view back bitwise; a replace while a reader holds the old
- * view leaves the old bytes intact and the view valid, a second replace is detected ({@code isValid} false); bad
- * names, an over-budget put, too many entries and a used-up budget (no LRU on GPUs) are refused with clear errors.
- * Skipped without a GPU.
+ * view leaves the old bytes intact and the view valid, a second replace is detected ({@code isValid} false); the
+ * host cache's LRU eviction (a peer's get counts as a use) within the budget and within {@code maxEntries}, the
+ * budget kept over many puts of mixed sizes, a held view of an evicted entry reported invalid while its memory stays
+ * readable; bad names, an entry larger than the budget and a replace that cannot fit beside its old version refused
+ * with clear errors. Skipped without a GPU.
  */
 @ExtendWith(GpuTestWatchdog.class)
 class CudaDeviceParameterCacheTest extends CudaStateTestBase {
@@ -146,7 +148,158 @@ class CudaDeviceParameterCacheTest extends CudaStateTestBase {
     }
 
     @Test
-    void badNamesAnOverBudgetPutTooManyEntriesAndAUsedUpBudgetAreRefusedWithClearErrors() {
+    void leastRecentlyUsedEntriesAreEvictedAsOnTheHostAndAGetFromAPeerCountsAsAUse() {
+        int length = 1024;
+        long block = ParameterCache.blockBytes(length);
+        InJvmWorld.runOnEveryRank(world(), OPTIONS, gpuTransport(), group -> {
+            try (Arena a = Arena.ofConfined();
+                 Communicator comm = Communicator.create(group);
+                 DeviceParameterCache cache = DeviceParameterCache.create(comm, 3 * block, 8)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                if (group.rank() == 0) {
+                    cache.put("a", host(a, bytes(1, length)));
+                    cache.put("b", host(a, bytes(2, length)));
+                    cache.put("c", host(a, bytes(3, length)));
+                }
+                hostBarrier(group, "abc");
+                if (group.rank() == 1) {
+                    assertNotNull(cache.get("a"), "rank 1 finds a"); // a peer's get: a is now used after b and c
+                }
+                hostBarrier(group, "a used");
+                if (group.rank() == 0) {
+                    cache.put("d", host(a, bytes(4, length))); // no room: evicts the least recently used, b
+                    assertEquals(3, cache.ownEntries());
+                }
+                hostBarrier(group, "d");
+                assertNull(cache.get("b"), "b was the least recently used: evicted");
+                assertArrayEquals(bytes(1, length), back(a, gpu, cache.get("a")), "a kept, bitwise");
+                assertArrayEquals(bytes(3, length), back(a, gpu, cache.get("c")), "c kept, bitwise");
+                assertArrayEquals(bytes(4, length), back(a, gpu, cache.get("d")), "d in, bitwise");
+                hostBarrier(group, "checked");
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void manyPutsOfMixedSizesStayWithinTheBudgetAndTheEntriesLeftReadBackBitwise() {
+        long budget = 16 * 1024;
+        int names = 12;
+        InJvmWorld.runOnEveryRank(world(), OPTIONS, gpuTransport(), group -> {
+            try (Arena a = Arena.ofConfined();
+                 Communicator comm = Communicator.create(group);
+                 DeviceParameterCache cache = DeviceParameterCache.create(comm, budget, 6)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                int[] lastVersion = new int[names];
+                int[] lastLength = new int[names];
+                for (int round = 0; round < 60; round++) {
+                    int n = (round * 7) % names;
+                    int length = 100 + (round * 997) % 3000; // 100 .. 3099 B, unaligned
+                    if (group.rank() == 0) {
+                        cache.put("e" + n, host(a, bytes(round + 1, length)));
+                    }
+                    lastVersion[n] = round + 1;
+                    lastLength[n] = length;
+                    hostBarrier(group, "put " + round);
+                    if (group.rank() == 1 && round % 3 == 0) {
+                        cache.get("e" + ((round * 5) % names)); // peers' uses move entries up the LRU order
+                    }
+                    long used = 0;
+                    int present = 0;
+                    for (int i = 0; i < names; i++) {
+                        DeviceParameterCache.View v = cache.get(0, "e" + i);
+                        if (v != null) {
+                            present++;
+                            used += ParameterCache.blockBytes(v.data().byteSize());
+                            assertArrayEquals(bytes(lastVersion[i], lastLength[i]), back(a, gpu, v),
+                                    "round " + round + ": e" + i + " is its last put's, bitwise");
+                            assertTrue(v.isValid());
+                        }
+                    }
+                    assertTrue(used <= budget, "round " + round + ": current versions use bytes=" + used
+                            + " of budget=" + budget);
+                    assertTrue(present >= 1 && present <= 6, "round " + round + ": entries=" + present);
+                    assertNotNull(cache.get(0, "e" + n), "round " + round + ": the entry just put is there");
+                    hostBarrier(group, "checked " + round);
+                }
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void aNewNameBeyondMaxEntriesEvictsTheLeastRecentlyUsedEntry() {
+        InJvmWorld.runOnEveryRank(world(), OPTIONS, gpuTransport(), group -> {
+            try (Arena a = Arena.ofConfined();
+                 Communicator comm = Communicator.create(group);
+                 DeviceParameterCache cache = DeviceParameterCache.create(comm, 1 << 16, 2)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                if (group.rank() == 0) {
+                    cache.put("x", host(a, bytes(1, 100)));
+                    cache.put("y", host(a, bytes(2, 100)));
+                }
+                hostBarrier(group, "xy");
+                if (group.rank() == 1) {
+                    assertNotNull(cache.get("x")); // x used after y
+                }
+                hostBarrier(group, "x used");
+                if (group.rank() == 0) {
+                    cache.put("z", host(a, bytes(3, 100)));
+                    assertEquals(2, cache.ownEntries());
+                }
+                hostBarrier(group, "z");
+                assertNull(cache.get("y"), "y, the least recently used, made room for z");
+                assertArrayEquals(bytes(1, 100), back(a, gpu, cache.get("x")));
+                assertArrayEquals(bytes(3, 100), back(a, gpu, cache.get("z")));
+                hostBarrier(group, "done");
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void aHeldViewOfAnEvictedEntryReportsInvalidAndItsMemoryStaysMapped() {
+        int length = 4096 + 40;
+        long block = ParameterCache.blockBytes(length);
+        InJvmWorld.runOnEveryRank(world(), OPTIONS, gpuTransport(), group -> {
+            try (Arena a = Arena.ofConfined();
+                 Communicator comm = Communicator.create(group);
+                 DeviceParameterCache cache = DeviceParameterCache.create(comm, 2 * block, 4)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                boolean owner = group.rank() == 0;
+                if (owner) {
+                    cache.put("old", host(a, bytes(1, length)));
+                }
+                hostBarrier(group, "old");
+                DeviceParameterCache.View held = owner ? null : cache.get("old");
+                if (!owner) {
+                    assertArrayEquals(bytes(1, length), back(a, gpu, held));
+                    assertTrue(held.isValid());
+                }
+                hostBarrier(group, "held");
+                if (owner) {
+                    cache.put("f1", host(a, bytes(2, length))); // the budget's second block
+                    cache.put("f2", host(a, bytes(3, length))); // evicts "old" (least recently used), into its range
+                }
+                hostBarrier(group, "evicted");
+                assertNull(cache.get("old"), "old was evicted");
+                if (!owner) {
+                    assertFalse(held.isValid(), "a held view of an evicted entry reports invalid");
+                    // its memory is still mapped (the cache's allocation lives until close): reading it is safe, and
+                    // what it reads is the newer entry's bytes, which is why the check after use says invalid
+                    assertArrayEquals(bytes(3, length), back(a, gpu, held), "the range went to f2 (first fit)");
+                    assertFalse(held.isValid());
+                }
+                assertArrayEquals(bytes(2, length), back(a, gpu, cache.get("f1")));
+                assertArrayEquals(bytes(3, length), back(a, gpu, cache.get("f2")));
+                hostBarrier(group, "done");
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void badNamesAnEntryLargerThanTheBudgetAndAReplaceThatCannotFitBesideItsOldVersionAreRefused() {
         InJvmWorld.runOnEveryRank(world(), OPTIONS, gpuTransport(), group -> {
             try (Arena a = Arena.ofConfined();
                  Communicator comm = Communicator.create(group);
@@ -159,26 +312,19 @@ class CudaDeviceParameterCacheTest extends CudaStateTestBase {
                             () -> cache.put("big", host(a, bytes(1, 2000))));
                     assertTrue(over.getMessage().contains("budgetBytes=1024") && over.getMessage().contains("fix:"),
                             over.getMessage());
-                    assertEquals(0, cache.ownEntries());
+                    assertEquals(0, cache.ownEntries(), "nothing claimed for the refused entry");
                     cache.put("x", host(a, bytes(1, 100)));
                     cache.put("y", host(a, bytes(2, 100)));
-                    IllegalStateException many = assertThrows(IllegalStateException.class,
-                            () -> cache.put("z", host(a, bytes(3, 100))));
-                    assertTrue(many.getMessage().contains("maxEntries=2") && many.getMessage().contains("fix:"),
-                            many.getMessage());
-                    // x (192 B) + y (192 B) + a replace of x (192 B) + ... the budget is used up by versions kept
-                    cache.put("x", host(a, bytes(4, 300)));
-                    IllegalStateException full = assertThrows(IllegalStateException.class,
-                            () -> cache.put("y", host(a, bytes(5, 500))));
-                    assertTrue(full.getMessage().contains("no LRU") && full.getMessage().contains("fix:"),
-                            full.getMessage());
+                    // 500 B (a 576 B block) fits beside x's current 192 B one; 900 B (1024 B) beside x's 576 B does not
+                    cache.put("x", host(a, bytes(4, 500)));
+                    IllegalArgumentException beside = assertThrows(IllegalArgumentException.class,
+                            () -> cache.put("x", host(a, bytes(5, 900))));
+                    assertTrue(beside.getMessage().contains("beside the version it replaces")
+                            && beside.getMessage().contains("fix:"), beside.getMessage());
                 }
                 hostBarrier(group, "refused");
-                DeviceParameterCache.View x = cache.get("x");
-                DeviceParameterCache.View y = cache.get("y");
-                assertArrayEquals(bytes(4, 300), back(a, gpu, x), "x is its last put's");
-                assertArrayEquals(bytes(2, 100), back(a, gpu, y), "the refused put left y as it was");
-                assertNull(cache.get("z"));
+                assertArrayEquals(bytes(4, 500), back(a, gpu, cache.get("x")), "the refused put left x as it was");
+                assertNull(cache.get("big"));
                 hostBarrier(group, "done");
             }
             return null;

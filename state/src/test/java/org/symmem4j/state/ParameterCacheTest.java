@@ -126,6 +126,97 @@ class ParameterCacheTest {
         });
     }
 
+    /**
+     * The eviction policy the GPU cache shares ({@link CacheDirectory}), on two ranks: a peer's get counts as a use,
+     * a new name past maxEntries evicts the least recently used entry, 60 puts of mixed sizes keep the current
+     * versions within the budget and every entry left whole, and a view held across its entry's eviction says invalid.
+     */
+    @Test
+    void evictionOrderBudgetAndAHeldViewOfAnEvictedEntryAcrossRanks() {
+        long budget = 16 * 1024;
+        int names = 12;
+        InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+            try (ParameterCache cache = ParameterCache.create(group, budget, 6)) {
+                if (group.rank() == 0) {
+                    for (int i = 0; i < 6; i++) {
+                        cache.put("n" + i, filled(i, 64));
+                    }
+                }
+                group.allGatherBytes("six", new byte[0]);
+                ParameterCache.Entry held = group.rank() == 1 ? cache.get("n0") : null; // a peer's use of n0
+                group.allGatherBytes("n0 used", new byte[0]);
+                if (group.rank() == 0) {
+                    cache.put("n6", filled(6, 64)); // names used up: evicts n1, not n0
+                }
+                group.allGatherBytes("n6", new byte[0]);
+                assertNull(cache.get("n1"), "n1, the least recently used, made room for n6");
+                assertNotNull(cache.get("n0"));
+                if (group.rank() == 0) {
+                    assertTrue(cache.remove("n0"));
+                }
+                group.allGatherBytes("n0 removed", new byte[0]);
+                if (held != null) {
+                    assertTrue(!held.isValid(), "a held view of a removed entry says so");
+                }
+                group.allGatherBytes("held checked", new byte[0]);
+                int[] lastVersion = new int[names];
+                int[] lastLength = new int[names];
+                for (int round = 0; round < 60; round++) {
+                    int n = (round * 7) % names;
+                    int length = 8 * (10 + (round * 997) % 380); // 80 .. 3112 B
+                    if (group.rank() == 0) {
+                        cache.put("e" + n, filled(round + 1, length));
+                    }
+                    lastVersion[n] = round + 1;
+                    lastLength[n] = length;
+                    group.allGatherBytes("put " + round, new byte[0]);
+                    long used = 0;
+                    for (int i = 0; i < names; i++) {
+                        ParameterCache.Entry e = cache.get(0, "e" + i);
+                        if (e != null) {
+                            used += ParameterCache.blockBytes(e.data().byteSize());
+                            assertEquals(lastLength[i], e.data().byteSize());
+                            for (int b = 0; b < lastLength[i]; b += 8) {
+                                assertEquals(lastVersion[i], e.data().get(ValueLayout.JAVA_LONG, b),
+                                        "round " + round + ": e" + i + " word " + b / 8);
+                            }
+                        }
+                    }
+                    assertTrue(used <= budget, "round " + round + ": bytes=" + used + " of budget=" + budget);
+                    assertNotNull(cache.get(0, "e" + n), "round " + round + ": the entry just put is there");
+                    group.allGatherBytes("checked " + round, new byte[0]);
+                }
+            }
+            return null;
+        });
+    }
+
+    /**
+     * A held view whose block was freed and then overwritten by a later entry's data says invalid even when that data
+     * holds small integers (the generation a fresh block got was once a small counter: 3 for the first publish at an
+     * offset, which data of 3s at the block's header word then repeated).
+     */
+    @Test
+    void aHeldViewStaysInvalidWhenALaterEntrysDataCoversItsBlockHeader() {
+        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+            try (ParameterCache cache = ParameterCache.create(group, 4096, 8)) {
+                cache.put("p", filled(1, 64));   // block at 0
+                cache.put("a", filled(2, 64));   // block at 128: the view's generation word
+                ParameterCache.Entry held = cache.get("a");
+                assertTrue(held.isValid());
+                assertTrue(cache.remove("p"));
+                assertTrue(cache.remove("a"));
+                assertTrue(!held.isValid());
+                for (long v = 0; v < 64; v++) {
+                    cache.put("big", filled(v, 1024)); // from 0: its data covers offset 128 with v
+                    assertTrue(!held.isValid(), "a's view reads valid again under data of " + v + "s");
+                    assertTrue(cache.remove("big"));
+                }
+            }
+            return null;
+        });
+    }
+
     @Test
     void theGpuFormIsRefusedOnAHostCommunicatorNamingTheHostCache() {
         InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {

@@ -27,7 +27,8 @@ import java.nio.charset.StandardCharsets;
  *  128 + 128*slots + 8*i        LAST USE of slot i (long tick, opaque)         any reader        owner (LRU)
  *  heap = align64(that end)     BLOCKS, each 64-byte aligned:                  owner             every rank
  *                                 +0  generation (long): odd while the block holds a published version,
- *                                     +1 when it is freed (readers holding a view of it see it change)
+ *                                     +1 when it is freed (readers holding a view of it see it change);
+ *                                     never reused within a part (a salted counter of the owner's)
  *                                 +64 data
  * </pre>
  *
@@ -35,7 +36,8 @@ import java.nio.charset.StandardCharsets;
  * way; the owner keeps a host copy of its header and directory and writes each change into GPU memory by synchronous
  * copies in the seqlock's order (word odd, fields, word even), and the block's header fields ({@link #BLOCK_VERSION},
  * {@link #BLOCK_LENGTH}, then {@link #BLOCK_GENERATION}) after its data; readers read them by copies from the
- * owner's memory as mapped on their GPU. The last-use ticks are unused there (no LRU on GPUs).
+ * owner's memory as mapped on their GPU. The last-use ticks serve the same LRU there: a reader's get copies the time
+ * into its entry's tick (8 bytes, no ordering: a hint), the owner copies all ticks back when it evicts.
  *
  * A put writes its data into a fresh block, then publishes it by the slot's seqlock (the old current becomes the
  * previous, the older previous is freed). So a reader's zero-copy view of a version stays valid across one
