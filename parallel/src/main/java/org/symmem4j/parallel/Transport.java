@@ -140,6 +140,16 @@ public interface Transport {
     }
 
     /**
+     * Told on each survivor of an in-place shrink once it rebuilt what it needs on the survivors' group: what
+     * {@link #shrinking} kept of the old group and nobody took is freed now (CUDA: NCCL communicators no new one was
+     * shrunk from). Nothing by default.
+     *
+     * @param survivors this rank's part of the survivors' group
+     */
+    default void rebuilt(Group survivors) {
+    }
+
+    /**
      * Releases what this rank keeps on the transport for {@code group} (a device transport's stream, kernels and
      * context), after every memory and communicator of the group was closed; not collective. Nothing by default: a host
      * transport keeps nothing per group beyond its memories.

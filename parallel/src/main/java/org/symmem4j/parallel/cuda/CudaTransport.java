@@ -202,6 +202,12 @@ public final class CudaTransport implements Transport, AutoCloseable {
         ncclShrinks.begin(group.worldSize(), dead);
     }
 
+    /** The survivors rebuilt their communicators: the old group's NCCL communicators nobody shrank are aborted. */
+    @Override
+    public void rebuilt(Group survivors) {
+        ncclShrinks.abortParked();
+    }
+
     NcclShrinks ncclShrinks() {
         return ncclShrinks;
     }

@@ -21,8 +21,9 @@ import org.symmem4j.parallel.cuda.ffi.Nccl;
  *   <li>{@link #take}: a new communicator of the survivors' size on the same GPU takes the oldest parked one, in the order
  *       they were opened (every survivor opens its communicators in the same order, as it always must), and shrinks it;
  *       {@link #retire} then aborts the parent and frees its window's buffer;</li>
- *   <li>what nobody takes is aborted at the next {@link #begin} and at the transport's close
- *       ({@link #abortParked}): nothing of the old group stays on the GPU.</li>
+ *   <li>what nobody takes is aborted once the survivors rebuilt ({@code Transport.rebuilt}), at the next {@link #begin}
+ *       and at the transport's close ({@link #abortParked}): nothing of the old group stays on the GPU. Where the bound
+ *       NCCL has no {@code ncclCommShrink}, a marked communicator is aborted when closed, not parked.</li>
  * </ol>
  * Process-wide per transport; thread-safe.
  */
@@ -72,7 +73,8 @@ final class NcclShrinks {
     }
 
     /**
-     * {@code p} closes: null when it is to be destroyed as usual, else it is parked (the caller must not destroy it).
+     * {@code p} closes: null when it is to be destroyed as usual, else it is parked, or aborted where NCCL cannot shrink
+     * (either way the caller must not destroy it).
      *
      * @return the parked parent, or null
      */
@@ -83,7 +85,11 @@ final class NcclShrinks {
             return null;
         }
         Parent parent = new Parent(comm, windowPointer, (int) facts[0], (int) facts[1], dead, facts[2]);
-        parked.add(parent);
+        if (Nccl.get().hasShrink()) {
+            parked.add(parent);
+        } else {
+            retire(parent); // nobody can shrink it: aborted now (destroying it would wait for the dead ranks)
+        }
         return parent;
     }
 

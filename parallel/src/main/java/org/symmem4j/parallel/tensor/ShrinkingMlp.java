@@ -239,21 +239,25 @@ public final class ShrinkingMlp implements AutoCloseable {
         }
         formed.add(next);
         group = next;
-        if (next.worldSize() < minRanks) {
-            throw withCause(new SymmemException("rank=" + next.rank() + ": " + next.worldSize() + " ranks left after "
-                    + gone + " died, fewer than minRanks=" + minRanks + " (the model of the old group is freed; fix: restart"
-                    + " the job from its checkpoints, or lower minRanks)"), failure);
+        try {
+            if (next.worldSize() < minRanks) {
+                throw withCause(new SymmemException("rank=" + next.rank() + ": " + next.worldSize() + " ranks left after "
+                        + gone + " died, fewer than minRanks=" + minRanks + " (the model of the old group is freed; fix: restart"
+                        + " the job from its checkpoints, or lower minRanks)"), failure);
+            }
+            // the survivors completed the same steps (a collective completes on every rank or on none); checked, not assumed
+            List<byte[]> counts = next.allGatherBytes("shrink-completed", ByteBuffer.allocate(Long.BYTES).putLong(completed)
+                    .array());
+            long[] all = counts.stream().mapToLong(b -> ByteBuffer.wrap(b).getLong()).toArray();
+            if (Arrays.stream(all).anyMatch(c -> c != completed)) {
+                throw withCause(new SymmemException("rank=" + next.rank() + ": the survivors completed different steps "
+                        + Arrays.toString(all) + " (by new rank) when " + gone + " died; each holds only its own step's"
+                        + " start, so they cannot go on from one state (fix: restart the job from its checkpoints)"), failure);
+            }
+            mlp = new FullyShardedMlp(next, tokens, widths, Sharding.NONE, adam);
+        } finally {
+            next.transport().rebuilt(next); // what the old group left for the rebuild and nobody took goes now
         }
-        // the survivors completed the same steps (a collective completes on every rank or on none); checked, not assumed
-        List<byte[]> counts = next.allGatherBytes("shrink-completed", ByteBuffer.allocate(Long.BYTES).putLong(completed)
-                .array());
-        long[] all = counts.stream().mapToLong(b -> ByteBuffer.wrap(b).getLong()).toArray();
-        if (Arrays.stream(all).anyMatch(c -> c != completed)) {
-            throw withCause(new SymmemException("rank=" + next.rank() + ": the survivors completed different steps "
-                    + Arrays.toString(all) + " (by new rank) when " + gone + " died; each holds only its own step's"
-                    + " start, so they cannot go on from one state (fix: restart the job from its checkpoints)"), failure);
-        }
-        mlp = new FullyShardedMlp(next, tokens, widths, Sharding.NONE, adam);
         mlp.restore(start);
         shrinks.add(new Shrink(completed, survivors.dead(), old.worldSize(), next.worldSize(), System.nanoTime() - t0));
     }

@@ -15,7 +15,7 @@ import org.symmem4j.parallel.cuda.ffi.Cublas;
  * {@link WorkerProcesses#runWithShrink}); rank 1 kills itself with SIGKILL after 3 of 6 steps of a
  * {@code ShrinkingMlp} (plain data parallelism), and the N − 1 survivors shrink in place, go on from step 3 and finish:
  * bitwise equal to a fresh model of N − 1 ranks from step 3's state, every replica the same, and the device's free
- * memory back where it was before the 2 GiB ballast per rank and the model (cuMemGetInfo). Skipped without a GPU, the
+ * memory back where it was before the 4 GiB ballast per rank and the model (cuMemGetInfo). Skipped without a GPU, the
  * kernels or cuBLAS.
  */
 class CudaShrinkTest {
@@ -34,6 +34,6 @@ class CudaShrinkTest {
     @Test
     void survivorsShrinkInPlaceAndTrainOnBitwiseAsAFreshGroup(@TempDir Path logs) throws Exception {
         WorkerProcesses.runWithShrink(CudaShrinkWorker.class, ranks, "SHRINK OK", logs, 240, Set.of(1), "6", "1", "3",
-                "2048");
+                "4096");
     }
 }

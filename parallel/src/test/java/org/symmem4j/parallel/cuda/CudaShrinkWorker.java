@@ -33,7 +33,7 @@ import org.symmem4j.parallel.tensor.ShrinkingMlp;
  * </ul>
  * Prints {@code SHRINK OK rank=R} (R the launch rank) and exits 0, or prints what failed and exits 3.
  *
- * <p>Arguments: {@code steps killRank killAfter ballastMiB}, e.g. {@code 6 1 3 2048}.
+ * <p>Arguments: {@code steps killRank killAfter ballastMiB}, e.g. {@code 6 1 3 4096}.
  */
 public final class CudaShrinkWorker {
 
@@ -58,11 +58,14 @@ public final class CudaShrinkWorker {
             System.out.println("rank=" + launchRank + " pid=" + ProcessHandle.current().pid() + " on " + cuda.describe(group)
                     + "; " + cuda.runtimeVersions());
             byte[] none = new byte[0];
-            group.allGatherBytes("free-before", none); // every rank's GPU state made, nothing allocated yet
+            Adam adam = new Adam(0.02f, 0.9f, 0.999f, 1e-3f);
+            // warm: a model made and closed once loads what a process loads once (cuBLAS's kernels, the sub-group's GPU
+            // state), so that the free memory below compares like with like
+            new FullyShardedMlp(group, TOKENS, WIDTHS, Sharding.NONE, adam).close();
+            group.allGatherBytes("free-before", none); // every rank warm, nothing of the run allocated yet
             long before = cuda.driver().memoryInfo()[0];
             group.allGatherBytes("free-before-read", none);
             SymmetricMemory[] ballast = {SymmetricMemory.allocate(group, ballastBytes)};
-            Adam adam = new Adam(0.02f, 0.9f, 0.999f, 1e-3f);
             List<State> recorded = new ArrayList<>(); // the state after each completed step, on the old and new group
             ShrinkingMlp.Batches batches = CudaShrinkWorker::write;
             try (ShrinkingMlp trainer = ShrinkingMlp.create(group, TOKENS, WIDTHS, Sharding.NONE, adam, world - 1)
@@ -119,7 +122,13 @@ public final class CudaShrinkWorker {
     private static void killSelf() throws Exception {
         System.out.println("rank killing itself (SIGKILL) after its completed steps");
         System.out.flush();
-        new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid())).inheritIO().start().waitFor();
+        try {
+            new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid())).inheritIO().start().waitFor();
+        } catch (java.io.IOException noKill) {
+            System.out.println("no kill command (" + noKill + "): halting with status 137 instead, no cleanup either");
+            System.out.flush();
+            Runtime.getRuntime().halt(137);
+        }
         Thread.sleep(60_000);
         throw new AssertionError("still alive 60 s after kill -9 of itself");
     }
