@@ -1,15 +1,18 @@
 package org.symmem4j.parallel.cuda;
 
 import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
-import org.symmem4j.parallel.DType;
+import java.util.SplittableRandom;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.group.ProcessGroup;
+import org.symmem4j.parallel.numeric.BFloat16;
 import org.symmem4j.parallel.tensor.FullyShardedMlp;
 import org.symmem4j.parallel.tensor.FullyShardedMlp.Adam;
 import org.symmem4j.parallel.tensor.FullyShardedMlp.Sharding;
@@ -74,7 +77,7 @@ public final class CudaShrinkWorker {
                         ballast[0] = null;
                     })) {
                 for (int l = 0; l < WIDTHS.length - 1; l++) {
-                    double[] w = CudaFullyShardedMlpTest.Reference.initialWeights(WIDTHS, l);
+                    double[] w = initialWeights(l);
                     trainer.setWeights(l, i -> w[(int) i]);
                 }
                 recorded.add(trainer.model().state());
@@ -108,15 +111,37 @@ public final class CudaShrinkWorker {
         }
     }
 
-    /** Step {@code step}'s batch of rank {@code rank} (the fully sharded test's data). */
+    /**
+     * Step {@code step}'s batch of rank {@code rank}: random bfloat16 inputs and output gradients from a seed of both
+     * (self-contained: the worker JVM has no JUnit, so it uses no test class that does).
+     */
     private static void write(FullyShardedMlp mlp, long step, int rank, int worldSize) {
         try (Arena arena = Arena.ofConfined()) {
-            mlp.device().copyFromHost(mlp.input(), CudaTensorParallelTest.toHost(arena,
-                    CudaFullyShardedMlpTest.Reference.input(TOKENS, WIDTHS, (int) step + 1, rank), DType.BFLOAT16));
-            mlp.device().copyFromHost(mlp.outputGradient(), CudaTensorParallelTest.toHost(arena,
-                    CudaFullyShardedMlpTest.Reference.outputGradient(TOKENS, WIDTHS, (int) step + 1, rank), DType.BFLOAT16));
+            mlp.device().copyFromHost(mlp.input(), bf16(arena, 2000 + 100 * step + rank, TOKENS * WIDTHS[0], 1));
+            mlp.device().copyFromHost(mlp.outputGradient(), bf16(arena, 3000 + 100 * step + rank,
+                    TOKENS * WIDTHS[WIDTHS.length - 1], 0.5));
             mlp.device().synchronize(); // the arena's host copies must outlive the copies
         }
+    }
+
+    private static MemorySegment bf16(Arena arena, long seed, int count, double scale) {
+        SplittableRandom rnd = new SplittableRandom(seed);
+        MemorySegment s = arena.allocate(2L * count, 16);
+        for (int i = 0; i < count; i++) {
+            s.setAtIndex(ValueLayout.JAVA_SHORT, i, BFloat16.fromFloat((float) (rnd.nextDouble(-1, 1) * scale)));
+        }
+        return s;
+    }
+
+    /** Layer l's initial weight: uniform in ±1/√in, float32 values. */
+    private static double[] initialWeights(int l) {
+        SplittableRandom rnd = new SplittableRandom(1000 + l);
+        double[] x = new double[WIDTHS[l] * WIDTHS[l + 1]];
+        double scale = 1 / Math.sqrt(WIDTHS[l]);
+        for (int i = 0; i < x.length; i++) {
+            x[i] = (float) (rnd.nextDouble(-1, 1) * scale);
+        }
+        return x;
     }
 
     private static void killSelf() throws Exception {
