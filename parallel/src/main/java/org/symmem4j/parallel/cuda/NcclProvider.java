@@ -21,6 +21,8 @@ import org.symmem4j.parallel.cuda.ffi.Nccl;
  */
 final class NcclProvider {
 
+    private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(NcclProvider.class);
+
     private final CudaDriver driver;
     private final CudaRank rank;
     private final MemorySegment comm;
@@ -34,10 +36,8 @@ final class NcclProvider {
     private final String windowUnavailable;
     /** The transport's communicators across a shrink: this one is parked there instead of destroyed after one. */
     private final NcclShrinks shrinks;
-    /** How the communicator was made: {@code ncclCommInitRank} or {@code ncclCommShrink}; null without NCCL. */
-    private String origin;
-    /** Set by {@link #abort} (the communicator is freed) or {@link #close}. */
-    private boolean ended;
+    /** Set once by {@link #abort} (the communicator is freed) or {@link #close}, whichever comes first (any thread). */
+    private final java.util.concurrent.atomic.AtomicBoolean ended = new java.util.concurrent.atomic.AtomicBoolean();
 
     /**
      * Collective: sets up NCCL for {@code group} where it can run: the survivors of an in-place shrink shrink their old
@@ -101,7 +101,8 @@ final class NcclProvider {
         if (everyRankHasOne) {
             try {
                 MemorySegment c = nccl.shrink(parent.comm(), parent.dead());
-                origin = "ncclCommShrink of " + parent.worldSize() + " ranks without " + Arrays.toString(parent.dead());
+                LOG.info("rank={}: NCCL communicator of {} ranks made by ncclCommShrink of the old group's {} ranks without"
+                        + " {}", group.rank(), group.worldSize(), parent.worldSize(), Arrays.toString(parent.dead()));
                 return c;
             } finally {
                 NcclShrinks.retire(parent);
@@ -109,6 +110,8 @@ final class NcclProvider {
         }
         if (parent != null) {
             NcclShrinks.retire(parent);
+            LOG.info("rank={}: NCCL communicator of {} ranks made from a new unique id: not every survivor of the shrink"
+                    + " kept an old communicator on its GPU", group.rank(), group.worldSize());
         }
         byte[] id;
         if (offers.getFirst()[0] == 1) {
@@ -117,13 +120,7 @@ final class NcclProvider {
         } else {
             id = Arrays.copyOfRange(offers.getFirst(), 1, 1 + Nccl.UNIQUE_ID_BYTES);
         }
-        origin = "ncclCommInitRank";
         return nccl.initRank(group.worldSize(), id, group.rank());
-    }
-
-    /** {@return how the NCCL communicator was made ({@code ncclCommInitRank}, {@code ncclCommShrink ...}), or null} */
-    String origin() {
-        return origin;
     }
 
     /** {@return whether {@link Algorithm#NCCL} runs here} */
@@ -227,8 +224,7 @@ final class NcclProvider {
 
     /** Aborts the NCCL communicator: its kernels stop waiting for peers; it is freed (a later {@link #close} does nothing). */
     void abort() {
-        if (comm != null && !ended) {
-            ended = true;
+        if (comm != null && ended.compareAndSet(false, true)) {
             shrinks.aborted(this);
             try {
                 Nccl.get().abort(comm);
@@ -246,10 +242,9 @@ final class NcclProvider {
      * would wait for the dead ranks.
      */
     void close() {
-        if (comm == null || ended) {
+        if (comm == null || !ended.compareAndSet(false, true)) {
             return;
         }
-        ended = true;
         if (shrinks.close(this, comm, window == null ? 0 : window.pointer()) != null) {
             return;
         }
