@@ -656,6 +656,13 @@ abstract sealed class DataParallelBuilder
             ShardedShrink.checkBuild(sharding, group, options().checkpointSchedule() != null,
                     ConfigurationStart.isHollow(model), shardGroupSize);
         }
+        if (group != null && group.transport() != group.hostTransport()) {
+            throw new IllegalArgumentException("onWorkerFailure=SHRINK with group(...) of " + group + " on transport "
+                    + group.transport().name() + " (GPU mode): the wrapper rebuilds only host memory after a shrink;"
+                    + " expected a process group on its host transport (fix: train on the host transport, recover GPU mode"
+                    + " by RESTART: checkpointEvery(k, dir).resumeFrom(dir) under symmem4j-run --max-restarts N, or train"
+                    + " without DL4J with org.symmem4j.parallel.tensor.ShrinkingMlp, which shrinks GPU groups)");
+        }
         if (group != null && !group.canShrink()) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK with group(...) of " + group + ", which cannot"
                     + " shrink in place: expected a process group on its host transport started by symmem4j-run"

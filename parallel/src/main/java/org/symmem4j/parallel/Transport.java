@@ -115,4 +115,47 @@ public interface Transport {
     default Transport forSubGroup(int[] parentRanks) {
         throw new UnsupportedOperationException(TransportCapabilities.SUB_GROUPS_NOT_IMPLEMENTED.formatted(name()));
     }
+
+    /**
+     * Whether a process group that lives on this transport as its device transport can shrink in place
+     * ({@link Group#shrink()}): the survivors' group is then joined on this same transport, and everything of the old
+     * group on it must be closable without the dead ranks. A host transport is the group's own and is made anew by
+     * the survivors' group; this asks only about device transports.
+     *
+     * @return false unless the transport rebuilds its memories and communicators on a shrunk group
+     */
+    default boolean survivesShrink() {
+        return false;
+    }
+
+    /**
+     * Told by a group on this transport that shrinks in place, on each survivor, before the survivors' group forms:
+     * what the transport keeps for the old group may be handed on to the new one (CUDA: its NCCL communicators, for
+     * {@code ncclCommShrink}). Nothing by default.
+     *
+     * @param group the group that shrinks (already aborted)
+     * @param dead  its ranks that are gone, ascending
+     */
+    default void shrinking(Group group, java.util.List<Integer> dead) {
+    }
+
+    /**
+     * Told on each survivor of an in-place shrink once it rebuilt what it needs on the survivors' group: what
+     * {@link #shrinking} kept of the old group and nobody took is freed now (CUDA: NCCL communicators no new one was
+     * shrunk from). Nothing by default.
+     *
+     * @param survivors this rank's part of the survivors' group
+     */
+    default void rebuilt(Group survivors) {
+    }
+
+    /**
+     * Releases what this rank keeps on the transport for {@code group} (a device transport's stream, kernels and
+     * context), after every memory and communicator of the group was closed; not collective. Nothing by default: a host
+     * transport keeps nothing per group beyond its memories.
+     *
+     * @param group a rank's group on this transport
+     */
+    default void release(Group group) {
+    }
 }

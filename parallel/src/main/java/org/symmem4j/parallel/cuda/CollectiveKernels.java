@@ -239,9 +239,9 @@ final class CollectiveKernels {
 
     /** Collective: frees the protocols' scratch. */
     void closeScratch() {
-        oneShotScratch.close();
-        llScratch.close();
-        twoShotScratch.close();
+        // each is freed whatever the one before threw (after an abort their closing barriers fail at once)
+        org.symmem4j.parallel.cuda.ffi.EverySteps.run(List.of(oneShotScratch::close, llScratch::close,
+                twoShotScratch::close));
     }
 
     /** Frees the launch parameters; no launch may follow. */

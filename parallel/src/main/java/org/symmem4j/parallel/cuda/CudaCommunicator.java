@@ -17,6 +17,7 @@ import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
 import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 import org.symmem4j.parallel.cuda.ffi.Cublas;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.cuda.ffi.EverySteps;
 import org.symmem4j.parallel.cuda.ffi.Nvshmem;
 import org.symmem4j.parallel.numeric.Reducer;
 import org.symmem4j.parallel.trace.Nvtx;
@@ -124,7 +125,7 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
         String sharing = SharedGpus.firstSharing(group, driver, rank.device); // null: every rank has a GPU of its own
         this.sharedDevice = sharing != null;
         LaunchBudget grids = rank.kernels == null ? null : CollectiveKernels.commonGrids(group, rank);
-        this.nccl = new NcclProvider(group, driver, rank, sharing, options.stagingBytes());
+        this.nccl = new NcclProvider(group, driver, rank, sharing, options.stagingBytes(), transport.ncclShrinks());
         this.kernels = rank.kernels == null ? null
                 : new CollectiveKernels(group, rank, driver, memory, grids, serial, sharedDevice);
         this.stagingBytes = options.stagingBytes();
@@ -874,25 +875,22 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
 
     @Override
     public void close() {
-        try {
-            synchronize(); // reports the timed all-reduces
+        // every step runs whatever failed before it: after an abort (a peer gone, a shrink) the memories' closing
+        // barriers fail at once, and the scratch, the staging and NCCL must still be freed (no GPU memory left behind)
+        EverySteps.run(List.of(this::synchronize, () -> { // synchronize reports the timed all-reduces
             synchronized (this) {
                 if (tensorParallel != null) {
                     tensorParallel.close();
                 }
             }
-            staging.close();
+        }, staging::close, () -> {
             if (kernels != null) {
                 kernels.closeScratch();
             }
-            nccl.close();
-        } finally {
-            timings.close();
-            device.close();
-            control.close();
+        }, nccl::close, timings::close, device::close, control::close, () -> {
             if (kernels != null) {
                 kernels.closeParameters();
             }
-        }
+        }));
     }
 }

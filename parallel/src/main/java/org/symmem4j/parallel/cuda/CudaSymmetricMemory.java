@@ -625,7 +625,8 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     /**
      * Collective: waits for every rank (this rank's stream, then the group), then gives this rank's
      * share of the allocation back. The buffers and pads are freed when the last rank has given its
-     * share back ({@link SymmetricAllocation}): after a failed barrier (an aborted group, a peer gone)
+     * share back ({@link SymmetricAllocation}); an aborted group's ranks do not meet (its peers may be gone). After
+     * a failed barrier or an abort (a peer gone)
      * peers may still be in their step, reading and writing this rank's memory. This rank's share
      * counts as given back once its own streams are idle (its kernels and abort stores write into
      * peers' memory), waited for at most {@link CudaRank#CLOSE_WAIT_NANOS}; a stream that does not drain
@@ -643,8 +644,12 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
         LOG.debug("symmetric memory id={} rank={} closing", id, group.rank());
         boolean met = false;
         try {
-            barrier();
-            met = true;
+            // an aborted group's peers may be gone (a shrink's old group): its teardown frees without meeting them
+            // (GroupAbort); a peer's mapping keeps this rank's exported memory alive until that peer unmaps it
+            if (!group.abortState().isRaised()) {
+                barrier();
+                met = true;
+            }
         } finally {
             CudaDriver d = transport.driver();
             d.setCurrent(rank.context);

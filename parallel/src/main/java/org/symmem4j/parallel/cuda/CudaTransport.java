@@ -81,6 +81,8 @@ public final class CudaTransport implements Transport, AutoCloseable {
     private final Map<Long, SymmetricAllocation> allocations = new ConcurrentHashMap<>();
     /** Set once by {@link #close}; checked by every entry point. */
     private volatile boolean closed;
+    /** The NCCL communicators of this transport's groups across an in-place shrink ({@code ncclCommShrink}). */
+    private final NcclShrinks ncclShrinks = new NcclShrinks();
 
     private CudaTransport(CudaDriver driver) {
         this.driver = driver;
@@ -152,6 +154,7 @@ public final class CudaTransport implements Transport, AutoCloseable {
      * @param group a rank's group on this transport
      * @throws CudaException when the driver fails to release something (everything else is still released)
      */
+    @Override
     public void release(Group group) {
         CudaRank r = ranks.remove(group);
         if (r != null) {
@@ -170,12 +173,43 @@ public final class CudaTransport implements Transport, AutoCloseable {
     public void close() {
         closed = true;
         crossProcess.close();
+        ncclShrinks.abortParked();
         for (SymmetricAllocation a : allocations.values()) {
             LOG.warn("cuda transport closed while symmetric memory id={} is still open on ranks {}: its device memory, and"
                     + " the primary contexts it holds, stay until those ranks close it or the process exits", a.id(),
                     a.openRanks());
         }
         EverySteps.run(List.copyOf(ranks.keySet()).stream().<Runnable>map(g -> () -> release(g)).toList());
+    }
+
+    /**
+     * True: a process group on this transport shrinks in place ({@code ProcessGroup.shrink()}). Each survivor closes the
+     * old group's memories and communicators — its mappings of the dead ranks' exported memory are unmapped and released
+     * with them, without the dead ranks (the group is aborted: the closing barriers fail at once, the frees run) — and
+     * releases the old group ({@link #release}); the survivors' group then allocates and maps anew on this transport.
+     */
+    @Override
+    public boolean survivesShrink() {
+        return true;
+    }
+
+    /**
+     * A group on this transport shrinks in place: its NCCL communicators, when closed, are kept for the survivors'
+     * {@code ncclCommShrink} instead of destroyed ({@link NcclShrinks}).
+     */
+    @Override
+    public void shrinking(Group group, List<Integer> dead) {
+        ncclShrinks.begin(group.worldSize(), dead);
+    }
+
+    /** The survivors rebuilt their communicators: the old group's NCCL communicators nobody shrank are aborted. */
+    @Override
+    public void rebuilt(Group survivors) {
+        ncclShrinks.abortParked();
+    }
+
+    NcclShrinks ncclShrinks() {
+        return ncclShrinks;
     }
 
     /** Ranks this transport holds now (tests: 0 after every group was released). */

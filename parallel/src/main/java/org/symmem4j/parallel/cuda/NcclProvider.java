@@ -1,6 +1,7 @@
 package org.symmem4j.parallel.cuda;
 
 import java.lang.foreign.MemorySegment;
+import java.util.Arrays;
 import java.util.List;
 import org.symmem4j.parallel.Algorithm;
 import org.symmem4j.parallel.CommunicatorOptions;
@@ -20,6 +21,8 @@ import org.symmem4j.parallel.cuda.ffi.Nccl;
  */
 final class NcclProvider {
 
+    private static final org.slf4j.Logger LOG = org.slf4j.LoggerFactory.getLogger(NcclProvider.class);
+
     private final CudaDriver driver;
     private final CudaRank rank;
     private final MemorySegment comm;
@@ -31,16 +34,24 @@ final class NcclProvider {
      */
     private final NcclWindow window;
     private final String windowUnavailable;
+    /** The transport's communicators across a shrink: this one is parked there instead of destroyed after one. */
+    private final NcclShrinks shrinks;
+    /** Set once by {@link #abort} (the communicator is freed) or {@link #close}, whichever comes first (any thread). */
+    private final java.util.concurrent.atomic.AtomicBoolean ended = new java.util.concurrent.atomic.AtomicBoolean();
 
     /**
-     * Collective: sets up NCCL for {@code group} where it can run.
+     * Collective: sets up NCCL for {@code group} where it can run: the survivors of an in-place shrink shrink their old
+     * communicator ({@code ncclCommShrink}, where every survivor has one parked in {@code shrinks} for this GPU), every
+     * other group makes a new one from rank 0's unique id.
      *
      * @param sharing      which ranks share a GPU, or null when every rank has its own
      * @param stagingBytes the size of the NCCL_SYMMETRIC window
+     * @param shrinks      the transport's communicators across a shrink
      */
-    NcclProvider(Group group, CudaDriver driver, CudaRank rank, String sharing, long stagingBytes) {
+    NcclProvider(Group group, CudaDriver driver, CudaRank rank, String sharing, long stagingBytes, NcclShrinks shrinks) {
         this.driver = driver;
         this.rank = rank;
+        this.shrinks = shrinks;
         MemorySegment c = null;
         String why = null;
         if (sharing != null) {
@@ -48,10 +59,8 @@ final class NcclProvider {
         } else if (!Nccl.available()) {
             why = Nccl.unavailableReason();
         } else {
-            byte[] id = group.rank() == 0 ? Nccl.get().uniqueId() : new byte[Nccl.UNIQUE_ID_BYTES];
-            List<byte[]> ids = group.allGatherBytes("nccl-unique-id", id);
-            driver.setCurrent(rank.context);
-            c = Nccl.get().initRank(group.worldSize(), ids.getFirst(), group.rank());
+            c = open(group);
+            shrinks.opened(this, rank.ordinal, group.worldSize());
         }
         this.comm = c;
         this.unavailable = why;
@@ -70,6 +79,48 @@ final class NcclProvider {
                     nccl.registerWindow(c, ptr, stagingBytes, Nccl.WIN_COLL_SYMMETRIC));
             this.windowUnavailable = null;
         }
+    }
+
+    /**
+     * Collective: one exchange of {@code [has a parked parent][rank 0's unique id]}, so every rank decides alike: all
+     * have a parent — each shrinks its own; else every parent is aborted and the communicator is made from rank 0's id
+     * (a second exchange with a fresh id where rank 0 offered its parent instead of an id). Rank 0 makes an id only where
+     * it is used: an unused one would leave NCCL's bootstrap listening.
+     */
+    private MemorySegment open(Group group) {
+        Nccl nccl = Nccl.get();
+        NcclShrinks.Parent parent = nccl.hasShrink() ? shrinks.take(group.worldSize(), rank.ordinal) : null;
+        byte[] offer = new byte[1 + Nccl.UNIQUE_ID_BYTES];
+        offer[0] = (byte) (parent == null ? 0 : 1);
+        if (group.rank() == 0 && parent == null) {
+            System.arraycopy(nccl.uniqueId(), 0, offer, 1, Nccl.UNIQUE_ID_BYTES);
+        }
+        List<byte[]> offers = group.allGatherBytes("nccl-unique-id", offer);
+        boolean everyRankHasOne = offers.stream().allMatch(o -> o[0] == 1);
+        driver.setCurrent(rank.context);
+        if (everyRankHasOne) {
+            try {
+                MemorySegment c = nccl.shrink(parent.comm(), parent.dead());
+                LOG.info("rank={}: NCCL communicator of {} ranks made by ncclCommShrink of the old group's {} ranks without"
+                        + " {}", group.rank(), group.worldSize(), parent.worldSize(), Arrays.toString(parent.dead()));
+                return c;
+            } finally {
+                NcclShrinks.retire(parent);
+            }
+        }
+        if (parent != null) {
+            NcclShrinks.retire(parent);
+            LOG.info("rank={}: NCCL communicator of {} ranks made from a new unique id: not every survivor of the shrink"
+                    + " kept an old communicator on its GPU", group.rank(), group.worldSize());
+        }
+        byte[] id;
+        if (offers.getFirst()[0] == 1) {
+            byte[] fresh = group.rank() == 0 ? nccl.uniqueId() : new byte[Nccl.UNIQUE_ID_BYTES];
+            id = group.allGatherBytes("nccl-unique-id-fresh", fresh).getFirst();
+        } else {
+            id = Arrays.copyOfRange(offers.getFirst(), 1, 1 + Nccl.UNIQUE_ID_BYTES);
+        }
+        return nccl.initRank(group.worldSize(), id, group.rank());
     }
 
     /** {@return whether {@link Algorithm#NCCL} runs here} */
@@ -171,20 +222,35 @@ final class NcclProvider {
         }
     }
 
-    /** Aborts the NCCL communicator: its kernels stop waiting for peers. */
+    /** Aborts the NCCL communicator: its kernels stop waiting for peers; it is freed (a later {@link #close} does nothing). */
     void abort() {
-        if (comm != null) {
-            Nccl.get().abort(comm);
+        if (comm != null && ended.compareAndSet(false, true)) {
+            shrinks.aborted(this);
+            try {
+                Nccl.get().abort(comm);
+            } finally {
+                if (window != null) {
+                    Nccl.get().memFree(window.pointer()); // its registration went with the communicator
+                }
+            }
         }
     }
 
-    /** Collective: deregisters and frees the window, then destroys the NCCL communicator. */
+    /**
+     * Collective: deregisters and frees the window, then destroys the NCCL communicator; after its group shrank in place
+     * (marked in {@link NcclShrinks}) it is parked for the survivors' {@code ncclCommShrink} instead, since destroying it
+     * would wait for the dead ranks.
+     */
     void close() {
+        if (comm == null || !ended.compareAndSet(false, true)) {
+            return;
+        }
+        if (shrinks.close(this, comm, window == null ? 0 : window.pointer()) != null) {
+            return;
+        }
         if (window != null) {
             window.close();
         }
-        if (comm != null) {
-            Nccl.get().destroy(comm);
-        }
+        Nccl.get().destroy(comm);
     }
 }

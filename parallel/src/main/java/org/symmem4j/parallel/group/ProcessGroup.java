@@ -719,8 +719,7 @@ public final class ProcessGroup implements Group {
     /**
      * The launch a group comes from: the launcher's run id and port, and the launcher's rank ({@code RANK}) of each
      * of this group's ranks (the identity for the group the launcher started; the survivors' ranks after a shrink).
-     */
-    /**
+     *
      * @param storePortFile where the store's port is published: null for a launched group, whose store listens on
      *                      {@code MASTER_PORT}; for a shrunk group, a file beside the membership file, which its rank
      *                      0 writes once its store is bound to a port the system chose (so no job's port is taken)
@@ -791,12 +790,12 @@ public final class ProcessGroup implements Group {
 
     /**
      * True when the launcher announces dead ranks ({@code SYMMEM4J_MEMBERSHIP_FILE}, set by {@code symmem4j-run
-     * --on-failure shrink}) and the group lives on its host transport (a device transport's memory is not rebuilt
-     * here), on one machine.
+     * --on-failure shrink}) and the group lives on its host transport or on a device transport that survives a shrink
+     * ({@link Transport#survivesShrink()}: CUDA's, not NVSHMEM's), on one machine.
      */
     @Override
     public boolean canShrink() {
-        return Configuration.MEMBERSHIP_FILE.get() != null && transport == hostTransport
+        return Configuration.MEMBERSHIP_FILE.get() != null && (transport == hostTransport || transport.survivesShrink())
                 && config.localWorldSize() == config.worldSize();
     }
 
@@ -807,7 +806,9 @@ public final class ProcessGroup implements Group {
      * system chooses (so it cannot take another job's port) and publishes it in the file
      * {@code <membership file>.store-<run id>} beside the membership file, where the other survivors read it; the
      * same secret. The
-     * survivors keep their order. This group is aborted (its teardown waits for nobody). Two survivors that read the
+     * survivors keep their order. This group is aborted (its teardown waits for nobody). A group on a device transport
+     * tells it ({@link Transport#shrinking}) and the survivors' group is joined on the same device transport: the
+     * caller closes the old group's memories and communicators and releases it there ({@link Transport#release}). Two survivors that read the
      * file at different moments of a second death name different groups and fail the join within the timeout.
      */
     @Override
@@ -866,7 +867,11 @@ public final class ProcessGroup implements Group {
                 config.masterAddr(), lineage.masterPort(), runId);
         abortState.raise(dead.getFirst(), "rank=" + rank() + ": shrunk in place without ranks " + dead
                 + " of " + identity);
-        ProcessGroup shrunk = new ProcessGroup(next, options, secret, null,
+        Transport device = transport == hostTransport ? null : transport;
+        if (device != null) {
+            device.shrinking(this, List.copyOf(dead));
+        }
+        ProcessGroup shrunk = new ProcessGroup(next, options, secret, device,
                 new Lineage(lineage.runId(), lineage.masterPort(), List.copyOf(survivors), portFile));
         return new Survivors(shrunk, List.copyOf(dead));
     }

@@ -537,6 +537,170 @@ public final class FullyShardedMlp implements AutoCloseable {
         commDevice.synchronize();
     }
 
+    /**
+     * A replica's whole training state, on the host: every layer's float32 master weight and Adam's two moments, and the
+     * steps taken (Adam's t). What a survivor of a shrink carries into the model it builds on the survivors' group
+     * ({@link ShrinkingMlp}).
+     *
+     * @param steps   the steps taken
+     * @param master  per layer, its float32 master weight (row-major)
+     * @param moment1 per layer, Adam's first moment
+     * @param moment2 per layer, Adam's second moment
+     */
+    public record State(long steps, float[][] master, float[][] moment1, float[][] moment2) {
+    }
+
+    /**
+     * {@link Sharding#NONE} only: copies this replica's state to the host (after the steps enqueued so far: waits for
+     * them).
+     *
+     * @return the state
+     * @throws UnsupportedOperationException when sharded: a rank holds 1/N of the state
+     */
+    public State state() {
+        checkOpen();
+        requireReplica("state()");
+        synchronize();
+        float[][][] parts = new float[3][layers][];
+        for (int l = 0; l < layers; l++) {
+            parts[0][l] = download(master[l], partSize[l]);
+            parts[1][l] = download(moment1[l], partSize[l]);
+            parts[2][l] = download(moment2[l], partSize[l]);
+        }
+        return new State(steps, parts[0], parts[1], parts[2]);
+    }
+
+    /**
+     * {@link Sharding#NONE} only: puts {@code state} into this replica (master weights, moments, the bfloat16 weights cast
+     * from the masters as Adam's step casts them, and the step count) and waits for the copies.
+     *
+     * @param state a state of a model of the same widths ({@link #state()})
+     * @throws IllegalArgumentException when its layers or sizes differ from this model's (nothing is written then)
+     */
+    public void restore(State state) {
+        checkOpen();
+        requireReplica("restore(state)");
+        Objects.requireNonNull(state, "state");
+        for (int l = 0; l < layers; l++) {
+            for (float[][] part : List.of(state.master(), state.moment1(), state.moment2())) {
+                if (part.length != layers || part[l] == null || part[l].length != partSize[l]) {
+                    throw new IllegalArgumentException("restore: the state has " + part.length + " layers, layer " + l
+                            + " with " + (l < part.length && part[l] != null ? part[l].length : -1) + " elements; expected "
+                            + layers + " layers of " + Arrays.toString(counts) + " elements (fix: restore a state of a"
+                            + " model with the same widths " + Arrays.toString(widths) + ")");
+                }
+            }
+        }
+        for (int l = 0; l < layers; l++) {
+            upload(master[l], state.master()[l]);
+            upload(moment1[l], state.moment1()[l]);
+            upload(moment2[l], state.moment2()[l]);
+            commOps.castToBfloat16(master[l], replica[l], partSize[l]);
+        }
+        commDevice.synchronize();
+        steps = state.steps();
+    }
+
+    private void requireReplica(String what) {
+        if (sharding != Sharding.NONE) {
+            throw new UnsupportedOperationException(what + " with Sharding." + sharding + ": rank " + rank + " holds 1/"
+                    + world + " of the state (fix: Sharding.NONE, whose every rank holds the whole replica)");
+        }
+    }
+
+    private float[] download(MemorySegment device, long n) {
+        float[] out = new float[Math.toIntExact(n)];
+        if (n > 0) {
+            try (Arena arena = Arena.ofConfined()) {
+                MemorySegment host = arena.allocate(n * 4, 16);
+                commDevice.copyToHost(host, device.asSlice(0, n * 4));
+                MemorySegment.copy(host, ValueLayout.JAVA_FLOAT, 0, out, 0, out.length);
+            }
+        }
+        return out;
+    }
+
+    private void upload(MemorySegment device, float[] values) {
+        if (values.length > 0) {
+            try (Arena arena = Arena.ofConfined()) {
+                MemorySegment host = arena.allocate((long) values.length * 4, 16);
+                MemorySegment.copy(values, 0, host, ValueLayout.JAVA_FLOAT, 0, values.length);
+                commDevice.copyFromHost(device.asSlice(0, host.byteSize()), host);
+            }
+        }
+    }
+
+    /**
+     * Waits at most {@code timeout} for both streams.
+     *
+     * @return false when a stream still runs then (a kernel waiting for a peer that is gone: nothing stops it), true when
+     *         both completed
+     */
+    boolean synchronize(java.time.Duration timeout) {
+        checkOpen();
+        return idleWithin(timeout);
+    }
+
+    /** Both streams synchronized on a helper thread, so a stream that never completes costs the caller only the timeout. */
+    private boolean idleWithin(java.time.Duration timeout) {
+        RuntimeException[] failed = new RuntimeException[1];
+        Thread waiter = Thread.ofPlatform().daemon().name("fsdp-sync-rank-" + rank).start(() -> {
+            try {
+                computeDevice.synchronize();
+                commDevice.synchronize();
+            } catch (RuntimeException e) {
+                failed[0] = e;
+            }
+        });
+        try {
+            if (!waiter.join(timeout)) {
+                return false;
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("rank " + rank + " interrupted while waiting for its streams (fix: do not"
+                    + " interrupt the training thread)", e);
+        }
+        // join() orders the waiter's write of failed[0] before this read (Thread.join's happens-before edge)
+        if (failed[0] != null) {
+            throw failed[0];
+        }
+        return true;
+    }
+
+    /**
+     * Not collective: frees everything of this rank after its group was aborted (a peer died: {@code Group.shrink()}),
+     * without meeting the peers: waits at most {@code timeout} for both streams, then frees the buffers, closes the
+     * symmetric memories (its mappings of every peer's exported memory, a dead one's included, are unmapped), the
+     * communicators and the sub-group, and releases the sub-group's GPU state on the transport.
+     *
+     * @param timeout how long the streams may still run
+     * @param gone    the peers that are gone, for the message
+     * @throws org.symmem4j.parallel.SymmemException when a stream still runs after {@code timeout} (a kernel of a
+     *         collective waits for {@code gone} on the GPU; nothing is freed: the process should exit)
+     */
+    public void abandon(java.time.Duration timeout, String gone) {
+        if (closed) {
+            return;
+        }
+        if (!idleWithin(timeout)) {
+            throw new org.symmem4j.parallel.SymmemException("rank=" + rank + ": its GPU streams still run " + timeout
+                    + " after " + gone + " died: a collective's kernel waits on the GPU for " + gone + ", and symmem4j's"
+                    + " kernels cannot be stopped from the host, so this rank cannot free its memory and go on (the dead"
+                    + " rank died inside a step's collective rather than between steps; fix: restart the job from its"
+                    + " checkpoints, symmem4j-run --max-restarts N, or exit this process)");
+        }
+        closed = true;
+        Group sub = commGroup;
+        try {
+            release(null);
+        } finally {
+            if (sub != null) {
+                group.transport().release(sub);
+            }
+        }
+    }
+
     private void checkLayer(int layer) {
         if (layer < 0 || layer >= layers) {
             throw new IndexOutOfBoundsException("layer=" + layer + ": expected 0 <= layer < " + layers + " (fix: pass a"

@@ -5,9 +5,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
 import java.net.ServerSocket;
+import java.security.SecureRandom;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.TimeUnit;
@@ -73,10 +75,34 @@ public final class WorkerProcesses {
     public static void runAndCheck(Class<?> worker, int ranks, String okLine, Path logs, int seconds,
                                    java.util.Set<Integer> killedRanks, String... args)
             throws IOException, InterruptedException {
+        run(worker, ranks, okLine, logs, seconds, killedRanks, null, args);
+    }
+
+    /**
+     * As {@link #runAndCheck(Class, int, String, Path, int, java.util.Set, String...)}, with this JVM in the launcher's
+     * part of {@code symmem4j-run --on-failure shrink}: each rank gets {@code SYMMEM4J_MEMBERSHIP_FILE} (in a 0700
+     * directory under {@code logs}) and one {@code SYMMEM4J_SECRET}, and a rank whose process ends with a non-zero
+     * status is announced there at once ({@code dead <rank> exit=<status>}, the file replaced atomically: a temporary
+     * file, forced, renamed), so the survivors' {@code Group.shrink()} finds it.
+     */
+    public static void runWithShrink(Class<?> worker, int ranks, String okLine, Path logs, int seconds,
+                                     java.util.Set<Integer> killedRanks, String... args)
+            throws IOException, InterruptedException {
+        Path dir = Files.createDirectories(logs.resolve("launcher"));
+        Files.setPosixFilePermissions(dir, java.nio.file.attribute.PosixFilePermissions.fromString("rwx------"));
+        run(worker, ranks, okLine, logs, seconds, killedRanks, dir.resolve("membership"), args);
+    }
+
+    private static void run(Class<?> worker, int ranks, String okLine, Path logs, int seconds,
+                            java.util.Set<Integer> killedRanks, Path membership, String... args)
+            throws IOException, InterruptedException {
         int port;
         try (ServerSocket s = new ServerSocket(0)) {
             port = s.getLocalPort();
         }
+        byte[] seed = new byte[16];
+        new SecureRandom().nextBytes(seed);
+        String secret = HexFormat.of().formatHex(seed); // the launcher's job secret (32 characters)
         String java = ProcessHandle.current().info().command().orElse("java");
         String classPath = System.getProperty("symmem4j.test.classPath", System.getProperty("java.class.path"));
         String runId = worker.getSimpleName() + "-" + ProcessHandle.current().pid() + "-" + System.nanoTime();
@@ -90,14 +116,22 @@ public final class WorkerProcesses {
             pb.environment().putAll(Map.of("RANK", Integer.toString(r), "WORLD_SIZE", Integer.toString(ranks),
                     "LOCAL_RANK", Integer.toString(r), "LOCAL_WORLD_SIZE", Integer.toString(ranks),
                     "MASTER_ADDR", "127.0.0.1", "MASTER_PORT", Integer.toString(port), "SYMMEM4J_RUN_ID", runId));
+            if (membership != null) {
+                pb.environment().put("SYMMEM4J_MEMBERSHIP_FILE", membership.toString());
+                pb.environment().put("SYMMEM4J_SECRET", secret);
+            }
             Path out = logs.resolve("rank-" + r + ".log");
             outputs.add(out);
             processes.add(pb.redirectErrorStream(true).redirectOutput(out.toFile()).start());
         }
         List<Integer> codes = new ArrayList<>();
         try {
-            for (Process p : processes) {
-                codes.add(p.waitFor(seconds, TimeUnit.SECONDS) ? p.exitValue() : -1);
+            if (membership == null) {
+                for (Process p : processes) {
+                    codes.add(p.waitFor(seconds, TimeUnit.SECONDS) ? p.exitValue() : -1);
+                }
+            } else {
+                codes.addAll(awaitAnnouncingDeaths(processes, membership, seconds));
             }
         } finally {
             processes.forEach(Process::destroyForcibly);
@@ -116,5 +150,46 @@ public final class WorkerProcesses {
             assertEquals(0, codes.get(r), "rank " + r + " failed (-1: still running after " + seconds + " s):\n" + all);
             assertTrue(Files.readString(outputs.get(r)).contains(okLine + " rank=" + r), all::toString);
         }
+    }
+
+    /**
+     * Waits (polled every 10 ms, at most {@code seconds}) for every process, writing each one that ends with a non-zero
+     * status into {@code membership} as the launcher does; returns the exit statuses (-1: still running).
+     */
+    private static List<Integer> awaitAnnouncingDeaths(List<Process> processes, Path membership, int seconds)
+            throws IOException, InterruptedException {
+        int n = processes.size();
+        Integer[] codes = new Integer[n];
+        StringBuilder lines = new StringBuilder();
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(seconds);
+        int left = n;
+        while (left > 0 && System.nanoTime() - deadline < 0) {
+            for (int r = 0; r < n; r++) {
+                if (codes[r] == null && !processes.get(r).isAlive()) {
+                    codes[r] = processes.get(r).exitValue();
+                    left--;
+                    if (codes[r] != 0) {
+                        lines.append("dead ").append(r).append(" exit=").append(codes[r]).append('\n');
+                        Path tmp = membership.resolveSibling(membership.getFileName() + ".tmp");
+                        try (java.nio.channels.FileChannel ch = java.nio.channels.FileChannel.open(tmp,
+                                java.nio.file.StandardOpenOption.CREATE, java.nio.file.StandardOpenOption.TRUNCATE_EXISTING,
+                                java.nio.file.StandardOpenOption.WRITE)) {
+                            ch.write(java.nio.ByteBuffer.wrap(lines.toString().getBytes(java.nio.charset.StandardCharsets.UTF_8)));
+                            ch.force(true);
+                        }
+                        Files.move(tmp, membership, java.nio.file.StandardCopyOption.ATOMIC_MOVE,
+                                java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+                        System.out.println("launcher (test): rank " + r + " ended with status " + codes[r] + ", announced in "
+                                + membership);
+                    }
+                }
+            }
+            Thread.sleep(10);
+        }
+        List<Integer> out = new ArrayList<>();
+        for (Integer c : codes) {
+            out.add(c == null ? -1 : c);
+        }
+        return out;
     }
 }

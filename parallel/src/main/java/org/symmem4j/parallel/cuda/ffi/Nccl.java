@@ -33,6 +33,8 @@ public final class Nccl {
      * {@code NCCL_WIN_COLL_SYMMETRIC}: window flag for {@link #registerWindow}: a symmetric window.
      */
     public static final int WIN_COLL_SYMMETRIC = 0x01;
+    /** {@code NCCL_SHRINK_ABORT}: {@link #shrink}'s parent may have operations that wait for dead ranks: stop them first. */
+    static final int SHRINK_ABORT = 0x01;
     /** ncclInProgress: a non-blocking call still running, not an error. */
     static final int IN_PROGRESS = 7;
 
@@ -107,6 +109,7 @@ public final class Nccl {
     private final Optional<MethodHandle> ncclMemFree;
     private final Optional<MethodHandle> ncclCommWindowRegister;
     private final Optional<MethodHandle> ncclCommWindowDeregister;
+    private final Optional<MethodHandle> ncclCommShrink;
 
     private Nccl(NativeLibrary lib) {
         ncclGetVersion = lib.function("ncclGetVersion", FunctionDescriptor.of(JAVA_INT, ADDRESS));
@@ -130,6 +133,10 @@ public final class Nccl {
         ncclCommWindowRegister = lib.optionalFunction("ncclCommWindowRegister",
                 FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_LONG, ADDRESS, JAVA_INT));
         ncclCommWindowDeregister = lib.optionalFunction("ncclCommWindowDeregister", FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS));
+        // ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+        //                             ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags)   (NCCL 2.27+)
+        ncclCommShrink = lib.optionalFunction("ncclCommShrink",
+                FunctionDescriptor.of(JAVA_INT, ADDRESS, ADDRESS, JAVA_INT, ADDRESS, ADDRESS, JAVA_INT));
     }
 
     void check(String function, int code) {
@@ -443,6 +450,40 @@ public final class Nccl {
         try {
             check("ncclCommWindowDeregister", (int) required(ncclCommWindowDeregister, "ncclCommWindowDeregister")
                     .invokeExact(comm, window));
+        } catch (Throwable t) {
+            throw NativeLibrary.unchecked(t);
+        }
+    }
+
+    /**
+     * Whether this NCCL has {@code ncclCommShrink} (2.27+).
+     *
+     * @return true if {@link #shrink} works
+     */
+    public boolean hasShrink() {
+        return ncclCommShrink.isPresent();
+    }
+
+    /**
+     * Collective over the surviving ranks of {@code comm}: a new communicator without {@code exclude}, its ranks the
+     * survivors' in their order (ncclCommShrink with {@code NCCL_SHRINK_ABORT}: the parent's operations that wait for the
+     * excluded ranks are stopped first; the configuration is the parent's). The parent stays the caller's to abort.
+     *
+     * @param comm    the parent ncclComm_t
+     * @param exclude the parent's ranks that are gone
+     * @return the new ncclComm_t
+     * @throws CudaUnavailableException if this NCCL has no ncclCommShrink
+     */
+    public MemorySegment shrink(MemorySegment comm, int[] exclude) {
+        MethodHandle h = ncclCommShrink.orElseThrow(() -> new CudaUnavailableException("this NCCL (version " + version()
+                + ") has no ncclCommShrink (NCCL 2.27 or newer has it; fix: make a new communicator from a new unique id"
+                + " instead, or install NCCL 2.27+)"));
+        try (Arena a = Arena.ofConfined()) {
+            MemorySegment list = a.allocateFrom(JAVA_INT, exclude);
+            MemorySegment out = a.allocate(ADDRESS);
+            check("ncclCommShrink(exclude=" + java.util.Arrays.toString(exclude) + ")",
+                    (int) h.invokeExact(comm, list, exclude.length, out, MemorySegment.NULL, SHRINK_ABORT));
+            return out.get(ADDRESS, 0);
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }
