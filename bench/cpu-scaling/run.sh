@@ -30,8 +30,12 @@
 # serving-memory (8 workers against 1 on every side, at 8 models of which 4 MLPs of 20 M parameters, 1 rep: the PSS
 # split by what it holds and each JVM's CPU under load and over 10 idle seconds; then the worker processes again with
 # bare worker JVMs, the before of the worker JVM defaults; $OUT/serving-memory.md, $OUT/serving-memory-bare.md,
-# < 9 minutes) and zb-h1 (issue #35: the DL4J pipeline with ZB-H1 against 1F1B at 4 and 8 ranks, split by measured
-# times, < 5 minutes; $OUT/zb-h1.md): e.g. `run.sh bench zero`.
+# < 9 minutes), zb-h1 (issue #35: the DL4J pipeline with ZB-H1 against 1F1B at 4 and 8 ranks, split by measured
+# times, < 5 minutes; $OUT/zb-h1.md), sync-bn (issue #35: synchronized BatchNorm's cost per BatchNorm layer, the MLP and
+# the CNN with and without it in the same run, at 4, 8 and 16 worker threads, < 4 minutes; $OUT/sync-bn-w4.md,
+# -w8.md, -w16.md) and pipeline-zero (issue #35: ZeRO stage 1 on the pipeline's dp axis against the unsharded
+# pipeline, step time and model bytes, dp x pp = 2 x 4 and 4 x 4 rank threads, a core per rank, < 4 minutes;
+# $OUT/pipeline-zero-2x4.md, -4x4.md): e.g. `run.sh bench zero`.
 # Results: $OUT/scaling.csv (every run, labelled), $OUT/main.md, $OUT/log.txt, $OUT/machine.txt,
 # $OUT/symmem16.jfr, $OUT/allreduce.txt. Render a label's report here with
 #   java ... ScalingBench --render-from scaling.csv --label small --machine "..." --out report.md
@@ -67,7 +71,8 @@ bench() {
     case $step in
       main) main ;; small) small ;; omp1) omp1 ;; twocore) twocore ;; mpi) mpi ;; cnn) cnn ;; small16) small16 ;;
       zero1) zero1 ;; pipeline) pipeline ;; zero) zero ;; hsdp-threads) hsdp threads ;; hsdp-processes) hsdp processes ;;
-      serving) serving ;; serving-memory) serving_memory ;; zb-h1) zb_h1 ;;
+      serving) serving ;; serving-memory) serving_memory ;; zb-h1) zb_h1 ;; sync-bn) sync_bn ;;
+      pipeline-zero) pipeline_zero ;;
       *) echo "unknown step $step" | tee -a "$log" ;;
     esac
     echo "$step exit $? at ${SECONDS}s" | tee -a "$log"
@@ -177,6 +182,29 @@ zb_h1() {
     --microbatches-per-rank 2 --schedules 1f1b,zb-h1 --splits time --reps 2 --out "$out/zb-h1.md" \
     --raw "$out/zb-h1.csv" --commit "${COMMIT:-unknown}" --machine "$machine" \
     --command "bench/cpu-scaling/run.sh bench zb-h1" >> "$log" 2>&1
+}
+
+# Synchronized BatchNorm's cost (issue #35, SyncBatchNormBench): per BatchNorm layer and step, the extra step time and
+# collective time of syncBatchNorm(true) against the same training without it (runs alternate), the MLP (C = 256) and
+# the CNN (C = 16, 16x16 images), 4 BatchNorm layers each, at 4, 8 and 16 worker threads: one JVM per worker count,
+# each bounded (about 30-80 s each on 16 cores); $OUT/sync-bn-w4.md, -w8.md, -w16.md.
+sync_bn() {
+  local w t
+  for w in 4 8 16; do
+    case $w in 4) t=60 ;; 8) t=70 ;; *) t=95 ;; esac
+    timeout $t "${java[@]}" org.symmem4j.benchmarks.dl4j.SyncBatchNormBench --workers $w --steps 16 --warmup 4 \
+      --reps 2 > "$out/sync-bn-w$w.md" 2>> "$log"
+  done
+}
+
+# ZeRO stage 1 on the pipeline's dp axis (issue #35, PipelineZeroBench): step time and model bytes held of a dp x pp
+# pipeline of rank threads (1F1B, one ND4J thread per rank) with and without sharding(OPTIMIZER_STATE), runs
+# alternating: 2 x 4 (the default MLP, 6 x 512) and 4 x 4 (6 x 1024); $OUT/pipeline-zero-2x4.md, -4x4.md.
+pipeline_zero() {
+  OMP_NUM_THREADS=1 timeout 100 "${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineZeroBench --dp 2 --pp 4 \
+    --steps 24 --warmup 6 --reps 3 > "$out/pipeline-zero-2x4.md" 2>> "$log"
+  OMP_NUM_THREADS=1 timeout 130 "${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineZeroBench --dp 4 --pp 4 \
+    --hidden 1024 --steps 24 --warmup 6 --reps 3 > "$out/pipeline-zero-4x4.md" 2>> "$log"
 }
 
 mpi() {

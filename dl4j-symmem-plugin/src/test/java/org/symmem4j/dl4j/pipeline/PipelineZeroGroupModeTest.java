@@ -38,10 +38,10 @@ import org.symmem4j.parallel.rendezvous.StoreSecret;
  */
 class PipelineZeroGroupModeTest {
 
-    private static final int DP = 2;
-    private static final int PP = 2;
+    static final int DP = 2;
+    static final int PP = 2;
     /** Odd widths: the stages' flat vectors do not split evenly, so the blocks differ in length. */
-    private static final int[] WIDTHS = {10, 13, 11, 9, 7, 3};
+    static final int[] WIDTHS = {10, 13, 11, 9, 7, 3};
 
     /** What a run leaves: the network copied out after close(), every step's loss, and the state each held stage keeps. */
     record Run(MultiLayerNetwork copied, MultiLayerNetwork model, List<Double> losses, List<long[]> stateHeld) {
