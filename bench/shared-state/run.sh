@@ -43,7 +43,7 @@
 #   ring-paired RingPairedSuite (RingFillBenchmark in paired mode): symmem4j's rings against Agrona's with BOTH in one
 #           fork: the two rings held at the same fill level, served by the same consumer thread, short blocks alternating
 #           between them (ABBA), so both sides of a pair run on the same pinned cores, in the same JVMs, a block apart and
-#           the machine's level (forks at ~25 M or ~40 M msg/s at 64 B, every kind alike) cancels in the pair; each of
+#           the machine's level (forks at ~25 M or ~40 M msg/s at 64 B, both rings') cancels in the pair; each of
 #           our kinds against Agrona's of the same family and write (SYMMEM_X against AGRONA_X); the paired difference
 #           as % with 95 % t and bootstrap intervals, each fork's means and difference, the verdict (faster/slower only
 #           when both intervals are on one side of 0) in ring-paired-summary.md. RINGPAIRED_KINDS (our kinds, default
@@ -123,6 +123,9 @@ pack=$home
   date -u; echo "commit: $(cat "$pack/commit-a" 2>/dev/null || echo unknown) (Chronicle part: $(cat "$pack/commit-b" 2>/dev/null \
     || echo none))"; nproc; lscpu 2>/dev/null | head -20
   free -g; uptime
+  # each CPU's core, socket, node and caches: the guest's view of where the pinned threads sit (a KVM guest's
+  # virtual CPUs are placed by the host, which this cannot show)
+  lscpu -e 2>/dev/null
 } > machine.txt 2>&1
 java=("$pack/jre/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector
       --sun-misc-unsafe-memory-access=allow -Xmx2g -cp "$pack/lib/*")

@@ -73,8 +73,8 @@ import org.symmem4j.parallel.layout.RingBufferLayout;
  *
  * <h2>Paired mode ({@link #against})</h2>
  * Forks of one kind and forks of another run minutes apart, and on a lent machine (a KVM guest whose virtual CPUs the
- * host places) a fork's throughput sits at one of two levels for seconds at a time, for every kind alike (64 B, 16
- * cores: ~25 M and ~40 M msg/s, {@code bench/results/2026-11-29-ring-paired.md}), so the forks of each side spread
+ * host places) a fork's throughput sits at one of two levels for seconds at a time, both rings' (64 B, 16 cores:
+ * ~25 M and ~40 M msg/s, {@code bench/results/2026-11-29-ring-paired.md}), so the forks of each side spread
  * by up to 59 % and no error bar separates two kinds. With {@code against} naming a second kind, one fork holds both
  * rings, each with its own pacing file, both served by the same consumer thread, and the JMH iterations (short
  * blocks) alternate between them in ABBA order ({@link FlightRecorderPairedBenchmark#recorderOn}: block {@code k}
@@ -82,7 +82,7 @@ import org.symmem4j.parallel.layout.RingBufferLayout;
  * on the same cores, in the same JVMs, a block apart, so the machine's level cancels in their ratio. Each ring keeps
  * its fill level while the other runs (nothing is read from a ring whose producer is paused). The producer's and
  * the consumer's call sites then see both ring classes (bimorphic: one class check per call, the same for both).
- * {@link RingFillSuite --paired} reports the paired differences with t and bootstrap intervals.
+ * {@link RingPairedSuite} reports the paired differences with t and bootstrap intervals.
  *
  * <p>Both sides spin, so each needs a core of its own; {@code -Dsymmem4j.bench.cpus=A,B} pins the producer to A and
  * the consumer to B ({@link BenchCpus}). {@link RingFillSuite} runs the comparison and prints one table with each

@@ -25,7 +25,7 @@ import picocli.CommandLine.Option;
  * symmem4j's rings against Agrona's, PAIRED: {@link RingFillBenchmark} in paired mode (one fork holds both rings at the
  * same fill level and alternates short blocks between them, ABBA), so that both sides of a comparison run on the same
  * cores, in the same JVMs, a block apart. A lent machine's level (its forks sit at ~25 M or ~40 M msg/s at 64 B for
- * seconds at a time, every kind alike) then cancels in each pair, where fork-to-fork comparisons could not separate
+ * seconds at a time, both rings') then cancels in each pair, where fork-to-fork comparisons could not separate
  * the rings. For each of our kinds (default the four) against Agrona's of the same family and way of writing
  * ({@code offer}/{@code write}, {@code tryClaim}/{@code tryClaim}), each size and fill level: both sides' msg/s, their
  * ratio, the mean paired difference as % of Agrona's with its 95 % t interval and a 95 % bootstrap interval (pairs
