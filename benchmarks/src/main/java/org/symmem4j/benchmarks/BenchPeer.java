@@ -42,7 +42,7 @@ public final class BenchPeer {
         long bytes;
         @Parameters(index = "2", paramLabel = "VARIANT",
                 description = "allreduce: the algorithm (ONE_SHOT, TWO_SHOT, RING); handoff: the waits (BACKOFF, SPIN);"
-                        + " ring: a RingPair.Kind; ringfill: KIND or KIND+AGAINST (paired mode)")
+                        + " ring, ringfill: KIND or KIND+AGAINST (paired mode)")
         String variant;
         @Parameters(index = "3", arity = "0..1", paramLabel = "FILES",
                 description = "ring, ringfill: the path prefix of Agrona's ring files (and ringfill's pacing file), or"
@@ -56,7 +56,7 @@ public final class BenchPeer {
             switch (flags.workload) {
                 case ALL_REDUCE -> Algorithm.parse(flags.variant);
                 case HANDOFF -> StageLinkHandoffBenchmark.Waits.valueOf(flags.variant);
-                case RING -> RingPair.Kind.valueOf(flags.variant);
+                case RING -> RingPair.lanes(flags.variant);
                 case RING_FILL -> RingFillBenchmark.parseVariant(flags.variant);
                 case MAP -> SharedMapPair.Kind.valueOf(flags.variant);
                 default -> throw new IllegalArgumentException("unknown benchmark peer workload=" + flags.workload
@@ -76,7 +76,7 @@ public final class BenchPeer {
             }
             case RING -> {
                 try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
-                    RingPair.serve(RingPair.Kind.valueOf(f.variant), group, (int) f.bytes, java.nio.file.Path.of(f.files));
+                    RingPair.serve(RingPair.lanes(f.variant), group, (int) f.bytes, java.nio.file.Path.of(f.files));
                 } catch (java.io.IOException e) {
                     throw new java.io.UncheckedIOException(e);
                 }

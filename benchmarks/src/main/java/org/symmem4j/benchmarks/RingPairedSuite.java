@@ -35,8 +35,11 @@ import picocli.CommandLine.Option;
  *
  * <pre>
  *   RingPairedSuite [--out DIR] [--forks 3] [--pairs 30] [--block-ms 100] [--warmup-blocks 20] [--sizes 64]
- *                   [--fills 25,75] [--kinds SYMMEM_MANY_TO_ONE,...]
+ *                   [--fills 25,75] [--kinds SYMMEM_MANY_TO_ONE,...] [--round-trip]
  * </pre>
+ *
+ * {@code --round-trip} pairs the round trip instead ({@link RingBenchmark#roundTrip} in paired mode: one message
+ * and its echo, each block's p50 from JMH's samples), where the target is ours ≤ Agrona's p50: "ours lower".
  *
  * One JMH run per (kind, size, level), the report ({@code --out}/ring-paired-summary.md) rewritten after each, so a run
  * stopped by a time limit keeps its finished cells. Time per cell: forks × ((warm-up blocks + 2 × pairs) × block + ~2 s
@@ -71,11 +74,19 @@ public final class RingPairedSuite {
                 + " measured against Agrona's of the same family and way of writing")
         RingPair.Kind[] kinds = {RingPair.Kind.SYMMEM_MANY_TO_ONE, RingPair.Kind.SYMMEM_MANY_TO_ONE_CLAIM,
             RingPair.Kind.SYMMEM_ONE_TO_ONE, RingPair.Kind.SYMMEM_ONE_TO_ONE_CLAIM};
+        @Option(names = "--round-trip", description = "pair each block's round-trip p50 (RingBenchmark.roundTrip in"
+                + " paired mode: one message and its echo, no fill level) instead of the throughput at a held level")
+        boolean roundTrip;
     }
 
     /** One cell: our kind against Agrona's at one size and level. */
     record Cell(RingPair.Kind ours, RingPair.Kind agrona, int bytes, int fill, FlightRecorderCostBench.Paired paired,
                 double[] oursForkMeans, double[] agronaForkMeans) {
+
+        /** {@return whether the values are round-trip p50s (fill 0), where lower is better} */
+        boolean roundTrip() {
+            return fill == 0;
+        }
     }
 
     /**
@@ -116,7 +127,7 @@ public final class RingPairedSuite {
         });
         Files.createDirectories(f.out);
         List<Cell> cells = new ArrayList<>();
-        for (int fill : f.fills) {
+        for (int fill : f.roundTrip ? new int[] {0} : f.fills) {
             for (int bytes : f.sizes) {
                 for (RingPair.Kind ours : f.kinds) {
                     cells.add(runCell(f, ours, bytes, fill));
@@ -127,28 +138,35 @@ public final class RingPairedSuite {
         System.out.print(report(f, cells));
     }
 
+    /** One cell in its own JMH run: the throughput at level {@code fill}, or with fill 0 the round trip's p50. */
     private static Cell runCell(Flags f, RingPair.Kind ours, int bytes, int fill) throws RunnerException {
         RingPair.Kind agrona = counterpart(ours);
-        Options options = new OptionsBuilder()
-                .include(RingFillBenchmark.class.getName() + "\\.throughput$")
+        boolean rtt = fill == 0;
+        OptionsBuilder builder = new OptionsBuilder();
+        builder.include(rtt ? RingBenchmark.class.getName() + "\\.roundTrip$"
+                        : RingFillBenchmark.class.getName() + "\\.throughput$")
                 .param("kind", ours.name())
                 .param("against", agrona.name())
                 .param("messageBytes", Integer.toString(bytes))
-                .param("fillPercent", Integer.toString(fill))
                 .forks(f.forks)
                 .warmupIterations(f.warmupBlocks)
                 .warmupTime(TimeValue.milliseconds(f.blockMs))
                 .measurementIterations(2 * f.pairs)
                 .measurementTime(TimeValue.milliseconds(f.blockMs))
                 .resultFormat(ResultFormatType.JSON)
-                .result(f.out.resolve("ring-paired-" + ours.name().toLowerCase(Locale.ROOT) + "-" + bytes + "-" + fill
-                        + ".json").toString())
-                .build();
+                .result(f.out.resolve("ring-paired-" + ours.name().toLowerCase(Locale.ROOT) + "-" + bytes + "-"
+                        + (rtt ? "rtt" : Integer.toString(fill)) + ".json").toString());
+        if (!rtt) {
+            builder.param("fillPercent", Integer.toString(fill));
+        }
+        Options options = builder.build();
         List<double[]> forks = new ArrayList<>();
         for (RunResult r : new Runner(options).run()) {
             for (BenchmarkResult fork : r.getBenchmarkResults()) {
                 Collection<IterationResult> its = fork.getIterationResults();
-                forks.add(its.stream().mapToDouble(it -> it.getPrimaryResult().getScore()).toArray());
+                // throughput: the block's msg/s; round trip: the block's p50 (µs) from its samples
+                forks.add(its.stream().mapToDouble(it -> rtt ? it.getPrimaryResult().getStatistics().getPercentile(50)
+                        : it.getPrimaryResult().getScore()).toArray());
             }
         }
         return cell(ours, agrona, bytes, fill, forks);
@@ -178,54 +196,66 @@ public final class RingPairedSuite {
         return new Cell(ours, agrona, bytes, fill, FlightRecorderCostBench.Paired.of(forks), oursMeans, agronaMeans);
     }
 
-    /** Faster or slower only when both intervals of the paired difference lie on one side of 0. */
-    static String verdict(FlightRecorderCostBench.Paired p) {
+    /**
+     * Faster or slower only when both intervals of the paired difference lie on one side of 0; for round trips
+     * ({@code lowerIsBetter}) a negative difference is ours lower.
+     */
+    static String verdict(FlightRecorderCostBench.Paired p, boolean lowerIsBetter) {
         if (Double.isNaN(p.diffHalfWidth())) {
             return "undecided (one pair)";
         }
-        if (p.percentLow() > 0 && p.bootPercentLow() > 0) {
-            return "ours faster (measured)";
-        }
-        if (p.percentHigh() < 0 && p.bootPercentHigh() < 0) {
-            return "ours slower (measured)";
+        boolean above = p.percentLow() > 0 && p.bootPercentLow() > 0;
+        boolean below = p.percentHigh() < 0 && p.bootPercentHigh() < 0;
+        if (above || below) {
+            return lowerIsBetter ? (below ? "ours lower (measured)" : "ours higher (measured)")
+                    : (above ? "ours faster (measured)" : "ours slower (measured)");
         }
         return "undecided (an interval spans 0)";
     }
 
     static String report(Flags f, List<Cell> cells) {
         StringBuilder md = new StringBuilder();
-        md.append(String.format(Locale.ROOT, "%n## Rings paired at a held fill level, 2 processes: symmem4j against"
-                        + " Agrona, block by block%n%ncpus: %s; %d forks per cell, each %d warm-up blocks and %d pairs of"
-                        + " %d ms blocks (ABBA); ring %d bytes; consumer batch %d messages%n%n",
-                System.getProperty(BenchCpus.PROPERTY, "not pinned"), f.forks, f.warmupBlocks, f.pairs, f.blockMs,
-                RingFillBenchmark.CAPACITY, RingFillBenchmark.BATCH));
-        md.append("| family | fill % | bytes | ours | against | ours msg/s | Agrona msg/s | ours / Agrona | paired Δ %,"
-                + " 95 % t | 95 % bootstrap | verdict |\n|---|---:|---:|---|---|---:|---:|---:|---:|---:|---|\n");
+        md.append(String.format(Locale.ROOT, "%n## Rings paired%s, 2 processes: symmem4j against Agrona, block by"
+                        + " block%n%ncpus: %s; %d forks per cell, each %d warm-up blocks and %d pairs of %d ms blocks"
+                        + " (ABBA); ring %d bytes%s%n%n", f.roundTrip ? " (round trip, each block's p50)"
+                        : " at a held fill level", System.getProperty(BenchCpus.PROPERTY, "not pinned"), f.forks,
+                f.warmupBlocks, f.pairs, f.blockMs, RingFillBenchmark.CAPACITY, f.roundTrip ? ""
+                        : "; consumer batch " + RingFillBenchmark.BATCH + " messages"));
+        md.append("| family | fill % | bytes | ours | against | ours | Agrona | ours / Agrona | paired Δ %, 95 % t |"
+                + " 95 % bootstrap | verdict |\n|---|---:|---:|---|---|---:|---:|---:|---:|---:|---|\n");
         StringBuilder details = new StringBuilder();
         for (Cell c : cells) {
             FlightRecorderCostBench.Paired p = c.paired();
-            md.append(String.format(Locale.ROOT, "| %s | %d | %d | %s | %s | %s | %s | %.3f | %+.2f (%+.2f … %+.2f) |"
-                            + " %+.2f … %+.2f | %s |%n", c.ours().oneToOne() ? "one-to-one" : "many-to-one", c.fill(),
-                    c.bytes(), c.ours().maker(), c.agrona().maker(), RingSuite.mega(p.onMean()),
-                    RingSuite.mega(p.offMean()), p.onMean() / p.offMean(), p.percent(), p.percentLow(),
-                    p.percentHigh(), p.bootPercentLow(), p.bootPercentHigh(), verdict(p)));
+            md.append(String.format(Locale.ROOT, "| %s | %s | %d | %s | %s | %s | %s | %.3f | %+.2f (%+.2f … %+.2f) |"
+                            + " %+.2f … %+.2f | %s |%n", c.ours().oneToOne() ? "one-to-one" : "many-to-one",
+                    c.roundTrip() ? "round trip" : Integer.toString(c.fill()), c.bytes(), c.ours().maker(),
+                    c.agrona().maker(), value(c, p.onMean()), value(c, p.offMean()), p.onMean() / p.offMean(),
+                    p.percent(), p.percentLow(), p.percentHigh(), p.bootPercentLow(), p.bootPercentHigh(),
+                    verdict(p, c.roundTrip())));
             StringBuilder forks = new StringBuilder();
             for (int i = 0; i < p.forkDiffs().length; i++) {
                 forks.append(forks.isEmpty() ? "" : "; ").append(String.format(Locale.ROOT, "%s / %s, Δ %+.2f %%",
-                        RingSuite.mega(c.oursForkMeans()[i]), RingSuite.mega(c.agronaForkMeans()[i]),
+                        value(c, c.oursForkMeans()[i]), value(c, c.agronaForkMeans()[i]),
                         100 * p.forkDiffs()[i] / c.agronaForkMeans()[i]));
             }
-            details.append(String.format(Locale.ROOT, "- %s, %d %% full, %d B, %s against %s: %d pairs; forks (ours /"
-                            + " Agrona msg/s, paired Δ): %s; lag-1 autocorrelation of the differences %+.2f%n",
-                    c.ours().oneToOne() ? "one-to-one" : "many-to-one", c.fill(), c.bytes(), c.ours().maker(),
-                    c.agrona().maker(), p.pairs(), forks, p.lag1()));
+            details.append(String.format(Locale.ROOT, "- %s, %s, %d B, %s against %s: %d pairs; forks (ours /"
+                            + " Agrona, paired Δ): %s; lag-1 autocorrelation of the differences %+.2f%n",
+                    c.ours().oneToOne() ? "one-to-one" : "many-to-one", c.roundTrip() ? "round trip p50"
+                            : c.fill() + " % full", c.bytes(), c.ours().maker(), c.agrona().maker(), p.pairs(), forks,
+                    p.lag1()));
         }
-        md.append("\nBoth blocks of a pair ran in the same JVMs on the same cores, one block apart, each ring held at the"
-                + " same level; Δ = (ours − Agrona's) / Agrona's mean. The t interval is over every pair of every fork;"
-                + " the bootstrap resamples pairs within each fork (").append(FlightRecorderCostBench.RESAMPLES)
+        md.append("\nBoth blocks of a pair ran in the same JVMs on the same cores, one block apart")
+                .append(f.roundTrip ? "" : ", each ring held at the same level")
+                .append("; Δ = (ours − Agrona's) / Agrona's mean. The t interval is over every pair of every fork;"
+                        + " the bootstrap resamples pairs within each fork (").append(FlightRecorderCostBench.RESAMPLES)
                 .append(" resamples). Both assume independent pairs (a lag-1 autocorrelation far from 0 says they are"
                         + " not). A verdict needs both intervals on one side of 0.\n\n");
         md.append(details);
         return md.toString();
+    }
+
+    /** Msg/s in millions, or a round trip's p50 in µs. */
+    private static String value(Cell c, double v) {
+        return c.roundTrip() ? String.format(Locale.ROOT, "%.3f µs", v) : RingSuite.mega(v);
     }
 }

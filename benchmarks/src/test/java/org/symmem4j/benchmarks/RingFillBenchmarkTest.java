@@ -92,6 +92,9 @@ class RingFillBenchmarkTest {
         assertThrows(IllegalArgumentException.class,
                 () -> RingFillBenchmark.kinds(RingPair.Kind.AERON_ONE_TO_ONE, RingFillBenchmark.NONE));
         assertTrue(RingFillBenchmark.laneFiles(dir.resolve("t"), 1).toString().endsWith("t-lane1"));
+        // RingBenchmark's peer: one kind (Aeron's too) or a pair
+        assertEquals(java.util.List.of(RingPair.Kind.AERON_MANY_TO_ONE), RingPair.lanes("AERON_MANY_TO_ONE"));
+        assertEquals(both, RingPair.lanes("SYMMEM_MANY_TO_ONE+AGRONA_MANY_TO_ONE"));
     }
 
     @Test
@@ -118,7 +121,12 @@ class RingFillBenchmarkTest {
         assertEquals(5.0, c.paired().percent(), 1e-9);
         assertEquals(1.05, c.paired().onMean() / c.paired().offMean(), 1e-12);
         assertEquals(32.5e6, c.agronaForkMeans()[0], 1e-3);
-        assertEquals("ours faster (measured)", RingPairedSuite.verdict(c.paired()));
+        assertEquals("ours faster (measured)", RingPairedSuite.verdict(c.paired(), false));
+        // the same numbers as round-trip p50s (fill 0): lower is better, so 5 % above is "higher"
+        RingPairedSuite.Cell rtt = RingPairedSuite.cell(RingPair.Kind.SYMMEM_MANY_TO_ONE,
+                RingPair.Kind.AGRONA_MANY_TO_ONE, 64, 0, java.util.List.of(fork));
+        assertTrue(rtt.roundTrip());
+        assertEquals("ours higher (measured)", RingPairedSuite.verdict(rtt.paired(), true));
         // ours level with Agrona's but for noise of both signs: not decided
         double[] level = new double[40];
         for (int k = 0; k < level.length; k++) {
@@ -126,6 +134,6 @@ class RingFillBenchmarkTest {
         }
         RingPairedSuite.Cell same = RingPairedSuite.cell(RingPair.Kind.SYMMEM_MANY_TO_ONE,
                 RingPair.Kind.AGRONA_MANY_TO_ONE, 64, 25, java.util.List.of(level));
-        assertEquals("undecided (an interval spans 0)", RingPairedSuite.verdict(same.paired()));
+        assertEquals("undecided (an interval spans 0)", RingPairedSuite.verdict(same.paired(), false));
     }
 }
