@@ -161,7 +161,8 @@ public class RingFillBenchmark {
         /** Producer side: the lane's counters, kept while another lane runs. */
         long sent;
         long consumedSeen;
-        /** Consumer side. */
+        /** Consumer side: the level plus a batch, read from the pacing file once. */
+        long floor;
         long consumed;
         long sentSeen;
         long polls;
@@ -386,6 +387,7 @@ public class RingFillBenchmark {
                 Lane lane = new Lane(kinds.get(i), laneFiles(files, i));
                 lanes.add(lane);
                 lane.pacer = FillPacer.open(FillPacer.path(lane.files));
+                lane.floor = lane.pacer.target() + lane.pacer.batch();
                 lane.rings = RingPair.open(lane.kind, group, capacity, lane.files, (type, length) -> { });
             }
             group.allGatherBytes("ring-fill-ready", new byte[0]);
@@ -396,10 +398,9 @@ public class RingFillBenchmark {
             while (true) {
                 boolean idle = true;
                 for (Lane lane : all) {
-                    long floor = lane.pacer.target() + batch;
-                    if (lane.sentSeen - lane.consumed < floor) {
+                    if (lane.sentSeen - lane.consumed < lane.floor) {
                         lane.sentSeen = lane.pacer.sent();
-                        if (lane.sentSeen - lane.consumed < floor) {
+                        if (lane.sentSeen - lane.consumed < lane.floor) {
                             continue;
                         }
                     }
