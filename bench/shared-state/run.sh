@@ -40,6 +40,19 @@
 #           threads are pinned to RINGFILL_CPUS (default: two distinct cores sharing a last-level cache, not CPU 0's;
 #           none pins nothing). Defaults: 16 trials × 2 forks of ~7.5 s, ~4 min on 16 cores (RINGFILL_LIMIT 330 s;
 #           RINGFILL_FORKS=3 takes ~6 min: a call of its own, with RINGFILL_LIMIT=420)
+#   ring-paired RingPairedSuite (RingFillBenchmark in paired mode): symmem4j's rings against Agrona's with BOTH in one
+#           fork: the two rings held at the same fill level, served by the same consumer thread, short blocks alternating
+#           between them (ABBA), so both sides of a pair run on the same pinned cores, in the same JVMs, a block apart and
+#           the machine's level (forks at ~25 M or ~40 M msg/s at 64 B, both rings') cancels in the pair; each of
+#           our kinds against Agrona's of the same family and write (SYMMEM_X against AGRONA_X); the paired difference
+#           as % with 95 % t and bootstrap intervals, each fork's means and difference, the verdict (faster/slower only
+#           when both intervals are on one side of 0) in ring-paired-summary.md. RINGPAIRED_KINDS (our kinds, default
+#           SYMMEM_MANY_TO_ONE,SYMMEM_MANY_TO_ONE_CLAIM,SYMMEM_ONE_TO_ONE,SYMMEM_ONE_TO_ONE_CLAIM), RINGPAIRED_SIZES (64),
+#           RINGPAIRED_FILLS (25,75), RINGPAIRED_FORKS (3), RINGPAIRED_PAIRS (30 pairs per fork), RINGPAIRED_BLOCK_MS
+#           (100), RINGPAIRED_WB (30 warm-up blocks); threads pinned to RINGPAIRED_CPUS (default as ring-fill's). Each
+#           cell ~35 s: the defaults (8 cells) ~5 min (RINGPAIRED_LIMIT 420 s). RINGPAIRED_RTT=1 pairs the round trip's
+#           p50 instead (RingBenchmark.roundTrip in paired mode, one cell per kind and size, no fill level; target:
+#           ours lower), e.g. RINGPAIRED_RTT=1 RINGPAIRED_SIZES=64,4096: 8 cells, ~5 min
 #   chronicle-p99 MapLatencySuite (MapBenchmark in sample-time mode): get and put latency p50/p90/p99/p99.9 at 2
 #           processes on one map, symmem4j's SymmetricHashMap against Chronicle Map persisted to /dev/shm, in one run,
 #           with the forks' p99 range; table in map-latency-summary.md. P99_FORKS (3), P99_WI (2), P99_I (3),
@@ -65,7 +78,7 @@
 # RECORDER_LIMIT 300 s).
 # Ring files and Aeron directories this script's benchmarks leave in /dev/shm are removed at the end.
 # Results in $OUT: machine.txt, <step>.txt (JMH's tables), <step>.json (JMH's results), switch.md, summary.txt,
-# ring-fill.json and ring-fill-summary.md, map-latency.json and map-latency-summary.md,
+# ring-fill.json and ring-fill-summary.md, ring-paired-*.json and ring-paired-summary.md, map-latency.json and map-latency-summary.md,
 # bench-peer.log (the peer processes' output).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -112,6 +125,9 @@ pack=$home
   date -u; echo "commit: $(cat "$pack/commit-a" 2>/dev/null || echo unknown) (Chronicle part: $(cat "$pack/commit-b" 2>/dev/null \
     || echo none))"; nproc; lscpu 2>/dev/null | head -20
   free -g; uptime
+  # each CPU's core, socket, node and caches: the guest's view of where the pinned threads sit (a KVM guest's
+  # virtual CPUs are placed by the host, which this cannot show)
+  lscpu -e 2>/dev/null
 } > machine.txt 2>&1
 java=("$pack/jre/bin/java" --enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector
       --sun-misc-unsafe-memory-access=allow -Xmx2g -cp "$pack/lib/*")
@@ -159,6 +175,23 @@ ring_fill() {
   [ $code -eq 0 ] || { sed -n '/^Benchmark /,$p' ring-fill.txt; grep -E 'Exception|Error|Result "' ring-fill.txt | tail -20; } >> summary.txt
   return $code
 }
+ring_paired() {
+  local cpus=${RINGPAIRED_CPUS-$(pick_cpus 2 2)}
+  [ "$cpus" = none ] && cpus=
+  echo "== ring-paired at ${SECONDS}s (cpus: ${cpus:-not pinned})" | tee -a summary.txt
+  timeout -k 10 "${RINGPAIRED_LIMIT:-420}" "${java[@]}" ${cpus:+-Dsymmem4j.bench.cpus=$cpus} \
+    org.symmem4j.benchmarks.RingPairedSuite --out "$out" --forks "${RINGPAIRED_FORKS:-3}" --pairs "${RINGPAIRED_PAIRS:-30}" \
+    --block-ms "${RINGPAIRED_BLOCK_MS:-100}" --warmup-blocks "${RINGPAIRED_WB:-30}" --sizes "${RINGPAIRED_SIZES:-64}" \
+    --fills "${RINGPAIRED_FILLS:-25,75}" ${RINGPAIRED_KINDS:+--kinds "$RINGPAIRED_KINDS"} ${RINGPAIRED_RTT:+--round-trip} \
+    > ring-paired.txt 2>&1
+  local code=$?
+  echo "== ring-paired: exit=$code at ${SECONDS}s" | tee -a summary.txt
+  # the report of the cells finished (rewritten after each: a run cut by the limit keeps them)
+  if [ -f ring-paired-summary.md ]; then cat ring-paired-summary.md >> summary.txt; fi
+  grep -h '^ring-fill ' bench-peer.log 2>/dev/null | sort | uniq -c | sort -rn | head -8 >> summary.txt
+  [ $code -eq 0 ] || grep -E 'Exception|Error|Result "' ring-paired.txt | tail -20 >> summary.txt
+  return $code
+}
 chronicle_p99() {
   echo "== chronicle-p99 at ${SECONDS}s" | tee -a summary.txt
   timeout -k 10 "${P99_LIMIT:-240}" "${java[@]}" -Dchronicle.analytics.disable=true \
@@ -201,6 +234,7 @@ for step in "${steps[@]}"; do
   case $step in
     ring) ring || rc=1 ;;
     ring-fill) ring_fill || rc=1 ;;
+    ring-paired) ring_paired || rc=1 ;;
     chronicle-p99) chronicle_p99 || rc=1 ;;
     ringcost) jmh ringcost "${RINGCOST_LIMIT:-200}" 'org.symmem4j.benchmarks.RingOpCostBenchmark' || rc=1 ;;
     map) jmh map "${MAP_LIMIT:-230}" 'org.symmem4j.benchmarks.MapBenchmark' || rc=1 ;;
@@ -222,7 +256,7 @@ for step in "${steps[@]}"; do
       echo "== recorder: exit=$code at ${SECONDS}s" | tee -a summary.txt
       if [ -f recorder.md ]; then cat recorder.md >> summary.txt; else tail -30 recorder.txt >> summary.txt; fi ;;
     unpack) ;;
-    *) echo "unknown step $step (expected unpack, ring, ring-fill, chronicle-p99, ringcost, map, cache, switch or recorder)" | tee -a summary.txt; rc=1 ;;
+    *) echo "unknown step $step (expected unpack, ring, ring-fill, ring-paired, chronicle-p99, ringcost, map, cache, switch or recorder)" | tee -a summary.txt; rc=1 ;;
   esac
 done
 echo "== done at ${SECONDS}s, exit=$rc" | tee -a summary.txt

@@ -41,7 +41,8 @@ public final class BenchPeer {
         @Parameters(index = "1", paramLabel = "BYTES", description = "message bytes")
         long bytes;
         @Parameters(index = "2", paramLabel = "VARIANT",
-                description = "allreduce: the algorithm (ONE_SHOT, TWO_SHOT, RING); handoff: the waits (BACKOFF, SPIN)")
+                description = "allreduce: the algorithm (ONE_SHOT, TWO_SHOT, RING); handoff: the waits (BACKOFF, SPIN);"
+                        + " ring, ringfill: KIND or KIND+AGAINST (paired mode)")
         String variant;
         @Parameters(index = "3", arity = "0..1", paramLabel = "FILES",
                 description = "ring, ringfill: the path prefix of Agrona's ring files (and ringfill's pacing file), or"
@@ -55,7 +56,8 @@ public final class BenchPeer {
             switch (flags.workload) {
                 case ALL_REDUCE -> Algorithm.parse(flags.variant);
                 case HANDOFF -> StageLinkHandoffBenchmark.Waits.valueOf(flags.variant);
-                case RING, RING_FILL -> RingPair.Kind.valueOf(flags.variant);
+                case RING -> RingPair.lanes(flags.variant);
+                case RING_FILL -> RingFillBenchmark.parseVariant(flags.variant);
                 case MAP -> SharedMapPair.Kind.valueOf(flags.variant);
                 default -> throw new IllegalArgumentException("unknown benchmark peer workload=" + flags.workload
                         + " expected=" + ALL_REDUCE + ", " + HANDOFF + ", " + RING + ", " + RING_FILL + " or " + MAP
@@ -74,14 +76,14 @@ public final class BenchPeer {
             }
             case RING -> {
                 try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
-                    RingPair.serve(RingPair.Kind.valueOf(f.variant), group, (int) f.bytes, java.nio.file.Path.of(f.files));
+                    RingPair.serve(RingPair.lanes(f.variant), group, (int) f.bytes, java.nio.file.Path.of(f.files));
                 } catch (java.io.IOException e) {
                     throw new java.io.UncheckedIOException(e);
                 }
             }
             case RING_FILL -> {
                 try (ProcessGroup group = ProcessGroup.fromEnvironment()) {
-                    RingFillBenchmark.serve(RingPair.Kind.valueOf(f.variant), group, (int) f.bytes,
+                    RingFillBenchmark.serve(RingFillBenchmark.parseVariant(f.variant), group, (int) f.bytes,
                             java.nio.file.Path.of(f.files));
                 } catch (java.io.IOException e) {
                     throw new java.io.UncheckedIOException(e);

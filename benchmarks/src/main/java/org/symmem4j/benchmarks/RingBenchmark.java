@@ -18,6 +18,8 @@ import org.openjdk.jmh.annotations.Setup;
 import org.openjdk.jmh.annotations.State;
 import org.openjdk.jmh.annotations.TearDown;
 import org.openjdk.jmh.annotations.Warmup;
+import org.openjdk.jmh.infra.IterationParams;
+import org.openjdk.jmh.runner.IterationType;
 import org.symmem4j.parallel.GroupOptions;
 
 /**
@@ -30,6 +32,11 @@ import org.symmem4j.parallel.GroupOptions;
  * busy-spinning poll. Both sides spin, so each needs a core of its own: on a machine with fewer idle cores the numbers
  * measure the scheduler as much as the rings. With {@code -Dsymmem4j.bench.cpus=A,B[,C]} the producer's thread runs
  * on CPU A, the peer's on B and Aeron's driver on C ({@link BenchCpus}); {@link RingSuite} runs the whole comparison.
+ *
+ * <p>Paired mode ({@link #against} naming a second kind of symmem4j or Agrona): one fork holds both kinds' rings, the
+ * peer echoes on both, and the JMH iterations (short blocks) alternate between them in ABBA order
+ * ({@link FlightRecorderPairedBenchmark#recorderOn}: {@link #kind}'s when true), as {@link RingFillBenchmark}'s paired
+ * mode; {@link RingPairedSuite} ({@code --round-trip}) pairs each block's p50 with the next one's.
  */
 @Warmup(iterations = 3, time = 1)
 @Measurement(iterations = 5, time = 1)
@@ -51,8 +58,17 @@ public class RingBenchmark {
             "AGRONA_MANY_TO_ONE_CLAIM", "AERON_MANY_TO_ONE"})
     public RingPair.Kind kind;
 
+    /** The kind measured against {@link #kind} in the same forks, block by block (paired mode), or NONE. */
+    @Param({RingFillBenchmark.NONE})
+    public String against;
+
     private PeerProcess peer;
+    /** The rings of this block. */
     private RingPair rings;
+    /** Paired mode: {@link #kind}'s rings, then {@link #against}'s; null otherwise. */
+    private RingPair[] lanes;
+    private int warmupBlocks;
+    private int measuredBlocks;
     /** Agrona's ring files' path prefix, or Aeron's directory. */
     private Path files;
     private MediaDriver driver;
@@ -63,6 +79,10 @@ public class RingBenchmark {
         BenchCpus.pinCurrentThread(BenchCpus.PRODUCER, "the benchmark's producer thread");
         files = Path.of("/dev/shm", (kind.aeron() ? "symmem4j-aeron-bench-" : "symmem4j-ring-bench-")
                 + ProcessHandle.current().pid());
+        if (!RingFillBenchmark.NONE.equals(against)) {
+            setUpPaired(RingFillBenchmark.kinds(kind, against));
+            return;
+        }
         try {
             if (kind.agrona()) {
                 RingPair.createAgronaFiles(files, CAPACITY);
@@ -79,7 +99,51 @@ public class RingBenchmark {
         }
     }
 
+    /** Paired mode: both kinds' rings, each lane's files under {@link RingFillBenchmark#laneFiles}. */
+    private void setUpPaired(java.util.List<RingPair.Kind> kinds) throws IOException {
+        lanes = new RingPair[kinds.size()];
+        try {
+            for (int i = 0; i < lanes.length; i++) {
+                if (kinds.get(i).agrona()) {
+                    RingPair.createAgronaFiles(RingFillBenchmark.laneFiles(files, i), CAPACITY);
+                }
+            }
+            peer = PeerProcess.start(GroupOptions.defaults(), BenchPeer.RING, Integer.toString(CAPACITY),
+                    RingFillBenchmark.variant(kinds), files.toString());
+            for (int i = 0; i < lanes.length; i++) {
+                lanes[i] = RingPair.open(kinds.get(i), peer.group(), CAPACITY, RingFillBenchmark.laneFiles(files, i),
+                        (type, length) -> echoes++);
+            }
+            peer.group().allGatherBytes("ring-bench-ready", new byte[0]);
+        } catch (IOException | RuntimeException | Error e) {
+            removeFiles();
+            throw e;
+        }
+        rings = lanes[0];
+    }
+
+    /**
+     * Paired mode: the rings of the coming block ({@link FlightRecorderPairedBenchmark#recorderOn}: {@link #kind}'s
+     * when true), warm-up and measured blocks counted apart.
+     *
+     * @param params which kind of iteration comes
+     */
+    @Setup(Level.Iteration)
+    public void choose(IterationParams params) {
+        if (lanes == null) {
+            return;
+        }
+        int k = params.getType() == IterationType.WARMUP ? warmupBlocks++ : measuredBlocks++;
+        rings = lanes[FlightRecorderPairedBenchmark.recorderOn(k) ? 0 : 1];
+    }
+
     private void removeFiles() throws IOException {
+        if (lanes != null) {
+            for (int i = 0; i < lanes.length; i++) {
+                RingPair.deleteAgronaFiles(RingFillBenchmark.laneFiles(files, i)); // none for symmem4j's lane
+            }
+            return;
+        }
         if (kind.agrona()) {
             RingPair.deleteAgronaFiles(files);
         } else if (kind.aeron()) {
@@ -120,11 +184,15 @@ public class RingBenchmark {
 
     @TearDown(Level.Trial)
     public void tearDown() throws Exception {
-        while (!rings.send(RingPair.STOP, 0)) {
-            Thread.onSpinWait();
+        for (RingPair r : lanes == null ? new RingPair[] {rings} : lanes) {
+            while (!r.send(RingPair.STOP, 0)) {
+                Thread.onSpinWait();
+            }
         }
         peer.group().allGatherBytes("ring-bench-done", new byte[0]);
-        rings.close();
+        for (RingPair r : lanes == null ? new RingPair[] {rings} : lanes) {
+            r.close(); // collective, in the peer's order
+        }
         peer.close(); // the peer's Aeron client is closed before the driver it talks to
         removeFiles();
     }

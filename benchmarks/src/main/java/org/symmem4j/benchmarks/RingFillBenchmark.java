@@ -3,6 +3,8 @@ package org.symmem4j.benchmarks;
 import java.io.IOException;
 import java.io.PrintStream;
 import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 import org.openjdk.jmh.annotations.Benchmark;
@@ -18,6 +20,8 @@ import org.openjdk.jmh.annotations.Setup;
 import org.openjdk.jmh.annotations.State;
 import org.openjdk.jmh.annotations.TearDown;
 import org.openjdk.jmh.annotations.Warmup;
+import org.openjdk.jmh.infra.IterationParams;
+import org.openjdk.jmh.runner.IterationType;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.layout.RingBufferLayout;
@@ -67,6 +71,19 @@ import org.symmem4j.parallel.layout.RingBufferLayout;
  * side, one counter read when a cache says a watermark is reached) are the same for every kind. The "many-to-one"
  * kinds are the many-to-one rings (space claimed by CAS) with one producer process, as in {@link RingBenchmark}.
  *
+ * <h2>Paired mode ({@link #against})</h2>
+ * Forks of one kind and forks of another run minutes apart, and on a lent machine (a KVM guest whose virtual CPUs the
+ * host places) a fork's throughput sits at one of two levels for seconds at a time, both rings' (64 B, 16 cores:
+ * ~25 M and ~40 M msg/s, {@code bench/results/2026-11-29-ring-paired.md}), so the forks of each side spread
+ * by up to 59 % and no error bar separates two kinds. With {@code against} naming a second kind, one fork holds both
+ * rings, each with its own pacing file, both served by the same consumer thread, and the JMH iterations (short
+ * blocks) alternate between them in ABBA order ({@link FlightRecorderPairedBenchmark#recorderOn}: block {@code k}
+ * writes to {@link #kind} when it is true, to {@code against} otherwise), warm-up included: both sides of a pair run
+ * on the same cores, in the same JVMs, a block apart, so the machine's level cancels in their ratio. Each ring keeps
+ * its fill level while the other runs (nothing is read from a ring whose producer is paused). The producer's and
+ * the consumer's call sites then see both ring classes (bimorphic: one class check per call, the same for both).
+ * {@link RingPairedSuite} reports the paired differences with t and bootstrap intervals.
+ *
  * <p>Both sides spin, so each needs a core of its own; {@code -Dsymmem4j.bench.cpus=A,B} pins the producer to A and
  * the consumer to B ({@link BenchCpus}). {@link RingFillSuite} runs the comparison and prints one table with each
  * kind's fork spread; {@code bench/shared-state/run.sh ring-fill} runs it on a lent machine.
@@ -105,16 +122,100 @@ public class RingFillBenchmark {
             "SYMMEM_MANY_TO_ONE", "SYMMEM_MANY_TO_ONE_CLAIM", "AGRONA_MANY_TO_ONE", "AGRONA_MANY_TO_ONE_CLAIM"})
     public RingPair.Kind kind;
 
+    /** The kind measured against {@link #kind} in the same forks, block by block (paired mode), or NONE. */
+    @Param({NONE})
+    public String against;
+
+    /** {@link #against}'s value for an unpaired trial. */
+    static final String NONE = "NONE";
+
     private PeerProcess peer;
+    /** The rings written now (the lane of this block). */
     private RingPair rings;
+    /** The pacing file of the lane of this block. */
     private FillPacer pacer;
     private Path files;
-    /** Messages sent by this (producer) side. */
+    /** Messages sent by this (producer) side into the lane of this block. */
     private long sent;
-    /** The consumer's counter as last read. */
+    /** The consumer's counter of the lane of this block, as last read. */
     private long consumedSeen;
     /** The credit window: {@code T + 2B} messages. */
     private long window;
+    /** Every lane: {@link #kind}'s, then {@link #against}'s in paired mode. */
+    private final List<Lane> lanes = new ArrayList<>();
+    /** The lane of this block. */
+    private Lane active;
+    private int warmupBlocks;
+    private int measuredBlocks;
+
+    /**
+     * One ring under test with its pacing file; both processes hold one per kind (two in paired mode), opened and closed
+     * in the same order on both ranks (the symmem4j rings' creation and close are collective).
+     */
+    static final class Lane {
+        final RingPair.Kind kind;
+        /** Prefix of this lane's files (Agrona's rings, the pacing file). */
+        final Path files;
+        FillPacer pacer;
+        RingPair rings;
+        /** Producer side: the lane's counters, kept while another lane runs. */
+        long sent;
+        long consumedSeen;
+        /** Consumer side: the level plus a batch, read from the pacing file once. */
+        long floor;
+        long consumed;
+        long sentSeen;
+        long polls;
+
+        Lane(RingPair.Kind kind, Path files) {
+            this.kind = kind;
+            this.files = files;
+        }
+    }
+
+    /**
+     * The kinds a trial holds: {@code kind}, then {@code against} unless it is {@link #NONE}.
+     *
+     * @throws IllegalArgumentException for Aeron, an unknown name, or the same kind twice
+     */
+    static List<RingPair.Kind> kinds(RingPair.Kind kind, String against) {
+        if (kind.aeron()) {
+            throw new IllegalArgumentException("ring fill benchmark kind=" + kind + ": Aeron IPC has no ring to hold at a"
+                    + " fill level (fix: name symmem4j's and Agrona's kinds)");
+        }
+        if (NONE.equals(against)) {
+            return List.of(kind);
+        }
+        RingPair.Kind other;
+        try {
+            other = RingPair.Kind.valueOf(against);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("ring fill benchmark against=" + against + ": expected " + NONE
+                    + " or a RingPair.Kind name (fix: e.g. -p against=AGRONA_MANY_TO_ONE)", e);
+        }
+        if (other == kind || other.aeron()) {
+            throw new IllegalArgumentException("ring fill benchmark against=" + against + " with kind=" + kind
+                    + ": expected another kind of symmem4j or Agrona (fix: e.g. kind=SYMMEM_MANY_TO_ONE,"
+                    + " against=AGRONA_MANY_TO_ONE)");
+        }
+        return List.of(kind, other);
+    }
+
+    /** The lanes' kinds as the peer's variant argument: {@code KIND} or {@code KIND+AGAINST}. */
+    static String variant(List<RingPair.Kind> kinds) {
+        return String.join("+", kinds.stream().map(Enum::name).toList());
+    }
+
+    /** The peer's variant argument back into the lanes' kinds. */
+    static List<RingPair.Kind> parseVariant(String variant) {
+        String[] names = variant.split("\\+", -1);
+        return kinds(RingPair.Kind.valueOf(names[0]), names.length > 1 ? names[1] : NONE);
+    }
+
+    /** Lane {@code i}'s file prefix under the trial's. */
+    static Path laneFiles(Path files, int i) {
+        return Path.of(files + "-lane" + i);
+    }
 
     /**
      * The fill level in messages: {@code percent} % of the records of {@code messageBytes} a ring of {@code capacity}
@@ -144,24 +245,55 @@ public class RingFillBenchmark {
     @Setup(Level.Trial)
     public void setUp() throws IOException {
         BenchCpus.pinCurrentThread(BenchCpus.PRODUCER, "the benchmark's producer thread");
+        List<RingPair.Kind> kinds = kinds(kind, against);
         long target = fillMessages(CAPACITY, messageBytes, fillPercent, BATCH);
         window = target + 2L * BATCH;
         files = Path.of("/dev/shm", "symmem4j-ring-bench-fill-" + ProcessHandle.current().pid());
         try {
-            if (kind.agrona()) {
-                RingPair.createAgronaFiles(files, CAPACITY);
+            for (int i = 0; i < kinds.size(); i++) {
+                Lane lane = new Lane(kinds.get(i), laneFiles(files, i));
+                lanes.add(lane);
+                if (lane.kind.agrona()) {
+                    RingPair.createAgronaFiles(lane.files, CAPACITY);
+                }
+                lane.pacer = FillPacer.create(FillPacer.path(lane.files), target, BATCH);
             }
-            pacer = FillPacer.create(FillPacer.path(files), target, BATCH);
             peer = PeerProcess.start(GroupOptions.defaults(), BenchPeer.RING_FILL, Integer.toString(CAPACITY),
-                    kind.name(), files.toString());
-            rings = RingPair.open(kind, peer.group(), CAPACITY, files, (type, length) -> { });
+                    variant(kinds), files.toString());
+            for (Lane lane : lanes) {
+                lane.rings = RingPair.open(lane.kind, peer.group(), CAPACITY, lane.files, (type, length) -> { });
+            }
             peer.group().allGatherBytes("ring-fill-ready", new byte[0]);
         } catch (IOException | RuntimeException | Error e) {
             removeFiles();
             throw e;
         }
-        sent = 0;
-        consumedSeen = 0;
+        activate(lanes.get(0));
+    }
+
+    /**
+     * Paired mode: the lane of the coming block ({@link FlightRecorderPairedBenchmark#recorderOn}: {@link #kind}'s when
+     * true), warm-up and measured blocks counted apart; the lane left keeps its counters and its ring its level.
+     *
+     * @param params which kind of iteration comes
+     */
+    @Setup(Level.Iteration)
+    public void choose(IterationParams params) {
+        if (lanes.size() < 2) {
+            return;
+        }
+        int k = params.getType() == IterationType.WARMUP ? warmupBlocks++ : measuredBlocks++;
+        active.sent = sent;
+        active.consumedSeen = consumedSeen;
+        activate(lanes.get(FlightRecorderPairedBenchmark.recorderOn(k) ? 0 : 1));
+    }
+
+    private void activate(Lane lane) {
+        active = lane;
+        rings = lane.rings;
+        pacer = lane.pacer;
+        sent = lane.sent;
+        consumedSeen = lane.consumedSeen;
     }
 
     /** One message into a ring that holds {@code T..T+2B} messages (see the class comment). */
@@ -209,82 +341,124 @@ public class RingFillBenchmark {
 
     @TearDown(Level.Trial)
     public void tearDown() throws Exception {
-        pacer.publishSent(sent);
-        pacer.stop(); // release, after the last count: the consumer drains up to it and leaves
+        active.sent = sent;
+        for (Lane lane : lanes) {
+            lane.pacer.publishSent(lane.sent);
+            lane.pacer.stop(); // release, after the last count: the consumer drains up to it and leaves
+        }
         peer.group().allGatherBytes("ring-fill-done", new byte[0]);
-        rings.close();
+        for (Lane lane : lanes) {
+            lane.rings.close(); // collective, in the peer's order
+        }
         peer.close();
         removeFiles();
     }
 
     private void removeFiles() throws IOException {
-        if (pacer != null) {
-            pacer.close();
-            pacer = null;
+        for (Lane lane : lanes) {
+            if (lane.pacer != null) {
+                lane.pacer.close();
+                lane.pacer = null;
+            }
+            FillPacer.delete(FillPacer.path(lane.files));
+            if (lane.kind.agrona()) {
+                RingPair.deleteAgronaFiles(lane.files);
+            }
         }
-        FillPacer.delete(FillPacer.path(files));
-        if (kind.agrona()) {
-            RingPair.deleteAgronaFiles(files);
-        }
+        lanes.clear();
     }
 
     /**
-     * Rank 1: the consumer. Reads a batch of exactly {@link #BATCH} messages whenever the producer's published count
-     * leaves at least the fill level in the ring after it; after the producer's stop, drains what is left. Prints
-     * its polls per batch to the peer's log (the batching check: 1.0 but for the polls that end at the wrap).
+     * Rank 1: the consumer. For each lane (one ring, or two in paired mode), reads a batch of exactly {@link #BATCH}
+     * messages whenever the producer's published count leaves at least the fill level in the ring after it; after the
+     * producer's stop, drains what is left. Prints each lane's polls per batch to the peer's log (the batching check:
+     * 1.0 but for the polls that end at the wrap).
      *
-     * @param kind     which rings
+     * @param kinds    which rings, one lane each ({@link #parseVariant})
      * @param group    the 2-rank group
      * @param capacity ring bytes
-     * @param files    Agrona's ring files' prefix; the pacing file is beside them
+     * @param files    the trial's file prefix; each lane's files are under it ({@link #laneFiles})
      */
-    static void serve(RingPair.Kind kind, Group group, int capacity, Path files) throws IOException {
+    static void serve(List<RingPair.Kind> kinds, Group group, int capacity, Path files) throws IOException {
         BenchCpus.pinCurrentThread(BenchCpus.CONSUMER, "the peer's consumer thread");
-        try (FillPacer pacer = FillPacer.open(FillPacer.path(files));
-             RingPair pair = RingPair.open(kind, group, capacity, files, (type, length) -> { })) {
+        List<Lane> lanes = new ArrayList<>();
+        try {
+            for (int i = 0; i < kinds.size(); i++) {
+                Lane lane = new Lane(kinds.get(i), laneFiles(files, i));
+                lanes.add(lane);
+                lane.pacer = FillPacer.open(FillPacer.path(lane.files));
+                lane.floor = lane.pacer.target() + lane.pacer.batch();
+                lane.rings = RingPair.open(lane.kind, group, capacity, lane.files, (type, length) -> { });
+            }
             group.allGatherBytes("ring-fill-ready", new byte[0]);
-            long floor = pacer.target() + pacer.batch();
-            int batch = (int) pacer.batch();
-            long consumed = 0;
-            long sentSeen = 0;
-            long polls = 0;
+            Lane[] all = lanes.toArray(Lane[]::new);
+            int batch = (int) all[0].pacer.batch();
             long since = 0;
             int spins = 0;
             while (true) {
-                if (sentSeen - consumed < floor) {
-                    sentSeen = pacer.sent();
-                    if (sentSeen - consumed < floor) {
-                        if (pacer.stopped()) {
-                            break;
+                boolean idle = true;
+                for (Lane lane : all) {
+                    if (lane.sentSeen - lane.consumed < lane.floor) {
+                        lane.sentSeen = lane.pacer.sent();
+                        if (lane.sentSeen - lane.consumed < lane.floor) {
+                            continue;
                         }
-                        Thread.onSpinWait();
-                        if ((++spins & (SPINS_PER_YIELD - 1)) == 0) {
-                            Thread.yield();
-                        }
-                        if (spins == SPINS_PER_CLOCK) {
-                            spins = 0;
-                            since = checkStall(since, consumed, sentSeen, pacer);
-                        }
-                        continue;
                     }
+                    idle = false;
+                    lane.polls += take(lane.rings, batch);
+                    lane.consumed += batch;
+                    lane.pacer.publishConsumed(lane.consumed); // release: the batch is read (its room freed) before it
                 }
-                since = 0;
-                polls += take(pair, batch);
-                consumed += batch;
-                pacer.publishConsumed(consumed); // release: the batch is read (and its room freed) before it
-            }
-            long last = pacer.sent(); // the final count, published before the stop this rank acquired
-            long batches = consumed / batch;
-            while (consumed < last) {
-                int n = (int) Math.min(batch, last - consumed);
-                take(pair, n);
-                consumed += n;
+                if (!idle) {
+                    since = 0;
+                    continue;
+                }
+                if (allStopped(all)) {
+                    break;
+                }
+                Thread.onSpinWait();
+                if ((++spins & (SPINS_PER_YIELD - 1)) == 0) {
+                    Thread.yield();
+                }
+                if (spins == SPINS_PER_CLOCK) {
+                    spins = 0;
+                    since = checkStall(since, all[0].consumed, all[0].sentSeen, all[0].pacer);
+                }
             }
             PrintStream log = System.out;
-            log.printf(java.util.Locale.ROOT, "ring-fill %s: %d messages, %d batches of %d in %d polls (%.4f polls per"
-                    + " batch)%n", kind, consumed, batches, batch, polls, batches == 0 ? 0.0 : (double) polls / batches);
+            for (Lane lane : all) {
+                long last = lane.pacer.sent(); // the final count, published before the stop this rank acquired
+                long batches = lane.consumed / batch;
+                while (lane.consumed < last) {
+                    int n = (int) Math.min(batch, last - lane.consumed);
+                    take(lane.rings, n);
+                    lane.consumed += n;
+                }
+                log.printf(java.util.Locale.ROOT, "ring-fill %s: %d messages, %d batches of %d in %d polls (%.4f polls"
+                        + " per batch)%n", lane.kind, lane.consumed, batches, batch, lane.polls,
+                        batches == 0 ? 0.0 : (double) lane.polls / batches);
+            }
             group.allGatherBytes("ring-fill-done", new byte[0]);
+        } finally {
+            for (Lane lane : lanes) {
+                if (lane.rings != null) {
+                    lane.rings.close(); // collective, in rank 0's order
+                }
+                if (lane.pacer != null) {
+                    lane.pacer.close();
+                }
+            }
         }
+    }
+
+    /** Whether the producer has stopped every lane (acquire: their final counts are published before). */
+    private static boolean allStopped(Lane[] lanes) {
+        for (Lane lane : lanes) {
+            if (!lane.pacer.stopped()) {
+                return false;
+            }
+        }
+        return true;
     }
 
     /** Polls until exactly {@code n} messages are read (they are committed: the count said so); returns the polls. */

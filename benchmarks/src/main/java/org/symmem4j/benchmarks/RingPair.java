@@ -387,34 +387,62 @@ public abstract class RingPair implements AutoCloseable {
     }
 
     /**
-     * Rank 1's side: drains DRAIN messages, answers each ECHO with an ECHO of the same length, returns at STOP.
+     * The peer's variant argument of {@link RingBenchmark}: one kind (Aeron's too), or {@code KIND+AGAINST} in paired
+     * mode ({@link RingFillBenchmark#parseVariant}).
+     */
+    static java.util.List<Kind> lanes(String variant) {
+        return variant.contains("+") ? RingFillBenchmark.parseVariant(variant) : java.util.List.of(Kind.valueOf(variant));
+    }
+
+    /**
+     * Rank 1's side: drains DRAIN messages, answers each ECHO with an ECHO of the same length on the rings it came on,
+     * returns once every ring had its STOP. One ring, or two in {@link RingBenchmark}'s paired mode (their files under
+     * {@link RingFillBenchmark#laneFiles}), polled in turn.
      *
-     * @param kind     which rings
+     * @param kinds    which rings, one lane each
      * @param group    the 2-rank group
      * @param capacity ring bytes
-     * @param files    Agrona's ring files
+     * @param files    Agrona's ring files (Aeron's directory), or the prefix of the lanes' files
      */
-    static void serve(Kind kind, Group group, int capacity, Path files) throws IOException {
+    static void serve(java.util.List<Kind> kinds, Group group, int capacity, Path files) throws IOException {
         BenchCpus.pinCurrentThread(BenchCpus.CONSUMER, "the peer's consumer thread");
-        boolean[] stop = {false};
-        RingPair[] self = new RingPair[1];
-        try (RingPair pair = open(kind, group, capacity, files, (type, length) -> {
-            if (type == ECHO) {
-                while (!self[0].send(ECHO, length)) {
-                    Thread.onSpinWait();
-                }
-            } else if (type == STOP) {
-                stop[0] = true;
+        int n = kinds.size();
+        boolean[] stop = new boolean[n];
+        RingPair[] self = new RingPair[n];
+        try {
+            for (int i = 0; i < n; i++) {
+                int lane = i;
+                self[i] = open(kinds.get(i), group, capacity, n == 1 ? files : RingFillBenchmark.laneFiles(files, i),
+                        (type, length) -> {
+                            if (type == ECHO) {
+                                while (!self[lane].send(ECHO, length)) {
+                                    Thread.onSpinWait();
+                                }
+                            } else if (type == STOP) {
+                                stop[lane] = true;
+                            }
+                        });
             }
-        })) {
-            self[0] = pair;
             group.allGatherBytes("ring-bench-ready", new byte[0]);
-            while (!stop[0]) {
-                if (pair.receive() == 0) {
+            int stopped = 0;
+            while (stopped < n) {
+                int got = 0;
+                stopped = 0;
+                for (int i = 0; i < n; i++) {
+                    got += self[i].receive();
+                    stopped += stop[i] ? 1 : 0;
+                }
+                if (got == 0) {
                     Thread.onSpinWait();
                 }
             }
             group.allGatherBytes("ring-bench-done", new byte[0]);
+        } finally {
+            for (RingPair pair : self) {
+                if (pair != null) {
+                    pair.close(); // collective, in rank 0's order
+                }
+            }
         }
     }
 }

@@ -74,4 +74,66 @@ class RingFillBenchmarkTest {
         assertEquals(1.0, RingFillSuite.spread(new double[] {1, 2, 3}), 1e-12);
         assertEquals(0.0, RingFillSuite.spread(new double[] {5, 5}), 1e-12);
     }
+
+    @Test
+    void pairedTrialsHoldTwoLanesAndThePeerReadsThemBack() {
+        assertEquals(java.util.List.of(RingPair.Kind.SYMMEM_MANY_TO_ONE),
+                RingFillBenchmark.kinds(RingPair.Kind.SYMMEM_MANY_TO_ONE, RingFillBenchmark.NONE));
+        var both = RingFillBenchmark.kinds(RingPair.Kind.SYMMEM_MANY_TO_ONE, "AGRONA_MANY_TO_ONE");
+        assertEquals(java.util.List.of(RingPair.Kind.SYMMEM_MANY_TO_ONE, RingPair.Kind.AGRONA_MANY_TO_ONE), both);
+        assertEquals("SYMMEM_MANY_TO_ONE+AGRONA_MANY_TO_ONE", RingFillBenchmark.variant(both));
+        assertEquals(both, RingFillBenchmark.parseVariant(RingFillBenchmark.variant(both)));
+        assertEquals(java.util.List.of(RingPair.Kind.AGRONA_ONE_TO_ONE), RingFillBenchmark.parseVariant("AGRONA_ONE_TO_ONE"));
+        for (String bad : new String[] {"SYMMEM_MANY_TO_ONE", "AERON_MANY_TO_ONE", "nothing"}) {
+            var e = assertThrows(IllegalArgumentException.class,
+                    () -> RingFillBenchmark.kinds(RingPair.Kind.SYMMEM_MANY_TO_ONE, bad));
+            assertTrue(e.getMessage().contains("against=" + bad) && e.getMessage().contains("fix:"), e.getMessage());
+        }
+        assertThrows(IllegalArgumentException.class,
+                () -> RingFillBenchmark.kinds(RingPair.Kind.AERON_ONE_TO_ONE, RingFillBenchmark.NONE));
+        assertTrue(RingFillBenchmark.laneFiles(dir.resolve("t"), 1).toString().endsWith("t-lane1"));
+        // RingBenchmark's peer: one kind (Aeron's too) or a pair
+        assertEquals(java.util.List.of(RingPair.Kind.AERON_MANY_TO_ONE), RingPair.lanes("AERON_MANY_TO_ONE"));
+        assertEquals(both, RingPair.lanes("SYMMEM_MANY_TO_ONE+AGRONA_MANY_TO_ONE"));
+    }
+
+    @Test
+    void eachOfOurKindsIsPairedWithAgronasOfTheSameFamilyAndWrite() {
+        assertEquals(RingPair.Kind.AGRONA_MANY_TO_ONE, RingPairedSuite.counterpart(RingPair.Kind.SYMMEM_MANY_TO_ONE));
+        assertEquals(RingPair.Kind.AGRONA_ONE_TO_ONE_CLAIM,
+                RingPairedSuite.counterpart(RingPair.Kind.SYMMEM_ONE_TO_ONE_CLAIM));
+        var e = assertThrows(IllegalArgumentException.class,
+                () -> RingPairedSuite.counterpart(RingPair.Kind.AGRONA_MANY_TO_ONE));
+        assertTrue(e.getMessage().contains("fix:"), e.getMessage());
+    }
+
+    @Test
+    void aMachineLevelThatMovesBothSidesCancelsInThePairs() {
+        // blocks in ABBA order (ours when recorderOn(k)); ours is 5 % above Agrona's in every pair, while the fork's
+        // level jumps between 25 M and 40 M every 4 blocks: the forks' means spread, the paired difference does not
+        double[] fork = new double[40];
+        for (int k = 0; k < fork.length; k++) {
+            double level = (k / 4) % 2 == 0 ? 25e6 : 40e6;
+            fork[k] = FlightRecorderPairedBenchmark.recorderOn(k) ? level * 1.05 : level;
+        }
+        RingPairedSuite.Cell c = RingPairedSuite.cell(RingPair.Kind.SYMMEM_MANY_TO_ONE, RingPair.Kind.AGRONA_MANY_TO_ONE,
+                64, 25, java.util.List.of(fork, fork.clone()));
+        assertEquals(5.0, c.paired().percent(), 1e-9);
+        assertEquals(1.05, c.paired().onMean() / c.paired().offMean(), 1e-12);
+        assertEquals(32.5e6, c.agronaForkMeans()[0], 1e-3);
+        assertEquals("ours faster (measured)", RingPairedSuite.verdict(c.paired(), false));
+        // the same numbers as round-trip p50s (fill 0): lower is better, so 5 % above is "higher"
+        RingPairedSuite.Cell rtt = RingPairedSuite.cell(RingPair.Kind.SYMMEM_MANY_TO_ONE,
+                RingPair.Kind.AGRONA_MANY_TO_ONE, 64, 0, java.util.List.of(fork));
+        assertTrue(rtt.roundTrip());
+        assertEquals("ours higher (measured)", RingPairedSuite.verdict(rtt.paired(), true));
+        // ours level with Agrona's but for noise of both signs: not decided
+        double[] level = new double[40];
+        for (int k = 0; k < level.length; k++) {
+            level[k] = 30e6 + ((k * 7919) % 13 - 6) * 1e5;
+        }
+        RingPairedSuite.Cell same = RingPairedSuite.cell(RingPair.Kind.SYMMEM_MANY_TO_ONE,
+                RingPair.Kind.AGRONA_MANY_TO_ONE, 64, 25, java.util.List.of(level));
+        assertEquals("undecided (an interval spans 0)", RingPairedSuite.verdict(same.paired(), false));
+    }
 }

@@ -637,36 +637,16 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         if (!consumerHere | limit < 1) {
             refusePoll(limit);
         }
-        long before = headPosition;
-        int messages = pollContiguous(handler, limit);
-        // the first pass read up to the end of the ring (HEAD moved onto a multiple of the capacity): the records
-        // after the wrap, in the same call. Decided from the position, so that a poll, empty ones included, stores
-        // nothing but HEAD (and that only when it read something)
-        if (messages < limit && headPosition != before && ((int) headPosition & mask) == 0) {
-            messages += pollContiguous(handler, limit - messages);
-        }
-        return messages;
-    }
-
-    private void refusePoll(int limit) {
-        if (!consumerHere) {
-            throw new IllegalStateException("ring buffer poll on rank=" + rank + ": only the consumer rank="
-                    + consumer + " polls (fix: poll on that rank only)");
-        }
-        throw new IllegalArgumentException("ring buffer poll limit=" + limit + " expected >= 1 (fix: pass"
-                + " how many messages to read at most, e.g. 16)");
-    }
-
-    /** Reads records from the head up to the end of the ring at most. */
-    private int pollContiguous(MessageHandler handler, int limit) {
         long head = headPosition; // only the consumer writes HEAD: what it wrote last
         int headIndex = (int) head & mask;
-        int contiguous = capacity - headIndex;
         int bytesRead = 0;
         int messages = 0;
+        // one loop, one handler call site, on past the ring's end in the same pass (the index wraps): the whole poll is
+        // one small method, so that a spinning caller's loop inlines it whichever of the two the JIT compiles first;
+        // at most a capacity of bytes, so that a full ring's first record, not yet freed, is not read twice
         try {
-            while (bytesRead < contiguous && messages < limit) {
-                int index = headIndex + bytesRead;
+            while (bytesRead < capacity && messages < limit) {
+                int index = (headIndex + bytesRead) & mask;
                 // acquire: pairs with the producer's release in commitRecord; the payload written before it is seen
                 long header = RingBufferLayout.recordHeaderAcquire(ring, index);
                 int length = RingBufferLayout.recordLength(header);
@@ -691,15 +671,28 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         return messages;
     }
 
+    private void refusePoll(int limit) {
+        if (!consumerHere) {
+            throw new IllegalStateException("ring buffer poll on rank=" + rank + ": only the consumer rank="
+                    + consumer + " polls (fix: poll on that rank only)");
+        }
+        throw new IllegalArgumentException("ring buffer poll limit=" + limit + " expected >= 1 (fix: pass"
+                + " how many messages to read at most, e.g. 16)");
+    }
+
     /**
-     * Frees the {@code bytesRead} bytes read from {@code head} (at {@code headIndex}): out of {@link #pollContiguous}'s
-     * loop, so that the loop a spinning consumer runs on every empty poll stays small enough to be inlined.
+     * Frees the {@code bytesRead} bytes read from {@code head} (at {@code headIndex}, possibly on past the ring's end):
+     * out of {@link #poll}'s loop, so that the loop a spinning consumer runs on every empty poll stays small.
      */
     private void free(long head, int headIndex, int bytesRead) {
         if (kind == Kind.MANY_TO_ONE) {
             // a many-to-one producer cannot zero the word after its record (another may own it already): the consumer
-            // leaves the room it frees zeroed (see RingBufferLayout)
-            RingBufferLayout.zeroData(ring, headIndex, bytesRead);
+            // leaves the room it frees zeroed (see RingBufferLayout), in two runs where the poll read past the end
+            int first = Math.min(bytesRead, capacity - headIndex);
+            RingBufferLayout.zeroData(ring, headIndex, first);
+            if (bytesRead > first) {
+                RingBufferLayout.zeroData(ring, 0, bytesRead - first);
+            }
         }
         // release: the records before it are read (and, many-to-one, zeroed); publishes their room as free to the
         // producers' acquire of HEAD

@@ -138,6 +138,43 @@ class SymmetricRingBufferTest {
         }
     }
 
+    /**
+     * A many-to-one ring filled to its last byte, from the middle of the ring: one poll reads the whole ring across the
+     * wrap, every record once (it stops after a capacity of bytes: the records it read are zeroed only when the poll
+     * ends, so reading on would hand the first ones out again), and the room is free for a full ring more.
+     */
+    @Test
+    void aPollOfAFullRingReadsEachRecordOnceAcrossTheWrap() {
+        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+            try (SymmetricRingBuffer ring = SymmetricRingBuffer.manyToOne(group, 0, 256)) {
+                int payload = ring.maxPayload(); // 32-byte records, 8 fill the ring
+                List<Integer> got = new ArrayList<>();
+                MessageHandler collect = (type, buf, off, len) -> got.add(buf.get(ValueLayout.JAVA_INT_UNALIGNED, off));
+                int seq = 1;
+                for (int i = 0; i < 4; i++) {
+                    assertTrue(ring.offer(1, message(seq++, payload)));
+                }
+                assertEquals(4, ring.poll(collect, 100)); // HEAD in the middle of the ring
+                for (int lap = 0; lap < 2; lap++) {
+                    for (int i = 0; i < 8; i++) {
+                        assertTrue(ring.offer(1, message(seq++, payload)), "lap " + lap + " record " + i);
+                    }
+                    assertFalse(ring.offer(1, message(seq, payload)), "lap " + lap + ": the ring is full");
+                    assertEquals(256, ring.size());
+                    assertEquals(8, ring.poll(collect, 100), "lap " + lap + ": the whole ring, each record once");
+                    assertEquals(0, ring.size());
+                    assertEquals(0, ring.poll(collect, 100), "lap " + lap + ": nothing more");
+                }
+                List<Integer> expected = new ArrayList<>();
+                for (int i = 1; i < seq; i++) {
+                    expected.add(i);
+                }
+                assertEquals(expected, got, "every message once, in order");
+            }
+            return null;
+        });
+    }
+
     /** {@code bytes} bytes whose first int is {@code seq}. */
     private static byte[] message(int seq, int bytes) {
         byte[] b = new byte[bytes];
