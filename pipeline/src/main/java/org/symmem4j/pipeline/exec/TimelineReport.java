@@ -99,6 +99,24 @@ public final class TimelineReport {
     }
 
     /**
+     * The window's start: the step's first forward or backward start on any rank.
+     *
+     * @return nanoseconds on the timelines' clock
+     */
+    public long windowStartNanos() {
+        return windowStart;
+    }
+
+    /**
+     * The window's end: the step's last forward or backward end on any rank.
+     *
+     * @return nanoseconds on the timelines' clock
+     */
+    public long windowEndNanos() {
+        return windowEnd;
+    }
+
+    /**
      * Rank {@code rank}'s forward and backward time in the step.
      *
      * @param rank the rank
