@@ -9,6 +9,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.function.Predicate;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
@@ -24,6 +25,7 @@ import org.symmem4j.examples.Cli;
 import org.symmem4j.examples.PipelineParallelExample;
 import org.symmem4j.examples.SyntheticData;
 import org.symmem4j.pipeline.exec.TimelineBreakdown;
+import org.symmem4j.pipeline.exec.TimelineEvent;
 import org.symmem4j.pipeline.exec.TimelineReport;
 import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.PipelineShape;
@@ -189,7 +191,8 @@ public final class PipelineBench {
      * window went, and the stages' compute in the pipeline over the same passes profiled alone (NaN without a profile).
      */
     record Run(double examplesPerSecond, double medianBubble, double simulatedBubble, double medianStepMillis,
-               String stages, TimelineBreakdown breakdown, double computeOverProfile) {
+               String stages, TimelineBreakdown breakdown, double computeOverProfile, double medianSendMicros,
+               double medianPassMicros) {
     }
 
     /**
@@ -205,7 +208,7 @@ public final class PipelineBench {
             "split", "microbatches", "batch", "nd4j_threads", "stages_layers", "examples_per_s",
             "median_bubble_fraction", "ideal_bubble_fraction", "simulated_bubble_fraction", "predicted_bubble_fraction",
             "median_step_ms", "receive_fraction", "send_fraction", "optimizer_fraction", "between_fraction",
-            "outside_fraction", "compute_over_profile");
+            "before_fraction", "after_fraction", "compute_over_profile");
 
     /** Everything one run measured, by configuration and rank count, for the report. */
     record Results(List<Config> configs, List<List<Run>> runs, Map<Integer, List<Double>> single,
@@ -257,7 +260,7 @@ public final class PipelineBench {
                 log("rep %d/%d single model (batch %d): %.0f examples/s", rep, o.reps(), batch, rate);
                 if (raw != null) {
                     raw.row("single", rep, "single model", p, "", "", "", "", batch, o.threads(), "",
-                            RawCsv.num("%.1f", rate), "", "", "", "", "", "", "", "", "", "", "");
+                            RawCsv.num("%.1f", rate), "", "", "", "", "", "", "", "", "", "", "", "");
                 }
                 if (o.boundSeconds() > 0) {
                     IndependentReplicas.Result bound = IndependentReplicas.measure(p, i -> model.clone(), microbatchBatches,
@@ -268,7 +271,7 @@ public final class PipelineBench {
                     if (raw != null) {
                         raw.row("bound", rep, p + " independent models", p, "", "", "", 1, o.batchPerMicrobatch(),
                                 o.threads(), "", RawCsv.num("%.1f", bound.examplesPerSecond()), "", "", "", "", "", "", "",
-                                "", "", "", "");
+                                "", "", "", "", "");
                     }
                 }
             }
@@ -276,7 +279,7 @@ public final class PipelineBench {
             results.singleMicrobatch().add(small);
             if (raw != null) {
                 raw.row("single-microbatch", rep, "single model, one microbatch", "", "", "", "", 1, o.batchPerMicrobatch(),
-                        o.threads(), "", RawCsv.num("%.1f", small), "", "", "", "", "", "", "", "", "", "", "");
+                        o.threads(), "", RawCsv.num("%.1f", small), "", "", "", "", "", "", "", "", "", "", "", "");
             }
             log("rep %d/%d single model (batch %d, one microbatch): %.0f examples/s", rep, o.reps(), o.batchPerMicrobatch(),
                     small);
@@ -300,7 +303,8 @@ public final class PipelineBench {
                             RawCsv.num("%.4f", predictedBubble(model, config, microbatches, results.profiles()[c])),
                             RawCsv.num("%.3f", run.medianStepMillis()), RawCsv.num("%.4f", b.receive()),
                             RawCsv.num("%.4f", b.send()), RawCsv.num("%.4f", b.optimizer()), RawCsv.num("%.4f", b.between()),
-                            RawCsv.num("%.4f", b.outside()), RawCsv.num("%.4f", run.computeOverProfile()));
+                            RawCsv.num("%.4f", b.before()), RawCsv.num("%.4f", b.after()),
+                            RawCsv.num("%.4f", run.computeOverProfile()));
                 }
                 log("rep %d/%d %-48s %8.0f examples/s  bubble %.1f%% (simulated %.1f%%; %s)  %s", rep, o.reps(),
                         config.label(), run.examplesPerSecond(), 100 * run.medianBubble(), 100 * run.simulatedBubble(),
@@ -392,8 +396,17 @@ public final class PipelineBench {
                 overProfile = sumMeasured / sumAlone;
             }
             return new Run(rate, bubbles[bubbles.length / 2], simulated.bubbleFraction(), median.windowNanos() / 1e6,
-                    stages(trainer.split()), TimelineBreakdown.of(median), overProfile);
+                    stages(trainer.split()), TimelineBreakdown.of(median), overProfile,
+                    medianMicros(median, kind -> kind == TimelineEvent.Kind.SEND),
+                    medianMicros(median, TimelineEvent.Kind::isCompute));
         }
+    }
+
+    /** The median duration of the step's events whose kind passes {@code test}, in microseconds; NaN without any. */
+    private static double medianMicros(TimelineReport step, Predicate<TimelineEvent.Kind> test) {
+        long[] d = step.timelines().stream().flatMap(t -> t.events().stream()).filter(e -> test.test(e.kind()))
+                .mapToLong(TimelineEvent::durationNanos).sorted().toArray();
+        return d.length == 0 ? Double.NaN : d[d.length / 2] / 1e3;
     }
 
     private static Schedule schedule(Config config, int microbatches) {

@@ -105,12 +105,16 @@ final class PipelineBenchReport {
                 + " times and hand-off latency (with each stage's measured weight-gradient share under ZB-H1), and the"
                 + " profile's prediction; then the measured bubble split by what the ranks did meanwhile"
                 + " (`TimelineBreakdown`: waiting for / taking a message, posting one, the optimizer step, the executor"
-                + " between events, outside the rank's step), and the stages' compute in the pipeline over the same"
+                + " between events, before the rank's step began, after it ended), and the stages' compute in the"
+                + " pipeline over the same"
                 + " passes profiled alone on one thread (> 1: per-microbatch cost the pipeline adds, or cores the"
-                + " ranks share).\n\n");
+                + " ranks share); last, the median send (the hand-off's copy into the peer's slot, and any wait for room)"
+                + " against the median pass: a fixed cost per message that the split by measured times does not"
+                + " count.\n\n");
         md.append("| configuration | measured (min–max) | ideal | within 5 points | simulated | measured − simulated |"
-                + " predicted by the profile | receive | send | optimizer | between | outside | compute / profile |\n");
-        md.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                + " predicted by the profile | receive | send | optimizer | between | before | after | compute / profile |"
+                + " send / pass (median µs) |\n");
+        md.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
         for (int c = 0; c < r.configs().size(); c++) {
             Config config = r.configs().get(c);
             List<Run> rs = r.runs().get(c);
@@ -128,9 +132,10 @@ final class PipelineBenchReport {
                     median.medianBubble() - ideal <= 0.05 ? "met" : "not met", 100 * median.simulatedBubble(),
                     100 * (median.medianBubble() - median.simulatedBubble()),
                     Double.isNaN(predicted) ? "—" : String.format(Locale.ROOT, "%.1f %%", 100 * predicted),
-                    100 * b.receive(), 100 * b.send(), 100 * b.optimizer(), 100 * b.between(), 100 * b.outside(),
+                    100 * b.receive(), 100 * b.send(), 100 * b.optimizer(), 100 * b.between(), 100 * b.before(), 100 * b.after(),
                     Double.isNaN(median.computeOverProfile()) ? "—"
-                            : String.format(Locale.ROOT, "%.2f", median.computeOverProfile())));
+                            : String.format(Locale.ROOT, "%.2f", median.computeOverProfile()),
+                    median.medianSendMicros(), median.medianPassMicros()));
         }
         md.append("\nProfiles (per layer, one microbatch, forward/backward ms; the last layer's forward runs inside its"
                 + " backward):\n\n");

@@ -12,8 +12,10 @@ import org.symmem4j.pipeline.exec.TimelineEvent.Kind;
  * (first compute start to last compute end, on any rank) split by what the rank was doing. The parts
  * add up to 1, and {@code 1 - compute} is the report's {@link TimelineReport#bubbleFraction() bubble},
  * so the bubble itself is split into waiting for a message, posting one, the optimizer step, the
- * executor's own time between recorded events, and the time a rank was outside its step (it started
- * late or had finished). Clipped to the window, as the bubble is.
+ * executor's own time between recorded events, and the time a rank was outside its step: before its first event
+ * (its step began after the window opened: the trainer's per-step work or a late wake-up, which the schedule does
+ * not need) or after its last (its step had ended: a rank that finished early, as the schedule's cool-down has it).
+ * Clipped to the window, as the bubble is.
  *
  * @param compute   forward, backward and split-backward passes (the stage's own copies into and out of
  *                  its arrays and the per-microbatch bookkeeping of the stage are part of these)
@@ -22,10 +24,11 @@ import org.symmem4j.pipeline.exec.TimelineEvent.Kind;
  * @param optimizer the optimizer step of the rank's stages
  * @param between   between two recorded events of the rank: the executor's own work (releasing a slot,
  *                  same-rank copies, tracing)
- * @param outside   before the rank's first event or after its last one: the rank's step had not begun or had ended
+ * @param before    in the window before the rank's first event: its step had not begun
+ * @param after     in the window after the rank's last event: its step had ended
  */
 public record TimelineBreakdown(double compute, double receive, double send, double optimizer, double between,
-                                double outside) {
+                                double before, double after) {
 
     /**
      * The breakdown of one step.
@@ -40,7 +43,8 @@ public record TimelineBreakdown(double compute, double receive, double send, dou
         double total = (double) (end - start) * report.rankCount();
         long[] byKind = new long[Kind.values().length];
         long between = 0;
-        long outside = 0;
+        long before = 0;
+        long after = 0;
         for (StepTimeline rank : report.timelines()) {
             List<TimelineEvent> events = new ArrayList<>(rank.events());
             events.sort(Comparator.comparingLong(TimelineEvent::startNanos));
@@ -54,7 +58,7 @@ public record TimelineBreakdown(double compute, double receive, double send, dou
                     if (begun) {
                         between += gap;
                     } else {
-                        outside += gap;
+                        before += gap;
                     }
                 }
                 begun = true;
@@ -63,13 +67,13 @@ public record TimelineBreakdown(double compute, double receive, double send, dou
                 }
                 cursor = Math.max(cursor, Math.min(e.endNanos(), end));
             }
-            outside += end - Math.max(cursor, start);
+            after += end - Math.max(cursor, start);
         }
         long compute = byKind[Kind.FORWARD.ordinal()] + byKind[Kind.BACKWARD.ordinal()]
                 + byKind[Kind.INPUT_GRADIENT.ordinal()] + byKind[Kind.WEIGHT_GRADIENT.ordinal()];
         return new TimelineBreakdown(compute / total, byKind[Kind.RECEIVE.ordinal()] / total,
                 byKind[Kind.SEND.ordinal()] / total, byKind[Kind.OPTIMIZER_STEP.ordinal()] / total, between / total,
-                outside / total);
+                before / total, after / total);
     }
 
     /**
@@ -78,7 +82,7 @@ public record TimelineBreakdown(double compute, double receive, double send, dou
      * @return the bubble fraction
      */
     public double bubble() {
-        return receive + send + optimizer + between + outside;
+        return receive + send + optimizer + between + before + after;
     }
 
     /**
@@ -88,6 +92,7 @@ public record TimelineBreakdown(double compute, double receive, double send, dou
      */
     public String idleText() {
         return String.format(Locale.ROOT, "receive %.1f %%, send %.1f %%, optimizer %.1f %%, between %.1f %%,"
-                + " outside %.1f %%", 100 * receive, 100 * send, 100 * optimizer, 100 * between, 100 * outside);
+                + " before %.1f %%, after %.1f %%", 100 * receive, 100 * send, 100 * optimizer, 100 * between,
+                100 * before, 100 * after);
     }
 }

@@ -8,7 +8,7 @@ import org.symmem4j.pipeline.exec.TimelineEvent.Kind;
 
 /**
  * The breakdown of a step written by hand (two ranks, times in microseconds), so every share is known: compute,
- * receive, send, optimizer, the executor's gaps between events and the time outside a rank's step, clipped to the
+ * receive, send, optimizer, the executor's gaps between events and the time before and after a rank's step, clipped to the
  * window of the report, adding up to one, the idle parts to the report's bubble.
  */
 class TimelineBreakdownTest {
@@ -45,10 +45,11 @@ class TimelineBreakdownTest {
         assertEquals(0.04, b.send(), 1e-12);
         assertEquals(0.03, b.optimizer(), 1e-12);
         assertEquals(0.01, b.between(), 1e-12);
-        assertEquals(0.19, b.outside(), 1e-12);
+        assertEquals(0.02, b.before(), 1e-12);
+        assertEquals(0.17, b.after(), 1e-12);
         assertEquals(1.0, b.compute() + b.bubble(), 1e-12);
         assertEquals(report.bubbleFraction(), b.bubble(), 1e-12);
-        assertEquals("receive 29.0 %, send 4.0 %, optimizer 3.0 %, between 1.0 %, outside 19.0 %", b.idleText());
+        assertEquals("receive 29.0 %, send 4.0 %, optimizer 3.0 %, between 1.0 %, before 2.0 %, after 17.0 %", b.idleText());
     }
 
     @Test
@@ -60,6 +61,6 @@ class TimelineBreakdownTest {
         TimelineBreakdown b = TimelineBreakdown.of(report);
         assertEquals(report.bubbleFraction(), b.bubble(), 1e-12);
         assertEquals(0.0, b.receive() + b.send(), 0.0, "no hand-off events on these timelines");
-        assertEquals(b.bubble(), b.between() + b.outside() + b.optimizer(), 1e-12);
+        assertEquals(b.bubble(), b.between() + b.before() + b.after() + b.optimizer(), 1e-12);
     }
 }
