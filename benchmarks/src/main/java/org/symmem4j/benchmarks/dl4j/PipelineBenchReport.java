@@ -127,12 +127,14 @@ final class PipelineBenchReport {
             double predicted = PipelineBench.predictedBubble(model, config, microbatches, r.profiles()[c]);
             TimelineBreakdown b = median.breakdown();
             md.append(String.format(Locale.ROOT, "| %s | %.1f %% (%s) | %.1f %% | %s | %.1f %% | %+.1f | %s | %.1f %% |"
-                            + " %.1f %% | %.1f %% | %.1f %% | %.1f %% | %s |%n", config.label(), 100 * median.medianBubble(),
+                            + " %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %s | %.0f / %.0f |%n", config.label(),
+                    100 * median.medianBubble(),
                     range(rs, Run::medianBubble, "%.1f", 100), 100 * ideal,
                     median.medianBubble() - ideal <= 0.05 ? "met" : "not met", 100 * median.simulatedBubble(),
                     100 * (median.medianBubble() - median.simulatedBubble()),
                     Double.isNaN(predicted) ? "—" : String.format(Locale.ROOT, "%.1f %%", 100 * predicted),
-                    100 * b.receive(), 100 * b.send(), 100 * b.optimizer(), 100 * b.between(), 100 * b.before(), 100 * b.after(),
+                    100 * b.receive(), 100 * b.send(), 100 * b.optimizer(), 100 * b.between(), 100 * b.before(),
+                    100 * b.after(),
                     Double.isNaN(median.computeOverProfile()) ? "—"
                             : String.format(Locale.ROOT, "%.2f", median.computeOverProfile()),
                     median.medianSendMicros(), median.medianPassMicros()));
