@@ -167,11 +167,11 @@ pipeline_bound() {
 }
 
 pipeline() {
-  pipeline_bound interleaved pipeline 210
+  pipeline_bound interleaved pipeline 250
   {
-    OMP_NUM_THREADS=1 timeout 40 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 4 \
+    OMP_NUM_THREADS=1 timeout 20 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 4 \
       --microbatches 8 --wait park
-    OMP_NUM_THREADS=1 timeout 40 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 8 \
+    OMP_NUM_THREADS=1 timeout 20 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 8 \
       --microbatches 16 --forward-us 1000 --backward-us 2000 --wait spin
   } > "$out/pipeline-executor.txt" 2>&1
 }

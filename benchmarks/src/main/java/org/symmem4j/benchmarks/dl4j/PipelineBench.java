@@ -75,6 +75,8 @@ public final class PipelineBench {
 
     static final int FEATURES = 64;
     static final int CLASSES = 10;
+    /** Microbatches of the profile's sample: its passes time one microbatch of the run's size, four times per pass. */
+    static final int PROFILE_MICROBATCHES = 4;
 
     private PipelineBench() {
     }
@@ -248,8 +250,9 @@ public final class PipelineBench {
         for (int i = 0; i < configs.size(); i++) {
             results.runs().add(new ArrayList<>());
         }
-        // one profile per microbatch count: every configuration of a rank count cuts the same batches
-        Map<Integer, StageProfile> profileByMicrobatches = new TreeMap<>();
+        // one profile for the run: every configuration runs microbatches of the same size, and the profile times one
+        // microbatch's passes (PROFILE_MICROBATCHES of them per pass over the layers, 5 passes, the first a warm-up)
+        StageProfile[] profile = new StageProfile[1];
         List<DataSet> microbatchBatches = data.batches(22, (o.warmup() + o.steps()) * o.microbatchesPerRank(),
                 o.batchPerMicrobatch(), DataType.FLOAT);
         for (int rep = 1; rep <= o.reps(); rep++) {
@@ -289,8 +292,12 @@ public final class PipelineBench {
                 int batch = microbatches * o.batchPerMicrobatch();
                 List<DataSet> batches = data.batches(21, o.warmup() + o.steps(), batch, DataType.FLOAT);
                 if (config.split().equals("time") && results.profiles()[c] == null) {
-                    results.profiles()[c] = profileByMicrobatches.computeIfAbsent(microbatches,
-                            k -> StageProfile.measure(model, batches.getFirst(), k, 5, o.threads(), null));
+                    if (profile[0] == null) {
+                        DataSet sample = data.batches(23, 1, PROFILE_MICROBATCHES * o.batchPerMicrobatch(), DataType.FLOAT)
+                                .getFirst();
+                        profile[0] = StageProfile.measure(model, sample, PROFILE_MICROBATCHES, 5, o.threads(), null);
+                    }
+                    results.profiles()[c] = profile[0];
                 }
                 Run run = pipeline(model, batches, config, microbatches, results.profiles()[c], o);
                 results.runs().get(c).add(run);
