@@ -20,9 +20,10 @@
 #   mpi      Open MPI MPI_Allreduce vs the host all-reduce at 2, 4, 8, 16 ranks (if mpicc is there)
 # and, for a second run: cnn (the CNN at 8 and 16 workers with 2.5 s windows: its steps take about
 # 0.4 s), small16 (mlp-small at 16 workers against ParallelWrapper), zero1 (mlp-medium at 16 workers,
-# plain and ZeRO stage 1), pipeline (the DL4J pipeline trainer against the single model at 4 x 8 and
-# 8 x 16 ranks x microbatches, a core per rank, then the executor's idle time against the simulator:
-# the pipeline-speed target of issue #12; $OUT/pipeline.md, $OUT/pipeline-executor.txt), zero (the ZeRO
+# plain and ZeRO stage 1), pipeline (the DL4J pipeline trainer, 1F1B and interleaved, against the single
+# model and against the machine's bound, P independent models on P cores, at 4 x 8 and 8 x 16 ranks x microbatches, a
+# core per rank, then the executor's idle time against the simulator: the pipeline-speed target of issues #12 and #35;
+# $OUT/pipeline.md and .csv, $OUT/pipeline-executor.txt, < 5 minutes), zero (the ZeRO
 # memory table of issue #31: plain / ZeRO-1 / 2 / 3 at 2, 4, 8, 16 workers, < 8 minutes;
 # $OUT/zero-memory.md), hsdp-threads and hsdp-processes (the same with hybrid sharding, MLP and CNN, ranks as
 # threads or as processes, one call each; $OUT/hsdp-*.md), serving (issue #34: the router with 8 worker threads, with 8
@@ -31,7 +32,7 @@
 # split by what it holds and each JVM's CPU under load and over 10 idle seconds; then the worker processes again with
 # bare worker JVMs, the before of the worker JVM defaults; $OUT/serving-memory.md, $OUT/serving-memory-bare.md,
 # < 9 minutes), zb-h1 (issue #35: the DL4J pipeline with ZB-H1 against 1F1B at 4 and 8 ranks, split by measured
-# times, < 5 minutes; $OUT/zb-h1.md), sync-bn (issue #35: synchronized BatchNorm's cost per BatchNorm layer, the MLP and
+# times, against the same bound, < 5 minutes; $OUT/zb-h1.md and .csv), sync-bn (issue #35: synchronized BatchNorm's cost per BatchNorm layer, the MLP and
 # the CNN with and without it in the same run, at 4, 8 and 16 worker threads, < 4 minutes; $OUT/sync-bn-w4.md,
 # -w8.md, -w16.md) and pipeline-zero (issue #35: ZeRO stage 1 on the pipeline's dp axis against the unsharded
 # pipeline, step time and model bytes, dp x pp = 2 x 4 and 4 x 4 rank threads, a core per rank, < 4 minutes;
@@ -159,29 +160,33 @@ serving_memory() {
     --sides processes --worker-jvm bare > "$out/serving-memory-bare.md" 2>&1
 }
 
-pipeline() {
+# The pipeline against the machine's own bound (issue #35): PipelineBench at 4 and 8 ranks, a core per rank, stages split
+# by measured times, a 17-layer MLP (16 hidden layers of 512: two whole layers per stage at 8 ranks), beside the single
+# model and P independent models on P cores in the same run; 2 repetitions, the report rewritten after each (a run cut
+# by its limit keeps the first). $1: the schedules besides 1F1B; $2: the report's name. Then the executor alone with
+# synthetic passes (pipeline step only). Each step < 5 minutes.
+pipeline_bound() {
   local machine
   machine="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM"
-  OMP_NUM_THREADS=1 timeout 420 "${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineBench --ranks 4,8 \
-    --microbatches-per-rank 2 --reps 2 --out "$out/pipeline.md" --commit "${COMMIT:-unknown}" --machine "$machine" \
-    --command "bench/cpu-scaling/run.sh bench pipeline" >> "$log" 2>&1
+  OMP_NUM_THREADS=1 timeout "$3" "${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineBench --ranks 4,8 \
+    --microbatches-per-rank 2 --layers 16 --schedules "1f1b,$1" --splits time --steps 10 --warmup 3 --single-steps 4 \
+    --bound-seconds 1.5 --reps 2 --out "$out/$2.md" --raw "$out/$2.csv" --commit "${COMMIT:-unknown}" \
+    --machine "$machine" --command "bench/cpu-scaling/run.sh bench $2" >> "$log" 2>&1
+}
+
+pipeline() {
+  pipeline_bound interleaved pipeline 250
   {
-    OMP_NUM_THREADS=1 timeout 40 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 4 \
+    OMP_NUM_THREADS=1 timeout 20 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 4 \
       --microbatches 8 --wait park
-    OMP_NUM_THREADS=1 timeout 40 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 8 \
+    OMP_NUM_THREADS=1 timeout 20 "${java[@]}" org.symmem4j.benchmarks.PipelineExecutorBubbleBench --ranks 8 \
       --microbatches 16 --forward-us 1000 --backward-us 2000 --wait spin
   } > "$out/pipeline-executor.txt" 2>&1
 }
 
-# ZB-H1 against 1F1B (issue #35): the DL4J pipeline at 4 and 8 ranks, a core per rank, stages split by measured pass
-# times, both schedules in the same run beside the single model; $OUT/zb-h1.md and .csv.
+# ZB-H1 against 1F1B (issue #35), the same way; $OUT/zb-h1.md and .csv.
 zb_h1() {
-  local machine
-  machine="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM"
-  OMP_NUM_THREADS=1 timeout 300 "${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineBench --ranks 4,8 \
-    --microbatches-per-rank 2 --schedules 1f1b,zb-h1 --splits time --reps 2 --out "$out/zb-h1.md" \
-    --raw "$out/zb-h1.csv" --commit "${COMMIT:-unknown}" --machine "$machine" \
-    --command "bench/cpu-scaling/run.sh bench zb-h1" >> "$log" 2>&1
+  pipeline_bound zb-h1 zb-h1 290
 }
 
 # Synchronized BatchNorm's cost (issue #35, SyncBatchNormBench): per BatchNorm layer and step, the extra step time and

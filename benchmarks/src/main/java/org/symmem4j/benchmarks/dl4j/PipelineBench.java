@@ -4,12 +4,12 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.function.Predicate;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.buffer.DataType;
 import org.nd4j.linalg.dataset.DataSet;
@@ -24,6 +24,8 @@ import org.symmem4j.dl4j.pipeline.StageProfile;
 import org.symmem4j.examples.Cli;
 import org.symmem4j.examples.PipelineParallelExample;
 import org.symmem4j.examples.SyntheticData;
+import org.symmem4j.pipeline.exec.TimelineBreakdown;
+import org.symmem4j.pipeline.exec.TimelineEvent;
 import org.symmem4j.pipeline.exec.TimelineReport;
 import org.symmem4j.pipeline.schedule.ActionDurations;
 import org.symmem4j.pipeline.schedule.PipelineShape;
@@ -31,6 +33,7 @@ import org.symmem4j.pipeline.schedule.Schedule;
 import org.symmem4j.pipeline.schedule.ScheduleGenerators;
 import org.symmem4j.pipeline.schedule.ScheduleSimulator;
 import org.symmem4j.pipeline.schedule.SimulationResult;
+import org.symmem4j.pipeline.schedule.StageDurations;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
@@ -44,20 +47,26 @@ import picocli.CommandLine.Option;
  * {@code --warmup} untimed steps, then {@code --steps} timed steps, {@code --reps} times round-robin
  * with the baseline (fresh trainer each time, the median repetition reported).
  *
- * <p>Reports per configuration: examples/s and the speed-up over the single model next to the
- * schedule's ideal speed-up {@code p x (1 - ideal bubble)} and their ratio (target: at least 0.8),
- * and next to what microbatching leaves of it: the single model's rate on microbatch-sized batches
- * over its rate on whole batches (DL4J's per-operation overhead and small matrix products make
- * every microbatch's pass cost more per example; the pipeline cannot do better than that);
- * the median step's measured bubble next to the ideal (target: within 5 points), the simulator's
- * bubble for that step's measured per-stage times, and the profile's prediction. Raw per-repetition
- * numbers follow the table. Progress goes to stderr, the markdown report to {@code --out} (or stdout),
- * and with {@code --raw} one CSV row per measured run (the baselines' and each configuration's
- * repetitions), written as it ends.
+ * <p>The machine's own bound is measured in the same run, per rank count P and repetition: P
+ * independent copies of the model trained at once on P threads with the same ND4J threads, each on
+ * one-microbatch batches ({@link IndependentReplicas}, the scaling benchmark's {@code independent}
+ * mode): what P cores deliver to the pipeline's passes (memory bandwidth, caches, turbo and DL4J's
+ * per-microbatch cost included). A pipeline with the schedule's ideal bubble b would reach
+ * {@code bound x (1 - b)}.
+ *
+ * <p>Reports per configuration ({@link PipelineBenchReport}): examples/s (median repetition, min–max)
+ * and the speed-up over the single model, over the bound, and over {@code bound x (1 - b)} (target:
+ * at least 0.8); the median step's measured bubble next to the ideal (target: within 5 points), the
+ * simulator's bubble for that step's measured per-stage times (and measured weight-gradient shares
+ * under ZB-H1), the profile's prediction, the bubble split by what the ranks did
+ * ({@code TimelineBreakdown}) and the stages' compute in the pipeline over the same passes profiled
+ * alone. Progress goes to stderr, the markdown report to {@code --out} (or stdout) after every
+ * repetition, and with {@code --raw} one CSV row per measured run, written as it ends.
  *
  * <pre>
  *   PipelineBench [--ranks 2,4,8] [--microbatches-per-rank 4] [--batch-per-microbatch 128] [--hidden 512]
- *                 [--layers 8] [--steps 40] [--warmup 10] [--reps 3] [--threads 1]
+ *                 [--layers 8] [--steps 40] [--warmup 10] [--reps 3] [--threads 1] [--single-steps S]
+ *                 [--bound-seconds 1.5]
  *                 [--schedules 1f1b,interleaved,gpipe,zb-h1] [--splits params,time] [--out FILE] [--raw FILE.csv] [--commit C]
  *                 [--command TEXT] [--machine TEXT]
  * </pre>
@@ -66,6 +75,8 @@ public final class PipelineBench {
 
     static final int FEATURES = 64;
     static final int CLASSES = 10;
+    /** Microbatches of the profile's sample: its passes time one microbatch of the run's size, four times per pass. */
+    static final int PROFILE_MICROBATCHES = 4;
 
     private PipelineBench() {
     }
@@ -92,6 +103,12 @@ public final class PipelineBench {
         int reps = 3;
         @Option(names = "--threads", paramLabel = "T", description = "ND4J threads per rank and for the single model")
         int threads = 1;
+        @Option(names = "--single-steps", paramLabel = "S", description = "timed steps of the single model on the merged"
+                + " batch (default: --steps; its steps are the slowest of the run)")
+        Integer singleSteps;
+        @Option(names = "--bound-seconds", paramLabel = "SECONDS", description = "window of the machine's bound: P"
+                + " independent models on P threads, each on one-microbatch batches (0: no bound)")
+        double boundSeconds = 1.5;
         @Option(names = "--schedules", paramLabel = "SCHEDULE", split = ",", description = "schedules: 1f1b, interleaved, gpipe, zb-h1")
         List<String> schedules = new ArrayList<>(List.of("1f1b", "interleaved"));
         @Option(names = "--splits", paramLabel = "SPLIT", split = ",", description = "how stages are balanced: params, time")
@@ -110,8 +127,9 @@ public final class PipelineBench {
     }
 
     record Options(List<Integer> ranks, int microbatchesPerRank, int batchPerMicrobatch, int hidden, int layers,
-                   int steps, int warmup, int reps, int threads, List<PipelineSchedule> schedules, List<String> splits,
-                   Path out, Path raw, String commit, String command, String machine) {
+                   int steps, int warmup, int reps, int threads, int singleSteps, double boundSeconds,
+                   List<PipelineSchedule> schedules, List<String> splits, Path out, Path raw, String commit,
+                   String command, String machine) {
 
         static Options parse(String[] args) {
             return Cli.parse(new Flags(), args, f -> build(f, args));
@@ -147,9 +165,19 @@ public final class PipelineBench {
             return new Options(List.copyOf(f.ranks), Cli.positive("--microbatches-per-rank", f.microbatchesPerRank),
                     Cli.positive("--batch-per-microbatch", f.batchPerMicrobatch), Cli.positive("--hidden", f.hidden),
                     Cli.positive("--layers", f.layers), Cli.positive("--steps", f.steps), Cli.positive("--warmup", f.warmup),
-                    Cli.positive("--reps", f.reps), Cli.positive("--threads", f.threads), schedules, splits, f.out,
+                    Cli.positive("--reps", f.reps), Cli.positive("--threads", f.threads),
+                    f.singleSteps == null ? f.steps : Cli.positive("--single-steps", f.singleSteps),
+                    nonNegativeSeconds(f.boundSeconds), schedules, splits, f.out,
                     f.raw, f.commit, command, machine);
         }
+    }
+
+    private static double nonNegativeSeconds(double seconds) {
+        if (!(seconds >= 0) || Double.isInfinite(seconds)) {
+            throw new IllegalArgumentException("--bound-seconds=" + seconds + " expected a finite number >= 0 (fix: pass"
+                    + " e.g. 1.5, or 0 to leave the bound out)");
+        }
+        return seconds;
     }
 
     /** One pipeline configuration. */
@@ -160,24 +188,37 @@ public final class PipelineBench {
         }
     }
 
-    /** One timed repetition of a configuration. */
+    /**
+     * One timed repetition of a configuration: the rate, the median step's measured and simulated bubble and where its
+     * window went, and the stages' compute in the pipeline over the same passes profiled alone (NaN without a profile).
+     */
     record Run(double examplesPerSecond, double medianBubble, double simulatedBubble, double medianStepMillis,
-               String stages) {
+               String stages, TimelineBreakdown breakdown, double computeOverProfile, double medianSendMicros,
+               double medianPassMicros) {
     }
 
     /**
      * The columns of {@code --raw}, one row per measured run. {@code kind}: {@code single} (the baseline
      * on the batches of {@code ranks} ranks), {@code single-microbatch} (the single model on batches of
-     * one microbatch) or {@code pipeline} (a configuration; {@code ideal}, {@code simulated} and
+     * one microbatch), {@code bound} ({@code ranks} independent models at once, each on one-microbatch batches:
+     * the machine's bound) or {@code pipeline} (a configuration; {@code ideal}, {@code simulated} and
      * {@code predicted} bubbles as in the report's table; {@code predicted} only for the split by
-     * measured times). Bubbles are fractions of the step (0..1); empty where a column does not apply.
+     * measured times; the idle parts of the median step's window as {@link TimelineBreakdown} splits them).
+     * Bubbles and parts are fractions of the step (0..1); empty where a column does not apply.
      */
     static final List<String> CSV_COLUMNS = List.of("kind", "rep", "config", "ranks", "schedule", "stages_per_rank",
             "split", "microbatches", "batch", "nd4j_threads", "stages_layers", "examples_per_s",
             "median_bubble_fraction", "ideal_bubble_fraction", "simulated_bubble_fraction", "predicted_bubble_fraction",
-            "median_step_ms");
+            "median_step_ms", "receive_fraction", "send_fraction", "optimizer_fraction", "between_fraction",
+            "before_fraction", "after_fraction", "compute_over_profile");
 
-    public static void main(String[] args) throws IOException {
+    /** Everything one run measured, by configuration and rank count, for the report. */
+    record Results(List<Config> configs, List<List<Run>> runs, Map<Integer, List<Double>> single,
+                   List<Double> singleMicrobatch, Map<Integer, List<Double>> bound, StageProfile[] profiles,
+                   List<String> skipped) {
+    }
+
+    public static void main(String[] args) throws Exception {
         Options o = Options.parse(args);
         RawCsv raw = o.raw() == null ? null : RawCsv.open(o.raw(), CSV_COLUMNS);
         Nd4j.getEnvironment().setMaxThreads(o.threads());
@@ -204,30 +245,44 @@ public final class PipelineBench {
         }
         // one batch size per rank count (m = microbatchesPerRank x p microbatches of batchPerMicrobatch),
         // and the single model measured on the same batches
-        Map<Integer, List<Double>> single = new TreeMap<>();
-        List<Double> singleMicrobatch = new ArrayList<>();
-        List<List<Run>> runs = new ArrayList<>();
+        Results results = new Results(configs, new ArrayList<>(), new TreeMap<>(), new ArrayList<>(), new TreeMap<>(),
+                new StageProfile[configs.size()], skipped);
         for (int i = 0; i < configs.size(); i++) {
-            runs.add(new ArrayList<>());
+            results.runs().add(new ArrayList<>());
         }
-        StageProfile[] profiles = new StageProfile[configs.size()];
+        // one profile for the run: every configuration runs microbatches of the same size, and the profile times one
+        // microbatch's passes (PROFILE_MICROBATCHES of them per pass over the layers, 5 passes, the first a warm-up)
+        StageProfile[] profile = new StageProfile[1];
+        List<DataSet> microbatchBatches = data.batches(22, (o.warmup() + o.steps()) * o.microbatchesPerRank(),
+                o.batchPerMicrobatch(), DataType.FLOAT);
         for (int rep = 1; rep <= o.reps(); rep++) {
             for (int p : o.ranks()) {
                 int batch = o.microbatchesPerRank() * p * o.batchPerMicrobatch();
-                double rate = singleModel(model, data.batches(21, o.warmup() + o.steps(), batch, DataType.FLOAT), o);
-                single.computeIfAbsent(p, k -> new ArrayList<>()).add(rate);
+                double rate = singleModel(model, data.batches(21, o.warmup() + o.singleSteps(), batch, DataType.FLOAT), o);
+                results.single().computeIfAbsent(p, k -> new ArrayList<>()).add(rate);
                 log("rep %d/%d single model (batch %d): %.0f examples/s", rep, o.reps(), batch, rate);
                 if (raw != null) {
                     raw.row("single", rep, "single model", p, "", "", "", "", batch, o.threads(), "",
-                            RawCsv.num("%.1f", rate), "", "", "", "", "");
+                            RawCsv.num("%.1f", rate), "", "", "", "", "", "", "", "", "", "", "", "");
+                }
+                if (o.boundSeconds() > 0) {
+                    IndependentReplicas.Result bound = IndependentReplicas.measure(p, i -> model.clone(), microbatchBatches,
+                            o.threads(), Math.min(0.5, o.boundSeconds() / 3), o.boundSeconds());
+                    results.bound().computeIfAbsent(p, k -> new ArrayList<>()).add(bound.examplesPerSecond());
+                    log("rep %d/%d bound: %d independent models, one microbatch (%d) each: %.0f examples/s", rep, o.reps(),
+                            p, o.batchPerMicrobatch(), bound.examplesPerSecond());
+                    if (raw != null) {
+                        raw.row("bound", rep, p + " independent models", p, "", "", "", 1, o.batchPerMicrobatch(),
+                                o.threads(), "", RawCsv.num("%.1f", bound.examplesPerSecond()), "", "", "", "", "", "", "",
+                                "", "", "", "", "");
+                    }
                 }
             }
-            double small = singleModel(model, data.batches(22, (o.warmup() + o.steps()) * o.microbatchesPerRank(),
-                    o.batchPerMicrobatch(), DataType.FLOAT), o);
-            singleMicrobatch.add(small);
+            double small = singleModel(model, microbatchBatches, o);
+            results.singleMicrobatch().add(small);
             if (raw != null) {
                 raw.row("single-microbatch", rep, "single model, one microbatch", "", "", "", "", 1, o.batchPerMicrobatch(),
-                        o.threads(), "", RawCsv.num("%.1f", small), "", "", "", "", "");
+                        o.threads(), "", RawCsv.num("%.1f", small), "", "", "", "", "", "", "", "", "", "", "", "");
             }
             log("rep %d/%d single model (batch %d, one microbatch): %.0f examples/s", rep, o.reps(), o.batchPerMicrobatch(),
                     small);
@@ -236,29 +291,42 @@ public final class PipelineBench {
                 int microbatches = o.microbatchesPerRank() * config.ranks();
                 int batch = microbatches * o.batchPerMicrobatch();
                 List<DataSet> batches = data.batches(21, o.warmup() + o.steps(), batch, DataType.FLOAT);
-                if (config.split().equals("time") && profiles[c] == null) {
-                    profiles[c] = StageProfile.measure(model, batches.getFirst(), microbatches, 4, o.threads(), null);
+                if (config.split().equals("time") && results.profiles()[c] == null) {
+                    if (profile[0] == null) {
+                        DataSet sample = data.batches(23, 1, PROFILE_MICROBATCHES * o.batchPerMicrobatch(), DataType.FLOAT)
+                                .getFirst();
+                        profile[0] = StageProfile.measure(model, sample, PROFILE_MICROBATCHES, 5, o.threads(), null);
+                    }
+                    results.profiles()[c] = profile[0];
                 }
-                Run run = pipeline(model, batches, config, microbatches, profiles[c], o);
-                runs.get(c).add(run);
+                Run run = pipeline(model, batches, config, microbatches, results.profiles()[c], o);
+                results.runs().get(c).add(run);
                 if (raw != null) {
+                    TimelineBreakdown b = run.breakdown();
                     raw.row("pipeline", rep, config.label(), config.ranks(), config.schedule().tag(), config.stagesPerRank(),
                             config.split(), microbatches, batch, o.threads(), run.stages(),
                             RawCsv.num("%.1f", run.examplesPerSecond()), RawCsv.num("%.4f", run.medianBubble()),
                             RawCsv.num("%.4f", idealBubble(config, microbatches)), RawCsv.num("%.4f", run.simulatedBubble()),
-                            RawCsv.num("%.4f", predictedBubble(model, config, microbatches, profiles[c])),
-                            RawCsv.num("%.3f", run.medianStepMillis()));
+                            RawCsv.num("%.4f", predictedBubble(model, config, microbatches, results.profiles()[c])),
+                            RawCsv.num("%.3f", run.medianStepMillis()), RawCsv.num("%.4f", b.receive()),
+                            RawCsv.num("%.4f", b.send()), RawCsv.num("%.4f", b.optimizer()), RawCsv.num("%.4f", b.between()),
+                            RawCsv.num("%.4f", b.before()), RawCsv.num("%.4f", b.after()),
+                            RawCsv.num("%.4f", run.computeOverProfile()));
                 }
-                log("rep %d/%d %-48s %8.0f examples/s  bubble %.1f%% (simulated %.1f%%)  %s", rep, o.reps(),
+                log("rep %d/%d %-48s %8.0f examples/s  bubble %.1f%% (simulated %.1f%%; %s)  %s", rep, o.reps(),
                         config.label(), run.examplesPerSecond(), 100 * run.medianBubble(), 100 * run.simulatedBubble(),
-                        run.stages());
+                        run.breakdown().idleText(), run.stages());
             }
+            // after every repetition: a run cut short by its time limit still leaves a report
+            write(o, PipelineBenchReport.render(o, model, results, rep));
         }
         if (raw != null) {
             raw.close();
             log("wrote %s", o.raw());
         }
-        String report = render(o, model, configs, runs, single, singleMicrobatch, profiles, skipped);
+    }
+
+    private static void write(Options o, String report) throws IOException {
         if (o.out() != null) {
             Path parent = o.out().toAbsolutePath().getParent();
             if (parent != null) {
@@ -272,8 +340,7 @@ public final class PipelineBench {
     }
 
     /**
-     * The baseline's rate on batches of the first rank count's size. Larger batches run a single model
-     * somewhat faster per example; the report states the size.
+     * The baseline's rate on {@code batches}: {@code --warmup} untimed steps, then the rest timed.
      */
     private static double singleModel(MultiLayerNetwork model, List<DataSet> batches, Options o) {
         Nd4j.getEnvironment().setMaxThreads(o.threads());
@@ -323,9 +390,30 @@ public final class PipelineBench {
             TimelineReport median = reports.get(reports.size() / 2);
             double[] bubbles = reports.stream().mapToDouble(TimelineReport::bubbleFraction).sorted().toArray();
             SimulationResult.Completed simulated = median.simulatePerStage(trainer.schedule(), trainer.shape());
+            double overProfile = Double.NaN;
+            if (profile != null) {
+                StageDurations measured = median.stageDurationsMicros(trainer.shape());
+                StageDurations alone = profile.stageDurationsMicros(trainer.split());
+                double sumMeasured = 0;
+                double sumAlone = 0;
+                for (int s = 0; s < measured.stageCount(); s++) {
+                    sumMeasured += measured.total(s);
+                    sumAlone += alone.total(s);
+                }
+                overProfile = sumMeasured / sumAlone;
+            }
             return new Run(rate, bubbles[bubbles.length / 2], simulated.bubbleFraction(), median.windowNanos() / 1e6,
-                    stages(trainer.split()));
+                    stages(trainer.split()), TimelineBreakdown.of(median), overProfile,
+                    medianMicros(median, kind -> kind == TimelineEvent.Kind.SEND),
+                    medianMicros(median, TimelineEvent.Kind::isCompute));
         }
+    }
+
+    /** The median duration of the step's events whose kind passes {@code test}, in microseconds; NaN without any. */
+    private static double medianMicros(TimelineReport step, Predicate<TimelineEvent.Kind> test) {
+        long[] d = step.timelines().stream().flatMap(t -> t.events().stream()).filter(e -> test.test(e.kind()))
+                .mapToLong(TimelineEvent::durationNanos).sorted().toArray();
+        return d.length == 0 ? Double.NaN : d[d.length / 2] / 1e3;
     }
 
     private static Schedule schedule(Config config, int microbatches) {
@@ -338,14 +426,14 @@ public final class PipelineBench {
     }
 
     /** The schedule's bubble with every backward twice its forward and free hand-offs. */
-    private static double idealBubble(Config config, int microbatches) {
+    static double idealBubble(Config config, int microbatches) {
         PipelineShape shape = new PipelineShape(config.ranks(), microbatches, config.stagesPerRank());
         return ScheduleSimulator.simulate(schedule(config, microbatches), shape, ActionDurations.of(1, 2)).requireCompleted()
                 .bubbleFraction();
     }
 
     /** The bubble the profile predicts for the split it makes; NaN without a profile (split by parameters). */
-    private static double predictedBubble(MultiLayerNetwork model, Config config, int microbatches, StageProfile profile) {
+    static double predictedBubble(MultiLayerNetwork model, Config config, int microbatches, StageProfile profile) {
         if (profile == null) {
             return Double.NaN;
         }
@@ -363,98 +451,7 @@ public final class PipelineBench {
         return s.toString();
     }
 
-    private static double median(List<Double> values) {
-        List<Double> sorted = values.stream().sorted().toList();
-        return sorted.get(sorted.size() / 2);
-    }
-
-    private static String render(Options o, MultiLayerNetwork model, List<Config> configs, List<List<Run>> runs,
-                                 Map<Integer, List<Double>> single, List<Double> singleMicrobatch,
-                                 StageProfile[] profiles, List<String> skipped) {
-        StringBuilder md = new StringBuilder();
-        md.append("# Pipeline speed: DL4J deep MLP, pipeline vs single model\n\n");
-        md.append("- date: ").append(Instant.now()).append('\n');
-        md.append("- machine: ").append(o.machine()).append('\n');
-        md.append("- JDK: ").append(System.getProperty("java.vm.name")).append(' ').append(Runtime.version())
-                .append("; DL4J/ND4J 1.0.0-M2.1 (nd4j-native)\n");
-        md.append("- commit: ").append(o.commit()).append('\n');
-        md.append("- command: `").append(o.command()).append("`\n");
-        if (o.raw() != null) {
-            md.append("- raw data, one CSV row per measured run: `").append(o.raw().getFileName()).append("`\n");
-        }
-        md.append(String.format(Locale.ROOT, "- model: %d → %d × tanh dense(%d) → softmax(%d), Adam(1e-3), fp32, %,d"
-                        + " parameters; generated data (`SyntheticData`)%n", FEATURES, o.layers(), o.hidden(), CLASSES,
-                model.numParams()));
-        md.append(String.format(Locale.ROOT, "- each configuration: %d untimed steps, then %d timed steps; %d repetitions"
-                        + " round-robin with the baseline, the median repetition shown; ND4J threads: %d per rank and %d for"
-                        + " the single model; microbatches: %d per rank of %d examples (batch = ranks × %d)%n",
-                o.warmup(), o.steps(), o.reps(), o.threads(), o.threads(), o.microbatchesPerRank(),
-                o.batchPerMicrobatch(), o.microbatchesPerRank() * o.batchPerMicrobatch()));
-        for (Map.Entry<Integer, List<Double>> e : single.entrySet()) {
-            md.append(String.format(Locale.ROOT, "- baseline for %d ranks: single model `fit()` on the same batches of %d,"
-                            + " %d ND4J thread(s): **%.0f examples/s** (repetitions: %s)%n", e.getKey(),
-                    o.microbatchesPerRank() * e.getKey() * o.batchPerMicrobatch(), o.threads(), median(e.getValue()),
-                    fmt(e.getValue(), "%.0f")));
-        }
-        md.append(String.format(Locale.ROOT, "- the single model on batches of one microbatch (%d): %.0f examples/s"
-                        + " (repetitions: %s); its rate over the whole-batch rate is the microbatch efficiency%n",
-                o.batchPerMicrobatch(), median(singleMicrobatch), fmt(singleMicrobatch, "%.0f")));
-        for (String s : skipped) {
-            md.append("- skipped (interleaving needs two layers per rank): ").append(s).append('\n');
-        }
-        md.append("\nTargets (issue 12, a core per rank): measured bubble within 5 points of the ideal for the schedule;"
-                + " speed-up at least 0.8 × the ideal speed-up p × (1 − ideal bubble). \"Attainable\" is the ideal"
-                + " speed-up times the microbatch efficiency: what is left when every pass runs at the single"
-                + " model's per-example speed on microbatch-sized batches.\n\n");
-        md.append("| configuration | stages (layers) | examples/s | speed-up | ideal speed-up | ratio (≥ 0.8) |"
-                + " attainable | ratio to attainable | bubble measured | ideal | simulated for measured stage times |"
-                + " predicted by the profile |\n");
-        md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-        StringBuilder raw = new StringBuilder();
-        raw.append("config,rep,examples_per_s,median_bubble,simulated_bubble,median_step_ms\n");
-        for (int c = 0; c < configs.size(); c++) {
-            Config config = configs.get(c);
-            List<Run> rs = runs.get(c);
-            Run median = rs.stream().sorted((a, b) -> Double.compare(a.examplesPerSecond(), b.examplesPerSecond()))
-                    .toList().get(rs.size() / 2);
-            int microbatches = o.microbatchesPerRank() * config.ranks();
-            double ideal = idealBubble(config, microbatches);
-            double idealSpeedup = config.ranks() * (1 - ideal);
-            double speedup = median.examplesPerSecond() / median(single.get(config.ranks()));
-            double attainable = idealSpeedup * median(singleMicrobatch) / median(single.get(config.ranks()));
-            double predictedBubble = predictedBubble(model, config, microbatches, profiles[c]);
-            String predicted = Double.isNaN(predictedBubble) ? "—" : String.format(Locale.ROOT, "%.1f %%", 100 * predictedBubble);
-            boolean bubbleMet = median.medianBubble() - ideal <= 0.05;
-            boolean speedMet = speedup >= 0.8 * idealSpeedup;
-            md.append(String.format(Locale.ROOT, "| %s | %s | %.0f | %.2f× | %.2f× | %.2f %s | %.2f× | %.2f | %.1f %% %s |"
-                            + " %.1f %% | %.1f %% | %s |%n", config.label(), median.stages(), median.examplesPerSecond(),
-                    speedup, idealSpeedup, speedup / idealSpeedup, speedMet ? "(met)" : "(not met)", attainable,
-                    speedup / attainable, 100 * median.medianBubble(), bubbleMet ? "(met)" : "(not met)", 100 * ideal,
-                    100 * median.simulatedBubble(), predicted));
-            for (int r = 0; r < rs.size(); r++) {
-                Run run = rs.get(r);
-                raw.append(String.format(Locale.ROOT, "\"%s\",%d,%.1f,%.4f,%.4f,%.3f%n", config.label(), r + 1,
-                        run.examplesPerSecond(), run.medianBubble(), run.simulatedBubble(), run.medianStepMillis()));
-            }
-        }
-        md.append("\nProfiles (per layer, one microbatch, forward/backward ms; the last layer's forward runs inside its"
-                + " backward):\n\n");
-        for (int c = 0; c < configs.size(); c++) {
-            if (profiles[c] != null) {
-                md.append("- ").append(configs.get(c).label()).append(": ").append(profiles[c]).append('\n');
-            }
-        }
-        md.append("\nRaw, one line per configuration and repetition (single model, by rank count: ");
-        single.forEach((p, rates) -> md.append(p).append(" ranks ").append(fmt(rates, "%.1f")).append("; "));
-        md.append("examples/s):\n\n```\n").append(raw).append("```\n");
-        return md.toString();
-    }
-
-    private static String fmt(List<Double> values, String format) {
-        return String.join(", ", values.stream().map(v -> String.format(Locale.ROOT, format, v)).toList());
-    }
-
-    private static void log(String format, Object... args) {
+    static void log(String format, Object... args) {
         System.err.printf(Locale.ROOT, format + "%n", args);
     }
 }

@@ -12,12 +12,10 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
-import java.util.concurrent.CyclicBarrier;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Supplier;
 import jdk.jfr.Configuration;
 import jdk.jfr.Recording;
@@ -665,45 +663,12 @@ public final class ScalingBench {
 
     static Row independent(Config c, Workload w, double warmup, double seconds, int rep, boolean jfr, Options o)
             throws Exception {
-        Nd4jThreadLimit.set(1);
-        int n = c.workers();
-        List<MultiLayerNetwork> nets = new ArrayList<>();
-        for (int i = 0; i < n; i++) {
-            nets.add(c.model().build());
-        }
-        long[] window = new long[1];
-        // the window opens when the last thread finished its warm-up (the barrier's action runs before anyone goes on)
-        CyclicBarrier start = new CyclicBarrier(n + 1, () -> window[0] = System.nanoTime());
-        CyclicBarrier end = new CyclicBarrier(n + 1);
-        AtomicLong examples = new AtomicLong();
-        List<Thread> threads = new ArrayList<>();
-        for (int i = 0; i < n; i++) {
-            int id = i;
-            threads.add(Thread.ofPlatform().name("independent-" + i).start(() -> {
-                try {
-                    MultiLayerNetwork net = nets.get(id);
-                    List<DataSet> mine = new ArrayList<>(w.pool);
-                    java.util.Collections.rotate(mine, id);
-                    net.fit(new TimedIterator(mine, 1, System.nanoTime() + (long) (warmup * 1e9)));
-                    start.await();
-                    TimedIterator it = new TimedIterator(mine, 1, window[0] + (long) (seconds * 1e9));
-                    net.fit(it);
-                    examples.addAndGet(it.examples);
-                    end.await();
-                } catch (Exception e) {
-                    throw new IllegalStateException(e);
-                }
-            }));
-        }
-        Recording r = startJfr(jfr);
-        start.await();
-        end.await();
-        long t = System.nanoTime() - window[0];
+        Recording r = startJfr(jfr); // spans the warm-up too: starting a recording takes a while
+        IndependentReplicas.Result result = IndependentReplicas.measure(c.workers(), i -> c.model().build(), w.pool, 1,
+                warmup, seconds);
         stopJfr(r, o);
-        for (Thread th : threads) {
-            th.join();
-        }
-        return seconds == 0 ? null : new Row(c, rep, examples.get(), t / 1e9, 0, Double.NaN, Double.NaN, Double.NaN, Double.NaN);
+        return result == null ? null
+                : new Row(c, rep, result.examples(), result.seconds(), 0, Double.NaN, Double.NaN, Double.NaN, Double.NaN);
     }
 
     static Row symmem(Config c, Workload w, double warmup, double seconds, int rep, boolean jfr, Options o) throws Exception {

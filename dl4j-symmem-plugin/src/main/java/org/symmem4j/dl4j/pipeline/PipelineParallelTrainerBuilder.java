@@ -284,7 +284,8 @@ public final class PipelineParallelTrainerBuilder
      * Messages per stage-to-stage link before the sender waits. Default: enough that no sender
      * waits for room when a backward takes twice a forward
      * ({@code LinkPlan.stallFreeSlots(ActionDurations.of(1, 2))}: 2 for GPipe and 1F1B, 2 to 4
-     * interleaved); fewer than {@code LinkPlan.minimumSlots()} deadlock and are refused.
+     * interleaved) and, split by measured times, when every stage takes its profiled time (uneven
+     * stages need more); fewer than {@code LinkPlan.minimumSlots()} deadlock and are refused.
      *
      * @param slots messages per link, at least 1 (too few for the schedule are refused at {@link #build()})
      * @return this builder
@@ -465,12 +466,8 @@ public final class PipelineParallelTrainerBuilder
             PipelineSyncBatchNorm.check(network, dataParallel, generated, shape);
         }
         LinkPlan plan = LinkPlan.of(generated, shape);
-        int slots;
         if (linkSlots > 0) {
             plan.requireSlots(linkSlots);
-            slots = linkSlots;
-        } else {
-            slots = plan.stallFreeSlots(ActionDurations.of(1, 2));
         }
         if (stageBoundaries != null && (profile != null || profileSample != null)) {
             throw new IllegalArgumentException("stageBoundaries and a split by measured times were both given:"
@@ -502,7 +499,25 @@ public final class PipelineParallelTrainerBuilder
         }
         // refuses what the trainer cannot call as fit() would; attached in build() once every rank accepted
         listenerOptions().check(new PipelineModel(network, graph, split, start), l -> refuseListeners(group, l));
+        // group mode: each rank measured its own profile, and the ranks must agree on the slots (the build agreement
+        // compares them), so there the equal-stage default alone
+        int slots = linkSlots > 0 ? linkSlots : defaultSlots(plan, group == null ? measured : null, split);
         return new Plan(start, generated, shape, slots, measured, split);
+    }
+
+    /**
+     * Enough slots that no sender waits for room when a backward takes twice a forward, and, for a split by measured
+     * times, when each stage takes what the profile measured for it: uneven stages (a cheap first layer, an output
+     * stage that computes the loss) let a sender run further ahead of its receiver than the schedule's equal-stage
+     * model allows, and a full link then makes the sender wait where the schedule does not (in 1F1B at 4 ranks a fast
+     * first stage needs 4 slots, not 2).
+     */
+    private static int defaultSlots(LinkPlan plan, StageProfile measured, PipelineStageSplit split) {
+        int slots = plan.stallFreeSlots(ActionDurations.of(1, 2));
+        if (measured != null) {
+            slots = Math.max(slots, plan.stallFreeSlots(measured.stageDurationsMicros(split)));
+        }
+        return slots;
     }
 
     /** The listeners the trainer cannot call: any in group mode, DL4J's on a model started from a configuration. */

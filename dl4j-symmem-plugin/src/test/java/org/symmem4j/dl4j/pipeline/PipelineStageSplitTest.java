@@ -179,4 +179,26 @@ class PipelineStageSplitTest {
         assertThrows(IllegalArgumentException.class, () -> PipelineParallelTrainer.builder(base).ranks(2).microbatches(4)
                 .splitBy(profile).stageBoundaries(3).build());
     }
+
+    /**
+     * A split by measured times sizes its links for the stages it made: a cheap first stage runs ahead of the next
+     * one, and with the equal-stage default of 2 slots its sends would wait where the schedule does not.
+     */
+    @Test
+    void splitByMeasuredTimesSizesTheLinksForItsUnevenStages() {
+        MultiLayerNetwork net = PipelineNets.mlp(new org.nd4j.linalg.learning.config.Sgd(0.1), 0,
+                org.nd4j.linalg.api.buffer.DataType.FLOAT, 8, 16, 16, 16, 3);
+        // the first layer a tenth of the others
+        StageProfile uneven = new StageProfile(new long[] {1_000, 10_000, 10_000, 10_000},
+                new long[] {2_000, 20_000, 20_000, 20_000}, 2);
+        try (PipelineParallelTrainer plain = PipelineParallelTrainer.builder(net.clone()).ranks(4).microbatches(8).build();
+             PipelineParallelTrainer measured = PipelineParallelTrainer.builder(net.clone()).ranks(4).microbatches(8)
+                     .splitBy(uneven).build()) {
+            assertEquals(2, plain.linkSlots());
+            int expected = org.symmem4j.pipeline.channel.LinkPlan.of(measured.schedule(), measured.shape())
+                    .stallFreeSlots(uneven.stageDurationsMicros(measured.split()));
+            assertEquals(expected, measured.linkSlots());
+            assertTrue(measured.linkSlots() > 2, "slots " + measured.linkSlots());
+        }
+    }
 }

@@ -11,6 +11,7 @@ import org.symmem4j.pipeline.schedule.Schedule;
 import org.symmem4j.pipeline.schedule.ScheduleSimulator;
 import org.symmem4j.pipeline.schedule.ScheduleValidator;
 import org.symmem4j.pipeline.schedule.SimulationResult;
+import org.symmem4j.pipeline.schedule.StageDurations;
 
 /**
  * What a schedule asks of the stage links, checked before anything runs. Links are FIFOs, so each
@@ -152,6 +153,19 @@ public final class LinkPlan {
      * @throws IllegalStateException if the schedule deadlocks
      */
     public int stallFreeSlots(ActionDurations durations) {
+        return stallFreeSlots(StageDurations.uniform(shape.stageCount(), durations));
+    }
+
+    /**
+     * As {@link #stallFreeSlots(ActionDurations)} with each stage's own action times: uneven stages (a split by
+     * measured times whose stages still differ, an output stage that computes the loss) let a sender run further
+     * ahead of a slower receiver than equal ones do.
+     *
+     * @param durations the per-stage action times to simulate with
+     * @return the slot count, at least 1
+     * @throws IllegalStateException if the schedule deadlocks
+     */
+    public int stallFreeSlots(StageDurations durations) {
         SimulationResult.Completed run = ScheduleSimulator.simulate(schedule, shape, durations).requireCompleted();
         int most = 1;
         for (Link link : links()) {
@@ -164,7 +178,7 @@ public final class LinkPlan {
                     if (action.type() != link.carriedBy()) {
                         continue;
                     }
-                    long end = run.startOf(rank, index) + durations.of(action.type());
+                    long end = run.startOf(rank, index) + durations.of(action.type(), action.stage());
                     if (action.stage() == link.fromStage()) {
                         posts.add(end);
                     } else if (action.stage() == link.toStage()) {

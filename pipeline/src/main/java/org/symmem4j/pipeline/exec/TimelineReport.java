@@ -99,6 +99,24 @@ public final class TimelineReport {
     }
 
     /**
+     * The window's start: the step's first forward or backward start on any rank.
+     *
+     * @return nanoseconds on the timelines' clock
+     */
+    public long windowStartNanos() {
+        return windowStart;
+    }
+
+    /**
+     * The window's end: the step's last forward or backward end on any rank.
+     *
+     * @return nanoseconds on the timelines' clock
+     */
+    public long windowEndNanos() {
+        return windowEnd;
+    }
+
+    /**
      * Rank {@code rank}'s forward and backward time in the step.
      *
      * @param rank the rank
@@ -233,6 +251,8 @@ public final class TimelineReport {
     /**
      * This step's measured pass times per stage, in microseconds (at least 1, as the simulator
      * needs), with the measured hand-off latency: what {@link #simulatePerStage} feeds the simulator.
+     * Where the step split its backwards (zero-bubble schedules), a stage's backward is its input- plus
+     * weight-gradient time and the weight-gradient share is the measured one.
      *
      * @param shape the pipeline the step ran on
      * @return the durations, in microseconds
@@ -241,12 +261,18 @@ public final class TimelineReport {
         int stages = shape.stageCount();
         long[] forward = new long[stages];
         long[] backward = new long[stages];
+        long[] weight = new long[stages];
         for (int s = 0; s < stages; s++) {
             forward[s] = Math.max(1, Math.round(stageMeanNanos(Kind.FORWARD, s) / 1e3));
             int stage = s;
             backward[s] = Math.max(1, Math.round(wholeBackwardNanos(kind -> stageMeanNanos(kind, stage)) / 1e3));
+            // a split backward's measured halves (rarely equal: the output stage's I holds its forward and loss);
+            // halves as the simulator's default where the step ran whole backwards
+            double w = stageMeanNanos(Kind.WEIGHT_GRADIENT, s);
+            weight[s] = stageMeanNanos(Kind.BACKWARD, s) > 0 || w == 0 && stageMeanNanos(Kind.INPUT_GRADIENT, s) == 0
+                    ? backward[s] / 2 : Math.min(backward[s] - 1, Math.round(w / 1e3));
         }
-        return new StageDurations(forward, backward, Math.round(meanHandoffNanos() / 1e3));
+        return new StageDurations(forward, backward, weight, Math.round(meanHandoffNanos() / 1e3));
     }
 
     /**

@@ -11,14 +11,41 @@ import java.util.Objects;
  *
  * @param forward              {@code forward[s]}: one forward of stage {@code s}, each {@code >= 1}
  * @param backward             {@code backward[s]}: one backward of stage {@code s}, each {@code >= 1}
+ * @param weightGradient       {@code weightGradient[s]}: the weight-gradient half's share of stage {@code s}'s backward
+ *                             where the schedule splits it (zero-bubble schedules), in {@code [0, backward[s] - 1]};
+ *                             the input-gradient half takes the rest. Measured halves are rarely equal: DL4J's
+ *                             output stage computes its forward and loss in the input-gradient half
  * @param communicationLatency as {@link ActionDurations#communicationLatency()}, {@code >= 0}
  */
-public record StageDurations(long[] forward, long[] backward, long communicationLatency) {
+public record StageDurations(long[] forward, long[] backward, long[] weightGradient, long communicationLatency) {
+
+    /**
+     * Durations whose split backwards, if any, take half the backward each (the input gradient the odd unit):
+     * the zero-bubble paper's model, F = I = W when B = 2F.
+     *
+     * @param forward              one forward per stage, each {@code >= 1}
+     * @param backward             one backward per stage, each {@code >= 1}
+     * @param communicationLatency the hand-off latency, {@code >= 0}
+     * @throws IllegalArgumentException when the arrays are empty, differ in length or hold a value below 1
+     */
+    public StageDurations(long[] forward, long[] backward, long communicationLatency) {
+        this(forward, backward, halves(backward), communicationLatency);
+    }
+
+    private static long[] halves(long[] backward) {
+        Objects.requireNonNull(backward, "backward");
+        long[] w = new long[backward.length];
+        for (int s = 0; s < w.length; s++) {
+            w[s] = backward[s] / 2;
+        }
+        return w;
+    }
 
     /**
      * Checks the durations.
      *
-     * @throws IllegalArgumentException when the arrays are empty, differ in length or hold a value below 1
+     * @throws IllegalArgumentException when the arrays are empty, differ in length or hold a value below 1, or a
+     *                                  weight-gradient share is outside {@code [0, backward - 1]}
      */
     public StageDurations {
         Objects.requireNonNull(forward, "forward");
@@ -28,13 +55,25 @@ public record StageDurations(long[] forward, long[] backward, long communication
                     + " stages, backward " + backward.length + " expected the same count, at least 1 (fix: pass one"
                     + " forward and one backward duration per stage)");
         }
+        Objects.requireNonNull(weightGradient, "weightGradient");
+        if (weightGradient.length != forward.length) {
+            throw new IllegalArgumentException("invalid stage durations: weightGradient has " + weightGradient.length
+                    + " stages, forward " + forward.length + " expected the same count (fix: pass one weight-gradient"
+                    + " share per stage, or use the constructor without it for halves)");
+        }
         forward = forward.clone();
         backward = backward.clone();
+        weightGradient = weightGradient.clone();
         for (int s = 0; s < forward.length; s++) {
             if (forward[s] < 1 || backward[s] < 1) {
                 throw new IllegalArgumentException("invalid stage durations: stage=" + s + " forward=" + forward[s]
                         + " backward=" + backward[s] + " expected both >= 1 (fix: round measured times up to"
                         + " one unit)");
+            }
+            if (weightGradient[s] < 0 || weightGradient[s] > backward[s] - 1) {
+                throw new IllegalArgumentException("invalid stage durations: stage=" + s + " weightGradient="
+                        + weightGradient[s] + " backward=" + backward[s] + " expected 0 <= weightGradient <= backward - 1"
+                        + " (fix: the input-gradient half keeps at least one unit; clamp the measured share)");
             }
         }
         if (communicationLatency < 0) {
@@ -75,8 +114,9 @@ public record StageDurations(long[] forward, long[] backward, long communication
 
     /**
      * Duration of an action of {@code type} on {@code stage}. The halves of a split backward
-     * ({@link ActionType#INPUT_GRADIENT}, {@link ActionType#WEIGHT_GRADIENT}) take half its time each,
-     * the input gradient the odd unit (so a weight gradient of a one-unit backward takes no time).
+     * ({@link ActionType#INPUT_GRADIENT}, {@link ActionType#WEIGHT_GRADIENT}) share its time as
+     * {@link #weightGradient()} says (by default half each, the input gradient the odd unit, so a
+     * weight gradient of a one-unit backward takes no time).
      *
      * @param type the action type
      * @param stage the stage
@@ -86,10 +126,10 @@ public record StageDurations(long[] forward, long[] backward, long communication
         return switch (type) {
             case FORWARD -> forward[stage];
             case BACKWARD -> backward[stage];
-            // a split backward's halves: each about one matmul per layer, as in the zero-bubble paper's
-            // model (F = I = W when B = 2F); the input gradient takes the odd unit
-            case INPUT_GRADIENT -> backward[stage] - backward[stage] / 2;
-            case WEIGHT_GRADIENT -> backward[stage] / 2;
+            // a split backward's halves: by default each about one matmul per layer, as in the zero-bubble
+            // paper's model (F = I = W when B = 2F), the input gradient the odd unit; or as measured
+            case INPUT_GRADIENT -> backward[stage] - weightGradient[stage];
+            case WEIGHT_GRADIENT -> weightGradient[stage];
         };
     }
 
@@ -123,20 +163,32 @@ public record StageDurations(long[] forward, long[] backward, long communication
         return backward.clone();
     }
 
+    /**
+     * Per stage, the weight-gradient half's share of a split backward (a copy: the record is immutable).
+     *
+     * @return durations in the simulator's unit, in {@code [0, backward - 1]} each
+     */
+    @Override
+    public long[] weightGradient() {
+        return weightGradient.clone();
+    }
+
     @Override
     public boolean equals(Object o) {
         return o instanceof StageDurations d && Arrays.equals(forward, d.forward) && Arrays.equals(backward, d.backward)
-                && communicationLatency == d.communicationLatency;
+                && Arrays.equals(weightGradient, d.weightGradient) && communicationLatency == d.communicationLatency;
     }
 
     @Override
     public int hashCode() {
-        return Objects.hash(Arrays.hashCode(forward), Arrays.hashCode(backward), communicationLatency);
+        return Objects.hash(Arrays.hashCode(forward), Arrays.hashCode(backward), Arrays.hashCode(weightGradient),
+                communicationLatency);
     }
 
     @Override
     public String toString() {
         return "StageDurations[forward=" + Arrays.toString(forward) + ", backward=" + Arrays.toString(backward)
-                + ", communicationLatency=" + communicationLatency + "]";
+                + ", weightGradient=" + Arrays.toString(weightGradient) + ", communicationLatency="
+                + communicationLatency + "]";
     }
 }

@@ -10,6 +10,7 @@ import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
 import org.symmem4j.pipeline.schedule.ScheduleGenerators;
 import org.symmem4j.pipeline.schedule.ScheduleSimulator;
+import org.symmem4j.pipeline.schedule.StageDurations;
 
 class LinkPlanTest {
 
@@ -86,5 +87,19 @@ class LinkPlanTest {
         assertEquals(0, LinkPlan.of(ScheduleGenerators.interleavedOneFOneB(1, 2, 3), new PipelineShape(1, 2, 3))
                 .links().size());
         assertEquals(2 * 3, LinkPlan.of(ScheduleGenerators.oneFOneB(4, 4), PipelineShape.of(4, 4)).links().size());
+    }
+
+    /**
+     * Per-stage times: equal ones give the uniform answer; a first stage ten times faster than the rest runs ahead, and
+     * 1F1B at 4 ranks then needs 4 slots per link where equal stages need 2.
+     */
+    @Test
+    void unevenStagesNeedMoreSlotsThanEqualOnes() {
+        PipelineShape shape = PipelineShape.of(4, 8);
+        LinkPlan plan = LinkPlan.of(ScheduleGenerators.oneFOneB(4, 8), shape);
+        assertEquals(plan.stallFreeSlots(ActionDurations.of(1, 2)),
+                plan.stallFreeSlots(StageDurations.uniform(4, ActionDurations.of(1, 2))));
+        assertEquals(2, plan.stallFreeSlots(ActionDurations.of(1, 2)));
+        assertEquals(4, plan.stallFreeSlots(new StageDurations(new long[] {1, 10, 10, 10}, new long[] {2, 20, 20, 20}, 0)));
     }
 }

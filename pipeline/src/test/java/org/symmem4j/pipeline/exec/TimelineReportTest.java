@@ -11,7 +11,6 @@ import org.junit.jupiter.api.Test;
 import org.symmem4j.parallel.trace.Json;
 import org.symmem4j.pipeline.exec.TimelineEvent.Kind;
 import org.symmem4j.pipeline.schedule.Action;
-import org.symmem4j.pipeline.schedule.ActionType;
 import org.symmem4j.pipeline.schedule.PipelineShape;
 import org.symmem4j.pipeline.schedule.Schedule;
 import org.symmem4j.pipeline.schedule.ScheduleGenerators;
@@ -42,8 +41,13 @@ class TimelineReportTest {
                 Action a = actions.get(i);
                 long start = ORIGIN + offset + run.startOf(rank, i) * UNIT_NANOS;
                 end = start + durations.of(a.type(), a.stage()) * UNIT_NANOS;
-                events.add(new TimelineEvent(rank, a.type() == ActionType.FORWARD ? Kind.FORWARD : Kind.BACKWARD,
-                        a.stage(), -1, a.microbatch(), start, end));
+                Kind kind = switch (a.type()) {
+                    case FORWARD -> Kind.FORWARD;
+                    case BACKWARD -> Kind.BACKWARD;
+                    case INPUT_GRADIENT -> Kind.INPUT_GRADIENT;
+                    case WEIGHT_GRADIENT -> Kind.WEIGHT_GRADIENT;
+                };
+                events.add(new TimelineEvent(rank, kind, a.stage(), -1, a.microbatch(), start, end));
             }
             events.add(new TimelineEvent(rank, Kind.OPTIMIZER_STEP, rank, -1, -1, end, end + 3 * UNIT_NANOS));
             ranks.add(new StepTimeline(rank, events));
@@ -53,6 +57,29 @@ class TimelineReportTest {
 
     /** An unbalanced 4-stage split: the output stage's passes take twice the others'. */
     static final StageDurations UNBALANCED = new StageDurations(new long[] {10, 10, 10, 20}, new long[] {20, 20, 20, 40}, 0);
+
+    /**
+     * ZB-H1 with DL4J's shape of split backwards: the output stage's input-gradient half holds its forward and loss, its
+     * weight-gradient half little. The per-stage simulation takes each stage's measured halves and reproduces the
+     * step exactly; with halves of equal time (what it assumed before) it predicts another bubble.
+     */
+    @Test
+    void perStageSimulationOfAZeroBubbleStepUsesTheMeasuredWeightGradientShare() {
+        PipelineShape shape = PipelineShape.of(4, 8);
+        Schedule schedule = ScheduleGenerators.zeroBubbleH1(4, 8);
+        long[] forward = {10, 10, 10, 1};
+        long[] backward = {20, 20, 20, 40};
+        StageDurations durations = new StageDurations(forward, backward, new long[] {10, 10, 10, 6}, 0);
+        SimulationResult.Completed truth = ScheduleSimulator.simulate(schedule, shape, durations).requireCompleted();
+        TimelineReport report = TimelineReport.of(timelinesOf(schedule, shape, durations, 0));
+
+        assertEquals(truth.bubbleFraction(), report.bubbleFraction(), 1e-12, "measured bubble of exact timelines");
+        assertEquals(durations, report.stageDurationsMicros(shape));
+        assertEquals(truth.bubbleFraction(), report.simulatePerStage(schedule, shape).bubbleFraction(), 0.0);
+        double halves = ScheduleSimulator.simulate(schedule, shape, new StageDurations(forward, backward, 0))
+                .requireCompleted().bubbleFraction();
+        assertTrue(Math.abs(halves - truth.bubbleFraction()) > 0.01, "halves " + halves + " truth " + truth.bubbleFraction());
+    }
 
     @Test
     void perStageSimulationReproducesAnUnbalancedSplitWhereTheUniformOneCannot() {

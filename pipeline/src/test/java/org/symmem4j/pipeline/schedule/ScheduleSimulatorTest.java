@@ -310,6 +310,15 @@ class ScheduleSimulatorTest {
                         + " to one unit)",
                 assertThrows(IllegalArgumentException.class,
                         () -> new StageDurations(new long[] {1, 0}, new long[] {2, 4}, 0)).getMessage());
+        assertEquals("invalid stage durations: stage=1 weightGradient=4 backward=4 expected 0 <= weightGradient <="
+                        + " backward - 1 (fix: the input-gradient half keeps at least one unit; clamp the measured share)",
+                assertThrows(IllegalArgumentException.class, () -> new StageDurations(new long[] {1, 1},
+                        new long[] {2, 4}, new long[] {1, 4}, 0)).getMessage());
+        StageDurations measured = new StageDurations(new long[] {1, 1}, new long[] {2, 5}, new long[] {1, 1}, 0);
+        assertEquals(4, measured.of(ActionType.INPUT_GRADIENT, 1));
+        assertEquals(1, measured.of(ActionType.WEIGHT_GRADIENT, 1));
+        assertEquals(new StageDurations(new long[] {1, 1}, new long[] {2, 5}, new long[] {1, 2}, 0),
+                new StageDurations(new long[] {1, 1}, new long[] {2, 5}, 0), "halves by default, I the odd unit");
     }
 
     /** Equal stages: the per-stage simulator is the uniform one, action for action. */
