@@ -67,7 +67,7 @@ bench() {
     case $step in
       main) main ;; small) small ;; omp1) omp1 ;; twocore) twocore ;; mpi) mpi ;; cnn) cnn ;; small16) small16 ;;
       zero1) zero1 ;; pipeline) pipeline ;; zero) zero ;; hsdp-threads) hsdp threads ;; hsdp-processes) hsdp processes ;;
-      serving) serving ;; serving-memory) serving_memory ;; zb-h1) zb_h1 ;;
+      serving) serving ;; serving-memory) serving_memory ;; zb-h1) zb_h1 ;; speculative) speculative ;;
       *) echo "unknown step $step" | tee -a "$log" ;;
     esac
     echo "$step exit $? at ${SECONDS}s" | tee -a "$log"
@@ -177,6 +177,15 @@ zb_h1() {
     --microbatches-per-rank 2 --schedules 1f1b,zb-h1 --splits time --reps 2 --out "$out/zb-h1.md" \
     --raw "$out/zb-h1.csv" --commit "${COMMIT:-unknown}" --machine "$machine" \
     --command "bench/cpu-scaling/run.sh bench zb-h1" >> "$log" 2>&1
+}
+
+# Speculative decoding (issue #34: >= 1.5x the target alone at acceptance >= 0.7, identical outputs): the example's
+# pair trained here (the draft distilled from the target), k = 2, 4, 6, one ND4J thread as a serving worker has;
+# $OUT/speculative.txt. SPEC_ARGS replaces the flags.
+speculative() {
+  OMP_NUM_THREADS=1 timeout "${SPEC_LIMIT:-300}" "${java[@]}" org.symmem4j.benchmarks.dl4j.SpeculativeDecodingBench \
+    ${SPEC_ARGS:---k 2,4,6 --tokens 200 --prompts 3 --repetitions 5 --iterations 300 --dense 1024} \
+    > "$out/speculative.txt" 2>&1
 }
 
 mpi() {
