@@ -36,7 +36,8 @@
 # the CNN with and without it in the same run, at 4, 8 and 16 worker threads, < 4 minutes; $OUT/sync-bn-w4.md,
 # -w8.md, -w16.md) and pipeline-zero (issue #35: ZeRO stage 1 on the pipeline's dp axis against the unsharded
 # pipeline, step time and model bytes, dp x pp = 2 x 4 and 4 x 4 rank threads, a core per rank, < 4 minutes;
-# $OUT/pipeline-zero-2x4.md, -4x4.md): e.g. `run.sh bench zero`.
+# $OUT/pipeline-zero-2x4.md, -4x4.md) and speculative (issue #34: speculative decoding against the target alone,
+# < 5 minutes; $OUT/speculative.txt): e.g. `run.sh bench zero`.
 # Results: $OUT/scaling.csv (every run, labelled), $OUT/main.md, $OUT/log.txt, $OUT/machine.txt,
 # $OUT/symmem16.jfr, $OUT/allreduce.txt. Render a label's report here with
 #   java ... ScalingBench --render-from scaling.csv --label small --machine "..." --out report.md
@@ -73,7 +74,7 @@ bench() {
       main) main ;; small) small ;; omp1) omp1 ;; twocore) twocore ;; mpi) mpi ;; cnn) cnn ;; small16) small16 ;;
       zero1) zero1 ;; pipeline) pipeline ;; zero) zero ;; hsdp-threads) hsdp threads ;; hsdp-processes) hsdp processes ;;
       serving) serving ;; serving-memory) serving_memory ;; zb-h1) zb_h1 ;; sync-bn) sync_bn ;;
-      pipeline-zero) pipeline_zero ;;
+      pipeline-zero) pipeline_zero ;; speculative) speculative ;;
       *) echo "unknown step $step" | tee -a "$log" ;;
     esac
     echo "$step exit $? at ${SECONDS}s" | tee -a "$log"
@@ -210,6 +211,15 @@ pipeline_zero() {
     --steps 24 --warmup 6 --reps 3 > "$out/pipeline-zero-2x4.md" 2>> "$log"
   OMP_NUM_THREADS=1 timeout 130 "${java[@]}" org.symmem4j.benchmarks.dl4j.PipelineZeroBench --dp 4 --pp 4 \
     --hidden 1024 --steps 24 --warmup 6 --reps 3 > "$out/pipeline-zero-4x4.md" 2>> "$log"
+}
+
+# Speculative decoding (issue #34: >= 1.5x the target alone at acceptance >= 0.7, identical outputs): the example's
+# pair trained here (the draft distilled from the target), k = 2, 4, 6, one ND4J thread as a serving worker has;
+# $OUT/speculative.txt. SPEC_ARGS replaces the flags.
+speculative() {
+  OMP_NUM_THREADS=1 timeout "${SPEC_LIMIT:-300}" "${java[@]}" org.symmem4j.benchmarks.dl4j.SpeculativeDecodingBench \
+    ${SPEC_ARGS:---k 2,4,6 --tokens 200 --prompts 3 --repetitions 5 --iterations 300 --dense 1024} \
+    > "$out/speculative.txt" 2>&1
 }
 
 mpi() {

@@ -151,12 +151,73 @@ public final class SpeculativeDecodingExample {
         return net;
     }
 
+    /** A trained draft and target, over {@link Grammar#ALPHABET}. */
+    public record Pair(MultiLayerNetwork draft, MultiLayerNetwork target) {
+    }
+
+    /**
+     * Trains the target on the text, then the draft on the target's own greedy choices over the same kind of
+     * windows (distillation, as DistillSpec does for speculative decoding): speculative decoding accepts a proposal
+     * exactly when it is the target's greedy token, so a draft taught those tokens — rather than the text's, where
+     * the grammar's random choices leave near-ties that two independently trained networks break differently — is
+     * accepted far more often, and the output stays the target's, whatever the draft learnt.
+     *
+     * @param dense width of the target's two dense layers
+     */
+    public static Pair trainPair(long seed, int iterations, int dense) {
+        MultiLayerNetwork target = target(seed + 1, dense);
+        train(target, seed, iterations, 16, 48);
+        MultiLayerNetwork draft = draft(seed);
+        distill(draft, target, seed + 7, iterations, 32, 48);
+        return new Pair(draft, target);
+    }
+
     /** Trains on random windows of generated text: next-character prediction. */
     public static void train(MultiLayerNetwork net, long seed, int iterations, int batch, int length) {
-        int v = Grammar.ALPHABET.length();
-        int[] text = Grammar.encode(new Grammar(seed).text(200_000));
-        SplittableRandom rnd = new SplittableRandom(seed + 1);
+        Windows windows = new Windows(seed, batch, length);
         for (int it = 0; it < iterations; it++) {
+            INDArray[] xy = windows.next();
+            net.fit(new DataSet(xy[0], xy[1]));
+        }
+    }
+
+    /**
+     * Trains {@code student} to predict {@code teacher}'s greedy next character (its argmax at every position of
+     * random windows of generated text, the teacher's state starting empty at each window as the student's does).
+     */
+    public static void distill(MultiLayerNetwork student, MultiLayerNetwork teacher, long seed, int iterations,
+            int batch, int length) {
+        int v = Grammar.ALPHABET.length();
+        Windows windows = new Windows(seed, batch, length);
+        for (int it = 0; it < iterations; it++) {
+            INDArray x = windows.next()[0];
+            INDArray best = teacher.output(x).argMax(1); // [batch, length]: the teacher's greedy token
+            float[] y = new float[batch * v * length];
+            for (int b = 0; b < batch; b++) {
+                for (int t = 0; t < length; t++) {
+                    y[(b * v + best.getInt(b, t)) * length + t] = 1f;
+                }
+            }
+            student.fit(new DataSet(x, Nd4j.create(y, new long[] {batch, v, length}, 'c')));
+        }
+    }
+
+    /** Random windows of generated text, one-hot as [batch, vocabulary, length], with next-character labels. */
+    private static final class Windows {
+        private final int[] text;
+        private final SplittableRandom rnd;
+        private final int batch;
+        private final int length;
+
+        Windows(long seed, int batch, int length) {
+            this.text = Grammar.encode(new Grammar(seed).text(200_000));
+            this.rnd = new SplittableRandom(seed + 1);
+            this.batch = batch;
+            this.length = length;
+        }
+
+        INDArray[] next() {
+            int v = Grammar.ALPHABET.length();
             float[] x = new float[batch * v * length];
             float[] y = new float[batch * v * length];
             for (int b = 0; b < batch; b++) {
@@ -166,9 +227,8 @@ public final class SpeculativeDecodingExample {
                     y[(b * v + text[start + t + 1]) * length + t] = 1f;
                 }
             }
-            INDArray in = Nd4j.create(x, new long[] {batch, v, length}, 'c');
-            INDArray out = Nd4j.create(y, new long[] {batch, v, length}, 'c');
-            net.fit(new DataSet(in, out));
+            return new INDArray[] {Nd4j.create(x, new long[] {batch, v, length}, 'c'),
+                    Nd4j.create(y, new long[] {batch, v, length}, 'c')};
         }
     }
 
@@ -193,10 +253,9 @@ public final class SpeculativeDecodingExample {
         Nd4j.getRandom().setSeed(f.seed);
         int v = Grammar.ALPHABET.length();
         long t0 = System.nanoTime();
-        MultiLayerNetwork draft = draft(f.seed);
-        train(draft, f.seed, f.iterations, 32, 48);
-        MultiLayerNetwork target = target(f.seed + 1, 512);
-        train(target, f.seed, f.iterations, 16, 48);
+        Pair trained = trainPair(f.seed, f.iterations, 512);
+        MultiLayerNetwork draft = trained.draft();
+        MultiLayerNetwork target = trained.target();
         System.out.printf("trained draft (%,d parameters) and target (%,d parameters) in %.1f s%n",
                 draft.numParams(), target.numParams(), (System.nanoTime() - t0) / 1e9);
 

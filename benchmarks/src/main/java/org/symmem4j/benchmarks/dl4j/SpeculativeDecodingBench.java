@@ -62,13 +62,23 @@ public final class SpeculativeDecodingBench {
         System.out.println("# SpeculativeDecodingBench " + String.join(" ", args));
         System.out.println("# cores=" + Runtime.getRuntime().availableProcessors() + " cpu=" + MachineInfo.cpuModel());
         long t0 = System.nanoTime();
-        MultiLayerNetwork draft = SpeculativeDecodingExample.draft(f.seed);
-        SpeculativeDecodingExample.train(draft, f.seed, f.iterations, 32, 48);
-        MultiLayerNetwork target = SpeculativeDecodingExample.target(f.seed + 1, f.dense);
-        SpeculativeDecodingExample.train(target, f.seed, f.iterations, 16, 48);
+        SpeculativeDecodingExample.Pair trained = SpeculativeDecodingExample.trainPair(f.seed, f.iterations, f.dense);
+        MultiLayerNetwork draft = trained.draft();
+        MultiLayerNetwork target = trained.target();
         System.out.printf("# trained draft params=%d target params=%d in %.1f s%n", draft.numParams(),
                 target.numParams(), (System.nanoTime() - t0) / 1e9);
         List<int[]> prompts = SpeculativeDecodingExample.prompts(f.seed, f.prompts);
+        // what one call costs: the draft's single step, the target's single step and its k + 1 verification pass;
+        // with acceptance a a round yields (1 - a^(k+1)) / (1 - a) tokens for k draft steps and one target pass
+        int maxK = Arrays.stream(f.ks).max().orElse(1);
+        double draftStep = callMicros(draft, v, 1);
+        double targetStep = callMicros(target, v, 1);
+        System.out.printf("# one call, median us: draft step %.1f, target step %.1f", draftStep, targetStep);
+        for (int k : f.ks) {
+            System.out.printf(", target pass of %d %.1f", k + 1, callMicros(target, v, k + 1));
+        }
+        System.out.printf("%n# (the speed-up's bound at k=%d and acceptance 1: %.2f)%n", maxK,
+                (maxK + 1) * targetStep / (maxK * draftStep + callMicros(target, v, maxK + 1)));
         System.out.println("k,acceptance,tokens_per_round,target_alone_ms_median,speculative_ms_median,speedup,"
                 + "target_alone_ms_raw,speculative_ms_raw");
         for (int k : f.ks) {
@@ -108,6 +118,23 @@ public final class SpeculativeDecodingBench {
             System.out.printf("%d,%.3f,%.2f,%.1f,%.1f,%.2f,%s,%s%n", k, (double) accepted / proposed,
                     (double) generated / rounds, ma, ms, ma / ms, join(alone), join(spec));
         }
+    }
+
+    /** Median microseconds of one {@code rnnTimeStep} over {@code length} tokens, from a cleared state each time. */
+    private static double callMicros(MultiLayerNetwork net, int vocab, int length) {
+        int[] tokens = new int[length];
+        for (int i = 0; i < length; i++) {
+            tokens[i] = (i * 7 + 3) % vocab;
+        }
+        List<Double> us = new ArrayList<>();
+        for (int r = 0; r < 200; r++) {
+            net.rnnClearPreviousState();
+            long t0 = System.nanoTime();
+            Tokens.stepGreedy(net, tokens, vocab);
+            us.add((System.nanoTime() - t0) / 1e3);
+        }
+        net.rnnClearPreviousState();
+        return median(us.subList(50, us.size()));
     }
 
     private static double median(List<Double> xs) {
