@@ -811,9 +811,9 @@ public final class ProcessGroup implements Group {
      * file at different moments of a second death name different groups and fail the join within the timeout.
      */
     @Override
-    public Survivors shrink() {
+    public Survivors shrink(java.util.function.IntFunction<int[]> lostWith) {
         if (!canShrink()) {
-            return Group.super.shrink(); // says why not
+            return Group.super.shrink(lostWith); // says why not
         }
         java.nio.file.Path file = Configuration.MEMBERSHIP_FILE.get();
         long deadline = System.nanoTime() + options.timeout().toNanos();
@@ -847,15 +847,36 @@ public final class ProcessGroup implements Group {
                     + " (expected only exited ranks in it; fix: let only symmem4j-run write the membership file, and"
                     + " end this process: the survivors go on without it)");
         }
+        // the dead and the ranks they take out with them: every survivor computes the same set from the same dead
+        java.util.SortedSet<Integer> lost = new java.util.TreeSet<>();
+        for (int d : dead) {
+            for (int r : lostWith.apply(d)) {
+                if (r < 0 || r >= worldSize()) {
+                    throw new IllegalArgumentException("rank=" + rank() + " of " + identity + ": shrink's lostWith("
+                            + d + ") named rank " + r + ", outside [0, " + worldSize() + ") (expected ranks of this"
+                            + " group; fix: name the ranks that leave with a dead one in this group's numbering)");
+                }
+                lost.add(r);
+            }
+            lost.add(d);
+        }
+        List<Integer> leaving = lost.stream().filter(r -> !dead.contains(r)).toList();
+        java.util.SortedSet<Integer> gone = new java.util.TreeSet<>(deadLaunchRanks);
         List<Integer> survivors = new ArrayList<>();
         for (int r = 0; r < worldSize(); r++) {
-            if (!dead.contains(r)) {
+            if (!lost.contains(r)) {
                 survivors.add(lineage.launchRanks().get(r));
+            } else {
+                gone.add(lineage.launchRanks().get(r)); // the same name whether a leaving rank has exited yet or not
             }
+        }
+        if (lost.contains(rank())) {
+            abortState.raise(dead.getFirst(), "rank=" + rank() + ": leaves with dead ranks " + dead + " of " + identity);
+            return new Survivors(null, List.copyOf(dead), leaving);
         }
         int newRank = survivors.indexOf(lineage.launchRanks().get(rank()));
         StringBuilder without = new StringBuilder();
-        for (int d : deadLaunchRanks) {
+        for (int d : gone) {
             without.append(without.isEmpty() ? "" : "-").append(d);
         }
         // the new store binds a port the system chooses, which no other job holds, and its host publishes it beside
@@ -868,7 +889,7 @@ public final class ProcessGroup implements Group {
                 + " of " + identity);
         ProcessGroup shrunk = new ProcessGroup(next, options, secret, null,
                 new Lineage(lineage.runId(), lineage.masterPort(), List.copyOf(survivors), portFile));
-        return new Survivors(shrunk, List.copyOf(dead));
+        return new Survivors(shrunk, List.copyOf(dead), leaving);
     }
 
     /** The launch ranks the membership file names dead ({@code dead <rank> <how>} lines; others ignored). */
