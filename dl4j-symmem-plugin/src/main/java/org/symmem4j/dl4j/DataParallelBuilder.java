@@ -368,6 +368,11 @@ abstract sealed class DataParallelBuilder
      * workers at build time. A worker that fails the same way on every batch (a bug, not a lost worker) shrinks the
      * group one worker at a time down to {@code minWorkers}: set it to the fewest workers worth training on.
      *
+     * <p>On a {@code dp x tp} mesh (a tensor-parallel network), build with {@link #group(org.symmem4j.parallel.DeviceMesh,
+     * String)}: a dead rank takes its whole replica with it (its tp peers' {@code fit()} throws
+     * {@link ReplicaLostException}), and the other replicas go on as plain {@code dp x tp} on fewer replicas; as threads
+     * of one JVM, or with sharding, SHRINK on a mesh is refused at {@code build()}.
+     *
      * @param mode {@link WorkerFailure#FAIL} or {@link WorkerFailure#SHRINK}
      * @return this builder
      */

@@ -809,6 +809,9 @@ public final class ProcessGroup implements Group {
      * same secret. The
      * survivors keep their order. This group is aborted (its teardown waits for nobody). Two survivors that read the
      * file at different moments of a second death name different groups and fail the join within the timeout.
+     * Each dead rank takes out the ranks {@code lostWith} names ({@link Group#shrink(java.util.function.IntFunction)});
+     * a rank so taken out gets no group, and the survivors' run id names every rank that left, the dead and the
+     * leaving alike, so it does not depend on whether a leaving rank has exited when a survivor reads the file.
      */
     @Override
     public Survivors shrink(java.util.function.IntFunction<int[]> lostWith) {
