@@ -57,6 +57,11 @@ abstract sealed class DataParallelBuilder
     int minWorkers = 1;
     boolean minWorkersSet;
     boolean syncBatchNorm;
+    /** {@link #group(org.symmem4j.parallel.DeviceMesh, String)}: the mesh and its data-parallel dimension, or null. */
+    org.symmem4j.parallel.DeviceMesh mesh;
+    String meshDataParallel;
+    /** Checked at build(): SHRINK on the mesh, or null. */
+    MeshShrink meshShrink;
 
     DataParallelBuilder(Model model) {
         this.model = ModelReplica.of(Objects.requireNonNull(model, "model"));
@@ -363,12 +368,38 @@ abstract sealed class DataParallelBuilder
      * workers at build time. A worker that fails the same way on every batch (a bug, not a lost worker) shrinks the
      * group one worker at a time down to {@code minWorkers}: set it to the fewest workers worth training on.
      *
+     * <p>On a {@code dp x tp} mesh (a tensor-parallel network), build with {@link #group(org.symmem4j.parallel.DeviceMesh,
+     * String)}: a dead rank takes its whole replica with it (its tp peers' {@code fit()} throws
+     * {@link ReplicaLostException}), and the other replicas go on as plain {@code dp x tp} on fewer replicas; as threads
+     * of one JVM, or with sharding, SHRINK on a mesh is refused at {@code build()}.
+     *
      * @param mode {@link WorkerFailure#FAIL} or {@link WorkerFailure#SHRINK}
      * @return this builder
      */
     public SymmemParallelWrapper.Builder onWorkerFailure(WorkerFailure mode) {
         this.onWorkerFailure = Objects.requireNonNull(mode, "onWorkerFailure");
         return self();
+    }
+
+    /**
+     * Group mode on a {@code dp x tp} mesh: trains over {@code mesh.group(dataParallel)}, as
+     * {@code group(mesh.group(dataParallel))} does, and with {@link WorkerFailure#SHRINK} shrinks the mesh in place when
+     * a rank dies: its whole replica (the ranks of its tensor-parallel group) leaves (their {@code fit()} throws
+     * {@link ReplicaLostException}), the survivors rebuild the dp and tp groups over the remaining replicas, attach the
+     * network to a communicator over its new tp group, and go on as plain {@code dp x tp} on them from the failed step
+     * (docs/shrink.md). Checked at {@code build()} with SHRINK: two dimensions, the network attached to the other
+     * one's group, no sharding, a mesh made from a process group of {@code symmem4j-run --on-failure shrink}.
+     *
+     * @param mesh         the mesh the network's tensor-parallel group comes from
+     * @param dataParallel its data-parallel dimension, e.g. {@code "dp"}
+     * @return this builder
+     * @throws IllegalArgumentException when the mesh has no such dimension
+     */
+    public SymmemParallelWrapper.Builder group(org.symmem4j.parallel.DeviceMesh mesh, String dataParallel) {
+        org.symmem4j.parallel.Group dp = Objects.requireNonNull(mesh, "mesh").group(dataParallel);
+        this.mesh = mesh;
+        this.meshDataParallel = dataParallel;
+        return group(dp);
     }
 
     /**
@@ -652,6 +683,11 @@ abstract sealed class DataParallelBuilder
             }
             return;
         }
+        if (mesh != null && group != mesh.group(meshDataParallel)) {
+            throw new IllegalArgumentException("group(mesh, \"" + meshDataParallel + "\") then group(" + group + "):"
+                    + " expected the mesh's data-parallel group (fix: call one of them)");
+        }
+        meshShrink = MeshShrink.checkBuild(mesh, meshDataParallel, group, model.model(), sharding);
         if (sharding != null) {
             ShardedShrink.checkBuild(sharding, group, options().checkpointSchedule() != null,
                     ConfigurationStart.isHollow(model), shardGroupSize);
@@ -663,7 +699,7 @@ abstract sealed class DataParallelBuilder
                     + " by RESTART: checkpointEvery(k, dir).resumeFrom(dir) under symmem4j-run --max-restarts N, or train"
                     + " without DL4J with org.symmem4j.parallel.tensor.ShrinkingMlp, which shrinks GPU groups)");
         }
-        if (group != null && !group.canShrink()) {
+        if (group != null && meshShrink == null && !group.canShrink()) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK with group(...) of " + group + ", which cannot"
                     + " shrink in place: expected a process group on its host transport started by symmem4j-run"
                     + " --on-failure shrink (SYMMEM4J_MEMBERSHIP_FILE is " + (System.getenv("SYMMEM4J_MEMBERSHIP_FILE")

@@ -119,6 +119,8 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     private final CheckpointSchedule schedule;
     /** ZeRO sharding with SHRINK: the rollback point and the batches since it; null otherwise. */
     private final ShardedShrink sharded;
+    /** SHRINK on a dp x tp mesh ({@code group(mesh, "dp")}): the mesh, and what its shrinks formed; null otherwise. */
+    private final MeshShrink meshShrink;
     /** Batches the next fit reads and does not train: those of the epoch a restored checkpoint had trained. */
     private long batchesToSkip;
     /** The examples of those batches, as the checkpoint recorded them; -1 when it did not. */
@@ -147,6 +149,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         this.steps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);
         this.schedule = o.checkpointSchedule();
         this.sharded = settings.shrinks() && settings.sharding() != null ? new ShardedShrink(model, metrics, ndThreadsFor) : null;
+        this.meshShrink = settings.shrinks() ? b.meshShrink : null;
     }
 
     /**
@@ -566,14 +569,30 @@ public final class SymmemParallelWrapper implements AutoCloseable {
         org.symmem4j.parallel.Group old = settings.group();
         ModelReplica mine = workers.all().getFirst().replica();
         workers.stop(); // this rank's memories of the old group freed (its worker ended with the failed step)
-        org.symmem4j.parallel.Group.Survivors survivors = ShardedShrink.shrinkGroup(old, lost, cause);
-        org.symmem4j.parallel.Group group = survivors.group();
+        org.symmem4j.parallel.Group group;
+        org.symmem4j.parallel.Group agreeing; // a mesh's survivors agree over the whole world: every tp rank alike
+        List<Integer> dead;
+        if (meshShrink != null) { // the dead replicas leave whole; the network attached to its new tp group
+            MeshShrink.Formed formed = meshShrink.shrink(model, lost, cause, settings.minWorkers());
+            group = formed.dataParallelGroup();
+            agreeing = formed.world();
+            dead = formed.deadReplicas();
+        } else {
+            org.symmem4j.parallel.Group.Survivors survivors = ShardedShrink.shrinkGroup(old, lost, cause);
+            group = survivors.group();
+            agreeing = group;
+            dead = survivors.dead();
+        }
         try {
-            ShardedShrink.requireMinWorkers(lost, survivors.dead(), group.worldSize(), old.worldSize(), cause,
+            ShardedShrink.requireMinWorkers(lost, dead, group.worldSize(), old.worldSize(), cause,
                     settings.minWorkers());
-            List<String> counts = org.symmem4j.dl4j.train.RankAgreement.allGather(group, "symmem4j-wrapper-shrink-"
-                    + lost.step(), Integer.toString(mine.iterationCount()));
+            // a mesh's dp groups may have failed at different steps: the tag names none (the survivors' world is new)
+            List<String> counts = org.symmem4j.dl4j.train.RankAgreement.allGather(agreeing, "symmem4j-wrapper-shrink-"
+                    + (meshShrink != null ? "mesh" : lost.step()), Integer.toString(mine.iterationCount()));
             int iteration = counts.stream().mapToInt(Integer::parseInt).min().orElseThrow();
+            if (meshShrink != null) {
+                MeshShrink.requireOneStepApart(lost, iteration, cause);
+            }
             requireStartOrEnd(lost, iteration);
             if (mine.iterationCount() == iteration) {
                 model.copyStateFrom(mine);
@@ -581,14 +600,16 @@ public final class SymmemParallelWrapper implements AutoCloseable {
                 lost.stepStart().restoreInto(model); // this rank's update ran, a survivor's did not: back to the start
             }
         } catch (RuntimeException e) {
-            org.symmem4j.dl4j.train.RankRuntime.closeQuietly(group);
+            org.symmem4j.dl4j.train.RankRuntime.closeQuietly(meshShrink != null ? meshShrink : group);
             throw e;
         }
-        org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // a group an earlier shrink formed
-        ownedGroup = group;
+        if (meshShrink == null) { // a mesh's groups are the MeshShrink's
+            org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // a group an earlier shrink formed
+            ownedGroup = group;
+        }
         settings = settings.withGroup(group);
         workers = new DataParallelWorkers(model, settings, metrics);
-        return new Agreed(survivors.dead(), model.iterationCount());
+        return new Agreed(dead, model.iterationCount());
     }
 
     /** The agreed iteration count is the failed step's start or end; anything else is a bug. */
@@ -756,7 +777,19 @@ public final class SymmemParallelWrapper implements AutoCloseable {
             closed = true;
             workers.stop();
             org.symmem4j.dl4j.train.RankRuntime.closeQuietly(ownedGroup); // after its memories, which the workers freed
+            org.symmem4j.dl4j.train.RankRuntime.closeQuietly(meshShrink); // the survivors' tp communicator and mesh
         }
+    }
+
+    /**
+     * The {@code dp x tp} mesh this wrapper trains on ({@code group(mesh, "dp")} with {@link WorkerFailure#SHRINK}):
+     * the builder's, or after a shrink the survivors' (the wrapper's until {@link #close()}; gather the network over
+     * its tp group before closing the wrapper).
+     *
+     * @return the mesh, or null without one
+     */
+    public synchronized org.symmem4j.parallel.DeviceMesh mesh() {
+        return meshShrink == null ? null : meshShrink.mesh();
     }
 
     /**

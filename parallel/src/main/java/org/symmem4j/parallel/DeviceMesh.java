@@ -242,6 +242,77 @@ public final class DeviceMesh implements AutoCloseable {
         return rank;
     }
 
+    /**
+     * What {@link #shrink(String)} left: the survivors' mesh (null on a rank that leaves), the ranks of the old
+     * {@link #group()} that died, and the coordinates along the shrunk dimension of the slices lost with them.
+     *
+     * @param mesh           the survivors' mesh over their new group, the same dimensions with the shrunk one smaller;
+     *                       null on a rank that is alive but whose slice was lost (it leaves)
+     * @param dead           the dead ranks of the old group (its numbering), ascending
+     * @param lostCoordinates the shrunk dimension's coordinates that are gone, ascending
+     */
+    public record Shrunk(DeviceMesh mesh, List<Integer> dead, List<Integer> lostCoordinates) {
+
+        /** {@return whether this rank leaves: alive, but its slice went with a dead rank} */
+        public boolean left() {
+            return mesh == null;
+        }
+    }
+
+    /**
+     * In-place shrink of the mesh along {@code name} (the data-parallel dimension of a {@code dp x tp} mesh): collective
+     * over the survivors, after a collective failed because ranks died. A dead rank takes out its whole slice along
+     * the other dimensions (every rank with its coordinate along {@code name}: the tensor-parallel peers of its
+     * replica, which cannot go on without it); those slices' live ranks get a {@link Shrunk} without a mesh and leave.
+     * The others shrink the mesh's group ({@link Group#shrink(java.util.function.IntFunction)}: a new group, the old
+     * one aborted) and lay it out as the same dimensions with {@code name} smaller by the slices lost; the survivors
+     * keep their order, so each keeps its coordinates along the other dimensions (row-major order restricted to the
+     * survivors is the smaller mesh's row-major order). The caller owns the new mesh and its {@link #group()}: close
+     * the mesh, then the group; this mesh stays the caller's to close (its groups are aborted: their close waits for
+     * nobody).
+     *
+     * @param name the dimension whose slices are lost whole
+     * @return the survivors' mesh, or none on a rank that leaves
+     * @throws IllegalArgumentException when the mesh has no such dimension
+     * @throws UnsupportedOperationException when the mesh's group cannot shrink ({@link Group#canShrink()})
+     * @throws SymmemException when no dead rank is named within the timeout, or the new group cannot form
+     */
+    public Shrunk shrink(String name) {
+        checkOpen();
+        List<String> names = dimensionNames();
+        int along = names.indexOf(known(name));
+        int[] dims = sizes.values().stream().mapToInt(Integer::intValue).toArray();
+        Group.Survivors s = group.shrink(dead -> {
+            int coordinate = coordinatesOf(dead, dims)[along];
+            int[] slice = new int[group.worldSize() / dims[along]];
+            int n = 0;
+            for (int r = 0; r < group.worldSize(); r++) {
+                if (coordinatesOf(r, dims)[along] == coordinate) {
+                    slice[n++] = r;
+                }
+            }
+            return slice;
+        });
+        java.util.SortedSet<Integer> lost = new java.util.TreeSet<>();
+        for (int d : s.dead()) {
+            lost.add(coordinatesOf(d, dims)[along]);
+        }
+        if (s.left()) {
+            return new Shrunk(null, s.dead(), List.copyOf(lost));
+        }
+        Object[] shape = new Object[2 * names.size()];
+        for (int d = 0; d < names.size(); d++) {
+            shape[2 * d] = names.get(d);
+            shape[2 * d + 1] = d == along ? dims[d] - lost.size() : dims[d];
+        }
+        try {
+            return new Shrunk(of(s.group(), shape), s.dead(), List.copyOf(lost));
+        } catch (RuntimeException e) {
+            s.group().close();
+            throw e;
+        }
+    }
+
     private String known(String name) {
         if (!sizes.containsKey(name)) {
             throw new IllegalArgumentException("device mesh has no dimension '" + name + "'; dimensions are "

@@ -176,11 +176,24 @@ public interface Group extends AutoCloseable {
     /**
      * The survivors of an in-place shrink ({@link #shrink()}).
      *
-     * @param group the new group of the survivors, this rank's part of it (the caller closes it)
-     * @param dead  the ranks of the old group that are gone, ascending; the survivors keep their order and are
-     *              numbered densely from 0 in the new group
+     * @param group   the new group of the survivors, this rank's part of it (the caller closes it); null on a rank
+     *                that leaves with the dead ({@code leaving}: it is alive, but its replica is lost)
+     * @param dead    the ranks of the old group that are gone, ascending; the survivors keep their order and are
+     *                numbered densely from 0 in the new group
+     * @param leaving the ranks that are alive but leave with the dead ({@link #shrink(java.util.function.IntFunction)}),
+     *                ascending; empty for a plain {@link #shrink()}
      */
-    record Survivors(Group group, List<Integer> dead) {
+    record Survivors(Group group, List<Integer> dead, List<Integer> leaving) {
+
+        /** As a plain {@link #shrink()} forms them: no rank leaves that is alive. */
+        public Survivors(Group group, List<Integer> dead) {
+            this(group, dead, List.of());
+        }
+
+        /** {@return whether this rank leaves: it is alive, but a dead rank took it out (its group is null)} */
+        public boolean left() {
+            return group == null;
+        }
     }
 
     /**
@@ -205,6 +218,22 @@ public interface Group extends AutoCloseable {
      * @throws SymmemException when no dead rank is named within the timeout, or the new group cannot form
      */
     default Survivors shrink() {
+        return shrink(dead -> new int[] {dead});
+    }
+
+    /**
+     * As {@link #shrink()}, for ranks that live or die in sets (the tensor-parallel peers of one data-parallel
+     * replica: one of them cannot go on without the others): each dead rank takes the ranks {@code lostWith} names out
+     * of the group with it. Those that are alive get {@link Survivors} with a null group ({@link Survivors#left()}):
+     * they leave, and the others form their group without them. {@code lostWith} must give every survivor the same
+     * answer for the same dead rank.
+     *
+     * @param lostWith for a dead rank of this group, the ranks of this group that leave with it (itself included)
+     * @return the survivors' new group (null on a rank that leaves), the dead ranks and those that leave alive
+     * @throws UnsupportedOperationException when this group cannot shrink ({@link #canShrink()} is false)
+     * @throws SymmemException when no dead rank is named within the timeout, or the new group cannot form
+     */
+    default Survivors shrink(java.util.function.IntFunction<int[]> lostWith) {
         throw new UnsupportedOperationException(getClass().getSimpleName() + " cannot shrink in place: expected a"
                 + " process group started by symmem4j-run --on-failure shrink (a group with a membership authority);"
                 + " fix: start the job with symmem4j-run --on-failure shrink, and call shrink() only when canShrink()"

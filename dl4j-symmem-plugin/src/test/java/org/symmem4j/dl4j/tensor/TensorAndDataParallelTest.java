@@ -209,4 +209,44 @@ class TensorAndDataParallelTest {
         assertTrue(e.getMessage().contains("workers=2 threads with a tensor-parallel network")
                 && e.getMessage().contains("group(dataParallelGroup)"), e.getMessage());
     }
+
+    /**
+     * SHRINK on a dp x tp mesh refuses at build(), on every rank and before anything is allocated, what it cannot do:
+     * the dp group without its mesh (a dead rank takes its replica's tp peers with it), ZeRO sharding, and ranks that are
+     * threads of one JVM (no membership authority names the dead); each message names the fix.
+     */
+    @org.junit.jupiter.api.Test
+    void shrinkOnADpTimesTpMeshRefusesAtBuildWhatItCannotDo() {
+        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.DOUBLE, 0);
+        java.util.Map<String, java.util.function.BiFunction<SymmemParallelWrapper.Builder, DeviceMesh,
+                SymmemParallelWrapper.Builder>> cases = new java.util.LinkedHashMap<>();
+        cases.put("without the mesh", (b, mesh) -> b.group(mesh.group("dp")));
+        cases.put("ZeRO", (b, mesh) -> b.group(mesh, "dp").sharding(ZeroStage.OPTIMIZER_STATE));
+        cases.put("threads", (b, mesh) -> b.group(mesh, "dp"));
+        java.util.Map<String, List<String>> expected = java.util.Map.of(
+                "without the mesh", List.of("a tensor-parallel network on group(", "fix: builder(network).group(mesh, \"dp\")"),
+                "ZeRO", List.of("sharding=OPTIMIZER_STATE on a dp x tp mesh", "fix: drop sharding(...)"),
+                "threads", List.of("cannot shrink in place", "threads of one JVM as the ranks of a dp x tp mesh cannot"
+                        + " shrink yet", "fix: one process per rank under symmem4j-run --on-failure shrink"));
+        for (var c : cases.entrySet()) {
+            List<String> messages = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
+                    group -> {
+                        try (DeviceMesh mesh = DeviceMesh.of(group, "dp", 2, "tp", 2);
+                             Communicator comm = Communicator.create(mesh.group("tp"))) {
+                            MultiLayerNetwork mine = TensorParallel.shard(initial, mesh.coordinate("tp"), 2, 0, 2);
+                            TensorParallel.attach(mine, comm);
+                            SymmemParallelWrapper.Builder b = c.getValue().apply(SymmemParallelWrapper.builder(mine)
+                                    .ompThreadsPerWorker(1).onWorkerFailure(org.symmem4j.dl4j.WorkerFailure.SHRINK), mesh);
+                            IllegalArgumentException e = org.junit.jupiter.api.Assertions.assertThrows(
+                                    IllegalArgumentException.class, b::build);
+                            return e.getMessage();
+                        }
+                    });
+            for (String m : messages) {
+                for (String part : expected.get(c.getKey())) {
+                    assertTrue(m.contains(part), c.getKey() + ": expected '" + part + "' in: " + m);
+                }
+            }
+        }
+    }
 }

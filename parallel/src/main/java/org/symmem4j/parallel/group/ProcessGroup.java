@@ -121,7 +121,7 @@ public final class ProcessGroup implements Group {
                 srv = startServer(served, lineage.storePortFile() == null ? config.masterPort() : 0);
                 if (lineage.storePortFile() != null) {
                     try {
-                        publishStorePort(lineage.storePortFile(), srv.port());
+                        ShrinkFiles.publishStorePort(lineage.storePortFile(), srv.port());
                     } catch (RuntimeException e) {
                         srv.close();
                         throw e;
@@ -138,7 +138,7 @@ public final class ProcessGroup implements Group {
                 st = new LocalServerStore(srv);
             } else {
                 int port = lineage.storePortFile() == null ? config.masterPort()
-                        : awaitStorePort(lineage.storePortFile(), config, options);
+                        : ShrinkFiles.awaitStorePort(lineage.storePortFile(), config, options);
                 st = new TcpStoreClient(config.masterAddr(), port, identity, config.rank(), secret,
                         options.timeout(), responseTimeout(options));
             }
@@ -579,7 +579,7 @@ public final class ProcessGroup implements Group {
             return isAlive(peer);
         }
         java.nio.file.Path membership = Configuration.MEMBERSHIP_FILE.get();
-        if (membership != null && readDead(membership).contains(lineage.launchRanks().get(peer))) {
+        if (membership != null && ShrinkFiles.readDead(membership).contains(lineage.launchRanks().get(peer))) {
             return false; // the launcher saw it exit (a death during a shrink's rebuild fails the join at once)
         }
         long[] holder = server == null ? null : server.seatHolder(peer);
@@ -735,60 +735,6 @@ public final class ProcessGroup implements Group {
     }
 
     /**
-     * A shrunk group's rank 0: publishes its store's port in {@code file}, atomically (a temporary file forced to
-     * disk, renamed over it), so the other survivors never read half a number.
-     */
-    private static void publishStorePort(java.nio.file.Path file, int port) {
-        java.nio.file.Path tmp = file.resolveSibling(file.getFileName() + ".tmp");
-        try {
-            try (java.nio.channels.FileChannel ch = java.nio.channels.FileChannel.open(tmp,
-                    java.nio.file.StandardOpenOption.CREATE, java.nio.file.StandardOpenOption.TRUNCATE_EXISTING,
-                    java.nio.file.StandardOpenOption.WRITE)) {
-                ch.write(java.nio.ByteBuffer.wrap((port + "\n").getBytes(StandardCharsets.UTF_8)));
-                ch.force(true);
-            }
-            java.nio.file.Files.move(tmp, file, java.nio.file.StandardCopyOption.ATOMIC_MOVE,
-                    java.nio.file.StandardCopyOption.REPLACE_EXISTING);
-        } catch (java.io.IOException e) {
-            throw new SymmemException("rank=0 of a shrunk group cannot publish its store's port " + port + " in " + file
-                    + ": " + e.getMessage() + " (the membership file's directory must stay writable while the job runs;"
-                    + " fix: give the launcher a writable, not-cleaned directory for it)", e);
-        }
-    }
-
-    /**
-     * A shrunk group's other ranks: the port its rank 0 published in {@code file}, polled every 10 ms until the
-     * timeout.
-     */
-    private static int awaitStorePort(java.nio.file.Path file, ProcessGroupConfig config, GroupOptions options) {
-        long deadline = System.nanoTime() + options.timeout().toNanos();
-        org.symmem4j.parallel.sync.IdleStrategy idle =
-                new org.symmem4j.parallel.sync.BackoffIdleStrategy(0, 0, 1_000_000, 10_000_000);
-        while (true) {
-            try {
-                String text = java.nio.file.Files.readString(file, StandardCharsets.UTF_8).strip();
-                int port = Integer.parseInt(text);
-                if (port < 1 || port > 65535) {
-                    throw new SymmemException("rank=" + config.rank() + " of shrunk group " + config.runId() + ": " + file
-                            + " names port " + port + ", outside [1, 65535] (expected the port its rank 0's store bound;"
-                        + " fix: let only the launcher and this job's rank 0 write that file)");
-                }
-                return port;
-            } catch (java.io.IOException | NumberFormatException notYet) {
-                // not published yet (it appears whole, by a rename)
-            }
-            if (System.nanoTime() - deadline >= 0) {
-                throw new PeerTimeoutException("rank=" + config.rank() + " of shrunk group " + config.runId() + ": its rank 0"
-                        + " did not publish its store's port in " + file + " within timeout=" + options.timeout()
-                        + " (rank 0 of the survivors died or is stuck before binding its store; fix: see its error or"
-                        + " exit status, or raise symmem4j.timeout.ms if it starts slowly)", config.rank(),
-                        List.of(0), "shrink", PeerTimeoutException.Reason.DEADLINE_PASSED, options.timeout());
-            }
-            idle.idle();
-        }
-    }
-
-    /**
      * True when the launcher announces dead ranks ({@code SYMMEM4J_MEMBERSHIP_FILE}, set by {@code symmem4j-run
      * --on-failure shrink}) and the group lives on its host transport or on a device transport that survives a shrink
      * ({@link Transport#survivesShrink()}: CUDA's, not NVSHMEM's), on one machine.
@@ -810,11 +756,14 @@ public final class ProcessGroup implements Group {
      * tells it ({@link Transport#shrinking}) and the survivors' group is joined on the same device transport: the
      * caller closes the old group's memories and communicators and releases it there ({@link Transport#release}). Two survivors that read the
      * file at different moments of a second death name different groups and fail the join within the timeout.
+     * Each dead rank takes out the ranks {@code lostWith} names ({@link Group#shrink(java.util.function.IntFunction)});
+     * a rank so taken out gets no group, and the survivors' run id names every rank that left, the dead and the
+     * leaving alike, so it does not depend on whether a leaving rank has exited when a survivor reads the file.
      */
     @Override
-    public Survivors shrink() {
+    public Survivors shrink(java.util.function.IntFunction<int[]> lostWith) {
         if (!canShrink()) {
-            return Group.super.shrink(); // says why not
+            return Group.super.shrink(lostWith); // says why not
         }
         java.nio.file.Path file = Configuration.MEMBERSHIP_FILE.get();
         long deadline = System.nanoTime() + options.timeout().toNanos();
@@ -823,7 +772,7 @@ public final class ProcessGroup implements Group {
         java.util.SortedSet<Integer> deadLaunchRanks;
         List<Integer> dead = new ArrayList<>();
         while (true) {
-            deadLaunchRanks = readDead(file);
+            deadLaunchRanks = ShrinkFiles.readDead(file);
             dead.clear();
             for (int r = 0; r < worldSize(); r++) {
                 if (deadLaunchRanks.contains(lineage.launchRanks().get(r))) {
@@ -848,15 +797,36 @@ public final class ProcessGroup implements Group {
                     + " (expected only exited ranks in it; fix: let only symmem4j-run write the membership file, and"
                     + " end this process: the survivors go on without it)");
         }
+        // the dead and the ranks they take out with them: every survivor computes the same set from the same dead
+        java.util.SortedSet<Integer> lost = new java.util.TreeSet<>();
+        for (int d : dead) {
+            for (int r : lostWith.apply(d)) {
+                if (r < 0 || r >= worldSize()) {
+                    throw new IllegalArgumentException("rank=" + rank() + " of " + identity + ": shrink's lostWith("
+                            + d + ") named rank " + r + ", outside [0, " + worldSize() + ") (expected ranks of this"
+                            + " group; fix: name the ranks that leave with a dead one in this group's numbering)");
+                }
+                lost.add(r);
+            }
+            lost.add(d);
+        }
+        List<Integer> leaving = lost.stream().filter(r -> !dead.contains(r)).toList();
+        java.util.SortedSet<Integer> gone = new java.util.TreeSet<>(deadLaunchRanks);
         List<Integer> survivors = new ArrayList<>();
         for (int r = 0; r < worldSize(); r++) {
-            if (!dead.contains(r)) {
+            if (!lost.contains(r)) {
                 survivors.add(lineage.launchRanks().get(r));
+            } else {
+                gone.add(lineage.launchRanks().get(r)); // the same name whether a leaving rank has exited yet or not
             }
+        }
+        if (lost.contains(rank())) {
+            abortState.raise(dead.getFirst(), "rank=" + rank() + ": leaves with dead ranks " + dead + " of " + identity);
+            return new Survivors(null, List.copyOf(dead), leaving);
         }
         int newRank = survivors.indexOf(lineage.launchRanks().get(rank()));
         StringBuilder without = new StringBuilder();
-        for (int d : deadLaunchRanks) {
+        for (int d : gone) {
             without.append(without.isEmpty() ? "" : "-").append(d);
         }
         // the new store binds a port the system chooses, which no other job holds, and its host publishes it beside
@@ -873,28 +843,7 @@ public final class ProcessGroup implements Group {
         }
         ProcessGroup shrunk = new ProcessGroup(next, options, secret, device,
                 new Lineage(lineage.runId(), lineage.masterPort(), List.copyOf(survivors), portFile));
-        return new Survivors(shrunk, List.copyOf(dead));
+        return new Survivors(shrunk, List.copyOf(dead), leaving);
     }
 
-    /** The launch ranks the membership file names dead ({@code dead <rank> <how>} lines; others ignored). */
-    private static java.util.SortedSet<Integer> readDead(java.nio.file.Path file) {
-        java.util.SortedSet<Integer> dead = new java.util.TreeSet<>();
-        List<String> lines;
-        try {
-            lines = java.nio.file.Files.readAllLines(file, StandardCharsets.UTF_8);
-        } catch (java.io.IOException e) {
-            return dead; // not written yet (the launcher replaces it atomically: never half-written)
-        }
-        for (String line : lines) {
-            String[] words = line.strip().split(" ", 3);
-            if (words.length >= 2 && words[0].equals("dead")) {
-                try {
-                    dead.add(Integer.parseInt(words[1]));
-                } catch (NumberFormatException ignored) {
-                    // not a rank: not ours to read
-                }
-            }
-        }
-        return dead;
-    }
 }
