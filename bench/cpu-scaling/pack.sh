@@ -12,6 +12,8 @@
 #
 #   bench/cpu-scaling/pack.sh [DEST]     (default DEST: .device-dp in this checkout, git-ignored by the caller)
 #   XZ_LEVEL=-3 SPLIT_PART1=2 PACK_PARTS=1 bench/cpu-scaling/pack.sh DEST   part1 only, fast, in 2 chunks
+#   PACK_PARTS=ours bench/cpu-scaling/pack.sh DEST   only our own jars (ours.tar.xz, a few MB), to carry after a
+#                                                 part2 of the same dependencies was unpacked on the warm machine
 #   PACK_PARTS=2 bench/cpu-scaling/pack.sh DEST   only part2 (our code changed; the runtime and ND4J's
 #                                                 natives did not), into an existing DEST
 # xz -9 of part1 takes minutes on 2 idle cores and half an hour on busy ones: XZ_LEVEL=-3 packs in a few minutes,
@@ -41,6 +43,10 @@ restore() { # $1 jar, $2 destination folder: the same entries, stored
 }
 cp_entries=$(tr ":" "\n" < benchmarks/target/classpath.txt; echo; ls "$root"/benchmarks/target/symmem4j-benchmarks-*.jar)
 for jar in $cp_entries; do
+  if [[ " $parts " == *" ours "* ]]; then # only our own jars (the dependencies did not change): ours.tar.xz, small
+    case "$jar" in */symmem4j-*.jar) mkdir -p "$stage/ours/lib" && cp "$jar" "$stage/ours/lib/" ;; esac
+    continue
+  fi
   case "$jar" in
     */jmh-*|*/jopt-simple-*) continue ;;   # the JMH harness: not used by the CLIs run here
     *nd4j-native-*-linux-x86_64.jar) [[ " $parts " == *" 1 "* ]] && restore "$jar" "$stage/p1/lib" ;;
@@ -54,9 +60,12 @@ fi
 if [[ " $parts " == *" 1 "* && -n "${SPLIT_PART1:-}" ]]; then # into N chunks that each fit a call beside the tree
   (cd "$dest" && split -n "$SPLIT_PART1" part1.tar.xz part1.tar.xz. && rm part1.tar.xz && echo "$SPLIT_PART1" > part1.chunks)
 fi
+if [[ " $parts " == *" ours "* ]]; then
+  (cd "$stage/ours" && tar -cf - lib) | xz -6 -T2 > "$dest/ours.tar.xz"
+fi
 if [[ " $parts " == *" 2 "* ]]; then
   (cd "$stage/p2" && tar -cf - lib) | xz "${XZ_LEVEL:--9}" -T2 > "$dest/part2.tar.xz"
 fi
 cp bench/cpu-scaling/run.sh "$dest/"
 ls -l "$dest"
-du -sh "$dest"/part*.tar.xz
+du -sh "$dest"/*.tar.xz*

@@ -7,6 +7,8 @@
 #   bash .device-dp/run.sh bench [STEP..] second call (carrying part2 instead of part1, while the
 #                                         machine is still warm): unpacks the other jars and runs the
 #                                         steps (default: main small omp1 twocore mpi)
+#   bash .device-dp/run.sh unpack-part2   part2 alone, so that a later call carries only ours.tar.xz (pack.sh's
+#                                         PACK_PARTS=ours: our jars) and runs `bench STEP..`
 #   bash .device-dp/run.sh all [STEP..]   one call, when both parts fit in one carry
 # Keep the parts in two folders (.device-dp/p1, .device-dp/p2, each with run.sh) and carry one per
 # call: nothing needs to change between the calls.
@@ -256,7 +258,11 @@ case "${1:-}" in
         echo "part1: $have of $want chunks here; carry the next one and call unpack-part1 again (same warm machine)"
       fi
     fi ;;
-  bench) shift; unpack part2.tar.xz; bench "$@" ;;
+  unpack-part2) unpack part2.tar.xz ;;
+  bench) shift # part2 where it is carried (else unpacked by an earlier call), then our jars over it where carried
+    [ -f "$here/part2.tar.xz" ] && unpack part2.tar.xz
+    [ -f "$here/ours.tar.xz" ] && unpack ours.tar.xz
+    bench "$@" ;;
   all) shift; unpack part1.tar.xz; unpack part2.tar.xz; bench "$@" ;;
-  *) echo "usage: run.sh unpack-part1 | bench | all" >&2; exit 2 ;;
+  *) echo "usage: run.sh unpack-part1 | unpack-part2 | bench [STEP..] | all [STEP..]" >&2; exit 2 ;;
 esac
