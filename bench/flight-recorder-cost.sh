@@ -15,6 +15,10 @@
 # placement), both in one run, one-shot and two-shot on 2 ranks (4 cells x 3 forks x 500 blocks, about 5 minutes):
 #   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --forks 3 --pairs 200 --arrivals after-wait,in-shadow --ops-forks 1
 #
+# The current layout against the padded one (symmem4j.flight.recorder.padded=true: the recorder's per-collective writes
+# 128 bytes from any other heap object, the false-sharing test), one-shot and two-shot on 2 ranks:
+#   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --forks 3 --pairs 150 --arrivals in-shadow,in-shadow+padded --ops-forks 1
+#
 # CPUS pins rank r to the r-th CPU listed (one per rank of the largest --ranks; fewer: nothing is pinned).
 # Needs at least 4 idle cores (every rank spins on a core of its own). On a lent machine (no Java there) use the
 # shared-state pack instead: bench/shared-state/pack.sh, then the device tool with

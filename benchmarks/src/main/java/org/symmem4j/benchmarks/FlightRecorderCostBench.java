@@ -36,8 +36,11 @@ import picocli.CommandLine.Option;
  * <pre>
  *   FlightRecorderCostBench [--out report.md] [--forks 2] [--pairs 200] [--block-ms 40] [--warmups 100]
  *                           [--ranks 2,4] [--algorithms ONE_SHOT,TWO_SHOT] [--bytes 1024] [--ops-forks 2]
- *                           [--entries 1024] [--arrivals after-wait[,in-shadow]]
+ *                           [--entries 1024] [--arrivals after-wait[,in-shadow][,in-shadow+padded]...]
  * </pre>
+ * {@code --arrivals in-shadow,in-shadow+padded} measures the product's placement against the same with the recorder's
+ * per-collective writes padded away from every other heap object ({@code -Dsymmem4j.flight.recorder.padded=true}: the
+ * false-sharing test of #36), one cell each.
  * {@code --arrivals after-wait,in-shadow} measures, in one run, the recorder writing its entry after the entry
  * barrier's wait (the default) and in the barrier's shadow (the earlier placement,
  * {@code -Dsymmem4j.flight.recorder.arrival=in-shadow} in the forks): one cell each per algorithm and rank count, the
@@ -84,8 +87,9 @@ public final class FlightRecorderCostBench {
                 + " whether its cache footprint is the cost)")
         int entries = FlightRecorderPairedBenchmark.ENTRIES_ON;
         @Option(names = "--arrivals", split = ",", paramLabel = "WHERE", description = "where the recorder writes a"
-                + " collective's entry, one cell each: after-wait (the default: once the entry barrier passed),"
-                + " in-shadow (between the publish and the wait, the earlier placement)")
+                + " collective's entry, one cell each: after-wait (once the entry barrier passed), in-shadow (between"
+                + " the publish and the wait, the product's default); either with +padded: the recorder's writes kept"
+                + " 128 bytes from every other heap object (-Dsymmem4j.flight.recorder.padded=true)")
         List<String> arrivals = List.of(FlightRecorderPairedBenchmark.ARRIVAL_DEFAULT);
     }
 

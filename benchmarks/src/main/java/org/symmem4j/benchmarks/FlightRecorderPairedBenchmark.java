@@ -74,20 +74,32 @@ public class FlightRecorderPairedBenchmark {
     static final String ARRIVAL_PROPERTY = "symmem4j.flight.recorder.arrival";
     /** Where the recorder writes a collective's entry by default: after the entry barrier's wait. */
     static final String ARRIVAL_DEFAULT = "after-wait";
-    /** The placements {@link #ARRIVAL_PROPERTY} accepts. */
-    static final java.util.List<String> ARRIVALS = java.util.List.of(ARRIVAL_DEFAULT, "in-shadow");
+    /** {@link Configuration#FLIGHT_RECORDER_PADDED}'s property. */
+    static final String PADDED_PROPERTY = "symmem4j.flight.recorder.padded";
+    /** A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.padded=true} to its forks. */
+    static final String PADDED_SUFFIX = "+padded";
+    /**
+     * The cells {@code --arrivals} accepts: the placements {@link #ARRIVAL_PROPERTY} accepts, each also with
+     * {@link #PADDED_SUFFIX} (the recorder's writes kept 128 bytes from every other heap object).
+     */
+    static final java.util.List<String> ARRIVALS = java.util.List.of(ARRIVAL_DEFAULT, "in-shadow",
+            ARRIVAL_DEFAULT + PADDED_SUFFIX, "in-shadow" + PADDED_SUFFIX);
 
     /**
      * The forks' JVM flags (the annotation's) with a recorder of {@code entries} entries that writes its entries
      * where {@code arrival} says: JMH's options replace the annotation's list as a whole.
      *
      * @param entries the recorder's size while on
-     * @param arrival {@code after-wait} or {@code in-shadow} ({@link Configuration#FLIGHT_RECORDER_ARRIVAL})
+     * @param arrival {@code after-wait} or {@code in-shadow} ({@link Configuration#FLIGHT_RECORDER_ARRIVAL}), with
+     *                {@link #PADDED_SUFFIX} for {@link Configuration#FLIGHT_RECORDER_PADDED}
      * @return the flags
      */
     static String[] forkFlags(int entries, String arrival) {
+        boolean padded = arrival.endsWith(PADDED_SUFFIX);
+        String where = padded ? arrival.substring(0, arrival.length() - PADDED_SUFFIX.length()) : arrival;
         return new String[] {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Xmx1g",
-            "-D" + ENTRIES_PROPERTY + "=" + entries, "-D" + ARRIVAL_PROPERTY + "=" + arrival};
+            "-D" + ENTRIES_PROPERTY + "=" + entries, "-D" + ARRIVAL_PROPERTY + "=" + where,
+            "-D" + PADDED_PROPERTY + "=" + padded};
     }
 
     @Param({"1024"})
@@ -132,6 +144,11 @@ public class FlightRecorderPairedBenchmark {
             throw new IllegalStateException("the recorder's placement property is "
                     + Configuration.FLIGHT_RECORDER_ARRIVAL.property() + ", expected " + ARRIVAL_PROPERTY
                     + " (fix: update ARRIVAL_PROPERTY)");
+        }
+        if (!PADDED_PROPERTY.equals(Configuration.FLIGHT_RECORDER_PADDED.property())) {
+            throw new IllegalStateException("the recorder's padding property is "
+                    + Configuration.FLIGHT_RECORDER_PADDED.property() + ", expected " + PADDED_PROPERTY
+                    + " (fix: update PADDED_PROPERTY)");
         }
         if (!ENTRIES_PROPERTY.equals(Configuration.FLIGHT_RECORDER_ENTRIES.property())) {
             throw new IllegalStateException("the recorder's property is " + Configuration.FLIGHT_RECORDER_ENTRIES.property()
@@ -185,7 +202,8 @@ public class FlightRecorderPairedBenchmark {
         }
         System.out.println("flight recorder paired benchmark: one communicator per rank, recorder of "
                 + Configuration.FLIGHT_RECORDER_ENTRIES.get() + " entries switched per iteration, entry written "
-                + Configuration.FLIGHT_RECORDER_ARRIVAL.get() + "; ranks " + (pin ? "pinned to CPUs "
+                + Configuration.FLIGHT_RECORDER_ARRIVAL.get() + (Configuration.FLIGHT_RECORDER_PADDED.get()
+                ? ", padded" : "") + "; ranks " + (pin ? "pinned to CPUs "
                 + java.util.Arrays.toString(java.util.Arrays.copyOf(cpus, ranks)) : "not pinned (-D" + BenchCpus.PROPERTY
                 + " names " + cpus.length + " CPUs, " + ranks + " needed)"));
     }

@@ -12,6 +12,18 @@ import org.junit.jupiter.api.Test;
 class FlightRecorderCostBenchTest {
 
     @Test
+    void aPaddedCellsForksGetThePlacementAndThePadding() {
+        List<String> padded = List.of(FlightRecorderPairedBenchmark.forkFlags(64, "in-shadow+padded"));
+        assertTrue(padded.contains("-Dsymmem4j.flight.recorder.arrival=in-shadow"), padded.toString());
+        assertTrue(padded.contains("-Dsymmem4j.flight.recorder.padded=true"), padded.toString());
+        assertTrue(padded.contains("-Dsymmem4j.flight.recorder.entries=64"), padded.toString());
+        List<String> plain = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "after-wait"));
+        assertTrue(plain.contains("-Dsymmem4j.flight.recorder.arrival=after-wait"), plain.toString());
+        assertTrue(plain.contains("-Dsymmem4j.flight.recorder.padded=false"), plain.toString());
+        assertTrue(FlightRecorderPairedBenchmark.ARRIVALS.contains("in-shadow+padded"));
+    }
+
+    @Test
     void iterationsAlternateInAbbaPairs() {
         boolean[] expected = {false, true, true, false, false, true, true, false};
         for (int k = 0; k < expected.length; k++) {

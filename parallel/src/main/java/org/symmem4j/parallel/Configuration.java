@@ -194,6 +194,22 @@ public final class Configuration {
                     + " failure path; to compare their cost in `FlightRecorderCostBench --arrivals`); read once per JVM")
             .build("in-shadow", "`in-shadow`", choice("after-wait", "in-shadow"));
 
+    /**
+     * {@code symmem4j.flight.recorder.padded}: whether the flight recorder keeps what it writes per collective (its
+     * entries and its two counters) at least 128 bytes away from every other heap object (issue #36, the one-shot
+     * false-sharing test).
+     */
+    public static final Setting<Boolean> FLIGHT_RECORDER_PADDED = Setting.property("symmem4j.flight.recorder.padded")
+            .type("boolean")
+            .accepts("`true`, `false`")
+            .experimental()
+            .describedAs("whether the flight recorder's ring and names carry 128 bytes of padding at both ends and its"
+                    + " two per-collective counters live in the ring's head padding instead of in the recorder"
+                    + " object, so that nothing it writes per collective shares a cache line (or an adjacent-line"
+                    + " pair) with another object, such as a peer rank's (to compare in `FlightRecorderCostBench"
+                    + " --arrivals in-shadow,in-shadow+padded`); read once per JVM")
+            .build(false, "`false`", Configuration::bool);
+
     /** {@code symmem4j.nvtx.library}: the NVTX library whose ranges Nsight Systems shows, or {@code off} (null: the search). */
     public static final Setting<String> NVTX_LIBRARY = Setting.property("symmem4j.nvtx.library")
             .type("library")

@@ -44,8 +44,9 @@ import org.symmem4j.parallel.trace.CoarseClock;
  *                     passed (startedSeq, one field); else SCHEDULED (arrived, waiting for the others)
  * </pre>
  *
- * <p><b>Per collective, one write of its entry, after the entry barrier's wait.</b> {@link ControlPlane#arriveAndCheck}
- * calls {@link #arrived} once every peer's descriptor is here, before the agreement check and before any data moves;
+ * <p><b>Per collective, one write of its entry, in the entry barrier's shadow</b> (by default, {@link
+ * Configuration#FLIGHT_RECORDER_ARRIVAL}; {@code after-wait}: {@link ControlPlane#arriveAndCheck} calls {@link #arrived}
+ * once every peer's descriptor is here), before the agreement check and before any data moves;
  * the barrier's verdict then costs one field store ({@link #started}) and the return one guarded store of a clock stamp
  * ({@link #completed}); the state is derived when read. A rank whose wait throws (timeout, dead or aborting peer) has
  * its entry written by the failure path from the descriptor it published ({@link ControlPlane#failed}), and a timeout
@@ -76,6 +77,18 @@ import org.symmem4j.parallel.trace.CoarseClock;
  *
  * <p>One array of entries rather than one array per field: a collective touches one cache line of {@code ring} and
  * one array bounds check instead of eight arrays.
+ *
+ * <p><b>Padded (experimental, {@link Configuration#FLIGHT_RECORDER_PADDED}).</b> The one-shot cost on 2 ranks is
+ * 20–40 ns more than these calls' own 4–5 ns, and a line this rank writes per collective that also holds an object a
+ * peer rank reads or writes would cost a cache-line transfer per collective in one-shot's single synchronisation. With
+ * the setting, nothing written per collective lies within 128 bytes (a line and its adjacent-line prefetch partner) of
+ * another object: {@code ring} has 16 longs before its first entry and 16 after its last, the two counters
+ * ({@code lastSeq}, {@code startedSeq}) live in the last line of the head padding instead of in this object (which
+ * the hot path then only reads), and {@code what} has 32 references before and after its names. A local probe
+ * (JOL, 2 ranks as the paired benchmark builds them) found the two ranks' rings adjacent after garbage
+ * collections (rank 0's last entry in the line of rank 1's array header) and no other line shared between the
+ * ranks' hot objects ({@code bench/results/2026-11-29-recorder-false-sharing-2core.md}). Off by default: the layout
+ * is the one measured before until 16 idle cores say the padding pays.
  *
  * <p><b>Memory ordering.</b> None is needed, and there is no release store: every write and every read
  * ({@link #dump}, {@link #lastOps}, {@link #toJson}: the failure path and timeout messages) happen on the one thread
@@ -120,14 +133,36 @@ public final class FlightRecorder {
     private static final long SHAPE_MASK = 0xffff_ffffL;
     private static final long FAILED_FLAG = 1L << 32;
 
-    /** Every entry's 8 longs, entry after entry (see the class comment). */
+    /**
+     * Whether what the hot path writes is kept 128 bytes (a line and its adjacent-line prefetch partner) away from
+     * every other heap object: {@link Configuration#FLIGHT_RECORDER_PADDED}, read once per JVM, so C2 folds every
+     * branch on it and the unpadded layout runs the code it ran before the setting existed.
+     */
+    private static final boolean PADDED = Configuration.FLIGHT_RECORDER_PADDED.get();
+    /**
+     * Longs before the first entry in {@link #ring}: padded, 16 (the array's 16-byte header plus 128 bytes), the two
+     * counters in the last line of it ({@link #LAST_SEQ_AT}, {@link #STARTED_SEQ_AT}), so no line this recorder writes
+     * holds the array's header or any byte of the object before the array; else 0.
+     */
+    private static final int HEAD = PADDED ? 16 : 0;
+    /** Longs after the last entry in {@link #ring}: padded, 16 (128 bytes from the next object); else 0. */
+    private static final int TAIL = PADDED ? 16 : 0;
+    /** Where {@link #ring} holds the newest recorded sequence number when padded (else the field {@link #lastSeq}). */
+    private static final int LAST_SEQ_AT = 14;
+    /** Where {@link #ring} holds the newest started sequence number when padded (else {@link #startedSeq}). */
+    private static final int STARTED_SEQ_AT = 15;
+    /** References before the first name in {@link #what}: padded, 32 (at least 128 bytes); else 0. */
+    private static final int WHAT_HEAD = PADDED ? 32 : 0;
+
+    /** Every entry's 8 longs, entry after entry (see the class comment), from {@link #HEAD}. */
     private final long[] ring;
+    /** The entries' operation names, from {@link #WHAT_HEAD}. */
     private final String[] what;
     /** The sequence number of the first collective recorded since creation or {@link #restartAt}. */
     private long firstSeq;
-    /** The newest collective recorded; firstSeq - 1 while none. */
+    /** Unpadded: the newest collective recorded; firstSeq - 1 while none ({@link #lastSeq()}). */
     private long lastSeq = -1;
-    /** The newest collective whose entry barrier passed (every rank agreed); -1 while none. */
+    /** Unpadded: the newest collective whose entry barrier passed; -1 while none ({@link #startedSeq()}). */
     private long startedSeq = -1;
     private long lastDumpedFailureSeq = -1;
     /** Dumps written by this process, numbering the file names: two dumps in one millisecond must not overwrite. */
@@ -138,8 +173,35 @@ public final class FlightRecorder {
         this.worldSize = worldSize;
         this.communicator = communicator;
         this.mask = capacity - 1;
-        this.ring = new long[capacity * STRIDE];
-        this.what = new String[capacity];
+        this.ring = new long[HEAD + capacity * STRIDE + TAIL];
+        this.what = new String[WHAT_HEAD + capacity + WHAT_HEAD];
+        if (PADDED) {
+            ring[LAST_SEQ_AT] = -1;
+            ring[STARTED_SEQ_AT] = -1;
+        }
+    }
+
+    /** {@return the newest collective recorded; firstSeq - 1 while none} */
+    private long lastSeq() {
+        return PADDED ? ring[LAST_SEQ_AT] : lastSeq;
+    }
+
+    private void lastSeq(long s) {
+        if (PADDED) {
+            ring[LAST_SEQ_AT] = s;
+        } else {
+            lastSeq = s;
+        }
+    }
+
+    /** {@return the newest collective whose entry barrier passed (every rank agreed); -1 while none} */
+    private long startedSeq() {
+        return PADDED ? ring[STARTED_SEQ_AT] : startedSeq;
+    }
+
+    /** {@return where the entry of collective {@code s} begins in {@link #ring}} */
+    private int entryAt(long s) {
+        return HEAD + (int) (s & mask) * STRIDE;
     }
 
     /**
@@ -189,7 +251,7 @@ public final class FlightRecorder {
      * arrived at their entry barrier or failed before.
      */
     public long recorded() {
-        return Math.max(0, lastSeq - firstSeq + 1);
+        return Math.max(0, lastSeq() - firstSeq + 1);
     }
 
     /**
@@ -201,7 +263,7 @@ public final class FlightRecorder {
      */
     void restartAt(long seq) {
         firstSeq = seq;
-        lastSeq = seq - 1;
+        lastSeq(seq - 1);
     }
 
     /**
@@ -215,8 +277,8 @@ public final class FlightRecorder {
      */
     public void arrived(OpDescriptorLayout.Descriptor d, String operation) {
         long s = d.seq();
-        int i = (int) (s & mask);
-        int e = i * STRIDE;
+        int i = WHAT_HEAD + (int) (s & mask);
+        int e = entryAt(s);
         long[] r = ring;
         int shape = d.kind().ordinal() + 1 | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
         r[e + SEQ] = s;
@@ -230,7 +292,7 @@ public final class FlightRecorder {
         if (what[i] != operation) {
             what[i] = operation;
         }
-        lastSeq = s;
+        lastSeq(s);
     }
 
     /**
@@ -241,7 +303,7 @@ public final class FlightRecorder {
      * @return true when {@code s}'s entry is still to be written
      */
     boolean lacksEntry(long s) {
-        return s >= firstSeq && (s > lastSeq || ring[(int) (s & mask) * STRIDE + SEQ] != s);
+        return s >= firstSeq && (s > lastSeq() || ring[entryAt(s) + SEQ] != s);
     }
 
     /**
@@ -250,7 +312,11 @@ public final class FlightRecorder {
      * @param s its sequence number
      */
     public void started(long s) {
-        startedSeq = s;
+        if (PADDED) {
+            ring[STARTED_SEQ_AT] = s;
+        } else {
+            startedSeq = s;
+        }
     }
 
     /**
@@ -259,7 +325,7 @@ public final class FlightRecorder {
      * @param s its sequence number
      */
     public void completed(long s) {
-        int e = (int) (s & mask) * STRIDE;
+        int e = entryAt(s);
         long[] r = ring;
         if (r[e + SEQ] == s && r[e + ENDED] == 0) {
             r[e + ENDED] = CoarseClock.millis();
@@ -275,7 +341,7 @@ public final class FlightRecorder {
         if (r[e + ENDED] != 0) {
             return State.COMPLETED;
         }
-        return r[e + SEQ] <= startedSeq ? State.STARTED : State.SCHEDULED;
+        return r[e + SEQ] <= startedSeq() ? State.STARTED : State.SCHEDULED;
     }
 
     /**
@@ -288,16 +354,16 @@ public final class FlightRecorder {
      * @return the dump's file, or null when it was dumped already or could not be written (logged)
      */
     public Path failed(long s, String operation, Throwable reason) {
-        int i = (int) (s & mask);
-        int e = i * STRIDE;
+        int i = WHAT_HEAD + (int) (s & mask);
+        int e = entryAt(s);
         long[] r = ring;
         long now = CoarseClock.millis();
-        if (r[e + SEQ] != s || s < firstSeq || s > lastSeq) {
+        if (r[e + SEQ] != s || s < firstSeq || s > lastSeq()) {
             r[e + SEQ] = s;
             r[e + BEGUN] = now;
             r[e + SHAPE_FAILED] = 0; // no arguments: it never arrived
             what[i] = operation;
-            lastSeq = Math.max(lastSeq, s);
+            lastSeq(Math.max(lastSeq(), s));
         }
         r[e + SHAPE_FAILED] |= FAILED_FLAG;
         r[e + ENDED] = now;
@@ -351,8 +417,8 @@ public final class FlightRecorder {
         long recorded = recorded();
         for (long k = Math.max(0, recorded - Math.min(n, capacity())); k < recorded; k++) {
             long q = firstSeq + k;
-            int i = (int) (q & mask);
-            int e = i * STRIDE;
+            int i = WHAT_HEAD + (int) (q & mask);
+            int e = entryAt(q);
             if (ring[e + SEQ] != q) {
                 continue; // began but neither arrived nor failed: not recorded
             }
@@ -392,8 +458,8 @@ public final class FlightRecorder {
         long[] r = ring;
         for (long k = Math.max(0, recorded - capacity()); k < recorded; k++) {
             long q = firstSeq + k;
-            int i = (int) (q & mask);
-            int e = i * STRIDE;
+            int i = WHAT_HEAD + (int) (q & mask);
+            int e = entryAt(q);
             if (r[e + SEQ] != q) {
                 continue; // began but neither arrived nor failed: not recorded
             }

@@ -1,0 +1,116 @@
+package org.symmem4j.parallel.control;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.lang.reflect.Field;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+import org.symmem4j.parallel.Algorithm;
+import org.symmem4j.parallel.Configuration;
+import org.symmem4j.parallel.DType;
+import org.symmem4j.parallel.ReduceOp;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Descriptor;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Kind;
+import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
+import org.symmem4j.parallel.trace.Json;
+
+/**
+ * {@code symmem4j.flight.recorder.padded} (read once per JVM) changes where the recorder keeps its entries and
+ * counters, never what it records: one call sequence (wrap-around, started-only, scheduled-only, a failure before
+ * arriving, a failure after completing, a restart) gives the same dump and the same last collectives in a JVM with
+ * the padding and in one without, and the padded JVM's arrays carry the padding.
+ */
+class FlightRecorderPaddingTest {
+
+    @Test
+    void thePaddedLayoutRecordsWhatTheUnpaddedOneRecords(@TempDir Path dir) throws Exception {
+        String unpadded = child(dir, false);
+        String padded = child(dir, true);
+        assertTrue(unpadded.contains("layout padded=false ring=32 what=4"), unpadded);
+        assertTrue(padded.contains("layout padded=true ring=64 what=68"), padded);
+        assertEquals(records(unpadded), records(padded));
+        assertTrue(records(padded).contains("all-reduce#9 FAILED"), padded);
+    }
+
+    private static String records(String out) {
+        return out.lines().filter(l -> l.startsWith("record ")).reduce("", (a, b) -> a + b + "\n");
+    }
+
+    private static String child(Path dir, boolean padded) throws Exception {
+        String java = ProcessHandle.current().info().command().orElse("java");
+        Process p = new ProcessBuilder(java, "--enable-native-access=ALL-UNNAMED",
+                "-D" + Configuration.FLIGHT_RECORDER_PADDED.property() + "=" + padded,
+                "-D" + Configuration.FLIGHT_RECORDER_DIR.property() + "=" + dir.resolve("dumps-" + padded),
+                "-cp", System.getProperty("java.class.path"), FlightRecorderPaddingTest.class.getName())
+                .redirectErrorStream(true).start();
+        String out = new String(p.getInputStream().readAllBytes());
+        assertTrue(p.waitFor(60, TimeUnit.SECONDS), out);
+        assertEquals(0, p.exitValue(), out);
+        return out;
+    }
+
+    /**
+     * The child: replays the sequence and prints the layout and the records with the clock's values reduced to
+     * whether they are set.
+     *
+     * @param args none
+     * @throws Exception on a reflection failure
+     */
+    public static void main(String[] args) throws Exception {
+        FlightRecorder r = FlightRecorder.create(0, 2, "host-m1", 4);
+        Descriptor d = new Descriptor();
+        for (long s = 0; s < 9; s++) {
+            r.arrived(d.set(s, s % 3 == 0 ? Kind.BARRIER : Kind.ALL_REDUCE, DType.FLOAT32.ordinal(),
+                    ReduceOp.SUM.ordinal(), Algorithm.ONE_SHOT.ordinal(), -1, 10 + s, 40 + 4 * s, s, 8 * s, 0,
+                    Problem.NONE), s % 3 == 0 ? "barrier" : "all-reduce");
+            if (s != 8) {
+                r.started(s);
+            }
+            if (s < 7) {
+                r.completed(s);
+            }
+        }
+        r.failed(7, "all-reduce", new IllegalStateException("after completing? no: while started"));
+        r.failed(9, "all-reduce", new IllegalStateException("before arriving"));
+        r.completed(9); // a failed one stays failed
+        print(r);
+        r.restartAt(20);
+        r.arrived(d.set(20, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
+                Algorithm.TWO_SHOT.ordinal(), -1, 5, 20, -1, 0, 0, Problem.NONE), "all-reduce");
+        r.started(20);
+        print(r);
+        System.out.println("layout padded=" + Configuration.FLIGHT_RECORDER_PADDED.get() + " ring="
+                + ((long[]) field("ring").get(r)).length + " what=" + ((String[]) field("what").get(r)).length);
+    }
+
+    private static Field field(String name) throws NoSuchFieldException {
+        Field f = FlightRecorder.class.getDeclaredField(name);
+        f.setAccessible(true);
+        return f;
+    }
+
+    private static void print(FlightRecorder r) {
+        System.out.println("record lastOps " + r.lastOps(8) + " recorded=" + r.recorded());
+        @SuppressWarnings("unchecked")
+        Map<String, Object> json = (Map<String, Object>) Json.parse(r.toJson("x"));
+        @SuppressWarnings("unchecked")
+        List<Map<String, Object>> ops = (List<Map<String, Object>>) json.get("ops");
+        for (Map<String, Object> op : ops) {
+            List<String> fields = new ArrayList<>();
+            for (Map.Entry<String, Object> e : new java.util.TreeMap<>(op).entrySet()) {
+                Object v = e.getValue();
+                if (e.getKey().endsWith("Millis")) {
+                    v = ((Double) v) != 0; // the clock: only whether it was stamped
+                }
+                fields.add(e.getKey() + "=" + v);
+            }
+            System.out.println("record " + fields);
+        }
+    }
+}
