@@ -10,6 +10,7 @@ import java.lang.foreign.MemoryLayout;
 import java.lang.foreign.MemorySegment;
 import java.lang.invoke.MethodHandle;
 import java.util.Optional;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * The C library's allocator ({@code malloc}) of this process, as glibc reports it ({@code mallinfo2}, every arena
@@ -66,7 +67,7 @@ public final class MallocHeap {
         } catch (RuntimeException | Error e) {
             throw e;
         } catch (Throwable t) {
-            throw new IllegalStateException("mallinfo2 failed: " + t, t);
+            throw Invariants.violated("mallinfo2 failed: " + t, t);
         }
     }
 
@@ -83,7 +84,7 @@ public final class MallocHeap {
         } catch (RuntimeException | Error e) {
             throw e;
         } catch (Throwable t) {
-            throw new IllegalStateException("malloc_trim failed: " + t, t);
+            throw Invariants.violated("malloc_trim failed: " + t, t);
         }
     }
 
