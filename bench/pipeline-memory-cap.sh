@@ -9,6 +9,10 @@
 #
 #   bench/pipeline-memory-cap.sh [example flags, e.g. --hidden 1024 --layers 8]    CAP=512m (default) sets the cap
 #
+# DETAIL=1 (default) runs every JVM with -XX:NativeMemoryTracking=summary and the example with --memory-detail: each
+# process prints where its resident memory is at each phase (smaps by mapping kind, malloc's arenas, the JVM's NMT
+# categories, ND4J's counters), the raw numbers of the per-rank accounting; DETAIL=0 runs without.
+#
 # The cap is JavaCPP's maxphysicalbytes: the process's whole resident set (heap, JIT, libraries, ND4J's arrays);
 # maxbytes does not bind ND4J's CPU arrays (it does not count them). Each JVM runs with a fixed, pre-touched heap
 # (-Xms128m -Xmx128m -XX:+AlwaysPreTouch) so the heap is resident from the start and does not grow into the cap.
@@ -29,24 +33,30 @@ cap=${CAP:-512m}
 main=org.symmem4j.examples.PipelineMemoryCapExample
 jvm=(--enable-native-access=ALL-UNNAMED --add-modules=jdk.incubator.vector --sun-misc-unsafe-memory-access=allow
   -Xms128m -Xmx128m -XX:+AlwaysPreTouch -Dorg.deeplearning4j.crash.reporting.enabled=false)
+detail=()
+if [ "${DETAIL:-1}" = 1 ]; then
+  # where each process's resident memory is, per phase (ResidentMemory): the JVM's parts need its native memory tracking
+  jvm+=(-XX:NativeMemoryTracking=summary)
+  detail=(--memory-detail)
+fi
 capped=(-Dorg.bytedeco.javacpp.maxbytes="$cap" -Dorg.bytedeco.javacpp.maxphysicalbytes="$cap")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-raw() { grep -E 'step |stage |holds |workspaces |whole |refused|rank|error|Exception' "$1" | grep -v '^\s*at ' || true; }
+raw() { grep -E 'step |stage |holds |workspaces |whole |refused|rank|memory |error|Exception' "$1" | grep -v '^\s*at ' || true; }
 
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git rev-parse --short HEAD); cap $cap; flags: $*"
 nproc; lscpu | head -n 12
 echo "== 1. control: the whole network in one JVM under the cap"
 status=0
-"$jdk/bin/java" "${jvm[@]}" "${capped[@]}" -cp "$CP" $main --mode whole "$@" > "$tmp/whole" 2>&1 || status=$?
+"$jdk/bin/java" "${jvm[@]}" "${capped[@]}" -cp "$CP" $main --mode whole "${detail[@]}" "$@" > "$tmp/whole" 2>&1 || status=$?
 raw "$tmp/whole"
 [ "$status" = 3 ] || { echo "FAIL: the control exited $status, expected 3 (JavaCPP's refusal): the cap does not bind" >&2; exit 1; }
 echo "== 2. reference: the pipeline on 4 threads of one JVM, no cap"
-"$jdk/bin/java" "${jvm[@]/-Xmx128m/-Xmx1g}" -cp "$CP" $main --ranks 4 "$@" > "$tmp/threads" 2>&1 \
+"$jdk/bin/java" "${jvm[@]/-Xmx128m/-Xmx1g}" -cp "$CP" $main --ranks 4 "${detail[@]}" "$@" > "$tmp/threads" 2>&1 \
   || { cat "$tmp/threads"; echo "FAIL: the reference did not train" >&2; exit 1; }
 raw "$tmp/threads"
 echo "== 3. the run: 4 processes under symmem4j-run, each capped at $cap"
-bin/symmem4j-run -n 4 --java "${jvm[@]}" "${capped[@]}" -cp "$CP" $main "$@" > "$tmp/ranks" 2>&1 \
+bin/symmem4j-run -n 4 --java "${jvm[@]}" "${capped[@]}" -cp "$CP" $main "${detail[@]}" "$@" > "$tmp/ranks" 2>&1 \
   || { cat "$tmp/ranks"; echo "FAIL: the capped ranks did not train" >&2; exit 1; }
 raw "$tmp/ranks"
 echo "== comparison"

@@ -81,6 +81,9 @@ public final class PipelineMemoryCapExample {
         int batch = 32;
         @Option(names = "--microbatches", paramLabel = "M", description = "microbatches per step")
         int microbatches = 4;
+        @Option(names = "--memory-detail", description = "print where the resident memory is, by what holds it, at"
+                + " each phase (ResidentMemory), and after a garbage collection and a malloc_trim once trained")
+        boolean memoryDetail;
     }
 
     /** The network: {@code layers} dense layers of width {@code hidden} and a softmax output of 16 classes, Adam. */
@@ -121,6 +124,8 @@ public final class PipelineMemoryCapExample {
         boolean launched = System.getenv("RANK") != null;
         Nd4j.create(DataType.FLOAT, 1); // loads ND4J's backend, so the first resident count includes it
         long before = Pointer.physicalBytes();
+        detail(flags, launched ? "rank " + System.getenv("RANK") : flags.mode.equals("whole") ? "whole" : "threads",
+                "start");
         int status;
         try (ProcessGroup group = launched ? ProcessGroup.fromEnvironment() : null) {
             status = flags.mode.equals("whole") ? whole(flags, before) : pipeline(flags, group, before);
@@ -135,17 +140,27 @@ public final class PipelineMemoryCapExample {
     private static int pipeline(Flags flags, ProcessGroup group, long before) {
         MultiLayerConfiguration conf = configuration(flags.inputs, flags.hidden, flags.layers);
         String who = group == null ? "threads" : "rank " + group.rank();
+        detail(flags, who, "group");
         try (PipelineParallelTrainer trainer = (group == null
                 ? PipelineParallelTrainer.builder(conf).ranks(flags.ranks)
                 : PipelineParallelTrainer.builder(conf).group(group)).microbatches(flags.microbatches).build()) {
             long built = Pointer.physicalBytes();
+            detail(flags, who, "built");
             int step = 0;
             for (DataSet batch : data(flags)) {
                 trainer.fit(batch);
-                System.out.printf(Locale.ROOT, "step %d loss=%016x (%.9f)%n", step++,
+                System.out.printf(Locale.ROOT, "step %d loss=%016x (%.9f)%n", step,
                         Double.doubleToRawLongBits(trainer.lastStep().loss()), trainer.lastStep().loss());
+                detail(flags, who, "step " + step++);
             }
             long trained = Pointer.physicalBytes();
+            if (flags.memoryDetail) {
+                System.gc(); // arrays no longer referenced free their memory once collected (ND4J's deallocator)
+                sleep();
+                detail(flags, who, "after gc");
+                org.symmem4j.parallel.memory.MallocHeap.trim();
+                detail(flags, who, "after malloc_trim");
+            }
             PipelineStageSplit split = trainer.split();
             long whole = 0;
             for (int s = 0; s < split.stageCount(); s++) {
@@ -199,6 +214,20 @@ public final class PipelineMemoryCapExample {
                 }
             }
             throw t;
+        }
+    }
+
+    private static void detail(Flags flags, String who, String phase) {
+        if (flags.memoryDetail) {
+            System.out.println(ResidentMemory.now().format(who, phase));
+        }
+    }
+
+    private static void sleep() {
+        try {
+            Thread.sleep(500);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
         }
     }
 

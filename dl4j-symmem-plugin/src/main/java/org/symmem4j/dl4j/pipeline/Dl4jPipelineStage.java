@@ -182,7 +182,11 @@ public final class Dl4jPipelineStage implements StageCompute {
             }
         }
         if (network.numParams() > 0 && hollow == null) {
-            network.initGradientsView();
+            if (network.getGradientsViewArray() == null) {
+                // DL4J's initGradientsView allocates a new view each call: a network that has one (a split's stage
+                // network has) keeps it, else the old one would stay resident as garbage until a collection
+                network.initGradientsView();
+            }
             INDArray view = network.getGradientsViewArray();
             this.accumulatedGradient = Nd4j.zeros(view.dataType(), view.shape());
         } else {

@@ -509,24 +509,37 @@ public final class PipelineStageSplit {
      */
     private void initialiseAsDl4j(MultiLayerNetwork[] held, Consumer<InitialisationReplay.Target> draws) {
         DataType type = network.getLayerWiseConfigurations().getDataType();
-        draws.accept(new InitialisationReplay.Target() {
-            private INDArray scratch;
+        INDArray[] scratch = new INDArray[1];
+        try {
+            draws.accept(new InitialisationReplay.Target() {
+                @Override
+                public INDArray view(int position, long offset, long length) {
+                    int i = layerAt(offset, length);
+                    int s = Layout.stageOf(stageStart, i);
+                    if (held[s] != null) {
+                        long at = offset - paramOffset[firstLayer(s)];
+                        return slice(held[s].params(), at, at + length);
+                    }
+                    if (scratch[0] == null || scratch[0].length() < length) {
+                        parameterElementsAllocated += length - (scratch[0] == null ? 0 : scratch[0].length());
+                        release(scratch[0]);
+                        scratch[0] = org.nd4j.linalg.factory.Nd4j.create(type, length);
+                    }
+                    return scratch[0].get(NDArrayIndex.interval(0, length));
+                }
+            });
+        } finally {
+            // the scratch is garbage now; freed here, not when a garbage collection happens to find it (a 128 MB heap
+            // of few objects may not collect for many steps), so a rank's resident set holds its stages only
+            release(scratch[0]);
+        }
+    }
 
-            @Override
-            public INDArray view(int position, long offset, long length) {
-                int i = layerAt(offset, length);
-                int s = Layout.stageOf(stageStart, i);
-                if (held[s] != null) {
-                    long at = offset - paramOffset[firstLayer(s)];
-                    return slice(held[s].params(), at, at + length);
-                }
-                if (scratch == null || scratch.length() < length) {
-                    parameterElementsAllocated += length - (scratch == null ? 0 : scratch.length());
-                    scratch = org.nd4j.linalg.factory.Nd4j.create(type, length);
-                }
-                return scratch.get(NDArrayIndex.interval(0, length));
-            }
-        });
+    /** Frees {@code array}'s memory now (ND4J would free it only once the garbage collector finds it unreachable). */
+    private static void release(INDArray array) {
+        if (array != null && array.closeable()) {
+            array.close();
+        }
     }
 
     /** The layer whose parameters are elements {@code [offset, offset + length)} of the flat vector ({@code length > 0}). */

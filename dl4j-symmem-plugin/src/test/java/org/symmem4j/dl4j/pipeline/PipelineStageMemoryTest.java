@@ -3,11 +3,13 @@ package org.symmem4j.dl4j.pipeline;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.File;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
@@ -17,8 +19,10 @@ import org.junit.jupiter.api.io.TempDir;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 import org.nd4j.linalg.api.buffer.DataType;
+import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.DataSet;
 import org.nd4j.linalg.learning.config.Adam;
+import org.symmem4j.dl4j.InitialisationReplay;
 
 /**
  * Group mode holds only a rank's own stages: each rank's trainer has the parameters, gradient views and updater state
@@ -190,6 +194,53 @@ class PipelineStageMemoryTest {
             }
         }).getMessage()).getFirst();
         assertTrue(refused.contains("saveCheckpoint on a pipeline trainer built from a configuration"), refused);
+    }
+
+    /**
+     * A stage keeps the gradient view its network has: DL4J's {@code initGradientsView()} allocates a new one at every
+     * call, and a second call left the first (a stage's parameter count of floats) resident as garbage until a
+     * collection found it, 33.6 MB per rank of bench/pipeline-memory-cap.sh.
+     */
+    @Test
+    void aStageKeepsItsNetworksGradientView() {
+        MultiLayerNetwork net = mlp();
+        net.initGradientsView();
+        INDArray view = net.getGradientsViewArray();
+        Dl4jPipelineStage stage = new Dl4jPipelineStage(0, 1, net);
+        assertSame(view, stage.network().getGradientsViewArray(), "the stage allocated a second gradient view");
+        MultiLayerNetwork fresh = mlp();
+        new Dl4jPipelineStage(0, 1, fresh);
+        assertEquals(fresh.numParams(), fresh.getGradientsViewArray().length(), "a network without one gets one");
+    }
+
+    /**
+     * A rank started from a configuration draws the layers it does not hold into a scratch array of one layer
+     * (to replay DL4J's draws in order): freed once the stages are drawn, not when a collection finds it.
+     */
+    @Test
+    void theInitialisationScratchIsFreedOnceTheStagesAreDrawn() {
+        MultiLayerNetwork net = mlp();
+        PipelineStageSplit split = PipelineStageSplit.balanced(net, RANKS);
+        List<INDArray> scratch = new ArrayList<>();
+        split.buildStages(s -> s == 1, target -> InitialisationReplay.replay(net, new InitialisationReplay.Target() {
+            @Override
+            public INDArray view(int position, long offset, long length) {
+                INDArray view = target.view(position, offset, length);
+                if (position < split.firstLayer(1) || position >= split.endLayer(1)) {
+                    scratch.add(view);
+                }
+                return view;
+            }
+
+            @Override
+            public void drawn(int position, long offset, long length) {
+                target.drawn(position, offset, length);
+            }
+        }));
+        assertFalse(scratch.isEmpty(), "layers outside stage 1 drew into the scratch");
+        for (INDArray view : scratch) {
+            assertTrue(view.wasClosed(), "the scratch is still allocated after the draws");
+        }
     }
 
     @Test
