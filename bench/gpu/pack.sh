@@ -23,7 +23,7 @@ mkdir -p .device/lib
 "$jdk/bin/jlink" --add-modules java.base,jdk.unsupported,java.management,java.logging,jdk.incubator.vector,jdk.jfr \
   --strip-debug --no-man-pages --no-header-files --compress=zip-6 --output .device/jre
 # examples: the benchmarks share its command-line helper (Cli)
-for module in kernels parallel gradsync pipeline state examples benchmarks; do
+for module in kernels parallel gradsync pipeline state serving examples benchmarks; do
   cp "$module/target/symmem4j-$module-$version.jar" .device/lib/
 done
 # micrometer-core for the metrics, with micrometer-commons and -observation, which its registries load (a GPU test
@@ -36,6 +36,9 @@ cp -r parallel/target/test-classes .device/test-classes
 cp -r pipeline/target/test-classes/. .device/test-classes/
 cp -r gradsync/target/test-classes/. .device/test-classes/
 cp -r state/target/test-classes/. .device/test-classes/
+# the serving module's GPU tests only (its other tests need DL4J, which .device does not carry)
+mkdir -p .device/test-classes/org/symmem4j/serving/session
+cp serving/target/test-classes/org/symmem4j/serving/session/Cuda*.class .device/test-classes/org/symmem4j/serving/session/
 mvn -q -B dependency:copy -Dartifact=org.junit.platform:junit-platform-console-standalone:1.11.4 \
   -DoutputDirectory="$root/.device/lib"
 # PROBES=1: the standalone CUDA probes too (about 4 MB: without them .device and the tree fit the device tool's

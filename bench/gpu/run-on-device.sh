@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with .device/ carried (see bench/gpu/pack.sh):
 # the GPU tests, then the GPU all-reduce and pipeline hand-off benchmarks. Logs, reports and each report's raw
 # CSV (gpu-allreduce.csv, gpu-handoff.csv, gpu-eager-probe.csv) land in $OUT.
-#   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|nsys|probe|nvlink|limits|launch|ab|nvshmem|hierarchical|processshare|fsdp|remoteshard|doctor] [extra all-reduce benchmark args]
+#   run-on-device.sh [tests|shared|bench|handoff|all|multi|targets|tp|tprepeat|nsys|probe|nvlink|limits|launch|ab|nvshmem|hierarchical|processshare|fsdp|remoteshard|sessions|doctor] [extra all-reduce benchmark args]
 # (nsys: issue #36, Nsight Systems profile (-t cuda,nvtx) of TensorParallelGemmBench, the tensor-parallel MLP block
 # included, on all visible GPUs in one JVM, eager: tp-mlp.nsys-rep, nsys-nvtx-sum.txt (symmem4j's NVTX ranges),
 # nsys-kern-sum.txt (the kernels), tp-mlp-timeline.svg (one MLP step, bench/gpu/nsys_timeline.py) and the SQLite
@@ -14,6 +14,10 @@
 # REMOTE_GPUS (default "2 4": the counts the machine has): rank 0 reads 1 KiB-256 MiB of a peer's shard by a kernel's
 # zero-copy loads and by the copy engine, against NCCL send/recv of the same bytes, in the same run; extra args go to
 # the benchmark, e.g. --reps 9 or --max-bytes 67108864)
+# (sessions: issue #34, the GPU session cache's test (CudaDeviceSessionCacheTest, 2 ranks), then GpuSessionCacheBench
+# on 2 GPUs: rank 1 gets an 8 KiB / 64 KiB / 1 MiB session block saved by rank 0, in place and by peer copy, against
+# NCCL send/recv of the same bytes; sessions-summary.txt, gpu-sessions.md and the logs in $OUT; extra args go to the
+# benchmark, e.g. --reps 15; each step bounded by SESSIONS_LIMIT s, default 300)
 # (tp: TensorParallelGemmBench, fused all-gather + matmul and matmul + reduce-scatter against cuBLAS + NCCL and
 # cuBLAS alone, and the tensor-parallel MLP block's overhead, one rank per GPU; also the last step of multi)
 # (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU on every rank count in
@@ -72,7 +76,8 @@ rc=0
 gpu_test_classes() {
   (cd .device/test-classes && ls org/symmem4j/parallel/cuda/*Test.class org/symmem4j/parallel/cuda/ffi/*Test.class \
     org/symmem4j/pipeline/exec/{Cuda,Nvshmem}*Test.class \
-    org/symmem4j/gradsync/*GpuTest.class org/symmem4j/state/Cuda*Test.class) \
+    org/symmem4j/gradsync/*GpuTest.class org/symmem4j/state/Cuda*Test.class \
+    org/symmem4j/serving/session/Cuda*Test.class) \
     | sed 's/\.class$//; s:/:.:g' | grep -E "${GPU_TEST_FILTER:-.}"
 }
 run_gpu_tests() { # log file, seconds per class, extra JVM flags
@@ -480,6 +485,17 @@ if [ "$what" = remoteshard ]; then
     echo "== remote-shard benchmark on $g GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/remoteshard-summary.txt"
     grep -E 'Exception|Error|^## The seed|^Met' "$out/gpu-remote-shard-${g}gpus.log" | head -10 | tee -a "$out/remoteshard-summary.txt"
   done
+fi
+if [ "$what" = sessions ]; then
+  GPU_TEST_FILTER=${GPU_TEST_FILTER:-CudaDeviceSessionCache} run_gpu_tests "$out/gpu-tests-sessions.log" \
+    "${SESSIONS_LIMIT:-300}" "" | tee "$out/sessions-summary.txt"
+  rc=${PIPESTATUS[0]}
+  start=$(date +%s)
+  timeout -s QUIT -k 20 "${SESSIONS_LIMIT:-300}" $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuSessionCacheBench \
+    --out "$out/gpu-sessions.md" "$@" > "$out/gpu-sessions.log" 2>&1
+  code=$?; rc=$(( rc | code ))
+  echo "== session cache benchmark on 2 GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/sessions-summary.txt"
+  grep -E 'Exception|Error|^\| ' "$out/gpu-sessions.log" | head -12 | tee -a "$out/sessions-summary.txt"
 fi
 if [ "$what" = launch ]; then
   timeout 300 .device/launch_idle_probe 2>&1 | tee "$out/launch-idle-probe.log"

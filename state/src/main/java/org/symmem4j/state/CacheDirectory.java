@@ -71,6 +71,14 @@ final class CacheDirectory {
 
         /** {@return every slot's last-use tick, read now} */
         long[] lastUses();
+
+        /**
+         * The entry {@code name} was evicted by the budget policy (never called for a remove).
+         *
+         * @param name the evicted entry's name
+         */
+        default void evicted(String name) {
+        }
     }
 
     private final String structure;
@@ -268,6 +276,7 @@ final class CacheDirectory {
             return false;
         }
         evictSlot(slotOf.remove(victim));
+        part.evicted(victim);
         return true;
     }
 

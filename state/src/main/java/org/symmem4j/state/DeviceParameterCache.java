@@ -16,7 +16,9 @@ import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_WORD;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 
@@ -121,6 +123,8 @@ public final class DeviceParameterCache implements AutoCloseable {
     private final CacheDirectory directory;
     /** The generation of every live block, by heap offset (this rank's GPU memory is not read back for it). */
     private final Map<Long, Long> generations = new HashMap<>();
+    /** Names this rank's part evicted by the budget policy since the last {@link #takeEvicted()}. */
+    private final List<String> evicted = new ArrayList<>();
     private long nextVersion = 1;
 
     private DeviceParameterCache(Group group, SymmetricMemory memory, DeviceCommunicator gpu, DeviceMemory device,
@@ -304,6 +308,11 @@ public final class DeviceParameterCache implements AutoCloseable {
             writeWord(System.nanoTime(), ParameterCacheLayout.lastUseOffset(slots, i)); // no ordering: a hint
         }
 
+        @Override
+        public void evicted(String name) {
+            evicted.add(name);
+        }
+
         /** Every slot's tick, one copy (readers' ticks may race it: a tick is a hint, never published data). */
         @Override
         public long[] lastUses() {
@@ -439,6 +448,19 @@ public final class DeviceParameterCache implements AutoCloseable {
         return slotCopy.get(ValueLayout.JAVA_INT, SLOT_NAME_LENGTH) == nameBytes.length
                 && MemorySegment.mismatch(slotCopy, SLOT_NAME, SLOT_NAME + nameBytes.length,
                 MemorySegment.ofArray(nameBytes), 0, nameBytes.length) == -1;
+    }
+
+    /**
+     * The names this rank's part evicted by its budget or entry limit (least recently used first, never a
+     * {@link #remove}) since the last call, in eviction order; owner side, for layers that tell an evicted entry from
+     * one that never existed (the GPU session cache).
+     *
+     * @return the evicted names, possibly empty; the list is this rank's to keep
+     */
+    public List<String> takeEvicted() {
+        List<String> out = List.copyOf(evicted);
+        evicted.clear();
+        return out;
     }
 
     /** {@return entries this rank owns now} */

@@ -63,7 +63,7 @@ import org.symmem4j.parallel.sync.Waiter;
  * </ul>
  *
  * One thread per rank uses an instance. Host memory only: on a group whose memory is GPU memory, or whose ranks
- * are on several machines, creation is refused with the transport's reason (the GPU form is not built).
+ * are on several machines, creation is refused with the transport's reason (on GPUs use {@link DeviceSessionCache}).
  */
 public final class SessionCache implements AutoCloseable {
 
@@ -168,8 +168,8 @@ public final class SessionCache implements AutoCloseable {
         TransportCapabilities caps = group.transport().capabilities(group);
         if (caps.supports(Capability.DEVICE_MEMORY)) {
             throw new UnsupportedOperationException("session cache on transport=" + caps.transport() + ": its memory"
-                    + " is GPU memory, and the GPU form of the session cache is not built (host transports only:"
-                    + " threads of one JVM, processes of one machine; fix: create it on a host group)");
+                    + " is GPU memory, which this host cache does not use (fix: DeviceSessionCache.create with a"
+                    + " communicator of the group, the GPU form, or create this one on a host group)");
         }
         if (!caps.supports(Capability.PEER_ACCESS)) {
             throw new UnsupportedOperationException("session cache on transport=" + caps.transport() + " needs every"

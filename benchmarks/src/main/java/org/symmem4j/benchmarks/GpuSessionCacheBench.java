@@ -1,0 +1,191 @@
+package org.symmem4j.benchmarks;
+
+import java.io.IOException;
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+
+import org.symmem4j.examples.Cli;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DeviceCommunicator;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.cuda.CudaTransport;
+import org.symmem4j.parallel.group.InJvmWorld;
+import org.symmem4j.serving.session.DeviceSessionCache;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+/**
+ * Issue #34's GPU session-state cache: rank 1 gets a session's state block (8 KiB, 64 KiB, 1 MiB) that rank 0 saved
+ * into its GPU's part of a {@link DeviceSessionCache}, against NCCL send/recv of the same bytes from rank 0 (the
+ * anchor of {@link GpuRemoteShardBench}), one rank per GPU, threads of one JVM, in the same run:
+ * <ul>
+ *   <li><b>host-timed, per get</b> (what a worker sees, the medians of {@code --reps} repetitions of 50 gets):
+ *       {@code copyInto} (find the latest copy in every rank's part, peer copy into rank 1's buffer, synchronize,
+ *       check after use), {@code find} alone (the in-place device address a kernel would read), and NCCL
+ *       ({@code ncclSend} on rank 0, {@code ncclRecv} on rank 1, each followed by its stream's synchronize);</li>
+ *   <li><b>stream-timed</b> (CUDA events on rank 1's stream, {@code GpuAllReduceBench.time}, eager): the peer copy of
+ *       a held block ({@code cuMemcpyAsync} from rank 0's memory) against NCCL send/recv.</li>
+ * </ul>
+ * Every get's bytes are checked against rank 0's pattern after the timings.
+ *
+ * <pre>
+ *   GpuSessionCacheBench [--out report.md] [--reps R]
+ * </pre>
+ */
+public final class GpuSessionCacheBench {
+
+    private static final long[] SIZES = {8L << 10, 64L << 10, 1L << 20};
+    private static final int BATCH = 50;
+    private static volatile String deviceName = "unknown";
+
+    private GpuSessionCacheBench() {
+    }
+
+    /** One size's medians, µs per get. */
+    record Row(long bytes, double copyInto, double find, double ncclHost, double peerCopyStream, double ncclStream) {
+    }
+
+    @Command(name = "GpuSessionCacheBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class,
+            showDefaultValues = true, description = "GPU session cache: a peer GPU's in-place read and peer copy of a"
+                    + " session block against NCCL send/recv of the same bytes, in the same run.")
+    static final class Flags {
+        @Option(names = "--out", paramLabel = "FILE", description = "also write the markdown report to FILE")
+        Path out;
+        @Option(names = "--reps", paramLabel = "R", description = "timed repetitions per cell (the median is reported)")
+        int reps = 9;
+    }
+
+    public static void main(String[] args) throws IOException {
+        Flags flags = Cli.parse(new Flags(), args, f -> {
+            Cli.positive("--reps", f.reps);
+            return f;
+        });
+        try (CudaTransport cuda = CudaTransport.create()) {
+            if (cuda.deviceCount() < 2) {
+                throw new IllegalStateException("the session cache benchmark needs 2 GPUs (one rank each); found "
+                        + cuda.deviceCount() + " (fix: run it on a machine of 2 or more GPUs)");
+            }
+            List<List<Row>> perRank = InJvmWorld.runOnEveryRank(2,
+                    GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), cuda,
+                    group -> measure(group, flags.reps));
+            String report = report(cuda.runtimeVersions(), perRank.get(1), flags.reps);
+            System.out.print(report);
+            if (flags.out != null) {
+                Files.writeString(flags.out, report);
+            }
+        }
+    }
+
+    /** Rank 1's rows; rank 0 saves, sends and joins the barriers. */
+    static List<Row> measure(Group group, int reps) {
+        int me = group.rank();
+        long max = SIZES[SIZES.length - 1];
+        List<Row> rows = new ArrayList<>();
+        try (Communicator comm = Communicator.create(group);
+             Arena arena = Arena.ofConfined();
+             DeviceSessionCache cache = DeviceSessionCache.create(comm, 8 * (max + 256), 16, max)) {
+            DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+            deviceName = gpu.deviceName();
+            MemorySegment dst = gpu.allocateDevice(max);
+            MemorySegment host = arena.allocate(max, 64);
+            for (long i = 0; i < max / Integer.BYTES; i++) {
+                host.setAtIndex(ValueLayout.JAVA_INT, i, GpuRemoteShardBench.pattern(0, i));
+            }
+            if (me == 0) {
+                gpu.copyFromHost(dst, host); // NCCL's source: the same bytes as the sessions
+                for (long bytes : SIZES) {
+                    cache.save("s" + bytes, host.asSlice(0, bytes));
+                }
+            }
+            comm.barrier();
+            for (long bytes : SIZES) {
+                String id = "s" + bytes;
+                MemorySegment into = dst.asSlice(0, bytes);
+                Runnable nccl = me == 0 ? () -> gpu.send(into, 1) : () -> gpu.recv(into, 0);
+                Runnable ncclSync = () -> {
+                    nccl.run();
+                    gpu.synchronize();
+                };
+                double ncclHost = RepetitionSpread.medianMicrosPerCall(reps, BATCH, comm::barrier, ncclSync);
+                double[] ncclStream = GpuAllReduceBench.time(comm, gpu, nccl, bytes, false, reps);
+                double copyInto = 0;
+                double find = 0;
+                double[] peer = null;
+                if (me == 1) {
+                    poison(gpu, into);
+                    copyInto = RepetitionSpread.medianMicrosPerCall(reps, BATCH, comm::barrier,
+                            () -> cache.copyInto(id, into));
+                    check(gpu, into, host, bytes, "copyInto");
+                    find = RepetitionSpread.medianMicrosPerCall(reps, BATCH, comm::barrier, () -> cache.find(id));
+                    DeviceSessionCache.Block held = cache.find(id);
+                    poison(gpu, into);
+                    peer = GpuAllReduceBench.time(comm, gpu, () -> gpu.copyAsync(into, held.data()), bytes, false, reps);
+                    if (!held.isValid()) {
+                        throw new IllegalStateException("the held block of " + id + " was freed while timed");
+                    }
+                    check(gpu, into, host, bytes, "peer copy");
+                } else {
+                    for (int r = 0; r < 3 * reps; r++) {
+                        comm.barrier(); // rank 1's timing loops: one barrier per repetition
+                    }
+                }
+                if (me == 1) {
+                    rows.add(new Row(bytes, copyInto, find, ncclHost, RepetitionSpread.median(peer),
+                            RepetitionSpread.median(ncclStream)));
+                }
+            }
+            gpu.synchronize();
+            comm.barrier(); // no rank closes the cache while a peer may still read it
+            gpu.freeDevice(dst);
+        }
+        return rows;
+    }
+
+    /** Fills rank 1's buffer with bytes rank 0's state does not have, so a get that moves nothing is caught. */
+    private static void poison(DeviceCommunicator gpu, MemorySegment into) {
+        MemorySegment h = Arena.ofAuto().allocate(into.byteSize(), 64);
+        h.fill((byte) 0xA5);
+        gpu.copyFromHost(into, h);
+    }
+
+    private static void check(DeviceCommunicator gpu, MemorySegment into, MemorySegment host, long bytes,
+                              String variant) {
+        MemorySegment h = Arena.ofAuto().allocate(bytes, 64);
+        gpu.copyToHost(h, into);
+        long at = MemorySegment.mismatch(h, 0, bytes, host, 0, bytes);
+        if (at >= 0) {
+            throw new IllegalStateException("session block " + variant + " of " + bytes + " bytes: byte " + at
+                    + " differs from rank 0's state (the get moved the wrong bytes; the timing is void)");
+        }
+    }
+
+    static String report(String versions, List<Row> rows, int reps) {
+        StringBuilder md = new StringBuilder("# GPU session-state cache benchmark (issue #34)\n\n");
+        md.append("- date: ").append(Instant.now()).append('\n');
+        md.append("- device: 2 × ").append(deviceName).append('\n');
+        md.append("- ").append(versions).append('\n');
+        md.append("- method: rank 0 saved one session per size into its GPU's part of a DeviceSessionCache; rank 1")
+                .append(" gets it. Host-timed: median of ").append(reps).append(" repetitions of ").append(BATCH)
+                .append(" gets, µs per get (copyInto = find in both parts + peer copy + synchronize + check; find =")
+                .append(" the in-place address only; NCCL = send/recv + synchronize on both ranks). Stream-timed:")
+                .append(" CUDA events on rank 1's stream, eager (peer copy of a held block; NCCL send/recv).\n\n");
+        md.append("| size | copyInto µs | find µs | NCCL (host) µs | NCCL / copyInto | peer copy (stream) µs |"
+                + " NCCL (stream) µs | NCCL / peer copy |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        for (Row r : rows) {
+            md.append(String.format(Locale.ROOT, "| %s | %.2f | %.2f | %.2f | %.2f× | %.2f | %.2f | %.2f× |%n",
+                    GpuAllReduceBench.size(r.bytes()), r.copyInto(), r.find(), r.ncclHost(),
+                    r.ncclHost() / r.copyInto(), r.peerCopyStream(), r.ncclStream(),
+                    r.ncclStream() / r.peerCopyStream()));
+        }
+        return md.toString();
+    }
+}

@@ -1,0 +1,219 @@
+package org.symmem4j.serving.session;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.lang.foreign.Arena;
+import java.lang.foreign.MemorySegment;
+import java.lang.foreign.ValueLayout;
+import java.time.Duration;
+
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Assumptions;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+import org.symmem4j.parallel.Communicator;
+import org.symmem4j.parallel.DeviceCommunicator;
+import org.symmem4j.parallel.Group;
+import org.symmem4j.parallel.GroupOptions;
+import org.symmem4j.parallel.cuda.CudaKernels;
+import org.symmem4j.parallel.cuda.CudaTransport;
+import org.symmem4j.parallel.cuda.GpuTestWatchdog;
+import org.symmem4j.parallel.cuda.ffi.CudaDriver;
+import org.symmem4j.parallel.group.InJvmWorld;
+
+/**
+ * The session cache in GPU memory ({@link DeviceSessionCache}), ranks as threads sharing the GPUs (2 by default,
+ * {@code -Dsymmem4j.test.cudaRanks=N}): rank 0 saves a session's state and rank 1 reads it in place (its device
+ * address copied back) and by a peer copy into its own buffer, bitwise; rank 1 continues the session and its newer
+ * save wins over rank 0's copy; the budget evicts the least recently used session and a read of it throws
+ * {@code EVICTED} while an id never saved reads as unknown (-1); bad ids and oversized states refused. Skipped without
+ * a GPU (the pattern of the state module's {@code CudaStateTestBase}).
+ */
+@ExtendWith(GpuTestWatchdog.class)
+class CudaDeviceSessionCacheTest {
+
+    private static final GroupOptions OPTIONS = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
+    private static CudaTransport cuda;
+
+    @BeforeEach
+    void needsAGpu() {
+        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
+        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
+    }
+
+    @AfterAll
+    static void closeTransport() {
+        synchronized (CudaDeviceSessionCacheTest.class) {
+            if (cuda != null) {
+                cuda.close();
+                cuda = null;
+            }
+        }
+    }
+
+    private static synchronized CudaTransport gpuTransport() {
+        if (cuda == null) {
+            cuda = CudaTransport.create();
+        }
+        return cuda;
+    }
+
+    private static int world() {
+        return Math.max(2, Integer.getInteger("symmem4j.test.cudaRanks", 2));
+    }
+
+    private static void hostBarrier(Group group, String tag) {
+        group.allGatherBytes(tag, new byte[0]);
+    }
+
+    /** Distinct bytes per (step, index). */
+    private static byte[] state(int step, int length) {
+        byte[] b = new byte[length];
+        for (int j = 0; j < length; j++) {
+            b[j] = (byte) (step * 131 + j * 7 + (j >> 8));
+        }
+        return b;
+    }
+
+    private static MemorySegment host(Arena a, byte[] b) {
+        MemorySegment s = a.allocate(Math.max(1, b.length), Long.BYTES).asSlice(0, b.length);
+        MemorySegment.copy(b, 0, s, ValueLayout.JAVA_BYTE, 0, b.length);
+        return s;
+    }
+
+    private static byte[] back(Arena a, DeviceCommunicator gpu, MemorySegment device, long n) {
+        MemorySegment h = a.allocate(n);
+        gpu.copyToHost(h, device.asSlice(0, n));
+        return h.toArray(ValueLayout.JAVA_BYTE);
+    }
+
+    @Test
+    void rankZeroSavesAndRankOneReadsInPlaceAndByPeerCopyBitwiseThenContinuesTheSession() {
+        int length = 8 * 1024 + 12;
+        InJvmWorld.runOnEveryRank(world(), OPTIONS, gpuTransport(), group -> {
+            try (Arena a = Arena.ofConfined();
+                 Communicator comm = Communicator.create(group);
+                 DeviceSessionCache cache = DeviceSessionCache.create(comm, 1 << 20, 16, 64 << 10)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                MemorySegment mine = gpu.allocateDevice(64 << 10);
+                if (group.rank() == 0) {
+                    assertEquals(-1, cache.copyInto("user-17", mine), "a new session is unknown");
+                    MemorySegment d = gpu.allocateDevice(length);
+                    gpu.copyFromHost(d, host(a, state(1, length)));
+                    cache.saveFromDevice("user-17", d);
+                    gpu.freeDevice(d);
+                    assertEquals(1, cache.sessionsHere());
+                }
+                hostBarrier(group, "saved");
+                if (group.rank() == 1) {
+                    DeviceSessionCache.Block b = cache.find("user-17");
+                    assertNotNull(b, "rank 1 finds rank 0's session");
+                    assertEquals(0, b.owner());
+                    assertEquals(length, b.length());
+                    MemorySegment inPlace = MemorySegment.ofAddress(b.deviceAddress()).reinterpret(length);
+                    assertArrayEquals(state(1, length), back(a, gpu, inPlace, length), "in place, bitwise");
+                    assertTrue(b.isValid());
+                    assertEquals(length, cache.copyInto("user-17", mine));
+                    assertArrayEquals(state(1, length), back(a, gpu, mine, length), "peer copy, bitwise");
+                    // rank 1 continues the session: its save is the newer copy
+                    cache.save("user-17", host(a, state(2, length + 100)));
+                }
+                hostBarrier(group, "continued");
+                DeviceSessionCache.Block now = cache.find("user-17");
+                assertNotNull(now);
+                assertEquals(1, now.owner(), "rank " + group.rank() + " finds the newer save, rank 1's");
+                MemorySegment h = a.allocate(64 << 10);
+                assertEquals(length + 100, cache.get("user-17", h));
+                assertArrayEquals(state(2, length + 100), h.asSlice(0, length + 100).toArray(ValueLayout.JAVA_BYTE));
+                hostBarrier(group, "read");
+                if (group.rank() == 0) {
+                    assertEquals(0, cache.sessionsHere(), "rank 0's find removed its stale copy");
+                }
+                gpu.freeDevice(mine);
+                hostBarrier(group, "done");
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void theBudgetEvictsTheLeastRecentlyUsedSessionAndItsReadThrowsEvictedWhileAnUnknownIdReadsMinusOne() {
+        int length = 4096;
+        long block = 64 + 64 + length; // the cache's block header, the session header, the state
+        InJvmWorld.runOnEveryRank(world(), OPTIONS, gpuTransport(), group -> {
+            try (Arena a = Arena.ofConfined();
+                 Communicator comm = Communicator.create(group);
+                 DeviceSessionCache cache = DeviceSessionCache.create(comm, 3 * block, 8, length)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                MemorySegment mine = gpu.allocateDevice(length);
+                if (group.rank() == 0) {
+                    cache.save("a", host(a, state(1, length)));
+                    cache.save("b", host(a, state(2, length)));
+                    cache.save("c", host(a, state(3, length)));
+                }
+                hostBarrier(group, "abc");
+                if (group.rank() == 1) {
+                    assertNotNull(cache.find("a"), "a peer's find is a use: a is now newer than b");
+                }
+                hostBarrier(group, "a used");
+                if (group.rank() == 0) {
+                    cache.save("d", host(a, state(4, length))); // no room: evicts b
+                    assertEquals(3, cache.sessionsHere());
+                }
+                hostBarrier(group, "d");
+                SessionExpiredException e = assertThrows(SessionExpiredException.class,
+                        () -> cache.copyInto("b", mine), "rank " + group.rank() + ": b was evicted");
+                assertEquals(SessionExpiredException.Reason.EVICTED, e.reason());
+                assertEquals("b", e.sessionId());
+                assertTrue(e.getMessage().contains("fix:"), e.getMessage());
+                assertEquals(-1, cache.copyInto("never", mine), "an id never saved is unknown");
+                for (String id : new String[] {"a", "c", "d"}) {
+                    assertEquals(length, cache.copyInto(id, mine));
+                    int step = id.charAt(0) - 'a' + 1;
+                    assertArrayEquals(state(step, length), back(a, gpu, mine, length), id + " kept, bitwise");
+                }
+                hostBarrier(group, "checked");
+                if (group.rank() == 0) {
+                    cache.save("b", host(a, state(5, length))); // the session started again
+                }
+                hostBarrier(group, "b again");
+                assertEquals(length, cache.copyInto("b", mine), "a session saved again is live again");
+                assertArrayEquals(state(5, length), back(a, gpu, mine, length));
+                gpu.freeDevice(mine);
+                hostBarrier(group, "done");
+            }
+            return null;
+        });
+    }
+
+    @Test
+    void badIdsOversizedStatesAndATooSmallBudgetAreRefusedBeforeAnythingIsWritten() {
+        InJvmWorld.runOnEveryRank(world(), OPTIONS, gpuTransport(), group -> {
+            try (Communicator comm = Communicator.create(group)) {
+                IllegalArgumentException small = assertThrows(IllegalArgumentException.class,
+                        () -> DeviceSessionCache.create(comm, 1024, 4, 4096));
+                assertTrue(small.getMessage().contains("fix:"), small.getMessage());
+                try (Arena a = Arena.ofConfined();
+                     DeviceSessionCache cache = DeviceSessionCache.create(comm, 1 << 16, 4, 256)) {
+                    assertThrows(IllegalArgumentException.class, () -> cache.save("", host(a, state(1, 8))));
+                    assertThrows(IllegalArgumentException.class, () -> cache.save("x".repeat(67), host(a, state(1, 8))));
+                    IllegalArgumentException big = assertThrows(IllegalArgumentException.class,
+                            () -> cache.save("big", host(a, state(1, 257))));
+                    assertTrue(big.getMessage().contains("maxStateBytes=256") && big.getMessage().contains("fix:"),
+                            big.getMessage());
+                    assertEquals(0, cache.sessionsHere());
+                    hostBarrier(group, "refused");
+                    assertNull(cache.find("big"));
+                    hostBarrier(group, "done");
+                }
+            }
+            return null;
+        });
+    }
+}
