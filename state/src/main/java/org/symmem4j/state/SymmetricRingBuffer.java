@@ -5,6 +5,9 @@ import static org.symmem4j.parallel.layout.RingBufferLayout.PADDING_TYPE;
 import static org.symmem4j.parallel.layout.RingBufferLayout.RECORD_HEADER_BYTES;
 
 import java.lang.foreign.MemorySegment;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.nio.ByteOrder;
 import java.util.Objects;
 
 import org.symmem4j.parallel.Group;
@@ -77,6 +80,11 @@ public final class SymmetricRingBuffer implements AutoCloseable {
      * its producer is still writing (the common case, the producer commits within a microsecond) reads no clock.
      */
     private static final int STUCK_POLLS_PER_CLOCK = 64;
+    /** Payloads of 8 up to this many bytes from a byte array take {@link #copyPayload}'s few 8-byte loads and stores. */
+    static final int SHORT_COPY_BYTES = 64;
+    /** 8-byte loads from a byte array at any index, in native order, one bounds check each. */
+    private static final VarHandle BYTES_AS_LONGS = MethodHandles.byteArrayViewVarHandle(long[].class,
+            ByteOrder.nativeOrder());
 
     private final Group group;
     /** This rank, read once: offer and poll check it on every call. */
@@ -93,6 +101,13 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     /** The data ring alone, handed to handlers. */
     private final MemorySegment data;
     private final Waiter waiter;
+    /**
+     * The ring's address, for the many-to-one producer's hot path ({@link RingBufferLayout#address}), or -1 where the
+     * memory has none: that path then stays on the checked accesses.
+     */
+    private final long ringAddress;
+    /** The ring's scope: the hot path by address checks it is alive once per message, before its first access. */
+    private final MemorySegment.Scope ringScope;
     /** The claim {@link #tryClaim(int, int)} and {@link #claim} hand out, reused message after message. */
     private final Claim ownClaim = new Claim();
 
@@ -138,6 +153,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         this.ring = memory.peer(consumer);
         this.data = ring.asSlice(DATA_OFFSET, capacity);
         this.waiter = SharedMemories.waiter(group);
+        this.ringAddress = RingBufferLayout.address(ring);
+        this.ringScope = ring.scope();
         this.producerHere = kind == Kind.MANY_TO_ONE || rank == producer;
         this.consumerHere = rank == consumer;
         // a fresh ring (creation formats it): both positions start at 0 on every rank
@@ -258,9 +275,54 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         if (index < 0) {
             return false;
         }
-        MemorySegment.copy(src, offset, data, index + RECORD_HEADER_BYTES, length);
-        RingBufferLayout.commitRecord(ring, index, length + RECORD_HEADER_BYTES, msgTypeId);
+        copyPayload(src, offset, index + RECORD_HEADER_BYTES, length);
+        if (ringAddress >= 0) {
+            // release: publishes the payload to the consumer's acquire of the header word (the same store by address)
+            RingBufferLayout.commitRecordAt(ringAddress, index, length + RECORD_HEADER_BYTES, msgTypeId);
+        } else {
+            // release: as above, through the checked segment
+            RingBufferLayout.commitRecord(ring, index, length + RECORD_HEADER_BYTES, msgTypeId);
+        }
         return true;
+    }
+
+    /**
+     * Copies a payload into the claimed record at {@code at} in the data ring. One of 8 to {@link #SHORT_COPY_BYTES}
+     * bytes from a byte array (an {@code offer(int, byte[])}, a segment of {@code MemorySegment.ofArray}) by at most 8
+     * loads from the array and 8 stores by address, straight-line, the last words overlapping the first where the
+     * length is not a multiple of 32, 16 or 8: {@code MemorySegment.copy}'s general path compiles to about 1.5-3 KB and
+     * keeps {@link #offer} above the size up to which the JIT inlines a compiled method into its caller's loop
+     * ({@code InlineSmallCode}, 2,500 bytes). Anything else takes the bulk copy. The source's bounds were checked
+     * before the claim; the array loads check them again.
+     */
+    private void copyPayload(MemorySegment src, long offset, int at, int length) {
+        if (length > SHORT_COPY_BYTES | length < Long.BYTES | ringAddress < 0
+                || !(src.heapBase().orElse(null) instanceof byte[] array)) {
+            MemorySegment.copy(src, offset, data, at, length);
+            return;
+        }
+        int from = (int) (src.address() + offset); // a heap segment's address: its offset in the array
+        int last = length - Long.BYTES;
+        long a0 = (long) BYTES_AS_LONGS.get(array, from);
+        long z0 = (long) BYTES_AS_LONGS.get(array, from + last);
+        if (length > 2 * Long.BYTES) {
+            long a1 = (long) BYTES_AS_LONGS.get(array, from + 8);
+            long z1 = (long) BYTES_AS_LONGS.get(array, from + last - 8);
+            if (length > 4 * Long.BYTES) {
+                long a2 = (long) BYTES_AS_LONGS.get(array, from + 16);
+                long a3 = (long) BYTES_AS_LONGS.get(array, from + 24);
+                long z2 = (long) BYTES_AS_LONGS.get(array, from + last - 16);
+                long z3 = (long) BYTES_AS_LONGS.get(array, from + last - 24);
+                RingBufferLayout.putPayloadLongAt(ringAddress, at + 16, a2);
+                RingBufferLayout.putPayloadLongAt(ringAddress, at + 24, a3);
+                RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 16, z2);
+                RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 24, z3);
+            }
+            RingBufferLayout.putPayloadLongAt(ringAddress, at + 8, a1);
+            RingBufferLayout.putPayloadLongAt(ringAddress, at + last - 8, z1);
+        }
+        RingBufferLayout.putPayloadLongAt(ringAddress, at, a0);
+        RingBufferLayout.putPayloadLongAt(ringAddress, at + last, z0);
     }
 
     /**
@@ -549,7 +611,30 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     private int reserve(int length) {
         int recordLength = length + RECORD_HEADER_BYTES;
         int required = RingBufferLayout.align(recordLength);
-        return kind == Kind.ONE_TO_ONE ? claimOneToOne(recordLength, required) : claimManyToOne(recordLength, required);
+        if (kind == Kind.ONE_TO_ONE) {
+            return claimOneToOne(recordLength, required);
+        }
+        // many-to-one, the common case in a few instructions and by address: no padding before the end of the ring,
+        // room by the cached HEAD, the ring alive, and the CAS from the TAIL this producer last left wins. Anything else
+        // (the wrap, a full-looking ring, another producer's claim first, memory without an address) takes the general
+        // claim out of line, so that offer stays small enough for the JIT to inline into a producer's loop
+        long tail = tailPosition;
+        int tailIndex = (int) tail & mask;
+        if (ringAddress >= 0 & required <= capacity - tailIndex & required <= capacity - (tail - headCache)
+                && ringScope.isAlive()) {
+            long next = tail + required;
+            // volatile CAS, the linearization point of the claim, as in claimManyToOne; a failure returns the TAIL
+            // another producer's winning CAS (which it pairs with) left, where the general claim starts again
+            long found = RingBufferLayout.tailCompareAndExchangeAt(ringAddress, tail, next);
+            if (found == tail) {
+                tailPosition = next;
+                // release: orders the mark after the claim (see markRecordInProgress)
+                RingBufferLayout.markRecordInProgressAt(ringAddress, tailIndex, recordLength, rank);
+                return tailIndex;
+            }
+            tailPosition = found;
+        }
+        return claimManyToOne(recordLength, required);
     }
 
     private int claimOneToOne(int recordLength, int required) {

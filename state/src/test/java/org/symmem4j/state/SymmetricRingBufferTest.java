@@ -358,6 +358,62 @@ class SymmetricRingBufferTest {
         });
     }
 
+    /**
+     * Every payload length from 0 to the largest, from each kind of source (a byte array, a heap segment at an odd
+     * offset, a native segment, a read-only one), arrives byte for byte, over many laps of a small ring: the short copy
+     * (8..64 bytes from an array, by 8-byte words that overlap at the end) and the bulk copy alike.
+     */
+    @Test
+    void everyPayloadLengthFromEverySourceArrivesExactly() {
+        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+            for (SymmetricRingBuffer.Kind kind : SymmetricRingBuffer.Kind.values()) {
+                try (SymmetricRingBuffer ring = kind == SymmetricRingBuffer.Kind.ONE_TO_ONE
+                        ? SymmetricRingBuffer.oneToOne(group, 0, 0, 1024) : SymmetricRingBuffer.manyToOne(group, 0, 1024);
+                     java.lang.foreign.Arena arena = java.lang.foreign.Arena.ofConfined()) {
+                    SplittableRandom r = new SplittableRandom(7);
+                    byte[] big = new byte[ring.maxPayload() + 16];
+                    MemorySegment nativeSrc = arena.allocate(big.length);
+                    for (int round = 0; round < 3; round++) {
+                        for (int length = 0; length <= ring.maxPayload(); length++) {
+                            for (int source = 0; source < 4; source++) {
+                                r.nextBytes(big);
+                                byte[] expected = java.util.Arrays.copyOfRange(big, 3, 3 + length);
+                                boolean written = switch (source) {
+                                    case 0 -> ring.offer(9, expected.clone());
+                                    case 1 -> ring.offer(9, MemorySegment.ofArray(big).asSlice(1), 2, length);
+                                    case 2 -> ring.offer(9, nativeSrc.copyFrom(MemorySegment.ofArray(big)), 3, length);
+                                    default -> ring.offer(9, MemorySegment.ofArray(big).asReadOnly(), 3, length);
+                                };
+                                assertTrue(written, kind + " length " + length + " source " + source);
+                                byte[][] got = new byte[1][];
+                                assertEquals(1, ring.poll((t, b, o, l) -> got[0] = b.asSlice(o, l)
+                                        .toArray(ValueLayout.JAVA_BYTE), 4));
+                                assertArrayEquals(expected, got[0], kind + " length " + length + " source " + source);
+                                assertEquals(0, ring.size());
+                            }
+                        }
+                    }
+                }
+            }
+            return null;
+        });
+    }
+
+    /** An offer on a closed ring is refused with an exception (the hot path by address checks the ring is alive). */
+    @Test
+    void offerOnAClosedRingThrows() {
+        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+            for (SymmetricRingBuffer.Kind kind : SymmetricRingBuffer.Kind.values()) {
+                SymmetricRingBuffer ring = kind == SymmetricRingBuffer.Kind.ONE_TO_ONE
+                        ? SymmetricRingBuffer.oneToOne(group, 0, 0, 1024) : SymmetricRingBuffer.manyToOne(group, 0, 1024);
+                assertTrue(ring.offer(1, new byte[16]));
+                ring.close();
+                assertThrows(IllegalStateException.class, () -> ring.offer(1, new byte[16]), kind.toString());
+            }
+            return null;
+        });
+    }
+
     @Test
     void claimCommitAndAbortWriteInPlace() {
         InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {

@@ -367,6 +367,79 @@ public final class RingBufferLayout {
         return LONG.compareAndSet(ring, DATA_OFFSET + index, observed, headerWord(length, PADDING_TYPE));
     }
 
+    // ---- the many-to-one producer's hot path, by address ----
+
+    /**
+     * All of memory as one segment, a constant: an access through it at an address carries no per-segment bounds,
+     * read-only or liveness check (the JIT folds them), so that the producer's hot path compiles small enough to be
+     * inlined into its caller's loop. Only for addresses inside a live native ring that the caller has checked: see
+     * {@link #address}.
+     */
+    private static final MemorySegment EVERYTHING = MemorySegment.NULL.reinterpret(Long.MAX_VALUE);
+
+    /**
+     * The base address of {@code ring} for the {@code ...At} accesses below, or -1 where it has none (a heap segment):
+     * the caller then keeps to the checked accesses. The caller must use an address only while {@code ring}'s scope is
+     * alive (check {@link MemorySegment.Scope#isAlive()} before a sequence of accesses, from the one thread that may
+     * close it) and only at the offsets of this layout, inside {@link #totalBytes} (verified at creation).
+     *
+     * @param ring the consumer's buffer as mapped here
+     * @return its address, or -1
+     */
+    public static long address(MemorySegment ring) {
+        return ring.isNative() ? ring.address() : -1;
+    }
+
+    /**
+     * {@link #tailCompareAndExchange} at a ring's {@link #address}: the same volatile CAS.
+     *
+     * @param ringAddress the ring's address
+     * @param expected    the tail this producer expects
+     * @param value       the new tail
+     * @return the tail found: {@code expected} on success
+     */
+    public static long tailCompareAndExchangeAt(long ringAddress, long expected, long value) {
+        return (long) LONG.compareAndExchange(EVERYTHING, ringAddress + TAIL_OFFSET, expected, value);
+    }
+
+    /**
+     * {@link #markRecordInProgress} at a ring's {@link #address}: the same release store.
+     *
+     * @param ringAddress the ring's address
+     * @param index       byte index of the record, 8-aligned, below the capacity
+     * @param length      record length (header + payload)
+     * @param rank        the producer's rank
+     */
+    public static void markRecordInProgressAt(long ringAddress, int index, int length, int rank) {
+        // release: orders the mark after the claim; nothing reads data because of it (the consumer skips or waits)
+        LONG.setRelease(EVERYTHING, ringAddress + DATA_OFFSET + index, headerWord(-length, rank));
+    }
+
+    /**
+     * {@link #commitRecord} at a ring's {@link #address}: the same release store, the linearization point of a write.
+     *
+     * @param ringAddress the ring's address
+     * @param index       byte index of the record, 8-aligned, below the capacity
+     * @param length      record length (header + payload)
+     * @param type        message type, or {@link #PADDING_TYPE}
+     */
+    public static void commitRecordAt(long ringAddress, int index, int length, int type) {
+        // release: publishes the payload written before it to the consumer's acquire of the header word
+        LONG.setRelease(EVERYTHING, ringAddress + DATA_OFFSET + index, headerWord(length, type));
+    }
+
+    /**
+     * A plain 8-byte store of payload at a ring's {@link #address}, any alignment: published by the record's
+     * {@link #commitRecordAt} after it.
+     *
+     * @param ringAddress the ring's address
+     * @param dataOffset  byte offset in the data ring, inside a record this producer claimed
+     * @param value       the bytes, in native order
+     */
+    public static void putPayloadLongAt(long ringAddress, long dataOffset, long value) {
+        EVERYTHING.set(ValueLayout.JAVA_LONG_UNALIGNED, ringAddress + DATA_OFFSET + dataOffset, value);
+    }
+
     /**
      * The length field of a header word.
      *
