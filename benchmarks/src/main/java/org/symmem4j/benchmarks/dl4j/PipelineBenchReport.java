@@ -74,9 +74,7 @@ final class PipelineBenchReport {
         md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
         for (Measured m : measured(o, r)) {
             Config config = m.config();
-            List<Run> rs = m.runs();
             Run median = m.median();
-            int microbatches = m.microbatches();
             double ideal = m.ideal();
             double single = median(r.single().get(config.ranks()));
             double speedup = median.examplesPerSecond() / single;
@@ -95,8 +93,8 @@ final class PipelineBenchReport {
                 ratio = String.format(Locale.ROOT, "**%.2f** %s", q, q >= 0.8 ? "(met)" : "(not met)");
             }
             md.append(String.format(Locale.ROOT, "| %s | %s | %.0f (%s) | %.2f× | %s | %s | %s | %s | %.2f |%n",
-                    config.label(), median.stages(), median.examplesPerSecond(), range(rs, Run::examplesPerSecond, "%.0f", 1),
-                    speedup, bound, overBound, boundIdeal, ratio, oldRatio));
+                    config.label(), median.stages(), median.examplesPerSecond(),
+                    range(m.runs(), Run::examplesPerSecond, "%.0f", 1), speedup, bound, overBound, boundIdeal, ratio, oldRatio));
         }
         md.append("\nBubble: the median step's idle share of the ranks' window (first pass start to last pass end), against"
                 + " the schedule's ideal (B = 2F, free hand-offs), the simulator's for that step's measured per-stage pass"
@@ -115,16 +113,14 @@ final class PipelineBenchReport {
         md.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
         for (Measured m : measured(o, r)) {
             Config config = m.config();
-            List<Run> rs = m.runs();
             Run median = m.median();
-            int microbatches = m.microbatches();
             double ideal = m.ideal();
-            double predicted = PipelineBench.predictedBubble(model, config, microbatches, r.profiles()[m.index()]);
+            double predicted = PipelineBench.predictedBubble(model, config, m.microbatches(), r.profiles()[m.index()]);
             TimelineBreakdown b = median.breakdown();
             md.append(String.format(Locale.ROOT, "| %s | %.1f %% (%s) | %.1f %% | %s | %.1f %% | %+.1f | %s | %.1f %% |"
                             + " %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %s | %.0f / %.0f |%n", config.label(),
                     100 * median.medianBubble(),
-                    range(rs, Run::medianBubble, "%.1f", 100), 100 * ideal,
+                    range(m.runs(), Run::medianBubble, "%.1f", 100), 100 * ideal,
                     median.medianBubble() - ideal <= 0.05 ? "met" : "not met", 100 * median.simulatedBubble(),
                     100 * (median.medianBubble() - median.simulatedBubble()),
                     Double.isNaN(predicted) ? "—" : String.format(Locale.ROOT, "%.1f %%", 100 * predicted),
