@@ -218,6 +218,24 @@ public class RingFillBenchmark {
     }
 
     /**
+     * The suites' check of their flags, before any fork starts: every message size fits this benchmark's ring and every
+     * level can be held at every size ({@link #fillMessages}).
+     *
+     * @throws IllegalArgumentException naming the size or level that does not fit
+     */
+    static void checkSizesAndFills(int[] sizes, int[] fills) {
+        for (int fill : fills) {
+            for (int b : sizes) {
+                if (b < 1 || b > CAPACITY / 8 - 8) {
+                    throw new IllegalArgumentException("--sizes: " + b + " bytes, expected 1.." + (CAPACITY / 8 - 8)
+                            + " (fix: pass e.g. --sizes 64,256,1024)");
+                }
+                fillMessages(CAPACITY, b, fill, BATCH);
+            }
+        }
+    }
+
+    /**
      * The fill level in messages: {@code percent} % of the records of {@code messageBytes} a ring of {@code capacity}
      * holds, rounded to a multiple of {@code batch}, at least one batch.
      *

@@ -74,15 +74,7 @@ public final class RingFillSuite {
                             + " level (its publication limit is the driver's) (fix: name symmem4j's and Agrona's kinds)");
                 }
             }
-            for (int fill : flags.fills) {
-                for (int b : flags.sizes) {
-                    if (b < 1 || b > RingFillBenchmark.CAPACITY / 8 - 8) {
-                        throw new IllegalArgumentException("--sizes: " + b + " bytes, expected 1.."
-                                + (RingFillBenchmark.CAPACITY / 8 - 8) + " (fix: pass e.g. --sizes 64,256,1024)");
-                    }
-                    RingFillBenchmark.fillMessages(RingFillBenchmark.CAPACITY, b, fill, RingFillBenchmark.BATCH);
-                }
-            }
+            RingFillBenchmark.checkSizesAndFills(flags.sizes, flags.fills);
             return flags;
         });
         Files.createDirectories(f.out);

@@ -114,15 +114,7 @@ public final class RingPairedSuite {
             for (RingPair.Kind k : flags.kinds) {
                 counterpart(k);
             }
-            for (int fill : flags.fills) {
-                for (int b : flags.sizes) {
-                    if (b < 1 || b > RingFillBenchmark.CAPACITY / 8 - 8) {
-                        throw new IllegalArgumentException("--sizes: " + b + " bytes, expected 1.."
-                                + (RingFillBenchmark.CAPACITY / 8 - 8) + " (fix: pass e.g. --sizes 64,256)");
-                    }
-                    RingFillBenchmark.fillMessages(RingFillBenchmark.CAPACITY, b, fill, RingFillBenchmark.BATCH);
-                }
-            }
+            RingFillBenchmark.checkSizesAndFills(flags.sizes, flags.fills);
             return flags;
         });
         Files.createDirectories(f.out);

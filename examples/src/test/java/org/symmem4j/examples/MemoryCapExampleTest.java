@@ -4,7 +4,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.IOException;
-import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.regex.Matcher;
@@ -26,10 +25,8 @@ class MemoryCapExampleTest {
             "worker (\\d) holds parameters (\\d+), gradient (\\d+), updater state (\\d+) bytes");
 
     private static Launcher.Result launch(String sharding) throws IOException {
-        List<String> args = new ArrayList<>(List.of("-n", "2", "--master-port", Integer.toString(freePort()), "--",
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-                "--sun-misc-unsafe-memory-access=allow", "-Xmx256m",
+        List<String> args = new ArrayList<>(List.of("-n", "2", "--master-port", Integer.toString(freePort()), "--java",
+                "--", "-Xmx256m",
                 // the caps: ND4J's arrays, and resident symmetric memory; JavaCPP's own check of the process's whole
                 // resident set (heap, code, libraries) is off: it is not model state
                 "-Dorg.bytedeco.javacpp.maxbytes=16m", "-Dorg.bytedeco.javacpp.maxphysicalbytes=0",

@@ -26,12 +26,21 @@ class ProcessModeExampleTest {
     private static final Pattern CRC = Pattern.compile("final parameters: (\\d+) values, CRC-32 ([0-9a-f]{8})");
     private static final List<String> ARGS = List.of("--epochs", "1", "--batch", "16", "--hidden", "32", "--port", "-1");
 
-    private static List<String> javaCommand(String sharding) {
+    /**
+     * This JDK's java running {@code main} with {@code args} on this test's class path, with the flags the launcher's
+     * {@code --java} gives: the same command runs the example's rank threads directly and its ranks under the launcher.
+     */
+    private static List<String> exampleJvm(Class<?> main, List<String> args) {
         List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
                 "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
                 "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-cp", System.getProperty("java.class.path"),
-                DataParallelExample.class.getName()));
-        cmd.addAll(ARGS);
+                main.getName()));
+        cmd.addAll(args);
+        return cmd;
+    }
+
+    private static List<String> javaCommand(String sharding) {
+        List<String> cmd = exampleJvm(DataParallelExample.class, ARGS);
         if (!sharding.equals("none")) {
             cmd.addAll(List.of("--sharding", sharding));
         }
@@ -80,11 +89,8 @@ class ProcessModeExampleTest {
      */
     @org.junit.jupiter.api.Test
     void twoLaunchedPipelineRanksTrainBitwiseLikeTwoRankThreads() throws IOException, InterruptedException {
-        List<String> cmd = new ArrayList<>(List.of(Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-                "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-cp", System.getProperty("java.class.path"),
-                PipelineParallelExample.class.getName(), "--epochs", "1", "--warmup-epochs", "0", "--batch", "32",
-                "--microbatches", "4", "--hidden", "32", "--layers", "3", "--split", "params",
+        List<String> cmd = exampleJvm(PipelineParallelExample.class, List.of("--epochs", "1", "--warmup-epochs", "0",
+                "--batch", "32", "--microbatches", "4", "--hidden", "32", "--layers", "3", "--split", "params",
                 "--out", System.getProperty("java.io.tmpdir") + "/symmem4j-pipeline-process-test"));
         List<String> threads = new ArrayList<>(cmd);
         threads.addAll(List.of("--ranks", "2"));

@@ -89,10 +89,8 @@ class RestartAfterKillTest {
         Path model = dir.resolve("model.zip");
         List<String> args = new ArrayList<>(launcherOptions);
         args.addAll(List.of("-n", "2", "--master-port", Integer.toString(port),
-                "--max-restarts", Integer.toString(maxRestarts), "--restart-delay", "0", "--grace-period", "1", "--",
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-                "--sun-misc-unsafe-memory-access=allow", "-Xmx512m", "-cp", System.getProperty("java.class.path"),
+                "--max-restarts", Integer.toString(maxRestarts), "--restart-delay", "0", "--grace-period", "1", "--java",
+                "--", "-Xmx512m", "-cp", System.getProperty("java.class.path"),
                 RestartingTraining.class.getName(), checkpoints.toString(), model.toString(), Integer.toString(EVERY),
                 Integer.toString(EPOCHS)));
         args.addAll(List.of(faults));

@@ -65,9 +65,7 @@ class ShrinkAfterKillTest {
      */
     static Launcher.Result launch(int ranks, int port, String heap, Class<?> main, String... trainingArgs) {
         List<String> args = new ArrayList<>(List.of("-n", Integer.toString(ranks), "--master-port", Integer.toString(port),
-                "--on-failure", "shrink", "--", Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-                "--sun-misc-unsafe-memory-access=allow", heap, "-Dsymmem4j.timeout.ms=30000",
+                "--on-failure", "shrink", "--java", "--", heap, "-Dsymmem4j.timeout.ms=30000",
                 "-cp", System.getProperty("java.class.path"), main.getName()));
         args.addAll(List.of(trainingArgs));
         return Launcher.runCapturing(args, Launcher.newJobEnvironment(System.getenv()));

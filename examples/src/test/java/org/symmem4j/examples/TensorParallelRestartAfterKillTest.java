@@ -51,10 +51,7 @@ class TensorParallelRestartAfterKillTest {
         int port = RestartAfterKillTest.freePort();
         List<String> args = new ArrayList<>(List.of("-n", Integer.toString(dp * tp), "--cpu-bind", "none",
                 "--master-port", Integer.toString(port), "--max-restarts", "1", "--restart-delay", "0",
-                "--grace-period", "1", "--",
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector",
-                "--sun-misc-unsafe-memory-access=allow", "-Xmx384m", "-cp", System.getProperty("java.class.path"),
+                "--grace-period", "1", "--java", "--", "-Xmx384m", "-cp", System.getProperty("java.class.path"),
                 TensorParallelRestartingTraining.class.getName(), checkpoints.toString(), out.toString(),
                 Integer.toString(EVERY), Integer.toString(EPOCHS), Integer.toString(dp), Integer.toString(tp)));
         args.addAll(List.of(faults));

@@ -55,14 +55,7 @@ public final class ProcessWorkersMain {
                         if (group.rank() == 2 && Files.exists(killFile)) {
                             System.out.println("rank 2 took a batch of rows=" + rows + " after the kill file: kill -9");
                             System.out.flush();
-                            try {
-                                new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid()))
-                                        .inheritIO().start().waitFor();
-                                Thread.sleep(60_000);
-                            } catch (Exception e) {
-                                throw new IllegalStateException(e);
-                            }
-                            throw new IllegalStateException("still alive after kill -9");
+                            throw WorkerProcesses.killSelf();
                         }
                     });
                     if (batches == 0) {

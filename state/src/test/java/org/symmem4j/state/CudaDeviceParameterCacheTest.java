@@ -16,6 +16,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceCommunicator;
+import org.symmem4j.parallel.cuda.CudaThreadRanksTestBase;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
 import org.symmem4j.parallel.group.InJvmWorld;
 
@@ -30,7 +31,7 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * with clear errors. Skipped without a GPU.
  */
 @ExtendWith(GpuTestWatchdog.class)
-class CudaDeviceParameterCacheTest extends CudaStateTestBase {
+class CudaDeviceParameterCacheTest extends CudaThreadRanksTestBase {
 
 
     /** Distinct bytes per (version, index), unaligned lengths included. */

@@ -13,6 +13,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.Transport;
+import org.symmem4j.parallel.cuda.CudaThreadRanksTestBase;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
 import org.symmem4j.parallel.group.InJvmWorld;
 import org.symmem4j.state.DistributedTensor.Transfer;
@@ -24,7 +25,7 @@ import org.symmem4j.state.DistributedTensor.Transfer;
  * {@code row * 1000 + column}, read back to the host. Skipped without a GPU.
  */
 @ExtendWith(GpuTestWatchdog.class)
-class CudaDistributedTensorTest extends CudaStateTestBase {
+class CudaDistributedTensorTest extends CudaThreadRanksTestBase {
 
     private static final long ROWS = 37;
     private static final long COLS = 11;

@@ -7,6 +7,7 @@ import java.util.Set;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.api.io.TempDir;
+import org.symmem4j.parallel.cuda.CudaThreadRanksTestBase;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
 import org.symmem4j.parallel.cuda.WorkerProcesses;
 
@@ -19,7 +20,7 @@ import org.symmem4j.parallel.cuda.WorkerProcesses;
  * without a GPU.
  */
 @ExtendWith(GpuTestWatchdog.class)
-class CudaStateProcessTest extends CudaStateTestBase {
+class CudaStateProcessTest extends CudaThreadRanksTestBase {
 
     @Test
     void deviceMapHolderKilledInsideComputeLeavesNoValidSlotAndTheSurvivorsGoOn(@TempDir Path dir) throws Exception {

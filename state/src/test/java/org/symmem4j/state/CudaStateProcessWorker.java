@@ -79,13 +79,10 @@ public final class CudaStateProcessWorker {
                     Thread.sleep(1_000); // the survivors are in their get by now, waiting for this slot
                     System.out.println("holding key " + key + "'s slot, killing myself");
                     System.out.flush();
-                    new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid())).inheritIO().start()
-                            .waitFor();
-                    Thread.sleep(60_000);
                 } catch (Exception e) {
                     throw new IllegalStateException(e);
                 }
-                throw new IllegalStateException("still alive after kill -9");
+                throw WorkerProcesses.killSelf();
             });
             throw new IllegalStateException("rank " + rank + " returned from the compute it was killed in");
         }

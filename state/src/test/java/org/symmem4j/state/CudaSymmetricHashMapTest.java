@@ -24,6 +24,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.cuda.CudaThreadRanksTestBase;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
 import org.symmem4j.parallel.group.InJvmWorld;
 
@@ -36,7 +37,7 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * GPU group are refused; a slot held past the timeout names its holder. Skipped without a GPU.
  */
 @ExtendWith(GpuTestWatchdog.class)
-class CudaSymmetricHashMapTest extends CudaStateTestBase {
+class CudaSymmetricHashMapTest extends CudaThreadRanksTestBase {
 
 
     private static MemorySegment key(Arena a, long k) {

@@ -17,6 +17,7 @@ import org.junit.jupiter.api.extension.ExtendWith;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceCommunicator;
 import org.symmem4j.parallel.PeerTimeoutException;
+import org.symmem4j.parallel.cuda.CudaThreadRanksTestBase;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
 import org.symmem4j.parallel.group.InJvmWorld;
 
@@ -31,7 +32,7 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * Skipped without a GPU.
  */
 @ExtendWith(GpuTestWatchdog.class)
-class CudaSymmetricRingBufferTest extends CudaStateTestBase {
+class CudaSymmetricRingBufferTest extends CudaThreadRanksTestBase {
 
 
     private static byte[] payload(int rank, int message, int length) {

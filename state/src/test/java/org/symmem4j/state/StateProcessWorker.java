@@ -51,9 +51,7 @@ public final class StateProcessWorker {
                 control.signal(2, 0, 1, SignalOp.SET); // rank 2 may go: the torn record sits ahead of its messages
                 System.out.println("claimed " + claim + ", killing myself");
                 System.out.flush();
-                new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid())).inheritIO().start().waitFor();
-                Thread.sleep(60_000);
-                throw new IllegalStateException("still alive after kill -9");
+                throw WorkerProcesses.killSelf();
             }
             case 2 -> {
                 control.waitSignal(0, 1, 1);
@@ -132,13 +130,7 @@ public final class StateProcessWorker {
                 next.set(ValueLayout.JAVA_LONG, 0, 22);
                 control.signal(0, 0, 1, SignalOp.SET);
                 control.signal(1, 0, 1, SignalOp.SET);
-                try {
-                    new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid())).inheritIO().start().waitFor();
-                    Thread.sleep(60_000);
-                } catch (Exception e) {
-                    throw new IllegalStateException(e);
-                }
-                throw new IllegalStateException("still alive after kill -9");
+                throw WorkerProcesses.killSelf();
             });
         }
         control.waitSignal(0, 1, 2); // rank 2 holds key 99's slot

@@ -1,6 +1,7 @@
 package org.symmem4j.benchmarks.dl4j;
 
 import java.time.Instant;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -71,15 +72,10 @@ final class PipelineBenchReport {
         md.append("| configuration | stages (layers) | examples/s (min–max) | speed-up vs single | bound | speed-up /"
                 + " bound | bound × (1 − ideal) | ratio (≥ 0.8) | old ratio to P × (1 − ideal) |\n");
         md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
-        for (int c = 0; c < r.configs().size(); c++) {
-            Config config = r.configs().get(c);
-            List<Run> rs = r.runs().get(c);
-            if (rs.isEmpty()) {
-                continue;
-            }
-            Run median = medianRun(rs);
-            int microbatches = o.microbatchesPerRank() * config.ranks();
-            double ideal = PipelineBench.idealBubble(config, microbatches);
+        for (Measured m : measured(o, r)) {
+            Config config = m.config();
+            Run median = m.median();
+            double ideal = m.ideal();
             double single = median(r.single().get(config.ranks()));
             double speedup = median.examplesPerSecond() / single;
             double oldRatio = speedup / (config.ranks() * (1 - ideal));
@@ -97,8 +93,8 @@ final class PipelineBenchReport {
                 ratio = String.format(Locale.ROOT, "**%.2f** %s", q, q >= 0.8 ? "(met)" : "(not met)");
             }
             md.append(String.format(Locale.ROOT, "| %s | %s | %.0f (%s) | %.2f× | %s | %s | %s | %s | %.2f |%n",
-                    config.label(), median.stages(), median.examplesPerSecond(), range(rs, Run::examplesPerSecond, "%.0f", 1),
-                    speedup, bound, overBound, boundIdeal, ratio, oldRatio));
+                    config.label(), median.stages(), median.examplesPerSecond(),
+                    range(m.runs(), Run::examplesPerSecond, "%.0f", 1), speedup, bound, overBound, boundIdeal, ratio, oldRatio));
         }
         md.append("\nBubble: the median step's idle share of the ranks' window (first pass start to last pass end), against"
                 + " the schedule's ideal (B = 2F, free hand-offs), the simulator's for that step's measured per-stage pass"
@@ -115,21 +111,16 @@ final class PipelineBenchReport {
                 + " predicted by the profile | receive | send | optimizer | between | before | after | compute / profile |"
                 + " send / pass (median µs) |\n");
         md.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
-        for (int c = 0; c < r.configs().size(); c++) {
-            Config config = r.configs().get(c);
-            List<Run> rs = r.runs().get(c);
-            if (rs.isEmpty()) {
-                continue;
-            }
-            Run median = medianRun(rs);
-            int microbatches = o.microbatchesPerRank() * config.ranks();
-            double ideal = PipelineBench.idealBubble(config, microbatches);
-            double predicted = PipelineBench.predictedBubble(model, config, microbatches, r.profiles()[c]);
+        for (Measured m : measured(o, r)) {
+            Config config = m.config();
+            Run median = m.median();
+            double ideal = m.ideal();
+            double predicted = PipelineBench.predictedBubble(model, config, m.microbatches(), r.profiles()[m.index()]);
             TimelineBreakdown b = median.breakdown();
             md.append(String.format(Locale.ROOT, "| %s | %.1f %% (%s) | %.1f %% | %s | %.1f %% | %+.1f | %s | %.1f %% |"
                             + " %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %s | %.0f / %.0f |%n", config.label(),
                     100 * median.medianBubble(),
-                    range(rs, Run::medianBubble, "%.1f", 100), 100 * ideal,
+                    range(m.runs(), Run::medianBubble, "%.1f", 100), 100 * ideal,
                     median.medianBubble() - ideal <= 0.05 ? "met" : "not met", 100 * median.simulatedBubble(),
                     100 * (median.medianBubble() - median.simulatedBubble()),
                     Double.isNaN(predicted) ? "—" : String.format(Locale.ROOT, "%.1f %%", 100 * predicted),
@@ -159,6 +150,28 @@ final class PipelineBenchReport {
         }
         md.append("```\n");
         return md.toString();
+    }
+
+    /**
+     * A configuration that has runs, as both tables show it: its median run (by examples/s), its microbatches per
+     * step and the schedule's ideal bubble for them.
+     */
+    private record Measured(int index, Config config, List<Run> runs, Run median, int microbatches, double ideal) {
+    }
+
+    /** The configurations with at least one run, in the results' order. */
+    private static List<Measured> measured(Options o, Results r) {
+        List<Measured> out = new ArrayList<>();
+        for (int c = 0; c < r.configs().size(); c++) {
+            Config config = r.configs().get(c);
+            List<Run> rs = r.runs().get(c);
+            if (!rs.isEmpty()) {
+                int microbatches = o.microbatchesPerRank() * config.ranks();
+                out.add(new Measured(c, config, rs, medianRun(rs), microbatches,
+                        PipelineBench.idealBubble(config, microbatches)));
+            }
+        }
+        return out;
     }
 
     private static Run medianRun(List<Run> runs) {

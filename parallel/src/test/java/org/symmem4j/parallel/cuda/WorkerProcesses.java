@@ -35,6 +35,23 @@ public final class WorkerProcesses {
      * @param args      the worker's arguments
      */
     /**
+     * The worker side of a kill test: this JVM sends itself SIGKILL ({@code kill -9}: no shutdown hooks, no cleanup,
+     * as a crash) and waits for it to land. Never returns normally; the error it returns is for the caller to throw,
+     * should this JVM still be alive 60 s later, so that the compiler sees the call site end there too.
+     *
+     * @return the error to throw ({@code throw WorkerProcesses.killSelf();})
+     */
+    public static IllegalStateException killSelf() {
+        try {
+            new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid())).inheritIO().start().waitFor();
+            Thread.sleep(60_000);
+        } catch (Exception e) {
+            throw new IllegalStateException(e);
+        }
+        return new IllegalStateException("still alive 60 s after kill -9 of itself");
+    }
+
+    /**
      * The worker side: runs {@code body}, prints the success line it returns and exits 0, or prints what was thrown
      * and exits 3 (the group's and the transport's threads would otherwise keep the JVM, and the peers waiting).
      *

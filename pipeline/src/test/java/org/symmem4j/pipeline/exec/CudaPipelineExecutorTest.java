@@ -6,14 +6,10 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.lang.foreign.MemorySegment;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.stream.Stream;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -24,9 +20,7 @@ import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
 import org.symmem4j.parallel.SymmetricMemory;
-import org.symmem4j.parallel.Transport;
-import org.symmem4j.parallel.cuda.CudaKernels;
-import org.symmem4j.parallel.cuda.CudaTransport;
+import org.symmem4j.parallel.cuda.CudaThreadRanksTestBase;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
 import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.group.InJvmWorld;
@@ -48,36 +42,9 @@ import org.symmem4j.pipeline.schedule.ScheduleGenerators;
  * receiver read it, or read before it landed shows as a byte mismatch. Skipped without a GPU.
  */
 @ExtendWith(GpuTestWatchdog.class)
-class CudaPipelineExecutorTest {
+class CudaPipelineExecutorTest extends CudaThreadRanksTestBase {
 
     private static final long MESSAGE_BYTES = CopyPipeline.MESSAGE_BYTES;
-    private static CudaTransport cuda;
-
-    @BeforeEach
-    void needsAGpu() {
-        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
-        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
-    }
-
-    /** Releases every rank this class's transport made, so that a later class's test can be the kernels' last user. */
-    @AfterAll
-    static void closeTransport() {
-        if (cuda != null) {
-            cuda.close();
-            cuda = null;
-        }
-    }
-
-    /**
-     * Where the GPU memory comes from: the one place this test names how a GPU group's transport is made.
-     * Synchronized: the ranks' threads ask at once, and every rank of a group must get the same instance.
-     */
-    static synchronized Transport gpuTransport() {
-        if (cuda == null) {
-            cuda = CudaTransport.create();
-        }
-        return cuda;
-    }
 
     /** Collective: {@code bytes} of GPU symmetric memory per rank of {@code group}. */
     static SymmetricMemory gpuMemory(Group group, long bytes) {
@@ -111,7 +78,7 @@ class CudaPipelineExecutorTest {
     @MethodSource("schedules")
     void everyMicrobatchCrossesEveryStageAndComesBackIntact(String name, PipelineShape shape, Schedule schedule) {
         List<String> problems = InJvmWorld.runOnEveryRank(shape.ranks(),
-                GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
+                OPTIONS,
                 group -> CopyPipeline.run(group, gpuTransport(), name, shape, schedule, 3));
         for (String p : problems) {
             assertTrue(p.isEmpty(), p);
@@ -125,7 +92,7 @@ class CudaPipelineExecutorTest {
         PipelineShape shape = PipelineShape.of(p, 2 * p);
         Schedule schedule = ScheduleGenerators.oneFOneB(p, 2 * p);
         SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(p,
-                GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)), group -> {
+                OPTIONS, group -> {
             long perStage = 2L * shape.microbatches() * MESSAGE_BYTES;
             try (SymmetricMemory buffers = gpuMemory(group, perStage)) {
                 CopyPipeline.CopyStage healthy = new CopyPipeline.CopyStage(buffers, group.rank(), p - 1, 0);

@@ -187,9 +187,7 @@ public final class DeviceSessionCache implements AutoCloseable {
     public long save(String id, MemorySegment state) {
         String name = name(id);
         checkSize(id, state);
-        long stamp = nextStamp();
-        hostStage.set(ValueLayout.JAVA_LONG, 0, stamp);
-        hostStage.set(ValueLayout.JAVA_LONG, 8, state.byteSize());
+        long stamp = stampHeader(hostStage, state);
         MemorySegment.copy(state, 0, hostStage, HEADER_BYTES, state.byteSize());
         blocks.put(name, hostStage.asSlice(0, HEADER_BYTES + state.byteSize()));
         afterSave(id);
@@ -209,9 +207,7 @@ public final class DeviceSessionCache implements AutoCloseable {
     public long saveFromDevice(String id, MemorySegment state) {
         String name = name(id);
         checkSize(id, state);
-        long stamp = nextStamp();
-        headerCopy.set(ValueLayout.JAVA_LONG, 0, stamp);
-        headerCopy.set(ValueLayout.JAVA_LONG, 8, state.byteSize());
+        long stamp = stampHeader(headerCopy, state);
         gpu.copyFromHost(deviceStage.asSlice(0, 16), headerCopy);
         if (state.byteSize() > 0) {
             gpu.copyAsync(deviceStage.asSlice(HEADER_BYTES, state.byteSize()), state); // after the producing work
@@ -230,8 +226,11 @@ public final class DeviceSessionCache implements AutoCloseable {
         }
     }
 
-    private long nextStamp() {
+    /** Takes the next stamp and writes a block's header for {@code state} at {@code header}: stamp, then length. */
+    private long stampHeader(MemorySegment header, MemorySegment state) {
         clock = Math.max(clock + 1, System.nanoTime());
+        header.set(ValueLayout.JAVA_LONG, 0, clock);
+        header.set(ValueLayout.JAVA_LONG, 8, state.byteSize());
         return clock;
     }
 

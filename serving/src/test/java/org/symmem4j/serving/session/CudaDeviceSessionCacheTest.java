@@ -10,21 +10,13 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
-import java.time.Duration;
 
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.Assumptions;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceCommunicator;
-import org.symmem4j.parallel.Group;
-import org.symmem4j.parallel.GroupOptions;
-import org.symmem4j.parallel.cuda.CudaKernels;
-import org.symmem4j.parallel.cuda.CudaTransport;
+import org.symmem4j.parallel.cuda.CudaThreadRanksTestBase;
 import org.symmem4j.parallel.cuda.GpuTestWatchdog;
-import org.symmem4j.parallel.cuda.ffi.CudaDriver;
 import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
@@ -33,44 +25,10 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * address copied back) and by a peer copy into its own buffer, bitwise; rank 1 continues the session and its newer
  * save wins over rank 0's copy; the budget evicts the least recently used session and a read of it throws
  * {@code EVICTED} while an id never saved reads as unknown (-1); bad ids and oversized states refused. Skipped without
- * a GPU (the pattern of the state module's {@code CudaStateTestBase}).
+ * a GPU ({@link CudaThreadRanksTestBase}).
  */
 @ExtendWith(GpuTestWatchdog.class)
-class CudaDeviceSessionCacheTest {
-
-    private static final GroupOptions OPTIONS = GroupOptions.defaults().withTimeout(Duration.ofSeconds(60));
-    private static CudaTransport cuda;
-
-    @BeforeEach
-    void needsAGpu() {
-        Assumptions.assumeTrue(CudaDriver.available(), "no CUDA: " + CudaDriver.unavailableReason());
-        Assumptions.assumeTrue(CudaKernels.present(), "CUDA kernels not built (no nvcc at build time)");
-    }
-
-    @AfterAll
-    static void closeTransport() {
-        synchronized (CudaDeviceSessionCacheTest.class) {
-            if (cuda != null) {
-                cuda.close();
-                cuda = null;
-            }
-        }
-    }
-
-    private static synchronized CudaTransport gpuTransport() {
-        if (cuda == null) {
-            cuda = CudaTransport.create();
-        }
-        return cuda;
-    }
-
-    private static int world() {
-        return Math.max(2, Integer.getInteger("symmem4j.test.cudaRanks", 2));
-    }
-
-    private static void hostBarrier(Group group, String tag) {
-        group.allGatherBytes(tag, new byte[0]);
-    }
+class CudaDeviceSessionCacheTest extends CudaThreadRanksTestBase {
 
     /** Distinct bytes per (step, index). */
     private static byte[] state(int step, int length) {

@@ -74,14 +74,7 @@ public final class SessionProcessWorker {
             SessionCache.CRASH_AFTER_BLOCKS.set(1);
             SessionCache.CRASH_HOOK.set(() -> {
                 control.signal(0, 0, 1, SignalOp.SET);
-                try {
-                    new ProcessBuilder("kill", "-9", Long.toString(ProcessHandle.current().pid())).inheritIO().start()
-                            .waitFor();
-                    Thread.sleep(60_000);
-                } catch (Exception e) {
-                    throw new IllegalStateException(e);
-                }
-                throw new IllegalStateException("still alive after kill -9");
+                throw WorkerProcesses.killSelf();
             });
             cache.put("victim", MemorySegment.ofArray(SessionCacheTest.pattern(3, 256)));
             throw new IllegalStateException("the put returned: the crash hook did not run");
