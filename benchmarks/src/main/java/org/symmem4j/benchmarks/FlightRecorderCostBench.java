@@ -38,6 +38,10 @@ import picocli.CommandLine.Option;
  *                           [--ranks 2,4] [--algorithms ONE_SHOT,TWO_SHOT] [--bytes 1024] [--ops-forks 2]
  *                           [--entries 1024] [--arrivals after-wait[,in-shadow][,in-shadow+padded]...]
  * </pre>
+ * A cell of {@code --arrivals} is {@code WHERE[+padded|+compact][@ENTRIES]}: {@code --arrivals
+ * in-shadow,in-shadow+compact,in-shadow@256} measures the default layout with 1,024 entries (68 KiB walked per lap of
+ * the ring, more than a 48 KiB L1), the compact 32-byte entries with 1,024 (32 KiB) and the default layout with 256
+ * (17 KiB) in one run: the cache-footprint test of #36. The recorder-calls benchmark then also runs compact.
  * {@code --arrivals in-shadow,in-shadow+padded} measures the product's placement against the same with the recorder's
  * per-collective writes padded away from every other heap object ({@code -Dsymmem4j.flight.recorder.padded=true}: the
  * false-sharing test of #36), one cell each.
@@ -89,7 +93,8 @@ public final class FlightRecorderCostBench {
         @Option(names = "--arrivals", split = ",", paramLabel = "WHERE", description = "where the recorder writes a"
                 + " collective's entry, one cell each: after-wait (once the entry barrier passed), in-shadow (between"
                 + " the publish and the wait, the product's default); either with +padded: the recorder's writes kept"
-                + " 128 bytes from every other heap object (-Dsymmem4j.flight.recorder.padded=true)")
+                + " 128 bytes from every other heap object (-Dsymmem4j.flight.recorder.padded=true); or with +compact: 32-byte"
+                + " entries (-Dsymmem4j.flight.recorder.compact=true); and @E: a ring of E entries for that cell")
         List<String> arrivals = List.of(FlightRecorderPairedBenchmark.ARRIVAL_DEFAULT);
     }
 
@@ -100,12 +105,9 @@ public final class FlightRecorderCostBench {
         Cli.positive("--block-ms", flags.blockMs);
         Cli.positive("--ops-forks", flags.opsForks);
         Cli.positive("--entries", flags.entries);
+        boolean anyCompact = false;
         for (String arrival : flags.arrivals) {
-            if (!FlightRecorderPairedBenchmark.ARRIVALS.contains(arrival)) {
-                throw new IllegalArgumentException("--arrivals=" + flags.arrivals + ": expected each of "
-                        + FlightRecorderPairedBenchmark.ARRIVALS + ", found " + arrival
-                        + " (fix: e.g. --arrivals after-wait,in-shadow)");
-            }
+            anyCompact |= FlightRecorderPairedBenchmark.Cell.parse(arrival, flags.entries).compact();
         }
         if (flags.warmups < 0 || flags.bytes < 4 || flags.bytes % 4 != 0) {
             throw new IllegalArgumentException("--warmups=" + flags.warmups + " --bytes=" + flags.bytes + ": expected"
@@ -125,25 +127,38 @@ public final class FlightRecorderCostBench {
                 }
             }
         }
+        double[] plain = ops(flags, false);
+        double[] compact = anyCompact ? ops(flags, true) : null;
+        String report = report(flags, plain[0], plain[1], rows);
+        if (compact != null) {
+            report += String.format(Locale.ROOT, "- compact entries (-D%s=true): recordOneCollective %.2f ns/op,"
+                    + " baseline %.2f ns/op: %.2f ns per collective%n", FlightRecorderPairedBenchmark.COMPACT_PROPERTY,
+                    compact[1], compact[0], compact[1] - compact[0]);
+        }
+        System.out.println(report);
+        write(flags, report);
+    }
+
+    /** {@return FlightRecorderOpsBenchmark's baseline and recordOneCollective, ns/op, in one layout} */
+    private static double[] ops(Flags flags, boolean compact) throws RunnerException {
         Options ops = new OptionsBuilder()
                 .include("\\.FlightRecorderOpsBenchmark\\.")
                 .param("entries", Integer.toString(flags.entries))
                 .forks(flags.opsForks)
+                .jvmArgsAppend("--enable-native-access=ALL-UNNAMED", // replaces the annotation's list
+                        "-D" + FlightRecorderPairedBenchmark.COMPACT_PROPERTY + "=" + compact)
                 .build();
-        double baseline = Double.NaN;
-        double record = Double.NaN;
+        double[] scores = {Double.NaN, Double.NaN};
         for (RunResult r : new Runner(ops).run()) {
             String method = r.getParams().getBenchmark();
             double score = r.getPrimaryResult().getScore();
             if (method.endsWith(".baseline")) {
-                baseline = score;
+                scores[0] = score;
             } else if (method.endsWith(".recordOneCollective")) {
-                record = score;
+                scores[1] = score;
             }
         }
-        String report = report(flags, baseline, record, rows);
-        System.out.println(report);
-        write(flags, report);
+        return scores;
     }
 
     /** One cell: {@link FlightRecorderPairedBenchmark} in its own JMH run, its forks' blocks paired. */

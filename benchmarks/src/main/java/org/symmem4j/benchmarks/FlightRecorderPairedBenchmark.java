@@ -78,28 +78,77 @@ public class FlightRecorderPairedBenchmark {
     static final String PADDED_PROPERTY = "symmem4j.flight.recorder.padded";
     /** A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.padded=true} to its forks. */
     static final String PADDED_SUFFIX = "+padded";
+    /** {@link Configuration#FLIGHT_RECORDER_COMPACT}'s property. */
+    static final String COMPACT_PROPERTY = "symmem4j.flight.recorder.compact";
+    /** A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.compact=true} to its forks. */
+    static final String COMPACT_SUFFIX = "+compact";
+    /** A cell's suffix before a ring size of its own ({@code in-shadow@256}) instead of {@code --entries}. */
+    static final String ENTRIES_SEPARATOR = "@";
     /**
-     * The cells {@code --arrivals} accepts: the placements {@link #ARRIVAL_PROPERTY} accepts, each also with
-     * {@link #PADDED_SUFFIX} (the recorder's writes kept 128 bytes from every other heap object).
+     * The placements {@link #ARRIVAL_PROPERTY} accepts; a cell of {@code --arrivals} is one of them, optionally
+     * followed by {@link #PADDED_SUFFIX} or {@link #COMPACT_SUFFIX} and by {@code @E}, a ring of E entries.
      */
-    static final java.util.List<String> ARRIVALS = java.util.List.of(ARRIVAL_DEFAULT, "in-shadow",
-            ARRIVAL_DEFAULT + PADDED_SUFFIX, "in-shadow" + PADDED_SUFFIX);
+    static final java.util.List<String> ARRIVALS = java.util.List.of(ARRIVAL_DEFAULT, "in-shadow");
+
+    /**
+     * One cell of {@code --arrivals}, parsed: {@code WHERE[+padded|+compact][@ENTRIES]}.
+     *
+     * @param where   {@code after-wait} or {@code in-shadow}
+     * @param padded  {@link Configuration#FLIGHT_RECORDER_PADDED}
+     * @param compact {@link Configuration#FLIGHT_RECORDER_COMPACT}
+     * @param entries the recorder's entries while on
+     */
+    record Cell(String where, boolean padded, boolean compact, int entries) {
+
+        /**
+         * Parses a cell.
+         *
+         * @param spec           the cell, e.g. {@code in-shadow+compact@256}
+         * @param defaultEntries the entries of a cell without {@code @E} ({@code --entries})
+         * @return the cell
+         */
+        static Cell parse(String spec, int defaultEntries) {
+            String rest = spec;
+            int entries = defaultEntries;
+            int at = rest.indexOf(ENTRIES_SEPARATOR);
+            if (at >= 0) {
+                try {
+                    entries = Integer.parseInt(rest.substring(at + 1));
+                } catch (NumberFormatException e) {
+                    entries = -1;
+                }
+                rest = rest.substring(0, at);
+            }
+            boolean padded = rest.endsWith(PADDED_SUFFIX);
+            boolean compact = rest.endsWith(COMPACT_SUFFIX);
+            String where = padded ? rest.substring(0, rest.length() - PADDED_SUFFIX.length())
+                    : compact ? rest.substring(0, rest.length() - COMPACT_SUFFIX.length()) : rest;
+            if (!ARRIVALS.contains(where) || entries < 1) {
+                throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE[+padded|+compact]"
+                        + "[@ENTRIES] with WHERE one of " + ARRIVALS + " and ENTRIES >= 1, found where=" + where
+                        + " entries=" + (at >= 0 ? spec.substring(at + 1) : entries)
+                        + " (fix: e.g. --arrivals in-shadow,in-shadow+compact,in-shadow@256)");
+            }
+            return new Cell(where, padded, compact, entries);
+        }
+    }
 
     /**
      * The forks' JVM flags (the annotation's) with a recorder of {@code entries} entries that writes its entries
      * where {@code arrival} says: JMH's options replace the annotation's list as a whole.
      *
      * @param entries the recorder's size while on
-     * @param arrival {@code after-wait} or {@code in-shadow} ({@link Configuration#FLIGHT_RECORDER_ARRIVAL}), with
-     *                {@link #PADDED_SUFFIX} for {@link Configuration#FLIGHT_RECORDER_PADDED}
+     * @param arrival a cell ({@link Cell#parse}): {@code after-wait} or {@code in-shadow} ({@link
+     *                Configuration#FLIGHT_RECORDER_ARRIVAL}), with {@link #PADDED_SUFFIX} for {@link
+     *                Configuration#FLIGHT_RECORDER_PADDED} or {@link #COMPACT_SUFFIX} for {@link
+     *                Configuration#FLIGHT_RECORDER_COMPACT}, and {@code @E} for a ring of E entries
      * @return the flags
      */
     static String[] forkFlags(int entries, String arrival) {
-        boolean padded = arrival.endsWith(PADDED_SUFFIX);
-        String where = padded ? arrival.substring(0, arrival.length() - PADDED_SUFFIX.length()) : arrival;
+        Cell c = Cell.parse(arrival, entries);
         return new String[] {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Xmx1g",
-            "-D" + ENTRIES_PROPERTY + "=" + entries, "-D" + ARRIVAL_PROPERTY + "=" + where,
-            "-D" + PADDED_PROPERTY + "=" + padded};
+            "-D" + ENTRIES_PROPERTY + "=" + c.entries(), "-D" + ARRIVAL_PROPERTY + "=" + c.where(),
+            "-D" + PADDED_PROPERTY + "=" + c.padded(), "-D" + COMPACT_PROPERTY + "=" + c.compact()};
     }
 
     @Param({"1024"})
@@ -149,6 +198,11 @@ public class FlightRecorderPairedBenchmark {
             throw new IllegalStateException("the recorder's padding property is "
                     + Configuration.FLIGHT_RECORDER_PADDED.property() + ", expected " + PADDED_PROPERTY
                     + " (fix: update PADDED_PROPERTY)");
+        }
+        if (!COMPACT_PROPERTY.equals(Configuration.FLIGHT_RECORDER_COMPACT.property())) {
+            throw new IllegalStateException("the recorder's compact-layout property is "
+                    + Configuration.FLIGHT_RECORDER_COMPACT.property() + ", expected " + COMPACT_PROPERTY
+                    + " (fix: update COMPACT_PROPERTY)");
         }
         if (!ENTRIES_PROPERTY.equals(Configuration.FLIGHT_RECORDER_ENTRIES.property())) {
             throw new IllegalStateException("the recorder's property is " + Configuration.FLIGHT_RECORDER_ENTRIES.property()
@@ -203,7 +257,7 @@ public class FlightRecorderPairedBenchmark {
         System.out.println("flight recorder paired benchmark: one communicator per rank, recorder of "
                 + Configuration.FLIGHT_RECORDER_ENTRIES.get() + " entries switched per iteration, entry written "
                 + Configuration.FLIGHT_RECORDER_ARRIVAL.get() + (Configuration.FLIGHT_RECORDER_PADDED.get()
-                ? ", padded" : "") + "; ranks " + (pin ? "pinned to CPUs "
+                ? ", padded" : "") + (Configuration.FLIGHT_RECORDER_COMPACT.get() ? ", compact" : "") + "; ranks " + (pin ? "pinned to CPUs "
                 + java.util.Arrays.toString(java.util.Arrays.copyOf(cpus, ranks)) : "not pinned (-D" + BenchCpus.PROPERTY
                 + " names " + cpus.length + " CPUs, " + ranks + " needed)"));
     }

@@ -20,7 +20,24 @@ class FlightRecorderCostBenchTest {
         List<String> plain = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "after-wait"));
         assertTrue(plain.contains("-Dsymmem4j.flight.recorder.arrival=after-wait"), plain.toString());
         assertTrue(plain.contains("-Dsymmem4j.flight.recorder.padded=false"), plain.toString());
-        assertTrue(FlightRecorderPairedBenchmark.ARRIVALS.contains("in-shadow+padded"));
+        assertTrue(plain.contains("-Dsymmem4j.flight.recorder.compact=false"), plain.toString());
+    }
+
+    @Test
+    void aCompactCellWithItsOwnRingSize() {
+        List<String> compact = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+compact@256"));
+        assertTrue(compact.contains("-Dsymmem4j.flight.recorder.arrival=in-shadow"), compact.toString());
+        assertTrue(compact.contains("-Dsymmem4j.flight.recorder.compact=true"), compact.toString());
+        assertTrue(compact.contains("-Dsymmem4j.flight.recorder.padded=false"), compact.toString());
+        assertTrue(compact.contains("-Dsymmem4j.flight.recorder.entries=256"), compact.toString());
+        List<String> small = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow@64"));
+        assertTrue(small.contains("-Dsymmem4j.flight.recorder.entries=64"), small.toString());
+        assertTrue(small.contains("-Dsymmem4j.flight.recorder.compact=false"), small.toString());
+        for (String bad : new String[] {"in-shade", "in-shadow@", "in-shadow@0", "in-shadow+tight", "in-shadow@x"}) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                    () -> FlightRecorderPairedBenchmark.forkFlags(1024, bad), bad);
+            assertTrue(e.getMessage().contains("fix: e.g. --arrivals in-shadow,in-shadow+compact"), e.getMessage());
+        }
     }
 
     @Test

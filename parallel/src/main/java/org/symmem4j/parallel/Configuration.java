@@ -211,6 +211,22 @@ public final class Configuration {
                     + " 1 KiB one-shot all-reduce); read once per JVM")
             .build(false, "`false`", Configuration::bool);
 
+    /**
+     * {@code symmem4j.flight.recorder.compact}: whether the flight recorder keeps each entry in 32 bytes instead of 64
+     * plus a name reference (issue #36, the one-shot cache-footprint test).
+     */
+    public static final Setting<Boolean> FLIGHT_RECORDER_COMPACT = Setting.property("symmem4j.flight.recorder.compact")
+            .type("boolean")
+            .accepts("`true`, `false`")
+            .experimental()
+            .describedAs("whether the flight recorder keeps each entry in 32 bytes (sequence, begun, ended, and one"
+                    + " word of shape, failure, name index and an index into a ring of distinct arguments, appended to"
+                    + " only when a collective's count, bytes or region differ from the previous one's) instead of 64"
+                    + " bytes and a name reference: 1,024 entries walk 32 KiB per lap instead of 68 KiB, inside a 48 KiB"
+                    + " L1 (to compare in `FlightRecorderCostBench --arrivals in-shadow,in-shadow+compact`); the dump"
+                    + " is the same; read once per JVM; not combined with `symmem4j.flight.recorder.padded`")
+            .build(false, "`false`", Configuration::bool);
+
     /** {@code symmem4j.nvtx.library}: the NVTX library whose ranges Nsight Systems shows, or {@code off} (null: the search). */
     public static final Setting<String> NVTX_LIBRARY = Setting.property("symmem4j.nvtx.library")
             .type("library")

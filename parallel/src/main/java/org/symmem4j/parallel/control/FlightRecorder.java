@@ -90,6 +90,15 @@ import org.symmem4j.parallel.trace.CoarseClock;
  * ranks' hot objects ({@code bench/results/2026-11-29-recorder-false-sharing-2core.md}). Off by default: the layout
  * is the one measured before until 16 idle cores say the padding pays.
  *
+ * <p><b>Compact (experimental, {@link Configuration#FLIGHT_RECORDER_COMPACT}).</b> The layout above walks 68 KiB per lap
+ * of 1,024 entries (64-byte entries and 4-byte name references), more than a 48 KiB L1, so every collective's entry
+ * is a line the core no longer holds and evicts another. With the setting an entry is 4 longs, {@code [0] SEQ, [1]
+ * BEGUN, [2] ENDED, [3] SHAPE_FAILED}, the last word also holding the name's index into {@link #names} (bits 33-43)
+ * and the slot of its arguments in {@link #args} (bits 44-63), a second ring appended to only when a collective's
+ * arguments differ from its newest record: 32 KiB per lap, and what a dump holds is the same. It is the cache-footprint
+ * test of #36, measured against the layout above in one run ({@code FlightRecorderCostBench --arrivals
+ * in-shadow,in-shadow+compact,in-shadow@256}); padded wins when both are set.
+ *
  * <p><b>Memory ordering.</b> None is needed, and there is no release store: every write and every read
  * ({@link #dump}, {@link #lastOps}, {@link #toJson}: the failure path and timeout messages) happen on the one thread
  * that runs the communicator's collectives, so program order is enough. A reader on another thread (a watchdog
@@ -121,17 +130,34 @@ public final class FlightRecorder {
     private final int worldSize;
     private final String communicator;
     private final int mask;
-    private static final int STRIDE = 8;
+    /**
+     * Whether each entry is 4 longs (32 bytes) instead of 8 and a name reference: {@link
+     * Configuration#FLIGHT_RECORDER_COMPACT}, read once per JVM (C2 folds every branch on it). Compact: {@code [0]
+     * SEQ, [1] BEGUN, [2] ENDED, [3] SHAPE_FAILED} with bits 33-43 the name's index in {@link #names} and bits 44-63
+     * the slot in {@link #args} of the entry's (count, bytes, memory id, memory offset), a ring of the same capacity
+     * appended to only when they differ from its newest record (so a steady workload writes one 32-byte entry per
+     * collective and nothing else). A record a live entry points at is never overwritten: each entry appends at most
+     * one, so at most {@code capacity - 1} come after the oldest live entry's.
+     */
+    private static final boolean COMPACT = Configuration.FLIGHT_RECORDER_COMPACT.get() && !Configuration.FLIGHT_RECORDER_PADDED.get();
+    private static final int STRIDE = COMPACT ? 4 : 8;
     private static final int SEQ = 0;
     private static final int COUNT = 1;
     private static final int BYTES = 2;
     private static final int MEMORY_ID = 3;
     private static final int MEMORY_OFFSET = 4;
-    private static final int BEGUN = 5;
-    private static final int ENDED = 6;
-    private static final int SHAPE_FAILED = 7;
+    private static final int BEGUN = COMPACT ? 1 : 5;
+    private static final int ENDED = COMPACT ? 2 : 6;
+    private static final int SHAPE_FAILED = COMPACT ? 3 : 7;
     private static final long SHAPE_MASK = 0xffff_ffffL;
     private static final long FAILED_FLAG = 1L << 32;
+    /** Compact: where the name's index sits in SHAPE_FAILED, and its width (index {@link #NAME_SPILLED}: in {@link #what}). */
+    private static final int NAME_SHIFT = 33;
+    private static final int NAME_MASK = (1 << 11) - 1;
+    /** Compact: the name index meaning "more distinct names than the index holds: the name is in {@link #what}". */
+    private static final int NAME_SPILLED = NAME_MASK;
+    /** Compact: where the arguments' slot in {@link #args} sits in SHAPE_FAILED (20 bits: capacity is at most 2^20). */
+    private static final int ARGS_SHIFT = 44;
 
     /**
      * Whether what the hot path writes is kept 128 bytes (a line and its adjacent-line prefetch partner) away from
@@ -156,8 +182,18 @@ public final class FlightRecorder {
 
     /** Every entry's 8 longs, entry after entry (see the class comment), from {@link #HEAD}. */
     private final long[] ring;
-    /** The entries' operation names, from {@link #WHAT_HEAD}. */
-    private final String[] what;
+    /** The entries' operation names, from {@link #WHAT_HEAD}; compact: only those spilled, null until one is. */
+    private String[] what;
+    /** Compact: (count, bytes, memory id, memory offset) records, 4 longs each, a ring of {@code capacity}; else null. */
+    private final long[] args;
+    /** Compact: the newest record's index in {@link #args} (a multiple of 4); -4 while none. */
+    private int lastArgs = -4;
+    /** Compact: the distinct operation names seen, by index; else null. */
+    private String[] names;
+    private int nameCount;
+    /** Compact: the newest name stored and its index (names are constants: usually the same). */
+    private String lastName;
+    private long lastNameBits;
     /** The sequence number of the first collective recorded since creation or {@link #restartAt}. */
     private long firstSeq;
     /** Unpadded: the newest collective recorded; firstSeq - 1 while none ({@link #lastSeq()}). */
@@ -174,7 +210,9 @@ public final class FlightRecorder {
         this.communicator = communicator;
         this.mask = capacity - 1;
         this.ring = new long[HEAD + capacity * STRIDE + TAIL];
-        this.what = new String[WHAT_HEAD + capacity + WHAT_HEAD];
+        this.what = COMPACT ? null : new String[WHAT_HEAD + capacity + WHAT_HEAD];
+        this.args = COMPACT ? new long[4 * capacity] : null;
+        this.names = COMPACT ? new String[8] : null;
         if (PADDED) {
             ring[LAST_SEQ_AT] = -1;
             ring[STARTED_SEQ_AT] = -1;
@@ -281,6 +319,14 @@ public final class FlightRecorder {
         int e = entryAt(s);
         long[] r = ring;
         int shape = d.kind().ordinal() + 1 | (d.dtype() + 1) << 8 | (d.op() + 1) << 16 | (d.algorithm() + 1) << 24;
+        if (COMPACT) {
+            r[e + SEQ] = s;
+            r[e + BEGUN] = CoarseClock.millis();
+            r[e + ENDED] = 0;
+            r[e + SHAPE_FAILED] = shape & SHAPE_MASK | nameBits(operation, i) | argsBits(d);
+            lastSeq(s);
+            return;
+        }
         r[e + SEQ] = s;
         r[e + COUNT] = d.count();
         r[e + BYTES] = d.bufferBytes();
@@ -293,6 +339,70 @@ public final class FlightRecorder {
             what[i] = operation;
         }
         lastSeq(s);
+    }
+
+    /** Compact: the arguments' slot in {@link #args}, shifted into place, appending a record when they changed. */
+    private long argsBits(OpDescriptorLayout.Descriptor d) {
+        long[] a = args;
+        int k = lastArgs;
+        long count = d.count();
+        long bytes = d.bufferBytes();
+        long id = d.memoryId();
+        long offset = d.memoryOffset();
+        if (k < 0 || a[k] != count || a[k + 1] != bytes || a[k + 2] != id || a[k + 3] != offset) {
+            k = (k + 4) & (4 * mask + 3);
+            a[k] = count;
+            a[k + 1] = bytes;
+            a[k + 2] = id;
+            a[k + 3] = offset;
+            lastArgs = k;
+        }
+        return (long) (k >>> 2) << ARGS_SHIFT;
+    }
+
+    /** Compact: the name's index, shifted into place; a name past the index's range goes to {@link #what}'s slot i. */
+    private long nameBits(String operation, int i) {
+        if (operation == lastName) {
+            return lastNameBits;
+        }
+        int n = 0;
+        while (n < nameCount && !names[n].equals(operation)) {
+            n++;
+        }
+        if (n == nameCount && n < NAME_SPILLED) {
+            if (n == names.length) {
+                names = java.util.Arrays.copyOf(names, 2 * n);
+            }
+            names[nameCount++] = operation;
+        }
+        if (n >= NAME_SPILLED) {
+            if (what == null) {
+                what = new String[capacity()];
+            }
+            what[i] = operation; // not cached: every such entry stores its name
+            return (long) NAME_SPILLED << NAME_SHIFT;
+        }
+        lastName = operation;
+        lastNameBits = (long) n << NAME_SHIFT;
+        return lastNameBits;
+    }
+
+    /** {@return the name of the entry at {@code e}, slot {@code i}} */
+    private String nameOf(int e, int i) {
+        if (!COMPACT) {
+            return what[i];
+        }
+        int n = (int) (ring[e + SHAPE_FAILED] >>> NAME_SHIFT) & NAME_MASK;
+        return n == NAME_SPILLED ? what[i] : names[n];
+    }
+
+    /** {@return argument {@code field} (COUNT, BYTES, MEMORY_ID, MEMORY_OFFSET) of the entry at {@code e}} */
+    private long argument(int e, int field) {
+        if (!COMPACT) {
+            return ring[e + field];
+        }
+        int k = 4 * (int) (ring[e + SHAPE_FAILED] >>> ARGS_SHIFT);
+        return args[k + field - COUNT];
     }
 
     /**
@@ -362,7 +472,11 @@ public final class FlightRecorder {
             r[e + SEQ] = s;
             r[e + BEGUN] = now;
             r[e + SHAPE_FAILED] = 0; // no arguments: it never arrived
-            what[i] = operation;
+            if (COMPACT) {
+                r[e + SHAPE_FAILED] = nameBits(operation, i);
+            } else {
+                what[i] = operation;
+            }
             lastSeq(Math.max(lastSeq(), s));
         }
         r[e + SHAPE_FAILED] |= FAILED_FLAG;
@@ -425,7 +539,7 @@ public final class FlightRecorder {
             if (b.length() > 0) {
                 b.append(", ");
             }
-            b.append(what[i]).append('#').append(q).append(' ').append(stateOf(e));
+            b.append(nameOf(e, i)).append('#').append(q).append(' ').append(stateOf(e));
         }
         return b.length() == 0 ? "none" : b.toString();
     }
@@ -470,15 +584,15 @@ public final class FlightRecorder {
             int sh = (int) (r[e + SHAPE_FAILED] & SHAPE_MASK);
             boolean hasShape = (sh & 0xff) != 0;
             b.append("{\"seq\":").append(q)
-                    .append(",\"op\":\"").append(ChromeTraceWriter.jsonEscape(what[i])).append('"')
+                    .append(",\"op\":\"").append(ChromeTraceWriter.jsonEscape(nameOf(e, i))).append('"')
                     .append(",\"kind\":").append(hasShape ? "\"" + KINDS[(sh & 0xff) - 1].name().toLowerCase(Locale.ROOT) + "\"" : "null")
                     .append(",\"dtype\":").append(name(DType.values(), (sh >>> 8 & 0xff) - 1))
                     .append(",\"reduceOp\":").append(name(ReduceOp.values(), (sh >>> 16 & 0xff) - 1))
                     .append(",\"algorithm\":").append(name(Algorithm.values(), (sh >>> 24 & 0xff) - 1))
-                    .append(",\"count\":").append(hasShape ? r[e + COUNT] : -1)
-                    .append(",\"bytes\":").append(hasShape ? r[e + BYTES] : -1)
-                    .append(",\"memoryId\":").append(hasShape ? r[e + MEMORY_ID] : -1)
-                    .append(",\"memoryOffset\":").append(hasShape ? r[e + MEMORY_OFFSET] : 0)
+                    .append(",\"count\":").append(hasShape ? argument(e, COUNT) : -1)
+                    .append(",\"bytes\":").append(hasShape ? argument(e, BYTES) : -1)
+                    .append(",\"memoryId\":").append(hasShape ? argument(e, MEMORY_ID) : -1)
+                    .append(",\"memoryOffset\":").append(hasShape ? argument(e, MEMORY_OFFSET) : 0)
                     .append(",\"state\":\"").append(stateOf(e)).append('"')
                     .append(",\"begunMillis\":").append(r[e + BEGUN])
                     .append(",\"endedMillis\":").append(r[e + ENDED])

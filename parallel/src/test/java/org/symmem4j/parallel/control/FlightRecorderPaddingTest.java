@@ -21,32 +21,40 @@ import org.symmem4j.parallel.control.OpDescriptorLayout.Problem;
 import org.symmem4j.parallel.trace.Json;
 
 /**
- * {@code symmem4j.flight.recorder.padded} (read once per JVM) changes where the recorder keeps its entries and
+ * {@code symmem4j.flight.recorder.padded} and {@code symmem4j.flight.recorder.compact} (read once per JVM) change where the recorder keeps its entries and
  * counters, never what it records: one call sequence (wrap-around, started-only, scheduled-only, a failure before
  * arriving, a failure after completing, a restart) gives the same dump and the same last collectives in a JVM with
- * the padding and in one without, and the padded JVM's arrays carry the padding.
+ * the padding, in one with the compact entries and in one with neither, and the padded JVM's arrays carry the padding,
+ * the compact one's entries are 4 longs with no name array.
  */
 class FlightRecorderPaddingTest {
 
     @Test
     void thePaddedLayoutRecordsWhatTheUnpaddedOneRecords(@TempDir Path dir) throws Exception {
-        String unpadded = child(dir, false);
-        String padded = child(dir, true);
+        String unpadded = child(dir, "plain", false, false);
+        String padded = child(dir, "padded", true, false);
+        String compact = child(dir, "compact", false, true);
         assertTrue(unpadded.contains("layout padded=false ring=32 what=4"), unpadded);
         assertTrue(padded.contains("layout padded=true ring=64 what=68"), padded);
+        assertTrue(compact.contains("layout padded=false ring=16 what=none"), compact);
         assertEquals(records(unpadded), records(padded));
+        assertEquals(records(unpadded), records(compact));
         assertTrue(records(padded).contains("all-reduce#9 FAILED"), padded);
+        // #10-#13 share one record of arguments, which the compact ring kept while #14-#16 appended theirs
+        assertTrue(records(compact).contains("bytes=52.0, count=13.0, dtype=FLOAT32, endedMillis=true, kind=all_reduce,"
+                + " memoryId=3.0, memoryOffset=24.0, op=all-reduce, reduceOp=SUM, seq=13.0"), compact);
     }
 
     private static String records(String out) {
         return out.lines().filter(l -> l.startsWith("record ")).reduce("", (a, b) -> a + b + "\n");
     }
 
-    private static String child(Path dir, boolean padded) throws Exception {
+    private static String child(Path dir, String name, boolean padded, boolean compact) throws Exception {
         String java = ProcessHandle.current().info().command().orElse("java");
         Process p = new ProcessBuilder(java, "--enable-native-access=ALL-UNNAMED",
                 "-D" + Configuration.FLIGHT_RECORDER_PADDED.property() + "=" + padded,
-                "-D" + Configuration.FLIGHT_RECORDER_DIR.property() + "=" + dir.resolve("dumps-" + padded),
+                "-D" + Configuration.FLIGHT_RECORDER_COMPACT.property() + "=" + compact,
+                "-D" + Configuration.FLIGHT_RECORDER_DIR.property() + "=" + dir.resolve("dumps-" + name),
                 "-cp", System.getProperty("java.class.path"), FlightRecorderPaddingTest.class.getName())
                 .redirectErrorStream(true).start();
         String out = new String(p.getInputStream().readAllBytes());
@@ -80,13 +88,23 @@ class FlightRecorderPaddingTest {
         r.failed(9, "all-reduce", new IllegalStateException("before arriving"));
         r.completed(9); // a failed one stays failed
         print(r);
+        // arguments repeated across the ring's wrap (the compact layout shares one record between them), then new ones
+        for (long s = 10; s < 17; s++) {
+            long k = s < 14 ? 3 : s;
+            r.arrived(d.set(s, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
+                    Algorithm.ONE_SHOT.ordinal(), -1, 10 + k, 40 + 4 * k, k, 8 * k, 0, Problem.NONE), "all-reduce");
+            r.started(s);
+            r.completed(s);
+        }
+        print(r);
         r.restartAt(20);
         r.arrived(d.set(20, Kind.ALL_REDUCE, DType.FLOAT32.ordinal(), ReduceOp.SUM.ordinal(),
                 Algorithm.TWO_SHOT.ordinal(), -1, 5, 20, -1, 0, 0, Problem.NONE), "all-reduce");
         r.started(20);
         print(r);
         System.out.println("layout padded=" + Configuration.FLIGHT_RECORDER_PADDED.get() + " ring="
-                + ((long[]) field("ring").get(r)).length + " what=" + ((String[]) field("what").get(r)).length);
+                + ((long[]) field("ring").get(r)).length + " what="
+                + (field("what").get(r) == null ? "none" : ((String[]) field("what").get(r)).length));
     }
 
     private static Field field(String name) throws NoSuchFieldException {
