@@ -11,8 +11,8 @@
 #   [CPUS=1,2,3,4] bench/flight-recorder-cost.sh [FlightRecorderCostBench args; default: --forks 2 --pairs 200
 #                  --block-ms 40 --warmups 100, ranks 2 and 4, ONE_SHOT and TWO_SHOT, 1024 bytes]   (about 3.5 minutes)
 #
-# Where the recorder writes its entry, after the entry barrier's wait (the default) or in its shadow (the earlier
-# placement), both in one run, one-shot and two-shot on 2 ranks (4 cells x 3 forks x 500 blocks, about 5 minutes):
+# Where the recorder writes its entry, after the entry barrier's wait or in its shadow (the default, measured
+# cheaper on 16 cores: bench/results/2026-11-29-recorder-placement-16core.md), both in one run, one-shot and two-shot on 2 ranks (4 cells x 3 forks x 500 blocks, about 5 minutes):
 #   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --forks 3 --pairs 200 --arrivals after-wait,in-shadow --ops-forks 1
 #
 # The current layout against the padded one (symmem4j.flight.recorder.padded=true: the recorder's per-collective writes

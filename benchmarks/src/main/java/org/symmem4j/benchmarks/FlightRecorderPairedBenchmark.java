@@ -72,8 +72,11 @@ public class FlightRecorderPairedBenchmark {
 
     /** {@link Configuration#FLIGHT_RECORDER_ARRIVAL}'s property. */
     static final String ARRIVAL_PROPERTY = "symmem4j.flight.recorder.arrival";
-    /** Where the recorder writes a collective's entry by default: after the entry barrier's wait. */
-    static final String ARRIVAL_DEFAULT = "after-wait";
+    /**
+     * Where the recorder writes a collective's entry by default, the product's default
+     * ({@link Configuration#FLIGHT_RECORDER_ARRIVAL}): in the entry barrier's shadow.
+     */
+    static final String ARRIVAL_DEFAULT = "in-shadow";
     /** {@link Configuration#FLIGHT_RECORDER_PADDED}'s property. */
     static final String PADDED_PROPERTY = "symmem4j.flight.recorder.padded";
     /** A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.padded=true} to its forks. */
@@ -88,7 +91,7 @@ public class FlightRecorderPairedBenchmark {
      * The placements {@link #ARRIVAL_PROPERTY} accepts; a cell of {@code --arrivals} is one of them, optionally
      * followed by {@link #PADDED_SUFFIX} or {@link #COMPACT_SUFFIX} and by {@code @E}, a ring of E entries.
      */
-    static final java.util.List<String> ARRIVALS = java.util.List.of(ARRIVAL_DEFAULT, "in-shadow");
+    static final java.util.List<String> ARRIVALS = java.util.List.of("after-wait", "in-shadow");
 
     /**
      * One cell of {@code --arrivals}, parsed: {@code WHERE[+padded|+compact][@ENTRIES]}.
