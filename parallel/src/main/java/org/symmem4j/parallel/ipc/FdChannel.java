@@ -103,6 +103,62 @@ public final class FdChannel implements AutoCloseable {
     }
 
     /**
+     * Where this process binds its channel {@code instance} in {@code dir}: {@code <prefix>-<pid>-<startMillis>-<instance>.sock},
+     * a name that records the process (its pid and start time, 0 when unknown), so that {@link #sweepStale} can tell the
+     * socket of a process that is gone from a live one's.
+     *
+     * @param dir      a directory only this user may enter
+     * @param prefix   what the sockets of one kind start with (letters and digits), e.g. {@code cuda}
+     * @param instance tells apart the channels of one process (e.g. one per transport)
+     * @return the path
+     */
+    public static Path pathOf(Path dir, String prefix, long instance) {
+        ProcessHandle me = ProcessHandle.current();
+        long start = me.info().startInstant().map(java.time.Instant::toEpochMilli).orElse(0L);
+        return dir.resolve(prefix + "-" + me.pid() + "-" + start + "-" + instance + ".sock");
+    }
+
+    /**
+     * Removes the sockets in {@code dir} that {@link #pathOf} named with {@code prefix} for processes that are gone: a
+     * process killed by SIGKILL cannot remove its own, and it would stay in the directory until the next boot. Only
+     * sockets (not regular files, directories or links) whose name parses are touched, and only when their process is
+     * known gone (its pid no longer runs, or runs a process started at another time); names of the older form {@code
+     * <prefix>-<pid>-<instance>.sock} are judged by the pid alone. Bounded: one listing of {@code dir} and one look at
+     * {@code /proc} per socket, no waiting.
+     *
+     * @param dir    the directory of the sockets
+     * @param prefix their prefix, as given to {@link #pathOf}
+     * @return how many were removed
+     */
+    public static int sweepStale(Path dir, String prefix) {
+        java.util.regex.Pattern name = java.util.regex.Pattern.compile(java.util.regex.Pattern.quote(prefix)
+                + "-(\\d{1,19})-(?:(\\d{1,19})-)?\\d{1,19}\\.sock");
+        int removed = 0;
+        try (java.nio.file.DirectoryStream<Path> files = Files.newDirectoryStream(dir, prefix + "-*.sock")) {
+            for (Path p : files) {
+                java.util.regex.Matcher m = name.matcher(p.getFileName().toString());
+                try {
+                    if (!m.matches() || !Files.readAttributes(p, java.nio.file.attribute.BasicFileAttributes.class,
+                            java.nio.file.LinkOption.NOFOLLOW_LINKS).isOther()) {
+                        continue; // not one of ours, or not a socket
+                    }
+                    long pid = Long.parseLong(m.group(1));
+                    long start = m.group(2) == null ? 0 : Long.parseLong(m.group(2));
+                    if (!org.symmem4j.parallel.sync.ProcessLiveness.isRunning(pid, start) && Files.deleteIfExists(p)) {
+                        removed++;
+                        LOG.debug("fd channel: removed {}, left by process {} which is gone", p, pid);
+                    }
+                } catch (java.io.IOException | NumberFormatException e) {
+                    // gone already (another process swept it), or unreadable: left for the next sweep
+                }
+            }
+        } catch (java.io.IOException e) {
+            // no directory, or not listable: nothing to sweep
+        }
+        return removed;
+    }
+
+    /**
      * Where this channel receives.
      *
      * @return the socket's path
