@@ -85,7 +85,8 @@ class MeshShrinkCloseTest {
                 assertThrows(IllegalStateException.class, () -> first.mesh().group("tp"), "the first shrink's mesh is"
                         + " closed by the second");
                 assertSame(second.mesh().group("tp"), TensorParallel.groupOrNull(net));
-                assertTrue(before.equalsWithEps(net.output(x), 1e-12), "the network goes on over the second's communicator");
+                assertTrue(before.equalsWithEps(net.output(x), 1e-12), "the network goes on over the second's"
+                        + " communicator");
                 callers.group("tp"); // the caller's mesh stays open: the caller's
 
                 shrinks.close();

@@ -1,22 +1,30 @@
 package org.symmem4j.parallel.ipc;
 
+import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
+import java.nio.file.attribute.BasicFileAttributes;
 import java.time.Duration;
+import java.time.Instant;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.sync.ProcessLiveness;
 
 /**
  * Hands file descriptors from process to process, as PyTorch's symmetric memory does for CUDA
@@ -103,8 +111,8 @@ public final class FdChannel implements AutoCloseable {
     }
 
     /**
-     * Where this process binds its channel {@code instance} in {@code dir}: {@code <prefix>-<pid>-<startMillis>-<instance>.sock},
-     * a name that records the process (its pid and start time, 0 when unknown), so that {@link #sweepStale} can tell the
+     * Where this process binds its channel {@code instance} in {@code dir}:
+     * {@code <prefix>-<pid>-<startMillis>-<instance>.sock}, a name that records the process (its pid and start time, 0 when unknown), so that {@link #sweepStale} can tell the
      * socket of a process that is gone from a live one's.
      *
      * @param dir      a directory only this user may enter
@@ -114,7 +122,7 @@ public final class FdChannel implements AutoCloseable {
      */
     public static Path pathOf(Path dir, String prefix, long instance) {
         ProcessHandle me = ProcessHandle.current();
-        long start = me.info().startInstant().map(java.time.Instant::toEpochMilli).orElse(0L);
+        long start = me.info().startInstant().map(Instant::toEpochMilli).orElse(0L);
         return dir.resolve(prefix + "-" + me.pid() + "-" + start + "-" + instance + ".sock");
     }
 
@@ -131,28 +139,28 @@ public final class FdChannel implements AutoCloseable {
      * @return how many were removed
      */
     public static int sweepStale(Path dir, String prefix) {
-        java.util.regex.Pattern name = java.util.regex.Pattern.compile(java.util.regex.Pattern.quote(prefix)
+        Pattern name = Pattern.compile(Pattern.quote(prefix)
                 + "-(\\d{1,19})-(?:(\\d{1,19})-)?\\d{1,19}\\.sock");
         int removed = 0;
-        try (java.nio.file.DirectoryStream<Path> files = Files.newDirectoryStream(dir, prefix + "-*.sock")) {
+        try (DirectoryStream<Path> files = Files.newDirectoryStream(dir, prefix + "-*.sock")) {
             for (Path p : files) {
-                java.util.regex.Matcher m = name.matcher(p.getFileName().toString());
+                Matcher m = name.matcher(p.getFileName().toString());
                 try {
-                    if (!m.matches() || !Files.readAttributes(p, java.nio.file.attribute.BasicFileAttributes.class,
-                            java.nio.file.LinkOption.NOFOLLOW_LINKS).isOther()) {
+                    if (!m.matches() || !Files.readAttributes(p, BasicFileAttributes.class,
+                            LinkOption.NOFOLLOW_LINKS).isOther()) {
                         continue; // not one of ours, or not a socket
                     }
                     long pid = Long.parseLong(m.group(1));
                     long start = m.group(2) == null ? 0 : Long.parseLong(m.group(2));
-                    if (!org.symmem4j.parallel.sync.ProcessLiveness.isRunning(pid, start) && Files.deleteIfExists(p)) {
+                    if (!ProcessLiveness.isRunning(pid, start) && Files.deleteIfExists(p)) {
                         removed++;
                         LOG.debug("fd channel: removed {}, left by process {} which is gone", p, pid);
                     }
-                } catch (java.io.IOException | NumberFormatException e) {
+                } catch (IOException | NumberFormatException e) {
                     // gone already (another process swept it), or unreadable: left for the next sweep
                 }
             }
-        } catch (java.io.IOException e) {
+        } catch (IOException e) {
             // no directory, or not listable: nothing to sweep
         }
         return removed;
