@@ -112,8 +112,8 @@ public final class FdChannel implements AutoCloseable {
 
     /**
      * Where this process binds its channel {@code instance} in {@code dir}:
-     * {@code <prefix>-<pid>-<startMillis>-<instance>.sock}, a name that records the process (its pid and start time, 0 when unknown), so that {@link #sweepStale} can tell the
-     * socket of a process that is gone from a live one's.
+     * {@code <prefix>-<pid>-<startMillis>-<instance>.sock}, a name that records the process (its pid and start time, 0
+     * when unknown), so that {@link #sweepStale} can tell the socket of a process that is gone from a live one's.
      *
      * @param dir      a directory only this user may enter
      * @param prefix   what the sockets of one kind start with (letters and digits), e.g. {@code cuda}
