@@ -22,8 +22,9 @@ import org.symmem4j.parallel.Group;
  * replica's tp ranks must go on from the same step), not just one data-parallel group.
  *
  * <p>What this holds: the mesh the wrapper trains on now, and what the shrinks formed (the survivors' world, its
- * mesh, the tensor-parallel communicator), which it closes: at the next shrink, or with the wrapper. The mesh and the
- * communicator given by the caller stay the caller's (aborted after a shrink: their close waits for nobody).
+ * mesh, the tensor-parallel communicator), which it closes: at the next shrink (after the network was attached to the
+ * new one), or with the wrapper (the network detached from it first). The mesh and the communicator given by the
+ * caller stay the caller's (aborted after a shrink: their close waits for nobody).
  */
 final class MeshShrink implements AutoCloseable {
 
@@ -34,8 +35,10 @@ final class MeshShrink implements AutoCloseable {
     /** Formed by a shrink (null before): closed by the next one or {@link #close()}, the communicator first. */
     private Communicator formedCommunicator;
     private DeviceMesh formedMesh;
+    /** The network a shrink attached to {@link #formedCommunicator}: detached before {@link #close()} closes it. */
+    private Model attached;
 
-    private MeshShrink(DeviceMesh mesh, String dataParallel, String tensorParallel) {
+    MeshShrink(DeviceMesh mesh, String dataParallel, String tensorParallel) {
         this.mesh = mesh;
         this.dataParallel = dataParallel;
         this.tensorParallel = tensorParallel;
@@ -145,11 +148,21 @@ final class MeshShrink implements AutoCloseable {
             RankRuntime.closeQuietly(world);
             throw e;
         }
-        closeFormed(); // an earlier shrink's: the network no longer uses its communicator
+        adopt(model.model(), communicator, next);
+        return new Formed(next.group(), next.group(dataParallel), s.lostCoordinates());
+    }
+
+    /**
+     * Takes what a shrink formed, once {@code network} was attached to {@code communicator} over {@code next}'s
+     * tensor-parallel group: the mesh trained on from now, owned here with its world and the communicator. An earlier
+     * shrink's are closed now (the network no longer uses them); the caller's stay the caller's.
+     */
+    void adopt(Model network, Communicator communicator, DeviceMesh next) {
+        closeFormed();
         formedCommunicator = communicator;
         formedMesh = next;
+        attached = network;
         mesh = next;
-        return new Formed(next.group(), next.group(dataParallel), s.lostCoordinates());
     }
 
     /**
@@ -199,9 +212,19 @@ final class MeshShrink implements AutoCloseable {
         formedMesh = null;
     }
 
-    /** Closes what the shrinks formed; the caller's mesh and communicator stay the caller's. */
+    /**
+     * Closes what the shrinks formed; the caller's mesh and communicator stay the caller's. The network, when a shrink
+     * attached it to the communicator closed here and nobody attached it elsewhere since, is detached first
+     * ({@link TensorParallel#detach}): it holds no closed communicator, and using it fails saying it has no group until
+     * the caller attaches it again.
+     */
     @Override
     public void close() {
+        if (attached != null && formedCommunicator != null
+                && TensorParallel.groupOrNull(attached) == formedCommunicator.group()) {
+            TensorParallel.detach(attached);
+        }
+        attached = null;
         closeFormed();
     }
 }

@@ -227,6 +227,23 @@ public final class TensorParallel {
     }
 
     /**
+     * Unbinds every tensor-parallel layer of {@code model} from its communicator (the inverse of {@link #attach}): for an
+     * owner about to close the communicator it attached, so that the network holds no closed communicator; using the
+     * network then fails with a clear error until it is attached again. Nothing happens for a network without
+     * tensor-parallel layers.
+     *
+     * @param model a {@link MultiLayerNetwork} or {@link ComputationGraph}
+     */
+    public static void detach(org.deeplearning4j.nn.api.Model model) {
+        Layer[] layers = model instanceof MultiLayerNetwork m ? m.getLayers() : ((ComputationGraph) model).getLayers();
+        for (Layer layer : layers == null ? new Layer[0] : layers) {
+            if (layer instanceof TensorParallelLayer tp) {
+                tp.attach(null);
+            }
+        }
+    }
+
+    /**
      * This rank's shard of a {@link ComputationGraph}: each vertex named in {@code columnVertices}
      * (a dense layer) becomes column-parallel, and the one vertex that consumes it (a dense layer whose
      * only input it is) row-parallel; everything else is copied. As

@@ -46,25 +46,56 @@ final class CrossProcessMemory implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(CrossProcessMemory.class);
     private static final long PAD_ALIGNMENT = 256;
 
+    /** What this process's descriptor sockets are called ({@link FdChannel#pathOf}), and what a sweep removes. */
+    static final String SOCKET_PREFIX = "cuda";
+
     private final CudaDriver driver;
     private final long transportInstance;
+    /** Where the channel is bound; null: the host secrets' directory, looked up at the first bind. */
+    private final Path directory;
     private FdChannel channel;
 
     CrossProcessMemory(CudaDriver driver, long transportInstance) {
+        this(driver, transportInstance, null);
+    }
+
+    /** With the sockets' directory given (tests: a directory of their own). */
+    CrossProcessMemory(CudaDriver driver, long transportInstance, Path directory) {
         this.driver = driver;
         this.transportInstance = transportInstance;
+        this.directory = directory;
     }
 
     /** Every rank's buffer and pad as this process sees them, and the mappings that make them (own first at its rank). */
     record Shared(long[] data, long[] pads, List<CudaVirtualMemory.Mapping> mappings) {
     }
 
-    private synchronized FdChannel channel() {
+    /**
+     * This process's channel, bound at the first call; the sockets that processes gone before left in the directory (a
+     * rank killed by SIGKILL cannot remove its own) are removed first.
+     */
+    synchronized FdChannel channel() {
         if (channel == null) {
-            channel = FdChannel.bind(StoreSecret.hostDirectory().resolve("cuda-" + ProcessHandle.current().pid() + "-"
-                    + transportInstance + ".sock"));
+            Path dir = directory();
+            FdChannel.sweepStale(dir, SOCKET_PREFIX);
+            channel = FdChannel.bind(FdChannel.pathOf(dir, SOCKET_PREFIX, transportInstance));
         }
         return channel;
+    }
+
+    private Path directory() {
+        return directory != null ? directory : StoreSecret.hostDirectory();
+    }
+
+    /**
+     * Removes the descriptor sockets of processes that are gone from the directory (a survivor of an in-place shrink:
+     * the dead ranks' sockets). Bounded: one listing, no waiting; nothing when no channel was bound (no directory
+     * looked up).
+     *
+     * @return how many were removed
+     */
+    synchronized int sweepStale() {
+        return channel == null ? 0 : FdChannel.sweepStale(channel.path().getParent(), SOCKET_PREFIX);
     }
 
     /**

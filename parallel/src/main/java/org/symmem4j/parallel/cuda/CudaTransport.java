@@ -195,11 +195,18 @@ public final class CudaTransport implements Transport, AutoCloseable {
 
     /**
      * A group on this transport shrinks in place: its NCCL communicators, when closed, are kept for the survivors'
-     * {@code ncclCommShrink} instead of destroyed ({@link NcclShrinks}).
+     * {@code ncclCommShrink} instead of destroyed ({@link NcclShrinks}), and the descriptor sockets the dead ranks'
+     * processes left in the secrets' directory (a process killed by SIGKILL cannot remove its own) are removed
+     * ({@link CrossProcessMemory#sweepStale()}: one listing, no waiting).
      */
     @Override
     public void shrinking(Group group, List<Integer> dead) {
         ncclShrinks.begin(group.worldSize(), dead);
+        int removed = crossProcess.sweepStale();
+        if (removed > 0) {
+            LOG.debug("cuda transport: removed {} descriptor socket(s) of gone processes while rank {} shrinks without {}",
+                    removed, group.rank(), dead);
+        }
     }
 
     /** The survivors rebuilt their communicators: the old group's NCCL communicators nobody shrank are aborted. */

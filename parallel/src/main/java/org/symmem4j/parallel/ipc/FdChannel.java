@@ -1,22 +1,30 @@
 package org.symmem4j.parallel.ipc;
 
+import java.io.IOException;
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
+import java.nio.file.attribute.BasicFileAttributes;
 import java.time.Duration;
+import java.time.Instant;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.symmem4j.parallel.PeerTimeoutException;
 import org.symmem4j.parallel.SymmemException;
+import org.symmem4j.parallel.sync.ProcessLiveness;
 
 /**
  * Hands file descriptors from process to process, as PyTorch's symmetric memory does for CUDA
@@ -100,6 +108,62 @@ public final class FdChannel implements AutoCloseable {
             throw e;
         }
         return new FdChannel(path, fd);
+    }
+
+    /**
+     * Where this process binds its channel {@code instance} in {@code dir}:
+     * {@code <prefix>-<pid>-<startMillis>-<instance>.sock}, a name that records the process (its pid and start time, 0
+     * when unknown), so that {@link #sweepStale} can tell the socket of a process that is gone from a live one's.
+     *
+     * @param dir      a directory only this user may enter
+     * @param prefix   what the sockets of one kind start with (letters and digits), e.g. {@code cuda}
+     * @param instance tells apart the channels of one process (e.g. one per transport)
+     * @return the path
+     */
+    public static Path pathOf(Path dir, String prefix, long instance) {
+        ProcessHandle me = ProcessHandle.current();
+        long start = me.info().startInstant().map(Instant::toEpochMilli).orElse(0L);
+        return dir.resolve(prefix + "-" + me.pid() + "-" + start + "-" + instance + ".sock");
+    }
+
+    /**
+     * Removes the sockets in {@code dir} that {@link #pathOf} named with {@code prefix} for processes that are gone: a
+     * process killed by SIGKILL cannot remove its own, and it would stay in the directory until the next boot. Only
+     * sockets (not regular files, directories or links) whose name parses are touched, and only when their process is
+     * known gone (its pid no longer runs, or runs a process started at another time); names of the older form {@code
+     * <prefix>-<pid>-<instance>.sock} are judged by the pid alone. Bounded: one listing of {@code dir} and one look at
+     * {@code /proc} per socket, no waiting.
+     *
+     * @param dir    the directory of the sockets
+     * @param prefix their prefix, as given to {@link #pathOf}
+     * @return how many were removed
+     */
+    public static int sweepStale(Path dir, String prefix) {
+        Pattern name = Pattern.compile(Pattern.quote(prefix)
+                + "-(\\d{1,19})-(?:(\\d{1,19})-)?\\d{1,19}\\.sock");
+        int removed = 0;
+        try (DirectoryStream<Path> files = Files.newDirectoryStream(dir, prefix + "-*.sock")) {
+            for (Path p : files) {
+                Matcher m = name.matcher(p.getFileName().toString());
+                try {
+                    if (!m.matches() || !Files.readAttributes(p, BasicFileAttributes.class,
+                            LinkOption.NOFOLLOW_LINKS).isOther()) {
+                        continue; // not one of ours, or not a socket
+                    }
+                    long pid = Long.parseLong(m.group(1));
+                    long start = m.group(2) == null ? 0 : Long.parseLong(m.group(2));
+                    if (!ProcessLiveness.isRunning(pid, start) && Files.deleteIfExists(p)) {
+                        removed++;
+                        LOG.debug("fd channel: removed {}, left by process {} which is gone", p, pid);
+                    }
+                } catch (IOException | NumberFormatException e) {
+                    // gone already (another process swept it), or unreadable: left for the next sweep
+                }
+            }
+        } catch (IOException e) {
+            // no directory, or not listable: nothing to sweep
+        }
+        return removed;
     }
 
     /**

@@ -691,14 +691,7 @@ public final class FullyShardedMlp implements AutoCloseable {
                     + " checkpoints, symmem4j-run --max-restarts N, or exit this process)");
         }
         closed = true;
-        Group sub = commGroup;
-        try {
-            release(null);
-        } finally {
-            if (sub != null) {
-                group.transport().release(sub);
-            }
-        }
+        release(null);
     }
 
     private void checkLayer(int layer) {
@@ -717,7 +710,9 @@ public final class FullyShardedMlp implements AutoCloseable {
 
     /**
      * Collective: waits for both streams, meets the group (no peer's kernel can then wait for this rank), frees the
-     * buffers and closes the symmetric memories, the sub-group's communicator, the sub-group and the communicator.
+     * buffers and closes the symmetric memories, the sub-group's communicator, the sub-group and the communicator, and
+     * releases the sub-group's GPU state on the transport (its stream, context retain and kernels' hold: the sub-group is
+     * this model's, so nobody else would). Idempotent. The group's own GPU state stays: the group is the caller's.
      */
     @Override
     public void close() {
@@ -731,7 +726,11 @@ public final class FullyShardedMlp implements AutoCloseable {
         release(null);
     }
 
-    /** Frees what was made, newest first; the first failure is thrown (or added to {@code cause}). */
+    /**
+     * Frees what was made, newest first, then releases the sub-group's GPU state on the transport once (after its
+     * memories and communicator, which use it); the first failure is thrown (or added to {@code cause}). Every way out
+     * runs it: {@link #close}, {@link #abandon}, and a constructor that failed.
+     */
     private void release(Throwable cause) {
         Throwable first = cause;
         if (computeDevice != null) {
@@ -752,6 +751,15 @@ public final class FullyShardedMlp implements AutoCloseable {
             }
         }
         owned.clear();
+        Group sub = commGroup;
+        commGroup = null; // once: a later release (close after abandon) finds nothing
+        if (sub != null) {
+            try {
+                group.transport().release(sub);
+            } catch (RuntimeException e) {
+                first = add(first, e);
+            }
+        }
         if (cause == null && first != null) {
             if (first instanceof RuntimeException r) {
                 throw r;

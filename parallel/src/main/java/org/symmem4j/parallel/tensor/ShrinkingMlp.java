@@ -141,9 +141,9 @@ public final class ShrinkingMlp implements AutoCloseable {
         }
         if (!group.canShrink()) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK with " + group + ", which cannot shrink in place:"
-                    + " expected a process group on a GPU transport that survives a shrink (CudaTransport), on one machine,"
-                    + " started by symmem4j-run --on-failure shrink (SYMMEM4J_MEMBERSHIP_FILE names the dead ranks); fix:"
-                    + " start the job with symmem4j-run --on-failure shrink and join with"
+                    + " expected a process group on a GPU transport that survives a shrink (the CUDA transport), on one"
+                    + " machine, started by symmem4j-run --on-failure shrink (SYMMEM4J_MEMBERSHIP_FILE names the dead"
+                    + " ranks); fix: start the job with symmem4j-run --on-failure shrink and join with"
                     + " ProcessGroup.fromEnvironment(options, CudaTransport.create())");
         }
         return new ShrinkingMlp(group, tokens, widths, adam, minRanks);

@@ -210,8 +210,17 @@ class CudaFullyShardedMlpTest {
                               Adam adam) {
         int rank = group.rank();
         int layers = widths.length - 1;
+        // each rank's GPU state of the group itself made now (describe uses it), so that the model adds only its own;
+        // every rank counts before any rank builds
+        GPU.cuda().describe(group);
+        group.allGatherBytes("fsdp-count-before", new byte[0]);
+        int heldBefore = GPU.cuda().heldRanks();
+        group.allGatherBytes("fsdp-counted-before", new byte[0]);
+        Result result;
+        FullyShardedMlp closed;
         try (FullyShardedMlp mlp = new FullyShardedMlp(group, tokens, widths, sharding, adam);
              Arena arena = Arena.ofConfined()) {
+            closed = mlp;
             for (int l = 0; l < layers; l++) {
                 double[] w = Reference.initialWeights(widths, l);
                 mlp.setWeights(l, i -> w[(int) i]);
@@ -240,8 +249,17 @@ class CudaFullyShardedMlpTest {
             assertEquals(state, mlp.memory().state(), "master + m + v, float32");
             List<Algorithm> algorithms = mlp.allReduceAlgorithms();
             boolean bitwise = algorithms == null || !algorithms.contains(Algorithm.NCCL);
-            return new Result(outputs, masters, starts, bitwise);
+            result = new Result(outputs, masters, starts, bitwise);
         }
+        closed.close(); // a second close does nothing (and releases nothing twice)
+        // close() released the collectives' sub-group's GPU state: what is left is each rank's state of the group itself
+        group.allGatherBytes("fsdp-count-after", new byte[0]);
+        int heldAfter = GPU.cuda().heldRanks();
+        group.allGatherBytes("fsdp-counted-after", new byte[0]);
+        GPU.cuda().release(group); // the caller's group: the test's to release
+        assertEquals(heldBefore, heldAfter, "rank " + rank + ": GPU states held after close(): the group's, as before the"
+                + " model, and none for the model's sub-group (" + group.worldSize() + " more before close() released it)");
+        return result;
     }
 
     private static void assertClose(double[] actual, double[] expected, double relative, String what) {

@@ -32,7 +32,9 @@ import org.symmem4j.parallel.tensor.ShrinkingMlp;
  *       batches, and every survivor's replica is bitwise the same;</li>
  *   <li>the device's free memory after everything of the old and new group is closed is not below what it was before the
  *       ballast and the model (cuMemGetInfo; the dead process's own memory is given back by the driver, so a survivor
- *       that kept its own ballast or its mapping of the dead rank's would be short of {@code ballastMiB}).</li>
+ *       that kept its own ballast or its mapping of the dead rank's would be short of {@code ballastMiB});</li>
+ *   <li>no CUDA descriptor socket of the killed process is left in the secrets' directory (the survivors removed it
+ *       as they shrank).</li>
  * </ul>
  * Prints {@code SHRINK OK rank=R} (R the launch rank) and exits 0, or prints what failed and exits 3.
  *
@@ -61,6 +63,9 @@ public final class CudaShrinkWorker {
             System.out.println("rank=" + launchRank + " pid=" + ProcessHandle.current().pid() + " on " + cuda.describe(group)
                     + "; " + cuda.runtimeVersions());
             byte[] none = new byte[0];
+            List<byte[]> pids = group.allGatherBytes("pids", ByteBuffer.allocate(Long.BYTES)
+                    .putLong(ProcessHandle.current().pid()).array());
+            long killedPid = ByteBuffer.wrap(pids.get(killRank)).getLong();
             Adam adam = new Adam(0.02f, 0.9f, 0.999f, 1e-3f);
             // warm: a model made and closed once loads what a process loads once (cuBLAS's kernels, the sub-group's GPU
             // state), so that the free memory below compares like with like
@@ -89,6 +94,7 @@ public final class CudaShrinkWorker {
                     recorded.add(trainer.model().state());
                 }
                 check(trainer, recorded, batches, killRank, killAfter, world, adam);
+                checkNoSocketOf(killedPid);
             } finally {
                 if (ballast[0] != null) {
                     ballast[0].close();
@@ -109,6 +115,22 @@ public final class CudaShrinkWorker {
             }
             return "SHRINK OK rank=" + launchRank;
         }
+    }
+
+    /**
+     * The killed rank's CUDA descriptor socket (its process could not remove it) is gone from the secrets' directory: the
+     * survivors removed it as they shrank.
+     */
+    private static void checkNoSocketOf(long killedPid) throws java.io.IOException {
+        java.nio.file.Path dir = org.symmem4j.parallel.rendezvous.StoreSecret.hostDirectory();
+        try (java.nio.file.DirectoryStream<java.nio.file.Path> left = java.nio.file.Files.newDirectoryStream(dir,
+                CrossProcessMemory.SOCKET_PREFIX + "-" + killedPid + "-*.sock")) {
+            for (java.nio.file.Path p : left) {
+                throw new AssertionError("the killed rank's descriptor socket " + p + " is still in " + dir + " after the"
+                        + " shrink");
+            }
+        }
+        System.out.println("no descriptor socket of the killed process " + killedPid + " left in " + dir);
     }
 
     /**
