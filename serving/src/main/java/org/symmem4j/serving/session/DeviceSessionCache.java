@@ -30,12 +30,16 @@ import org.symmem4j.state.DeviceParameterCache;
  * }</pre>
  *
  * <ul>
- *   <li><b>Whose copy is current</b>: each saved state carries a 64-byte header before its bytes: a stamp (at 0) and
- *       the state's length (at 8). A save's stamp is larger than every stamp this rank saved or found before
- *       ({@code max(last + 1, nanoTime)}), so a save that follows this rank's find of the session (the router's one
- *       step of a session at a time: load, step, save) orders after the copy it continued. {@link #find} looks the
- *       session up in every rank's part and takes the copy with the largest stamp; a stale copy in the finder's own
- *       part is removed then (a stale copy in another part is left to that part's LRU).</li>
+ *   <li><b>Whose copy is current</b>: each save carries a stamp, larger than every stamp this rank saved or found
+ *       before ({@code max(last + 1, nanoTime)}), so a save that follows this rank's find of the session (the router's
+ *       one step of a session at a time: load, step, save) orders after the copy it continued. The stamp is the
+ *       entry's version in the cache's directory, and the state's length its length less the 64-byte header (which
+ *       repeats both, stamp at 0 and length at 8, before the state's bytes). {@link #find} looks the session up in
+ *       every rank's part and takes the copy with the largest stamp; a stale copy in the finder's own part is removed
+ *       then (a stale copy in another part is left to that part's LRU).</li>
+ *   <li><b>A find is host loads</b>: the directory of {@link DeviceParameterCache} is host memory the ranks share, so
+ *       finding a session reads no device memory and waits for no stream: only reading its bytes does (one peer
+ *       copy, or the reader's kernel), and the check after use is host loads again.</li>
  *   <li><b>Eviction as on the host</b>: the blocks' budget evicts least recently used sessions (a find or a save is
  *       a use). Each rank keeps a ledger of the ids its part evicted last ({@code sessionsPerRank} of them, hashes,
  *       in a second {@link DeviceParameterCache} of one entry per rank, which never evicts); a session found in no
@@ -189,7 +193,7 @@ public final class DeviceSessionCache implements AutoCloseable {
         checkSize(id, state);
         long stamp = stampHeader(hostStage, state);
         MemorySegment.copy(state, 0, hostStage, HEADER_BYTES, state.byteSize());
-        blocks.put(name, hostStage.asSlice(0, HEADER_BYTES + state.byteSize()));
+        blocks.put(name, hostStage.asSlice(0, HEADER_BYTES + state.byteSize()), stamp);
         afterSave(id);
         return stamp;
     }
@@ -212,7 +216,7 @@ public final class DeviceSessionCache implements AutoCloseable {
         if (state.byteSize() > 0) {
             gpu.copyAsync(deviceStage.asSlice(HEADER_BYTES, state.byteSize()), state); // after the producing work
         }
-        blocks.putFromDevice(name, deviceStage.asSlice(0, HEADER_BYTES + state.byteSize())); // waits for the stream
+        blocks.putFromDevice(name, deviceStage.asSlice(0, HEADER_BYTES + state.byteSize()), stamp); // waits
         afterSave(id);
         return stamp;
     }
@@ -321,20 +325,10 @@ public final class DeviceSessionCache implements AutoCloseable {
         }
     }
 
-    /** Rank {@code owner}'s copy, with its header read and checked valid after the read; null when it has none. */
+    /** Rank {@code owner}'s copy, from the directory alone (host loads): its stamp is the entry's version. */
     private Block lookup(int owner, String id, String name) {
-        while (true) {
-            DeviceParameterCache.View v = blocks.get(owner, name);
-            if (v == null) {
-                return null;
-            }
-            gpu.copyToHost(headerCopy, v.data().asSlice(0, 16));
-            if (!v.isValid()) {
-                continue; // freed while its header was read: look again
-            }
-            return new Block(id, owner, headerCopy.get(ValueLayout.JAVA_LONG, 0),
-                    headerCopy.get(ValueLayout.JAVA_LONG, 8), v);
-        }
+        DeviceParameterCache.View v = blocks.get(owner, name);
+        return v == null ? null : new Block(id, owner, v.version(), v.data().byteSize() - HEADER_BYTES, v);
     }
 
     /** The first rank whose ledger lists {@code h}, or -1. */
