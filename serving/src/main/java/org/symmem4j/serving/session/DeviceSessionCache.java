@@ -56,8 +56,7 @@ import org.symmem4j.state.DeviceParameterCache;
  * </ul>
  *
  * One thread per rank uses an instance. Created on a GPU communicator whose ranks map each other's memory (CUDA on
- * one machine); elsewhere use {@link SessionCache}. Untested on a GPU until the device run
- * ({@code CudaDeviceSessionCacheTest}).
+ * one machine); elsewhere use {@link SessionCache}. Tested on GPUs by {@code CudaDeviceSessionCacheTest}.
  */
 public final class DeviceSessionCache implements AutoCloseable {
 
