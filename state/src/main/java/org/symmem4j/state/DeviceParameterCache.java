@@ -2,6 +2,7 @@ package org.symmem4j.state;
 
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_HEADER_BYTES;
 
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.List;
 import java.util.Objects;
@@ -16,9 +17,9 @@ import org.symmem4j.parallel.layout.ParameterCacheLayout;
 /**
  * The GPU form of {@link ParameterCache}: named, versioned entries in the owner's GPU symmetric memory within a byte
  * budget, laid out as {@link ParameterCacheLayout}'s GPU form (the host cache's directory and seqlock, in host memory;
- * the blocks in GPU memory). The owner {@link #put}s an entry from host or device memory; any rank {@link #get}s a zero-copy
- * {@link View} of the owner's current version: its device address, as mapped on the reader's GPU, its length and
- * version, for the reader's kernels to read in place.
+ * the blocks in GPU memory). The owner {@link #put}s an entry from host or device memory; any rank {@link #get}s a
+ * zero-copy {@link View} of the owner's current version: its device address, as mapped on the reader's GPU, its
+ * length and version, for the reader's kernels to read in place.
  *
  * <pre>{@code
  * try (DeviceParameterCache cache = DeviceParameterCache.create(comm, 256L << 20, 64)) {   // collective
@@ -43,9 +44,10 @@ import org.symmem4j.parallel.layout.ParameterCacheLayout;
  *       with {@link View#isValid()} after its reads completed (after its stream's synchronize): two host loads, true
  *       while the slot still lists the view's generation; a second put, an eviction or a remove drops it (before the
  *       owner's next copy into the range starts), and the reader gets the entry again.</li>
- *   <li><b>Puts are synchronous</b>: {@link #put} copies host bytes in; {@link #putFromDevice} copies device bytes
- *       on this rank's stream (after the work enqueued there, e.g. the kernel that produced them) and waits for the
- *       stream; both return once the new version is published. A put whose copy throws gives its block back.</li>
+ *   <li><b>Puts are synchronous</b>: {@link #put} copies host bytes in (and the block's last 8 bytes back, the proof
+ *       that the copy landed: from pageable memory CUDA's copy may return before); {@link #putFromDevice} copies
+ *       device bytes on this rank's stream (after the work enqueued there, e.g. the kernel that produced them) and
+ *       waits for the stream; both return once the new version is published. A put whose copy throws gives its block back.</li>
  *   <li><b>Budget, LRU as on the host</b>: each rank's part holds {@code budgetBytes} of blocks (64-byte header,
  *       data 64-byte aligned) and {@code maxEntries} names, with the host cache's policy, written once for both
  *       ({@code CacheDirectory}): a put that does not fit first frees previous versions, then evicts the least
@@ -88,6 +90,9 @@ public final class DeviceParameterCache implements AutoCloseable {
     private final long[] parts;
     /** Every rank's directory, in host memory the ranks share. */
     private final SharedDirectory directory;
+    /** Where a put from host memory reads its block's last bytes back (the proof its copy landed). */
+    private final Arena arena = Arena.ofShared();
+    private final MemorySegment landed = arena.allocate(Long.BYTES, Long.BYTES);
 
     private DeviceParameterCache(Group group, SymmetricMemory memory, DeviceCommunicator gpu, DeviceMemory device,
                                  SharedDirectory directory) {
@@ -221,7 +226,13 @@ public final class DeviceParameterCache implements AutoCloseable {
                     gpu.copyAsync(dst, data);
                     gpu.synchronize(); // the data is in the block before the directory lists it
                 } else {
-                    gpu.copyFromHost(dst, data); // synchronous: complete on return
+                    gpu.copyFromHost(dst, data);
+                    // from pageable host memory the copy may return once its bytes are staged, before their DMA
+                    // into the block completed (CUDA's synchronous-copy rules); a device-to-host copy after it, in
+                    // the same stream order, returns only once complete, and so once the data is in the block,
+                    // before the directory (a host store, outside that order) lists it
+                    long tail = Math.min(Long.BYTES, data.byteSize());
+                    gpu.copyToHost(landed.asSlice(0, tail), dst.asSlice(data.byteSize() - tail, tail));
                 }
             }
         });
@@ -309,7 +320,11 @@ public final class DeviceParameterCache implements AutoCloseable {
         try {
             memory.close();
         } finally {
-            directory.close();
+            try {
+                directory.close();
+            } finally {
+                arena.close();
+            }
         }
     }
 }

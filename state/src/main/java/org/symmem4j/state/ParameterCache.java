@@ -269,7 +269,8 @@ public final class ParameterCache implements AutoCloseable {
         DirectoryProbe.Snapshot s = new DirectoryProbe.Snapshot();
         long stuckWord = -1;
         int stuck = 0;
-        while (DirectoryProbe.find(part, slots, nameBytes, h, false, s, (so, odd) -> awaitStable(part, so, odd, owner))) {
+        DirectoryProbe.StableWait wait = (so, odd) -> awaitStable(part, so, odd, owner);
+        while (DirectoryProbe.find(part, slots, nameBytes, h, false, s, wait)) {
             if (s.block < 0) {
                 return null; // the name, with no version yet
             }

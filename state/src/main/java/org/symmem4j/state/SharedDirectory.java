@@ -95,7 +95,8 @@ final class SharedDirectory implements AutoCloseable {
      * @throws UnsupportedOperationException where the group's host memory is not mapped in every rank's process
      */
     static SharedDirectory create(Group group, String structure, int slots, long heapBytes) {
-        SymmetricMemory memory = group.hostTransport().allocate(group, ParameterCacheLayout.deviceDirectoryBytes(slots));
+        long bytes = ParameterCacheLayout.deviceDirectoryBytes(slots);
+        SymmetricMemory memory = group.hostTransport().allocate(group, bytes);
         try {
             if (!memory.hostAddressable()) {
                 throw new UnsupportedOperationException(structure + " on transport=" + group.hostTransport().name()

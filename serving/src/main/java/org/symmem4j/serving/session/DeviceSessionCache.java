@@ -33,8 +33,8 @@ import org.symmem4j.state.DeviceParameterCache;
  *   <li><b>Whose copy is current</b>: each save carries a stamp, larger than every stamp this rank saved or found
  *       before ({@code max(last + 1, nanoTime)}), so a save that follows this rank's find of the session (the router's
  *       one step of a session at a time: load, step, save) orders after the copy it continued. The stamp is the
- *       entry's version in the cache's directory, and the state's length its length less the 64-byte header (which
- *       repeats both, stamp at 0 and length at 8, before the state's bytes). {@link #find} looks the session up in
+ *       entry's version in the cache's directory, and the state's length its length less the 64 bytes reserved before
+ *       the state (not written). {@link #find} looks the session up in
  *       every rank's part and takes the copy with the largest stamp; a stale copy in the finder's own part is removed
  *       then (a stale copy in another part is left to that part's LRU).</li>
  *   <li><b>A find is host loads</b>: the directory of {@link DeviceParameterCache} is host memory the ranks share, so
@@ -60,7 +60,10 @@ import org.symmem4j.state.DeviceParameterCache;
  */
 public final class DeviceSessionCache implements AutoCloseable {
 
-    /** The header before a session's bytes: the stamp at 0, the state's length at 8; 64 keeps the state aligned. */
+    /**
+     * The bytes reserved before a session's state in its block (not written: the stamp and the length are the entry's
+     * version and length in the directory); 64 keeps the state aligned.
+     */
     public static final long HEADER_BYTES = 64;
     /** The longest id: the entry name's 68 bytes less the {@code "s/"} prefix. */
     public static final int MAX_ID_BYTES = 66;
@@ -104,7 +107,6 @@ public final class DeviceSessionCache implements AutoCloseable {
     private final MemorySegment hostStage;
     /** Device staging for a save from device memory: header and state, one put. */
     private final MemorySegment deviceStage;
-    private final MemorySegment headerCopy;
     /** This rank's ledger (owner side): hashes of the ids its part evicted last, a ring. */
     private final MemorySegment ledgerRing;
     private final MemorySegment ledgerCopy;
@@ -121,7 +123,6 @@ public final class DeviceSessionCache implements AutoCloseable {
         this.maxStateBytes = maxStateBytes;
         this.hostStage = arena.allocate(HEADER_BYTES + maxStateBytes, 64);
         this.deviceStage = gpu.allocateDevice(HEADER_BYTES + maxStateBytes);
-        this.headerCopy = arena.allocate(16, Long.BYTES);
         this.ledgerRing = arena.allocate(8L * sessionsPerRank, Long.BYTES);
         this.ledgerCopy = arena.allocate(8L * sessionsPerRank, Long.BYTES);
     }
@@ -190,7 +191,7 @@ public final class DeviceSessionCache implements AutoCloseable {
     public long save(String id, MemorySegment state) {
         String name = name(id);
         checkSize(id, state);
-        long stamp = stampHeader(hostStage, state);
+        long stamp = nextStamp();
         MemorySegment.copy(state, 0, hostStage, HEADER_BYTES, state.byteSize());
         blocks.put(name, hostStage.asSlice(0, HEADER_BYTES + state.byteSize()), stamp);
         afterSave(id);
@@ -210,8 +211,7 @@ public final class DeviceSessionCache implements AutoCloseable {
     public long saveFromDevice(String id, MemorySegment state) {
         String name = name(id);
         checkSize(id, state);
-        long stamp = stampHeader(headerCopy, state);
-        gpu.copyFromHost(deviceStage.asSlice(0, 16), headerCopy);
+        long stamp = nextStamp();
         if (state.byteSize() > 0) {
             gpu.copyAsync(deviceStage.asSlice(HEADER_BYTES, state.byteSize()), state); // after the producing work
         }
@@ -229,11 +229,9 @@ public final class DeviceSessionCache implements AutoCloseable {
         }
     }
 
-    /** Takes the next stamp and writes a block's header for {@code state} at {@code header}: stamp, then length. */
-    private long stampHeader(MemorySegment header, MemorySegment state) {
+    /** Takes the next stamp: above every stamp this rank saved or found before. */
+    private long nextStamp() {
         clock = Math.max(clock + 1, System.nanoTime());
-        header.set(ValueLayout.JAVA_LONG, 0, clock);
-        header.set(ValueLayout.JAVA_LONG, 8, state.byteSize());
         return clock;
     }
 
