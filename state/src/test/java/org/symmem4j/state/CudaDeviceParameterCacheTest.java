@@ -28,7 +28,9 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * host cache's LRU eviction (a peer's get counts as a use) within the budget and within {@code maxEntries}, the
  * budget kept over many puts of mixed sizes, a held view of an evicted entry reported invalid while its memory stays
  * readable; bad names, an entry larger than the budget and a replace that cannot fit beside its old version refused
- * with clear errors. Skipped without a GPU.
+ * with clear errors; with the directory in shared host memory, a reader copying views back while the owner replaces
+ * the entry reads whole versions or is told so, and a put whose copy throws gives its block back. Skipped without a
+ * GPU.
  */
 @ExtendWith(GpuTestWatchdog.class)
 class CudaDeviceParameterCacheTest extends CudaThreadRanksTestBase {

@@ -24,8 +24,9 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * {@code -Dsymmem4j.test.cudaRanks=N}): rank 0 saves a session's state and rank 1 reads it in place (its device
  * address copied back) and by a peer copy into its own buffer, bitwise; rank 1 continues the session and its newer
  * save wins over rank 0's copy; the budget evicts the least recently used session and a read of it throws
- * {@code EVICTED} while an id never saved reads as unknown (-1); bad ids and oversized states refused. Skipped without
- * a GPU ({@link CudaThreadRanksTestBase}).
+ * {@code EVICTED} while an id never saved reads as unknown (-1); bad ids and oversized states refused; a find's stamp
+ * and length come from the directory (host memory), and copies racing saves read one save whole. Skipped without a
+ * GPU ({@link CudaThreadRanksTestBase}).
  */
 @ExtendWith(GpuTestWatchdog.class)
 class CudaDeviceSessionCacheTest extends CudaThreadRanksTestBase {
