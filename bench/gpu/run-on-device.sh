@@ -14,10 +14,12 @@
 # REMOTE_GPUS (default "2 4": the counts the machine has): rank 0 reads 1 KiB-256 MiB of a peer's shard by a kernel's
 # zero-copy loads and by the copy engine, against NCCL send/recv of the same bytes, in the same run; extra args go to
 # the benchmark, e.g. --reps 9 or --max-bytes 67108864)
-# (sessions: issue #34, the GPU session cache's test (CudaDeviceSessionCacheTest, 2 ranks), then GpuSessionCacheBench
-# on 2 GPUs: rank 1 gets an 8 KiB / 64 KiB / 1 MiB session block saved by rank 0, in place and by peer copy, against
-# NCCL send/recv of the same bytes; sessions-summary.txt, gpu-sessions.md and the logs in $OUT; extra args go to the
-# benchmark, e.g. --reps 15; each step bounded by SESSIONS_LIMIT s, default 300)
+# (sessions: issue #34, the GPU session cache's test (CudaDeviceSessionCacheTest; GPU_TEST_FILTER widens it, e.g.
+# 'CudaDeviceSessionCache|CudaDeviceParameterCache'; RANKS ranks, default 2), then GpuSessionCacheBench with 2 ranks (a
+# GPU each where there are 2, else sharing GPU 0 without the NCCL anchor): rank 1 gets an 8 KiB / 64 KiB / 1 MiB
+# session block saved by rank 0, find (the directory's host lookup), the held block's copy and the check after use
+# timed apart, against NCCL send/recv of the same bytes; sessions-summary.txt, gpu-sessions.md and the logs in $OUT;
+# extra args go to the benchmark, e.g. --reps 15; each step bounded by SESSIONS_LIMIT s, default 300)
 # (tp: TensorParallelGemmBench, fused all-gather + matmul and matmul + reduce-scatter against cuBLAS + NCCL and
 # cuBLAS alone, and the tensor-parallel MLP block's overhead, one rank per GPU; also the last step of multi)
 # (multi: for a machine of several GPUs, in one call: the GPU tests with one rank per GPU on every rank count in
@@ -487,14 +489,18 @@ if [ "$what" = remoteshard ]; then
   done
 fi
 if [ "$what" = sessions ]; then
+  # RANKS (first value, default 2): the tests' ranks (-Dsymmem4j.test.cudaRanks), sharing the GPUs where they outnumber
+  # them; the benchmark always runs 2 ranks, a GPU each where there are 2, else both on GPU 0 (no NCCL columns then)
+  sessions_ranks=${RANKS:-2}; sessions_ranks=${sessions_ranks%% *}
+  export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
   GPU_TEST_FILTER=${GPU_TEST_FILTER:-CudaDeviceSessionCache} run_gpu_tests "$out/gpu-tests-sessions.log" \
-    "${SESSIONS_LIMIT:-300}" "" | tee "$out/sessions-summary.txt"
+    "${SESSIONS_LIMIT:-300}" "-Dsymmem4j.test.cudaRanks=$sessions_ranks" | tee "$out/sessions-summary.txt"
   rc=${PIPESTATUS[0]}
   start=$(date +%s)
   timeout -s QUIT -k 20 "${SESSIONS_LIMIT:-300}" $java $flags -cp "$cp" org.symmem4j.benchmarks.GpuSessionCacheBench \
     --out "$out/gpu-sessions.md" "$@" > "$out/gpu-sessions.log" 2>&1
   code=$?; rc=$(( rc | code ))
-  echo "== session cache benchmark on 2 GPUs: exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/sessions-summary.txt"
+  echo "== session cache benchmark (2 ranks): exit=$code wall=$(( $(date +%s) - start ))s" | tee -a "$out/sessions-summary.txt"
   grep -E 'Exception|Error|^\| ' "$out/gpu-sessions.log" | head -12 | tee -a "$out/sessions-summary.txt"
 fi
 if [ "$what" = launch ]; then

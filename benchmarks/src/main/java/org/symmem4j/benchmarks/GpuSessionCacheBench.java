@@ -26,14 +26,17 @@ import picocli.CommandLine.Option;
 /**
  * Issue #34's GPU session-state cache: rank 1 gets a session's state block (8 KiB, 64 KiB, 1 MiB) that rank 0 saved
  * into its GPU's part of a {@link DeviceSessionCache}, against NCCL send/recv of the same bytes from rank 0 (the
- * anchor of {@link GpuRemoteShardBench}), one rank per GPU, threads of one JVM, in the same run:
+ * anchor of {@link GpuRemoteShardBench}), threads of one JVM, in the same run. One rank per GPU where there are two;
+ * on one GPU both ranks share it (the lent one-H200 machine) and the NCCL columns are left out (NCCL refuses two ranks
+ * on one device):
  * <ul>
  *   <li><b>host-timed, per get</b> (what a worker sees, the medians of {@code --reps} repetitions of 50 gets):
- *       {@code copyInto} (find the latest copy in every rank's part, peer copy into rank 1's buffer, synchronize,
- *       check after use), {@code find} alone (the in-place device address a kernel would read), and NCCL
- *       ({@code ncclSend} on rank 0, {@code ncclRecv} on rank 1, each followed by its stream's synchronize);</li>
+ *       {@code find} alone (the session looked up in every rank's part of the directory, which is host memory the
+ *       ranks share: host loads, no device copy), the copy of a held block ({@code cuMemcpyAsync} from rank 0's memory
+ *       into rank 1's buffer, then synchronize), the check after use ({@code isValid}), {@code copyInto} (all three),
+ *       and NCCL ({@code ncclSend} on rank 0, {@code ncclRecv} on rank 1, each followed by its stream's synchronize);</li>
  *   <li><b>stream-timed</b> (CUDA events on rank 1's stream, {@code GpuAllReduceBench.time}, eager): the peer copy of
- *       a held block ({@code cuMemcpyAsync} from rank 0's memory) against NCCL send/recv.</li>
+ *       a held block against NCCL send/recv.</li>
  * </ul>
  * Every get's bytes are checked against rank 0's pattern after the timings.
  *
@@ -50,8 +53,9 @@ public final class GpuSessionCacheBench {
     private GpuSessionCacheBench() {
     }
 
-    /** One size's medians, µs per get. */
-    record Row(long bytes, double copyInto, double find, double ncclHost, double peerCopyStream, double ncclStream) {
+    /** One size's medians, µs per get; NaN for NCCL where the ranks share a GPU. */
+    record Row(long bytes, double copyInto, double find, double heldCopy, double check, double ncclHost,
+               double peerCopyStream, double ncclStream) {
     }
 
     @Command(name = "GpuSessionCacheBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class,
@@ -70,14 +74,11 @@ public final class GpuSessionCacheBench {
             return f;
         });
         try (CudaTransport cuda = CudaTransport.create()) {
-            if (cuda.deviceCount() < 2) {
-                throw new IllegalStateException("the session cache benchmark needs 2 GPUs (one rank each); found "
-                        + cuda.deviceCount() + " (fix: run it on a machine of 2 or more GPUs)");
-            }
+            boolean nccl = cuda.deviceCount() >= 2; // else both ranks on GPU 0, where NCCL refuses them
             List<List<Row>> perRank = InJvmWorld.runOnEveryRank(2,
                     GroupOptions.defaults().withTimeout(Duration.ofSeconds(300)), cuda,
-                    group -> measure(group, flags.reps));
-            String report = report(cuda.runtimeVersions(), perRank.get(1), flags.reps);
+                    group -> measure(group, flags.reps, nccl));
+            String report = report(cuda.runtimeVersions(), perRank.get(1), flags.reps, nccl);
             System.out.print(report);
             if (flags.out != null) {
                 Files.writeString(flags.out, report);
@@ -86,7 +87,7 @@ public final class GpuSessionCacheBench {
     }
 
     /** Rank 1's rows; rank 0 saves, sends and joins the barriers. */
-    static List<Row> measure(Group group, int reps) {
+    static List<Row> measure(Group group, int reps, boolean withNccl) {
         int me = group.rank();
         long max = SIZES[SIZES.length - 1];
         List<Row> rows = new ArrayList<>();
@@ -110,37 +111,48 @@ public final class GpuSessionCacheBench {
             for (long bytes : SIZES) {
                 String id = "s" + bytes;
                 MemorySegment into = dst.asSlice(0, bytes);
-                Runnable nccl = me == 0 ? () -> gpu.send(into, 1) : () -> gpu.recv(into, 0);
-                Runnable ncclSync = () -> {
-                    nccl.run();
-                    gpu.synchronize();
-                };
-                double ncclHost = RepetitionSpread.medianMicrosPerCall(reps, BATCH, comm::barrier, ncclSync);
-                double[] ncclStream = GpuAllReduceBench.time(comm, gpu, nccl, bytes, false, reps);
-                double copyInto = 0;
-                double find = 0;
-                double[] peer = null;
+                double ncclHost = Double.NaN;
+                double[] ncclStream = {Double.NaN};
+                if (withNccl) {
+                    Runnable nccl = me == 0 ? () -> gpu.send(into, 1) : () -> gpu.recv(into, 0);
+                    Runnable ncclSync = () -> {
+                        nccl.run();
+                        gpu.synchronize();
+                    };
+                    ncclHost = RepetitionSpread.medianMicrosPerCall(reps, BATCH, comm::barrier, ncclSync);
+                    ncclStream = GpuAllReduceBench.time(comm, gpu, nccl, bytes, false, reps);
+                }
                 if (me == 1) {
                     poison(gpu, into);
-                    copyInto = RepetitionSpread.medianMicrosPerCall(reps, BATCH, comm::barrier,
+                    double copyInto = RepetitionSpread.medianMicrosPerCall(reps, BATCH, comm::barrier,
                             () -> cache.copyInto(id, into));
                     check(gpu, into, host, bytes, "copyInto");
-                    find = RepetitionSpread.medianMicrosPerCall(reps, BATCH, comm::barrier, () -> cache.find(id));
+                    double find = RepetitionSpread.medianMicrosPerCall(reps, BATCH, comm::barrier, () -> cache.find(id));
                     DeviceSessionCache.Block held = cache.find(id);
                     poison(gpu, into);
-                    peer = GpuAllReduceBench.time(comm, gpu, () -> gpu.copyAsync(into, held.data()), bytes, false, reps);
+                    double heldCopy = RepetitionSpread.medianMicrosPerCall(reps, BATCH, comm::barrier, () -> {
+                        gpu.copyAsync(into, held.data());
+                        gpu.synchronize();
+                    });
+                    check(gpu, into, host, bytes, "held copy");
+                    double checkAfterUse = RepetitionSpread.medianMicrosPerCall(reps, BATCH, comm::barrier, () -> {
+                        if (!held.isValid()) {
+                            throw new IllegalStateException("the held block of " + id + " was freed while timed");
+                        }
+                    });
+                    poison(gpu, into);
+                    double[] peer = GpuAllReduceBench.time(comm, gpu, () -> gpu.copyAsync(into, held.data()), bytes,
+                            false, reps);
                     if (!held.isValid()) {
                         throw new IllegalStateException("the held block of " + id + " was freed while timed");
                     }
                     check(gpu, into, host, bytes, "peer copy");
+                    rows.add(new Row(bytes, copyInto, find, heldCopy, checkAfterUse, ncclHost,
+                            RepetitionSpread.median(peer), RepetitionSpread.median(ncclStream)));
                 } else {
-                    for (int r = 0; r < 3 * reps; r++) {
+                    for (int r = 0; r < 5 * reps; r++) {
                         comm.barrier(); // rank 1's timing loops: one barrier per repetition
                     }
-                }
-                if (me == 1) {
-                    rows.add(new Row(bytes, copyInto, find, ncclHost, RepetitionSpread.median(peer),
-                            RepetitionSpread.median(ncclStream)));
                 }
             }
             gpu.synchronize();
@@ -168,24 +180,32 @@ public final class GpuSessionCacheBench {
         }
     }
 
-    static String report(String versions, List<Row> rows, int reps) {
+    static String report(String versions, List<Row> rows, int reps, boolean nccl) {
         StringBuilder md = new StringBuilder("# GPU session-state cache benchmark (issue #34)\n\n");
         md.append("- date: ").append(Instant.now()).append('\n');
-        md.append("- device: 2 × ").append(deviceName).append('\n');
+        md.append("- device: ").append(nccl ? "2 × " + deviceName + ", a rank per GPU" : "one " + deviceName
+                + ", both ranks sharing it (no NCCL: it refuses two ranks on one device)").append('\n');
         md.append("- ").append(versions).append('\n');
         md.append("- method: rank 0 saved one session per size into its GPU's part of a DeviceSessionCache; rank 1")
                 .append(" gets it. Host-timed: median of ").append(reps).append(" repetitions of ").append(BATCH)
-                .append(" gets, µs per get (copyInto = find in both parts + peer copy + synchronize + check; find =")
-                .append(" the in-place address only; NCCL = send/recv + synchronize on both ranks). Stream-timed:")
-                .append(" CUDA events on rank 1's stream, eager (peer copy of a held block; NCCL send/recv).\n\n");
-        md.append("| size | copyInto µs | find µs | NCCL (host) µs | NCCL / copyInto | peer copy (stream) µs |"
-                + " NCCL (stream) µs | NCCL / peer copy |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+                .append(" calls, µs per call: find = the session looked up in every rank's part of the directory")
+                .append(" (host memory the ranks share: no device copy); held copy = cuMemcpyAsync of a held block")
+                .append(" into rank 1's buffer + synchronize; check = isValid after use; copyInto = find + copy +")
+                .append(" synchronize + check; NCCL = send/recv + synchronize on both ranks. Stream-timed: CUDA")
+                .append(" events on rank 1's stream, eager (peer copy of a held block; NCCL send/recv).\n\n");
+        md.append("| size | find µs | held copy µs | check µs | copyInto µs | NCCL (host) µs | NCCL / copyInto |"
+                + " peer copy (stream) µs | NCCL (stream) µs | NCCL / peer copy |\n"
+                + "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         for (Row r : rows) {
-            md.append(String.format(Locale.ROOT, "| %s | %.2f | %.2f | %.2f | %.2f× | %.2f | %.2f | %.2f× |%n",
-                    GpuAllReduceBench.size(r.bytes()), r.copyInto(), r.find(), r.ncclHost(),
-                    r.ncclHost() / r.copyInto(), r.peerCopyStream(), r.ncclStream(),
-                    r.ncclStream() / r.peerCopyStream()));
+            md.append(String.format(Locale.ROOT, "| %s | %.2f | %.2f | %.3f | %.2f | %s | %s | %.2f | %s | %s |%n",
+                    GpuAllReduceBench.size(r.bytes()), r.find(), r.heldCopy(), r.check(), r.copyInto(),
+                    cell(r.ncclHost(), ""), cell(r.ncclHost() / r.copyInto(), "×"), r.peerCopyStream(),
+                    cell(r.ncclStream(), ""), cell(r.ncclStream() / r.peerCopyStream(), "×")));
         }
         return md.toString();
+    }
+
+    private static String cell(double v, String unit) {
+        return Double.isNaN(v) ? "n/a" : String.format(Locale.ROOT, "%.2f%s", v, unit);
     }
 }

@@ -121,6 +121,11 @@ final class CacheDirectory {
         return slotOf.size();
     }
 
+    /** {@return heap bytes in free ranges} */
+    long freeBytes() {
+        return free.freeBytes();
+    }
+
     /**
      * Finds or makes room for a new version of {@code name} of {@code dataBytes}: refuses one that cannot fit beside
      * the version it replaces (before anything is written), claims a slot for a new name (evicting the least recently
@@ -146,11 +151,40 @@ final class CacheDirectory {
                     + " with a budget of at least " + (need + currentBytes) + " bytes)");
         }
         int slot = existing == null ? claimSlot(name, nameBytes) : existing;
-        return new Room(slot, allocate(need, slot));
+        try {
+            return new Room(name, slot, allocate(need, slot), need, existing == null);
+        } catch (RuntimeException e) {
+            if (existing == null) {
+                remove(name); // a name claimed for this put only: no slot left behind for a refused put
+            }
+            throw e;
+        }
     }
 
-    /** Where a put writes: its slot and its fresh block. */
-    record Room(int slot, long block) {
+    /**
+     * Where a put writes: its slot and its fresh block.
+     *
+     * @param name    the entry's name
+     * @param slot    its slot
+     * @param block   the fresh block's heap offset
+     * @param bytes   the block's bytes (header and aligned data)
+     * @param claimed whether the slot was claimed for this put (the name had no slot before)
+     */
+    record Room(String name, int slot, long block, long bytes, boolean claimed) {
+    }
+
+    /**
+     * Gives back what {@link #makeRoom} took for a put that failed before {@link #publish} (its data copy threw): the
+     * block's range, which no reader was ever shown (its generation never turned odd), and the name's slot when it was
+     * claimed for this put. Entries evicted to make the room stay evicted.
+     *
+     * @param room what makeRoom returned
+     */
+    void abandon(Room room) {
+        free.give(room.block(), room.bytes());
+        if (room.claimed()) {
+            remove(room.name());
+        }
     }
 
     /**

@@ -14,11 +14,13 @@ abstract sealed class CachedVersion permits ParameterCache.Entry, DeviceParamete
     /** What a view re-reads to tell whether its block still holds its version. */
     interface Generations {
         /**
-         * @param owner the owner rank
-         * @param block the block's heap offset
-         * @return the block's generation now (after the caller's earlier reads)
+         * @param owner      the owner rank
+         * @param where      where the view's generation is kept: the block's heap offset (host form), or its slot
+         *                   (GPU form, whose slots list their blocks' generations)
+         * @param generation the view's generation
+         * @return whether the block still holds it now (read after the caller's earlier reads)
          */
-        long generation(int owner, long block);
+        boolean holds(int owner, long where, long generation);
     }
 
     private final String label;
@@ -70,13 +72,13 @@ abstract sealed class CachedVersion permits ParameterCache.Entry, DeviceParamete
     /**
      * Whether the view still holds this version: false once its block was freed (two newer puts of the name, an
      * eviction or a remove since). Check it after reading (on a GPU after the reading kernels completed: after your
-     * stream's synchronize): what was read before a true answer is this version, whole. On a GPU it costs one 8-byte
-     * copy from the owner's memory.
+     * stream's synchronize): what was read before a true answer is this version, whole. On a GPU too it is host loads
+     * (the GPU form keeps its directory, generations included, in host memory the ranks share): no device copy.
      *
      * @return true while the data is this version's
      */
     public boolean isValid() {
-        return generations.generation(owner, block) == generation;
+        return generations.holds(owner, block, generation);
     }
 
     @Override

@@ -1,25 +1,10 @@
 package org.symmem4j.state;
 
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_GENERATION;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_HEADER_BYTES;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_LENGTH;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_VERSION;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.LINE_BYTES;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_CURRENT;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_CURRENT_LENGTH;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_HASH;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_NAME;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_NAME_LENGTH;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_VERSION;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_WORD;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.lang.foreign.ValueLayout;
-import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.Objects;
 
 import org.symmem4j.parallel.Communicator;
@@ -28,15 +13,13 @@ import org.symmem4j.parallel.DeviceMemory;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.layout.ParameterCacheLayout;
-import org.symmem4j.parallel.sync.WaitSubject;
-import org.symmem4j.parallel.sync.Waiter;
 
 /**
  * The GPU form of {@link ParameterCache}: named, versioned entries in the owner's GPU symmetric memory within a byte
- * budget, laid out as the host cache's parts ({@link ParameterCacheLayout}: the same directory, seqlock words and
- * blocks). The owner {@link #put}s an entry from host or device memory; any rank {@link #get}s a zero-copy
- * {@link View} of the owner's current version: its device address, as mapped on the reader's GPU, its length and
- * version, for the reader's kernels to read in place.
+ * budget, laid out as {@link ParameterCacheLayout}'s GPU form (the host cache's directory and seqlock, in host memory;
+ * the blocks in GPU memory). The owner {@link #put}s an entry from host or device memory; any rank {@link #get}s a
+ * zero-copy {@link View} of the owner's current version: its device address, as mapped on the reader's GPU, its
+ * length and version, for the reader's kernels to read in place.
  *
  * <pre>{@code
  * try (DeviceParameterCache cache = DeviceParameterCache.create(comm, 256L << 20, 64)) {   // collective
@@ -48,39 +31,39 @@ import org.symmem4j.parallel.sync.Waiter;
  * }</pre>
  *
  * <ul>
- *   <li><b>No torn entry (versioned double buffer, checked after use)</b>: a put writes its data into a fresh block
- *       (never the one readers see), then the block's version and length, then its generation (odd: published),
- *       then the slot under its seqlock (word odd, fields, word even). The version it replaced stays untouched until
- *       the next put of the name, so a reader holding a view across one replacement still reads the old bytes whole.
- *       A view does not pin its block: the reader re-checks with {@link View#isValid()} after its reads completed
- *       (after its stream's synchronize); true means what it read was that version, whole; false means a second put,
- *       an eviction or a remove freed it, and the reader gets the entry again.</li>
- *   <li><b>How the bytes move</b>: with no kernel: every write of the owner and every read of a directory slot or
- *       block header is a synchronous copy (host to device, device to host, or device to device on the owner's
- *       stream followed by its synchronize), performed in the order issued; a reader's copies read the owner's
- *       memory as mapped on its own GPU. The ordering of the seqlock and of the generation rests on that order: a
- *       copy is complete before the next one of the same rank starts.</li>
- *   <li><b>Puts are synchronous</b>: {@link #put} copies host bytes in; {@link #putFromDevice} copies device bytes
- *       on this rank's stream (after the work enqueued there, e.g. the kernel that produced them) and waits for the
- *       stream; both return once the new version is published.</li>
+ *   <li><b>Where things are</b>: the blocks (the bytes) in each rank's GPU memory, mapped on every peer's GPU; the
+ *       directory (names, versions, slot to block, the blocks' generations, last-use ticks) in host memory the ranks
+ *       share ({@link Group#hostTransport()}: threads of one JVM, {@code /dev/shm} for processes). So a {@link #get}
+ *       is host loads (no device copy, no synchronize), and only reading the bytes touches
+ *       the GPU: one kernel or one copy of the block.</li>
+ *   <li><b>No torn entry (versioned double buffer, checked after use)</b>: a put copies its data into a fresh block
+ *       (never one readers see) and waits for the copy, then publishes the block's generation (odd, never given
+ *       before in the part) and the slot in one seqlock write (word odd, fields and generations, word even with
+ *       release). The version it replaced stays untouched until the next put of the name, so a reader holding a view
+ *       across one replacement still reads the old bytes whole. A view does not pin its block: the reader re-checks
+ *       with {@link View#isValid()} after its reads completed (after its stream's synchronize): two host loads, true
+ *       while the slot still lists the view's generation; a second put, an eviction or a remove drops it (before the
+ *       owner's next copy into the range starts), and the reader gets the entry again.</li>
+ *   <li><b>Puts are synchronous</b>: {@link #put} copies host bytes in (and the block's last 8 bytes back, the proof
+ *       that the copy landed: from pageable memory CUDA's copy may return before); {@link #putFromDevice} copies
+ *       device bytes on this rank's stream (after the work enqueued there, e.g. the kernel that produced them) and
+ *       waits for the stream; both return once the new version is published. A put whose copy throws gives its block back.</li>
  *   <li><b>Budget, LRU as on the host</b>: each rank's part holds {@code budgetBytes} of blocks (64-byte header,
  *       data 64-byte aligned) and {@code maxEntries} names, with the host cache's policy, written once for both
  *       ({@code CacheDirectory}): a put that does not fit first frees previous versions, then evicts the least
  *       recently used entries (never the one being put); a new name beyond {@code maxEntries} evicts the least
- *       recently used entry. A get counts as a use: the reader copies the time into the entry's last-use tick in the
- *       owner's memory (one 8-byte copy more per get), the owner reads all ticks (one copy) when it evicts. A version
+ *       recently used entry. A get counts as a use (a host store of the time into the entry's tick). A version
  *       that cannot fit the budget beside the one it replaces is refused with an {@link IllegalArgumentException}
  *       before anything is written; a heap too fragmented to take a block after every other entry was freed with an
  *       {@link IllegalStateException}.</li>
- *   <li><b>Readers of an evicted entry</b>: as on the host, a view pins nothing. An eviction turns the block's
- *       generation even before its range is reused, so {@link View#isValid()} answers false from then on; the
- *       memory stays mapped (it is part of the cache's symmetric allocation, freed only by {@link #close}), so a
- *       kernel reading a stale view never reads freed memory, only bytes that may belong to a newer entry, which
- *       the check after use reports.</li>
+ *   <li><b>Readers of an evicted entry</b>: as on the host, a view pins nothing; its memory stays mapped (part of the
+ *       cache's symmetric allocation, freed only by {@link #close}), so a kernel reading a stale view never reads
+ *       freed memory, only bytes that may belong to a newer entry, which the check after use reports.</li>
  * </ul>
  *
  * One thread per rank uses an instance. Created on a GPU {@link Communicator} whose ranks map each other's memory
- * (CUDA on one machine); refused elsewhere (on a host group use {@link ParameterCache}).
+ * (CUDA on one machine, ranks as threads or processes); refused elsewhere (on a host group use
+ * {@link ParameterCache}).
  */
 public final class DeviceParameterCache implements AutoCloseable {
 
@@ -89,9 +72,9 @@ public final class DeviceParameterCache implements AutoCloseable {
      * owner's memory as mapped on this rank's GPU, address and length) and {@link #isValid()}, the check after use.
      */
     public static final class View extends CachedVersion {
-        private View(String name, int owner, long version, MemorySegment data, DeviceParameterCache cache, long block,
-                     long generation) {
-            super("DeviceParameterCache.View", name, owner, version, data, cache::generation, block, generation);
+        private View(String name, SharedDirectory.Found f, MemorySegment data, SharedDirectory directory) {
+            super("DeviceParameterCache.View", name, f.owner(), f.version(), data, directory::holds, f.slot(),
+                    f.generation());
         }
 
         /** {@return the device address of the bytes on this rank's GPU} */
@@ -103,50 +86,24 @@ public final class DeviceParameterCache implements AutoCloseable {
     private final Group group;
     private final SymmetricMemory memory;
     private final DeviceCommunicator gpu;
-    private final int slots;
-    private final long heap;
-    /** Every rank's buffer as mapped on this rank's GPU. */
+    /** Every rank's heap as mapped on this rank's GPU. */
     private final long[] parts;
-    private final Waiter waiter;
+    /** Every rank's directory, in host memory the ranks share. */
+    private final SharedDirectory directory;
+    /** Where a put from host memory reads its block's last bytes back (the proof its copy landed). */
     private final Arena arena = Arena.ofShared();
-    /** Staging for the reader's copies: one slot, one block header, one word. */
-    private final MemorySegment slotCopy;
-    private final MemorySegment header;
-    private final MemorySegment word;
-
-    /** Staging for the owner's read of its part's last-use ticks (LRU). */
-    private final MemorySegment ticks;
-
-    // ---- owner side: this rank's part, known only here ----
-    /** The host copy of this rank's header and directory; every change is copied into GPU memory. */
-    private final MemorySegment hostDirectory;
-    private final CacheDirectory directory;
-    /** The generation of every live block, by heap offset (this rank's GPU memory is not read back for it). */
-    private final Map<Long, Long> generations = new HashMap<>();
-    /** Names this rank's part evicted by the budget policy since the last {@link #takeEvicted()}. */
-    private final List<String> evicted = new ArrayList<>();
-    private long nextVersion = 1;
+    private final MemorySegment landed = arena.allocate(Long.BYTES, Long.BYTES);
 
     private DeviceParameterCache(Group group, SymmetricMemory memory, DeviceCommunicator gpu, DeviceMemory device,
-                                 int slots, long heapBytes, MemorySegment directory) {
+                                 SharedDirectory directory) {
         this.group = group;
         this.memory = memory;
         this.gpu = gpu;
-        this.slots = slots;
-        this.heap = ParameterCacheLayout.heapOffset(slots);
         this.parts = new long[group.worldSize()];
         for (int r = 0; r < parts.length; r++) {
             parts[r] = device.bufferPointer(r);
         }
-        this.waiter = SharedMemories.waiter(group);
-        this.slotCopy = arena.allocate(LINE_BYTES, Long.BYTES);
-        this.header = arena.allocate(BLOCK_HEADER_BYTES, Long.BYTES);
-        this.word = arena.allocate(Long.BYTES, Long.BYTES);
-        this.ticks = arena.allocate(8L * slots, Long.BYTES);
-        this.hostDirectory = arena.allocate(directory.byteSize(), Long.BYTES);
-        this.hostDirectory.copyFrom(directory);
-        this.directory = new CacheDirectory("device parameter cache", group.rank(), slots, heapBytes, hostDirectory,
-                new DevicePart());
+        this.directory = directory;
     }
 
     /**
@@ -171,29 +128,14 @@ public final class DeviceParameterCache implements AutoCloseable {
         SharedMemories.agree(group, "device parameter cache", "device-cache-create", "budgetBytes=" + budgetBytes
                 + " maxEntries=" + maxEntries, "create the cache on every rank with the same budget and entries");
         long heapBytes = ParameterCacheLayout.align64(budgetBytes);
-        SymmetricMemory memory = SharedMemories.allocateMapped(group,
-                ParameterCacheLayout.totalBytes(maxEntries, heapBytes), "device parameter cache");
+        SymmetricMemory memory = SharedMemories.allocateMapped(group, heapBytes, "device parameter cache");
         try {
             DeviceMemory device = memory.unwrap(DeviceMemory.class).orElseThrow(() ->
                     new UnsupportedOperationException("device parameter cache on transport="
                             + group.transport().capabilities(group).transport() + ": its symmetric memory is not GPU"
                             + " memory (fix: ParameterCache.create on a host group, or a CUDA group)"));
-            SharedMemories.zeroOnDevice(memory); // every block's generation 0: never published
-            MemorySegment directory;
-            try (Arena a = Arena.ofConfined()) {
-                directory = a.allocate(ParameterCacheLayout.heapOffset(maxEntries), Long.BYTES);
-                ParameterCacheLayout.format(directory, maxEntries, heapBytes, group.rank());
-                memory.copyFromHost(directory, 0);
-                memory.barrier(); // every part's header and directory copied in, before any rank reads a peer's
-                DeviceParameterCache cache = new DeviceParameterCache(group, memory, gpu, device, maxEntries,
-                        heapBytes, directory);
-                MemorySegment back = a.allocate(LINE_BYTES, Long.BYTES);
-                for (int r = 0; r < group.worldSize(); r++) {
-                    cache.read(r, 0, back);
-                    ParameterCacheLayout.verify(back, maxEntries, heapBytes, r);
-                }
-                return cache;
-            }
+            SharedDirectory directory = SharedDirectory.create(group, "device parameter cache", maxEntries, heapBytes);
+            return new DeviceParameterCache(group, memory, gpu, device, directory);
         } catch (RuntimeException e) {
             memory.close();
             throw e;
@@ -214,7 +156,23 @@ public final class DeviceParameterCache implements AutoCloseable {
      * @throws IllegalStateException when no contiguous range is left after every other entry was freed (fragmented)
      */
     public long put(String name, MemorySegment data) {
-        return put(name, data, false);
+        return put(name, data, 0, false);
+    }
+
+    /**
+     * As {@link #put(String, MemorySegment)}, with the version given by the caller (a layer that orders versions
+     * across ranks, as the GPU session cache's stamps): above every version this rank put before.
+     *
+     * @param name    the entry's name, 1..68 UTF-8 bytes
+     * @param data    host bytes
+     * @param version the version, above this rank's last
+     * @return {@code version}
+     * @throws IllegalArgumentException for a bad name, a version not above this rank's last, or data that cannot fit
+     *         the budget beside the version it replaces (before anything is written)
+     * @throws IllegalStateException when no contiguous range is left after every other entry was freed (fragmented)
+     */
+    public long put(String name, MemorySegment data, long version) {
+        return put(name, data, checkVersion(version), false);
     }
 
     /**
@@ -230,35 +188,54 @@ public final class DeviceParameterCache implements AutoCloseable {
      * @throws IllegalStateException when no contiguous range is left after every other entry was freed (fragmented)
      */
     public long putFromDevice(String name, MemorySegment data) {
-        return put(name, data, true);
+        return put(name, data, 0, true);
     }
 
-    private long put(String name, MemorySegment data, boolean onDevice) {
+    /**
+     * As {@link #putFromDevice(String, MemorySegment)}, with the version given by the caller, as
+     * {@link #put(String, MemorySegment, long)}.
+     *
+     * @param name    the entry's name, 1..68 UTF-8 bytes
+     * @param data    device memory of this rank (address and length)
+     * @param version the version, above this rank's last
+     * @return {@code version}
+     * @throws IllegalArgumentException for a bad name, a version not above this rank's last, or data that cannot fit
+     *         the budget beside the version it replaces (before anything is written)
+     * @throws IllegalStateException when no contiguous range is left after every other entry was freed (fragmented)
+     */
+    public long putFromDevice(String name, MemorySegment data, long version) {
+        return put(name, data, checkVersion(version), true);
+    }
+
+    private static long checkVersion(long version) {
+        if (version < 1) {
+            throw new IllegalArgumentException("device parameter cache put: version=" + version + " expected >= 1"
+                    + " (fix: pass a positive version above this rank's last, or call the put without one)");
+        }
+        return version;
+    }
+
+    private long put(String name, MemorySegment data, long version, boolean onDevice) {
         Objects.requireNonNull(data, "data");
         byte[] nameBytes = ParameterCacheLayout.nameBytes(name); // a bad name is refused before anything is written
-        CacheDirectory.Room room = directory.makeRoom(name, nameBytes, data.byteSize());
-        long block = room.block();
-        long version = nextVersion++;
-        long dataAt = parts[group.rank()] + heap + block + BLOCK_HEADER_BYTES;
-        if (data.byteSize() > 0) {
-            MemorySegment dst = MemorySegment.ofAddress(dataAt).reinterpret(data.byteSize());
-            if (onDevice) {
-                gpu.copyAsync(dst, data);
-                gpu.synchronize(); // the data is in the block before its header says so
-            } else {
-                gpu.copyFromHost(dst, data);
+        return directory.put(name, nameBytes, data.byteSize(), version, block -> {
+            if (data.byteSize() > 0) {
+                MemorySegment dst = MemorySegment.ofAddress(parts[group.rank()] + block + BLOCK_HEADER_BYTES)
+                        .reinterpret(data.byteSize());
+                if (onDevice) {
+                    gpu.copyAsync(dst, data);
+                    gpu.synchronize(); // the data is in the block before the directory lists it
+                } else {
+                    gpu.copyFromHost(dst, data);
+                    // from pageable host memory the copy may return once its bytes are staged, before their DMA
+                    // into the block completed (CUDA's synchronous-copy rules); a device-to-host copy after it, in
+                    // the same stream order, returns only once complete, and so once the data is in the block,
+                    // before the directory (a host store, outside that order) lists it
+                    long tail = Math.min(Long.BYTES, data.byteSize());
+                    gpu.copyToHost(landed.asSlice(0, tail), dst.asSlice(data.byteSize() - tail, tail));
+                }
             }
-        }
-        header.set(ValueLayout.JAVA_LONG, BLOCK_VERSION, version);
-        header.set(ValueLayout.JAVA_LONG, BLOCK_LENGTH, data.byteSize());
-        write(header.asSlice(BLOCK_VERSION, 16), heap + block + BLOCK_VERSION);
-        long gen = directory.nextGeneration(); // odd: published
-        generations.put(block, gen);
-        // release (copy order): the data and header copies above completed before this one starts; a reader that
-        // reads this odd generation after reading the slot reads the data it publishes
-        writeWord(gen, heap + block + BLOCK_GENERATION);
-        directory.publish(room.slot(), block, data.byteSize(), version);
-        return version;
+        });
     }
 
     /**
@@ -269,65 +246,6 @@ public final class DeviceParameterCache implements AutoCloseable {
      */
     public boolean remove(String name) {
         return directory.remove(name);
-    }
-
-    /**
-     * This rank's part in GPU memory: every change of the host copy of the directory is written there by synchronous
-     * copies, in the seqlock's order; a copy completes before the next one starts.
-     */
-    private final class DevicePart implements CacheDirectory.Part {
-        /** The slot's word turns odd in GPU memory before any field changes there. */
-        @Override
-        public long beginWrite(long slot) {
-            long odd = ParameterCacheLayout.beginWrite(hostDirectory, slot);
-            writeWord(odd, slot + SLOT_WORD);
-            return odd;
-        }
-
-        /** The slot's fields, then its even word: two copies, in that order. */
-        @Override
-        public void endWrite(long slot, long odd) {
-            write(hostDirectory.asSlice(slot + Long.BYTES, LINE_BYTES - Long.BYTES), slot + Long.BYTES);
-            ParameterCacheLayout.endWrite(hostDirectory, slot, odd);
-            // release (copy order): the fields' copy completed before the even word's copy starts; pairs with the
-            // reader's first word copy in lookup
-            writeWord(odd + 1, slot + SLOT_WORD);
-        }
-
-        /** The block's generation turns even in GPU memory, complete before any later copy reuses the range. */
-        @Override
-        public void retire(long block) {
-            long gen = generations.remove(block) + 1; // even: freed
-            // release (copy order): this copy completes before the next put's data copy into the range starts;
-            // pairs with the reader's generation copy after its reads (View.isValid)
-            writeWord(gen, heap + block + BLOCK_GENERATION);
-        }
-
-        @Override
-        public void touch(int i) {
-            writeWord(System.nanoTime(), ParameterCacheLayout.lastUseOffset(slots, i)); // no ordering: a hint
-        }
-
-        @Override
-        public void evicted(String name) {
-            evicted.add(name);
-        }
-
-        /** Every slot's tick, one copy (readers' ticks may race it: a tick is a hint, never published data). */
-        @Override
-        public long[] lastUses() {
-            read(group.rank(), ParameterCacheLayout.lastUseOffset(slots, 0), ticks);
-            return ticks.toArray(ValueLayout.JAVA_LONG);
-        }
-    }
-
-    private void writeWord(long value, long offset) {
-        word.set(ValueLayout.JAVA_LONG, 0, value);
-        write(word, offset);
-    }
-
-    private void write(MemorySegment src, long offset) {
-        gpu.copyFromHost(MemorySegment.ofAddress(parts[group.rank()] + offset).reinterpret(src.byteSize()), src);
     }
 
     // ------------------------------------------------------------------------------------------ reader side
@@ -353,7 +271,7 @@ public final class DeviceParameterCache implements AutoCloseable {
     }
 
     /**
-     * The current version of {@code name} in rank {@code owner}'s part.
+     * The current version of {@code name} in rank {@code owner}'s part: host loads only.
      *
      * @param owner the owner rank
      * @param name  the entry's name
@@ -366,88 +284,13 @@ public final class DeviceParameterCache implements AutoCloseable {
     }
 
     private View lookup(int owner, String name, byte[] nameBytes, long h) {
-        for (int i = 0; i < slots; i++) {
-            int slot = (int) Long.remainderUnsigned(h + i, slots);
-            long s = ParameterCacheLayout.slotOffset(slot);
-            while (true) {
-                // acquire (copy order): pairs with the owner's even-word copy, which follows its fields' copy
-                long w = readWord(owner, s + SLOT_WORD);
-                if ((w & 1) != 0) {
-                    awaitStable(owner, s, w);
-                    continue;
-                }
-                read(owner, s, slotCopy);
-                if (readWord(owner, s + SLOT_WORD) != w) {
-                    continue; // the owner changed the slot while it was read
-                }
-                long hs = slotCopy.get(ValueLayout.JAVA_LONG, SLOT_HASH);
-                if (hs == 0) {
-                    return null; // a never-used slot ends the probe
-                }
-                if (hs != h || !nameMatches(nameBytes)) {
-                    break;
-                }
-                long block = slotCopy.get(ValueLayout.JAVA_LONG, SLOT_CURRENT);
-                long length = slotCopy.get(ValueLayout.JAVA_LONG, SLOT_CURRENT_LENGTH);
-                long version = slotCopy.get(ValueLayout.JAVA_LONG, SLOT_VERSION);
-                if (block < 0) {
-                    return null;
-                }
-                // acquire (copy order): the generation is read first, then the version it publishes
-                long gen = generation(owner, block);
-                read(owner, heap + block, header.asSlice(0, 24));
-                if ((gen & 1) == 0 || header.get(ValueLayout.JAVA_LONG, BLOCK_VERSION) != version
-                        || generation(owner, block) != gen) {
-                    continue; // freed or reused since the slot was read: read the slot again
-                }
-                touch(owner, slot);
-                MemorySegment data = MemorySegment.ofAddress(parts[owner] + heap + block + BLOCK_HEADER_BYTES)
-                        .reinterpret(length);
-                return new View(name, owner, version, data, this, block, gen);
-            }
+        SharedDirectory.Found f = directory.lookup(owner, name, nameBytes, h);
+        if (f == null) {
+            return null;
         }
-        return null;
-    }
-
-    long generation(int owner, long block) {
-        return readWord(owner, heap + block + BLOCK_GENERATION);
-    }
-
-    /**
-     * Records this get as the entry's latest use, for its owner's LRU: one 8-byte copy of the time into the owner's
-     * last-use tick, as mapped on this rank's GPU. No ordering: a tick is a hint the owner reads when it evicts, never
-     * data it publishes; a tick lost to a race only changes which entry goes first.
-     */
-    private void touch(int owner, int slot) {
-        word.set(ValueLayout.JAVA_LONG, 0, System.nanoTime());
-        long at = parts[owner] + ParameterCacheLayout.lastUseOffset(slots, slot);
-        gpu.copyFromHost(MemorySegment.ofAddress(at).reinterpret(Long.BYTES), word);
-    }
-
-    private long readWord(int owner, long offset) {
-        read(owner, offset, word);
-        return word.get(ValueLayout.JAVA_LONG, 0);
-    }
-
-    /** One synchronous copy of rank {@code owner}'s memory, as mapped on this rank's GPU, to the host. */
-    private void read(int owner, long offset, MemorySegment dst) {
-        gpu.copyToHost(dst, MemorySegment.ofAddress(parts[owner] + offset).reinterpret(dst.byteSize()));
-    }
-
-    private void awaitStable(int owner, long s, long odd) {
-        WaitSubject subject = SharedMemories.waitFor(group, owner, "device parameter cache get",
-                () -> "its entry being written (slot offset=" + s + ")", "an owner writes a slot this long only when"
-                        + " it is stopped: check that rank, or raise symmem4j.timeout.ms");
-        waiter.begin();
-        while (readWord(owner, s + SLOT_WORD) == odd) {
-            waiter.idle(subject);
-        }
-    }
-
-    private boolean nameMatches(byte[] nameBytes) {
-        return slotCopy.get(ValueLayout.JAVA_INT, SLOT_NAME_LENGTH) == nameBytes.length
-                && MemorySegment.mismatch(slotCopy, SLOT_NAME, SLOT_NAME + nameBytes.length,
-                MemorySegment.ofArray(nameBytes), 0, nameBytes.length) == -1;
+        MemorySegment data = MemorySegment.ofAddress(parts[owner] + f.block() + BLOCK_HEADER_BYTES)
+                .reinterpret(f.length());
+        return new View(name, f, data, directory);
     }
 
     /**
@@ -458,14 +301,17 @@ public final class DeviceParameterCache implements AutoCloseable {
      * @return the evicted names, possibly empty; the list is this rank's to keep
      */
     public List<String> takeEvicted() {
-        List<String> out = List.copyOf(evicted);
-        evicted.clear();
-        return out;
+        return directory.takeEvicted();
     }
 
     /** {@return entries this rank owns now} */
     public int ownEntries() {
         return directory.size();
+    }
+
+    /** {@return heap bytes of this rank's part in free ranges (a failed put gives its block back)} */
+    public long freeBytes() {
+        return directory.freeBytes();
     }
 
     /** Collective: frees the cache's memory once every rank has stopped using it; views become unusable. */
@@ -474,7 +320,11 @@ public final class DeviceParameterCache implements AutoCloseable {
         try {
             memory.close();
         } finally {
-            arena.close();
+            try {
+                directory.close();
+            } finally {
+                arena.close();
+            }
         }
     }
 }

@@ -41,6 +41,15 @@ final class HeapRanges {
         return -1;
     }
 
+    /** {@return the bytes of every free range} */
+    long freeBytes() {
+        long n = 0;
+        for (long b : free.values()) {
+            n += b;
+        }
+        return n;
+    }
+
     /**
      * Gives a block back, coalesced with the free ranges right before and after it.
      *

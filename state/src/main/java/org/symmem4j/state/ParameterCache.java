@@ -3,12 +3,6 @@ package org.symmem4j.state;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_HEADER_BYTES;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_LENGTH;
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_VERSION;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_CURRENT;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_CURRENT_LENGTH;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_HASH;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_NAME;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_NAME_LENGTH;
-import static org.symmem4j.parallel.layout.ParameterCacheLayout.SLOT_VERSION;
 
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
@@ -58,7 +52,8 @@ public final class ParameterCache implements AutoCloseable {
     public static final class Entry extends CachedVersion {
         private Entry(String name, int owner, long version, MemorySegment data, ParameterCache cache, long block,
                       long generation) {
-            super("ParameterCache.Entry", name, owner, version, data, cache::generation, block, generation);
+            super("ParameterCache.Entry", name, owner, version, data,
+                    (o, b, g) -> cache.generation(o, b) == g, block, generation);
         }
     }
 
@@ -145,8 +140,13 @@ public final class ParameterCache implements AutoCloseable {
         byte[] nameBytes = ParameterCacheLayout.nameBytes(name);
         CacheDirectory.Room room = directory.makeRoom(name, nameBytes, data.byteSize());
         long block = room.block();
+        try {
+            MemorySegment.copy(data, 0, mine, heap + block + BLOCK_HEADER_BYTES, data.byteSize());
+        } catch (RuntimeException | Error e) {
+            directory.abandon(room); // the range back (no reader saw it: its generation is still even)
+            throw e;
+        }
         long version = nextVersion++;
-        MemorySegment.copy(data, 0, mine, heap + block + BLOCK_HEADER_BYTES, data.byteSize());
         mine.set(ValueLayout.JAVA_LONG, heap + block + BLOCK_VERSION, version);
         mine.set(ValueLayout.JAVA_LONG, heap + block + BLOCK_LENGTH, data.byteSize());
         // release (inside): the data and header stores above are seen before the odd generation that publishes them
@@ -266,42 +266,29 @@ public final class ParameterCache implements AutoCloseable {
 
     private Entry lookup(int owner, String name, byte[] nameBytes, long h) {
         MemorySegment part = parts[owner];
-        for (int i = 0; i < slots; i++) {
-            int slot = (int) Long.remainderUnsigned(h + i, slots);
-            long s = ParameterCacheLayout.slotOffset(slot);
-            while (true) {
-                // acquire: pairs with the owner's release in endWrite; the slot's fields are seen after it
-                long w = ParameterCacheLayout.wordAcquire(part, s);
-                if ((w & 1) != 0) {
-                    awaitStable(part, s, w, owner);
-                    continue;
-                }
-                long hs = part.get(ValueLayout.JAVA_LONG, s + SLOT_HASH);
-                boolean match = hs == h && nameMatches(part, s, nameBytes);
-                long block = part.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT);
-                long length = part.get(ValueLayout.JAVA_LONG, s + SLOT_CURRENT_LENGTH);
-                long version = part.get(ValueLayout.JAVA_LONG, s + SLOT_VERSION);
-                if (ParameterCacheLayout.wordRecheck(part, s) != w) {
-                    continue; // the owner changed the slot while it was read
-                }
-                if (hs == 0) {
-                    return null; // a never-used slot ends the probe
-                }
-                if (!match) {
-                    break;
-                }
-                if (block < 0) {
-                    return null;
-                }
-                // acquire: pairs with the owner's release of the generation; the block's header and data are seen
-                long gen = ParameterCacheLayout.generationAcquire(part, heap, block);
-                if ((gen & 1) == 0 || part.get(ValueLayout.JAVA_LONG, heap + block + 8) != version
-                        || generation(owner, block) != gen) {
-                    continue; // freed or reused since the slot was read: read the slot again
-                }
-                ParameterCacheLayout.touch(part, slots, slot, System.nanoTime());
-                MemorySegment data = part.asSlice(heap + block + BLOCK_HEADER_BYTES, length).asReadOnly();
-                return new Entry(name, owner, version, data, this, block, gen);
+        DirectoryProbe.Snapshot s = new DirectoryProbe.Snapshot();
+        long stuckWord = -1;
+        int stuck = 0;
+        DirectoryProbe.StableWait wait = (so, odd) -> awaitStable(part, so, odd, owner);
+        while (DirectoryProbe.find(part, slots, nameBytes, h, false, s, wait)) {
+            if (s.block < 0) {
+                return null; // the name, with no version yet
+            }
+            // acquire: pairs with the owner's release of the generation; the block's header and data are seen
+            long gen = ParameterCacheLayout.generationAcquire(part, heap, s.block);
+            long held = part.get(ValueLayout.JAVA_LONG, heap + s.block + BLOCK_VERSION);
+            if ((gen & 1) != 0 && held == s.version && generation(owner, s.block) == gen) {
+                ParameterCacheLayout.touch(part, slots, s.slot, System.nanoTime());
+                MemorySegment data = part.asSlice(heap + s.block + BLOCK_HEADER_BYTES, s.length).asReadOnly();
+                return new Entry(name, owner, s.version, data, this, s.block, gen);
+            }
+            // freed or reused since the slot was read: read the slot again, which its owner changed first; a slot
+            // whose word stays the same while its block stays unpublished is broken, not racing
+            stuck = s.word == stuckWord ? stuck + 1 : 1;
+            stuckWord = s.word;
+            if (stuck >= DirectoryProbe.STUCK_READS) {
+                throw DirectoryProbe.broken("parameter cache", name, owner, s, "generation=" + gen + ((gen & 1) == 0
+                        ? " (even: freed)" : " (odd)") + " holding version=" + held);
             }
         }
         return null;
@@ -322,15 +309,14 @@ public final class ParameterCache implements AutoCloseable {
         }
     }
 
-    private boolean nameMatches(MemorySegment part, long s, byte[] nameBytes) {
-        return part.get(ValueLayout.JAVA_INT, s + SLOT_NAME_LENGTH) == nameBytes.length
-                && MemorySegment.mismatch(part, s + SLOT_NAME, s + SLOT_NAME + nameBytes.length,
-                MemorySegment.ofArray(nameBytes), 0, nameBytes.length) == -1;
-    }
-
     static long hash(byte[] b) {
         long h = SymmetricHashMap.hash(MemorySegment.ofArray(b));
         return h == 0 || h == TOMBSTONE ? 1 : h;
+    }
+
+    /** {@return this rank's part, for tests that break it on purpose} */
+    MemorySegment localPart() {
+        return mine;
     }
 
     /** {@return entries this rank owns now} */

@@ -28,7 +28,9 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * host cache's LRU eviction (a peer's get counts as a use) within the budget and within {@code maxEntries}, the
  * budget kept over many puts of mixed sizes, a held view of an evicted entry reported invalid while its memory stays
  * readable; bad names, an entry larger than the budget and a replace that cannot fit beside its old version refused
- * with clear errors. Skipped without a GPU.
+ * with clear errors; with the directory in shared host memory, a reader copying views back while the owner replaces
+ * the entry reads whole versions or is told so, and a put whose copy throws gives its block back. Skipped without a
+ * GPU.
  */
 @ExtendWith(GpuTestWatchdog.class)
 class CudaDeviceParameterCacheTest extends CudaThreadRanksTestBase {
@@ -334,6 +336,102 @@ class CudaDeviceParameterCacheTest extends CudaThreadRanksTestBase {
             try (Communicator comm = Communicator.create(group)) {
                 assertThrows(IllegalArgumentException.class, () -> DeviceParameterCache.create(comm, 64, 4));
                 assertThrows(IllegalArgumentException.class, () -> DeviceParameterCache.create(comm, 1 << 20, 0));
+            }
+            return null;
+        });
+    }
+
+    /**
+     * The directory is host memory now: a reader that copies a view back while the owner keeps replacing the entry
+     * either reads one version whole or is told by the check after use (two host loads) that the block was freed.
+     */
+    @Test
+    void readersCopyingViewsWhileTheOwnerReplacesReadWholeVersionsOrAreToldSo() {
+        int length = 16 * 1024;
+        int versions = 300;
+        InJvmWorld.runOnEveryRank(world(), OPTIONS, gpuTransport(), group -> {
+            try (Arena a = Arena.ofConfined();
+                 Communicator comm = Communicator.create(group);
+                 DeviceParameterCache cache = DeviceParameterCache.create(comm, 3 * ParameterCache.blockBytes(length),
+                         2)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                MemorySegment src = a.allocate(length, Long.BYTES);
+                if (group.rank() == 0) {
+                    src.fill((byte) 0);
+                    cache.put("m", src);
+                }
+                hostBarrier(group, "seeded");
+                if (group.rank() == 0) {
+                    for (long v = 1; v <= versions; v++) {
+                        for (long i = 0; i < length / 8; i++) {
+                            src.setAtIndex(ValueLayout.JAVA_LONG, i, v);
+                        }
+                        assertEquals(v + 1, cache.put("m", src));
+                    }
+                } else if (group.rank() == 1) {
+                    MemorySegment h = a.allocate(length, Long.BYTES);
+                    long lastSeen = -1;
+                    int valid = 0;
+                    int invalid = 0;
+                    while (lastSeen < versions) {
+                        DeviceParameterCache.View v = cache.get(0, "m");
+                        gpu.copyToHost(h, v.data());
+                        if (!v.isValid()) {
+                            invalid++;
+                            continue; // freed while read: the bytes may be torn and are not used
+                        }
+                        valid++;
+                        long first = h.getAtIndex(ValueLayout.JAVA_LONG, 0);
+                        for (long i = 1; i < length / 8; i++) {
+                            assertEquals(first, h.getAtIndex(ValueLayout.JAVA_LONG, i), "a valid read is whole");
+                        }
+                        assertEquals(first + 1, v.version(), "the block holds the version the directory named");
+                        assertTrue(first >= lastSeen, "versions never go back");
+                        lastSeen = first;
+                    }
+                    System.out.println("device cache torn-read check: valid reads=" + valid + " invalid=" + invalid);
+                }
+                hostBarrier(group, "done");
+            }
+            return null;
+        });
+    }
+
+    /**
+     * A put whose copy throws (its host source closed: the copy's call refuses it) gives its block and its new name
+     * back, so the budget stays whole; a version given by the caller must grow.
+     */
+    @Test
+    void aPutWhoseCopyThrowsGivesItsBlockBackAndGivenVersionsMustGrow() {
+        int length = 1000;
+        long block = ParameterCache.blockBytes(length);
+        InJvmWorld.runOnEveryRank(world(), OPTIONS, gpuTransport(), group -> {
+            try (Arena a = Arena.ofConfined();
+                 Communicator comm = Communicator.create(group);
+                 DeviceParameterCache cache = DeviceParameterCache.create(comm, 2 * block, 2)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                if (group.rank() == 0) {
+                    MemorySegment closed;
+                    try (Arena gone = Arena.ofConfined()) {
+                        closed = gone.allocate(length);
+                    }
+                    for (int i = 0; i < 5; i++) {
+                        assertThrows(IllegalStateException.class, () -> cache.put("x", closed), "attempt " + i);
+                        assertEquals(2 * block, cache.freeBytes(), "the block came back (attempt " + i + ")");
+                        assertEquals(0, cache.ownEntries(), "the name claimed for it too");
+                    }
+                    assertEquals(100, cache.put("p", host(a, bytes(1, length)), 100));
+                    IllegalArgumentException low = assertThrows(IllegalArgumentException.class,
+                            () -> cache.put("q", host(a, bytes(2, length)), 100));
+                    assertTrue(low.getMessage().contains("fix:"), low.getMessage());
+                    assertEquals(101, cache.put("q", host(a, bytes(3, length))), "the next version");
+                    assertEquals(0, cache.freeBytes(), "the whole budget in use");
+                }
+                hostBarrier(group, "put");
+                assertNull(cache.get("x"));
+                assertArrayEquals(bytes(1, length), back(a, gpu, cache.get("p")));
+                assertArrayEquals(bytes(3, length), back(a, gpu, cache.get("q")));
+                hostBarrier(group, "done");
             }
             return null;
         });

@@ -6,14 +6,18 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.lang.foreign.ValueLayout;
 import java.time.Duration;
+import java.util.concurrent.TimeUnit;
 
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.GroupOptions;
 import org.symmem4j.parallel.group.InJvmWorld;
+import org.symmem4j.parallel.layout.ParameterCacheLayout;
 
 /** The parameter cache between threads: zero-copy gets, hot swaps under readers, LRU eviction, refusals. */
 class ParameterCacheTest {
@@ -151,6 +155,7 @@ class ParameterCacheTest {
                 group.allGatherBytes("n6", new byte[0]);
                 assertNull(cache.get("n1"), "n1, the least recently used, made room for n6");
                 assertNotNull(cache.get("n0"));
+                group.allGatherBytes("n0 checked", new byte[0]); // no remove before every rank looked
                 if (group.rank() == 0) {
                     assertTrue(cache.remove("n0"));
                 }
@@ -226,6 +231,62 @@ class ParameterCacheTest {
                 assertTrue(e.getMessage().contains("ParameterCache.create") && e.getMessage().contains("fix:"),
                         e.getMessage());
                 assertThrows(IllegalArgumentException.class, () -> DeviceParameterCache.create(comm, 64, 8));
+            }
+            return null;
+        });
+    }
+
+    /** A put whose copy throws (its source closed) gives its block and its new name back: the budget stays usable. */
+    @Test
+    @Timeout(value = 60, unit = TimeUnit.SECONDS)
+    void aPutWhoseCopyThrowsGivesItsBlockBack() {
+        int bytes = 1024;
+        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+            try (ParameterCache cache = ParameterCache.create(group, 2L * (bytes + 64), 2)) {
+                MemorySegment closed;
+                try (Arena a = Arena.ofConfined()) {
+                    closed = a.allocate(bytes);
+                }
+                for (int i = 0; i < 5; i++) {
+                    IllegalStateException e = assertThrows(IllegalStateException.class, () -> cache.put("x", closed),
+                            "attempt " + i);
+                    assertTrue(!e.getMessage().contains("no contiguous range"),
+                            "the copy's own failure, not a heap full of leaked blocks (attempt " + i + "): "
+                                    + e.getMessage());
+                    assertEquals(0, cache.ownEntries(), "the name claimed for the failed put came back");
+                }
+                assertEquals(1, cache.put("a", filled(1, bytes)), "a failed put takes no version");
+                assertEquals(2, cache.put("b", filled(2, bytes)));
+                assertEquals(2, cache.ownEntries(), "both fit: the failed puts' blocks came back");
+                assertNull(cache.get("x"));
+                assertEquals(1, cache.get("a").data().get(ValueLayout.JAVA_LONG, 0));
+            }
+            return null;
+        });
+    }
+
+    /**
+     * A slot that lists a block whose generation is freed (a directory broken on purpose: the owner's rule is to drop
+     * a block from its slot before freeing it) is reported naming the entry, where the reader used to read it again
+     * forever.
+     */
+    @Test
+    @Timeout(value = 60, unit = TimeUnit.SECONDS)
+    void aSlotListingAFreedBlockIsReportedByNameInsteadOfReadForever() {
+        InJvmWorld.runOnEveryRank(2, OPTIONS, group -> {
+            try (ParameterCache cache = ParameterCache.create(group, 4096, 4)) {
+                if (group.rank() == 0) {
+                    cache.put("adapter/a", filled(1, 256)); // the first block: heap offset 0
+                    MemorySegment part = cache.localPart();
+                    long heap = ParameterCacheLayout.heapOffset(4);
+                    ParameterCacheLayout.setGeneration(part, heap, 0,
+                            ParameterCacheLayout.generationAcquire(part, heap, 0) + 1); // freed, still listed
+                }
+                group.allGatherBytes("broken", new byte[0]);
+                IllegalStateException e = assertThrows(IllegalStateException.class, () -> cache.get("adapter/a"));
+                assertTrue(e.getMessage().contains("'adapter/a'") && e.getMessage().contains("rank 0")
+                        && e.getMessage().contains("fix:"), e.getMessage());
+                group.allGatherBytes("done", new byte[0]);
             }
             return null;
         });

@@ -32,12 +32,27 @@ import java.nio.charset.StandardCharsets;
  *                                 +64 data
  * </pre>
  *
- * The GPU form ({@code org.symmem4j.state.DeviceParameterCache}) lays out every rank's part in GPU memory the same
- * way; the owner keeps a host copy of its header and directory and writes each change into GPU memory by synchronous
- * copies in the seqlock's order (word odd, fields, word even), and the block's header fields ({@link #BLOCK_VERSION},
- * {@link #BLOCK_LENGTH}, then {@link #BLOCK_GENERATION}) after its data; readers read them by copies from the
- * owner's memory as mapped on their GPU. The last-use ticks serve the same LRU there: a reader's get copies the time
- * into its entry's tick (8 bytes, no ordering: a hint), the owner copies all ticks back when it evicts.
+ * The GPU form ({@code org.symmem4j.state.DeviceParameterCache}) splits a part in two: its <b>directory</b> (header,
+ * slots, last-use ticks, at the offsets above, then a line of two GENERATIONS per slot) lives in host memory that the
+ * ranks share ({@code Group.hostTransport()}: threads of one JVM, or {@code /dev/shm} mapped by processes), so a
+ * lookup is host loads under the same seqlock; its <b>heap</b> lives in GPU memory at offset 0, blocks laid out as
+ * above, but their header is not written there (readers never read it: a block's generation is in the directory).
+ *
+ * <pre>
+ *  host, GPU form:
+ *  0 .. heapOffset(slots)        header, slots, last-use ticks, as above       (as above)        (as above)
+ *  heapOffset(slots) + 16*i      GENERATIONS of slot i: +0 the current         owner, inside     every rank: in the
+ *                                block's generation, +8 the previous one's     the slot's        slot's window, and
+ *                                (0 when none); odd while published            seqlock           a view's check
+ *  GPU, GPU form:
+ *  block (64-byte aligned)       64 bytes reserved (not written), data at +64  owner (copies)    every rank (kernels,
+ *                                                                                                copies)
+ * </pre>
+ *
+ * There a block's generation is published by the slot that lists it, and freed by the slot's change that drops it
+ * (before the owner reuses its range): a view is valid while its generation is one of its slot's two
+ * ({@link #generationsHold}); generations are never reused within a part, so a slot reused by another name never
+ * answers for an old view.
  *
  * A put writes its data into a fresh block, then publishes it by the slot's seqlock (the old current becomes the
  * previous, the older previous is freed). So a reader's zero-copy view of a version stays valid across one
@@ -285,6 +300,81 @@ public final class ParameterCacheLayout {
      */
     public static long lastUse(MemorySegment part, int slots, int i) {
         return (long) LONG.getOpaque(part, lastUseOffset(slots, i));
+    }
+
+    // ---- GPU form: the directory in shared host memory, with the blocks' generations per slot ----
+
+    /**
+     * Bytes of one rank's directory in the GPU form: the header, slots and last-use ticks, then two generations per
+     * slot.
+     *
+     * @param slots directory slots
+     * @return bytes, 64-byte aligned
+     */
+    public static long deviceDirectoryBytes(int slots) {
+        return align64(generationsOffset(slots, slots));
+    }
+
+    /**
+     * Byte offset of slot {@code i}'s generations in the GPU form's directory: the current block's at +0, the
+     * previous block's at +8.
+     *
+     * @param slots directory slots
+     * @param i     the slot
+     * @return its offset
+     */
+    public static long generationsOffset(int slots, int i) {
+        return heapOffset(slots) + 16L * i;
+    }
+
+    /**
+     * The owner writes slot {@code i}'s generations (GPU form), inside the slot's seqlock (between {@link #beginWrite}
+     * and {@link #endWrite}): the previous one first, then the current one with release, so a view's check
+     * ({@link #generationsHold}) that reads the new current also reads the new previous (a block moving from current
+     * to previous is never missed).
+     *
+     * @param dir      the owner's directory
+     * @param slots    directory slots
+     * @param i        the slot
+     * @param current  the current block's generation, 0 for none
+     * @param previous the previous block's generation, 0 for none
+     */
+    public static void setGenerations(MemorySegment dir, int slots, int i, long current, long previous) {
+        long at = generationsOffset(slots, i);
+        LONG.setOpaque(dir, at + 8, previous);
+        // release: the previous generation above is seen by a reader whose acquire in generationsHold sees this one
+        LONG.setRelease(dir, at, current);
+    }
+
+    /**
+     * Slot {@code i}'s current generation (GPU form), read inside the slot's seqlock window (plain: the window's word
+     * acquire and recheck order it).
+     *
+     * @param dir   the owner's directory, as mapped here
+     * @param slots directory slots
+     * @param i     the slot
+     * @return the current block's generation, 0 for none
+     */
+    public static long currentGeneration(MemorySegment dir, int slots, int i) {
+        return (long) LONG.getOpaque(dir, generationsOffset(slots, i));
+    }
+
+    /**
+     * Whether slot {@code i} still lists {@code generation} as its current or previous block (GPU form): a view's
+     * check after its reads. A generation the slot no longer lists was freed (or is about to be): its range may be
+     * reused. Each load alone proves the block live when it answers the generation, so the check needs no seqlock.
+     *
+     * @param dir        the owner's directory, as mapped here
+     * @param slots      directory slots
+     * @param i          the slot
+     * @param generation the view's generation
+     * @return true while the slot lists it
+     */
+    public static boolean generationsHold(MemorySegment dir, int slots, int i, long generation) {
+        VarHandle.loadLoadFence(); // the caller's reads of the data complete before the generations are read
+        long at = generationsOffset(slots, i);
+        // acquire: pairs with the release in setGenerations; the previous generation read next is at least as new
+        return (long) LONG.getAcquire(dir, at) == generation || (long) LONG.getOpaque(dir, at + 8) == generation;
     }
 
     /**

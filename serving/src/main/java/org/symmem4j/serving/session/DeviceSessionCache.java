@@ -30,12 +30,16 @@ import org.symmem4j.state.DeviceParameterCache;
  * }</pre>
  *
  * <ul>
- *   <li><b>Whose copy is current</b>: each saved state carries a 64-byte header before its bytes: a stamp (at 0) and
- *       the state's length (at 8). A save's stamp is larger than every stamp this rank saved or found before
- *       ({@code max(last + 1, nanoTime)}), so a save that follows this rank's find of the session (the router's one
- *       step of a session at a time: load, step, save) orders after the copy it continued. {@link #find} looks the
- *       session up in every rank's part and takes the copy with the largest stamp; a stale copy in the finder's own
- *       part is removed then (a stale copy in another part is left to that part's LRU).</li>
+ *   <li><b>Whose copy is current</b>: each save carries a stamp, larger than every stamp this rank saved or found
+ *       before ({@code max(last + 1, nanoTime)}), so a save that follows this rank's find of the session (the router's
+ *       one step of a session at a time: load, step, save) orders after the copy it continued. The stamp is the
+ *       entry's version in the cache's directory, and the state's length its length less the 64 bytes reserved before
+ *       the state (not written). {@link #find} looks the session up in
+ *       every rank's part and takes the copy with the largest stamp; a stale copy in the finder's own part is removed
+ *       then (a stale copy in another part is left to that part's LRU).</li>
+ *   <li><b>A find is host loads</b>: the directory of {@link DeviceParameterCache} is host memory the ranks share, so
+ *       finding a session reads no device memory and waits for no stream: only reading its bytes does (one peer
+ *       copy, or the reader's kernel), and the check after use is host loads again.</li>
  *   <li><b>Eviction as on the host</b>: the blocks' budget evicts least recently used sessions (a find or a save is
  *       a use). Each rank keeps a ledger of the ids its part evicted last ({@code sessionsPerRank} of them, hashes,
  *       in a second {@link DeviceParameterCache} of one entry per rank, which never evicts); a session found in no
@@ -52,12 +56,14 @@ import org.symmem4j.state.DeviceParameterCache;
  * </ul>
  *
  * One thread per rank uses an instance. Created on a GPU communicator whose ranks map each other's memory (CUDA on
- * one machine); elsewhere use {@link SessionCache}. Untested on a GPU until the device run
- * ({@code CudaDeviceSessionCacheTest}).
+ * one machine); elsewhere use {@link SessionCache}. Tested on GPUs by {@code CudaDeviceSessionCacheTest}.
  */
 public final class DeviceSessionCache implements AutoCloseable {
 
-    /** The header before a session's bytes: the stamp at 0, the state's length at 8; 64 keeps the state aligned. */
+    /**
+     * The bytes reserved before a session's state in its block (not written: the stamp and the length are the entry's
+     * version and length in the directory); 64 keeps the state aligned.
+     */
     public static final long HEADER_BYTES = 64;
     /** The longest id: the entry name's 68 bytes less the {@code "s/"} prefix. */
     public static final int MAX_ID_BYTES = 66;
@@ -101,7 +107,6 @@ public final class DeviceSessionCache implements AutoCloseable {
     private final MemorySegment hostStage;
     /** Device staging for a save from device memory: header and state, one put. */
     private final MemorySegment deviceStage;
-    private final MemorySegment headerCopy;
     /** This rank's ledger (owner side): hashes of the ids its part evicted last, a ring. */
     private final MemorySegment ledgerRing;
     private final MemorySegment ledgerCopy;
@@ -118,7 +123,6 @@ public final class DeviceSessionCache implements AutoCloseable {
         this.maxStateBytes = maxStateBytes;
         this.hostStage = arena.allocate(HEADER_BYTES + maxStateBytes, 64);
         this.deviceStage = gpu.allocateDevice(HEADER_BYTES + maxStateBytes);
-        this.headerCopy = arena.allocate(16, Long.BYTES);
         this.ledgerRing = arena.allocate(8L * sessionsPerRank, Long.BYTES);
         this.ledgerCopy = arena.allocate(8L * sessionsPerRank, Long.BYTES);
     }
@@ -187,9 +191,9 @@ public final class DeviceSessionCache implements AutoCloseable {
     public long save(String id, MemorySegment state) {
         String name = name(id);
         checkSize(id, state);
-        long stamp = stampHeader(hostStage, state);
+        long stamp = nextStamp();
         MemorySegment.copy(state, 0, hostStage, HEADER_BYTES, state.byteSize());
-        blocks.put(name, hostStage.asSlice(0, HEADER_BYTES + state.byteSize()));
+        blocks.put(name, hostStage.asSlice(0, HEADER_BYTES + state.byteSize()), stamp);
         afterSave(id);
         return stamp;
     }
@@ -207,12 +211,11 @@ public final class DeviceSessionCache implements AutoCloseable {
     public long saveFromDevice(String id, MemorySegment state) {
         String name = name(id);
         checkSize(id, state);
-        long stamp = stampHeader(headerCopy, state);
-        gpu.copyFromHost(deviceStage.asSlice(0, 16), headerCopy);
+        long stamp = nextStamp();
         if (state.byteSize() > 0) {
             gpu.copyAsync(deviceStage.asSlice(HEADER_BYTES, state.byteSize()), state); // after the producing work
         }
-        blocks.putFromDevice(name, deviceStage.asSlice(0, HEADER_BYTES + state.byteSize())); // waits for the stream
+        blocks.putFromDevice(name, deviceStage.asSlice(0, HEADER_BYTES + state.byteSize()), stamp); // waits
         afterSave(id);
         return stamp;
     }
@@ -226,11 +229,9 @@ public final class DeviceSessionCache implements AutoCloseable {
         }
     }
 
-    /** Takes the next stamp and writes a block's header for {@code state} at {@code header}: stamp, then length. */
-    private long stampHeader(MemorySegment header, MemorySegment state) {
+    /** Takes the next stamp: above every stamp this rank saved or found before. */
+    private long nextStamp() {
         clock = Math.max(clock + 1, System.nanoTime());
-        header.set(ValueLayout.JAVA_LONG, 0, clock);
-        header.set(ValueLayout.JAVA_LONG, 8, state.byteSize());
         return clock;
     }
 
@@ -321,20 +322,10 @@ public final class DeviceSessionCache implements AutoCloseable {
         }
     }
 
-    /** Rank {@code owner}'s copy, with its header read and checked valid after the read; null when it has none. */
+    /** Rank {@code owner}'s copy, from the directory alone (host loads): its stamp is the entry's version. */
     private Block lookup(int owner, String id, String name) {
-        while (true) {
-            DeviceParameterCache.View v = blocks.get(owner, name);
-            if (v == null) {
-                return null;
-            }
-            gpu.copyToHost(headerCopy, v.data().asSlice(0, 16));
-            if (!v.isValid()) {
-                continue; // freed while its header was read: look again
-            }
-            return new Block(id, owner, headerCopy.get(ValueLayout.JAVA_LONG, 0),
-                    headerCopy.get(ValueLayout.JAVA_LONG, 8), v);
-        }
+        DeviceParameterCache.View v = blocks.get(owner, name);
+        return v == null ? null : new Block(id, owner, v.version(), v.data().byteSize() - HEADER_BYTES, v);
     }
 
     /** The first rank whose ledger lists {@code h}, or -1. */

@@ -24,8 +24,9 @@ import org.symmem4j.parallel.group.InJvmWorld;
  * {@code -Dsymmem4j.test.cudaRanks=N}): rank 0 saves a session's state and rank 1 reads it in place (its device
  * address copied back) and by a peer copy into its own buffer, bitwise; rank 1 continues the session and its newer
  * save wins over rank 0's copy; the budget evicts the least recently used session and a read of it throws
- * {@code EVICTED} while an id never saved reads as unknown (-1); bad ids and oversized states refused. Skipped without
- * a GPU ({@link CudaThreadRanksTestBase}).
+ * {@code EVICTED} while an id never saved reads as unknown (-1); bad ids and oversized states refused; a find's stamp
+ * and length come from the directory (host memory), and copies racing saves read one save whole. Skipped without a
+ * GPU ({@link CudaThreadRanksTestBase}).
  */
 @ExtendWith(GpuTestWatchdog.class)
 class CudaDeviceSessionCacheTest extends CudaThreadRanksTestBase {
@@ -170,6 +171,68 @@ class CudaDeviceSessionCacheTest extends CudaThreadRanksTestBase {
                     assertNull(cache.find("big"));
                     hostBarrier(group, "done");
                 }
+            }
+            return null;
+        });
+    }
+
+    /**
+     * A find is the directory's host loads: its stamp is the save's, its length the state's; reads racing rank 0's
+     * saves of the same session are each one save's state, whole (the check after use, host loads too, finds the
+     * session again when a newer save freed what was read).
+     */
+    @Test
+    void findsReadTheSavesStampAndReadsRacingSavesAreWhole() {
+        int length = 32 * 1024;
+        int saves = 200;
+        InJvmWorld.runOnEveryRank(world(), OPTIONS, gpuTransport(), group -> {
+            try (Arena a = Arena.ofConfined();
+                 Communicator comm = Communicator.create(group);
+                 DeviceSessionCache cache = DeviceSessionCache.create(comm, 1 << 20, 16, length)) {
+                DeviceCommunicator gpu = comm.unwrap(DeviceCommunicator.class).orElseThrow();
+                MemorySegment src = a.allocate(length, Long.BYTES);
+                long stamp = 0;
+                if (group.rank() == 0) {
+                    src.fill((byte) 0);
+                    stamp = cache.save("s", src.asSlice(0, length - 24));
+                }
+                byte[] stamps = group.allGatherBytes("stamp", MemorySegment.ofArray(new long[] {stamp})
+                        .toArray(ValueLayout.JAVA_BYTE)).getFirst();
+                DeviceSessionCache.Block b = cache.find("s");
+                assertNotNull(b);
+                assertEquals(MemorySegment.ofArray(stamps).get(ValueLayout.JAVA_LONG, 0), b.stamp(),
+                        "rank " + group.rank() + " finds rank 0's stamp");
+                assertEquals(length - 24, b.length());
+                hostBarrier(group, "found");
+                MemorySegment mine = gpu.allocateDevice(length);
+                if (group.rank() == 0) {
+                    cache.save("s", src); // zeros, the whole length
+                }
+                hostBarrier(group, "whole length");
+                if (group.rank() == 0) {
+                    for (long k = 1; k <= saves; k++) {
+                        for (long i = 0; i < length / 8; i++) {
+                            src.setAtIndex(ValueLayout.JAVA_LONG, i, k);
+                        }
+                        cache.save("s", src);
+                    }
+                } else if (group.rank() == 1) {
+                    MemorySegment h = a.allocate(length, Long.BYTES);
+                    long last = -1;
+                    while (last < saves) {
+                        assertEquals(length, cache.copyInto("s", mine), "the session is known throughout");
+                        gpu.copyToHost(h, mine); // the peer copy that copyInto checked after use
+                        long first = h.getAtIndex(ValueLayout.JAVA_LONG, 0);
+                        for (long i = 1; i < length / 8; i++) {
+                            assertEquals(first, h.getAtIndex(ValueLayout.JAVA_LONG, i), "one save's state, whole");
+                        }
+                        assertTrue(first >= last, "saves never go back");
+                        last = first;
+                    }
+                }
+                hostBarrier(group, "raced");
+                gpu.freeDevice(mine);
+                hostBarrier(group, "done");
             }
             return null;
         });
