@@ -71,6 +71,9 @@ public final class CudaShrinkWorker {
             // state), so that the free memory below compares like with like
             new FullyShardedMlp(group, TOKENS, WIDTHS, Sharding.NONE, adam).close();
             group.allGatherBytes("free-before", none); // every rank warm, nothing of the run allocated yet
+            // the model's close released its sub-group's GPU state, and with it this thread's current context: the
+            // group's own state again, for a context to ask cuMemGetInfo in (as after the shrink below)
+            cuda.describe(group);
             long before = cuda.driver().memoryInfo()[0];
             group.allGatherBytes("free-before-read", none);
             SymmetricMemory[] ballast = {SymmetricMemory.allocate(group, ballastBytes)};

@@ -200,7 +200,7 @@ class CudaDeviceSessionCacheTest extends CudaThreadRanksTestBase {
                         .toArray(ValueLayout.JAVA_BYTE)).getFirst();
                 DeviceSessionCache.Block b = cache.find("s");
                 assertNotNull(b);
-                assertEquals(MemorySegment.ofArray(stamps).get(ValueLayout.JAVA_LONG, 0), b.stamp(),
+                assertEquals(MemorySegment.ofArray(stamps).get(ValueLayout.JAVA_LONG_UNALIGNED, 0), b.stamp(),
                         "rank " + group.rank() + " finds rank 0's stamp");
                 assertEquals(length - 24, b.length());
                 hostBarrier(group, "found");
