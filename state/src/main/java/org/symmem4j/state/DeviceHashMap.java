@@ -118,30 +118,20 @@ public final class DeviceHashMap implements AutoCloseable {
         HashMapLayout.checkDeviceSizes(keyBytes, valueBytes);
         SharedMemories.agree(group, "device hash map", "device-map-create", "keyBytes=" + keyBytes + " valueBytes="
                 + valueBytes + " slotsPerRank=" + slotsPerRank, "create the map on every rank with the same sizes");
-        SymmetricMemory memory = SharedMemories.allocateMapped(group,
-                HashMapLayout.deviceTotalBytes(keyBytes, valueBytes, slotsPerRank), "device hash map");
-        try {
-            DeviceMaps maps = memory.unwrap(DeviceMaps.class).orElseThrow(() ->
-                    new UnsupportedOperationException("device hash map on transport="
-                            + group.transport().capabilities(group).transport() + ": its symmetric memory has no"
-                            + " kernel-run map operations (DeviceMaps; fix: SymmetricHashMap.create on a host group,"
-                            + " or a CUDA group)"));
-            SharedMemories.zeroOnDevice(memory); // every slot EMPTY at version 0, the result area 0
-            try (Arena a = Arena.ofConfined()) {
-                MemorySegment header = a.allocate(HashMapLayout.HEADER_BYTES, Long.BYTES);
-                HashMapLayout.formatHeader(header, keyBytes, valueBytes, slotsPerRank, group.worldSize(), group.rank());
-                memory.copyFromHost(header, 0);
-                // the copy back, after the zeroing and the header copy on the same copy queue, finds both done
-                MemorySegment back = a.allocate(HashMapLayout.HEADER_BYTES, Long.BYTES);
-                memory.copyToHost(0, back);
-                HashMapLayout.verifyHeader(back, keyBytes, valueBytes, slotsPerRank, group.worldSize(), group.rank());
-            }
-            memory.barrier(); // every partition zeroed with its header, before any rank's kernel probes it
-            return new DeviceHashMap(group, memory, maps, keyBytes, valueBytes, slotsPerRank);
-        } catch (RuntimeException e) {
-            memory.close();
-            throw e;
-        }
+        int world = group.worldSize();
+        int rank = group.rank();
+        // the barrier after the format: every partition zeroed with its header, before any rank's kernel probes it
+        return SharedMemories.createOnDevice(group, HashMapLayout.deviceTotalBytes(keyBytes, valueBytes, slotsPerRank),
+                "device hash map", DeviceMaps.class, "kernel-run map operations",
+                "SymmetricHashMap.create on a host group, or a CUDA group",
+                // zeroed: every slot EMPTY at version 0, the result area 0
+                (memory, maps) -> SharedMemories.writeHeader(HashMapLayout.HEADER_BYTES,
+                        header -> HashMapLayout.formatHeader(header, keyBytes, valueBytes, slotsPerRank, world, rank),
+                        header -> memory.copyFromHost(header, 0),
+                        // the copy back, after the zeroing and the header copy on the same copy queue, finds both done
+                        back -> memory.copyToHost(0, back),
+                        back -> HashMapLayout.verifyHeader(back, keyBytes, valueBytes, slotsPerRank, world, rank)),
+                (memory, maps) -> new DeviceHashMap(group, memory, maps, keyBytes, valueBytes, slotsPerRank));
     }
 
     /** {@return bytes of every key} */

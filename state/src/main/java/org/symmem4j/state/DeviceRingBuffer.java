@@ -152,32 +152,21 @@ public final class DeviceRingBuffer implements AutoCloseable {
         SharedMemories.agree(group, "device ring buffer", "device-ring-create", kind + " producer=" + producer
                 + " consumer=" + consumer + " capacity=" + capacity, "create the ring on every rank with the same kind,"
                 + " producer, consumer and capacity");
-        SymmetricMemory memory = SharedMemories.allocateMapped(group, DeviceRingLayout.totalBytes(capacity),
-                "device ring buffer");
-        try {
-            DeviceRings rings = memory.unwrap(DeviceRings.class).orElseThrow(() ->
-                    new UnsupportedOperationException("device ring buffer on transport="
-                            + group.transport().capabilities(group).transport() + ": its symmetric memory has no"
-                            + " stream-ordered appends (DeviceRings; fix: a CUDA group, CudaTransport)"));
-            SharedMemories.zeroOnDevice(memory); // ring, TAIL, HEAD and this rank's status word: 0
-            int kindCode = kind == Kind.ONE_TO_ONE ? RingBufferLayout.KIND_ONE_TO_ONE
-                    : RingBufferLayout.KIND_MANY_TO_ONE;
-            if (group.rank() == consumer) {
-                try (Arena a = Arena.ofConfined()) {
-                    MemorySegment header = a.allocate(DATA_OFFSET, Long.BYTES);
-                    RingBufferLayout.formatHeader(header, kindCode, capacity, producer, consumer);
-                    rings.writeNow(header, 0);
-                    MemorySegment back = a.allocate(DATA_OFFSET, Long.BYTES);
-                    rings.readNow(0, back);
-                    DeviceRingLayout.verifyFresh(back, kindCode, capacity, producer, consumer);
-                }
-            }
-            memory.barrier(); // every rank's zeroing and the consumer's header, before any producer appends
-            return new DeviceRingBuffer(group, memory, rings, gpu, kind, producer, consumer, capacity);
-        } catch (RuntimeException e) {
-            memory.close();
-            throw e;
-        }
+        int kindCode = kind == Kind.ONE_TO_ONE ? RingBufferLayout.KIND_ONE_TO_ONE : RingBufferLayout.KIND_MANY_TO_ONE;
+        // the barrier after the format: every rank's zeroing and the consumer's header, before any producer appends
+        return SharedMemories.createOnDevice(group, DeviceRingLayout.totalBytes(capacity), "device ring buffer",
+                DeviceRings.class, "stream-ordered appends", "a CUDA group, CudaTransport",
+                // zeroed: ring, TAIL, HEAD and this rank's status word 0
+                (memory, rings) -> {
+                    if (group.rank() == consumer) {
+                        SharedMemories.writeHeader(DATA_OFFSET,
+                                header -> RingBufferLayout.formatHeader(header, kindCode, capacity, producer, consumer),
+                                header -> rings.writeNow(header, 0),
+                                back -> rings.readNow(0, back),
+                                back -> DeviceRingLayout.verifyFresh(back, kindCode, capacity, producer, consumer));
+                    }
+                },
+                (memory, rings) -> new DeviceRingBuffer(group, memory, rings, gpu, kind, producer, consumer, capacity));
     }
 
     /** {@return the ring's kind} */

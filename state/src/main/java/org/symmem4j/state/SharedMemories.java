@@ -3,6 +3,9 @@ package org.symmem4j.state;
 import java.lang.foreign.MemorySegment;
 import java.time.Duration;
 import java.util.List;
+import java.util.function.BiConsumer;
+import java.util.function.BiFunction;
+import java.util.function.Consumer;
 
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.PeerTimeoutException;
@@ -162,6 +165,67 @@ final class SharedMemories {
         MemorySegment zeros = java.lang.foreign.Arena.ofAuto().allocate(Math.min(bytes, ZERO_CHUNK));
         for (long at = 0; at < bytes; at += zeros.byteSize()) {
             memory.copyFromHost(zeros.asSlice(0, Math.min(zeros.byteSize(), bytes - at)), at);
+        }
+    }
+
+    /**
+     * Collective: the set-up every structure in GPU memory shares. Allocates {@code bytes} of mapped memory on every
+     * rank ({@link #allocateMapped}), takes the kernel-side {@code capability} the structure runs on, zeroes this
+     * rank's part ({@link #zeroOnDevice}), lets {@code format} write (and check) what this rank writes before the group
+     * meets, meets it at a barrier, and {@code build}s this rank's view. The memory is closed, and the exception
+     * rethrown, when any step fails.
+     *
+     * @param group      this rank's group
+     * @param bytes      bytes per rank
+     * @param structure  the structure's name, for the refusals
+     * @param capability what the structure needs of the memory (a {@link SymmetricMemory#unwrap} type)
+     * @param lacks      what the memory lacks without the capability, for the refusal
+     * @param fix        what to do instead, for the refusal
+     * @param format     this rank's writes into its zeroed part, given the memory and the capability
+     * @param build      this rank's view of the structure, from the formatted memory and the capability
+     * @param <C>        the capability's type
+     * @param <T>        the structure's type
+     * @return this rank's view
+     * @throws UnsupportedOperationException where peers' memory is not mapped here, or the memory lacks the capability
+     */
+    static <C, T> T createOnDevice(Group group, long bytes, String structure, Class<C> capability, String lacks,
+                                   String fix, BiConsumer<SymmetricMemory, C> format,
+                                   BiFunction<SymmetricMemory, C, T> build) {
+        SymmetricMemory memory = allocateMapped(group, bytes, structure);
+        try {
+            C kernels = memory.unwrap(capability).orElseThrow(() ->
+                    new UnsupportedOperationException(structure + " on transport="
+                            + group.transport().capabilities(group).transport() + ": its symmetric memory has no "
+                            + lacks + " (" + capability.getSimpleName() + "; fix: " + fix + ")"));
+            zeroOnDevice(memory);
+            format.accept(memory, kernels);
+            memory.barrier(); // every rank's zeroed part and its format's writes, before any rank's kernel reaches it
+            return build.apply(memory, kernels);
+        } catch (RuntimeException e) {
+            memory.close();
+            throw e;
+        }
+    }
+
+    /**
+     * Writes a header at offset 0 of this rank's device memory and checks it there: {@code format}s it in host
+     * memory, {@code write}s it, {@code readBack}s the copy and {@code verify}s what came back.
+     *
+     * @param bytes    the header's bytes
+     * @param format   fills the host header
+     * @param write    copies the host header to offset 0
+     * @param readBack copies offset 0 back into the host segment given
+     * @param verify   checks the copy read back; throws when it is not the header
+     */
+    static void writeHeader(long bytes, Consumer<MemorySegment> format, Consumer<MemorySegment> write,
+                            Consumer<MemorySegment> readBack, Consumer<MemorySegment> verify) {
+        try (java.lang.foreign.Arena a = java.lang.foreign.Arena.ofConfined()) {
+            MemorySegment header = a.allocate(bytes, Long.BYTES);
+            format.accept(header);
+            write.accept(header);
+            MemorySegment back = a.allocate(bytes, Long.BYTES);
+            readBack.accept(back);
+            verify.accept(back);
         }
     }
 

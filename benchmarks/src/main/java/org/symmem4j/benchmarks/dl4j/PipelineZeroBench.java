@@ -20,6 +20,7 @@ import org.symmem4j.dl4j.pipeline.PipelineSchedule;
 import org.symmem4j.examples.Cli;
 import org.symmem4j.examples.SyntheticData;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 /**
@@ -60,12 +61,8 @@ public final class PipelineZeroBench {
         int microbatches = 4;
         @Option(names = "--batch", paramLabel = "B", description = "examples per step (all replicas together)")
         int batch = 64;
-        @Option(names = "--steps", paramLabel = "S", description = "steps per run, warm-up included")
-        int steps = 40;
-        @Option(names = "--warmup", paramLabel = "W", description = "steps at the start of a run left out of the medians")
-        int warmup = 10;
-        @Option(names = "--reps", paramLabel = "R", description = "runs per setting (alternating off/on)")
-        int reps = 3;
+        @Mixin
+        AlternatingRuns runs = new AlternatingRuns();
         @Option(names = "--threads", paramLabel = "T", description = "ND4J threads per rank")
         int threads = 1;
     }
@@ -76,7 +73,6 @@ public final class PipelineZeroBench {
             Cli.positive("--layers", flags.layers);
             Cli.positive("--hidden", flags.hidden);
             Cli.positive("--microbatches", flags.microbatches);
-            Cli.positive("--reps", flags.reps);
             Cli.positive("--threads", flags.threads);
             if (flags.dp < 2) {
                 throw new IllegalArgumentException("--dp=" + flags.dp + ": expected 2 or more (ZeRO cuts the state over"
@@ -87,24 +83,24 @@ public final class PipelineZeroBench {
                         + " --microbatches = " + flags.dp * flags.microbatches + " (fix: --batch "
                         + flags.dp * flags.microbatches * Math.max(1, flags.batch / (flags.dp * flags.microbatches)) + ")");
             }
-            Cli.stepsBeyondWarmup(flags.steps, flags.warmup);
+            flags.runs.check();
             if (flags.layers + 1 < flags.pp) {
                 throw new IllegalArgumentException("--pp=" + flags.pp + " stages need at least as many layers; found "
                         + (flags.layers + 1) + " (fix: --layers " + (flags.pp - 1) + " or more)");
             }
             return flags;
         });
-        List<DataSet> data = new SyntheticData(FEATURES, CLASSES, 1).batches(3, f.steps, f.batch, DataType.FLOAT);
+        List<DataSet> data = new SyntheticData(FEATURES, CLASSES, 1).batches(3, f.runs.steps, f.batch, DataType.FLOAT);
         MultiLayerNetwork base = mlp(f);
         System.out.println("machine: " + MachineInfo.cpuModel() + ", " + Runtime.getRuntime().availableProcessors()
                 + " cores; dp " + f.dp + " x pp " + f.pp + " rank threads, 1F1B, " + f.microbatches + " microbatches,"
                 + " batch " + f.batch + ", MLP " + f.layers + " x " + f.hidden + " (" + base.numParams()
-                + " FLOAT parameters, Adam), " + f.steps + " steps (" + f.warmup + " warm-up), " + f.reps
+                + " FLOAT parameters, Adam), " + f.runs.steps + " steps (" + f.runs.warmup + " warm-up), " + f.runs.reps
                 + " runs per setting, ND4J threads per rank " + f.threads);
-        double[][] off = new double[f.reps][];
-        double[][] on = new double[f.reps][];
+        double[][] off = new double[f.runs.reps][];
+        double[][] on = new double[f.runs.reps][];
         List<String> raw = new ArrayList<>();
-        for (int r = 0; r < f.reps; r++) {
+        for (int r = 0; r < f.runs.reps; r++) {
             off[r] = run(f, base, data, false);
             on[r] = run(f, base, data, true);
             raw.add(String.format(Locale.ROOT, "rep %d: unsharded step %.3f ms, %d bytes; sharded step %.3f ms, %d bytes",
@@ -134,13 +130,13 @@ public final class PipelineZeroBench {
         if (sharded) {
             builder.sharding(ZeroStage.OPTIMIZER_STATE);
         }
-        double[] steps = new double[data.size() - f.warmup];
+        double[] steps = new double[data.size() - f.runs.warmup];
         try (PipelineParallelTrainer trainer = builder.build()) {
             for (int s = 0; s < data.size(); s++) {
                 long start = System.nanoTime();
                 trainer.fit(data.get(s));
-                if (s >= f.warmup) {
-                    steps[s - f.warmup] = (System.nanoTime() - start) / 1e6;
+                if (s >= f.runs.warmup) {
+                    steps[s - f.runs.warmup] = (System.nanoTime() - start) / 1e6;
                 }
             }
             return new double[] {median(steps), trainer.modelBytesHeld()};

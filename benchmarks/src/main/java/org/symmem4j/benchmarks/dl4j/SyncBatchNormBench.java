@@ -23,6 +23,7 @@ import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.examples.Cli;
 import org.symmem4j.examples.SyntheticData;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 /**
@@ -66,12 +67,8 @@ public final class SyncBatchNormBench {
         int channels = 16;
         @Option(names = "--batch", paramLabel = "B", description = "examples per worker per step")
         int batch = 32;
-        @Option(names = "--steps", paramLabel = "S", description = "steps per run, warm-up included")
-        int steps = 40;
-        @Option(names = "--warmup", paramLabel = "W", description = "steps at the start of a run left out of the medians")
-        int warmup = 10;
-        @Option(names = "--reps", paramLabel = "R", description = "runs per setting (alternating off/on)")
-        int reps = 3;
+        @Mixin
+        AlternatingRuns runs = new AlternatingRuns();
     }
 
     public static void main(String[] args) {
@@ -81,8 +78,7 @@ public final class SyncBatchNormBench {
             Cli.positive("--width", flags.width);
             Cli.positive("--channels", flags.channels);
             Cli.positive("--batch", flags.batch);
-            Cli.positive("--reps", flags.reps);
-            Cli.stepsBeyondWarmup(flags.steps, flags.warmup);
+            flags.runs.check();
             for (String m : flags.models) {
                 if (!m.equals("mlp") && !m.equals("cnn")) {
                     throw new IllegalArgumentException("--models: expected mlp or cnn, found " + m + " (fix: --models mlp,cnn)");
@@ -92,7 +88,8 @@ public final class SyncBatchNormBench {
         });
         System.out.println("machine: " + MachineInfo.cpuModel() + ", " + Runtime.getRuntime().availableProcessors()
                 + " cores; workers " + f.workers + ", " + f.blocks + " BatchNorm layers, batch " + f.batch
-                + " per worker, " + f.steps + " steps (" + f.warmup + " warm-up), " + f.reps + " runs per setting");
+                + " per worker, " + f.runs.steps + " steps (" + f.runs.warmup + " warm-up), " + f.runs.reps
+                + " runs per setting");
         System.out.println();
         System.out.println("| model | C | step off (ms) | step on (ms) | extra step per BN layer (µs) | sync off (ms)"
                 + " | sync on (ms) | extra collective time per BN layer (µs) |");
@@ -100,11 +97,11 @@ public final class SyncBatchNormBench {
         List<String> raw = new ArrayList<>();
         for (String model : f.models) {
             int features = model.equals("cnn") ? SIDE * SIDE * IMAGE_CHANNELS : 64;
-            List<DataSet> data = new SyntheticData(features, CLASSES, 1).batches(3, f.steps * f.workers, f.batch,
+            List<DataSet> data = new SyntheticData(features, CLASSES, 1).batches(3, f.runs.steps * f.workers, f.batch,
                     DataType.FLOAT);
-            double[][] off = new double[f.reps][];
-            double[][] on = new double[f.reps][];
-            for (int r = 0; r < f.reps; r++) {
+            double[][] off = new double[f.runs.reps][];
+            double[][] on = new double[f.runs.reps][];
+            for (int r = 0; r < f.runs.reps; r++) {
                 off[r] = run(f, model, features, data, false);
                 on[r] = run(f, model, features, data, true);
                 raw.add(String.format(Locale.ROOT, "%s rep %d: off step %.3f ms sync %.3f ms; on step %.3f ms sync %.3f ms",
@@ -131,7 +128,7 @@ public final class SyncBatchNormBench {
         List<Double> syncs = new ArrayList<>();
         try (SymmemParallelWrapper wrapper = SymmemParallelWrapper.builder(net).workers(f.workers)
                 .syncBatchNorm(sync).stepListener((StepReport report) -> {
-                    if (report.step() > f.warmup) {
+                    if (report.step() > f.runs.warmup) {
                         steps.add(report.stepNanos() / 1e6);
                         syncs.add(report.syncNanos() / 1e6);
                     }
@@ -181,11 +178,6 @@ public final class SyncBatchNormBench {
     }
 
     private static double median(double[] values) {
-        if (values.length == 0) {
-            return Double.NaN;
-        }
-        double[] v = values.clone();
-        Arrays.sort(v);
-        return v.length % 2 == 1 ? v[v.length / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+        return Stats.median(Arrays.stream(values));
     }
 }

@@ -103,6 +103,13 @@ final class SplitBackward {
             return d;
         }
 
+        /**
+         * The input half of the layer's backward, what {@code backpropGradient} runs while deferring: DL4J's
+         * operations in DL4J's order without the weight gradient's, {@linkplain #keep keeping} the weight half's
+         * operands.
+         */
+        Pair<Gradient, INDArray> inputHalf(INDArray epsilon, LayerWorkspaceMgr workspaceMgr);
+
         /** The weight half of a deferred backward: {@code dW} and {@code db} into the layer's gradient views. */
         void weightGradient(Deferred deferred);
     }
@@ -194,6 +201,28 @@ final class SplitBackward {
         return replacement;
     }
 
+    /**
+     * The input gradient of a dense or output layer, as DL4J's {@code BaseLayer} and {@code BaseOutputLayer} compute
+     * it: {@code (W · dZᵀ)ᵀ}, the product into an uninitialized activation-gradient array.
+     */
+    private static INDArray denseInputGradient(INDArray w, INDArray delta, LayerWorkspaceMgr workspaceMgr) {
+        INDArray epsilonNext = workspaceMgr.createUninitialized(ArrayType.ACTIVATION_GRAD, delta.dataType(),
+                new long[]{w.size(0), delta.size(0)}, 'f');
+        return w.mmuli(delta.transpose(), epsilonNext).transpose();
+    }
+
+    /**
+     * The weight half of a dense or output layer, with DL4J's calls: {@code db = sum(dZ)} into the bias view (when
+     * there is one) and {@code dW = inputᵀ · dZ} into the weight view. The two write disjoint views from the same
+     * operands, so their order does not change a bit.
+     */
+    private static void denseWeightHalf(Deferred d, INDArray weightGrad, INDArray biasGradOrNull) {
+        if (biasGradOrNull != null) {
+            d.delta().sum(biasGradOrNull, 0);
+        }
+        Nd4j.gemm(d.input().castTo(weightGrad.dataType()), d.delta(), weightGrad, true, false, 1.0, 0.0);
+    }
+
     /** DL4J's dense layer; deferring, {@code BaseLayer.backpropGradient} without its weight gradient. */
     static final class Dense extends org.deeplearning4j.nn.layers.feedforward.dense.DenseLayer implements Splittable {
 
@@ -210,9 +239,11 @@ final class SplitBackward {
 
         @Override
         public Pair<Gradient, INDArray> backpropGradient(INDArray epsilon, LayerWorkspaceMgr workspaceMgr) {
-            if (!deferring()) {
-                return super.backpropGradient(epsilon, workspaceMgr);
-            }
+            return deferring() ? inputHalf(epsilon, workspaceMgr) : super.backpropGradient(epsilon, workspaceMgr);
+        }
+
+        @Override
+        public Pair<Gradient, INDArray> inputHalf(INDArray epsilon, LayerWorkspaceMgr workspaceMgr) {
             // BaseLayer.backpropGradient of DL4J 1.0.0-M2.1, in its order, the weight gradient left out
             assertInputSet(true);
             INDArray z = preOutputWithPreNorm(true, true, workspaceMgr).getFirst();
@@ -224,10 +255,8 @@ final class SplitBackward {
             if (hasBias()) {
                 ret.gradientForVariable().put(DefaultParamInitializer.BIAS_KEY, gradientViews.get(DefaultParamInitializer.BIAS_KEY));
             }
-            INDArray w = getParamWithNoise(DefaultParamInitializer.WEIGHT_KEY, true, workspaceMgr);
-            INDArray epsilonNext = workspaceMgr.createUninitialized(ArrayType.ACTIVATION_GRAD, delta.dataType(),
-                    new long[]{w.size(0), delta.size(0)}, 'f');
-            epsilonNext = w.mmuli(delta.transpose(), epsilonNext).transpose();
+            INDArray epsilonNext = denseInputGradient(
+                    getParamWithNoise(DefaultParamInitializer.WEIGHT_KEY, true, workspaceMgr), delta, workspaceMgr);
             ret.gradientForVariable().put(DefaultParamInitializer.WEIGHT_KEY,
                     gradientViews.get(DefaultParamInitializer.WEIGHT_KEY));
             weightNoiseParams.clear();
@@ -238,11 +267,8 @@ final class SplitBackward {
 
         @Override
         public void weightGradient(Deferred d) {
-            if (hasBias()) {
-                d.delta().sum(gradientViews.get(DefaultParamInitializer.BIAS_KEY), 0);
-            }
-            INDArray weightGrad = gradientViews.get(DefaultParamInitializer.WEIGHT_KEY);
-            Nd4j.gemm(d.input().castTo(weightGrad.dataType()), d.delta(), weightGrad, true, false, 1.0, 0.0);
+            denseWeightHalf(d, gradientViews.get(DefaultParamInitializer.WEIGHT_KEY),
+                    hasBias() ? gradientViews.get(DefaultParamInitializer.BIAS_KEY) : null);
         }
     }
 
@@ -262,9 +288,11 @@ final class SplitBackward {
 
         @Override
         public Pair<Gradient, INDArray> backpropGradient(INDArray epsilon, LayerWorkspaceMgr workspaceMgr) {
-            if (!deferring()) {
-                return super.backpropGradient(epsilon, workspaceMgr);
-            }
+            return deferring() ? inputHalf(epsilon, workspaceMgr) : super.backpropGradient(epsilon, workspaceMgr);
+        }
+
+        @Override
+        public Pair<Gradient, INDArray> inputHalf(INDArray epsilon, LayerWorkspaceMgr workspaceMgr) {
             // BaseOutputLayer.backpropGradient and getGradientsAndDelta of DL4J 1.0.0-M2.1, the weight gradient left out
             assertInputSet(true);
             INDArray preOut = preOutput2d(true, workspaceMgr);
@@ -279,10 +307,8 @@ final class SplitBackward {
                         gradientViews.get(DefaultParamInitializer.BIAS_KEY));
             }
             delta = workspaceMgr.leverageTo(ArrayType.ACTIVATION_GRAD, delta);
-            INDArray w = getParamWithNoise(DefaultParamInitializer.WEIGHT_KEY, true, workspaceMgr);
-            INDArray epsilonNext = workspaceMgr.createUninitialized(ArrayType.ACTIVATION_GRAD, delta.dataType(),
-                    new long[]{w.size(0), delta.size(0)}, 'f');
-            epsilonNext = w.mmuli(delta.transpose(), epsilonNext).transpose();
+            INDArray epsilonNext = denseInputGradient(
+                    getParamWithNoise(DefaultParamInitializer.WEIGHT_KEY, true, workspaceMgr), delta, workspaceMgr);
             epsilonNext = backpropDropOutIfPresent(epsilonNext);
             keep(new Deferred(input, delta));
             return new Pair<>(gradient, epsilonNext);
@@ -290,11 +316,8 @@ final class SplitBackward {
 
         @Override
         public void weightGradient(Deferred d) {
-            INDArray weightGrad = gradientViews.get(DefaultParamInitializer.WEIGHT_KEY);
-            Nd4j.gemm(d.input().castTo(weightGrad.dataType()), d.delta(), weightGrad, true, false, 1.0, 0.0);
-            if (hasBias()) {
-                d.delta().sum(gradientViews.get(DefaultParamInitializer.BIAS_KEY), 0);
-            }
+            denseWeightHalf(d, gradientViews.get(DefaultParamInitializer.WEIGHT_KEY),
+                    hasBias() ? gradientViews.get(DefaultParamInitializer.BIAS_KEY) : null);
         }
     }
 
@@ -325,9 +348,11 @@ final class SplitBackward {
 
         @Override
         public Pair<Gradient, INDArray> backpropGradient(INDArray epsilon, LayerWorkspaceMgr workspaceMgr) {
-            if (!deferring()) {
-                return super.backpropGradient(epsilon, workspaceMgr);
-            }
+            return deferring() ? inputHalf(epsilon, workspaceMgr) : super.backpropGradient(epsilon, workspaceMgr);
+        }
+
+        @Override
+        public Pair<Gradient, INDArray> inputHalf(INDArray epsilon, LayerWorkspaceMgr workspaceMgr) {
             if (helper != null) {
                 throw Invariants.violated("layer " + index + " has DL4J's " + helper.getClass().getSimpleName()
                         + ", whose backward computes both gradients in one call: it must not have been split");
