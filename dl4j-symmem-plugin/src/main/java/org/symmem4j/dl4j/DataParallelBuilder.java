@@ -704,7 +704,8 @@ abstract sealed class DataParallelBuilder
                     + " shrink in place: expected a process group on its host transport started by symmem4j-run"
                     + " --on-failure shrink (SYMMEM4J_MEMBERSHIP_FILE is " + (System.getenv("SYMMEM4J_MEMBERSHIP_FILE")
                     == null ? "unset" : "set") + "), whose launcher names the dead ranks (fix: start the job with"
-                    + " symmem4j-run --on-failure shrink, train as workers(n) threads of one JVM, or recover by RESTART:"
+                    + " symmem4j-run --on-failure shrink, train as workers(n) threads of one JVM or as ranks of"
+                    + " InJvmWorld.createShrinking(n, options), or recover by RESTART:"
                     + " onWorkerFailure(FAIL) with checkpointEvery(k, dir).resumeFrom(dir) under symmem4j-run"
                     + " --max-restarts N)");
         }

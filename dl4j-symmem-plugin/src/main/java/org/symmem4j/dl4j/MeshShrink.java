@@ -90,9 +90,10 @@ final class MeshShrink implements AutoCloseable {
         if (!mesh.group().canShrink()) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK on mesh " + mesh + " whose group " + mesh.group()
                     + " cannot shrink in place: expected processes on their host transport started by symmem4j-run"
-                    + " --on-failure shrink (the launcher names the dead ranks); threads of one JVM as the ranks of a"
-                    + " dp x tp mesh cannot shrink yet (fix: one process per rank under symmem4j-run --on-failure"
-                    + " shrink, or " + restart + ")");
+                    + " --on-failure shrink (the launcher names the dead ranks), or threads of one JVM whose world"
+                    + " InJvmWorld.createShrinking made (it names the ranks whose tasks failed) (fix: one process per"
+                    + " rank under symmem4j-run --on-failure shrink, InJvmWorld.createShrinking(n, options) for thread"
+                    + " ranks, or " + restart + ")");
         }
         return new MeshShrink(mesh, dataParallel, other);
     }

@@ -213,7 +213,7 @@ class TensorAndDataParallelTest {
     /**
      * SHRINK on a dp x tp mesh refuses at build(), on every rank and before anything is allocated, what it cannot do:
      * the dp group without its mesh (a dead rank takes its replica's tp peers with it), ZeRO sharding, and ranks that are
-     * threads of one JVM (no membership authority names the dead); each message names the fix.
+     * threads of a world not created shrinking (no membership authority names the dead); each message names the fix.
      */
     @org.junit.jupiter.api.Test
     void shrinkOnADpTimesTpMeshRefusesAtBuildWhatItCannotDo() {
@@ -226,8 +226,8 @@ class TensorAndDataParallelTest {
         java.util.Map<String, List<String>> expected = java.util.Map.of(
                 "without the mesh", List.of("a tensor-parallel network on group(", "fix: builder(network).group(mesh, \"dp\")"),
                 "ZeRO", List.of("sharding=OPTIMIZER_STATE on a dp x tp mesh", "fix: drop sharding(...)"),
-                "threads", List.of("cannot shrink in place", "threads of one JVM as the ranks of a dp x tp mesh cannot"
-                        + " shrink yet", "fix: one process per rank under symmem4j-run --on-failure shrink"));
+                "threads", List.of("cannot shrink in place", "fix: one process per rank under symmem4j-run --on-failure"
+                        + " shrink, InJvmWorld.createShrinking(n, options) for thread ranks"));
         for (var c : cases.entrySet()) {
             List<String> messages = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
                     group -> {
