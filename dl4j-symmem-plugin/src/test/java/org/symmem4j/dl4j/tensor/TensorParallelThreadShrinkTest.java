@@ -50,6 +50,7 @@ class TensorParallelThreadShrinkTest {
     /** A batch whose first read on a wrapper's worker thread throws: that worker's step fails, its rank's fit too. */
     static final class FailsOnAWorker extends DataSet {
         private final AtomicBoolean armed = new AtomicBoolean(true);
+        volatile long failedNanos;
 
         FailsOnAWorker(DataSet data) {
             super(data.getFeatures(), data.getLabels());
@@ -58,6 +59,7 @@ class TensorParallelThreadShrinkTest {
         @Override
         public INDArray getFeatures() {
             if (Thread.currentThread().getName().startsWith("symmem4j-worker-") && armed.compareAndSet(true, false)) {
+                failedNanos = System.nanoTime();
                 throw new IllegalStateException("injected: the worker thread dies");
             }
             return super.getFeatures();
@@ -82,9 +84,11 @@ class TensorParallelThreadShrinkTest {
         // world rank d * TP + t trains batch s * DP + d of step s: the dying rank's batch of the failed step throws
         List<DataSet> faulty = new ArrayList<>(data);
         int batch = FAILED_STEP * DP + lostReplica;
-        faulty.set(batch, new FailsOnAWorker(data.get(batch)));
+        FailsOnAWorker fault = new FailsOnAWorker(data.get(batch));
+        faulty.set(batch, fault);
         AtomicReferenceArray<Shard> shards = new AtomicReferenceArray<>(ranks);
         AtomicReferenceArray<String> outcome = new AtomicReferenceArray<>(ranks);
+        java.util.concurrent.atomic.AtomicLong latestResume = new java.util.concurrent.atomic.AtomicLong(Long.MIN_VALUE);
         try (InJvmWorld world = InJvmWorld.createShrinking(ranks, OPTIONS)) {
             SymmemException e = assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(world, group -> {
                 try (DeviceMesh mesh = DeviceMesh.of(group, "dp", DP, "tp", TP);
@@ -100,6 +104,7 @@ class TensorParallelThreadShrinkTest {
                             return null; // its task ends normally: the world does not count it dead
                         }
                         List<ShrinkReport> s = wrapper.shrinks();
+                        latestResume.accumulateAndGet(s.getFirst().resumedNanos(), Math::max);
                         outcome.set(group.rank(), s.size() + " shrink(s): step " + s.getFirst().step() + " dead "
                                 + s.getFirst().dead() + " from " + s.getFirst().workersBefore() + " to "
                                 + s.getFirst().workersAfter() + " redone " + s.getFirst().redone() + "; mesh dp "
@@ -112,6 +117,9 @@ class TensorParallelThreadShrinkTest {
             assertTrue(e.getMessage().startsWith("rank " + dies + " failed") && String.valueOf(e.getCause())
                     .contains("injected: the worker thread dies"), e.toString());
         }
+        System.out.printf(java.util.Locale.ROOT, "TensorParallelThreadShrinkTest: dp %d x tp %d threads, world rank %d"
+                + " died in step %d; the survivors' redone step handed out %.1f ms after its worker failed (the latest of"
+                + " %d)%n", DP, TP, dies, FAILED_STEP, (latestResume.get() - fault.failedNanos) / 1e6, ranks - TP);
         List<Integer> survivors = new ArrayList<>();
         for (int r = 0; r < ranks; r++) {
             if (r / TP != lostReplica) {
@@ -149,6 +157,82 @@ class TensorParallelThreadShrinkTest {
                 g -> Shard.of(plain(g, DP, TensorParallel.shard(initial, g.rank() % TP, TP, 0, 2), data)));
         assertTrue(!java.util.Arrays.equals(uninterrupted.get(survivors.getFirst()).params(),
                 shards.get(survivors.getFirst()).params()));
+    }
+
+    /**
+     * ZeRO stage 1 or 2 over the mesh's dp axis with SHRINK: checkpoints every 2 steps (each tp rank's in its
+     * {@code tp-R-of-2}); world rank 3 dies in step 5, after the checkpoint after 4 steps. The survivors go back to that
+     * checkpoint, re-sliced from 3 onto 2 dp ranks, and redo steps 4 on; each survivor's shard then equals, bitwise, a
+     * fresh {@code dp 2 x tp 2} run of the same stage resumed from its checkpoint ({@code restoreCheckpoint}: it skips
+     * the 12 batches before it).
+     */
+    @ParameterizedTest(name = "stage {0}")
+    @CsvSource({"OPTIMIZER_STATE", "GRADIENTS"})
+    void zeroOnTheDpAxisGoesBackToTheTpShardsCheckpointReslicedOntoTheSurvivors(org.symmem4j.dl4j.ZeroStage stage,
+            @org.junit.jupiter.api.io.TempDir java.nio.file.Path root) {
+        MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.FLOAT, 0);
+        List<DataSet> data = TensorParallelTest.batches(DataType.FLOAT, 24, 8);
+        int ranks = DP * TP;
+        int dies = 3;
+        int failed = 5;
+        List<DataSet> faulty = new ArrayList<>(data);
+        int batch = failed * DP + dies / TP;
+        faulty.set(batch, new FailsOnAWorker(data.get(batch)));
+        AtomicReferenceArray<Shard> shards = new AtomicReferenceArray<>(ranks);
+        AtomicReferenceArray<ShrinkReport> reports = new AtomicReferenceArray<>(ranks);
+        try (InJvmWorld world = InJvmWorld.createShrinking(ranks, OPTIONS)) {
+            assertThrows(SymmemException.class, () -> InJvmWorld.runOnEveryRank(world, group -> {
+                try (DeviceMesh mesh = DeviceMesh.of(group, "dp", DP, "tp", TP);
+                     Communicator c = Communicator.create(mesh.group("tp"))) {
+                    MultiLayerNetwork mine = TensorParallel.shard(initial, mesh.coordinate("tp"), TP, 0, 2);
+                    TensorParallel.attach(mine, c);
+                    try (SymmemParallelWrapper wrapper = SymmemParallelWrapper.builder(mine).group(mesh, "dp")
+                            .ompThreadsPerWorker(1).sharding(stage).checkpointEvery(2, root).keepCheckpoints(20)
+                            .onWorkerFailure(WorkerFailure.SHRINK).build()) {
+                        try {
+                            wrapper.fit(new BatchListIterator(group.rank() == dies ? faulty : data));
+                        } catch (ReplicaLostException lost) {
+                            return null;
+                        }
+                        assertEquals(1, wrapper.shrinks().size());
+                        reports.set(group.rank(), wrapper.shrinks().getFirst());
+                        shards.set(group.rank(), Shard.of(mine));
+                    }
+                }
+                return null;
+            }));
+        }
+        List<Integer> survivors = List.of(0, 1, 4, 5);
+        for (int r : survivors) {
+            ShrinkReport s = reports.get(r);
+            assertNotNull(s, "world rank " + r + " finished");
+            assertEquals(failed, s.step());
+            assertEquals(List.of(1), s.dead(), "the lost replica");
+            assertEquals(4, s.resumedAt(), "back to the checkpoint after 4 steps");
+            assertEquals(org.symmem4j.dl4j.train.CheckpointDirectory.stepDir(root.resolve("tp-" + (r % TP) + "-of-" + TP),
+                    4), s.checkpoint(), "world rank " + r + ": its tp shard's checkpoint");
+        }
+        List<Shard> expected = InJvmWorld.runOnEveryRank(survivors.size(), OPTIONS, g -> {
+            try (DeviceMesh mesh = DeviceMesh.of(g, "dp", DP - 1, "tp", TP);
+                 Communicator c = Communicator.create(mesh.group("tp"))) {
+                MultiLayerNetwork mine = TensorParallel.shard(initial, mesh.coordinate("tp"), TP, 0, 2);
+                mine.params().addi(0.5); // only the restore can make the runs agree
+                TensorParallel.attach(mine, c);
+                try (SymmemParallelWrapper w = SymmemParallelWrapper.builder(mine).group(mesh.group("dp"))
+                        .ompThreadsPerWorker(1).sharding(stage).build()) {
+                    w.restoreCheckpoint(reports.get(survivors.get(g.rank())).checkpoint());
+                    w.fit(new BatchListIterator(data));
+                }
+                return Shard.of(mine);
+            }
+        });
+        for (int i = 0; i < survivors.size(); i++) {
+            int r = survivors.get(i);
+            assertArrayEquals(expected.get(i).params(), shards.get(r).params(), "world rank " + r + ": parameters");
+            assertArrayEquals(expected.get(i).state(), shards.get(r).state(), "world rank " + r + ": updater state");
+            assertEquals(expected.get(i).iterations(), shards.get(r).iterations(), "world rank " + r);
+            assertEquals(expected.get(i).epochs(), shards.get(r).epochs(), "world rank " + r);
+        }
     }
 
     /** Plain {@code dp x tp} (no SHRINK) of {@code mine}, this rank's shard, attached here, over {@code data}. */
