@@ -347,7 +347,8 @@ abstract sealed class DataParallelBuilder
      *
      * <p>Group mode (one JVM per worker, {@link #group}): the group must be able to shrink
      * ({@link org.symmem4j.parallel.Group#canShrink()}): a process group on its host transport whose processes
-     * {@code symmem4j-run --on-failure shrink} started. A rank whose step fails on its own (not on a peer's failure)
+     * {@code symmem4j-run --on-failure shrink} started, or the world group of rank threads of
+     * {@code InJvmWorld.createShrinking} (a rank whose task throws is its dead). A rank whose step fails on its own (not on a peer's failure)
      * throws from {@code fit} as with FAIL, and its program should exit: the launcher then announces it dead and the
      * others shrink without it. The others' steps fail on the peer's death; each waits until the launcher names the
      * dead ranks, the survivors form a new process group (re-ranked densely in their old order, its store hosted by
