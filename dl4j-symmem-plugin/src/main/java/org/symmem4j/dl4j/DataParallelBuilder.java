@@ -347,7 +347,8 @@ abstract sealed class DataParallelBuilder
      *
      * <p>Group mode (one JVM per worker, {@link #group}): the group must be able to shrink
      * ({@link org.symmem4j.parallel.Group#canShrink()}): a process group on its host transport whose processes
-     * {@code symmem4j-run --on-failure shrink} started. A rank whose step fails on its own (not on a peer's failure)
+     * {@code symmem4j-run --on-failure shrink} started, or the world group of rank threads of
+     * {@code InJvmWorld.createShrinking} (a rank whose task throws is its dead). A rank whose step fails on its own (not on a peer's failure)
      * throws from {@code fit} as with FAIL, and its program should exit: the launcher then announces it dead and the
      * others shrink without it. The others' steps fail on the peer's death; each waits until the launcher names the
      * dead ranks, the survivors form a new process group (re-ranked densely in their old order, its store hosted by
@@ -387,8 +388,10 @@ abstract sealed class DataParallelBuilder
      * a rank dies: its whole replica (the ranks of its tensor-parallel group) leaves (their {@code fit()} throws
      * {@link ReplicaLostException}), the survivors rebuild the dp and tp groups over the remaining replicas, attach the
      * network to a communicator over its new tp group, and go on as plain {@code dp x tp} on them from the failed step
-     * (docs/shrink.md). Checked at {@code build()} with SHRINK: two dimensions, the network attached to the other
-     * one's group, no sharding, a mesh made from a process group of {@code symmem4j-run --on-failure shrink}.
+     * (docs/shrink.md); with ZeRO stage 1 or 2 (and {@code checkpointEvery}) the survivors go back to the newest
+     * checkpoint of their tp shard, re-sliced onto the fewer dp ranks. Checked at {@code build()} with SHRINK: two
+     * dimensions, the network attached to the other one's group, no stage 3, a mesh made from a process group of
+     * {@code symmem4j-run --on-failure shrink} or from threads of {@code InJvmWorld.createShrinking}.
      *
      * @param mesh         the mesh the network's tensor-parallel group comes from
      * @param dataParallel its data-parallel dimension, e.g. {@code "dp"}
@@ -704,7 +707,8 @@ abstract sealed class DataParallelBuilder
                     + " shrink in place: expected a process group on its host transport started by symmem4j-run"
                     + " --on-failure shrink (SYMMEM4J_MEMBERSHIP_FILE is " + (System.getenv("SYMMEM4J_MEMBERSHIP_FILE")
                     == null ? "unset" : "set") + "), whose launcher names the dead ranks (fix: start the job with"
-                    + " symmem4j-run --on-failure shrink, train as workers(n) threads of one JVM, or recover by RESTART:"
+                    + " symmem4j-run --on-failure shrink, train as workers(n) threads of one JVM or as ranks of"
+                    + " InJvmWorld.createShrinking(n, options), or recover by RESTART:"
                     + " onWorkerFailure(FAIL) with checkpointEvery(k, dir).resumeFrom(dir) under symmem4j-run"
                     + " --max-restarts N)");
         }

@@ -51,7 +51,7 @@ final class MeshShrink implements AutoCloseable {
     /**
      * The {@code build()} checks of SHRINK on a mesh; null when there is none to shrink (no mesh given). Refused, each
      * with the fix: a tensor-parallel network in group mode without the mesh, a mesh of other than two dimensions, a
-     * network not attached to the mesh's other dimension, ZeRO sharding, and a mesh whose world cannot shrink (threads
+     * network not attached to the mesh's other dimension, ZeRO stage 3, and a mesh whose world cannot shrink (threads
      * of one JVM, or processes not started by {@code symmem4j-run --on-failure shrink}).
      */
     static MeshShrink checkBuild(DeviceMesh mesh, String dataParallel, Group group, Model model, ZeroStage sharding) {
@@ -83,19 +83,20 @@ final class MeshShrink implements AutoCloseable {
                     + "' group; fix: TensorParallel.attach(network, Communicator.create(mesh.group(\"" + other
                     + "\"))) before build(), or group(mesh.group(\"" + dataParallel + "\")) with onWorkerFailure(FAIL))");
         }
-        if (sharding != null) {
+        if (sharding == ZeroStage.PARAMETERS) { // stages 1 and 2 go back to the tp shards' checkpoint (ShardedShrink)
             throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=" + sharding + " on a dp x tp mesh:"
-                    + " the survivors would go back to the newest checkpoint of every tp shard, re-sliced onto fewer dp"
-                    + " ranks, which is not implemented for tensor-parallel shards yet; expected no sharding with a mesh"
-                    + " (fix: drop sharding(...) to shrink plain dp x tp, which goes on from the survivors' own state; or "
-                    + restart + ")");
+                    + " the survivors would restore stage 3's parameter blocks of every tp shard onto fewer dp ranks,"
+                    + " which is not implemented; expected no sharding, OPTIMIZER_STATE or GRADIENTS with a mesh (fix:"
+                    + " sharding(ZeroStage.GRADIENTS) with checkpointEvery(k, dir), whose survivors go back to the newest"
+                    + " checkpoint re-sliced onto them; drop sharding(...) to shrink plain dp x tp; or " + restart + ")");
         }
         if (!mesh.group().canShrink()) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK on mesh " + mesh + " whose group " + mesh.group()
                     + " cannot shrink in place: expected processes on their host transport started by symmem4j-run"
-                    + " --on-failure shrink (the launcher names the dead ranks); threads of one JVM as the ranks of a"
-                    + " dp x tp mesh cannot shrink yet (fix: one process per rank under symmem4j-run --on-failure"
-                    + " shrink, or " + restart + ")");
+                    + " --on-failure shrink (the launcher names the dead ranks), or threads of one JVM whose world"
+                    + " InJvmWorld.createShrinking made (it names the ranks whose tasks failed) (fix: one process per"
+                    + " rank under symmem4j-run --on-failure shrink, InJvmWorld.createShrinking(n, options) for thread"
+                    + " ranks, or " + restart + ")");
         }
         return new MeshShrink(mesh, dataParallel, other);
     }

@@ -112,9 +112,11 @@ final class ShardedShrink {
      * @throws DataParallelTrainingException when fewer than {@code minWorkers} survive, the group cannot shrink, or the
      *                                       checkpoint cannot be read back (the wrapper then puts the model back as it
      *                                       was before the fit)
+     * @throws ReplicaLostException on a rank of a {@code dp x tp} mesh ({@code mesh}, null without one) whose replica
+     *                              was lost with a dead rank: it leaves
      */
     Rebuilt rollBack(DataParallelSteps.LostWorkers lost, List<Object> failed, List<Object> readAhead,
-                     Deque<Object> redealt, DataParallelSettings settings, DataParallelWorkers workers) {
+                     Deque<Object> redealt, DataParallelSettings settings, DataParallelWorkers workers, MeshShrink mesh) {
         if (fitStart == null) {
             throw Invariants.violated("sharded shrink at step " + lost.step() + " before the fit's start was recorded",
                     lost.failure());
@@ -124,6 +126,7 @@ final class ShardedShrink {
         List<Integer> dead;
         DataParallelSettings after;
         Group formed = null;
+        AutoCloseable owned = null; // what a failure here closes: the survivors' group, or what the mesh's shrink formed
         if (settings.group() == null) {
             dead = lost.dead();
             int survivors = before - dead.size();
@@ -133,14 +136,26 @@ final class ShardedShrink {
             Nd4jThreadLimit.set(after.ompThreadsPerWorker()); // until the fit's limit is restored at its end
         } else {
             workers.stop(); // this rank's memories and shards of the old group freed (its worker ended with the step)
-            Group.Survivors s = shrinkGroup(settings.group(), lost, cause);
-            formed = s.group();
-            dead = s.dead();
+            Group agreeing; // a mesh's survivors agree over their whole world: every tp rank goes back alike
+            if (mesh != null) { // the dead replicas leave whole (ReplicaLostException on their live ranks)
+                MeshShrink.Formed f = mesh.shrink(model, lost, cause, settings.minWorkers());
+                formed = f.dataParallelGroup();
+                agreeing = f.world();
+                dead = f.deadReplicas();
+                owned = mesh;
+            } else {
+                Group.Survivors s = shrinkGroup(settings.group(), lost, cause);
+                formed = s.group();
+                agreeing = formed;
+                dead = s.dead();
+                owned = formed;
+            }
             try {
                 requireMinWorkers(lost, dead, formed.worldSize(), before, cause, settings.minWorkers());
-                requireSameRollbackPoint(formed, lost, before);
+                // a mesh's dp groups may have failed at different steps: its tag names none (its world is new)
+                requireSameRollbackPoint(agreeing, mesh != null ? "mesh" : lost.step() + "-of-" + before, lost);
             } catch (RuntimeException e) {
-                RankRuntime.closeQuietly(formed);
+                RankRuntime.closeQuietly(owned);
                 throw e;
             }
             after = settings.withGroup(formed);
@@ -170,7 +185,7 @@ final class ShardedShrink {
             }
         } catch (IOException | RuntimeException e) {
             rebuilt.stop();
-            RankRuntime.closeQuietly(formed); // null in thread mode
+            RankRuntime.closeQuietly(owned); // null in thread mode
             DataParallelTrainingException t = new DataParallelTrainingException("data-parallel fit failed: worker(s) "
                     + dead + " failed at step " + lost.step() + " (" + cause + ") and the survivors could not go"
                     + " back to " + (checkpoint == null ? "the fit's start" : "the checkpoint " + checkpoint) + ": " + e
@@ -193,7 +208,7 @@ final class ShardedShrink {
         since.clear(); // the redo deals them again, and they are kept again as it trains them
         ShrinkReport report = new ShrinkReport(lost.step(), dead, before, survivors, true, String.valueOf(cause),
                 lost.failedNanos(), System.nanoTime(), step, checkpoint);
-        return new Rebuilt(after, rebuilt, step, batches, examples, report, formed);
+        return new Rebuilt(after, rebuilt, step, batches, examples, report, mesh != null ? null : formed);
     }
 
     /**
@@ -221,10 +236,9 @@ final class ShardedShrink {
      * the restore is collective. They took the same checkpoints (a periodic checkpoint completes on every rank or fails
      * the fit), so a difference is a bug.
      */
-    private void requireSameRollbackPoint(Group survivors, DataParallelSteps.LostWorkers lost, int before) {
+    private void requireSameRollbackPoint(Group survivors, String tag, DataParallelSteps.LostWorkers lost) {
         String mine = checkpoint == null ? "fit-start" : Long.toString(checkpointStep);
-        List<String> all = RankAgreement.allGather(survivors, "symmem4j-wrapper-zero-shrink-" + lost.step() + "-of-"
-                + before, mine);
+        List<String> all = RankAgreement.allGather(survivors, "symmem4j-wrapper-zero-shrink-" + tag, mine);
         if (all.stream().anyMatch(p -> !p.equals(mine))) {
             throw Invariants.violated("sharded shrink at step " + lost.step() + ": the survivors' rollback points differ"
                     + " (newest checkpoint's step, by new rank: " + all + ")", lost.failure());

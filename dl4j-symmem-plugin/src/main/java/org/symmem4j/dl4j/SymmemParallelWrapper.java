@@ -510,7 +510,7 @@ public final class SymmemParallelWrapper implements AutoCloseable {
     /** ZeRO sharding's shrink ({@link ShardedShrink}): the survivors' workers go on from the rollback point. */
     private ShardedShrink.Rebuilt rollBack(DataParallelSteps.LostWorkers lost, List<Object> failed, List<Object> readAhead,
                                            java.util.Deque<Object> redealt) {
-        ShardedShrink.Rebuilt r = sharded.rollBack(lost, failed, readAhead, redealt, settings, workers);
+        ShardedShrink.Rebuilt r = sharded.rollBack(lost, failed, readAhead, redealt, settings, workers, meshShrink);
         settings = r.settings();
         workers = r.workers();
         steps = new DataParallelSteps(model, settings, metrics, stepListeners, timeline, workers);

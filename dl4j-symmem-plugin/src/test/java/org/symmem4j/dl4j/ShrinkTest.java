@@ -165,6 +165,46 @@ class ShrinkTest {
         }
     }
 
+    /**
+     * Group mode with ranks that are threads of a world made by {@code InJvmWorld.createShrinking}: rank 1's worker fails
+     * in step 1, its task ends with the failure and the world names it dead; ranks 0 and 2 shrink and end bitwise as
+     * plain data parallelism on them from the failed step (the same reference as thread mode's).
+     */
+    @Test
+    void groupModeOnThreadRanksOfAShrinkingWorldDropsTheRankWhoseTaskFailed() {
+        List<DataSet> data = Nets.batches(15, 15, 8, DataType.FLOAT);
+        List<DataSet> faulty = new ArrayList<>(data);
+        // step 1 of three ranks deals batches 3, 4, 5: rank 1's worker fails on batch 4
+        faulty.set(4, new FailsOnceOnAWorker(data.get(4), () -> new IllegalStateException("injected fault")));
+        MultiLayerNetwork start = Nets.mlp(Nets.updater("adam"), DataType.FLOAT);
+        java.util.concurrent.atomic.AtomicReferenceArray<MultiLayerNetwork> ends =
+                new java.util.concurrent.atomic.AtomicReferenceArray<>(3);
+        try (org.symmem4j.parallel.group.InJvmWorld world = org.symmem4j.parallel.group.InJvmWorld.createShrinking(3,
+                org.symmem4j.parallel.GroupOptions.defaults().withTimeout(java.time.Duration.ofSeconds(60)))) {
+            org.symmem4j.parallel.SymmemException e = assertThrows(org.symmem4j.parallel.SymmemException.class,
+                    () -> org.symmem4j.parallel.group.InJvmWorld.runOnEveryRank(world, group -> {
+                        MultiLayerNetwork mine = start.clone();
+                        try (SymmemParallelWrapper wrapper = SymmemParallelWrapper.builder(mine).group(group)
+                                .ompThreadsPerWorker(1).onWorkerFailure(WorkerFailure.SHRINK).build()) {
+                            wrapper.fit(new BatchListIterator(faulty));
+                            assertEquals(2, wrapper.workers());
+                            ShrinkReport s = wrapper.shrinks().getFirst();
+                            assertEquals(1, s.step());
+                            assertEquals(List.of(1), s.dead());
+                            assertTrue(s.redone());
+                        }
+                        ends.set(group.rank(), mine);
+                        return null;
+                    }));
+            assertTrue(e.getMessage().startsWith("rank 1 failed") && String.valueOf(e.getCause()).contains(
+                    "injected fault"), e.toString());
+        }
+        assertTrue(ends.get(1) == null);
+        MultiLayerNetwork expected = reference(start, data, 3, 1, 2);
+        assertSameState(expected, ends.get(0));
+        assertSameState(expected, ends.get(2));
+    }
+
     @Test
     void aFailureLeavingFewerThanMinWorkersEndsFitWithAClearErrorAndTheModelAsBefore() {
         List<DataSet> data = new ArrayList<>(Nets.batches(13, 12, 8, DataType.FLOAT));

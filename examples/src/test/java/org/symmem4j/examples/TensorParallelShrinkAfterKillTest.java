@@ -109,4 +109,79 @@ class TensorParallelShrinkAfterKillTest {
         }
         ShrinkAfterKillTest.assertNoSharedMemoryLeft(r.out(), log, ranks, gone);
     }
+
+    /**
+     * ZeRO stage 2 on the mesh's dp axis across processes: checkpoints every 2 steps, world rank 3 killed after step 4
+     * (the checkpoint after 4 steps complete). The survivors go back to their tp shard's checkpoint after 4 steps,
+     * re-sliced from 3 onto 2 dp ranks, and redo the steps since it; each survivor's shard equals, bitwise, a fresh
+     * {@code dp 2 x tp 2} stage-2 run as threads of this JVM resumed from that checkpoint (from perturbed parameters:
+     * only the restore can make them agree). No {@code /dev/shm} file of the job is left.
+     */
+    @org.junit.jupiter.api.Test
+    @Timeout(value = 10, unit = TimeUnit.MINUTES)
+    void zeroStage2OnTheDpAxisGoesBackToEachTpShardsCheckpointReslicedOntoTheSurvivors(@TempDir Path dir)
+            throws IOException {
+        int ranks = DP * TP;
+        int killed = 3;
+        int killAfter = 4;
+        List<Integer> gone = List.of(2, 3);
+        List<Integer> survivors = List.of(0, 1, 4, 5);
+        Path out = dir.resolve("out");
+        Path ckpt = dir.resolve("ckpt");
+        Launcher.Result r = ShrinkAfterKillTest.launch(ranks, RestartAfterKillTest.freePort(), "-Xmx384m",
+                TensorParallelShrinkingTraining.class, out.toString(), Integer.toString(DP), Integer.toString(TP),
+                Integer.toString(killed), Integer.toString(killAfter), "GRADIENTS", ckpt.toString());
+        String log = r.err() + "\n" + r.out();
+        assertEquals(0, r.status(), log);
+        Matcher m = Pattern.compile("\\[rank (\\d)\\] SHRUNK step (\\d+) dead \\[1\\] from 3 to 2 redone true resumed at"
+                + " (\\d+) ms mesh .* back to step 4 checkpoint (\\S+)").matcher(r.out());
+        Matcher kill = Pattern.compile("KILL rank \\d after step \\d+ at (\\d+) ms").matcher(r.out());
+        assertTrue(kill.find(), log);
+        long latestResume = 0;
+        List<Integer> shrunk = new ArrayList<>();
+        java.util.Map<Integer, Path> checkpointOf = new java.util.HashMap<>();
+        while (m.find()) {
+            int rank = Integer.parseInt(m.group(1));
+            shrunk.add(rank);
+            assertEquals(killAfter + 1, Integer.parseInt(m.group(2)), "the failed step: " + log);
+            latestResume = Math.max(latestResume, Long.parseLong(m.group(3)));
+            checkpointOf.put(rank, Path.of(m.group(4)));
+            assertEquals(org.symmem4j.dl4j.train.CheckpointDirectory.stepDir(ckpt.resolve("tp-" + (rank % TP) + "-of-"
+                    + TP), 4), Path.of(m.group(4)), "its tp shard's checkpoint after 4 steps: " + log);
+        }
+        System.out.printf(Locale.ROOT, "TensorParallelShrinkAfterKillTest: ZeRO stage 2 on dp %d x tp %d, world rank %d"
+                + " killed after step %d; the survivors' first step after the checkpoint's restore handed out %.2f s"
+                + " after the kill (the latest of %d)%n", DP, TP, killed, killAfter,
+                (latestResume - Long.parseLong(kill.group(1))) / 1000.0, survivors.size());
+        java.util.Collections.sort(shrunk);
+        assertEquals(survivors, shrunk, "every survivor went back to the checkpoint: " + log);
+
+        List<DataSet> data = TensorParallelShrinkingTraining.batches();
+        GroupOptions options = GroupOptions.defaults().withTimeout(TensorParallelShrinkingTraining.TIMEOUT);
+        List<byte[]> expected = InJvmWorld.runOnEveryRank(survivors.size(), options, g -> {
+            try (org.symmem4j.parallel.DeviceMesh mesh = org.symmem4j.parallel.DeviceMesh.of(g, "dp", DP - 1, "tp", TP);
+                 org.symmem4j.parallel.Communicator c = org.symmem4j.parallel.Communicator.create(mesh.group("tp"))) {
+                MultiLayerNetwork mine = TensorParallelShrinkingTraining.shard(mesh.coordinate("tp"), TP);
+                mine.params().addi(0.5); // only the restore can make the runs agree
+                org.symmem4j.dl4j.tensor.TensorParallel.attach(mine, c);
+                try (org.symmem4j.dl4j.SymmemParallelWrapper w = org.symmem4j.dl4j.SymmemParallelWrapper.builder(mine)
+                        .group(mesh.group("dp")).ompThreadsPerWorker(1).sharding(org.symmem4j.dl4j.ZeroStage.GRADIENTS)
+                        .build()) {
+                    w.restoreCheckpoint(checkpointOf.get(survivors.get(g.rank())));
+                    w.fit(new ListIterator(data));
+                }
+                return TensorParallelRestartingTraining.result(mine);
+            }
+        });
+        for (int i = 0; i < survivors.size(); i++) {
+            int rank = survivors.get(i);
+            byte[] found = Files.readAllBytes(out.resolve("rank-" + rank + ".bin"));
+            assertArrayEquals(expected.get(i), found, "world rank " + rank + ": its shard bitwise as a dp 2 x tp 2"
+                    + " stage-2 run resumed from its checkpoint: " + log);
+        }
+        for (int g : gone) {
+            assertTrue(!Files.exists(out.resolve("rank-" + g + ".bin")), log);
+        }
+        ShrinkAfterKillTest.assertNoSharedMemoryLeft(r.out(), log, ranks, gone);
+    }
 }

@@ -14,6 +14,7 @@ import org.symmem4j.dl4j.ReplicaLostException;
 import org.symmem4j.dl4j.ShrinkReport;
 import org.symmem4j.dl4j.SymmemParallelWrapper;
 import org.symmem4j.dl4j.WorkerFailure;
+import org.symmem4j.dl4j.ZeroStage;
 import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.symmem4j.parallel.Communicator;
 import org.symmem4j.parallel.DeviceMesh;
@@ -34,7 +35,11 @@ import org.symmem4j.parallel.group.ProcessGroup;
  * files it maps after the fit and after closing, and a survivor writes {@code out/rank-<world rank>.bin}
  * ({@link TensorParallelRestartingTraining#result}: its shard's parameters, updater state and counters as raw bits).
  *
- * <pre>TensorParallelShrinkingTraining outDir dp tp killRank killAfterStep</pre>
+ * <p>With a ZeRO stage and a checkpoint root as the last two arguments, the wrapper shards the updater state over the dp
+ * axis ({@code sharding(stage)}) and checkpoints every 2 steps into the root (each tp rank its {@code tp-R-of-S}); the
+ * survivors then go back to the newest checkpoint, and each prints it with its shrink.
+ *
+ * <pre>TensorParallelShrinkingTraining outDir dp tp killRank killAfterStep [stage checkpointRoot]</pre>
  */
 public final class TensorParallelShrinkingTraining {
 
@@ -60,6 +65,8 @@ public final class TensorParallelShrinkingTraining {
         int tp = Integer.parseInt(args[2]);
         int killRank = Integer.parseInt(args[3]);
         long killAfter = Long.parseLong(args[4]);
+        ZeroStage stage = args.length > 5 ? ZeroStage.valueOf(args[5]) : null;
+        Path checkpoints = args.length > 6 ? Path.of(args[6]) : null;
         System.out.println("PID " + ProcessHandle.current().pid());
         byte[] result = null;
         ProcessGroup world = ProcessGroup.fromEnvironment(GroupOptions.defaults().withTimeout(TIMEOUT));
@@ -68,7 +75,11 @@ public final class TensorParallelShrinkingTraining {
             MultiLayerNetwork mine = shard(mesh.coordinate("tp"), tp);
             try (Communicator c = Communicator.create(mesh.group("tp"))) {
                 TensorParallel.attach(mine, c);
-                try (SymmemParallelWrapper wrapper = SymmemParallelWrapper.builder(mine).group(mesh, "dp")
+                SymmemParallelWrapper.Builder builder = SymmemParallelWrapper.builder(mine).group(mesh, "dp");
+                if (stage != null) {
+                    builder.sharding(stage).checkpointEvery(2, checkpoints).keepCheckpoints(20);
+                }
+                try (SymmemParallelWrapper wrapper = builder
                         .ompThreadsPerWorker(1).onWorkerFailure(WorkerFailure.SHRINK)
                         .stepListener(report -> {
                             if (rank == killRank && report.step() == killAfter) {
@@ -89,8 +100,9 @@ public final class TensorParallelShrinkingTraining {
                     long nowMillis = System.currentTimeMillis();
                     for (ShrinkReport s : wrapper.shrinks()) {
                         System.out.printf(Locale.ROOT, "SHRUNK step %d dead %s from %d to %d redone %b resumed at %d ms"
-                                + " mesh %s%n", s.step(), s.dead(), s.workersBefore(), s.workersAfter(), s.redone(),
-                                nowMillis - (nowNanos - s.resumedNanos()) / 1_000_000, wrapper.mesh());
+                                + " mesh %s back to step %d checkpoint %s%n", s.step(), s.dead(), s.workersBefore(),
+                                s.workersAfter(), s.redone(), nowMillis - (nowNanos - s.resumedNanos()) / 1_000_000,
+                                wrapper.mesh(), s.resumedAt(), s.checkpoint());
                     }
                     System.out.printf(Locale.ROOT, "DONE world rank %d, %d replicas at the end, %d iterations%n", rank,
                             wrapper.workers(), mine.getIterationCount());

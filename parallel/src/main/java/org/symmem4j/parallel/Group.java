@@ -198,7 +198,8 @@ public interface Group extends AutoCloseable {
 
     /**
      * Whether this group can shrink in place ({@link #shrink()}): a group with a membership authority that names
-     * its dead ranks (a process group started by {@code symmem4j-run --on-failure shrink}).
+     * its dead ranks (a process group started by {@code symmem4j-run --on-failure shrink}, or the world group of
+     * threads of {@code InJvmWorld.createShrinking}, whose failed tasks are its dead).
      *
      * @return false unless {@link #shrink()} is available
      */
@@ -235,9 +236,10 @@ public interface Group extends AutoCloseable {
      */
     default Survivors shrink(java.util.function.IntFunction<int[]> lostWith) {
         throw new UnsupportedOperationException(getClass().getSimpleName() + " cannot shrink in place: expected a"
-                + " process group started by symmem4j-run --on-failure shrink (a group with a membership authority);"
-                + " fix: start the job with symmem4j-run --on-failure shrink, and call shrink() only when canShrink()"
-                + " is true");
+                + " process group started by symmem4j-run --on-failure shrink, or the world group of threads of"
+                + " InJvmWorld.createShrinking (a group with a membership authority); fix: start the job with"
+                + " symmem4j-run --on-failure shrink, or its threads with InJvmWorld.createShrinking(n, options), and"
+                + " call shrink() only when canShrink() is true");
     }
 
     /** Leaves the group. Close symmetric memory and communicators first. */

@@ -212,8 +212,9 @@ class TensorAndDataParallelTest {
 
     /**
      * SHRINK on a dp x tp mesh refuses at build(), on every rank and before anything is allocated, what it cannot do:
-     * the dp group without its mesh (a dead rank takes its replica's tp peers with it), ZeRO sharding, and ranks that are
-     * threads of one JVM (no membership authority names the dead); each message names the fix.
+     * the dp group without its mesh (a dead rank takes its replica's tp peers with it), ZeRO stage 3 (stages 1 and 2
+     * go back to the newest checkpoint: TensorParallelThreadShrinkTest), and ranks that are
+     * threads of a world not created shrinking (no membership authority names the dead); each message names the fix.
      */
     @org.junit.jupiter.api.Test
     void shrinkOnADpTimesTpMeshRefusesAtBuildWhatItCannotDo() {
@@ -221,13 +222,14 @@ class TensorAndDataParallelTest {
         java.util.Map<String, java.util.function.BiFunction<SymmemParallelWrapper.Builder, DeviceMesh,
                 SymmemParallelWrapper.Builder>> cases = new java.util.LinkedHashMap<>();
         cases.put("without the mesh", (b, mesh) -> b.group(mesh.group("dp")));
-        cases.put("ZeRO", (b, mesh) -> b.group(mesh, "dp").sharding(ZeroStage.OPTIMIZER_STATE));
+        cases.put("ZeRO stage 3", (b, mesh) -> b.group(mesh, "dp").sharding(ZeroStage.PARAMETERS));
         cases.put("threads", (b, mesh) -> b.group(mesh, "dp"));
         java.util.Map<String, List<String>> expected = java.util.Map.of(
                 "without the mesh", List.of("a tensor-parallel network on group(", "fix: builder(network).group(mesh, \"dp\")"),
-                "ZeRO", List.of("sharding=OPTIMIZER_STATE on a dp x tp mesh", "fix: drop sharding(...)"),
-                "threads", List.of("cannot shrink in place", "threads of one JVM as the ranks of a dp x tp mesh cannot"
-                        + " shrink yet", "fix: one process per rank under symmem4j-run --on-failure shrink"));
+                "ZeRO stage 3", List.of("sharding=PARAMETERS on a dp x tp mesh", "fix: sharding(ZeroStage.GRADIENTS)"
+                        + " with checkpointEvery(k, dir)"),
+                "threads", List.of("cannot shrink in place", "fix: one process per rank under symmem4j-run --on-failure"
+                        + " shrink, InJvmWorld.createShrinking(n, options) for thread ranks"));
         for (var c : cases.entrySet()) {
             List<String> messages = InJvmWorld.runOnEveryRank(4, GroupOptions.defaults().withTimeout(Duration.ofSeconds(60)),
                     group -> {

@@ -171,6 +171,10 @@ public final class InJvmGroup implements Group, PeerThreads {
 
     @Override
     public boolean isAlive(int peer) {
+        InJvmMembership m = world.membership();
+        if (m != null && m.isDead(worldRank(peer))) {
+            return false; // its task failed: a shrink's join never waits for it
+        }
         Thread t = world.owner(worldRank(peer));
         // A rank that has not joined yet is not known dead: it may still be starting.
         return t == null || t.isAlive();
@@ -224,6 +228,29 @@ public final class InJvmGroup implements Group, PeerThreads {
     @Override
     public Group split(int color, int key, String label) {
         return GroupSplit.split(this, color, key, label);
+    }
+
+    /**
+     * True for the world's group of a world created by {@link InJvmWorld#createShrinking} (the world names its dead
+     * ranks); a sub-group cannot shrink (shrink the world's group, or a {@link DeviceMesh} over it).
+     */
+    @Override
+    public boolean canShrink() {
+        return world.membership() != null && worldRanks == null && transport == hostTransport;
+    }
+
+    /**
+     * In-place shrink ({@link Group#shrink(java.util.function.IntFunction)}) of a shrinking world's group: waits (at
+     * most the timeout) until a rank's task failed, then the survivors join a new world of their own, numbered densely
+     * in their old order; this group is aborted (its teardown waits for nobody). The new world is closed with this one.
+     */
+    @Override
+    public Survivors shrink(java.util.function.IntFunction<int[]> lostWith) {
+        if (!canShrink()) {
+            return Group.super.shrink(lostWith); // says why not
+        }
+        checkOpen();
+        return world.membership().shrink(this, lostWith);
     }
 
     @Override

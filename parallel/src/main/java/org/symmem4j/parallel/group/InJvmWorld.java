@@ -73,8 +73,14 @@ public final class InJvmWorld implements AutoCloseable {
      */
     private final Map<String, AtomicReferenceArray<GroupAbort>> abortsByGroup = new ConcurrentHashMap<>();
     private final List<AutoCloseable> resources = new ArrayList<>();
+    /** Who is dead, for {@link Group#shrink}: null unless created shrinking ({@link #createShrinking}). */
+    private final InJvmMembership membership;
 
     private InJvmWorld(int worldSize, GroupOptions options, Transport transport) {
+        this(worldSize, options, transport, null);
+    }
+
+    private InJvmWorld(int worldSize, GroupOptions options, Transport transport, InJvmMembership membership) {
         if (worldSize < 1) {
             throw new IllegalArgumentException("worldSize=" + worldSize + " must be >= 1 (the number of ranks;"
                     + " fix: pass e.g."
@@ -87,6 +93,7 @@ public final class InJvmWorld implements AutoCloseable {
         // a device transport's control plane needs host memory the threads share: the world's own
         this.hostTransport = transport instanceof InJvmTransport ? transport : new InJvmTransport();
         this.owners = new AtomicReferenceArray<>(worldSize);
+        this.membership = membership;
     }
 
     /**
@@ -110,6 +117,38 @@ public final class InJvmWorld implements AutoCloseable {
      */
     public static InJvmWorld create(int worldSize, GroupOptions options) {
         return new InJvmWorld(worldSize, options, new InJvmTransport());
+    }
+
+    /**
+     * A world of {@code worldSize} ranks on host memory whose world group can shrink in place
+     * ({@link Group#canShrink()}, {@link Group#shrink(java.util.function.IntFunction)}), as a process group under
+     * {@code symmem4j-run --on-failure shrink} can: the world is the membership authority. A rank whose task in
+     * {@link #runOnEveryRank(InJvmWorld, RankTask)} throws is dead (as a process that exits with an error); the
+     * survivors' {@code shrink()} waits (at most the timeout) until one is, and joins them into a new world of their
+     * own, numbered densely in their old order, which this world closes with itself. A task that returns is not dead
+     * (a rank whose replica was lost leaves that way). Sub-groups cannot shrink (shrink the world's group, or a
+     * {@link org.symmem4j.parallel.DeviceMesh} over it). {@link #runOnEveryRank(InJvmWorld, RankTask)} still throws
+     * the first failure: the survivors' results are theirs to keep.
+     *
+     * @param worldSize number of ranks (threads), at least 1
+     * @param options   timeout and waiting of every group of this world and of the worlds its shrinks form
+     * @return the world; run its ranks with {@link #runOnEveryRank(InJvmWorld, RankTask)}, which announces the dead
+     * @throws IllegalArgumentException when {@code worldSize} is below 1
+     */
+    public static InJvmWorld createShrinking(int worldSize, GroupOptions options) {
+        return new InJvmWorld(worldSize, options, new InJvmTransport(), InJvmMembership.first(Math.max(worldSize, 0)));
+    }
+
+    /** The survivors' world of a shrink of this one: the same options and transport, closed with this world. */
+    InJvmWorld formShrunk(int size, InJvmMembership next) {
+        InJvmWorld shrunk = new InJvmWorld(size, options, transport, next);
+        track(shrunk);
+        return shrunk;
+    }
+
+    /** {@return the membership authority of a shrinking world, or null} */
+    InJvmMembership membership() {
+        return membership;
     }
 
     /**
@@ -212,6 +251,9 @@ public final class InJvmWorld implements AutoCloseable {
                     results.set(rank, task.run(g));
                 } catch (Throwable t) {
                     failures[rank] = t;
+                    if (world.membership != null) {
+                        world.membership.died(rank); // a shrinking world's survivors go on without it
+                    }
                 }
             });
         }

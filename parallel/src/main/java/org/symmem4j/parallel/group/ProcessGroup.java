@@ -798,31 +798,19 @@ public final class ProcessGroup implements Group {
                     + " end this process: the survivors go on without it)");
         }
         // the dead and the ranks they take out with them: every survivor computes the same set from the same dead
-        java.util.SortedSet<Integer> lost = new java.util.TreeSet<>();
-        for (int d : dead) {
-            for (int r : lostWith.apply(d)) {
-                if (r < 0 || r >= worldSize()) {
-                    throw new IllegalArgumentException("rank=" + rank() + " of " + identity + ": shrink's lostWith("
-                            + d + ") named rank " + r + ", outside [0, " + worldSize() + ") (expected ranks of this"
-                            + " group; fix: name the ranks that leave with a dead one in this group's numbering)");
-                }
-                lost.add(r);
-            }
-            lost.add(d);
-        }
-        List<Integer> leaving = lost.stream().filter(r -> !dead.contains(r)).toList();
+        ShrinkPlan plan = ShrinkPlan.of(worldSize(), rank(), dead, lostWith, identity.toString());
         java.util.SortedSet<Integer> gone = new java.util.TreeSet<>(deadLaunchRanks);
         List<Integer> survivors = new ArrayList<>();
         for (int r = 0; r < worldSize(); r++) {
-            if (!lost.contains(r)) {
+            if (!plan.leaves(r)) {
                 survivors.add(lineage.launchRanks().get(r));
             } else {
                 gone.add(lineage.launchRanks().get(r)); // the same name whether a leaving rank has exited yet or not
             }
         }
-        if (lost.contains(rank())) {
+        if (plan.leaves(rank())) {
             abortState.raise(dead.getFirst(), "rank=" + rank() + ": leaves with dead ranks " + dead + " of " + identity);
-            return new Survivors(null, List.copyOf(dead), leaving);
+            return new Survivors(null, List.copyOf(dead), plan.leaving());
         }
         int newRank = survivors.indexOf(lineage.launchRanks().get(rank()));
         StringBuilder without = new StringBuilder();
@@ -843,7 +831,7 @@ public final class ProcessGroup implements Group {
         }
         ProcessGroup shrunk = new ProcessGroup(next, options, secret, device,
                 new Lineage(lineage.runId(), lineage.masterPort(), List.copyOf(survivors), portFile));
-        return new Survivors(shrunk, List.copyOf(dead), leaving);
+        return new Survivors(shrunk, List.copyOf(dead), plan.leaving());
     }
 
 }
