@@ -253,7 +253,7 @@ public final class Configuration {
                     + " `Thread.onSpinWait()` before its idle strategy's first pause: a pause takes tens of ns on"
                     + " recent Xeons, so a wait notices a peer's store only at the pause's granularity, and work done"
                     + " just before the wait shifts when it polls (to compare in `FlightRecorderCostBench --arrivals"
-                    + " in-shadow,in-shadow+spin64`); read once per JVM")
+                    + " in-shadow,in-shadow+spin256`); read once per JVM")
             .build(0, "`0`", value -> {
                 int n = Integer.parseInt(value.strip());
                 if (n < 0 || n > 4096) {
