@@ -52,8 +52,9 @@ public final class ControlPlane implements AutoCloseable {
     /**
      * Whether the recorder's entry is written at arrival, and whether its verdict and return are recorded: both,
      * unless the diagnostic {@link Configuration#FLIGHT_RECORDER_PROBE} leaves a part out to find where the one-shot
-     * cost comes from ({@code arrival}: the entry only; {@code none}: nothing, an A/A control of the benchmark's switching). Read
-     * once per JVM, so C2 folds the branches they guard: with {@code all} the hot path is the one without the setting.
+     * cost comes from ({@code arrival}: the entry only; {@code none}: nothing, an A/A control of the benchmark's
+     * switching). Read once per JVM, so C2 folds the branches they guard: with {@code all} the hot path is the one
+     * without the setting.
      */
     private static final boolean RECORD_ARRIVAL = !"none".equals(Configuration.FLIGHT_RECORDER_PROBE.get());
     private static final boolean RECORD_ENDS = "all".equals(Configuration.FLIGHT_RECORDER_PROBE.get());

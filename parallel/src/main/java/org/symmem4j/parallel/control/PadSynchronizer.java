@@ -97,8 +97,8 @@ public final class PadSynchronizer implements WaitSubject {
 
     /**
      * Polls a wait makes without a pause before its idle strategy begins ({@link Configuration#WAIT_SPIN_FIRST}, 0 by
-     * default, read once per JVM): a pause ({@code Thread.onSpinWait()}) lasts tens of ns on recent Xeons, so a spinning
-     * wait notices the peer's store only at that granularity, and work done just before the wait (the flight
+     * default, read once per JVM): a pause ({@code Thread.onSpinWait()}) lasts tens of ns on recent Xeons, so a
+     * spinning wait notices the peer's store only at that granularity, and work done just before the wait (the flight
      * recorder's entry, in the entry barrier's shadow) shifts every poll after it. The experiment of issue #36.
      */
     private static final int SPIN_FIRST = Configuration.WAIT_SPIN_FIRST.get();
