@@ -19,6 +19,12 @@
 # 128 bytes from any other heap object, the false-sharing test), one-shot and two-shot on 2 ranks:
 #   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --forks 3 --pairs 150 --arrivals in-shadow,in-shadow+padded --ops-forks 1
 #
+# Where the one-shot cost beyond the calls goes (docs/flight-recorder.md, "Where the rest goes"): the default against
+# an A/A control (+none: recorder on, none of its calls), the entry's write alone (+arrival) and the waits polling 256
+# times without a pause first (+spin256, off and on alike), one-shot on 2 ranks, about 4.5 minutes:
+#   CPUS=1,2,3,4 bench/flight-recorder-cost.sh --ranks 2 --algorithms ONE_SHOT --forks 3 --pairs 150 \
+#     --arrivals in-shadow,in-shadow+none,in-shadow+arrival,in-shadow+spin256 --ops-forks 1
+#
 # CPUS pins rank r to the r-th CPU listed (one per rank of the largest --ranks; fewer: nothing is pinned).
 # Needs at least 4 idle cores (every rank spins on a core of its own). On a lent machine (no Java there) use the
 # shared-state pack instead: bench/shared-state/pack.sh, then the device tool with

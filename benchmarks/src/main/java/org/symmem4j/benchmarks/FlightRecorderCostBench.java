@@ -42,6 +42,12 @@ import picocli.CommandLine.Option;
  * in-shadow,in-shadow+compact,in-shadow@256} measures the default layout with 1,024 entries (68 KiB walked per lap of
  * the ring, more than a 48 KiB L1), the compact 32-byte entries with 1,024 (32 KiB) and the default layout with 256
  * (17 KiB) in one run: the cache-footprint test of #36. The recorder-calls benchmark then also runs compact.
+ * {@code --arrivals in-shadow,in-shadow+none,in-shadow+arrival,in-shadow+spin64,in-shadow+arrival+spin64} finds
+ * where the one-shot cost comes from: {@code +none} switches the recorder on but makes none of its calls (an A/A
+ * control of the switching: on − off must be 0), {@code +arrival} makes only the entry's write in the barrier's shadow
+ * (the rest, all − arrival, is the verdict and return on the critical path), and {@code +spin64} has every pad wait poll
+ * 64 times without a pause before its back-off, off and on alike: if the shadow's cost is the pause's granularity (the
+ * work before the wait shifting every poll after it), it goes with the pauses.
  * {@code --arrivals in-shadow,in-shadow+padded} measures the product's placement against the same with the recorder's
  * per-collective writes padded away from every other heap object ({@code -Dsymmem4j.flight.recorder.padded=true}: the
  * false-sharing test of #36), one cell each.
@@ -94,7 +100,10 @@ public final class FlightRecorderCostBench {
                 + " collective's entry, one cell each: after-wait (once the entry barrier passed), in-shadow (between"
                 + " the publish and the wait, the product's default); either with +padded: the recorder's writes kept"
                 + " 128 bytes from every other heap object (-Dsymmem4j.flight.recorder.padded=true); or with +compact: 32-byte"
-                + " entries (-Dsymmem4j.flight.recorder.compact=true); and @E: a ring of E entries for that cell")
+                + " entries (-Dsymmem4j.flight.recorder.compact=true); +arrival: only the entry's write (-Dsymmem4j.flight.recorder.probe"
+                + "=arrival), +none: none of the recorder's calls, the A/A control (probe=none); +spinN: the waits poll N"
+                + " times without a pause first (-Dsymmem4j.wait.spinfirst=N, off and on alike); and @E: a ring of E"
+                + " entries for that cell")
         List<String> arrivals = List.of(FlightRecorderPairedBenchmark.ARRIVAL_DEFAULT);
     }
 

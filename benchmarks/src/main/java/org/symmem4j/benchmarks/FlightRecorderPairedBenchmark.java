@@ -85,28 +85,41 @@ public class FlightRecorderPairedBenchmark {
     static final String COMPACT_PROPERTY = "symmem4j.flight.recorder.compact";
     /** A cell's suffix that adds {@code -Dsymmem4j.flight.recorder.compact=true} to its forks. */
     static final String COMPACT_SUFFIX = "+compact";
+    /** {@link Configuration#FLIGHT_RECORDER_PROBE}'s property. */
+    static final String PROBE_PROPERTY = "symmem4j.flight.recorder.probe";
+    /** {@link Configuration#WAIT_SPIN_FIRST}'s property. */
+    static final String SPIN_FIRST_PROPERTY = "symmem4j.wait.spinfirst";
+    /** A cell's suffix that sets {@code -Dsymmem4j.flight.recorder.probe=arrival}: only the entry's write is made. */
+    static final String ARRIVAL_ONLY_SUFFIX = "+arrival";
+    /** A cell's suffix that sets {@code -Dsymmem4j.flight.recorder.probe=none}: the A/A control (on − off must be 0). */
+    static final String NONE_SUFFIX = "+none";
+    /** A cell's suffix before a count, {@code +spin64}: {@code -Dsymmem4j.wait.spinfirst=64} in its forks. */
+    static final String SPIN_PREFIX = "+spin";
     /** A cell's suffix before a ring size of its own ({@code in-shadow@256}) instead of {@code --entries}. */
     static final String ENTRIES_SEPARATOR = "@";
     /**
-     * The placements {@link #ARRIVAL_PROPERTY} accepts; a cell of {@code --arrivals} is one of them, optionally
-     * followed by {@link #PADDED_SUFFIX} or {@link #COMPACT_SUFFIX} and by {@code @E}, a ring of E entries.
+     * The placements {@link #ARRIVAL_PROPERTY} accepts; a cell of {@code --arrivals} is one of them, followed by any of
+     * {@link #PADDED_SUFFIX}, {@link #COMPACT_SUFFIX}, {@link #ARRIVAL_ONLY_SUFFIX}, {@link #NONE_SUFFIX} and
+     * {@code +spinN} (each at most once), and by {@code @E}, a ring of E entries.
      */
     static final java.util.List<String> ARRIVALS = java.util.List.of("after-wait", "in-shadow");
 
     /**
-     * One cell of {@code --arrivals}, parsed: {@code WHERE[+padded|+compact][@ENTRIES]}.
+     * One cell of {@code --arrivals}, parsed: {@code WHERE[+padded|+compact][+arrival|+none][+spinN][@ENTRIES]}.
      *
-     * @param where   {@code after-wait} or {@code in-shadow}
-     * @param padded  {@link Configuration#FLIGHT_RECORDER_PADDED}
-     * @param compact {@link Configuration#FLIGHT_RECORDER_COMPACT}
-     * @param entries the recorder's entries while on
+     * @param where     {@code after-wait} or {@code in-shadow}
+     * @param padded    {@link Configuration#FLIGHT_RECORDER_PADDED}
+     * @param compact   {@link Configuration#FLIGHT_RECORDER_COMPACT}
+     * @param probe     {@link Configuration#FLIGHT_RECORDER_PROBE}: {@code all}, {@code arrival} or {@code none}
+     * @param spinFirst {@link Configuration#WAIT_SPIN_FIRST}
+     * @param entries   the recorder's entries while on
      */
-    record Cell(String where, boolean padded, boolean compact, int entries) {
+    record Cell(String where, boolean padded, boolean compact, String probe, int spinFirst, int entries) {
 
         /**
          * Parses a cell.
          *
-         * @param spec           the cell, e.g. {@code in-shadow+compact@256}
+         * @param spec           the cell, e.g. {@code in-shadow+compact@256} or {@code in-shadow+arrival+spin64}
          * @param defaultEntries the entries of a cell without {@code @E} ({@code --entries})
          * @return the cell
          */
@@ -115,24 +128,58 @@ public class FlightRecorderPairedBenchmark {
             int entries = defaultEntries;
             int at = rest.indexOf(ENTRIES_SEPARATOR);
             if (at >= 0) {
-                try {
-                    entries = Integer.parseInt(rest.substring(at + 1));
-                } catch (NumberFormatException e) {
-                    entries = -1;
-                }
+                entries = number(rest.substring(at + 1));
                 rest = rest.substring(0, at);
             }
-            boolean padded = rest.endsWith(PADDED_SUFFIX);
-            boolean compact = rest.endsWith(COMPACT_SUFFIX);
-            String where = padded ? rest.substring(0, rest.length() - PADDED_SUFFIX.length())
-                    : compact ? rest.substring(0, rest.length() - COMPACT_SUFFIX.length()) : rest;
-            if (!ARRIVALS.contains(where) || entries < 1) {
-                throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE[+padded|+compact]"
-                        + "[@ENTRIES] with WHERE one of " + ARRIVALS + " and ENTRIES >= 1, found where=" + where
-                        + " entries=" + (at >= 0 ? spec.substring(at + 1) : entries)
-                        + " (fix: e.g. --arrivals in-shadow,in-shadow+compact,in-shadow@256)");
+            String[] parts = rest.split("\\+", -1);
+            String where = parts[0];
+            boolean padded = false;
+            boolean compact = false;
+            String probe = "all";
+            int spinFirst = 0;
+            String bad = null;
+            java.util.Set<String> seen = new java.util.HashSet<>();
+            for (int k = 1; k < parts.length && bad == null; k++) {
+                String flag = "+" + parts[k];
+                String kind = flag.startsWith(SPIN_PREFIX) ? SPIN_PREFIX : flag;
+                if (!seen.add(kind)) {
+                    bad = flag + " twice";
+                } else if (flag.equals(PADDED_SUFFIX)) {
+                    padded = true;
+                } else if (flag.equals(COMPACT_SUFFIX)) {
+                    compact = true;
+                } else if (flag.equals(ARRIVAL_ONLY_SUFFIX) || flag.equals(NONE_SUFFIX)) {
+                    if (!"all".equals(probe)) {
+                        bad = "both +arrival and +none";
+                    }
+                    probe = flag.substring(1);
+                } else if (flag.startsWith(SPIN_PREFIX) && number(flag.substring(SPIN_PREFIX.length())) >= 0) {
+                    spinFirst = number(flag.substring(SPIN_PREFIX.length()));
+                } else {
+                    bad = "an unknown part " + flag;
+                }
             }
-            return new Cell(where, padded, compact, entries);
+            if (padded && compact) {
+                bad = "both +padded and +compact";
+            }
+            if (!ARRIVALS.contains(where) || entries < 1 || spinFirst > 4096 || bad != null) {
+                throw new IllegalArgumentException("--arrivals cell " + spec + ": expected WHERE[+padded|+compact]"
+                        + "[+arrival|+none][+spinN][@ENTRIES] with WHERE one of " + ARRIVALS + ", 0 <= N <= 4096 and"
+                        + " ENTRIES >= 1, found where=" + where + " entries=" + (at >= 0 ? spec.substring(at + 1) : entries)
+                        + (bad == null ? "" : ", " + bad)
+                        + " (fix: e.g. --arrivals in-shadow,in-shadow+compact,in-shadow@256,in-shadow+arrival,in-shadow+none,"
+                        + "in-shadow+spin64)");
+            }
+            return new Cell(where, padded, compact, probe, spinFirst, entries);
+        }
+
+        /** {@return {@code text} as a whole number, or -1 when it is not one} */
+        private static int number(String text) {
+            try {
+                return Integer.parseInt(text);
+            } catch (NumberFormatException e) {
+                return -1;
+            }
         }
     }
 
@@ -144,14 +191,17 @@ public class FlightRecorderPairedBenchmark {
      * @param arrival a cell ({@link Cell#parse}): {@code after-wait} or {@code in-shadow} ({@link
      *                Configuration#FLIGHT_RECORDER_ARRIVAL}), with {@link #PADDED_SUFFIX} for {@link
      *                Configuration#FLIGHT_RECORDER_PADDED} or {@link #COMPACT_SUFFIX} for {@link
-     *                Configuration#FLIGHT_RECORDER_COMPACT}, and {@code @E} for a ring of E entries
+     *                Configuration#FLIGHT_RECORDER_COMPACT}, {@code +arrival} or {@code +none} for {@link
+     *                Configuration#FLIGHT_RECORDER_PROBE}, {@code +spinN} for {@link Configuration#WAIT_SPIN_FIRST},
+     *                and {@code @E} for a ring of E entries
      * @return the flags
      */
     static String[] forkFlags(int entries, String arrival) {
         Cell c = Cell.parse(arrival, entries);
         return new String[] {"--enable-native-access=ALL-UNNAMED", "--add-modules=jdk.incubator.vector", "-Xmx1g",
             "-D" + ENTRIES_PROPERTY + "=" + c.entries(), "-D" + ARRIVAL_PROPERTY + "=" + c.where(),
-            "-D" + PADDED_PROPERTY + "=" + c.padded(), "-D" + COMPACT_PROPERTY + "=" + c.compact()};
+            "-D" + PADDED_PROPERTY + "=" + c.padded(), "-D" + COMPACT_PROPERTY + "=" + c.compact(),
+            "-D" + PROBE_PROPERTY + "=" + c.probe(), "-D" + SPIN_FIRST_PROPERTY + "=" + c.spinFirst()};
     }
 
     @Param({"1024"})
@@ -207,6 +257,12 @@ public class FlightRecorderPairedBenchmark {
                     + Configuration.FLIGHT_RECORDER_COMPACT.property() + ", expected " + COMPACT_PROPERTY
                     + " (fix: update COMPACT_PROPERTY)");
         }
+        if (!PROBE_PROPERTY.equals(Configuration.FLIGHT_RECORDER_PROBE.property())
+                || !SPIN_FIRST_PROPERTY.equals(Configuration.WAIT_SPIN_FIRST.property())) {
+            throw new IllegalStateException("the recorder's probe and the wait's spin-first properties are "
+                    + Configuration.FLIGHT_RECORDER_PROBE.property() + " and " + Configuration.WAIT_SPIN_FIRST.property()
+                    + ", expected " + PROBE_PROPERTY + " and " + SPIN_FIRST_PROPERTY + " (fix: update those constants)");
+        }
         if (!ENTRIES_PROPERTY.equals(Configuration.FLIGHT_RECORDER_ENTRIES.property())) {
             throw new IllegalStateException("the recorder's property is " + Configuration.FLIGHT_RECORDER_ENTRIES.property()
                     + ", expected " + ENTRIES_PROPERTY + " (fix: update ENTRIES_PROPERTY)");
@@ -260,7 +316,9 @@ public class FlightRecorderPairedBenchmark {
         System.out.println("flight recorder paired benchmark: one communicator per rank, recorder of "
                 + Configuration.FLIGHT_RECORDER_ENTRIES.get() + " entries switched per iteration, entry written "
                 + Configuration.FLIGHT_RECORDER_ARRIVAL.get() + (Configuration.FLIGHT_RECORDER_PADDED.get()
-                ? ", padded" : "") + (Configuration.FLIGHT_RECORDER_COMPACT.get() ? ", compact" : "") + "; ranks " + (pin ? "pinned to CPUs "
+                ? ", padded" : "") + (Configuration.FLIGHT_RECORDER_COMPACT.get() ? ", compact" : "")
+                + ", probe " + Configuration.FLIGHT_RECORDER_PROBE.get() + ", wait spin-first "
+                + Configuration.WAIT_SPIN_FIRST.get() + "; ranks " + (pin ? "pinned to CPUs "
                 + java.util.Arrays.toString(java.util.Arrays.copyOf(cpus, ranks)) : "not pinned (-D" + BenchCpus.PROPERTY
                 + " names " + cpus.length + " CPUs, " + ranks + " needed)"));
     }

@@ -41,6 +41,27 @@ class FlightRecorderCostBenchTest {
     }
 
     @Test
+    void probeAndSpinCellsCombine() {
+        List<String> f = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+compact+arrival+spin64@256"));
+        assertTrue(f.contains("-Dsymmem4j.flight.recorder.arrival=in-shadow"), f.toString());
+        assertTrue(f.contains("-Dsymmem4j.flight.recorder.compact=true"), f.toString());
+        assertTrue(f.contains("-Dsymmem4j.flight.recorder.probe=arrival"), f.toString());
+        assertTrue(f.contains("-Dsymmem4j.wait.spinfirst=64"), f.toString());
+        assertTrue(f.contains("-Dsymmem4j.flight.recorder.entries=256"), f.toString());
+        List<String> plain = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow"));
+        assertTrue(plain.contains("-Dsymmem4j.flight.recorder.probe=all"), plain.toString());
+        assertTrue(plain.contains("-Dsymmem4j.wait.spinfirst=0"), plain.toString());
+        List<String> none = List.of(FlightRecorderPairedBenchmark.forkFlags(1024, "in-shadow+none"));
+        assertTrue(none.contains("-Dsymmem4j.flight.recorder.probe=none"), none.toString());
+        for (String bad : new String[] {"in-shadow+arrival+none", "in-shadow+spin", "in-shadow+spin-1",
+            "in-shadow+spin5000", "in-shadow+spin8+spin8", "in-shadow+padded+compact", "in-shadow+"}) {
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                    () -> FlightRecorderPairedBenchmark.forkFlags(1024, bad), bad);
+            assertTrue(e.getMessage().contains("fix: e.g. --arrivals in-shadow,"), e.getMessage());
+        }
+    }
+
+    @Test
     void iterationsAlternateInAbbaPairs() {
         boolean[] expected = {false, true, true, false, false, true, true, false};
         for (int k = 0; k < expected.length; k++) {

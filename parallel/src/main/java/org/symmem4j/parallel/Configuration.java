@@ -227,6 +227,42 @@ public final class Configuration {
                     + " is the same; read once per JVM; not combined with `symmem4j.flight.recorder.padded`")
             .build(false, "`false`", Configuration::bool);
 
+    /**
+     * {@code symmem4j.flight.recorder.probe}: which of the flight recorder's per-collective calls the control plane makes
+     * (issue #36, a diagnostic: where the one-shot cost comes from).
+     */
+    public static final Setting<String> FLIGHT_RECORDER_PROBE = Setting.property("symmem4j.flight.recorder.probe")
+            .type("choice")
+            .accepts("`all`, `arrival`, `none`")
+            .experimental()
+            .describedAs("a diagnostic of the recorder's cost: `all` makes its three calls per collective (arrived,"
+                    + " started, completed), `arrival` only the entry's write, `none` none of them while the recorder"
+                    + " is on, an A/A control whose on − off must be 0 (to compare in `FlightRecorderCostBench --arrivals in-shadow,in-shadow+arrival,"
+                    + "in-shadow+none`); anything but `all` leaves the dumps without states or entries; read once per JVM")
+            .build("all", "`all`", choice("all", "arrival", "none"));
+
+    /**
+     * {@code symmem4j.wait.spinfirst}: polls a bounded wait makes without a pause instruction before its idle strategy
+     * starts (issue #36: whether the pause's granularity is what the flight recorder's shadow work costs).
+     */
+    public static final Setting<Integer> WAIT_SPIN_FIRST = Setting.property("symmem4j.wait.spinfirst")
+            .type("integer")
+            .accepts("a whole number from 0 to 4096")
+            .experimental()
+            .describedAs("how many times a signal-pad wait (entry barrier, barrier, ring step, signal) polls without"
+                    + " `Thread.onSpinWait()` before its idle strategy's first pause: a pause takes tens of ns on"
+                    + " recent Xeons, so a wait notices a peer's store only at the pause's granularity, and work done"
+                    + " just before the wait shifts when it polls (to compare in `FlightRecorderCostBench --arrivals"
+                    + " in-shadow,in-shadow+spin256`); read once per JVM")
+            .build(0, "`0`", value -> {
+                int n = Integer.parseInt(value.strip());
+                if (n < 0 || n > 4096) {
+                    // error-message: a parser's reason, wrapped by Setting.parse, whose message names the fix
+                    throw new NumberFormatException("out of range");
+                }
+                return n;
+            });
+
     /** {@code symmem4j.nvtx.library}: the NVTX library whose ranges Nsight Systems shows, or {@code off} (null: the search). */
     public static final Setting<String> NVTX_LIBRARY = Setting.property("symmem4j.nvtx.library")
             .type("library")

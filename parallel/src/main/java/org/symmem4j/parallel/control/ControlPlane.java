@@ -49,6 +49,15 @@ public final class ControlPlane implements AutoCloseable {
      */
     private static final boolean RECORD_IN_SHADOW = "in-shadow".equals(Configuration.FLIGHT_RECORDER_ARRIVAL.get());
     private static final Algorithm[] ALGORITHMS = Algorithm.values();
+    /**
+     * Whether the recorder's entry is written at arrival, and whether its verdict and return are recorded: both,
+     * unless the diagnostic {@link Configuration#FLIGHT_RECORDER_PROBE} leaves a part out to find where the one-shot
+     * cost comes from ({@code arrival}: the entry only; {@code none}: nothing, an A/A control of the benchmark's
+     * switching). Read once per JVM, so C2 folds the branches they guard: with {@code all} the hot path is the one
+     * without the setting.
+     */
+    private static final boolean RECORD_ARRIVAL = !"none".equals(Configuration.FLIGHT_RECORDER_PROBE.get());
+    private static final boolean RECORD_ENDS = "all".equals(Configuration.FLIGHT_RECORDER_PROBE.get());
 
     private final int rank;
     private final int worldSize;
@@ -146,7 +155,7 @@ public final class ControlPlane implements AutoCloseable {
      * @param s its sequence number
      */
     public void completed(long s) {
-        if (recorder != null) {
+        if (recorder != null && RECORD_ENDS) {
             recorder.completed(s);
         }
         if (event != null) {
@@ -268,7 +277,7 @@ public final class ControlPlane implements AutoCloseable {
      *         the same on every rank (the caller throws it as a {@link CollectiveMismatchException})
      */
     public String arriveAndCheck(Descriptor mine) {
-        FlightRecorder rec = recorder;
+        FlightRecorder rec = RECORD_ARRIVAL ? recorder : null;
         sync.arrive(mine, RECORD_IN_SHADOW ? rec : null);
         if (rec != null && !RECORD_IN_SHADOW) {
             // after the wait, not in its shadow (PadSynchronizer.arrive says why); a wait that throws leaves the entry
@@ -330,7 +339,7 @@ public final class ControlPlane implements AutoCloseable {
      * @param mine the agreed descriptor
      */
     public void started(Descriptor mine) {
-        if (recorder != null) {
+        if (recorder != null && RECORD_ENDS) {
             recorder.started(mine.seq());
         }
         if (event != null) {

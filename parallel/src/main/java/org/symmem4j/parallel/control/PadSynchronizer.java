@@ -18,6 +18,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
+import org.symmem4j.parallel.Configuration;
 import org.symmem4j.parallel.Group;
 import org.symmem4j.parallel.GroupAbort;
 import org.symmem4j.parallel.PeerTimeoutException;
@@ -93,6 +94,14 @@ public final class PadSynchronizer implements WaitSubject {
     private long lastHeartbeatNanos;
     private final long[] heartbeatAtMark;
     private boolean marked;
+
+    /**
+     * Polls a wait makes without a pause before its idle strategy begins ({@link Configuration#WAIT_SPIN_FIRST}, 0 by
+     * default, read once per JVM): a pause ({@code Thread.onSpinWait()}) lasts tens of ns on recent Xeons, so a
+     * spinning wait notices the peer's store only at that granularity, and work done just before the wait (the flight
+     * recorder's entry, in the entry barrier's shadow) shifts every poll after it. The experiment of issue #36.
+     */
+    private static final int SPIN_FIRST = Configuration.WAIT_SPIN_FIRST.get();
 
     /**
      * This rank's synchronizer over the signal pads of {@code group}'s ranks.
@@ -428,6 +437,12 @@ public final class PadSynchronizer implements WaitSubject {
     }
 
     private void slowWait(WaitKind kind, String phase, long offset, long target, int peer) {
+        for (int i = 0; i < SPIN_FIRST; i++) {
+            // acquire: same pairing as the fast-path load that sent us here; polled without a pause (SPIN_FIRST)
+            if ((long) LONG.getAcquire(ownPad, offset) >= target) {
+                return;
+            }
+        }
         waitKind = kind;
         waitPhase = phase;
         waitOffset = offset;
