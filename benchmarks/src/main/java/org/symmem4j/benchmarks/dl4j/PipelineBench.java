@@ -39,8 +39,8 @@ import picocli.CommandLine.Option;
 
 /**
  * Pipeline-parallel DL4J training against the single model, in one run: the example's deep MLP
- * ({@code --layers} tanh layers of {@code --hidden} units, softmax output, Adam, fp32) on generated
- * data, a single model's {@code fit()} with {@code --threads} ND4J threads as the baseline, and the
+ * ({@code --features} inputs, {@code --layers} tanh layers of {@code --hidden} units, softmax output, Adam, fp32;
+ * with {@code --features} equal to {@code --hidden} every hidden layer costs the same) on generated data, a single model's {@code fit()} with {@code --threads} ND4J threads as the baseline, and the
  * pipeline for each rank count, schedule (1F1B; interleaved with 2 stages per rank where the network
  * has the layers) and split (by parameter count; by measured pass times), each rank with
  * {@code --threads} ND4J threads: "a core per rank" with the default of 1. Every configuration trains
@@ -64,7 +64,7 @@ import picocli.CommandLine.Option;
  * repetition, and with {@code --raw} one CSV row per measured run, written as it ends.
  *
  * <pre>
- *   PipelineBench [--ranks 2,4,8] [--microbatches-per-rank 4] [--batch-per-microbatch 128] [--hidden 512]
+ *   PipelineBench [--ranks 2,4,8] [--microbatches-per-rank 4] [--batch-per-microbatch 128] [--features 64] [--hidden 512]
  *                 [--layers 8] [--steps 40] [--warmup 10] [--reps 3] [--threads 1] [--single-steps S]
  *                 [--bound-seconds 1.5]
  *                 [--schedules 1f1b,interleaved,gpipe,zb-h1] [--splits params,time] [--out FILE] [--raw FILE.csv] [--commit C]
