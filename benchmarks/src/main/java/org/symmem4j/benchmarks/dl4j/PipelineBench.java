@@ -39,8 +39,8 @@ import picocli.CommandLine.Option;
 
 /**
  * Pipeline-parallel DL4J training against the single model, in one run: the example's deep MLP
- * ({@code --layers} tanh layers of {@code --hidden} units, softmax output, Adam, fp32) on generated
- * data, a single model's {@code fit()} with {@code --threads} ND4J threads as the baseline, and the
+ * ({@code --features} inputs, {@code --layers} tanh layers of {@code --hidden} units, softmax output, Adam, fp32;
+ * with {@code --features} equal to {@code --hidden} every hidden layer costs the same) on generated data, a single model's {@code fit()} with {@code --threads} ND4J threads as the baseline, and the
  * pipeline for each rank count, schedule (1F1B; interleaved with 2 stages per rank where the network
  * has the layers) and split (by parameter count; by measured pass times), each rank with
  * {@code --threads} ND4J threads: "a core per rank" with the default of 1. Every configuration trains
@@ -64,7 +64,7 @@ import picocli.CommandLine.Option;
  * repetition, and with {@code --raw} one CSV row per measured run, written as it ends.
  *
  * <pre>
- *   PipelineBench [--ranks 2,4,8] [--microbatches-per-rank 4] [--batch-per-microbatch 128] [--hidden 512]
+ *   PipelineBench [--ranks 2,4,8] [--microbatches-per-rank 4] [--batch-per-microbatch 128] [--features 64] [--hidden 512]
  *                 [--layers 8] [--steps 40] [--warmup 10] [--reps 3] [--threads 1] [--single-steps S]
  *                 [--bound-seconds 1.5]
  *                 [--schedules 1f1b,interleaved,gpipe,zb-h1] [--splits params,time] [--out FILE] [--raw FILE.csv] [--commit C]
@@ -73,6 +73,7 @@ import picocli.CommandLine.Option;
  */
 public final class PipelineBench {
 
+    /** The input width by default: the first layer then costs about a third of a hidden layer (see {@code --features}). */
     static final int FEATURES = 64;
     static final int CLASSES = 10;
     /** Microbatches of the profile's sample: its passes time one microbatch of the run's size, four times per pass. */
@@ -91,6 +92,9 @@ public final class PipelineBench {
         int microbatchesPerRank = 4;
         @Option(names = "--batch-per-microbatch", paramLabel = "B", description = "examples per microbatch")
         int batchPerMicrobatch = 128;
+        @Option(names = "--features", paramLabel = "F", description = "input width; as wide as --hidden, the first layer"
+                + " costs what the other hidden layers cost, so that stages of whole layers can be equal")
+        int features = FEATURES;
         @Option(names = "--hidden", paramLabel = "H", description = "width of the hidden layers")
         int hidden = 512;
         @Option(names = "--layers", paramLabel = "L", description = "hidden layers")
@@ -126,7 +130,7 @@ public final class PipelineBench {
         String machine;
     }
 
-    record Options(List<Integer> ranks, int microbatchesPerRank, int batchPerMicrobatch, int hidden, int layers,
+    record Options(List<Integer> ranks, int microbatchesPerRank, int batchPerMicrobatch, int features, int hidden, int layers,
                    int steps, int warmup, int reps, int threads, int singleSteps, double boundSeconds,
                    List<PipelineSchedule> schedules, List<String> splits, Path out, Path raw, String commit,
                    String command, String machine) {
@@ -163,7 +167,8 @@ public final class PipelineBench {
                         + MachineInfo.ramGiB() + " RAM";
             }
             return new Options(List.copyOf(f.ranks), Cli.positive("--microbatches-per-rank", f.microbatchesPerRank),
-                    Cli.positive("--batch-per-microbatch", f.batchPerMicrobatch), Cli.positive("--hidden", f.hidden),
+                    Cli.positive("--batch-per-microbatch", f.batchPerMicrobatch), Cli.positive("--features", f.features),
+                    Cli.positive("--hidden", f.hidden),
                     Cli.positive("--layers", f.layers), Cli.positive("--steps", f.steps), Cli.positive("--warmup", f.warmup),
                     Cli.positive("--reps", f.reps), Cli.positive("--threads", f.threads),
                     f.singleSteps == null ? f.steps : Cli.positive("--single-steps", f.singleSteps),
@@ -194,7 +199,7 @@ public final class PipelineBench {
      */
     record Run(double examplesPerSecond, double medianBubble, double simulatedBubble, double medianStepMillis,
                String stages, TimelineBreakdown breakdown, double computeOverProfile, double medianSendMicros,
-               double medianPassMicros) {
+               double medianPassMicros, String stageTimes) {
     }
 
     /**
@@ -203,14 +208,17 @@ public final class PipelineBench {
      * one microbatch), {@code bound} ({@code ranks} independent models at once, each on one-microbatch batches:
      * the machine's bound) or {@code pipeline} (a configuration; {@code ideal}, {@code simulated} and
      * {@code predicted} bubbles as in the report's table; {@code predicted} only for the split by
-     * measured times; the idle parts of the median step's window as {@link TimelineBreakdown} splits them).
+     * measured times; the idle parts of the median step's window as {@link TimelineBreakdown} splits them;
+     * {@code predicted_balanced}: the profile's bubble for the split balanced by time alone, the rule before the
+     * simulated search; {@code stage_ms}: per stage, measured forward + backward ms of the median step, "/" the
+     * profile's, separated by ";").
      * Bubbles and parts are fractions of the step (0..1); empty where a column does not apply.
      */
     static final List<String> CSV_COLUMNS = List.of("kind", "rep", "config", "ranks", "schedule", "stages_per_rank",
             "split", "microbatches", "batch", "nd4j_threads", "stages_layers", "examples_per_s",
             "median_bubble_fraction", "ideal_bubble_fraction", "simulated_bubble_fraction", "predicted_bubble_fraction",
             "median_step_ms", "receive_fraction", "send_fraction", "optimizer_fraction", "between_fraction",
-            "before_fraction", "after_fraction", "compute_over_profile");
+            "before_fraction", "after_fraction", "compute_over_profile", "predicted_balanced_bubble_fraction", "stage_ms");
 
     /** Everything one run measured, by configuration and rank count, for the report. */
     record Results(List<Config> configs, List<List<Run>> runs, Map<Integer, List<Double>> single,
@@ -223,8 +231,8 @@ public final class PipelineBench {
         RawCsv raw = o.raw() == null ? null : RawCsv.open(o.raw(), CSV_COLUMNS);
         Nd4j.getEnvironment().setMaxThreads(o.threads());
         Nd4j.factory().blas().setMaxThreads(o.threads());
-        SyntheticData data = new SyntheticData(FEATURES, CLASSES, 7);
-        MultiLayerNetwork model = PipelineParallelExample.deepMlp(FEATURES, o.hidden(), CLASSES, o.layers());
+        SyntheticData data = new SyntheticData(o.features(), CLASSES, 7);
+        MultiLayerNetwork model = PipelineParallelExample.deepMlp(o.features(), o.hidden(), CLASSES, o.layers());
         log("pipeline bench: %d layers, %d parameters, ranks %s, %d microbatches per rank of %d examples, %d ND4J threads"
                 + " per rank, %d+%d steps x %d reps", model.getnLayers(), model.numParams(), o.ranks(),
                 o.microbatchesPerRank(), o.batchPerMicrobatch(), o.threads(), o.warmup(), o.steps(), o.reps());
@@ -263,7 +271,7 @@ public final class PipelineBench {
                 log("rep %d/%d single model (batch %d): %.0f examples/s", rep, o.reps(), batch, rate);
                 if (raw != null) {
                     raw.row("single", rep, "single model", p, "", "", "", "", batch, o.threads(), "",
-                            RawCsv.num("%.1f", rate), "", "", "", "", "", "", "", "", "", "", "", "");
+                            RawCsv.num("%.1f", rate), "", "", "", "", "", "", "", "", "", "", "", "", "", "");
                 }
                 if (o.boundSeconds() > 0) {
                     IndependentReplicas.Result bound = IndependentReplicas.measure(p, i -> model.clone(), microbatchBatches,
@@ -274,7 +282,7 @@ public final class PipelineBench {
                     if (raw != null) {
                         raw.row("bound", rep, p + " independent models", p, "", "", "", 1, o.batchPerMicrobatch(),
                                 o.threads(), "", RawCsv.num("%.1f", bound.examplesPerSecond()), "", "", "", "", "", "", "",
-                                "", "", "", "", "");
+                                "", "", "", "", "", "", "");
                     }
                 }
             }
@@ -282,7 +290,7 @@ public final class PipelineBench {
             results.singleMicrobatch().add(small);
             if (raw != null) {
                 raw.row("single-microbatch", rep, "single model, one microbatch", "", "", "", "", 1, o.batchPerMicrobatch(),
-                        o.threads(), "", RawCsv.num("%.1f", small), "", "", "", "", "", "", "", "", "", "", "", "");
+                        o.threads(), "", RawCsv.num("%.1f", small), "", "", "", "", "", "", "", "", "", "", "", "", "", "");
             }
             log("rep %d/%d single model (batch %d, one microbatch): %.0f examples/s", rep, o.reps(), o.batchPerMicrobatch(),
                     small);
@@ -311,11 +319,13 @@ public final class PipelineBench {
                             RawCsv.num("%.3f", run.medianStepMillis()), RawCsv.num("%.4f", b.receive()),
                             RawCsv.num("%.4f", b.send()), RawCsv.num("%.4f", b.optimizer()), RawCsv.num("%.4f", b.between()),
                             RawCsv.num("%.4f", b.before()), RawCsv.num("%.4f", b.after()),
-                            RawCsv.num("%.4f", run.computeOverProfile()));
+                            RawCsv.num("%.4f", run.computeOverProfile()),
+                            RawCsv.num("%.4f", predictedBalancedBubble(model, config, microbatches, results.profiles()[c])),
+                            run.stageTimes().replace(", ", ";"));
                 }
-                log("rep %d/%d %-48s %8.0f examples/s  bubble %.1f%% (simulated %.1f%%; %s)  %s", rep, o.reps(),
-                        config.label(), run.examplesPerSecond(), 100 * run.medianBubble(), 100 * run.simulatedBubble(),
-                        run.breakdown().idleText(), run.stages());
+                log("rep %d/%d %-48s %8.0f examples/s  bubble %.1f%% (simulated %.1f%%; %s)  %s  stage ms %s", rep,
+                        o.reps(), config.label(), run.examplesPerSecond(), 100 * run.medianBubble(),
+                        100 * run.simulatedBubble(), run.breakdown().idleText(), run.stages(), run.stageTimes());
             }
             // after every repetition: a run cut short by its time limit still leaves a report
             write(o, PipelineBenchReport.render(o, model, results, rep));
@@ -391,8 +401,9 @@ public final class PipelineBench {
             double[] bubbles = reports.stream().mapToDouble(TimelineReport::bubbleFraction).sorted().toArray();
             SimulationResult.Completed simulated = median.simulatePerStage(trainer.schedule(), trainer.shape());
             double overProfile = Double.NaN;
+            StageDurations measured = median.stageDurationsMicros(trainer.shape());
+            String stageTimes = stageTimes(measured, profile == null ? null : profile.stageDurationsMicros(trainer.split()));
             if (profile != null) {
-                StageDurations measured = median.stageDurationsMicros(trainer.shape());
                 StageDurations alone = profile.stageDurationsMicros(trainer.split());
                 double sumMeasured = 0;
                 double sumAlone = 0;
@@ -405,8 +416,23 @@ public final class PipelineBench {
             return new Run(rate, bubbles[bubbles.length / 2], simulated.bubbleFraction(), median.windowNanos() / 1e6,
                     stages(trainer.split()), TimelineBreakdown.of(median), overProfile,
                     medianMicros(median, kind -> kind == TimelineEvent.Kind.SEND),
-                    medianMicros(median, TimelineEvent.Kind::isCompute));
+                    medianMicros(median, TimelineEvent.Kind::isCompute), stageTimes);
         }
+    }
+
+    /**
+     * Per stage, the median step's mean forward + backward (input + weight gradient under ZB-H1) in ms, and the
+     * profile's for the same layers after a slash: where the stages are uneven, and whether the profile saw it.
+     */
+    static String stageTimes(StageDurations measured, StageDurations profiled) {
+        StringBuilder s = new StringBuilder();
+        for (int stage = 0; stage < measured.stageCount(); stage++) {
+            s.append(stage == 0 ? "" : ", ").append(String.format(Locale.ROOT, "%.1f", measured.total(stage) / 1e3));
+            if (profiled != null) {
+                s.append(String.format(Locale.ROOT, "/%.1f", profiled.total(stage) / 1e3));
+            }
+        }
+        return s.toString();
     }
 
     /** The median duration of the step's events whose kind passes {@code test}, in microseconds; NaN without any. */
@@ -432,15 +458,35 @@ public final class PipelineBench {
                 .bubbleFraction();
     }
 
-    /** The bubble the profile predicts for the split it makes; NaN without a profile (split by parameters). */
+    /**
+     * The bubble the profile predicts for the split the trainer makes from it ({@link PipelineStageSplit#byProfile});
+     * NaN without a profile (split by parameters).
+     */
     static double predictedBubble(MultiLayerNetwork model, Config config, int microbatches, StageProfile profile) {
         if (profile == null) {
             return Double.NaN;
         }
         PipelineShape shape = new PipelineShape(config.ranks(), microbatches, config.stagesPerRank());
-        PipelineStageSplit split = PipelineStageSplit.byCost(model, shape.stageCount(), profile.layerNanos());
-        return ScheduleSimulator.simulate(schedule(config, microbatches), shape, profile.stageDurationsMicros(split))
-                .requireCompleted().bubbleFraction();
+        Schedule schedule = schedule(config, microbatches);
+        return predicted(schedule, shape, profile, PipelineStageSplit.byProfile(model, profile, schedule, shape));
+    }
+
+    /**
+     * The bubble the profile predicts for the split balanced by forward plus backward time alone
+     * ({@link PipelineStageSplit#byCost}, the rule before the simulated search); NaN without a profile.
+     */
+    static double predictedBalancedBubble(MultiLayerNetwork model, Config config, int microbatches, StageProfile profile) {
+        if (profile == null) {
+            return Double.NaN;
+        }
+        PipelineShape shape = new PipelineShape(config.ranks(), microbatches, config.stagesPerRank());
+        return predicted(schedule(config, microbatches), shape, profile,
+                PipelineStageSplit.byCost(model, shape.stageCount(), profile.layerNanos()));
+    }
+
+    private static double predicted(Schedule schedule, PipelineShape shape, StageProfile profile, PipelineStageSplit split) {
+        return ScheduleSimulator.simulate(schedule, shape, profile.stageDurationsMicros(split)).requireCompleted()
+                .bubbleFraction();
     }
 
     private static String stages(PipelineStageSplit split) {

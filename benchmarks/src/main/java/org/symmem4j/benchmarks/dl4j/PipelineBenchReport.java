@@ -36,8 +36,11 @@ final class PipelineBenchReport {
             md.append("- raw data, one CSV row per measured run: `").append(o.raw().getFileName()).append("`\n");
         }
         md.append(String.format(Locale.ROOT, "- model: %d → %d × tanh dense(%d) → softmax(%d), Adam(1e-3), fp32, %,d"
-                        + " parameters; generated data (`SyntheticData`)%n", PipelineBench.FEATURES, o.layers(), o.hidden(),
-                PipelineBench.CLASSES, model.numParams()));
+                        + " parameters; generated data (`SyntheticData`)%s%n", o.features(), o.layers(), o.hidden(),
+                PipelineBench.CLASSES, model.numParams(), o.features() == o.hidden()
+                        ? "; the input as wide as the hidden layers, so that every hidden layer costs the same and stages"
+                        + " of whole layers can be equal (the output layer, which computes the loss, is the one lighter"
+                        + " layer)" : ""));
         md.append(String.format(Locale.ROOT, "- each configuration: %d untimed steps, then %d timed steps; %d of %d"
                         + " repetitions done, round-robin with the baselines; the median repetition shown, min–max beside"
                         + " it; ND4J threads: %d per rank, per independent model and for the single model; microbatches:"
@@ -99,7 +102,9 @@ final class PipelineBenchReport {
         md.append("\nBubble: the median step's idle share of the ranks' window (first pass start to last pass end), against"
                 + " the schedule's ideal (B = 2F, free hand-offs), the simulator's for that step's measured per-stage pass"
                 + " times and hand-off latency (with each stage's measured weight-gradient share under ZB-H1), and the"
-                + " profile's prediction; then the measured bubble split by what the ranks did meanwhile"
+                + " profile's prediction for the split the trainer made (the simulated search from the time-balanced split,"
+                + " `PipelineStageSplit.byProfile`) and for the time-balanced split alone (the rule before it); then the"
+                + " measured bubble split by what the ranks did meanwhile"
                 + " (`TimelineBreakdown`: waiting for / taking a message, posting one, the optimizer step, the executor"
                 + " between events, before the rank's step began, after it ended), and the stages' compute in the"
                 + " pipeline over the same"
@@ -108,27 +113,35 @@ final class PipelineBenchReport {
                 + " against the median pass: a fixed cost per message that the split by measured times does not"
                 + " count.\n\n");
         md.append("| configuration | measured (min–max) | ideal | within 5 points | simulated | measured − simulated |"
-                + " predicted by the profile | receive | send | optimizer | between | before | after | compute / profile |"
+                + " predicted by the profile | predicted, balanced split | receive | send | optimizer | between | before | after | compute / profile |"
                 + " send / pass (median µs) |\n");
-        md.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+        md.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
         for (Measured m : measured(o, r)) {
             Config config = m.config();
             Run median = m.median();
             double ideal = m.ideal();
             double predicted = PipelineBench.predictedBubble(model, config, m.microbatches(), r.profiles()[m.index()]);
+            double balanced = PipelineBench.predictedBalancedBubble(model, config, m.microbatches(),
+                    r.profiles()[m.index()]);
             TimelineBreakdown b = median.breakdown();
-            md.append(String.format(Locale.ROOT, "| %s | %.1f %% (%s) | %.1f %% | %s | %.1f %% | %+.1f | %s | %.1f %% |"
+            md.append(String.format(Locale.ROOT, "| %s | %.1f %% (%s) | %.1f %% | %s | %.1f %% | %+.1f | %s | %s | %.1f %% |"
                             + " %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %s | %.0f / %.0f |%n", config.label(),
                     100 * median.medianBubble(),
                     range(m.runs(), Run::medianBubble, "%.1f", 100), 100 * ideal,
                     median.medianBubble() - ideal <= 0.05 ? "met" : "not met", 100 * median.simulatedBubble(),
                     100 * (median.medianBubble() - median.simulatedBubble()),
-                    Double.isNaN(predicted) ? "—" : String.format(Locale.ROOT, "%.1f %%", 100 * predicted),
-                    100 * b.receive(), 100 * b.send(), 100 * b.optimizer(), 100 * b.between(), 100 * b.before(),
+                    percent(predicted), percent(balanced), 100 * b.receive(), 100 * b.send(), 100 * b.optimizer(), 100 * b.between(), 100 * b.before(),
                     100 * b.after(),
                     Double.isNaN(median.computeOverProfile()) ? "—"
                             : String.format(Locale.ROOT, "%.2f", median.computeOverProfile()),
                     median.medianSendMicros(), median.medianPassMicros()));
+        }
+        md.append("\nStages: per stage, the median step's mean forward + backward in the pipeline (input + weight"
+                + " gradient under ZB-H1), ms, and after the slash the profile's for the same layers (the last stage's"
+                + " forward inside its backward):\n\n");
+        for (Measured m : measured(o, r)) {
+            md.append("- ").append(m.config().label()).append(" (").append(m.median().stages()).append("): ")
+                    .append(m.median().stageTimes()).append('\n');
         }
         md.append("\nProfiles (per layer, one microbatch, forward/backward ms; the last layer's forward runs inside its"
                 + " backward):\n\n");
@@ -183,6 +196,10 @@ final class PipelineBenchReport {
         double min = runs.stream().mapToDouble(value).min().orElse(Double.NaN) * scale;
         double max = runs.stream().mapToDouble(value).max().orElse(Double.NaN) * scale;
         return String.format(Locale.ROOT, format + "–" + format, min, max);
+    }
+
+    private static String percent(double fraction) {
+        return Double.isNaN(fraction) ? "—" : String.format(Locale.ROOT, "%.1f %%", 100 * fraction);
     }
 
     static double median(List<Double> values) {

@@ -329,7 +329,8 @@ public final class PipelineParallelTrainerBuilder
      * Splits the network by measured compute time instead of parameter count: at {@code build()},
      * {@link StageProfile#measure} times every layer's forward and backward on {@code sample}'s
      * microbatches (a few passes, no update, with the ND4J threads each rank gets), and the split
-     * balances forward plus backward time ({@link PipelineStageSplit#byCost}).
+     * balances forward plus backward time ({@link PipelineStageSplit#byCost}), then takes the split near it whose
+     * simulated step for this schedule and microbatch count is shortest ({@link PipelineStageSplit#byProfile}).
      *
      * @param sample a batch like those of training, cut into the builder's microbatches
      * @return this builder
@@ -489,7 +490,7 @@ public final class PipelineParallelTrainerBuilder
         if (stageBoundaries != null) {
             split = PipelineStageSplit.atBoundaries(network, stageBoundaries);
         } else if (measured != null) {
-            split = PipelineStageSplit.byCost(network, stageCount, measured.layerNanos(), canStart);
+            split = PipelineStageSplit.byProfile(network, measured, generated, shape, canStart);
         } else {
             split = PipelineStageSplit.balanced(network, stageCount, canStart);
         }

@@ -36,6 +36,9 @@ import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.InitialisationReplay;
 import org.symmem4j.parallel.Invariants;
+import org.symmem4j.pipeline.schedule.PipelineShape;
+import org.symmem4j.pipeline.schedule.Schedule;
+import org.symmem4j.pipeline.schedule.StageSplitSearch;
 
 /**
  * How a {@link MultiLayerNetwork} is cut into pipeline stages: {@code stageCount} contiguous,
@@ -60,7 +63,8 @@ import org.symmem4j.parallel.Invariants;
  * <p>Splits: {@link #balanced} balances parameter counts, which suits layers whose compute grows with
  * their parameters (dense layers); {@link #byCost} balances any per-layer cost, such as measured pass
  * times ({@link StageProfile}), which suits everything else: a convolution has few parameters and much
- * compute, an output layer computes the loss.
+ * compute, an output layer computes the loss; {@link #byProfile} starts from that split and takes the one near it
+ * whose simulated step, for the schedule that will run it, is shortest (what a split by measured times uses).
  */
 public final class PipelineStageSplit {
 
@@ -146,6 +150,42 @@ public final class PipelineStageSplit {
             }
         }
         return layout.split(network, balancedStarts(layerCost, stages, canStart));
+    }
+
+    /**
+     * Splits {@code network} by measured times for the schedule that will run it: the split balanced by forward plus
+     * backward time ({@link #byCost} of {@link StageProfile#layerNanos()}), then the split near it whose step the
+     * simulator, given the profile's per-stage times, finds shortest ({@link StageSplitSearch}). At layer granularity
+     * the stages are rarely equal, and which of the nearly balanced splits runs fastest depends on the schedule and
+     * the microbatch count (a fuller first stage fills the pipeline sooner; GPipe's output stage, which runs its
+     * forward inside its backward, gains from fewer layers): never slower than the balanced split, by the simulator.
+     *
+     * @param network  initialized (or it is initialized here)
+     * @param profile  the network's measured layer times
+     * @param schedule the schedule the stages will run
+     * @param shape    the pipeline it runs on: its stage count is the split's
+     * @return the split
+     * @throws IllegalArgumentException for an unsupported network, more stages than layers, or a profile of another
+     *                                  layer count
+     */
+    public static PipelineStageSplit byProfile(MultiLayerNetwork network, StageProfile profile, Schedule schedule,
+                                               PipelineShape shape) {
+        return byProfile(network, profile, schedule, shape, layer -> true);
+    }
+
+    /**
+     * As {@link #byProfile(MultiLayerNetwork, StageProfile, Schedule, PipelineShape)}, with stages starting only at
+     * layers {@code canStart} accepts (see {@link #balanced(MultiLayerNetwork, int, IntPredicate)}).
+     */
+    static PipelineStageSplit byProfile(MultiLayerNetwork network, StageProfile profile, Schedule schedule,
+                                        PipelineShape shape, IntPredicate canStart) {
+        Objects.requireNonNull(profile, "profile");
+        PipelineStageSplit balanced = byCost(network, shape.stageCount(), profile.layerNanos(), canStart);
+        int[] starts = new int[balanced.stageCount() + 1];
+        System.arraycopy(balanced.stageStart, 0, starts, 0, starts.length);
+        int[] chosen = StageSplitSearch.search(starts, canStart, profile::stageDurationsMicros, schedule, shape);
+        return Arrays.equals(chosen, starts) ? balanced
+                : Layout.of(network).split(network, chosen);
     }
 
     /**

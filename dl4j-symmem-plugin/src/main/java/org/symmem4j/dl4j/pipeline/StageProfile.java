@@ -227,12 +227,32 @@ public final class StageProfile {
             throw new IllegalArgumentException("the split has " + split.layerCount() + " layers but the profile "
                     + forwardNanos.length + " (fix: profile the network the split was made from)");
         }
-        int stages = split.stageCount();
+        int[] starts = new int[split.stageCount() + 1];
+        for (int s = 0; s < split.stageCount(); s++) {
+            starts[s] = split.firstLayer(s);
+        }
+        starts[split.stageCount()] = split.layerCount();
+        return stageDurationsMicros(starts);
+    }
+
+    /**
+     * As {@link #stageDurationsMicros(PipelineStageSplit)} for the stages that start at {@code starts} (the last entry
+     * the layer count): what the split search simulates for each candidate.
+     *
+     * @param starts stage {@code s} runs layers {@code [starts[s], starts[s + 1])}; checked by the caller
+     * @return forward and backward microseconds per stage
+     */
+    StageDurations stageDurationsMicros(int[] starts) {
+        int stages = starts.length - 1;
         long[] f = new long[stages];
         long[] b = new long[stages];
         for (int s = 0; s < stages; s++) {
-            long fs = split.cost(s, forwardNanos);
-            long bs = split.cost(s, backwardNanos);
+            long fs = 0;
+            long bs = 0;
+            for (int layer = starts[s]; layer < starts[s + 1]; layer++) {
+                fs += forwardNanos[layer];
+                bs += backwardNanos[layer];
+            }
             if (s == stages - 1) {
                 bs += fs;
                 fs = 0;
