@@ -50,9 +50,10 @@
 #           SYMMEM_MANY_TO_ONE,SYMMEM_MANY_TO_ONE_CLAIM,SYMMEM_ONE_TO_ONE,SYMMEM_ONE_TO_ONE_CLAIM), RINGPAIRED_SIZES (64),
 #           RINGPAIRED_FILLS (25,75), RINGPAIRED_FORKS (3), RINGPAIRED_PAIRS (30 pairs per fork), RINGPAIRED_BLOCK_MS
 #           (100), RINGPAIRED_WB (30 warm-up blocks); threads pinned to RINGPAIRED_CPUS (default as ring-fill's). Each
-#           cell ~35 s: the defaults (8 cells) ~5 min (RINGPAIRED_LIMIT 420 s). RINGPAIRED_RTT=1 pairs the round trip's
-#           p50 instead (RingBenchmark.roundTrip in paired mode, one cell per kind and size, no fill level; target:
-#           ours lower), e.g. RINGPAIRED_RTT=1 RINGPAIRED_SIZES=64,4096: 8 cells, ~5 min
+#           cell ~35 s: the defaults (8 cells) ~5 min (RINGPAIRED_LIMIT 420 s); 4 KiB holds 25 % only
+#           (RINGPAIRED_FILLS=25). RINGPAIRED_RTT=1 pairs the round trip's p50 and p99 instead (RingBenchmark.roundTrip in
+#           paired mode, one run per kind and size, no fill level, so any RINGPAIRED_FILLS; target: ours lower), e.g.
+#           RINGPAIRED_RTT=1 RINGPAIRED_SIZES=64,4096: 8 runs, ~5 min
 #   chronicle-p99 MapLatencySuite (MapBenchmark in sample-time mode): get and put latency p50/p90/p99/p99.9 at 2
 #           processes on one map, symmem4j's SymmetricHashMap against Chronicle Map persisted to /dev/shm, in one run,
 #           with the forks' p99 range; table in map-latency-summary.md. P99_FORKS (3), P99_WI (2), P99_I (3),

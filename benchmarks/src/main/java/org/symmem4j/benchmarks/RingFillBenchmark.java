@@ -219,17 +219,19 @@ public class RingFillBenchmark {
 
     /**
      * The suites' check of their flags, before any fork starts: every message size fits this benchmark's ring and every
-     * level can be held at every size ({@link #fillMessages}).
+     * level can be held at every size ({@link #fillMessages}); no levels (a round trip holds none): the sizes alone.
      *
      * @throws IllegalArgumentException naming the size or level that does not fit
      */
     static void checkSizesAndFills(int[] sizes, int[] fills) {
+        for (int b : sizes) {
+            if (b < 1 || b > CAPACITY / 8 - 8) {
+                throw new IllegalArgumentException("--sizes: " + b + " bytes, expected 1.." + (CAPACITY / 8 - 8)
+                        + " (fix: pass e.g. --sizes 64,256,1024)");
+            }
+        }
         for (int fill : fills) {
             for (int b : sizes) {
-                if (b < 1 || b > CAPACITY / 8 - 8) {
-                    throw new IllegalArgumentException("--sizes: " + b + " bytes, expected 1.." + (CAPACITY / 8 - 8)
-                            + " (fix: pass e.g. --sizes 64,256,1024)");
-                }
                 fillMessages(CAPACITY, b, fill, BATCH);
             }
         }

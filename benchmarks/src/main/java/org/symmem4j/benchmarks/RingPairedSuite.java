@@ -39,7 +39,8 @@ import picocli.CommandLine.Option;
  * </pre>
  *
  * {@code --round-trip} pairs the round trip instead ({@link RingBenchmark#roundTrip} in paired mode: one message
- * and its echo, each block's p50 from JMH's samples), where the target is ours ≤ Agrona's p50: "ours lower".
+ * and its echo; each block's p50 and p99 from JMH's samples, each paired with the next block's), where the target is
+ * ours ≤ Agrona's p50: "ours lower".
  *
  * One JMH run per (kind, size, level), the report ({@code --out}/ring-paired-summary.md) rewritten after each, so a run
  * stopped by a time limit keeps its finished cells. Time per cell: forks × ((warm-up blocks + 2 × pairs) × block + ~2 s
@@ -74,20 +75,32 @@ public final class RingPairedSuite {
                 + " measured against Agrona's of the same family and way of writing")
         RingPair.Kind[] kinds = {RingPair.Kind.SYMMEM_MANY_TO_ONE, RingPair.Kind.SYMMEM_MANY_TO_ONE_CLAIM,
             RingPair.Kind.SYMMEM_ONE_TO_ONE, RingPair.Kind.SYMMEM_ONE_TO_ONE_CLAIM};
-        @Option(names = "--round-trip", description = "pair each block's round-trip p50 (RingBenchmark.roundTrip in"
-                + " paired mode: one message and its echo, no fill level) instead of the throughput at a held level")
+        @Option(names = "--round-trip", description = "pair each block's round-trip p50 and p99"
+                + " (RingBenchmark.roundTrip in paired mode: one message and its echo, no fill level) instead of the"
+                + " throughput at a held level")
         boolean roundTrip;
     }
 
-    /** One cell: our kind against Agrona's at one size and level. */
-    record Cell(RingPair.Kind ours, RingPair.Kind agrona, int bytes, int fill, FlightRecorderCostBench.Paired paired,
-                double[] oursForkMeans, double[] agronaForkMeans) {
+    /**
+     * One cell: our kind against Agrona's at one size and level, or (fill 0) one percentile of the round trip: each
+     * block's p50 or p99.
+     */
+    record Cell(RingPair.Kind ours, RingPair.Kind agrona, int bytes, int fill, int percentile,
+                FlightRecorderCostBench.Paired paired, double[] oursForkMeans, double[] agronaForkMeans) {
 
-        /** {@return whether the values are round-trip p50s (fill 0), where lower is better} */
+        /** {@return whether the values are round-trip percentiles (fill 0), where lower is better} */
         boolean roundTrip() {
             return fill == 0;
         }
+
+        /** {@return "round trip p50", "round trip p99" or "25 % full"} */
+        String what() {
+            return roundTrip() ? "round trip p" + percentile : fill + " % full";
+        }
     }
+
+    /** The round trip's percentiles paired block by block, each a cell of its own. */
+    static final int[] ROUND_TRIP_PERCENTILES = {50, 99};
 
     /**
      * Agrona's kind of the same family and way of writing as {@code ours}: SYMMEM_X is measured against AGRONA_X.
@@ -103,26 +116,13 @@ public final class RingPairedSuite {
     }
 
     public static void main(String[] args) throws IOException, RunnerException {
-        Flags f = Cli.parse(new Flags(), args, flags -> {
-            Cli.positive("--forks", flags.forks);
-            Cli.positive("--block-ms", flags.blockMs);
-            Cli.positive("--warmup-blocks", flags.warmupBlocks);
-            if (flags.pairs < 2) {
-                throw new IllegalArgumentException("--pairs=" + flags.pairs + " expected >= 2: an interval needs two"
-                        + " pairs (fix: e.g. --pairs 30)");
-            }
-            for (RingPair.Kind k : flags.kinds) {
-                counterpart(k);
-            }
-            RingFillBenchmark.checkSizesAndFills(flags.sizes, flags.fills);
-            return flags;
-        });
+        Flags f = Cli.parse(new Flags(), args, RingPairedSuite::check);
         Files.createDirectories(f.out);
         List<Cell> cells = new ArrayList<>();
         for (int fill : f.roundTrip ? new int[] {0} : f.fills) {
             for (int bytes : f.sizes) {
                 for (RingPair.Kind ours : f.kinds) {
-                    cells.add(runCell(f, ours, bytes, fill));
+                    cells.addAll(runCell(f, ours, bytes, fill));
                     Files.writeString(f.out.resolve("ring-paired-summary.md"), report(f, cells));
                 }
             }
@@ -130,8 +130,32 @@ public final class RingPairedSuite {
         System.out.print(report(f, cells));
     }
 
-    /** One cell in its own JMH run: the throughput at level {@code fill}, or with fill 0 the round trip's p50. */
-    private static Cell runCell(Flags f, RingPair.Kind ours, int bytes, int fill) throws RunnerException {
+    /**
+     * The check of the flags before any fork starts. A round trip holds no fill level: its sizes are checked alone, so
+     * that 4 KiB round trips run with the default {@code --fills} (which 4 KiB throughput cannot hold at 75 %).
+     *
+     * @throws IllegalArgumentException naming the flag and the fix
+     */
+    static Flags check(Flags flags) {
+        Cli.positive("--forks", flags.forks);
+        Cli.positive("--block-ms", flags.blockMs);
+        Cli.positive("--warmup-blocks", flags.warmupBlocks);
+        if (flags.pairs < 2) {
+            throw new IllegalArgumentException("--pairs=" + flags.pairs + " expected >= 2: an interval needs two"
+                    + " pairs (fix: e.g. --pairs 30)");
+        }
+        for (RingPair.Kind k : flags.kinds) {
+            counterpart(k);
+        }
+        RingFillBenchmark.checkSizesAndFills(flags.sizes, flags.roundTrip ? new int[0] : flags.fills);
+        return flags;
+    }
+
+    /**
+     * One JMH run: the cell of the throughput at level {@code fill}, or with fill 0 the round trip's cells, one per
+     * {@link #ROUND_TRIP_PERCENTILES percentile} of each block's samples.
+     */
+    private static List<Cell> runCell(Flags f, RingPair.Kind ours, int bytes, int fill) throws RunnerException {
         RingPair.Kind agrona = counterpart(ours);
         boolean rtt = fill == 0;
         OptionsBuilder builder = new OptionsBuilder();
@@ -152,16 +176,28 @@ public final class RingPairedSuite {
             builder.param("fillPercent", Integer.toString(fill));
         }
         Options options = builder.build();
-        List<double[]> forks = new ArrayList<>();
+        int[] percentiles = rtt ? ROUND_TRIP_PERCENTILES : new int[] {0};
+        List<List<double[]>> forks = new ArrayList<>();
+        for (int ignored : percentiles) {
+            forks.add(new ArrayList<>());
+        }
         for (RunResult r : new Runner(options).run()) {
             for (BenchmarkResult fork : r.getBenchmarkResults()) {
                 Collection<IterationResult> its = fork.getIterationResults();
-                // throughput: the block's msg/s; round trip: the block's p50 (µs) from its samples
-                forks.add(its.stream().mapToDouble(it -> rtt ? it.getPrimaryResult().getStatistics().getPercentile(50)
-                        : it.getPrimaryResult().getScore()).toArray());
+                for (int i = 0; i < percentiles.length; i++) {
+                    int q = percentiles[i];
+                    // throughput: the block's msg/s; round trip: the block's percentile (µs) from its samples
+                    forks.get(i).add(its.stream().mapToDouble(it -> rtt
+                            ? it.getPrimaryResult().getStatistics().getPercentile(q)
+                            : it.getPrimaryResult().getScore()).toArray());
+                }
             }
         }
-        return cell(ours, agrona, bytes, fill, forks);
+        List<Cell> cells = new ArrayList<>();
+        for (int i = 0; i < percentiles.length; i++) {
+            cells.add(cell(ours, agrona, bytes, fill, percentiles[i], forks.get(i)));
+        }
+        return cells;
     }
 
     /**
@@ -169,6 +205,12 @@ public final class RingPairedSuite {
      * {@link FlightRecorderPairedBenchmark#recorderOn recorderOn(k)} ("on" in the paired statistic), Agrona's otherwise.
      */
     static Cell cell(RingPair.Kind ours, RingPair.Kind agrona, int bytes, int fill, List<double[]> forks) {
+        return cell(ours, agrona, bytes, fill, fill == 0 ? 50 : 0, forks);
+    }
+
+    /** As {@link #cell(RingPair.Kind, RingPair.Kind, int, int, List)}, for a round trip's {@code percentile}. */
+    static Cell cell(RingPair.Kind ours, RingPair.Kind agrona, int bytes, int fill, int percentile,
+                     List<double[]> forks) {
         double[] oursMeans = new double[forks.size()];
         double[] agronaMeans = new double[forks.size()];
         for (int i = 0; i < forks.size(); i++) {
@@ -185,7 +227,8 @@ public final class RingPairedSuite {
             oursMeans[i] = o / (s.length / 2.0);
             agronaMeans[i] = a / (s.length / 2.0);
         }
-        return new Cell(ours, agrona, bytes, fill, FlightRecorderCostBench.Paired.of(forks), oursMeans, agronaMeans);
+        return new Cell(ours, agrona, bytes, fill, percentile, FlightRecorderCostBench.Paired.of(forks), oursMeans,
+                agronaMeans);
     }
 
     /**
@@ -209,7 +252,7 @@ public final class RingPairedSuite {
         StringBuilder md = new StringBuilder();
         md.append(String.format(Locale.ROOT, "%n## Rings paired%s, 2 processes: symmem4j against Agrona, block by"
                         + " block%n%ncpus: %s; %d forks per cell, each %d warm-up blocks and %d pairs of %d ms blocks"
-                        + " (ABBA); ring %d bytes%s%n%n", f.roundTrip ? " (round trip, each block's p50)"
+                        + " (ABBA); ring %d bytes%s%n%n", f.roundTrip ? " (round trip, each block's p50 and p99)"
                         : " at a held fill level", System.getProperty(BenchCpus.PROPERTY, "not pinned"), f.forks,
                 f.warmupBlocks, f.pairs, f.blockMs, RingFillBenchmark.CAPACITY, f.roundTrip ? ""
                         : "; consumer batch " + RingFillBenchmark.BATCH + " messages"));
@@ -220,7 +263,8 @@ public final class RingPairedSuite {
             FlightRecorderCostBench.Paired p = c.paired();
             md.append(String.format(Locale.ROOT, "| %s | %s | %d | %s | %s | %s | %s | %.3f | %+.2f (%+.2f … %+.2f) |"
                             + " %+.2f … %+.2f | %s |%n", c.ours().oneToOne() ? "one-to-one" : "many-to-one",
-                    c.roundTrip() ? "round trip" : Integer.toString(c.fill()), c.bytes(), c.ours().maker(),
+                    c.roundTrip() ? "round trip p" + c.percentile() : Integer.toString(c.fill()), c.bytes(),
+                    c.ours().maker(),
                     c.agrona().maker(), value(c, p.onMean()), value(c, p.offMean()), p.onMean() / p.offMean(),
                     p.percent(), p.percentLow(), p.percentHigh(), p.bootPercentLow(), p.bootPercentHigh(),
                     verdict(p, c.roundTrip())));
@@ -232,8 +276,7 @@ public final class RingPairedSuite {
             }
             details.append(String.format(Locale.ROOT, "- %s, %s, %d B, %s against %s: %d pairs; forks (ours /"
                             + " Agrona, paired Δ): %s; lag-1 autocorrelation of the differences %+.2f%n",
-                    c.ours().oneToOne() ? "one-to-one" : "many-to-one", c.roundTrip() ? "round trip p50"
-                            : c.fill() + " % full", c.bytes(), c.ours().maker(), c.agrona().maker(), p.pairs(), forks,
+                    c.ours().oneToOne() ? "one-to-one" : "many-to-one", c.what(), c.bytes(), c.ours().maker(), c.agrona().maker(), p.pairs(), forks,
                     p.lag1()));
         }
         md.append("\nBoth blocks of a pair ran in the same JVMs on the same cores, one block apart")
@@ -246,7 +289,7 @@ public final class RingPairedSuite {
         return md.toString();
     }
 
-    /** Msg/s in millions, or a round trip's p50 in µs. */
+    /** Msg/s in millions, or a round trip's percentile in µs. */
     private static String value(Cell c, double v) {
         return c.roundTrip() ? String.format(Locale.ROOT, "%.3f µs", v) : RingSuite.mega(v);
     }

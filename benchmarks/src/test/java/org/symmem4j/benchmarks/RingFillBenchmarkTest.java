@@ -41,6 +41,27 @@ class RingFillBenchmarkTest {
         assertThrows(IllegalArgumentException.class, () -> RingFillBenchmark.fillMessages(1 << 20, 64, 100, 64));
     }
 
+    /**
+     * RingPairedSuite's flags: 4 KiB throughput cannot hold 75 % (the window does not fit), but a round trip holds no
+     * level, so 64 B and 4 KiB round trips pass with the default fills, and a size outside the ring is refused either way.
+     */
+    @Test
+    void theRoundTripChecksItsSizesButNoFillLevel() {
+        RingPairedSuite.Flags tput = new RingPairedSuite.Flags();
+        tput.sizes = new int[] {64, 4096};
+        var e = assertThrows(IllegalArgumentException.class, () -> RingPairedSuite.check(tput));
+        assertTrue(e.getMessage().contains("percent=75") && e.getMessage().contains("bytes=4096"), e.getMessage());
+        tput.fills = new int[] {25};
+        assertEquals(tput, RingPairedSuite.check(tput), "4 KiB throughput at 25 % fits");
+        RingPairedSuite.Flags rtt = new RingPairedSuite.Flags();
+        rtt.roundTrip = true;
+        rtt.sizes = new int[] {64, 4096};
+        assertEquals(rtt, RingPairedSuite.check(rtt), "round trips at 64 B and 4 KiB with the default fills");
+        rtt.sizes = new int[] {64, RingFillBenchmark.CAPACITY};
+        var big = assertThrows(IllegalArgumentException.class, () -> RingPairedSuite.check(rtt));
+        assertTrue(big.getMessage().startsWith("--sizes: " + RingFillBenchmark.CAPACITY), big.getMessage());
+    }
+
     @Test
     void bothMappingsOfThePacingFileSeeEachOthersCounters() throws IOException {
         Path file = FillPacer.path(dir.resolve("ring"));
@@ -127,6 +148,14 @@ class RingFillBenchmarkTest {
                 RingPair.Kind.AGRONA_MANY_TO_ONE, 64, 0, java.util.List.of(fork));
         assertTrue(rtt.roundTrip());
         assertEquals("ours higher (measured)", RingPairedSuite.verdict(rtt.paired(), true));
+        // a round trip's p99 is a cell of its own, a row of its own in the report
+        RingPairedSuite.Cell p99 = RingPairedSuite.cell(RingPair.Kind.SYMMEM_MANY_TO_ONE,
+                RingPair.Kind.AGRONA_MANY_TO_ONE, 64, 0, 99, java.util.List.of(fork));
+        RingPairedSuite.Flags flags = new RingPairedSuite.Flags();
+        flags.roundTrip = true;
+        String md = RingPairedSuite.report(flags, java.util.List.of(rtt, p99));
+        assertTrue(md.contains("| many-to-one | round trip p50 | 64 |") && md.contains("| many-to-one | round trip p99 | 64 |")
+                && md.contains("round trip p99, 64 B"), md);
         // ours level with Agrona's but for noise of both signs: not decided
         double[] level = new double[40];
         for (int k = 0; k < level.length; k++) {

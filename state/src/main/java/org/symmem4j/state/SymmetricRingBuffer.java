@@ -2,6 +2,7 @@ package org.symmem4j.state;
 
 import static org.symmem4j.parallel.layout.RingBufferLayout.DATA_OFFSET;
 import static org.symmem4j.parallel.layout.RingBufferLayout.PADDING_TYPE;
+import static org.symmem4j.parallel.layout.RingBufferLayout.RECORD_ALIGNMENT;
 import static org.symmem4j.parallel.layout.RingBufferLayout.RECORD_HEADER_BYTES;
 
 import java.lang.foreign.MemorySegment;
@@ -102,15 +103,21 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     private final MemorySegment data;
     private final Waiter waiter;
     /**
-     * The ring's address, for the many-to-one producer's hot path ({@link RingBufferLayout#address}), or -1 where the
-     * memory has none: that path then stays on the checked accesses.
+     * The ring's address, for the hot paths of offer and poll ({@link RingBufferLayout#address}), or -1 where the memory
+     * has none or is closed: those paths then take the checked accesses, which throw on a closed ring. No access by
+     * address needs a liveness check of its own: the ring's memory is this instance's alone and only {@link #close()}
+     * unmaps it, from the one thread that uses the instance, after setting this to -1 (a plain field: the same thread
+     * reads it on its next call).
      */
-    private final long ringAddress;
-    /** The ring's scope: the hot path by address checks it is alive once per message, before its first access. */
-    private final MemorySegment.Scope ringScope;
+    private long ringAddress;
     /** The claim {@link #tryClaim(int, int)} and {@link #claim} hand out, reused message after message. */
     private final Claim ownClaim = new Claim();
 
+    /**
+     * Free bytes a claim needs beyond its record: one-to-one, the header word after it, which its producer zeroes
+     * (see {@link RingBufferLayout}); many-to-one, none.
+     */
+    private final int trailingHeaderBytes;
     /** Whether this rank may offer: any rank of a many-to-one ring, the producer of a one-to-one ring. */
     private final boolean producerHere;
     /** Whether this rank polls. */
@@ -154,7 +161,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         this.data = ring.asSlice(DATA_OFFSET, capacity);
         this.waiter = SharedMemories.waiter(group);
         this.ringAddress = RingBufferLayout.address(ring);
-        this.ringScope = ring.scope();
+        this.trailingHeaderBytes = kind == Kind.ONE_TO_ONE ? RECORD_HEADER_BYTES : 0;
         this.producerHere = kind == Kind.MANY_TO_ONE || rank == producer;
         this.consumerHere = rank == consumer;
         // a fresh ring (creation formats it): both positions start at 0 on every rank
@@ -276,14 +283,20 @@ public final class SymmetricRingBuffer implements AutoCloseable {
             return false;
         }
         copyPayload(src, offset, index + RECORD_HEADER_BYTES, length);
-        if (ringAddress >= 0) {
-            // release: publishes the payload to the consumer's acquire of the header word (the same store by address)
-            RingBufferLayout.commitRecordAt(ringAddress, index, length + RECORD_HEADER_BYTES, msgTypeId);
-        } else {
-            // release: as above, through the checked segment
-            RingBufferLayout.commitRecord(ring, index, length + RECORD_HEADER_BYTES, msgTypeId);
-        }
+        // release: publishes the payload to the consumer's acquire of the header word
+        commitRecord(index, length + RECORD_HEADER_BYTES, msgTypeId);
         return true;
+    }
+
+    /** Publishes a record by one release store of its header word: by address where the ring has one. */
+    private void commitRecord(int index, int recordLength, int type) {
+        if (ringAddress >= 0) {
+            // release: publishes the payload written before it to the consumer's acquire of the header word
+            RingBufferLayout.commitRecordAt(ringAddress, index, recordLength, type);
+        } else {
+            // release: as above, through the checked segment (which throws on a closed ring)
+            RingBufferLayout.commitRecord(ring, index, recordLength, type);
+        }
     }
 
     /**
@@ -544,7 +557,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
             SymmetricRingBuffer r = openRing();
             open = false;
             // release: publishes the payload the caller wrote into the claim to the consumer's acquire of the header
-            RingBufferLayout.commitRecord(r.ring, index, length + RECORD_HEADER_BYTES, type);
+            r.commitRecord(index, length + RECORD_HEADER_BYTES, type);
         }
 
         /**
@@ -556,7 +569,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
             SymmetricRingBuffer r = openRing();
             open = false;
             // release: the padding header, read by the consumer's acquire; it frees the record without reading it
-            RingBufferLayout.commitRecord(r.ring, index, length + RECORD_HEADER_BYTES, PADDING_TYPE);
+            r.commitRecord(index, length + RECORD_HEADER_BYTES, PADDING_TYPE);
         }
 
         private SymmetricRingBuffer openRing() {
@@ -611,18 +624,25 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     private int reserve(int length) {
         int recordLength = length + RECORD_HEADER_BYTES;
         int required = RingBufferLayout.align(recordLength);
-        if (kind == Kind.ONE_TO_ONE) {
-            return claimOneToOne(recordLength, required);
-        }
-        // many-to-one, the common case in a few instructions and by address: no padding before the end of the ring,
-        // room by the cached HEAD, the ring alive, and the CAS from the TAIL this producer last left wins. Anything else
-        // (the wrap, a full-looking ring, another producer's claim first, memory without an address) takes the general
-        // claim out of line, so that offer stays small enough for the JIT to inline into a producer's loop
+        // the common claim of either kind, in a few instructions and by address: no padding before the end of the ring,
+        // room by the cached HEAD (one-to-one: for the header word after the record too), and, many-to-one, the CAS from
+        // the TAIL this producer last left wins. Anything else (the wrap, a full-looking ring, another producer's claim
+        // first, memory without an address or closed) takes the general claim out of line, so that offer stays small
+        // enough for the JIT to inline into a producer's loop
         long tail = tailPosition;
         int tailIndex = (int) tail & mask;
-        if (ringAddress >= 0 & required <= capacity - tailIndex & required <= capacity - (tail - headCache)
-                && ringScope.isAlive()) {
+        if (ringAddress >= 0 & required <= capacity - tailIndex
+                & required + trailingHeaderBytes <= capacity - (tail - headCache)) {
             long next = tail + required;
+            if (kind == Kind.ONE_TO_ONE) {
+                // the word after the record will be the next record's header: zeroed now, published by this record's
+                // commit (a release), so the consumer, which reads it only after that commit, never sees an earlier lap
+                RingBufferLayout.zeroRecordHeaderAt(ringAddress, (tailIndex + required) & mask);
+                tailPosition = next;
+                // release: the producer's own position (read by size() only; the consumer follows headers)
+                RingBufferLayout.tailReleaseAt(ringAddress, next);
+                return tailIndex;
+            }
             // volatile CAS, the linearization point of the claim, as in claimManyToOne; a failure returns the TAIL
             // another producer's winning CAS (which it pairs with) left, where the general claim starts again
             long found = RingBufferLayout.tailCompareAndExchangeAt(ringAddress, tail, next);
@@ -634,7 +654,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
             }
             tailPosition = found;
         }
-        return claimManyToOne(recordLength, required);
+        return kind == Kind.ONE_TO_ONE ? claimOneToOne(recordLength, required) : claimManyToOne(recordLength, required);
     }
 
     private int claimOneToOne(int recordLength, int required) {
@@ -733,7 +753,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
             while (bytesRead < capacity && messages < limit) {
                 int index = (headIndex + bytesRead) & mask;
                 // acquire: pairs with the producer's release in commitRecord; the payload written before it is seen
-                long header = RingBufferLayout.recordHeaderAcquire(ring, index);
+                long header = recordHeaderAcquire(index);
                 int length = RingBufferLayout.recordLength(header);
                 if (length <= 0) {
                     if (length < 0 && abandonIfProducerDead(index, header)) {
@@ -741,15 +761,31 @@ public final class SymmetricRingBuffer implements AutoCloseable {
                     }
                     break;
                 }
-                bytesRead += RingBufferLayout.align(length);
+                // RingBufferLayout.align written out: next to a spinning caller's empty polls the JIT finds this path
+                // rare, and calls rather than inlines any method above a few bytecodes on it
+                bytesRead += (length + RECORD_ALIGNMENT - 1) & -RECORD_ALIGNMENT;
                 int type = RingBufferLayout.recordTypeOrRank(header);
                 if (type != PADDING_TYPE) {
                     messages++;
                     handler.onMessage(type, data, index + RECORD_HEADER_BYTES, length - RECORD_HEADER_BYTES);
                 }
             }
-        } finally {
+        } catch (Throwable t) {
+            // a handler threw: what was read up to it (its own record included) is freed, as on a return
             if (bytesRead > 0) {
+                free(head, headIndex, bytesRead);
+            }
+            throw t;
+        }
+        if (bytesRead > 0) {
+            // the common free in line (a catch instead of a finally, whose body the compiler writes twice): one-to-one
+            // with an address, one store; anything else out of line
+            if (kind == Kind.ONE_TO_ONE & ringAddress >= 0) {
+                // release: the records before it are read; publishes their room as free to the producer's acquire of
+                // HEAD (one-to-one: nothing to zero, the producer zeroes the header word after its record)
+                headPosition = head + bytesRead;
+                RingBufferLayout.headReleaseAt(ringAddress, headPosition);
+            } else {
                 free(head, headIndex, bytesRead);
             }
         }
@@ -765,9 +801,17 @@ public final class SymmetricRingBuffer implements AutoCloseable {
                 + " how many messages to read at most, e.g. 16)");
     }
 
+    /** A record's header word with acquire: by address where the ring has one (see {@link #ringAddress}). */
+    private long recordHeaderAcquire(int index) {
+        // acquire: pairs with the producer's release in commitRecord (commitRecordAt); the same load either way
+        return ringAddress >= 0 ? RingBufferLayout.recordHeaderAcquireAt(ringAddress, index)
+                : RingBufferLayout.recordHeaderAcquire(ring, index);
+    }
+
     /**
      * Frees the {@code bytesRead} bytes read from {@code head} (at {@code headIndex}, possibly on past the ring's end):
-     * out of {@link #poll}'s loop, so that the loop a spinning consumer runs on every empty poll stays small.
+     * many-to-one (zeroing what was read), or memory without an address; out of {@link #poll}'s loop, so that the loop
+     * a spinning consumer runs on every empty poll stays small.
      */
     private void free(long head, int headIndex, int bytesRead) {
         if (kind == Kind.MANY_TO_ONE) {
@@ -854,6 +898,7 @@ public final class SymmetricRingBuffer implements AutoCloseable {
     /** Collective: frees the ring's memory once every rank has stopped using it. */
     @Override
     public void close() {
+        ringAddress = -1; // before the unmap: a call after close takes the checked accesses, which throw
         memory.close();
     }
 

@@ -399,19 +399,51 @@ class SymmetricRingBufferTest {
         });
     }
 
-    /** An offer on a closed ring is refused with an exception (the hot path by address checks the ring is alive). */
+    /**
+     * Every access after close is refused with an exception, never made by address into unmapped memory: the hot paths
+     * by address (offer, poll, a claim's commit) take the checked accesses once the ring forgot its address in close.
+     */
     @Test
-    void offerOnAClosedRingThrows() {
+    void everyAccessAfterCloseThrows() {
         InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
             for (SymmetricRingBuffer.Kind kind : SymmetricRingBuffer.Kind.values()) {
-                SymmetricRingBuffer ring = kind == SymmetricRingBuffer.Kind.ONE_TO_ONE
-                        ? SymmetricRingBuffer.oneToOne(group, 0, 0, 1024) : SymmetricRingBuffer.manyToOne(group, 0, 1024);
+                SymmetricRingBuffer ring = ring(group, kind, 1024);
                 assertTrue(ring.offer(1, new byte[16]));
+                SymmetricRingBuffer.Claim open = new SymmetricRingBuffer.Claim();
+                assertTrue(ring.tryClaim(2, 16, open));
                 ring.close();
-                assertThrows(IllegalStateException.class, () -> ring.offer(1, new byte[16]), kind.toString());
+                assertThrows(IllegalStateException.class, () -> ring.offer(1, new byte[16]), kind + " offer");
+                assertThrows(IllegalStateException.class, () -> ring.poll((t, b, o, l) -> { }, 10), kind + " poll");
+                assertThrows(IllegalStateException.class, () -> ring.tryClaim(1, 16), kind + " tryClaim");
+                assertThrows(IllegalStateException.class, open::commit, kind + " commit of a claim opened before");
             }
             return null;
         });
+    }
+
+    /** A handler that closes the ring stops its poll with an exception: the poll reads no header by address after it. */
+    @Test
+    void aHandlerThatClosesTheRingStopsThePoll() {
+        InJvmWorld.runOnEveryRank(1, OPTIONS, group -> {
+            for (SymmetricRingBuffer.Kind kind : SymmetricRingBuffer.Kind.values()) {
+                SymmetricRingBuffer ring = ring(group, kind, 1024);
+                assertTrue(ring.offer(1, new byte[16]));
+                assertTrue(ring.offer(1, new byte[16]));
+                int[] handled = {0};
+                assertThrows(IllegalStateException.class, () -> ring.poll((t, b, o, l) -> {
+                    handled[0]++;
+                    ring.close();
+                }, 10), kind.toString());
+                assertEquals(1, handled[0], kind + ": the second message is not handed out");
+            }
+            return null;
+        });
+    }
+
+    private static SymmetricRingBuffer ring(org.symmem4j.parallel.Group group, SymmetricRingBuffer.Kind kind,
+                                            int capacity) {
+        return kind == SymmetricRingBuffer.Kind.ONE_TO_ONE ? SymmetricRingBuffer.oneToOne(group, 0, 0, capacity)
+                : SymmetricRingBuffer.manyToOne(group, 0, capacity);
     }
 
     @Test

@@ -367,21 +367,22 @@ public final class RingBufferLayout {
         return LONG.compareAndSet(ring, DATA_OFFSET + index, observed, headerWord(length, PADDING_TYPE));
     }
 
-    // ---- the many-to-one producer's hot path, by address ----
+    // ---- the hot paths of offer and poll, by address ----
 
     /**
      * All of memory as one segment, a constant: an access through it at an address carries no per-segment bounds,
-     * read-only or liveness check (the JIT folds them), so that the producer's hot path compiles small enough to be
-     * inlined into its caller's loop. Only for addresses inside a live native ring that the caller has checked: see
+     * read-only or liveness check (the JIT folds them), so that a producer's offer and a consumer's poll compile small
+     * enough to be inlined into their caller's loop. Only for addresses inside a mapped native ring: see
      * {@link #address}.
      */
     private static final MemorySegment EVERYTHING = MemorySegment.NULL.reinterpret(Long.MAX_VALUE);
 
     /**
      * The base address of {@code ring} for the {@code ...At} accesses below, or -1 where it has none (a heap segment):
-     * the caller then keeps to the checked accesses. The caller must use an address only while {@code ring}'s scope is
-     * alive (check {@link MemorySegment.Scope#isAlive()} before a sequence of accesses, from the one thread that may
-     * close it) and only at the offsets of this layout, inside {@link #totalBytes} (verified at creation).
+     * the caller then keeps to the checked accesses. The caller must use an address only while {@code ring} is mapped
+     * (it checks {@link MemorySegment.Scope#isAlive()} before a sequence of accesses, from the one thread that may
+     * close it, or, as {@code SymmetricRingBuffer}, owns the memory and forgets the address when it closes it) and only
+     * at the offsets of this layout, inside {@link #totalBytes} (verified at creation).
      *
      * @param ring the consumer's buffer as mapped here
      * @return its address, or -1
@@ -426,6 +427,52 @@ public final class RingBufferLayout {
     public static void commitRecordAt(long ringAddress, int index, int length, int type) {
         // release: publishes the payload written before it to the consumer's acquire of the header word
         LONG.setRelease(EVERYTHING, ringAddress + DATA_OFFSET + index, headerWord(length, type));
+    }
+
+    /**
+     * {@link #recordHeaderAcquire} at a ring's {@link #address}: the same acquire load, pairing with the producer's
+     * release in {@link #commitRecord} / {@link #commitRecordAt}.
+     *
+     * @param ringAddress the ring's address
+     * @param index       byte index of the record, 8-aligned, below the capacity
+     * @return the header word
+     */
+    public static long recordHeaderAcquireAt(long ringAddress, int index) {
+        return (long) LONG.getAcquire(EVERYTHING, ringAddress + DATA_OFFSET + index);
+    }
+
+    /**
+     * {@link #zeroRecordHeader} at a ring's {@link #address}: the same plain store, published by the release of the
+     * record before it.
+     *
+     * @param ringAddress the ring's address
+     * @param index       byte index of the header word, 8-aligned, below the capacity
+     */
+    public static void zeroRecordHeaderAt(long ringAddress, int index) {
+        LONG.set(EVERYTHING, ringAddress + DATA_OFFSET + index, 0L);
+    }
+
+    /**
+     * {@link #tailRelease} at a ring's {@link #address}: the same release store.
+     *
+     * @param ringAddress the ring's address
+     * @param value       the new tail
+     */
+    public static void tailReleaseAt(long ringAddress, long value) {
+        // release: the one producer's position, read by size()'s acquire of TAIL
+        LONG.setRelease(EVERYTHING, ringAddress + TAIL_OFFSET, value);
+    }
+
+    /**
+     * {@link #headRelease} at a ring's {@link #address}: the same release store, read by the producers'
+     * {@link #headAcquire}.
+     *
+     * @param ringAddress the ring's address
+     * @param value       the new head
+     */
+    public static void headReleaseAt(long ringAddress, long value) {
+        // release: publishes the room before it as free to the producers' acquire of HEAD
+        LONG.setRelease(EVERYTHING, ringAddress + HEAD_OFFSET, value);
     }
 
     /**
