@@ -42,7 +42,8 @@ import org.symmem4j.pipeline.schedule.Schedule;
  * {@code symmem4j-run} (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The
  * group must live on a host transport (DL4J's CPU activations are host memory) and stays the
  * caller's to close, after the trainer. {@link #timeout} does not apply (the group's own does).
- * Group mode refuses DL4J listeners (see {@link PipelineParallelTrainer}).
+ * In group mode DL4J listeners are called on every rank with the step's agreed loss and the rank's own stages
+ * ({@link PipelineGroupListeners}), those that read the whole network during a step refused.
  */
 public final class PipelineParallelTrainerBuilder
         extends TrainerBuilder<PipelineParallelTrainerBuilder, PipelineParallelTrainer.StepListener> {
@@ -520,9 +521,12 @@ public final class PipelineParallelTrainerBuilder
         return slots;
     }
 
-    /** The listeners the trainer cannot call: any in group mode, DL4J's on a model started from a configuration. */
+    /**
+     * The listeners the trainer cannot call: in group mode those that read the whole network during a step
+     * ({@link PipelineGroupListeners#refuse}), DL4J's on a model started from a configuration.
+     */
     private void refuseListeners(Group group, ModelListeners l) {
-        refuseInGroupMode(group, l);
+        PipelineGroupListeners.refuse(group, l, tensorParallel);
         if (fromConfiguration != null && !l.isEmpty()) {
             throw new IllegalArgumentException(startedFrom() + " with DL4J listeners: they are shown the"
                     + " whole network after each step, which a trainer built from a configuration never holds; expected"
@@ -615,15 +619,5 @@ public final class PipelineParallelTrainerBuilder
         }
         int[] first = rank0.isEmpty() ? new int[0] : Arrays.stream(rank0.split(",")).mapToInt(Integer::parseInt).toArray();
         return PipelineStageSplit.atBoundaries(network, first);
-    }
-
-    /** Group mode refuses listeners: before each call the model would have to gather every rank's stages. */
-    static void refuseInGroupMode(Group group, ModelListeners listeners) {
-        if (group != null && !listeners.isEmpty()) {
-            throw new IllegalStateException("listeners in group mode: before each call the model must gather every"
-                    + " rank's stages, a collective that every rank would have to run at every step, listeners or not;"
-                    + " expected no listeners (fix: drop them, use a stepListener, which sees the step's report on every"
-                    + " rank, or train as threads of one JVM)");
-        }
     }
 }

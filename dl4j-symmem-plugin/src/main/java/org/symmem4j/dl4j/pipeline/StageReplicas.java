@@ -286,10 +286,14 @@ final class StageReplicas {
     }
 
     /**
-     * A finished step as the model's DL4J listeners see it (thread mode): the model shows replica 0's stages, joined
-     * from the shards with tensor parallelism ({@link PipelineTensorParallel#listenerStep}).
+     * A finished step as the model's DL4J listeners see it: in thread mode the model shows replica 0's stages, joined
+     * from the shards with tensor parallelism ({@link PipelineTensorParallel#listenerStep}); in group mode this rank's
+     * own stages, with no collective ({@link PipelineGroupListeners#step}).
      */
     ModelListeners.Step listenerStep(PipelineModel model, Object batch, double score) {
+        if (group != null) {
+            return PipelineGroupListeners.step(model, batch, score, first, !shardedState);
+        }
         return tensorShards != null ? tensorShards.listenerStep(model, batch, score, all) : model.step(batch, score, all);
     }
 }
