@@ -207,7 +207,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.metrics = o.bind(new PipelineMetrics(b.schedule.tag(), o.transportName(), o.metricTags()));
         // group mode: this process holds its own stages of one replica (s % pp == its pipeline rank), the others hollow
         this.replicas = new StageReplicas(split, model, dataParallel, b.tensorShards, tensorParallel,
-                b.tensorParallelColumns, shape.ranks(), group, b.sharding != null);
+                b.tensorParallelColumns, shape.ranks(), group, b.sharding);
         this.stages = replicas.first();
         this.model = model;
         this.checkpoints = o.checkpointSchedule();
@@ -338,6 +338,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
             }
             ModelListeners l = ModelListeners.of(model); // refuses what it cannot honour before anything changes
             PipelineGroupListeners.refuse(group, l, tensorParallel);
+            PipelineZero.refuseListeners(replicas.sharding(), l);
             if (reset != null && !batches.hasNext()) {
                 reset.run(); // as DL4J's fit: an exhausted iterator is reset first
             }

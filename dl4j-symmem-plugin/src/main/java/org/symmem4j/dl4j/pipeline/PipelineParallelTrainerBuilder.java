@@ -219,10 +219,16 @@ public final class PipelineParallelTrainerBuilder
      * training. The blocks are cut at the first step; {@link PipelineParallelTrainer#modelBytesHeld()} counts each
      * replica's block from then on. The model given to the builder still gets the whole updater state after each
      * {@code fit} (gathered from the blocks for the copy). In group mode too, and with checkpoints (a shard file per
-     * stage and replica). Refused at {@link #build()}: other stages, {@code dataParallel} below 2, tensor parallelism
-     * and BatchNormalization layers (not built yet).
+     * stage and replica). With {@link ZeroStage#GRADIENTS} (stage 2) the same blocks, and each stage's gradient is
+     * reduce-scattered over its replicas instead of all-reduced: each replica sums only its block (peers added in rank
+     * order, the same bits), then updates it and the update is all-gathered as in stage 1; bitwise the unsharded
+     * pipeline too. It moves one all-gather less per step; each replica still accumulates its microbatches' gradient
+     * over the whole stage (DL4J's backprop fills the whole gradient view), so it holds no less gradient memory, and a
+     * listener overriding {@code onGradientCalculation} is refused (no replica holds the whole summed gradient).
+     * Refused at {@link #build()}: {@link ZeroStage#PARAMETERS} (stage 3: use the wrapper's), {@code dataParallel}
+     * below 2, tensor parallelism and BatchNormalization layers (not built yet).
      *
-     * @param stage {@link ZeroStage#OPTIMIZER_STATE}, or null for none
+     * @param stage {@link ZeroStage#OPTIMIZER_STATE} or {@link ZeroStage#GRADIENTS}, or null for none
      * @return this builder
      */
     public PipelineParallelTrainerBuilder sharding(ZeroStage stage) {
@@ -527,6 +533,7 @@ public final class PipelineParallelTrainerBuilder
      */
     private void refuseListeners(Group group, ModelListeners l) {
         PipelineGroupListeners.refuse(group, l, tensorParallel);
+        PipelineZero.refuseListeners(sharding, l);
         if (fromConfiguration != null && !l.isEmpty()) {
             throw new IllegalArgumentException(startedFrom() + " with DL4J listeners: they are shown the"
                     + " whole network after each step, which a trainer built from a configuration never holds; expected"
