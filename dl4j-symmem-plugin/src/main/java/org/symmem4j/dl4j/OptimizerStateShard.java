@@ -16,8 +16,8 @@ import org.symmem4j.parallel.SymmetricMemory;
 import org.symmem4j.parallel.TransportCapabilities;
 
 /**
- * ZeRO stage 1 ({@link ZeroStage#OPTIMIZER_STATE}) for one network among data-parallel replicas that each hold all of
- * it: this replica keeps DL4J updater state (Adam moments, momentum, ...) only for its 1/N block of the flat parameter
+ * ZeRO stage 1 ({@link ZeroStage#OPTIMIZER_STATE}) or 2 ({@link ZeroStage#GRADIENTS}: the gradient reduce-scattered
+ * here, {@link #step}) for one network among data-parallel replicas that each hold all of it: this replica keeps DL4J updater state (Adam moments, momentum, ...) only for its 1/N block of the flat parameter
  * vector ({@code ShardPartition} block {@code rank} of the communicator's group, as the wrapper's stage 1 cuts it),
  * runs DL4J's updater arithmetic on that block (the wrapper's {@link ShardedUpdater}), and all-gathers the update, so
  * every replica subtracts the same whole update. Used by the pipeline trainer for each stage's dp replicas
@@ -40,12 +40,15 @@ public final class OptimizerStateShard implements AutoCloseable {
     /** The gradient view registered over the group, for the update's in-place all-gather. */
     private final SymmetricMemory gradients;
     private final boolean miniBatch;
+    /** OPTIMIZER_STATE (the caller sums the gradient) or GRADIENTS ({@link #step} reduce-scatters it). */
+    private final ZeroStage stage;
     private boolean closed;
     /** Whether the network holds DL4J's full updater (between {@link #materialize} and {@link #shardAgain}). */
     private boolean materialized;
 
     private OptimizerStateShard(MultiLayerNetwork network, ModelReplica replica, ShardedUpdater sharded,
-                                SymmetricMemory gradients) {
+                                SymmetricMemory gradients, ZeroStage stage) {
+        this.stage = stage;
         this.network = network;
         this.replica = replica;
         this.sharded = sharded;
@@ -65,6 +68,24 @@ public final class OptimizerStateShard implements AutoCloseable {
      * @return the installed shard
      */
     public static OptimizerStateShard install(MultiLayerNetwork network, Communicator comm) {
+        return install(network, comm, ZeroStage.OPTIMIZER_STATE);
+    }
+
+    /**
+     * As {@link #install(MultiLayerNetwork, Communicator)}, for ZeRO stage 1 or 2: with {@link ZeroStage#GRADIENTS}
+     * the caller writes this replica's own (unsummed) gradient into the gradient view, and {@link #step} first
+     * reduce-scatters it in place, so this replica only ever sums its own block (peers added in rank order: bitwise
+     * the block of the all-reduce stage 1's caller runs).
+     *
+     * @param network a replica of the network: the same configuration and updater state on every rank
+     * @param comm    the replicas' communicator (not closed here)
+     * @param stage   OPTIMIZER_STATE or GRADIENTS
+     * @return the installed shard
+     */
+    public static OptimizerStateShard install(MultiLayerNetwork network, Communicator comm, ZeroStage stage) {
+        if (stage == ZeroStage.PARAMETERS) {
+            throw Invariants.violated("OptimizerStateShard holds stages 1 and 2; stage 3 is FullySharded's");
+        }
         ModelReplica replica = ModelReplica.of(network);
         BaseMultiLayerUpdater<?> dl4j = replica.dl4jUpdater();
         INDArray initialState = dl4j.getStateViewArray();
@@ -85,16 +106,17 @@ public final class OptimizerStateShard implements AutoCloseable {
             dl4j = replica.dl4jUpdater();
         }
         UpdaterLayout layout = UpdaterLayout.of(dl4j, network.numParams());
-        // stage 1 without the synchronizer: the caller has summed the gradient over the replicas already
-        ShardedUpdater sharded = new ShardedUpdater(ZeroStage.OPTIMIZER_STATE, layout, replica, comm, gradients, null,
-                initialState);
+        // no synchronizer: stage 1's caller has summed the gradient over the replicas already, stage 2 reduce-scatters
+        // it in step() (ShardedUpdater.reduceGradients)
+        ShardedUpdater sharded = new ShardedUpdater(stage, layout, replica, comm, gradients, null, initialState);
         replica.installUpdater(sharded);
-        return new OptimizerStateShard(network, replica, sharded, gradients);
+        return new OptimizerStateShard(network, replica, sharded, gradients, stage);
     }
 
     /**
      * One update, where DL4J's updater would run, once the gradient view holds the gradient summed over every replica's
-     * examples: this block divided by {@code examples} (minibatch training, as DL4J's updater divides), gradient
+     * examples (stage 1), or this replica's own gradient, which stage 2 reduce-scatters first (collective, in place: this
+     * block then holds the sum): this block divided by {@code examples} (minibatch training, as DL4J's updater divides), gradient
      * normalization with norms agreed over the group, regularization and the updater on this block, then the in-place
      * all-gather, after which the gradient view holds the whole update (the caller subtracts it from the parameters).
      * Collective over the group.
@@ -109,6 +131,9 @@ public final class OptimizerStateShard implements AutoCloseable {
         }
         if (materialized) {
             throw Invariants.violated("a sharded step while the network holds DL4J's full updater (shardAgain first)");
+        }
+        if (stage == ZeroStage.GRADIENTS) {
+            sharded.reduceGradients(); // this block summed over the replicas, in rank order
         }
         if (miniBatch) {
             sharded.divideShard(examples);

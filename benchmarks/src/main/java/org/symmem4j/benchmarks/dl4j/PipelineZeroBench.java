@@ -24,7 +24,8 @@ import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 /**
- * What ZeRO stage 1 on the pipeline's dp axis ({@code sharding(ZeroStage.OPTIMIZER_STATE)}) costs and saves: the same
+ * What ZeRO stage 1 or 2 on the pipeline's dp axis ({@code sharding(ZeroStage.OPTIMIZER_STATE)}, {@code --stage
+ * GRADIENTS} for {@code sharding(ZeroStage.GRADIENTS)}) costs and saves: the same
  * MLP, data and steps through a {@code dp x pp} pipeline on threads (1F1B) with and without it, runs alternating in
  * one JVM (so a slow stretch of a shared machine hits both). Reports the median step time (the wall time of
  * {@code fit(batch)}, median over the steps after the warm-up, median over the repetitions) and the model bytes the
@@ -33,7 +34,7 @@ import picocli.CommandLine.Option;
  *
  * <pre>
  *   PipelineZeroBench [--dp 2] [--pp 2] [--layers 6] [--hidden 512] [--microbatches 4] [--batch 64] [--steps 40]
- *                     [--warmup 10] [--reps 3] [--threads 1]
+ *                     [--warmup 10] [--reps 3] [--threads 1] [--stage OPTIMIZER_STATE|GRADIENTS]
  * </pre>
  * Prints a markdown table and the raw medians of each run.
  */
@@ -47,7 +48,7 @@ public final class PipelineZeroBench {
 
     @Command(name = "PipelineZeroBench", mixinStandardHelpOptions = true, versionProvider = Cli.Version.class,
             showDefaultValues = true, description = "Step time and model bytes held of a dp x pp pipeline with ZeRO"
-                    + " stage 1 on its dp axis, against the same pipeline without it, measured in the same run.")
+                    + " stage 1 or 2 on its dp axis, against the same pipeline without it, measured in the same run.")
     static final class Flags {
         @Option(names = "--dp", paramLabel = "D", description = "data-parallel replicas of the pipeline")
         int dp = 2;
@@ -65,6 +66,9 @@ public final class PipelineZeroBench {
         AlternatingRuns runs = new AlternatingRuns();
         @Option(names = "--threads", paramLabel = "T", description = "ND4J threads per rank")
         int threads = 1;
+        @Option(names = "--stage", paramLabel = "Z", description = "ZeRO stage of the sharded runs: OPTIMIZER_STATE"
+                + " (1) or GRADIENTS (2)")
+        ZeroStage stage = ZeroStage.OPTIMIZER_STATE;
     }
 
     public static void main(String[] args) {
@@ -84,6 +88,10 @@ public final class PipelineZeroBench {
                         + flags.dp * flags.microbatches * Math.max(1, flags.batch / (flags.dp * flags.microbatches)) + ")");
             }
             flags.runs.check();
+            if (flags.stage == ZeroStage.PARAMETERS) {
+                throw new IllegalArgumentException("--stage=PARAMETERS: the pipeline trainer shards stages 1 and 2;"
+                        + " expected OPTIMIZER_STATE or GRADIENTS (fix: --stage GRADIENTS)");
+            }
             if (flags.layers + 1 < flags.pp) {
                 throw new IllegalArgumentException("--pp=" + flags.pp + " stages need at least as many layers; found "
                         + (flags.layers + 1) + " (fix: --layers " + (flags.pp - 1) + " or more)");
@@ -96,7 +104,7 @@ public final class PipelineZeroBench {
                 + " cores; dp " + f.dp + " x pp " + f.pp + " rank threads, 1F1B, " + f.microbatches + " microbatches,"
                 + " batch " + f.batch + ", MLP " + f.layers + " x " + f.hidden + " (" + base.numParams()
                 + " FLOAT parameters, Adam), " + f.runs.steps + " steps (" + f.runs.warmup + " warm-up), " + f.runs.reps
-                + " runs per setting, ND4J threads per rank " + f.threads);
+                + " runs per setting, ND4J threads per rank " + f.threads + ", sharded: " + f.stage);
         double[][] off = new double[f.runs.reps][];
         double[][] on = new double[f.runs.reps][];
         List<String> raw = new ArrayList<>();
@@ -128,7 +136,7 @@ public final class PipelineZeroBench {
         var builder = PipelineParallelTrainer.builder(net).ranks(f.pp).dataParallel(f.dp).microbatches(f.microbatches)
                 .schedule(PipelineSchedule.ONE_F_ONE_B).ompThreadsPerRank(f.threads);
         if (sharded) {
-            builder.sharding(ZeroStage.OPTIMIZER_STATE);
+            builder.sharding(f.stage);
         }
         double[] steps = new double[data.size() - f.runs.warmup];
         try (PipelineParallelTrainer trainer = builder.build()) {

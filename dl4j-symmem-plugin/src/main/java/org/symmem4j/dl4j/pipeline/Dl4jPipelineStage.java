@@ -22,6 +22,7 @@ import org.nd4j.linalg.factory.Nd4j;
 import org.nd4j.linalg.indexing.NDArrayIndex;
 import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.OptimizerStateShard;
+import org.symmem4j.dl4j.ZeroStage;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.symmem4j.parallel.Invariants;
@@ -82,9 +83,9 @@ public final class Dl4jPipelineStage implements StageCompute {
 
     /** The other replicas of this stage (data parallelism), or null when this stage has none. */
     private ArrayCollectives dataParallel;
-    /** ZeRO stage 1 over the replicas ({@link #shardOptimizerState()}): installed at the first step, then kept. */
-    private boolean shardOptimizerState;
-    /** This replica's block of the stage's updater state once {@link #shardOptimizerState} installed it, or null. */
+    /** ZeRO stage 1 or 2 over the replicas ({@link #shard}), or null: installed at the first step, then kept. */
+    private ZeroStage sharding;
+    /** This replica's block of the stage's updater state once {@link #shard} installed it, or null. */
     private OptimizerStateShard optimizerShard;
     /** This stage's rank in its tensor-parallel group (a shard's stage), or -1 for a stage of the whole network. */
     private int tensorParallelRank = -1;
@@ -516,8 +517,8 @@ public final class Dl4jPipelineStage implements StageCompute {
         if (dataParallel != null) {
             // every replica holds an equal share: the global batch is the replicas' examples together
             examples *= dataParallel.size();
-            if (accumulatedGradient != null) {
-                dataParallel.sumInPlace(accumulatedGradient);
+            if (accumulatedGradient != null && sharding != ZeroStage.GRADIENTS) {
+                dataParallel.sumInPlace(accumulatedGradient); // stage 2: reduce-scattered in the shard's step instead
             }
             for (BatchNormRunningStats bn : batchNorms) {
                 bn.gatherAcross(dataParallel);
@@ -532,10 +533,10 @@ public final class Dl4jPipelineStage implements StageCompute {
         int iteration = network.getIterationCount();
         int epoch = network.getEpochCount();
         if (accumulatedGradient != null) {
-            if (shardOptimizerState && dataParallel != null && optimizerShard == null) {
+            if (sharding != null && dataParallel != null && optimizerShard == null) {
                 // collective over the replicas, which all reach their first step here; before the gradient view is
                 // written: on processes it moves into symmetric memory
-                optimizerShard = OptimizerStateShard.install(network, dataParallel.communicator());
+                optimizerShard = OptimizerStateShard.install(network, dataParallel.communicator(), sharding);
             }
             INDArray gradient = network.getGradientsViewArray();
             gradient.assign(accumulatedGradient);
@@ -543,7 +544,8 @@ public final class Dl4jPipelineStage implements StageCompute {
                 bn.applyInOrder(gradientViews);
             }
             if (optimizerShard != null) {
-                optimizerShard.step(examples, iteration, epoch); // this replica's block, then the update all-gathered
+                // stage 2: the gradient reduce-scattered first; this replica's block, then the update all-gathered
+                optimizerShard.step(examples, iteration, epoch);
             } else {
                 network.getUpdater(true).update(network, gradientViews, iteration, epoch, Math.toIntExact(examples),
                         workspaces);
@@ -559,12 +561,16 @@ public final class Dl4jPipelineStage implements StageCompute {
     }
 
     /**
-     * ZeRO stage 1 over this stage's data-parallel replicas (the pipeline trainer's
-     * {@code sharding(ZeroStage.OPTIMIZER_STATE)}): from the first step on, this replica keeps the updater state of its
-     * 1/N block of the stage's parameters only ({@link OptimizerStateShard}). Set before the first step.
+     * ZeRO over this stage's data-parallel replicas (the pipeline trainer's {@code sharding(...)}): from the first step
+     * on, this replica keeps the updater state of its 1/N block of the stage's parameters only
+     * ({@link OptimizerStateShard}); with {@link ZeroStage#GRADIENTS} the accumulated gradient is reduce-scattered
+     * rather than all-reduced, so this replica sums only its block ({@link #gradientBeforeUpdate} then stays its own
+     * examples' sum). Set before the first step.
+     *
+     * @param stage OPTIMIZER_STATE or GRADIENTS
      */
-    void shardOptimizerState() {
-        this.shardOptimizerState = true;
+    void shard(ZeroStage stage) {
+        this.sharding = stage;
     }
 
     /** Collective over the replicas, when the rank stops: releases the shard's registration (its state stays). */
@@ -574,7 +580,7 @@ public final class Dl4jPipelineStage implements StageCompute {
         }
     }
 
-    /** This replica's block of the updater state ({@link #shardOptimizerState()}), or null before the first step. */
+    /** This replica's block of the updater state ({@link #shard}), or null before the first step. */
     OptimizerStateShard optimizerShard() {
         return optimizerShard;
     }
@@ -599,7 +605,8 @@ public final class Dl4jPipelineStage implements StageCompute {
 
     /**
      * After {@link #step()}: the step's gradient before the update, summed over the batch's examples (over every
-     * replica's with data parallelism), laid out like the flat gradient view; null for a stage without parameters.
+     * replica's with data parallelism, except with ZeRO stage 2, which sums only this replica's block, in the gradient
+     * view: then this replica's examples), laid out like the flat gradient view; null for a stage without parameters.
      */
     INDArray gradientBeforeUpdate() {
         return accumulatedGradient;

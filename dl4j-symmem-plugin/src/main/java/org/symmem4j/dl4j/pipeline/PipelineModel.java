@@ -17,6 +17,7 @@ import org.symmem4j.dl4j.InitialisationReplay;
 import org.symmem4j.dl4j.nd4j.ArrayCollectives;
 import org.symmem4j.dl4j.train.ListenedModel;
 import org.symmem4j.dl4j.train.ModelListeners;
+import org.symmem4j.parallel.Invariants;
 
 /**
  * The network (or chain graph) given to the builder, which the trainer keeps holding the training state: after
@@ -132,10 +133,16 @@ final class PipelineModel implements ListenedModel {
      * {@link #takeFrom}); in group mode each rank compares its own stages.
      */
     boolean holds(List<Dl4jPipelineStage> stages) {
+        return holds(stages, true);
+    }
+
+    /** As {@link #holds(List)}; without {@code withUpdaterState} the parameters and counters alone are compared. */
+    boolean holds(List<Dl4jPipelineStage> stages, boolean withUpdaterState) {
         if (hollow != null) {
             return true; // the model holds no state of its own: the stages are the training state
         }
-        return stagesHold(model().params(), updater(), iterationCount(), epochCount(), split, stages);
+        return stagesHold(model().params(), withUpdaterState ? updater() : null, iterationCount(), epochCount(), split,
+                stages);
     }
 
     /** As {@link #holds}, for {@code source} (a network cut by {@code split}) instead of the user's model. */
@@ -144,6 +151,7 @@ final class PipelineModel implements ListenedModel {
                 split, stages);
     }
 
+    /** Whether the held stages hold {@code params}' slices (and {@code updater}'s state, unless it is null) and the counters. */
     private static boolean stagesHold(INDArray params, Updater updater, int iterations, int epochs,
                                       PipelineStageSplit split, List<Dl4jPipelineStage> stages) {
         MultiLayerNetwork first = stages.stream().filter(Dl4jPipelineStage::held).findFirst().orElseThrow().network();
@@ -159,7 +167,7 @@ final class PipelineModel implements ListenedModel {
             MultiLayerNetwork stage = stages.get(s).network();
             if (count > 0 && (ArrayCollectives.segmentOf(PipelineStageSplit.slice(params, from, from + count))
                     .mismatch(ArrayCollectives.segmentOf(stage.params())) != -1
-                    || !UpdaterStateCopy.same(updater, stage.getUpdater(true), from, 0, count))) {
+                    || updater != null && !UpdaterStateCopy.same(updater, stage.getUpdater(true), from, 0, count))) {
                 return false;
             }
         }
@@ -171,7 +179,8 @@ final class PipelineModel implements ListenedModel {
         giveTo(stages, true);
     }
 
-    private void giveTo(List<Dl4jPipelineStage> stages, boolean withUpdaterState) {
+    /** As {@link #giveTo(List)}; without {@code withUpdaterState} the parameters and counters alone. */
+    void giveTo(List<Dl4jPipelineStage> stages, boolean withUpdaterState) {
         giveStages(model().params(), updater(), iterationCount(), epochCount(), split, stages, withUpdaterState);
     }
 
@@ -215,16 +224,60 @@ final class PipelineModel implements ListenedModel {
         replicas.forEach(this::giveTo);
     }
 
-    /** The model's gradient view takes every stage's {@code part} (the gradient before the step, or the update). */
+    /**
+     * The model's gradient view takes every held stage's {@code part} (the gradient before the step, or the update); a
+     * stage another rank holds (group mode) leaves zeros in its slice.
+     */
     void gatherGradients(List<Dl4jPipelineStage> stages, boolean beforeUpdate, INDArray target) {
         for (int s = 0; s < stages.size(); s++) {
             long from = split.parameterOffset(s);
+            long count = split.parameterCount(s);
+            if (count == 0) {
+                continue;
+            }
+            INDArray slice = PipelineStageSplit.slice(target, from, from + count);
+            if (!stages.get(s).held()) {
+                slice.assign(0); // another rank's stage: its gradient is not in this process
+                continue;
+            }
             INDArray part = beforeUpdate ? stages.get(s).gradientBeforeUpdate()
                     : stages.get(s).network().getGradientsViewArray();
-            if (part != null && split.parameterCount(s) > 0) {
-                PipelineStageSplit.slice(target, from, from + split.parameterCount(s)).assign(part.reshape(part.length()));
+            if (part != null) {
+                slice.assign(part.reshape(part.length()));
             }
         }
+    }
+
+    /**
+     * Group mode's hand-over to the listeners after a step, with no collective: the model's parameters (and, with
+     * {@code withUpdaterState}, updater state) of the stages this rank holds take theirs, the counters the stages';
+     * the other stages' slices keep what the model held (the state gathered at the end of the last {@code fit}, or
+     * given). Written into the user's model itself (a graph's flat parameters are the stages' in stage order).
+     */
+    void takeHeldFrom(List<Dl4jPipelineStage> stages, boolean withUpdaterState) {
+        INDArray params = model().params();
+        Updater updater = withUpdaterState ? updater() : null;
+        MultiLayerNetwork counters = null;
+        for (int s = 0; s < stages.size(); s++) {
+            Dl4jPipelineStage stage = stages.get(s);
+            if (!stage.held()) {
+                continue;
+            }
+            counters = stage.network();
+            long from = split.parameterOffset(s);
+            long count = split.parameterCount(s);
+            if (count > 0) {
+                PipelineStageSplit.slice(params, from, from + count).assign(stage.network().params());
+                if (updater != null && stage.network().getUpdater(false) != null) {
+                    UpdaterStateCopy.copy(stage.network().getUpdater(false), updater, 0, from, count);
+                }
+            }
+        }
+        if (counters == null) {
+            throw Invariants.violated("takeHeldFrom: this rank holds none of the " + stages.size() + " stages");
+        }
+        setIterationCount(counters.getIterationCount());
+        setEpochCount(counters.getEpochCount());
     }
 
     /** Makes sure the model has a gradient view (DL4J creates it at the first fit). */

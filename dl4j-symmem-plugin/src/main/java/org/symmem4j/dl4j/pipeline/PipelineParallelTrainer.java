@@ -101,8 +101,10 @@ import org.symmem4j.pipeline.schedule.StageDurations;
  * that overrides {@code onForwardPass} gets the model's own forward pass on the batch, in inference mode, at the
  * parameters before the step (the training pass's activations where the network has no dropout or batch
  * normalization). With tensor parallelism the model shows the shards joined (the unsharded network), its gradient
- * the shards' joined. Group mode refuses listeners (every step would need a collective gather): use a
- * {@link StepListener}.
+ * the shards' joined. In group mode the listeners are called on every rank, once per step, with the loss every rank
+ * agreed on and the model showing this rank's own stages after the step (no collective per step; the whole network
+ * at {@code onEpochStart} and, gathered, at {@code onEpochEnd}); listeners that read the whole network during a step
+ * ({@code onForwardPass}, DL4J's checkpoint and evaluative listeners) are refused ({@link PipelineGroupListeners}).
  *
  * Everything that can be checked is checked at {@code build()} (supported layers, stage count,
  * boundaries, widths, schedule, link slots) and at the start of each {@code fit} (batch size divisible
@@ -205,7 +207,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.metrics = o.bind(new PipelineMetrics(b.schedule.tag(), o.transportName(), o.metricTags()));
         // group mode: this process holds its own stages of one replica (s % pp == its pipeline rank), the others hollow
         this.replicas = new StageReplicas(split, model, dataParallel, b.tensorShards, tensorParallel,
-                b.tensorParallelColumns, shape.ranks(), group, b.sharding != null);
+                b.tensorParallelColumns, shape.ranks(), group, b.sharding);
         this.stages = replicas.first();
         this.model = model;
         this.checkpoints = o.checkpointSchedule();
@@ -335,7 +337,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 throw new IllegalArgumentException(wrongFit);
             }
             ModelListeners l = ModelListeners.of(model); // refuses what it cannot honour before anything changes
-            PipelineParallelTrainerBuilder.refuseInGroupMode(group, l);
+            PipelineGroupListeners.refuse(group, l, tensorParallel);
+            PipelineZero.refuseListeners(replicas.sharding(), l);
             if (reset != null && !batches.hasNext()) {
                 reset.run(); // as DL4J's fit: an exhausted iterator is reset first
             }

@@ -42,7 +42,8 @@ import org.symmem4j.pipeline.schedule.Schedule;
  * {@code symmem4j-run} (or torchrun or mpirun): {@code group(ProcessGroup.fromEnvironment())}. The
  * group must live on a host transport (DL4J's CPU activations are host memory) and stays the
  * caller's to close, after the trainer. {@link #timeout} does not apply (the group's own does).
- * Group mode refuses DL4J listeners (see {@link PipelineParallelTrainer}).
+ * In group mode DL4J listeners are called on every rank with the step's agreed loss and the rank's own stages
+ * ({@link PipelineGroupListeners}), those that read the whole network during a step refused.
  */
 public final class PipelineParallelTrainerBuilder
         extends TrainerBuilder<PipelineParallelTrainerBuilder, PipelineParallelTrainer.StepListener> {
@@ -218,10 +219,16 @@ public final class PipelineParallelTrainerBuilder
      * training. The blocks are cut at the first step; {@link PipelineParallelTrainer#modelBytesHeld()} counts each
      * replica's block from then on. The model given to the builder still gets the whole updater state after each
      * {@code fit} (gathered from the blocks for the copy). In group mode too, and with checkpoints (a shard file per
-     * stage and replica). Refused at {@link #build()}: other stages, {@code dataParallel} below 2, tensor parallelism
-     * and BatchNormalization layers (not built yet).
+     * stage and replica). With {@link ZeroStage#GRADIENTS} (stage 2) the same blocks, and each stage's gradient is
+     * reduce-scattered over its replicas instead of all-reduced: each replica sums only its block (peers added in rank
+     * order, the same bits), then updates it and the update is all-gathered as in stage 1; bitwise the unsharded
+     * pipeline too. It moves one all-gather less per step; each replica still accumulates its microbatches' gradient
+     * over the whole stage (DL4J's backprop fills the whole gradient view), so it holds no less gradient memory, and a
+     * listener overriding {@code onGradientCalculation} is refused (no replica holds the whole summed gradient).
+     * Refused at {@link #build()}: {@link ZeroStage#PARAMETERS} (stage 3: use the wrapper's), {@code dataParallel}
+     * below 2, tensor parallelism and BatchNormalization layers (not built yet).
      *
-     * @param stage {@link ZeroStage#OPTIMIZER_STATE}, or null for none
+     * @param stage {@link ZeroStage#OPTIMIZER_STATE} or {@link ZeroStage#GRADIENTS}, or null for none
      * @return this builder
      */
     public PipelineParallelTrainerBuilder sharding(ZeroStage stage) {
@@ -521,9 +528,13 @@ public final class PipelineParallelTrainerBuilder
         return slots;
     }
 
-    /** The listeners the trainer cannot call: any in group mode, DL4J's on a model started from a configuration. */
+    /**
+     * The listeners the trainer cannot call: in group mode those that read the whole network during a step
+     * ({@link PipelineGroupListeners#refuse}), DL4J's on a model started from a configuration.
+     */
     private void refuseListeners(Group group, ModelListeners l) {
-        refuseInGroupMode(group, l);
+        PipelineGroupListeners.refuse(group, l, tensorParallel);
+        PipelineZero.refuseListeners(sharding, l);
         if (fromConfiguration != null && !l.isEmpty()) {
             throw new IllegalArgumentException(startedFrom() + " with DL4J listeners: they are shown the"
                     + " whole network after each step, which a trainer built from a configuration never holds; expected"
@@ -616,15 +627,5 @@ public final class PipelineParallelTrainerBuilder
         }
         int[] first = rank0.isEmpty() ? new int[0] : Arrays.stream(rank0.split(",")).mapToInt(Integer::parseInt).toArray();
         return PipelineStageSplit.atBoundaries(network, first);
-    }
-
-    /** Group mode refuses listeners: before each call the model would have to gather every rank's stages. */
-    static void refuseInGroupMode(Group group, ModelListeners listeners) {
-        if (group != null && !listeners.isEmpty()) {
-            throw new IllegalStateException("listeners in group mode: before each call the model must gather every"
-                    + " rank's stages, a collective that every rank would have to run at every step, listeners or not;"
-                    + " expected no listeners (fix: drop them, use a stepListener, which sees the step's report on every"
-                    + " rank, or train as threads of one JVM)");
-        }
     }
 }

@@ -176,8 +176,8 @@ final class PipelineTensorParallel {
 
     /**
      * A finished step as the model's DL4J listeners see it ({@link ModelListeners}, thread mode; group mode refuses
-     * listeners): the model, already holding the state before the step, gives {@code onForwardPass} its own forward
-     * pass on the batch; {@code onGradientCalculation} sees replica 0's stages' gradients before the update joined from
+     * them with tensor parallelism, {@link PipelineGroupListeners}): the model, already holding the state before the
+     * step, gives {@code onForwardPass} its own forward pass on the batch; {@code onGradientCalculation} sees replica 0's stages' gradients before the update joined from
      * the shards into the unsharded layout (a replicated parameter's from shard 0: every shard holds it bitwise alike),
      * and {@code iterationDone} the model holding the shards' state joined after the step, its gradient view the update
      * the step applied, joined likewise. A model a listener changed is cut into the shards and given to every replica

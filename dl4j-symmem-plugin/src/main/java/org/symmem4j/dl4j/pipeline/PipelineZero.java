@@ -11,11 +11,14 @@ import org.nd4j.linalg.factory.Nd4j;
 import org.symmem4j.dl4j.OptimizerStateShard;
 import org.symmem4j.dl4j.ShardedCheckpoints;
 import org.symmem4j.dl4j.ZeroStage;
+import org.symmem4j.dl4j.train.ModelListeners;
 
 /**
  * ZeRO on the pipeline's data-parallel axis ({@link PipelineParallelTrainerBuilder#sharding}): stage 1
  * ({@link ZeroStage#OPTIMIZER_STATE}), each dp replica of a stage keeping the updater state of its 1/dp block of the
- * stage's parameters ({@link OptimizerStateShard}, installed by each stage at its first step). This class holds what
+ * stage's parameters ({@link OptimizerStateShard}, installed by each stage at its first step), and stage 2
+ * ({@link ZeroStage#GRADIENTS}), the same blocks with the stage's gradient reduce-scattered over the replicas instead
+ * of all-reduced, so each replica sums only its block (the same bits: peers added in rank order). This class holds what
  * is refused at build() and the hand-over of the whole state: the model takes (and gives) the stages' whole updater
  * state, so around those copies each stage's shards are gathered into DL4J's updater of the replicas concerned
  * ({@link #withWholeState} in thread mode, from the shards in this process; {@link #withWholeStateInGroup} in group
@@ -28,18 +31,19 @@ final class PipelineZero {
     }
 
     /**
-     * Refuses at build() what pipeline sharding does not build: stages 2 and 3, one replica, tensor parallelism and
+     * Refuses at build() what pipeline sharding does not build: stage 3, one replica, tensor parallelism and
      * BatchNorm layers.
      */
     static void check(ZeroStage stage, int dataParallel, int tensorParallel, MultiLayerNetwork network) {
         if (stage == null) {
             return;
         }
-        if (stage != ZeroStage.OPTIMIZER_STATE) {
-            throw new IllegalArgumentException("sharding(" + stage + ") on the pipeline trainer: not built; expected"
-                    + " OPTIMIZER_STATE (ZeRO stage 1: each dp replica of a stage holds 1/dp of its updater state)"
-                    + " (fix: sharding(ZeroStage.OPTIMIZER_STATE), or drop sharding(...); stages 2 and 3 are the"
-                    + " wrapper's, SymmemParallelWrapper)");
+        if (stage == ZeroStage.PARAMETERS) {
+            throw new IllegalArgumentException("sharding(" + stage + ") on the pipeline trainer: not built (a stage's"
+                    + " parameters sharded over its dp replicas and gathered before use); expected OPTIMIZER_STATE or"
+                    + " GRADIENTS (ZeRO stage 1 or 2: each dp replica of a stage holds 1/dp of its updater state, and with"
+                    + " GRADIENTS sums only its block of the gradient) (fix: sharding(ZeroStage.GRADIENTS); for stage 3"
+                    + " of one model, SymmemParallelWrapper's sharding(ZeroStage.PARAMETERS))");
         }
         if (dataParallel < 2) {
             throw new IllegalArgumentException("sharding(" + stage + ") with dataParallel=" + dataParallel
@@ -59,6 +63,23 @@ final class PipelineZero {
                         + " leaves undivided); expected a network without BatchNormalization"
                         + " (fix: drop sharding(...), or remove the layer)");
             }
+        }
+    }
+
+    /**
+     * Refuses listeners that override {@code onGradientCalculation} with ZeRO stage 2: each replica sums only its block
+     * of a stage's gradient, so no replica holds the step's gradient the listener would be shown.
+     *
+     * @param stage     the trainer's sharding, or null
+     * @param listeners the model's listeners
+     */
+    static void refuseListeners(ZeroStage stage, ModelListeners listeners) {
+        if (stage == ZeroStage.GRADIENTS && listeners.needsGradient()) {
+            throw new IllegalStateException("a listener that overrides onGradientCalculation with sharding(GRADIENTS):"
+                    + " each dp replica sums only its block of a stage's gradient (reduce-scattered), so no replica"
+                    + " holds the step's whole gradient to show it; expected listeners that read the score, counters,"
+                    + " parameters or update (fix: sharding(ZeroStage.OPTIMIZER_STATE), which sums the whole gradient,"
+                    + " or drop that listener)");
         }
     }
 

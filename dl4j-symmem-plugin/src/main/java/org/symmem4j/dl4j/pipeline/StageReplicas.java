@@ -8,6 +8,7 @@ import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
 import org.nd4j.linalg.dataset.api.DataSet;
 import org.nd4j.linalg.factory.Nd4j;
+import org.symmem4j.dl4j.ZeroStage;
 import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.parallel.Group;
 
@@ -42,8 +43,10 @@ final class StageReplicas {
     private final int pipelineRanks;
     /** Group mode: this process's rank of the user's group; null in thread mode. */
     private final Group group;
-    /** ZeRO stage 1 on the dp axis ({@link PipelineZero}): the model's hand-overs gather the stages' updater state. */
+    /** ZeRO stage 1 or 2 on the dp axis ({@link PipelineZero}): the model's hand-overs gather the stages' updater state. */
     private final boolean shardedState;
+    /** That ZeRO stage, or null. */
+    private final ZeroStage sharding;
 
     /**
      * Builds the stages: every replica (thread mode) or this process's one (group mode, whose stages of other pipeline
@@ -53,9 +56,10 @@ final class StageReplicas {
      * ({@link PipelineTensorParallelRank}).
      */
     StageReplicas(PipelineStageSplit split, PipelineModel model, int dataParallel, PipelineTensorParallel tensorShards,
-                  int tensorParallel, int[] tensorColumns, int pipelineRanks, Group group, boolean shardedState) {
+                  int tensorParallel, int[] tensorColumns, int pipelineRanks, Group group, ZeroStage sharding) {
         this.split = split;
-        this.shardedState = shardedState;
+        this.shardedState = sharding != null;
+        this.sharding = sharding;
         this.dataParallel = dataParallel;
         this.tensorShards = tensorShards;
         this.tensorParallel = tensorParallel;
@@ -89,7 +93,7 @@ final class StageReplicas {
         this.all = List.copyOf(replicas);
         this.first = all.getFirst();
         if (shardedState) {
-            all.forEach(r -> r.forEach(Dl4jPipelineStage::shardOptimizerState));
+            all.forEach(r -> r.forEach(stage -> stage.shard(sharding)));
         }
     }
 
@@ -234,9 +238,14 @@ final class StageReplicas {
         }
     }
 
-    /** Whether the stages' updater state is cut over the replicas (ZeRO stage 1, {@link PipelineZero}). */
+    /** Whether the stages' updater state is cut over the replicas (ZeRO stage 1 or 2, {@link PipelineZero}). */
     boolean shardedState() {
         return shardedState;
+    }
+
+    /** {@return the ZeRO stage on the dp axis, or null} */
+    ZeroStage sharding() {
+        return sharding;
     }
 
     int dataParallel() {
@@ -286,10 +295,57 @@ final class StageReplicas {
     }
 
     /**
-     * A finished step as the model's DL4J listeners see it (thread mode): the model shows replica 0's stages, joined
-     * from the shards with tensor parallelism ({@link PipelineTensorParallel#listenerStep}).
+     * A finished step as the model's DL4J listeners see it: in thread mode the model shows replica 0's stages, joined
+     * from the shards with tensor parallelism ({@link PipelineTensorParallel#listenerStep}); in group mode this rank's
+     * own stages, with no collective ({@link PipelineGroupListeners#step}).
      */
     ModelListeners.Step listenerStep(PipelineModel model, Object batch, double score) {
-        return tensorShards != null ? tensorShards.listenerStep(model, batch, score, all) : model.step(batch, score, all);
+        if (group != null) {
+            return PipelineGroupListeners.step(model, batch, score, first, !shardedState);
+        }
+        if (tensorShards != null) {
+            return tensorShards.listenerStep(model, batch, score, all);
+        }
+        ModelListeners.Step step = model.step(batch, score, all);
+        return shardedState ? withWholeStateAround(step) : step;
+    }
+
+    /**
+     * Thread mode with ZeRO on the dp axis: {@code step}'s hand-overs of the updater state run while the stages hold it
+     * whole ({@link #withWholeState}): the model takes replica 0's, and a change a listener made goes to every replica's
+     * blocks. Without this the copy would read a sharded updater, whose layout is not DL4J's.
+     */
+    private ModelListeners.Step withWholeStateAround(ModelListeners.Step step) {
+        return new ModelListeners.Step() {
+            @Override
+            public List<Object> batches() {
+                return step.batches();
+            }
+
+            @Override
+            public List<Object> activations() {
+                return step.activations();
+            }
+
+            @Override
+            public double score() {
+                return step.score();
+            }
+
+            @Override
+            public void assembleGradient(INDArray target) {
+                step.assembleGradient(target);
+            }
+
+            @Override
+            public void syncModel() {
+                withWholeState(List.of(first), null, step::syncModel);
+            }
+
+            @Override
+            public void syncReplicasIfChanged() {
+                withWholeState(all, null, step::syncReplicasIfChanged);
+            }
+        };
     }
 }

@@ -119,6 +119,11 @@ public final class ModelListeners {
         return listeners.isEmpty();
     }
 
+    /** {@return the listeners, in the order they are called} */
+    public List<TrainingListener> listeners() {
+        return listeners;
+    }
+
     /** {@return whether some listener reads activations (overrides onForwardPass): workers then keep copies of theirs} */
     public boolean needsActivations() {
         return needsActivations;

@@ -11,7 +11,6 @@ import java.time.Duration;
 import java.util.List;
 import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
-import org.deeplearning4j.optimize.listeners.ScoreIterationListener;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import org.nd4j.linalg.api.buffer.DataType;
@@ -27,7 +26,7 @@ import org.symmem4j.parallel.group.InJvmWorld;
 
 /**
  * The pipeline trainer's {@code fit()} refusals that depend on what one rank was given, in group mode (ranks as threads
- * of this JVM, a 5 s group timeout): a listener added to one rank's model after {@code build()}, and one rank's
+ * of this JVM, a 5 s group timeout): a listener that group mode refuses added to one rank's model after {@code build()}, and one rank's
  * iterator that does not reach the resume position. The first used to be thrown on that rank alone while the other
  * went on into the step's batch agreement (there it paired with the refusing rank's next fit and trained on); the
  * second was not refused at all (that rank trained nothing and went on to gather the stages while the other was in
@@ -68,7 +67,8 @@ class PipelineFitAgreementTest {
             try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(mine).group(group).microbatches(4)
                     .ompThreadsPerRank(1).build()) {
                 if (group.rank() == 0) {
-                    mine.setListeners(new ScoreIterationListener(1)); // after build(): refused in group mode
+                    // after build(): one that reads the whole network's activations, refused in group mode
+                    mine.setListeners(new PipelineGroupListenersTest.Activations());
                 }
                 IllegalStateException e = assertThrows(IllegalStateException.class,
                         () -> trainer.fit(new BatchListIterator(data)), "rank " + group.rank());
@@ -80,7 +80,7 @@ class PipelineFitAgreementTest {
                 return e.getMessage();
             }
         });
-        assertAgreed(messages, "failed", "listeners in group mode");
+        assertAgreed(messages, "failed", "a listener that overrides onForwardPass in group mode");
     }
 
     @Test

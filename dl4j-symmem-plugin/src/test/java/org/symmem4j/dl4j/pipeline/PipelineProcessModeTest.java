@@ -16,9 +16,9 @@ import org.symmem4j.dl4j.LaunchedRanks;
 /**
  * The pipeline's data-parallel axis with one JVM per rank: {@code symmem4j-run -n 4} starts four JVMs of
  * {@link PipelineProcessWorker}, the ranks of a dp × pp = 2 × 2 pipeline, which run synchronized BatchNorm (a Dense+BN
- * MLP under 1F1B, a Conv+BN network with BatchNorm in both stages) and ZeRO stage 1 (Adam with L2 under 1F1B, Nesterov
- * momentum under GPipe, odd widths so the blocks differ in length; two fits with the model changed between them, the
- * network copied out after {@code close()}). Every rank's model — parameters with the running statistics, updater
+ * MLP under 1F1B, a Conv+BN network with BatchNorm in both stages), ZeRO stage 1 (Adam with L2 under 1F1B, Nesterov
+ * momentum under GPipe) and stage 2 (Adam with L2 under 1F1B; odd widths so the blocks differ in length; two fits
+ * with the model changed between them, the network copied out after {@code close()}). Every rank's model — parameters with the running statistics, updater
  * state, counters, every step's loss — equals the same training as rank threads of this JVM bitwise; ZeRO's also
  * equals the unsharded pipeline's ({@link PipelineZeroGroupModeTest}), and each rank process holds only its block of
  * its stages' updater state.

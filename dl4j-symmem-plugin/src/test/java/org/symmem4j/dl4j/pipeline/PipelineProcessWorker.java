@@ -30,7 +30,7 @@ public final class PipelineProcessWorker {
 
     /**
      * One training both sides run: the network, its batches, and the builder's settings after {@code dataParallel(2)}
-     * ({@code ranks(2)} in thread mode, {@code group(group)} on a rank); {@code zero}: a ZeRO stage 1 run.
+     * ({@code ranks(2)} in thread mode, {@code group(group)} on a rank); {@code zero}: a ZeRO stage 1 or 2 run.
      */
     record Case(String name, Supplier<MultiLayerNetwork> model, Supplier<List<DataSet>> data,
                 UnaryOperator<PipelineParallelTrainerBuilder> options, boolean zero) {
@@ -51,7 +51,10 @@ public final class PipelineProcessWorker {
                     b -> b.microbatches(2).schedule(PipelineSchedule.ONE_F_ONE_B).sharding(ZeroStage.OPTIMIZER_STATE), true),
             new Case("zero1-gpipe-nesterovs", () -> PipelineNets.mlp(new Nesterovs(0.05, 0.9), 0.0, DataType.DOUBLE,
                     PipelineZeroGroupModeTest.WIDTHS), PipelineProcessWorker::zeroData,
-                    b -> b.microbatches(2).schedule(PipelineSchedule.GPIPE).sharding(ZeroStage.OPTIMIZER_STATE), true));
+                    b -> b.microbatches(2).schedule(PipelineSchedule.GPIPE).sharding(ZeroStage.OPTIMIZER_STATE), true),
+            new Case("zero2-1f1b-adam", () -> PipelineNets.mlp(new Adam(0.01), 1e-3, DataType.DOUBLE,
+                    PipelineZeroGroupModeTest.WIDTHS), PipelineProcessWorker::zeroData,
+                    b -> b.microbatches(2).schedule(PipelineSchedule.ONE_F_ONE_B).sharding(ZeroStage.GRADIENTS), true));
 
     private PipelineProcessWorker() {
     }

@@ -44,8 +44,12 @@ class PipelineZeroCheckpointTest {
     }
 
     private static PipelineParallelTrainerBuilder sharded(MultiLayerNetwork model) {
+        return sharded(model, ZeroStage.OPTIMIZER_STATE);
+    }
+
+    private static PipelineParallelTrainerBuilder sharded(MultiLayerNetwork model, ZeroStage stage) {
         return PipelineParallelTrainer.builder(model).dataParallel(DP).microbatches(2).ompThreadsPerRank(1)
-                .sharding(ZeroStage.OPTIMIZER_STATE);
+                .sharding(stage);
     }
 
     /** The reference: the unsharded pipeline, two epochs uninterrupted. */
@@ -87,11 +91,13 @@ class PipelineZeroCheckpointTest {
         return m;
     }
 
-    @Test
-    void resumedOnThreadsFromEachReplicasBlockEqualsTheUninterruptedRun(@TempDir Path root) throws Exception {
+    @org.junit.jupiter.params.ParameterizedTest(name = "{0}")
+    @org.junit.jupiter.params.provider.EnumSource(value = ZeroStage.class, names = {"OPTIMIZER_STATE", "GRADIENTS"})
+    void resumedOnThreadsFromEachReplicasBlockEqualsTheUninterruptedRun(ZeroStage stage, @TempDir Path root)
+            throws Exception {
         List<DataSet> data = data();
         MultiLayerNetwork reference = uninterrupted(data);
-        trainAndDie(sharded(mlp()).ranks(PP).checkpointEvery(2, root).resumeFrom(root), data);
+        trainAndDie(sharded(mlp(), stage).ranks(PP).checkpointEvery(2, root).resumeFrom(root), data);
 
         Path step4 = CheckpointDirectory.stepDir(root, 4);
         assertEquals(new CheckpointDirectory.Counters(4, 0, 4, BATCHES, PP * DP), CheckpointDirectory.verify(step4));
@@ -113,7 +119,7 @@ class PipelineZeroCheckpointTest {
         PipelineNets.assertSameState(reference, unsharded, "an unsharded trainer resumed from the blocks");
 
         MultiLayerNetwork resumed = halved();
-        resume(sharded(resumed).ranks(PP).checkpointEvery(2, root).resumeFrom(root), resumed, data);
+        resume(sharded(resumed, stage).ranks(PP).checkpointEvery(2, root).resumeFrom(root), resumed, data);
         PipelineNets.assertSameState(reference, resumed, "resumed on threads vs the uninterrupted unsharded run");
     }
 

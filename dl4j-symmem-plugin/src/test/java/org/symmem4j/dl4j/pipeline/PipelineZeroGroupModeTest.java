@@ -29,7 +29,7 @@ import org.symmem4j.parallel.group.ProcessGroupConfig;
 import org.symmem4j.parallel.rendezvous.StoreSecret;
 
 /**
- * ZeRO stage 1 on the pipeline's dp axis in group mode ({@code .group(group)}, one trainer per rank of a
+ * ZeRO stages 1 and 2 on the pipeline's dp axis in group mode ({@code .group(group)}, one trainer per rank of a
  * {@code dp x pp} world, as one process per rank runs it; here the ranks are threads of one JVM, each with its own
  * trainer, as {@link PipelineGroupModeTest}'s): every rank's model equals thread mode's sharded pipeline and the
  * unsharded pipeline bitwise (parameters, updater state, counters, every step's loss), also when the model was changed
@@ -49,8 +49,10 @@ class PipelineZeroGroupModeTest {
 
     static Stream<Arguments> cases() {
         return Stream.of(
-                Arguments.of(PipelineSchedule.ONE_F_ONE_B, new Adam(0.01), 1e-3),
-                Arguments.of(PipelineSchedule.GPIPE, new Nesterovs(0.05, 0.9), 0.0));
+                Arguments.of(ZeroStage.OPTIMIZER_STATE, PipelineSchedule.ONE_F_ONE_B, new Adam(0.01), 1e-3),
+                Arguments.of(ZeroStage.OPTIMIZER_STATE, PipelineSchedule.GPIPE, new Nesterovs(0.05, 0.9), 0.0),
+                Arguments.of(ZeroStage.GRADIENTS, PipelineSchedule.ONE_F_ONE_B, new Adam(0.01), 1e-3),
+                Arguments.of(ZeroStage.GRADIENTS, PipelineSchedule.GPIPE, new Nesterovs(0.05, 0.9), 0.0));
     }
 
     /** Two fits (the model changed between them), close(), then copyParametersTo a fresh copy of {@code base}. */
@@ -78,10 +80,10 @@ class PipelineZeroGroupModeTest {
         return new Run(copied, model, losses, held);
     }
 
-    @ParameterizedTest(name = "{0} {1} l2={2}")
+    @ParameterizedTest(name = "{0} {1} {2} l2={3}")
     @MethodSource("cases")
-    void ranksOfAGroupShardBitwiseLikeThreadsAndTheUnshardedPipeline(PipelineSchedule schedule, IUpdater updater,
-                                                                      double l2) {
+    void ranksOfAGroupShardBitwiseLikeThreadsAndTheUnshardedPipeline(ZeroStage zero, PipelineSchedule schedule,
+                                                                      IUpdater updater, double l2) {
         MultiLayerNetwork base = PipelineNets.mlp(updater, l2, DataType.DOUBLE, WIDTHS);
         List<DataSet> data = PipelineNets.batches(7, 4, 16, WIDTHS[0], WIDTHS[WIDTHS.length - 1], DataType.DOUBLE);
         MultiLayerNetwork plainModel = base.clone();
@@ -89,14 +91,14 @@ class PipelineZeroGroupModeTest {
                 .schedule(schedule), plainModel, data);
         MultiLayerNetwork threadModel = base.clone();
         Run threads = run(base, PipelineParallelTrainer.builder(threadModel).ranks(PP).dataParallel(DP).microbatches(2)
-                .schedule(schedule).sharding(ZeroStage.OPTIMIZER_STATE), threadModel, data);
+                .schedule(schedule).sharding(zero), threadModel, data);
         PipelineNets.assertSameState(plain.copied(), threads.copied(), "thread mode sharded vs unsharded");
         assertEquals(plain.losses(), threads.losses(), "thread mode sharded vs unsharded: every step's loss");
 
         List<Run> ranks = PipelineGroupModeTest.onEveryRank(DP * PP, group -> {
             MultiLayerNetwork mine = base.clone();
             return run(base, PipelineParallelTrainer.builder(mine).group(group).dataParallel(DP).microbatches(2)
-                    .schedule(schedule).sharding(ZeroStage.OPTIMIZER_STATE), mine, data);
+                    .schedule(schedule).sharding(zero), mine, data);
         });
         long[] blocks = new long[plain.stateHeld().size() + 1];
         for (int r = 0; r < ranks.size(); r++) {
@@ -121,8 +123,9 @@ class PipelineZeroGroupModeTest {
      * one JVM per rank joins it under the launcher), which cannot register a stage's gradient view: the view moves into
      * symmetric memory at the first step, and the result is still bitwise the unsharded pipeline's.
      */
-    @org.junit.jupiter.api.Test
-    void ranksOfAProcessGroupOnDevShmShardBitwiseLikeTheUnshardedPipeline() throws Exception {
+    @ParameterizedTest(name = "{0}")
+    @org.junit.jupiter.params.provider.EnumSource(value = ZeroStage.class, names = {"OPTIMIZER_STATE", "GRADIENTS"})
+    void ranksOfAProcessGroupOnDevShmShardBitwiseLikeTheUnshardedPipeline(ZeroStage stage) throws Exception {
         MultiLayerNetwork base = PipelineNets.mlp(new Adam(0.01), 1e-3, DataType.DOUBLE, WIDTHS);
         List<DataSet> data = PipelineNets.batches(11, 4, 16, WIDTHS[0], WIDTHS[WIDTHS.length - 1], DataType.DOUBLE);
         MultiLayerNetwork plainModel = base.clone();
@@ -147,7 +150,7 @@ class PipelineZeroGroupModeTest {
                         MultiLayerNetwork mine = base.clone();
                         return run(base, PipelineParallelTrainer.builder(mine).group(group).dataParallel(DP)
                                 .microbatches(2).schedule(PipelineSchedule.ONE_F_ONE_B)
-                                .sharding(ZeroStage.OPTIMIZER_STATE), mine, data);
+                                .sharding(stage), mine, data);
                     }
                 }));
             }

@@ -4,9 +4,12 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.util.ArrayList;
 import java.util.List;
 import java.util.stream.Stream;
+import org.deeplearning4j.nn.api.Model;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
+import org.deeplearning4j.optimize.api.BaseTrainingListener;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
@@ -21,9 +24,10 @@ import org.nd4j.linalg.learning.config.Sgd;
 import org.symmem4j.dl4j.ZeroStage;
 
 /**
- * ZeRO stage 1 on the pipeline's data-parallel axis ({@link PipelineParallelTrainerBuilder#sharding}): bitwise the
- * unsharded DP x PP pipeline, step by step, with each replica holding only its block of each stage's updater state;
- * what is not built is refused at build().
+ * ZeRO stages 1 and 2 on the pipeline's data-parallel axis ({@link PipelineParallelTrainerBuilder#sharding}): bitwise
+ * the unsharded DP x PP pipeline, step by step (the model's listeners too), with each replica holding only its block of
+ * each stage's updater state (stage 2: summing only its block of the gradient); what is not built is refused at
+ * build().
  */
 class PipelineZeroTest {
 
@@ -33,26 +37,43 @@ class PipelineZeroTest {
     private static final int[] WIDTHS = {10, 13, 11, 9, 7, 3};
 
     static Stream<Arguments> cases() {
-        return Stream.of(
-                Arguments.of(PipelineSchedule.GPIPE, new Adam(0.01), 1e-3),
-                Arguments.of(PipelineSchedule.ONE_F_ONE_B, new Adam(0.01), 1e-3),
-                Arguments.of(PipelineSchedule.ONE_F_ONE_B, new Nesterovs(0.05, 0.9), 0.0));
+        return Stream.of(ZeroStage.OPTIMIZER_STATE, ZeroStage.GRADIENTS).flatMap(stage -> Stream.of(
+                Arguments.of(stage, PipelineSchedule.GPIPE, new Adam(0.01), 1e-3),
+                Arguments.of(stage, PipelineSchedule.ONE_F_ONE_B, new Adam(0.01), 1e-3),
+                Arguments.of(stage, PipelineSchedule.ONE_F_ONE_B, new Nesterovs(0.05, 0.9), 0.0)));
     }
 
-    @ParameterizedTest(name = "{0} {1} l2={2}")
+    /** Records, at every iterationDone, the score and a copy of the model's parameters. */
+    static final class Iterations extends BaseTrainingListener {
+        final List<Double> scores = new ArrayList<>();
+        final List<INDArray> params = new ArrayList<>();
+
+        @Override
+        public void iterationDone(Model model, int iteration, int epoch) {
+            scores.add(model.score());
+            params.add(model.params().dup());
+        }
+    }
+
+    @ParameterizedTest(name = "{0} {1} {2} l2={3}")
     @MethodSource("cases")
-    void bitwiseTheUnshardedPipelineWithAReplicasShareOfTheState(PipelineSchedule schedule, IUpdater updater,
-                                                                 double l2) {
+    void bitwiseTheUnshardedPipelineWithAReplicasShareOfTheState(ZeroStage stage, PipelineSchedule schedule,
+                                                                 IUpdater updater, double l2) {
         int dp = 2;
         MultiLayerNetwork base = PipelineNets.mlp(updater, l2, DataType.DOUBLE, WIDTHS);
         List<DataSet> data = PipelineNets.batches(5, STEPS, BATCH, WIDTHS[0], WIDTHS[WIDTHS.length - 1],
                 DataType.DOUBLE);
         MultiLayerNetwork plainModel = base.clone();
         MultiLayerNetwork shardedModel = base.clone();
+        // the model's listeners see the same steps: the score and the parameters after each, bitwise
+        Iterations plainSeen = new Iterations();
+        Iterations shardedSeen = new Iterations();
+        plainModel.setListeners(plainSeen);
+        shardedModel.setListeners(shardedSeen);
         try (PipelineParallelTrainer plain = PipelineParallelTrainer.builder(plainModel).ranks(2).dataParallel(dp)
                 .microbatches(2).schedule(schedule).build();
              PipelineParallelTrainer sharded = PipelineParallelTrainer.builder(shardedModel).ranks(2).dataParallel(dp)
-                .microbatches(2).schedule(schedule).sharding(ZeroStage.OPTIMIZER_STATE).build()) {
+                .microbatches(2).schedule(schedule).sharding(stage).build()) {
             MultiLayerNetwork a = base.clone();
             MultiLayerNetwork b = base.clone();
             for (int s = 0; s < STEPS; s++) {
@@ -74,6 +95,12 @@ class PipelineZeroTest {
                             + ": the replicas' parameters after the all-gathered update");
                 }
             }
+            assertEquals(STEPS, shardedSeen.params.size(), "a listener call per step");
+            assertEquals(plainSeen.scores, shardedSeen.scores, "the listeners' scores");
+            for (int i = 0; i < STEPS; i++) {
+                assertTrue(PipelineNets.bitwiseEqual(plainSeen.params.get(i), shardedSeen.params.get(i)),
+                        "step " + i + ": the parameters the listener saw");
+            }
             // each replica of each stage holds its block: together the whole state, once
             long wholeState = 0;
             for (int st = 0; st < sharded.replicaStages(0, 0).size(); st++) {
@@ -91,7 +118,7 @@ class PipelineZeroTest {
             }
             long saved = plain.modelBytesHeld() - sharded.modelBytesHeld();
             assertEquals((dp - 1) * wholeState, saved, "the updater state held once instead of dp times");
-            System.out.printf("pipeline ZeRO-1 %s %s: model bytes held %d unsharded, %d sharded (updater state %d"
+            System.out.printf("pipeline ZeRO " + stage + " %s %s: model bytes held %d unsharded, %d sharded (updater state %d"
                     + " bytes per replica unsharded, %d sharded)%n", schedule, updater.getClass().getSimpleName(),
                     plain.modelBytesHeld(), sharded.modelBytesHeld(), wholeState, wholeState / dp);
         }
@@ -107,9 +134,15 @@ class PipelineZeroTest {
     void refusesWhatItDoesNotBuildAtBuild() {
         MultiLayerNetwork net = PipelineNets.mlp(new Sgd(0.1), 0.0, DataType.DOUBLE, WIDTHS);
         assertRefused(() -> PipelineParallelTrainer.builder(net).ranks(2).dataParallel(2).microbatches(2)
-                .sharding(ZeroStage.GRADIENTS).build(), "sharding(GRADIENTS)", "OPTIMIZER_STATE");
-        assertRefused(() -> PipelineParallelTrainer.builder(net).ranks(2).dataParallel(2).microbatches(2)
-                .sharding(ZeroStage.PARAMETERS).build(), "sharding(PARAMETERS)", "fix:");
+                .sharding(ZeroStage.PARAMETERS).build(), "sharding(PARAMETERS)", "fix: sharding(ZeroStage.GRADIENTS)",
+                "SymmemParallelWrapper's sharding(ZeroStage.PARAMETERS)");
+        MultiLayerNetwork listened = net.clone();
+        listened.setListeners(new PipelineGroupListenersTest.Recorder()); // overrides onGradientCalculation
+        IllegalStateException e = assertThrows(IllegalStateException.class, () -> PipelineParallelTrainer
+                .builder(listened).ranks(2).dataParallel(2).microbatches(2).sharding(ZeroStage.GRADIENTS).build());
+        assertTrue(e.getMessage().startsWith("a listener that overrides onGradientCalculation with"
+                + " sharding(GRADIENTS)") && e.getMessage().contains("fix: sharding(ZeroStage.OPTIMIZER_STATE)"),
+                e.getMessage());
         assertRefused(() -> PipelineParallelTrainer.builder(net).ranks(2).microbatches(2)
                 .sharding(ZeroStage.OPTIMIZER_STATE).build(), "dataParallel=1", "dataParallel >= 2");
         MultiLayerNetwork bn = PipelineModels.convBatchNorm(new Sgd(0.1), true);
