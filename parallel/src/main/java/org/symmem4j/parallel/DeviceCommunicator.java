@@ -185,7 +185,9 @@ public interface DeviceCommunicator {
 
     /**
      * Copies host bytes into a device buffer of this rank; waits for this rank's stream first and
-     * returns when the copy is done.
+     * returns when the copy is done: the bytes are in device memory, from pageable (e.g. an {@code Arena}'s) as from
+     * page-locked host memory. On CUDA a plain {@code cuMemcpyHtoD} from pageable memory may return with
+     * its DMA still in flight (CUDA Driver API, "API synchronization behavior"); the runtime waits for it.
      *
      * @param dst destination device buffer, at least {@code src.byteSize()} bytes
      * @param src host memory, all of which is copied

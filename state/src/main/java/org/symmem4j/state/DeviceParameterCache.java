@@ -2,7 +2,6 @@ package org.symmem4j.state;
 
 import static org.symmem4j.parallel.layout.ParameterCacheLayout.BLOCK_HEADER_BYTES;
 
-import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
 import java.util.List;
 import java.util.Objects;
@@ -44,8 +43,8 @@ import org.symmem4j.parallel.layout.ParameterCacheLayout;
  *       with {@link View#isValid()} after its reads completed (after its stream's synchronize): two host loads, true
  *       while the slot still lists the view's generation; a second put, an eviction or a remove drops it (before the
  *       owner's next copy into the range starts), and the reader gets the entry again.</li>
- *   <li><b>Puts are synchronous</b>: {@link #put} copies host bytes in (and the block's last 8 bytes back, the proof
- *       that the copy landed: from pageable memory CUDA's copy may return before); {@link #putFromDevice} copies
+ *   <li><b>Puts are synchronous</b>: {@link #put} copies host bytes in ({@link DeviceCommunicator#copyFromHost}, which
+ *       returns once they are in the block, from pageable memory too); {@link #putFromDevice} copies
  *       device bytes on this rank's stream (after the work enqueued there, e.g. the kernel that produced them) and
  *       waits for the stream; both return once the new version is published. A put whose copy throws gives its block back.</li>
  *   <li><b>Budget, LRU as on the host</b>: each rank's part holds {@code budgetBytes} of blocks (64-byte header,
@@ -90,9 +89,6 @@ public final class DeviceParameterCache implements AutoCloseable {
     private final long[] parts;
     /** Every rank's directory, in host memory the ranks share. */
     private final SharedDirectory directory;
-    /** Where a put from host memory reads its block's last bytes back (the proof its copy landed). */
-    private final Arena arena = Arena.ofShared();
-    private final MemorySegment landed = arena.allocate(Long.BYTES, Long.BYTES);
 
     private DeviceParameterCache(Group group, SymmetricMemory memory, DeviceCommunicator gpu, DeviceMemory device,
                                  SharedDirectory directory) {
@@ -226,13 +222,9 @@ public final class DeviceParameterCache implements AutoCloseable {
                     gpu.copyAsync(dst, data);
                     gpu.synchronize(); // the data is in the block before the directory lists it
                 } else {
+                    // returns once the bytes are in the block, from pageable host memory too (the CUDA runtime
+                    // waits for the staged DMA), so before the directory (a host store) lists it
                     gpu.copyFromHost(dst, data);
-                    // from pageable host memory the copy may return once its bytes are staged, before their DMA
-                    // into the block completed (CUDA's synchronous-copy rules); a device-to-host copy after it, in
-                    // the same stream order, returns only once complete, and so once the data is in the block,
-                    // before the directory (a host store, outside that order) lists it
-                    long tail = Math.min(Long.BYTES, data.byteSize());
-                    gpu.copyToHost(landed.asSlice(0, tail), dst.asSlice(data.byteSize() - tail, tail));
                 }
             }
         });
@@ -320,11 +312,7 @@ public final class DeviceParameterCache implements AutoCloseable {
         try {
             memory.close();
         } finally {
-            try {
-                directory.close();
-            } finally {
-                arena.close();
-            }
+            directory.close();
         }
     }
 }

@@ -612,12 +612,9 @@ public final class CudaCommunicator implements Communicator, org.symmem4j.parall
                 // one rank computes each element, as TWO_SHOT does: no canonical NaNs, the host's bits
                 hostReducer.reduce(srcs, offsets, types, worldSize, out, 0, dtype, n, op,
                         op == ReduceOp.AVG ? worldSize : 0, false);
-                driver.copyHostToDevice(mem.dataPointer(me) + at, out, n * dsize);
+                driver.copyHostToDevice(mem.dataPointer(me) + at, out, n * dsize); // returns with the bytes landed
             }
         }
-        // a copy from pageable host memory may return before its DMA lands: wait for the context (no
-        // peer kernel can be waiting for this rank here: every rank's stream went idle before the barrier above)
-        driver.synchronizeContext();
         control.barrier(); // every rank has read its block from every region: regions may be overwritten
     }
 

@@ -278,7 +278,8 @@ public final class CudaSymmetricMemory implements SymmetricMemory, org.symmem4j.
     }
 
     /**
-     * Copies {@code src} (host memory) into this rank's buffer at {@code offset}; synchronous.
+     * Copies {@code src} (host memory) into this rank's buffer at {@code offset}; returns once the bytes are in
+     * device memory, from pageable host memory too ({@link CudaDriver#copyHostToDevice} waits for the staged DMA).
      *
      * @param src host bytes, all of which are copied
      * @param offset byte offset in this rank's buffer

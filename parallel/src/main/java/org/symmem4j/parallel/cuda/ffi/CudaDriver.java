@@ -462,7 +462,22 @@ public final class CudaDriver {
     }
 
     /**
-     * Synchronous host-to-device copy.
+     * {@code CU_STREAM_LEGACY}: the legacy default (NULL) stream, the one the synchronous copies
+     * ({@code cuMemcpyHtoD_v2}, {@code cuMemcpyDtoH_v2}) are ordered on, named explicitly.
+     */
+    private static final MemorySegment STREAM_LEGACY = MemorySegment.ofAddress(1);
+
+    /**
+     * Synchronous host-to-device copy: returns once the bytes are in device memory, whatever the source.
+     *
+     * <p>{@code cuMemcpyHtoD} alone does not promise that: from pageable host memory it returns once
+     * the source was copied to a staging buffer, and the DMA to the destination may still be in flight
+     * (CUDA Driver API, "API synchronization behavior", Memcpy, synchronous case 2; page-locked sources
+     * are synchronous with respect to the host, case 3). So the copy is followed by a synchronize of the
+     * stream it ran on, the legacy default stream: this waits for the staged DMA alone (the ranks'
+     * streams are non-blocking, nothing else is launched there), and costs one driver call when the copy
+     * already completed (a page-locked source). Telling page-locked from pageable memory would take a
+     * driver query of its own ({@code cuPointerGetAttribute}), so every source gets the synchronize.
      *
      * @param dst destination device pointer
      * @param src source host memory
@@ -471,6 +486,8 @@ public final class CudaDriver {
     public void copyHostToDevice(long dst, MemorySegment src, long bytes) {
         try {
             check("cuMemcpyHtoD_v2", (int) cuMemcpyHtoD.invokeExact(dst, src, bytes));
+            // the copy from pageable memory may have returned with its DMA in flight: wait for it
+            check("cuStreamSynchronize(legacy stream)", (int) cuStreamSynchronize.invokeExact(STREAM_LEGACY));
         } catch (Throwable t) {
             throw NativeLibrary.unchecked(t);
         }
@@ -571,8 +588,7 @@ public final class CudaDriver {
     }
 
     /**
-     * Blocks until all work in the current context has completed, synchronous copies' DMA included
-     * (a copy from pageable host memory may return before its data lands). With ranks sharing a GPU
+     * Blocks until all work in the current context has completed. With ranks sharing a GPU
      * this waits for the other ranks' work too: call it only where no peer can be waiting for this rank.
      */
     public void synchronizeContext() {
