@@ -124,6 +124,12 @@ public final class DeviceParameterCache implements AutoCloseable {
         SharedMemories.agree(group, "device parameter cache", "device-cache-create", "budgetBytes=" + budgetBytes
                 + " maxEntries=" + maxEntries, "create the cache on every rank with the same budget and entries");
         long heapBytes = ParameterCacheLayout.align64(budgetBytes);
+        // Not SharedMemories.createOnDevice (DeviceHashMap, DeviceRingBuffer): what the ranks share is the directory
+        // in host memory, not a formatted device header. The device heap is never zeroed nor formatted (a block's
+        // bytes are written by its put before the directory lists it; zeroing the whole budget would only cost), so
+        // there is no device barrier; the directory's create meets the group at its own barrier and only then
+        // verifies every rank's header, since it reads the peers' (a device structure verifies its own header read
+        // back, before its barrier). The refusal names GPU memory, not a kernel capability.
         SymmetricMemory memory = SharedMemories.allocateMapped(group, heapBytes, "device parameter cache");
         try {
             DeviceMemory device = memory.unwrap(DeviceMemory.class).orElseThrow(() ->

@@ -1,7 +1,6 @@
 package org.symmem4j.dl4j.pipeline;
 
 import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -26,7 +25,6 @@ import org.symmem4j.dl4j.HollowNetworks;
 import org.symmem4j.dl4j.nd4j.Nd4jThreadLimit;
 import org.symmem4j.dl4j.train.CheckpointDirectory;
 import org.symmem4j.dl4j.train.CheckpointLayout;
-import org.symmem4j.dl4j.train.CheckpointSchedule;
 import org.symmem4j.dl4j.train.FitAgreement;
 import org.symmem4j.dl4j.train.ModelListeners;
 import org.symmem4j.dl4j.train.RankFailures;
@@ -173,8 +171,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     /** Thread mode: the rank threads, started at the first step. */
     private PipelineRankThreads threads;
     private long step;
-    /** The checkpoints the trainer takes itself inside fit, or null. */
-    private final CheckpointSchedule checkpoints;
+    /** Saves, restores and takes the periodic checkpoints, in the format of the stages' parallelism. */
+    private final PipelineCheckpointing checkpoints;
     /** Batches the next fit(iterator) reads and does not train: those of the epoch a restored checkpoint had trained. */
     private long batchesToSkip;
     /** The checkpoint the last restore read, or null. */
@@ -210,7 +208,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 b.tensorParallelColumns, shape.ranks(), group, b.sharding);
         this.stages = replicas.first();
         this.model = model;
-        this.checkpoints = o.checkpointSchedule();
+        this.checkpoints = new PipelineCheckpointing(split, model, replicas, group, shape.ranks(), tensorParallel,
+                o.checkpointSchedule());
     }
 
     /**
@@ -363,8 +362,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
                 Object batch = batches.next();
                 score = runStep(batch, listeners);
                 batchesInEpoch += epoch ? 1 : 0;
-                if (checkpoints != null && checkpoints.due(step, group, "symmem4j-pipeline-")) {
-                    takePeriodicCheckpoint(batchesInEpoch);
+                if (checkpoints.due(step)) {
+                    checkpoints.takePeriodic(step, batchesInEpoch, this::modelTakesStages, this::exchange);
                 }
             }
         } catch (IllegalArgumentException refused) {
@@ -501,35 +500,6 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         }
     }
 
-    /** A periodic checkpoint after the step just done: the model takes the stages' state, then as saveCheckpoint. */
-    private void takePeriodicCheckpoint(long batchesInEpoch) {
-        Path dir = CheckpointDirectory.stepDir(checkpoints.root(), step);
-        try {
-            modelTakesStages();
-            writeCheckpoint(dir, batchesInEpoch);
-            if (group == null || group.rank() == 0) {
-                CheckpointDirectory.prune(checkpoints.root(), checkpoints.keep());
-            }
-        } catch (IOException e) {
-            throw new UncheckedIOException("periodic checkpoint step=" + step + " dir=" + dir + " failed: "
-                    + e.getMessage() + " (the checkpoints before it are kept; fix: make the root writable with"
-                    + " room for a checkpoint,"
-                    + " then fit again)", e);
-        }
-        checkpoints.taken();
-    }
-
-    private void writeCheckpoint(Path dir, long batchesInEpoch) throws IOException {
-        CheckpointDirectory.Counters counters = new CheckpointDirectory.Counters(step, model.epochCount(),
-                model.iterationCount(), batchesInEpoch, PipelineCheckpoints.files(replicas));
-        if (tensorParallel > 1) { // a file per stage shard
-            PipelineTensorParallelCheckpoints.save(dir, split, model, replicas, group, shape.ranks(), counters);
-        } else {
-            PipelineCheckpoints.save(dir, split, model, replicas, group, group == null ? null : exchange(),
-                    shape.ranks(), counters);
-        }
-    }
-
     /**
      * Saves a checkpoint into {@code dir} (created when absent), of what the next {@code fit} would train from:
      * one shard file per stage with its updater state (per stage and dp replica, its block, with {@code sharding}),
@@ -552,7 +522,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         requireUsable();
         model.requireWhole("saveCheckpoint");
         withExchange(e -> replicas.takeModelIfChanged(model, e));
-        writeCheckpoint(dir, 0);
+        checkpoints.write(dir, step, 0, this::exchange);
     }
 
     /**
@@ -575,11 +545,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
     public synchronized void restoreCheckpoint(Path dir) throws IOException {
         requireUsable();
         model.requireWhole("restoreCheckpoint");
-        CheckpointDirectory.Counters c = tensorParallel > 1 // stage shards: PipelineTensorParallelCheckpoints
-                ? PipelineTensorParallelCheckpoints.restore(dir, split, model, replicas, group,
-                        group == null ? null : exchange(), shape.ranks())
-                : PipelineCheckpoints.restore(dir, split, model, replicas, group,
-                        group == null ? null : exchange(), shape.ranks());
+        CheckpointDirectory.Counters c = checkpoints.restore(dir, this::exchange);
         if (c != null) {
             step = c.step();
             batchesToSkip = c.batchesInEpoch();
@@ -600,8 +566,7 @@ public final class PipelineParallelTrainer implements AutoCloseable {
      */
     public synchronized Optional<CheckpointDirectory.Checkpoint> restoreLatest(Path root) throws IOException {
         model.requireWhole("restoreLatest");
-        Optional<CheckpointDirectory.Checkpoint> latest = CheckpointDirectory.latestComplete(root, group,
-                "symmem4j-pipeline-");
+        Optional<CheckpointDirectory.Checkpoint> latest = checkpoints.latest(root);
         if (latest.isPresent()) {
             restoreCheckpoint(latest.get().dir());
         }
