@@ -106,6 +106,28 @@ public final class Dl4jPipelineStage implements StageCompute {
     private Gradient gradientViews;
     /** The last array handed out as a message: keeps its memory alive until the next call. */
     private INDArray message;
+    /**
+     * By microbatch: the arrays received activations are copied into, reused step after step (the link slot is given
+     * back after the call, and the stage keeps its input until the microbatch's backward). Each one is read from the
+     * microbatch's forward to its backward (and weight pass) of the same step, and written again only by the next
+     * step's forward of that microbatch: DL4J keeps no reference that is read later (layers' input fields are set
+     * again before every pass), so nothing reads a buffer after it is overwritten.
+     */
+    private INDArray[] receivedActivations = new INDArray[0];
+    /**
+     * By microbatch: the arrays received gradients are copied into, reused likewise. Per microbatch, not one per
+     * stage: a split backward's weight pass may keep a layer's {@code dZ}, which for an identity activation is this
+     * array itself, until the microbatch's W action.
+     */
+    private INDArray[] receivedGradients = new INDArray[0];
+    /**
+     * By direction (0 forward, 1 backward): the stage's own row-major copy of an output that DL4J left in another
+     * order, reused for the next such output of the same shape (the executor has sent the last one by then). Only
+     * arrays this stage made go here, never DL4J's own: those may be kept as a later layer's or microbatch's input.
+     */
+    private final INDArray[] sendCopies = new INDArray[2];
+    /** Arrays made for hand-offs (received messages, row-major copies to send) since the stage was made. */
+    private long handoffArrays;
     private double lossSum;
     private double dataLoss = Double.NaN;
     private double regularizationScore = Double.NaN;
@@ -241,6 +263,8 @@ public final class Dl4jPipelineStage implements StageCompute {
         int count = plan.batch().count();
         if (stageInputs.length != count) {
             stageInputs = new INDArray[count];
+            receivedActivations = Arrays.copyOf(receivedActivations, count);
+            receivedGradients = Arrays.copyOf(receivedGradients, count);
             layerInputs = new INDArray[count][];
             deferred = new SplitBackward.Deferred[count][];
         }
@@ -264,8 +288,8 @@ public final class Dl4jPipelineStage implements StageCompute {
     public MemorySegment forward(int microbatch, MemorySegment input) {
         requireStep(microbatch, "forward");
         INDArray x = first ? plan.batch().features().get(microbatch)
-                : Messages.read(input, plan.messageShape(stage - 1, microbatch), dataType,
-                "the activation of microbatch " + microbatch + " into stage " + stage);
+                : received(receivedActivations, microbatch, input, plan.messageShape(stage - 1, microbatch),
+                        "the activation of microbatch " + microbatch + " into stage " + stage);
         stageInputs[microbatch] = x;
         if (last) {
             return EMPTY; // the forward pass runs in backward, where DL4J computes the loss and its gradient
@@ -287,7 +311,7 @@ public final class Dl4jPipelineStage implements StageCompute {
         }
         layerInputs[microbatch] = inputs;
         requireShape(activation, plan.messageShape(stage, microbatch), "output", microbatch);
-        return publish(activation);
+        return publish(activation, 0);
     }
 
     @Override
@@ -413,7 +437,7 @@ public final class Dl4jPipelineStage implements StageCompute {
             double score = output.computeScore(0.0, true, workspaces);
             lossSum += output.conf().isMiniBatch() ? score * x.size(0) : score;
         } else {
-            INDArray epsilon = Messages.read(outputGradient, plan.messageShape(stage, microbatch), dataType,
+            INDArray epsilon = received(receivedGradients, microbatch, outputGradient, plan.messageShape(stage, microbatch),
                     "the gradient of microbatch " + microbatch + " into stage " + stage);
             // re-establish this microbatch's inputs and masks: other microbatches' forwards ran since
             network.setInput(x);
@@ -487,7 +511,7 @@ public final class Dl4jPipelineStage implements StageCompute {
             return EMPTY;
         }
         requireShape(result.getSecond(), plan.messageShape(stage - 1, microbatch), "input gradient", microbatch);
-        return publish(result.getSecond());
+        return publish(result.getSecond(), 1);
     }
 
     /**
@@ -707,9 +731,32 @@ public final class Dl4jPipelineStage implements StageCompute {
         }
     }
 
-    private MemorySegment publish(INDArray array) {
-        message = Messages.rowMajor(array, dataType);
+    /** The message copied into {@code buffers[microbatch]}, which becomes a new array only when the shape changed. */
+    private INDArray received(INDArray[] buffers, int microbatch, MemorySegment message, long[] shape, String what) {
+        INDArray array = Messages.read(message, buffers[microbatch], shape, dataType, what);
+        if (array != buffers[microbatch]) {
+            buffers[microbatch] = array;
+            handoffArrays++;
+        }
+        return array;
+    }
+
+    private MemorySegment publish(INDArray array, int direction) {
+        message = Messages.rowMajor(array, sendCopies[direction], dataType);
+        if (message != array && message != sendCopies[direction]) {
+            sendCopies[direction] = message; // a copy (or cast) this stage made: its own to reuse
+            handoffArrays++;
+        }
         return ArrayCollectives.segmentOf(message);
+    }
+
+    /**
+     * How many arrays this stage has made for hand-offs since it was made: one per microbatch and direction received
+     * (then reused every step while the microbatch's shape stays), and one per direction whose outputs DL4J leaves in
+     * another order than row-major. Steps of the same batch size add none.
+     */
+    long handoffArrays() {
+        return handoffArrays;
     }
 
     @Override
