@@ -67,6 +67,7 @@ class HandoffAllocationTest {
                 return best;
             }
         });
+        System.out.printf("link round trip: %s bytes per message by rank%n", perRank);
         for (int rank = 0; rank < perRank.size(); rank++) {
             assertTrue(perRank.get(rank) < 1.0, "rank " + rank + " allocated " + perRank.get(rank)
                     + " bytes per message sent and received (expected none in steady state)");
@@ -127,6 +128,7 @@ class HandoffAllocationTest {
                 return best;
             }
         });
+        System.out.printf("%s: %s bytes per step by rank (messages of %d bytes)%n", shape, perRank, MESSAGE_BYTES);
         for (int rank = 0; rank < perRank.size(); rank++) {
             assertTrue(perRank.get(rank) < MESSAGE_BYTES, "rank " + rank + " allocated " + perRank.get(rank) + " bytes per"
                     + " step of " + shape + " (expected less than one message of " + MESSAGE_BYTES + " bytes: a copy per"
