@@ -107,19 +107,23 @@ public final class Dl4jPipelineStage implements StageCompute {
     /** The last array handed out as a message: keeps its memory alive until the next call. */
     private INDArray message;
     /**
-     * By microbatch: the arrays received activations are copied into, reused step after step (the link slot is given
-     * back after the call, and the stage keeps its input until the microbatch's backward). Each one is read from the
-     * microbatch's forward to its backward (and weight pass) of the same step, and written again only by the next
-     * step's forward of that microbatch: DL4J keeps no reference that is read later (layers' input fields are set
-     * again before every pass), so nothing reads a buffer after it is overwritten.
+     * By microbatch: the array its received activation was copied into (the link slot is given back after the call,
+     * and the stage keeps its input until the microbatch's backward), until the microbatch's backward ends (ZB-H1:
+     * its weight pass, which reads the layers' kept inputs). Null on stage 0, whose input is the batch's features.
      */
-    private INDArray[] receivedActivations = new INDArray[0];
+    private INDArray[] heldActivations = new INDArray[0];
     /**
-     * By microbatch: the arrays received gradients are copied into, reused likewise. Per microbatch, not one per
-     * stage: a split backward's weight pass may keep a layer's {@code dZ}, which for an identity activation is this
-     * array itself, until the microbatch's W action.
+     * By microbatch: the array its received gradient was copied into, held likewise: a split backward's weight pass may
+     * keep a layer's {@code dZ}, which for an identity activation is this array itself, until the microbatch's W.
      */
-    private INDArray[] receivedGradients = new INDArray[0];
+    private INDArray[] heldGradients = new INDArray[0];
+    /**
+     * Received-message arrays no microbatch holds, for the next message of their shape: as many as were held at once
+     * at most (the microbatches in flight), reused step after step. DL4J keeps no reference to one that it reads
+     * after the microbatch's passes (layers' input fields are set again before every pass), so nothing reads an
+     * array after it is overwritten.
+     */
+    private final List<INDArray> spareHandoffs = new ArrayList<>();
     /**
      * By direction (0 forward, 1 backward): the stage's own row-major copy of an output that DL4J left in another
      * order, reused for the next such output of the same shape (the executor has sent the last one by then). Only
@@ -263,8 +267,8 @@ public final class Dl4jPipelineStage implements StageCompute {
         int count = plan.batch().count();
         if (stageInputs.length != count) {
             stageInputs = new INDArray[count];
-            receivedActivations = Arrays.copyOf(receivedActivations, count);
-            receivedGradients = Arrays.copyOf(receivedGradients, count);
+            heldActivations = new INDArray[count];
+            heldGradients = new INDArray[count];
             layerInputs = new INDArray[count][];
             deferred = new SplitBackward.Deferred[count][];
         }
@@ -288,7 +292,7 @@ public final class Dl4jPipelineStage implements StageCompute {
     public MemorySegment forward(int microbatch, MemorySegment input) {
         requireStep(microbatch, "forward");
         INDArray x = first ? plan.batch().features().get(microbatch)
-                : received(receivedActivations, microbatch, input, plan.messageShape(stage - 1, microbatch),
+                : received(heldActivations, microbatch, input, plan.messageShape(stage - 1, microbatch),
                         "the activation of microbatch " + microbatch + " into stage " + stage);
         stageInputs[microbatch] = x;
         if (last) {
@@ -319,7 +323,11 @@ public final class Dl4jPipelineStage implements StageCompute {
         requireStep(microbatch, "backward");
         Pair<Gradient, INDArray> result = backprop(microbatch, outputGradient);
         accumulate(null);
-        return finishBackward(microbatch, result);
+        MemorySegment inputGradient = finishBackward(microbatch, result);
+        // the microbatch is done here; an input gradient that is the received array itself is sent before this
+        // stage's next call, the first that may take the array again
+        releaseHandoffs(microbatch);
+        return inputGradient;
     }
 
     /**
@@ -383,6 +391,7 @@ public final class Dl4jPipelineStage implements StageCompute {
         }
         accumulate(now);
         weightPasses++;
+        releaseHandoffs(microbatch); // the weight pass has read what the input-gradient pass kept
     }
 
     /**
@@ -437,7 +446,7 @@ public final class Dl4jPipelineStage implements StageCompute {
             double score = output.computeScore(0.0, true, workspaces);
             lossSum += output.conf().isMiniBatch() ? score * x.size(0) : score;
         } else {
-            INDArray epsilon = received(receivedGradients, microbatch, outputGradient, plan.messageShape(stage, microbatch),
+            INDArray epsilon = received(heldGradients, microbatch, outputGradient, plan.messageShape(stage, microbatch),
                     "the gradient of microbatch " + microbatch + " into stage " + stage);
             // re-establish this microbatch's inputs and masks: other microbatches' forwards ran since
             network.setInput(x);
@@ -731,14 +740,33 @@ public final class Dl4jPipelineStage implements StageCompute {
         }
     }
 
-    /** The message copied into {@code buffers[microbatch]}, which becomes a new array only when the shape changed. */
-    private INDArray received(INDArray[] buffers, int microbatch, MemorySegment message, long[] shape, String what) {
-        INDArray array = Messages.read(message, buffers[microbatch], shape, dataType, what);
-        if (array != buffers[microbatch]) {
-            buffers[microbatch] = array;
+    /** The message copied into a spare array of its shape (a new one only when none is spare), held by the microbatch. */
+    private INDArray received(INDArray[] held, int microbatch, MemorySegment message, long[] shape, String what) {
+        INDArray spare = null;
+        for (int i = 0; i < spareHandoffs.size(); i++) {
+            if (Arrays.equals(spareHandoffs.get(i).shape(), shape)) {
+                spare = spareHandoffs.remove(i);
+                break;
+            }
+        }
+        INDArray array = Messages.read(message, spare, shape, dataType, what);
+        if (array != spare) {
             handoffArrays++;
         }
+        held[microbatch] = array;
         return array;
+    }
+
+    /** The microbatch's passes are over: its received arrays are spare again. */
+    private void releaseHandoffs(int microbatch) {
+        if (heldActivations[microbatch] != null) {
+            spareHandoffs.add(heldActivations[microbatch]);
+            heldActivations[microbatch] = null;
+        }
+        if (heldGradients[microbatch] != null) {
+            spareHandoffs.add(heldGradients[microbatch]);
+            heldGradients[microbatch] = null;
+        }
     }
 
     private MemorySegment publish(INDArray array, int direction) {
@@ -751,9 +779,9 @@ public final class Dl4jPipelineStage implements StageCompute {
     }
 
     /**
-     * How many arrays this stage has made for hand-offs since it was made: one per microbatch and direction received
-     * (then reused every step while the microbatch's shape stays), and one per direction whose outputs DL4J leaves in
-     * another order than row-major. Steps of the same batch size add none.
+     * How many arrays this stage has made for hand-offs since it was made: for received messages, as many of each shape
+     * as were held at once (the microbatches in flight, per direction), then reused every step; and one per direction
+     * whose outputs DL4J leaves in another order than row-major. Steps of the same batch size add none.
      */
     long handoffArrays() {
         return handoffArrays;

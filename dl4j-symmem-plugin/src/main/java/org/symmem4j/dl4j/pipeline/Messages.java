@@ -22,7 +22,8 @@ final class Messages {
 
     /**
      * Copies a received message into {@code reuse} when it is an array of {@code shape} and {@code type} (one the
-     * stage got from an earlier call of this method), else into a new array, and returns that array. The message's
+     * stage got from an earlier call of this method and no longer reads), else into a new array, and returns that
+     * array. The message's
      * memory is only valid during the stage call, so one copy is needed; reusing the array makes it the only cost
      * of a hand-off in steady state (no allocation per message).
      *
