@@ -106,6 +106,32 @@ public final class Dl4jPipelineStage implements StageCompute {
     private Gradient gradientViews;
     /** The last array handed out as a message: keeps its memory alive until the next call. */
     private INDArray message;
+    /**
+     * By microbatch: the array its received activation was copied into (the link slot is given back after the call,
+     * and the stage keeps its input until the microbatch's backward), until the microbatch's backward ends (ZB-H1:
+     * its weight pass, which reads the layers' kept inputs). Null on stage 0, whose input is the batch's features.
+     */
+    private INDArray[] heldActivations = new INDArray[0];
+    /**
+     * By microbatch: the array its received gradient was copied into, held likewise: a split backward's weight pass may
+     * keep a layer's {@code dZ}, which for an identity activation is this array itself, until the microbatch's W.
+     */
+    private INDArray[] heldGradients = new INDArray[0];
+    /**
+     * Received-message arrays no microbatch holds, for the next message of their shape: as many as were held at once
+     * at most (the microbatches in flight), reused step after step. DL4J keeps no reference to one that it reads
+     * after the microbatch's passes (layers' input fields are set again before every pass), so nothing reads an
+     * array after it is overwritten.
+     */
+    private final List<INDArray> spareHandoffs = new ArrayList<>();
+    /**
+     * By direction (0 forward, 1 backward): the stage's own row-major copy of an output that DL4J left in another
+     * order, reused for the next such output of the same shape (the executor has sent the last one by then). Only
+     * arrays this stage made go here, never DL4J's own: those may be kept as a later layer's or microbatch's input.
+     */
+    private final INDArray[] sendCopies = new INDArray[2];
+    /** Arrays made for hand-offs (received messages, row-major copies to send) since the stage was made. */
+    private long handoffArrays;
     private double lossSum;
     private double dataLoss = Double.NaN;
     private double regularizationScore = Double.NaN;
@@ -241,6 +267,8 @@ public final class Dl4jPipelineStage implements StageCompute {
         int count = plan.batch().count();
         if (stageInputs.length != count) {
             stageInputs = new INDArray[count];
+            heldActivations = new INDArray[count];
+            heldGradients = new INDArray[count];
             layerInputs = new INDArray[count][];
             deferred = new SplitBackward.Deferred[count][];
         }
@@ -264,8 +292,8 @@ public final class Dl4jPipelineStage implements StageCompute {
     public MemorySegment forward(int microbatch, MemorySegment input) {
         requireStep(microbatch, "forward");
         INDArray x = first ? plan.batch().features().get(microbatch)
-                : Messages.read(input, plan.messageShape(stage - 1, microbatch), dataType,
-                "the activation of microbatch " + microbatch + " into stage " + stage);
+                : received(heldActivations, microbatch, input, plan.messageShape(stage - 1, microbatch),
+                        "the activation of microbatch " + microbatch + " into stage " + stage);
         stageInputs[microbatch] = x;
         if (last) {
             return EMPTY; // the forward pass runs in backward, where DL4J computes the loss and its gradient
@@ -287,7 +315,7 @@ public final class Dl4jPipelineStage implements StageCompute {
         }
         layerInputs[microbatch] = inputs;
         requireShape(activation, plan.messageShape(stage, microbatch), "output", microbatch);
-        return publish(activation);
+        return publish(activation, 0);
     }
 
     @Override
@@ -295,7 +323,11 @@ public final class Dl4jPipelineStage implements StageCompute {
         requireStep(microbatch, "backward");
         Pair<Gradient, INDArray> result = backprop(microbatch, outputGradient);
         accumulate(null);
-        return finishBackward(microbatch, result);
+        MemorySegment inputGradient = finishBackward(microbatch, result);
+        // the microbatch is done here; an input gradient that is the received array itself is sent before this
+        // stage's next call, the first that may take the array again
+        releaseHandoffs(microbatch);
+        return inputGradient;
     }
 
     /**
@@ -359,6 +391,7 @@ public final class Dl4jPipelineStage implements StageCompute {
         }
         accumulate(now);
         weightPasses++;
+        releaseHandoffs(microbatch); // the weight pass has read what the input-gradient pass kept
     }
 
     /**
@@ -413,7 +446,7 @@ public final class Dl4jPipelineStage implements StageCompute {
             double score = output.computeScore(0.0, true, workspaces);
             lossSum += output.conf().isMiniBatch() ? score * x.size(0) : score;
         } else {
-            INDArray epsilon = Messages.read(outputGradient, plan.messageShape(stage, microbatch), dataType,
+            INDArray epsilon = received(heldGradients, microbatch, outputGradient, plan.messageShape(stage, microbatch),
                     "the gradient of microbatch " + microbatch + " into stage " + stage);
             // re-establish this microbatch's inputs and masks: other microbatches' forwards ran since
             network.setInput(x);
@@ -487,7 +520,7 @@ public final class Dl4jPipelineStage implements StageCompute {
             return EMPTY;
         }
         requireShape(result.getSecond(), plan.messageShape(stage - 1, microbatch), "input gradient", microbatch);
-        return publish(result.getSecond());
+        return publish(result.getSecond(), 1);
     }
 
     /**
@@ -707,9 +740,51 @@ public final class Dl4jPipelineStage implements StageCompute {
         }
     }
 
-    private MemorySegment publish(INDArray array) {
-        message = Messages.rowMajor(array, dataType);
+    /** The message copied into a spare array of its shape (a new one only when none is spare), held by the microbatch. */
+    private INDArray received(INDArray[] held, int microbatch, MemorySegment message, long[] shape, String what) {
+        INDArray spare = null;
+        for (int i = 0; i < spareHandoffs.size(); i++) {
+            if (Arrays.equals(spareHandoffs.get(i).shape(), shape)) {
+                spare = spareHandoffs.remove(i);
+                break;
+            }
+        }
+        INDArray array = Messages.read(message, spare, shape, dataType, what);
+        if (array != spare) {
+            handoffArrays++;
+        }
+        held[microbatch] = array;
+        return array;
+    }
+
+    /** The microbatch's passes are over: its received arrays are spare again. */
+    private void releaseHandoffs(int microbatch) {
+        if (heldActivations[microbatch] != null) {
+            spareHandoffs.add(heldActivations[microbatch]);
+            heldActivations[microbatch] = null;
+        }
+        if (heldGradients[microbatch] != null) {
+            spareHandoffs.add(heldGradients[microbatch]);
+            heldGradients[microbatch] = null;
+        }
+    }
+
+    private MemorySegment publish(INDArray array, int direction) {
+        message = Messages.rowMajor(array, sendCopies[direction], dataType);
+        if (message != array && message != sendCopies[direction]) {
+            sendCopies[direction] = message; // a copy (or cast) this stage made: its own to reuse
+            handoffArrays++;
+        }
         return ArrayCollectives.segmentOf(message);
+    }
+
+    /**
+     * How many arrays this stage has made for hand-offs since it was made: for received messages, as many of each shape
+     * as were held at once (the microbatches in flight, per direction), then reused every step; and one per direction
+     * whose outputs DL4J leaves in another order than row-major. Steps of the same batch size add none.
+     */
+    long handoffArrays() {
+        return handoffArrays;
     }
 
     @Override

@@ -21,12 +21,15 @@ final class Messages {
     }
 
     /**
-     * Copies a received message into a new array of {@code shape} (the message's memory is only valid
-     * during the stage call; the array is kept until the microbatch's backward).
+     * Copies a received message into {@code reuse} when it is an array of {@code shape} and {@code type} (one the
+     * stage got from an earlier call of this method and no longer reads), else into a new array, and returns that
+     * array. The message's
+     * memory is only valid during the stage call, so one copy is needed; reusing the array makes it the only cost
+     * of a hand-off in steady state (no allocation per message).
      *
      * @throws IllegalStateException when the byte size is not that of {@code shape}
      */
-    static INDArray read(MemorySegment message, long[] shape, DataType type, String what) {
+    static INDArray read(MemorySegment message, INDArray reuse, long[] shape, DataType type, String what) {
         long bytes = message.byteSize();
         long expected = type.width();
         for (long d : shape) {
@@ -38,20 +41,27 @@ final class Messages {
                     + " type between them (fix: build every rank's trainer from the same network configuration, data"
                     + " type and inputType(...))");
         }
-        INDArray array = Nd4j.createUninitialized(type, shape, 'c');
+        INDArray array = reuse != null && reuse.dataType() == type && java.util.Arrays.equals(reuse.shape(), shape)
+                ? reuse : Nd4j.createUninitialized(type, shape, 'c');
         MemorySegment.copy(message, 0, ArrayCollectives.segmentOf(array), 0, bytes);
         return array;
     }
 
     /**
      * {@code array} as a message: itself when it is already row-major, contiguous and of
-     * {@code type} (DL4J's input gradients usually are), else a row-major copy. Keep the result
-     * reachable while {@link ArrayCollectives#segmentOf} of it is in use.
+     * {@code type} (DL4J's input gradients usually are), else a row-major copy, made into {@code reuse}
+     * when that is a row-major array of the same shape and type (the message of an earlier call: the
+     * executor has sent it by now), else into a new array. Keep the result reachable while
+     * {@link ArrayCollectives#segmentOf} of it is in use.
      */
-    static INDArray rowMajor(INDArray array, DataType type) {
+    static INDArray rowMajor(INDArray array, INDArray reuse, DataType type) {
         INDArray typed = array.dataType() == type ? array : array.castTo(type);
         if (typed.ordering() == 'c' && Shape.hasDefaultStridesForShape(typed)) {
             return typed;
+        }
+        if (reuse != null && reuse != typed && reuse.dataType() == type
+                && java.util.Arrays.equals(reuse.shape(), typed.shape())) {
+            return reuse.assign(typed); // an element-wise copy, as dup's: the same values bit for bit
         }
         return typed.dup('c');
     }

@@ -35,6 +35,9 @@ import org.symmem4j.pipeline.channel.ChannelLayout.Direction;
  * payload a receive returns spans the slot's capacity ({@link ChannelLayout#slotBytes()}) rather than
  * the message's length, which only the stages know.
  *
+ * <p>Nothing is copied or allocated per message beyond the put itself: the receiver reads the slot in place
+ * through views made once per slot (a payload view is remade only when a slot's message length changes).
+ *
  * <p>Host waits are bounded by the group's timeout; device-side waits are not, so an executor bounds
  * them from the host ({@link SymmetricMemory#awaitWork}) and aborts with {@link #poisonAll}. Both ends
  * are single-threaded: one thread per rank drives its links, in schedule order.
@@ -101,7 +104,7 @@ public final class StageLink {
                 // acquire: pairs with the receiver's release in Receiver.release(), so its reads of the
                 // slot we are about to overwrite are complete (on a GPU: before the put below runs)
                 releasedSeen = checkPoison(memory.orderAfterSignal(link.creditSignal(), needReleased, link.receiverRank(),
-                        false), "waiting for a free slot to send microbatch " + microbatch);
+                        false), microbatch);
             }
             long offset = layout.slotOffset(link.region(), (int) (sent % layout.slots()));
             if (header == null) {
@@ -129,10 +132,11 @@ public final class StageLink {
             return sent;
         }
 
-        private long checkPoison(long value, String doing) {
+        /** The message is built only on failure: the wait for credit allocates nothing. */
+        private long checkPoison(long value, int microbatch) {
             if (value >= POISON) {
                 throw new PipelineAbortedException("pipeline aborted by another rank while stage " + link.fromStage()
-                        + " was " + doing + " on the link to stage " + link.toStage() + " (the failing rank reports the cause;"
+                        + " was waiting for a free slot to send microbatch " + microbatch + " on the link to stage " + link.toStage() + " (the failing rank reports the cause;"
                         + " fix: correct what the failing rank's error names, then create new links in a new group)");
             }
             return value;
@@ -156,6 +160,13 @@ public final class StageLink {
         /** Messages known posted so far; refreshed only when this rank has consumed them all. */
         private long postedSeen;
         private boolean holding;
+        /**
+         * By slot, made once: the whole slot (header and payload; host-addressable memory), or the payload's device
+         * address spanning the slot's capacity (elsewhere). A receive returns views of these, so it makes no object.
+         */
+        private final MemorySegment[] slotViews;
+        /** By slot: the last payload view handed out, reused while the next message there has the same length. */
+        private final MemorySegment[] payloadViews;
 
         /**
          * The receiving end of the link {@code fromStage -> toStage}.
@@ -170,6 +181,14 @@ public final class StageLink {
             this.layout = Objects.requireNonNull(layout, "layout");
             this.link = LinkEnds.of(layout, fromStage, toStage);
             this.headers = memory.hostAddressable();
+            this.slotViews = new MemorySegment[layout.slots()];
+            this.payloadViews = new MemorySegment[layout.slots()];
+            for (int slot = 0; slot < layout.slots(); slot++) {
+                long offset = layout.slotOffset(link.region(), slot);
+                slotViews[slot] = headers ? memory.local().asSlice(offset, layout.slotStride())
+                        : MemorySegment.ofAddress(memory.local().address() + offset + ChannelLayout.HEADER_BYTES)
+                                .reinterpret(layout.slotBytes());
+            }
         }
 
         /**
@@ -201,16 +220,14 @@ public final class StageLink {
                             + " then create new links in a new group)");
                 }
             }
-            long offset = layout.slotOffset(link.region(), (int) (received % layout.slots()));
-            MemorySegment payload = headers ? checkedPayload(offset, microbatch)
-                    : MemorySegment.ofAddress(memory.local().address() + offset + ChannelLayout.HEADER_BYTES)
-                            .reinterpret(layout.slotBytes());
+            int slotIndex = (int) (received % layout.slots());
+            MemorySegment payload = headers ? checkedPayload(slotIndex, microbatch) : slotViews[slotIndex];
             holding = true;
             return payload;
         }
 
-        private MemorySegment checkedPayload(long offset, int microbatch) {
-            MemorySegment slot = memory.local().asSlice(offset, layout.slotStride());
+        private MemorySegment checkedPayload(int slotIndex, int microbatch) {
+            MemorySegment slot = slotViews[slotIndex];
             long bytes = slot.get(ValueLayout.JAVA_LONG, ChannelLayout.PAYLOAD_BYTES_OFFSET);
             long sequence = slot.get(ValueLayout.JAVA_LONG, ChannelLayout.SEQUENCE_OFFSET);
             int foundMicrobatch = slot.get(ValueLayout.JAVA_INT, ChannelLayout.MICROBATCH_OFFSET);
@@ -223,7 +240,13 @@ public final class StageLink {
                         + " (the two ranks' schedules must list this link's microbatches in the same order; fix: check"
                         + " the schedule with ScheduleValidator.requireValid, and give both ranks the same schedule)");
             }
-            return slot.asSlice(ChannelLayout.HEADER_BYTES, bytes);
+            MemorySegment payload = payloadViews[slotIndex];
+            if (payload == null || payload.byteSize() != bytes) {
+                // a message of another length than the slot's last: a new view (steady state: same lengths, none)
+                payload = slot.asSlice(ChannelLayout.HEADER_BYTES, bytes);
+                payloadViews[slotIndex] = payload;
+            }
+            return payload;
         }
 
         /**

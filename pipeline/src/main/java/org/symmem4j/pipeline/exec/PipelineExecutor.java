@@ -2,7 +2,6 @@ package org.symmem4j.pipeline.exec;
 
 import java.lang.foreign.Arena;
 import java.lang.foreign.MemorySegment;
-import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -36,7 +35,8 @@ import org.symmem4j.pipeline.schedule.Schedule;
  *
  * <p>Links between ranks are {@link StageLink}s in one {@link SymmetricMemory} allocation laid out by
  * {@link ChannelLayout}; hand-offs between two stages of the same rank (one rank, several virtual
- * stages) are copied through a local queue.
+ * stages) are copied through a local queue ({@link LocalHandoff}) into buffers it reuses. Neither
+ * allocates per message: a step of stages that allocate nothing allocates only its timeline.
  *
  * <p>The executor drives every transport the same way, through {@link SymmetricMemory}: where the
  * memory's operations are enqueued ({@link SymmetricMemory#enqueued()}: GPUs, e.g.
@@ -89,7 +89,9 @@ public final class PipelineExecutor implements AutoCloseable {
     private final LinkReceiver[][] receivers;
     private final LinkSender[][] senders;
     /** By [type][receiving stage]: same-rank hand-offs (only with one rank). */
-    private final ArrayDeque<MemorySegment>[][] localQueues;
+    private final LocalHandoff[][] localQueues;
+    /** The largest message ({@code slotBytes}): a same-rank hand-off's buffers are at least this large. */
+    private final long slotBytes;
     private final int localStageCount;
     private final long[] eventStart;
     private final long[] eventEnd;
@@ -108,9 +110,8 @@ public final class PipelineExecutor implements AutoCloseable {
         int types = ActionType.values().length;
         this.receivers = new LinkReceiver[types][shape.stageCount()];
         this.senders = new LinkSender[types][shape.stageCount()];
-        @SuppressWarnings("unchecked")
-        ArrayDeque<MemorySegment>[][] queues = new ArrayDeque[types][shape.stageCount()];
-        this.localQueues = queues;
+        this.localQueues = new LocalHandoff[types][shape.stageCount()];
+        this.slotBytes = slotBytes;
         this.memory = transport.allocate(group, layout.bytesPerRank());
         WorkClock madeClock = null;
         try {
@@ -217,7 +218,7 @@ public final class PipelineExecutor implements AutoCloseable {
         int t = type.ordinal();
         if (from >= 0 && from < shape.stageCount()) {
             if (shape.rankOf(from) == group.rank()) {
-                localQueues[t][stage] = new ArrayDeque<>();
+                localQueues[t][stage] = new LocalHandoff(slotBytes);
             } else {
                 receivers[t][stage] = new StageLink.Receiver(memory, layout, from, stage);
             }
@@ -386,13 +387,14 @@ public final class PipelineExecutor implements AutoCloseable {
         }
         int t = link.ordinal();
         LinkReceiver receiver = receivers[t][stage];
+        LocalHandoff local = localQueues[t][stage];
         MemorySegment input = EMPTY;
         long start = mark();
         if (receiver != null) {
             input = receiver.receive(mb);
             events = record(events, encode(Kind.RECEIVE, index), start);
-        } else if (localQueues[t][stage] != null) {
-            input = localQueues[t][stage].removeFirst();
+        } else if (local != null) {
+            input = local.receive();
         }
         lastInputBytes = input.byteSize();
         lastOutputBytes = 0;
@@ -410,12 +412,17 @@ public final class PipelineExecutor implements AutoCloseable {
         events = record(events, encode(kind, index), start);
         if (receiver != null) {
             receiver.release(); // the stage has read its input
+        } else if (local != null) {
+            local.release();
         }
         int to = link == ActionType.FORWARD ? stage + 1 : stage - 1;
         if (to < 0 || to >= shape.stageCount()) {
             return events;
         }
-        Objects.requireNonNull(output, () -> "stage " + stage + " returned no output for " + action);
+        if (output == null) { // no capturing lambda (requireNonNull's supplier): the hot path allocates nothing
+            throw new NullPointerException("stage " + stage + " returned no output for " + action + " (fix: return the"
+                    + " stage's output for the next stage, or its input gradient for the previous one)");
+        }
         lastOutputBytes = output.byteSize();
         LinkSender sender = senders[t][stage];
         if (sender != null) {
@@ -423,12 +430,9 @@ public final class PipelineExecutor implements AutoCloseable {
             sender.send(mb, output);
             events = record(events, encode(Kind.SEND, index), start);
         } else {
-            // same rank (one-rank pipeline): copy, because the stage may reuse its output buffer; a
-            // long[] keeps the copy 8-byte aligned, so the stage can read floats or doubles from it
-            long bytes = output.byteSize();
-            MemorySegment copy = MemorySegment.ofArray(new long[Math.toIntExact((bytes + 7) / 8)]).asSlice(0, bytes);
-            copy.copyFrom(output);
-            localQueues[t][to].addLast(copy);
+            // same rank (one-rank pipeline): copy, because the stage may reuse its output buffer, into a
+            // buffer the hand-off reuses once the receiving stage has read it
+            localQueues[t][to].send(output);
         }
         return events;
     }

@@ -25,7 +25,8 @@ public interface StageCompute {
      *
      * @param microbatch the microbatch, in [0, microbatches)
      * @param input the previous stage's output for this microbatch, valid only during this call (it
-     *              sits in a link slot that is given back afterwards); empty for stage 0
+     *              sits in a link slot that is given back afterwards, or, between stages of one rank, in
+     *              a buffer the executor reuses); empty for stage 0
      * @return this stage's output for this microbatch, read by the executor before the stage's next
      *         call (so it may reuse one buffer); ignored for the last stage, which computes the loss
      */
