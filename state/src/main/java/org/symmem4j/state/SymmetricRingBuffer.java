@@ -75,12 +75,6 @@ public final class SymmetricRingBuffer implements AutoCloseable {
         MANY_TO_ONE
     }
 
-    private static final long STUCK_CHECK_NANOS = 1_000_000;
-    /**
-     * Polls that find the same record in progress between two reads of the clock: a consumer spinning on a record
-     * its producer is still writing (the common case, the producer commits within a microsecond) reads no clock.
-     */
-    private static final int STUCK_POLLS_PER_CLOCK = 64;
     /** Payloads of 8 up to this many bytes from a byte array take {@link #copyPayload}'s few 8-byte loads and stores. */
     static final int SHORT_COPY_BYTES = 64;
     /** 8-byte loads from a byte array at any index, in native order, one bounds check each. */
@@ -139,12 +133,8 @@ public final class SymmetricRingBuffer implements AutoCloseable {
      * instead of a load of the HEAD line; the release store of HEAD after each poll stays (producers acquire it).
      */
     private long headPosition;
-    /** Consumer side: an in-progress record seen at the head, and since when, to ask about its producer's life rarely. */
-    private long stuckHeader;
-    private int stuckIndex = -1;
-    private int stuckPolls;
-    private long stuckSinceNanos;
-    private long abandoned;
+    /** Consumer side: in-progress records at the head whose producer died, turned into padding. */
+    private final AbandonedRecords abandonedRecords = new AbandonedRecords();
 
     private SymmetricRingBuffer(Group group, SymmetricMemory memory, Kind kind, int producer, int consumer,
                                 int capacity) {
@@ -860,39 +850,11 @@ public final class SymmetricRingBuffer implements AutoCloseable {
      * @return the count on this (consumer) rank
      */
     public long abandonedRecords() {
-        return abandoned;
+        return abandonedRecords.count();
     }
 
     private boolean abandonIfProducerDead(int index, long header) {
-        if (header != stuckHeader || index != stuckIndex) {
-            stuckHeader = header; // a record newly seen in progress: count polls, no clock yet
-            stuckIndex = index;
-            stuckPolls = 0;
-            return false;
-        }
-        if (++stuckPolls % STUCK_POLLS_PER_CLOCK != 0) {
-            return false;
-        }
-        long now = System.nanoTime();
-        if (stuckPolls == STUCK_POLLS_PER_CLOCK) {
-            stuckSinceNanos = now; // stuck for a while: from here it has to stay so for STUCK_CHECK_NANOS
-            return false;
-        }
-        if (now - stuckSinceNanos < STUCK_CHECK_NANOS) {
-            return false;
-        }
-        stuckSinceNanos = now;
-        int rank = RingBufferLayout.recordTypeOrRank(header);
-        if (rank < 0 || rank >= group.worldSize() || group.isAlive(rank)) {
-            return false;
-        }
-        // CAS: the dead producer writes no more; turning its record into padding happens once
-        if (RingBufferLayout.abandonRecord(ring, index, header)) {
-            abandoned++;
-        }
-        stuckHeader = 0;
-        stuckIndex = -1;
-        return true;
+        return abandonedRecords.abandonIfProducerDead(ring, group, index, header);
     }
 
     /** Collective: frees the ring's memory once every rank has stopped using it. */
