@@ -690,7 +690,7 @@ abstract sealed class DataParallelBuilder
             throw new IllegalArgumentException("group(mesh, \"" + meshDataParallel + "\") then group(" + group + "):"
                     + " expected the mesh's data-parallel group (fix: call one of them)");
         }
-        meshShrink = MeshShrink.checkBuild(mesh, meshDataParallel, group, model.model(), sharding);
+        meshShrink = MeshShrink.checkBuild(mesh, meshDataParallel, group, model.model());
         if (sharding != null) {
             ShardedShrink.checkBuild(sharding, group, options().checkpointSchedule() != null,
                     ConfigurationStart.isHollow(model), shardGroupSize);

@@ -160,14 +160,14 @@ class TensorParallelThreadShrinkTest {
     }
 
     /**
-     * ZeRO stage 1 or 2 over the mesh's dp axis with SHRINK: checkpoints every 2 steps (each tp rank's in its
+     * ZeRO stage 1, 2 or 3 over the mesh's dp axis with SHRINK: checkpoints every 2 steps (each tp rank's in its
      * {@code tp-R-of-2}); world rank 3 dies in step 5, after the checkpoint after 4 steps. The survivors go back to that
-     * checkpoint, re-sliced from 3 onto 2 dp ranks, and redo steps 4 on; each survivor's shard then equals, bitwise, a
-     * fresh {@code dp 2 x tp 2} run of the same stage resumed from its checkpoint ({@code restoreCheckpoint}: it skips
-     * the 12 batches before it).
+     * checkpoint, re-sliced from 3 onto 2 dp ranks (stage 3: its parameter blocks too), and redo steps 4 on; each
+     * survivor's shard then equals, bitwise, a fresh {@code dp 2 x tp 2} run of the same stage resumed from its
+     * checkpoint ({@code restoreCheckpoint}: it skips the 12 batches before it).
      */
     @ParameterizedTest(name = "stage {0}")
-    @CsvSource({"OPTIMIZER_STATE", "GRADIENTS"})
+    @CsvSource({"OPTIMIZER_STATE", "GRADIENTS", "PARAMETERS"})
     void zeroOnTheDpAxisGoesBackToTheTpShardsCheckpointReslicedOntoTheSurvivors(org.symmem4j.dl4j.ZeroStage stage,
             @org.junit.jupiter.api.io.TempDir java.nio.file.Path root) {
         MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.FLOAT, 0);
