@@ -111,16 +111,17 @@ class TensorParallelShrinkAfterKillTest {
     }
 
     /**
-     * ZeRO stages 1 and 2 on the mesh's dp axis across processes (one launch per stage): checkpoints every 2 steps,
+     * ZeRO stages 1 to 3 on the mesh's dp axis across processes (one launch per stage): checkpoints every 2 steps,
      * world rank 3 killed after step 4 (the checkpoint after 4 steps complete). The survivors go back to their tp
-     * shard's checkpoint after 4 steps, re-sliced from 3 onto 2 dp ranks, and redo the steps since it; each survivor's
+     * shard's checkpoint after 4 steps, re-sliced from 3 onto 2 dp ranks (stage 3: its parameter blocks too), and redo
+     * the steps since it; each survivor's
      * shard equals, bitwise, a fresh {@code dp 2 x tp 2} run of the same stage as threads of this JVM resumed from that
      * checkpoint (from perturbed parameters: only the restore can make them agree). No {@code /dev/shm} file of the job
      * is left.
      */
     @ParameterizedTest(name = "sharding={0}")
     @org.junit.jupiter.params.provider.EnumSource(value = org.symmem4j.dl4j.ZeroStage.class,
-            names = {"OPTIMIZER_STATE", "GRADIENTS"})
+            names = {"OPTIMIZER_STATE", "GRADIENTS", "PARAMETERS"})
     @Timeout(value = 10, unit = TimeUnit.MINUTES)
     void zeroOnTheDpAxisGoesBackToEachTpShardsCheckpointReslicedOntoTheSurvivors(org.symmem4j.dl4j.ZeroStage stage,
             @TempDir Path dir) throws IOException {
