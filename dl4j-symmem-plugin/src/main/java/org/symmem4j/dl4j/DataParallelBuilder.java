@@ -388,9 +388,9 @@ abstract sealed class DataParallelBuilder
      * a rank dies: its whole replica (the ranks of its tensor-parallel group) leaves (their {@code fit()} throws
      * {@link ReplicaLostException}), the survivors rebuild the dp and tp groups over the remaining replicas, attach the
      * network to a communicator over its new tp group, and go on as plain {@code dp x tp} on them from the failed step
-     * (docs/shrink.md); with ZeRO stage 1 or 2 (and {@code checkpointEvery}) the survivors go back to the newest
+     * (docs/shrink.md); with ZeRO stage 1, 2 or 3 (and {@code checkpointEvery}) the survivors go back to the newest
      * checkpoint of their tp shard, re-sliced onto the fewer dp ranks. Checked at {@code build()} with SHRINK: two
-     * dimensions, the network attached to the other one's group, no stage 3, a mesh made from a process group of
+     * dimensions, the network attached to the other one's group, a mesh made from a process group of
      * {@code symmem4j-run --on-failure shrink} or from threads of {@code InJvmWorld.createShrinking}.
      *
      * @param mesh         the mesh the network's tensor-parallel group comes from
@@ -690,7 +690,7 @@ abstract sealed class DataParallelBuilder
             throw new IllegalArgumentException("group(mesh, \"" + meshDataParallel + "\") then group(" + group + "):"
                     + " expected the mesh's data-parallel group (fix: call one of them)");
         }
-        meshShrink = MeshShrink.checkBuild(mesh, meshDataParallel, group, model.model(), sharding);
+        meshShrink = MeshShrink.checkBuild(mesh, meshDataParallel, group, model.model());
         if (sharding != null) {
             ShardedShrink.checkBuild(sharding, group, options().checkpointSchedule() != null,
                     ConfigurationStart.isHollow(model), shardGroupSize);

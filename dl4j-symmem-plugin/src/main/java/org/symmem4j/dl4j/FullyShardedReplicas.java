@@ -13,6 +13,7 @@ import org.deeplearning4j.nn.graph.ComputationGraph;
 import org.deeplearning4j.nn.graph.vertex.GraphVertex;
 import org.deeplearning4j.nn.multilayer.MultiLayerNetwork;
 import org.nd4j.linalg.api.ndarray.INDArray;
+import org.symmem4j.dl4j.tensor.TensorParallel;
 import org.symmem4j.parallel.Invariants;
 
 /**
@@ -66,6 +67,8 @@ record FullyShardedReplicas(ModelReplica replica, Layer[] layerAt, boolean[] hoo
         net.init(params, false);
         net.setBackpropGradientsViewArray(gradients);
         ModelReplica.setFlattenedGradients(net, MultiLayerNetwork.class, gradients);
+        // a tensor-parallel rank's stage-3 network runs its layers' collectives over the source's tp group
+        TensorParallel.copyAttachments(source.net(), net);
         Layer[] layers = net.getLayers();
         int n = layers.length;
         boolean[] hooked = new boolean[n];
@@ -90,6 +93,8 @@ record FullyShardedReplicas(ModelReplica replica, Layer[] layerAt, boolean[] hoo
         net.init(params, false);
         net.setBackpropGradientsViewArray(gradients);
         ModelReplica.setFlattenedGradients(net, ComputationGraph.class, gradients);
+        // a tensor-parallel rank's stage-3 network runs its layers' collectives over the source's tp group
+        TensorParallel.copyAttachments(source.net(), net);
         int[] topological = net.topologicalSortOrder();
         GraphVertex[] vertices = net.getVertices();
         int n = topological.length;

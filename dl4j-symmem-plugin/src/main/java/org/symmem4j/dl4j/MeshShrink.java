@@ -51,10 +51,11 @@ final class MeshShrink implements AutoCloseable {
     /**
      * The {@code build()} checks of SHRINK on a mesh; null when there is none to shrink (no mesh given). Refused, each
      * with the fix: a tensor-parallel network in group mode without the mesh, a mesh of other than two dimensions, a
-     * network not attached to the mesh's other dimension, ZeRO stage 3, and a mesh whose world cannot shrink (threads
-     * of one JVM, or processes not started by {@code symmem4j-run --on-failure shrink}).
+     * network not attached to the mesh's other dimension, and a mesh whose world cannot shrink (threads of one JVM, or
+     * processes not started by {@code symmem4j-run --on-failure shrink}). ZeRO stages 1 to 3 go back to the tp shards'
+     * checkpoint ({@link ShardedShrink}).
      */
-    static MeshShrink checkBuild(DeviceMesh mesh, String dataParallel, Group group, Model model, ZeroStage sharding) {
+    static MeshShrink checkBuild(DeviceMesh mesh, String dataParallel, Group group, Model model) {
         Group tpGroup = TensorParallel.groupOrNull(model);
         String restart = "recover by RESTART: onWorkerFailure(FAIL) with checkpointEvery(k, dir).resumeFrom(dir) under"
                 + " symmem4j-run --max-restarts N, which resumes every tp shard from the newest complete checkpoint";
@@ -82,13 +83,6 @@ final class MeshShrink implements AutoCloseable {
                     : "them attached to " + tpGroup) + " (a dead rank takes out its replica: the ranks of its '" + other
                     + "' group; fix: TensorParallel.attach(network, Communicator.create(mesh.group(\"" + other
                     + "\"))) before build(), or group(mesh.group(\"" + dataParallel + "\")) with onWorkerFailure(FAIL))");
-        }
-        if (sharding == ZeroStage.PARAMETERS) { // stages 1 and 2 go back to the tp shards' checkpoint (ShardedShrink)
-            throw new IllegalArgumentException("onWorkerFailure=SHRINK with sharding=" + sharding + " on a dp x tp mesh:"
-                    + " the survivors would restore stage 3's parameter blocks of every tp shard onto fewer dp ranks,"
-                    + " which is not implemented; expected no sharding, OPTIMIZER_STATE or GRADIENTS with a mesh (fix:"
-                    + " sharding(ZeroStage.GRADIENTS) with checkpointEvery(k, dir), whose survivors go back to the newest"
-                    + " checkpoint re-sliced onto them; drop sharding(...) to shrink plain dp x tp; or " + restart + ")");
         }
         if (!mesh.group().canShrink()) {
             throw new IllegalArgumentException("onWorkerFailure=SHRINK on mesh " + mesh + " whose group " + mesh.group()

@@ -111,16 +111,20 @@ class TensorParallelShrinkAfterKillTest {
     }
 
     /**
-     * ZeRO stage 2 on the mesh's dp axis across processes: checkpoints every 2 steps, world rank 3 killed after step 4
-     * (the checkpoint after 4 steps complete). The survivors go back to their tp shard's checkpoint after 4 steps,
-     * re-sliced from 3 onto 2 dp ranks, and redo the steps since it; each survivor's shard equals, bitwise, a fresh
-     * {@code dp 2 x tp 2} stage-2 run as threads of this JVM resumed from that checkpoint (from perturbed parameters:
-     * only the restore can make them agree). No {@code /dev/shm} file of the job is left.
+     * ZeRO stages 1 to 3 on the mesh's dp axis across processes (one launch per stage): checkpoints every 2 steps,
+     * world rank 3 killed after step 4 (the checkpoint after 4 steps complete). The survivors go back to their tp
+     * shard's checkpoint after 4 steps, re-sliced from 3 onto 2 dp ranks (stage 3: its parameter blocks too), and redo
+     * the steps since it; each survivor's
+     * shard equals, bitwise, a fresh {@code dp 2 x tp 2} run of the same stage as threads of this JVM resumed from that
+     * checkpoint (from perturbed parameters: only the restore can make them agree). No {@code /dev/shm} file of the job
+     * is left.
      */
-    @org.junit.jupiter.api.Test
+    @ParameterizedTest(name = "sharding={0}")
+    @org.junit.jupiter.params.provider.EnumSource(value = org.symmem4j.dl4j.ZeroStage.class,
+            names = {"OPTIMIZER_STATE", "GRADIENTS", "PARAMETERS"})
     @Timeout(value = 10, unit = TimeUnit.MINUTES)
-    void zeroStage2OnTheDpAxisGoesBackToEachTpShardsCheckpointReslicedOntoTheSurvivors(@TempDir Path dir)
-            throws IOException {
+    void zeroOnTheDpAxisGoesBackToEachTpShardsCheckpointReslicedOntoTheSurvivors(org.symmem4j.dl4j.ZeroStage stage,
+            @TempDir Path dir) throws IOException {
         int ranks = DP * TP;
         int killed = 3;
         int killAfter = 4;
@@ -130,7 +134,7 @@ class TensorParallelShrinkAfterKillTest {
         Path ckpt = dir.resolve("ckpt");
         Launcher.Result r = ShrinkAfterKillTest.launch(ranks, RestartAfterKillTest.freePort(), "-Xmx384m",
                 TensorParallelShrinkingTraining.class, out.toString(), Integer.toString(DP), Integer.toString(TP),
-                Integer.toString(killed), Integer.toString(killAfter), "GRADIENTS", ckpt.toString());
+                Integer.toString(killed), Integer.toString(killAfter), stage.name(), ckpt.toString());
         String log = r.err() + "\n" + r.out();
         assertEquals(0, r.status(), log);
         Matcher m = Pattern.compile("\\[rank (\\d)\\] SHRUNK step (\\d+) dead \\[1\\] from 3 to 2 redone true resumed at"
@@ -149,9 +153,9 @@ class TensorParallelShrinkAfterKillTest {
             assertEquals(org.symmem4j.dl4j.train.CheckpointDirectory.stepDir(ckpt.resolve("tp-" + (rank % TP) + "-of-"
                     + TP), 4), Path.of(m.group(4)), "its tp shard's checkpoint after 4 steps: " + log);
         }
-        System.out.printf(Locale.ROOT, "TensorParallelShrinkAfterKillTest: ZeRO stage 2 on dp %d x tp %d, world rank %d"
+        System.out.printf(Locale.ROOT, "TensorParallelShrinkAfterKillTest: ZeRO %s on dp %d x tp %d, world rank %d"
                 + " killed after step %d; the survivors' first step after the checkpoint's restore handed out %.2f s"
-                + " after the kill (the latest of %d)%n", DP, TP, killed, killAfter,
+                + " after the kill (the latest of %d)%n", stage, DP, TP, killed, killAfter,
                 (latestResume - Long.parseLong(kill.group(1))) / 1000.0, survivors.size());
         java.util.Collections.sort(shrunk);
         assertEquals(survivors, shrunk, "every survivor went back to the checkpoint: " + log);
@@ -165,7 +169,7 @@ class TensorParallelShrinkAfterKillTest {
                 mine.params().addi(0.5); // only the restore can make the runs agree
                 org.symmem4j.dl4j.tensor.TensorParallel.attach(mine, c);
                 try (org.symmem4j.dl4j.SymmemParallelWrapper w = org.symmem4j.dl4j.SymmemParallelWrapper.builder(mine)
-                        .group(mesh.group("dp")).ompThreadsPerWorker(1).sharding(org.symmem4j.dl4j.ZeroStage.GRADIENTS)
+                        .group(mesh.group("dp")).ompThreadsPerWorker(1).sharding(stage)
                         .build()) {
                     w.restoreCheckpoint(checkpointOf.get(survivors.get(g.rank())));
                     w.fit(new ListIterator(data));
@@ -177,7 +181,7 @@ class TensorParallelShrinkAfterKillTest {
             int rank = survivors.get(i);
             byte[] found = Files.readAllBytes(out.resolve("rank-" + rank + ".bin"));
             assertArrayEquals(expected.get(i), found, "world rank " + rank + ": its shard bitwise as a dp 2 x tp 2"
-                    + " stage-2 run resumed from its checkpoint: " + log);
+                    + " " + stage + " run resumed from its checkpoint: " + log);
         }
         for (int g : gone) {
             assertTrue(!Files.exists(out.resolve("rank-" + g + ".bin")), log);

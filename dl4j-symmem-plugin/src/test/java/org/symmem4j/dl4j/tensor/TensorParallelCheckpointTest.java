@@ -35,7 +35,7 @@ import org.symmem4j.parallel.group.InJvmWorld;
 /**
  * Periodic checkpoints of a tensor-parallel network trained data-parallel on a {@code dp x tp = 2 x 2} mesh: each tp
  * rank's shard goes to {@code root/tp-R-of-2/step-<n>}, written by its data-parallel group; a run killed after step 7
- * and resumed from the root equals the uninterrupted run bitwise (plain and ZeRO-1 over dp); a step torn on one tp rank
+ * and resumed from the root equals the uninterrupted run bitwise (plain, ZeRO-1 and ZeRO-3 over dp); a step torn on one tp rank
  * is skipped by every rank, which all resume from the step before; a root of another tensor-parallel degree, and
  * another rank's shard, are refused before anything is read into the model.
  */
@@ -171,7 +171,7 @@ class TensorParallelCheckpointTest {
     }
 
     @ParameterizedTest(name = "sharding={0}")
-    @ValueSource(strings = {"NONE", "OPTIMIZER_STATE"})
+    @ValueSource(strings = {"NONE", "OPTIMIZER_STATE", "PARAMETERS"})
     void killedAndResumedEqualsUninterruptedBitwise(String stage) throws IOException {
         ZeroStage sharding = stage.equals("NONE") ? null : ZeroStage.valueOf(stage);
         Path root = tmp.resolve(stage);

@@ -122,14 +122,20 @@ class TensorParallelThreadShrinkTest {
                 + " %d)%n", DP, TP, dies, FAILED_STEP, (latestResume.get() - fault.failedNanos) / 1e6, ranks - TP);
         List<Integer> survivors = new ArrayList<>();
         for (int r = 0; r < ranks; r++) {
+            // a rank still finishing the step before (past its sync, at its update) when the abort reaches it reports
+            // that step as failed and done (docs/shrink.md: a survivor past the sync holds the step's end): the same
+            // state, the failed step's start, as every other survivor goes on from (the shards are compared below)
             if (r / TP != lostReplica) {
                 survivors.add(r);
-                assertEquals("1 shrink(s): step " + FAILED_STEP + " dead [" + lostReplica + "] from 3 to 2 redone true;"
-                        + " mesh dp 2 x tp 2", outcome.get(r), "world rank " + r);
+                String shrunk = " dead [" + lostReplica + "] from 3 to 2 redone ";
+                assertTrue(outcome.get(r) != null && (outcome.get(r).equals("1 shrink(s): step " + FAILED_STEP + shrunk
+                        + "true; mesh dp 2 x tp 2") || outcome.get(r).equals("1 shrink(s): step " + (FAILED_STEP - 1)
+                        + shrunk + "false; mesh dp 2 x tp 2")), "world rank " + r + ": " + outcome.get(r));
             } else if (r == dies) {
                 assertNull(outcome.get(r), "the dead rank's fit failed");
             } else {
-                assertTrue(outcome.get(r).startsWith("left: ") && outcome.get(r).contains("leaves at step " + FAILED_STEP),
+                assertTrue(outcome.get(r).startsWith("left: ") && (outcome.get(r).contains("leaves at step "
+                        + FAILED_STEP) || outcome.get(r).contains("leaves at step " + (FAILED_STEP - 1))),
                         "world rank " + r + ": " + outcome.get(r));
             }
         }
@@ -160,14 +166,14 @@ class TensorParallelThreadShrinkTest {
     }
 
     /**
-     * ZeRO stage 1 or 2 over the mesh's dp axis with SHRINK: checkpoints every 2 steps (each tp rank's in its
+     * ZeRO stage 1, 2 or 3 over the mesh's dp axis with SHRINK: checkpoints every 2 steps (each tp rank's in its
      * {@code tp-R-of-2}); world rank 3 dies in step 5, after the checkpoint after 4 steps. The survivors go back to that
-     * checkpoint, re-sliced from 3 onto 2 dp ranks, and redo steps 4 on; each survivor's shard then equals, bitwise, a
-     * fresh {@code dp 2 x tp 2} run of the same stage resumed from its checkpoint ({@code restoreCheckpoint}: it skips
-     * the 12 batches before it).
+     * checkpoint, re-sliced from 3 onto 2 dp ranks (stage 3: its parameter blocks too), and redo steps 4 on; each
+     * survivor's shard then equals, bitwise, a fresh {@code dp 2 x tp 2} run of the same stage resumed from its
+     * checkpoint ({@code restoreCheckpoint}: it skips the 12 batches before it).
      */
     @ParameterizedTest(name = "stage {0}")
-    @CsvSource({"OPTIMIZER_STATE", "GRADIENTS"})
+    @CsvSource({"OPTIMIZER_STATE", "GRADIENTS", "PARAMETERS"})
     void zeroOnTheDpAxisGoesBackToTheTpShardsCheckpointReslicedOntoTheSurvivors(org.symmem4j.dl4j.ZeroStage stage,
             @org.junit.jupiter.api.io.TempDir java.nio.file.Path root) {
         MultiLayerNetwork initial = TensorParallelTest.unsharded(DataType.FLOAT, 0);
@@ -206,7 +212,8 @@ class TensorParallelThreadShrinkTest {
         for (int r : survivors) {
             ShrinkReport s = reports.get(r);
             assertNotNull(s, "world rank " + r + " finished");
-            assertEquals(failed, s.step());
+            // or the step before, on a rank the abort reached still finishing it (as in the plain case above)
+            assertTrue(s.step() == failed || s.step() == failed - 1, "world rank " + r + ": failed step " + s.step());
             assertEquals(List.of(1), s.dead(), "the lost replica");
             assertEquals(4, s.resumedAt(), "back to the checkpoint after 4 steps");
             assertEquals(org.symmem4j.dl4j.train.CheckpointDirectory.stepDir(root.resolve("tp-" + (r % TP) + "-of-" + TP),
