@@ -189,9 +189,12 @@ class ShrinkTest {
                             wrapper.fit(new BatchListIterator(faulty));
                             assertEquals(2, wrapper.workers());
                             ShrinkReport s = wrapper.shrinks().getFirst();
-                            assertEquals(1, s.step());
+                            // step 1 redone; or, on a rank the abort reached still finishing step 0 (past its sync, at
+                            // its update), step 0 done: the same state, step 1's start (docs/shrink.md: a survivor past
+                            // the sync holds the step's end), compared bitwise below
+                            assertTrue(s.step() == 1 && s.redone() || s.step() == 0 && !s.redone(),
+                                    "rank " + group.rank() + ": failed step " + s.step() + " redone " + s.redone());
                             assertEquals(List.of(1), s.dead());
-                            assertTrue(s.redone());
                         }
                         ends.set(group.rank(), mine);
                         return null;

@@ -216,11 +216,7 @@ final class SharedDirectory implements AutoCloseable {
 
         @Override
         public long[] lastUses() {
-            long[] t = new long[slots];
-            for (int i = 0; i < slots; i++) {
-                t[i] = ParameterCacheLayout.lastUse(mine, slots, i);
-            }
-            return t;
+            return ParameterCacheLayout.lastUses(mine, slots);
         }
 
         @Override

@@ -302,6 +302,21 @@ public final class ParameterCacheLayout {
         return (long) LONG.getOpaque(part, lastUseOffset(slots, i));
     }
 
+    /**
+     * Every slot's last-use tick, read now (opaque, as {@link #lastUse}): what the budget's LRU eviction ranks.
+     *
+     * @param part  the owner's buffer
+     * @param slots directory slots
+     * @return the ticks, slot by slot
+     */
+    public static long[] lastUses(MemorySegment part, int slots) {
+        long[] t = new long[slots];
+        for (int i = 0; i < slots; i++) {
+            t[i] = lastUse(part, slots, i);
+        }
+        return t;
+    }
+
     // ---- GPU form: the directory in shared host memory, with the blocks' generations per slot ----
 
     /**
