@@ -191,7 +191,8 @@ public final class PipelineParallelTrainer implements AutoCloseable {
         this.scheduleKind = b.schedule;
         this.schedule = schedule;
         this.unsplitBackwardLayers = b.schedule.splitsBackward()
-                ? SplitBackward.unsplitLayers(b.network.getLayerWiseConfigurations()) : List.of();
+                ? SplitBackward.unsplitLayers(b.network.getLayerWiseConfigurations(), b.tensorParallel,
+                b.tensorParallelColumns) : List.of();
         this.shape = shape;
         this.linkSlots = linkSlots;
         this.timeout = o.timeout();

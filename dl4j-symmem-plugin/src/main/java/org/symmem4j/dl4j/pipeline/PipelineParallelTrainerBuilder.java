@@ -450,9 +450,6 @@ public final class PipelineParallelTrainerBuilder
                     + " TensorParallel.shard): expected the unsharded network, which the pipeline shards itself (fix:"
                     + " pass the network before sharding and tensorParallel(size, columnLayers...))");
         }
-        if (tensorParallel > 1) {
-            refuseWithTensorParallel();
-        }
         PipelineZero.check(sharding, dataParallel, tensorParallel, network);
         int stageCount = Math.multiplyExact(ranks, stagesPerRank);
         int layers = network.getLayerWiseConfigurations().getConfs().size();
@@ -539,16 +536,6 @@ public final class PipelineParallelTrainerBuilder
             throw new IllegalArgumentException(startedFrom() + " with DL4J listeners: they are shown the"
                     + " whole network after each step, which a trainer built from a configuration never holds; expected"
                     + " none (fix: stepListener(...), or builder(network))");
-        }
-    }
-
-    /** What tensor parallelism in the stages does not support yet: refused at build(), before anything is built. */
-    private void refuseWithTensorParallel() {
-        if (schedule.splitsBackward()) {
-            throw new IllegalArgumentException("tensorParallel(" + tensorParallel + ", ...) with schedule=" + schedule
-                    + ": not built yet (the tensor-parallel layers' backward does not split, and the combination is"
-                    + " not checked against the unsharded network); expected GPIPE, ONE_F_ONE_B or INTERLEAVED with"
-                    + " tensor parallelism (fix: schedule(ONE_F_ONE_B), or drop tensorParallel)");
         }
     }
 

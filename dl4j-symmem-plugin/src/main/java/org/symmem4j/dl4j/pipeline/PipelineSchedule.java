@@ -22,7 +22,8 @@ public enum PipelineSchedule {
      * action, which the previous stage waits for, and its weight-gradient action, which fills the cool-down; bubble
      * about (p - 1)/(3m) of the work instead of (p - 1)/m, with 1F1B's peak of p microbatches in flight. Dense,
      * output and 2-D convolution layers split their backward ({@code SplitBackward}: bitwise the unsplit backward);
-     * other layers with parameters run their whole backward in the input-gradient action
+     * other layers with parameters, and the blocks' column- and row-parallel layers under tensor parallelism (their
+     * backward may hold a tp all-reduce), run their whole backward in the input-gradient action
      * ({@link PipelineParallelTrainer#unsplitBackwardLayers()} names them). One stage per rank.
      */
     ZERO_BUBBLE_H1("zb-h1");

@@ -242,12 +242,16 @@ final class PipelineTensorParallelCheckpoints {
 
     /**
      * The stage shard's layout: its updater's blocks ({@link UpdaterStateCopy#fingerprint}) and every layer's kind and
-     * parameter shapes, so that a file of another configuration, block split or updater is refused.
+     * parameter shapes, so that a file of another configuration, block split or updater is refused; the same whether or
+     * not the schedule's split layers are in place.
      */
     private static long fingerprint(MultiLayerNetwork stage) {
         StringBuilder b = new StringBuilder("updater=").append(UpdaterStateCopy.fingerprint(stage.getUpdater(true)));
         for (Layer layer : stage.getLayers()) {
-            b.append(';').append(layer.getClass().getSimpleName());
+            // a ZB-H1 split layer (SplitBackward) stands for the DL4J layer it extends: a file saved after the split
+            // was put in place restores into stages that have not split yet, and the reverse
+            Class<?> kind = layer instanceof SplitBackward.Splittable ? layer.getClass().getSuperclass() : layer.getClass();
+            b.append(';').append(kind.getSimpleName());
             for (Map.Entry<String, INDArray> p : layer.paramTable(false).entrySet()) {
                 b.append(',').append(p.getKey()).append(Arrays.toString(p.getValue().shape()));
             }

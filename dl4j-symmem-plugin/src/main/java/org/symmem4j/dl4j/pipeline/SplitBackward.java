@@ -56,6 +56,14 @@ final class SplitBackward {
     /** DL4J's switch for its cuDNN and oneDNN layer helpers (true, the default: no helpers). */
     private static final String HELPERS_DISABLED = "org.eclipse.deeplearning4j.helpers.disable";
 
+    /**
+     * Why a tensor-parallel layer runs whole: its backward may hold a collective of the tp group, so it stays in the
+     * input-gradient action, where every tp rank of the stage runs the same actions in the same order (the W actions
+     * of the layers that split are local products, no collective).
+     */
+    private static final String TENSOR_PARALLEL = "a tensor-parallel layer's split is not built yet: it runs its whole"
+            + " backward in the input-gradient action, in the same order on every tp rank";
+
     private SplitBackward() {
     }
 
@@ -140,6 +148,13 @@ final class SplitBackward {
      * no parameters (no weight gradient to defer).
      */
     static String whyUnsplit(org.deeplearning4j.nn.conf.layers.Layer layer) {
+        if (layer instanceof org.symmem4j.dl4j.tensor.ColumnParallelDenseLayer) {
+            return TENSOR_PARALLEL + " (its input gradient is all-reduced over the tp group inside DL4J's backward)";
+        }
+        if (layer instanceof org.symmem4j.dl4j.tensor.RowParallelDenseLayer) {
+            return TENSOR_PARALLEL + " (the backward of a microbatch whose forward was not the layer's last recomputes"
+                    + " the pre-activation, all-reduced over the tp group)";
+        }
         boolean dense = layer.getClass() == org.deeplearning4j.nn.conf.layers.DenseLayer.class;
         boolean output = layer.getClass() == org.deeplearning4j.nn.conf.layers.OutputLayer.class;
         if (dense || output) {
@@ -166,6 +181,16 @@ final class SplitBackward {
             return null;
         }
         return "the split is built for DenseLayer, OutputLayer and ConvolutionLayer only";
+    }
+
+    /**
+     * {@link #unsplitLayers(MultiLayerConfiguration)} of the stages' layers: with {@code tensorParallel > 1}, those of
+     * the shard configuration ({@code TensorParallel.shardConfiguration}), whose blocks' column- and row-parallel
+     * layers run whole.
+     */
+    static List<String> unsplitLayers(MultiLayerConfiguration conf, int tensorParallel, int[] columnLayers) {
+        return unsplitLayers(tensorParallel > 1
+                ? org.symmem4j.dl4j.tensor.TensorParallel.shardConfiguration(conf, tensorParallel, columnLayers) : conf);
     }
 
     /**

@@ -44,11 +44,12 @@ final class ParameterUpdaterState {
      * The state of {@code updater}'s parameters, each keyed by {@code layerKeys}' key for its layer.
      *
      * @param updater   a network's or graph's updater (DL4J's own: its block layout is known)
-     * @param layerKeys the key of each of the model's layers (index or vertex name), by identity
+     * @param layerKeys the key of each of the model's layers (index or vertex name), by identity; a layer the updater
+     *                  holds but the model no longer does is looked up by its configuration object
      * @return the views; empty where the updater keeps no state (SGD)
      * @throws IllegalStateException for an updater of another kind, or a block whose state is not per-parameter
      */
-    static ParameterUpdaterState of(Updater updater, IdentityHashMap<Trainable, String> layerKeys) {
+    static ParameterUpdaterState of(Updater updater, IdentityHashMap<Object, String> layerKeys) {
         if (!(updater instanceof BaseMultiLayerUpdater<?> base)) {
             throw new IllegalStateException("expected DL4J's MultiLayerUpdater or ComputationGraphUpdater, found "
                     + (updater == null ? "none" : updater.getClass().getName())
@@ -81,6 +82,12 @@ final class ParameterUpdaterState {
                 }
                 Trainable layer = param.getLayer();
                 String layerKey = layerKeys.get(layer);
+                if (layerKey == null && layer instanceof Layer swapped) {
+                    // a layer put in the model's layer array in place of the one DL4J built the updater for (the
+                    // pipeline's ZB-H1 split layers): it shares that layer's configuration object, parameters and
+                    // gradient views, so the configuration, keyed too (byIndex), names the same layer
+                    layerKey = layerKeys.get(swapped.conf());
+                }
                 if (layerKey == null) {
                     throw new IllegalStateException("updater block " + block + " holds parameter " + param.getParamName()
                             + " of " + layer + ", which is none of the model's layers: the updater does not belong to it"
@@ -111,11 +118,15 @@ final class ParameterUpdaterState {
         return of(graph.getUpdater(true), byName(graph));
     }
 
-    /** Keys of a network's layers: their indices. */
-    private static IdentityHashMap<Trainable, String> byIndex(Layer[] layers) {
-        IdentityHashMap<Trainable, String> keys = new IdentityHashMap<>();
+    /**
+     * Keys of a network's layers: their indices, by layer and by the layer's configuration object (which a layer put in
+     * the layer array in place of DL4J's shares, while the updater's blocks still name the one it replaced).
+     */
+    private static IdentityHashMap<Object, String> byIndex(Layer[] layers) {
+        IdentityHashMap<Object, String> keys = new IdentityHashMap<>();
         for (int l = 0; l < layers.length; l++) {
             keys.put(layers[l], String.valueOf(l));
+            keys.put(layers[l].conf(), String.valueOf(l)); // each layer's own configuration object
         }
         return keys;
     }
@@ -124,8 +135,8 @@ final class ParameterUpdaterState {
      * Keys of a graph's layers: their vertex names (a graph's updater names its layer vertices, which are
      * {@link Trainable}s themselves, rather than the layers inside them: both are keyed).
      */
-    private static IdentityHashMap<Trainable, String> byName(ComputationGraph graph) {
-        IdentityHashMap<Trainable, String> keys = new IdentityHashMap<>();
+    private static IdentityHashMap<Object, String> byName(ComputationGraph graph) {
+        IdentityHashMap<Object, String> keys = new IdentityHashMap<>();
         for (Layer layer : graph.getLayers()) {
             keys.put(layer, layer.conf().getLayer().getLayerName());
         }

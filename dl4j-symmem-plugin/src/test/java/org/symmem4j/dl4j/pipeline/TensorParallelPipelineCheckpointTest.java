@@ -41,8 +41,12 @@ class TensorParallelPipelineCheckpointTest {
 
     /** dp 2 x pp 2 x tp 2 on threads: 4 stage shard files per checkpoint. */
     private static PipelineParallelTrainerBuilder threads(MultiLayerNetwork model) {
+        return threads(model, PipelineSchedule.ONE_F_ONE_B);
+    }
+
+    private static PipelineParallelTrainerBuilder threads(MultiLayerNetwork model, PipelineSchedule schedule) {
         return PipelineParallelTrainer.builder(model).ranks(2).dataParallel(2).tensorParallel(2, BLOCKS)
-                .microbatches(2).ompThreadsPerRank(1);
+                .microbatches(2).schedule(schedule).ompThreadsPerRank(1);
     }
 
     private static List<String> files(Path dir) throws Exception {
@@ -51,12 +55,15 @@ class TensorParallelPipelineCheckpointTest {
         }
     }
 
-    @Test
-    void resumedInAFreshTrainerEqualsTheUninterruptedRunBitwise(@TempDir Path root) throws Exception {
+    /** Also under ZB-H1, whose split layers stand in the stage networks in place of the layers DL4J's updater names. */
+    @ParameterizedTest(name = "{0}")
+    @org.junit.jupiter.params.provider.EnumSource(value = PipelineSchedule.class, names = {"ONE_F_ONE_B", "ZERO_BUBBLE_H1"})
+    void resumedInAFreshTrainerEqualsTheUninterruptedRunBitwise(PipelineSchedule schedule, @TempDir Path root)
+            throws Exception {
         List<DataSet> data = PipelineNets.batches(41, BATCHES, 8, DataType.DOUBLE);
         int epochs = 2;
         MultiLayerNetwork uninterrupted = mlp();
-        try (PipelineParallelTrainer trainer = threads(uninterrupted).build()) {
+        try (PipelineParallelTrainer trainer = threads(uninterrupted, schedule).build()) {
             for (int e = 0; e < epochs; e++) {
                 trainer.fit(new BatchListIterator(data));
             }
@@ -64,7 +71,7 @@ class TensorParallelPipelineCheckpointTest {
 
         // one epoch and 3 batches of the second, a checkpoint every 2 steps: 6 and 8 kept; the process "dies" at step 9
         MultiLayerNetwork dead = mlp();
-        try (PipelineParallelTrainer trainer = threads(dead).checkpointEvery(2, root).resumeFrom(root).build()) {
+        try (PipelineParallelTrainer trainer = threads(dead, schedule).checkpointEvery(2, root).resumeFrom(root).build()) {
             assertNull(trainer.resumedFrom());
             trainer.fit(new BatchListIterator(data));
             trainer.fit(new BatchListIterator(data.subList(0, 3)));
@@ -80,7 +87,7 @@ class TensorParallelPipelineCheckpointTest {
                 true);
         assertFalse(TensorParallel.isSharded(consolidated), "model.zip holds the unsharded network");
         MultiLayerNetwork restored = mlp();
-        try (PipelineParallelTrainer trainer = threads(restored).build()) {
+        try (PipelineParallelTrainer trainer = threads(restored, schedule).build()) {
             trainer.restoreCheckpoint(step8);
             assertEquals(8, trainer.resumedFrom().counters().step());
             PipelineNets.assertSameState(consolidated, restored, "restored from the shards vs model.zip");
@@ -102,7 +109,7 @@ class TensorParallelPipelineCheckpointTest {
         // step 8's last stage shard truncated: torn, refused by name, and the resume takes step 6
         Path shard = step8.resolve("shard-00003-of-00004.bin");
         Files.write(shard, Arrays.copyOf(Files.readAllBytes(shard), 10));
-        try (PipelineParallelTrainer trainer = threads(mlp()).build()) {
+        try (PipelineParallelTrainer trainer = threads(mlp(), schedule).build()) {
             CheckpointDirectory.TornCheckpointException e = assertThrows(CheckpointDirectory.TornCheckpointException.class,
                     () -> trainer.restoreCheckpoint(step8));
             assertTrue(e.getMessage().contains("shard-00003-of-00004.bin") && e.getMessage().contains("fix:"),
@@ -110,7 +117,7 @@ class TensorParallelPipelineCheckpointTest {
         }
         MultiLayerNetwork resumed = mlp();
         resumed.params().muli(0.5); // only the restore can make the runs agree
-        try (PipelineParallelTrainer trainer = threads(resumed).checkpointEvery(2, root).resumeFrom(root).build()) {
+        try (PipelineParallelTrainer trainer = threads(resumed, schedule).checkpointEvery(2, root).resumeFrom(root).build()) {
             assertEquals(new CheckpointDirectory.Counters(6, 0, 6, BATCHES, 4), trainer.resumedFrom().counters());
             for (int e = resumed.getEpochCount(); e < epochs; e++) {
                 trainer.fit(new BatchListIterator(data));

@@ -41,7 +41,9 @@ class TensorParallelPipelineTest {
                 Arguments.of(2, 2, 2, PipelineSchedule.GPIPE, 1, 2, "sgd", 0.0),
                 Arguments.of(1, 2, 2, PipelineSchedule.ONE_F_ONE_B, 1, 4, "adam", 1e-3),
                 Arguments.of(1, 2, 2, PipelineSchedule.GPIPE, 1, 4, "adam", 0.0),
-                Arguments.of(1, 2, 2, PipelineSchedule.INTERLEAVED, 2, 4, "sgd", 1e-3));
+                Arguments.of(1, 2, 2, PipelineSchedule.INTERLEAVED, 2, 4, "sgd", 1e-3),
+                Arguments.of(2, 2, 2, PipelineSchedule.ZERO_BUBBLE_H1, 1, 2, "adam", 1e-3),
+                Arguments.of(1, 2, 2, PipelineSchedule.ZERO_BUBBLE_H1, 1, 4, "sgd", 0.0));
     }
 
     @ParameterizedTest(name = "dp={0} pp={1} tp={2} {3} v={4} m={5} {6} l2={7}")
@@ -101,6 +103,63 @@ class TensorParallelPipelineTest {
         }
         System.out.printf("dp=%d pp=%d tp=%d %s v=%d m=%d %s l2=%s: params %.3g%n", dp, pp, tp, schedule, stagesPerRank,
                 microbatches, updater, l2, worst);
+    }
+
+    /**
+     * ZB-H1 with tensor-parallel stages: the blocks' layers run their whole backward (tp all-reduces included) in the
+     * input-gradient action, named in {@code unsplitBackwardLayers}, the other dense and output layers split; every tp
+     * rank of a stage runs the same actions in the same order, and the W actions hold no collective. Same arithmetic
+     * in the same order as 1F1B: bitwise equal parameters, updater state and losses, on dp x pp x tp and pp x tp.
+     */
+    @ParameterizedTest(name = "dp={0} pp={1} tp={2} m={3}")
+    @org.junit.jupiter.params.provider.CsvSource({"2, 2, 2, 4", "1, 4, 2, 8"})
+    void zeroBubbleEqualsOneFOneBBitwise(int dp, int pp, int tp, int microbatches) {
+        MultiLayerNetwork base = PipelineNets.mlp(PipelineNets.updater("adam"), 1e-3, DataType.DOUBLE);
+        List<DataSet> data = PipelineNets.batches(13, STEPS, BATCH, DataType.DOUBLE);
+        MultiLayerNetwork zb = base.clone();
+        MultiLayerNetwork oneFOneB = base.clone();
+        List<Double> zbLosses = new java.util.ArrayList<>();
+        List<Double> oneFOneBLosses = new java.util.ArrayList<>();
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(zb).ranks(pp).dataParallel(dp)
+                .tensorParallel(tp, BLOCKS).microbatches(microbatches).schedule(PipelineSchedule.ZERO_BUBBLE_H1).build()) {
+            List<String> unsplit = trainer.unsplitBackwardLayers();
+            assertEquals(2 * BLOCKS.length, unsplit.size(), "the blocks' layers run whole: " + unsplit);
+            for (int c : BLOCKS) {
+                assertTrue(unsplit.get(2 * (c / 2)).startsWith("layer " + c + " (ColumnParallelDenseLayer")
+                        && unsplit.get(2 * (c / 2) + 1).startsWith("layer " + (c + 1) + " (RowParallelDenseLayer")
+                        && unsplit.get(2 * (c / 2)).contains("tensor-parallel"), unsplit.toString());
+            }
+            for (DataSet batch : data) {
+                trainer.fit(batch);
+                zbLosses.add(trainer.lastStep().loss());
+                DataParallelPipelineTest.assertReplicasBitwiseEqual(trainer, dp);
+                assertReplicatedLayersBitwiseEqualOverTensorParallelRanks(trainer, tp);
+            }
+            // the W actions compute the split layers' dW and db only: no block layer is split on any stage of any tp
+            // rank (so no W action reaches a tp all-reduce), and layers 6 (dense) and 7 (output) are
+            for (int t = 0; t < tp; t++) {
+                int split = 0;
+                for (Dl4jPipelineStage stage : trainer.replicaStages(0, t)) {
+                    assertEquals((long) STEPS * microbatches, stage.weightPasses(), "tp rank " + t + ": W actions");
+                    for (org.deeplearning4j.nn.api.Layer layer : stage.network().getLayers()) {
+                        boolean block = layer.conf().getLayer() instanceof org.symmem4j.dl4j.tensor.TensorParallelDenseLayer;
+                        boolean splits = layer instanceof SplitBackward.Splittable;
+                        assertTrue(!(block && splits), "tp rank " + t + ": a block layer was split: " + layer);
+                        split += splits ? 1 : 0;
+                    }
+                }
+                assertEquals(2, split, "tp rank " + t + ": layers 6 and 7 split");
+            }
+        }
+        try (PipelineParallelTrainer trainer = PipelineParallelTrainer.builder(oneFOneB).ranks(pp).dataParallel(dp)
+                .tensorParallel(tp, BLOCKS).microbatches(microbatches).schedule(PipelineSchedule.ONE_F_ONE_B).build()) {
+            for (DataSet batch : data) {
+                trainer.fit(batch);
+                oneFOneBLosses.add(trainer.lastStep().loss());
+            }
+        }
+        PipelineNets.assertSameState(oneFOneB, zb, "ZB-H1 against 1F1B, dp=" + dp + " pp=" + pp + " tp=" + tp);
+        assertEquals(oneFOneBLosses, zbLosses, "every step's loss, bitwise (as doubles)");
     }
 
     /** No stage starts at a block's row-parallel layer: the trainer's own split keeps blocks whole. */
