@@ -155,8 +155,8 @@ public final class FsdpMemoryTable {
                 b.append(String.format(Locale.ROOT, "| %d | %s | %.3f | %.3f | %.3f | %.3f |%n", n, s.replace("x", " × "),
                         total(o) / GIB, total(f) / GIB, (double) total(o) / total(f), (total(f) - total(o)) / GIB));
                 StringBuilder d = new StringBuilder();
-                d.append(String.format(Locale.ROOT, "%n%d GPUs, %s (GiB per rank; ours: the same item as we hold it, 0 where we hold none):%n%n| item | ours | FSDP2 |%n|---|---:|---:|%n",
-                        n, s.replace("x", " × ")));
+                d.append(String.format(Locale.ROOT, "%n%d GPUs, %s (GiB per rank; ours: the same item as we hold it, 0 where"
+                        + " we hold none):%n%n| item | ours | FSDP2 |%n|---|---:|---:|%n", n, s.replace("x", " × ")));
                 for (int i = 0; i < o.size(); i++) {
                     d.append(String.format(Locale.ROOT, "| %s | %.3f | %.3f |%n", f.get(i).what(), o.get(i).bytes() / GIB,
                             f.get(i).bytes() / GIB));
