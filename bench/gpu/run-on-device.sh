@@ -435,7 +435,8 @@ if [ "$what" = fsdp ]; then
   # prefetched on a second stream, reduce-scatter, Adam on the shard; ddp = replicas, all-reduce) and PyTorch FSDP2
   # (torch_anchors.py --what fsdp: fully_shard per Linear, bf16 MixedPrecisionPolicy, Adam), same shapes, same steps, on
   # each GPU count in FSDP_GPUS (default "2 4": the counts the machine has), one rank per GPU; then fsdp-table.md (ratio
-  # ours/FSDP2 of step time and of used memory per rank). FSDP_SHAPES (tokens per rank x hidden x ffn, default the
+  # ours/FSDP2 of step time, of used memory and of our exact peak allocation to FSDP2's max_memory_allocated, per rank)
+  # and fsdp-memory-model.md (FsdpMemoryTable: both peaks' items, computed from the shapes). FSDP_SHAPES (tokens per rank x hidden x ffn, default the
   # tensor-parallel table's), FSDP_BLOCKS (1), FSDP_WARMUP (3), FSDP_STEPS (5), FSDP_REPS (3), FSDP_LR (1e-4) go to both;
   # FSDP_SKIP=ours|torch leaves one out; each run past FSDP_LIMIT s (default 280) is stopped.
   gpus=$(nvidia-smi -L | grep -c '^GPU')
@@ -468,6 +469,11 @@ if [ "$what" = fsdp ]; then
   done
   "$py" bench/gpu/fsdp_table.py --csv "$out/fsdp-table.csv" $(ls "$out"/fsdp-ours-*gpus.csv "$out"/fsdp-torch-*gpus.csv 2>/dev/null) \
     | tee "$out/fsdp-table.md"
+  # what each side holds at its peak, computed from the shapes (one block only: FSDP2's items are the MLP block's)
+  if [ "$common_blocks" = 1 ]; then
+    $java $flags -cp "$cp" org.symmem4j.benchmarks.FsdpMemoryTable --shapes "$shapes" --gpus "$(echo ${FSDP_GPUS:-2 4} | tr ' ' ,)" \
+      > "$out/fsdp-memory-model.md" 2>&1 || echo "== FsdpMemoryTable failed (see fsdp-memory-model.md)" | tee -a "$out/fsdp-summary.txt"
+  fi
   # the device tool brings back few files: the logs, the raw CSVs and the per-run reports in one archive
   (cd "$out" && files=$(ls fsdp-ours-* fsdp-torch-* 2>/dev/null) && tar czf fsdp-raw.tar.gz $files && rm -f $files)
 fi

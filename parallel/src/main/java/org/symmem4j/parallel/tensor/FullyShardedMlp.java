@@ -33,8 +33,9 @@ import org.symmem4j.parallel.tensor.ShardedStepPlan.Action;
  *  rank r, layer l (in × out weight, row-major), tokens T per rank, N ranks, b = l mod 2:
  *   comm stream     cast master shard → block r of working[b]; all-gather working[b]      (prefetch, ahead of use)
  *   compute stream  forward  z = a · W (bf16 GEMM), a' = relu(z)
- *                   backward dW = aᵀ · dz → gradient[b];  da = dz · Wᵀ, dz' = da where a &gt; 0
- *   comm stream     reduce-scatter gradient[b] (bf16, peers summed in rank order in float32);
+ *                   backward da = dz · Wᵀ, dz' = da where a &gt; 0;  then dW = aᵀ · dz → working[b] (over W,
+ *                            now dead; replicated: gradient[b])
+ *   comm stream     reduce-scatter working[b] in place (bf16, peers summed in rank order in float32);
  *                   Adam on shard r: master, m, v (float32) from the mean gradient (sum / N)
  * </pre>
  * The order of the two streams' work and their waits is {@link ShardedStepPlan} (data, validated); the loss is
@@ -46,9 +47,11 @@ import org.symmem4j.parallel.tensor.ShardedStepPlan.Action;
  * ({@link Algorithm#TWO_SHOT} or {@link Algorithm#ONE_SHOT}) sum the same bits in the same order, and the same Adam
  * kernel updates each element.
  *
- * <p>Memory per rank (P parameters, bf16 = 2 bytes): sharded {@code 12·P/N} (master, m, v) plus two working buffers and
- * two gradient buffers of the largest layer; replicated {@code 14·P} (master, m, v, bf16 weights) plus two gradient
- * buffers; both plus the activations. {@link #memory()} counts them.
+ * <p>Memory per rank (P parameters, bf16 = 2 bytes): sharded {@code 12·P/N} (master, m, v) plus two working buffers (the
+ * largest layer of each parity; a layer's gradient is written over its gathered weight once the backward has read it);
+ * replicated {@code 14·P} (master, m, v, bf16 weights) plus two gradient buffers; both plus the activations. Every buffer
+ * is {@link ShardedStepMemory}'s, allocated at construction and held until {@link #close()}: {@link #memory()} is the
+ * peak, exactly.
  *
  * <p>Use: {@link #setWeights} for every layer, then per step write this rank's batch into {@link #input()} and the
  * output's gradient into {@link #outputGradient()} through {@link #device()} (its copies wait for the previous step),
@@ -95,9 +98,11 @@ public final class FullyShardedMlp implements AutoCloseable {
      * included: {@link DeviceCommunicator#memoryInfo()} sees them).
      *
      * @param state       float32 master weights and Adam's two moments (this rank's shards, or the replica)
-     * @param weights     bfloat16 weights: the two working buffers (sharded) or the replica's copy
-     * @param gradients   the two bfloat16 gradient buffers (symmetric memory)
-     * @param activations input, every layer's output, the output's gradient and the two backward buffers
+     * @param weights     bfloat16 weights: the two working buffers (sharded; they also take each layer's gradient) or
+     *                    the replica's copy
+     * @param gradients   the two bfloat16 gradient buffers (symmetric memory; replicated only, 0 sharded)
+     * @param activations input, every layer's output, the output's gradient and the backward buffers (one per parity of
+     *                    the hidden layers)
      */
     public record Memory(long state, long weights, long gradients, long activations) {
 
@@ -119,6 +124,9 @@ public final class FullyShardedMlp implements AutoCloseable {
     private final Sharding sharding;
     private final Adam adam;
     private final ShardedStepPlan plan;
+    private final ShardedStepMemory layout;
+    /** Bytes asked of the allocator so far, by {@link ShardedStepMemory.Purpose}'s ordinal. */
+    private final long[] allocatedBytes = new long[ShardedStepMemory.Purpose.values().length];
     private final long[] counts;
     private final long[] partStart;
     private final long[] partSize;
@@ -184,6 +192,9 @@ public final class FullyShardedMlp implements AutoCloseable {
         this.plan = ShardedStepPlan.of(layers, sharding == Sharding.FULL);
         // host-only and cheap: the plan this step interprets is proven race-free over consecutive steps before any use
         plan.validate(3);
+        this.layout = ShardedStepMemory.of(tokens, widths, world, rank, sharding == Sharding.FULL);
+        // host-only: every buffer holds what the plan puts in it, and none is allocated that the plan does not use
+        layout.verify(plan);
         this.counts = new long[layers];
         this.partStart = new long[layers];
         this.partSize = new long[layers];
@@ -222,76 +233,69 @@ public final class FullyShardedMlp implements AutoCloseable {
         owned.add(0, comm);
         commDevice = comm.unwrap(DeviceCommunicator.class).orElseThrow();
         commOps = comm.unwrap(TensorParallelGemm.class).orElseThrow();
-        long maxCount = Arrays.stream(counts).max().orElseThrow();
         boolean sharded = sharding == Sharding.FULL;
         if (!sharded) {
             for (int l = 0; l < layers; l++) {
                 allReduce[l] = pickAllReduce(counts[l]);
             }
         }
-        long stateBytes = 0;
         master = new MemorySegment[layers];
         moment1 = new MemorySegment[layers];
         moment2 = new MemorySegment[layers];
         for (int l = 0; l < layers; l++) {
-            master[l] = allocate(partSize[l] * 4);
-            moment1[l] = allocate(partSize[l] * 4);
-            moment2[l] = allocate(partSize[l] * 4);
+            master[l] = allocate("master" + l);
+            moment1[l] = allocate("m" + l);
+            moment2[l] = allocate("v" + l);
             zero(master[l]);
             zero(moment1[l]);
             zero(moment2[l]);
-            stateBytes += 3 * partSize[l] * 4;
         }
-        long weightBytes = 0;
         if (sharded) {
-            working = new SymmetricMemory[ShardedStepPlan.WORKING_BUFFERS];
+            // the gathered weights, and each layer's gradient once its backward has read the weight (the plan)
+            working = new SymmetricMemory[layout.countOf("working")];
             for (int b = 0; b < working.length; b++) {
-                working[b] = symmetric(maxCount * 2);
-                weightBytes += maxCount * 2;
+                working[b] = symmetric("working" + b);
             }
         } else {
             replica = new MemorySegment[layers];
             for (int l = 0; l < layers; l++) {
-                replica[l] = allocate(counts[l] * 2);
+                replica[l] = allocate("replica" + l);
                 zero(replica[l]);
-                weightBytes += counts[l] * 2;
+            }
+            gradients = new SymmetricMemory[layout.countOf("gradient")];
+            for (int g = 0; g < gradients.length; g++) {
+                gradients[g] = symmetric("gradient" + g);
             }
         }
-        gradients = new SymmetricMemory[ShardedStepPlan.GRADIENT_BUFFERS];
-        for (int g = 0; g < gradients.length; g++) {
-            gradients[g] = symmetric(maxCount * 2);
-        }
-        long activationBytes = 0;
-        input = allocate((long) tokens * widths[0] * 2);
-        outputGradient = allocate((long) tokens * widths[layers] * 2);
-        activationBytes += input.byteSize() + outputGradient.byteSize();
+        input = allocate("input");
+        outputGradient = allocate("outputGradient");
         activations = new MemorySegment[layers];
         for (int l = 0; l < layers; l++) {
-            activations[l] = allocate((long) tokens * widths[l + 1] * 2);
-            activationBytes += activations[l].byteSize();
+            activations[l] = allocate("activation" + l);
         }
-        backward = new MemorySegment[layers > 1 ? 2 : 0];
-        int inner = 0;
-        for (int l = 1; l < layers; l++) {
-            inner = Math.max(inner, widths[l]);
-        }
+        backward = new MemorySegment[layout.countOf("backward")];
         for (int b = 0; b < backward.length; b++) {
-            backward[b] = allocate((long) tokens * inner * 2);
-            activationBytes += backward[b].byteSize();
+            backward[b] = allocate("backward" + b);
         }
-        memory = new Memory(stateBytes, weightBytes, gradients.length * maxCount * 2, activationBytes);
+        // what was allocated, counted as it was asked for, is the layout's total: the accounted peak is exact
+        Memory asked = new Memory(allocatedBytes[0], allocatedBytes[1], allocatedBytes[2], allocatedBytes[3]);
+        if (!asked.equals(layout.memory())) {
+            throw org.symmem4j.parallel.Invariants.violated("FullyShardedMlp allocated " + asked + " but its layout says "
+                    + layout.memory() + ": " + layout);
+        }
+        memory = asked;
         // every GEMM shape once (on whatever the buffers hold: the outputs are overwritten before use), so that cuBLAS's
         // lazy kernel loads happen now, while no rank's stream waits on the GPU for a peer (see TensorParallelMlp)
-        MemorySegment w = sharded ? working[0].local() : replica[0];
         for (int l = 0; l < layers; l++) {
-            MemorySegment weight = sharded ? w : replica[l];
+            MemorySegment weight = sharded ? working[l % working.length].local() : replica[l];
+            MemorySegment grad = sharded ? weight : gradients[l % gradients.length].local();
             computeOps.matmul(activations[l], layerInput(l), false, weight, false, tokens, widths[l + 1], widths[l], false, BF16);
-            computeOps.matmul(gradients[0].local(), layerInput(l), true, outputGradientOf(l), false, widths[l], widths[l + 1],
-                    tokens, false, BF16);
             if (l > 0) {
                 computeOps.matmul(outputGradientOf(l - 1), outputGradientOf(l), false, weight, true, tokens, widths[l],
                         widths[l + 1], false, BF16);
             }
+            computeOps.matmul(grad, layerInput(l), true, outputGradientOf(l), false, widths[l], widths[l + 1], tokens, false,
+                    BF16);
         }
         computeDevice.synchronize();
         commDevice.synchronize();
@@ -310,15 +314,21 @@ public final class FullyShardedMlp implements AutoCloseable {
                 + " the path, or install NCCL so libnccl.so.2 is on the library path)");
     }
 
-    private MemorySegment allocate(long bytes) {
-        MemorySegment m = computeDevice.allocateDevice(Math.max(bytes, 16));
+    /** The layout's device buffer {@code name}, counted by purpose. */
+    private MemorySegment allocate(String name) {
+        ShardedStepMemory.Buffer b = layout.buffer(name);
+        MemorySegment m = computeDevice.allocateDevice(b.allocated());
         deviceBuffers.add(m);
-        return m.asSlice(0, bytes);
+        allocatedBytes[b.purpose().ordinal()] += b.allocated();
+        return m.asSlice(0, b.bytes());
     }
 
-    private SymmetricMemory symmetric(long bytes) {
-        SymmetricMemory m = SymmetricMemory.allocate(commGroup, bytes);
+    /** The layout's symmetric buffer {@code name} (the transport asks for {@code max(bytes, 16)} too), counted. */
+    private SymmetricMemory symmetric(String name) {
+        ShardedStepMemory.Buffer b = layout.buffer(name);
+        SymmetricMemory m = SymmetricMemory.allocate(commGroup, b.bytes());
         owned.add(0, m);
+        allocatedBytes[b.purpose().ordinal()] += b.allocated();
         return m;
     }
 
@@ -370,25 +380,25 @@ public final class FullyShardedMlp implements AutoCloseable {
             }
             case BACKWARD -> {
                 MemorySegment dz = outputGradientOf(l);
-                // dW = aᵀ · dz (a: the layer's input)
-                computeOps.matmul(gradients[x.grad()].local(), layerInput(l), true, dz, false, widths[l], widths[l + 1], tokens,
-                        false, BF16);
                 if (l > 0) {
-                    // da = dz · Wᵀ, then dz of the layer below = da where its output (the ReLU's) is positive
+                    // da = dz · Wᵀ, then dz of the layer below = da where its output (the ReLU's) is positive; first: it
+                    // is the last read of W, which (sharded) the gradient overwrites next
                     MemorySegment below = outputGradientOf(l - 1);
                     computeOps.matmul(below, dz, false, weight(x), true, tokens, widths[l], widths[l + 1], false, BF16);
                     computeOps.reluBackward(below, activations[l - 1], below, (long) tokens * widths[l], BF16);
                 }
+                // dW = aᵀ · dz (a: the layer's input), over W in its working buffer (sharded), same stream: after da
+                computeOps.matmul(gradient(x), layerInput(l), true, dz, false, widths[l], widths[l + 1], tokens, false, BF16);
             }
             case REDUCE -> {
                 if (sharding == Sharding.FULL) {
-                    comm.reduceScatter(gradients[x.grad()], 0, counts[l], BF16, ReduceOp.SUM);
+                    comm.reduceScatter(working[x.weight()], 0, counts[l], BF16, ReduceOp.SUM);
                 } else {
                     comm.allReduce(gradients[x.grad()], 0, counts[l], BF16, ReduceOp.SUM, allReduce[l]);
                 }
             }
             case OPTIMIZE -> commOps.adamStep(master[l], moment1[l], moment2[l],
-                    gradients[x.grad()].local().asSlice(partStart[l] * 2, partSize[l] * 2),
+                    gradient(x).asSlice(partStart[l] * 2, partSize[l] * 2),
                     sharding == Sharding.FULL ? null : replica[l], partSize[l], 1f / world, adam.learningRate(), adam.beta1(),
                     adam.beta2(), adam.epsilon(), steps);
         }
@@ -396,6 +406,11 @@ public final class FullyShardedMlp implements AutoCloseable {
 
     private MemorySegment weight(Action x) {
         return sharding == Sharding.FULL ? working[x.weight()].local() : replica[x.weight()];
+    }
+
+    /** Where action x's layer's gradient lives: over its weight in the working buffer (sharded), or a gradient buffer. */
+    private MemorySegment gradient(Action x) {
+        return sharding == Sharding.FULL ? working[x.weight()].local() : gradients[x.grad()].local();
     }
 
     /** Layer l's input: the batch, or the layer below's (ReLU'd) output. */
@@ -510,9 +525,14 @@ public final class FullyShardedMlp implements AutoCloseable {
         return plan;
     }
 
-    /** {@return the device bytes this rank allocated, by purpose} */
+    /** {@return the device bytes this rank allocated, by purpose: its peak (all held from construction to close)} */
     public Memory memory() {
         return memory;
+    }
+
+    /** {@return every buffer this rank allocated, by name (what {@link #memory()} sums)} */
+    public ShardedStepMemory layout() {
+        return layout;
     }
 
     /** {@return the all-reduce each layer's gradient uses (replicated), or null (sharded)} */

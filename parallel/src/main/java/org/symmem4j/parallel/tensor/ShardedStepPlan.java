@@ -13,18 +13,23 @@ import org.symmem4j.parallel.Invariants;
  * buffer read sees the write it needs, and no two accesses to a buffer race) and the plan's tests check the overlap.
  *
  * <pre>
- *  sharded (FSDP / ZeRO-3), L layers, working buffers b = l mod 2, gradient buffers g = l mod 2:
+ *  sharded (FSDP / ZeRO-3), L layers, working buffers b = l mod 2 (the weight, then its gradient):
  *   compute ─────────── wait ─ F0 ─────── wait ─ F1 ─ … ─ F(L-1) ── B(L-1) ─ wait ─ B(L-2) ─ … ─ B0 ─ wait(join)
  *   comm     G0 ─ wait ─ G1 ──── wait ─ G2 ─ …          wait ─ R(L-1) O(L-1) G(L-3) ─ wait ─ R(L-2) O(L-2) … R0 O0
  *
  *  G l: cast this rank's float32 master shard of layer l into its block of working buffer l mod 2, all-gather it
- *  F l / B l: the layer's forward / backward GEMMs on the gathered weight (B writes dW into gradient buffer l mod 2)
- *  R l: reduce-scatter of dW (sharded) or all-reduce (replicated);  O l: Adam on this rank's shard (or replica)
+ *  F l / B l: the layer's forward / backward GEMMs on the gathered weight; B computes the input's gradient first (the
+ *             last read of W l), then writes dW l over W l in the same working buffer (sharded), or into gradient
+ *             buffer l mod 2 (replicated)
+ *  R l: reduce-scatter of dW in place (sharded) or all-reduce (replicated);  O l: Adam on this rank's shard (or replica)
  *  wait: the stream waits for everything the other stream has been given so far (an event)
  * </pre>
  *
  * The backward pass needs no gather for the last two layers: after the forward pass the two working buffers still hold
- * them. Replicated (plain data parallelism, the baseline): no gathers; each layer's bf16 weight lives in a buffer of its
+ * them. Sharded, a layer's gradient needs no buffer of its own: once its backward has read the gathered weight, that
+ * weight is dead until the next gather into the buffer, which the comm stream runs after the reduction and Adam have
+ * read the gradient (so the working set is two layers, as FSDP2's unsharded parameter plus reduce-scatter input).
+ * Replicated (plain data parallelism, the baseline): no gathers; each layer's bf16 weight lives in a buffer of its
  * own, which its optimizer step rewrites.
  *
  * @param layers  the number of linear layers
@@ -65,7 +70,8 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
      * @param kind   what it does
      * @param layer  its layer, or -1 for a wait
      * @param weight the weight buffer it reads or writes (working buffer sharded, the layer's own replicated), or -1
-     * @param grad   the gradient buffer it writes or reads, or -1
+     * @param grad   the gradient buffer it writes or reads (replicated), or -1: sharded, the gradient of a BACKWARD,
+     *               REDUCE or OPTIMIZE lives in the working buffer {@code weight}
      */
     public record Action(Kind kind, int layer, int weight, int grad) {
 
@@ -77,7 +83,7 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
             };
         }
 
-        /** {@return e.g. {@code G1w1}, {@code B2w0g0}, {@code R3g1}, {@code c<m} (compute waits for comm), {@code m<c}} */
+        /** {@return e.g. {@code G1w1}, {@code B2w0} (sharded), {@code B2w2g0}, {@code R3g1}, {@code c<m}, {@code m<c}} */
         @Override
         public String toString() {
             return switch (kind) {
@@ -100,7 +106,7 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
 
     /** The working buffers of a sharded plan (current and prefetched). */
     public static final int WORKING_BUFFERS = 2;
-    /** The gradient buffers of either plan (one being reduced while the next is written). */
+    /** The gradient buffers of a replicated plan (one being reduced while the next is written); sharded: none. */
     public static final int GRADIENT_BUFFERS = 2;
 
     /**
@@ -149,17 +155,17 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
                 a.add(wait(Kind.COMM_WAITS_COMPUTE));
             }
             if (reduce) {
-                a.add(new Action(Kind.REDUCE, l + 1, -1, (l + 1) % GRADIENT_BUFFERS));
-                a.add(new Action(Kind.OPTIMIZE, l + 1, sharded ? -1 : l + 1, (l + 1) % GRADIENT_BUFFERS));
+                a.add(new Action(Kind.REDUCE, l + 1, sharded ? weightBuffer(l + 1, true) : -1, gradBuffer(l + 1, sharded)));
+                a.add(new Action(Kind.OPTIMIZE, l + 1, weightBuffer(l + 1, sharded), gradBuffer(l + 1, sharded)));
             }
             if (gather) {
                 a.add(new Action(Kind.GATHER, l - 1, (l - 1) % WORKING_BUFFERS, -1));
             }
-            a.add(new Action(Kind.BACKWARD, l, weightBuffer(l, sharded), l % GRADIENT_BUFFERS));
+            a.add(new Action(Kind.BACKWARD, l, weightBuffer(l, sharded), gradBuffer(l, sharded)));
         }
         a.add(wait(Kind.COMM_WAITS_COMPUTE));
-        a.add(new Action(Kind.REDUCE, 0, -1, 0));
-        a.add(new Action(Kind.OPTIMIZE, 0, sharded ? -1 : 0, 0));
+        a.add(new Action(Kind.REDUCE, 0, sharded ? 0 : -1, gradBuffer(0, sharded)));
+        a.add(new Action(Kind.OPTIMIZE, 0, 0, gradBuffer(0, sharded)));
         // join: the step is complete once the compute stream is (timing, synchronize, the host's next input copy)
         a.add(wait(Kind.COMPUTE_WAITS_COMM));
         return new ShardedStepPlan(layers, sharded, a);
@@ -167,6 +173,11 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
 
     private static int weightBuffer(int layer, boolean sharded) {
         return sharded ? layer % WORKING_BUFFERS : layer;
+    }
+
+    /** Replicated: gradient buffer l mod 2; sharded: -1 (the gradient lives in the layer's working buffer). */
+    private static int gradBuffer(int layer, boolean sharded) {
+        return sharded ? -1 : layer % GRADIENT_BUFFERS;
     }
 
     private static Action wait(Kind kind) {
@@ -248,7 +259,8 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
             Action x = c.run().get(i);
             int l = x.layer();
             String w = "weight" + x.weight();
-            String g = "grad" + x.grad();
+            // sharded, a layer's gradient is written over its weight in the working buffer
+            String g = x.grad() >= 0 ? "grad" + x.grad() : w;
             switch (x.kind()) {
                 case GATHER -> {
                     accesses.add(new Access(i, "master" + l, "master " + l, null));
@@ -256,6 +268,7 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
                 }
                 case FORWARD -> accesses.add(new Access(i, w, "W " + l, null));
                 case BACKWARD -> {
+                    // one action reads W l (the input's gradient) and then writes dW l; the same buffer when sharded
                     accesses.add(new Access(i, w, "W " + l, null));
                     accesses.add(new Access(i, g, null, "dW " + l));
                 }
@@ -263,7 +276,7 @@ public record ShardedStepPlan(int layers, boolean sharded, List<Action> actions)
                 case OPTIMIZE -> {
                     accesses.add(new Access(i, g, "dW " + l + " reduced", null));
                     accesses.add(new Access(i, "master" + l, "master " + l, "master " + l));
-                    if (x.weight() >= 0) {
+                    if (!sharded) {
                         accesses.add(new Access(i, w, null, "W " + l));
                     }
                 }

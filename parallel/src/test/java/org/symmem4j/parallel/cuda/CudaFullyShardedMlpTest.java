@@ -22,6 +22,7 @@ import org.symmem4j.parallel.numeric.BFloat16;
 import org.symmem4j.parallel.tensor.FullyShardedMlp;
 import org.symmem4j.parallel.tensor.FullyShardedMlp.Adam;
 import org.symmem4j.parallel.tensor.FullyShardedMlp.Sharding;
+import org.symmem4j.parallel.tensor.ShardedStepMemory;
 
 /**
  * {@link FullyShardedMlp} on GPUs against a float64 host reference of the same steps: every rank its own batch, the
@@ -264,6 +265,23 @@ class CudaFullyShardedMlpTest {
                 state += 12L * m.length;
             }
             assertEquals(state, mlp.memory().state(), "master + m + v, float32");
+            // the accounted peak is the layout's, computed from the shapes alone; sharded, the gradients live in the
+            // working buffers (none of their own) and each working buffer is its parity's largest layer
+            ShardedStepMemory layout = ShardedStepMemory.of(tokens, widths, group.worldSize(), rank, sharding == Sharding.FULL);
+            assertEquals(layout.memory(), mlp.memory());
+            assertEquals(layout, mlp.layout());
+            if (sharding == Sharding.FULL) {
+                assertEquals(0, mlp.memory().gradients(), "sharded: dW is written over W in its working buffer");
+                long weights = 0;
+                for (int parity = 0; parity < Math.min(2, layers); parity++) {
+                    long max = 0;
+                    for (int l = parity; l < layers; l += 2) {
+                        max = Math.max(max, (long) widths[l] * widths[l + 1]);
+                    }
+                    weights += 2 * max;
+                }
+                assertEquals(weights, mlp.memory().weights(), "two bf16 working buffers, one per parity of the layers");
+            }
             List<Algorithm> algorithms = mlp.allReduceAlgorithms();
             boolean bitwise = algorithms == null || !algorithms.contains(Algorithm.NCCL);
             result = new Result(outputs, masters, starts, bitwise);

@@ -25,13 +25,14 @@ class ShardedStepPlanTest {
 
     @Test
     void theMlpBlocksPlansAreTheGoldenOnes() {
-        assertEquals("m<c G0w0 c<m m<c G1w1 F0w0 c<m F1w1 B1w1g1 m<c R1g1 O1g1 B0w0g0 m<c R0g0 O0g0 c<m",
+        // sharded, each layer's gradient is written over its gathered weight (B1w1), reduced and applied from there
+        assertEquals("m<c G0w0 c<m m<c G1w1 F0w0 c<m F1w1 B1w1 m<c R1w1 O1w1 B0w0 m<c R0w0 O0w0 c<m",
                 ShardedStepPlan.of(2, true).toString());
         assertEquals("c<m F0w0 F1w1 B1w1g1 m<c R1g1 O1w1g1 B0w0g0 m<c R0g0 O0w0g0 c<m", ShardedStepPlan.of(2, false).toString());
         // four layers: the backward pass regathers layers 1 and 0 (2 and 3 are still in the working buffers)
         assertEquals("m<c G0w0 c<m m<c G1w1 F0w0 c<m m<c G2w0 F1w1 c<m m<c G3w1 F2w0 c<m F3w1"
-                        + " B3w1g1 m<c R3g1 O3g1 G1w1 B2w0g0 c<m m<c R2g0 O2g0 G0w0 B1w1g1 c<m m<c R1g1 O1g1 B0w0g0"
-                        + " m<c R0g0 O0g0 c<m",
+                        + " B3w1 m<c R3w1 O3w1 G1w1 B2w0 c<m m<c R2w0 O2w0 G0w0 B1w1 c<m m<c R1w1 O1w1 B0w0"
+                        + " m<c R0w0 O0w0 c<m",
                 ShardedStepPlan.of(4, true).toString());
     }
 
@@ -94,18 +95,23 @@ class ShardedStepPlanTest {
         // the reduction of layer 3 no longer waits for its backward
         int waitBeforeR3 = indexOf(a, Kind.REDUCE, 3, 0) - 1;
         e = assertThrows(IllegalStateException.class, () -> without(good, waitBeforeR3).validate(2));
-        assertTrue(e.getMessage().contains("grad1"), e.getMessage());
+        assertTrue(e.getMessage().contains("weight1"), e.getMessage());
+        // the regather of layer 1 before the reduction and Adam of layer 3 have read dW3 out of the same buffer
+        List<Action> overwrite = new ArrayList<>(a);
+        int g1 = indexOf(a, Kind.GATHER, 1, 1);
+        overwrite.add(indexOf(a, Kind.REDUCE, 3, 0), overwrite.remove(g1));
+        e = assertThrows(IllegalStateException.class, () -> new ShardedStepPlan(4, true, overwrite).validate(2));
+        assertTrue(e.getMessage().contains("R3w1 ") && e.getMessage().contains("expecting 'dW 3' but finds 'W 1'"),
+                e.getMessage());
         // backward 1 reading the wrong working buffer
         List<Action> wrong = new ArrayList<>(a);
         int b1 = indexOf(a, Kind.BACKWARD, 1, 0);
-        wrong.set(b1, new Action(Kind.BACKWARD, 1, 0, 1));
+        wrong.set(b1, new Action(Kind.BACKWARD, 1, 0, -1));
         e = assertThrows(IllegalStateException.class, () -> new ShardedStepPlan(4, true, wrong).validate(2));
-        // (it races the regather of layer 0 into that buffer, and would read layer 2's or 0's weight)
-        assertTrue(e.getMessage().contains("B1w0g1") && e.getMessage().contains("weight0"), e.getMessage());
+        // (it would read layer 2's or 0's weight, and writes dW1 where the reduction of layer 1 does not look for it)
+        assertTrue(e.getMessage().contains("B1w0") && e.getMessage().contains("expecting 'dW 1'"), e.getMessage());
         // the regather of layer 1 into the buffer backward 3 still reads
         List<Action> early = new ArrayList<>(a);
-        int g1 = indexOf(a, Kind.GATHER, 1, 1);
-        early.set(g1, new Action(Kind.GATHER, 1, 1, -1));
         early.add(indexOf(a, Kind.BACKWARD, 3, 0), early.remove(g1));
         e = assertThrows(IllegalStateException.class, () -> new ShardedStepPlan(4, true, early).validate(2));
         assertTrue(e.getMessage().contains("weight1"), e.getMessage());
