@@ -97,7 +97,8 @@ final class PayloadCopy {
                                  int length) {
         // bytes from the payload's start to the next line boundary: the part on the header's line (0 where the header
         // fills its line's last word)
-        int onHeaderLine = ringAddress < 0 ? length : (int) (-(ringAddress + DATA_OFFSET + at) & (CACHE_LINE_BYTES - 1));
+        int onHeaderLine = ringAddress < 0 ? length
+                : (int) (-(ringAddress + DATA_OFFSET + at) & (CACHE_LINE_BYTES - 1));
         if (onHeaderLine < length) {
             MemorySegment.copy(src, offset + onHeaderLine, data, at + onHeaderLine, length - onHeaderLine);
             MemorySegment.copy(src, offset, data, at, onHeaderLine);

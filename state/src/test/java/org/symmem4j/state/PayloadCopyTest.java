@@ -28,7 +28,7 @@ class PayloadCopyTest {
         byte[] source = new byte[MAX_LENGTH + 16];
         int dataBytes = 2 * RingBufferLayout.CACHE_LINE_BYTES + MAX_LENGTH + GUARD;
         try (Arena arena = Arena.ofConfined()) {
-            // the ring's data on a cache line, as a mapped ring's (its base page aligned, DATA_OFFSET a multiple of 128)
+            // the ring's data on a cache line, as a mapped ring's (its base on a page, DATA_OFFSET a multiple of 128)
             MemorySegment ring = arena.allocate(RingBufferLayout.DATA_OFFSET + dataBytes, 4096);
             MemorySegment data = ring.asSlice(RingBufferLayout.DATA_OFFSET, dataBytes);
             MemorySegment nativeSource = arena.allocate(source.length);
